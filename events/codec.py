@@ -1,0 +1,224 @@
+"""Event body codec: msgspec MessagePack inside one checksummed zstd frame.
+
+A stored body is exactly one zstd frame with its content size and a content checksum, optionally
+compressed with a dictionary whose id is recorded both in the frame header and in the row.
+Decoding is bounded: a frame declaring more than ``max_event_bytes`` is refused before any
+allocation, a frame of unknown size is decompressed into a buffer capped at that limit, and
+trailing bytes (a second frame, garbage) are refused.
+
+Codec instances are cheap to share: (de)compressors live in thread-local slots, so the trio
+thread can encode while worker threads decode.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import msgspec
+import zstandard
+
+from .errors import AppendRejected, CorruptEvent, EventTooLarge, UnknownDictionary
+from .types import KIND_TO_TYPE, Event, Opaque, _Event, kind_of
+
+DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
+DEFAULT_LEVEL = 3
+NO_DICTIONARY = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An event ready to store: its kind, the framed body and the size before compression."""
+
+    kind: str
+    body: bytes
+    raw_size: int
+    dict_id: int
+
+
+class Codec:
+    """Encode events to stored bodies and back.
+
+    ``dictionaries`` maps zstd dictionary ids to their bytes; ``active_dict_id`` (if any) is
+    used for new bodies. Decoding raises :class:`CorruptEvent` (or a subclass) naming the
+    problem; callers that know the row add its ``seq`` with ``err.at(seq)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        level: int = DEFAULT_LEVEL,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        dictionaries: Mapping[int, bytes] | None = None,
+        active_dict_id: int | None = None,
+    ) -> None:
+        self.level = level
+        self.max_event_bytes = max_event_bytes
+        self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
+        for dict_id, data in (dictionaries or {}).items():
+            self.add_dictionary(dict_id, data)
+        if active_dict_id is not None and active_dict_id not in self._dicts:
+            raise ValueError(f"active dictionary {active_dict_id} is not among the dictionaries")
+        self.active_dict_id = active_dict_id or NO_DICTIONARY
+        self._local = threading.local()
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(Event)
+        self._any_decoder = msgspec.msgpack.Decoder()
+
+    # ------------------------------------------------------------------ dictionaries
+
+    def add_dictionary(self, dict_id: int, data: bytes) -> None:
+        d = zstandard.ZstdCompressionDict(data)
+        if d.dict_id() != dict_id:
+            raise ValueError(f"dictionary bytes carry id {d.dict_id()}, not {dict_id}")
+        self._dicts[dict_id] = d
+
+    def use_dictionary(self, dict_id: int | None) -> None:
+        """Compress new bodies with ``dict_id`` (``None``: no dictionary)."""
+        if dict_id and dict_id not in self._dicts:
+            raise ValueError(f"unknown dictionary {dict_id}")
+        self.active_dict_id = dict_id or NO_DICTIONARY
+        self._local.__dict__.pop("compressor", None)
+
+    @property
+    def dictionary_ids(self) -> list[int]:
+        return sorted(self._dicts)
+
+    def _compressor(self) -> zstandard.ZstdCompressor:
+        local = self._local
+        c = getattr(local, "compressor", None)
+        if c is None or getattr(local, "compressor_dict", None) != self.active_dict_id:
+            kwargs: dict[str, Any] = {}
+            if self.active_dict_id:
+                kwargs["dict_data"] = self._dicts[self.active_dict_id]
+            c = zstandard.ZstdCompressor(
+                level=self.level, write_checksum=True, write_content_size=True, **kwargs
+            )
+            local.compressor = c
+            local.compressor_dict = self.active_dict_id
+        return c
+
+    def _decompressor(self, dict_id: int) -> zstandard.ZstdDecompressor:
+        cache = getattr(self._local, "decompressors", None)
+        if cache is None:
+            cache = self._local.decompressors = {}
+        d = cache.get(dict_id)
+        if d is None:
+            kwargs: dict[str, Any] = {}
+            if dict_id:
+                if dict_id not in self._dicts:
+                    raise UnknownDictionary(
+                        f"body needs zstd dictionary {dict_id}, which this store does not hold"
+                    )
+                kwargs["dict_data"] = self._dicts[dict_id]
+            d = cache[dict_id] = zstandard.ZstdDecompressor(**kwargs)
+        return d
+
+    # ------------------------------------------------------------------ encode
+
+    def pack(self, event: _Event) -> bytes:
+        """MessagePack of the event (its ``kind`` tag included), uncompressed."""
+        return self._encoder.encode(event)
+
+    def encode(self, event: _Event) -> Encoded:
+        """Frame ``event`` for storage. Raises :class:`AppendRejected` when it is too large."""
+        raw = self._encoder.encode(event)
+        if len(raw) > self.max_event_bytes:
+            raise AppendRejected(
+                f"{kind_of(event)} event is {len(raw)} bytes, over the maximum event size "
+                f"of {self.max_event_bytes} bytes"
+            )
+        body = self._compressor().compress(raw)
+        return Encoded(kind_of(event), body, len(raw), self.active_dict_id)
+
+    # ------------------------------------------------------------------ decode
+
+    def decompress(self, body: bytes, dict_id: int = NO_DICTIONARY) -> bytes:
+        """The raw MessagePack of a stored body, bounded by ``max_event_bytes``."""
+        try:
+            params = zstandard.get_frame_parameters(body)
+        except zstandard.ZstdError as exc:
+            raise CorruptEvent(f"body is not a zstd frame ({exc})") from None
+        if params.dict_id != dict_id:
+            if params.dict_id and params.dict_id not in self._dicts:
+                raise UnknownDictionary(
+                    f"body needs zstd dictionary {params.dict_id}, which this store does not hold"
+                )
+            raise CorruptEvent(
+                f"frame names dictionary {params.dict_id} but the row records {dict_id}"
+            )
+        if not params.has_checksum:
+            raise CorruptEvent("zstd frame carries no content checksum")
+        size = params.content_size
+        limit = self.max_event_bytes
+        if size != zstandard.CONTENTSIZE_UNKNOWN and size > limit:
+            raise EventTooLarge(
+                f"frame declares {size} bytes, over the maximum event size of {limit} bytes"
+            )
+        d = self._decompressor(dict_id)
+        if size == zstandard.CONTENTSIZE_UNKNOWN:
+            return self._decompress_unknown_size(d, body, limit)
+        try:
+            raw = d.decompress(body, allow_extra_data=False)
+        except zstandard.ZstdError as exc:
+            text = str(exc)
+            if "unused data" in text:
+                raise CorruptEvent(f"trailing bytes after the zstd frame ({text})") from None
+            raise CorruptEvent(f"zstd frame does not decompress ({text})") from None
+        if len(raw) != size:
+            raise CorruptEvent(f"frame declares {size} bytes but holds {len(raw)}")
+        return raw
+
+    @staticmethod
+    def _decompress_unknown_size(d: zstandard.ZstdDecompressor, body: bytes, limit: int) -> bytes:
+        # Lens never writes such frames; they come from elsewhere, so feed the input in tiny
+        # slices: one slice can expand to a few MiB at most, and we stop at `limit`.
+        dobj = d.decompressobj()
+        out = bytearray()
+        step = 64
+        try:
+            for i in range(0, len(body), step):
+                out += dobj.decompress(body[i : i + step])
+                if len(out) > limit:
+                    raise EventTooLarge(
+                        f"frame of unknown size decompresses past the maximum event size of "
+                        f"{limit} bytes"
+                    )
+                if dobj.eof:
+                    rest = dobj.unused_data + body[i + step :]
+                    if rest:
+                        raise CorruptEvent(f"{len(rest)} trailing bytes after the zstd frame")
+                    return bytes(out)
+        except zstandard.ZstdError as exc:
+            raise CorruptEvent(f"zstd frame does not decompress ({exc})") from None
+        raise CorruptEvent("zstd frame is truncated")
+
+    def decode_raw(self, kind: str, raw: bytes) -> _Event | Opaque:
+        """Decode MessagePack ``raw`` stored under ``kind``."""
+        if kind not in KIND_TO_TYPE:
+            try:
+                return Opaque(kind, self._any_decoder.decode(raw))
+            except msgspec.DecodeError as exc:
+                raise CorruptEvent(f"body of unknown kind {kind!r} is not MessagePack ({exc})") from None
+        try:
+            event = self._decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise CorruptEvent(f"{kind} body does not match its schema ({exc})") from None
+        except msgspec.DecodeError as exc:
+            raise CorruptEvent(f"{kind} body is not valid MessagePack ({exc})") from None
+        if kind_of(event) != kind:
+            raise CorruptEvent(f"row kind {kind!r} but body holds {kind_of(event)!r}")
+        return event
+
+    def decode(self, kind: str, body: bytes, dict_id: int = NO_DICTIONARY) -> _Event | Opaque:
+        """Decode a stored body. Raises :class:`CorruptEvent` naming what is wrong."""
+        return self.decode_raw(kind, self.decompress(body, dict_id))
+
+
+def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, bytes]:
+    """Train a zstd dictionary from raw (uncompressed) event bodies; returns (dict_id, bytes)."""
+    if len(samples) < 8:
+        raise ValueError(f"need at least 8 events to train a dictionary, have {len(samples)}")
+    d = zstandard.train_dictionary(size, samples)
+    return d.dict_id(), d.as_bytes()

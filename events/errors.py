@@ -1,0 +1,94 @@
+"""Typed errors of the event log.
+
+Every error carries a stable ``code`` (UPPER_SNAKE) that HTTP and the CLI report as is,
+and a message that names the problem. Driver errors (apsw, zstandard, msgspec) are
+translated into these once, at the boundary of this package::
+
+    LogError
+    ├── StoreOpenError            the data directory cannot be used
+    │   ├── DataDirMissing          DATA_DIR_MISSING
+    │   ├── DataDirNotWritable      DATA_DIR_NOT_WRITABLE
+    │   ├── ForeignStore            STORE_FOREIGN (not a Lens log, or an older layout)
+    │   └── UnsupportedFormat       STORE_FORMAT_UNSUPPORTED (a Lens log of another version)
+    ├── CorruptEvent              EVENT_CORRUPT (carries the seq when known)
+    │   ├── EventTooLarge           EVENT_TOO_LARGE (declared/decoded size over the limit)
+    │   └── UnknownDictionary       EVENT_UNKNOWN_DICTIONARY
+    ├── AppendRejected            APPEND_REJECTED (bad draft: oversize body, two request ids…)
+    ├── ConcurrencyConflict       SESSION_SEQ_CONFLICT (expected session_seq did not match)
+    └── StoreClosed               STORE_CLOSED
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class LogError(Exception):
+    """Base of every event-log error; ``code`` is stable, ``str(err)`` is for people."""
+
+    code: ClassVar[str] = "LOG_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class StoreOpenError(LogError):
+    code = "STORE_OPEN_FAILED"
+
+
+class DataDirMissing(StoreOpenError):
+    code = "DATA_DIR_MISSING"
+
+
+class DataDirNotWritable(StoreOpenError):
+    code = "DATA_DIR_NOT_WRITABLE"
+
+
+class ForeignStore(StoreOpenError):
+    code = "STORE_FOREIGN"
+
+
+class UnsupportedFormat(StoreOpenError):
+    code = "STORE_FORMAT_UNSUPPORTED"
+
+
+class CorruptEvent(LogError):
+    """A stored body that cannot be turned back into its event.
+
+    ``seq`` is filled in by the reader that knows which row it was decoding.
+    """
+
+    code = "EVENT_CORRUPT"
+
+    def __init__(self, message: str, *, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+    def at(self, seq: int) -> "CorruptEvent":
+        """Return the same error, naming ``seq``."""
+        err = type(self)(self.message, seq=seq)
+        return err
+
+    def __str__(self) -> str:
+        return f"seq {self.seq}: {self.message}" if self.seq is not None else self.message
+
+
+class EventTooLarge(CorruptEvent):
+    code = "EVENT_TOO_LARGE"
+
+
+class UnknownDictionary(CorruptEvent):
+    code = "EVENT_UNKNOWN_DICTIONARY"
+
+
+class AppendRejected(LogError):
+    code = "APPEND_REJECTED"
+
+
+class ConcurrencyConflict(LogError):
+    code = "SESSION_SEQ_CONFLICT"
+
+
+class StoreClosed(LogError):
+    code = "STORE_CLOSED"

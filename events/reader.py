@@ -1,0 +1,197 @@
+"""Reading the log: stored rows in ``seq`` order, decoded on demand.
+
+A :class:`LogReader` owns one read-only apsw connection. It is synchronous (blocking I/O that
+releases the GIL); async callers reach it through ``trio.to_thread`` with a limiter of one per
+reader, which is what :class:`events.store.EventStore` does for the daemon.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import apsw
+
+from .codec import DEFAULT_MAX_EVENT_BYTES, Codec
+from .errors import CorruptEvent, UnknownDictionary
+from .schema import check_data_dir, open_read_connection
+from .types import Opaque, _Event, body_of
+
+ROW_COLUMNS = (
+    "seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id, "
+    "dict_id, raw_size, body"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """One row of ``events`` as stored (body still compressed)."""
+
+    seq: int
+    ts: int
+    project_id: str | None
+    session_id: str | None
+    session_seq: int | None
+    agent_id: str | None
+    task_id: str | None
+    kind: str
+    request_id: str | None
+    dict_id: int
+    raw_size: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """A decoded event with its envelope."""
+
+    seq: int
+    ts: int
+    project_id: str | None
+    session_id: str | None
+    session_seq: int | None
+    agent_id: str | None
+    task_id: str | None
+    kind: str
+    request_id: str | None
+    event: _Event | Opaque
+
+    def to_json(self) -> dict[str, Any]:
+        """The decoded shape printed by ``lens log decode``, the events API and SSE ``data:``."""
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "project_id": self.project_id,
+            "session_id": self.session_id,
+            "session_seq": self.session_seq,
+            "agent_id": self.agent_id,
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "request_id": self.request_id,
+            "body": body_of(self.event),
+        }
+
+
+def decode_row(codec: Codec, row: StoredRow) -> StoredEvent:
+    """Decode ``row``; raises :class:`CorruptEvent` naming its ``seq``."""
+    try:
+        event = codec.decode(row.kind, row.body, row.dict_id)
+    except CorruptEvent as exc:
+        raise exc.at(row.seq) from None
+    return StoredEvent(
+        row.seq,
+        row.ts,
+        row.project_id,
+        row.session_id,
+        row.session_seq,
+        row.agent_id,
+        row.task_id,
+        row.kind,
+        row.request_id,
+        event,
+    )
+
+
+class LogReader:
+    """Read-only access to one data directory's log.
+
+    Raises the :mod:`events.errors` open errors when the directory is missing or foreign.
+    Close it with :meth:`close` (or use it as a context manager).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        connection: apsw.Connection | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        if connection is None:
+            check_data_dir(self.data_dir, create=False)
+            connection = open_read_connection(self.data_dir)
+        self.conn = connection
+        self.codec = Codec(max_event_bytes=max_event_bytes, dictionaries=self.dictionaries())
+
+    def __enter__(self) -> "LogReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------ metadata
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta"))
+
+    def dictionaries(self) -> dict[int, bytes]:
+        return dict(self.conn.execute("SELECT dict_id, data FROM dictionaries"))
+
+    def last_seq(self) -> int:
+        return self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0]
+
+    def refresh_dictionaries(self) -> None:
+        for dict_id, data in self.dictionaries().items():
+            if dict_id not in self.codec.dictionary_ids:
+                self.codec.add_dictionary(dict_id, data)
+
+    # ------------------------------------------------------------------ rows
+
+    def rows(
+        self,
+        *,
+        after: int = 0,
+        to: int | None = None,
+        session_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int | None = None,
+        page: int = 2000,
+    ) -> Iterator[StoredRow]:
+        """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
+
+        Reads in pages so no read transaction is held for long.
+        """
+        where = ["seq > ?"]
+        args: list[Any] = [after]
+        if to is not None:
+            where.append("seq <= ?")
+            args.append(to)
+        if session_id is not None:
+            where.append("session_id = ?")
+            args.append(session_id)
+        if kinds:
+            where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
+            args.extend(kinds)
+        sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        remaining = limit
+        cursor = after
+        while remaining is None or remaining > 0:
+            n = page if remaining is None else min(page, remaining)
+            args[0] = cursor
+            batch = [StoredRow(*r) for r in self.conn.execute(sql, (*args, n))]
+            yield from batch
+            if len(batch) < n:
+                return
+            cursor = batch[-1].seq
+            if remaining is not None:
+                remaining -= len(batch)
+
+    def decode(self, row: StoredRow) -> StoredEvent:
+        """Decode one row (loading dictionaries trained since this reader opened)."""
+        try:
+            return decode_row(self.codec, row)
+        except UnknownDictionary:
+            self.refresh_dictionaries()
+            return decode_row(self.codec, row)
+
+    def events(self, **filters: Any) -> Iterator[StoredEvent]:
+        """Decoded events; see :meth:`rows` for the filters. Raises on the first corrupt row."""
+        for row in self.rows(**filters):
+            yield self.decode(row)
+
+    def event_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM events").fetchall()[0][0]

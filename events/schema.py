@@ -1,0 +1,210 @@
+"""The on-disk layout of a data directory and of ``events.db``, and how it is opened.
+
+Opening never rewrites what it finds: a directory holding something that is not a Lens log
+(another SQLite database, an older layout of files) is refused with a message naming what was
+found and what to do. See docs/storage-format.md.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+import apsw
+
+from .errors import (
+    DataDirMissing,
+    DataDirNotWritable,
+    ForeignStore,
+    StoreOpenError,
+    UnsupportedFormat,
+)
+
+FORMAT = "lens-events"
+FORMAT_VERSION = 1
+EVENTS_DB = "events.db"
+PROJECTIONS_DB = "projections.db"
+LOCK_FILE = "lock"
+# Entries a Lens data directory may hold besides events.db; anything else means the directory
+# belongs to something else (or to an older layout) and is not touched.
+KNOWN_ENTRIES = frozenset(
+    {
+        EVENTS_DB,
+        EVENTS_DB + "-wal",
+        EVENTS_DB + "-shm",
+        EVENTS_DB + "-journal",
+        PROJECTIONS_DB,
+        PROJECTIONS_DB + "-wal",
+        PROJECTIONS_DB + "-shm",
+        PROJECTIONS_DB + "-journal",
+        LOCK_FILE,
+        "artifacts",
+    }
+)
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+BUSY_TIMEOUT_MS = 10_000
+
+SCHEMA = f"""
+CREATE TABLE meta(
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE events(
+    seq         INTEGER PRIMARY KEY,      -- global, gap-free, never reused
+    ts          INTEGER NOT NULL,         -- UTC milliseconds, non-decreasing with seq
+    project_id  TEXT,
+    session_id  TEXT,
+    session_seq INTEGER,                  -- 1, 2, 3 ... per session
+    agent_id    TEXT,
+    task_id     TEXT,
+    kind        TEXT NOT NULL,            -- the event's stable tag, for queries only
+    request_id  TEXT,
+    dict_id     INTEGER NOT NULL DEFAULT 0,
+    raw_size    INTEGER NOT NULL,         -- MessagePack bytes before compression
+    body        BLOB NOT NULL,            -- one zstd frame, content size + checksum
+    UNIQUE(session_id, session_seq)
+);
+CREATE UNIQUE INDEX events_request ON events(session_id, request_id)
+    WHERE request_id IS NOT NULL;
+CREATE TABLE dictionaries(
+    dict_id      INTEGER PRIMARY KEY,
+    data         BLOB NOT NULL,
+    created_ts   INTEGER NOT NULL,
+    sample_count INTEGER NOT NULL
+);
+INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('format_version', '{FORMAT_VERSION}');
+"""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def check_data_dir(data_dir: Path, *, create: bool) -> Path:
+    """Return ``data_dir`` resolved, creating it when ``create``; refuse foreign contents."""
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        if not create:
+            raise DataDirMissing(
+                f"data directory {data_dir} does not exist; pass --data with the directory "
+                f"of an existing Lens log (the daemon creates one on first start)"
+            )
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataDirNotWritable(
+                f"cannot create data directory {data_dir}: {exc.strerror}"
+            ) from None
+    if not data_dir.is_dir():
+        raise StoreOpenError(f"data directory {data_dir} is not a directory")
+    events_db = data_dir / EVENTS_DB
+    if not events_db.exists():
+        foreign = sorted(p.name for p in data_dir.iterdir() if p.name not in KNOWN_ENTRIES)
+        if foreign:
+            shown = ", ".join(foreign[:8]) + (" …" if len(foreign) > 8 else "")
+            raise ForeignStore(
+                f"data directory {data_dir} holds no {EVENTS_DB} but other files ({shown}): "
+                f"an older layout or another program's data. Lens does not convert or overwrite "
+                f"it; start a new data directory with --data NEW_DIR, or move these files away."
+            )
+        if not create:
+            raise DataDirMissing(
+                f"data directory {data_dir} holds no event log ({EVENTS_DB}); "
+                f"start the daemon with --data {data_dir} to create one"
+            )
+    if create and not os.access(data_dir, os.W_OK):
+        raise DataDirNotWritable(f"data directory {data_dir} is not writable")
+    return data_dir
+
+
+def _tables(conn: apsw.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='table'")]
+
+
+def check_format(conn: apsw.Connection, where: Path) -> None:
+    """Raise unless ``conn`` is a Lens event log of the version this build reads."""
+    try:
+        tables = _tables(conn)
+    except apsw.NotADBError:
+        raise ForeignStore(
+            f"{where} is not a SQLite database (format found: unknown bytes); it is not a Lens "
+            f"event log. Start a new data directory with --data NEW_DIR."
+        ) from None
+    if "meta" not in tables:
+        raise ForeignStore(
+            f"{where} is a SQLite database without a Lens format marker (tables found: "
+            f"{', '.join(sorted(tables)) or 'none'}); it is not a Lens event log. "
+            f"Start a new data directory with --data NEW_DIR."
+        )
+    meta = dict(conn.execute("SELECT key, value FROM meta"))
+    fmt, version = meta.get("format"), meta.get("format_version")
+    if fmt != FORMAT:
+        raise ForeignStore(
+            f"{where} records storage format {fmt!r}, not {FORMAT!r}; it is not a Lens event "
+            f"log. Start a new data directory with --data NEW_DIR."
+        )
+    if version != str(FORMAT_VERSION):
+        raise UnsupportedFormat(
+            f"{where} is a {FORMAT} log of format version {version}; this Lens reads version "
+            f"{FORMAT_VERSION}. Use the Lens release that wrote it (its `lens log decode` exports "
+            f"every event as JSON lines), or start a new data directory with --data NEW_DIR."
+        )
+
+
+def _translate_open_error(exc: Exception, path: Path) -> StoreOpenError:
+    if isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError)):
+        return DataDirNotWritable(f"cannot open {path} for writing ({exc}); is the directory read-only?")
+    if isinstance(exc, apsw.NotADBError):
+        return ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log")
+    return StoreOpenError(f"cannot open {path}: {exc}")
+
+
+def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> apsw.Connection:
+    """Open (creating if new) ``events.db`` for the single writer. Checks the format marker."""
+    path = data_dir / EVENTS_DB
+    try:
+        conn = apsw.Connection(str(path))
+        conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        existing = _tables(conn)
+        if not existing:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+            if mode != "wal":
+                raise StoreOpenError(f"{path}: cannot switch to WAL journal (got {mode})")
+            with conn:
+                conn.execute(SCHEMA)
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('created_ts', ?)", (str(now_ms()),)
+                )
+        else:
+            check_format(conn, path)
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    except apsw.Error as exc:
+        raise _translate_open_error(exc, path) from None
+    return conn
+
+
+def open_read_connection(data_dir: Path) -> apsw.Connection:
+    """Open ``events.db`` read-only; works on a read-only directory too."""
+    path = data_dir / EVENTS_DB
+    flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=flags)
+        conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        check_format(conn, path)
+        return conn
+    except (apsw.CantOpenError, apsw.ReadOnlyError):
+        # A WAL database in a directory we cannot write (no -shm can be made): read it as an
+        # immutable file. Nothing can be writing it if we cannot write there either.
+        pass
+    except apsw.NotADBError:
+        raise ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log") from None
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro&immutable=1", flags=flags)
+        check_format(conn, path)
+        return conn
+    except apsw.Error as exc:
+        raise _translate_open_error(exc, path) from None

@@ -1,0 +1,416 @@
+"""The one tagged union of Lens events.
+
+Every event kind is declared here exactly once, as a frozen msgspec Struct whose ``kind`` tag is
+its stable, dotted name. The same declaration drives encoding, decoding, replay, projections,
+``lens log decode`` and the SSE stream.
+
+Rules that keep old logs decodable forever (see docs/storage-format.md):
+
+* a tag never changes and is never reused for another shape;
+* a field is never removed or retyped; new fields are added with a default;
+* identity lives in the row's envelope (``project_id``, ``session_id``, ``agent_id``,
+  ``task_id``, ``request_id``), not in the body.
+
+A kind this build does not know (written by a newer Lens) decodes as :class:`Opaque`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+# --------------------------------------------------------------------------- building blocks
+
+
+class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+    text: str
+
+
+class ImagePart(msgspec.Struct, frozen=True, tag="image", tag_field="type"):
+    """An image by artifact id; bytes never enter the log."""
+
+    artifact_id: str
+    mime: str
+
+
+ContentPart = Union[TextPart, ImagePart]
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    call_id: str
+    name: str  # the internal tool id, never a provider alias
+    arguments: str  # JSON text exactly as the model produced it
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Provider-reported token counts; ``None`` means the provider did not report it."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+class TodoItem(msgspec.Struct, frozen=True):
+    id: str
+    text: str
+    status: Literal["pending", "in_progress", "done", "cancelled"] = "pending"
+
+
+class QuestionOption(msgspec.Struct, frozen=True):
+    id: str
+    label: str
+
+
+class Question(msgspec.Struct, frozen=True):
+    id: str
+    text: str
+    options: list[QuestionOption] = []
+    allow_text: bool = True
+
+
+WhenBusy = Literal["followUp", "steer"]
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
+    """Base of every event body. Subclasses set ``tag=`` to their stable kind."""
+
+
+# --------------------------------------------------------------------------- projects & sessions
+
+
+class ProjectCreated(_Event, tag="project.created"):
+    name: str
+    workspace: str
+    executor: dict[str, Any] = {}
+
+
+class SessionCreated(_Event, tag="session.created"):
+    model: str | None = None
+    thinking_level: str | None = None
+    name: str | None = None
+    forked_from_session: str | None = None
+    forked_from_seq: int | None = None
+
+
+class SessionConfigured(_Event, tag="session.configured"):
+    """Applies from the next model request; ``None`` leaves a setting unchanged."""
+
+    model: str | None = None
+    thinking_level: str | None = None
+    settings: dict[str, Any] = {}
+
+
+class SessionNamed(_Event, tag="session.named"):
+    name: str
+
+
+class SessionDeleted(_Event, tag="session.deleted"):
+    """Soft delete: the session's events stay; views hide it."""
+
+    reason: str = ""
+
+
+class SessionQuarantined(_Event, tag="session.quarantined"):
+    reason: str
+
+
+# --------------------------------------------------------------------------- agents & tasks
+
+
+class AgentStarted(_Event, tag="agent.started"):
+    """A subagent (or the main agent) with its own contexts; ``agent_id`` is in the envelope."""
+
+    parent_agent_id: str | None = None
+    parent_call_id: str | None = None
+    role: Literal["main", "subagent"] = "subagent"
+    prompt: str = ""
+    tools: list[str] = []
+
+
+class AgentFinished(_Event, tag="agent.finished"):
+    status: Literal["completed", "failed", "aborted", "interrupted"] = "completed"
+    result: str = ""
+
+
+class TaskStarted(_Event, tag="task.started"):
+    """A run started by one placed input (or a subagent's assignment)."""
+
+    input_request_id: str | None = None
+
+
+class TaskFinished(_Event, tag="task.finished"):
+    status: Literal["completed", "failed", "aborted", "interrupted"] = "completed"
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- inputs & queue
+
+
+class InputSubmitted(_Event, tag="input.submitted"):
+    """A user input, durably queued; the envelope's ``request_id`` makes it idempotent."""
+
+    content: list[ContentPart]
+    when_busy: WhenBusy = "followUp"
+
+
+class InputPlaced(_Event, tag="input.placed"):
+    """The queued input entered the agent's context."""
+
+    input_request_id: str
+
+
+class InputWithdrawn(_Event, tag="input.withdrawn"):
+    input_request_id: str
+    reason: Literal["user", "abort", "session_deleted"] = "user"
+
+
+class InputRequeued(_Event, tag="input.requeued"):
+    """A queued follow-up moved to another lane (``steer``)."""
+
+    input_request_id: str
+    when_busy: WhenBusy = "steer"
+
+
+class RunAborted(_Event, tag="run.aborted"):
+    reason: str = "user"
+
+
+# --------------------------------------------------------------------------- model
+
+
+class ModelRequested(_Event, tag="model.requested"):
+    provider: str
+    model: str
+    attempt: int = 1
+    thinking_level: str | None = None
+    context_item_ids: list[str] = []
+    diagnostics: dict[str, Any] = {}
+
+
+class ModelResponded(_Event, tag="model.responded"):
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = []
+    stop_reason: str | None = None
+    usage: Usage = Usage()
+    provider_response_id: str | None = None
+
+
+class ModelFailed(_Event, tag="model.failed"):
+    code: str
+    message: str
+    retryable: bool = False
+    status: int | None = None
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class ToolStarted(_Event, tag="tool.started"):
+    call_id: str
+    name: str
+    arguments: str  # JSON text
+    replay_safe: bool = False
+
+
+class ToolFinished(_Event, tag="tool.finished"):
+    call_id: str
+    name: str
+    status: Literal["ok", "error", "interrupted", "skipped", "denied"] = "ok"
+    is_error: bool = False
+    content: list[ContentPart] = []
+    structured_content: Any = None
+    error_code: str | None = None
+
+
+class FileEdited(_Event, tag="file.edited"):
+    """What an editing call changed, so ``revert_call`` can restore it exactly."""
+
+    call_id: str
+    path: str
+    before_artifact_id: str | None = None  # None: the file did not exist
+    after_artifact_id: str | None = None  # None: the file was removed
+    before_sha256: str | None = None
+    after_sha256: str | None = None
+
+
+class FileReverted(_Event, tag="file.reverted"):
+    call_id: str
+    reverted_call_id: str
+    paths: list[str] = []
+
+
+class ArtifactStored(_Event, tag="artifact.stored"):
+    artifact_id: str
+    sha256: str
+    mime: str
+    size: int
+    source: str = ""
+
+
+# --------------------------------------------------------------------------- skills & capabilities
+
+
+class SkillLoaded(_Event, tag="skill.loaded"):
+    """A snapshot of the skill's instructions, appended after the tool-result batch."""
+
+    name: str
+    instructions: str
+    base_dir: str = ""
+    digest: str = ""
+    call_id: str | None = None
+
+
+class SkillUnloaded(_Event, tag="skill.unloaded"):
+    name: str
+    call_id: str | None = None
+
+
+class CapabilityLoaded(_Event, tag="capability.loaded"):
+    capability_ids: list[str]
+    call_id: str | None = None
+
+
+class InstructionAppended(_Event, tag="instruction.appended"):
+    """A system instruction added later in history; it keeps its real position."""
+
+    text: str
+    source: str = ""
+
+
+# --------------------------------------------------------------------------- context edits
+
+
+class ContextEdited(_Event, tag="context.edited"):
+    """A Working Context edit; the Full Context is never rewritten."""
+
+    op: Literal["snip", "include_result", "unsnip", "prune"]
+    item_ids: list[str]
+    reason: str = ""
+
+
+class ContextCompacted(_Event, tag="context.compacted"):
+    summary: str
+    replaced_item_ids: list[str]
+    trigger: Literal["manual", "auto"] = "manual"
+    usage: Usage = Usage()
+
+
+# --------------------------------------------------------------------------- harness
+
+
+class TodoUpdated(_Event, tag="todo.updated"):
+    items: list[TodoItem]
+    call_id: str | None = None
+
+
+class QuestionAsked(_Event, tag="question.asked"):
+    question_id: str
+    questions: list[Question]
+    call_id: str | None = None
+
+
+class QuestionAnswered(_Event, tag="question.answered"):
+    question_id: str
+    answer: dict[str, Any]
+
+
+class QuestionCancelled(_Event, tag="question.cancelled"):
+    question_id: str
+    reason: str = ""
+
+
+class JobStarted(_Event, tag="job.started"):
+    job_id: str
+    command: str
+    call_id: str | None = None
+
+
+class JobFinished(_Event, tag="job.finished"):
+    job_id: str
+    status: Literal["exited", "crashed", "stopped", "lost"] = "exited"
+    exit_code: int | None = None
+    output_tail: str = ""
+
+
+class ConfigChanged(_Event, tag="config.changed"):
+    """A config file written through the API; only its name and digest, never its text."""
+
+    name: str
+    digest: str
+
+
+# --------------------------------------------------------------------------- the union
+
+Event = Union[
+    ProjectCreated,
+    SessionCreated,
+    SessionConfigured,
+    SessionNamed,
+    SessionDeleted,
+    SessionQuarantined,
+    AgentStarted,
+    AgentFinished,
+    TaskStarted,
+    TaskFinished,
+    InputSubmitted,
+    InputPlaced,
+    InputWithdrawn,
+    InputRequeued,
+    RunAborted,
+    ModelRequested,
+    ModelResponded,
+    ModelFailed,
+    ToolStarted,
+    ToolFinished,
+    FileEdited,
+    FileReverted,
+    ArtifactStored,
+    SkillLoaded,
+    SkillUnloaded,
+    CapabilityLoaded,
+    InstructionAppended,
+    ContextEdited,
+    ContextCompacted,
+    TodoUpdated,
+    QuestionAsked,
+    QuestionAnswered,
+    QuestionCancelled,
+    JobStarted,
+    JobFinished,
+    ConfigChanged,
+]
+
+EVENT_TYPES: tuple[type[_Event], ...] = Event.__args__  # type: ignore[attr-defined]
+
+KIND_TO_TYPE: dict[str, type[_Event]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}
+
+
+class Opaque(msgspec.Struct, frozen=True):
+    """An event of a kind this build does not know; its body is kept as plain data."""
+
+    kind: str
+    data: Any
+
+
+def kind_of(event: _Event | Opaque) -> str:
+    """The stable tag of ``event``."""
+    if isinstance(event, Opaque):
+        return event.kind
+    return type(event).__struct_config__.tag  # type: ignore[return-value]
+
+
+def body_of(event: _Event | Opaque) -> Any:
+    """The event body as plain JSON-able data, without the ``kind`` tag."""
+    if isinstance(event, Opaque):
+        data = event.data
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k != "kind"}
+        return data
+    # Every field, defaults included: storage omits defaults, readers should not have to know them.
+    return msgspec.to_builtins(
+        {name: getattr(event, name) for name in event.__struct_fields__}, str_keys=True
+    )

@@ -1,0 +1,200 @@
+"""The projector: tails committed events in ``seq`` order into ``projections.db``.
+
+Each projection owns its tables and a row in ``positions`` (name, version, seq) that is written
+in the same transaction as its rows, so a crash never leaves a projection ahead of or behind its
+recorded position. A projection whose code version differs from the stored one is rebuilt from
+zero. Everything here is derived: deleting ``projections.db`` is always safe.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, ClassVar, Iterable, Sequence
+
+import apsw
+import trio
+
+from events.errors import DataDirNotWritable, LogError, StoreOpenError
+from events.reader import LogReader, StoredEvent, StoredRow
+from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB
+
+Progress = Callable[[int, int], None]
+BATCH = 2000
+
+
+class UnknownProjection(LogError):
+    code = "PROJECTION_UNKNOWN"
+
+
+class Projection(ABC):
+    """One read model. ``apply`` must be deterministic: the same events give the same rows.
+
+    ``needs_body``: whether ``apply`` reads decoded events (otherwise it gets ``None`` for them
+    and works from the stored rows' columns, which is much cheaper).
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[int]
+    needs_body: ClassVar[bool] = True
+    tables: ClassVar[tuple[str, ...]]
+
+    @abstractmethod
+    def create(self, conn: apsw.Connection) -> None:
+        """Create this projection's tables (called inside a transaction)."""
+
+    def drop(self, conn: apsw.Connection) -> None:
+        for table in self.tables:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+    @abstractmethod
+    def apply(
+        self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None
+    ) -> None:
+        """Fold ``rows`` (in seq order, all after this projection's position) into its tables."""
+
+    def dump(self, conn: apsw.Connection) -> list[tuple]:
+        """Every row of every table in a canonical order (for equality checks)."""
+        out: list[tuple] = []
+        for table in self.tables:
+            out.append((table,))
+            out.extend(conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2"))
+        return out
+
+
+def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connection:
+    """Open (creating) ``projections.db``; ``memory=True`` gives a throwaway in-memory one."""
+    path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
+    try:
+        conn = apsw.Connection(path)
+        conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        if not memory:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        conn.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is re-projected
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS positions("
+            "name TEXT PRIMARY KEY, version INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID"
+        )
+    except (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError) as exc:
+        raise DataDirNotWritable(
+            f"cannot write {path} ({exc}); projections need a writable data directory"
+        ) from None
+    except apsw.Error as exc:
+        raise StoreOpenError(f"cannot open {path}: {exc}") from None
+    return conn
+
+
+class Projector:
+    """Keeps a set of projections caught up with the log read through ``reader``.
+
+    Synchronous; the daemon drives :meth:`catch_up` from a worker thread (see :meth:`run`).
+    Raises :class:`~events.errors.CorruptEvent` (naming the seq) when a row a projection needs
+    cannot be decoded; the projection's position stays before that row.
+    """
+
+    def __init__(
+        self, reader: LogReader, conn: apsw.Connection, projections: Iterable[Projection]
+    ) -> None:
+        self.reader = reader
+        self.conn = conn
+        self.projections = {p.name: p for p in projections}
+        for p in self.projections.values():
+            self._ensure(p)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------ positions
+
+    def position(self, name: str) -> int:
+        rows = self.conn.execute("SELECT seq FROM positions WHERE name = ?", (name,)).fetchall()
+        return rows[0][0] if rows else 0
+
+    def _ensure(self, p: Projection) -> None:
+        rows = self.conn.execute("SELECT version FROM positions WHERE name = ?", (p.name,)).fetchall()
+        if rows and rows[0][0] == p.version:
+            return
+        self._reset(p)  # new, or written by another version: start over
+
+    def _reset(self, p: Projection) -> None:
+        with self.conn:
+            p.drop(self.conn)
+            p.create(self.conn)
+            self.conn.execute(
+                "INSERT OR REPLACE INTO positions(name, version, seq) VALUES (?, ?, 0)",
+                (p.name, p.version),
+            )
+
+    def get(self, name: str) -> Projection:
+        try:
+            return self.projections[name]
+        except KeyError:
+            known = ", ".join(sorted(self.projections))
+            raise UnknownProjection(f"no projection named {name!r}; known: {known}") from None
+
+    # ------------------------------------------------------------------ folding
+
+    def catch_up(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:
+        """Apply every committed event not yet projected; return the number of rows read."""
+        targets = [self.get(n) for n in names] if names else list(self.projections.values())
+        if not targets:
+            return 0
+        target_seq = self.reader.last_seq()
+        positions = {p.name: self.position(p.name) for p in targets}
+        start = min(positions.values())
+        need_body = any(p.needs_body for p in targets)
+        total = target_seq - start
+        done = 0
+        if progress:
+            progress(0, total)
+        cursor = start
+        while cursor < target_seq:
+            rows = list(self.reader.rows(after=cursor, to=target_seq, limit=BATCH))
+            if not rows:
+                break
+            events = [self.reader.decode(r) for r in rows] if need_body else None
+            last = rows[-1].seq
+            with self.conn:
+                for p in targets:
+                    pos = positions[p.name]
+                    if pos >= last:
+                        continue
+                    first = 0
+                    while rows[first].seq <= pos:
+                        first += 1
+                    p.apply(
+                        self.conn,
+                        rows[first:],
+                        events[first:] if (events is not None and p.needs_body) else None,
+                    )
+                    self.conn.execute("UPDATE positions SET seq = ? WHERE name = ?", (last, p.name))
+                    positions[p.name] = last
+            done += len(rows)
+            cursor = last
+            if progress:
+                progress(min(cursor - start, total), total)
+        return done
+
+    def rebuild(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:
+        """Drop and re-fold the named projections (all by default) from the first event."""
+        targets = [self.get(n) for n in names] if names else list(self.projections.values())
+        for p in targets:
+            self._reset(p)
+        return self.catch_up([p.name for p in targets], progress)
+
+    def dump(self, name: str) -> list[tuple]:
+        return self.get(name).dump(self.conn)
+
+    # ------------------------------------------------------------------ daemon loop
+
+    async def run(
+        self, store: "object", *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Follow ``store`` (an :class:`events.store.EventStore`): catch up after each commit."""
+        limiter = trio.CapacityLimiter(1)
+        await trio.to_thread.run_sync(self.catch_up, limiter=limiter)
+        task_status.started()
+        seen = self.reader.last_seq()
+        while True:
+            seen = await store.wait_for(seen)  # type: ignore[attr-defined]
+            await trio.to_thread.run_sync(self.catch_up, limiter=limiter)

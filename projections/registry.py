@@ -1,0 +1,11 @@
+"""The projections Lens maintains, by name (what ``lens log rebuild --projection`` accepts)."""
+
+from __future__ import annotations
+
+from .projector import Projection
+from .stats import KindStats
+
+
+def all_projections() -> list[Projection]:
+    """Fresh instances of every projection, in the order they are built."""
+    return [KindStats()]

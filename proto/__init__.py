@@ -1,0 +1,1 @@
+"""gRPC contract between Core and executors (generated stubs live beside the .proto)."""

@@ -1,0 +1,263 @@
+"""``lens log decode | rebuild | verify | stats``: the event log from the command line.
+
+All four open the log read-only (``rebuild`` and ``stats`` write only ``projections.db``), so
+they never change events. Exit codes: 0 fine, 1 something in the log failed (each failing seq is
+printed with its reason), 2 the command could not run (missing or foreign data directory, bad
+arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import apsw
+import msgspec
+
+from events.errors import CorruptEvent, DataDirNotWritable, LogError
+from events.reader import LogReader, StoredRow
+from events.schema import FORMAT, FORMAT_VERSION
+from events.types import KIND_TO_TYPE
+from projections.projector import Projector, open_projections_db
+from projections.registry import all_projections
+from projections.stats import KindStats
+
+_json = msgspec.json.Encoder()
+
+
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    log = sub.add_parser("log", help="decode, rebuild, verify and summarise the event log")
+    cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
+
+    def data_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data", default=".lens", metavar="DIR", help="data directory (default .lens)")
+
+    p = cmds.add_parser("decode", help="print events as JSON lines")
+    data_arg(p)
+    p.add_argument("--session", help="only this session's events")
+    p.add_argument("--kind", action="append", help="only this kind (repeatable, or comma-separated)")
+    p.add_argument("--from", dest="from_seq", type=int, default=None, metavar="SEQ", help="first seq (inclusive)")
+    p.add_argument("--to", dest="to_seq", type=int, default=None, metavar="SEQ", help="last seq (inclusive)")
+    p.add_argument("--raw", action="store_true", help="print the stored body bytes (base64) instead of decoding")
+    p.set_defaults(func=cmd_decode)
+
+    p = cmds.add_parser("rebuild", help="rebuild projections from the log")
+    data_arg(p)
+    p.add_argument("--projection", action="append", metavar="NAME", help="only this projection (repeatable)")
+    p.set_defaults(func=cmd_rebuild)
+
+    p = cmds.add_parser("verify", help="check every row; never changes data")
+    data_arg(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = cmds.add_parser("stats", help="counts, sizes and compression ratio per kind")
+    data_arg(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=cmd_stats)
+
+
+def _out(line: bytes | str) -> None:
+    if isinstance(line, str):
+        line = line.encode()
+    sys.stdout.buffer.write(line + b"\n")
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def _kinds(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [k.strip() for v in values for k in v.split(",") if k.strip()]
+
+
+# ---------------------------------------------------------------------- decode
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    failures = 0
+    after = (args.from_seq - 1) if args.from_seq is not None else 0
+    with LogReader(Path(args.data)) as reader:
+        for row in reader.rows(
+            after=max(after, 0), to=args.to_seq, session_id=args.session, kinds=_kinds(args.kind)
+        ):
+            if args.raw:
+                _out(_json.encode(_raw_json(row)))
+                continue
+            try:
+                event = reader.decode(row)
+            except CorruptEvent as exc:
+                failures += 1
+                _err(f"lens: {exc.code}: {exc}")
+                continue
+            _out(_json.encode(event.to_json()))
+    sys.stdout.flush()
+    return 1 if failures else 0
+
+
+def _raw_json(row: StoredRow) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "ts": row.ts,
+        "project_id": row.project_id,
+        "session_id": row.session_id,
+        "session_seq": row.session_seq,
+        "agent_id": row.agent_id,
+        "task_id": row.task_id,
+        "kind": row.kind,
+        "request_id": row.request_id,
+        "dict_id": row.dict_id,
+        "raw_size": row.raw_size,
+        "body_encoding": "zstd+msgpack;base64",
+        "body": base64.b64encode(row.body).decode(),
+    }
+
+
+# ---------------------------------------------------------------------- verify
+
+
+def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
+    """Yield ``(seq, reason)`` for every problem found; reads only."""
+    meta = reader.meta()
+    if meta.get("format") != FORMAT or meta.get("format_version") != str(FORMAT_VERSION):
+        yield None, f"format marker is {meta.get('format')!r} v{meta.get('format_version')}"
+    for (line,) in reader.conn.execute("PRAGMA integrity_check"):
+        if line != "ok":
+            yield None, f"sqlite integrity_check: {line}"
+    expected = 1
+    last_ts = 0
+    session_seq: dict[str, int] = defaultdict(int)
+    for row in reader.rows():
+        if row.seq != expected:
+            yield row.seq, f"seq gap: expected {expected}, found {row.seq}"
+        expected = row.seq + 1
+        if row.ts < last_ts:
+            yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
+        last_ts = max(last_ts, row.ts)
+        if row.session_id is not None:
+            want = session_seq[row.session_id] + 1
+            if row.session_seq != want:
+                yield row.seq, (
+                    f"session {row.session_id}: session_seq {row.session_seq}, expected {want}"
+                )
+            session_seq[row.session_id] = row.session_seq or want
+        try:
+            reader.decode(row)
+        except CorruptEvent as exc:
+            yield row.seq, f"{exc.code}: {exc.message}"
+            continue
+        if row.kind not in KIND_TO_TYPE:
+            yield row.seq, f"unknown event kind {row.kind!r} (decoded as opaque; written by a newer Lens?)"
+        if len(row.body) and row.raw_size <= 0:
+            yield row.seq, f"raw_size {row.raw_size} is not positive"
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    failures = 0
+    count = 0
+    with LogReader(Path(args.data)) as reader:
+        count = reader.event_count()
+        for seq, reason in verify_log(reader):
+            failures += 1
+            _out(f"seq {seq}: {reason}" if seq is not None else f"log: {reason}")
+    if failures:
+        _out(f"FAILED: {failures} problem(s) in {count} event(s)")
+        return 1
+    _out(f"ok: {count} event(s) verified")
+    return 0
+
+
+# ---------------------------------------------------------------------- rebuild
+
+
+def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    if not enabled:
+        return None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                   TimeRemainingColumn(), transient=True)
+    bar.start()
+    task = bar.add_task("rebuilding", total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    data = Path(args.data)
+    with LogReader(data) as reader:
+        projector = Projector(reader, open_projections_db(data), all_projections())
+        try:
+            names = args.projection or sorted(projector.projections)
+            for name in names:
+                projector.get(name)
+            update, stop = _progress_bar(sys.stdout.isatty())
+            try:
+                n = projector.rebuild(names, update)
+            finally:
+                stop()
+        finally:
+            projector.close()
+    _out(f"rebuilt {', '.join(names)} from {n} event(s)")
+    return 0
+
+
+# ---------------------------------------------------------------------- stats
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    data = Path(args.data)
+    with LogReader(data) as reader:
+        try:
+            conn = open_projections_db(data)
+            note = None
+        except DataDirNotWritable:
+            conn = open_projections_db(data, memory=True)
+            note = "projections.db is not writable here; stats computed in memory"
+        projector = Projector(reader, conn, [KindStats()])
+        try:
+            projector.catch_up()
+        except apsw.ReadOnlyError:
+            projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
+            projector.catch_up()
+            note = "projections.db is not writable here; stats computed in memory"
+        rows = KindStats.read(projector.conn)
+        projector.close()
+    if note:
+        _err(f"lens: note: {note}")
+    kinds = [
+        {"kind": k, "events": n, "stored_bytes": s, "raw_bytes": r,
+         "compression_ratio": round(r / s, 3) if s else None}
+        for k, n, s, r in rows
+    ]
+    tot_n = sum(k["events"] for k in kinds)
+    tot_s = sum(k["stored_bytes"] for k in kinds)
+    tot_r = sum(k["raw_bytes"] for k in kinds)
+    total = {"events": tot_n, "stored_bytes": tot_s, "raw_bytes": tot_r,
+             "compression_ratio": round(tot_r / tot_s, 3) if tot_s else None}
+    if args.json:
+        _out(_json.encode({"kinds": kinds, "total": total}))
+        return 0
+    header = f"{'kind':<24} {'events':>10} {'stored bytes':>14} {'raw bytes':>14} {'ratio':>7}"
+    _out(header)
+    _out("-" * len(header))
+    for k in kinds + [dict(total, kind="TOTAL")]:
+        ratio = f"{k['compression_ratio']:.2f}" if k["compression_ratio"] else "-"
+        _out(f"{k['kind']:<24} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+__all__ = ["add_parser", "run", "verify_log", "LogError"]

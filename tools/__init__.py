@@ -1,0 +1,1 @@
+"""Agent tools: the catalog, policy planes, tool implementations and the executor server."""
