@@ -1,0 +1,375 @@
+"""A session's state as a fold over its events: agents, Full/Working Context, queue, usage.
+
+``apply(state, event)`` is deterministic and does no I/O, reads no clock and makes no ids: the
+same events always give the same state, so replaying in chunks equals replaying at once and a
+snapshot plus its tail equals a full replay. For speed it updates ``state`` in place and
+returns it; a caller that needs the old state keeps a copy (``snapshot_bytes``).
+
+Context items get ids derived from the event that created them (``c<seq>`` or ``c<seq>.<n>``),
+so they are stable across replays, rebuilds and restarts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal
+
+import msgspec
+
+from events import types as t
+from events.reader import StoredEvent
+
+Role = Literal["user", "assistant", "tool_call", "tool_result", "system", "summary"]
+SessionStatus = Literal["idle", "running", "awaiting_answer", "quarantined", "deleted"]
+InputStatus = Literal["queued", "placed", "settled", "withdrawn"]
+
+
+class Item(msgspec.Struct, omit_defaults=True):
+    """One entry of an agent's Full Context."""
+
+    id: str
+    role: Role
+    seq: int
+    task_id: str | None = None
+    text: str = ""
+    parts: list[t.ContentPart] = []
+    call: t.ToolCall | None = None  # tool_call items
+    call_id: str | None = None  # tool_result items
+    status: str | None = None  # tool_result items: ok / error / interrupted / skipped / denied
+    is_error: bool = False
+    structured: Any = None
+    replaced_ids: list[str] = []  # summary items: what the compaction replaced
+    source: str = ""  # system items: where the instruction came from
+
+
+class AgentState(msgspec.Struct):
+    agent_id: str
+    role: Literal["main", "subagent"] = "main"
+    parent_agent_id: str | None = None
+    parent_call_id: str | None = None
+    tools: list[str] = []
+    status: Literal["idle", "running", "finished"] = "idle"
+    result: str = ""
+    items: list[Item] = []
+    snipped: list[str] = []
+    included: list[str] = []
+    pruned: list[str] = []
+    # The last model response's tool calls that have no tool.finished yet, in order.
+    pending_calls: list[t.ToolCall] = []
+    running_call: str | None = None  # tool.started without tool.finished
+    open_request_seq: int | None = None  # model.requested without a response or failure
+    last_response_final: bool = False  # the last response had no tool calls
+    round_results: int = 0  # tool results since the last response (its round under way)
+    last_error: str | None = None  # the last model request failed (cleared by the next one)
+    task_id: str | None = None
+    requests: int = 0
+
+
+class QueuedInput(msgspec.Struct):
+    request_id: str
+    content: list[t.ContentPart]
+    when_busy: t.WhenBusy
+    seq: int
+
+
+class InputRecord(msgspec.Struct):
+    status: InputStatus
+    text: str
+    task_id: str | None = None
+
+
+class UsageTotals(msgspec.Struct):
+    """Sums of provider-reported counts; a field stays ``None`` until some request reports it."""
+
+    requests: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+class Question(msgspec.Struct):
+    question_id: str
+    questions: list[t.Question]
+    agent_id: str | None
+    call_id: str | None
+
+
+class SessionState(msgspec.Struct):
+    session_id: str
+    project_id: str | None = None
+    created: bool = False
+    name: str | None = None
+    model: str | None = None
+    thinking_level: str | None = None
+    settings: dict[str, Any] = {}
+    deleted: bool = False
+    quarantined: str | None = None
+    forked_from_session: str | None = None
+    forked_from_seq: int | None = None
+    agents: dict[str, AgentState] = {}
+    queue: list[QueuedInput] = []
+    inputs: dict[str, InputRecord] = {}
+    running_task: str | None = None
+    running_agent: str | None = None
+    todos: list[t.TodoItem] = []
+    questions: dict[str, Question] = {}
+    usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
+    last_seq: int = 0
+    last_session_seq: int = 0
+    events: int = 0
+
+    @property
+    def status(self) -> SessionStatus:
+        if self.deleted:
+            return "deleted"
+        if self.quarantined:
+            return "quarantined"
+        if self.questions:
+            return "awaiting_answer"
+        if self.running_task is not None:
+            return "running"
+        return "idle"
+
+    def agent(self, agent_id: str) -> AgentState:
+        a = self.agents.get(agent_id)
+        if a is None:
+            a = self.agents[agent_id] = AgentState(agent_id=agent_id)
+        return a
+
+
+MAIN_AGENT = "main"
+
+
+def text_of(parts: Iterable[t.ContentPart]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, t.TextPart))
+
+
+def _item_id(seq: int, n: int = 0) -> str:
+    return f"c{seq}" if n == 0 else f"c{seq}.{n}"
+
+
+def _add_usage(total: UsageTotals, u: t.Usage) -> None:
+    total.requests += 1
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+        v = getattr(u, name)
+        if v is not None:
+            setattr(total, name, (getattr(total, name) or 0) + v)
+
+
+def apply(state: SessionState, se: StoredEvent) -> SessionState:
+    """Fold one stored event of this session into ``state`` (in place) and return it."""
+    ev = se.event
+    state.last_seq = se.seq
+    state.events += 1
+    if se.session_seq is not None:
+        state.last_session_seq = se.session_seq
+    agent_id = se.agent_id or MAIN_AGENT
+    seq = se.seq
+
+    if isinstance(ev, t.SessionCreated):
+        state.created = True
+        state.project_id = se.project_id
+        state.model = ev.model
+        state.thinking_level = ev.thinking_level
+        state.name = ev.name
+        state.forked_from_session = ev.forked_from_session
+        state.forked_from_seq = ev.forked_from_seq
+        state.agent(MAIN_AGENT).role = "main"
+    elif isinstance(ev, t.SessionConfigured):
+        if ev.model is not None:
+            state.model = ev.model
+        if ev.thinking_level is not None:
+            state.thinking_level = ev.thinking_level
+        if ev.settings:
+            state.settings = {**state.settings, **ev.settings}
+    elif isinstance(ev, t.SessionNamed):
+        state.name = ev.name
+    elif isinstance(ev, t.SessionDeleted):
+        state.deleted = True
+    elif isinstance(ev, t.SessionQuarantined):
+        state.quarantined = ev.reason
+    elif isinstance(ev, t.AgentStarted):
+        a = state.agent(agent_id)
+        a.role = ev.role
+        a.parent_agent_id = ev.parent_agent_id
+        a.parent_call_id = ev.parent_call_id
+        a.tools = list(ev.tools)
+        a.status = "running"
+        a.task_id = se.task_id
+        if ev.prompt:
+            a.items.append(Item(_item_id(seq), "user", seq, se.task_id, ev.prompt, [t.TextPart(ev.prompt)]))
+    elif isinstance(ev, t.AgentFinished):
+        a = state.agent(agent_id)
+        a.status = "finished"
+        a.result = ev.result
+    elif isinstance(ev, t.TaskStarted):
+        if agent_id == MAIN_AGENT:
+            state.running_task = se.task_id
+            state.running_agent = agent_id
+        a = state.agent(agent_id)
+        a.status = "running"
+        a.task_id = se.task_id
+        a.last_response_final = False
+        a.last_error = None
+    elif isinstance(ev, t.TaskFinished):
+        a = state.agent(agent_id)
+        a.status = "idle"
+        a.pending_calls = []
+        a.running_call = None
+        a.open_request_seq = None
+        if agent_id == MAIN_AGENT and state.running_task == se.task_id:
+            state.running_task = None
+            state.running_agent = None
+        for rec in state.inputs.values():
+            if rec.status == "placed" and rec.task_id == se.task_id:
+                rec.status = "settled"
+    elif isinstance(ev, t.InputSubmitted):
+        rid = se.request_id or f"seq:{seq}"
+        state.queue.append(QueuedInput(rid, list(ev.content), ev.when_busy, seq))
+        state.inputs[rid] = InputRecord("queued", text_of(ev.content))
+    elif isinstance(ev, t.InputPlaced):
+        rid = ev.input_request_id
+        placed = None
+        for i, q in enumerate(state.queue):
+            if q.request_id == rid:
+                placed = state.queue.pop(i)
+                break
+        rec = state.inputs.get(rid)
+        if rec is not None:
+            rec.status = "placed"
+            rec.task_id = se.task_id
+        if placed is not None:
+            state.agent(agent_id).items.append(
+                Item(_item_id(seq), "user", seq, se.task_id, text_of(placed.content), placed.content)
+            )
+            state.agent(agent_id).last_response_final = False
+    elif isinstance(ev, t.InputWithdrawn):
+        state.queue = [q for q in state.queue if q.request_id != ev.input_request_id]
+        rec = state.inputs.get(ev.input_request_id)
+        if rec is not None:
+            rec.status = "withdrawn"
+    elif isinstance(ev, t.InputRequeued):
+        for q in state.queue:
+            if q.request_id == ev.input_request_id:
+                q.when_busy = ev.when_busy
+    elif isinstance(ev, t.ModelRequested):
+        a = state.agent(agent_id)
+        a.open_request_seq = seq
+        a.requests += 1
+        a.last_error = None
+    elif isinstance(ev, t.ModelResponded):
+        a = state.agent(agent_id)
+        a.open_request_seq = None
+        n = 0
+        if ev.text:
+            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.text, [t.TextPart(ev.text)]))
+            n += 1
+        for call in ev.tool_calls:
+            a.items.append(Item(_item_id(seq, n), "tool_call", seq, se.task_id, call=call))
+            n += 1
+        a.pending_calls = list(ev.tool_calls)
+        a.last_response_final = not ev.tool_calls
+        a.round_results = 0
+        _add_usage(state.usage, ev.usage)
+    elif isinstance(ev, t.ModelFailed):
+        a = state.agent(agent_id)
+        a.open_request_seq = None
+        a.last_error = f"{ev.code}: {ev.message}"
+    elif isinstance(ev, t.ToolStarted):
+        state.agent(agent_id).running_call = ev.call_id
+    elif isinstance(ev, t.ToolFinished):
+        a = state.agent(agent_id)
+        if a.running_call == ev.call_id:
+            a.running_call = None
+        a.pending_calls = [c for c in a.pending_calls if c.call_id != ev.call_id]
+        a.round_results += 1
+        a.items.append(
+            Item(
+                _item_id(seq), "tool_result", seq, se.task_id, text_of(ev.content), list(ev.content),
+                call_id=ev.call_id, status=ev.status, is_error=ev.is_error,
+                structured=ev.structured_content,
+            )
+        )
+    elif isinstance(ev, (t.SkillLoaded, t.InstructionAppended)):
+        text = ev.instructions if isinstance(ev, t.SkillLoaded) else ev.text
+        source = f"skill:{ev.name}" if isinstance(ev, t.SkillLoaded) else ev.source
+        state.agent(agent_id).items.append(
+            Item(_item_id(seq), "system", seq, se.task_id, text, [t.TextPart(text)], source=source)
+        )
+    elif isinstance(ev, t.ContextEdited):
+        a = state.agent(agent_id)
+        ids = list(ev.item_ids)
+        if ev.op == "snip":
+            a.snipped = a.snipped + [i for i in ids if i not in a.snipped]
+            a.included = [i for i in a.included if i not in ids]
+        elif ev.op == "unsnip":
+            a.snipped = [i for i in a.snipped if i not in ids]
+        elif ev.op == "include_result":
+            a.included = a.included + [i for i in ids if i not in a.included]
+        elif ev.op == "prune":
+            a.pruned = a.pruned + [i for i in ids if i not in a.pruned]
+    elif isinstance(ev, t.ContextCompacted):
+        state.agent(agent_id).items.append(
+            Item(_item_id(seq), "summary", seq, se.task_id, ev.summary, [t.TextPart(ev.summary)],
+                 replaced_ids=list(ev.replaced_item_ids))
+        )
+    elif isinstance(ev, t.TodoUpdated):
+        state.todos = list(ev.items)
+    elif isinstance(ev, t.QuestionAsked):
+        state.questions[ev.question_id] = Question(ev.question_id, list(ev.questions), agent_id, ev.call_id)
+    elif isinstance(ev, (t.QuestionAnswered, t.QuestionCancelled)):
+        state.questions.pop(ev.question_id, None)
+    return state
+
+
+def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:
+    for e in events:
+        apply(state, e)
+    return state
+
+
+# --------------------------------------------------------------------------- Working Context
+
+
+PRUNED_PLACEHOLDER = "[tool result pruned from the working context; include it again by id]"
+
+
+def working_context(agent: AgentState) -> list[Item]:
+    """The items the next model request sees, derived from the Full Context and its edits.
+
+    Snipped items and items replaced by a compaction are left out, pruned tool results become a
+    placeholder, and ``include_result`` re-attaches a tool result whatever hid it. A tool call
+    whose result is hidden keeps a placeholder result so the conversation stays well formed.
+    """
+    included = set(agent.included)
+    hidden = set(agent.snipped)
+    for it in agent.items:
+        if it.role == "summary":
+            hidden.update(it.replaced_ids)
+    hidden -= included
+    pruned = set(agent.pruned) - included
+    out: list[Item] = []
+    for it in agent.items:
+        if it.id in hidden:
+            continue
+        if it.id in pruned and it.role == "tool_result":
+            out.append(msgspec.structs.replace(it, text=PRUNED_PLACEHOLDER, parts=[t.TextPart(PRUNED_PLACEHOLDER)], structured=None))
+            continue
+        out.append(it)
+    return out
+
+
+# --------------------------------------------------------------------------- snapshots
+
+_snap_encoder = msgspec.msgpack.Encoder()
+_snap_decoder = msgspec.msgpack.Decoder(SessionState)
+SNAPSHOT_VERSION = 1
+
+
+def snapshot_bytes(state: SessionState) -> bytes:
+    return _snap_encoder.encode(state)
+
+
+def state_from_snapshot(data: bytes) -> SessionState:
+    return _snap_decoder.decode(data)

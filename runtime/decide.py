@@ -1,0 +1,196 @@
+"""Pure decisions of a session: what the agent loop does next, and what commands produce.
+
+Nothing here does I/O, reads a clock or makes ids: ids arrive as arguments. The actor calls
+these with its folded :class:`SessionState` and performs the effects they name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from events import types as t
+from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState
+
+# --------------------------------------------------------------------------- loop steps
+
+
+@dataclass(frozen=True)
+class StartTask:
+    input: QueuedInput
+
+
+@dataclass(frozen=True)
+class PlaceSteer:
+    input: QueuedInput
+
+
+@dataclass(frozen=True)
+class RunCall:
+    call: t.ToolCall
+    restart: bool = False  # tool.started exists already (a crash interrupted it)
+
+
+@dataclass(frozen=True)
+class InterruptCall:
+    call: t.ToolCall
+
+
+@dataclass(frozen=True)
+class SkipCalls:
+    calls: tuple[t.ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class RequestModel:
+    pass
+
+
+@dataclass(frozen=True)
+class FinishTask:
+    status: Literal["completed", "failed"]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class FinishAgent:
+    status: Literal["completed", "failed"]
+    result: str
+
+
+Step = Union[StartTask, PlaceSteer, RunCall, InterruptCall, SkipCalls, RequestModel, FinishTask, FinishAgent]
+
+
+def first_steer(state: SessionState) -> QueuedInput | None:
+    for q in state.queue:
+        if q.when_busy == "steer":
+            return q
+    return None
+
+
+def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = frozenset()) -> Step | None:
+    """What ``agent_id``'s loop does next, or ``None`` when it has nothing to do.
+
+    Main agent: starts tasks from the queue (in submission order), places steers after a tool
+    round (skipping the round's remaining calls) or after a final answer, and finishes tasks.
+    Subagents: run until a final answer, then finish with its text.
+    """
+    if state.deleted or state.quarantined:
+        return None
+    main = agent_id == MAIN_AGENT
+    agent = state.agents.get(agent_id)
+    if main:
+        if state.questions:
+            return None  # queued inputs wait until the question is settled
+        if state.running_task is None:
+            return StartTask(state.queue[0]) if state.queue else None
+    if agent is None:
+        return None
+    if not main and agent.status == "finished":
+        return None
+    steer = first_steer(state) if main else None
+    if agent.running_call is not None:
+        call = next((c for c in agent.pending_calls if c.call_id == agent.running_call), None)
+        if call is not None:
+            if call.name in replay_safe:
+                return RunCall(call, restart=True)
+            return InterruptCall(call)
+    if agent.pending_calls:
+        if steer is not None and agent.round_results > 0:
+            return SkipCalls(tuple(agent.pending_calls))
+        return RunCall(agent.pending_calls[0])
+    if agent.open_request_seq is not None:
+        return RequestModel()  # a stream cut by a crash: ask again
+    if agent.last_error is not None:
+        if main:
+            return FinishTask("failed", agent.last_error)
+        return FinishAgent("failed", agent.last_error)
+    if agent.last_response_final:
+        if steer is not None:
+            return PlaceSteer(steer)
+        if main:
+            return FinishTask("completed")
+        return FinishAgent("completed", _last_text(agent))
+    if steer is not None and agent.items and agent.items[-1].role == "tool_result":
+        return PlaceSteer(steer)
+    return RequestModel()
+
+
+def _last_text(agent: AgentState) -> str:
+    for it in reversed(agent.items):
+        if it.role == "assistant":
+            return it.text
+    return ""
+
+
+# --------------------------------------------------------------------------- commands
+
+WithdrawAnswer = Literal["withdrawn", "placed", "settled", "unknown"]
+
+
+def withdraw(state: SessionState, request_id: str) -> tuple[WithdrawAnswer, str | None, list[t._Event]]:
+    """Answer to ``withdraw(request_id)``: (answer, original text when withdrawn, events)."""
+    rec = state.inputs.get(request_id)
+    if rec is None:
+        return "unknown", None, []
+    if rec.status == "queued":
+        return "withdrawn", rec.text, [t.InputWithdrawn(input_request_id=request_id, reason="user")]
+    if rec.status == "withdrawn":
+        return "withdrawn", rec.text, []
+    if rec.status == "placed":
+        return "placed", None, []
+    return "settled", None, []
+
+
+def requeue_as_steer(state: SessionState, request_id: str) -> tuple[str, list[t._Event]]:
+    """``steer(request_id)``: ("steer", events) when queued, else the input's status."""
+    rec = state.inputs.get(request_id)
+    if rec is None:
+        return "unknown", []
+    if rec.status != "queued":
+        return rec.status, []
+    q = next(q for q in state.queue if q.request_id == request_id)
+    if q.when_busy == "steer":
+        return "steer", []
+    return "steer", [t.InputRequeued(input_request_id=request_id, when_busy="steer")]
+
+
+@dataclass(frozen=True)
+class Scoped:
+    """An event with the agent (and task) it belongs to."""
+
+    event: t._Event
+    agent_id: str = MAIN_AGENT
+    task_id: str | None = None
+
+
+ABORTED_TEXT = "The run was aborted by the user before this tool call finished."
+
+
+def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
+    """Events that stop the current run and withdraw everything queued."""
+    out: list[Scoped] = []
+    task = state.running_task
+    for agent in state.agents.values():
+        if agent.agent_id != MAIN_AGENT and agent.status != "running":
+            continue
+        tid = agent.task_id
+        for call in agent.pending_calls:
+            running = call.call_id == agent.running_call
+            out.append(Scoped(t.ToolFinished(
+                call_id=call.call_id, name=call.name,
+                status="interrupted" if running else "skipped", is_error=True,
+                content=[t.TextPart(ABORTED_TEXT if running else "Skipped: the run was aborted.")],
+                error_code="ABORTED"), agent.agent_id, tid))
+        if agent.open_request_seq is not None:
+            out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user"), agent.agent_id, tid))
+        if agent.agent_id != MAIN_AGENT:
+            out.append(Scoped(t.AgentFinished(status="aborted", result=""), agent.agent_id, tid))
+    if task is not None:
+        out.append(Scoped(t.RunAborted(reason=reason), MAIN_AGENT, task))
+        out.append(Scoped(t.TaskFinished(status="aborted", reason=reason), MAIN_AGENT, task))
+    for q in state.queue:
+        out.append(Scoped(t.InputWithdrawn(input_request_id=q.request_id, reason="abort")))
+    for qid in state.questions:
+        out.append(Scoped(t.QuestionCancelled(question_id=qid, reason="run aborted")))
+    return out

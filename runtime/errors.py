@@ -1,0 +1,55 @@
+"""Typed errors of the runtime (sessions, actors, providers); codes are stable.
+
+::
+
+    LensError
+    ├── SessionNotFound        SESSION_NOT_FOUND (404)
+    ├── SessionGone            SESSION_DELETED (409)
+    ├── SessionQuarantined     SESSION_QUARANTINED (409)
+    ├── InputNotQueued         INPUT_NOT_QUEUED (409)
+    ├── InvalidCommand         INVALID_ARGUMENT (400)
+    ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
+    └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class LensError(Exception):
+    code: ClassVar[str] = "LENS_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SessionNotFound(LensError):
+    code = "SESSION_NOT_FOUND"
+
+
+class SessionGone(LensError):
+    code = "SESSION_DELETED"
+
+
+class SessionQuarantined(LensError):
+    code = "SESSION_QUARANTINED"
+
+
+class InputNotQueued(LensError):
+    code = "INPUT_NOT_QUEUED"
+
+
+class InvalidCommand(LensError):
+    code = "INVALID_ARGUMENT"
+
+
+class ModelUnavailable(LensError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+class ActorUnavailable(LensError):
+    code = "SESSION_UNAVAILABLE"

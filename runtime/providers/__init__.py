@@ -1,0 +1,1 @@
+"""Model providers: one interface, one module per wire protocol (and the scripted ``faux``)."""

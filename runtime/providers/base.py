@@ -1,0 +1,60 @@
+"""The provider interface the session actor drives.
+
+``stream(request, on_delta)`` streams one model response: it calls ``on_delta`` for each piece
+of text or reasoning as it arrives (for live viewers; nothing is persisted from deltas) and
+returns the complete :class:`ModelResult`, which the actor records as ``model.responded``.
+Failures raise :class:`ProviderError` with a stable code; the actor records ``model.failed``.
+Cancellation (abort) is trio cancellation of the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Protocol
+
+from events import types as t
+from projections.session_state import Item
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    model: str  # the model id within its provider
+    system: list[str]
+    items: list[Item]  # the Working Context, in order
+    tools: list[dict[str, Any]]  # {name, description, input_schema}
+    thinking_level: str | None = None
+    agent_id: str = "main"
+
+
+@dataclass(frozen=True)
+class Delta:
+    kind: Literal["text", "reasoning"]
+    text: str
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[t.ToolCall] = field(default_factory=list)
+    stop_reason: str | None = None
+    usage: t.Usage = field(default_factory=t.Usage)
+    response_id: str | None = None
+
+
+class ProviderError(Exception):
+    """A failed model request: ``code`` is stable (e.g. RATE_LIMITED, CONTEXT_TOO_LONG)."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+
+
+class Provider(Protocol):
+    id: str
+
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+        ...

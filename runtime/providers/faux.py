@@ -1,0 +1,131 @@
+"""``faux``: a scripted, deterministic provider for tests and demos.
+
+Which scripted turn answers a request is a pure function of the request: the first turn whose
+``when`` text occurs in the last user/tool message, else the turn at index = the number of
+assistant responses already in the agent's context. So a session replayed after a crash gets
+the same answers. With no matching turn the default is deterministic too: a message starting
+``/tool NAME {json}`` calls that tool once; anything else is answered by a short echo.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import msgspec
+import trio
+
+from events import types as t
+
+from .base import Delta, ModelRequest, ModelResult, ProviderError
+
+
+class FauxToolCall(msgspec.Struct, frozen=True):
+    name: str
+    arguments: Any = {}
+
+
+class FauxError(msgspec.Struct, frozen=True):
+    code: str = "PROVIDER_ERROR"
+    message: str = "scripted failure"
+    retryable: bool = False
+
+
+class FauxTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """One scripted response; ``chunks`` (if given) are streamed one delta each."""
+
+    when: str | None = None
+    text: str = ""
+    chunks: list[str] | None = None
+    reasoning: str = ""
+    tool_calls: list[FauxToolCall] = []
+    error: FauxError | None = None
+    delay_ms: int = 0  # before the first delta
+    chunk_delay_ms: int = 0  # between deltas
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+def _last_message(request: ModelRequest) -> str:
+    for it in reversed(request.items):
+        if it.role in ("user", "tool_result"):
+            return it.text
+    return ""
+
+
+class FauxProvider:
+    def __init__(self, id: str = "faux", script: list[FauxTurn] | None = None) -> None:
+        self.id = id
+        self.script = list(script or [])
+        self.requests: list[ModelRequest] = []  # what was asked, for tests and demos
+
+    @classmethod
+    def from_config(cls, id: str, script: Any) -> "FauxProvider":
+        return cls(id, msgspec.convert(script or [], list[FauxTurn]))
+
+    def pick(self, request: ModelRequest) -> FauxTurn:
+        last = _last_message(request)
+        for turn in self.script:
+            if turn.when is not None and turn.when in last:
+                return turn
+        ordered = [turn for turn in self.script if turn.when is None]
+        index = _responses_so_far(request)
+        if index < len(ordered):
+            return ordered[index]
+        return self._default(request)
+
+    @staticmethod
+    def _default(request: ModelRequest) -> FauxTurn:
+        last = request.items[-1] if request.items else None
+        if last is not None and last.role == "user" and last.text.startswith("/tool "):
+            name, _, rest = last.text[len("/tool "):].partition(" ")
+            try:
+                args = json.loads(rest) if rest.strip() else {}
+            except json.JSONDecodeError:
+                args = rest
+            return FauxTurn(tool_calls=[FauxToolCall(name, args)])
+        if last is not None and last.role == "tool_result":
+            return FauxTurn(text=f"The tool answered: {last.text[:500]}")
+        prompt = last.text if last is not None else ""
+        return FauxTurn(text=f"(faux) You said: {prompt[:500]}")
+
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+        self.requests.append(request)
+        turn = self.pick(request)
+        if turn.delay_ms:
+            await trio.sleep(turn.delay_ms / 1000)
+        if turn.error is not None:
+            raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable)
+        if turn.reasoning:
+            on_delta(Delta("reasoning", turn.reasoning))
+        chunks = turn.chunks if turn.chunks is not None else ([turn.text] if turn.text else [])
+        for i, chunk in enumerate(chunks):
+            if i and turn.chunk_delay_ms:
+                await trio.sleep(turn.chunk_delay_ms / 1000)
+            on_delta(Delta("text", chunk))
+        n = _responses_so_far(request)
+        calls = [
+            t.ToolCall(
+                f"call_{request.agent_id}_{n}_{i}",
+                c.name,
+                c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments),
+            )
+            for i, c in enumerate(turn.tool_calls)
+        ]
+        text = "".join(chunks)
+        words = sum(len(it.text.split()) for it in request.items)
+        return ModelResult(
+            text=text,
+            reasoning=turn.reasoning,
+            tool_calls=calls,
+            stop_reason="tool_use" if calls else "end_turn",
+            usage=t.Usage(
+                input_tokens=turn.input_tokens if turn.input_tokens is not None else words,
+                output_tokens=turn.output_tokens if turn.output_tokens is not None else len(text.split()),
+            ),
+        )
+
+
+def _responses_so_far(request: ModelRequest) -> int:
+    """How many model responses the agent's context already holds (one per event seq)."""
+    return len({it.seq for it in request.items if it.role in ("assistant", "tool_call")})

@@ -1,0 +1,147 @@
+"""The supervisor: one :class:`SessionActor` per live session, started on demand.
+
+Callers talk to sessions only through :meth:`Supervisor.call`. An actor that passivated is woken
+by the next call (replay); one that crashed is restarted from the log, and after
+``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
+event and a clear status) instead of crash-looping. At start the supervisor wakes every session
+the log shows with unfinished work (a running task or queued inputs), so a restart resumes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from events import types as t
+from events.store import Draft
+
+from .actor import ActorDeps, Command, Envelope, SessionActor
+from .errors import ActorUnavailable, SessionQuarantined
+
+log = logging.getLogger("lens.supervisor")
+
+MAILBOX = 64
+
+
+@dataclass
+class _Handle:
+    session_id: str
+    send: trio.MemorySendChannel[Envelope]
+    recv: trio.MemoryReceiveChannel[Envelope]
+    actor: SessionActor | None = None
+    started: trio.Event = field(default_factory=trio.Event)
+
+
+PENDING_WORK_SQL = """
+SELECT session_id FROM events WHERE session_id IS NOT NULL GROUP BY session_id
+HAVING sum(kind = 'task.started') > sum(kind = 'task.finished')
+    OR sum(kind = 'input.submitted') > sum(kind IN ('input.placed', 'input.withdrawn'))
+"""
+
+
+class Supervisor:
+    def __init__(self, deps: ActorDeps, *, max_restarts: int = 3) -> None:
+        self.deps = deps
+        self.max_restarts = max_restarts
+        self._actors: dict[str, _Handle] = {}
+        self._quarantined: dict[str, str] = {}
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def live_sessions(self) -> list[str]:
+        return list(self._actors)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own every actor; wake sessions with unfinished work; run until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for session_id in await self.sessions_with_pending_work():
+                self._ensure(session_id)
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def sessions_with_pending_work(self) -> list[str]:
+        store = self.deps.store
+
+        def query() -> list[str]:
+            reader = store._get_reader()
+            return [r[0] for r in reader.conn.execute(PENDING_WORK_SQL)]
+
+        return await trio.to_thread.run_sync(query, limiter=store._read_limiter)
+
+    async def call(self, session_id: str, command: Command) -> Any:
+        """Deliver ``command`` to the session's actor and return its answer.
+
+        Raises the actor's typed errors (:mod:`runtime.errors`), ``SESSION_QUARANTINED``, or
+        ``SESSION_UNAVAILABLE`` when the actor crashed while serving the call (safe to retry:
+        submissions are idempotent by request id).
+        """
+        if session_id in self._quarantined:
+            raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
+        for _ in range(100):
+            handle = self._ensure(session_id)
+            env = Envelope(command)
+            try:
+                await handle.send.send(env)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                # The actor passivated between our lookup and the send: wake a new one.
+                if self._actors.get(session_id) is handle:
+                    del self._actors[session_id]
+                continue
+            await env.done.wait()
+            if env.error is not None:
+                raise env.error
+            return env.result
+        raise ActorUnavailable(f"session {session_id!r} could not be woken")
+
+    def _ensure(self, session_id: str) -> _Handle:
+        handle = self._actors.get(session_id)
+        if handle is not None:
+            return handle
+        if self._nursery is None:
+            raise ActorUnavailable("the supervisor is not running")
+        send, recv = trio.open_memory_channel[Envelope](MAILBOX)
+        handle = self._actors[session_id] = _Handle(session_id, send, recv)
+        self._nursery.start_soon(self._supervise, handle)
+        return handle
+
+    async def _supervise(self, handle: _Handle) -> None:
+        failures = 0
+        try:
+            while True:
+                actor = SessionActor(handle.session_id, self.deps, handle.recv)
+                handle.actor = actor
+                try:
+                    await actor.run()
+                    return  # passivated (mailbox closed) or the mailbox ended
+                except Exception as exc:  # a crash is contained here, never reaches the daemon
+                    failures += 1
+                    log.error("session %s actor crashed (%d/%d): %r", handle.session_id, failures,
+                              self.max_restarts, exc)
+                    actor.fail_pending(ActorUnavailable(
+                        f"session {handle.session_id!r} failed while serving this call; retry it"))
+                    if failures >= self.max_restarts:
+                        await self._quarantine(handle, f"{type(exc).__name__}: {exc}")
+                        return
+        finally:
+            if self._actors.get(handle.session_id) is handle:
+                del self._actors[handle.session_id]
+
+    async def _quarantine(self, handle: _Handle, reason: str) -> None:
+        self._quarantined[handle.session_id] = reason
+        err = SessionQuarantined(f"session {handle.session_id!r} is quarantined: {reason}")
+        while True:  # answer what is queued, then close (no checkpoint in between)
+            try:
+                handle.recv.receive_nowait().reply(error=err)
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        handle.recv.close()
+        try:
+            with trio.CancelScope(shield=True):
+                await self.deps.store.append(Draft(
+                    t.SessionQuarantined(reason=reason[:2000]), session_id=handle.session_id))
+        except Exception as exc:  # the log itself may be what fails; the status stays in memory
+            log.error("could not record quarantine of %s: %r", handle.session_id, exc)

@@ -1,0 +1,121 @@
+"""The tool-runner interface every tool family plugs into.
+
+A tool is a :class:`ToolSpec` (name, JSON schema, who may call it, whether a replay is safe)
+plus an async ``run(args, ctx) -> ToolResult``. Failures are results, not exceptions: a tool
+raises :class:`ToolError` (stable code, message) and the runner turns it into an error result
+the model sees. Tools never touch the log: a result may carry ``events`` (e.g. ``todo.updated``)
+that the session actor records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
+
+from events import types as t
+
+
+class ToolError(Exception):
+    """A tool failure the model should see; ``code`` is stable (UPPER_SNAKE)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who is calling: the session, the agent (main or subagent) and the call."""
+
+    project_id: str | None
+    session_id: str
+    agent_id: str
+    task_id: str | None
+    call_id: str
+    is_main_agent: bool
+    # Runs a subagent to completion; returns (status, final text). Provided by the actor.
+    start_subagent: Callable[[str, Sequence[str] | None], Awaitable[tuple[str, str]]] | None = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: list[t.ContentPart] = field(default_factory=list)
+    structured_content: Any = None
+    is_error: bool = False
+    error_code: str | None = None
+    events: list[t._Event] = field(default_factory=list)
+
+    @classmethod
+    def text(cls, text: str, structured: Any = None, **kw: Any) -> "ToolResult":
+        return cls([t.TextPart(text)], structured, **kw)
+
+    @classmethod
+    def error(cls, code: str, message: str) -> "ToolResult":
+        return cls([t.TextPart(f"{code}: {message}")], {"error": {"code": code, "message": message}},
+                   is_error=True, error_code=code)
+
+
+ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    run: ToolFn
+    main_only: bool = False  # withheld from subagents and re-checked at execution
+    replay_safe: bool = False  # may be re-run after a crash interrupted it
+    read_only: bool = True
+
+    def schema(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+class ToolRegistry:
+    """The tools a session may use, by name."""
+
+    MAX_ARGUMENT_BYTES: ClassVar[int] = 16 * 1024 * 1024
+
+    def __init__(self, specs: Sequence[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for s in specs:
+            self.add(s)
+
+    def add(self, spec: ToolSpec) -> None:
+        if spec.name in self._specs:
+            raise ValueError(f"tool {spec.name!r} registered twice")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def visible(self, *, is_main_agent: bool, allowed: Sequence[str] | None = None) -> list[ToolSpec]:
+        """Tools offered to an agent: main-only tools are withheld from subagents."""
+        out = [s for s in self._specs.values() if is_main_agent or not s.main_only]
+        if allowed:
+            out = [s for s in out if s.name in allowed]
+        return out
+
+    async def run(self, name: str, arguments: str, ctx: ToolContext, *,
+                  allowed: Sequence[str] | None = None) -> ToolResult:
+        """Run one call; every failure comes back as an error result, never as an exception."""
+        spec = self._specs.get(name)
+        if spec is None or (allowed and name not in allowed):
+            return ToolResult.error("TOOL_UNKNOWN", f"no tool named {name!r} is available to this agent")
+        if spec.main_only and not ctx.is_main_agent:
+            return ToolResult.error("TOOL_MAIN_ONLY", f"{name} is available to the main agent only")
+        if len(arguments.encode()) > self.MAX_ARGUMENT_BYTES:
+            return ToolResult.error("TOOL_ARGUMENTS_TOO_LARGE", f"{name} arguments exceed {self.MAX_ARGUMENT_BYTES} bytes")
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not valid JSON ({exc.msg} at {exc.pos})")
+        if not isinstance(args, Mapping):
+            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments must be a JSON object")
+        try:
+            return await spec.run(dict(args), ctx)
+        except ToolError as exc:
+            return ToolResult.error(exc.code, exc.message)

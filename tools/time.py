@@ -1,0 +1,80 @@
+"""``get_system_time`` and ``sleep_milliseconds`` (F-TOOL-9)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import trio
+
+from .base import ToolContext, ToolError, ToolResult, ToolSpec
+
+MAX_SLEEP_MS = 2_147_483_647
+
+
+def _no_extra(args: dict[str, Any], allowed: set[str], tool: str) -> None:
+    extra = sorted(set(args) - allowed)
+    if extra:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{tool} does not take {', '.join(map(repr, extra))}")
+
+
+def time_fields(unix_ns: int) -> dict[str, Any]:
+    """The three renderings of one instant."""
+    unix_ms = unix_ns // 1_000_000
+    seconds = unix_ms // 1000
+    utc = datetime.fromtimestamp(seconds, timezone.utc)
+    local = datetime.fromtimestamp(seconds).astimezone()
+    offset = local.strftime("%z")  # +HHMM
+    return {
+        "unix_ms": unix_ms,
+        "utc": utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "local": local.strftime("%Y-%m-%dT%H:%M:%S") + f"{offset[:3]}:{offset[3:]}",
+    }
+
+
+async def get_system_time(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    _no_extra(args, set(), "get_system_time")
+    fields = time_fields(time.time_ns())
+    return ToolResult.text(f"{fields['utc']} (local {fields['local']}, unix_ms {fields['unix_ms']})", fields)
+
+
+async def sleep_milliseconds(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    _no_extra(args, {"milliseconds"}, "sleep_milliseconds")
+    if "milliseconds" not in args:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "sleep_milliseconds needs 'milliseconds'")
+    ms = args["milliseconds"]
+    if isinstance(ms, bool) or not isinstance(ms, int):
+        raise ToolError(
+            "TOOL_ARGUMENTS_INVALID",
+            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {ms!r}",
+        )
+    if not 0 <= ms <= MAX_SLEEP_MS:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")
+    start = time.time_ns() // 1_000_000
+    await trio.sleep(ms / 1000)  # cancellable: an abort ends it at once
+    end = max(time.time_ns() // 1_000_000, start)
+    return ToolResult.text(f"slept {ms} ms", {"start_unix_ms": start, "end_unix_ms": end})
+
+
+TIME_TOOLS = [
+    ToolSpec(
+        "get_system_time",
+        "The current time: unix_ms, utc (YYYY-MM-DDTHH:mm:ssZ) and local (YYYY-MM-DDTHH:mm:ss±HH:mm), one instant.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        get_system_time,
+        replay_safe=True,
+    ),
+    ToolSpec(
+        "sleep_milliseconds",
+        "Wait the given number of milliseconds (0 to 2147483647); cancellable. Returns start and end unix ms.",
+        {
+            "type": "object",
+            "properties": {"milliseconds": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
+            "required": ["milliseconds"],
+            "additionalProperties": False,
+        },
+        sleep_milliseconds,
+        replay_safe=True,
+    ),
+]

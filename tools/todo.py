@@ -1,0 +1,66 @@
+"""``todo``: the model replaces the whole list; users read it (main agent only, F-HAR-1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from events import types as t
+
+from .base import ToolContext, ToolError, ToolResult, ToolSpec
+
+MAX_TODOS = 200
+MAX_TODO_TEXT = 2000
+
+
+async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    extra = set(args) - {"items"}
+    if extra or not isinstance(args.get("items"), list):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "todo takes {\"items\": [{id, text, status}]} and nothing else")
+    if len(args["items"]) > MAX_TODOS:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"at most {MAX_TODOS} todo items, got {len(args['items'])}")
+    try:
+        items = msgspec.convert(args["items"], list[t.TodoItem])
+    except msgspec.ValidationError as exc:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo items: {exc}") from None
+    for it in items:
+        if len(it.text) > MAX_TODO_TEXT:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo {it.id!r} text is over {MAX_TODO_TEXT} characters")
+    if len({it.id for it in items}) != len(items):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "todo item ids must be unique")
+    done = sum(1 for it in items if it.status == "done")
+    return ToolResult.text(
+        f"todo list updated: {len(items)} item(s), {done} done",
+        {"items": msgspec.to_builtins(items)},
+        events=[t.TodoUpdated(items=items, call_id=ctx.call_id)],
+    )
+
+
+TODO_TOOL = ToolSpec(
+    "todo",
+    "Replace the whole todo list of this session. Each item: id, text, status (pending, in_progress, done, cancelled).",
+    {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "text": {"type": "string"},
+                        "status": {"enum": ["pending", "in_progress", "done", "cancelled"]},
+                    },
+                    "required": ["id", "text"],
+                },
+            }
+        },
+        "required": ["items"],
+        "additionalProperties": False,
+    },
+    todo,
+    main_only=True,
+    replay_safe=True,
+    read_only=False,
+)
