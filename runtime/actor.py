@@ -305,6 +305,10 @@ class SessionActor:
         if isinstance(cmd, Create):
             if s.created:
                 raise InvalidCommand(f"session {self.session_id!r} exists already")
+            if cmd.forked_from_session:
+                base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
+                _reset_for_fork(base, self.session_id)
+                self.state = base
             res = await self._emit([d.Scoped(t.SessionCreated(
                 model=cmd.model, thinking_level=cmd.thinking_level, name=cmd.name,
                 forked_from_session=cmd.forked_from_session, forked_from_seq=cmd.forked_from_seq))])

@@ -18,8 +18,8 @@ import trio
 from events import types as t
 from events.store import Draft
 
-from .actor import ActorDeps, Command, Envelope, SessionActor
-from .errors import ActorUnavailable, SessionQuarantined
+from .actor import ActorDeps, Command, Create, Envelope, GetState, SessionActor
+from .errors import ActorUnavailable, InvalidCommand, SessionQuarantined
 
 log = logging.getLogger("lens.supervisor")
 
@@ -71,6 +71,31 @@ class Supervisor:
             return [r[0] for r in reader.conn.execute(PENDING_WORK_SQL)]
 
         return await trio.to_thread.run_sync(query, limiter=store._read_limiter)
+
+    async def create_session(self, project_id: str | None, *, model: str | None = None,
+                             thinking_level: str | None = None, name: str | None = None) -> str:
+        """Start a new session; returns its id."""
+        if model is not None:
+            self.deps.catalog.resolve(model)
+        session_id = self.deps.new_id("ses")
+        await self.call(session_id, Create(project_id, model=model, thinking_level=thinking_level, name=name))
+        return session_id
+
+    async def fork_session(self, source_session_id: str, seq: int, *, name: str | None = None) -> str:
+        """Start a new session whose state is ``source_session_id``'s as of its event ``seq``.
+
+        Raises ``SESSION_NOT_FOUND`` for an unknown source and ``INVALID_ARGUMENT`` when ``seq`` is
+        not one of the source session's events.
+        """
+        source = await self.call(source_session_id, GetState())
+        rows = await self.deps.store.read_events(after=seq - 1, to=seq, limit=1)
+        if seq < 1 or not rows or rows[0].session_id != source_session_id:
+            raise InvalidCommand(f"seq {seq} is not an event of session {source_session_id!r}")
+        session_id = self.deps.new_id("ses")
+        await self.call(session_id, Create(source.project_id, model=source.model,
+                                           thinking_level=source.thinking_level, name=name,
+                                           forked_from_session=source_session_id, forked_from_seq=seq))
+        return session_id
 
     async def call(self, session_id: str, command: Command) -> Any:
         """Deliver ``command`` to the session's actor and return its answer.
