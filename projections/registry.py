@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from .catalog import ProjectsProjection, SessionsProjection
 from .projector import Projection
 from .stats import KindStats
 
 
 def all_projections() -> list[Projection]:
     """Fresh instances of every projection, in the order they are built."""
-    return [KindStats()]
+    return [KindStats(), ProjectsProjection(), SessionsProjection()]

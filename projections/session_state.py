@@ -113,7 +113,8 @@ class SessionState(msgspec.Struct):
     running_task: str | None = None
     running_agent: str | None = None
     todos: list[t.TodoItem] = []
-    questions: dict[str, Question] = {}
+    questions: dict[str, Question] = {}  # open ones
+    settled_questions: dict[str, dict[str, Any]] = {}  # {"status": answered|cancelled, ...}
     usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
     last_seq: int = 0
     last_session_seq: int = 0
@@ -318,8 +319,12 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         state.todos = list(ev.items)
     elif isinstance(ev, t.QuestionAsked):
         state.questions[ev.question_id] = Question(ev.question_id, list(ev.questions), agent_id, ev.call_id)
-    elif isinstance(ev, (t.QuestionAnswered, t.QuestionCancelled)):
-        state.questions.pop(ev.question_id, None)
+    elif isinstance(ev, t.QuestionAnswered):
+        if state.questions.pop(ev.question_id, None) is not None:
+            state.settled_questions[ev.question_id] = {"status": "answered", "answer": ev.answer}
+    elif isinstance(ev, t.QuestionCancelled):
+        if state.questions.pop(ev.question_id, None) is not None:
+            state.settled_questions[ev.question_id] = {"status": "cancelled", "reason": ev.reason}
     return state
 
 

@@ -13,7 +13,8 @@ from typing import Sequence
 
 from events.errors import LogError
 
-from . import logcli
+from . import logcli, servecli
+from .errors import LensError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lens", description="Lens: an event-sourced durable runtime for LLM coding agents."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    servecli.add_parsers(sub)
     logcli.add_parser(sub)
     return parser
 
@@ -29,8 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return logcli.run(args)
-    except LogError as exc:
+        return int(args.func(args))
+    except (LogError, LensError) as exc:
         print(f"lens: {exc.code}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -1,0 +1,97 @@
+"""Projects and sessions as lists: what ``GET /projects`` and ``GET /sessions`` read."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import apsw
+
+from events import types as t
+from events.reader import StoredEvent, StoredRow
+
+from .projector import Projection
+
+
+class ProjectsProjection(Projection):
+    name = "projects"
+    version = 1
+    needs_body = True
+    tables = ("projects",)
+
+    def create(self, conn: apsw.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE projects(id TEXT PRIMARY KEY, name TEXT NOT NULL, workspace TEXT NOT NULL, "
+            "created_ts INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID"
+        )
+
+    def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
+        assert events is not None
+        for se in events:
+            if isinstance(se.event, t.ProjectCreated) and se.project_id:
+                conn.execute(
+                    "INSERT OR REPLACE INTO projects(id, name, workspace, created_ts, seq) VALUES (?, ?, ?, ?, ?)",
+                    (se.project_id, se.event.name, se.event.workspace, se.ts, se.seq),
+                )
+
+
+SESSION_COLUMNS = (
+    "id, project_id, name, model, thinking_level, created_ts, updated_ts, last_seq, deleted, "
+    "forked_from_session, forked_from_seq, open_tasks, queued"
+)
+
+
+class SessionsProjection(Projection):
+    """One row per session; counts kept from kinds so the list shows running/queued cheaply."""
+
+    name = "sessions"
+    version = 1
+    needs_body = True
+    tables = ("sessions",)
+
+    def create(self, conn: apsw.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE sessions(id TEXT PRIMARY KEY, project_id TEXT, name TEXT, model TEXT, "
+            "thinking_level TEXT, created_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL, "
+            "last_seq INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0, forked_from_session TEXT, "
+            "forked_from_seq INTEGER, open_tasks INTEGER NOT NULL DEFAULT 0, queued INTEGER NOT NULL DEFAULT 0)"
+        )
+        conn.execute("CREATE INDEX sessions_project ON sessions(project_id, created_ts)")
+
+    def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
+        assert events is not None
+        for se in events:
+            sid = se.session_id
+            if sid is None:
+                continue
+            ev = se.event
+            if isinstance(ev, t.SessionCreated):
+                conn.execute(
+                    "INSERT OR REPLACE INTO sessions(id, project_id, name, model, thinking_level, created_ts, "
+                    "updated_ts, last_seq, forked_from_session, forked_from_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (sid, se.project_id, ev.name, ev.model, ev.thinking_level, se.ts, se.ts, se.seq,
+                     ev.forked_from_session, ev.forked_from_seq),
+                )
+                continue
+            sets: list[str] = ["updated_ts = ?", "last_seq = ?"]
+            args: list[Any] = [se.ts, se.seq]
+            if isinstance(ev, t.SessionConfigured):
+                if ev.model is not None:
+                    sets.append("model = ?")
+                    args.append(ev.model)
+                if ev.thinking_level is not None:
+                    sets.append("thinking_level = ?")
+                    args.append(ev.thinking_level)
+            elif isinstance(ev, t.SessionNamed):
+                sets.append("name = ?")
+                args.append(ev.name)
+            elif isinstance(ev, t.SessionDeleted):
+                sets.append("deleted = 1")
+            elif isinstance(ev, t.TaskStarted) and se.agent_id == "main":
+                sets.append("open_tasks = open_tasks + 1")
+            elif isinstance(ev, t.TaskFinished) and se.agent_id == "main":
+                sets.append("open_tasks = max(open_tasks - 1, 0)")
+            elif isinstance(ev, t.InputSubmitted):
+                sets.append("queued = queued + 1")
+            elif isinstance(ev, (t.InputPlaced, t.InputWithdrawn)):
+                sets.append("queued = max(queued - 1, 0)")
+            conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*args, sid))

@@ -1,0 +1,544 @@
+"""The HTTP API (``/api/v1``), the SSE stream and the dashboard page, on quart-trio.
+
+Handlers are thin: they validate the body (msgspec; malformed JSON 400, wrong shape 422), check
+the caller's trust, call the supervisor / projections / store, and shape JSON (camelCase).
+Every error leaves as ``{"error": {"code", "message"}}`` with the status of :data:`STATUS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Literal, TypeVar
+
+import msgspec
+import trio
+from quart import Response, g, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from events import types as t
+from events.errors import LogError
+from events.store import Draft, EventStore
+
+from . import actor as a
+from .bus import Bus, event_frame, sse_message
+from .config import Config
+from .configfiles import ConfigFiles
+from .errors import LensError
+from .guard import Guard
+from .pairing import PairStore, Principal
+from .projection_service import ProjectionService
+from .providers.catalog import ProviderCatalog
+from .supervisor import Supervisor
+from .views import project_view, session_row_view, session_view
+
+log = logging.getLogger("lens.http")
+
+STATUS: dict[str, int] = {
+    "INVALID_JSON": 400, "INVALID_ARGUMENT": 400, "PAIRING_INVALID": 400, "CONFIG_INVALID": 400,
+    "AUTH_REQUIRED": 401, "AUTH_INVALID": 401,
+    "FORBIDDEN": 403, "HOST_FORBIDDEN": 403, "ORIGIN_FORBIDDEN": 403,
+    "NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "PROJECT_NOT_FOUND": 404, "CLIENT_NOT_FOUND": 404,
+    "QUESTION_NOT_FOUND": 404, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
+    "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
+    "UNSUPPORTED_MEDIA_TYPE": 415,
+    "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
+    "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422,
+    "PAIRING_LIMIT": 429,
+    "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PROJECTION_STALLED": 503, "STORE_CLOSED": 503,
+}
+
+ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+MAX_EVENTS_PAGE = 1000
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+class ApiError(LensError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+class _B(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class PairRequestBody(_B):
+    client_id: str
+    name: str = ""
+
+
+class ProjectBody(_B):
+    name: str
+    workspace: str
+
+
+class SessionBody(_B):
+    project_id: str
+    model: str | None = None
+    thinking_level: str | None = None
+    name: str | None = None
+
+
+class TextPartIn(msgspec.Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
+    text: str
+
+
+class ImagePartIn(msgspec.Struct, tag="image", tag_field="type", rename="camel", forbid_unknown_fields=True):
+    artifact_id: str
+    mime: str
+
+
+class InputBody(_B):
+    request_id: str
+    content: str | list[TextPartIn | ImagePartIn]
+    when_busy: Literal["followUp", "steer"] = "followUp"
+
+
+class AnswerBody(_B):
+    kind: Literal["answer", "skip"]
+    option_ids: list[str] | None = None
+    text: str | None = None
+
+
+class EmptyBody(msgspec.Struct, forbid_unknown_fields=False):
+    pass
+
+
+B = TypeVar("B")
+
+
+async def read_body(kind: type[B]) -> B:
+    raw = await request.get_data()
+    if not raw.strip() and kind is EmptyBody:
+        return EmptyBody()  # type: ignore[return-value]
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({exc})") from None
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {exc}") from None
+
+
+def check_id(value: str, what: str) -> str:
+    if not ID_RE.match(value):
+        raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
+    return value
+
+
+# --------------------------------------------------------------------------- services
+
+
+@dataclass
+class Services:
+    config: Config
+    data_dir: Path
+    store: EventStore
+    supervisor: Supervisor
+    bus: Bus
+    pairs: PairStore
+    guard: Guard
+    projections: ProjectionService
+    catalog: ProviderCatalog
+    config_files: ConfigFiles
+    new_id: Callable[[str], str]
+    shutting_down: trio.Event = field(default_factory=trio.Event)
+    version: str = "0.1.0"
+
+
+def error_response(code: str, message: str, status: int | None = None) -> Response:
+    body = msgspec.json.encode({"error": {"code": code, "message": message}})
+    return Response(body, status=status or STATUS.get(code, 500), content_type="application/json")
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(data), status=status, content_type="application/json")
+
+
+def principal() -> Principal:
+    return g.principal  # set by the before_request guard
+
+
+def require_strong(what: str) -> None:
+    Guard.require_strong(principal(), what)
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def create_app(svc: Services) -> QuartTrio:
+    app = QuartTrio(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
+    app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
+    app.config["BODY_TIMEOUT"] = 60
+
+    @app.before_request
+    async def guard() -> Response | None:
+        path = request.path
+        svc.guard.check_host(request.headers.get("Host"))
+        svc.guard.check_origin(request.headers.get("Origin"))
+        if not path.startswith("/api/"):
+            return None
+        svc.guard.check_content_type(request.method, request.headers.get("Content-Type"))
+        if (request.method, path) in Guard.PUBLIC:
+            return None
+        length = request.content_length
+        if length is not None and length > svc.config.server.max_body_bytes:
+            raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
+        g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
+        return None
+
+    @app.errorhandler(LensError)
+    async def lens_error(exc: LensError) -> Response:
+        resp = error_response(exc.code, exc.message)
+        if exc.code in ("AUTH_REQUIRED", "AUTH_INVALID"):
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="lens"'
+        return resp
+
+    @app.errorhandler(LogError)
+    async def log_error(exc: LogError) -> Response:
+        return error_response(exc.code, exc.message, STATUS.get(exc.code, 500))
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE", 400: "INVALID_ARGUMENT"}.get(
+            exc.code or 500, "HTTP_ERROR")
+        return error_response(code, exc.description or code, exc.code)
+
+    @app.errorhandler(Exception)
+    async def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return error_response("INTERNAL", "an internal error occurred; see the daemon log", 500)
+
+    # ------------------------------------------------------------------ health & pairing
+
+    @app.get("/api/v1/health")
+    async def health() -> Response:
+        return json_response({"status": "ok", "version": svc.version, "lastSeq": svc.store.last_seq})
+
+    @app.post("/api/v1/pair/requests")
+    async def pair_request() -> Response:
+        body = await read_body(PairRequestBody)
+        status = await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
+                                               svc.config.server.max_pending_pairings)
+        return json_response({"clientId": body.client_id, "status": status}, 202)
+
+    # ------------------------------------------------------------------ projects
+
+    @app.get("/api/v1/projects")
+    async def list_projects() -> Response:
+        await svc.projections.caught_up()
+        rows = await svc.projections.query("SELECT id, name, workspace, created_ts, seq FROM projects ORDER BY created_ts, id")
+        return json_response({"projects": [project_view(r) for r in rows]})
+
+    @app.post("/api/v1/projects")
+    async def create_project() -> Response:
+        require_strong("create projects")
+        body = await read_body(ProjectBody)
+        if not body.name.strip() or len(body.name) > 200:
+            raise ApiError("VALIDATION_FAILED", "name must be 1 to 200 characters")
+        ws = Path(body.workspace).expanduser()
+        if not body.workspace or "\0" in body.workspace or not ws.is_dir():
+            raise ApiError("WORKSPACE_INVALID", f"workspace {body.workspace!r} is not an existing directory")
+        ws = ws.resolve()
+        pid = svc.new_id("prj")
+        res = await svc.store.append(Draft(t.ProjectCreated(name=body.name, workspace=str(ws)), project_id=pid))
+        await svc.projections.caught_up(res.seq)
+        return json_response({"id": pid, "name": body.name, "workspace": str(ws), "seq": res.seq}, 201)
+
+    async def project_exists(pid: str) -> bool:
+        await svc.projections.caught_up()
+        return bool(await svc.projections.query("SELECT 1 FROM projects WHERE id = ?", (pid,)))
+
+    # ------------------------------------------------------------------ sessions
+
+    @app.get("/api/v1/sessions")
+    async def list_sessions() -> Response:
+        project = request.args.get("project") or request.args.get("projectId")
+        include_deleted = request.args.get("includeDeleted") in ("1", "true")
+        await svc.projections.caught_up()
+        from projections.catalog import SESSION_COLUMNS
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions"
+        where, args = [], []
+        if project:
+            where.append("project_id = ?")
+            args.append(project)
+        if not include_deleted:
+            where.append("deleted = 0")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = await svc.projections.query(sql + " ORDER BY created_ts DESC, id", tuple(args))
+        return json_response({"sessions": [session_row_view(r) for r in rows]})
+
+    @app.post("/api/v1/sessions")
+    async def create_session() -> Response:
+        require_strong("create sessions")
+        body = await read_body(SessionBody)
+        if not await project_exists(body.project_id):
+            raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
+        sid = await svc.supervisor.create_session(body.project_id, model=body.model,
+                                                  thinking_level=body.thinking_level, name=body.name)
+        state = await svc.supervisor.call(sid, a.GetState())
+        return json_response(session_view(state), 201)
+
+    @app.get("/api/v1/sessions/<sid>")
+    async def get_session(sid: str) -> Response:
+        check_id(sid, "session id")
+        state = await svc.supervisor.call(sid, a.GetState())
+        return json_response(session_view(state))
+
+    @app.post("/api/v1/sessions/<sid>/inputs")
+    async def submit(sid: str) -> Response:
+        require_strong("submit inputs")
+        check_id(sid, "session id")
+        body = await read_body(InputBody)
+        check_id(body.request_id, "requestId")
+        if isinstance(body.content, str):
+            content: list[t.ContentPart] = [t.TextPart(body.content)]
+        else:
+            content = [t.TextPart(p.text) if isinstance(p, TextPartIn) else t.ImagePart(p.artifact_id, p.mime)
+                       for p in body.content]
+        result = await svc.supervisor.call(sid, a.Submit(body.request_id, content, body.when_busy))
+        return json_response(result, 202)
+
+    @app.post("/api/v1/sessions/<sid>/inputs/<rid>/withdraw")
+    async def withdraw(sid: str, rid: str) -> Response:
+        require_strong("withdraw inputs")
+        check_id(sid, "session id")
+        await read_body(EmptyBody)
+        return json_response(await svc.supervisor.call(sid, a.Withdraw(rid)))
+
+    @app.post("/api/v1/sessions/<sid>/inputs/<rid>/steer")
+    async def steer(sid: str, rid: str) -> Response:
+        require_strong("steer inputs")
+        check_id(sid, "session id")
+        await read_body(EmptyBody)
+        return json_response(await svc.supervisor.call(sid, a.Steer(rid)))
+
+    @app.post("/api/v1/sessions/<sid>/abort")
+    async def abort(sid: str) -> Response:
+        require_strong("abort runs")
+        check_id(sid, "session id")
+        await read_body(EmptyBody)
+        return json_response(await svc.supervisor.call(sid, a.Abort("user")))
+
+    @app.get("/api/v1/sessions/<sid>/events")
+    async def session_events(sid: str) -> Response:
+        check_id(sid, "session id")
+        after = _int_arg("after", 0, 0, None)
+        limit = _int_arg("limit", 100, 1, MAX_EVENTS_PAGE)
+        events = await svc.store.read_events(session_id=sid, after=after, limit=limit)
+        if not events and after == 0:
+            await svc.supervisor.call(sid, a.GetState())  # 404 for a session that does not exist
+        return json_response({"events": [e.to_json() for e in events],
+                              "nextAfter": events[-1].seq if events else after})
+
+    @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
+    async def answer(sid: str, qid: str) -> Response:
+        require_strong("answer questions")
+        check_id(sid, "session id")
+        body = await read_body(AnswerBody)
+        answer_data: dict[str, Any] = {"kind": body.kind}
+        if body.kind == "answer":
+            if body.option_ids is None and body.text is None:
+                raise ApiError("VALIDATION_FAILED", "an answer needs optionIds, text or both")
+            if body.option_ids is not None:
+                answer_data["optionIds"] = body.option_ids
+            if body.text is not None:
+                answer_data["text"] = body.text
+        state = await svc.supervisor.call(sid, a.GetState())
+        if qid not in state.questions:
+            raise ApiError("QUESTION_NOT_FOUND", f"session {sid!r} has no open question {qid!r}")
+        return json_response(await svc.supervisor.call(sid, a.Answer(qid, answer_data)))
+
+    # ------------------------------------------------------------------ SSE
+
+    @app.get("/api/v1/events/stream")
+    async def stream() -> Response:
+        session = request.args.get("session")
+        project = request.args.get("project")
+        last = request.headers.get("Last-Event-ID") or request.args.get("after")
+        try:
+            after = int(last) if last not in (None, "") else None
+        except ValueError:
+            raise ApiError("INVALID_ARGUMENT", "Last-Event-ID must be an event seq") from None
+        token = request.headers.get("Authorization", "")
+        gen = _sse(svc, session, project, after, token)
+        resp = Response(gen, content_type="text/event-stream")
+        resp.headers["Cache-Control"] = "no-cache"
+        resp.headers["X-Accel-Buffering"] = "no"
+        resp.timeout = None  # Quart would cut the stream at RESPONSE_TIMEOUT otherwise
+        return resp
+
+    # ------------------------------------------------------------------ artifacts, tools
+
+    @app.get("/api/v1/artifacts/<aid>")
+    async def artifact(aid: str) -> Response:
+        if not re.fullmatch(r"[0-9a-f]{64}", aid):
+            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid!r}")
+        path = svc.data_dir / "artifacts" / aid
+        try:
+            data = await trio.to_thread.run_sync(path.read_bytes)
+        except FileNotFoundError:
+            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid!r}") from None
+        if hashlib.sha256(data).hexdigest() != aid:
+            raise ApiError("ARTIFACT_NOT_FOUND", f"artifact {aid!r} is damaged on disk")
+        return Response(data, content_type=_sniff_mime(data))
+
+    @app.get("/api/v1/tools/inventory")
+    async def tools_inventory() -> Response:
+        sid = request.args.get("session")
+        is_main = True
+        if sid:
+            await svc.supervisor.call(check_id(sid, "session"), a.GetState())
+        tools = svc.supervisor.deps.tools
+        visible = {s.name for s in tools.visible(is_main_agent=is_main)}
+        sub_visible = {s.name for s in tools.visible(is_main_agent=False)}
+        return json_response({
+            "session": sid,
+            "tools": [
+                {"name": s.name, "description": s.description, "source": "native", "lifecycle": "current",
+                 "mainOnly": s.main_only, "replaySafe": s.replay_safe, "readOnly": s.read_only,
+                 "visibleToMain": s.name in visible, "visibleToSubagents": s.name in sub_visible,
+                 "inputSchema": s.input_schema}
+                for s in tools.visible(is_main_agent=True)
+            ],
+        })
+
+    # ------------------------------------------------------------------ config files
+
+    @app.get("/api/v1/config/files")
+    async def config_files() -> Response:
+        require_strong("read raw config")
+        return json_response({"files": await trio.to_thread.run_sync(svc.config_files.list)})
+
+    @app.get("/api/v1/config/files/<name>")
+    async def read_config(name: str) -> Response:
+        require_strong("read raw config")
+        return json_response(await trio.to_thread.run_sync(svc.config_files.read, name))
+
+    @app.put("/api/v1/config/files/<name>")
+    async def write_config(name: str) -> Response:
+        require_strong("write raw config")
+        body = await read_body(ConfigWriteBody)
+        result = await trio.to_thread.run_sync(svc.config_files.write, name, body.text)
+        await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
+        return json_response(result)
+
+    # ------------------------------------------------------------------ dashboard
+
+    @app.get("/")
+    async def dashboard() -> Response:
+        page = STATIC_DIR / "index.html"
+        if not page.exists():
+            raise ApiError("NOT_FOUND", "the dashboard is not installed")
+        resp = Response(page.read_bytes(), content_type="text/html; charset=utf-8")
+        resp.headers["Content-Security-Policy"] = (
+            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'")
+        resp.headers["X-Frame-Options"] = "DENY"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        return resp
+
+    return app
+
+
+class ConfigWriteBody(_B):
+    text: str
+
+
+def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer") from None
+    if v < lo or (hi is not None and v > hi):
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo}" + (f" to {hi}" if hi is not None else ""))
+    return v
+
+
+def _sniff_mime(data: bytes) -> str:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+REVALIDATE_SECONDS = 0.5
+
+
+async def _sse(svc: Services, session: str | None, project: str | None, after: int | None,
+               authorization: str) -> AsyncIterator[bytes]:
+    """Replay from the log after ``after`` (if given), then live, joined at the bus position."""
+    bus = svc.bus
+    sub = bus.subscribe(session, project)
+    gen_seen = svc.pairs.generation
+    last = sub.start if after is None else after
+    try:
+        yield b": lens stream\n\n"
+        # 1. the log, from `after` up to where live delivery starts
+        while last < sub.start:
+            page = await svc.store.read_events(after=last, to=sub.start, session_id=session, limit=500)
+            if not page:
+                break
+            for se in page:
+                last = se.seq
+                if project is not None and se.project_id != project:
+                    continue
+                yield event_frame(se).data
+        last = max(last, sub.start)
+        # 2. live
+        heartbeat = svc.config.server.heartbeat_seconds
+        idle = 0.0
+        while True:
+            if svc.shutting_down.is_set():
+                yield sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": last}))
+                return
+            if svc.pairs.generation != gen_seen:
+                gen_seen = svc.pairs.generation
+                try:
+                    svc.guard.authenticate(authorization)
+                except LensError:
+                    yield sse_message("stream.end", msgspec.json.encode({"reason": "credential revoked", "lastEventId": last}))
+                    return
+            frame = None
+            with trio.move_on_after(REVALIDATE_SECONDS):
+                try:
+                    frame = await sub.recv.receive()
+                except trio.EndOfChannel:
+                    yield sse_message("stream.dropped", msgspec.json.encode(
+                        {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": last}))
+                    return
+            if frame is None:
+                idle += REVALIDATE_SECONDS
+                if idle >= heartbeat:
+                    idle = 0.0
+                    yield b": ping\n\n"
+                continue
+            idle = 0.0
+            if frame.seq is not None:
+                if frame.seq <= last:
+                    continue
+                last = frame.seq
+            yield frame.data
+    finally:
+        bus.unsubscribe(sub)

@@ -1,0 +1,146 @@
+"""Lens configuration: ``config/lens.jsonc`` (JSONC), typed and validated with msgspec.
+
+Every key has a built-in default, so the daemon starts without any file. Keys are camelCase in
+the file. Unknown keys are ignored (a newer config must not stop an older daemon) but listed in
+the start-up notes. Relative paths resolve against the process working directory.
+See ``config/lens.example.jsonc`` for every key with its meaning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from . import jsonc
+from .errors import LensError
+
+DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
+DEFAULT_PAIR_FILE = "pair.json"
+
+
+class ConfigError(LensError):
+    code = "CONFIG_INVALID"
+
+
+class _C(msgspec.Struct, rename="camel", kw_only=True):
+    pass
+
+
+class ServerConfig(_C):
+    host: str = "127.0.0.1"
+    port: int = 7420
+    max_body_bytes: int = 1024 * 1024
+    heartbeat_seconds: float = 15.0
+    sse_buffer_events: int = 2048
+    max_pending_pairings: int = 32
+
+
+class ModelConfig(_C):
+    id: str
+    context_window: int = 131072
+    images: bool = False
+    explicit_cache: bool = False
+
+
+Protocol = Literal["openai-responses", "openai-chat", "anthropic", "faux"]
+
+
+class ProviderConfig(_C):
+    id: str
+    protocol: Protocol
+    base_url: str | None = None
+    api_key_env: str | None = None
+    enabled: bool = True
+    models: list[ModelConfig] = []
+    script: list[Any] | None = None  # faux only: scripted turns
+
+
+class LogConfig(_C):
+    synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "FULL"
+    max_event_bytes: int = 32 * 1024 * 1024
+    compression_level: int = 3
+
+
+class SessionsConfig(_C):
+    idle_seconds: float = 300.0
+    snapshot_every: int = 500
+    max_restarts: int = 3
+
+
+class Config(_C):
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    data_dir: str = ".lens"
+    providers: list[ProviderConfig] = []
+    default_model: str | None = None
+    pair_file: str | None = None  # default: pair.json beside the main config
+    log: LogConfig = msgspec.field(default_factory=LogConfig)
+    sessions: SessionsConfig = msgspec.field(default_factory=SessionsConfig)
+
+
+def parse_config(text: str | bytes, where: str = "config") -> Config:
+    """Parse and validate config text. Raises :class:`ConfigError` naming the problem."""
+    try:
+        data = jsonc.loads(text)
+    except jsonc.JsoncError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: the top level must be an object")
+    try:
+        cfg = msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    _check(cfg, where)
+    return cfg
+
+
+def _check(cfg: Config, where: str) -> None:
+    if not 0 <= cfg.server.port <= 65535:
+        raise ConfigError(f"{where}: server.port must be 0..65535")
+    ids = [p.id for p in cfg.providers]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise ConfigError(f"{where}: provider ids must be unique (repeated: {', '.join(sorted(dup))})")
+    for p in cfg.providers:
+        if not p.id or "/" in p.id:
+            raise ConfigError(f"{where}: provider id {p.id!r} must be non-empty and without '/'")
+    if cfg.default_model is not None and "/" not in cfg.default_model:
+        raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
+
+
+def unknown_keys(text: str | bytes) -> list[str]:
+    """Top-level keys the daemon does not know (reported, not fatal)."""
+    data = jsonc.loads(text)
+    known = {f.encode_name for f in msgspec.structs.fields(Config)}
+    return sorted(k for k in data if k not in known) if isinstance(data, dict) else []
+
+
+def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
+    """(config, main config path, notes). ``path=None``: ``config/lens.jsonc`` if it exists.
+
+    An explicit path that does not exist is an error; the default one may be absent.
+    """
+    notes: list[str] = []
+    explicit = path is not None
+    path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    if not path.exists():
+        if explicit:
+            raise ConfigError(f"config file {path} does not exist")
+        notes.append(f"no config file at {path}; using built-in defaults")
+        return Config(), path, notes
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    cfg = parse_config(raw, str(path))
+    extra = unknown_keys(raw)
+    if extra:
+        notes.append(f"{path}: ignoring unknown keys {', '.join(extra)}")
+    return cfg, path, notes
+
+
+def pair_file_path(cfg: Config, config_path: Path) -> Path:
+    if cfg.pair_file:
+        return Path(cfg.pair_file)
+    return config_path.parent / DEFAULT_PAIR_FILE

@@ -1,0 +1,130 @@
+"""The config-file API (F-API-4): list, read and write the daemon's own config files only.
+
+Listed: the main config, the pair file, and existing non-template ``.json``/``.jsonc`` regular
+files in the main config's directory (symlinks are never listed or followed). A name is matched
+exactly against that list, never treated as a path. A write is parsed and validated first, then
+replaces the file atomically with the text exactly as given (comments stay byte-exact); an
+invalid write changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from . import jsonc
+from .config import ConfigError, parse_config
+from .errors import LensError
+from .pairing import PairFile
+
+TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
+
+
+class ConfigFileNotFound(LensError):
+    code = "CONFIG_FILE_NOT_FOUND"
+
+
+class ConfigFiles:
+    def __init__(self, main_config: Path, pair_file: Path, max_bytes: int = 1024 * 1024) -> None:
+        self.main = Path(main_config)
+        self.pair = Path(pair_file)
+        self.dir = self.main.parent
+        self.max_bytes = max_bytes
+
+    def _candidates(self) -> dict[str, tuple[Path, str]]:
+        files: dict[str, tuple[Path, str]] = {self.main.name: (self.main, "main")}
+        if self.pair.parent.resolve() == self.dir.resolve():
+            files.setdefault(self.pair.name, (self.pair, "pair"))
+        try:
+            entries = sorted(os.scandir(self.dir), key=lambda e: e.name)
+        except FileNotFoundError:
+            entries = []
+        for e in entries:
+            name = e.name
+            if name in files or not name.endswith((".json", ".jsonc")) or name.endswith(TEMPLATE_SUFFIXES):
+                continue
+            if name.startswith(".") or e.is_symlink() or not e.is_file(follow_symlinks=False):
+                continue
+            files[name] = (Path(e.path), "other")
+        return files
+
+    def list(self) -> list[dict[str, Any]]:
+        out = []
+        for name, (path, role) in self._candidates().items():
+            try:
+                st = os.lstat(path)
+                exists = stat.S_ISREG(st.st_mode)
+                size = st.st_size if exists else 0
+            except FileNotFoundError:
+                exists, size = False, 0
+            out.append({"name": name, "role": role, "exists": exists, "size": size})
+        return out
+
+    def _lookup(self, name: str) -> tuple[Path, str]:
+        found = self._candidates().get(name)
+        if found is None or "/" in name or "\\" in name or "\0" in name:
+            raise ConfigFileNotFound(f"{name!r} is not one of the daemon's config files")
+        return found
+
+    def read(self, name: str) -> dict[str, Any]:
+        path, role = self._lookup(name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return {"name": name, "role": role, "exists": False, "text": "", "digest": None}
+        except OSError as exc:
+            raise ConfigFileNotFound(f"{name!r} cannot be read ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(self.max_bytes + 1)
+        if len(raw) > self.max_bytes:
+            raise LensError(f"{name} is larger than {self.max_bytes} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{name} is not UTF-8 text") from None
+        return {"name": name, "role": role, "exists": True, "text": text, "digest": hashlib.sha256(raw).hexdigest()}
+
+    def validate(self, role: str, name: str, text: str) -> None:
+        if role == "main":
+            parse_config(text, name)
+        elif role == "pair":
+            try:
+                msgspec.json.decode(text.encode(), type=PairFile)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise ConfigError(f"{name}: not a valid pair file ({exc})") from None
+        else:
+            try:
+                jsonc.loads(text)
+            except jsonc.JsoncError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+
+    def write(self, name: str, text: str) -> dict[str, Any]:
+        path, role = self._lookup(name)
+        raw = text.encode("utf-8")
+        if len(raw) > self.max_bytes:
+            raise ConfigError(f"{name}: the text is larger than {self.max_bytes} bytes")
+        self.validate(role, name, text)
+        try:
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o600
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}

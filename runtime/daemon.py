@@ -1,0 +1,148 @@
+"""``lens serve``: the daemon's root nursery and its services.
+
+Start order: event store writer → projector → supervisor (which wakes sessions with unfinished
+work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
+(``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
+next wake), and the store drains every accepted append before closing. Nothing acknowledged is
+lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.trio import serve as hyper_serve
+
+from events.store import EventStore
+from projections.snapshots import SnapshotStore
+from tools.registry import builtin_tools
+
+from .actor import ActorDeps
+from .api import Services, create_app
+from .bus import Bus
+from .config import Config, pair_file_path
+from .configfiles import ConfigFiles
+from .guard import Guard
+from .pairing import PairStore
+from .projection_service import ProjectionService
+from .providers.base import Delta
+from .providers.catalog import build_catalog
+from .supervisor import Supervisor
+
+log = logging.getLogger("lens.daemon")
+
+
+def new_id(prefix: str) -> str:
+    """Opaque ids: a kind prefix and 96 random bits (ids are made here, never in reducers)."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+@dataclass
+class ServeOptions:
+    config: Config
+    config_path: Path
+    data_dir: Path
+    host: str
+    port: int
+    model: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+                stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> None:
+    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
+    cfg = opts.config
+    stop = stop or trio.Event()
+    say = announce or (lambda line: print(line, flush=True))
+    for note in opts.notes:
+        say(f"lens: {note}")
+    store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
+                            max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level)
+    projections: ProjectionService | None = None
+    snapshots: SnapshotStore | None = None
+    try:
+        projections = ProjectionService(opts.data_dir, store)
+        snapshots = SnapshotStore.open(opts.data_dir)
+        catalog = build_catalog(cfg, cli_model=opts.model)
+        pairs = PairStore(pair_file_path(cfg, opts.config_path))
+        guard = Guard(pairs, opts.host)
+        bus = Bus(store, buffer=cfg.server.sse_buffer_events)
+
+        def on_delta(session_id: str, agent_id: str, delta: Delta) -> None:
+            bus.publish(session_id, None, "model.delta", {"session_id": session_id, "agent_id": agent_id,
+                                                           "kind": delta.kind, "text": delta.text})
+
+        deps = ActorDeps(store, snapshots, catalog, builtin_tools(), new_id,
+                         snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
+                         on_delta=on_delta)
+        supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts)
+        svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
+                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id)
+        app = create_app(svc)
+        hc = HyperConfig()
+        host = f"[{opts.host}]" if ":" in opts.host and not opts.host.startswith("[") else opts.host
+        hc.bind = [f"{host}:{opts.port}"]
+        hc.graceful_timeout = 5.0
+        hc.accesslog = None  # request lines could carry ids; credentials never appear (headers not logged)
+        hc.errorlog = logging.getLogger("lens.http.server")
+
+        async with trio.open_nursery() as root:
+            await root.start(store.run)  # outlives the services: drains their last appends
+            async with trio.open_nursery() as services:
+                await services.start(projections.run)
+                await services.start(supervisor.run)
+                await services.start(bus.run)
+                services.start_soon(pairs.watch)
+                http_done = trio.Event()
+
+                async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+                    try:
+                        await hyper_serve(app, hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+                    finally:
+                        http_done.set()
+
+                binds: list[str] = await services.start(run_http)
+                guard.port = _port_of(binds[0]) if binds else opts.port
+                say(f"lens: event log at {opts.data_dir}; {store.last_seq} event(s)")
+                for b in binds:
+                    say(f"lens: listening on {b}")
+                task_status.started(binds)
+                services.start_soon(_signals, stop)
+                await stop.wait()
+                svc.shutting_down.set()  # SSE generators end themselves
+                with trio.move_on_after(hc.graceful_timeout + 1):
+                    await http_done.wait()
+                services.cancel_scope.cancel()
+            store.close_writer()
+        say("lens: stopped")
+    finally:
+        if projections is not None:
+            projections.close()
+        if snapshots is not None:
+            snapshots.close()
+        store.close()
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].strip("/"))
+
+
+async def _signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+            return
+
+
+def run(opts: ServeOptions) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    trio.run(serve, opts)
+    return 0

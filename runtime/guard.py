@@ -1,0 +1,131 @@
+"""Request guards: Host/Origin/content-type checks, bearer authentication, trust levels.
+
+Every route but ``GET /health``, ``POST /pair/requests`` and the dashboard page needs
+``Authorization: Bearer <credential>``. Read-only credentials may read; only strong-trust ones
+may change anything or touch raw config. Requests whose ``Host`` is not the bound address or a
+loopback name, or whose ``Origin`` is foreign, are refused (DNS-rebinding and CSRF defence), and
+state-changing requests must be ``application/json`` (a cross-site form cannot send that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+from .errors import LensError
+from .pairing import PairStore, Principal
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class AuthRequired(LensError):
+    code = "AUTH_REQUIRED"
+
+
+class AuthInvalid(LensError):
+    code = "AUTH_INVALID"
+
+
+class Forbidden(LensError):
+    code = "FORBIDDEN"
+
+
+class HostForbidden(LensError):
+    code = "HOST_FORBIDDEN"
+
+
+class OriginForbidden(LensError):
+    code = "ORIGIN_FORBIDDEN"
+
+
+class UnsupportedMediaType(LensError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+
+
+def split_host(value: str) -> tuple[str, int | None]:
+    """``"host:port"`` (or ``"[v6]:port"``) -> (host lowercased, port or None)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        host, rest = value[: end + 1], value[end + 1 :]
+    else:
+        host, _, port_part = value.partition(":")
+        rest = ":" + port_part if port_part else ""
+    port = None
+    if rest.startswith(":") and rest[1:].isdigit():
+        port = int(rest[1:])
+    elif rest:
+        raise ValueError(value)
+    return host, port
+
+
+@dataclass
+class Guard:
+    pairs: PairStore
+    bound_host: str
+    port: int = 0  # set once the server is bound
+
+    PUBLIC: ClassVar[frozenset[tuple[str, str]]] = frozenset(
+        {("GET", "/api/v1/health"), ("POST", "/api/v1/pair/requests")}
+    )
+
+    def allowed_hosts(self) -> set[str]:
+        hosts = set(LOOPBACK_NAMES)
+        if self.bound_host not in ("0.0.0.0", "::", ""):
+            hosts.add(self.bound_host.lower())
+            if ":" in self.bound_host and not self.bound_host.startswith("["):
+                hosts.add(f"[{self.bound_host.lower()}]")
+        return hosts
+
+    def check_host(self, host_header: str | None) -> None:
+        if not host_header:
+            raise HostForbidden("a Host header is required")
+        try:
+            host, port = split_host(host_header)
+        except ValueError:
+            raise HostForbidden(f"Host {host_header!r} is not valid") from None
+        if host not in self.allowed_hosts() or (port is not None and self.port and port != self.port):
+            raise HostForbidden(f"Host {host_header!r} is not this daemon's address")
+
+    def check_origin(self, origin: str | None) -> None:
+        if origin is None:
+            return
+        parts = urlsplit(origin)
+        try:
+            port = parts.port
+        except ValueError:
+            raise OriginForbidden(f"Origin {origin!r} is not valid") from None
+        host = (parts.hostname or "").lower()
+        host = f"[{host}]" if ":" in host else host
+        if parts.scheme not in ("http", "https") or host not in self.allowed_hosts() and host.strip("[]") not in self.allowed_hosts():
+            raise OriginForbidden(f"Origin {origin!r} is not this daemon")
+        if port is None:
+            port = 443 if parts.scheme == "https" else 80
+        if self.port and port != self.port:
+            raise OriginForbidden(f"Origin {origin!r} is not this daemon")
+
+    @staticmethod
+    def check_content_type(method: str, content_type: str | None) -> None:
+        if method not in MUTATING_METHODS:
+            return
+        mime = (content_type or "").split(";", 1)[0].strip().lower()
+        if mime != "application/json":
+            raise UnsupportedMediaType(f"{method} requests must have Content-Type: application/json")
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise AuthRequired("this route needs Authorization: Bearer <credential>")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthRequired("use Authorization: Bearer <credential>")
+        principal = self.pairs.authenticate(token.strip())
+        if principal is None:
+            raise AuthInvalid("the credential is not valid (unknown, revoked or re-issued)")
+        return principal
+
+    @staticmethod
+    def require_strong(principal: Principal, what: str) -> None:
+        if not principal.strong:
+            raise Forbidden(f"a read-only credential cannot {what}; approve the client with --strong-trust")

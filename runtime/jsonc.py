@@ -1,0 +1,76 @@
+"""JSONC: JSON with ``//`` and ``/* */`` comments and trailing commas.
+
+:func:`strip` turns JSONC text into plain JSON of the same length (comments and trailing commas
+become spaces, newlines are kept) so parse errors point at the original line and column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class JsoncError(ValueError):
+    """Raised with a message naming the line and column of the problem."""
+
+
+def _position(text: str, index: int) -> str:
+    line = text.count("\n", 0, index) + 1
+    col = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"line {line}, column {col}"
+
+
+def strip(text: str) -> str:
+    out = list(text)
+    i, n = 0, len(text)
+    last_sig = -1  # index of the last significant (non-space, non-comment) character in `out`
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            if j >= n:
+                raise JsoncError(f"unterminated string at {_position(text, i)}")
+            last_sig = j
+            i = j + 1
+            continue
+        if c == "/" and i + 1 < n and text[i + 1] == "/":
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            for k in range(i, j):
+                out[k] = " "
+            i = j
+            continue
+        if c == "/" and i + 1 < n and text[i + 1] == "*":
+            j = text.find("*/", i + 2)
+            if j < 0:
+                raise JsoncError(f"unterminated comment at {_position(text, i)}")
+            for k in range(i, j + 2):
+                if out[k] != "\n":
+                    out[k] = " "
+            i = j + 2
+            continue
+        if c in "}]" and last_sig >= 0 and out[last_sig] == ",":
+            out[last_sig] = " "  # trailing comma
+        if not c.isspace():
+            last_sig = i
+        i += 1
+    return "".join(out)
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSONC into plain Python data. Raises :class:`JsoncError` naming where it failed."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JsoncError(f"not UTF-8 text (byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    plain = strip(text)
+    try:
+        return msgspec.json.decode(plain.encode())
+    except msgspec.DecodeError as exc:
+        raise JsoncError(f"invalid JSON: {exc}") from None

@@ -1,0 +1,243 @@
+"""Pairing and credentials: ``config/pair.json``.
+
+A client's first ``POST /pair/requests`` records a *pending* identity. ``lens pair approve``
+issues a credential (256 random bits, shown once) and stores only its hash, bound to the client
+id and trust level: ``sha256("lens-credential:v1" \\0 clientId \\0 trust \\0 token)``. So a hash
+copied to another record, or a trust level edited by hand, matches nothing; flags such as
+``isVerified`` are not read at all. Re-issuing replaces the hash, which revokes the old
+credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
+daemon and the CLI. The daemon re-reads the file when it changes (checked every 250 ms).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import msgspec
+import trio
+
+from .errors import LensError
+
+log = logging.getLogger("lens.pairing")
+
+CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+TOKEN_PREFIX = "lens_"
+POLL_SECONDS = 0.25
+
+
+class PairingError(LensError):
+    code = "PAIRING_INVALID"
+
+
+class PairFileInvalid(LensError):
+    code = "PAIR_FILE_INVALID"
+
+
+class PairingLimit(LensError):
+    code = "PAIRING_LIMIT"
+
+
+class ClientNotFound(LensError):
+    code = "CLIENT_NOT_FOUND"
+
+
+Trust = Literal["read", "strong"]
+
+
+class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    client_id: str
+    name: str = ""
+    status: Literal["pending", "approved", "revoked"] = "pending"
+    trust: Trust = "read"
+    credential_hash: str | None = None
+    requested_at: int = 0
+    approved_at: int | None = None
+
+
+class PairFile(msgspec.Struct, kw_only=True):
+    version: int = 1
+    clients: list[ClientRecord] = []
+
+
+@dataclass(frozen=True)
+class Principal:
+    client_id: str
+    trust: Trust
+
+    @property
+    def strong(self) -> bool:
+        return self.trust == "strong"
+
+
+def credential_hash(client_id: str, trust: str, token: str) -> str:
+    material = b"\0".join([b"lens-credential:v1", client_id.encode(), trust.encode(), token.encode()])
+    return hashlib.sha256(material).hexdigest()
+
+
+def validate_client_id(client_id: Any) -> str:
+    if not isinstance(client_id, str) or not CLIENT_ID_RE.match(client_id):
+        raise PairingError("clientId must be 1 to 64 characters of letters, digits, '.', '_' or '-'")
+    return client_id
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PairStore:
+    """The pair file, shared by the daemon (register, authenticate) and the CLI (approve…)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._data = PairFile()
+        self._stamp: tuple[int, int, int] | None = None
+        self.valid = True
+        self.generation = 0  # bumped on every reload: open streams re-check their credential
+        self.reload(force=True)
+
+    # ------------------------------------------------------------------ file I/O
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def reload(self, force: bool = False) -> bool:
+        """Re-read the file if it changed; returns whether it did. A bad file denies everyone."""
+        stamp = self._stat()
+        if not force and stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        self.generation += 1
+        if stamp is None:
+            self._data, self.valid = PairFile(), True
+            return True
+        try:
+            self._data = self._parse(self.path.read_bytes())
+            self.valid = True
+        except PairFileInvalid as exc:
+            log.warning("%s", exc.message)
+            self._data, self.valid = PairFile(), False
+        return True
+
+    def _parse(self, raw: bytes) -> PairFile:
+        try:
+            return msgspec.json.decode(raw, type=PairFile)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise PairFileInvalid(f"pair file {self.path} is invalid ({exc}); every credential is refused until it is fixed") from None
+
+    @contextmanager
+    def _locked(self) -> Iterator[PairFile]:
+        """Read-modify-write under the lock file; the yielded data is written back atomically."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            data = self._parse(self.path.read_bytes()) if self.path.exists() else PairFile()
+            yield data
+            self._write(data)
+        finally:
+            os.close(lock_fd)
+        self.reload(force=True)
+
+    def _write(self, data: PairFile) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    # ------------------------------------------------------------------ operations
+
+    def register(self, client_id: str, name: str, max_pending: int) -> str:
+        """Record a pairing request; returns the client's status (never a credential)."""
+        validate_client_id(client_id)
+        if not isinstance(name, str) or len(name) > 200:
+            raise PairingError("name must be a string of at most 200 characters")
+        existing = self.find(client_id)
+        if existing is not None and existing.status != "revoked":
+            return existing.status
+        with self._locked() as data:
+            for c in data.clients:
+                if c.client_id == client_id:
+                    if c.status == "revoked":
+                        c.status, c.name, c.requested_at = "pending", name, _now_ms()
+                        c.credential_hash = None
+                    return c.status
+            pending = sum(1 for c in data.clients if c.status == "pending")
+            if pending >= max_pending:
+                raise PairingLimit(f"too many pending pairing requests ({pending}); approve or revoke some first")
+            data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
+            return "pending"
+
+    def approve(self, client_id: str, *, strong: bool) -> str:
+        """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once."""
+        validate_client_id(client_id)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        with self._locked() as data:
+            rec = next((c for c in data.clients if c.client_id == client_id), None)
+            if rec is None:
+                raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
+            rec.status = "approved"
+            rec.trust = "strong" if strong else "read"
+            rec.credential_hash = credential_hash(client_id, rec.trust, token)
+            rec.approved_at = _now_ms()
+        return token
+
+    def revoke(self, client_id: str) -> None:
+        validate_client_id(client_id)
+        with self._locked() as data:
+            rec = next((c for c in data.clients if c.client_id == client_id), None)
+            if rec is None:
+                raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+            rec.status = "revoked"
+            rec.credential_hash = None
+
+    def clients(self) -> list[ClientRecord]:
+        return list(self._data.clients)
+
+    def find(self, client_id: str) -> ClientRecord | None:
+        return next((c for c in self._data.clients if c.client_id == client_id), None)
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal holding ``token``, or ``None``. Compares every hash in constant time."""
+        if not self.valid or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+            return None
+        found: Principal | None = None
+        for c in self._data.clients:
+            if c.status != "approved" or not c.credential_hash:
+                continue
+            if hmac.compare_digest(credential_hash(c.client_id, c.trust, token), c.credential_hash):
+                found = Principal(c.client_id, c.trust)
+        return found
+
+    async def watch(self) -> None:
+        """Poll the file for changes (run in the daemon's nursery)."""
+        while True:
+            await trio.sleep(POLL_SECONDS)
+            self.reload()

@@ -1,0 +1,85 @@
+"""The daemon's projector task and read access to ``projections.db``.
+
+HTTP lists read projections; to give read-your-writes, a handler first waits until the
+projector has caught up with the log's last committed ``seq`` (:meth:`caught_up`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import apsw
+import trio
+
+from events.reader import LogReader
+from events.schema import open_read_connection
+from events.store import EventStore
+from projections.projector import Projector, open_projections_db
+from projections.registry import all_projections
+
+from .errors import LensError
+
+log = logging.getLogger("lens.projections")
+
+
+class ProjectionStalled(LensError):
+    code = "PROJECTION_STALLED"
+
+
+class ProjectionService:
+    def __init__(self, data_dir: Path, store: EventStore) -> None:
+        self.store = store
+        reader = LogReader(data_dir, connection=open_read_connection(data_dir))
+        self.projector = Projector(reader, open_projections_db(data_dir), all_projections())
+        self._read_conn = open_projections_db(data_dir)
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._read_limiter = trio.CapacityLimiter(1)
+        self.position = 0
+        self.error: str | None = None
+        self._advanced = trio.Event()
+
+    def close(self) -> None:
+        self.projector.close()
+        self.projector.reader.close()
+        self._read_conn.close()
+
+    async def _catch_up(self) -> None:
+        target = self.store.last_seq
+        try:
+            await trio.to_thread.run_sync(self.projector.catch_up, limiter=self._write_limiter)
+        except (LensError, apsw.Error, Exception) as exc:  # contained: lists report it, the daemon lives
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("projector stopped: %s", self.error)
+            return
+        self.error = None
+        self.position = max(self.position, target)
+        ev, self._advanced = self._advanced, trio.Event()
+        ev.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self._catch_up()
+        task_status.started()
+        seen = self.position
+        while True:
+            seen = await self.store.wait_for(seen)
+            await self._catch_up()
+            if self.error is not None:
+                await trio.sleep(1.0)  # do not spin on a row that cannot be projected
+
+    async def caught_up(self, seq: int | None = None, timeout: float = 10.0) -> None:
+        target = self.store.last_seq if seq is None else seq
+        with trio.move_on_after(timeout):
+            while self.position < target:
+                if self.error is not None:
+                    raise ProjectionStalled(f"projections are behind the log: {self.error}")
+                await self._advanced.wait()
+            return
+        raise ProjectionStalled("projections did not catch up with the log in time")
+
+    async def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple]:
+        def run() -> list[tuple]:
+            return list(self._read_conn.execute(sql, args))
+
+        return await trio.to_thread.run_sync(run, limiter=self._read_limiter)

@@ -1,0 +1,81 @@
+"""``lens serve`` and ``lens pair approve | list | revoke``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .config import load_config, pair_file_path
+from .pairing import PairStore
+
+
+def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("serve", help="run the daemon (HTTP API, SSE, dashboard)")
+    p.add_argument("--config", type=Path, default=None, help="config file (default config/lens.jsonc if present)")
+    p.add_argument("--data", default=None, metavar="DIR", help="data directory (default: config dataDir, else .lens)")
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 7420; 0 picks a free one)")
+    p.add_argument("--model", default=None, help="default model '<provider>/<model>' for new sessions")
+    p.set_defaults(func=cmd_serve)
+
+    pair = sub.add_parser("pair", help="approve, list and revoke paired clients")
+    cmds = pair.add_subparsers(dest="pair_command", required=True, metavar="COMMAND")
+    a = cmds.add_parser("approve", help="issue a credential for a client (printed once, on the last line)")
+    a.add_argument("--client", required=True, help="the clientId of its pairing request")
+    a.add_argument("--strong-trust", action="store_true", help="may submit, steer, abort and edit config")
+    a.add_argument("--config", type=Path, default=None)
+    a.set_defaults(func=cmd_pair_approve)
+    ls = cmds.add_parser("list", help="list clients (no secrets)")
+    ls.add_argument("--config", type=Path, default=None)
+    ls.set_defaults(func=cmd_pair_list)
+    r = cmds.add_parser("revoke", help="revoke a client's credential")
+    r.add_argument("--client", required=True)
+    r.add_argument("--config", type=Path, default=None)
+    r.set_defaults(func=cmd_pair_revoke)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .daemon import ServeOptions, run
+
+    cfg, path, notes = load_config(args.config)
+    data = Path(args.data if args.data is not None else cfg.data_dir)
+    host = args.host if args.host is not None else cfg.server.host
+    port = args.port if args.port is not None else cfg.server.port
+    if args.model is not None and "/" not in args.model:
+        raise SystemExit("lens: INVALID_ARGUMENT: --model must be '<provider>/<model>'")
+    return run(ServeOptions(cfg, path, data, host, port, args.model, tuple(notes)))
+
+
+def _pairs(args: argparse.Namespace) -> PairStore:
+    cfg, path, _ = load_config(args.config)
+    return PairStore(pair_file_path(cfg, path))
+
+
+def cmd_pair_approve(args: argparse.Namespace) -> int:
+    store = _pairs(args)
+    token = store.approve(args.client, strong=args.strong_trust)
+    trust = "strong trust" if args.strong_trust else "read-only"
+    print(f"approved client {args.client} ({trust}); any earlier credential of it is revoked.")
+    print("The credential is shown once; store it now:")
+    print(token, flush=True)
+    return 0
+
+
+def cmd_pair_list(args: argparse.Namespace) -> int:
+    store = _pairs(args)
+    clients = store.clients()
+    if not clients:
+        print(f"no clients in {store.path}")
+        return 0
+    print(f"{'clientId':<32} {'status':<9} {'trust':<7} name")
+    for c in clients:
+        trust = c.trust if c.status == "approved" else "-"
+        print(f"{c.client_id:<32} {c.status:<9} {trust:<7} {c.name}")
+    return 0
+
+
+def cmd_pair_revoke(args: argparse.Namespace) -> int:
+    store = _pairs(args)
+    store.revoke(args.client)
+    print(f"revoked client {args.client}")
+    return 0

@@ -1,0 +1,112 @@
+"""JSON shapes of the HTTP API (camelCase), derived from state and projections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from events import types as t
+from projections.session_state import MAIN_AGENT, Item, SessionState, UsageTotals, text_of
+
+QUEUED_PREVIEW_CHARS = 2000
+
+
+def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, t.TextPart):
+            out.append({"type": "text", "text": p.text})
+        else:
+            out.append({"type": "image", "artifactId": p.artifact_id, "mime": p.mime})
+    return out
+
+
+def usage_view(u: UsageTotals | t.Usage) -> dict[str, Any]:
+    out = {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "cacheReadTokens": u.cache_read_tokens,
+        "cacheWriteTokens": u.cache_write_tokens,
+        "reasoningTokens": u.reasoning_tokens,
+    }
+    if isinstance(u, UsageTotals):
+        out["requests"] = u.requests
+    return out
+
+
+def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[str, Any]:
+    v: dict[str, Any] = {"id": it.id, "role": it.role, "seq": it.seq, "taskId": it.task_id}
+    if it.role == "tool_call" and it.call is not None:
+        res = results.get(it.call.call_id)
+        status = res.status if res is not None else ("running" if running == it.call.call_id else "pending")
+        v["call"] = {"callId": it.call.call_id, "name": it.call.name, "arguments": it.call.arguments, "status": status}
+        if res is not None:
+            v["result"] = {"itemId": res.id, "status": res.status, "isError": res.is_error, "text": res.text,
+                           "structuredContent": res.structured}
+        return v
+    v["text"] = it.text
+    if any(isinstance(p, t.ImagePart) for p in it.parts):
+        v["parts"] = _parts(it.parts)
+    if it.role == "tool_result":
+        v.update(callId=it.call_id, status=it.status, isError=it.is_error)
+    if it.role == "summary":
+        v["replacedIds"] = list(it.replaced_ids)
+    if it.role == "system" and it.source:
+        v["source"] = it.source
+    return v
+
+
+def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    main = s.agents.get(MAIN_AGENT)
+    items: list[dict[str, Any]] = []
+    agents: list[dict[str, Any]] = []
+    if main is not None:
+        results = {it.call_id: it for it in main.items if it.role == "tool_result" and it.call_id}
+        called = {it.call.call_id for it in main.items if it.role == "tool_call" and it.call is not None}
+        # A tool result is shown inside its call's entry; orphans (none today) stand alone.
+        items = [item_view(it, results, main.running_call) for it in main.items
+                 if it.role != "tool_result" or it.call_id not in called]
+    for a in s.agents.values():
+        agents.append({"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
+                       "status": a.status, "items": len(a.items)})
+    return {
+        "id": s.session_id,
+        "projectId": s.project_id,
+        "name": s.name,
+        "model": s.model,
+        "thinkingLevel": s.thinking_level,
+        "status": s.status,
+        "runningTaskId": s.running_task,
+        "items": items,
+        "queued": [
+            {"requestId": q.request_id, "text": text_of(q.content)[:QUEUED_PREVIEW_CHARS], "whenBusy": q.when_busy,
+             "seq": q.seq, "images": sum(1 for p in q.content if isinstance(p, t.ImagePart))}
+            for q in s.queue
+        ],
+        "todos": [msgspec.to_builtins(x) for x in s.todos],
+        "questions": [
+            {"questionId": q.question_id, "agentId": q.agent_id, "questions": msgspec.to_builtins(q.questions)}
+            for q in s.questions.values()
+        ],
+        "usage": usage_view(s.usage),
+        "agents": agents,
+        "lastSeq": s.last_seq,
+        "deleted": s.deleted,
+        "forkedFrom": {"sessionId": s.forked_from_session, "seq": s.forked_from_seq} if s.forked_from_session else None,
+    }
+
+
+def session_row_view(row: tuple) -> dict[str, Any]:
+    (sid, project_id, name, model, thinking, created, updated, last_seq, deleted, fsess, fseq, open_tasks, queued) = row
+    return {
+        "id": sid, "projectId": project_id, "name": name, "model": model, "thinkingLevel": thinking,
+        "createdTs": created, "updatedTs": updated, "lastSeq": last_seq, "deleted": bool(deleted),
+        "status": "running" if open_tasks else "idle", "queued": queued,
+        "forkedFrom": {"sessionId": fsess, "seq": fseq} if fsess else None,
+    }
+
+
+def project_view(row: tuple) -> dict[str, Any]:
+    pid, name, workspace, created, _seq = row
+    return {"id": pid, "name": name, "workspace": workspace, "createdTs": created}
