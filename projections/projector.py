@@ -15,7 +15,7 @@ from typing import Callable, ClassVar, Iterable, Sequence
 import apsw
 import trio
 
-from events.errors import DataDirNotWritable, LogError, StoreOpenError
+from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreOpenError
 from events.reader import LogReader, StoredEvent, StoredRow
 from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB
 
@@ -152,7 +152,20 @@ class Projector:
             rows = list(self.reader.rows(after=cursor, to=target_seq, limit=BATCH))
             if not rows:
                 break
-            events = [self.reader.decode(r) for r in rows] if need_body else None
+            failure: CorruptEvent | None = None
+            events: list[StoredEvent] | None = None
+            if need_body:
+                events = []
+                for k, r in enumerate(rows):
+                    try:
+                        events.append(self.reader.decode(r))
+                    except CorruptEvent as exc:
+                        # Project everything before the bad row, then report it: the position
+                        # stops right before it, and nothing after it is skipped silently.
+                        failure, rows = exc, rows[:k]
+                        break
+                if not rows:
+                    raise failure  # type: ignore[misc]
             last = rows[-1].seq
             with self.conn:
                 for p in targets:
@@ -173,6 +186,8 @@ class Projector:
             cursor = last
             if progress:
                 progress(min(cursor - start, total), total)
+            if failure is not None:
+                raise failure
         return done
 
     def rebuild(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:

@@ -202,6 +202,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             update, stop = _progress_bar(sys.stdout.isatty())
             try:
                 n = projector.rebuild(names, update)
+            except CorruptEvent as exc:
+                _err(f"lens: {exc.code}: {exc}")
+                _err("lens: the rebuild stopped right before this row; restore the log, then rebuild again")
+                return 1
             finally:
                 stop()
         finally:

@@ -1,0 +1,750 @@
+"""`lens log decode | verify | rebuild | stats` run as real subprocesses against real logs.
+
+A log is written once per module with the real store (under trio); each test that changes
+anything works on its own copy. Rows are damaged directly with apsw, the way a bad disk or a
+stray tool would.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import apsw
+import msgspec
+import pytest
+import trio
+import zstandard
+
+from events.store import Draft, EventStore, open_store
+from events.types import (
+    InputSubmitted,
+    ModelRequested,
+    ModelResponded,
+    ProjectCreated,
+    SessionCreated,
+    TextPart,
+    TodoItem,
+    TodoUpdated,
+    ToolFinished,
+    ToolStarted,
+)
+from projections.registry import all_projections
+
+DECODE_KEYS = {
+    "seq", "ts", "project_id", "session_id", "session_seq", "agent_id", "task_id", "kind",
+    "request_id", "body",
+}
+SESSIONS = ("s1", "s2", "s3")
+TURNS = 16  # per session: enough output (> 150 KB of JSON) to overflow a pipe buffer
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a real process (``python -m runtime.cli``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def lens_script() -> Path:
+    """The installed ``lens`` console script next to this interpreter."""
+    script = Path(sys.executable).parent / "lens"
+    if not script.exists():
+        found = shutil.which("lens")
+        assert found, "the `lens` console script is not installed"
+        script = Path(found)
+    return script
+
+
+def build_drafts() -> list[list[Draft]]:
+    """Appends (each a list of drafts) for a small but varied project."""
+    appends: list[list[Draft]] = [[Draft(ProjectCreated(name="demo", workspace="/ws"), project_id="p1")]]
+    for s in SESSIONS:
+        appends.append([Draft(SessionCreated(model="local/qwen3"), project_id="p1", session_id=s)])
+    for turn in range(TURNS):
+        for s in SESSIONS:
+            env = dict(project_id="p1", session_id=s, agent_id=f"{s}-main", task_id=f"{s}-t{turn}")
+            appends.append(
+                [Draft(InputSubmitted(content=[TextPart(f"question {turn} for {s} " * 20)]),
+                       request_id=f"{s}-req-{turn}", **env)]
+            )
+            appends.append(
+                [
+                    Draft(ModelRequested(provider="local", model="qwen3", context_item_ids=[f"i{turn}"]), **env),
+                    Draft(ModelResponded(text=f"answer {turn} " * 40, stop_reason="tool_use"), **env),
+                    Draft(ToolStarted(call_id=f"c{turn}", name="read_file", arguments='{"path": "a.py"}'), **env),
+                    Draft(ToolFinished(call_id=f"c{turn}", name="read_file",
+                                       content=[TextPart("print('hi')\n" * 80)]), **env),
+                ]
+            )
+        if turn % 4 == 0:
+            appends.append(
+                [Draft(TodoUpdated(items=[TodoItem(id="1", text="write tests")]), project_id="p1",
+                       session_id="s1", agent_id="s1-main")]
+            )
+    return appends
+
+
+def write_log(data_dir: Path, appends: list[list[Draft]]) -> None:
+    async def main() -> None:
+        async with open_store(data_dir, synchronous="OFF") as store:
+            for drafts in appends:
+                await store.append(*drafts)
+
+    trio.run(main)
+
+
+def db_rows(data_dir: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    conn = apsw.Connection(str(data_dir / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return list(conn.execute(sql, args))
+    finally:
+        conn.close()
+
+
+def db_exec(data_dir: Path, sql: str, args: tuple = ()) -> None:
+    """Change events.db behind Lens's back (the writer is closed)."""
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+def body_of_row(data_dir: Path, seq: int) -> bytes:
+    return db_rows(data_dir, "SELECT body FROM events WHERE seq = ?", (seq,))[0][0]
+
+
+def decoded(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def zstd_msgpack(obj: object) -> tuple[bytes, int]:
+    raw = msgspec.msgpack.encode(obj)
+    body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
+    return body, len(raw)
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("pristine") / "data"
+    write_log(data, build_drafts())
+    return data
+
+
+@pytest.fixture
+def log_dir(pristine: Path, tmp_path: Path) -> Path:
+    """A private copy of the module's log."""
+    data = tmp_path / "data"
+    shutil.copytree(pristine, data)
+    return data
+
+
+@pytest.fixture(scope="module")
+def expected(pristine: Path) -> list[tuple]:
+    """(seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id) per row."""
+    return db_rows(
+        pristine,
+        "SELECT seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id "
+        "FROM events ORDER BY seq",
+    )
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+def test_decode_prints_every_event_with_the_contract_keys(log_dir: Path, expected: list[tuple]) -> None:
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    events = decoded(res.stdout)
+    assert len(events) == len(expected) > 100
+    for ev, row in zip(events, expected):
+        assert set(ev) == DECODE_KEYS
+        envelope = (ev["seq"], ev["ts"], ev["project_id"], ev["session_id"], ev["session_seq"],
+                    ev["agent_id"], ev["task_id"], ev["kind"], ev["request_id"])
+        assert envelope == row
+        assert isinstance(ev["body"], dict) and "kind" not in ev["body"]
+    # Bodies carry every field, defaults included; project-level events have no session.
+    first = events[0]
+    assert first["kind"] == "project.created" and first["session_id"] is None
+    assert first["body"] == {"name": "demo", "workspace": "/ws", "executor": {}}
+    submitted = next(e for e in events if e["kind"] == "input.submitted")
+    assert submitted["request_id"] == "s1-req-0"
+    assert submitted["body"] == {
+        "content": [{"type": "text", "text": "question 0 for s1 " * 20}],
+        "when_busy": "followUp",
+    }
+    assert [e["seq"] for e in events] == list(range(1, len(expected) + 1))
+
+
+def test_decode_filters_by_session(log_dir: Path, expected: list[tuple]) -> None:
+    res = lens("log", "decode", "--data", str(log_dir), "--session", "s2")
+    assert res.returncode == 0, res.stderr
+    events = decoded(res.stdout)
+    assert [e["seq"] for e in events] == [r[0] for r in expected if r[3] == "s2"]
+    assert [e["session_seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+def test_decode_filters_by_kind_repeatable_and_comma_separated(log_dir: Path, expected: list[tuple]) -> None:
+    want = [r[0] for r in expected if r[7] in ("tool.started", "todo.updated", "project.created")]
+    for args in (
+        ["--kind", "tool.started", "--kind", "todo.updated", "--kind", "project.created"],
+        ["--kind", "tool.started,todo.updated,project.created"],
+        ["--kind", "tool.started, todo.updated", "--kind", "project.created"],
+    ):
+        res = lens("log", "decode", "--data", str(log_dir), *args)
+        assert res.returncode == 0, res.stderr
+        assert [e["seq"] for e in decoded(res.stdout)] == want, args
+
+
+def test_decode_seq_range_is_inclusive(log_dir: Path, expected: list[tuple]) -> None:
+    last = expected[-1][0]
+    cases = {
+        ("--from", "5", "--to", "9"): [5, 6, 7, 8, 9],
+        ("--from", "7", "--to", "7"): [7],
+        ("--from", str(last - 2)): [last - 2, last - 1, last],
+        ("--to", "3"): [1, 2, 3],
+        ("--from", "9", "--to", "5"): [],
+        ("--from", str(last + 1)): [],
+    }
+    for args, want in cases.items():
+        res = lens("log", "decode", "--data", str(log_dir), *args)
+        assert res.returncode == 0, res.stderr
+        assert [e["seq"] for e in decoded(res.stdout)] == want, args
+
+
+def test_decode_combined_filters(log_dir: Path, expected: list[tuple]) -> None:
+    lo, hi = 20, 90
+    res = lens(
+        "log", "decode", "--data", str(log_dir), "--session", "s3",
+        "--kind", "model.responded,input.submitted", "--from", str(lo), "--to", str(hi),
+    )
+    assert res.returncode == 0, res.stderr
+    want = [
+        r[0] for r in expected
+        if r[3] == "s3" and r[7] in ("model.responded", "input.submitted") and lo <= r[0] <= hi
+    ]
+    assert len(want) >= 4
+    events = decoded(res.stdout)
+    assert [e["seq"] for e in events] == want
+    assert {e["session_id"] for e in events} == {"s3"}
+
+
+def test_decode_raw_prints_the_stored_bytes(log_dir: Path, expected: list[tuple]) -> None:
+    res = lens("log", "decode", "--data", str(log_dir), "--raw", "--from", "1", "--to", "12")
+    assert res.returncode == 0, res.stderr
+    lines = decoded(res.stdout)
+    assert [ev["seq"] for ev in lines] == list(range(1, 13))
+    stored = {
+        seq: (dict_id, raw_size, body)
+        for seq, dict_id, raw_size, body in db_rows(
+            log_dir, "SELECT seq, dict_id, raw_size, body FROM events WHERE seq <= 12"
+        )
+    }
+    for ev in lines:
+        assert set(ev) == DECODE_KEYS | {"dict_id", "raw_size", "body_encoding"}
+        assert ev["body_encoding"] == "zstd+msgpack;base64"
+        dict_id, raw_size, body = stored[ev["seq"]]
+        assert base64.b64decode(ev["body"], validate=True) == body
+        assert (ev["dict_id"], ev["raw_size"]) == (dict_id, raw_size)
+        assert ev["kind"] == expected[ev["seq"] - 1][7]
+
+
+def test_decode_raw_prints_corrupt_rows_as_stored(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 4", (b"\x00not zstd",))
+    res = lens("log", "decode", "--data", str(log_dir), "--raw", "--from", "4", "--to", "4")
+    assert res.returncode == 0, res.stderr
+    assert base64.b64decode(decoded(res.stdout)[0]["body"]) == b"\x00not zstd"
+
+
+def test_decode_reports_a_corrupt_row_and_prints_the_others(log_dir: Path, expected: list[tuple]) -> None:
+    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 7", (b"garbage, not a zstd frame",))
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert res.returncode == 1
+    seqs = [e["seq"] for e in decoded(res.stdout)]
+    assert seqs == [r[0] for r in expected if r[0] != 7]
+    assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 7: ")
+    assert len(res.stderr.splitlines()) == 1
+    assert "Traceback" not in res.stderr
+
+
+def test_decode_shows_an_unknown_kind_as_opaque(log_dir: Path, expected: list[tuple]) -> None:
+    seq = expected[-1][0] + 1
+    body, raw_size = zstd_msgpack({"kind": "future.kind", "shape": [1, 2], "note": "from a newer Lens"})
+    db_exec(
+        log_dir,
+        "INSERT INTO events(seq, ts, project_id, kind, raw_size, body) VALUES (?, ?, 'p1', 'future.kind', ?, ?)",
+        (seq, expected[-1][1], raw_size, body),
+    )
+    res = lens("log", "decode", "--data", str(log_dir), "--kind", "future.kind")
+    assert res.returncode == 0, res.stderr
+    (ev,) = decoded(res.stdout)
+    assert set(ev) == DECODE_KEYS
+    assert (ev["seq"], ev["kind"], ev["session_id"]) == (seq, "future.kind", None)
+    assert ev["body"] == {"shape": [1, 2], "note": "from a newer Lens"}
+
+
+@pytest.mark.parametrize("command", ["decode", "verify", "stats", "rebuild"])
+def test_missing_data_dir_exits_2_without_traceback(tmp_path: Path, command: str) -> None:
+    res = lens("log", command, "--data", str(tmp_path / "nowhere"))
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert res.stderr.startswith("lens: DATA_DIR_MISSING: ")
+    assert "nowhere" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_empty_data_dir_is_not_a_log(tmp_path: Path) -> None:
+    res = lens("log", "decode", "--data", str(tmp_path))
+    assert res.returncode == 2
+    assert res.stderr.startswith("lens: DATA_DIR_MISSING: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    conn = apsw.Connection(str(data / "events.db"))
+    conn.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT)")
+    conn.close()
+    before = sha256(data / "events.db")
+    for command in ("decode", "verify", "stats"):
+        res = lens("log", command, "--data", str(data))
+        assert res.returncode == 2, command
+        assert res.stderr.startswith("lens: STORE_FOREIGN: "), res.stderr
+        assert "notes" in res.stderr and "--data NEW_DIR" in res.stderr
+        assert "Traceback" not in res.stderr
+    assert sha256(data / "events.db") == before
+
+
+def test_non_sqlite_events_db_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "events.db").write_bytes(b"this is not a database\n" * 300)
+    res = lens("log", "verify", "--data", str(data))
+    assert res.returncode == 2
+    assert res.stderr.startswith("lens: STORE_FOREIGN: ")
+    assert "not a SQLite database" in res.stderr
+
+
+def test_directory_of_another_layout_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sessions.json").write_text("{}")
+    res = lens("log", "decode", "--data", str(data))
+    assert res.returncode == 2
+    assert res.stderr.startswith("lens: STORE_FOREIGN: ")
+    assert "sessions.json" in res.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["sessions.json"]
+
+
+def test_other_format_and_other_version_are_refused(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE meta SET value = '2' WHERE key = 'format_version'")
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert res.returncode == 2
+    assert res.stderr.startswith("lens: STORE_FORMAT_UNSUPPORTED: ")
+    assert "version 2" in res.stderr and "--data NEW_DIR" in res.stderr
+
+    db_exec(log_dir, "UPDATE meta SET value = 'other-events' WHERE key = 'format'")
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert res.returncode == 2
+    assert res.stderr.startswith("lens: STORE_FOREIGN: ")
+    assert "'other-events'" in res.stderr
+
+
+def test_decode_into_a_closed_pipe_does_not_traceback(log_dir: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "log", "decode", "--data", str(log_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()  # like `| head -1`: read a line, then go away
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    rc = proc.wait(timeout=60)
+    assert json.loads(first)["seq"] == 1
+    assert err == b""
+    assert rc == 0
+
+
+def test_console_script_and_default_data_dir(pristine: Path, tmp_path: Path) -> None:
+    # `lens log ...` without --data reads `.lens/` under the working directory.
+    shutil.copytree(pristine, tmp_path / ".lens")
+    res = subprocess.run(
+        [str(lens_script()), "log", "verify"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    count = db_rows(pristine, "SELECT count(*) FROM events")[0][0]
+    assert res.stdout == f"ok: {count} event(s) verified\n"
+
+
+# ---------------------------------------------------------------------------- verify
+
+
+def test_verify_ok(log_dir: Path, expected: list[tuple]) -> None:
+    before = sha256(log_dir / "events.db")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout == f"ok: {len(expected)} event(s) verified\n"
+    assert res.stderr == ""
+    assert sha256(log_dir / "events.db") == before
+
+
+def _flip_checksum(body: bytes) -> bytes:
+    return body[:-1] + bytes([body[-1] ^ 0xFF])
+
+
+CORRUPTIONS = {
+    # name: (how to damage the body, words the reason must contain)
+    "garbage": (lambda b: b"\xde\xad\xbe\xef" * 8, "not a zstd frame"),
+    "truncated": (lambda b: b[: len(b) // 2], "does not decompress"),
+    "trailing bytes": (lambda b: b + b"\x00junk", "trailing bytes"),
+    "second frame": (lambda b: b + b, "trailing bytes"),
+    "checksum": (_flip_checksum, "does not decompress"),
+    "empty": (lambda b: b"", "not a zstd frame"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_verify_reports_a_damaged_body(log_dir: Path, expected: list[tuple], name: str) -> None:
+    damage, words = CORRUPTIONS[name]
+    seq = 11
+    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = ?", (damage(body_of_row(log_dir, seq)), seq))
+    before = sha256(log_dir / "events.db")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2, res.stdout
+    assert lines[0].startswith(f"seq {seq}: EVENT_CORRUPT: ")
+    assert words in lines[0]
+    assert lines[1] == f"FAILED: 1 problem(s) in {len(expected)} event(s)"
+    assert sha256(log_dir / "events.db") == before
+
+
+def test_verify_reports_a_body_of_another_kind(log_dir: Path, expected: list[tuple]) -> None:
+    # A valid frame, but holding a session.created body under an input.submitted row.
+    target = next(r[0] for r in expected if r[7] == "input.submitted")
+    other = next(r[0] for r in expected if r[7] == "session.created")
+    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = ?", (body_of_row(log_dir, other), target))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[0] == (
+        f"seq {target}: EVENT_CORRUPT: row kind 'input.submitted' but body holds 'session.created'"
+    )
+
+
+def test_verify_reports_every_problem_with_its_seq(log_dir: Path, expected: list[tuple]) -> None:
+    for seq in (3, 30, 60):
+        db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = ?", (seq,))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == ["seq 3", "seq 30", "seq 60"]
+    assert lines[-1] == f"FAILED: 3 problem(s) in {len(expected)} event(s)"
+
+
+def test_verify_reports_a_seq_gap(log_dir: Path, expected: list[tuple]) -> None:
+    # seq 1 is project-level, so removing it leaves every session's session_seq intact.
+    db_exec(log_dir, "DELETE FROM events WHERE seq = 1")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines() == [
+        "seq 2: seq gap: expected 1, found 2",
+        f"FAILED: 1 problem(s) in {len(expected) - 1} event(s)",
+    ]
+
+
+def test_verify_reports_a_gap_inside_a_session(log_dir: Path, expected: list[tuple]) -> None:
+    victim = next(r for r in expected if r[3] == "s2" and r[4] == 3)
+    db_exec(log_dir, "DELETE FROM events WHERE seq = ?", (victim[0],))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    out = res.stdout
+    assert f"seq {victim[0] + 1}: seq gap: expected {victim[0]}, found {victim[0] + 1}" in out
+    assert "session s2: session_seq 4, expected 3" in out
+
+
+def test_verify_reports_an_unknown_kind(log_dir: Path, expected: list[tuple]) -> None:
+    seq = expected[-1][0] + 1
+    body, raw_size = zstd_msgpack({"kind": "future.kind", "value": 1})
+    db_exec(
+        log_dir,
+        "INSERT INTO events(seq, ts, project_id, kind, raw_size, body) VALUES (?, ?, 'p1', 'future.kind', ?, ?)",
+        (seq, expected[-1][1], raw_size, body),
+    )
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith(f"seq {seq}: unknown event kind 'future.kind'")
+    assert lines[1] == f"FAILED: 1 problem(s) in {seq} event(s)"
+    # decode prints the very same row as an opaque event, without failing.
+    res = lens("log", "decode", "--data", str(log_dir), "--from", str(seq))
+    assert res.returncode == 0
+    assert decoded(res.stdout)[0]["body"] == {"value": 1}
+
+
+def test_verify_reports_a_row_naming_the_wrong_dictionary(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE events SET dict_id = 12345 WHERE seq = 9")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[0] == (
+        "seq 9: EVENT_CORRUPT: frame names dictionary 0 but the row records 12345"
+    )
+
+
+def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple]) -> None:
+    db_exec(log_dir, "UPDATE events SET ts = 1000 WHERE seq = 10")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[0] == (
+        f"seq 10: ts 1000 is earlier than the previous event's {expected[8][1]}"
+    )
+
+
+async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir: Path) -> None:
+    store = EventStore.open(log_dir, synchronous="OFF")
+    try:
+        dict_id = store.train_dictionary()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            result = await store.append(
+                Draft(ModelResponded(text="answer 99 " * 40), project_id="p1", session_id="s1")
+            )
+            store.close_writer()
+    finally:
+        store.close()
+    seq = result.seq
+    res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir), "--raw", "--from", str(seq - 1))
+    old, new = decoded(res.stdout)
+    assert (old["dict_id"], new["dict_id"]) == (0, dict_id) and dict_id != 0
+    assert zstandard.get_frame_parameters(base64.b64decode(new["body"])).dict_id == dict_id
+    res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir), "--from", str(seq))
+    assert res.returncode == 0, res.stderr
+    assert decoded(res.stdout)[0]["body"]["text"] == "answer 99 " * 40
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
+    assert (res.returncode, res.stdout) == (0, f"ok: {seq} event(s) verified\n")
+
+
+def test_bad_arguments_exit_2(log_dir: Path) -> None:
+    for args in (["decode", "--from", "abc"], ["decode", "--bogus"], ["nonsense"]):
+        res = lens("log", *args, "--data", str(log_dir))
+        assert res.returncode == 2, args
+        assert "usage:" in res.stderr and "Traceback" not in res.stderr
+
+
+def log_file_digests(data_dir: Path) -> dict[str, str]:
+    """sha256 of events.db and its WAL (the -shm index is SQLite's scratch memory)."""
+    return {
+        p.name: sha256(p)
+        for p in data_dir.iterdir()
+        if p.name.startswith("events.db") and p.name != "events.db-shm"
+    }
+
+
+def test_verify_never_changes_the_database(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE events SET body = x'28b52ffd' WHERE seq = 5")
+    before = log_file_digests(log_dir)
+    rows = db_rows(log_dir, "SELECT * FROM events ORDER BY seq")
+    for _ in range(2):
+        res = lens("log", "verify", "--data", str(log_dir))
+        assert res.returncode == 1
+        assert res.stdout.startswith("seq 5: EVENT_CORRUPT: ")
+    after = log_file_digests(log_dir)
+    for name, digest in before.items():
+        assert after[name] == digest, name
+    # A reader may leave an empty WAL behind, never one with content.
+    assert after.get("events.db-wal") in (None, hashlib.sha256(b"").hexdigest())
+    assert db_rows(log_dir, "SELECT * FROM events ORDER BY seq") == rows
+    assert not (log_dir / "projections.db").exists()
+
+
+# ---------------------------------------------------------------------------- rebuild
+
+
+def registry_names() -> list[str]:
+    """The projections `lens log rebuild` knows, sorted as it prints them."""
+    return sorted(p.name for p in all_projections())
+
+
+def projection_tables(data_dir: Path) -> dict[str, list[tuple]]:
+    """Every table of projections.db, rows in a canonical order."""
+    conn = apsw.Connection(str(data_dir / "projections.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}"), key=repr) for t in sorted(names)}
+    finally:
+        conn.close()
+
+
+def positions(data_dir: Path) -> dict[str, tuple[int, int]]:
+    return {name: (version, seq) for name, version, seq in projection_tables(data_dir)["positions"]}
+
+
+def direct_stats(data_dir: Path) -> list[tuple]:
+    """(kind, events, stored bytes, raw bytes) computed from events.db itself."""
+    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    dctx = zstandard.ZstdDecompressor()
+    for kind, body in db_rows(data_dir, "SELECT kind, body FROM events"):
+        a = acc[kind]
+        a[0] += 1
+        a[1] += len(body)
+        a[2] += len(dctx.decompress(body))
+    return [(k, *v) for k, v in sorted(acc.items())]
+
+
+def test_rebuild_all_is_quiet_and_correct(log_dir: Path, expected: list[tuple]) -> None:
+    names = registry_names()
+    assert "stats" in names
+    res = lens("log", "rebuild", "--data", str(log_dir))
+    assert res.returncode == 0, res.stderr
+    # stdout is a pipe, not a terminal: no progress bar, just the summary line.
+    assert res.stdout == f"rebuilt {', '.join(names)} from {len(expected)} event(s)\n"
+    assert res.stderr == ""
+    versions = {p.name: p.version for p in all_projections()}
+    assert positions(log_dir) == {name: (versions[name], len(expected)) for name in names}
+    assert projection_tables(log_dir)["stats_kinds"] == direct_stats(log_dir)
+
+
+def test_rebuild_one_projection(log_dir: Path, expected: list[tuple]) -> None:
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"rebuilt stats from {len(expected)} event(s)\n"
+    assert projection_tables(log_dir)["stats_kinds"] == direct_stats(log_dir)
+    # Only the named projection was folded; the others exist, still at position 0.
+    assert {name: seq for name, (_, seq) in positions(log_dir).items()} == {
+        name: (len(expected) if name == "stats" else 0) for name in registry_names()
+    }
+
+
+def test_rebuild_unknown_projection_names_the_known_ones(log_dir: Path) -> None:
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "nope")
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert res.stderr == (
+        f"lens: PROJECTION_UNKNOWN: no projection named 'nope'; known: {', '.join(registry_names())}\n"
+    )
+
+
+def test_rebuild_is_idempotent_and_equals_incremental(tmp_path: Path) -> None:
+    # `stats` catches its projection up incrementally (log written in two halves, caught up
+    # after each); rebuilding from zero must give exactly that, and rebuilding twice the same.
+    data = tmp_path / "data"
+    appends = build_drafts()
+    half = len(appends) // 2
+    write_log(data, appends[:half])
+    assert lens("log", "stats", "--data", str(data)).returncode == 0
+    write_log(data, appends[half:])
+    assert lens("log", "stats", "--data", str(data)).returncode == 0
+    incremental = projection_tables(data)["stats_kinds"]
+    assert incremental == direct_stats(data)
+    dumps = []
+    for _ in range(2):
+        res = lens("log", "rebuild", "--data", str(data))
+        assert res.returncode == 0, res.stderr
+        dumps.append(projection_tables(data))
+    assert dumps[0] == dumps[1]
+    assert dumps[0]["stats_kinds"] == incremental
+    assert set(dumps[0]) >= {"positions", "stats_kinds"}
+
+
+def test_rebuild_of_columns_only_ignores_a_damaged_body(log_dir: Path, expected: list[tuple]) -> None:
+    # stats works from stored columns only; a damaged body still counts its stored size.
+    db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")
+    assert res.returncode == 0, res.stderr
+    stats = projection_tables(log_dir)["stats_kinds"]
+    assert sum(n for _, n, _, _ in stats) == len(expected)
+    assert positions(log_dir)["stats"][1] == len(expected)
+
+
+def test_rebuild_reports_a_corrupt_row_a_projection_needs(log_dir: Path) -> None:
+    if not any(p.needs_body for p in all_projections()):
+        pytest.skip("no registered projection reads bodies")
+    db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
+    res = lens("log", "rebuild", "--data", str(log_dir))
+    assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 2: ")
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 1
+
+
+# ---------------------------------------------------------------------------- stats
+
+
+def test_stats_json_matches_the_events_table(log_dir: Path, expected: list[tuple]) -> None:
+    res = lens("log", "stats", "--data", str(log_dir), "--json")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    out = json.loads(res.stdout)
+    direct = direct_stats(log_dir)
+    # raw_size as recorded agrees with the decompressed size of each body.
+    recorded = db_rows(
+        log_dir,
+        "SELECT kind, count(*), sum(length(body)), sum(raw_size) FROM events GROUP BY kind ORDER BY kind",
+    )
+    assert [tuple(r) for r in recorded] == direct
+    assert [(k["kind"], k["events"], k["stored_bytes"], k["raw_bytes"]) for k in out["kinds"]] == direct
+    for k in out["kinds"]:
+        assert k["compression_ratio"] == round(k["raw_bytes"] / k["stored_bytes"], 3)
+    total = out["total"]
+    assert total["events"] == len(expected)
+    assert total["stored_bytes"] == sum(r[2] for r in direct)
+    assert total["raw_bytes"] == sum(r[3] for r in direct)
+    assert total["compression_ratio"] == round(total["raw_bytes"] / total["stored_bytes"], 3)
+    # Repetitive text compresses: the log as a whole is smaller than its raw MessagePack.
+    assert total["compression_ratio"] > 1
+
+
+def test_stats_table(log_dir: Path) -> None:
+    res = lens("log", "stats", "--data", str(log_dir))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["kind", "events", "stored", "bytes", "raw", "bytes", "ratio"]
+    assert set(lines[1]) == {"-"}
+    direct = direct_stats(log_dir)
+    body = [line.split() for line in lines[2:]]
+    assert [row[0] for row in body] == [d[0] for d in direct] + ["TOTAL"]
+    for row, (kind, n, stored, raw) in zip(body, direct):
+        assert (int(row[1]), int(row[2]), int(row[3])) == (n, stored, raw), kind
+        assert float(row[4]) == pytest.approx(raw / stored, abs=0.006)
+    total = body[-1]
+    assert int(total[1]) == sum(d[1] for d in direct)
+    assert int(total[2]) == sum(d[2] for d in direct)
+    assert int(total[3]) == sum(d[3] for d in direct)
+
+
+def test_stats_follows_new_events(log_dir: Path) -> None:
+    assert lens("log", "stats", "--data", str(log_dir), "--json").returncode == 0
+    write_log(
+        log_dir,
+        [[Draft(SessionCreated(), project_id="p1", session_id="s9")],
+         [Draft(ToolStarted(call_id="x", name="job", arguments="{}"), project_id="p1", session_id="s9")]],
+    )
+    res = lens("log", "stats", "--data", str(log_dir), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert [(k["kind"], k["events"], k["stored_bytes"], k["raw_bytes"]) for k in out["kinds"]] == direct_stats(log_dir)
