@@ -287,7 +287,7 @@ class InstructionAppended(_Event, tag="instruction.appended"):
 class ContextEdited(_Event, tag="context.edited"):
     """A Working Context edit; the Full Context is never rewritten."""
 
-    op: Literal["snip", "include_result", "unsnip", "prune"]
+    op: Literal["snip", "include_result", "unsnip", "prune", "hide", "unhide"]
     item_ids: list[str]
     reason: str = ""
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .catalog import ProjectsProjection, SessionsProjection
+from .history import HistoryProjection
 from .projector import Projection
 from .stats import KindStats
 
 
 def all_projections() -> list[Projection]:
     """Fresh instances of every projection, in the order they are built."""
-    return [KindStats(), ProjectsProjection(), SessionsProjection()]
+    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection()]

@@ -51,6 +51,7 @@ class AgentState(msgspec.Struct):
     result: str = ""
     items: list[Item] = []
     snipped: list[str] = []
+    hidden: list[str] = []  # hidden by the user: out of the Working Context and of history search
     included: list[str] = []
     pruned: list[str] = []
     # The last model response's tool calls that have no tool.finished yet, in order.
@@ -308,6 +309,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             a.snipped = [i for i in a.snipped if i not in ids]
         elif ev.op == "include_result":
             a.included = a.included + [i for i in ids if i not in a.included]
+        elif ev.op == "hide":
+            a.hidden = a.hidden + [i for i in ids if i not in a.hidden]
+        elif ev.op == "unhide":
+            a.hidden = [i for i in a.hidden if i not in ids]
         elif ev.op == "prune":
             a.pruned = a.pruned + [i for i in ids if i not in a.pruned]
     elif isinstance(ev, t.ContextCompacted):
@@ -338,6 +343,7 @@ def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:
 
 
 PRUNED_PLACEHOLDER = "[tool result pruned from the working context; include it again by id]"
+REMOVED_PLACEHOLDER = "[tool result removed from the working context]"
 
 
 def working_context(agent: AgentState) -> list[Item]:
@@ -353,10 +359,17 @@ def working_context(agent: AgentState) -> list[Item]:
         if it.role == "summary":
             hidden.update(it.replaced_ids)
     hidden -= included
+    hidden |= set(agent.hidden)  # a user's hide wins over include_result
     pruned = set(agent.pruned) - included
+    visible_calls = {it.call.call_id for it in agent.items
+                     if it.role == "tool_call" and it.call is not None and it.id not in hidden}
     out: list[Item] = []
     for it in agent.items:
+        if it.role == "tool_result" and it.call_id not in visible_calls:
+            continue  # its call is gone from the Working Context: a lone result would be malformed
         if it.id in hidden:
+            if it.role == "tool_result":
+                out.append(msgspec.structs.replace(it, text=REMOVED_PLACEHOLDER, parts=[t.TextPart(REMOVED_PLACEHOLDER)], structured=None))
             continue
         if it.id in pruned and it.role == "tool_result":
             out.append(msgspec.structs.replace(it, text=PRUNED_PLACEHOLDER, parts=[t.TextPart(PRUNED_PLACEHOLDER)], structured=None))

@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 from events import types as t
 from events.errors import LogError
 from events.store import Draft, EventStore
+from projections.history import HistoryError
 
 from . import actor as a
 from .bus import Bus, event_frame, sse_message
@@ -43,7 +44,7 @@ STATUS: dict[str, int] = {
     "AUTH_REQUIRED": 401, "AUTH_INVALID": 401,
     "FORBIDDEN": 403, "HOST_FORBIDDEN": 403, "ORIGIN_FORBIDDEN": 403,
     "NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "PROJECT_NOT_FOUND": 404, "CLIENT_NOT_FOUND": 404,
-    "QUESTION_NOT_FOUND": 404, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404,
+    "QUESTION_NOT_FOUND": 404, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
     "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
     "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
@@ -210,6 +211,10 @@ def create_app(svc: Services) -> QuartTrio:
     async def log_error(exc: LogError) -> Response:
         return error_response(exc.code, exc.message, STATUS.get(exc.code, 500))
 
+    @app.errorhandler(HistoryError)
+    async def history_error(exc: HistoryError) -> Response:
+        return error_response(exc.code, exc.message, STATUS.get(exc.code, 400))
+
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE", 400: "INVALID_ARGUMENT"}.get(
@@ -233,6 +238,15 @@ def create_app(svc: Services) -> QuartTrio:
         status = await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
                                                svc.config.server.max_pending_pairings)
         return json_response({"clientId": body.client_id, "status": status}, 202)
+
+    @app.get("/api/v1/whoami")
+    async def whoami() -> Response:
+        """The caller's own identity: ``{clientId, trust}`` (``"read"`` | ``"strong"``); never a secret.
+
+        Lets a client (the dashboard) show or hide mutating controls without trying one.
+        """
+        p = principal()
+        return json_response({"clientId": p.client_id, "trust": p.trust})
 
     # ------------------------------------------------------------------ projects
 
@@ -436,6 +450,24 @@ def create_app(svc: Services) -> QuartTrio:
         await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
         return json_response(result)
 
+    # ------------------------------------------------------------------ history
+
+    @app.post("/api/v1/history/search")
+    async def history_search() -> Response:
+        body = await read_body(HistorySearchBody)
+        if not await project_exists(body.project_id):
+            raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
+        hits, nxt = await svc.projections.history_search(
+            body.project_id, body.query, session_id=body.session_id, agent_id=body.agent_id, task_id=body.task_id,
+            after_item_id=body.after_context_item_id, limit=body.limit)
+        return json_response({"results": [h.to_json() for h in hits], "nextAfterContextItemId": nxt})
+
+    @app.get("/api/v1/history/items/<item_id>")
+    async def history_item(item_id: str) -> Response:
+        offset = _int_arg("offset", 0, 0, None)
+        limit = _int_arg("limit", 16384, 1, 1024 * 1024)
+        return json_response(await svc.projections.history_read(item_id, offset=offset, limit=limit))
+
     # ------------------------------------------------------------------ dashboard
 
     @app.get("/")
@@ -456,6 +488,16 @@ def create_app(svc: Services) -> QuartTrio:
 
 class ConfigWriteBody(_B):
     text: str
+
+
+class HistorySearchBody(_B):
+    project_id: str
+    query: str
+    session_id: str | None = None
+    agent_id: str | None = None
+    task_id: str | None = None
+    after_context_item_id: str | None = None
+    limit: int = 20
 
 
 def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:

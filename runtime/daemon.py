@@ -23,6 +23,7 @@ from hypercorn.trio import serve as hyper_serve
 
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
+from tools.history import history_tools
 from tools.registry import builtin_tools
 
 from .actor import ActorDeps
@@ -60,7 +61,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
     cfg = opts.config
-    stop = stop or trio.Event()
+    stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
     say = announce or (lambda line: print(line, flush=True))
     for note in opts.notes:
         say(f"lens: {note}")
@@ -80,7 +81,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             bus.publish(session_id, None, "model.delta", {"session_id": session_id, "agent_id": agent_id,
                                                            "kind": delta.kind, "text": delta.text})
 
-        deps = ActorDeps(store, snapshots, catalog, builtin_tools(), new_id,
+        deps = ActorDeps(store, snapshots, catalog, builtin_tools(history_tools(projections)), new_id,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
                          on_delta=on_delta)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts)

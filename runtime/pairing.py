@@ -225,8 +225,20 @@ class PairStore:
         return next((c for c in self._data.clients if c.client_id == client_id), None)
 
     def authenticate(self, token: str) -> Principal | None:
-        """The principal holding ``token``, or ``None``. Compares every hash in constant time."""
-        if not self.valid or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        """The principal holding ``token``, or ``None``. Compares every hash in constant time.
+
+        A miss re-checks the file first, so a credential works the moment ``lens pair approve``
+        has written it (not only after the next poll).
+        """
+        if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+            return None
+        found = self._match(token)
+        if found is None and self.reload():
+            found = self._match(token)
+        return found
+
+    def _match(self, token: str) -> Principal | None:
+        if not self.valid:
             return None
         found: Principal | None = None
         for c in self._data.clients:

@@ -16,6 +16,7 @@ import trio
 from events.reader import LogReader
 from events.schema import open_read_connection
 from events.store import EventStore
+from projections.history import HistoryIndex
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
@@ -83,3 +84,27 @@ class ProjectionService:
             return list(self._read_conn.execute(sql, args))
 
         return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+
+    # ------------------------------------------------------------------ history (tools and HTTP)
+
+    async def history_search(self, project_id: str, query: str, *, session_id: str | None = None,
+                             agent_id: str | None = None, task_id: str | None = None,
+                             after_item_id: str | None = None, limit: int = 20) -> tuple[list[Any], str | None]:
+        await self.caught_up()
+        index = HistoryIndex(self._read_conn)
+
+        def run() -> tuple[list[Any], str | None]:
+            return index.search(project_id, query, session_id=session_id, agent_id=agent_id, task_id=task_id,
+                                after_item_id=after_item_id, limit=limit)
+
+        return await self._history(run)
+
+    async def history_read(self, item_id: str, *, project_id: str | None = None, offset: int = 0,
+                           limit: int = 16384) -> dict[str, Any]:
+        await self.caught_up()
+        index = HistoryIndex(self._read_conn)
+        return await self._history(lambda: index.read(item_id, project_id=project_id, offset=offset, limit=limit))
+
+    async def _history(self, fn: Any) -> Any:
+        """Run a history query off the trio thread; raises :class:`HistoryError` (stable codes)."""
+        return await trio.to_thread.run_sync(fn, limiter=self._read_limiter)

@@ -1,0 +1,280 @@
+"""The history projection: every agent's Full Context items of every project, in FTS5.
+
+Items get the same ids as in :mod:`projections.session_state` (``c<seq>`` / ``c<seq>.<n>``), and
+include what compaction later replaced, subagents' items and every task's. Items the user hid
+(``context.edited`` op ``hide``) and sessions that were deleted are flagged and never returned.
+
+Search (:class:`HistoryIndex`) is scoped to one project. Query syntax: words (all must match),
+``"exact phrases"`` and ``prefix*``; user text is always quoted into the FTS grammar, so
+operators and quotes in it are plain text. Order: relevance (bm25) then recency when the query
+matches at most :data:`RANKED_LIMIT` items, recency alone beyond that (ranking every match of a
+very common word costs too much); paging continues after a context item id with a total order
+(rank, seq, item), so pages never skip or repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import apsw
+
+from events import types as t
+from events.reader import StoredEvent, StoredRow
+
+from .projector import Projection
+
+RANKED_LIMIT = 2000
+MAX_QUERY_BYTES = 4096
+MAX_LIMIT = 100
+SNIPPET_TOKENS = 24
+
+
+def _text(parts: Sequence[t.ContentPart]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, t.TextPart))
+
+
+def _iid(seq: int, n: int = 0) -> str:
+    return f"c{seq}" if n == 0 else f"c{seq}.{n}"
+
+
+class HistoryProjection(Projection):
+    name = "history"
+    version = 1
+    needs_body = True
+    tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
+
+    def create(self, conn: apsw.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE history_items(rowid INTEGER PRIMARY KEY, item_id TEXT NOT NULL UNIQUE, "
+            "project_id TEXT, session_id TEXT, agent_id TEXT, task_id TEXT, role TEXT NOT NULL, "
+            "seq INTEGER NOT NULL, text TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0)"
+        )
+        conn.execute("CREATE INDEX history_items_session ON history_items(session_id, seq)")
+        conn.execute(
+            "CREATE VIRTUAL TABLE history_fts USING fts5(text, content='history_items', "
+            "content_rowid='rowid', tokenize='unicode61 remove_diacritics 2')"
+        )
+        conn.execute(
+            "CREATE TABLE history_inputs(session_id TEXT NOT NULL, request_id TEXT NOT NULL, text TEXT NOT NULL, "
+            "PRIMARY KEY(session_id, request_id)) WITHOUT ROWID"
+        )
+        conn.execute(
+            "CREATE TABLE history_sessions(session_id TEXT PRIMARY KEY, project_id TEXT, deleted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+        )
+
+    def drop(self, conn: apsw.Connection) -> None:
+        conn.execute("DROP TABLE IF EXISTS history_fts")
+        for table in ("history_items", "history_inputs", "history_sessions"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+    def dump(self, conn: apsw.Connection) -> list[tuple]:
+        out: list[tuple] = [("history_items",)]
+        out.extend(conn.execute("SELECT * FROM history_items ORDER BY rowid"))
+        out.append(("history_sessions",))
+        out.extend(conn.execute("SELECT * FROM history_sessions ORDER BY 1"))
+        out.append(("history_inputs",))
+        out.extend(conn.execute("SELECT * FROM history_inputs ORDER BY 1, 2"))
+        return out
+
+    def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
+        assert events is not None
+        items: list[tuple] = []
+        for se in events:
+            ev = se.event
+            sid = se.session_id
+            base = (se.project_id, sid, se.agent_id or "main", se.task_id)
+            if isinstance(ev, t.SessionCreated):
+                conn.execute("INSERT OR REPLACE INTO history_sessions(session_id, project_id) VALUES (?, ?)", (sid, se.project_id))
+            elif isinstance(ev, t.SessionDeleted):
+                conn.execute("UPDATE history_sessions SET deleted = 1 WHERE session_id = ?", (sid,))
+                conn.execute("UPDATE history_items SET hidden = hidden | 2 WHERE session_id = ?", (sid,))
+            elif isinstance(ev, t.InputSubmitted) and se.request_id:
+                conn.execute("INSERT OR REPLACE INTO history_inputs(session_id, request_id, text) VALUES (?, ?, ?)",
+                             (sid, se.request_id, _text(ev.content)))
+            elif isinstance(ev, t.InputPlaced):
+                found = conn.execute("SELECT text FROM history_inputs WHERE session_id = ? AND request_id = ?",
+                                     (sid, ev.input_request_id)).fetchall()
+                if found:
+                    items.append((_iid(se.seq), *base, "user", se.seq, found[0][0]))
+                    conn.execute("DELETE FROM history_inputs WHERE session_id = ? AND request_id = ?", (sid, ev.input_request_id))
+            elif isinstance(ev, t.InputWithdrawn):
+                conn.execute("DELETE FROM history_inputs WHERE session_id = ? AND request_id = ?", (sid, ev.input_request_id))
+            elif isinstance(ev, t.AgentStarted):
+                if ev.prompt:
+                    items.append((_iid(se.seq), *base, "user", se.seq, ev.prompt))
+            elif isinstance(ev, t.ModelResponded):
+                n = 0
+                if ev.text:
+                    items.append((_iid(se.seq), *base, "assistant", se.seq, ev.text))
+                    n += 1
+                for call in ev.tool_calls:
+                    items.append((_iid(se.seq, n), *base, "tool_call", se.seq, f"{call.name} {call.arguments}"))
+                    n += 1
+            elif isinstance(ev, t.ToolFinished):
+                items.append((_iid(se.seq), *base, "tool_result", se.seq, _text(ev.content)))
+            elif isinstance(ev, t.SkillLoaded):
+                items.append((_iid(se.seq), *base, "system", se.seq, ev.instructions))
+            elif isinstance(ev, t.InstructionAppended):
+                items.append((_iid(se.seq), *base, "system", se.seq, ev.text))
+            elif isinstance(ev, t.ContextCompacted):
+                items.append((_iid(se.seq), *base, "summary", se.seq, ev.summary))
+            elif isinstance(ev, t.ContextEdited) and ev.op in ("hide", "unhide"):
+                self._flush(conn, items)
+                items = []
+                op = "hidden | 1" if ev.op == "hide" else "hidden & ~1"
+                conn.executemany(f"UPDATE history_items SET hidden = {op} WHERE item_id = ? AND session_id = ?",
+                                 [(i, sid) for i in ev.item_ids])
+        self._flush(conn, items)
+
+    @staticmethod
+    def _flush(conn: apsw.Connection, items: list[tuple]) -> None:
+        if not items:
+            return
+        for it in items:
+            conn.execute(
+                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", it)
+            conn.execute("INSERT INTO history_fts(rowid, text) VALUES (last_insert_rowid(), ?)", (it[7],))
+
+
+# --------------------------------------------------------------------------- querying
+
+
+class HistoryError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+_TOKEN = re.compile(r'"([^"]*)"|(\S+)')
+
+
+def fts_query(query: str) -> str:
+    """User text -> a safe FTS5 expression: every term quoted; ``"phrases"``; ``word*`` prefixes."""
+    if not isinstance(query, str):
+        raise HistoryError("INVALID_ARGUMENT", "query must be a string")
+    if "\0" in query:
+        raise HistoryError("INVALID_ARGUMENT", "query must not contain NUL characters")
+    if len(query.encode()) > MAX_QUERY_BYTES:
+        raise HistoryError("QUERY_TOO_LONG", f"query is over {MAX_QUERY_BYTES} bytes")
+    terms: list[str] = []
+    for m in _TOKEN.finditer(query):
+        phrase, word = m.group(1), m.group(2)
+        if phrase is not None:
+            words = phrase.split()
+            if words:
+                terms.append('"' + " ".join(words).replace('"', '""') + '"')
+            continue
+        prefix = word.endswith("*") and len(word.rstrip("*")) > 0
+        core = word.rstrip("*") if prefix else word
+        core = core.replace('"', "")
+        if not _has_token_chars(core):
+            continue
+        terms.append('"' + core + '"' + ("*" if prefix else ""))
+    if not terms:
+        raise HistoryError("INVALID_ARGUMENT", "query has no searchable words")
+    return " AND ".join(terms)
+
+
+def _has_token_chars(s: str) -> bool:
+    return any(ch.isalnum() for ch in s)
+
+
+@dataclass(frozen=True)
+class Hit:
+    context_item_id: str
+    project_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    task_id: str | None
+    role: str
+    seq: int
+    snippet: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"contextItemId": self.context_item_id, "sessionId": self.session_id, "agentId": self.agent_id,
+                "taskId": self.task_id, "role": self.role, "seq": self.seq, "snippet": self.snippet}
+
+
+class HistoryIndex:
+    """Read-side queries over the history projection (synchronous; one connection)."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self.conn = conn
+
+    def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
+               task_id: str | None = None, after_item_id: str | None = None, limit: int = 20) -> tuple[list[Hit], str | None]:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
+        expr = fts_query(query)
+        where = ["i.project_id = ?", "i.hidden = 0"]
+        args: list[Any] = [project_id]
+        for col, val in (("session_id", session_id), ("agent_id", agent_id), ("task_id", task_id)):
+            if val is not None:
+                where.append(f"i.{col} = ?")
+                args.append(val)
+        cond = " AND ".join(where)
+        probe = self.conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM history_fts WHERE history_fts MATCH ? LIMIT ?)",
+            (expr, RANKED_LIMIT + 1)).fetchall()[0][0]
+        cols = ("i.rowid, i.item_id, i.project_id, i.session_id, i.agent_id, i.task_id, i.role, i.seq, "
+                f"snippet(history_fts, 0, '[', ']', '…', {SNIPPET_TOKENS})")
+        cursor_rowid = None
+        if after_item_id is not None:
+            found = self.conn.execute("SELECT rowid FROM history_items WHERE item_id = ? AND project_id = ?",
+                                      (after_item_id, project_id)).fetchall()
+            if not found:
+                raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not an item of this project")
+            cursor_rowid = found[0][0]
+        if probe <= RANKED_LIMIT:
+            rows = list(self.conn.execute(
+                f"SELECT {cols}, bm25(history_fts) AS score FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
+                f"WHERE history_fts MATCH ? AND {cond} ORDER BY score, i.rowid DESC", (expr, *args)))
+            start = 0
+            if cursor_rowid is not None:
+                pos = next((k for k, r in enumerate(rows) if r[0] == cursor_rowid), None)
+                if pos is None:
+                    raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not a result of this query")
+                start = pos + 1
+            page = rows[start:start + limit + 1]
+        else:
+            extra = " AND i.rowid < ?" if cursor_rowid is not None else ""
+            page = list(self.conn.execute(
+                f"SELECT {cols} FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
+                f"WHERE history_fts MATCH ? AND {cond}{extra} ORDER BY history_fts.rowid DESC LIMIT ?",
+                (expr, *args, *([cursor_rowid] if cursor_rowid is not None else []), limit + 1)))
+        more = len(page) > limit
+        page = page[:limit]
+        hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in page]
+        return hits, (hits[-1].context_item_id if more and hits else None)
+
+    def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:
+        rows = self.conn.execute(
+            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, text, hidden FROM history_items WHERE item_id = ?",
+            (item_id,)).fetchall()
+        if not rows or rows[0][8] or (project_id is not None and rows[0][1] != project_id):
+            raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {item_id!r}")
+        _iid_, pid, sid, aid, tid, role, seq, text, _h = rows[0]
+        data = text.encode("utf-8")
+        if offset < 0 or offset > len(data):
+            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {len(data)}")
+        if limit < 1 or limit > 1024 * 1024:
+            raise HistoryError("INVALID_ARGUMENT", "limit must be from 1 to 1048576 bytes")
+        if offset < len(data) and (data[offset] & 0xC0) == 0x80:
+            raise HistoryError("INVALID_ARGUMENT", f"offset {offset} falls inside a UTF-8 character")
+        end = min(len(data), offset + limit)
+        while end < len(data) and (data[end] & 0xC0) == 0x80:
+            end -= 1
+        if end == offset and offset < len(data):  # limit smaller than one character: return one whole
+            end = offset + 1
+            while end < len(data) and (data[end] & 0xC0) == 0x80:
+                end += 1
+        return {
+            "contextItemId": item_id, "sessionId": sid, "agentId": aid, "taskId": tid, "role": role, "seq": seq,
+            "text": data[offset:end].decode("utf-8"), "offset": offset, "nextOffset": end, "eof": end >= len(data),
+            "size": len(data), "digest": hashlib.sha256(data).hexdigest(),
+        }
