@@ -122,8 +122,20 @@ class Codec:
         return self._encoder.encode(event)
 
     def encode(self, event: _Event) -> Encoded:
-        """Frame ``event`` for storage. Raises :class:`AppendRejected` when it is too large."""
-        raw = self._encoder.encode(event)
+        """Frame ``event`` for storage.
+
+        Raises :class:`AppendRejected` when it cannot be encoded, does not match its own schema
+        (msgspec does not type-check at construction, and a mistyped body stored now could never
+        be decoded again), or is larger than ``max_event_bytes``.
+        """
+        try:
+            raw = self._encoder.encode(event)
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+            raise AppendRejected(f"{kind_of(event)} event cannot be encoded ({exc})") from None
+        try:
+            self._decoder.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise AppendRejected(f"{kind_of(event)} event does not match its schema ({exc})") from None
         if len(raw) > self.max_event_bytes:
             raise AppendRejected(
                 f"{kind_of(event)} event is {len(raw)} bytes, over the maximum event size "

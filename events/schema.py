@@ -79,6 +79,10 @@ INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('format_version', '
 """
 
 
+class WalNeedsWriteAccess(StoreOpenError):
+    code = "STORE_WAL_UNREADABLE"
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -198,8 +202,15 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
         return conn
     except (apsw.CantOpenError, apsw.ReadOnlyError):
         # A WAL database in a directory we cannot write (no -shm can be made): read it as an
-        # immutable file. Nothing can be writing it if we cannot write there either.
-        pass
+        # immutable file. Nothing can be writing it if we cannot write there either, but an
+        # immutable open ignores the WAL, so committed events still in it would be invisible.
+        wal = data_dir / (EVENTS_DB + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise WalNeedsWriteAccess(
+                f"{path}: committed events are still in {wal.name}, and reading them needs write access "
+                f"to {data_dir} (or its {EVENTS_DB}-shm file); open it where it is writable, or copy the "
+                f"data directory somewhere writable first"
+            ) from None
     except apsw.NotADBError:
         raise ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log") from None
     try:

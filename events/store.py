@@ -50,6 +50,10 @@ MAX_BATCH_EVENTS = 1024
 QUEUE_DEPTH = 4096
 
 
+class StoreLocked(StoreOpenError):
+    code = "STORE_LOCKED"
+
+
 class StoreWriteFailed(LogError):
     code = "STORE_WRITE_FAILED"
 
@@ -150,7 +154,7 @@ class EventStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise StoreOpenError(
+            raise StoreLocked(
                 f"data directory {data_dir} is in use by another Lens process; stop it or "
                 f"choose another --data directory"
             ) from None
@@ -196,6 +200,7 @@ class EventStore:
         finally:
             self._send = None
             self._closed = True
+            self._committed.set()  # wake wait_for() callers so they see the store closed
             # Fail whatever is still queued: it was never written.
             while True:
                 try:
@@ -244,7 +249,8 @@ class EventStore:
         If the caller is cancelled while waiting, the append may still be committed.
         """
         rows = self.encode(drafts)
-        if expected_session_seq is not None and len({d.session_id for d in drafts}) != 1:
+        sids = {d.session_id for d in drafts}
+        if expected_session_seq is not None and (len(sids) != 1 or None in sids):
             raise AppendRejected("expected_session_seq needs all events in one session")
         pending = _Pending(rows, expected_session_seq)
         send = self._send

@@ -1,0 +1,569 @@
+"""Bad input never crashes, never hides, never changes data (F-LOG-5, F-LOG-6).
+
+Each case checks: a typed error with its stable ``code``, a message naming the problem (and the
+``seq`` for a row), no chained driver traceback, and the data left as it was. Damaged rows are
+written straight into events.db with apsw, as a disk error or another program would leave them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import tracemalloc
+from pathlib import Path
+from typing import Any, Iterator
+
+import apsw
+import msgspec
+import pytest
+import zstandard
+
+from events.codec import Codec, train_dictionary
+from events.errors import (
+    AppendRejected,
+    CorruptEvent,
+    DataDirMissing,
+    EventTooLarge,
+    ForeignStore,
+    LogError,
+    StoreOpenError,
+    UnknownDictionary,
+    UnsupportedFormat,
+)
+from events.reader import LogReader
+from events.store import Draft, EventStore, open_store
+from events.types import InstructionAppended, Opaque, SessionNamed, ToolFinished
+
+MiB = 1024 * 1024
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def note(i: int) -> Draft:
+    return Draft(InstructionAppended(text=f"event {i} " + "words " * 20), session_id="s1")
+
+
+async def make_log(data_dir: Path, n: int = 5) -> None:
+    async with open_store(data_dir) as s:
+        await s.append(*[note(i) for i in range(1, n + 1)])
+
+
+def snapshot(data_dir: Path) -> dict[str, Any]:
+    """What must not change: the bytes of events.db, and which entries the directory holds
+    (a read-only reader may leave SQLite's -wal/-shm side files behind)."""
+    side = {"events.db-wal", "events.db-shm"}
+    db = data_dir / "events.db"
+    return {
+        "entries": sorted(p.name for p in data_dir.iterdir() if p.name not in side),
+        "events.db": hashlib.sha256(db.read_bytes()).hexdigest() if db.exists() else None,
+    }
+
+
+def execute(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+def body_of_row(data_dir: Path, seq: int) -> bytes:
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    try:
+        return conn.execute("SELECT body FROM events WHERE seq = ?", (seq,)).fetchall()[0][0]
+    finally:
+        conn.close()
+
+
+def set_row(data_dir: Path, seq: int, **columns: Any) -> None:
+    sets = ", ".join(f"{k} = ?" for k in columns)
+    execute(data_dir, f"UPDATE events SET {sets} WHERE seq = ?", (*columns.values(), seq))
+
+
+def assert_clean(err: LogError, code: str, *words: str) -> None:
+    assert err.code == code, (err.code, str(err))
+    for word in words:
+        assert word in str(err), (word, str(err))
+    assert err.__cause__ is None
+    assert err.__context__ is None or err.__suppress_context__
+
+
+def read_fails_at(data_dir: Path, seq: int, error: type[CorruptEvent], code: str, *words: str,
+                  **reader_options: Any) -> CorruptEvent:
+    """Reading the whole log stops at ``seq`` with ``error``; other rows still read."""
+    with LogReader(data_dir, **reader_options) as reader:
+        rows = list(reader.rows())  # listing rows never decodes them
+        seen = []
+        with pytest.raises(error) as info:
+            for event in reader.events():
+                seen.append(event.seq)
+        assert seen == list(range(1, seq))
+        assert info.value.seq == seq
+        assert_clean(info.value, code, f"seq {seq}:", *words)
+        # every other row still decodes
+        others = [reader.decode(r).seq for r in rows if r.seq != seq]
+        assert others == [r.seq for r in rows if r.seq != seq]
+        return info.value
+
+
+def zeros_frame(size: int, *, content_size: bool) -> bytes:
+    """A checksummed frame of ``size`` zero bytes, made without holding them all at once."""
+    cobj = zstandard.ZstdCompressor(
+        level=1, write_checksum=True, write_content_size=content_size
+    ).compressobj(size=size if content_size else -1)
+    chunk = bytes(MiB)
+    parts = [cobj.compress(chunk) for _ in range(size // MiB)]
+    return b"".join(parts) + cobj.flush()
+
+
+# ---------------------------------------------------------------------- damaged rows
+
+
+async def test_corrupted_body_is_reported_with_its_seq(data_dir: Path) -> None:
+    await make_log(data_dir)
+    body = bytearray(body_of_row(data_dir, 3))
+    body[len(body) // 2] ^= 0xFF
+    set_row(data_dir, 3, body=bytes(body))
+    before = snapshot(data_dir)
+    read_fails_at(data_dir, 3, CorruptEvent, "EVENT_CORRUPT", "decompress")
+    assert snapshot(data_dir) == before
+    # the live store reports it the same way and keeps appending
+    async with open_store(data_dir) as s:
+        with pytest.raises(CorruptEvent) as info:
+            await s.read_events()
+        assert info.value.seq == 3
+        assert (await s.append(note(6))).seq == 6
+        assert [e.seq for e in await s.read_events(after=3)] == [4, 5, 6]
+
+
+async def test_truncated_body(data_dir: Path) -> None:
+    await make_log(data_dir)
+    set_row(data_dir, 2, body=body_of_row(data_dir, 2)[:-6])
+    before = snapshot(data_dir)
+    read_fails_at(data_dir, 2, CorruptEvent, "EVENT_CORRUPT", "does not decompress")
+    set_row(data_dir, 2, body=body_of_row(data_dir, 2)[:4])
+    read_fails_at(data_dir, 2, CorruptEvent, "EVENT_CORRUPT", "not a zstd frame")
+    assert snapshot(data_dir)["entries"] == before["entries"]
+
+
+async def test_zstd_bomb_declaring_hundreds_of_mib_is_refused_before_allocation(data_dir: Path) -> None:
+    await make_log(data_dir)
+    bomb = zeros_frame(300 * MiB, content_size=True)
+    assert len(bomb) < 64 * 1024
+    assert zstandard.get_frame_parameters(bomb).content_size == 300 * MiB
+    set_row(data_dir, 4, body=bomb)
+    before = snapshot(data_dir)
+    tracemalloc.start()
+    try:
+        read_fails_at(data_dir, 4, EventTooLarge, "EVENT_TOO_LARGE", str(300 * MiB), str(32 * MiB))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MiB, peak  # nothing near 300 MiB (nor 32 MiB) was allocated
+    assert snapshot(data_dir) == before
+
+
+async def test_frame_of_unknown_size_stops_at_the_limit(data_dir: Path) -> None:
+    await make_log(data_dir)
+    bomb = zeros_frame(64 * MiB, content_size=False)
+    assert zstandard.get_frame_parameters(bomb).content_size == zstandard.CONTENTSIZE_UNKNOWN
+    set_row(data_dir, 2, body=bomb)
+
+    def peak_while_reading(limit: int) -> int:
+        tracemalloc.start()
+        try:
+            read_fails_at(data_dir, 2, EventTooLarge, "EVENT_TOO_LARGE", "unknown size", str(limit),
+                          max_event_bytes=limit)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, larger = peak_while_reading(1 * MiB), peak_while_reading(8 * MiB)
+    assert larger > 8 * MiB  # the measurement sees the decompressed bytes...
+    assert small < 1 * MiB + 4 * MiB, small  # ...and they stay near the limit, not 64 MiB
+
+
+async def test_second_frame_or_trailing_bytes(data_dir: Path) -> None:
+    await make_log(data_dir)
+    body = body_of_row(data_dir, 5)
+    second = Codec().encode(SessionNamed(name="smuggled")).body
+    for bad in (body + second, body + b"\x00\x01garbage"):
+        set_row(data_dir, 5, body=bad)
+        before = snapshot(data_dir)
+        read_fails_at(data_dir, 5, CorruptEvent, "EVENT_CORRUPT", "trailing")
+        assert snapshot(data_dir) == before
+
+
+async def test_frame_needing_an_unknown_dictionary(data_dir: Path) -> None:
+    await make_log(data_dir)
+    samples = [Codec().pack(note(i).event) for i in range(100)]
+    dict_id, data = train_dictionary(samples, size=2048)
+    foreign = Codec(dictionaries={dict_id: data}, active_dict_id=dict_id).encode(note(99).event)
+    set_row(data_dir, 3, body=foreign.body, dict_id=dict_id)
+    before = snapshot(data_dir)
+    read_fails_at(data_dir, 3, UnknownDictionary, "EVENT_UNKNOWN_DICTIONARY", str(dict_id))
+    # a row claiming no dictionary for a frame that needs one is corrupt, and says which
+    set_row(data_dir, 3, dict_id=0)
+    read_fails_at(data_dir, 3, UnknownDictionary, "EVENT_UNKNOWN_DICTIONARY", str(dict_id))
+    assert snapshot(data_dir)["entries"] == before["entries"]
+
+
+async def test_row_kind_that_disagrees_with_its_body(data_dir: Path) -> None:
+    await make_log(data_dir)
+    set_row(data_dir, 1, kind="session.named")
+    read_fails_at(data_dir, 1, CorruptEvent, "EVENT_CORRUPT", "session.named", "instruction.appended")
+
+
+async def test_unknown_event_kind_decodes_as_opaque(data_dir: Path) -> None:
+    await make_log(data_dir, 2)
+    raw = msgspec.msgpack.encode({"kind": "robot.dreamed", "dream": "sheep", "count": 3})
+    body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
+    execute(
+        data_dir,
+        "INSERT INTO events(seq, ts, session_id, session_seq, kind, dict_id, raw_size, body) "
+        "VALUES (3, 1, 's1', 3, 'robot.dreamed', 0, ?, ?)",
+        (len(raw), body),
+    )
+    with LogReader(data_dir) as reader:
+        events = list(reader.events())
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert events[2].event == Opaque("robot.dreamed", {"kind": "robot.dreamed", "dream": "sheep", "count": 3})
+    assert events[2].to_json()["kind"] == "robot.dreamed"
+    assert events[2].to_json()["body"] == {"dream": "sheep", "count": 3}
+    # the store keeps appending after a row it does not understand
+    async with open_store(data_dir) as s:
+        assert (await s.append(note(4))).session_seqs == (4,)
+
+
+# ---------------------------------------------------------------------- foreign or missing stores
+
+
+def foreign_sqlite(path: Path) -> None:
+    conn = apsw.Connection(str(path))
+    with conn:
+        conn.execute("CREATE TABLE recipes(name TEXT); INSERT INTO recipes VALUES ('soup')")
+    conn.close()
+
+
+def test_foreign_sqlite_file_as_events_db(data_dir: Path) -> None:
+    data_dir.mkdir()
+    foreign_sqlite(data_dir / "events.db")
+    before = snapshot(data_dir)
+    with pytest.raises(ForeignStore) as info:
+        EventStore.open(data_dir)
+    assert_clean(info.value, "STORE_FOREIGN", "recipes", "not a Lens event log", "--data")
+    with pytest.raises(ForeignStore) as info:
+        LogReader(data_dir)
+    assert_clean(info.value, "STORE_FOREIGN", "recipes")
+    after = snapshot(data_dir)
+    assert after["events.db"] == before["events.db"]
+    assert set(after["entries"]) - {"lock"} == set(before["entries"])
+
+
+def test_non_sqlite_file_as_events_db(data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "events.db").write_bytes(b"this is a text file, not a database\n" * 200)
+    before = snapshot(data_dir)
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(ForeignStore) as info:
+            open_(data_dir)
+        assert_clean(info.value, "STORE_FOREIGN", "not a SQLite database")
+    assert snapshot(data_dir)["events.db"] == before["events.db"]
+
+
+def test_older_layout_is_refused_and_nothing_is_created(data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "sessions").mkdir()
+    (data_dir / "sessions" / "abc.jsonl").write_text('{"role": "user"}\n')
+    (data_dir / "config.json").write_text("{}")
+    listing = sorted(p.relative_to(data_dir).as_posix() for p in data_dir.rglob("*"))
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(ForeignStore) as info:
+            open_(data_dir)
+        assert_clean(info.value, "STORE_FOREIGN", "config.json", "sessions", "no events.db", "--data")
+    assert sorted(p.relative_to(data_dir).as_posix() for p in data_dir.rglob("*")) == listing
+
+
+async def test_other_format_version_or_marker(data_dir: Path) -> None:
+    await make_log(data_dir)
+    execute(data_dir, "UPDATE meta SET value = '2' WHERE key = 'format_version'")
+    before = snapshot(data_dir)
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(UnsupportedFormat) as info:
+            open_(data_dir)
+        assert_clean(info.value, "STORE_FORMAT_UNSUPPORTED", "version 2", "reads version 1")
+    assert snapshot(data_dir) == before
+    execute(data_dir, "UPDATE meta SET value = 'other-log' WHERE key = 'format'")
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(ForeignStore) as info:
+            open_(data_dir)
+        assert_clean(info.value, "STORE_FOREIGN", "'other-log'")
+
+
+def test_missing_data_dir(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(DataDirMissing) as info:
+        LogReader(missing)
+    assert_clean(info.value, "DATA_DIR_MISSING", str(missing), "does not exist")
+    assert not missing.exists()
+    missing.mkdir()
+    with pytest.raises(DataDirMissing) as info:
+        LogReader(missing)
+    assert_clean(info.value, "DATA_DIR_MISSING", "no event log")
+    assert list(missing.iterdir()) == []
+    # the writer creates what is missing, parents included
+    nested = tmp_path / "a" / "b" / "data"
+    store = EventStore.open(nested)
+    try:
+        assert (nested / "events.db").exists() and store.last_seq == 0
+    finally:
+        store.close()
+    with LogReader(nested) as reader:
+        assert reader.event_count() == 0 and reader.meta()["format"] == "lens-events"
+
+
+def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_text("x")
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(StoreOpenError) as info:
+            open_(path)
+        assert_clean(info.value, "STORE_OPEN_FAILED", "not a directory")
+    assert path.read_text() == "x"
+
+
+# ---------------------------------------------------------------------- other processes
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory another user can reach (tmp_path's parents are private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="lens-test-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for p in [path, *path.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o755)
+        shutil.rmtree(path)
+
+
+def run_child(body: str, *args: str, drop_root: bool = False) -> dict[str, Any]:
+    """Run ``body`` in a fresh interpreter; it prints one JSON object as its last line.
+
+    ``drop_root``: when running as root (permission bits do not stop root), the child becomes
+    uid/gid 65534 after its imports. It cannot be done in preexec_fn: this interpreter may live
+    where that user cannot read it.
+    """
+    drop = (
+        "if os.geteuid() == 0:\n    os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+        if drop_root
+        else ""
+    )
+    script = (
+        "import json, os, sys\n"
+        "import trio\n"
+        "from events.errors import LogError\n"
+        "from events.reader import LogReader\n"
+        "from events.store import EventStore\n" + drop + textwrap.dedent(body)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60, cwd="/"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CHILD_READS_AND_TRIES_TO_WRITE = """
+    out = {"uid": os.getuid()}
+    with LogReader(sys.argv[1]) as r:
+        out["bodies"] = [e.to_json()["body"]["text"] for e in r.events()]
+    try:
+        EventStore.open(sys.argv[1]).close()
+        out["open"] = "opened"
+    except LogError as e:
+        out["open"] = {"code": e.code, "message": str(e)}
+    print(json.dumps(out))
+"""
+
+
+KILLED_WRITER = """
+    async def main():
+        from events.store import Draft
+        from events.types import InstructionAppended
+        s = EventStore.open(sys.argv[1])
+        async with trio.open_nursery() as n:
+            await n.start(s.run)
+            for i in range(int(sys.argv[2]), int(sys.argv[3])):
+                await s.append(Draft(InstructionAppended(text=f"wal {i}"), session_id="s1"))
+            print(json.dumps({}), flush=True)
+            os._exit(0)  # no checkpoint, no cleanup
+    trio.run(main)
+"""
+
+
+def make_read_only(data_dir: Path) -> None:
+    for p in data_dir.iterdir():
+        p.chmod(0o444)
+    data_dir.chmod(0o555)
+
+
+async def test_read_only_data_dir(shared_dir: Path) -> None:
+    data_dir = shared_dir / "data"
+    await make_log(data_dir, 3)
+    make_read_only(data_dir)
+    before = snapshot(data_dir)
+    out = run_child(CHILD_READS_AND_TRIES_TO_WRITE, str(data_dir), drop_root=True)
+    assert out["uid"] != 0
+    assert out["bodies"] == [note(i).event.text for i in (1, 2, 3)]
+    assert out["open"]["code"] == "DATA_DIR_NOT_WRITABLE"
+    assert str(data_dir) in out["open"]["message"] and "not writable" in out["open"]["message"]
+    assert snapshot(data_dir) == before
+
+
+async def test_read_only_data_dir_left_by_a_killed_writer(shared_dir: Path) -> None:
+    """Committed events still in the WAL (the writer died) are read from a read-only dir too."""
+    data_dir = shared_dir / "data"
+    run_child(KILLED_WRITER, str(data_dir), "0", "3")
+    assert (data_dir / "events.db-wal").stat().st_size > 0
+    make_read_only(data_dir)
+    out = run_child(CHILD_READS_AND_TRIES_TO_WRITE, str(data_dir), drop_root=True)
+    assert out["bodies"] == ["wal 0", "wal 1", "wal 2"]
+    assert out["open"]["code"] == "DATA_DIR_NOT_WRITABLE"
+
+
+async def test_read_only_data_dir_whose_wal_lost_its_shm(shared_dir: Path) -> None:
+    """Committed events only in events.db-wal, no -shm (a copied data dir), read-only directory:
+    the reader must show them all or refuse clearly, never silently show an older log."""
+    data_dir = shared_dir / "data"
+    await make_log(data_dir, 2)  # checkpointed into events.db on close
+    run_child(KILLED_WRITER, str(data_dir), "2", "5")  # three more, only in the WAL
+    (data_dir / "events.db-shm").unlink()
+    make_read_only(data_dir)
+    out = run_child(
+        """
+        try:
+            with LogReader(sys.argv[1]) as r:
+                print(json.dumps({"count": r.event_count()}))
+        except LogError as e:
+            print(json.dumps({"code": e.code, "message": str(e)}))
+        """,
+        str(data_dir),
+        drop_root=True,
+    )
+    assert out == {"count": 5} or (out.get("code") not in (None, "STORE_FOREIGN")), out
+
+
+async def test_second_writer_process_is_refused(data_dir: Path) -> None:
+    await make_log(data_dir, 2)
+    try_open = """
+        try:
+            s = EventStore.open(sys.argv[1])
+            s.close()
+            print(json.dumps({"open": "opened"}))
+        except LogError as e:
+            print(json.dumps({"code": e.code, "message": str(e)}))
+    """
+    async with open_store(data_dir) as s:
+        out = run_child(try_open, str(data_dir))
+        assert out["code"] == "STORE_LOCKED"
+        assert "in use by another Lens process" in out["message"] and str(data_dir) in out["message"]
+        # in this process too, a second writer is refused, and the first keeps working
+        with pytest.raises(StoreOpenError) as info:
+            EventStore.open(data_dir)
+        assert_clean(info.value, "STORE_LOCKED", "in use")
+        assert (await s.append(note(3))).seq == 3
+    # the lock is released with the store
+    assert run_child(try_open, str(data_dir)) == {"open": "opened"}
+    with LogReader(data_dir) as reader:
+        assert reader.event_count() == 3
+
+
+# ---------------------------------------------------------------------- size limit on append
+
+
+def sized(n: int) -> InstructionAppended:
+    overhead = len(Codec().pack(InstructionAppended(text="x" * 300))) - 300
+    event = InstructionAppended(text="x" * (n - overhead))
+    assert len(Codec().pack(event)) == n
+    return event
+
+
+async def test_event_of_exactly_max_event_bytes_is_stored_one_more_byte_is_rejected(data_dir: Path) -> None:
+    async with open_store(data_dir, max_event_bytes=2048) as s:
+        ok = await s.append(Draft(sized(2048), session_id="s1"))
+        with pytest.raises(AppendRejected) as info:
+            await s.append(Draft(sized(2049), session_id="s1"))
+        assert_clean(info.value, "APPEND_REJECTED", "2049", "2048", "maximum event size")
+        with pytest.raises(AppendRejected):  # atomic: the valid event in the same append is not written
+            await s.append(Draft(sized(400), session_id="s1"), Draft(sized(4000), session_id="s1"))
+        assert s.last_seq == ok.seq == 1
+        (stored,) = await s.read_events()
+        assert stored.event == sized(2048)
+        assert (await s.append(Draft(sized(400), session_id="s1"))).session_seqs == (2,)
+    with LogReader(data_dir, max_event_bytes=2048) as reader:
+        assert [r.raw_size for r in reader.rows()] == [2048, 400]
+    # a reader with a smaller limit refuses the row instead of decoding it
+    read_fails_at(data_dir, 1, EventTooLarge, "EVENT_TOO_LARGE", "2048", max_event_bytes=2047)
+
+
+
+# ---------------------------------------------------------------------- bad drafts
+
+
+async def test_expected_session_seq_without_a_session_is_rejected(data_dir: Path) -> None:
+    """It used to trip an assert in the writer thread, which killed the store and its nursery."""
+    async with open_store(data_dir) as s:
+        with pytest.raises(AppendRejected) as info:
+            await s.append(Draft(SessionNamed(name="a")), expected_session_seq=0)
+        assert_clean(info.value, "APPEND_REJECTED", "expected_session_seq", "session")
+        with pytest.raises(AppendRejected):  # one draft in a session, one in none
+            await s.append(note(1), Draft(SessionNamed(name="b")), expected_session_seq=0)
+        assert (await s.append(note(1))).seq == 1  # the writer is still alive
+    with LogReader(data_dir) as reader:
+        assert reader.event_count() == 1
+
+
+UNENCODABLE = [
+    pytest.param({"n": 2**70}, id="int-over-64-bits"),
+    pytest.param({"x": object()}, id="unsupported-type"),
+]
+
+
+@pytest.mark.parametrize("value", UNENCODABLE)
+async def test_unencodable_value_is_append_rejected(data_dir: Path, value: Any) -> None:
+    event = ToolFinished(call_id="c", name="n", structured_content=value)
+    async with open_store(data_dir) as s:
+        with pytest.raises(AppendRejected) as info:
+            await s.append(Draft(event, session_id="s1"))
+        assert_clean(info.value, "APPEND_REJECTED", "tool.finished", "cannot be encoded")
+        assert s.last_seq == 0
+        assert (await s.append(note(1))).seq == 1
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(SessionNamed(name=123), id="int-for-str"),  # type: ignore[arg-type]
+        pytest.param(InstructionAppended(text=None), id="none-for-str"),  # type: ignore[arg-type]
+    ],
+)
+async def test_event_that_does_not_match_its_schema_is_not_stored(data_dir: Path, event: Any) -> None:
+    """msgspec does not type-check at construction: a mistyped body stored now could never be
+    decoded again, so the append is refused instead."""
+    async with open_store(data_dir) as s:
+        with pytest.raises(AppendRejected) as info:
+            await s.append(Draft(event, session_id="s1"))
+        assert_clean(info.value, "APPEND_REJECTED", "schema")
+        assert await s.read_events() == []
+        assert (await s.append(note(1))).seq == 1
