@@ -41,6 +41,7 @@ KNOWN_ENTRIES = frozenset(
         PROJECTIONS_DB + "-journal",
         LOCK_FILE,
         "artifacts",
+        "executors",
     }
 )
 

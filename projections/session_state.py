@@ -117,6 +117,7 @@ class SessionState(msgspec.Struct):
     questions: dict[str, Question] = {}  # open ones
     settled_questions: dict[str, dict[str, Any]] = {}  # {"status": answered|cancelled, ...}
     usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
+    file_edits: dict[str, list[t.FileEdited]] = {}  # call_id -> what it changed (until reverted)
     last_seq: int = 0
     last_session_seq: int = 0
     events: int = 0
@@ -320,6 +321,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             Item(_item_id(seq), "summary", seq, se.task_id, ev.summary, [t.TextPart(ev.summary)],
                  replaced_ids=list(ev.replaced_item_ids))
         )
+    elif isinstance(ev, t.FileEdited):
+        state.file_edits.setdefault(ev.call_id, []).append(ev)
+    elif isinstance(ev, t.FileReverted):
+        state.file_edits.pop(ev.reverted_call_id, None)
     elif isinstance(ev, t.TodoUpdated):
         state.todos = list(ev.items)
     elif isinstance(ev, t.QuestionAsked):
@@ -350,8 +355,9 @@ def working_context(agent: AgentState) -> list[Item]:
     """The items the next model request sees, derived from the Full Context and its edits.
 
     Snipped items and items replaced by a compaction are left out, pruned tool results become a
-    placeholder, and ``include_result`` re-attaches a tool result whatever hid it. A tool call
-    whose result is hidden keeps a placeholder result so the conversation stays well formed.
+    placeholder, and ``include_result`` re-attaches a tool result (with its call) whatever hid
+    it, except a user's ``hide``. A tool call whose result is hidden keeps a placeholder result and
+    a result whose call is hidden is left out, so the conversation stays well formed.
     """
     included = set(agent.included)
     hidden = set(agent.snipped)
@@ -359,14 +365,23 @@ def working_context(agent: AgentState) -> list[Item]:
         if it.role == "summary":
             hidden.update(it.replaced_ids)
     hidden -= included
-    hidden |= set(agent.hidden)  # a user's hide wins over include_result
+    user_hidden = set(agent.hidden)
+    hidden |= user_hidden  # a user's hide wins over include_result
     pruned = set(agent.pruned) - included
+    # include_result re-attaches a result with its call (a compaction usually replaced both):
+    # a result without its call would be malformed, so the call comes back with it.
+    reattached = {it.call_id for it in agent.items
+                  if it.role == "tool_result" and it.id in included and it.id not in user_hidden}
     visible_calls = {it.call.call_id for it in agent.items
-                     if it.role == "tool_call" and it.call is not None and it.id not in hidden}
+                     if it.role == "tool_call" and it.call is not None
+                     and (it.id not in hidden or (it.call.call_id in reattached and it.id not in user_hidden))}
     out: list[Item] = []
     for it in agent.items:
         if it.role == "tool_result" and it.call_id not in visible_calls:
             continue  # its call is gone from the Working Context: a lone result would be malformed
+        if it.role == "tool_call" and it.call is not None and it.call.call_id in visible_calls:
+            out.append(it)
+            continue
         if it.id in hidden:
             if it.role == "tool_result":
                 out.append(msgspec.structs.replace(it, text=REMOVED_PLACEHOLDER, parts=[t.TextPart(REMOVED_PLACEHOLDER)], structured=None))

@@ -69,6 +69,14 @@ class SessionsConfig(_C):
     max_restarts: int = 3
 
 
+class ExecutorConfig(_C):
+    """Where workspace tools run: a local child per project (default) or one remote executor."""
+
+    address: str | None = None  # "host:port" of a remote `lens executor serve`; None: spawn locally
+    token_env: str | None = None  # environment variable holding the remote executor's token
+    shared_filesystem: bool = False  # verified by a probe file before local skills/LSP use paths
+
+
 class Config(_C):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     data_dir: str = ".lens"
@@ -77,6 +85,7 @@ class Config(_C):
     pair_file: str | None = None  # default: pair.json beside the main config
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     sessions: SessionsConfig = msgspec.field(default_factory=SessionsConfig)
+    executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
 
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
@@ -105,6 +114,8 @@ def _check(cfg: Config, where: str) -> None:
     for p in cfg.providers:
         if not p.id or "/" in p.id:
             raise ConfigError(f"{where}: provider id {p.id!r} must be non-empty and without '/'")
+    if cfg.executor.address is not None and not cfg.executor.token_env:
+        raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     if cfg.default_model is not None and "/" not in cfg.default_model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
 

@@ -10,6 +10,7 @@ lost.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -23,13 +24,16 @@ from hypercorn.trio import serve as hyper_serve
 
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
+from tools.artifacts import ArtifactStore
 from tools.history import history_tools
+from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 
 from .actor import ActorDeps
 from .api import Services, create_app
 from .bus import Bus
-from .config import Config, pair_file_path
+from .config import Config, ConfigError, pair_file_path
+from .executors import ExecutorPool, RemoteExecutor
 from .configfiles import ConfigFiles
 from .guard import Guard
 from .pairing import PairStore
@@ -81,7 +85,25 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             bus.publish(session_id, None, "model.delta", {"session_id": session_id, "agent_id": agent_id,
                                                            "kind": delta.kind, "text": delta.text})
 
-        deps = ActorDeps(store, snapshots, catalog, builtin_tools(history_tools(projections)), new_id,
+        artifacts = ArtifactStore(opts.data_dir / "artifacts")
+
+        async def workspace_of(project_id: str) -> Path | None:
+            rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
+            if not rows:
+                await projections.caught_up()
+                rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
+            return Path(rows[0][0]) if rows else None
+
+        remote = None
+        if cfg.executor.address:
+            token = os.environ.get(cfg.executor.token_env or "", "")
+            if not token:
+                raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} is not set in the environment")
+            remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
+        executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
+                                 local_shared_filesystem=cfg.executor.shared_filesystem)
+        tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts)])
+        deps = ActorDeps(store, snapshots, catalog, tools, new_id,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
                          on_delta=on_delta)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts)
@@ -99,6 +121,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             await root.start(store.run)  # outlives the services: drains their last appends
             async with trio.open_nursery() as services:
                 await services.start(projections.run)
+                await services.start(executors.run)
                 await services.start(supervisor.run)
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)

@@ -18,6 +18,14 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     p.add_argument("--model", default=None, help="default model '<provider>/<model>' for new sessions")
     p.set_defaults(func=cmd_serve)
 
+    ex = sub.add_parser("executor", help="run an executor process for one workspace")
+    ex_cmds = ex.add_subparsers(dest="executor_command", required=True, metavar="COMMAND")
+    es = ex_cmds.add_parser("serve", help="serve the workspace over gRPC (token from LENS_EXECUTOR_TOKEN)")
+    es.add_argument("--workspace", required=True, metavar="DIR")
+    es.add_argument("--listen", default="127.0.0.1:7421", metavar="HOST:PORT")
+    es.add_argument("--state", default=None, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
+    es.set_defaults(func=cmd_executor_serve)
+
     pair = sub.add_parser("pair", help="approve, list and revoke paired clients")
     cmds = pair.add_subparsers(dest="pair_command", required=True, metavar="COMMAND")
     a = cmds.add_parser("approve", help="issue a credential for a client (printed once, on the last line)")
@@ -79,3 +87,9 @@ def cmd_pair_revoke(args: argparse.Namespace) -> int:
     store.revoke(args.client)
     print(f"revoked client {args.client}")
     return 0
+
+
+def cmd_executor_serve(args: argparse.Namespace) -> int:
+    from tools.executor.server import main
+
+    return main(args.workspace, args.listen, args.state)

@@ -37,6 +37,8 @@ class ToolContext:
     is_main_agent: bool
     # Runs a subagent to completion; returns (status, final text). Provided by the actor.
     start_subagent: Callable[[str, Sequence[str] | None], Awaitable[tuple[str, str]]] | None = None
+    # The file.edited records of an earlier call of this session not yet reverted (for revert_call).
+    file_edits: Callable[[str], list[t.FileEdited]] | None = None
 
 
 @dataclass(frozen=True)

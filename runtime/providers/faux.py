@@ -20,18 +20,18 @@ from events import types as t
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 
 
-class FauxToolCall(msgspec.Struct, frozen=True):
+class FauxToolCall(msgspec.Struct, frozen=True, rename="camel"):
     name: str
     arguments: Any = {}
 
 
-class FauxError(msgspec.Struct, frozen=True):
+class FauxError(msgspec.Struct, frozen=True, rename="camel"):
     code: str = "PROVIDER_ERROR"
     message: str = "scripted failure"
     retryable: bool = False
 
 
-class FauxTurn(msgspec.Struct, frozen=True, kw_only=True):
+class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """One scripted response; ``chunks`` (if given) are streamed one delta each."""
 
     when: str | None = None
@@ -61,6 +61,7 @@ class FauxProvider:
 
     @classmethod
     def from_config(cls, id: str, script: Any) -> "FauxProvider":
+        """From config JSON (camelCase keys: ``toolCalls``, ``delayMs`` …)."""
         return cls(id, msgspec.convert(script or [], list[FauxTurn]))
 
     def pick(self, request: ModelRequest) -> FauxTurn:

@@ -1,0 +1,183 @@
+"""Core's side of the executor contract: the grpcio ↔ trio bridge and typed errors.
+
+Unary calls go through ``stub.X.future()`` with a done-callback into trio, so trio
+cancellation cancels the RPC on the server; server streams are pumped by a worker thread into a
+memory channel, and leaving the stream (or being cancelled) calls ``call.cancel()``. grpc errors
+are translated here, once, into :class:`ExecutorError` subclasses with stable codes.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, ClassVar
+
+import grpc
+import trio
+
+from proto import executor_pb2 as pb
+from proto import executor_pb2_grpc as pb_grpc
+from tools.executor import PROTOCOL_VERSION
+
+from .errors import LensError
+
+CONNECT_TIMEOUT_S = 10.0
+CALL_TIMEOUT_S = 120.0
+
+
+class ExecutorError(LensError):
+    code: ClassVar[str] = "EXECUTOR_ERROR"
+
+
+class ExecutorUnavailable(ExecutorError):
+    code = "EXECUTOR_UNAVAILABLE"
+
+
+class ExecutorVersionMismatch(ExecutorError):
+    code = "EXECUTOR_VERSION_MISMATCH"
+
+
+class ExecutorUnauthenticated(ExecutorError):
+    code = "EXECUTOR_UNAUTHENTICATED"
+
+
+class ExecutorToolError(ExecutorError):
+    """The tool refused the call (its own stable code, e.g. NO_MATCH, PATH_OUTSIDE_WORKSPACE)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+def translate(exc: grpc.RpcError) -> ExecutorError:
+    code = exc.code() if hasattr(exc, "code") else None
+    detail = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return ExecutorUnauthenticated(f"the executor refused our token: {detail}")
+    if code == grpc.StatusCode.FAILED_PRECONDITION and "mismatch" in (detail or ""):
+        return ExecutorVersionMismatch(str(detail))
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return ExecutorUnavailable(f"the executor is not reachable ({code.name if code else '?'}: {detail})")
+    return ExecutorError(f"executor call failed ({code.name if code else '?'}: {detail})")
+
+
+async def unary(method: Any, request: Any, *, metadata: tuple[tuple[str, str], ...], timeout: float) -> Any:
+    """Call a grpcio unary method without blocking trio; trio cancellation cancels the RPC."""
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+
+    def wake(_: Any) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass
+
+    fut = method.future(request, timeout=timeout, metadata=metadata)
+    fut.add_done_callback(wake)
+    try:
+        await done.wait()
+    finally:
+        if not fut.done():
+            fut.cancel()
+    try:
+        return fut.result()
+    except grpc.RpcError as exc:
+        raise translate(exc) from None
+
+
+@dataclass
+class ToolOutcome:
+    result: dict[str, Any]
+    before: bytes | None = None  # editing tools: None when the file did not exist
+    after: bytes | None = None
+    data: bytes = b""
+    mime: str = ""
+
+
+class ExecutorClient:
+    """One executor at ``address``. Thread-safe channel; reconnection is grpc's (the channel
+    retries the connection); :meth:`hello` is re-run after the executor was unavailable."""
+
+    def __init__(self, address: str, token: str, *, stream_limiter: trio.CapacityLimiter | None = None) -> None:
+        self.address = address
+        self._meta = (("authorization", f"Bearer {token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        self._stub = pb_grpc.ExecutorStub(self._channel)
+        self._streams = stream_limiter or trio.CapacityLimiter(16)
+        self.hello_reply: pb.HelloReply | None = None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def hello(self, timeout: float = CONNECT_TIMEOUT_S) -> pb.HelloReply:
+        """The version handshake; raises :class:`ExecutorVersionMismatch` naming both versions."""
+        reply = await unary(self._stub.Hello, pb.HelloRequest(protocol_version=PROTOCOL_VERSION),
+                            metadata=self._meta, timeout=timeout)
+        if reply.protocol_version != PROTOCOL_VERSION:
+            raise ExecutorVersionMismatch(
+                f"core-executor-rpc mismatch: Core speaks {PROTOCOL_VERSION}, the executor {reply.protocol_version}")
+        self.hello_reply = reply
+        return reply
+
+    async def call(self, tool: str, arguments: dict[str, Any], *, call_id: str = "",
+                   timeout: float = CALL_TIMEOUT_S) -> ToolOutcome:
+        """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code."""
+        req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments))
+        reply = await unary(self._stub.Call, req, metadata=self._meta, timeout=timeout)
+        if not reply.ok:
+            raise ExecutorToolError(reply.error_code or "EXECUTOR_ERROR", reply.error_message)
+        return ToolOutcome(json.loads(reply.result_json or "{}"),
+                           reply.before if reply.has_before else None,
+                           reply.after if tool in ("edit_file", "patch_file", "restore") else None,
+                           reply.data, reply.mime)
+
+    async def probe(self, path: str, sha256: str) -> bool:
+        reply = await unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), metadata=self._meta,
+                            timeout=CONNECT_TIMEOUT_S)
+        return bool(reply.seen)
+
+    @asynccontextmanager
+    async def run(self, command: str, *, timeout_ms: int = 0, max_output_bytes: int = 0,
+                  cwd: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
+        """Stream a command's events; leaving the block (or cancellation) cancels it on the executor.
+
+        A failure of the stream arrives in-band as an :class:`ExecutorError` item: raise it.
+        """
+        req = pb.CommandRequest(command=command, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, cwd=cwd)
+        call = self._stub.Run(req, metadata=self._meta, timeout=(timeout_ms / 1000 + 30) if timeout_ms else None)
+        send, recv = trio.open_memory_channel[pb.CommandEvent](64)
+
+        def pump() -> None:
+            try:
+                for ev in call:
+                    trio.from_thread.run(send.send, ev)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                    err = translate(exc)
+                    try:
+                        trio.from_thread.run(_raise_into, send, err)
+                    except (trio.RunFinishedError, trio.Cancelled):
+                        pass
+            except (trio.RunFinishedError, trio.Cancelled, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                try:
+                    trio.from_thread.run_sync(send.close)
+                except trio.RunFinishedError:
+                    pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: trio.to_thread.run_sync(pump, limiter=self._streams, abandon_on_cancel=True))
+            try:
+                yield recv
+            finally:
+                call.cancel()
+                await recv.aclose()
+
+
+async def _raise_into(send: trio.MemorySendChannel[Any], err: ExecutorError) -> None:
+    # Errors travel in-band: the consumer sees the exception object and raises it.
+    await send.send(err)

@@ -1,0 +1,199 @@
+"""Executors per project: a local child process spawned on first use, or a configured remote one.
+
+Local children run ``lens executor serve --workspace WS --listen 127.0.0.1:0`` with a fresh
+random token in their environment (never on the command line); the pool reads the bound port from
+the child's first line, connects, and checks the protocol version. A child that dies is spawned
+again on the next call (reconnect after an executor restart). Each executor has an
+execution-domain lock: writes (edits, commands, reverts) run one at a time, reads concurrently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator, Awaitable, Callable
+
+import trio
+
+from .errors import LensError
+from .executor_client import ExecutorClient, ExecutorUnavailable
+
+log = logging.getLogger("lens.executors")
+SPAWN_TIMEOUT_S = 20.0
+
+
+class ProjectUnknown(LensError):
+    code = "PROJECT_NOT_FOUND"
+
+
+class DomainLock:
+    """Many readers or one writer; writers are not starved (a waiting writer blocks new readers)."""
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+        self._changed = trio.Event()
+
+    def _notify(self) -> None:
+        ev, self._changed = self._changed, trio.Event()
+        ev.set()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[None]:
+        while self._writer or self._writers_waiting:
+            await self._changed.wait()
+        self._readers += 1
+        try:
+            yield
+        finally:
+            self._readers -= 1
+            self._notify()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[None]:
+        self._writers_waiting += 1
+        try:
+            while self._writer or self._readers:
+                await self._changed.wait()
+        finally:
+            self._writers_waiting -= 1
+        self._writer = True
+        try:
+            yield
+        finally:
+            self._writer = False
+            self._notify()
+
+
+@dataclass
+class Executor:
+    project_id: str
+    workspace: Path
+    client: ExecutorClient
+    lock: DomainLock = field(default_factory=DomainLock)
+    process: trio.Process | None = None
+    shared_filesystem: bool = False
+
+
+@dataclass
+class RemoteExecutor:
+    address: str
+    token: str
+    shared_filesystem: bool = False
+
+
+class ExecutorPool:
+    """Owns executor children (run it in the daemon's nursery); hands out connected executors."""
+
+    def __init__(self, state_root: Path, workspace_of: Callable[[str], Awaitable[Path | None]],
+                 remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False) -> None:
+        self.state_root = Path(state_root)
+        self.local_shared_filesystem = local_shared_filesystem
+        self.workspace_of = workspace_of
+        self.remote = remote
+        self._executors: dict[str, Executor] = {}
+        self._spawning: dict[str, trio.Lock] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            for ex in self._executors.values():
+                ex.client.close()
+                if ex.process is not None and ex.process.returncode is None:
+                    ex.process.terminate()
+
+    async def get(self, project_id: str) -> Executor:
+        """The project's executor, connected and version-checked (spawning it if needed)."""
+        ex = self._executors.get(project_id)
+        if ex is not None and (ex.process is None or ex.process.returncode is None):
+            return ex
+        lock = self._spawning.setdefault(project_id, trio.Lock())
+        async with lock:
+            ex = self._executors.get(project_id)
+            if ex is not None and (ex.process is None or ex.process.returncode is None):
+                return ex
+            if ex is not None:
+                ex.client.close()
+            workspace = await self.workspace_of(project_id)
+            if workspace is None:
+                raise ProjectUnknown(f"no project {project_id!r}")
+            ex = await (self._connect_remote(project_id, workspace) if self.remote else self._spawn(project_id, workspace))
+            self._executors[project_id] = ex
+            return ex
+
+    async def _connect_remote(self, project_id: str, workspace: Path) -> Executor:
+        assert self.remote is not None
+        client = ExecutorClient(self.remote.address, self.remote.token)
+        await client.hello()
+        return Executor(project_id, workspace, client, shared_filesystem=self.remote.shared_filesystem)
+
+    async def _spawn(self, project_id: str, workspace: Path) -> Executor:
+        if self._nursery is None:
+            raise ExecutorUnavailable("the executor pool is not running")
+        token = secrets.token_urlsafe(32)
+        state = self.state_root / hashlib.sha256(project_id.encode()).hexdigest()[:16]
+        state.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "LENS_EXECUTOR_TOKEN": token}
+        cmd = [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
+               "--listen", "127.0.0.1:0", "--state", str(state)]
+        proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
+        assert proc.stdout is not None
+        line = b""
+        with trio.move_on_after(SPAWN_TIMEOUT_S):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(1)
+                if not chunk:
+                    break
+                line += chunk
+        text = line.decode(errors="replace").strip()
+        if "listening on" not in text:
+            proc.kill()
+            raise ExecutorUnavailable(f"the executor for project {project_id} did not start ({text or 'no output'})")
+        port = int(text.rsplit(":", 1)[1])
+        self._nursery.start_soon(self._reap, proc)
+        client = ExecutorClient(f"127.0.0.1:{port}", token)
+        await client.hello()
+        log.info("executor for project %s on port %d (pid %d)", project_id, port, proc.pid)
+        return Executor(project_id, workspace, client, process=proc, shared_filesystem=self.local_shared_filesystem)
+
+    @staticmethod
+    async def _reap(proc: trio.Process) -> None:
+        try:
+            assert proc.stdout is not None
+            while await proc.stdout.receive_some(4096):
+                pass  # drain so the child never blocks on a full pipe
+            await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                with trio.move_on_after(3):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+
+    async def probe_shared(self, ex: Executor) -> bool:
+        """``sharedFilesystem`` check: a random short-lived file Core writes must be seen by the executor."""
+        name = f".lens-probe-{secrets.token_hex(8)}"
+        data = secrets.token_bytes(32)
+        path = ex.workspace / name
+        try:
+            await trio.to_thread.run_sync(path.write_bytes, data)
+            return await ex.client.probe(name, hashlib.sha256(data).hexdigest())
+        except (OSError, LensError):
+            return False
+        finally:
+            path.unlink(missing_ok=True)

@@ -1,0 +1,104 @@
+"""Shell commands in the workspace: timeout, output cap, cancellation that kills the group.
+
+Runs synchronously in a server thread. Output is yielded in chunks as it arrives; when the
+caller goes away (``cancelled()`` turns true) or the timeout passes, the whole process group
+gets SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Literal
+
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 3_600_000
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+MAX_OUTPUT = 16 * 1024 * 1024
+KILL_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Chunk:
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Exit:
+    exit_code: int
+    timed_out: bool
+    truncated: bool
+    duration_ms: int
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
+                cancelled: Callable[[], bool]) -> Iterator[Chunk | Exit]:
+    """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`."""
+    start = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
+    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+    sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+    deadline = start + timeout_ms / 1000
+    sent = 0
+    truncated = timed_out = False
+    try:
+        while sel.get_map():
+            if cancelled():
+                _kill_group(proc)
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                _kill_group(proc)
+                break
+            for key, _ in sel.select(timeout=min(remaining, 0.1)):
+                data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                if sent >= max_output:
+                    if not truncated:
+                        truncated = True
+                    continue  # keep draining so the process is not blocked on a full pipe
+                room = max_output - sent
+                if len(data) > room:
+                    data, truncated = data[:room], True
+                sent += len(data)
+                yield Chunk(key.data, data)
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not timed_out else 0.1)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    code = proc.returncode if proc.returncode is not None else -9
+    yield Exit(code, timed_out, truncated, int((time.monotonic() - start) * 1000))

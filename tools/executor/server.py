@@ -1,0 +1,178 @@
+"""``lens executor serve --workspace DIR --listen HOST:PORT``: the executor process.
+
+A synchronous grpcio server. Every call must carry ``authorization: Bearer <token>`` (the token
+comes from the ``LENS_EXECUTOR_TOKEN`` environment variable, never from argv, and is compared in
+constant time) and ``lens-protocol: 8``. Tool calls are delegated to the workspace library
+(:mod:`tools.files`); its typed errors come back as ``ok = false`` replies with their codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any, Callable
+
+import grpc
+
+from proto import executor_pb2 as pb
+from proto import executor_pb2_grpc as pb_grpc
+from tools.files.errors import FileToolError
+from tools.files.workspace import Workspace
+
+from . import PROTOCOL_VERSION
+from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, Exit, run_command
+
+log = logging.getLogger("lens.executor")
+TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
+EXECUTOR_VERSION = "0.1.0"
+
+
+class _Guard(grpc.ServerInterceptor):
+    """Refuses calls without the token or with another protocol version, before any handler runs."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+        def deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+            def abort(request: Any, context: grpc.ServicerContext) -> Any:
+                context.abort(code, message)
+
+            return grpc.unary_unary_rpc_method_handler(abort)
+
+        self._deny = deny
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        meta = dict(details.invocation_metadata or ())
+        auth = meta.get("authorization", "")
+        presented = auth[7:].encode() if auth.startswith("Bearer ") else b""
+        if not hmac.compare_digest(hashlib.sha256(presented).digest(), hashlib.sha256(self._token).digest()):
+            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid executor token")
+        version = meta.get("lens-protocol")
+        if version != str(PROTOCOL_VERSION):
+            return self._deny(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"core-executor-rpc mismatch: this executor speaks {PROTOCOL_VERSION}, the caller {version or 'none'}")
+        return continuation(details)
+
+
+class ExecutorService(pb_grpc.ExecutorServicer):
+    def __init__(self, workspace: Workspace) -> None:
+        self.ws = workspace
+
+    def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
+        if request.protocol_version != PROTOCOL_VERSION:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"core-executor-rpc mismatch: this executor speaks {PROTOCOL_VERSION}, "
+                          f"the caller {request.protocol_version}")
+        return pb.HelloReply(protocol_version=PROTOCOL_VERSION, executor_version=EXECUTOR_VERSION,
+                             workspace_name=self.ws.root.name)
+
+    def Call(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
+        try:
+            args = json.loads(request.arguments_json or "{}")
+            if not isinstance(args, dict):
+                raise FileToolError("INVALID_ARGUMENT", "arguments must be a JSON object")
+            return self._dispatch(request.tool, request.call_id or None, args)
+        except FileToolError as exc:
+            return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
+        except json.JSONDecodeError as exc:
+            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message=f"arguments are not JSON ({exc.msg})")
+        except TypeError as exc:  # unexpected or missing keyword arguments
+            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message=str(exc).replace("Workspace.", ""))
+
+    def _dispatch(self, tool: str, call_id: str | None, args: dict[str, Any]) -> pb.ToolReply:
+        ws = self.ws
+        if tool == "read_file":
+            return pb.ToolReply(ok=True, result_json=json.dumps(ws.read_file(**args), ensure_ascii=False))
+        if tool == "view_image":
+            data, mime = ws.view_image(**args)
+            return pb.ToolReply(ok=True, data=data, mime=mime,
+                                result_json=json.dumps({"path": args.get("path"), "mime": mime, "size": len(data)}))
+        if tool == "edit_file":
+            out = ws.edit_file(**args, call_id=call_id)
+        elif tool == "patch_file":
+            out = ws.patch_file(**args, call_id=call_id)
+        elif tool == "restore":
+            content = args.get("content_hex")
+            out = ws.restore(args.get("path", ""), bytes.fromhex(content) if content is not None else None,
+                             args.get("expect_sha256"), call_id=call_id)
+        else:
+            raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {tool!r}")
+        return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
+                            has_before=out.before is not None, before=out.before or b"", after=out.after or b"")
+
+    def Run(self, request: pb.CommandRequest, context: grpc.ServicerContext) -> Any:
+        timeout = min(request.timeout_ms or DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)
+        cap = min(request.max_output_bytes or DEFAULT_MAX_OUTPUT, MAX_OUTPUT)
+        try:
+            cwd = self.ws.directory(request.cwd or ".")
+        except FileToolError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {exc.message}")
+        for item in run_command(request.command, cwd, timeout_ms=timeout, max_output=cap,
+                                cancelled=lambda: not context.is_active()):
+            if isinstance(item, Chunk):
+                yield pb.CommandEvent(**{item.stream: item.data})
+            elif isinstance(item, Exit):
+                yield pb.CommandEvent(exit=pb.CommandExit(exit_code=item.exit_code, timed_out=item.timed_out,
+                                                          truncated=item.truncated, duration_ms=item.duration_ms))
+
+    def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeReply:
+        try:
+            data, _ = self.ws.read_bytes(request.path)
+        except FileToolError:
+            return pb.ProbeReply(seen=False)
+        return pb.ProbeReply(seen=hmac.compare_digest(hashlib.sha256(data).hexdigest(), request.sha256))
+
+
+def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = None,
+          ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when run as the CLI)."""
+    ws = Workspace(workspace, journal_dir=state_dir)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), interceptors=[_Guard(token)],
+                         options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                                  ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    pb_grpc.add_ExecutorServicer_to_server(ExecutorService(ws), server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise SystemExit(f"lens executor: cannot listen on {listen}")
+    server.start()
+    if ready is not None:
+        ready(port)
+    stop = stop or threading.Event()
+    stop.wait()
+    server.stop(grace=2.0).wait()
+
+
+def main(workspace: str, listen: str, state: str | None) -> int:
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(token) < 16:
+        print(f"lens executor: set {TOKEN_ENV} to the shared secret (at least 16 characters)", file=sys.stderr)
+        return 2
+    root = Path(workspace)
+    if not root.is_dir():
+        print(f"lens executor: workspace {workspace} is not a directory", file=sys.stderr)
+        return 2
+    state_dir = Path(state) if state else _default_state_dir(root)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    host = listen.rsplit(":", 1)[0]
+
+    def ready(port: int) -> None:
+        print(f"lens executor: listening on {host}:{port}", flush=True)
+
+    serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
+    return 0
+
+
+def _default_state_dir(root: Path) -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    return base / "lens" / "executor" / digest

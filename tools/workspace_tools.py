@@ -1,0 +1,200 @@
+"""Workspace tools, Core side: read_file, edit_file, patch_file, view_image, revert_call, run_command.
+
+Each call goes to the project's executor over gRPC (runtime.executors), under the executor's
+execution-domain lock (reads concurrent, writes one at a time). Editing calls return the bytes
+before and after; they are stored as artifacts and recorded by a ``file.edited`` event, which is
+what ``revert_call`` restores from. Images are stored as artifacts; contexts keep only their ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+from events import types as t
+
+from .artifacts import ArtifactError, ArtifactStore
+from .base import ToolContext, ToolError, ToolResult, ToolSpec
+
+MAX_COMMAND_TIMEOUT_MS = 3_600_000
+MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
+
+
+class ExecutorAccess(Protocol):
+    async def get(self, project_id: str) -> Any: ...
+
+
+def _sha(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[ToolSpec]:
+    async def executor(ctx: ToolContext) -> Any:
+        if ctx.project_id is None:
+            raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
+        try:
+            return await pool.get(ctx.project_id)
+        except ToolError:
+            raise
+        except Exception as exc:  # typed executor errors carry codes; keep them
+            raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
+
+    async def call(ctx: ToolContext, tool: str, args: dict[str, Any], *, write: bool) -> Any:
+        ex = await executor(ctx)
+        lock = ex.lock.write() if write else ex.lock.read()
+        async with lock:
+            try:
+                return await ex.client.call(tool, args, call_id=f"{ctx.session_id}:{ctx.call_id}")
+            except Exception as exc:
+                raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
+
+    def edit_events(ctx: ToolContext, path: str, before: bytes | None, after: bytes | None) -> list[t._Event]:
+        events: list[t._Event] = []
+        ids: list[str | None] = []
+        for data in (before, after):
+            if data is None:
+                ids.append(None)
+                continue
+            aid = artifacts.put(data)
+            ids.append(aid)
+            events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime="application/octet-stream",
+                                           size=len(data), source="file-history"))
+        events.append(t.FileEdited(call_id=ctx.call_id, path=path, before_artifact_id=ids[0],
+                                   after_artifact_id=ids[1], before_sha256=_sha(before), after_sha256=_sha(after)))
+        return events
+
+    async def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        out = await call(ctx, "read_file", args, write=False)
+        r = out.result
+        if r.get("kind") == "directory":
+            body = "\n".join(r.get("entries", []))
+        else:
+            body = r.get("content", "")
+        return ToolResult.text(body, r)
+
+    async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        out = await call(ctx, tool, args, write=True)
+        r = out.result
+        events = edit_events(ctx, r.get("path", args.get("path", "")), out.before, out.after) if r.get("changed") else []
+        summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
+                   f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
+        return ToolResult.text(summary, r, events=events)
+
+    async def edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await editing("edit_file", args, ctx)
+
+    async def patch_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await editing("patch_file", args, ctx)
+
+    async def view_image(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        out = await call(ctx, "view_image", args, write=False)
+        aid = artifacts.put(out.data)
+        structured = {"path": args.get("path"), "artifact_id": aid, "mime": out.mime, "size": len(out.data),
+                      "sha256": aid}
+        return ToolResult([t.TextPart(f"image {args.get('path')} ({out.mime}, {len(out.data)} bytes)"),
+                           t.ImagePart(aid, out.mime)], structured,
+                          events=[t.ArtifactStored(artifact_id=aid, sha256=aid, mime=out.mime, size=len(out.data),
+                                                   source="view_image")])
+
+    async def revert_call(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        target = args.get("call_id")
+        if set(args) - {"call_id"} or not isinstance(target, str) or not target:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "revert_call takes {\"call_id\": \"...\"}")
+        edits = ctx.file_edits(target) if ctx.file_edits is not None else []
+        if not edits:
+            raise ToolError("NOTHING_TO_REVERT", f"call {target!r} changed no file in this session (or was reverted)")
+        ex = await executor(ctx)
+        restored: list[str] = []
+        async with ex.lock.write():
+            for e in reversed(edits):
+                try:
+                    before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None
+                except ArtifactError as exc:
+                    raise ToolError(exc.code, exc.message) from None
+                try:
+                    await ex.client.call("restore", {
+                        "path": e.path, "content_hex": before.hex() if before is not None else None,
+                        "expect_sha256": e.after_sha256}, call_id=f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
+                except Exception as exc:
+                    raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"),
+                                    f"{e.path}: {getattr(exc, 'message', exc)} (reverted so far: {', '.join(restored) or 'none'})") from None
+                restored.append(e.path)
+        return ToolResult.text(f"reverted call {target}: restored {', '.join(restored)}",
+                               {"call_id": target, "paths": restored},
+                               events=[t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=restored)])
+
+    async def run_command(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        extra = set(args) - {"command", "timeout_ms", "max_output_bytes", "cwd"}
+        command = args.get("command")
+        if extra or not isinstance(command, str) or not command.strip():
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}")
+        timeout = args.get("timeout_ms", 0)
+        cap = args.get("max_output_bytes", 0)
+        for name, v, hi in (("timeout_ms", timeout, MAX_COMMAND_TIMEOUT_MS), ("max_output_bytes", cap, MAX_COMMAND_OUTPUT)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+                raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from 0 to {hi}")
+        cwd = args.get("cwd", "")
+        if not isinstance(cwd, str):
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
+        ex = await executor(ctx)
+        out = bytearray()
+        exit_info: Any = None
+        async with ex.lock.write():
+            try:
+                async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd) as events:
+                    async for ev in events:
+                        if isinstance(ev, Exception):
+                            raise ev
+                        which = ev.WhichOneof("event")
+                        if which in ("stdout", "stderr"):
+                            out += getattr(ev, which)
+                        elif which == "exit":
+                            exit_info = ev.exit
+            except ToolError:
+                raise
+            except Exception as exc:
+                raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
+        if exit_info is None:
+            raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
+        text = out.decode("utf-8", errors="replace")
+        structured = {"exit_code": exit_info.exit_code, "timed_out": exit_info.timed_out,
+                      "truncated": exit_info.truncated, "duration_ms": exit_info.duration_ms}
+        note = f"\n[exit {exit_info.exit_code}{', timed out' if exit_info.timed_out else ''}{', output truncated' if exit_info.truncated else ''}]"
+        failed = exit_info.exit_code != 0 or exit_info.timed_out
+        return ToolResult.text(text + note, structured, is_error=failed,
+                               error_code=("COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED") if failed else None)
+
+    path_schema = {"type": "string", "description": "workspace-relative path"}
+    return [
+        ToolSpec("read_file", "Read a UTF-8 file or list a directory (hidden entries, sorted, dirs end with /). "
+                 "start_line (1-based) and max_lines select lines; offset/next_offset are UTF-8 byte positions with eof.",
+                 {"type": "object", "properties": {"path": path_schema, "start_line": {"type": "integer", "minimum": 1},
+                  "max_lines": {"type": "integer", "minimum": 1}, "offset": {"type": "integer", "minimum": 0}},
+                  "required": ["path"], "additionalProperties": False}, read_file, replay_safe=True),
+        ToolSpec("edit_file", "Create (content; must not exist), rewrite (content; existing file) or edit (edits: "
+                 "[{old_string, new_string, replace_all?}], unique exact matches, applied in order) one file.",
+                 {"type": "object", "properties": {"path": path_schema, "mode": {"enum": ["create", "rewrite", "edit"]},
+                  "content": {"type": "string"}, "edits": {"type": "array", "maxItems": 128, "items": {
+                      "type": "object", "properties": {"old_string": {"type": "string"}, "new_string": {"type": "string"},
+                                                       "replace_all": {"type": "boolean"}},
+                      "required": ["old_string", "new_string"]}}},
+                  "required": ["path", "mode"], "additionalProperties": False}, edit_file, replay_safe=True, read_only=False),
+        ToolSpec("patch_file", "Apply update hunks to one file: '@@' or '@@ <exact anchor line>' headers, body lines "
+                 "prefixed ' ', '+' or '-'; '*** End of File' pins a hunk to the end.",
+                 {"type": "object", "properties": {"path": path_schema, "patch": {"type": "string"}},
+                  "required": ["path", "patch"], "additionalProperties": False}, patch_file, replay_safe=True, read_only=False),
+        ToolSpec("view_image", "Look at a PNG, JPEG, GIF or WebP image of the workspace (at most 5 MiB).",
+                 {"type": "object", "properties": {"path": path_schema}, "required": ["path"], "additionalProperties": False},
+                 view_image, replay_safe=True),
+        ToolSpec("revert_call", "Restore the files an earlier edit_file/patch_file call of this session changed "
+                 "to their exact prior bytes (refused if they changed since).",
+                 {"type": "object", "properties": {"call_id": {"type": "string"}}, "required": ["call_id"],
+                  "additionalProperties": False}, revert_call, read_only=False),
+        ToolSpec("run_command", "Run a shell command in the workspace (timeout_ms default 120000, output capped, "
+                 "cancellable).",
+                 {"type": "object", "properties": {"command": {"type": "string"},
+                  "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_COMMAND_TIMEOUT_MS},
+                  "max_output_bytes": {"type": "integer", "minimum": 0, "maximum": MAX_COMMAND_OUTPUT},
+                  "cwd": {"type": "string"}}, "required": ["command"], "additionalProperties": False},
+                 run_command, read_only=False),
+    ]
