@@ -31,7 +31,7 @@ class FauxError(msgspec.Struct, frozen=True, rename="camel"):
     retryable: bool = False
 
 
-class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """One scripted response; ``chunks`` (if given) are streamed one delta each."""
 
     when: str | None = None

@@ -1,0 +1,416 @@
+"""The dashboard (F-API-6) in a real browser against a real daemon.
+
+A ``lens serve --port 0`` subprocess runs in a temporary working directory (its own config with a
+scripted faux provider, its own pair file and event log). Two clients are paired, one with strong
+trust and one read-only. Headless Chromium from Debian (``/usr/bin/chromium`` with
+``/usr/bin/chromedriver``, driven by selenium) opens the page, and the test uses it as a person
+would: paste the credential, create a project and a session, submit inputs, and watch the answers
+arrive over SSE; then drop the live connection and check that it resumes without gaps or
+duplicates, queue and withdraw an input while a run streams, abort the run, take a screenshot, and
+check that a read-only credential sees the session but cannot submit.
+
+Chromium is installed by ``.ci/ensure-chromium`` when it is missing (as root, with apt-get); the
+test is skipped only when that is impossible. Every wait is for a condition, with a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ENSURE = REPO / ".ci" / "ensure-chromium"
+WAIT = 10.0  # seconds for any one condition
+
+# A scripted faux provider: one turn streams its first half and then pauses (so a run is
+# observably busy until the test aborts it); anything else gets the built-in echo.
+CONFIG = {
+    "providers": [{
+        "id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}],
+        "script": [{"when": "stream slowly", "chunks": ["(faux) Streaming the first half… ", "and the rest."],
+                    "chunkDelayMs": 60000}],
+    }],
+    "defaultModel": "faux/faux-1",
+}
+
+
+# --------------------------------------------------------------------------- browser availability
+
+
+def _chromium_or_skip() -> None:
+    if CHROMIUM.exists() and CHROMEDRIVER.exists():
+        return
+    reason = "chromium is not installed"
+    if ENSURE.exists():
+        proc = subprocess.run(["bash", str(ENSURE)], capture_output=True, text=True, timeout=600)
+        if CHROMIUM.exists() and CHROMEDRIVER.exists():
+            return
+        reason += f" and .ci/ensure-chromium could not install it: {(proc.stderr or proc.stdout).strip()[-300:]}"
+    print(f"SKIP: {reason}", file=sys.stderr)
+    pytest.skip(reason)
+
+
+# --------------------------------------------------------------------------- the daemon
+
+
+class Daemon:
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        (cwd / "config").mkdir()
+        (cwd / "config" / "lens.jsonc").write_text(json.dumps(CONFIG))
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "serve", "--port", "0"], cwd=cwd, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.log: list[str] = []
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+        self.base = self._wait_listening()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line)
+            self.lines.put(line)
+
+    def _wait_listening(self) -> str:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if m:
+                return m.group(1)
+        raise AssertionError("the daemon did not start:\n" + "".join(self.log))
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + "/api/v1" + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=WAIT) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read() or b"null")
+
+    def pair(self, client_id: str, strong: bool) -> str:
+        status, body = self.request("POST", "/pair/requests", {"clientId": client_id, "name": "dashboard test"})
+        assert status == 202, body
+        cmd = [sys.executable, "-m", "runtime.cli", "pair", "approve", "--client", client_id]
+        if strong:
+            cmd.append("--strong-trust")
+        out = subprocess.run(cmd, cwd=self.cwd, capture_output=True, text=True, timeout=30, check=True).stdout
+        return out.strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self._reader.join(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    d = Daemon(cwd)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    _chromium_or_skip()
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:  # pragma: no cover - it is in the test extra
+        pytest.fail("selenium is not installed: pip install -e '.[test]'")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-quic", "--no-first-run", "--no-default-browser-check",
+                 "--window-size=1400,900", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        opts.add_argument(flag)
+    service = Service(executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(options=opts, service=service)
+    driver.set_page_load_timeout(WAIT)
+    driver.set_script_timeout(WAIT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def wait_for(cond: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = cond()
+            if value:
+                return value
+        except Exception as exc:  # a stale element mid-render: try again
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+        time.sleep(0.05)
+
+
+def by_css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def one(driver: Any, selector: str) -> Any:
+    found = by_css(driver, selector)
+    assert found, f"no element matches {selector!r}"
+    return found[0]
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click what matches; the page re-renders lists as events arrive, so a stale element is found again."""
+    def attempt() -> bool:
+        one(driver, selector).click()
+        return True
+    wait_for(attempt, f"a clickable {selector!r}")
+
+
+def body_data(driver: Any, key: str) -> str | None:
+    return driver.execute_script("return document.body.dataset[arguments[0]] ?? null", key)
+
+
+def texts(driver: Any, selector: str) -> list[str]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), n => n.textContent)", selector)
+
+
+def connect(driver: Any, credential: str) -> None:
+    field = one(driver, "#cred")
+    field.clear()
+    field.send_keys(credential)
+    click(driver, "#connect")
+
+
+def submit(driver: Any, text: str, when_busy: str = "followUp") -> None:
+    from selenium.webdriver.support.ui import Select
+    box = one(driver, "#input")
+    box.clear()
+    box.send_keys(text)
+    Select(one(driver, "#when-busy")).select_by_value(when_busy)
+    click(driver, "#send")
+
+
+def committed_answers(driver: Any) -> list[str]:
+    return texts(driver, "#timeline .msg.assistant:not(.streaming) .text")
+
+
+def check_png(path: Path) -> tuple[int, int, int]:
+    """Decode a PNG (8-bit RGB/RGBA, non-interlaced, as Chromium writes) with zlib; (width, height, colours)."""
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, chunks = 8, {}
+    idat = b""
+    while pos < len(raw):
+        (length,) = struct.unpack(">I", raw[pos:pos + 4])
+        kind = raw[pos + 4:pos + 8]
+        data = raw[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", raw[pos + 8 + length:pos + 12 + length])
+        assert zlib.crc32(kind + data) == crc, f"bad CRC in {kind!r}"
+        if kind == b"IDAT":
+            idat += data
+        else:
+            chunks[kind] = data
+        pos += 12 + length
+    assert b"IEND" in chunks
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunks[b"IHDR"])
+    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+    bpp = 3 if colour == 2 else 4
+    stride = width * bpp
+    pixels = zlib.decompress(idat)
+    assert len(pixels) == height * (stride + 1)
+    prev = bytearray(stride)
+    colours: dict[bytes, int] = {}
+    for y in range(height):
+        ftype = pixels[y * (stride + 1)]
+        line = bytearray(pixels[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if ftype == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif ftype == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif ftype == 3:
+                line[i] = (line[i] + ((a + b) >> 1)) & 0xFF
+            elif ftype == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+            else:
+                assert ftype == 0, f"bad filter {ftype}"
+        if y % 4 == 0:  # every 4th row is plenty to count colours
+            for x in range(0, stride, bpp * 2):
+                px = bytes(line[x:x + 3])
+                colours[px] = colours.get(px, 0) + 1
+        prev = line
+    total = sum(colours.values())
+    assert max(colours.values()) < 0.9 * total, "the screenshot is (almost) one colour"
+    return width, height, len(colours)
+
+
+# --------------------------------------------------------------------------- the test
+
+
+def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    started = time.monotonic()
+    driver = browser
+    strong = daemon.pair("dash-strong", strong=True)
+    readonly = daemon.pair("dash-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    # GET /whoami tells the page what the credential may do (and needs one).
+    assert daemon.request("GET", "/whoami", token=readonly) == (200, {"clientId": "dash-read", "trust": "read"})
+    assert daemon.request("GET", "/whoami", token=strong) == (200, {"clientId": "dash-strong", "trust": "strong"})
+    assert daemon.request("GET", "/whoami")[0] == 401
+
+    driver.get(daemon.base + "/")
+    assert driver.title == "Lens dashboard"
+
+    # A wrong credential is refused, with the daemon's error code shown.
+    connect(driver, "lens_not_a_real_credential")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the AUTH_INVALID error")
+
+    # Strong trust: create a project and a session through the page.
+    connect(driver, strong)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    assert one(driver, "#cred").get_attribute("value") == ""
+    one(driver, "#project-name").send_keys("Browser project")
+    one(driver, "#project-workspace").send_keys(str(workspace))
+    click(driver, "#new-project button")
+    wait_for(lambda: "Browser project" in " ".join(texts(driver, "#projects button.selected")), "the new project")
+    click(driver, "#new-session button")
+    wait_for(lambda: one(driver, "#composer").is_displayed(), "the composer of the new session")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    session_id = wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId"), "the selected session")
+    assert session_id and session_id.startswith("ses_")
+
+    # Submit; the faux answer arrives live (streamed deltas, then the committed message).
+    submit(driver, "hello from the browser")
+    expected = "(faux) You said: hello from the browser"
+    wait_for(lambda: expected in committed_answers(driver), "the faux answer")
+    assert int(body_data(driver, "deltas") or 0) >= 1, "no model.delta frame was shown"
+    assert int(body_data(driver, "lastEventId") or 0) > 0, "no committed event came over SSE"
+    assert "hello from the browser" in texts(driver, "#timeline .msg.user .text")
+
+    # A tool call is shown with its status and result.
+    submit(driver, "/tool get_system_time {}")
+    wait_for(lambda: by_css(driver, "#timeline .tool[data-status='ok']"), "the finished tool call")
+    assert "get_system_time" in texts(driver, "#timeline .tool .name")
+    wait_for(lambda: any(a.startswith("The tool answered:") for a in committed_answers(driver)), "the answer to the tool result")
+
+    # The connection drops; the page resumes from the last seen id: nothing missed, nothing twice.
+    before = int(body_data(driver, "reconnects") or 0)
+    driver.execute_script("window.lensDashboard.dropStream()")
+    wait_for(lambda: int(body_data(driver, "reconnects") or 0) > before, "a reconnect")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the resumed connection")
+    submit(driver, "after the reconnect")
+    wait_for(lambda: "(faux) You said: after the reconnect" in committed_answers(driver), "the answer after the reconnect")
+    assert int(body_data(driver, "duplicates") or 0) == 0
+    users = texts(driver, "#timeline .msg.user .text")
+    assert users == ["hello from the browser", "/tool get_system_time {}", "after the reconnect"], users
+    status, events = daemon.request("GET", f"/sessions/{session_id}/events?limit=1000", token=strong)
+    assert status == 200
+    assert int(body_data(driver, "lastEventId")) == events["events"][-1]["seq"]
+
+    # A run that streams and then waits: its partial answer shows; an input sent meanwhile is queued.
+    submit(driver, "stream slowly please")
+    wait_for(lambda: any("(faux) Streaming the first half" in t for t in texts(driver, "#timeline .msg.streaming .text")),
+             "the streaming answer")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the running status")
+    submit(driver, "a follow-up while busy")
+    wait_for(lambda: "a follow-up while busy" in " ".join(texts(driver, "#queue li.card .text")), "the queued input")
+    shot = tmp_path / "dashboard.png"
+    assert driver.save_screenshot(str(shot))
+    if os.environ.get("LENS_DASHBOARD_SCREENSHOT"):  # keep a copy to look at
+        shutil.copyfile(shot, os.environ["LENS_DASHBOARD_SCREENSHOT"])
+    click(driver, "#queue li.card button.secondary")  # withdraw
+    wait_for(lambda: not by_css(driver, "#queue li.card"), "the withdrawn input to leave the queue")
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run to end")
+    wait_for(lambda: not by_css(driver, "#timeline .msg.streaming"), "the streaming bubble to go")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    width, height, colours = check_png(shot)
+    assert width >= 800 and height >= 500, (width, height)
+    assert colours >= 16, colours
+
+    # The credential was kept in page memory only.
+    assert driver.execute_script("return localStorage.length + sessionStorage.length") == 0
+    assert driver.execute_script("return document.cookie") == ""
+    assert strong not in driver.current_url and readonly not in driver.current_url
+    assert strong not in driver.page_source
+
+    # A read-only credential sees the session but has no way to submit, and the daemon refuses it.
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, readonly)
+    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
+    wait_for(lambda: by_css(driver, "#projects button"), "the project list")
+    wait_for(lambda: by_css(driver, f"#sessions button[data-session-id='{session_id}']"), "the session list")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+    wait_for(lambda: expected in committed_answers(driver), "the session's items, read-only")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the read-only live connection")
+    for sel in ("#composer", "#new-project", "#new-session", "#abort"):
+        assert not one(driver, sel).is_displayed(), f"{sel} is shown to a read-only credential"
+    assert one(driver, "#trust").text == "read-only"
+    refused = driver.execute_async_script("""
+        const [sid, token, done] = arguments;
+        fetch('/api/v1/sessions/' + sid + '/inputs', {method: 'POST',
+          headers: {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + token},
+          body: JSON.stringify({requestId: 'ro-1', content: 'nope'})})
+          .then(async r => done([r.status, await r.json()]), e => done(['error', String(e)]));
+    """, session_id, readonly)
+    assert refused[0] == 403 and refused[1]["error"]["code"] == "FORBIDDEN", refused
+    assert "a follow-up while busy" not in texts(driver, "#timeline .msg.user .text"), "the withdrawn input ran"
+
+    assert time.monotonic() - started < 30, "the dashboard test must stay bounded"
