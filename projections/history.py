@@ -26,7 +26,7 @@ from events.reader import StoredEvent, StoredRow
 
 from .projector import Projection
 
-RANKED_LIMIT = 2000
+RANKED_LIMIT = 250
 MAX_QUERY_BYTES = 4096
 MAX_LIMIT = 100
 SNIPPET_TOKENS = 24
@@ -231,16 +231,23 @@ class HistoryIndex:
                 raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not an item of this project")
             cursor_rowid = found[0][0]
         if probe <= RANKED_LIMIT:
-            rows = list(self.conn.execute(
-                f"SELECT {cols}, bm25(history_fts) AS score FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
-                f"WHERE history_fts MATCH ? AND {cond} ORDER BY score, i.rowid DESC", (expr, *args)))
+            # Rank every match (at most RANKED_LIMIT) by (bm25, newest first), cheaply: no snippets yet.
+            ranked = [r[0] for r in self.conn.execute(
+                "SELECT i.rowid FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
+                f"WHERE history_fts MATCH ? AND {cond} ORDER BY bm25(history_fts), i.rowid DESC", (expr, *args))]
             start = 0
             if cursor_rowid is not None:
-                pos = next((k for k, r in enumerate(rows) if r[0] == cursor_rowid), None)
-                if pos is None:
-                    raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not a result of this query")
-                start = pos + 1
-            page = rows[start:start + limit + 1]
+                try:
+                    start = ranked.index(cursor_rowid) + 1
+                except ValueError:
+                    raise HistoryError("INVALID_ARGUMENT",
+                                       f"after_context_item_id {after_item_id!r} is not a result of this query") from None
+            wanted = ranked[start:start + limit + 1]
+            by_rowid = {r[0]: r for r in self.conn.execute(
+                f"SELECT {cols} FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
+                f"WHERE history_fts MATCH ? AND i.rowid IN ({','.join('?' * len(wanted)) or 'NULL'})",
+                (expr, *wanted))}
+            page = [by_rowid[r] for r in wanted if r in by_rowid]
         else:
             extra = " AND i.rowid < ?" if cursor_rowid is not None else ""
             page = list(self.conn.execute(

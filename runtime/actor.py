@@ -247,11 +247,22 @@ class SessionActor:
 
     # ------------------------------------------------------------------ writing
 
-    async def _emit(self, scoped: Sequence[d.Scoped], request_id: str | None = None) -> AppendResult:
-        """Append ``scoped`` atomically and fold them into the state (shielded from cancel)."""
-        state = self.state
+    async def _emit(self, scoped: Sequence[d.Scoped] | Callable[[], Sequence[d.Scoped]],
+                    request_id: str | None = None) -> AppendResult | None:
+        """Append ``scoped`` atomically and fold them into the state (shielded from cancel).
+
+        ``scoped`` may be a function of the state: it is called once the write lock is held, so
+        a decision and its append are atomic (the runner and the command loop both write; a
+        decision taken before waiting for the lock could be stale by the time it is written).
+        When it returns no events nothing is appended and the result is ``None``.
+        """
         with trio.CancelScope(shield=True):
             async with self._write_lock:
+                state = self.state
+                if callable(scoped):
+                    scoped = scoped()
+                    if not scoped:
+                        return None
                 drafts = [
                     Draft(s.event, project_id=state.project_id, session_id=self.session_id,
                           agent_id=s.agent_id, task_id=s.task_id,
@@ -309,9 +320,11 @@ class SessionActor:
                 base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
                 _reset_for_fork(base, self.session_id)
                 self.state = base
+            self.state.project_id = cmd.project_id  # the envelope of session.created carries it
             res = await self._emit([d.Scoped(t.SessionCreated(
                 model=cmd.model, thinking_level=cmd.thinking_level, name=cmd.name,
                 forked_from_session=cmd.forked_from_session, forked_from_seq=cmd.forked_from_seq))])
+            assert res is not None
             return {"id": self.session_id, "seq": res.seq}
         if isinstance(cmd, GetState):
             if not s.created:
@@ -332,19 +345,30 @@ class SessionActor:
                 raise InvalidCommand("content must not be empty")
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)
+            assert res is not None
             self._maybe_start_runner()
             return {"requestId": cmd.request_id, "seq": res.seq, "duplicate": res.duplicate}
         if isinstance(cmd, Withdraw):
-            answer, text, events = d.withdraw(s, cmd.request_id)
-            if events:
-                await self._emit([d.Scoped(e) for e in events])
-            return {"requestId": cmd.request_id, "status": answer, "text": text}
+            out: dict[str, Any] = {}
+
+            def decide_withdraw() -> list[d.Scoped]:
+                answer, text, events = d.withdraw(self.state, cmd.request_id)
+                out.update(status=answer, text=text)
+                return [d.Scoped(e) for e in events]
+
+            await self._emit(decide_withdraw)
+            return {"requestId": cmd.request_id, "status": out["status"], "text": out["text"]}
         if isinstance(cmd, Steer):
-            answer, events = d.requeue_as_steer(s, cmd.request_id)
-            if answer != "steer":
-                raise InputNotQueued(f"input {cmd.request_id!r} is not queued (it is {answer})")
-            if events:
-                await self._emit([d.Scoped(e) for e in events])
+            answers: list[str] = []
+
+            def decide_steer() -> list[d.Scoped]:
+                answer, events = d.requeue_as_steer(self.state, cmd.request_id)
+                answers.append(answer)
+                return [d.Scoped(e) for e in events]
+
+            await self._emit(decide_steer)
+            if answers[0] != "steer":
+                raise InputNotQueued(f"input {cmd.request_id!r} is not queued (it is {answers[0]})")
             self._maybe_start_runner()
             return {"requestId": cmd.request_id, "status": "queued", "whenBusy": "steer"}
         if isinstance(cmd, Abort):
@@ -370,10 +394,13 @@ class SessionActor:
             if self._runner_scope is not None:
                 self._runner_scope.cancel()
             await self._runner_done.wait()
-            withdrawn = [q.request_id for q in self.state.queue]
-            events = d.abort_events(self.state, reason)
-            if events:
-                await self._emit(events)
+            withdrawn: list[str] = []
+
+            def decide_abort() -> list[d.Scoped]:
+                withdrawn.extend(q.request_id for q in self.state.queue)
+                return d.abort_events(self.state, reason)
+
+            await self._emit(decide_abort)
         finally:
             self._aborting = False
         self._notify_idle()
@@ -415,49 +442,68 @@ class SessionActor:
                 return
             await self._perform(agent_id, step)
 
+    def _if_current(self, agent_id: str, step: d.Step, make: Callable[[], Sequence[d.Scoped]]) -> Callable[[], Sequence[d.Scoped]]:
+        """``make()`` if ``step`` is still what the agent does next (checked under the write lock),
+        else nothing: a command served while the runner waited for the lock (withdraw, steer)
+        may have changed the decision, and the loop then decides again."""
+
+        def decide() -> Sequence[d.Scoped]:
+            if d.next_step(self.state, agent_id, self._replay_safe) != step:
+                return []
+            return make()
+
+        return decide
+
     async def _perform(self, agent_id: str, step: d.Step) -> None:
         agent = self.state.agents.get(agent_id)
         task_id = agent.task_id if agent is not None else None
         if isinstance(step, d.StartTask):
             task_id = self.deps.new_id("task")
-            await self._emit([
+            await self._emit(self._if_current(agent_id, step, lambda: [
                 d.Scoped(t.TaskStarted(input_request_id=step.input.request_id), MAIN_AGENT, task_id),
                 d.Scoped(t.InputPlaced(input_request_id=step.input.request_id), MAIN_AGENT, task_id),
-            ])
+            ]))
         elif isinstance(step, d.PlaceSteer):
-            await self._emit([d.Scoped(t.InputPlaced(input_request_id=step.input.request_id), agent_id, task_id)])
+            await self._emit(self._if_current(agent_id, step, lambda: [
+                d.Scoped(t.InputPlaced(input_request_id=step.input.request_id), agent_id, task_id)]))
         elif isinstance(step, d.RequestModel):
-            await self._request_model(agent_id, task_id)
+            await self._request_model(agent_id, task_id, step)
         elif isinstance(step, d.RunCall):
-            await self._run_call(agent_id, task_id, step.call, step.restart)
+            await self._run_call(agent_id, task_id, step)
         elif isinstance(step, d.InterruptCall):
-            await self._emit([d.Scoped(t.ToolFinished(
+            await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
                 call_id=step.call.call_id, name=step.call.name, status="interrupted", is_error=True,
-                content=[t.TextPart(INTERRUPTED_TEXT)], error_code="INTERRUPTED"), agent_id, task_id)])
+                content=[t.TextPart(INTERRUPTED_TEXT)], error_code="INTERRUPTED"), agent_id, task_id)]))
         elif isinstance(step, d.SkipCalls):
-            await self._emit([d.Scoped(t.ToolFinished(
+            await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
                 call_id=c.call_id, name=c.name, status="skipped", is_error=True,
                 content=[t.TextPart("Skipped: the user steered the conversation before this call ran.")],
-                error_code="SKIPPED"), agent_id, task_id) for c in step.calls])
+                error_code="SKIPPED"), agent_id, task_id) for c in step.calls]))
         elif isinstance(step, d.FinishTask):
-            await self._emit([d.Scoped(t.TaskFinished(status=step.status, reason=step.reason), MAIN_AGENT, task_id)])
+            await self._emit(self._if_current(agent_id, step, lambda: [
+                d.Scoped(t.TaskFinished(status=step.status, reason=step.reason), MAIN_AGENT, task_id)]))
         elif isinstance(step, d.FinishAgent):
-            await self._emit([d.Scoped(t.AgentFinished(status=step.status, result=step.result), agent_id, task_id)])
+            await self._emit(self._if_current(agent_id, step, lambda: [
+                d.Scoped(t.AgentFinished(status=step.status, result=step.result), agent_id, task_id)]))
 
-    async def _request_model(self, agent_id: str, task_id: str | None) -> None:
+    async def _request_model(self, agent_id: str, task_id: str | None, step: d.Step) -> None:
         state = self.state
         agent = state.agents[agent_id]
         attempt = 2 if agent.open_request_seq is not None else 1
         try:
             provider, model_id, _ref = self.deps.catalog.resolve(state.model)
         except LensError as exc:
-            await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message), agent_id, task_id)])
+            await self._emit(self._if_current(agent_id, step, lambda: [
+                d.Scoped(t.ModelFailed(code=exc.code, message=exc.message), agent_id, task_id)]))
             return
         items = working_context(agent)
         tools = [s.schema() for s in self.deps.tools.visible(is_main_agent=agent_id == MAIN_AGENT, allowed=agent.tools or None)]
-        await self._emit([d.Scoped(t.ModelRequested(
+        requested = await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ModelRequested(
             provider=provider.id, model=model_id, attempt=attempt, thinking_level=state.thinking_level,
-            diagnostics={"items": len(items), "tools": len(tools)}), agent_id, task_id)])
+            diagnostics={"items": len(items), "tools": len(tools)}), agent_id, task_id)]))
+        if requested is None:
+            return  # the decision went stale while waiting for the lock: decide again
+        items = working_context(agent)  # as of model.requested
         request = ModelRequest(model_id, list(self.deps.system_prompt), items, tools, state.thinking_level, agent_id)
         on_delta = self.deps.on_delta
         try:
@@ -471,20 +517,24 @@ class SessionActor:
             stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id),
             agent_id, task_id)])
 
-    async def _run_call(self, agent_id: str, task_id: str | None, call: t.ToolCall, restart: bool) -> None:
+    async def _run_call(self, agent_id: str, task_id: str | None, step: d.RunCall) -> None:
+        call, restart = step.call, step.restart
         tools = self.deps.tools
         spec = tools.get(call.name)
         agent = self.state.agents[agent_id]
         if not restart:
-            await self._emit([d.Scoped(t.ToolStarted(
+            started = await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolStarted(
                 call_id=call.call_id, name=call.name, arguments=call.arguments,
-                replay_safe=bool(spec and spec.replay_safe)), agent_id, task_id)])
+                replay_safe=bool(spec and spec.replay_safe)), agent_id, task_id)]))
+            if started is None:
+                return  # stale (e.g. a steer now skips this call): decide again
 
         async def start_subagent(prompt: str, allowed: Sequence[str] | None) -> tuple[str, str]:
             return await self._subagent(agent_id, task_id, call, prompt, allowed)
 
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
-                          agent_id == MAIN_AGENT, start_subagent)
+                          agent_id == MAIN_AGENT, start_subagent,
+                          file_edits=lambda cid: list(self.state.file_edits.get(cid, [])))
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
         await self._emit([d.Scoped(t.ToolFinished(
             call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",

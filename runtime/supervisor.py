@@ -104,9 +104,9 @@ class Supervisor:
         ``SESSION_UNAVAILABLE`` when the actor crashed while serving the call (safe to retry:
         submissions are idempotent by request id).
         """
-        if session_id in self._quarantined:
-            raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
         for _ in range(100):
+            if session_id in self._quarantined:  # checked on every try: a retry must not revive it
+                raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
             handle = self._ensure(session_id)
             env = Envelope(command)
             try:
@@ -149,13 +149,21 @@ class Supervisor:
                     actor.fail_pending(ActorUnavailable(
                         f"session {handle.session_id!r} failed while serving this call; retry it"))
                     if failures >= self.max_restarts:
-                        await self._quarantine(handle, f"{type(exc).__name__}: {exc}")
+                        await self._quarantine(handle, _describe(exc))
                         return
         finally:
             if self._actors.get(handle.session_id) is handle:
                 del self._actors[handle.session_id]
 
     async def _quarantine(self, handle: _Handle, reason: str) -> None:
+        # Record it before answering anyone: a caller told SESSION_QUARANTINED finds the event.
+        # Calls arriving meanwhile queue in the mailbox and are answered below.
+        try:
+            with trio.CancelScope(shield=True):
+                await self.deps.store.append(Draft(
+                    t.SessionQuarantined(reason=reason[:2000]), session_id=handle.session_id))
+        except Exception as exc:  # the log itself may be what fails; the status stays in memory
+            log.error("could not record quarantine of %s: %r", handle.session_id, exc)
         self._quarantined[handle.session_id] = reason
         err = SessionQuarantined(f"session {handle.session_id!r} is quarantined: {reason}")
         while True:  # answer what is queued, then close (no checkpoint in between)
@@ -164,9 +172,10 @@ class Supervisor:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
         handle.recv.close()
-        try:
-            with trio.CancelScope(shield=True):
-                await self.deps.store.append(Draft(
-                    t.SessionQuarantined(reason=reason[:2000]), session_id=handle.session_id))
-        except Exception as exc:  # the log itself may be what fails; the status stays in memory
-            log.error("could not record quarantine of %s: %r", handle.session_id, exc)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of what failed, looking inside the exception groups nurseries raise."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"

@@ -40,6 +40,9 @@ class ModelResult:
     stop_reason: str | None = None
     usage: t.Usage = field(default_factory=t.Usage)
     response_id: str | None = None
+    # What was actually sent, for the record (``model.responded``): cache breakpoints placed,
+    # tool-name aliases, synthetic results, images. Never request content or key material.
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
 class ProviderError(Exception):

@@ -1,0 +1,171 @@
+"""F-ACT-6 and F-ACT-7: configuration by event (from the next model request), naming, soft
+delete, and forks from any ``seq`` of a session."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import by_kind, frozen, one, sleep_call
+from projections.session_state import SessionState, apply
+from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
+from runtime.errors import InvalidCommand, ModelUnavailable, SessionGone, SessionNotFound
+from runtime.providers.faux import FauxTurn
+from conftest import text
+
+
+def main_items(state: SessionState):
+    return state.agents["main"].items
+
+
+async def test_fork_takes_the_contexts_as_of_a_seq_and_is_independent(runtime_factory, autojump_clock):
+    script = [FauxTurn(when="nap first", tool_calls=[sleep_call(10)])]
+    async with runtime_factory(script=script) as rt:
+        src = await rt.session(name="source")
+        await rt.run_to_idle(src, "r1", "first question")
+        await rt.run_to_idle(src, "r2", "nap first")
+        evs = await rt.events(src)
+        cut = by_kind(evs, "task.finished")[0].seq  # after the first answer
+        expected = SessionState(src)
+        for e in evs:
+            if e.seq <= cut:
+                apply(expected, e)
+        source_before = await rt.state(src)
+
+        fork = await rt.sup.fork_session(src, cut, name="retry")
+        st = await rt.state(fork)
+        assert fork != src
+        assert main_items(st) == main_items(expected)
+        assert [it.text for it in main_items(st)] == ["first question", "(faux) You said: first question"]
+        assert (st.forked_from_session, st.forked_from_seq, st.name) == (src, cut, "retry")
+        assert st.status == "idle" and st.queue == [] and st.inputs == {} and st.running_task is None
+        assert st.project_id == source_before.project_id
+        created = one(await rt.events(fork), "session.created")
+        assert (created.event.forked_from_session, created.event.forked_from_seq) == (src, cut)
+        assert created.project_id == "p1"
+
+        # Independent afterwards, both ways.
+        st = await rt.run_to_idle(fork, "f1", "a different turn")
+        assert [it.text for it in main_items(st)][2:] == ["a different turn", "(faux) You said: a different turn"]
+        assert main_items(await rt.state(src)) == main_items(source_before)
+        await rt.run_to_idle(src, "r3", "source moves on")
+        assert main_items(await rt.state(fork)) == main_items(st)
+        assert all(e.session_id == fork for e in await rt.events(fork))
+        fork_state = await rt.state(fork)
+        ids = rt.ids
+    # A fork wakes by replay (its base comes from the source's log) with the same state.
+    async with runtime_factory(ids=ids) as rt2:
+        assert await rt2.state(fork) == fork_state
+
+
+async def test_fork_in_the_middle_of_a_tool_round_starts_idle(rt, autojump_clock):
+    rt.faux.script = [FauxTurn(when="nap", tool_calls=[sleep_call(10), sleep_call(20)])]
+    src = await rt.session()
+    await rt.run_to_idle(src, "r1", "nap")
+    cut = one(await rt.events(src), "tool.started", arguments='{"milliseconds": 20}').seq
+    fork = await rt.sup.fork_session(src, cut)
+    st = await rt.state(fork)
+    main = st.agents["main"]
+    assert st.status == "idle" and main.pending_calls == [] and main.running_call is None
+    assert [it.role for it in main.items] == ["user", "tool_call", "tool_call", "tool_result"]
+    st = await rt.run_to_idle(fork, "f1", "carry on")
+    assert st.agents["main"].items[-1].text == "(faux) You said: carry on"
+
+
+async def test_fork_refuses_a_seq_of_another_session(rt, autojump_clock):
+    a = await rt.session()
+    b = await rt.session()
+    await rt.run_to_idle(a, "r1", "hello")
+    seq_of_a = (await rt.events(a))[-1].seq
+    with pytest.raises(InvalidCommand) as err:
+        await rt.sup.fork_session(b, seq_of_a)
+    assert err.value.code == "INVALID_ARGUMENT"
+    for bad in (0, -3, seq_of_a + 1000):
+        with pytest.raises(InvalidCommand):
+            await rt.sup.fork_session(a, bad)
+    with pytest.raises(SessionNotFound):
+        await rt.sup.fork_session("ses_missing", seq_of_a)
+    assert sorted({e.session_id for e in await rt.events()}) == sorted([a, b])  # nothing created
+
+
+async def test_configure_applies_from_the_next_model_request(runtime_factory, autojump_clock):
+    script = [FauxTurn(when="nap", tool_calls=[sleep_call(1000)])]
+    async with runtime_factory(script=script, extra_providers=["faux2"]) as rt:
+        sid = await rt.session()
+        with frozen(autojump_clock):
+            await rt.submit(sid, "r1", "nap")
+            await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+            ans = await rt.call(sid, Configure(model="faux2/model-b", thinking_level="high"))
+            assert ans == {"model": "faux2/model-b", "thinkingLevel": "high"}
+        st = await rt.idle(sid)
+        evs = await rt.events(sid)
+        requested = by_kind(evs, "model.requested")
+        assert [(r.event.provider, r.event.model, r.event.thinking_level) for r in requested] == [
+            ("faux", "faux-1", None), ("faux2", "model-b", "high")]
+        conf = one(evs, "session.configured")
+        assert requested[0].seq < conf.seq < requested[1].seq
+        assert len(rt.faux.requests) == 1 and len(rt.providers["faux2"].requests) == 1
+        assert rt.providers["faux2"].requests[0].thinking_level == "high"
+        assert (st.model, st.thinking_level) == ("faux2/model-b", "high")
+        # Only thinking_level changes: the model stays.
+        await rt.call(sid, Configure(thinking_level="low"))
+        st = await rt.run_to_idle(sid, "r2", "hi")
+        last = by_kind(await rt.events(sid), "model.requested")[-1].event
+        assert (last.provider, last.model, last.thinking_level) == ("faux2", "model-b", "low")
+
+
+async def test_configure_refuses_an_unknown_model(rt, autojump_clock):
+    sid = await rt.session()
+    n = len(await rt.events(sid))
+    for ref in ("nope/x", "faux", "faux/"):
+        with pytest.raises(ModelUnavailable) as err:
+            await rt.call(sid, Configure(model=ref))
+        assert err.value.code == "MODEL_UNKNOWN"
+    assert len(await rt.events(sid)) == n
+    with pytest.raises(ModelUnavailable):
+        await rt.session(model="nope/x")
+    st = await rt.run_to_idle(sid, "r1", "still fine")
+    assert one(await rt.events(sid), "model.requested").event.provider == "faux" and st.model is None
+
+
+async def test_rename(rt, autojump_clock):
+    sid = await rt.session(name="first")
+    assert (await rt.state(sid)).name == "first"
+    assert await rt.call(sid, Rename("second")) == {"name": "second"}
+    assert (await rt.state(sid)).name == "second"
+    assert one(await rt.events(sid), "session.named").event.name == "second"
+
+
+async def test_soft_delete_keeps_events_and_refuses_later_work(runtime_factory, autojump_clock):
+    async with runtime_factory() as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        before = await rt.events(sid)
+        assert await rt.call(sid, Delete()) == {"deleted": True}
+        after = await rt.events(sid)
+        assert [e.to_json() for e in after[: len(before)]] == [e.to_json() for e in before]
+        assert [e.kind for e in after[len(before):]] == ["session.deleted"]
+        for cmd in (Submit("r2", text("more")), Withdraw("r1"), Configure(thinking_level="x"), Rename("n"), Delete()):
+            with pytest.raises(SessionGone) as err:
+                await rt.call(sid, cmd)
+            assert err.value.code == "SESSION_DELETED"
+        assert (await rt.state(sid)).status == "deleted"
+        ids = rt.ids
+    async with runtime_factory(ids=ids) as rt2:  # still deleted after a restart
+        with pytest.raises(SessionGone):
+            await rt2.call(sid, Submit("r2", text("more")))
+        assert (await rt2.call(sid, GetState())).deleted
+
+
+async def test_delete_while_running_stops_the_run_first(rt, autojump_clock):
+    rt.faux.script = [FauxTurn(when="nap", tool_calls=[sleep_call(100_000)])]
+    sid = await rt.session()
+    with frozen(autojump_clock):
+        await rt.submit(sid, "r1", "nap")
+        await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        await rt.submit(sid, "r2", "queued")
+        await rt.call(sid, Delete())
+    evs = await rt.events(sid)
+    assert [e.kind for e in evs][-5:] == [
+        "tool.finished", "run.aborted", "task.finished", "input.withdrawn", "session.deleted"]
+    assert one(evs, "task.finished").event.status == "aborted"
+    assert (await rt.idle(sid)).status == "deleted"

@@ -1,0 +1,126 @@
+"""The agent loop: tool rounds until a final answer; failures are events, not crashes; usage."""
+
+from __future__ import annotations
+
+from conftest import by_kind, one, sleep_call
+from events import types as t
+from runtime.actor import DEFAULT_SYSTEM_PROMPT
+from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
+
+
+async def test_tool_rounds_until_a_final_answer(rt, autojump_clock):
+    rt.faux.script = [
+        FauxTurn(when="what time", tool_calls=[FauxToolCall("get_system_time")]),
+        FauxTurn(when="unix_ms", tool_calls=[sleep_call(5), sleep_call(7)]),
+        FauxTurn(when="slept 7 ms", text="done after two rounds"),
+    ]
+    sid = await rt.session()
+    st = await rt.run_to_idle(sid, "r1", "what time is it, then nap")
+    evs = await rt.events(sid)
+    assert [e.kind for e in evs if e.kind.startswith(("model.", "tool."))] == [
+        "model.requested", "model.responded",
+        "tool.started", "tool.finished",
+        "model.requested", "model.responded",
+        "tool.started", "tool.finished", "tool.started", "tool.finished",
+        "model.requested", "model.responded",
+    ]
+    assert [f.event.name for f in by_kind(evs, "tool.finished")] == [
+        "get_system_time", "sleep_milliseconds", "sleep_milliseconds"]
+    assert all(f.event.status == "ok" and not f.event.is_error for f in by_kind(evs, "tool.finished"))
+    assert one(evs, "task.finished").event.status == "completed"
+    main = st.agents["main"]
+    assert [it.role for it in main.items] == [
+        "user", "tool_call", "tool_result", "tool_call", "tool_call", "tool_result", "tool_result", "assistant"]
+    assert main.items[-1].text == "done after two rounds"
+    # Each request carried the system prompt and the whole context so far, in order.
+    reqs = rt.faux.requests
+    assert len(reqs) == 3 and all(r.system == [DEFAULT_SYSTEM_PROMPT] for r in reqs)
+    assert [it.role for it in reqs[2].items] == [it.role for it in main.items[:-1]]
+    assert {tool["name"] for tool in reqs[0].tools} == {
+        "get_system_time", "sleep_milliseconds", "todo", "subagent"}
+    # A tool result is paired with its call.
+    calls = [it.call.call_id for it in main.items if it.role == "tool_call"]
+    results = [it.call_id for it in main.items if it.role == "tool_result"]
+    assert calls == results
+
+
+async def test_provider_error_fails_the_task_and_the_session_stays_usable(rt, autojump_clock):
+    rt.faux.script = [FauxTurn(when="fail please", error=FauxError("RATE_LIMITED", "slow down", retryable=True))]
+    sid = await rt.session()
+    st = await rt.run_to_idle(sid, "r1", "fail please")
+    evs = await rt.events(sid)
+    failed = one(evs, "model.failed").event
+    assert (failed.code, failed.message, failed.retryable) == ("RATE_LIMITED", "slow down", True)
+    fin = one(evs, "task.finished").event
+    assert fin.status == "failed" and "RATE_LIMITED" in fin.reason
+    assert by_kind(evs, "model.responded") == []
+    assert st.status == "idle" and st.inputs["r1"].status == "settled"
+    assert st.usage.requests == 0  # a failed request reported no usage
+    st = await rt.run_to_idle(sid, "r2", "are you there")
+    evs = await rt.events(sid)
+    assert [e.event.status for e in by_kind(evs, "task.finished")] == ["failed", "completed"]
+    assert st.agents["main"].items[-1].text == "(faux) You said: are you there"
+    assert st.agents["main"].last_error is None
+
+
+async def test_bad_tool_calls_come_back_as_error_results(rt, autojump_clock, caplog):
+    rt.faux.script = [FauxTurn(when="bad calls", tool_calls=[
+        FauxToolCall("no_such_tool", {}),
+        FauxToolCall("get_system_time", "{not json"),
+        FauxToolCall("sleep_milliseconds", "[1, 2]"),
+        FauxToolCall("get_system_time", {}),
+    ])]
+    sid = await rt.session()
+    st = await rt.run_to_idle(sid, "r1", "bad calls")
+    evs = await rt.events(sid)
+    finished = by_kind(evs, "tool.finished")
+    assert [(f.event.status, f.event.is_error, f.event.error_code) for f in finished] == [
+        ("error", True, "TOOL_UNKNOWN"),
+        ("error", True, "TOOL_ARGUMENTS_INVALID"),
+        ("error", True, "TOOL_ARGUMENTS_INVALID"),
+        ("ok", False, None),
+    ]
+    assert structured(finished[0])["error"]["code"] == "TOOL_UNKNOWN"
+    # The model was told and answered; nothing crashed.
+    assert one(evs, "task.finished").event.status == "completed"
+    assert len(by_kind(evs, "model.requested")) == 2
+    assert st.agents["main"].items[-1].role == "assistant"
+    assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # the actor never crashed
+
+
+def structured(e):
+    return e.event.structured_content
+
+
+async def test_usage_per_request_and_per_session(rt, autojump_clock):
+    rt.faux.script = [
+        FauxTurn(when="count me", tool_calls=[sleep_call(1)], input_tokens=100, output_tokens=7),
+        FauxTurn(when="slept", text="counted", input_tokens=130, output_tokens=3),
+        FauxTurn(when="again", text="ok", input_tokens=40, output_tokens=1),
+    ]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "count me")
+    st = await rt.run_to_idle(sid, "r2", "again")
+    evs = await rt.events(sid)
+    usages = [e.event.usage for e in by_kind(evs, "model.responded")]
+    assert [(u.input_tokens, u.output_tokens) for u in usages] == [(100, 7), (130, 3), (40, 1)]
+    # Counts the provider did not report stay unknown, per request and in the totals.
+    assert all(u.cache_read_tokens is None and u.cache_write_tokens is None and u.reasoning_tokens is None
+               for u in usages)
+    assert st.usage.requests == 3
+    assert (st.usage.input_tokens, st.usage.output_tokens) == (270, 11)
+    assert (st.usage.cache_read_tokens, st.usage.cache_write_tokens, st.usage.reasoning_tokens) == (None, None, None)
+
+
+async def test_deltas_stream_to_viewers_and_only_the_result_is_persisted(runtime_factory, autojump_clock):
+    script = [FauxTurn(when="stream", chunks=["one ", "two ", "three"], reasoning="hmm", chunk_delay_ms=10)]
+    async with runtime_factory(script=script) as rt:
+        seen: list[tuple[str, str, str, str]] = []
+        rt.deps.on_delta = lambda sid, agent, delta: seen.append((sid, agent, delta.kind, delta.text))
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "stream it")
+        assert seen == [(sid, "main", "reasoning", "hmm"), (sid, "main", "text", "one "),
+                        (sid, "main", "text", "two "), (sid, "main", "text", "three")]
+        resp = one(await rt.events(sid), "model.responded").event
+        assert (resp.text, resp.reasoning) == ("one two three", "hmm")
+        assert st.agents["main"].items[-1].text == "one two three"

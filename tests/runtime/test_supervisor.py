@@ -1,0 +1,223 @@
+"""F-ACT-1/2: the supervisor starts actors on demand, passivates idle ones, wakes them from the
+latest snapshot plus the tail, restarts crashed ones from the log, quarantines a session whose
+replay keeps failing, and resumes unfinished work when it starts over an existing log."""
+
+from __future__ import annotations
+
+import logging
+
+import apsw
+import pytest
+import trio
+
+from conftest import by_kind, frozen, one, sleep_call
+from events.reader import LogReader
+from events.schema import EVENTS_DB
+from projections.session_state import SessionState, fold
+from runtime.actor import GetState, Submit, WaitIdle
+from runtime.errors import ActorUnavailable, SessionNotFound, SessionQuarantined
+from runtime.providers.faux import FauxToolCall, FauxTurn
+from tools.base import ToolSpec
+
+from conftest import text
+
+
+async def full_replay(rt, sid: str) -> SessionState:
+    return fold(SessionState(sid), await rt.events(sid))
+
+
+async def passivate(rt, sid: str) -> None:
+    """Let virtual time pass until the idle actor has left (its last snapshot write included)."""
+    for _ in range(1000):
+        if sid not in rt.sup.live_sessions:
+            return
+        await trio.sleep(1)
+    raise AssertionError(f"{sid} never passivated")
+
+
+def corrupt(data_dir, seq: int) -> None:
+    """Overwrite one stored body with bytes that are not a valid frame (the runtime is stopped)."""
+    conn = apsw.Connection(str(data_dir / EVENTS_DB))
+    try:
+        with conn:
+            conn.execute("UPDATE events SET body = ? WHERE seq = ?", (b"\x00garbage-not-zstd", seq))
+        assert conn.changes() == 1
+    finally:
+        conn.close()
+
+
+async def test_idle_actors_passivate_and_wake_by_replay(runtime_factory, autojump_clock):
+    async with runtime_factory(idle_seconds=5, script=[FauxTurn(when="nap", tool_calls=[sleep_call(50)])]) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "nap")
+        await rt.run_to_idle(sid, "r2", "hello")
+        before = await rt.state(sid)
+        assert sid in rt.sup.live_sessions
+        await passivate(rt, sid)
+        assert trio.current_time() >= 5  # only after idle_seconds of virtual time
+        woken = await rt.state(sid)  # the next call wakes it
+        assert sid in rt.sup.live_sessions
+        assert woken == before
+        assert woken == await full_replay(rt, sid)
+        st = await rt.run_to_idle(sid, "r3", "awake again")
+        assert st.agents["main"].items[-1].text == "(faux) You said: awake again"
+
+
+async def test_busy_actors_do_not_passivate(runtime_factory, autojump_clock):
+    async with runtime_factory(idle_seconds=5, script=[FauxTurn(when="nap", tool_calls=[sleep_call(600_000)])]) as rt:
+        sid = await rt.session()
+        with frozen(autojump_clock):
+            await rt.submit(sid, "r1", "nap")
+            await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        # The sleep spans 120 idle periods: the actor stays live throughout and finishes the task.
+        await rt.call(sid, WaitIdle())
+        assert sid in rt.sup.live_sessions
+        evs = await rt.events(sid)
+        assert one(evs, "tool.finished").event.status == "ok"
+        assert len(by_kind(evs, "task.started")) == 1
+
+
+async def test_wake_up_uses_the_snapshot_and_equals_a_full_replay(runtime_factory, autojump_clock):
+    async with runtime_factory(snapshot_every=5, idle_seconds=5) as rt:
+        sid = await rt.session()
+        for i in range(4):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+        live = await rt.state(sid)
+        assert live == await full_replay(rt, sid)
+        await passivate(rt, sid)  # the actor's pending snapshot writes finish before it leaves
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert snap is not None and 5 <= snap.events < live.events  # a snapshot with a tail after it
+        assert snap.last_seq < live.last_seq
+        assert snap == fold(SessionState(sid), [e for e in await rt.events(sid) if e.seq <= snap.last_seq])
+        # Prove the wake-up reads only the tail: damage an event the snapshot already covers.
+        first_seq = (await rt.events(sid))[0].seq
+        ids = rt.ids
+    corrupt(rt.data_dir, first_seq)
+    async with runtime_factory(snapshot_every=5, ids=ids) as rt2:
+        assert await rt2.state(sid) == live
+        st = await rt2.run_to_idle(sid, "r9", "still here")
+        assert st.agents["main"].items[-1].text == "(faux) You said: still here"
+
+
+async def _boom(args, ctx):
+    raise RuntimeError("the tool blew up")
+
+
+BOOM = ToolSpec("boom", "Crashes the actor (not a ToolError).", {"type": "object"}, _boom)
+BOOM_REPLAYED = ToolSpec("boom_again", "Crashes on every replay.", {"type": "object"}, _boom, replay_safe=True)
+
+
+async def test_a_crashing_actor_restarts_from_the_log(runtime_factory, autojump_clock, caplog):
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom")])]
+    async with runtime_factory(script=script, extra_tools=[BOOM]) as rt:
+        other = await rt.session()
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        with pytest.raises(ActorUnavailable) as err:
+            await rt.call(sid, WaitIdle())
+        assert err.value.code == "SESSION_UNAVAILABLE"
+        # The restarted actor replayed the log, reported the call as interrupted and carried on.
+        st = await rt.idle(sid)
+        evs = await rt.events(sid)
+        fin = one(evs, "tool.finished", name="boom")
+        assert (fin.event.status, fin.event.error_code) == ("interrupted", "INTERRUPTED")
+        assert len(by_kind(evs, "tool.started")) == 1
+        assert one(evs, "task.finished").event.status == "completed"
+        assert st.agents["main"].items[-1].text.startswith("The tool answered: This tool call was interrupted")
+        st = await rt.run_to_idle(sid, "r2", "are you ok")
+        assert st.agents["main"].items[-1].text == "(faux) You said: are you ok"
+        assert (await rt.run_to_idle(other, "o1", "unaffected")).status == "idle"
+        assert st == await full_replay(rt, sid)
+    crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
+    assert len(crashes) == 1 and crashes[0].levelno == logging.ERROR
+
+
+async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump_clock, caplog):
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        with pytest.raises((ActorUnavailable, SessionQuarantined)):
+            await rt.call(sid, WaitIdle())
+        while True:  # each retry either meets a restarted actor (which crashes again) or the quarantine
+            try:
+                await rt.call(sid, WaitIdle())
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined as exc:
+                assert exc.code == "SESSION_QUARANTINED"
+                break
+        evs = await rt.events(sid)
+        q = one(evs, "session.quarantined")
+        assert "RuntimeError" in q.event.reason and "the tool blew up" in q.event.reason
+        assert len(by_kind(evs, "tool.started")) == 1  # re-runs do not log a second start
+        with pytest.raises(SessionQuarantined):
+            await rt.call(sid, Submit("r2", text("hello?")))
+        assert sid not in rt.sup.live_sessions
+    crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
+    assert len(crashes) == 3
+
+
+async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, autojump_clock, caplog):
+    async with runtime_factory() as rt:
+        healthy = await rt.session()
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        await rt.run_to_idle(healthy, "h1", "hello")
+        bad_seq = one(await rt.events(sid), "input.submitted").seq
+        ids = rt.ids
+    corrupt(rt.data_dir, bad_seq)
+    async with runtime_factory(ids=ids, max_restarts=3) as rt2:
+        with pytest.raises(SessionQuarantined) as err:
+            await rt2.call(sid, GetState())
+        assert err.value.code == "SESSION_QUARANTINED"
+        with pytest.raises(SessionQuarantined):  # answered at once from now on
+            await rt2.call(sid, Submit("r2", text("hello?")))
+        # Other sessions are unaffected.
+        st = await rt2.run_to_idle(healthy, "h2", "still fine")
+        assert st.agents["main"].items[-1].text == "(faux) You said: still fine"
+    crashes = [r for r in caplog.records if r.name == "lens.supervisor" and sid in r.getMessage()]
+    assert len(crashes) == 3
+    with LogReader(rt.data_dir) as reader:
+        (row,) = list(reader.rows(session_id=sid, kinds=["session.quarantined"]))
+        q = reader.decode(row)
+    assert q.session_id == sid and "CorruptEvent" in q.event.reason
+
+
+async def test_unknown_session_is_not_found(rt, autojump_clock):
+    with pytest.raises(SessionNotFound) as err:
+        await rt.call("ses_nope", GetState())
+    assert err.value.code == "SESSION_NOT_FOUND"
+    with pytest.raises(SessionNotFound):
+        await rt.call("ses_nope", Submit("r1", text("hi")))
+    assert await rt.events("ses_nope") == []
+
+
+async def test_a_supervisor_started_over_unfinished_work_resumes_it(runtime_factory, autojump_clock):
+    script = [FauxTurn(when="long nap", tool_calls=[sleep_call(100_000)])]
+    async with runtime_factory(script=script) as rt:
+        sid = await rt.session()
+        idle_sid = await rt.session()
+        with frozen(autojump_clock):
+            await rt.submit(sid, "r1", "long nap")
+            st = await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+            call_id = st.agents["main"].running_call
+            await rt.submit(sid, "r2", "queued behind it")
+            before = await rt.events()
+        ids = rt.ids
+    # The daemon stopped mid-call: tool.started without tool.finished, r2 queued.
+    assert [e.kind for e in before if e.session_id == sid][-2:] == ["tool.started", "input.submitted"]
+    async with runtime_factory(script=script, ids=ids) as rt2:
+        assert rt2.sup.live_sessions == [sid]  # woken at start, before any call
+        st = await rt2.idle(sid)
+        evs = await rt2.events(sid)
+        assert [e.to_json() for e in evs[: len([b for b in before if b.session_id == sid])]] == [
+            b.to_json() for b in before if b.session_id == sid]
+        # sleep_milliseconds is replay-safe: re-run, not reported as interrupted.
+        fin = one(evs, "tool.finished")
+        assert (fin.event.call_id, fin.event.status) == (call_id, "ok")
+        assert len(by_kind(evs, "tool.started")) == 1
+        assert [e.event.input_request_id for e in by_kind(evs, "task.started")] == ["r1", "r2"]
+        assert [e.event.status for e in by_kind(evs, "task.finished")] == ["completed", "completed"]
+        assert st.inputs["r1"].status == st.inputs["r2"].status == "settled"
+        assert idle_sid not in rt2.sup.live_sessions

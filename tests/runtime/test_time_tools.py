@@ -1,0 +1,142 @@
+"""F-TOOL-9: ``get_system_time`` and ``sleep_milliseconds``, through the tool registry (the way
+the actor calls them: JSON argument text in, a result or an error result out)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+
+import pytest
+import trio
+
+from conftest import one
+from runtime.providers.faux import FauxToolCall, FauxTurn
+from tools.base import ToolContext
+from tools.registry import builtin_tools
+from tools.time import MAX_SLEEP_MS, time_fields
+
+UTC_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+LOCAL_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
+CTX = ToolContext("p1", "ses_1", "main", "task_1", "call_1", True)
+
+
+async def run(name: str, arguments: str):
+    return await builtin_tools().run(name, arguments, CTX)
+
+
+def check_one_instant(fields: dict) -> None:
+    assert UTC_RE.match(fields["utc"]), fields
+    assert LOCAL_RE.match(fields["local"]), fields
+    seconds = fields["unix_ms"] // 1000
+    utc = datetime.strptime(fields["utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    local = datetime.fromisoformat(fields["local"])
+    assert int(utc.timestamp()) == seconds
+    assert int(local.timestamp()) == seconds
+
+
+async def test_get_system_time_renders_one_instant():
+    res = await run("get_system_time", "{}")
+    assert not res.is_error
+    fields = res.structured_content
+    assert set(fields) == {"unix_ms", "utc", "local"}
+    assert isinstance(fields["unix_ms"], int)
+    check_one_instant(fields)
+    assert fields["utc"] in res.content[0].text
+
+
+@pytest.mark.parametrize("unix_ms", [0, 999, 1_700_000_000_123, 4_102_444_799_999, 951_782_400_000])
+def test_time_fields_agree_at_fixed_instants(unix_ms):
+    fields = time_fields(unix_ms * 1_000_000)
+    assert fields["unix_ms"] == unix_ms
+    check_one_instant(fields)
+
+
+async def test_get_system_time_refuses_arguments():
+    for arguments in ('{"tz": "UTC"}', '{"x": 1}'):
+        res = await run("get_system_time", arguments)
+        assert res.is_error and res.error_code == "TOOL_ARGUMENTS_INVALID"
+
+
+async def test_sleep_zero_returns_start_and_end(autojump_clock):
+    res = await run("sleep_milliseconds", '{"milliseconds": 0}')
+    assert not res.is_error
+    s = res.structured_content
+    assert set(s) == {"start_unix_ms", "end_unix_ms"} and s["start_unix_ms"] <= s["end_unix_ms"]
+
+
+async def test_sleep_waits_virtual_time(autojump_clock):
+    before = trio.current_time()
+    res = await run("sleep_milliseconds", '{"milliseconds": 1500}')
+    assert trio.current_time() - before == pytest.approx(1.5)
+    assert res.structured_content["start_unix_ms"] <= res.structured_content["end_unix_ms"]
+
+
+async def test_sleep_at_the_maximum_is_accepted_and_cancellable(autojump_clock):
+    before = trio.current_time()
+    with trio.move_on_after(60) as scope:
+        await run("sleep_milliseconds", json.dumps({"milliseconds": MAX_SLEEP_MS}))
+    assert scope.cancelled_caught
+    assert trio.current_time() - before == pytest.approx(60)
+
+
+async def test_sleep_is_cancellable_from_outside(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        done = []
+
+        async def sleeper():
+            await run("sleep_milliseconds", '{"milliseconds": 100000}')
+            done.append(True)
+
+        nursery.start_soon(sleeper)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert done == [] and trio.current_time() == pytest.approx(1)
+
+
+@pytest.mark.parametrize("arguments", [
+    '{"milliseconds": -1}',
+    '{"milliseconds": 2147483648}',
+    '{"milliseconds": "5"}',
+    '{"milliseconds": 5.0}',
+    '{"milliseconds": true}',
+    '{"milliseconds": null}',
+    '{}',
+    '{"milliseconds": 5, "extra": 1}',
+    '{"milliseconds": [5]}',
+])
+async def test_sleep_refuses_bad_arguments(arguments, autojump_clock):
+    before = trio.current_time()
+    res = await run("sleep_milliseconds", arguments)
+    assert res.is_error and res.error_code == "TOOL_ARGUMENTS_INVALID", arguments
+    assert res.structured_content["error"]["code"] == "TOOL_ARGUMENTS_INVALID"
+    assert trio.current_time() == before  # refused before sleeping
+
+
+async def test_time_tools_in_a_session(rt, autojump_clock):
+    rt.faux.script = [FauxTurn(when="time please", tool_calls=[
+        FauxToolCall("get_system_time"), FauxToolCall("sleep_milliseconds", {"milliseconds": 250})])]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "time please")
+    evs = await rt.events(sid)
+    clock = one(evs, "tool.finished", name="get_system_time").event
+    check_one_instant(clock.structured_content)
+    nap = one(evs, "tool.finished", name="sleep_milliseconds").event
+    assert nap.status == "ok"
+    assert nap.structured_content["start_unix_ms"] <= nap.structured_content["end_unix_ms"]
+    assert one(evs, "tool.started", name="sleep_milliseconds").event.replay_safe is True
+
+
+@pytest.mark.parametrize("tz, offset", [("Asia/Kolkata", "+05:30"), ("America/St_Johns", "-03:30"), ("UTC", "+00:00")])
+def test_local_time_carries_the_zone_offset(tz, offset, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        fields = time_fields(1_700_000_000_123 * 1_000_000)  # November: no daylight saving
+        assert fields["local"].endswith(offset)
+        check_one_instant(fields)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
