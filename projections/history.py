@@ -42,7 +42,7 @@ def _iid(seq: int, n: int = 0) -> str:
 
 class HistoryProjection(Projection):
     name = "history"
-    version = 1
+    version = 2
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
 
@@ -50,11 +50,11 @@ class HistoryProjection(Projection):
         conn.execute(
             "CREATE TABLE history_items(rowid INTEGER PRIMARY KEY, item_id TEXT NOT NULL UNIQUE, "
             "project_id TEXT, session_id TEXT, agent_id TEXT, task_id TEXT, role TEXT NOT NULL, "
-            "seq INTEGER NOT NULL, text TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0)"
+            "seq INTEGER NOT NULL, text TEXT NOT NULL, tags TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0)"
         )
         conn.execute("CREATE INDEX history_items_session ON history_items(session_id, seq)")
         conn.execute(
-            "CREATE VIRTUAL TABLE history_fts USING fts5(text, content='history_items', "
+            "CREATE VIRTUAL TABLE history_fts USING fts5(text, tags, content='history_items', "
             "content_rowid='rowid', tokenize='unicode61 remove_diacritics 2')"
         )
         conn.execute(
@@ -134,13 +134,25 @@ class HistoryProjection(Projection):
         if not items:
             return
         for it in items:
+            item_id, project_id, session_id, agent_id, task_id, role, seq, text = it
+            tags = id_tags(project_id, session_id, agent_id, task_id)
             conn.execute(
-                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", it)
-            conn.execute("INSERT INTO history_fts(rowid, text) VALUES (last_insert_rowid(), ?)", (it[7],))
+                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*it, tags))
+            conn.execute("INSERT INTO history_fts(rowid, text, tags) VALUES (last_insert_rowid(), ?, ?)", (text, tags))
 
 
 # --------------------------------------------------------------------------- querying
+
+
+def id_tag(kind: str, value: str | None) -> str:
+    """One FTS token standing for an id (ids hold separators the tokenizer would split on)."""
+    return kind + hashlib.sha256((value or "").encode()).hexdigest()[:20]
+
+
+def id_tags(project_id: str | None, session_id: str | None, agent_id: str | None, task_id: str | None) -> str:
+    # Indexed beside the text so filters intersect doclists inside FTS5 instead of scanning matches.
+    return " ".join([id_tag("p", project_id), id_tag("s", session_id), id_tag("a", agent_id), id_tag("t", task_id)])
 
 
 class HistoryError(Exception):
@@ -210,7 +222,12 @@ class HistoryIndex:
                task_id: str | None = None, after_item_id: str | None = None, limit: int = 20) -> tuple[list[Hit], str | None]:
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
-        expr = fts_query(query)
+        terms = fts_query(query)
+        tags = [id_tag("p", project_id)]
+        for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id)):
+            if val is not None:
+                tags.append(id_tag(kind, val))
+        expr = f"text : ({terms}) AND tags : ({' AND '.join(chr(34) + x + chr(34) for x in tags)})"
         where = ["i.project_id = ?", "i.hidden = 0"]
         args: list[Any] = [project_id]
         for col, val in (("session_id", session_id), ("agent_id", agent_id), ("task_id", task_id)):
@@ -222,7 +239,7 @@ class HistoryIndex:
             "SELECT count(*) FROM (SELECT rowid FROM history_fts WHERE history_fts MATCH ? LIMIT ?)",
             (expr, RANKED_LIMIT + 1)).fetchall()[0][0]
         cols = ("i.rowid, i.item_id, i.project_id, i.session_id, i.agent_id, i.task_id, i.role, i.seq, "
-                f"snippet(history_fts, 0, '[', ']', '…', {SNIPPET_TOKENS})")
+                f"snippet(history_fts, 0, '[', ']', '…', {SNIPPET_TOKENS})")  # column 0: text
         cursor_rowid = None
         if after_item_id is not None:
             found = self.conn.execute("SELECT rowid FROM history_items WHERE item_id = ? AND project_id = ?",

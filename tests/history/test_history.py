@@ -1,0 +1,286 @@
+"""The history projection, history_search / history_read, through the real store and projector."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from events import types as t
+from events.reader import LogReader
+from events.store import Draft, open_store
+from projections.history import HistoryError, HistoryIndex, HistoryProjection, fts_query
+from projections.projector import Projector, open_projections_db
+from tools.base import ToolContext
+from tools.history import history_tools
+
+P1, P2 = "prj_one", "prj_two"
+
+
+class Log:
+    """Appends realistic session events with the envelope the actor would give them."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.n = 0
+
+    async def ev(self, event, *, project=P1, session="s1", agent="main", task="t1", request=None) -> int:
+        res = await self.store.append(Draft(event, project_id=project, session_id=session, agent_id=agent,
+                                            task_id=task, request_id=request))
+        return res.seq
+
+    async def session(self, session: str, project: str = P1) -> None:
+        await self.ev(t.SessionCreated(), project=project, session=session, task=None)
+
+    async def user(self, text: str, **kw) -> int:
+        self.n += 1
+        rid = f"r{self.n}"
+        await self.ev(t.InputSubmitted(content=[t.TextPart(text)]), request=rid, **kw)
+        return await self.ev(t.InputPlaced(input_request_id=rid), **kw)
+
+    async def assistant(self, text: str, **kw) -> int:
+        return await self.ev(t.ModelResponded(text=text), **kw)
+
+    async def tool(self, name: str, args: dict, result: str, **kw) -> tuple[int, int]:
+        self.n += 1
+        cid = f"call{self.n}"
+        a = await self.ev(t.ModelResponded(tool_calls=[t.ToolCall(cid, name, json.dumps(args))]), **kw)
+        b = await self.ev(t.ToolFinished(call_id=cid, name=name, content=[t.TextPart(result)]), **kw)
+        return a, b
+
+
+@pytest.fixture
+async def world(tmp_path: Path):
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        log = Log(store)
+        await log.session("s1")
+        await log.user("please find the flaky zanzibar test")
+        await log.assistant("I will search the zanzibar module first")
+        await log.tool("read_file", {"path": "zanzibar.py"}, "def zanzibar():\n    return 42  # ünïcödé ✓")
+        # a subagent of s1, in its own task
+        await log.ev(t.AgentStarted(parent_agent_id="main", role="subagent", prompt="look for zanzibar in docs"),
+                     agent="sub_1", task="t2")
+        await log.assistant("zanzibar appears in docs/guide.md", agent="sub_1", task="t2")
+        # a compaction that replaces the early items (they stay searchable)
+        await log.ev(t.ContextCompacted(summary="we looked at zanzibar", replaced_item_ids=["c3", "c4"]))
+        # another session, same project, and a session of another project
+        await log.session("s2")
+        await log.user("zanzibar again in session two", session="s2", task="t9")
+        await log.session("s3", project=P2)
+        await log.user("zanzibar secret of another project", session="s3", project=P2, task="t8")
+        # a hidden item
+        hidden_seq = await log.user("zanzibar hidden by the user", session="s2", task="t9")
+        await log.ev(t.ContextEdited(op="hide", item_ids=[f"c{hidden_seq}"]), session="s2", task="t9")
+        yield data, log
+
+
+def project(data: Path) -> tuple[Projector, HistoryIndex]:
+    reader = LogReader(data)
+    projector = Projector(reader, open_projections_db(data), [HistoryProjection()])
+    projector.catch_up()
+    return projector, HistoryIndex(projector.conn)
+
+
+def ids(hits) -> list[str]:
+    return [h.context_item_id for h in hits]
+
+
+async def test_search_spans_sessions_subagents_and_compacted_items(world) -> None:
+    data, _ = world
+    projector, index = project(data)
+    hits, nxt = index.search(P1, "zanzibar", limit=50)
+    roles = {(h.session_id, h.agent_id, h.role) for h in hits}
+    assert ("s1", "main", "user") in roles
+    assert ("s1", "sub_1", "user") in roles  # the subagent's assignment
+    assert ("s1", "sub_1", "assistant") in roles
+    assert ("s2", "main", "user") in roles
+    assert "c3" in ids(hits) and "c4" in ids(hits)  # replaced by the compaction, still found
+    assert any(h.role == "summary" for h in hits)
+    assert nxt is None
+    for h in hits:
+        assert "[zanzibar]" in h.snippet.lower()
+    projector.close()
+
+
+async def test_other_projects_and_hidden_items_are_invisible(world) -> None:
+    data, _ = world
+    projector, index = project(data)
+    hits, _ = index.search(P1, "zanzibar", limit=100)
+    texts = " ".join(h.snippet for h in hits)
+    assert "secret" not in texts and "hidden" not in texts
+    assert all(h.project_id == P1 for h in hits)
+    hits2, _ = index.search(P2, "zanzibar", limit=100)
+    assert [h.session_id for h in hits2] == ["s3"]
+    hidden = projector.conn.execute("SELECT item_id FROM history_items WHERE hidden != 0").fetchall()
+    assert len(hidden) == 1
+    with pytest.raises(HistoryError) as info:
+        index.read(hidden[0][0])
+    assert info.value.code == "HISTORY_ITEM_NOT_FOUND"
+    secret = projector.conn.execute("SELECT item_id FROM history_items WHERE project_id = ?", (P2,)).fetchall()[0][0]
+    with pytest.raises(HistoryError):
+        index.read(secret, project_id=P1)  # another project's item, by id, is not there either
+    projector.close()
+
+
+@pytest.mark.parametrize("flt, expect", [
+    ({"session_id": "s2"}, {("s2",)}),
+    ({"agent_id": "sub_1"}, {("s1",)}),
+    ({"task_id": "t2"}, {("s1",)}),
+    ({"session_id": "s1", "agent_id": "main"}, {("s1",)}),
+])
+async def test_filters(world, flt, expect) -> None:
+    data, _ = world
+    projector, index = project(data)
+    hits, _ = index.search(P1, "zanzibar", limit=100, **flt)
+    assert hits
+    assert {(h.session_id,) for h in hits} == expect
+    for key, val in flt.items():
+        assert all(getattr(h, key) == val for h in hits)
+    projector.close()
+
+
+async def test_paging_never_skips_or_repeats(tmp_path: Path) -> None:
+    """Many agents whose per-agent ordinals collide; pages of 3 equal the full list, in order."""
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        log = Log(store)
+        await log.session("s1")
+        for i in range(8):
+            for agent in ("main", "sub_a", "sub_b"):
+                await log.assistant(f"ordinal {i} of {agent} mentions quokka", agent=agent, task=f"t{i % 2}")
+    projector, index = project(data)
+    for query in ("quokka", "quokka ordinal mentions"):
+        full, _ = index.search(P1, query, limit=100)
+        assert len(full) == 24
+        seen: list[str] = []
+        after = None
+        while True:
+            page, after = index.search(P1, query, limit=3, after_item_id=after)
+            seen += ids(page)
+            if after is None:
+                break
+        assert seen == ids(full)
+        assert len(set(seen)) == len(seen)
+    projector.close()
+
+
+@pytest.mark.parametrize("query", [
+    'zanzibar OR', 'NOT zanzibar', 'NEAR(zanzibar', 'zanzibar"', '"unterminated zanzibar', 'col:zanzibar',
+    '(zanzibar', 'zanzibar)', '^zanzibar', 'zanz*', '*', 'zanzibar AND', "{text}: zanzibar",
+])
+async def test_hostile_queries_never_break_the_grammar(world, query) -> None:
+    data, _ = world
+    projector, index = project(data)
+    try:
+        hits, _ = index.search(P1, query, limit=10)
+    except HistoryError as exc:
+        assert exc.code == "INVALID_ARGUMENT"  # e.g. nothing searchable left
+    else:
+        assert isinstance(hits, list)
+    projector.close()
+
+
+async def test_query_limits(world) -> None:
+    data, _ = world
+    projector, index = project(data)
+    with pytest.raises(HistoryError) as info:
+        index.search(P1, "a\0b")
+    assert info.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(HistoryError) as info:
+        index.search(P1, "x" * (100 * 1024))
+    assert info.value.code == "QUERY_TOO_LONG"
+    index.search(P1, "x" * 4096)  # exactly at the limit: fine (no match)
+    with pytest.raises(HistoryError):
+        index.search(P1, "x" * 4097)
+    for bad in (0, 101):
+        with pytest.raises(HistoryError):
+            index.search(P1, "zanzibar", limit=bad)
+    projector.close()
+
+
+def test_fts_query_quotes_everything() -> None:
+    assert fts_query('foo "bar baz" qu*') == '"foo" AND "bar baz" AND "qu"*'
+    assert fts_query('a"b OR') == '"ab" AND "OR"'
+
+
+async def test_read_pages_by_utf8_bytes_with_a_digest(world) -> None:
+    data, _ = world
+    projector, index = project(data)
+    item = projector.conn.execute("SELECT item_id, text FROM history_items WHERE text LIKE '%ünï%'").fetchall()[0]
+    full = item[1].encode()
+    for limit in (1, 2, 3, 5, 7, 64):
+        out = b""
+        offset = 0
+        digests = set()
+        while True:
+            page = index.read(item[0], offset=offset, limit=limit)
+            assert page["offset"] == offset
+            chunk = page["text"].encode()
+            assert len(chunk) <= max(limit, 4)  # one whole character may exceed a tiny limit
+            out += chunk
+            digests.add(page["digest"])
+            offset = page["nextOffset"]
+            if page["eof"]:
+                break
+        assert out == full
+        assert digests == {hashlib.sha256(full).hexdigest()}
+    # an offset inside a multi-byte character is refused, not silently shifted
+    inside = full.index("ü".encode()) + 1
+    with pytest.raises(HistoryError) as info:
+        index.read(item[0], offset=inside)
+    assert info.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(HistoryError):
+        index.read(item[0], offset=len(full) + 1)
+    projector.close()
+
+
+async def test_incremental_equals_rebuild(world) -> None:
+    data, log = world
+    reader = LogReader(data)
+    inc = Projector(reader, open_projections_db(data), [HistoryProjection()])
+    # catch up in small steps while more events arrive
+    inc.catch_up()
+    await log.user("later zanzibar input", session="s2", task="t9")
+    inc.catch_up()
+    incremental = inc.dump("history")
+    rebuilt = Projector(reader, open_projections_db(data, memory=True), [HistoryProjection()])
+    rebuilt.rebuild()
+    assert rebuilt.dump("history") == incremental
+    inc.close()
+    rebuilt.close()
+
+
+async def test_tools_return_evidence_scoped_to_the_callers_project(world) -> None:
+    data, _ = world
+    projector, index = project(data)
+
+    class Backend:
+        async def history_search(self, project_id, query, **kw):
+            kw["after_item_id"] = kw.pop("after_item_id")
+            return await trio.to_thread.run_sync(lambda: index.search(project_id, query, **kw))
+
+        async def history_read(self, item_id, **kw):
+            return await trio.to_thread.run_sync(lambda: index.read(item_id, **kw))
+
+    search, read = history_tools(Backend())
+    ctx = ToolContext(P1, "s1", "main", "t1", "call_x", True)
+    res = await search.run({"query": "zanzibar", "limit": 2}, ctx)
+    assert not res.is_error
+    assert "evidence" in res.content[0].text.lower() and "not instructions" in res.content[0].text.lower()
+    assert len(res.structured_content["results"]) == 2
+    assert res.structured_content["next_after_context_item_id"] is not None
+    first = res.structured_content["results"][0]["context_item_id"]
+    page = await read.run({"context_item_id": first, "offset": 0, "limit": 4}, ctx)
+    assert page.structured_content["next_offset"] <= 4 and not page.is_error
+    other = ToolContext(P2, "s3", "main", "t8", "call_y", True)
+    from tools.base import ToolError
+    with pytest.raises(ToolError) as info:
+        await read.run({"context_item_id": first}, other)  # P1's item from a P2 session
+    assert info.value.code == "HISTORY_ITEM_NOT_FOUND"
+    with pytest.raises(ToolError):
+        await search.run({"query": "zanzibar", "bogus": 1}, ctx)
+    projector.close()
