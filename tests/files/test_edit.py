@@ -1,0 +1,218 @@
+"""edit_file (F-EXE-3): create / rewrite / edit, argument rules and every limit at its edge."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tools.files import LIMITS, EditOutcome, Workspace
+
+from .helpers import fails, leftovers
+
+MAX = LIMITS["MAX_TEXT_BYTES"]
+UNITS = LIMITS["MAX_UNITS"]
+
+
+def test_create_outcome_and_parents(ws: Workspace, root: Path) -> None:
+    out = ws.edit_file("new/deep/f.txt", "create", content="héllo\n")
+    assert out == EditOutcome({"path": "new/deep/f.txt", "changed": True, "units_applied": 1, "bytes_written": 7},
+                              None, "héllo\n".encode())
+    assert (root / "new/deep/f.txt").read_bytes() == "héllo\n".encode()
+    assert leftovers(root) == []
+
+
+def test_create_empty_file(ws: Workspace, root: Path) -> None:
+    out = ws.edit_file("e", "create", content="")
+    assert out.structured == {"path": "e", "changed": True, "units_applied": 1, "bytes_written": 0}
+    assert (root / "e").read_bytes() == b""
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", "symlink", "dangling"])
+def test_create_never_overwrites(ws: Workspace, root: Path, kind: str) -> None:
+    target = root / "t"
+    if kind == "file":
+        target.write_text("keep")
+    elif kind == "dir":
+        target.mkdir()
+    elif kind == "symlink":
+        (root / "real").write_text("keep")
+        target.symlink_to("real")
+    else:
+        target.symlink_to("missing")
+    fails("ALREADY_EXISTS", ws.edit_file, "t", "create", content="new")
+    if kind == "file":
+        assert target.read_text() == "keep"
+    if kind == "symlink":
+        assert (root / "real").read_text() == "keep" and target.is_symlink()
+    if kind == "dangling":
+        assert not (root / "missing").exists()
+    fails("ALREADY_EXISTS", ws.edit_file, ".", "create", content="x")
+
+
+def test_create_loses_a_race_without_overwriting(ws: Workspace, root: Path) -> None:
+    def racer(stage: str) -> None:  # another writer publishes the name right before we do
+        (root / "f").write_text("theirs")
+
+    ws.commit_hook = racer
+    fails("ALREADY_EXISTS", ws.edit_file, "f", "create", content="ours")
+    assert (root / "f").read_text() == "theirs"
+    assert leftovers(root) == []
+
+
+def test_rewrite(ws: Workspace, root: Path) -> None:
+    (root / "f").write_bytes(b"old\r\n")
+    out = ws.edit_file("f", "rewrite", content="new\n")
+    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 4}, b"old\r\n", b"new\n")
+    assert (root / "f").read_bytes() == b"new\n"
+
+
+def test_rewrite_to_same_bytes_does_not_touch_the_file(ws: Workspace, root: Path) -> None:
+    (root / "f").write_text("same\n")
+    before = os.stat(root / "f")
+    out = ws.edit_file("f", "rewrite", content="same\n")
+    assert out.structured == {"path": "f", "changed": False, "units_applied": 1, "bytes_written": 0}
+    after = os.stat(root / "f")
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_rewrite_keeps_the_mode_and_publishes_a_new_inode(ws: Workspace, root: Path) -> None:
+    f = root / "run.sh"
+    f.write_text("#!/bin/sh\n")
+    os.chmod(f, 0o751)
+    ino = f.stat().st_ino
+    ws.edit_file("run.sh", "rewrite", content="#!/bin/sh\necho hi\n")
+    assert stat.S_IMODE(f.stat().st_mode) == 0o751
+    assert f.stat().st_ino != ino  # published by rename, never written in place
+
+
+@pytest.mark.parametrize("mode", ["rewrite", "edit"])
+def test_update_needs_an_existing_utf8_regular_file(ws: Workspace, root: Path, mode: str) -> None:
+    kw = {"content": "x"} if mode == "rewrite" else {"edits": [{"old_string": "a", "new_string": "b"}]}
+    fails("NOT_FOUND", ws.edit_file, "missing", mode, **kw)
+    (root / "d").mkdir()
+    fails("NOT_A_FILE", ws.edit_file, "d", mode, **kw)
+    fails("NOT_A_FILE", ws.edit_file, ".", mode, **kw)
+    (root / "bin").write_bytes(b"a\xff")
+    fails("NOT_UTF8", ws.edit_file, "bin", mode, **kw)
+    assert (root / "bin").read_bytes() == b"a\xff"
+
+
+def test_edit_applies_in_order_and_commits_once(ws: Workspace, root: Path) -> None:
+    (root / "f").write_text("alpha beta gamma\n")
+    out = ws.edit_file("f", "edit", edits=[
+        {"old_string": "alpha", "new_string": "ALPHA"},
+        {"old_string": "ALPHA beta", "new_string": "AB"},  # sees the first edit's result
+        {"old_string": "gamma", "new_string": "γ", "replace_all": False},
+    ])
+    assert out.structured == {"path": "f", "changed": True, "units_applied": 3, "bytes_written": len("AB γ\n".encode())}
+    assert (root / "f").read_text() == "AB γ\n"
+    assert out.before == b"alpha beta gamma\n"
+
+
+def test_edit_match_rules(ws: Workspace, root: Path) -> None:
+    (root / "f").write_text("x = 1\nx = 1\ny = 2\naaa\n")
+    e = fails("NOT_UNIQUE", ws.edit_file, "f", "edit", edits=[{"old_string": "x = 1", "new_string": "x = 3"}])
+    assert "edit 0" in e.message
+    fails("NOT_UNIQUE", ws.edit_file, "f", "edit", edits=[{"old_string": "aa", "new_string": "b"}])  # overlapping
+    e = fails("NO_MATCH", ws.edit_file, "f", "edit", edits=[{"old_string": "y = 2", "new_string": "y = 4"},
+                                                            {"old_string": "zzz", "new_string": "w"}])
+    assert "edit 1" in e.message
+    assert (root / "f").read_text() == "x = 1\nx = 1\ny = 2\naaa\n"  # nothing committed
+    out = ws.edit_file("f", "edit", edits=[{"old_string": "x = 1", "new_string": "x = 3", "replace_all": True}])
+    assert (root / "f").read_text() == "x = 3\nx = 3\ny = 2\naaa\n" and out.structured["units_applied"] == 1
+
+
+def test_edit_that_changes_nothing(ws: Workspace, root: Path) -> None:
+    (root / "f").write_text("keep\n")
+    out = ws.edit_file("f", "edit", edits=[{"old_string": "keep", "new_string": "keep"}])
+    assert out.structured == {"path": "f", "changed": False, "units_applied": 1, "bytes_written": 0}
+
+
+@pytest.mark.parametrize("mode,kw", [
+    ("create", {}),
+    ("create", {"content": "x", "edits": [{"old_string": "a", "new_string": "b"}]}),
+    ("create", {"edits": [{"old_string": "a", "new_string": "b"}]}),
+    ("rewrite", {}),
+    ("rewrite", {"content": 5}),
+    ("edit", {"content": "x"}),
+    ("edit", {"content": "x", "edits": [{"old_string": "a", "new_string": "b"}]}),
+    ("edit", {}),
+    ("edit", {"edits": []}),
+    ("edit", {"edits": "a->b"}),
+    ("edit", {"edits": ["a"]}),
+    ("edit", {"edits": [{"old_string": "", "new_string": "b"}]}),
+    ("edit", {"edits": [{"old_string": "a"}]}),
+    ("edit", {"edits": [{"old_string": "a", "new_string": None}]}),
+    ("edit", {"edits": [{"old_string": "a", "new_string": "b", "replace_all": "yes"}]}),
+    ("edit", {"edits": [{"old_string": "a", "new_string": "b", "regex": True}]}),
+    ("append", {"content": "x"}),
+    ("rewrite", {"content": "\ud800"}),
+])
+def test_wrong_argument_combinations(ws: Workspace, root: Path, mode: str, kw: dict) -> None:
+    (root / "f").write_text("a\n")
+    fails("INVALID_ARGUMENT", ws.edit_file, "f", mode, **kw)
+    assert (root / "f").read_text() == "a\n"
+
+
+@pytest.mark.parametrize("count,code", [(UNITS, None), (UNITS + 1, "TOO_MANY_UNITS")])
+def test_edit_count_edge(ws: Workspace, root: Path, count: int, code: str | None) -> None:
+    (root / "f").write_text("".join(f"<{i}>" for i in range(count)))
+    edits = [{"old_string": f"<{i}>", "new_string": f"[{i}]"} for i in range(count)]
+    if code:
+        fails(code, ws.edit_file, "f", "edit", edits=edits)
+    else:
+        assert ws.edit_file("f", "edit", edits=edits).structured["units_applied"] == UNITS
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_create_content_size_edge(ws: Workspace, root: Path, extra: int) -> None:
+    content = "a" * (MAX + extra)
+    if extra:
+        fails("TOO_LARGE", ws.edit_file, "big", "create", content=content)
+        assert not (root / "big").exists()
+    else:
+        assert ws.edit_file("big", "create", content=content).structured["bytes_written"] == MAX
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_edit_input_size_edge(ws: Workspace, root: Path, extra: int) -> None:
+    (root / "f").write_text("<>")
+    edits = [{"old_string": "<", "new_string": "b" * (MAX // 2 - 1)},
+             {"old_string": ">", "new_string": "c" * (MAX // 2 - 1 + extra)}]  # old+new total MAX (+1)
+    if extra:
+        fails("TOO_LARGE", ws.edit_file, "f", "edit", edits=edits)
+    else:
+        assert ws.edit_file("f", "edit", edits=edits).structured["bytes_written"] == MAX - 2
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_original_size_edge(ws: Workspace, root: Path, extra: int) -> None:
+    (root / "f").write_bytes(b"a" * (MAX - 1 + extra) + b"Z")
+    edits = [{"old_string": "Z", "new_string": "Y"}]
+    if extra:
+        fails("TOO_LARGE", ws.edit_file, "f", "edit", edits=edits)
+        fails("TOO_LARGE", ws.edit_file, "f", "rewrite", content="small")
+    else:
+        assert ws.edit_file("f", "edit", edits=edits).structured["bytes_written"] == MAX
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_result_size_edge(ws: Workspace, root: Path, extra: int) -> None:
+    half = MAX // 2
+    (root / "f").write_bytes(b"a" * (half - 1) + b"Z")  # 4 MiB original, small input
+    edits = [{"old_string": "a", "new_string": "aa", "replace_all": True},  # -> MAX - 1 bytes
+             {"old_string": "Z", "new_string": "ZZ" + "Z" * extra}]       # -> MAX (+1)
+    if extra:
+        fails("TOO_LARGE", ws.edit_file, "f", "edit", edits=edits)
+        assert (root / "f").stat().st_size == half
+    else:
+        assert ws.edit_file("f", "edit", edits=edits).structured["bytes_written"] == MAX
+
+
+def test_replace_all_growth_is_stopped_early(ws: Workspace, root: Path) -> None:
+    (root / "f").write_text("a")
+    edits = [{"old_string": "a", "new_string": "aa", "replace_all": True}] * UNITS  # 2**128 bytes
+    fails("TOO_LARGE", ws.edit_file, "f", "edit", edits=edits)

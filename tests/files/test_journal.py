@@ -1,0 +1,195 @@
+"""Atomic commit, call replay (F-EXE-5) and restore (revert_call)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tools.files import EditOutcome, Workspace
+
+from .helpers import fails, leftovers
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fail_before_publish(stage: str) -> None:
+    assert stage == "before_publish"
+    raise OSError(errno.EIO, "injected failure", "/host/secret/path")
+
+
+# ---------------------------------------------------------------- atomic commit
+
+@pytest.mark.parametrize("call", [
+    lambda ws: ws.edit_file("d/f.txt", "rewrite", content="new\n"),
+    lambda ws: ws.edit_file("d/f.txt", "edit", edits=[{"old_string": "old", "new_string": "new"}]),
+    lambda ws: ws.patch_file("d/f.txt", "@@\n-old\n+new\n"),
+    lambda ws: ws.edit_file("d/g.txt", "create", content="new\n"),
+    lambda ws: ws.restore("d/f.txt", b"new\n", sha(b"old\n")),
+])
+def test_forced_failure_leaves_no_temp_file(jws: Workspace, root: Path, tmp_path: Path, call) -> None:
+    (root / "d").mkdir()
+    (root / "d" / "f.txt").write_text("old\n")
+    jws.commit_hook = _fail_before_publish
+    err = fails("IO_ERROR", call, jws)
+    assert "EIO" in err.message and "/host/secret" not in err.message and str(tmp_path) not in err.message
+    assert (root / "d" / "f.txt").read_text() == "old\n"
+    assert not (root / "d" / "g.txt").exists()
+    assert leftovers(root) == [] and leftovers(tmp_path / "journal") == []
+    assert sorted(p.name for p in (root / "d").iterdir()) == ["f.txt"]
+
+
+# ---------------------------------------------------------------- call replay
+
+def test_replay_does_not_apply_twice(jws: Workspace, root: Path) -> None:
+    (root / "log.txt").write_text("line\n")
+    edits = [{"old_string": "line\n", "new_string": "line\nline\n", "replace_all": True}]
+    first = jws.edit_file("log.txt", "edit", edits=edits, call_id="call-1")
+    again = jws.edit_file("log.txt", "edit", edits=edits, call_id="call-1")
+    assert (root / "log.txt").read_text() == "line\nline\n"
+    assert again == first == EditOutcome({"path": "log.txt", "changed": True, "units_applied": 1, "bytes_written": 10},
+                                         b"line\n", b"line\nline\n")
+    jws.edit_file("log.txt", "edit", edits=edits, call_id="call-2")  # a new id applies
+    assert (root / "log.txt").read_text() == "line\n" * 4
+
+
+def test_replay_survives_a_new_process(root: Path, tmp_path: Path) -> None:
+    (root / "f").write_text("a\n")
+    Workspace(root, journal_dir=tmp_path / "j").patch_file("f", "@@\n a\n+b\n", call_id="c")
+    out = Workspace(root, journal_dir=tmp_path / "j").patch_file("f", "@@\n a\n+b\n", call_id="c")
+    assert (root / "f").read_text() == "a\nb\n" and out.after == b"a\nb\n" and out.before == b"a\n"
+
+
+def test_replay_of_create_and_of_unchanged_calls(jws: Workspace, root: Path) -> None:
+    first = jws.edit_file("n.txt", "create", content="x", call_id="mk")
+    assert jws.edit_file("n.txt", "create", content="x", call_id="mk") == first  # not ALREADY_EXISTS
+    same = jws.edit_file("n.txt", "rewrite", content="x", call_id="noop")
+    (root / "n.txt").write_text("changed meanwhile")
+    assert jws.edit_file("n.txt", "rewrite", content="x", call_id="noop") == same
+    assert (root / "n.txt").read_text() == "changed meanwhile"
+
+
+def test_failed_calls_are_not_journaled(jws: Workspace, root: Path) -> None:
+    (root / "f").write_text("a\n")
+    fails("NO_MATCH", jws.patch_file, "f", "@@\n-b\n+c\n", call_id="c1")
+    (root / "f").write_text("b\n")
+    assert jws.patch_file("f", "@@\n-b\n+c\n", call_id="c1").structured["changed"]
+    assert (root / "f").read_text() == "c\n"
+
+
+def test_call_id_reused_for_other_arguments(jws: Workspace, root: Path) -> None:
+    (root / "f").write_text("a\n")
+    jws.edit_file("f", "rewrite", content="b\n", call_id="c1")
+    fails("CALL_ID_REUSED", jws.edit_file, "f", "rewrite", content="c\n", call_id="c1")
+    fails("CALL_ID_REUSED", jws.patch_file, "f", "@@\n-b\n+c\n", call_id="c1")
+    assert (root / "f").read_text() == "b\n"
+
+
+def _record(tmp_path: Path, call_id: str) -> Path:
+    return tmp_path / "journal" / "calls" / (sha(call_id.encode()) + ".json")
+
+
+def test_crash_before_the_commit_applies_once_on_retry(jws: Workspace, root: Path, tmp_path: Path) -> None:
+    (root / "f").write_text("n=1\n")
+    edits = [{"old_string": "\n", "new_string": "+1\n", "replace_all": True}]
+    jws.commit_hook = _fail_before_publish  # the "crash": pending record written, file not published
+    fails("IO_ERROR", jws.edit_file, "f", "edit", edits=edits, call_id="c")
+    assert json.loads(_record(tmp_path, "c").read_text())["state"] == "pending"
+    jws.commit_hook = None
+    out = jws.edit_file("f", "edit", edits=edits, call_id="c")
+    assert (root / "f").read_text() == "n=1+1\n" and out.after == b"n=1+1\n"
+    assert jws.edit_file("f", "edit", edits=edits, call_id="c") == out
+    assert (root / "f").read_text() == "n=1+1\n"
+
+
+def test_crash_after_the_commit_is_not_applied_again(jws: Workspace, root: Path, tmp_path: Path) -> None:
+    (root / "f").write_text("n=1\n")
+    edits = [{"old_string": "\n", "new_string": "+1\n", "replace_all": True}]
+    out = jws.edit_file("f", "edit", edits=edits, call_id="c")
+    rec = _record(tmp_path, "c")
+    data = json.loads(rec.read_text())
+    data["state"] = "pending"  # as if the process died between the rename and the "done" record
+    rec.write_text(json.dumps(data))
+    again = jws.edit_file("f", "edit", edits=edits, call_id="c")
+    assert again == out and (root / "f").read_text() == "n=1+1\n"
+    assert json.loads(rec.read_text())["state"] == "done"
+
+
+def test_pending_call_with_a_foreign_file_state_is_a_conflict(jws: Workspace, root: Path, tmp_path: Path) -> None:
+    (root / "f").write_text("a\n")
+    jws.commit_hook = _fail_before_publish
+    fails("IO_ERROR", jws.edit_file, "f", "rewrite", content="b\n", call_id="c")
+    jws.commit_hook = None
+    (root / "f").write_text("someone else\n")
+    fails("CONFLICT", jws.edit_file, "f", "rewrite", content="b\n", call_id="c")
+    assert (root / "f").read_text() == "someone else\n"
+
+
+def test_without_a_journal_call_ids_are_ignored(ws: Workspace, root: Path) -> None:
+    (root / "f").write_text("x")
+    ws.edit_file("f", "edit", edits=[{"old_string": "x", "new_string": "xx"}], call_id="c")
+    ws.edit_file("f", "edit", edits=[{"old_string": "xx", "new_string": "xxx"}], call_id="c")
+    assert (root / "f").read_text() == "xxx"
+    fails("INVALID_ARGUMENT", ws.edit_file, "f", "rewrite", content="y", call_id=7)
+
+
+# ---------------------------------------------------------------- restore (revert_call)
+
+def test_revert_several_calls_restores_the_exact_prior_bytes(jws: Workspace, root: Path) -> None:
+    history: list[EditOutcome] = [
+        jws.edit_file("src/m.py", "create", content="a = 1\r\nb = 2\r\n", call_id="1"),
+        jws.edit_file("src/m.py", "edit", edits=[{"old_string": "a = 1", "new_string": "a = 10"}], call_id="2"),
+        jws.patch_file("src/m.py", "@@\n b = 2\n+c = 3\n", call_id="3"),
+        jws.edit_file("src/m.py", "rewrite", content="gone", call_id="4"),
+        jws.patch_file("src/m.py", "@@\n-gone\n+back", call_id="5"),
+    ]
+    states = [h.before for h in history] + [history[-1].after]
+    assert states == [None, b"a = 1\r\nb = 2\r\n", b"a = 10\r\nb = 2\r\n", b"a = 10\r\nb = 2\r\nc = 3\r\n", b"gone",
+                      b"back"]
+    for i, h in enumerate(reversed(history)):
+        assert h.after is not None
+        out = jws.restore("src/m.py", h.before, sha(h.after), call_id=f"revert-{i}")
+        assert out.structured["changed"] and out.before == h.after and out.after == h.before
+        if h.before is None:
+            assert not (root / "src" / "m.py").exists() and (root / "src").is_dir()
+        else:
+            assert (root / "src" / "m.py").read_bytes() == h.before
+    (root / "src" / "m.py").write_bytes(history[0].after or b"")  # as if created again meanwhile
+    replayed = jws.restore("src/m.py", None, sha(history[0].after or b""), call_id="revert-4")
+    assert replayed.structured["changed"] and (root / "src" / "m.py").exists()  # not applied twice
+    fails("CALL_ID_REUSED", jws.restore, "src/m.py", None, sha(b"x"), call_id="revert-4")
+
+
+def test_restore_outcomes(ws: Workspace, root: Path) -> None:
+    (root / "f").write_bytes(b"now")
+    fails("CONFLICT", ws.restore, "f", b"before", sha(b"something else"))
+    fails("CONFLICT", ws.restore, "f", b"before", None)  # expected absent, but it exists
+    assert (root / "f").read_bytes() == b"now"
+    out = ws.restore("f", b"before\n", sha(b"now"))
+    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 7}, b"now", b"before\n")
+    same = ws.restore("f", b"before\n", sha(b"now"))  # already there: nothing to do
+    assert same.structured == {"path": "f", "changed": False, "units_applied": 1, "bytes_written": 0}
+    removed = ws.restore("f", None, sha(b"before\n"))
+    assert removed == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 0},
+                                  b"before\n", None)
+    assert not (root / "f").exists()
+    assert not ws.restore("f", None, sha(b"before\n")).structured["changed"]
+    fails("CONFLICT", ws.restore, "f", b"x", sha(b"y"))  # expected bytes, but it is absent
+    assert ws.restore("new/dir/f", b"x", None).structured["changed"]
+    assert (root / "new/dir/f").read_bytes() == b"x"
+    fails("INVALID_ARGUMENT", ws.restore, "f", b"x", "not-a-sha")
+    fails("INVALID_ARGUMENT", ws.restore, "f", "text", None)
+
+
+def test_restore_keeps_the_mode(ws: Workspace, root: Path) -> None:
+    f = root / "tool.sh"
+    f.write_bytes(b"v2")
+    os.chmod(f, 0o700)
+    ws.restore("tool.sh", b"v1", sha(b"v2"))
+    assert f.read_bytes() == b"v1" and (f.stat().st_mode & 0o777) == 0o700

@@ -1,0 +1,137 @@
+"""Atomic commit of one file's bytes, under a directory fd the confinement walk holds open.
+
+Protocol (both editing tools, ``restore`` and the call journal's records use it)::
+
+    temp = ".<name>.lens-<random>.tmp" in the SAME directory, O_CREAT|O_EXCL|O_NOFOLLOW
+    write all bytes; fchmod to the kept mode (fchown best effort); fsync(temp)
+    publish:  replace   -> rename(temp, name)            (atomic replace)
+              exclusive -> link(temp, name); unlink(temp) (link fails with EEXIST: never overwrites,
+                           even when another writer races us to the name)
+    fsync(directory)
+
+On any failure before the publish the temp file is unlinked and the target is untouched; no
+temp file is ever left behind by a failed call. On filesystems without hard links the exclusive
+publish falls back to "lstat says absent, then rename" (a narrow race, documented here).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from typing import Callable
+
+from .errors import FileToolError, from_os_error
+
+# Test seam: called with the stage name ("before_publish") while the temp file exists, so a test
+# can force a failure at the worst moment. Production code never sets it.
+CommitHook = Callable[[str], None]
+
+_NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+
+
+def temp_name(name: str) -> str:
+    return f".{name[:80]}.lens-{secrets.token_hex(6)}.tmp"
+
+
+def is_temp_name(name: str) -> bool:
+    return name.startswith(".") and ".lens-" in name and name.endswith(".tmp")
+
+
+def write_atomic(dir_fd: int, name: str, data: bytes, *, shown: str, exclusive: bool = False,
+                 like: os.stat_result | None = None, hook: CommitHook | None = None) -> None:
+    """Publish ``data`` as ``name`` in ``dir_fd`` atomically; see the module docstring.
+
+    ``like``: the stat of the file being replaced, whose permission bits (and owner, best effort)
+    the new file keeps. ``exclusive``: refuse (ALREADY_EXISTS) when ``name`` exists in any form.
+    Raises :class:`FileToolError`; the temp file is gone when it does.
+    """
+    tmp = temp_name(name)
+    mode = stat.S_IMODE(like.st_mode) if like is not None else 0o666
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                     dir_fd=dir_fd)
+    except OSError as exc:
+        raise from_os_error(exc, shown) from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if like is not None:
+                os.fchmod(fd, mode)  # the umask applied at open; the kept mode must be exact
+                if (like.st_uid, like.st_gid) != (os.getuid(), os.getgid()):
+                    try:
+                        os.fchown(fd, like.st_uid, like.st_gid)
+                    except OSError:
+                        pass
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if hook:
+            hook("before_publish")
+        if exclusive:
+            _publish_exclusive(dir_fd, tmp, name, shown)
+        else:
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise from_os_error(exc, shown) from None
+        raise
+    fsync_dir(dir_fd)
+
+
+def _publish_exclusive(dir_fd: int, tmp: str, name: str, shown: str) -> None:
+    try:
+        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites") from None
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+        try:
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return
+        raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites") from None
+    os.unlink(tmp, dir_fd=dir_fd)
+
+
+def remove(dir_fd: int, name: str, *, shown: str) -> None:
+    """Unlink ``name`` (a regular file) and make the removal durable."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError as exc:
+        raise from_os_error(exc, shown) from None
+    fsync_dir(dir_fd)
+
+
+def fsync_dir(dir_fd: int) -> None:
+    try:
+        os.fsync(dir_fd)
+    except OSError as exc:  # some filesystems refuse fsync on directories; the rename is done
+        if exc.errno not in (errno.EINVAL, errno.EBADF, errno.ENOTSUP):
+            raise
+
+
+def read_all(fd: int, limit: int, *, shown: str, what: str = "the file") -> bytes:
+    """Read a regular file through its fd; TOO_LARGE past ``limit`` bytes (checked on the bytes)."""
+    chunks: list[bytes] = []
+    total = 0
+    pos = 0
+    while True:
+        chunk = os.pread(fd, min(1 << 20, limit + 1 - total), pos)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        pos += len(chunk)
+        if total > limit:
+            raise FileToolError("TOO_LARGE", f"{shown}: {what} is larger than {limit} bytes")
+    return b"".join(chunks)

@@ -1,0 +1,283 @@
+"""Confinement (F-EXE-9): resolve a caller's path to an open directory fd inside the workspace.
+
+Paths are resolved in user space, one component at a time, with ``openat``-style calls on
+directory fds and ``O_NOFOLLOW``: a component is looked at with ``lstat(name, dir_fd=...)`` and
+opened with ``O_NOFOLLOW`` from the fd of its parent, so nothing is ever resolved through a host
+path after the root has been opened. Consequences:
+
+* ``..`` pops one directory of the walk; popping past the root is PATH_OUTSIDE_WORKSPACE (so
+  ``a/../b`` is fine, ``../x`` and ``a/../../x`` are not).
+* Symlinks are followed *by the walker*: a relative target is spliced into the remaining
+  components (so its ``..`` is checked like any other), an absolute target must lie inside the
+  root (its real path, or the path the root was given as) and restarts the walk at the root.
+  A symlink leading out, even a dangling one, is PATH_OUTSIDE_WORKSPACE; a dangling symlink
+  inside is simply a missing entry (NOT_FOUND for readers). More than MAX_SYMLINK_HOPS links is
+  TOO_MANY_LINKS.
+* A directory swapped for a symlink *between* the check and the open is caught by ``O_NOFOLLOW``
+  (the open fails with ELOOP/ENOTDIR and the component is looked at again); one swapped *after*
+  it was opened no longer matters, because the walk continues from the fd it holds.
+* The final entry is opened only when it is a regular file or a directory, with ``O_NONBLOCK``,
+  and its ``fstat`` must agree with the ``lstat`` that chose to open it: FIFOs, devices and
+  sockets are never opened for reading.
+
+Absolute caller paths are accepted when they lie (lexically, component by component, so
+``/w/ws-evil`` is not inside ``/w/ws``) inside the root; anything else absolute is
+PATH_OUTSIDE_WORKSPACE. A path ending with "/" must name a directory (NOT_A_DIRECTORY for a file,
+INVALID_ARGUMENT for ``create``). Error messages name the path as the caller wrote it (an absolute
+one as its part below the root).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import MAX_SYMLINK_HOPS, FileToolError, from_os_error
+
+# Test seam: called as hook(event, workspace_relative_path) right before the walker opens an
+# intermediate directory ("open_dir") or the final entry ("open_final"). Tests use it to swap a
+# directory for a symlink at exactly that moment; production code never sets it.
+ResolveHook = Callable[[str, str], None]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def check_path_text(path: object) -> str:
+    """The argument checks every tool shares: a non-empty str, no NUL, valid Unicode."""
+    if not isinstance(path, str):
+        raise FileToolError("INVALID_ARGUMENT", "path must be a string")
+    if "\x00" in path:
+        raise FileToolError("INVALID_ARGUMENT", "path contains a NUL byte")
+    if path == "":
+        raise FileToolError("INVALID_ARGUMENT", "path is empty (use \".\" for the workspace root)")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FileToolError("INVALID_ARGUMENT", "path is not valid Unicode") from None
+    return path
+
+
+def _components(path: str) -> list[str]:
+    return [c for c in path.split("/") if c not in ("", ".")]
+
+
+class Root:
+    """The workspace root: a trusted host directory, opened afresh for every operation."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = Path(os.path.abspath(root))
+        self.real = Path(os.path.realpath(root))
+        if not self.real.is_dir():
+            raise FileToolError("NOT_A_DIRECTORY", "the workspace root is not a directory")
+        self._prefixes = [_components(str(self.real)), _components(str(self.path))]
+
+    def open(self) -> int:
+        return os.open(self.real, _DIR_FLAGS & ~os.O_NOFOLLOW)
+
+    def inside(self, absolute: str) -> list[str] | None:
+        """The components of an absolute path below the root, or None when it is not below it."""
+        comps = _components(absolute)
+        for prefix in self._prefixes:
+            if comps[: len(prefix)] == prefix:
+                return comps[len(prefix):]
+        return None
+
+
+@dataclass
+class Target:
+    """Where a path leads: the entry ``name`` in the open directory ``dir_fd``.
+
+    ``name`` is None when the path is the root itself. ``st`` is the entry's lstat (after the
+    last symlink), None when it does not exist. ``fd`` is the entry opened read-only (regular
+    files and directories only, when the walk was asked to follow the final component).
+    ``rel`` is the canonical workspace-relative path ("." for the root).
+    """
+
+    shown: str
+    rel: str
+    dir_fd: int
+    name: str | None
+    st: os.stat_result | None
+    fd: int | None = None
+    _fds: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def exists(self) -> bool:
+        return self.st is not None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.st is not None and stat.S_ISDIR(self.st.st_mode)
+
+    @property
+    def is_file(self) -> bool:
+        return self.st is not None and stat.S_ISREG(self.st.st_mode)
+
+    def close(self) -> None:
+        for fd in reversed(self._fds):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+        self.fd = None
+
+    def __enter__(self) -> "Target":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents: bool = False,
+            hook: ResolveHook | None = None, shown: str | None = None) -> Target:
+    """Walk ``path`` from the root; the returned :class:`Target` owns its fds (use ``with``).
+
+    ``follow_final=False`` stops at the final component even when it is a symlink (used by
+    ``create``, which must see any existing entry). ``create_parents`` creates missing
+    intermediate directories (mode 0o777 & ~umask). ``shown`` names the path in messages
+    (default: as given). Raises :class:`FileToolError`.
+    """
+    check_path_text(path)
+    shown = path if shown is None else shown
+    if path.startswith("/"):
+        below = root.inside(path)
+        if below is None:
+            raise FileToolError("PATH_OUTSIDE_WORKSPACE", "an absolute path must lie inside the workspace root")
+        pending = below
+    else:
+        pending = _components(path)
+    fds: list[int] = []
+    try:
+        fds.append(root.open())
+        target = _walk(root, shown, pending, fds, follow_final, create_parents, hook)
+        if path.endswith("/") and target.name is not None and not target.is_dir:
+            if target.exists:
+                raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"/\")")
+            if not follow_final:
+                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"/\" names a directory")
+            raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
+        return target
+    except BaseException:
+        for fd in reversed(fds):
+            os.close(fd)
+        raise
+
+
+def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_final: bool,
+          create_parents: bool, hook: ResolveHook | None) -> Target:
+    names: list[str] = []
+    hops = 0
+
+    def outside() -> FileToolError:
+        return FileToolError("PATH_OUTSIDE_WORKSPACE", f"{shown}: leads outside the workspace")
+
+    def done(name: str | None, st: os.stat_result | None, fd: int | None = None) -> Target:
+        rel = "/".join(names + ([name] if name else [])) or "."
+        return Target(shown, rel, fds[-1], name, st, fd, fds)
+
+    while pending:
+        comp = pending.pop(0)
+        if comp == "..":
+            if len(fds) == 1:
+                raise outside()
+            os.close(fds.pop())
+            names.pop()
+            continue
+        last = not pending
+        try:
+            st = os.stat(comp, dir_fd=fds[-1], follow_symlinks=False)
+        except FileNotFoundError:
+            if last:
+                return done(comp, None)
+            if not create_parents:
+                raise FileToolError("NOT_FOUND", f"{shown}: a parent directory does not exist") from None
+            try:
+                os.mkdir(comp, 0o777, dir_fd=fds[-1])
+            except FileExistsError:
+                pass  # raced with another creator: look again
+            pending.insert(0, comp)
+            continue
+        except OSError as exc:
+            raise from_os_error(exc, shown) from None
+        if stat.S_ISLNK(st.st_mode):
+            if last and not follow_final:
+                return done(comp, st)
+            hops = _hop(hops, shown)
+            target = os.readlink(comp, dir_fd=fds[-1])
+            if target.startswith("/"):
+                below = root.inside(target)
+                if below is None:
+                    raise outside()
+                while len(fds) > 1:
+                    os.close(fds.pop())
+                names.clear()
+                pending[:0] = below
+            else:
+                pending[:0] = _components(target)
+            continue
+        if last:
+            if not follow_final:
+                return done(comp, st)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                return done(comp, st)  # FIFO, device, socket: reported, never opened
+            if hook:
+                hook("open_final", "/".join(names + [comp]))
+            flags = _DIR_FLAGS if stat.S_ISDIR(st.st_mode) else _FILE_FLAGS
+            fd = _open_or_retry(comp, flags, fds[-1], shown)
+            if fd is None:
+                pending.insert(0, comp)
+                hops = _hop(hops, shown)
+                continue
+            fds.append(fd)
+            fst = os.fstat(fd)
+            if stat.S_IFMT(fst.st_mode) != stat.S_IFMT(st.st_mode):  # swapped between lstat and open
+                fds.pop()
+                os.close(fd)
+                pending.insert(0, comp)
+                hops = _hop(hops, shown)
+                continue
+            return Target(shown, "/".join(names + [comp]), fds[-2], comp, fst, fd, fds)
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileToolError("NOT_A_DIRECTORY", f"{shown}: a parent component is not a directory")
+        if hook:
+            hook("open_dir", "/".join(names + [comp]))
+        fd = _open_or_retry(comp, _DIR_FLAGS, fds[-1], shown)
+        if fd is None:  # swapped for a symlink (or vanished) since the lstat: look again
+            pending.insert(0, comp)
+            hops = _hop(hops, shown)
+            continue
+        fds.append(fd)
+        names.append(comp)
+    return _root_target(shown, names, fds)
+
+
+def _hop(hops: int, shown: str) -> int:
+    """Count one more symlink (or one more retry after a swap); a loop ends as TOO_MANY_LINKS."""
+    if hops >= MAX_SYMLINK_HOPS:
+        raise FileToolError("TOO_MANY_LINKS", f"{shown}: too many levels of symbolic links")
+    return hops + 1
+
+
+def _root_target(shown: str, names: list[str], fds: list[int]) -> Target:
+    """The walk ended on a directory it holds open (the root, ``a/b/..``, a link to a directory)."""
+    if len(fds) == 1:
+        fd = os.dup(fds[0])
+        fds.append(fd)
+        return Target(shown, ".", fds[0], None, os.fstat(fd), fd, fds)
+    return Target(shown, "/".join(names), fds[-2], names[-1], os.fstat(fds[-1]), fds[-1], fds)
+
+
+def _open_or_retry(name: str, flags: int, dir_fd: int, shown: str) -> int | None:
+    """Open ``name`` with O_NOFOLLOW; None when it turned into a symlink or vanished meanwhile."""
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.ENXIO):
+            return None
+        raise from_os_error(exc, shown) from None

@@ -1,0 +1,299 @@
+"""The workspace facade: the file tools of SPEC §5 over one confined root directory.
+
+``Workspace(root, journal_dir=None)`` is synchronous and holds no open fds between calls; every
+call walks its path afresh from the root (:mod:`tools.files.confine`). Every public method raises
+only :class:`~tools.files.errors.FileToolError` (OS errors are translated once, here, without
+host paths). Writes to one workspace must be serialized by the caller (the Core's execution-domain
+lock, F-EXE-8); reads may run concurrently with anything.
+
+Results::
+
+    read_file  -> dict, see tools.files.read
+    view_image -> (bytes, mime)
+    edit_file / patch_file / restore -> EditOutcome(structured, before, after)
+        structured = {"path": <as given>, "changed": bool, "units_applied": int, "bytes_written": int}
+        before     = the file's bytes before the call, None when it did not exist
+        after      = the file's bytes after the call (None only when restore removed the file)
+
+``bytes_written`` is ``len(after)`` when the content changed and 0 otherwise — an unchanged call
+does not touch the file at all. All three editing methods share the atomic commit of
+:mod:`tools.files.commit` and, with ``journal_dir`` and a ``call_id``, the call replay of
+:mod:`tools.files.journal`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import commit, edit, image, read
+from . import patch as _patch
+from .confine import ResolveHook, Root, Target, check_path_text, resolve
+from .errors import MAX_IMAGE_BYTES, MAX_TEXT_BYTES, FileToolError, from_os_error
+from .journal import DONE, PENDING, CallRecord, Journal, args_digest, sha256_hex
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass
+class EditOutcome:
+    """What an editing call did; ``structured`` is the tool's structured_content."""
+
+    structured: dict[str, Any]
+    before: bytes | None
+    after: bytes | None
+
+
+@dataclass
+class _Plan:
+    """A computed change: publish ``after`` (None: remove) over ``before`` at the target."""
+
+    before: bytes | None
+    after: bytes | None
+    units: int
+    like: Any = None           # stat of the replaced file (mode kept)
+    exclusive: bool = False    # create: never overwrite
+
+
+class Workspace:
+    """The file tools over ``root``; ``journal_dir`` enables call replay (see tools.files.journal)."""
+
+    def __init__(self, root: Path, journal_dir: Path | None = None) -> None:
+        self._root = Root(Path(root))
+        self.root = self._root.path
+        self.journal = Journal(Path(journal_dir)) if journal_dir is not None else None
+        # Test seams (never set in production): see confine.ResolveHook and commit.CommitHook.
+        self.resolve_hook: ResolveHook | None = None
+        self.commit_hook: commit.CommitHook | None = None
+
+    # ---------------------------------------------------------------- reading
+
+    def read_file(self, path: str, start_line: int | None = None, max_lines: int | None = None,
+                  offset: int | None = None) -> dict[str, Any]:
+        """F-EXE-2: one page of a UTF-8 file or a directory listing (shape in tools.files.read)."""
+        with self._boundary(path), self._resolve(path) as t:
+            shown = t.shown
+            if not t.exists:
+                raise FileToolError("NOT_FOUND", f"{shown}: no such file or directory")
+            assert t.st is not None
+            if t.is_dir:
+                assert t.fd is not None
+                text, _ = read.listing_text(t.fd)
+                res = read.page(read.bytes_reader(text), len(text), shown=shown, start_line=start_line,
+                                max_lines=max_lines, offset=offset)
+                content = res.pop("content")
+                entries = content.split("\n")[:-1] if content else []
+                return {"path": path, "kind": "directory", "content": content, "entries": entries, **res}
+            if not t.is_file:
+                raise FileToolError("NOT_A_FILE", f"{shown}: not a regular file or directory")
+            assert t.fd is not None
+            res = read.page(read.fd_reader(t.fd), t.st.st_size, shown=shown, start_line=start_line,
+                            max_lines=max_lines, offset=offset)
+            content = res.pop("content")
+            return {"path": path, "kind": "file", "content": content, **res}
+
+    def view_image(self, path: str) -> tuple[bytes, str]:
+        """F-EXE-6: the image's bytes and MIME type (by magic bytes), at most MAX_IMAGE_BYTES."""
+        with self._boundary(path), self._resolve(path) as t:
+            shown = t.shown
+            fd = self._regular(t)
+            assert t.st is not None
+            if t.st.st_size > MAX_IMAGE_BYTES:
+                raise FileToolError("TOO_LARGE", f"{shown}: {t.st.st_size} bytes; images are at most {MAX_IMAGE_BYTES}")
+            data = commit.read_all(fd, MAX_IMAGE_BYTES, shown=shown, what="the image")
+            return data, image.image_mime(data, shown)
+
+    def read_bytes(self, path: str, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, str]:
+        """A regular file's raw bytes and their sha256 hex (the sharedFilesystem probe)."""
+        with self._boundary(path), self._resolve(path) as t:
+            data = commit.read_all(self._regular(t), limit, shown=t.shown)
+            return data, sha256_hex(data) or ""
+
+    def directory(self, path: str = ".") -> Path:
+        """The host path of a workspace directory (a command's cwd); NOT_A_DIRECTORY otherwise.
+
+        The check is made now; the caller uses the returned path later (commands are not confined
+        by this library)."""
+        with self._boundary(path), self._resolve(path) as t:
+            shown = t.shown
+            if not t.exists:
+                raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
+            if not t.is_dir:
+                raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory")
+            return self._root.real if t.rel == "." else self._root.real / t.rel
+
+    # ---------------------------------------------------------------- editing
+
+    def edit_file(self, path: str, mode: str, content: str | None = None, edits: list[dict] | None = None,
+                  call_id: str | None = None) -> EditOutcome:
+        """F-EXE-3: create, rewrite or edit (rules in tools.files.edit)."""
+        with self._boundary(path):
+            shown = self._shown(path)
+            req = edit.check_request(mode, content, edits)
+            args = {"path": path, "mode": mode, "content": content, "edits": edits}
+
+            def plan(t: Target) -> _Plan:
+                if req.mode == "create":
+                    if t.exists or t.name is None:
+                        raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites")
+                    assert req.content is not None
+                    return _Plan(None, req.content, 1, exclusive=True)
+                original = self._original(t)
+                if req.mode == "rewrite":
+                    assert req.content is not None
+                    return _Plan(original, req.content, 1, like=t.st)
+                after = edit.check_result(edit.apply_edits(original, req.edits, shown), shown)
+                return _Plan(original, after, req.units, like=t.st)
+
+            create = req.mode == "create"
+            return self._editing("edit_file", path, shown, args, call_id, plan, follow_final=not create,
+                                 create_parents=create)
+
+    def patch_file(self, path: str, patch: str, call_id: str | None = None) -> EditOutcome:
+        """F-EXE-4: apply update hunks to one existing UTF-8 file (grammar in tools.files.patch)."""
+        with self._boundary(path):
+            shown = self._shown(path)
+            hunks = _patch.parse(patch)
+
+            def plan(t: Target) -> _Plan:
+                original = self._original(t)
+                return _Plan(original, _patch.apply(original, hunks, shown), len(hunks), like=t.st)
+
+            return self._editing("patch_file", path, shown, {"path": path, "patch": patch}, call_id, plan)
+
+    def restore(self, path: str, content: bytes | None, expect_sha256: str | None,
+                call_id: str | None = None) -> EditOutcome:
+        """revert_call: put ``content`` back (None: remove the file) if the file still holds the
+        bytes hashing to ``expect_sha256`` (None: it must not exist); otherwise CONFLICT.
+
+        Already holding ``content`` (or already absent) is success with ``changed`` false.
+        Recreating a missing file creates its parent directories; removing a file leaves them.
+        """
+        with self._boundary(path):
+            shown = self._shown(path)
+            if content is not None and not isinstance(content, (bytes, bytearray)):
+                raise FileToolError("INVALID_ARGUMENT", "content must be bytes or None")
+            if expect_sha256 is not None and (not isinstance(expect_sha256, str) or not _SHA256.match(expect_sha256)):
+                raise FileToolError("INVALID_ARGUMENT", "expect_sha256 must be 64 lowercase hex digits or None")
+            wanted = bytes(content) if content is not None else None
+
+            def plan(t: Target) -> _Plan:
+                current = self._current(t)
+                if current == wanted:
+                    return _Plan(current, wanted, 1, like=t.st)
+                if sha256_hex(current) != expect_sha256:
+                    raise FileToolError("CONFLICT", f"{shown}: the file changed since that call; not restored")
+                return _Plan(current, wanted, 1, like=t.st if current is not None else None,
+                             exclusive=current is None)
+
+            args = {"path": path, "content": wanted, "expect_sha256": expect_sha256}
+            return self._editing("restore", path, shown, args, call_id, plan, create_parents=wanted is not None)
+
+    # ---------------------------------------------------------------- internals
+
+    def _editing(self, tool: str, path: str, shown: str, args: dict[str, Any], call_id: str | None,
+                 plan: Callable[[Target], _Plan], *, follow_final: bool = True,
+                 create_parents: bool = False) -> EditOutcome:
+        if call_id is not None and not isinstance(call_id, str):
+            raise FileToolError("INVALID_ARGUMENT", "call_id must be a string")
+        journal = self.journal if call_id else None
+        digest = args_digest(tool, args) if journal else ""
+        if journal is not None and call_id:
+            rec = journal.get(call_id)
+            if rec is not None:
+                if rec.tool != tool or rec.args_sha256 != digest:
+                    raise FileToolError("CALL_ID_REUSED", f"call id already used for another {rec.tool} call")
+                if rec.state == PENDING:
+                    current = self._current_for_replay(path)
+                    if current == rec.after_sha256:
+                        rec.state = DONE
+                        journal.put(rec)
+                    elif current != rec.before_sha256:
+                        raise FileToolError("CONFLICT", f"{shown}: an interrupted call left the file in an "
+                                                        "unknown state; not applied again")
+                if rec.state == DONE:
+                    return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256),
+                                       journal.blob(rec.after_sha256))
+        with self._resolve(path, follow_final=follow_final, create_parents=create_parents) as t:
+            p = plan(t)
+            changed = p.before != p.after
+            structured = {"path": path, "changed": changed, "units_applied": p.units,
+                          "bytes_written": len(p.after) if changed and p.after is not None else 0}
+            rec = None
+            if journal is not None and call_id:
+                rec = CallRecord(call_id, tool, path, digest, PENDING if changed else DONE,
+                                 journal.put_blob(p.before), journal.put_blob(p.after), structured)
+                journal.put(rec)
+            if changed:
+                assert t.name is not None
+                if p.after is None:
+                    commit.remove(t.dir_fd, t.name, shown=shown)
+                else:
+                    commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
+                                        like=p.like, hook=self.commit_hook)
+                if journal is not None and rec is not None:
+                    rec.state = DONE
+                    journal.put(rec)
+            return EditOutcome(structured, p.before, p.after)
+
+    def _resolve(self, path: str, *, follow_final: bool = True, create_parents: bool = False) -> Target:
+        return resolve(self._root, path, follow_final=follow_final, create_parents=create_parents,
+                       hook=self.resolve_hook, shown=self._shown(path))
+
+    def _shown(self, path: object) -> str:
+        """How messages name the path: as given, but an absolute path as its part below the root
+        (an absolute path outside the root is never echoed)."""
+        text = check_path_text(path)
+        if not text.startswith("/"):
+            return text
+        below = self._root.inside(text)
+        return "<absolute path>" if below is None else ("/".join(below) or ".")
+
+    @staticmethod
+    def _regular(t: Target) -> int:
+        if not t.exists:
+            raise FileToolError("NOT_FOUND", f"{t.shown}: no such file")
+        if not t.is_file or t.fd is None:
+            raise FileToolError("NOT_A_FILE", f"{t.shown}: not a regular file")
+        return t.fd
+
+    def _original(self, t: Target) -> bytes:
+        """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
+        fd = self._regular(t)
+        assert t.st is not None
+        if t.st.st_size > MAX_TEXT_BYTES:
+            raise FileToolError("TOO_LARGE", f"{t.shown}: the file is {t.st.st_size} bytes; at most {MAX_TEXT_BYTES}")
+        data = commit.read_all(fd, MAX_TEXT_BYTES, shown=t.shown)
+        edit.check_text(data, t.shown)
+        return data
+
+    def _current(self, t: Target) -> bytes | None:
+        """The file's bytes for restore: None when absent; CONFLICT when not a regular file or too large."""
+        if not t.exists:
+            return None
+        if not t.is_file or t.fd is None or (t.st is not None and t.st.st_size > MAX_TEXT_BYTES):
+            raise FileToolError("CONFLICT", f"{t.shown}: no longer a regular file of at most {MAX_TEXT_BYTES} bytes")
+        return commit.read_all(t.fd, MAX_TEXT_BYTES, shown=t.shown)
+
+    def _current_for_replay(self, path: str) -> str | None:
+        with self._resolve(path) as t:
+            return sha256_hex(self._current(t))
+
+    @contextlib.contextmanager
+    def _boundary(self, path: object) -> Iterator[None]:
+        """Translate OS-level failures once; messages carry only the caller's path."""
+        try:
+            shown = self._shown(path)
+        except FileToolError:
+            shown = "<path>"
+        try:
+            yield
+        except FileToolError:
+            raise
+        except OSError as exc:
+            raise from_os_error(exc, shown) from None
+        except UnicodeError:
+            raise FileToolError("INVALID_ARGUMENT", f"{shown}: not valid Unicode") from None
