@@ -323,6 +323,7 @@ class Counter:
 @dataclass
 class WriterResult:
     acks: int = 0
+    acks_in_window: int = 0  # acks that arrived before the window closed
     errors: int = 0
     ack_ms: list[float] = field(default_factory=list)
     late_ms: list[float] = field(default_factory=list)  # how far behind schedule each send was
@@ -351,6 +352,8 @@ async def writer(port: int, token: str, sessions: list[str], rate: float, second
                                                {"requestId": f"r{i}", "content": f"bench message {i}"})
                 if status == 202:
                     res.acks += 1
+                    if trio.current_time() < t0 + seconds:
+                        res.acks_in_window += 1
                     res.ack_ms.append((time.perf_counter() - s) * 1000)
                 else:
                     res.errors += 1
@@ -432,7 +435,7 @@ async def run_phase(d: Daemon, *, subscribers: int, rate: float, seconds: float,
     out["writer_events_per_s"] = len(window) / seconds
     out["submits_acked"] = wres.acks
     out["submit_errors"] = wres.errors
-    out["submits_per_s"] = wres.acks / seconds
+    out["submits_per_s"] = wres.acks_in_window / seconds
     ack = sorted(wres.ack_ms)
     out["ack_p50_ms"], out["ack_p99_ms"] = pct(ack, 50), pct(ack, 99)
     late = sorted(wres.late_ms)
@@ -497,15 +500,15 @@ def table(cfg: dict[str, Any], base: dict[str, Any], fan: dict[str, Any], ratio:
          f">= {TARGET_THROUGHPUT_RATIO}", ok(ratio >= TARGET_THROUGHPUT_RATIO)),
         ("writer: submit ack p50 / p99", f"{fan['ack_p50_ms']:.1f} / {fan['ack_p99_ms']:.1f} ms",
          f"{base['ack_p50_ms']:.1f} / {base['ack_p99_ms']:.1f} ms", "", "(info)", ""),
-        ("writer: submits acked/s", f"{fan['submits_per_s']:,.1f}", f"{base['submits_per_s']:,.1f}", "", "(info)", ""),
+        ("writer: submits acked/s (acks inside the window)", f"{fan['submits_per_s']:,.1f}", f"{base['submits_per_s']:,.1f}", "", "(info)", ""),
         ("deliveries (event × subscriber)", f"{fan['deliveries']:,} of {fan['deliveries_expected']:,}",
          f"{fan['delivered_fraction']:.4f}", "", "all", ok(fan["delivered_fraction"] >= 0.9999)),
         ("dropped / failed subscribers", f"{fan['dropped_subscribers']} / {fan['errored_subscribers']}", "", "", "0",
          ok(fan["dropped_subscribers"] == 0 and fan["errored_subscribers"] == 0)),
         ("frames out/s; MB/s; events per read", f"{fan['frames_per_s_out']:,.0f}; {fan['mbytes_per_s_out']:.1f};"
          f" {fan['events_per_chunk']:.1f}", "", "", "(info)", ""),
-        ("CPU s in window: daemon / bench", f"{fan['daemon_cpu_s']:.1f} / {fan['bench_cpu_s']:.1f}",
-         f"{base['daemon_cpu_s']:.1f} / {base['bench_cpu_s']:.1f}", "", f"(info; {cfg['seconds']:g} s window)", ""),
+        ("CPU s, window + drain: daemon / bench", f"{fan['daemon_cpu_s']:.1f} / {fan['bench_cpu_s']:.1f}",
+         f"{base['daemon_cpu_s']:.1f} / {base['bench_cpu_s']:.1f}", "", "(info)", ""),
     ]
     head = ["| figure | with subscribers | baseline / note | ratio | target | result |",
             "| --- | --- | --- | --- | --- | --- |"]

@@ -23,6 +23,8 @@ from .errors import AppendRejected, CorruptEvent, EventTooLarge, UnknownDictiona
 from .types import KIND_TO_TYPE, Event, Opaque, _Event, kind_of
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
+_frame_parameters = zstandard.get_frame_parameters
+_TAG_OF = {cls: tag for tag, cls in KIND_TO_TYPE.items()}
 DEFAULT_LEVEL = 3
 NO_DICTIONARY = 0
 
@@ -86,18 +88,24 @@ class Codec:
         return sorted(self._dicts)
 
     def _compressor(self) -> zstandard.ZstdCompressor:
+        return self._compressor_for()[0]
+
+    def _compressor_for(self) -> tuple[zstandard.ZstdCompressor, int]:
+        """This thread's compressor and the dictionary id it compresses with (read once, so a
+        dictionary switched by another thread meanwhile never mislabels a body)."""
         local = self._local
+        active = self.active_dict_id
         c = getattr(local, "compressor", None)
-        if c is None or getattr(local, "compressor_dict", None) != self.active_dict_id:
+        if c is None or getattr(local, "compressor_dict", None) != active:
             kwargs: dict[str, Any] = {}
-            if self.active_dict_id:
-                kwargs["dict_data"] = self._dicts[self.active_dict_id]
+            if active:
+                kwargs["dict_data"] = self._dicts[active]
             c = zstandard.ZstdCompressor(
                 level=self.level, write_checksum=True, write_content_size=True, **kwargs
             )
             local.compressor = c
-            local.compressor_dict = self.active_dict_id
-        return c
+            local.compressor_dict = active
+        return c, active
 
     def _decompressor(self, dict_id: int) -> zstandard.ZstdDecompressor:
         cache = getattr(self._local, "decompressors", None)
@@ -141,8 +149,8 @@ class Codec:
                 f"{kind_of(event)} event is {len(raw)} bytes, over the maximum event size "
                 f"of {self.max_event_bytes} bytes"
             )
-        body = self._compressor().compress(raw)
-        return Encoded(kind_of(event), body, len(raw), self.active_dict_id)
+        compressor, dict_id = self._compressor_for()
+        return Encoded(kind_of(event), compressor.compress(raw), len(raw), dict_id)
 
     # ------------------------------------------------------------------ decode
 
@@ -224,8 +232,36 @@ class Codec:
         return event
 
     def decode(self, kind: str, body: bytes, dict_id: int = NO_DICTIONARY) -> _Event | Opaque:
-        """Decode a stored body. Raises :class:`CorruptEvent` naming what is wrong."""
-        return self.decode_raw(kind, self.decompress(body, dict_id))
+        """Decode a stored body. Raises :class:`CorruptEvent` naming what is wrong.
+
+        The common case (a well-formed frame of known size within the limit, a known kind) is
+        checked inline; anything unusual goes through :meth:`decompress` and
+        :meth:`decode_raw`, which apply the same checks one by one and name the problem.
+        """
+        try:
+            params = _frame_parameters(body)
+        except zstandard.ZstdError:
+            params = None
+        if (
+            params is None
+            or params.dict_id != dict_id
+            or not params.has_checksum
+            or params.content_size > self.max_event_bytes  # also CONTENTSIZE_UNKNOWN/ERROR
+            or kind not in KIND_TO_TYPE
+        ):
+            return self.decode_raw(kind, self.decompress(body, dict_id))
+        cache = getattr(self._local, "decompressors", None)
+        d = cache.get(dict_id) if cache is not None else None
+        if d is None:
+            d = self._decompressor(dict_id)
+        try:
+            raw = d.decompress(body, allow_extra_data=False)
+            event = self._decoder.decode(raw)
+        except (zstandard.ZstdError, msgspec.ValidationError, msgspec.DecodeError):
+            return self.decode_raw(kind, self.decompress(body, dict_id))  # names the problem
+        if len(raw) != params.content_size or _TAG_OF.get(type(event)) != kind:
+            return self.decode_raw(kind, self.decompress(body, dict_id))
+        return event
 
 
 def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, bytes]:

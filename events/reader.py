@@ -7,11 +7,11 @@ reader, which is what :class:`events.store.EventStore` does for the daemon.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import apsw
+import msgspec
 
 from .codec import DEFAULT_MAX_EVENT_BYTES, Codec
 from .errors import CorruptEvent, UnknownDictionary
@@ -24,9 +24,12 @@ ROW_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class StoredRow:
-    """One row of ``events`` as stored (body still compressed)."""
+class StoredRow(msgspec.Struct, frozen=True):
+    """One row of ``events`` as stored (body still compressed).
+
+    A frozen msgspec Struct (built ten times faster than a frozen dataclass); constructed
+    positionally in column order, compared and hashed by value.
+    """
 
     seq: int
     ts: int
@@ -42,9 +45,8 @@ class StoredRow:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """A decoded event with its envelope."""
+class StoredEvent(msgspec.Struct, frozen=True):
+    """A decoded event with its envelope (a frozen msgspec Struct, like :class:`StoredRow`)."""
 
     seq: int
     ts: int
@@ -141,7 +143,7 @@ class LogReader:
 
     # ------------------------------------------------------------------ rows
 
-    def rows(
+    def _tuples(
         self,
         *,
         after: int = 0,
@@ -150,11 +152,8 @@ class LogReader:
         kinds: Sequence[str] | None = None,
         limit: int | None = None,
         page: int = 2000,
-    ) -> Iterator[StoredRow]:
-        """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
-
-        Reads in pages so no read transaction is held for long.
-        """
+    ) -> Iterator[tuple[Any, ...]]:
+        """Row tuples in :data:`ROW_COLUMNS` order; see :meth:`rows`."""
         where = ["seq > ?"]
         args: list[Any] = [after]
         if to is not None:
@@ -169,16 +168,36 @@ class LogReader:
         sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         remaining = limit
         cursor = after
+        execute = self.conn.execute
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
             args[0] = cursor
-            batch = [StoredRow(*r) for r in self.conn.execute(sql, (*args, n))]
+            batch = execute(sql, (*args, n)).fetchall()
             yield from batch
             if len(batch) < n:
                 return
-            cursor = batch[-1].seq
+            cursor = batch[-1][0]
             if remaining is not None:
                 remaining -= len(batch)
+
+    def rows(
+        self,
+        *,
+        after: int = 0,
+        to: int | None = None,
+        session_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int | None = None,
+        page: int = 2000,
+    ) -> Iterator[StoredRow]:
+        """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
+
+        Reads in pages so no read transaction is held for long.
+        """
+        for r in self._tuples(
+            after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page
+        ):
+            yield StoredRow(*r)
 
     def decode(self, row: StoredRow) -> StoredEvent:
         """Decode one row (loading dictionaries trained since this reader opened)."""
@@ -189,9 +208,25 @@ class LogReader:
             return decode_row(self.codec, row)
 
     def events(self, **filters: Any) -> Iterator[StoredEvent]:
-        """Decoded events; see :meth:`rows` for the filters. Raises on the first corrupt row."""
-        for row in self.rows(**filters):
-            yield self.decode(row)
+        """Decoded events; see :meth:`rows` for the filters. Raises on the first corrupt row.
+
+        The replay path: decodes straight from the row tuples (no :class:`StoredRow` per row),
+        with the same frame, size and schema checks as :meth:`decode`.
+        """
+        decode = self.codec.decode
+        for seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id, \
+                dict_id, _raw_size, body in self._tuples(**filters):
+            try:
+                try:
+                    event = decode(kind, body, dict_id)
+                except UnknownDictionary:
+                    self.refresh_dictionaries()
+                    event = decode(kind, body, dict_id)
+            except CorruptEvent as exc:
+                raise exc.at(seq) from None
+            yield StoredEvent(
+                seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id, event
+            )
 
     def event_count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM events").fetchall()[0][0]

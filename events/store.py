@@ -1,9 +1,10 @@
 """The event store: the single writer of ``events.db``, with group commit.
 
 Callers ``await store.append(...)`` from any trio task. Events are encoded and compressed in
-the caller's task (so the writer thread only inserts); the writer task drains everything queued
-into one transaction on its own connection, commits it durably, and only then acknowledges each
-caller. A ``request_id`` already recorded for the session returns the original ``seq`` and writes
+the caller's task (so the writer thread only inserts) and put on a thread-safe queue; one
+persistent writer thread drains everything queued into one transaction on its own connection,
+commits it durably, and only then acknowledges the whole group with one
+``TrioToken.run_sync_soon``. Producers keep encoding while the thread commits. A ``request_id`` already recorded for the session returns the original ``seq`` and writes
 nothing, also when both arrive in the same batch.
 
 Lifetime: the writer runs inside a nursery the caller owns::
@@ -18,13 +19,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import queue
+import threading
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 import apsw
 import trio
+import zstandard
 
 from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, Encoded, train_dictionary
 from .errors import (
@@ -48,6 +52,13 @@ from .types import _Event
 
 MAX_BATCH_EVENTS = 1024
 QUEUE_DEPTH = 4096
+# Train a zstd dictionary automatically once the log holds this many events (and none is
+# active yet); ``None`` turns it off. See EventStore.open.
+AUTO_DICTIONARY_AFTER = 10_000
+AUTO_DICTIONARY_SAMPLES = 5000
+AUTO_DICTIONARY_SIZE = 16 * 1024
+
+_STOP = object()  # tells the writer thread to exit
 
 
 class StoreLocked(StoreOpenError):
@@ -84,25 +95,33 @@ class AppendResult:
         return self.seqs[-1]
 
 
-@dataclass(slots=True)
-class _Row:
-    draft: Draft
-    encoded: Encoded
-
-
-@dataclass(slots=True)
 class _Pending:
-    rows: list[_Row]
-    expected_session_seq: int | None
-    done: trio.Event = field(default_factory=trio.Event)
-    result: AppendResult | None = None
-    error: LogError | None = None
+    """One ``append`` on its way to the writer thread: its drafts, their encodings, the answer."""
+
+    __slots__ = ("drafts", "encoded", "expected_session_seq", "task", "result", "error")
+
+    def __init__(
+        self, drafts: Sequence[Draft], encoded: list[Encoded], expected_session_seq: int | None
+    ) -> None:
+        self.drafts = drafts
+        self.encoded = encoded
+        self.expected_session_seq = expected_session_seq
+        # The waiting trio task, rescheduled by the acknowledgement (None once it gave up).
+        self.task: trio.lowlevel.Task | None = None
+        self.result: AppendResult | None = None
+        self.error: LogError | None = None
 
 
 class EventStore:
     """Single writer of one data directory's ``events.db``.
 
     Holds an exclusive lock file so that no second process writes the same log.
+
+    Appends are encoded in the caller's trio task and handed to one persistent writer thread
+    through a thread-safe queue. The thread takes everything queued (up to
+    :data:`MAX_BATCH_EVENTS`), plans seqs, inserts and commits it in one transaction, and then
+    acknowledges the whole group with one ``run_sync_soon`` into trio; meanwhile other
+    producers keep encoding, so encoding and committing overlap.
     """
 
     def __init__(
@@ -111,13 +130,13 @@ class EventStore:
         conn: apsw.Connection,
         lock_fd: int,
         codec: Codec,
+        *,
+        auto_dictionary_after: int | None = AUTO_DICTIONARY_AFTER,
     ) -> None:
         self.data_dir = data_dir
         self._conn = conn
         self._lock_fd = lock_fd
         self.codec = codec
-        self._limiter = trio.CapacityLimiter(1)
-        self._send: trio.MemorySendChannel[_Pending] | None = None
         self._session_seq: dict[str, int] = {}
         row = conn.execute("SELECT coalesce(max(seq), 0), coalesce(max(ts), 0) FROM events").fetchall()[0]
         self._next_seq: int = row[0] + 1
@@ -127,6 +146,19 @@ class EventStore:
         self._reader: LogReader | None = None
         self._read_limiter = trio.CapacityLimiter(1)
         self._closed = False
+        # writer thread and its hand-over state
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._conn_lock = threading.Lock()  # the write connection: writer thread vs train_dictionary
+        self._thread: threading.Thread | None = None
+        self._accepting = False  # trio thread only
+        self._closing: trio.Event | None = None  # set by close_writer (or a failed writer)
+        self._outstanding = 0  # appends queued and not yet acknowledged (trio thread only)
+        self._drained: trio.Event | None = None
+        self._space: trio.Event | None = None
+        self._abort = False  # set by a cancelled run(): the thread fails what it has not begun
+        self._writer_error: BaseException | None = None
+        self._auto_dictionary_after = auto_dictionary_after
+        self._trained: tuple[int, bytes, int] | None = None  # from the background trainer
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,8 +170,13 @@ class EventStore:
         synchronous: Synchronous = "FULL",
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         compression_level: int = 3,
+        auto_dictionary_after: int | None = AUTO_DICTIONARY_AFTER,
     ) -> "EventStore":
         """Open (creating if needed) the log in ``data_dir`` for writing.
+
+        ``auto_dictionary_after``: once the log holds this many events and no zstd dictionary
+        is active, the writer thread trains one (as :meth:`train_dictionary` does) between two
+        groups and uses it for new rows; ``None`` never trains one automatically.
 
         Raises :class:`~events.errors.StoreOpenError` subclasses: missing/unwritable directory,
         foreign or unsupported store, or another process holding the writer lock.
@@ -171,52 +208,54 @@ class EventStore:
         except BaseException:
             os.close(fd)
             raise
-        return cls(data_dir, conn, fd, codec)
+        return cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The writer task. Returns when :meth:`close_writer` was called and the queue is drained.
+        """Run the writer. Returns when :meth:`close_writer` was called and the queue is drained.
 
         Every append accepted before that is committed and acknowledged; a cancelled writer
-        finishes the transaction it is in (shielded) and fails the rest with ``STORE_CLOSED``.
+        finishes the transaction it is in and fails the rest with ``STORE_CLOSED``.
         """
-        send, recv = trio.open_memory_channel[_Pending](QUEUE_DEPTH)
-        self._send = send
+        if self._thread is not None:
+            raise RuntimeError("the event store's writer already ran")
+        token = trio.lowlevel.current_trio_token()
+        self._closing = closing = trio.Event()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(token,), name="lens-event-writer", daemon=True
+        )
+        self._thread.start()
+        self._accepting = True
         task_status.started()
         try:
-            async with recv:
-                async for first in recv:
-                    group = [first]
-                    count = len(first.rows)
-                    while count < MAX_BATCH_EVENTS:
-                        try:
-                            nxt = recv.receive_nowait()
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                        group.append(nxt)
-                        count += len(nxt.rows)
-                    with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(self._write_group, group, limiter=self._limiter)
-                        self._acknowledge(group)
+            await closing.wait()
+        except BaseException:
+            self._abort = True  # cancelled: what the thread has not begun fails with STORE_CLOSED
+            raise
         finally:
-            self._send = None
+            self._accepting = False
+            with trio.CancelScope(shield=True):
+                while self._outstanding:
+                    self._drained = trio.Event()
+                    await self._drained.wait()
+            self._queue.put(_STOP)
             self._closed = True
             self._committed.set()  # wake wait_for() callers so they see the store closed
-            # Fail whatever is still queued: it was never written.
-            while True:
-                try:
-                    pending = recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                pending.error = StoreClosed("the event store closed before this append was written")
-                pending.done.set()
+            if self._space is not None:
+                self._space.set()
+        if self._writer_error is not None:
+            raise self._writer_error
 
     def close_writer(self) -> None:
         """Stop accepting appends; :meth:`run` returns once the queue is drained."""
-        if self._send is not None:
-            self._send.close()
+        self._accepting = False
+        if self._closing is not None:
+            self._closing.set()
 
     def close(self) -> None:
         """Release the connection and the lock. Call after :meth:`run` returned."""
+        if self._thread is not None:
+            self._queue.put(_STOP)  # harmless if run() already sent one
+            self._thread.join()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -227,17 +266,23 @@ class EventStore:
 
     # ------------------------------------------------------------------ appends
 
-    def encode(self, drafts: Sequence[Draft]) -> list[_Row]:
+    def encode(self, drafts: Sequence[Draft]) -> list[Encoded]:
         """Encode ``drafts`` (in the caller's thread); validates the envelope rules."""
         if not drafts:
             raise AppendRejected("an append needs at least one event")
+        encode = self.codec.encode
+        if len(drafts) == 1:
+            d = drafts[0]
+            if d.request_id is not None and d.session_id is None:
+                raise AppendRejected("an event with a request_id must belong to a session")
+            return [encode(d.event)]
         with_request = [d for d in drafts if d.request_id is not None]
         if len(with_request) > 1:
             raise AppendRejected("at most one event of an append may carry a request_id")
         for d in with_request:
             if d.session_id is None:
                 raise AppendRejected("an event with a request_id must belong to a session")
-        return [_Row(d, self.codec.encode(d.event)) for d in drafts]
+        return [encode(d.event) for d in drafts]
 
     async def append(self, *drafts: Draft, expected_session_seq: int | None = None) -> AppendResult:
         """Append ``drafts`` atomically, in order; return once they are durably committed.
@@ -248,19 +293,32 @@ class EventStore:
         the writer is not running, :class:`StoreWriteFailed` when the commit failed.
         If the caller is cancelled while waiting, the append may still be committed.
         """
-        rows = self.encode(drafts)
-        sids = {d.session_id for d in drafts}
-        if expected_session_seq is not None and (len(sids) != 1 or None in sids):
-            raise AppendRejected("expected_session_seq needs all events in one session")
-        pending = _Pending(rows, expected_session_seq)
-        send = self._send
-        if send is None:
+        encoded = self.encode(drafts)
+        if expected_session_seq is not None:
+            sids = {d.session_id for d in drafts}
+            if len(sids) != 1 or None in sids:
+                raise AppendRejected("expected_session_seq needs all events in one session")
+        if not self._accepting:
             raise StoreClosed("the event store is not accepting appends")
-        try:
-            await send.send(pending)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise StoreClosed("the event store is not accepting appends") from None
-        await pending.done.wait()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while self._outstanding >= QUEUE_DEPTH:  # back-pressure: wait for the writer
+            if self._space is None:
+                self._space = trio.Event()
+            await self._space.wait()
+            if not self._accepting:
+                raise StoreClosed("the event store is not accepting appends")
+        pending = _Pending(drafts, encoded, expected_session_seq)
+        pending.task = trio.lowlevel.current_task()
+        self._outstanding += 1
+        self._queue.put(pending)
+        # No checkpoint between the put and parking: the acknowledgement runs in this trio
+        # thread (run_sync_soon), so it cannot come before we park.
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            pending.task = None  # cancelled while waiting: the append may still commit
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -274,14 +332,109 @@ class EventStore:
             await self._committed.wait()
         return self.last_seq
 
-    # ------------------------------------------------------------------ writer thread
+    # ------------------------------------------------------------------ trio side of the writer
 
     def _acknowledge(self, group: list[_Pending]) -> None:
+        """Run in trio (``run_sync_soon``) after a group was committed or failed."""
+        reschedule = trio.lowlevel.reschedule
         for pending in group:
-            pending.done.set()
+            task = pending.task
+            if task is not None:
+                pending.task = None
+                reschedule(task)
+        self._outstanding -= len(group)
         committed = self._committed
         self._committed = trio.Event()
         committed.set()
+        if self._space is not None and self._outstanding < QUEUE_DEPTH:
+            self._space.set()
+            self._space = None
+        if self._drained is not None and not self._outstanding:
+            self._drained.set()
+
+    def _writer_failed(self) -> None:
+        self._accepting = False
+        if self._closing is not None:
+            self._closing.set()
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _thread_main(self, token: trio.lowlevel.TrioToken) -> None:
+        get = self._queue.get
+        get_nowait = self._queue.get_nowait
+        while True:
+            first = get()
+            if first is _STOP:
+                return
+            assert isinstance(first, _Pending)
+            group = [first]
+            count = len(first.drafts)
+            stop = False
+            while count < MAX_BATCH_EVENTS:
+                try:
+                    nxt = get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                assert isinstance(nxt, _Pending)
+                group.append(nxt)
+                count += len(nxt.drafts)
+            if self._abort:
+                for pending in group:
+                    pending.error = StoreClosed("the event store closed before this append was written")
+            else:
+                try:
+                    with self._conn_lock:
+                        self._write_group(group)
+                except BaseException as exc:  # a bug, not a SQLite error: stop writing
+                    self._writer_error = exc
+                    self._abort = True
+                    for pending in group:
+                        pending.result = None
+                        pending.error = StoreWriteFailed(f"the event log writer failed: {exc!r}")
+                    token.run_sync_soon(self._writer_failed)
+            token.run_sync_soon(self._acknowledge, group)
+            if stop:
+                return
+            if self._trained is not None:
+                self._install_trained()
+            elif (
+                self._auto_dictionary_after is not None
+                and not self._abort
+                and not self.codec.active_dict_id
+                and self.last_seq >= self._auto_dictionary_after
+            ):
+                self._auto_dictionary_after = None  # once per run
+                threading.Thread(
+                    target=self._train_in_background, name="lens-dictionary-trainer", daemon=True
+                ).start()
+
+    def _train_in_background(self) -> None:
+        """Read samples on a connection of its own and train; the writer installs the result."""
+        try:
+            conn = open_read_connection(self.data_dir)
+            try:
+                samples = self._samples(conn, AUTO_DICTIONARY_SAMPLES)
+            finally:
+                conn.close()
+            dict_id, data = train_dictionary(samples, AUTO_DICTIONARY_SIZE)
+        except (ValueError, zstandard.ZstdError, apsw.Error, LogError):
+            return  # not trainable (too few or too uniform samples): keep going without one
+        self._trained = (dict_id, data, len(samples))
+
+    def _install_trained(self) -> None:
+        """In the writer thread, between two groups: record the trained dictionary, use it."""
+        trained, self._trained = self._trained, None
+        assert trained is not None
+        if self._abort or self.codec.active_dict_id:
+            return  # closing, or someone called train_dictionary meanwhile
+        try:
+            with self._conn_lock:
+                self._record_dictionary(*trained)
+        except apsw.Error:
+            pass  # not recorded, so not used; new rows stay without a dictionary
 
     def _last_session_seq(self, session_id: str) -> int:
         last = self._session_seq.get(session_id)
@@ -302,8 +455,8 @@ class EventStore:
     ) -> None:
         """Decide ``pending``'s rows (or its duplicate/conflict answer) inside the open txn."""
         conn = self._conn
-        for r in pending.rows:
-            d = r.draft
+        drafts = pending.drafts
+        for d in drafts:
             if d.request_id is not None:
                 found = conn.execute(
                     "SELECT seq, session_seq, ts FROM events WHERE session_id = ? AND request_id = ?",
@@ -319,7 +472,7 @@ class EventStore:
                     pending.result = AppendResult((seq,), (sseq,), ts, duplicate=True)
                     return
         if pending.expected_session_seq is not None:
-            sid = pending.rows[0].draft.session_id
+            sid = drafts[0].session_id
             assert sid is not None
             current = self._last_session_seq(sid)
             if current != pending.expected_session_seq:
@@ -328,25 +481,28 @@ class EventStore:
                     f"not {pending.expected_session_seq} as expected"
                 )
                 return
+        session_seq = self._session_seq
         seqs: list[int] = []
         sseqs: list[int | None] = []
-        for r in pending.rows:
-            d = r.draft
-            seq = self._next_seq
-            self._next_seq += 1
+        seq = self._next_seq
+        for d, e in zip(drafts, pending.encoded):
+            sid = d.session_id
             sseq: int | None = None
-            if d.session_id is not None:
-                sseq = self._last_session_seq(d.session_id) + 1
-                self._session_seq[d.session_id] = sseq
-            e = r.encoded
+            if sid is not None:
+                last = session_seq.get(sid)
+                if last is None:
+                    last = self._last_session_seq(sid)
+                sseq = session_seq[sid] = last + 1
             out.append(
-                (seq, now, d.project_id, d.session_id, sseq, d.agent_id, d.task_id, e.kind,
+                (seq, now, d.project_id, sid, sseq, d.agent_id, d.task_id, e.kind,
                  d.request_id, e.dict_id, e.raw_size, e.body)
             )
             seqs.append(seq)
             sseqs.append(sseq)
             if d.request_id is not None:
-                batch_requests[(d.session_id, d.request_id)] = (seq, sseq, now)
+                batch_requests[(sid, d.request_id)] = (seq, sseq, now)
+            seq += 1
+        self._next_seq = seq
         pending.result = AppendResult(tuple(seqs), tuple(sseqs), now)
 
     def _write_group(self, group: list[_Pending]) -> None:
@@ -427,10 +583,7 @@ class EventStore:
 
         def read() -> list[StoredEvent]:
             reader = self._get_reader()
-            return [
-                reader.decode(r)
-                for r in reader.rows(after=after, to=to, session_id=session_id, limit=limit)
-            ]
+            return list(reader.events(after=after, to=to, session_id=session_id, limit=limit))
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 
@@ -445,30 +598,47 @@ class EventStore:
     def train_dictionary(self, *, max_samples: int = 5000, size: int = 16 * 1024) -> int:
         """Train a zstd dictionary on the log's latest events, store it and use it for new rows.
 
-        Synchronous: call it before :meth:`run` (the CLI) or through ``trio.to_thread`` with
-        the writer idle. Old rows keep their own dictionary id and always decode.
+        Synchronous: call it before :meth:`run` (the CLI) or through ``trio.to_thread``; it
+        waits for the writer thread's current group. Old rows keep their own dictionary id and
+        always decode. The writer also calls it by itself once (see ``auto_dictionary_after``).
         """
-        reader = self._get_reader()
-        last = reader.last_seq()
-        samples = [
-            self.codec.decompress(r.body, r.dict_id)
-            for r in reader.rows(after=max(0, last - max_samples))
-        ]
+        with self._conn_lock:
+            return self._train_locked(max_samples, size)
+
+    def _train_locked(self, max_samples: int, size: int) -> int:
+        samples = self._samples(self._conn, max_samples)
         dict_id, data = train_dictionary(samples, size)
-        with self._conn:
-            self._conn.execute(
+        self._record_dictionary(dict_id, data, len(samples))
+        return dict_id
+
+    def _samples(self, conn: apsw.Connection, max_samples: int) -> list[bytes]:
+        """The raw MessagePack of the log's latest ``max_samples`` events."""
+        last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0]
+        decompress = self.codec.decompress
+        return [
+            decompress(body, dict_id)
+            for body, dict_id in conn.execute(
+                "SELECT body, dict_id FROM events WHERE seq > ? ORDER BY seq",
+                (max(0, last - max_samples),),
+            )
+        ]
+
+    def _record_dictionary(self, dict_id: int, data: bytes, sample_count: int) -> None:
+        conn = self._conn
+        with conn:
+            conn.execute(
                 "INSERT OR IGNORE INTO dictionaries(dict_id, data, created_ts, sample_count) "
                 "VALUES (?, ?, ?, ?)",
-                (dict_id, data, now_ms(), len(samples)),
+                (dict_id, data, now_ms(), sample_count),
             )
-            self._conn.execute(
+            conn.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('active_dict_id', ?)",
                 (str(dict_id),),
             )
+        # Only now (the dictionary is durable) may new rows name it.
         if dict_id not in self.codec.dictionary_ids:
             self.codec.add_dictionary(dict_id, data)
         self.codec.use_dictionary(dict_id)
-        return dict_id
 
 
 @asynccontextmanager

@@ -197,6 +197,7 @@ class ModelResponded(_Event, tag="model.responded"):
     stop_reason: str | None = None
     usage: Usage = Usage()
     provider_response_id: str | None = None
+    diagnostics: dict[str, Any] = {}  # e.g. the cache breakpoints actually sent
 
 
 class ModelFailed(_Event, tag="model.failed"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import trio
 
@@ -32,7 +32,16 @@ from projections.snapshots import SnapshotStore
 from tools.base import ToolContext, ToolRegistry
 
 from . import decide as d
-from .errors import InputNotQueued, InvalidCommand, LensError, SessionGone, SessionNotFound, SessionQuarantined
+from .errors import (
+    InputNotQueued,
+    InvalidCommand,
+    LensError,
+    QuestionNotFound,
+    QuestionSettled,
+    SessionGone,
+    SessionNotFound,
+    SessionQuarantined,
+)
 from .providers.base import Delta, ModelRequest, ProviderError
 from .providers.catalog import ProviderCatalog
 
@@ -63,6 +72,8 @@ class ActorDeps:
     idle_seconds: float = 300.0
     system_prompt: list[str] = field(default_factory=lambda: [DEFAULT_SYSTEM_PROMPT])
     on_delta: Callable[[str, str, Delta], None] = lambda session_id, agent_id, delta: None
+    # The system prompt for a project's agents (AGENTS.md etc.); None: ``system_prompt`` as is.
+    system_prompt_for: Callable[[str | None], Awaitable[list[str]]] | None = None
 
 
 # --------------------------------------------------------------------------- commands
@@ -126,7 +137,15 @@ class WaitIdle:
     """Returns once nothing runs and nothing is queued (or a question waits for an answer)."""
 
 
-Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | WaitIdle
+@dataclass(frozen=True)
+class Answer:
+    """An answer to an open question: ``{"kind": "answer", "optionIds"?, "text"?}`` or ``{"kind": "skip"}``."""
+
+    question_id: str
+    answer: dict[str, Any]
+
+
+Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | WaitIdle | Answer
 
 
 @dataclass
@@ -159,6 +178,7 @@ class SessionActor:
         self._runner_done.set()
         self._aborting = False
         self._idle_waiters: list[Envelope] = []
+        self._answered: dict[str, trio.Event] = {}
         self._snapshot_at = 0
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
@@ -175,6 +195,12 @@ class SessionActor:
         task_status.started()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self.state.questions:
+                # Nobody waits for these answers any more (the asking call died with the old actor):
+                # cancel them; the call is then reported as interrupted and the model told.
+                await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"),
+                                           self.state.questions[q].agent_id or MAIN_AGENT)
+                                  for q in list(self.state.questions)])
             self._maybe_start_runner()
             while True:
                 env: Envelope | None = None
@@ -338,11 +364,14 @@ class SessionActor:
             self._idle_waiters.append(env)
             return _DEFERRED
         self._require_live()
+        if isinstance(cmd, Answer):
+            return await self._answer(cmd)
         if isinstance(cmd, Submit):
             if not cmd.request_id or len(cmd.request_id) > 200:
                 raise InvalidCommand("requestId must be 1 to 200 characters")
             if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text for p in cmd.content):
                 raise InvalidCommand("content must not be empty")
+            self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)
             assert res is not None
@@ -409,6 +438,8 @@ class SessionActor:
     # ------------------------------------------------------------------ the runner
 
     def _is_idle(self) -> bool:
+        if self.state.questions:
+            return True  # waiting for the user, not for us
         return self._runner_done.is_set() and d.next_step(self.state, MAIN_AGENT, self._replay_safe) is None
 
     def _notify_idle(self) -> None:
@@ -504,7 +535,9 @@ class SessionActor:
         if requested is None:
             return  # the decision went stale while waiting for the lock: decide again
         items = working_context(agent)  # as of model.requested
-        request = ModelRequest(model_id, list(self.deps.system_prompt), items, tools, state.thinking_level, agent_id)
+        system = (await self.deps.system_prompt_for(state.project_id) if self.deps.system_prompt_for is not None
+                  else list(self.deps.system_prompt))
+        request = ModelRequest(model_id, system, items, tools, state.thinking_level, agent_id)
         on_delta = self.deps.on_delta
         try:
             result = await provider.stream(request, lambda delta: on_delta(self.session_id, agent_id, delta))
@@ -514,7 +547,8 @@ class SessionActor:
             return
         await self._emit([d.Scoped(t.ModelResponded(
             text=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls,
-            stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id),
+            stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
+            diagnostics=result.diagnostics),
             agent_id, task_id)])
 
     async def _run_call(self, agent_id: str, task_id: str | None, step: d.RunCall) -> None:
@@ -532,15 +566,56 @@ class SessionActor:
         async def start_subagent(prompt: str, allowed: Sequence[str] | None) -> tuple[str, str]:
             return await self._subagent(agent_id, task_id, call, prompt, allowed)
 
+        async def ask(questions: list[t.Question]) -> dict[str, Any]:
+            return await self._ask(agent_id, task_id, call, questions)
+
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           agent_id == MAIN_AGENT, start_subagent,
-                          file_edits=lambda cid: list(self.state.file_edits.get(cid, [])))
+                          file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
         await self._emit([d.Scoped(t.ToolFinished(
             call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
             is_error=result.is_error, content=result.content, structured_content=result.structured_content,
             error_code=result.error_code), agent_id, task_id)]
             + [d.Scoped(e, agent_id, task_id) for e in result.events])
+
+    async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
+                   questions: list[t.Question]) -> dict[str, Any]:
+        """Record the question, wait for the first valid answer (or a cancel), return its record."""
+        qid = f"q_{call.call_id}"
+        waiter = self._answered.setdefault(qid, trio.Event())
+        if qid not in self.state.questions and qid not in self.state.settled_questions:
+            await self._emit([d.Scoped(t.QuestionAsked(question_id=qid, questions=questions, call_id=call.call_id),
+                                       agent_id, task_id)])
+            self._notify_idle()  # WaitIdle callers: the session now awaits an answer
+        if qid not in self.state.settled_questions:
+            await waiter.wait()
+        self._answered.pop(qid, None)
+        return {"question_id": qid, **self.state.settled_questions[qid]}
+
+    async def _answer(self, cmd: Answer) -> dict[str, Any]:
+        qid = cmd.question_id
+        out: dict[str, Any] = {}
+
+        def decide_answer() -> list[d.Scoped]:
+            s = self.state
+            if qid in s.settled_questions:
+                out.update(duplicate=True, **s.settled_questions[qid])
+                return []
+            q = s.questions.get(qid)
+            if q is None:
+                raise QuestionNotFound(f"session {self.session_id!r} has no question {qid!r}")
+            normalized = d.normalize_answer(q.questions, cmd.answer)
+            out.update(duplicate=False, status="answered", answer=normalized)
+            return [d.Scoped(t.QuestionAnswered(question_id=qid, answer=normalized), q.agent_id or MAIN_AGENT)]
+
+        await self._emit(decide_answer)
+        if out.get("status") == "cancelled":
+            raise QuestionSettled(f"question {qid!r} was cancelled ({out.get('reason', '')})")
+        waiter = self._answered.get(qid)
+        if waiter is not None:
+            waiter.set()
+        return {"questionId": qid, **{k: v for k, v in out.items()}}
 
     async def _subagent(self, parent: str, task_id: str | None, call: t.ToolCall, prompt: str,
                         allowed: Sequence[str] | None) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from events.store import Draft, EventStore
 from projections.history import HistoryError
 
 from . import actor as a
-from .bus import Bus, event_frame, sse_message
+from .bus import Bus, Frame, event_frame, sse_message
 from .config import Config
 from .configfiles import ConfigFiles
 from .errors import LensError
@@ -46,7 +46,7 @@ STATUS: dict[str, int] = {
     "NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "PROJECT_NOT_FOUND": 404, "CLIENT_NOT_FOUND": 404,
     "QUESTION_NOT_FOUND": 404, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
-    "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
+    "ANSWER_INVALID": 422, "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
     "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
     "UNSUPPORTED_MEDIA_TYPE": 415,
     "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
@@ -364,17 +364,11 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         body = await read_body(AnswerBody)
         answer_data: dict[str, Any] = {"kind": body.kind}
-        if body.kind == "answer":
-            if body.option_ids is None and body.text is None:
-                raise ApiError("VALIDATION_FAILED", "an answer needs optionIds, text or both")
-            if body.option_ids is not None:
-                answer_data["optionIds"] = body.option_ids
-            if body.text is not None:
-                answer_data["text"] = body.text
-        state = await svc.supervisor.call(sid, a.GetState())
-        if qid not in state.questions:
-            raise ApiError("QUESTION_NOT_FOUND", f"session {sid!r} has no open question {qid!r}")
-        return json_response(await svc.supervisor.call(sid, a.Answer(qid, answer_data)))
+        if body.option_ids is not None:
+            answer_data["optionIds"] = body.option_ids
+        if body.text is not None:
+            answer_data["text"] = body.text
+        return json_response(await svc.supervisor.call(sid, a.Answer(check_id(qid, "question id"), answer_data)))
 
     # ------------------------------------------------------------------ SSE
 
@@ -409,6 +403,12 @@ def create_app(svc: Services) -> QuartTrio:
         if hashlib.sha256(data).hexdigest() != aid:
             raise ApiError("ARTIFACT_NOT_FOUND", f"artifact {aid!r} is damaged on disk")
         return Response(data, content_type=_sniff_mime(data))
+
+    @app.get("/api/v1/models")
+    async def models() -> Response:
+        catalog = svc.catalog
+        return json_response({"models": [m.to_json() for m in catalog.models()],
+                              "default": {"effective": catalog.default_model, "source": catalog.default_source}})
 
     @app.get("/api/v1/tools/inventory")
     async def tools_inventory() -> Response:
@@ -526,6 +526,8 @@ def _sniff_mime(data: bytes) -> str:
 
 
 REVALIDATE_SECONDS = 0.5
+SSE_WRITE_FRAMES = 256  # at most this many queued frames per write
+_DROPPED = Frame(None, None, None, b"")  # marks "the bus cut this subscriber off"
 
 
 async def _sse(svc: Services, session: str | None, project: str | None, after: int | None,
@@ -563,13 +565,20 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                     yield sse_message("stream.end", msgspec.json.encode({"reason": "credential revoked", "lastEventId": last}))
                     return
             frame = None
-            with trio.move_on_after(REVALIDATE_SECONDS):
-                try:
-                    frame = await sub.recv.receive()
-                except trio.EndOfChannel:
-                    yield sse_message("stream.dropped", msgspec.json.encode(
-                        {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": last}))
-                    return
+            try:
+                frame = sub.recv.receive_nowait()  # already queued: no timeout scope needed
+            except trio.WouldBlock:
+                with trio.move_on_after(REVALIDATE_SECONDS):
+                    try:
+                        frame = await sub.recv.receive()
+                    except trio.EndOfChannel:
+                        frame = _DROPPED
+            except trio.EndOfChannel:
+                frame = _DROPPED
+            if frame is _DROPPED:
+                yield sse_message("stream.dropped", msgspec.json.encode(
+                    {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": last}))
+                return
             if frame is None:
                 idle += REVALIDATE_SECONDS
                 if idle >= heartbeat:
@@ -577,10 +586,23 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                     yield b": ping\n\n"
                 continue
             idle = 0.0
-            if frame.seq is not None:
-                if frame.seq <= last:
-                    continue
-                last = frame.seq
-            yield frame.data
+            # Write every frame already queued in one go: the same bytes in the same order, but
+            # one trip through the HTTP server per wake-up instead of one per frame (with many
+            # subscribers that trip, not the frames, is what costs).
+            parts: list[bytes] = []
+            while True:
+                if frame.seq is None:
+                    parts.append(frame.data)
+                elif frame.seq > last:
+                    last = frame.seq
+                    parts.append(frame.data)
+                if len(parts) >= SSE_WRITE_FRAMES:
+                    break
+                try:
+                    frame = sub.recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break  # EndOfChannel: the next receive() reports the drop
+            if parts:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         bus.unsubscribe(sub)

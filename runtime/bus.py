@@ -73,9 +73,8 @@ class Bus:
                 batch = await self.store.read_events(after=self.position, limit=READ_BATCH)
                 if not batch:
                     break
-                for se in batch:
-                    self._offer(event_frame(se))
-                    self.position = se.seq
+                self._offer_all([event_frame(se) for se in batch])
+                self.position = batch[-1].seq
 
     def subscribe(self, session_id: str | None = None, project_id: str | None = None) -> Subscription:
         send, recv = trio.open_memory_channel[Frame](self.buffer)
@@ -92,17 +91,34 @@ class Bus:
         self._offer(Frame(None, project_id, session_id, sse_message(event, _json.encode(data))))
 
     def _offer(self, frame: Frame) -> None:
+        self._offer_all([frame])
+
+    def _offer_all(self, frames: list[Frame]) -> None:
+        """Offer ``frames`` (in order) to every subscriber, never waiting.
+
+        The same outcome as offering them one by one: each subscriber gets the frames it matches
+        in order until its buffer is full; a full buffer drops it (a missed delta does not), and
+        a dropped or closed subscriber gets nothing more. Looping subscriber by subscriber keeps
+        the per-frame work to a bound method call (the fan-out's hot loop).
+        """
+        delivered = 0
         for sub in list(self.subscribers):
-            if not sub.matches(frame):
-                continue
-            try:
-                sub.send.send_nowait(frame)
-                self.delivered += 1
-            except trio.WouldBlock:
-                if frame.seq is None:
-                    continue  # a missed delta is harmless: the final event carries the text
-                sub.dropped = True
-                self.subscribers.discard(sub)
-                sub.send.close()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self.subscribers.discard(sub)
+            send_nowait = sub.send.send_nowait
+            sid, pid = sub.session_id, sub.project_id
+            for frame in frames:
+                if (sid is not None and frame.session_id != sid) or (pid is not None and frame.project_id != pid):
+                    continue
+                try:
+                    send_nowait(frame)
+                    delivered += 1
+                except trio.WouldBlock:
+                    if frame.seq is None:
+                        continue  # a missed delta is harmless: the final event carries the text
+                    sub.dropped = True
+                    self.subscribers.discard(sub)
+                    sub.send.close()
+                    break
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.subscribers.discard(sub)
+                    break
+        self.delivered += delivered

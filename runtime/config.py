@@ -42,6 +42,7 @@ class ModelConfig(_C):
     context_window: int = 131072
     images: bool = False
     explicit_cache: bool = False
+    cache_ttl: str | None = None  # explicit cache breakpoints' ttl: "30m" or "12h"
 
 
 Protocol = Literal["openai-responses", "openai-chat", "anthropic", "faux"]
@@ -55,6 +56,7 @@ class ProviderConfig(_C):
     enabled: bool = True
     models: list[ModelConfig] = []
     script: list[Any] | None = None  # faux only: scripted turns
+    cache_ttl: str | None = None  # default ttl of this provider's models' explicit cache breakpoints
 
 
 class LogConfig(_C):

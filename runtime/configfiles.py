@@ -111,9 +111,13 @@ class ConfigFiles:
             raise ConfigError(f"{name}: the text is larger than {self.max_bytes} bytes")
         self.validate(role, name, text)
         try:
-            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            st = os.lstat(path)
         except FileNotFoundError:
             mode = 0o600
+        else:
+            if not stat.S_ISREG(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
+                raise ConfigFileNotFound(f"{name!r} is not a regular file; edit it where it lives")
+            mode = stat.S_IMODE(st.st_mode)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -16,7 +16,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import trio
 from hypercorn.config import Config as HyperConfig
@@ -39,6 +39,7 @@ from .guard import Guard
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.base import Delta
+from .prompt import build_system_prompt
 from .providers.catalog import build_catalog
 from .supervisor import Supervisor
 
@@ -76,7 +77,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     try:
         projections = ProjectionService(opts.data_dir, store)
         snapshots = SnapshotStore.open(opts.data_dir)
-        catalog = build_catalog(cfg, cli_model=opts.model)
+        artifacts = ArtifactStore(opts.data_dir / "artifacts")
+        catalog = build_catalog(cfg, cli_model=opts.model, artifacts=artifacts)
         pairs = PairStore(pair_file_path(cfg, opts.config_path))
         guard = Guard(pairs, opts.host)
         bus = Bus(store, buffer=cfg.server.sse_buffer_events)
@@ -84,8 +86,6 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         def on_delta(session_id: str, agent_id: str, delta: Delta) -> None:
             bus.publish(session_id, None, "model.delta", {"session_id": session_id, "agent_id": agent_id,
                                                            "kind": delta.kind, "text": delta.text})
-
-        artifacts = ArtifactStore(opts.data_dir / "artifacts")
 
         async def workspace_of(project_id: str) -> Path | None:
             rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
@@ -103,7 +103,20 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem)
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts)])
-        deps = ActorDeps(store, snapshots, catalog, tools, new_id,
+        home = os.path.expanduser("~")
+
+        async def system_prompt_for(project_id: str | None) -> list[str]:
+            ws = await workspace_of(project_id) if project_id else None
+
+            async def read_text(path: str) -> str | None:
+                try:
+                    return await trio.Path(path).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    return None
+
+            return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home)
+
+        deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
                          on_delta=on_delta)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts)
@@ -126,10 +139,13 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)
                 http_done = trio.Event()
+                http_scope = trio.CancelScope()
+                inflight = _InFlight(app)
 
                 async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
                     try:
-                        await hyper_serve(app, hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+                        with http_scope:
+                            await hyper_serve(inflight, hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
                     finally:
                         http_done.set()
 
@@ -142,10 +158,18 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 services.start_soon(_signals, stop)
                 await stop.wait()
                 svc.shutting_down.set()  # SSE generators end themselves
-                with trio.move_on_after(hc.graceful_timeout + 1):
+                # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
+                # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
+                # once nothing is in progress HTTP is stopped outright.
+                with trio.move_on_after(hc.graceful_timeout):
+                    while inflight.active:
+                        await inflight.drained.wait()
+                http_scope.cancel()
+                with trio.move_on_after(1):
                     await http_done.wait()
                 services.cancel_scope.cancel()
             store.close_writer()
+        await catalog.aclose()
         say("lens: stopped")
     finally:
         if projections is not None:
@@ -153,6 +177,29 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         if snapshots is not None:
             snapshots.close()
         store.close()
+
+
+class _InFlight:
+    """ASGI wrapper counting HTTP requests in progress (an SSE stream counts until it ends)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.active = 0
+        self.drained = trio.Event()
+        self.drained.set()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        if self.active == 0:
+            self.drained = trio.Event()
+        self.active += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self.drained.set()
 
 
 def _port_of(url: str) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Union
 
+from typing import Any
+
 from events import types as t
 from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState
 
@@ -193,4 +195,43 @@ def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
         out.append(Scoped(t.InputWithdrawn(input_request_id=q.request_id, reason="abort")))
     for qid in state.questions:
         out.append(Scoped(t.QuestionCancelled(question_id=qid, reason="run aborted")))
+    return out
+
+
+def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]:
+    """Validate an answer and put its option ids in the questions' option order (duplicates dropped).
+
+    ``{"kind": "answer", "optionIds"?: [...], "text"?: "..."}`` (at least one of the two) or
+    ``{"kind": "skip"}``. Raises ``ANSWER_INVALID`` naming the problem.
+    """
+    from .errors import AnswerInvalid
+
+    if not isinstance(answer, dict) or answer.get("kind") not in ("answer", "skip"):
+        raise AnswerInvalid('an answer is {"kind": "answer", "optionIds"?, "text"?} or {"kind": "skip"}')
+    if answer["kind"] == "skip":
+        if set(answer) != {"kind"}:
+            raise AnswerInvalid("a skip carries nothing else")
+        return {"kind": "skip"}
+    extra = set(answer) - {"kind", "optionIds", "text"}
+    if extra:
+        raise AnswerInvalid(f"unknown answer fields: {', '.join(sorted(extra))}")
+    option_ids, text = answer.get("optionIds"), answer.get("text")
+    if option_ids is None and text is None:
+        raise AnswerInvalid("an answer needs optionIds, text or both")
+    order = [o.id for q in questions for o in q.options]
+    out: dict[str, Any] = {"kind": "answer"}
+    if option_ids is not None:
+        if not isinstance(option_ids, list) or not all(isinstance(x, str) for x in option_ids):
+            raise AnswerInvalid("optionIds must be a list of option ids")
+        unknown = sorted(set(option_ids) - set(order))
+        if unknown:
+            raise AnswerInvalid(f"unknown option ids: {', '.join(unknown)}")
+        chosen = set(option_ids)
+        out["optionIds"] = [o for o in dict.fromkeys(order) if o in chosen]
+    if text is not None:
+        if not isinstance(text, str) or len(text) > 20_000:
+            raise AnswerInvalid("text must be a string of at most 20000 characters")
+        if not any(q.allow_text for q in questions):
+            raise AnswerInvalid("these questions take options only, no text")
+        out["text"] = text
     return out

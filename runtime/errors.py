@@ -7,6 +7,8 @@
     ├── SessionGone            SESSION_DELETED (409)
     ├── SessionQuarantined     SESSION_QUARANTINED (409)
     ├── InputNotQueued         INPUT_NOT_QUEUED (409)
+    ├── QuestionNotFound       QUESTION_NOT_FOUND (404); QuestionSettled QUESTION_SETTLED (409)
+    ├── AnswerInvalid          ANSWER_INVALID (422)
     ├── InvalidCommand         INVALID_ARGUMENT (400)
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
@@ -53,3 +55,15 @@ class ModelUnavailable(LensError):
 
 class ActorUnavailable(LensError):
     code = "SESSION_UNAVAILABLE"
+
+
+class QuestionNotFound(LensError):
+    code = "QUESTION_NOT_FOUND"
+
+
+class QuestionSettled(LensError):
+    code = "QUESTION_SETTLED"
+
+
+class AnswerInvalid(LensError):
+    code = "ANSWER_INVALID"

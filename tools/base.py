@@ -39,6 +39,8 @@ class ToolContext:
     start_subagent: Callable[[str, Sequence[str] | None], Awaitable[tuple[str, str]]] | None = None
     # The file.edited records of an earlier call of this session not yet reverted (for revert_call).
     file_edits: Callable[[str], list[t.FileEdited]] | None = None
+    # Asks the user (ask_user); returns the settled record {question_id, status, answer | reason}.
+    ask: Callable[[list[t.Question]], Awaitable[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)

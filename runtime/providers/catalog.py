@@ -1,23 +1,70 @@
-"""Which provider serves a model reference ``"<provider id>/<model id>"``.
+"""The provider catalog (F-MOD-5/6): which provider serves ``"<provider id>/<model id>"``.
 
-The full catalog (config, enablement, keys from the environment, the default-model chain)
-grows here; today it maps provider ids to instances and resolves the session's model.
+Providers are registered from config (``openai-responses``, ``openai-chat`` with any base URL,
+``anthropic``, ``faux``); the built-in ``faux`` is there unless config replaces it. Every
+configured provider is *listed*; only enabled ones with their key present are *selectable*.
+Resolving a model of a disabled provider fails with ``PROVIDER_DISABLED``, then (enabled but the
+environment variable named by ``apiKeyEnv`` unset or empty) ``PROVIDER_KEY_REQUIRED``. A default
+model pointing at such a provider does not stop the daemon: it fails when a request is made.
+
+Keys are read only from the environment variable a provider names, once, when the catalog is
+built; they are never read from config, printed, logged, stored or put in an error message.
+
+Default model chain (:func:`default_model`): session explicit > CLI ``--model`` > saved default >
+config ``defaultModel`` > built-in ``faux/faux-1``. A saved default whose provider was disabled
+later is not skipped: sessions take it and fail with ``PROVIDER_DISABLED`` when they submit.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
+from runtime.config import ConfigError, ModelConfig
 from runtime.errors import ModelUnavailable
 
-from .base import Provider
+from . import caching
+from .base import Provider, ProviderError
 from .faux import FauxProvider
 
 if TYPE_CHECKING:
-    from runtime.config import Config
+    from runtime.config import Config, ProviderConfig
 
 BUILTIN_DEFAULT_MODEL = "faux/faux-1"
+DEFAULT_SOURCES = ("session", "cli", "saved", "config", "default")
+
+
+def default_model(*, session: str | None = None, cli: str | None = None, saved: str | None = None,
+                  config: str | None = None) -> tuple[str, str]:
+    """(model reference, where it came from: session | cli | saved | config | default)."""
+    for source, ref in (("session", session), ("cli", cli), ("saved", saved), ("config", config)):
+        if ref:
+            return ref, source
+    return BUILTIN_DEFAULT_MODEL, "default"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model as clients list it."""
+
+    ref: str
+    provider: str
+    model: str
+    protocol: str
+    context_window: int
+    images: bool
+    explicit_cache: bool
+    enabled: bool
+    available: bool
+    reason: str | None = None  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED when not available
+    default: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """camelCase, as the HTTP API returns it."""
+        return {"id": self.ref, "provider": self.provider, "model": self.model, "protocol": self.protocol,
+                "contextWindow": self.context_window, "images": self.images, "explicitCache": self.explicit_cache,
+                "enabled": self.enabled, "available": self.available, "reason": self.reason, "default": self.default}
 
 
 class ProviderCatalog:
@@ -28,17 +75,29 @@ class ProviderCatalog:
         *,
         unavailable: Mapping[str, tuple[str, str]] | None = None,
         models: Mapping[str, list[str]] | None = None,
+        model_configs: Mapping[str, list[ModelConfig]] | None = None,
+        protocols: Mapping[str, str] | None = None,
+        default_source: str = "default",
     ) -> None:
         self.providers: dict[str, Provider] = dict(providers or {"faux": FauxProvider()})
         self.default_model = default_model
+        self.default_source = default_source
         # provider id -> (error code, message) for configured providers that cannot serve now
         self.unavailable = dict(unavailable or {})
-        self.models = dict(models or {})  # provider id -> its configured model ids (empty: any)
+        self._configs: dict[str, list[ModelConfig]] = {k: list(v) for k, v in (model_configs or {}).items()}
+        for pid, ids in (models or {}).items():
+            self._configs.setdefault(pid, [ModelConfig(id=i) for i in ids])
+        self._protocols = dict(protocols or {})
+
+    def model_ids(self, provider_id: str) -> list[str]:
+        return [m.id for m in self._configs.get(provider_id, [])]
 
     def resolve(self, model_ref: str | None) -> tuple[Provider, str, str]:
         """(provider, model id, full reference) for ``model_ref`` or the default model.
 
-        Raises :class:`ModelUnavailable` (``MODEL_UNKNOWN``) for a reference no provider serves.
+        Raises :class:`ModelUnavailable`: ``PROVIDER_DISABLED``, ``PROVIDER_KEY_REQUIRED`` (in that
+        order) for a configured provider that cannot serve, ``MODEL_UNKNOWN`` for a reference no
+        provider serves.
         """
         ref = model_ref or self.default_model
         provider_id, sep, model_id = ref.partition("/")
@@ -48,36 +107,114 @@ class ProviderCatalog:
             code, message = self.unavailable[provider_id]
             raise ModelUnavailable(code, message)
         provider = self.providers.get(provider_id)
-        known = self.models.get(provider_id)
+        known = self.model_ids(provider_id)
         if provider is not None and known and model_id not in known:
             raise ModelUnavailable("MODEL_UNKNOWN", f"provider {provider_id!r} has no model {model_id!r} (configured: {', '.join(known)})")
         if provider is None:
             raise ModelUnavailable("MODEL_UNKNOWN", f"no provider {provider_id!r} is configured (model {ref!r})")
         return provider, model_id, ref
 
+    def check(self, model_ref: str | None) -> str:
+        """The reference that would be used, or :class:`ModelUnavailable` (a submit-time guard)."""
+        return self.resolve(model_ref)[2]
 
-def build_catalog(cfg: "Config", *, cli_model: str | None = None) -> ProviderCatalog:
-    """Providers from config; the built-in ``faux`` is always there unless config replaces it.
+    def model_config(self, model_ref: str | None) -> ModelConfig:
+        """The configured model (context window, images…), or defaults for an unlisted one."""
+        ref = model_ref or self.default_model
+        provider_id, _, model_id = ref.partition("/")
+        for m in self._configs.get(provider_id, []):
+            if m.id == model_id:
+                return m
+        return ModelConfig(id=model_id)
 
-    Keys come only from the environment variable a provider names (``apiKeyEnv``); they are
-    never read from config, printed or stored. Default model: ``--model`` > config
-    ``defaultModel`` > the built-in ``faux/faux-1``.
+    def models(self, *, selectable_only: bool = False) -> list[ModelEntry]:
+        """Every configured model (and the built-in faux one), with availability and its reason."""
+        out: list[ModelEntry] = []
+        seen: set[str] = set()
+        pids = list(dict.fromkeys([*self._configs, *self.providers, *self.unavailable]))
+        for pid in pids:
+            configs = self._configs.get(pid) or ([ModelConfig(id="faux-1")] if isinstance(self.providers.get(pid), FauxProvider) else [])
+            reason = self.unavailable.get(pid, (None, ""))[0]
+            enabled = reason != "PROVIDER_DISABLED"
+            protocol = self._protocols.get(pid) or getattr(self.providers.get(pid), "protocol", None) or "faux"
+            for m in configs:
+                ref = f"{pid}/{m.id}"
+                if ref in seen:
+                    continue
+                seen.add(ref)
+                entry = ModelEntry(ref, pid, m.id, protocol, m.context_window, m.images, m.explicit_cache,
+                                   enabled, reason is None, reason, ref == self.default_model)
+                if entry.available or not selectable_only:
+                    out.append(entry)
+        return out
+
+    async def aclose(self) -> None:
+        """Close the SDK clients (each provider's HTTP connection pool)."""
+        for p in self.providers.values():
+            close = getattr(p, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def _sdk_provider(p: "ProviderConfig", key: str | None, load_image: Any, **options: Any) -> Provider:
+    from .anthropic_messages import AnthropicProvider
+    from .openai_chat import OpenAIChatProvider
+    from .openai_responses import OpenAIResponsesProvider
+
+    cls = {"openai-responses": OpenAIResponsesProvider, "openai-chat": OpenAIChatProvider,
+           "anthropic": AnthropicProvider}[p.protocol]
+    ttl = getattr(p, "cache_ttl", None) or "30m"
+    return cls(p.id, base_url=p.base_url, api_key=key, api_key_env=p.api_key_env,
+               models={m.id: m for m in p.models}, load_image=load_image, cache_ttl=ttl, **options)
+
+
+def build_catalog(
+    cfg: "Config",
+    *,
+    cli_model: str | None = None,
+    saved_default: str | None = None,
+    artifacts: Any = None,
+    environ: Mapping[str, str] | None = None,
+    max_retries: int = 2,
+    timeout: float = 600.0,
+) -> ProviderCatalog:
+    """Providers from config (see the module docstring).
+
+    ``artifacts`` (an :class:`~tools.artifacts.ArtifactStore`) lets requests carry images;
+    ``environ`` defaults to ``os.environ`` (only the variables providers name are read).
+    Raises :class:`ConfigError` for an unsupported prompt-cache ttl.
     """
+    from .sdk import store_loader
+
+    env = os.environ if environ is None else environ
+    load_image = store_loader(artifacts) if artifacts is not None else None
     providers: dict[str, Provider] = {"faux": FauxProvider("faux")}
     unavailable: dict[str, tuple[str, str]] = {}
-    models: dict[str, list[str]] = {}
+    configs: dict[str, list[ModelConfig]] = {}
+    protocols: dict[str, str] = {}
     for p in cfg.providers:
         providers.pop(p.id, None)
-        models[p.id] = [m.id for m in p.models]
+        configs[p.id] = list(p.models)
+        protocols[p.id] = p.protocol
+        if p.protocol != "faux":
+            for m in p.models:
+                ttl = getattr(m, "cache_ttl", None) or getattr(p, "cache_ttl", None)
+                if ttl is not None:
+                    try:
+                        caching.check_openai_ttl(ttl)
+                    except ProviderError as exc:
+                        raise ConfigError(f"provider {p.id!r} model {m.id!r}: {exc.message}") from None
         if not p.enabled:
             unavailable[p.id] = ("PROVIDER_DISABLED", f"provider {p.id!r} is disabled in the config")
             continue
-        if p.api_key_env and not os.environ.get(p.api_key_env):
+        key = env.get(p.api_key_env) if p.api_key_env else None
+        if p.api_key_env and not key:
             unavailable[p.id] = ("PROVIDER_KEY_REQUIRED", f"provider {p.id!r} needs its key in the environment variable {p.api_key_env}")
             continue
         if p.protocol == "faux":
             providers[p.id] = FauxProvider.from_config(p.id, p.script)
         else:
-            unavailable[p.id] = ("PROVIDER_UNSUPPORTED", f"provider {p.id!r}: protocol {p.protocol!r} is not available in this build yet")
-    default = cli_model or cfg.default_model or BUILTIN_DEFAULT_MODEL
-    return ProviderCatalog(providers, default, unavailable=unavailable, models=models)
+            providers[p.id] = _sdk_provider(p, key, load_image, max_retries=max_retries, timeout=timeout)
+    ref, source = default_model(cli=cli_model, saved=saved_default, config=cfg.default_model)
+    return ProviderCatalog(providers, ref, unavailable=unavailable, model_configs=configs, protocols=protocols,
+                           default_source=source)

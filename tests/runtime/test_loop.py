@@ -37,7 +37,7 @@ async def test_tool_rounds_until_a_final_answer(rt, autojump_clock):
     assert len(reqs) == 3 and all(r.system == [DEFAULT_SYSTEM_PROMPT] for r in reqs)
     assert [it.role for it in reqs[2].items] == [it.role for it in main.items[:-1]]
     assert {tool["name"] for tool in reqs[0].tools} == {
-        "get_system_time", "sleep_milliseconds", "todo", "subagent"}
+        "get_system_time", "sleep_milliseconds", "todo", "ask_user", "subagent"}
     # A tool result is paired with its call.
     calls = [it.call.call_id for it in main.items if it.role == "tool_call"]
     results = [it.call_id for it in main.items if it.role == "tool_result"]

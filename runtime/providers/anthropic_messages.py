@@ -1,0 +1,175 @@
+"""``anthropic``: the Anthropic Messages API through ``anthropic.AsyncAnthropic`` (streaming).
+
+Compilation (F-MOD-2): the *leading* system prompts (the request's system strings and the system
+items before the first conversation item) become ``system`` blocks. A later system instruction
+(a skill load, an instruction update) becomes, at its position, a user text block beginning
+``Lens instruction update:`` — the API only grants ``user`` authority there. This happens only
+here, every time a request is compiled (a retry compiles the same items the same way); the
+persisted items keep their role and text. Tool calls are ``tool_use`` blocks, their results
+``tool_result`` blocks (text and images, ``is_error``) in the next user message; consecutive
+messages of one role are merged, and the conversation starts with a user message.
+
+Thinking: ``thinking_level`` low/medium/high → ``thinking: {type: enabled, budget_tokens}``
+(``max_tokens`` grows by the budget); thinking deltas stream as reasoning.
+Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from events import types as t
+
+from . import caching
+from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .compile import Compiled, Entry, Image, arguments_object, instruction_text, prepare, summary_text
+from .names import describe
+from .sdk import SdkProvider, malformed, reported, usage_dict
+
+THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
+CONTINUE_TEXT = "(The conversation continues.)"
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _blocks(entry: Entry) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in entry.parts:
+        if isinstance(p, Image):
+            out.append({"type": "image", "source": {"type": "base64", "media_type": p.mime, "data": p.data}})
+        elif p.text:
+            out.append({"type": "text", "text": p.text})
+    return out
+
+
+def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``messages.stream`` keyword arguments for ``compiled`` and the cache diagnostics."""
+    names = compiled.names
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)  # one role per turn: merge
+        else:
+            messages.append({"role": role, "content": list(blocks)})
+
+    for e in compiled.entries:
+        if e.kind == "system" and e.leading:
+            if e.text:
+                system.append({"type": "text", "text": e.text})
+        elif e.kind == "system":
+            add("user", [{"type": "text", "text": instruction_text(e)}])
+        elif e.kind == "summary":
+            add("user", [{"type": "text", "text": summary_text(e)}])
+        elif e.kind == "user":
+            add("user", _blocks(e) or [{"type": "text", "text": "(empty)"}])
+        elif e.kind == "assistant":
+            blocks = _blocks(e)
+            blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
+                        "input": arguments_object(c.arguments)} for c in e.calls]
+            add("assistant", blocks or [{"type": "text", "text": "(empty)"}])
+        elif e.kind == "result":
+            content = _blocks(e) or [{"type": "text", "text": "(no output)"}]
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": e.call_id, "content": content}
+            if e.is_error:
+                block["is_error"] = True
+            add("user", [block])  # right after its call's assistant turn (compile pairs them)
+    if not messages or messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUE_TEXT}]})
+    tools = [{"name": names.native(tool["name"]), "description": describe(tool, names.native(tool["name"])),
+              "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}}} for tool in compiled.tools]
+    kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "max_tokens": max_tokens}
+    budget = THINKING_BUDGETS.get(request.thinking_level or "")
+    if budget:
+        kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        kwargs["max_tokens"] = max_tokens + budget
+    diagnostics: dict[str, Any] = {}
+    if cache:
+        sent: list[dict[str, Any]] = []
+        if system:
+            system[-1]["cache_control"] = dict(EPHEMERAL)
+            sent.append({"where": "system", "block": len(system) - 1, "reason": "system"})
+        elif tools:
+            tools[-1]["cache_control"] = dict(EPHEMERAL)
+            sent.append({"where": "tools", "block": len(tools) - 1, "reason": "system"})
+        positions, tails = caching.anthropic_positions(messages)
+        for pi, reason in caching.anthropic_breakpoints(len(positions), tails):
+            pos = positions[pi]
+            messages[pos.message]["content"][pos.block]["cache_control"] = dict(EPHEMERAL)
+            sent.append({"where": "messages", "position": pi, "message": pos.message, "block": pos.block, "reason": reason})
+        diagnostics = {"scheme": "anthropic", "lookback": caching.ANTHROPIC_LOOKBACK, "positions": len(positions),
+                       "breakpoints": sent}
+    if system:
+        kwargs["system"] = system
+    if tools:
+        kwargs["tools"] = tools
+    return kwargs, diagnostics
+
+
+class AnthropicProvider(SdkProvider):
+    protocol = "anthropic"
+
+    def _make_client(self) -> Any:
+        import anthropic
+
+        return anthropic.AsyncAnthropic(api_key=self._key, base_url=self.base_url or "https://api.anthropic.com",
+                                        max_retries=self.max_retries, timeout=self.timeout)
+
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+        """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
+        import anthropic
+
+        model = self.model_config(request.model)
+        compiled = await prepare(request, load_image=self.load_image, images=model.images)
+        kwargs, cache = render(compiled, request, max_tokens=self.max_output_tokens)
+        raw_json: dict[int, list[str]] = {}
+        try:
+            async with self.client().messages.stream(**kwargs) as stream:
+                async for ev in stream:
+                    kind = ev.type
+                    if kind == "text":
+                        on_delta(Delta("text", ev.text))
+                    elif kind == "thinking":
+                        on_delta(Delta("reasoning", ev.thinking))
+                    elif kind == "content_block_delta" and ev.delta.type == "input_json_delta":
+                        raw_json.setdefault(ev.index, []).append(ev.delta.partial_json)
+                final = await stream.get_final_message()
+        except ProviderError:
+            raise
+        except anthropic.APIError as exc:
+            raise self.map_error(exc) from None
+        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
+            raise malformed(self.id, exc) from None
+        return self._result(final, raw_json, compiled, cache)
+
+    def _result(self, msg: Any, raw_json: dict[int, list[str]], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: list[t.ToolCall] = []
+        for index, block in enumerate(msg.content or []):
+            if block.type == "text":
+                text.append(block.text)
+            elif block.type == "thinking":
+                reasoning.append(block.thinking)
+            elif block.type == "tool_use":
+                args = "".join(raw_json.get(index, [])) or json.dumps(block.input if block.input is not None else {})
+                calls.append(t.ToolCall(block.id, compiled.names.internal(block.name), args))
+        u = usage_dict(getattr(msg, "usage", None))
+        usage = t.Usage(
+            input_tokens=reported(u, "input_tokens"),
+            output_tokens=reported(u, "output_tokens"),
+            cache_read_tokens=reported(u, "cache_read_input_tokens"),
+            cache_write_tokens=reported(u, "cache_creation_input_tokens"),
+            reasoning_tokens=reported(u, "output_tokens_details", "thinking_tokens"),
+        )
+        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
+        if cache:
+            diagnostics["cache"] = cache
+        if compiled.names.aliased:
+            diagnostics["tool_aliases"] = compiled.names.aliased
+        if not calls and msg.stop_reason == "tool_use":
+            raise ProviderError("PROVIDER_ERROR", "anthropic: stop_reason tool_use without a tool_use block", retryable=True)
+        return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
+                           stop_reason=msg.stop_reason, usage=usage, response_id=getattr(msg, "id", None),
+                           diagnostics=diagnostics)

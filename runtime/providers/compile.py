@@ -1,0 +1,222 @@
+"""Request compilation shared by the wire protocols (F-MOD-2, F-EXE-6).
+
+:func:`prepare` turns a :class:`~runtime.providers.base.ModelRequest` (system prompt + Working
+Context items) into a neutral, protocol-free list of :class:`Entry` values, which each protocol
+module renders into its SDK's request shape. What happens here, once for all protocols:
+
+* **Order.** Entries follow the items' order. The request's ``system`` strings and the system
+  items *before* the first conversation item are the *leading* system prompt; later system items
+  (skill loads, instruction updates) keep their position and are marked ``leading=False`` —
+  OpenAI renders them as system/developer messages in place, Anthropic as user content blocks
+  beginning ``Lens instruction update:``.
+* **One response, one assistant entry.** An assistant text and the tool calls of the same
+  response (same event ``seq``) become one :class:`Entry` of kind ``assistant``.
+* **Paired tool results.** Right after an assistant entry come the results of its calls, in call
+  order. A call without a result item gets a synthetic error result
+  (:data:`SYNTHETIC_RESULT_TEXT`) so the request stays valid; a result whose call is not in the
+  context is left out (``diagnostics["dropped_results"]``).
+* **Images.** Each :class:`~events.types.ImagePart` is loaded by artifact id, its SHA-256
+  checked against the id, and base64-encoded in memory only (never written back anywhere).
+  A damaged artifact raises ``ProviderError("ARTIFACT_CORRUPT")`` before anything is sent.
+  A model configured without image input gets a short text placeholder instead.
+
+Nothing here changes the items it reads (they are the persisted context); compiling the same
+request twice gives the same entries.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Literal
+
+from events import types as t
+from projections.session_state import Item
+
+from .base import ModelRequest, ProviderError
+from .names import ToolNames
+
+INSTRUCTION_PREFIX = "Lens instruction update:"
+SYNTHETIC_RESULT_TEXT = (
+    "no result (interrupted): Lens holds no result for this tool call; it may not have run, or "
+    "may have partly run. Check the current state before retrying."
+)
+SUMMARY_PREFIX = "Summary of the earlier conversation (it replaced the messages it summarises):"
+IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+IMAGE_OMITTED = "[image {id} omitted: the selected model does not accept image input]"
+
+LoadImage = Callable[[str], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image ready to send: bytes verified and base64-encoded, in memory only."""
+
+    artifact_id: str
+    mime: str
+    data: str  # base64
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{self.data}"
+
+
+Part = t.TextPart | Image
+
+
+@dataclass
+class Entry:
+    kind: Literal["system", "user", "summary", "assistant", "result"]
+    parts: list[Part] = field(default_factory=list)
+    leading: bool = False  # system entries: part of the leading system prompt
+    source: str = ""  # system entries: where the instruction came from
+    calls: list[t.ToolCall] = field(default_factory=list)  # assistant entries (internal names)
+    call_id: str = ""  # result entries
+    is_error: bool = False
+    synthetic: bool = False
+    item_ids: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, t.TextPart))
+
+
+@dataclass
+class Compiled:
+    entries: list[Entry]
+    names: ToolNames
+    tools: list[dict[str, Any]]  # the request's tools, unchanged (internal names)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def instruction_text(entry: Entry) -> str:
+    """A later system instruction as Anthropic sees it: a user text block with a marker."""
+    origin = f" ({entry.source})" if entry.source else ""
+    return f"{INSTRUCTION_PREFIX}{origin}\n{entry.text}"
+
+
+def summary_text(entry: Entry) -> str:
+    return f"{SUMMARY_PREFIX}\n{entry.text}"
+
+
+async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images: bool) -> Compiled:
+    """Compile ``request`` into protocol-free entries (see the module docstring).
+
+    Raises :class:`ProviderError` ``ARTIFACT_CORRUPT`` / ``ARTIFACT_NOT_FOUND`` for an image that
+    cannot be sent, ``TOOL_NAME_COLLISION`` if two tool ids would share a native name.
+    """
+    names = ToolNames(tool["name"] for tool in request.tools)
+    loaded: dict[str, Image] = {}
+    stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0}
+
+    async def parts_of(item: Item) -> list[Part]:
+        src: list[t.ContentPart] = list(item.parts) if item.parts else ([t.TextPart(item.text)] if item.text else [])
+        out: list[Part] = []
+        for p in src:
+            if isinstance(p, t.TextPart):
+                out.append(p)
+            elif not images:
+                out.append(t.TextPart(IMAGE_OMITTED.format(id=p.artifact_id)))
+            else:
+                img = loaded.get(p.artifact_id)
+                if img is None:
+                    img = loaded[p.artifact_id] = await _load(p, load_image)
+                stats["images"] += 1
+                out.append(img)
+        return out
+
+    entries: list[Entry] = [Entry("system", [t.TextPart(s)], leading=True, source="prompt") for s in request.system if s]
+    items = request.items
+    results: dict[str, Item] = {}
+    for it in items:
+        if it.role == "tool_result" and it.call_id is not None:
+            results.setdefault(it.call_id, it)
+    called: set[str] = {it.call.call_id for it in items if it.role == "tool_call" and it.call is not None}
+    used: set[str] = set()
+    conversation_started = False
+    i = 0
+    while i < len(items):
+        it = items[i]
+        if it.role == "system":
+            entries.append(Entry("system", await parts_of(it), leading=not conversation_started,
+                                 source=it.source, item_ids=[it.id]))
+            if conversation_started:
+                stats["instruction_updates"] += 1
+            i += 1
+            continue
+        conversation_started = True
+        if it.role in ("user", "summary"):
+            entries.append(Entry(it.role, await parts_of(it), item_ids=[it.id]))
+            i += 1
+        elif it.role in ("assistant", "tool_call"):
+            # One response: its text (if any) and the calls recorded with the same seq.
+            seq = it.seq
+            entry = Entry("assistant")
+            while i < len(items) and items[i].role in ("assistant", "tool_call") and items[i].seq == seq:
+                cur = items[i]
+                if cur.role == "assistant":
+                    entry.parts.extend(await parts_of(cur))
+                elif cur.call is not None:
+                    entry.calls.append(cur.call)
+                    names.add(cur.call.name)
+                entry.item_ids.append(cur.id)
+                i += 1
+            entries.append(entry)
+            for call in entry.calls:
+                res = results.get(call.call_id)
+                if res is not None and call.call_id not in used:
+                    used.add(call.call_id)
+                    entries.append(Entry("result", await parts_of(res), call_id=call.call_id,
+                                         is_error=res.is_error, item_ids=[res.id]))
+                else:
+                    stats["synthetic_results"] += 1
+                    entries.append(Entry("result", [t.TextPart(SYNTHETIC_RESULT_TEXT)], call_id=call.call_id,
+                                         is_error=True, synthetic=True))
+        elif it.role == "tool_result":
+            if it.call_id not in called:
+                stats["dropped_results"] += 1
+            i += 1  # placed right after its call (or dropped: a lone result is malformed)
+        else:  # an unknown role: keep its text as user content rather than lose it
+            entries.append(Entry("user", await parts_of(it), item_ids=[it.id]))
+            i += 1
+    return Compiled(entries, names, list(request.tools), {k: v for k, v in stats.items() if v})
+
+
+async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image:
+    if part.mime not in IMAGE_MIMES:
+        raise ProviderError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} has MIME type {part.mime!r}; "
+                            f"images must be one of {', '.join(sorted(IMAGE_MIMES))}")
+    if load_image is None:
+        raise ProviderError("ARTIFACT_NOT_FOUND", f"artifact {part.artifact_id} cannot be loaded: no artifact store is configured")
+    try:
+        data = await load_image(part.artifact_id)
+    except ProviderError:
+        raise
+    except Exception as exc:  # ArtifactError (code + message) or an OSError from the store
+        code = getattr(exc, "code", None) or "ARTIFACT_NOT_FOUND"
+        raise ProviderError(code, getattr(exc, "message", None) or str(exc)) from None
+    # Checked here too (the store checks on read): nothing damaged is ever sent.
+    if hashlib.sha256(data).hexdigest() != part.artifact_id:
+        raise ProviderError("ARTIFACT_CORRUPT", f"artifact {part.artifact_id} does not match its SHA-256; the request was not sent")
+    return Image(part.artifact_id, part.mime, base64.b64encode(data).decode("ascii"))
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A call's JSON arguments as an object (Anthropic's ``tool_use.input`` must be one)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return {"_unparsed_arguments": arguments}
+    return value if isinstance(value, dict) else {"_arguments": value}
+
+
+def request_tails(entries: list[Entry]) -> list[int]:
+    """Indexes of the last non-assistant entry before each assistant entry: where each earlier
+    request of this conversation ended (its input's tail)."""
+    tails: list[int] = []
+    for i, e in enumerate(entries):
+        if e.kind == "assistant" and i > 0 and entries[i - 1].kind != "assistant":
+            tails.append(i - 1)
+    return tails

@@ -1,0 +1,89 @@
+"""Native tool names: what a provider sees instead of an internal capability id (F-MOD-3).
+
+All three wire protocols accept tool names matching ``^[A-Za-z0-9_-]{1,64}$``. An internal id
+that already matches is sent as is. Any other id (an MCP id such as ``mcp__srv__tool.with.dots``,
+non-ASCII, longer than 64 characters) is sent under a *digest alias*::
+
+    <readable part, at most 39 chars> "_" <first 24 hex digits of sha256(id)>
+
+The alias is a pure function of the id, so the same id gets the same alias whatever else is
+loaded and in whatever order (history compiled later still matches), and two different ids
+collide only if 96 bits of SHA-256 do. A :class:`ToolNames` table still checks its own entries
+and refuses a collision instead of mis-routing a call. Streamed calls are mapped back to the
+internal id before a :class:`~runtime.providers.base.ModelResult` leaves the provider; history,
+events and permissions only ever hold internal ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Iterable
+
+from .base import ProviderError
+
+NATIVE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+DIGEST_HEX = 24
+READABLE_MAX = 64 - 1 - DIGEST_HEX  # 39
+
+
+def is_native(name: str) -> bool:
+    return bool(NATIVE_NAME_RE.match(name))
+
+
+def alias_for(internal_id: str) -> str:
+    """The name sent to providers for ``internal_id`` (itself when it is already native)."""
+    if is_native(internal_id):
+        return internal_id
+    digest = hashlib.sha256(internal_id.encode("utf-8")).hexdigest()[:DIGEST_HEX]
+    readable = _UNSAFE.sub("_", internal_id).strip("_")[:READABLE_MAX].rstrip("_") or "tool"
+    return f"{readable}_{digest}"
+
+
+class ToolNames:
+    """Both directions for one request: internal id <-> native name.
+
+    Built from the request's tools *and* every tool name in its history (a call to a tool that
+    is no longer offered must still be sent under the same alias). Raises
+    ``ProviderError("TOOL_NAME_COLLISION")`` if two ids would be sent under one name.
+    """
+
+    def __init__(self, internal_ids: Iterable[str] = ()) -> None:
+        self._native: dict[str, str] = {}
+        self._internal: dict[str, str] = {}
+        for i in internal_ids:
+            self.add(i)
+
+    def add(self, internal_id: str) -> str:
+        native = self._native.get(internal_id)
+        if native is not None:
+            return native
+        native = alias_for(internal_id)
+        other = self._internal.get(native)
+        if other is not None and other != internal_id:
+            raise ProviderError("TOOL_NAME_COLLISION", f"tools {other!r} and {internal_id!r} map to the same native name {native!r}")
+        self._native[internal_id] = native
+        self._internal[native] = internal_id
+        return native
+
+    def native(self, internal_id: str) -> str:
+        return self.add(internal_id)
+
+    def internal(self, native_name: str) -> str:
+        """The internal id of a name the model called; an unknown name is returned unchanged
+        (the tool registry then answers it as an unknown tool)."""
+        return self._internal.get(native_name, native_name)
+
+    @property
+    def aliased(self) -> dict[str, str]:
+        """{native alias: internal id} for the ids that needed an alias (for diagnostics)."""
+        return {n: i for i, n in self._native.items() if n != i}
+
+
+def describe(tool: dict[str, Any], native: str) -> str:
+    """A tool's description, naming its capability id when it travels under an alias."""
+    desc = str(tool.get("description") or "")
+    if native != tool["name"]:
+        return f"[capability id: {tool['name']}] {desc}".rstrip()
+    return desc

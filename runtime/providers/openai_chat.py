@@ -1,0 +1,202 @@
+"""``openai-chat``: OpenAI-compatible Chat Completions (any ``baseUrl``: OpenAI, vLLM, Ollama,
+DeepSeek…) through ``openai.AsyncOpenAI``, streaming with ``stream_options.include_usage``.
+
+Compilation keeps message order: system items are ``system`` messages at their position; an
+assistant response is one message with its text and ``tool_calls``, followed by one ``tool``
+message per call. Chat tool messages carry text only, so images a tool returned follow the tool
+messages of that response in one ``user`` message that names the call. Content is sent as a plain
+string unless it needs parts (images, a cache breakpoint), which suits the most servers.
+
+The stream is read raw (not through the SDK's ``chat.completions.stream`` helper) so that
+compatible servers' variations are tolerated: tool-call fragments are joined by ``index``; a
+``reasoning_content`` / ``reasoning`` delta field (DeepSeek, vLLM, Ollama) is reasoning.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from events import types as t
+
+from . import caching
+from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
+from .names import describe
+from .sdk import SdkProvider, malformed, reported, usage_dict
+
+REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
+
+
+def _parts(entry: Entry, text: str | None = None) -> list[dict[str, Any]]:
+    if text is not None:
+        return [{"type": "text", "text": text}]
+    out: list[dict[str, Any]] = []
+    for p in entry.parts:
+        if isinstance(p, Image):
+            out.append({"type": "image_url", "image_url": {"url": p.data_url}})
+        elif p.text:
+            out.append({"type": "text", "text": p.text})
+    return out or [{"type": "text", "text": "(empty)"}]
+
+
+def _simplify(message: dict[str, Any]) -> None:
+    """A single unmarked text part travels as a plain string (what every server accepts)."""
+    content = message.get("content")
+    if isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text" \
+            and "prompt_cache_breakpoint" not in content[0]:
+        message["content"] = content[0]["text"]
+
+
+def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, ttl: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``chat.completions.create`` keyword arguments and the cache diagnostics."""
+    names = compiled.names
+    messages: list[dict[str, Any]] = []
+    marks: list[tuple[caching.Candidate, dict[str, Any]]] = []  # (candidate, the part to mark)
+    pending_images: list[tuple[str, list[Image]]] = []  # tool-result images, sent after the tool messages
+
+    def flush_images() -> None:
+        if not pending_images:
+            return
+        content: list[dict[str, Any]] = []
+        for call_id, imgs in pending_images:
+            content.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
+            content.extend({"type": "image_url", "image_url": {"url": i.data_url}} for i in imgs)
+        messages.append({"role": "user", "content": content})
+        pending_images.clear()
+
+    for ei, e in enumerate(compiled.entries):
+        if e.kind != "result":
+            flush_images()
+        if e.kind in ("system", "user", "summary"):
+            role = "system" if e.kind == "system" else "user"
+            content = _parts(e, summary_text(e) if e.kind == "summary" else (e.text if e.kind == "system" else None))
+            messages.append({"role": role, "content": content})
+            marks.append((caching.Candidate(ei, e.kind == "system" and e.leading), content[-1]))
+        elif e.kind == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": e.text or None}
+            if e.calls:
+                msg["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                      "function": {"name": names.native(c.name), "arguments": c.arguments}} for c in e.calls]
+            messages.append(msg)
+        elif e.kind == "result":
+            images = [p for p in e.parts if isinstance(p, Image)]
+            text = e.text or ("(no output; images follow)" if images else "(no output)")
+            content = [{"type": "text", "text": text}]
+            messages.append({"role": "tool", "tool_call_id": e.call_id, "content": content})
+            marks.append((caching.Candidate(ei), content[-1]))
+            if images:
+                pending_images.append((e.call_id, images))
+    flush_images()
+    diagnostics: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "stream": True,
+                              "stream_options": {"include_usage": True}}
+    if explicit_cache:
+        caching.check_openai_ttl(ttl)
+        kwargs["prompt_cache_options"] = caching.openai_request_options()
+        sent = []
+        for ci, reason in caching.openai_breakpoints([c for c, _ in marks], request_tails(compiled.entries)):
+            cand, part = marks[ci]
+            part["prompt_cache_breakpoint"] = caching.openai_breakpoint(ttl)
+            entry = compiled.entries[cand.entry]
+            sent.append({"entry": cand.entry, "kind": entry.kind, "item_ids": entry.item_ids, "reason": reason, "ttl": ttl})
+        diagnostics = {"scheme": "openai-explicit", "request_ttl": caching.OPENAI_REQUEST_TTL, "breakpoints": sent}
+    for m in messages:
+        _simplify(m)
+    if compiled.tools:
+        kwargs["tools"] = [{"type": "function", "function": {
+            "name": names.native(tool["name"]), "description": describe(tool, names.native(tool["name"])),
+            "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}} for tool in compiled.tools]
+    if request.thinking_level in REASONING_EFFORTS:
+        kwargs["reasoning_effort"] = request.thinking_level
+    return kwargs, diagnostics
+
+
+class OpenAIChatProvider(SdkProvider):
+    protocol = "openai-chat"
+
+    def _make_client(self) -> Any:
+        import openai
+
+        return openai.AsyncOpenAI(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
+                                  max_retries=self.max_retries, timeout=self.timeout)
+
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+        """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""
+        import openai
+
+        model = self.model_config(request.model)
+        compiled = await prepare(request, load_image=self.load_image, images=model.images)
+        kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache, ttl=getattr(model, "cache_ttl", None) or self.cache_ttl)
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        finish: str | None = None
+        usage_raw: dict[str, Any] | None = None
+        response_id: str | None = None
+        try:
+            stream = await self.client().chat.completions.create(**kwargs)
+            async with stream:
+                async for chunk in stream:
+                    response_id = response_id or getattr(chunk, "id", None)
+                    if getattr(chunk, "usage", None) is not None:
+                        usage_raw = usage_dict(chunk.usage)
+                    for choice in chunk.choices or []:
+                        if choice.index not in (0, None):
+                            continue
+                        delta = choice.delta
+                        if delta is not None:
+                            extra = getattr(delta, "model_extra", None) or {}
+                            think = extra.get("reasoning_content") or extra.get("reasoning")
+                            if isinstance(think, str) and think:
+                                reasoning.append(think)
+                                on_delta(Delta("reasoning", think))
+                            if delta.content:
+                                text.append(delta.content)
+                                on_delta(Delta("text", delta.content))
+                            for tc in delta.tool_calls or []:
+                                slot = calls.setdefault(tc.index if tc.index is not None else len(calls),
+                                                        {"id": None, "name": "", "arguments": []})
+                                if tc.id:
+                                    slot["id"] = slot["id"] or tc.id
+                                fn = tc.function
+                                if fn is not None:
+                                    if fn.name and not slot["name"]:
+                                        slot["name"] = fn.name
+                                    if fn.arguments:
+                                        slot["arguments"].append(fn.arguments)
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+        except ProviderError:
+            raise
+        except openai.APIError as exc:
+            raise self.map_error(exc) from None
+        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
+            raise malformed(self.id, exc) from None
+        if finish is None and not text and not calls:
+            raise ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended without a completion", retryable=True)
+        tool_calls = [
+            t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
+                       "".join(slot["arguments"]) or "{}")
+            for index, slot in sorted(calls.items())
+        ]
+        stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}.get(
+            finish or "", finish)
+        if tool_calls and stop == "end_turn":
+            stop = "tool_use"
+        cache_read = reported(usage_raw, "prompt_tokens_details", "cached_tokens")
+        if cache_read is None:  # DeepSeek reports its cache hits at the top level
+            cache_read = reported(usage_raw, "prompt_cache_hit_tokens")
+        usage = t.Usage(
+            input_tokens=reported(usage_raw, "prompt_tokens"),
+            output_tokens=reported(usage_raw, "completion_tokens"),
+            cache_read_tokens=cache_read,
+            cache_write_tokens=reported(usage_raw, "prompt_tokens_details", "cache_write_tokens"),
+            reasoning_tokens=reported(usage_raw, "completion_tokens_details", "reasoning_tokens"),
+        )
+        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
+        if cache:
+            diagnostics["cache"] = cache
+        if compiled.names.aliased:
+            diagnostics["tool_aliases"] = compiled.names.aliased
+        return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls, stop_reason=stop,
+                           usage=usage, response_id=response_id, diagnostics=diagnostics)

@@ -1,0 +1,191 @@
+"""``openai-responses``: the OpenAI Responses API through ``openai.AsyncOpenAI`` (streaming).
+
+Compilation keeps message order: the leading system prompt and every later system item are
+``developer`` messages at their position; an assistant response is its text message followed by
+its ``function_call`` items, each followed by its ``function_call_output`` (text and images).
+Requests are sent with ``store: false`` (Lens's log is the record). Reasoning (``thinking_level``
+set) asks for ``reasoning.effort`` with an automatic summary, streamed as reasoning deltas.
+Prompt caching: see :mod:`runtime.providers.caching`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from events import types as t
+
+from . import caching
+from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
+from .names import describe
+from .sdk import SdkProvider, malformed, reported, usage_dict
+
+REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
+
+
+def _input_parts(entry: Entry) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in entry.parts:
+        if isinstance(p, Image):
+            out.append({"type": "input_image", "image_url": p.data_url, "detail": "auto"})
+        elif p.text:
+            out.append({"type": "input_text", "text": p.text})
+    return out or [{"type": "input_text", "text": "(empty)"}]
+
+
+def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, ttl: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``responses.create`` keyword arguments for ``compiled`` and the cache diagnostics."""
+    names = compiled.names
+    items: list[dict[str, Any]] = []
+    # Sendable input blocks that may carry a cache breakpoint: (candidate, how to mark it).
+    marks: list[tuple[caching.Candidate, Callable[[dict[str, Any]], None]]] = []
+    for ei, e in enumerate(compiled.entries):
+        if e.kind in ("system", "user", "summary"):
+            role = "developer" if e.kind == "system" else "user"
+            parts = _input_parts(e)
+            if e.kind == "summary":
+                parts = [{"type": "input_text", "text": summary_text(e)}]
+            items.append({"role": role, "content": parts})
+            marks.append((caching.Candidate(ei, e.kind == "system" and e.leading), lambda bp, part=parts[-1]: part.__setitem__("prompt_cache_breakpoint", bp)))
+        elif e.kind == "assistant":
+            if e.text:
+                items.append({"role": "assistant", "content": e.text})
+            for call in e.calls:
+                items.append({"type": "function_call", "call_id": call.call_id, "name": names.native(call.name),
+                              "arguments": call.arguments})
+        elif e.kind == "result":
+            has_image = any(isinstance(p, Image) for p in e.parts)
+            item: dict[str, Any] = {"type": "function_call_output", "call_id": e.call_id}
+            if has_image:
+                item["output"] = _input_parts(e)
+            else:
+                item["output"] = e.text or "(no output)"
+            items.append(item)
+
+            def mark(bp: dict[str, Any], item: dict[str, Any] = item) -> None:
+                if isinstance(item["output"], str):  # a breakpoint needs the block form
+                    item["output"] = [{"type": "input_text", "text": item["output"]}]
+                item["output"][-1]["prompt_cache_breakpoint"] = bp
+
+            marks.append((caching.Candidate(ei), mark))
+    kwargs: dict[str, Any] = {"model": request.model, "input": items, "store": False}
+    if compiled.tools:
+        kwargs["tools"] = [{"type": "function", "name": names.native(tool["name"]),
+                            "description": describe(tool, names.native(tool["name"])),
+                            "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+                            "strict": False} for tool in compiled.tools]
+    if request.thinking_level in REASONING_EFFORTS:
+        kwargs["reasoning"] = {"effort": request.thinking_level, "summary": "auto"}
+    diagnostics: dict[str, Any] = {}
+    if explicit_cache:
+        caching.check_openai_ttl(ttl)
+        kwargs["prompt_cache_options"] = caching.openai_request_options()
+        chosen = caching.openai_breakpoints([c for c, _ in marks], request_tails(compiled.entries))
+        sent = []
+        for ci, reason in chosen:
+            cand, mark = marks[ci]
+            mark(caching.openai_breakpoint(ttl))
+            entry = compiled.entries[cand.entry]
+            sent.append({"entry": cand.entry, "kind": entry.kind, "item_ids": entry.item_ids, "reason": reason, "ttl": ttl})
+        diagnostics = {"scheme": "openai-explicit", "request_ttl": caching.OPENAI_REQUEST_TTL, "breakpoints": sent}
+    return kwargs, diagnostics
+
+
+class OpenAIResponsesProvider(SdkProvider):
+    protocol = "openai-responses"
+
+    def _make_client(self) -> Any:
+        import openai
+
+        return openai.AsyncOpenAI(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
+                                  max_retries=self.max_retries, timeout=self.timeout)
+
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+        """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
+        trio cancellation closes the HTTP stream."""
+        import openai
+
+        model = self.model_config(request.model)
+        compiled = await prepare(request, load_image=self.load_image, images=model.images)
+        kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache, ttl=getattr(model, "cache_ttl", None) or self.cache_ttl)
+        final: Any = None
+        try:
+            async with self.client().responses.stream(**kwargs) as stream:
+                async for ev in stream:
+                    kind = ev.type
+                    if kind == "response.output_text.delta":
+                        on_delta(Delta("text", ev.delta))
+                    elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                        on_delta(Delta("reasoning", ev.delta))
+                    elif kind == "error":
+                        raise self.map_error(_StreamError(getattr(ev, "code", None), getattr(ev, "message", "")))
+                    elif kind == "response.failed":
+                        err = getattr(ev.response, "error", None)
+                        raise self.map_error(_StreamError(getattr(err, "code", None), getattr(err, "message", "response failed")))
+                    elif kind in ("response.completed", "response.incomplete"):
+                        final = ev.response
+        except ProviderError:
+            raise
+        except openai.APIError as exc:
+            raise self.map_error(exc) from None
+        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
+            raise malformed(self.id, exc) from None
+        if final is None:
+            raise ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended without a final response", retryable=True)
+        return self._result(final, compiled, cache)
+
+    def _result(self, response: Any, compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: list[t.ToolCall] = []
+        for item in getattr(response, "output", None) or []:
+            if item.type == "message":
+                text.extend(c.text for c in item.content if getattr(c, "type", "") == "output_text")
+            elif item.type == "function_call":
+                calls.append(t.ToolCall(item.call_id, compiled.names.internal(item.name), item.arguments or "{}"))
+            elif item.type == "reasoning":
+                parts = [s.text for s in (getattr(item, "summary", None) or [])]
+                parts += [c.text for c in (getattr(item, "content", None) or []) if getattr(c, "text", None)]
+                reasoning.extend(parts)
+        u = usage_dict(getattr(response, "usage", None))
+        usage = t.Usage(
+            input_tokens=reported(u, "input_tokens"),
+            output_tokens=reported(u, "output_tokens"),
+            cache_read_tokens=reported(u, "input_tokens_details", "cached_tokens"),
+            cache_write_tokens=reported(u, "input_tokens_details", "cache_write_tokens"),
+            reasoning_tokens=reported(u, "output_tokens_details", "reasoning_tokens"),
+        )
+        status = getattr(response, "status", None)
+        if status == "incomplete":
+            reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
+            stop = "max_tokens" if reason == "max_output_tokens" else (reason or "incomplete")
+        else:
+            stop = "tool_use" if calls else "end_turn"
+        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
+        if cache:
+            diagnostics["cache"] = cache
+        if compiled.names.aliased:
+            diagnostics["tool_aliases"] = compiled.names.aliased
+        return ModelResult(text="".join(text), reasoning="\n\n".join(reasoning), tool_calls=calls, stop_reason=stop,
+                           usage=usage, response_id=getattr(response, "id", None), diagnostics=diagnostics)
+
+
+class _StreamError(Exception):
+    """An ``error`` / ``response.failed`` event, shaped for :meth:`SdkProvider.map_error`."""
+
+    def __init__(self, code: Any, message: Any) -> None:
+        super().__init__(str(message))
+        self.status_code = None
+        self.message = str(message or "stream error")
+        self.body = {"error": {"code": code, "message": self.message, "type": _type_of(code)}}
+
+
+def _type_of(code: Any) -> str:
+    code = str(code or "")
+    if code in ("rate_limit_exceeded",):
+        return "rate_limit_error"
+    if code in ("server_error", "internal_error"):
+        return "api_error"
+    if code in ("context_length_exceeded", "invalid_prompt", "invalid_request_error"):
+        return "invalid_request_error"
+    return ""

@@ -1,0 +1,210 @@
+"""What the three SDK-backed providers share: settings, the lazily created client, image loading,
+and the one place where SDK exceptions become :class:`ProviderError` codes.
+
+Error codes (``retryable`` says whether trying the same request again later can succeed):
+
+=====================  =====================================================  =========
+code                   when                                                   retryable
+=====================  =====================================================  =========
+AUTH_FAILED            401 (the key was rejected)                             no
+PERMISSION_DENIED      403                                                    no
+MODEL_NOT_FOUND        404                                                    no
+CONTEXT_TOO_LONG       the prompt exceeds the model's window                  no
+REQUEST_TOO_LARGE      413 (request bytes, e.g. many images)                  no
+BAD_REQUEST            other 400 / 422                                        no
+QUOTA_EXCEEDED         429 with ``insufficient_quota`` / 402 billing          no
+RATE_LIMITED           429                                                    yes
+OVERLOADED             529 / ``overloaded_error``                             yes
+TIMEOUT                408 or the client's timeout                            yes
+CONNECTION_FAILED      could not reach the server / connection dropped        yes
+PROVIDER_ERROR         5xx, an error event in the stream, a malformed stream  5xx: yes
+=====================  =====================================================  =========
+
+The SDKs' own retries (``max_retries``, honouring ``retry-after``) run first; a ProviderError is
+what is left after them. Messages never contain the API key: it is redacted from provider text,
+and authentication failures name only the environment variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Mapping
+
+import trio
+
+from runtime.config import ModelConfig
+
+from .base import ProviderError
+from .compile import LoadImage
+
+log = logging.getLogger("lens.providers")
+
+DEFAULT_MAX_RETRIES = 2
+DEFAULT_TIMEOUT = 600.0
+NO_KEY = "lens-no-key"  # sent when a provider needs no key (local servers); never an env fallback
+MAX_MESSAGE = 2000
+_CONTEXT_PATTERNS = re.compile(
+    r"context[_ ]length|context window|maximum context|prompt is too long|too many tokens|"
+    r"input is too long|exceeds? the (?:maximum|context)|context_length_exceeded|string_above_max_length",
+    re.IGNORECASE,
+)
+
+
+class SdkProvider:
+    """Common state of an SDK-backed provider. Subclasses implement ``stream``.
+
+    The key is held privately, read once from the environment by the catalog; it is never part of
+    ``repr``, logs or error messages. The SDK client is created on first use (inside trio) and
+    closed by :meth:`aclose`.
+    """
+
+    protocol = ""
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        models: Mapping[str, ModelConfig] | None = None,
+        load_image: LoadImage | None = None,
+        cache_ttl: str = "30m",
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_output_tokens: int = 8192,
+    ) -> None:
+        self.id = id
+        self.base_url = base_url
+        self.__key = api_key
+        self.api_key_env = api_key_env
+        self.models = dict(models or {})
+        self.load_image = load_image
+        self.cache_ttl = cache_ttl
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.max_output_tokens = max_output_tokens
+        self._client: Any = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id!r} {self.protocol} base_url={self.base_url!r}>"
+
+    @property
+    def _key(self) -> str:
+        return self.__key or NO_KEY
+
+    def model_config(self, model_id: str) -> ModelConfig:
+        """The configured model, or defaults (no images, no explicit caching) for an unlisted one."""
+        return self.models.get(model_id) or ModelConfig(id=model_id)
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with trio.CancelScope(shield=True):
+                await client.close()
+
+    # ------------------------------------------------------------------ errors
+
+    def redact(self, text: str) -> str:
+        key = self.__key
+        if key and key in text:
+            text = text.replace(key, "[redacted]")
+        return text
+
+    def map_error(self, exc: BaseException) -> ProviderError:
+        """Translate an openai/anthropic SDK exception (after the SDK's own retries)."""
+        import anthropic
+        import openai
+
+        where = f"provider {self.id!r}"
+        if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError)):
+            return ProviderError("TIMEOUT", f"{where}: the request timed out", retryable=True)
+        if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
+            return ProviderError("CONNECTION_FAILED", f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})", retryable=True)
+        status = getattr(exc, "status_code", None)
+        body = getattr(exc, "body", None)
+        err = body.get("error", body) if isinstance(body, dict) else None
+        err = err if isinstance(err, dict) else {}
+        etype = str(err.get("type") or "")
+        ecode = str(err.get("code") or "")
+        raw = err.get("message") if isinstance(err.get("message"), str) else getattr(exc, "message", str(exc))
+        detail = self.redact(str(raw))[:MAX_MESSAGE]
+        if status == 200 or status is None:  # an error event inside the stream
+            status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
+                      "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+                      "invalid_request_error": 400, "api_error": 500}.get(etype, status)
+        if status == 401 or etype == "authentication_error":
+            env = f" from {self.api_key_env}" if self.api_key_env else ""
+            return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} (HTTP 401)", status=401)
+        if _CONTEXT_PATTERNS.search(detail) or ecode == "context_length_exceeded":
+            return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window: {detail}", status=status)
+        code, retryable = _by_status(status, etype, ecode)
+        label = f"HTTP {status}" if status else "stream error"
+        return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+
+
+def _by_status(status: int | None, etype: str, ecode: str) -> tuple[str, bool]:
+    if ecode == "insufficient_quota" or status == 402:
+        return "QUOTA_EXCEEDED", False
+    if status == 429 or etype == "rate_limit_error":
+        return "RATE_LIMITED", True
+    if status == 529 or etype == "overloaded_error":
+        return "OVERLOADED", True
+    if status == 403:
+        return "PERMISSION_DENIED", False
+    if status == 404:
+        return "MODEL_NOT_FOUND", False
+    if status == 408:
+        return "TIMEOUT", True
+    if status == 413:
+        return "REQUEST_TOO_LARGE", False
+    if status in (400, 422):
+        return "BAD_REQUEST", False
+    if status is not None and status >= 500:
+        return "PROVIDER_ERROR", True
+    return "PROVIDER_ERROR", status is None or status == 409
+
+
+def malformed(provider_id: str, exc: BaseException) -> ProviderError:
+    return ProviderError("PROVIDER_ERROR", f"provider {provider_id!r}: malformed stream: {type(exc).__name__}: {str(exc)[:500]}",
+                         retryable=True)
+
+
+def reported(data: Mapping[str, Any] | None, *path: str) -> int | None:
+    """A count at ``path`` in a usage dict as the provider sent it; ``None`` when absent."""
+    cur: Any = data
+    for p in path:
+        if not isinstance(cur, Mapping) or p not in cur:
+            return None
+        cur = cur[p]
+    return cur if isinstance(cur, int) and not isinstance(cur, bool) else None
+
+
+def usage_dict(obj: Any) -> dict[str, Any] | None:
+    """An SDK usage model as the fields the provider actually sent (unset fields left out)."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    to_dict = getattr(obj, "to_dict", None)
+    if to_dict is not None:
+        return to_dict()  # exclude_unset: only what came over the wire
+    return None
+
+
+def store_loader(store: Any) -> LoadImage:
+    """An image loader over an :class:`~tools.artifacts.ArtifactStore` (file read off the loop)."""
+
+    async def load(artifact_id: str) -> bytes:
+        return await trio.to_thread.run_sync(store.get, artifact_id)
+
+    return load

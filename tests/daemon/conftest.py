@@ -1,0 +1,493 @@
+"""Fixtures of the daemon suite: the real daemon, in process, on a loopback port 0.
+
+``daemon`` starts :func:`runtime.daemon.serve` with ``await nursery.start(...)`` over a temporary
+layout (``<root>/config/lens.jsonc`` optional, ``<root>/config/pair.json``, ``<root>/data``) and
+stops it (the ``stop`` event, then waits for ``serve`` to return) after the test.
+``daemon_factory(config=...)`` starts one with a config file (small heartbeat, SSE buffer or body
+limit) or a second one on the same root (a restart).
+
+Pairing goes through the public route (``POST /pair/requests``) and then either a
+:class:`~runtime.pairing.PairStore` on the same file (what the CLI does, in process) or the real
+``lens pair approve`` command. Either way the daemon only learns of it by watching the file, so
+:meth:`Daemon.pair` waits (bounded) until the daemon accepts the new credential.
+
+Clients: ``httpx2.AsyncClient`` (what the provider SDKs use; it runs under trio) for ordinary
+calls and SSE; :func:`raw_http` (a trio socket and hand-written HTTP/1.1) where a test needs the
+exact request target or headers an HTTP library would normalise.
+
+Nothing here sleeps for ordering: every wait is a poll of an observable condition with a bounded
+deadline (:func:`wait_until`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import httpx2
+import pytest
+import trio
+
+from runtime.api import create_app
+from runtime.config import Config, parse_config
+from runtime.daemon import ServeOptions, serve
+from runtime.pairing import PairStore
+
+API = "/api/v1"
+LIMIT = 10.0  # seconds: the bound on any single wait in this suite
+BUSY = '/tool sleep_milliseconds {"milliseconds": 600000}'  # holds a session's run until aborted
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+async def wait_until(predicate: Callable[[], Awaitable[Any]], timeout: float = LIMIT, what: str = "condition",
+                     interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            await trio.sleep(interval)
+    raise AssertionError(f"{what} did not hold within {timeout} s")
+
+
+def auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token is not None else {}
+
+
+def error_of(resp: httpx2.Response) -> str:
+    """The error code of a JSON error response, checking the body's shape on the way."""
+    assert resp.headers.get("content-type", "").startswith("application/json"), resp.text
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message"}, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]["code"]
+
+
+# --------------------------------------------------------------------------- SSE
+
+
+@dataclass
+class SseMessage:
+    event: str | None
+    data: str
+    id: int | None = None
+    comment: str | None = None  # a comment-only block (heartbeat, greeting)
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def parse_block(block: bytes) -> SseMessage:
+    event, data, id_, comments = None, [], None, []
+    for line in block.decode().split("\n"):
+        if line.startswith(":"):
+            comments.append(line[1:].strip())
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+        elif name == "id":
+            id_ = int(value)
+    if event is None and not data and id_ is None:
+        return SseMessage(None, "", None, comment="\n".join(comments))
+    return SseMessage(event, "\n".join(data), id_)
+
+
+class SseStream:
+    """Incremental reader of one SSE response."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buf = b""
+        self.eof = False
+        self.messages: list[SseMessage] = []  # everything read so far, comments included
+
+    async def next(self, timeout: float = LIMIT) -> SseMessage | None:
+        """The next message or comment block; ``None`` at the end of the stream."""
+        with trio.fail_after(timeout):
+            while b"\n\n" not in self._buf:
+                if self.eof:
+                    assert not self._buf.strip(), f"stream ended inside a message: {self._buf!r}"
+                    return None
+                try:
+                    chunk = await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    self.eof = True
+                    continue
+                self._buf += chunk.replace(b"\r\n", b"\n")
+        block, _, self._buf = self._buf.partition(b"\n\n")
+        msg = parse_block(block)
+        self.messages.append(msg)
+        return msg
+
+    async def next_event(self, timeout: float = LIMIT) -> SseMessage | None:
+        """The next real event (comments skipped); ``None`` at the end of the stream."""
+        with trio.fail_after(timeout):
+            while True:
+                msg = await self.next(timeout=timeout)
+                if msg is None or msg.comment is None:
+                    return msg
+
+    async def until(self, predicate: Callable[[SseMessage], bool], timeout: float = LIMIT) -> SseMessage:
+        """Read until a message satisfies ``predicate``; fail at EOF or after ``timeout``."""
+        with trio.fail_after(timeout):
+            while True:
+                msg = await self.next(timeout=timeout)
+                assert msg is not None, "the stream ended first"
+                if predicate(msg):
+                    return msg
+
+    async def to_end(self, timeout: float = LIMIT) -> list[SseMessage]:
+        """Read to the end of the stream; returns the events read by this call (no comments)."""
+        out = []
+        with trio.fail_after(timeout):
+            while (msg := await self.next(timeout=timeout)) is not None:
+                if msg.comment is None:
+                    out.append(msg)
+        return out
+
+    @property
+    def seqs(self) -> list[int]:
+        return [m.id for m in self.messages if m.id is not None]
+
+
+# --------------------------------------------------------------------------- raw HTTP
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def code(self) -> str | None:
+        try:
+            return self.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+async def raw_http(port: int, method: str, target: str, headers: dict[str, str] | None = None,
+                   body: bytes = b"", *, host: str | None = None) -> RawResponse:
+    """One HTTP/1.1 request with the exact ``target`` given (no normalisation), ``Connection: close``."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host if host is not None else f'127.0.0.1:{port}'}",
+             "Connection: close"]
+    for k, v in (headers or {}).items():
+        lines.append(f"{k}: {v}")
+    if body or method in ("POST", "PUT"):
+        lines.append(f"Content-Length: {len(body)}")
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(raw)
+            data = b""
+            # hypercorn answers "Connection: close" but may keep the socket open a while: read by framing
+            while not _complete(data):
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    hdrs = _headers(header_lines)
+    if hdrs.get("transfer-encoding", "").lower() == "chunked":
+        out = b""
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            out, rest = out + rest[:size], rest[size + 2:]
+        rest = out
+    return RawResponse(int(status_line.split()[1]), hdrs, rest)
+
+
+def _headers(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        k, _, v = line.partition(":")
+        out[k.strip().lower()] = v.strip()
+    return out
+
+
+def _complete(data: bytes) -> bool:
+    if b"\r\n\r\n" not in data:
+        return False
+    head, _, rest = data.partition(b"\r\n\r\n")
+    hdrs = _headers(head.decode("latin-1").split("\r\n")[1:])
+    if "content-length" in hdrs:
+        return len(rest) >= int(hdrs["content-length"])
+    if hdrs.get("transfer-encoding", "").lower() == "chunked":
+        return rest.endswith(b"0\r\n\r\n")
+    return False
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def lens_command() -> list[str]:
+    """The installed ``lens`` script (the real CLI); ``python -m runtime.cli`` if it is not on PATH."""
+    exe = shutil.which("lens")
+    return [exe] if exe else [sys.executable, "-m", "runtime.cli"]
+
+
+async def run_lens(cwd: Path, *args: str, check: bool = True) -> Any:
+    """Run ``lens ARGS`` in ``cwd``; returns the completed process (stdout/stderr as text)."""
+    with trio.fail_after(60):
+        proc = await trio.run_process([*lens_command(), *args], cwd=cwd, capture_stdout=True, capture_stderr=True,
+                                      check=False)
+    out = SimpleNamespace(returncode=proc.returncode, stdout=proc.stdout.decode(), stderr=proc.stderr.decode())
+    if check:
+        assert proc.returncode == 0, (args, out.stdout, out.stderr)
+    return out
+
+
+# --------------------------------------------------------------------------- the daemon
+
+
+@dataclass
+class Daemon:
+    root: Path
+    config_path: Path
+    pair_path: Path
+    data_dir: Path
+    url: str
+    port: int
+    client: httpx2.AsyncClient
+    stop: trio.Event
+    done: trio.Event
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def config_dir(self) -> Path:
+        return self.config_path.parent
+
+    def pairs(self) -> PairStore:
+        """A separate handle on the pair file, as the CLI would open it."""
+        return PairStore(self.pair_path)
+
+    async def request(self, method: str, path: str, token: str | None = None, *, json_body: Any = None,
+                      headers: dict[str, str] | None = None, **kw: Any) -> httpx2.Response:
+        h = {**auth(token), **(headers or {})}
+        if json_body is not None:
+            kw["content"] = json.dumps(json_body).encode()
+            h.setdefault("Content-Type", "application/json")
+        return await self.client.request(method, API + path, headers=h, **kw)
+
+    async def get(self, path: str, token: str | None = None, **kw: Any) -> httpx2.Response:
+        return await self.request("GET", path, token, **kw)
+
+    async def post(self, path: str, token: str | None = None, body: Any = None, **kw: Any) -> httpx2.Response:
+        return await self.request("POST", path, token, json_body={} if body is None else body, **kw)
+
+    async def put(self, path: str, token: str | None = None, body: Any = None, **kw: Any) -> httpx2.Response:
+        return await self.request("PUT", path, token, json_body=body, **kw)
+
+    # ------------------------------------------------------------------ pairing
+
+    async def register(self, client_id: str, name: str = "test client") -> None:
+        r = await self.post("/pair/requests", body={"clientId": client_id, "name": name})
+        assert r.status_code == 202, r.text
+        assert r.json()["clientId"] == client_id
+
+    async def pair(self, client_id: str, strong: bool = False, via: str = "store") -> str:
+        """Register ``client_id``, approve it (PairStore or the real CLI), wait until the daemon accepts it."""
+        await self.register(client_id)
+        if via == "cli":
+            args = ["pair", "approve", "--client", client_id] + (["--strong-trust"] if strong else [])
+            token = (await run_lens(self.root, *args)).stdout.strip().splitlines()[-1]
+        else:
+            token = await trio.to_thread.run_sync(lambda: self.pairs().approve(client_id, strong=strong))
+        await self.wait_accepted(token)
+        return token
+
+    async def status_of(self, token: str | None) -> int:
+        return (await self.get("/projects", token)).status_code
+
+    async def wait_accepted(self, token: str, timeout: float = 2.0) -> None:
+        await wait_until(lambda: self._is(token, 200), timeout, "the daemon accepting a new credential")
+
+    async def wait_refused(self, token: str, timeout: float = 2.0) -> None:
+        await wait_until(lambda: self._is(token, 401), timeout, "the daemon refusing a credential")
+
+    async def _is(self, token: str, status: int) -> bool:
+        return await self.status_of(token) == status
+
+    # ------------------------------------------------------------------ projects and sessions
+
+    async def project(self, token: str, name: str = "p") -> dict[str, Any]:
+        ws = self.root / "workspaces" / name
+        ws.mkdir(parents=True, exist_ok=True)
+        r = await self.post("/projects", token, {"name": name, "workspace": str(ws)})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    async def session(self, token: str, project_id: str) -> dict[str, Any]:
+        r = await self.post("/sessions", token, {"projectId": project_id})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    async def submit(self, token: str, sid: str, request_id: str, content: Any, **kw: Any) -> dict[str, Any]:
+        r = await self.post(f"/sessions/{sid}/inputs", token, {"requestId": request_id, "content": content, **kw})
+        assert r.status_code == 202, r.text
+        return r.json()
+
+    async def view(self, token: str, sid: str) -> dict[str, Any]:
+        r = await self.get(f"/sessions/{sid}", token)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def wait_idle(self, token: str, sid: str, timeout: float = LIMIT) -> dict[str, Any]:
+        async def idle() -> dict[str, Any] | None:
+            v = await self.view(token, sid)
+            return v if v["status"] == "idle" and not v["queued"] else None
+
+        return await wait_until(idle, timeout, f"session {sid} idle")
+
+    async def wait_running_call(self, token: str, sid: str) -> dict[str, Any]:
+        """Wait until the session's run is inside a tool call (a :data:`BUSY` input)."""
+        async def running() -> dict[str, Any] | None:
+            v = await self.view(token, sid)
+            busy = v["status"] == "running" and any(
+                it.get("call", {}).get("status") == "running" for it in v["items"])
+            return v if busy else None
+
+        return await wait_until(running, LIMIT, f"session {sid} inside a tool call")
+
+    async def events(self, token: str, sid: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            r = await self.get(f"/sessions/{sid}/events", token, params={"after": after, "limit": 1000})
+            assert r.status_code == 200, r.text
+            page = r.json()
+            out.extend(page["events"])
+            if not page["events"]:
+                return out
+            after = page["nextAfter"]
+
+    # ------------------------------------------------------------------ SSE
+
+    @asynccontextmanager
+    async def sse(self, token: str | None, *, params: dict[str, str] | None = None,
+                  last_event_id: int | None = None) -> AsyncIterator[SseStream]:
+        headers = auth(token)
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        async with self.client.stream("GET", API + "/events/stream", params=params, headers=headers,
+                                      timeout=httpx2.Timeout(LIMIT, read=None)) as resp:
+            assert resp.status_code == 200, (await resp.aread()).decode()
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            yield SseStream(resp.aiter_raw())
+
+
+def app_routes() -> list[tuple[str, str]]:
+    """(method, rule) of every route the API registers, read from the app's own URL map.
+
+    The app is built only to read its route table; its handlers are never called here.
+    """
+    app = create_app(SimpleNamespace(config=Config()))  # type: ignore[arg-type]
+    out = []
+    for rule in app.url_map.iter_rules():
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            out.append((method, rule.rule))
+    return sorted(out)
+
+
+DaemonFactory = Callable[..., Awaitable[Daemon]]
+
+
+@pytest.fixture
+async def daemon_factory(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[DaemonFactory]:
+    """``await daemon_factory(config=..., root=...)``: a running daemon; all are stopped after the test.
+
+    ``config`` (dict or JSONC text) is written to ``<root>/config/lens.jsonc``; without it no config
+    file exists and the daemon runs on built-in defaults.
+    """
+    running: list[Daemon] = []
+
+    async def start(config: dict[str, Any] | str | None = None, root: Path | None = None) -> Daemon:
+        root = root or tmp_path
+        config_path = root / "config" / "lens.jsonc"
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        notes: tuple[str, ...] = ()
+        if config is not None:
+            text = config if isinstance(config, str) else json.dumps(config, indent=2)
+            config_path.write_text(text)
+        if config_path.exists():
+            cfg = parse_config(config_path.read_bytes(), str(config_path))
+        else:
+            cfg, notes = Config(), (f"no config file at {config_path}; using built-in defaults",)
+        data_dir = root / "data"
+        stop, done, lines = trio.Event(), trio.Event(), []
+
+        async def run(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await serve(ServeOptions(cfg, config_path, data_dir, "127.0.0.1", 0, notes=notes),
+                            task_status=task_status, stop=stop, announce=lines.append)
+            finally:
+                done.set()
+
+        urls = await nursery.start(run)
+        url = urls[0]
+        port = int(url.rsplit(":", 1)[1])
+        client = httpx2.AsyncClient(base_url=url, timeout=LIMIT)
+        d = Daemon(root, config_path, root / "config" / "pair.json", data_dir, url, port, client, stop, done, lines)
+        running.append(d)
+        return d
+
+    yield start
+    for d in reversed(running):
+        await d.client.aclose()
+        d.stop.set()
+        with trio.fail_after(LIMIT):
+            await d.done.wait()
+
+
+@pytest.fixture
+async def daemon(daemon_factory: DaemonFactory) -> Daemon:
+    """A daemon on built-in defaults (no config file)."""
+    return await daemon_factory()
+
+
+@pytest.fixture
+async def strong(daemon: Daemon) -> str:
+    """A strong-trust credential for ``daemon``."""
+    return await daemon.pair("strong-client", strong=True)
+
+
+@pytest.fixture
+async def reader(daemon: Daemon) -> str:
+    """A read-only credential for ``daemon``."""
+    return await daemon.pair("read-client", strong=False)
+
+
+async def stop_daemon(d: Daemon) -> None:
+    """Stop ``d`` now (the fixture's teardown then finds it stopped)."""
+    await d.client.aclose()
+    d.stop.set()
+    with trio.fail_after(LIMIT):
+        await d.done.wait()
+
+
+def file_mode(path: Path) -> int:
+    return os.stat(path).st_mode & 0o777

@@ -1,0 +1,446 @@
+"""F-API-2 / F-API-3: bearer authentication on every route, trust levels, pairing and the pair file.
+
+The route list is read from the app's own URL map, so a new route is covered (and must be
+classified in :data:`ROUTE_TRUST`) without editing the loops below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+import trio
+
+from runtime.pairing import TOKEN_PREFIX, credential_hash
+
+from .conftest import API, BUSY, LIMIT, Daemon, app_routes, error_of, file_mode, run_lens, wait_until
+
+PUBLIC, READ, STRONG = "public", "read", "strong"
+
+# Every route of the app and who may call it. Reads are open to read-only credentials (history
+# search is a POST that changes nothing); everything that changes state or touches raw config
+# needs strong trust.
+ROUTE_TRUST: dict[tuple[str, str], str] = {
+    ("GET", "/"): PUBLIC,  # the dashboard page (it holds no data; the credential is pasted in)
+    ("GET", "/api/v1/health"): PUBLIC,
+    ("POST", "/api/v1/pair/requests"): PUBLIC,
+    ("GET", "/api/v1/whoami"): READ,
+    ("GET", "/api/v1/models"): READ,
+    ("GET", "/api/v1/projects"): READ,
+    ("GET", "/api/v1/sessions"): READ,
+    ("GET", "/api/v1/sessions/<sid>"): READ,
+    ("GET", "/api/v1/sessions/<sid>/events"): READ,
+    ("GET", "/api/v1/events/stream"): READ,
+    ("GET", "/api/v1/artifacts/<aid>"): READ,
+    ("GET", "/api/v1/tools/inventory"): READ,
+    ("POST", "/api/v1/history/search"): READ,
+    ("GET", "/api/v1/history/items/<item_id>"): READ,
+    ("POST", "/api/v1/projects"): STRONG,
+    ("POST", "/api/v1/sessions"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/inputs"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/withdraw"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/abort"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/questions/<qid>/answer"): STRONG,
+    ("GET", "/api/v1/config/files"): STRONG,
+    ("GET", "/api/v1/config/files/<name>"): STRONG,
+    ("PUT", "/api/v1/config/files/<name>"): STRONG,
+}
+
+# Routes the spec (section 9) names; each must exist and need a credential.
+SPEC_ROUTES = {
+    ("GET", "/api/v1/projects"), ("POST", "/api/v1/projects"), ("GET", "/api/v1/sessions"),
+    ("POST", "/api/v1/sessions"), ("GET", "/api/v1/sessions/<sid>"), ("POST", "/api/v1/sessions/<sid>/inputs"),
+    ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/withdraw"), ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer"),
+    ("POST", "/api/v1/sessions/<sid>/abort"), ("GET", "/api/v1/sessions/<sid>/events"),
+    ("POST", "/api/v1/sessions/<sid>/questions/<qid>/answer"), ("GET", "/api/v1/events/stream"),
+    ("GET", "/api/v1/artifacts/<aid>"), ("GET", "/api/v1/tools/inventory"), ("GET", "/api/v1/config/files"),
+    ("GET", "/api/v1/config/files/<name>"), ("PUT", "/api/v1/config/files/<name>"),
+}
+
+ARTIFACT = b"\x89PNG\r\n\x1a\n" + b"lens test artifact"
+ARTIFACT_ID = hashlib.sha256(ARTIFACT).hexdigest()
+
+
+def fill(rule: str, **values: str) -> str:
+    """A concrete path for ``rule`` (placeholders from ``values``, else a harmless id)."""
+    defaults = {"sid": "ses_nope", "rid": "r1", "qid": "q1", "aid": "0" * 64, "name": "lens.jsonc", "item_id": "c1"}
+    defaults.update(values)
+    return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: defaults.get(m.group(1), "x"), rule)
+
+
+async def call(d: Daemon, method: str, rule: str, token: str | None, body: object = None, **values: str):
+    path = fill(rule, **values)
+    assert path.startswith(API)
+    if method in ("POST", "PUT"):
+        return await d.request(method, path[len(API):], token, json_body={} if body is None else body)
+    if rule.endswith("/events/stream"):  # a rejected stream is an ordinary JSON error response
+        return await d.request(method, path[len(API):], token, params={"after": "0"})
+    return await d.request(method, path[len(API):], token)
+
+
+def api_routes() -> list[tuple[str, str]]:
+    return [r for r in app_routes() if r[1].startswith(API)]
+
+
+# --------------------------------------------------------------------------- the route table
+
+
+def test_every_route_is_classified_and_the_spec_routes_exist():
+    routes = set(app_routes())
+    unclassified = routes - set(ROUTE_TRUST)
+    assert not unclassified, f"classify these routes in ROUTE_TRUST (public/read/strong): {sorted(unclassified)}"
+    assert SPEC_ROUTES <= routes, f"routes of SPEC section 9 missing: {sorted(SPEC_ROUTES - routes)}"
+
+
+async def test_every_route_but_health_and_pairing_needs_a_credential(daemon: Daemon, strong: str):
+    revoked = await daemon.pair("to-be-revoked", strong=True)
+    await trio.to_thread.run_sync(lambda: daemon.pairs().revoke("to-be-revoked"))
+    await daemon.wait_refused(revoked)
+    wrong = []
+    checked = 0
+    for method, rule in api_routes():
+        if ROUTE_TRUST.get((method, rule)) == PUBLIC:
+            continue
+        for label, header, expected in [
+            ("none", None, "AUTH_REQUIRED"),
+            ("basic", {"Authorization": "Basic dXNlcjpwYXNz"}, "AUTH_REQUIRED"),
+            ("bare bearer", {"Authorization": "Bearer"}, "AUTH_REQUIRED"),
+            ("unknown", {"Authorization": f"Bearer {TOKEN_PREFIX}{'A' * 43}"}, "AUTH_INVALID"),
+            ("not ours", {"Authorization": "Bearer sk-abcdef"}, "AUTH_INVALID"),
+            ("revoked", {"Authorization": f"Bearer {revoked}"}, "AUTH_INVALID"),
+            ("tampered", {"Authorization": f"Bearer {strong[:-1]}{'B' if strong[-1] != 'B' else 'C'}"}, "AUTH_INVALID"),
+        ]:
+            path = fill(rule)[len(API):]
+            r = await daemon.request(method, path, None, json_body={} if method in ("POST", "PUT") else None,
+                                     headers=header)
+            checked += 1
+            if r.status_code != 401 or error_of(r) != expected:
+                wrong.append((method, rule, label, r.status_code, r.text[:200]))
+            elif r.headers.get("www-authenticate", "").split(" ")[0] != "Bearer":
+                wrong.append((method, rule, label, "no WWW-Authenticate: Bearer"))
+    assert checked >= 7 * len(SPEC_ROUTES)
+    assert not wrong, wrong
+
+
+async def test_public_routes_answer_without_a_credential(daemon: Daemon):
+    r = await daemon.get("/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    r = await daemon.post("/pair/requests", body={"clientId": "phone-1", "name": "my phone"})
+    assert r.status_code == 202
+    assert r.json() == {"clientId": "phone-1", "status": "pending"}
+    r = await daemon.post("/pair/requests", body={"clientId": "phone-1", "name": "again"})
+    assert r.status_code == 202 and r.json()["status"] == "pending"
+    r = await daemon.post("/pair/requests", body={"clientId": "../etc", "name": "x"})
+    assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID"
+    r = await daemon.get("/pair/requests")
+    assert r.status_code in (401, 405)  # only POST is public
+
+
+# --------------------------------------------------------------------------- trust levels
+
+
+async def test_read_only_credential_is_forbidden_on_every_mutating_route(daemon: Daemon, strong: str, reader: str):
+    project = await daemon.project(strong, "p")
+    sid = (await daemon.session(strong, project["id"]))["id"]
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    wrong = []
+    for method, rule in api_routes():
+        if ROUTE_TRUST.get((method, rule)) != STRONG:
+            continue
+        body = {"requestId": "r9", "content": "hi"} if rule.endswith("/inputs") else \
+            {"projectId": project["id"]} if rule.endswith("/sessions") else \
+            {"name": "x", "workspace": str(daemon.root)} if rule.endswith("/projects") else \
+            {"text": "{}"} if method == "PUT" else {"kind": "skip"} if rule.endswith("/answer") else {}
+        r = await call(daemon, method, rule, reader, body, sid=sid)
+        if r.status_code != 403 or error_of(r) != "FORBIDDEN":
+            wrong.append((method, rule, r.status_code, r.text[:200]))
+    assert not wrong, wrong
+    # nothing happened: no event was appended, the config file was not created
+    assert (await daemon.get("/health")).json()["lastSeq"] == before
+    assert not daemon.config_path.exists()
+    assert [p["id"] for p in (await daemon.get("/projects", reader)).json()["projects"]] == [project["id"]]
+
+
+async def test_read_only_credential_may_read(daemon: Daemon, strong: str, reader: str):
+    project = await daemon.project(strong, "p")
+    sid = (await daemon.session(strong, project["id"]))["id"]
+    art_dir = daemon.data_dir / "artifacts"
+    art_dir.mkdir(exist_ok=True)
+    (art_dir / ARTIFACT_ID).write_bytes(ARTIFACT)
+    wrong = []
+    for method, rule in api_routes():
+        if ROUTE_TRUST.get((method, rule)) != READ or rule.endswith("/events/stream"):
+            continue
+        body = {"projectId": project["id"], "query": "hello"} if rule.endswith("/history/search") else None
+        r = await call(daemon, method, rule, reader, body, sid=sid, aid=ARTIFACT_ID)
+        ok = r.status_code == 200 or (rule.endswith("<item_id>") and r.status_code == 404)
+        if not ok:
+            wrong.append((method, rule, r.status_code, r.text[:200]))
+    assert not wrong, wrong
+    r = await daemon.get(f"/artifacts/{ARTIFACT_ID}", reader)
+    assert r.content == ARTIFACT and r.headers["content-type"] == "image/png"
+    async with daemon.sse(reader, params={"session": sid}, last_event_id=0) as stream:
+        first = await stream.next_event()
+        assert first is not None and first.event == "session.created"
+
+
+async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon, strong: str):
+    """Each STRONG route, called as a real client would, succeeds (answer: only up to the lookup)."""
+    done: set[tuple[str, str]] = set()
+
+    async def ok(method: str, rule: str, status: int, body: object = None, **values: str):
+        r = await call(daemon, method, rule, strong, body, **values)
+        assert r.status_code == status, (method, rule, r.status_code, r.text)
+        done.add((method, rule))
+        return r.json()
+
+    ws = daemon.root / "ws"
+    ws.mkdir()
+    project = await ok("POST", "/api/v1/projects", 201, {"name": "p", "workspace": str(ws)})
+    sid = (await ok("POST", "/api/v1/sessions", 201, {"projectId": project["id"]}))["id"]
+    await ok("POST", "/api/v1/sessions/<sid>/inputs", 202, {"requestId": "busy", "content": BUSY}, sid=sid)
+    await daemon.wait_running_call(strong, sid)
+    await ok("POST", "/api/v1/sessions/<sid>/inputs", 202, {"requestId": "r2", "content": "second"}, sid=sid)
+    await ok("POST", "/api/v1/sessions/<sid>/inputs", 202, {"requestId": "r3", "content": "third"}, sid=sid)
+    steer = await ok("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer", 200, sid=sid, rid="r2")
+    assert steer == {"requestId": "r2", "status": "queued", "whenBusy": "steer"}
+    withdrawn = await ok("POST", "/api/v1/sessions/<sid>/inputs/<rid>/withdraw", 200, sid=sid, rid="r3")
+    assert withdrawn["status"] == "withdrawn" and withdrawn["text"] == "third"
+    aborted = await ok("POST", "/api/v1/sessions/<sid>/abort", 200, sid=sid)
+    assert aborted["aborted"] is True and aborted["withdrawn"] == ["r2"]
+    listing = await ok("GET", "/api/v1/config/files", 200)
+    assert {f["name"] for f in listing["files"]} >= {"lens.jsonc", "pair.json"}
+    await ok("PUT", "/api/v1/config/files/<name>", 200, {"text": '{ "server": { "port": 7420 } } // kept\n'},
+             name="lens.jsonc")
+    read = await ok("GET", "/api/v1/config/files/<name>", 200, name="lens.jsonc")
+    assert read["text"] == '{ "server": { "port": 7420 } } // kept\n'
+    # The answer route needs an open question (the Answer command is being added to the actor):
+    # here strong trust gets past the guard to the lookup.
+    r = await call(daemon, "POST", "/api/v1/sessions/<sid>/questions/<qid>/answer", strong, {"kind": "skip"}, sid=sid)
+    assert r.status_code == 404 and error_of(r) == "QUESTION_NOT_FOUND"
+    r = await call(daemon, "POST", "/api/v1/sessions/<sid>/questions/<qid>/answer", strong, {"kind": "skip"})
+    assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND"
+    done.add(("POST", "/api/v1/sessions/<sid>/questions/<qid>/answer"))
+    assert done == {k for k, v in ROUTE_TRUST.items() if v == STRONG}
+
+
+# --------------------------------------------------------------------------- issuing and revoking
+
+
+async def test_cli_approve_prints_the_credential_alone_on_the_last_line(daemon: Daemon):
+    await daemon.register("laptop")
+    out = await run_lens(daemon.root, "pair", "approve", "--client", "laptop", "--strong-trust")
+    last = out.stdout.rstrip("\n").splitlines()[-1]
+    assert last == last.strip() and last.startswith(TOKEN_PREFIX)
+    secret = last[len(TOKEN_PREFIX):]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43,}", secret), last  # >= 256 bits, urlsafe base64
+    assert last not in out.stderr
+    await daemon.wait_accepted(last)
+    # stored only as a hash, bound to the client and its trust; the file is private
+    text = daemon.pair_path.read_text()
+    assert last not in text and secret not in text
+    rec = next(c for c in json.loads(text)["clients"] if c["clientId"] == "laptop")
+    assert rec["credentialHash"] == credential_hash("laptop", "strong", last)
+    assert file_mode(daemon.pair_path) == 0o600
+    # two approvals never give the same credential
+    again = (await run_lens(daemon.root, "pair", "approve", "--client", "laptop")).stdout.splitlines()[-1]
+    assert again != last and again.startswith(TOKEN_PREFIX)
+    assert file_mode(daemon.pair_path) == 0o600
+
+
+async def test_cli_approve_of_an_unknown_client_fails_cleanly(daemon: Daemon):
+    out = await run_lens(daemon.root, "pair", "approve", "--client", "stranger", check=False)
+    assert out.returncode != 0
+    assert "CLIENT_NOT_FOUND" in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+async def test_cli_list_never_prints_hashes_or_credentials(daemon: Daemon):
+    tokens = [await daemon.pair("reader-1"), await daemon.pair("writer-1", strong=True)]
+    await daemon.register("waiting-1")
+    out = await run_lens(daemon.root, "pair", "list")
+    hashes = [c["credentialHash"] for c in json.loads(daemon.pair_path.read_text())["clients"] if c.get("credentialHash")]
+    assert len(hashes) == 2
+    for secret in tokens + hashes + [t[len(TOKEN_PREFIX):] for t in tokens] + [h[:16] for h in hashes]:
+        assert secret not in out.stdout and secret not in out.stderr
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
+    assert lines["reader-1"][1:3] == ["approved", "read"]
+    assert lines["writer-1"][1:3] == ["approved", "strong"]
+    assert lines["waiting-1"][1] == "pending"
+    assert not re.search(r"[0-9a-f]{32}", out.stdout)
+
+
+async def test_reissue_revokes_the_old_credential_and_ends_its_open_stream(daemon: Daemon):
+    old = await daemon.pair("tablet", strong=True, via="cli")
+    async with daemon.sse(old) as stream:
+        greeting = await stream.next()
+        assert greeting is not None and greeting.comment is not None
+        out = await run_lens(daemon.root, "pair", "approve", "--client", "tablet", "--strong-trust")
+        new = out.stdout.splitlines()[-1]
+        assert new != old
+        start = trio.current_time()
+        end = await stream.until(lambda m: m.event == "stream.end", timeout=2.0)
+        assert trio.current_time() - start < 1.5, "the stream outlived its credential"
+        assert end.json()["reason"] == "credential revoked"
+        assert await stream.to_end(timeout=2.0) == []  # and the response really ends
+    assert await daemon.status_of(old) == 401
+    r = await daemon.get("/projects", old)
+    assert error_of(r) == "AUTH_INVALID"
+    assert await daemon.status_of(new) == 200
+
+
+async def test_reissue_is_honoured_within_a_second_without_restart(daemon: Daemon):
+    old = await daemon.pair("c1", strong=False)
+    new = await trio.to_thread.run_sync(lambda: daemon.pairs().approve("c1", strong=False))
+    start = trio.current_time()
+    await daemon.wait_refused(old, timeout=1.5)
+    assert trio.current_time() - start < 1.5
+    await daemon.wait_accepted(new, timeout=1.5)
+
+
+async def test_cli_revoke_ends_open_streams_and_refuses_the_credential(daemon: Daemon, strong: str):
+    token = await daemon.pair("watcher", strong=False)
+    async with daemon.sse(token) as stream, daemon.sse(strong) as other:
+        await stream.next()
+        await other.next()
+        out = await run_lens(daemon.root, "pair", "revoke", "--client", "watcher")
+        assert "watcher" in out.stdout
+        end = await stream.until(lambda m: m.event == "stream.end", timeout=1.5)
+        assert end.json()["reason"] == "credential revoked"
+        # another client's stream is not touched: it still gets live events
+        project = await daemon.project(strong, "after-revoke")
+        ev = await other.until(lambda m: m.event == "project.created")
+        assert ev.json()["project_id"] == project["id"]
+    assert error_of(await daemon.get("/projects", token)) == "AUTH_INVALID"
+    listing = (await run_lens(daemon.root, "pair", "list")).stdout
+    assert re.search(r"^watcher\s+revoked", listing, re.M)
+    # a revoked client may ask again; its old credential stays dead
+    await daemon.register("watcher")
+    assert await daemon.status_of(token) == 401
+
+
+# --------------------------------------------------------------------------- pair-file tampering
+
+
+def edit_pair_file(d: Daemon, change) -> None:
+    """Edit the pair file by hand (as an attacker with file access would), atomically."""
+    data = json.loads(d.pair_path.read_text())
+    change(data)
+    tmp = d.pair_path.with_name("pair.json.edit")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, d.pair_path)
+
+
+def record(data: dict, client_id: str) -> dict:
+    return next(c for c in data["clients"] if c["clientId"] == client_id)
+
+
+async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon):
+    await daemon.register("mallory")
+    token = TOKEN_PREFIX + "m" * 43
+
+    def forge(data: dict) -> None:
+        rec = record(data, "mallory")
+        rec.update(isVerified=True, verified=True, trust="strong", approved=True, isAdmin=True,
+                   credentialHash=credential_hash("mallory", "strong", token),
+                   deviceId="copied-device", publicKey="AAAA")
+
+    edit_pair_file(daemon, forge)
+    gen_marker = await daemon.pair("marker")  # a later approval proves the daemon re-read the file
+    assert await daemon.status_of(gen_marker) == 200
+    r = await daemon.get("/projects", token)
+    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+    # and a forged "approved" record needs a hash only approval makes: a guessed token still fails
+    edit_pair_file(daemon, lambda data: record(data, "mallory").update(status="approved", credentialHash="0" * 64))
+    await daemon.wait_refused(token)
+    await daemon.wait_accepted(gen_marker)
+
+
+async def test_a_copied_credential_hash_grants_nothing_to_the_other_record(daemon: Daemon):
+    alice = await daemon.pair("alice", strong=False)
+    await daemon.register("bob")
+
+    def copy(data: dict) -> None:
+        bob = record(data, "bob")
+        bob.update(status="approved", trust="strong", credentialHash=record(data, "alice")["credentialHash"])
+
+    edit_pair_file(daemon, copy)
+    ws = daemon.root / "ws"
+    ws.mkdir()
+    # still alice, read-only: bob's strong record does not match her credential
+
+    async def forbidden() -> bool:
+        r = await daemon.post("/projects", alice, {"name": "x", "workspace": str(ws)})
+        assert r.status_code in (403, 201), r.text
+        return r.status_code == 403
+
+    assert await forbidden()
+    # revoke alice in the file, keeping bob's copy: the credential matches nothing any more
+    edit_pair_file(daemon, lambda data: record(data, "alice").update(status="revoked", credentialHash=None))
+    await daemon.wait_refused(alice)
+    assert (await daemon.get("/projects")).status_code == 401
+    projects = (await daemon.get("/projects", await daemon.pair("auditor"))).json()["projects"]
+    assert projects == []
+
+
+async def test_editing_trust_by_hand_invalidates_rather_than_escalates(daemon: Daemon):
+    token = await daemon.pair("editor", strong=False)
+    edit_pair_file(daemon, lambda data: record(data, "editor").update(trust="strong"))
+    await daemon.wait_refused(token)
+    r = await daemon.post("/projects", token, {"name": "x", "workspace": str(daemon.root)})
+    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+    # and back to what approve wrote: valid again (the hash is bound to the trust it was issued with)
+    edit_pair_file(daemon, lambda data: record(data, "editor").update(trust="read"))
+    await daemon.wait_accepted(token)
+
+
+async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: Daemon):
+    token = await daemon.pair("c1", strong=True)
+    good = daemon.pair_path.read_bytes()
+    tmp = daemon.pair_path.with_name("pair.json.edit")
+    for garbage in [b"{not json", b'{"clients": "everyone"}', b"", b'{"clients": [{"name": 1}]}', b"\xff\xfe"]:
+        tmp.write_bytes(garbage)
+        os.replace(tmp, daemon.pair_path)
+        await daemon.wait_refused(token)
+        assert error_of(await daemon.get("/projects", token)) == "AUTH_INVALID"
+        assert (await daemon.get("/health")).status_code == 200
+        r = await daemon.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
+        assert r.status_code >= 400 and error_of(r)  # refused with a JSON error, the daemon lives
+        assert daemon.pair_path.read_bytes() == garbage  # and the bad file is not overwritten
+        tmp.write_bytes(good)
+        os.replace(tmp, daemon.pair_path)
+        await daemon.wait_accepted(token)
+
+
+async def test_pair_file_is_private_from_the_first_request(daemon: Daemon):
+    await daemon.register("first")
+    assert daemon.pair_path.exists()
+    assert file_mode(daemon.pair_path) == 0o600
+    rec = json.loads(daemon.pair_path.read_text())["clients"][0]
+    assert rec["clientId"] == "first" and rec.get("status", "pending") == "pending"
+    assert "credentialHash" not in rec
+    assert not list(daemon.config_dir.glob(".pair.json.*.tmp"))  # written atomically, no leftovers
+
+
+async def test_pending_pairings_are_bounded(daemon_factory):
+    d = await daemon_factory(config={"server": {"maxPendingPairings": 2}})
+    await d.register("a")
+    await d.register("b")
+    r = await d.post("/pair/requests", body={"clientId": "c", "name": ""})
+    assert r.status_code == 429 and error_of(r) == "PAIRING_LIMIT"
+    await d.register("a")  # a known client may ask again
+
+
+async def test_a_stream_survives_unrelated_pair_file_changes(daemon: Daemon, strong: str):
+    async with daemon.sse(strong) as stream:
+        await stream.next()
+        marker = await daemon.pair("someone-else")  # rewrites the pair file
+        await daemon.wait_accepted(marker)
+        with trio.fail_after(LIMIT):
+            project = await daemon.project(strong, "still-live")
+            ev = await stream.until(lambda m: m.event is not None and m.event.startswith("project."))
+        assert ev.event == "project.created" and ev.json()["project_id"] == project["id"]
+    await wait_until(lambda: daemon._is(strong, 200), what="strong still accepted")

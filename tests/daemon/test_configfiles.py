@@ -1,0 +1,252 @@
+"""F-API-4: the config-file API lists, reads and writes the daemon's own config files only.
+
+The config directory of each test holds the main config, the pair file, other JSON/JSONC files
+that must be listed, and things that must not be (templates, other extensions, dotfiles, a
+symlink to a file outside). Paths are sent through :func:`raw_http` so the request target is
+exactly what an attacker would send (no client-side normalisation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import Daemon, DaemonFactory, error_of, raw_http
+
+MAIN = """// Lens config written by hand
+{
+  "server": {
+    "host": "127.0.0.1", // loopback only
+    "port": 7420,
+  },
+  /* the data dir */ "dataDir": ".lens",
+}
+"""
+OUTSIDE = '{"secret": "outside the config dir"}\n'
+
+
+@pytest.fixture
+async def setup(daemon_factory: DaemonFactory, tmp_path: Path):
+    """A daemon whose config dir holds files to list and files to hide; (daemon, strong token, outside file)."""
+    root = tmp_path / "root"
+    cdir = root / "config"
+    cdir.mkdir(parents=True)
+    (cdir / "extra.json").write_text('{"a": 1}\n')
+    (cdir / "notes.jsonc").write_text("// notes\n{\"b\": [1, 2,],}\n")
+    (cdir / "lens.example.jsonc").write_text("{}\n")
+    (cdir / "other.template.json").write_text("{}\n")
+    (cdir / "readme.txt").write_text("not config\n")
+    (cdir / "script.py").write_text("print('x')\n")
+    (cdir / ".hidden.json").write_text("{}\n")
+    (cdir / "subdir.json").mkdir()
+    outside = tmp_path / "outside" / "secret.json"
+    outside.parent.mkdir()
+    outside.write_text(OUTSIDE)
+    (cdir / "link.json").symlink_to(outside)
+    (cdir / "dirlink.jsonc").symlink_to(outside.parent)
+    d = await daemon_factory(config=MAIN, root=root)
+    token = await d.pair("admin", strong=True)
+    return d, token, outside
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+async def get(d: Daemon, token: str, target: str):
+    return await raw_http(d.port, "GET", target, {"Authorization": f"Bearer {token}"})
+
+
+async def put(d: Daemon, token: str, target: str, text: str):
+    return await raw_http(d.port, "PUT", target, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                          json.dumps({"text": text}).encode())
+
+
+async def test_lists_only_the_daemons_own_config_files(setup):
+    d, token, _ = setup
+    r = await d.get("/config/files", token)
+    assert r.status_code == 200
+    files = {f["name"]: f for f in r.json()["files"]}
+    assert set(files) == {"lens.jsonc", "pair.json", "extra.json", "notes.jsonc"}
+    assert files["lens.jsonc"]["role"] == "main" and files["pair.json"]["role"] == "pair"
+    assert files["extra.json"]["role"] == files["notes.jsonc"]["role"] == "other"
+    assert files["lens.jsonc"]["exists"] is True and files["lens.jsonc"]["size"] == len(MAIN.encode())
+    assert files["pair.json"]["exists"] is True
+
+
+async def test_main_config_and_pair_file_are_listed_even_before_they_exist(daemon: Daemon):
+    token = await daemon.pair("admin", strong=True)
+    files = {f["name"]: f for f in (await daemon.get("/config/files", token)).json()["files"]}
+    assert files["lens.jsonc"] == {"name": "lens.jsonc", "role": "main", "exists": False, "size": 0}
+    r = await daemon.get("/config/files/lens.jsonc", token)
+    assert r.status_code == 200 and r.json()["exists"] is False and r.json()["text"] == ""
+
+
+async def test_reads_a_listed_file_byte_exactly(setup):
+    d, token, _ = setup
+    r = await d.get("/config/files/lens.jsonc", token)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["text"] == MAIN and body["role"] == "main" and body["exists"] is True
+    assert body["digest"] == hashlib.sha256(MAIN.encode()).hexdigest()
+    r = await d.get("/config/files/notes.jsonc", token)
+    assert r.json()["text"] == (d.config_dir / "notes.jsonc").read_text()
+
+
+TRICKS = [
+    "lens.example.jsonc", "other.template.json", "readme.txt", "script.py", ".hidden.json", "subdir.json",
+    "link.json", "dirlink.jsonc", "missing.json",
+    "..%2Foutside%2Fsecret.json", "..%2F..%2Foutside%2Fsecret.json", "%2e%2e%2foutside%2fsecret.json",
+    "%2e%2e", "..", ".", "%2E%2E%2Fconfig%2Flens.jsonc", "..%5Coutside%5Csecret.json", "..\\outside\\secret.json",
+    "%2Fetc%2Fpasswd", "%2F{outside}", "/{outside}", "{outside_enc}",
+    "lens.jsonc%00", "lens.jsonc%00.txt", "%00", "lens.jsonc%2F", "lens.jsonc%2F..%2Fextra.json",
+    "lens.jsonc%20", "LENS.JSONC", "lens.jsonc.", "./lens.jsonc", ".%2Flens.jsonc", "%252e%252e%252foutside",
+    "link.json%00", "config%2Flens.jsonc", "..%2Fconfig%2Flens.jsonc", "%C0%AE%C0%AE%2Foutside",
+]
+
+
+def trick_targets(outside: Path) -> list[str]:
+    enc = str(outside).replace("/", "%2F")
+    return ["/api/v1/config/files/" + t.format(outside=str(outside).lstrip("/"), outside_enc=enc) for t in TRICKS]
+
+
+async def test_reading_anything_not_listed_is_404(setup):
+    d, token, outside = setup
+    wrong = []
+    for target in trick_targets(outside):
+        r = await get(d, token, target)
+        if r.status != 404 or r.code not in ("CONFIG_FILE_NOT_FOUND", "NOT_FOUND") or b"outside the config dir" in r.body:
+            wrong.append((target, r.status, r.body[:200]))
+    assert not wrong, wrong
+
+
+async def test_writing_anything_not_listed_is_404_and_writes_nothing(setup, tmp_path: Path):
+    d, token, outside = setup
+    before = tree(tmp_path)
+    wrong = []
+    for target in trick_targets(outside):
+        r = await put(d, token, target, '{"pwned": true}')
+        if r.status != 404 or r.code not in ("CONFIG_FILE_NOT_FOUND", "NOT_FOUND"):
+            wrong.append((target, r.status, r.body[:200]))
+    assert not wrong, wrong
+    assert outside.read_text() == OUTSIDE
+    after = tree(tmp_path)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    # only the daemon's own data may change meanwhile (it writes nothing for a refused request)
+    assert {k for k in changed if not k.startswith("root/data/")} == set(), changed
+    assert (d.config_dir / "link.json").is_symlink()
+
+
+async def test_a_symlinked_main_config_is_neither_read_nor_written_through(daemon_factory, tmp_path: Path):
+    root = tmp_path / "root"
+    (root / "config").mkdir(parents=True)
+    target = tmp_path / "elsewhere.jsonc"
+    target.write_text(MAIN)
+    (root / "config" / "lens.jsonc").symlink_to(target)
+    d = await daemon_factory(root=root)
+    token = await d.pair("admin", strong=True)
+    r = await d.get("/config/files/lens.jsonc", token)
+    assert r.status_code == 404 and error_of(r) == "CONFIG_FILE_NOT_FOUND"
+    r = await d.put("/config/files/lens.jsonc", token, {"text": "{}\n"})
+    assert r.status_code == 404 and error_of(r) == "CONFIG_FILE_NOT_FOUND"
+    assert target.read_text() == MAIN  # not written through the link
+    assert (root / "config" / "lens.jsonc").is_symlink()  # nor is the user's link replaced
+    listed = {f["name"]: f for f in (await d.get("/config/files", token)).json()["files"]}
+    assert listed["lens.jsonc"]["exists"] is False
+
+
+async def test_a_valid_write_replaces_the_file_byte_exactly_and_atomically(setup):
+    d, token, _ = setup
+    path = d.config_dir / "lens.jsonc"
+    os.chmod(path, 0o640)
+    inode = os.stat(path).st_ino
+    text = MAIN.replace('"port": 7420', '"port": 7421').replace("// loopback only", "// still loopback /* odd */") + "\n"
+    r = await d.put("/config/files/lens.jsonc", token, {"text": text})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["name"] == "lens.jsonc" and body["written"] == len(text.encode())
+    assert body["digest"] == hashlib.sha256(text.encode()).hexdigest()
+    assert path.read_bytes() == text.encode()
+    assert os.stat(path).st_ino != inode  # replaced by rename, never rewritten in place
+    assert os.stat(path).st_mode & 0o777 == 0o640  # the file keeps its mode
+    assert [p.name for p in d.config_dir.iterdir() if p.name.endswith(".tmp")] == []
+    read = (await d.get("/config/files/lens.jsonc", token)).json()
+    assert read["text"] == text and read["digest"] == body["digest"]
+    # the change is recorded in the log
+    events = []
+    async with d.sse(token, last_event_id=0) as stream:
+        while (msg := await stream.next_event()) is not None and msg.event != "config.changed":
+            events.append(msg)
+    assert msg is not None and msg.json()["body"]["digest"] == body["digest"]
+    # other files too, unicode included
+    other = '{"emoji": "\u00e9\u2603", "n": 1} // comment\n'
+    r = await d.put("/config/files/extra.json", token, {"text": other})
+    assert r.status_code == 200 and (d.config_dir / "extra.json").read_bytes() == other.encode()
+
+
+INVALID_WRITES = [
+    ("lens.jsonc", "{ not json"),
+    ("lens.jsonc", '{"server": {"port": "seventy"}}'),
+    ("lens.jsonc", '{"server": {"port": 70000}}'),
+    ("lens.jsonc", "[1, 2]"),
+    ("lens.jsonc", '{"providers": [{"id": "a", "protocol": "carrier-pigeon"}]}'),
+    ("lens.jsonc", '{"defaultModel": "no-slash"}'),
+    ("lens.jsonc", "/* unterminated"),
+    ("lens.jsonc", ""),
+    ("extra.json", "{ nope"),
+    ("notes.jsonc", '{"a": 1} trailing'),
+    ("pair.json", '{"clients": "everyone"}'),
+    ("pair.json", "{"),
+]
+
+
+async def test_an_invalid_write_is_400_and_changes_nothing(setup):
+    d, token, _ = setup
+    before_seq = (await d.get("/health")).json()["lastSeq"]
+    for name, text in INVALID_WRITES:
+        path = d.config_dir / name
+        before, inode = path.read_bytes(), os.stat(path).st_ino
+        r = await d.put(f"/config/files/{name}", token, {"text": text})
+        assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", (name, text, r.text)
+        assert path.read_bytes() == before and os.stat(path).st_ino == inode, (name, text)
+    assert [p.name for p in d.config_dir.iterdir() if p.name.endswith(".tmp")] == []
+    assert (await d.get("/health")).json()["lastSeq"] == before_seq  # no config.changed for a refused write
+    await d.wait_accepted(token)  # the pair file still works
+
+
+async def test_a_write_body_must_be_the_text_object(setup):
+    d, token, _ = setup
+    before = (d.config_dir / "lens.jsonc").read_bytes()
+    for body in [{"text": 5}, {"content": "{}"}, {"text": "{}", "path": "/etc/passwd"}, ["{}"]]:
+        r = await d.put("/config/files/lens.jsonc", token, body)
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", body
+    assert (d.config_dir / "lens.jsonc").read_bytes() == before
+
+
+async def test_writing_the_pair_file_through_the_api_is_validated_and_honoured(setup):
+    d, token, _ = setup
+    other = await d.pair("other", strong=False)
+    current = (await d.get("/config/files/pair.json", token)).json()["text"]
+    data = json.loads(current)
+    data["clients"] = [c for c in data["clients"] if c["clientId"] != "other"]
+    r = await d.put("/config/files/pair.json", token, {"text": json.dumps(data)})
+    assert r.status_code == 200, r.text
+    await d.wait_refused(other)
+    await d.wait_accepted(token)
+    assert os.stat(d.pair_path).st_mode & 0o777 == 0o600
+
+
+async def test_config_text_never_enters_the_daemon_log(setup, caplog: pytest.LogCaptureFixture):
+    d, token, _ = setup
+    marker = "very-secret-config-marker-42"
+    caplog.set_level("DEBUG")
+    r = await d.put("/config/files/extra.json", token, {"text": json.dumps({"k": marker})})
+    assert r.status_code == 200
+    r = await d.put("/config/files/lens.jsonc", token, {"text": "{ " + marker})
+    assert r.status_code == 400
+    assert marker not in caplog.text
+    assert token not in caplog.text

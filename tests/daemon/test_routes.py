@@ -1,0 +1,424 @@
+"""The HTTP API (SPEC section 9): request guards, projects, sessions, inputs, events, tools.
+
+Every call goes to the real daemon over loopback. Sessions run on the built-in ``faux`` model,
+whose default answer echoes the input, and whose ``/tool NAME {json}`` input calls a tool: a
+``sleep_milliseconds`` call holds a run busy (until it is aborted) so queued inputs can be steered
+and withdrawn without any timing assumption.
+"""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from .conftest import BUSY, Daemon, error_of, raw_http, run_lens
+
+DECODE_KEYS = {"seq", "ts", "project_id", "session_id", "agent_id", "task_id", "kind", "request_id", "body"}
+
+
+# --------------------------------------------------------------------------- Host / Origin
+
+
+async def test_health(daemon: Daemon):
+    r = await daemon.get("/health")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok" and isinstance(body["lastSeq"], int) and body["version"]
+
+
+FOREIGN_HOSTS = ["evil.example", "evil.example:{port}", "127.0.0.1.nip.io:{port}", "127.0.0.1:1", "localhost:{other}",
+                 "10.0.0.1:{port}", "[::1:{port}", "", "localhost:{port}@evil.example"]
+LOOPBACK_HOSTS = ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST:{port}", "[::1]:{port}", "127.0.0.1", "localhost"]
+
+
+async def test_foreign_host_is_refused_and_loopback_accepted(daemon: Daemon, strong: str):
+    """DNS-rebinding defence: only this daemon's own address (or a loopback name) may be the Host."""
+    fmt = {"port": daemon.port, "other": daemon.port + 1 if daemon.port < 65535 else 1}
+    for host in FOREIGN_HOSTS:
+        for path, token in [("/api/v1/health", None), ("/api/v1/projects", strong)]:
+            r = await raw_http(daemon.port, "GET", path, {"Authorization": f"Bearer {token}"} if token else {},
+                               host=host.format(**fmt))
+            assert r.status in (400, 403), (host, r.status, r.body)
+            if r.status == 403:
+                assert r.code == "HOST_FORBIDDEN", r.body
+    for host in LOOPBACK_HOSTS:
+        r = await raw_http(daemon.port, "GET", "/api/v1/projects", {"Authorization": f"Bearer {strong}"},
+                           host=host.format(**fmt))
+        assert r.status == 200, (host, r.body)
+
+
+async def test_foreign_origin_is_refused_and_same_origin_accepted(daemon: Daemon, strong: str):
+    p = daemon.port
+    for origin in ["http://evil.example", f"http://evil.example:{p}", "null", f"http://127.0.0.1:{p + 1}",
+                   f"https://127.0.0.1:{p}0", "file://", f"ftp://127.0.0.1:{p}", "http://127.0.0.1"]:
+        for method, path, body in [("GET", "/projects", None), ("POST", "/projects", {"name": "x", "workspace": "/"}),
+                                   ("GET", "/health", None), ("POST", "/pair/requests", {"clientId": "o", "name": ""})]:
+            r = await daemon.request(method, path, strong, json_body=body, headers={"Origin": origin})
+            assert r.status_code == 403 and error_of(r) == "ORIGIN_FORBIDDEN", (origin, method, path, r.text)
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []  # nothing was created
+    for origin in [f"http://127.0.0.1:{p}", f"http://localhost:{p}", f"http://[::1]:{p}"]:
+        r = await daemon.get("/projects", strong, headers={"Origin": origin})
+        assert r.status_code == 200, (origin, r.text)
+    project = await daemon.request("POST", "/projects", strong, json_body={"name": "o", "workspace": str(daemon.root)},
+                                   headers={"Origin": f"http://127.0.0.1:{p}"})
+    assert project.status_code == 201
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+async def test_post_without_json_content_type_is_415(daemon: Daemon, strong: str):
+    body = json.dumps({"name": "x", "workspace": str(daemon.root)}).encode()
+    for ctype in [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+                  "application/jsonp", "text/json"]:
+        headers = {"Content-Type": ctype} if ctype else {}
+        r = await raw_http(daemon.port, "POST", "/api/v1/projects", {"Authorization": f"Bearer {strong}", **headers}, body)
+        assert r.status == 415 and r.code == "UNSUPPORTED_MEDIA_TYPE", (ctype, r.body)
+        r = await raw_http(daemon.port, "PUT", "/api/v1/config/files/lens.jsonc",
+                           {"Authorization": f"Bearer {strong}", **headers}, b'{"text": "{}"}')
+        assert r.status == 415 and r.code == "UNSUPPORTED_MEDIA_TYPE", (ctype, r.body)
+        r = await raw_http(daemon.port, "POST", "/api/v1/pair/requests", headers,
+                           json.dumps({"clientId": "form", "name": ""}).encode())
+        assert r.status == 415 and r.code == "UNSUPPORTED_MEDIA_TYPE", (ctype, r.body)
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []
+    assert not daemon.config_path.exists()
+
+
+async def test_json_content_type_with_parameters_is_accepted(daemon: Daemon, strong: str):
+    r = await daemon.request("POST", "/projects", strong, json_body={"name": "x", "workspace": str(daemon.root)},
+                             headers={"Content-Type": "Application/JSON; charset=utf-8"})
+    assert r.status_code == 201, r.text
+
+
+LIMIT_BYTES = 2048
+
+
+def padded(obj: dict, size: int) -> bytes:
+    """``obj`` as JSON padded with trailing spaces to exactly ``size`` bytes."""
+    raw = json.dumps(obj).encode()
+    assert len(raw) <= size
+    return raw + b" " * (size - len(raw))
+
+
+async def test_body_limit_is_exact(daemon_factory):
+    d = await daemon_factory(config={"server": {"maxBodyBytes": LIMIT_BYTES}})
+    token = await d.pair("c", strong=True)
+    ws = d.root / "ws"
+    ws.mkdir()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    at_limit = padded({"name": "at-limit", "workspace": str(ws)}, LIMIT_BYTES)
+    r = await raw_http(d.port, "POST", "/api/v1/projects", headers, at_limit)
+    assert r.status == 201, r.body
+    over = padded({"name": "over", "workspace": str(ws)}, LIMIT_BYTES + 1)
+    r = await raw_http(d.port, "POST", "/api/v1/projects", headers, over)
+    assert r.status == 413 and r.code == "BODY_TOO_LARGE", r.body
+    # the public route has the same limit
+    r = await raw_http(d.port, "POST", "/api/v1/pair/requests", {"Content-Type": "application/json"},
+                       padded({"clientId": "big", "name": ""}, LIMIT_BYTES + 1))
+    assert r.status == 413 and r.code == "BODY_TOO_LARGE", r.body
+    r = await raw_http(d.port, "POST", "/api/v1/pair/requests", {"Content-Type": "application/json"},
+                       padded({"clientId": "fits", "name": ""}, LIMIT_BYTES))
+    assert r.status == 202, r.body
+    names = [p["name"] for p in (await d.get("/projects", token)).json()["projects"]]
+    assert names == ["at-limit"]
+
+
+async def test_chunked_body_over_the_limit_is_413(daemon_factory):
+    d = await daemon_factory(config={"server": {"maxBodyBytes": LIMIT_BYTES}})
+    token = await d.pair("c", strong=True)
+    body = padded({"name": "chunked", "workspace": str(d.root)}, LIMIT_BYTES + 100)
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 500]), body[i:i + 500]) for i in range(0, len(body), 500))
+    chunked += b"0\r\n\r\n"
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+        async with stream:
+            await stream.send_all(
+                f"POST /api/v1/projects HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
+                + chunked)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+    assert data.split(b" ", 2)[1] == b"413", data
+    assert (await d.get("/projects", token)).json()["projects"] == []
+
+
+async def test_malformed_json_is_400_and_wrong_shape_is_422(daemon: Daemon, strong: str):
+    for raw in [b"{", b"not json", b'{"name": "x",}', b"\xff\xfe", b'{"name": "x"} trailing', b""]:
+        r = await daemon.client.post("/api/v1/projects", content=raw,
+                                     headers={"Authorization": f"Bearer {strong}", "Content-Type": "application/json"})
+        assert r.status_code == 400 and error_of(r) == "INVALID_JSON", (raw, r.text)
+    for body in [[], "x", 1, None, {}, {"name": "x"}, {"name": 1, "workspace": "/"},
+                 {"name": "x", "workspace": "/", "extra": True}, {"Name": "x", "Workspace": "/"}]:
+        r = await daemon.request("POST", "/projects", strong, content=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", (body, r.text)
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []
+
+
+async def test_unknown_route_and_method(daemon: Daemon, strong: str):
+    r = await daemon.get("/nope", strong)
+    assert r.status_code == 404 and error_of(r) == "NOT_FOUND"
+    r = await daemon.request("DELETE", "/projects", strong)
+    assert r.status_code in (405, 415)
+    error_of(r)
+    r = await daemon.request("PATCH", "/projects", strong, json_body={})
+    assert r.status_code == 405 and error_of(r) == "METHOD_NOT_ALLOWED"
+
+
+# --------------------------------------------------------------------------- projects
+
+
+async def test_projects_create_and_list(daemon: Daemon, strong: str, reader: str):
+    ws = daemon.root / "workspace one"
+    ws.mkdir()
+    r = await daemon.post("/projects", strong, {"name": "One", "workspace": str(ws)})
+    assert r.status_code == 201
+    p = r.json()
+    assert {"id", "name", "workspace"} <= set(p)
+    assert p["name"] == "One" and p["workspace"] == str(ws.resolve()) and p["id"]
+    listed = (await daemon.get("/projects", reader)).json()["projects"]
+    assert [(x["id"], x["name"], x["workspace"]) for x in listed] == [(p["id"], "One", str(ws.resolve()))]
+
+
+async def test_project_workspace_must_be_an_existing_directory(daemon: Daemon, strong: str):
+    (daemon.root / "a-file").write_text("x")
+    for workspace in ["{root}/missing", "{root}/a-file", "", "relative/missing", "{root}/x\u0000y"]:
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace.format(root=daemon.root)})
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []
+
+
+async def test_project_name_must_not_be_blank(daemon: Daemon, strong: str):
+    r = await daemon.post("/projects", strong, {"name": "  ", "workspace": str(daemon.root)})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED"
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+async def test_sessions_create_list_and_view(daemon: Daemon, strong: str, reader: str):
+    p1 = await daemon.project(strong, "one")
+    p2 = await daemon.project(strong, "two")
+    r = await daemon.post("/sessions", strong, {"projectId": p1["id"]})
+    assert r.status_code == 201
+    s1 = r.json()
+    assert s1["id"] and s1["projectId"] == p1["id"]
+    assert s1["status"] == "idle" and s1["items"] == [] and s1["queued"] == [] and s1["todos"] == []
+    assert "usage" in s1
+    s2 = await daemon.session(strong, p2["id"])
+    all_ids = {s["id"] for s in (await daemon.get("/sessions", reader)).json()["sessions"]}
+    assert all_ids == {s1["id"], s2["id"]}
+    only = (await daemon.get("/sessions", reader, params={"project": p1["id"]})).json()["sessions"]
+    assert [(s["id"], s["projectId"]) for s in only] == [(s1["id"], p1["id"])]
+    view = await daemon.view(reader, s1["id"])
+    assert view["id"] == s1["id"] and view["projectId"] == p1["id"]
+    for key in ("status", "items", "queued", "todos", "usage"):
+        assert key in view, key
+
+
+async def test_session_for_unknown_project_is_404(daemon: Daemon, strong: str):
+    r = await daemon.post("/sessions", strong, {"projectId": "prj_nope"})
+    assert r.status_code == 404 and error_of(r) == "PROJECT_NOT_FOUND"
+    assert (await daemon.get("/sessions", strong)).json()["sessions"] == []
+
+
+async def test_session_with_unknown_model_is_422(daemon: Daemon, strong: str):
+    p = await daemon.project(strong)
+    r = await daemon.post("/sessions", strong, {"projectId": p["id"], "model": "nobody/nothing"})
+    assert r.status_code == 422 and error_of(r) == "MODEL_UNKNOWN"
+
+
+async def test_unknown_session_is_404(daemon: Daemon, strong: str, reader: str):
+    for path in ["/sessions/ses_nope", "/sessions/ses_nope/events", "/tools/inventory?session=ses_nope"]:
+        r = await daemon.get(path, reader)
+        assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND", (path, r.text)
+    for path in ["/sessions/ses_nope/inputs", "/sessions/ses_nope/abort", "/sessions/ses_nope/inputs/r1/withdraw",
+                 "/sessions/ses_nope/inputs/r1/steer"]:
+        body = {"requestId": "r1", "content": "hi"} if path.endswith("/inputs") else {}
+        r = await daemon.post(path, strong, body)
+        assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND", (path, r.text)
+    assert (await daemon.get("/health")).json()["lastSeq"] == 0  # nothing was created on the way
+
+
+async def test_bad_ids_are_400(daemon: Daemon, strong: str):
+    r = await daemon.get("/sessions/bad%20id", strong)
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "has space", "content": "x"})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+    for q in ["after=-1", "after=x", "limit=0", "limit=100000"]:
+        r = await daemon.get(f"/sessions/{sid}/events?{q}", strong)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", q
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+async def test_submit_runs_and_the_view_shows_it(daemon: Daemon, strong: str):
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    ack = await daemon.submit(strong, sid, "r1", "hello there")
+    assert set(ack) == {"requestId", "seq", "duplicate"}
+    assert ack["requestId"] == "r1" and ack["duplicate"] is False and ack["seq"] > 0
+    view = await daemon.wait_idle(strong, sid)
+    assert [(it["role"], it["text"]) for it in view["items"]] == [
+        ("user", "hello there"), ("assistant", "(faux) You said: hello there")]
+    assert view["usage"]["requests"] == 1
+    # a repeated requestId is acknowledged with the original seq and appends nothing
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    again = await daemon.submit(strong, sid, "r1", "hello there")
+    assert again == {"requestId": "r1", "seq": ack["seq"], "duplicate": True}
+    again = await daemon.submit(strong, sid, "r1", "different text, same id")
+    assert again["duplicate"] is True and again["seq"] == ack["seq"]
+    assert (await daemon.get("/health")).json()["lastSeq"] == before
+    assert len((await daemon.wait_idle(strong, sid))["items"]) == 2
+
+
+async def test_submit_with_content_parts(daemon: Daemon, strong: str):
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    ack = await daemon.submit(strong, sid, "parts", [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+    assert ack["duplicate"] is False
+    events = await daemon.events(strong, sid)
+    sub = next(e for e in events if e["kind"] == "input.submitted")
+    assert sub["seq"] == ack["seq"] and sub["request_id"] == "parts"
+    assert sub["body"]["content"] == [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    for bad in [[{"type": "video", "url": "x"}], [{"type": "text"}], 5]:
+        r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "bad", "content": bad})
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", bad
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "empty", "content": ""})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+
+
+async def test_queue_steer_withdraw_and_abort(daemon: Daemon, strong: str, reader: str):
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "busy", BUSY)
+    running = await daemon.wait_running_call(strong, sid)
+    assert running["status"] == "running" and running["runningTaskId"]
+    a2 = await daemon.submit(strong, sid, "r2", "second")
+    a3 = await daemon.submit(strong, sid, "r3", "third", whenBusy="followUp")
+    view = await daemon.view(reader, sid)
+    assert [(q["requestId"], q["text"], q["whenBusy"], q["seq"]) for q in view["queued"]] == [
+        ("r2", "second", "followUp", a2["seq"]), ("r3", "third", "followUp", a3["seq"])]
+    r = await daemon.post(f"/sessions/{sid}/inputs/r3/steer", strong)
+    assert r.status_code == 200 and r.json() == {"requestId": "r3", "status": "queued", "whenBusy": "steer"}
+    assert {q["requestId"]: q["whenBusy"] for q in (await daemon.view(reader, sid))["queued"]} == {
+        "r2": "followUp", "r3": "steer"}
+    r = await daemon.post(f"/sessions/{sid}/inputs/r2/withdraw", strong)
+    assert r.status_code == 200 and r.json() == {"requestId": "r2", "status": "withdrawn", "text": "second"}
+    assert [q["requestId"] for q in (await daemon.view(reader, sid))["queued"]] == ["r3"]
+    r = await daemon.post(f"/sessions/{sid}/inputs/r2/steer", strong)
+    assert r.status_code == 409 and error_of(r) == "INPUT_NOT_QUEUED"
+    r = await daemon.post(f"/sessions/{sid}/abort", strong)
+    assert r.status_code == 200 and r.json() == {"aborted": True, "withdrawn": ["r3"]}
+    view = await daemon.wait_idle(strong, sid)
+    assert view["status"] == "idle" and view["queued"] == [] and view["runningTaskId"] is None
+    kinds = [e["kind"] for e in await daemon.events(reader, sid)]
+    assert kinds.count("input.withdrawn") == 2
+    # an abort of an idle session is answered too (nothing to stop)
+    r = await daemon.post(f"/sessions/{sid}/abort", strong)
+    assert r.status_code == 200 and r.json()["withdrawn"] == []
+
+
+async def test_steer_input_while_busy_submitted_directly(daemon: Daemon, strong: str):
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "busy", BUSY)
+    await daemon.wait_running_call(strong, sid)
+    await daemon.submit(strong, sid, "s1", "look here", whenBusy="steer")
+    assert [(q["requestId"], q["whenBusy"]) for q in (await daemon.view(strong, sid))["queued"]] == [("s1", "steer")]
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "x", "content": "y", "whenBusy": "later"})
+    assert r.status_code == 422
+    r = await daemon.post(f"/sessions/{sid}/abort", strong)
+    assert r.json()["withdrawn"] == ["s1"]
+
+
+# --------------------------------------------------------------------------- events
+
+
+async def test_events_paging_matches_lens_log_decode(daemon: Daemon, strong: str, reader: str):
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    other = (await daemon.session(strong, p["id"]))["id"]
+    for i in range(3):
+        await daemon.submit(strong, sid, f"r{i}", f"message {i}")
+        await daemon.submit(strong, other, f"r{i}", f"other {i}")
+    await daemon.wait_idle(strong, sid)
+    await daemon.wait_idle(strong, other)
+    pages, after = [], 0
+    while True:
+        r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": after, "limit": 4})
+        assert r.status_code == 200
+        page = r.json()
+        assert set(page) == {"events", "nextAfter"}
+        assert len(page["events"]) <= 4
+        if not page["events"]:
+            assert page["nextAfter"] == after
+            break
+        assert page["nextAfter"] == page["events"][-1]["seq"]
+        pages.append(page["events"])
+        after = page["nextAfter"]
+    events = [e for pg in pages for e in pg]
+    assert len(pages) >= 4
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs))
+    assert all(e["session_id"] == sid for e in events)
+    assert all(DECODE_KEYS <= set(e) for e in events)
+    assert events[0]["kind"] == "session.created"
+    assert [e["kind"] for e in events].count("input.submitted") == 3
+    out = await run_lens(daemon.root, "log", "decode", "--data", str(daemon.data_dir), "--session", sid)
+    decoded = [json.loads(line) for line in out.stdout.splitlines()]
+    assert decoded == events
+    # default page and a page past the end
+    first = (await daemon.get(f"/sessions/{sid}/events", reader)).json()
+    assert first["events"] == events[:100]
+    past = (await daemon.get(f"/sessions/{sid}/events", reader, params={"after": seqs[-1] + 1000})).json()
+    assert past == {"events": [], "nextAfter": seqs[-1] + 1000}
+
+
+# --------------------------------------------------------------------------- tools and answers
+
+
+async def test_tools_inventory(daemon: Daemon, strong: str, reader: str):
+    r = await daemon.get("/tools/inventory", reader)
+    assert r.status_code == 200
+    tools = {t["name"]: t for t in r.json()["tools"]}
+    assert {"get_system_time", "sleep_milliseconds"} <= set(tools)
+    t = tools["sleep_milliseconds"]
+    assert t["inputSchema"]["required"] == ["milliseconds"]
+    assert {"description", "source", "mainOnly", "readOnly", "visibleToMain", "visibleToSubagents"} <= set(t)
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    r = await daemon.get("/tools/inventory", reader, params={"session": sid})
+    assert r.status_code == 200 and r.json()["session"] == sid
+    assert {x["name"] for x in r.json()["tools"]} == set(tools)
+
+
+async def test_answer_route_guards(daemon: Daemon, strong: str, reader: str):
+    """Until the Answer command is settled, only the route's 401/403/404 (and body shape) answers are checked."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    path = f"/sessions/{sid}/questions/q_nope/answer"
+    assert error_of(await daemon.post(path, None, {"kind": "skip"})) == "AUTH_REQUIRED"
+    assert error_of(await daemon.post(path, reader, {"kind": "skip"})) == "FORBIDDEN"
+    r = await daemon.post(path, strong, {"kind": "skip"})
+    assert r.status_code == 404 and error_of(r) == "QUESTION_NOT_FOUND"
+    r = await daemon.post("/sessions/ses_nope/questions/q1/answer", strong, {"kind": "skip"})
+    assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND"
+    r = await daemon.post(path, strong, {"kind": "maybe"})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED"
+
+
+async def test_dashboard_page_is_served_with_strict_headers(daemon: Daemon):
+    r = await daemon.client.get("/")
+    assert r.status_code in (200, 404)
+    if r.status_code == 200:
+        assert r.headers["content-type"].startswith("text/html")
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        assert r.headers["x-frame-options"] == "DENY"
+    r = await daemon.client.get("/", headers={"Host": "evil.example"})
+    assert r.status_code == 403

@@ -1,0 +1,125 @@
+"""A scripted HTTP server (raw ASGI on hypercorn's trio worker) that records what it receives."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.trio import serve
+
+
+@dataclass
+class Reply:
+    """One scripted answer.
+
+    ``events`` set: a ``text/event-stream`` of ``(event name or None, data)`` frames (``data`` a
+    dict is sent as JSON, a str as is). ``stall_after`` (with ``events``): after that many frames,
+    send nothing more and wait for the client to disconnect. Otherwise: ``status`` + ``body``
+    (JSON). ``headers`` go on either (e.g. ``retry-after-ms`` to keep SDK retries fast).
+    """
+
+    status: int = 200
+    body: Any = None
+    events: list[tuple[str | None, Any]] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stall_after: int | None = None
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # parsed JSON (or the raw text if it was not JSON)
+
+
+def sse(events: list[tuple[str | None, Any]]) -> list[bytes]:
+    frames = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data)
+        head = f"event: {name}\n" if name else ""
+        frames.append(f"{head}data: {text}\n\n".encode())
+    return frames
+
+
+class ScriptedServer:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[Received] = []
+        self.disconnected = trio.Event()  # a stalled stream saw its client go away
+        self.url = ""
+
+    # ------------------------------------------------------------------ scripting
+
+    def push(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    @property
+    def bodies(self) -> list[Any]:
+        return [r.body for r in self.requests]
+
+    # ------------------------------------------------------------------ serving
+
+    async def start(self, nursery: trio.Nursery) -> str:
+        cfg = HyperConfig()
+        cfg.bind = ["127.0.0.1:0"]
+        cfg.accesslog = None
+        cfg.errorlog = logging.getLogger("tests.loopback")
+        cfg.graceful_timeout = 0.1
+        binds = await nursery.start(partial(serve, self, cfg, shutdown_trigger=trio.sleep_forever))  # type: ignore[arg-type]
+        self.url = binds[0]
+        return self.url
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        raw = b""
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            raw += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        self.requests.append(Received(scope["method"], scope["path"], headers, body))
+        reply = self.replies.popleft() if self.replies else Reply(500, {"error": {"message": "no scripted reply left", "type": "server_error"}})
+        extra = [(k.encode(), v.encode()) for k, v in reply.headers.items()]
+        if reply.events is None:
+            data = json.dumps(reply.body if reply.body is not None else {}).encode()
+            await send({"type": "http.response.start", "status": reply.status,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]})
+            await send({"type": "http.response.body", "body": data})
+            return
+        await send({"type": "http.response.start", "status": reply.status,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), *extra]})
+        for i, frame in enumerate(sse(reply.events)):
+            if reply.stall_after is not None and i >= reply.stall_after:
+                break
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if reply.stall_after is not None:
+            try:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+            finally:
+                self.disconnected.set()
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,113 @@
+"""Through the real actor and supervisor: a session whose model is served by an SDK provider
+over loopback (no faux), with the real store and builtin tools."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import trio
+
+from events import types as t
+from events.store import EventStore
+from projections.snapshots import SnapshotStore
+from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
+from runtime.providers.catalog import ProviderCatalog
+from runtime.supervisor import Supervisor
+from tools.registry import builtin_tools
+
+from .conftest import PROTOCOLS
+from .scripts import error, reply
+
+
+class Ids:
+    def __init__(self) -> None:
+        self.n: dict[str, int] = {}
+
+    def __call__(self, prefix: str) -> str:
+        self.n[prefix] = self.n.get(prefix, 0) + 1
+        return f"{prefix}_{self.n[prefix]:04d}"
+
+
+@asynccontextmanager
+async def runtime(data_dir: Path, provider: Any) -> AsyncIterator[Supervisor]:
+    store = EventStore.open(data_dir)
+    snapshots = SnapshotStore.open(store.data_dir)
+    deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"), builtin_tools(), Ids())
+    sup = Supervisor(deps)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            try:
+                async with trio.open_nursery() as actors:
+                    await actors.start(sup.run)
+                    try:
+                        yield sup
+                    finally:
+                        actors.cancel_scope.cancel()
+            finally:
+                store.close_writer()
+    finally:
+        store.close()
+        snapshots.close()
+
+
+async def events_of(sup: Supervisor, session_id: str) -> list:
+    return await sup.deps.store.read_events(after=0, limit=1000, session_id=session_id)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_session_runs_a_tool_round_over_the_wire(protocol, server, make, tmp_path):
+    provider = make(protocol)
+    server.push(
+        reply(protocol, text="Checking the clock.", calls=[("call_t1", "get_system_time", {})], rid="r1"),
+        error(protocol, 429, "slow down"),  # absorbed by the SDK's retry
+        reply(protocol, text=["It is ", "now."], rid="r2"),
+    )
+    deltas: list = []
+    async with runtime(tmp_path / "data", provider) as sup:
+        sup.deps.on_delta = lambda sid, agent, d: deltas.append(d)
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
+        await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    kinds = [e.kind for e in evs if e.kind.startswith(("model.", "tool."))]
+    assert kinds == ["model.requested", "model.responded", "tool.started", "tool.finished",
+                     "model.requested", "model.responded"]
+    responded = [e.event for e in evs if e.kind == "model.responded"]
+    assert responded[0].tool_calls[0].name == "get_system_time"
+    assert responded[1].text == "It is now."
+    assert responded[1].usage.output_tokens == 20 and responded[1].usage.cache_read_tokens == 40
+    assert "".join(d.text for d in deltas if d.kind == "text") == "Checking the clock.It is now."
+    finished = [e.event for e in evs if e.kind == "tool.finished"][0]
+    assert finished.status == "ok"
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "It is now."
+    assert state.usage.requests == 2
+    # The second request carried the tool result, paired with its call, as the protocol wants.
+    body = server.bodies[-1]
+    assert server.bodies[1] == body  # the 429 retry sent the same request
+    result_text = finished.content[0].text
+    if protocol == "openai-responses":
+        out = [m for m in body["input"] if m.get("type") == "function_call_output"]
+        assert out[0]["call_id"] == "call_t1" and out[0]["output"] == result_text
+    elif protocol == "openai-chat":
+        tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
+        assert tool_msgs[0]["tool_call_id"] == "call_t1"
+    else:
+        blocks = body["messages"][2]["content"]
+        assert blocks[0]["type"] == "tool_result" and blocks[0]["tool_use_id"] == "call_t1"
+
+
+async def test_a_provider_error_becomes_model_failed(server, make, tmp_path):
+    provider = make("anthropic", max_retries=0)
+    server.push(error("anthropic", 400, "prompt is too long: 300000 tokens > 200000 maximum"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("hello")]))
+        await sup.call(sid, WaitIdle())
+        evs = await events_of(sup, sid)
+    failed = [e.event for e in evs if e.kind == "model.failed"]
+    assert [(f.code, f.retryable, f.status) for f in failed] == [("CONTEXT_TOO_LONG", False, 400)]

@@ -1,0 +1,155 @@
+"""The provider catalog (F-MOD-5/6): registration from config, enablement, keys from the
+environment only (never in logs or errors), the default-model chain, the models listing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from runtime.config import ConfigError, parse_config
+from runtime.errors import ModelUnavailable
+from runtime.providers.anthropic_messages import AnthropicProvider
+from runtime.providers.catalog import BUILTIN_DEFAULT_MODEL, build_catalog, default_model
+from runtime.providers.faux import FauxProvider
+from runtime.providers.openai_chat import OpenAIChatProvider
+from runtime.providers.openai_responses import OpenAIResponsesProvider
+
+from .conftest import Ctx, Deltas
+from .scripts import error, reply
+
+SECRET = "sk-test-DO-NOT-LEAK-4f9a8b7c6d5e"
+
+
+def config(url: str = "http://127.0.0.1:9", **extra) -> str:
+    return json.dumps({
+        "providers": [
+            {"id": "oa", "protocol": "openai-responses", "baseUrl": url + "/v1", "apiKeyEnv": "LENS_TEST_OA_KEY",
+             "models": [{"id": "m1", "contextWindow": 200000, "images": True, "explicitCache": True}]},
+            {"id": "local", "protocol": "openai-chat", "baseUrl": url + "/v1",
+             "models": [{"id": "qwen3", "contextWindow": 131072}]},
+            {"id": "claude", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": "LENS_TEST_ANTHROPIC_KEY",
+             "models": [{"id": "c1"}]},
+            {"id": "off", "protocol": "anthropic", "enabled": False, "apiKeyEnv": "LENS_TEST_MISSING_KEY",
+             "models": [{"id": "c2"}]},
+            {"id": "script", "protocol": "faux", "models": [{"id": "f"}], "script": [{"text": "scripted"}]},
+        ],
+        **extra,
+    })
+
+
+def test_providers_are_registered_from_config():
+    cat = build_catalog(parse_config(config()), environ={"LENS_TEST_OA_KEY": SECRET})
+    assert isinstance(cat.providers["oa"], OpenAIResponsesProvider)
+    assert isinstance(cat.providers["local"], OpenAIChatProvider)
+    assert isinstance(cat.providers["script"], FauxProvider) and isinstance(cat.providers["faux"], FauxProvider)
+    assert "claude" not in cat.providers and "off" not in cat.providers
+    provider, model, ref = cat.resolve("oa/m1")
+    assert (provider.id, model, ref) == ("oa", "m1", "oa/m1")
+    assert cat.resolve("local/qwen3")[0].base_url == "http://127.0.0.1:9/v1"
+    assert cat.model_config("oa/m1").explicit_cache is True
+    with pytest.raises(ModelUnavailable) as info:
+        cat.resolve("oa/unknown")
+    assert info.value.code == "MODEL_UNKNOWN"
+
+
+def test_disabled_comes_before_key_required():
+    cat = build_catalog(parse_config(config()), environ={})
+    for ref, code, needle in [("off/c2", "PROVIDER_DISABLED", "disabled"),
+                              ("claude/c1", "PROVIDER_KEY_REQUIRED", "LENS_TEST_ANTHROPIC_KEY"),
+                              ("oa/m1", "PROVIDER_KEY_REQUIRED", "LENS_TEST_OA_KEY")]:
+        with pytest.raises(ModelUnavailable) as info:
+            cat.check(ref)
+        assert info.value.code == code and needle in info.value.message
+    assert cat.check("local/qwen3") == "local/qwen3"  # no key needed
+    empty = build_catalog(parse_config(config()), environ={"LENS_TEST_ANTHROPIC_KEY": ""})
+    with pytest.raises(ModelUnavailable) as info:
+        empty.check("claude/c1")
+    assert info.value.code == "PROVIDER_KEY_REQUIRED"  # an empty variable is no key
+
+
+def test_keys_come_from_the_process_environment(monkeypatch):
+    monkeypatch.setenv("LENS_TEST_ANTHROPIC_KEY", SECRET)
+    cat = build_catalog(parse_config(config()))
+    assert isinstance(cat.resolve("claude/c1")[0], AnthropicProvider)
+
+
+def test_models_listing_for_clients():
+    cat = build_catalog(parse_config(config(defaultModel="local/qwen3")), environ={"LENS_TEST_OA_KEY": SECRET})
+    listing = {m.ref: m for m in cat.models()}
+    assert set(listing) == {"oa/m1", "local/qwen3", "claude/c1", "off/c2", "script/f", "faux/faux-1"}
+    oa = listing["oa/m1"].to_json()
+    assert oa == {"id": "oa/m1", "provider": "oa", "model": "m1", "protocol": "openai-responses", "contextWindow": 200000,
+                  "images": True, "explicitCache": True, "enabled": True, "available": True, "reason": None, "default": False}
+    assert (listing["off/c2"].enabled, listing["off/c2"].available, listing["off/c2"].reason) == (False, False, "PROVIDER_DISABLED")
+    assert (listing["claude/c1"].enabled, listing["claude/c1"].available, listing["claude/c1"].reason) == (True, False, "PROVIDER_KEY_REQUIRED")
+    assert listing["local/qwen3"].default is True
+    assert {m.ref for m in cat.models(selectable_only=True)} == {"oa/m1", "local/qwen3", "script/f", "faux/faux-1"}
+    assert SECRET not in json.dumps([m.to_json() for m in cat.models()])
+
+
+def test_default_model_chain():
+    assert default_model() == (BUILTIN_DEFAULT_MODEL, "default")
+    assert default_model(config="a/1") == ("a/1", "config")
+    assert default_model(saved="b/2", config="a/1") == ("b/2", "saved")
+    assert default_model(cli="c/3", saved="b/2", config="a/1") == ("c/3", "cli")
+    assert default_model(session="d/4", cli="c/3", saved="b/2", config="a/1") == ("d/4", "session")
+    cfg = parse_config(config(defaultModel="local/qwen3"))
+    assert (build_catalog(cfg).default_model, build_catalog(cfg).default_source) == ("local/qwen3", "config")
+    assert build_catalog(cfg, saved_default="oa/m1").default_model == "oa/m1"
+    assert build_catalog(cfg, cli_model="faux/x", saved_default="oa/m1").default_source == "cli"
+    # A default on a disabled provider does not stop the catalog; it fails when used.
+    cat = build_catalog(cfg, saved_default="off/c2")
+    assert cat.default_model == "off/c2"
+    with pytest.raises(ModelUnavailable) as info:
+        cat.resolve(None)
+    assert info.value.code == "PROVIDER_DISABLED"
+    assert build_catalog(parse_config("{}")).default_model == BUILTIN_DEFAULT_MODEL
+
+
+def test_an_unsupported_cache_ttl_in_config_is_a_config_error():
+    # ModelConfig has no ttl key yet (see docs/providers.md); the catalog reads ``cache_ttl``
+    # from the provider or model config when there is one. Emulate a config that sets it.
+    class WithTtl:
+        def __init__(self, p, ttl):
+            self._p, self.cache_ttl = p, ttl
+
+        def __getattr__(self, name):
+            return getattr(self._p, name)
+
+    cfg = parse_config(config())
+    cfg.providers[0] = WithTtl(cfg.providers[0], "2h")  # type: ignore[assignment]
+    with pytest.raises(ConfigError) as info:
+        build_catalog(cfg, environ={"LENS_TEST_OA_KEY": SECRET})
+    assert "2h" in str(info.value) and "30m" in str(info.value)
+
+
+async def test_a_key_never_reaches_logs_or_errors(server, caplog):
+    caplog.set_level(logging.DEBUG)  # every logger, SDK and httpx2 debug output included
+    cat = build_catalog(parse_config(config(server.url)), environ={"LENS_TEST_OA_KEY": SECRET, "LENS_TEST_ANTHROPIC_KEY": SECRET},
+                        max_retries=1)
+    try:
+        oa, model, _ = cat.resolve("oa/m1")
+        claude, cmodel, _ = cat.resolve("claude/c1")
+        server.push(error("openai-responses", 500, "boom"), reply("openai-responses", text="hello"),
+                    error("anthropic", 401, f"invalid x-api-key {SECRET}", kind="authentication_error"))
+        result = await oa.stream(Ctx().user("hi").request(model), Deltas())
+        assert result.text == "hello"
+        from runtime.providers.base import ProviderError
+
+        with pytest.raises(ProviderError) as info:
+            await claude.stream(Ctx().user("hi").request(cmodel), Deltas())
+        assert info.value.code == "AUTH_FAILED"
+        assert SECRET not in info.value.message and "LENS_TEST_ANTHROPIC_KEY" in info.value.message
+        # The key was sent (as the SDKs' auth header) …
+        assert server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+        h = server.requests[2].headers
+        assert SECRET in (h.get("x-api-key"), h.get("authorization", "").removeprefix("Bearer "))
+        # … and appears nowhere else.
+        assert SECRET not in caplog.text
+        assert all(SECRET not in repr(p) for p in cat.providers.values())
+        assert SECRET not in json.dumps(result.diagnostics)
+        assert all(SECRET not in json.dumps(r.body) for r in server.requests)
+    finally:
+        await cat.aclose()

@@ -1,0 +1,175 @@
+"""Cancellation mid-stream, the SDKs' retries, and provider errors mapped to stable codes."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from runtime.providers.base import ProviderError
+
+from .conftest import PROTOCOLS, Ctx, Deltas
+from .scripts import context_too_long, error, reply
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_cancel_mid_stream_closes_the_stream(protocol, server, make):
+    provider = make(protocol)
+    # The stream sends its first frames (some text), then stalls until the client goes away.
+    stalled = reply(protocol, text=["partial ", "answer"])
+    stalled.stall_after = 5 if protocol != "openai-chat" else 2
+    server.push(stalled, reply(protocol, text="after"))
+    deltas = Deltas()
+    got_text = trio.Event()
+
+    def on_delta(d):
+        deltas(d)
+        got_text.set()
+
+    with trio.move_on_after(10) as scope:  # a bound only; the test cancels as soon as text arrived
+        async with trio.open_nursery() as n:
+            async def run():
+                await provider.stream(Ctx().user("go").request(), on_delta)
+            n.start_soon(run)
+            await got_text.wait()
+            n.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    assert deltas.text().startswith("partial")
+    with trio.fail_after(10):
+        await server.disconnected.wait()  # the server saw the client close the stream
+    # The same provider (and client) serves the next request.
+    result = await provider.stream(Ctx().user("again").request(), Deltas())
+    assert result.text == "after"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_429_then_500_then_success_uses_the_sdk_retries(protocol, server, make):
+    provider = make(protocol, max_retries=2)
+    server.push(error(protocol, 429, "slow down"), error(protocol, 500, "boom"), reply(protocol, text="finally"))
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "finally"
+    assert len(server.requests) == 3
+    assert server.bodies[0] == server.bodies[2]  # the retry sent the same request
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_rate_limit_after_retries_is_retryable(protocol, server, make):
+    provider = make(protocol, max_retries=1)
+    server.push(error(protocol, 429, "slow down"), error(protocol, 429, "still slow"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    err = info.value
+    assert (err.code, err.retryable, err.status) == ("RATE_LIMITED", True, 429)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_server_error_after_retries(protocol, server, make):
+    provider = make(protocol, max_retries=0)
+    server.push(error(protocol, 500, "internal"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (info.value.code, info.value.retryable, info.value.status) == ("PROVIDER_ERROR", True, 500)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_context_too_long(protocol, server, make):
+    provider = make(protocol)
+    server.push(context_too_long(protocol))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("a very long prompt").request(), Deltas())
+    err = info.value
+    assert (err.code, err.retryable, err.status) == ("CONTEXT_TOO_LONG", False, 400)
+    assert len(server.requests) == 1  # not retried
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_auth_failure_names_the_variable_not_the_key(protocol, server, make, caplog):
+    caplog.set_level("DEBUG")
+    secret = "sk-live-THIS-IS-SECRET-0123456789"
+    provider = make(protocol, api_key=secret, api_key_env="TEST_PROVIDER_KEY")
+    server.push(error(protocol, 401, f"Incorrect API key provided: {secret}", kind="authentication_error"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    err = info.value
+    assert (err.code, err.retryable, err.status) == ("AUTH_FAILED", False, 401)
+    assert "TEST_PROVIDER_KEY" in err.message
+    assert secret not in err.message and secret not in str(err) and secret not in repr(provider)
+    assert secret not in caplog.text
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_other_errors_redact_the_key(protocol, server, make):
+    secret = "sk-live-ANOTHER-SECRET-987654321"
+    provider = make(protocol, api_key=secret, max_retries=0)
+    server.push(error(protocol, 400, f"bad field, your key {secret} is fine"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.code == "BAD_REQUEST"
+    assert secret not in info.value.message and "[redacted]" in info.value.message
+
+
+async def test_connection_refused_is_retryable(make, server):
+    provider = make("openai-chat", max_retries=0)
+    provider.base_url = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == ("CONNECTION_FAILED", True)
+
+
+async def test_anthropic_overloaded_event_inside_the_stream(server, make):
+    from .servers.base import Reply
+
+    provider = make("anthropic", max_retries=0)
+    events = reply("anthropic", text="x").events[:2] + [("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
+    server.push(Reply(events=events))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == ("OVERLOADED", True)
+
+
+async def test_responses_failed_event(server, make):
+    from .servers.base import Reply
+
+    provider = make("openai-responses", max_retries=0)
+    events = reply("openai-responses", text="x").events[:2]
+    events.append(("response.failed", {"type": "response.failed", "sequence_number": 2, "response": {
+        "id": "r1", "object": "response", "created_at": 1, "model": "m1", "status": "failed", "output": [],
+        "error": {"code": "server_error", "message": "the model crashed"}}}))
+    server.push(Reply(events=events))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.code == "PROVIDER_ERROR" and info.value.retryable
+    assert "the model crashed" in info.value.message
+
+
+async def test_responses_error_event(server, make):
+    from .servers.base import Reply
+
+    provider = make("openai-responses", max_retries=0)
+    events = reply("openai-responses", text="x").events[:2]
+    events.append(("error", {"type": "error", "sequence_number": 2, "code": "rate_limit_exceeded",
+                             "message": "Rate limit reached", "param": None}))
+    server.push(Reply(events=events))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == ("RATE_LIMITED", True)
+
+
+async def test_responses_incomplete_reports_max_tokens(server, make):
+    from .servers import openai_responses as orr
+
+    provider = make("openai-responses")
+    server.push(orr.response_stream(text="cut sh", status="incomplete", usage=orr.usage(10, 5)))
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (result.text, result.stop_reason, result.usage.output_tokens) == ("cut sh", "max_tokens", 5)
+
+
+async def test_chat_usage_absent_stays_unknown(server, make):
+    from .servers import openai_chat as oc
+
+    provider = make("openai-chat")
+    server.push(oc.chat_stream(text="no usage reported"))  # a server that sends no usage chunk
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "no usage reported"
+    assert result.usage.input_tokens is None and result.usage.output_tokens is None
+    assert result.usage.cache_read_tokens is None and result.usage.cache_write_tokens is None

@@ -1,0 +1,99 @@
+"""Images at request time (F-EXE-6): loaded from the artifact store, verified, base64 in memory."""
+
+from __future__ import annotations
+
+import base64
+
+import msgspec
+import pytest
+
+from events import types as t
+from runtime.config import ModelConfig
+from runtime.providers.base import ProviderError
+
+from .conftest import PROTOCOLS, Ctx, Deltas, image_part, tiny_png
+from .scripts import reply
+
+
+def images_in(protocol: str, body: dict) -> list[str]:
+    """The base64 payloads of every image in a request body."""
+    out = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if o.get("type") == "input_image":
+                out.append(o["image_url"].split(",", 1)[1])
+            elif o.get("type") == "image_url":
+                out.append(o["image_url"]["url"].split(",", 1)[1])
+            elif o.get("type") == "image":
+                out.append(o["source"]["data"])
+            else:
+                for v in o.values():
+                    walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(body)
+    return out
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_image_round_trip_then_a_flipped_byte_is_caught_before_sending(protocol, server, make, artifacts):
+    provider = make(protocol, load_image=artifacts.load)
+    user_img = image_part(artifacts.store, 1)
+    tool_img = image_part(artifacts.store, 2)
+    ctx = (Ctx().user("what is this?", user_img)
+           .response("", ("v1", "view_image", {"path": "b.png"}))
+           .result("v1", "the image", tool_img))
+    server.push(reply(protocol, text="two pictures"))
+    before = msgspec.json.encode(ctx.items)
+    result = await provider.stream(ctx.request(), Deltas())
+    assert result.text == "two pictures" and result.diagnostics["images"] == 2
+    sent = images_in(protocol, server.bodies[0])
+    assert [base64.b64decode(s) for s in sent] == [tiny_png(1), tiny_png(2)]
+    assert msgspec.json.encode(ctx.items) == before  # the context still holds only artifact ids
+    if protocol == "openai-chat":  # tool images follow the tool message in a user message
+        msgs = server.bodies[0]["messages"]
+        assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "user"]
+        assert msgs[4]["content"][0]["text"] == "Images returned by tool call v1:"
+    if protocol == "anthropic":
+        result_block = server.bodies[0]["messages"][2]["content"][0]
+        assert [b["type"] for b in result_block["content"]] == ["text", "image"]
+
+    # Flip one byte of the stored artifact: the request is refused before anything is sent.
+    path = artifacts.store.root / tool_img.artifact_id
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert info.value.code == "ARTIFACT_CORRUPT"
+    assert len(server.requests) == 1
+
+
+async def test_a_loader_that_returns_wrong_bytes_is_caught_too(server, make, artifacts):
+    part = image_part(artifacts.store)
+
+    async def lying_loader(artifact_id: str) -> bytes:
+        return tiny_png(9)
+
+    provider = make("anthropic", load_image=lying_loader)
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("see", part).request(), Deltas())
+    assert info.value.code == "ARTIFACT_CORRUPT" and server.requests == []
+
+
+async def test_missing_artifact_and_models_without_images(server, make, artifacts):
+    missing = t.ImagePart("0" * 64, "image/png")
+    provider = make("openai-chat", load_image=artifacts.load)
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("see", missing).request(), Deltas())
+    assert info.value.code == "ARTIFACT_NOT_FOUND" and server.requests == []
+    # A model configured without image input gets a placeholder instead of the bytes.
+    text_only = make("openai-chat", load_image=artifacts.load, models={"m1": ModelConfig(id="m1", images=False)})
+    server.push(reply("openai-chat", text="ok"))
+    await text_only.stream(Ctx().user("see", missing).request(), Deltas())
+    content = server.bodies[0]["messages"][1]["content"]
+    assert images_in("openai-chat", server.bodies[0]) == []
+    assert "omitted" in content[1]["text"]

@@ -1,0 +1,78 @@
+"""Native tool names and stable digest aliases (F-MOD-3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.providers.base import ProviderError
+from runtime.providers.names import NATIVE_NAME_RE, ToolNames, alias_for
+
+from .conftest import PROTOCOLS, Ctx, Deltas
+from .scripts import reply
+
+ODD = ["mcp__github__search.issues", "mcp__srv__tool with spaces", "werkzeug_ß_ünïcode", "x" * 65,
+       "mcp__a__" + "very_long_segment_" * 6]
+
+
+def tool(name: str) -> dict:
+    return {"name": name, "description": f"does {name}", "input_schema": {"type": "object", "properties": {}}}
+
+
+def test_native_names_pass_through_and_others_get_valid_stable_aliases():
+    assert alias_for("read_file") == "read_file"
+    assert alias_for("a" * 64) == "a" * 64
+    aliases = [alias_for(i) for i in ODD]
+    assert all(NATIVE_NAME_RE.match(a) for a in aliases)
+    assert len(set(aliases)) == len(ODD)
+    assert aliases == [alias_for(i) for i in ODD]  # a pure function of the id
+    assert alias_for("mcp__github__search.issues").startswith("mcp__github__search_issues_")
+    # Ids that sanitise to the same readable text still differ by their digest.
+    assert alias_for("a.b") != alias_for("a b") and alias_for("a.b")[:4] == alias_for("a b")[:4]
+
+
+def test_alias_is_the_same_whatever_the_load_order():
+    forward = ToolNames(["read_file", *ODD])
+    backward = ToolNames([*reversed(ODD), "read_file"])
+    for i in ODD + ["read_file"]:
+        assert forward.native(i) == backward.native(i)
+        assert forward.internal(forward.native(i)) == i
+    assert forward.internal("unknown_tool") == "unknown_tool"
+
+
+def test_a_collision_is_refused():
+    names = ToolNames()
+    names._internal[alias_for("mcp__x.y")] = "someone_else"  # noqa: SLF001 - stands in for a digest clash
+    with pytest.raises(ProviderError) as info:
+        names.add("mcp__x.y")
+    assert info.value.code == "TOOL_NAME_COLLISION"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_aliases_on_the_wire_and_calls_mapped_back(protocol, server, make):
+    provider = make(protocol)
+    mcp = "mcp__github__search.issues"
+    alias = alias_for(mcp)
+    # Same tools, two load orders: the wire names are the same.
+    server.push(reply(protocol, calls=[("call_1", alias, {"q": "bug"})]), reply(protocol, text="found"))
+    ctx = Ctx().user("search")
+    first = await provider.stream(ctx.request(tools=[tool(mcp), tool("read_file")]), Deltas())
+    assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [(mcp, {"q": "bug"})]  # internal id back
+    assert first.diagnostics["tool_aliases"] == {alias: mcp}
+    ctx.response("", *[(c.call_id, c.name, c.arguments) for c in first.tool_calls]).result("call_1", "1 issue")
+    # Second request: other load order, and the MCP tool is no longer offered; history still
+    # names it by the same alias.
+    await provider.stream(ctx.request(tools=[tool("read_file")]), Deltas())
+    b0, b1 = server.bodies
+    if protocol == "openai-responses":
+        names0 = [t["name"] for t in b0["tools"]]
+        assert names0 == [alias, "read_file"]
+        assert b0["tools"][0]["description"].startswith(f"[capability id: {mcp}]")
+        assert [m["name"] for m in b1["input"] if m.get("type") == "function_call"] == [alias]
+    elif protocol == "openai-chat":
+        assert [t["function"]["name"] for t in b0["tools"]] == [alias, "read_file"]
+        assert b1["messages"][2]["tool_calls"][0]["function"]["name"] == alias
+    else:
+        assert [t["name"] for t in b0["tools"]] == [alias, "read_file"]
+        assert b1["messages"][1]["content"][0]["name"] == alias

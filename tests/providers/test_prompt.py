@@ -1,0 +1,64 @@
+"""System prompt assembly (F-CTX-4): five sections, two AGENTS.md files, no upward walk."""
+
+from __future__ import annotations
+
+from runtime.prompt import (
+    DEFAULT_PREAMBLE,
+    MAX_PROJECT_FILE_CHARS,
+    ProjectFile,
+    PromptInputs,
+    SkillMeta,
+    assemble,
+    build_system_prompt,
+    load_project_files,
+    sections,
+)
+
+
+class FakeFs:
+    """The injected reader: a dict of path -> text; records every path asked for."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self.asked: list[str] = []
+
+    async def __call__(self, path: str) -> str | None:
+        self.asked.append(path)
+        return self.files.get(path)
+
+
+def test_sections_in_order_and_empty_ones_left_out():
+    full = PromptInputs(project_files=[ProjectFile("~/.agents/AGENTS.md", "user rule"), ProjectFile("<workspace>/AGENTS.md", "repo rule")],
+                        skills=[SkillMeta("review", "Review a change", "skills/review")], cwd="/w")
+    assert [name for name, _ in sections(full)] == ["preamble", "rules", "project_context", "skills", "cwd"]
+    text = assemble(full)
+    assert text.startswith(DEFAULT_PREAMBLE)
+    assert text.index("user rule") < text.index("repo rule") < text.index("- review: Review a change (skills/review)")
+    assert text.endswith("Current working directory: /w")
+    bare = PromptInputs(rules=(), project_files=(), skills=(), cwd=None)
+    assert [name for name, _ in sections(bare)] == ["preamble"]
+    assert assemble(full) == assemble(full)  # pure: a stable cache prefix
+
+
+async def test_project_context_reads_exactly_the_two_files():
+    fs = FakeFs({"/home/u/.agents/AGENTS.md": "Prefer tabs.", "/repo/AGENTS.md": "Run make test.",
+                 "/AGENTS.md": "never read (no upward walk)", "/repo/sub/AGENTS.md": "never read either"})
+    files = await load_project_files(fs, workspace="/repo", home="/home/u")
+    assert fs.asked == ["/home/u/.agents/AGENTS.md", "/repo/AGENTS.md"]
+    assert files == [ProjectFile("~/.agents/AGENTS.md", "Prefer tabs."), ProjectFile("<workspace>/AGENTS.md", "Run make test.")]
+    system = await build_system_prompt(fs, workspace="/repo", home="/home/u")
+    assert len(system) == 1
+    assert "Prefer tabs." in system[0] and "Run make test." in system[0] and "never read" not in system[0]
+    assert "Current working directory: /repo" in system[0]
+    assert "/home/u" not in system[0]  # the home path is shown as ~
+
+
+async def test_missing_files_and_oversized_ones():
+    fs = FakeFs({"/repo/AGENTS.md": "x" * (MAX_PROJECT_FILE_CHARS + 10)})
+    system = (await build_system_prompt(fs, workspace="/repo/", home="/home/u", cwd="/repo/src"))[0]
+    assert "~/.agents/AGENTS.md" not in system
+    assert "truncated" in system and f"{MAX_PROJECT_FILE_CHARS + 10} characters" in system
+    assert fs.asked == ["/home/u/.agents/AGENTS.md", "/repo/AGENTS.md"]
+    assert "Current working directory: /repo/src" in system
+    none = FakeFs({})
+    assert await load_project_files(none, workspace=None, home=None) == [] and none.asked == []

@@ -1,0 +1,79 @@
+"""``ask_user`` (F-HAR-1): ask the user questions with options; main agent only.
+
+The call waits for the first valid answer (``{kind: answer, optionIds?, text?}`` or
+``{kind: skip}``), given through ``POST /sessions/{id}/questions/{questionId}/answer``. A session
+that is stopped, aborted or restarted cancels its open questions; the call then ends as
+interrupted and the model is told.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from events import types as t
+
+from .base import ToolContext, ToolError, ToolResult, ToolSpec
+
+MAX_QUESTIONS = 5
+MAX_OPTIONS = 20
+MAX_TEXT = 2000
+
+
+async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    if set(args) != {"questions"} or not isinstance(args["questions"], list):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "ask_user takes {\"questions\": [{id, text, options?, allow_text?}]}")
+    raw = args["questions"]
+    if not 1 <= len(raw) <= MAX_QUESTIONS:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"ask 1 to {MAX_QUESTIONS} questions at a time")
+    try:
+        questions = msgspec.convert(raw, list[t.Question])
+    except msgspec.ValidationError as exc:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions: {exc}") from None
+    ids = [q.id for q in questions] + [o.id for q in questions for o in q.options]
+    if len(set(ids)) != len(ids):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "question and option ids must be unique")
+    for q in questions:
+        if not q.text.strip() or len(q.text) > MAX_TEXT or len(q.options) > MAX_OPTIONS:
+            raise ToolError("TOOL_ARGUMENTS_INVALID",
+                            f"question {q.id!r}: text 1 to {MAX_TEXT} characters, at most {MAX_OPTIONS} options")
+        if not q.options and not q.allow_text:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"question {q.id!r} has no options and allows no text")
+    if ctx.ask is None:
+        raise ToolError("ASK_UNAVAILABLE", "this caller cannot ask the user")
+    record = await ctx.ask(questions)
+    if record.get("status") != "answered":
+        raise ToolError("QUESTION_CANCELLED", f"the question was cancelled ({record.get('reason', '')})")
+    answer = record["answer"]
+    if answer["kind"] == "skip":
+        return ToolResult.text("The user skipped the question.", {"question_id": record["question_id"], "answer": answer})
+    labels = {o.id: o.label for q in questions for o in q.options}
+    parts = []
+    if answer.get("optionIds"):
+        parts.append("chose " + ", ".join(f"{labels[o]} ({o})" for o in answer["optionIds"]))
+    if answer.get("text"):
+        parts.append(f"wrote: {answer['text']}")
+    return ToolResult.text("The user " + "; ".join(parts) + ".", {"question_id": record["question_id"], "answer": answer})
+
+
+ASK_USER_TOOL = ToolSpec(
+    "ask_user",
+    "Ask the user one or more questions (with options and/or free text) and wait for the answer.",
+    {
+        "type": "object",
+        "properties": {"questions": {"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"}, "text": {"type": "string"},
+                "options": {"type": "array", "items": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "label": {"type": "string"}}, "required": ["id", "label"]}},
+                "allow_text": {"type": "boolean"}},
+            "required": ["id", "text"]}}},
+        "required": ["questions"],
+        "additionalProperties": False,
+    },
+    ask_user,
+    main_only=True,
+    read_only=False,
+)
