@@ -6,10 +6,10 @@ include what compaction later replaced, subagents' items and every task's. Items
 
 Search (:class:`HistoryIndex`) is scoped to one project. Query syntax: words (all must match),
 ``"exact phrases"`` and ``prefix*``; user text is always quoted into the FTS grammar, so
-operators and quotes in it are plain text. Order: relevance (bm25) then recency when the query
-matches at most :data:`RANKED_LIMIT` items, recency alone beyond that (ranking every match of a
-very common word costs too much); paging continues after a context item id with a total order
-(rank, seq, item), so pages never skip or repeat.
+operators and quotes in it are plain text. Order: relevance (:func:`lens_rank`) then recency when
+the query matches at most :data:`RANKED_LIMIT` items, recency alone beyond that (ranking every
+match of a very common word costs too much); the mode depends only on the query's matches, and
+paging continues after a context item id in that total order, so pages never skip or repeat.
 """
 
 from __future__ import annotations
@@ -212,22 +212,34 @@ class Hit:
                 "taskId": self.task_id, "role": self.role, "seq": self.seq, "snippet": self.snippet}
 
 
+def lens_rank(api: apsw.FTS5ExtensionApi) -> float:
+    """Relevance of one match: occurrences of the query's phrases in the item, length-normalised
+    (BM25's term-frequency part). Lower is better, like ``bm25()``. Unlike ``bm25()`` it needs no
+    corpus-wide document counts, which cost a scan of every common term's whole doclist."""
+    hits = api.inst_count
+    size = api.column_size(0) or 1
+    return -(hits / (hits + 1.2 * (0.25 + 0.75 * size / 40.0)))
+
+
 class HistoryIndex:
     """Read-side queries over the history projection (synchronous; one connection)."""
 
     def __init__(self, conn: apsw.Connection) -> None:
         self.conn = conn
+        conn.register_fts5_function("lens_rank", lens_rank)
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
                task_id: str | None = None, after_item_id: str | None = None, limit: int = 20) -> tuple[list[Hit], str | None]:
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
         terms = fts_query(query)
-        tags = [id_tag("p", project_id)]
-        for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id)):
-            if val is not None:
-                tags.append(id_tag(kind, val))
-        expr = f"text : ({terms}) AND tags : ({' AND '.join(chr(34) + x + chr(34) for x in tags)})"
+        # Selective filters (session, agent, task) intersect inside FTS5 as tag tokens; the project,
+        # which most rows share, is checked on the joined row (a huge tag doclist only slows AND).
+        tags = [id_tag(kind, val) for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id))
+                if val is not None]
+        expr = f"text : ({terms})"
+        if tags:
+            expr += f" AND tags : ({' AND '.join(chr(34) + x + chr(34) for x in tags)})"
         where = ["i.project_id = ?", "i.hidden = 0"]
         args: list[Any] = [project_id]
         for col, val in (("session_id", session_id), ("agent_id", agent_id), ("task_id", task_id)):
@@ -235,9 +247,6 @@ class HistoryIndex:
                 where.append(f"i.{col} = ?")
                 args.append(val)
         cond = " AND ".join(where)
-        probe = self.conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM history_fts WHERE history_fts MATCH ? LIMIT ?)",
-            (expr, RANKED_LIMIT + 1)).fetchall()[0][0]
         cols = ("i.rowid, i.item_id, i.project_id, i.session_id, i.agent_id, i.task_id, i.role, i.seq, "
                 f"snippet(history_fts, 0, '[', ']', '…', {SNIPPET_TOKENS})")  # column 0: text
         cursor_rowid = None
@@ -247,30 +256,42 @@ class HistoryIndex:
             if not found:
                 raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not an item of this project")
             cursor_rowid = found[0][0]
-        if probe <= RANKED_LIMIT:
-            # Rank every match (at most RANKED_LIMIT) by (bm25, newest first), cheaply: no snippets yet.
-            ranked = [r[0] for r in self.conn.execute(
-                "SELECT i.rowid FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
-                f"WHERE history_fts MATCH ? AND {cond} ORDER BY bm25(history_fts), i.rowid DESC", (expr, *args))]
+        # One pass, newest first, up to RANKED_LIMIT + 1 matches with their relevance. CROSS JOIN keeps
+        # FTS5 as the outer loop, so matches stream in rowid order and LIMIT stops early.
+        head = list(self.conn.execute(
+            "SELECT i.rowid, lens_rank(history_fts) FROM history_fts CROSS JOIN history_items i "
+            f"ON i.rowid = history_fts.rowid WHERE history_fts MATCH ? AND {cond} "
+            "ORDER BY history_fts.rowid DESC LIMIT ?", (expr, *args, RANKED_LIMIT + 1)))
+        if len(head) <= RANKED_LIMIT:
+            # Few matches: relevance first, then newest. The order depends only on the matches.
+            ordered = [r[0] for r in sorted(head, key=lambda r: (r[1], -r[0]))]
             start = 0
             if cursor_rowid is not None:
                 try:
-                    start = ranked.index(cursor_rowid) + 1
+                    start = ordered.index(cursor_rowid) + 1
                 except ValueError:
                     raise HistoryError("INVALID_ARGUMENT",
                                        f"after_context_item_id {after_item_id!r} is not a result of this query") from None
-            wanted = ranked[start:start + limit + 1]
-            by_rowid = {r[0]: r for r in self.conn.execute(
-                f"SELECT {cols} FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
-                f"WHERE history_fts MATCH ? AND i.rowid IN ({','.join('?' * len(wanted)) or 'NULL'})",
-                (expr, *wanted))}
-            page = [by_rowid[r] for r in wanted if r in by_rowid]
+            wanted = ordered[start:start + limit + 1]
+        elif cursor_rowid is None:
+            wanted = [r[0] for r in head[:limit + 1]]  # many matches: newest first
         else:
-            extra = " AND i.rowid < ?" if cursor_rowid is not None else ""
-            page = list(self.conn.execute(
-                f"SELECT {cols} FROM history_fts JOIN history_items i ON i.rowid = history_fts.rowid "
-                f"WHERE history_fts MATCH ? AND {cond}{extra} ORDER BY history_fts.rowid DESC LIMIT ?",
-                (expr, *args, *([cursor_rowid] if cursor_rowid is not None else []), limit + 1)))
+            wanted = [r[0] for r in self.conn.execute(
+                "SELECT i.rowid FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
+                f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid < ? "
+                "ORDER BY history_fts.rowid DESC LIMIT ?", (expr, *args, cursor_rowid, limit + 1))]
+        # Snippets only for the page (computing them for every match is what costs), in one MATCH
+        # evaluation over the page's rowid range: an IN list would re-evaluate the query per rowid.
+        by_rowid: dict[int, tuple] = {}
+        if wanted:
+            wanted_set = set(wanted)
+            for r in self.conn.execute(
+                    f"SELECT {cols} FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
+                    "WHERE history_fts MATCH ? AND history_fts.rowid BETWEEN ? AND ?",
+                    (expr, min(wanted), max(wanted))):
+                if r[0] in wanted_set:
+                    by_rowid[r[0]] = r
+        page = [by_rowid[r] for r in wanted if r in by_rowid]
         more = len(page) > limit
         page = page[:limit]
         hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in page]
