@@ -1,0 +1,101 @@
+"""POST /history/search and GET /history/items/{id} through the real daemon, and the answer route."""
+
+from __future__ import annotations
+
+from .conftest import Daemon, error_of
+
+
+async def test_history_search_and_read_over_http(daemon: Daemon, strong: str, reader: str) -> None:
+    p1 = await daemon.project(strong, "one")
+    p2 = await daemon.project(strong, "two")
+    s1 = (await daemon.session(strong, p1["id"]))["id"]
+    s2 = (await daemon.session(strong, p1["id"]))["id"]
+    s3 = (await daemon.session(strong, p2["id"]))["id"]
+    await daemon.submit(strong, s1, "r1", "the quokka lives in the garden ✓ ünï")
+    await daemon.submit(strong, s2, "r1", "another quokka in session two")
+    await daemon.submit(strong, s3, "r1", "secret quokka of project two")
+    for sid in (s1, s2, s3):
+        await daemon.wait_idle(strong, sid)
+
+    resp = await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "quokka"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    results = body["results"]
+    assert {r["sessionId"] for r in results} == {s1, s2}
+    assert set(results[0]) >= {"contextItemId", "sessionId", "agentId", "taskId", "role", "snippet"}
+    assert all("secret" not in r["snippet"] for r in results)
+    assert body["nextAfterContextItemId"] is None
+
+    # paging: limit 1, then after the first id
+    page1 = (await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "quokka", "limit": 1})).json()
+    assert len(page1["results"]) == 1 and page1["nextAfterContextItemId"] == page1["results"][0]["contextItemId"]
+    page2 = (await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "quokka", "limit": 1,
+                                                           "afterContextItemId": page1["nextAfterContextItemId"]})).json()
+    assert page2["results"][0]["contextItemId"] != page1["results"][0]["contextItemId"]
+
+    # filters
+    only = (await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "quokka",
+                                                          "sessionId": s2})).json()["results"]
+    assert only and {r["sessionId"] for r in only} == {s2}
+
+    # read one item in byte pages
+    item = next(r for r in results if r["sessionId"] == s1 and r["role"] == "user")["contextItemId"]
+    text, offset, digests = b"", 0, set()
+    while True:
+        resp = await daemon.get(f"/history/items/{item}?offset={offset}&limit=5", reader)
+        assert resp.status_code == 200, resp.text
+        page = resp.json()
+        assert set(page) >= {"contextItemId", "text", "offset", "nextOffset", "eof", "digest"}
+        text += page["text"].encode()
+        digests.add(page["digest"])
+        offset = page["nextOffset"]
+        if page["eof"]:
+            break
+    assert text.decode() == "the quokka lives in the garden ✓ ünï"
+    assert len(digests) == 1
+
+    # bad input gets clear errors
+    resp = await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "x" * 5000})
+    assert resp.status_code == 400 and error_of(resp) == "QUERY_TOO_LONG"
+    resp = await daemon.post("/history/search", reader, {"projectId": "nope", "query": "quokka"})
+    assert resp.status_code == 404 and error_of(resp) == "PROJECT_NOT_FOUND"
+    resp = await daemon.post("/history/search", reader, {"query": "quokka"})
+    assert resp.status_code == 422 and error_of(resp) == "VALIDATION_FAILED"
+    resp = await daemon.get("/history/items/c999999", reader)
+    assert resp.status_code == 404 and error_of(resp) == "HISTORY_ITEM_NOT_FOUND"
+
+
+async def test_answering_a_question_over_http(daemon_factory) -> None:
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "ask me", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
+            {"id": "q", "text": "Which colour?", "options": [{"id": "r", "label": "red"}, {"id": "b", "label": "blue"}]}]}}]}]}]}
+    daemon = await daemon_factory(config)
+    strong = await daemon.pair("answerer", strong=True)
+    reader = await daemon.pair("watcher")
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "please ask me")
+
+    async def awaiting():
+        view = await daemon.view(strong, sid)
+        return view if view["status"] == "awaiting_answer" else None
+
+    from .conftest import wait_until
+    view = await wait_until(awaiting, what="awaiting_answer")
+    qid = view["questions"][0]["questionId"]
+    path = f"/sessions/{sid}/questions/{qid}/answer"
+    resp = await daemon.post(path, reader, {"kind": "skip"})
+    assert resp.status_code == 403
+    resp = await daemon.post(path, strong, {"kind": "answer", "optionIds": ["zz"]})
+    assert resp.status_code == 422 and error_of(resp) == "ANSWER_INVALID"
+    resp = await daemon.post(path, strong, {"kind": "answer", "optionIds": ["b", "r"]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["answer"] == {"kind": "answer", "optionIds": ["r", "b"]}
+    again = await daemon.post(path, strong, {"kind": "skip"})  # the first valid answer wins
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert again.json()["answer"]["optionIds"] == ["r", "b"]
+    view = await daemon.wait_idle(strong, sid)
+    texts = [i.get("text", "") for i in view["items"]]
+    assert any("red (r), blue (b)" in t for t in texts)
+    resp = await daemon.post(f"/sessions/{sid}/questions/nope/answer", strong, {"kind": "skip"})
+    assert resp.status_code == 404 and error_of(resp) == "QUESTION_NOT_FOUND"
