@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+from abc import ABC, abstractmethod
 from typing import Any, Mapping
 
 import trio
@@ -51,7 +52,7 @@ _CONTEXT_PATTERNS = re.compile(
 )
 
 
-class SdkProvider:
+class SdkProvider(ABC):
     """Common state of an SDK-backed provider. Subclasses implement ``stream``.
 
     The key is held privately, read once from the environment by the catalog; it is never part of
@@ -103,8 +104,9 @@ class SdkProvider:
             self._client = self._make_client()
         return self._client
 
-    def _make_client(self) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def _make_client(self) -> Any:
+        """The SDK's async client for this provider (openai.AsyncOpenAI / anthropic.AsyncAnthropic)."""
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
