@@ -198,6 +198,10 @@ class ModelResponded(_Event, tag="model.responded"):
     usage: Usage = Usage()
     provider_response_id: str | None = None
     diagnostics: dict[str, Any] = {}  # e.g. the cache breakpoints actually sent
+    # Provider-native opaque reasoning (signed thinking blocks, encrypted reasoning items) as
+    # received, ``{"protocol": ..., "block": {...}}`` each; sent back unchanged on later requests
+    # to the same protocol (see runtime/providers/compile.py).
+    reasoning_blocks: list[dict[str, Any]] = []
 
 
 class ModelFailed(_Event, tag="model.failed"):

@@ -43,6 +43,10 @@ class ModelConfig(_C):
     images: bool = False
     explicit_cache: bool = False
     cache_ttl: str | None = None  # explicit cache breakpoints' ttl: "30m" or "12h"
+    # the largest answer, in tokens (Anthropic ``max_tokens``, to which a thinking budget is added;
+    # Responses ``max_output_tokens``; Chat ``max_completion_tokens`` on OpenAI's own API, else
+    # ``max_tokens``). None: the provider's default (Anthropic 8192; Responses/Chat: not sent).
+    max_output_tokens: int | None = None
 
 
 Protocol = Literal["openai-responses", "openai-chat", "anthropic", "faux"]
@@ -118,6 +122,10 @@ def _check(cfg: Config, where: str) -> None:
             raise ConfigError(f"{where}: provider id {p.id!r} must be non-empty and without '/'")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
+    for p in cfg.providers:
+        for m in p.models:
+            if m.max_output_tokens is not None and m.max_output_tokens < 1:
+                raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: maxOutputTokens must be a positive integer")
     if cfg.default_model is not None and "/" not in cfg.default_model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
 

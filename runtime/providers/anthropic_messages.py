@@ -10,7 +10,12 @@ persisted items keep their role and text. Tool calls are ``tool_use`` blocks, th
 messages of one role are merged, and the conversation starts with a user message.
 
 Thinking: ``thinking_level`` low/medium/high → ``thinking: {type: enabled, budget_tokens}``
-(``max_tokens`` grows by the budget); thinking deltas stream as reasoning.
+(``max_tokens`` — the model's ``maxOutputTokens``, else the provider default — grows by the
+budget); thinking deltas stream as reasoning. The response's ``thinking`` (with its
+``signature``) and ``redacted_thinking`` (with its ``data``) blocks are returned in
+``ModelResult.reasoning_blocks`` and sent back, unchanged and first, in that assistant turn's
+content on every later request (the API requires them for a turn that used tools while thinking);
+blocks recorded under another protocol are left out.
 Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`).
 """
 
@@ -23,10 +28,11 @@ from events import types as t
 
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
-from .compile import Compiled, Entry, Image, arguments_object, instruction_text, prepare, summary_text
+from .compile import Compiled, Entry, Image, arguments_object, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import SdkProvider, malformed, reported, usage_dict
 
+PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
 CONTINUE_TEXT = "(The conversation continues.)"
 EPHEMERAL = {"type": "ephemeral"}
@@ -65,7 +71,9 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
         elif e.kind == "user":
             add("user", _blocks(e) or [{"type": "text", "text": "(empty)"}])
         elif e.kind == "assistant":
-            blocks = _blocks(e)
+            # Signed thinking first, exactly as received (never marked for caching: only input
+            # blocks before an assistant turn and the tail are).
+            blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
             blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
                         "input": arguments_object(c.arguments)} for c in e.calls]
             add("assistant", blocks or [{"type": "text", "text": "(empty)"}])
@@ -108,7 +116,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
 
 
 class AnthropicProvider(SdkProvider):
-    protocol = "anthropic"
+    protocol = PROTOCOL
 
     def _make_client(self) -> Any:
         import anthropic
@@ -122,7 +130,7 @@ class AnthropicProvider(SdkProvider):
 
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
-        kwargs, cache = render(compiled, request, max_tokens=self.max_output_tokens)
+        kwargs, cache = render(compiled, request, max_tokens=model.max_output_tokens or self.max_output_tokens)
         raw_json: dict[int, list[str]] = {}
         try:
             async with self.client().messages.stream(**kwargs) as stream:
@@ -147,11 +155,16 @@ class AnthropicProvider(SdkProvider):
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[t.ToolCall] = []
+        native: list[dict[str, Any]] = []
         for index, block in enumerate(msg.content or []):
             if block.type == "text":
                 text.append(block.text)
             elif block.type == "thinking":
                 reasoning.append(block.thinking)
+                native.append({"protocol": self.protocol, "block": {
+                    "type": "thinking", "thinking": block.thinking, "signature": block.signature}})
+            elif block.type == "redacted_thinking":
+                native.append({"protocol": self.protocol, "block": {"type": "redacted_thinking", "data": block.data}})
             elif block.type == "tool_use":
                 args = "".join(raw_json.get(index, [])) or json.dumps(block.input if block.input is not None else {})
                 calls.append(t.ToolCall(block.id, compiled.names.internal(block.name), args))
@@ -172,4 +185,4 @@ class AnthropicProvider(SdkProvider):
             raise ProviderError("PROVIDER_ERROR", "anthropic: stop_reason tool_use without a tool_use block", retryable=True)
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=msg.stop_reason, usage=usage, response_id=getattr(msg, "id", None),
-                           diagnostics=diagnostics)
+                           reasoning_blocks=native, diagnostics=diagnostics)

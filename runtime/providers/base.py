@@ -40,6 +40,12 @@ class ModelResult:
     stop_reason: str | None = None
     usage: t.Usage = field(default_factory=t.Usage)
     response_id: str | None = None
+    # The provider's own opaque reasoning output, exactly as received, for sending back on later
+    # turns: ``{"protocol": <provider protocol>, "block": <native block>}`` each — Anthropic
+    # ``thinking`` (with ``signature``) / ``redacted_thinking`` (with ``data``) blocks, OpenAI
+    # Responses ``reasoning`` items (``id``, ``summary``, ``encrypted_content``). Compilation sends
+    # a block back only to the protocol it came from.
+    reasoning_blocks: list[dict[str, Any]] = field(default_factory=list)
     # What was actually sent, for the record (``model.responded``): cache breakpoints placed,
     # tool-name aliases, synthetic results, images. Never request content or key material.
     diagnostics: dict[str, Any] = field(default_factory=dict)

@@ -15,6 +15,11 @@ module renders into its SDK's request shape. What happens here, once for all pro
   order. A call without a result item gets a synthetic error result
   (:data:`SYNTHETIC_RESULT_TEXT`) so the request stays valid; a result whose call is not in the
   context is left out (``diagnostics["dropped_results"]``).
+* **Reasoning blocks.** The provider-native reasoning a response carried (signed Anthropic
+  thinking blocks, encrypted Responses reasoning items; see ``ModelResult.reasoning_blocks``)
+  rides on its assistant entry, tagged with the protocol it came from. Each protocol module sends
+  back only its own (:func:`native_reasoning`), unchanged; blocks from another protocol (the
+  session switched models) are left out.
 * **Images.** Each :class:`~events.types.ImagePart` is loaded by artifact id, its SHA-256
   checked against the id, and base64-encoded in memory only (never written back anywhere).
   A damaged artifact raises ``ProviderError("ARTIFACT_CORRUPT")`` before anything is sent.
@@ -27,13 +32,14 @@ request twice gives the same entries.
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
 from events import types as t
-from projections.session_state import Item
+from projections.session_state import Item, item_parts
 
 from .base import ModelRequest, ProviderError
 from .names import ToolNames
@@ -77,6 +83,9 @@ class Entry:
     is_error: bool = False
     synthetic: bool = False
     item_ids: list[str] = field(default_factory=list)
+    # assistant entries: ``{"protocol", "block"}`` dicts as recorded (the persisted items' own
+    # objects: read them through :func:`native_reasoning`, which copies)
+    reasoning_blocks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -112,7 +121,7 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
     stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0}
 
     async def parts_of(item: Item) -> list[Part]:
-        src: list[t.ContentPart] = list(item.parts) if item.parts else ([t.TextPart(item.text)] if item.text else [])
+        src: list[t.ContentPart] = item_parts(item)
         out: list[Part] = []
         for p in src:
             if isinstance(p, t.TextPart):
@@ -156,6 +165,7 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
             entry = Entry("assistant")
             while i < len(items) and items[i].role in ("assistant", "tool_call") and items[i].seq == seq:
                 cur = items[i]
+                entry.reasoning_blocks.extend(cur.reasoning_blocks)
                 if cur.role == "assistant":
                     entry.parts.extend(await parts_of(cur))
                 elif cur.call is not None:
@@ -201,6 +211,20 @@ async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image:
     if hashlib.sha256(data).hexdigest() != part.artifact_id:
         raise ProviderError("ARTIFACT_CORRUPT", f"artifact {part.artifact_id} does not match its SHA-256; the request was not sent")
     return Image(part.artifact_id, part.mime, base64.b64encode(data).decode("ascii"))
+
+
+def native_reasoning(compiled: Compiled, entry: Entry, protocol: str) -> list[dict[str, Any]]:
+    """The native reasoning blocks of assistant ``entry`` that came from ``protocol``, in order,
+    as deep copies (the renderer may add keys without touching the persisted items). Blocks of
+    another protocol are counted in ``compiled.diagnostics["foreign_reasoning_blocks"]``."""
+    out: list[dict[str, Any]] = []
+    for rb in entry.reasoning_blocks:
+        block = rb.get("block") if isinstance(rb, dict) else None
+        if isinstance(block, dict) and rb.get("protocol") == protocol:
+            out.append(copy.deepcopy(block))
+        else:
+            compiled.diagnostics["foreign_reasoning_blocks"] = compiled.diagnostics.get("foreign_reasoning_blocks", 0) + 1
+    return out
 
 
 def arguments_object(arguments: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ the same answers. With no matching turn the default is deterministic too: a mess
 from __future__ import annotations
 
 import json
+from collections import deque
 from typing import Any, Callable
 
 import msgspec
@@ -18,6 +19,8 @@ import trio
 from events import types as t
 
 from .base import Delta, ModelRequest, ModelResult, ProviderError
+
+REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
 
 
 class FauxToolCall(msgspec.Struct, frozen=True, rename="camel"):
@@ -57,7 +60,9 @@ class FauxProvider:
     def __init__(self, id: str = "faux", script: list[FauxTurn] | None = None) -> None:
         self.id = id
         self.script = list(script or [])
-        self.requests: list[ModelRequest] = []  # what was asked, for tests and demos
+        # What was asked, for tests and demos: the latest REQUESTS_KEPT only (indexable, len,
+        # iterable, ``clear()``), so a long-running daemon on the faux provider stays bounded.
+        self.requests: deque[ModelRequest] = deque(maxlen=REQUESTS_KEPT)
 
     @classmethod
     def from_config(cls, id: str, script: Any) -> "FauxProvider":

@@ -25,6 +25,13 @@ from .names import describe
 from .sdk import SdkProvider, malformed, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
+OPENAI_HOST = "api.openai.com"
+
+
+def max_tokens_key(base_url: str | None) -> str:
+    """OpenAI's own API wants ``max_completion_tokens`` (its reasoning models refuse
+    ``max_tokens``); compatible servers (vLLM, Ollama, llama.cpp, DeepSeek…) know ``max_tokens``."""
+    return "max_completion_tokens" if base_url is None or OPENAI_HOST in base_url else "max_tokens"
 
 
 def _parts(entry: Entry, text: str | None = None) -> list[dict[str, Any]]:
@@ -47,8 +54,11 @@ def _simplify(message: dict[str, Any]) -> None:
         message["content"] = content[0]["text"]
 
 
-def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, ttl: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``chat.completions.create`` keyword arguments and the cache diagnostics."""
+def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, ttl: str,
+           max_output_tokens: int | None = None, max_tokens_key: str = "max_tokens") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``chat.completions.create`` keyword arguments and the cache diagnostics.
+
+    Chat Completions has no field for provider-native reasoning blocks: none are sent back."""
     names = compiled.names
     messages: list[dict[str, Any]] = []
     marks: list[tuple[caching.Candidate, dict[str, Any]]] = []  # (candidate, the part to mark)
@@ -108,6 +118,8 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}} for tool in compiled.tools]
     if request.thinking_level in REASONING_EFFORTS:
         kwargs["reasoning_effort"] = request.thinking_level
+    if max_output_tokens is not None:
+        kwargs[max_tokens_key] = max_output_tokens
     return kwargs, diagnostics
 
 
@@ -126,7 +138,9 @@ class OpenAIChatProvider(SdkProvider):
 
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
-        kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache, ttl=getattr(model, "cache_ttl", None) or self.cache_ttl)
+        kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache,
+                               ttl=getattr(model, "cache_ttl", None) or self.cache_ttl,
+                               max_output_tokens=model.max_output_tokens, max_tokens_key=max_tokens_key(self.base_url))
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}

@@ -4,7 +4,14 @@ Compilation keeps message order: the leading system prompt and every later syste
 ``developer`` messages at their position; an assistant response is its text message followed by
 its ``function_call`` items, each followed by its ``function_call_output`` (text and images).
 Requests are sent with ``store: false`` (Lens's log is the record). Reasoning (``thinking_level``
-set) asks for ``reasoning.effort`` with an automatic summary, streamed as reasoning deltas.
+set) asks for ``reasoning.effort`` with an automatic summary, streamed as reasoning deltas, and
+``include: ["reasoning.encrypted_content"]``: the response's ``reasoning`` items (``id``,
+``summary``, ``encrypted_content``) are returned in ``ModelResult.reasoning_blocks`` and sent back
+as input items right before that response's output items on every later request. With
+``store: false`` the server cannot look an item up by id, so an item without
+``encrypted_content`` is not sent back (``diagnostics["unsendable_reasoning_items"]``); items
+recorded under another protocol are left out. The model's ``maxOutputTokens`` is sent as
+``max_output_tokens`` (unset: the server's default).
 Prompt caching: see :mod:`runtime.providers.caching`.
 """
 
@@ -16,11 +23,15 @@ from events import types as t
 
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
-from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
+from .compile import Compiled, Entry, Image, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import SdkProvider, malformed, reported, usage_dict
 
+PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+# The fields a reasoning input item takes (ResponseReasoningItemParam); others are not sent back.
+REASONING_ITEM_KEYS = ("type", "id", "summary", "content", "encrypted_content", "status")
 
 
 def _input_parts(entry: Entry) -> list[dict[str, Any]]:
@@ -33,7 +44,19 @@ def _input_parts(entry: Entry) -> list[dict[str, Any]]:
     return out or [{"type": "input_text", "text": "(empty)"}]
 
 
-def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, ttl: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _reasoning_items(compiled: Compiled, entry: Entry) -> list[dict[str, Any]]:
+    """The entry's recorded reasoning items that can go back under ``store: false``."""
+    out: list[dict[str, Any]] = []
+    for block in native_reasoning(compiled, entry, PROTOCOL):
+        if block.get("type") != "reasoning" or not block.get("encrypted_content"):
+            compiled.diagnostics["unsendable_reasoning_items"] = compiled.diagnostics.get("unsendable_reasoning_items", 0) + 1
+            continue
+        out.append({k: block[k] for k in REASONING_ITEM_KEYS if block.get(k) is not None})
+    return out
+
+
+def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, ttl: str,
+           max_output_tokens: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``responses.create`` keyword arguments for ``compiled`` and the cache diagnostics."""
     names = compiled.names
     items: list[dict[str, Any]] = []
@@ -48,6 +71,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             items.append({"role": role, "content": parts})
             marks.append((caching.Candidate(ei, e.kind == "system" and e.leading), lambda bp, part=parts[-1]: part.__setitem__("prompt_cache_breakpoint", bp)))
         elif e.kind == "assistant":
+            items.extend(_reasoning_items(compiled, e))  # as received, before the output they led to
             if e.text:
                 items.append({"role": "assistant", "content": e.text})
             for call in e.calls:
@@ -76,6 +100,9 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
                             "strict": False} for tool in compiled.tools]
     if request.thinking_level in REASONING_EFFORTS:
         kwargs["reasoning"] = {"effort": request.thinking_level, "summary": "auto"}
+        kwargs["include"] = [ENCRYPTED_REASONING]
+    if max_output_tokens is not None:
+        kwargs["max_output_tokens"] = max_output_tokens
     diagnostics: dict[str, Any] = {}
     if explicit_cache:
         caching.check_openai_ttl(ttl)
@@ -92,7 +119,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
 
 
 class OpenAIResponsesProvider(SdkProvider):
-    protocol = "openai-responses"
+    protocol = PROTOCOL
 
     def _make_client(self) -> Any:
         import openai
@@ -107,7 +134,8 @@ class OpenAIResponsesProvider(SdkProvider):
 
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
-        kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache, ttl=getattr(model, "cache_ttl", None) or self.cache_ttl)
+        kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache,
+                               ttl=getattr(model, "cache_ttl", None) or self.cache_ttl, max_output_tokens=model.max_output_tokens)
         final: Any = None
         try:
             async with self.client().responses.stream(**kwargs) as stream:
@@ -138,6 +166,7 @@ class OpenAIResponsesProvider(SdkProvider):
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[t.ToolCall] = []
+        native: list[dict[str, Any]] = []
         for item in getattr(response, "output", None) or []:
             if item.type == "message":
                 text.extend(c.text for c in item.content if getattr(c, "type", "") == "output_text")
@@ -147,6 +176,7 @@ class OpenAIResponsesProvider(SdkProvider):
                 parts = [s.text for s in (getattr(item, "summary", None) or [])]
                 parts += [c.text for c in (getattr(item, "content", None) or []) if getattr(c, "text", None)]
                 reasoning.extend(parts)
+                native.append({"protocol": self.protocol, "block": _as_received(item)})
         u = usage_dict(getattr(response, "usage", None))
         usage = t.Usage(
             input_tokens=reported(u, "input_tokens"),
@@ -167,7 +197,16 @@ class OpenAIResponsesProvider(SdkProvider):
         if compiled.names.aliased:
             diagnostics["tool_aliases"] = compiled.names.aliased
         return ModelResult(text="".join(text), reasoning="\n\n".join(reasoning), tool_calls=calls, stop_reason=stop,
-                           usage=usage, response_id=getattr(response, "id", None), diagnostics=diagnostics)
+                           usage=usage, response_id=getattr(response, "id", None), reasoning_blocks=native,
+                           diagnostics=diagnostics)
+
+
+def _as_received(item: Any) -> dict[str, Any]:
+    """An output item as the server sent it (the SDK model's set fields, JSON-shaped)."""
+    to_dict = getattr(item, "to_dict", None)
+    if to_dict is not None:
+        return to_dict()
+    return dict(item) if isinstance(item, dict) else {}
 
 
 class _StreamError(Exception):

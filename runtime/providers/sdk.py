@@ -74,7 +74,7 @@ class SdkProvider(ABC):
         cache_ttl: str = "30m",
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
-        max_output_tokens: int = 8192,
+        max_output_tokens: int = 8192,  # Anthropic's max_tokens when the model sets no maxOutputTokens
     ) -> None:
         self.id = id
         self.base_url = base_url

@@ -55,8 +55,11 @@ class Ctx:
         self.items.append(Item(f"c{s}", "system", s, text=text, parts=[t.TextPart(text)], source=source))
         return self
 
-    def response(self, text: str = "", *calls: tuple[str, str, Any]) -> "Ctx":
+    def response(self, text: str = "", *calls: tuple[str, str, Any],
+                 reasoning_blocks: list[dict[str, Any]] = ()) -> "Ctx":
+        """One model response; ``reasoning_blocks`` go on its first item, as the projection puts them."""
         s = self._next()
+        first = len(self.items)
         n = 0
         if text:
             self.items.append(Item(f"c{s}", "assistant", s, text=text, parts=[t.TextPart(text)]))
@@ -65,6 +68,8 @@ class Ctx:
             call = t.ToolCall(call_id, name, args if isinstance(args, str) else json.dumps(args))
             self.items.append(Item(f"c{s}" if n == 0 else f"c{s}.{n}", "tool_call", s, call=call))
             n += 1
+        if reasoning_blocks and len(self.items) > first:
+            self.items[first].reasoning_blocks = list(reasoning_blocks)
         return self
 
     def result(self, call_id: str, text: str, *images: t.ImagePart, is_error: bool = False) -> "Ctx":

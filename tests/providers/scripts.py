@@ -12,14 +12,18 @@ from .servers.base import Reply
 
 
 def reply(protocol: str, *, text: str | list[str] = "", calls: list[tuple[str, str, Any]] = (),
-          reasoning: list[str] = (), stall_after: int | None = None, rid: str = "r1") -> Reply:
+          reasoning: list[str] = (), stall_after: int | None = None, rid: str = "r1",
+          signature: str = an.SIGNATURE, encrypted: str | None = None) -> Reply:
+    """``signature`` (Anthropic) signs the thinking block; ``encrypted`` (Responses) is the
+    reasoning item's ``encrypted_content``. Chat has neither."""
     if protocol == "openai-responses":
         return orr.response_stream(text=text, calls=list(calls), reasoning=list(reasoning), response_id=rid,
+                                   encrypted_content=encrypted,
                                    usage=orr.usage(100, 20, cached=40, reasoning=5), stall_after=stall_after)
     if protocol == "openai-chat":
         return oc.chat_stream(text=text, calls=list(calls), reasoning=list(reasoning), chunk_id=rid,
                               usage=oc.usage(100, 20, cached=40), stall_after=stall_after)
-    return an.message_stream(text=text, calls=list(calls), thinking=list(reasoning), message_id=rid,
+    return an.message_stream(text=text, calls=list(calls), thinking=list(reasoning), message_id=rid, signature=signature,
                              usage={"input_tokens": 100, "output_tokens": 1, "cache_read_input_tokens": 40,
                                     "cache_creation_input_tokens": 12},
                              output_tokens=20, stall_after=stall_after)

@@ -8,12 +8,18 @@ from typing import Any
 from .base import Reply
 
 
+SIGNATURE = "c2lnbmF0dXJl"
+
+
 def message_stream(*, text: str | list[str] = "", calls: list[tuple[str, str, Any]] = (), thinking: list[str] = (),
+                   signature: str = SIGNATURE, redacted: list[str] = (),
                    usage: dict[str, Any] | None = None, output_tokens: int = 7, stop_reason: str | None = None,
                    message_id: str = "msg_1", model: str = "claude-test", stall_after: int | None = None) -> Reply:
-    """message_start (with ``usage``), an optional thinking block (thinking + signature deltas),
-    a text block, tool_use blocks with ``input_json_delta`` pieces, message_delta (stop reason,
-    output tokens), message_stop. A ``ping`` comes after message_start, as the API sends one."""
+    """message_start (with ``usage``), an optional thinking block (thinking deltas, then its
+    ``signature`` in one signature delta), ``redacted_thinking`` blocks (their opaque ``data`` in
+    the block start, as the API sends them), a text block, tool_use blocks with
+    ``input_json_delta`` pieces, message_delta (stop reason, output tokens), message_stop. A
+    ``ping`` comes after message_start, as the API sends one."""
     events: list[tuple[str | None, Any]] = []
 
     def ev(kind: str, **data: Any) -> None:
@@ -28,7 +34,11 @@ def message_stream(*, text: str | list[str] = "", calls: list[tuple[str, str, An
         ev("content_block_start", index=index, content_block={"type": "thinking", "thinking": "", "signature": ""})
         for piece in thinking:
             ev("content_block_delta", index=index, delta={"type": "thinking_delta", "thinking": piece})
-        ev("content_block_delta", index=index, delta={"type": "signature_delta", "signature": "c2lnbmF0dXJl"})
+        ev("content_block_delta", index=index, delta={"type": "signature_delta", "signature": signature})
+        ev("content_block_stop", index=index)
+        index += 1
+    for data in redacted:
+        ev("content_block_start", index=index, content_block={"type": "redacted_thinking", "data": data})
         ev("content_block_stop", index=index)
         index += 1
     deltas = [text] if isinstance(text, str) else list(text)

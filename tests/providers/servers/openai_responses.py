@@ -9,11 +9,14 @@ from .base import Reply
 
 
 def response_stream(*, text: str | list[str] = "", calls: list[tuple[str, str, Any]] = (), reasoning: list[str] = (),
+                    encrypted_content: str | None = None,
                     usage: dict[str, Any] | None = None, response_id: str = "resp_1", model: str = "gpt-test",
                     status: str = "completed", stall_after: int | None = None) -> Reply:
-    """A streamed response: optional reasoning summary, a text message (``text`` as one delta or a
-    list of deltas), then function calls ``(call_id, name, arguments)`` (arguments dict or JSON
-    text, streamed in two halves). ``status="incomplete"`` ends with ``response.incomplete``."""
+    """A streamed response: optional reasoning item (its summary; ``encrypted_content`` on the
+    item when given, as the API adds it for ``include: ["reasoning.encrypted_content"]``), a text
+    message (``text`` as one delta or a list of deltas), then function calls
+    ``(call_id, name, arguments)`` (arguments dict or JSON text, streamed in two halves).
+    ``status="incomplete"`` ends with ``response.incomplete``."""
     seq = 0
     events: list[tuple[str | None, Any]] = []
 
@@ -30,7 +33,8 @@ def response_stream(*, text: str | list[str] = "", calls: list[tuple[str, str, A
     idx = 0
     if reasoning:
         rid = f"rs_{response_id}"
-        ev("response.output_item.added", output_index=idx, item={"id": rid, "type": "reasoning", "summary": []})
+        enc = {} if encrypted_content is None else {"encrypted_content": encrypted_content}
+        ev("response.output_item.added", output_index=idx, item={"id": rid, "type": "reasoning", "summary": [], **enc})
         summary = []
         for si, chunk in enumerate(reasoning):
             ev("response.reasoning_summary_part.added", item_id=rid, output_index=idx, summary_index=si,
@@ -40,7 +44,7 @@ def response_stream(*, text: str | list[str] = "", calls: list[tuple[str, str, A
             ev("response.reasoning_summary_part.done", item_id=rid, output_index=idx, summary_index=si,
                part={"type": "summary_text", "text": chunk})
             summary.append({"type": "summary_text", "text": chunk})
-        item = {"id": rid, "type": "reasoning", "summary": summary}
+        item = {"id": rid, "type": "reasoning", "summary": summary, **enc}
         ev("response.output_item.done", output_index=idx, item=item)
         output.append(item)
         idx += 1
