@@ -9,6 +9,7 @@ are translated here, once, into :class:`ExecutorError` subclasses with stable co
 from __future__ import annotations
 
 import json
+import re
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, ClassVar
@@ -33,6 +34,10 @@ class ExecutorError(LensError):
 class ExecutorUnavailable(ExecutorError):
     code = "EXECUTOR_UNAVAILABLE"
 
+    def __init__(self, message: str, *, status: str = "") -> None:
+        super().__init__(message)
+        self.status = status  # the grpc status name (UNAVAILABLE, DEADLINE_EXCEEDED, ...) when known
+
 
 class ExecutorVersionMismatch(ExecutorError):
     code = "EXECUTOR_VERSION_MISMATCH"
@@ -50,6 +55,9 @@ class ExecutorToolError(ExecutorError):
         self.code = code  # type: ignore[misc]
 
 
+_TOOL_CODE = re.compile(r"^([A-Z][A-Z0-9_]+): (.*)$", re.S)
+
+
 def translate(exc: grpc.RpcError) -> ExecutorError:
     code = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
@@ -57,8 +65,14 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
         return ExecutorUnauthenticated(f"the executor refused our token: {detail}")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "mismatch" in (detail or ""):
         return ExecutorVersionMismatch(str(detail))
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        # A tool-level refusal outside a ToolReply (e.g. a command's cwd): "CODE: message".
+        m = _TOOL_CODE.match(detail or "")
+        if m:
+            return ExecutorToolError(m.group(1), m.group(2))
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-        return ExecutorUnavailable(f"the executor is not reachable ({code.name if code else '?'}: {detail})")
+        return ExecutorUnavailable(f"the executor is not reachable ({code.name if code else '?'}: {detail})",
+                                   status=code.name if code else "")
     return ExecutorError(f"executor call failed ({code.name if code else '?'}: {detail})")
 
 
@@ -108,14 +122,29 @@ class ExecutorClient:
         self._stub = pb_grpc.ExecutorStub(self._channel)
         self._streams = stream_limiter or trio.CapacityLimiter(16)
         self.hello_reply: pb.HelloReply | None = None
+        # Set when a call found the executor unreachable (grpc UNAVAILABLE: connection refused or
+        # reset); the pool then checks whether a local child died before handing it out again.
+        self.lost = False
+
+    def _note(self, exc: BaseException) -> None:
+        if isinstance(exc, ExecutorUnavailable) and exc.status == "UNAVAILABLE":
+            self.lost = True
+
+    async def _unary(self, method: Any, request: Any, timeout: float) -> Any:
+        try:
+            reply = await unary(method, request, metadata=self._meta, timeout=timeout)
+        except ExecutorError as exc:
+            self._note(exc)
+            raise
+        self.lost = False
+        return reply
 
     def close(self) -> None:
         self._channel.close()
 
     async def hello(self, timeout: float = CONNECT_TIMEOUT_S) -> pb.HelloReply:
         """The version handshake; raises :class:`ExecutorVersionMismatch` naming both versions."""
-        reply = await unary(self._stub.Hello, pb.HelloRequest(protocol_version=PROTOCOL_VERSION),
-                            metadata=self._meta, timeout=timeout)
+        reply = await self._unary(self._stub.Hello, pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout)
         if reply.protocol_version != PROTOCOL_VERSION:
             raise ExecutorVersionMismatch(
                 f"core-executor-rpc mismatch: Core speaks {PROTOCOL_VERSION}, the executor {reply.protocol_version}")
@@ -126,17 +155,17 @@ class ExecutorClient:
                    timeout: float = CALL_TIMEOUT_S) -> ToolOutcome:
         """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code."""
         req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments))
-        reply = await unary(self._stub.Call, req, metadata=self._meta, timeout=timeout)
+        reply = await self._unary(self._stub.Call, req, timeout)
         if not reply.ok:
             raise ExecutorToolError(reply.error_code or "EXECUTOR_ERROR", reply.error_message)
-        return ToolOutcome(json.loads(reply.result_json or "{}"),
-                           reply.before if reply.has_before else None,
-                           reply.after if tool in ("edit_file", "patch_file", "restore") else None,
-                           reply.data, reply.mime)
+        result = json.loads(reply.result_json or "{}")
+        editing = tool in ("edit_file", "patch_file", "restore")
+        removed = tool == "restore" and bool(result.get("removed"))
+        return ToolOutcome(result, reply.before if reply.has_before else None,
+                           reply.after if editing and not removed else None, reply.data, reply.mime)
 
     async def probe(self, path: str, sha256: str) -> bool:
-        reply = await unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), metadata=self._meta,
-                            timeout=CONNECT_TIMEOUT_S)
+        reply = await self._unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), CONNECT_TIMEOUT_S)
         return bool(reply.seen)
 
     @asynccontextmanager
@@ -144,40 +173,54 @@ class ExecutorClient:
                   cwd: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
         """Stream a command's events; leaving the block (or cancellation) cancels it on the executor.
 
-        A failure of the stream arrives in-band as an :class:`ExecutorError` item: raise it.
+        A failure of the stream arrives in-band as an :class:`ExecutorError` item: raise it (it
+        comes out of the block as itself; the block opens no nursery).
         """
         req = pb.CommandRequest(command=command, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, cwd=cwd)
-        call = self._stub.Run(req, metadata=self._meta, timeout=(timeout_ms / 1000 + 30) if timeout_ms else None)
-        send, recv = trio.open_memory_channel[pb.CommandEvent](64)
+        # No nursery here: an exception raised by the caller's block must come out as itself, not
+        # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
+        # call (which ends the thread's iteration) and waits for the thread to finish.
+        async with self._streams:  # one slot per open stream
+            call = self._stub.Run(req, metadata=self._meta, timeout=(timeout_ms / 1000 + 30) if timeout_ms else None)
+            send, recv = trio.open_memory_channel[Any](64)
+            trio_token = trio.lowlevel.current_trio_token()
+            finished = trio.Event()
 
-        def pump() -> None:
-            try:
-                for ev in call:
-                    trio.from_thread.run(send.send, ev)
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                    err = translate(exc)
-                    try:
-                        trio.from_thread.run(_raise_into, send, err)
-                    except (trio.RunFinishedError, trio.Cancelled):
-                        pass
-            except (trio.RunFinishedError, trio.Cancelled, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            finally:
+            def forward(item: Any) -> bool:
                 try:
-                    trio.from_thread.run_sync(send.close)
+                    trio.from_thread.run(send.send, item, trio_token=trio_token)
+                    return True
+                except (trio.RunFinishedError, trio.Cancelled, trio.BrokenResourceError, trio.ClosedResourceError):
+                    return False
+
+            def pump() -> None:
+                try:
+                    for ev in call:
+                        if not forward(ev):
+                            call.cancel()
+                            return
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                        err = translate(exc)
+                        self._note(err)
+                        forward(err)  # errors travel in-band: the consumer raises them
+                finally:
+                    try:
+                        trio.from_thread.run_sync(send.close, trio_token=trio_token)
+                    except trio.RunFinishedError:
+                        pass
+
+            def done(_: Any) -> None:
+                try:
+                    trio_token.run_sync_soon(finished.set)
                 except trio.RunFinishedError:
                     pass
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(lambda: trio.to_thread.run_sync(pump, limiter=self._streams, abandon_on_cancel=True))
+            trio.lowlevel.start_thread_soon(pump, done, name="lens-executor-stream")
             try:
                 yield recv
             finally:
                 call.cancel()
                 await recv.aclose()
-
-
-async def _raise_into(send: trio.MemorySendChannel[Any], err: ExecutorError) -> None:
-    # Errors travel in-band: the consumer sees the exception object and raises it.
-    await send.send(err)
+                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                    await finished.wait()

@@ -27,6 +27,7 @@ from .executor_client import ExecutorClient, ExecutorUnavailable
 
 log = logging.getLogger("lens.executors")
 SPAWN_TIMEOUT_S = 20.0
+LOST_GRACE_S = 2.0
 
 
 class ProjectUnknown(LensError):
@@ -118,6 +119,12 @@ class ExecutorPool:
     async def get(self, project_id: str) -> Executor:
         """The project's executor, connected and version-checked (spawning it if needed)."""
         ex = self._executors.get(project_id)
+        if ex is not None and ex.process is not None and ex.client.lost and ex.process.returncode is None:
+            # A call found the child unreachable: its socket closes a moment before its exit status
+            # can be collected, so give a dying child a short while before trusting it again.
+            with trio.move_on_after(LOST_GRACE_S):
+                await ex.process.wait()
+            ex.client.lost = False
         if ex is not None and (ex.process is None or ex.process.returncode is None):
             return ex
         lock = self._spawning.setdefault(project_id, trio.Lock())
@@ -162,6 +169,9 @@ class ExecutorPool:
         text = line.decode(errors="replace").strip()
         if "listening on" not in text:
             proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+                await proc.stdout.aclose()
             raise ExecutorUnavailable(f"the executor for project {project_id} did not start ({text or 'no output'})")
         port = int(text.rsplit(":", 1)[1])
         self._nursery.start_soon(self._reap, proc)
@@ -178,12 +188,19 @@ class ExecutorPool:
                 pass  # drain so the child never blocks on a full pipe
             await proc.wait()
         finally:
-            if proc.returncode is None:
-                proc.terminate()
-                with trio.move_on_after(3):
-                    await proc.wait()
+            # Shielded: this runs when the pool is cancelled, and an unshielded wait would raise
+            # Cancelled at once, leaving the child running (and never reaped).
+            with trio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    proc.terminate()
+                    with trio.move_on_after(3):
+                        await proc.wait()
                 if proc.returncode is None:
                     proc.kill()
+                    with trio.move_on_after(3):
+                        await proc.wait()
+                if proc.stdout is not None:
+                    await proc.stdout.aclose()
 
     async def probe_shared(self, ex: Executor) -> bool:
         """``sharedFilesystem`` check: a random short-lived file Core writes must be seen by the executor."""

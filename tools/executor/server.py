@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,11 @@ from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TI
 
 log = logging.getLogger("lens.executor")
 TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
+# Test-only: with this variable set to "1" the executor also answers the tool ``_test_wait_cancel``
+# (writes ``<marker>.started``, blocks until the caller cancels, then writes ``<marker>``), so
+# tests can observe that a trio cancellation of a unary call reaches the server. Never set in
+# production.
+TEST_HOOKS_ENV = "LENS_EXECUTOR_TEST_HOOKS"
 EXECUTOR_VERSION = "0.1.0"
 
 
@@ -63,8 +69,9 @@ class _Guard(grpc.ServerInterceptor):
 
 
 class ExecutorService(pb_grpc.ExecutorServicer):
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, *, test_hooks: bool = False) -> None:
         self.ws = workspace
+        self.test_hooks = test_hooks
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
         if request.protocol_version != PROTOCOL_VERSION:
@@ -79,6 +86,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             args = json.loads(request.arguments_json or "{}")
             if not isinstance(args, dict):
                 raise FileToolError("INVALID_ARGUMENT", "arguments must be a JSON object")
+            if request.tool == "_test_wait_cancel" and self.test_hooks:
+                return self._test_wait_cancel(args, context)
             return self._dispatch(request.tool, request.call_id or None, args)
         except FileToolError as exc:
             return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
@@ -86,6 +95,17 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message=f"arguments are not JSON ({exc.msg})")
         except TypeError as exc:  # unexpected or missing keyword arguments
             return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message=str(exc).replace("Workspace.", ""))
+
+    def _test_wait_cancel(self, args: dict[str, Any], context: grpc.ServicerContext) -> pb.ToolReply:
+        marker = str(args.get("marker", ""))
+        if not marker or "/" in marker or marker.startswith("."):
+            raise FileToolError("INVALID_ARGUMENT", "marker must be a plain file name")
+        (self.ws.root / f"{marker}.started").write_text("started")
+        deadline = time.monotonic() + float(args.get("max_s", 30))
+        while context.is_active() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (self.ws.root / marker).write_text("cancelled" if not context.is_active() else "timeout")
+        return pb.ToolReply(ok=True, result_json="{}")
 
     def _dispatch(self, tool: str, call_id: str | None, args: dict[str, Any]) -> pb.ToolReply:
         ws = self.ws
@@ -101,8 +121,16 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             out = ws.patch_file(**args, call_id=call_id)
         elif tool == "restore":
             content = args.get("content_hex")
-            out = ws.restore(args.get("path", ""), bytes.fromhex(content) if content is not None else None,
-                             args.get("expect_sha256"), call_id=call_id)
+            try:
+                data = bytes.fromhex(content) if content is not None else None
+            except (TypeError, ValueError):
+                raise FileToolError("INVALID_ARGUMENT", "content_hex must be hexadecimal text or null") from None
+            out = ws.restore(args.get("path", ""), data, args.get("expect_sha256"), call_id=call_id)
+            # The reply's ``after`` bytes cannot say "no file" (proto3 bytes have no presence), so a
+            # restore that removed the file says so in its result.
+            return pb.ToolReply(ok=True, result_json=json.dumps({**out.structured, "removed": out.after is None},
+                                                                ensure_ascii=False),
+                                has_before=out.before is not None, before=out.before or b"", after=out.after or b"")
         else:
             raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {tool!r}")
         return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
@@ -138,7 +166,8 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-    pb_grpc.add_ExecutorServicer_to_server(ExecutorService(ws), server)
+    service = ExecutorService(ws, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
+    pb_grpc.add_ExecutorServicer_to_server(service, server)
     port = server.add_insecure_port(listen)
     if port == 0:
         raise SystemExit(f"lens executor: cannot listen on {listen}")

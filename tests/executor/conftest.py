@@ -1,0 +1,180 @@
+"""Fixtures of the executor suite: a real ``lens executor serve`` process on a loopback port.
+
+``executor`` is one process per test module (spawning costs a few hundred milliseconds), serving
+``workspace`` (a tmp directory; tests use their own file names in it). Its stdout and stderr go
+to files so tests can check what it printed (never the token). ``client`` is an
+:class:`ExecutorClient` connected to it for one test. ``pool_factory`` runs the real
+:class:`ExecutorPool` (spawning its own children) inside the test's nursery.
+
+Nothing here sleeps for ordering: waits are bounded polls of an observable condition.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Callable, Iterator
+
+import pytest
+import trio
+
+from runtime.executor_client import ExecutorClient
+from runtime.executors import ExecutorPool, RemoteExecutor
+from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
+
+START_TIMEOUT_S = 20.0
+
+
+@dataclass
+class ExecutorProcess:
+    proc: subprocess.Popen[bytes]
+    address: str
+    token: str
+    workspace: Path
+    state: Path
+    stdout: Path
+    stderr: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
+
+
+def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = True) -> ExecutorProcess:
+    workspace = root / "workspace"
+    state = root / "state"
+    workspace.mkdir(parents=True, exist_ok=True)
+    token = token or secrets.token_urlsafe(32)
+    env = {**os.environ, TOKEN_ENV: token}
+    if test_hooks:
+        env[TEST_HOOKS_ENV] = "1"
+    out, err = root / "executor.stdout", root / "executor.stderr"
+    with out.open("wb") as fo, err.open("wb") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
+             "--listen", "127.0.0.1:0", "--state", str(state)],
+            env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        text = out.read_text(errors="replace")
+        if "listening on" in text and text.endswith("\n"):
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError(f"executor did not start: {text!r} {err.read_text(errors='replace')!r}")
+        time.sleep(0.02)  # bounded poll for the readiness line
+    port = int(text.strip().splitlines()[0].rsplit(":", 1)[1])
+    return ExecutorProcess(proc, f"127.0.0.1:{port}", token, workspace, state, out, err)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExecutorProcess]:
+    ex = start_executor(tmp_path_factory.mktemp("executor"))
+    try:
+        yield ex
+    finally:
+        stop_process(ex.proc)
+
+
+@pytest.fixture
+def workspace(executor: ExecutorProcess) -> Path:
+    return executor.workspace
+
+
+@pytest.fixture
+async def client(executor: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
+    c = ExecutorClient(executor.address, executor.token)
+    try:
+        await c.hello()
+        yield c
+    finally:
+        c.close()
+
+
+@asynccontextmanager
+async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
+                       remote: RemoteExecutor | None = None, shared: bool = False) -> AsyncIterator[ExecutorPool]:
+    """The real pool in its own nursery; its children are stopped when the block ends."""
+
+    async def workspace_of(project_id: str) -> Path | None:
+        return workspaces.get(project_id)
+
+    pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        try:
+            yield pool
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+def pool_factory(tmp_path: Path) -> Callable[..., object]:
+    def make(workspaces: dict[str, Path], **kw: object) -> object:
+        return running_pool(tmp_path / "executors", workspaces, **kw)  # type: ignore[arg-type]
+
+    return make
+
+
+# ---------------------------------------------------------------------------- process helpers
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_group_gone(pgid: int, timeout: float = 10.0) -> list[int]:
+    """Poll (bounded) until no live process is left in ``pgid``; returns what is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = group_members(pgid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def wait_path(path: Path, timeout: float = 10.0) -> None:
+    """Bounded wait for a file another process creates."""
+    with trio.fail_after(timeout):
+        while not path.exists():
+            await trio.sleep(0.01)

@@ -1,0 +1,154 @@
+"""Commands through the real executor process: streaming, exit, timeout, cap, cancellation.
+
+Every command that could outlive its test prints its process group id first (``echo $$``: the
+shell leads its own group); the test then checks that no live process is left in that group and,
+whatever happens, kills the group on the way out.
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import trio
+
+from proto import executor_pb2 as pb
+from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
+
+from .conftest import ExecutorProcess, group_members, kill_group, wait_group_gone, wait_path
+
+BOUND_S = 20.0  # generous bound for anything that should take well under a second
+
+
+@contextmanager
+def reaping() -> Iterator[list[int]]:
+    """Collects process group ids; kills what is left of them afterwards, whatever happened."""
+    groups: list[int] = []
+    try:
+        yield groups
+    finally:
+        for g in groups:
+            kill_group(g)
+
+
+async def collect(client: ExecutorClient, command: str, **kw: Any) -> tuple[bytes, bytes, pb.CommandExit]:
+    out, err, exit_ = bytearray(), bytearray(), None
+    with trio.fail_after(BOUND_S):
+        async with client.run(command, **kw) as events:
+            async for ev in events:
+                if isinstance(ev, Exception):
+                    raise ev
+                which = ev.WhichOneof("event")
+                if which == "stdout":
+                    out += ev.stdout
+                elif which == "stderr":
+                    err += ev.stderr
+                else:
+                    exit_ = ev.exit
+    assert exit_ is not None, "no exit event"
+    return bytes(out), bytes(err), exit_
+
+
+async def test_output_and_exit_code(client: ExecutorClient) -> None:
+    out, err, ex = await collect(client, "echo out; echo err >&2; exit 3")
+    assert out == b"out\n" and err == b"err\n"
+    assert ex.exit_code == 3 and not ex.timed_out and not ex.truncated
+
+
+async def test_cwd_is_workspace_relative_and_confined(client: ExecutorClient, workspace: Path) -> None:
+    (workspace / "cmd_cwd").mkdir(exist_ok=True)
+    out, _, ex = await collect(client, "pwd", cwd="cmd_cwd")
+    assert ex.exit_code == 0 and Path(out.decode().strip()).resolve() == (workspace / "cmd_cwd").resolve()
+    for bad, code in (("../..", "PATH_OUTSIDE_WORKSPACE"), ("no_such_dir", "NOT_FOUND")):
+        async with client.run("pwd", cwd=bad) as events:
+            got = [ev async for ev in events]
+        assert len(got) == 1 and isinstance(got[0], ExecutorToolError) and got[0].code == code, got
+
+
+async def test_output_is_streamed_before_the_command_ends(client: ExecutorClient, workspace: Path) -> None:
+    release = workspace / f"release-{secrets.token_hex(4)}"
+    with reaping() as groups:
+        with trio.fail_after(BOUND_S):
+            async with client.run(f"echo $$; while [ ! -e {release.name} ]; do sleep 0.01; done; echo after") as events:
+                first = await events.receive()
+                groups.append(int(first.stdout))
+                # The command is still running (it waits for the release file): the first line came
+                # while it ran, not at its end.
+                assert group_members(groups[0])
+                release.touch()
+                rest = [ev async for ev in events]
+        assert [ev.stdout for ev in rest if ev.WhichOneof("event") == "stdout"] == [b"after\n"]
+        assert rest[-1].exit.exit_code == 0
+
+
+async def test_timeout_kills_the_whole_process_group(client: ExecutorClient) -> None:
+    with reaping() as groups:
+        with trio.fail_after(BOUND_S):
+            async with client.run("echo $$; sleep 100 & sleep 100", timeout_ms=300) as events:
+                items = [ev async for ev in events]
+        groups.append(int(items[0].stdout))
+        ex = items[-1].exit
+        assert ex.timed_out and ex.exit_code < 0  # killed by a signal
+        assert wait_group_gone(groups[0]) == []  # the background sleep too
+
+
+async def test_output_cap_truncates_and_keeps_draining(client: ExecutorClient) -> None:
+    out, err, ex = await collect(client, "head -c 300000 /dev/zero; echo done >&2", max_output_bytes=1000)
+    assert len(out) + len(err) == 1000
+    assert ex.truncated and ex.exit_code == 0 and not ex.timed_out
+    out, _, ex = await collect(client, "printf abc", max_output_bytes=3)
+    assert out == b"abc" and not ex.truncated
+
+
+async def test_trio_cancellation_kills_the_remote_process_promptly(client: ExecutorClient) -> None:
+    with reaping() as groups:
+        with trio.fail_after(BOUND_S):
+            with trio.CancelScope() as scope:
+                async with client.run("echo $$; sleep 100 & sleep 100") as events:
+                    first = await events.receive()
+                    groups.append(int(first.stdout))
+                    assert group_members(groups[0])
+                    scope.cancel()
+                    await trio.sleep_forever()  # cancelled here
+            assert scope.cancelled_caught
+        # The executor polls is_active() every 0.1 s, then SIGTERM to the group: well under 10 s.
+        assert wait_group_gone(groups[0], timeout=10) == []
+
+
+async def test_leaving_the_stream_early_kills_the_remote_process(client: ExecutorClient) -> None:
+    with reaping() as groups:
+        with trio.fail_after(BOUND_S):
+            async with client.run("echo $$; exec sleep 100") as events:
+                groups.append(int((await events.receive()).stdout))
+        assert wait_group_gone(groups[0], timeout=10) == []
+
+
+async def test_trio_cancellation_of_a_slow_unary_call_reaches_the_server(client: ExecutorClient,
+                                                                        workspace: Path) -> None:
+    # `_test_wait_cancel` (enabled by LENS_EXECUTOR_TEST_HOOKS in this suite's executor) writes
+    # `<marker>.started`, blocks until its RPC is no longer active, then writes `<marker>`.
+    marker = f"cancel-marker-{secrets.token_hex(4)}"
+    with trio.fail_after(BOUND_S):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                async def call() -> None:
+                    await client.call("_test_wait_cancel", {"marker": marker, "max_s": 15})
+
+                nursery.start_soon(call)
+                await wait_path(workspace / f"{marker}.started")  # the handler is running
+                scope.cancel()
+        assert scope.cancelled_caught
+        await wait_path(workspace / marker, timeout=10)
+    assert (workspace / marker).read_text() == "cancelled"  # is_active() turned false, not the 15 s cap
+
+
+async def test_a_deadline_on_a_unary_call_is_a_clear_error(client: ExecutorClient, workspace: Path) -> None:
+    marker = f"deadline-marker-{secrets.token_hex(4)}"
+    with trio.fail_after(BOUND_S):
+        with pytest.raises(ExecutorError) as info:
+            await client.call("_test_wait_cancel", {"marker": marker, "max_s": 15}, timeout=0.2)
+        assert info.value.code == "EXECUTOR_UNAVAILABLE" and "DEADLINE_EXCEEDED" in str(info.value)
+        await wait_path(workspace / marker, timeout=10)

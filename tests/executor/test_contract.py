@@ -1,0 +1,128 @@
+"""The connection contract against a real executor process: version handshake, token, secrecy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+import trio
+
+from proto import executor_pb2 as pb
+from proto import executor_pb2_grpc as pb_grpc
+from runtime.executor_client import (ExecutorClient, ExecutorError, ExecutorUnauthenticated,
+                                     ExecutorUnavailable, ExecutorVersionMismatch, unary)
+from tools.executor import PROTOCOL_VERSION
+
+from .conftest import ExecutorProcess
+
+
+async def test_hello_reports_the_protocol_and_the_workspace(client: ExecutorClient, executor: ExecutorProcess) -> None:
+    reply = await client.hello()
+    assert reply.protocol_version == PROTOCOL_VERSION == 8
+    assert reply.workspace_name == executor.workspace.name
+    assert reply.executor_version
+
+
+async def test_an_older_protocol_in_the_metadata_fails_at_connect_naming_both_versions(executor: ExecutorProcess) -> None:
+    channel = grpc.insecure_channel(executor.address)
+    try:
+        stub = pb_grpc.ExecutorStub(channel)
+        meta = (("authorization", f"Bearer {executor.token}"), ("lens-protocol", "7"))
+        with pytest.raises(ExecutorVersionMismatch) as info:
+            await unary(stub.Hello, pb.HelloRequest(protocol_version=PROTOCOL_VERSION), metadata=meta, timeout=10)
+        assert "8" in str(info.value) and "7" in str(info.value)
+        assert info.value.code == "EXECUTOR_VERSION_MISMATCH"
+        # The guard runs before any handler: a tool call with the wrong version is refused too.
+        with pytest.raises(ExecutorVersionMismatch):
+            await unary(stub.Call, pb.ToolRequest(tool="read_file", arguments_json='{"path": "."}'),
+                        metadata=meta, timeout=10)
+        # No protocol metadata at all.
+        with pytest.raises(ExecutorVersionMismatch, match="none"):
+            await unary(stub.Hello, pb.HelloRequest(protocol_version=8),
+                        metadata=(("authorization", f"Bearer {executor.token}"),), timeout=10)
+    finally:
+        channel.close()
+
+
+async def test_an_older_protocol_in_the_hello_request_is_refused_naming_both(executor: ExecutorProcess) -> None:
+    channel = grpc.insecure_channel(executor.address)
+    try:
+        stub = pb_grpc.ExecutorStub(channel)
+        meta = (("authorization", f"Bearer {executor.token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
+        with pytest.raises(ExecutorVersionMismatch) as info:
+            await unary(stub.Hello, pb.HelloRequest(protocol_version=7), metadata=meta, timeout=10)
+        message = str(info.value)
+        assert "speaks 8" in message and "caller 7" in message
+    finally:
+        channel.close()
+
+
+@pytest.mark.parametrize("token", ["", "wrong-token-of-some-length", "Bearer"])
+async def test_calls_without_the_right_token_are_refused(executor: ExecutorProcess, token: str) -> None:
+    bad = ExecutorClient(executor.address, token)
+    try:
+        with pytest.raises(ExecutorUnauthenticated) as info:
+            await bad.hello()
+        assert info.value.code == "EXECUTOR_UNAUTHENTICATED"
+        with pytest.raises(ExecutorUnauthenticated):
+            await bad.call("read_file", {"path": "."})
+        with pytest.raises(ExecutorUnauthenticated):
+            await bad.probe("x", "0" * 64)
+        async with bad.run("echo never") as events:
+            got = [ev async for ev in events]
+        assert len(got) == 1 and isinstance(got[0], ExecutorUnauthenticated)
+    finally:
+        bad.close()
+    assert not (executor.workspace / "never").exists()
+
+
+async def test_no_authorization_metadata_at_all_is_refused(executor: ExecutorProcess) -> None:
+    channel = grpc.insecure_channel(executor.address)
+    try:
+        stub = pb_grpc.ExecutorStub(channel)
+        with pytest.raises(ExecutorUnauthenticated):
+            await unary(stub.Hello, pb.HelloRequest(protocol_version=8), metadata=(("lens-protocol", "8"),), timeout=10)
+    finally:
+        channel.close()
+
+
+async def test_the_token_never_appears_in_argv_or_output(client: ExecutorClient, executor: ExecutorProcess) -> None:
+    # Exercise refusals and a command first, so any logging they do has happened.
+    bad = ExecutorClient(executor.address, executor.token[:-1] + ("A" if executor.token[-1] != "A" else "B"))
+    try:
+        with pytest.raises(ExecutorUnauthenticated) as info:
+            await bad.hello()
+        assert executor.token not in str(info.value)
+    finally:
+        bad.close()
+    out = bytearray()
+    async with client.run("env; cat /proc/$PPID/cmdline 2>/dev/null | tr '\\0' ' '") as events:
+        async for ev in events:
+            assert not isinstance(ev, Exception), ev
+            if ev.WhichOneof("event") in ("stdout", "stderr"):
+                out += getattr(ev, ev.WhichOneof("event"))
+    assert b"PATH=" in out  # the command ran and printed its environment
+    assert executor.token.encode() not in out, "commands must not inherit the executor token"
+    cmdline = Path(f"/proc/{executor.pid}/cmdline").read_bytes()
+    assert b"executor" in cmdline and executor.token.encode() not in cmdline
+    assert executor.token not in executor.output()
+
+
+async def test_an_unreachable_executor_is_a_clear_unavailable_error() -> None:
+    # A port nobody listens on: bind one, close it, dial it.
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    c = ExecutorClient(f"127.0.0.1:{port}", "x" * 32)
+    try:
+        with trio.fail_after(20):
+            with pytest.raises(ExecutorUnavailable) as info:
+                await c.hello(timeout=5)
+        assert info.value.code == "EXECUTOR_UNAVAILABLE"
+        assert isinstance(info.value, ExecutorError)
+    finally:
+        c.close()

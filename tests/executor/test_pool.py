@@ -1,0 +1,243 @@
+"""The executor pool with real children: spawn, secrecy, restart mid-call, the sharedFilesystem
+probe, and the execution-domain lock (unit-tested on a mock clock and through real commands)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from runtime.executor_client import ExecutorUnavailable
+from runtime.executors import DomainLock, ExecutorPool, ProjectUnknown, RemoteExecutor
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext, ToolError, ToolResult
+from tools.workspace_tools import workspace_tools
+
+from .conftest import ExecutorProcess, kill_group, running_pool, wait_group_gone, wait_path
+
+BOUND_S = 30.0
+
+
+def ctx(call_id: str, project: str = "p") -> ToolContext:
+    return ToolContext(project, "ses_pool", "main", None, call_id, True)
+
+
+async def read_int(path: Path) -> int:
+    with trio.fail_after(10):
+        while True:
+            text = path.read_text() if path.exists() else ""
+            if text.endswith("\n"):
+                return int(text)
+            await trio.sleep(0.01)
+
+
+@pytest.fixture
+async def local(tmp_path: Path) -> AsyncIterator[tuple[ExecutorPool, Path]]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        yield pool, ws
+
+
+async def test_a_spawned_child_keeps_its_token_out_of_argv(local: tuple[ExecutorPool, Path]) -> None:
+    pool, _ = local
+    ex = await pool.get("p")
+    assert ex.process is not None and ex.client.hello_reply is not None
+    assert ex.client.hello_reply.protocol_version == 8
+    token = dict(ex.client._meta)["authorization"].removeprefix("Bearer ")
+    cmdline = Path(f"/proc/{ex.process.pid}/cmdline").read_bytes()
+    assert b"executor" in cmdline and token.encode() not in cmdline
+    assert await pool.get("p") is ex  # one child per project
+    with pytest.raises(ProjectUnknown):
+        await pool.get("nope")
+
+
+async def test_executor_killed_mid_command_fails_clearly_and_the_next_call_respawns(
+        local: tuple[ExecutorPool, Path]) -> None:
+    pool, ws = local
+    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(ws.parent / "artifacts"))}
+    ex = await pool.get("p")
+    assert ex.process is not None
+    first_pid = ex.process.pid
+    pgid = 0
+    outcome: dict[str, Any] = {}
+    try:
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as nursery:
+                async def command() -> None:
+                    try:
+                        outcome["result"] = await specs["run_command"].run(
+                            {"command": "echo $$ > pgid.txt; exec sleep 100"}, ctx("c1"))
+                    except ToolError as exc:
+                        outcome["error"] = exc
+
+                nursery.start_soon(command)
+                pgid = await read_int(ws / "pgid.txt")  # the command runs
+                os.kill(first_pid, signal.SIGKILL)  # the executor dies under it
+        err = outcome.get("error")
+        assert isinstance(err, ToolError), outcome
+        assert err.code == "EXECUTOR_UNAVAILABLE" and "not reachable" in err.message, (err.code, err.message)
+    finally:
+        if pgid:
+            kill_group(pgid)  # a killed executor cannot reap its commands (see docs/executor.md)
+            wait_group_gone(pgid)
+
+    # Reconnect: the next call through the pool spawns a new child and works.
+    with trio.fail_after(BOUND_S):
+        result: ToolResult = await specs["read_file"].run({"path": "pgid.txt"}, ctx("c2"))
+    assert not result.is_error and result.structured_content["content"].strip() == str(pgid)
+    ex2 = await pool.get("p")
+    assert ex2 is not ex and ex2.process is not None and ex2.process.pid != first_pid
+    with trio.fail_after(BOUND_S):
+        done = await specs["run_command"].run({"command": "echo back"}, ctx("c3"))
+    assert not done.is_error and done.content[0].text.startswith("back\n")  # type: ignore[union-attr]
+
+
+async def test_the_client_sees_an_in_band_unavailable_error_when_the_executor_dies(
+        local: tuple[ExecutorPool, Path]) -> None:
+    pool, ws = local
+    ex = await pool.get("p")
+    assert ex.process is not None
+    pgid = 0
+    try:
+        with trio.fail_after(BOUND_S):
+            async with ex.client.run("echo $$; exec sleep 100") as events:
+                pgid = int((await events.receive()).stdout)
+                ex.process.kill()
+                rest = [ev async for ev in events]
+        assert len(rest) == 1 and isinstance(rest[0], ExecutorUnavailable)
+        assert rest[0].code == "EXECUTOR_UNAVAILABLE"
+    finally:
+        if pgid:
+            kill_group(pgid)
+            wait_group_gone(pgid)
+    with trio.fail_after(BOUND_S):
+        again = await pool.get("p")
+        assert (await again.client.call("read_file", {"path": "."})).result["kind"] == "directory"
+
+
+async def test_probe_shared_is_true_for_a_local_child_on_the_same_workspace(local: tuple[ExecutorPool, Path]) -> None:
+    pool, ws = local
+    ex = await pool.get("p")
+    assert await pool.probe_shared(ex) is True
+    assert not [p.name for p in ws.iterdir() if p.name.startswith(".lens-probe-")]
+
+
+async def test_probe_shared_is_false_when_the_executor_serves_another_directory(executor: ExecutorProcess,
+                                                                               tmp_path: Path) -> None:
+    elsewhere = tmp_path / "core-side"
+    elsewhere.mkdir()
+    remote = RemoteExecutor(executor.address, executor.token, shared_filesystem=True)  # claimed, not true
+    async with running_pool(tmp_path / "executors", {"p": elsewhere}, remote=remote) as pool:
+        ex = await pool.get("p")
+        assert ex.shared_filesystem is True  # the configuration's claim
+        assert await pool.probe_shared(ex) is False  # ... which the probe refutes
+    assert list(elsewhere.iterdir()) == []
+    assert not [p.name for p in executor.workspace.iterdir() if p.name.startswith(".lens-probe-")]
+
+
+# ---------------------------------------------------------------------------- execution-domain lock
+
+
+async def test_domain_lock_readers_share_writers_exclude_and_are_not_starved(autojump_clock: Any) -> None:
+    lock = DomainLock()
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def hold(name: str, write: bool, start: float, duration: float) -> None:
+        await trio.sleep(start)
+        async with (lock.write() if write else lock.read()):
+            began = trio.current_time()
+            await trio.sleep(duration)
+            spans[name] = (began, trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, "r1", False, 0.0, 1.0)
+        nursery.start_soon(hold, "r2", False, 0.1, 1.0)
+        nursery.start_soon(hold, "w1", True, 0.5, 1.0)   # waits for r1 and r2
+        nursery.start_soon(hold, "r3", False, 0.6, 1.0)  # arrives while w1 waits: not before w1
+        nursery.start_soon(hold, "w2", True, 0.7, 1.0)
+
+    def overlap(a: str, b: str) -> bool:
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    assert overlap("r1", "r2")  # reads concurrent
+    for w in ("w1", "w2"):
+        for other in spans.keys() - {w}:
+            assert not overlap(w, other), (w, other, spans)  # writes exclusive
+    assert spans["w1"][0] >= spans["r2"][1]
+    assert spans["r3"][0] >= spans["w1"][1]  # a waiting writer holds back new readers
+
+
+async def test_domain_lock_a_cancelled_waiting_writer_lets_readers_in(autojump_clock: Any) -> None:
+    lock = DomainLock()
+    entered = []
+    async with trio.open_nursery() as nursery:
+        async def reader_holding() -> None:
+            async with lock.read():
+                await trio.sleep(5)
+
+        async def writer() -> None:
+            await trio.sleep(0.5)  # the reader holds the domain by now
+            with trio.move_on_after(1):
+                async with lock.write():
+                    entered.append("w")
+
+        async def late_reader() -> None:
+            await trio.sleep(2)
+            async with lock.read():
+                entered.append(("r", trio.current_time()))
+
+        nursery.start_soon(reader_holding)
+        nursery.start_soon(writer)
+        nursery.start_soon(late_reader)
+    assert entered == [("r", pytest.approx(2.0))]
+
+
+async def test_real_commands_are_serialized_and_a_read_waits_for_a_write(executor: ExecutorProcess,
+                                                                        tmp_path: Path) -> None:
+    ws = executor.workspace
+    remote = RemoteExecutor(executor.address, executor.token)
+    names = [f"lock{i}_{os.getpid()}_{time.monotonic_ns()}" for i in range(3)]
+    async with running_pool(tmp_path / "executors", {"p": ws}, remote=remote) as pool:
+        specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+        read_done: list[int] = []
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as nursery:
+                async def command(i: int, name: str) -> None:
+                    res = await specs["run_command"].run({"command": (
+                        f"date +%s%N > {name}.start; echo go > {name}.running; "
+                        f"while [ ! -e {name}.release ]; do sleep 0.01; done; date +%s%N > {name}.end")},
+                        ctx(f"cmd{i}"))
+                    assert not res.is_error, res.content
+
+                async def read() -> None:
+                    res = await specs["read_file"].run({"path": "."}, ctx("read"))
+                    assert not res.is_error
+                    read_done.append(time.time_ns())
+
+                for i, name in enumerate(names):
+                    nursery.start_soon(command, i, name)
+                # Whichever command got the lock runs; the others wait for it. Release them one by one.
+                released = 0
+                while released < len(names):
+                    running = []
+                    with trio.fail_after(10):
+                        while not running:
+                            running = [n for n in names if (ws / f"{n}.running").exists()
+                                       and not (ws / f"{n}.release").exists()]
+                            await trio.sleep(0.01)
+                    assert len(running) == 1, running  # never two commands at once
+                    if released == 0:
+                        nursery.start_soon(read)  # a read while a write holds the domain
+                    (ws / f"{running[0]}.release").touch()
+                    released += 1
+        spans = sorted((int((ws / f"{n}.start").read_text()), int((ws / f"{n}.end").read_text())) for n in names)
+        for (s1, e1), (s2, _) in zip(spans, spans[1:]):
+            assert e1 <= s2, spans  # no two commands overlapped
+        assert read_done and read_done[0] >= spans[0][1]  # the read ran after the first write ended
