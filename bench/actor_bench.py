@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/actor_bench.py [--data DIR] [--events N] [--sessions N] [--items N] [--json] [--quick]
+    python3 bench/actor_bench.py [--data DIR] [--events N] [--sessions N] [--items N] [--json] [--quick]
 
 What one run measures, side by side on the same machine (see docs/performance.md):
 
@@ -327,7 +327,8 @@ def wake_parts(data: Path, session_id: str, repeat: int) -> tuple[float, float]:
             state = snaps.load(session_id)
             t1 = time.perf_counter()
             assert state is not None
-            for ev in reader.events(session_id=session_id, after=state.last_seq):
+            for ev in reader.events(session_id=session_id, after=state.last_seq,
+                                    after_session_seq=state.last_session_seq):
                 apply(state, ev)
             t2 = time.perf_counter()
             loads.append((t1 - t0) * 1000)

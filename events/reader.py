@@ -152,6 +152,7 @@ class LogReader:
         kinds: Sequence[str] | None = None,
         limit: int | None = None,
         page: int = 2000,
+        after_session_seq: int | None = None,
     ) -> Iterator[tuple[Any, ...]]:
         """Row tuples in :data:`ROW_COLUMNS` order; see :meth:`rows`."""
         where = ["seq > ?"]
@@ -165,6 +166,9 @@ class LogReader:
         if kinds:
             where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
             args.extend(kinds)
+        if after_session_seq is not None:  # with session_id: a range of UNIQUE(session_id, session_seq)
+            where.append("session_seq > ?")
+            args.append(after_session_seq)
         sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         remaining = limit
         cursor = after
@@ -189,13 +193,17 @@ class LogReader:
         kinds: Sequence[str] | None = None,
         limit: int | None = None,
         page: int = 2000,
+        after_session_seq: int | None = None,
     ) -> Iterator[StoredRow]:
         """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
 
+        ``after_session_seq`` (with ``session_id``) keeps rows with ``session_seq`` above it: a
+        session's tail read as an index range instead of a walk of the whole session.
         Reads in pages so no read transaction is held for long.
         """
         for r in self._tuples(
-            after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page
+            after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page,
+            after_session_seq=after_session_seq,
         ):
             yield StoredRow(*r)
 

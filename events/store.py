@@ -578,12 +578,17 @@ class EventStore:
         limit: int = 1000,
         session_id: str | None = None,
         to: int | None = None,
+        after_session_seq: int | None = None,
     ) -> list[StoredEvent]:
-        """Decoded events with ``seq > after`` (at most ``limit``), off the trio thread."""
+        """Decoded events with ``seq > after`` (at most ``limit``), off the trio thread.
+
+        ``after_session_seq``: only events with a ``session_seq`` above it (see ``LogReader.rows``).
+        """
 
         def read() -> list[StoredEvent]:
             reader = self._get_reader()
-            return list(reader.events(after=after, to=to, session_id=session_id, limit=limit))
+            return list(reader.events(after=after, to=to, session_id=session_id, limit=limit,
+                                      after_session_seq=after_session_seq))
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 

@@ -11,6 +11,7 @@ so they are stable across replays, rebuilds and restarts.
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Iterable, Literal
 
 import msgspec
@@ -23,22 +24,37 @@ SessionStatus = Literal["idle", "running", "awaiting_answer", "quarantined", "de
 InputStatus = Literal["queued", "placed", "settled", "withdrawn"]
 
 
-class Item(msgspec.Struct, omit_defaults=True):
-    """One entry of an agent's Full Context."""
+class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
+    """One entry of an agent's Full Context.
+
+    A pure-text item carries its text once, in ``text``, and an empty ``parts`` (read the parts
+    through :func:`item_parts`, never ``Item.parts`` directly); ``parts`` is set only when the
+    content is not exactly one non-empty text part of ``text`` (images, several parts).
+
+    Encoded as a MessagePack array (``array_like``) so snapshots carry no field names, and not
+    tracked by the cycle collector (``gc=False``: an item never takes part in a cycle); ``parts``
+    and ``replaced_ids`` are tuples, so an item without them shares the empty tuple instead of
+    owning two empty lists. Tens of thousands of items then cost little to decode and no
+    collector time.
+    """
 
     id: str
     role: Role
     seq: int
     task_id: str | None = None
     text: str = ""
-    parts: list[t.ContentPart] = []
+    parts: tuple[t.ContentPart, ...] = ()  # empty: one TextPart of ``text`` (none if ``text`` is empty)
     call: t.ToolCall | None = None  # tool_call items
     call_id: str | None = None  # tool_result items
     status: str | None = None  # tool_result items: ok / error / interrupted / skipped / denied
     is_error: bool = False
     structured: Any = None
-    replaced_ids: list[str] = []  # summary items: what the compaction replaced
+    replaced_ids: tuple[str, ...] = ()  # summary items: what the compaction replaced
     source: str = ""  # system items: where the instruction came from
+    # The first item of a model response (its assistant text, else its first tool call): the
+    # response's provider-native reasoning blocks (``ModelResponded.reasoning_blocks``), which
+    # request compilation sends back unchanged to the protocol they came from.
+    reasoning_blocks: list[dict[str, Any]] = []
 
 
 class AgentState(msgspec.Struct):
@@ -61,6 +77,7 @@ class AgentState(msgspec.Struct):
     last_response_final: bool = False  # the last response had no tool calls
     round_results: int = 0  # tool results since the last response (its round under way)
     last_error: str | None = None  # the last model request failed (cleared by the next one)
+    request_attempt: int = 0  # ``attempt`` of the last model.requested
     task_id: str | None = None
     requests: int = 0
 
@@ -72,7 +89,7 @@ class QueuedInput(msgspec.Struct):
     seq: int
 
 
-class InputRecord(msgspec.Struct):
+class InputRecord(msgspec.Struct, array_like=True, gc=False):  # one per input: compact, untracked
     status: InputStatus
     text: str
     task_id: str | None = None
@@ -111,6 +128,9 @@ class SessionState(msgspec.Struct):
     agents: dict[str, AgentState] = {}
     queue: list[QueuedInput] = []
     inputs: dict[str, InputRecord] = {}
+    # Request ids of the inputs whose record is "placed" (a superset; task.finished settles them
+    # without scanning every input the session ever had).
+    placed_inputs: list[str] = []
     running_task: str | None = None
     running_agent: str | None = None
     todos: list[t.TodoItem] = []
@@ -146,6 +166,21 @@ MAIN_AGENT = "main"
 
 def text_of(parts: Iterable[t.ContentPart]) -> str:
     return "".join(p.text for p in parts if isinstance(p, t.TextPart))
+
+
+def item_parts(item: Item) -> list[t.ContentPart]:
+    """The content parts of ``item``: ``parts`` if set, else one TextPart of ``text`` (if any)."""
+    if item.parts:
+        return list(item.parts)
+    return [t.TextPart(item.text)] if item.text else []
+
+
+def _own_parts(text: str, parts: list[t.ContentPart]) -> tuple[t.ContentPart, ...]:
+    """What ``Item.parts`` stores for content ``parts`` whose text is ``text``: nothing when
+    :func:`item_parts` rebuilds them exactly from ``text`` (one non-empty TextPart)."""
+    if len(parts) == 1 and type(parts[0]) is t.TextPart and parts[0].text and parts[0].text == text:
+        return ()
+    return tuple(parts)
 
 
 def _item_id(seq: int, n: int = 0) -> str:
@@ -201,7 +236,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a.status = "running"
         a.task_id = se.task_id
         if ev.prompt:
-            a.items.append(Item(_item_id(seq), "user", seq, se.task_id, ev.prompt, [t.TextPart(ev.prompt)]))
+            a.items.append(Item(_item_id(seq), "user", seq, se.task_id, ev.prompt))
     elif isinstance(ev, t.AgentFinished):
         a = state.agent(agent_id)
         a.status = "finished"
@@ -224,9 +259,17 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         if agent_id == MAIN_AGENT and state.running_task == se.task_id:
             state.running_task = None
             state.running_agent = None
-        for rec in state.inputs.values():
-            if rec.status == "placed" and rec.task_id == se.task_id:
-                rec.status = "settled"
+        if state.placed_inputs:
+            still: list[str] = []
+            for rid in state.placed_inputs:
+                rec = state.inputs.get(rid)
+                if rec is None or rec.status != "placed":
+                    continue
+                if rec.task_id == se.task_id:
+                    rec.status = "settled"
+                else:
+                    still.append(rid)
+            state.placed_inputs = still
     elif isinstance(ev, t.InputSubmitted):
         rid = se.request_id or f"seq:{seq}"
         state.queue.append(QueuedInput(rid, list(ev.content), ev.when_busy, seq))
@@ -242,9 +285,12 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         if rec is not None:
             rec.status = "placed"
             rec.task_id = se.task_id
+            if rid not in state.placed_inputs:
+                state.placed_inputs.append(rid)
         if placed is not None:
+            text = text_of(placed.content)
             state.agent(agent_id).items.append(
-                Item(_item_id(seq), "user", seq, se.task_id, text_of(placed.content), placed.content)
+                Item(_item_id(seq), "user", seq, se.task_id, text, _own_parts(text, placed.content))
             )
             state.agent(agent_id).last_response_final = False
     elif isinstance(ev, t.InputWithdrawn):
@@ -259,18 +305,22 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     elif isinstance(ev, t.ModelRequested):
         a = state.agent(agent_id)
         a.open_request_seq = seq
+        a.request_attempt = ev.attempt
         a.requests += 1
         a.last_error = None
     elif isinstance(ev, t.ModelResponded):
         a = state.agent(agent_id)
         a.open_request_seq = None
         n = 0
+        first = len(a.items)
         if ev.text:
-            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.text, [t.TextPart(ev.text)]))
+            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.text))
             n += 1
         for call in ev.tool_calls:
             a.items.append(Item(_item_id(seq, n), "tool_call", seq, se.task_id, call=call))
             n += 1
+        if ev.reasoning_blocks and len(a.items) > first:
+            a.items[first].reasoning_blocks = list(ev.reasoning_blocks)
         a.pending_calls = list(ev.tool_calls)
         a.last_response_final = not ev.tool_calls
         a.round_results = 0
@@ -287,9 +337,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             a.running_call = None
         a.pending_calls = [c for c in a.pending_calls if c.call_id != ev.call_id]
         a.round_results += 1
+        text = text_of(ev.content)
         a.items.append(
             Item(
-                _item_id(seq), "tool_result", seq, se.task_id, text_of(ev.content), list(ev.content),
+                _item_id(seq), "tool_result", seq, se.task_id, text, _own_parts(text, ev.content),
                 call_id=ev.call_id, status=ev.status, is_error=ev.is_error,
                 structured=ev.structured_content,
             )
@@ -298,7 +349,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         text = ev.instructions if isinstance(ev, t.SkillLoaded) else ev.text
         source = f"skill:{ev.name}" if isinstance(ev, t.SkillLoaded) else ev.source
         state.agent(agent_id).items.append(
-            Item(_item_id(seq), "system", seq, se.task_id, text, [t.TextPart(text)], source=source)
+            Item(_item_id(seq), "system", seq, se.task_id, text, _own_parts(text, [t.TextPart(text)]), source=source)
         )
     elif isinstance(ev, t.ContextEdited):
         a = state.agent(agent_id)
@@ -318,8 +369,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             a.pruned = a.pruned + [i for i in ids if i not in a.pruned]
     elif isinstance(ev, t.ContextCompacted):
         state.agent(agent_id).items.append(
-            Item(_item_id(seq), "summary", seq, se.task_id, ev.summary, [t.TextPart(ev.summary)],
-                 replaced_ids=list(ev.replaced_item_ids))
+            Item(_item_id(seq), "summary", seq, se.task_id, ev.summary, _own_parts(ev.summary, [t.TextPart(ev.summary)]),
+                 replaced_ids=tuple(ev.replaced_item_ids))
         )
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
@@ -376,18 +427,28 @@ def working_context(agent: AgentState) -> list[Item]:
                      if it.role == "tool_call" and it.call is not None
                      and (it.id not in hidden or (it.call.call_id in reattached and it.id not in user_hidden))}
     out: list[Item] = []
+    # A response's reasoning blocks ride on its first item; if that item is hidden, they move to
+    # the response's next visible item (its calls still need them): (seq, blocks).
+    carried: tuple[int, list[dict[str, Any]]] | None = None
     for it in agent.items:
+        if carried is not None and it.seq == carried[0] and not it.reasoning_blocks and (
+                (it.role == "tool_call" and it.call is not None and it.call.call_id in visible_calls)
+                or (it.role == "assistant" and it.id not in hidden)):
+            it = msgspec.structs.replace(it, reasoning_blocks=carried[1])
+            carried = None
         if it.role == "tool_result" and it.call_id not in visible_calls:
             continue  # its call is gone from the Working Context: a lone result would be malformed
         if it.role == "tool_call" and it.call is not None and it.call.call_id in visible_calls:
             out.append(it)
             continue
         if it.id in hidden:
+            if it.reasoning_blocks:
+                carried = (it.seq, it.reasoning_blocks)
             if it.role == "tool_result":
-                out.append(msgspec.structs.replace(it, text=REMOVED_PLACEHOLDER, parts=[t.TextPart(REMOVED_PLACEHOLDER)], structured=None))
+                out.append(msgspec.structs.replace(it, text=REMOVED_PLACEHOLDER, parts=(), structured=None))
             continue
         if it.id in pruned and it.role == "tool_result":
-            out.append(msgspec.structs.replace(it, text=PRUNED_PLACEHOLDER, parts=[t.TextPart(PRUNED_PLACEHOLDER)], structured=None))
+            out.append(msgspec.structs.replace(it, text=PRUNED_PLACEHOLDER, parts=(), structured=None))
             continue
         out.append(it)
     return out
@@ -397,7 +458,9 @@ def working_context(agent: AgentState) -> list[Item]:
 
 _snap_encoder = msgspec.msgpack.Encoder()
 _snap_decoder = msgspec.msgpack.Decoder(SessionState)
-SNAPSHOT_VERSION = 1
+# 2: items carry their text once (``parts`` empty for pure text), items and input records are
+# MessagePack arrays, ``AgentState.request_attempt``, ``SessionState.placed_inputs``. Snapshots of another version are ignored (derived data).
+SNAPSHOT_VERSION = 2
 
 
 def snapshot_bytes(state: SessionState) -> bytes:
@@ -405,4 +468,16 @@ def snapshot_bytes(state: SessionState) -> bytes:
 
 
 def state_from_snapshot(data: bytes) -> SessionState:
-    return _snap_decoder.decode(data)
+    """Decode a snapshot, with the cycle collector paused.
+
+    A long session's snapshot holds tens of thousands of containers (each item's lists, tool
+    calls); left on, the collector would run many times during the decode and walk the growing
+    heap each time — most of the load's cost. None of the decoded objects can be garbage.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _snap_decoder.decode(data)
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,19 +1,88 @@
 """Session snapshots in ``projections.db``: derived data that makes wake-up cost the tail only.
 
-A snapshot is the folded :class:`~projections.session_state.SessionState` at some ``seq``,
-MessagePack in a zstd frame. Snapshots of another version are ignored (and replaced), so
+A snapshot is the folded :class:`~projections.session_state.SessionState` at some ``seq``:
+MessagePack in zstd frames. Snapshots of another version are ignored (and replaced), so
 changing the fold only costs one full replay per session.
+
+Layout (``_Blob``): one frame of the state with every agent's ``items`` left out, then each
+agent's items in frames of :data:`CHUNK_ITEMS`. Loading decompresses the next frame in a helper
+thread (zstd releases the GIL) while this thread decodes the previous one, so the two halves of
+the load overlap; the items decoded are exactly the state's items, in order.
 """
 
 from __future__ import annotations
 
+import gc
+import queue
+import threading
 from pathlib import Path
 
 import apsw
+import msgspec
 import zstandard
 
 from .projector import open_projections_db
-from .session_state import SNAPSHOT_VERSION, SessionState, snapshot_bytes, state_from_snapshot
+from .session_state import SNAPSHOT_VERSION, Item, SessionState, snapshot_bytes, state_from_snapshot
+
+CHUNK_ITEMS = 4096  # items per frame: ~2-3 MiB of MessagePack for tool-output-heavy sessions
+
+
+class _Blob(msgspec.Struct, array_like=True):
+    state: bytes  # zstd frame: the SessionState, every agent's items left out
+    items: list[tuple[str, list[bytes]]]  # per agent id: zstd frames of its items, in order
+
+
+_blob_encoder = msgspec.msgpack.Encoder()
+_blob_decoder = msgspec.msgpack.Decoder(_Blob)
+_items_decoder = msgspec.msgpack.Decoder(list[Item])
+
+
+def encode_snapshot(state: SessionState, compressor: zstandard.ZstdCompressor) -> bytes:
+    """The stored form of ``state`` (``state`` itself is not changed)."""
+    head = msgspec.structs.replace(
+        state, agents={aid: msgspec.structs.replace(a, items=[]) for aid, a in state.agents.items()}
+    )
+    chunks = [
+        (aid, [compressor.compress(_blob_encoder.encode(a.items[i : i + CHUNK_ITEMS]))
+               for i in range(0, len(a.items), CHUNK_ITEMS)])
+        for aid, a in state.agents.items()
+        if a.items
+    ]
+    return _blob_encoder.encode(_Blob(compressor.compress(snapshot_bytes(head)), chunks))
+
+
+def decode_snapshot(data: bytes) -> SessionState:
+    """The state stored by :func:`encode_snapshot`; raises on damaged data."""
+    blob = _blob_decoder.decode(data)
+    state = state_from_snapshot(zstandard.ZstdDecompressor().decompress(blob.state))
+    frames = [(aid, frame) for aid, fs in blob.items for frame in fs]
+    if not frames:
+        return state
+    ready: queue.SimpleQueue[bytes | BaseException] = queue.SimpleQueue()
+
+    def decompress_all() -> None:
+        d = zstandard.ZstdDecompressor()
+        try:
+            for _aid, frame in frames:
+                ready.put(d.decompress(frame))
+        except BaseException as exc:  # handed to the decoding thread, which raises it
+            ready.put(exc)
+
+    helper = threading.Thread(target=decompress_all, name="lens-snapshot-zstd", daemon=True)
+    helper.start()
+    enabled = gc.isenabled()
+    gc.disable()  # see state_from_snapshot: nothing decoded here can be garbage
+    try:
+        for aid, _frame in frames:
+            raw = ready.get()
+            if isinstance(raw, BaseException):
+                raise raw
+            state.agents[aid].items.extend(_items_decoder.decode(raw))
+    finally:
+        if enabled:
+            gc.enable()
+        helper.join()
+    return state
 
 
 class SnapshotStore:
@@ -26,7 +95,6 @@ class SnapshotStore:
             "version INTEGER NOT NULL, state BLOB NOT NULL) WITHOUT ROWID"
         )
         self._c = zstandard.ZstdCompressor(level=1)
-        self._d = zstandard.ZstdDecompressor()
 
     @classmethod
     def open(cls, data_dir: Path) -> "SnapshotStore":
@@ -42,12 +110,12 @@ class SnapshotStore:
         if not rows or rows[0][0] != SNAPSHOT_VERSION:
             return None
         try:
-            return state_from_snapshot(self._d.decompress(rows[0][1]))
+            return decode_snapshot(rows[0][1])
         except Exception:  # a damaged snapshot is only a lost shortcut: replay instead
             return None
 
     def save(self, state: SessionState) -> None:
-        blob = self._c.compress(snapshot_bytes(state))
+        blob = encode_snapshot(state, self._c)
         with self.conn:
             self.conn.execute(
                 "INSERT OR REPLACE INTO snapshots(session_id, seq, version, state) VALUES (?, ?, ?, ?)",

@@ -239,7 +239,7 @@ class SessionActor:
         state: SessionState | None = None
         if snaps is not None:
             state = await trio.to_thread.run_sync(snaps.load, self.session_id, limiter=self.deps.snapshot_limiter)
-        after = 0
+        after = after_session_seq = 0
         if state is None:
             state = SessionState(self.session_id)
             first = await self.deps.store.read_events(session_id=self.session_id, limit=1)
@@ -248,8 +248,8 @@ class SessionActor:
                 state = await self._state_at(ev.forked_from_session, ev.forked_from_seq or 0)
                 _reset_for_fork(state, self.session_id)
         else:
-            after = state.last_seq
-        await self._fold_tail(state, self.session_id, after, None)
+            after, after_session_seq = state.last_seq, state.last_session_seq
+        await self._fold_tail(state, self.session_id, after, None, after_session_seq)
         return state
 
     async def _state_at(self, session_id: str, upto: int) -> SessionState:
@@ -262,9 +262,16 @@ class SessionActor:
         await self._fold_tail(state, session_id, 0, upto)
         return state
 
-    async def _fold_tail(self, state: SessionState, session_id: str, after: int, upto: int | None) -> None:
+    async def _fold_tail(self, state: SessionState, session_id: str, after: int, upto: int | None,
+                         after_session_seq: int = 0) -> None:
+        """Fold the session's events with ``seq > after`` (up to ``upto``) into ``state``.
+
+        ``after_session_seq`` bounds the read the same way in the session's own numbering, so the
+        tail after a snapshot is one range of the ``(session_id, session_seq)`` index.
+        """
         while True:
-            page = await self.deps.store.read_events(session_id=session_id, after=after, limit=READ_PAGE, to=upto)
+            page = await self.deps.store.read_events(session_id=session_id, after=after, limit=READ_PAGE, to=upto,
+                                                     after_session_seq=after_session_seq or None)
             for se in page:
                 apply(state, se)
             if len(page) < READ_PAGE:
@@ -520,7 +527,9 @@ class SessionActor:
     async def _request_model(self, agent_id: str, task_id: str | None, step: d.Step) -> None:
         state = self.state
         agent = state.agents[agent_id]
-        attempt = 2 if agent.open_request_seq is not None else 1
+        # Asking again for a request that never got an answer (a crash or restart while it was
+        # open): one more attempt than the last recorded one, however many crashes came before.
+        attempt = agent.request_attempt + 1 if agent.open_request_seq is not None else 1
         try:
             provider, model_id, _ref = self.deps.catalog.resolve(state.model)
         except LensError as exc:
@@ -548,7 +557,7 @@ class SessionActor:
         await self._emit([d.Scoped(t.ModelResponded(
             text=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls,
             stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
-            diagnostics=result.diagnostics),
+            reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics),
             agent_id, task_id)])
 
     async def _run_call(self, agent_id: str, task_id: str | None, step: d.RunCall) -> None:
@@ -638,6 +647,7 @@ def _reset_for_fork(state: SessionState, new_session_id: str) -> None:
     state.session_id = new_session_id
     state.queue = []
     state.inputs = {}
+    state.placed_inputs = []
     state.running_task = None
     state.running_agent = None
     state.questions = {}

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from events import types as t
-from projections.session_state import MAIN_AGENT, Item, SessionState, UsageTotals, text_of
+from projections.session_state import MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
 
 QUEUED_PREVIEW_CHARS = 2000
 
@@ -46,8 +46,9 @@ def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[s
                            "structuredContent": res.structured}
         return v
     v["text"] = it.text
-    if any(isinstance(p, t.ImagePart) for p in it.parts):
-        v["parts"] = _parts(it.parts)
+    parts = item_parts(it)
+    if any(isinstance(p, t.ImagePart) for p in parts):
+        v["parts"] = _parts(parts)
     if it.role == "tool_result":
         v.update(callId=it.call_id, status=it.status, isError=it.is_error)
     if it.role == "summary":

@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 import apsw
+import msgspec
 import pytest
 import trio
 
 from events.reader import LogReader, StoredEvent
 from events.schema import EVENTS_DB, PROJECTIONS_DB
-from events.store import open_store
+from events.store import Draft, open_store
 from events.types import TextPart
 from projections.session_state import SessionState
 from runtime.actor import INTERRUPTED_TEXT, GetState, WaitIdle
@@ -300,6 +301,23 @@ async def test_kill_during_a_model_stream_requests_it_again(tmp_path: Path) -> N
     assert r.provider.requests[0].items[-1].text == child.STREAM_PROMPT
     assert only(events, "task.finished").event.status == "completed"
     assert [it.role for it in r.state.agents["main"].items] == ["user", "assistant"]
+
+
+async def test_a_second_crash_while_asking_again_counts_the_attempts_on(tmp_path: Path) -> None:
+    c = await crash(tmp_path, "model_stream",
+                    lambda c: c.ready and c.saw("model.requested") and bool(c.deltas))
+    # As if a first restart had asked again (attempt 2) and died before any answer.
+    first = only(c.before, "model.requested")
+    async with open_store(c.data) as store:
+        await store.append(Draft(
+            msgspec.structs.replace(first.event, attempt=2), first.project_id, first.session_id,
+            first.agent_id, first.task_id))
+    r = await restart(c)
+    events = r.session(c.session_id)
+    assert [e.event.attempt for e in events if e.kind == "model.requested"] == [1, 2, 3]
+    assert only(events, "model.responded").event.text == "".join(child.STREAM_CHUNKS)
+    assert len(r.provider.requests) == 1
+    assert r.state.agents["main"].request_attempt == 3
 
 
 async def test_kill_with_queued_inputs_serves_them_in_order(tmp_path: Path) -> None:
