@@ -26,7 +26,7 @@ from events.store import Draft, EventStore
 from projections.history import HistoryError
 
 from . import actor as a
-from .bus import Bus, Frame, event_frame, sse_message
+from .bus import Bus, event_frame, sse_message
 from .config import Config
 from .configfiles import ConfigFiles
 from .errors import LensError
@@ -34,6 +34,7 @@ from .guard import Guard
 from .pairing import PairStore, Principal
 from .projection_service import ProjectionService
 from .providers.catalog import ProviderCatalog
+from .sse_socket import direct_writer, keep_send
 from .supervisor import Supervisor
 from .views import project_view, session_row_view, session_view
 
@@ -155,6 +156,7 @@ class Services:
     config_files: ConfigFiles
     new_id: Callable[[str], str]
     shutting_down: trio.Event = field(default_factory=trio.Event)
+    streams_watched: bool = False  # watch_streams runs: SSE tasks need no revalidation timer
     version: str = "0.1.0"
 
 
@@ -183,6 +185,7 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = 60
+    app.asgi_app = keep_send(app.asgi_app)  # type: ignore[method-assign]  # SSE's direct write path
 
     @app.before_request
     async def guard() -> Response | None:
@@ -382,7 +385,7 @@ def create_app(svc: Services) -> QuartTrio:
         except ValueError:
             raise ApiError("INVALID_ARGUMENT", "Last-Event-ID must be an event seq") from None
         token = request.headers.get("Authorization", "")
-        gen = _sse(svc, session, project, after, token)
+        gen = _sse(svc, session, project, after, token, request.scope)
         resp = Response(gen, content_type="text/event-stream")
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
@@ -525,84 +528,118 @@ def _sniff_mime(data: bytes) -> str:
     return "application/octet-stream"
 
 
-REVALIDATE_SECONDS = 0.5
-SSE_WRITE_FRAMES = 256  # at most this many queued frames per write
-_DROPPED = Frame(None, None, None, b"")  # marks "the bus cut this subscriber off"
+REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often
+WATCH_SECONDS = 0.25
+
+
+async def watch_streams(svc: Services) -> None:
+    """Wake every SSE stream when the pair file changes or shutdown begins (run in the daemon).
+
+    One poll for all streams instead of a timer per stream: each stream then waits only for its
+    bus wake-up or its next heartbeat, and still ends within ~0.5 s of a revocation.
+    """
+    gen = svc.pairs.generation
+    svc.streams_watched = True
+    try:
+        while True:
+            await trio.sleep(WATCH_SECONDS)
+            if svc.pairs.generation != gen or svc.shutting_down.is_set():
+                gen = svc.pairs.generation
+                svc.bus.poke_all()
+    finally:
+        svc.streams_watched = False
 
 
 async def _sse(svc: Services, session: str | None, project: str | None, after: int | None,
-               authorization: str) -> AsyncIterator[bytes]:
-    """Replay from the log after ``after`` (if given), then live, joined at the bus position."""
+               authorization: str, scope: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
+    """Replay from the log after ``after`` (if given), then live, joined at the bus position.
+
+    Live frames come from the bus in chunks (one per bus tick, shared by every subscriber with the
+    same filter). When :func:`direct_writer` allows it (see ``sse_socket``), the stream hands its
+    socket to the bus while it waits: the bus writes each tick's chunk itself, without waking
+    this task; this task only finishes writes the socket could not take at once, and writes the
+    opening comment, the log replay, heartbeats and the final event (through quart).
+    """
     bus = svc.bus
     sub = bus.subscribe(session, project)
     gen_seen = svc.pairs.generation
     last = sub.start if after is None else after
     try:
         yield b": lens stream\n\n"
+        writer = direct_writer(scope) if scope is not None else None  # the headers are out by now
         # 1. the log, from `after` up to where live delivery starts
         while last < sub.start:
             page = await svc.store.read_events(after=last, to=sub.start, session_id=session, limit=500)
             if not page:
                 break
+            parts = []
             for se in page:
                 last = se.seq
                 if project is not None and se.project_id != project:
                     continue
-                yield event_frame(se).data
-        last = max(last, sub.start)
+                parts.append(event_frame(se).data)
+            if parts:
+                yield b"".join(parts)
+        if last > sub.start:
+            sub.skip_through = last  # resumed past what is committed: skip up to there
+        sub.last = max(last, sub.start)
+        sub.writer = writer
         # 2. live
         heartbeat = svc.config.server.heartbeat_seconds
-        idle = 0.0
+        wrote_at = trio.current_time()  # of this task's last write
         while True:
+            if sub.rest is not None:  # a write the bus started: finish it before anything else
+                rest, sub.rest = sub.rest, None
+                try:
+                    await writer.write_rest(rest)  # type: ignore[union-attr]
+                except OSError:
+                    return
+            if sub.gone:
+                return  # the client is gone (hypercorn notices too and ends the request)
             if svc.shutting_down.is_set():
-                yield sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": last}))
+                yield sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": sub.last}))
                 return
             if svc.pairs.generation != gen_seen:
                 gen_seen = svc.pairs.generation
                 try:
                     svc.guard.authenticate(authorization)
                 except LensError:
-                    yield sse_message("stream.end", msgspec.json.encode({"reason": "credential revoked", "lastEventId": last}))
+                    yield sse_message("stream.end", msgspec.json.encode(
+                        {"reason": "credential revoked", "lastEventId": sub.last}))
                     return
-            frame = None
-            try:
-                frame = sub.recv.receive_nowait()  # already queued: no timeout scope needed
-            except trio.WouldBlock:
-                with trio.move_on_after(REVALIDATE_SECONDS):
-                    try:
-                        frame = await sub.recv.receive()
-                    except trio.EndOfChannel:
-                        frame = _DROPPED
-            except trio.EndOfChannel:
-                frame = _DROPPED
-            if frame is _DROPPED:
+            if sub.dropped:
                 yield sse_message("stream.dropped", msgspec.json.encode(
-                    {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": last}))
+                    {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": sub.last}))
                 return
-            if frame is None:
-                idle += REVALIDATE_SECONDS
-                if idle >= heartbeat:
-                    idle = 0.0
+            data = sub.take()
+            if data is None:
+                quiet_since = max(wrote_at, sub.written_at)
+                if trio.current_time() - quiet_since >= heartbeat:
+                    wrote_at = trio.current_time()
                     yield b": ping\n\n"
-                continue
-            idle = 0.0
-            # Write every frame already queued in one go: the same bytes in the same order, but
-            # one trip through the HTTP server per wake-up instead of one per frame (with many
-            # subscribers that trip, not the frames, is what costs).
-            parts: list[bytes] = []
-            while True:
-                if frame.seq is None:
-                    parts.append(frame.data)
-                elif frame.seq > last:
-                    last = frame.seq
-                    parts.append(frame.data)
-                if len(parts) >= SSE_WRITE_FRAMES:
-                    break
+                    continue
+                wait = quiet_since + heartbeat - trio.current_time()
+                if not svc.streams_watched:
+                    wait = min(wait, REVALIDATE_SECONDS)
+                # park: from here until the task runs again the bus may write for it
+                sub.wake = trio.Event()
+                sub.parked = True
                 try:
-                    frame = sub.recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break  # EndOfChannel: the next receive() reports the drop
-            if parts:
-                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                    with trio.move_on_after(wait):
+                        await sub.wake.wait()
+                finally:
+                    sub.parked = False
+                continue
+            if not data:
+                continue
+            wrote_at = trio.current_time()
+            if writer is None:
+                yield data  # the same bytes object for every subscriber of the group
+                continue
+            try:
+                await writer.write(data)
+            except OSError:
+                return
     finally:
+        sub.parked = False
         bus.unsubscribe(sub)

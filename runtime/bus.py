@@ -1,16 +1,27 @@
 """The live event bus behind SSE: committed events, in ``seq`` order, fanned out to subscribers.
 
-One task follows the store (woken by each commit), reads the new events once, encodes each as an
-SSE frame once, and offers it to every matching subscriber without ever waiting: a subscriber
-whose bounded buffer is full is cut off (it gets a final ``stream.dropped`` event naming the last
-``seq`` it received, and can resume from there). So a slow client never slows the writer or
-other clients. Ephemeral frames (streaming deltas) carry no ``id`` and are not in the log.
+One task follows the store (woken by each commit), reads the new events once and encodes each as
+an SSE frame once. Frames are not pushed to each subscriber one by one: subscribers with the same
+filter (unfiltered, one session, one project) share a :class:`Group`, and the bus appends each
+matching frame to the group's pending list — work per *group*, not per subscriber. A ticker
+flushes every group at most once per :attr:`Bus.tick` seconds (the first frame after a quiet
+spell at once; less often when fanning out would take more than :data:`FANOUT_SHARE` of the
+event loop): the pending frames are joined into **one** bytes object (a :class:`Chunk`, shared
+by every subscriber of the group), and every subscriber gets everything pending in one write. A stream whose task is parked (waiting, nothing in flight) and which has a direct socket
+writer (``runtime.sse_socket``) is written by the ticker itself, without waking its task;
+otherwise the ticker sets the subscriber's ``wake`` and its task takes and writes the chunks.
+
+The bus never waits on a subscriber: a subscriber whose unread backlog exceeds ``buffer`` frames
+is cut off (it gets a final ``stream.dropped`` event naming the last ``seq`` it was sent, and can
+resume from there). So a slow client never slows the writer or other clients. Ephemeral frames
+(streaming deltas) carry no ``id`` and are not in the log.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import trio
@@ -20,6 +31,11 @@ from events.store import EventStore
 
 _json = msgspec.json.Encoder()
 READ_BATCH = 1000
+TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
+WRITE_SLICE = 50  # direct writes between two checkpoints of the bus's ticker
+FANOUT_SHARE = 0.25  # the fan-out's bound on the event loop's time: stretches the tick if needed
+MAX_TICK_SECONDS = 0.08  # ... but never beyond this
+TRIM_CHUNKS = 32  # a group forgets chunks every subscriber has taken once it holds more than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,52 +55,255 @@ def sse_message(event: str, data: bytes, id: int | None = None) -> bytes:
     return f"{head}event: {event}\n".encode() + b"data: " + data + b"\n\n"
 
 
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive frames of one group, flushed together: ``data`` is their bytes joined."""
+
+    data: bytes
+    frames: tuple[Frame, ...]
+    last_seq: int | None  # the last logged seq among the frames (None: only ephemeral frames)
+
+
 @dataclass(eq=False)
-class Subscription:
+class Group:
+    """The subscribers sharing one filter, and the frames they have yet to take."""
+
     session_id: str | None
     project_id: str | None
-    send: trio.MemorySendChannel[Frame]
-    recv: trio.MemoryReceiveChannel[Frame]
-    start: int  # frames with seq <= start are not delivered live: read them from the log
-    dropped: bool = False
+    pending: list[Frame] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
+    base: int = 0  # absolute index of chunks[0]
+    frames_total: int = 0  # frames ever flushed into chunks (for each subscriber's backlog)
+    subs: set["Subscription"] = field(default_factory=set)
 
-    def matches(self, f: Frame) -> bool:
-        if self.session_id is not None and f.session_id != self.session_id:
+    def flush(self) -> bool:
+        if not self.pending:
             return False
-        if self.project_id is not None and f.project_id != self.project_id:
-            return False
+        frames = tuple(self.pending)
+        self.pending = []
+        last = None
+        for f in reversed(frames):
+            if f.seq is not None:
+                last = f.seq
+                break
+        data = frames[0].data if len(frames) == 1 else b"".join([f.data for f in frames])
+        self.chunks.append(Chunk(data, frames, last))
+        self.frames_total += len(frames)
         return True
+
+    def trim(self) -> None:
+        low = min((s.cursor for s in self.subs), default=self.base + len(self.chunks))
+        if low > self.base:
+            del self.chunks[:low - self.base]
+            self.base = low
+
+
+class DirectWriter(Protocol):
+    """Writes one body chunk to a subscriber's connection (see ``runtime.sse_socket``)."""
+
+    def write_nowait(self, data: bytes) -> memoryview | None:
+        """Write what the socket takes now; return the rest (``None``: all written). May raise OSError."""
+
+    async def write_rest(self, rest: memoryview) -> None:
+        """Finish a write that :meth:`write_nowait` started."""
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One stream's place in its group, and the hand-over between its task and the bus.
+
+    While the stream's task is *parked* (waiting, nothing in flight) and it has a direct
+    ``writer``, the bus writes each flushed chunk itself, in the tick, without waking the task.
+    Otherwise the bus only sets ``wake`` and the task takes and writes the chunks.
+    """
+
+    group: Group
+    start: int  # frames with seq <= start are not delivered live: read them from the log
+    cursor: int  # absolute index of the next chunk of the group to take
+    taken: int  # group frames_total when this subscriber last took its chunks
+    last: int = 0  # the last logged seq taken for this subscriber (its lastEventId once written)
+    skip_through: int = 0  # resumed past the live start: frames with seq <= this are skipped
+    writer: DirectWriter | None = None
+    parked: bool = False
+    rest: memoryview | None = None  # the tail of a write the bus started: the task finishes it
+    writes: int = 0  # writes the bus made for this subscriber
+    written_at: float = 0.0  # trio time of the bus's last write for it
+    dropped: bool = False
+    gone: bool = False  # the bus's write failed: the client is gone
+    closed: bool = False
+    wake: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def session_id(self) -> str | None:
+        return self.group.session_id
+
+    @property
+    def project_id(self) -> str | None:
+        return self.group.project_id
+
+    def take(self) -> bytes | None:
+        """The bytes of every frame flushed since the last take, in order (``None``: nothing new)."""
+        g = self.group
+        end = g.base + len(g.chunks)
+        if self.cursor >= end:
+            return None
+        chunks = g.chunks[self.cursor - g.base:]
+        self.cursor = end
+        self.taken = g.frames_total
+        if self.skip_through:
+            skip = self.skip_through
+            data = b"".join([f.data for c in chunks for f in c.frames if f.seq is None or f.seq > skip])
+            if chunks[-1].last_seq is not None and chunks[-1].last_seq >= skip:
+                self.skip_through = 0
+        else:
+            data = chunks[0].data if len(chunks) == 1 else b"".join([c.data for c in chunks])
+        for c in reversed(chunks):
+            if c.last_seq is not None:
+                if c.last_seq > self.last:
+                    self.last = c.last_seq
+                break
+        return data
 
 
 @dataclass
 class Bus:
     store: EventStore
-    buffer: int = 2048
+    buffer: int = 2048  # a subscriber more than this many frames behind is cut off
+    tick: float = TICK_SECONDS
     position: int = 0
-    subscribers: set[Subscription] = field(default_factory=set)
-    delivered: int = 0
+    groups: dict[tuple[str | None, str | None], Group] = field(default_factory=dict)
+    _dirty: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def subscribers(self) -> set[Subscription]:
+        return {s for g in self.groups.values() for s in g.subs}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.position = self.store.last_seq
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._ticker)
+            task_status.started()
+            while True:
+                await self.store.wait_for(self.position)
+                while self.position < self.store.last_seq:
+                    batch = await self.store.read_events(after=self.position, limit=READ_BATCH)
+                    if not batch:
+                        break
+                    self._offer_all([event_frame(se) for se in batch])
+                    self.position = batch[-1].seq
+
+    async def _ticker(self) -> None:
+        """Flush at most once per tick (the first frame after a quiet spell at once), then write.
+
+        The writes to parked subscribers go out in slices of :data:`WRITE_SLICE` with a
+        checkpoint between slices, so the writer's own tasks (HTTP handlers, session actors,
+        store acknowledgements) run between them instead of waiting behind a whole fan-out. And
+        the fan-out's own time bounds the tick: the next flush comes no sooner than
+        ``busy / FANOUT_SHARE`` after this one, so fanning out never takes more than that share
+        of the event loop (under CPU pressure writes get larger and rarer, the writer keeps its
+        pace).
+        """
+        clock = time.perf_counter
+        last = -1e9
+        pause = self.tick
         while True:
-            await self.store.wait_for(self.position)
-            while self.position < self.store.last_seq:
-                batch = await self.store.read_events(after=self.position, limit=READ_BATCH)
-                if not batch:
-                    break
-                self._offer_all([event_frame(se) for se in batch])
-                self.position = batch[-1].seq
+            await self._dirty.wait()
+            due = last + pause
+            if trio.current_time() < due:
+                await trio.sleep_until(due)
+            self._dirty = trio.Event()
+            last = trio.current_time()
+            t0 = clock()
+            todo = self.flush()
+            busy = clock() - t0
+            for i in range(0, len(todo), WRITE_SLICE):
+                if i:
+                    await trio.sleep(0)
+                t0 = clock()
+                now = trio.current_time()
+                for sub in todo[i:i + WRITE_SLICE]:
+                    if sub.parked:  # still parked, still subscribed (unsubscribing unparks)
+                        self._write(sub, now)
+                busy += clock() - t0
+            pause = min(max(self.tick, busy / FANOUT_SHARE), MAX_TICK_SECONDS)
+
+    def flush(self) -> list[Subscription]:
+        """Flush every group: drop laggards, wake the subscribers whose task writes for itself.
+
+        Returns the parked subscribers with a direct writer, for the bus to write to itself.
+        """
+        buffer = self.buffer
+        todo: list[Subscription] = []
+        for g in list(self.groups.values()):
+            if not g.flush():
+                continue
+            total = g.frames_total
+            for sub in list(g.subs):
+                if total - sub.taken > buffer:
+                    self._drop(sub)
+                elif not sub.parked:
+                    continue  # the task is busy: it takes what is pending before it parks again
+                elif sub.writer is None or sub.skip_through:
+                    sub.wake.set()
+                else:
+                    todo.append(sub)
+            if len(g.chunks) > TRIM_CHUNKS:
+                g.trim()
+        return todo
+
+    @staticmethod
+    def _write(sub: Subscription, now: float) -> None:
+        data = sub.take()
+        if not data:
+            return
+        sub.writes += 1
+        sub.written_at = now
+        try:
+            rest = sub.writer.write_nowait(data)  # type: ignore[union-attr]
+        except OSError:
+            sub.gone = True
+            sub.parked = False
+            sub.wake.set()
+            return
+        if rest is not None:  # the socket is full: the task waits for it and finishes the write
+            sub.rest = rest
+            sub.parked = False
+            sub.wake.set()
 
     def subscribe(self, session_id: str | None = None, project_id: str | None = None) -> Subscription:
-        send, recv = trio.open_memory_channel[Frame](self.buffer)
-        sub = Subscription(session_id, project_id, send, recv, self.position)
-        self.subscribers.add(sub)
+        key = (session_id, project_id)
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = Group(session_id, project_id)
+        else:
+            g.flush()  # what is pending was committed up to `position`: the new subscriber reads it from the log
+        end = g.base + len(g.chunks)
+        # Live from what is committed now, even if the bus has not read all of it yet: the stream
+        # reads up to `start` from the log and skips those frames when they come through the bus.
+        start = max(self.position, self.store.last_seq)
+        sub = Subscription(g, start, end, g.frames_total, last=start,
+                           skip_through=start if start > self.position else 0)
+        g.subs.add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self.subscribers.discard(sub)
-        sub.send.close()
+        sub.closed = True
+        sub.parked = False
+        g = sub.group
+        g.subs.discard(sub)
+        if not g.subs and self.groups.get((g.session_id, g.project_id)) is g:
+            del self.groups[(g.session_id, g.project_id)]
+
+    def poke_all(self) -> None:
+        """Wake every stream's task (shutdown, credentials changed): each re-checks its state."""
+        for g in self.groups.values():
+            for sub in g.subs:
+                sub.wake.set()
+
+    def _drop(self, sub: Subscription) -> None:
+        sub.dropped = True
+        self.unsubscribe(sub)
+        sub.wake.set()
 
     def publish(self, session_id: str | None, project_id: str | None, event: str, data: dict[str, Any]) -> None:
         """An ephemeral frame (no id, not in the log), e.g. a streaming text delta."""
@@ -94,31 +313,21 @@ class Bus:
         self._offer_all([frame])
 
     def _offer_all(self, frames: list[Frame]) -> None:
-        """Offer ``frames`` (in order) to every subscriber, never waiting.
-
-        The same outcome as offering them one by one: each subscriber gets the frames it matches
-        in order until its buffer is full; a full buffer drops it (a missed delta does not), and
-        a dropped or closed subscriber gets nothing more. Looping subscriber by subscriber keeps
-        the per-frame work to a bound method call (the fan-out's hot loop).
-        """
-        delivered = 0
-        for sub in list(self.subscribers):
-            send_nowait = sub.send.send_nowait
-            sid, pid = sub.session_id, sub.project_id
+        """Queue ``frames`` (in order) for every group they match; the ticker flushes them."""
+        if not self.groups:
+            return
+        offered = False
+        for g in self.groups.values():
+            sid, pid = g.session_id, g.project_id
+            if sid is None and pid is None:
+                g.pending.extend(frames)
+                offered = True
+                continue
+            pending = g.pending
             for frame in frames:
                 if (sid is not None and frame.session_id != sid) or (pid is not None and frame.project_id != pid):
                     continue
-                try:
-                    send_nowait(frame)
-                    delivered += 1
-                except trio.WouldBlock:
-                    if frame.seq is None:
-                        continue  # a missed delta is harmless: the final event carries the text
-                    sub.dropped = True
-                    self.subscribers.discard(sub)
-                    sub.send.close()
-                    break
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self.subscribers.discard(sub)
-                    break
-        self.delivered += delivered
+                pending.append(frame)
+                offered = True
+        if offered:
+            self._dirty.set()

@@ -30,7 +30,7 @@ from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 
 from .actor import ActorDeps
-from .api import Services, create_app
+from .api import Services, create_app, watch_streams
 from .bus import Bus
 from .config import Config, ConfigError, pair_file_path
 from .executors import ExecutorPool, RemoteExecutor
@@ -138,6 +138,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(supervisor.run)
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)
+                services.start_soon(watch_streams, svc)
                 http_done = trio.Event()
                 http_scope = trio.CancelScope()
                 inflight = _InFlight(app)
@@ -158,6 +159,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 services.start_soon(_signals, stop)
                 await stop.wait()
                 svc.shutting_down.set()  # SSE generators end themselves
+                bus.poke_all()
                 # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
                 # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
                 # once nothing is in progress HTTP is stopped outright.

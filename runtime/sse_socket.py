@@ -1,0 +1,130 @@
+"""A direct write path for SSE bodies: HTTP/1.1 chunks written straight to the connection's socket.
+
+Why: with hundreds of subscribers, each body write through quart → hypercorn → h11 → trio's
+``SocketStream`` costs tens of microseconds of Python (the ASGI event dict, h11's state machine,
+hypercorn's send lock and shielded cancel scope, trio's conflict detector, error translation and
+two scheduler checkpoints) around one ``send`` system call. Profiled at 500 subscribers that path
+was ~2/3 of the daemon's event-loop thread. Here one body write is one ``writev`` of
+``<hex size>\\r\\n`` + the (shared, pre-joined) frame bytes + ``\\r\\n``: byte for byte what h11's
+``ChunkedWriter`` would have written, and the response still starts (status, headers, first chunk)
+and ends (``0\\r\\n\\r\\n``) through hypercorn, so h11's state stays consistent.
+
+It is used only when it is certainly safe: plain-TCP HTTP/1.1 on hypercorn's trio worker with a
+chunked response (h11's writer is its ``ChunkedWriter``); anything else (TLS, HTTP/2, HTTP/1.0,
+another server, a hypercorn whose internals differ) gets ``None`` and the stream is written the
+ordinary way. While a stream is open nothing else writes to its connection (HTTP/1.1 serves one
+request at a time), and a write never interleaves with the quart path because both happen in
+the stream's own task, one after the other.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import trio
+
+SCOPE_KEY = "lens.asgi_send"  # the ASGI ``send`` callable, put into the scope by :func:`keep_send`
+
+
+def keep_send(asgi_app: Any) -> Any:
+    """Wrap an ASGI app so each HTTP scope carries its ``send`` callable (for :func:`direct_writer`)."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            scope[SCOPE_KEY] = send
+        await asgi_app(scope, receive, send)
+
+    return app
+
+
+class ChunkedSocketWriter:
+    """Writes HTTP/1.1 chunks to a connection's non-blocking socket; waits (cancellably) when full.
+
+    The bus calls :meth:`write_nowait` from its tick for parked streams (no task wake-up); the
+    stream's own task finishes a partial write with :meth:`write_rest`. The socket's descriptor
+    is read at every write, never kept: once hypercorn closes the connection it reads as -1 and
+    the write fails as a gone client, so bytes can never reach a later connection that reuses
+    the number (every write happens on the event-loop thread, between two checks of the socket).
+    """
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock  # the trio socket under hypercorn's SocketStream
+
+    def write_nowait(self, data: bytes) -> memoryview | None:
+        """Write ``data`` as one chunk as far as the socket takes it now; return the rest, if any.
+
+        Raises ``OSError`` (e.g. ``BrokenPipeError``) if the connection is gone.
+        """
+        if not data:
+            return None
+        fd = self.sock.fileno()
+        if fd < 0:
+            raise BrokenPipeError("the connection is closed")
+        head = b"%x\r\n" % len(data)
+        total = len(head) + len(data) + 2
+        try:
+            n = os.writev(fd, (head, data, b"\r\n"))
+        except BlockingIOError:
+            n = 0
+        if n == total:
+            return None
+        return memoryview(head + data + b"\r\n")[n:]
+
+    async def write_rest(self, rest: memoryview) -> None:
+        """Finish a chunk :meth:`write_nowait` started, waiting (cancellably) for the socket."""
+        while rest:
+            try:
+                await trio.lowlevel.wait_writable(self.sock)
+            except trio.ClosedResourceError:
+                raise BrokenPipeError("the connection is closed") from None
+            fd = self.sock.fileno()
+            if fd < 0:
+                raise BrokenPipeError("the connection is closed")
+            try:
+                n = os.write(fd, rest)
+            except BlockingIOError:
+                continue
+            rest = rest[n:]
+
+    async def write(self, data: bytes) -> None:
+        rest = self.write_nowait(data)
+        if rest is not None:
+            await self.write_rest(rest)
+
+
+def direct_writer(scope: dict[str, Any]) -> ChunkedSocketWriter | None:
+    """The direct writer for this response, or ``None`` if the ordinary path must be used.
+
+    Call it only after the response's headers and first body chunk went out through the server
+    (i.e. after the body generator's first ``yield`` returned).
+    """
+    send = scope.get(SCOPE_KEY)
+    if send is None or scope.get("http_version") != "1.1" or scope.get("scheme") != "http":
+        return None
+    try:
+        import h11
+        from h11._writers import ChunkedWriter
+        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.protocol.http_stream import HTTPStream
+        from hypercorn.trio.tcp_server import TCPServer
+
+        stream = getattr(send, "__self__", None)
+        if type(stream) is not HTTPStream or send.__func__ is not HTTPStream.app_send:
+            return None
+        proto = getattr(stream.send, "__self__", None)
+        if type(proto) is not H11Protocol or proto.stream is not stream:
+            return None
+        conn = proto.connection
+        if type(conn) is not h11.Connection or conn.our_state is not h11.SEND_BODY:
+            return None
+        if not isinstance(getattr(conn, "_writer", None), ChunkedWriter):
+            return None
+        server = getattr(proto.send, "__self__", None)
+        if type(server) is not TCPServer or not isinstance(server.stream, trio.SocketStream):
+            return None
+        return ChunkedSocketWriter(server.stream.socket)
+    except Exception:  # noqa: BLE001 - any surprise in the server's internals: use the ordinary path
+        return None
