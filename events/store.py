@@ -592,6 +592,11 @@ class EventStore:
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 
+    def open_tail_reader(self) -> "TailReader":
+        """A reader of its own for one steady consumer (the SSE bus): it never waits behind
+        session replays on the shared reader. Close it when done."""
+        return TailReader(self.data_dir, self.codec.max_event_bytes)
+
     async def read_rows(self, *, after: int = 0, limit: int = 1000) -> list[StoredRow]:
         def read() -> list[StoredRow]:
             return list(self._get_reader().rows(after=after, limit=limit))
@@ -644,6 +649,25 @@ class EventStore:
         if dict_id not in self.codec.dictionary_ids:
             self.codec.add_dictionary(dict_id, data)
         self.codec.use_dictionary(dict_id)
+
+
+class TailReader:
+    """Decoded events after a ``seq``, read off the trio thread on a connection of its own."""
+
+    def __init__(self, data_dir: Path, max_event_bytes: int) -> None:
+        self._reader = LogReader(data_dir, max_event_bytes=max_event_bytes,
+                                 connection=open_read_connection(data_dir))
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def read_events(self, *, after: int, limit: int = 1000) -> list[StoredEvent]:
+        reader = self._reader
+        return await trio.to_thread.run_sync(lambda: list(reader.events(after=after, limit=limit)),
+                                             limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        """Close the connection once no read is running on it (shielded: always completes)."""
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._reader.close, limiter=self._limiter)
 
 
 @asynccontextmanager

@@ -180,17 +180,21 @@ class Bus:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.position = self.store.last_seq
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._ticker)
-            task_status.started()
-            while True:
-                await self.store.wait_for(self.position)
-                while self.position < self.store.last_seq:
-                    batch = await self.store.read_events(after=self.position, limit=READ_BATCH)
-                    if not batch:
-                        break
-                    self._offer_all([event_frame(se) for se in batch])
-                    self.position = batch[-1].seq
+        tail = self.store.open_tail_reader()  # never queues behind session replays
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ticker)
+                task_status.started()
+                while True:
+                    await self.store.wait_for(self.position)
+                    while self.position < self.store.last_seq:
+                        batch = await tail.read_events(after=self.position, limit=READ_BATCH)
+                        if not batch:
+                            break
+                        self._offer_all([event_frame(se) for se in batch])
+                        self.position = batch[-1].seq
+        finally:
+            await tail.aclose()
 
     async def _ticker(self) -> None:
         """Flush at most once per tick (the first frame after a quiet spell at once), then write.

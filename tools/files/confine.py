@@ -148,7 +148,8 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
     if path.startswith("/"):
         below = root.inside(path)
         if below is None:
-            raise FileToolError("PATH_OUTSIDE_WORKSPACE", "an absolute path must lie inside the workspace root")
+            named = "<absolute path>" if shown == path else shown  # never echo a host path
+            raise FileToolError("PATH_OUTSIDE_WORKSPACE", f"{named}: an absolute path must lie inside the workspace root")
         pending = below
     else:
         pending = _components(path)
