@@ -33,6 +33,7 @@ from .actor import ActorDeps
 from .api import Services, create_app, watch_streams
 from .bus import Bus
 from .config import Config, ConfigError, pair_file_path
+from .errors import LensError
 from .executors import ExecutorPool, RemoteExecutor
 from .configfiles import ConfigFiles
 from .guard import Guard
@@ -107,9 +108,12 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         async def system_prompt_for(project_id: str | None) -> list[str]:
             ws = await workspace_of(project_id) if project_id else None
+            workspace_file = str(ws / "AGENTS.md") if ws else None
 
             async def read_text(path: str) -> str | None:
-                try:
+                if project_id is not None and path == workspace_file:
+                    return await read_workspace_agents_md(executors, project_id)
+                try:  # ~/.agents/AGENTS.md: the Core user's own file
                     return await trio.Path(path).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError):
                     return None
@@ -202,6 +206,32 @@ class _InFlight:
             self.active -= 1
             if self.active == 0:
                 self.drained.set()
+
+
+AGENTS_MD_MAX_BYTES = 256 * 1024
+
+
+async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> str | None:
+    """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote).
+
+    Missing file: ``None``. An executor that cannot be reached leaves the section out (logged);
+    the model request goes ahead without it rather than failing.
+    """
+    try:
+        ex = await executors.get(project_id)
+        text, offset = "", 0
+        async with ex.lock.read():
+            while len(text.encode()) < AGENTS_MD_MAX_BYTES:
+                out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
+                text += out.result.get("content", "")
+                if out.result.get("eof", True) or out.result.get("kind") != "file":
+                    break
+                offset = out.result["next_offset"]
+        return text
+    except LensError as exc:
+        if exc.code not in ("NOT_FOUND", "NOT_A_FILE"):
+            log.warning("project %s: AGENTS.md not read through the executor (%s)", project_id, exc.code)
+        return None
 
 
 def _port_of(url: str) -> int:

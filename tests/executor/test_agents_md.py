@@ -1,0 +1,36 @@
+"""<workspace>/AGENTS.md reaches the system prompt through the project's executor (F-CTX-4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.daemon import read_workspace_agents_md
+from runtime.prompt import build_system_prompt
+
+from .conftest import running_pool
+
+
+async def test_workspace_agents_md_is_read_through_the_executor(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "AGENTS.md").write_text("a parent file: never walked up to\n")
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        assert await read_workspace_agents_md(pool, "p") is None  # no file yet
+        text = "# Rules of this repo\n" + "Use tabs. ✓\n" * 10_000  # several read pages (2000 lines each)
+        (ws / "AGENTS.md").write_text(text)
+        assert await read_workspace_agents_md(pool, "p") == text
+        huge = "x" * 100 + "\n"
+        (ws / "AGENTS.md").write_text(huge * 5000)  # 505,000 bytes: capped, not unbounded
+        got = await read_workspace_agents_md(pool, "p")
+        assert got is not None and huge * 10 == got[:1010] and 256 * 1024 <= len(got) < 505_000
+        (ws / "AGENTS.md").write_text(text)
+        ex = await pool.get("p")
+        assert ex.process is not None  # it really went through the spawned executor
+
+        async def read_text(path: str) -> str | None:
+            if path == str(ws / "AGENTS.md"):
+                return await read_workspace_agents_md(pool, "p")
+            return None
+
+        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        assert "Use tabs. ✓" in prompt and "never walked up" not in prompt
