@@ -159,24 +159,33 @@ class ExecutorPool:
         proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                                 start_new_session=True)
         assert proc.stdout is not None
-        line = b""
-        with trio.move_on_after(SPAWN_TIMEOUT_S):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(1)
-                if not chunk:
-                    break
-                line += chunk
-        text = line.decode(errors="replace").strip()
-        if "listening on" not in text:
-            proc.kill()
+        try:
+            line = b""
+            with trio.move_on_after(SPAWN_TIMEOUT_S):
+                while not line.endswith(b"\n"):
+                    chunk = await proc.stdout.receive_some(1)
+                    if not chunk:
+                        break
+                    line += chunk
+            text = line.decode(errors="replace").strip()
+            if "listening on" not in text:
+                raise ExecutorUnavailable(f"the executor for project {project_id} did not start ({text or 'no output'})")
+            port = int(text.rsplit(":", 1)[1])
+        except BaseException:
+            # Not started, or we were cancelled while it started: never leave the child behind.
             with trio.CancelScope(shield=True):
+                proc.kill()
                 await proc.wait()
                 await proc.stdout.aclose()
-            raise ExecutorUnavailable(f"the executor for project {project_id} did not start ({text or 'no output'})")
-        port = int(text.rsplit(":", 1)[1])
-        self._nursery.start_soon(self._reap, proc)
+            raise
+        self._nursery.start_soon(self._reap, proc)  # from here on, _reap owns the child
         client = ExecutorClient(f"127.0.0.1:{port}", token)
-        await client.hello()
+        try:
+            await client.hello()
+        except BaseException:
+            client.close()
+            proc.terminate()
+            raise
         log.info("executor for project %s on port %d (pid %d)", project_id, port, proc.pid)
         return Executor(project_id, workspace, client, process=proc, shared_filesystem=self.local_shared_filesystem)
 
