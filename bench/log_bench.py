@@ -40,7 +40,6 @@ import os
 import platform
 import random
 import shutil
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -55,7 +54,6 @@ import apsw  # noqa: E402
 import msgspec  # noqa: E402
 import trio  # noqa: E402
 
-from events.codec import Codec  # noqa: E402
 from events.reader import ROW_COLUMNS, LogReader  # noqa: E402
 from events.schema import EVENTS_DB, KNOWN_ENTRIES, SCHEMA  # noqa: E402
 from events.store import AUTO_DICTIONARY_AFTER, Draft, open_store  # noqa: E402

@@ -48,7 +48,6 @@ import platform
 import re
 import selectors
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -533,8 +533,9 @@ class SessionActor:
         try:
             provider, model_id, _ref = self.deps.catalog.resolve(state.model)
         except LensError as exc:
+            code, message = exc.code, exc.message
             await self._emit(self._if_current(agent_id, step, lambda: [
-                d.Scoped(t.ModelFailed(code=exc.code, message=exc.message), agent_id, task_id)]))
+                d.Scoped(t.ModelFailed(code=code, message=message), agent_id, task_id)]))
             return
         items = working_context(agent)
         tools = [s.schema() for s in self.deps.tools.visible(is_main_agent=agent_id == MAIN_AGENT, allowed=agent.tools or None)]

@@ -18,7 +18,7 @@ import trio
 from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
 
-from .conftest import ExecutorProcess, group_members, kill_group, wait_group_gone, wait_path
+from .conftest import group_members, kill_group, wait_group_gone, wait_path
 
 BOUND_S = 20.0  # generous bound for anything that should take well under a second
 

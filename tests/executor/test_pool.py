@@ -19,7 +19,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolResult
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, kill_group, running_pool, wait_group_gone, wait_path
+from .conftest import ExecutorProcess, kill_group, running_pool, wait_group_gone
 
 BOUND_S = 30.0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from conftest import by_kind, one, sleep_call
-from events import types as t
 from runtime.actor import DEFAULT_SYSTEM_PROMPT
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 

@@ -8,10 +8,8 @@ nothing depends on timing. Event order in the log is what is asserted.
 from __future__ import annotations
 
 import pytest
-import trio
 
 from conftest import by_kind, frozen, one, sleep_call, text
-from events import types as t
 from runtime.actor import Abort, Steer, Submit, Withdraw
 from runtime.errors import InputNotQueued
 from runtime.providers.faux import FauxTurn
