@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 from events import types as t
 from events.errors import LogError
 from events.store import Draft, EventStore
+from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
 
 from . import actor as a
@@ -285,7 +286,6 @@ def create_app(svc: Services) -> QuartTrio:
         project = request.args.get("project") or request.args.get("projectId")
         include_deleted = request.args.get("includeDeleted") in ("1", "true")
         await svc.projections.caught_up()
-        from projections.catalog import SESSION_COLUMNS
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions"
         where, args = [], []
         if project:

@@ -64,7 +64,7 @@ def strategy_for(t: mi.Type) -> st.SearchStrategy[Any]:
                 value = st.just(default) | value
             fields[f.name] = value
         return st.builds(t.cls, **fields)
-    raise NotImplementedError(f"no strategy for msgspec type {t!r}: extend strategy_for()")
+    raise TypeError(f"no strategy for msgspec type {t!r}: extend strategy_for()")
 
 
 EVENT_STRATEGIES = {kind: strategy_for(mi.type_info(cls)) for kind, cls in KIND_TO_TYPE.items()}

@@ -56,7 +56,7 @@ def sample(t: mi.Type, name: str, default: Any = mi.NODEFAULT) -> Any:
         return {"alpha": sample(t.value_type, f"{name}.alpha"), "beta": sample(t.value_type, f"{name}.beta")}
     if isinstance(t, mi.StructType):
         return t.cls(**{f.name: sample(f.type, f.name, f.default) for f in t.fields})
-    raise NotImplementedError(f"no sample for msgspec type {t!r}: extend sample()")
+    raise TypeError(f"no sample for msgspec type {t!r}: extend sample()")
 
 
 def row(codec: Codec, event: Any) -> dict[str, Any]:
