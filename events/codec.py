@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import msgspec
 import zstandard
@@ -27,6 +27,8 @@ _frame_parameters = zstandard.get_frame_parameters
 _TAG_OF = {cls: tag for tag, cls in KIND_TO_TYPE.items()}
 DEFAULT_LEVEL = 3
 NO_DICTIONARY = 0
+# From this many bodies on, compress_many uses one multi-frame call (it costs ~10 µs to set up).
+MULTI_COMPRESS_MIN = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,16 @@ class Codec:
         return self._encoder.encode(event)
 
     def encode(self, event: _Event) -> Encoded:
-        """Frame ``event`` for storage.
+        """Frame ``event`` for storage (:meth:`pack_checked`, then compress).
+
+        Raises :class:`AppendRejected` as :meth:`pack_checked` does.
+        """
+        raw = self.pack_checked(event)
+        compressor, dict_id = self._compressor_for()
+        return Encoded(kind_of(event), compressor.compress(raw), len(raw), dict_id)
+
+    def pack_checked(self, event: _Event) -> bytes:
+        """The MessagePack of ``event``, checked so that it can be stored and decoded again.
 
         Raises :class:`AppendRejected` when it cannot be encoded, does not match its own schema
         (msgspec does not type-check at construction, and a mistyped body stored now could never
@@ -149,8 +160,19 @@ class Codec:
                 f"{kind_of(event)} event is {len(raw)} bytes, over the maximum event size "
                 f"of {self.max_event_bytes} bytes"
             )
+        return raw
+
+    def compress_many(self, raws: Sequence[bytes]) -> tuple[list[bytes], int]:
+        """Frame each of ``raws`` (checked MessagePack) and name the dictionary used.
+
+        Many bodies are compressed in one call that holds no GIL throughout (one hand-off for
+        the whole batch instead of one per body); the frames are the same as :meth:`encode`'s.
+        """
         compressor, dict_id = self._compressor_for()
-        return Encoded(kind_of(event), compressor.compress(raw), len(raw), dict_id)
+        if len(raws) < MULTI_COMPRESS_MIN:
+            return [compressor.compress(raw) for raw in raws], dict_id
+        frames = compressor.multi_compress_to_buffer(list(raws))
+        return [frames[i].tobytes() for i in range(len(raws))], dict_id
 
     # ------------------------------------------------------------------ decode
 

@@ -1,11 +1,13 @@
 """The event store: the single writer of ``events.db``, with group commit.
 
-Callers ``await store.append(...)`` from any trio task. Events are encoded and compressed in
-the caller's task (so the writer thread only inserts) and put on a thread-safe queue; one
-persistent writer thread drains everything queued into one transaction on its own connection,
-commits it durably, and only then acknowledges the whole group with one
-``TrioToken.run_sync_soon``. Producers keep encoding while the thread commits. A ``request_id`` already recorded for the session returns the original ``seq`` and writes
-nothing, also when both arrive in the same batch.
+Callers ``await store.append(...)`` from any trio task. Events are encoded in the caller's
+task; the appends of one trio batch are compressed together in the store's own task (one call
+that releases the GIL) and put on a thread-safe queue, so the writer thread only inserts. One
+persistent writer thread drains everything queued into one transaction on its own connection
+(one multi-row ``INSERT`` in autocommit mode), commits it durably, and only then acknowledges
+the whole group with one ``TrioToken.run_sync_soon``. Producers keep encoding while the thread
+commits. A ``request_id`` already recorded for the session returns the original ``seq`` and
+writes nothing, also when both arrive in the same batch.
 
 Lifetime: the writer runs inside a nursery the caller owns::
 
@@ -30,7 +32,7 @@ import apsw
 import trio
 import zstandard
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, Encoded, train_dictionary
+from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, train_dictionary
 from .errors import (
     AppendRejected,
     ConcurrencyConflict,
@@ -48,9 +50,13 @@ from .schema import (
     open_read_connection,
     open_write_connection,
 )
-from .types import _Event
+from .types import _Event, kind_of
 
 MAX_BATCH_EVENTS = 1024
+# A trio batch that has appended this many events is handed to the writer at once, so that
+# its commit overlaps with the rest of the batch (two cohorts of producers take turns: one
+# encodes while the other's commit is on disk).
+HAND_OVER_EVENTS = 32
 QUEUE_DEPTH = 4096
 # Train a zstd dictionary automatically once the log holds this many events (and none is
 # active yet); ``None`` turns it off. See EventStore.open.
@@ -59,6 +65,18 @@ AUTO_DICTIONARY_SAMPLES = 5000
 AUTO_DICTIONARY_SIZE = 16 * 1024
 
 _STOP = object()  # tells the writer thread to exit
+# Rows per multi-row INSERT statement (12 parameters each, under SQLite's 32,766).
+MAX_STATEMENT_ROWS = 1024
+_COLUMNS = (
+    "seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id, "
+    "dict_id, raw_size, body"
+)
+_ROW_PARAMS = "(" + ", ".join("?" * 12) + ")"
+
+
+def _insert_sql(rows: int) -> str:
+    """``INSERT`` of ``rows`` rows in one statement (apsw caches the prepared statements)."""
+    return f"INSERT INTO events({_COLUMNS}) VALUES " + ", ".join([_ROW_PARAMS] * rows)
 
 
 class StoreLocked(StoreOpenError):
@@ -67,6 +85,10 @@ class StoreLocked(StoreOpenError):
 
 class StoreWriteFailed(LogError):
     code = "STORE_WRITE_FAILED"
+
+
+class _LookUpRequests(Exception):
+    """Internal: a group planned without looking up its request ids needs them after all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +118,19 @@ class AppendResult:
 
 
 class _Pending:
-    """One ``append`` on its way to the writer thread: its drafts, their encodings, the answer."""
+    """One ``append`` on its way to the writer thread: its drafts, their checked MessagePack,
+    then (once its batch is compressed) the stored bodies, and finally the answer."""
 
-    __slots__ = ("drafts", "encoded", "expected_session_seq", "task", "result", "error")
+    __slots__ = ("drafts", "raws", "bodies", "dict_id", "expected_session_seq", "task", "result",
+                 "error")
 
     def __init__(
-        self, drafts: Sequence[Draft], encoded: list[Encoded], expected_session_seq: int | None
+        self, drafts: Sequence[Draft], raws: list[bytes], expected_session_seq: int | None
     ) -> None:
         self.drafts = drafts
-        self.encoded = encoded
+        self.raws = raws
+        self.bodies: list[bytes] = []
+        self.dict_id = 0
         self.expected_session_seq = expected_session_seq
         # The waiting trio task, rescheduled by the acknowledgement (None once it gave up).
         self.task: trio.lowlevel.Task | None = None
@@ -117,11 +143,14 @@ class EventStore:
 
     Holds an exclusive lock file so that no second process writes the same log.
 
-    Appends are encoded in the caller's trio task and handed to one persistent writer thread
-    through a thread-safe queue. The thread takes everything queued (up to
-    :data:`MAX_BATCH_EVENTS`), plans seqs, inserts and commits it in one transaction, and then
-    acknowledges the whole group with one ``run_sync_soon`` into trio; meanwhile other
-    producers keep encoding, so encoding and committing overlap.
+    Appends are encoded (MessagePack, checked) in the caller's trio task and batched; once the
+    tasks that trio runs together have all appended, :meth:`run` compresses the batch in one
+    call that releases the GIL and hands it to one persistent writer thread through a
+    thread-safe queue. The thread takes everything queued (up to :data:`MAX_BATCH_EVENTS`),
+    plans seqs, inserts and commits it with one SQLite call, and then acknowledges the whole
+    group with one ``run_sync_soon`` into trio; meanwhile other producers keep encoding, so
+    encoding and committing overlap. Few GIL hand-offs between the two threads matter more
+    here than anything else: each one can cost tens of microseconds.
     """
 
     def __init__(
@@ -152,6 +181,9 @@ class EventStore:
         self._thread: threading.Thread | None = None
         self._accepting = False  # trio thread only
         self._closing: trio.Event | None = None  # set by close_writer (or a failed writer)
+        self._batch: list[_Pending] = []  # appended in this trio batch, not yet handed over
+        self._batched = 0  # events in _batch
+        self._wake = trio.Event()  # tells run() a batch (or closing) is waiting
         self._outstanding = 0  # appends queued and not yet acknowledged (trio thread only)
         self._drained: trio.Event | None = None
         self._space: trio.Event | None = None
@@ -215,6 +247,10 @@ class EventStore:
 
         Every append accepted before that is committed and acknowledged; a cancelled writer
         finishes the transaction it is in and fails the rest with ``STORE_CLOSED``.
+
+        This task also hands each batch of appends to the writer thread: woken by the first
+        append of a trio batch, it runs in the next one, after every task of that batch has
+        appended, so the appends of tasks that run together travel (and commit) together.
         """
         if self._thread is not None:
             raise RuntimeError("the event store's writer already ran")
@@ -227,12 +263,16 @@ class EventStore:
         self._accepting = True
         task_status.started()
         try:
-            await closing.wait()
+            while not closing.is_set():
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self._hand_over()
         except BaseException:
             self._abort = True  # cancelled: what the thread has not begun fails with STORE_CLOSED
             raise
         finally:
             self._accepting = False
+            self._hand_over()
             with trio.CancelScope(shield=True):
                 while self._outstanding:
                     self._drained = trio.Event()
@@ -245,11 +285,34 @@ class EventStore:
         if self._writer_error is not None:
             raise self._writer_error
 
+    def _hand_over(self) -> None:
+        """Compress the batch in one GIL-free call and queue it for the writer thread."""
+        batch, self._batch = self._batch, []
+        self._batched = 0
+        if not batch:
+            return
+        raws = [raw for pending in batch for raw in pending.raws]
+        try:
+            bodies, dict_id = self.codec.compress_many(raws)
+        except zstandard.ZstdError as exc:  # not expected: out of memory, a zstd bug
+            for pending in batch:
+                pending.error = StoreWriteFailed(f"the event could not be compressed ({exc})")
+            self._acknowledge(batch)
+            return
+        i = 0
+        for pending in batch:
+            n = len(pending.raws)
+            pending.bodies = bodies[i : i + n]
+            pending.dict_id = dict_id
+            i += n
+        self._queue.put(batch)
+
     def close_writer(self) -> None:
         """Stop accepting appends; :meth:`run` returns once the queue is drained."""
         self._accepting = False
         if self._closing is not None:
             self._closing.set()
+            self._wake.set()
 
     def close(self) -> None:
         """Release the connection and the lock. Call after :meth:`run` returned."""
@@ -266,23 +329,24 @@ class EventStore:
 
     # ------------------------------------------------------------------ appends
 
-    def encode(self, drafts: Sequence[Draft]) -> list[Encoded]:
-        """Encode ``drafts`` (in the caller's thread); validates the envelope rules."""
+    def pack(self, drafts: Sequence[Draft]) -> list[bytes]:
+        """Check and encode ``drafts`` to MessagePack (in the caller's thread); validates the
+        envelope rules. Raises :class:`AppendRejected`."""
         if not drafts:
             raise AppendRejected("an append needs at least one event")
-        encode = self.codec.encode
+        pack = self.codec.pack_checked
         if len(drafts) == 1:
             d = drafts[0]
             if d.request_id is not None and d.session_id is None:
                 raise AppendRejected("an event with a request_id must belong to a session")
-            return [encode(d.event)]
+            return [pack(d.event)]
         with_request = [d for d in drafts if d.request_id is not None]
         if len(with_request) > 1:
             raise AppendRejected("at most one event of an append may carry a request_id")
         for d in with_request:
             if d.session_id is None:
                 raise AppendRejected("an event with a request_id must belong to a session")
-        return [encode(d.event) for d in drafts]
+        return [pack(d.event) for d in drafts]
 
     async def append(self, *drafts: Draft, expected_session_seq: int | None = None) -> AppendResult:
         """Append ``drafts`` atomically, in order; return once they are durably committed.
@@ -293,7 +357,7 @@ class EventStore:
         the writer is not running, :class:`StoreWriteFailed` when the commit failed.
         If the caller is cancelled while waiting, the append may still be committed.
         """
-        encoded = self.encode(drafts)
+        raws = self.pack(drafts)
         if expected_session_seq is not None:
             sids = {d.session_id for d in drafts}
             if len(sids) != 1 or None in sids:
@@ -307,12 +371,18 @@ class EventStore:
             await self._space.wait()
             if not self._accepting:
                 raise StoreClosed("the event store is not accepting appends")
-        pending = _Pending(drafts, encoded, expected_session_seq)
+        pending = _Pending(drafts, raws, expected_session_seq)
         pending.task = trio.lowlevel.current_task()
         self._outstanding += 1
-        self._queue.put(pending)
-        # No checkpoint between the put and parking: the acknowledgement runs in this trio
-        # thread (run_sync_soon), so it cannot come before we park.
+        batch = self._batch
+        batch.append(pending)
+        self._batched += len(raws)
+        if self._batched >= HAND_OVER_EVENTS:
+            self._hand_over()  # a long trio batch: let the writer start on this part now
+        else:
+            self._wake.set()
+        # No checkpoint between batching and parking: the acknowledgement runs in this trio
+        # thread (run_sync_soon or run()), so it cannot come before we park.
 
         def abort(_: object) -> trio.lowlevel.Abort:
             pending.task = None  # cancelled while waiting: the append may still commit
@@ -356,6 +426,7 @@ class EventStore:
         self._accepting = False
         if self._closing is not None:
             self._closing.set()
+            self._wake.set()
 
     # ------------------------------------------------------------------ writer thread
 
@@ -366,9 +437,9 @@ class EventStore:
             first = get()
             if first is _STOP:
                 return
-            assert isinstance(first, _Pending)
-            group = [first]
-            count = len(first.drafts)
+            assert isinstance(first, list)
+            group: list[_Pending] = list(first)
+            count = sum(len(p.drafts) for p in first)
             stop = False
             while count < MAX_BATCH_EVENTS:
                 try:
@@ -378,9 +449,9 @@ class EventStore:
                 if nxt is _STOP:
                     stop = True
                     break
-                assert isinstance(nxt, _Pending)
-                group.append(nxt)
-                count += len(nxt.drafts)
+                assert isinstance(nxt, list)
+                group.extend(nxt)
+                count += sum(len(p.drafts) for p in nxt)
             if self._abort:
                 for pending in group:
                     pending.error = StoreClosed("the event store closed before this append was written")
@@ -446,29 +517,51 @@ class EventStore:
             self._session_seq[session_id] = last
         return last
 
+    def _known_requests(
+        self, group: list[_Pending]
+    ) -> dict[tuple[str | None, str], tuple[int, int | None, int]]:
+        """The already-stored ``(session_id, request_id)`` pairs of ``group``, in one query."""
+        keys = [
+            (d.session_id, d.request_id)
+            for pending in group
+            for d in pending.drafts
+            if d.request_id is not None
+        ]
+        if not keys:
+            return {}
+        found: dict[tuple[str | None, str], tuple[int, int | None, int]] = {}
+        for start in range(0, len(keys), 256):
+            chunk = keys[start : start + 256]
+            sql = (
+                "SELECT session_id, request_id, seq, session_seq, ts FROM events "
+                "WHERE request_id IS NOT NULL AND (session_id, request_id) IN (VALUES "
+                + ", ".join("(?, ?)" for _ in chunk)
+                + ")"
+            )
+            for sid, rid, seq, sseq, ts in self._conn.execute(sql, [v for k in chunk for v in k]):
+                found[(sid, rid)] = (seq, sseq, ts)
+        return found
+
     def _plan(
         self,
         pending: _Pending,
         now: int,
         out: list[tuple],
-        batch_requests: dict[tuple[str | None, str], tuple[int, int | None, int]],
+        known: dict[tuple[str | None, str], tuple[int, int | None, int]],
+        looked_up: bool,
     ) -> None:
-        """Decide ``pending``'s rows (or its duplicate/conflict answer) inside the open txn."""
-        conn = self._conn
+        """Decide ``pending``'s rows (or its duplicate/conflict answer).
+
+        ``known`` maps the group's already-stored request ids to their original rows (if
+        ``looked_up``); rows planned here are added to it, so a twin later in the same group is
+        a duplicate too.
+        """
         drafts = pending.drafts
         for d in drafts:
             if d.request_id is not None:
-                found = conn.execute(
-                    "SELECT seq, session_seq, ts FROM events WHERE session_id = ? AND request_id = ?",
-                    (d.session_id, d.request_id),
-                ).fetchall()
-                if not found:
-                    # A twin earlier in this same batch is not inserted yet: look it up here.
-                    twin = batch_requests.get((d.session_id, d.request_id))
-                    if twin is not None:
-                        found = [twin]
-                if found:
-                    seq, sseq, ts = found[0]
+                found = known.get((d.session_id, d.request_id))
+                if found is not None:
+                    seq, sseq, ts = found
                     pending.result = AppendResult((seq,), (sseq,), ts, duplicate=True)
                     return
         if pending.expected_session_seq is not None:
@@ -476,6 +569,8 @@ class EventStore:
             assert sid is not None
             current = self._last_session_seq(sid)
             if current != pending.expected_session_seq:
+                if not looked_up and any(d.request_id is not None for d in drafts):
+                    raise _LookUpRequests  # a repeat answers with its original, not a conflict
                 pending.error = ConcurrencyConflict(
                     f"session {sid} is at session_seq {current}, "
                     f"not {pending.expected_session_seq} as expected"
@@ -485,7 +580,8 @@ class EventStore:
         seqs: list[int] = []
         sseqs: list[int | None] = []
         seq = self._next_seq
-        for d, e in zip(drafts, pending.encoded):
+        dict_id = pending.dict_id
+        for d, raw, body in zip(drafts, pending.raws, pending.bodies):
             sid = d.session_id
             sseq: int | None = None
             if sid is not None:
@@ -494,20 +590,27 @@ class EventStore:
                     last = self._last_session_seq(sid)
                 sseq = session_seq[sid] = last + 1
             out.append(
-                (seq, now, d.project_id, sid, sseq, d.agent_id, d.task_id, e.kind,
-                 d.request_id, e.dict_id, e.raw_size, e.body)
+                (seq, now, d.project_id, sid, sseq, d.agent_id, d.task_id, kind_of(d.event),
+                 d.request_id, dict_id, len(raw), body)
             )
             seqs.append(seq)
             sseqs.append(sseq)
             if d.request_id is not None:
-                batch_requests[(sid, d.request_id)] = (seq, sseq, now)
+                known[(sid, d.request_id)] = (seq, sseq, now)
             seq += 1
         self._next_seq = seq
         pending.result = AppendResult(tuple(seqs), tuple(sseqs), now)
 
     def _write_group(self, group: list[_Pending]) -> None:
         try:
-            self._write(group)
+            try:
+                self._write(group, look_up_requests=False)
+            except (apsw.ConstraintError, _LookUpRequests):
+                # Most likely a request id stored before (a retry): plan again, looking them up.
+                self._reset_caches()
+                for pending in group:
+                    pending.result = pending.error = None
+                self._write(group)
         except apsw.Error as exc:
             # Something unexpected failed the shared transaction: retry each caller alone so
             # one bad append cannot fail the others.
@@ -523,30 +626,39 @@ class EventStore:
                     self._reset_caches()
                     self._fail([pending], exc2)
 
-    def _write(self, group: list[_Pending]) -> None:
+    def _write(self, group: list[_Pending], *, look_up_requests: bool = True) -> None:
+        """Plan the group's rows and commit them in one transaction.
+
+        Only this thread writes ``events.db`` (the lock file keeps other processes out), so
+        the plan's reads need no transaction. Up to :data:`MAX_STATEMENT_ROWS` rows go in as
+        one multi-row ``INSERT`` in autocommit mode: one SQLite call inserts and commits, so
+        the thread hands the GIL back and forth once per group instead of once per row.
+
+        ``look_up_requests=False`` skips looking up the group's request ids first: a repeated
+        one then fails the whole statement on the unique index (nothing is written) and the
+        caller plans again with the lookup. Repeats are rare (client retries), and each query
+        costs a GIL hand-off.
+        """
         conn = self._conn
         now = max(now_ms(), self._last_ts)
         out: list[tuple] = []
-        batch_requests: dict[tuple[str | None, str], tuple[int, int | None, int]] = {}
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for pending in group:
-                self._plan(pending, now, out, batch_requests)
-            if out:
-                conn.executemany(
-                    "INSERT INTO events(seq, ts, project_id, session_id, session_seq, agent_id, "
-                    "task_id, kind, request_id, dict_id, raw_size, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    out,
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if not conn.getautocommit():
-                conn.execute("ROLLBACK")
-            raise
-        self._last_ts = now
+        known = self._known_requests(group) if look_up_requests else {}
+        for pending in group:
+            self._plan(pending, now, out, known, look_up_requests)
         if out:
+            if len(out) <= MAX_STATEMENT_ROWS:
+                conn.execute(_insert_sql(len(out)), [v for row in out for v in row])
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(_insert_sql(1), out)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if not conn.getautocommit():
+                        conn.execute("ROLLBACK")
+                    raise
             self.last_seq = out[-1][0]
+        self._last_ts = now
 
     def _reset_caches(self) -> None:
         self._session_seq.clear()
