@@ -12,6 +12,7 @@ thread can encode while worker threads decode.
 
 from __future__ import annotations
 
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -24,7 +25,7 @@ from .types import KIND_TO_TYPE, Event, Opaque, _Event, kind_of
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 _frame_parameters = zstandard.get_frame_parameters
-_TAG_OF = {cls: tag for tag, cls in KIND_TO_TYPE.items()}
+TAG_OF = {cls: tag for tag, cls in KIND_TO_TYPE.items()}  # event type -> its kind
 DEFAULT_LEVEL = 3
 NO_DICTIONARY = 0
 # From this many bodies on, compress_many uses one multi-frame call (it costs ~10 µs to set up).
@@ -253,6 +254,80 @@ class Codec:
             raise CorruptEvent(f"row kind {kind!r} but body holds {kind_of(event)!r}")
         return event
 
+    def plan_frames(self, rows: Sequence[tuple[Any, ...]]) -> FramePlan:
+        """Group log rows (tuples in ``ROW_COLUMNS`` order) for :meth:`decompress_rows`.
+
+        A row joins a group only if its kind is known, its ``raw_size`` is within
+        ``max_event_bytes`` (the size zstd is then held to), its dictionary is loaded, and its
+        frame header has a content checksum and a dictionary id exactly when the row names one.
+        """
+        limit = self.max_event_bytes
+        dicts = self._dicts
+        known = KIND_TO_TYPE
+        header_size = _HEADER_SIZE
+        by_dict: dict[int, tuple[list[int], list[bytes], list[int]]] = {}
+        for i, row in enumerate(rows):
+            body = row[11]
+            dict_id = row[9]
+            raw_size = row[10]
+            n = len(body)
+            if n < 12 or not 0 < raw_size <= limit or row[7] not in known:
+                continue
+            fhd = body[4]
+            hs = header_size[fhd]  # 0: no content checksum, or a reserved bit set
+            if not hs or n < hs + 7 or (not fhd & 3) != (not dict_id):  # dictionary id vs row
+                continue
+            # Exactly one frame, nothing after it: the common single-block frame inline.
+            block = body[hs] | body[hs + 1] << 8 | body[hs + 2] << 16
+            if block & 3 == 1:  # the last block, raw or compressed (an RLE block is not)
+                if hs + 7 + (block >> 3) != n:
+                    continue
+            elif _frame_length(body) != n:
+                continue
+            if dict_id and dict_id not in dicts:
+                continue
+            group = by_dict.get(dict_id)
+            if group is None:
+                group = by_dict[dict_id] = ([], [], [])
+            group[0].append(i)
+            group[1].append(body)
+            group[2].append(raw_size)
+        return FramePlan(
+            len(rows),
+            [(d, idx, bodies, struct.pack(f"={len(sizes)}Q", *sizes))
+             for d, (idx, bodies, sizes) in by_dict.items()],
+        )
+
+    def decompress_rows(self, plan: FramePlan) -> Sequence[Any]:
+        """Decompress every planned frame, one zstd call (holding no GIL) per dictionary.
+
+        Returns one entry per row: a buffer of exactly ``raw_size`` bytes whose checksum
+        verified, or ``None`` for rows left out or in a group where any frame failed (those
+        rows then go through :meth:`decode`, which names what is wrong). Safe to call from
+        another thread.
+        """
+        groups = plan.groups
+        done = []
+        for dict_id, idx, bodies, sizes in groups:
+            try:
+                done.append((idx, self._decompressor(dict_id).multi_decompress_to_buffer(
+                    bodies, decompressed_sizes=sizes
+                )))
+            except zstandard.ZstdError:
+                continue
+        if len(done) == 1 and len(done[0][0]) == plan.rows:
+            return done[0][1]  # the common case: every row, in order, in one collection
+        out: list[Any] = [None] * plan.rows
+        for idx, frames in done:
+            for j, i in enumerate(idx):
+                out[i] = frames[j]
+        return out
+
+    @property
+    def raw_decoder(self) -> msgspec.msgpack.Decoder:
+        """The typed decoder of event MessagePack (for a loop that checks the tag itself)."""
+        return self._decoder
+
     def decode(self, kind: str, body: bytes, dict_id: int = NO_DICTIONARY) -> _Event | Opaque:
         """Decode a stored body. Raises :class:`CorruptEvent` naming what is wrong.
 
@@ -281,9 +356,51 @@ class Codec:
             event = self._decoder.decode(raw)
         except (zstandard.ZstdError, msgspec.ValidationError, msgspec.DecodeError):
             return self.decode_raw(kind, self.decompress(body, dict_id))  # names the problem
-        if len(raw) != params.content_size or _TAG_OF.get(type(event)) != kind:
+        if len(raw) != params.content_size or TAG_OF.get(type(event)) != kind:
             return self.decode_raw(kind, self.decompress(body, dict_id))
         return event
+
+
+def _header_size(fhd: int) -> int:
+    """Bytes of a zstd frame header (magic included) from its descriptor byte; 0 if invalid."""
+    if fhd & 0x08:  # reserved bit
+        return 0
+    single_segment = fhd & 0x20
+    fcs = (1 if single_segment else 0, 2, 4, 8)[fhd >> 6]
+    return 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+
+
+# Header size per descriptor byte, for frames that carry a content checksum (0 otherwise).
+_HEADER_SIZE = bytes(_header_size(fhd) if fhd & 0x04 else 0 for fhd in range(256))
+
+
+def _frame_length(body: bytes) -> int:
+    """The length of the checksummed zstd frame at the start of ``body`` (walking its block
+    headers), or -1 when it has no checksum or is cut short; compare with ``len(body)``."""
+    pos = _HEADER_SIZE[body[4]]
+    if not pos:
+        return -1
+    end = len(body) - 3
+    while pos <= end:
+        header = body[pos] | body[pos + 1] << 8 | body[pos + 2] << 16
+        pos += 3 + (1 if header & 6 == 2 else header >> 3)  # an RLE block stores one byte
+        if header & 1:  # last block
+            return pos + 4
+    return -1
+
+
+class FramePlan:
+    """A page's frames grouped by dictionary, checked enough to decompress them in one call.
+
+    ``groups`` holds, per dictionary id, the row positions, their frames and the packed
+    expected sizes (the rows' ``raw_size``); rows left out go through :meth:`Codec.decode`.
+    """
+
+    __slots__ = ("rows", "groups")
+
+    def __init__(self, rows: int, groups: list[tuple[int, list[int], list[bytes], bytes]]) -> None:
+        self.rows = rows
+        self.groups = groups
 
 
 def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, bytes]:

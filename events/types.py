@@ -23,11 +23,11 @@ import msgspec
 # --------------------------------------------------------------------------- building blocks
 
 
-class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+class TextPart(msgspec.Struct, frozen=True, gc=False, tag="text", tag_field="type"):
     text: str
 
 
-class ImagePart(msgspec.Struct, frozen=True, tag="image", tag_field="type"):
+class ImagePart(msgspec.Struct, frozen=True, gc=False, tag="image", tag_field="type"):
     """An image by artifact id; bytes never enter the log."""
 
     artifact_id: str
@@ -37,13 +37,13 @@ class ImagePart(msgspec.Struct, frozen=True, tag="image", tag_field="type"):
 ContentPart = Union[TextPart, ImagePart]
 
 
-class ToolCall(msgspec.Struct, frozen=True):
+class ToolCall(msgspec.Struct, frozen=True, gc=False):
     call_id: str
     name: str  # the internal tool id, never a provider alias
     arguments: str  # JSON text exactly as the model produced it
 
 
-class Usage(msgspec.Struct, frozen=True):
+class Usage(msgspec.Struct, frozen=True, gc=False):
     """Provider-reported token counts; ``None`` means the provider did not report it."""
 
     input_tokens: int | None = None
@@ -53,18 +53,18 @@ class Usage(msgspec.Struct, frozen=True):
     reasoning_tokens: int | None = None
 
 
-class TodoItem(msgspec.Struct, frozen=True):
+class TodoItem(msgspec.Struct, frozen=True, gc=False):
     id: str
     text: str
     status: Literal["pending", "in_progress", "done", "cancelled"] = "pending"
 
 
-class QuestionOption(msgspec.Struct, frozen=True):
+class QuestionOption(msgspec.Struct, frozen=True, gc=False):
     id: str
     label: str
 
 
-class Question(msgspec.Struct, frozen=True):
+class Question(msgspec.Struct, frozen=True, gc=False):
     id: str
     text: str
     options: list[QuestionOption] = []
@@ -74,7 +74,7 @@ class Question(msgspec.Struct, frozen=True):
 WhenBusy = Literal["followUp", "steer"]
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
+class _Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="kind", omit_defaults=True):
     """Base of every event body. Subclasses set ``tag=`` to their stable kind."""
 
 
@@ -394,7 +394,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = Event.__args__  # type: ignore[attr-defi
 KIND_TO_TYPE: dict[str, type[_Event]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}
 
 
-class Opaque(msgspec.Struct, frozen=True):
+class Opaque(msgspec.Struct, frozen=True, gc=False):
     """An event of a kind this build does not know; its body is kept as plain data."""
 
     kind: str

@@ -7,6 +7,7 @@ written straight into events.db with apsw, as a disk error or another program wo
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import tracemalloc
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,7 +37,7 @@ from events.errors import (
     UnknownDictionary,
     UnsupportedFormat,
 )
-from events.reader import LogReader
+from events.reader import PIPELINE_MIN_ROWS, LogReader
 from events.store import Draft, EventStore, open_store
 from events.types import InstructionAppended, Opaque, SessionNamed, ToolFinished
 
@@ -566,3 +568,40 @@ async def test_event_that_does_not_match_its_schema_is_not_stored(data_dir: Path
         assert_clean(info.value, "APPEND_REJECTED", "schema")
         assert await s.read_events() == []
         assert (await s.append(note(1))).seq == 1
+
+
+# A log long enough that LogReader.events() decompresses pages on its helper thread.
+PIPELINED = 2 * PIPELINE_MIN_ROWS + 500
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda body: body + b"\x00\x01garbage", id="trailing bytes"),
+        pytest.param(lambda body: body + body, id="second frame"),
+        pytest.param(lambda body: body[:-3], id="truncated"),
+        pytest.param(lambda body: body[:-4] + bytes(4), id="bad checksum"),
+    ],
+)
+async def test_damaged_row_in_a_later_page_of_a_long_read(data_dir: Path, damage: Any) -> None:
+    await make_log(data_dir, PIPELINED)
+    bad = PIPELINE_MIN_ROWS + 700  # in the second page, decompressed ahead on the helper
+    set_row(data_dir, bad, body=damage(body_of_row(data_dir, bad)))
+    before = snapshot(data_dir)
+    err = read_fails_at(data_dir, bad, CorruptEvent, "EVENT_CORRUPT")
+    assert snapshot(data_dir) == before
+    assert err.seq == bad
+
+
+async def test_long_read_matches_row_by_row_decoding_and_can_stop_early(data_dir: Path) -> None:
+    await make_log(data_dir, PIPELINED)
+    with LogReader(data_dir) as reader:
+        paged = list(reader.events())
+        one_by_one = [reader.decode(row) for row in reader.rows()]
+        assert paged == one_by_one and len(paged) == PIPELINED
+        threads = threading.active_count()
+        for i, _event in enumerate(reader.events()):
+            if i == 10:
+                break  # the generator is closed here: its helper thread must end with it
+        gc.collect()
+        assert threading.active_count() == threads
