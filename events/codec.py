@@ -28,6 +28,9 @@ _frame_parameters = zstandard.get_frame_parameters
 TAG_OF = {cls: tag for tag, cls in KIND_TO_TYPE.items()}  # event type -> its kind
 DEFAULT_LEVEL = 3
 NO_DICTIONARY = 0
+# At most this many bytes (or one maximum-size event) are decompressed for one page of a read:
+# the rows' raw_size columns size the buffers, so forged sizes cannot make a read allocate more.
+PAGE_DECOMPRESS_BUDGET = 32 * 1024 * 1024
 # From this many bodies on, compress_many uses one multi-frame call (it costs ~10 µs to set up).
 MULTI_COMPRESS_MIN = 8
 
@@ -258,10 +261,12 @@ class Codec:
         """Group log rows (tuples in ``ROW_COLUMNS`` order) for :meth:`decompress_rows`.
 
         A row joins a group only if its kind is known, its ``raw_size`` is within
-        ``max_event_bytes`` (the size zstd is then held to), its dictionary is loaded, and its
+        ``max_event_bytes`` (the size zstd is then held to) and the plan's remaining
+        :data:`PAGE_DECOMPRESS_BUDGET`, its dictionary is loaded, and its
         frame header has a content checksum and a dictionary id exactly when the row names one.
         """
         limit = self.max_event_bytes
+        budget = max(PAGE_DECOMPRESS_BUDGET, limit)  # bytes this plan may decompress at once
         dicts = self._dicts
         known = KIND_TO_TYPE
         header_size = _HEADER_SIZE
@@ -271,7 +276,7 @@ class Codec:
             dict_id = row[9]
             raw_size = row[10]
             n = len(body)
-            if n < 12 or not 0 < raw_size <= limit or row[7] not in known:
+            if n < 12 or not 0 < raw_size <= limit or row[7] not in known or raw_size > budget:
                 continue
             fhd = body[4]
             hs = header_size[fhd]  # 0: no content checksum, or a reserved bit set
@@ -292,6 +297,7 @@ class Codec:
             group[0].append(i)
             group[1].append(body)
             group[2].append(raw_size)
+            budget -= raw_size  # rows past the budget take the one-at-a-time path
         return FramePlan(
             len(rows),
             [(d, idx, bodies, struct.pack(f"={len(sizes)}Q", *sizes))

@@ -25,7 +25,7 @@ import msgspec
 import pytest
 import zstandard
 
-from events.codec import Codec, train_dictionary
+from events.codec import DEFAULT_MAX_EVENT_BYTES, PAGE_DECOMPRESS_BUDGET, Codec, train_dictionary
 from events.errors import (
     AppendRejected,
     CorruptEvent,
@@ -605,3 +605,22 @@ async def test_long_read_matches_row_by_row_decoding_and_can_stop_early(data_dir
                 break  # the generator is closed here: its helper thread must end with it
         gc.collect()
         assert threading.active_count() == threads
+
+
+async def test_forged_raw_sizes_do_not_change_a_long_read(data_dir: Path) -> None:
+    # Every row claims the maximum event size. The page plan sizes zstd's buffers from raw_size
+    # (capped per page by PAGE_DECOMPRESS_BUDGET); the frames then fail that size and every row
+    # takes the checked path, which trusts only the frame: same events, bounded traced memory.
+    await make_log(data_dir, PIPELINED)
+    execute(data_dir, "UPDATE events SET raw_size = ?", (DEFAULT_MAX_EVENT_BYTES,))
+    with LogReader(data_dir) as reader:
+        expected = [reader.decode(row) for row in reader.rows()]  # raw_size is never trusted
+        tracemalloc.start()
+        try:
+            events = list(reader.events())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert events == expected
+    # Two pages in flight (the helper reads ahead), each within its budget.
+    assert peak < 2 * PAGE_DECOMPRESS_BUDGET + 32 * MiB, peak
