@@ -144,24 +144,6 @@ class LogReader:
 
     # ------------------------------------------------------------------ rows
 
-    def _tuples(
-        self,
-        *,
-        after: int = 0,
-        to: int | None = None,
-        session_id: str | None = None,
-        kinds: Sequence[str] | None = None,
-        limit: int | None = None,
-        page: int = 2000,
-        after_session_seq: int | None = None,
-    ) -> Iterator[tuple[Any, ...]]:
-        """Row tuples in :data:`ROW_COLUMNS` order; see :meth:`rows`."""
-        for page_rows in self._pages(
-            after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page,
-            after_session_seq=after_session_seq,
-        ):
-            yield from page_rows
-
     def _pages(
         self,
         *,
@@ -173,7 +155,8 @@ class LogReader:
         page: int = 2000,
         after_session_seq: int | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
-        """Pages of row tuples (see :meth:`_tuples`), one read transaction each."""
+        """Pages of row tuples in :data:`ROW_COLUMNS` order (filters as in :meth:`rows`), one
+        read transaction each."""
         where = ["seq > ?"]
         args: list[Any] = [after]
         if to is not None:
@@ -221,11 +204,12 @@ class LogReader:
         session's tail read as an index range instead of a walk of the whole session.
         Reads in pages so no read transaction is held for long.
         """
-        for r in self._tuples(
+        for page_rows in self._pages(
             after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page,
             after_session_seq=after_session_seq,
         ):
-            yield StoredRow(*r)
+            for r in page_rows:
+                yield StoredRow(*r)
 
     def decode(self, row: StoredRow) -> StoredEvent:
         """Decode one row (loading dictionaries trained since this reader opened)."""
