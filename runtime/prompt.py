@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
+import trio
+
 DEFAULT_PREAMBLE = (
     "You are a coding agent running inside Lens, a durable runtime: every message, tool call and "
     "result is recorded, and a session may be resumed after a restart. Work in the project's "
@@ -130,3 +132,52 @@ async def build_system_prompt(
     files = await load_project_files(read_text, workspace=workspace, home=home)
     text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills), cwd if cwd is not None else workspace))
     return [text]
+
+
+# How long an assembled prompt is reused for its project before the files are read again.
+PROMPT_REFRESH_SECONDS = 2.0
+
+
+class PromptCache:
+    """Each project's assembled system prompt, rebuilt at most once per ``refresh`` seconds.
+
+    Building reads ``~/.agents/AGENTS.md`` (a thread hop) and ``<workspace>/AGENTS.md`` through
+    the project's executor (a gRPC round trip); doing that for every model request cost the
+    daemon ~15 % of its event loop at a few hundred requests a second. An edit to either file
+    reaches the model requests that start ``refresh`` seconds later at the latest. Concurrent
+    requests for one project share one build; a build that fails or is cancelled leaves nothing
+    behind. Keys are project ids (``None``: no project).
+    """
+
+    def __init__(
+        self,
+        build: Callable[[str | None], Awaitable[list[str]]],
+        *,
+        refresh: float = PROMPT_REFRESH_SECONDS,
+    ) -> None:
+        self._build = build
+        self._refresh = refresh
+        self._entries: dict[str | None, tuple[float, list[str]]] = {}
+        self._locks: dict[str | None, trio.Lock] = {}
+
+    def _fresh(self, key: str | None) -> list[str] | None:
+        entry = self._entries.get(key)
+        if entry is None or trio.current_time() - entry[0] >= self._refresh:
+            return None
+        return list(entry[1])
+
+    async def get(self, key: str | None) -> list[str]:
+        hit = self._fresh(key)
+        if hit is not None:
+            return hit
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = trio.Lock()
+        async with lock:
+            hit = self._fresh(key)  # built by the request this one waited for
+            if hit is not None:
+                return hit
+            started = trio.current_time()
+            value = await self._build(key)
+            self._entries[key] = (started, list(value))
+            return list(value)
