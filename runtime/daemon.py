@@ -40,7 +40,7 @@ from .guard import Guard
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.base import Delta
-from .prompt import build_system_prompt
+from .prompt import PromptCache, build_system_prompt
 from .providers.catalog import build_catalog
 from .supervisor import Supervisor
 
@@ -106,7 +106,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts)])
         home = os.path.expanduser("~")
 
-        async def system_prompt_for(project_id: str | None) -> list[str]:
+        async def build_prompt(project_id: str | None) -> list[str]:
             ws = await workspace_of(project_id) if project_id else None
             workspace_file = str(ws / "AGENTS.md") if ws else None
 
@@ -119,6 +119,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                     return None
 
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home)
+
+        system_prompt_for = PromptCache(build_prompt).get
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
