@@ -35,6 +35,7 @@ from .bus import Bus
 from .config import Config, ConfigError, pair_file_path
 from .errors import LensError
 from .executors import ExecutorPool, RemoteExecutor
+from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
 from .pairing import PairStore
@@ -249,5 +250,6 @@ async def _signals(stop: trio.Event) -> None:
 
 def run(opts: ServeOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    trio.run(serve, opts)
+    with FreezeSurvivors():  # full collections walk only what is new (see runtime.gcpolicy)
+        trio.run(serve, opts)
     return 0
