@@ -26,7 +26,7 @@ import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 import apsw
 import trio
@@ -138,6 +138,20 @@ class _Pending:
         self.error: LogError | None = None
 
 
+def _stored_events(group: list[_Pending]) -> list[StoredEvent]:
+    """The events a committed group wrote, in ``seq`` order (duplicates and failures wrote none)."""
+    out: list[StoredEvent] = []
+    for pending in group:
+        result = pending.result
+        if result is None or result.duplicate or pending.error is not None:
+            continue
+        ts = result.ts
+        for d, seq, sseq in zip(pending.drafts, result.seqs, result.session_seqs):
+            out.append(StoredEvent(seq, ts, d.project_id, d.session_id, sseq, d.agent_id, d.task_id,
+                                   kind_of(d.event), d.request_id, d.event))
+    return out
+
+
 class EventStore:
     """Single writer of one data directory's ``events.db``.
 
@@ -172,6 +186,7 @@ class EventStore:
         self._last_ts: int = row[1]
         self.last_seq: int = row[0]
         self._committed = trio.Event()
+        self._listeners: list[Callable[[list[StoredEvent]], None]] = []
         self._reader: LogReader | None = None
         self._read_limiter = trio.CapacityLimiter(1)
         self._closed = False
@@ -394,6 +409,25 @@ class EventStore:
         assert pending.result is not None
         return pending.result
 
+    def on_commit(self, listener: Callable[[list[StoredEvent]], None]) -> Callable[[], None]:
+        """Call ``listener`` with the events of each committed group, as they are stored.
+
+        Called in the trio thread, once per group and in ``seq`` order, as the group is
+        acknowledged (before :meth:`wait_for` callers wake): the events with their ``seq``,
+        ``session_seq``, ``ts`` and envelope, sharing the appended (frozen) event objects, so a
+        consumer of every new event (the SSE bus) need not read them back from the log. A
+        repeated ``request_id`` (nothing written) and failed appends are not in it. The listener
+        must be quick and must not raise: it runs inside the acknowledgement of every append.
+        Returns a function that removes the listener.
+        """
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
     async def wait_for(self, after_seq: int) -> int:
         """Wait until some event with ``seq > after_seq`` is committed; return ``last_seq``."""
         while self.last_seq <= after_seq:
@@ -413,6 +447,11 @@ class EventStore:
                 pending.task = None
                 reschedule(task)
         self._outstanding -= len(group)
+        if self._listeners:
+            events = _stored_events(group)
+            if events:
+                for listener in list(self._listeners):
+                    listener(events)
         committed = self._committed
         self._committed = trio.Event()
         committed.set()

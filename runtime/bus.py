@@ -1,7 +1,8 @@
 """The live event bus behind SSE: committed events, in ``seq`` order, fanned out to subscribers.
 
-One task follows the store (woken by each commit), reads the new events once and encodes each as
-an SSE frame once. Frames are not pushed to each subscriber one by one: subscribers with the same
+One task follows the store: the store hands it each committed group as it acknowledges it
+(``EventStore.on_commit``: the events as stored, no read-back and no decode; the log is read only
+if the bus falls behind or sees a gap in ``seq``), and it encodes each event as an SSE frame once. Frames are not pushed to each subscriber one by one: subscribers with the same
 filter (unfiltered, one session, one project) share a :class:`Group`, and the bus appends each
 matching frame to the group's pending list — work per *group*, not per subscriber. A ticker
 flushes every group at most once per :attr:`Bus.tick` seconds (the first frame after a quiet
@@ -27,10 +28,11 @@ import msgspec
 import trio
 
 from events.reader import StoredEvent
-from events.store import EventStore
+from events.store import EventStore, TailReader
 
 _json = msgspec.json.Encoder()
 READ_BATCH = 1000
+INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
 WRITE_SLICE = 50  # direct writes between two checkpoints of the bus's ticker
 FANOUT_SHARE = 0.25  # the fan-out's bound on the event loop's time: stretches the tick if needed
@@ -171,30 +173,82 @@ class Bus:
     buffer: int = 2048  # a subscriber more than this many frames behind is cut off
     tick: float = TICK_SECONDS
     position: int = 0
+    inbox_max: int = INBOX_MAX_EVENTS
+    log_reads: int = 0  # batches the bus had to read back from the log (it fell behind, or a gap)
     groups: dict[tuple[str | None, str | None], Group] = field(default_factory=dict)
     _dirty: trio.Event = field(default_factory=trio.Event)
+    # Committed groups handed over by the store (EventStore.on_commit), not yet turned into frames.
+    _inbox: list[list[StoredEvent]] = field(default_factory=list)
+    _inbox_events: int = 0
+    _behind: bool = False  # the inbox overflowed: read the log up to the store's last seq
+    _arrived: trio.Event = field(default_factory=trio.Event)
 
     @property
     def subscribers(self) -> set[Subscription]:
         return {s for g in self.groups.values() for s in g.subs}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow the store: each committed group as the store hands it over, in ``seq`` order.
+
+        Events normally come straight from the store's acknowledgement (no read-back, no
+        decode). Should the bus ever miss some (a gap in ``seq``, or more than
+        :attr:`inbox_max` waiting while this task could not run), it reads them from the
+        log on a connection of its own, so nothing is skipped and nothing is sent twice.
+        """
         self.position = self.store.last_seq
         tail = self.store.open_tail_reader()  # never queues behind session replays
+        stop_listening = self.store.on_commit(self._committed)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._ticker)
                 task_status.started()
                 while True:
-                    await self.store.wait_for(self.position)
-                    while self.position < self.store.last_seq:
-                        batch = await tail.read_events(after=self.position, limit=READ_BATCH)
-                        if not batch:
-                            break
-                        self._offer_all([event_frame(se) for se in batch])
-                        self.position = batch[-1].seq
+                    await self._arrived.wait()
+                    self._arrived = trio.Event()
+                    await self._take_inbox(tail)
         finally:
+            stop_listening()
             await tail.aclose()
+
+    def _committed(self, events: list[StoredEvent]) -> None:
+        """The store's listener (in its acknowledgement): queue the group for :meth:`run`."""
+        if not self._behind:
+            self._inbox_events += len(events)
+            if self._inbox_events > self.inbox_max:  # this task is starved: read the log instead
+                self._behind = True
+                self._inbox = []
+                self._inbox_events = 0
+            else:
+                self._inbox.append(events)
+        self._arrived.set()
+
+    async def _take_inbox(self, tail: TailReader) -> None:
+        if self._behind:
+            self._behind = False  # groups acknowledged from now on are queued again
+            await self._read_log(tail, self.store.last_seq)
+        while self._inbox:
+            inbox = self._inbox
+            self._inbox = []
+            self._inbox_events = 0
+            for events in inbox:
+                if events[-1].seq <= self.position:
+                    continue  # read from the log already
+                if events[0].seq > self.position + 1:  # a gap: fill it from the log first
+                    await self._read_log(tail, events[0].seq - 1)
+                fresh = [se for se in events if se.seq > self.position]
+                if fresh:
+                    self._offer_all([event_frame(se) for se in fresh])
+                    self.position = fresh[-1].seq
+
+    async def _read_log(self, tail: TailReader, upto: int) -> None:
+        """Offer the log's events after :attr:`position`, up to ``upto`` at least."""
+        while self.position < upto:
+            batch = await tail.read_events(after=self.position, limit=READ_BATCH)
+            if not batch:
+                return
+            self.log_reads += 1
+            self._offer_all([event_frame(se) for se in batch])
+            self.position = batch[-1].seq
 
     async def _ticker(self) -> None:
         """Flush at most once per tick (the first frame after a quiet spell at once), then write.

@@ -346,6 +346,34 @@ class TestStoreContract:
             await store.append(note("b"))
         assert woke == [2]
 
+    async def test_on_commit_hands_over_exactly_what_was_stored(self, store_harness: Any) -> None:
+        groups: list[list[Any]] = []
+        async with store_harness.open() as store:
+            stop = store.on_commit(groups.append)
+            await store.append(note("a", project_id="p", agent_id="ag", task_id="t", request_id="r1"))
+            await store.append(note("a", request_id="r1"))  # a repeat: writes nothing, hands nothing
+            with pytest.raises(ConcurrencyConflict):
+                await store.append(note("x"), expected_session_seq=7)  # fails: hands nothing
+
+            async def one(i: int) -> None:
+                await store.append(note(f"c{i}", session=f"s{i % 3}"), note(f"d{i}", session=None))
+
+            async with trio.open_nursery() as nursery:  # concurrent appends: groups in seq order
+                for i in range(20):
+                    nursery.start_soon(one, i)
+            stop()
+            await store.append(note("after"))  # removed: not handed over
+            stop()  # removing twice is harmless
+        handed = [se for g in groups for se in g]
+        assert [se.seq for se in handed] == list(range(1, 42))
+        reader = store_harness.reader()
+        try:
+            stored = list(reader.events())
+        finally:
+            reader.close()
+        assert len(stored) == 42 and stored[:41] == handed  # seq, ts, session_seq, envelope, event
+        assert handed[0].request_id == "r1" and handed[0].project_id == "p" and handed[0].task_id == "t"
+
     async def test_wait_for_raises_store_closed_when_the_store_closes(
         self, store_harness: Any, autojump_clock: trio.testing.MockClock
     ) -> None:
