@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 import threading
 from dataclasses import dataclass
+from operator import getitem, itemgetter
 from typing import Any, Mapping, Sequence
 
 import msgspec
@@ -262,9 +263,58 @@ class Codec:
 
         A row joins a group only if its kind is known, its ``raw_size`` is within
         ``max_event_bytes`` (the size zstd is then held to) and the plan's remaining
-        :data:`PAGE_DECOMPRESS_BUDGET`, its dictionary is loaded, and its
-        frame header has a content checksum and a dictionary id exactly when the row names one.
+        :data:`PAGE_DECOMPRESS_BUDGET`, its dictionary is loaded, its frame header has a
+        content checksum and a dictionary id exactly when the row names one, and its body is
+        exactly one frame. The common page (one dictionary, every frame a single block) is
+        checked a column at a time (:meth:`_plan_page`); any other page row by row.
         """
+        plan = self._plan_page(rows)
+        return plan if plan is not None else self._plan_rows(rows)
+
+    def _plan_page(self, rows: Sequence[tuple[Any, ...]]) -> FramePlan | None:
+        """The plan of a page whose rows all share one dictionary and whose frames are all one
+        block (raw or compressed), checked with C-level passes over the page; ``None`` otherwise.
+
+        Exactly one frame per body, without walking each one: a row's frame of one last block
+        is ``header + 3 + block size + 4`` bytes (``c``), read from its descriptor byte and block
+        header. zstd then decompresses each frame from its body alone and fails the whole
+        group unless every frame ends within its body (``c <= n``, its length) — so the page's
+        ``sum(c) == sum(n)`` means ``c == n`` for every row: no trailing bytes, no second
+        frame. (A failed group takes the row-by-row path, which names the problem.)
+        """
+        if not rows:
+            return None
+        dict_ids = set(map(_DICT_ID, rows))
+        if len(dict_ids) != 1:
+            return None
+        dict_id = dict_ids.pop()
+        if (dict_id and dict_id not in self._dicts) or not _KNOWN_KINDS.issuperset(map(_KIND, rows)):
+            return None
+        sizes = list(map(_RAW_SIZE, rows))
+        limit = self.max_event_bytes
+        if min(sizes) <= 0 or max(sizes) > limit or sum(sizes) > max(PAGE_DECOMPRESS_BUDGET, limit):
+            return None
+        bodies = list(map(_BODY, rows))
+        try:
+            descriptors = bytes(map(_DESCRIPTOR, bodies))
+            for fhd in set(descriptors):
+                if not _HEADER_SIZE[fhd] or (not fhd & 3) != (not dict_id):  # checksum; dict id
+                    return None
+            offsets = descriptors.translate(_HEADER_SIZE)  # each block header's position
+            low = bytes(map(getitem, bodies, offsets))
+            if low.translate(None, _ONE_LAST_BLOCK):  # some block is not last, or is RLE
+                return None
+            mid = bytes(map(getitem, bodies, offsets.translate(_PLUS_1)))
+            high = bytes(map(getitem, bodies, offsets.translate(_PLUS_2)))
+        except IndexError:  # a body too short to hold its header
+            return None
+        block_sizes = (sum(low) - sum(low.translate(_LOW_3_BITS)) + (sum(mid) << 8) + (sum(high) << 16)) >> 3
+        if sum(offsets) + 7 * len(rows) + block_sizes != sum(map(len, bodies)):
+            return None
+        return FramePlan(len(rows), [(dict_id, range(len(rows)), bodies, struct.pack(f"={len(sizes)}Q", *sizes))])
+
+    def _plan_rows(self, rows: Sequence[tuple[Any, ...]]) -> FramePlan:
+        """:meth:`plan_frames` row by row: rows that fail a check are left out."""
         limit = self.max_event_bytes
         budget = max(PAGE_DECOMPRESS_BUDGET, limit)  # bytes this plan may decompress at once
         dicts = self._dicts
@@ -378,6 +428,15 @@ def _header_size(fhd: int) -> int:
 
 # Header size per descriptor byte, for frames that carry a content checksum (0 otherwise).
 _HEADER_SIZE = bytes(_header_size(fhd) if fhd & 0x04 else 0 for fhd in range(256))
+# For Codec._plan_page: first block-header bytes of a last raw or compressed block (low bits
+# 001 or 101), byte tables adding 1 and 2, the low three bits of a byte, and row columns.
+_ONE_LAST_BLOCK = bytes(b for b in range(256) if b & 7 in (1, 5))
+_PLUS_1 = bytes((b + 1) & 0xFF for b in range(256))
+_PLUS_2 = bytes((b + 2) & 0xFF for b in range(256))
+_LOW_3_BITS = bytes(b & 7 for b in range(256))
+_KNOWN_KINDS = frozenset(KIND_TO_TYPE)
+_KIND, _DICT_ID, _RAW_SIZE, _BODY = itemgetter(7), itemgetter(9), itemgetter(10), itemgetter(11)
+_DESCRIPTOR = itemgetter(4)
 
 
 def _frame_length(body: bytes) -> int:

@@ -628,3 +628,23 @@ async def test_forged_raw_sizes_do_not_change_a_long_read(data_dir: Path) -> Non
     assert events == expected
     # Two pages in flight (the helper reads ahead), each within its budget.
     assert peak < 2 * PAGE_DECOMPRESS_BUDGET + 32 * MiB, peak
+
+
+@pytest.mark.parametrize("trailing_first", [True, False], ids=["trailing bytes first", "cut frame first"])
+async def test_damage_that_keeps_the_page_byte_count_is_still_found(data_dir: Path, trailing_first: bool) -> None:
+    # A page's frames are checked for "exactly one frame" by comparing the sum of the frames'
+    # lengths with the sum of the bodies' lengths. Here two rows of one page are damaged so that
+    # the bodies' total stays the same: two bytes after one frame, two bytes cut off another.
+    await make_log(data_dir, PIPELINED)
+    first, second = PIPELINE_MIN_ROWS + 100, PIPELINE_MIN_ROWS + 300
+    longer, shorter = (first, second) if trailing_first else (second, first)
+    set_row(data_dir, longer, body=body_of_row(data_dir, longer) + b"\x00\x00")
+    set_row(data_dir, shorter, body=body_of_row(data_dir, shorter)[:-2])
+    with LogReader(data_dir) as reader:
+        with pytest.raises(CorruptEvent) as paged:
+            list(reader.events())
+        rows = {row.seq: row for row in reader.rows(after=first - 1, to=first)}
+        with pytest.raises(CorruptEvent) as alone:
+            reader.decode(rows[first])
+    assert paged.value.seq == first
+    assert str(paged.value) == str(alone.value)  # the same error as decoding that row by itself
