@@ -34,7 +34,7 @@ _json = msgspec.json.Encoder()
 READ_BATCH = 1000
 INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
-WRITE_SLICE = 50  # direct writes between two checkpoints of the bus's ticker
+WRITE_SLICE_SECONDS = 0.01  # direct writes for this long at most between two checkpoints of the ticker
 FANOUT_SHARE = 0.25  # the fan-out's bound on the event loop's time: stretches the tick if needed
 MAX_TICK_SECONDS = 0.08  # ... but never beyond this
 TRIM_CHUNKS = 32  # a group forgets chunks every subscriber has taken once it holds more than this
@@ -253,9 +253,10 @@ class Bus:
     async def _ticker(self) -> None:
         """Flush at most once per tick (the first frame after a quiet spell at once), then write.
 
-        The writes to parked subscribers go out in slices of :data:`WRITE_SLICE` with a
-        checkpoint between slices, so the writer's own tasks (HTTP handlers, session actors,
-        store acknowledgements) run between them instead of waiting behind a whole fan-out. And
+        The writes to parked subscribers go out in slices of at most :data:`WRITE_SLICE_SECONDS`
+        with a checkpoint between slices, so the writer's own tasks (HTTP handlers, session
+        actors, store acknowledgements) never wait behind a whole fan-out of thousands of
+        streams — yet a few hundred streams get their writes without a pause in between. And
         the fan-out's own time bounds the tick: the next flush comes no sooner than
         ``busy / FANOUT_SHARE`` after this one, so fanning out never takes more than that share
         of the event loop (under CPU pressure writes get larger and rarer, the writer keeps its
@@ -274,14 +275,19 @@ class Bus:
             t0 = clock()
             todo = self.flush()
             busy = clock() - t0
-            for i in range(0, len(todo), WRITE_SLICE):
+            i = 0
+            while i < len(todo):
                 if i:
                     await trio.sleep(0)
                 t0 = clock()
+                end = t0 + WRITE_SLICE_SECONDS
                 now = trio.current_time()
-                for sub in todo[i:i + WRITE_SLICE]:
+                for sub in todo[i:]:
+                    i += 1
                     if sub.parked:  # still parked, still subscribed (unsubscribing unparks)
                         self._write(sub, now)
+                        if clock() >= end:
+                            break
                 busy += clock() - t0
             pause = min(max(self.tick, busy / FANOUT_SHARE), MAX_TICK_SECONDS)
 
