@@ -7,6 +7,7 @@ reader, which is what :class:`events.store.EventStore` does for the daemon.
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -264,6 +265,10 @@ class LogReader:
 # A read of at least this many rows in its first page gets a helper thread that decompresses the
 # next page while this one is decoded (the zstd call holds no GIL, so the two run side by side).
 PIPELINE_MIN_ROWS = 1000
+# Pages fetched and queued for the helper beyond the one being decoded. The helper needs the GIL
+# back after each zstd call, which the decoding thread yields only every switch interval (5 ms):
+# with one page of slack the reader often waited for it.
+READ_AHEAD_PAGES = 2
 
 
 def _decompressed_pages(
@@ -279,18 +284,18 @@ def _decompressed_pages(
             yield page, codec.decompress_rows(_frame_plan(codec, page))
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lens-log-reader") as pool:
-        current, pending = first, pool.submit(codec.decompress_rows, _frame_plan(codec, first))
+        ahead = deque([(first, pool.submit(codec.decompress_rows, _frame_plan(codec, first)))])
         try:
-            while current is not None:
-                nxt = next(pages, None)  # fetched while the helper decompresses `current`
-                following = (
-                    pool.submit(codec.decompress_rows, _frame_plan(codec, nxt))
-                    if nxt is not None else None
-                )
-                yield current, pending.result()
-                current, pending = nxt, following  # type: ignore[assignment]
+            while ahead:
+                while len(ahead) <= READ_AHEAD_PAGES:  # fetched while the helper decompresses
+                    nxt = next(pages, None)
+                    if nxt is None:
+                        break
+                    ahead.append((nxt, pool.submit(codec.decompress_rows, _frame_plan(codec, nxt))))
+                page, pending = ahead.popleft()
+                yield page, pending.result()
         finally:
-            if pending is not None:
+            for _page, pending in ahead:
                 pending.cancel()
 
 
