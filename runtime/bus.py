@@ -2,13 +2,15 @@
 
 One task follows the store: the store hands it each committed group as it acknowledges it
 (``EventStore.on_commit``: the events as stored, no read-back and no decode; the log is read only
-if the bus falls behind or sees a gap in ``seq``), and it encodes each event as an SSE frame once. Frames are not pushed to each subscriber one by one: subscribers with the same
-filter (unfiltered, one session, one project) share a :class:`Group`, and the bus appends each
-matching frame to the group's pending list — work per *group*, not per subscriber. A ticker
-flushes every group at most once per :attr:`Bus.tick` seconds (the first frame after a quiet
-spell at once; less often when fanning out would take more than :data:`FANOUT_SHARE` of the
-event loop): the pending frames are joined into **one** bytes object (a :class:`Chunk`, shared
-by every subscriber of the group), and every subscriber gets everything pending in one write. A stream whose task is parked (waiting, nothing in flight) and which has a direct socket
+if the bus falls behind or sees a gap in ``seq``), and it encodes each event as an SSE frame
+once. Frames are not pushed to each subscriber one by one: subscribers with the same filter
+(unfiltered, one session, one project) share a :class:`Group`, and the bus appends each matching
+frame to the group's pending list — work per *group*, not per subscriber. A ticker flushes every
+group at most once per :attr:`Bus.tick` seconds (the first frame after a quiet spell at once;
+less often when fanning out would take more than :data:`FANOUT_SHARE` of the event loop): the
+pending frames are joined into **one** bytes object (a :class:`Chunk`, shared by every
+subscriber of the group), and every subscriber gets everything pending in one write. A stream
+whose task is parked (waiting, nothing in flight) and which has a direct socket
 writer (``runtime.sse_socket``) is written by the ticker itself, without waking its task;
 otherwise the ticker sets the subscriber's ``wake`` and its task takes and writes the chunks.
 
