@@ -311,7 +311,8 @@ class Codec:
         block_sizes = (sum(low) - sum(low.translate(_LOW_3_BITS)) + (sum(mid) << 8) + (sum(high) << 16)) >> 3
         if sum(offsets) + 7 * len(rows) + block_sizes != sum(map(len, bodies)):
             return None
-        return FramePlan(len(rows), [(dict_id, range(len(rows)), bodies, struct.pack(f"={len(sizes)}Q", *sizes))])
+        packed_sizes = struct.pack(f"={len(sizes)}Q", *sizes)
+        return FramePlan(len(rows), [(dict_id, range(len(rows)), bodies, packed_sizes)])
 
     def _plan_rows(self, rows: Sequence[tuple[Any, ...]]) -> FramePlan:
         """:meth:`plan_frames` row by row: rows that fail a check are left out."""
