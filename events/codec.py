@@ -288,9 +288,12 @@ class Codec:
         if len(dict_ids) != 1:
             return None
         dict_id = dict_ids.pop()
-        if (dict_id and dict_id not in self._dicts) or not _KNOWN_KINDS.issuperset(map(_KIND, rows)):
+        if type(dict_id) is not int or (dict_id and dict_id not in self._dicts) \
+                or not _KNOWN_KINDS.issuperset(map(_KIND, rows)):
             return None
         sizes = list(map(_RAW_SIZE, rows))
+        if not {int}.issuperset(map(type, sizes)):
+            return None
         limit = self.max_event_bytes
         if min(sizes) <= 0 or max(sizes) > limit or sum(sizes) > max(PAGE_DECOMPRESS_BUDGET, limit):
             return None
@@ -306,7 +309,7 @@ class Codec:
                 return None
             mid = bytes(map(getitem, bodies, offsets.translate(_PLUS_1)))
             high = bytes(map(getitem, bodies, offsets.translate(_PLUS_2)))
-        except IndexError:  # a body too short to hold its header
+        except (IndexError, TypeError):  # a body too short to hold its header, or not a blob
             return None
         block_sizes = (sum(low) - sum(low.translate(_LOW_3_BITS)) + (sum(mid) << 8) + (sum(high) << 16)) >> 3
         if sum(offsets) + 7 * len(rows) + block_sizes != sum(map(len, bodies)):
@@ -326,6 +329,8 @@ class Codec:
             body = row[11]
             dict_id = row[9]
             raw_size = row[10]
+            if type(body) is not bytes or type(raw_size) is not int or type(dict_id) is not int:
+                continue  # a mistyped column: the checked path names it
             n = len(body)
             if n < 12 or not 0 < raw_size <= limit or row[7] not in known or raw_size > budget:
                 continue
@@ -392,6 +397,9 @@ class Codec:
         checked inline; anything unusual goes through :meth:`decompress` and
         :meth:`decode_raw`, which apply the same checks one by one and name the problem.
         """
+        problem = column_type_problem(kind, body, dict_id)
+        if problem is not None:
+            raise CorruptEvent(problem)
         try:
             params = _frame_parameters(body)
         except zstandard.ZstdError:
@@ -416,6 +424,21 @@ class Codec:
         if len(raw) != params.content_size or TAG_OF.get(type(event)) != kind:
             return self.decode_raw(kind, self.decompress(body, dict_id))
         return event
+
+
+_SQL_TYPE = {bytes: "a blob", str: "text", int: "an integer", float: "a real number", type(None): "NULL"}
+
+
+def column_type_problem(kind: object, body: object, dict_id: object) -> str | None:
+    """What is wrong with the types of a row's decoding columns (the table is not STRICT, so a
+    hand-edited row may hold text where a blob belongs); ``None`` if nothing is."""
+    if type(body) is not bytes:
+        return f"the body is stored as {_SQL_TYPE.get(type(body), type(body).__name__)}, not as a blob"
+    if type(dict_id) is not int:
+        return f"the row's dictionary id {dict_id!r} is not an integer"
+    if type(kind) is not str:
+        return f"the row's kind {kind!r} is not text"
+    return None
 
 
 def _header_size(fhd: int) -> int:

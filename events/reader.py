@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 import apsw
 import msgspec
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan
+from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan, column_type_problem
 from .errors import CorruptEvent, UnknownDictionary
 from .schema import check_data_dir, open_read_connection
 from .types import Opaque, _Event, body_of
@@ -77,8 +77,36 @@ class StoredEvent(msgspec.Struct, frozen=True, gc=False):
         }
 
 
+_INT, _TEXT, _OPTIONAL_INT, _OPTIONAL_TEXT = (int,), (str,), (int, type(None)), (str, type(None))
+_ROW_TYPES = (
+    ("seq", _INT), ("ts", _INT), ("project_id", _OPTIONAL_TEXT), ("session_id", _OPTIONAL_TEXT),
+    ("session_seq", _OPTIONAL_INT), ("agent_id", _OPTIONAL_TEXT), ("task_id", _OPTIONAL_TEXT),
+    ("kind", _TEXT), ("request_id", _OPTIONAL_TEXT), ("dict_id", _INT), ("raw_size", _INT),
+    ("body", (bytes,)),
+)
+
+
+def row_problem(row: StoredRow | tuple[Any, ...]) -> str | None:
+    """What is wrong with the types of a row's columns (a :class:`StoredRow` or a tuple in
+    :data:`ROW_COLUMNS` order), or ``None``.
+
+    The ``events`` table is not STRICT, so a hand-edited row can hold text where an integer or a
+    blob belongs; readers report such a row as corrupt instead of failing on it.
+    """
+    values = row if type(row) is tuple else msgspec.structs.astuple(row)
+    for (name, types), value in zip(_ROW_TYPES, values):
+        if type(value) not in types:
+            if name == "body":
+                return column_type_problem(values[7], value, values[9])
+            return f"column {name} holds {value!r}, which is not {'an integer' if int in types else 'text'}"
+    return None
+
+
 def decode_row(codec: Codec, row: StoredRow) -> StoredEvent:
     """Decode ``row``; raises :class:`CorruptEvent` naming its ``seq``."""
+    problem = row_problem(row)
+    if problem is not None:
+        raise CorruptEvent(problem).at(row.seq)
     try:
         event = codec.decode(row.kind, row.body, row.dict_id)
     except CorruptEvent as exc:
@@ -248,6 +276,9 @@ class LogReader:
                         if tag_of(type(event)) != row[7]:
                             event = None
                 if event is None:  # not decompressed with its page, or it did not decode
+                    problem = row_problem(row)
+                    if problem is not None:
+                        raise CorruptEvent(problem).at(row[0])
                     try:
                         try:
                             event = decode(row[7], row[11], row[9])

@@ -16,7 +16,7 @@ import apsw
 import trio
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreOpenError
-from events.reader import LogReader, StoredEvent, StoredRow
+from events.reader import LogReader, StoredEvent, StoredRow, row_problem
 from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB
 
 Progress = Callable[[int, int], None]
@@ -154,7 +154,12 @@ class Projector:
                 break
             failure: CorruptEvent | None = None
             events: list[StoredEvent] | None = None
-            if need_body:
+            for k, r in enumerate(rows):  # a mistyped column fails every projection, body or not
+                problem = row_problem(r)
+                if problem is not None:
+                    failure, rows = CorruptEvent(problem).at(r.seq), rows[:k]
+                    break
+            if need_body and rows:
                 events = []
                 for k, r in enumerate(rows):
                     try:
@@ -164,8 +169,8 @@ class Projector:
                         # stops right before it, and nothing after it is skipped silently.
                         failure, rows = exc, rows[:k]
                         break
-                if not rows:
-                    raise failure  # type: ignore[misc]
+            if not rows:
+                raise failure  # type: ignore[misc]
             last = rows[-1].seq
             with self.conn:
                 for p in targets:

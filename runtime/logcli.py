@@ -18,8 +18,10 @@ from typing import Any, Callable, Iterator
 import apsw
 import msgspec
 
+import zstandard
+
 from events.errors import CorruptEvent, DataDirNotWritable, LogError
-from events.reader import LogReader, StoredRow
+from events.reader import LogReader, StoredRow, row_problem
 from events.schema import FORMAT, FORMAT_VERSION
 from events.types import KIND_TO_TYPE
 from projections.projector import Projector, open_projections_db
@@ -87,6 +89,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
             after=max(after, 0), to=args.to_seq, session_id=args.session, kinds=_kinds(args.kind)
         ):
             if args.raw:
+                problem = row_problem(row)
+                if problem is not None:  # e.g. a body stored as text: there are no bytes to show
+                    failures += 1
+                    _err(f"lens: EVENT_CORRUPT: seq {row.seq}: {problem}")
+                    continue
                 _out(_json.encode(_raw_json(row)))
                 continue
             try:
@@ -136,16 +143,21 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
         if row.seq != expected:
             yield row.seq, f"seq gap: expected {expected}, found {row.seq}"
         expected = row.seq + 1
-        if row.ts < last_ts:
-            yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
-        last_ts = max(last_ts, row.ts)
-        if row.session_id is not None:
+        problem = row_problem(row)  # a mistyped column (the table is not STRICT)
+        if type(row.ts) is int:
+            if row.ts < last_ts:
+                yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
+            last_ts = max(last_ts, row.ts)
+        if type(row.session_id) is str and type(row.session_seq) in (int, type(None)):
             want = session_seq[row.session_id] + 1
             if row.session_seq != want:
                 yield row.seq, (
                     f"session {row.session_id}: session_seq {row.session_seq}, expected {want}"
                 )
             session_seq[row.session_id] = row.session_seq or want
+        if problem is not None:
+            yield row.seq, f"EVENT_CORRUPT: {problem}"
+            continue
         try:
             reader.decode(row)
         except CorruptEvent as exc:
@@ -155,6 +167,10 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
             yield row.seq, f"unknown event kind {row.kind!r} (decoded as opaque; written by a newer Lens?)"
         if len(row.body) and row.raw_size <= 0:
             yield row.seq, f"raw_size {row.raw_size} is not positive"
+        else:
+            declared = zstandard.frame_content_size(row.body)  # decoded: a well-formed frame
+            if declared >= 0 and declared != row.raw_size:
+                yield row.seq, f"raw_size {row.raw_size}, but the frame holds {declared} bytes"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -748,3 +748,39 @@ def test_stats_follows_new_events(log_dir: Path) -> None:
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert [(k["kind"], k["events"], k["stored_bytes"], k["raw_bytes"]) for k in out["kinds"]] == direct_stats(log_dir)
+
+
+# ---------------------------------------------------------------------------- mistyped columns
+
+
+def test_mistyped_columns_are_reported_by_every_command(log_dir: Path, expected: list[tuple]) -> None:
+    # Hand edits with the sqlite3 shell can store text where a blob or an integer belongs (the
+    # table is not STRICT). Each command names the row and the column; none tracebacks.
+    db_exec(log_dir, "UPDATE events SET body = 'not a blob' WHERE seq = 3")
+    db_exec(log_dir, "UPDATE events SET raw_size = 'big' WHERE seq = 5")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stdout.splitlines() == [
+        "seq 3: EVENT_CORRUPT: the body is stored as text, not as a blob",
+        "seq 5: EVENT_CORRUPT: column raw_size holds 'big', which is not an integer",
+        f"FAILED: 2 problem(s) in {len(expected)} event(s)",
+    ]  # and no made-up session_seq gap after the skipped rows
+    for raw in ([], ["--raw"]):
+        res = lens("log", "decode", "--data", str(log_dir), *raw)
+        assert res.returncode == 1 and "Traceback" not in res.stderr
+        assert res.stderr.splitlines() == [
+            "lens: EVENT_CORRUPT: seq 3: the body is stored as text, not as a blob",
+            "lens: EVENT_CORRUPT: seq 5: column raw_size holds 'big', which is not an integer",
+        ]
+        assert [e["seq"] for e in decoded(res.stdout)] == [r[0] for r in expected if r[0] not in (3, 5)]
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 3: the body is stored as text")
+
+
+def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None:
+    (size,) = db_rows(log_dir, "SELECT raw_size FROM events WHERE seq = 2")[0]
+    db_exec(log_dir, "UPDATE events SET raw_size = ? WHERE seq = 2", (size + 1000,))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[0] == f"seq 2: raw_size {size + 1000}, but the frame holds {size} bytes"

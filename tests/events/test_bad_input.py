@@ -648,3 +648,30 @@ async def test_damage_that_keeps_the_page_byte_count_is_still_found(data_dir: Pa
             reader.decode(rows[first])
     assert paged.value.seq == first
     assert str(paged.value) == str(alone.value)  # the same error as decoding that row by itself
+
+
+# The events table is not STRICT: a hand-edited row can hold text where a blob or an integer
+# belongs. Such a row is a corrupt row like any other: named, with its seq, never a traceback.
+MISTYPED = [
+    pytest.param("body", "garbage written as text", "the body is stored as text", id="text body"),
+    pytest.param("body", 12345, "the body is stored as an integer", id="integer body"),
+    pytest.param("dict_id", "x", "column dict_id holds 'x', which is not an integer", id="text dict_id"),
+    pytest.param("raw_size", "abc", "column raw_size holds 'abc'", id="text raw_size"),
+    pytest.param("raw_size", 1.5, "column raw_size holds 1.5", id="real raw_size"),
+    pytest.param("kind", b"A", "column kind holds b'A', which is not text", id="blob kind"),
+]
+
+
+@pytest.mark.parametrize("column, value, words", MISTYPED)
+async def test_mistyped_column_is_a_corrupt_row(data_dir: Path, column: str, value: Any, words: str) -> None:
+    await make_log(data_dir, PIPELINED)
+    bad = PIPELINE_MIN_ROWS + 5  # in a page decoded ahead on the helper thread
+    set_row(data_dir, bad, **{column: value})
+    before = snapshot(data_dir)
+    err = read_fails_at(data_dir, bad, CorruptEvent, "EVENT_CORRUPT", words)
+    with LogReader(data_dir) as reader:
+        (row,) = reader.rows(after=bad - 1, to=bad)
+        with pytest.raises(CorruptEvent) as alone:
+            reader.decode(row)
+    assert str(alone.value) == str(err)  # the row alone fails the same way as in a long read
+    assert snapshot(data_dir) == before
