@@ -60,12 +60,10 @@ def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 
 
 def lens_script() -> Path:
-    """The installed ``lens`` console script next to this interpreter."""
+    """The installed ``lens`` console script next to this interpreter (never one on PATH, which
+    may belong to another checkout)."""
     script = Path(sys.executable).parent / "lens"
-    if not script.exists():
-        found = shutil.which("lens")
-        assert found, "the `lens` console script is not installed"
-        script = Path(found)
+    assert script.exists(), f"the `lens` console script is not installed next to {sys.executable}"
     return script
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -245,9 +244,11 @@ def _complete(data: bytes) -> bool:
 
 
 def lens_command() -> list[str]:
-    """The installed ``lens`` script (the real CLI); ``python -m runtime.cli`` if it is not on PATH."""
-    exe = shutil.which("lens")
-    return [exe] if exe else [sys.executable, "-m", "runtime.cli"]
+    """The ``lens`` script installed next to this interpreter (the real CLI of the code under
+    test); ``python -m runtime.cli`` without one. Never a ``lens`` found on PATH: that may be
+    another checkout's."""
+    script = Path(sys.executable).parent / "lens"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runtime.cli"]
 
 
 async def run_lens(cwd: Path, *args: str, check: bool = True) -> Any:
