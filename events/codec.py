@@ -292,13 +292,12 @@ class Codec:
                 or not _KNOWN_KINDS.issuperset(map(_KIND, rows)):
             return None
         sizes = list(map(_RAW_SIZE, rows))
-        if not {int}.issuperset(map(type, sizes)):
-            return None
         limit = self.max_event_bytes
-        if min(sizes) <= 0 or max(sizes) > limit or sum(sizes) > max(PAGE_DECOMPRESS_BUDGET, limit):
-            return None
         bodies = list(map(_BODY, rows))
-        try:
+        try:  # a mistyped column fails one of these (TypeError, struct.error): row by row then
+            if min(sizes) <= 0 or max(sizes) > limit or sum(sizes) > max(PAGE_DECOMPRESS_BUDGET, limit):
+                return None
+            packed_sizes = struct.pack(f"={len(sizes)}Q", *sizes)  # integers only
             descriptors = bytes(map(_DESCRIPTOR, bodies))
             for fhd in set(descriptors):
                 if not _HEADER_SIZE[fhd] or (not fhd & 3) != (not dict_id):  # checksum; dict id
@@ -309,12 +308,11 @@ class Codec:
                 return None
             mid = bytes(map(getitem, bodies, offsets.translate(_PLUS_1)))
             high = bytes(map(getitem, bodies, offsets.translate(_PLUS_2)))
-        except (IndexError, TypeError):  # a body too short to hold its header, or not a blob
+        except (IndexError, TypeError, struct.error):  # e.g. a body too short to hold its header
             return None
         block_sizes = (sum(low) - sum(low.translate(_LOW_3_BITS)) + (sum(mid) << 8) + (sum(high) << 16)) >> 3
         if sum(offsets) + 7 * len(rows) + block_sizes != sum(map(len, bodies)):
             return None
-        packed_sizes = struct.pack(f"={len(sizes)}Q", *sizes)
         return FramePlan(len(rows), [(dict_id, range(len(rows)), bodies, packed_sizes)])
 
     def _plan_rows(self, rows: Sequence[tuple[Any, ...]]) -> FramePlan:
