@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterator
 
 import apsw
 import msgspec
-
 import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError
