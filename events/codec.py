@@ -395,9 +395,6 @@ class Codec:
         checked inline; anything unusual goes through :meth:`decompress` and
         :meth:`decode_raw`, which apply the same checks one by one and name the problem.
         """
-        problem = column_type_problem(kind, body, dict_id)
-        if problem is not None:
-            raise CorruptEvent(problem)
         try:
             params = _frame_parameters(body)
         except zstandard.ZstdError:
@@ -422,21 +419,6 @@ class Codec:
         if len(raw) != params.content_size or TAG_OF.get(type(event)) != kind:
             return self.decode_raw(kind, self.decompress(body, dict_id))
         return event
-
-
-_SQL_TYPE = {bytes: "a blob", str: "text", int: "an integer", float: "a real number", type(None): "NULL"}
-
-
-def column_type_problem(kind: object, body: object, dict_id: object) -> str | None:
-    """What is wrong with the types of a row's decoding columns (the table is not STRICT, so a
-    hand-edited row may hold text where a blob belongs); ``None`` if nothing is."""
-    if type(body) is not bytes:
-        return f"the body is stored as {_SQL_TYPE.get(type(body), type(body).__name__)}, not as a blob"
-    if type(dict_id) is not int:
-        return f"the row's dictionary id {dict_id!r} is not an integer"
-    if type(kind) is not str:
-        return f"the row's kind {kind!r} is not text"
-    return None
 
 
 def _header_size(fhd: int) -> int:

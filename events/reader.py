@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 import apsw
 import msgspec
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan, column_type_problem
+from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan
 from .errors import CorruptEvent, UnknownDictionary
 from .schema import check_data_dir, open_read_connection
 from .types import Opaque, _Event, body_of
@@ -77,6 +77,7 @@ class StoredEvent(msgspec.Struct, frozen=True, gc=False):
         }
 
 
+_SQL_TYPE = {bytes: "a blob", str: "text", int: "an integer", float: "a real number", type(None): "NULL"}
 _INT, _TEXT, _OPTIONAL_INT, _OPTIONAL_TEXT = (int,), (str,), (int, type(None)), (str, type(None))
 _ROW_TYPES = (
     ("seq", _INT), ("ts", _INT), ("project_id", _OPTIONAL_TEXT), ("session_id", _OPTIONAL_TEXT),
@@ -97,7 +98,7 @@ def row_problem(row: StoredRow | tuple[Any, ...]) -> str | None:
     for (name, types), value in zip(_ROW_TYPES, values):
         if type(value) not in types:
             if name == "body":
-                return column_type_problem(values[7], value, values[9])
+                return f"the body is stored as {_SQL_TYPE.get(type(value), type(value).__name__)}, not as a blob"
             return f"column {name} holds {value!r}, which is not {'an integer' if int in types else 'text'}"
     return None
 
