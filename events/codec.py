@@ -65,6 +65,7 @@ class Codec:
         self.level = level
         self.max_event_bytes = max_event_bytes
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
+        self._prepared: dict[int, zstandard.ZstdCompressionDict] = {}  # for compressing
         for dict_id, data in (dictionaries or {}).items():
             self.add_dictionary(dict_id, data)
         if active_dict_id is not None and active_dict_id not in self._dicts:
@@ -106,13 +107,29 @@ class Codec:
         if c is None or getattr(local, "compressor_dict", None) != active:
             kwargs: dict[str, Any] = {}
             if active:
-                kwargs["dict_data"] = self._dicts[active]
+                kwargs["dict_data"] = self._compression_dict(active)
             c = zstandard.ZstdCompressor(
                 level=self.level, write_checksum=True, write_content_size=True, **kwargs
             )
             local.compressor = c
             local.compressor_dict = active
         return c, active
+
+    def _compression_dict(self, dict_id: int) -> zstandard.ZstdCompressionDict:
+        """Dictionary ``dict_id`` prepared once for compressing at this codec's level.
+
+        Without it every ``multi_compress_to_buffer`` call loads the dictionary again
+        (~1.5 µs more per ~1 KiB event); the frames are byte-identical either way. A separate
+        object from the one decompressors use, prepared before any compressor sees it (zstd
+        must not re-prepare a dictionary a compressor holds); two threads racing here each
+        build their own, which is harmless.
+        """
+        prepared = self._prepared.get(dict_id)
+        if prepared is None:
+            prepared = zstandard.ZstdCompressionDict(self._dicts[dict_id].as_bytes())
+            prepared.precompute_compress(level=self.level)
+            self._prepared[dict_id] = prepared
+        return prepared
 
     def _decompressor(self, dict_id: int) -> zstandard.ZstdDecompressor:
         cache = getattr(self._local, "decompressors", None)
