@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import AsyncIterator, Callable, Sequence
 
 import apsw
+import msgspec
 import trio
 import zstandard
 
@@ -103,9 +104,12 @@ class Draft:
     request_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """``seqs`` of the appended events; on a duplicate, ``seqs`` holds the original event's seq."""
+class AppendResult(msgspec.Struct, frozen=True, gc=False):
+    """``seqs`` of the appended events; on a duplicate, ``seqs`` holds the original event's seq.
+
+    A frozen msgspec Struct rather than a dataclass: the writer thread builds one per append
+    while holding the GIL, and a frozen dataclass costs ~0.5 µs to construct (~0.06 here).
+    """
 
     seqs: tuple[int, ...]
     session_seqs: tuple[int | None, ...]
