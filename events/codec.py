@@ -66,6 +66,7 @@ class Codec:
         self.max_event_bytes = max_event_bytes
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._prepared: dict[int, zstandard.ZstdCompressionDict] = {}  # for compressing
+        self._damaged: dict[int, str] = {}  # stored dictionaries that could not be loaded
         for dict_id, data in (dictionaries or {}).items():
             self.add_dictionary(dict_id, data)
         if active_dict_id is not None and active_dict_id not in self._dicts:
@@ -74,9 +75,20 @@ class Codec:
         self._local = threading.local()
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Event)
-        self._any_decoder = msgspec.msgpack.Decoder()
+        self._any_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_as_data)
 
     # ------------------------------------------------------------------ dictionaries
+
+    def mark_damaged(self, dict_id: int, reason: str) -> None:
+        """Record that the stored dictionary ``dict_id`` is unusable (see
+        :func:`usable_dictionaries`), so bodies needing it name that instead of a missing one."""
+        self._damaged[dict_id] = reason
+
+    def _missing(self, dict_id: int) -> UnknownDictionary:
+        reason = self._damaged.get(dict_id)
+        if reason is not None:
+            return UnknownDictionary(f"body needs zstd dictionary {dict_id}, whose stored bytes are damaged ({reason})")
+        return UnknownDictionary(f"body needs zstd dictionary {dict_id}, which this store does not hold")
 
     def add_dictionary(self, dict_id: int, data: bytes) -> None:
         d = zstandard.ZstdCompressionDict(data)
@@ -140,9 +152,7 @@ class Codec:
             kwargs: dict[str, Any] = {}
             if dict_id:
                 if dict_id not in self._dicts:
-                    raise UnknownDictionary(
-                        f"body needs zstd dictionary {dict_id}, which this store does not hold"
-                    )
+                    raise self._missing(dict_id)
                 kwargs["dict_data"] = self._dicts[dict_id]
             d = cache[dict_id] = zstandard.ZstdDecompressor(**kwargs)
         return d
@@ -206,9 +216,7 @@ class Codec:
             raise CorruptEvent(f"body is not a zstd frame ({exc})") from None
         if params.dict_id != dict_id:
             if params.dict_id and params.dict_id not in self._dicts:
-                raise UnknownDictionary(
-                    f"body needs zstd dictionary {params.dict_id}, which this store does not hold"
-                )
+                raise self._missing(params.dict_id)
             raise CorruptEvent(
                 f"frame names dictionary {params.dict_id} but the row records {dict_id}"
             )
@@ -262,7 +270,7 @@ class Codec:
         """Decode MessagePack ``raw`` stored under ``kind``."""
         if kind not in KIND_TO_TYPE:
             try:
-                return Opaque(kind, self._any_decoder.decode(raw))
+                return Opaque(kind, _jsonable(self._any_decoder.decode(raw)))
             except msgspec.DecodeError as exc:
                 raise CorruptEvent(f"body of unknown kind {kind!r} is not MessagePack ({exc})") from None
         try:
@@ -487,6 +495,54 @@ class FramePlan:
     def __init__(self, rows: int, groups: list[tuple[int, list[int], list[bytes], bytes]]) -> None:
         self.rows = rows
         self.groups = groups
+
+
+def _ext_as_data(code: int, data: memoryview) -> dict[str, Any]:
+    """A MessagePack extension value in an opaque body, as data JSON can carry."""
+    return {"msgpack_ext": code, "data": bytes(data)}
+
+
+def _jsonable(value: Any) -> Any:
+    """An opaque body (an event kind this build does not know) made printable as JSON: map keys
+    MessagePack allows but JSON does not (arrays, nil, booleans) become their JSON text.
+    Decoded values are otherwise kept as they are (bytes print as base64)."""
+    if isinstance(value, dict):
+        return {
+            k if isinstance(k, (str, int, float, bytes)) and not isinstance(k, bool)
+            else _json_key(k): _jsonable(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    return msgspec.json.encode(_jsonable(list(key) if isinstance(key, tuple) else key)).decode()
+
+
+def usable_dictionaries(stored: Mapping[int, Any]) -> tuple[dict[int, bytes], dict[int, str]]:
+    """Split the ``dictionaries`` table's rows into loadable ones and damaged ones (with why).
+
+    A row edited or damaged on disk (bytes of another dictionary, text, NULL) must not make the
+    whole log unreadable: only the bodies that need that dictionary fail, naming it.
+    """
+    good: dict[int, bytes] = {}
+    damaged: dict[int, str] = {}
+    for dict_id, data in stored.items():
+        if type(data) is not bytes:
+            damaged[dict_id] = f"stored as {type(data).__name__}, not as a blob"
+            continue
+        try:
+            found = zstandard.ZstdCompressionDict(data).dict_id()
+        except zstandard.ZstdError as exc:
+            damaged[dict_id] = str(exc)
+            continue
+        if found != dict_id:
+            damaged[dict_id] = f"the bytes carry dictionary id {found}"
+            continue
+        good[dict_id] = data
+    return good, damaged
 
 
 def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, bytes]:

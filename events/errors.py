@@ -8,6 +8,8 @@ translated into these once, at the boundary of this package::
     ├── StoreOpenError            the data directory cannot be used
     │   ├── DataDirMissing          DATA_DIR_MISSING
     │   ├── DataDirNotWritable      DATA_DIR_NOT_WRITABLE
+    │   ├── DataDirNotReadable      DATA_DIR_NOT_READABLE (no permission to read the log)
+    │   ├── StoreCorrupt            STORE_CORRUPT (SQLite reports the file or its tables damaged)
     │   ├── ForeignStore            STORE_FOREIGN (not a Lens log, or an older layout)
     │   └── UnsupportedFormat       STORE_FORMAT_UNSUPPORTED (a Lens log of another version)
     ├── CorruptEvent              EVENT_CORRUPT (carries the seq when known)
@@ -43,6 +45,17 @@ class DataDirMissing(StoreOpenError):
 
 class DataDirNotWritable(StoreOpenError):
     code = "DATA_DIR_NOT_WRITABLE"
+
+
+class DataDirNotReadable(StoreOpenError):
+    code = "DATA_DIR_NOT_READABLE"
+
+
+class StoreCorrupt(StoreOpenError):
+    """``events.db`` carries the Lens format marker but SQLite cannot read it as one: damaged
+    pages, a missing or reshaped table. Raised at open, or by a read that reaches the damage."""
+
+    code = "STORE_CORRUPT"
 
 
 class ForeignStore(StoreOpenError):

@@ -15,10 +15,13 @@ from typing import Any, Iterator, Sequence
 import apsw
 import msgspec
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan
-from .errors import CorruptEvent, UnknownDictionary
-from .schema import check_data_dir, open_read_connection
+from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan, usable_dictionaries
+from .errors import CorruptEvent, StoreCorrupt, UnknownDictionary
+from .schema import EVENTS_DB, check_data_dir, open_read_connection
 from .types import Opaque, _Event, body_of
+
+# What SQLite raises on a damaged file or table (a busy or locked database is not damage).
+_DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError)
 
 ROW_COLUMNS = (
     "seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id, "
@@ -145,7 +148,11 @@ class LogReader:
             check_data_dir(self.data_dir, create=False)
             connection = open_read_connection(self.data_dir)
         self.conn = connection
-        self.codec = Codec(max_event_bytes=max_event_bytes, dictionaries=self.dictionaries())
+        self.codec = Codec(max_event_bytes=max_event_bytes)
+        # Stored dictionaries that cannot be loaded, with why: the bodies needing one fail (naming
+        # it), the rest of the log stays readable; `lens log verify` lists them.
+        self.damaged_dictionaries: dict[int, str] = {}
+        self.refresh_dictionaries()
 
     def __enter__(self) -> "LogReader":
         return self
@@ -158,19 +165,36 @@ class LogReader:
 
     # ------------------------------------------------------------------ metadata
 
+    def _query(self, what: str, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read; SQLite reporting damage becomes :class:`StoreCorrupt` naming ``what``."""
+        try:
+            return self.conn.execute(sql, args).fetchall()
+        except _DAMAGE as exc:
+            raise StoreCorrupt(
+                f"{self.data_dir / EVENTS_DB}: SQLite cannot read {what} ({exc}); the file is "
+                f"damaged. `lens log verify` reports what it finds."
+            ) from None
+
     def meta(self) -> dict[str, str]:
-        return dict(self.conn.execute("SELECT key, value FROM meta"))
+        return dict(self._query("the meta table", "SELECT key, value FROM meta"))
 
     def dictionaries(self) -> dict[int, bytes]:
-        return dict(self.conn.execute("SELECT dict_id, data FROM dictionaries"))
+        """The ``dictionaries`` table as stored (damaged rows included)."""
+        return dict(self._query("the dictionaries", "SELECT dict_id, data FROM dictionaries"))
 
     def last_seq(self) -> int:
-        return self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0]
+        return self._query("the last seq", "SELECT coalesce(max(seq), 0) FROM events")[0][0]
 
     def refresh_dictionaries(self) -> None:
-        for dict_id, data in self.dictionaries().items():
-            if dict_id not in self.codec.dictionary_ids:
-                self.codec.add_dictionary(dict_id, data)
+        """Load dictionaries stored since the last call (a damaged one is recorded, not loaded)."""
+        known = set(self.codec.dictionary_ids) | set(self.damaged_dictionaries)
+        fresh = {k: v for k, v in self.dictionaries().items() if k not in known}
+        good, damaged = usable_dictionaries(fresh)
+        for dict_id, data in good.items():
+            self.codec.add_dictionary(dict_id, data)
+        for dict_id, reason in damaged.items():
+            self.codec.mark_damaged(dict_id, reason)
+        self.damaged_dictionaries.update(damaged)
 
     # ------------------------------------------------------------------ rows
 
@@ -208,7 +232,14 @@ class LogReader:
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
             args[0] = cursor
-            batch = execute(sql, (*args, n)).fetchall()
+            try:
+                batch = execute(sql, (*args, n)).fetchall()
+            except _DAMAGE as exc:
+                where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
+                raise StoreCorrupt(
+                    f"{self.data_dir / EVENTS_DB}: SQLite cannot read {where} ({exc}); the file "
+                    f"is damaged. `lens log verify` reports what it finds."
+                ) from None
             if batch:
                 yield batch
             if len(batch) < n:
@@ -291,7 +322,7 @@ class LogReader:
                 yield StoredEvent(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], event)
 
     def event_count(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        return self._query("the events table", "SELECT count(*) FROM events")[0][0]
 
 
 # A read of at least this many rows in its first page gets a helper thread that decompresses the

@@ -16,8 +16,10 @@ import apsw
 
 from .errors import (
     DataDirMissing,
+    DataDirNotReadable,
     DataDirNotWritable,
     ForeignStore,
+    StoreCorrupt,
     StoreOpenError,
     UnsupportedFormat,
 )
@@ -91,6 +93,16 @@ def now_ms() -> int:
 def check_data_dir(data_dir: Path, *, create: bool) -> Path:
     """Return ``data_dir`` resolved, creating it when ``create``; refuse foreign contents."""
     data_dir = Path(data_dir)
+    try:
+        return _check_data_dir(data_dir, create)
+    except PermissionError:
+        raise DataDirNotReadable(
+            f"data directory {data_dir} cannot be read (permission denied); run Lens as a user "
+            f"who may read it, or pass --data with another directory"
+        ) from None
+
+
+def _check_data_dir(data_dir: Path, create: bool) -> Path:
     if not data_dir.exists():
         if not create:
             raise DataDirMissing(
@@ -106,6 +118,8 @@ def check_data_dir(data_dir: Path, *, create: bool) -> Path:
     if not data_dir.is_dir():
         raise StoreOpenError(f"data directory {data_dir} is not a directory")
     events_db = data_dir / EVENTS_DB
+    if events_db.exists() and not events_db.is_file():
+        raise StoreOpenError(f"{events_db} is not a file; it is not a Lens event log")
     if not events_db.exists():
         foreign = sorted(p.name for p in data_dir.iterdir() if p.name not in KNOWN_ENTRIES)
         if foreign:
@@ -144,7 +158,13 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
             f"{', '.join(sorted(tables)) or 'none'}); it is not a Lens event log. "
             f"Start a new data directory with --data NEW_DIR."
         )
-    meta = dict(conn.execute("SELECT key, value FROM meta"))
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+    except (apsw.SQLError, ValueError, TypeError):  # a meta table of another shape
+        raise ForeignStore(
+            f"{where} has a meta table that is not a Lens format marker; it is not a Lens event "
+            f"log. Start a new data directory with --data NEW_DIR."
+        ) from None
     fmt, version = meta.get("format"), meta.get("format_version")
     if fmt != FORMAT:
         raise ForeignStore(
@@ -157,13 +177,43 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
             f"{FORMAT_VERSION}. Use the Lens release that wrote it (its `lens log decode` exports "
             f"every event as JSON lines), or start a new data directory with --data NEW_DIR."
         )
+    for table, columns in _REQUIRED_COLUMNS.items():
+        found = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if not found:
+            raise StoreCorrupt(
+                f"{where} carries the {FORMAT} v{FORMAT_VERSION} marker but has no {table} "
+                f"table; the file was damaged or edited. Restore it from a backup, or start a new "
+                f"data directory with --data NEW_DIR."
+            )
+        missing = [c for c in columns if c not in found]
+        if missing:
+            raise StoreCorrupt(
+                f"{where} carries the {FORMAT} v{FORMAT_VERSION} marker but its {table} table "
+                f"lacks column(s) {', '.join(missing)}; the file was damaged or edited. Restore "
+                f"it from a backup, or start a new data directory with --data NEW_DIR."
+            )
 
 
-def _translate_open_error(exc: Exception, path: Path) -> StoreOpenError:
+# What readers and the writer rely on in a log of this version (see SCHEMA).
+_REQUIRED_COLUMNS = {
+    "events": ("seq", "ts", "project_id", "session_id", "session_seq", "agent_id", "task_id",
+               "kind", "request_id", "dict_id", "raw_size", "body"),
+    "dictionaries": ("dict_id", "data", "created_ts", "sample_count"),
+}
+
+
+def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> StoreOpenError:
     if isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError)):
+        if not write or not os.access(path, os.R_OK):
+            return DataDirNotReadable(f"cannot read {path} (permission denied or not openable: {exc})")
         return DataDirNotWritable(f"cannot open {path} for writing ({exc}); is the directory read-only?")
     if isinstance(exc, apsw.NotADBError):
         return ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log")
+    if isinstance(exc, (apsw.CorruptError, apsw.IOError)):
+        return StoreCorrupt(
+            f"{path} is damaged: SQLite cannot read it ({exc}). Restore it from a backup, or start "
+            f"a new data directory with --data NEW_DIR (`lens log verify` reports what it finds)."
+        )
     return StoreOpenError(f"cannot open {path}: {exc}")
 
 
@@ -188,13 +238,15 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
         conn.execute(f"PRAGMA synchronous={synchronous}")
     except apsw.Error as exc:
-        raise _translate_open_error(exc, path) from None
+        raise translate_open_error(exc, path) from None
     return conn
 
 
 def open_read_connection(data_dir: Path) -> apsw.Connection:
     """Open ``events.db`` read-only; works on a read-only directory too."""
     path = data_dir / EVENTS_DB
+    if not os.access(path, os.R_OK):
+        raise DataDirNotReadable(f"cannot read {path} (permission denied)")
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     try:
         conn = apsw.Connection(f"file:{path}?mode=ro", flags=flags)
@@ -214,9 +266,11 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
             ) from None
     except apsw.NotADBError:
         raise ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log") from None
+    except apsw.Error as exc:
+        raise translate_open_error(exc, path, write=False) from None
     try:
         conn = apsw.Connection(f"file:{path}?mode=ro&immutable=1", flags=flags)
         check_format(conn, path)
         return conn
     except apsw.Error as exc:
-        raise _translate_open_error(exc, path) from None
+        raise translate_open_error(exc, path, write=False) from None

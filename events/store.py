@@ -33,7 +33,7 @@ import msgspec
 import trio
 import zstandard
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, train_dictionary
+from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, train_dictionary, usable_dictionaries
 from .errors import (
     AppendRejected,
     ConcurrencyConflict,
@@ -44,12 +44,14 @@ from .errors import (
 )
 from .reader import LogReader, StoredEvent, StoredRow
 from .schema import (
+    EVENTS_DB,
     LOCK_FILE,
     Synchronous,
     check_data_dir,
     now_ms,
     open_read_connection,
     open_write_connection,
+    translate_open_error,
 )
 from .types import _Event, kind_of
 
@@ -248,18 +250,30 @@ class EventStore:
             ) from None
         try:
             conn = open_write_connection(data_dir, synchronous)
-            dicts = dict(conn.execute("SELECT dict_id, data FROM dictionaries"))
-            active = dict(conn.execute("SELECT key, value FROM meta")).get("active_dict_id")
-            codec = Codec(
-                level=compression_level,
-                max_event_bytes=max_event_bytes,
-                dictionaries=dicts,
-                active_dict_id=int(active) if active else None,
-            )
+            try:
+                dicts, damaged = usable_dictionaries(
+                    dict(conn.execute("SELECT dict_id, data FROM dictionaries"))
+                )
+                active = dict(conn.execute("SELECT key, value FROM meta")).get("active_dict_id")
+                active_id = int(active) if isinstance(active, str) and active.isdigit() else None
+                codec = Codec(
+                    level=compression_level,
+                    max_event_bytes=max_event_bytes,
+                    dictionaries=dicts,
+                    # A damaged active dictionary: new bodies go without one (and the automatic
+                    # dictionary, if on, trains a new one); old bodies needing it fail by name.
+                    active_dict_id=active_id if active_id in dicts else None,
+                )
+                for dict_id, reason in damaged.items():
+                    codec.mark_damaged(dict_id, reason)
+                store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after)
+            except apsw.Error as exc:
+                conn.close()
+                raise translate_open_error(exc, data_dir / EVENTS_DB) from None
         except BaseException:
             os.close(fd)
             raise
-        return cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after)
+        return store
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the writer. Returns when :meth:`close_writer` was called and the queue is drained.

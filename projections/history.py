@@ -85,6 +85,8 @@ class HistoryProjection(Projection):
         for se in events:
             ev = se.event
             sid = se.session_id
+            if sid is None and isinstance(ev, _SESSION_KEYED):
+                continue  # the writer never stores these without a session: an edited row
             base = (se.project_id, sid, se.agent_id or "main", se.task_id)
             if isinstance(ev, t.SessionCreated):
                 conn.execute("INSERT OR REPLACE INTO history_sessions(session_id, project_id) VALUES (?, ?)", (sid, se.project_id))
@@ -148,6 +150,12 @@ class HistoryProjection(Projection):
 def id_tag(kind: str, value: str | None) -> str:
     """One FTS token standing for an id (ids hold separators the tokenizer would split on)."""
     return kind + hashlib.sha256((value or "").encode()).hexdigest()[:20]
+
+
+# Events this projection files under their session: a row of one without a session id (only an
+# edited log holds one) has nothing to be filed under, and is skipped.
+_SESSION_KEYED = (t.SessionCreated, t.SessionDeleted, t.InputSubmitted, t.InputPlaced,
+                  t.InputWithdrawn, t.ContextEdited)
 
 
 def id_tags(project_id: str | None, session_id: str | None, agent_id: str | None, task_id: str | None) -> str:

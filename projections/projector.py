@@ -9,8 +9,9 @@ zero. Everything here is derived: deleting ``projections.db`` is always safe.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 import apsw
 import trio
@@ -25,6 +26,20 @@ BATCH = 2000
 
 class UnknownProjection(LogError):
     code = "PROJECTION_UNKNOWN"
+
+
+class ProjectionsDamaged(StoreOpenError):
+    """``projections.db`` is not what this build's projections wrote (damaged, edited, foreign).
+    Everything in it is derived from the log, so the remedy is always safe: delete, rebuild."""
+
+    code = "PROJECTIONS_DAMAGED"
+
+    def __init__(self, path: object, detail: str) -> None:
+        super().__init__(
+            f"{path} does not match the projections of this Lens ({detail}); it holds only data "
+            f"derived from the event log: delete it (with its -wal and -shm files) and run "
+            f"`lens log rebuild`"
+        )
 
 
 class Projection(ABC):
@@ -75,10 +90,16 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
             "CREATE TABLE IF NOT EXISTS positions("
             "name TEXT PRIMARY KEY, version INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID"
         )
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(positions)")]
+        if columns != ["name", "version", "seq"]:
+            conn.close()
+            raise ProjectionsDamaged(path, f"its positions table has columns {', '.join(columns)}")
     except (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError) as exc:
         raise DataDirNotWritable(
             f"cannot write {path} ({exc}); projections need a writable data directory"
         ) from None
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        raise ProjectionsDamaged(path, f"SQLite: {exc}") from None
     except apsw.Error as exc:
         raise StoreOpenError(f"cannot open {path}: {exc}") from None
     return conn
@@ -98,8 +119,18 @@ class Projector:
         self.reader = reader
         self.conn = conn
         self.projections = {p.name: p for p in projections}
-        for p in self.projections.values():
-            self._ensure(p)
+        with self._damage_named():
+            for p in self.projections.values():
+                self._ensure(p)
+
+    @contextmanager
+    def _damage_named(self) -> Iterator[None]:
+        """A table of ``projections.db`` of the wrong shape (or damaged pages) becomes
+        :class:`ProjectionsDamaged`, which says that deleting the file is safe."""
+        try:
+            yield
+        except (apsw.SQLError, apsw.CorruptError, apsw.NotADBError) as exc:
+            raise ProjectionsDamaged(self.conn.filename or "projections.db", f"SQLite: {exc}") from None
 
     def close(self) -> None:
         self.conn.close()
@@ -172,7 +203,7 @@ class Projector:
             if not rows:
                 raise failure  # type: ignore[misc]
             last = rows[-1].seq
-            with self.conn:
+            with self._damage_named(), self.conn:
                 for p in targets:
                     pos = positions[p.name]
                     if pos >= last:
@@ -198,8 +229,9 @@ class Projector:
     def rebuild(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:
         """Drop and re-fold the named projections (all by default) from the first event."""
         targets = [self.get(n) for n in names] if names else list(self.projections.values())
-        for p in targets:
-            self._reset(p)
+        with self._damage_named():
+            for p in targets:
+                self._reset(p)
         return self.catch_up([p.name for p in targets], progress)
 
     def dump(self, name: str) -> list[tuple]:

@@ -7,14 +7,17 @@ never a traceback: errors of our packages carry stable codes (see ``events.error
 from __future__ import annotations
 
 import argparse
-import os
+import errno
 import sys
 from typing import Sequence
+
+import apsw
 
 from events.errors import LogError
 
 from . import logcli, servecli
 from .errors import LensError
+from .logcli import silence_stdout
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,17 +34,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
     except (LogError, LensError) as exc:
         print(f"lens: {exc.code}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (e.g. `lens log decode | head`): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence_stdout()
         return 0
     except KeyboardInterrupt:
         return 130
+    except apsw.Error as exc:  # a SQLite failure no layer below named (a last resort)
+        print(f"lens: SQLITE_ERROR: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. standard output closed or on a full disk
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"lens: IO_ERROR: {exc.strerror or exc}{where}", file=sys.stderr)
+        if sys.stdout is not None and exc.errno in (errno.ENOSPC, errno.EIO):
+            silence_stdout()  # or the interpreter fails again flushing it at exit
+        return 2
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -19,15 +21,46 @@ import apsw
 import msgspec
 import zstandard
 
-from events.errors import CorruptEvent, DataDirNotWritable, LogError
+from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import LogReader, StoredRow, row_problem
-from events.schema import FORMAT, FORMAT_VERSION
+from events.schema import FORMAT, FORMAT_VERSION, PROJECTIONS_DB
 from events.types import KIND_TO_TYPE
-from projections.projector import Projector, open_projections_db
+from projections.projector import Projector, ProjectionsDamaged, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
 
 _json = msgspec.json.Encoder()
+
+
+SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1  # SQLite's integer range
+
+
+def _seq(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not SEQ_MIN <= n <= SEQ_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside the range of a seq ({SEQ_MIN}..{SEQ_MAX})")
+    return n
+
+
+def _text(value: str) -> str:
+    """A text argument: it must be UTF-8 (ids and paths are stored and opened as UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{value.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8"
+        ) from None
+    return value
+
+
+def _kind(value: str) -> str:
+    value = _text(value)
+    if not any(k.strip() for k in value.split(",")):
+        raise argparse.ArgumentTypeError("an empty kind matches nothing; name a kind such as input.submitted")
+    return value
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -35,20 +68,25 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
 
     def data_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data", default=".lens", metavar="DIR", help="data directory (default .lens)")
+        p.add_argument("--data", type=_text, default=".lens", metavar="DIR",
+                       help="data directory (default .lens)")
 
     p = cmds.add_parser("decode", help="print events as JSON lines")
     data_arg(p)
-    p.add_argument("--session", help="only this session's events")
-    p.add_argument("--kind", action="append", help="only this kind (repeatable, or comma-separated)")
-    p.add_argument("--from", dest="from_seq", type=int, default=None, metavar="SEQ", help="first seq (inclusive)")
-    p.add_argument("--to", dest="to_seq", type=int, default=None, metavar="SEQ", help="last seq (inclusive)")
+    p.add_argument("--session", type=_text, help="only this session's events")
+    p.add_argument("--kind", type=_kind, action="append",
+                   help="only this kind (repeatable, or comma-separated)")
+    p.add_argument("--from", dest="from_seq", type=_seq, default=None, metavar="SEQ",
+                   help="first seq (inclusive)")
+    p.add_argument("--to", dest="to_seq", type=_seq, default=None, metavar="SEQ",
+                   help="last seq (inclusive)")
     p.add_argument("--raw", action="store_true", help="print the stored body bytes (base64) instead of decoding")
     p.set_defaults(func=cmd_decode)
 
     p = cmds.add_parser("rebuild", help="rebuild projections from the log")
     data_arg(p)
-    p.add_argument("--projection", action="append", metavar="NAME", help="only this projection (repeatable)")
+    p.add_argument("--projection", type=_text, action="append", metavar="NAME",
+                   help="only this projection (repeatable)")
     p.set_defaults(func=cmd_rebuild)
 
     p = cmds.add_parser("verify", help="check every row; never changes data")
@@ -64,7 +102,18 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 def _out(line: bytes | str) -> None:
     if isinstance(line, str):
         line = line.encode()
+    if sys.stdout is None:  # started with standard output closed
+        raise OSError(errno.EBADF, "standard output is closed")
     sys.stdout.buffer.write(line + b"\n")
+
+
+def silence_stdout() -> None:
+    """The reader of our output went away: send the rest nowhere (exit codes still count)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _err(msg: str) -> None:
@@ -81,29 +130,42 @@ def _kinds(values: list[str] | None) -> list[str] | None:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
+    """Print the events; 1 if any row failed to decode (the others are still printed)."""
     failures = 0
-    after = (args.from_seq - 1) if args.from_seq is not None else 0
+    # No lower bound by default: a row whose seq was edited to 0 or below is still shown.
+    after = max(args.from_seq - 1, SEQ_MIN) if args.from_seq is not None else SEQ_MIN
     with LogReader(Path(args.data)) as reader:
-        for row in reader.rows(
-            after=max(after, 0), to=args.to_seq, session_id=args.session, kinds=_kinds(args.kind)
-        ):
-            if args.raw:
-                problem = row_problem(row)
-                if problem is not None:  # e.g. a body stored as text: there are no bytes to show
-                    failures += 1
-                    _err(f"lens: EVENT_CORRUPT: seq {row.seq}: {problem}")
-                    continue
-                _out(_json.encode(_raw_json(row)))
-                continue
-            try:
-                event = reader.decode(row)
-            except CorruptEvent as exc:
+        try:
+            for _failed in _decode_rows(reader, args, after):
                 failures += 1
-                _err(f"lens: {exc.code}: {exc}")
-                continue
-            _out(_json.encode(event.to_json()))
-    sys.stdout.flush()
+        except BrokenPipeError:  # e.g. `| head -1`: stop; what failed so far still counts
+            silence_stdout()
+        except StoreCorrupt as exc:  # damaged past some row: the rows before it are printed
+            sys.stdout.flush()
+            _err(f"lens: {exc.code}: {exc}")
+            return 1
     return 1 if failures else 0
+
+
+def _decode_rows(reader: LogReader, args: argparse.Namespace, after: int) -> Iterator[None]:
+    """Print each row's JSON line; yield once per row that failed (its error on stderr)."""
+    kinds = _kinds(args.kind)
+    for row in reader.rows(after=after, to=args.to_seq, session_id=args.session, kinds=kinds):
+        if args.raw:
+            problem = row_problem(row)
+            if problem is not None:  # e.g. a body stored as text: there are no bytes to show
+                _err(f"lens: EVENT_CORRUPT: seq {row.seq}: {problem}")
+                yield None
+                continue
+            _out(_json.encode(_raw_json(row)))
+            continue
+        try:
+            event = reader.decode(row)
+        except CorruptEvent as exc:
+            _err(f"lens: {exc.code}: {exc}")
+            yield None
+            continue
+        _out(_json.encode(event.to_json()))
 
 
 def _raw_json(row: StoredRow) -> dict[str, Any]:
@@ -132,16 +194,31 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     meta = reader.meta()
     if meta.get("format") != FORMAT or meta.get("format_version") != str(FORMAT_VERSION):
         yield None, f"format marker is {meta.get('format')!r} v{meta.get('format_version')}"
-    for (line,) in reader.conn.execute("PRAGMA integrity_check"):
-        if line != "ok":
-            yield None, f"sqlite integrity_check: {line}"
+    try:
+        for (text,) in reader.conn.execute("PRAGMA integrity_check"):
+            for line in str(text).splitlines():  # one result row may hold several lines
+                if line not in ("ok", "*** in database main ***"):
+                    yield None, f"sqlite integrity_check: {line}"
+    except apsw.Error as exc:
+        yield None, f"sqlite integrity_check could not finish: {exc}"
+    for dict_id, reason in sorted(reader.damaged_dictionaries.items()):
+        yield None, f"dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
+    try:
+        yield from _verify_rows(reader)
+    except StoreCorrupt as exc:  # SQLite cannot read on from some row: report, stop there
+        yield None, f"{exc.code}: {exc.message}"
+
+
+def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     expected = 1
     last_ts = 0
     session_seq: dict[str, int] = defaultdict(int)
-    for row in reader.rows():
-        if row.seq != expected:
+    for row in reader.rows(after=SEQ_MIN):  # every row, also one whose seq was edited below 1
+        if row.seq < 1:
+            yield row.seq, f"seq {row.seq} is not positive (seqs start at 1)"
+        elif row.seq != expected:
             yield row.seq, f"seq gap: expected {expected}, found {row.seq}"
-        expected = row.seq + 1
+        expected = max(expected, row.seq + 1)
         problem = row_problem(row)  # a mistyped column (the table is not STRICT)
         if type(row.ts) is int:
             if row.ts < last_ts:
@@ -174,17 +251,35 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     failures = 0
-    count = 0
-    with LogReader(Path(args.data)) as reader:
-        count = reader.event_count()
+    count: int | str = "?"
+    printing = True
+    try:
+        reader = LogReader(Path(args.data))
+    except StoreCorrupt as exc:  # damaged past opening: that is verify's finding, not a misuse
+        _out(f"log: {exc.code}: {exc}")
+        _out("FAILED: the log cannot be read")
+        return 1
+    with reader:
+        try:
+            count = reader.event_count()
+        except StoreCorrupt:
+            pass  # verify_log reports the damage
         for seq, reason in verify_log(reader):
             failures += 1
-            _out(f"seq {seq}: {reason}" if seq is not None else f"log: {reason}")
-    if failures:
-        _out(f"FAILED: {failures} problem(s) in {count} event(s)")
-        return 1
-    _out(f"ok: {count} event(s) verified")
-    return 0
+            if printing:
+                try:
+                    _out(f"seq {seq}: {reason}" if seq is not None else f"log: {reason}")
+                except BrokenPipeError:  # `| head`: keep checking, so the exit code stays true
+                    silence_stdout()
+                    printing = False
+    try:
+        if failures:
+            _out(f"FAILED: {failures} problem(s) in {count} event(s)")
+        else:
+            _out(f"ok: {count} event(s) verified")
+    except BrokenPipeError:
+        silence_stdout()
+    return 1 if failures else 0
 
 
 # ---------------------------------------------------------------------- rebuild
@@ -211,7 +306,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     with LogReader(data) as reader:
         projector = Projector(reader, open_projections_db(data), all_projections())
         try:
-            names = args.projection or sorted(projector.projections)
+            names = list(dict.fromkeys(args.projection)) if args.projection else sorted(projector.projections)
             for name in names:
                 projector.get(name)
             update, stop = _progress_bar(sys.stdout.isatty())
@@ -243,13 +338,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
             note = "projections.db is not writable here; stats computed in memory"
         projector = Projector(reader, conn, [KindStats()])
         try:
-            projector.catch_up()
-        except apsw.ReadOnlyError:
-            projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
-            projector.catch_up()
-            note = "projections.db is not writable here; stats computed in memory"
-        rows = KindStats.read(projector.conn)
-        projector.close()
+            try:
+                projector.catch_up()
+            except apsw.ReadOnlyError:
+                projector.close()
+                projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
+                projector.catch_up()
+                note = "projections.db is not writable here; stats computed in memory"
+            try:
+                rows = KindStats.read(projector.conn)
+            except apsw.SQLError as exc:
+                raise ProjectionsDamaged(data / PROJECTIONS_DB, f"SQLite: {exc}") from None
+        except CorruptEvent as exc:  # a row of the log: that is the log's problem (exit 1)
+            _err(f"lens: {exc.code}: {exc}")
+            _err("lens: stats cover the events before this row; restore the log, then run stats again")
+            return 1
+        finally:
+            projector.close()
     if note:
         _err(f"lens: note: {note}")
     kinds = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -782,3 +783,281 @@ def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == f"seq 2: raw_size {size + 1000}, but the frame holds {size} bytes"
+
+
+# ---------------------------------------------------------------------------- hostile input
+
+
+def lens_bytes(*args: str | bytes, **kw: object) -> subprocess.CompletedProcess[str]:
+    """:func:`lens` with raw byte arguments allowed (e.g. not UTF-8)."""
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args], capture_output=True, text=True, timeout=60, **kw
+    )
+
+
+def assert_clean_failure(res: subprocess.CompletedProcess[str], rc: int, code: str) -> None:
+    assert res.returncode == rc, (res.returncode, res.stdout[-500:], res.stderr[-500:])
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    assert f"{code}:" in res.stderr + res.stdout, res.stderr
+
+
+SEQ_MAX = 2**63 - 1
+
+
+def test_seq_arguments_are_bounded_at_sqlites_integer_range(log_dir: Path) -> None:
+    for value in (SEQ_MAX, -SEQ_MAX - 1):  # exactly at the limits: run, print nothing past them
+        res = lens("log", "decode", "--data", str(log_dir), "--from", str(value), "--to", str(value))
+        assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    for flag, value in (("--from", SEQ_MAX + 1), ("--to", -SEQ_MAX - 2), ("--from", 10**30)):
+        res = lens("log", "decode", "--data", str(log_dir), flag, str(value))
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        assert f"argument {flag}: {value} is outside the range of a seq" in res.stderr
+
+
+def test_arguments_that_are_not_utf8_are_usage_errors(log_dir: Path) -> None:
+    for flag in ("--session", "--kind", "--data"):
+        args: list[str | bytes] = ["log", "decode", "--data", str(log_dir), flag, b"s\xff"]
+        res = lens_bytes(*args)
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        assert f"argument {flag}: b's\\xff' is not valid UTF-8" in res.stderr
+
+
+def test_an_empty_kind_is_a_usage_error(log_dir: Path) -> None:
+    for kind in ("", ",,", " "):
+        res = lens("log", "decode", "--data", str(log_dir), "--kind", kind)
+        assert res.returncode == 2 and "an empty kind matches nothing" in res.stderr
+
+
+def _unprivileged() -> list[str]:
+    """A prefix that runs a command without root's power to ignore file permissions."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permissions cannot be tested")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all", "--"]
+
+
+@pytest.mark.parametrize("command", ["decode", "verify", "stats", "rebuild"])
+def test_unreadable_data_dir_and_log_are_named(log_dir: Path, command: str) -> None:
+    prefix = _unprivileged()
+    cmd = [*prefix, sys.executable, "-m", "runtime.cli", "log", command, "--data", str(log_dir)]
+    try:
+        (log_dir / "events.db").chmod(0)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert_clean_failure(res, 2, "DATA_DIR_NOT_READABLE")
+        assert f"cannot read {log_dir / 'events.db'}" in res.stderr
+        (log_dir / "events.db").chmod(0o644)
+        log_dir.chmod(0)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert_clean_failure(res, 2, "DATA_DIR_NOT_READABLE")
+        assert f"data directory {log_dir} cannot be read (permission denied)" in res.stderr
+    finally:
+        log_dir.chmod(0o755)
+        (log_dir / "events.db").chmod(0o644)
+
+
+def test_a_truncated_file_is_reported_not_a_traceback(log_dir: Path) -> None:
+    events_db = log_dir / "events.db"
+    with events_db.open("r+b") as f:
+        f.truncate(events_db.stat().st_size // 3)
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert_clean_failure(res, 1, "STORE_CORRUPT")
+    assert res.stdout.splitlines()[-1].startswith("FAILED")
+    for command in ("decode", "stats", "rebuild"):
+        res = lens("log", command, "--data", str(log_dir))
+        assert res.returncode in (1, 2), command  # 2 when opening already fails
+        assert_clean_failure(res, res.returncode, "STORE_CORRUPT")
+
+
+def test_a_damaged_page_past_the_start_is_reported_by_seq(log_dir: Path) -> None:
+    # Overwrite one page of the events table in the middle of the file: open works, the read
+    # reaching it fails. decode prints the rows before it; verify lists integrity problems.
+    conn = apsw.Connection(str(log_dir / "events.db"))
+    (page_size,) = conn.execute("PRAGMA page_size").fetchall()[0]
+    (pages,) = conn.execute("PRAGMA page_count").fetchall()[0]
+    conn.close()
+    with (log_dir / "events.db").open("r+b") as f:
+        f.seek(page_size * (pages // 2))
+        f.write(b"\xff" * 64)
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert any(line.startswith("log: sqlite integrity_check") for line in res.stdout.splitlines())
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert "Traceback" not in res.stderr
+    if res.returncode == 1:  # the damaged page held rows (not only index entries)
+        assert "STORE_CORRUPT" in res.stderr or "EVENT_CORRUPT" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        ("DROP TABLE events", "has no events table"),
+        ("DROP TABLE dictionaries", "has no dictionaries table"),
+        ("ALTER TABLE events RENAME COLUMN raw_size TO rs", "events table lacks column(s) raw_size"),
+    ],
+)
+def test_a_reshaped_schema_under_a_valid_marker_is_named(log_dir: Path, edit: str, words: str) -> None:
+    db_exec(log_dir, edit)
+    for command in ("decode", "verify", "stats", "rebuild"):
+        res = lens("log", command, "--data", str(log_dir))
+        rc = 1 if command == "verify" else 2
+        assert_clean_failure(res, rc, "STORE_CORRUPT")
+        assert words in res.stderr + res.stdout
+
+
+def test_events_db_that_is_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "events.db").mkdir()
+    res = lens("log", "decode", "--data", str(tmp_path))
+    assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+    assert "events.db is not a file" in res.stderr
+
+
+async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected: list[tuple]) -> None:
+    store = EventStore.open(log_dir, synchronous="OFF")
+    try:
+        dict_id = store.train_dictionary()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            used = await store.append(Draft(ModelResponded(text="with the dictionary"), session_id="s1"))
+            store.close_writer()
+    finally:
+        store.close()
+    db_exec(log_dir, "UPDATE dictionaries SET data = ? WHERE dict_id = ?", (b"not a dictionary" * 64, dict_id))
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    lines = res.stdout.splitlines()
+    assert f"log: dictionary {dict_id} is damaged (the bytes carry dictionary id 0); bodies that need it cannot be decoded" in lines
+    assert any(line.startswith(f"seq {used.seq}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
+    res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert [e["seq"] for e in decoded(res.stdout)] == [r[0] for r in expected]  # all but that row
+    # The store still opens: new bodies go without the damaged dictionary.
+    store = EventStore.open(log_dir, synchronous="OFF")
+    try:
+        assert store.codec.active_dict_id == 0
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            new = await store.append(Draft(ModelResponded(text="after"), session_id="s1"))
+            store.close_writer()
+    finally:
+        store.close()
+    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new.seq,)) == [(0,)]
+
+
+def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, expected: list[tuple]) -> None:
+    seq = expected[-1][0] + 1
+    raw = msgspec.msgpack.encode(
+        {"kind": "future.kind", "blob": msgspec.msgpack.Ext(5, b"ab"), (1, 2): None, None: [True], True: "t"}
+    )
+    body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
+    db_exec(
+        log_dir,
+        "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'future.kind', ?, ?)",
+        (seq, expected[-1][1], len(raw), body),
+    )
+    res = lens("log", "decode", "--data", str(log_dir), "--from", str(seq))
+    assert res.returncode == 0, res.stderr
+    (ev,) = decoded(res.stdout)
+    assert ev["body"] == {
+        "blob": {"msgpack_ext": 5, "data": base64.b64encode(b"ab").decode()},
+        "[1,2]": None, "null": [True], "true": "t",
+    }
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.stdout.splitlines()[0] == f"seq {seq}: unknown event kind 'future.kind' (decoded as opaque; written by a newer Lens?)"
+
+
+def test_session_events_without_a_session_do_not_break_rebuild(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE events SET session_id = NULL, session_seq = NULL "
+                     "WHERE kind IN ('session.created', 'input.submitted')")
+    res = lens("log", "rebuild", "--data", str(log_dir))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("rebuilt history, projects, sessions, stats from ")
+
+
+def _first_line_then_close(*args: str) -> tuple[bytes, int]:
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    return first, proc.wait(timeout=60)
+
+
+def test_a_closed_pipe_keeps_the_exit_code_of_what_failed(log_dir: Path, expected: list[tuple]) -> None:
+    db_exec(log_dir, "DELETE FROM events WHERE seq = 2")  # a gap: verify fails
+    first, rc = _first_line_then_close("log", "verify", "--data", str(log_dir))
+    assert first.startswith(b"seq 3: seq gap") and rc == 1
+    db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 1")
+    first, rc = _first_line_then_close("log", "decode", "--data", str(log_dir))
+    assert json.loads(first)["seq"] == 3 and rc == 1  # seq 1 failed before the reader left
+
+
+def test_output_that_cannot_be_written_is_an_error(log_dir: Path) -> None:
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "runtime.cli", "log", "decode", "--data", str(log_dir)],
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
+    assert res.stderr.startswith("lens: IO_ERROR: No space left on device")
+    res = subprocess.run([sys.executable, "-m", "runtime.cli", "log", "verify", "--data", str(log_dir)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
+                         preexec_fn=lambda: os.close(1))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("lens: IO_ERROR: standard output is closed")
+
+
+def test_rows_with_a_seq_below_one_are_shown_and_named(log_dir: Path, expected: list[tuple]) -> None:
+    db_exec(log_dir, "UPDATE events SET seq = -5 WHERE seq = 1")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[:2] == [
+        "seq -5: seq -5 is not positive (seqs start at 1)",
+        "seq 2: seq gap: expected 1, found 2",
+    ]
+    res = lens("log", "decode", "--data", str(log_dir), "--to", "2")
+    assert [e["seq"] for e in decoded(res.stdout)] == [-5, 2]
+    res = lens("log", "decode", "--data", str(log_dir), "--from", "-10", "--to", "0")
+    assert [e["seq"] for e in decoded(res.stdout)] == [-5]
+
+
+def test_stats_reports_a_bad_row_as_a_log_problem(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE events SET body = 'text' WHERE seq = 4")
+    res = lens("log", "stats", "--data", str(log_dir))
+    assert_clean_failure(res, 1, "EVENT_CORRUPT")
+    assert "seq 4: the body is stored as text, not as a blob" in res.stderr
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_a_damaged_projections_db_says_it_can_be_deleted(log_dir: Path, command: str) -> None:
+    hint = "it holds only data derived from the event log: delete it"
+    proj = log_dir / "projections.db"
+    conn = apsw.Connection(str(proj))
+    conn.execute("CREATE TABLE positions(x)")
+    conn.close()
+    res = lens("log", command, "--data", str(log_dir))
+    assert_clean_failure(res, 2, "PROJECTIONS_DAMAGED")
+    assert "its positions table has columns x" in res.stderr and hint in res.stderr
+    proj.write_bytes(b"garbage" * 1000)
+    res = lens("log", command, "--data", str(log_dir))
+    assert_clean_failure(res, 2, "PROJECTIONS_DAMAGED")
+    assert hint in res.stderr
+    proj.unlink()
+    res = lens("log", command, "--data", str(log_dir))
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_reshaped_projection_table_says_it_can_be_deleted(log_dir: Path) -> None:
+    assert lens("log", "stats", "--data", str(log_dir)).returncode == 0
+    conn = apsw.Connection(str(log_dir / "projections.db"))
+    conn.execute("DROP TABLE stats_kinds; CREATE TABLE stats_kinds(kind TEXT PRIMARY KEY)")
+    conn.execute("UPDATE positions SET seq = 0")
+    conn.close()
+    res = lens("log", "stats", "--data", str(log_dir))
+    assert_clean_failure(res, 2, "PROJECTIONS_DAMAGED")
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")  # and the cure
+    assert res.returncode == 0 and lens("log", "stats", "--data", str(log_dir)).returncode == 0
+
+
+def test_a_projection_named_twice_is_rebuilt_once(log_dir: Path) -> None:
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats", "--projection", "stats")
+    assert res.returncode == 0 and res.stdout.startswith("rebuilt stats from ")
