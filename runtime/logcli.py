@@ -150,6 +150,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
 def _decode_rows(reader: LogReader, args: argparse.Namespace, after: int) -> Iterator[None]:
     """Print each row's JSON line; yield once per row that failed (its error on stderr)."""
     kinds = _kinds(args.kind)
+    for kind in kinds or ():
+        if kind not in KIND_TO_TYPE:  # most likely a typo; a newer Lens's kind still matches
+            _err(f"lens: note: {kind!r} is not an event kind this Lens knows; "
+                 f"only rows stored under exactly that name are printed")
     for row in reader.rows(after=after, to=args.to_seq, session_id=args.session, kinds=kinds):
         if args.raw:
             problem = row_problem(row)

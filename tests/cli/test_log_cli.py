@@ -1061,3 +1061,17 @@ def test_a_reshaped_projection_table_says_it_can_be_deleted(log_dir: Path) -> No
 def test_a_projection_named_twice_is_rebuilt_once(log_dir: Path) -> None:
     res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats", "--projection", "stats")
     assert res.returncode == 0 and res.stdout.startswith("rebuilt stats from ")
+
+
+def test_an_unknown_kind_filter_is_noted_but_still_matches(log_dir: Path, expected: list[tuple]) -> None:
+    res = lens("log", "decode", "--data", str(log_dir), "--kind", "model.response")  # a typo
+    assert (res.returncode, res.stdout) == (0, "")
+    assert res.stderr == ("lens: note: 'model.response' is not an event kind this Lens knows; "
+                          "only rows stored under exactly that name are printed\n")
+    seq = expected[-1][0] + 1
+    body, raw_size = zstd_msgpack({"kind": "model.response", "x": 1})
+    db_exec(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'model.response', ?, ?)",
+            (seq, expected[-1][1], raw_size, body))
+    res = lens("log", "decode", "--data", str(log_dir), "--kind", "model.response,model.responded")
+    assert res.returncode == 0 and res.stderr.startswith("lens: note: 'model.response'")
+    assert [e["seq"] for e in decoded(res.stdout)][-1] == seq
