@@ -181,11 +181,11 @@ class Codec:
         """
         try:
             raw = self._encoder.encode(event)
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError, RecursionError) as exc:
             raise AppendRejected(f"{kind_of(event)} event cannot be encoded ({exc})") from None
         try:
             self._decoder.decode(raw)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
             raise AppendRejected(f"{kind_of(event)} event does not match its schema ({exc})") from None
         if len(raw) > self.max_event_bytes:
             raise AppendRejected(
@@ -273,12 +273,16 @@ class Codec:
                 return Opaque(kind, _jsonable(self._any_decoder.decode(raw)))
             except msgspec.DecodeError as exc:
                 raise CorruptEvent(f"body of unknown kind {kind!r} is not MessagePack ({exc})") from None
+            except RecursionError:
+                raise CorruptEvent(f"body of unknown kind {kind!r} nests too deeply to decode") from None
         try:
             event = self._decoder.decode(raw)
         except msgspec.ValidationError as exc:
             raise CorruptEvent(f"{kind} body does not match its schema ({exc})") from None
         except msgspec.DecodeError as exc:
             raise CorruptEvent(f"{kind} body is not valid MessagePack ({exc})") from None
+        except RecursionError:
+            raise CorruptEvent(f"{kind} body nests too deeply to decode") from None
         if kind_of(event) != kind:
             raise CorruptEvent(f"row kind {kind!r} but body holds {kind_of(event)!r}")
         return event
@@ -439,7 +443,7 @@ class Codec:
         try:
             raw = d.decompress(body, allow_extra_data=False)
             event = self._decoder.decode(raw)
-        except (zstandard.ZstdError, msgspec.ValidationError, msgspec.DecodeError):
+        except (zstandard.ZstdError, msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return self.decode_raw(kind, self.decompress(body, dict_id))  # names the problem
         if len(raw) != params.content_size or TAG_OF.get(type(event)) != kind:
             return self.decode_raw(kind, self.decompress(body, dict_id))

@@ -10,6 +10,10 @@ translated into these once, at the boundary of this package::
     │   ├── DataDirNotWritable      DATA_DIR_NOT_WRITABLE
     │   ├── DataDirNotReadable      DATA_DIR_NOT_READABLE (no permission to read the log)
     │   ├── StoreCorrupt            STORE_CORRUPT (SQLite reports the file or its tables damaged)
+    │   ├── (schema) WalNeedsWriteAccess   STORE_WAL_UNREADABLE (committed events in a WAL of
+    │   │                                  a directory this reader cannot write)
+    │   ├── (schema) JournalNeedsRecovery  STORE_NEEDS_RECOVERY (a hot rollback journal)
+    │   ├── (projections) ProjectionsDamaged  PROJECTIONS_DAMAGED (delete projections.db, rebuild)
     │   ├── ForeignStore            STORE_FOREIGN (not a Lens log, or an older layout)
     │   └── UnsupportedFormat       STORE_FORMAT_UNSUPPORTED (a Lens log of another version)
     ├── CorruptEvent              EVENT_CORRUPT (carries the seq when known)

@@ -293,7 +293,7 @@ class LogReader:
         decode = codec.decode
         decode_raw = codec.raw_decoder.decode
         tag_of = TAG_OF.get
-        not_typed = (msgspec.ValidationError, msgspec.DecodeError)
+        not_typed = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
         for page_rows, raws in _decompressed_pages(codec, self._pages(**filters)):
             for row, raw in zip(page_rows, raws):
                 # Columns by index, not unpacked: unpacking touches every column object

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Literal
 
@@ -86,6 +87,10 @@ class WalNeedsWriteAccess(StoreOpenError):
     code = "STORE_WAL_UNREADABLE"
 
 
+class JournalNeedsRecovery(StoreOpenError):
+    code = "STORE_NEEDS_RECOVERY"
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -118,6 +123,11 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
     if not data_dir.is_dir():
         raise StoreOpenError(f"data directory {data_dir} is not a directory")
     events_db = data_dir / EVENTS_DB
+    if events_db.is_symlink() and not events_db.exists():
+        raise StoreOpenError(
+            f"{events_db} is a symbolic link to {os.readlink(events_db)}, which does not lead to a "
+            f"file (missing, or a loop of links); point it at the log, or remove it"
+        )
     if events_db.exists() and not events_db.is_file():
         raise StoreOpenError(f"{events_db} is not a file; it is not a Lens event log")
     if not events_db.exists():
@@ -159,13 +169,17 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
             f"Start a new data directory with --data NEW_DIR."
         )
     try:
-        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        pairs = list(conn.execute("SELECT key, value FROM meta"))
+        meta = dict(pairs)
     except (apsw.SQLError, ValueError, TypeError):  # a meta table of another shape
+        pairs, meta = [], None
+    if meta is None or len(meta) != len(pairs):  # another shape, or one key twice (no primary key)
         raise ForeignStore(
             f"{where} has a meta table that is not a Lens format marker; it is not a Lens event "
             f"log. Start a new data directory with --data NEW_DIR."
-        ) from None
+        )
     fmt, version = meta.get("format"), meta.get("format_version")
+    version = str(version) if isinstance(version, int) else version  # stored as a number by hand
     if fmt != FORMAT:
         raise ForeignStore(
             f"{where} records storage format {fmt!r}, not {FORMAT!r}; it is not a Lens event "
@@ -185,6 +199,14 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
                 f"table; the file was damaged or edited. Restore it from a backup, or start a new "
                 f"data directory with --data NEW_DIR."
             )
+        if table == "events":
+            seq = [row for row in conn.execute("PRAGMA table_info(events)") if row[1] == "seq"]
+            if seq and (str(seq[0][2]).upper() != "INTEGER" or seq[0][5] != 1):
+                raise StoreCorrupt(
+                    f"{where} carries the {FORMAT} v{FORMAT_VERSION} marker but events.seq is not "
+                    f"the table's INTEGER PRIMARY KEY; the table was rebuilt by hand. Restore it "
+                    f"from a backup, or start a new data directory with --data NEW_DIR."
+                )
         missing = [c for c in columns if c not in found]
         if missing:
             raise StoreCorrupt(
@@ -217,9 +239,23 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
     return StoreOpenError(f"cannot open {path}: {exc}")
 
 
+# SQLite opens no path longer than this (SQLITE_MAX_PATHNAME, in bytes, with its terminator).
+MAX_SQLITE_PATH = 512
+
+
+def check_path_length(path: Path) -> None:
+    if len(os.fsencode(path.absolute())) >= MAX_SQLITE_PATH:
+        raise StoreOpenError(
+            f"the path of {path} is {len(os.fsencode(path.absolute()))} bytes long; SQLite opens "
+            f"paths of up to {MAX_SQLITE_PATH - 1} bytes. Use a shorter --data path (a symbolic "
+            f"link to the directory will do)"
+        )
+
+
 def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> apsw.Connection:
     """Open (creating if new) ``events.db`` for the single writer. Checks the format marker."""
     path = data_dir / EVENTS_DB
+    check_path_length(path)
     try:
         conn = apsw.Connection(str(path))
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
@@ -247,9 +283,11 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
     path = data_dir / EVENTS_DB
     if not os.access(path, os.R_OK):
         raise DataDirNotReadable(f"cannot read {path} (permission denied)")
+    check_path_length(path)
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    uri = "file:" + urllib.parse.quote(str(path.absolute()))  # `%`, `?`, `#` are URI syntax
     try:
-        conn = apsw.Connection(f"file:{path}?mode=ro", flags=flags)
+        conn = apsw.Connection(f"{uri}?mode=ro", flags=flags)
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
         check_format(conn, path)
         return conn
@@ -257,7 +295,22 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
         # A WAL database in a directory we cannot write (no -shm can be made): read it as an
         # immutable file. Nothing can be writing it if we cannot write there either, but an
         # immutable open ignores the WAL, so committed events still in it would be invisible.
+        journal = data_dir / (EVENTS_DB + "-journal")
+        if journal.exists() and journal.stat().st_size > 0:
+            raise JournalNeedsRecovery(
+                f"{path}: {journal.name} holds the rollback journal of a write that was "
+                f"interrupted; reading without rolling it back would show changes that never "
+                f"committed. Open the log once with write access (`lens serve --data "
+                f"{data_dir}` rolls it back), then read it"
+            ) from None
         wal = data_dir / (EVENTS_DB + "-wal")
+        if wal.exists() and not os.access(wal, os.R_OK) or wal.is_dir():
+            raise DataDirNotReadable(f"cannot read {wal} (permission denied, or not a file)") from None
+        if wal.exists() and wal.stat().st_size > 0 and os.access(data_dir, os.W_OK):
+            raise DataDirNotReadable(
+                f"cannot open {path} with its {wal.name}: SQLite refused the read-only open "
+                f"(check the permissions of {EVENTS_DB}-shm and {wal.name})"
+            ) from None
         if wal.exists() and wal.stat().st_size > 0:
             raise WalNeedsWriteAccess(
                 f"{path}: committed events are still in {wal.name}, and reading them needs write access "
@@ -269,7 +322,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
     except apsw.Error as exc:
         raise translate_open_error(exc, path, write=False) from None
     try:
-        conn = apsw.Connection(f"file:{path}?mode=ro&immutable=1", flags=flags)
+        conn = apsw.Connection(f"{uri}?mode=ro&immutable=1", flags=flags)
         check_format(conn, path)
         return conn
     except apsw.Error as exc:

@@ -15,6 +15,7 @@ from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 import apsw
 import trio
+import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreOpenError
 from events.reader import LogReader, StoredEvent, StoredRow, row_problem
@@ -22,6 +23,29 @@ from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB
 
 Progress = Callable[[int, int], None]
 BATCH = 2000
+# Decoded events held at once while catching up, counted by their declared sizes: a log of
+# large events (up to the maximum event size each) must not need BATCH of them in memory.
+BATCH_BYTES = 64 * 1024 * 1024
+
+
+def _size_problem(row: StoredRow, limit: int) -> str | None:
+    """A ``raw_size`` no writer stores (above the maximum event size, or not positive)."""
+    if not 0 < row.raw_size <= limit:
+        return f"raw_size {row.raw_size} is outside 1..{limit} (the maximum event size)"
+    return None
+
+
+@contextmanager
+def _write_transaction(conn: apsw.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``: takes the write lock first (waiting out the busy
+    timeout), so reads inside see what no other writer can change before the commit."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class UnknownProjection(LogError):
@@ -166,14 +190,20 @@ class Projector:
     # ------------------------------------------------------------------ folding
 
     def catch_up(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:
-        """Apply every committed event not yet projected; return the number of rows read."""
+        """Apply every committed event not yet projected; return the number of rows read.
+
+        Safe against another process catching up the same ``projections.db`` at the same time:
+        each chunk is applied in a write transaction that re-reads the positions first, so no
+        row is folded twice. Decoded events are held a bounded amount at a time
+        (:data:`BATCH_BYTES` of declared event sizes), not a whole read batch.
+        """
         targets = [self.get(n) for n in names] if names else list(self.projections.values())
         if not targets:
             return 0
         target_seq = self.reader.last_seq()
-        positions = {p.name: self.position(p.name) for p in targets}
-        start = min(positions.values())
+        start = min(self.position(p.name) for p in targets)
         need_body = any(p.needs_body for p in targets)
+        limit = self.reader.codec.max_event_bytes
         total = target_seq - start
         done = 0
         if progress:
@@ -184,47 +214,86 @@ class Projector:
             if not rows:
                 break
             failure: CorruptEvent | None = None
-            events: list[StoredEvent] | None = None
             for k, r in enumerate(rows):  # a mistyped column fails every projection, body or not
-                problem = row_problem(r)
+                problem = row_problem(r) or _size_problem(r, limit)
                 if problem is not None:
                     failure, rows = CorruptEvent(problem).at(r.seq), rows[:k]
                     break
-            if need_body and rows:
-                events = []
-                for k, r in enumerate(rows):
-                    try:
-                        events.append(self.reader.decode(r))
-                    except CorruptEvent as exc:
-                        # Project everything before the bad row, then report it: the position
-                        # stops right before it, and nothing after it is skipped silently.
-                        failure, rows = exc, rows[:k]
-                        break
-            if not rows:
-                raise failure  # type: ignore[misc]
-            last = rows[-1].seq
-            with self._damage_named(), self.conn:
-                for p in targets:
-                    pos = positions[p.name]
-                    if pos >= last:
-                        continue
-                    first = 0
-                    while rows[first].seq <= pos:
-                        first += 1
-                    p.apply(
-                        self.conn,
-                        rows[first:],
-                        events[first:] if (events is not None and p.needs_body) else None,
-                    )
-                    self.conn.execute("UPDATE positions SET seq = ? WHERE name = ?", (last, p.name))
-                    positions[p.name] = last
-            done += len(rows)
-            cursor = last
-            if progress:
-                progress(min(cursor - start, total), total)
+            i = 0
+            while i < len(rows):
+                chunk, events = rows[i:], None
+                if need_body:
+                    chunk, events, failure_here = self._decode_chunk(rows[i:], limit)
+                    if failure_here is not None:
+                        failure = failure_here
+                        rows = rows[: i + len(chunk)]
+                if not chunk:
+                    break
+                moved_back = self._apply(targets, cursor, chunk, events)
+                if moved_back is not None:  # another process reset a projection: start over there
+                    cursor, failure, rows = moved_back, None, []
+                    break
+                done += len(chunk)
+                cursor = chunk[-1].seq
+                i += len(chunk)
+                if progress:
+                    progress(min(max(cursor - start, 0), total), total)
             if failure is not None:
                 raise failure
         return done
+
+    def _decode_chunk(
+        self, rows: list[StoredRow], limit: int
+    ) -> tuple[list[StoredRow], list[StoredEvent], CorruptEvent | None]:
+        """Decode a prefix of ``rows`` whose declared event sizes add up to at most
+        :data:`BATCH_BYTES` (at least one row); stop before a row that does not decode."""
+        events: list[StoredEvent] = []
+        held = 0
+        for k, r in enumerate(rows):
+            try:
+                declared = zstandard.frame_content_size(r.body)
+            except zstandard.ZstdError:
+                declared = 0  # not a frame: decoding it fails below
+            size = max(r.raw_size, declared if declared >= 0 else limit)
+            if events and held + size > BATCH_BYTES:
+                return rows[:k], events, None
+            try:
+                events.append(self.reader.decode(r))
+            except CorruptEvent as exc:
+                # Project everything before the bad row, then report it: the position stops
+                # right before it, and nothing after it is skipped silently.
+                return rows[:k], events, exc
+            held += size
+        return rows, events, None
+
+    def _apply(
+        self, targets: list[Projection], after: int, rows: list[StoredRow], events: list[StoredEvent] | None
+    ) -> int | None:
+        """Fold ``rows`` (read after seq ``after``) into each target in one write transaction.
+
+        Returns ``None``, or the position to read again from when another process moved a
+        target's position back (a rebuild) since these rows were read.
+        """
+        last = rows[-1].seq
+        with self._damage_named(), _write_transaction(self.conn):
+            current = {p.name: self.position(p.name) for p in targets}  # under the write lock
+            behind = [pos for pos in current.values() if pos < after]
+            if behind:
+                return min(behind)
+            for p in targets:
+                pos = current[p.name]
+                if pos >= last:
+                    continue  # already folded (by us earlier, or by another process)
+                first = 0
+                while rows[first].seq <= pos:
+                    first += 1
+                p.apply(
+                    self.conn,
+                    rows[first:],
+                    events[first:] if (events is not None and p.needs_body) else None,
+                )
+                self.conn.execute("UPDATE positions SET seq = ? WHERE name = ?", (last, p.name))
+        return None
 
     def rebuild(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:
         """Drop and re-fold the named projections (all by default) from the first event."""

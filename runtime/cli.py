@@ -47,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except apsw.BusyError as exc:
+        print(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
+              f"when it is done", file=sys.stderr)
+        return 2
     except apsw.Error as exc:  # a SQLite failure no layer below named (a last resort)
         print(f"lens: SQLITE_ERROR: {exc}", file=sys.stderr)
         return 2

@@ -120,10 +120,13 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
+MAX_KINDS = 1000  # distinct --kind values (each is one SQL parameter)
+
+
 def _kinds(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
-    return [k.strip() for v in values for k in v.split(",") if k.strip()]
+    return list(dict.fromkeys(k.strip() for v in values for k in v.split(",") if k.strip()))
 
 
 # ---------------------------------------------------------------------- decode
@@ -134,6 +137,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
     failures = 0
     # No lower bound by default: a row whose seq was edited to 0 or below is still shown.
     after = max(args.from_seq - 1, SEQ_MIN) if args.from_seq is not None else SEQ_MIN
+    if len(_kinds(args.kind) or ()) > MAX_KINDS:
+        _err(f"lens log decode: error: at most {MAX_KINDS} different --kind values")
+        return 2
     with LogReader(Path(args.data)) as reader:
         try:
             for _failed in _decode_rows(reader, args, after):
@@ -228,13 +234,16 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
             if row.ts < last_ts:
                 yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
             last_ts = max(last_ts, row.ts)
-        if type(row.session_id) is str and type(row.session_seq) in (int, type(None)):
+        if type(row.session_id) is str:
             want = session_seq[row.session_id] + 1
-            if row.session_seq != want:
-                yield row.seq, (
-                    f"session {row.session_id}: session_seq {row.session_seq}, expected {want}"
-                )
-            session_seq[row.session_id] = row.session_seq or want
+            if type(row.session_seq) not in (int, type(None)):
+                session_seq[row.session_id] = want  # mistyped (reported below): take it as the next
+            else:
+                if row.session_seq != want:
+                    yield row.seq, (
+                        f"session {row.session_id}: session_seq {row.session_seq}, expected {want}"
+                    )
+                session_seq[row.session_id] = row.session_seq or want
         if problem is not None:
             yield row.seq, f"EVENT_CORRUPT: {problem}"
             continue
@@ -316,7 +325,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             update, stop = _progress_bar(sys.stdout.isatty())
             try:
                 n = projector.rebuild(names, update)
-            except CorruptEvent as exc:
+            except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: 1
                 _err(f"lens: {exc.code}: {exc}")
                 _err("lens: the rebuild stopped right before this row; restore the log, then rebuild again")
                 return 1
@@ -353,7 +362,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 rows = KindStats.read(projector.conn)
             except apsw.SQLError as exc:
                 raise ProjectionsDamaged(data / PROJECTIONS_DB, f"SQLite: {exc}") from None
-        except CorruptEvent as exc:  # a row of the log: that is the log's problem (exit 1)
+        except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: exit 1
             _err(f"lens: {exc.code}: {exc}")
             _err("lens: stats cover the events before this row; restore the log, then run stats again")
             return 1

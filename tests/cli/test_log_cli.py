@@ -1075,3 +1075,146 @@ def test_an_unknown_kind_filter_is_noted_but_still_matches(log_dir: Path, expect
     res = lens("log", "decode", "--data", str(log_dir), "--kind", "model.response,model.responded")
     assert res.returncode == 0 and res.stderr.startswith("lens: note: 'model.response'")
     assert [e["seq"] for e in decoded(res.stdout)][-1] == seq
+
+
+# ---------------------------------------------------------------------------- hostile input, round 2
+
+
+def _insert_raw(data_dir: Path, seq: int, ts: int, kind: str, raw: bytes, **cols: object) -> None:
+    body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
+    names = ", ".join(["seq", "ts", "kind", "raw_size", "body", *cols])
+    marks = ", ".join("?" * (5 + len(cols)))
+    db_exec(data_dir, f"INSERT INTO events({names}) VALUES ({marks})", (seq, ts, kind, len(raw), body, *cols.values()))
+
+
+@pytest.mark.parametrize("kind", ["model.responded", "future.kind"])
+def test_a_deeply_nested_body_fails_its_row_only(log_dir: Path, expected: list[tuple], kind: str) -> None:
+    seq = expected[-1][0] + 1
+    nested = b"\x91" * 5000 + b"\xc0"  # 5,000 arrays, one inside the next
+    raw = b"\x82" + msgspec.msgpack.encode("kind") + msgspec.msgpack.encode(kind) + msgspec.msgpack.encode("x") + nested
+    _insert_raw(log_dir, seq, expected[-1][1], kind, raw, session_id="s9", session_seq=1)
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert f"seq {seq}: EVENT_CORRUPT: " in res.stdout and "nests too deeply to decode" in res.stdout
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "nests too deeply to decode" in res.stderr
+    assert len(decoded(res.stdout)) == len(expected)
+    res = lens("log", "rebuild", "--data", str(log_dir))
+    assert_clean_failure(res, 1, "EVENT_CORRUPT")
+
+
+def test_a_huge_raw_size_is_a_bad_row_for_stats(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE events SET raw_size = ? WHERE seq IN (5, 9)", (2**63 - 1,))
+    res = lens("log", "stats", "--data", str(log_dir))
+    assert_clean_failure(res, 1, "EVENT_CORRUPT")
+    assert f"seq 5: raw_size {2**63 - 1} is outside 1..33554432" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["A%2Fsub", "p%20x", "h#frag", "q?mode=rw"])
+def test_data_dirs_with_uri_characters_are_read_as_named(pristine: Path, tmp_path: Path, name: str) -> None:
+    data = tmp_path / name
+    shutil.copytree(pristine, data)
+    (tmp_path / "A").mkdir()  # a decoy that `A%2Fsub` would reach if the path were a URI
+    res = lens("log", "verify", "--data", str(data))
+    assert res.returncode == 0 and res.stdout.startswith("ok: "), res.stderr
+    res = lens("log", "stats", "--data", str(data), "--json")
+    assert res.returncode == 0 and (data / "projections.db").exists()
+
+
+def test_a_path_longer_than_sqlite_opens_is_named(pristine: Path, tmp_path: Path) -> None:
+    deep = tmp_path
+    while len(str(deep)) < 560:
+        deep = deep / ("d" * 60)
+    shutil.copytree(pristine, deep / "data")
+    res = lens("log", "decode", "--data", str(deep / "data"))
+    assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+    assert "SQLite opens paths of up to 511 bytes" in res.stderr
+
+
+def test_an_events_table_rebuilt_without_an_integer_key_is_named(log_dir: Path) -> None:
+    db_exec(log_dir, "ALTER TABLE events RENAME TO old_events")
+    db_exec(log_dir, "CREATE TABLE events AS SELECT * FROM old_events")  # seq loses its key
+    db_exec(log_dir, "UPDATE events SET seq = 'x' WHERE seq = 3")
+    for command in ("decode", "verify", "stats", "rebuild"):
+        res = lens("log", command, "--data", str(log_dir))
+        assert_clean_failure(res, 1 if command == "verify" else 2, "STORE_CORRUPT")
+        assert "events.seq is not the table's INTEGER PRIMARY KEY" in res.stderr + res.stdout
+
+
+def test_many_kind_values_are_bounded(log_dir: Path) -> None:
+    res = lens("log", "decode", "--data", str(log_dir), "--kind", ",".join(["input.submitted"] * 5000))
+    assert res.returncode == 0 and res.stderr == ""  # repeats count once
+    many = ",".join(f"k{i}" for i in range(1001))
+    res = lens("log", "decode", "--data", str(log_dir), "--kind", many)
+    assert res.returncode == 2 and "at most 1000 different --kind values" in res.stderr
+    res = lens("log", "decode", "--data", str(log_dir), "--kind", ",".join(f"k{i}" for i in range(1000)))
+    assert res.returncode == 0 and "Traceback" not in res.stderr
+
+
+def test_an_events_db_link_to_nowhere_is_named(tmp_path: Path) -> None:
+    (tmp_path / "events.db").symlink_to(tmp_path / "gone.db")
+    res = lens("log", "verify", "--data", str(tmp_path))
+    assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+    assert "is a symbolic link to" in res.stderr and "does not lead to a file" in res.stderr
+
+
+def test_a_hot_rollback_journal_is_not_read_past(log_dir: Path) -> None:
+    # A log switched out of WAL by hand, then a write that crashed midway: its rollback journal is
+    # "hot". A read-only reader cannot roll it back, and reading past it would show changes that
+    # never committed (here: every ts rewritten), so it must refuse and say how to recover.
+    crash = (
+        "import apsw, os, sys\n"
+        "c = apsw.Connection(sys.argv[1])\n"
+        "c.execute('PRAGMA journal_mode=DELETE').fetchall()\n"
+        "c.execute('PRAGMA cache_size=1')\n"  # spill dirty pages into the file before commit
+        "c.execute('BEGIN')\n"
+        "c.execute('UPDATE events SET ts = 1000000000000')\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", crash, str(log_dir / "events.db")], check=True, timeout=60)
+    assert (log_dir / "events.db-journal").stat().st_size > 0
+    for command in ("verify", "decode"):
+        res = lens("log", command, "--data", str(log_dir))
+        assert_clean_failure(res, 2, "STORE_NEEDS_RECOVERY")
+        assert "rollback journal of a write that was interrupted" in res.stderr
+    assert not any(e["ts"] == 1000000000000 for e in decoded(res.stdout))
+
+
+def test_meta_oddities_are_foreign_or_read_as_meant(log_dir: Path) -> None:
+    db_exec(log_dir, "UPDATE meta SET value = 1 WHERE key = 'format_version'")  # a number, by hand
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 0, res.stdout + res.stderr
+    db_exec(log_dir, "ALTER TABLE meta RENAME TO old_meta")
+    db_exec(log_dir, "CREATE TABLE meta(key TEXT, value TEXT)")
+    db_exec(log_dir, "INSERT INTO meta SELECT * FROM old_meta")
+    db_exec(log_dir, "INSERT INTO meta VALUES ('format', 'other')")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert_clean_failure(res, 2, "STORE_FOREIGN")
+
+
+def test_verify_invents_no_session_gap_after_a_mistyped_session_seq(log_dir: Path) -> None:
+    (seq, sid) = db_rows(log_dir, "SELECT seq, session_id FROM events WHERE session_id = 's2' ORDER BY seq LIMIT 1 OFFSET 2")[0]
+    db_exec(log_dir, "UPDATE events SET session_seq = 'three' WHERE seq = ?", (seq,))
+    res = lens("log", "verify", "--data", str(log_dir))
+    lines = res.stdout.splitlines()
+    assert res.returncode == 1 and len(lines) == 2, lines
+    assert lines[0].startswith(f"seq {seq}: EVENT_CORRUPT: column session_seq")
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_damage_met_midway_is_the_logs_problem_for_projections(log_dir: Path, command: str) -> None:
+    conn = apsw.Connection(str(log_dir / "events.db"))
+    (page_size,) = conn.execute("PRAGMA page_size").fetchall()[0]
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'events'").fetchall()[0]
+    conn.close()
+    with (log_dir / "events.db").open("r+b") as f:
+        f.seek(page_size * (root - 1))
+        header = f.read(12)
+    assert header[0] == 0x05, "the events table's root should be an interior page"  # 0x05: interior table
+    right_most = int.from_bytes(header[8:12], "big")  # its last leaf: the rows at the log's end
+    with (log_dir / "events.db").open("r+b") as f:
+        f.seek(page_size * (right_most - 1))
+        f.write(b"\xff" * 16)
+    res = lens("log", command, "--data", str(log_dir))
+    assert_clean_failure(res, 1, "STORE_CORRUPT")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import msgspec
 import pytest
@@ -297,3 +298,21 @@ def test_codec_is_shared_safely_between_threads() -> None:
         codec.use_dictionary(dict_id)
         after = list(pool.map(lambda e: codec.encode(e).dict_id, events[:20]))
     assert before == [0] * 20 and after == [dict_id] * 20
+
+
+def test_nesting_deeper_than_the_interpreter_decodes_is_rejected_or_named() -> None:
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = [deep]
+    event = ModelResponded(text="x", diagnostics={"deep": deep})
+    with pytest.raises(AppendRejected) as info:
+        Codec().pack_checked(event)
+    assert info.value.code == "APPEND_REJECTED" and "cannot be encoded" in str(info.value)
+    raw = (b"\x82" + msgspec.msgpack.encode("kind") + msgspec.msgpack.encode("model.responded")
+           + msgspec.msgpack.encode("diagnostics") + b"\x81" + msgspec.msgpack.encode("d")
+           + b"\x91" * 5000 + b"\xc0")
+    body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
+    for kind in ("model.responded", "future.kind"):
+        with pytest.raises(CorruptEvent) as err:
+            Codec().decode(kind, body)
+        assert_clean(err.value, "EVENT_CORRUPT", "nests too deeply to decode")

@@ -426,3 +426,85 @@ def test_corrupt_row_stops_a_body_projection_right_before_it(
         assert [r[0] for r in projector.conn.execute("SELECT seq FROM ledger_events")] == [1, 2, 3, 4, 5]
     finally:
         close(projector)
+
+
+# ---------------------------------------------------------------------------- two processes, memory
+
+
+def test_a_second_projector_catching_up_meanwhile_folds_nothing_twice(tmp_path: Path) -> None:
+    # Two processes (here: two connections) catch up one projections.db at the same time. The
+    # first reads its start position, then the second catches up completely; the first's rows
+    # must then not be folded again (before, `lens log stats` run 4x at once could double-count).
+    data = tmp_path / "data"
+    write(data, sample_drafts(300))
+    first = make_projector(data, [KindStats(), Ledger()])
+    second = make_projector(data, [KindStats(), Ledger()])
+    reference = make_projector(data, [KindStats(), Ledger()], memory=True)
+    calls = []
+
+    def meanwhile(done: int, total: int) -> None:
+        if not calls:
+            second.catch_up()  # before `first` applies anything
+        calls.append(done)
+
+    try:
+        first.catch_up(progress=meanwhile)
+        reference.catch_up()
+        assert dumps(first) == dumps(second) == dumps(reference)
+        assert KindStats.read(first.conn) == KindStats.read(reference.conn)
+        # and a rebuild by the other process meanwhile: the first starts over from it
+        calls.clear()
+        write_more = sample_drafts(320)[300:]
+        write(data, write_more)
+
+        def rebuild_meanwhile(done: int, total: int) -> None:
+            if not calls:
+                second.rebuild()
+            calls.append(done)
+
+        first.catch_up(progress=rebuild_meanwhile)
+        reference.catch_up()
+        assert dumps(first) == dumps(reference)
+    finally:
+        for p in (first, second, reference):
+            close(p)
+
+
+def test_decoded_events_are_held_a_bounded_amount_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    write(data, [Draft(ModelResponded(text=f"{i} " + "x" * 3000), session_id="s1") for i in range(40)])
+    monkeypatch.setattr(projector_mod, "BATCH_BYTES", 10_000)  # ~3 events of ~3 KB
+    sizes: list[int] = []
+
+    class Sizes(Ledger):
+        name = "test_sizes"
+
+        def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
+            sizes.append(len(rows))
+            super().apply(conn, rows, events)
+
+    projector = make_projector(data, [Sizes()])
+    try:
+        assert projector.catch_up() == 40
+        assert sum(sizes) == 40 and max(sizes) == 3
+    finally:
+        close(projector)
+
+
+def test_a_raw_size_no_writer_stores_stops_the_projection_with_its_seq(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write(data, sample_drafts(20))
+    conn = apsw.Connection(str(data / "events.db"))
+    with conn:
+        conn.execute("UPDATE events SET raw_size = ? WHERE seq = 7", (2**62,))
+    conn.close()
+    projector = make_projector(data, [KindStats()])
+    try:
+        with pytest.raises(CorruptEvent) as info:
+            projector.catch_up()
+        assert str(info.value) == f"seq 7: raw_size {2**62} is outside 1..{32 * 1024 * 1024} (the maximum event size)"
+        assert projector.position("stats") == 6
+    finally:
+        close(projector)
