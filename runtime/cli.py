@@ -11,16 +11,13 @@ import errno
 import sys
 from typing import Sequence
 
-import apsw
-
-from events.errors import LogError
-
-from . import logcli, servecli
-from .errors import LensError
-from .logcli import silence_stdout
+# Everything else is imported inside main(), so that Ctrl-C while the (large) stack loads ends the
+# command with 130 like Ctrl-C at any later point, instead of printing an import traceback.
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import logcli, servecli
+
     parser = argparse.ArgumentParser(
         prog="lens", description="Lens: an event-sourced durable runtime for LLM coding agents."
     )
@@ -31,6 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import apsw
+
+    from events.errors import LogError
+
+    from .errors import LensError
+    from .logcli import silence_stdout
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -45,8 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (e.g. `lens log decode | head`): not an error of ours.
         silence_stdout()
         return 0
-    except KeyboardInterrupt:
-        return 130
     except apsw.BusyError as exc:
         print(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
               f"when it is done", file=sys.stderr)
