@@ -20,6 +20,8 @@ from .errors import CorruptEvent, StoreCorrupt, UnknownDictionary
 from .schema import EVENTS_DB, check_data_dir, open_read_connection
 from .types import Opaque, _Event, body_of
 
+SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1  # SQLite's integers: bounds beyond are clamped
+
 # What SQLite raises on a damaged file or table (a busy or locked database is not damage).
 _DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError)
 
@@ -211,6 +213,10 @@ class LogReader:
     ) -> Iterator[list[tuple[Any, ...]]]:
         """Pages of row tuples in :data:`ROW_COLUMNS` order (filters as in :meth:`rows`), one
         read transaction each."""
+        if after >= SEQ_MAX or (to is not None and to <= SEQ_MIN):
+            return  # nothing can lie past the largest integer SQLite stores
+        after = max(after, SEQ_MIN)
+        to = None if to is None else min(to, SEQ_MAX)
         where = ["seq > ?"]
         args: list[Any] = [after]
         if to is not None:

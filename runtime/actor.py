@@ -204,7 +204,11 @@ class SessionActor:
             self._maybe_start_runner()
             while True:
                 env: Envelope | None = None
-                with trio.move_on_after(self.deps.idle_seconds):
+                # An actor of a session that does not exist (a lookup of an unknown id) answers
+                # what is queued and passivates at once: it holds nothing worth keeping, and a
+                # client asking for many unknown ids must not pin an actor each for idle_seconds.
+                idle = self.deps.idle_seconds if self.state.created else 0
+                with trio.move_on_after(idle):
                     try:
                         env = await self.mailbox.receive()
                     except trio.EndOfChannel:

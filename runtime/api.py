@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from events import types as t
 from events.errors import LogError
+from events.reader import SEQ_MAX
 from events.store import Draft, EventStore
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
@@ -30,7 +31,7 @@ from . import actor as a
 from .bus import Bus, event_frame, sse_message
 from .config import Config
 from .configfiles import ConfigFiles
-from .errors import LensError
+from .errors import LensError, SessionNotFound
 from .guard import Guard
 from .pairing import PairStore, Principal
 from .projection_service import ProjectionService
@@ -356,8 +357,10 @@ def create_app(svc: Services) -> QuartTrio:
         after = _int_arg("after", 0, 0, None)
         limit = _int_arg("limit", 100, 1, MAX_EVENTS_PAGE)
         events = await svc.store.read_events(session_id=sid, after=after, limit=limit)
-        if not events and after == 0:
-            await svc.supervisor.call(sid, a.GetState())  # 404 for a session that does not exist
+        if not events and (after == 0 or not await svc.store.read_events(session_id=sid, limit=1)):
+            # A session is its events: none at all is a session that does not exist (asked of
+            # the log, so an unknown id wakes no actor).
+            raise SessionNotFound(f"no session {sid!r}")
         return json_response({"events": [e.to_json() for e in events],
                               "nextAfter": events[-1].seq if events else after})
 
@@ -379,11 +382,16 @@ def create_app(svc: Services) -> QuartTrio:
     async def stream() -> Response:
         session = request.args.get("session")
         project = request.args.get("project")
+        for name, value in (("session", session), ("project", project)):
+            if value is not None:
+                check_id(value, f"{name} filter")  # an empty or malformed id would match nothing
         last = request.headers.get("Last-Event-ID") or request.args.get("after")
-        try:
-            after = int(last) if last not in (None, "") else None
-        except ValueError:
-            raise ApiError("INVALID_ARGUMENT", "Last-Event-ID must be an event seq") from None
+        after = None if last in (None, "") else _parse_int("Last-Event-ID", last.strip(), 0, SEQ_MAX)
+        if after is not None and after > svc.store.last_seq:
+            # Not a position this log ever had (every seq a client saw is committed): resuming
+            # "after" it would silently skip the events up to it once they exist.
+            raise ApiError("INVALID_ARGUMENT", f"Last-Event-ID {after} is past the last event of "
+                           f"this log ({svc.store.last_seq}); reconnect without it to follow from now")
         token = request.headers.get("Authorization", "")
         gen = _sse(svc, session, project, after, token, request.scope)
         resp = Response(gen, content_type="text/event-stream")
@@ -503,17 +511,26 @@ class HistorySearchBody(_B):
     limit: int = 20
 
 
+_DECIMAL = re.compile(r"-?[0-9]{1,20}")  # ASCII digits only (int() also takes '1_000', '٣', ' 5')
+
+
+def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
+    if not _DECIMAL.fullmatch(raw):
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer (decimal digits)")
+    v = int(raw)
+    if not lo <= v <= hi:
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
+    return v
+
+
 def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
-    raw = request.args.get(name)
+    values = request.args.getlist(name)
+    if len(values) > 1:
+        raise ApiError("INVALID_ARGUMENT", f"{name} is given {len(values)} times; give it once")
+    raw = values[0] if values else None
     if raw is None or raw == "":
         return default
-    try:
-        v = int(raw)
-    except ValueError:
-        raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer") from None
-    if v < lo or (hi is not None and v > hi):
-        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo}" + (f" to {hi}" if hi is not None else ""))
-    return v
+    return _parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)
 
 
 def _sniff_mime(data: bytes) -> str:

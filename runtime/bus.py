@@ -34,6 +34,9 @@ from events.store import EventStore, TailReader
 
 _json = msgspec.json.Encoder()
 READ_BATCH = 1000
+# A subscriber this many bytes behind is cut off (stream.dropped) as one too many frames behind
+# is: what a slow client pins in memory is bounded by size too (events may be up to 1 MiB).
+BUFFER_BYTES = 32 * 1024 * 1024
 INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
 WRITE_SLICE_SECONDS = 0.01  # direct writes for this long at most between two checkpoints of the ticker
@@ -78,6 +81,7 @@ class Group:
     chunks: list[Chunk] = field(default_factory=list)
     base: int = 0  # absolute index of chunks[0]
     frames_total: int = 0  # frames ever flushed into chunks (for each subscriber's backlog)
+    bytes_total: int = 0  # bytes ever flushed into chunks (the same, by size)
     subs: set["Subscription"] = field(default_factory=set)
 
     def flush(self) -> bool:
@@ -93,6 +97,7 @@ class Group:
         data = frames[0].data if len(frames) == 1 else b"".join([f.data for f in frames])
         self.chunks.append(Chunk(data, frames, last))
         self.frames_total += len(frames)
+        self.bytes_total += len(data)
         return True
 
     def trim(self) -> None:
@@ -125,6 +130,7 @@ class Subscription:
     start: int  # frames with seq <= start are not delivered live: read them from the log
     cursor: int  # absolute index of the next chunk of the group to take
     taken: int  # group frames_total when this subscriber last took its chunks
+    taken_bytes: int = 0  # group bytes_total then
     last: int = 0  # the last logged seq taken for this subscriber (its lastEventId once written)
     skip_through: int = 0  # resumed past the live start: frames with seq <= this are skipped
     writer: DirectWriter | None = None
@@ -154,6 +160,7 @@ class Subscription:
         chunks = g.chunks[self.cursor - g.base:]
         self.cursor = end
         self.taken = g.frames_total
+        self.taken_bytes = g.bytes_total
         if self.skip_through:
             skip = self.skip_through
             data = b"".join([f.data for c in chunks for f in c.frames if f.seq is None or f.seq > skip])
@@ -173,6 +180,7 @@ class Subscription:
 class Bus:
     store: EventStore
     buffer: int = 2048  # a subscriber more than this many frames behind is cut off
+    buffer_bytes: int = BUFFER_BYTES  # ... or more than this many bytes behind
     tick: float = TICK_SECONDS
     position: int = 0
     inbox_max: int = INBOX_MAX_EVENTS
@@ -184,6 +192,9 @@ class Bus:
     _inbox_events: int = 0
     _behind: bool = False  # the inbox overflowed: read the log up to the store's last seq
     _arrived: trio.Event = field(default_factory=trio.Event)
+    # The project of each session seen committing since start: ephemeral frames (text deltas) are
+    # published with their session only, and project-filtered streams must receive them too.
+    _project_of: dict[str, str] = field(default_factory=dict)
 
     @property
     def subscribers(self) -> set[Subscription]:
@@ -214,6 +225,10 @@ class Bus:
 
     def _committed(self, events: list[StoredEvent]) -> None:
         """The store's listener (in its acknowledgement): queue the group for :meth:`run`."""
+        project_of = self._project_of
+        for se in events:
+            if se.session_id is not None and se.project_id is not None:
+                project_of[se.session_id] = se.project_id
         if not self._behind:
             self._inbox_events += len(events)
             if self._inbox_events > self.inbox_max:  # this task is starved: read the log instead
@@ -298,14 +313,14 @@ class Bus:
 
         Returns the parked subscribers with a direct writer, for the bus to write to itself.
         """
-        buffer = self.buffer
+        buffer, buffer_bytes = self.buffer, self.buffer_bytes
         todo: list[Subscription] = []
         for g in list(self.groups.values()):
             if not g.flush():
                 continue
-            total = g.frames_total
+            total, total_bytes = g.frames_total, g.bytes_total
             for sub in list(g.subs):
-                if total - sub.taken > buffer:
+                if total - sub.taken > buffer or total_bytes - sub.taken_bytes > buffer_bytes:
                     self._drop(sub)
                 elif not sub.parked:
                     continue  # the task is busy: it takes what is pending before it parks again
@@ -347,7 +362,7 @@ class Bus:
         # Live from what is committed now, even if the bus has not read all of it yet: the stream
         # reads up to `start` from the log and skips those frames when they come through the bus.
         start = max(self.position, self.store.last_seq)
-        sub = Subscription(g, start, end, g.frames_total, last=start,
+        sub = Subscription(g, start, end, g.frames_total, g.bytes_total, last=start,
                            skip_through=start if start > self.position else 0)
         g.subs.add(sub)
         return sub
@@ -372,7 +387,10 @@ class Bus:
         sub.wake.set()
 
     def publish(self, session_id: str | None, project_id: str | None, event: str, data: dict[str, Any]) -> None:
-        """An ephemeral frame (no id, not in the log), e.g. a streaming text delta."""
+        """An ephemeral frame (no id, not in the log), e.g. a streaming text delta. Without a
+        ``project_id``, the session's project (as its committed events name it) is used."""
+        if project_id is None and session_id is not None:
+            project_id = self._project_of.get(session_id)
         self._offer(Frame(None, project_id, session_id, sse_message(event, _json.encode(data))))
 
     def _offer(self, frame: Frame) -> None:

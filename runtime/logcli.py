@@ -22,7 +22,7 @@ import msgspec
 import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
-from events.reader import LogReader, StoredRow, row_problem
+from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
 from events.schema import FORMAT, FORMAT_VERSION, PROJECTIONS_DB
 from events.types import KIND_TO_TYPE
 from projections.projector import Projector, ProjectionsDamaged, open_projections_db
@@ -32,7 +32,6 @@ from projections.stats import KindStats
 _json = msgspec.json.Encoder()
 
 
-SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1  # SQLite's integer range
 
 
 def _seq(value: str) -> int:

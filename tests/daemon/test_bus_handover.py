@@ -48,3 +48,36 @@ async def test_every_event_once_in_order_whether_handed_over_or_read_back(tmp_pa
     texts = re.findall(rb'"text":"([^"]+)"', data)
     assert texts == [f"a{i}".encode() for i in range(3)] + [f"b{i}".encode() for i in range(12)] + [b"c0", b"c1"]
     assert [int(x) for x in re.findall(rb"^id: (\d+)$", s2, re.M)] == [5 + i for i in range(12) if i % 2]
+
+
+async def test_a_subscriber_too_many_bytes_behind_is_dropped_exactly_past_the_limit(tmp_path: Path) -> None:
+    # Frames are counted by size as well as by number: a client that reads nothing pins at most
+    # `buffer_bytes` of frames (events may be up to 1 MiB each), then it is dropped.
+    async with open_store(tmp_path / "data") as store:
+        bus = Bus(store, buffer=10_000, buffer_bytes=10**9)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bus.run)
+            slow, fast = bus.subscribe(), bus.subscribe()
+
+            async def commit(text: str) -> None:
+                await store.append(note(text))
+                with trio.fail_after(10):
+                    while bus.position < store.last_seq:
+                        await trio.sleep(0.001)
+
+            await commit("x" * 5000)
+            bus.flush()
+            fast.take()
+            await commit("y" * 5000)
+            g = slow.group
+            at_limit = g.bytes_total + sum(len(f.data) for f in g.pending) - slow.taken_bytes
+            bus.buffer_bytes = at_limit  # slow's backlog after this flush: exactly the limit
+            bus.flush()
+            fast.take()
+            assert g.bytes_total - slow.taken_bytes == at_limit
+            assert not slow.dropped and not fast.dropped
+            await commit("z")  # one more frame: past the limit
+            bus.flush()
+            assert slow.dropped and not fast.dropped
+            assert fast.take() is not None  # the other subscriber keeps getting frames
+            nursery.cancel_scope.cancel()

@@ -378,6 +378,18 @@ async def test_events_paging_matches_lens_log_decode(daemon: Daemon, strong: str
     assert first["events"] == events[:100]
     past = (await daemon.get(f"/sessions/{sid}/events", reader, params={"after": seqs[-1] + 1000})).json()
     assert past == {"events": [], "nextAfter": seqs[-1] + 1000}
+    # at the largest seq SQLite holds, and one past it
+    top = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": 2**63 - 1})
+    assert top.status_code == 200 and top.json() == {"events": [], "nextAfter": 2**63 - 1}
+    for bad in (2**63, 10**30, "1_000", "\u0663", "+5", " 5", "1.0"):
+        r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": bad})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_ARGUMENT", bad
+    r = await daemon.get(f"/sessions/{sid}/events?after=1&after=2", reader)
+    assert r.status_code == 400 and "given 2 times" in r.json()["error"]["message"]
+    # an unknown session is 404 from any position, not an empty page
+    for after in (0, 5):
+        r = await daemon.get("/sessions/ses_unknown/events", reader, params={"after": after})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "SESSION_NOT_FOUND", after
 
 
 # --------------------------------------------------------------------------- tools and answers

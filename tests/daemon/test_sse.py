@@ -192,15 +192,25 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
     async with daemon.sse(strong, params={"after": str(p1["seq"])}) as stream:
         msg = await stream.next_event()
         assert msg is not None and msg.id == p2["seq"]
-    r = await daemon.get("/events/stream", strong, headers={"Last-Event-ID": "abc"})
+    for bad in ("abc", "-1", "-9223372036854775809", "9223372036854775808", str(10**30), "1_0", "+5"):
+        r = await daemon.get("/events/stream", strong, headers={"Last-Event-ID": bad})
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", bad
+    r = await daemon.get("/events/stream", strong, params={"after": "\u0663"})  # an Arabic-Indic 3
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
-    # an id beyond the log replays nothing; later events past it arrive live
-    async with daemon.sse(strong, last_event_id=p2["seq"] + 1) as stream:
+    # an id past the log is no position a client can have seen: refused, naming the last seq
+    # (resuming "after" it would silently skip the events up to it once they exist)
+    r = await daemon.get("/events/stream", strong, headers={"Last-Event-ID": str(p2["seq"] + 1)})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+    assert f"past the last event of this log ({p2['seq']})" in r.json()["error"]["message"]
+    # exactly at the last seq: live from there, no gap
+    async with daemon.sse(strong, last_event_id=p2["seq"]) as stream:
         await stream.next()
         p3 = await daemon.project(strong, "three")
-        p4 = await daemon.project(strong, "four")
         msg = await stream.next_event()
-        assert msg is not None and msg.id == p4["seq"] and p3["seq"] == p2["seq"] + 1
+        assert msg is not None and msg.id == p3["seq"] == p2["seq"] + 1
+    for name in ("session", "project"):
+        r = await daemon.get("/events/stream", strong, params={name: ""})
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", name
 
 
 # --------------------------------------------------------------------------- heartbeats
@@ -317,3 +327,20 @@ async def test_shutdown_ends_open_streams_cleanly(daemon_factory: DaemonFactory)
         await d.done.wait()
     assert trio.current_time() - start < 4.0  # the streams did not hold shutdown to the grace period
     assert "lens: stopped" in d.lines
+
+
+@pytest.mark.parametrize("by", ["session", "project", "both", "all"])
+async def test_streaming_deltas_reach_every_stream_that_covers_the_session(
+    daemon: Daemon, strong: str, reader: str, by: str
+):
+    # Text deltas are ephemeral frames published with their session; a stream filtered by the
+    # session's project must get them as well as one filtered by the session.
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    params = {"session": {"session": sid}, "project": {"project": p["id"]},
+              "both": {"session": sid, "project": p["id"]}, "all": {}}[by]
+    async with daemon.sse(reader, params=params) as stream:
+        await stream.next()
+        await daemon.submit(strong, sid, "r1", "hello there")
+        delta = await stream.until(lambda m: m.event == "model.delta")
+        assert json.loads(delta.data)["session_id"] == sid and delta.id is None

@@ -221,3 +221,19 @@ async def test_a_supervisor_started_over_unfinished_work_resumes_it(runtime_fact
         assert [e.event.status for e in by_kind(evs, "task.finished")] == ["completed", "completed"]
         assert st.inputs["r1"].status == st.inputs["r2"].status == "settled"
         assert idle_sid not in rt2.sup.live_sessions
+
+
+async def test_an_unknown_session_id_holds_no_actor_after_its_answer(runtime_factory, autojump_clock):
+    # A lookup of an id that is not a session answers SESSION_NOT_FOUND and leaves at once,
+    # instead of holding an actor (and its memory) for idle_seconds per id asked.
+    async with runtime_factory(idle_seconds=300) as rt:
+        start = trio.current_time()
+        for i in range(50):
+            with pytest.raises(SessionNotFound):
+                await rt.sup.call(f"ses_unknown_{i}", GetState())
+        await trio.sleep(0.001)  # let the actors' tasks finish leaving
+        assert not [s for s in rt.sup.live_sessions if s.startswith("ses_unknown_")]
+        assert trio.current_time() - start < 1  # no idle wait was needed
+        sid = await rt.session()  # a real session still lives on as before
+        await rt.run_to_idle(sid, "r1", "hello")
+        assert sid in rt.sup.live_sessions
