@@ -172,10 +172,13 @@ class LogReader:
         try:
             return self.conn.execute(sql, args).fetchall()
         except _DAMAGE as exc:
-            raise StoreCorrupt(
-                f"{self.data_dir / EVENTS_DB}: SQLite cannot read {what} ({exc}); the file is "
-                f"damaged. `lens log verify` reports what it finds."
-            ) from None
+            raise self._damaged(what, exc) from None
+
+    def _damaged(self, what: str, exc: apsw.Error) -> StoreCorrupt:
+        return StoreCorrupt(
+            f"{self.data_dir / EVENTS_DB}: SQLite cannot read {what} ({exc}); the file is "
+            f"damaged. `lens log verify` reports what it finds."
+        )
 
     def meta(self) -> dict[str, str]:
         return dict(self._query("the meta table", "SELECT key, value FROM meta"))
@@ -242,10 +245,7 @@ class LogReader:
                 batch = execute(sql, (*args, n)).fetchall()
             except _DAMAGE as exc:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
-                raise StoreCorrupt(
-                    f"{self.data_dir / EVENTS_DB}: SQLite cannot read {where} ({exc}); the file "
-                    f"is damaged. `lens log verify` reports what it finds."
-                ) from None
+                raise self._damaged(where, exc) from None
             if batch:
                 yield batch
             if len(batch) < n:

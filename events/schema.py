@@ -192,7 +192,8 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
             f"every event as JSON lines), or start a new data directory with --data NEW_DIR."
         )
     for table, columns in _REQUIRED_COLUMNS.items():
-        found = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        info = list(conn.execute(f"PRAGMA table_info({table})"))  # (cid, name, type, notnull, default, pk)
+        found = {row[1] for row in info}
         if not found:
             raise StoreCorrupt(
                 f"{where} carries the {FORMAT} v{FORMAT_VERSION} marker but has no {table} "
@@ -200,7 +201,7 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
                 f"data directory with --data NEW_DIR."
             )
         if table == "events":
-            seq = [row for row in conn.execute("PRAGMA table_info(events)") if row[1] == "seq"]
+            seq = [row for row in info if row[1] == "seq"]
             if seq and (str(seq[0][2]).upper() != "INTEGER" or seq[0][5] != 1):
                 raise StoreCorrupt(
                     f"{where} carries the {FORMAT} v{FORMAT_VERSION} marker but events.seq is not "

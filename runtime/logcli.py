@@ -201,7 +201,7 @@ def _raw_json(row: StoredRow) -> dict[str, Any]:
 def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     """Yield ``(seq, reason)`` for every problem found; reads only."""
     meta = reader.meta()
-    if meta.get("format") != FORMAT or meta.get("format_version") != str(FORMAT_VERSION):
+    if meta.get("format") != FORMAT or str(meta.get("format_version")) != str(FORMAT_VERSION):
         yield None, f"format marker is {meta.get('format')!r} v{meta.get('format_version')}"
     try:
         for (text,) in reader.conn.execute("PRAGMA integrity_check"):

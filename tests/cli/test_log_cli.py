@@ -1184,11 +1184,15 @@ def test_a_hot_rollback_journal_is_not_read_past(log_dir: Path) -> None:
 
 
 def test_meta_oddities_are_foreign_or_read_as_meant(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE meta SET value = 1 WHERE key = 'format_version'")  # a number, by hand
+    # meta rebuilt by hand without column types, the version stored as a number
+    db_exec(log_dir, "ALTER TABLE meta RENAME TO old_meta")
+    db_exec(log_dir, "CREATE TABLE meta(key PRIMARY KEY, value)")
+    db_exec(log_dir, "INSERT INTO meta SELECT key, CASE key WHEN 'format_version' THEN 1 ELSE value END FROM old_meta")
+    assert db_rows(log_dir, "SELECT typeof(value) FROM meta WHERE key = 'format_version'") == [("integer",)]
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 0, res.stdout + res.stderr
-    db_exec(log_dir, "ALTER TABLE meta RENAME TO old_meta")
-    db_exec(log_dir, "CREATE TABLE meta(key TEXT, value TEXT)")
+    db_exec(log_dir, "DROP TABLE meta")
+    db_exec(log_dir, "CREATE TABLE meta(key TEXT, value TEXT)")  # no primary key: a key can repeat
     db_exec(log_dir, "INSERT INTO meta SELECT * FROM old_meta")
     db_exec(log_dir, "INSERT INTO meta VALUES ('format', 'other')")
     res = lens("log", "verify", "--data", str(log_dir))
