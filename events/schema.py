@@ -305,7 +305,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
                 f"{data_dir}` rolls it back), then read it"
             ) from None
         wal = data_dir / (EVENTS_DB + "-wal")
-        if wal.exists() and not os.access(wal, os.R_OK) or wal.is_dir():
+        if wal.is_dir() or (wal.exists() and wal.stat().st_size > 0 and not os.access(wal, os.R_OK)):
             raise DataDirNotReadable(f"cannot read {wal} (permission denied, or not a file)") from None
         if wal.exists() and wal.stat().st_size > 0 and os.access(data_dir, os.W_OK):
             raise DataDirNotReadable(

@@ -184,6 +184,8 @@ def require_strong(what: str) -> None:
 
 def create_app(svc: Services) -> QuartTrio:
     app = QuartTrio(__name__, static_folder=None)
+    # `/sessions//events` is no route (an empty id), not a redirect to `/sessions/events`.
+    app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = 60
@@ -196,7 +198,8 @@ def create_app(svc: Services) -> QuartTrio:
         svc.guard.check_origin(request.headers.get("Origin"))
         if not path.startswith("/api/"):
             return None
-        svc.guard.check_content_type(request.method, request.headers.get("Content-Type"))
+        if request.routing_exception is None:  # no such route or method: that answer (404/405) wins
+            svc.guard.check_content_type(request.method, request.headers.get("Content-Type"))
         if (request.method, path) in Guard.PUBLIC:
             return None
         length = request.content_length

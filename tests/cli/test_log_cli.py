@@ -1239,3 +1239,19 @@ def test_ctrl_c_at_any_point_exits_130_without_a_traceback(pristine: Path, delay
     # (-SIGINT: the interpreter itself had not started handling signals yet)
     assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_an_unreadable_wal_is_named_not_blamed_on_the_directory(log_dir: Path) -> None:
+    # Committed frames in a WAL this user cannot read, in a directory it can write: the problem
+    # is the WAL's permissions (the old message said the directory needed write access).
+    wal = log_dir / "events.db-wal"
+    wal.write_bytes(b"\0" * 32)  # frames or not, an unreadable non-empty WAL cannot be trusted
+    prefix = _unprivileged()
+    wal.chmod(0)
+    try:
+        res = subprocess.run([*prefix, sys.executable, "-m", "runtime.cli", "log", "verify", "--data", str(log_dir)],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        wal.chmod(0o644)
+    assert_clean_failure(res, 2, "DATA_DIR_NOT_READABLE")
+    assert f"cannot read {wal}" in res.stderr and "write access" not in res.stderr

@@ -240,6 +240,14 @@ async def test_unknown_session_is_404(daemon: Daemon, strong: str, reader: str):
         r = await daemon.post(path, strong, body)
         assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND", (path, r.text)
     assert (await daemon.get("/health")).json()["lastSeq"] == 0  # nothing was created on the way
+    # an empty id is no route (not a redirect elsewhere), and a wrong method is 405 whatever
+    # the body's type
+    for path in ["/sessions//events", "/sessions//inputs"]:
+        r = await daemon.get(path, reader)
+        assert r.status_code == 404 and error_of(r) == "NOT_FOUND", (path, r.status_code, r.text)
+    r = await daemon.request("POST", "/sessions/ses_nope/events", strong, content=b"x",
+                             headers={"Content-Type": "text/plain"})
+    assert r.status_code == 405 and error_of(r) == "METHOD_NOT_ALLOWED", r.text
 
 
 async def test_bad_ids_are_400(daemon: Daemon, strong: str):
