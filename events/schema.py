@@ -232,6 +232,14 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
         return DataDirNotWritable(f"cannot open {path} for writing ({exc}); is the directory read-only?")
     if isinstance(exc, apsw.NotADBError):
         return ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log")
+    if isinstance(exc, apsw.IOError):
+        for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if side.exists() and not side.is_file():  # a FIFO, a directory: not the log's fault
+                return StoreOpenError(
+                    f"{side} is not a regular file, so SQLite cannot use it beside {path.name} "
+                    f"({exc}); it cannot hold any of the log's data: remove it (SQLite makes a "
+                    f"new one) or fix what put it there"
+                )
     if isinstance(exc, (apsw.CorruptError, apsw.IOError)):
         return StoreCorrupt(
             f"{path} is damaged: SQLite cannot read it ({exc}). Restore it from a backup, or start "

@@ -1255,3 +1255,15 @@ def test_an_unreadable_wal_is_named_not_blamed_on_the_directory(log_dir: Path) -
         wal.chmod(0o644)
     assert_clean_failure(res, 2, "DATA_DIR_NOT_READABLE")
     assert f"cannot read {wal}" in res.stderr and "write access" not in res.stderr
+
+
+def test_a_shm_file_that_is_not_a_file_is_named_not_called_damage(log_dir: Path) -> None:
+    # SQLite fails with a bare "disk I/O error"; the log itself is fine, so it must not be
+    # reported as damaged (with advice to restore a backup).
+    shm = log_dir / "events.db-shm"
+    shm.unlink(missing_ok=True)
+    os.mkfifo(shm)
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+    assert "STORE_CORRUPT" not in res.stdout + res.stderr
+    assert f"{shm} is not a regular file" in res.stderr
