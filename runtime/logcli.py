@@ -136,12 +136,13 @@ def cmd_decode(args: argparse.Namespace) -> int:
     failures = 0
     # No lower bound by default: a row whose seq was edited to 0 or below is still shown.
     after = max(args.from_seq - 1, SEQ_MIN) if args.from_seq is not None else SEQ_MIN
-    if len(_kinds(args.kind) or ()) > MAX_KINDS:
+    kinds = _kinds(args.kind)
+    if len(kinds or ()) > MAX_KINDS:
         _err(f"lens log decode: error: at most {MAX_KINDS} different --kind values")
         return 2
     with LogReader(Path(args.data)) as reader:
         try:
-            for _failed in _decode_rows(reader, args, after):
+            for _failed in _decode_rows(reader, args, after, kinds):
                 failures += 1
         except BrokenPipeError:  # e.g. `| head -1`: stop; what failed so far still counts
             silence_stdout()
@@ -152,9 +153,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _decode_rows(reader: LogReader, args: argparse.Namespace, after: int) -> Iterator[None]:
+def _decode_rows(
+    reader: LogReader, args: argparse.Namespace, after: int, kinds: list[str] | None
+) -> Iterator[None]:
     """Print each row's JSON line; yield once per row that failed (its error on stderr)."""
-    kinds = _kinds(args.kind)
     for kind in kinds or ():
         if kind not in KIND_TO_TYPE:  # most likely a typo; a newer Lens's kind still matches
             _err(f"lens: note: {kind!r} is not an event kind this Lens knows; "

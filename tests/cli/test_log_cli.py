@@ -527,19 +527,26 @@ def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple
     )
 
 
-async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir: Path) -> None:
-    store = EventStore.open(log_dir, synchronous="OFF")
+async def append_one(data_dir: Path, draft: Draft, *, train: bool = False) -> tuple[int, int]:
+    """Open the real store on ``data_dir`` (training a dictionary first if ``train``), append
+    ``draft``, close; return its seq and the store's active dictionary id."""
+    store = EventStore.open(data_dir, synchronous="OFF")
     try:
-        dict_id = store.train_dictionary()
+        if train:
+            store.train_dictionary()
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)
-            result = await store.append(
-                Draft(ModelResponded(text="answer 99 " * 40), project_id="p1", session_id="s1")
-            )
+            result = await store.append(draft)
             store.close_writer()
+        return result.seq, store.codec.active_dict_id
     finally:
         store.close()
-    seq = result.seq
+
+
+async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir: Path) -> None:
+    seq, dict_id = await append_one(
+        log_dir, Draft(ModelResponded(text="answer 99 " * 40), project_id="p1", session_id="s1"), train=True
+    )
     res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir), "--raw", "--from", str(seq - 1))
     old, new = decoded(res.stdout)
     assert (old["dict_id"], new["dict_id"]) == (0, dict_id) and dict_id != 0
@@ -916,35 +923,21 @@ def test_events_db_that_is_a_directory_is_refused(tmp_path: Path) -> None:
 
 
 async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected: list[tuple]) -> None:
-    store = EventStore.open(log_dir, synchronous="OFF")
-    try:
-        dict_id = store.train_dictionary()
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)
-            used = await store.append(Draft(ModelResponded(text="with the dictionary"), session_id="s1"))
-            store.close_writer()
-    finally:
-        store.close()
+    used, dict_id = await append_one(log_dir, Draft(ModelResponded(text="with the dictionary"), session_id="s1"),
+                                     train=True)
     db_exec(log_dir, "UPDATE dictionaries SET data = ? WHERE dict_id = ?", (b"not a dictionary" * 64, dict_id))
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     lines = res.stdout.splitlines()
     assert f"log: dictionary {dict_id} is damaged (the bytes carry dictionary id 0); bodies that need it cannot be decoded" in lines
-    assert any(line.startswith(f"seq {used.seq}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
+    assert any(line.startswith(f"seq {used}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
     res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert [e["seq"] for e in decoded(res.stdout)] == [r[0] for r in expected]  # all but that row
     # The store still opens: new bodies go without the damaged dictionary.
-    store = EventStore.open(log_dir, synchronous="OFF")
-    try:
-        assert store.codec.active_dict_id == 0
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)
-            new = await store.append(Draft(ModelResponded(text="after"), session_id="s1"))
-            store.close_writer()
-    finally:
-        store.close()
-    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new.seq,)) == [(0,)]
+    new, active = await append_one(log_dir, Draft(ModelResponded(text="after"), session_id="s1"))
+    assert active == 0
+    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
 
 
 def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, expected: list[tuple]) -> None:
