@@ -6,16 +6,23 @@ never a traceback: errors of our packages carry stable codes (see ``events.error
 
 from __future__ import annotations
 
-import argparse
-import errno
 import sys
-from typing import Sequence
+
+TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: importing typing is a large import)
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 # Everything else is imported inside main(), so that Ctrl-C while the (large) stack loads ends the
-# command with 130 like Ctrl-C at any later point, instead of printing an import traceback.
+# command with 130 like Ctrl-C at any later point, instead of printing an import traceback. (The
+# console script's own `from runtime.cli import main` runs before main() can catch anything, so
+# this module imports nothing that is not already loaded at start-up.)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     from . import logcli, servecli
 
     parser = argparse.ArgumentParser(
@@ -29,12 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        # First of all: msgspec's C module imports `datetime` when it loads and does not check
+        # that import; a Ctrl-C landing inside it is swallowed and leaves msgspec with no datetime
+        # API, so the first Struct decoder built afterwards crashes the interpreter (SIGSEGV).
+        # With `datetime` loaded here, msgspec's import of it runs no Python code to interrupt,
+        # and a Ctrl-C during this line is an ordinary KeyboardInterrupt.
+        import datetime  # noqa: F401
         return _main(argv)
     except KeyboardInterrupt:
         return 130
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    import errno
+
     import apsw
 
     from events.errors import LogError

@@ -1219,19 +1219,90 @@ def test_damage_met_midway_is_the_logs_problem_for_projections(log_dir: Path, co
     assert_clean_failure(res, 1, "STORE_CORRUPT")
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.1, 0.2, 0.4])
-def test_ctrl_c_at_any_point_exits_130_without_a_traceback(pristine: Path, delay: float) -> None:
-    # Wherever SIGINT lands — loading the stack, parsing arguments, printing — the command ends
-    # quietly (130), or had already finished (0). The delays only vary where it lands; every
-    # outcome allowed here holds wherever it lands.
+@pytest.mark.parametrize("delay", [0.1, 0.2, 0.4])
+def test_ctrl_c_exits_130_without_a_traceback(pristine: Path, delay: float) -> None:
+    # A real SIGINT to the console script: the command ends quietly (130), or had already finished
+    # (0). (Earlier than ~0.05 s it may land in the interpreter's own start-up, before any code of
+    # ours runs; the deterministic sweep below covers every stage of the command itself.)
     proc = subprocess.Popen([str(lens_script()), "log", "decode", "--data", str(pristine)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    # (-SIGINT: the interpreter itself had not started handling signals yet)
+    # (-SIGINT: the interpreter was finalizing, after main() returned, and had put back the
+    # default handler)
     assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+# Runs `lens log decode` in a child interpreter and raises KeyboardInterrupt — what Python's SIGINT
+# handler raises — at the Nth Python call after the console script has imported main(); N = 0
+# never raises and reports the number of calls the whole command makes.
+_INTERRUPT_AT_CALL = r"""
+import sys
+target, data = int(sys.argv[1]), sys.argv[2]
+from runtime.cli import main  # the console script does this before main() can catch anything
+calls = 0
+def trace(frame, event, arg):
+    global calls
+    calls += 1
+    if calls == target:
+        sys.settrace(None)
+        raise KeyboardInterrupt
+    return None
+sys.settrace(trace)
+code = main(["log", "decode", "--data", data])
+sys.settrace(None)
+if target == 0:
+    print(f"CALLS {calls}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _decode_interrupted_at(call: int, data: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _INTERRUPT_AT_CALL, str(call), str(data)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def test_ctrl_c_at_every_stage_of_a_command_exits_130(pristine: Path) -> None:
+    # Sweep the interrupt over the whole command, densest where the stack loads (C extensions
+    # initialising, msgspec building its decoders) and sparser through reading and printing.
+    whole = _decode_interrupted_at(0, pristine)
+    assert whole.returncode == 0, whole.stderr
+    total = int(whole.stderr.split("CALLS ")[1])
+    assert total > 10_000, total  # the stack loads inside main(): the sweep crosses it
+    points = sorted({2 + int((total - 2) * (i / 28) ** 2) for i in range(28)})  # call 1: main() itself
+    for call in points:
+        res = _decode_interrupted_at(call, pristine)
+        if res.returncode == 0:
+            # Python itself swallows an exception raised inside a finalizer or weakref callback
+            # ("Exception ignored in ..."): that Ctrl-C is lost and the command completes.
+            assert res.stderr.startswith("Exception ignored in"), (call, res.stderr)
+        else:
+            assert res.returncode == 130 and res.stderr == "", (call, res.returncode, res.stderr)
+
+
+_INTERRUPT_WHILE_DATETIME_LOADS = r"""
+import sys
+from runtime.cli import main
+assert "datetime" not in sys.modules, "datetime loaded before main(): nothing left to interrupt"
+def trace(frame, event, arg):
+    if frame.f_code.co_filename.endswith("datetime.py"):
+        sys.settrace(None)
+        raise KeyboardInterrupt
+    return None
+sys.settrace(trace)
+sys.exit(main(["log", "decode", "--data", sys.argv[1]]))
+"""
+
+
+def test_ctrl_c_while_datetime_loads_does_not_crash_the_interpreter(pristine: Path) -> None:
+    # msgspec's C module imports `datetime` unchecked: a KeyboardInterrupt inside that import was
+    # swallowed and the first Struct decoder built afterwards dereferenced a missing datetime API
+    # (SIGSEGV, exit -11). main() now loads datetime before anything can import msgspec.
+    res = subprocess.run([sys.executable, "-c", _INTERRUPT_WHILE_DATETIME_LOADS, str(pristine)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 130 and res.stderr == "", (res.returncode, res.stderr)
 
 
 def test_an_unreadable_wal_is_named_not_blamed_on_the_directory(log_dir: Path) -> None:
