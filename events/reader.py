@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -213,6 +214,7 @@ class LogReader:
         limit: int | None = None,
         page: int = 2000,
         after_session_seq: int | None = None,
+        max_bytes: int | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
         """Pages of row tuples in :data:`ROW_COLUMNS` order (filters as in :meth:`rows`), one
         read transaction each."""
@@ -237,6 +239,7 @@ class LogReader:
         sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         remaining = limit
         cursor = after
+        spent = 0  # decoded body bytes of the rows yielded (with max_bytes)
         execute = self.conn.execute
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
@@ -246,6 +249,11 @@ class LogReader:
             except _DAMAGE as exc:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
                 raise self._damaged(where, exc) from None
+            if max_bytes is not None and batch:
+                kept, spent = _within_budget(batch, spent, max_bytes)
+                if kept < len(batch):
+                    yield batch[:kept]
+                    return
             if batch:
                 yield batch
             if len(batch) < n:
@@ -264,16 +272,19 @@ class LogReader:
         limit: int | None = None,
         page: int = 2000,
         after_session_seq: int | None = None,
+        max_bytes: int | None = None,
     ) -> Iterator[StoredRow]:
         """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
 
         ``after_session_seq`` (with ``session_id``) keeps rows with ``session_seq`` above it: a
         session's tail read as an index range instead of a walk of the whole session.
+        ``max_bytes`` ends the read before the rows' decoded bodies (``raw_size``) would pass it,
+        but never before its first row: a page of a few huge events stays a few events.
         Reads in pages so no read transaction is held for long.
         """
         for page_rows in self._pages(
             after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page,
-            after_session_seq=after_session_seq,
+            after_session_seq=after_session_seq, max_bytes=max_bytes,
         ):
             for r in page_rows:
                 yield StoredRow(*r)
@@ -329,6 +340,26 @@ class LogReader:
 
     def event_count(self) -> int:
         return self._query("the events table", "SELECT count(*) FROM events")[0][0]
+
+
+_RAW_SIZE_COLUMN = itemgetter(10)  # raw_size in ROW_COLUMNS
+
+
+def _within_budget(batch: list[tuple[Any, ...]], spent: int, budget: int) -> tuple[int, int]:
+    """How many leading rows of ``batch`` fit in ``budget`` decoded body bytes (``raw_size``)
+    after ``spent``, and the bytes spent then. The read's first row always fits."""
+    try:
+        total = sum(map(_RAW_SIZE_COLUMN, batch))  # the common case: the whole page fits
+    except TypeError:
+        total = None  # a damaged raw_size: walk the rows (decoding names the damage later)
+    if total is not None and spent + total <= budget:
+        return len(batch), spent + total
+    for i, row in enumerate(batch):
+        size = row[10] if type(row[10]) is int and row[10] > 0 else 0
+        if spent and spent + size > budget:
+            return i, spent
+        spent += size
+    return len(batch), spent
 
 
 # A read of at least this many rows in its first page gets a helper thread that decompresses the

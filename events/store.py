@@ -66,6 +66,9 @@ QUEUE_DEPTH = 4096
 AUTO_DICTIONARY_AFTER = 10_000
 AUTO_DICTIONARY_SAMPLES = 5000
 AUTO_DICTIONARY_SIZE = 16 * 1024
+# Decoded body bytes (``raw_size``) one ``read_events`` page holds at most, besides its ``limit``
+# of events: a page of events near ``max_event_bytes`` stays a few events, not gigabytes.
+READ_BYTES = 16 * 1024 * 1024
 
 _STOP = object()  # tells the writer thread to exit
 # Rows per multi-row INSERT statement (12 parameters each, under SQLite's 32,766).
@@ -748,16 +751,19 @@ class EventStore:
         session_id: str | None = None,
         to: int | None = None,
         after_session_seq: int | None = None,
+        max_bytes: int = READ_BYTES,
     ) -> list[StoredEvent]:
         """Decoded events with ``seq > after`` (at most ``limit``), off the trio thread.
 
         ``after_session_seq``: only events with a ``session_seq`` above it (see ``LogReader.rows``).
+        A page also ends before its decoded bodies would pass ``max_bytes`` (but holds at least
+        one event), so a page shorter than ``limit`` is not the end: read on until one is empty.
         """
 
         def read() -> list[StoredEvent]:
             reader = self._get_reader()
             return list(reader.events(after=after, to=to, session_id=session_id, limit=limit,
-                                      after_session_seq=after_session_seq))
+                                      after_session_seq=after_session_seq, max_bytes=max_bytes))
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 
@@ -828,10 +834,12 @@ class TailReader:
                                  connection=open_read_connection(data_dir))
         self._limiter = trio.CapacityLimiter(1)
 
-    async def read_events(self, *, after: int, limit: int = 1000) -> list[StoredEvent]:
+    async def read_events(self, *, after: int, limit: int = 1000,
+                          max_bytes: int = READ_BYTES) -> list[StoredEvent]:
+        """As :meth:`EventStore.read_events`: at most ``limit`` events and ``max_bytes``."""
         reader = self._reader
-        return await trio.to_thread.run_sync(lambda: list(reader.events(after=after, limit=limit)),
-                                             limiter=self._limiter)
+        return await trio.to_thread.run_sync(
+            lambda: list(reader.events(after=after, limit=limit, max_bytes=max_bytes)), limiter=self._limiter)
 
     async def aclose(self) -> None:
         """Close the connection once no read is running on it (shielded: always completes)."""

@@ -276,10 +276,10 @@ class SessionActor:
         while True:
             page = await self.deps.store.read_events(session_id=session_id, after=after, limit=READ_PAGE, to=upto,
                                                      after_session_seq=after_session_seq or None)
+            if not page:  # (a page may be cut short by its byte budget: only empty is the end)
+                return
             for se in page:
                 apply(state, se)
-            if len(page) < READ_PAGE:
-                return
             after = page[-1].seq
 
     # ------------------------------------------------------------------ writing

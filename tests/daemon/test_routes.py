@@ -12,6 +12,9 @@ import json
 
 import trio
 
+from events.store import READ_BYTES, Draft, open_store
+from events.types import InstructionAppended, SessionCreated
+
 from .conftest import BUSY, Daemon, error_of, raw_http, run_lens
 
 DECODE_KEYS = {"seq", "ts", "project_id", "session_id", "agent_id", "task_id", "kind", "request_id", "body"}
@@ -260,6 +263,31 @@ async def test_bad_ids_are_400(daemon: Daemon, strong: str):
     for q in ["after=-1", "after=x", "limit=0", "limit=100000"]:
         r = await daemon.get(f"/sessions/{sid}/events?{q}", strong)
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", q
+
+
+async def test_an_events_page_is_bounded_in_bytes_as_well_as_in_events(daemon_factory, tmp_path):
+    # Five events of 6 MiB each (compressed to almost nothing on disk): a page of limit=1000
+    # stops before its bodies pass 16 MiB, and paging on by nextAfter returns each event once.
+    big = 6 * 1024 * 1024
+    async with open_store(tmp_path / "data") as store:
+        await store.append(Draft(SessionCreated(model="faux/echo"), project_id="prj_x", session_id="ses_big"))
+        for i in range(5):
+            await store.append(Draft(InstructionAppended(text=str(i) * big), project_id="prj_x", session_id="ses_big"))
+    daemon = await daemon_factory(root=tmp_path)
+    token = await daemon.pair("reader", strong=False)
+    pages, after = [], 0
+    while True:
+        r = await daemon.get("/sessions/ses_big/events", token, params={"after": after, "limit": 1000})
+        assert r.status_code == 200, r.text[:200]
+        page = r.json()
+        if not page["events"]:
+            break
+        pages.append([e["seq"] for e in page["events"]])
+        texts = [e["body"].get("text", "") for e in page["events"]]
+        assert sum(map(len, texts)) <= READ_BYTES
+        after = page["nextAfter"]
+    assert [seq for p in pages for seq in p] == [1, 2, 3, 4, 5, 6]
+    assert [len(p) for p in pages] == [3, 2, 1]  # created + 2 × 6 MiB | 2 × 6 MiB | 6 MiB
 
 
 # --------------------------------------------------------------------------- inputs

@@ -289,6 +289,33 @@ class TestStoreContract:
             assert events[0].to_json()["body"] == {"name": "5"}
             assert r.event_count() == 20 and r.last_seq() == 20
 
+    async def test_a_read_holds_at_most_its_byte_budget_but_always_one_event(self, store_harness: Any) -> None:
+        async with store_harness.open() as s:
+            for i in range(12):
+                await s.append(note("x" * (1000 + 1000 * (i % 3)), session="s1" if i < 10 else "s2"))
+            with store_harness.reader() as r:
+                sizes = {row.seq: row.raw_size for row in r.rows()}
+            first4 = sum(sizes[q] for q in (1, 2, 3, 4))
+            seqs = lambda page: [e.seq for e in page]  # noqa: E731
+            # exactly at the budget: the fourth event fits; one byte less: it starts the next page
+            assert seqs(await s.read_events(max_bytes=first4)) == [1, 2, 3, 4]
+            assert seqs(await s.read_events(max_bytes=first4 - 1)) == [1, 2, 3]
+            # an event larger than the whole budget is still read, alone
+            assert seqs(await s.read_events(max_bytes=1)) == [1]
+            assert seqs(await s.read_events(after=4, max_bytes=1)) == [5]
+            # limit and the filters apply as before; paging by nextAfter loses and repeats nothing
+            assert seqs(await s.read_events(session_id="s1", after=8, max_bytes=10**9)) == [9, 10]
+            assert seqs(await s.read_events(limit=2, max_bytes=10**9)) == [1, 2]
+            seen: list[int] = []
+            while page := await s.read_events(after=seen[-1] if seen else 0, max_bytes=first4 // 2):
+                assert sum(sizes[q] for q in seqs(page)) <= max(first4 // 2, sizes[page[0].seq])
+                seen += seqs(page)
+            assert seen == list(range(1, 13))
+        with store_harness.reader() as r:
+            # the same bound on the reader, across its internal pages (page=2 rows here)
+            assert [row.seq for row in r.rows(page=2, max_bytes=first4)] == [1, 2, 3, 4]
+            assert [e.seq for e in r.events(page=2, max_bytes=first4 - 1)] == [1, 2, 3]
+
     async def test_stored_event_json_shape(self, store: Any) -> None:
         await store.append(
             Draft(
