@@ -29,6 +29,16 @@ class ProjectionStalled(LensError):
     code = "PROJECTION_STALLED"
 
 
+# The sessions projection counts each session's open tasks and queued inputs.
+PENDING_SESSIONS_SQL = "SELECT id FROM sessions WHERE open_tasks > 0 OR queued > 0"
+# Sessions that events the projection has not seen yet may have put to work (or finished). No
+# DISTINCT: with it SQLite walks the whole (session_id, session_seq) index instead of the seq range.
+UNPROJECTED_WORK_SQL = (
+    "SELECT session_id FROM events WHERE seq > ? AND kind IN "
+    "('task.started', 'task.finished', 'input.submitted', 'input.placed', 'input.withdrawn')"
+)
+
+
 class ProjectionService:
     def __init__(self, data_dir: Path, store: EventStore) -> None:
         self.store = store
@@ -78,6 +88,30 @@ class ProjectionService:
                 await self._advanced.wait()
             return
         raise ProjectionStalled("projections did not catch up with the log in time")
+
+    async def sessions_with_pending_work(self) -> list[str] | None:
+        """Sessions with a task running or inputs queued, for the supervisor to wake at start.
+
+        Read from the sessions projection (one row per session) instead of a scan of the whole
+        log, plus every session with task or input events past the projected position: a superset
+        there (waking a session with nothing to do costs one replay). ``None`` when projections
+        are stalled or unreadable: the caller then scans the log.
+        """
+        if self.error is not None:
+            return None
+        position = self.position  # every event up to here is projected
+        try:
+            projected = await self.query(PENDING_SESSIONS_SQL)
+        except apsw.Error as exc:
+            log.warning("sessions projection unreadable (%s); scanning the log for pending work", exc)
+            return None
+        conn = self.projector.reader.conn  # the projector's own log connection, under its limiter
+        try:
+            tail = await trio.to_thread.run_sync(lambda: list(conn.execute(UNPROJECTED_WORK_SQL, (position,))),
+                                                 limiter=self._write_limiter)
+        except apsw.Error:
+            return None  # the scan of the log then names the problem
+        return sorted({r[0] for r in projected} | {r[0] for r in tail if r[0] is not None})
 
     async def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple]:
         def run() -> list[tuple]:

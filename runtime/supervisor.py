@@ -4,14 +4,16 @@ Callers talk to sessions only through :meth:`Supervisor.call`. An actor that pas
 by the next call (replay); one that crashed is restarted from the log, and after
 ``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
 event and a clear status) instead of crash-looping. At start the supervisor wakes every session
-the log shows with unfinished work (a running task or queued inputs), so a restart resumes them.
+the log shows with unfinished work (a running task or queued inputs), so a restart resumes them:
+asked of a ``pending`` source when one is given (the daemon's: the sessions projection), else of
+the whole log.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -35,6 +37,9 @@ class _Handle:
     started: trio.Event = field(default_factory=trio.Event)
 
 
+# Sessions with unfinished work, or None when the source cannot tell (the log is asked instead).
+PendingSource = Callable[[], Awaitable["list[str] | None"]]
+
 PENDING_WORK_SQL = """
 SELECT session_id FROM events WHERE session_id IS NOT NULL GROUP BY session_id
 HAVING sum(kind = 'task.started') > sum(kind = 'task.finished')
@@ -43,9 +48,10 @@ HAVING sum(kind = 'task.started') > sum(kind = 'task.finished')
 
 
 class Supervisor:
-    def __init__(self, deps: ActorDeps, *, max_restarts: int = 3) -> None:
+    def __init__(self, deps: ActorDeps, *, max_restarts: int = 3, pending: PendingSource | None = None) -> None:
         self.deps = deps
         self.max_restarts = max_restarts
+        self._pending = pending
         self._actors: dict[str, _Handle] = {}
         self._quarantined: dict[str, str] = {}
         self._nursery: trio.Nursery | None = None
@@ -58,12 +64,15 @@ class Supervisor:
         """Own every actor; wake sessions with unfinished work; run until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for session_id in await self.sessions_with_pending_work():
+            found = await self._pending() if self._pending is not None else None
+            for session_id in found if found is not None else await self.sessions_with_pending_work():
                 self._ensure(session_id)
             task_status.started()
             await trio.sleep_forever()
 
     async def sessions_with_pending_work(self) -> list[str]:
+        """The sessions with unfinished work, from a scan of the whole log (one pass over every
+        session's rows: seconds on a log of millions of events)."""
         store = self.deps.store
 
         def query() -> list[str]:

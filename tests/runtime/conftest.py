@@ -36,6 +36,7 @@ from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
+from runtime.projection_service import ProjectionService
 from runtime.supervisor import Supervisor
 from tools.base import ToolRegistry, ToolSpec
 from tools.registry import builtin_tools
@@ -109,9 +110,9 @@ class Runtime:
         after = 0
         while True:
             page = await self.store.read_events(after=after, limit=1000, session_id=session_id)
-            out.extend(page)
-            if len(page) < 1000:
+            if not page:  # (a page may be cut short by its byte budget)
                 return out
+            out.extend(page)
             after = page[-1].seq
 
     async def kinds(self, session_id: str) -> list[str]:
@@ -143,8 +144,13 @@ async def open_runtime(
     max_restarts: int = 3,
     extra_providers: Sequence[str] = (),
     faux: FauxProvider | None = None,
+    projections: bool = False,
 ) -> AsyncIterator[Runtime]:
-    """A running store + supervisor over ``data_dir``; everything is stopped and closed on exit."""
+    """A running store + supervisor over ``data_dir``; everything is stopped and closed on exit.
+
+    ``projections``: also run the daemon's projection service, and let the supervisor find
+    sessions with unfinished work in the sessions projection (as ``lens serve`` does) instead of
+    scanning the log."""
     store = EventStore.open(data_dir)
     snapshots = SnapshotStore.open(store.data_dir)
     faux = faux if faux is not None else FauxProvider("faux", list(script or []))
@@ -159,12 +165,16 @@ async def open_runtime(
         snapshot_every=snapshot_every,
         idle_seconds=idle_seconds,
     )
-    sup = Supervisor(deps, max_restarts=max_restarts)
+    service = ProjectionService(store.data_dir, store) if projections else None
+    sup = Supervisor(deps, max_restarts=max_restarts,
+                     pending=service.sessions_with_pending_work if service is not None else None)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)
             try:
                 async with trio.open_nursery() as actors:
+                    if service is not None:
+                        await actors.start(service.run)
                     await actors.start(sup.run)
                     try:
                         yield Runtime(data_dir, store, snapshots, deps, sup, faux, ids, providers)
@@ -173,6 +183,8 @@ async def open_runtime(
             finally:
                 store.close_writer()
     finally:
+        if service is not None:
+            service.close()
         store.close()
         snapshots.close()
 

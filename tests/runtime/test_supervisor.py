@@ -11,12 +11,16 @@ import pytest
 import trio
 
 from conftest import by_kind, frozen, one, sleep_call
+from events import types as t
 from events.reader import LogReader
 from events.schema import EVENTS_DB
+from events.store import Draft, open_store
 from projections.session_state import SessionState, fold
-from runtime.actor import GetState, Submit, WaitIdle
+from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.errors import ActorUnavailable, SessionNotFound, SessionQuarantined
+from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
+from runtime.supervisor import Supervisor
 from tools.base import ToolSpec
 
 from conftest import text
@@ -193,7 +197,8 @@ async def test_unknown_session_is_not_found(rt, autojump_clock):
     assert await rt.events("ses_nope") == []
 
 
-async def test_a_supervisor_started_over_unfinished_work_resumes_it(runtime_factory, autojump_clock):
+@pytest.mark.parametrize("projections", [False, True], ids=["log-scan", "sessions-projection"])
+async def test_a_supervisor_started_over_unfinished_work_resumes_it(runtime_factory, autojump_clock, projections):
     script = [FauxTurn(when="long nap", tool_calls=[sleep_call(100_000)])]
     async with runtime_factory(script=script) as rt:
         sid = await rt.session()
@@ -207,7 +212,7 @@ async def test_a_supervisor_started_over_unfinished_work_resumes_it(runtime_fact
         ids = rt.ids
     # The daemon stopped mid-call: tool.started without tool.finished, r2 queued.
     assert [e.kind for e in before if e.session_id == sid][-2:] == ["tool.started", "input.submitted"]
-    async with runtime_factory(script=script, ids=ids) as rt2:
+    async with runtime_factory(script=script, ids=ids, projections=projections) as rt2:
         assert rt2.sup.live_sessions == [sid]  # woken at start, before any call
         st = await rt2.idle(sid)
         evs = await rt2.events(sid)
@@ -237,3 +242,42 @@ async def test_an_unknown_session_id_holds_no_actor_after_its_answer(runtime_fac
         sid = await rt.session()  # a real session still lives on as before
         await rt.run_to_idle(sid, "r1", "hello")
         assert sid in rt.sup.live_sessions
+
+
+async def test_pending_work_from_the_projection_matches_the_log_scan(tmp_path):
+    # The supervisor's start-up question asked two ways: the sessions projection (plus the events
+    # it has not projected yet) must find every session the full scan of the log finds.
+    def put(sid: str, *events: t._Event) -> list[Draft]:
+        return [Draft(ev, project_id="p1", session_id=sid, agent_id="main") for ev in events]
+
+    created = t.SessionCreated(model="faux/echo")
+    submitted = t.InputSubmitted(content=[t.TextPart("hi")])
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        await store.append(*put("running", created, submitted, t.InputPlaced("r"), t.TaskStarted("r")))
+        await store.append(*put("queued", created, submitted))
+        await store.append(*put("done", created, submitted, t.InputPlaced("r"), t.TaskStarted("r"), t.TaskFinished()))
+        await store.append(*put("withdrawn", created, submitted, t.InputWithdrawn("r")))
+        service = ProjectionService(data, store)
+        sup = Supervisor(ActorDeps(store, None, None, None, None))  # type: ignore[arg-type]  # (the scan reads only the store)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                assert await service.sessions_with_pending_work() == ["queued", "running"]
+                assert sorted(await sup.sessions_with_pending_work()) == ["queued", "running"]
+                nursery.cancel_scope.cancel()
+            # Events past the projected position: "done" gets new work, "running" finishes.
+            await store.append(*put("done", submitted))
+            await store.append(*put("running", t.TaskFinished()))
+            await store.append(*put("idle-chat", created))
+            assert sorted(await sup.sessions_with_pending_work()) == ["done", "queued"]
+            found = await service.sessions_with_pending_work()  # not caught up: a superset
+            assert found == ["done", "queued", "running"]
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)  # caught up again: exact
+                assert await service.sessions_with_pending_work() == ["done", "queued"]
+                nursery.cancel_scope.cancel()
+            service.error = "a stalled projector"  # cannot tell: the supervisor scans the log
+            assert await service.sessions_with_pending_work() is None
+        finally:
+            service.close()
