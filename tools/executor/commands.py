@@ -7,6 +7,7 @@ gets SIGTERM, then SIGKILL after a grace period.
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import signal
@@ -15,6 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Literal
+
+from .groups import GroupRegistry
+
+log = logging.getLogger("lens.executor.commands")
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 3_600_000
@@ -51,13 +56,20 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
-                cancelled: Callable[[], bool]) -> Iterator[Chunk | Exit]:
-    """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`."""
+                cancelled: Callable[[], bool], groups: GroupRegistry | None = None) -> Iterator[Chunk | Exit]:
+    """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`.
+
+    ``groups`` records the command's process group while it runs (see :mod:`.groups`)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
     proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
     assert proc.stdout is not None and proc.stderr is not None
+    if groups is not None:
+        try:
+            groups.started(proc.pid)
+        except OSError as exc:  # the command runs all the same; only a later reap would miss it
+            log.warning("cannot record command process group %s: %s", proc.pid, exc)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
     sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
@@ -97,6 +109,8 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     finally:
         if proc.poll() is None:
             _kill_group(proc)
+        if groups is not None:
+            groups.ended(proc.pid)
         sel.close()
         proc.stdout.close()
         proc.stderr.close()

@@ -30,6 +30,7 @@ from tools.files.workspace import Workspace
 
 from . import PROTOCOL_VERSION
 from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, Exit, run_command
+from .groups import GroupRegistry
 
 log = logging.getLogger("lens.executor")
 TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
@@ -69,8 +70,10 @@ class _Guard(grpc.ServerInterceptor):
 
 
 class ExecutorService(pb_grpc.ExecutorServicer):
-    def __init__(self, workspace: Workspace, *, test_hooks: bool = False) -> None:
+    def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
+                 test_hooks: bool = False) -> None:
         self.ws = workspace
+        self.groups = groups  # records the process groups of running commands (see .groups)
         self.test_hooks = test_hooks
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
@@ -144,7 +147,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         except FileToolError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {exc.message}")
         for item in run_command(request.command, cwd, timeout_ms=timeout, max_output=cap,
-                                cancelled=lambda: not context.is_active()):
+                                cancelled=lambda: not context.is_active(), groups=self.groups):
             if isinstance(item, Chunk):
                 yield pb.CommandEvent(**{item.stream: item.data})
             elif isinstance(item, Exit):
@@ -163,10 +166,12 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
           ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run as the CLI)."""
     ws = Workspace(workspace, journal_dir=state_dir)
+    groups = GroupRegistry(state_dir)
+    groups.reap()  # commands a killed predecessor left running
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-    service = ExecutorService(ws, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
+    service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
     pb_grpc.add_ExecutorServicer_to_server(service, server)
     port = server.add_insecure_port(listen)
     if port == 0:

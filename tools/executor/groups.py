@@ -1,0 +1,102 @@
+"""The process groups of commands in progress, kept on disk so a restarted executor reaps what a
+killed one left running.
+
+Each command runs in a process group of its own (:mod:`tools.executor.commands`). An executor
+stopped normally kills those groups itself; one killed with SIGKILL cannot, and its commands
+would run on unowned. So while a command runs, a small file names its group::
+
+    <state_dir>/commands/<pgid>     "<boot id> <leader start time>"
+
+and it is removed when the command has ended. An executor starting over the same state
+directory kills every group still named there (:meth:`GroupRegistry.reap`): SIGKILL to the whole
+group, since nobody waits for its output any more. The boot id and the leader's start time (from
+``/proc``) make sure a group id the kernel has since given to another process is left alone:
+after a reboot nothing is killed, and a live leader with another start time is someone else.
+(While any member of a group lives, Linux never hands its id to a new process, so a group whose
+leader has exited but whose members live on is still the command's.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+log = logging.getLogger("lens.executor.groups")
+
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def _boot_id() -> str:
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), or ``None`` if no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after its last ")".
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+class GroupRegistry:
+    """Records the groups of running commands under ``state_dir`` (``None``: records nothing)."""
+
+    def __init__(self, state_dir: Path | None) -> None:
+        self.directory = state_dir / "commands" if state_dir is not None else None
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+
+    def started(self, pgid: int) -> None:
+        if self.directory is None:
+            return
+        start = _start_time(pgid)
+        if start is None:
+            return  # already gone: nothing to reap
+        path = self.directory / str(pgid)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{_boot_id()} {start}")
+        os.replace(tmp, path)
+
+    def ended(self, pgid: int) -> None:
+        if self.directory is not None:
+            (self.directory / str(pgid)).unlink(missing_ok=True)
+
+    def reap(self) -> list[int]:
+        """Kill the groups an earlier executor left named here; return the ids signalled."""
+        if self.directory is None:
+            return []
+        boot = _boot_id()
+        killed: list[int] = []
+        for path in sorted(self.directory.iterdir()):
+            try:
+                if not path.name.isdigit():
+                    continue  # a stray temp file of an interrupted write
+                pgid = int(path.name)
+                recorded_boot, _, recorded_start = path.read_text().partition(" ")
+                if pgid <= 1 or recorded_boot != boot:
+                    continue  # rebooted since: that group is long gone
+                leader_start = _start_time(pgid)
+                if leader_start is not None and leader_start != recorded_start:
+                    continue  # the id now belongs to another process
+                os.killpg(pgid, signal.SIGKILL)
+                killed.append(pgid)
+            except (ProcessLookupError, ValueError):
+                pass  # the group ended by itself (or the record is unreadable)
+            except PermissionError:
+                log.warning("cannot kill process group %s left by an earlier executor", path.name)
+            except OSError as exc:
+                log.warning("cannot read %s: %s", path, exc)
+            finally:
+                path.unlink(missing_ok=True)
+        if killed:
+            log.warning("killed %d command process group(s) left running by an earlier executor: %s",
+                        len(killed), killed)
+        return killed
