@@ -33,7 +33,8 @@ async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_pat
                 async with client.run("echo $$; sleep 100 & sleep 100") as events:
                     pgid = int((await events.receive()).stdout)
                     record = first.state / "commands" / str(pgid)
-                    assert record.read_text().split() == [_boot_id(), _start_time(pgid)]
+                    assert record.read_text().split() == [_boot_id(), _start_time(pgid), str(first.pid),
+                                                          _start_time(first.pid)]
                     first.proc.send_signal(signal.SIGKILL)
                     first.proc.wait(timeout=BOUND_S)
         finally:
@@ -72,33 +73,62 @@ def live_group():
         proc.wait(timeout=BOUND_S)
 
 
-def test_reap_kills_a_recorded_group_and_forgets_it(tmp_path: Path, live_group: int) -> None:
-    GroupRegistry(tmp_path).started(live_group)
+@pytest.fixture(scope="module")
+def gone_executor() -> tuple[int, str]:
+    """The pid and start time of a process that has exited (an executor killed earlier)."""
+    proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    start = _start_time(proc.pid)  # read while it waits for input
+    proc.communicate(timeout=BOUND_S)  # end of input: it exits
+    assert start is not None
+    return proc.pid, start
+
+
+def write_record(state: Path, pgid: int, text: str) -> None:
+    (state / "commands").mkdir(exist_ok=True)
+    (state / "commands" / str(pgid)).write_text(text)
+
+
+def test_reap_kills_a_group_whose_executor_is_gone_and_forgets_it(tmp_path: Path, live_group: int,
+                                                                   gone_executor: tuple[int, str]) -> None:
+    owner, owner_start = gone_executor
+    write_record(tmp_path, live_group, f"{_boot_id()} {_start_time(live_group)} {owner} {owner_start}")
     assert GroupRegistry(tmp_path).reap() == [live_group]
     assert wait_group_gone(live_group) == []
     assert list((tmp_path / "commands").iterdir()) == []
 
 
-@pytest.mark.parametrize("record", ["another-boot {start}", "{boot} 1", "garbage", ""])
-def test_reap_leaves_alone_a_group_id_that_is_not_provably_its_own(tmp_path: Path, live_group: int,
-                                                                     record: str) -> None:
-    # Another boot id (rebooted since), another start time (the id was reused), or an unreadable
-    # record: the live process is someone else's and must survive; the record is dropped.
-    (tmp_path / "commands").mkdir()
-    text = record.format(boot=_boot_id(), start=_start_time(live_group))
-    (tmp_path / "commands" / str(live_group)).write_text(text)
+def test_reap_leaves_the_groups_of_a_running_executor_to_it(tmp_path: Path, live_group: int) -> None:
+    # A second executor over the same state directory while the first still runs (this process
+    # plays the first): its commands are not the newcomer's to kill.
+    GroupRegistry(tmp_path).started(live_group)
+    assert GroupRegistry(tmp_path).reap() == []
+    assert group_members(live_group) == [live_group]
+    assert [p.name for p in (tmp_path / "commands").iterdir()] == [str(live_group)]
+
+
+@pytest.mark.parametrize("record", ["another-boot {start} {owner} {owner_start}", "{boot} 1 {owner} {owner_start}",
+                                    "{boot} {start}", "garbage", ""])
+def test_reap_leaves_alone_a_group_id_that_is_not_provably_its_own(tmp_path: Path, live_group: int, record: str,
+                                                                     gone_executor: tuple[int, str]) -> None:
+    # Another boot id (rebooted since), another leader start time (the id was reused), or an
+    # unreadable record: the live process is someone else's and must survive; the record goes.
+    owner, owner_start = gone_executor
+    write_record(tmp_path, live_group, record.format(boot=_boot_id(), start=_start_time(live_group),
+                                                     owner=owner, owner_start=owner_start))
     assert GroupRegistry(tmp_path).reap() == []
     assert group_members(live_group) == [live_group]
     assert list((tmp_path / "commands").iterdir()) == []
 
 
-def test_reap_ignores_groups_that_ended_and_stray_files(tmp_path: Path) -> None:
+def test_reap_ignores_groups_that_ended_and_stray_files(tmp_path: Path, gone_executor: tuple[int, str]) -> None:
+    owner, owner_start = gone_executor
     proc = subprocess.Popen(["true"], start_new_session=True)
-    groups = GroupRegistry(tmp_path)
-    (tmp_path / "commands" / str(proc.pid)).write_text(f"{_boot_id()} 0")  # as if recorded
+    start = _start_time(proc.pid) or "0"
     proc.wait(timeout=BOUND_S)
+    write_record(tmp_path, proc.pid, f"{_boot_id()} {start} {owner} {owner_start}")
+    write_record(tmp_path, 0, "")  # (named "0": never a group to signal)
     (tmp_path / "commands" / "123.tmp").write_text("half-written")
-    assert groups.reap() == []
+    assert GroupRegistry(tmp_path).reap() == []
     assert list((tmp_path / "commands").iterdir()) == []
 
 

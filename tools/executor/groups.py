@@ -5,15 +5,18 @@ Each command runs in a process group of its own (:mod:`tools.executor.commands`)
 stopped normally kills those groups itself; one killed with SIGKILL cannot, and its commands
 would run on unowned. So while a command runs, a small file names its group::
 
-    <state_dir>/commands/<pgid>     "<boot id> <leader start time>"
+    <state_dir>/commands/<pgid>     "<boot id> <leader start> <executor pid> <executor start>"
 
 and it is removed when the command has ended. An executor starting over the same state
-directory kills every group still named there (:meth:`GroupRegistry.reap`): SIGKILL to the whole
-group, since nobody waits for its output any more. The boot id and the leader's start time (from
-``/proc``) make sure a group id the kernel has since given to another process is left alone:
-after a reboot nothing is killed, and a live leader with another start time is someone else.
-(While any member of a group lives, Linux never hands its id to a new process, so a group whose
-leader has exited but whose members live on is still the command's.)
+directory kills every group still named there whose executor is gone
+(:meth:`GroupRegistry.reap`): SIGKILL to the whole group, since nobody waits for its output any
+more. Start times are field 22 of ``/proc/<pid>/stat``. The boot id and the leader's start time
+make sure a group id the kernel has since given to another process is left alone: after a
+reboot nothing is killed, and a live leader with another start time is someone else. (While any
+member of a group lives, Linux never hands its id to a new process, so a group whose leader has
+exited but whose members live on is still the command's.) The executor's pid and start time
+make sure the commands of an executor still running over the same directory (a second
+``lens executor serve`` on the same workspace) are left to it.
 """
 
 from __future__ import annotations
@@ -60,9 +63,10 @@ class GroupRegistry:
         start = _start_time(pgid)
         if start is None:
             return  # already gone: nothing to reap
+        me = os.getpid()
         path = self.directory / str(pgid)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{_boot_id()} {start}")
+        tmp.write_text(f"{_boot_id()} {start} {me} {_start_time(me)}")
         os.replace(tmp, path)
 
     def ended(self, pgid: int) -> None:
@@ -76,15 +80,18 @@ class GroupRegistry:
         boot = _boot_id()
         killed: list[int] = []
         for path in sorted(self.directory.iterdir()):
+            keep = False
             try:
                 if not path.name.isdigit():
                     continue  # a stray temp file of an interrupted write
                 pgid = int(path.name)
-                recorded_boot, _, recorded_start = path.read_text().partition(" ")
+                recorded_boot, leader_start, owner, owner_start = path.read_text().split()
                 if pgid <= 1 or recorded_boot != boot:
                     continue  # rebooted since: that group is long gone
-                leader_start = _start_time(pgid)
-                if leader_start is not None and leader_start != recorded_start:
+                if _start_time(int(owner)) == owner_start:
+                    keep = True  # its executor still runs: the group is that executor's to end
+                    continue
+                if _start_time(pgid) not in (None, leader_start):
                     continue  # the id now belongs to another process
                 os.killpg(pgid, signal.SIGKILL)
                 killed.append(pgid)
@@ -95,7 +102,8 @@ class GroupRegistry:
             except OSError as exc:
                 log.warning("cannot read %s: %s", path, exc)
             finally:
-                path.unlink(missing_ok=True)
+                if not keep:
+                    path.unlink(missing_ok=True)
         if killed:
             log.warning("killed %d command process group(s) left running by an earlier executor: %s",
                         len(killed), killed)
