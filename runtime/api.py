@@ -129,10 +129,14 @@ async def read_body(kind: type[B]) -> B:
         msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({exc})") from None
+    except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
+        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
         raise ApiError("VALIDATION_FAILED", f"the request body does not match: {exc}") from None
+    except RecursionError:
+        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
 
 
 def check_id(value: str, what: str) -> str:

@@ -16,12 +16,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from . import jsonc
 from .config import ConfigError, parse_config
 from .errors import LensError
-from .pairing import PairFile
+from .pairing import PairFileInvalid, parse_pair_file
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
 
@@ -95,9 +93,9 @@ class ConfigFiles:
             parse_config(text, name)
         elif role == "pair":
             try:
-                msgspec.json.decode(text.encode(), type=PairFile)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise ConfigError(f"{name}: not a valid pair file ({exc})") from None
+                parse_pair_file(text.encode(), name)
+            except PairFileInvalid as exc:
+                raise ConfigError(exc.message) from None
         else:
             try:
                 jsonc.loads(text)

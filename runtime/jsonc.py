@@ -74,3 +74,5 @@ def loads(text: str | bytes) -> Any:
         return msgspec.json.decode(plain.encode())
     except msgspec.DecodeError as exc:
         raise JsoncError(f"invalid JSON: {exc}") from None
+    except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
+        raise JsoncError("invalid JSON: nested too deeply") from None

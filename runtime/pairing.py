@@ -91,6 +91,41 @@ def validate_client_id(client_id: Any) -> str:
     return client_id
 
 
+HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+PAIR_FILE_VERSION = 1
+
+
+def parse_pair_file(raw: bytes, where: str) -> PairFile:
+    """Decode and check a pair file: its shape, version, and one well-formed record per client id.
+
+    Raises :class:`PairFileInvalid` naming the first problem. The daemon refuses every credential
+    while its pair file is invalid, and a write through the config API that fails this check
+    changes nothing; so two records of one client (one revoked, one still approved, say) can
+    never both be in force.
+    """
+    try:
+        data = msgspec.json.decode(raw, type=PairFile)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise PairFileInvalid(f"{where} is not a valid pair file ({exc})") from None
+    except RecursionError:
+        raise PairFileInvalid(f"{where} is not a valid pair file (nested too deeply)") from None
+    if data.version != PAIR_FILE_VERSION:
+        raise PairFileInvalid(f"{where}: version {data.version} is not supported (this daemon reads {PAIR_FILE_VERSION})")
+    seen: set[str] = set()
+    for i, c in enumerate(data.clients):
+        if not CLIENT_ID_RE.match(c.client_id):
+            raise PairFileInvalid(f"{where}: clients[{i}].clientId {c.client_id[:80]!r} is not 1 to 64 characters "
+                                  f"of letters, digits, '.', '_' or '-'")
+        if c.client_id in seen:
+            raise PairFileInvalid(f"{where}: client {c.client_id!r} has more than one record")
+        seen.add(c.client_id)
+        if c.credential_hash is not None and not HASH_RE.match(c.credential_hash):
+            raise PairFileInvalid(f"{where}: clients[{i}].credentialHash is not 64 lowercase hex digits")
+        if len(c.name) > 200:
+            raise PairFileInvalid(f"{where}: clients[{i}].name is longer than 200 characters")
+    return data
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -135,9 +170,9 @@ class PairStore:
 
     def _parse(self, raw: bytes) -> PairFile:
         try:
-            return msgspec.json.decode(raw, type=PairFile)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise PairFileInvalid(f"pair file {self.path} is invalid ({exc}); every credential is refused until it is fixed") from None
+            return parse_pair_file(raw, f"pair file {self.path}")
+        except PairFileInvalid as exc:
+            raise PairFileInvalid(f"{exc.message}; every credential is refused until it is fixed") from None
 
     @contextmanager
     def _locked(self) -> Iterator[PairFile]:
@@ -212,11 +247,12 @@ class PairStore:
     def revoke(self, client_id: str) -> None:
         validate_client_id(client_id)
         with self._locked() as data:
-            rec = next((c for c in data.clients if c.client_id == client_id), None)
-            if rec is None:
+            records = [c for c in data.clients if c.client_id == client_id]
+            if not records:
                 raise ClientNotFound(f"no client {client_id!r} in {self.path}")
-            rec.status = "revoked"
-            rec.credential_hash = None
+            for rec in records:  # (one per client in a valid file; every one, whatever the file)
+                rec.status = "revoked"
+                rec.credential_hash = None
 
     def clients(self) -> list[ClientRecord]:
         return list(self._data.clients)

@@ -401,7 +401,10 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
     token = await daemon.pair("c1", strong=True)
     good = daemon.pair_path.read_bytes()
     tmp = daemon.pair_path.with_name("pair.json.edit")
-    for garbage in [b"{not json", b'{"clients": "everyone"}', b"", b'{"clients": [{"name": 1}]}', b"\xff\xfe"]:
+    copied = json.loads(good)
+    copied["clients"].append(dict(copied["clients"][0]))  # a second record of c1 (hash and all)
+    for garbage in [b"{not json", b'{"clients": "everyone"}', b"", b'{"clients": [{"name": 1}]}', b"\xff\xfe",
+                    json.dumps(copied).encode(), b'{"version": 2, "clients": []}', b"[" * 5000]:
         tmp.write_bytes(garbage)
         os.replace(tmp, daemon.pair_path)
         await daemon.wait_refused(token)

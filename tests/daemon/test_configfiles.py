@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 
 from .conftest import Daemon, DaemonFactory, error_of, raw_http
 
@@ -201,6 +202,14 @@ INVALID_WRITES = [
     ("notes.jsonc", '{"a": 1} trailing'),
     ("pair.json", '{"clients": "everyone"}'),
     ("pair.json", "{"),
+    ("pair.json", '{"version": 2, "clients": []}'),
+    ("pair.json", '{"clients": [{"clientId": "../x"}]}'),
+    ("pair.json", '{"clients": [{"clientId": "a", "credentialHash": "zz"}]}'),
+    ("pair.json", '{"clients": [{"clientId": "a"}, {"clientId": "a", "status": "revoked"}]}'),
+    # nested past the interpreter's recursion limit (was a 500 from the decoder)
+    ("lens.jsonc", "[" * 5000 + "]" * 5000),
+    ("extra.json", "[" * 5000),
+    ("pair.json", '{"clients": ' + "[" * 5000 + "]" * 5000 + "}"),
 ]
 
 
@@ -238,6 +247,22 @@ async def test_writing_the_pair_file_through_the_api_is_validated_and_honoured(s
     await d.wait_refused(other)
     await d.wait_accepted(token)
     assert os.stat(d.pair_path).st_mode & 0o777 == 0o600
+
+
+async def test_a_second_record_of_an_approved_client_cannot_be_written(setup):
+    # Were it accepted, `lens pair revoke` would mark one record revoked and leave its copy (same
+    # hash) approved: a client that can write the pair file could make itself unrevocable.
+    d, token, _ = setup
+    data = json.loads((await d.get("/config/files/pair.json", token)).json()["text"])
+    admin = next(c for c in data["clients"] if c["clientId"] == "admin")
+    data["clients"].append(dict(admin))
+    before = d.pair_path.read_bytes()
+    r = await d.put("/config/files/pair.json", token, {"text": json.dumps(data)})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+    assert "'admin' has more than one record" in r.json()["error"]["message"]
+    assert d.pair_path.read_bytes() == before
+    await trio.to_thread.run_sync(lambda: d.pairs().revoke("admin"))
+    await d.wait_refused(token)
 
 
 async def test_config_text_never_enters_the_daemon_log(setup, caplog: pytest.LogCaptureFixture):

@@ -148,10 +148,14 @@ async def test_chunked_body_over_the_limit_is_413(daemon_factory):
 
 
 async def test_malformed_json_is_400_and_wrong_shape_is_422(daemon: Daemon, strong: str):
-    for raw in [b"{", b"not json", b'{"name": "x",}', b"\xff\xfe", b'{"name": "x"} trailing', b""]:
+    deep = b"[" * 5000 + b"]" * 5000  # past the interpreter's recursion limit (was a 500)
+    for raw in [b"{", b"not json", b'{"name": "x",}', b"\xff\xfe", b'{"name": "x"} trailing', b"", deep, b"[" * 5000,
+                b'{"name": "x", "workspace": "/", "extra": ' + deep + b"}"]:
         r = await daemon.client.post("/api/v1/projects", content=raw,
                                      headers={"Authorization": f"Bearer {strong}", "Content-Type": "application/json"})
-        assert r.status_code == 400 and error_of(r) == "INVALID_JSON", (raw, r.text)
+        assert r.status_code == 400 and error_of(r) == "INVALID_JSON", (raw[:40], r.text)
+    r = await daemon.client.post("/api/v1/pair/requests", content=deep, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and error_of(r) == "INVALID_JSON", r.text  # no credential needed to ask
     for body in [[], "x", 1, None, {}, {"name": "x"}, {"name": 1, "workspace": "/"},
                  {"name": "x", "workspace": "/", "extra": True}, {"Name": "x", "Workspace": "/"}]:
         r = await daemon.request("POST", "/projects", strong, content=json.dumps(body).encode(),
