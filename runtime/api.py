@@ -26,6 +26,7 @@ from events.reader import SEQ_MAX
 from events.store import Draft, EventStore
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
+from tools.files.image import sniff as sniff_image
 
 from . import actor as a
 from .bus import Bus, event_frame, sse_message
@@ -36,6 +37,7 @@ from .guard import Guard
 from .pairing import PairStore, Principal
 from .projection_service import ProjectionService
 from .providers.catalog import ProviderCatalog
+from .providers.compile import IMAGE_MIMES
 from .sse_socket import direct_writer, keep_send
 from .supervisor import Supervisor
 from .views import project_view, session_row_view, session_view
@@ -53,7 +55,7 @@ STATUS: dict[str, int] = {
     "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
     "UNSUPPORTED_MEDIA_TYPE": 415,
     "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
-    "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422,
+    "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422, "IMAGE_UNSUPPORTED": 422,
     "PAIRING_LIMIT": 429,
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PROJECTION_STALLED": 503, "STORE_CLOSED": 503,
 }
@@ -334,6 +336,9 @@ def create_app(svc: Services) -> QuartTrio:
         else:
             content = [t.TextPart(p.text) if isinstance(p, TextPartIn) else t.ImagePart(p.artifact_id, p.mime)
                        for p in body.content]
+            for part in content:
+                if isinstance(part, t.ImagePart):
+                    await check_image(part)
         result = await svc.supervisor.call(sid, a.Submit(body.request_id, content, body.when_busy))
         return json_response(result, 202)
 
@@ -409,10 +414,9 @@ def create_app(svc: Services) -> QuartTrio:
 
     # ------------------------------------------------------------------ artifacts, tools
 
-    @app.get("/api/v1/artifacts/<aid>")
-    async def artifact(aid: str) -> Response:
+    async def load_artifact(aid: str) -> bytes:
         if not re.fullmatch(r"[0-9a-f]{64}", aid):
-            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid!r}")
+            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}")
         path = svc.data_dir / "artifacts" / aid
         try:
             data = await trio.to_thread.run_sync(path.read_bytes)
@@ -420,7 +424,24 @@ def create_app(svc: Services) -> QuartTrio:
             raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid!r}") from None
         if hashlib.sha256(data).hexdigest() != aid:
             raise ApiError("ARTIFACT_NOT_FOUND", f"artifact {aid!r} is damaged on disk")
-        return Response(data, content_type=_sniff_mime(data))
+        return data
+
+    async def check_image(part: t.ImagePart) -> None:
+        """An image input must name a stored, intact artifact of a type models take, as what it
+        is: checked before the input enters the log, where a bad part would fail every later
+        model request of the session (images are loaded afresh for each)."""
+        if part.mime not in IMAGE_MIMES:
+            raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
+                                                f"not {part.mime[:80]!r}")
+        actual = sniff_image(await load_artifact(part.artifact_id))
+        if actual != part.mime:
+            raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
+                                                f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
+
+    @app.get("/api/v1/artifacts/<aid>")
+    async def artifact(aid: str) -> Response:
+        data = await load_artifact(aid)
+        return Response(data, content_type=sniff_image(data) or "application/octet-stream")
 
     @app.get("/api/v1/models")
     async def models() -> Response:
@@ -538,18 +559,6 @@ def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
     if raw is None or raw == "":
         return default
     return _parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)
-
-
-def _sniff_mime(data: bytes) -> str:
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
 
 
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often

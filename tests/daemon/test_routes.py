@@ -8,6 +8,7 @@ and withdrawn without any timing assumption.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import trio
@@ -315,6 +316,43 @@ async def test_submit_runs_and_the_view_shows_it(daemon: Daemon, strong: str):
     assert again["duplicate"] is True and again["seq"] == ack["seq"]
     assert (await daemon.get("/health")).json()["lastSeq"] == before
     assert len((await daemon.wait_idle(strong, sid))["items"]) == 2
+
+
+def store_artifact(daemon: Daemon, data: bytes) -> str:
+    aid = hashlib.sha256(data).hexdigest()
+    (daemon.data_dir / "artifacts").mkdir(parents=True, exist_ok=True)
+    (daemon.data_dir / "artifacts" / aid).write_bytes(data)
+    return aid
+
+
+async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemon, strong: str):
+    # Checked at submit: a bad image part in the log would fail every later model request of the
+    # session (each loads its images afresh), so it never gets there.
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    png = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * 32)
+    text = store_artifact(daemon, b"<html>not an image</html>")
+    damaged = store_artifact(daemon, b"\xff\xd8\xff" + b"jpeg")
+    (daemon.data_dir / "artifacts" / damaged).write_bytes(b"\xff\xd8\xff" + b"JPEG")  # no longer its hash
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    refused = [
+        ({"artifactId": png, "mime": "image/jpeg"}, 422, "IMAGE_UNSUPPORTED"),  # PNG bytes
+        ({"artifactId": png, "mime": "text/html"}, 422, "IMAGE_UNSUPPORTED"),
+        ({"artifactId": text, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
+        ({"artifactId": "0" * 64, "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
+        ({"artifactId": "../../etc/passwd", "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
+        ({"artifactId": damaged, "mime": "image/jpeg"}, 404, "ARTIFACT_NOT_FOUND"),
+    ]
+    for image, status, code in refused:
+        r = await daemon.post(f"/sessions/{sid}/inputs", strong, {
+            "requestId": "img", "content": [{"type": "text", "text": "look"}, {"type": "image", **image}]})
+        assert r.status_code == status and error_of(r) == code, (image, r.text)
+    assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was appended
+    ack = await daemon.submit(strong, sid, "img", [{"type": "text", "text": "look"},
+                                                   {"type": "image", "artifactId": png, "mime": "image/png"}])
+    assert ack["duplicate"] is False
+    sub = next(e for e in await daemon.events(strong, sid) if e["kind"] == "input.submitted")
+    assert sub["body"]["content"][1] == {"type": "image", "artifact_id": png, "mime": "image/png"}
 
 
 async def test_submit_with_content_parts(daemon: Daemon, strong: str):
