@@ -8,6 +8,8 @@ See ``config/lens.example.jsonc`` for every key with its meaning.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,9 +112,46 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
     return cfg
 
 
+# (key, value, lowest, highest): the ranges in which each number keeps the daemon usable. The body
+# limit's floor keeps room for a config write (a lower one would refuse the write that fixes it).
+def _ranges(cfg: Config) -> list[tuple[str, float, float, float]]:
+    s, lg, ss = cfg.server, cfg.log, cfg.sessions
+    return [
+        ("server.port", s.port, 0, 65535),
+        ("server.maxBodyBytes", s.max_body_bytes, 64 * 1024, 1024**3),
+        ("server.heartbeatSeconds", s.heartbeat_seconds, 0.1, 86400),
+        ("server.sseBufferEvents", s.sse_buffer_events, 1, 10_000_000),
+        ("server.maxPendingPairings", s.max_pending_pairings, 1, 100_000),
+        ("log.maxEventBytes", lg.max_event_bytes, 64 * 1024, 1024**3),
+        ("log.compressionLevel", lg.compression_level, 1, 22),
+        ("sessions.idleSeconds", ss.idle_seconds, 0.1, 365 * 86400),
+        ("sessions.snapshotEvery", ss.snapshot_every, 1, 10_000_000),
+        ("sessions.maxRestarts", ss.max_restarts, 0, 1000),
+    ]
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _valid_host(host: str) -> bool:
+    """An IP address (IPv6 with or without brackets) or a DNS host name."""
+    try:
+        ipaddress.ip_address(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in name.split("."))
+
+
 def _check(cfg: Config, where: str) -> None:
-    if not 0 <= cfg.server.port <= 65535:
-        raise ConfigError(f"{where}: server.port must be 0..65535")
+    for key, value, lo, hi in _ranges(cfg):
+        if not lo <= value <= hi:  # (also false for NaN)
+            raise ConfigError(f"{where}: {key} must be {lo:g} to {hi:g}, not {value!r}")
+    if not _valid_host(cfg.server.host):
+        raise ConfigError(f"{where}: server.host {cfg.server.host[:100]!r} is not an IP address or host name")
+    if not cfg.data_dir or "\0" in cfg.data_dir:
+        raise ConfigError(f"{where}: dataDir must be a non-empty path")
     ids = [p.id for p in cfg.providers]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -126,7 +165,10 @@ def _check(cfg: Config, where: str) -> None:
         for m in p.models:
             if m.max_output_tokens is not None and m.max_output_tokens < 1:
                 raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: maxOutputTokens must be a positive integer")
-    if cfg.default_model is not None and "/" not in cfg.default_model:
+            if m.context_window < 1:
+                raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: contextWindow must be a positive integer")
+    provider, _, model = (cfg.default_model or "x/x").partition("/")
+    if not provider or not model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
 
 

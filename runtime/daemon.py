@@ -158,7 +158,17 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                     finally:
                         http_done.set()
 
-                binds: list[str] = await services.start(run_http)
+                try:
+                    binds: list[str] = await services.start(run_http)
+                except (OSError, BaseExceptionGroup) as exc:  # (hypercorn's nursery wraps it)
+                    errors = _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+                    if not all(isinstance(e, OSError) for e in errors):
+                        raise
+                    # an address this machine does not have, a name that does not resolve, a
+                    # port in use: the daemon cannot serve, and says so
+                    first = errors[0]
+                    reason = first.strerror if isinstance(first, OSError) and first.strerror else str(first)
+                    raise ListenFailed(f"cannot listen on {opts.host}:{opts.port} ({reason})") from None
                 guard.port = _port_of(binds[0]) if binds else opts.port
                 say(f"lens: event log at {opts.data_dir}; {store.last_seq} event(s)")
                 for b in binds:
@@ -249,8 +259,27 @@ async def _signals(stop: trio.Event) -> None:
             return
 
 
+class ListenFailed(LensError):
+    code = "LISTEN_FAILED"
+
+
 def run(opts: ServeOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     with FreezeSurvivors():  # full collections walk only what is new (see runtime.gcpolicy)
-        trio.run(serve, opts)
+        try:
+            trio.run(serve, opts)
+        except BaseExceptionGroup as group:
+            # A failure of ours with a stable code, alone in the nurseries' groups, is reported as
+            # itself (the CLI prints `lens: CODE: message`), not as a traceback of nested groups.
+            leaves = _leaves(group)
+            if len(leaves) == 1 and isinstance(leaves[0], LensError):
+                raise leaves[0] from None
+            raise
     return 0
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -135,3 +136,21 @@ async def test_lens_serve_refuses_a_bad_config_cleanly(tmp_path: Path):
     out = await run_lens(tmp_path, "serve", "--port", "0", check=False)
     assert out.returncode != 0
     assert "CONFIG_INVALID" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_lens_serve_names_an_address_it_cannot_listen_on(tmp_path: Path):
+    # A port another socket holds, an address this machine does not have, a name that does not
+    # resolve: `lens: LISTEN_FAILED: …`, exit 2, no traceback (it was a tree of exception groups).
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        for host, port_arg, reason in [("127.0.0.1", str(port), "in use"),
+                                       ("192.0.2.1", "0", "Cannot assign requested address")]:
+            out = await run_lens(tmp_path, "serve", "--host", host, "--port", port_arg, check=False)
+            assert out.returncode == 2, out.stderr
+            assert f"lens: LISTEN_FAILED: cannot listen on {host}:{port_arg}" in out.stderr, out.stderr
+            assert reason in out.stderr and "Traceback" not in out.stderr, out.stderr
+    finally:
+        taken.close()

@@ -1,0 +1,76 @@
+"""Config validation: every number in a range that keeps the daemon usable, checked at its edges;
+hosts, paths and model ids checked for shape. The same check runs at start-up and on every
+``PUT /config/files/lens.jsonc`` (see tests/daemon/test_configfiles.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from runtime.config import ConfigError, parse_config
+
+# (section, key, lowest, highest, step past the edge)
+RANGES = [
+    ("server", "port", 0, 65535, 1),
+    ("server", "maxBodyBytes", 64 * 1024, 1024**3, 1),
+    ("server", "heartbeatSeconds", 0.1, 86400, 0.01),
+    ("server", "sseBufferEvents", 1, 10_000_000, 1),
+    ("server", "maxPendingPairings", 1, 100_000, 1),
+    ("log", "maxEventBytes", 64 * 1024, 1024**3, 1),
+    ("log", "compressionLevel", 1, 22, 1),
+    ("sessions", "idleSeconds", 0.1, 365 * 86400, 0.01),
+    ("sessions", "snapshotEvery", 1, 10_000_000, 1),
+    ("sessions", "maxRestarts", 0, 1000, 1),
+]
+
+
+def cfg(**sections: Any) -> str:
+    return json.dumps(sections)
+
+
+@pytest.mark.parametrize(("section", "key", "lo", "hi", "step"), RANGES, ids=[f"{s}.{k}" for s, k, *_ in RANGES])
+def test_numbers_are_accepted_exactly_at_their_edges_and_refused_one_step_past(section: str, key: str, lo: float,
+                                                                               hi: float, step: float) -> None:
+    for ok in (lo, hi):
+        parse_config(cfg(**{section: {key: ok}}))
+    for bad in (lo - step, hi + step):
+        with pytest.raises(ConfigError) as info:
+            parse_config(cfg(**{section: {key: bad}}))
+        assert info.value.code == "CONFIG_INVALID" and f"{section}.{key} must be" in info.value.message, bad
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::1", "[::1]", "::", "localhost", "lens.example.com",
+                                  "example.com.", "a" * 63 + ".org"])
+def test_hosts_that_can_be_bound(host: str) -> None:
+    assert parse_config(cfg(server={"host": host})).server.host == host
+
+
+@pytest.mark.parametrize("host", ["", "not a host", "a..b", "-x.com", "x_y.com", "host:80", "a" * 64 + ".org",
+                                  "1.2.3.4.5" + ".x" * 200, "[127.0.0.1", "127.0.0.1\n"])
+def test_hosts_that_cannot(host: str) -> None:
+    with pytest.raises(ConfigError, match="server.host"):
+        parse_config(cfg(server={"host": host}))
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"dataDir": ""}, "dataDir"),
+    ({"dataDir": "a\0b"}, "dataDir"),
+    ({"defaultModel": "faux/"}, "defaultModel"),
+    ({"defaultModel": "/echo"}, "defaultModel"),
+    ({"defaultModel": "echo"}, "defaultModel"),
+    ({"providers": [{"id": "p", "protocol": "faux", "models": [{"id": "m", "contextWindow": 0}]}]}, "contextWindow"),
+])
+def test_paths_and_model_ids_are_checked(body: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        parse_config(json.dumps(body))
+
+
+def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_config('{"server": ' + "[" * 5000 + "]" * 5000 + "}")
+
+
+def test_defaults_pass_their_own_check() -> None:
+    assert parse_config("{}") is not None
