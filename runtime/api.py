@@ -141,6 +141,33 @@ async def read_body(kind: type[B]) -> B:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
 
 
+# Never a workspace: the whole filesystem, the system's own top-level directories, and anything
+# inside the kernel's virtual filesystems (an agent may edit and run commands in its workspace).
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr",
+                         "/var", "/proc", "/sys", "/dev", "/run"})
+VIRTUAL_FS = ("/proc/", "/sys/", "/dev/", "/run/")
+
+
+def workspace_dir(raw: str) -> Path:
+    """The resolved workspace directory ``raw`` names, or 422 ``WORKSPACE_INVALID`` saying why."""
+    shown = raw if len(raw) <= 200 else raw[:200] + "…"
+    if not raw or "\0" in raw:
+        raise ApiError("WORKSPACE_INVALID", "workspace must be a non-empty path without NUL characters")
+    try:
+        ws = Path(raw).expanduser()
+        if not ws.is_absolute():
+            raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} must be an absolute path")
+        if not ws.is_dir():
+            raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} is not an existing directory")
+        ws = ws.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # too long a name, a symlink loop, no permission…
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} cannot be used ({reason})") from None
+    if str(ws) in SYSTEM_DIRS or str(ws).startswith(VIRTUAL_FS):
+        raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} is a system directory; choose a project directory")
+    return ws
+
+
 def check_id(value: str, what: str) -> str:
     if not ID_RE.match(value):
         raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
@@ -276,10 +303,7 @@ def create_app(svc: Services) -> QuartTrio:
         body = await read_body(ProjectBody)
         if not body.name.strip() or len(body.name) > 200:
             raise ApiError("VALIDATION_FAILED", "name must be 1 to 200 characters")
-        ws = Path(body.workspace).expanduser()
-        if not body.workspace or "\0" in body.workspace or not ws.is_dir():
-            raise ApiError("WORKSPACE_INVALID", f"workspace {body.workspace!r} is not an existing directory")
-        ws = ws.resolve()
+        ws = workspace_dir(body.workspace)
         pid = svc.new_id("prj")
         res = await svc.store.append(Draft(t.ProjectCreated(name=body.name, workspace=str(ws)), project_id=pid))
         await svc.projections.caught_up(res.seq)

@@ -192,9 +192,15 @@ async def test_projects_create_and_list(daemon: Daemon, strong: str, reader: str
 
 async def test_project_workspace_must_be_an_existing_directory(daemon: Daemon, strong: str):
     (daemon.root / "a-file").write_text("x")
-    for workspace in ["{root}/missing", "{root}/a-file", "", "relative/missing", "{root}/x\u0000y"]:
+    (daemon.root / "loop").symlink_to(daemon.root / "loop")
+    (daemon.root / "rel").mkdir()
+    long_name = "{root}/" + "a" * 300  # one name past NAME_MAX (was a 500: the stat raised)
+    for workspace in ["{root}/missing", "{root}/a-file", "", "relative/missing", "{root}/x\u0000y", long_name,
+                      "/" + "a/" * 3000, "{root}/loop", "rel", "/", "/etc", "/usr", "/proc", "/proc/self", "/sys/kernel",
+                      "/dev", "{root}" + "/.." * 64]:  # (the last resolves to /)
         r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace.format(root=daemon.root)})
-        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace[:60], r.text)
+        assert len(r.json()["error"]["message"]) < 400
     assert (await daemon.get("/projects", strong)).json()["projects"] == []
 
 
