@@ -28,6 +28,12 @@ class ConfigFileNotFound(LensError):
     code = "CONFIG_FILE_NOT_FOUND"
 
 
+class ConfigFileUnreadable(LensError):
+    """A listed file the API cannot serve as text: larger than the body limit, or not UTF-8."""
+
+    code = "CONFIG_FILE_UNREADABLE"
+
+
 class ConfigFiles:
     def __init__(self, main_config: Path, pair_file: Path, max_bytes: int = 1024 * 1024) -> None:
         self.main = Path(main_config)
@@ -81,11 +87,12 @@ class ConfigFiles:
         with os.fdopen(fd, "rb") as f:
             raw = f.read(self.max_bytes + 1)
         if len(raw) > self.max_bytes:
-            raise LensError(f"{name} is larger than {self.max_bytes} bytes")
+            raise ConfigFileUnreadable(f"{name} is larger than {self.max_bytes} bytes (server.maxBodyBytes); "
+                                       f"edit it where it lives")
         try:
             text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError(f"{name} is not UTF-8 text") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigFileUnreadable(f"{name} is not UTF-8 text (byte {exc.start}); edit it where it lives") from None
         return {"name": name, "role": role, "exists": True, "text": text, "digest": hashlib.sha256(raw).hexdigest()}
 
     def validate(self, role: str, name: str, text: str) -> None:

@@ -98,6 +98,22 @@ async def test_reads_a_listed_file_byte_exactly(setup):
     assert r.json()["text"] == (d.config_dir / "notes.jsonc").read_text()
 
 
+async def test_a_listed_file_the_api_cannot_serve_as_text_is_named(setup):
+    # Larger than the body limit (1 MiB here: exactly at it is served), or not UTF-8: a JSON
+    # 422 naming the file, not a 500.
+    d, token, _ = setup
+    limit = 1024 * 1024
+    (d.config_dir / "big.json").write_bytes(b'"' + b"x" * (limit - 2) + b'"')
+    r = await d.get("/config/files/big.json", token)
+    assert r.status_code == 200 and len(r.json()["text"]) == limit
+    (d.config_dir / "big.json").write_bytes(b'"' + b"x" * (limit - 1) + b'"')
+    (d.config_dir / "latin1.json").write_bytes(b'{"caf\xe9": 1}')
+    for name, words in [("big.json", "larger than 1048576 bytes"), ("latin1.json", "not UTF-8 text (byte 5)")]:
+        r = await d.get(f"/config/files/{name}", token)
+        assert r.status_code == 422 and error_of(r) == "CONFIG_FILE_UNREADABLE", (name, r.text)
+        assert name in r.json()["error"]["message"] and words in r.json()["error"]["message"], r.text
+
+
 TRICKS = [
     "lens.example.jsonc", "other.template.json", "readme.txt", "script.py", ".hidden.json", "subdir.json",
     "link.json", "dirlink.jsonc", "missing.json",
