@@ -227,11 +227,15 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
         if unknown:
             raise AnswerInvalid(f"unknown option ids: {', '.join(unknown)}")
         chosen = set(option_ids)
-        out["optionIds"] = [o for o in dict.fromkeys(order) if o in chosen]
+        if chosen:
+            out["optionIds"] = [o for o in dict.fromkeys(order) if o in chosen]
     if text is not None:
         if not isinstance(text, str) or len(text) > 20_000:
             raise AnswerInvalid("text must be a string of at most 20000 characters")
         if not any(q.allow_text for q in questions):
             raise AnswerInvalid("these questions take options only, no text")
-        out["text"] = text
+        if text.strip():
+            out["text"] = text
+    if len(out) == 1:  # an empty list and blank text say nothing (the model was told "The user .")
+        raise AnswerInvalid("an answer needs at least one option id or some text (or answer with a skip)")
     return out

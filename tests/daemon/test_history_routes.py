@@ -86,8 +86,10 @@ async def test_answering_a_question_over_http(daemon_factory) -> None:
     path = f"/sessions/{sid}/questions/{qid}/answer"
     resp = await daemon.post(path, reader, {"kind": "skip"})
     assert resp.status_code == 403
-    resp = await daemon.post(path, strong, {"kind": "answer", "optionIds": ["zz"]})
-    assert resp.status_code == 422 and error_of(resp) == "ANSWER_INVALID"
+    for empty in [{"kind": "answer", "optionIds": ["zz"]}, {"kind": "answer", "optionIds": []},
+                  {"kind": "answer", "optionIds": [], "text": "  "}, {"kind": "answer"}]:
+        resp = await daemon.post(path, strong, empty)  # unknown, or nothing said at all
+        assert resp.status_code == 422 and error_of(resp) == "ANSWER_INVALID", (empty, resp.text)
     resp = await daemon.post(path, strong, {"kind": "answer", "optionIds": ["b", "r"]})
     assert resp.status_code == 200, resp.text
     assert resp.json()["answer"] == {"kind": "answer", "optionIds": ["r", "b"]}
