@@ -169,6 +169,17 @@ def workspace_dir(raw: str) -> Path:
     return ws
 
 
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(value: str, what: str) -> str:
+    """A display name: 1 to 200 characters, not all blank, no control characters."""
+    if not value.strip() or len(value) > 200 or _CONTROL.search(value):
+        raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control characters")
+    return value
+
+
 def check_id(value: str, what: str) -> str:
     if not ID_RE.match(value):
         raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
@@ -302,8 +313,7 @@ def create_app(svc: Services) -> QuartTrio:
     async def create_project() -> Response:
         require_strong("create projects")
         body = await read_body(ProjectBody)
-        if not body.name.strip() or len(body.name) > 200:
-            raise ApiError("VALIDATION_FAILED", "name must be 1 to 200 characters")
+        check_name(body.name, "name")
         ws = workspace_dir(body.workspace)
         pid = svc.new_id("prj")
         res = await svc.store.append(Draft(t.ProjectCreated(name=body.name, workspace=str(ws)), project_id=pid))
@@ -318,8 +328,14 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/sessions")
     async def list_sessions() -> Response:
-        project = request.args.get("project") or request.args.get("projectId")
-        include_deleted = request.args.get("includeDeleted") in ("1", "true")
+        project, project_id = _id_arg("project", "project filter"), _id_arg("projectId", "project filter")
+        if project is not None and project_id is not None and project != project_id:
+            raise ApiError("INVALID_ARGUMENT", "project and projectId name different projects; give one")
+        project = project or project_id
+        flag = _one_arg("includeDeleted")
+        if flag not in (None, "", "0", "1", "false", "true"):
+            raise ApiError("INVALID_ARGUMENT", "includeDeleted must be true, false, 1 or 0")
+        include_deleted = flag in ("1", "true")
         await svc.projections.caught_up()
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions"
         where, args = [], []
@@ -337,6 +353,12 @@ def create_app(svc: Services) -> QuartTrio:
     async def create_session() -> Response:
         require_strong("create sessions")
         body = await read_body(SessionBody)
+        if body.name is not None:
+            check_name(body.name, "name")
+        if body.thinking_level is not None and body.thinking_level not in THINKING_LEVELS:
+            raise ApiError("VALIDATION_FAILED", f"thinkingLevel must be one of {', '.join(THINKING_LEVELS)}")
+        if body.model is not None and not (0 < len(body.model) <= 200 and body.model.strip() == body.model):
+            raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters")
         if not await project_exists(body.project_id):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
         sid = await svc.supervisor.create_session(body.project_id, model=body.model,
@@ -371,6 +393,7 @@ def create_app(svc: Services) -> QuartTrio:
     async def withdraw(sid: str, rid: str) -> Response:
         require_strong("withdraw inputs")
         check_id(sid, "session id")
+        check_id(rid, "requestId")
         await read_body(EmptyBody)
         return json_response(await svc.supervisor.call(sid, a.Withdraw(rid)))
 
@@ -378,6 +401,7 @@ def create_app(svc: Services) -> QuartTrio:
     async def steer(sid: str, rid: str) -> Response:
         require_strong("steer inputs")
         check_id(sid, "session id")
+        check_id(rid, "requestId")
         await read_body(EmptyBody)
         return json_response(await svc.supervisor.call(sid, a.Steer(rid)))
 
@@ -417,12 +441,9 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/events/stream")
     async def stream() -> Response:
-        session = request.args.get("session")
-        project = request.args.get("project")
-        for name, value in (("session", session), ("project", project)):
-            if value is not None:
-                check_id(value, f"{name} filter")  # an empty or malformed id would match nothing
-        last = request.headers.get("Last-Event-ID") or request.args.get("after")
+        session = _id_arg("session", "session filter")
+        project = _id_arg("project", "project filter")
+        last = request.headers.get("Last-Event-ID") or _one_arg("after")
         after = None if last in (None, "") else _parse_int("Last-Event-ID", last.strip(), 0, SEQ_MAX)
         if after is not None and after > svc.store.last_seq:
             # Not a position this log ever had (every seq a client saw is committed): resuming
@@ -476,10 +497,10 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/tools/inventory")
     async def tools_inventory() -> Response:
-        sid = request.args.get("session")
+        sid = _id_arg("session", "session")
         is_main = True
-        if sid:
-            await svc.supervisor.call(check_id(sid, "session"), a.GetState())
+        if sid is not None:
+            await svc.supervisor.call(sid, a.GetState())
         tools = svc.supervisor.deps.tools
         visible = {s.name for s in tools.visible(is_main_agent=is_main)}
         sub_visible = {s.name for s in tools.visible(is_main_agent=False)}
@@ -576,11 +597,23 @@ def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     return v
 
 
-def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
+def _one_arg(name: str) -> str | None:
+    """The query parameter ``name`` (``None`` when absent); given twice it is 400."""
     values = request.args.getlist(name)
     if len(values) > 1:
         raise ApiError("INVALID_ARGUMENT", f"{name} is given {len(values)} times; give it once")
-    raw = values[0] if values else None
+    return values[0] if values else None
+
+
+def _id_arg(name: str, what: str) -> str | None:
+    """An id filter: absent is ``None``; present it must be a well-formed id (an empty one would
+    silently filter nothing, or match nothing)."""
+    value = _one_arg(name)
+    return None if value is None else check_id(value, what)
+
+
+def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
+    raw = _one_arg(name)
     if raw is None or raw == "":
         return default
     return _parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)

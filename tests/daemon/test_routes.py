@@ -301,6 +301,41 @@ async def test_an_events_page_is_bounded_in_bytes_as_well_as_in_events(daemon_fa
     assert [len(p) for p in pages] == [3, 2, 1]  # created + 2 × 6 MiB | 2 × 6 MiB | 6 MiB
 
 
+async def test_session_fields_are_checked_like_project_fields(daemon: Daemon, strong: str):
+    p = await daemon.project(strong)
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    for body, code in [({"name": ""}, "VALIDATION_FAILED"), ({"name": "   "}, "VALIDATION_FAILED"),
+                       ({"name": "n" * 201}, "VALIDATION_FAILED"), ({"name": "a\u0000b"}, "VALIDATION_FAILED"),
+                       ({"name": "line\nbreak"}, "VALIDATION_FAILED"), ({"thinkingLevel": "ultra"}, "VALIDATION_FAILED"),
+                       ({"thinkingLevel": ""}, "VALIDATION_FAILED"), ({"model": ""}, "MODEL_UNKNOWN"),
+                       ({"model": " faux/echo"}, "MODEL_UNKNOWN"), ({"model": "faux/" + "m" * 196}, "MODEL_UNKNOWN")]:
+        r = await daemon.post("/sessions", strong, {"projectId": p["id"], **body})
+        assert r.status_code == 422 and error_of(r) == code, (body, r.text[:200])
+    r = await daemon.post("/projects", strong, {"name": "a\u0000b", "workspace": str(daemon.root)})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+    assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was created
+    r = await daemon.post("/sessions", strong, {"projectId": p["id"], "name": "n" * 200, "thinkingLevel": "high"})
+    assert r.status_code == 201, r.text
+
+
+async def test_query_filters_are_given_once_and_well_formed(daemon: Daemon, strong: str, reader: str):
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    for path in ["/sessions?project=", f"/sessions?project={p['id']}&project=other", "/sessions?project=a%20b",
+                 f"/sessions?project={p['id']}&projectId=other", "/sessions?includeDeleted=maybe",
+                 "/sessions?includeDeleted=1&includeDeleted=0", "/tools/inventory?session=",
+                 f"/tools/inventory?session={sid}&session={sid}", f"/events/stream?session={sid}&session=x",
+                 "/events/stream?project=p&project=q", "/events/stream?after=1&after=2"]:
+        r = await daemon.get(path, reader)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (path, r.status_code, r.text[:200])
+    listed = (await daemon.get(f"/sessions?project={p['id']}&projectId={p['id']}", reader)).json()["sessions"]
+    assert [x["id"] for x in listed] == [sid]
+    for verb in ["withdraw", "steer"]:
+        for rid in ["%C3%A9", "r" * 201, "has%20space"]:
+            r = await daemon.post(f"/sessions/{sid}/inputs/{rid}/{verb}", strong, {})
+            assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (verb, rid[:20], r.text)
+
+
 # --------------------------------------------------------------------------- inputs
 
 
