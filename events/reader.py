@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -239,25 +238,24 @@ class LogReader:
         sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         remaining = limit
         cursor = after
-        spent = 0  # decoded body bytes of the rows yielded (with max_bytes)
+        left = max_bytes or 0  # with max_bytes: the decoded body bytes the read may still hold
         execute = self.conn.execute
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
             args[0] = cursor
             try:
-                batch = execute(sql, (*args, n)).fetchall()
+                rows = execute(sql, (*args, n))
+                if max_bytes is None:
+                    batch = rows.fetchall()
+                else:
+                    batch, left = _fetch_within(rows, left, first=cursor == after)
             except _DAMAGE as exc:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
                 raise self._damaged(where, exc) from None
-            if max_bytes is not None and batch:
-                kept, spent = _within_budget(batch, spent, max_bytes)
-                if kept < len(batch):
-                    yield batch[:kept]
-                    return
             if batch:
                 yield batch
             if len(batch) < n:
-                return
+                return  # the end, or the byte budget is spent
             cursor = batch[-1][0]
             if remaining is not None:
                 remaining -= len(batch)
@@ -342,24 +340,21 @@ class LogReader:
         return self._query("the events table", "SELECT count(*) FROM events")[0][0]
 
 
-_RAW_SIZE_COLUMN = itemgetter(10)  # raw_size in ROW_COLUMNS
-
-
-def _within_budget(batch: list[tuple[Any, ...]], spent: int, budget: int) -> tuple[int, int]:
-    """How many leading rows of ``batch`` fit in ``budget`` decoded body bytes (``raw_size``)
-    after ``spent``, and the bytes spent then. The read's first row always fits."""
-    try:
-        total = sum(map(_RAW_SIZE_COLUMN, batch))  # the common case: the whole page fits
-    except TypeError:
-        total = None  # a damaged raw_size: walk the rows (decoding names the damage later)
-    if total is not None and spent + total <= budget:
-        return len(batch), spent + total
-    for i, row in enumerate(batch):
-        size = row[10] if type(row[10]) is int and row[10] > 0 else 0
-        if spent and spent + size > budget:
-            return i, spent
-        spent += size
-    return len(batch), spent
+def _fetch_within(rows: apsw.Cursor, left: int, *, first: bool) -> tuple[list[tuple[Any, ...]], int]:
+    """The rows of ``rows`` whose decoded bodies (``raw_size``) fit in ``left`` bytes, and the
+    bytes left after them (-1 once a row did not fit); the read's ``first`` row always fits. Rows
+    past the budget are never fetched (a page of 2,000 events of megabytes each is not held and
+    then cut), and the statement is reset there, which ends its read."""
+    out: list[tuple[Any, ...]] = []
+    for row in rows:
+        size = row[10] if type(row[10]) is int and row[10] > 0 else 0  # (damage is named later)
+        if size > left and (out or not first):
+            rows.close()
+            return out, -1
+        left -= size
+        out.append(row)
+        first = False
+    return out, left
 
 
 # A read of at least this many rows in its first page gets a helper thread that decompresses the

@@ -675,3 +675,28 @@ async def test_mistyped_column_is_a_corrupt_row(data_dir: Path, column: str, val
             reader.decode(row)
     assert str(alone.value) == str(err)  # the row alone fails the same way as in a long read
     assert snapshot(data_dir) == before
+
+
+async def test_a_byte_bounded_read_never_fetches_the_rows_past_its_budget(data_dir: Path) -> None:
+    # Forty events of 1 MiB of text that barely compresses (as a session of big random command
+    # outputs would hold): a read bounded to 2 MiB holds two events, and the rows past the
+    # budget are not fetched at all (before, a page of 2,000 rows was fetched, then cut).
+    import base64
+    import os
+
+    async with open_store(data_dir, synchronous="OFF") as store:
+        for _ in range(40):
+            text = base64.b64encode(os.urandom(786_432)).decode()  # 1 MiB of text
+            await store.append(Draft(InstructionAppended(text=text), session_id="s1"))
+    with LogReader(data_dir) as reader:
+        sizes = [row.raw_size for row in reader.rows(limit=2)]
+        assert all(MiB < size < MiB + 64 for size in sizes)
+        tracemalloc.start()
+        try:
+            events = list(reader.events(session_id="s1", max_bytes=sum(sizes)))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert [e.seq for e in events] == [1, 2]
+    # two compressed rows (~0.8 MiB each) and two decoded texts (1 MiB each), not forty rows
+    assert peak < 8 * MiB, peak
