@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import trio
 
 from events import types as t
+from events.errors import AppendRejected
 from events.reader import StoredEvent
 from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
@@ -587,11 +588,24 @@ class SessionActor:
                           agent_id == MAIN_AGENT, start_subagent,
                           file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
-        await self._emit([d.Scoped(t.ToolFinished(
-            call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
-            is_error=result.is_error, content=result.content, structured_content=result.structured_content,
-            error_code=result.error_code), agent_id, task_id)]
-            + [d.Scoped(e, agent_id, task_id) for e in result.events])
+        try:
+            await self._emit([d.Scoped(t.ToolFinished(
+                call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
+                is_error=result.is_error, content=result.content, structured_content=result.structured_content,
+                error_code=result.error_code), agent_id, task_id)]
+                + [d.Scoped(e, agent_id, task_id) for e in result.events])
+        except AppendRejected as exc:
+            # The log cannot hold this result (larger than maxEventBytes, say): record that instead
+            # of crashing the actor, which would re-run the call (or report it interrupted) and lose
+            # what is known, that it ran. The model is told why it sees no result.
+            log.warning("session %s: the result of call %s (%s) was not recorded: %s",
+                        self.session_id, call.call_id, call.name, exc.message)
+            await self._emit([d.Scoped(t.ToolFinished(
+                call_id=call.call_id, name=call.name, status="error", is_error=True,
+                content=[t.TextPart(f"RESULT_NOT_RECORDED: {call.name} ran, but its result could not be "
+                                    f"recorded ({exc.message[:300]}); if it produced output, ask for less "
+                                    f"(a smaller range, a filter, a lower max_output_bytes).")],
+                error_code="RESULT_NOT_RECORDED"), agent_id, task_id)])
 
     async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
                    questions: list[t.Question]) -> dict[str, Any]:

@@ -111,15 +111,54 @@ class ToolRegistry:
             return ToolResult.error("TOOL_UNKNOWN", f"no tool named {name!r} is available to this agent")
         if spec.main_only and not ctx.is_main_agent:
             return ToolResult.error("TOOL_MAIN_ONLY", f"{name} is available to the main agent only")
-        if len(arguments.encode()) > self.MAX_ARGUMENT_BYTES:
+        if len(arguments.encode("utf-8", "surrogatepass")) > self.MAX_ARGUMENT_BYTES:
             return ToolResult.error("TOOL_ARGUMENTS_TOO_LARGE", f"{name} arguments exceed {self.MAX_ARGUMENT_BYTES} bytes")
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not valid JSON ({exc.msg} at {exc.pos})")
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not usable JSON ({str(exc)[:200]})")
+        except RecursionError:
+            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are nested too deeply")
         if not isinstance(args, Mapping):
             return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments must be a JSON object")
+        problem = _unrecordable(args)
+        if problem is not None:
+            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments {problem}")
         try:
             return await spec.run(dict(args), ctx)
         except ToolError as exc:
             return ToolResult.error(exc.code, exc.message)
+        # Any other exception is a defect: it crashes the session's actor, which the supervisor
+        # restarts from the log (the call is re-run if replay-safe, else reported interrupted).
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _unrecordable(value: Any) -> str | None:
+    """What in decoded JSON arguments the event log cannot record, or ``None``: a lone UTF-16
+    surrogate in a string or key (from a ``\\ud800`` escape: not encodable as UTF-8) or an integer
+    outside 64 bits (MessagePack holds no more). Tools echo their arguments into results and
+    events, so such a value would fail the append and crash the session's actor instead."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"contain a lone surrogate ({v[exc.start]!r}); send text as valid Unicode"
+        elif isinstance(v, bool) or v is None or isinstance(v, float):
+            continue
+        elif isinstance(v, int):
+            if not INT64[0] <= v <= INT64[1]:
+                digits = str(v)
+                return f"contain an integer outside 64 bits ({digits[:40]}{'…' if len(digits) > 40 else ''})"
+        elif isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None

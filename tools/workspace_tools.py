@@ -18,6 +18,7 @@ from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
+DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 
 
 class ExecutorAccess(Protocol):
@@ -136,6 +137,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         cwd = args.get("cwd", "")
         if not isinstance(cwd, str):
             raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
+        if "\0" in command or "\0" in cwd:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
         ex = await executor(ctx)
         out = bytearray()
         exit_info: Any = None
@@ -157,9 +160,15 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         if exit_info is None:
             raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
         text = out.decode("utf-8", errors="replace")
+        truncated = exit_info.truncated
+        limit = cap or DEFAULT_COMMAND_OUTPUT
+        if len(text) > limit // 4:  # (no text of at most limit/4 characters can pass limit bytes)
+            encoded = text.encode()
+            if len(encoded) > limit:  # invalid bytes became U+FFFD, 3 bytes each: cap the text too
+                text, truncated = encoded[:limit].decode("utf-8", errors="ignore"), True
         structured = {"exit_code": exit_info.exit_code, "timed_out": exit_info.timed_out,
-                      "truncated": exit_info.truncated, "duration_ms": exit_info.duration_ms}
-        note = f"\n[exit {exit_info.exit_code}{', timed out' if exit_info.timed_out else ''}{', output truncated' if exit_info.truncated else ''}]"
+                      "truncated": truncated, "duration_ms": exit_info.duration_ms}
+        note = f"\n[exit {exit_info.exit_code}{', timed out' if exit_info.timed_out else ''}{', output truncated' if truncated else ''}]"
         failed = exit_info.exit_code != 0 or exit_info.timed_out
         return ToolResult.text(text + note, structured, is_error=failed,
                                error_code=("COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED") if failed else None)

@@ -241,3 +241,25 @@ async def test_real_commands_are_serialized_and_a_read_waits_for_a_write(executo
         for (s1, e1), (s2, _) in zip(spans, spans[1:]):
             assert e1 <= s2, spans  # no two commands overlapped
         assert read_done and read_done[0] >= spans[0][1]  # the read ran after the first write ended
+
+
+async def test_command_output_that_is_not_utf8_stays_within_the_cap_as_text(local: tuple[ExecutorPool, Path],
+                                                                             tmp_path: Path) -> None:
+    # Each invalid byte becomes U+FFFD (three bytes) in the text result: 16 MiB of 0xFF made a
+    # 48 MiB result the log refused. The text is capped at max_output_bytes too, and says so.
+    pool, _ = local
+    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    with trio.fail_after(BOUND_S):
+        res = await specs["run_command"].run(
+            {"command": "head -c 3000 /dev/zero | tr '\\0' '\\377'", "max_output_bytes": 1000}, ctx("u1"))
+    text = res.content[0].text  # type: ignore[union-attr]
+    body, note = text.rsplit("\n", 1)
+    assert note == "[exit 0, output truncated]" and res.structured_content["truncated"] is True
+    assert len(body.encode()) <= 1000 and set(body) == {"\ufffd"}
+    with trio.fail_after(BOUND_S):
+        ok = await specs["run_command"].run({"command": "printf 'caf\\303\\251'", "max_output_bytes": 5}, ctx("u2"))
+    assert ok.content[0].text == "café\n[exit 0]" and ok.structured_content["truncated"] is False  # type: ignore[union-attr]
+    for bad in [{"command": "echo a\u0000b"}, {"command": "ls", "cwd": "x\u0000"}]:
+        with pytest.raises(ToolError) as info:
+            await specs["run_command"].run(bad, ctx("u3"))
+        assert info.value.code == "TOOL_ARGUMENTS_INVALID" and "NUL" in info.value.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import by_kind, one, sleep_call
 from runtime.actor import DEFAULT_SYSTEM_PROMPT
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
+from tools.base import ToolResult, ToolSpec
 
 
 async def test_tool_rounds_until_a_final_answer(rt, autojump_clock):
@@ -85,6 +86,53 @@ async def test_bad_tool_calls_come_back_as_error_results(rt, autojump_clock, cap
     assert len(by_kind(evs, "model.requested")) == 2
     assert st.agents["main"].items[-1].role == "assistant"
     assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # the actor never crashed
+
+
+async def test_argument_values_the_log_cannot_hold_are_error_results_not_crashes(rt, autojump_clock, caplog):
+    # Each of these used to crash the actor when the tool echoed the value into an event (until
+    # the session was quarantined): lone surrogates (from JSON escapes), integers past 64 bits,
+    # integers past Python's digit limit, nesting past the recursion limit.
+    rt.faux.script = [FauxTurn(when="hostile", tool_calls=[
+        FauxToolCall("todo", '{"items": [{"id": "a", "text": "\\ud800"}]}'),
+        FauxToolCall("todo", '{"items": [{"id": "\\udfff", "text": "x"}]}'),
+        FauxToolCall("get_system_time", '{"\\ud800": 1}'),
+        FauxToolCall("subagent", '{"prompt": "\\ud800"}'),
+        FauxToolCall("ask_user", '{"questions": [{"id": "q", "text": "\\ud800"}]}'),
+        FauxToolCall("sleep_milliseconds", '{"milliseconds": ' + str(2**64) + "}"),
+        FauxToolCall("sleep_milliseconds", '{"milliseconds": ' + str(-(2**63) - 1) + "}"),
+        FauxToolCall("sleep_milliseconds", '{"milliseconds": 1' + "0" * 5000 + "}"),
+        FauxToolCall("sleep_milliseconds", "[" * 100_000 + "]" * 100_000),
+        FauxToolCall("sleep_milliseconds", '{"milliseconds": 1, "note": ' + str(2**63 - 1) + "}"),
+    ])]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "hostile")
+    finished = by_kind(await rt.events(sid), "tool.finished")
+    codes = [f.event.error_code for f in finished]
+    assert codes == ["TOOL_ARGUMENTS_INVALID"] * 10, codes
+    # 2**63 - 1 is recordable: the last call reaches the tool, whose own check refuses "note"
+    assert "outside 64 bits" not in structured(finished[9])["error"]["message"]
+    assert "lone surrogate" in structured(finished[0])["error"]["message"]
+    assert "outside 64 bits" in structured(finished[5])["error"]["message"]
+    assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # the actor never crashed
+
+
+async def _huge(args, ctx):
+    return ToolResult.text("x" * (33 * 1024 * 1024))  # past the 32 MiB maxEventBytes
+
+
+HUGE = ToolSpec("huge", "Returns more than one event may hold.", {"type": "object"}, _huge)
+
+
+async def test_a_result_the_log_cannot_hold_is_recorded_as_not_recorded(runtime_factory, autojump_clock, caplog):
+    script = [FauxTurn(when="big", tool_calls=[FauxToolCall("huge")])]
+    async with runtime_factory(script=script, extra_tools=[HUGE]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "big")
+        fin = one(await rt.events(sid), "tool.finished")
+        assert (fin.event.status, fin.event.error_code) == ("error", "RESULT_NOT_RECORDED")
+        assert "huge ran, but its result could not be recorded" in fin.event.content[0].text
+        assert st.status == "idle"
+    assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # no crash, no re-run
 
 
 def structured(e):
