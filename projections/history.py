@@ -25,11 +25,13 @@ from events import types as t
 from events.reader import StoredEvent, StoredRow
 
 from .projector import Projection
+from .snippets import SCAN_CHARS, Term, snippet
+from .snippets import term as snippet_term
 
 RANKED_LIMIT = 250
 MAX_QUERY_BYTES = 4096
+MAX_QUERY_TERMS = 32
 MAX_LIMIT = 100
-SNIPPET_TOKENS = 24
 
 
 def _text(parts: Sequence[t.ContentPart]) -> str:
@@ -173,31 +175,44 @@ class HistoryError(Exception):
 _TOKEN = re.compile(r'"([^"]*)"|(\S+)')
 
 
-def fts_query(query: str) -> str:
-    """User text -> a safe FTS5 expression: every term quoted; ``"phrases"``; ``word*`` prefixes."""
+def _parse(query: str) -> list[tuple[str, bool]]:
+    """The query's distinct terms as (text, prefix): ``"phrases"`` whole, ``word*`` prefixes."""
     if not isinstance(query, str):
         raise HistoryError("INVALID_ARGUMENT", "query must be a string")
     if "\0" in query:
         raise HistoryError("INVALID_ARGUMENT", "query must not contain NUL characters")
     if len(query.encode()) > MAX_QUERY_BYTES:
         raise HistoryError("QUERY_TOO_LONG", f"query is over {MAX_QUERY_BYTES} bytes")
-    terms: list[str] = []
+    terms: list[tuple[str, bool]] = []
     for m in _TOKEN.finditer(query):
         phrase, word = m.group(1), m.group(2)
         if phrase is not None:
             words = phrase.split()
             if words:
-                terms.append('"' + " ".join(words).replace('"', '""') + '"')
+                terms.append((" ".join(words), False))
             continue
         prefix = word.endswith("*") and len(word.rstrip("*")) > 0
         core = word.rstrip("*") if prefix else word
         core = core.replace('"', "")
         if not _has_token_chars(core):
             continue
-        terms.append('"' + core + '"' + ("*" if prefix else ""))
+        terms.append((core, prefix))
     if not terms:
         raise HistoryError("INVALID_ARGUMENT", "query has no searchable words")
-    return " AND ".join(terms)
+    terms = list(dict.fromkeys(terms))  # a repeated term narrows nothing
+    if len(terms) > MAX_QUERY_TERMS:
+        raise HistoryError("QUERY_TOO_LONG", f"query has {len(terms)} distinct terms; at most {MAX_QUERY_TERMS}")
+    return terms
+
+
+def fts_query(query: str) -> str:
+    """User text -> a safe FTS5 expression: every term quoted; ``"phrases"``; ``word*`` prefixes."""
+    return " AND ".join('"' + text.replace('"', '""') + '"' + ("*" if prefix else "") for text, prefix in _parse(query))
+
+
+def snippet_terms(query: str) -> list[Term]:
+    """The query's terms as :func:`projections.snippets.snippet` matches them."""
+    return [t for t in (snippet_term(text, prefix) for text, prefix in _parse(query)) if t is not None]
 
 
 def _has_token_chars(s: str) -> bool:
@@ -241,6 +256,7 @@ class HistoryIndex:
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
         terms = fts_query(query)
+        matcher = snippet_terms(query)
         # Selective filters (session, agent, task) intersect inside FTS5 as tag tokens; the project,
         # which most rows share, is checked on the joined row (a huge tag doclist only slows AND).
         tags = [id_tag(kind, val) for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id))
@@ -255,8 +271,9 @@ class HistoryIndex:
                 where.append(f"i.{col} = ?")
                 args.append(val)
         cond = " AND ".join(where)
+        # The text's scanned prefix, not FTS5's snippet(): see projections.snippets.
         cols = ("i.rowid, i.item_id, i.project_id, i.session_id, i.agent_id, i.task_id, i.role, i.seq, "
-                f"snippet(history_fts, 0, '[', ']', '…', {SNIPPET_TOKENS})")  # column 0: text
+                f"substr(i.text, 1, {SCAN_CHARS}), length(i.text) > {SCAN_CHARS}")
         cursor_rowid = None
         if after_item_id is not None:
             found = self.conn.execute("SELECT rowid FROM history_items WHERE item_id = ? AND project_id = ?",
@@ -302,7 +319,7 @@ class HistoryIndex:
         page = [by_rowid[r] for r in wanted if r in by_rowid]
         more = len(page) > limit
         page = page[:limit]
-        hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in page]
+        hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], snippet(r[8], matcher, more=bool(r[9]))) for r in page]
         return hits, (hits[-1].context_item_id if more and hits else None)
 
     def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:

@@ -207,6 +207,16 @@ def test_fts_query_quotes_everything() -> None:
     assert fts_query('a"b OR') == '"ab" AND "OR"'
 
 
+def test_a_query_holds_at_most_32_distinct_terms() -> None:
+    # snippet() costs about the fourth power of the terms: "a* " * 400 took minutes.
+    assert fts_query("a* " * 1300) == '"a"*'  # repeated terms collapse to one
+    words = [f"w{i}" for i in range(33)]
+    assert fts_query(" ".join(words[:32])).count(" AND ") == 31  # exactly at the limit
+    with pytest.raises(HistoryError) as info:
+        fts_query(" ".join(words))
+    assert info.value.code == "QUERY_TOO_LONG" and "33 distinct terms; at most 32" in info.value.message
+
+
 async def test_read_pages_by_utf8_bytes_with_a_digest(world) -> None:
     data, _ = world
     projector, index = project(data)

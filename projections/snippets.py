@@ -1,0 +1,118 @@
+"""Search-result snippets for ``history_search``, in linear time.
+
+FTS5's ``snippet()`` grows faster than linearly with the query's hits in an item: one common
+word in a 1 MiB command output, or a few prefix terms, kept the projections connection (which
+every HTTP list waits for) busy for seconds to minutes. A snippet here is found in one pass over
+at most :data:`SCAN_CHARS` of the item's text: the first occurrence of a query term, a window of
+:data:`SNIPPET_TOKENS` tokens around it, matched tokens in ``[brackets]`` and ``…`` where the
+window cuts the text — the shape ``snippet()`` gave. Tokens are approximated the way the index's
+``unicode61 remove_diacritics 2`` tokenizer makes them (runs of letters and digits, compared
+case-folded and without diacritics); an item whose first hit lies past the scanned prefix
+shows its beginning.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import deque
+from dataclasses import dataclass
+
+SNIPPET_TOKENS = 24
+SCAN_CHARS = 256 * 1024  # of an item's text searched for the first hit
+LEAD_TOKENS = 4  # shown before the first hit, within LEAD_CHARS
+LEAD_CHARS = 120
+MAX_CHARS = 600  # a snippet longer than this (very long tokens) is cut
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def fold(token: str) -> str:
+    """A token as the index compares it: case-folded, diacritics removed."""
+    if token.isascii():
+        return token.lower()
+    decomposed = unicodedata.normalize("NFKD", token.casefold())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+@dataclass(frozen=True)
+class Term:
+    words: tuple[str, ...]  # folded; a phrase has several
+    prefix: bool  # the last word matches as a prefix
+
+    def matches_word(self, i: int, token: str) -> bool:
+        word = self.words[i]
+        return token.startswith(word) if self.prefix and i == len(self.words) - 1 else token == word
+
+
+def term(text: str, prefix: bool) -> Term | None:
+    words = tuple(fold(w) for w in _WORD.findall(text))
+    return Term(words, prefix) if words else None
+
+
+def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
+    """The snippet of ``text`` for ``terms`` (see the module docstring); ``more``: ``text`` is
+    the beginning of a longer item."""
+    scanned = text[:SCAN_CHARS]
+    recent: deque[tuple[int, int, str]] = deque(maxlen=LEAD_TOKENS + max((len(t.words) for t in terms), default=1))
+    begin = 0
+    if scanned.isascii():  # (the common case) folding is lower(): find the first hit's region in C
+        lowered = scanned.lower()
+        found = [i for i in (lowered.find(t.words[0]) for t in terms) if i >= 0]
+        if not found:
+            begin = len(scanned)  # no term occurs at all: the text's beginning
+        else:
+            begin = max(0, min(found) - 256)  # tokens from a little before it (the lead)
+    tokens = _WORD.finditer(scanned, begin)
+    hit = -1  # index in `recent` of the first token of the first hit
+    for m in tokens:
+        recent.append((m.start(), m.end(), fold(m.group())))
+        hit = _phrase_ending_here(recent, terms)
+        if hit >= 0:
+            break
+    if hit < 0:  # no hit in the scanned text: its beginning
+        window = [(m.start(), m.end(), "") for _, m in zip(range(SNIPPET_TOKENS), _WORD.finditer(scanned))]
+        return _render(text, window, set(), more)
+    window = list(recent)[max(0, hit - LEAD_TOKENS):]
+    while len(window) > 1 and window[0] is not recent[hit] and recent[hit][0] - window[0][0] > LEAD_CHARS:
+        window.pop(0)  # a long token (or a run of them) before the hit is no context
+    for m in tokens:
+        if len(window) >= SNIPPET_TOKENS:
+            break
+        window.append((m.start(), m.end(), fold(m.group())))
+    window = window[:SNIPPET_TOKENS]
+    marked: set[int] = set()
+    for t in terms:  # every whole occurrence of a term in the window
+        k = len(t.words)
+        for i in range(len(window) - k + 1):
+            if all(t.matches_word(j, window[i + j][2]) for j in range(k)):
+                marked.update(range(i, i + k))
+    return _render(text, window, marked, more)
+
+
+def _phrase_ending_here(recent: deque[tuple[int, int, str]], terms: list[Term]) -> int:
+    """Index in ``recent`` where a term's words end at its last token, or -1."""
+    n = len(recent)
+    for t in terms:
+        k = len(t.words)
+        if k <= n and all(t.matches_word(j, recent[n - k + j][2]) for j in range(k)):
+            return n - k
+    return -1
+
+
+def _render(text: str, window: list[tuple[int, int, str]], marked: set[int], more: bool) -> str:
+    if not window:
+        return text[:200]
+    start, end = window[0][0], window[-1][1]
+    out = ["…" if start > 0 else ""]
+    pos = start
+    for i, (s, e, _) in enumerate(window):
+        if i in marked:
+            out.append(text[pos:s] + "[" + text[s:e] + "]")
+            pos = e
+    out.append(text[pos:end])
+    cut = more or (end < len(text) and bool(text[end:].strip()))
+    rendered = "".join(out)
+    if len(rendered) > MAX_CHARS:
+        rendered, cut = rendered[:MAX_CHARS], True
+    return rendered + ("…" if cut else "")

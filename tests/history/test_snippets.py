@@ -1,0 +1,48 @@
+"""Search-result snippets (projections.snippets): linear in the text, the shape FTS5's snippet()
+gave — the first hit in a window of tokens, matches in [brackets], … where the text is cut."""
+
+from __future__ import annotations
+
+from projections.history import snippet_terms
+from projections.snippets import LEAD_CHARS, MAX_CHARS, SCAN_CHARS, SNIPPET_TOKENS, snippet
+
+
+def snip(text: str, query: str, **kw) -> str:
+    return snippet(text, snippet_terms(query), **kw)
+
+
+def test_the_first_hit_in_a_window_with_matches_bracketed() -> None:
+    text = " ".join(f"w{i}" for i in range(100)) + " zanzibar w100 Zanzibar w101"
+    out = snip(text, "zanzibar")
+    assert out.startswith("…w96 w97 w98 w99 [zanzibar] w100 [Zanzibar] w101")
+    assert not out.endswith("…")  # the window reached the end of the text
+    assert snip("zanzibar first", "zanzibar") == "[zanzibar] first"
+
+
+def test_the_window_holds_at_most_its_tokens_and_says_when_it_cuts() -> None:
+    text = "needle " + " ".join(f"t{i}" for i in range(100))
+    out = snip(text, "needle")
+    assert out.endswith("…") and len(out.split()) == SNIPPET_TOKENS
+    assert snip("needle and more", "needle", more=True) == "[needle] and more…"  # a longer item's prefix
+
+
+def test_prefixes_phrases_case_and_diacritics_match_as_the_index_does() -> None:
+    assert snip("Run configure then CONFIGURATION", "config*") == "Run [configure] then [CONFIGURATION]"
+    assert snip("crème brûlée au Café", "cafe") == "crème brûlée au [Café]"
+    # a phrase is found where its words follow each other, not where one word stands alone
+    assert snip("hello there, then hello world", '"hello world"').startswith("hello there, then [hello] [world]")
+    assert snip("snake_case_name here", "case") == "snake_[case]_name here"
+
+
+def test_no_hit_in_the_scanned_prefix_shows_the_beginning() -> None:
+    text = "lorem ipsum " * (SCAN_CHARS // 12 + 10) + " needle"
+    out = snip(text, "needle")
+    assert out.startswith("lorem ipsum lorem") and "[" not in out and out.endswith("…")
+    assert snip("", "needle") == ""
+
+
+def test_a_long_token_before_the_hit_is_not_shown_whole() -> None:
+    out = snip("x" * 100_000 + " the needle is here", "needle")
+    assert out == "…the [needle] is here"
+    assert len(snip("needle " + "y" * 100_000, "needle")) <= MAX_CHARS + 2
+    assert LEAD_CHARS < MAX_CHARS
