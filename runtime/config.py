@@ -172,6 +172,20 @@ def _check(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
 
 
+# Read by the provider SDKs themselves when given no key: never passed on to tools either.
+WELL_KNOWN_KEY_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def secret_env_names(cfg: Config) -> frozenset[str]:
+    """Environment variables holding credentials: every provider's ``apiKeyEnv``, the remote
+    executor's ``tokenEnv`` and the SDKs' own key variables. Executors (and so the commands
+    tools run) are started without them."""
+    names = {p.api_key_env for p in cfg.providers if p.api_key_env}
+    if cfg.executor.token_env:
+        names.add(cfg.executor.token_env)
+    return frozenset(names | set(WELL_KNOWN_KEY_ENV))
+
+
 def unknown_keys(text: str | bytes) -> list[str]:
     """Top-level keys the daemon does not know (reported, not fatal)."""
     data = jsonc.loads(text)

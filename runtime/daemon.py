@@ -32,7 +32,7 @@ from tools.registry import builtin_tools
 from .actor import ActorDeps
 from .api import Services, create_app, watch_streams
 from .bus import Bus
-from .config import Config, ConfigError, pair_file_path
+from .config import Config, ConfigError, pair_file_path, secret_env_names
 from .errors import LensError
 from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
@@ -103,7 +103,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} is not set in the environment")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
-                                 local_shared_filesystem=cfg.executor.shared_filesystem)
+                                 local_shared_filesystem=cfg.executor.shared_filesystem,
+                                 hidden_env=secret_env_names(cfg))
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts)])
         home = os.path.expanduser("~")
 

@@ -18,7 +18,7 @@ import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Collection
 
 import trio
 
@@ -95,8 +95,11 @@ class ExecutorPool:
     """Owns executor children (run it in the daemon's nursery); hands out connected executors."""
 
     def __init__(self, state_root: Path, workspace_of: Callable[[str], Awaitable[Path | None]],
-                 remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False) -> None:
+                 remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False,
+                 hidden_env: Collection[str] = ()) -> None:
         self.state_root = Path(state_root)
+        # Variables a local child (and every command it runs) is started without: credentials.
+        self.hidden_env = frozenset(hidden_env)
         self.local_shared_filesystem = local_shared_filesystem
         self.workspace_of = workspace_of
         self.remote = remote
@@ -153,7 +156,8 @@ class ExecutorPool:
         token = secrets.token_urlsafe(32)
         state = self.state_root / hashlib.sha256(project_id.encode()).hexdigest()[:16]
         state.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "LENS_EXECUTOR_TOKEN": token}
+        env = {k: v for k, v in os.environ.items() if k not in self.hidden_env}
+        env["LENS_EXECUTOR_TOKEN"] = token
         cmd = [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
                "--listen", "127.0.0.1:0", "--state", str(state)]
         proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,

@@ -113,13 +113,14 @@ async def client(executor: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
 
 @asynccontextmanager
 async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
-                       remote: RemoteExecutor | None = None, shared: bool = False) -> AsyncIterator[ExecutorPool]:
+                       remote: RemoteExecutor | None = None, shared: bool = False,
+                       hidden_env: tuple[str, ...] | frozenset[str] = ()) -> AsyncIterator[ExecutorPool]:
     """The real pool in its own nursery; its children are stopped when the block ends."""
 
     async def workspace_of(project_id: str) -> Path | None:
         return workspaces.get(project_id)
 
-    pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared)
+    pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared, hidden_env=hidden_env)
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
         try:

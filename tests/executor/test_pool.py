@@ -263,3 +263,27 @@ async def test_command_output_that_is_not_utf8_stays_within_the_cap_as_text(loca
         with pytest.raises(ToolError) as info:
             await specs["run_command"].run(bad, ctx("u3"))
         assert info.value.code == "TOOL_ARGUMENTS_INVALID" and "NUL" in info.value.message
+
+
+async def test_commands_never_see_the_credentials_in_the_daemons_environment(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Provider keys (a provider's apiKeyEnv, the SDKs' own variables) stay with the daemon: a
+    # model (or text it read) asking a command for `env` must not find them.
+    from runtime.config import parse_config, secret_env_names
+
+    cfg = parse_config('{"providers": [{"id": "oa", "protocol": "openai-chat", "apiKeyEnv": "LENS_TEST_KEY"}],'
+                       ' "executor": {"address": "127.0.0.1:1", "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}}')
+    hidden = secret_env_names(cfg)
+    assert hidden >= {"LENS_TEST_KEY", "LENS_TEST_REMOTE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
+    for name in ("LENS_TEST_KEY", "LENS_TEST_REMOTE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.setenv(name, f"secret-{name}")
+    monkeypatch.setenv("LENS_TEST_PLAIN", "visible")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_pool(tmp_path / "executors", {"p": ws}, hidden_env=hidden) as pool:
+        specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+        with trio.fail_after(BOUND_S):
+            res = await specs["run_command"].run({"command": "env"}, ctx("e1"))
+    out = res.content[0].text  # type: ignore[union-attr]
+    assert "LENS_TEST_PLAIN=visible" in out
+    assert "secret-" not in out and "LENS_EXECUTOR_TOKEN" not in out
