@@ -95,6 +95,18 @@ async def test_timeout_kills_the_whole_process_group(client: ExecutorClient) -> 
         assert wait_group_gone(groups[0]) == []  # the background sleep too
 
 
+async def test_background_jobs_end_with_the_command_that_started_them(client: ExecutorClient) -> None:
+    # `cmd &` used to hold the output pipe until the timeout (reported as a timeout after 120 s),
+    # and a detached job (`(cmd >/dev/null 2>&1 &)`) ran on unowned after the command "ended".
+    with reaping() as groups:
+        for command in ["echo $$; sleep 100 & echo started", "echo $$; (sleep 100 >/dev/null 2>&1 &); echo detached"]:
+            out, _, ex = await collect(client, command, timeout_ms=60_000)
+            groups.append(int(out.split()[0]))
+            assert ex.exit_code == 0 and not ex.timed_out, (command, ex)  # (not held to the timeout)
+            assert out.split()[1] in (b"started", b"detached")
+            assert wait_group_gone(groups[-1]) == []  # the background sleep is gone too
+
+
 async def test_output_cap_truncates_and_keeps_draining(client: ExecutorClient) -> None:
     out, err, ex = await collect(client, "head -c 300000 /dev/zero; echo done >&2", max_output_bytes=1000)
     assert len(out) + len(err) == 1000

@@ -2,7 +2,9 @@
 
 Runs synchronously in a server thread. Output is yielded in chunks as it arrives; when the
 caller goes away (``cancelled()`` turns true) or the timeout passes, the whole process group
-gets SIGTERM, then SIGKILL after a grace period.
+gets SIGTERM, then SIGKILL after a grace period. When the shell itself exits, what is left of
+its group (background jobs) is killed after :data:`DRAIN_GRACE_S`: the command is over, and its
+exit code is the shell's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_MAX_OUTPUT = 1024 * 1024
 MAX_OUTPUT = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
+# After the shell exits, output still arriving (from its background jobs) is read this long.
+DRAIN_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,15 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def _end_leftovers(pgid: int) -> None:
+    """Kill what is left of a command's group once its shell has exited: background jobs
+    (``server &``) end with the command that started them, never run on unowned."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # nothing left
+
+
 def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
                 cancelled: Callable[[], bool], groups: GroupRegistry | None = None) -> Iterator[Chunk | Exit]:
     """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`.
@@ -76,16 +89,22 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     deadline = start + timeout_ms / 1000
     sent = 0
     truncated = timed_out = False
+    shell_done_at: float | None = None
     try:
         while sel.get_map():
             if cancelled():
                 _kill_group(proc)
                 break
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 timed_out = True
                 _kill_group(proc)
                 break
+            if shell_done_at is None and proc.poll() is not None:
+                shell_done_at = now
+            if shell_done_at is not None and now - shell_done_at > DRAIN_GRACE_S:
+                break  # the shell is done; background jobs still hold its pipes (ended below)
             for key, _ in sel.select(timeout=min(remaining, 0.1)):
                 data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
                 if not data:
@@ -109,6 +128,8 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     finally:
         if proc.poll() is None:
             _kill_group(proc)
+        else:
+            _end_leftovers(proc.pid)
         if groups is not None:
             groups.ended(proc.pid)
         sel.close()
