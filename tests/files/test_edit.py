@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tools.files import LIMITS, EditOutcome, Workspace
+from tools.files.errors import FileToolError
 
 from .helpers import fails, leftovers
 
@@ -216,3 +217,28 @@ def test_replace_all_growth_is_stopped_early(ws: Workspace, root: Path) -> None:
     (root / "f").write_text("a")
     edits = [{"old_string": "a", "new_string": "aa", "replace_all": True}] * UNITS  # 2**128 bytes
     fails("TOO_LARGE", ws.edit_file, "f", "edit", edits=edits)
+
+
+def test_an_edit_its_caller_gave_up_on_writes_nothing(jws: Workspace, root: Path) -> None:
+    # The executor asks whether the caller still waits once the edit is computed (a big patch
+    # can take long): a call whose caller hit its deadline must not write over what the next
+    # call wrote meanwhile.
+    (root / "f.txt").write_text("one\ntwo\n")
+    asked: list[bool] = []
+
+    def gone() -> bool:
+        asked.append(True)
+        return False
+
+    jws.still_wanted = gone
+    for call in (lambda: jws.patch_file("f.txt", "@@\n one\n-two\n+TWO\n", call_id="c1"),
+                 lambda: jws.edit_file("f.txt", "rewrite", content="new\n", call_id="c2"),
+                 lambda: jws.edit_file("g.txt", "create", content="new\n", call_id="c3")):
+        with pytest.raises(FileToolError) as info:
+            call()
+        assert info.value.code == "CANCELLED" and "nothing was changed" in info.value.message
+    assert asked == [True, True, True]
+    assert (root / "f.txt").read_text() == "one\ntwo\n" and not (root / "g.txt").exists()
+    jws.still_wanted = lambda: True  # the same call id, retried: applied afresh (nothing journaled)
+    assert jws.patch_file("f.txt", "@@\n one\n-two\n+TWO\n", call_id="c1").structured["changed"] is True
+    assert (root / "f.txt").read_text() == "one\nTWO\n"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tools.files import LIMITS, Workspace
+from tools.files.errors import FileToolError
 
 from .helpers import fails
 
@@ -143,3 +144,22 @@ def test_result_size_edge(ws: Workspace, root: Path, extra: int) -> None:
     else:
         assert ws.patch_file("f", patch).structured["bytes_written"] == MAX
         assert (root / "f").stat().st_size == MAX
+
+
+def test_a_hunk_of_repeated_lines_is_found_in_one_pass(ws: Workspace, root: Path) -> None:
+    # 1,000 identical lines and a hunk of 300 of them as context: comparing at every place that
+    # starts like the hunk is past the direct budget (a 2,000,000-line file took minutes), so the
+    # linear search runs; it must find exactly what the direct one would.
+    from tools.files.patch import DIRECT_COMPARE_BUDGET
+
+    assert 1000 * 301 > DIRECT_COMPARE_BUDGET
+    (root / "r.txt").write_bytes(b"x\n" * 1000 + b"END\n")
+    ws.patch_file("r.txt", "@@\n" + " x\n" * 300 + "-END\n+DONE\n")
+    assert (root / "r.txt").read_bytes() == b"x\n" * 1000 + b"DONE\n"
+    with pytest.raises(FileToolError) as info:  # 300 x's then one removed x: 700 places
+        ws.patch_file("r.txt", "@@\n" + " x\n" * 300 + "-x\n+y\n")
+    assert info.value.code == "NOT_UNIQUE" and "matches 700 places" in info.value.message
+    with pytest.raises(FileToolError) as info:
+        ws.patch_file("r.txt", "@@\n" + " x\n" * 300 + "-NOPE\n+y\n")
+    assert info.value.code == "NO_MATCH"
+    assert (root / "r.txt").read_bytes() == b"x\n" * 1000 + b"DONE\n"

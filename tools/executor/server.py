@@ -74,6 +74,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                  test_hooks: bool = False) -> None:
         self.ws = workspace
         self.groups = groups  # records the process groups of running commands (see .groups)
+        self._call = threading.local()  # the grpc context of the call this handler thread serves
+        workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
@@ -84,7 +86,18 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return pb.HelloReply(protocol_version=PROTOCOL_VERSION, executor_version=EXECUTOR_VERSION,
                              workspace_name=self.ws.root.name)
 
+    def _caller_waits(self) -> bool:
+        context = getattr(self._call, "context", None)
+        return context is None or context.is_active()
+
     def Call(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
+        self._call.context = context
+        try:
+            return self._call_tool(request, context)
+        finally:
+            self._call.context = None
+
+    def _call_tool(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
         try:
             args = json.loads(request.arguments_json or "{}")
             if not isinstance(args, dict):

@@ -217,7 +217,12 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
         candidates = [n - len(old)] if n - len(old) >= after else []
     else:
         candidates = [i for i in by_text.get(old[0], []) if i >= after and i + len(old) <= n]
-    found = [i for i in candidates if all(lines[i + k][0] == old[k] for k in range(len(old)))]
+    if len(candidates) * len(old) > DIRECT_COMPARE_BUDGET:
+        # Many places start like the hunk (a file of one repeated line, a hunk of it as context):
+        # comparing at each would take minutes; a KMP pass over the lines takes one pass.
+        found = _occurrences(lines, old, after)
+    else:
+        found = [i for i in candidates if all(lines[i + k][0] == old[k] for k in range(len(old)))]
     if not found:
         pinned = " at the end of the file" if h.pin_eof else ""
         raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}{pinned}")
@@ -225,6 +230,36 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
         raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: matches {len(found)} places {where}; "
                                           "add context or an anchor")
     return found[0]
+
+
+# Line comparisons the direct search may make before the linear one is used instead.
+DIRECT_COMPARE_BUDGET = 200_000
+
+
+def _occurrences(lines: list[tuple[bytes, bytes]], old: list[bytes], after: int) -> list[int]:
+    """Every start ``i >= after`` where the lines' texts equal ``old`` (Knuth-Morris-Pratt over
+    lines: linear in the file and the hunk, whatever they repeat)."""
+    m = len(old)
+    fail = [0] * m
+    k = 0
+    for q in range(1, m):
+        while k and old[q] != old[k]:
+            k = fail[k - 1]
+        if old[q] == old[k]:
+            k += 1
+        fail[q] = k
+    found: list[int] = []
+    k = 0
+    for i in range(after, len(lines)):
+        text = lines[i][0]
+        while k and text != old[k]:
+            k = fail[k - 1]
+        if text == old[k]:
+            k += 1
+        if k == m:
+            found.append(i - m + 1)
+            k = fail[k - 1]
+    return found
 
 
 def _render(h: Hunk, orig: list[tuple[bytes, bytes]], *, at_eof_no_nl: bool, dominant: bytes) -> list[bytes]:

@@ -65,6 +65,10 @@ class Workspace:
         self._root = Root(Path(root))
         self.root = self._root.path
         self.journal = Journal(Path(journal_dir)) if journal_dir is not None else None
+        # Whether the caller still wants the call's result, asked after an edit is computed and
+        # before anything is written (the executor asks grpc: a call whose caller gave up — a
+        # deadline, a cancel — must not write later over what was written since).
+        self.still_wanted: Callable[[], bool] | None = None
         # Test seams (never set in production): see confine.ResolveHook and commit.CommitHook.
         self.resolve_hook: ResolveHook | None = None
         self.commit_hook: commit.CommitHook | None = None
@@ -219,6 +223,9 @@ class Workspace:
                                        journal.blob(rec.after_sha256))
         with self._resolve(path, follow_final=follow_final, create_parents=create_parents) as t:
             p = plan(t)
+            if self.still_wanted is not None and not self.still_wanted():
+                raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
+                                                 "written; nothing was changed")
             changed = p.before != p.after
             structured = {"path": path, "changed": changed, "units_applied": p.units,
                           "bytes_written": len(p.after) if changed and p.after is not None else 0}
