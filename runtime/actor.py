@@ -30,7 +30,7 @@ from projections.session_state import (
     working_context,
 )
 from projections.snapshots import SnapshotStore
-from tools.base import ToolContext, ToolRegistry
+from tools.base import ToolContext, ToolError, ToolRegistry
 
 from . import decide as d
 from .errors import (
@@ -649,6 +649,14 @@ class SessionActor:
                         allowed: Sequence[str] | None) -> tuple[str, str]:
         sub_id = f"sub_{call.call_id}"
         if sub_id not in self.state.agents:
+            if allowed is not None:  # (an empty list used to mean every tool; unknown names, none)
+                known = {spec.name for spec in self.deps.tools.visible(is_main_agent=True)}
+                offered = sorted(spec.name for spec in self.deps.tools.visible(is_main_agent=False))
+                unknown = sorted(set(allowed) - known)
+                if unknown or not set(allowed) & set(offered):
+                    named = f"there is no tool {', '.join(unknown[:10])}; " if unknown else ""
+                    raise ToolError("TOOL_ARGUMENTS_INVALID", f"{named}'tools' must name at least one of "
+                                    f"{', '.join(offered)} (omit it to allow them all)")
             await self._emit([d.Scoped(t.AgentStarted(
                 parent_agent_id=parent, parent_call_id=call.call_id, role="subagent", prompt=prompt,
                 tools=list(allowed or [])), sub_id, task_id)])

@@ -115,3 +115,22 @@ async def test_a_failing_subagent_is_an_error_result_for_the_parent(rt, autojump
     assert (res.event.status, res.event.is_error, res.event.error_code) == ("error", True, "SUBAGENT_FAILED")
     assert one(evs, "task.finished").event.status == "completed"  # the parent carried on
     assert st.agents["main"].last_error is None
+
+
+async def test_a_tool_list_naming_no_usable_tool_is_refused(rt, autojump_clock):
+    # [] used to mean "every tool" and unknown names were accepted (a subagent with no tools).
+    rt.faux.script = [
+        FauxTurn(when="bad lists", tool_calls=[
+            FauxToolCall("subagent", {"prompt": "SUBJOB a", "tools": []}),
+            FauxToolCall("subagent", {"prompt": "SUBJOB b", "tools": ["nope", "get_system_time"]}),
+            FauxToolCall("subagent", {"prompt": "SUBJOB c", "tools": ["todo"]}),  # main-only: none left
+        ]),
+    ]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "bad lists")
+    evs = await rt.events(sid)
+    finished = by_kind(evs, "tool.finished")
+    assert [f.event.error_code for f in finished] == ["TOOL_ARGUMENTS_INVALID"] * 3
+    assert "there is no tool nope" in finished[1].event.content[0].text
+    assert "get_system_time" in finished[0].event.content[0].text
+    assert not by_kind(evs, "agent.started")  # no subagent was started
