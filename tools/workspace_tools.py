@@ -117,8 +117,11 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
                         "path": e.path, "content_hex": before.hex() if before is not None else None,
                         "expect_sha256": e.after_sha256}, call_id=f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
                 except Exception as exc:
+                    message = str(getattr(exc, "message", exc))
+                    if not message.startswith(f"{e.path}:"):  # (the executor's own messages name it)
+                        message = f"{e.path}: {message}"
                     raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"),
-                                    f"{e.path}: {getattr(exc, 'message', exc)} (reverted so far: {', '.join(restored) or 'none'})") from None
+                                    f"{message} (reverted so far: {', '.join(restored) or 'none'})") from None
                 restored.append(e.path)
         return ToolResult.text(f"reverted call {target}: restored {', '.join(restored)}",
                                {"call_id": target, "paths": restored},

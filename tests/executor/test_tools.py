@@ -258,6 +258,8 @@ async def test_core_revert_of_a_create_removes_the_file_and_refuses_after_a_chan
     (workspace / sub / "other.txt").write_text("changed by someone else\n")
     _, conflict = await core.run("revert_call", {"call_id": cid2})
     assert conflict.is_error and conflict.error_code == "CONFLICT"
+    message = conflict.structured_content["error"]["message"]
+    assert message.startswith(f"{sub}/other.txt: the file changed since that call") and message.count("other.txt") == 1
     assert (workspace / sub / "other.txt").read_text() == "changed by someone else\n"
 
 
