@@ -1255,6 +1255,8 @@ code = main(["log", "decode", "--data", data])
 sys.settrace(None)
 if target == 0:
     print(f"CALLS {calls}", file=sys.stderr)
+elif calls < target:  # this run made fewer calls (waits on the reader's helper thread vary)
+    print("UNREACHED", file=sys.stderr)
 sys.exit(code)
 """
 
@@ -1271,15 +1273,21 @@ def test_ctrl_c_at_every_stage_of_a_command_exits_130(pristine: Path) -> None:
     assert whole.returncode == 0, whole.stderr
     total = int(whole.stderr.split("CALLS ")[1])
     assert total > 10_000, total  # the stack loads inside main(): the sweep crosses it
-    points = sorted({2 + int((total - 2) * (i / 28) ** 2) for i in range(28)})  # call 1: main() itself
+    points = sorted({2 + int((total - 2) * 0.9 * (i / 28) ** 2) for i in range(28)})  # call 1: main() itself
+    reached = 0
     for call in points:
         res = _decode_interrupted_at(call, pristine)
+        if res.stderr == "UNREACHED\n":
+            assert res.returncode == 0
+            continue
+        reached += 1
         if res.returncode == 0:
             # Python itself swallows an exception raised inside a finalizer or weakref callback
             # ("Exception ignored in ..."): that Ctrl-C is lost and the command completes.
             assert res.stderr.startswith("Exception ignored in"), (call, res.stderr)
         else:
             assert res.returncode == 130 and res.stderr == "", (call, res.returncode, res.stderr)
+    assert reached >= len(points) - 2, (reached, len(points))  # (the last points may lie past a shorter run)
 
 
 _INTERRUPT_WHILE_DATETIME_LOADS = r"""
