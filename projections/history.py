@@ -305,17 +305,12 @@ class HistoryIndex:
                 "SELECT i.rowid FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
                 f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid < ? "
                 "ORDER BY history_fts.rowid DESC LIMIT ?", (expr, *args, cursor_rowid, limit + 1))]
-        # Snippets only for the page (computing them for every match is what costs), in one MATCH
-        # evaluation over the page's rowid range: an IN list would re-evaluate the query per rowid.
+        # The page's rows (the matching is done): their snippets are made in Python below.
         by_rowid: dict[int, tuple] = {}
         if wanted:
-            wanted_set = set(wanted)
-            for r in self.conn.execute(
-                    f"SELECT {cols} FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
-                    "WHERE history_fts MATCH ? AND history_fts.rowid BETWEEN ? AND ?",
-                    (expr, min(wanted), max(wanted))):
-                if r[0] in wanted_set:
-                    by_rowid[r[0]] = r
+            marks = ", ".join("?" * len(wanted))
+            for r in self.conn.execute(f"SELECT {cols} FROM history_items i WHERE i.rowid IN ({marks})", wanted):
+                by_rowid[r[0]] = r
         page = [by_rowid[r] for r in wanted if r in by_rowid]
         more = len(page) > limit
         page = page[:limit]
