@@ -65,8 +65,9 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
         return ExecutorUnauthenticated(f"the executor refused our token: {detail}")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "mismatch" in (detail or ""):
         return ExecutorVersionMismatch(str(detail))
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        # A tool-level refusal outside a ToolReply (e.g. a command's cwd): "CODE: message".
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        # A tool-level refusal outside a ToolReply (a command's cwd, too many commands at once):
+        # "CODE: message".
         m = _TOOL_CODE.match(detail or "")
         if m:
             return ExecutorToolError(m.group(1), m.group(2))

@@ -107,6 +107,65 @@ async def test_background_jobs_end_with_the_command_that_started_them(client: Ex
             assert wait_group_gone(groups[-1]) == []  # the background sleep is gone too
 
 
+async def test_the_timeout_holds_while_the_caller_stops_reading(client: ExecutorClient, executor) -> None:
+    await trio.to_thread.run_sync(_stall_a_raw_stream, executor.address, client._meta)
+
+
+def _stall_a_raw_stream(address: str, meta: Any) -> None:
+    # A plain grpc caller that reads one message and stalls. An audit saw the handler parked in
+    # a send, past its deadline check, with `yes` running on for as long as the caller stalled;
+    # a timer thread now ends the group at the deadline whatever the handler does. (On this
+    # machine grpc buffered enough that the old code met the deadline too: this checks the
+    # behaviour, it does not reproduce the stall. ExecutorClient drains streams into a queue;
+    # this is the raw wire, as any other client may use it.)
+    import grpc
+
+    from proto import executor_pb2_grpc as pb_grpc
+
+    with reaping() as groups, grpc.insecure_channel(address) as channel:
+        stream = pb_grpc.ExecutorStub(channel).Run(
+            pb.CommandRequest(command="echo $$; exec yes STALLED", timeout_ms=1000), metadata=meta)
+        groups.append(int(next(stream).stdout.split(b"\n")[0]))
+        # not reading now: grpc's flow-control window fills and the server's send blocks
+        assert wait_group_gone(groups[0], timeout=BOUND_S) == []
+        exits = [ev.exit for ev in stream if ev.WhichOneof("event") == "exit"]
+        assert len(exits) == 1 and exits[0].timed_out and exits[0].exit_code < 0, exits
+
+
+async def test_commands_at_once_are_capped_and_other_calls_still_answer(client: ExecutorClient, executor) -> None:
+    # 40 long commands from one client used to take all 32 server threads: other clients' calls
+    # (even a Hello) timed out. The server runs at most MAX_RUNNING_COMMANDS at once.
+    from tools.executor.server import MAX_RUNNING_COMMANDS
+
+    other = ExecutorClient(executor.address, executor.token)  # (a client caps its own streams)
+
+    release = trio.Event()
+    with reaping() as groups:
+        async with trio.open_nursery() as nursery:
+            started = trio.Semaphore(0)
+
+            async def hold() -> None:
+                async with client.run("echo $$; exec sleep 100") as events:
+                    groups.append(int((await events.receive()).stdout))
+                    started.release()
+                    await release.wait()
+
+            for _ in range(MAX_RUNNING_COMMANDS):
+                nursery.start_soon(hold)
+            with trio.fail_after(BOUND_S):
+                for _ in range(MAX_RUNNING_COMMANDS):
+                    await started.acquire()
+                async with other.run("echo one too many") as events:
+                    got = [ev async for ev in events]
+                assert len(got) == 1 and isinstance(got[0], ExecutorToolError), got
+                assert got[0].code == "TOO_MANY_COMMANDS", got[0]
+                assert (await other.hello()).protocol_version == 8  # the server still answers
+            release.set()
+        other.close()
+        for g in groups:
+            assert wait_group_gone(g) == []  # leaving each stream killed its command
+
+
 async def test_output_cap_truncates_and_keeps_draining(client: ExecutorClient) -> None:
     out, err, ex = await collect(client, "head -c 300000 /dev/zero; echo done >&2", max_output_bytes=1000)
     assert len(out) + len(err) == 1000
@@ -164,3 +223,32 @@ async def test_a_deadline_on_a_unary_call_is_a_clear_error(client: ExecutorClien
             await client.call("_test_wait_cancel", {"marker": marker, "max_s": 15}, timeout=0.2)
         assert info.value.code == "EXECUTOR_UNAVAILABLE" and "DEADLINE_EXCEEDED" in str(info.value)
         await wait_path(workspace / marker, timeout=10)
+
+
+async def test_hostile_raw_requests_get_stable_codes(client: ExecutorClient, executor) -> None:
+    # Sent on the raw wire (the Core's own client never builds these): each was an UNKNOWN status
+    # carrying Python internals, one because the reply echoed a lone surrogate protobuf cannot hold.
+    import grpc
+
+    from proto import executor_pb2_grpc as pb_grpc
+
+    def send() -> list[Any]:
+        out: list[Any] = []
+        with grpc.insecure_channel(executor.address) as channel:
+            stub = pb_grpc.ExecutorStub(channel)
+            for args in ['{"path": "x", "offset": 1' + "0" * 5000 + "}", "[" * 5000 + "]" * 5000,
+                         '{"path": "x", "\\ud800": 1}']:
+                out.append(stub.Call(pb.ToolRequest(tool="read_file", arguments_json=args), metadata=client._meta))
+            out.append(stub.Probe(pb.ProbeRequest(path="x", sha256="é" * 64), metadata=client._meta))
+            try:
+                list(stub.Run(pb.CommandRequest(command="echo a\0b"), metadata=client._meta))
+            except grpc.RpcError as exc:
+                out.append((exc.code(), exc.details()))
+        return out
+
+    big, deep, surrogate, probe, nul = await trio.to_thread.run_sync(send)
+    for reply in (big, deep, surrogate):
+        assert not reply.ok and reply.error_code == "INVALID_ARGUMENT", reply
+    assert "nested too deeply" in deep.error_message and "\\ud800" in surrogate.error_message  # escaped
+    assert probe.seen is False
+    assert nul[0] == grpc.StatusCode.INVALID_ARGUMENT and nul[1].startswith("INVALID_ARGUMENT: "), nul

@@ -128,6 +128,12 @@ async def test_restore_puts_bytes_back_only_over_the_expected_content(client: Ex
     assert gone.result["removed"] is True and out.result["removed"] is False
     await fails("INVALID_ARGUMENT", client.call("restore", {"path": f"{sub}/r.txt", "content_hex": "zz",
                                                             "expect_sha256": None}))
+    (workspace / sub / "kept.txt").write_text("keep\n")
+    keep = hashlib.sha256(b"keep\n").hexdigest()
+    for args in [{"path": f"{sub}/kept.txt", "expect_sha256": keep},  # no content_hex: it used to remove
+                 {"path": f"{sub}/kept.txt", "content_hex": None, "expect_sha256": keep, "bogus": 1}]:
+        await fails("INVALID_ARGUMENT", client.call("restore", args))
+    assert (workspace / sub / "kept.txt").read_text() == "keep\n"
 
 
 async def test_error_codes_come_through(client: ExecutorClient, workspace: Path, sub: str) -> None:

@@ -14,6 +14,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,17 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
     sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
     deadline = start + timeout_ms / 1000
+    # The deadline holds even while this generator is suspended (a caller that stops reading
+    # leaves it parked in a send): a timer thread ends the group then, whatever the reader does.
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(proc)
+
+    watchdog = threading.Timer(timeout_ms / 1000, expire)
+    watchdog.daemon = True
+    watchdog.start()
     sent = 0
     truncated = timed_out = False
     shell_done_at: float | None = None
@@ -125,7 +137,9 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _kill_group(proc)
+        timed_out = timed_out or expired.is_set()
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             _kill_group(proc)
         else:

@@ -34,6 +34,10 @@ from .groups import GroupRegistry
 
 log = logging.getLogger("lens.executor")
 TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
+# Commands running at once (each holds a server thread while it streams) and the server's threads:
+# at least SERVER_THREADS - MAX_RUNNING_COMMANDS are always left for file tools, probes and hellos.
+MAX_RUNNING_COMMANDS = 16
+SERVER_THREADS = 48
 # Test-only: with this variable set to "1" the executor also answers the tool ``_test_wait_cancel``
 # (writes ``<marker>.started``, blocks until the caller cancels, then writes ``<marker>``), so
 # tests can observe that a trio cancellation of a unary call reaches the server. Never set in
@@ -75,6 +79,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         self.ws = workspace
         self.groups = groups  # records the process groups of running commands (see .groups)
         self._call = threading.local()  # the grpc context of the call this handler thread serves
+        self._runs = threading.BoundedSemaphore(MAX_RUNNING_COMMANDS)
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
 
@@ -106,11 +111,17 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 return self._test_wait_cancel(args, context)
             return self._dispatch(request.tool, request.call_id or None, args)
         except FileToolError as exc:
-            return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
+            return pb.ToolReply(ok=False, error_code=exc.code, error_message=_printable(exc.message))
         except json.JSONDecodeError as exc:
             return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message=f"arguments are not JSON ({exc.msg})")
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT",
+                                error_message=f"arguments are not usable JSON ({_printable(str(exc))})")
+        except RecursionError:
+            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message="arguments are nested too deeply")
         except TypeError as exc:  # unexpected or missing keyword arguments
-            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message=str(exc).replace("Workspace.", ""))
+            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT",
+                                error_message=_printable(str(exc).replace("Workspace.", "")))
 
     def _test_wait_cancel(self, args: dict[str, Any], context: grpc.ServicerContext) -> pb.ToolReply:
         marker = str(args.get("marker", ""))
@@ -136,6 +147,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         elif tool == "patch_file":
             out = ws.patch_file(**args, call_id=call_id)
         elif tool == "restore":
+            if set(args) != {"path", "content_hex", "expect_sha256"}:  # (a missing content_hex would remove)
+                raise FileToolError("INVALID_ARGUMENT", "restore takes exactly path, content_hex (null: remove) "
+                                                        "and expect_sha256")
             content = args.get("content_hex")
             try:
                 data = bytes.fromhex(content) if content is not None else None
@@ -155,11 +169,23 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     def Run(self, request: pb.CommandRequest, context: grpc.ServicerContext) -> Any:
         timeout = min(request.timeout_ms or DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)
         cap = min(request.max_output_bytes or DEFAULT_MAX_OUTPUT, MAX_OUTPUT)
+        if "\0" in request.command or "\0" in request.cwd:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT: command and cwd cannot hold NUL characters")
         try:
             cwd = self.ws.directory(request.cwd or ".")
         except FileToolError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {exc.message}")
-        for item in run_command(request.command, cwd, timeout_ms=timeout, max_output=cap,
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {_printable(exc.message)}")
+        # Each running command holds a server thread: a cap leaves threads for every other call.
+        if not self._runs.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"TOO_MANY_COMMANDS: at most {MAX_RUNNING_COMMANDS} commands run at once on this executor")
+        try:
+            yield from self._run(request.command, cwd, timeout, cap, context)
+        finally:
+            self._runs.release()
+
+    def _run(self, command: str, cwd: Path, timeout: int, cap: int, context: grpc.ServicerContext) -> Any:
+        for item in run_command(command, cwd, timeout_ms=timeout, max_output=cap,
                                 cancelled=lambda: not context.is_active(), groups=self.groups):
             if isinstance(item, Chunk):
                 yield pb.CommandEvent(**{item.stream: item.data})
@@ -172,7 +198,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             data, _ = self.ws.read_bytes(request.path)
         except FileToolError:
             return pb.ProbeReply(seen=False)
-        return pb.ProbeReply(seen=hmac.compare_digest(hashlib.sha256(data).hexdigest(), request.sha256))
+        expected = request.sha256.encode("utf-8", "surrogatepass")  # (str comparison refuses non-ASCII)
+        return pb.ProbeReply(seen=hmac.compare_digest(hashlib.sha256(data).hexdigest().encode(), expected))
 
 
 def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = None,
@@ -181,7 +208,7 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     ws = Workspace(workspace, journal_dir=state_dir)
     groups = GroupRegistry(state_dir)
     groups.reap()  # commands a killed predecessor left running
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), interceptors=[_Guard(token)],
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=SERVER_THREADS), interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])
     service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
@@ -223,3 +250,10 @@ def _default_state_dir(root: Path) -> Path:
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return base / "lens" / "executor" / digest
+
+
+def _printable(message: str, limit: int = 2000) -> str:
+    """A message safe to put in a reply: lone surrogates (echoed from arguments) escaped, since
+    protobuf strings must be UTF-8, and its length bounded."""
+    text = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[:limit] + "…"
