@@ -156,14 +156,16 @@ class ExecutorPool:
         token = secrets.token_urlsafe(32)
         state = self.state_root / hashlib.sha256(project_id.encode()).hexdigest()[:16]
         state.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in self.hidden_env}
-        env["LENS_EXECUTOR_TOKEN"] = token
+        env = {k: v for k, v in os.environ.items() if k not in self.hidden_env and k != "LENS_EXECUTOR_TOKEN"}
         cmd = [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
-               "--listen", "127.0.0.1:0", "--state", str(state)]
-        proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+               "--listen", "127.0.0.1:0", "--state", str(state), "--token-stdin"]
+        proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
                                                 start_new_session=True)
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stdin is not None
         try:
+            # The token goes on standard input, never in the child's environment or argv.
+            await proc.stdin.send_all(token.encode() + b"\n")
+            await proc.stdin.aclose()
             line = b""
             with trio.move_on_after(SPAWN_TIMEOUT_S):
                 while not line.endswith(b"\n"):

@@ -24,6 +24,8 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     es.add_argument("--workspace", required=True, metavar="DIR")
     es.add_argument("--listen", default="127.0.0.1:7421", metavar="HOST:PORT")
     es.add_argument("--state", default=None, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
+    es.add_argument("--token-stdin", action="store_true",
+                    help="read the token from the first line of standard input instead of the environment")
     es.set_defaults(func=cmd_executor_serve)
 
     pair = sub.add_parser("pair", help="approve, list and revoke paired clients")
@@ -92,4 +94,4 @@ def cmd_pair_revoke(args: argparse.Namespace) -> int:
 def cmd_executor_serve(args: argparse.Namespace) -> int:
     from tools.executor.server import main
 
-    return main(args.workspace, args.listen, args.state)
+    return main(args.workspace, args.listen, args.state, token_stdin=args.token_stdin)

@@ -284,6 +284,30 @@ async def test_commands_never_see_the_credentials_in_the_daemons_environment(tmp
         specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
         with trio.fail_after(BOUND_S):
             res = await specs["run_command"].run({"command": "env"}, ctx("e1"))
+            # the executor's own environment, as any command of its user can read it: the token
+            # reaches a local executor on its standard input, never in its environment
+            parent = await specs["run_command"].run({"command": "tr '\\0' '\\n' < /proc/$PPID/environ"}, ctx("e2"))
+        ex = await pool.get("p")
+        token = dict(ex.client._meta)["authorization"].removeprefix("Bearer ")
     out = res.content[0].text  # type: ignore[union-attr]
     assert "LENS_TEST_PLAIN=visible" in out
     assert "secret-" not in out and "LENS_EXECUTOR_TOKEN" not in out
+    environ = parent.content[0].text  # type: ignore[union-attr]
+    assert "LENS_TEST_PLAIN=visible" in environ  # (it did read the executor's environment)
+    assert token not in environ and "LENS_EXECUTOR_TOKEN" not in environ and "secret-" not in environ
+
+
+@pytest.mark.parametrize(("stdin", "env_token"), [(b"", "x" * 32), (b"short\n", None), (b"", None)])
+def test_an_executor_without_a_usable_token_refuses_to_start(tmp_path: Path, stdin: bytes, env_token: str | None) -> None:
+    # With --token-stdin the environment is not consulted; without it, the environment must hold one.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LENS_EXECUTOR_TOKEN"}
+    args = ["--token-stdin"] if env_token is not None or stdin else []
+    if env_token is not None:
+        env["LENS_EXECUTOR_TOKEN"] = env_token
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(tmp_path),
+                           "--listen", "127.0.0.1:0", *args], input=stdin, env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert b"the shared secret (at least 16 characters)" in proc.stderr and b"Traceback" not in proc.stderr

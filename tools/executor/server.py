@@ -224,11 +224,15 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     server.stop(grace=2.0).wait()
 
 
-def main(workspace: str, listen: str, state: str | None) -> int:
-    token = os.environ.get(TOKEN_ENV, "")
+def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = False) -> int:
+    # The daemon hands its local executors the token on standard input: what is in a process's
+    # environment, its commands (same user) can read from /proc/<executor pid>/environ.
+    token = sys.stdin.readline().strip() if token_stdin else os.environ.get(TOKEN_ENV, "")
     if len(token) < 16:
-        print(f"lens executor: set {TOKEN_ENV} to the shared secret (at least 16 characters)", file=sys.stderr)
+        where = "the first line of standard input" if token_stdin else TOKEN_ENV
+        print(f"lens executor: set {where} to the shared secret (at least 16 characters)", file=sys.stderr)
         return 2
+    _not_dumpable()
     root = Path(workspace)
     if not root.is_dir():
         print(f"lens executor: workspace {workspace} is not a directory", file=sys.stderr)
@@ -244,6 +248,20 @@ def main(workspace: str, listen: str, state: str | None) -> int:
 
     serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
     return 0
+
+
+def _not_dumpable() -> None:
+    """Make this process's /proc files (environ, memory) unreadable to other processes of its user
+    — the commands it runs included — where the token may still be in the environment (a
+    remote executor started with LENS_EXECUTOR_TOKEN). Best effort: Linux only; root reads
+    them regardless."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4, value 0
+    except (OSError, AttributeError):
+        pass
 
 
 def _default_state_dir(root: Path) -> Path:
