@@ -242,3 +242,17 @@ def test_an_edit_its_caller_gave_up_on_writes_nothing(jws: Workspace, root: Path
     jws.still_wanted = lambda: True  # the same call id, retried: applied afresh (nothing journaled)
     assert jws.patch_file("f.txt", "@@\n one\n-two\n+TWO\n", call_id="c1").structured["changed"] is True
     assert (root / "f.txt").read_text() == "one\nTWO\n"
+
+
+def test_a_long_read_stops_once_its_caller_gave_up(ws: Workspace, root: Path) -> None:
+    # Finding a line far past the end of a huge sparse file reads all of it; the executor's
+    # "caller still waits" check is asked every 64 reads of 1 MiB (a test-sized file here).
+    with (root / "sparse.bin").open("wb") as f:
+        f.truncate(200 * 1024 * 1024)  # 200 MiB of holes: no disk used
+    asked = []
+    ws.still_wanted = lambda: asked.append(True) or False
+    with pytest.raises(FileToolError) as info:
+        ws.read_file("sparse.bin", start_line=10**18)
+    assert info.value.code == "CANCELLED" and asked == [True]  # stopped at the first check
+    ws.still_wanted = lambda: True
+    assert ws.read_file("sparse.bin", start_line=10**18)["content"] == ""  # read whole: past the end

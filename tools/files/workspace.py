@@ -94,8 +94,8 @@ class Workspace:
             if not t.is_file:
                 raise FileToolError("NOT_A_FILE", f"{shown}: not a regular file or directory")
             assert t.fd is not None
-            res = read.page(read.fd_reader(t.fd), t.st.st_size, shown=shown, start_line=start_line,
-                            max_lines=max_lines, offset=offset)
+            res = read.page(self._abandonable(read.fd_reader(t.fd), shown), t.st.st_size, shown=shown,
+                            start_line=start_line, max_lines=max_lines, offset=offset)
             content = res.pop("content")
             return {"path": path, "kind": "file", "content": content, **res}
 
@@ -245,6 +245,22 @@ class Workspace:
                     rec.state = DONE
                     journal.put(rec)
             return EditOutcome(structured, p.before, p.after)
+
+    def _abandonable(self, read_at: read.ReadAt, shown: str) -> read.ReadAt:
+        """``read_at`` that stops (``CANCELLED``) once the caller no longer waits, asked every
+        64 MiB: finding line 10**18 of a 50 GiB sparse file reads all of it, and kept a server
+        thread busy for a minute after the caller's deadline."""
+        if self.still_wanted is None:
+            return read_at
+        still_wanted, reads = self.still_wanted, [0]
+
+        def checked(pos: int, n: int) -> bytes:
+            reads[0] += 1
+            if reads[0] % 64 == 0 and not still_wanted():
+                raise FileToolError("CANCELLED", f"{shown}: the caller went away; the read was stopped")
+            return read_at(pos, n)
+
+        return checked
 
     def _resolve(self, path: str, *, follow_final: bool = True, create_parents: bool = False) -> Target:
         return resolve(self._root, path, follow_final=follow_final, create_parents=create_parents,
