@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Literal, TypeVar
+from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
@@ -149,8 +149,11 @@ SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64
 VIRTUAL_FS = ("/proc/", "/sys/", "/dev/", "/run/")
 
 
-def workspace_dir(raw: str) -> Path:
-    """The resolved workspace directory ``raw`` names, or 422 ``WORKSPACE_INVALID`` saying why."""
+def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Path:
+    """The resolved workspace directory ``raw`` names, or 422 ``WORKSPACE_INVALID`` saying why.
+
+    ``daemon_dirs`` (what, path): directories of the daemon's own (its data, its config) that a
+    workspace may neither hold nor lie in — the agent edits files and runs commands there."""
     shown = raw if len(raw) <= 200 else raw[:200] + "…"
     if not raw or "\0" in raw:
         raise ApiError("WORKSPACE_INVALID", "workspace must be a non-empty path without NUL characters")
@@ -166,6 +169,12 @@ def workspace_dir(raw: str) -> Path:
         raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} cannot be used ({reason})") from None
     if str(ws) in SYSTEM_DIRS or str(ws).startswith(VIRTUAL_FS):
         raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} is a system directory; choose a project directory")
+    for what, path in daemon_dirs:
+        own = path.resolve()
+        if own.is_relative_to(ws) or ws.is_relative_to(own):
+            raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} and the daemon's {what} ({own}) overlap: an agent "
+                                                f"could read and change it there (credentials, the event log); choose a "
+                                                f"directory apart from it, or move the {what} (dataDir, --config)")
     return ws
 
 
@@ -314,7 +323,9 @@ def create_app(svc: Services) -> QuartTrio:
         require_strong("create projects")
         body = await read_body(ProjectBody)
         check_name(body.name, "name")
-        ws = workspace_dir(body.workspace)
+        ws = workspace_dir(body.workspace, [("data directory", svc.data_dir),
+                                            ("config directory", svc.config_files.dir),
+                                            ("pair file's directory", svc.config_files.pair.parent)])
         pid = svc.new_id("prj")
         res = await svc.store.append(Draft(t.ProjectCreated(name=body.name, workspace=str(ws)), project_id=pid))
         await svc.projections.caught_up(res.seq)

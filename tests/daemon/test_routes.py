@@ -64,7 +64,8 @@ async def test_foreign_origin_is_refused_and_same_origin_accepted(daemon: Daemon
     for origin in [f"http://127.0.0.1:{p}", f"http://localhost:{p}", f"http://[::1]:{p}"]:
         r = await daemon.get("/projects", strong, headers={"Origin": origin})
         assert r.status_code == 200, (origin, r.text)
-    project = await daemon.request("POST", "/projects", strong, json_body={"name": "o", "workspace": str(daemon.root)},
+    (daemon.root / "ws").mkdir()
+    project = await daemon.request("POST", "/projects", strong, json_body={"name": "o", "workspace": str(daemon.root / "ws")},
                                    headers={"Origin": f"http://127.0.0.1:{p}"})
     assert project.status_code == 201
 
@@ -90,7 +91,8 @@ async def test_post_without_json_content_type_is_415(daemon: Daemon, strong: str
 
 
 async def test_json_content_type_with_parameters_is_accepted(daemon: Daemon, strong: str):
-    r = await daemon.request("POST", "/projects", strong, json_body={"name": "x", "workspace": str(daemon.root)},
+    (daemon.root / "ws").mkdir()
+    r = await daemon.request("POST", "/projects", strong, json_body={"name": "x", "workspace": str(daemon.root / "ws")},
                              headers={"Content-Type": "Application/JSON; charset=utf-8"})
     assert r.status_code == 201, r.text
 
@@ -195,7 +197,14 @@ async def test_project_workspace_must_be_an_existing_directory(daemon: Daemon, s
     (daemon.root / "loop").symlink_to(daemon.root / "loop")
     (daemon.root / "rel").mkdir()
     long_name = "{root}/" + "a" * 300  # one name past NAME_MAX (was a 500: the stat raised)
-    for workspace in ["{root}/missing", "{root}/a-file", "", "relative/missing", "{root}/x\u0000y", long_name,
+    for workspace, own in [("{root}", "data directory"), ("{root}/data", "data directory"),
+                           ("{root}/config", "config directory")]:
+        # holding (or lying in) the daemon's own directories: the agent could edit pair.json there
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace.format(root=daemon.root)})
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", r.text
+        assert f"and the daemon's {own}" in r.json()["error"]["message"] and "overlap" in r.text, r.text
+    for workspace in [
+                      "{root}/missing", "{root}/a-file", "", "relative/missing", "{root}/x\u0000y", long_name,
                       "/" + "a/" * 3000, "{root}/loop", "rel", "/", "/etc", "/usr", "/proc", "/proc/self", "/sys/kernel",
                       "/dev", "{root}" + "/.." * 64]:  # (the last resolves to /)
         r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace.format(root=daemon.root)})
