@@ -207,12 +207,20 @@ def _parse(query: str) -> list[tuple[str, bool]]:
 
 def fts_query(query: str) -> str:
     """User text -> a safe FTS5 expression: every term quoted; ``"phrases"``; ``word*`` prefixes."""
-    return " AND ".join('"' + text.replace('"', '""') + '"' + ("*" if prefix else "") for text, prefix in _parse(query))
+    return _fts_expression(_parse(query))
+
+
+def _fts_expression(terms: list[tuple[str, bool]]) -> str:
+    return " AND ".join('"' + text.replace('"', '""') + '"' + ("*" if prefix else "") for text, prefix in terms)
 
 
 def snippet_terms(query: str) -> list[Term]:
     """The query's terms as :func:`projections.snippets.snippet` matches them."""
-    return [t for t in (snippet_term(text, prefix) for text, prefix in _parse(query)) if t is not None]
+    return _snippet_terms(_parse(query))
+
+
+def _snippet_terms(terms: list[tuple[str, bool]]) -> list[Term]:
+    return [t for t in (snippet_term(text, prefix) for text, prefix in terms) if t is not None]
 
 
 def _has_token_chars(s: str) -> bool:
@@ -255,8 +263,8 @@ class HistoryIndex:
                task_id: str | None = None, after_item_id: str | None = None, limit: int = 20) -> tuple[list[Hit], str | None]:
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
-        terms = fts_query(query)
-        matcher = snippet_terms(query)
+        parsed = _parse(query)
+        terms, matcher = _fts_expression(parsed), _snippet_terms(parsed)
         # Selective filters (session, agent, task) intersect inside FTS5 as tag tokens; the project,
         # which most rows share, is checked on the joined row (a huge tag doclist only slows AND).
         tags = [id_tag(kind, val) for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id))

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from collections import deque
 from dataclasses import dataclass
+from typing import Sequence
 
 SNIPPET_TOKENS = 24
 SCAN_CHARS = 256 * 1024  # of an item's text searched for the first hit
@@ -83,20 +84,23 @@ def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
     window = window[:SNIPPET_TOKENS]
     marked: set[int] = set()
     for t in terms:  # every whole occurrence of a term in the window
-        k = len(t.words)
-        for i in range(len(window) - k + 1):
-            if all(t.matches_word(j, window[i + j][2]) for j in range(k)):
-                marked.update(range(i, i + k))
+        for i in range(len(window) - len(t.words) + 1):
+            if _occurs_at(t, window, i):
+                marked.update(range(i, i + len(t.words)))
     return _render(text, window, marked, more)
+
+
+def _occurs_at(t: Term, tokens: Sequence[tuple[int, int, str]], i: int) -> bool:
+    """Whether ``t``'s words are the tokens from index ``i`` on."""
+    return all(t.matches_word(j, tokens[i + j][2]) for j in range(len(t.words)))
 
 
 def _phrase_ending_here(recent: deque[tuple[int, int, str]], terms: list[Term]) -> int:
     """Index in ``recent`` where a term's words end at its last token, or -1."""
     n = len(recent)
     for t in terms:
-        k = len(t.words)
-        if k <= n and all(t.matches_word(j, recent[n - k + j][2]) for j in range(k)):
-            return n - k
+        if len(t.words) <= n and _occurs_at(t, recent, n - len(t.words)):
+            return n - len(t.words)
     return -1
 
 

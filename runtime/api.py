@@ -7,7 +7,6 @@ Every error leaves as ``{"error": {"code", "message"}}`` with the status of :dat
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from events.reader import SEQ_MAX
 from events.store import Draft, EventStore
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
+from tools.artifacts import ArtifactError, ArtifactStore
 from tools.files.image import sniff as sniff_image
 
 from . import actor as a
@@ -472,16 +472,13 @@ def create_app(svc: Services) -> QuartTrio:
     # ------------------------------------------------------------------ artifacts, tools
 
     async def load_artifact(aid: str) -> bytes:
-        if not re.fullmatch(r"[0-9a-f]{64}", aid):
-            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}")
-        path = svc.data_dir / "artifacts" / aid
+        artifacts = ArtifactStore(svc.data_dir / "artifacts")  # the store the tools write (a path)
         try:
-            data = await trio.to_thread.run_sync(path.read_bytes)
-        except FileNotFoundError:
-            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid!r}") from None
-        if hashlib.sha256(data).hexdigest() != aid:
-            raise ApiError("ARTIFACT_NOT_FOUND", f"artifact {aid!r} is damaged on disk")
-        return data
+            return await trio.to_thread.run_sync(artifacts.get, aid)
+        except ArtifactError as exc:
+            if exc.code == "ARTIFACT_CORRUPT":
+                raise ApiError("ARTIFACT_NOT_FOUND", f"artifact {aid!r} is damaged on disk") from None
+            raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}") from None
 
     async def check_image(part: t.ImagePart) -> None:
         """An image input must name a stored, intact artifact of a type models take, as what it
