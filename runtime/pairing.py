@@ -34,6 +34,10 @@ log = logging.getLogger("lens.pairing")
 CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 TOKEN_PREFIX = "lens_"
 POLL_SECONDS = 0.25
+# A pending request older than this no longer holds a place under ``server.maxPendingPairings``:
+# when the limit is reached, expired requests are dropped from the file to make room. So a burst
+# of unauthenticated requests can fill the list for an hour at most, not for ever.
+PENDING_TTL_MS = 60 * 60 * 1000
 
 
 class PairingError(LensError):
@@ -226,7 +230,14 @@ class PairStore:
                     return c.status
             pending = sum(1 for c in data.clients if c.status == "pending")
             if pending >= max_pending:
-                raise PairingLimit(f"too many pending pairing requests ({pending}); approve or revoke some first")
+                cutoff = _now_ms() - PENDING_TTL_MS
+                data.clients = [c for c in data.clients if c.status != "pending" or c.requested_at > cutoff]
+                pending = sum(1 for c in data.clients if c.status == "pending")
+            if pending >= max_pending:
+                raise PairingLimit(
+                    f"too many pending pairing requests ({pending}); approve or revoke some first, "
+                    f"or ask again once the oldest is an hour old"
+                )
             data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
             return "pending"
 

@@ -437,6 +437,24 @@ async def test_pending_pairings_are_bounded(daemon_factory):
     await d.register("a")  # a known client may ask again
 
 
+async def test_a_pending_request_an_hour_old_gives_up_its_place(daemon_factory):
+    d = await daemon_factory(config={"server": {"maxPendingPairings": 2}})
+    await d.register("a")
+    await d.register("b")
+    data = json.loads(d.pair_path.read_text())
+    hour = 60 * 60 * 1000
+    for rec in data["clients"]:  # "a" asked just over an hour ago, "b" just under
+        rec["requestedAt"] -= hour + 1000 if rec["clientId"] == "a" else hour - 60_000
+    d.pair_path.write_text(json.dumps(data))
+    r = await d.post("/pair/requests", body={"clientId": "c", "name": ""})
+    assert r.status_code == 202, r.text
+    ids = [c["clientId"] for c in json.loads(d.pair_path.read_text())["clients"]]
+    assert ids == ["b", "c"]  # the expired request was dropped to make room; "b" kept its place
+    r = await d.post("/pair/requests", body={"clientId": "e", "name": ""})
+    assert r.status_code == 429 and error_of(r) == "PAIRING_LIMIT"
+    assert [c["clientId"] for c in json.loads(d.pair_path.read_text())["clients"]] == ["b", "c"]
+
+
 async def test_a_stream_survives_unrelated_pair_file_changes(daemon: Daemon, strong: str):
     async with daemon.sse(strong) as stream:
         await stream.next()
