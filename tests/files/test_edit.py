@@ -25,6 +25,21 @@ def test_create_outcome_and_parents(ws: Workspace, root: Path) -> None:
     assert leftovers(root) == []
 
 
+@pytest.mark.parametrize("name_bytes", [255, 256])
+def test_create_with_a_file_name_at_and_past_the_limit(ws: Workspace, root: Path, name_bytes: int) -> None:
+    name = "é" * (name_bytes // 2) + "x" * (name_bytes % 2)  # two bytes per "é"
+    assert len(name.encode()) == name_bytes
+    path = f"new/deep/{name}"
+    if name_bytes <= 255:
+        assert ws.edit_file(path, "create", content="x").structured["changed"] is True
+        assert (root / path).read_text() == "x"
+        return
+    err = fails("INVALID_ARGUMENT", ws.edit_file, path, "create", content="x")
+    assert "longer than 255 bytes" in err.message
+    assert list(root.iterdir()) == []  # no parent directories were made for it
+    fails("INVALID_ARGUMENT", ws.read_file, name)
+
+
 def test_create_empty_file(ws: Workspace, root: Path) -> None:
     out = ws.edit_file("e", "create", content="")
     assert out.structured == {"path": "e", "changed": True, "units_applied": 1, "bytes_written": 0}

@@ -47,6 +47,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+NAME_MAX = 255  # bytes in one path component (Linux file systems)
+
+
 def check_path_text(path: object) -> str:
     """The argument checks every tool shares: a non-empty str, no NUL, valid Unicode."""
     if not isinstance(path, str):
@@ -56,9 +59,12 @@ def check_path_text(path: object) -> str:
     if path == "":
         raise FileToolError("INVALID_ARGUMENT", "path is empty (use \".\" for the workspace root)")
     try:
-        path.encode("utf-8")
+        encoded = path.encode("utf-8")
     except UnicodeEncodeError:
         raise FileToolError("INVALID_ARGUMENT", "path is not valid Unicode") from None
+    if len(encoded) > NAME_MAX and any(len(c) > NAME_MAX for c in encoded.split(b"/")):
+        # Refused before the walk: a create would otherwise make the parents, then fail.
+        raise FileToolError("INVALID_ARGUMENT", f"{path[:80]}…: a file name is longer than {NAME_MAX} bytes")
     return path
 
 
