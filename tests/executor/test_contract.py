@@ -37,6 +37,11 @@ async def test_an_older_protocol_in_the_metadata_fails_at_connect_naming_both_ve
         with pytest.raises(ExecutorVersionMismatch):
             await unary(stub.Call, pb.ToolRequest(tool="read_file", arguments_json='{"path": "."}'),
                         metadata=meta, timeout=10)
+        # A long version is not echoed back whole.
+        long_meta = (("authorization", f"Bearer {executor.token}"), ("lens-protocol", "9" * 6000))
+        with pytest.raises(ExecutorVersionMismatch) as info:
+            await unary(stub.Hello, pb.HelloRequest(protocol_version=8), metadata=long_meta, timeout=10)
+        assert "9" * 40 + "…" in str(info.value) and "9" * 41 not in str(info.value)
         # No protocol metadata at all.
         with pytest.raises(ExecutorVersionMismatch, match="none"):
             await unary(stub.Hello, pb.HelloRequest(protocol_version=8),

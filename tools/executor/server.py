@@ -69,7 +69,8 @@ class _Guard(grpc.ServerInterceptor):
         version = meta.get("lens-protocol")
         if version != str(PROTOCOL_VERSION):
             return self._deny(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"core-executor-rpc mismatch: this executor speaks {PROTOCOL_VERSION}, the caller {version or 'none'}")
+                              f"core-executor-rpc mismatch: this executor speaks {PROTOCOL_VERSION}, "
+                              f"the caller {_printable(version, 40) if version else 'none'}")
         return continuation(details)
 
 
