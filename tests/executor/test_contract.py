@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -13,6 +17,7 @@ from proto import executor_pb2_grpc as pb_grpc
 from runtime.executor_client import (ExecutorClient, ExecutorError, ExecutorUnauthenticated,
                                      ExecutorUnavailable, ExecutorVersionMismatch, unary)
 from tools.executor import PROTOCOL_VERSION
+from tools.executor.server import TOKEN_ENV
 
 from .conftest import ExecutorProcess
 
@@ -131,3 +136,20 @@ async def test_an_unreachable_executor_is_a_clear_unavailable_error() -> None:
         assert isinstance(info.value, ExecutorError)
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("where", ["inside", "same", "above", "default-inside"])
+def test_a_state_directory_overlapping_the_workspace_is_refused(tmp_path: Path, where: str) -> None:
+    workspace = tmp_path / "home" / "ws"
+    workspace.mkdir(parents=True)
+    env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}
+    state = {"inside": ["--state", str(workspace / ".lens-state")], "same": ["--state", str(workspace)],
+             "above": ["--state", str(tmp_path / "home")], "default-inside": []}[where]
+    if where == "default-inside":  # the default state lies under XDG_STATE_HOME
+        env["XDG_STATE_HOME"] = str(workspace / ".local" / "state")
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace",
+                           str(workspace), "--listen", "127.0.0.1:0", *state],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "lies inside the workspace or holds it" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in workspace.iterdir()) == []  # nothing was created in it

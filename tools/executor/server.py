@@ -239,6 +239,12 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         print(f"lens executor: workspace {workspace} is not a directory", file=sys.stderr)
         return 2
     state_dir = Path(state) if state else _default_state_dir(root)
+    if _overlaps(state_dir, root):
+        # The state holds the call journal and the records of running commands (which a later
+        # executor kills); inside the workspace, the agent's own tools could rewrite them.
+        print(f"lens executor: the state directory {state_dir} lies inside the workspace or holds it; "
+              f"pass --state with a directory outside {workspace}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -263,6 +269,11 @@ def _not_dumpable() -> None:
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4, value 0
     except (OSError, AttributeError):
         pass
+
+
+def _overlaps(state_dir: Path, root: Path) -> bool:
+    state_real, root_real = Path(os.path.realpath(state_dir)), Path(os.path.realpath(root))
+    return state_real == root_real or root_real in state_real.parents or state_real in root_real.parents
 
 
 def _default_state_dir(root: Path) -> Path:
