@@ -17,7 +17,6 @@ from .errors import LensError
 from .pairing import PairStore, Principal
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class AuthRequired(LensError):
@@ -38,10 +37,6 @@ class HostForbidden(LensError):
 
 class OriginForbidden(LensError):
     code = "ORIGIN_FORBIDDEN"
-
-
-class UnsupportedMediaType(LensError):
-    code = "UNSUPPORTED_MEDIA_TYPE"
 
 
 def split_host(value: str) -> tuple[str, int | None]:
@@ -105,14 +100,6 @@ class Guard:
             port = 443 if parts.scheme == "https" else 80
         if self.port and port != self.port:
             raise OriginForbidden(f"Origin {origin!r} is not this daemon")
-
-    @staticmethod
-    def check_content_type(method: str, content_type: str | None) -> None:
-        if method not in MUTATING_METHODS:
-            return
-        mime = (content_type or "").split(";", 1)[0].strip().lower()
-        if mime != "application/json":
-            raise UnsupportedMediaType(f"{method} requests must have Content-Type: application/json")
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:
