@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .config import load_config, pair_file_path
-from .pairing import PairStore
+from .pairing import PairStore, shown
 
 
 def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -80,7 +80,7 @@ def cmd_pair_list(args: argparse.Namespace) -> int:
     print(f"{'clientId':<32} {'status':<9} {'trust':<7} name")
     for c in clients:
         trust = c.trust if c.status == "approved" else "-"
-        print(f"{c.client_id:<32} {c.status:<9} {trust:<7} {c.name}")
+        print(f"{c.client_id:<32} {c.status:<9} {trust:<7} {shown(c.name)}")
     return 0
 
 
