@@ -34,7 +34,7 @@ from .config import Config
 from .configfiles import ConfigFiles
 from .errors import LensError, SessionNotFound
 from .guard import Guard
-from .pairing import PairStore, Principal
+from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService
 from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
@@ -57,7 +57,7 @@ STATUS: dict[str, int] = {
     "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422, "IMAGE_UNSUPPORTED": 422,
     "CONFIG_FILE_UNREADABLE": 422,
     "PAIRING_LIMIT": 429,
-    "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PROJECTION_STALLED": 503, "STORE_CLOSED": 503,
+    "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "STORE_CLOSED": 503,
 }
 
 ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
@@ -294,8 +294,14 @@ def create_app(svc: Services) -> QuartTrio:
     @app.post("/api/v1/pair/requests")
     async def pair_request() -> Response:
         body = await read_body(PairRequestBody)
-        status = await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
-                                               svc.config.server.max_pending_pairings)
+        try:
+            status = await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
+                                                   svc.config.server.max_pending_pairings)
+        except (PairFileInvalid, PairFileUnwritable) as exc:
+            # Unauthenticated callers learn that pairing is unavailable, not where the file lives.
+            log.warning("pairing request refused: %s", exc.message)
+            raise type(exc)("pairing is unavailable: the daemon cannot update its pair file "
+                            "(the daemon log says why)") from None
         return json_response({"clientId": body.client_id, "status": status}, 202)
 
     @app.get("/api/v1/whoami")

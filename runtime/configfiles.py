@@ -10,6 +10,7 @@ invalid write changes nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -34,6 +35,12 @@ class ConfigFileUnreadable(LensError):
     code = "CONFIG_FILE_UNREADABLE"
 
 
+class ConfigFileUnwritable(LensError):
+    """The file system refused the write (no permission, a full or read-only disk)."""
+
+    code = "CONFIG_FILE_UNWRITABLE"
+
+
 class ConfigFiles:
     def __init__(self, main_config: Path, pair_file: Path, max_bytes: int = 1024 * 1024) -> None:
         self.main = Path(main_config)
@@ -43,8 +50,9 @@ class ConfigFiles:
 
     def _candidates(self) -> dict[str, tuple[Path, str]]:
         files: dict[str, tuple[Path, str]] = {self.main.name: (self.main, "main")}
-        if self.pair.parent.resolve() == self.dir.resolve():
-            files.setdefault(self.pair.name, (self.pair, "pair"))
+        # The pair file is listed wherever ``pairFile`` puts it (under its own name, which then
+        # hides a file of that name in the config directory).
+        files.setdefault(self.pair.name, (self.pair, "pair"))
         try:
             entries = sorted(os.scandir(self.dir), key=lambda e: e.name)
         except FileNotFoundError:
@@ -93,7 +101,17 @@ class ConfigFiles:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigFileUnreadable(f"{name} is not UTF-8 text (byte {exc.start}); edit it where it lives") from None
+        if self.put_body_bytes(text) > self.max_bytes:
+            # Served only what can be written back: the PUT body (the text as a JSON string) is
+            # held to the same limit, and escaping makes it longer than the file.
+            raise ConfigFileUnreadable(f"{name} is too large to write back through the API (its PUT body would be "
+                                       f"over {self.max_bytes} bytes, server.maxBodyBytes); edit it where it lives")
         return {"name": name, "role": role, "exists": True, "text": text, "digest": hashlib.sha256(raw).hexdigest()}
+
+    @staticmethod
+    def put_body_bytes(text: str) -> int:
+        """The size of ``{"text": <text>}``, the body that writes ``text`` back."""
+        return len(json.dumps({"text": text}, ensure_ascii=False).encode("utf-8"))
 
     def validate(self, role: str, name: str, text: str) -> None:
         if role == "main":
@@ -123,9 +141,12 @@ class ConfigFiles:
             if not stat.S_ISREG(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
                 raise ConfigFileNotFound(f"{name!r} is not a regular file; edit it where it lives")
             mode = stat.S_IMODE(st.st_mode)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(raw)
@@ -133,7 +154,9 @@ class ConfigFiles:
                 os.fsync(f.fileno())
             os.chmod(tmp, mode)
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
             raise
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}

@@ -14,7 +14,7 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from .errors import LensError
-from .pairing import PairStore, Principal
+from .pairing import PairFileInvalid, PairStore, Principal
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
@@ -108,6 +108,10 @@ class Guard:
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthRequired("use Authorization: Bearer <credential>")
         principal = self.pairs.authenticate(token.strip())
+        if principal is None and not self.pairs.valid:
+            # The daemon's fault, not the credential's: a client must not discard a good one.
+            raise PairFileInvalid("no credential can be checked while the daemon's pair file is invalid "
+                                  "(the daemon log says why); try again once it is fixed")
         if principal is None:
             raise AuthInvalid("the credential is not valid (unknown, revoked or re-issued)")
         return principal

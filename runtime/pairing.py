@@ -56,6 +56,10 @@ class PairFileInvalid(LensError):
     code = "PAIR_FILE_INVALID"
 
 
+class PairFileUnwritable(LensError):
+    code = "PAIR_FILE_UNWRITABLE"
+
+
 class PairingLimit(LensError):
     code = "PAIRING_LIMIT"
 
@@ -188,17 +192,32 @@ class PairStore:
 
     @contextmanager
     def _locked(self) -> Iterator[PairFile]:
-        """Read-modify-write under the lock file; the yielded data is written back atomically."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        """Read-modify-write under the lock file; the yielded data is written back atomically.
+
+        A file-system failure (no permission, a full or read-only disk) is
+        :class:`PairFileUnwritable`, and the file is left as it was."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            data = self._parse(self.path.read_bytes()) if self.path.exists() else PairFile()
+            try:
+                data = self._parse(self.path.read_bytes()) if self.path.exists() else PairFile()
+            except OSError as exc:
+                raise self._unwritable(exc) from None
             yield data
-            self._write(data)
+            try:
+                self._write(data)
+            except OSError as exc:
+                raise self._unwritable(exc) from None
         finally:
             os.close(lock_fd)
         self.reload(force=True)
+
+    def _unwritable(self, exc: OSError) -> PairFileUnwritable:
+        return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({exc.strerror or exc})")
 
     def _write(self, data: PairFile) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(6)}.tmp")

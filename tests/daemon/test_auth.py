@@ -427,11 +427,15 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
                     json.dumps(copied).encode(), b'{"version": 2, "clients": []}', b"[" * 5000]:
         tmp.write_bytes(garbage)
         os.replace(tmp, daemon.pair_path)
-        await daemon.wait_refused(token)
-        assert error_of(await daemon.get("/projects", token)) == "AUTH_INVALID"
+        await wait_until(lambda: daemon._is(token, 503), 2.0, "the daemon noticing the bad pair file")
+        # Refused, as the daemon's fault (503), so that no client discards a good credential.
+        assert error_of(await daemon.get("/projects", token)) == "PAIR_FILE_INVALID"
+        assert error_of(await daemon.get("/projects", "lens_" + "x" * 43)) == "PAIR_FILE_INVALID"
+        assert error_of(await daemon.get("/projects")) == "AUTH_REQUIRED"
         assert (await daemon.get("/health")).status_code == 200
         r = await daemon.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
-        assert r.status_code >= 400 and error_of(r)  # refused with a JSON error, the daemon lives
+        assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID", r.text  # the daemon lives
+        assert str(daemon.pair_path) not in r.text and "pair.json" not in r.text
         assert daemon.pair_path.read_bytes() == garbage  # and the bad file is not overwritten
         tmp.write_bytes(good)
         os.replace(tmp, daemon.pair_path)

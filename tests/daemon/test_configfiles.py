@@ -11,12 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import trio
 
-from .conftest import Daemon, DaemonFactory, error_of, raw_http
+from .conftest import Daemon, DaemonFactory, error_of, raw_http, run_lens
 
 MAIN = """// Lens config written by hand
 {
@@ -103,12 +106,15 @@ async def test_a_listed_file_the_api_cannot_serve_as_text_is_named(setup):
     # 422 naming the file, not a 500.
     d, token, _ = setup
     limit = 1024 * 1024
-    (d.config_dir / "big.json").write_bytes(b'"' + b"x" * (limit - 2) + b'"')
-    r = await d.get("/config/files/big.json", token)
-    assert r.status_code == 200 and len(r.json()["text"]) == limit
+    # Served while its PUT body, {"text": "\"xx…\""}, is within the limit (two quotes escaped).
+    (d.config_dir / "edge.json").write_bytes(b'"' + b"x" * (limit - 16) + b'"')
+    r = await d.get("/config/files/edge.json", token)
+    assert r.status_code == 200 and len(r.json()["text"]) == limit - 14
+    (d.config_dir / "past.json").write_bytes(b'"' + b"x" * (limit - 15) + b'"')
     (d.config_dir / "big.json").write_bytes(b'"' + b"x" * (limit - 1) + b'"')
     (d.config_dir / "latin1.json").write_bytes(b'{"caf\xe9": 1}')
-    for name, words in [("big.json", "larger than 1048576 bytes"), ("latin1.json", "not UTF-8 text (byte 5)")]:
+    for name, words in [("past.json", "too large to write back"), ("big.json", "larger than 1048576 bytes"),
+                        ("latin1.json", "not UTF-8 text (byte 5)")]:
         r = await d.get(f"/config/files/{name}", token)
         assert r.status_code == 422 and error_of(r) == "CONFIG_FILE_UNREADABLE", (name, r.text)
         assert name in r.json()["error"]["message"] and words in r.json()["error"]["message"], r.text
@@ -291,3 +297,79 @@ async def test_config_text_never_enters_the_daemon_log(setup, caplog: pytest.Log
     assert r.status_code == 400
     assert marker not in caplog.text
     assert token not in caplog.text
+
+
+@contextmanager
+def unwritable_dir(path: Path) -> Iterator[None]:
+    """No entry can be created in ``path`` (root ignores permissions, so it gets the immutable flag)."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root where chattr +i is not available: cannot make a directory unwritable")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+async def test_a_config_directory_the_daemon_cannot_write_is_a_clear_error(setup, caplog: pytest.LogCaptureFixture):
+    d, token, _ = setup
+    cdir = d.config_path.parent
+    before = tree(cdir)
+    caplog.set_level("WARNING")
+    with unwritable_dir(cdir):
+        r = await d.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
+        assert r.status_code == 503 and error_of(r) == "PAIR_FILE_UNWRITABLE", r.text
+        assert str(cdir) not in r.text  # an unauthenticated caller learns no path
+        for name in ("lens.jsonc", "extra.json", "pair.json"):
+            current = (await d.get(f"/config/files/{name}", token)).json()["text"]
+            r = await d.put(f"/config/files/{name}", token, {"text": current})
+            assert r.status_code == 503 and error_of(r) == "CONFIG_FILE_UNWRITABLE", (name, r.text)
+            assert "nothing was changed" in r.json()["error"]["message"]
+        out = await run_lens(d.root, "pair", "approve", "--client", "admin", check=False)
+        assert out.returncode != 0 and "PAIR_FILE_UNWRITABLE" in out.stderr and "Traceback" not in out.stderr
+        assert (await d.get("/projects", token)).status_code == 200  # the old credential still works
+    assert tree(cdir) == before
+    assert "unhandled error" not in caplog.text and "Traceback" not in caplog.text
+
+
+async def test_a_pair_file_outside_the_config_directory_is_listed_read_and_written(daemon_factory, tmp_path: Path):
+    pair = tmp_path / "secrets" / "pair.json"
+    d = await daemon_factory(config={"pairFile": str(pair)})
+    await d.register("admin")
+    token = (await run_lens(d.root, "pair", "approve", "--client", "admin", "--strong-trust")).stdout.splitlines()[-1]
+    assert pair.exists() and not (d.config_dir / "pair.json").exists()
+    files = {f["name"]: f for f in (await d.get("/config/files", token)).json()["files"]}
+    assert files["pair.json"]["role"] == "pair" and files["pair.json"]["exists"] is True
+    current = (await d.get("/config/files/pair.json", token)).json()
+    assert current["role"] == "pair" and '"admin"' in current["text"]
+    data = json.loads(current["text"])
+    data["clients"].append({"clientId": "added", "name": "by the API"})
+    r = await d.put("/config/files/pair.json", token, {"text": json.dumps(data)})
+    assert r.status_code == 200, r.text
+    assert [c["clientId"] for c in json.loads(pair.read_text())["clients"]] == ["admin", "added"]
+    assert not (d.config_dir / "pair.json").exists()
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_a_file_is_served_only_if_it_can_be_written_back(daemon_factory, extra: int):
+    d = await daemon_factory(config={"server": {"maxBodyBytes": 65536}})
+    token = await d.pair("admin", strong=True)
+    text = "[" + "1," * ((65536 - len('{"text": "[1]"}')) // 2) + "1]"  # nothing to escape
+    text = text[:-2] + "1" * (1 + extra) + text[-2:]
+    (d.config_dir / "big.json").write_text(text)
+    r = await d.get("/config/files/big.json", token)
+    if extra:
+        assert r.status_code == 422 and error_of(r) == "CONFIG_FILE_UNREADABLE", r.text
+        assert "too large to write back" in r.json()["error"]["message"]
+        return
+    assert r.status_code == 200 and r.json()["text"] == text
+    body = json.dumps({"text": text}).encode()
+    assert len(body) == 65536
+    r = await d.put("/config/files/big.json", token, {"text": text})
+    assert r.status_code == 200, r.text
