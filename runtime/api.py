@@ -148,6 +148,13 @@ SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64
 VIRTUAL_FS = ("/proc/", "/sys/", "/dev/", "/run/")
 
 
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, OSError):  # no HOME and no passwd entry
+        return None
+
+
 def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Path:
     """The resolved workspace directory ``raw`` names, or 422 ``WORKSPACE_INVALID`` saying why.
 
@@ -168,6 +175,9 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Pat
         raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} cannot be used ({reason})") from None
     if str(ws) in SYSTEM_DIRS or str(ws).startswith(VIRTUAL_FS):
         raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} is a system directory; choose a project directory")
+    if str(ws) in ("/home", "/root") or ws == _home():
+        raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} is a home directory (its keys, credentials and shell "
+                                            f"start-up files would be the agent's to edit); choose a project directory")
     for what, path in daemon_dirs:
         own = path.resolve()
         if own.is_relative_to(ws) or ws.is_relative_to(own):

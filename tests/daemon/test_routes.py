@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import trio
 
@@ -224,6 +225,10 @@ async def test_project_workspace_must_be_an_existing_directory(daemon: Daemon, s
         r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace.format(root=daemon.root)})
         assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace[:60], r.text)
         assert len(r.json()["error"]["message"]) < 400
+    for workspace in ["~", "~/", str(Path.home()), "/root"]:  # the whole home: ~/.ssh, ~/.bashrc…
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace})
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
+        assert "home directory" in r.json()["error"]["message"] or not Path(workspace).expanduser().is_dir(), r.text
     assert (await daemon.get("/projects", strong)).json()["projects"] == []
 
 
