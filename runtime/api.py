@@ -123,6 +123,9 @@ class EmptyBody(msgspec.Struct, forbid_unknown_fields=False):
 B = TypeVar("B")
 
 
+_HIGH_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
+
+
 async def read_body(kind: type[B]) -> B:
     raw = await request.get_data()
     if not raw.strip() and kind is EmptyBody:
@@ -130,7 +133,10 @@ async def read_body(kind: type[B]) -> B:
     try:
         msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({exc})") from None
+        reason = str(exc)
+        if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
+            reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
+        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
     try:

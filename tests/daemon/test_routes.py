@@ -175,6 +175,10 @@ async def test_malformed_json_is_400_and_wrong_shape_is_422(daemon: Daemon, stro
         assert r.status_code == 400 and error_of(r) == "INVALID_JSON", (raw[:40], r.text)
     r = await daemon.client.post("/api/v1/pair/requests", content=deep, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and error_of(r) == "INVALID_JSON", r.text  # no credential needed to ask
+    for raw in [b'{"name": "a\\ud800b", "workspace": "/"}', b'{"name": "a\\uDBFF", "workspace": "/"}']:
+        r = await daemon.client.post("/api/v1/projects", content=raw, headers={"Authorization": f"Bearer {strong}"})
+        assert r.status_code == 400 and error_of(r) == "INVALID_JSON", r.text
+        assert "surrogate" in r.json()["error"]["message"], r.text  # (msgspec said "truncated" for the first)
     for body in [[], "x", 1, None, {}, {"name": "x"}, {"name": 1, "workspace": "/"},
                  {"name": "x", "workspace": "/", "extra": True}, {"Name": "x", "Workspace": "/"}]:
         r = await daemon.request("POST", "/projects", strong, content=json.dumps(body).encode(),
