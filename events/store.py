@@ -109,6 +109,25 @@ class Draft:
     request_id: str | None = None
 
 
+_ENVELOPE_IDS = ("project_id", "session_id", "agent_id", "task_id", "request_id")
+
+
+def _check_envelope(d: Draft) -> None:
+    """Refuse envelope ids SQLite cannot store as text (checked before the writer thread sees
+    them: a lone surrogate there used to fail the writer for good)."""
+    for name in _ENVELOPE_IDS:
+        value = getattr(d, name)
+        if value is None:
+            continue
+        if type(value) is not str:
+            raise AppendRejected(f"{name} must be text or None, not {type(value).__name__}")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise AppendRejected(f"{name} {value!r} is not valid Unicode (a lone surrogate)") from None
+
+
 class AppendResult(msgspec.Struct, frozen=True, gc=False):
     """``seqs`` of the appended events; on a duplicate, ``seqs`` holds the original event's seq.
 
@@ -375,7 +394,10 @@ class EventStore:
             d = drafts[0]
             if d.request_id is not None and d.session_id is None:
                 raise AppendRejected("an event with a request_id must belong to a session")
+            _check_envelope(d)
             return [pack(d.event)]
+        for d in drafts:
+            _check_envelope(d)
         with_request = [d for d in drafts if d.request_id is not None]
         if len(with_request) > 1:
             raise AppendRejected("at most one event of an append may carry a request_id")

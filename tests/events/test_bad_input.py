@@ -535,6 +535,22 @@ async def test_expected_session_seq_without_a_session_is_rejected(data_dir: Path
         assert reader.event_count() == 1
 
 
+@pytest.mark.parametrize("field", ["project_id", "session_id", "agent_id", "task_id", "request_id"])
+@pytest.mark.parametrize("value", ["sur\udcff", 7, b"bytes"])
+async def test_an_envelope_id_sqlite_cannot_store_as_text_is_rejected(data_dir: Path, field: str, value: Any) -> None:
+    """A lone surrogate in a session id used to fail the writer thread for good (STORE_CLOSED after)."""
+    async with open_store(data_dir) as s:
+        envelope = {"session_id": "s1", field: value}
+        for drafts in [(Draft(SessionNamed(name="a"), **envelope),),
+                       (note(1), Draft(SessionNamed(name="a"), **envelope))]:  # alone, and with a valid one
+            with pytest.raises(AppendRejected) as info:
+                await s.append(*drafts)
+            assert_clean(info.value, "APPEND_REJECTED", field)
+        assert (await s.append(note(1))).seq == 1  # the writer is still alive
+    with LogReader(data_dir) as reader:
+        assert reader.event_count() == 1
+
+
 UNENCODABLE = [
     pytest.param({"n": 2**70}, id="int-over-64-bits"),
     pytest.param({"x": object()}, id="unsupported-type"),
