@@ -172,7 +172,9 @@ class Projector:
         self._reset(p)  # new, or written by another version: start over
 
     def _reset(self, p: Projection) -> None:
-        with self.conn:
+        # BEGIN IMMEDIATE: a deferred transaction that reads, then writes, fails at once with
+        # BUSY (no busy wait) when another process wrote in between (`lens log stats` twice).
+        with _write_transaction(self.conn):
             p.drop(self.conn)
             p.create(self.conn)
             self.conn.execute(

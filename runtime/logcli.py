@@ -323,6 +323,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             names = list(dict.fromkeys(args.projection)) if args.projection else sorted(projector.projections)
             for name in names:
                 projector.get(name)
+            if sys.stdout is None:  # started with standard output closed: nowhere to report to
+                raise OSError(errno.EBADF, "standard output is closed")
             update, stop = _progress_bar(sys.stdout.isatty())
             try:
                 n = projector.rebuild(names, update)

@@ -994,11 +994,12 @@ def test_output_that_cannot_be_written_is_an_error(log_dir: Path) -> None:
                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
     assert res.stderr.startswith("lens: IO_ERROR: No space left on device")
-    res = subprocess.run([sys.executable, "-m", "runtime.cli", "log", "verify", "--data", str(log_dir)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
-                         preexec_fn=lambda: os.close(1))
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.startswith("lens: IO_ERROR: standard output is closed")
+    for command in ("verify", "decode", "stats", "rebuild"):  # (rebuild asked a closed stdout isatty())
+        res = subprocess.run([sys.executable, "-m", "runtime.cli", "log", command, "--data", str(log_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
+                             preexec_fn=lambda: os.close(1))
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (command, res.stderr)
+        assert res.stderr.startswith("lens: IO_ERROR: standard output is closed"), (command, res.stderr)
 
 
 def test_rows_with_a_seq_below_one_are_shown_and_named(log_dir: Path, expected: list[tuple]) -> None:

@@ -508,3 +508,42 @@ def test_a_raw_size_no_writer_stores_stops_the_projection_with_its_seq(tmp_path:
         assert projector.position("stats") == 6
     finally:
         close(projector)
+
+
+def test_projectors_of_several_processes_starting_together_wait_for_each_other(tmp_path: Path) -> None:
+    """`lens log stats` x4 and `lens log rebuild` x2 at once on a fresh projections.db: a reset in
+    a deferred transaction (read, then write) failed at once with BUSY instead of waiting."""
+    import threading
+
+    write(tmp_path, sample_drafts(40))
+    for _round in range(12):
+        for leftover in tmp_path.glob("projections.db*"):
+            leftover.unlink()
+        barrier = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def one(rebuild: bool) -> None:
+            try:
+                barrier.wait(timeout=30)
+                with LogReader(tmp_path) as reader:
+                    projector = Projector(reader, open_projections_db(tmp_path),
+                                          all_projections() if rebuild else [KindStats()])
+                    try:
+                        projector.rebuild() if rebuild else projector.catch_up()
+                    finally:
+                        projector.close()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i >= 4,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+    with LogReader(tmp_path) as reader:
+        projector = Projector(reader, open_projections_db(tmp_path), [KindStats()])
+        try:
+            assert sum(n for _kind, n, _s, _r in KindStats.read(projector.conn)) == 40
+        finally:
+            projector.close()
