@@ -83,6 +83,8 @@ class Group:
     frames_total: int = 0  # frames ever flushed into chunks (for each subscriber's backlog)
     bytes_total: int = 0  # bytes ever flushed into chunks (the same, by size)
     subs: set["Subscription"] = field(default_factory=set)
+    # Chunks flushed outside the tick (a subscriber joined) that the others were not yet told of.
+    untold: bool = False
 
     def flush(self) -> bool:
         if not self.pending:
@@ -316,8 +318,9 @@ class Bus:
         buffer, buffer_bytes = self.buffer, self.buffer_bytes
         todo: list[Subscription] = []
         for g in list(self.groups.values()):
-            if not g.flush():
+            if not g.flush() and not g.untold:
                 continue
+            g.untold = False
             total, total_bytes = g.frames_total, g.bytes_total
             for sub in list(g.subs):
                 if total - sub.taken > buffer or total_bytes - sub.taken_bytes > buffer_bytes:
@@ -356,8 +359,9 @@ class Bus:
         g = self.groups.get(key)
         if g is None:
             g = self.groups[key] = Group(session_id, project_id)
-        else:
-            g.flush()  # what is pending was committed up to `position`: the new subscriber reads it from the log
+        elif g.flush():  # what is pending was committed up to `position`: the new subscriber reads it from the log
+            g.untold = True  # ... and the next tick hands it to the others (it used to wait for their next frame)
+            self._dirty.set()
         end = g.base + len(g.chunks)
         # Live from what is committed now, even if the bus has not read all of it yet: the stream
         # reads up to `start` from the log and skips those frames when they come through the bus.

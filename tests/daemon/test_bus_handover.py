@@ -81,3 +81,22 @@ async def test_a_subscriber_too_many_bytes_behind_is_dropped_exactly_past_the_li
             assert slow.dropped and not fast.dropped
             assert fast.take() is not None  # the other subscriber keeps getting frames
             nursery.cancel_scope.cancel()
+
+
+async def test_a_subscriber_joining_does_not_hold_back_what_the_others_are_owed(tmp_path: Path) -> None:
+    """A stream opening on a filter flushed the group's pending frames for itself; the streams
+    already on it were not told until the group's next frame (up to a heartbeat later)."""
+    async with open_store(tmp_path / "data") as store:
+        bus = Bus(store)
+        waiting = bus.subscribe(session_id="s1")
+        waiting.parked = True  # its task waits for the bus to wake it
+        bus.publish("s1", "p", "model.delta", {"text": "owed"})
+        joined = bus.subscribe(session_id="s1")  # before the tick that would flush the frame
+        assert not waiting.wake.is_set()
+        bus.flush()  # the next tick
+        assert waiting.wake.is_set()
+        assert b'"text":"owed"' in (waiting.take() or b"")
+        assert joined.take() is None  # it joined after the frame was offered
+        bus.publish("s1", "p", "model.delta", {"text": "next"})
+        bus.flush()
+        assert b'"text":"next"' in (joined.take() or b"") and b'"text":"next"' in (waiting.take() or b"")
