@@ -150,8 +150,8 @@ class SessionState(msgspec.Struct):
             return "quarantined"
         if self.questions:
             return "awaiting_answer"
-        if self.running_task is not None:
-            return "running"
+        if self.running_task is not None or self.queue:
+            return "running"  # (queued work is started next: a client polling for idle must wait)
         return "idle"
 
     def agent(self, agent_id: str) -> AgentState:

@@ -103,7 +103,7 @@ def session_row_view(row: tuple) -> dict[str, Any]:
     return {
         "id": sid, "projectId": project_id, "name": name, "model": model, "thinkingLevel": thinking,
         "createdTs": created, "updatedTs": updated, "lastSeq": last_seq, "deleted": bool(deleted),
-        "status": "running" if open_tasks else "idle", "queued": queued,
+        "status": "running" if open_tasks or queued else "idle", "queued": queued,
         "forkedFrom": {"sessionId": fsess, "seq": fseq} if fsess else None,
     }
 

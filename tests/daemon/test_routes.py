@@ -585,3 +585,13 @@ async def test_dashboard_page_is_served_with_strict_headers(daemon: Daemon):
         assert r.headers["x-frame-options"] == "DENY"
     r = await daemon.client.get("/", headers={"Host": "evil.example"})
     assert r.status_code == 403
+
+
+def test_a_listed_session_with_queued_inputs_is_running():
+    from runtime.views import session_row_view
+
+    def row(open_tasks: int, queued: int) -> tuple:
+        return ("ses_1", "prj_1", "n", "faux/echo", None, 1, 2, 3, 0, None, None, open_tasks, queued)
+
+    assert [session_row_view(row(o, q))["status"] for o, q in [(0, 0), (1, 0), (0, 1), (1, 2)]] == [
+        "idle", "running", "running", "running"]

@@ -273,3 +273,19 @@ async def test_duplicate_request_id_is_idempotent_across_a_restart(runtime_facto
         assert st.inputs["r1"].status == "settled"
         # A new request id still works after the restart.
         assert (await rt2.submit(sid, "r2", "new"))["duplicate"] is False
+
+
+async def test_a_session_with_an_input_queued_is_not_idle(rt, autojump_clock):
+    """Between an acknowledged submit and its task starting, the view said "idle" (with the input
+    in `queued`): a client that submits, then polls until idle, stopped before the run began."""
+    from projections.session_state import SessionState, fold
+
+    sid = await rt.session()
+    ack = await rt.submit(sid, "r1", "hello there")
+    await rt.idle(sid)
+    evs = await rt.events(sid)
+    for upto in range(1, len(evs) + 1):
+        st = fold(SessionState(session_id=sid), evs[:upto])
+        want = "idle" if upto in (1, len(evs)) else "running"  # created; settled
+        assert st.status == want, (evs[upto - 1].kind, st.status, st.queue)
+    assert evs[1].seq == ack["seq"] and evs[1].kind == "input.submitted"
