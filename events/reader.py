@@ -31,6 +31,46 @@ ROW_COLUMNS = (
 )
 
 
+class BadText:
+    """Stands in a row for a TEXT value whose bytes are not UTF-8 (a damaged or hand-edited row);
+    :func:`row_problem` names it, so readers report that row instead of failing the whole read."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return f"BadText({self.raw[:40]!r})"
+
+
+_COLUMN_NAMES = [c.strip() for c in ROW_COLUMNS.split(",")]
+# The same columns with every TEXT value as its stored bytes (and a flag saying it was TEXT), for
+# a page SQLite cannot hand over as Python strings: seq is an INTEGER PRIMARY KEY, never text.
+_CAREFUL_COLUMNS = ", ".join(
+    ["seq"]
+    + [f"CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) ELSE {c} END" for c in _COLUMN_NAMES[1:]]
+    + [f"typeof({c}) = 'text'" for c in _COLUMN_NAMES[1:]]
+)
+
+
+def _careful_row(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row of :data:`_CAREFUL_COLUMNS` as a row of :data:`ROW_COLUMNS` (bad text as :class:`BadText`)."""
+    n = len(_COLUMN_NAMES)
+    row = list(values[:n])
+    for i, was_text in enumerate(values[n:], start=1):
+        if was_text:
+            try:
+                row[i] = row[i].decode("utf-8")
+            except UnicodeDecodeError:
+                row[i] = BadText(row[i])
+    return tuple(row)
+
+
+class _CarefulPage(list):  # type: ignore[type-arg]
+    """A page read through :data:`_CAREFUL_COLUMNS`: some row may hold :class:`BadText`."""
+
+
 class StoredRow(msgspec.Struct, frozen=True, gc=False):
     """One row of ``events`` as stored (body still compressed).
 
@@ -102,6 +142,8 @@ def row_problem(row: StoredRow | tuple[Any, ...]) -> str | None:
     values = row if type(row) is tuple else msgspec.structs.astuple(row)
     for (name, types), value in zip(_ROW_TYPES, values):
         if type(value) not in types:
+            if type(value) is BadText:
+                return f"column {name} holds text that is not valid UTF-8 ({value.raw[:40]!r})"
             if name == "body":
                 return f"the body is stored as {_SQL_TYPE.get(type(value), type(value).__name__)}, not as a blob"
             return f"column {name} holds {value!r}, which is not {'an integer' if int in types else 'text'}"
@@ -185,7 +227,13 @@ class LogReader:
 
     def dictionaries(self) -> dict[int, bytes]:
         """The ``dictionaries`` table as stored (damaged rows included)."""
-        return dict(self._query("the dictionaries", "SELECT dict_id, data FROM dictionaries"))
+        try:
+            return dict(self._query("the dictionaries", "SELECT dict_id, data FROM dictionaries"))
+        except UnicodeDecodeError:  # a value stored as text that is not UTF-8: damaged either way
+            return dict(self._query(
+                "the dictionaries",
+                "SELECT CASE WHEN typeof(dict_id) = 'text' THEN CAST(dict_id AS BLOB) ELSE dict_id END, "
+                "CASE WHEN typeof(data) = 'text' THEN 'text' ELSE data END FROM dictionaries"))
 
     def last_seq(self) -> int:
         return self._query("the last seq", "SELECT coalesce(max(seq), 0) FROM events")[0][0]
@@ -240,15 +288,24 @@ class LogReader:
         cursor = after
         left = max_bytes or 0  # with max_bytes: the decoded body bytes the read may still hold
         execute = self.conn.execute
+        careful_sql = sql.replace(ROW_COLUMNS, _CAREFUL_COLUMNS, 1)
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
             args[0] = cursor
             try:
-                rows = execute(sql, (*args, n))
-                if max_bytes is None:
-                    batch = rows.fetchall()
-                else:
-                    batch, left = _fetch_within(rows, left, first=cursor == after)
+                try:
+                    rows = execute(sql, (*args, n))
+                    if max_bytes is None:
+                        batch = rows.fetchall()
+                    else:
+                        batch, left = _fetch_within(rows, left, first=cursor == after)
+                except UnicodeDecodeError:  # some TEXT value of the page is not UTF-8: read it as bytes
+                    rows = execute(careful_sql, (*args, n))
+                    if max_bytes is None:
+                        batch = rows.fetchall()
+                    else:
+                        batch, left = _fetch_within(rows, left, first=cursor == after)
+                    batch = _CarefulPage(map(_careful_row, batch))
             except _DAMAGE as exc:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
                 raise self._damaged(where, exc) from None
@@ -310,7 +367,12 @@ class LogReader:
         tag_of = TAG_OF.get
         not_typed = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
         for page_rows, raws in _decompressed_pages(codec, self._pages(**filters)):
+            careful = type(page_rows) is _CarefulPage
             for row, raw in zip(page_rows, raws):
+                if careful:  # text that is not UTF-8 somewhere in this page
+                    problem = row_problem(row)
+                    if problem is not None:
+                        raise CorruptEvent(problem).at(row[0])
                 # Columns by index, not unpacked: unpacking touches every column object
                 # (the compressed body too), which costs a cache miss per row on long reads.
                 event = None

@@ -25,6 +25,8 @@ import pytest
 import trio
 import zstandard
 
+from events.errors import CorruptEvent
+from events.reader import LogReader
 from events.store import Draft, EventStore, open_store
 from events.types import (
     InputSubmitted,
@@ -784,6 +786,36 @@ def test_mistyped_columns_are_reported_by_every_command(log_dir: Path, expected:
     res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 3: the body is stored as text")
+
+
+def test_text_that_is_not_utf8_is_reported_by_every_command(log_dir: Path, expected: list[tuple]) -> None:
+    # SQLite stores TEXT bytes as given: a flipped byte, or a hand edit, can leave a value that is
+    # not UTF-8 — which failed every command with a UnicodeDecodeError traceback.
+    db_exec(log_dir, "UPDATE events SET task_id = CAST(x'ff41' AS TEXT) WHERE seq = 3")
+    db_exec(log_dir, "UPDATE events SET body = CAST(x'28b52ffd' || x'ff' AS TEXT) WHERE seq = 5")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stdout.splitlines() == [
+        "seq 3: EVENT_CORRUPT: column task_id holds text that is not valid UTF-8 (b'\\xffA')",
+        "seq 5: EVENT_CORRUPT: column body holds text that is not valid UTF-8 (b'(\\xb5/\\xfd\\xff')",
+        f"FAILED: 2 problem(s) in {len(expected)} event(s)",
+    ]
+    for raw in ([], ["--raw"]):
+        res = lens("log", "decode", "--data", str(log_dir), *raw)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert [line.split(":")[:2] for line in res.stderr.splitlines()] == [
+            ["lens", " EVENT_CORRUPT"], ["lens", " EVENT_CORRUPT"]]
+        assert "seq 3: column task_id" in res.stderr and "seq 5: column body" in res.stderr
+        assert [e["seq"] for e in decoded(res.stdout)] == [r[0] for r in expected if r[0] not in (3, 5)]
+    for command in (["rebuild"], ["stats"]):
+        res = lens("log", *command, "--data", str(log_dir))
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 3: column task_id holds text that is not valid UTF-8")
+    with LogReader(log_dir) as reader:  # the replay path (session wake-up, the events route)
+        with pytest.raises(CorruptEvent) as info:
+            list(reader.events())
+        assert info.value.seq == 3 and "not valid UTF-8" in info.value.message
+        assert [e.seq for e in reader.events(to=2)] == [1, 2]
 
 
 def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None:
