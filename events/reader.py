@@ -21,6 +21,9 @@ from .schema import EVENTS_DB, check_data_dir, open_read_connection
 from .types import Opaque, _Event, body_of
 
 SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1  # SQLite's integers: bounds beyond are clamped
+# What one page of :meth:`LogReader.rows` may hold (bodies, by the larger of stored and declared
+# size): reads of a log of large events — the CLI, projections — run in bounded memory.
+PAGE_BYTES = 32 * 1024 * 1024
 
 # What SQLite raises on a damaged file or table (a busy or locked database is not damage).
 _DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError)
@@ -262,9 +265,11 @@ class LogReader:
         page: int = 2000,
         after_session_seq: int | None = None,
         max_bytes: int | None = None,
+        page_bytes: int | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
         """Pages of row tuples in :data:`ROW_COLUMNS` order (filters as in :meth:`rows`), one
-        read transaction each."""
+        read transaction each. ``page_bytes`` ends each page (not the read) before its rows pass
+        that many bytes (at least one row per page)."""
         if after >= SEQ_MAX or (to is not None and to <= SEQ_MIN):
             return  # nothing can lie past the largest integer SQLite stores
         after = max(after, SEQ_MIN)
@@ -289,30 +294,33 @@ class LogReader:
         left = max_bytes or 0  # with max_bytes: the decoded body bytes the read may still hold
         execute = self.conn.execute
         careful_sql = sql.replace(ROW_COLUMNS, _CAREFUL_COLUMNS, 1)
+        def fetch(rows: apsw.Cursor) -> tuple[list[tuple[Any, ...]], bool]:
+            """The page's rows, and whether page_bytes cut it short."""
+            nonlocal left
+            if max_bytes is not None:
+                batch, left = _fetch_within(rows, left, first=cursor == after)
+                return batch, False
+            if page_bytes is not None:
+                batch, spare = _fetch_within(rows, page_bytes, first=True)
+                return batch, spare < 0
+            return rows.fetchall(), False
+
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
             args[0] = cursor
             try:
                 try:
-                    rows = execute(sql, (*args, n))
-                    if max_bytes is None:
-                        batch = rows.fetchall()
-                    else:
-                        batch, left = _fetch_within(rows, left, first=cursor == after)
+                    batch, cut = fetch(execute(sql, (*args, n)))
                 except UnicodeDecodeError:  # some TEXT value of the page is not UTF-8: read it as bytes
-                    rows = execute(careful_sql, (*args, n))
-                    if max_bytes is None:
-                        batch = rows.fetchall()
-                    else:
-                        batch, left = _fetch_within(rows, left, first=cursor == after)
+                    batch, cut = fetch(execute(careful_sql, (*args, n)))
                     batch = _CarefulPage(map(_careful_row, batch))
             except _DAMAGE as exc:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
                 raise self._damaged(where, exc) from None
             if batch:
                 yield batch
-            if len(batch) < n:
-                return  # the end, or the byte budget is spent
+            if len(batch) < n and not cut:
+                return  # the end, or the read's byte budget is spent
             cursor = batch[-1][0]
             if remaining is not None:
                 remaining -= len(batch)
@@ -328,6 +336,7 @@ class LogReader:
         page: int = 2000,
         after_session_seq: int | None = None,
         max_bytes: int | None = None,
+        page_bytes: int | None = PAGE_BYTES,
     ) -> Iterator[StoredRow]:
         """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
 
@@ -335,11 +344,13 @@ class LogReader:
         session's tail read as an index range instead of a walk of the whole session.
         ``max_bytes`` ends the read before the rows' decoded bodies (``raw_size``) would pass it,
         but never before its first row: a page of a few huge events stays a few events.
-        Reads in pages so no read transaction is held for long.
+        Reads in pages so no read transaction is held for long; ``page_bytes`` bounds what one
+        page holds (stored bodies or declared sizes, whichever is larger), so a long read of
+        large events runs in bounded memory.
         """
         for page_rows in self._pages(
             after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page,
-            after_session_seq=after_session_seq, max_bytes=max_bytes,
+            after_session_seq=after_session_seq, max_bytes=max_bytes, page_bytes=page_bytes,
         ):
             for r in page_rows:
                 yield StoredRow(*r)
@@ -403,13 +414,17 @@ class LogReader:
 
 
 def _fetch_within(rows: apsw.Cursor, left: int, *, first: bool) -> tuple[list[tuple[Any, ...]], int]:
-    """The rows of ``rows`` whose decoded bodies (``raw_size``) fit in ``left`` bytes, and the
-    bytes left after them (-1 once a row did not fit); the read's ``first`` row always fits. Rows
-    past the budget are never fetched (a page of 2,000 events of megabytes each is not held and
-    then cut), and the statement is reset there, which ends its read."""
+    """The rows of ``rows`` whose bodies — decoded (``raw_size``) or stored, whichever is larger —
+    fit in ``left`` bytes, and the bytes left after them (-1 once a row did not fit); the read's
+    ``first`` row always fits. Rows past the budget are never fetched (a page of 2,000 events of
+    megabytes each is not held and then cut), and the statement is reset there, which ends its
+    read."""
     out: list[tuple[Any, ...]] = []
     for row in rows:
         size = row[10] if type(row[10]) is int and row[10] > 0 else 0  # (damage is named later)
+        body = row[11]
+        if type(body) is bytes and len(body) > size:  # a damaged row may declare less than it holds
+            size = len(body)
         if size > left and (out or not first):
             rows.close()
             return out, -1

@@ -212,7 +212,8 @@ class Projector:
             progress(0, total)
         cursor = start
         while cursor < target_seq:
-            rows = list(self.reader.rows(after=cursor, to=target_seq, limit=BATCH))
+            # At most BATCH rows, and no more than BATCH_BYTES of bodies (at least one row).
+            rows = list(self.reader.rows(after=cursor, to=target_seq, limit=BATCH, max_bytes=BATCH_BYTES))
             if not rows:
                 break
             failure: CorruptEvent | None = None

@@ -716,3 +716,39 @@ async def test_a_byte_bounded_read_never_fetches_the_rows_past_its_budget(data_d
     assert [e.seq for e in events] == [1, 2]
     # two compressed rows (~0.8 MiB each) and two decoded texts (1 MiB each), not forty rows
     assert peak < 8 * MiB, peak
+
+
+async def test_long_reads_of_large_events_hold_a_page_at_a_time(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What `lens log verify/decode/stats/rebuild` read: every row, page after page. Pages were
+    # 2,000 rows whatever their size (a log of 31 MiB events took gigabytes); now a page ends at
+    # `page_bytes`, and the projector takes at most BATCH_BYTES of rows at a time.
+    import base64
+    import os
+
+    import projections.projector as projector_mod
+    from projections.projector import Projector, open_projections_db
+    from projections.stats import KindStats
+
+    async with open_store(data_dir, synchronous="OFF") as store:
+        for _ in range(40):
+            text = base64.b64encode(os.urandom(786_432)).decode()  # 1 MiB of text
+            await store.append(Draft(InstructionAppended(text=text), session_id="s1"))
+    monkeypatch.setattr(projector_mod, "BATCH_BYTES", 2 * MiB)
+    with LogReader(data_dir) as reader:
+        tracemalloc.start()
+        try:
+            seqs = [row.seq for row in reader.rows(page_bytes=2 * MiB)]
+            rows_peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.reset_peak()
+            projector = Projector(reader, open_projections_db(data_dir), [KindStats()])
+            try:
+                assert projector.catch_up() == 40
+                (kind, n, _stored, raw) = KindStats.read(projector.conn)[0]
+            finally:
+                projector.close()
+            projector_peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert seqs == list(range(1, 41)) and (kind, n) == ("instruction.appended", 40) and raw > 40 * MiB
+    assert rows_peak < 8 * MiB, rows_peak  # a page or two of ~0.8 MiB rows, not forty
+    assert projector_peak < 8 * MiB, projector_peak

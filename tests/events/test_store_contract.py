@@ -315,6 +315,14 @@ class TestStoreContract:
             # the same bound on the reader, across its internal pages (page=2 rows here)
             assert [row.seq for row in r.rows(page=2, max_bytes=first4)] == [1, 2, 3, 4]
             assert [e.seq for e in r.events(page=2, max_bytes=first4 - 1)] == [1, 2, 3]
+            # page_bytes bounds each page, not the read: every row still comes, in order
+            for budget in (1, first4 - 1, first4):
+                pages = [[row[0] for row in p] for p in r._pages(page_bytes=budget)]
+                assert sum(pages, []) == list(range(1, 13))
+                for p in pages:
+                    assert len(p) == 1 or sum(sizes[q] for q in p) <= budget, (budget, pages)
+                assert pages[0] == ([1, 2, 3, 4] if budget == first4 else [1, 2, 3] if budget > 1 else [1])
+            assert [row.seq for row in r.rows(page_bytes=1)] == list(range(1, 13))
 
     async def test_stored_event_json_shape(self, store: Any) -> None:
         await store.append(
