@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
+import msgspec
 import trio
 
 from events import types as t
@@ -57,6 +58,47 @@ INTERRUPTED_TEXT = (
     "taken effect. Check the current state before retrying."
 )
 READ_PAGE = 5000
+
+
+def used_call_ids(state: SessionState) -> set[str]:
+    """Every tool call id the session has recorded (any agent), including those only the ids
+    derived from them still name (questions ``q_<id>``, subagents ``sub_<id>``, edits)."""
+    used: set[str] = set(state.file_edits)
+    for agent_id, agent in state.agents.items():
+        if agent_id.startswith("sub_"):
+            used.add(agent_id[4:])
+        for it in agent.items:
+            if it.call is not None:
+                used.add(it.call.call_id)
+            elif it.call_id is not None:
+                used.add(it.call_id)
+    for qid in (*state.questions, *state.settled_questions):
+        if qid.startswith("q_"):
+            used.add(qid[2:])
+    return used
+
+
+def unique_call_ids(state: SessionState, calls: list[t.ToolCall]) -> list[t.ToolCall]:
+    """``calls`` with each id the session already used (or an earlier call of the same response
+    used) replaced by ``<id>-<n>``. Question and subagent ids derive from call ids, and results
+    are matched to calls by id: a provider that numbers its calls afresh in every response
+    (``call_0``) had a second ``ask_user`` answered at once with the first one's answer. The
+    rewritten id is what the log records, so replay sees the same ids; providers get them back
+    in later requests, in the call and its result alike."""
+    if not calls:
+        return calls
+    used = used_call_ids(state)
+    out: list[t.ToolCall] = []
+    for call in calls:
+        call_id = call.call_id
+        if call_id in used:
+            n = 2
+            while f"{call_id}-{n}" in used:
+                n += 1
+            call = msgspec.structs.replace(call, call_id=f"{call_id}-{n}")
+        used.add(call.call_id)
+        out.append(call)
+    return out
 
 
 @dataclass
@@ -561,7 +603,7 @@ class SessionActor:
                                                      status=exc.status), agent_id, task_id)])
             return
         await self._emit([d.Scoped(t.ModelResponded(
-            text=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls,
+            text=result.text, reasoning=result.reasoning, tool_calls=unique_call_ids(self.state, result.tool_calls),
             stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
             reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics),
             agent_id, task_id)])

@@ -26,6 +26,9 @@ REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
 class FauxToolCall(msgspec.Struct, frozen=True, rename="camel"):
     name: str
     arguments: Any = {}
+    # The provider's id for the call (default: unique per response). Scripts set one to play a
+    # provider that numbers its calls afresh in every response (`call_0`).
+    call_id: str | None = None
 
 
 class FauxError(msgspec.Struct, frozen=True, rename="camel"):
@@ -112,7 +115,7 @@ class FauxProvider:
         n = _responses_so_far(request)
         calls = [
             t.ToolCall(
-                f"call_{request.agent_id}_{n}_{i}",
+                c.call_id or f"call_{request.agent_id}_{n}_{i}",
                 c.name,
                 c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments),
             )

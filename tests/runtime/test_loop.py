@@ -171,3 +171,31 @@ async def test_deltas_stream_to_viewers_and_only_the_result_is_persisted(runtime
         resp = one(await rt.events(sid), "model.responded").event
         assert (resp.text, resp.reasoning) == ("one two three", "hmm")
         assert st.agents["main"].items[-1].text == "one two three"
+
+
+async def test_a_provider_reusing_call_ids_gets_a_fresh_question_each_time(rt, autojump_clock):
+    """Some servers number tool calls afresh in every response (`call_0`). Question ids derive
+    from call ids, so the second ask_user was answered at once with the first one's answer."""
+    from runtime.actor import Answer
+
+    ask = FauxToolCall("ask_user", {"questions": [{"id": "q", "text": "Go?", "options": [
+        {"id": "y", "label": "yes"}, {"id": "n", "label": "no"}]}]}, call_id="call_0")
+    rt.faux.script = [FauxTurn(when="first", tool_calls=[ask]), FauxTurn(when="second", tool_calls=[ask, ask])]
+    sid = await rt.session()
+    asked: list[str] = []
+    for rid, prompt, answers in [("r1", "first", ["y"]), ("r2", "second", ["n", "y"])]:
+        await rt.submit(sid, rid, prompt)
+        for option in answers:
+            st = await rt.idle(sid)  # (returns when a question waits, too)
+            assert st.status == "awaiting_answer", (prompt, st.status)
+            (qid,) = st.questions
+            asked.append(qid)
+            await rt.call(sid, Answer(qid, {"kind": "answer", "optionIds": [option]}))
+    st = await rt.idle(sid)
+    assert st.status == "idle" and len(set(asked)) == 3
+    evs = await rt.events(sid)
+    ids = [c.call_id for e in by_kind(evs, "model.responded") for c in e.event.tool_calls]
+    assert ids == ["call_0", "call_0-2", "call_0-3"]  # unique in the session, as the log records them
+    finished = by_kind(evs, "tool.finished")
+    assert [f.event.call_id for f in finished] == ids
+    assert ["Yes" in f.event.content[0].text or "yes" in f.event.content[0].text for f in finished] == [True, False, True]
