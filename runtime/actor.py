@@ -602,7 +602,8 @@ class SessionActor:
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,
                                                      status=exc.status), agent_id, task_id)])
             return
-        await self._emit([d.Scoped(t.ModelResponded(
+        # (Decided under the write lock: two agents answered at once still get distinct ids.)
+        await self._emit(lambda: [d.Scoped(t.ModelResponded(
             text=result.text, reasoning=result.reasoning, tool_calls=unique_call_ids(self.state, result.tool_calls),
             stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
             reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics),
