@@ -158,14 +158,14 @@ class ExecutorPool:
         state.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in self.hidden_env and k != "LENS_EXECUTOR_TOKEN"}
         cmd = [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
-               "--listen", "127.0.0.1:0", "--state", str(state), "--token-stdin"]
+               "--listen", "127.0.0.1:0", "--state", str(state), "--token-stdin", "--exit-with-stdin"]
         proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
                                                 start_new_session=True)
         assert proc.stdout is not None and proc.stdin is not None
         try:
-            # The token goes on standard input, never in the child's environment or argv.
+            # The token goes on standard input, never in the child's environment or argv. The pipe
+            # stays open while we live: its end (however this process dies) stops the child.
             await proc.stdin.send_all(token.encode() + b"\n")
-            await proc.stdin.aclose()
             line = b""
             with trio.move_on_after(SPAWN_TIMEOUT_S):
                 while not line.endswith(b"\n"):
@@ -183,6 +183,7 @@ class ExecutorPool:
                 proc.kill()
                 await proc.wait()
                 await proc.stdout.aclose()
+                await proc.stdin.aclose()
             raise
         self._nursery.start_soon(self._reap, proc)  # from here on, _reap owns the child
         client = ExecutorClient(f"127.0.0.1:{port}", token)
@@ -206,6 +207,8 @@ class ExecutorPool:
             # Shielded: this runs when the pool is cancelled, and an unshielded wait would raise
             # Cancelled at once, leaving the child running (and never reaped).
             with trio.CancelScope(shield=True):
+                if proc.stdin is not None:
+                    await proc.stdin.aclose()  # the child's lifeline: it stops on its own
                 if proc.returncode is None:
                     proc.terminate()
                     with trio.move_on_after(3):

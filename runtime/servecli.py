@@ -26,6 +26,9 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     es.add_argument("--state", default=None, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
     es.add_argument("--token-stdin", action="store_true",
                     help="read the token from the first line of standard input instead of the environment")
+    es.add_argument("--exit-with-stdin", action="store_true",
+                    help="stop (ending running commands) when standard input reaches its end: the daemon "
+                         "holds it open, so a daemon killed outright takes its executors with it")
     es.set_defaults(func=cmd_executor_serve)
 
     pair = sub.add_parser("pair", help="approve, list and revoke paired clients")
@@ -94,4 +97,5 @@ def cmd_pair_revoke(args: argparse.Namespace) -> int:
 def cmd_executor_serve(args: argparse.Namespace) -> int:
     from tools.executor.server import main
 
-    return main(args.workspace, args.listen, args.state, token_stdin=args.token_stdin)
+    return main(args.workspace, args.listen, args.state, token_stdin=args.token_stdin,
+                exit_with_stdin=args.exit_with_stdin)

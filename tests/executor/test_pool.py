@@ -311,3 +311,79 @@ def test_an_executor_without_a_usable_token_refuses_to_start(tmp_path: Path, std
                            "--listen", "127.0.0.1:0", *args], input=stdin, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert b"the shared secret (at least 16 characters)" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+KILLED_DAEMON = """
+import os, signal, sys
+from pathlib import Path
+
+import trio
+
+from runtime.executors import ExecutorPool
+
+
+async def main() -> None:
+    ws = Path(sys.argv[1])
+
+    async def workspace_of(project_id):
+        return ws
+
+    pool = ExecutorPool(Path(sys.argv[2]), workspace_of)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        ex = await pool.get("p")
+        print(ex.process.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup of any kind
+
+
+trio.run(main)
+"""
+
+
+def _exited(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"  # (a zombie whose new parent has not reaped it yet)
+
+
+def test_a_daemon_killed_outright_takes_its_executors_with_it(tmp_path: Path) -> None:
+    """The daemon holds each child's standard input; its end (SIGKILL included) stops the child.
+    Before, every kill -9 of the daemon left an executor running, with its commands."""
+    import subprocess
+    import sys
+    import time
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = subprocess.run([sys.executable, "-c", KILLED_DAEMON, str(ws), str(tmp_path / "executors")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + BOUND_S
+    while not _exited(pid):
+        assert time.monotonic() < deadline, f"executor {pid} still runs after its daemon was killed"
+        time.sleep(0.05)  # bounded poll of an outside process
+
+
+def test_an_executor_told_to_exit_with_its_standard_input_does(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    with subprocess.Popen([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(tmp_path),
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path.parent / "state"),
+                           "--token-stdin", "--exit-with-stdin"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(b"x" * 32 + b"\n")
+            proc.stdin.flush()
+            assert b"listening on" in proc.stdout.readline()
+            assert proc.poll() is None  # serving while its input is open
+            proc.stdin.close()
+            assert proc.wait(timeout=BOUND_S) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

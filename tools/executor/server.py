@@ -225,7 +225,8 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     server.stop(grace=2.0).wait()
 
 
-def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = False) -> int:
+def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = False,
+         exit_with_stdin: bool = False) -> int:
     # The daemon hands its local executors the token on standard input: what is in a process's
     # environment, its commands (same user) can read from /proc/<executor pid>/environ.
     token = sys.stdin.readline().strip() if token_stdin else os.environ.get(TOKEN_ENV, "")
@@ -248,6 +249,9 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if exit_with_stdin:
+        threading.Thread(target=_stop_at_end_of_stdin, args=(stop,), name="lens-executor-lifeline",
+                         daemon=True).start()
     host = listen.rsplit(":", 1)[0]
 
     def ready(port: int) -> None:
@@ -255,6 +259,17 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
 
     serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
     return 0
+
+
+def _stop_at_end_of_stdin(stop: threading.Event) -> None:
+    """Set ``stop`` once standard input ends: the daemon that spawned us holds the pipe's other
+    end, and the kernel closes it however the daemon dies (SIGKILL included)."""
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    stop.set()
 
 
 def _not_dumpable() -> None:
