@@ -163,6 +163,9 @@ class Projector:
 
     def position(self, name: str) -> int:
         rows = self.conn.execute("SELECT seq FROM positions WHERE name = ?", (name,)).fetchall()
+        if rows and type(rows[0][0]) is not int:  # (edited by hand: the table is not STRICT)
+            raise ProjectionsDamaged(self.conn.filename or "projections.db",
+                                     f"the position of {name} is {rows[0][0]!r}, not a seq")
         return rows[0][0] if rows else 0
 
     def _ensure(self, p: Projection) -> None:

@@ -12,7 +12,7 @@ import apsw
 
 from events.reader import StoredEvent, StoredRow
 
-from .projector import Projection
+from .projector import Projection, ProjectionsDamaged
 
 
 class KindStats(Projection):
@@ -47,7 +47,10 @@ class KindStats(Projection):
 
     @staticmethod
     def read(conn: apsw.Connection) -> list[tuple[str, int, int, int]]:
-        """(kind, events, stored_bytes, raw_bytes) per kind, by kind."""
-        return list(
-            conn.execute("SELECT kind, events, stored_bytes, raw_bytes FROM stats_kinds ORDER BY kind")
-        )
+        """(kind, events, stored_bytes, raw_bytes) per kind, by kind. A row of other types (the
+        table edited by hand) is :class:`~projections.projector.ProjectionsDamaged`."""
+        rows = list(conn.execute("SELECT kind, events, stored_bytes, raw_bytes FROM stats_kinds ORDER BY kind"))
+        for row in rows:
+            if type(row[0]) is not str or any(type(v) is not int for v in row[1:]):
+                raise ProjectionsDamaged(conn.filename or "projections.db", f"stats_kinds holds the row {row!r}")
+        return rows

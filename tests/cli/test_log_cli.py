@@ -1086,6 +1086,20 @@ def test_a_reshaped_projection_table_says_it_can_be_deleted(log_dir: Path) -> No
     assert res.returncode == 0 and lens("log", "stats", "--data", str(log_dir)).returncode == 0
 
 
+@pytest.mark.parametrize("edit", ["UPDATE positions SET seq = 'abc' WHERE name = 'stats'",
+                                  "UPDATE stats_kinds SET events = 'x'"])
+def test_values_of_the_wrong_type_in_projections_db_say_it_can_be_deleted(log_dir: Path, edit: str) -> None:
+    assert lens("log", "stats", "--data", str(log_dir)).returncode == 0
+    conn = apsw.Connection(str(log_dir / "projections.db"))
+    conn.execute(edit)  # (a TypeError traceback before)
+    conn.close()
+    res = lens("log", "stats", "--data", str(log_dir))
+    assert_clean_failure(res, 2, "PROJECTIONS_DAMAGED")
+    assert "delete it" in res.stderr
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")  # and the cure
+    assert res.returncode == 0 and lens("log", "stats", "--data", str(log_dir)).returncode == 0
+
+
 def test_a_projection_named_twice_is_rebuilt_once(log_dir: Path) -> None:
     res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats", "--projection", "stats")
     assert res.returncode == 0 and res.stdout.startswith("rebuilt stats from ")
