@@ -8,6 +8,7 @@ found and what to do. See docs/storage-format.md.
 from __future__ import annotations
 
 import os
+import stat
 import time
 import urllib.parse
 from pathlib import Path
@@ -248,23 +249,48 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
     return StoreOpenError(f"cannot open {path}: {exc}")
 
 
-# SQLite opens no path longer than this (SQLITE_MAX_PATHNAME, in bytes, with its terminator).
+# SQLite opens no path longer than this (SQLITE_MAX_PATHNAME, in bytes, with its terminator)...
 MAX_SQLITE_PATH = 512
+# ... and it opens the database's side files too: the longest is "<path>-journal".
+SIDE_SUFFIXES = ("-journal", "-wal", "-shm")
+LONGEST_SIDE_SUFFIX = max(map(len, SIDE_SUFFIXES))
 
 
 def check_path_length(path: Path) -> None:
-    if len(os.fsencode(path.absolute())) >= MAX_SQLITE_PATH:
+    length = len(os.fsencode(path.absolute()))
+    if length + LONGEST_SIDE_SUFFIX >= MAX_SQLITE_PATH:
         raise StoreOpenError(
-            f"the path of {path} is {len(os.fsencode(path.absolute()))} bytes long; SQLite opens "
-            f"paths of up to {MAX_SQLITE_PATH - 1} bytes. Use a shorter --data path (a symbolic "
-            f"link to the directory will do)"
+            f"the path of {path} is {length} bytes long; SQLite opens paths of up to "
+            f"{MAX_SQLITE_PATH - 1} bytes, and {path.name}{SIDE_SUFFIXES[0]} beside it must fit too "
+            f"(so at most {MAX_SQLITE_PATH - 1 - LONGEST_SIDE_SUFFIX}). Use a shorter --data path "
+            f"(a symbolic link to the directory will do)"
         )
+
+
+def check_side_files(path: Path) -> None:
+    """Refuse to open ``path`` when one of SQLite's side files beside it is not a regular file: a
+    FIFO there blocks SQLite's open for ever (its hot-journal check reads it)."""
+    for suffix in SIDE_SUFFIXES:
+        side = path.with_name(path.name + suffix)
+        try:
+            mode = os.lstat(side).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue  # (SQLite reports what it cannot open)
+        if not stat.S_ISREG(mode):
+            raise StoreOpenError(
+                f"{side} is not a regular file, so SQLite cannot use it beside {path.name}; it "
+                f"cannot hold any of the log's data: remove it (SQLite makes a new one) or fix "
+                f"what put it there"
+            )
 
 
 def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> apsw.Connection:
     """Open (creating if new) ``events.db`` for the single writer. Checks the format marker."""
     path = data_dir / EVENTS_DB
     check_path_length(path)
+    check_side_files(path)
     try:
         conn = apsw.Connection(str(path))
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
@@ -293,6 +319,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
     if not os.access(path, os.R_OK):
         raise DataDirNotReadable(f"cannot read {path} (permission denied)")
     check_path_length(path)
+    check_side_files(path)
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     uri = "file:" + urllib.parse.quote(str(path.absolute()))  # `%`, `?`, `#` are URI syntax
     try:

@@ -1174,6 +1174,34 @@ def test_a_path_longer_than_sqlite_opens_is_named(pristine: Path, tmp_path: Path
     assert "SQLite opens paths of up to 511 bytes" in res.stderr
 
 
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_path_is_refused_when_its_journal_would_not_fit(pristine: Path, tmp_path: Path, extra: int) -> None:
+    # SQLite opens "<events.db>-journal" too: an events.db path of 504-511 bytes opened, then
+    # failed as "permission denied". At most 511 - 8 = 503 bytes now, and one more is named.
+    want = 503 + extra - len("/data/events.db")
+    deep = tmp_path
+    while len(str(deep)) < want - 61:
+        deep = deep / ("d" * 60)
+    deep = deep / ("e" * (want - len(str(deep)) - 1))
+    assert len(str(deep / "data" / "events.db")) == 503 + extra
+    shutil.copytree(pristine, deep / "data")
+    res = lens("log", "verify", "--data", str(deep / "data"))
+    if extra:
+        assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+        assert "is 504 bytes long" in res.stderr and "at most 503" in res.stderr
+    else:
+        assert res.returncode == 0 and res.stdout.startswith("ok: "), res.stderr
+
+
+@pytest.mark.parametrize("side", ["-journal", "-wal", "-shm"])
+def test_a_fifo_beside_events_db_is_named_not_waited_on(log_dir: Path, side: str) -> None:
+    os.mkfifo(log_dir / f"events.db{side}")  # SQLite's open read it and blocked for ever
+    for command in ("verify", "decode", "stats"):
+        res = lens("log", command, "--data", str(log_dir))
+        assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+        assert f"events.db{side} is not a regular file" in res.stderr
+
+
 def test_an_events_table_rebuilt_without_an_integer_key_is_named(log_dir: Path) -> None:
     db_exec(log_dir, "ALTER TABLE events RENAME TO old_events")
     db_exec(log_dir, "CREATE TABLE events AS SELECT * FROM old_events")  # seq loses its key
