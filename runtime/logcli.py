@@ -248,6 +248,11 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
         if problem is not None:
             yield row.seq, f"EVENT_CORRUPT: {problem}"
             continue
+        if row.session_id is None:  # the envelope rules appends enforce
+            if row.session_seq is not None:
+                yield row.seq, f"session_seq {row.session_seq} on an event that belongs to no session"
+            if row.request_id is not None:
+                yield row.seq, f"request_id {row.request_id!r} on an event that belongs to no session"
         try:
             reader.decode(row)
         except CorruptEvent as exc:

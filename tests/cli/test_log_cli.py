@@ -818,6 +818,17 @@ def test_text_that_is_not_utf8_is_reported_by_every_command(log_dir: Path, expec
         assert [e.seq for e in reader.events(to=2)] == [1, 2]
 
 
+def test_verify_reports_session_fields_on_an_event_without_a_session(log_dir: Path, expected: list[tuple]) -> None:
+    (seq,) = [r[0] for r in expected if r[3] is not None][:1]
+    db_exec(log_dir, "UPDATE events SET session_id = NULL, request_id = 'req_x' WHERE seq = ?", (seq,))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+    sseq = [r[4] for r in expected if r[0] == seq][0]
+    assert f"seq {seq}: session_seq {sseq} on an event that belongs to no session" in lines
+    assert f"seq {seq}: request_id 'req_x' on an event that belongs to no session" in lines
+
+
 def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None:
     (size,) = db_rows(log_dir, "SELECT raw_size FROM events WHERE seq = 2")[0]
     db_exec(log_dir, "UPDATE events SET raw_size = ? WHERE seq = 2", (size + 1000,))
