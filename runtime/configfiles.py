@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import Any
 
 from . import jsonc
+from .atomicfile import replace_atomically
 from .config import ConfigError, parse_config
 from .errors import LensError
 from .pairing import PairFileInvalid, parse_pair_file
@@ -141,22 +141,8 @@ class ConfigFiles:
             if not stat.S_ISREG(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
                 raise ConfigFileNotFound(f"{name!r} is not a regular file; edit it where it lives")
             mode = stat.S_IMODE(st.st_mode)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            replace_atomically(path, raw, mode)
         except OSError as exc:
             raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(raw)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException as exc:
-            tmp.unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
-            raise
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}

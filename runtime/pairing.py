@@ -27,6 +27,7 @@ from typing import Any, Iterator, Literal
 import msgspec
 import trio
 
+from .atomicfile import replace_atomically
 from .errors import LensError
 
 log = logging.getLogger("lens.pairing")
@@ -220,23 +221,7 @@ class PairStore:
         return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({exc.strerror or exc})")
 
     def _write(self, data: PairFile) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(6)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_atomically(self.path, msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n", 0o600)
 
     # ------------------------------------------------------------------ operations
 
