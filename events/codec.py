@@ -12,6 +12,8 @@ thread can encode while worker threads decode.
 
 from __future__ import annotations
 
+import base64
+import math
 import struct
 import threading
 from dataclasses import dataclass
@@ -507,21 +509,30 @@ def _ext_as_data(code: int, data: memoryview) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """An opaque body (an event kind this build does not know) made printable as JSON: map keys
-    MessagePack allows but JSON does not (arrays, nil, booleans) become their JSON text.
-    Decoded values are otherwise kept as they are (bytes print as base64)."""
+    """An opaque body (an event kind this build does not know) made printable as JSON, keeping
+    every value apart: map keys MessagePack allows but JSON does not (arrays, nil, booleans,
+    numbers) become their JSON text — unless two keys of one map would then read the same
+    (``1`` and ``"1"``), and that map is ``{"msgpack_map": [[key, value], ...]}`` instead; a
+    float JSON cannot write (NaN, ±infinity) is ``{"msgpack_float": "NaN" | "Infinity" |
+    "-Infinity"}``. Decoded values are otherwise kept as they are (bytes print as base64)."""
     if isinstance(value, dict):
-        return {
-            k if isinstance(k, (str, int, float, bytes)) and not isinstance(k, bool)
-            else _json_key(k): _jsonable(v)
-            for k, v in value.items()
-        }
+        out = {_key_text(k): _jsonable(v) for k, v in value.items()}
+        if len(out) == len(value):
+            return out
+        return {"msgpack_map": [[_jsonable(list(k) if isinstance(k, tuple) else k), _jsonable(v)]
+                                for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"msgpack_float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
     return value
 
 
-def _json_key(key: Any) -> str:
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        return base64.b64encode(key).decode()
     return msgspec.json.encode(_jsonable(list(key) if isinstance(key, tuple) else key)).decode()
 
 

@@ -986,7 +986,8 @@ async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected:
 def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, expected: list[tuple]) -> None:
     seq = expected[-1][0] + 1
     raw = msgspec.msgpack.encode(
-        {"kind": "future.kind", "blob": msgspec.msgpack.Ext(5, b"ab"), (1, 2): None, None: [True], True: "t"}
+        {"kind": "future.kind", "blob": msgspec.msgpack.Ext(5, b"ab"), (1, 2): None, None: [True], True: "t",
+         "twins": {1: "int", "1": "str"}, "bools": {True: "bool", "true": "str"}, "floats": [float("nan"), float("inf"), -float("inf"), 1.5]}
     )
     body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
     db_exec(
@@ -1000,6 +1001,10 @@ def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, 
     assert ev["body"] == {
         "blob": {"msgpack_ext": 5, "data": base64.b64encode(b"ab").decode()},
         "[1,2]": None, "null": [True], "true": "t",
+        # keys that would read the same as JSON text: the map as pairs (it lost "1" before)
+        "twins": {"msgpack_map": [[1, "int"], ["1", "str"]]},
+        "bools": {"msgpack_map": [[True, "bool"], ["true", "str"]]},
+        "floats": [{"msgpack_float": "NaN"}, {"msgpack_float": "Infinity"}, {"msgpack_float": "-Infinity"}, 1.5],
     }
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.stdout.splitlines()[0] == f"seq {seq}: unknown event kind 'future.kind' (decoded as opaque; written by a newer Lens?)"
