@@ -55,6 +55,13 @@ def _text(value: str) -> str:
     return value
 
 
+def _path(value: str) -> str:
+    """A directory argument: UTF-8 and not empty (an empty --data meant the working directory)."""
+    if not _text(value):
+        raise argparse.ArgumentTypeError("an empty path names no directory; pass --data DIR")
+    return value
+
+
 def _kind(value: str) -> str:
     value = _text(value)
     if not any(k.strip() for k in value.split(",")):
@@ -67,7 +74,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
 
     def data_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data", type=_text, default=".lens", metavar="DIR",
+        p.add_argument("--data", type=_path, default=".lens", metavar="DIR",
                        help="data directory (default .lens)")
 
     p = cmds.add_parser("decode", help="print events as JSON lines")

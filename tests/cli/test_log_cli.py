@@ -565,6 +565,9 @@ def test_bad_arguments_exit_2(log_dir: Path) -> None:
         res = lens("log", *args, "--data", str(log_dir))
         assert res.returncode == 2, args
         assert "usage:" in res.stderr and "Traceback" not in res.stderr
+    for command in ("decode", "verify", "stats", "rebuild"):  # (an empty --data meant the working directory)
+        res = lens("log", command, "--data", "", cwd=log_dir)
+        assert res.returncode == 2 and "an empty path names no directory" in res.stderr, (command, res.stderr)
 
 
 def log_file_digests(data_dir: Path) -> dict[str, str]:
