@@ -294,6 +294,7 @@ class LogReader:
         left = max_bytes or 0  # with max_bytes: the decoded body bytes the read may still hold
         execute = self.conn.execute
         careful_sql = sql.replace(ROW_COLUMNS, _CAREFUL_COLUMNS, 1)
+
         def fetch(rows: apsw.Cursor) -> tuple[list[tuple[Any, ...]], bool]:
             """The page's rows, and whether page_bytes cut it short."""
             nonlocal left
