@@ -108,7 +108,7 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    _check(cfg, where)
+    check_config(cfg, where)
     return cfg
 
 
@@ -144,7 +144,8 @@ def _valid_host(host: str) -> bool:
     return 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in name.split("."))
 
 
-def _check(cfg: Config, where: str) -> None:
+def check_config(cfg: Config, where: str) -> None:
+    """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
         if not lo <= value <= hi:  # (also false for NaN)
             raise ConfigError(f"{where}: {key} must be {lo:g} to {hi:g}, not {value!r}")
@@ -219,5 +220,5 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
 
 def pair_file_path(cfg: Config, config_path: Path) -> Path:
     if cfg.pair_file:
-        return Path(cfg.pair_file)
+        return Path(cfg.pair_file).expanduser()
     return config_path.parent / DEFAULT_PAIR_FILE

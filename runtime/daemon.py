@@ -33,7 +33,7 @@ from .actor import ActorDeps
 from .api import Services, create_app, watch_streams
 from .bus import Bus
 from .config import Config, ConfigError, pair_file_path, secret_env_names
-from .errors import LensError
+from .errors import LensError, ModelUnavailable
 from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
@@ -81,6 +81,13 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         snapshots = SnapshotStore.open(opts.data_dir)
         artifacts = ArtifactStore(opts.data_dir / "artifacts")
         catalog = build_catalog(cfg, cli_model=opts.model, artifacts=artifacts)
+        try:
+            catalog.check(None)
+        except ModelUnavailable as exc:
+            if exc.code == "MODEL_UNKNOWN" and opts.model is not None:
+                raise  # a --model no provider serves: most likely a typo, refused before serving
+            say(f"lens: note: the default model cannot serve ({exc.code}: {exc.message}); "
+                f"sessions need a model that can")
         pairs = PairStore(pair_file_path(cfg, opts.config_path))
         guard = Guard(pairs, opts.host)
         bus = Bus(store, buffer=cfg.server.sse_buffer_events)

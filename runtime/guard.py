@@ -9,6 +9,7 @@ state-changing requests must be ``application/json`` (a cross-site form cannot s
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -37,6 +38,14 @@ class HostForbidden(LensError):
 
 class OriginForbidden(LensError):
     code = "ORIGIN_FORBIDDEN"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def split_host(value: str) -> tuple[str, int | None]:
@@ -81,8 +90,15 @@ class Guard:
             host, port = split_host(host_header)
         except ValueError:
             raise HostForbidden(f"Host {host_header!r} is not valid") from None
-        if host not in self.allowed_hosts() or (port is not None and self.port and port != self.port):
+        if host not in self.allowed_hosts() and not (self._wildcard() and _is_ip(host)):
             raise HostForbidden(f"Host {host_header!r} is not this daemon's address")
+        if port is not None and self.port and port != self.port:
+            raise HostForbidden(f"Host {host_header!r} is not this daemon's address")
+
+    def _wildcard(self) -> bool:
+        """Bound to every address: any of the machine's addresses may be in ``Host`` — an IP
+        address, which a rebound DNS name (what this check stops) never is."""
+        return self.bound_host in ("0.0.0.0", "::", "")
 
     def check_origin(self, origin: str | None) -> None:
         if origin is None:
@@ -94,7 +110,8 @@ class Guard:
             raise OriginForbidden(f"Origin {origin!r} is not valid") from None
         host = (parts.hostname or "").lower()
         host = f"[{host}]" if ":" in host else host
-        if parts.scheme not in ("http", "https") or host not in self.allowed_hosts() and host.strip("[]") not in self.allowed_hosts():
+        known = host in self.allowed_hosts() or host.strip("[]") in self.allowed_hosts() or (self._wildcard() and _is_ip(host))
+        if parts.scheme not in ("http", "https") or not known:
             raise OriginForbidden(f"Origin {origin!r} is not this daemon")
         if port is None:
             port = 443 if parts.scheme == "https" else 80

@@ -155,6 +155,7 @@ class PairStore:
         self._data = PairFile()
         self._stamp: tuple[int, int, int] | None = None
         self.valid = True
+        self.problem: str | None = None  # why the file is not valid (logged once per change)
         self.generation = 0  # bumped on every reload: open streams re-check their credential
         self.reload(force=True)
 
@@ -165,6 +166,8 @@ class PairStore:
             st = os.stat(self.path)
         except FileNotFoundError:
             return None
+        except OSError as exc:  # cannot even look: reading it fails too, and says why
+            return (-1, exc.errno or 0, 0)
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def reload(self, force: bool = False) -> bool:
@@ -175,13 +178,18 @@ class PairStore:
         self._stamp = stamp
         self.generation += 1
         if stamp is None:
-            self._data, self.valid = PairFile(), True
+            self._data, self.valid, self.problem = PairFile(), True, None
             return True
         try:
             self._data = self._parse(self.path.read_bytes())
-            self.valid = True
-        except PairFileInvalid as exc:
-            log.warning("%s", exc.message)
+            self.valid, self.problem = True, None
+        except (PairFileInvalid, OSError) as exc:
+            # Unreadable (a directory, no permission: written by another user with mode 0600)
+            # is as good as invalid: everyone is refused, and the daemon keeps serving.
+            self.problem = exc.message if isinstance(exc, PairFileInvalid) else (
+                f"pair file {self.path} cannot be read ({exc.strerror or exc}); every credential is refused "
+                f"until it is fixed")
+            log.warning("%s", self.problem)
             self._data, self.valid = PairFile(), False
         return True
 

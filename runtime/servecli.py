@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .config import load_config, pair_file_path
-from .pairing import PairStore, shown
+import msgspec
+
+from .config import ConfigError, check_config, load_config, pair_file_path
+from .errors import InvalidCommand as InvalidArgument
+from .pairing import PairFileInvalid, PairStore, shown
 
 
 def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -51,12 +54,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .daemon import ServeOptions, run
 
     cfg, path, notes = load_config(args.config)
-    data = Path(args.data if args.data is not None else cfg.data_dir)
-    host = args.host if args.host is not None else cfg.server.host
-    port = args.port if args.port is not None else cfg.server.port
-    if args.model is not None and "/" not in args.model:
-        raise SystemExit("lens: INVALID_ARGUMENT: --model must be '<provider>/<model>'")
-    return run(ServeOptions(cfg, path, data, host, port, args.model, tuple(notes)))
+    # The flags take the config's place, so they are held to the same checks (a port past 65535
+    # was a traceback from bind(), an empty --host bound every interface).
+    flagged = msgspec.structs.replace(
+        cfg,
+        data_dir=args.data if args.data is not None else cfg.data_dir,
+        server=msgspec.structs.replace(cfg.server, host=args.host if args.host is not None else cfg.server.host,
+                                       port=args.port if args.port is not None else cfg.server.port),
+        default_model=args.model if args.model is not None else cfg.default_model,
+    )
+    try:
+        check_config(flagged, "the command line")
+    except ConfigError as exc:
+        raise InvalidArgument(exc.message.replace("dataDir", "--data").replace("server.host", "--host")
+                              .replace("server.port", "--port").replace("defaultModel", "--model")) from None
+    return run(ServeOptions(cfg, path, Path(flagged.data_dir).expanduser(), flagged.server.host, flagged.server.port,
+                            args.model, tuple(notes)))
 
 
 def _pairs(args: argparse.Namespace) -> PairStore:
@@ -76,6 +89,8 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
 
 def cmd_pair_list(args: argparse.Namespace) -> int:
     store = _pairs(args)
+    if not store.valid:  # (approve and revoke refuse such a file too)
+        raise PairFileInvalid(store.problem or f"pair file {store.path} is not valid")
     clients = store.clients()
     if not clients:
         print(f"no clients in {store.path}")

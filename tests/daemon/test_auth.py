@@ -442,6 +442,33 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
         await daemon.wait_accepted(token)
 
 
+async def test_a_pair_file_that_cannot_be_read_denies_everyone_and_the_daemon_lives(daemon: Daemon):
+    # (An IsADirectoryError or PermissionError in the watcher took the whole daemon down.)
+    token = await daemon.pair("c1", strong=True)
+    good = daemon.pair_path.read_bytes()
+    daemon.pair_path.unlink()
+    daemon.pair_path.mkdir()  # as unreadable as a file of another user's with mode 0600, to root too
+    try:
+        await wait_until(lambda: daemon._is(token, 503), 2.0, "the daemon noticing the unreadable pair file")
+        assert error_of(await daemon.get("/projects", token)) == "PAIR_FILE_INVALID"
+        assert (await daemon.get("/health")).status_code == 200
+        out = await run_lens(daemon.root, "pair", "list", check=False)
+        assert out.returncode == 2 and "PAIR_FILE_INVALID" in out.stderr and "cannot be read" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+    finally:
+        daemon.pair_path.rmdir()
+    daemon.pair_path.write_bytes(good)
+    await daemon.wait_accepted(token)
+
+
+async def test_cli_list_of_an_invalid_pair_file_is_an_error(daemon: Daemon):
+    await daemon.register("c1")
+    daemon.pair_path.write_text('{"clients": "everyone"}')
+    out = await run_lens(daemon.root, "pair", "list", check=False)
+    assert out.returncode == 2 and "lens: PAIR_FILE_INVALID:" in out.stderr, (out.stdout, out.stderr)
+    assert "no clients" not in out.stdout  # (it said so, and exited 0)
+
+
 async def test_pair_file_is_private_from_the_first_request(daemon: Daemon):
     await daemon.register("first")
     assert daemon.pair_path.exists()

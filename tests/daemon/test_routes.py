@@ -12,6 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 import trio
 
 from events.store import READ_BYTES, Draft, open_store
@@ -595,3 +596,28 @@ def test_a_listed_session_with_queued_inputs_is_running():
 
     assert [session_row_view(row(o, q))["status"] for o, q in [(0, 0), (1, 0), (0, 1), (1, 2)]] == [
         "idle", "running", "running", "running"]
+
+
+def test_a_daemon_bound_to_every_address_answers_to_its_ip_addresses_not_to_names(tmp_path):
+    # Bound to 0.0.0.0, a request to the machine's LAN address was 403 HOST_FORBIDDEN: the
+    # daemon listened everywhere and served no one but loopback. An IP address in Host (or
+    # Origin) is safe from DNS rebinding; a name is not (unless it is the bound one).
+    from runtime.guard import Guard, HostForbidden, OriginForbidden
+    from runtime.pairing import PairStore
+
+    pairs = PairStore(tmp_path / "pair.json")
+    for bound in ("0.0.0.0", "::"):
+        g = Guard(pairs, bound, port=7420)
+        for host in ("192.168.1.5:7420", "10.0.0.2", "[fe80::1]:7420", "localhost:7420"):
+            g.check_host(host)
+        g.check_origin("http://192.168.1.5:7420")
+        for host in ("evil.example:7420", "192.168.1.5.nip.io:7420", "192.168.1.5:80"):
+            with pytest.raises(HostForbidden):
+                g.check_host(host)
+        with pytest.raises(OriginForbidden):
+            g.check_origin("http://evil.example:7420")
+    g = Guard(pairs, "127.0.0.1", port=7420)  # bound to loopback: only loopback names
+    with pytest.raises(HostForbidden):
+        g.check_host("192.168.1.5:7420")
+    with pytest.raises(OriginForbidden):
+        g.check_origin("http://192.168.1.5:7420")

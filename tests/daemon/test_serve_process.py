@@ -154,3 +154,21 @@ async def test_lens_serve_names_an_address_it_cannot_listen_on(tmp_path: Path):
             assert reason in out.stderr and "Traceback" not in out.stderr, out.stderr
     finally:
         taken.close()
+
+
+async def test_lens_serve_holds_its_flags_to_the_configs_checks(tmp_path: Path):
+    # A port past 65535 was a traceback from bind() (after the data directory was made); an
+    # empty --host bound every interface, an empty --data made the working directory the log.
+    for args, words in [(["--port", "65536"], "--port must be 0 to 65535, not 65536"),
+                        (["--port", "-1"], "--port must be 0 to 65535, not -1"),
+                        (["--host", ""], "--host '' is not an IP address or host name"),
+                        (["--data", ""], "--data must be a non-empty path"),
+                        (["--model", "nope"], "--model must be '<provider id>/<model id>'")]:
+        out = await run_lens(tmp_path, "serve", *args, check=False)
+        assert out.returncode == 2, (args, out.stderr)
+        assert words in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # refused before anything was made
+    # A --model no provider serves (a typo, most likely) is refused too, before serving.
+    out = await run_lens(tmp_path, "serve", "--port", "0", "--model", "zzz/x", check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "lens: MODEL_UNKNOWN: no provider 'zzz' is configured" in out.stderr, out.stderr
