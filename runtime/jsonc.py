@@ -6,9 +6,13 @@ become spaces, newlines are kept) so parse errors point at the original line and
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
+
+
+_BYTE = re.compile(r"byte (\d+)")
 
 
 class JsoncError(ValueError):
@@ -25,6 +29,7 @@ def strip(text: str) -> str:
     out = list(text)
     i, n = 0, len(text)
     last_sig = -1  # index of the last significant (non-space, non-comment) character in `out`
+    before_last = -1  # ... and of the one before it
     while i < n:
         c = text[i]
         if c == '"':
@@ -33,7 +38,7 @@ def strip(text: str) -> str:
                 j += 2 if text[j] == "\\" else 1
             if j >= n:
                 raise JsoncError(f"unterminated string at {_position(text, i)}")
-            last_sig = j
+            before_last, last_sig = last_sig, j
             i = j + 1
             continue
         if c == "/" and i + 1 < n and text[i + 1] == "/":
@@ -52,10 +57,11 @@ def strip(text: str) -> str:
                     out[k] = " "
             i = j + 2
             continue
-        if c in "}]" and last_sig >= 0 and out[last_sig] == ",":
-            out[last_sig] = " "  # trailing comma
+        if c in "}]" and last_sig >= 0 and out[last_sig] == "," and before_last >= 0 \
+                and out[before_last] not in "[{,":
+            out[last_sig] = " "  # a trailing comma (after a value: `[,]` and `{,}` stay errors)
         if not c.isspace():
-            last_sig = i
+            before_last, last_sig = last_sig, i
         i += 1
     return "".join(out)
 
@@ -70,9 +76,12 @@ def loads(text: str | bytes) -> Any:
     if text.startswith("\ufeff"):
         text = text[1:]
     plain = strip(text)
+    data = plain.encode()
     try:
-        return msgspec.json.decode(plain.encode())
+        return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        raise JsoncError(f"invalid JSON: {exc}") from None
+        # msgspec names a byte offset; say where that is in the text (same length as `plain`)
+        at = lambda m: _position(text, len(data[: int(m.group(1))].decode(errors="ignore")))  # noqa: E731
+        raise JsoncError("invalid JSON: " + _BYTE.sub(at, str(exc))) from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise JsoncError("invalid JSON: nested too deeply") from None

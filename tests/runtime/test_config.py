@@ -74,3 +74,24 @@ def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
 
 def test_defaults_pass_their_own_check() -> None:
     assert parse_config("{}") is not None
+
+
+@pytest.mark.parametrize(("text", "value"), [("[1,]", [1]), ('{"a": 1,}', {"a": 1}), ("// c\n[1, /* x */ 2,\n]", [1, 2]),
+                                             ('["a,]", "b",]', ["a,]", "b"])])
+def test_jsonc_takes_comments_and_trailing_commas(text: str, value: object) -> None:
+    from runtime import jsonc
+
+    assert jsonc.loads(text) == value
+
+
+@pytest.mark.parametrize(("text", "where"), [("[,]", "line 1, column 2"), ("{,}", "line 1, column 2"),
+                                             ("[1,,]", "line 1, column 4"),
+                                             ('{\n  "a": 1,\n  "b": x\n}', "line 3, column 8"),
+                                             ('// é\n["é", x]', "line 2, column 7")])
+def test_jsonc_refuses_a_comma_after_no_value_and_says_where(text: str, where: str) -> None:
+    # `[,]` and `{,}` were read as empty (the comma taken for a trailing one); errors said "byte N".
+    from runtime import jsonc
+
+    with pytest.raises(jsonc.JsoncError) as info:
+        jsonc.loads(text)
+    assert where in str(info.value) and "byte" not in str(info.value)
