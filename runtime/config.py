@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -188,10 +189,29 @@ def secret_env_names(cfg: Config) -> frozenset[str]:
 
 
 def unknown_keys(text: str | bytes) -> list[str]:
-    """Top-level keys the daemon does not know (reported, not fatal)."""
-    data = jsonc.loads(text)
-    known = {f.encode_name for f in msgspec.structs.fields(Config)}
-    return sorted(k for k in data if k not in known) if isinstance(data, dict) else []
+    """Keys the daemon does not know, at any depth (``server.prot``, ``providers[0].apikeyEnv``):
+    reported at start-up, not fatal (a newer config must not stop an older daemon)."""
+    return sorted(_unknown(jsonc.loads(text), Config, ""))
+
+
+def _unknown(data: Any, cls: type, path: str) -> list[str]:
+    if not isinstance(data, dict):
+        return []
+    fields = {f.encode_name: f.type for f in msgspec.structs.fields(cls)}
+    out: list[str] = []
+    for key, value in data.items():
+        if key not in fields:
+            out.append(f"{path}{key}")
+            continue
+        kind = fields[key]
+        if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+            out += _unknown(value, kind, f"{path}{key}.")
+        elif typing.get_origin(kind) is list and isinstance(value, list):
+            (item,) = typing.get_args(kind)
+            if isinstance(item, type) and issubclass(item, msgspec.Struct):
+                for i, element in enumerate(value):
+                    out += _unknown(element, item, f"{path}{key}[{i}].")
+    return out
 
 
 def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
@@ -202,7 +222,7 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     notes: list[str] = []
     explicit = path is not None
     path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a dangling link is a config that cannot be read)
         if explicit:
             raise ConfigError(f"config file {path} does not exist")
         notes.append(f"no config file at {path}; using built-in defaults")

@@ -95,3 +95,29 @@ def test_jsonc_refuses_a_comma_after_no_value_and_says_where(text: str, where: s
     with pytest.raises(jsonc.JsoncError) as info:
         jsonc.loads(text)
     assert where in str(info.value) and "byte" not in str(info.value)
+
+
+def test_unknown_keys_are_named_at_any_depth(tmp_path) -> None:
+    # Only top-level keys were noted: a typo such as server.prot or providers[].apikeyEnv was
+    # dropped without a word (the provider then looked available with no key).
+    from runtime.config import load_config
+
+    path = tmp_path / "lens.jsonc"
+    path.write_text('{"server": {"prot": 1, "port": 2}, "zzz": 1, "providers": [{"id": "x", "protocol": "faux", '
+                    '"apikeyEnv": "K", "models": [{"id": "m", "ctx": 1}]}]}')
+    cfg, _, notes = load_config(path)
+    assert cfg.server.port == 2 and cfg.providers[0].api_key_env is None
+    text = " ".join(notes)
+    for key in ("server.prot", "zzz", "providers[0].apikeyEnv", "providers[0].models[0].ctx"):
+        assert key in text, (key, notes)
+    assert "server.port" not in text
+
+
+def test_a_config_link_to_nothing_is_an_error_not_the_defaults(tmp_path) -> None:
+    from runtime.config import ConfigError, load_config
+
+    path = tmp_path / "lens.jsonc"
+    path.symlink_to(tmp_path / "moved-away.jsonc")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "cannot read config file" in info.value.message
