@@ -63,6 +63,11 @@ class ProviderConfig(_C):
     enabled: bool = True
     models: list[ModelConfig] = []
     script: list[Any] | None = None  # faux only: scripted turns
+    # How long a request may go without a byte from the server (each attempt), and how many times
+    # the SDK retries a failed one: a server that accepts and never answers holds a session
+    # "running" for timeoutSeconds x (maxRetries + 1).
+    timeout_seconds: float = 600.0
+    max_retries: int = 2
     cache_ttl: str | None = None  # default ttl of this provider's models' explicit cache breakpoints
 
 
@@ -128,6 +133,8 @@ def _ranges(cfg: Config) -> list[tuple[str, float, float, float]]:
         ("sessions.idleSeconds", ss.idle_seconds, 0.1, 365 * 86400),
         ("sessions.snapshotEvery", ss.snapshot_every, 1, 10_000_000),
         ("sessions.maxRestarts", ss.max_restarts, 0, 1000),
+        *[(f"providers[{i}].timeoutSeconds", p.timeout_seconds, 1, 86400) for i, p in enumerate(cfg.providers)],
+        *[(f"providers[{i}].maxRetries", p.max_retries, 0, 10) for i, p in enumerate(cfg.providers)],
     ]
 
 

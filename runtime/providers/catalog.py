@@ -175,13 +175,14 @@ def build_catalog(
     saved_default: str | None = None,
     artifacts: Any = None,
     environ: Mapping[str, str] | None = None,
-    max_retries: int = 2,
-    timeout: float = 600.0,
+    max_retries: int | None = None,
+    timeout: float | None = None,
 ) -> ProviderCatalog:
     """Providers from config (see the module docstring).
 
     ``artifacts`` (an :class:`~tools.artifacts.ArtifactStore`) lets requests carry images;
     ``environ`` defaults to ``os.environ`` (only the variables providers name are read).
+    ``max_retries`` and ``timeout`` override every provider's ``maxRetries``/``timeoutSeconds``.
     Raises :class:`ConfigError` for an unsupported prompt-cache ttl.
     """
     from .sdk import store_loader
@@ -214,7 +215,9 @@ def build_catalog(
         if p.protocol == "faux":
             providers[p.id] = FauxProvider.from_config(p.id, p.script)
         else:
-            providers[p.id] = _sdk_provider(p, key, load_image, max_retries=max_retries, timeout=timeout)
+            providers[p.id] = _sdk_provider(p, key, load_image,
+                                            max_retries=p.max_retries if max_retries is None else max_retries,
+                                            timeout=p.timeout_seconds if timeout is None else timeout)
     ref, source = default_model(cli=cli_model, saved=saved_default, config=cfg.default_model)
     return ProviderCatalog(providers, ref, unavailable=unavailable, model_configs=configs, protocols=protocols,
                            default_source=source)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 
@@ -173,3 +175,40 @@ async def test_chat_usage_absent_stays_unknown(server, make):
     assert result.text == "no usage reported"
     assert result.usage.input_tokens is None and result.usage.output_tokens is None
     assert result.usage.cache_read_tokens is None and result.usage.cache_write_tokens is None
+
+
+async def test_a_server_that_never_answers_times_out_after_the_configured_seconds():
+    # A server that accepts and then says nothing held a session "running" for 600 s x 3 attempts;
+    # providers[].timeoutSeconds and maxRetries bound it.
+    from runtime.config import parse_config
+    from runtime.providers.catalog import build_catalog
+
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    accepted: list[trio.socket.SocketType] = []
+
+    async def accept_and_say_nothing() -> None:
+        while True:
+            conn, _ = await listener.accept()
+            accepted.append(conn)
+
+    cfg = parse_config(json.dumps({"providers": [{
+        "id": "silent", "protocol": "openai-chat", "baseUrl": f"http://127.0.0.1:{port}/v1",
+        "timeoutSeconds": 1, "maxRetries": 0, "models": [{"id": "m"}]}], "defaultModel": "silent/m"}))
+    catalog = build_catalog(cfg, environ={})
+    provider, model, _ = catalog.resolve(None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept_and_say_nothing)
+        start = trio.current_time()
+        with trio.fail_after(30), pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("hi").request(), Deltas())
+        took = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    await catalog.aclose()
+    listener.close()
+    for conn in accepted:
+        conn.close()
+    assert info.value.code == "TIMEOUT" and info.value.retryable, info.value
+    assert 0.9 <= took < 10, took  # one attempt of about a second, not 600 s

@@ -121,3 +121,18 @@ def test_a_config_link_to_nothing_is_an_error_not_the_defaults(tmp_path) -> None
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "cannot read config file" in info.value.message
+
+
+@pytest.mark.parametrize(("key", "lo", "hi", "step"), [("timeoutSeconds", 1, 86400, 0.01), ("maxRetries", 0, 10, 1)])
+def test_provider_timeout_and_retries_are_accepted_at_their_edges_and_refused_past(key: str, lo: float, hi: float,
+                                                                                    step: float) -> None:
+    def provider(value: float) -> str:
+        return cfg(providers=[{"id": "faux2", "protocol": "faux"}, {"id": "x", "protocol": "openai-chat", key: value}])
+
+    for ok in (lo, hi):
+        parsed = parse_config(provider(ok))
+        assert getattr(parsed.providers[1], "timeout_seconds" if key == "timeoutSeconds" else "max_retries") == ok
+    for bad in (lo - step, hi + step):
+        with pytest.raises(ConfigError) as info:
+            parse_config(provider(bad))
+        assert f"providers[1].{key} must be" in info.value.message, bad
