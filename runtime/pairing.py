@@ -264,6 +264,8 @@ class PairStore:
     def approve(self, client_id: str, *, strong: bool) -> str:
         """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once."""
         validate_client_id(client_id)
+        if not self.path.exists():  # no client asked yet: nothing to lock, nor a directory to make
+            raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._locked() as data:
             rec = next((c for c in data.clients if c.client_id == client_id), None)
@@ -277,11 +279,13 @@ class PairStore:
 
     def revoke(self, client_id: str) -> None:
         validate_client_id(client_id)
+        if not self.path.exists():
+            raise ClientNotFound(f"no client {client_id!r} in {self.path}")
         with self._locked() as data:
             records = [c for c in data.clients if c.client_id == client_id]
             if not records:
                 raise ClientNotFound(f"no client {client_id!r} in {self.path}")
-            for rec in records:  # (one per client in a valid file; every one, whatever the file)
+            for rec in records:  # (one per client: the file was checked when it was read)
                 rec.status = "revoked"
                 rec.credential_hash = None
 

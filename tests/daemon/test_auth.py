@@ -253,10 +253,13 @@ async def test_cli_approve_prints_the_credential_alone_on_the_last_line(daemon: 
 
 
 async def test_cli_approve_of_an_unknown_client_fails_cleanly(daemon: Daemon):
-    out = await run_lens(daemon.root, "pair", "approve", "--client", "stranger", check=False)
-    assert out.returncode != 0
-    assert "CLIENT_NOT_FOUND" in out.stderr and "Traceback" not in out.stderr
-    assert out.stdout == ""
+    for command in ("approve", "revoke"):
+        out = await run_lens(daemon.root, "pair", command, "--client", "stranger", check=False)
+        assert out.returncode != 0
+        assert "CLIENT_NOT_FOUND" in out.stderr and "Traceback" not in out.stderr
+        assert out.stdout == ""
+        # before any client asked: nothing is made (a lock file, and the directory, were)
+        assert sorted(p.name for p in daemon.config_dir.iterdir()) == []
 
 
 async def test_cli_list_never_prints_hashes_or_credentials(daemon: Daemon):
