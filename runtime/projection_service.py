@@ -45,6 +45,9 @@ class ProjectionService:
         reader = LogReader(data_dir, connection=open_read_connection(data_dir))
         self.projector = Projector(reader, open_projections_db(data_dir), all_projections())
         self._read_conn = open_projections_db(data_dir)
+        # Made once, here: making one registers its rank function on the connection, which apsw
+        # refuses while a worker thread is reading through it (a 500 under concurrent searches).
+        self._history_index = HistoryIndex(self._read_conn)
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(1)
         self.position = 0
@@ -125,7 +128,7 @@ class ProjectionService:
                              agent_id: str | None = None, task_id: str | None = None,
                              after_item_id: str | None = None, limit: int = 20) -> tuple[list[Any], str | None]:
         await self.caught_up()
-        index = HistoryIndex(self._read_conn)
+        index = self._history_index
 
         def run() -> tuple[list[Any], str | None]:
             return index.search(project_id, query, session_id=session_id, agent_id=agent_id, task_id=task_id,
@@ -136,7 +139,7 @@ class ProjectionService:
     async def history_read(self, item_id: str, *, project_id: str | None = None, offset: int = 0,
                            limit: int = 16384) -> dict[str, Any]:
         await self.caught_up()
-        index = HistoryIndex(self._read_conn)
+        index = self._history_index
         return await self._history(lambda: index.read(item_id, project_id=project_id, offset=offset, limit=limit))
 
     async def _history(self, fn: Any) -> Any:

@@ -101,3 +101,31 @@ async def test_answering_a_question_over_http(daemon_factory) -> None:
     assert any("red (r), blue (b)" in t for t in texts)
     resp = await daemon.post(f"/sessions/{sid}/questions/nope/answer", strong, {"kind": "skip"})
     assert resp.status_code == 404 and error_of(resp) == "QUESTION_NOT_FOUND"
+
+
+async def test_concurrent_history_searches_and_reads_all_answer(daemon: Daemon, strong: str, reader: str) -> None:
+    # Each request made a HistoryIndex, which registered its rank function on the shared read
+    # connection while a worker thread was reading through it: 500 INTERNAL (ThreadingViolation).
+    import trio
+
+    p = await daemon.project(strong, "one")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    for i in range(3):
+        await daemon.submit(strong, sid, f"r{i}", f"the quokka number {i} lives in the garden")
+    await daemon.wait_idle(strong, sid)
+    first = (await daemon.post("/history/search", reader, {"projectId": p["id"], "query": "quokka"})).json()
+    item = first["results"][0]["contextItemId"]
+    statuses: list[int] = []
+
+    async def search(i: int) -> None:
+        resp = await daemon.post("/history/search", reader, {"projectId": p["id"], "query": f"quokka {i % 3}"})
+        statuses.append(resp.status_code)
+
+    async def read() -> None:
+        statuses.append((await daemon.get(f"/history/items/{item}?offset=0&limit=8", reader)).status_code)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(40):
+            nursery.start_soon(search, i)
+            nursery.start_soon(read)
+    assert statuses.count(200) == 80, sorted(set(statuses))
