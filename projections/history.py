@@ -188,7 +188,7 @@ def _parse(query: str) -> list[tuple[str, bool]]:
         phrase, word = m.group(1), m.group(2)
         if phrase is not None:
             words = phrase.split()
-            if words:
+            if words and _has_token_chars(phrase):  # ("!!!" holds no word: it would match nothing)
                 terms.append((" ".join(words), False))
             continue
         prefix = word.endswith("*") and len(word.rstrip("*")) > 0

@@ -207,6 +207,16 @@ def test_fts_query_quotes_everything() -> None:
     assert fts_query('a"b OR') == '"ab" AND "OR"'
 
 
+def test_a_quoted_term_without_a_word_is_ignored_like_an_unquoted_one() -> None:
+    # `wombat "🎉"` matched nothing (an empty phrase ANDed in), while `wombat 🎉` found wombats.
+    for query in ('wombat "🎉"', 'wombat "!!!"', 'wombat "-"', 'wombat " "'):
+        assert fts_query(query) == fts_query("wombat 🎉") == '"wombat"', query
+    for query in ('"!!!"', '"🎉" "-"'):
+        with pytest.raises(HistoryError) as info:
+            fts_query(query)
+        assert info.value.code == "INVALID_ARGUMENT" and "no searchable words" in info.value.message
+
+
 def test_a_query_holds_at_most_32_distinct_terms() -> None:
     # snippet() costs about the fourth power of the terms: "a* " * 400 took minutes.
     assert fts_query("a* " * 1300) == '"a"*'  # repeated terms collapse to one
