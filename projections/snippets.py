@@ -13,6 +13,7 @@ shows its beginning.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import deque
@@ -24,6 +25,8 @@ SCAN_CHARS = 256 * 1024  # of an item's text searched for the first hit
 LEAD_TOKENS = 4  # shown before the first hit, within LEAD_CHARS
 LEAD_CHARS = 120
 MAX_CHARS = 600  # a snippet longer than this (very long tokens) is cut
+FOLD_WINDOW = 16 * 1024  # non-ASCII text is searched for a term's first word this much at a time...
+FOLD_OVERLAP = 1024  # ... with windows overlapping by this much (a token spanning two is in one)
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -34,6 +37,17 @@ def fold(token: str) -> str:
         return token.lower()
     decomposed = unicodedata.normalize("NFKD", token.casefold())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+@functools.cache
+def _combining_marks() -> dict[int, None]:
+    """A str.translate table dropping every combining character (built once, ~50 ms)."""
+    return {cp: None for cp in range(0x30000) if unicodedata.combining(chr(cp))}
+
+
+def fold_text(text: str) -> str:
+    """:func:`fold` of a whole text at C speed (its tokens fold to pieces of it)."""
+    return unicodedata.normalize("NFKD", text.casefold()).translate(_combining_marks())
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,8 @@ def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
             begin = len(scanned)  # no term occurs at all: the text's beginning
         else:
             begin = max(0, min(found) - 256)  # tokens from a little before it (the lead)
+    else:
+        begin = _first_window_with_a_term(scanned, terms)
     tokens = _WORD.finditer(scanned, begin)
     hit = -1  # index in `recent` of the first token of the first hit
     for m in tokens:
@@ -88,6 +104,20 @@ def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
             if _occurs_at(t, window, i):
                 marked.update(range(i, i + len(t.words)))
     return _render(text, window, marked, more)
+
+
+def _first_window_with_a_term(text: str, terms: list[Term]) -> int:
+    """Where the token walk may start in a non-ASCII ``text``: a little before the first window
+    of :data:`FOLD_WINDOW` characters (overlapping by :data:`FOLD_OVERLAP`) whose folded form
+    holds a term's first word, or ``len(text)`` when none does. Folding works character by
+    character, so a token's folded form is a piece of its window's (unless the token is longer
+    than the overlap); the walk token by token, ~0.45 µs a character, then skips what cannot hold
+    a hit (a Cyrillic item without the term: 0.11 s → 0.02 s for 256k characters)."""
+    for start in range(0, len(text), FOLD_WINDOW):
+        folded = fold_text(text[start:start + FOLD_WINDOW + FOLD_OVERLAP])
+        if any(t.words[0] in folded for t in terms):
+            return max(0, start - 256)
+    return len(text)
 
 
 def _occurs_at(t: Term, tokens: Sequence[tuple[int, int, str]], i: int) -> bool:

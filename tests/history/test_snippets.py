@@ -4,7 +4,7 @@ gave — the first hit in a window of tokens, matches in [brackets], … where t
 from __future__ import annotations
 
 from projections.history import snippet_terms
-from projections.snippets import LEAD_CHARS, MAX_CHARS, SCAN_CHARS, SNIPPET_TOKENS, snippet
+from projections.snippets import LEAD_CHARS, MAX_CHARS, SCAN_CHARS, SNIPPET_TOKENS, snippet, term
 
 
 def snip(text: str, query: str, **kw) -> str:
@@ -46,3 +46,34 @@ def test_a_long_token_before_the_hit_is_not_shown_whole() -> None:
     assert out == "…the [needle] is here"
     assert len(snip("needle " + "y" * 100_000, "needle")) <= MAX_CHARS + 2
     assert LEAD_CHARS < MAX_CHARS
+
+
+def test_a_whole_text_folds_to_what_its_tokens_fold_to() -> None:
+    # The non-ASCII shortcut rests on this: a term absent from fold_text(text) occurs in no token.
+    import random
+
+    from projections.snippets import _WORD, fold, fold_text
+
+    rng = random.Random(7)
+    alphabet = "abcdeéèêßﬁÅåΣσςДжЖ東京タワーİıǅ𝔘Ⅻ①ǈ　ｈｅｌｌｏ \u0301\u0308"
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        folded = fold_text(text)
+        for token in _WORD.findall(text):
+            assert fold(token) in folded, (text, token)
+
+
+def test_a_non_ascii_text_without_the_term_shows_its_beginning() -> None:
+    text = ("Привет мир " * 30000)[:330000] + " ключевое слово"  # the term lies past the scanned part
+    out = snippet(text, [term("ключевое", False)])
+    assert out.startswith("Привет мир Привет") and out.endswith("…") and "[" not in out
+    out = snippet("Привет мир, ключевое слово здесь", [term("КЛЮЧЕВОЕ", False)])
+    assert "[ключевое]" in out
+
+
+def test_a_non_ascii_term_across_a_fold_window_boundary_is_found() -> None:
+    from projections.snippets import FOLD_WINDOW
+
+    for at in (FOLD_WINDOW - 3, FOLD_WINDOW, 3 * FOLD_WINDOW - 1):
+        text = ("ж" * (at - 1)) + " Ключевое слово " + "ж" * 5000
+        assert "[Ключевое]" in snippet(text, [term("ключевое", False)]), at
