@@ -622,6 +622,19 @@ def fmt(x: float, unit: str = "") -> str:
 
 def table(label: str, f: dict[str, Any]) -> list[str]:
     ok = lambda b: "pass" if b else "FAIL"  # noqa: E731
+
+    def replay(name: str, key: str, *, target: bool = False) -> tuple[str, ...]:
+        """A replay row against the SELECT-only floor; only the headline one carries the target."""
+        ratio = f[f"{key}_ratio"]
+        return (
+            f"{name}{label}",
+            fmt(f[f"{key}_events_per_s"], "ev/s"),
+            fmt(f["floor_replay_events_per_s"], "ev/s") + " (SELECT only)",
+            f"{ratio:.2f}",
+            f">= {TARGET_REPLAY_RATIO}" if target else "(info)",
+            ok(ratio >= TARGET_REPLAY_RATIO) if target else "",
+        )
+
     rows = [
         (
             f"durable append, 64 sessions, FULL{label}",
@@ -639,30 +652,9 @@ def table(label: str, f: dict[str, Any]) -> list[str]:
             f"p99 < {TARGET_ACK_P99_MS:g} ms",
             ok(f["ack_p99_ms"] < TARGET_ACK_P99_MS),
         ),
-        (
-            f"replay via LogReader.events(): decode + fold{label}",
-            fmt(f["replay_events_per_s"], "ev/s"),
-            fmt(f["floor_replay_events_per_s"], "ev/s") + " (SELECT only)",
-            f"{f['replay_ratio']:.2f}",
-            f">= {TARGET_REPLAY_RATIO}",
-            ok(f["replay_ratio"] >= TARGET_REPLAY_RATIO),
-        ),
-        (
-            f"replay in the daemon's reads (<= 16 MiB each) + fold{label}",
-            fmt(f["paged_replay_events_per_s"], "ev/s"),
-            fmt(f["floor_replay_events_per_s"], "ev/s") + " (SELECT only)",
-            f"{f['paged_replay_ratio']:.2f}",
-            "(info)",
-            "",
-        ),
-        (
-            f"replay: SELECT + Codec.decode + fold{label}",
-            fmt(f["codec_replay_events_per_s"], "ev/s"),
-            fmt(f["floor_replay_events_per_s"], "ev/s") + " (SELECT only)",
-            f"{f['codec_replay_ratio']:.2f}",
-            "(info)",
-            "",
-        ),
+        replay("replay via LogReader.events(): decode + fold", "replay", target=True),
+        replay("replay in the daemon's reads (<= 16 MiB each) + fold", "paged_replay"),
+        replay("replay: SELECT + Codec.decode + fold", "codec_replay"),
         (
             f"stored bytes/event (events.db growth){label}",
             fmt(f["bytes_per_event"], "B"),
