@@ -8,6 +8,7 @@ zero. Everything here is derived: deleting ``projections.db`` is always safe.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,24 @@ class Projection(ABC):
         return out
 
 
+def _wal_mode(conn: apsw.Connection) -> None:
+    """Switch ``conn``'s database to WAL. Switching a new file takes an exclusive lock without
+    SQLite's busy wait: several processes opening a fresh projections.db at once (`lens log
+    stats` run twice) got "database is locked". So a busy switch is retried, within the busy
+    timeout (a file already in WAL mode needs no lock)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except apsw.BusyError:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # a lock held by another opener, for milliseconds
+            pause = min(pause * 2, 0.1)
+
+
 def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connection:
     """Open (creating) ``projections.db``; ``memory=True`` gives a throwaway in-memory one."""
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
@@ -108,7 +127,7 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
         conn = apsw.Connection(path)
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
         if not memory:
-            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            _wal_mode(conn)
         conn.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is re-projected
         conn.execute(
             "CREATE TABLE IF NOT EXISTS positions("
