@@ -6,7 +6,9 @@ include what compaction later replaced, subagents' items and every task's. Items
 
 Search (:class:`HistoryIndex`) is scoped to one project. Query syntax: words (all must match),
 ``"exact phrases"`` and ``prefix*``; user text is always quoted into the FTS grammar, so
-operators and quotes in it are plain text. Order: relevance (:func:`lens_rank`) then recency when
+operators and quotes in it are plain text. Items and queries are tokenized alike
+(:mod:`projections.tokens`): Chinese, Japanese and Korean text is found by any run of its
+characters, and full-width or other compatibility forms match their plain letters. Order: relevance (:func:`lens_rank`) then recency when
 the query matches at most :data:`RANKED_LIMIT` items, recency alone beyond that (ranking every
 match of a very common word costs too much); the mode depends only on the query's matches, and
 paging continues after a context item id in that total order, so pages never skip or repeat.
@@ -27,6 +29,7 @@ from events.reader import StoredEvent, StoredRow
 from .projector import Projection
 from .snippets import SCAN_CHARS, Term, snippet
 from .snippets import term as snippet_term
+from .tokens import index_text
 
 RANKED_LIMIT = 250
 MAX_QUERY_BYTES = 4096
@@ -44,7 +47,7 @@ def _iid(seq: int, n: int = 0) -> str:
 
 class HistoryProjection(Projection):
     name = "history"
-    version = 2
+    version = 3  # 3: items indexed through projections.tokens.index_text (contentless FTS)
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
 
@@ -56,8 +59,10 @@ class HistoryProjection(Projection):
         )
         conn.execute("CREATE INDEX history_items_session ON history_items(session_id, seq)")
         conn.execute(
-            "CREATE VIRTUAL TABLE history_fts USING fts5(text, tags, content='history_items', "
-            "content_rowid='rowid', tokenize='unicode61 remove_diacritics 2')"
+            # Contentless: it indexes index_text() of an item, which differs from the stored text
+            # (history_items.text) wherever the item holds unspaced scripts or compatibility forms.
+            "CREATE VIRTUAL TABLE history_fts USING fts5(text, tags, content='', "
+            "tokenize='unicode61 remove_diacritics 2')"
         )
         conn.execute(
             "CREATE TABLE history_inputs(session_id TEXT NOT NULL, request_id TEXT NOT NULL, text TEXT NOT NULL, "
@@ -143,7 +148,8 @@ class HistoryProjection(Projection):
             conn.execute(
                 "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*it, tags))
-            conn.execute("INSERT INTO history_fts(rowid, text, tags) VALUES (last_insert_rowid(), ?, ?)", (text, tags))
+            conn.execute("INSERT INTO history_fts(rowid, text, tags) VALUES (last_insert_rowid(), ?, ?)",
+                         (index_text(text), tags))
 
 
 # --------------------------------------------------------------------------- querying
@@ -211,7 +217,10 @@ def fts_query(query: str) -> str:
 
 
 def _fts_expression(terms: list[tuple[str, bool]]) -> str:
-    return " AND ".join('"' + text.replace('"', '""') + '"' + ("*" if prefix else "") for text, prefix in terms)
+    # Each term as the index saw its text (projections.tokens): a word of an unspaced script is
+    # then the phrase of its characters.
+    return " AND ".join('"' + index_text(text).replace('"', '""') + '"' + ("*" if prefix else "")
+                        for text, prefix in terms)
 
 
 def snippet_terms(query: str) -> list[Term]:

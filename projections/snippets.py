@@ -5,49 +5,29 @@ word in a 1 MiB command output, or a few prefix terms, kept the projections conn
 every HTTP list waits for) busy for seconds to minutes. A snippet here is found in one pass over
 at most :data:`SCAN_CHARS` of the item's text: the first occurrence of a query term, a window of
 :data:`SNIPPET_TOKENS` tokens around it, matched tokens in ``[brackets]`` and ``…`` where the
-window cuts the text — the shape ``snippet()`` gave. Tokens are approximated the way the index's
-``unicode61 remove_diacritics 2`` tokenizer makes them (runs of letters and digits, compared
-case-folded and without diacritics); an item whose first hit lies past the scanned prefix
-shows its beginning.
+window cuts the text — the shape ``snippet()`` gave. Tokens are found and compared as the index
+sees them (:mod:`projections.tokens`: runs of letters and digits, each character of a script
+written without spaces apart, compared case-folded and without diacritics); an item whose first
+hit lies past the scanned prefix shows its beginning.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-import unicodedata
 from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
+
+from .tokens import WORD as _WORD
+from .tokens import fold, fold_text
 
 SNIPPET_TOKENS = 24
 SCAN_CHARS = 256 * 1024  # of an item's text searched for the first hit
 LEAD_TOKENS = 4  # shown before the first hit, within LEAD_CHARS
 LEAD_CHARS = 120
 MAX_CHARS = 600  # a snippet longer than this (very long tokens) is cut
+TAIL_CHARS = 40  # what follows the last token, if no more than this and no token, is shown
 FOLD_WINDOW = 16 * 1024  # non-ASCII text is searched for a term's first word this much at a time...
 FOLD_OVERLAP = 1024  # ... with windows overlapping by this much (a token spanning two is in one)
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def fold(token: str) -> str:
-    """A token as the index compares it: case-folded, diacritics removed."""
-    if token.isascii():
-        return token.lower()
-    decomposed = unicodedata.normalize("NFKD", token.casefold())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
-@functools.cache
-def _combining_marks() -> dict[int, None]:
-    """A str.translate table dropping every combining character (built once, ~50 ms)."""
-    return {cp: None for cp in range(0x30000) if unicodedata.combining(chr(cp))}
-
-
-def fold_text(text: str) -> str:
-    """:func:`fold` of a whole text at C speed (its tokens fold to pieces of it)."""
-    return unicodedata.normalize("NFKD", text.casefold()).translate(_combining_marks())
 
 
 @dataclass(frozen=True)
@@ -142,9 +122,16 @@ def _render(text: str, window: list[tuple[int, int, str]], marked: set[int], mor
     pos = start
     for i, (s, e, _) in enumerate(window):
         if i in marked:
-            out.append(text[pos:s] + "[" + text[s:e] + "]")
+            if s == pos and i - 1 in marked:  # touching the previous match (CJK): one bracket
+                out[-1] = out[-1][:-1] + text[s:e] + "]"
+            else:
+                out.append(text[pos:s] + "[" + text[s:e] + "]")
             pos = e
     out.append(text[pos:end])
+    rest = text[end:end + TAIL_CHARS + 1]
+    if 0 < len(rest) <= TAIL_CHARS and not _WORD.search(rest):  # only punctuation follows: show it
+        out.append(rest)
+        end += len(rest)
     cut = more or (end < len(text) and bool(text[end:].strip()))
     rendered = "".join(out)
     if len(rendered) > MAX_CHARS:

@@ -85,7 +85,8 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     return [
         ToolSpec("history_search",
                  "Search the Full Context history of every session of this project (all agents, tasks and "
-                 "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*. Filters: agent_id, "
+                 "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*; Chinese, Japanese and "
+                 "Korean text matches any run of its characters. Filters: agent_id, "
                  "session_id, task_id. Page with after_context_item_id.",
                  {"type": "object", "properties": {
                      "query": {"type": "string"}, "agent_id": {"type": "string"}, "session_id": {"type": "string"},

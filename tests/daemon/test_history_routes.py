@@ -129,3 +129,16 @@ async def test_concurrent_history_searches_and_reads_all_answer(daemon: Daemon, 
             nursery.start_soon(search, i)
             nursery.start_soon(read)
     assert statuses.count(200) == 80, sorted(set(statuses))
+
+
+async def test_chinese_text_is_found_by_a_word_inside_it_over_http(daemon: Daemon, strong: str, reader: str) -> None:
+    p = await daemon.project(strong, "one")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "我们使用数据库存储事件，然后重建投影。")
+    await daemon.wait_idle(strong, sid)
+    resp = await daemon.post("/history/search", reader, {"projectId": p["id"], "query": "数据库"})
+    assert resp.status_code == 200, resp.text
+    user = [r for r in resp.json()["results"] if r["role"] == "user"]
+    assert [r["snippet"] for r in user] == ["我们使用[数据库]存储事件，然后重建投影。"]
+    resp = await daemon.post("/history/search", reader, {"projectId": p["id"], "query": "据数"})
+    assert [r for r in resp.json()["results"] if r["role"] == "user"] == []

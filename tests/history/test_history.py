@@ -227,6 +227,45 @@ def test_a_query_holds_at_most_32_distinct_terms() -> None:
     assert info.value.code == "QUERY_TOO_LONG" and "33 distinct terms; at most 32" in info.value.message
 
 
+async def test_chinese_japanese_korean_and_full_width_text_is_found_by_any_run_of_it(tmp_path: Path) -> None:
+    # unicode61 makes a whole run of CJK one token: "数据库" inside "我们使用数据库存储事件" was
+    # never found, nor "sqlite" in full-width "ＳＱＬｉｔｅ".
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        log = Log(store)
+        await log.session("s1")
+        zh = await log.user("我们使用数据库存储事件，然后重建投影。")
+        ja = await log.assistant("東京タワーに行きました。ｶﾞｲﾄﾞ付き")
+        ko = await log.tool("run_command", {"cmd": "ls"}, "데이터베이스를 사용합니다")
+        fw = await log.assistant("ＳＱＬｉｔｅ　の　ｆｉｌｅ")
+        mixed = await log.assistant("修复了SQLite数据库的bug")
+    projector, index = project(data)
+
+    def found(query: str) -> set[str]:
+        return set(ids(index.search(P1, query, limit=50)[0]))
+
+    assert found("数据库") == {f"c{zh}", f"c{mixed}"}
+    assert found("数") == {f"c{zh}", f"c{mixed}"}  # one character
+    assert found("重建投影") == {f"c{zh}"}
+    assert found("据数") == set()  # the characters must follow each other
+    assert found("数据 事件") == {f"c{zh}"}  # every word must match
+    assert found("タワー") == found("東京") == {f"c{ja}"}
+    assert found("ガイド") == {f"c{ja}"}  # half-width kana, by their full-width forms
+    assert found("カイド") == set()  # ガ is not カ
+    assert found("데이터") == {f"c{ko[1]}"}  # inside a word with its particle
+    assert found("sqlite") == {f"c{fw}", f"c{mixed}"}  # full-width letters match plain ones
+    assert found("ＦＩＬＥ") == {f"c{fw}"}
+    assert found("sqlite数据库") == found('"SQLite 数据库"') == {f"c{mixed}"}
+    assert found("SQL*") == {f"c{fw}", f"c{mixed}"}
+
+    snippets = {h.context_item_id: h.snippet for h in index.search(P1, "数据库", limit=50)[0]}
+    assert snippets[f"c{zh}"] == "我们使用[数据库]存储事件，然后重建投影。"
+    assert snippets[f"c{mixed}"] == "修复了SQLite[数据库]的bug"
+    hit = index.search(P1, "ガイド", limit=5)[0][0]
+    assert hit.snippet == "…きました。[ｶﾞｲﾄﾞ]付き"  # four tokens lead, one a character here
+    projector.close()
+
+
 async def test_read_pages_by_utf8_bytes_with_a_digest(world) -> None:
     data, _ = world
     projector, index = project(data)

@@ -52,10 +52,11 @@ def test_a_whole_text_folds_to_what_its_tokens_fold_to() -> None:
     # The non-ASCII shortcut rests on this: a term absent from fold_text(text) occurs in no token.
     import random
 
-    from projections.snippets import _WORD, fold, fold_text
+    from projections.tokens import WORD as _WORD
+    from projections.tokens import fold, fold_text
 
     rng = random.Random(7)
-    alphabet = "abcdeéèêßﬁÅåΣσςДжЖ東京タワーİıǅ𝔘Ⅻ①ǈ　ｈｅｌｌｏ \u0301\u0308"
+    alphabet = "abcdeéèêßﬁÅåΣσςДжЖ東京タワーガぱｶﾞﾟ데를\u1100\u1161\u11a8İıǅ𝔘Ⅻ①ǈ　ｈｅｌｌｏ \u0301\u0308\u3099"
     for _ in range(3000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
         folded = fold_text(text)
@@ -77,3 +78,14 @@ def test_a_non_ascii_term_across_a_fold_window_boundary_is_found() -> None:
     for at in (FOLD_WINDOW - 3, FOLD_WINDOW, 3 * FOLD_WINDOW - 1):
         text = ("ж" * (at - 1)) + " Ключевое слово " + "ж" * 5000
         assert "[Ключевое]" in snippet(text, [term("ключевое", False)]), at
+
+
+def test_punctuation_after_the_last_token_is_shown_not_cut() -> None:
+    from projections.snippets import TAIL_CHARS
+
+    assert snip("the zanzibar test.", "zanzibar") == "the [zanzibar] test."
+    assert snip("我们使用数据库。", "数据库") == "我们使用[数据库]。"  # touching matches: one bracket
+    tail = "." * TAIL_CHARS
+    assert snip("zanzibar" + tail, "zanzibar") == "[zanzibar]" + tail  # exactly at the limit
+    assert snip("zanzibar" + tail + ".", "zanzibar") == "[zanzibar]…"  # one past it
+    assert snip("zanzibar. more", "zanzibar") == "[zanzibar]. more"
