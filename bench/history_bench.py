@@ -50,6 +50,16 @@ CODE = [
     "import {w}\nfrom {v} import {W}\n",
 ]
 ROLES = ["user", "assistant", "tool_call", "tool_result"]
+# A share of user and assistant messages is Chinese (written without spaces: every character is
+# a token of the index), drawn from a generator of its own so the other items stay the same.
+CJK_SHARE = 0.05
+CJK_WORDS = (
+    "我们 你 的 了 是 在 和 有 这个 那个 然后 因为 所以 但是 如果 需要 可以 使用 修复 重建 投影 "
+    "函数 返回 错误 文件 路径 测试 构建 配置 会话 代理 事件 日志 提交 模块 导入 异步 等待 取消 "
+    "范围 索引 查询 结果 更新 插入 选择 排序 限制 偏移 请求 响应 模型 工具 调用 输出 解析 解码 "
+    "编码 字节 字符串 列表 字典 集合 整数 服务器 客户端 缓存 状态 数据库 数据 存储 性能 问题"
+).split()
+CJK_RARE = ["鸭嘴兽", "袋鼠", "猕猴桃"]
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -57,6 +67,13 @@ def sentence(rng: random.Random, n: int) -> str:
     if rng.random() < 0.002:
         words[rng.randrange(n)] = rng.choice(RARE)
     return " ".join(words)
+
+
+def chinese(rng: random.Random, n: int) -> str:
+    words = [rng.choice(CJK_WORDS) for _ in range(n)]
+    if rng.random() < 0.02:
+        words[rng.randrange(n)] = rng.choice(CJK_RARE)
+    return "".join(w + ("，" if rng.random() < 0.15 else "") for w in words) + "。"
 
 
 def item_text(rng: random.Random, role: str) -> str:
@@ -74,6 +91,7 @@ def item_text(rng: random.Random, role: str) -> str:
 def events(n_items: int, seed: int = 7):
     """Yield StoredEvents producing about ``n_items`` history items."""
     rng = random.Random(seed)
+    cjk = random.Random(seed + 1)
     seq = 0
     made = 0
     sessions = max(4, n_items // 2000)
@@ -87,16 +105,20 @@ def events(n_items: int, seed: int = 7):
         while made < n_items * (s + 1) // sessions:
             role = rng.choice(ROLES)
             seq += 1
+            if role in ("user", "assistant"):
+                text = item_text(rng, role)
+                if cjk.random() < CJK_SHARE:
+                    text = chinese(cjk, cjk.randint(8, 60))
             if role == "user":
                 rid = f"r{seq}"
                 yield StoredEvent(seq, seq, project, sid, None, agent, None, "input.submitted", rid,
-                                  t.InputSubmitted(content=[t.TextPart(item_text(rng, role))]))
+                                  t.InputSubmitted(content=[t.TextPart(text)]))
                 seq += 1
                 ev: t._Event = t.InputPlaced(input_request_id=rid)
                 if rng.random() < 0.2:
                     task = f"task_{s}_{seq}"
             elif role == "assistant":
-                ev = t.ModelResponded(text=item_text(rng, role))
+                ev = t.ModelResponded(text=text)
             elif role == "tool_call":
                 ev = t.ModelResponded(tool_calls=[t.ToolCall(f"call{seq}", "read_file", item_text(rng, role))])
             else:
@@ -160,9 +182,12 @@ def main() -> None:
         "phrase": ('"cannot update the"', {}),
         "prefix": ("nurs* cancel", {}),
         "filtered": ("error file", {"session_id": sample_session}),
+        "chinese": ("数据库 错误", {}),
+        "chinese rare": ("鸭嘴兽", {}),
     }
     like_terms = {"common": ["function", "return"], "rare": ["quokka"], "phrase": ["cannot update the"],
-                  "prefix": ["nurs", "cancel"], "filtered": ["error", "file"]}
+                  "prefix": ["nurs", "cancel"], "filtered": ["error", "file"],
+                  "chinese": ["数据库", "错误"], "chinese rare": ["鸭嘴兽"]}
     rows: list[dict] = []
     all_fts: list[float] = []
     all_like: list[float] = []

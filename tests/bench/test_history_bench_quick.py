@@ -17,5 +17,6 @@ def test_history_bench_quick(tmp_path: Path) -> None:
     for key in ("items", "search_p50_ms", "search_p99_ms", "like_p50_ms", "index_bytes", "text_bytes"):
         assert key in data and data[key] > 0, key
     assert data["items"] >= 20_000
-    assert {q["query"] for q in data["queries"]} == {"common", "rare", "phrase", "prefix", "filtered"}
+    assert {q["query"] for q in data["queries"]} == {"common", "rare", "phrase", "prefix", "filtered", "chinese",
+                                                   "chinese rare"}
     assert all(q["hits"] > 0 for q in data["queries"])
