@@ -1,10 +1,10 @@
 """History search at scale: the FTS5 projection vs a LIKE scan of the same rows, same run.
 
 Builds ``--items`` context items of realistic text (user requests, assistant prose, tool calls,
-tool output: code, logs, diffs) through the real history projection's ``apply`` (fed with
-decoded events, as the projector does), across many sessions, agents and tasks of one project
-(plus a second project that must never show up). Then times common, rare, phrase, prefix and
-filtered queries through the real :class:`HistoryIndex.search`, and the same queries as
+tool output: code, logs, diffs; 5 % of the user and assistant messages in Chinese) through the
+real history projection's ``apply`` (fed with decoded events, as the projector does), across
+many sessions, agents and tasks of one project (plus a second project that must never show up).
+Then times common, rare, phrase, prefix, filtered and Chinese queries through the real :class:`HistoryIndex.search`, and the same queries as
 ``LIKE '%term%'`` scans over the same rows (the approach several peers use).
 
 Prints a table, then one JSON line: items, search_p50_ms, search_p99_ms, like_p50_ms,
