@@ -40,12 +40,16 @@ class ServerConfig(_C):
     max_pending_pairings: int = 32
 
 
+# The prompt-cache ttls OpenAI's explicit cache breakpoints accept (runtime.providers.caching).
+CACHE_TTLS = ("30m", "12h")
+
+
 class ModelConfig(_C):
     id: str
     context_window: int = 131072
     images: bool = False
     explicit_cache: bool = False
-    cache_ttl: str | None = None  # explicit cache breakpoints' ttl: "30m" or "12h"
+    cache_ttl: str | None = None  # explicit cache breakpoints' ttl (default: the provider's, else 30m)
     # the largest answer, in tokens (Anthropic ``max_tokens``, to which a thinking budget is added;
     # Responses ``max_output_tokens``; Chat ``max_completion_tokens`` on OpenAI's own API, else
     # ``max_tokens``). None: the provider's default (Anthropic 8192; Responses/Chat: not sent).
@@ -171,6 +175,9 @@ def check_config(cfg: Config, where: str) -> None:
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     for p in cfg.providers:
+        for key, ttl in [(f"provider {p.id!r}", p.cache_ttl), *[(f"provider {p.id!r} model {m.id!r}", m.cache_ttl) for m in p.models]]:
+            if ttl is not None and ttl not in CACHE_TTLS:
+                raise ConfigError(f"{where}: {key}: cacheTtl must be {' or '.join(map(repr, CACHE_TTLS))}, not {ttl[:40]!r}")
         for m in p.models:
             if m.max_output_tokens is not None and m.max_output_tokens < 1:
                 raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: maxOutputTokens must be a positive integer")

@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..config import CACHE_TTLS
 from .base import ProviderError
 
-OPENAI_TTLS = ("30m", "12h")
+OPENAI_TTLS = CACHE_TTLS
 OPENAI_REQUEST_TTL = "30m"
 OPENAI_MAX_BREAKPOINTS = 4
 ANTHROPIC_LOOKBACK = 20

@@ -108,21 +108,40 @@ def test_default_model_chain():
     assert build_catalog(parse_config("{}")).default_model == BUILTIN_DEFAULT_MODEL
 
 
-def test_an_unsupported_cache_ttl_in_config_is_a_config_error():
-    # ModelConfig has no ttl key yet (see docs/providers.md); the catalog reads ``cache_ttl``
-    # from the provider or model config when there is one. Emulate a config that sets it.
-    class WithTtl:
-        def __init__(self, p, ttl):
-            self._p, self.cache_ttl = p, ttl
+@pytest.mark.parametrize("where", ["provider", "model"])
+def test_cache_ttl_in_config_is_30m_or_12h(where):
+    def with_ttl(ttl: str) -> str:
+        cfg = json.loads(config())
+        (cfg["providers"][0] if where == "provider" else cfg["providers"][0]["models"][0])["cacheTtl"] = ttl
+        return json.dumps(cfg)
 
-        def __getattr__(self, name):
-            return getattr(self._p, name)
+    for ttl in ("30m", "12h"):
+        assert build_catalog(parse_config(with_ttl(ttl)), environ={"LENS_TEST_OA_KEY": SECRET})
+    for ttl in ("2h", "1h", "", "30M"):
+        with pytest.raises(ConfigError) as info:
+            parse_config(with_ttl(ttl))
+        assert f"cacheTtl must be '30m' or '12h', not {ttl!r}" in str(info.value)
+        assert "'oa'" in str(info.value) and (where == "provider" or "'m1'" in str(info.value))
 
-    cfg = parse_config(config())
-    cfg.providers[0] = WithTtl(cfg.providers[0], "2h")  # type: ignore[assignment]
-    with pytest.raises(ConfigError) as info:
-        build_catalog(cfg, environ={"LENS_TEST_OA_KEY": SECRET})
-    assert "2h" in str(info.value) and "30m" in str(info.value)
+
+async def test_cache_ttl_from_config_reaches_the_wire(server):
+    from .test_caching import long_history, marked
+
+    cfg = json.loads(config(server.url))
+    oa = cfg["providers"][0]
+    oa["cacheTtl"] = "12h"  # the provider's default …
+    oa["models"].append({"id": "m2", "explicitCache": True, "cacheTtl": "30m"})  # … a model's own wins
+    cat = build_catalog(parse_config(json.dumps(cfg)), environ={"LENS_TEST_OA_KEY": SECRET})
+    try:
+        for model_id, ttl in (("m1", "12h"), ("m2", None)):
+            provider, model, _ = cat.resolve(f"oa/{model_id}")
+            server.push(reply("openai-responses", text="ok"))
+            await provider.stream(long_history(2).request(model), Deltas())
+            found = [bp for _, bp in marked(server.bodies[-1], "prompt_cache_breakpoint")]
+            expected = {"mode": "explicit", "ttl": ttl} if ttl else {"mode": "explicit"}  # 30m: the default
+            assert found and all(bp == expected for bp in found), found
+    finally:
+        await cat.aclose()
 
 
 async def test_a_key_never_reaches_logs_or_errors(server, caplog):
