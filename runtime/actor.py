@@ -44,7 +44,7 @@ from .errors import (
     SessionNotFound,
     SessionQuarantined,
 )
-from .providers.base import Delta, ModelRequest, ProviderError
+from .providers.base import Delta, ModelRequest, ProviderError, well_formed
 from .providers.catalog import ProviderCatalog
 
 log = logging.getLogger("lens.actor")
@@ -596,18 +596,31 @@ class SessionActor:
                   else list(self.deps.system_prompt))
         request = ModelRequest(model_id, system, items, tools, state.thinking_level, agent_id)
         on_delta = self.deps.on_delta
+
+        def delta_seen(delta: Delta) -> None:
+            text = well_formed(delta.text)
+            on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
+
         try:
-            result = await provider.stream(request, lambda delta: on_delta(self.session_id, agent_id, delta))
+            result = (await provider.stream(request, delta_seen)).well_formed()
         except ProviderError as exc:
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,
                                                      status=exc.status), agent_id, task_id)])
             return
-        # (Decided under the write lock: two agents answered at once still get distinct ids.)
-        await self._emit(lambda: [d.Scoped(t.ModelResponded(
-            text=result.text, reasoning=result.reasoning, tool_calls=unique_call_ids(self.state, result.tool_calls),
-            stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
-            reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics),
-            agent_id, task_id)])
+        try:
+            # (Decided under the write lock: two agents answered at once still get distinct ids.)
+            await self._emit(lambda: [d.Scoped(t.ModelResponded(
+                text=result.text, reasoning=result.reasoning, tool_calls=unique_call_ids(self.state, result.tool_calls),
+                stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
+                reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics),
+                agent_id, task_id)])
+        except AppendRejected as exc:
+            # The log cannot hold this answer (larger than log.maxEventBytes, say). A crash would
+            # ask the model again, and again, then quarantine the session: record why instead.
+            log.warning("session %s: a model response was not recorded: %s", self.session_id, exc.message)
+            await self._emit([d.Scoped(t.ModelFailed(
+                code="RESPONSE_NOT_RECORDED",
+                message=f"the model's answer could not be recorded ({exc.message[:300]})"), agent_id, task_id)])
 
     async def _run_call(self, agent_id: str, task_id: str | None, step: d.RunCall) -> None:
         call, restart = step.call, step.restart

@@ -9,8 +9,10 @@ Cancellation (abort) is trio cancellation of the call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Protocol
+
+import msgspec
 
 from events import types as t
 from projections.session_state import Item
@@ -49,6 +51,42 @@ class ModelResult:
     # What was actually sent, for the record (``model.responded``): cache breakpoints placed,
     # tool-name aliases, synthetic results, images. Never request content or key material.
     diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    def well_formed(self) -> "ModelResult":
+        """This result with every lone surrogate (which no UTF-8 log or JSON stream can hold)
+        replaced by U+FFFD; itself when there is none (the usual case, checked at C speed)."""
+        try:
+            _PROBE.encode((self.text, self.reasoning, self.tool_calls, self.reasoning_blocks, self.diagnostics,
+                           self.stop_reason, self.response_id))
+            return self
+        except UnicodeEncodeError:
+            pass
+        return replace(self, text=well_formed(self.text), reasoning=well_formed(self.reasoning),
+                       tool_calls=well_formed(self.tool_calls), reasoning_blocks=well_formed(self.reasoning_blocks),
+                       diagnostics=well_formed(self.diagnostics), stop_reason=well_formed(self.stop_reason),
+                       response_id=well_formed(self.response_id))
+
+
+_PROBE = msgspec.msgpack.Encoder()
+
+
+def well_formed(value: Any) -> Any:
+    """``value`` (text, or lists, dicts and tool calls of it) with lone surrogates replaced by
+    U+FFFD. A server can stream them (a JSON ``\\ud800`` escape, or a pair split across two
+    deltas); recorded as they are, the event could not be encoded and the session crashed."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:  # a pair written as two escapes joins; a lone one is U+FFFD
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [well_formed(v) for v in value]
+    if isinstance(value, dict):
+        return {well_formed(k): well_formed(v) for k, v in value.items()}
+    if isinstance(value, t.ToolCall):
+        return t.ToolCall(well_formed(value.call_id), well_formed(value.name), well_formed(value.arguments))
+    return value
 
 
 class ProviderError(Exception):

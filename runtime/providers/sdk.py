@@ -182,13 +182,19 @@ def malformed(provider_id: str, exc: BaseException) -> ProviderError:
 
 
 def reported(data: Mapping[str, Any] | None, *path: str) -> int | None:
-    """A count at ``path`` in a usage dict as the provider sent it; ``None`` when absent."""
+    """A count at ``path`` in a usage dict as the provider sent it; ``None`` when absent or not a
+    count (negative, or past 2**63 - 1: such a number cannot be recorded, and is not a count)."""
     cur: Any = data
     for p in path:
         if not isinstance(cur, Mapping) or p not in cur:
             return None
         cur = cur[p]
-    return cur if isinstance(cur, int) and not isinstance(cur, bool) else None
+    if isinstance(cur, int) and not isinstance(cur, bool) and 0 <= cur <= MAX_COUNT:
+        return cur
+    return None
+
+
+MAX_COUNT = 2**63 - 1
 
 
 def usage_dict(obj: Any) -> dict[str, Any] | None:

@@ -177,6 +177,20 @@ async def test_chat_usage_absent_stays_unknown(server, make):
     assert result.usage.cache_read_tokens is None and result.usage.cache_write_tokens is None
 
 
+async def test_usage_counts_that_are_no_counts_stay_unknown(server, make):
+    # 10**30 tokens made model.responded impossible to encode (the actor crashed); negative
+    # counts were recorded as they came.
+    from .servers import openai_chat as oc
+
+    provider = make("openai-chat")
+    top = 2**63 - 1
+    server.push(oc.chat_stream(text="a", usage={"prompt_tokens": top, "completion_tokens": top + 1,
+                                                   "prompt_tokens_details": {"cached_tokens": -1}}))
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.usage.input_tokens == top  # exactly at the limit: kept
+    assert result.usage.output_tokens is None and result.usage.cache_read_tokens is None  # one past, negative
+
+
 async def test_a_server_that_never_answers_times_out_after_the_configured_seconds():
     # A server that accepts and then says nothing held a session "running" for 600 s x 3 attempts;
     # providers[].timeoutSeconds and maxRetries bound it.

@@ -199,3 +199,39 @@ async def test_a_provider_reusing_call_ids_gets_a_fresh_question_each_time(rt, a
     finished = by_kind(evs, "tool.finished")
     assert [f.event.call_id for f in finished] == ids
     assert ["Yes" in f.event.content[0].text or "yes" in f.event.content[0].text for f in finished] == [True, False, True]
+
+
+async def test_an_answer_the_log_cannot_hold_fails_the_request_once(rt, autojump_clock, caplog):
+    # It crashed the actor, which asked the model again (billed again) three times and then
+    # quarantined the session for good.
+    rt.faux.script = [FauxTurn(when="essay", text="y" * (33 * 1024 * 1024))]  # past the 32 MiB maxEventBytes
+    sid = await rt.session()
+    st = await rt.run_to_idle(sid, "r1", "essay please")
+    evs = await rt.events(sid)
+    assert len(by_kind(evs, "model.requested")) == 1 and by_kind(evs, "model.responded") == []
+    failed = one(evs, "model.failed").event
+    assert failed.code == "RESPONSE_NOT_RECORDED" and "could not be recorded" in failed.message
+    assert one(evs, "task.finished").event.status == "failed"
+    assert st.status == "idle"
+    st = await rt.run_to_idle(sid, "r2", "are you there")  # the session goes on
+    assert st.agents["main"].items[-1].text == "(faux) You said: are you there"
+    assert not [r for r in caplog.records if r.name == "lens.supervisor"]
+
+
+async def test_lone_surrogates_in_an_answer_are_replaced_not_fatal(rt, autojump_clock, caplog):
+    # A server can stream "\ud800" (a JSON escape): recorded as is, the event could not be encoded
+    # and the actor crashed until the session was quarantined.
+    rt.faux.script = [FauxTurn(when="odd", text="x\ud800y \ud83d\ude00", chunks=["x\ud800", "y \ud83d\ude00"],
+                               tool_calls=[FauxToolCall("get_system_time", '{"\udfff": 1}')]),
+                      FauxTurn(when="TOOL_ARGUMENTS_INVALID", text="ok")]
+    seen: list[str] = []
+    rt.deps.on_delta = lambda sid, agent, delta: seen.append(delta.text)
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "odd")
+    assert seen[:2] == ["x\ufffd", "y \U0001f600"]  # live viewers get what the log holds
+    evs = await rt.events(sid)
+    answer = by_kind(evs, "model.responded")[0].event
+    assert answer.text == "x\ufffdy \U0001f600"  # a pair written as two escapes joins
+    assert answer.tool_calls[0].arguments == '{"\ufffd": 1}'
+    assert one(evs, "task.finished").event.status == "completed"
+    assert not [r for r in caplog.records if r.name == "lens.supervisor"]
