@@ -30,7 +30,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, arguments_object, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import SdkProvider, malformed, reported, usage_dict
+from .sdk import SdkProvider, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -127,6 +127,7 @@ class AnthropicProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
         import anthropic
+        import httpx2
 
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
@@ -143,12 +144,14 @@ class AnthropicProvider(SdkProvider):
                     elif kind == "content_block_delta" and ev.delta.type == "input_json_delta":
                         raw_json.setdefault(ev.index, []).append(ev.delta.partial_json)
                 final = await stream.get_final_message()
+            if final.stop_reason is None:  # no message_delta / message_stop: cut short
+                raise self.truncated("its stop_reason")
         except ProviderError:
             raise
-        except anthropic.APIError as exc:
+        except (anthropic.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
         except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
-            raise malformed(self.id, exc) from None
+            raise self.malformed(exc) from None
         return self._result(final, raw_json, compiled, cache)
 
     def _result(self, msg: Any, raw_json: dict[int, list[str]], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:

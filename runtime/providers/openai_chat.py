@@ -22,7 +22,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import SdkProvider, malformed, reported, usage_dict
+from .sdk import SdkProvider, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -134,6 +134,7 @@ class OpenAIChatProvider(SdkProvider):
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""
+        import httpx2
         import openai
 
         model = self.model_config(request.model)
@@ -143,7 +144,8 @@ class OpenAIChatProvider(SdkProvider):
                                max_output_tokens=model.max_output_tokens, max_tokens_key=max_tokens_key(self.base_url))
         text: list[str] = []
         reasoning: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
+        calls: list[dict[str, Any]] = []
+        by_index: dict[int, int] = {}  # the server's tool-call index -> its call in ``calls``
         finish: str | None = None
         usage_raw: dict[str, Any] | None = None
         response_id: str | None = None
@@ -168,30 +170,23 @@ class OpenAIChatProvider(SdkProvider):
                                 text.append(delta.content)
                                 on_delta(Delta("text", delta.content))
                             for tc in delta.tool_calls or []:
-                                slot = calls.setdefault(tc.index if tc.index is not None else len(calls),
-                                                        {"id": None, "name": "", "arguments": []})
-                                if tc.id:
-                                    slot["id"] = slot["id"] or tc.id
-                                fn = tc.function
-                                if fn is not None:
-                                    if fn.name and not slot["name"]:
-                                        slot["name"] = fn.name
-                                    if fn.arguments:
-                                        slot["arguments"].append(fn.arguments)
+                                _tool_call_delta(calls, by_index, tc)
                         if choice.finish_reason:
                             finish = choice.finish_reason
         except ProviderError:
             raise
-        except openai.APIError as exc:
+        except (openai.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
         except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
-            raise malformed(self.id, exc) from None
-        if finish is None and not text and not calls:
-            raise ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended without a completion", retryable=True)
+            raise self.malformed(exc) from None
+        if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
+            raise self.truncated("its finish_reason")
+        if any(not slot["name"] for slot in calls):
+            raise self.malformed(ValueError("a tool call without a name"))
         tool_calls = [
             t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
                        "".join(slot["arguments"]) or "{}")
-            for index, slot in sorted(calls.items())
+            for index, slot in enumerate(calls)
         ]
         stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}.get(
             finish or "", finish)
@@ -214,3 +209,30 @@ class OpenAIChatProvider(SdkProvider):
             diagnostics["tool_aliases"] = compiled.names.aliased
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls, stop_reason=stop,
                            usage=usage, response_id=response_id, diagnostics=diagnostics)
+
+
+def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: Any) -> None:
+    """Add one streamed tool-call fragment to ``calls``. Fragments of a call share its ``index``;
+    a new ``id`` under an index already used is a new call (some servers number every call 0),
+    and a fragment without an index goes on the last call unless it starts one (an id or a name)."""
+    fn = tc.function
+    name = fn.name if fn is not None else None
+    arguments = fn.arguments if fn is not None else None
+    if tc.index is not None:
+        pos = by_index.get(tc.index)
+    else:
+        pos = len(calls) - 1 if calls and not (tc.id or name) else None
+    if pos is not None and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
+        pos = None
+    if pos is None:
+        calls.append({"id": None, "name": "", "arguments": []})
+        pos = len(calls) - 1
+        if tc.index is not None:
+            by_index[tc.index] = pos
+    slot = calls[pos]
+    if tc.id and not slot["id"]:
+        slot["id"] = tc.id
+    if name and not slot["name"]:
+        slot["name"] = name
+    if arguments:
+        slot["arguments"].append(arguments)

@@ -25,7 +25,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import SdkProvider, malformed, reported, usage_dict
+from .sdk import SdkProvider, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -130,6 +130,7 @@ class OpenAIResponsesProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
         trio cancellation closes the HTTP stream."""
+        import httpx2
         import openai
 
         model = self.model_config(request.model)
@@ -154,10 +155,10 @@ class OpenAIResponsesProvider(SdkProvider):
                         final = ev.response
         except ProviderError:
             raise
-        except openai.APIError as exc:
+        except (openai.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
         except (RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
-            raise malformed(self.id, exc) from None
+            raise self.malformed(exc) from None
         if final is None:
             raise ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended without a final response", retryable=True)
         return self._result(final, compiled, cache)

@@ -122,16 +122,30 @@ class SdkProvider(ABC):
             text = text.replace(key, "[redacted]")
         return text
 
+    def malformed(self, exc: BaseException) -> ProviderError:
+        """A stream the SDK could not make sense of (what it says is redacted: it can quote
+        the model's own output)."""
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)[:500]}")
+        return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
+
+    def truncated(self, what: str) -> ProviderError:
+        """A stream that ended before the response did (a dropped proxy, a server restart)."""
+        return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended before {what}", retryable=True)
+
     def map_error(self, exc: BaseException) -> ProviderError:
-        """Translate an openai/anthropic SDK exception (after the SDK's own retries)."""
+        """Translate an openai/anthropic SDK exception (after the SDK's own retries), or a
+        transport error the SDK let through while a stream was being read."""
         import anthropic
+        import httpx2
         import openai
 
         where = f"provider {self.id!r}"
-        if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError)):
+        if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)):
             return ProviderError("TIMEOUT", f"{where}: the request timed out", retryable=True)
         if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
             return ProviderError("CONNECTION_FAILED", f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})", retryable=True)
+        if isinstance(exc, httpx2.HTTPError):
+            return ProviderError("CONNECTION_FAILED", f"{where}: connection failed ({type(exc).__name__})", retryable=True)
         status = getattr(exc, "status_code", None)
         body = getattr(exc, "body", None)
         err = body.get("error", body) if isinstance(body, dict) else None
@@ -176,9 +190,7 @@ def _by_status(status: int | None, etype: str, ecode: str) -> tuple[str, bool]:
     return "PROVIDER_ERROR", status is None or status == 409
 
 
-def malformed(provider_id: str, exc: BaseException) -> ProviderError:
-    return ProviderError("PROVIDER_ERROR", f"provider {provider_id!r}: malformed stream: {type(exc).__name__}: {str(exc)[:500]}",
-                         retryable=True)
+
 
 
 def reported(data: Mapping[str, Any] | None, *path: str) -> int | None:

@@ -226,3 +226,75 @@ async def test_a_server_that_never_answers_times_out_after_the_configured_second
         conn.close()
     assert info.value.code == "TIMEOUT" and info.value.retryable, info.value
     assert 0.9 <= took < 10, took  # one attempt of about a second, not 600 s
+
+
+def _ends(protocol: str, name: str | None, data) -> bool:
+    """Whether this frame is where a stream of ``protocol`` says the response is complete."""
+    if protocol == "openai-chat":
+        return isinstance(data, dict) and any(c.get("finish_reason") for c in data.get("choices", []))
+    return name == ("message_delta" if protocol == "anthropic" else "response.completed")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_that_ends_before_the_response_is_an_error(protocol, server, make):
+    # Chat and Anthropic returned the text (and a tool call, its arguments cut mid-way) as a
+    # complete answer: the session recorded it and ran the tool.
+    provider = make(protocol, max_retries=0)
+    cut = reply(protocol, text=["partial ", "answer"], calls=[("call_1", "read_file", {"path": "a.txt"})])
+    assert cut.events is not None
+    end = next(i for i, (name, data) in enumerate(cut.events) if _ends(protocol, name, data))
+    cut.events = cut.events[:end - 1]  # the last call's second half of arguments is lost too
+    server.push(cut)
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("go").request(), Deltas())
+    assert info.value.code == "PROVIDER_ERROR" and info.value.retryable
+    assert "ended" in info.value.message
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_that_stalls_past_the_timeout_is_timeout(protocol, server, make):
+    # Anthropic let httpx2.ReadTimeout through, which crashed the session actor.
+    provider = make(protocol, max_retries=0, timeout=0.5)
+    stalled = reply(protocol, text=["partial ", "answer"])
+    stalled.stall_after = 3
+    server.push(stalled)
+    with trio.fail_after(10):
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("go").request(), Deltas())
+    assert info.value.code == "TIMEOUT" and info.value.retryable
+
+
+async def test_chat_tool_calls_numbered_alike_or_without_index_stay_apart(server, make):
+    from .servers import openai_chat as oc
+
+    def chunk(tool_calls=None, finish=None):
+        delta = {"tool_calls": tool_calls} if tool_calls else {}
+        return (None, {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    def fn(name=None, arguments=None):
+        return {k: v for k, v in (("name", name), ("arguments", arguments)) if v is not None}
+
+    provider = make("openai-chat")
+    # A server numbering every call 0: the second call had been merged into the first.
+    server.push(oc.Reply(events=[
+        chunk([{"index": 0, "id": "call_a", "type": "function", "function": fn("read_file", '{"path": "a"}')}]),
+        chunk([{"index": 0, "id": "call_b", "type": "function", "function": fn("read_file", "")}]),
+        chunk([{"index": 0, "function": fn(arguments='{"path": "b"}')}]),
+        chunk(finish="tool_calls"), (None, "[DONE]")]))
+    result = await provider.stream(Ctx().user("go").request(), Deltas())
+    assert [(c.call_id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("call_a", "read_file", '{"path": "a"}'), ("call_b", "read_file", '{"path": "b"}')]
+    # Fragments without an index go on the call before them.
+    server.push(oc.Reply(events=[
+        chunk([{"id": "call_c", "type": "function", "function": fn("read_file", '{"path": ')}]),
+        chunk([{"function": fn(arguments='"c"}')}]),
+        chunk(finish="tool_calls"), (None, "[DONE]")]))
+    result = await provider.stream(Ctx().user("go").request(), Deltas())
+    assert [(c.call_id, c.arguments) for c in result.tool_calls] == [("call_c", '{"path": "c"}')]
+    # A call that never says which tool: a malformed stream, not a call of the tool ''.
+    server.push(oc.Reply(events=[chunk([{"index": 0, "function": fn(arguments="{}")}]),
+                                 chunk(finish="tool_calls"), (None, "[DONE]")]))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("go").request(), Deltas())
+    assert info.value.code == "PROVIDER_ERROR" and "without a name" in info.value.message
