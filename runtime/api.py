@@ -275,6 +275,15 @@ def create_app(svc: Services) -> QuartTrio:
         g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
         return None
 
+    @app.after_request
+    async def close_after_unread_body(response: Response) -> Response:
+        # An error answered before the body was read (over the limit, no credential) leaves the
+        # rest of the body on the connection: a client reusing it (httpx, browsers) then waited
+        # forever for its next answer. Closing costs that client one reconnect.
+        if response.status_code >= 400 and (request.content_length or "transfer-encoding" in request.headers):
+            response.headers["Connection"] = "close"
+        return response
+
     @app.errorhandler(LensError)
     async def lens_error(exc: LensError) -> Response:
         resp = error_response(exc.code, exc.message)

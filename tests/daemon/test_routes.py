@@ -18,7 +18,7 @@ import trio
 from events.store import READ_BYTES, Draft, open_store
 from events.types import InstructionAppended, SessionCreated
 
-from .conftest import BUSY, Daemon, error_of, raw_http, run_lens
+from .conftest import API, BUSY, Daemon, error_of, raw_http, run_lens
 
 DECODE_KEYS = {"seq", "ts", "project_id", "session_id", "agent_id", "task_id", "kind", "request_id", "body"}
 
@@ -621,3 +621,18 @@ def test_a_daemon_bound_to_every_address_answers_to_its_ip_addresses_not_to_name
         g.check_host("192.168.1.5:7420")
     with pytest.raises(OriginForbidden):
         g.check_origin("http://192.168.1.5:7420")
+
+
+async def test_a_client_reusing_its_connection_after_an_early_error_is_answered(daemon_factory):
+    # An answer given before the body was read (over the limit, no credential) left the rest of
+    # the body on the kept-alive connection, and the client's next request there waited forever.
+    d = await daemon_factory(config={"server": {"maxBodyBytes": LIMIT_BYTES}})
+    token = await d.pair("c", strong=True)
+    for body, headers, status in ((b"x" * (4 * LIMIT_BYTES), {"Authorization": f"Bearer {token}"}, 413),
+                                  (b"x" * LIMIT_BYTES, {}, 401)):
+        with trio.fail_after(10):
+            r = await d.client.post(API + "/projects", content=body,
+                                    headers={"Content-Type": "application/json", **headers})
+            assert r.status_code == status and r.headers.get("connection") == "close", r.text
+            r = await d.client.get(API + "/health")  # the same client, so the same pool
+            assert r.status_code == 200
