@@ -13,6 +13,7 @@ import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -156,6 +157,15 @@ def _valid_host(host: str) -> bool:
     return 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in name.split("."))
 
 
+def _valid_base_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises for a port that is not one)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
+
+
 def check_config(cfg: Config, where: str) -> None:
     """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
@@ -175,6 +185,12 @@ def check_config(cfg: Config, where: str) -> None:
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     for p in cfg.providers:
+        if p.base_url is not None and not _valid_base_url(p.base_url):
+            raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must be an http:// or https:// URL with a host, "
+                              f"not {p.base_url[:200]!r} (omit it for the vendor's public API)")
+        model_ids = [m.id for m in p.models]
+        if "" in model_ids or len(set(model_ids)) != len(model_ids):
+            raise ConfigError(f"{where}: provider {p.id!r}: model ids must be non-empty and unique")
         for key, ttl in [(f"provider {p.id!r}", p.cache_ttl), *[(f"provider {p.id!r} model {m.id!r}", m.cache_ttl) for m in p.models]]:
             if ttl is not None and ttl not in CACHE_TTLS:
                 raise ConfigError(f"{where}: {key}: cacheTtl must be {' or '.join(map(repr, CACHE_TTLS))}, not {ttl[:40]!r}")

@@ -213,7 +213,10 @@ def build_catalog(
             unavailable[p.id] = ("PROVIDER_KEY_REQUIRED", f"provider {p.id!r} needs its key in the environment variable {p.api_key_env}")
             continue
         if p.protocol == "faux":
-            providers[p.id] = FauxProvider.from_config(p.id, p.script)
+            try:
+                providers[p.id] = FauxProvider.from_config(p.id, p.script)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         else:
             providers[p.id] = _sdk_provider(p, key, load_image,
                                             max_retries=p.max_retries if max_retries is None else max_retries,

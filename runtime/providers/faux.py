@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 import msgspec
 import trio
@@ -21,6 +21,7 @@ from events import types as t
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 
 REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
+MAX_DELAY_MS = 86_400_000  # a scripted delay: at most a day
 
 
 class FauxToolCall(msgspec.Struct, frozen=True, rename="camel"):
@@ -46,10 +47,10 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     reasoning: str = ""
     tool_calls: list[FauxToolCall] = []
     error: FauxError | None = None
-    delay_ms: int = 0  # before the first delta
-    chunk_delay_ms: int = 0  # between deltas
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # before the first delta
+    chunk_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # between deltas
+    input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    output_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
 def _last_message(request: ModelRequest) -> str:
@@ -69,8 +70,12 @@ class FauxProvider:
 
     @classmethod
     def from_config(cls, id: str, script: Any) -> "FauxProvider":
-        """From config JSON (camelCase keys: ``toolCalls``, ``delayMs`` …)."""
-        return cls(id, msgspec.convert(script or [], list[FauxTurn]))
+        """From config JSON (camelCase keys: ``toolCalls``, ``delayMs`` …). Raises
+        :class:`ValueError` naming what in ``script`` is wrong."""
+        try:
+            return cls(id, msgspec.convert(script or [], list[FauxTurn]))
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"provider {id!r}: script: {str(exc).replace('$', 'script', 1)}") from None
 
     def pick(self, request: ModelRequest) -> FauxTurn:
         last = _last_message(request)

@@ -7,6 +7,7 @@ the real ``lens pair approve``; an SSE stream is open when SIGTERM arrives.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -136,6 +137,19 @@ async def test_lens_serve_refuses_a_bad_config_cleanly(tmp_path: Path):
     out = await run_lens(tmp_path, "serve", "--port", "0", check=False)
     assert out.returncode != 0
     assert "CONFIG_INVALID" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_lens_serve_refuses_a_bad_faux_script_cleanly(tmp_path: Path):
+    # A faux script with a misspelt key, or a negative delay, was a msgspec traceback at start
+    # (or a ValueError on every request).
+    (tmp_path / "config").mkdir()
+    for turn, words in [({"txt": "hi"}, "provider 'demo': script: Object contains unknown field `txt` - at `script[0]`"),
+                        ({"text": "hi", "delayMs": -1}, "Expected `int` >= 0 - at `script[0].delayMs`")]:
+        (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(
+            {"providers": [{"id": "demo", "protocol": "faux", "script": [turn]}]}))
+        out = await run_lens(tmp_path, "serve", "--port", "0", check=False)
+        assert out.returncode == 2, out.stderr
+        assert "CONFIG_INVALID" in out.stderr and words in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 async def test_lens_serve_names_an_address_it_cannot_listen_on(tmp_path: Path):

@@ -136,3 +136,24 @@ def test_provider_timeout_and_retries_are_accepted_at_their_edges_and_refused_pa
         with pytest.raises(ConfigError) as info:
             parse_config(provider(bad))
         assert f"providers[1].{key} must be" in info.value.message, bad
+
+
+@pytest.mark.parametrize("url", ["", "ftp://host/v1", "127.0.0.1:11434/v1", "not a url", "http://", "http://h:99999/v1"])
+def test_a_base_url_that_is_no_http_url_is_refused(url: str) -> None:
+    # Accepted before: "" then meant the vendor's public API (a "local" provider's prompts went
+    # there), the others failed every request as a retried CONNECTION_FAILED.
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg(providers=[{"id": "local", "protocol": "openai-chat", "baseUrl": url}]))
+    assert f"provider 'local': baseUrl must be an http:// or https:// URL with a host, not {url!r}" in info.value.message
+
+
+def test_base_urls_that_are_http_urls_are_accepted() -> None:
+    for url in ("http://127.0.0.1:11434/v1", "https://api.example.com", "http://[::1]:8080/v1", "http://llm.lan/v1"):
+        assert parse_config(cfg(providers=[{"id": "p", "protocol": "openai-chat", "baseUrl": url}])).providers[0].base_url == url
+
+
+@pytest.mark.parametrize("models", [[{"id": ""}], [{"id": "m"}, {"id": "m"}]])
+def test_model_ids_are_non_empty_and_unique(models: list) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg(providers=[{"id": "p", "protocol": "openai-chat", "models": models}]))
+    assert "provider 'p': model ids must be non-empty and unique" in info.value.message
