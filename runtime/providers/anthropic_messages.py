@@ -21,6 +21,7 @@ Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable
 
@@ -119,10 +120,8 @@ class AnthropicProvider(SdkProvider):
     protocol = PROTOCOL
 
     def _make_client(self) -> Any:
-        import anthropic
-
-        return anthropic.AsyncAnthropic(api_key=self._key, base_url=self.base_url or "https://api.anthropic.com",
-                                        max_retries=self.max_retries, timeout=self.timeout)
+        return _client_class()(api_key=self._key, base_url=self.base_url or "https://api.anthropic.com",
+                               max_retries=self.max_retries, timeout=self.timeout)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
@@ -189,3 +188,23 @@ class AnthropicProvider(SdkProvider):
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=msg.stop_reason, usage=usage, response_id=getattr(msg, "id", None),
                            reasoning_blocks=native, diagnostics=diagnostics)
+
+
+# The longest Retry-After the client waits for before retrying; a longer one ends the request
+# (RATE_LIMITED, retryable) instead. The Anthropic SDK honours any value (up to ~50 days), which
+# held a session "running" for as long; the OpenAI SDK stops past two minutes, as this does.
+MAX_RETRY_AFTER = 120.0
+
+
+@functools.cache
+def _client_class() -> type:
+    import anthropic
+
+    class Client(anthropic.AsyncAnthropic):
+        def _should_retry(self, response: Any) -> bool:
+            wait = self._parse_retry_after_header(response.headers)
+            if wait is not None and wait > MAX_RETRY_AFTER:
+                return False
+            return bool(super()._should_retry(response))
+
+    return Client

@@ -298,3 +298,27 @@ async def test_chat_tool_calls_numbered_alike_or_without_index_stay_apart(server
     with pytest.raises(ProviderError) as info:
         await provider.stream(Ctx().user("go").request(), Deltas())
     assert info.value.code == "PROVIDER_ERROR" and "without a name" in info.value.message
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_retry_after_past_two_minutes_ends_the_request_instead_of_waiting(protocol, server, make):
+    # The Anthropic SDK honoured any Retry-After (86400 s, or a date years away: ~50 days): one
+    # request held its session "running" for that long. (Exactly 120 s is waited for: not timed here.)
+    provider = make(protocol, max_retries=1)
+    for wait in ("86400", "121"):
+        slow = error(protocol, 429, "come back tomorrow", fast=False)
+        slow.headers["retry-after"] = wait
+        server.push(slow, reply(protocol, text="not reached"))
+        with trio.fail_after(10):
+            with pytest.raises(ProviderError) as info:
+                await provider.stream(Ctx().user("hi").request(), Deltas())
+        assert info.value.code == "RATE_LIMITED" and info.value.retryable
+        server.replies.clear()
+    assert len(server.requests) == 2  # asked once each time, no retry
+    # A shorter wait (here 1 s) is still honoured: the retry succeeds.
+    ok = error(protocol, 429, "a second", fast=False)
+    ok.headers["retry-after"] = "1"
+    server.push(ok, reply(protocol, text="after a second"))
+    with trio.fail_after(10):
+        result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "after a second"
