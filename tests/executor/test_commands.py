@@ -8,6 +8,7 @@ whatever happens, kills the group on the way out.
 from __future__ import annotations
 
 import secrets
+import signal
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,7 +19,7 @@ import trio
 from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
 
-from .conftest import group_members, kill_group, wait_group_gone, wait_path
+from .conftest import group_members, kill_group, start_executor, stop_process, wait_group_gone, wait_path
 
 BOUND_S = 20.0  # generous bound for anything that should take well under a second
 
@@ -187,6 +188,57 @@ async def test_trio_cancellation_kills_the_remote_process_promptly(client: Execu
             assert scope.cancelled_caught
         # The executor polls is_active() every 0.1 s, then SIGTERM to the group: well under 10 s.
         assert wait_group_gone(groups[0], timeout=10) == []
+
+
+async def test_cancelling_a_command_that_closed_its_output_kills_it(client: ExecutorClient) -> None:
+    # With both pipes closed the executor waited for the shell up to the command's timeout and
+    # never asked whether the caller had gone: the command ran on and kept its slot.
+    with reaping() as groups:
+        with trio.fail_after(BOUND_S):
+            with trio.CancelScope() as scope:
+                async with client.run("echo $$; exec >/dev/null 2>&1; sleep 100") as events:
+                    groups.append(int((await events.receive()).stdout))
+                    scope.cancel()
+                    await trio.sleep_forever()
+            assert scope.cancelled_caught
+        assert wait_group_gone(groups[0], timeout=10) == []
+
+
+def test_stopping_the_executor_ends_a_command_that_closed_its_output(tmp_path: Path) -> None:
+    # SIGTERM left the executor running (and the command after a SIGKILL of it).
+    ex = start_executor(tmp_path)
+    pgid: list[int] = []
+
+    async def start_command() -> None:
+        c = ExecutorClient(ex.address, ex.token)
+        try:
+            async with trio.open_nursery() as nursery:
+                async def run() -> None:
+                    try:
+                        async with c.run("echo $$; exec >/dev/null 2>&1; sleep 100") as events:
+                            pgid.append(int((await events.receive()).stdout))
+                            await trio.sleep_forever()
+                    except ExecutorError:
+                        pass  # the executor went away under the stream
+                nursery.start_soon(run)
+                with trio.fail_after(BOUND_S):
+                    while not pgid:
+                        await trio.sleep(0.02)
+                ex.proc.send_signal(signal.SIGTERM)
+                with trio.fail_after(BOUND_S):
+                    await trio.to_thread.run_sync(ex.proc.wait, abandon_on_cancel=True)
+                nursery.cancel_scope.cancel()
+        finally:
+            c.close()
+
+    try:
+        with reaping() as groups:
+            trio.run(start_command)
+            groups.extend(pgid)
+            assert ex.proc.returncode is not None
+            assert wait_group_gone(pgid[0], timeout=10) == []
+    finally:
+        stop_process(ex.proc)
 
 
 async def test_leaving_the_stream_early_kills_the_remote_process(client: ExecutorClient) -> None:

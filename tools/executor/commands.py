@@ -131,12 +131,22 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
                     data, truncated = data[:room], True
                 sent += len(data)
                 yield Chunk(key.data, data)
-        if proc.poll() is None:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not timed_out else 0.1)
-            except subprocess.TimeoutExpired:
+        # Both pipes closed while the shell runs on (``exec >/dev/null 2>&1; sleep 600``): wait
+        # for it as the read loop does, a tenth of a second at a time, so a cancel (or the
+        # executor stopping) still ends it at once.
+        while proc.poll() is None:
+            if cancelled():
+                _kill_group(proc)
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or timed_out:
                 timed_out = True
                 _kill_group(proc)
+                break
+            try:
+                proc.wait(timeout=min(remaining, 0.1))
+            except subprocess.TimeoutExpired:
+                pass
         timed_out = timed_out or expired.is_set()
     finally:
         watchdog.cancel()
