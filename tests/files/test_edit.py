@@ -40,6 +40,17 @@ def test_create_with_a_file_name_at_and_past_the_limit(ws: Workspace, root: Path
     fails("INVALID_ARGUMENT", ws.read_file, name)
 
 
+@pytest.mark.parametrize("name", ["文" * 85, "😀" * 63 + "xyz"], ids=["3-byte", "4-byte"])
+def test_long_names_of_wide_characters_can_be_created_and_rewritten(ws: Workspace, root: Path, name: str) -> None:
+    # Temp names kept 80 characters of the target's: 240-320 bytes, which no file system takes.
+    assert len(name.encode()) == 255
+    path = f"newdir/{name}"
+    assert ws.edit_file(path, "create", content="one\n").structured["changed"] is True
+    assert ws.edit_file(path, "rewrite", content="two\n").structured["changed"] is True
+    assert (root / path).read_text() == "two\n"
+    assert leftovers(root) == []
+
+
 def test_create_empty_file(ws: Workspace, root: Path) -> None:
     out = ws.edit_file("e", "create", content="")
     assert out.structured == {"path": "e", "changed": True, "units_applied": 1, "bytes_written": 0}

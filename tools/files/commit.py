@@ -31,8 +31,14 @@ CommitHook = Callable[[str], None]
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
 
 
+TEMP_STEM_BYTES = 200  # of the target's name kept in its temp file's: 1 + 200 + 22 <= NAME_MAX (255)
+
+
 def temp_name(name: str) -> str:
-    return f".{name[:80]}.lens-{secrets.token_hex(6)}.tmp"
+    """A fresh temp file name beside ``name``, within NAME_MAX bytes (cut by bytes, not by
+    characters: 80 characters of 文 or 😀 made a name the file system refused)."""
+    raw = name.encode("utf-8", "surrogateescape")[:TEMP_STEM_BYTES]
+    return f".{raw.decode('utf-8', 'surrogateescape')}.lens-{secrets.token_hex(6)}.tmp"
 
 
 def is_temp_name(name: str) -> bool:
