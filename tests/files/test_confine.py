@@ -265,3 +265,17 @@ def test_symlink_chain_edge(ws: Workspace, root: Path, links: int, code: str | N
         fails(code, ws.read_file, "l0")
     else:
         assert ws.read_file("l0")["content"] == "end of chain"
+
+
+def test_a_refused_create_makes_no_directories(ws: Workspace, root: Path) -> None:
+    # Each of these made the missing directories first and was refused after.
+    for path in ("n1/../../escape.txt", "n2/n3/", "n4/n5/..", "n6/file/.."):
+        err = fails("INVALID_ARGUMENT", ws.edit_file, path, "create", content="y")
+        assert path in err.message
+    assert sorted(p.name for p in root.iterdir()) == []
+    # ".." through directories that exist is a path like any other
+    (root / "d").mkdir()
+    assert ws.edit_file("d/../x.txt", "create", content="y").structured["changed"] is True
+    assert (root / "x.txt").read_text() == "y"
+    fails("INVALID_ARGUMENT", ws.edit_file, "d/new/../y.txt", "create", content="y")
+    assert list((root / "d").iterdir()) == []

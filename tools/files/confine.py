@@ -159,10 +159,16 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
         pending = below
     else:
         pending = _components(path)
+    names_dir = path.endswith("/") and not follow_final  # a create of "a/b/": refused, so nothing is made
     fds: list[int] = []
     try:
         fds.append(root.open())
-        target = _walk(root, shown, pending, fds, follow_final, create_parents, hook)
+        try:
+            target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook)
+        except FileToolError as exc:
+            if names_dir and exc.code == "NOT_FOUND":
+                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"/\" names a directory") from None
+            raise
         if path.endswith("/") and target.name is not None and not target.is_dir:
             if target.exists:
                 raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"/\")")
@@ -204,6 +210,9 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 return done(comp, None)
             if not create_parents:
                 raise FileToolError("NOT_FOUND", f"{shown}: a parent directory does not exist") from None
+            if ".." in pending:  # refused before anything is made (it left directories behind)
+                raise FileToolError("INVALID_ARGUMENT",
+                                    f"{shown}: \"..\" after a directory that does not exist yet") from None
             try:
                 os.mkdir(comp, 0o777, dir_fd=fds[-1])
             except FileExistsError:
