@@ -147,6 +147,7 @@ class OpenAIChatProvider(SdkProvider):
         calls: list[dict[str, Any]] = []
         by_index: dict[int, int] = {}  # the server's tool-call index -> its call in ``calls``
         finish: str | None = None
+        refused = False
         usage_raw: dict[str, Any] | None = None
         response_id: str | None = None
         try:
@@ -169,6 +170,11 @@ class OpenAIChatProvider(SdkProvider):
                             if delta.content:
                                 text.append(delta.content)
                                 on_delta(Delta("text", delta.content))
+                            refusal = getattr(delta, "refusal", None)
+                            if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
+                                refused = True
+                                text.append(refusal)
+                                on_delta(Delta("text", refusal))
                             for tc in delta.tool_calls or []:
                                 _tool_call_delta(calls, by_index, tc)
                         if choice.finish_reason:
@@ -192,6 +198,8 @@ class OpenAIChatProvider(SdkProvider):
             finish or "", finish)
         if tool_calls and stop == "end_turn":
             stop = "tool_use"
+        elif refused and stop == "end_turn":
+            stop = "refusal"
         cache_read = reported(usage_raw, "prompt_tokens_details", "cached_tokens")
         if cache_read is None:  # DeepSeek reports its cache hits at the top level
             cache_read = reported(usage_raw, "prompt_cache_hit_tokens")

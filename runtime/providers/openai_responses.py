@@ -142,7 +142,7 @@ class OpenAIResponsesProvider(SdkProvider):
             async with self.client().responses.stream(**kwargs) as stream:
                 async for ev in stream:
                     kind = ev.type
-                    if kind == "response.output_text.delta":
+                    if kind in ("response.output_text.delta", "response.refusal.delta"):
                         on_delta(Delta("text", ev.delta))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                         on_delta(Delta("reasoning", ev.delta))
@@ -168,9 +168,16 @@ class OpenAIResponsesProvider(SdkProvider):
         reasoning: list[str] = []
         calls: list[t.ToolCall] = []
         native: list[dict[str, Any]] = []
+        refused = False
         for item in getattr(response, "output", None) or []:
             if item.type == "message":
-                text.extend(c.text for c in item.content if getattr(c, "type", "") == "output_text")
+                for c in item.content:
+                    kind = getattr(c, "type", "")
+                    if kind == "output_text":
+                        text.append(c.text)
+                    elif kind == "refusal":  # the model declined: its words are the answer
+                        text.append(c.refusal)
+                        refused = True
             elif item.type == "function_call":
                 calls.append(t.ToolCall(item.call_id, compiled.names.internal(item.name), item.arguments or "{}"))
             elif item.type == "reasoning":
@@ -191,7 +198,7 @@ class OpenAIResponsesProvider(SdkProvider):
             reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
             stop = "max_tokens" if reason == "max_output_tokens" else (reason or "incomplete")
         else:
-            stop = "tool_use" if calls else "end_turn"
+            stop = "tool_use" if calls else "refusal" if refused else "end_turn"
         diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
         if cache:
             diagnostics["cache"] = cache

@@ -322,3 +322,44 @@ async def test_a_retry_after_past_two_minutes_ends_the_request_instead_of_waitin
     with trio.fail_after(10):
         result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.text == "after a second"
+
+
+def _as_refusal(obj):
+    """A Responses stream's text parts and events turned into the refusal shapes."""
+    if isinstance(obj, list):
+        return [_as_refusal(x) for x in obj]
+    if isinstance(obj, dict):
+        if obj.get("type") == "output_text":
+            return {"type": "refusal", "refusal": obj["text"]}
+        out = {k: _as_refusal(v) for k, v in obj.items() if k not in ("logprobs", "annotations")}
+        if out.get("type") == "response.output_text.delta":
+            out["type"] = "response.refusal.delta"
+        elif out.get("type") == "response.output_text.done":
+            out = {**out, "type": "response.refusal.done", "refusal": out.pop("text")}
+        return out
+    return obj
+
+
+@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
+async def test_a_refusal_is_the_answer_with_its_stop_reason(protocol, server, make):
+    # Both OpenAI protocols answered an empty text with stop "end_turn": the refusal was lost.
+    provider = make(protocol)
+    words = "I can't help with that."
+    if protocol == "openai-responses":
+        r = reply(protocol, text=["I can't ", "help with that."])
+        r.events = [(name.replace("output_text", "refusal") if name else name, _as_refusal(data))
+                    for name, data in r.events]
+    else:
+        from .servers import openai_chat as oc
+
+        def chunk(delta, finish=None):
+            return (None, {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+        r = oc.Reply(events=[chunk({"role": "assistant", "content": None, "refusal": "I can't "}),
+                             chunk({"refusal": "help with that."}), chunk({}, "stop"), (None, "[DONE]")])
+    server.push(r)
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("something bad").request(), deltas)
+    assert (result.text, result.stop_reason) == (words, "refusal")
+    assert deltas.text() == words
