@@ -281,6 +281,11 @@ class SessionActor:
             env.reply(error=error)
         self._idle_waiters.clear()
 
+    async def load_state(self) -> SessionState:
+        """The session's state as its log (and latest snapshot) says, without serving anything:
+        for reading a session no actor may run (a quarantined one)."""
+        return await self._load()
+
     async def _load(self) -> SessionState:
         snaps = self.deps.snapshots
         state: SessionState | None = None

@@ -115,6 +115,8 @@ class Supervisor:
         """
         for _ in range(100):
             if session_id in self._quarantined:  # checked on every try: a retry must not revive it
+                if isinstance(command, GetState):
+                    return await self._quarantined_state(session_id)
                 raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
             handle = self._ensure(session_id)
             env = Envelope(command)
@@ -130,6 +132,23 @@ class Supervisor:
                 raise env.error
             return env.result
         raise ActorUnavailable(f"session {session_id!r} could not be woken")
+
+    async def _quarantined_state(self, session_id: str) -> Any:
+        """A quarantined session's view, read from its log without an actor (as a restarted
+        daemon shows it: status ``quarantined``); if even that read fails, SESSION_QUARANTINED."""
+        reason = self._quarantined[session_id]
+        send, recv = trio.open_memory_channel[Envelope](0)
+        send.close()
+        try:
+            state = await SessionActor(session_id, self.deps, recv).load_state()
+        except Exception as exc:
+            log.debug("cannot read quarantined session %s: %r", session_id, exc)
+            raise SessionQuarantined(f"session {session_id!r} is quarantined: {reason}") from None
+        finally:
+            recv.close()
+        if state.quarantined is None:  # the quarantine event could not be recorded
+            state.quarantined = reason
+        return state
 
     def _ensure(self, session_id: str) -> _Handle:
         handle = self._actors.get(session_id)

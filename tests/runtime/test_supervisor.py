@@ -157,6 +157,10 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
         assert len(by_kind(evs, "tool.started")) == 1  # re-runs do not log a second start
         with pytest.raises(SessionQuarantined):
             await rt.call(sid, Submit("r2", text("hello?")))
+        # Its view reads as after a restart (it was SESSION_QUARANTINED until one): from the log,
+        # with no actor woken.
+        st = await rt.call(sid, GetState())
+        assert st.status == "quarantined" and "the tool blew up" in (st.quarantined or "")
         assert sid not in rt.sup.live_sessions
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
     assert len(crashes) == 3
@@ -177,6 +181,8 @@ async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, a
         assert err.value.code == "SESSION_QUARANTINED"
         with pytest.raises(SessionQuarantined):  # answered at once from now on
             await rt2.call(sid, Submit("r2", text("hello?")))
+        with pytest.raises(SessionQuarantined):  # its log cannot be read: no view either
+            await rt2.call(sid, GetState())
         # Other sessions are unaffected.
         st = await rt2.run_to_idle(healthy, "h2", "still fine")
         assert st.agents["main"].items[-1].text == "(faux) You said: still fine"
