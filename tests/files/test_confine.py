@@ -185,6 +185,27 @@ def test_swap_race_after_a_directory_is_opened(ws: Workspace, root: Path, outsid
     assert_outside_untouched(outside)
 
 
+def test_swap_race_between_a_links_lstat_and_its_readlink(ws: Workspace, root: Path) -> None:
+    """`d` was a symlink at its lstat and is a directory (or gone) at its readlink: looked at
+    again, not an IO_ERROR (EINVAL / ENOENT from readlink)."""
+    (root / "real").mkdir()
+    (root / "real" / "t").write_text("via the link\n")
+    (root / "d").symlink_to("real")
+
+    def hook(event: str, rel: str) -> None:
+        if (event, rel) == ("readlink", "d") and (root / "d").is_symlink():
+            (root / "d").unlink()
+            (root / "d").mkdir()
+            (root / "d" / "t").write_text("a directory now\n")
+
+    ws.resolve_hook = hook
+    assert ws.read_file("d/t")["content"] == "a directory now\n"
+    ws.resolve_hook = None
+    (root / "gone").symlink_to("real")
+    ws.resolve_hook = lambda event, rel: (root / "gone").unlink() if (event, rel) == ("readlink", "gone") else None
+    fails("NOT_FOUND", ws.read_file, "gone/t")
+
+
 def test_swap_race_on_the_final_file(ws: Workspace, root: Path, outside: Path) -> None:
     """The final entry turns into a symlink out between its lstat and its open."""
     (root / "f.txt").write_text("mine\n")

@@ -225,7 +225,15 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
             if last and not follow_final:
                 return done(comp, st)
             hops = _hop(hops, shown)
-            target = os.readlink(comp, dir_fd=fds[-1])
+            if hook:
+                hook("readlink", "/".join(names + [comp]))
+            try:
+                target = os.readlink(comp, dir_fd=fds[-1])
+            except OSError as exc:
+                if exc.errno in (errno.EINVAL, errno.ENOENT):  # swapped since the lstat: look again
+                    pending.insert(0, comp)                     # (each look counts as a hop)
+                    continue
+                raise from_os_error(exc, shown) from None
             if target.startswith("/"):
                 below = root.inside(target)
                 if below is None:
