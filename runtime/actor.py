@@ -428,8 +428,8 @@ class SessionActor:
         if isinstance(cmd, Submit):
             if not cmd.request_id or len(cmd.request_id) > 200:
                 raise InvalidCommand("requestId must be 1 to 200 characters")
-            if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text for p in cmd.content):
-                raise InvalidCommand("content must not be empty")
+            if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
+                raise InvalidCommand("content must not be empty or only white space")
             self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)

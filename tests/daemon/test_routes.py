@@ -441,8 +441,12 @@ async def test_submit_with_content_parts(daemon: Daemon, strong: str):
     for bad in [[{"type": "video", "url": "x"}], [{"type": "text"}], 5]:
         r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "bad", "content": bad})
         assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", bad
-    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "empty", "content": ""})
-    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+    for blank in ("", " \n\t ", [{"type": "text", "text": "  "}, {"type": "text", "text": "\n"}]):
+        r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "empty", "content": blank})
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", blank
+        assert "must not be empty or only white space" in r.json()["error"]["message"]
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "one", "content": " x "})
+    assert r.status_code == 202  # one character that is not white space is an input
 
 
 async def test_queue_steer_withdraw_and_abort(daemon: Daemon, strong: str, reader: str):
