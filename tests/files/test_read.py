@@ -47,6 +47,13 @@ def test_directory_listing_shape(ws: Workspace, root: Path) -> None:
     assert ws.read_file("sub/")["entries"] == ["inner"]
 
 
+def test_a_listing_is_sorted_by_name_before_the_directory_slash(ws: Workspace, root: Path) -> None:
+    for name in ("a-b", "a.b", "a0"):
+        (root / name).write_text("x")
+    (root / "a").mkdir()
+    assert ws.read_file(".")["entries"] == ["a/", "a-b", "a.b", "a0"]  # was a-b, a.b, a/, a0
+
+
 def test_empty_directory(ws: Workspace, root: Path) -> None:
     (root / "d").mkdir()
     r = ws.read_file("d")

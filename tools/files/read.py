@@ -53,12 +53,13 @@ def check_int(name: str, value: object, minimum: int) -> int | None:
 
 def listing_text(dir_fd: int) -> tuple[bytes, list[str]]:
     """The listing text of an open directory and its entries (sorted, dirs suffixed "/")."""
-    entries = []
+    found = []
     with os.scandir(dir_fd) as it:
         for entry in it:
             name = os.fsencode(entry.name).decode("utf-8", "replace").replace("\n", "\\n")
-            entries.append(name + "/" if entry.is_dir(follow_symlinks=False) else name)
-    entries.sort()
+            found.append((name, entry.is_dir(follow_symlinks=False)))
+    found.sort()  # by name, before the "/" ("a/" came after "a-b" and "a.b")
+    entries = [name + "/" if is_dir else name for name, is_dir in found]
     return "".join(e + "\n" for e in entries).encode("utf-8"), entries
 
 
