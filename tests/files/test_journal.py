@@ -108,6 +108,24 @@ def test_crash_before_the_commit_applies_once_on_retry(jws: Workspace, root: Pat
     assert (root / "f").read_text() == "n=1+1\n"
 
 
+def test_replaying_an_interrupted_call_removes_the_temp_file_it_left(jws: Workspace, root: Path) -> None:
+    # A SIGKILL between writing the temp file and the rename left it in the workspace for good
+    # (an audit found four 8 MiB ones after 25 rounds); the replay of that call removes it.
+    (root / "d").mkdir()
+    (root / "d" / "f").write_text("old\n")
+    jws.commit_hook = _fail_before_publish
+    fails("IO_ERROR", jws.edit_file, "d/f", "rewrite", content="new\n", call_id="c")
+    jws.commit_hook = None
+    left = root / "d" / ".f.lens-0123456789ab.tmp"  # what the killed process left
+    left.write_bytes(b"n" * 4096)
+    others = [root / "d" / ".g.lens-0123456789ab.tmp", root / "d" / ".f.lens-notatempname.tmp"]
+    for other in others:
+        other.write_text("not the interrupted call's")
+    jws.edit_file("d/f", "rewrite", content="new\n", call_id="c")
+    assert (root / "d" / "f").read_text() == "new\n"
+    assert not left.exists() and all(other.exists() for other in others)
+
+
 def test_crash_after_the_commit_is_not_applied_again(jws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "f").write_text("n=1\n")
     edits = [{"old_string": "\n", "new_string": "+1\n", "replace_all": True}]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 from typing import Callable
@@ -39,6 +40,24 @@ def temp_name(name: str) -> str:
     characters: 80 characters of 文 or 😀 made a name the file system refused)."""
     raw = name.encode("utf-8", "surrogateescape")[:TEMP_STEM_BYTES]
     return f".{raw.decode('utf-8', 'surrogateescape')}.lens-{secrets.token_hex(6)}.tmp"
+
+
+def remove_temps(dir_fd: int, name: str) -> int:
+    """Remove the temp files of ``name`` in ``dir_fd`` (as :func:`temp_name` makes them) that a
+    process killed mid-write left behind; returns how many. Only for a call known to have been
+    interrupted there: a temp file of a write in progress would go too."""
+    stem = re.escape(temp_name(name).rsplit(".lens-", 1)[0])
+    pattern = re.compile(stem + r"\.lens-[0-9a-f]{12}\.tmp")
+    removed = 0
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                try:
+                    os.unlink(entry.name, dir_fd=dir_fd)
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+    return removed
 
 
 def is_temp_name(name: str) -> bool:

@@ -211,6 +211,7 @@ class Workspace:
                 if rec.tool != tool or rec.args_sha256 != digest:
                     raise FileToolError("CALL_ID_REUSED", f"call id already used for another {rec.tool} call")
                 if rec.state == PENDING:
+                    self._remove_interrupted_temps(path)
                     current = self._current_for_replay(path)
                     if current == rec.after_sha256:
                         rec.state = DONE
@@ -245,6 +246,16 @@ class Workspace:
                     rec.state = DONE
                     journal.put(rec)
             return EditOutcome(structured, p.before, p.after)
+
+    def _remove_interrupted_temps(self, path: str) -> None:
+        """A pending record means the process died while writing ``path``: its temp file (up to
+        the file's whole size) would otherwise stay in the workspace for good."""
+        try:
+            with self._resolve(path, follow_final=False) as t:
+                if t.name is not None:
+                    commit.remove_temps(t.dir_fd, t.name)
+        except (FileToolError, OSError):
+            pass  # the directory is gone or unreadable: nothing of ours to find there
 
     def _abandonable(self, read_at: read.ReadAt, shown: str) -> read.ReadAt:
         """``read_at`` that stops (``CANCELLED``) once the caller no longer waits, asked every
