@@ -10,7 +10,8 @@ Protocol (both editing tools, ``restore`` and the call journal's records use it)
     fsync(directory)
 
 On any failure before the publish the temp file is unlinked and the target is untouched; no
-temp file is ever left behind by a failed call. On filesystems without hard links the exclusive
+temp file is ever left behind by a failed call. A process killed mid-write leaves its temp file;
+the replay of that call removes it (:func:`remove_temps`). On filesystems without hard links the exclusive
 publish falls back to "lstat says absent, then rename" (a narrow race, documented here).
 """
 
