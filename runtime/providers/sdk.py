@@ -152,8 +152,7 @@ class SdkProvider(ABC):
         err = err if isinstance(err, dict) else {}
         etype = str(err.get("type") or "")
         ecode = str(err.get("code") or "")
-        raw = err.get("message") if isinstance(err.get("message"), str) else getattr(exc, "message", str(exc))
-        detail = self.redact(str(raw))[:MAX_MESSAGE]
+        detail = self.redact(_error_text(exc, body, err))[:MAX_MESSAGE]
         if status == 200 or status is None:  # an error event inside the stream
             status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
                       "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
@@ -166,6 +165,21 @@ class SdkProvider(ABC):
         code, retryable = _by_status(status, etype, ecode)
         label = f"HTTP {status}" if status else "stream error"
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+
+
+def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
+    """What the server said about its error: the JSON error's message, else the body's own text
+    (an HTML page from a proxy, plain text, ``{"error": "…"}``), whitespace collapsed; the
+    OpenAI SDK's message for such bodies is only "Error code: 503"."""
+    if isinstance(err.get("message"), str):
+        return err["message"]
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return body["error"]
+    if isinstance(body, str) and body.strip():
+        return " ".join(body.split())
+    if isinstance(body, list):
+        return " ".join(str(body).split())
+    return str(getattr(exc, "message", exc))
 
 
 def _by_status(status: int | None, etype: str, ecode: str) -> tuple[str, bool]:

@@ -363,3 +363,18 @@ async def test_a_refusal_is_the_answer_with_its_stop_reason(protocol, server, ma
     result = await provider.stream(Ctx().user("something bad").request(), deltas)
     assert (result.text, result.stop_reason) == (words, "refusal")
     assert deltas.text() == words
+
+
+@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
+async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, server, make):
+    # The OpenAI SDK's message for these is only "Error code: 502"; the server's words were lost.
+    from .servers.base import Reply
+
+    provider = make(protocol, max_retries=0)
+    for status, body, words in [(502, "<html><body><h1>502 Bad Gateway</h1>\n nginx</body></html>", "502 Bad Gateway</h1> nginx"),
+                                (400, {"error": "model field is required"}, "model field is required"),
+                                (400, [{"error": "bad"}], "[{'error': 'bad'}]")]:
+        server.push(Reply(status, body))
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("hi").request(), Deltas())
+        assert info.value.status == status and words in info.value.message, info.value.message
