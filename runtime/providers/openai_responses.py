@@ -17,6 +17,7 @@ Prompt caching: see :mod:`runtime.providers.caching`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from events import types as t
@@ -138,11 +139,13 @@ class OpenAIResponsesProvider(SdkProvider):
         kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache,
                                ttl=getattr(model, "cache_ttl", None) or self.cache_ttl, max_output_tokens=model.max_output_tokens)
         final: Any = None
+        streamed: list[str] = []  # the text deltas, for a final response that leaves its output out
         try:
             async with self.client().responses.stream(**kwargs) as stream:
                 async for ev in stream:
                     kind = ev.type
                     if kind in ("response.output_text.delta", "response.refusal.delta"):
+                        streamed.append(ev.delta)
                         on_delta(Delta("text", ev.delta))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                         on_delta(Delta("reasoning", ev.delta))
@@ -161,7 +164,12 @@ class OpenAIResponsesProvider(SdkProvider):
             raise self.malformed(exc) from None
         if final is None:
             raise ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended without a final response", retryable=True)
-        return self._result(final, compiled, cache)
+        result = self._result(final, compiled, cache)
+        if not result.text and not result.tool_calls and streamed:
+            # Some servers (proxies) send response.completed with "output": []: the text the
+            # viewer saw streaming is the answer, not an empty one.
+            result = replace(result, text="".join(streamed))
+        return result
 
     def _result(self, response: Any, compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []

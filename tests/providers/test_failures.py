@@ -378,3 +378,16 @@ async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, se
         with pytest.raises(ProviderError) as info:
             await provider.stream(Ctx().user("hi").request(), Deltas())
         assert info.value.status == status and words in info.value.message, info.value.message
+
+
+async def test_responses_final_event_without_output_keeps_the_streamed_text(server, make):
+    # A proxy sending response.completed with "output": [] made the answer empty although the
+    # viewer had watched "Hello world" stream in.
+    provider = make("openai-responses")
+    r = reply("openai-responses", text=["Hello ", "world"])
+    for name, data in r.events:
+        if name == "response.completed":
+            data["response"]["output"] = []
+    server.push(r)
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Hello world" and result.stop_reason == "end_turn"
