@@ -153,7 +153,8 @@ class SdkProvider(ABC):
         etype = str(err.get("type") or "")
         ecode = str(err.get("code") or "")
         detail = self.redact(_error_text(exc, body, err))[:MAX_MESSAGE]
-        if status == 200 or status is None:  # an error event inside the stream
+        in_stream = status == 200 or status is None  # an error event inside the stream
+        if in_stream:
             status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
                       "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
                       "invalid_request_error": 400, "api_error": 500}.get(etype, status)
@@ -163,7 +164,8 @@ class SdkProvider(ABC):
         if _CONTEXT_PATTERNS.search(detail) or ecode == "context_length_exceeded":
             return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window: {detail}", status=status)
         code, retryable = _by_status(status, etype, ecode)
-        label = f"HTTP {status}" if status else "stream error"
+        # (An error event inside a 200 stream is no HTTP status, whatever code it maps to.)
+        label = ("stream error" + (f" ({etype})" if etype else "")) if in_stream else f"HTTP {status}"
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
 
 

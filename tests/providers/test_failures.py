@@ -127,6 +127,7 @@ async def test_anthropic_overloaded_event_inside_the_stream(server, make):
     with pytest.raises(ProviderError) as info:
         await provider.stream(Ctx().user("hi").request(), Deltas())
     assert (info.value.code, info.value.retryable) == ("OVERLOADED", True)
+    assert "stream error (overloaded_error): Overloaded" in info.value.message  # it said "HTTP 529"
 
 
 async def test_responses_failed_event(server, make):
