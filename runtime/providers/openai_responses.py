@@ -163,7 +163,7 @@ class OpenAIResponsesProvider(SdkProvider):
         except (RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
             raise self.malformed(exc) from None
         if final is None:
-            raise ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended without a final response", retryable=True)
+            raise self.truncated("its final response")
         result = self._result(final, compiled, cache)
         if not result.text and not result.tool_calls and streamed:
             # Some servers (proxies) send response.completed with "output": []: the text the
