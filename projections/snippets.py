@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .tokens import WORD as _WORD
-from .tokens import fold, fold_text
+from .tokens import fold, fold_text, is_character_token
 
-SNIPPET_TOKENS = 24
+SNIPPET_TOKENS = 24  # words in a snippet (a CJK character counts a third: CHARACTERS_PER_WORD)
 SCAN_CHARS = 256 * 1024  # of an item's text searched for the first hit
-LEAD_TOKENS = 4  # shown before the first hit, within LEAD_CHARS
+LEAD_TOKENS = 4  # words shown before the first hit, within LEAD_CHARS
+CHARACTERS_PER_WORD = 3  # of an unspaced script, each its own token, counted as one word
 LEAD_CHARS = 120
 MAX_CHARS = 600  # a snippet longer than this (very long tokens) is cut
 TAIL_CHARS = 40  # what follows the last token, if no more than this and no token, is shown
@@ -49,7 +50,8 @@ def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
     """The snippet of ``text`` for ``terms`` (see the module docstring); ``more``: ``text`` is
     the beginning of a longer item."""
     scanned = text[:SCAN_CHARS]
-    recent: deque[tuple[int, int, str]] = deque(maxlen=LEAD_TOKENS + max((len(t.words) for t in terms), default=1))
+    lead_max = LEAD_TOKENS * CHARACTERS_PER_WORD  # tokens, if each is a CJK character
+    recent: deque[tuple[int, int, str]] = deque(maxlen=lead_max + max((len(t.words) for t in terms), default=1))
     begin = 0
     if scanned.isascii():  # (the common case) folding is lower(): find the first hit's region in C
         lowered = scanned.lower()
@@ -67,23 +69,39 @@ def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
         hit = _phrase_ending_here(recent, terms)
         if hit >= 0:
             break
+    budget = SNIPPET_TOKENS * CHARACTERS_PER_WORD
     if hit < 0:  # no hit in the scanned text: its beginning
-        window = [(m.start(), m.end(), "") for _, m in zip(range(SNIPPET_TOKENS), _WORD.finditer(scanned))]
+        window, used = [], 0
+        for m in _WORD.finditer(scanned):
+            if used >= budget:
+                break
+            window.append((m.start(), m.end(), ""))
+            used += _units(scanned, m.start())
         return _render(text, window, set(), more)
-    window = list(recent)[max(0, hit - LEAD_TOKENS):]
+    first, used = hit, 0
+    while first > 0 and used + _units(scanned, recent[first - 1][0]) <= LEAD_TOKENS * CHARACTERS_PER_WORD:
+        first -= 1
+        used += _units(scanned, recent[first][0])
+    window = list(recent)[first:]
     while len(window) > 1 and window[0] is not recent[hit] and recent[hit][0] - window[0][0] > LEAD_CHARS:
         window.pop(0)  # a long token (or a run of them) before the hit is no context
+    used = sum(_units(scanned, w[0]) for w in window)
     for m in tokens:
-        if len(window) >= SNIPPET_TOKENS:
+        if used >= budget:
             break
         window.append((m.start(), m.end(), fold(m.group())))
-    window = window[:SNIPPET_TOKENS]
+        used += _units(scanned, m.start())
     marked: set[int] = set()
     for t in terms:  # every whole occurrence of a term in the window
         for i in range(len(window) - len(t.words) + 1):
             if _occurs_at(t, window, i):
                 marked.update(range(i, i + len(t.words)))
     return _render(text, window, marked, more)
+
+
+def _units(text: str, start: int) -> int:
+    """A token's length in thirds of a word: a CJK character is one, any other token three."""
+    return 1 if is_character_token(text, start) else CHARACTERS_PER_WORD
 
 
 def _first_window_with_a_term(text: str, terms: list[Term]) -> int:

@@ -45,6 +45,7 @@ _VOICING = "\u3099\u309a\uff9e\uff9f"
 _DIACRITICS = "\u0300-\u036f"
 
 _UNSPACED_RUN = re.compile(f"[{UNSPACED}]+")
+_UNSPACED_FIRST = re.compile(f"[{UNSPACED}]")
 _LETTER = f"[^\\W_{UNSPACED}{_VOICING}]"  # a letter or digit of a spaced script
 
 # Hangul syllables without a final consonant: NFKC composes one with a final Jamo after it.
@@ -59,6 +60,12 @@ WORD = re.compile(
     f"|[{UNSPACED}][{_DIACRITICS}{_VOICING}]*"
     f"|{_LETTER}(?:{_LETTER}|[{_DIACRITICS}])*"
 )
+
+
+def is_character_token(text: str, start: int) -> bool:
+    """Whether the :data:`WORD` token at ``start`` of ``text`` is one character of an unspaced
+    script (a Chinese, Japanese or Korean character): about a third of a word, for measuring."""
+    return _UNSPACED_FIRST.match(text, start) is not None
 
 
 def index_text(text: str) -> str:

@@ -89,3 +89,18 @@ def test_punctuation_after_the_last_token_is_shown_not_cut() -> None:
     assert snip("zanzibar" + tail, "zanzibar") == "[zanzibar]" + tail  # exactly at the limit
     assert snip("zanzibar" + tail + ".", "zanzibar") == "[zanzibar]…"  # one past it
     assert snip("zanzibar. more", "zanzibar") == "[zanzibar]. more"
+
+
+def test_a_cjk_character_counts_a_third_of_a_word() -> None:
+    # Each character is a token of its own: with the token counts of words, a Chinese snippet
+    # was four characters of lead and 24 in all.
+    from projections.snippets import CHARACTERS_PER_WORD
+
+    text = "一二三四五六七八九十" * 3 + "数据库" + "甲乙丙丁戊己庚辛壬癸" * 10
+    out = snip(text, "数据库")
+    lead = out[1:out.index("[")]
+    assert out.startswith("…") and len(lead) == 4 * CHARACTERS_PER_WORD
+    assert out.endswith("…") and len(out.replace("…", "").replace("[", "").replace("]", "")) == 24 * CHARACTERS_PER_WORD
+    latin = " ".join(f"w{i}" for i in range(10)) + " needle " + " ".join(f"x{i}" for i in range(40))
+    assert snip(latin, "needle").startswith("…w6 w7 w8 w9 [needle]")  # words: as before
+    assert len(snip(latin, "needle").split()) == 24
