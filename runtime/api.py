@@ -7,6 +7,8 @@ Every error leaves as ``{"error": {"code", "message"}}`` with the status of :dat
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -276,12 +278,13 @@ def create_app(svc: Services) -> QuartTrio:
         return None
 
     @app.after_request
-    async def close_after_unread_body(response: Response) -> Response:
+    async def finish_response(response: Response) -> Response:
         # An error answered before the body was read (over the limit, no credential) leaves the
         # rest of the body on the connection: a client reusing it (httpx, browsers) then waited
         # forever for its next answer. Closing costs that client one reconnect.
         if response.status_code >= 400 and (request.content_length or "transfer-encoding" in request.headers):
             response.headers["Connection"] = "close"
+        response.headers["X-Content-Type-Options"] = "nosniff"  # no answer is ever taken for another type
         return response
 
     @app.errorhandler(LensError)
@@ -333,10 +336,12 @@ def create_app(svc: Services) -> QuartTrio:
     async def whoami() -> Response:
         """The caller's own identity: ``{clientId, trust}`` (``"read"`` | ``"strong"``); never a secret.
 
-        Lets a client (the dashboard) show or hide mutating controls without trying one.
+        Lets a client (the dashboard) show or hide mutating controls without trying one, and
+        know how often the SSE stream sends a heartbeat (``heartbeatSeconds``).
         """
         p = principal()
-        return json_response({"clientId": p.client_id, "trust": p.trust})
+        return json_response({"clientId": p.client_id, "trust": p.trust,
+                              "heartbeatSeconds": svc.config.server.heartbeat_seconds})
 
     # ------------------------------------------------------------------ projects
 
@@ -596,10 +601,16 @@ def create_app(svc: Services) -> QuartTrio:
         page = STATIC_DIR / "index.html"
         if not page.exists():
             raise ApiError("NOT_FOUND", "the dashboard is not installed")
-        resp = Response(page.read_bytes(), content_type="text/html; charset=utf-8")
+        data = page.read_bytes()
+        resp = Response(data, content_type="text/html; charset=utf-8")
+        # The page's own inline script runs by its hash; any other inline script (an injection)
+        # does not.
+        scripts = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(code).digest()).decode()}'"
+                           for code in re.findall(rb"<script>(.*?)</script>", data, re.S))
         resp.headers["Content-Security-Policy"] = (
-            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-            "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'")
+            f"default-src 'self'; script-src 'self' {scripts}; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+            "form-action 'self'")
         resp.headers["X-Frame-Options"] = "DENY"
         resp.headers["Referrer-Policy"] = "no-referrer"
         return resp

@@ -70,7 +70,8 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
                  if it.role != "tool_result" or it.call_id not in called]
     for a in s.agents.values():
         agents.append({"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
-                       "status": a.status, "items": len(a.items)})
+                       "status": a.status, "items": len(a.items),
+                       "lastError": a.last_error})  # "CODE: message" of its last failed model request
     return {
         "id": s.session_id,
         "projectId": s.project_id,

@@ -21,6 +21,7 @@ import queue
 import re
 import shutil
 import struct
+import signal
 import subprocess
 import sys
 import threading
@@ -40,11 +41,20 @@ WAIT = 10.0  # seconds for any one condition
 
 # A scripted faux provider: one turn streams its first half and then pauses (so a run is
 # observably busy until the test aborts it); anything else gets the built-in echo.
+QUESTIONS = {"questions": [
+    {"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}],
+     "allow_text": False},
+    {"id": "size", "text": "Size?", "options": [{"id": "big", "label": "Big"}, {"id": "small", "label": "Small"}],
+     "allow_text": True},
+]}
 CONFIG = {
+    "server": {"heartbeatSeconds": 1},
     "providers": [{
         "id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}],
         "script": [{"when": "stream slowly", "chunks": ["(faux) Streaming the first half… ", "and the rest."],
-                    "chunkDelayMs": 60000}],
+                    "chunkDelayMs": 60000},
+                   {"when": "fail now", "error": {"code": "PROVIDER_ERROR", "message": "scripted failure"}},
+                   {"when": "ask two questions", "toolCalls": [{"name": "ask_user", "arguments": QUESTIONS}]}],
     }],
     "defaultModel": "faux/faux-1",
 }
@@ -161,6 +171,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         pytest.fail("selenium is not installed: pip install -e '.[test]'")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for uncaught errors
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-quic", "--no-first-run", "--no-default-browser-check",
@@ -308,8 +319,10 @@ def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) ->
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     # GET /whoami tells the page what the credential may do (and needs one).
-    assert daemon.request("GET", "/whoami", token=readonly) == (200, {"clientId": "dash-read", "trust": "read"})
-    assert daemon.request("GET", "/whoami", token=strong) == (200, {"clientId": "dash-strong", "trust": "strong"})
+    assert daemon.request("GET", "/whoami", token=readonly) == (
+        200, {"clientId": "dash-read", "trust": "read", "heartbeatSeconds": 1})
+    assert daemon.request("GET", "/whoami", token=strong) == (
+        200, {"clientId": "dash-strong", "trust": "strong", "heartbeatSeconds": 1})
     assert daemon.request("GET", "/whoami")[0] == 401
 
     driver.get(daemon.base + "/")
@@ -414,3 +427,99 @@ def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) ->
     assert "a follow-up while busy" not in texts(driver, "#timeline .msg.user .text"), "the withdrawn input ran"
 
     assert time.monotonic() - started < 30, "the dashboard test must stay bounded"
+
+
+def open_new_session(driver: Any, daemon: Daemon, token: str, workspace: Path) -> str:
+    driver.get(daemon.base + "/")
+    connect(driver, token)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    one(driver, "#project-name").send_keys("Questions project")
+    one(driver, "#project-workspace").send_keys(str(workspace))
+    click(driver, "#new-project button")
+    wait_for(lambda: by_css(driver, "#projects button.selected"), "the new project")
+    click(driver, "#new-session button")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    return wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId"), "the session")
+
+
+def console_errors(driver: Any) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE" and "Uncaught" in e["message"]]
+
+
+def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    started = time.monotonic()
+    driver = browser
+    strong = daemon.pair("dash-q", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+
+    # Two questions: options toggle (one click used to answer the whole call with "Red"), the
+    # typed text survives the re-render another input causes, and "Answer" sends it all.
+    submit(driver, "ask two questions")
+    wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions")
+    click(driver, "#timeline .question button[data-option-id='red']")
+    assert one(driver, "#timeline .question button[data-option-id='red']").get_attribute("aria-pressed") == "true"
+    one(driver, "#timeline .question input").send_keys("medium-ish")
+    assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": "other", "content": "a queued one"},
+                          token=strong)[0] == 202
+    wait_for(lambda: "a queued one" in " ".join(texts(driver, "#queue li.card .text")), "the queued input")
+    assert body_data(driver, "sessionStatus") == "awaiting_answer"
+    assert one(driver, "#timeline .question input").get_attribute("value") == "medium-ish"
+    assert driver.execute_script("return document.activeElement && document.activeElement.getAttribute('aria-label')") == "answer"
+    assert one(driver, "#timeline .question button[data-option-id='red']").get_attribute("aria-pressed") == "true"
+    click(driver, "#timeline .question button[data-option-id='big']")
+    click(driver, "#timeline .question .actions button.small:not(.secondary)")
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the answered question")
+    events = daemon.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
+    answered = [e["body"] for e in events if e["kind"] == "question.answered"]
+    assert answered and answered[0]["answer"] == {"kind": "answer", "optionIds": ["red", "big"], "text": "medium-ish"}, answered
+
+    # A send whose answer was lost (the daemon had it) is retried with the same requestId: one input.
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    driver.execute_script("""
+        const real = window.fetch; let once = true;
+        window.fetch = async (...args) => {
+          const r = await real(...args);
+          if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
+          return r;
+        };""")
+    submit(driver, "send me once")
+    wait_for(lambda: by_css(driver, "#errors li"), "the failed send")
+    click(driver, "#send")  # the text is still in the box
+    wait_for(lambda: "duplicate" in one(driver, "#composer-note").text, "the retry answered as a duplicate")
+    wait_for(lambda: "(faux) You said: send me once" in committed_answers(driver), "the one answer")
+    assert texts(driver, "#timeline .msg.user .text").count("send me once") == 1
+
+    # A failed model request is still shown after a reload (it was only a live notice).
+    submit(driver, "fail now please")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the failure in the timeline")
+    driver.refresh()
+    connect(driver, strong)
+    click(driver, "#projects button")
+    click(driver, f"#sessions button[data-session-id='{sid}']")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed[data-code='PROVIDER_ERROR']"), "the failure after a reload")
+    assert "scripted failure" in one(driver, "#timeline .msg.failed .text").text
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+
+    # A stream gone silent (the daemon stopped, the socket open) is given up and resumed; a
+    # dropped stream leaves no uncaught error in the console.
+    before = int(body_data(driver, "reconnects") or 0)
+    daemon.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: body_data(driver, "conn") != "live", "the silent stream to be given up")
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: body_data(driver, "conn") == "live" and int(body_data(driver, "reconnects") or 0) > before,
+             "the resumed stream")
+    driver.execute_script("window.lensDashboard.dropStream()")
+    wait_for(lambda: int(body_data(driver, "reconnects") or 0) > before + 1, "a second reconnect")
+    wait_for(lambda: body_data(driver, "conn") == "live", "live again")
+    assert console_errors(driver) == []
+
+    # The page's own script runs by its hash; no inline script may (an injection would not run).
+    csp = urllib.request.urlopen(daemon.base + "/", timeout=WAIT).headers["Content-Security-Policy"]
+    assert "'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
+    assert time.monotonic() - started < 45, "the dashboard test must stay bounded"
+
