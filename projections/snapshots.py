@@ -13,6 +13,7 @@ the load overlap; the items decoded are exactly the state's items, in order.
 from __future__ import annotations
 
 import gc
+import logging
 import queue
 import threading
 from pathlib import Path
@@ -25,6 +26,9 @@ from .projector import open_projections_db
 from .session_state import SNAPSHOT_VERSION, Item, SessionState, snapshot_bytes, state_from_snapshot
 
 CHUNK_ITEMS = 4096  # items per frame: ~2-3 MiB of MessagePack for tool-output-heavy sessions
+
+
+log = logging.getLogger("lens.snapshots")
 
 
 class _Blob(msgspec.Struct, array_like=True):
@@ -103,10 +107,18 @@ class SnapshotStore:
     def close(self) -> None:
         self.conn.close()
 
+    # A snapshot is only a shortcut: when projections.db cannot be read or written (damaged,
+    # deleted under the daemon, a full disk) the session replays its log instead. Letting the
+    # error through crashed the actor, three times, and quarantined a healthy session for good.
+
     def load(self, session_id: str) -> SessionState | None:
-        rows = self.conn.execute(
-            "SELECT version, state FROM snapshots WHERE session_id = ?", (session_id,)
-        ).fetchall()
+        try:
+            rows = self.conn.execute(
+                "SELECT version, state FROM snapshots WHERE session_id = ?", (session_id,)
+            ).fetchall()
+        except apsw.Error as exc:
+            log.warning("snapshot of %s unreadable (%s); replaying its log", session_id, exc)
+            return None
         if not rows or rows[0][0] != SNAPSHOT_VERSION:
             return None
         try:
@@ -116,12 +128,18 @@ class SnapshotStore:
 
     def save(self, state: SessionState) -> None:
         blob = encode_snapshot(state, self._c)
-        with self.conn:
-            self.conn.execute(
-                "INSERT OR REPLACE INTO snapshots(session_id, seq, version, state) VALUES (?, ?, ?, ?)",
-                (state.session_id, state.last_seq, SNAPSHOT_VERSION, blob),
-            )
+        try:
+            with self.conn:
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO snapshots(session_id, seq, version, state) VALUES (?, ?, ?, ?)",
+                    (state.session_id, state.last_seq, SNAPSHOT_VERSION, blob),
+                )
+        except apsw.Error as exc:
+            log.warning("snapshot of %s not saved (%s)", state.session_id, exc)
 
     def delete(self, session_id: str) -> None:
-        with self.conn:
-            self.conn.execute("DELETE FROM snapshots WHERE session_id = ?", (session_id,))
+        try:
+            with self.conn:
+                self.conn.execute("DELETE FROM snapshots WHERE session_id = ?", (session_id,))
+        except apsw.Error as exc:  # a stale snapshot is harmless: the log after it says the rest
+            log.warning("snapshot of %s not deleted (%s)", session_id, exc)

@@ -597,8 +597,13 @@ class SessionActor:
         if requested is None:
             return  # the decision went stale while waiting for the lock: decide again
         items = working_context(agent)  # as of model.requested
-        system = (await self.deps.system_prompt_for(state.project_id) if self.deps.system_prompt_for is not None
-                  else list(self.deps.system_prompt))
+        try:
+            system = (await self.deps.system_prompt_for(state.project_id) if self.deps.system_prompt_for is not None
+                      else list(self.deps.system_prompt))
+        except LensError as exc:  # (the project's workspace could not be looked up, say)
+            await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=True),
+                                       agent_id, task_id)])
+            return
         request = ModelRequest(model_id, system, items, tools, state.thinking_level, agent_id)
         on_delta = self.deps.on_delta
 

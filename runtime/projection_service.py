@@ -29,6 +29,20 @@ class ProjectionStalled(LensError):
     code = "PROJECTION_STALLED"
 
 
+class ProjectionsUnreadable(LensError):
+    """``projections.db`` failed a read (damaged, replaced under the daemon, an I/O error)."""
+
+    code = "PROJECTIONS_UNREADABLE"
+
+
+def _unreadable(exc: apsw.Error) -> ProjectionsUnreadable:
+    log.error("projections.db read failed: %r", exc)
+    return ProjectionsUnreadable(
+        f"projections.db cannot be read ({type(exc).__name__}: {exc}); it holds only what is derived "
+        f"from the event log: stop the daemon, delete projections.db (with its -wal and -shm files) "
+        f"and start it again, which rebuilds it")
+
+
 # The sessions projection counts each session's open tasks and queued inputs.
 PENDING_SESSIONS_SQL = "SELECT id FROM sessions WHERE open_tasks > 0 OR queued > 0"
 # Sessions that events the projection has not seen yet may have put to work (or finished). No
@@ -105,7 +119,7 @@ class ProjectionService:
         position = self.position  # every event up to here is projected
         try:
             projected = await self.query(PENDING_SESSIONS_SQL)
-        except apsw.Error as exc:
+        except ProjectionsUnreadable as exc:
             log.warning("sessions projection unreadable (%s); scanning the log for pending work", exc)
             return None
         conn = self.projector.reader.conn  # the projector's own log connection, under its limiter
@@ -117,10 +131,14 @@ class ProjectionService:
         return sorted({r[0] for r in projected} | {r[0] for r in tail if r[0] is not None})
 
     async def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple]:
+        """Rows of a read of ``projections.db``; raises ``PROJECTIONS_UNREADABLE`` if it fails."""
         def run() -> list[tuple]:
             return list(self._read_conn.execute(sql, args))
 
-        return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+        try:
+            return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+        except apsw.Error as exc:
+            raise _unreadable(exc) from None
 
     # ------------------------------------------------------------------ history (tools and HTTP)
 
@@ -144,4 +162,7 @@ class ProjectionService:
 
     async def _history(self, fn: Any) -> Any:
         """Run a history query off the trio thread; raises :class:`HistoryError` (stable codes)."""
-        return await trio.to_thread.run_sync(fn, limiter=self._read_limiter)
+        try:
+            return await trio.to_thread.run_sync(fn, limiter=self._read_limiter)
+        except apsw.Error as exc:
+            raise _unreadable(exc) from None

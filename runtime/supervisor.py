@@ -15,10 +15,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+import apsw
 import trio
 
 from events import types as t
-from events.store import Draft
+from events.store import Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Envelope, GetState, SessionActor
 from .errors import ActorUnavailable, InvalidCommand, SessionQuarantined
@@ -163,6 +164,7 @@ class Supervisor:
 
     async def _supervise(self, handle: _Handle) -> None:
         failures = 0
+        storage_delay = STORAGE_RETRY_FIRST
         try:
             while True:
                 actor = SessionActor(handle.session_id, self.deps, handle.recv)
@@ -171,6 +173,19 @@ class Supervisor:
                     await actor.run()
                     return  # passivated (mailbox closed) or the mailbox ended
                 except Exception as exc:  # a crash is contained here, never reaches the daemon
+                    fault = _storage_fault(exc)
+                    if fault is not None:
+                        # The log cannot be written (a full disk, a read-only or failing file
+                        # system): no fault of this session, so no step towards quarantine. Its
+                        # callers are told to retry; it resumes from the log once writes succeed.
+                        log.warning("session %s: the event log failed (%s); retrying in %.0f s",
+                                    handle.session_id, fault, storage_delay)
+                        actor.fail_pending(ActorUnavailable(
+                            f"session {handle.session_id!r} cannot write its event log right now ({fault}); "
+                            f"retry later"))
+                        await trio.sleep(storage_delay)
+                        storage_delay = min(storage_delay * 2, STORAGE_RETRY_MAX)
+                        continue
                     failures += 1
                     log.error("session %s actor crashed (%d/%d): %r", handle.session_id, failures,
                               self.max_restarts, exc)
@@ -200,6 +215,27 @@ class Supervisor:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
         handle.recv.close()
+
+
+# A session whose actor failed on the event log itself is restarted after these many seconds,
+# doubling up to the last (it replays, then tries again).
+STORAGE_RETRY_FIRST = 1.0
+STORAGE_RETRY_MAX = 30.0
+
+# SQLite errors of the file system under the log, not of a session's events.
+_STORAGE_ERRORS = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenError, apsw.BusyError)
+
+
+def _storage_fault(exc: BaseException) -> str | None:
+    """What failed, when ``exc`` (or every exception it groups) is a failure of the storage under
+    the log — a commit that failed (``STORE_WRITE_FAILED``) or a file-system error of SQLite —
+    rather than of the session; else ``None``."""
+    if isinstance(exc, BaseExceptionGroup):
+        faults = [_storage_fault(e) for e in exc.exceptions]
+        return faults[0] if faults and all(f is not None for f in faults) else None
+    if isinstance(exc, StoreWriteFailed) or isinstance(exc, _STORAGE_ERRORS):
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
 
 
 def _describe(exc: BaseException) -> str:

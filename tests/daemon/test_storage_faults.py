@@ -1,0 +1,79 @@
+"""Faults of the storage under a running daemon: a damaged projections.db, an event log that
+cannot be written. Neither is a fault of any session: no session may be quarantined for it, reads
+answer with a stable code, and everything works again once the fault is gone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import Daemon, error_of, wait_until
+
+
+def _damage(path: Path) -> None:
+    """Overwrite all but the first page (the header) with garbage, as a failing disk would."""
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.seek(4096)
+        f.write(os.urandom(max(0, size - 4096)))
+
+
+async def test_a_damaged_projections_db_is_a_clear_503_and_quarantines_no_session(daemon: Daemon, strong: str) -> None:
+    # The actors' snapshot reads failed (NotADBError): three crashes, then every session touched
+    # was quarantined for good, over a file that holds only what the log derives; reads were 500.
+    p = await daemon.project(strong, "one")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    for i in range(20):
+        await daemon.submit(strong, sid, f"a{i}", f"alpha words {i} " + "x" * 2000)
+    await daemon.wait_idle(strong, sid)
+    for name in ("projections.db", "projections.db-wal"):
+        if (daemon.data_dir / name).exists():
+            _damage(daemon.data_dir / name)
+    await daemon.submit(strong, sid, "b", "beta words")
+    await daemon.wait_idle(strong, sid)
+    view = await daemon.view(strong, sid)
+    assert view["status"] == "idle" and view["items"][-1]["text"] == "(faux) You said: beta words"
+    for r in (await daemon.get("/sessions", strong),
+              await daemon.post("/history/search", strong, {"projectId": p["id"], "query": "beta"})):
+        assert r.status_code == 503 and error_of(r) == "PROJECTIONS_UNREADABLE", r.text
+        assert "delete projections.db" in r.json()["error"]["message"]
+    events = await daemon.events(strong, sid)
+    assert "session.quarantined" not in {e["kind"] for e in events}
+
+
+def _immutable(paths: list[Path], on: bool) -> bool:
+    flag = "+i" if on else "-i"
+    return all(subprocess.run(["chattr", flag, str(p)], capture_output=True).returncode == 0 for p in paths)
+
+
+async def test_an_event_log_that_cannot_be_written_is_retried_not_quarantined(daemon: Daemon, strong: str) -> None:
+    # A full disk or a read-only file system crashed the actors on every commit: after three
+    # tries the sessions were quarantined for the life of the process, even once the fault cleared.
+    p = await daemon.project(strong, "one")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "before the fault")
+    await daemon.wait_idle(strong, sid)
+    locked = [daemon.data_dir] + sorted(daemon.data_dir.glob("events.db*"))
+    if not _immutable(locked, True):
+        _immutable(locked, False)
+        pytest.skip("chattr +i is not available here: cannot make the event log unwritable")
+    try:
+        for i in range(4):  # more than maxRestarts (3) failed commits
+            r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": f"f{i}", "content": "during"})
+            assert r.status_code == 503 and error_of(r) == "SESSION_UNAVAILABLE", r.text
+            assert "cannot write its event log right now" in r.json()["error"]["message"]
+    finally:
+        _immutable(locked, False)
+
+    async def accepted() -> bool:
+        r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "after", "content": "after the fault"})
+        assert r.status_code in (202, 503), r.text  # 503 while its restart waits out the back-off
+        return r.status_code == 202
+
+    await wait_until(accepted, 60, "the session to take inputs again", interval=0.5)
+    view = await daemon.wait_idle(strong, sid)
+    assert view["status"] == "idle" and view["items"][-1]["text"] == "(faux) You said: after the fault"
+    assert "session.quarantined" not in {e["kind"] for e in await daemon.events(strong, sid)}
