@@ -28,6 +28,7 @@ from events.store import Draft, EventStore
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
 from tools.artifacts import ArtifactError, ArtifactStore
+from tools.files.errors import MAX_IMAGE_BYTES
 from tools.files.image import sniff as sniff_image
 
 from . import actor as a
@@ -51,7 +52,7 @@ STATUS: dict[str, int] = {
     "AUTH_REQUIRED": 401, "AUTH_INVALID": 401,
     "FORBIDDEN": 403, "HOST_FORBIDDEN": 403, "ORIGIN_FORBIDDEN": 403,
     "NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "PROJECT_NOT_FOUND": 404, "CLIENT_NOT_FOUND": 404,
-    "QUESTION_NOT_FOUND": 404, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404,
+    "QUESTION_NOT_FOUND": 404, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404, "ARTIFACT_CORRUPT": 500,
     "METHOD_NOT_ALLOWED": 405,
     "ANSWER_INVALID": 422, "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
     "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
@@ -63,6 +64,7 @@ STATUS: dict[str, int] = {
 }
 
 ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -427,6 +429,9 @@ def create_app(svc: Services) -> QuartTrio:
         else:
             content = [t.TextPart(p.text) if isinstance(p, TextPartIn) else t.ImagePart(p.artifact_id, p.mime)
                        for p in body.content]
+            images = sum(isinstance(part, t.ImagePart) for part in content)
+            if images > MAX_INPUT_IMAGES:
+                raise ApiError("IMAGE_UNSUPPORTED", f"an input holds {images} images; at most {MAX_INPUT_IMAGES}")
             for part in content:
                 if isinstance(part, t.ImagePart):
                     await check_image(part)
@@ -510,7 +515,8 @@ def create_app(svc: Services) -> QuartTrio:
             return await trio.to_thread.run_sync(artifacts.get, aid)
         except ArtifactError as exc:
             if exc.code == "ARTIFACT_CORRUPT":
-                raise ApiError("ARTIFACT_NOT_FOUND", f"artifact {aid!r} is damaged on disk") from None
+                raise ApiError("ARTIFACT_CORRUPT", f"artifact {aid!r} is damaged on disk (its bytes no longer "
+                                                   f"match its SHA-256)") from None
             raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}") from None
 
     async def check_image(part: t.ImagePart) -> None:
@@ -520,7 +526,11 @@ def create_app(svc: Services) -> QuartTrio:
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
-        actual = sniff_image(await load_artifact(part.artifact_id))
+        data = await load_artifact(part.artifact_id)
+        if len(data) > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
+            raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {len(data)} bytes; an image "
+                                                f"may be at most {MAX_IMAGE_BYTES}")
+        actual = sniff_image(data)
         if actual != part.mime:
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
                                                 f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")

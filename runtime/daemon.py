@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import signal
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,10 +123,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             async def read_text(path: str) -> str | None:
                 if project_id is not None and path == workspace_file:
                     return await read_workspace_agents_md(executors, project_id)
-                try:  # ~/.agents/AGENTS.md: the Core user's own file
-                    return await trio.Path(path).read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    return None
+                return await trio.to_thread.run_sync(read_home_agents_md, path)
 
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home)
 
@@ -231,6 +229,40 @@ class _InFlight:
 
 
 AGENTS_MD_MAX_BYTES = 256 * 1024
+
+
+def read_home_agents_md(path: str) -> str | None:
+    """``~/.agents/AGENTS.md`` (the Core user's own file): a regular file's first
+    :data:`AGENTS_MD_MAX_BYTES`, ``None`` when it is missing, not a regular file or not UTF-8.
+
+    Opened without blocking and checked before reading: a FIFO there held every model request
+    of every project (and the aborts waiting behind them), and a 300 MB file was read whole on
+    each refresh."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            log.warning("%s is not a regular file; left out of the system prompt", path)
+            return None
+        data = b""
+        while len(data) < AGENTS_MD_MAX_BYTES:
+            chunk = os.read(fd, AGENTS_MD_MAX_BYTES - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if len(data) == AGENTS_MD_MAX_BYTES and exc.start >= len(data) - 3:  # a character cut by the cap
+            return data[:exc.start].decode("utf-8")
+        log.warning("%s is not UTF-8 (byte %d); left out of the system prompt", path, exc.start)
+        return None
 
 
 async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> str | None:

@@ -30,8 +30,8 @@ class ArtifactStore:
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
         path = self.root / digest
-        if path.exists():
-            return digest
+        if _intact(path, digest):
+            return digest  # (a damaged copy is written again: it failed every request naming it)
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{digest}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -56,3 +56,15 @@ class ArtifactStore:
         if hashlib.sha256(data).hexdigest() != artifact_id:
             raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} does not match its SHA-256")
         return data
+
+
+def _intact(path: Path, digest: str) -> bool:
+    """Whether ``path`` exists and holds the bytes of ``digest``."""
+    try:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:  # missing (or not a readable file): written afresh
+        return False
+    return h.hexdigest() == digest

@@ -408,6 +408,9 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
     text = store_artifact(daemon, b"<html>not an image</html>")
     damaged = store_artifact(daemon, b"\xff\xd8\xff" + b"jpeg")
     (daemon.data_dir / "artifacts" / damaged).write_bytes(b"\xff\xd8\xff" + b"JPEG")  # no longer its hash
+    limit = 5 * 1024 * 1024  # view_image's MAX_IMAGE_BYTES holds for image inputs too
+    at_limit = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * (limit - 8))
+    too_big = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * (limit - 7))
     before = (await daemon.get("/health")).json()["lastSeq"]
     refused = [
         ({"artifactId": png, "mime": "image/jpeg"}, 422, "IMAGE_UNSUPPORTED"),  # PNG bytes
@@ -415,16 +418,23 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
         ({"artifactId": text, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
         ({"artifactId": "0" * 64, "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
         ({"artifactId": "../../etc/passwd", "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
-        ({"artifactId": damaged, "mime": "image/jpeg"}, 404, "ARTIFACT_NOT_FOUND"),
+        ({"artifactId": damaged, "mime": "image/jpeg"}, 500, "ARTIFACT_CORRUPT"),  # was "not found"
+        ({"artifactId": too_big, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),  # was sent, 7.5 MB
     ]
     for image, status, code in refused:
         r = await daemon.post(f"/sessions/{sid}/inputs", strong, {
             "requestId": "img", "content": [{"type": "text", "text": "look"}, {"type": "image", **image}]})
         assert r.status_code == status and error_of(r) == code, (image, r.text)
     assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was appended
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "many", "content": [
+        {"type": "image", "artifactId": png, "mime": "image/png"}] * 21})
+    assert r.status_code == 422 and "an input holds 21 images; at most 20" in r.text, r.text
+    assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was appended
     ack = await daemon.submit(strong, sid, "img", [{"type": "text", "text": "look"},
                                                    {"type": "image", "artifactId": png, "mime": "image/png"}])
     assert ack["duplicate"] is False
+    await daemon.submit(strong, sid, "big", [{"type": "image", "artifactId": at_limit, "mime": "image/png"}]
+                        + [{"type": "image", "artifactId": png, "mime": "image/png"}] * 19)  # both limits, exactly
     sub = next(e for e in await daemon.events(strong, sid) if e["kind"] == "input.submitted")
     assert sub["body"]["content"][1] == {"type": "image", "artifact_id": png, "mime": "image/png"}
 

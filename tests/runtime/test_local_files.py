@@ -1,0 +1,50 @@
+"""Files the Core reads or writes on its own host: the user's ~/.agents/AGENTS.md and the
+artifact store. Both must stay bounded and must heal, whatever is found there."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import trio
+
+from runtime.daemon import AGENTS_MD_MAX_BYTES, read_home_agents_md
+from tools.artifacts import ArtifactStore
+
+
+async def test_a_fifo_as_the_home_agents_md_is_left_out_at_once(tmp_path: Path) -> None:
+    # Read with a blocking open, a FIFO held every model request of every project (and the
+    # aborts behind them) until something wrote to it.
+    fifo = tmp_path / "AGENTS.md"
+    os.mkfifo(fifo)
+    with trio.fail_after(5):
+        assert await trio.to_thread.run_sync(read_home_agents_md, str(fifo)) is None
+    (tmp_path / "dir.md").mkdir()
+    assert read_home_agents_md(str(tmp_path / "dir.md")) is None
+    assert read_home_agents_md(str(tmp_path / "missing.md")) is None
+
+
+def test_the_home_agents_md_is_read_up_to_its_cap(tmp_path: Path) -> None:
+    f = tmp_path / "AGENTS.md"
+    f.write_bytes(b"a" * AGENTS_MD_MAX_BYTES)  # exactly the cap: all of it
+    assert read_home_agents_md(str(f)) == "a" * AGENTS_MD_MAX_BYTES
+    f.write_bytes(b"a" * (AGENTS_MD_MAX_BYTES - 1) + "é".encode() + b"b" * 3_000_000)  # 3 MB: not read whole
+    assert read_home_agents_md(str(f)) == "a" * (AGENTS_MD_MAX_BYTES - 1)  # the character cut by the cap goes
+    f.write_bytes(b"rules\n\xff more rules\n")
+    assert read_home_agents_md(str(f)) is None  # not UTF-8: left out (and logged)
+    f.write_text("Rule one.\n")
+    assert read_home_agents_md(str(f)) == "Rule one.\n"
+
+
+def test_a_damaged_artifact_is_written_again_when_stored_again(tmp_path: Path) -> None:
+    # put() trusted any file of the name: a truncated copy stayed, and every later request that
+    # named it failed ARTIFACT_CORRUPT, even after the same image was viewed again.
+    store = ArtifactStore(tmp_path / "artifacts")
+    data = b"\x89PNG\r\n\x1a\n" + b"\x00" * 65
+    aid = store.put(data)
+    assert aid == hashlib.sha256(data).hexdigest()
+    (tmp_path / "artifacts" / aid).write_bytes(data[:-5])
+    assert store.put(data) == aid
+    assert store.get(aid) == data
+    assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == [aid]  # no temp file left
