@@ -91,6 +91,13 @@ class StoreLocked(StoreOpenError):
 
 class StoreWriteFailed(LogError):
     code = "STORE_WRITE_FAILED"
+    # Whether the file system under the log failed (full, read-only, I/O, locked), which may
+    # pass; False for what this append itself caused.
+    storage: bool = False
+
+
+# SQLite's errors of the storage under the log, not of what an append holds.
+STORAGE_ERRORS = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenError, apsw.BusyError)
 
 
 class _LookUpRequests(Exception):
@@ -753,6 +760,7 @@ class EventStore:
         for pending in group:
             pending.result = None
             pending.error = StoreWriteFailed(f"the event log could not commit this append: {exc}")
+            pending.error.storage = isinstance(exc, STORAGE_ERRORS)
 
     # ------------------------------------------------------------------ reads for the daemon
 

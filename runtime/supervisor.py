@@ -15,11 +15,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-import apsw
 import trio
 
 from events import types as t
-from events.store import Draft, StoreWriteFailed
+from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Envelope, GetState, SessionActor
 from .errors import ActorUnavailable, InvalidCommand, SessionQuarantined
@@ -222,18 +221,15 @@ class Supervisor:
 STORAGE_RETRY_FIRST = 1.0
 STORAGE_RETRY_MAX = 30.0
 
-# SQLite errors of the file system under the log, not of a session's events.
-_STORAGE_ERRORS = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenError, apsw.BusyError)
-
-
 def _storage_fault(exc: BaseException) -> str | None:
     """What failed, when ``exc`` (or every exception it groups) is a failure of the storage under
-    the log — a commit that failed (``STORE_WRITE_FAILED``) or a file-system error of SQLite —
-    rather than of the session; else ``None``."""
+    the log — a commit the file system failed (``STORE_WRITE_FAILED`` of a full, read-only,
+    failing or locked store) or such an error of SQLite on a read — rather than of the session
+    (a commit refused for what it holds still counts towards quarantine); else ``None``."""
     if isinstance(exc, BaseExceptionGroup):
         faults = [_storage_fault(e) for e in exc.exceptions]
         return faults[0] if faults and all(f is not None for f in faults) else None
-    if isinstance(exc, StoreWriteFailed) or isinstance(exc, _STORAGE_ERRORS):
+    if (isinstance(exc, StoreWriteFailed) and exc.storage) or isinstance(exc, STORAGE_ERRORS):
         return f"{type(exc).__name__}: {exc}"[:300]
     return None
 
