@@ -42,7 +42,7 @@ from .guard import Guard
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.base import Delta
-from .prompt import PromptCache, build_system_prompt
+from .prompt import READ_LIMIT_BYTES, PromptCache, build_system_prompt
 from .providers.catalog import build_catalog
 from .supervisor import Supervisor
 
@@ -228,7 +228,7 @@ class _InFlight:
                 self.drained.set()
 
 
-AGENTS_MD_MAX_BYTES = 256 * 1024
+AGENTS_MD_MAX_BYTES = READ_LIMIT_BYTES  # of an AGENTS.md read (the prompt keeps 64 Ki characters)
 
 
 def read_home_agents_md(path: str) -> str | None:

@@ -34,6 +34,8 @@ DEFAULT_RULES: tuple[str, ...] = (
     "Never print or store secrets such as API keys.",
 )
 MAX_PROJECT_FILE_CHARS = 64 * 1024
+# Readers stop after this many bytes of an AGENTS.md: a text this long may be a file's beginning.
+READ_LIMIT_BYTES = 256 * 1024
 HOME_AGENTS = "~/.agents/AGENTS.md"
 
 ReadText = Callable[[str], Awaitable[str | None]]
@@ -97,7 +99,8 @@ def assemble(inputs: PromptInputs) -> str:
 def _clip(text: str) -> str:
     if len(text) <= MAX_PROJECT_FILE_CHARS:
         return text
-    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {len(text)} characters; read it for the rest]"
+    size = f"at least {len(text)}" if len(text.encode()) >= READ_LIMIT_BYTES - 3 else str(len(text))
+    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; read it for the rest]"
 
 
 def _join(root: str, name: str) -> str:

@@ -57,7 +57,13 @@ async def test_missing_files_and_oversized_ones():
     fs = FakeFs({"/repo/AGENTS.md": "x" * (MAX_PROJECT_FILE_CHARS + 10)})
     system = (await build_system_prompt(fs, workspace="/repo/", home="/home/u", cwd="/repo/src"))[0]
     assert "~/.agents/AGENTS.md" not in system
-    assert "truncated" in system and f"{MAX_PROJECT_FILE_CHARS + 10} characters" in system
+    assert "truncated" in system and f"the file has {MAX_PROJECT_FILE_CHARS + 10} characters" in system
+    # A text as long as a reader's limit may be the beginning of a longer file: not its size.
+    from runtime.prompt import READ_LIMIT_BYTES
+
+    capped = FakeFs({"/repo/AGENTS.md": "y" * READ_LIMIT_BYTES})
+    note = (await build_system_prompt(capped, workspace="/repo/", home=None, cwd="/repo"))[0]
+    assert f"the file has at least {READ_LIMIT_BYTES} characters" in note
     assert fs.asked == ["/home/u/.agents/AGENTS.md", "/repo/AGENTS.md"]
     assert "Current working directory: /repo/src" in system
     none = FakeFs({})
