@@ -79,7 +79,7 @@ def snippet(text: str, terms: list[Term], *, more: bool = False) -> str:
             used += _units(scanned, m.start())
         return _render(text, window, set(), more)
     first, used = hit, 0
-    while first > 0 and used + _units(scanned, recent[first - 1][0]) <= LEAD_TOKENS * CHARACTERS_PER_WORD:
+    while first > 0 and used + _units(scanned, recent[first - 1][0]) <= lead_max:
         first -= 1
         used += _units(scanned, recent[first][0])
     window = list(recent)[first:]

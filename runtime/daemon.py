@@ -228,12 +228,9 @@ class _InFlight:
                 self.drained.set()
 
 
-AGENTS_MD_MAX_BYTES = READ_LIMIT_BYTES  # of an AGENTS.md read (the prompt keeps 64 Ki characters)
-
-
 def read_home_agents_md(path: str) -> str | None:
     """``~/.agents/AGENTS.md`` (the Core user's own file): a regular file's first
-    :data:`AGENTS_MD_MAX_BYTES`, ``None`` when it is missing, not a regular file or not UTF-8.
+    :data:`READ_LIMIT_BYTES`, ``None`` when it is missing, not a regular file or not UTF-8.
 
     Opened without blocking and checked before reading: a FIFO there held every model request
     of every project (and the aborts waiting behind them), and a 300 MB file was read whole on
@@ -247,8 +244,8 @@ def read_home_agents_md(path: str) -> str | None:
             log.warning("%s is not a regular file; left out of the system prompt", path)
             return None
         data = b""
-        while len(data) < AGENTS_MD_MAX_BYTES:
-            chunk = os.read(fd, AGENTS_MD_MAX_BYTES - len(data))
+        while len(data) < READ_LIMIT_BYTES:
+            chunk = os.read(fd, READ_LIMIT_BYTES - len(data))
             if not chunk:
                 break
             data += chunk
@@ -259,7 +256,7 @@ def read_home_agents_md(path: str) -> str | None:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if len(data) == AGENTS_MD_MAX_BYTES and exc.start >= len(data) - 3:  # a character cut by the cap
+        if len(data) == READ_LIMIT_BYTES and exc.start >= len(data) - 3:  # a character cut by the cap
             return data[:exc.start].decode("utf-8")
         log.warning("%s is not UTF-8 (byte %d); left out of the system prompt", path, exc.start)
         return None
@@ -275,7 +272,7 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
         ex = await executors.get(project_id)
         text, offset = "", 0
         async with ex.lock.read():
-            while len(text.encode()) < AGENTS_MD_MAX_BYTES:
+            while len(text.encode()) < READ_LIMIT_BYTES:
                 out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
                 text += out.result.get("content", "")
                 if out.result.get("eof", True) or out.result.get("kind") != "file":

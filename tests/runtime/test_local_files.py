@@ -9,7 +9,8 @@ from pathlib import Path
 
 import trio
 
-from runtime.daemon import AGENTS_MD_MAX_BYTES, read_home_agents_md
+from runtime.daemon import read_home_agents_md
+from runtime.prompt import READ_LIMIT_BYTES as AGENTS_MD_MAX_BYTES
 from tools.artifacts import ArtifactStore
 
 
