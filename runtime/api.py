@@ -677,6 +677,7 @@ def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
 
 
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often
+REPLAY_WRITE_BYTES = 64 * 1024  # a stream's log replay is written in pieces of about this size
 WATCH_SECONDS = 0.25
 
 
@@ -712,22 +713,54 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
     sub = bus.subscribe(session, project)
     gen_seen = svc.pairs.generation
     last = sub.start if after is None else after
+
+    def end_frame(delivered: int) -> bytes | None:
+        """The ``stream.end`` frame if the daemon is stopping or the credential was revoked."""
+        nonlocal gen_seen
+        if svc.shutting_down.is_set():
+            return sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": delivered}))
+        if svc.pairs.generation != gen_seen:
+            gen_seen = svc.pairs.generation
+            try:
+                svc.guard.authenticate(authorization)
+            except LensError:
+                return sse_message("stream.end", msgspec.json.encode(
+                    {"reason": "credential revoked", "lastEventId": delivered}))
+        return None
+
     try:
         yield b": lens stream\n\n"
         writer = direct_writer(scope) if scope is not None else None  # the headers are out by now
-        # 1. the log, from `after` up to where live delivery starts
+        # 1. the log, from `after` up to where live delivery starts, in writes of at most
+        # REPLAY_WRITE_BYTES (or one event): a slow reader of a long replay still sees its
+        # credential revoked, or the daemon stopping, between two writes.
+        delivered = last
         while last < sub.start:
+            if (end := end_frame(delivered)) is not None:
+                yield end
+                return
             page = await svc.store.read_events(after=last, to=sub.start, session_id=session, limit=500)
             if not page:
                 break
-            parts = []
+            parts: list[bytes] = []
+            size = 0
             for se in page:
                 last = se.seq
                 if project is not None and se.project_id != project:
                     continue
-                parts.append(event_frame(se).data)
+                frame = event_frame(se).data
+                if parts and size + len(frame) > REPLAY_WRITE_BYTES:
+                    yield b"".join(parts)
+                    parts, size = [], 0
+                    if (end := end_frame(delivered)) is not None:
+                        yield end
+                        return
+                parts.append(frame)
+                size += len(frame)
+                delivered = se.seq
             if parts:
                 yield b"".join(parts)
+            delivered = last
         if last > sub.start:
             sub.skip_through = last  # resumed past what is committed: skip up to there
         sub.last = max(last, sub.start)
@@ -744,17 +777,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                     return
             if sub.gone:
                 return  # the client is gone (hypercorn notices too and ends the request)
-            if svc.shutting_down.is_set():
-                yield sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": sub.last}))
+            if (end := end_frame(sub.last)) is not None:
+                yield end
                 return
-            if svc.pairs.generation != gen_seen:
-                gen_seen = svc.pairs.generation
-                try:
-                    svc.guard.authenticate(authorization)
-                except LensError:
-                    yield sse_message("stream.end", msgspec.json.encode(
-                        {"reason": "credential revoked", "lastEventId": sub.last}))
-                    return
             if sub.dropped:
                 yield sse_message("stream.dropped", msgspec.json.encode(
                     {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": sub.last}))

@@ -239,6 +239,42 @@ BUFFER = 8
 BIG = 64 * 1024
 
 
+def chunked_events(data: bytes) -> list:
+    """The SSE events (comments left out) of a whole raw HTTP/1.1 response with a chunked body."""
+    body = data.partition(b"\r\n\r\n")[2]
+    text = b""
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        text, body = text + rest[:size], rest[size + 2:]
+    msgs = [parse_block(b) for b in text.split(b"\n\n") if b.strip()]
+    return [m for m in msgs if m.comment is None]
+
+
+async def open_slow_stream(d: Daemon, token: str, query: str, last_event_id: int | None = None) -> tuple:
+    """A stream on a socket with a small receive buffer that reads nothing after the head."""
+    slow = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await slow.connect(("127.0.0.1", d.port))
+    resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
+    await slow.send(f"GET {API}/events/stream?{query} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n"
+                    f"Authorization: Bearer {token}\r\n{resume}\r\n".encode())
+    head = await slow.recv(200)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return slow, head
+
+
+async def read_response(sock, data: bytes) -> bytes:
+    with trio.fail_after(LIMIT):
+        while not data.endswith(b"0\r\n\r\n"):
+            chunk = await sock.recv(1 << 20)
+            assert chunk, "connection closed without the end of the response"
+            data += chunk
+    return data
+
+
 async def test_a_slow_subscriber_is_dropped_without_slowing_anyone(daemon_factory: DaemonFactory):
     d = await daemon_factory(config={"server": {"sseBufferEvents": BUFFER}})
     token = await d.pair("c", strong=True)
@@ -249,14 +285,8 @@ async def test_a_slow_subscriber_is_dropped_without_slowing_anyone(daemon_factor
     start_seq = (await d.get("/health")).json()["lastSeq"]
 
     # the slow client: subscribes, then reads nothing (a small receive buffer fills quickly)
-    slow = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow, head = await open_slow_stream(d, token, f"session={sid}")
     with slow:
-        await slow.connect(("127.0.0.1", d.port))
-        await slow.send(f"GET {API}/events/stream?session={sid} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n"
-                        f"Authorization: Bearer {token}\r\n\r\n".encode())
-        head = await slow.recv(200)
-        assert head.startswith(b"HTTP/1.1 200")
 
         target = start_seq + 40  # each input below is exactly one event (input.submitted; the run holds)
         acks: list[int] = []
@@ -277,22 +307,8 @@ async def test_a_slow_subscriber_is_dropped_without_slowing_anyone(daemon_factor
         assert fast_seqs == acks  # the other subscriber got everything, in order
 
         # now read what the slow client was sent: a prefix of the events, then a final stream.dropped
-        data = head
-        with trio.fail_after(LIMIT):
-            while not data.endswith(b"0\r\n\r\n"):
-                chunk = await slow.recv(1 << 20)
-                assert chunk, "connection closed without the end of the response"
-                data += chunk
-    body = data.partition(b"\r\n\r\n")[2]
-    text = b""
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            break
-        text, body = text + rest[:size], rest[size + 2:]
-    msgs = [parse_block(b) for b in text.split(b"\n\n") if b.strip()]
-    events = [m for m in msgs if m.comment is None]
+        data = await read_response(slow, head)
+    events = chunked_events(data)
     assert events[-1].event == "stream.dropped", [m.event for m in events][-5:]
     got = [m.id for m in events if m.id is not None]
     assert got == list(range(start_seq + 1, start_seq + 1 + len(got)))  # a gap-free prefix
@@ -305,6 +321,55 @@ async def test_a_slow_subscriber_is_dropped_without_slowing_anyone(daemon_factor
         await read_until_seq(again, acks[-1])
         assert got + again.seqs == fast_seqs
     await d.post(f"/sessions/{sid}/abort", token)
+
+
+REPLAYED = 16  # inputs of HUGE characters: ~11 MB of replay, well past what socket buffers hold
+HUGE = 700 * 1024
+
+
+@pytest.mark.parametrize("ending", ["credential revoked", "shutdown"])
+async def test_a_slow_reader_of_a_long_replay_still_sees_revocation_and_shutdown(
+    daemon_factory: DaemonFactory, ending: str
+):
+    """The replay from the log is written in pieces, and the stream checks its credential and
+    the daemon's state between two pieces: a reader that takes minutes over a long replay does
+    not keep reading a revoked credential's events (or hold up shutdown) until it is through."""
+    d = await daemon_factory()
+    writer = await d.pair("w", strong=True)
+    token = await d.pair("r")
+    p = await d.project(writer)
+    sid = (await d.session(writer, p["id"]))["id"]
+    await d.submit(writer, sid, "busy", BUSY)  # the run holds: each input below is one event
+    await d.wait_running_call(writer, sid)
+    acks = [(await d.submit(writer, sid, f"huge{i}", f"{i:04d}" + "x" * HUGE))["seq"] for i in range(REPLAYED)]
+    logged = await log_seqs(d, writer, session=sid)
+    slow, data = await open_slow_stream(d, token, f"session={sid}", last_event_id=0)
+    with slow:
+        with trio.fail_after(LIMIT):  # read a little: the replay is under way, then stop reading
+            while len(data) < 2 * HUGE:
+                chunk = await slow.recv(1 << 16)
+                assert chunk
+                data += chunk
+        if ending == "shutdown":
+            await d.post(f"/sessions/{sid}/abort", writer)
+            d.stop.set()
+        else:
+            await trio.to_thread.run_sync(lambda: d.pairs().revoke("r"))
+            await d.wait_refused(token)
+        data = await read_response(slow, data)
+    events = chunked_events(data)
+    assert events[-1].event == "stream.end", [m.event for m in events][-3:]
+    end = events[-1].json()
+    assert end["reason"] == ending
+    got = [m.id for m in events if m.id is not None]
+    assert got == logged[: len(got)]  # a prefix of the log, in order
+    assert end["lastEventId"] == got[-1]
+    huge = [m.id for m in events if m.id in acks]
+    assert 1 <= len(huge) < REPLAYED, "the whole replay was written after the stream should have ended"
+    print(f"{len(huge)} of {REPLAYED} huge events were written before the stream ended ({ending})")
+    if ending == "shutdown":
+        with trio.fail_after(LIMIT):
+            await d.done.wait()
 
 
 # --------------------------------------------------------------------------- shutdown
