@@ -72,7 +72,7 @@ class ClientNotFound(LensError):
 Trust = Literal["read", "strong"]
 
 
-class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     client_id: str
     name: str = ""
     status: Literal["pending", "approved", "revoked"] = "pending"
@@ -85,6 +85,14 @@ class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=T
 class PairFile(msgspec.Struct, kw_only=True):
     version: int = 1
     clients: list[ClientRecord] = []
+
+
+class _PairFileText(msgspec.Struct, forbid_unknown_fields=True):
+    """A pair file as written: both keys required and nothing else (a misspelt ``clients``
+    would otherwise read as "no clients" and lock every client out)."""
+
+    version: int
+    clients: list[ClientRecord]
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,8 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     never both be in force.
     """
     try:
-        data = msgspec.json.decode(raw, type=PairFile)
+        text = msgspec.json.decode(raw, type=_PairFileText)
+        data = PairFile(version=text.version, clients=text.clients)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise PairFileInvalid(f"{where} is not a valid pair file ({exc})") from None
     except RecursionError:

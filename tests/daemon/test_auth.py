@@ -362,7 +362,9 @@ def record(data: dict, client_id: str) -> dict:
 
 
 async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon):
+    marker = await daemon.pair("marker")
     await daemon.register("mallory")
+    good = daemon.pair_path.read_bytes()
     token = TOKEN_PREFIX + "m" * 43
 
     def forge(data: dict) -> None:
@@ -371,15 +373,20 @@ async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon):
                    credentialHash=credential_hash("mallory", "strong", token),
                    deviceId="copied-device", publicKey="AAAA")
 
+    # A record with fields the pair file does not have makes the file invalid: nobody gets in.
     edit_pair_file(daemon, forge)
-    gen_marker = await daemon.pair("marker")  # a later approval proves the daemon re-read the file
-    assert await daemon.status_of(gen_marker) == 200
+    await wait_until(lambda: daemon._is(marker, 503), 2.0, "the daemon noticing the edited pair file")
     r = await daemon.get("/projects", token)
-    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+    assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID"
+    assert "unknown field" in daemon.pairs().problem
+    daemon.pair_path.write_bytes(good)
+    await daemon.wait_accepted(marker)
     # and a forged "approved" record needs a hash only approval makes: a guessed token still fails
     edit_pair_file(daemon, lambda data: record(data, "mallory").update(status="approved", credentialHash="0" * 64))
     await daemon.wait_refused(token)
-    await daemon.wait_accepted(gen_marker)
+    await daemon.wait_accepted(marker)
+    r = await daemon.get("/projects", token)
+    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
 
 
 async def test_a_copied_credential_hash_grants_nothing_to_the_other_record(daemon: Daemon):
@@ -427,7 +434,8 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
     copied = json.loads(good)
     copied["clients"].append(dict(copied["clients"][0]))  # a second record of c1 (hash and all)
     for garbage in [b"{not json", b'{"clients": "everyone"}', b"", b'{"clients": [{"name": 1}]}', b"\xff\xfe",
-                    json.dumps(copied).encode(), b'{"version": 2, "clients": []}', b"[" * 5000]:
+                    json.dumps(copied).encode(), b'{"version": 2, "clients": []}', b"[" * 5000,
+                    b'{"version": 1, "Clients": []}']:
         tmp.write_bytes(garbage)
         os.replace(tmp, daemon.pair_path)
         await wait_until(lambda: daemon._is(token, 503), 2.0, "the daemon noticing the bad pair file")

@@ -222,16 +222,22 @@ INVALID_WRITES = [
     ("lens.jsonc", ""),
     ("extra.json", "{ nope"),
     ("notes.jsonc", '{"a": 1} trailing'),
-    ("pair.json", '{"clients": "everyone"}'),
+    ("pair.json", '{"version": 1, "clients": "everyone"}'),
     ("pair.json", "{"),
     ("pair.json", '{"version": 2, "clients": []}'),
-    ("pair.json", '{"clients": [{"clientId": "../x"}]}'),
-    ("pair.json", '{"clients": [{"clientId": "a", "credentialHash": "zz"}]}'),
-    ("pair.json", '{"clients": [{"clientId": "a"}, {"clientId": "a", "status": "revoked"}]}'),
+    ("pair.json", '{"version": 1, "clients": [{"clientId": "../x"}]}'),
+    ("pair.json", '{"version": 1, "clients": [{"clientId": "a", "credentialHash": "zz"}]}'),
+    ("pair.json", '{"version": 1, "clients": [{"clientId": "a"}, {"clientId": "a", "status": "revoked"}]}'),
+    # a misspelt or missing key read as "no clients" and locked every client out
+    ("pair.json", '{"version": 1, "Clients": []}'),
+    ("pair.json", '{"version": 1}'),
+    ("pair.json", '{"clients": []}'),
+    ("pair.json", '{"x": ' + "9" * 100_000 + "}"),
+    ("pair.json", '{"version": 1, "clients": [{"clientId": "a", "credentialhash": "' + "0" * 64 + '"}]}'),
     # nested past the interpreter's recursion limit (was a 500 from the decoder)
     ("lens.jsonc", "[" * 5000 + "]" * 5000),
     ("extra.json", "[" * 5000),
-    ("pair.json", '{"clients": ' + "[" * 5000 + "]" * 5000 + "}"),
+    ("pair.json", '{"version": 1, "clients": ' + "[" * 5000 + "]" * 5000 + "}"),
 ]
 
 
