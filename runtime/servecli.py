@@ -52,6 +52,9 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .daemon import ServeOptions, run
+    from .undumpable import make_undumpable
+
+    make_undumpable()  # before the keys are read: agents' commands cannot read them from /proc
 
     cfg, path, notes = load_config(args.config)
     # The flags take the config's place, so they are held to the same checks (a port past 65535
