@@ -155,7 +155,11 @@ async def read_body(kind: type[B]) -> B:
 # inside the kernel's virtual filesystems (an agent may edit and run commands in its workspace).
 SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr",
                          "/var", "/proc", "/sys", "/dev", "/run"})
-VIRTUAL_FS = ("/proc/", "/sys/", "/dev/", "/run/")
+# Trees no workspace may lie in: the system's programs, libraries and settings, its state, and
+# the virtual file systems (``/usr/local/src/x`` too: a project belongs elsewhere).
+SYSTEM_TREES = ("/bin/", "/boot/", "/etc/", "/lib/", "/lib32/", "/lib64/", "/libx32/", "/sbin/", "/usr/",
+                "/proc/", "/sys/", "/dev/", "/run/", "/var/lib/", "/var/log/", "/var/cache/", "/var/spool/",
+                "/var/mail/", "/var/backups/")
 
 
 def _home() -> Path | None:
@@ -183,11 +187,18 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Pat
     except (OSError, RuntimeError) as exc:  # too long a name, a symlink loop, no permission…
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} cannot be used ({reason})") from None
-    if str(ws) in SYSTEM_DIRS or str(ws).startswith(VIRTUAL_FS):
+    if str(ws) in SYSTEM_DIRS or (str(ws) + "/").startswith(SYSTEM_TREES):
         raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} is a system directory; choose a project directory")
-    if str(ws) in ("/home", "/root") or ws == _home():
+    own_home = _home()
+    homes = [Path("/root")] + ([own_home] if own_home is not None else [])
+    if ws == Path("/home") or ws in homes or ws.parent == Path("/home"):
         raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} is a home directory (its keys, credentials and shell "
                                             f"start-up files would be the agent's to edit); choose a project directory")
+    for home in homes + ([Path("/home", *ws.parts[2:3])] if ws.is_relative_to("/home") else []):
+        if ws.is_relative_to(home) and ws.relative_to(home).parts[0].startswith("."):
+            raise ApiError("WORKSPACE_INVALID", f"workspace {str(ws)!r} lies in a hidden directory of a home "
+                                                f"(~/.ssh, ~/.config…: keys, credentials and settings); choose a project "
+                                                f"directory")
     for what, path in daemon_dirs:
         own = path.resolve()
         if own.is_relative_to(ws) or ws.is_relative_to(own):

@@ -237,6 +237,34 @@ async def test_project_workspace_must_be_an_existing_directory(daemon: Daemon, s
     assert (await daemon.get("/projects", strong)).json()["projects"] == []
 
 
+async def test_a_workspace_may_not_lie_in_system_trees_or_hidden_home_directories(
+    daemon: Daemon, strong: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Not only the directories themselves: /etc/ssh, /usr/local or ~/.ssh were accepted."""
+    system = [p for p in ("/etc/ssh", "/etc/default", "/usr/local", "/usr/share", "/usr/lib", "/var/lib",
+                          "/var/log", "/var/cache") if Path(p).is_dir()]
+    assert len(system) >= 3
+    for workspace in system:
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace})
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
+        assert "system directory" in r.json()["error"]["message"]
+    home = daemon.root / "home" / "me"
+    for sub in (".ssh", ".config/gcloud", ".local/share/x", "projects/.hidden-in-a-project", "code/app"):
+        (home / sub).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for workspace in ("~/.ssh", "~/.config", "~/.config/gcloud", "~/.local/share/x"):
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace})
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
+        assert "hidden directory of a home" in r.json()["error"]["message"], r.text
+    for workspace in [p for p in ("/root/.cache", "/root/.config") if Path(p).is_dir()]:
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace})
+        assert error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
+    # a project inside a home, hidden directories within the project included, is fine
+    for workspace in ("~/code/app", "~/projects/.hidden-in-a-project"):
+        r = await daemon.post("/projects", strong, {"name": "p", "workspace": workspace})
+        assert r.status_code == 201, (workspace, r.text)
+
+
 async def test_project_name_must_not_be_blank(daemon: Daemon, strong: str):
     r = await daemon.post("/projects", strong, {"name": "  ", "workspace": str(daemon.root)})
     assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED"
