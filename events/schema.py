@@ -116,7 +116,7 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
                 f"of an existing Lens log (the daemon creates one on first start)"
             )
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the log holds every conversation
         except OSError as exc:
             raise DataDirNotWritable(
                 f"cannot create data directory {data_dir}: {exc.strerror}"
@@ -286,11 +286,23 @@ def check_side_files(path: Path) -> None:
             )
 
 
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists (an empty file is an empty SQLite
+    database). SQLite would create it 0644 under the usual umask, and its ``-wal`` and ``-shm``
+    files take the database file's mode: the conversations in them stay the owner's. A failure
+    is left for SQLite to report as it would."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except OSError:
+        pass
+
+
 def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> apsw.Connection:
     """Open (creating if new) ``events.db`` for the single writer. Checks the format marker."""
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
+    create_private(path)
     try:
         conn = apsw.Connection(str(path))
         conn.setbusytimeout(BUSY_TIMEOUT_MS)

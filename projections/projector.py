@@ -20,7 +20,7 @@ import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreOpenError
 from events.reader import LogReader, StoredEvent, StoredRow, row_problem
-from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB
+from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB, create_private
 
 Progress = Callable[[int, int], None]
 BATCH = 2000
@@ -123,6 +123,8 @@ def _wal_mode(conn: apsw.Connection) -> None:
 def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connection:
     """Open (creating) ``projections.db``; ``memory=True`` gives a throwaway in-memory one."""
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
+    if not memory:
+        create_private(data_dir / PROJECTIONS_DB)
     try:
         conn = apsw.Connection(path)
         conn.setbusytimeout(BUSY_TIMEOUT_MS)

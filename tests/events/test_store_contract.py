@@ -7,6 +7,8 @@ checks (schema guards) live in ``TestSqliteSchema`` at the end.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from events.types import (
     TextPart,
     ToolStarted,
 )
+from projections.projector import open_projections_db
 
 
 def note(text: str, session: str | None = "s1", **envelope: Any) -> Draft:
@@ -459,6 +462,35 @@ class TestSqliteSchema:
             assert meta["format"] == "lens-events" and meta["format_version"] == "1"
         finally:
             conn.close()
+
+
+    async def test_a_new_log_is_private_to_its_owner(self, tmp_path: Path) -> None:
+        """The log holds every conversation: a new data directory is 0700 and the database
+        files 0600 under the usual umask (they were 0755 and 0644: readable by every user)."""
+        old = os.umask(0o022)
+        try:
+            data_dir = tmp_path / "new" / "data"
+            async with open_store(data_dir) as s:
+                await s.append(note("secret text"))
+                assert (data_dir / "events.db-wal").exists() and (data_dir / "events.db-shm").exists()
+                modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data_dir.iterdir()}
+            projector_conn = open_projections_db(data_dir)
+            projector_conn.execute("CREATE TABLE t(x)")
+            modes.update({p.name: stat.S_IMODE(p.stat().st_mode) for p in data_dir.iterdir()
+                          if p.name.startswith("projections.db")})
+            projector_conn.close()
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE(data_dir.parent.stat().st_mode) == 0o755  # only the data directory itself
+        for name in ("events.db", "events.db-wal", "events.db-shm", "projections.db", "projections.db-wal",
+                     "projections.db-shm"):
+            assert modes.get(name) == 0o600, (name, oct(modes.get(name, 0)))
+        reader = LogReader(data_dir)
+        try:
+            assert [e.event.text for e in reader.events()] == ["secret text"]
+        finally:
+            reader.close()
 
 
 class TestSqliteDictionary:
