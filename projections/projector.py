@@ -18,9 +18,9 @@ import apsw
 import trio
 import zstandard
 
-from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreOpenError
+from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt, StoreOpenError
 from events.reader import LogReader, StoredEvent, StoredRow, row_problem
-from events.schema import BUSY_TIMEOUT_MS, PROJECTIONS_DB, create_private
+from events.schema import BUSY_TIMEOUT_MS, EVENTS_DB, PROJECTIONS_DB, create_private
 
 Progress = Callable[[int, int], None]
 BATCH = 2000
@@ -239,7 +239,14 @@ class Projector:
             # At most BATCH rows, and no more than BATCH_BYTES of bodies (at least one row).
             rows = list(self.reader.rows(after=cursor, to=target_seq, limit=BATCH, max_bytes=BATCH_BYTES))
             if not rows:
-                break
+                # The log ends at target_seq, yet nothing after cursor can be read: a damaged
+                # page that SQLite skips instead of reporting. Projecting only what came before
+                # and calling it done would hide the rest of the log.
+                raise StoreCorrupt(
+                    f"{self.reader.data_dir / EVENTS_DB}: the log's last seq is {target_seq}, but no event "
+                    f"after seq {cursor} can be read; the file is damaged. `lens log verify` reports "
+                    f"what it finds."
+                )
             failure: CorruptEvent | None = None
             for k, r in enumerate(rows):  # a mistyped column fails every projection, body or not
                 problem = row_problem(r) or _size_problem(r, limit)

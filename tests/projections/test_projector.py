@@ -7,6 +7,7 @@ so that the body-reading path of the projector is exercised next to ``KindStats`
 from __future__ import annotations
 
 import hashlib
+import random
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import projections.projector as projector_mod
-from events.errors import CorruptEvent
+from events.errors import CorruptEvent, StoreCorrupt
 from events.reader import LogReader, StoredEvent, StoredRow
 from events.store import Draft, EventStore, open_store
 from events.types import (
@@ -392,6 +393,36 @@ def test_corrupt_row_stops_a_body_projection_with_its_seq(tmp_path: Path) -> Non
             seqs = [r[0] for r in projector.conn.execute("SELECT seq FROM ledger_events")]
             assert all(s < 6 for s in seqs)
             assert seqs == list(range(1, projector.position("test_ledger") + 1))
+    finally:
+        close(projector)
+
+
+def test_damaged_pages_the_reads_skip_stop_the_projection(tmp_path: Path) -> None:
+    """Table pages in the middle of the log overwritten with garbage: SQLite's ranged reads
+    return no rows past them instead of an error. Catching up stopped there and reported
+    success (`lens log stats` and `rebuild` showed a fraction of the log, exit 0)."""
+    data = tmp_path / "data"
+    rng = random.Random(7)
+    write(data, [Draft(InputSubmitted(content=[TextPart(rng.randbytes(600).hex())]), project_id="p1",
+                       session_id="s1") for _ in range(2000)])
+    conn = apsw.Connection(str(data / "events.db"))
+    try:
+        leaves = [n for (n,) in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY pageno")]
+        page_size = conn.execute("PRAGMA page_size").fetchall()[0][0]
+    finally:
+        conn.close()
+    middle = leaves[len(leaves) // 2]
+    assert middle + 1 in leaves
+    with open(data / "events.db", "r+b") as f:  # from inside one leaf page across the next
+        f.seek((middle - 1) * page_size + 1152)
+        f.write(b"\xaa" * (2 * page_size))
+    projector = make_projector(data, [KindStats()])
+    try:
+        with pytest.raises(StoreCorrupt) as info:
+            projector.catch_up()
+        assert "no event after seq" in str(info.value) and "the log's last seq is 2000" in str(info.value)
+        assert projector.position("stats") < 2000
     finally:
         close(projector)
 
