@@ -167,6 +167,7 @@ class Projector:
         with self._damage_named():
             for p in self.projections.values():
                 self._ensure(p)
+            self._match_log()
 
     @contextmanager
     def _damage_named(self) -> Iterator[None]:
@@ -194,6 +195,36 @@ class Projector:
         if rows and rows[0][0] == p.version:
             return
         self._reset(p)  # new, or written by another version: start over
+
+    def _match_log(self) -> None:
+        """Start over the projections folded from another log than this one.
+
+        ``projections.db`` stays when ``events.db`` is replaced: a backup put back, another
+        log copied in, a log cut short. Its positions then say nothing about this log, and
+        catching up from them folded nothing (or the wrong rows) and reported the old figures.
+        So a projection is reset when its position is below 0 or past this log's last seq, and
+        every projection when the file records another log's creation stamp (``meta``
+        ``created_ts``). Positions are read before the last seq: a position another process
+        advanced meanwhile is never past it.
+        """
+        positions = dict(self.conn.execute("SELECT name, seq FROM positions"))
+        last = self.reader.last_seq()
+        created = self.reader.meta().get("created_ts")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS source(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
+        recorded = self.conn.execute("SELECT value FROM source WHERE key = 'log_created_ts'").fetchall()
+        other_log = bool(recorded) and created is not None and recorded[0][0] != created
+        for p in self.projections.values():
+            pos = positions.get(p.name, 0)
+            if other_log or (type(pos) is int and not 0 <= pos <= last):  # (not a number: damaged, see position)
+                self._reset(p)
+        if created is not None and (not recorded or other_log):
+            with _write_transaction(self.conn):
+                if other_log:  # projections this projector does not hold start over when next opened
+                    self.conn.execute("UPDATE positions SET version = -1 WHERE name NOT IN (%s)"
+                                      % ", ".join("?" * len(self.projections)), list(self.projections))
+                self.conn.execute("INSERT OR REPLACE INTO source(key, value) VALUES ('log_created_ts', ?)",
+                                  (created,))
 
     def _reset(self, p: Projection) -> None:
         # BEGIN IMMEDIATE: a deferred transaction that reads, then writes, fails at once with

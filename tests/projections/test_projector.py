@@ -578,3 +578,79 @@ def test_projectors_of_several_processes_starting_together_wait_for_each_other(t
             assert sum(n for _kind, n, _s, _r in KindStats.read(projector.conn)) == 40
         finally:
             projector.close()
+
+
+# ---------------------------------------------------------------------------- another log
+
+
+def _set_meta(data_dir: Path, key: str, value: str) -> None:
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    try:
+        with conn:
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+    finally:
+        conn.close()
+
+
+def _fresh_dump(data_dir: Path, tmp: Path) -> dict[str, list[tuple]]:
+    """What a projector folding this log from nothing holds (in a copy, own projections.db)."""
+    copy = Path(tempfile.mkdtemp(dir=tmp))
+    for name in ("events.db", "events.db-wal"):
+        if (data_dir / name).exists():
+            (copy / name).write_bytes((data_dir / name).read_bytes())
+    projector = make_projector(copy, [KindStats(), Ledger()])
+    try:
+        projector.catch_up()
+        return dumps(projector)
+    finally:
+        close(projector)
+
+
+def _dump_after_catch_up(data_dir: Path) -> dict[str, list[tuple]]:
+    projector = make_projector(data_dir, [KindStats(), Ledger()])
+    try:
+        projector.catch_up()
+        return dumps(projector)
+    finally:
+        close(projector)
+
+
+def test_projections_of_a_log_cut_short_start_over(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write(data, sample_drafts(40))
+    before = _dump_after_catch_up(data)
+    conn = apsw.Connection(str(data / "events.db"))
+    try:
+        with conn:
+            conn.execute("DELETE FROM events WHERE seq > 25")  # a backup put back, say
+    finally:
+        conn.close()
+    after = _dump_after_catch_up(data)
+    assert after != before
+    assert after == _fresh_dump(data, tmp_path)
+
+
+def test_projections_of_another_log_start_over(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    write(one, sample_drafts(30))
+    write(two, [draft(i % 6, "other", f"other {i}") for i in range(45)])
+    _set_meta(one, "created_ts", "1")  # (two logs made in one millisecond carry one stamp)
+    _set_meta(two, "created_ts", "2")
+    assert _dump_after_catch_up(one) != _fresh_dump(two, tmp_path)
+    # the other log copied over this one's events.db (longer: no position is past its end)
+    for name in ("events.db-wal", "events.db-shm"):
+        (one / name).unlink(missing_ok=True)
+    (one / "events.db").write_bytes((two / "events.db").read_bytes())
+    assert _dump_after_catch_up(one) == _fresh_dump(two, tmp_path)
+
+
+def test_a_position_below_zero_starts_over(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write(data, sample_drafts(20))
+    expected = _dump_after_catch_up(data)
+    conn = open_projections_db(data)
+    try:
+        conn.execute("UPDATE positions SET seq = -100")
+    finally:
+        conn.close()
+    assert _dump_after_catch_up(data) == expected  # not every row folded twice
