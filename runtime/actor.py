@@ -291,6 +291,8 @@ class SessionActor:
         state: SessionState | None = None
         if snaps is not None:
             state = await trio.to_thread.run_sync(snaps.load, self.session_id, limiter=self.deps.snapshot_limiter)
+        if state is not None and not await self._log_holds(state):
+            state = None  # the log was replaced (a backup put back): the snapshot folds other events
         after = after_session_seq = 0
         if state is None:
             state = SessionState(self.session_id)
@@ -303,6 +305,15 @@ class SessionActor:
             after, after_session_seq = state.last_seq, state.last_session_seq
         await self._fold_tail(state, self.session_id, after, None, after_session_seq)
         return state
+
+    async def _log_holds(self, state: SessionState) -> bool:
+        """Whether the log holds the event a snapshot ends at: the same ``seq``, this session,
+        the same ``session_seq``. The log only grows, so then it holds everything folded."""
+        if not state.last_seq:
+            return True
+        page = await self.deps.store.read_events(session_id=self.session_id, after=state.last_seq - 1,
+                                                 to=state.last_seq, limit=1)
+        return bool(page) and page[0].seq == state.last_seq and page[0].session_seq == state.last_session_seq
 
     async def _state_at(self, session_id: str, upto: int) -> SessionState:
         state = SessionState(session_id)

@@ -103,6 +103,35 @@ async def test_wake_up_uses_the_snapshot_and_equals_a_full_replay(runtime_factor
         assert st.agents["main"].items[-1].text == "(faux) You said: still here"
 
 
+async def test_a_snapshot_past_a_log_cut_short_is_not_used(runtime_factory, autojump_clock):
+    """A backup of the log put back: the snapshot in projections.db folds events the log no
+    longer holds. Waking from it gave a state the log does not say (and the next append's
+    session_seq clashed with it); the session wakes by replaying the log instead."""
+    async with runtime_factory(snapshot_every=5, idle_seconds=5) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r0", "message 0")
+        kept = (await rt.events(sid))[-1].seq  # the backup ends here
+        for i in range(1, 4):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+        await passivate(rt, sid)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert snap is not None and snap.last_seq > kept
+        ids = rt.ids
+    conn = apsw.Connection(str(rt.data_dir / EVENTS_DB))
+    try:
+        with conn:
+            conn.execute("DELETE FROM events WHERE seq > ?", (kept,))
+    finally:
+        conn.close()
+    async with runtime_factory(snapshot_every=5, ids=ids) as rt2:
+        woken = await rt2.state(sid)
+        assert woken == await full_replay(rt2, sid)
+        assert [it.text for it in woken.agents["main"].items if it.role == "user"] == ["message 0"]
+        st = await rt2.run_to_idle(sid, "r9", "after the restore")
+        assert st.agents["main"].items[-1].text == "(faux) You said: after the restore"
+        assert st == await full_replay(rt2, sid)
+
+
 async def _boom(args, ctx):
     raise RuntimeError("the tool blew up")
 
