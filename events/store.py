@@ -71,6 +71,7 @@ AUTO_DICTIONARY_SIZE = 16 * 1024
 READ_BYTES = 16 * 1024 * 1024
 
 _STOP = object()  # tells the writer thread to exit
+MAX_SEQ = 2**63 - 1  # SQLite's largest integer: no seq or session_seq goes past it
 # Rows per multi-row INSERT statement (12 parameters each, under SQLite's 32,766).
 MAX_STATEMENT_ROWS = 1024
 _COLUMNS = (
@@ -218,7 +219,7 @@ class EventStore:
         self._session_seq: dict[str, int] = {}
         row = conn.execute("SELECT coalesce(max(seq), 0), coalesce(max(ts), 0) FROM events").fetchall()[0]
         self._next_seq: int = row[0] + 1
-        self._last_ts: int = row[1]
+        self._last_ts: int = row[1] if type(row[1]) is int else 0  # (text only in an edited log)
         self.last_seq: int = row[0]
         self._committed = trio.Event()
         self._listeners: list[Callable[[list[StoredEvent]], None]] = []
@@ -669,6 +670,20 @@ class EventStore:
         seqs: list[int] = []
         sseqs: list[int | None] = []
         seq = self._next_seq
+        for d in drafts:
+            if d.session_id is not None:
+                last = self._last_session_seq(d.session_id)
+                if type(last) is not int or last + len(drafts) > MAX_SEQ:
+                    # Only a log edited by hand gets here; the writer lives on.
+                    pending.error = StoreWriteFailed(
+                        f"session {d.session_id}'s last session_seq in the log is {last!r}: no session_seq "
+                        f"follows it (the log was edited); `lens log verify` reports the row")
+                    return
+        if seq + len(drafts) - 1 > MAX_SEQ:
+            pending.error = StoreWriteFailed(
+                f"the log's last seq is {seq - 1}: no seq follows it (the log was edited); start a new "
+                f"data directory")
+            return
         dict_id = pending.dict_id
         for d, raw, body in zip(drafts, pending.raws, pending.bodies):
             sid = d.session_id

@@ -38,7 +38,7 @@ from events.errors import (
     UnsupportedFormat,
 )
 from events.reader import PIPELINE_MIN_ROWS, LogReader
-from events.store import Draft, EventStore, open_store
+from events.store import Draft, EventStore, StoreWriteFailed, open_store
 from events.types import InstructionAppended, Opaque, SessionNamed, ToolFinished
 
 MiB = 1024 * 1024
@@ -752,3 +752,52 @@ async def test_long_reads_of_large_events_hold_a_page_at_a_time(data_dir: Path, 
     assert seqs == list(range(1, 41)) and (kind, n) == ("instruction.appended", 40) and raw > 40 * MiB
     assert rows_peak < 8 * MiB, rows_peak  # a page or two of ~0.8 MiB rows, not forty
     assert projector_peak < 8 * MiB, projector_peak
+
+
+# ---------------------------------------------------------------------- numbers an edited log ends at
+
+
+def _edit(data_dir: Path, sql: str, *args: Any) -> None:
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+BIGGEST = 2**63 - 1
+
+
+@pytest.mark.parametrize("edit", ["seq", "session_seq", "text session_seq", "text ts"])
+async def test_an_edited_log_at_the_end_of_its_numbers_refuses_appends_and_the_writer_lives(
+    data_dir: Path, edit: str
+) -> None:
+    """A last seq or session_seq of 2^63-1 (or a text value) in an edited log: the writer thread
+    died on it (OverflowError binding the next number), and with it the daemon."""
+    async with open_store(data_dir) as s:
+        await s.append(Draft(InstructionAppended(text="a"), session_id="s1"))
+        await s.append(Draft(InstructionAppended(text="b"), session_id="s2"))
+    if edit == "seq":
+        _edit(data_dir, "UPDATE events SET seq = ? WHERE seq = 2", BIGGEST)
+    elif edit == "session_seq":
+        _edit(data_dir, "UPDATE events SET session_seq = ? WHERE seq = 1", BIGGEST)
+    elif edit == "text session_seq":
+        _edit(data_dir, "UPDATE events SET session_seq = 'x' WHERE seq = 1")
+    else:
+        _edit(data_dir, "UPDATE events SET ts = 'late' WHERE seq = 2")
+    async with open_store(data_dir) as s:
+        for attempt in range(2):  # the same answer every time: the writer is still there
+            if edit == "text ts":  # (a ts is never the end of anything: appends go on)
+                result = await s.append(Draft(InstructionAppended(text="c"), session_id="s1"))
+                assert result.seq == 3 + attempt
+                continue
+            with pytest.raises(StoreWriteFailed) as info:
+                await s.append(Draft(InstructionAppended(text="c"), session_id="s1"))
+            assert info.value.code == "STORE_WRITE_FAILED" and not info.value.storage
+            message = str(info.value)
+            assert "the log was edited" in message
+            assert (str(BIGGEST) in message) if edit != "text session_seq" else "'x'" in message
+        if edit != "seq":  # another session is not touched
+            result = await s.append(Draft(InstructionAppended(text="d"), session_id="s2"))
+            assert result.session_seqs == (2,)
