@@ -272,11 +272,20 @@ class Codec:
         """Decode MessagePack ``raw`` stored under ``kind``."""
         if kind not in KIND_TO_TYPE:
             try:
-                return Opaque(kind, _jsonable(self._any_decoder.decode(raw)))
+                data = self._any_decoder.decode(raw)
             except msgspec.DecodeError as exc:
                 raise CorruptEvent(f"body of unknown kind {kind!r} is not MessagePack ({exc})") from None
             except RecursionError:
                 raise CorruptEvent(f"body of unknown kind {kind!r} nests too deeply to decode") from None
+            # Whatever a newer Lens writes is a tagged struct too: a map whose tag is the row's kind.
+            if not isinstance(data, dict):
+                raise CorruptEvent(f"body of unknown kind {kind!r} is not a MessagePack map "
+                                   f"(a {type(data).__name__})")
+            if "kind" not in data:
+                raise CorruptEvent(f"body of unknown kind {kind!r} carries no kind tag")
+            if data["kind"] != kind:
+                raise CorruptEvent(f"row kind {kind!r} but body holds {data['kind']!r}")
+            return Opaque(kind, _jsonable(data))
         try:
             event = self._decoder.decode(raw)
         except msgspec.ValidationError as exc:

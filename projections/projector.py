@@ -208,8 +208,11 @@ class Projector:
         advanced meanwhile is never past it.
         """
         positions = dict(self.conn.execute("SELECT name, seq FROM positions"))
-        last = self.reader.last_seq()
-        created = self.reader.meta().get("created_ts")
+        try:
+            last = self.reader.last_seq()
+            created = self.reader.meta().get("created_ts")
+        except StoreCorrupt:
+            return  # a damaged log: catching up reports it (the log's problem, not the projections')
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS source(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
         recorded = self.conn.execute("SELECT value FROM source WHERE key = 'log_created_ts'").fetchall()

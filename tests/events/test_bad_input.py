@@ -244,6 +244,28 @@ async def test_unknown_event_kind_decodes_as_opaque(data_dir: Path) -> None:
         assert (await s.append(note(4))).session_seqs == (4,)
 
 
+@pytest.mark.parametrize("body, words", [
+    ({"kind": "instruction.appended", "text": "hi"}, ("robot.dreamed", "instruction.appended")),  # a known body
+    ({"kind": 5, "dream": "sheep"}, ("robot.dreamed", "5")),
+    ({"dream": "sheep"}, ("robot.dreamed", "no kind tag")),
+    (42, ("robot.dreamed", "not a MessagePack map", "int")),
+    (["kind", "robot.dreamed"], ("not a MessagePack map", "list")),
+])
+async def test_a_row_of_unknown_kind_must_hold_a_body_tagged_with_it(data_dir: Path, body: Any,
+                                                                  words: tuple[str, ...]) -> None:
+    """The tag check applied to known kinds only: an input.submitted row relabelled with a kind
+    this build does not know decoded as an opaque event, and a body that is no map at all too."""
+    await make_log(data_dir, 2)
+    raw = msgspec.msgpack.encode(body)
+    execute(
+        data_dir,
+        "INSERT INTO events(seq, ts, session_id, session_seq, kind, dict_id, raw_size, body) "
+        "VALUES (3, 1, 's1', 3, 'robot.dreamed', 0, ?, ?)",
+        (len(raw), zstandard.ZstdCompressor(write_checksum=True).compress(raw)),
+    )
+    read_fails_at(data_dir, 3, CorruptEvent, "EVENT_CORRUPT", *words)
+
+
 # ---------------------------------------------------------------------- foreign or missing stores
 
 

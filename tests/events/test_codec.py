@@ -200,8 +200,12 @@ def test_unknown_kind_decodes_as_opaque() -> None:
     assert event == Opaque("future.thing", {"kind": "future.thing", "answer": 42, "items": ["a"]})
     assert kind_of(event) == "future.thing"
     assert body_of(event) == {"answer": 42, "items": ["a"]}
-    scalar = zstandard.ZstdCompressor(write_checksum=True).compress(msgspec.msgpack.encode([1, 2]))
-    assert body_of(Codec().decode("future.list", scalar)) == [1, 2]
+    # still a tagged struct: a map whose tag is the row's kind
+    for value, words in [([1, 2], "not a MessagePack map"), ({"answer": 42}, "no kind tag"),
+                         ({"kind": "other.thing"}, "body holds 'other.thing'")]:
+        frame = zstandard.ZstdCompressor(write_checksum=True).compress(msgspec.msgpack.encode(value))
+        with pytest.raises(CorruptEvent, match=words):
+            Codec().decode("future.thing", frame)
 
 
 def test_corrupt_event_at_names_the_seq_and_keeps_its_class() -> None:
