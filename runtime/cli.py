@@ -56,6 +56,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     from .errors import LensError
     from .logcli import silence_stdout
+    from .terminal import shown
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -65,22 +66,22 @@ def _main(argv: Sequence[str] | None) -> int:
             sys.stdout.flush()
         return code
     except (LogError, LensError) as exc:
-        print(f"lens: {exc.code}: {exc}", file=sys.stderr)
+        print(shown(f"lens: {exc.code}: {exc}"), file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (e.g. `lens log decode | head`): not an error of ours.
         silence_stdout()
         return 0
     except apsw.BusyError as exc:
-        print(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
-              f"when it is done", file=sys.stderr)
+        print(shown(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
+                    f"when it is done"), file=sys.stderr)
         return 2
     except apsw.Error as exc:  # a SQLite failure no layer below named (a last resort)
-        print(f"lens: SQLITE_ERROR: {exc}", file=sys.stderr)
+        print(shown(f"lens: SQLITE_ERROR: {exc}"), file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. standard output closed or on a full disk
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"lens: IO_ERROR: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(shown(f"lens: IO_ERROR: {exc.strerror or exc}{where}"), file=sys.stderr)
         if sys.stdout is not None and exc.errno in (errno.ENOSPC, errno.EIO):
             silence_stdout()  # or the interpreter fails again flushing it at exit
         return 2

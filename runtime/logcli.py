@@ -29,6 +29,8 @@ from projections.projector import Projector, ProjectionsDamaged, open_projection
 from projections.registry import all_projections
 from projections.stats import KindStats
 
+from .terminal import shown
+
 _json = msgspec.json.Encoder()
 
 
@@ -106,8 +108,10 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 
 def _out(line: bytes | str) -> None:
+    """One line to standard output: JSON lines as given (JSON escapes control characters),
+    text with what a terminal would act on escaped (see runtime.terminal)."""
     if isinstance(line, str):
-        line = line.encode()
+        line = shown(line).encode()
     if sys.stdout is None:  # started with standard output closed
         raise OSError(errno.EBADF, "standard output is closed")
     sys.stdout.buffer.write(line + b"\n")
@@ -123,7 +127,7 @@ def silence_stdout() -> None:
 
 
 def _err(msg: str) -> None:
-    print(msg, file=sys.stderr)
+    print(shown(msg), file=sys.stderr)
 
 
 MAX_KINDS = 1000  # distinct --kind values (each is one SQL parameter)

@@ -29,18 +29,11 @@ import trio
 
 from .atomicfile import replace_atomically
 from .errors import LensError
+from .terminal import UNSHOWABLE
 
 log = logging.getLogger("lens.pairing")
 
 CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-# Characters a terminal acts on rather than shows (C0/C1 controls, bidirectional overrides): an
-# unauthenticated client names itself, and `lens pair list` prints the name to an operator.
-UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def shown(text: str) -> str:
-    """``text`` with :data:`UNSHOWABLE` characters escaped, for printing to a terminal."""
-    return UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 TOKEN_PREFIX = "lens_"
 POLL_SECONDS = 0.25
 # A pending request older than this no longer holds a place under ``server.maxPendingPairings``:

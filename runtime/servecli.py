@@ -9,7 +9,8 @@ import msgspec
 
 from .config import ConfigError, check_config, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
-from .pairing import PairFileInvalid, PairStore, shown
+from .pairing import PairFileInvalid, PairStore
+from .terminal import shown
 
 
 def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

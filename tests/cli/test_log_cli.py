@@ -1434,3 +1434,38 @@ def test_a_shm_file_that_is_not_a_file_is_named_not_called_damage(log_dir: Path)
     assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
     assert "STORE_CORRUPT" not in res.stdout + res.stderr
     assert f"{shm} is not a regular file" in res.stderr
+
+
+# --------------------------------------------------------------------------- terminal safety
+
+FORGED = "x\r\x1b[2K\nok: 1 event(s) verified\n\x1b[8m"
+
+
+def test_what_the_log_holds_cannot_act_on_the_terminal(log_dir: Path, tmp_path: Path) -> None:
+    """Ids, kinds and file names come from files anyone may have edited: a session id carrying
+    a carriage return and escape sequences forged an `ok:` line in `verify` and hid `FAILED`;
+    a kind set the terminal title in the `stats` table. Printed escaped now, as `pair list` does."""
+    conn = apsw.Connection(str(log_dir / "events.db"))
+    try:
+        with conn:
+            conn.execute("UPDATE events SET session_id = ?, session_seq = 5 WHERE seq = 3", (FORGED,))
+            conn.execute("UPDATE events SET kind = ? WHERE seq = 4", ("\x1b]0;pwned\x07\u202e",))
+    finally:
+        conn.close()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes\x1b[31m.txt").write_text("x")
+    for res in (lens("log", "verify", "--data", str(log_dir)), lens("log", "stats", "--data", str(log_dir)),
+                lens("log", "stats", "--data", str(log_dir), "--json"), lens("log", "verify", "--data", str(foreign))):
+        out = res.stdout + res.stderr
+        assert "Traceback" not in out
+        # (JSON output escapes controls itself and carries other text as it is: it is data)
+        for bad in ("\x1b", "\r", "\x07") + (() if res.args[-1] == "--json" else ("\u202e",)):
+            assert bad not in out, (bad, out[-300:])
+    verify = lens("log", "verify", "--data", str(log_dir))
+    assert verify.returncode == 1
+    lines = verify.stdout.splitlines()
+    assert lines[-1].startswith("FAILED:") and not any(line.startswith("ok:") for line in lines)
+    assert "x\\u000d\\u001b[2K\\u000aok: 1 event(s) verified" in verify.stdout
+    assert "\\u001b]0;pwned\\u0007\\u202e" in lens("log", "stats", "--data", str(log_dir)).stdout
+    assert "notes\\u001b[31m.txt" in lens("log", "verify", "--data", str(foreign)).stderr
