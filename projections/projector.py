@@ -128,6 +128,10 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
     try:
         conn = apsw.Connection(path)
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        if not memory and conn.readonly("main"):  # (SQLite opens a file it may not write read-only)
+            conn.close()
+            raise DataDirNotWritable(f"cannot write {path} (the file is read-only); projections need to "
+                                     f"write it: make it writable, or delete it (it is rebuilt from the log)")
         if not memory:
             _wal_mode(conn)
         conn.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is re-projected

@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import apsw
 import msgspec
@@ -1469,3 +1471,35 @@ def test_what_the_log_holds_cannot_act_on_the_terminal(log_dir: Path, tmp_path: 
     assert "x\\u000d\\u001b[2K\\u000aok: 1 event(s) verified" in verify.stdout
     assert "\\u001b]0;pwned\\u0007\\u202e" in lens("log", "stats", "--data", str(log_dir)).stdout
     assert "notes\\u001b[31m.txt" in lens("log", "verify", "--data", str(foreign)).stderr
+
+
+@contextmanager
+def unwritable_file(path: Path) -> Iterator[None]:
+    """``path`` cannot be written (root ignores permissions, so it gets the immutable flag)."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(0o644)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root where chattr +i is not available: cannot make a file unwritable")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_projections_db_is_named(log_dir: Path) -> None:
+    """SQLite opens a file it may not write read-only and fails at the first write: `rebuild`
+    said `SQLITE_ERROR: attempt to write a readonly database`, naming nothing."""
+    assert lens("log", "stats", "--data", str(log_dir)).returncode == 0
+    expected = lens("log", "stats", "--data", str(log_dir), "--json").stdout
+    with unwritable_file(log_dir / "projections.db"):
+        res = lens("log", "rebuild", "--data", str(log_dir))
+        assert_clean_failure(res, 2, "DATA_DIR_NOT_WRITABLE")
+        assert f"{log_dir / 'projections.db'}" in res.stderr and "read-only" in res.stderr
+        # stats still answers, computed without writing (as for a read-only data directory)
+        stats = lens("log", "stats", "--data", str(log_dir), "--json")
+        assert stats.returncode == 0 and stats.stdout == expected
