@@ -14,8 +14,8 @@ whose task is parked (waiting, nothing in flight) and which has a direct socket
 writer (``runtime.sse_socket``) is written by the ticker itself, without waking its task;
 otherwise the ticker sets the subscriber's ``wake`` and its task takes and writes the chunks.
 
-The bus never waits on a subscriber: a subscriber whose unread backlog exceeds ``buffer`` frames
-is cut off (it gets a final ``stream.dropped`` event naming the last ``seq`` it was sent, and can
+The bus never waits on a subscriber: a subscriber that has still not taken more than ``buffer``
+frames flushed in earlier ticks (one tick's burst does not count against it) is cut off (it gets a final ``stream.dropped`` event naming the last ``seq`` it was sent, and can
 resume from there). So a slow client never slows the writer or other clients. Ephemeral frames
 (streaming deltas) carry no ``id`` and are not in the log.
 """
@@ -85,6 +85,8 @@ class Group:
     subs: set["Subscription"] = field(default_factory=set)
     # Chunks flushed outside the tick (a subscriber joined) that the others were not yet told of.
     untold: bool = False
+    told: int = 0  # frames_total as of the last tick: what subscribers had the chance to take
+    told_bytes: int = 0
 
     def flush(self) -> bool:
         if not self.pending:
@@ -193,6 +195,7 @@ class Bus:
     _inbox: list[list[StoredEvent]] = field(default_factory=list)
     _inbox_events: int = 0
     _behind: bool = False  # the inbox overflowed: read the log up to the store's last seq
+    _taking: bool = False  # run() is turning inbox events into frames (and may be reading the log)
     _arrived: trio.Event = field(default_factory=trio.Event)
     # The project of each session seen committing since start: ephemeral frames (text deltas) are
     # published with their session only, and project-filtered streams must receive them too.
@@ -242,22 +245,44 @@ class Bus:
         self._arrived.set()
 
     async def _take_inbox(self, tail: TailReader) -> None:
-        if self._behind:
-            self._behind = False  # groups acknowledged from now on are queued again
-            await self._read_log(tail, self.store.last_seq)
+        self._taking = True
+        try:
+            if self._behind:
+                self._behind = False  # groups acknowledged from now on are queued again
+                await self._read_log(tail, self.store.last_seq)
+            while self._inbox:
+                inbox = self._inbox
+                self._inbox = []
+                self._inbox_events = 0
+                for events in inbox:
+                    if events[0].seq > self.position + 1 and events[-1].seq > self.position:
+                        await self._read_log(tail, events[0].seq - 1)  # a gap: fill it from the log first
+                    self._offer_fresh(events)
+        finally:
+            self._taking = False
+
+    def _offer_fresh(self, events: list[StoredEvent]) -> None:
+        """Offer the events of one committed group that are past :attr:`position`."""
+        if events[-1].seq <= self.position:
+            return  # read from the log already
+        fresh = [se for se in events if se.seq > self.position]
+        self._offer_all([event_frame(se) for se in fresh])
+        self.position = fresh[-1].seq
+
+    def _offer_inbox_now(self) -> None:
+        """Turn what the inbox holds into frames at once (before an ephemeral frame is offered),
+        so that a delta never overtakes the committed event it follows — its ``model.requested``
+        is in the inbox from the acknowledgement on, but the bus's task may not have run yet.
+        Left to the task when it is already at work or the log must be read (a gap, an overflow)."""
+        if self._taking or self._behind:
+            return
         while self._inbox:
-            inbox = self._inbox
-            self._inbox = []
-            self._inbox_events = 0
-            for events in inbox:
-                if events[-1].seq <= self.position:
-                    continue  # read from the log already
-                if events[0].seq > self.position + 1:  # a gap: fill it from the log first
-                    await self._read_log(tail, events[0].seq - 1)
-                fresh = [se for se in events if se.seq > self.position]
-                if fresh:
-                    self._offer_all([event_frame(se) for se in fresh])
-                    self.position = fresh[-1].seq
+            events = self._inbox[0]
+            if events[0].seq > self.position + 1 and events[-1].seq > self.position:
+                return  # a gap: the task reads the log first
+            del self._inbox[0]
+            self._inbox_events -= len(events)
+            self._offer_fresh(events)
 
     async def _read_log(self, tail: TailReader, upto: int) -> None:
         """Offer the log's events after :attr:`position`, up to ``upto`` at least."""
@@ -318,12 +343,16 @@ class Bus:
         buffer, buffer_bytes = self.buffer, self.buffer_bytes
         todo: list[Subscription] = []
         for g in list(self.groups.values()):
+            # What a subscriber has not taken of the frames flushed *before* this tick: one burst
+            # larger than the buffer (a fast model's deltas, a queue of inputs) is not lateness —
+            # nobody had a chance to write it yet. It counted, and dropped every reader at once.
+            before, before_bytes = g.told, g.told_bytes
             if not g.flush() and not g.untold:
                 continue
             g.untold = False
-            total, total_bytes = g.frames_total, g.bytes_total
+            g.told, g.told_bytes = g.frames_total, g.bytes_total
             for sub in list(g.subs):
-                if total - sub.taken > buffer or total_bytes - sub.taken_bytes > buffer_bytes:
+                if before - sub.taken > buffer or before_bytes - sub.taken_bytes > buffer_bytes:
                     self._drop(sub)
                 elif not sub.parked:
                     continue  # the task is busy: it takes what is pending before it parks again
@@ -395,6 +424,7 @@ class Bus:
         ``project_id``, the session's project (as its committed events name it) is used."""
         if project_id is None and session_id is not None:
             project_id = self._project_of.get(session_id)
+        self._offer_inbox_now()
         self._offer(Frame(None, project_id, session_id, sse_message(event, _json.encode(data))))
 
     def _offer(self, frame: Frame) -> None:

@@ -52,7 +52,8 @@ async def test_every_event_once_in_order_whether_handed_over_or_read_back(tmp_pa
 
 async def test_a_subscriber_too_many_bytes_behind_is_dropped_exactly_past_the_limit(tmp_path: Path) -> None:
     # Frames are counted by size as well as by number: a client that reads nothing pins at most
-    # `buffer_bytes` of frames (events may be up to 1 MiB each), then it is dropped.
+    # `buffer_bytes` of frames flushed in earlier ticks (events may be up to 1 MiB each), plus the
+    # current tick's, then it is dropped.
     async with open_store(tmp_path / "data") as store:
         bus = Bus(store, buffer=10_000, buffer_bytes=10**9)
         async with trio.open_nursery() as nursery:
@@ -76,7 +77,11 @@ async def test_a_subscriber_too_many_bytes_behind_is_dropped_exactly_past_the_li
             fast.take()
             assert g.bytes_total - slow.taken_bytes == at_limit
             assert not slow.dropped and not fast.dropped
-            await commit("z")  # one more frame: past the limit
+            await commit("z")  # one more frame, in this tick: what counts is what came before it
+            bus.flush()
+            fast.take()
+            assert not slow.dropped
+            await commit("w")  # now z was flushed in an earlier tick: past the limit
             bus.flush()
             assert slow.dropped and not fast.dropped
             assert fast.take() is not None  # the other subscriber keeps getting frames

@@ -232,6 +232,30 @@ async def test_heartbeats_keep_an_idle_stream_alive(daemon_factory: DaemonFactor
         assert stream.seqs == []
 
 
+async def test_a_delta_never_arrives_before_its_model_requested(daemon: Daemon, strong: str, reader: str):
+    """Deltas are published as the model streams; committed events reach the bus through the
+    store's acknowledgement and the bus's task. A delta published right after its
+    `model.requested` committed overtook it (8 answers in 20 in an audit)."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    async with daemon.sse(reader, params={"session": sid}) as stream:
+        await stream.next()
+        for i in range(20):
+            await daemon.submit(strong, sid, f"r{i}", f"hello {i}")
+            await stream.until(lambda m: m.event == "model.responded")
+        await daemon.wait_idle(strong, sid)
+    order = [m.event for m in stream.messages if m.event in ("model.requested", "model.delta", "model.responded")]
+    assert order.count("model.delta") >= 20
+    answering = False
+    for i, event in enumerate(order):
+        if event == "model.requested":
+            answering = True
+        elif event == "model.responded":
+            answering = False
+        else:
+            assert answering, f"a delta outside a model call at {i}: {order[max(0, i - 3):i + 2]}"
+
+
 # --------------------------------------------------------------------------- slow clients
 
 
@@ -370,6 +394,35 @@ async def test_a_slow_reader_of_a_long_replay_still_sees_revocation_and_shutdown
     if ending == "shutdown":
         with trio.fail_after(LIMIT):
             await d.done.wait()
+
+
+async def test_one_burst_larger_than_the_buffer_does_not_drop_readers_that_keep_up(daemon_factory: DaemonFactory):
+    """A subscriber was counted behind by everything flushed in the current tick, before anyone
+    had a chance to write it: a fast model's burst of deltas (or a few inputs in a row with a
+    small buffer) dropped every reader of the session at once. Lateness is what is left of
+    earlier ticks."""
+    burst = [f"piece {i} " for i in range(300)]
+    d = await daemon_factory(config={"server": {"sseBufferEvents": BUFFER}, "providers": [
+        {"id": "faux", "protocol": "faux", "script": [{"when": "burst", "chunks": burst}]}]})
+    token = await d.pair("c", strong=True)
+    p = await d.project(token)
+    sid = (await d.session(token, p["id"]))["id"]
+    async with d.sse(token, params={"session": sid}) as one, d.sse(token) as two:
+        await one.next()
+        await two.next()
+        await d.submit(token, sid, "r1", "burst please")
+        for stream in (one, two):
+            done = await stream.until(lambda m: m.event in ("model.responded", "stream.dropped"))
+            assert done.event == "model.responded", "a reader that keeps up was dropped"
+            text = "".join(json.loads(m.data)["text"] for m in stream.messages if m.event == "model.delta")
+            assert text == "".join(burst)  # every delta, in order
+        for i in range(3):  # inputs in a row: more frames than the buffer within a tick or two
+            await d.submit(token, sid, f"q{i}", f"again {i}")
+        await d.wait_idle(token, sid)
+        last = (await d.events(token, sid))[-1]["seq"]
+        for stream in (one, two):
+            await read_until_seq(stream, last)
+            assert not any(m.event == "stream.dropped" for m in stream.messages)
 
 
 # --------------------------------------------------------------------------- shutdown
