@@ -689,6 +689,8 @@ def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
 
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often
 REPLAY_WRITE_BYTES = 64 * 1024  # a stream's log replay is written in pieces of about this size
+# A live stream whose client takes no byte of a write for this long is reset (see sse_socket).
+WRITE_STALL_SECONDS = 30.0
 WATCH_SECONDS = 0.25
 
 
@@ -783,7 +785,8 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             if sub.rest is not None:  # a write the bus started: finish it before anything else
                 rest, sub.rest = sub.rest, None
                 try:
-                    await writer.write_rest(rest)  # type: ignore[union-attr]
+                    await writer.write_rest(rest, stall_seconds=WRITE_STALL_SECONDS,  # type: ignore[union-attr]
+                                            stop=svc.shutting_down.is_set)
                 except OSError:
                     return
             if sub.gone:
@@ -821,7 +824,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 yield data  # the same bytes object for every subscriber of the group
                 continue
             try:
-                await writer.write(data)
+                await writer.write(data, stall_seconds=WRITE_STALL_SECONDS, stop=svc.shutting_down.is_set)
             except OSError:
                 return
     finally:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import msgspec
 import trio
@@ -117,8 +117,10 @@ class DirectWriter(Protocol):
     def write_nowait(self, data: bytes) -> memoryview | None:
         """Write what the socket takes now; return the rest (``None``: all written). May raise OSError."""
 
-    async def write_rest(self, rest: memoryview) -> None:
-        """Finish a write that :meth:`write_nowait` started."""
+    async def write_rest(self, rest: memoryview, *, stall_seconds: float | None = None,
+                         stop: Callable[[], bool] | None = None) -> None:
+        """Finish a write that :meth:`write_nowait` started; a client that takes nothing for
+        ``stall_seconds`` (or ``stop()``) gets its connection reset and ``OSError`` raised."""
 
 
 @dataclass(eq=False)

@@ -20,11 +20,14 @@ the stream's own task, one after the other.
 from __future__ import annotations
 
 import os
-from typing import Any
+import socket
+import struct
+from typing import Any, Callable
 
 import trio
 
 SCOPE_KEY = "lens.asgi_send"  # the ASGI ``send`` callable, put into the scope by :func:`keep_send`
+STOP_POLL_SECONDS = 0.25  # a blocked write looks at its stop condition this often
 
 
 def keep_send(asgi_app: Any) -> Any:
@@ -73,13 +76,27 @@ class ChunkedSocketWriter:
             return None
         return memoryview(head + data + b"\r\n")[n:]
 
-    async def write_rest(self, rest: memoryview) -> None:
-        """Finish a chunk :meth:`write_nowait` started, waiting (cancellably) for the socket."""
+    async def write_rest(self, rest: memoryview, *, stall_seconds: float | None = None,
+                         stop: Callable[[], bool] | None = None) -> None:
+        """Finish a chunk :meth:`write_nowait` started, waiting (cancellably) for the socket.
+
+        A client that takes no byte for ``stall_seconds``, or ``stop()`` turning true (the
+        daemon stopping), ends the wait: the connection is reset (:meth:`abort`) and
+        ``BrokenPipeError`` raised. Without that, a client that stopped reading held its
+        connection, its task and a copy of the chunk for as long as it lived.
+        """
+        deadline = None if stall_seconds is None else trio.current_time() + stall_seconds
         while rest:
-            try:
-                await trio.lowlevel.wait_writable(self.sock)
-            except trio.ClosedResourceError:
-                raise BrokenPipeError("the connection is closed") from None
+            if (stop is not None and stop()) or (deadline is not None and trio.current_time() >= deadline):
+                self.abort()
+                raise BrokenPipeError("the client stopped reading; the connection was reset")
+            with trio.move_on_after(STOP_POLL_SECONDS) as waited:
+                try:
+                    await trio.lowlevel.wait_writable(self.sock)
+                except trio.ClosedResourceError:
+                    raise BrokenPipeError("the connection is closed") from None
+            if waited.cancelled_caught:
+                continue
             fd = self.sock.fileno()
             if fd < 0:
                 raise BrokenPipeError("the connection is closed")
@@ -88,11 +105,24 @@ class ChunkedSocketWriter:
             except BlockingIOError:
                 continue
             rest = rest[n:]
+            if n and stall_seconds is not None:
+                deadline = trio.current_time() + stall_seconds
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes, *, stall_seconds: float | None = None,
+                    stop: Callable[[], bool] | None = None) -> None:
         rest = self.write_nowait(data)
         if rest is not None:
-            await self.write_rest(rest)
+            await self.write_rest(rest, stall_seconds=stall_seconds, stop=stop)
+
+    def abort(self) -> None:
+        """Reset the connection: linger 0, then shut it down both ways. Hypercorn's next write
+        (the end of the response) fails and it closes the socket, which sends a RST and drops
+        what the client never read, instead of keeping it queued."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def direct_writer(scope: dict[str, Any]) -> ChunkedSocketWriter | None:

@@ -14,6 +14,8 @@ import socket
 import pytest
 import trio
 
+from runtime import api
+
 from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block
 
 
@@ -423,6 +425,49 @@ async def test_one_burst_larger_than_the_buffer_does_not_drop_readers_that_keep_
         for stream in (one, two):
             await read_until_seq(stream, last)
             assert not any(m.event == "stream.dropped" for m in stream.messages)
+
+
+@pytest.mark.parametrize("ending", ["stall", "shutdown"])
+async def test_a_client_that_stops_reading_is_reset(daemon_factory: DaemonFactory,
+                                                    monkeypatch: pytest.MonkeyPatch, ending: str):
+    """A live write the client takes no byte of: the stream's task waited for ever (its
+    connection and a copy of the chunk held until the client went away), and held shutdown up
+    to the server's grace period. Now the connection is reset after WRITE_STALL_SECONDS without
+    progress, or at once when the daemon stops."""
+    monkeypatch.setattr(api, "WRITE_STALL_SECONDS", 1.0 if ending == "stall" else 3600.0)
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    p = await d.project(token)
+    sid = (await d.session(token, p["id"]))["id"]
+    await d.submit(token, sid, "busy", BUSY)
+    await d.wait_running_call(token, sid)
+    slow, data = await open_slow_stream(d, token, f"session={sid}")
+    with slow:
+        for i in range(REPLAYED // 2):  # ~5.6 MB live: more than the socket buffers hold
+            await d.submit(token, sid, f"huge{i}", f"{i:04d}" + "x" * HUGE)
+        start = trio.current_time()
+        if ending == "stall":
+            await trio.sleep(2.5)  # (time passing is what is tested: the stall limit is 1 s)
+        else:
+            d.stop.set()
+        ended = None
+        with trio.fail_after(LIMIT):
+            while ended is None:
+                try:
+                    chunk = await slow.recv(1 << 20)
+                except ConnectionResetError:
+                    ended = "reset"
+                    break
+                if not chunk:
+                    ended = "eof"
+                data += chunk
+        assert not data.endswith(b"0\r\n\r\n"), "the response ended as if the client had kept up"
+    if ending == "shutdown":
+        with trio.fail_after(LIMIT):
+            await d.done.wait()
+        assert trio.current_time() - start < 3.0, "a client that reads nothing held up shutdown"
+    else:
+        assert (await d.get("/health")).status_code == 200  # the daemon is fine
 
 
 # --------------------------------------------------------------------------- shutdown
