@@ -477,6 +477,7 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         after = _int_arg("after", 0, 0, None)
         limit = _int_arg("limit", 100, 1, MAX_EVENTS_PAGE)
+        _check_not_past_end(svc, "after", after)
         events = await svc.store.read_events(session_id=sid, after=after, limit=limit)
         if not events and (after == 0 or not await svc.store.read_events(session_id=sid, limit=1)):
             # A session is its events: none at all is a session that does not exist (asked of
@@ -503,13 +504,18 @@ def create_app(svc: Services) -> QuartTrio:
     async def stream() -> Response:
         session = _id_arg("session", "session filter")
         project = _id_arg("project", "project filter")
-        last = request.headers.get("Last-Event-ID") or _one_arg("after")
-        after = None if last in (None, "") else _parse_int("Last-Event-ID", last.strip(), 0, SEQ_MAX)
-        if after is not None and after > svc.store.last_seq:
-            # Not a position this log ever had (every seq a client saw is committed): resuming
-            # "after" it would silently skip the events up to it once they exist.
-            raise ApiError("INVALID_ARGUMENT", f"Last-Event-ID {after} is past the last event of "
-                           f"this log ({svc.store.last_seq}); reconnect without it to follow from now")
+        # A browser's EventSource reconnects to the same URL with Last-Event-ID: the header,
+        # when present and not blank, wins over ?after= (which must still be well-formed).
+        headers = request.headers.getlist("Last-Event-ID")
+        if len(headers) > 1:
+            raise ApiError("INVALID_ARGUMENT", f"Last-Event-ID is given {len(headers)} times; give it once")
+        raw_after = _one_arg("after")
+        after = None if raw_after is None else _parse_int("after", raw_after, 0, SEQ_MAX)
+        name = "after"
+        if headers and headers[0].strip():
+            after, name = _parse_int("Last-Event-ID", headers[0].strip(), 0, SEQ_MAX), "Last-Event-ID"
+        if after is not None:
+            _check_not_past_end(svc, name, after)
         token = request.headers.get("Authorization", "")
         gen = _sse(svc, session, project, after, token, request.scope)
         resp = Response(gen, content_type="text/event-stream")
@@ -681,10 +687,19 @@ def _id_arg(name: str, what: str) -> str | None:
 
 
 def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
+    """An integer query parameter: absent is ``default``; empty, twice or malformed is 400."""
     raw = _one_arg(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     return _parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)
+
+
+def _check_not_past_end(svc: Services, name: str, after: int) -> None:
+    """A position past the log's last event was never one a client saw (every seq it saw is
+    committed): reading "after" it would silently skip the events up to it once they exist."""
+    if after > svc.store.last_seq:
+        raise ApiError("INVALID_ARGUMENT", f"{name} {after} is past the last event of this log "
+                       f"({svc.store.last_seq}); start again without it")
 
 
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often

@@ -570,16 +570,22 @@ async def test_events_paging_matches_lens_log_decode(daemon: Daemon, strong: str
     # default page and a page past the end
     first = (await daemon.get(f"/sessions/{sid}/events", reader)).json()
     assert first["events"] == events[:100]
-    past = (await daemon.get(f"/sessions/{sid}/events", reader, params={"after": seqs[-1] + 1000})).json()
-    assert past == {"events": [], "nextAfter": seqs[-1] + 1000}
-    # at the largest seq SQLite holds, and one past it
-    top = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": 2**63 - 1})
-    assert top.status_code == 200 and top.json() == {"events": [], "nextAfter": 2**63 - 1}
-    for bad in (2**63, 10**30, "1_000", "\u0663", "+5", " 5", "1.0"):
+    last = (await daemon.get("/health")).json()["lastSeq"]
+    at_end = (await daemon.get(f"/sessions/{sid}/events", reader, params={"after": last})).json()
+    assert at_end == {"events": [], "nextAfter": last}
+    # past the log's last seq: no client saw such a position, and a poller following that
+    # nextAfter would skip every event below it once they exist (as SSE refuses it)
+    for past in (last + 1, seqs[-1] + 1000, 2**63 - 1):
+        r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": past})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_ARGUMENT", past
+        assert f"after {past} is past the last event of this log ({last})" in r.json()["error"]["message"]
+    for bad in (2**63, 10**30, "1_000", "\u0663", "+5", " 5", "1.0", ""):
         r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": bad})
         assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_ARGUMENT", bad
     r = await daemon.get(f"/sessions/{sid}/events?after=1&after=2", reader)
     assert r.status_code == 400 and "given 2 times" in r.json()["error"]["message"]
+    r = await daemon.get(f"/sessions/{sid}/events?limit=", reader)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_ARGUMENT"
     # an unknown session is 404 from any position, not an empty page
     for after in (0, 5):
         r = await daemon.get("/sessions/ses_unknown/events", reader, params={"after": after})

@@ -16,7 +16,7 @@ import trio
 
 from runtime import api
 
-from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block
+from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block, raw_http
 
 
 async def log_seqs(d: Daemon, token: str, *, session: str | None = None, project: str | None = None) -> list[int]:
@@ -213,6 +213,21 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
     for name in ("session", "project"):
         r = await daemon.get("/events/stream", strong, params={name: ""})
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", name
+    # ?after= empty, malformed or twice is refused even beside a Last-Event-ID; two headers too;
+    # an error names the parameter that was wrong
+    for query, headers in [("after=", {}), ("after=abc", {"Last-Event-ID": "1"}),
+                           ("after=1&after=2", {"Last-Event-ID": "1"})]:
+        r = await daemon.get(f"/events/stream?{query}", strong, headers=headers)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", query
+    r = await daemon.get("/events/stream?after=-1", strong)
+    assert "after must be" in r.json()["error"]["message"], r.text
+    raw = await raw_http(daemon.port, "GET", f"{API}/events/stream",
+                         {"Authorization": f"Bearer {strong}", "Last-Event-ID": "1\r\nLast-Event-ID: 2"})
+    assert raw.status == 400 and raw.code == "INVALID_ARGUMENT" and b"given 2 times" in raw.body
+    # the header wins over ?after= (an EventSource reconnects to the same URL with it)
+    async with daemon.sse(strong, params={"after": "0"}, last_event_id=p1["seq"]) as stream:
+        msg = await stream.next_event()
+        assert msg is not None and msg.id == p2["seq"]
 
 
 # --------------------------------------------------------------------------- heartbeats
