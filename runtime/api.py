@@ -273,7 +273,8 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = 60
-    app.asgi_app = keep_send(app.asgi_app)  # type: ignore[method-assign]  # SSE's direct write path
+    # (keep_send outermost: it keeps the server's own send for SSE's direct write path)
+    app.asgi_app = keep_send(_finish_responses(app.asgi_app))  # type: ignore[method-assign]
 
     @app.before_request
     async def guard() -> Response | None:
@@ -669,6 +670,32 @@ def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     if not lo <= v <= hi:
         raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
     return v
+
+
+def _finish_responses(asgi_app: Any) -> Any:
+    """Wrap an ASGI app so the last body message of each response is sent shielded.
+
+    Hypercorn recycles a kept-alive connection inside that send and starts its keep-alive timer
+    there; the request's task is being cancelled as its handler returns, and the timer's start
+    was cancelled with it. So an idle kept-alive connection was never closed (still open after
+    minutes; hypercorn's ``keep_alive_timeout`` never ran). Hypercorn writes the bytes
+    themselves shielded already; this only lets the recycling finish.
+    """
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await asgi_app(scope, receive, send)
+
+        async def finish(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+
+        return await asgi_app(scope, receive, finish)
+
+    return app
 
 
 def _one_arg(name: str) -> str | None:

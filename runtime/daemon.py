@@ -47,6 +47,7 @@ from .providers.catalog import build_catalog
 from .supervisor import Supervisor
 
 log = logging.getLogger("lens.daemon")
+KEEP_ALIVE_SECONDS = 5.0  # an idle kept-alive HTTP connection is closed after this long
 
 
 def new_id(prefix: str) -> str:
@@ -141,6 +142,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         host = f"[{opts.host}]" if ":" in opts.host and not opts.host.startswith("[") else opts.host
         hc.bind = [f"{host}:{opts.port}"]
         hc.graceful_timeout = 5.0
+        hc.keep_alive_timeout = KEEP_ALIVE_SECONDS
         hc.accesslog = None  # request lines could carry ids; credentials never appear (headers not logged)
         hc.errorlog = logging.getLogger("lens.http.server")
 

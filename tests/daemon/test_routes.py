@@ -17,8 +17,9 @@ import trio
 
 from events.store import READ_BYTES, Draft, open_store
 from events.types import InstructionAppended, SessionCreated
+from runtime import daemon as daemon_module
 
-from .conftest import API, BUSY, Daemon, error_of, raw_http, run_lens
+from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens
 
 DECODE_KEYS = {"seq", "ts", "project_id", "session_id", "agent_id", "task_id", "kind", "request_id", "body"}
 
@@ -684,3 +685,25 @@ async def test_a_client_reusing_its_connection_after_an_early_error_is_answered(
             assert r.status_code == status and r.headers.get("connection") == "close", r.text
             r = await d.client.get(API + "/health")  # the same client, so the same pool
             assert r.status_code == 200
+
+
+# --------------------------------------------------------------------------- connections
+
+
+async def test_an_idle_kept_alive_connection_is_closed(daemon_factory, monkeypatch: pytest.MonkeyPatch):
+    """The keep-alive timer was cancelled with the request's task as each response ended: an
+    idle connection kept alive after a request stayed open for ever (one socket and task each)."""
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+        async with stream:
+            for _ in range(2):  # kept alive: a second request on it works
+                await stream.send_all(f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n\r\n".encode())
+                data = b""
+                while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+                    data += await stream.receive_some(65536)
+                assert data.startswith(b"HTTP/1.1 200")
+            start = trio.current_time()
+            assert await stream.receive_some(65536) == b""  # then closed by the server
+            assert trio.current_time() - start < 3.0
