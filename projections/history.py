@@ -41,6 +41,17 @@ def _text(parts: Sequence[t.ContentPart]) -> str:
     return "".join(p.text for p in parts if isinstance(p, t.TextPart))
 
 
+SCAN_BYTES = 4 * SCAN_CHARS  # of an item's UTF-8 text read for its snippet (SCAN_CHARS characters at most)
+
+
+def _snippet_of(prefix: bytes, longer: bool, terms: list[Term]) -> str:
+    """The snippet of an item whose text begins with the UTF-8 bytes ``prefix`` (``longer``:
+    there is more); a character the byte cut split is left out."""
+    text = prefix.decode("utf-8", "ignore") if longer else prefix.decode("utf-8", "replace")
+    more = longer or len(text) > SCAN_CHARS
+    return snippet(text[:SCAN_CHARS], terms, more=more)
+
+
 def _iid(seq: int, n: int = 0) -> str:
     return f"c{seq}" if n == 0 else f"c{seq}.{n}"
 
@@ -98,6 +109,10 @@ class HistoryProjection(Projection):
             if isinstance(ev, t.SessionCreated):
                 conn.execute("INSERT OR REPLACE INTO history_sessions(session_id, project_id) VALUES (?, ?)", (sid, se.project_id))
             elif isinstance(ev, t.SessionDeleted):
+                # Items of this batch first, or they would be inserted after the update, visible:
+                # a rebuild (one long batch) brought a deleted session back into search.
+                self._flush(conn, items)
+                items = []
                 conn.execute("UPDATE history_sessions SET deleted = 1 WHERE session_id = ?", (sid,))
                 conn.execute("UPDATE history_items SET hidden = hidden | 2 WHERE session_id = ?", (sid,))
             elif isinstance(ev, t.InputSubmitted) and se.request_id:
@@ -289,8 +304,9 @@ class HistoryIndex:
                 args.append(val)
         cond = " AND ".join(where)
         # The text's scanned prefix, not FTS5's snippet(): see projections.snippets.
+        # (as bytes: SQLite's substr() and length() of text stop at a NUL, which tool output holds)
         cols = ("i.rowid, i.item_id, i.project_id, i.session_id, i.agent_id, i.task_id, i.role, i.seq, "
-                f"substr(i.text, 1, {SCAN_CHARS}), length(i.text) > {SCAN_CHARS}")
+                f"substr(CAST(i.text AS BLOB), 1, {SCAN_BYTES}), length(CAST(i.text AS BLOB)) > {SCAN_BYTES}")
         cursor_rowid = None
         if after_item_id is not None:
             found = self.conn.execute("SELECT rowid FROM history_items WHERE item_id = ? AND project_id = ?",
@@ -331,7 +347,7 @@ class HistoryIndex:
         page = [by_rowid[r] for r in wanted if r in by_rowid]
         more = len(page) > limit
         page = page[:limit]
-        hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], snippet(r[8], matcher, more=bool(r[9]))) for r in page]
+        hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], _snippet_of(r[8], bool(r[9]), matcher)) for r in page]
         return hits, (hits[-1].context_item_id if more and hits else None)
 
     def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:

@@ -13,6 +13,7 @@ hit lies past the scanned prefix shows its beginning.
 
 from __future__ import annotations
 
+import unicodedata
 from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
@@ -136,22 +137,56 @@ def _render(text: str, window: list[tuple[int, int, str]], marked: set[int], mor
     if not window:
         return text[:200]
     start, end = window[0][0], window[-1][1]
-    out = ["…" if start > 0 else ""]
+    # (piece, highlighted): a highlight takes in the combining marks after its token — the index
+    # splits Devanagari, Thai or Arabic words at their vowel signs, and `[ह]ि[न]्[द]ी` left the
+    # marks outside on their own — and touching highlights are one (CJK: each character a token)
+    pieces: list[tuple[str, bool]] = [("…" if start > 0 else "", False)]
     pos = start
     for i, (s, e, _) in enumerate(window):
         if i in marked:
-            if s == pos and i - 1 in marked:  # touching the previous match (CJK): one bracket
-                out[-1] = out[-1][:-1] + text[s:e] + "]"
+            e = _after_marks(text, e)
+            if s == pos and pieces[-1][1]:
+                pieces[-1] = (pieces[-1][0] + text[s:e], True)
             else:
-                out.append(text[pos:s] + "[" + text[s:e] + "]")
-            pos = e
-    out.append(text[pos:end])
+                pieces.append((text[pos:s], False))
+                pieces.append((text[s:e], True))
+            pos = max(pos, e)
+    end = max(end, pos)
+    pieces.append((text[pos:end], False))
     rest = text[end:end + TAIL_CHARS + 1]
     if 0 < len(rest) <= TAIL_CHARS and not _WORD.search(rest):  # only punctuation follows: show it
-        out.append(rest)
+        pieces.append((rest, False))
         end += len(rest)
     cut = more or (end < len(text) and bool(text[end:].strip()))
-    rendered = "".join(out)
-    if len(rendered) > MAX_CHARS:
-        rendered, cut = rendered[:MAX_CHARS], True
-    return rendered + ("…" if cut else "")
+    out: list[str] = []
+    room = MAX_CHARS  # a snippet longer than this is cut, a highlight it cuts closed
+    for piece, highlighted in pieces:
+        shown = f"[{piece}]" if highlighted else piece
+        if len(shown) <= room:
+            out.append(shown)
+            room -= len(shown)
+            continue
+        if highlighted and room > 2:
+            out.append("[" + _cut(piece, room - 2) + "]")
+        elif not highlighted:
+            out.append(_cut(piece, room))
+        cut = True
+        break
+    return "".join(out) + ("…" if cut else "")
+
+
+def _after_marks(text: str, end: int) -> int:
+    """``end`` moved past the combining marks that follow it."""
+    n = len(text)
+    while end < n and unicodedata.category(text[end])[0] == "M":
+        end += 1
+    return end
+
+
+def _cut(piece: str, n: int) -> str:
+    """The first ``n`` characters of ``piece``, less a letter whose marks would be cut off."""
+    if n >= len(piece):
+        return piece
+    while n > 0 and unicodedata.category(piece[n])[0] == "M":
+        n -= 1
+    return piece[:n]

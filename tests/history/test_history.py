@@ -313,6 +313,30 @@ async def test_incremental_equals_rebuild(world) -> None:
     rebuilt.close()
 
 
+async def test_a_deleted_sessions_items_stay_hidden_when_projected_in_one_batch(world) -> None:
+    """Items were held back and written at the end of a batch, after the deletion had flagged
+    the session's rows: a rebuild (one batch) — or a deletion right after the session's last
+    items — made the deleted session's items searchable again."""
+    data, log = world
+    inc, index = project(data)  # s1's items are projected before the deletion...
+    await log.session("s4")
+    seq = await log.user("walrus sings in session four", session="s4")
+    await log.ev(t.SessionDeleted(), session="s4")  # ... s4's in the same batch as it
+    await log.ev(t.SessionDeleted(), session="s1")
+    inc.catch_up()
+    rebuilt = Projector(LogReader(data), open_projections_db(data, memory=True), [HistoryProjection()])
+    rebuilt.rebuild()
+    for projector in (inc, rebuilt):
+        idx = HistoryIndex(projector.conn)
+        assert ids(idx.search(P1, "walrus")[0]) == []
+        assert ids(idx.search(P1, "zanzibar")[0]) == ids(idx.search(P1, "zanzibar", session_id="s2")[0]) != []
+        with pytest.raises(HistoryError):
+            idx.read(f"c{seq}", project_id=P1)
+    assert rebuilt.dump("history") == inc.dump("history")
+    inc.close()
+    rebuilt.close()
+
+
 async def test_tools_return_evidence_scoped_to_the_callers_project(world) -> None:
     data, _ = world
     projector, index = project(data)
@@ -342,4 +366,22 @@ async def test_tools_return_evidence_scoped_to_the_callers_project(world) -> Non
     assert info.value.code == "HISTORY_ITEM_NOT_FOUND"
     with pytest.raises(ToolError):
         await search.run({"query": "zanzibar", "bogus": 1}, ctx)
+    projector.close()
+
+
+async def test_a_snippet_sees_text_after_a_nul(tmp_path: Path) -> None:
+    """SQLite's substr() and length() of text stop at a NUL (tool output holds them): the
+    snippet was the text before it, without the match."""
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        log = Log(store)
+        await log.session("s1")
+        await log.tool("run_command", {"command": "cat blob"}, "before\x00 needlex after")
+        await log.user("é" * 300_000 + " needlex at the end of a long non-ASCII item")
+    projector, index = project(data)
+    hits, _ = index.search(P1, "needlex")
+    snippets = sorted(h.snippet for h in hits)
+    assert len(snippets) == 2
+    assert any("[needlex] after" in s for s in snippets), snippets
+    assert any(s.startswith("éééé") and s.endswith("…") and "[" not in s for s in snippets), [x[:20] for x in snippets]
     projector.close()

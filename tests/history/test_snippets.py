@@ -104,3 +104,28 @@ def test_a_cjk_character_counts_a_third_of_a_word() -> None:
     latin = " ".join(f"w{i}" for i in range(10)) + " needle " + " ".join(f"x{i}" for i in range(40))
     assert snip(latin, "needle").startswith("…w6 w7 w8 w9 [needle]")  # words: as before
     assert len(snip(latin, "needle").split()) == 24
+
+
+def test_a_highlight_takes_in_the_marks_after_its_letters() -> None:
+    """The index splits Devanagari, Thai or Arabic words at their vowel signs and other marks;
+    the highlights did too, leaving the marks outside on their own: `[ह]ि[न]्[द]ी`."""
+    assert snip("भाषा हिन्दी में लिखा गया पाठ", "हिन्दी") == "भाषा [हिन्दी] में लिखा गया पाठ"
+    assert snip("ภาษาไทยเป็นภาษาที่สวยงาม ok", "ภาษาไทยเป็นภาษาที่สวยงาม") == "[ภาษาไทยเป็นภาษาที่สวยงาม] ok"
+    assert snip("اللغة العَرَبِيَّة جميلة", "العَرَبِيَّة") == "اللغة [العَرَبِيَّة] جميلة"
+    assert snip("café au lait", "cafe") == "[café] au lait"  # (a composed letter, as before)
+
+
+def test_a_snippet_cut_at_its_limit_closes_the_highlight_it_cuts() -> None:
+    for text, query in [("longtok " + "a" * 700 + " tailword", "aaaa*"),
+                        ("x " + "数据库" * 300, "数据库"),
+                        ("intro " + "ह" + "ि" * 700, "हि")]:
+        out = snip(text, query)
+        assert len(out) <= MAX_CHARS + 1 and out.endswith("…"), (query, len(out))
+        assert out.count("[") == out.count("]") >= 1, out[-20:]
+    # a phrase of many words, each bracketed, cut in the middle: still balanced
+    words = " ".join(f"word{i}" for i in range(200))
+    out = snippet(words, [term(words, False)])
+    assert out.count("[") == out.count("]")
+    # a highlight is not cut between a letter and its marks
+    out = snip("intro " + "कि" * 400, "कि*")
+    assert out.endswith("]…") and out[-3] == "ि", out[-6:]
