@@ -334,6 +334,14 @@ class HistoryIndex:
         elif cursor_rowid is None:
             wanted = [r[0] for r in head[:limit + 1]]  # many matches: newest first
         else:
+            # The cursor must be a result of this query here too (it was refused only in the
+            # ranked order; here any item of the project silently paged from its place).
+            if not self.conn.execute(
+                    "SELECT 1 FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
+                    f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid = ?",
+                    (expr, *args, cursor_rowid)).fetchall():
+                raise HistoryError("INVALID_ARGUMENT",
+                                   f"after_context_item_id {after_item_id!r} is not a result of this query")
             wanted = [r[0] for r in self.conn.execute(
                 "SELECT i.rowid FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
                 f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid < ? "

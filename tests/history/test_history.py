@@ -12,7 +12,7 @@ import trio
 from events import types as t
 from events.reader import LogReader
 from events.store import Draft, open_store
-from projections.history import HistoryError, HistoryIndex, HistoryProjection, fts_query
+from projections.history import RANKED_LIMIT, HistoryError, HistoryIndex, HistoryProjection, fts_query
 from projections.projector import Projector, open_projections_db
 from tools.base import ToolContext
 from tools.history import history_tools
@@ -384,4 +384,25 @@ async def test_a_snippet_sees_text_after_a_nul(tmp_path: Path) -> None:
     assert len(snippets) == 2
     assert any("[needlex] after" in s for s in snippets), snippets
     assert any(s.startswith("éééé") and s.endswith("…") and "[" not in s for s in snippets), [x[:20] for x in snippets]
+    projector.close()
+
+
+@pytest.mark.parametrize("many", [False, True])
+async def test_a_cursor_that_is_no_result_of_the_query_is_refused_in_either_order(tmp_path: Path, many: bool) -> None:
+    """Past RANKED_LIMIT matches (newest first) a cursor naming any item of the project paged
+    from its place; with fewer it was refused. Refused either way now."""
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        log = Log(store)
+        await log.session("s1")
+        other = await log.assistant("an item about pelicans only")
+        for i in range(RANKED_LIMIT + 5 if many else 10):
+            await log.assistant(f"note {i} about quokkas")
+    projector, index = project(data)
+    page, after = index.search(P1, "quokkas", limit=3)
+    assert after is not None and len(page) == 3
+    assert ids(index.search(P1, "quokkas", limit=3, after_item_id=after)[0]) != ids(page)  # a real cursor pages
+    with pytest.raises(HistoryError) as info:
+        index.search(P1, "quokkas", limit=3, after_item_id=f"c{other}")
+    assert info.value.code == "INVALID_ARGUMENT" and "not a result of this query" in info.value.message
     projector.close()
