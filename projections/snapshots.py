@@ -137,6 +137,18 @@ class SnapshotStore:
         except apsw.Error as exc:
             log.warning("snapshot of %s not saved (%s)", state.session_id, exc)
 
+    def forget_after(self, last_seq: int) -> int:
+        """Delete the snapshots that end past ``last_seq`` (the log's last seq when the daemon
+        starts): the log was put back from a backup, and once it grows again a snapshot of the
+        old timeline could not be told from one of the new. Returns how many were deleted."""
+        try:
+            with self.conn:
+                self.conn.execute("DELETE FROM snapshots WHERE seq > ?", (last_seq,))
+                return self.conn.changes()
+        except apsw.Error as exc:  # (the wake-up check still refuses them while the log is short)
+            log.warning("snapshots past seq %s not deleted (%s)", last_seq, exc)
+            return 0
+
     def delete(self, session_id: str) -> None:
         try:
             with self.conn:

@@ -312,7 +312,8 @@ class SessionActor:
         if not state.last_seq:
             return True
         page = await self.deps.store.read_events(session_id=self.session_id, after=state.last_seq - 1,
-                                                 to=state.last_seq, limit=1)
+                                                 to=state.last_seq, limit=1,
+                                                 after_session_seq=max(state.last_session_seq - 1, 0) or None)
         return bool(page) and page[0].seq == state.last_seq and page[0].session_seq == state.last_session_seq
 
     async def _state_at(self, session_id: str, upto: int) -> SessionState:

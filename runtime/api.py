@@ -672,6 +672,9 @@ def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     return v
 
 
+FINISH_SECONDS = 5.0  # the last body message of a response is sent shielded for at most this long
+
+
 def _finish_responses(asgi_app: Any) -> Any:
     """Wrap an ASGI app so the last body message of each response is sent shielded.
 
@@ -683,12 +686,15 @@ def _finish_responses(asgi_app: Any) -> Any:
     """
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
+        # (HTTP/2 has no kept-alive connection to recycle, and its last send waits for the
+        # client's flow-control window: shielded, a client granting none held shutdown for ever)
+        if scope.get("type") != "http" or scope.get("http_version") not in ("1.0", "1.1"):
             return await asgi_app(scope, receive, send)
 
         async def finish(message: dict[str, Any]) -> None:
             if message.get("type") == "http.response.body" and not message.get("more_body", False):
-                with trio.CancelScope(shield=True):
+                with trio.move_on_after(FINISH_SECONDS) as scope_:  # shielded, but not for ever
+                    scope_.shield = True
                     await send(message)
             else:
                 await send(message)

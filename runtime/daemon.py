@@ -45,6 +45,7 @@ from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, build_system_prompt
 from .providers.catalog import build_catalog
 from .supervisor import Supervisor
+from .terminal import shown
 
 log = logging.getLogger("lens.daemon")
 KEEP_ALIVE_SECONDS = 5.0  # an idle kept-alive HTTP connection is closed after this long
@@ -71,7 +72,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
     cfg = opts.config
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
-    say = announce or (lambda line: print(line, flush=True))
+    out = announce or (lambda line: print(line, flush=True))
+
+    def say(line: str) -> None:  # (config notes name keys of a file a client may write)
+        out(shown(line))
     for note in opts.notes:
         say(f"lens: {note}")
     store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,

@@ -62,6 +62,10 @@ class Supervisor:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every actor; wake sessions with unfinished work; run until cancelled."""
+        snapshots = self.deps.snapshots
+        if snapshots is not None:  # before any actor runs (and appends): see forget_after
+            await trio.to_thread.run_sync(snapshots.forget_after, self.deps.store.last_seq,
+                                          limiter=self.deps.snapshot_limiter)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             found = await self._pending() if self._pending is not None else None

@@ -707,3 +707,37 @@ async def test_an_idle_kept_alive_connection_is_closed(daemon_factory, monkeypat
             start = trio.current_time()
             assert await stream.receive_some(65536) == b""  # then closed by the server
             assert trio.current_time() - start < 3.0
+
+
+async def test_an_http2_client_granting_no_window_does_not_hold_shutdown(daemon_factory):
+    """The last body message of a response is sent shielded so kept-alive HTTP/1.1 connections
+    are recycled; over HTTP/2 that send waits for the client's flow-control window, and a client
+    granting none (HTTP/2 without TLS needs no credential for the dashboard) held the daemon's
+    shutdown for ever. Only HTTP/1.x is shielded, and never for long."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.settings
+
+    d = await daemon_factory()
+    stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+    async with stream:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
+        await stream.send_all(conn.data_to_send())
+        conn.send_headers(1, [(":method", "GET"), (":path", "/"), (":scheme", "http"),
+                              (":authority", f"127.0.0.1:{d.port}")], end_stream=True)
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(LIMIT):
+            while True:  # the response has begun: its body waits for a window never granted
+                events = conn.receive_data(await stream.receive_some(65536))
+                if out := conn.data_to_send():
+                    await stream.send_all(out)
+                if any(isinstance(ev, h2.events.DataReceived) for ev in events):
+                    break
+        start = trio.current_time()
+        d.stop.set()
+        with trio.fail_after(LIMIT):
+            await d.done.wait()
+        assert trio.current_time() - start < 7.0  # the server's grace period (5 s) at most

@@ -132,6 +132,38 @@ async def test_a_snapshot_past_a_log_cut_short_is_not_used(runtime_factory, auto
         assert st == await full_replay(rt2, sid)
 
 
+async def test_a_snapshot_of_the_log_before_a_restore_is_not_used_once_it_grows_again(runtime_factory, autojump_clock):
+    """After a backup is put back the session carries on, and its new events can take the very
+    seq and session_seq the snapshot ends at: the wake-up check alone then passed a snapshot of
+    the old timeline. Snapshots past the log's end are forgotten when the runtime starts."""
+    async with runtime_factory(snapshot_every=5, idle_seconds=5) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r0", "message 0")
+        kept = (await rt.events(sid))[-1].seq
+        for i in range(1, 4):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+        await passivate(rt, sid)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert snap is not None and snap.last_seq > kept
+        ids = rt.ids
+    conn = apsw.Connection(str(rt.data_dir / EVENTS_DB))
+    try:
+        with conn:
+            conn.execute("DELETE FROM events WHERE seq > ?", (kept,))
+    finally:
+        conn.close()
+    async with runtime_factory(snapshot_every=10_000, idle_seconds=5, ids=ids) as rt2:
+        for i in range(1, 4):  # the same turns again: the same seqs and session_seqs
+            await rt2.run_to_idle(sid, f"n{i}", f"new {i}")
+        assert (await rt2.events(sid))[-1].seq >= snap.last_seq
+        assert any(e.seq == snap.last_seq and e.session_seq == snap.last_session_seq for e in await rt2.events(sid))
+        await passivate(rt2, sid)
+        woken = await rt2.state(sid)
+        assert woken == await full_replay(rt2, sid)
+        assert [it.text for it in woken.agents["main"].items if it.role == "user"] == \
+            ["message 0", "new 1", "new 2", "new 3"]
+
+
 async def _boom(args, ctx):
     raise RuntimeError("the tool blew up")
 
