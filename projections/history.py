@@ -41,7 +41,10 @@ def _text(parts: Sequence[t.ContentPart]) -> str:
     return "".join(p.text for p in parts if isinstance(p, t.TextPart))
 
 
-SCAN_BYTES = 4 * SCAN_CHARS  # of an item's UTF-8 text read for its snippet (SCAN_CHARS characters at most)
+# Of an item's UTF-8 text read for its snippet: SCAN_CHARS characters of ASCII, fewer of other
+# text (reading four times as much, to be sure of SCAN_CHARS characters of any text, doubled
+# the search's p50: each hit's prefix is copied out of SQLite).
+SCAN_BYTES = SCAN_CHARS
 
 
 def _snippet_of(prefix: bytes, longer: bool, terms: list[Term]) -> str:
