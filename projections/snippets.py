@@ -166,10 +166,11 @@ def _render(text: str, window: list[tuple[int, int, str]], marked: set[int], mor
             out.append(shown)
             room -= len(shown)
             continue
-        if highlighted and room > 2:
-            out.append("[" + _cut(piece, room - 2) + "]")
+        kept = _cut(piece, room - 2 if highlighted else room)
+        if highlighted and kept:  # (no empty `[]` where the cut leaves nothing of the token)
+            out.append(f"[{kept}]")
         elif not highlighted:
-            out.append(_cut(piece, room))
+            out.append(kept)
         cut = True
         break
     return "".join(out) + ("…" if cut else "")

@@ -17,6 +17,7 @@ import trio
 
 from events.store import READ_BYTES, Draft, open_store
 from events.types import InstructionAppended, SessionCreated
+from runtime import api
 from runtime import daemon as daemon_module
 
 from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens
@@ -741,3 +742,33 @@ async def test_an_http2_client_granting_no_window_does_not_hold_shutdown(daemon_
         with trio.fail_after(LIMIT):
             await d.done.wait()
         assert trio.current_time() - start < 7.0  # the server's grace period (5 s) at most
+
+
+@pytest.mark.parametrize("version, shielded", [("1.1", True), ("1.0", True), ("2", False)])
+async def test_only_an_http1_last_body_send_is_shielded_and_never_for_ever(autojump_clock, version: str,
+                                                                          shielded: bool):
+    """The wrapper around the app, driven as the server drives it: the last body message of an
+    HTTP/1.x response outlives the request's cancellation for at most FINISH_SECONDS; over
+    HTTP/2 (no connection to recycle, a send that waits for the client's window) it does not."""
+    sent: list[str] = []
+
+    async def server_send(message: dict) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await trio.sleep_forever()  # a client that takes nothing
+        sent.append(message["type"])
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x", "more_body": False})
+
+    wrapped = api._finish_responses(app)
+    start = trio.current_time()
+    with trio.CancelScope() as outer:
+        outer.cancel()  # the request's task is being cancelled as its handler returns
+        await wrapped({"type": "http", "http_version": version}, None, server_send)
+    took = trio.current_time() - start
+    if shielded:
+        assert took == pytest.approx(api.FINISH_SECONDS)  # held, then given up
+    else:
+        assert took == 0
+    assert sent == ["http.response.start"]  # (the body never went: the client took nothing)

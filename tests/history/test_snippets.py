@@ -118,10 +118,14 @@ def test_a_highlight_takes_in_the_marks_after_its_letters() -> None:
 def test_a_snippet_cut_at_its_limit_closes_the_highlight_it_cuts() -> None:
     for text, query in [("longtok " + "a" * 700 + " tailword", "aaaa*"),
                         ("x " + "数据库" * 300, "数据库"),
-                        ("intro " + "ह" + "ि" * 700, "हि")]:
+                        ("intro " + "हिन्दी " * 120, "हिन्दी")]:
         out = snip(text, query)
         assert len(out) <= MAX_CHARS + 1 and out.endswith("…"), (query, len(out))
         assert out.count("[") == out.count("]") >= 1, out[-20:]
+        assert "[]" not in out, out[-20:]
+    for n in range(580, 600):  # the cut between a highlighted letter and its vowel sign
+        out = snip("हिन्दी " + "y" * n + " हिन्दी और", "हिन्दी")
+        assert "[]" not in out and out.count("[") == out.count("]"), (n, out[-12:])
     # a phrase of many words, each bracketed, cut in the middle: still balanced
     words = " ".join(f"word{i}" for i in range(200))
     out = snippet(words, [term(words, False)])
