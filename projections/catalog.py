@@ -36,26 +36,33 @@ class ProjectsProjection(Projection):
 
 SESSION_COLUMNS = (
     "id, project_id, name, model, thinking_level, created_ts, updated_ts, last_seq, deleted, "
-    "forked_from_session, forked_from_seq, open_tasks, queued"
+    "forked_from_session, forked_from_seq, open_tasks, queued, open_questions"
 )
 
 
 class SessionsProjection(Projection):
-    """One row per session; counts kept from kinds so the list shows running/queued cheaply."""
+    """One row per session; counts kept from kinds so the list shows running/queued/awaiting an
+    answer cheaply (version 2 added the open questions: the list said `running` where the view
+    said `awaiting_answer`)."""
 
     name = "sessions"
-    version = 1
+    version = 2
     needs_body = True
-    tables = ("sessions",)
+    tables = ("sessions", "session_questions")
 
     def create(self, conn: apsw.Connection) -> None:
         conn.execute(
             "CREATE TABLE sessions(id TEXT PRIMARY KEY, project_id TEXT, name TEXT, model TEXT, "
             "thinking_level TEXT, created_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL, "
             "last_seq INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0, forked_from_session TEXT, "
-            "forked_from_seq INTEGER, open_tasks INTEGER NOT NULL DEFAULT 0, queued INTEGER NOT NULL DEFAULT 0)"
+            "forked_from_seq INTEGER, open_tasks INTEGER NOT NULL DEFAULT 0, queued INTEGER NOT NULL DEFAULT 0, "
+            "open_questions INTEGER NOT NULL DEFAULT 0)"
         )
         conn.execute("CREATE INDEX sessions_project ON sessions(project_id, created_ts)")
+        # The questions asked and not yet answered or cancelled (a count alone would go wrong on
+        # an answer recorded twice).
+        conn.execute("CREATE TABLE session_questions(session_id TEXT NOT NULL, question_id TEXT NOT NULL, "
+                     "PRIMARY KEY(session_id, question_id)) WITHOUT ROWID")
 
     def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
         assert events is not None
@@ -94,4 +101,14 @@ class SessionsProjection(Projection):
                 sets.append("queued = queued + 1")
             elif isinstance(ev, (t.InputPlaced, t.InputWithdrawn)):
                 sets.append("queued = max(queued - 1, 0)")
+            elif isinstance(ev, t.QuestionAsked):
+                conn.execute("INSERT OR IGNORE INTO session_questions(session_id, question_id) VALUES (?, ?)",
+                             (sid, ev.question_id))
+                if conn.changes():
+                    sets.append("open_questions = open_questions + 1")
+            elif isinstance(ev, (t.QuestionAnswered, t.QuestionCancelled)):
+                conn.execute("DELETE FROM session_questions WHERE session_id = ? AND question_id = ?",
+                             (sid, ev.question_id))
+                if conn.changes():
+                    sets.append("open_questions = max(open_questions - 1, 0)")
             conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*args, sid))

@@ -100,11 +100,14 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
 
 
 def session_row_view(row: tuple) -> dict[str, Any]:
-    (sid, project_id, name, model, thinking, created, updated, last_seq, deleted, fsess, fseq, open_tasks, queued) = row
+    (sid, project_id, name, model, thinking, created, updated, last_seq, deleted, fsess, fseq, open_tasks, queued,
+     open_questions) = row
+    # (as the view's status has it: open questions first, then work running or queued)
+    status = "awaiting_answer" if open_questions else ("running" if open_tasks or queued else "idle")
     return {
         "id": sid, "projectId": project_id, "name": name, "model": model, "thinkingLevel": thinking,
         "createdTs": created, "updatedTs": updated, "lastSeq": last_seq, "deleted": bool(deleted),
-        "status": "running" if open_tasks or queued else "idle", "queued": queued,
+        "status": status, "queued": queued,
         "forkedFrom": {"sessionId": fsess, "seq": fseq} if fsess else None,
     }
 

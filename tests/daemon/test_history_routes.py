@@ -83,6 +83,12 @@ async def test_answering_a_question_over_http(daemon_factory) -> None:
     from .conftest import wait_until
     view = await wait_until(awaiting, what="awaiting_answer")
     qid = view["questions"][0]["questionId"]
+
+    async def listed(status: str):
+        rows = (await daemon.get("/sessions", reader, params={"project": p["id"]})).json()["sessions"]
+        return rows if [r["status"] for r in rows] == [status] else None
+
+    await wait_until(lambda: listed("awaiting_answer"), what="the list saying awaiting_answer too")
     path = f"/sessions/{sid}/questions/{qid}/answer"
     resp = await daemon.post(path, reader, {"kind": "skip"})
     assert resp.status_code == 403
@@ -99,6 +105,7 @@ async def test_answering_a_question_over_http(daemon_factory) -> None:
     view = await daemon.wait_idle(strong, sid)
     texts = [i.get("text", "") for i in view["items"]]
     assert any("red (r), blue (b)" in t for t in texts)
+    await wait_until(lambda: listed("idle"), what="the list saying idle once answered")
     resp = await daemon.post(f"/sessions/{sid}/questions/nope/answer", strong, {"kind": "skip"})
     assert resp.status_code == 404 and error_of(resp) == "QUESTION_NOT_FOUND"
 
