@@ -51,8 +51,7 @@ def _snippet_of(prefix: bytes, longer: bool, terms: list[Term]) -> str:
     """The snippet of an item whose text begins with the UTF-8 bytes ``prefix`` (``longer``:
     there is more); a character the byte cut split is left out."""
     text = prefix.decode("utf-8", "ignore") if longer else prefix.decode("utf-8", "replace")
-    more = longer or len(text) > SCAN_CHARS
-    return snippet(text[:SCAN_CHARS], terms, more=more)
+    return snippet(text, terms, more=longer)
 
 
 def _iid(seq: int, n: int = 0) -> str:

@@ -779,15 +779,6 @@ async def test_long_reads_of_large_events_hold_a_page_at_a_time(data_dir: Path, 
 # ---------------------------------------------------------------------- numbers an edited log ends at
 
 
-def _edit(data_dir: Path, sql: str, *args: Any) -> None:
-    conn = apsw.Connection(str(data_dir / "events.db"))
-    try:
-        with conn:
-            conn.execute(sql, args)
-    finally:
-        conn.close()
-
-
 BIGGEST = 2**63 - 1
 
 
@@ -801,13 +792,13 @@ async def test_an_edited_log_at_the_end_of_its_numbers_refuses_appends_and_the_w
         await s.append(Draft(InstructionAppended(text="a"), session_id="s1"))
         await s.append(Draft(InstructionAppended(text="b"), session_id="s2"))
     if edit == "seq":
-        _edit(data_dir, "UPDATE events SET seq = ? WHERE seq = 2", BIGGEST)
+        execute(data_dir, "UPDATE events SET seq = ? WHERE seq = 2", (BIGGEST,))
     elif edit == "session_seq":
-        _edit(data_dir, "UPDATE events SET session_seq = ? WHERE seq = 1", BIGGEST)
+        execute(data_dir, "UPDATE events SET session_seq = ? WHERE seq = 1", (BIGGEST,))
     elif edit == "text session_seq":
-        _edit(data_dir, "UPDATE events SET session_seq = 'x' WHERE seq = 1")
+        execute(data_dir, "UPDATE events SET session_seq = 'x' WHERE seq = 1")
     else:
-        _edit(data_dir, "UPDATE events SET ts = 'late' WHERE seq = 2")
+        execute(data_dir, "UPDATE events SET ts = 'late' WHERE seq = 2")
     async with open_store(data_dir) as s:
         for attempt in range(2):  # the same answer every time: the writer is still there
             if edit == "text ts":  # (a ts is never the end of anything: appends go on)

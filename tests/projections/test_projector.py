@@ -172,13 +172,18 @@ def dumps(projector: Projector) -> dict[str, list[tuple]]:
     return {name: projector.dump(name) for name in sorted(projector.projections)}
 
 
-def corrupt(data_dir: Path, seq: int, body: bytes = b"not a zstd frame") -> None:
+def edit_log(data_dir: Path, sql: str, args: tuple = ()) -> None:
+    """Change events.db behind the store's back (as a hand edit or a restored backup would)."""
     conn = apsw.Connection(str(data_dir / "events.db"))
     try:
         with conn:
-            conn.execute("UPDATE events SET body = ? WHERE seq = ?", (body, seq))
+            conn.execute(sql, args)
     finally:
         conn.close()
+
+
+def corrupt(data_dir: Path, seq: int, body: bytes = b"not a zstd frame") -> None:
+    edit_log(data_dir, "UPDATE events SET body = ? WHERE seq = ?", (body, seq))
 
 
 # ---------------------------------------------------------------------------- property
@@ -584,12 +589,7 @@ def test_projectors_of_several_processes_starting_together_wait_for_each_other(t
 
 
 def _set_meta(data_dir: Path, key: str, value: str) -> None:
-    conn = apsw.Connection(str(data_dir / "events.db"))
-    try:
-        with conn:
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
-    finally:
-        conn.close()
+    edit_log(data_dir, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
 
 def _fresh_dump(data_dir: Path, tmp: Path) -> dict[str, list[tuple]]:
@@ -619,12 +619,7 @@ def test_projections_of_a_log_cut_short_start_over(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write(data, sample_drafts(40))
     before = _dump_after_catch_up(data)
-    conn = apsw.Connection(str(data / "events.db"))
-    try:
-        with conn:
-            conn.execute("DELETE FROM events WHERE seq > 25")  # a backup put back, say
-    finally:
-        conn.close()
+    edit_log(data, "DELETE FROM events WHERE seq > 25")  # a backup put back, say
     after = _dump_after_catch_up(data)
     assert after != before
     assert after == _fresh_dump(data, tmp_path)

@@ -103,10 +103,10 @@ async def test_wake_up_uses_the_snapshot_and_equals_a_full_replay(runtime_factor
         assert st.agents["main"].items[-1].text == "(faux) You said: still here"
 
 
-async def test_a_snapshot_past_a_log_cut_short_is_not_used(runtime_factory, autojump_clock):
-    """A backup of the log put back: the snapshot in projections.db folds events the log no
-    longer holds. Waking from it gave a state the log does not say (and the next append's
-    session_seq clashed with it); the session wakes by replaying the log instead."""
+async def snapshot_then_restore(runtime_factory) -> tuple[str, object, SessionState]:
+    """A session of four turns with a snapshot after them, then its log put back from a backup
+    taken after the first turn (the runtime stopped): returns the session, the ids to start the
+    next runtime with, and the snapshot that no longer matches the log."""
     async with runtime_factory(snapshot_every=5, idle_seconds=5) as rt:
         sid = await rt.session()
         await rt.run_to_idle(sid, "r0", "message 0")
@@ -123,6 +123,14 @@ async def test_a_snapshot_past_a_log_cut_short_is_not_used(runtime_factory, auto
             conn.execute("DELETE FROM events WHERE seq > ?", (kept,))
     finally:
         conn.close()
+    return sid, ids, snap
+
+
+async def test_a_snapshot_past_a_log_cut_short_is_not_used(runtime_factory, autojump_clock):
+    """A backup of the log put back: the snapshot in projections.db folds events the log no
+    longer holds. Waking from it gave a state the log does not say (and the next append's
+    session_seq clashed with it); the session wakes by replaying the log instead."""
+    sid, ids, _ = await snapshot_then_restore(runtime_factory)
     async with runtime_factory(snapshot_every=5, ids=ids) as rt2:
         woken = await rt2.state(sid)
         assert woken == await full_replay(rt2, sid)
@@ -136,22 +144,7 @@ async def test_a_snapshot_of_the_log_before_a_restore_is_not_used_once_it_grows_
     """After a backup is put back the session carries on, and its new events can take the very
     seq and session_seq the snapshot ends at: the wake-up check alone then passed a snapshot of
     the old timeline. Snapshots past the log's end are forgotten when the runtime starts."""
-    async with runtime_factory(snapshot_every=5, idle_seconds=5) as rt:
-        sid = await rt.session()
-        await rt.run_to_idle(sid, "r0", "message 0")
-        kept = (await rt.events(sid))[-1].seq
-        for i in range(1, 4):
-            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
-        await passivate(rt, sid)
-        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
-        assert snap is not None and snap.last_seq > kept
-        ids = rt.ids
-    conn = apsw.Connection(str(rt.data_dir / EVENTS_DB))
-    try:
-        with conn:
-            conn.execute("DELETE FROM events WHERE seq > ?", (kept,))
-    finally:
-        conn.close()
+    sid, ids, snap = await snapshot_then_restore(runtime_factory)
     async with runtime_factory(snapshot_every=10_000, idle_seconds=5, ids=ids) as rt2:
         for i in range(1, 4):  # the same turns again: the same seqs and session_seqs
             await rt2.run_to_idle(sid, f"n{i}", f"new {i}")
