@@ -44,6 +44,7 @@ from .projection_service import ProjectionService
 from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, build_system_prompt
 from .providers.catalog import build_catalog
+from .sse_socket import reset_connection
 from .supervisor import Supervisor
 from .terminal import shown
 
@@ -196,6 +197,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 with trio.move_on_after(hc.graceful_timeout):
                     while inflight.active:
                         await inflight.drained.wait()
+                if inflight.active:
+                    reset = inflight.reset_all()
+                    log.warning("%d request(s) still in progress after %.0f s of shutdown; %d connection(s) reset",
+                                inflight.active, hc.graceful_timeout, reset)
                 http_scope.cancel()
                 with trio.move_on_after(1):
                     await http_done.wait()
@@ -216,22 +221,33 @@ class _InFlight:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.active = 0
+        self.scopes: dict[int, dict[str, Any]] = {}  # the requests in progress, by id(scope)
         self.drained = trio.Event()
         self.drained.set()
+
+    @property
+    def active(self) -> int:
+        return len(self.scopes)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
-        if self.active == 0:
+        if not self.scopes:
             self.drained = trio.Event()
-        self.active += 1
+        self.scopes[id(scope)] = scope
         try:
             return await self.app(scope, receive, send)
         finally:
-            self.active -= 1
-            if self.active == 0:
+            del self.scopes[id(scope)]
+            if not self.scopes:
                 self.drained.set()
+
+    def reset_all(self) -> int:
+        """Reset the connection of every request still in progress; returns how many.
+
+        Hypercorn writes response bytes in a shielded scope: a client that stopped reading a
+        large response held that write, and so the daemon's shutdown, for as long as it lived."""
+        return sum(reset_connection(scope) for scope in list(self.scopes.values()))
 
 
 def read_home_agents_md(path: str) -> str | None:

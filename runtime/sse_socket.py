@@ -131,30 +131,65 @@ def direct_writer(scope: dict[str, Any]) -> ChunkedSocketWriter | None:
     Call it only after the response's headers and first body chunk went out through the server
     (i.e. after the body generator's first ``yield`` returned).
     """
-    send = scope.get(SCOPE_KEY)
-    if send is None or scope.get("http_version") != "1.1" or scope.get("scheme") != "http":
+    if scope.get("http_version") != "1.1" or scope.get("scheme") != "http":
         return None
     try:
         import h11
         from h11._writers import ChunkedWriter
         from hypercorn.protocol.h11 import H11Protocol
-        from hypercorn.protocol.http_stream import HTTPStream
-        from hypercorn.trio.tcp_server import TCPServer
 
-        stream = getattr(send, "__self__", None)
-        if type(stream) is not HTTPStream or send.__func__ is not HTTPStream.app_send:
+        found = _server_of(scope)
+        if found is None:
             return None
-        proto = getattr(stream.send, "__self__", None)
-        if type(proto) is not H11Protocol or proto.stream is not stream:
+        proto, sock = found
+        if type(proto) is not H11Protocol:
             return None
         conn = proto.connection
         if type(conn) is not h11.Connection or conn.our_state is not h11.SEND_BODY:
             return None
         if not isinstance(getattr(conn, "_writer", None), ChunkedWriter):
             return None
-        server = getattr(proto.send, "__self__", None)
-        if type(server) is not TCPServer or not isinstance(server.stream, trio.SocketStream):
-            return None
-        return ChunkedSocketWriter(server.stream.socket)
+        return ChunkedSocketWriter(sock)
     except Exception:  # noqa: BLE001 - any surprise in the server's internals: use the ordinary path
         return None
+
+
+def reset_connection(scope: dict[str, Any]) -> bool:
+    """Reset the connection serving ``scope`` (plain TCP on hypercorn's trio worker, HTTP/1.x or
+    HTTP/2); ``False`` when it cannot be found. A write blocked on a client that stopped reading
+    then fails, which hypercorn's own (shielded) writes cannot otherwise be made to do."""
+    try:
+        found = _server_of(scope)
+    except Exception:  # noqa: BLE001 - the server's internals differ: nothing to reset
+        return False
+    if found is None:
+        return False
+    ChunkedSocketWriter(found[1]).abort()
+    return True
+
+
+def _server_of(scope: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The protocol object (hypercorn's H11Protocol or H2Protocol) and the trio socket serving
+    ``scope``, reached from the ASGI ``send`` that :func:`keep_send` put into it; ``None`` when
+    any link is not the one expected."""
+    from hypercorn.protocol.h2 import H2Protocol
+    from hypercorn.protocol.h11 import H11Protocol
+    from hypercorn.protocol.http_stream import HTTPStream
+    from hypercorn.trio.tcp_server import TCPServer
+
+    send = scope.get(SCOPE_KEY)
+    if send is None or scope.get("scheme") != "http":
+        return None
+    stream = getattr(send, "__self__", None)
+    if type(stream) is not HTTPStream or send.__func__ is not HTTPStream.app_send:
+        return None
+    proto = getattr(stream.send, "__self__", None)
+    if type(proto) is H11Protocol:
+        if proto.stream is not stream:
+            return None
+    elif type(proto) is not H2Protocol:
+        return None
+    server = getattr(proto.send, "__self__", None)
+    if type(server) is not TCPServer or not isinstance(server.stream, trio.SocketStream):
+        return None
+    return proto, server.stream.socket

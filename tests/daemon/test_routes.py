@@ -745,6 +745,82 @@ async def test_an_http2_client_granting_no_window_does_not_hold_shutdown(daemon_
         assert trio.current_time() - start < 7.0  # the server's grace period (5 s) at most
 
 
+async def big_session(d: Daemon) -> tuple[str, str]:
+    """A strong credential and a session whose events page is ~7 MB: more than the socket
+    buffers between a client that reads nothing and the server hold."""
+    token = await d.pair("big", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    for i in range(8):
+        await d.submit(token, sid, f"r{i}", "x" * 900_000)
+    await d.wait_idle(token, sid)
+    return token, sid
+
+
+async def stalled_socket(port: int) -> trio.SocketStream:
+    """A connection whose receive buffer is tiny and is never read."""
+    sock = trio.socket.socket()
+    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", port))
+    return trio.SocketStream(sock)
+
+
+async def stop_within_grace(d: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    start = trio.current_time()
+    with caplog.at_level("WARNING", logger="lens.daemon"):
+        d.stop.set()
+        with trio.fail_after(LIMIT):
+            await d.done.wait()
+    assert trio.current_time() - start < 7.0  # the server's grace period (5 s), then reset
+    assert "1 request(s) still in progress after 5 s of shutdown; 1 connection(s) reset" in caplog.text
+
+
+async def test_an_http1_client_that_stops_reading_a_large_response_does_not_hold_shutdown(daemon_factory, caplog):
+    """Hypercorn writes response bytes shielded: a client that stopped reading a large
+    ordinary response (an events page of big events) held that write, and the daemon's
+    shutdown, for as long as it lived. After the grace period its connection is reset."""
+    d = await daemon_factory()
+    token, sid = await big_session(d)
+    stream = await stalled_socket(d.port)
+    async with stream:
+        await stream.send_all(f"GET {API}/sessions/{sid}/events?limit=1000 HTTP/1.1\r\n"
+                              f"Host: 127.0.0.1:{d.port}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        with trio.fail_after(LIMIT):
+            head = await stream.receive_some(200)
+        assert head.startswith(b"HTTP/1.1 200")
+        await stop_within_grace(d, caplog)
+
+
+async def test_an_http2_client_that_stops_reading_a_large_response_does_not_hold_shutdown(daemon_factory, caplog):
+    """The same over HTTP/2 with a window large enough for the whole body: the server's
+    writes then block on the TCP connection itself, not on flow control."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.settings
+
+    d = await daemon_factory()
+    token, sid = await big_session(d)
+    stream = await stalled_socket(d.port)
+    async with stream:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+        conn.increment_flow_control_window(2**31 - 1 - 65535)
+        await stream.send_all(conn.data_to_send())
+        conn.send_headers(1, [(":method", "GET"), (":path", f"{API}/sessions/{sid}/events?limit=1000"),
+                              (":scheme", "http"), (":authority", f"127.0.0.1:{d.port}"),
+                              ("authorization", f"Bearer {token}")], end_stream=True)
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(LIMIT):
+            while True:  # the response has begun; from here nothing more is read
+                events = conn.receive_data(await stream.receive_some(4096))
+                if out := conn.data_to_send():
+                    await stream.send_all(out)
+                if any(isinstance(ev, h2.events.DataReceived) for ev in events):
+                    break
+        await stop_within_grace(d, caplog)
+
+
 @pytest.mark.parametrize("version, shielded", [("1.1", True), ("1.0", True), ("2", False)])
 async def test_only_an_http1_last_body_send_is_shielded_and_never_for_ever(autojump_clock, version: str,
                                                                           shielded: bool):
