@@ -39,7 +39,11 @@ def _size_problem(row: StoredRow, limit: int) -> str | None:
 @contextmanager
 def _write_transaction(conn: apsw.Connection) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` … ``COMMIT``: takes the write lock first (waiting out the busy
-    timeout), so reads inside see what no other writer can change before the commit."""
+    timeout), so reads inside see what no other writer can change before the commit. Inside a
+    transaction already open (a rebuild's), it is part of that one."""
+    if not conn.getautocommit():
+        yield
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -368,12 +372,19 @@ class Projector:
         return None
 
     def rebuild(self, names: Sequence[str] | None = None, progress: Progress | None = None) -> int:
-        """Drop and re-fold the named projections (all by default) from the first event."""
+        """Drop and re-fold the named projections (all by default) from the first event.
+
+        In one write transaction: a reader (a running daemon's lists and history search) sees
+        the projections as they were until the rebuilt ones are committed, never emptied or
+        half-built, and a rebuild that is interrupted or fails changes nothing. Another
+        writer (the daemon's projector) waits meanwhile, then goes on from the rebuilt
+        positions.
+        """
         targets = [self.get(n) for n in names] if names else list(self.projections.values())
-        with self._damage_named():
+        with self._damage_named(), _write_transaction(self.conn):
             for p in targets:
                 self._reset(p)
-        return self.catch_up([p.name for p in targets], progress)
+            return self.catch_up([p.name for p in targets], progress)
 
     def dump(self, name: str) -> list[tuple]:
         return self.get(name).dump(self.conn)

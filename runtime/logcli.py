@@ -346,7 +346,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
                 n = projector.rebuild(names, update)
             except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: 1
                 _err(f"lens: {exc.code}: {exc}")
-                _err("lens: the rebuild stopped right before this row; restore the log, then rebuild again")
+                _err("lens: the rebuild stopped at this row and changed nothing (the projections are as they "
+                     "were); restore the log, then rebuild again")
                 return 1
             finally:
                 stop()

@@ -53,6 +53,11 @@ UNPROJECTED_WORK_SQL = (
 )
 
 
+# After a failed catch-up the projector tries again after this pause, doubling up to the most.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
+
 class ProjectionService:
     def __init__(self, data_dir: Path, store: EventStore) -> None:
         self.store = store
@@ -77,24 +82,36 @@ class ProjectionService:
         target = self.store.last_seq
         try:
             await trio.to_thread.run_sync(self.projector.catch_up, limiter=self._write_limiter)
+        except apsw.BusyError:  # (after the busy timeout)
+            self.error = ("projections.db is held by another process (a `lens log rebuild`?); "
+                          "the projections go on once it lets go")
+            log.warning("projector waiting: %s", self.error)
         except (LensError, apsw.Error, Exception) as exc:  # contained: lists report it, the daemon lives
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("projector stopped: %s", self.error)
-            return
-        self.error = None
-        self.position = max(self.position, target)
+        else:
+            self.error = None
+            self.position = max(self.position, target)
         ev, self._advanced = self._advanced, trio.Event()
-        ev.set()
+        ev.set()  # readers waiting see the new position, or the error, now
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self._catch_up()
         task_status.started()
         seen = self.position
+        pause = RETRY_FIRST_SECONDS
         while True:
-            seen = await self.store.wait_for(seen)
+            if self.error is None:
+                pause = RETRY_FIRST_SECONDS
+                seen = await self.store.wait_for(seen)
+            else:
+                # Try again after a pause (growing while it keeps failing), or at the next commit,
+                # whichever is later: a failure that passes on its own (another process let go of
+                # projections.db) must not leave every list answering "stalled" until some new
+                # event happens to be written, nor a row that cannot be projected make it spin.
+                await trio.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_SECONDS)
             await self._catch_up()
-            if self.error is not None:
-                await trio.sleep(1.0)  # do not spin on a row that cannot be projected
 
     async def caught_up(self, seq: int | None = None, timeout: float = 10.0) -> None:
         target = self.store.last_seq if seq is None else seq

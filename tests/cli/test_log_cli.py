@@ -700,11 +700,15 @@ def test_rebuild_of_columns_only_ignores_a_damaged_body(log_dir: Path, expected:
 def test_rebuild_reports_a_corrupt_row_a_projection_needs(log_dir: Path) -> None:
     if not any(p.needs_body for p in all_projections()):
         pytest.skip("no registered projection reads bodies")
+    assert lens("log", "rebuild", "--data", str(log_dir)).returncode == 0
+    before = projection_tables(log_dir), positions(log_dir)
     db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
     res = lens("log", "rebuild", "--data", str(log_dir))
     assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 2: ")
+    assert "the rebuild stopped at this row and changed nothing" in res.stderr
     assert "Traceback" not in res.stderr
     assert res.returncode == 1
+    assert (projection_tables(log_dir), positions(log_dir)) == before  # one transaction, rolled back
 
 
 # ---------------------------------------------------------------------------- stats

@@ -8,7 +8,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import apsw
+import httpx2
 import pytest
+
+import projections.projector as projector_module
+from runtime import projection_service
 
 from .conftest import Daemon, error_of, wait_until
 
@@ -77,3 +82,42 @@ async def test_an_event_log_that_cannot_be_written_is_retried_not_quarantined(da
     view = await daemon.wait_idle(strong, sid)
     assert view["status"] == "idle" and view["items"][-1]["text"] == "(faux) You said: after the fault"
     assert "session.quarantined" not in {e["kind"] for e in await daemon.events(strong, sid)}
+
+
+async def test_projections_held_by_another_process_answer_stalled_then_recover_with_no_new_event(
+        daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `lens log rebuild` holds projections.db's write lock for as long as it runs. The daemon's
+    # projector then failed its catch-up and tried again only at the next commit: with no new
+    # event after the rebuild, every list and history search answered "stalled" for good.
+    monkeypatch.setattr(projector_module, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(projection_service, "RETRY_FIRST_SECONDS", 0.2)
+    d = await daemon_factory()
+    strong = await d.pair("strong", strong=True)
+    p = await d.project(strong, "one")
+    sid = (await d.session(strong, p["id"]))["id"]
+    await d.submit(strong, sid, "a", "before")
+    await d.wait_idle(strong, sid)
+    holder = apsw.Connection(str(d.data_dir / "projections.db"))
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # as a rebuild does, for all of its run
+        await d.submit(strong, sid, "b", "while held")
+        await d.wait_idle(strong, sid)  # (sessions go on: only the read models wait)
+
+        async def stalled() -> httpx2.Response | None:
+            r = await d.get("/sessions", strong)
+            return r if r.status_code == 503 else None
+
+        r = await wait_until(stalled, what="the session list answering stalled")
+        assert error_of(r) == "PROJECTION_STALLED" and "held by another process" in r.json()["error"]["message"]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    last = len(await d.events(strong, sid))
+
+    async def listed() -> httpx2.Response | None:
+        r = await d.get("/sessions", strong)
+        return r if r.status_code == 200 else None
+
+    r = await wait_until(listed, what="the session list once projections.db is let go")
+    assert [(s["id"], s["status"]) for s in r.json()["sessions"]] == [(sid, "idle")]
+    assert len(await d.events(strong, sid)) == last  # recovered with no event written meanwhile

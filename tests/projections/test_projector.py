@@ -506,6 +506,49 @@ def test_a_second_projector_catching_up_meanwhile_folds_nothing_twice(tmp_path: 
             close(p)
 
 
+def test_a_rebuild_is_one_transaction_that_readers_never_see_half_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild while another process reads (a running daemon's lists and history search):
+    the projections were emptied in one commit and refilled in chunks, so the daemon served an
+    empty session list and "no such project" for the whole rebuild, and a rebuild stopped half
+    way (Ctrl-C, kill) left them half-built. Now readers see the old content until the rebuilt
+    one is committed, and an interrupted rebuild changes nothing."""
+    monkeypatch.setattr(projector_mod, "BATCH", 40)  # several chunks, a progress call after each
+    data = tmp_path / "data"
+    write(data, sample_drafts(300))
+    builder = make_projector(data, [KindStats(), Ledger()])
+    watcher = make_projector(data, [KindStats(), Ledger()])  # another process's connection
+    names = sorted(builder.projections)
+
+    def state() -> tuple[dict[str, list[tuple]], dict[str, int]]:
+        return dumps(watcher), {n: watcher.position(n) for n in names}
+
+    try:
+        builder.catch_up()
+        before = state()
+        assert before[1] == {n: 300 for n in names} and before[0]["test_ledger"]
+        seen = []
+        assert builder.rebuild(progress=lambda done, total: seen.append((done, state()))) == 300
+        assert [done for done, _ in seen] == list(range(0, 300, 40)) + [300]
+        assert all(during == before for _, during in seen)  # never emptied, never half-built
+        assert state() == before  # rebuilt: the same content, committed
+
+        def interrupt(done: int, total: int) -> None:
+            if done >= 120:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            builder.rebuild(progress=interrupt)
+        assert state() == before  # rolled back whole
+        write(data, sample_drafts(320)[300:])
+        assert builder.catch_up() == 20  # and the builder's connection goes on as usual
+        assert watcher.position(names[0]) == 320
+    finally:
+        close(builder)
+        close(watcher)
+
+
 def test_decoded_events_are_held_a_bounded_amount_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
