@@ -188,6 +188,32 @@ def _stored_events(group: list[_Pending]) -> list[StoredEvent]:
     return out
 
 
+def _lock_log_file(data_dir: Path) -> int:
+    """Lock ``events.db`` itself (through any symlink), as the data directory's lock file is.
+
+    The lock file guards a directory; an ``events.db`` that is a symlink to another directory's
+    log let a second daemon write that log beside its own daemon (both planning seqs from their
+    own caches). ``flock`` locks are apart from SQLite's own (POSIX) locks on the same file.
+    Returns the descriptor that holds the lock; raises :class:`StoreLocked`.
+    """
+    path = data_dir / EVENTS_DB
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DataDirNotWritable(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        target = os.path.realpath(path)
+        raise StoreLocked(
+            f"{path} is in use by another Lens process"
+            + (f" (it is a link to {target}, which that process writes)" if target != str(path) else "")
+            + "; stop it or choose another --data directory"
+        ) from None
+    return fd
+
+
 class EventStore:
     """Single writer of one data directory's ``events.db``.
 
@@ -215,6 +241,7 @@ class EventStore:
         self.data_dir = data_dir
         self._conn = conn
         self._lock_fd = lock_fd
+        self._log_fd = -1  # events.db itself, locked too (see _lock_log_file)
         self.codec = codec
         self._session_seq: dict[str, int] = {}
         row = conn.execute("SELECT coalesce(max(seq), 0), coalesce(max(ts), 0) FROM events").fetchall()[0]
@@ -278,9 +305,11 @@ class EventStore:
                 f"data directory {data_dir} is in use by another Lens process; stop it or "
                 f"choose another --data directory"
             ) from None
+        log_fd = -1
         try:
             conn = open_write_connection(data_dir, synchronous)
             try:
+                log_fd = _lock_log_file(data_dir)
                 dicts, damaged = usable_dictionaries(
                     dict(conn.execute("SELECT dict_id, data FROM dictionaries"))
                 )
@@ -297,11 +326,17 @@ class EventStore:
                 for dict_id, reason in damaged.items():
                     codec.mark_damaged(dict_id, reason)
                 store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after)
+                store._log_fd = log_fd
             except apsw.Error as exc:
                 conn.close()
                 raise translate_open_error(exc, data_dir / EVENTS_DB) from None
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
             os.close(fd)
+            if log_fd >= 0:
+                os.close(log_fd)
             raise
         return store
 
@@ -389,6 +424,9 @@ class EventStore:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+        if self._log_fd >= 0:
+            os.close(self._log_fd)
+            self._log_fd = -1
 
     # ------------------------------------------------------------------ appends
 

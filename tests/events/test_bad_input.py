@@ -512,6 +512,25 @@ async def test_second_writer_process_is_refused(data_dir: Path) -> None:
         assert reader.event_count() == 3
 
 
+async def test_a_second_writer_through_a_symlinked_log_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    # The lock file guards its directory only: a data directory whose events.db is a link to a
+    # log another daemon writes opened, and both wrote it (seqs planned from two caches).
+    await make_log(data_dir, 2)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "events.db").symlink_to(data_dir / "events.db")
+    async with open_store(data_dir) as s:
+        with pytest.raises(StoreOpenError) as info:
+            EventStore.open(other)
+        assert_clean(info.value, "STORE_LOCKED", "in use by another Lens process")
+        assert f"a link to {data_dir / 'events.db'}" in str(info.value)
+        assert (await s.append(note(3))).seq == 3
+    s2 = EventStore.open(other)  # once the first lets go, the link may be written through
+    s2.close()
+    with LogReader(data_dir) as reader:
+        assert reader.event_count() == 3
+
+
 # ---------------------------------------------------------------------- size limit on append
 
 
