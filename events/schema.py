@@ -109,6 +109,11 @@ def check_data_dir(data_dir: Path, *, create: bool) -> Path:
 
 
 def _check_data_dir(data_dir: Path, create: bool) -> Path:
+    if data_dir.is_symlink() and not data_dir.exists():
+        raise StoreOpenError(
+            f"data directory {data_dir} is a symbolic link to {os.readlink(data_dir)}, which does not "
+            f"lead to a directory (missing, or a loop of links); point it at one, or remove it"
+        )
     if not data_dir.exists():
         if not create:
             raise DataDirMissing(
@@ -308,6 +313,10 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
         existing = _tables(conn)
         if not existing:
+            try:  # a new log in a file made by someone else (an empty events.db): the owner's only
+                os.chmod(path, 0o600)
+            except OSError:
+                pass
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
             if mode != "wal":
                 raise StoreOpenError(f"{path}: cannot switch to WAL journal (got {mode})")
@@ -325,6 +334,17 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
     return conn
 
 
+def _empty_file(path: Path, *, missing: bool = False) -> bool:
+    """``path`` is a regular file of 0 bytes (or, with ``missing``, does not exist)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return missing
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+
+
 def open_read_connection(data_dir: Path) -> apsw.Connection:
     """Open ``events.db`` read-only; works on a read-only directory too."""
     path = data_dir / EVENTS_DB
@@ -332,6 +352,12 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
         raise DataDirNotReadable(f"cannot read {path} (permission denied)")
     check_path_length(path)
     check_side_files(path)
+    if _empty_file(path) and _empty_file(data_dir / (EVENTS_DB + "-wal"), missing=True):
+        # (the daemon makes the file empty first: it stopped before writing the log's tables)
+        raise DataDirMissing(
+            f"{path} is empty: no event log has been written to it yet; start the daemon with "
+            f"--data {data_dir} to create one"
+        )
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     uri = "file:" + urllib.parse.quote(str(path.absolute()))  # `%`, `?`, `#` are URI syntax
     try:

@@ -27,7 +27,7 @@ import pytest
 import trio
 import zstandard
 
-from events.errors import CorruptEvent
+from events.errors import CorruptEvent, StoreOpenError
 from events.reader import LogReader
 from events.store import Draft, EventStore, open_store
 from events.types import (
@@ -1253,6 +1253,36 @@ def test_an_events_db_link_to_nowhere_is_named(tmp_path: Path) -> None:
     res = lens("log", "verify", "--data", str(tmp_path))
     assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
     assert "is a symbolic link to" in res.stderr and "does not lead to a file" in res.stderr
+
+
+def test_a_data_dir_link_to_nowhere_is_named(tmp_path: Path) -> None:
+    # `lens serve --data LINK` said "cannot create data directory LINK: File exists".
+    link = tmp_path / "data"
+    link.symlink_to(tmp_path / "gone")
+    res = lens("log", "verify", "--data", str(link))
+    assert_clean_failure(res, 2, "STORE_OPEN_FAILED")
+    assert f"data directory {link} is a symbolic link to {tmp_path / 'gone'}, which does not lead" in res.stderr
+    with pytest.raises(StoreOpenError, match="is a symbolic link to .* which does not lead to a directory"):
+        EventStore.open(link)  # (as `lens serve` opens it)
+    assert not (tmp_path / "gone").exists()
+
+
+def test_an_empty_events_db_is_a_log_not_yet_written(tmp_path: Path) -> None:
+    # The daemon makes events.db empty (0600) before SQLite writes the log's tables: one that
+    # stopped in between left a 0-byte file, which `lens log` called "not a Lens event log"
+    # while `lens serve` started a log in it -- readable by all when someone else made the file.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "events.db").touch(mode=0o644)
+    os.chmod(data / "events.db", 0o644)
+    for command in ("verify", "stats", "decode"):
+        res = lens("log", command, "--data", str(data))
+        assert_clean_failure(res, 2, "DATA_DIR_MISSING")
+        assert f"{data / 'events.db'} is empty: no event log has been written to it yet" in res.stderr
+    EventStore.open(data).close()  # (as `lens serve` opens it)
+    assert os.stat(data / "events.db").st_mode & 0o777 == 0o600
+    res = lens("log", "verify", "--data", str(data))
+    assert res.returncode == 0, res.stderr
 
 
 def test_a_hot_rollback_journal_is_not_read_past(log_dir: Path) -> None:
