@@ -13,6 +13,7 @@ from typing import Any
 import apsw
 import trio
 
+from events.errors import StoreClosed
 from events.reader import LogReader
 from events.schema import open_read_connection
 from events.store import EventStore
@@ -53,6 +54,9 @@ UNPROJECTED_WORK_SQL = (
 )
 
 
+# How long the start-up's look for pending work waits for the first catch-up before it scans
+# the log instead (a first catch-up that refolds a large log takes far longer).
+FIRST_CATCH_UP_WAIT_SECONDS = 2.0
 # After a failed catch-up the projector tries again after this pause, doubling up to the most.
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
@@ -72,6 +76,7 @@ class ProjectionService:
         self.position = 0
         self.error: str | None = None
         self._advanced = trio.Event()
+        self._first_done = trio.Event()  # the first catch-up ended (caught up, or failed)
 
     def close(self) -> None:
         self.projector.close()
@@ -96,14 +101,23 @@ class ProjectionService:
         ev.set()  # readers waiting see the new position, or the error, now
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self._catch_up()
+        # Started before the first catch-up: after projections.db was deleted, or a projection's
+        # version changed with an upgrade, it refolds the whole log (half a minute at 500k
+        # events), and the daemon did not even answer /health until it was done. Reads wait for
+        # it (caught_up), as for any event not yet projected.
+        self._first_done = first_done = trio.Event()
         task_status.started()
+        await self._catch_up()
+        first_done.set()
         seen = self.position
         pause = RETRY_FIRST_SECONDS
         while True:
             if self.error is None:
                 pause = RETRY_FIRST_SECONDS
-                seen = await self.store.wait_for(seen)
+                try:
+                    seen = await self.store.wait_for(seen)
+                except StoreClosed:
+                    return  # (the daemon is stopping)
             else:
                 # Try again after a pause (growing while it keeps failing), or at the next commit,
                 # whichever is later: a failure that passes on its own (another process let go of
@@ -121,7 +135,8 @@ class ProjectionService:
                     raise ProjectionStalled(f"projections are behind the log: {self.error}")
                 await self._advanced.wait()
             return
-        raise ProjectionStalled("projections did not catch up with the log in time")
+        raise ProjectionStalled(f"projections are catching up with the log (at seq {self.position} of {target}); "
+                                f"try again shortly")
 
     async def sessions_with_pending_work(self) -> list[str] | None:
         """Sessions with a task running or inputs queued, for the supervisor to wake at start.
@@ -131,8 +146,10 @@ class ProjectionService:
         there (waking a session with nothing to do costs one replay). ``None`` when projections
         are stalled or unreadable: the caller then scans the log.
         """
-        if self.error is not None:
-            return None
+        with trio.move_on_after(FIRST_CATCH_UP_WAIT_SECONDS):
+            await self._first_done.wait()
+        if self.error is not None or not self._first_done.is_set():
+            return None  # (still refolding the whole log: the scan is quicker than waiting)
         position = self.position  # every event up to here is projected
         try:
             projected = await self.query(PENDING_SESSIONS_SQL)
