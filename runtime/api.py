@@ -417,7 +417,7 @@ def create_app(svc: Services) -> QuartTrio:
             raise ApiError("VALIDATION_FAILED", f"thinkingLevel must be one of {', '.join(THINKING_LEVELS)}")
         if body.model is not None and not (0 < len(body.model) <= 200 and body.model.strip() == body.model):
             raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters")
-        if not await project_exists(body.project_id):
+        if not await project_exists(check_id(body.project_id, "projectId")):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
         sid = await svc.supervisor.create_session(body.project_id, model=body.model,
                                                   thinking_level=body.thinking_level, name=body.name)
@@ -609,7 +609,7 @@ def create_app(svc: Services) -> QuartTrio:
     @app.post("/api/v1/history/search")
     async def history_search() -> Response:
         body = await read_body(HistorySearchBody)
-        if not await project_exists(body.project_id):
+        if not await project_exists(check_id(body.project_id, "projectId")):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
         hits, nxt = await svc.projections.history_search(
             body.project_id, body.query, session_id=body.session_id, agent_id=body.agent_id, task_id=body.task_id,

@@ -301,6 +301,19 @@ async def test_session_for_unknown_project_is_404(daemon: Daemon, strong: str):
     assert (await daemon.get("/sessions", strong)).json()["sessions"] == []
 
 
+@pytest.mark.parametrize("project_id", ["", "a b", "x" * 201, "prj/1"])
+async def test_a_malformed_project_id_in_a_body_is_400_as_in_a_path(daemon: Daemon, strong: str, project_id: str):
+    # An id of the right type but malformed is INVALID_ARGUMENT wherever it is given (an empty
+    # projectId was "no project ''", 404); a wrong type is a shape problem (422).
+    for route, body in (("/sessions", {"projectId": project_id}),
+                        ("/history/search", {"projectId": project_id, "query": "q"})):
+        r = await daemon.post(route, strong, body)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, r.text)
+        assert "projectId must be 1 to 200 characters" in r.json()["error"]["message"]
+    r = await daemon.post("/sessions", strong, {"projectId": 5})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED"
+
+
 async def test_session_with_unknown_model_is_422(daemon: Daemon, strong: str):
     p = await daemon.project(strong)
     r = await daemon.post("/sessions", strong, {"projectId": p["id"], "model": "nobody/nothing"})
