@@ -119,10 +119,10 @@ class ProjectionService:
                 except StoreClosed:
                     return  # (the daemon is stopping)
             else:
-                # Try again after a pause (growing while it keeps failing), or at the next commit,
-                # whichever is later: a failure that passes on its own (another process let go of
-                # projections.db) must not leave every list answering "stalled" until some new
-                # event happens to be written, nor a row that cannot be projected make it spin.
+                # Try again after a pause that grows while it keeps failing, new commit or not: a
+                # failure that passes on its own (another process let go of projections.db) must
+                # not leave every list answering "stalled" until some new event happens to be
+                # written, nor a row that cannot be projected make it spin.
                 await trio.sleep(pause)
                 pause = min(pause * 2, RETRY_MAX_SECONDS)
             await self._catch_up()
