@@ -175,6 +175,8 @@ def check_config(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: server.host {cfg.server.host[:100]!r} is not an IP address or host name")
     if not cfg.data_dir or "\0" in cfg.data_dir:
         raise ConfigError(f"{where}: dataDir must be a non-empty path")
+    if cfg.pair_file and "\0" in cfg.pair_file:  # ("" or null: pair.json beside the main config)
+        raise ConfigError(f"{where}: pairFile must be a path without NUL characters")
     ids = [p.id for p in cfg.providers]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -268,7 +270,28 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     return cfg, path, notes
 
 
-def pair_file_path(cfg: Config, config_path: Path) -> Path:
+def expand_path(value: str, key: str, where: str) -> Path:
+    """``value`` with a leading ``~`` or ``~user`` expanded, as ``dataDir``, ``--data`` and
+    ``pairFile`` are. :class:`ConfigError` naming ``key`` for a NUL or a home directory that
+    cannot be found (``~nosuchuser``), which were tracebacks."""
+    if not value or "\0" in value:
+        raise ConfigError(f"{where}: {key} must be a non-empty path without NUL characters")
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        user = value[1:].split("/", 1)[0]
+        whose = f"of user {user!r}" if user else "(HOME is unset and the user has none)"
+        raise ConfigError(f"{where}: {key} {value[:200]!r}: there is no home directory {whose}") from None
+
+
+def data_dir_path(cfg: Config, where: str) -> Path:
+    return expand_path(cfg.data_dir, "dataDir", where)
+
+
+def pair_file_path(cfg: Config, config_path: Path, where: str | None = None) -> Path:
+    """The pair file: ``pairFile`` (``~`` expanded), else ``pair.json`` beside the main config.
+    :class:`ConfigError` (naming ``where``, by default the config file) for a ``pairFile`` that
+    cannot be expanded."""
     if cfg.pair_file:
-        return Path(cfg.pair_file).expanduser()
+        return expand_path(cfg.pair_file, "pairFile", where or str(config_path))
     return config_path.parent / DEFAULT_PAIR_FILE
