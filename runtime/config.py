@@ -18,10 +18,14 @@ from urllib.parse import urlsplit
 import msgspec
 
 from . import jsonc
+from .atomicfile import FileTooLarge, read_regular_file
 from .errors import LensError
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
 DEFAULT_PAIR_FILE = "pair.json"
+# The largest config file read or written (start-up, `lens pair`, `PUT /config/files/…`). Parsing
+# takes about ten times the text in memory; a real config is a few KiB.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 class ConfigError(LensError):
@@ -109,6 +113,7 @@ class Config(_C):
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
     """Parse and validate config text. Raises :class:`ConfigError` naming the problem."""
+    check_size(text, where)
     try:
         data = jsonc.loads(text)
     except jsonc.JsoncError as exc:
@@ -121,6 +126,14 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         raise ConfigError(f"{where}: {exc}") from None
     check_config(cfg, where)
     return cfg
+
+
+def check_size(text: str | bytes, where: str) -> None:
+    """:class:`ConfigError` for config text larger than :data:`MAX_CONFIG_BYTES` (UTF-8)."""
+    # (a str has at most as many characters as its UTF-8 bytes, and at least a quarter as many)
+    if len(text) > MAX_CONFIG_BYTES or (isinstance(text, str) and len(text) * 4 > MAX_CONFIG_BYTES
+                                        and len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES):
+        raise ConfigError(f"{where}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)")
 
 
 # (key, value, lowest, highest): the ranges in which each number keeps the daemon usable. The body
@@ -260,7 +273,9 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
         notes.append(f"no config file at {path}; using built-in defaults")
         return Config(), path, notes
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_CONFIG_BYTES)  # (a FIFO or /dev/zero: refused, never read)
+    except FileTooLarge:
+        raise ConfigError(f"{path}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     cfg = parse_config(raw, str(path))

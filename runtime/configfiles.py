@@ -1,7 +1,10 @@
 """The config-file API (F-API-4): list, read and write the daemon's own config files only.
 
 Listed: the main config, the pair file, and existing non-template ``.json``/``.jsonc`` regular
-files in the main config's directory (symlinks are never listed or followed). A name is matched
+files in the main config's directory (other symlinks are never listed). The main config and the
+pair file are listed whatever is in their place; only a regular file is read or replaced (a
+symlink is never followed, a directory or a FIFO never opened for reading without
+``O_NONBLOCK``): anything else is ``CONFIG_FILE_NOT_REGULAR``. A name is matched
 exactly against that list, never treated as a path. A write is parsed and validated first, then
 replaces the file atomically with the text exactly as given (comments stay byte-exact); an
 invalid write changes nothing.
@@ -9,6 +12,7 @@ invalid write changes nothing.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -17,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from . import jsonc
-from .atomicfile import replace_atomically
-from .config import ConfigError, parse_config
+from .atomicfile import FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically
+from .config import ConfigError, check_size, parse_config
 from .errors import LensError
 from .pairing import PairFileInvalid, parse_pair_file
 
@@ -33,6 +37,13 @@ class ConfigFileUnreadable(LensError):
     """A listed file the API cannot serve as text: larger than the body limit, or not UTF-8."""
 
     code = "CONFIG_FILE_UNREADABLE"
+
+
+class ConfigFileNotRegular(LensError):
+    """A listed name where something other than a regular file is (a directory, a FIFO…): it is
+    neither read (a FIFO would block the reader) nor replaced."""
+
+    code = "CONFIG_FILE_NOT_REGULAR"
 
 
 class ConfigFileUnwritable(LensError):
@@ -69,13 +80,24 @@ class ConfigFiles:
     def list(self) -> list[dict[str, Any]]:
         out = []
         for name, (path, role) in self._candidates().items():
+            # ``exists``: something is there (the daemon may be running from it: a symlinked main
+            # config was listed as absent, and a client offered to create it); ``editable``: it
+            # is a regular file, which the API reads and replaces. A symlink, a directory or a
+            # FIFO is left to be edited where it lives (GET and PUT: CONFIG_FILE_NOT_REGULAR).
             try:
                 st = os.lstat(path)
-                exists = stat.S_ISREG(st.st_mode)
-                size = st.st_size if exists else 0
-            except FileNotFoundError:
-                exists, size = False, 0
-            out.append({"name": name, "role": role, "exists": exists, "size": size})
+            except OSError:
+                out.append({"name": name, "role": role, "exists": False, "editable": True, "size": 0})
+                continue
+            editable = stat.S_ISREG(st.st_mode)
+            size = st.st_size if editable else 0
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.stat(path)
+                    size = target.st_size if stat.S_ISREG(target.st_mode) else 0
+                except OSError:
+                    pass  # (a link to nothing: there, but nothing to read)
+            out.append({"name": name, "role": role, "exists": True, "editable": editable, "size": size})
         return out
 
     def _lookup(self, name: str) -> tuple[Path, str]:
@@ -87,16 +109,19 @@ class ConfigFiles:
     def read(self, name: str) -> dict[str, Any]:
         path, role = self._lookup(name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            raw = read_regular_file(path, self.max_bytes, follow_symlinks=False)
         except FileNotFoundError:
             return {"name": name, "role": role, "exists": False, "text": "", "digest": None}
-        except OSError as exc:
-            raise ConfigFileNotFound(f"{name!r} cannot be read ({exc.strerror})") from None
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(self.max_bytes + 1)
-        if len(raw) > self.max_bytes:
+        except FileTooLarge:
             raise ConfigFileUnreadable(f"{name} is larger than {self.max_bytes} bytes (server.maxBodyBytes); "
-                                       f"edit it where it lives")
+                                       f"edit it where it lives") from None
+        except NotARegularFile as exc:
+            raise ConfigFileNotRegular(f"{name} cannot be read through the API: {exc.strerror}") from None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not os.path.islink(path):
+                raise ConfigFileNotFound(f"{name!r} cannot be read ({exc.strerror})") from None
+            raise ConfigFileNotRegular(f"{name} is a symbolic link; the API neither follows nor replaces links: "
+                                       f"edit it where it lives") from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -122,6 +147,7 @@ class ConfigFiles:
             except PairFileInvalid as exc:
                 raise ConfigError(exc.message) from None
         else:
+            check_size(text, name)
             try:
                 jsonc.loads(text)
             except jsonc.JsoncError as exc:
@@ -138,8 +164,12 @@ class ConfigFiles:
         except FileNotFoundError:
             mode = 0o600
         else:
-            if not stat.S_ISREG(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
-                raise ConfigFileNotFound(f"{name!r} is not a regular file; edit it where it lives")
+            if stat.S_ISLNK(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
+                raise ConfigFileNotRegular(f"{name} is a symbolic link; the API neither follows nor replaces links: "
+                                           f"edit it where it lives; nothing was changed")
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigFileNotRegular(f"{name} cannot be written through the API: it is {kind_of(st.st_mode)}, "
+                                           f"not a regular file; nothing was changed")
             mode = stat.S_IMODE(st.st_mode)
         try:
             replace_atomically(path, raw, mode)

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Literal
 import msgspec
 import trio
 
-from .atomicfile import replace_atomically
+from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
 from .errors import LensError
 from .terminal import UNSHOWABLE
 
@@ -40,6 +40,9 @@ POLL_SECONDS = 0.25
 # when the limit is reached, expired requests are dropped from the file to make room. So a burst
 # of unauthenticated requests can fill the list for an hour at most, not for ever.
 PENDING_TTL_MS = 60 * 60 * 1000
+# The largest pair file read: records of at most ~400 bytes, and at most
+# ``server.maxPendingPairings`` (100,000) of them pending, fit many times over.
+MAX_PAIR_FILE_BYTES = 64 * 1024 * 1024
 
 
 class PairingError(LensError):
@@ -183,7 +186,8 @@ class PairStore:
             self._data, self.valid, self.problem = PairFile(), True, None
             return True
         try:
-            self._data = self._parse(self.path.read_bytes())
+            # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
+            self._data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
             self.valid, self.problem = True, None
         except (PairFileInvalid, OSError) as exc:
             # Unreadable (a directory, no permission: written by another user with mode 0600)
@@ -215,7 +219,11 @@ class PairStore:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             try:
-                data = self._parse(self.path.read_bytes()) if self.path.exists() else PairFile()
+                data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
+            except FileNotFoundError:
+                data = PairFile()
+            except (NotARegularFile, FileTooLarge) as exc:
+                raise PairFileInvalid(f"pair file {self.path} cannot be read ({exc.strerror}); fix it first") from None
             except OSError as exc:
                 raise self._unwritable(exc) from None
             yield data
