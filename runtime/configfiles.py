@@ -25,6 +25,7 @@ from .atomicfile import FileTooLarge, NotARegularFile, kind_of, read_regular_fil
 from .config import ConfigError, check_size, parse_config
 from .errors import LensError
 from .pairing import PairFileInvalid, parse_pair_file
+from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
 
@@ -140,7 +141,9 @@ class ConfigFiles:
 
     def validate(self, role: str, name: str, text: str) -> None:
         if role == "main":
-            parse_config(text, name)
+            # every check the next start runs on the file, not only its parse: a write the
+            # next `lens serve` refuses would leave a daemon that cannot come back
+            check_startable(parse_config(text, name), self.main, name)
         elif role == "pair":
             try:
                 parse_pair_file(text.encode(), name)

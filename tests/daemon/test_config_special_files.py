@@ -135,3 +135,36 @@ async def test_start_and_lens_pair_refuse_a_config_file_past_the_limit_or_not_a_
         out = await run_lens(tmp_path, "pair", "list", "--config", "fifo.jsonc", check=False)
     assert out.returncode == 2 and "a FIFO, not a regular file" in out.stderr, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonc", "fifo.jsonc"]
+
+
+UNSTARTABLE = [
+    {"providers": [{"id": "d", "protocol": "faux", "script": [{"bogus": 1}]}]},
+    {"providers": [{"id": "d", "protocol": "faux", "script": [5]}]},
+    {"providers": [{"id": "d", "protocol": "faux", "enabled": False, "script": [{"text": "x", "delayMs": -1}]}]},
+    {"pairFile": "p\u0000x"},
+    {"pairFile": "~nosuchuser-lens-test/pair.json"},
+    {"dataDir": "~nosuchuser-lens-test/data"},
+]
+
+
+@pytest.mark.parametrize("config", UNSTARTABLE, ids=["faux-unknown-key", "faux-not-an-object", "faux-disabled-negative-delay",
+                                                     "nul-pairFile", "no-home-pairFile", "no-home-dataDir"])
+async def test_a_main_config_write_the_next_start_would_refuse_is_refused_with_starts_message(
+        daemon_factory: DaemonFactory, tmp_path: Path, config: dict):
+    # The PUT ran only the parse: these were 200, and the next `lens serve` refused to start
+    # (or showed a traceback). Now the PUT runs the checks the start runs, and says the same.
+    d = await daemon_factory(config=MAIN, root=tmp_path / "root")
+    token = await d.pair("admin", strong=True)
+    text = json.dumps(config)
+    r = await d.put("/config/files/lens.jsonc", token, {"text": text})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+    assert d.config_path.read_text() == MAIN
+    message = r.json()["error"]["message"]
+    assert message.startswith("lens.jsonc: "), message
+    start_dir = tmp_path / "start"
+    (start_dir / "config").mkdir(parents=True)
+    (start_dir / "config" / "lens.jsonc").write_text(text)
+    out = await run_lens(start_dir, "serve", "--port", "0", check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"lens: CONFIG_INVALID: config/{message}"
+    assert sorted(p.name for p in start_dir.iterdir()) == ["config"]
