@@ -179,6 +179,16 @@ def _valid_base_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
 
 
+def _valid_address(address: str) -> bool:
+    """``host:port`` (``[v6]:port``) with a host :func:`_valid_host` takes and a port 1–65535."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
+        return False
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return False  # a bare IPv6 address: which colon starts the port is a guess
+    return _valid_host(host)
+
+
 def check_config(cfg: Config, where: str) -> None:
     """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
@@ -197,6 +207,9 @@ def check_config(cfg: Config, where: str) -> None:
     for p in cfg.providers:
         if not p.id or "/" in p.id:
             raise ConfigError(f"{where}: provider id {p.id!r} must be non-empty and without '/'")
+    if cfg.executor.address is not None and not _valid_address(cfg.executor.address):
+        raise ConfigError(f"{where}: executor.address must be 'host:port' with a port from 1 to 65535, "
+                          f"not {cfg.executor.address[:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     for p in cfg.providers:

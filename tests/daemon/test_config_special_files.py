@@ -144,11 +144,13 @@ UNSTARTABLE = [
     {"pairFile": "p\u0000x"},
     {"pairFile": "~nosuchuser-lens-test/pair.json"},
     {"dataDir": "~nosuchuser-lens-test/data"},
+    {"executor": {"address": "127.0.0.1:99999", "tokenEnv": "LENS_TEST_TOKEN"}},
 ]
 
 
 @pytest.mark.parametrize("config", UNSTARTABLE, ids=["faux-unknown-key", "faux-not-an-object", "faux-disabled-negative-delay",
-                                                     "nul-pairFile", "no-home-pairFile", "no-home-dataDir"])
+                                                     "nul-pairFile", "no-home-pairFile", "no-home-dataDir",
+                                                     "executor-port-past-65535"])
 async def test_a_main_config_write_the_next_start_would_refuse_is_refused_with_starts_message(
         daemon_factory: DaemonFactory, tmp_path: Path, config: dict):
     # The PUT ran only the parse: these were 200, and the next `lens serve` refused to start
