@@ -82,7 +82,10 @@ class _B(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=Tru
     pass
 
 
-class PairRequestBody(_B):
+class PairRequestBody(_B, forbid_unknown_fields=False):
+    """Other fields (``isVerified``, ``trust``, a device's ``deviceId``…) are ignored: they grant
+    nothing (F-API-2) and are never stored; the request is an ordinary pending one."""
+
     client_id: str
     name: str = ""
 

@@ -4,7 +4,8 @@ A client's first ``POST /pair/requests`` records a *pending* identity. ``lens pa
 issues a credential (256 random bits, shown once) and stores only its hash, bound to the client
 id and trust level: ``sha256("lens-credential:v1" \\0 clientId \\0 trust \\0 token)``. So a hash
 copied to another record, or a trust level edited by hand, matches nothing; flags such as
-``isVerified`` are not read at all. Re-issuing replaces the hash, which revokes the old
+``isVerified`` are not read at all (a record's unknown fields are ignored and logged, never
+fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
 daemon and the CLI. The daemon re-reads the file when it changes (checked every 250 ms).
 """
@@ -68,7 +69,10 @@ class ClientNotFound(LensError):
 Trust = Literal["read", "strong"]
 
 
-class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """One client. Fields it does not have (``isVerified``, a copied ``deviceId``…) are ignored:
+    they grant nothing (F-API-2), are named once in the log, and the next write drops them."""
+
     client_id: str
     name: str = ""
     status: Literal["pending", "approved", "revoked"] = "pending"
@@ -148,6 +152,18 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     return data
 
 
+def ignored_record_fields(raw: bytes) -> list[str]:
+    """The fields of a pair file's records that :class:`ClientRecord` does not have
+    (``clients[2].isVerified``), for a file :func:`parse_pair_file` accepted."""
+    known = {f.encode_name for f in msgspec.structs.fields(ClientRecord)}
+    try:
+        clients = msgspec.json.decode(raw).get("clients")
+    except (msgspec.DecodeError, RecursionError, AttributeError):
+        return []
+    return [f"clients[{i}].{key}" for i, c in enumerate(clients or []) if isinstance(c, dict)
+            for key in c if key not in known]
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -162,6 +178,7 @@ class PairStore:
         self.valid = True
         self.problem: str | None = None  # why the file is not valid (logged once per change)
         self.generation = 0  # bumped on every reload: open streams re-check their credential
+        self._ignored: list[str] = []  # record fields ignored, as last logged
         self.reload(force=True)
 
     # ------------------------------------------------------------------ file I/O
@@ -187,8 +204,10 @@ class PairStore:
             return True
         try:
             # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
-            self._data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
+            raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES)
+            self._data = self._parse(raw)
             self.valid, self.problem = True, None
+            self._note_ignored(ignored_record_fields(raw))
         except (PairFileInvalid, OSError) as exc:
             # Unreadable (a directory, no permission: written by another user with mode 0600)
             # is as good as invalid: everyone is refused, and the daemon keeps serving.
@@ -198,6 +217,14 @@ class PairStore:
             log.warning("%s", self.problem)
             self._data, self.valid = PairFile(), False
         return True
+
+    def _note_ignored(self, fields: list[str]) -> None:
+        """Log the ignored record fields once (not again on each reload while they stay)."""
+        if fields and fields != self._ignored:
+            shown_fields = ", ".join(fields[:20]) + (f" and {len(fields) - 20} more" if len(fields) > 20 else "")
+            log.warning("pair file %s: ignoring fields its records do not have (%s); they grant nothing, and the "
+                        "next pairing change removes them", self.path, shown_fields)
+        self._ignored = fields
 
     def _parse(self, raw: bytes) -> PairFile:
         try:

@@ -238,7 +238,6 @@ INVALID_WRITES = [
     ("pair.json", '{"version": 1}'),
     ("pair.json", '{"clients": []}'),
     ("pair.json", '{"x": ' + "9" * 100_000 + "}"),
-    ("pair.json", '{"version": 1, "clients": [{"clientId": "a", "credentialhash": "' + "0" * 64 + '"}]}'),
     # nested past the interpreter's recursion limit (was a 500 from the decoder)
     ("lens.jsonc", "[" * 5000 + "]" * 5000),
     ("extra.json", "[" * 5000),
@@ -280,6 +279,18 @@ async def test_writing_the_pair_file_through_the_api_is_validated_and_honoured(s
     await d.wait_refused(other)
     await d.wait_accepted(token)
     assert os.stat(d.pair_path).st_mode & 0o777 == 0o600
+
+
+async def test_a_pair_file_written_with_extra_record_fields_is_accepted_and_they_grant_nothing(setup):
+    # Flags such as `isVerified` grant nothing (F-API-2); they no longer make the file invalid
+    # (a write with one was a 400, a file with one locked every client out).
+    d, token, _ = setup
+    data = json.loads((await d.get("/config/files/pair.json", token)).json()["text"])
+    data["clients"].append({"clientId": "mallory", "isVerified": True, "credentialhash": "0" * 64, "trust": "strong"})
+    r = await d.put("/config/files/pair.json", token, {"text": json.dumps(data)})
+    assert r.status_code == 200, r.text
+    await d.wait_accepted(token)
+    assert d.pairs().find("mallory").status == "pending"
 
 
 async def test_a_second_record_of_an_approved_client_cannot_be_written(setup):
