@@ -17,14 +17,18 @@ import hashlib
 import json
 import os
 import stat
+import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from . import jsonc
 from .atomicfile import FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically
 from .config import ConfigError, check_size, parse_config
 from .errors import LensError
-from .pairing import PairFileInvalid, parse_pair_file
+from .pairing import PairFileInvalid, pair_lock, parse_pair_file
 from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
@@ -47,6 +51,12 @@ class ConfigFileNotRegular(LensError):
     code = "CONFIG_FILE_NOT_REGULAR"
 
 
+class ConfigFileChanged(LensError):
+    """``expectDigest`` no longer matches: the file changed since the client read it."""
+
+    code = "CONFIG_FILE_CHANGED"
+
+
 class ConfigFileUnwritable(LensError):
     """The file system refused the write (no permission, a full or read-only disk)."""
 
@@ -59,6 +69,7 @@ class ConfigFiles:
         self.pair = Path(pair_file)
         self.dir = self.main.parent
         self.max_bytes = max_bytes
+        self._write_lock = threading.Lock()  # this daemon's writes of the other files, one at a time
 
     def _candidates(self) -> dict[str, tuple[Path, str]]:
         files: dict[str, tuple[Path, str]] = {self.main.name: (self.main, "main")}
@@ -156,12 +167,34 @@ class ConfigFiles:
             except jsonc.JsoncError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
 
-    def write(self, name: str, text: str) -> dict[str, Any]:
+    def write(self, name: str, text: str, expect_digest: str | None | msgspec.UnsetType = msgspec.UNSET) -> dict[str, Any]:
+        """Validate ``text`` and replace the file with it.
+
+        ``expect_digest``: the ``digest`` a ``GET`` returned (``None``: the file did not exist);
+        if the file's current one differs, :class:`ConfigFileChanged` and nothing is written.
+        The comparison and the write are one step: under the pair file's lock (which
+        ``lens pair`` and pairing requests take) for the pair file, under this object's lock for
+        the others."""
         path, role = self._lookup(name)
         raw = text.encode("utf-8")
         if len(raw) > self.max_bytes:
             raise ConfigError(f"{name}: the text is larger than {self.max_bytes} bytes")
         self.validate(role, name, text)
+        try:
+            lock: AbstractContextManager[Any] = pair_lock(path) if role == "pair" else self._write_lock
+            with lock:
+                return self._replace(path, role, name, raw, expect_digest)
+        except OSError as exc:  # (the pair file's lock could not be opened)
+            raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
+
+    def _replace(self, path: Path, role: str, name: str, raw: bytes,
+                 expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:
+        if expect_digest is not msgspec.UNSET:
+            current = self._digest(path, name)
+            if current != expect_digest:
+                now = "it does not exist now" if current is None else f"its digest is now {current}"
+                raise ConfigFileChanged(f"{name} changed since it was read ({now}); read it again and re-apply the "
+                                        f"edit. Nothing was changed")
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -179,3 +212,13 @@ class ConfigFiles:
         except OSError as exc:
             raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}
+
+    def _digest(self, path: Path, name: str) -> str | None:
+        """The current file's digest as ``GET`` gives it; ``None`` when there is none. A file
+        ``GET`` could not serve has no digest a client can hold: "too large" for those."""
+        try:
+            return hashlib.sha256(read_regular_file(path, self.max_bytes, follow_symlinks=False)).hexdigest()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"unavailable ({exc.strerror})"

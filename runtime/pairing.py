@@ -20,7 +20,7 @@ import os
 import re
 import secrets
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -164,6 +164,22 @@ def ignored_record_fields(raw: bytes) -> list[str]:
             for key in c if key not in known]
 
 
+@contextmanager
+def pair_lock(path: Path) -> Iterator[None]:
+    """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
+
+    Taken by ``lens pair approve|revoke``, by pairing requests and by config-API writes of the
+    pair file, in any process: a change made under it is never lost to another's write. Makes
+    the file's directory if need be; raises ``OSError`` if the lock file cannot be opened."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -238,13 +254,11 @@ class PairStore:
 
         A file-system failure (no permission, a full or read-only disk) is
         :class:`PairFileUnwritable`, and the file is left as it was."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise self._unwritable(exc) from None
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(pair_lock(self.path))
+            except OSError as exc:
+                raise self._unwritable(exc) from None
             try:
                 data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
             except FileNotFoundError:
@@ -258,8 +272,6 @@ class PairStore:
                 self._write(data)
             except OSError as exc:
                 raise self._unwritable(exc) from None
-        finally:
-            os.close(lock_fd)
         self.reload(force=True)
 
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
