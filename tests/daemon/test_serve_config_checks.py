@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import trio
 
 from .conftest import run_lens
 
@@ -63,3 +64,33 @@ async def test_an_empty_model_flag_is_an_invalid_argument(tmp_path: Path):
     out = await run_lens(tmp_path, "serve", "--port", "0", "--model", "", check=False)
     refused(out, "INVALID_ARGUMENT", "--model")
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_model_flag_its_provider_does_not_list_is_model_unknown(tmp_path: Path):
+    # The built-in faux provider lists faux/faux-1 only; `--model faux/nonexistent` started
+    # without a word, though decisions.md promises MODEL_UNKNOWN for a --model typo.
+    out = await run_lens(tmp_path, "serve", "--port", "0", "--data", "d", "--model", "faux/nonexistent", check=False)
+    refused(out, "MODEL_UNKNOWN", "provider 'faux' lists no model 'nonexistent' (listed: faux-1)")
+    (tmp_path / "c.jsonc").write_text(json.dumps({"providers": [
+        {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": [{"id": "m1"}]}]}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", "--model", "a/m2",
+                         check=False)
+    refused(out, "MODEL_UNKNOWN", "provider 'a' has no model 'm2' (configured: m1)")  # (as before)
+
+
+async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path):
+    from .test_serve_process import ServeProcess
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({"providers": [
+        {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": []}]}))
+    serve = ServeProcess(tmp_path, "--model", "a/anything")
+    async with trio.open_nursery() as nursery:
+        try:
+            await serve.run(nursery)
+            assert await serve.terminate() == 0
+        finally:
+            serve.kill()
+    notes = [line for line in serve.lines if "lists no models" in line]
+    assert notes == ["lens: note: provider 'a' lists no models, so --model a/anything cannot be checked "
+                     "before a session uses it"], serve.lines
