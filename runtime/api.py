@@ -58,8 +58,8 @@ STATUS: dict[str, int] = {
     "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
     "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
     "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422, "IMAGE_UNSUPPORTED": 422,
-    "CONFIG_FILE_UNREADABLE": 422,
-    "PAIRING_LIMIT": 429,
+    "CONFIG_FILE_UNREADABLE": 422, "CONFIG_FILE_NOT_REGULAR": 422,
+    "PAIRING_LIMIT": 429, "CONFIG_FILE_CHANGED": 409,
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
 }
 
@@ -82,7 +82,10 @@ class _B(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=Tru
     pass
 
 
-class PairRequestBody(_B):
+class PairRequestBody(_B, forbid_unknown_fields=False):
+    """Other fields (``isVerified``, ``trust``, a device's ``deviceId``…) are ignored: they grant
+    nothing (F-API-2) and are never stored; the request is an ordinary pending one."""
+
     client_id: str
     name: str = ""
 
@@ -600,7 +603,7 @@ def create_app(svc: Services) -> QuartTrio:
     async def write_config(name: str) -> Response:
         require_strong("write raw config")
         body = await read_body(ConfigWriteBody)
-        result = await trio.to_thread.run_sync(svc.config_files.write, name, body.text)
+        result = await trio.to_thread.run_sync(svc.config_files.write, name, body.text, body.expect_digest)
         await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
         return json_response(result)
 
@@ -648,6 +651,9 @@ def create_app(svc: Services) -> QuartTrio:
 
 class ConfigWriteBody(_B):
     text: str
+    # the `digest` of the GET the edit started from (null: the file did not exist); omitted: an
+    # unconditional write. A file that changed meanwhile is 409 CONFIG_FILE_CHANGED.
+    expect_digest: str | None | msgspec.UnsetType = msgspec.UNSET
 
 
 class HistorySearchBody(_B):

@@ -1,10 +1,64 @@
-"""Replacing a small file atomically: the config files and the pair file."""
+"""Small files read and replaced safely: the config files and the pair file.
+
+:func:`read_regular_file` never blocks (a FIFO in a config file's place held a worker thread,
+or the event loop, for ever) and never reads without bound (``--config /dev/zero``);
+:func:`replace_atomically` leaves the old bytes or the new, never a mix.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import stat
 from pathlib import Path
+
+
+class NotARegularFile(OSError):
+    """Something other than a regular file (a directory, a FIFO, a device, a link not followed)."""
+
+
+class FileTooLarge(OSError):
+    """A file larger than the reader's limit (``strerror`` names the limit)."""
+
+
+_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")]
+
+
+def kind_of(mode: int) -> str:
+    """'a directory', 'a FIFO'… for a mode that is not a regular file's."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
+
+    Opened without blocking (``O_NONBLOCK``: opening a FIFO waits for a writer otherwise) and
+    checked with ``fstat`` on the open descriptor, which is always closed. Raises ``OSError``:
+    the ``open`` error itself (``FileNotFoundError``, ``ELOOP`` for a link when
+    ``follow_symlinks`` is false…), :class:`NotARegularFile` or :class:`FileTooLarge`, each with a
+    ``strerror`` fit for a message."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(errno.EINVAL, f"it is {kind_of(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise FileTooLarge(errno.EFBIG, f"it is larger than {max_bytes} bytes")
+        chunks, total = [], 0
+        while total <= max_bytes:  # (a file growing while it is read is still held to the limit)
+            chunk = os.read(fd, max_bytes + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:
+            raise FileTooLarge(errno.EFBIG, f"it is larger than {max_bytes} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def replace_atomically(path: Path, raw: bytes, mode: int = 0o600) -> None:

@@ -18,10 +18,14 @@ from urllib.parse import urlsplit
 import msgspec
 
 from . import jsonc
+from .atomicfile import FileTooLarge, read_regular_file
 from .errors import LensError
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
 DEFAULT_PAIR_FILE = "pair.json"
+# The largest config file read or written (start-up, `lens pair`, `PUT /config/files/…`). Parsing
+# takes about ten times the text in memory; a real config is a few KiB.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 class ConfigError(LensError):
@@ -109,6 +113,7 @@ class Config(_C):
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
     """Parse and validate config text. Raises :class:`ConfigError` naming the problem."""
+    check_size(text, where)
     try:
         data = jsonc.loads(text)
     except jsonc.JsoncError as exc:
@@ -121,6 +126,14 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         raise ConfigError(f"{where}: {exc}") from None
     check_config(cfg, where)
     return cfg
+
+
+def check_size(text: str | bytes, where: str) -> None:
+    """:class:`ConfigError` for config text larger than :data:`MAX_CONFIG_BYTES` (UTF-8)."""
+    # (a str has at most as many characters as its UTF-8 bytes, and at least a quarter as many)
+    if len(text) > MAX_CONFIG_BYTES or (isinstance(text, str) and len(text) * 4 > MAX_CONFIG_BYTES
+                                        and len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES):
+        raise ConfigError(f"{where}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)")
 
 
 # (key, value, lowest, highest): the ranges in which each number keeps the daemon usable. The body
@@ -166,6 +179,16 @@ def _valid_base_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
 
 
+def _valid_address(address: str) -> bool:
+    """``host:port`` (``[v6]:port``) with a host :func:`_valid_host` takes and a port 1–65535."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
+        return False
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return False  # a bare IPv6 address: which colon starts the port is a guess
+    return _valid_host(host)
+
+
 def check_config(cfg: Config, where: str) -> None:
     """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
@@ -175,6 +198,8 @@ def check_config(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: server.host {cfg.server.host[:100]!r} is not an IP address or host name")
     if not cfg.data_dir or "\0" in cfg.data_dir:
         raise ConfigError(f"{where}: dataDir must be a non-empty path")
+    if cfg.pair_file and "\0" in cfg.pair_file:  # ("" or null: pair.json beside the main config)
+        raise ConfigError(f"{where}: pairFile must be a path without NUL characters")
     ids = [p.id for p in cfg.providers]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -182,6 +207,9 @@ def check_config(cfg: Config, where: str) -> None:
     for p in cfg.providers:
         if not p.id or "/" in p.id:
             raise ConfigError(f"{where}: provider id {p.id!r} must be non-empty and without '/'")
+    if cfg.executor.address is not None and not _valid_address(cfg.executor.address):
+        raise ConfigError(f"{where}: executor.address must be 'host:port' with a port from 1 to 65535, "
+                          f"not {cfg.executor.address[:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     for p in cfg.providers:
@@ -258,7 +286,9 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
         notes.append(f"no config file at {path}; using built-in defaults")
         return Config(), path, notes
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_CONFIG_BYTES)  # (a FIFO or /dev/zero: refused, never read)
+    except FileTooLarge:
+        raise ConfigError(f"{path}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     cfg = parse_config(raw, str(path))
@@ -268,7 +298,28 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     return cfg, path, notes
 
 
-def pair_file_path(cfg: Config, config_path: Path) -> Path:
+def expand_path(value: str, key: str, where: str) -> Path:
+    """``value`` with a leading ``~`` or ``~user`` expanded, as ``dataDir``, ``--data`` and
+    ``pairFile`` are. :class:`ConfigError` naming ``key`` for a NUL or a home directory that
+    cannot be found (``~nosuchuser``), which were tracebacks."""
+    if not value or "\0" in value:
+        raise ConfigError(f"{where}: {key} must be a non-empty path without NUL characters")
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        user = value[1:].split("/", 1)[0]
+        whose = f"of user {user!r}" if user else "(HOME is unset and the user has none)"
+        raise ConfigError(f"{where}: {key} {value[:200]!r}: there is no home directory {whose}") from None
+
+
+def data_dir_path(cfg: Config, where: str) -> Path:
+    return expand_path(cfg.data_dir, "dataDir", where)
+
+
+def pair_file_path(cfg: Config, config_path: Path, where: str | None = None) -> Path:
+    """The pair file: ``pairFile`` (``~`` expanded), else ``pair.json`` beside the main config.
+    :class:`ConfigError` (naming ``where``, by default the config file) for a ``pairFile`` that
+    cannot be expanded."""
     if cfg.pair_file:
-        return Path(cfg.pair_file).expanduser()
+        return expand_path(cfg.pair_file, "pairFile", where or str(config_path))
     return config_path.parent / DEFAULT_PAIR_FILE

@@ -1,7 +1,10 @@
 """The config-file API (F-API-4): list, read and write the daemon's own config files only.
 
 Listed: the main config, the pair file, and existing non-template ``.json``/``.jsonc`` regular
-files in the main config's directory (symlinks are never listed or followed). A name is matched
+files in the main config's directory (other symlinks are never listed). The main config and the
+pair file are listed whatever is in their place; only a regular file is read or replaced (a
+symlink is never followed, a directory or a FIFO never opened for reading without
+``O_NONBLOCK``): anything else is ``CONFIG_FILE_NOT_REGULAR``. A name is matched
 exactly against that list, never treated as a path. A write is parsed and validated first, then
 replaces the file atomically with the text exactly as given (comments stay byte-exact); an
 invalid write changes nothing.
@@ -9,18 +12,24 @@ invalid write changes nothing.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import stat
+import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from . import jsonc
-from .atomicfile import replace_atomically
-from .config import ConfigError, parse_config
+from .atomicfile import FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically
+from .config import ConfigError, check_size, parse_config
 from .errors import LensError
-from .pairing import PairFileInvalid, parse_pair_file
+from .pairing import PairFileInvalid, pair_lock, parse_pair_file
+from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
 
@@ -35,6 +44,19 @@ class ConfigFileUnreadable(LensError):
     code = "CONFIG_FILE_UNREADABLE"
 
 
+class ConfigFileNotRegular(LensError):
+    """A listed name where something other than a regular file is (a directory, a FIFO…): it is
+    neither read (a FIFO would block the reader) nor replaced."""
+
+    code = "CONFIG_FILE_NOT_REGULAR"
+
+
+class ConfigFileChanged(LensError):
+    """``expectDigest`` no longer matches: the file changed since the client read it."""
+
+    code = "CONFIG_FILE_CHANGED"
+
+
 class ConfigFileUnwritable(LensError):
     """The file system refused the write (no permission, a full or read-only disk)."""
 
@@ -47,6 +69,7 @@ class ConfigFiles:
         self.pair = Path(pair_file)
         self.dir = self.main.parent
         self.max_bytes = max_bytes
+        self._write_lock = threading.Lock()  # this daemon's writes of the other files, one at a time
 
     def _candidates(self) -> dict[str, tuple[Path, str]]:
         files: dict[str, tuple[Path, str]] = {self.main.name: (self.main, "main")}
@@ -69,13 +92,24 @@ class ConfigFiles:
     def list(self) -> list[dict[str, Any]]:
         out = []
         for name, (path, role) in self._candidates().items():
+            # ``exists``: something is there (the daemon may be running from it: a symlinked main
+            # config was listed as absent, and a client offered to create it); ``editable``: it
+            # is a regular file, which the API reads and replaces. A symlink, a directory or a
+            # FIFO is left to be edited where it lives (GET and PUT: CONFIG_FILE_NOT_REGULAR).
             try:
                 st = os.lstat(path)
-                exists = stat.S_ISREG(st.st_mode)
-                size = st.st_size if exists else 0
-            except FileNotFoundError:
-                exists, size = False, 0
-            out.append({"name": name, "role": role, "exists": exists, "size": size})
+            except OSError:
+                out.append({"name": name, "role": role, "exists": False, "editable": True, "size": 0})
+                continue
+            editable = stat.S_ISREG(st.st_mode)
+            size = st.st_size if editable else 0
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.stat(path)
+                    size = target.st_size if stat.S_ISREG(target.st_mode) else 0
+                except OSError:
+                    pass  # (a link to nothing: there, but nothing to read)
+            out.append({"name": name, "role": role, "exists": True, "editable": editable, "size": size})
         return out
 
     def _lookup(self, name: str) -> tuple[Path, str]:
@@ -87,16 +121,19 @@ class ConfigFiles:
     def read(self, name: str) -> dict[str, Any]:
         path, role = self._lookup(name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            raw = read_regular_file(path, self.max_bytes, follow_symlinks=False)
         except FileNotFoundError:
             return {"name": name, "role": role, "exists": False, "text": "", "digest": None}
-        except OSError as exc:
-            raise ConfigFileNotFound(f"{name!r} cannot be read ({exc.strerror})") from None
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(self.max_bytes + 1)
-        if len(raw) > self.max_bytes:
+        except FileTooLarge:
             raise ConfigFileUnreadable(f"{name} is larger than {self.max_bytes} bytes (server.maxBodyBytes); "
-                                       f"edit it where it lives")
+                                       f"edit it where it lives") from None
+        except NotARegularFile as exc:
+            raise ConfigFileNotRegular(f"{name} cannot be read through the API: {exc.strerror}") from None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not os.path.islink(path):
+                raise ConfigFileNotFound(f"{name!r} cannot be read ({exc.strerror})") from None
+            raise ConfigFileNotRegular(f"{name} is a symbolic link; the API neither follows nor replaces links: "
+                                       f"edit it where it lives") from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -115,34 +152,73 @@ class ConfigFiles:
 
     def validate(self, role: str, name: str, text: str) -> None:
         if role == "main":
-            parse_config(text, name)
+            # every check the next start runs on the file, not only its parse: a write the
+            # next `lens serve` refuses would leave a daemon that cannot come back
+            check_startable(parse_config(text, name), self.main, name)
         elif role == "pair":
             try:
                 parse_pair_file(text.encode(), name)
             except PairFileInvalid as exc:
                 raise ConfigError(exc.message) from None
         else:
+            check_size(text, name)
             try:
                 jsonc.loads(text)
             except jsonc.JsoncError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
 
-    def write(self, name: str, text: str) -> dict[str, Any]:
+    def write(self, name: str, text: str, expect_digest: str | None | msgspec.UnsetType = msgspec.UNSET) -> dict[str, Any]:
+        """Validate ``text`` and replace the file with it.
+
+        ``expect_digest``: the ``digest`` a ``GET`` returned (``None``: the file did not exist);
+        if the file's current one differs, :class:`ConfigFileChanged` and nothing is written.
+        The comparison and the write are one step: under the pair file's lock (which
+        ``lens pair`` and pairing requests take) for the pair file, under this object's lock for
+        the others."""
         path, role = self._lookup(name)
         raw = text.encode("utf-8")
         if len(raw) > self.max_bytes:
             raise ConfigError(f"{name}: the text is larger than {self.max_bytes} bytes")
         self.validate(role, name, text)
         try:
+            lock: AbstractContextManager[Any] = pair_lock(path) if role == "pair" else self._write_lock
+            with lock:
+                return self._replace(path, role, name, raw, expect_digest)
+        except OSError as exc:  # (the pair file's lock could not be opened)
+            raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
+
+    def _replace(self, path: Path, role: str, name: str, raw: bytes,
+                 expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:
+        if expect_digest is not msgspec.UNSET:
+            current = self._digest(path, name)
+            if current != expect_digest:
+                now = "it does not exist now" if current is None else f"its digest is now {current}"
+                raise ConfigFileChanged(f"{name} changed since it was read ({now}); read it again and re-apply the "
+                                        f"edit. Nothing was changed")
+        try:
             st = os.lstat(path)
         except FileNotFoundError:
             mode = 0o600
         else:
-            if not stat.S_ISREG(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
-                raise ConfigFileNotFound(f"{name!r} is not a regular file; edit it where it lives")
+            if stat.S_ISLNK(st.st_mode):  # a symlink is never followed (read refuses it too) nor replaced
+                raise ConfigFileNotRegular(f"{name} is a symbolic link; the API neither follows nor replaces links: "
+                                           f"edit it where it lives; nothing was changed")
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigFileNotRegular(f"{name} cannot be written through the API: it is {kind_of(st.st_mode)}, "
+                                           f"not a regular file; nothing was changed")
             mode = stat.S_IMODE(st.st_mode)
         try:
             replace_atomically(path, raw, mode)
         except OSError as exc:
             raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}
+
+    def _digest(self, path: Path, name: str) -> str | None:
+        """The current file's digest as ``GET`` gives it; ``None`` when there is none. A file
+        ``GET`` could not serve has no digest a client can hold: "too large" for those."""
+        try:
+            return hashlib.sha256(read_regular_file(path, self.max_bytes, follow_symlinks=False)).hexdigest()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"unavailable ({exc.strerror})"

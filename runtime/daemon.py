@@ -95,6 +95,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 raise  # a --model no provider serves: most likely a typo, refused before serving
             say(f"lens: note: the default model cannot serve ({exc.code}: {exc.message}); "
                 f"sessions need a model that can")
+        if opts.model is not None:
+            unchecked = catalog.check_listed(opts.model)  # (MODEL_UNKNOWN: a model its provider does not list)
+            if unchecked:
+                say(f"lens: note: {unchecked}")
         pairs = PairStore(pair_file_path(cfg, opts.config_path))
         guard = Guard(pairs, opts.host)
         bus = Bus(store, buffer=cfg.server.sse_buffer_events)

@@ -4,7 +4,8 @@ A client's first ``POST /pair/requests`` records a *pending* identity. ``lens pa
 issues a credential (256 random bits, shown once) and stores only its hash, bound to the client
 id and trust level: ``sha256("lens-credential:v1" \\0 clientId \\0 trust \\0 token)``. So a hash
 copied to another record, or a trust level edited by hand, matches nothing; flags such as
-``isVerified`` are not read at all. Re-issuing replaces the hash, which revokes the old
+``isVerified`` are not read at all (a record's unknown fields are ignored and logged, never
+fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
 daemon and the CLI. The daemon re-reads the file when it changes (checked every 250 ms).
 """
@@ -19,7 +20,7 @@ import os
 import re
 import secrets
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -27,7 +28,7 @@ from typing import Any, Iterator, Literal
 import msgspec
 import trio
 
-from .atomicfile import replace_atomically
+from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
 from .errors import LensError
 from .terminal import UNSHOWABLE
 
@@ -40,6 +41,9 @@ POLL_SECONDS = 0.25
 # when the limit is reached, expired requests are dropped from the file to make room. So a burst
 # of unauthenticated requests can fill the list for an hour at most, not for ever.
 PENDING_TTL_MS = 60 * 60 * 1000
+# The largest pair file read: records of at most ~400 bytes, and at most
+# ``server.maxPendingPairings`` (100,000) of them pending, fit many times over.
+MAX_PAIR_FILE_BYTES = 64 * 1024 * 1024
 
 
 class PairingError(LensError):
@@ -65,7 +69,10 @@ class ClientNotFound(LensError):
 Trust = Literal["read", "strong"]
 
 
-class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """One client. Fields it does not have (``isVerified``, a copied ``deviceId``…) are ignored:
+    they grant nothing (F-API-2), are named once in the log, and the next write drops them."""
+
     client_id: str
     name: str = ""
     status: Literal["pending", "approved", "revoked"] = "pending"
@@ -145,6 +152,34 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     return data
 
 
+def ignored_record_fields(raw: bytes) -> list[str]:
+    """The fields of a pair file's records that :class:`ClientRecord` does not have
+    (``clients[2].isVerified``), for a file :func:`parse_pair_file` accepted."""
+    known = {f.encode_name for f in msgspec.structs.fields(ClientRecord)}
+    try:
+        clients = msgspec.json.decode(raw).get("clients")
+    except (msgspec.DecodeError, RecursionError, AttributeError):
+        return []
+    return [f"clients[{i}].{key}" for i, c in enumerate(clients or []) if isinstance(c, dict)
+            for key in c if key not in known]
+
+
+@contextmanager
+def pair_lock(path: Path) -> Iterator[None]:
+    """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
+
+    Taken by ``lens pair approve|revoke``, by pairing requests and by config-API writes of the
+    pair file, in any process: a change made under it is never lost to another's write. Makes
+    the file's directory if need be; raises ``OSError`` if the lock file cannot be opened."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -159,6 +194,7 @@ class PairStore:
         self.valid = True
         self.problem: str | None = None  # why the file is not valid (logged once per change)
         self.generation = 0  # bumped on every reload: open streams re-check their credential
+        self._ignored: list[str] = []  # record fields ignored, as last logged
         self.reload(force=True)
 
     # ------------------------------------------------------------------ file I/O
@@ -183,8 +219,11 @@ class PairStore:
             self._data, self.valid, self.problem = PairFile(), True, None
             return True
         try:
-            self._data = self._parse(self.path.read_bytes())
+            # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
+            raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES)
+            self._data = self._parse(raw)
             self.valid, self.problem = True, None
+            self._note_ignored(ignored_record_fields(raw))
         except (PairFileInvalid, OSError) as exc:
             # Unreadable (a directory, no permission: written by another user with mode 0600)
             # is as good as invalid: everyone is refused, and the daemon keeps serving.
@@ -194,6 +233,14 @@ class PairStore:
             log.warning("%s", self.problem)
             self._data, self.valid = PairFile(), False
         return True
+
+    def _note_ignored(self, fields: list[str]) -> None:
+        """Log the ignored record fields once (not again on each reload while they stay)."""
+        if fields and fields != self._ignored:
+            shown_fields = ", ".join(fields[:20]) + (f" and {len(fields) - 20} more" if len(fields) > 20 else "")
+            log.warning("pair file %s: ignoring fields its records do not have (%s); they grant nothing, and the "
+                        "next pairing change removes them", self.path, shown_fields)
+        self._ignored = fields
 
     def _parse(self, raw: bytes) -> PairFile:
         try:
@@ -207,15 +254,17 @@ class PairStore:
 
         A file-system failure (no permission, a full or read-only disk) is
         :class:`PairFileUnwritable`, and the file is left as it was."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise self._unwritable(exc) from None
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with ExitStack() as stack:
             try:
-                data = self._parse(self.path.read_bytes()) if self.path.exists() else PairFile()
+                stack.enter_context(pair_lock(self.path))
+            except OSError as exc:
+                raise self._unwritable(exc) from None
+            try:
+                data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
+            except FileNotFoundError:
+                data = PairFile()
+            except (NotARegularFile, FileTooLarge) as exc:
+                raise PairFileInvalid(f"pair file {self.path} cannot be read ({exc.strerror}); fix it first") from None
             except OSError as exc:
                 raise self._unwritable(exc) from None
             yield data
@@ -223,8 +272,6 @@ class PairStore:
                 self._write(data)
             except OSError as exc:
                 raise self._unwritable(exc) from None
-        finally:
-            os.close(lock_fd)
         self.reload(force=True)
 
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:

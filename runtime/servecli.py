@@ -7,9 +7,10 @@ from pathlib import Path
 
 import msgspec
 
-from .config import ConfigError, check_config, load_config, pair_file_path
+from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .pairing import PairFileInvalid, PairStore
+from .startcheck import check_startable
 from .terminal import shown
 
 
@@ -58,6 +59,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     make_undumpable()  # before the keys are read: agents' commands cannot read them from /proc
 
     cfg, path, notes = load_config(args.config)
+    check_startable(cfg, path, str(path))  # (what a config write through the API is held to, too)
+    if args.model == "":
+        raise InvalidArgument("--model must be '<provider id>/<model id>', not empty")
     # The flags take the config's place, so they are held to the same checks (a port past 65535
     # was a traceback from bind(), an empty --host bound every interface).
     flagged = msgspec.structs.replace(
@@ -69,11 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     try:
         check_config(flagged, "the command line")
+        data_dir = expand_path(flagged.data_dir, "dataDir", "the command line")
     except ConfigError as exc:
         raise InvalidArgument(exc.message.replace("dataDir", "--data").replace("server.host", "--host")
                               .replace("server.port", "--port").replace("defaultModel", "--model")) from None
-    return run(ServeOptions(cfg, path, Path(flagged.data_dir).expanduser(), flagged.server.host, flagged.server.port,
-                            args.model, tuple(notes)))
+    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes)))
 
 
 def _pairs(args: argparse.Namespace) -> PairStore:

@@ -118,6 +118,21 @@ class ProviderCatalog:
         """The reference that would be used, or :class:`ModelUnavailable` (a submit-time guard)."""
         return self.resolve(model_ref)[2]
 
+    def check_listed(self, model_ref: str) -> str | None:
+        """For a model named at start (``--model``): :class:`ModelUnavailable` ``MODEL_UNKNOWN``
+        if its provider lists models (as ``GET /models`` shows them: the built-in faux lists
+        ``faux-1``) and not this one — a typo, most likely; a note (returned) if the provider
+        lists none, so nothing can be checked; ``None`` when it is listed."""
+        provider_id, _, model_id = model_ref.partition("/")
+        listed = [e.model for e in self.models() if e.provider == provider_id]
+        if not listed:
+            return (f"provider {provider_id!r} lists no models, so --model {model_ref} cannot be checked "
+                    f"before a session uses it")
+        if model_id not in listed:
+            raise ModelUnavailable("MODEL_UNKNOWN", f"provider {provider_id!r} lists no model {model_id!r} "
+                                                    f"(listed: {', '.join(listed[:20])})")
+        return None
+
     def model_config(self, model_ref: str | None) -> ModelConfig:
         """The configured model (context window, images…), or defaults for an unlisted one."""
         ref = model_ref or self.default_model

@@ -361,10 +361,12 @@ def record(data: dict, client_id: str) -> dict:
     return next(c for c in data["clients"] if c["clientId"] == client_id)
 
 
-async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon):
+async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon, caplog: pytest.LogCaptureFixture):
+    # F-API-2: such flags "grant nothing" — neither to their record, nor by locking the other
+    # clients out (a record's unknown field made the whole file invalid: every credential 503).
+    caplog.set_level("WARNING", logger="lens.pairing")
     marker = await daemon.pair("marker")
     await daemon.register("mallory")
-    good = daemon.pair_path.read_bytes()
     token = TOKEN_PREFIX + "m" * 43
 
     def forge(data: dict) -> None:
@@ -373,20 +375,50 @@ async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon):
                    credentialHash=credential_hash("mallory", "strong", token),
                    deviceId="copied-device", publicKey="AAAA")
 
-    # A record with fields the pair file does not have makes the file invalid: nobody gets in.
     edit_pair_file(daemon, forge)
-    await wait_until(lambda: daemon._is(marker, 503), 2.0, "the daemon noticing the edited pair file")
+    await wait_until(lambda: _logged(caplog, "isVerified"), 2.0, "the daemon noticing the edited pair file")
+    assert await daemon.status_of(marker) == 200  # the others keep their access
     r = await daemon.get("/projects", token)
-    assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID"
-    assert "unknown field" in daemon.pairs().problem
-    daemon.pair_path.write_bytes(good)
-    await daemon.wait_accepted(marker)
+    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"  # the forged record is still pending
+    assert record(json.loads(daemon.pair_path.read_text()), "mallory")["isVerified"] is True  # (left as edited)
+    warnings = [m for m in caplog.messages if "ignoring fields" in m]
+    assert len(warnings) == 1, warnings
+    for field in ("isVerified", "deviceId", "approved", "isAdmin", "publicKey", "verified"):
+        assert f".{field}" in warnings[0]
+    for _ in range(3):  # re-read (an unknown credential forces it): not logged again
+        await daemon.get("/projects", TOKEN_PREFIX + "z" * 43)
+    assert len([m for m in caplog.messages if "ignoring fields" in m]) == 1
+    # the next pairing change writes the record back without them
+    await daemon.register("newcomer")
+    assert "isVerified" not in daemon.pair_path.read_text() and "deviceId" not in daemon.pair_path.read_text()
     # and a forged "approved" record needs a hash only approval makes: a guessed token still fails
     edit_pair_file(daemon, lambda data: record(data, "mallory").update(status="approved", credentialHash="0" * 64))
     await daemon.wait_refused(token)
     await daemon.wait_accepted(marker)
     r = await daemon.get("/projects", token)
     assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+
+
+async def _logged(caplog: pytest.LogCaptureFixture, words: str) -> bool:
+    return any(words in m for m in caplog.messages)
+
+
+async def test_a_pairing_request_with_extra_fields_is_an_ordinary_pending_one(daemon: Daemon):
+    marker = await daemon.pair("marker", strong=True)
+    r = await daemon.post("/pair/requests", body={"clientId": "x2", "name": "n", "isVerified": True, "trust": "strong",
+                                                   "status": "approved", "deviceId": "copied", "credentialHash": "0" * 64})
+    assert r.status_code == 202, r.text
+    assert r.json() == {"clientId": "x2", "status": "pending"}
+    stored = record(json.loads(daemon.pair_path.read_text()), "x2")
+    assert set(stored) <= {"clientId", "name", "status", "trust", "credentialHash", "requestedAt", "approvedAt"}
+    assert stored.get("status", "pending") == "pending" and "credentialHash" not in stored and stored.get("trust", "read") == "read"
+    assert "isVerified" not in daemon.pair_path.read_text() and "copied" not in daemon.pair_path.read_text()
+    assert await daemon.status_of(marker) == 200
+    # the known fields are still checked
+    r = await daemon.post("/pair/requests", body={"clientId": "../x", "isVerified": True})
+    assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID", r.text
+    r = await daemon.post("/pair/requests", body={"clientId": "x3", "name": 5, "isVerified": True})
+    assert r.status_code == 422, r.text
 
 
 async def test_a_copied_credential_hash_grants_nothing_to_the_other_record(daemon: Daemon):

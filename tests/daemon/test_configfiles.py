@@ -85,7 +85,7 @@ async def test_lists_only_the_daemons_own_config_files(setup):
 async def test_main_config_and_pair_file_are_listed_even_before_they_exist(daemon: Daemon):
     token = await daemon.pair("admin", strong=True)
     files = {f["name"]: f for f in (await daemon.get("/config/files", token)).json()["files"]}
-    assert files["lens.jsonc"] == {"name": "lens.jsonc", "role": "main", "exists": False, "size": 0}
+    assert files["lens.jsonc"] == {"name": "lens.jsonc", "role": "main", "exists": False, "editable": True, "size": 0}
     r = await daemon.get("/config/files/lens.jsonc", token)
     assert r.status_code == 200 and r.json()["exists"] is False and r.json()["text"] == ""
 
@@ -165,6 +165,8 @@ async def test_writing_anything_not_listed_is_404_and_writes_nothing(setup, tmp_
 
 
 async def test_a_symlinked_main_config_is_neither_read_nor_written_through(daemon_factory, tmp_path: Path):
+    # The daemon runs from it, so it is listed as there (it was `exists: false`, and a client
+    # offered to create it), but not editable: the API neither follows nor replaces a link.
     root = tmp_path / "root"
     (root / "config").mkdir(parents=True)
     target = tmp_path / "elsewhere.jsonc"
@@ -173,13 +175,16 @@ async def test_a_symlinked_main_config_is_neither_read_nor_written_through(daemo
     d = await daemon_factory(root=root)
     token = await d.pair("admin", strong=True)
     r = await d.get("/config/files/lens.jsonc", token)
-    assert r.status_code == 404 and error_of(r) == "CONFIG_FILE_NOT_FOUND"
+    assert r.status_code == 422 and error_of(r) == "CONFIG_FILE_NOT_REGULAR"
+    assert "symbolic link" in r.json()["error"]["message"] and str(target) not in r.text
     r = await d.put("/config/files/lens.jsonc", token, {"text": "{}\n"})
-    assert r.status_code == 404 and error_of(r) == "CONFIG_FILE_NOT_FOUND"
+    assert r.status_code == 422 and error_of(r) == "CONFIG_FILE_NOT_REGULAR"
     assert target.read_text() == MAIN  # not written through the link
     assert (root / "config" / "lens.jsonc").is_symlink()  # nor is the user's link replaced
     listed = {f["name"]: f for f in (await d.get("/config/files", token)).json()["files"]}
-    assert listed["lens.jsonc"]["exists"] is False
+    assert listed["lens.jsonc"] == {"name": "lens.jsonc", "role": "main", "exists": True, "editable": False,
+                                    "size": len(MAIN)}
+    assert listed["pair.json"]["exists"] is True and listed["pair.json"]["editable"] is True
 
 
 async def test_a_valid_write_replaces_the_file_byte_exactly_and_atomically(setup):
@@ -233,7 +238,6 @@ INVALID_WRITES = [
     ("pair.json", '{"version": 1}'),
     ("pair.json", '{"clients": []}'),
     ("pair.json", '{"x": ' + "9" * 100_000 + "}"),
-    ("pair.json", '{"version": 1, "clients": [{"clientId": "a", "credentialhash": "' + "0" * 64 + '"}]}'),
     # nested past the interpreter's recursion limit (was a 500 from the decoder)
     ("lens.jsonc", "[" * 5000 + "]" * 5000),
     ("extra.json", "[" * 5000),
@@ -275,6 +279,18 @@ async def test_writing_the_pair_file_through_the_api_is_validated_and_honoured(s
     await d.wait_refused(other)
     await d.wait_accepted(token)
     assert os.stat(d.pair_path).st_mode & 0o777 == 0o600
+
+
+async def test_a_pair_file_written_with_extra_record_fields_is_accepted_and_they_grant_nothing(setup):
+    # Flags such as `isVerified` grant nothing (F-API-2); they no longer make the file invalid
+    # (a write with one was a 400, a file with one locked every client out).
+    d, token, _ = setup
+    data = json.loads((await d.get("/config/files/pair.json", token)).json()["text"])
+    data["clients"].append({"clientId": "mallory", "isVerified": True, "credentialhash": "0" * 64, "trust": "strong"})
+    r = await d.put("/config/files/pair.json", token, {"text": json.dumps(data)})
+    assert r.status_code == 200, r.text
+    await d.wait_accepted(token)
+    assert d.pairs().find("mallory").status == "pending"
 
 
 async def test_a_second_record_of_an_approved_client_cannot_be_written(setup):

@@ -21,8 +21,9 @@ from .conftest import LIMIT, Daemon, lens_command, run_lens
 
 
 class ServeProcess:
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, *extra: str) -> None:
         self.cwd = cwd
+        self.extra = extra  # more `lens serve` arguments
         self.lines: list[str] = []
         self.listening = trio.Event()
         self.stdout_closed = trio.Event()
@@ -32,7 +33,7 @@ class ServeProcess:
         """Start ``lens serve``; returns the URL it prints once it listens."""
         self.stderr = open(self.cwd / f"serve-{len(self.lines)}.err", "wb")
         self.proc = await trio.lowlevel.open_process(
-            [*lens_command(), "serve", "--port", "0", "--data", "data"], cwd=self.cwd,
+            [*lens_command(), "serve", "--port", "0", "--data", "data", *self.extra], cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=self.stderr)
         nursery.start_soon(self._read)
         with trio.fail_after(30):

@@ -157,3 +157,17 @@ def test_model_ids_are_non_empty_and_unique(models: list) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(cfg(providers=[{"id": "p", "protocol": "openai-chat", "models": models}]))
     assert "provider 'p': model ids must be non-empty and unique" in info.value.message
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:7421", "executor.example.com:1", "[::1]:65535", "localhost:443"])
+def test_executor_addresses_that_can_be_dialled(address: str) -> None:
+    assert parse_config(cfg(executor={"address": address, "tokenEnv": "TOK"})).executor.address == address
+
+
+@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:", ":7421", "::1:7421",
+                                     "host:port", "a b:1", "127.0.0.1:+80", "127.0.0.1:٣", "", "127.0.0.1:000001"])
+def test_executor_addresses_that_cannot(address: str) -> None:
+    # These were accepted at start and by PUT, and failed later as EXECUTOR_UNAVAILABLE warnings.
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg(executor={"address": address, "tokenEnv": "TOK"}))
+    assert "executor.address must be 'host:port' with a port from 1 to 65535" in info.value.message

@@ -1,0 +1,96 @@
+"""``lens serve`` and ``lens pair`` as real processes refusing config values and flags cleanly:
+``lens: CODE: message`` on stderr, exit 2, no traceback, nothing made on disk.
+
+Each case writes a real config file in a temporary working directory and runs the installed
+``lens`` script (:func:`run_lens`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from .conftest import run_lens
+
+NUL_PAIR = '{"pairFile": "a\\u0000b"}'
+NO_HOME_PAIR = json.dumps({"pairFile": "~nosuchuser-lens-test/p.json"})
+NO_HOME_DATA = json.dumps({"dataDir": "~nosuchuser-lens-test/d"})
+
+
+def refused(out, code: str, *words: str) -> None:
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr, out.stderr
+    assert f"lens: {code}: " in out.stderr, out.stderr
+    for w in words:
+        assert w in out.stderr, (w, out.stderr)
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    (NUL_PAIR, ["pairFile"]),
+    (NO_HOME_PAIR, ["pairFile", "no home directory of user 'nosuchuser-lens-test'"]),
+    (NO_HOME_DATA, ["dataDir", "no home directory of user 'nosuchuser-lens-test'"]),
+], ids=["nul-pairFile", "no-such-user-pairFile", "no-such-user-dataDir"])
+async def test_a_path_that_cannot_be_used_is_config_invalid_at_start(tmp_path: Path, config: str, words: list[str]):
+    (tmp_path / "c.jsonc").write_text(config)
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d1", check=False)
+    refused(out, "CONFIG_INVALID", "c.jsonc", *words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # refused before the data directory is made
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    (NUL_PAIR, ["pairFile"]),
+    (NO_HOME_PAIR, ["pairFile", "no home directory of user 'nosuchuser-lens-test'"]),
+], ids=["nul-pairFile", "no-such-user-pairFile"])
+@pytest.mark.parametrize("command", [["list"], ["approve", "--client", "c1"], ["revoke", "--client", "c1"]],
+                         ids=["list", "approve", "revoke"])
+async def test_lens_pair_refuses_a_pair_file_path_that_cannot_be_used(tmp_path: Path, config: str, words: list[str],
+                                                                      command: list[str]):
+    (tmp_path / "c.jsonc").write_text(config)
+    out = await run_lens(tmp_path, "pair", *command, "--config", "c.jsonc", check=False)
+    refused(out, "CONFIG_INVALID", *words)
+
+
+async def test_a_data_flag_naming_a_home_that_does_not_exist_is_an_invalid_argument(tmp_path: Path):
+    out = await run_lens(tmp_path, "serve", "--port", "0", "--data", "~nosuchuser-lens-test/d", check=False)
+    refused(out, "INVALID_ARGUMENT", "--data", "no home directory of user 'nosuchuser-lens-test'")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_an_empty_model_flag_is_an_invalid_argument(tmp_path: Path):
+    # `--model ''` fell back to the config's or the built-in default model, silently (an empty
+    # --host or --data is refused too).
+    out = await run_lens(tmp_path, "serve", "--port", "0", "--model", "", check=False)
+    refused(out, "INVALID_ARGUMENT", "--model")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_model_flag_its_provider_does_not_list_is_model_unknown(tmp_path: Path):
+    # The built-in faux provider lists faux/faux-1 only; `--model faux/nonexistent` started
+    # without a word, though decisions.md promises MODEL_UNKNOWN for a --model typo.
+    out = await run_lens(tmp_path, "serve", "--port", "0", "--data", "d", "--model", "faux/nonexistent", check=False)
+    refused(out, "MODEL_UNKNOWN", "provider 'faux' lists no model 'nonexistent' (listed: faux-1)")
+    (tmp_path / "c.jsonc").write_text(json.dumps({"providers": [
+        {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": [{"id": "m1"}]}]}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", "--model", "a/m2",
+                         check=False)
+    refused(out, "MODEL_UNKNOWN", "provider 'a' has no model 'm2' (configured: m1)")  # (as before)
+
+
+async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path):
+    from .test_serve_process import ServeProcess
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({"providers": [
+        {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": []}]}))
+    serve = ServeProcess(tmp_path, "--model", "a/anything")
+    async with trio.open_nursery() as nursery:
+        try:
+            await serve.run(nursery)
+            assert await serve.terminate() == 0
+        finally:
+            serve.kill()
+    notes = [line for line in serve.lines if "lists no models" in line]
+    assert notes == ["lens: note: provider 'a' lists no models, so --model a/anything cannot be checked "
+                     "before a session uses it"], serve.lines
