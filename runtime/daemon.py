@@ -164,6 +164,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)
                 services.start_soon(watch_streams, svc)
+                await services.start(_signals, stop)
                 http_done = trio.Event()
                 http_scope = trio.CancelScope()
                 inflight = _InFlight(app)
@@ -191,7 +192,6 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 for b in binds:
                     say(f"lens: listening on {b}")
                 task_status.started(binds)
-                services.start_soon(_signals, stop)
                 await stop.wait()
                 svc.shutting_down.set()  # SSE generators end themselves
                 bus.poke_all()
@@ -315,8 +315,9 @@ def _port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].strip("/"))
 
 
-async def _signals(stop: trio.Event) -> None:
+async def _signals(stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
             stop.set()
             return
