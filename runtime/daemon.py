@@ -79,15 +79,12 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         out(shown(line))
     for note in opts.notes:
         say(f"lens: {note}")
-    store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
-                            max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level)
-    projections: ProjectionService | None = None
-    snapshots: SnapshotStore | None = None
+    # What the flags and the environment must hold is checked before anything is made on disk:
+    # a refused start (a --model typo, an executor token not set) left an initialised data
+    # directory behind, wherever a mistyped --data pointed.
+    artifacts = ArtifactStore(opts.data_dir / "artifacts")  # (makes nothing until an artifact is put)
+    catalog = build_catalog(cfg, cli_model=opts.model, artifacts=artifacts)
     try:
-        projections = ProjectionService(opts.data_dir, store)
-        snapshots = SnapshotStore.open(opts.data_dir)
-        artifacts = ArtifactStore(opts.data_dir / "artifacts")
-        catalog = build_catalog(cfg, cli_model=opts.model, artifacts=artifacts)
         try:
             catalog.check(None)
         except ModelUnavailable as exc:
@@ -99,6 +96,22 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             unchecked = catalog.check_listed(opts.model)  # (MODEL_UNKNOWN: a model its provider does not list)
             if unchecked:
                 say(f"lens: note: {unchecked}")
+        remote = None
+        if cfg.executor.address:
+            token = os.environ.get(cfg.executor.token_env or "", "")
+            if not token:
+                raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} is not set in the environment")
+            remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
+        store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
+                                max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level)
+    except BaseException:
+        await catalog.aclose()
+        raise
+    projections: ProjectionService | None = None
+    snapshots: SnapshotStore | None = None
+    try:
+        projections = ProjectionService(opts.data_dir, store)
+        snapshots = SnapshotStore.open(opts.data_dir)
         pairs = PairStore(pair_file_path(cfg, opts.config_path))
         guard = Guard(pairs, opts.host)
         bus = Bus(store, buffer=cfg.server.sse_buffer_events)
@@ -114,12 +127,6 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
             return Path(rows[0][0]) if rows else None
 
-        remote = None
-        if cfg.executor.address:
-            token = os.environ.get(cfg.executor.token_env or "", "")
-            if not token:
-                raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} is not set in the environment")
-            remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
                                  hidden_env=secret_env_names(cfg))

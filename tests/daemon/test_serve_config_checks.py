@@ -76,6 +76,16 @@ async def test_a_model_flag_its_provider_does_not_list_is_model_unknown(tmp_path
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", "--model", "a/m2",
                          check=False)
     refused(out, "MODEL_UNKNOWN", "provider 'a' has no model 'm2' (configured: m1)")  # (as before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # no data directory "d" made
+
+
+async def test_an_executor_token_not_in_the_environment_is_refused_before_anything_is_made(tmp_path: Path):
+    # The data directory (events.db, projections.db, lock) used to be made first.
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
+                                                                "tokenEnv": "LENS_TEST_TOKEN_NOT_SET"}}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
+    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_NOT_SET is not set in the environment")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
 async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path):
