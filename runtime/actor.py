@@ -567,7 +567,7 @@ class SessionActor:
             ]))
         elif isinstance(step, d.PlaceSteer):
             await self._emit(self._if_current(agent_id, step, lambda: [
-                d.Scoped(t.InputPlaced(input_request_id=step.input.request_id), agent_id, task_id)]))
+                d.Scoped(t.InputPlaced(input_request_id=q.request_id), agent_id, task_id) for q in step.inputs]))
         elif isinstance(step, d.RequestModel):
             await self._request_model(agent_id, task_id, step)
         elif isinstance(step, d.RunCall):

@@ -24,7 +24,9 @@ class StartTask:
 
 @dataclass(frozen=True)
 class PlaceSteer:
-    input: QueuedInput
+    """Place every queued steer (in submission order) before the agent's next model request."""
+
+    inputs: tuple[QueuedInput, ...]
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,9 @@ class FinishAgent:
 Step = Union[StartTask, PlaceSteer, RunCall, InterruptCall, SkipCalls, RequestModel, FinishTask, FinishAgent]
 
 
-def first_steer(state: SessionState) -> QueuedInput | None:
-    for q in state.queue:
-        if q.when_busy == "steer":
-            return q
-    return None
+def queued_steers(state: SessionState) -> tuple[QueuedInput, ...]:
+    """The queued steers, in submission order (follow-ups between them stay queued)."""
+    return tuple(q for q in state.queue if q.when_busy == "steer")
 
 
 def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = frozenset()) -> Step | None:
@@ -75,6 +75,8 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
 
     Main agent: starts tasks from the queue (in submission order), places steers after a tool
     round (skipping the round's remaining calls) or after a final answer, and finishes tasks.
+    Steers go in together: every steer queued when the agent is about to ask the model is placed
+    by one :class:`PlaceSteer`, so the next request sees them all (one request, not one each).
     Subagents: run until a final answer, then finish with its text.
     """
     if state.deleted or state.quarantined:
@@ -90,7 +92,7 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
         return None
     if not main and agent.status == "finished":
         return None
-    steer = first_steer(state) if main else None
+    steers = queued_steers(state) if main else ()
     if agent.running_call is not None:
         call = next((c for c in agent.pending_calls if c.call_id == agent.running_call), None)
         if call is not None:
@@ -98,7 +100,7 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
                 return RunCall(call, restart=True)
             return InterruptCall(call)
     if agent.pending_calls:
-        if steer is not None and agent.round_results > 0:
+        if steers and agent.round_results > 0:
             return SkipCalls(tuple(agent.pending_calls))
         return RunCall(agent.pending_calls[0])
     if agent.open_request_seq is not None:
@@ -108,13 +110,17 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
             return FinishTask("failed", agent.last_error)
         return FinishAgent("failed", agent.last_error)
     if agent.last_response_final:
-        if steer is not None:
-            return PlaceSteer(steer)
+        if steers:
+            return PlaceSteer(steers)
         if main:
             return FinishTask("completed")
         return FinishAgent("completed", _last_text(agent))
-    if steer is not None and agent.items and agent.items[-1].role == "tool_result":
-        return PlaceSteer(steer)
+    if steers:
+        # About to ask the model (a round just ended, a steer was just placed, a task just
+        # started): whatever steers are queued now go in first, so the request sees them all.
+        # (Placing only after a tool result let a steer queued after another one's placement,
+        # or two queued at once, wait for a request of its own.)
+        return PlaceSteer(steers)
     return RequestModel()
 
 

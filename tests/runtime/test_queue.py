@@ -138,6 +138,58 @@ async def test_steer_after_a_final_answer_continues_the_same_task(rt, autojump_c
     assert st.inputs["s1"].status == "settled"
 
 
+def _user_texts_of(request) -> list[str]:
+    return [it.text for it in request.items if it.role == "user"]
+
+
+async def test_steers_queued_together_go_into_one_model_request(rt, autojump_clock):
+    """Audit C, defect 1: two steers queued during a tool round are both placed before the next
+    model request (one ``model.requested`` that sees both), not one request per steer."""
+    rt.faux.script = [hold("two naps", 5_000, 5_000)]
+    sid = await rt.session()
+    with frozen(autojump_clock):
+        await rt.submit(sid, "r1", "two naps")
+        await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        await rt.submit(sid, "s1", "steer A", when_busy="steer")
+        await rt.submit(sid, "s2", "steer B", when_busy="steer")
+    st = await rt.idle(sid)
+    evs = await rt.events(sid)
+    after_round = [e.kind for e in evs[seq_index(evs, one(evs, "tool.finished", status="skipped").seq) + 1:]]
+    assert after_round == ["input.placed", "input.placed", "model.requested", "model.responded", "task.finished"]
+    assert [e.event.input_request_id for e in by_kind(evs, "input.placed")[1:]] == ["s1", "s2"]
+    assert len(by_kind(evs, "model.requested")) == 2  # the round's request and one for both steers
+    assert _user_texts_of(rt.faux.requests[-1]) == ["two naps", "steer A", "steer B"]
+    assert st.inputs["s1"].status == st.inputs["s2"].status == "settled"
+
+
+async def test_steers_queued_while_the_model_writes_go_in_together(rt, autojump_clock):
+    """Defect 1, the text case: a follow-up re-queued as a steer and a steer, both queued while
+    the model answers without tool calls, go into the one next request."""
+    rt.faux.script = [FauxTurn(when="think slowly", text="first answer", delay_ms=30_000)]
+    sid = await rt.session()
+    with frozen(autojump_clock):
+        await rt.submit(sid, "r1", "think slowly")
+        await rt.until(sid, lambda s: s.agents["main"].open_request_seq is not None)
+        await rt.submit(sid, "fu", "follow-up turned steer")
+        await rt.submit(sid, "st", "a steer", when_busy="steer")
+        await rt.call(sid, Steer("fu"))
+    await rt.idle(sid)
+    evs = await rt.events(sid)
+    (task,) = by_kind(evs, "task.started")
+    answers = by_kind(evs, "model.responded")
+    assert len(answers) == 2 and len(by_kind(evs, "model.requested")) == 2
+    between = [e for e in evs if answers[0].seq < e.seq < answers[1].seq]
+    assert [e.kind for e in between] == ["input.placed", "input.placed", "model.requested"]
+    # Submission order, whichever became a steer first.
+    assert [e.event.input_request_id for e in between[:2]] == ["fu", "st"]
+    assert all(e.task_id == task.task_id for e in between)
+    assert _user_texts_of(rt.faux.requests[-1]) == ["think slowly", "follow-up turned steer", "a steer"]
+
+
+def seq_index(events, seq: int) -> int:
+    return next(i for i, e in enumerate(events) if e.seq == seq)
+
+
 async def test_withdraw_answers(rt, autojump_clock):
     rt.faux.script = [hold("long job", 60_000)]
     sid = await rt.session()
