@@ -27,6 +27,7 @@ from events import types as t
 from events.reader import StoredEvent, StoredRow
 
 from .projector import Projection
+from .session_state import text_of
 from .snippets import SCAN_CHARS, Term, snippet
 from .snippets import term as snippet_term
 from .tokens import index_text
@@ -38,7 +39,7 @@ MAX_LIMIT = 100
 
 
 def _text(parts: Sequence[t.ContentPart]) -> str:
-    return "".join(p.text for p in parts if isinstance(p, t.TextPart))
+    return text_of(parts)  # (the same text as the session's items: parts joined by a newline)
 
 
 # Of an item's UTF-8 text read for its snippet: SCAN_CHARS characters of ASCII, fewer of other
@@ -60,7 +61,9 @@ def _iid(seq: int, n: int = 0) -> str:
 
 class HistoryProjection(Projection):
     name = "history"
-    version = 3  # 3: items indexed through projections.tokens.index_text (contentless FTS)
+    # 3: items indexed through projections.tokens.index_text (contentless FTS)
+    # 4: the text parts of an input or tool result joined by a newline (were glued: "helloworld")
+    version = 4
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
 

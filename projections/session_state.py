@@ -164,8 +164,17 @@ class SessionState(msgspec.Struct):
 MAIN_AGENT = "main"
 
 
+# Between the text parts of one content (an input of several parts, a tool result of several):
+# wherever such content is shown or sent as one string — an item's ``text``, the session view,
+# the history index and ``history_read``, a tool result or instruction in a model request — its
+# non-empty text parts are joined with this, so words at part boundaries stay apart and every
+# reader sees the same text. (A user input's parts still go to providers as separate blocks.)
+TEXT_PART_SEPARATOR = "\n"
+
+
 def text_of(parts: Iterable[t.ContentPart]) -> str:
-    return "".join(p.text for p in parts if isinstance(p, t.TextPart))
+    """The text of ``parts``: the non-empty text parts joined by :data:`TEXT_PART_SEPARATOR`."""
+    return TEXT_PART_SEPARATOR.join(p.text for p in parts if isinstance(p, t.TextPart) and p.text)
 
 
 def item_parts(item: Item) -> list[t.ContentPart]:
@@ -460,7 +469,8 @@ _snap_encoder = msgspec.msgpack.Encoder()
 _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 2: items carry their text once (``parts`` empty for pure text), items and input records are
 # MessagePack arrays, ``AgentState.request_attempt``, ``SessionState.placed_inputs``. Snapshots of another version are ignored (derived data).
-SNAPSHOT_VERSION = 2
+# 3: the text of several text parts is joined by TEXT_PART_SEPARATOR (was: nothing).
+SNAPSHOT_VERSION = 3
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

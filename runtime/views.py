@@ -47,7 +47,9 @@ def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[s
         return v
     v["text"] = it.text
     parts = item_parts(it)
-    if any(isinstance(p, t.ImagePart) for p in parts):
+    # ``text`` joins the text parts with a newline; ``parts`` keeps them apart as they were
+    # sent, whenever there is more than one part or an image.
+    if len(parts) > 1 or any(isinstance(p, t.ImagePart) for p in parts):
         v["parts"] = _parts(parts)
     if it.role == "tool_result":
         v.update(callId=it.call_id, status=it.status, isError=it.is_error)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
 from events import types as t
-from projections.session_state import Item, item_parts
+from projections.session_state import Item, item_parts, text_of
 
 from .base import ModelRequest, ProviderError
 from .names import ToolNames
@@ -89,7 +89,8 @@ class Entry:
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, t.TextPart))
+        # Joined as the items' own text is (session view, history): parts never run together.
+        return text_of(p for p in self.parts if isinstance(p, t.TextPart))
 
 
 @dataclass

@@ -149,3 +149,26 @@ async def test_chinese_text_is_found_by_a_word_inside_it_over_http(daemon: Daemo
     assert [r["snippet"] for r in user] == ["我们使用[数据库]存储事件，然后重建投影。"]
     resp = await daemon.post("/history/search", reader, {"projectId": p["id"], "query": "据数"})
     assert [r for r in resp.json()["results"] if r["role"] == "user"] == []
+
+
+async def test_an_input_of_several_text_parts_keeps_them_apart(daemon: Daemon, strong: str, reader: str) -> None:
+    """Audit C, defect 2: the view and the history joined the parts with nothing ("helloworld"):
+    the view now joins them with a newline and shows ``parts``; history finds a word of any part."""
+    p = await daemon.project(strong, "parts")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    content = [{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]
+    await daemon.submit(strong, sid, "tp", content)
+    view = await daemon.wait_idle(strong, sid)
+    user = view["items"][0]
+    assert user["role"] == "user"
+    assert user["text"] == "hello\nworld"
+    assert user["parts"] == content
+
+    found = (await daemon.post("/history/search", reader,
+                               {"projectId": p["id"], "query": "world", "sessionId": sid})).json()["results"]
+    assert [r["contextItemId"] for r in found if r["role"] == "user"] == [user["id"]]
+    page = (await daemon.get(f"/history/items/{user['id']}", reader)).json()
+    assert page["text"] == "hello\nworld" and page["eof"] is True
+    glued = (await daemon.post("/history/search", reader,
+                               {"projectId": p["id"], "query": "helloworld", "sessionId": sid})).json()["results"]
+    assert glued == []

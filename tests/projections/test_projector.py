@@ -125,10 +125,11 @@ def draft(kind: int, session: str | None, text: str) -> Draft:
     main = dict(env, agent_id="main")
     makers = [
         lambda: Draft(SessionCreated(model=text or None), **env),
-        lambda: Draft(InputSubmitted(content=[TextPart(text)]), **main),
+        # (several text parts: the projections join them alike, incrementally and in a rebuild)
+        lambda: Draft(InputSubmitted(content=[TextPart(text), TextPart("and more")]), **main),
         lambda: Draft(ModelResponded(text=text * 3, stop_reason="end"), **main),
         lambda: Draft(ToolStarted(call_id=text[:4], name="read_file", arguments="{}"), task_id="t", **env),
-        lambda: Draft(ToolFinished(call_id=text[:4], name="read_file", content=[TextPart(text)]), **env),
+        lambda: Draft(ToolFinished(call_id=text[:4], name="read_file", content=[TextPart(text), TextPart(text[::-1])]), **env),
         lambda: Draft(ContextEdited(op="snip", item_ids=[text]), **env),
         lambda: Draft(SessionConfigured(model=text, thinking_level="high"), **env),
         lambda: Draft(SessionNamed(name=text), **env),
@@ -252,6 +253,41 @@ def test_incremental_catch_up_equals_one_rebuild(
             trio.run(scenario)
     finally:
         projector_mod.BATCH = saved
+
+
+def test_history_keeps_the_text_parts_of_an_item_apart(tmp_path: Path) -> None:
+    """Audit C, defect 2: an input or tool result of several text parts is stored (and indexed,
+    and read by history_read) with its parts joined by a newline, incrementally and in a rebuild
+    alike; a word of the second part is found, the glued word is not."""
+    from projections.history import HistoryIndex, HistoryProjection
+
+    assert HistoryProjection.version == 4  # stored text changed: older history tables are rebuilt
+    data = tmp_path / "data"
+    main = dict(project_id="p1", session_id="s1", agent_id="main")
+    write(data, [
+        Draft(SessionCreated(), project_id="p1", session_id="s1"),
+        Draft(InputSubmitted(content=[TextPart("hello"), TextPart("world")]), request_id="r1", **main),
+        Draft(InputPlaced(input_request_id="r1"), task_id="t", **main),
+        Draft(ToolFinished(call_id="c1", name="read_file", content=[TextPart("alpha"), TextPart("beta")]),
+              task_id="t", **main),
+    ])
+    live = make_projector(data, all_projections())
+    live.catch_up()
+    incremental = dumps(live)
+    texts = {r[1]: r[8] for r in incremental["history"] if len(r) > 8}
+    assert texts == {"c3": "hello\nworld", "c4": "alpha\nbeta"}
+    index = HistoryIndex(live.conn)
+    assert [h.context_item_id for h in index.search("p1", "world")[0]] == ["c3"]
+    assert [h.context_item_id for h in index.search("p1", "beta")[0]] == ["c4"]
+    assert index.search("p1", "helloworld")[0] == []
+    assert index.read("c3")["text"] == "hello\nworld"
+    close(live)
+    fresh = make_projector(data, all_projections(), memory=True)
+    try:
+        fresh.rebuild()
+        assert dumps(fresh) == incremental
+    finally:
+        close(fresh)
 
 
 # ---------------------------------------------------------------------------- positions

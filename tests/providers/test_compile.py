@@ -106,3 +106,26 @@ async def test_anthropic_conversation_starts_with_user_and_error_results_are_fla
     assert "system" not in body
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     assert body["messages"][2]["content"][0]["is_error"] is True
+
+
+@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
+async def test_a_result_of_several_text_parts_is_sent_joined_by_a_newline(protocol, server, make):
+    """A tool result of two text parts (an MCP tool's, say) reached OpenAI glued ("firstsecond");
+    it is sent as its item's text is shown and indexed: the parts joined by a newline."""
+    from events import types as t
+    from projections.session_state import Item
+
+    provider = make(protocol)
+    server.push(reply(protocol, text="ok"))
+    ctx = Ctx().user("go").response("", ("call_a", "read_file", {"path": "x"}))
+    ctx.items.append(Item("c9", "tool_result", 9, text="first\nsecond", call_id="call_a", status="ok",
+                          parts=(t.TextPart("first"), t.TextPart("second"))))
+    await provider.stream(ctx.request(), Deltas())
+    body = server.bodies[0]
+    if protocol == "openai-responses":
+        (out,) = [m for m in body["input"] if m.get("type") == "function_call_output"]
+        assert out["output"] == "first\nsecond"
+    else:
+        (tool,) = [m for m in body["messages"] if m["role"] == "tool"]
+        content = tool["content"]  # (one unmarked text part travels as a plain string)
+        assert (content if isinstance(content, str) else [b["text"] for b in content]) in ("first\nsecond", ["first\nsecond"])

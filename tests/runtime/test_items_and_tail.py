@@ -61,14 +61,15 @@ def test_pure_text_items_carry_their_text_once_and_parts_read_the_same() -> None
         ("assistant", "calling", (), [t.TextPart("calling")]),
         ("tool_call", "", (), []),
         ("tool_result", "out", (), [t.TextPart("out")]),
-        ("tool_result", "ab", (t.TextPart("a"), t.TextPart("b")), [t.TextPart("a"), t.TextPart("b")]),
+        # (several text parts: ``text`` joins them with a newline, audit C defect 2; was "ab")
+        ("tool_result", "a\nb", (t.TextPart("a"), t.TextPart("b")), [t.TextPart("a"), t.TextPart("b")]),
         ("tool_result", "", (), []),
         ("system", "", (t.TextPart(""),), [t.TextPart("")]),
         ("summary", "so far", (), [t.TextPart("so far")]),
     ]
     # snapshots round-trip exactly
     assert state_from_snapshot(snapshot_bytes(state)) == state
-    # the view keeps its shape: "parts" only for items with images
+    # the view keeps its shape: "parts" only for items with images or several parts
     view = session_view(state)
     assert view["items"][0]["parts"] == [{"type": "text", "text": "look at this"},
                                          {"type": "image", "artifactId": "a" * 64, "mime": "image/png"}]
