@@ -136,6 +136,9 @@ class SessionState(msgspec.Struct):
     todos: list[t.TodoItem] = []
     questions: dict[str, Question] = {}  # open ones
     settled_questions: dict[str, dict[str, Any]] = {}  # {"status": answered|cancelled, ...}
+    # What each settled question asked: a later answer is validated against it as an open
+    # question's would be (an invalid body is refused in every state).
+    settled_asks: dict[str, list[t.Question]] = {}
     usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
     file_edits: dict[str, list[t.FileEdited]] = {}  # call_id -> what it changed (until reverted)
     last_seq: int = 0
@@ -390,11 +393,13 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     elif isinstance(ev, t.QuestionAsked):
         state.questions[ev.question_id] = Question(ev.question_id, list(ev.questions), agent_id, ev.call_id)
     elif isinstance(ev, t.QuestionAnswered):
-        if state.questions.pop(ev.question_id, None) is not None:
+        if (q := state.questions.pop(ev.question_id, None)) is not None:
             state.settled_questions[ev.question_id] = {"status": "answered", "answer": ev.answer}
+            state.settled_asks[ev.question_id] = q.questions
     elif isinstance(ev, t.QuestionCancelled):
-        if state.questions.pop(ev.question_id, None) is not None:
+        if (q := state.questions.pop(ev.question_id, None)) is not None:
             state.settled_questions[ev.question_id] = {"status": "cancelled", "reason": ev.reason}
+            state.settled_asks[ev.question_id] = q.questions
     return state
 
 
@@ -470,7 +475,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 2: items carry their text once (``parts`` empty for pure text), items and input records are
 # MessagePack arrays, ``AgentState.request_attempt``, ``SessionState.placed_inputs``. Snapshots of another version are ignored (derived data).
 # 3: the text of several text parts is joined by TEXT_PART_SEPARATOR (was: nothing).
-SNAPSHOT_VERSION = 3
+# 4: ``SessionState.settled_asks`` (what settled questions asked).
+SNAPSHOT_VERSION = 4
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -38,8 +38,6 @@ from .errors import (
     InputNotQueued,
     InvalidCommand,
     LensError,
-    QuestionNotFound,
-    QuestionSettled,
     SessionGone,
     SessionNotFound,
     SessionQuarantined,
@@ -704,24 +702,15 @@ class SessionActor:
         out: dict[str, Any] = {}
 
         def decide_answer() -> list[d.Scoped]:
-            s = self.state
-            if qid in s.settled_questions:
-                out.update(duplicate=True, **s.settled_questions[qid])
-                return []
-            q = s.questions.get(qid)
-            if q is None:
-                raise QuestionNotFound(f"session {self.session_id!r} has no question {qid!r}")
-            normalized = d.normalize_answer(q.questions, cmd.answer)
-            out.update(duplicate=False, status="answered", answer=normalized)
-            return [d.Scoped(t.QuestionAnswered(question_id=qid, answer=normalized), q.agent_id or MAIN_AGENT)]
+            result, events = d.answer_question(self.state, qid, cmd.answer)  # (raises 404/422/409)
+            out.update(result)
+            return events
 
         await self._emit(decide_answer)
-        if out.get("status") == "cancelled":
-            raise QuestionSettled(f"question {qid!r} was cancelled ({out.get('reason', '')})")
         waiter = self._answered.get(qid)
         if waiter is not None:
             waiter.set()
-        return {"questionId": qid, **{k: v for k, v in out.items()}}
+        return {"questionId": qid, **out}
 
     async def _subagent(self, parent: str, task_id: str | None, call: t.ToolCall, prompt: str,
                         allowed: Sequence[str] | None) -> tuple[str, str]:

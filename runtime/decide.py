@@ -204,6 +204,33 @@ def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
     return out
 
 
+def answer_question(state: SessionState, question_id: str, answer: Any) -> tuple[dict[str, Any], list[Scoped]]:
+    """``answer`` to question ``question_id``: (the route's answer, events).
+
+    The order is the rule: an unknown question is ``QUESTION_NOT_FOUND``; then the body is
+    validated against what the question asked, open or settled alike (``ANSWER_INVALID``: an
+    invalid body is never accepted, not even as a repeat); then the question's state decides —
+    open: the answer is recorded; answered: ``duplicate: true`` with the answer that won (the
+    first valid answer wins, a retry learns it); cancelled: ``QUESTION_SETTLED`` (nothing was or
+    will be answered).
+    """
+    from .errors import QuestionNotFound, QuestionSettled
+
+    q = state.questions.get(question_id)
+    asked = q.questions if q is not None else state.settled_asks.get(question_id)
+    if asked is None:
+        raise QuestionNotFound(f"session {state.session_id!r} has no question {question_id!r}")
+    normalized = normalize_answer(asked, answer)
+    if q is None:
+        settled = state.settled_questions[question_id]
+        if settled.get("status") == "cancelled":
+            raise QuestionSettled(f"question {question_id!r} was cancelled ({settled.get('reason', '')}): "
+                                  "it takes no answer any more")
+        return {"duplicate": True, **settled}, []
+    return ({"duplicate": False, "status": "answered", "answer": normalized},
+            [Scoped(t.QuestionAnswered(question_id=question_id, answer=normalized), q.agent_id or MAIN_AGENT)])
+
+
 def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]:
     """Validate an answer and put its option ids in the questions' option order (duplicates dropped).
 

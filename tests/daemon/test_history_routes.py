@@ -102,6 +102,11 @@ async def test_answering_a_question_over_http(daemon_factory) -> None:
     again = await daemon.post(path, strong, {"kind": "skip"})  # the first valid answer wins
     assert again.status_code == 200 and again.json()["duplicate"] is True
     assert again.json()["answer"]["optionIds"] == ["r", "b"]
+    # An invalid body is 422 after the answer too (it was 200 "duplicate"; audit C, defect 6).
+    for invalid in [{"kind": "answer", "text": ""}, {"kind": "skip", "text": "why"},
+                    {"kind": "skip", "optionIds": ["r"]}, {"kind": "answer", "optionIds": ["zz"]}]:
+        resp = await daemon.post(path, strong, invalid)
+        assert resp.status_code == 422 and error_of(resp) == "ANSWER_INVALID", (invalid, resp.text)
     view = await daemon.wait_idle(strong, sid)
     texts = [i.get("text", "") for i in view["items"]]
     assert any("red (r), blue (b)" in t for t in texts)
