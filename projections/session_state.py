@@ -64,6 +64,9 @@ class AgentState(msgspec.Struct):
     parent_call_id: str | None = None
     tools: list[str] = []
     status: Literal["idle", "running", "finished"] = "idle"
+    # How a finished subagent ended, as its agent.finished says: completed / failed / aborted /
+    # interrupted (None while it runs, and for a fork's subagents, which the fork did not run).
+    outcome: str | None = None
     result: str = ""
     items: list[Item] = []
     snipped: list[str] = []
@@ -252,6 +255,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     elif isinstance(ev, t.AgentFinished):
         a = state.agent(agent_id)
         a.status = "finished"
+        a.outcome = ev.status
         a.result = ev.result
     elif isinstance(ev, t.TaskStarted):
         if agent_id == MAIN_AGENT:
@@ -476,7 +480,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # MessagePack arrays, ``AgentState.request_attempt``, ``SessionState.placed_inputs``. Snapshots of another version are ignored (derived data).
 # 3: the text of several text parts is joined by TEXT_PART_SEPARATOR (was: nothing).
 # 4: ``SessionState.settled_asks`` (what settled questions asked).
-SNAPSHOT_VERSION = 4
+# 5: ``AgentState.outcome`` (how a finished subagent ended).
+SNAPSHOT_VERSION = 5
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -71,8 +71,11 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
         items = [item_view(it, results, main.running_call) for it in main.items
                  if it.role != "tool_result" or it.call_id not in called]
     for a in s.agents.values():
+        # A finished subagent shows how it ended (completed / failed / aborted / interrupted, as
+        # its agent.finished says), not a bare "finished" that hid an abort.
+        status = a.outcome if a.status == "finished" and a.outcome else a.status
         agents.append({"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
-                       "status": a.status, "items": len(a.items),
+                       "status": status, "items": len(a.items),
                        "lastError": a.last_error})  # "CODE: message" of its last failed model request
     return {
         "id": s.session_id,

@@ -134,3 +134,35 @@ async def test_a_tool_list_naming_no_usable_tool_is_refused(rt, autojump_clock):
     assert "there is no tool nope" in finished[1].event.content[0].text
     assert "get_system_time" in finished[0].event.content[0].text
     assert not by_kind(evs, "agent.started")  # no subagent was started
+
+
+async def test_the_view_shows_how_each_subagent_ended(rt, autojump_clock):
+    """Audit C, defect 7: an aborted subagent showed ``status: "finished"`` in the view, like one
+    that completed. The view's ``agents[].status`` is now the end status the log records."""
+    from conftest import frozen, sleep_call
+    from runtime.actor import Abort
+    from runtime.views import session_view
+
+    rt.faux.script = [
+        delegate("delegate ok", "SUBJOB fine"),
+        FauxTurn(when="SUBJOB fine", text="done"),
+        delegate("delegate doomed", "SUBJOB doomed"),
+        FauxTurn(when="SUBJOB doomed", error=FauxError("OVERLOADED", "try later")),
+        delegate("delegate long", "SUBJOB long"),
+        FauxTurn(when="SUBJOB long", tool_calls=[sleep_call(600_000)]),
+    ]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "delegate ok")
+    await rt.run_to_idle(sid, "r2", "delegate doomed")
+    with frozen(autojump_clock):
+        await rt.submit(sid, "r3", "delegate long")
+        await rt.until(sid, lambda s: any(a.role == "subagent" and a.running_call for a in s.agents.values()))
+        await rt.call(sid, Abort())
+    st = await rt.idle(sid)
+    evs = await rt.events(sid)
+    ends = {e.agent_id: e.event.status for e in by_kind(evs, "agent.finished")}
+    assert sorted(ends.values()) == ["aborted", "completed", "failed"]
+    view = session_view(st)
+    shown = {a["agentId"]: a["status"] for a in view["agents"] if a["role"] == "subagent"}
+    assert shown == ends
+    assert next(a["status"] for a in view["agents"] if a["agentId"] == "main") == "idle"
