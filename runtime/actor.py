@@ -498,11 +498,12 @@ class SessionActor:
                 withdrawn.extend(q.request_id for q in self.state.queue)
                 return d.abort_events(self.state, reason)
 
-            await self._emit(decide_abort)
+            # Nothing ran, waited or was queued: no event is written, and the answer says so.
+            aborted = await self._emit(decide_abort) is not None
         finally:
             self._aborting = False
         self._notify_idle()
-        return {"aborted": True, "withdrawn": withdrawn}
+        return {"aborted": aborted, "withdrawn": withdrawn}
 
     # ------------------------------------------------------------------ the runner
 

@@ -528,9 +528,11 @@ async def test_queue_steer_withdraw_and_abort(daemon: Daemon, strong: str, reade
     assert view["status"] == "idle" and view["queued"] == [] and view["runningTaskId"] is None
     kinds = [e["kind"] for e in await daemon.events(reader, sid)]
     assert kinds.count("input.withdrawn") == 2
-    # an abort of an idle session is answered too (nothing to stop)
+    # an abort of an idle session is answered too: nothing stopped, nothing written (it said
+    # "aborted": true; audit C, defect 5)
     r = await daemon.post(f"/sessions/{sid}/abort", strong)
-    assert r.status_code == 200 and r.json()["withdrawn"] == []
+    assert r.status_code == 200 and r.json() == {"aborted": False, "withdrawn": []}
+    assert [e["kind"] for e in await daemon.events(reader, sid)] == kinds
 
 
 async def test_steer_input_while_busy_submitted_directly(daemon: Daemon, strong: str):

@@ -276,8 +276,12 @@ async def test_abort_when_idle_is_harmless(rt, autojump_clock):
     sid = await rt.session()
     await rt.run_to_idle(sid, "r1", "hi")
     n = len(await rt.events(sid))
-    assert await rt.call(sid, Abort()) == {"aborted": True, "withdrawn": []}
+    # Nothing was running or queued: nothing is written, and the answer says nothing was
+    # aborted (it said "aborted": true; audit C, defect 5).
+    assert await rt.call(sid, Abort()) == {"aborted": False, "withdrawn": []}
     assert len(await rt.events(sid)) == n
+    fresh = await rt.session()
+    assert await rt.call(fresh, Abort()) == {"aborted": False, "withdrawn": []}
 
 
 async def test_inputs_are_served_in_submission_order(rt, autojump_clock):
