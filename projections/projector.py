@@ -50,7 +50,14 @@ def _write_transaction(conn: apsw.Connection) -> Iterator[None]:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        # A COMMIT that failed (a full disk) may leave the transaction open: later writes would
+        # then take themselves for part of it (above) and never commit. End it.
+        if not conn.getautocommit():
+            conn.execute("ROLLBACK")
+        raise
 
 
 class UnknownProjection(LogError):

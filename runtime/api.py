@@ -38,7 +38,7 @@ from .configfiles import ConfigFiles
 from .errors import LensError, SessionNotFound
 from .guard import Guard
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
-from .projection_service import ProjectionService
+from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
 from .sse_socket import direct_writer, keep_send
@@ -378,7 +378,12 @@ def create_app(svc: Services) -> QuartTrio:
                                             ("pair file's directory", svc.config_files.pair.parent)])
         pid = svc.new_id("prj")
         res = await svc.store.append(Draft(t.ProjectCreated(name=body.name, workspace=str(ws)), project_id=pid))
-        await svc.projections.caught_up(res.seq)
+        try:
+            await svc.projections.caught_up(res.seq)  # (so that a list read next shows it)
+        except ProjectionStalled:
+            # The project is in the log: an error now would be retried, and make a second one.
+            # It is listed once the projections catch up (a `lens log rebuild` holds them).
+            log.warning("project %s created while projections are behind the log", pid)
         return json_response({"id": pid, "name": body.name, "workspace": str(ws), "seq": res.seq}, 201)
 
     async def project_exists(pid: str) -> bool:

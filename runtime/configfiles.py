@@ -189,12 +189,6 @@ class ConfigFiles:
 
     def _replace(self, path: Path, role: str, name: str, raw: bytes,
                  expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:
-        if expect_digest is not msgspec.UNSET:
-            current = self._digest(path, name)
-            if current != expect_digest:
-                now = "it does not exist now" if current is None else f"its digest is now {current}"
-                raise ConfigFileChanged(f"{name} changed since it was read ({now}); read it again and re-apply the "
-                                        f"edit. Nothing was changed")
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -207,6 +201,12 @@ class ConfigFiles:
                 raise ConfigFileNotRegular(f"{name} cannot be written through the API: it is {kind_of(st.st_mode)}, "
                                            f"not a regular file; nothing was changed")
             mode = stat.S_IMODE(st.st_mode)
+        if expect_digest is not msgspec.UNSET:  # (after the checks above: "changed" is for a file it can write)
+            current = self._digest(path, name)
+            if current != expect_digest:
+                now = "it does not exist now" if current is None else f"its digest is now {current}"
+                raise ConfigFileChanged(f"{name} changed since it was read ({now}); read it again and re-apply the "
+                                        f"edit. Nothing was changed")
         try:
             replace_atomically(path, raw, mode)
         except OSError as exc:

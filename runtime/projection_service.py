@@ -101,14 +101,14 @@ class ProjectionService:
         ev.set()  # readers waiting see the new position, or the error, now
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        # Started before the first catch-up: after projections.db was deleted, or a projection's
-        # version changed with an upgrade, it refolds the whole log (half a minute at 500k
-        # events), and the daemon did not even answer /health until it was done. Reads wait for
-        # it (caught_up), as for any event not yet projected.
         self._first_done = first_done = trio.Event()
-        task_status.started()
+        # The first catch-up comes before started: sessions woken at start (and HTTP) need the
+        # projects table (a session's model request reads its project's workspace from it).
+        # After projections.db was deleted, or a projection's version changed, that is a refold
+        # of the whole log, and the daemon listens only once it is done.
         await self._catch_up()
         first_done.set()
+        task_status.started()
         seen = self.position
         pause = RETRY_FIRST_SECONDS
         while True:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from pathlib import Path
 
 import apsw
@@ -14,12 +13,9 @@ import httpx2
 import pytest
 
 import projections.projector as projector_module
-import trio
-from projections import registry
-from projections.projector import Projection
 from runtime import projection_service
 
-from .conftest import LIMIT, Daemon, error_of, stop_daemon, wait_until
+from .conftest import Daemon, error_of, wait_until
 
 
 def _damage(path: Path) -> None:
@@ -113,6 +109,12 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
 
         r = await wait_until(stalled, what="the session list answering stalled")
         assert error_of(r) == "PROJECTION_STALLED" and "held by another process" in r.json()["error"]["message"]
+        # a project created meanwhile is in the log: an error here was retried, and made a second one
+        ws = d.root / "workspaces" / "two"
+        ws.mkdir(parents=True)
+        r = await d.post("/projects", strong, {"name": "two", "workspace": str(ws)})
+        assert r.status_code == 201, r.text
+        two = r.json()["id"]
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -125,57 +127,6 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
     r = await wait_until(listed, what="the session list once projections.db is let go")
     assert [(s["id"], s["status"]) for s in r.json()["sessions"]] == [(sid, "idle")]
     assert len(await d.events(strong, sid)) == last  # recovered with no event written meanwhile
+    projects = (await d.get("/projects", strong)).json()["projects"]
+    assert sorted((q["id"], q["name"]) for q in projects) == sorted([(p["id"], "one"), (two, "two")])
 
-
-class Gate(Projection):
-    """A real projection whose folding waits until the test opens it (a long first catch-up)."""
-
-    name = "test_gate"
-    version = 1
-    needs_body = False
-    tables = ("test_gate",)
-
-    def __init__(self, opened: threading.Event) -> None:
-        self.opened = opened
-
-    def create(self, conn: apsw.Connection) -> None:
-        conn.execute("CREATE TABLE test_gate(seq INTEGER PRIMARY KEY)")
-
-    def apply(self, conn, rows, events) -> None:
-        self.opened.wait(LIMIT)
-        conn.executemany("INSERT INTO test_gate(seq) VALUES (?)", [(r.seq,) for r in rows])
-
-
-async def test_the_daemon_serves_while_its_first_catch_up_refolds_the_log(
-        daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:
-    # After projections.db was deleted, or a projection's version changed with an upgrade, the
-    # first catch-up refolds the whole log (half a minute at 500k events): the daemon did not
-    # listen, not even for /health, until it was done.
-    d = await daemon_factory()
-    strong = await d.pair("strong", strong=True)
-    p = await d.project(strong, "one")
-    sid = (await d.session(strong, p["id"]))["id"]
-    await d.submit(strong, sid, "a", "before the restart")
-    await d.wait_idle(strong, sid)
-    await stop_daemon(d)
-    opened = threading.Event()
-    # (the gate holds its chunk's write transaction; a snapshot write then gives up at once)
-    monkeypatch.setattr(projector_module, "BUSY_TIMEOUT_MS", 200)
-    monkeypatch.setattr(projection_service, "all_projections",
-                        lambda: [*registry.all_projections(), Gate(opened)])  # a new projection: refolded
-    try:
-        with trio.move_on_after(5):
-            d = await daemon_factory()
-        assert not opened.is_set() and d.stop.is_set() is False, "listening only once the first catch-up ended"
-        assert (await d.get("/health")).status_code == 200
-        view = await d.view(strong, sid)  # a session's own state does not wait for projections
-        assert view["items"][-1]["text"] == "(faux) You said: before the restart"
-    finally:
-        opened.set()
-
-    async def listed() -> httpx2.Response | None:
-        r = await d.get("/sessions", strong)
-        return r if r.status_code == 200 else None
-
-    r = await wait_until(listed, what="the session list once the first catch-up is done")
-    assert [s["id"] for s in r.json()["sessions"]] == [sid]
