@@ -188,30 +188,36 @@ def _stored_events(group: list[_Pending]) -> list[StoredEvent]:
     return out
 
 
+def _lock_exclusively(path: Path, flags: int, refusal: str) -> int:
+    """Open ``path`` and take an exclusive ``flock`` on it without waiting; returns the
+    descriptor that holds it. Raises :class:`DataDirNotWritable` when it cannot be opened,
+    :class:`StoreLocked` with ``refusal`` when another process holds it."""
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        verb = "create" if flags & os.O_CREAT else "open"
+        raise DataDirNotWritable(f"cannot {verb} {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLocked(refusal) from None
+    return fd
+
+
 def _lock_log_file(data_dir: Path) -> int:
     """Lock ``events.db`` itself (through any symlink), as the data directory's lock file is.
 
     The lock file guards a directory; an ``events.db`` that is a symlink to another directory's
     log let a second daemon write that log beside its own daemon (both planning seqs from their
     own caches). ``flock`` locks are apart from SQLite's own (POSIX) locks on the same file.
-    Returns the descriptor that holds the lock; raises :class:`StoreLocked`.
     """
     path = data_dir / EVENTS_DB
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise DataDirNotWritable(f"cannot open {path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        target = os.path.realpath(path)
-        raise StoreLocked(
-            f"{path} is in use by another Lens process"
-            + (f" (it is a link to {target}, which that process writes)" if target != str(path) else "")
-            + "; stop it or choose another --data directory"
-        ) from None
-    return fd
+    target = os.path.realpath(path)
+    return _lock_exclusively(path, os.O_RDONLY, (
+        f"{path} is in use by another Lens process"
+        + (f" (it is a link to {target}, which that process writes)" if target != str(path) else "")
+        + "; stop it or choose another --data directory"))
 
 
 class EventStore:
@@ -292,19 +298,9 @@ class EventStore:
         foreign or unsupported store, or another process holding the writer lock.
         """
         data_dir = check_data_dir(Path(data_dir), create=True)
-        lock_path = data_dir / LOCK_FILE
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise DataDirNotWritable(f"cannot create {lock_path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreLocked(
-                f"data directory {data_dir} is in use by another Lens process; stop it or "
-                f"choose another --data directory"
-            ) from None
+        fd = _lock_exclusively(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, (
+            f"data directory {data_dir} is in use by another Lens process; stop it or "
+            f"choose another --data directory"))
         log_fd = -1
         try:
             conn = open_write_connection(data_dir, synchronous)
