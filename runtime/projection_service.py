@@ -60,6 +60,10 @@ FIRST_CATCH_UP_WAIT_SECONDS = 2.0
 # After a failed catch-up the projector tries again after this pause, doubling up to the most.
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
+# After a catch-up that found projections.db held by another process (it already waited the busy
+# timeout for it), the next try comes after this short pause, not the growing one: the
+# projections go on within about this long after the holder (a `lens log rebuild`) lets go.
+BUSY_RETRY_SECONDS = 0.5
 
 
 class ProjectionService:
@@ -75,6 +79,7 @@ class ProjectionService:
         self._read_limiter = trio.CapacityLimiter(1)
         self.position = 0
         self.error: str | None = None
+        self._busy = False  # the last catch-up failed only because another process held the file
         self._advanced = trio.Event()
         self._first_done = trio.Event()  # the first catch-up ended (caught up, or failed)
 
@@ -85,11 +90,13 @@ class ProjectionService:
 
     async def _catch_up(self) -> None:
         target = self.store.last_seq
+        self._busy = False
         try:
             await trio.to_thread.run_sync(self.projector.catch_up, limiter=self._write_limiter)
         except apsw.BusyError:  # (after the busy timeout)
             self.error = ("projections.db is held by another process (a `lens log rebuild`?); "
                           "the projections go on once it lets go")
+            self._busy = True
             log.warning("projector waiting: %s", self.error)
         except (LensError, apsw.Error, Exception) as exc:  # contained: lists report it, the daemon lives
             self.error = f"{type(exc).__name__}: {exc}"
@@ -122,9 +129,14 @@ class ProjectionService:
                 # Try again after a pause that grows while it keeps failing, new commit or not: a
                 # failure that passes on its own (another process let go of projections.db) must
                 # not leave every list answering "stalled" until some new event happens to be
-                # written, nor a row that cannot be projected make it spin.
-                await trio.sleep(pause)
-                pause = min(pause * 2, RETRY_MAX_SECONDS)
+                # written, nor a row that cannot be projected make it spin. A held projections.db
+                # was already waited for (the busy timeout): try again soon, so the lists come
+                # back within a second of the rebuild's end, not up to RETRY_MAX_SECONDS later.
+                if self._busy:
+                    await trio.sleep(BUSY_RETRY_SECONDS)
+                else:
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, RETRY_MAX_SECONDS)
             await self._catch_up()
 
     async def caught_up(self, seq: int | None = None, timeout: float = 10.0) -> None:
