@@ -35,6 +35,10 @@ from .tokens import index_text
 RANKED_LIMIT = 250
 MAX_QUERY_BYTES = 4096
 MAX_QUERY_TERMS = 32
+# Words of all the terms together, as the index sees them: a run of CJK characters (a phrase of
+# one word per character) or a quoted phrase is one term of many words, and FTS5's cost grows
+# with the words (1,300 CJK characters took 7 s over 30k items; 64 took 0.17 s).
+MAX_QUERY_WORDS = 64
 MAX_LIMIT = 100
 
 
@@ -228,7 +232,16 @@ def _parse(query: str) -> list[tuple[str, bool]]:
     terms = list(dict.fromkeys(terms))  # a repeated term narrows nothing
     if len(terms) > MAX_QUERY_TERMS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {len(terms)} distinct terms; at most {MAX_QUERY_TERMS}")
+    words = sum(len(_INDEX_WORD.findall(index_text(text))) for text, _prefix in terms)
+    if words > MAX_QUERY_WORDS:
+        raise HistoryError("QUERY_TOO_LONG", f"query has {words} words; at most {MAX_QUERY_WORDS} (a character of "
+                                             "Chinese, Japanese or Korean text is a word)")
     return terms
+
+
+# A word as the index's tokenizer (unicode61) cuts text that went through index_text: a run of
+# letters and digits (with their combining marks).
+_INDEX_WORD = re.compile(r"[^\W_]+")
 
 
 def fts_query(query: str) -> str:

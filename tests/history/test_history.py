@@ -406,3 +406,27 @@ async def test_a_cursor_that_is_no_result_of_the_query_is_refused_in_either_orde
         index.search(P1, "quokkas", limit=3, after_item_id=f"c{other}")
     assert info.value.code == "INVALID_ARGUMENT" and "not a result of this query" in info.value.message
     projector.close()
+
+
+def test_a_query_holds_at_most_64_indexed_words() -> None:
+    # A run of CJK characters is one term but a phrase of one word per character, and so is a
+    # quoted phrase: 1,300 of them in one 4 KiB query took 7 s over 30k items (holding the one
+    # read connection every list waits for). The cap counts the words the index is asked for.
+    at_limit = {
+        "cjk run": "的" * 64,
+        "quoted phrase": '"' + " ".join(f"w{i}" for i in range(64)) + '"',
+        "plain words": " ".join(f"x{i}-y{i}" for i in range(32)),  # 32 terms of two words each
+    }
+    past_limit = {
+        "cjk run": "的" * 65,
+        "quoted phrase": '"' + " ".join(f"w{i}" for i in range(65)) + '"',
+        "plain words": " ".join(f"x{i}-y{i}" for i in range(31)) + " z1-z2-z3",  # 32 terms, 65 words
+    }
+    for query in at_limit.values():
+        fts_query(query)  # accepted
+    for name, query in past_limit.items():
+        with pytest.raises(HistoryError) as info:
+            fts_query(query)
+        assert info.value.code == "QUERY_TOO_LONG", name
+        assert "65 words; at most 64" in info.value.message, (name, info.value.message)
+    assert fts_query("的" * 64 + " " + "的" * 64) == fts_query("的" * 64)  # a repeated term counts once
