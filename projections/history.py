@@ -265,6 +265,12 @@ def _snippet_terms(terms: list[tuple[str, bool]]) -> list[Term]:
     return [t for t in (snippet_term(text, prefix) for text, prefix in terms) if t is not None]
 
 
+def _shown(value: str | None) -> str:
+    """A client's value as an error message echoes it: quoted, at most 80 characters of it."""
+    value = value or ""
+    return repr(value) if len(value) <= 80 else repr(value[:80]) + f"… ({len(value)} characters)"
+
+
 def _has_token_chars(s: str) -> bool:
     return any(ch.isalnum() for ch in s)
 
@@ -302,7 +308,10 @@ class HistoryIndex:
         conn.register_fts5_function("lens_rank", lens_rank)
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
-               task_id: str | None = None, after_item_id: str | None = None, limit: int = 20) -> tuple[list[Hit], str | None]:
+               task_id: str | None = None, after_item_id: str | None = None, limit: int = 20,
+               cursor_name: str = "after_context_item_id") -> tuple[list[Hit], str | None]:
+        """``cursor_name``: how errors name ``after_item_id`` (the tool's argument, or the API's
+        JSON field)."""
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
         parsed = _parse(query)
@@ -330,7 +339,7 @@ class HistoryIndex:
             found = self.conn.execute("SELECT rowid FROM history_items WHERE item_id = ? AND project_id = ?",
                                       (after_item_id, project_id)).fetchall()
             if not found:
-                raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not an item of this project")
+                raise HistoryError("INVALID_ARGUMENT", f"{cursor_name} {_shown(after_item_id)} is not an item of this project")
             cursor_rowid = found[0][0]
         # One pass, newest first, up to RANKED_LIMIT + 1 matches with their relevance. CROSS JOIN keeps
         # FTS5 as the outer loop, so matches stream in rowid order and LIMIT stops early.
@@ -347,7 +356,7 @@ class HistoryIndex:
                     start = ordered.index(cursor_rowid) + 1
                 except ValueError:
                     raise HistoryError("INVALID_ARGUMENT",
-                                       f"after_context_item_id {after_item_id!r} is not a result of this query") from None
+                                       f"{cursor_name} {_shown(after_item_id)} is not a result of this query") from None
             wanted = ordered[start:start + limit + 1]
         elif cursor_rowid is None:
             wanted = [r[0] for r in head[:limit + 1]]  # many matches: newest first
@@ -359,7 +368,7 @@ class HistoryIndex:
                     f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid = ?",
                     (expr, *args, cursor_rowid)).fetchall():
                 raise HistoryError("INVALID_ARGUMENT",
-                                   f"after_context_item_id {after_item_id!r} is not a result of this query")
+                                   f"{cursor_name} {_shown(after_item_id)} is not a result of this query")
             wanted = [r[0] for r in self.conn.execute(
                 "SELECT i.rowid FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
                 f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid < ? "
@@ -381,7 +390,7 @@ class HistoryIndex:
             "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, text, hidden FROM history_items WHERE item_id = ?",
             (item_id,)).fetchall()
         if not rows or rows[0][8] or (project_id is not None and rows[0][1] != project_id):
-            raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {item_id!r}")
+            raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {_shown(item_id)}")
         _iid_, pid, sid, aid, tid, role, seq, text, _h = rows[0]
         data = text.encode("utf-8")
         if offset < 0 or offset > len(data):

@@ -563,6 +563,7 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
+        check_id(aid, "artifact id")
         data = await load_artifact(aid)
         return Response(data, content_type=sniff_image(data) or "application/octet-stream")
 
@@ -619,13 +620,18 @@ def create_app(svc: Services) -> QuartTrio:
         body = await read_body(HistorySearchBody)
         if not await project_exists(check_id(body.project_id, "projectId")):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
+        for value, what in ((body.session_id, "sessionId"), (body.agent_id, "agentId"), (body.task_id, "taskId"),
+                            (body.after_context_item_id, "afterContextItemId")):
+            if value is not None:
+                check_id(value, what)
         hits, nxt = await svc.projections.history_search(
             body.project_id, body.query, session_id=body.session_id, agent_id=body.agent_id, task_id=body.task_id,
-            after_item_id=body.after_context_item_id, limit=body.limit)
+            after_item_id=body.after_context_item_id, limit=body.limit, cursor_name="afterContextItemId")
         return json_response({"results": [h.to_json() for h in hits], "nextAfterContextItemId": nxt})
 
     @app.get("/api/v1/history/items/<item_id>")
     async def history_item(item_id: str) -> Response:
+        check_id(item_id, "context item id")
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", 16384, 1, 1024 * 1024)
         return json_response(await svc.projections.history_read(item_id, offset=offset, limit=limit))
