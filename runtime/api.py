@@ -541,8 +541,7 @@ def create_app(svc: Services) -> QuartTrio:
             return await trio.to_thread.run_sync(artifacts.get, aid)
         except ArtifactError as exc:
             if exc.code == "ARTIFACT_CORRUPT":
-                raise ApiError("ARTIFACT_CORRUPT", f"artifact {aid!r} is damaged on disk (its bytes no longer "
-                                                   f"match its SHA-256)") from None
+                raise ApiError("ARTIFACT_CORRUPT", exc.message) from None
             raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}") from None
 
     async def check_image(part: t.ImagePart) -> None:
