@@ -340,14 +340,16 @@ def create_app(svc: Services) -> QuartTrio:
     async def pair_request() -> Response:
         body = await read_body(PairRequestBody)
         try:
-            status = await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
-                                                   svc.config.server.max_pending_pairings)
+            await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
+                                          svc.config.server.max_pending_pairings)
         except (PairFileInvalid, PairFileUnwritable) as exc:
             # Unauthenticated callers learn that pairing is unavailable, not where the file lives.
             log.warning("pairing request refused: %s", exc.message)
             raise type(exc)("pairing is unavailable: the daemon cannot update its pair file "
                             "(the daemon log says why)") from None
-        return json_response({"clientId": body.client_id, "status": status}, 202)
+        # Always "pending" (SPEC F-API-2's shape): the caller has no credential, and the status of
+        # an approved id told anyone which client ids exist. An approved record is left as it is.
+        return json_response({"clientId": body.client_id, "status": "pending"}, 202)
 
     @app.get("/api/v1/whoami")
     async def whoami() -> Response:
