@@ -67,7 +67,8 @@ class HistoryProjection(Projection):
     name = "history"
     # 3: items indexed through projections.tokens.index_text (contentless FTS)
     # 4: the text parts of an input or tool result joined by a newline (were glued: "helloworld")
-    version = 4
+    # 5: each item's UTF-8 size and SHA-256 stored (read() hashed the whole text for every page)
+    version = 5
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
 
@@ -75,7 +76,8 @@ class HistoryProjection(Projection):
         conn.execute(
             "CREATE TABLE history_items(rowid INTEGER PRIMARY KEY, item_id TEXT NOT NULL UNIQUE, "
             "project_id TEXT, session_id TEXT, agent_id TEXT, task_id TEXT, role TEXT NOT NULL, "
-            "seq INTEGER NOT NULL, text TEXT NOT NULL, tags TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0)"
+            "seq INTEGER NOT NULL, text TEXT NOT NULL, tags TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0, "
+            "size INTEGER NOT NULL, digest TEXT NOT NULL)"
         )
         conn.execute("CREATE INDEX history_items_session ON history_items(session_id, seq)")
         conn.execute(
@@ -169,9 +171,11 @@ class HistoryProjection(Projection):
         for it in items:
             item_id, project_id, session_id, agent_id, task_id, role, seq, text = it
             tags = id_tags(project_id, session_id, agent_id, task_id)
+            data = text.encode("utf-8")
             conn.execute(
-                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*it, tags))
+                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags, "
+                "size, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*it, tags, len(data), hashlib.sha256(data).hexdigest()))
             conn.execute("INSERT INTO history_fts(rowid, text, tags) VALUES (last_insert_rowid(), ?, ?)",
                          (index_text(text), tags))
 
@@ -387,27 +391,31 @@ class HistoryIndex:
 
     def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:
         rows = self.conn.execute(
-            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, text, hidden FROM history_items WHERE item_id = ?",
-            (item_id,)).fetchall()
-        if not rows or rows[0][8] or (project_id is not None and rows[0][1] != project_id):
+            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, size, digest, hidden, rowid "
+            "FROM history_items WHERE item_id = ?", (item_id,)).fetchall()
+        if not rows or rows[0][9] or (project_id is not None and rows[0][1] != project_id):
             raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {_shown(item_id)}")
-        _iid_, pid, sid, aid, tid, role, seq, text, _h = rows[0]
-        data = text.encode("utf-8")
-        if offset < 0 or offset > len(data):
-            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {len(data)}")
+        _iid_, pid, sid, aid, tid, role, seq, size, digest, _h, rowid = rows[0]
+        if offset < 0 or offset > size:
+            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {size}")
         if limit < 1 or limit > 1024 * 1024:
             raise HistoryError("INVALID_ARGUMENT", "limit must be from 1 to 1048576 bytes")
-        if offset < len(data) and (data[offset] & 0xC0) == 0x80:
+        # Only the page's bytes (and up to 4 more, to end on a whole character) are read, through
+        # SQLite's incremental I/O on the stored UTF-8 text; its size and digest were stored with it.
+        with self.conn.blob_open("main", "history_items", "text", rowid, False) as blob:
+            blob.seek(offset)
+            window = blob.read(min(size - offset, limit + 4))
+        if offset < size and (window[0] & 0xC0) == 0x80:
             raise HistoryError("INVALID_ARGUMENT", f"offset {offset} falls inside a UTF-8 character")
-        end = min(len(data), offset + limit)
-        while end < len(data) and (data[end] & 0xC0) == 0x80:
+        end = min(size, offset + limit)
+        while end < size and (window[end - offset] & 0xC0) == 0x80:
             end -= 1
-        if end == offset and offset < len(data):  # limit smaller than one character: return one whole
+        if end == offset and offset < size:  # limit smaller than one character: return one whole
             end = offset + 1
-            while end < len(data) and (data[end] & 0xC0) == 0x80:
+            while end < size and (window[end - offset] & 0xC0) == 0x80:
                 end += 1
         return {
             "contextItemId": item_id, "sessionId": sid, "agentId": aid, "taskId": tid, "role": role, "seq": seq,
-            "text": data[offset:end].decode("utf-8"), "offset": offset, "nextOffset": end, "eof": end >= len(data),
-            "size": len(data), "digest": hashlib.sha256(data).hexdigest(),
+            "text": window[:end - offset].decode("utf-8"), "offset": offset, "nextOffset": end, "eof": end >= size,
+            "size": size, "digest": digest,
         }
