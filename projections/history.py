@@ -35,6 +35,10 @@ from .tokens import index_text
 RANKED_LIMIT = 250
 MAX_QUERY_BYTES = 4096
 MAX_QUERY_TERMS = 32
+# Words of all the terms together, as the index sees them: a run of CJK characters (a phrase of
+# one word per character) or a quoted phrase is one term of many words, and FTS5's cost grows
+# with the words (1,300 CJK characters took 7 s over 30k items; 64 took 0.17 s).
+MAX_QUERY_WORDS = 64
 MAX_LIMIT = 100
 
 
@@ -63,7 +67,8 @@ class HistoryProjection(Projection):
     name = "history"
     # 3: items indexed through projections.tokens.index_text (contentless FTS)
     # 4: the text parts of an input or tool result joined by a newline (were glued: "helloworld")
-    version = 4
+    # 5: each item's UTF-8 size and SHA-256 stored (read() hashed the whole text for every page)
+    version = 5
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
 
@@ -71,7 +76,8 @@ class HistoryProjection(Projection):
         conn.execute(
             "CREATE TABLE history_items(rowid INTEGER PRIMARY KEY, item_id TEXT NOT NULL UNIQUE, "
             "project_id TEXT, session_id TEXT, agent_id TEXT, task_id TEXT, role TEXT NOT NULL, "
-            "seq INTEGER NOT NULL, text TEXT NOT NULL, tags TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0)"
+            "seq INTEGER NOT NULL, text TEXT NOT NULL, tags TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0, "
+            "size INTEGER NOT NULL, digest TEXT NOT NULL)"
         )
         conn.execute("CREATE INDEX history_items_session ON history_items(session_id, seq)")
         conn.execute(
@@ -165,9 +171,11 @@ class HistoryProjection(Projection):
         for it in items:
             item_id, project_id, session_id, agent_id, task_id, role, seq, text = it
             tags = id_tags(project_id, session_id, agent_id, task_id)
+            data = text.encode("utf-8")
             conn.execute(
-                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*it, tags))
+                "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags, "
+                "size, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*it, tags, len(data), hashlib.sha256(data).hexdigest()))
             conn.execute("INSERT INTO history_fts(rowid, text, tags) VALUES (last_insert_rowid(), ?, ?)",
                          (index_text(text), tags))
 
@@ -228,7 +236,16 @@ def _parse(query: str) -> list[tuple[str, bool]]:
     terms = list(dict.fromkeys(terms))  # a repeated term narrows nothing
     if len(terms) > MAX_QUERY_TERMS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {len(terms)} distinct terms; at most {MAX_QUERY_TERMS}")
+    words = sum(len(_INDEX_WORD.findall(index_text(text))) for text, _prefix in terms)
+    if words > MAX_QUERY_WORDS:
+        raise HistoryError("QUERY_TOO_LONG", f"query has {words} words; at most {MAX_QUERY_WORDS} (a character of "
+                                             "Chinese, Japanese or Korean text is a word)")
     return terms
+
+
+# A word as the index's tokenizer (unicode61) cuts text that went through index_text: a run of
+# letters and digits (with their combining marks).
+_INDEX_WORD = re.compile(r"[^\W_]+")
 
 
 def fts_query(query: str) -> str:
@@ -250,6 +267,12 @@ def snippet_terms(query: str) -> list[Term]:
 
 def _snippet_terms(terms: list[tuple[str, bool]]) -> list[Term]:
     return [t for t in (snippet_term(text, prefix) for text, prefix in terms) if t is not None]
+
+
+def _shown(value: str | None) -> str:
+    """A client's value as an error message echoes it: quoted, at most 80 characters of it."""
+    value = value or ""
+    return repr(value) if len(value) <= 80 else repr(value[:80]) + f"… ({len(value)} characters)"
 
 
 def _has_token_chars(s: str) -> bool:
@@ -289,7 +312,10 @@ class HistoryIndex:
         conn.register_fts5_function("lens_rank", lens_rank)
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
-               task_id: str | None = None, after_item_id: str | None = None, limit: int = 20) -> tuple[list[Hit], str | None]:
+               task_id: str | None = None, after_item_id: str | None = None, limit: int = 20,
+               cursor_name: str = "after_context_item_id") -> tuple[list[Hit], str | None]:
+        """``cursor_name``: how errors name ``after_item_id`` (the tool's argument, or the API's
+        JSON field)."""
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
         parsed = _parse(query)
@@ -317,7 +343,7 @@ class HistoryIndex:
             found = self.conn.execute("SELECT rowid FROM history_items WHERE item_id = ? AND project_id = ?",
                                       (after_item_id, project_id)).fetchall()
             if not found:
-                raise HistoryError("INVALID_ARGUMENT", f"after_context_item_id {after_item_id!r} is not an item of this project")
+                raise HistoryError("INVALID_ARGUMENT", f"{cursor_name} {_shown(after_item_id)} is not an item of this project")
             cursor_rowid = found[0][0]
         # One pass, newest first, up to RANKED_LIMIT + 1 matches with their relevance. CROSS JOIN keeps
         # FTS5 as the outer loop, so matches stream in rowid order and LIMIT stops early.
@@ -334,7 +360,7 @@ class HistoryIndex:
                     start = ordered.index(cursor_rowid) + 1
                 except ValueError:
                     raise HistoryError("INVALID_ARGUMENT",
-                                       f"after_context_item_id {after_item_id!r} is not a result of this query") from None
+                                       f"{cursor_name} {_shown(after_item_id)} is not a result of this query") from None
             wanted = ordered[start:start + limit + 1]
         elif cursor_rowid is None:
             wanted = [r[0] for r in head[:limit + 1]]  # many matches: newest first
@@ -346,7 +372,7 @@ class HistoryIndex:
                     f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid = ?",
                     (expr, *args, cursor_rowid)).fetchall():
                 raise HistoryError("INVALID_ARGUMENT",
-                                   f"after_context_item_id {after_item_id!r} is not a result of this query")
+                                   f"{cursor_name} {_shown(after_item_id)} is not a result of this query")
             wanted = [r[0] for r in self.conn.execute(
                 "SELECT i.rowid FROM history_fts CROSS JOIN history_items i ON i.rowid = history_fts.rowid "
                 f"WHERE history_fts MATCH ? AND {cond} AND history_fts.rowid < ? "
@@ -365,27 +391,31 @@ class HistoryIndex:
 
     def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:
         rows = self.conn.execute(
-            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, text, hidden FROM history_items WHERE item_id = ?",
-            (item_id,)).fetchall()
-        if not rows or rows[0][8] or (project_id is not None and rows[0][1] != project_id):
-            raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {item_id!r}")
-        _iid_, pid, sid, aid, tid, role, seq, text, _h = rows[0]
-        data = text.encode("utf-8")
-        if offset < 0 or offset > len(data):
-            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {len(data)}")
+            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, size, digest, hidden, rowid "
+            "FROM history_items WHERE item_id = ?", (item_id,)).fetchall()
+        if not rows or rows[0][9] or (project_id is not None and rows[0][1] != project_id):
+            raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {_shown(item_id)}")
+        _iid_, pid, sid, aid, tid, role, seq, size, digest, _h, rowid = rows[0]
+        if offset < 0 or offset > size:
+            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {size}")
         if limit < 1 or limit > 1024 * 1024:
             raise HistoryError("INVALID_ARGUMENT", "limit must be from 1 to 1048576 bytes")
-        if offset < len(data) and (data[offset] & 0xC0) == 0x80:
+        # Only the page's bytes (and up to 4 more, to end on a whole character) are read, through
+        # SQLite's incremental I/O on the stored UTF-8 text; its size and digest were stored with it.
+        with self.conn.blob_open("main", "history_items", "text", rowid, False) as blob:
+            blob.seek(offset)
+            window = blob.read(min(size - offset, limit + 4))
+        if offset < size and (window[0] & 0xC0) == 0x80:
             raise HistoryError("INVALID_ARGUMENT", f"offset {offset} falls inside a UTF-8 character")
-        end = min(len(data), offset + limit)
-        while end < len(data) and (data[end] & 0xC0) == 0x80:
+        end = min(size, offset + limit)
+        while end < size and (window[end - offset] & 0xC0) == 0x80:
             end -= 1
-        if end == offset and offset < len(data):  # limit smaller than one character: return one whole
+        if end == offset and offset < size:  # limit smaller than one character: return one whole
             end = offset + 1
-            while end < len(data) and (data[end] & 0xC0) == 0x80:
+            while end < size and (window[end - offset] & 0xC0) == 0x80:
                 end += 1
         return {
             "contextItemId": item_id, "sessionId": sid, "agentId": aid, "taskId": tid, "role": role, "seq": seq,
-            "text": data[offset:end].decode("utf-8"), "offset": offset, "nextOffset": end, "eof": end >= len(data),
-            "size": len(data), "digest": hashlib.sha256(data).hexdigest(),
+            "text": window[:end - offset].decode("utf-8"), "offset": offset, "nextOffset": end, "eof": end >= size,
+            "size": size, "digest": digest,
         }

@@ -340,14 +340,16 @@ def create_app(svc: Services) -> QuartTrio:
     async def pair_request() -> Response:
         body = await read_body(PairRequestBody)
         try:
-            status = await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
-                                                   svc.config.server.max_pending_pairings)
+            await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
+                                          svc.config.server.max_pending_pairings)
         except (PairFileInvalid, PairFileUnwritable) as exc:
             # Unauthenticated callers learn that pairing is unavailable, not where the file lives.
             log.warning("pairing request refused: %s", exc.message)
             raise type(exc)("pairing is unavailable: the daemon cannot update its pair file "
                             "(the daemon log says why)") from None
-        return json_response({"clientId": body.client_id, "status": status}, 202)
+        # Always "pending" (SPEC F-API-2's shape): the caller has no credential, and the status of
+        # an approved id told anyone which client ids exist. An approved record is left as it is.
+        return json_response({"clientId": body.client_id, "status": "pending"}, 202)
 
     @app.get("/api/v1/whoami")
     async def whoami() -> Response:
@@ -541,8 +543,7 @@ def create_app(svc: Services) -> QuartTrio:
             return await trio.to_thread.run_sync(artifacts.get, aid)
         except ArtifactError as exc:
             if exc.code == "ARTIFACT_CORRUPT":
-                raise ApiError("ARTIFACT_CORRUPT", f"artifact {aid!r} is damaged on disk (its bytes no longer "
-                                                   f"match its SHA-256)") from None
+                raise ApiError("ARTIFACT_CORRUPT", exc.message) from None
             raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}") from None
 
     async def check_image(part: t.ImagePart) -> None:
@@ -563,6 +564,7 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
+        check_id(aid, "artifact id")
         data = await load_artifact(aid)
         return Response(data, content_type=sniff_image(data) or "application/octet-stream")
 
@@ -619,13 +621,18 @@ def create_app(svc: Services) -> QuartTrio:
         body = await read_body(HistorySearchBody)
         if not await project_exists(check_id(body.project_id, "projectId")):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
+        for value, what in ((body.session_id, "sessionId"), (body.agent_id, "agentId"), (body.task_id, "taskId"),
+                            (body.after_context_item_id, "afterContextItemId")):
+            if value is not None:
+                check_id(value, what)
         hits, nxt = await svc.projections.history_search(
             body.project_id, body.query, session_id=body.session_id, agent_id=body.agent_id, task_id=body.task_id,
-            after_item_id=body.after_context_item_id, limit=body.limit)
+            after_item_id=body.after_context_item_id, limit=body.limit, cursor_name="afterContextItemId")
         return json_response({"results": [h.to_json() for h in hits], "nextAfterContextItemId": nxt})
 
     @app.get("/api/v1/history/items/<item_id>")
     async def history_item(item_id: str) -> Response:
+        check_id(item_id, "context item id")
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", 16384, 1, 1024 * 1024)
         return json_response(await svc.projections.history_read(item_id, offset=offset, limit=limit))

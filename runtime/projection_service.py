@@ -190,13 +190,14 @@ class ProjectionService:
 
     async def history_search(self, project_id: str, query: str, *, session_id: str | None = None,
                              agent_id: str | None = None, task_id: str | None = None,
-                             after_item_id: str | None = None, limit: int = 20) -> tuple[list[Any], str | None]:
+                             after_item_id: str | None = None, limit: int = 20,
+                             cursor_name: str = "after_context_item_id") -> tuple[list[Any], str | None]:
         await self.caught_up()
         index = self._history_index
 
         def run() -> tuple[list[Any], str | None]:
             return index.search(project_id, query, session_id=session_id, agent_id=agent_id, task_id=task_id,
-                                after_item_id=after_item_id, limit=limit)
+                                after_item_id=after_item_id, limit=limit, cursor_name=cursor_name)
 
         return await self._history(run)
 

@@ -2,7 +2,10 @@
 
 ``put`` writes ``artifacts/<sha256>`` atomically (temp file, fsync, rename) and is idempotent;
 ``get`` verifies the bytes against their name before returning them, so a damaged file is
-caught before it is sent anywhere.
+caught before it is sent anywhere. Both read only a regular file, without blocking and up to
+:data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
+artifact's place (a FIFO, a directory, a link to a device) is a damaged artifact, refused at
+once by ``get`` and replaced by ``put``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,12 @@ import os
 import re
 import secrets
 from pathlib import Path
+
+from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file
+
+# Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
+# images of 5 MiB): only a bound on what is read.
+MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -50,21 +59,21 @@ class ArtifactStore:
         if not SHA_RE.match(artifact_id):
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}")
         try:
-            data = (self.root / artifact_id).read_bytes()
+            data = read_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)
         except FileNotFoundError:
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}") from None
+        except (NotARegularFile, FileTooLarge) as exc:
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: {exc.strerror}") from None
         if hashlib.sha256(data).hexdigest() != artifact_id:
-            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} does not match its SHA-256")
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk (its bytes no longer "
+                                                  "match its SHA-256)")
         return data
 
 
 def _intact(path: Path, digest: str) -> bool:
     """Whether ``path`` exists and holds the bytes of ``digest``."""
     try:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    except OSError:  # missing (or not a readable file): written afresh
+        data = read_regular_file(path, MAX_ARTIFACT_BYTES)
+    except OSError:  # missing, not a regular file, too large, unreadable: written afresh
         return False
-    return h.hexdigest() == digest
+    return hashlib.sha256(data).hexdigest() == digest

@@ -559,3 +559,19 @@ async def test_a_stream_survives_unrelated_pair_file_changes(daemon: Daemon, str
             ev = await stream.until(lambda m: m.event is not None and m.event.startswith("project."))
         assert ev.event == "project.created" and ev.json()["project_id"] == project["id"]
     await wait_until(lambda: daemon._is(strong, 200), what="strong still accepted")
+
+
+async def test_a_pairing_request_does_not_reveal_whether_a_client_is_approved(daemon: Daemon) -> None:
+    # POST /pair/requests needs no credential: answering "approved" for an approved client's id
+    # told anyone which client ids exist. Every id gets SPEC F-API-2's shape, and an approved
+    # client's record (and credential) is left as it was.
+    token = await daemon.pair("known-phone", strong=True)
+    before = daemon.pair_path.read_bytes()
+    r = await daemon.post("/pair/requests", body={"clientId": "known-phone", "name": "someone else"})
+    assert r.status_code == 202 and r.json() == {"clientId": "known-phone", "status": "pending"}, r.text
+    r = await daemon.post("/pair/requests", body={"clientId": "never-seen", "name": "new"})
+    assert r.status_code == 202 and r.json() == {"clientId": "never-seen", "status": "pending"}, r.text
+    stored = json.loads(before)
+    after = json.loads(daemon.pair_path.read_bytes())
+    assert record(after, "known-phone") == record(stored, "known-phone")
+    assert (await daemon.get("/projects", token)).status_code == 200

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import Daemon, error_of
+from .conftest import API, Daemon, error_of, raw_http
 
 
 async def test_history_search_and_read_over_http(daemon: Daemon, strong: str, reader: str) -> None:
@@ -177,3 +177,41 @@ async def test_an_input_of_several_text_parts_keeps_them_apart(daemon: Daemon, s
     glued = (await daemon.post("/history/search", reader,
                                {"projectId": p["id"], "query": "helloworld", "sessionId": sid})).json()["results"]
     assert glued == []
+
+
+async def test_malformed_ids_of_history_and_artifacts_are_invalid_arguments(daemon: Daemon, strong: str,
+                                                                             reader: str) -> None:
+    # docs/decisions.md "Which 4xx": a malformed id in a path, a query or a body is 400
+    # INVALID_ARGUMENT. Search filters answered 200 with nothing, a malformed cursor said "is not
+    # an item of this project" (echoing 5,000 characters), item and artifact paths said 404.
+    p = (await daemon.project(strong, "ids"))["id"]
+    long_id = "x" * 5000
+    for field in ("sessionId", "agentId", "taskId", "afterContextItemId"):
+        for bad in ("", "a b", "c1!", long_id):
+            resp = await daemon.post("/history/search", reader, {"projectId": p, "query": "quokka", field: bad})
+            assert resp.status_code == 400 and error_of(resp) == "INVALID_ARGUMENT", (field, bad[:10], resp.text[:300])
+            message = resp.json()["error"]["message"]
+            assert field in message and len(message) < 400, (field, message[:300])
+    # well-formed ids that name nothing: no results, and a cursor that is no item (named as sent)
+    resp = await daemon.post("/history/search", reader, {"projectId": p, "query": "quokka", "sessionId": "s_nope",
+                                                         "agentId": "main", "taskId": "t_nope"})
+    assert resp.status_code == 200 and resp.json()["results"] == [], resp.text
+    resp = await daemon.post("/history/search", reader, {"projectId": p, "query": "quokka",
+                                                         "afterContextItemId": "c" + "9" * 199})
+    assert resp.status_code == 400 and error_of(resp) == "INVALID_ARGUMENT"
+    message = resp.json()["error"]["message"]
+    assert "afterContextItemId" in message and "after_context_item_id" not in message and len(message) < 300, message
+
+    headers = {"Authorization": f"Bearer {reader}"}
+    for path in ("/history/items/", "/artifacts/"):
+        for bad in ("c1!", "%20", "c1%00", "%FF", "abc!", "y" * 300, long_id):
+            resp = await raw_http(daemon.port, "GET", API + path + bad, headers)
+            assert resp.status == 400 and resp.code == "INVALID_ARGUMENT", (path, bad[:10], resp.status, resp.body[:300])
+            assert len(resp.body) < 500, (path, bad[:10], resp.body[:300])
+    # well-formed unknown ids stay 404
+    resp = await daemon.get("/history/items/c424242", reader)
+    assert resp.status_code == 404 and error_of(resp) == "HISTORY_ITEM_NOT_FOUND"
+    resp = await daemon.get("/artifacts/" + "0" * 64, reader)
+    assert resp.status_code == 404 and error_of(resp) == "ARTIFACT_NOT_FOUND"
+    resp = await daemon.get("/artifacts/abc", reader)
+    assert resp.status_code == 404 and error_of(resp) == "ARTIFACT_NOT_FOUND"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -864,3 +865,21 @@ async def test_only_an_http1_last_body_send_is_shielded_and_never_for_ever(autoj
     else:
         assert took == 0
     assert sent == ["http.response.start"]  # (the body never went: the client took nothing)
+
+
+async def test_an_artifact_that_is_not_a_regular_file_is_refused_at_once(daemon: Daemon, reader: str) -> None:
+    # A directory in an artifact's place answered 500 INTERNAL; a FIFO held the request (and the
+    # daemon's stop) for ever; a link to /dev/zero was read without end.
+    root = daemon.data_dir / "artifacts"
+    root.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for kind, make in (("a directory", lambda p: p.mkdir()), ("a FIFO", os.mkfifo),
+                       ("a character device", lambda p: p.symlink_to("/dev/zero"))):
+        aid = hashlib.sha256(kind.encode()).hexdigest()
+        make(root / aid)
+        made[kind] = aid
+    for kind, aid in made.items():
+        with trio.fail_after(10):
+            r = await daemon.get(f"/artifacts/{aid}", reader)
+        assert r.status_code == 500 and error_of(r) == "ARTIFACT_CORRUPT", (kind, r.text)
+        assert f"{kind}, not a regular file" in r.json()["error"]["message"], (kind, r.text)

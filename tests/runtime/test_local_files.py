@@ -11,7 +11,7 @@ import trio
 
 from runtime.daemon import read_home_agents_md
 from runtime.prompt import READ_LIMIT_BYTES as AGENTS_MD_MAX_BYTES
-from tools.artifacts import ArtifactStore
+from tools.artifacts import ArtifactError, ArtifactStore
 
 
 async def test_a_fifo_as_the_home_agents_md_is_left_out_at_once(tmp_path: Path) -> None:
@@ -49,3 +49,38 @@ def test_a_damaged_artifact_is_written_again_when_stored_again(tmp_path: Path) -
     assert store.put(data) == aid
     assert store.get(aid) == data
     assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == [aid]  # no temp file left
+
+
+def test_an_artifact_that_is_not_a_regular_file_is_refused_and_replaced_by_put(tmp_path: Path) -> None:
+    # get() and put()'s check opened whatever had the artifact's name: a FIFO blocked for ever,
+    # a directory raised IsADirectoryError, a link to /dev/zero was read without end.
+    store = ArtifactStore(tmp_path / "artifacts")
+    store.root.mkdir()
+    data = b"stored bytes"
+    aid = hashlib.sha256(data).hexdigest()
+    (store.root / aid).mkdir()
+    try:
+        store.get(aid)
+    except ArtifactError as exc:
+        assert exc.code == "ARTIFACT_CORRUPT" and "a directory, not a regular file" in exc.message, exc.message
+    else:
+        raise AssertionError("a directory was read as an artifact")
+    (store.root / aid).rmdir()
+    os.mkfifo(store.root / aid)
+    try:
+        store.get(aid)
+    except ArtifactError as exc:
+        assert exc.code == "ARTIFACT_CORRUPT" and "a FIFO, not a regular file" in exc.message, exc.message
+    else:
+        raise AssertionError("a FIFO was read as an artifact")
+    assert store.put(data) == aid  # the FIFO is replaced by the artifact
+    assert store.get(aid) == data
+    (store.root / aid).unlink()
+    (store.root / aid).symlink_to("/dev/zero")
+    try:
+        store.get(aid)
+    except ArtifactError as exc:
+        assert exc.code == "ARTIFACT_CORRUPT" and "a character device, not a regular file" in exc.message
+    else:
+        raise AssertionError("/dev/zero was read as an artifact")
+    assert store.put(data) == aid and store.get(aid) == data
