@@ -654,6 +654,32 @@ async def test_dashboard_page_is_served_with_strict_headers(daemon: Daemon):
     assert r.status_code == 403
 
 
+STATIC_PROBES = ["/index.html", "/static/index.html", "/runtime/static/index.html", "/../runtime/api.py",
+                 "/%2e%2e/runtime/api.py", "/..%2fruntime%2fapi.py", "/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd", "//etc/passwd",
+                 "/static/../api.py", "/static/..%2fapi.py", "/./", "/index.html/", "/%00", "/.git/config",
+                 "/config/lens.jsonc", "/favicon.ico", "/api.py", "/static/"]
+
+
+async def test_only_the_dashboard_page_is_served_outside_the_api(daemon: Daemon):
+    """The daemon serves one file, `/` (runtime/static/index.html): no other path, whatever its
+    spelling (dot segments, encoded `..` or `/`, NUL), reaches a file, and each answer is the
+    JSON 404 with nosniff, never a file's bytes."""
+    page = await raw_http(daemon.port, "GET", "/")
+    assert page.status == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert page.headers["x-content-type-options"] == "nosniff"
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self' 'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
+    assert "default-src 'self'" in csp and "connect-src 'self'" in csp and "base-uri 'none'" in csp
+    for target in STATIC_PROBES:
+        r = await raw_http(daemon.port, "GET", target)
+        assert r.status in (400, 404), (target, r.status, r.body[:200])
+        assert r.headers["content-type"] == "application/json", (target, r.headers)
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert b"<html" not in r.body and b"import" not in r.body and b"root:" not in r.body, target
+    head = await raw_http(daemon.port, "HEAD", "/")
+    assert head.status == 200 and head.body == b"" and "content-security-policy" in head.headers
+
+
 def test_a_listed_session_with_queued_inputs_is_running():
     from runtime.views import session_row_view
 

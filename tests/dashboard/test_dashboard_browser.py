@@ -80,25 +80,38 @@ def _chromium_or_skip() -> None:
 
 
 class Daemon:
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, config: dict[str, Any] | None = None) -> None:
         self.cwd = cwd
         (cwd / "config").mkdir()
-        (cwd / "config" / "lens.jsonc").write_text(json.dumps(CONFIG))
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "serve", "--port", "0"], cwd=cwd, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: "queue.Queue[str]" = queue.Queue()
+        (cwd / "config" / "lens.jsonc").write_text(json.dumps(CONFIG if config is None else config))
         self.log: list[str] = []
+        self.port = 0
+        self.start()
+
+    def start(self, data: str | None = None) -> None:
+        """Start ``lens serve`` (again on the same port once it has one; ``data``: another data directory)."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "runtime.cli", "serve", "--port", str(self.port)]
+        if data is not None:
+            cmd += ["--data", data]
+        self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        self.lines: "queue.Queue[str]" = queue.Queue()
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
         self.base = self._wait_listening()
+        self.port = int(self.base.rsplit(":", 1)[1])
+
+    def restart(self, data: str | None = None) -> None:
+        self.stop()
+        self.start(data)
 
     def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        proc, lines = self.proc, self.lines
+        assert proc.stdout is not None
+        for line in proc.stdout:
             self.log.append(line)
-            self.lines.put(line)
+            lines.put(line)
 
     def _wait_listening(self) -> str:
         deadline = time.monotonic() + 20
@@ -171,7 +184,8 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         pytest.fail("selenium is not installed: pip install -e '.[test]'")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for uncaught errors
+    # the page's console (for uncaught errors) and the network events (what the page requested)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-quic", "--no-first-run", "--no-default-browser-check",
@@ -523,3 +537,283 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     assert "'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
     assert time.monotonic() - started < 45, "the dashboard test must stay bounded"
 
+
+
+# --------------------------------------------------------------------------- an audit as a user would use it
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Daemon]]:
+    made: list[Daemon] = []
+
+    def make(config: dict[str, Any]) -> Daemon:
+        cwd = tmp_path / f"daemon{len(made)}"
+        cwd.mkdir()
+        made.append(Daemon(cwd, config))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for d in made:
+            d.stop()
+
+
+def with_turns(*turns: dict[str, Any], **server: Any) -> dict[str, Any]:
+    """CONFIG with these faux turns first (they win over its own) and these server settings."""
+    config = json.loads(json.dumps(CONFIG))
+    config["providers"][0]["script"][:0] = list(turns)
+    config["server"].update(server)
+    return config
+
+
+def network_requests(driver: Any, base: str) -> list[tuple[str, str, bool]]:
+    """(method, path, sent a credential) of each request the page made to the daemon since the last call."""
+    out = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent" and msg["params"]["request"]["url"].startswith(base):
+            req = msg["params"]["request"]
+            out.append((req["method"], req["url"][len(base):], "Authorization" in req["headers"]))
+    return out
+
+
+COUNT_STREAMS = """
+    window.streamRequests = 0;
+    const real = window.fetch;
+    window.fetch = (...args) => { if (String(args[0]).includes('/events/stream')) window.streamRequests++; return real(...args); };
+"""
+
+
+def next_frame(driver: Any) -> None:
+    """Return once the page has painted two more animation frames."""
+    driver.execute_async_script("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done()));")
+
+
+def stream_requests(driver: Any) -> int:
+    return driver.execute_script("return window.streamRequests")
+
+
+def test_dashboard_daemon_restart_resumes_without_doubling_and_a_refused_stream_is_not_retried(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    started = time.monotonic()
+    driver = browser
+    # The model waits before its first delta: the answer restarted with the daemon streams its
+    # first half again once the page is back.
+    d = make_daemon(with_turns({"when": "delayed stream", "delayMs": 3000, "chunks": ["Part one. ", "Part two."],
+                                "chunkDelayMs": 60000}))
+    strong = d.pair("dash-restart", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "hello before the restart")
+    wait_for(lambda: "(faux) You said: hello before the restart" in committed_answers(driver), "the first answer")
+    submit(driver, "delayed stream please")
+    wait_for(lambda: texts(driver, "#timeline .msg.streaming .text") == ["Part one. "], "the first half", WAIT + 3)
+    deltas = int(body_data(driver, "deltas"))
+
+    # The daemon restarts mid-answer; the run asks the model again (attempt 2) and streams anew.
+    d.restart()
+    wait_for(lambda: body_data(driver, "conn") == "live" and int(body_data(driver, "reconnects") or 0) >= 1,
+             "the stream resumed", 20)
+    wait_for(lambda: int(body_data(driver, "deltas")) > deltas, "the second attempt's first delta", WAIT + 3)
+    next_frame(driver)  # (the bubbles are repainted once per animation frame)
+    # The earlier attempt's text is not kept in front of the new one ("Part one. Part one. ").
+    assert texts(driver, "#timeline .msg.streaming .text") == ["Part one. "]
+    assert texts(driver, "#timeline .msg.user .text") == ["hello before the restart", "delayed stream please"]
+    assert body_data(driver, "duplicates") is None
+    # A refresh that failed while the daemon was away is not left on screen once it is back.
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    wait_for(lambda: not by_css(driver, "#timeline .msg.streaming"), "the streaming bubble to go")
+    status, events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)
+    wait_for(lambda: int(body_data(driver, "lastEventId")) == d.request(
+        "GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"][-1]["seq"], "every event seen")
+
+    # The daemon comes back on an empty log (another data directory; the pair file is the same):
+    # the page's Last-Event-ID is past its end, which the daemon refuses. The page says so and
+    # stops; it does not ask again and again.
+    driver.execute_script(COUNT_STREAMS)
+    d.restart(data=str(d.cwd / "other-data"))
+    wait_for(lambda: body_data(driver, "conn") == "offline", "the stream to stop", 20)
+    wait_for(lambda: by_css(driver, "#errors li[data-code='INVALID_ARGUMENT']"), "the daemon's refusal shown")
+    asked = stream_requests(driver)
+    assert asked >= 1
+    deadline = time.monotonic() + 2.0  # an observation window: a retry loop (0.5 s, 1 s, …) would show
+    while time.monotonic() < deadline:
+        assert stream_requests(driver) == asked, "the page retried a stream the daemon refused"
+        time.sleep(0.1)
+    assert console_errors(driver) == []
+    assert time.monotonic() - started < 60, "the test must stay bounded"
+
+
+XSS = '<img src=x onerror="window.injected=(window.injected||0)+1"><script>window.injected=99</script>'
+BIDI = "שלום עולם! مرحبا 123 — 👩‍👩‍👧‍👦🏳️‍🌈 é"
+
+
+def test_dashboard_shows_hostile_text_as_text_sends_no_request_without_the_credential_and_forgets_a_revoked_one(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    started = time.monotonic()
+    driver = browser
+    d = make_daemon(with_turns(
+        {"when": "hostile tools", "toolCalls": [
+            {"name": XSS, "arguments": {"a": XSS}},
+            {"name": "read_file", "arguments": {"path": XSS + ".txt"}},
+            {"name": "todo", "arguments": {"items": [{"id": "1", "text": XSS, "status": "pending"},
+                                                     {"id": "2", "text": BIDI, "status": "in_progress"}]}}]},
+        {"when": "hostile answer", "text": XSS + "\n" + BIDI + "\n" + "y" * 5000, "reasoning": XSS}))
+    strong = d.pair("dash-hostile", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    network_requests(driver, d.base)
+
+    # Empty states: no projects, then no sessions, then no messages.
+    connect(driver, strong)
+    wait_for(lambda: texts(driver, "#projects li") == ["No projects yet."], "the empty project list")
+    one(driver, "#project-name").send_keys(XSS + " " + BIDI)
+    one(driver, "#project-workspace").send_keys(str(workspace))
+    click(driver, "#new-project button")
+    wait_for(lambda: texts(driver, "#sessions li") == ["No sessions yet."], "the empty session list")
+    assert (XSS + " " + BIDI) in " ".join(texts(driver, "#projects button"))
+    click(driver, "#new-session button")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    assert texts(driver, "#timeline > *") == ["No messages yet."]
+
+    # Markup in inputs, tool names, arguments, file names, results, todos and answers is text.
+    submit(driver, "hostile tools " + XSS)
+    wait_for(lambda: len(by_css(driver, "#timeline .tool")) == 3 and body_data(driver, "sessionStatus") == "idle",
+             "the three tool calls")
+    submit(driver, "hostile answer")
+    wait_for(lambda: any(a.startswith(XSS) for a in committed_answers(driver)), "the hostile answer")
+    assert driver.execute_script("return window.injected ?? null") is None
+    assert not by_css(driver, "#timeline img, #timeline script, nav img, aside img")
+    assert texts(driver, "#timeline .tool .name")[0] == XSS
+    assert XSS + ".txt" in " ".join(texts(driver, "#timeline .tool pre"))
+    assert "hostile tools " + XSS in texts(driver, "#timeline .msg.user .text")
+    assert [t for t in texts(driver, "#todos li .t")] == [XSS, BIDI]
+    # Right-to-left text is laid out by its own direction; a very long line does not widen the page.
+    assert driver.execute_script("""return Array.from(document.querySelectorAll('#timeline .msg .text, #todos .t'))
+                                    .every(n => n.dir === 'auto')""")
+    assert driver.execute_script("""const d = document.documentElement, t = document.querySelector('#timeline');
+                                    return d.scrollWidth <= d.clientWidth && t.scrollWidth <= t.clientWidth""")
+
+    # Every request the page made to the daemon carried the credential, except the page itself.
+    made = network_requests(driver, d.base)
+    assert made and all(auth for _, path, auth in made if path not in ("/", "/api/v1/health")), made
+
+    # The credential is revoked while the page watches: the page says so, forgets it (the form
+    # to paste one is back, nothing that needs it is offered) and asks nothing more.
+    driver.execute_script(COUNT_STREAMS)
+    subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-hostile"],
+                   cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+    wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the revocation shown")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential form")
+    assert not one(driver, "#composer").is_displayed()
+    assert body_data(driver, "conn") == "offline"
+    deadline = time.monotonic() + 1.5  # an observation window: nothing more is asked
+    while time.monotonic() < deadline:
+        assert not network_requests(driver, d.base)
+        time.sleep(0.1)
+    assert stream_requests(driver) == 0
+
+    # A credential that cannot be sent in a header (pasted with a line break or a stray
+    # character) gets a clear message, not the browser's "failed to fetch".
+    connect(driver, "lens_abc\u00e9\u2028def")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the refused credential")
+    assert not by_css(driver, "#errors li[data-code='NETWORK']"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+    assert time.monotonic() - started < 45, "the test must stay bounded"
+
+
+MANY = 260  # tool calls in one answer: more than the page shows at once
+
+
+def test_dashboard_long_session_keeps_the_page_bounded_and_what_the_reader_opened(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.keys import Keys
+    started = time.monotonic()
+    driver = browser
+    d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
+    strong = d.pair("dash-many", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "many tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
+        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 30)
+    view = d.request("GET", f"/sessions/{sid}", token=strong)[1]
+    assert len(view["items"]) == MANY + 2
+
+    # The timeline holds the latest items only (the DOM does not grow with the session), and
+    # offers the earlier ones.
+    shown = len(by_css(driver, "#timeline > .tool, #timeline > .msg"))
+    assert 50 <= shown < MANY, shown
+    assert texts(driver, "#timeline > .msg.assistant .text")[-1].startswith("The tool answered")
+    more = one(driver, "#timeline button.more")
+    assert str(MANY + 2 - shown) in more.text
+
+    # What the reader opened stays open, and the same nodes stay, while events arrive.
+    driver.execute_script("""
+        const tools = document.querySelectorAll('#timeline .tool');
+        const t = tools[tools.length - 3]; t.querySelector('details').open = true; window.openedTool = t;""")
+    box = one(driver, "#input")
+    box.send_keys("twice, quickly")
+    box.send_keys(Keys.CONTROL, Keys.ENTER)
+    box.send_keys(Keys.CONTROL, Keys.ENTER)  # a second send of the same text while the first is on its way
+    wait_for(lambda: "(faux) You said: twice, quickly" in committed_answers(driver), "the answer")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    assert driver.execute_script("""const t = window.openedTool;
+        return t.isConnected && t.querySelector('details').open""")
+    assert texts(driver, "#timeline .msg.user .text").count("twice, quickly") == 1
+    assert len(by_css(driver, "#timeline > .tool, #timeline > .msg")) <= shown + 2
+
+    # The earlier items, on demand; the scroll position stays on what the reader was reading.
+    click(driver, "#timeline button.more")
+    wait_for(lambda: len(by_css(driver, "#timeline .tool")) == MANY, "every tool call")
+    assert not by_css(driver, "#timeline button.more")
+    assert texts(driver, "#timeline .msg.user .text")[0] == "many tools"
+
+    # A quick double click on Withdraw withdraws once (no "not queued" error for the second).
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running" and by_css(driver, "#timeline .msg.streaming"),
+             "the streaming run")
+    submit(driver, "queued, then withdrawn")
+    wait_for(lambda: by_css(driver, "#queue li.card button.secondary"), "the queued input")
+    driver.execute_script("const b = document.querySelector('#queue li.card button.secondary'); b.click(); b.click();")
+    wait_for(lambda: not by_css(driver, "#queue li.card"), "the withdrawn input")
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+    assert time.monotonic() - started < 60, "the test must stay bounded"
+
+
+def test_dashboard_resumes_a_dropped_stream_without_gaps(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A page that does not read for a while (its main thread busy) while big events are committed
+    falls a buffer behind: the daemon ends its stream with ``stream.dropped``; the page resumes
+    at once from the last id it was sent, and shows every event once."""
+    started = time.monotonic()
+    driver = browser
+    big = 16  # answers of 900 kB: more than the socket buffers between the daemon and the page hold
+    d = make_daemon(with_turns({"when": "big answer", "text": "B" * 900_000}, sseBufferEvents=1, heartbeatSeconds=5))
+    strong = d.pair("dash-dropped", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    driver.execute_script("setTimeout(() => { const t = Date.now(); while (Date.now() - t < 6000) {} }, 0)")
+    for i in range(big):
+        status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": f"big-{i}", "content": f"big answer {i}"},
+                                 token=strong)
+        assert status == 202, body
+    wait_for(lambda: int(body_data(driver, "dropped") or 0) >= 1, "the stream.dropped frame", 40)
+    last = wait_for(lambda: (lambda v: v["status"] == "idle" and v["lastSeq"])(
+        d.request("GET", f"/sessions/{sid}", token=strong)[1]), "the runs to end", 40)
+    wait_for(lambda: int(body_data(driver, "lastEventId") or 0) == last and body_data(driver, "conn") == "live",
+             "every event, live again", 20)
+    assert body_data(driver, "duplicates") is None
+    wait_for(lambda: sum(a.startswith("BBBB") for a in committed_answers(driver)) == big, "every answer shown once")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert time.monotonic() - started < 60, "the test must stay bounded"
