@@ -525,9 +525,13 @@ def create_app(svc: Services) -> QuartTrio:
             after, name = _parse_int("Last-Event-ID", headers[0].strip(), 0, SEQ_MAX), "Last-Event-ID"
         if after is not None:
             _check_not_past_end(svc, name, after)
-        token = request.headers.get("Authorization", "")
-        gen = _sse(svc, session, project, after, token, request.scope)
-        resp = Response(gen, content_type="text/event-stream")
+        if request.method == "HEAD":
+            # The headers a GET would have, and no body: quart would still run the body (it
+            # never ends), holding a bus subscription and the kept-alive connection for ever.
+            resp = Response(_no_body(), content_type="text/event-stream")
+        else:
+            token = request.headers.get("Authorization", "")
+            resp = Response(_sse(svc, session, project, after, token, request.scope), content_type="text/event-stream")
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None  # Quart would cut the stream at RESPONSE_TIMEOUT otherwise
@@ -744,6 +748,12 @@ def _check_not_past_end(svc: Services, name: str, after: int) -> None:
     if after > svc.store.last_seq:
         raise ApiError("INVALID_ARGUMENT", f"{name} {after} is past the last event of this log "
                        f"({svc.store.last_seq}); start again without it")
+
+
+async def _no_body() -> AsyncIterator[bytes]:
+    """The body of a HEAD of the stream: nothing (an iterable, so no ``Content-Length: 0``)."""
+    return
+    yield  # (an async generator)
 
 
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often

@@ -102,6 +102,35 @@ async def test_raw_frame_layout(daemon: Daemon, strong: str):
     assert parse_block(block).id == p["seq"]
 
 
+async def test_head_of_the_stream_is_its_headers_and_the_connection_serves_the_next_request(
+        daemon: Daemon, reader: str):
+    """HEAD answers the headers a GET would have and no body, without subscribing. It used to run
+    the stream's body (quart iterates it even for HEAD; the server only drops the bytes), which
+    never ends: the response was never finished, the kept-alive connection never answered its
+    next request, and the stream held a bus subscription for ever."""
+    h = f"Host: 127.0.0.1:{daemon.port}\r\nAuthorization: Bearer {reader}\r\n"
+    req = (f"HEAD {API}/events/stream?after=0 HTTP/1.1\r\n{h}\r\n"
+           f"HEAD {API}/events/stream?session= HTTP/1.1\r\n{h}\r\n"  # still checked as GET is: 400
+           f"GET {API}/health HTTP/1.1\r\n{h}\r\n").encode()
+    data = b""
+    with trio.fail_after(LIMIT):
+        s = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with s:
+            await s.send_all(req)
+            while b"lastSeq" not in data:
+                chunk = await s.receive_some(65536)
+                assert chunk, data
+                data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"content-type: text/event-stream" in head.lower() and b"cache-control: no-cache" in head.lower()
+    assert rest.startswith(b"HTTP/1.1 400"), rest  # no body: the next bytes are the next response
+    bad, _, rest = rest.partition(b"\r\n\r\n")
+    assert b"application/json" in bad.lower()
+    assert rest.startswith(b"HTTP/1.1 200"), rest
+    assert b"lastSeq" in rest
+
+
 async def test_filters_by_session_and_by_project(daemon: Daemon, strong: str, reader: str):
     a = await make_project(daemon, strong, "a")
     b = await make_project(daemon, strong, "b")
