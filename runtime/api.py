@@ -797,7 +797,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
     last = sub.start if after is None else after
 
     def end_frame(delivered: int) -> bytes | None:
-        """The ``stream.end`` frame if the daemon is stopping or the credential was revoked."""
+        """The ``stream.end`` frame if the daemon is stopping, the credential was revoked, or the
+        pair file became invalid (no credential can be checked: the stream ends as ordinary
+        requests are refused, but as the daemon's fault, which a client retries)."""
         nonlocal gen_seen
         if svc.shutting_down.is_set():
             return sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": delivered}))
@@ -805,6 +807,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             gen_seen = svc.pairs.generation
             try:
                 svc.guard.authenticate(authorization)
+            except PairFileInvalid:
+                return sse_message("stream.end", msgspec.json.encode(
+                    {"reason": "pair file invalid", "code": PairFileInvalid.code, "lastEventId": delivered}))
             except LensError:
                 return sse_message("stream.end", msgspec.json.encode(
                     {"reason": "credential revoked", "lastEventId": delivered}))

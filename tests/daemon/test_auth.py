@@ -485,6 +485,33 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
         await daemon.wait_accepted(token)
 
 
+async def test_an_invalid_pair_file_ends_streams_as_the_daemons_fault_not_as_a_revocation(daemon: Daemon, strong: str):
+    """A broken pair file ends open streams (no credential can be checked, as ordinary requests
+    are refused) with a reason naming it, which a client retries. It used to say "credential
+    revoked", which the dashboard takes as final: it gave up and asked for a new credential,
+    while the credential was good all along."""
+    good = daemon.pair_path.read_bytes()
+    tmp = daemon.pair_path.with_name("pair.json.edit")
+    async with daemon.sse(strong) as stream:
+        await stream.next()
+        tmp.write_bytes(b"{ not json")
+        os.replace(tmp, daemon.pair_path)
+        end = await stream.until(lambda m: m.event == "stream.end", timeout=5)
+        assert await stream.next() is None  # and the stream is over
+    assert end.json() == {"reason": "pair file invalid", "code": "PAIR_FILE_INVALID",
+                          "lastEventId": end.json()["lastEventId"]}, end.data
+    assert "revoked" not in end.data
+    # a reconnect meanwhile is refused as the daemon's fault; once the file is fixed it streams
+    r = await daemon.get("/events/stream", strong)
+    assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID"
+    tmp.write_bytes(good)
+    os.replace(tmp, daemon.pair_path)
+    await daemon.wait_accepted(strong)
+    async with daemon.sse(strong, last_event_id=end.json()["lastEventId"]) as again:
+        p = await daemon.project(strong, "after-the-fix")
+        assert (await again.until(lambda m: m.id is not None)).id == p["seq"]
+
+
 async def test_a_pair_file_that_cannot_be_read_denies_everyone_and_the_daemon_lives(daemon: Daemon):
     # (An IsADirectoryError or PermissionError in the watcher took the whole daemon down.)
     token = await daemon.pair("c1", strong=True)

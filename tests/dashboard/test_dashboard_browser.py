@@ -518,6 +518,23 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     wait_for(lambda: body_data(driver, "conn") == "live", "live again")
     assert console_errors(driver) == []
 
+    # A broken pair file ends the stream as the daemon's fault (no credential can be checked): the
+    # page keeps retrying, and is live again once the file is fixed. (The stream used to end with
+    # "credential revoked"; the page then stopped for good and asked for a new credential.)
+    pair_file = daemon.cwd / "config" / "pair.json"
+    good, edit = pair_file.read_bytes(), pair_file.with_name("pair.json.edit")
+    before = int(body_data(driver, "reconnects") or 0)
+    edit.write_bytes(b"{ not json")
+    os.replace(edit, pair_file)
+    try:
+        wait_for(lambda: int(body_data(driver, "reconnects") or 0) > before + 1, "retries while the pair file is invalid")
+        assert body_data(driver, "conn") != "offline"
+        assert not by_css(driver, "#errors li[data-code='AUTH_INVALID']")
+    finally:
+        edit.write_bytes(good)
+        os.replace(edit, pair_file)
+    wait_for(lambda: body_data(driver, "conn") == "live", "live again once the pair file is fixed")
+
     # The page's own script runs by its hash; no inline script may (an injection would not run).
     csp = urllib.request.urlopen(daemon.base + "/", timeout=WAIT).headers["Content-Security-Policy"]
     assert "'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
