@@ -291,6 +291,9 @@ def create_app(svc: Services) -> QuartTrio:
         length = request.content_length
         if length is not None and length > svc.config.server.max_body_bytes:
             raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
+        # (the pair file's generation the credential was checked against, read first: a stream
+        # re-checks its credential once the file has changed since, even before it starts)
+        g.pairs_generation = svc.pairs.generation
         g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
         return None
 
@@ -531,7 +534,8 @@ def create_app(svc: Services) -> QuartTrio:
             resp = Response(_no_body(), content_type="text/event-stream")
         else:
             token = request.headers.get("Authorization", "")
-            resp = Response(_sse(svc, session, project, after, token, request.scope), content_type="text/event-stream")
+            resp = Response(_sse(svc, session, project, after, token, g.pairs_generation, request.scope),
+                            content_type="text/event-stream")
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None  # Quart would cut the stream at RESPONSE_TIMEOUT otherwise
@@ -782,8 +786,13 @@ async def watch_streams(svc: Services) -> None:
 
 
 async def _sse(svc: Services, session: str | None, project: str | None, after: int | None,
-               authorization: str, scope: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
+               authorization: str, checked_generation: int,
+               scope: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
     """Replay from the log after ``after`` (if given), then live, joined at the bus position.
+
+    ``checked_generation``: the pair file's generation when ``authorization`` was checked. The
+    body runs some time after that check; a pair file changed meanwhile (a revocation) is
+    checked again before the first event, not missed.
 
     Live frames come from the bus in chunks (one per bus tick, shared by every subscriber with the
     same filter). When :func:`direct_writer` allows it (see ``sse_socket``), the stream hands its
@@ -793,7 +802,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
     """
     bus = svc.bus
     sub = bus.subscribe(session, project)
-    gen_seen = svc.pairs.generation
+    gen_seen = checked_generation
     last = sub.start if after is None else after
 
     def end_frame(delivered: int) -> bytes | None:

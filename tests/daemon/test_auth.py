@@ -6,6 +6,7 @@ classified in :data:`ROUTE_TRUST`) without editing the loops below.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -14,6 +15,8 @@ import re
 import pytest
 import trio
 
+from runtime.bus import Bus
+from runtime.guard import Guard
 from runtime.pairing import TOKEN_PREFIX, credential_hash
 
 from .conftest import API, BUSY, LIMIT, Daemon, app_routes, error_of, file_mode, run_lens, wait_until
@@ -343,6 +346,39 @@ async def test_cli_revoke_ends_open_streams_and_refuses_the_credential(daemon: D
     # a revoked client may ask again; its old credential stays dead
     await daemon.register("watcher")
     assert await daemon.status_of(token) == 401
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["live", "replay"])
+async def test_a_revocation_between_authentication_and_the_streams_start_ends_the_stream(
+        daemon: Daemon, strong: str, monkeypatch: pytest.MonkeyPatch, resume: bool):
+    """The stream's body runs some time after its request was authenticated; a revocation the
+    daemon noticed in between used to go unseen (the stream took the pair file's generation of
+    when its body first ran as the one it was checked against), and the revoked credential was
+    served the log and live events. Now the generation of the check itself is compared."""
+    before = await daemon.project(strong, "before")
+    token = await daemon.pair("victim")
+    guards = [o for o in gc.get_objects() if isinstance(o, Guard) and o.pairs.path == daemon.pair_path]
+    assert len(guards) == 1  # (this test's daemon: an earlier test's may not be collected yet)
+    pairs = guards[0].pairs  # the daemon's own PairStore
+    real = Bus.subscribe
+
+    def subscribe(self, *args, **kwargs):
+        # Forces the interleaving: the body subscribes first thing, after the request was
+        # authenticated; the revocation is written and the daemon reloads the file right there.
+        monkeypatch.setattr(Bus, "subscribe", real)
+        daemon.pairs().revoke("victim")
+        assert pairs.reload()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Bus, "subscribe", subscribe)
+    async with daemon.sse(token, last_event_id=0 if resume else None) as stream:
+        assert (await stream.next()).comment is not None  # the greeting
+        assert await daemon.status_of(token) == 401
+        await daemon.project(strong, "after")
+        msg = await stream.until(lambda m: m.event is not None, timeout=LIMIT)
+        assert msg.event == "stream.end", msg  # not the project.created of either project
+        assert msg.json() == {"reason": "credential revoked", "lastEventId": 0 if resume else before["seq"]}
+        assert await stream.to_end() == []
 
 
 # --------------------------------------------------------------------------- pair-file tampering
