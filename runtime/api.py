@@ -22,8 +22,8 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from events import types as t
-from events.errors import LogError
-from events.reader import SEQ_MAX
+from events.errors import CorruptEvent, LogError
+from events.reader import SEQ_MAX, StoredEvent
 from events.store import Draft, EventStore
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
@@ -760,6 +760,38 @@ async def _no_body() -> AsyncIterator[bytes]:
     yield  # (an async generator)
 
 
+async def _replay_page(store: EventStore, after: int, to: int, session: str | None,
+                       ) -> tuple[list[StoredEvent], LogError | None]:
+    """The next page of a stream's replay, and the log error that cut it short (``None``: none).
+
+    A damaged event fails the whole read; the reader names its seq, so the events before it are
+    read again up to it. A stream delivers those, reads again (and gets the error with no event
+    before it), and then ends saying which event it could not read.
+    """
+    try:
+        return await store.read_events(after=after, to=to, session_id=session, limit=500), None
+    except CorruptEvent as exc:
+        if exc.seq is None or exc.seq - 1 <= after:
+            return [], exc
+        try:
+            return await store.read_events(after=after, to=exc.seq - 1, session_id=session, limit=500), exc
+        except LogError as again:
+            return [], again
+    except LogError as exc:
+        return [], exc
+
+
+def _damage_end(exc: LogError, delivered: int) -> bytes:
+    """The ``stream.end`` frame of a replay the log could not be read for."""
+    seq = getattr(exc, "seq", None)
+    data: dict[str, Any] = {"reason": f"event {seq} cannot be read ({exc.message})" if seq is not None else
+                            f"the event log cannot be read ({exc.message})", "code": exc.code}
+    if seq is not None:
+        data["seq"] = seq
+    data["lastEventId"] = delivered
+    return sse_message("stream.end", msgspec.json.encode(data))
+
+
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often
 REPLAY_WRITE_BYTES = 64 * 1024  # a stream's log replay is written in pieces of about this size
 # A live stream whose client takes no byte of a write for this long is reset (see sse_socket).
@@ -835,7 +867,12 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             if (end := end_frame(delivered)) is not None:
                 yield end
                 return
-            page = await svc.store.read_events(after=last, to=sub.start, session_id=session, limit=500)
+            page, damage = await _replay_page(svc.store, last, sub.start, session)
+            if damage is not None and not page:
+                # nothing readable before it: end here, saying why (not a cut connection)
+                log.warning("an SSE stream's replay ends where the log cannot be read: %s (%s)", damage, damage.code)
+                yield _damage_end(damage, delivered)
+                return
             if not page:
                 break
             parts: list[bytes] = []

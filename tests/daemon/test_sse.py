@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 
 import pytest
 import trio
@@ -257,6 +258,43 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
     async with daemon.sse(strong, params={"after": "0"}, last_event_id=p1["seq"]) as stream:
         msg = await stream.next_event()
         assert msg is not None and msg.id == p2["seq"]
+
+
+def damage_event(d: Daemon, seq: int) -> None:
+    """Replace the stored body of event ``seq`` with a zstd frame that does not decode (as a
+    damaged disk would), behind the daemon's back."""
+    con = sqlite3.connect(d.data_dir / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (seq,))
+        con.commit()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("by", ["all", "project"])
+async def test_a_damaged_event_in_the_replay_ends_the_stream_with_a_final_event(
+        daemon: Daemon, strong: str, reader: str, by: str):
+    """The events before a damaged one are delivered, then ``stream.end`` names it. A damaged
+    event used to fail the whole read of its page: the stream was cut (no final event), and the
+    healthy events before it in that page were never delivered."""
+    one = await daemon.project(strong, "one")
+    two = await daemon.project(strong, "two")
+    three = await daemon.project(strong, "three")
+    damage_event(daemon, two["seq"])
+    params = {"project": two["id"]} if by == "project" else None
+    async with daemon.sse(reader, params=params, last_event_id=0) as stream:
+        events = await stream.to_end()
+    want = [] if by == "project" else [one["seq"]]
+    assert [m.id for m in events[:-1]] == want and all(m.event == "project.created" for m in events[:-1])
+    end = events[-1]
+    assert end.event == "stream.end" and end.id is None, end
+    body = end.json()
+    assert body["code"] == "EVENT_CORRUPT" and body["seq"] == two["seq"], body
+    assert body["lastEventId"] == one["seq"] and str(two["seq"]) in body["reason"], body
+    # the daemon serves on; a stream resumed past the damaged event streams the rest
+    assert (await daemon.get("/health")).status_code == 200
+    async with daemon.sse(reader, last_event_id=two["seq"]) as stream:
+        assert (await stream.next_event()).id == three["seq"]
 
 
 # --------------------------------------------------------------------------- heartbeats
