@@ -63,7 +63,7 @@ STATUS: dict[str, int] = {
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
 }
 
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
@@ -223,7 +223,7 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_id(value: str, what: str) -> str:
-    if not ID_RE.match(value):
+    if not ID_RE.fullmatch(value):  # (`$` of a match also took "id\n")
         raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
     return value
 

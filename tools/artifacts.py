@@ -13,7 +13,7 @@ import re
 import secrets
 from pathlib import Path
 
-SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+SHA_RE = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 
 
 class ArtifactError(Exception):
@@ -47,7 +47,7 @@ class ArtifactStore:
         return digest
 
     def get(self, artifact_id: str) -> bytes:
-        if not SHA_RE.match(artifact_id):
+        if not SHA_RE.fullmatch(artifact_id):
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}")
         try:
             data = (self.root / artifact_id).read_bytes()

@@ -17,7 +17,7 @@ import trio
 
 from runtime.bus import Bus
 from runtime.guard import Guard
-from runtime.pairing import TOKEN_PREFIX, credential_hash
+from runtime.pairing import TOKEN_PREFIX, PairFileInvalid, credential_hash, parse_pair_file
 
 from .conftest import API, BUSY, LIMIT, Daemon, app_routes, error_of, file_mode, run_lens, wait_until
 
@@ -546,6 +546,21 @@ async def test_an_invalid_pair_file_ends_streams_as_the_daemons_fault_not_as_a_r
     async with daemon.sse(strong, last_event_id=end.json()["lastEventId"]) as again:
         p = await daemon.project(strong, "after-the-fix")
         assert (await again.until(lambda m: m.id is not None)).id == p["seq"]
+
+
+async def test_client_ids_and_hashes_are_checked_whole(daemon: Daemon):
+    """A trailing newline is no part of a client id or a credential hash (``CLIENT_ID_RE`` and
+    ``HASH_RE`` were matched with ``$``, which matches before a final newline: ``"c1\\n"`` was
+    accepted as a client id and written to the pair file)."""
+    r = await daemon.post("/pair/requests", body={"clientId": "c1\n", "name": ""})
+    assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID", r.text
+    r = await daemon.post("/pair/requests", body={"clientId": "c" * 64, "name": ""})  # the edge
+    assert r.status_code == 202, r.text
+    good = {"clientId": "c1", "status": "approved", "trust": "read", "credentialHash": "0" * 64}
+    parse_pair_file(json.dumps({"version": 1, "clients": [good]}).encode(), "test")
+    for bad in ({**good, "clientId": "c1\n"}, {**good, "credentialHash": "0" * 64 + "\n"}):
+        with pytest.raises(PairFileInvalid):
+            parse_pair_file(json.dumps({"version": 1, "clients": [bad]}).encode(), "test")
 
 
 async def test_a_pair_file_that_cannot_be_read_denies_everyone_and_the_daemon_lives(daemon: Daemon):
