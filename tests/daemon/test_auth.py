@@ -132,6 +132,8 @@ async def test_every_route_but_health_and_pairing_needs_a_credential(daemon: Dae
 async def test_public_routes_answer_without_a_credential(daemon: Daemon):
     r = await daemon.get("/health")
     assert r.status_code == 200 and r.json()["status"] == "ok"
+    r = await daemon.request("HEAD", "/health")  # as GET, without the body (it was 401)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json" and r.content == b""
     r = await daemon.post("/pair/requests", body={"clientId": "phone-1", "name": "my phone"})
     assert r.status_code == 202
     assert r.json() == {"clientId": "phone-1", "status": "pending"}
