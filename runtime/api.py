@@ -679,13 +679,19 @@ class HistorySearchBody(_B):
     limit: int = 20
 
 
-_DECIMAL = re.compile(r"-?[0-9]{1,20}")  # ASCII digits only (int() also takes '1_000', '٣', ' 5')
+_DECIMAL = re.compile(r"-?[0-9]+")  # ASCII digits only (int() also takes '1_000', '٣', ' 5')
+MAX_DIGITS = 20  # more significant digits than this are past any bound (SQLite's are 19)
 
 
 def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
+    """``raw`` as an integer from ``lo`` to ``hi``; anything else is 400 saying which rule it
+    breaks (a number of many digits is out of range, not "not an integer"). ``-0`` is 0."""
     if not _DECIMAL.fullmatch(raw):
         raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer (decimal digits)")
-    v = int(raw)
+    digits = raw.lstrip("-").lstrip("0") or "0"
+    if len(digits) > MAX_DIGITS:  # (never int() of thousands of digits: slow, then refused)
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
+    v = -int(digits) if raw.startswith("-") else int(digits)
     if not lo <= v <= hi:
         raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
     return v

@@ -227,6 +227,17 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
     for bad in ("abc", "-1", "-9223372036854775809", "9223372036854775808", str(10**30), "1_0", "+5"):
         r = await daemon.get("/events/stream", strong, headers={"Last-Event-ID": bad})
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", bad
+    # a number of any length is out of range, not "not an integer" (21 digits and more were)
+    for big in ("9223372036854775808", "1" + "0" * 20, "-" + "9" * 40, "9" * 5000):
+        for how in ({"headers": {"Last-Event-ID": big}}, {"params": {"after": big}}):
+            r = await daemon.get("/events/stream", strong, **how)
+            assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", big
+            assert "must be from 0 to 9223372036854775807" in r.json()["error"]["message"], (big[:30], r.text)
+    # leading zeros and -0 are the number they spell (left as is: no client is misled by them)
+    async with daemon.sse(strong, params={"after": "-0"}) as stream:
+        assert (await stream.next_event()).id == p1["seq"]
+    async with daemon.sse(strong, last_event_id="0" * 30 + str(p1["seq"])) as stream:  # type: ignore[arg-type]
+        assert (await stream.next_event()).id == p2["seq"]
     r = await daemon.get("/events/stream", strong, params={"after": "\u0663"})  # an Arabic-Indic 3
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
     # an id past the log is no position a client can have seen: refused, naming the last seq
