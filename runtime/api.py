@@ -22,8 +22,8 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from events import types as t
-from events.errors import LogError
-from events.reader import SEQ_MAX
+from events.errors import CorruptEvent, LogError
+from events.reader import SEQ_MAX, StoredEvent
 from events.store import Draft, EventStore
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
@@ -63,7 +63,7 @@ STATUS: dict[str, int] = {
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
 }
 
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
@@ -223,7 +223,7 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_id(value: str, what: str) -> str:
-    if not ID_RE.match(value):
+    if not ID_RE.fullmatch(value):  # (`$` of a match also took "id\n")
         raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
     return value
 
@@ -291,6 +291,9 @@ def create_app(svc: Services) -> QuartTrio:
         length = request.content_length
         if length is not None and length > svc.config.server.max_body_bytes:
             raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
+        # (the pair file's generation the credential was checked against, read first: a stream
+        # re-checks its credential once the file has changed since, even before it starts)
+        g.pairs_generation = svc.pairs.generation
         g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
         return None
 
@@ -527,9 +530,14 @@ def create_app(svc: Services) -> QuartTrio:
             after, name = _parse_int("Last-Event-ID", headers[0].strip(), 0, SEQ_MAX), "Last-Event-ID"
         if after is not None:
             _check_not_past_end(svc, name, after)
-        token = request.headers.get("Authorization", "")
-        gen = _sse(svc, session, project, after, token, request.scope)
-        resp = Response(gen, content_type="text/event-stream")
+        if request.method == "HEAD":
+            # The headers a GET would have, and no body: quart would still run the body (it
+            # never ends), holding a bus subscription and the kept-alive connection for ever.
+            resp = Response(_no_body(), content_type="text/event-stream")
+        else:
+            token = request.headers.get("Authorization", "")
+            resp = Response(_sse(svc, session, project, after, token, g.pairs_generation, request.scope),
+                            content_type="text/event-stream")
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None  # Quart would cut the stream at RESPONSE_TIMEOUT otherwise
@@ -678,13 +686,19 @@ class HistorySearchBody(_B):
     limit: int = 20
 
 
-_DECIMAL = re.compile(r"-?[0-9]{1,20}")  # ASCII digits only (int() also takes '1_000', '٣', ' 5')
+_DECIMAL = re.compile(r"-?[0-9]+")  # ASCII digits only (int() also takes '1_000', '٣', ' 5')
+MAX_DIGITS = 20  # more significant digits than this are past any bound (SQLite's are 19)
 
 
 def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
+    """``raw`` as an integer from ``lo`` to ``hi``; anything else is 400 saying which rule it
+    breaks (a number of many digits is out of range, not "not an integer"). ``-0`` is 0."""
     if not _DECIMAL.fullmatch(raw):
         raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer (decimal digits)")
-    v = int(raw)
+    digits = raw.lstrip("-").lstrip("0") or "0"
+    if len(digits) > MAX_DIGITS:  # (never int() of thousands of digits: slow, then refused)
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
+    v = -int(digits) if raw.startswith("-") else int(digits)
     if not lo <= v <= hi:
         raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
     return v
@@ -753,6 +767,44 @@ def _check_not_past_end(svc: Services, name: str, after: int) -> None:
                        f"({svc.store.last_seq}); start again without it")
 
 
+async def _no_body() -> AsyncIterator[bytes]:
+    """The body of a HEAD of the stream: nothing (an iterable, so no ``Content-Length: 0``)."""
+    return
+    yield  # (an async generator)
+
+
+async def _replay_page(store: EventStore, after: int, to: int, session: str | None,
+                       ) -> tuple[list[StoredEvent], LogError | None]:
+    """The next page of a stream's replay, and the log error that cut it short (``None``: none).
+
+    A damaged event fails the whole read; the reader names its seq, so the events before it are
+    read again up to it. A stream delivers those, reads again (and gets the error with no event
+    before it), and then ends saying which event it could not read.
+    """
+    try:
+        return await store.read_events(after=after, to=to, session_id=session, limit=500), None
+    except CorruptEvent as exc:
+        if exc.seq is None or exc.seq - 1 <= after:
+            return [], exc
+        try:
+            return await store.read_events(after=after, to=exc.seq - 1, session_id=session, limit=500), exc
+        except LogError as again:
+            return [], again
+    except LogError as exc:
+        return [], exc
+
+
+def _damage_end(exc: LogError, delivered: int) -> bytes:
+    """The ``stream.end`` frame of a replay the log could not be read for."""
+    seq = getattr(exc, "seq", None)
+    data: dict[str, Any] = {"reason": f"event {seq} cannot be read ({exc.message})" if seq is not None else
+                            f"the event log cannot be read ({exc.message})", "code": exc.code}
+    if seq is not None:
+        data["seq"] = seq
+    data["lastEventId"] = delivered
+    return sse_message("stream.end", msgspec.json.encode(data))
+
+
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often
 REPLAY_WRITE_BYTES = 64 * 1024  # a stream's log replay is written in pieces of about this size
 # A live stream whose client takes no byte of a write for this long is reset (see sse_socket).
@@ -779,8 +831,13 @@ async def watch_streams(svc: Services) -> None:
 
 
 async def _sse(svc: Services, session: str | None, project: str | None, after: int | None,
-               authorization: str, scope: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
+               authorization: str, checked_generation: int,
+               scope: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
     """Replay from the log after ``after`` (if given), then live, joined at the bus position.
+
+    ``checked_generation``: the pair file's generation when ``authorization`` was checked. The
+    body runs some time after that check; a pair file changed meanwhile (a revocation) is
+    checked again before the first event, not missed.
 
     Live frames come from the bus in chunks (one per bus tick, shared by every subscriber with the
     same filter). When :func:`direct_writer` allows it (see ``sse_socket``), the stream hands its
@@ -790,11 +847,13 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
     """
     bus = svc.bus
     sub = bus.subscribe(session, project)
-    gen_seen = svc.pairs.generation
+    gen_seen = checked_generation
     last = sub.start if after is None else after
 
     def end_frame(delivered: int) -> bytes | None:
-        """The ``stream.end`` frame if the daemon is stopping or the credential was revoked."""
+        """The ``stream.end`` frame if the daemon is stopping, the credential was revoked, or the
+        pair file became invalid (no credential can be checked: the stream ends as ordinary
+        requests are refused, but as the daemon's fault, which a client retries)."""
         nonlocal gen_seen
         if svc.shutting_down.is_set():
             return sse_message("stream.end", msgspec.json.encode({"reason": "shutdown", "lastEventId": delivered}))
@@ -802,6 +861,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             gen_seen = svc.pairs.generation
             try:
                 svc.guard.authenticate(authorization)
+            except PairFileInvalid:
+                return sse_message("stream.end", msgspec.json.encode(
+                    {"reason": "pair file invalid", "code": PairFileInvalid.code, "lastEventId": delivered}))
             except LensError:
                 return sse_message("stream.end", msgspec.json.encode(
                     {"reason": "credential revoked", "lastEventId": delivered}))
@@ -818,7 +880,12 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             if (end := end_frame(delivered)) is not None:
                 yield end
                 return
-            page = await svc.store.read_events(after=last, to=sub.start, session_id=session, limit=500)
+            page, damage = await _replay_page(svc.store, last, sub.start, session)
+            if damage is not None and not page:
+                # nothing readable before it: end here, saying why (not a cut connection)
+                log.warning("an SSE stream's replay ends where the log cannot be read: %s (%s)", damage, damage.code)
+                yield _damage_end(damage, delivered)
+                return
             if not page:
                 break
             parts: list[bytes] = []

@@ -72,7 +72,8 @@ class Guard:
     port: int = 0  # set once the server is bound
 
     PUBLIC: ClassVar[frozenset[tuple[str, str]]] = frozenset(
-        {("GET", "/api/v1/health"), ("POST", "/api/v1/pair/requests")}
+        # (HEAD is a GET without the body: it may be public wherever GET is)
+        {("GET", "/api/v1/health"), ("HEAD", "/api/v1/health"), ("POST", "/api/v1/pair/requests")}
     )
 
     def allowed_hosts(self) -> set[str]:

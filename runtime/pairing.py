@@ -34,7 +34,7 @@ from .terminal import UNSHOWABLE
 
 log = logging.getLogger("lens.pairing")
 
-CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+CLIENT_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # whole strings only: fullmatch
 TOKEN_PREFIX = "lens_"
 POLL_SECONDS = 0.25
 # A pending request older than this no longer holds a place under ``server.maxPendingPairings``:
@@ -111,12 +111,12 @@ def credential_hash(client_id: str, trust: str, token: str) -> str:
 
 
 def validate_client_id(client_id: Any) -> str:
-    if not isinstance(client_id, str) or not CLIENT_ID_RE.match(client_id):
+    if not isinstance(client_id, str) or not CLIENT_ID_RE.fullmatch(client_id):
         raise PairingError("clientId must be 1 to 64 characters of letters, digits, '.', '_' or '-'")
     return client_id
 
 
-HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+HASH_RE = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 PAIR_FILE_VERSION = 1
 
 
@@ -139,13 +139,13 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
         raise PairFileInvalid(f"{where}: version {data.version} is not supported (this daemon reads {PAIR_FILE_VERSION})")
     seen: set[str] = set()
     for i, c in enumerate(data.clients):
-        if not CLIENT_ID_RE.match(c.client_id):
+        if not CLIENT_ID_RE.fullmatch(c.client_id):
             raise PairFileInvalid(f"{where}: clients[{i}].clientId {c.client_id[:80]!r} is not 1 to 64 characters "
                                   f"of letters, digits, '.', '_' or '-'")
         if c.client_id in seen:
             raise PairFileInvalid(f"{where}: client {c.client_id!r} has more than one record")
         seen.add(c.client_id)
-        if c.credential_hash is not None and not HASH_RE.match(c.credential_hash):
+        if c.credential_hash is not None and not HASH_RE.fullmatch(c.credential_hash):
             raise PairFileInvalid(f"{where}: clients[{i}].credentialHash is not 64 lowercase hex digits")
         if len(c.name) > 200:
             raise PairFileInvalid(f"{where}: clients[{i}].name is longer than 200 characters")

@@ -22,7 +22,7 @@ from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file
 # images of 5 MiB): only a bound on what is read.
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
-SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+SHA_RE = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 
 
 class ArtifactError(Exception):
@@ -56,7 +56,7 @@ class ArtifactStore:
         return digest
 
     def get(self, artifact_id: str) -> bytes:
-        if not SHA_RE.match(artifact_id):
+        if not SHA_RE.fullmatch(artifact_id):
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}")
         try:
             data = read_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)

@@ -22,14 +22,14 @@ from typing import Any, Iterable
 
 from .base import ProviderError
 
-NATIVE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NATIVE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole strings only: fullmatch
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 DIGEST_HEX = 24
 READABLE_MAX = 64 - 1 - DIGEST_HEX  # 39
 
 
 def is_native(name: str) -> bool:
-    return bool(NATIVE_NAME_RE.match(name))
+    return bool(NATIVE_NAME_RE.fullmatch(name))
 
 
 def alias_for(internal_id: str) -> str:

@@ -6,6 +6,7 @@ classified in :data:`ROUTE_TRUST`) without editing the loops below.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -14,7 +15,9 @@ import re
 import pytest
 import trio
 
-from runtime.pairing import TOKEN_PREFIX, credential_hash
+from runtime.bus import Bus
+from runtime.guard import Guard
+from runtime.pairing import TOKEN_PREFIX, PairFileInvalid, credential_hash, parse_pair_file
 
 from .conftest import API, BUSY, LIMIT, Daemon, app_routes, error_of, file_mode, run_lens, wait_until
 
@@ -129,6 +132,8 @@ async def test_every_route_but_health_and_pairing_needs_a_credential(daemon: Dae
 async def test_public_routes_answer_without_a_credential(daemon: Daemon):
     r = await daemon.get("/health")
     assert r.status_code == 200 and r.json()["status"] == "ok"
+    r = await daemon.request("HEAD", "/health")  # as GET, without the body (it was 401)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json" and r.content == b""
     r = await daemon.post("/pair/requests", body={"clientId": "phone-1", "name": "my phone"})
     assert r.status_code == 202
     assert r.json() == {"clientId": "phone-1", "status": "pending"}
@@ -345,6 +350,39 @@ async def test_cli_revoke_ends_open_streams_and_refuses_the_credential(daemon: D
     assert await daemon.status_of(token) == 401
 
 
+@pytest.mark.parametrize("resume", [False, True], ids=["live", "replay"])
+async def test_a_revocation_between_authentication_and_the_streams_start_ends_the_stream(
+        daemon: Daemon, strong: str, monkeypatch: pytest.MonkeyPatch, resume: bool):
+    """The stream's body runs some time after its request was authenticated; a revocation the
+    daemon noticed in between used to go unseen (the stream took the pair file's generation of
+    when its body first ran as the one it was checked against), and the revoked credential was
+    served the log and live events. Now the generation of the check itself is compared."""
+    before = await daemon.project(strong, "before")
+    token = await daemon.pair("victim")
+    guards = [o for o in gc.get_objects() if isinstance(o, Guard) and o.pairs.path == daemon.pair_path]
+    assert len(guards) == 1  # (this test's daemon: an earlier test's may not be collected yet)
+    pairs = guards[0].pairs  # the daemon's own PairStore
+    real = Bus.subscribe
+
+    def subscribe(self, *args, **kwargs):
+        # Forces the interleaving: the body subscribes first thing, after the request was
+        # authenticated; the revocation is written and the daemon reloads the file right there.
+        monkeypatch.setattr(Bus, "subscribe", real)
+        daemon.pairs().revoke("victim")
+        assert pairs.reload()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Bus, "subscribe", subscribe)
+    async with daemon.sse(token, last_event_id=0 if resume else None) as stream:
+        assert (await stream.next()).comment is not None  # the greeting
+        assert await daemon.status_of(token) == 401
+        await daemon.project(strong, "after")
+        msg = await stream.until(lambda m: m.event is not None, timeout=LIMIT)
+        assert msg.event == "stream.end", msg  # not the project.created of either project
+        assert msg.json() == {"reason": "credential revoked", "lastEventId": 0 if resume else before["seq"]}
+        assert await stream.to_end() == []
+
+
 # --------------------------------------------------------------------------- pair-file tampering
 
 
@@ -483,6 +521,48 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
         tmp.write_bytes(good)
         os.replace(tmp, daemon.pair_path)
         await daemon.wait_accepted(token)
+
+
+async def test_an_invalid_pair_file_ends_streams_as_the_daemons_fault_not_as_a_revocation(daemon: Daemon, strong: str):
+    """A broken pair file ends open streams (no credential can be checked, as ordinary requests
+    are refused) with a reason naming it, which a client retries. It used to say "credential
+    revoked", which the dashboard takes as final: it gave up and asked for a new credential,
+    while the credential was good all along."""
+    good = daemon.pair_path.read_bytes()
+    tmp = daemon.pair_path.with_name("pair.json.edit")
+    async with daemon.sse(strong) as stream:
+        await stream.next()
+        tmp.write_bytes(b"{ not json")
+        os.replace(tmp, daemon.pair_path)
+        end = await stream.until(lambda m: m.event == "stream.end", timeout=5)
+        assert await stream.next() is None  # and the stream is over
+    assert end.json() == {"reason": "pair file invalid", "code": "PAIR_FILE_INVALID",
+                          "lastEventId": end.json()["lastEventId"]}, end.data
+    assert "revoked" not in end.data
+    # a reconnect meanwhile is refused as the daemon's fault; once the file is fixed it streams
+    r = await daemon.get("/events/stream", strong)
+    assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID"
+    tmp.write_bytes(good)
+    os.replace(tmp, daemon.pair_path)
+    await daemon.wait_accepted(strong)
+    async with daemon.sse(strong, last_event_id=end.json()["lastEventId"]) as again:
+        p = await daemon.project(strong, "after-the-fix")
+        assert (await again.until(lambda m: m.id is not None)).id == p["seq"]
+
+
+async def test_client_ids_and_hashes_are_checked_whole(daemon: Daemon):
+    """A trailing newline is no part of a client id or a credential hash (``CLIENT_ID_RE`` and
+    ``HASH_RE`` were matched with ``$``, which matches before a final newline: ``"c1\\n"`` was
+    accepted as a client id and written to the pair file)."""
+    r = await daemon.post("/pair/requests", body={"clientId": "c1\n", "name": ""})
+    assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID", r.text
+    r = await daemon.post("/pair/requests", body={"clientId": "c" * 64, "name": ""})  # the edge
+    assert r.status_code == 202, r.text
+    good = {"clientId": "c1", "status": "approved", "trust": "read", "credentialHash": "0" * 64}
+    parse_pair_file(json.dumps({"version": 1, "clients": [good]}).encode(), "test")
+    for bad in ({**good, "clientId": "c1\n"}, {**good, "credentialHash": "0" * 64 + "\n"}):
+        with pytest.raises(PairFileInvalid):
+            parse_pair_file(json.dumps({"version": 1, "clients": [bad]}).encode(), "test")
 
 
 async def test_a_pair_file_that_cannot_be_read_denies_everyone_and_the_daemon_lives(daemon: Daemon):

@@ -20,6 +20,7 @@ from events.store import READ_BYTES, Draft, open_store
 from events.types import InstructionAppended, SessionCreated
 from runtime import api
 from runtime import daemon as daemon_module
+from tools.artifacts import ArtifactStore
 
 from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens
 
@@ -411,6 +412,40 @@ async def test_query_filters_are_given_once_and_well_formed(daemon: Daemon, stro
         for rid in ["%C3%A9", "r" * 201, "has%20space"]:
             r = await daemon.post(f"/sessions/{sid}/inputs/{rid}/{verb}", strong, {})
             assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (verb, rid[:20], r.text)
+
+
+async def test_an_id_with_a_trailing_newline_is_malformed_wherever_ids_are_checked(
+        daemon: Daemon, strong: str, reader: str):
+    """Ids are checked whole (``fullmatch``). The check was ``ID_RE.match`` with a ``$``, which
+    matches before a final newline: ``?session=ses_x%0A`` opened a stream on the id
+    ``'ses_x\\n'``, and an input with requestId ``"r1\\n"`` was accepted and written."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    for path in ["/events/stream?session=ses_x%0A", "/events/stream?project=prj_x%0A", "/sessions?project=prj_x%0A",
+                 f"/tools/inventory?session={sid}%0A", f"/sessions/{sid}%0A", f"/sessions/{sid}%0A/events"]:
+        r = await daemon.get(path, reader)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (path, r.status_code, r.text[:200])
+    for route, body in ((f"/sessions/{sid}/inputs", {"requestId": "r1\n", "content": "x"}),
+                        (f"/sessions/{sid}%0A/abort", {}), (f"/sessions/{sid}/inputs/r1%0A/withdraw", {}),
+                        ("/sessions", {"projectId": p["id"] + "\n"}),
+                        ("/history/search", {"projectId": p["id"] + "\n", "query": "q"})):
+        r = await daemon.post(route, strong, body)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, r.status_code, r.text[:200])
+    assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was written
+    # the edge: 200 characters of the set are an id
+    await daemon.submit(strong, sid, "r" * 200, "x")
+
+
+async def test_an_artifact_id_is_checked_whole(daemon: Daemon, reader: str):
+    """``GET /artifacts/<sha>%0A`` is no artifact (the check's ``$`` took the trailing newline: a
+    file of that name was read, and answered 500 ARTIFACT_CORRUPT)."""
+    store = ArtifactStore(daemon.data_dir / "artifacts")
+    aid = store.put(b"some bytes")
+    (store.root / (aid + "\n")).write_bytes(b"some bytes")
+    assert (await daemon.get(f"/artifacts/{aid}", reader)).content == b"some bytes"
+    r = await daemon.get(f"/artifacts/{aid}%0A", reader)
+    assert r.status_code == 404 and error_of(r) == "ARTIFACT_NOT_FOUND", r.text
 
 
 # --------------------------------------------------------------------------- inputs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 
 import pytest
 import trio
@@ -100,6 +101,35 @@ async def test_raw_frame_layout(daemon: Daemon, strong: str):
     assert lines[2].startswith(b"data: {") and len(lines) == 3
     assert json.loads(lines[2][len(b"data: "):])["project_id"] == p["id"]
     assert parse_block(block).id == p["seq"]
+
+
+async def test_head_of_the_stream_is_its_headers_and_the_connection_serves_the_next_request(
+        daemon: Daemon, reader: str):
+    """HEAD answers the headers a GET would have and no body, without subscribing. It used to run
+    the stream's body (quart iterates it even for HEAD; the server only drops the bytes), which
+    never ends: the response was never finished, the kept-alive connection never answered its
+    next request, and the stream held a bus subscription for ever."""
+    h = f"Host: 127.0.0.1:{daemon.port}\r\nAuthorization: Bearer {reader}\r\n"
+    req = (f"HEAD {API}/events/stream?after=0 HTTP/1.1\r\n{h}\r\n"
+           f"HEAD {API}/events/stream?session= HTTP/1.1\r\n{h}\r\n"  # still checked as GET is: 400
+           f"GET {API}/health HTTP/1.1\r\n{h}\r\n").encode()
+    data = b""
+    with trio.fail_after(LIMIT):
+        s = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with s:
+            await s.send_all(req)
+            while b"lastSeq" not in data:
+                chunk = await s.receive_some(65536)
+                assert chunk, data
+                data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"content-type: text/event-stream" in head.lower() and b"cache-control: no-cache" in head.lower()
+    assert rest.startswith(b"HTTP/1.1 400"), rest  # no body: the next bytes are the next response
+    bad, _, rest = rest.partition(b"\r\n\r\n")
+    assert b"application/json" in bad.lower()
+    assert rest.startswith(b"HTTP/1.1 200"), rest
+    assert b"lastSeq" in rest
 
 
 async def test_filters_by_session_and_by_project(daemon: Daemon, strong: str, reader: str):
@@ -197,6 +227,17 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
     for bad in ("abc", "-1", "-9223372036854775809", "9223372036854775808", str(10**30), "1_0", "+5"):
         r = await daemon.get("/events/stream", strong, headers={"Last-Event-ID": bad})
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", bad
+    # a number of any length is out of range, not "not an integer" (21 digits and more were)
+    for big in ("9223372036854775808", "1" + "0" * 20, "-" + "9" * 40, "9" * 5000):
+        for how in ({"headers": {"Last-Event-ID": big}}, {"params": {"after": big}}):
+            r = await daemon.get("/events/stream", strong, **how)
+            assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", big
+            assert "must be from 0 to 9223372036854775807" in r.json()["error"]["message"], (big[:30], r.text)
+    # leading zeros and -0 are the number they spell (left as is: no client is misled by them)
+    async with daemon.sse(strong, params={"after": "-0"}) as stream:
+        assert (await stream.next_event()).id == p1["seq"]
+    async with daemon.sse(strong, last_event_id="0" * 30 + str(p1["seq"])) as stream:  # type: ignore[arg-type]
+        assert (await stream.next_event()).id == p2["seq"]
     r = await daemon.get("/events/stream", strong, params={"after": "\u0663"})  # an Arabic-Indic 3
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
     # an id past the log is no position a client can have seen: refused, naming the last seq
@@ -228,6 +269,43 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
     async with daemon.sse(strong, params={"after": "0"}, last_event_id=p1["seq"]) as stream:
         msg = await stream.next_event()
         assert msg is not None and msg.id == p2["seq"]
+
+
+def damage_event(d: Daemon, seq: int) -> None:
+    """Replace the stored body of event ``seq`` with a zstd frame that does not decode (as a
+    damaged disk would), behind the daemon's back."""
+    con = sqlite3.connect(d.data_dir / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (seq,))
+        con.commit()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("by", ["all", "project"])
+async def test_a_damaged_event_in_the_replay_ends_the_stream_with_a_final_event(
+        daemon: Daemon, strong: str, reader: str, by: str):
+    """The events before a damaged one are delivered, then ``stream.end`` names it. A damaged
+    event used to fail the whole read of its page: the stream was cut (no final event), and the
+    healthy events before it in that page were never delivered."""
+    one = await daemon.project(strong, "one")
+    two = await daemon.project(strong, "two")
+    three = await daemon.project(strong, "three")
+    damage_event(daemon, two["seq"])
+    params = {"project": two["id"]} if by == "project" else None
+    async with daemon.sse(reader, params=params, last_event_id=0) as stream:
+        events = await stream.to_end()
+    want = [] if by == "project" else [one["seq"]]
+    assert [m.id for m in events[:-1]] == want and all(m.event == "project.created" for m in events[:-1])
+    end = events[-1]
+    assert end.event == "stream.end" and end.id is None, end
+    body = end.json()
+    assert body["code"] == "EVENT_CORRUPT" and body["seq"] == two["seq"], body
+    assert body["lastEventId"] == one["seq"] and str(two["seq"]) in body["reason"], body
+    # the daemon serves on; a stream resumed past the damaged event streams the rest
+    assert (await daemon.get("/health")).status_code == 200
+    async with daemon.sse(reader, last_event_id=two["seq"]) as stream:
+        assert (await stream.next_event()).id == three["seq"]
 
 
 # --------------------------------------------------------------------------- heartbeats

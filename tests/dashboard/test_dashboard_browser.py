@@ -532,6 +532,23 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     wait_for(lambda: body_data(driver, "conn") == "live", "live again")
     assert console_errors(driver) == []
 
+    # A broken pair file ends the stream as the daemon's fault (no credential can be checked): the
+    # page keeps retrying, and is live again once the file is fixed. (The stream used to end with
+    # "credential revoked"; the page then stopped for good and asked for a new credential.)
+    pair_file = daemon.cwd / "config" / "pair.json"
+    good, edit = pair_file.read_bytes(), pair_file.with_name("pair.json.edit")
+    before = int(body_data(driver, "reconnects") or 0)
+    edit.write_bytes(b"{ not json")
+    os.replace(edit, pair_file)
+    try:
+        wait_for(lambda: int(body_data(driver, "reconnects") or 0) > before + 1, "retries while the pair file is invalid")
+        assert body_data(driver, "conn") != "offline"
+        assert not by_css(driver, "#errors li[data-code='AUTH_INVALID']")
+    finally:
+        edit.write_bytes(good)
+        os.replace(edit, pair_file)
+    wait_for(lambda: body_data(driver, "conn") == "live", "live again once the pair file is fixed")
+
     # The page's own script runs by its hash; no inline script may (an injection would not run).
     csp = urllib.request.urlopen(daemon.base + "/", timeout=WAIT).headers["Content-Security-Policy"]
     assert "'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
@@ -817,3 +834,43 @@ def test_dashboard_resumes_a_dropped_stream_without_gaps(
     wait_for(lambda: sum(a.startswith("BBBB") for a in committed_answers(driver)) == big, "every answer shown once")
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert time.monotonic() - started < 60, "the test must stay bounded"
+
+
+def test_dashboard_jobs_scan_reads_on_past_a_page_cut_short_by_its_byte_limit(browser: Any, tmp_path: Path) -> None:
+    """The page lists a session's jobs from its whole log: it reads pages until an empty one, as
+    the API says (a page may end early at its byte limit). It stopped at the first page shorter
+    than 1000 events, so the jobs after a few large events were never shown."""
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import JobFinished, JobStarted, ProjectCreated, SessionCreated
+
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    tail = "x" * (6 * 1024 * 1024)  # three of these pass a page's 16 MiB: the first page holds 3 events
+
+    async def write_log() -> None:
+        async with open_store(cwd / ".lens") as store:
+            await store.append(Draft(ProjectCreated(name="Jobs project", workspace=str(workspace)), project_id="prj_jobs"))
+            await store.append(Draft(SessionCreated(model="faux/faux-1"), project_id="prj_jobs", session_id="ses_jobs"))
+            for i in range(3):
+                await store.append(Draft(JobFinished(job_id=f"early-{i}", output_tail=tail), project_id="prj_jobs",
+                                         session_id="ses_jobs"))
+            await store.append(Draft(JobStarted(job_id="late", command="make late"), project_id="prj_jobs",
+                                     session_id="ses_jobs"))
+
+    trio.run(write_log)
+    daemon = Daemon(cwd)
+    try:
+        token = daemon.pair("dash-jobs", strong=False)
+        driver = browser
+        driver.get(daemon.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_jobs']")
+        wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the short page")
+        assert sorted(texts(driver, "#jobs li.card .sub")) == ["early-0", "early-1", "early-2", "make late"]
+    finally:
+        daemon.stop()

@@ -202,6 +202,7 @@ def test_restore_outcomes(ws: Workspace, root: Path) -> None:
     assert ws.restore("new/dir/f", b"x", None).structured["changed"]
     assert (root / "new/dir/f").read_bytes() == b"x"
     fails("INVALID_ARGUMENT", ws.restore, "f", b"x", "not-a-sha")
+    fails("INVALID_ARGUMENT", ws.restore, "f", b"x", sha(b"y") + "\n")  # checked whole (`$` took it: CONFLICT)
     fails("INVALID_ARGUMENT", ws.restore, "f", "text", None)
 
 

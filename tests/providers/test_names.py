@@ -23,8 +23,10 @@ def tool(name: str) -> dict:
 def test_native_names_pass_through_and_others_get_valid_stable_aliases():
     assert alias_for("read_file") == "read_file"
     assert alias_for("a" * 64) == "a" * 64
+    # a name is native only whole: `$` let "read_file\n" through as a name providers refuse
+    assert NATIVE_NAME_RE.fullmatch(alias_for("read_file\n")) and alias_for("read_file\n") != "read_file\n"
     aliases = [alias_for(i) for i in ODD]
-    assert all(NATIVE_NAME_RE.match(a) for a in aliases)
+    assert all(NATIVE_NAME_RE.fullmatch(a) for a in aliases)
     assert len(set(aliases)) == len(ODD)
     assert aliases == [alias_for(i) for i in ODD]  # a pure function of the id
     assert alias_for("mcp__github__search.issues").startswith("mcp__github__search_issues_")

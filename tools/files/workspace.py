@@ -35,7 +35,7 @@ from .confine import ResolveHook, Root, Target, check_path_text, resolve
 from .errors import MAX_IMAGE_BYTES, MAX_TEXT_BYTES, FileToolError, from_os_error
 from .journal import DONE, PENDING, CallRecord, Journal, args_digest, sha256_hex
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 
 
 @dataclass
@@ -180,7 +180,7 @@ class Workspace:
             shown = self._shown(path)
             if content is not None and not isinstance(content, (bytes, bytearray)):
                 raise FileToolError("INVALID_ARGUMENT", "content must be bytes or None")
-            if expect_sha256 is not None and (not isinstance(expect_sha256, str) or not _SHA256.match(expect_sha256)):
+            if expect_sha256 is not None and (not isinstance(expect_sha256, str) or not _SHA256.fullmatch(expect_sha256)):
                 raise FileToolError("INVALID_ARGUMENT", "expect_sha256 must be 64 lowercase hex digits or None")
             wanted = bytes(content) if content is not None else None
 
