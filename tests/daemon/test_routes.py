@@ -20,7 +20,7 @@ from events.store import READ_BYTES, Draft, open_store
 from events.types import InstructionAppended, SessionCreated
 from runtime import api
 from runtime import daemon as daemon_module
-from tools.artifacts import ArtifactStore
+from tools.artifacts import ArtifactError, ArtifactStore
 
 from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens
 
@@ -439,13 +439,17 @@ async def test_an_id_with_a_trailing_newline_is_malformed_wherever_ids_are_check
 
 async def test_an_artifact_id_is_checked_whole(daemon: Daemon, reader: str):
     """``GET /artifacts/<sha>%0A`` is no artifact (the check's ``$`` took the trailing newline: a
-    file of that name was read, and answered 500 ARTIFACT_CORRUPT)."""
+    file of that name was read, and answered 500 ARTIFACT_CORRUPT). The route now refuses it as a
+    malformed id; the store itself finds no artifact by that name."""
     store = ArtifactStore(daemon.data_dir / "artifacts")
     aid = store.put(b"some bytes")
     (store.root / (aid + "\n")).write_bytes(b"some bytes")
     assert (await daemon.get(f"/artifacts/{aid}", reader)).content == b"some bytes"
     r = await daemon.get(f"/artifacts/{aid}%0A", reader)
-    assert r.status_code == 404 and error_of(r) == "ARTIFACT_NOT_FOUND", r.text
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text
+    with pytest.raises(ArtifactError) as caught:
+        store.get(aid + "\n")
+    assert caught.value.code == "ARTIFACT_NOT_FOUND"
 
 
 # --------------------------------------------------------------------------- inputs
