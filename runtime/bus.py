@@ -22,6 +22,7 @@ resume from there). So a slow client never slows the writer or other clients. Ep
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -29,10 +30,13 @@ from typing import Any, Callable, Protocol
 import msgspec
 import trio
 
+from events.errors import CorruptEvent
 from events.reader import StoredEvent
 from events.store import EventStore, TailReader
 
 _json = msgspec.json.Encoder()
+log = logging.getLogger("lens.bus")
+
 READ_BATCH = 1000
 # A subscriber this many bytes behind is cut off (stream.dropped) as one too many frames behind
 # is: what a slow client pins in memory is bounded by size too (events may be up to 1 MiB).
@@ -289,12 +293,39 @@ class Bus:
     async def _read_log(self, tail: TailReader, upto: int) -> None:
         """Offer the log's events after :attr:`position`, up to ``upto`` at least."""
         while self.position < upto:
-            batch = await tail.read_events(after=self.position, limit=READ_BATCH)
+            try:
+                batch = await tail.read_events(after=self.position, limit=READ_BATCH)
+            except CorruptEvent as exc:
+                await self._skip_damaged(tail, exc, upto)
+                continue
             if not batch:
                 return
             self.log_reads += 1
             self._offer_all([event_frame(se) for se in batch])
             self.position = batch[-1].seq
+
+    async def _skip_damaged(self, tail: TailReader, exc: CorruptEvent, upto: int) -> None:
+        """A damaged event in what the bus reads back: offer the events before it, drop every
+        subscriber (each gets ``stream.dropped`` and resumes from the log, whose replay ends at
+        the damaged event saying so), and go on past it — the bus serves the events after it."""
+        damaged = exc.seq if exc.seq is not None and exc.seq > self.position else None
+        if damaged is not None and damaged - 1 > self.position:
+            try:
+                before = await tail.read_events(after=self.position, limit=damaged - 1 - self.position)
+            except CorruptEvent:
+                before = []
+            if before:
+                self.log_reads += 1
+                self._offer_all([event_frame(se) for se in before])
+                self.position = before[-1].seq
+        log.error("the live stream skips seq %s, which cannot be read (%s); its subscribers were dropped and "
+                  "resume from the log (`lens log verify` reports the row)", damaged if damaged else "unknown", exc)
+        self.flush()  # (the frames before it join each subscriber's backlog; a stream sends
+        # stream.dropped naming what it did send, and the client reads the rest from the log)
+        for g in list(self.groups.values()):
+            for sub in list(g.subs):
+                self._drop(sub)
+        self.position = damaged if damaged is not None else upto
 
     async def _ticker(self) -> None:
         """Flush at most once per tick (the first frame after a quiet spell at once), then write.

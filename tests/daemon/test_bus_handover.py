@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import apsw
 import trio
 import trio.testing
 
@@ -105,3 +106,45 @@ async def test_a_subscriber_joining_does_not_hold_back_what_the_others_are_owed(
         bus.publish("s1", "p", "model.delta", {"text": "next"})
         bus.flush()
         assert b'"text":"next"' in (joined.take() or b"") and b'"text":"next"' in (waiting.take() or b"")
+
+
+async def test_a_damaged_event_the_bus_reads_back_drops_its_subscribers_and_the_bus_goes_on(tmp_path: Path) -> None:
+    # The bus reads the log itself when it falls behind (or to fill a gap). A damaged body there
+    # raised out of the bus's task, which took the daemon's service nursery (every stream) down.
+    # Now the events before it are delivered, every subscriber is dropped (stream.dropped: a client
+    # resumes from the replay, which names the damaged event), and the bus goes on past it.
+    async with open_store(tmp_path / "data") as store:
+        bus = Bus(store, inbox_max=5)
+        damaged: list[int] = []
+
+        def damage(events: list) -> None:  # the group is committed: damage one of its rows
+            if len(events) == 12 and not damaged:
+                damaged.append(events[5].seq)
+                conn = apsw.Connection(str(store.data_dir / "events.db"))
+                conn.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (damaged[0],))
+                conn.close()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bus.run)
+            store.on_commit(damage)
+            sub = bus.subscribe()
+            await store.append(note("a0"))
+            # one group of 12: more than the inbox holds, so the bus reads it back from the log
+            await store.append(*[note(f"b{i}") for i in range(12)])
+            with trio.fail_after(10):
+                while bus.position < store.last_seq:
+                    await trio.sleep(0.001)
+            bus.flush()
+            data = sub.take() or b""
+            assert sub.dropped
+            later = bus.subscribe()
+            await store.append(note("c0"))
+            with trio.fail_after(10):
+                while bus.position < store.last_seq:
+                    await trio.sleep(0.001)
+            bus.flush()
+            after = later.take() or b""
+            nursery.cancel_scope.cancel()
+    assert damaged == [7]
+    assert [int(x) for x in re.findall(rb"^id: (\d+)$", data, re.M)] == list(range(1, 7))  # up to the damaged one
+    assert re.findall(rb'"text":"([^"]+)"', after) == [b"c0"]
