@@ -157,6 +157,16 @@ async def test_error_codes_come_through(client: ExecutorClient, workspace: Path,
     await fails("INVALID_ARGUMENT", client.call("_test_wait_cancel", {"marker": "../x"}))
 
 
+async def test_a_path_thousands_of_directories_deep_is_refused_and_makes_nothing(client: ExecutorClient,
+                                                                                workspace: Path, sub: str) -> None:
+    # It made ~20,000 nested directories, then failed with IO_ERROR once the executor had no file
+    # descriptor left (its message, cut at 2000 characters, never got to say why).
+    err = await fails("INVALID_ARGUMENT", client.call("edit_file", {"path": f"{sub}/" + "d/" * 25_000 + "f",
+                                                                    "mode": "create", "content": "x"}))
+    assert "directories deep" in str(err)
+    assert list((workspace / sub).iterdir()) == []
+
+
 async def test_call_replay_applies_the_same_call_id_once(client: ExecutorClient, workspace: Path, sub: str) -> None:
     (workspace / sub / "c.txt").write_text("x")
     args = {"path": f"{sub}/c.txt", "mode": "edit", "edits": [{"old_string": "x", "new_string": "xy"}]}
