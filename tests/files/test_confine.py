@@ -312,7 +312,7 @@ def test_a_walk_goes_at_most_max_path_depth_directories_deep(ws: Workspace, root
     assert ws.edit_file(deep + "f", "create", content="x").structured["changed"] is True
     assert ws.read_file(deep + "f")["content"] == "x"
     assert ws.read_file("d/../" * 3 + deep + "f")["content"] == "x"  # ".." gives depth back
-    for path in ("e/" * (MAX_PATH_DEPTH + 1) + "f", "e/" * 20_000 + "f"):
+    for path in ("e/" * (MAX_PATH_DEPTH + 1) + "f", "e/" * 600 + "f"):
         err = fails("INVALID_ARGUMENT", ws.edit_file, path, "create", content="x")
         assert f"more than {MAX_PATH_DEPTH} directories deep" in err.message and len(err.message) < 300
     assert sorted(p.name for p in root.iterdir()) == ["d"]  # nothing of "e" was made
