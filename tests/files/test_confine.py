@@ -324,3 +324,20 @@ def test_a_walk_goes_at_most_max_path_depth_directories_deep(ws: Workspace, root
     fails("INVALID_ARGUMENT", ws.read_file, "s/x/g")
     fails("INVALID_ARGUMENT", ws.edit_file, "s/x/g", "rewrite", content="y")
     assert (bottom / "x" / "g").read_text() == "g"
+
+
+def test_a_path_ending_with_slash_dot_names_a_directory(ws: Workspace, root: Path) -> None:
+    # "new/." was taken as "new": a create made a *file* named "new", and "f/." read and
+    # rewrote the file "f"; the path says it is a directory, as "new/" and "f/" do.
+    (root / "f").write_text("x")
+    (root / "d").mkdir()
+    fails("NOT_A_DIRECTORY", ws.read_file, "f/.")
+    fails("NOT_A_DIRECTORY", ws.edit_file, "f/.", "rewrite", content="y")
+    fails("NOT_A_DIRECTORY", ws.patch_file, "f/.", "@@\n-x\n+y\n")
+    fails("NOT_FOUND", ws.read_file, "missing/.")
+    err = fails("INVALID_ARGUMENT", ws.edit_file, "newdir/.", "create", content="y")
+    assert "names a directory" in err.message
+    fails("INVALID_ARGUMENT", ws.edit_file, "n1/n2/.", "create", content="y")
+    fails("ALREADY_EXISTS", ws.edit_file, "d/.", "create", content="y")
+    assert ws.read_file("d/.")["kind"] == "directory" and ws.read_file(".")["kind"] == "directory"
+    assert (root / "f").read_text() == "x" and sorted(p.name for p in root.iterdir()) == ["d", "f"]

@@ -25,9 +25,9 @@ path after the root has been opened. Consequences:
 
 Absolute caller paths are accepted when they lie (lexically, component by component, so
 ``/w/ws-evil`` is not inside ``/w/ws``) inside the root; anything else absolute is
-PATH_OUTSIDE_WORKSPACE. A path ending with "/" must name a directory (NOT_A_DIRECTORY for a file,
-INVALID_ARGUMENT for ``create``). Error messages name the path as the caller wrote it (an absolute
-one as its part below the root).
+PATH_OUTSIDE_WORKSPACE. A path ending with "/" or "/." must name a directory (NOT_A_DIRECTORY for
+a file, INVALID_ARGUMENT for ``create``). Error messages name the path as the caller wrote it (an
+absolute one as its part below the root).
 """
 
 from __future__ import annotations
@@ -182,7 +182,9 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
         pending = _components(path)
     if _depth(pending) > MAX_PATH_DEPTH + 1:  # (+1: the final entry is not a directory the walk holds)
         raise _too_deep(shown)  # refused before the walk: a create would make the parents first
-    names_dir = path.endswith("/") and not follow_final  # a create of "a/b/": refused, so nothing is made
+    said_dir = path.split("/")[-1] in ("", ".")  # "a/" and "a/.": the path says it is a directory
+    ending = "/" if path.endswith("/") else "/."
+    names_dir = said_dir and not follow_final  # a create of "a/b/": refused, so nothing is made
     fds: list[int] = []
     try:
         fds.append(root.open())
@@ -190,13 +192,14 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
             target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook)
         except FileToolError as exc:
             if names_dir and exc.code == "NOT_FOUND":
-                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"/\" names a directory") from None
+                raise FileToolError("INVALID_ARGUMENT",
+                                    f"{shown}: a path ending with \"{ending}\" names a directory") from None
             raise
-        if path.endswith("/") and target.name is not None and not target.is_dir:
+        if said_dir and target.name is not None and not target.is_dir:
             if target.exists:
-                raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"/\")")
+                raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"{ending}\")")
             if not follow_final:
-                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"/\" names a directory")
+                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"{ending}\" names a directory")
             raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
         return target
     except BaseException:
