@@ -157,6 +157,17 @@ async def test_error_codes_come_through(client: ExecutorClient, workspace: Path,
     await fails("INVALID_ARGUMENT", client.call("_test_wait_cancel", {"marker": "../x"}))
 
 
+async def test_a_path_hundreds_of_directories_deep_is_refused_and_makes_nothing(client: ExecutorClient,
+                                                                                workspace: Path, sub: str) -> None:
+    # A create 25,000 levels deep made ~20,000 nested directories, then failed with IO_ERROR once
+    # the executor had no file descriptor left (its message, cut at 2000 characters, never said
+    # why). 600 levels keep a regression's leftovers removable by pytest's (recursive) cleanup.
+    err = await fails("INVALID_ARGUMENT", client.call("edit_file", {"path": f"{sub}/" + "d/" * 600 + "f",
+                                                                    "mode": "create", "content": "x"}))
+    assert "directories deep" in str(err)
+    assert list((workspace / sub).iterdir()) == []
+
+
 async def test_call_replay_applies_the_same_call_id_once(client: ExecutorClient, workspace: Path, sub: str) -> None:
     (workspace / sub / "c.txt").write_text("x")
     args = {"path": f"{sub}/c.txt", "mode": "edit", "edits": [{"old_string": "x", "new_string": "xy"}]}

@@ -300,3 +300,44 @@ def test_a_refused_create_makes_no_directories(ws: Workspace, root: Path) -> Non
     assert (root / "x.txt").read_text() == "y"
     fails("INVALID_ARGUMENT", ws.edit_file, "d/new/../y.txt", "create", content="y")
     assert list((root / "d").iterdir()) == []
+
+
+def test_a_walk_goes_at_most_max_path_depth_directories_deep(ws: Workspace, root: Path) -> None:
+    # A walk holds every directory it passed open. A create 25,000 directories deep made ~20,000
+    # of them, then failed with IO_ERROR (EMFILE) when the process ran out of file descriptors —
+    # and every call running beside it could fail the same way meanwhile.
+    from tools.files.confine import MAX_PATH_DEPTH
+
+    deep = "d/" * MAX_PATH_DEPTH
+    assert ws.edit_file(deep + "f", "create", content="x").structured["changed"] is True
+    assert ws.read_file(deep + "f")["content"] == "x"
+    assert ws.read_file("d/../" * 3 + deep + "f")["content"] == "x"  # ".." gives depth back
+    for path in ("e/" * (MAX_PATH_DEPTH + 1) + "f", "e/" * 600 + "f"):
+        err = fails("INVALID_ARGUMENT", ws.edit_file, path, "create", content="x")
+        assert f"more than {MAX_PATH_DEPTH} directories deep" in err.message and len(err.message) < 300
+    assert sorted(p.name for p in root.iterdir()) == ["d"]  # nothing of "e" was made
+    # deeper than that through a symlink that splices directories in
+    bottom = root.joinpath(*["d"] * MAX_PATH_DEPTH)
+    (bottom / "x").mkdir()
+    (bottom / "x" / "g").write_text("g")
+    (root / "s").symlink_to(deep.rstrip("/"))
+    fails("INVALID_ARGUMENT", ws.read_file, "s/x/g")
+    fails("INVALID_ARGUMENT", ws.edit_file, "s/x/g", "rewrite", content="y")
+    assert (bottom / "x" / "g").read_text() == "g"
+
+
+def test_a_path_ending_with_slash_dot_names_a_directory(ws: Workspace, root: Path) -> None:
+    # "new/." was taken as "new": a create made a *file* named "new", and "f/." read and
+    # rewrote the file "f"; the path says it is a directory, as "new/" and "f/" do.
+    (root / "f").write_text("x")
+    (root / "d").mkdir()
+    fails("NOT_A_DIRECTORY", ws.read_file, "f/.")
+    fails("NOT_A_DIRECTORY", ws.edit_file, "f/.", "rewrite", content="y")
+    fails("NOT_A_DIRECTORY", ws.patch_file, "f/.", "@@\n-x\n+y\n")
+    fails("NOT_FOUND", ws.read_file, "missing/.")
+    err = fails("INVALID_ARGUMENT", ws.edit_file, "newdir/.", "create", content="y")
+    assert "names a directory" in err.message
+    fails("INVALID_ARGUMENT", ws.edit_file, "n1/n2/.", "create", content="y")
+    fails("ALREADY_EXISTS", ws.edit_file, "d/.", "create", content="y")
+    assert ws.read_file("d/.")["kind"] == "directory" and ws.read_file(".")["kind"] == "directory"
+    assert (root / "f").read_text() == "x" and sorted(p.name for p in root.iterdir()) == ["d", "f"]

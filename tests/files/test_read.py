@@ -232,3 +232,23 @@ def test_directory_names_with_newlines_stay_one_entry(ws: Workspace, root: Path)
 def test_limits_are_exported() -> None:
     assert dict(LIMITS) == {"MAX_UNITS": 128, "MAX_TEXT_BYTES": 8 * 1024 * 1024, "MAX_IMAGE_BYTES": 5 * 1024 * 1024,
                             "READ_PAGE_BYTES": 256 * 1024, "READ_PAGE_LINES": 2000, "MAX_SYMLINK_HOPS": 40}
+
+
+def test_a_page_keeps_to_the_size_the_file_had_when_it_was_opened() -> None:
+    # read_file pages over the file's fd with the size fstat gave; a file that grew since (a log
+    # being written) gave a page of 2000 lines past that size, with "size": 10 and "eof": true,
+    # so a reader stopped though more was there. The page is of the file as it was opened; the
+    # next call (a fresh fstat) sees what was appended.
+    from tools.files import read
+
+    grown = b"a\n" * 300_000
+    res = read.page(read.bytes_reader(grown), 10, shown="log")
+    assert res == {"content": "a\n" * 5, "start_line": 1, "lines_returned": 5, "offset": 0, "next_offset": 10,
+                   "eof": True, "size": 10}
+    res = read.page(read.bytes_reader(grown), 10, shown="log", offset=4)
+    assert res["content"] == "a\n" * 3 and res["next_offset"] == 10 and res["eof"] is True
+    # one line longer than the page cap, then grown: cut at the cap, not eof
+    big = b"b" * (PAGE_BYTES + 10)
+    res = read.page(read.bytes_reader(big + b"\nmore\n" * 10), len(big), shown="log")
+    assert res["next_offset"] == PAGE_BYTES and res["eof"] is False
+    assert read.page(read.bytes_reader(big + b"\n"), len(big), shown="log", offset=PAGE_BYTES)["content"] == "b" * 10

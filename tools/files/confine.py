@@ -19,12 +19,15 @@ path after the root has been opened. Consequences:
 * The final entry is opened only when it is a regular file or a directory, with ``O_NONBLOCK``,
   and its ``fstat`` must agree with the ``lstat`` that chose to open it: FIFOs, devices and
   sockets are never opened for reading.
+* The walk holds every directory it passed open, so it goes at most MAX_PATH_DEPTH (256)
+  directories below the root: deeper is INVALID_ARGUMENT — before the walk when the path's text
+  says so (a create makes nothing), during it when symlinks splice in more levels.
 
 Absolute caller paths are accepted when they lie (lexically, component by component, so
 ``/w/ws-evil`` is not inside ``/w/ws``) inside the root; anything else absolute is
-PATH_OUTSIDE_WORKSPACE. A path ending with "/" must name a directory (NOT_A_DIRECTORY for a file,
-INVALID_ARGUMENT for ``create``). Error messages name the path as the caller wrote it (an absolute
-one as its part below the root).
+PATH_OUTSIDE_WORKSPACE. A path ending with "/" or "/." must name a directory (NOT_A_DIRECTORY for
+a file, INVALID_ARGUMENT for ``create``). Error messages name the path as the caller wrote it (an
+absolute one as its part below the root).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 NAME_MAX = 255  # bytes in one path component (Linux file systems)
+# Directories one walk may go below the root: it holds each of them open (so ``..`` and a swap
+# race cannot lead it out), and a path 20,000 directories deep ran the process out of file
+# descriptors. A path the kernel accepts (PATH_MAX, 4096 bytes) has far fewer levels of real names.
+MAX_PATH_DEPTH = 256
 
 
 def check_path_text(path: object) -> str:
@@ -70,6 +77,20 @@ def check_path_text(path: object) -> str:
 
 def _components(path: str) -> list[str]:
     return [c for c in path.split("/") if c not in ("", ".")]
+
+
+def _too_deep(shown: str) -> FileToolError:
+    return FileToolError("INVALID_ARGUMENT", f"{shown[:80]}{'…' if len(shown) > 80 else ''}: "
+                                             f"leads more than {MAX_PATH_DEPTH} directories deep")
+
+
+def _depth(components: list[str]) -> int:
+    """How deep the walk of these components goes (lexically: ``..`` gives a level back)."""
+    depth = deepest = 0
+    for comp in components:
+        depth = max(depth - 1, 0) if comp == ".." else depth + 1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 class Root:
@@ -159,7 +180,11 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
         pending = below
     else:
         pending = _components(path)
-    names_dir = path.endswith("/") and not follow_final  # a create of "a/b/": refused, so nothing is made
+    if _depth(pending) > MAX_PATH_DEPTH + 1:  # (+1: the final entry is not a directory the walk holds)
+        raise _too_deep(shown)  # refused before the walk: a create would make the parents first
+    said_dir = path.split("/")[-1] in ("", ".")  # "a/" and "a/.": the path says it is a directory
+    ending = "/" if path.endswith("/") else "/."
+    names_dir = said_dir and not follow_final  # a create of "a/b/": refused, so nothing is made
     fds: list[int] = []
     try:
         fds.append(root.open())
@@ -167,13 +192,14 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
             target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook)
         except FileToolError as exc:
             if names_dir and exc.code == "NOT_FOUND":
-                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"/\" names a directory") from None
+                raise FileToolError("INVALID_ARGUMENT",
+                                    f"{shown}: a path ending with \"{ending}\" names a directory") from None
             raise
-        if path.endswith("/") and target.name is not None and not target.is_dir:
+        if said_dir and target.name is not None and not target.is_dir:
             if target.exists:
-                raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"/\")")
+                raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"{ending}\")")
             if not follow_final:
-                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"/\" names a directory")
+                raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"{ending}\" names a directory")
             raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
         return target
     except BaseException:
@@ -210,6 +236,8 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 return done(comp, None)
             if not create_parents:
                 raise FileToolError("NOT_FOUND", f"{shown}: a parent directory does not exist") from None
+            if len(names) >= MAX_PATH_DEPTH:
+                raise _too_deep(shown) from None
             if ".." in pending:  # refused before anything is made (it left directories behind)
                 raise FileToolError("INVALID_ARGUMENT",
                                     f"{shown}: \"..\" after a directory that does not exist yet") from None
@@ -269,6 +297,8 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
             return Target(shown, "/".join(names + [comp]), fds[-2], comp, fst, fd, fds)
         if not stat.S_ISDIR(st.st_mode):
             raise FileToolError("NOT_A_DIRECTORY", f"{shown}: a parent component is not a directory")
+        if len(names) >= MAX_PATH_DEPTH:  # deeper than the text said: symlinks spliced levels in
+            raise _too_deep(shown)
         if hook:
             hook("open_dir", "/".join(names + [comp]))
         fd = _open_or_retry(comp, _DIR_FLAGS, fds[-1], shown)

@@ -11,7 +11,8 @@ Result (a JSON-ready dict, the same keys for both kinds)::
      "offset":       UTF-8 byte position where the page starts,
      "next_offset":  byte position right after the page (pass it as ``offset`` to continue),
      "eof":          true when the page reaches the end,
-     "size":         total bytes of the file (of the listing text, for a directory)}
+     "size":         total bytes of the file when it was opened — the page never goes past
+                     them (of the listing text, for a directory)}
 
 A directory is paged as its *listing text*: every entry (hidden ones included, sorted by name in
 code-point order, directories suffixed "/", symlinks shown as plain names) followed by "\\n"; a
@@ -123,7 +124,9 @@ def page(read_at: ReadAt, size: int, *, shown: str, start_line: object = None, m
     else:
         start = start or 1
         pos = _position_of_line(read_at, size, start)
-    chunk = read_at(pos, READ_PAGE_BYTES + 1)
+    # At most ``size - pos`` bytes: the page is of the file as it was opened (a file that grew
+    # since gave bytes past ``size`` with ``eof`` true); the next call sees what was appended.
+    chunk = read_at(pos, max(0, min(READ_PAGE_BYTES + 1, size - pos)))
     more = len(chunk) > READ_PAGE_BYTES
     window = chunk[:READ_PAGE_BYTES]
     end = -1
