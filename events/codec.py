@@ -558,12 +558,18 @@ def usable_dictionaries(stored: Mapping[int, Any]) -> tuple[dict[int, bytes], di
             damaged[dict_id] = f"stored as {type(data).__name__}, not as a blob"
             continue
         try:
-            found = zstandard.ZstdCompressionDict(data).dict_id()
+            loaded = zstandard.ZstdCompressionDict(data)
+            found = loaded.dict_id()
         except zstandard.ZstdError as exc:
             damaged[dict_id] = str(exc)
             continue
         if found != dict_id:
             damaged[dict_id] = f"the bytes carry dictionary id {found}"
+            continue
+        try:  # the id is read from the first bytes; zstd checks the rest only when it loads them
+            zstandard.ZstdDecompressor(dict_data=loaded).decompressobj()
+        except zstandard.ZstdError as exc:
+            damaged[dict_id] = f"zstd cannot load it: {exc}"
             continue
         good[dict_id] = data
     return good, damaged

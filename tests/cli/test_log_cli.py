@@ -992,6 +992,35 @@ async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected:
     assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
 
 
+async def test_a_dictionary_cut_short_fails_only_its_rows(log_dir: Path, expected: list[tuple]) -> None:
+    # The first bytes still carry the right id, so the id check alone passes; zstd refuses the
+    # dictionary only when a decompressor first loads it, which was a traceback in every command.
+    used, dict_id = await append_one(log_dir, Draft(ModelResponded(text="with the dictionary"), session_id="s1"),
+                                     train=True)
+    db_exec(log_dir, "UPDATE dictionaries SET data = substr(data, 1, 100) WHERE dict_id = ?", (dict_id,))
+    before = sha256(log_dir / "events.db")
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stdout.splitlines()
+    assert any(line.startswith(f"log: dictionary {dict_id} is damaged (") for line in lines), lines
+    assert any(line.startswith(f"seq {used}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
+    res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert [e["seq"] for e in decoded(res.stdout)] == [r[0] for r in expected]  # all but that row
+    assert f"lens: EVENT_UNKNOWN_DICTIONARY: seq {used}:" in res.stderr
+    res = await trio.to_thread.run_sync(lens, "log", "rebuild", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert f"seq {used}:" in res.stderr
+    with LogReader(log_dir) as reader:
+        with pytest.raises(CorruptEvent, match=f"seq {used}: .*damaged"):
+            list(reader.events())
+    assert sha256(log_dir / "events.db") == before
+    # The store still opens and writes: new bodies go without the damaged dictionary.
+    new, active = await append_one(log_dir, Draft(ModelResponded(text="after"), session_id="s1"))
+    assert active == 0
+    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
+
+
 def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, expected: list[tuple]) -> None:
     seq = expected[-1][0] + 1
     raw = msgspec.msgpack.encode(
