@@ -846,6 +846,24 @@ def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None
     assert res.stdout.splitlines()[0] == f"seq 2: raw_size {size + 1000}, but the frame holds {size} bytes"
 
 
+def test_verify_reports_a_raw_size_that_is_not_what_a_frame_of_unknown_size_holds(log_dir: Path) -> None:
+    # A frame that declares no content size (Lens never writes one, but reads it) still holds a
+    # size: the one it decompresses to. A raw_size beside it that lies was passed as fine.
+    raw = zstandard.ZstdDecompressor().decompress(body_of_row(log_dir, 2))
+    body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(raw)
+    assert zstandard.frame_content_size(body) == -1
+    db_exec(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, len(raw) + 1000))
+    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 3", (
+        zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(
+            zstandard.ZstdDecompressor().decompress(body_of_row(log_dir, 3))),))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1, res.stdout
+    assert res.stdout.splitlines() == [
+        f"seq 2: raw_size {len(raw) + 1000}, but the frame holds {len(raw)} bytes",  # seq 3 is right
+        f"FAILED: 1 problem(s) in {len(db_rows(log_dir, 'SELECT seq FROM events'))} event(s)",
+    ]
+
+
 # ---------------------------------------------------------------------------- hostile input
 
 
