@@ -42,6 +42,7 @@ from events.types import (
     ToolFinished,
     ToolStarted,
 )
+from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
 DECODE_KEYS = {
@@ -709,6 +710,35 @@ def test_rebuild_reports_a_corrupt_row_a_projection_needs(log_dir: Path) -> None
     assert "Traceback" not in res.stderr
     assert res.returncode == 1
     assert (projection_tables(log_dir), positions(log_dir)) == before  # one transaction, rolled back
+
+
+def test_a_body_integer_sqlite_cannot_hold_is_a_corrupt_row_for_projections(log_dir: Path) -> None:
+    # MessagePack (and the schema's `int`) go up to 2**64 - 1; SQLite stops at 2**63 - 1. A
+    # session.created forking from such a "seq" decodes, but no projection can store it: the
+    # rebuild died with a traceback (OverflowError) and the daemon's catch-up without a seq.
+    assert lens("log", "rebuild", "--data", str(log_dir)).returncode == 0
+    before = projection_tables(log_dir), positions(log_dir)
+    assert db_rows(log_dir, "SELECT kind, session_id FROM events WHERE seq = 2") == [("session.created", "s1")]
+    body, size = zstd_msgpack({"kind": "session.created", "model": "m", "forked_from_session": "s0",
+                               "forked_from_seq": 2**64 - 1})
+    db_exec(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, size))
+    res = lens("log", "rebuild", "--data", str(log_dir))
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 2: "), res.stderr
+    assert "18446744073709551615" in res.stderr.splitlines()[0]
+    assert (projection_tables(log_dir), positions(log_dir)) == before  # one transaction, rolled back
+    # The daemon's catch-up (a fresh projections.db) names the row too, and folds nothing past it.
+    for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+        (log_dir / name).unlink(missing_ok=True)
+    with LogReader(log_dir) as reader:
+        projector = Projector(reader, open_projections_db(log_dir), all_projections())
+        try:
+            with pytest.raises(CorruptEvent, match=r"^seq 2: "):
+                projector.catch_up()
+            assert projector.position("sessions") < 2
+        finally:
+            projector.close()
 
 
 # ---------------------------------------------------------------------------- stats
