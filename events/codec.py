@@ -534,6 +534,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return {"msgpack_float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+    if isinstance(value, msgspec.msgpack.Ext):  # in an `Any` field of a known kind
+        return _ext_as_data(value.code, memoryview(value.data))
     return value
 
 

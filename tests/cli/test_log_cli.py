@@ -1096,6 +1096,33 @@ def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, 
     assert res.stdout.splitlines()[0] == f"seq {seq}: unknown event kind 'future.kind' (decoded as opaque; written by a newer Lens?)"
 
 
+
+def test_a_known_kind_with_msgpack_only_values_in_an_any_field_prints_as_json(
+    log_dir: Path, expected: list[tuple]
+) -> None:
+    # tool.finished's structured_content is `Any`: the schema admits an extension value or a map
+    # key JSON has no form for, and printing such a row (decode, the events API, SSE) raised
+    # TypeError — a traceback in `lens log decode`, while `verify` called the row fine.
+    seq = expected[-1][0] + 1
+    body, size = zstd_msgpack({"kind": "tool.finished", "call_id": "c1", "name": "read_file",
+                               "structured_content": {"blob": msgspec.msgpack.Ext(5, b"ab"), (1, 2): None,
+                                                      None: [True], "n": 1}})
+    db_exec(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'tool.finished', ?, ?)",
+            (seq, expected[-1][1], size, body))
+    res = lens("log", "decode", "--data", str(log_dir), "--from", str(seq))
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 0, res.stderr
+    (ev,) = decoded(res.stdout)
+    assert ev["body"]["structured_content"] == {
+        "blob": {"msgpack_ext": 5, "data": base64.b64encode(b"ab").decode()}, "[1,2]": None, "null": [True], "n": 1,
+    }
+    assert ev["body"]["call_id"] == "c1" and ev["body"]["content"] == [] and ev["body"]["status"] == "ok"
+    with LogReader(log_dir) as reader:  # the shape the events API and SSE print
+        (se,) = reader.events(after=seq - 1)
+        assert json.loads(msgspec.json.encode(se.to_json())) == ev
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 0, res.stdout
+
 def test_session_events_without_a_session_do_not_break_rebuild(log_dir: Path) -> None:
     db_exec(log_dir, "UPDATE events SET session_id = NULL, session_seq = NULL "
                      "WHERE kind IN ('session.created', 'input.submitted')")
