@@ -534,6 +534,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return {"msgpack_float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+    if isinstance(value, msgspec.msgpack.Ext):  # in an `Any` field of a known kind
+        return _ext_as_data(value.code, memoryview(value.data))
     return value
 
 
@@ -558,12 +560,18 @@ def usable_dictionaries(stored: Mapping[int, Any]) -> tuple[dict[int, bytes], di
             damaged[dict_id] = f"stored as {type(data).__name__}, not as a blob"
             continue
         try:
-            found = zstandard.ZstdCompressionDict(data).dict_id()
+            loaded = zstandard.ZstdCompressionDict(data)
+            found = loaded.dict_id()
         except zstandard.ZstdError as exc:
             damaged[dict_id] = str(exc)
             continue
         if found != dict_id:
             damaged[dict_id] = f"the bytes carry dictionary id {found}"
+            continue
+        try:  # the id is read from the first bytes; zstd checks the rest only when it loads them
+            zstandard.ZstdDecompressor(dict_data=loaded).decompressobj()
+        except zstandard.ZstdError as exc:
+            damaged[dict_id] = f"zstd cannot load it: {exc}"
             continue
         good[dict_id] = data
     return good, damaged

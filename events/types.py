@@ -416,6 +416,12 @@ def body_of(event: _Event | Opaque) -> Any:
             return {k: v for k, v in data.items() if k != "kind"}
         return data
     # Every field, defaults included: storage omits defaults, readers should not have to know them.
-    return msgspec.to_builtins(
-        {name: getattr(event, name) for name in event.__struct_fields__}, str_keys=True
-    )
+    fields = {name: getattr(event, name) for name in event.__struct_fields__}
+    try:
+        return msgspec.to_builtins(fields, str_keys=True)
+    except (TypeError, ValueError):
+        # An `Any` field of a hand-made or damaged row can hold what JSON has no form for (an
+        # extension value, a map key that is an array or nil): shown as in an opaque body.
+        from .codec import _jsonable
+
+        return msgspec.to_builtins(_jsonable(fields), str_keys=True)

@@ -7,7 +7,8 @@ from typing import Any, Sequence
 import apsw
 
 from events import types as t
-from events.reader import StoredEvent, StoredRow
+from events.errors import CorruptEvent
+from events.reader import SEQ_MAX, SEQ_MIN, StoredEvent, StoredRow
 
 from .projector import Projection
 
@@ -72,6 +73,11 @@ class SessionsProjection(Projection):
                 continue
             ev = se.event
             if isinstance(ev, t.SessionCreated):
+                if ev.forked_from_seq is not None and not SEQ_MIN <= ev.forked_from_seq <= SEQ_MAX:
+                    # MessagePack holds integers up to 2**64 - 1; no seq (nor SQLite) goes past 2**63 - 1.
+                    raise CorruptEvent(
+                        f"session.created forks from seq {ev.forked_from_seq}, which no seq can be"
+                    ).at(se.seq)
                 conn.execute(
                     "INSERT OR REPLACE INTO sessions(id, project_id, name, model, thinking_level, created_ts, "
                     "updated_ts, last_seq, forked_from_session, forked_from_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -42,6 +42,7 @@ from events.types import (
     ToolFinished,
     ToolStarted,
 )
+from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
 DECODE_KEYS = {
@@ -711,6 +712,35 @@ def test_rebuild_reports_a_corrupt_row_a_projection_needs(log_dir: Path) -> None
     assert (projection_tables(log_dir), positions(log_dir)) == before  # one transaction, rolled back
 
 
+def test_a_body_integer_sqlite_cannot_hold_is_a_corrupt_row_for_projections(log_dir: Path) -> None:
+    # MessagePack (and the schema's `int`) go up to 2**64 - 1; SQLite stops at 2**63 - 1. A
+    # session.created forking from such a "seq" decodes, but no projection can store it: the
+    # rebuild died with a traceback (OverflowError) and the daemon's catch-up without a seq.
+    assert lens("log", "rebuild", "--data", str(log_dir)).returncode == 0
+    before = projection_tables(log_dir), positions(log_dir)
+    assert db_rows(log_dir, "SELECT kind, session_id FROM events WHERE seq = 2") == [("session.created", "s1")]
+    body, size = zstd_msgpack({"kind": "session.created", "model": "m", "forked_from_session": "s0",
+                               "forked_from_seq": 2**64 - 1})
+    db_exec(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, size))
+    res = lens("log", "rebuild", "--data", str(log_dir))
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 2: "), res.stderr
+    assert "18446744073709551615" in res.stderr.splitlines()[0]
+    assert (projection_tables(log_dir), positions(log_dir)) == before  # one transaction, rolled back
+    # The daemon's catch-up (a fresh projections.db) names the row too, and folds nothing past it.
+    for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+        (log_dir / name).unlink(missing_ok=True)
+    with LogReader(log_dir) as reader:
+        projector = Projector(reader, open_projections_db(log_dir), all_projections())
+        try:
+            with pytest.raises(CorruptEvent, match=r"^seq 2: "):
+                projector.catch_up()
+            assert projector.position("sessions") < 2
+        finally:
+            projector.close()
+
+
 # ---------------------------------------------------------------------------- stats
 
 
@@ -844,6 +874,24 @@ def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == f"seq 2: raw_size {size + 1000}, but the frame holds {size} bytes"
+
+
+def test_verify_reports_a_raw_size_that_is_not_what_a_frame_of_unknown_size_holds(log_dir: Path) -> None:
+    # A frame that declares no content size (Lens never writes one, but reads it) still holds a
+    # size: the one it decompresses to. A raw_size beside it that lies was passed as fine.
+    raw = zstandard.ZstdDecompressor().decompress(body_of_row(log_dir, 2))
+    body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(raw)
+    assert zstandard.frame_content_size(body) == -1
+    db_exec(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, len(raw) + 1000))
+    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 3", (
+        zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(
+            zstandard.ZstdDecompressor().decompress(body_of_row(log_dir, 3))),))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1, res.stdout
+    assert res.stdout.splitlines() == [
+        f"seq 2: raw_size {len(raw) + 1000}, but the frame holds {len(raw)} bytes",  # seq 3 is right
+        f"FAILED: 1 problem(s) in {len(db_rows(log_dir, 'SELECT seq FROM events'))} event(s)",
+    ]
 
 
 # ---------------------------------------------------------------------------- hostile input
@@ -992,6 +1040,35 @@ async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected:
     assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
 
 
+async def test_a_dictionary_cut_short_fails_only_its_rows(log_dir: Path, expected: list[tuple]) -> None:
+    # The first bytes still carry the right id, so the id check alone passes; zstd refuses the
+    # dictionary only when a decompressor first loads it, which was a traceback in every command.
+    used, dict_id = await append_one(log_dir, Draft(ModelResponded(text="with the dictionary"), session_id="s1"),
+                                     train=True)
+    db_exec(log_dir, "UPDATE dictionaries SET data = substr(data, 1, 100) WHERE dict_id = ?", (dict_id,))
+    before = sha256(log_dir / "events.db")
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stdout.splitlines()
+    assert any(line.startswith(f"log: dictionary {dict_id} is damaged (") for line in lines), lines
+    assert any(line.startswith(f"seq {used}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
+    res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert [e["seq"] for e in decoded(res.stdout)] == [r[0] for r in expected]  # all but that row
+    assert f"lens: EVENT_UNKNOWN_DICTIONARY: seq {used}:" in res.stderr
+    res = await trio.to_thread.run_sync(lens, "log", "rebuild", "--data", str(log_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert f"seq {used}:" in res.stderr
+    with LogReader(log_dir) as reader:
+        with pytest.raises(CorruptEvent, match=f"seq {used}: .*damaged"):
+            list(reader.events())
+    assert sha256(log_dir / "events.db") == before
+    # The store still opens and writes: new bodies go without the damaged dictionary.
+    new, active = await append_one(log_dir, Draft(ModelResponded(text="after"), session_id="s1"))
+    assert active == 0
+    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
+
+
 def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, expected: list[tuple]) -> None:
     seq = expected[-1][0] + 1
     raw = msgspec.msgpack.encode(
@@ -1018,6 +1095,33 @@ def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, 
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.stdout.splitlines()[0] == f"seq {seq}: unknown event kind 'future.kind' (decoded as opaque; written by a newer Lens?)"
 
+
+
+def test_a_known_kind_with_msgpack_only_values_in_an_any_field_prints_as_json(
+    log_dir: Path, expected: list[tuple]
+) -> None:
+    # tool.finished's structured_content is `Any`: the schema admits an extension value or a map
+    # key JSON has no form for, and printing such a row (decode, the events API, SSE) raised
+    # TypeError — a traceback in `lens log decode`, while `verify` called the row fine.
+    seq = expected[-1][0] + 1
+    body, size = zstd_msgpack({"kind": "tool.finished", "call_id": "c1", "name": "read_file",
+                               "structured_content": {"blob": msgspec.msgpack.Ext(5, b"ab"), (1, 2): None,
+                                                      None: [True], "n": 1}})
+    db_exec(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'tool.finished', ?, ?)",
+            (seq, expected[-1][1], size, body))
+    res = lens("log", "decode", "--data", str(log_dir), "--from", str(seq))
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 0, res.stderr
+    (ev,) = decoded(res.stdout)
+    assert ev["body"]["structured_content"] == {
+        "blob": {"msgpack_ext": 5, "data": base64.b64encode(b"ab").decode()}, "[1,2]": None, "null": [True], "n": 1,
+    }
+    assert ev["body"]["call_id"] == "c1" and ev["body"]["content"] == [] and ev["body"]["status"] == "ok"
+    with LogReader(log_dir) as reader:  # the shape the events API and SSE print
+        (se,) = reader.events(after=seq - 1)
+        assert json.loads(msgspec.json.encode(se.to_json())) == ev
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 0, res.stdout
 
 def test_session_events_without_a_session_do_not_break_rebuild(log_dir: Path) -> None:
     db_exec(log_dir, "UPDATE events SET session_id = NULL, session_seq = NULL "
