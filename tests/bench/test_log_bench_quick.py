@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "log_bench.py"
 
@@ -63,3 +65,52 @@ def test_refuses_a_non_empty_data_dir(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "not empty" in proc.stderr
     assert (tmp_path / "notes.txt").read_text() == "not a log"
+
+
+REQUIRED = (  # the keys the issue names for the last JSON line
+    "append_events_per_s",
+    "ack_p50_ms",
+    "ack_p99_ms",
+    "replay_events_per_s",
+    "bytes_per_event",
+    "raw_bytes_per_event",
+    "floor_append_events_per_s",
+    "floor_replay_events_per_s",
+)
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("events", [1, 7, 63, 64, 65])
+def test_any_positive_event_count_runs_and_leaves_a_log_that_verifies(tmp_path: Path, events: int) -> None:
+    """`--events N` is the issue's interface: N below the 64 sessions (or too few events to train
+    a dictionary on) runs the benchmark on fewer sessions instead of refusing."""
+    data = tmp_path / "log"
+    proc = run_bench("--events", str(events), "--json", "--data", str(data))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in REQUIRED:
+        assert isinstance(figures[key], (int, float)) and figures[key] > 0, (key, figures.get(key))
+    assert figures["events"] == events
+    verify = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "log", "verify", "--data", str(data)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    phases = 1 if "dict_append_events_per_s" not in figures else 2
+    assert verify.stdout == f"ok: {events * phases} event(s) verified\n"
+
+
+@pytest.mark.parametrize("events", ["0", "-5"])
+def test_an_event_count_below_one_is_a_clear_usage_error(tmp_path: Path, events: str) -> None:
+    data = tmp_path / "log"
+    proc = run_bench("--events", events, "--json", "--data", str(data))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "--events" in proc.stderr and "Traceback" not in proc.stderr
+    assert not data.exists()
