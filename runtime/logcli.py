@@ -73,10 +73,14 @@ def _kind(value: str) -> str:
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     log = sub.add_parser("log", help="decode, rebuild, verify and summarise the event log")
+    # --data is taken before the subcommand too (`lens log --data DIR verify`); the subcommand's
+    # own has no default, so that it replaces this one only when given (the later one wins).
+    log.add_argument("--data", type=_path, default=".lens", metavar="DIR",
+                     help="data directory (default .lens), also accepted after the subcommand")
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
 
     def data_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data", type=_path, default=".lens", metavar="DIR",
+        p.add_argument("--data", type=_path, default=argparse.SUPPRESS, metavar="DIR",
                        help="data directory (default .lens)")
 
     p = cmds.add_parser("decode", help="print events as JSON lines")

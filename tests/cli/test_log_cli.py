@@ -1641,3 +1641,21 @@ def test_a_read_only_projections_db_is_named(log_dir: Path) -> None:
         # stats still answers, computed without writing (as for a read-only data directory)
         stats = lens("log", "stats", "--data", str(log_dir), "--json")
         assert stats.returncode == 0 and stats.stdout == expected
+
+
+# ---------------------------------------------------------------------------- the issue's interface
+
+
+@pytest.mark.parametrize("command", ["decode", "verify", "stats", "rebuild"])
+def test_data_is_taken_before_or_after_the_subcommand(log_dir: Path, tmp_path: Path, command: str) -> None:
+    """`lens log --data DIR verify` reads DIR as `lens log verify --data DIR` does (it was
+    refused as "invalid choice: DIR"); given in both places, the later one wins."""
+    after = lens("log", command, "--data", str(log_dir))
+    assert after.returncode == 0, after.stderr
+    before = lens("log", "--data", str(log_dir), command)
+    assert (before.returncode, before.stdout, before.stderr) == (0, after.stdout, after.stderr)
+    both = lens("log", "--data", str(tmp_path / "nowhere"), command, "--data", str(log_dir))
+    assert (both.returncode, both.stdout) == (0, after.stdout), both.stderr
+    missing = lens("log", "--data", str(tmp_path / "nowhere"), command)
+    assert_clean_failure(missing, 2, "DATA_DIR_MISSING")
+    assert str(tmp_path / "nowhere") in missing.stderr
