@@ -1659,3 +1659,43 @@ def test_data_is_taken_before_or_after_the_subcommand(log_dir: Path, tmp_path: P
     missing = lens("log", "--data", str(tmp_path / "nowhere"), command)
     assert_clean_failure(missing, 2, "DATA_DIR_MISSING")
     assert str(tmp_path / "nowhere") in missing.stderr
+
+
+def _on_a_terminal(*args: str) -> tuple[int, bytes]:
+    """Run the CLI with stdout on a pseudo-terminal; return its exit code and what it wrote there."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", *args], stdout=slave,
+                                stderr=subprocess.PIPE, env={**os.environ, "TERM": "xterm", "COLUMNS": "100"})
+    finally:
+        os.close(slave)
+    out = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert err == b"", err
+    return proc.wait(timeout=60), out
+
+
+def test_rebuild_shows_a_progress_bar_on_a_terminal_only(log_dir: Path, expected: list[tuple]) -> None:
+    rc, out = _on_a_terminal("log", "rebuild", "--data", str(log_dir))
+    assert rc == 0
+    assert b"rebuilding" in out and b"\x1b[" in out  # rich's bar, drawn and then cleared
+    assert out.rstrip().endswith(f"from {len(expected)} event(s)".encode())
+    piped = lens("log", "rebuild", "--data", str(log_dir))
+    assert piped.returncode == 0
+    assert "rebuilding" not in piped.stdout and "\x1b" not in piped.stdout and "\r" not in piped.stdout
+    assert piped.stderr == ""
