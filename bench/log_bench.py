@@ -55,6 +55,7 @@ import apsw  # noqa: E402
 import msgspec  # noqa: E402
 import trio  # noqa: E402
 
+from events.errors import LogError  # noqa: E402
 from events.reader import ROW_COLUMNS, LogReader  # noqa: E402
 from events.schema import EVENTS_DB, KNOWN_ENTRIES, SCHEMA  # noqa: E402
 from events.store import AUTO_DICTIONARY_AFTER, READ_BYTES, Draft, open_store  # noqa: E402
@@ -721,7 +722,10 @@ def prepare_dir(data: Path, overwrite: bool) -> None:
         for e in entries:
             p = data / e
             shutil.rmtree(p) if p.is_dir() else p.unlink()
-    data.mkdir(parents=True, exist_ok=True)
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        sys.exit(f"log_bench: cannot create {data}: {exc.strerror or exc}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -745,7 +749,10 @@ def main(argv: list[str] | None = None) -> int:
     prepare_dir(data, args.overwrite)
 
     t_start = time.perf_counter()
-    plain = phase(data, n, args.seed, after=0, train=False, auto_dictionary=not args.no_auto_dictionary)
+    try:
+        plain = phase(data, n, args.seed, after=0, train=False, auto_dictionary=not args.no_auto_dictionary)
+    except LogError as exc:  # e.g. DIR cannot be written: the store's own words, not a traceback
+        sys.exit(f"log_bench: {exc.code}: {exc}")
     with_dict = None
     if not args.no_dictionary:
         try:

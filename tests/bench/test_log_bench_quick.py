@@ -6,9 +6,12 @@ Not a timed test: it checks the benchmark still works and reports every figure, 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -114,3 +117,36 @@ def test_an_event_count_below_one_is_a_clear_usage_error(tmp_path: Path, events:
     assert proc.stdout == ""
     assert "--events" in proc.stderr and "Traceback" not in proc.stderr
     assert not data.exists()
+
+
+@contextmanager
+def unwritable_dir(path: Path) -> Iterator[None]:
+    """Nothing can be created in ``path`` (root ignores permissions, so it gets the immutable flag)."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root where chattr +i is not available: cannot make a directory unwritable")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_data_dir_that_cannot_be_written_is_named_not_a_traceback(tmp_path: Path, inside: bool) -> None:
+    """An empty DIR that cannot be written, or a new DIR in a parent that cannot be written."""
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    data = parent / "log" if inside else parent
+    with unwritable_dir(parent):
+        proc = run_bench("--events", "10", "--json", "--data", str(data))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("log_bench: ") and str(data if not inside else parent) in proc.stderr
+    assert list(parent.iterdir()) == []
