@@ -46,6 +46,12 @@ TEST_HOOKS_ENV = "LENS_EXECUTOR_TEST_HOOKS"
 EXECUTOR_VERSION = "0.1.0"
 
 
+class CannotListen(Exception):
+    """``--listen`` is not ``host:port`` (port 0-65535; an IPv6 host in brackets) or cannot be bound."""
+
+    code = "CANNOT_LISTEN"
+
+
 class _Guard(grpc.ServerInterceptor):
     """Refuses calls without the token or with another protocol version, before any handler runs."""
 
@@ -214,9 +220,13 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])
     service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
     pb_grpc.add_ExecutorServicer_to_server(service, server)
-    port = server.add_insecure_port(listen)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError:  # grpc: the host does not resolve, the port is taken, ...
+        port = 0
     if port == 0:
-        raise SystemExit(f"lens executor: cannot listen on {listen}")
+        raise CannotListen(f"cannot listen on {listen!r} (the host does not resolve to a local address, or the "
+                           f"port is in use)")
     server.start()
     if ready is not None:
         ready(port)
@@ -235,6 +245,10 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         print(f"lens executor: set {where} to the shared secret (at least 16 characters)", file=sys.stderr)
         return 2
     _not_dumpable()
+    if not _is_host_port(listen):
+        print(f"lens executor: cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a port "
+              f"from 0 (any free one) to 65535, an IPv6 address in brackets", file=sys.stderr)
+        return 2
     root = Path(workspace)
     if not root.is_dir():
         print(f"lens executor: workspace {workspace} is not a directory", file=sys.stderr)
@@ -257,8 +271,23 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     def ready(port: int) -> None:
         print(f"lens executor: listening on {host}:{port}", flush=True)
 
-    serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
+    try:
+        serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
+    except CannotListen as exc:
+        print(f"lens executor: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _is_host_port(listen: str) -> bool:
+    """``host:port`` with a port of 0-65535 (grpc takes other ports modulo 2^16, or any free one)
+    and a bracketed IPv6 host (in a bare one, which colon starts the port is a guess)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit() or len(port) > 5 or int(port) > 65535:
+        return False
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return False
+    return not any(ch.isspace() or ch in "\0/" for ch in host)
 
 
 def _stop_at_end_of_stdin(stop: threading.Event) -> None:
