@@ -158,7 +158,7 @@ def test_a_state_directory_overlapping_the_workspace_is_refused(tmp_path: Path, 
 def _serve_briefly(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:
     """``lens executor serve --listen LISTEN``; one that starts serving is stopped by its input's end."""
     workspace = tmp_path / "ws"
-    workspace.mkdir(exist_ok=True)
+    workspace.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}
     return subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
                            "--listen", listen, "--state", str(tmp_path / "state"), "--exit-with-stdin"],
@@ -205,3 +205,18 @@ def test_a_good_listen_address_prints_the_bound_one(tmp_path: Path, listen: str)
     line = proc.stdout.splitlines()[0]
     assert line.startswith(f"lens executor: listening on {host}:")
     assert 0 < int(line.rsplit(":", 1)[1]) <= 65535
+
+
+def test_a_port_another_executor_serves_is_refused_not_shared(tmp_path: Path) -> None:
+    # grpc sets SO_REUSEPORT by default: a second executor on the same port started serving beside
+    # the first, and the kernel then spread new connections over both workspaces.
+    from .conftest import start_executor, stop_process
+
+    first = start_executor(tmp_path / "first")
+    try:
+        proc = _serve_briefly(tmp_path / "second", first.address)
+    finally:
+        stop_process(first.proc)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "listening on" not in proc.stdout
+    assert f"lens executor: cannot listen on {first.address!r}" in proc.stderr, proc.stderr

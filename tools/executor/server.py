@@ -217,7 +217,10 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     groups.reap()  # commands a killed predecessor left running
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=SERVER_THREADS), interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                  ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+                                  ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                                  # (grpc's default is SO_REUSEPORT: a second executor would share
+                                  # the port, the kernel spreading connections over both)
+                                  ("grpc.so_reuseport", 0)])
     service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
     pb_grpc.add_ExecutorServicer_to_server(service, server)
     try:
