@@ -220,3 +220,35 @@ def test_a_port_another_executor_serves_is_refused_not_shared(tmp_path: Path) ->
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "listening on" not in proc.stdout
     assert f"lens executor: cannot listen on {first.address!r}" in proc.stderr, proc.stderr
+
+
+def test_callers_without_the_token_cannot_hold_the_servers_threads(tmp_path: Path) -> None:
+    # A refusal was a unary handler, which grpc runs on a server thread once the request message
+    # has come: a peer with no token that sent only the headers of 60 calls held all 48 threads,
+    # each until it hung up, and the executor answered nobody meanwhile (Core's calls timed out).
+    import threading
+
+    from .conftest import start_executor, stop_process
+
+    ex = start_executor(tmp_path)
+    hang_up = threading.Event()
+
+    def headers_only():  # a request stream that never sends its message
+        hang_up.wait(30)
+        return
+        yield
+
+    channel = grpc.insecure_channel(ex.address)  # one connection: the server sees the calls in order
+    try:
+        held = [channel.stream_unary("/lens.executor.v8.Executor/Call").future(headers_only(), timeout=30)
+                for _ in range(60)]
+        stub = pb_grpc.ExecutorStub(channel)
+        reply = stub.Hello(pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout=10,
+                           metadata=(("authorization", f"Bearer {ex.token}"), ("lens-protocol", str(PROTOCOL_VERSION))))
+        assert reply.protocol_version == PROTOCOL_VERSION
+        for call in held:
+            assert call.exception(timeout=10).code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[union-attr]
+    finally:
+        hang_up.set()
+        channel.close()
+        stop_process(ex.proc)

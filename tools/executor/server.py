@@ -59,10 +59,13 @@ class _Guard(grpc.ServerInterceptor):
         self._token = token.encode()
 
         def deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-            def abort(request: Any, context: grpc.ServicerContext) -> Any:
+            def abort(requests: Any, context: grpc.ServicerContext) -> Any:
                 context.abort(code, message)
 
-            return grpc.unary_unary_rpc_method_handler(abort)
+            # A streaming-request handler runs without waiting for the request: a unary one holds
+            # a server thread until the caller's message comes, so a peer without the token that
+            # sent only headers could hold every thread for as long as it stayed connected.
+            return grpc.stream_stream_rpc_method_handler(abort)
 
         self._deny = deny
 
