@@ -19,7 +19,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolResult
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, kill_group, running_pool, wait_group_gone
+from .conftest import ExecutorProcess, group_members, kill_group, running_pool, wait_group_gone
 
 BOUND_S = 30.0
 
@@ -140,6 +140,68 @@ async def test_probe_shared_is_false_when_the_executor_serves_another_directory(
         assert await pool.probe_shared(ex) is False  # ... which the probe refutes
     assert list(elsewhere.iterdir()) == []
     assert not [p.name for p in executor.workspace.iterdir() if p.name.startswith(".lens-probe-")]
+
+
+async def _group_gone(pgid: int, timeout: float = 10.0) -> list[int]:
+    """Poll (bounded, without blocking trio) until no live process is left in ``pgid``."""
+    with trio.move_on_after(timeout):
+        while group_members(pgid):
+            await trio.sleep(0.02)
+    return group_members(pgid)
+
+
+TERM_IGNORING = "trap '' TERM; echo $$; while :; do sleep 0.1; done"
+
+
+async def test_stopping_the_pool_ends_a_command_that_ignores_sigterm(tmp_path: Path) -> None:
+    # The pool gives a stopping child 3 s before SIGKILL; the child gives its calls 2 s, then its
+    # commands SIGTERM and 2 s more. A command that ignores SIGTERM outlived the SIGKILLed child
+    # and ran on after the daemon had stopped, until some later executor over that state reaped it.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pgid = 0
+    try:
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as outer:
+                async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+                    ex = await pool.get("p")
+                    running = trio.Event()
+
+                    async def command() -> None:
+                        nonlocal pgid
+                        async with ex.client.run(TERM_IGNORING) as events:
+                            async for ev in events:
+                                if not pgid and not isinstance(ev, Exception):
+                                    pgid = int(ev.stdout)
+                                    running.set()
+
+                    outer.start_soon(command)
+                    await running.wait()
+                # The pool has stopped (as at daemon shutdown): its child is gone.
+                assert ex.process is not None and ex.process.returncode is not None
+                outer.cancel_scope.cancel()
+        assert await _group_gone(pgid) == []
+    finally:
+        if pgid:
+            kill_group(pgid)
+
+
+async def test_a_child_killed_outright_has_its_commands_ended_by_the_pool(local: tuple[ExecutorPool, Path]) -> None:
+    # Before, they ran on until the next call spawned a new executor over the same state.
+    pool, _ = local
+    ex = await pool.get("p")
+    assert ex.process is not None
+    pgid = 0
+    try:
+        with trio.fail_after(BOUND_S):
+            async with ex.client.run("echo $$; exec sleep 100") as events:
+                pgid = int((await events.receive()).stdout)
+                ex.process.kill()
+                assert [type(ev) for ev in [ev async for ev in events]] == [ExecutorUnavailable]
+        assert await _group_gone(pgid) == []
+    finally:
+        if pgid:
+            kill_group(pgid)
 
 
 # ---------------------------------------------------------------------------- execution-domain lock
