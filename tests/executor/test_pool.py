@@ -375,6 +375,28 @@ def test_an_executor_without_a_usable_token_refuses_to_start(tmp_path: Path, std
     assert b"the shared secret (at least 16 characters)" in proc.stderr and b"Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("stdin", "env_token"), [
+    (b"", "\u00c4" * 20), (b"", "abcdefghijklmnop\x7f"), ("geheimnis-schl\u00fcssel-1\n".encode(), None),
+    (b"abcdefgh\tijklmnopq\n", None)], ids=["env-non-ascii", "env-del", "stdin-non-ascii", "stdin-tab"])
+def test_an_executor_token_no_grpc_header_can_carry_refuses_to_start(tmp_path: Path, stdin: bytes,
+                                                                     env_token: str | None) -> None:
+    # Such a token started the executor, and every call then failed "INTERNAL: Invalid metadata"
+    # on the client (grpc refuses to send the header), naming neither the token nor its fault.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LENS_EXECUTOR_TOKEN"}
+    args = [] if env_token is not None else ["--token-stdin"]
+    if env_token is not None:
+        env["LENS_EXECUTOR_TOKEN"] = env_token
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(tmp_path),
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path.parent / "state"), "--exit-with-stdin", *args],
+                          input=stdin, env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert b"printable ASCII" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"listening on" not in proc.stdout
+
+
 KILLED_DAEMON = """
 import os, signal, sys
 from pathlib import Path

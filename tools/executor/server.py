@@ -28,7 +28,7 @@ from proto import executor_pb2_grpc as pb_grpc
 from tools.files.errors import FileToolError
 from tools.files.workspace import Workspace
 
-from . import PROTOCOL_VERSION
+from . import PROTOCOL_VERSION, token_fits_a_header
 from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, Exit, run_command
 from .groups import GroupRegistry
 
@@ -249,6 +249,11 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     if len(token) < 16:
         where = "the first line of standard input" if token_stdin else TOKEN_ENV
         print(f"lens executor: set {where} to the shared secret (at least 16 characters)", file=sys.stderr)
+        return 2
+    if not token_fits_a_header(token):
+        where = "the token on standard input" if token_stdin else TOKEN_ENV
+        print(f"lens executor: {where} must be printable ASCII (a gRPC header cannot carry other characters)",
+              file=sys.stderr)
         return 2
     _not_dumpable()
     if not _is_host_port(listen):
