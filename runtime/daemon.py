@@ -26,6 +26,7 @@ from hypercorn.trio import serve as hyper_serve
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
+from tools.executor import token_fits_a_header
 from tools.history import history_tools
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
@@ -101,6 +102,9 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             token = os.environ.get(cfg.executor.token_env or "", "")
             if not token:
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} is not set in the environment")
+            if not token_fits_a_header(token):
+                raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} must hold printable ASCII only "
+                                  f"(a gRPC header cannot carry other characters)")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level)

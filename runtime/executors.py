@@ -22,6 +22,8 @@ from typing import AsyncIterator, Awaitable, Callable, Collection
 
 import trio
 
+from tools.executor.groups import GroupRegistry
+
 from .errors import LensError
 from .executor_client import ExecutorClient, ExecutorUnavailable
 
@@ -185,7 +187,7 @@ class ExecutorPool:
                 await proc.stdout.aclose()
                 await proc.stdin.aclose()
             raise
-        self._nursery.start_soon(self._reap, proc)  # from here on, _reap owns the child
+        self._nursery.start_soon(self._reap, proc, state)  # from here on, _reap owns the child
         client = ExecutorClient(f"127.0.0.1:{port}", token)
         try:
             await client.hello()
@@ -197,7 +199,7 @@ class ExecutorPool:
         return Executor(project_id, workspace, client, process=proc, shared_filesystem=self.local_shared_filesystem)
 
     @staticmethod
-    async def _reap(proc: trio.Process) -> None:
+    async def _reap(proc: trio.Process, state: Path) -> None:
         try:
             assert proc.stdout is not None
             while await proc.stdout.receive_some(4096):
@@ -219,6 +221,14 @@ class ExecutorPool:
                         await proc.wait()
                 if proc.stdout is not None:
                     await proc.stdout.aclose()
+                if proc.returncode is not None:
+                    # A child that did not end its commands itself (killed outright, or still
+                    # waiting out their SIGTERM grace when we had to kill it) left their groups
+                    # named in its state: end them now, not when a later executor starts there.
+                    try:
+                        await trio.to_thread.run_sync(GroupRegistry(state).reap)
+                    except OSError as exc:
+                        log.warning("cannot end the commands executor %d left running: %s", proc.pid, exc)
 
     async def probe_shared(self, ex: Executor) -> bool:
         """``sharedFilesystem`` check: a random short-lived file Core writes must be seen by the executor."""

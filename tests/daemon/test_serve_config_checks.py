@@ -88,6 +88,19 @@ async def test_an_executor_token_not_in_the_environment_is_refused_before_anythi
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
+async def test_an_executor_token_no_grpc_header_can_carry_is_refused_at_start(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    # The daemon started, and every call to the remote executor then failed as
+    # "EXECUTOR_ERROR: executor call failed (INTERNAL: Invalid metadata)".
+    monkeypatch.setenv("LENS_TEST_TOKEN_NOT_ASCII", "geheimnis-schl\u00fcssel-1")
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
+                                                                "tokenEnv": "LENS_TEST_TOKEN_NOT_ASCII"}}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
+    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_NOT_ASCII", "printable ASCII")
+    assert "geheimnis" not in out.stderr  # (the token itself is never shown)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+
+
 async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path):
     from .test_serve_process import ServeProcess
 

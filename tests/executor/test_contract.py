@@ -153,3 +153,102 @@ def test_a_state_directory_overlapping_the_workspace_is_refused(tmp_path: Path, 
     assert proc.returncode == 2, proc.stderr
     assert "lies inside the workspace or holds it" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in workspace.iterdir()) == []  # nothing was created in it
+
+
+def _serve_briefly(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:
+    """``lens executor serve --listen LISTEN``; one that starts serving is stopped by its input's end."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}
+    return subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
+                           "--listen", listen, "--state", str(tmp_path / "state"), "--exit-with-stdin"],
+                          env=env, input="", capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("listen", [":", "host", "host:", ":7421", "127.0.0.1:", "127.0.0.1:99999",
+                                    "127.0.0.1:-1", "127.0.0.1:abc", "::1:0", "127.0.0.1:7421 ",
+                                    "no-such-host.invalid:0"])
+def test_a_listen_address_that_is_not_host_port_is_refused_plainly(tmp_path: Path, listen: str) -> None:
+    # Before: a grpc RuntimeError traceback (exit 1), or a port out of range bound to another
+    # port than the one asked for (99999 served on a random port, -1 on 65535).
+    proc = _serve_briefly(tmp_path, listen)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "listening on" not in proc.stdout
+    assert f"lens executor: cannot listen on {listen!r}" in proc.stderr, proc.stderr
+
+
+def test_a_listen_port_in_use_is_refused_plainly(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        proc = _serve_briefly(tmp_path, listen)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "listening on" not in proc.stdout
+    assert f"lens executor: cannot listen on {listen!r}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:0", "localhost:0"])
+def test_a_good_listen_address_prints_the_bound_one(tmp_path: Path, listen: str) -> None:
+    if listen.startswith("[::1]"):
+        import socket
+        try:
+            with socket.socket(socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+    proc = _serve_briefly(tmp_path, listen)
+    assert proc.returncode == 0, proc.stderr
+    host = listen.rsplit(":", 1)[0]
+    line = proc.stdout.splitlines()[0]
+    assert line.startswith(f"lens executor: listening on {host}:")
+    assert 0 < int(line.rsplit(":", 1)[1]) <= 65535
+
+
+def test_a_port_another_executor_serves_is_refused_not_shared(tmp_path: Path) -> None:
+    # grpc sets SO_REUSEPORT by default: a second executor on the same port started serving beside
+    # the first, and the kernel then spread new connections over both workspaces.
+    from .conftest import start_executor, stop_process
+
+    first = start_executor(tmp_path / "first")
+    try:
+        proc = _serve_briefly(tmp_path / "second", first.address)
+    finally:
+        stop_process(first.proc)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "listening on" not in proc.stdout
+    assert f"lens executor: cannot listen on {first.address!r}" in proc.stderr, proc.stderr
+
+
+def test_callers_without_the_token_cannot_hold_the_servers_threads(tmp_path: Path) -> None:
+    # A refusal was a unary handler, which grpc runs on a server thread once the request message
+    # has come: a peer with no token that sent only the headers of 60 calls held all 48 threads,
+    # each until it hung up, and the executor answered nobody meanwhile (Core's calls timed out).
+    import threading
+
+    from .conftest import start_executor, stop_process
+
+    ex = start_executor(tmp_path)
+    hang_up = threading.Event()
+
+    def headers_only():  # a request stream that never sends its message
+        hang_up.wait(30)
+        return
+        yield
+
+    channel = grpc.insecure_channel(ex.address)  # one connection: the server sees the calls in order
+    try:
+        held = [channel.stream_unary("/lens.executor.v8.Executor/Call").future(headers_only(), timeout=30)
+                for _ in range(60)]
+        stub = pb_grpc.ExecutorStub(channel)
+        reply = stub.Hello(pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout=10,
+                           metadata=(("authorization", f"Bearer {ex.token}"), ("lens-protocol", str(PROTOCOL_VERSION))))
+        assert reply.protocol_version == PROTOCOL_VERSION
+        for call in held:
+            assert call.exception(timeout=10).code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[union-attr]
+    finally:
+        hang_up.set()
+        channel.close()
+        stop_process(ex.proc)

@@ -19,7 +19,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolResult
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, kill_group, running_pool, wait_group_gone
+from .conftest import ExecutorProcess, group_members, kill_group, running_pool, wait_group_gone
 
 BOUND_S = 30.0
 
@@ -140,6 +140,68 @@ async def test_probe_shared_is_false_when_the_executor_serves_another_directory(
         assert await pool.probe_shared(ex) is False  # ... which the probe refutes
     assert list(elsewhere.iterdir()) == []
     assert not [p.name for p in executor.workspace.iterdir() if p.name.startswith(".lens-probe-")]
+
+
+async def _group_gone(pgid: int, timeout: float = 10.0) -> list[int]:
+    """Poll (bounded, without blocking trio) until no live process is left in ``pgid``."""
+    with trio.move_on_after(timeout):
+        while group_members(pgid):
+            await trio.sleep(0.02)
+    return group_members(pgid)
+
+
+TERM_IGNORING = "trap '' TERM; echo $$; while :; do sleep 0.1; done"
+
+
+async def test_stopping_the_pool_ends_a_command_that_ignores_sigterm(tmp_path: Path) -> None:
+    # The pool gives a stopping child 3 s before SIGKILL; the child gives its calls 2 s, then its
+    # commands SIGTERM and 2 s more. A command that ignores SIGTERM outlived the SIGKILLed child
+    # and ran on after the daemon had stopped, until some later executor over that state reaped it.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pgid = 0
+    try:
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as outer:
+                async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+                    ex = await pool.get("p")
+                    running = trio.Event()
+
+                    async def command() -> None:
+                        nonlocal pgid
+                        async with ex.client.run(TERM_IGNORING) as events:
+                            async for ev in events:
+                                if not pgid and not isinstance(ev, Exception):
+                                    pgid = int(ev.stdout)
+                                    running.set()
+
+                    outer.start_soon(command)
+                    await running.wait()
+                # The pool has stopped (as at daemon shutdown): its child is gone.
+                assert ex.process is not None and ex.process.returncode is not None
+                outer.cancel_scope.cancel()
+        assert await _group_gone(pgid) == []
+    finally:
+        if pgid:
+            kill_group(pgid)
+
+
+async def test_a_child_killed_outright_has_its_commands_ended_by_the_pool(local: tuple[ExecutorPool, Path]) -> None:
+    # Before, they ran on until the next call spawned a new executor over the same state.
+    pool, _ = local
+    ex = await pool.get("p")
+    assert ex.process is not None
+    pgid = 0
+    try:
+        with trio.fail_after(BOUND_S):
+            async with ex.client.run("echo $$; exec sleep 100") as events:
+                pgid = int((await events.receive()).stdout)
+                ex.process.kill()
+                assert [type(ev) for ev in [ev async for ev in events]] == [ExecutorUnavailable]
+        assert await _group_gone(pgid) == []
+    finally:
+        if pgid:
+            kill_group(pgid)
 
 
 # ---------------------------------------------------------------------------- execution-domain lock
@@ -311,6 +373,28 @@ def test_an_executor_without_a_usable_token_refuses_to_start(tmp_path: Path, std
                            "--listen", "127.0.0.1:0", *args], input=stdin, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert b"the shared secret (at least 16 characters)" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("stdin", "env_token"), [
+    (b"", "\u00c4" * 20), (b"", "abcdefghijklmnop\x7f"), ("geheimnis-schl\u00fcssel-1\n".encode(), None),
+    (b"abcdefgh\tijklmnopq\n", None)], ids=["env-non-ascii", "env-del", "stdin-non-ascii", "stdin-tab"])
+def test_an_executor_token_no_grpc_header_can_carry_refuses_to_start(tmp_path: Path, stdin: bytes,
+                                                                     env_token: str | None) -> None:
+    # Such a token started the executor, and every call then failed "INTERNAL: Invalid metadata"
+    # on the client (grpc refuses to send the header), naming neither the token nor its fault.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LENS_EXECUTOR_TOKEN"}
+    args = [] if env_token is not None else ["--token-stdin"]
+    if env_token is not None:
+        env["LENS_EXECUTOR_TOKEN"] = env_token
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(tmp_path),
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path.parent / "state"), "--exit-with-stdin", *args],
+                          input=stdin, env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert b"printable ASCII" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"listening on" not in proc.stdout
 
 
 KILLED_DAEMON = """

@@ -28,7 +28,7 @@ from proto import executor_pb2_grpc as pb_grpc
 from tools.files.errors import FileToolError
 from tools.files.workspace import Workspace
 
-from . import PROTOCOL_VERSION
+from . import PROTOCOL_VERSION, token_fits_a_header
 from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, Exit, run_command
 from .groups import GroupRegistry
 
@@ -46,6 +46,12 @@ TEST_HOOKS_ENV = "LENS_EXECUTOR_TEST_HOOKS"
 EXECUTOR_VERSION = "0.1.0"
 
 
+class CannotListen(Exception):
+    """``--listen`` is not ``host:port`` (port 0-65535; an IPv6 host in brackets) or cannot be bound."""
+
+    code = "CANNOT_LISTEN"
+
+
 class _Guard(grpc.ServerInterceptor):
     """Refuses calls without the token or with another protocol version, before any handler runs."""
 
@@ -53,10 +59,13 @@ class _Guard(grpc.ServerInterceptor):
         self._token = token.encode()
 
         def deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-            def abort(request: Any, context: grpc.ServicerContext) -> Any:
+            def abort(requests: Any, context: grpc.ServicerContext) -> Any:
                 context.abort(code, message)
 
-            return grpc.unary_unary_rpc_method_handler(abort)
+            # A streaming-request handler runs without waiting for the request: a unary one holds
+            # a server thread until the caller's message comes, so a peer without the token that
+            # sent only headers could hold every thread for as long as it stayed connected.
+            return grpc.stream_stream_rpc_method_handler(abort)
 
         self._deny = deny
 
@@ -211,12 +220,19 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     groups.reap()  # commands a killed predecessor left running
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=SERVER_THREADS), interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                  ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+                                  ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                                  # (grpc's default is SO_REUSEPORT: a second executor would share
+                                  # the port, the kernel spreading connections over both)
+                                  ("grpc.so_reuseport", 0)])
     service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
     pb_grpc.add_ExecutorServicer_to_server(service, server)
-    port = server.add_insecure_port(listen)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError:  # grpc: the host does not resolve, the port is taken, ...
+        port = 0
     if port == 0:
-        raise SystemExit(f"lens executor: cannot listen on {listen}")
+        raise CannotListen(f"cannot listen on {listen!r} (the host does not resolve to a local address, or the "
+                           f"port is in use)")
     server.start()
     if ready is not None:
         ready(port)
@@ -234,7 +250,16 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         where = "the first line of standard input" if token_stdin else TOKEN_ENV
         print(f"lens executor: set {where} to the shared secret (at least 16 characters)", file=sys.stderr)
         return 2
+    if not token_fits_a_header(token):
+        where = "the token on standard input" if token_stdin else TOKEN_ENV
+        print(f"lens executor: {where} must be printable ASCII (a gRPC header cannot carry other characters)",
+              file=sys.stderr)
+        return 2
     _not_dumpable()
+    if not _is_host_port(listen):
+        print(f"lens executor: cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a port "
+              f"from 0 (any free one) to 65535, an IPv6 address in brackets", file=sys.stderr)
+        return 2
     root = Path(workspace)
     if not root.is_dir():
         print(f"lens executor: workspace {workspace} is not a directory", file=sys.stderr)
@@ -257,8 +282,23 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     def ready(port: int) -> None:
         print(f"lens executor: listening on {host}:{port}", flush=True)
 
-    serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
+    try:
+        serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
+    except CannotListen as exc:
+        print(f"lens executor: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _is_host_port(listen: str) -> bool:
+    """``host:port`` with a port of 0-65535 (grpc takes other ports modulo 2^16, or any free one)
+    and a bracketed IPv6 host (in a bare one, which colon starts the port is a guess)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit() or len(port) > 5 or int(port) > 65535:
+        return False
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return False
+    return not any(ch.isspace() or ch in "\0/" for ch in host)
 
 
 def _stop_at_end_of_stdin(stop: threading.Event) -> None:
