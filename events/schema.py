@@ -302,11 +302,39 @@ def create_private(path: Path) -> None:
         pass
 
 
+def _refuse_foreign_early(path: Path) -> None:
+    """Refuse a SQLite file that is certainly not a Lens log before SQLite opens it for real.
+
+    Opening a database in WAL mode makes SQLite create its ``-wal`` and ``-shm`` files beside it,
+    so a foreign one would be refused with two new files left in the user's directory. An
+    immutable read of the main file creates nothing: tables there without ``meta`` are not a Lens
+    log (its tables are made in one transaction, so a checkpointed Lens log has all or none). Any
+    other finding (no tables yet, a file SQLite cannot read) is left to the real open, which
+    names it.
+    """
+    if not path.is_file():
+        return
+    uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro&immutable=1"
+    try:
+        probe = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error:
+        return
+    try:
+        tables = _tables(probe)
+        if tables and "meta" not in tables:
+            check_format(probe, path)  # raises ForeignStore naming the tables found
+    except apsw.Error:
+        return
+    finally:
+        probe.close()
+
+
 def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> apsw.Connection:
     """Open (creating if new) ``events.db`` for the single writer. Checks the format marker."""
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
+    _refuse_foreign_early(path)
     create_private(path)
     try:
         conn = apsw.Connection(str(path))
@@ -358,6 +386,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
             f"{path} is empty: no event log has been written to it yet; start the daemon with "
             f"--data {data_dir} to create one"
         )
+    _refuse_foreign_early(path)
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     uri = "file:" + urllib.parse.quote(str(path.absolute()))  # `%`, `?`, `#` are URI syntax
     try:

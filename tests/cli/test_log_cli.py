@@ -346,6 +346,29 @@ def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
     assert sha256(data / "events.db") == before
 
 
+def test_a_foreign_wal_database_is_refused_without_files_made_beside_it(tmp_path: Path) -> None:
+    # Opening a foreign SQLite file in WAL mode made SQLite create its empty -wal and -shm files
+    # before the format check refused it: the refusal left two files in the user's directory.
+    data = tmp_path / "data"
+    data.mkdir()
+    conn = apsw.Connection(str(data / "events.db"))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT)")
+    conn.close()  # (the last connection checkpoints and removes its -wal and -shm)
+    assert sorted(p.name for p in data.iterdir()) == ["events.db"]
+    before = sha256(data / "events.db")
+    for command in ("decode", "verify", "stats", "rebuild"):
+        res = lens("log", command, "--data", str(data))
+        assert res.returncode == 2, (command, res.stderr)
+        assert res.stderr.startswith("lens: STORE_FOREIGN: "), res.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["events.db"]
+    with pytest.raises(StoreOpenError) as caught:
+        EventStore.open(data)  # (the writer takes its lock file first, as for any data directory)
+    assert caught.value.code == "STORE_FOREIGN"
+    assert sorted(p.name for p in data.iterdir()) == ["events.db", "lock"]
+    assert sha256(data / "events.db") == before
+
+
 def test_non_sqlite_events_db_is_refused(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
