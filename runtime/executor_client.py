@@ -112,7 +112,9 @@ class ToolOutcome:
 
 class ExecutorClient:
     """One executor at ``address``. Thread-safe channel; reconnection is grpc's (the channel
-    retries the connection); :meth:`hello` is re-run after the executor was unavailable."""
+    retries the connection). :meth:`hello` runs once, when the pool connects (or spawns a new
+    child); every call carries the protocol version, so an executor replaced meanwhile by one of
+    another version is refused with the typed version-mismatch error, not misread."""
 
     def __init__(self, address: str, token: str, *, stream_limiter: trio.CapacityLimiter | None = None) -> None:
         self.address = address
