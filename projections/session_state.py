@@ -481,7 +481,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 3: the text of several text parts is joined by TEXT_PART_SEPARATOR (was: nothing).
 # 4: ``SessionState.settled_asks`` (what settled questions asked).
 # 5: ``AgentState.outcome`` (how a finished subagent ended).
-SNAPSHOT_VERSION = 5
+# 6: the stored blob ends with a CRC-32 of the rest (projections/snapshots.py).
+SNAPSHOT_VERSION = 6
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

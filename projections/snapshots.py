@@ -7,7 +7,9 @@ changing the fold only costs one full replay per session.
 Layout (``_Blob``): one frame of the state with every agent's ``items`` left out, then each
 agent's items in frames of :data:`CHUNK_ITEMS`. Loading decompresses the next frame in a helper
 thread (zstd releases the GIL) while this thread decodes the previous one, so the two halves of
-the load overlap; the items decoded are exactly the state's items, in order.
+the load overlap; the items decoded are exactly the state's items, in order. The stored bytes
+end with a CRC-32 of everything before it: zstd frames carry no checksum of their own here, and a
+flipped bit could otherwise decode into another state.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import gc
 import logging
 import queue
 import threading
+import zlib
 from pathlib import Path
 
 import apsw
@@ -52,12 +55,16 @@ def encode_snapshot(state: SessionState, compressor: zstandard.ZstdCompressor) -
         for aid, a in state.agents.items()
         if a.items
     ]
-    return _blob_encoder.encode(_Blob(compressor.compress(snapshot_bytes(head)), chunks))
+    body = _blob_encoder.encode(_Blob(compressor.compress(snapshot_bytes(head)), chunks))
+    return body + zlib.crc32(body).to_bytes(4, "big")
 
 
 def decode_snapshot(data: bytes) -> SessionState:
     """The state stored by :func:`encode_snapshot`; raises on damaged data."""
-    blob = _blob_decoder.decode(data)
+    body = memoryview(data)[:-4]
+    if len(data) < 4 or zlib.crc32(body).to_bytes(4, "big") != bytes(data[-4:]):
+        raise ValueError("snapshot checksum mismatch")
+    blob = _blob_decoder.decode(body)
     state = state_from_snapshot(zstandard.ZstdDecompressor().decompress(blob.state))
     frames = [(aid, frame) for aid, fs in blob.items for frame in fs]
     if not frames:

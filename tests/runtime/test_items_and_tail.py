@@ -120,3 +120,31 @@ def test_a_snapshot_in_item_chunks_loads_the_same_state(monkeypatch) -> None:
     assert store.load("s1") == state
     store.conn.execute("UPDATE snapshots SET state = substr(state, 1, 200)")
     assert store.load("s1") is None  # a damaged snapshot is only a lost shortcut
+
+
+def test_a_snapshot_with_a_flipped_bit_is_refused_never_loaded_as_another_state() -> None:
+    """zstd frames were written without a checksum: a bit flipped in a stored snapshot (bad
+    sector, a torn copy) often still decompressed and decoded, into another item text or counter,
+    and the session woke with a state its log never said."""
+    events: list[t._Event] = [t.SessionCreated(model="faux/faux-1")]
+    for i in range(5):
+        events += [t.ModelRequested(provider="faux", model="faux-1"),
+                   t.ModelResponded(text=f"answer number {i}, long enough to be stored as literals")]
+    state = fold(events)
+    state.agents["sub_a0"] = AgentState("sub_a0", role="subagent", items=list(state.agents["main"].items[:2]))
+    state.agents["sub_a1"] = AgentState("sub_a1", role="subagent", items=list(state.agents["main"].items[2:3]))
+    store = snapshots.SnapshotStore(apsw.Connection(":memory:"))
+    store.save(state)
+    (blob,) = store.conn.execute("SELECT state FROM snapshots").fetchone()
+    wrong = []
+    for i in range(len(blob)):
+        for bit in (0x01, 0x80):
+            damaged = bytearray(blob)
+            damaged[i] ^= bit
+            store.conn.execute("UPDATE snapshots SET state = ?", (bytes(damaged),))
+            loaded = store.load("s1")
+            if loaded is not None and loaded != state:
+                wrong.append((i, bit))
+    assert wrong == []
+    store.conn.execute("UPDATE snapshots SET state = ?", (blob,))
+    assert store.load("s1") == state
