@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from tools.executor import split_host_port
+
 from . import jsonc
 from .atomicfile import FileTooLarge, read_regular_file
 from .errors import LensError
@@ -181,12 +183,8 @@ def _valid_base_url(url: str) -> bool:
 
 def _valid_address(address: str) -> bool:
     """``host:port`` (``[v6]:port``) with a host :func:`_valid_host` takes and a port 1–65535."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
-        return False
-    if ":" in host and not (host.startswith("[") and host.endswith("]")):
-        return False  # a bare IPv6 address: which colon starts the port is a guess
-    return _valid_host(host)
+    parts = split_host_port(address)
+    return parts is not None and parts[1] >= 1 and _valid_host(parts[0])
 
 
 def check_config(cfg: Config, where: str) -> None:

@@ -6,32 +6,28 @@ Not a timed test: it checks the benchmark still works and reports every figure, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+
+from tests.unwritable import unwritable
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "log_bench.py"
 
-KEYS = (
+REQUIRED = (  # the keys the issue names for the last JSON line
     "append_events_per_s",
     "ack_p50_ms",
     "ack_p99_ms",
     "replay_events_per_s",
     "bytes_per_event",
     "raw_bytes_per_event",
-    "json_bytes_per_event",
     "floor_append_events_per_s",
     "floor_replay_events_per_s",
-    "append_ratio",
-    "replay_ratio",
-    "bytes_ratio",
 )
+KEYS = REQUIRED + ("json_bytes_per_event", "append_ratio", "replay_ratio", "bytes_ratio")
 
 
 def test_quick_run_prints_json_figures_last(tmp_path: Path) -> None:
@@ -68,18 +64,6 @@ def test_refuses_a_non_empty_data_dir(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "not empty" in proc.stderr
     assert (tmp_path / "notes.txt").read_text() == "not a log"
-
-
-REQUIRED = (  # the keys the issue names for the last JSON line
-    "append_events_per_s",
-    "ack_p50_ms",
-    "ack_p99_ms",
-    "replay_events_per_s",
-    "bytes_per_event",
-    "raw_bytes_per_event",
-    "floor_append_events_per_s",
-    "floor_replay_events_per_s",
-)
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -119,31 +103,13 @@ def test_an_event_count_below_one_is_a_clear_usage_error(tmp_path: Path, events:
     assert not data.exists()
 
 
-@contextmanager
-def unwritable_dir(path: Path) -> Iterator[None]:
-    """Nothing can be created in ``path`` (root ignores permissions, so it gets the immutable flag)."""
-    if os.geteuid() != 0:
-        path.chmod(0o555)
-        try:
-            yield
-        finally:
-            path.chmod(0o755)
-        return
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("running as root where chattr +i is not available: cannot make a directory unwritable")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
-
 @pytest.mark.parametrize("inside", [False, True])
 def test_a_data_dir_that_cannot_be_written_is_named_not_a_traceback(tmp_path: Path, inside: bool) -> None:
     """An empty DIR that cannot be written, or a new DIR in a parent that cannot be written."""
     parent = tmp_path / "ro"
     parent.mkdir()
     data = parent / "log" if inside else parent
-    with unwritable_dir(parent):
+    with unwritable(parent):
         proc = run_bench("--events", "10", "--json", "--data", str(data))
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""

@@ -17,9 +17,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import apsw
 import msgspec
@@ -44,6 +42,8 @@ from events.types import (
 )
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
+
+from tests.unwritable import unwritable
 
 DECODE_KEYS = {
     "seq", "ts", "project_id", "session_id", "session_seq", "agent_id", "task_id", "kind",
@@ -1634,30 +1634,13 @@ def test_what_the_log_holds_cannot_act_on_the_terminal(log_dir: Path, tmp_path: 
     assert "notes\\u001b[31m.txt" in lens("log", "verify", "--data", str(foreign)).stderr
 
 
-@contextmanager
-def unwritable_file(path: Path) -> Iterator[None]:
-    """``path`` cannot be written (root ignores permissions, so it gets the immutable flag)."""
-    if os.geteuid() != 0:
-        path.chmod(0o444)
-        try:
-            yield
-        finally:
-            path.chmod(0o644)
-        return
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("running as root where chattr +i is not available: cannot make a file unwritable")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
 
 def test_a_read_only_projections_db_is_named(log_dir: Path) -> None:
     """SQLite opens a file it may not write read-only and fails at the first write: `rebuild`
     said `SQLITE_ERROR: attempt to write a readonly database`, naming nothing."""
     assert lens("log", "stats", "--data", str(log_dir)).returncode == 0
     expected = lens("log", "stats", "--data", str(log_dir), "--json").stdout
-    with unwritable_file(log_dir / "projections.db"):
+    with unwritable(log_dir / "projections.db"):
         res = lens("log", "rebuild", "--data", str(log_dir))
         assert_clean_failure(res, 2, "DATA_DIR_NOT_WRITABLE")
         assert f"{log_dir / 'projections.db'}" in res.stderr and "read-only" in res.stderr

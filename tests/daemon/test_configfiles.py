@@ -11,15 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import trio
 
 from .conftest import Daemon, DaemonFactory, error_of, raw_http, run_lens
+
+from tests.unwritable import unwritable
 
 MAIN = """// Lens config written by hand
 {
@@ -321,30 +320,13 @@ async def test_config_text_never_enters_the_daemon_log(setup, caplog: pytest.Log
     assert token not in caplog.text
 
 
-@contextmanager
-def unwritable_dir(path: Path) -> Iterator[None]:
-    """No entry can be created in ``path`` (root ignores permissions, so it gets the immutable flag)."""
-    if os.geteuid() != 0:
-        path.chmod(0o555)
-        try:
-            yield
-        finally:
-            path.chmod(0o755)
-        return
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("running as root where chattr +i is not available: cannot make a directory unwritable")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
 
 async def test_a_config_directory_the_daemon_cannot_write_is_a_clear_error(setup, caplog: pytest.LogCaptureFixture):
     d, token, _ = setup
     cdir = d.config_path.parent
     before = tree(cdir)
     caplog.set_level("WARNING")
-    with unwritable_dir(cdir):
+    with unwritable(cdir):
         r = await d.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
         assert r.status_code == 503 and error_of(r) == "PAIR_FILE_UNWRITABLE", r.text
         assert str(cdir) not in r.text  # an unauthenticated caller learns no path

@@ -59,28 +59,23 @@ def test_an_artifact_that_is_not_a_regular_file_is_refused_and_replaced_by_put(t
     data = b"stored bytes"
     aid = hashlib.sha256(data).hexdigest()
     (store.root / aid).mkdir()
-    try:
-        store.get(aid)
-    except ArtifactError as exc:
-        assert exc.code == "ARTIFACT_CORRUPT" and "a directory, not a regular file" in exc.message, exc.message
-    else:
-        raise AssertionError("a directory was read as an artifact")
+    assert_damaged(store, aid, "a directory, not a regular file")
     (store.root / aid).rmdir()
     os.mkfifo(store.root / aid)
-    try:
-        store.get(aid)
-    except ArtifactError as exc:
-        assert exc.code == "ARTIFACT_CORRUPT" and "a FIFO, not a regular file" in exc.message, exc.message
-    else:
-        raise AssertionError("a FIFO was read as an artifact")
+    assert_damaged(store, aid, "a FIFO, not a regular file")
     assert store.put(data) == aid  # the FIFO is replaced by the artifact
     assert store.get(aid) == data
     (store.root / aid).unlink()
     (store.root / aid).symlink_to("/dev/zero")
+    assert_damaged(store, aid, "a character device, not a regular file")
+    assert store.put(data) == aid and store.get(aid) == data
+
+
+def assert_damaged(store: ArtifactStore, aid: str, what: str) -> None:
+    """``store.get(aid)`` refuses the artifact as damaged, naming ``what`` is in its place."""
     try:
         store.get(aid)
     except ArtifactError as exc:
-        assert exc.code == "ARTIFACT_CORRUPT" and "a character device, not a regular file" in exc.message
+        assert exc.code == "ARTIFACT_CORRUPT" and what in exc.message, exc.message
     else:
-        raise AssertionError("/dev/zero was read as an artifact")
-    assert store.put(data) == aid and store.get(aid) == data
+        raise AssertionError(f"{what!r} was read as an artifact")

@@ -28,7 +28,7 @@ from proto import executor_pb2_grpc as pb_grpc
 from tools.files.errors import FileToolError
 from tools.files.workspace import Workspace
 
-from . import PROTOCOL_VERSION, token_fits_a_header
+from . import PROTOCOL_VERSION, split_host_port, token_fits_a_header
 from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, Exit, run_command
 from .groups import GroupRegistry
 
@@ -293,12 +293,8 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
 def _is_host_port(listen: str) -> bool:
     """``host:port`` with a port of 0-65535 (grpc takes other ports modulo 2^16, or any free one)
     and a bracketed IPv6 host (in a bare one, which colon starts the port is a guess)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isascii() or not port.isdigit() or len(port) > 5 or int(port) > 65535:
-        return False
-    if ":" in host and not (host.startswith("[") and host.endswith("]")):
-        return False
-    return not any(ch.isspace() or ch in "\0/" for ch in host)
+    parts = split_host_port(listen)
+    return parts is not None and bool(parts[0]) and not any(ch.isspace() or ch in "\0/" for ch in parts[0])
 
 
 def _stop_at_end_of_stdin(stop: threading.Event) -> None:
