@@ -910,6 +910,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
         if last > sub.start:
             sub.skip_through = last  # resumed past what is committed: skip up to there
         sub.last = max(last, sub.start)
+        if sub.partial:  # what the open answers had streamed when the stream joined (streamed.py)
+            partial, sub.partial = sub.partial, b""
+            yield partial
         sub.writer = writer
         # 2. live
         heartbeat = svc.config.server.heartbeat_seconds

@@ -34,6 +34,8 @@ from events.errors import CorruptEvent
 from events.reader import StoredEvent
 from events.store import EventStore, TailReader
 
+from .streamed import StreamedSoFar
+
 _json = msgspec.json.Encoder()
 log = logging.getLogger("lens.bus")
 
@@ -143,6 +145,9 @@ class Subscription:
     taken_bytes: int = 0  # group bytes_total then
     last: int = 0  # the last logged seq taken for this subscriber (its lastEventId once written)
     skip_through: int = 0  # resumed past the live start: frames with seq <= this are skipped
+    # ``model.partial`` frames to write between the log replay and the first live chunk: what the
+    # open model requests of this stream's sessions had streamed when it joined (see streamed.py).
+    partial: bytes = b""
     writer: DirectWriter | None = None
     parked: bool = False
     rest: memoryview | None = None  # the tail of a write the bus started: the task finishes it
@@ -206,6 +211,8 @@ class Bus:
     # The project of each session seen committing since start: ephemeral frames (text deltas) are
     # published with their session only, and project-filtered streams must receive them too.
     _project_of: dict[str, str] = field(default_factory=dict)
+    # What each agent's open model request has streamed so far, for streams joining mid-answer.
+    streamed: StreamedSoFar = field(default_factory=StreamedSoFar)
 
     @property
     def subscribers(self) -> set[Subscription]:
@@ -272,23 +279,30 @@ class Bus:
         if events[-1].seq <= self.position:
             return  # read from the log already
         fresh = [se for se in events if se.seq > self.position]
-        self._offer_all([event_frame(se) for se in fresh])
-        self.position = fresh[-1].seq
+        self._offer_events(fresh)
 
-    def _offer_inbox_now(self) -> None:
+    def _offer_events(self, events: list[StoredEvent]) -> None:
+        """Offer committed events (in order, past :attr:`position`) and move past them."""
+        self.streamed.note_events(events)
+        self._offer_all([event_frame(se) for se in events])
+        self.position = events[-1].seq
+
+    def _offer_inbox_now(self) -> bool:
         """Turn what the inbox holds into frames at once (before an ephemeral frame is offered),
         so that a delta never overtakes the committed event it follows — its ``model.requested``
         is in the inbox from the acknowledgement on, but the bus's task may not have run yet.
-        Left to the task when it is already at work or the log must be read (a gap, an overflow)."""
+        Left to the task when it is already at work or the log must be read (a gap, an overflow).
+        Returns whether every event acknowledged so far has been offered."""
         if self._taking or self._behind:
-            return
+            return False
         while self._inbox:
             events = self._inbox[0]
             if events[0].seq > self.position + 1 and events[-1].seq > self.position:
-                return  # a gap: the task reads the log first
+                return False  # a gap: the task reads the log first
             del self._inbox[0]
             self._inbox_events -= len(events)
             self._offer_fresh(events)
+        return True
 
     async def _read_log(self, tail: TailReader, upto: int) -> None:
         """Offer the log's events after :attr:`position`, up to ``upto`` at least."""
@@ -301,8 +315,7 @@ class Bus:
             if not batch:
                 return
             self.log_reads += 1
-            self._offer_all([event_frame(se) for se in batch])
-            self.position = batch[-1].seq
+            self._offer_events(batch)
 
     async def _skip_damaged(self, tail: TailReader, exc: CorruptEvent, upto: int) -> None:
         """A damaged event in what the bus reads back: offer the events before it, drop every
@@ -316,8 +329,7 @@ class Bus:
                 before = []
             if before:
                 self.log_reads += 1
-                self._offer_all([event_frame(se) for se in before])
-                self.position = before[-1].seq
+                self._offer_events(before)
         log.error("the live stream skips seq %s, which cannot be read (%s); its subscribers were dropped and "
                   "resume from the log (`lens log verify` reports the row)", damaged if damaged else "unknown", exc)
         self.flush()  # (the frames before it join each subscriber's backlog; a stream sends
@@ -417,6 +429,10 @@ class Bus:
             sub.wake.set()
 
     def subscribe(self, session_id: str | None = None, project_id: str | None = None) -> Subscription:
+        # What is acknowledged goes to the groups first (before this stream's group is made or
+        # flushed, so that the stream reads it from the log, not live): the partial answers below
+        # are then those of the requests the stream's replay shows open.
+        in_order = self._offer_inbox_now()
         key = (session_id, project_id)
         g = self.groups.get(key)
         if g is None:
@@ -430,6 +446,9 @@ class Bus:
         start = max(self.position, self.store.last_seq)
         sub = Subscription(g, start, end, g.frames_total, g.bytes_total, last=start,
                            skip_through=start if start > self.position else 0)
+        if in_order and start == self.position:  # (else the partials could be of closed requests)
+            sub.partial = b"".join(sse_message("model.partial", data)
+                                   for _, data in self.streamed.frames_for(session_id, project_id))
         g.subs.add(sub)
         return sub
 
@@ -459,6 +478,16 @@ class Bus:
             project_id = self._project_of.get(session_id)
         self._offer_inbox_now()
         self._offer(Frame(None, project_id, session_id, sse_message(event, _json.encode(data))))
+
+    def publish_delta(self, session_id: str, agent_id: str, kind: str, text: str) -> None:
+        """A streaming delta of ``agent_id``'s open model request (``kind``: text or reasoning):
+        an ephemeral ``model.delta`` frame, also kept for streams that join later."""
+        in_order = self._offer_inbox_now()
+        self.streamed.note_delta(session_id, agent_id, kind, text, in_order=in_order,
+                                 committed=self.store.last_seq)
+        data = {"session_id": session_id, "agent_id": agent_id, "kind": kind, "text": text}
+        self._offer(Frame(None, self._project_of.get(session_id), session_id,
+                          sse_message("model.delta", _json.encode(data))))
 
     def _offer(self, frame: Frame) -> None:
         self._offer_all([frame])

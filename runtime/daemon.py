@@ -121,8 +121,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         bus = Bus(store, buffer=cfg.server.sse_buffer_events)
 
         def on_delta(session_id: str, agent_id: str, delta: Delta) -> None:
-            bus.publish(session_id, None, "model.delta", {"session_id": session_id, "agent_id": agent_id,
-                                                           "kind": delta.kind, "text": delta.text})
+            bus.publish_delta(session_id, agent_id, delta.kind, delta.text)
 
         async def workspace_of(project_id: str) -> Path | None:
             rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))

@@ -10,8 +10,10 @@ import trio
 import trio.testing
 
 from events.store import Draft, open_store
-from events.types import InstructionAppended
+from events.types import InstructionAppended, ModelRequested, ModelResponded
 from runtime.bus import Bus
+
+from .conftest import parse_block
 
 
 def note(text: str, session: str = "s1") -> Draft:
@@ -148,3 +150,35 @@ async def test_a_damaged_event_the_bus_reads_back_drops_its_subscribers_and_the_
     assert damaged == [7]
     assert [int(x) for x in re.findall(rb"^id: (\d+)$", data, re.M)] == list(range(1, 7))  # up to the damaged one
     assert re.findall(rb'"text":"([^"]+)"', after) == [b"c0"]
+
+
+async def test_a_stream_joining_mid_answer_gets_the_partial_of_the_request_its_replay_shows(tmp_path: Path) -> None:
+    # A delta published right after its model.requested was acknowledged (the bus's task has not
+    # run: the request is still in the inbox) is kept for that request, and a stream joining then
+    # gets it as a model.partial frame; live deltas come after it, in its chunks.
+    async with open_store(tmp_path / "data") as store:
+        bus = Bus(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bus.run)
+            before = bus.subscribe(session_id="s1")
+            await store.append(Draft(ModelRequested(provider="faux", model="m"), session_id="s1", project_id="p",
+                                     agent_id="main"))
+            bus.publish_delta("s1", "main", "text", "so far")  # no checkpoint: the inbox holds the request
+            joined = bus.subscribe(project_id="p")
+            assert joined.start == store.last_seq  # it reads the request from the log ...
+            partial = [parse_block(b) for b in joined.partial.split(b"\n\n") if b]
+            assert [(m.event, m.json()) for m in partial] == [  # ... then gets what streamed of it
+                ("model.partial", {"session_id": "s1", "agent_id": "main", "kind": "text", "text": "so far"})]
+            bus.publish_delta("s1", "main", "text", " and more")
+            bus.flush()
+            assert b'"text":" and more"' in (joined.take() or b"")
+            got = before.take() or b""  # the earlier stream: the request, then both deltas live
+            assert got.index(b"model.requested") < got.index(b'"so far"') < got.index(b'" and more"')
+            assert b"model.partial" not in got
+            await store.append(Draft(ModelResponded(text="so far and more"), session_id="s1", project_id="p",
+                                     agent_id="main"))
+            with trio.fail_after(10):
+                while bus.position < store.last_seq:
+                    await trio.sleep(0.001)
+            assert bus.subscribe(session_id="s1").partial == b""  # the request is over
+            nursery.cancel_scope.cancel()

@@ -600,3 +600,50 @@ async def test_streaming_deltas_reach_every_stream_that_covers_the_session(
         await daemon.submit(strong, sid, "r1", "hello there")
         delta = await stream.until(lambda m: m.event == "model.delta")
         assert json.loads(delta.data)["session_id"] == sid and delta.id is None
+
+
+async def test_a_stream_joining_mid_answer_gets_what_streamed_so_far(daemon_factory: DaemonFactory) -> None:
+    # Deltas are not in the log: a stream that joined mid-answer (a page opened then, a resume
+    # after a drop or a restart) saw only the deltas after it joined, the answer's start never.
+    d = await daemon_factory(config={"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "think then stream", "reasoning": "Thinking it over. ", "chunks": ["First half. ", "second half."],
+         "chunkDelayMs": 60000}]}]})
+    token = await d.pair("c", strong=True)
+    p = await d.project(token)
+    sid = (await d.session(token, p["id"]))["id"]
+    other = (await d.session(token, p["id"]))["id"]
+    async with d.sse(token, params={"session": sid}) as live:
+        await live.next()
+        await d.submit(token, sid, "r1", "think then stream")
+        await live.until(lambda m: m.event == "model.delta" and m.json()["text"] == "First half. ")
+    requested = next(e["seq"] for e in await d.events(token, sid) if e["kind"] == "model.requested")
+
+    def partials(messages: list[Any]) -> list[tuple[str, str]]:
+        return [(m.json()["kind"], m.json()["text"]) for m in messages if m.event == "model.partial"]
+
+    so_far = [("reasoning", "Thinking it over. "), ("text", "First half. ")]
+    for params, last_event_id in (({"session": sid}, None), ({"project": p["id"]}, None), ({}, None),
+                                  ({"session": sid}, requested - 1), ({"session": sid}, requested)):
+        async with d.sse(token, params=params, last_event_id=last_event_id) as stream:
+            assert (await stream.next()).comment is not None  # the opening comment
+            got = [await stream.next_event() for _ in range(3 if last_event_id == requested - 1 else 2)]
+        if last_event_id == requested - 1:  # the replay first: the request, then what it streamed
+            assert got[0].event == "model.requested" and got[0].id == requested
+            got = got[1:]
+        assert partials(got) == so_far, (params, last_event_id, got)
+        assert all(m.json()["session_id"] == sid and m.json()["agent_id"] == "main" and m.id is None for m in got)
+    async with d.sse(token, params={"session": other}) as stream:  # another session: nothing of it
+        await stream.next()
+        await d.submit(token, other, "o1", "hello")
+        await stream.until(lambda m: m.event == "model.responded")
+    assert "model.partial" not in [m.event for m in stream.messages]
+
+    # Once the request is over (here aborted), a joining stream gets no partial of it.
+    assert (await d.post(f"/sessions/{sid}/abort", token)).status_code == 200
+    await d.wait_idle(token, sid)
+    async with d.sse(token, params={"session": sid}, last_event_id=requested) as stream:
+        await stream.next()
+        await stream.until(lambda m: m.event == "task.finished")
+        await d.submit(token, sid, "r2", "a plain one")
+        await stream.until(lambda m: m.event == "model.responded")
+    assert "model.partial" not in [m.event for m in stream.messages]

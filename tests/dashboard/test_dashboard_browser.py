@@ -394,6 +394,22 @@ def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) ->
     wait_for(lambda: any("(faux) Streaming the first half" in t for t in texts(driver, "#timeline .msg.streaming .text")),
              "the streaming answer")
     wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the running status")
+    # A page opened mid-answer, and one whose stream dropped, show what streamed before they
+    # joined (deltas are not in the log: the daemon sends the partial answer), with no gap note.
+    first_half = ["(faux) Streaming the first half… "]
+    driver.refresh()
+    connect(driver, strong)
+    click(driver, "#projects button")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+    wait_for(lambda: texts(driver, "#timeline .msg.streaming .text") == first_half, "the partial answer after a reload")
+    assert int(body_data(driver, "partials")) == 1 and body_data(driver, "deltas") is None
+    before = int(body_data(driver, "reconnects") or 0)
+    driver.execute_script("window.lensDashboard.dropStream()")
+    wait_for(lambda: int(body_data(driver, "reconnects") or 0) > before and int(body_data(driver, "partials")) == 2,
+             "the partial answer after a dropped stream")
+    next_frame(driver)
+    assert texts(driver, "#timeline .msg.streaming .text") == first_half
+    assert not by_css(driver, "#timeline .msg.streaming .gap")
     submit(driver, "a follow-up while busy")
     wait_for(lambda: "a follow-up while busy" in " ".join(texts(driver, "#queue li.card .text")), "the queued input")
     shot = tmp_path / "dashboard.png"
@@ -627,16 +643,23 @@ def test_dashboard_daemon_restart_resumes_without_doubling_and_a_refused_stream_
     wait_for(lambda: "(faux) You said: hello before the restart" in committed_answers(driver), "the first answer")
     submit(driver, "delayed stream please")
     wait_for(lambda: texts(driver, "#timeline .msg.streaming .text") == ["Part one. "], "the first half", WAIT + 3)
-    deltas = int(body_data(driver, "deltas"))
+    deltas, partials = int(body_data(driver, "deltas")), int(body_data(driver, "partials") or 0)
 
     # The daemon restarts mid-answer; the run asks the model again (attempt 2) and streams anew.
+    # The page comes back before or after that attempt's first delta (its reconnect backs off
+    # while the daemon is away): a delta, or the partial answer a joining stream gets, shows it.
     d.restart()
     wait_for(lambda: body_data(driver, "conn") == "live" and int(body_data(driver, "reconnects") or 0) >= 1,
              "the stream resumed", 20)
-    wait_for(lambda: int(body_data(driver, "deltas")) > deltas, "the second attempt's first delta", WAIT + 3)
-    next_frame(driver)  # (the bubbles are repainted once per animation frame)
+
+    def second_attempt_shown() -> bool:
+        new = int(body_data(driver, "deltas")) > deltas or int(body_data(driver, "partials") or 0) > partials
+        next_frame(driver)  # (the bubbles are repainted once per animation frame)
+        return new and texts(driver, "#timeline .msg.streaming .text") == ["Part one. "]
+
     # The earlier attempt's text is not kept in front of the new one ("Part one. Part one. ").
-    assert texts(driver, "#timeline .msg.streaming .text") == ["Part one. "]
+    wait_for(second_attempt_shown, "the second attempt's first half, once", WAIT + 3)
+    assert not by_css(driver, "#timeline .msg.streaming .gap")
     assert texts(driver, "#timeline .msg.user .text") == ["hello before the restart", "delayed stream please"]
     assert body_data(driver, "duplicates") is None
     # A refresh that failed while the daemon was away is not left on screen once it is back.
