@@ -25,6 +25,10 @@ from .errors import LensError
 
 CONNECT_TIMEOUT_S = 10.0
 CALL_TIMEOUT_S = 120.0
+# grpc waits longer and longer between attempts to reconnect a channel that lost its executor
+# (1 s, ×1.6 each time, up to 120 s by default): a remote executor back after a minute away was
+# still refused for ~35 s. Capped, calls reach it within about this long of its return.
+RECONNECT_BACKOFF_MAX_MS = 2000
 
 
 class ExecutorError(LensError):
@@ -112,7 +116,7 @@ class ToolOutcome:
 
 class ExecutorClient:
     """One executor at ``address``. Thread-safe channel; reconnection is grpc's (the channel
-    retries the connection). :meth:`hello` runs once, when the pool connects (or spawns a new
+    retries the connection, at most :data:`RECONNECT_BACKOFF_MAX_MS` apart). :meth:`hello` runs once, when the pool connects (or spawns a new
     child); every call carries the protocol version, so an executor replaced meanwhile by one of
     another version is refused with the typed version-mismatch error, not misread."""
 
@@ -121,7 +125,8 @@ class ExecutorClient:
         self._meta = (("authorization", f"Bearer {token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS)])
         self._stub = pb_grpc.ExecutorStub(self._channel)
         self._streams = stream_limiter or trio.CapacityLimiter(16)
         self.hello_reply: pb.HelloReply | None = None

@@ -50,7 +50,8 @@ class ExecutorProcess:
         return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
 
 
-def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = True) -> ExecutorProcess:
+def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = True,
+                   listen: str = "127.0.0.1:0") -> ExecutorProcess:
     workspace = root / "workspace"
     state = root / "state"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -62,7 +63,7 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
     with out.open("wb") as fo, err.open("wb") as fe:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
-             "--listen", "127.0.0.1:0", "--state", str(state)],
+             "--listen", listen, "--state", str(state)],
             env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:

@@ -1,0 +1,62 @@
+"""A client whose executor went away reaches it again soon after it is back.
+
+grpc spaces its attempts to reconnect a channel further and further apart (1 s, ×1.6 each time,
+up to 120 s by default): a remote executor back after a minute away was refused for ~35 s more.
+The client caps the spacing (``RECONNECT_BACKOFF_MAX_MS``, 2 s). Checked here with the cap made
+small, so that a short outage already tells the two apart: without the cap the executor, back
+after 6 s, is reached ~3 s later; with a 300 ms cap, within a second.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+import runtime.executor_client as executor_client
+from runtime.executor_client import ExecutorClient, ExecutorError
+
+from .conftest import start_executor, stop_process
+
+DOWN_SECONDS = 6.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_client_reaches_an_executor_back_on_its_address_within_the_reconnect_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor_client, "RECONNECT_BACKOFF_MAX_MS", 300)
+    listen = f"127.0.0.1:{free_port()}"
+    ex = start_executor(tmp_path / "one", listen=listen)
+    client = ExecutorClient(ex.address, ex.token)
+    try:
+        await client.hello()
+        stop_process(ex.proc)
+        gone = time.monotonic()
+        refused = 0
+        while time.monotonic() - gone < DOWN_SECONDS:  # calls meanwhile fail (and grow grpc's back-off)
+            with pytest.raises(ExecutorError):
+                await client.hello(timeout=1.0)
+            refused += 1
+            await trio.sleep(0.1)
+        assert refused >= 5
+        ex = start_executor(tmp_path / "two", token=ex.token, listen=listen)
+        back = time.monotonic()
+        with trio.fail_after(10):
+            while True:
+                try:
+                    await client.hello(timeout=1.0)
+                    break
+                except ExecutorError:
+                    await trio.sleep(0.05)
+        assert time.monotonic() - back < 1.5, "the client waited out grpc's growing back-off"
+    finally:
+        client.close()
+        stop_process(ex.proc)
