@@ -29,12 +29,13 @@ What one run measures, side by side on the same machine (see docs/performance.md
 
 It prints a Markdown table and, as its last stdout line, one JSON object of the figures.
 The log is left in ``DIR``; a non-empty ``DIR`` is refused (``--overwrite`` clears an old
-Lens log there, and nothing else).
+Lens log there, and nothing else — never one a Lens process, such as a running daemon, has open).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gc
 import json
 import os
@@ -43,9 +44,10 @@ import random
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -57,7 +59,7 @@ import trio  # noqa: E402
 
 from events.errors import LogError  # noqa: E402
 from events.reader import ROW_COLUMNS, LogReader  # noqa: E402
-from events.schema import EVENTS_DB, KNOWN_ENTRIES, SCHEMA  # noqa: E402
+from events.schema import EVENTS_DB, KNOWN_ENTRIES, LOCK_FILE, SCHEMA  # noqa: E402
 from events.store import AUTO_DICTIONARY_AFTER, READ_BYTES, Draft, open_store  # noqa: E402
 from events.types import (  # noqa: E402
     InputSubmitted,
@@ -702,6 +704,24 @@ def table(label: str, f: dict[str, Any], sessions: int) -> list[str]:
     return ["| " + " | ".join(r) + " |" for r in rows]
 
 
+@contextmanager
+def _lock_held(path: Path) -> Iterator[bool]:
+    """Hold ``path``'s exclusive ``flock`` (as the store takes it) for the block, if it is free."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        sys.exit(f"log_bench: cannot open {path}: {exc.strerror or exc}")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 def prepare_dir(data: Path, overwrite: bool) -> None:
     if data.exists() and not data.is_dir():
         sys.exit(f"log_bench: {data} is not a directory")
@@ -719,9 +739,16 @@ def prepare_dir(data: Path, overwrite: bool) -> None:
                 f"log_bench: refusing to clear {data}: it is not only a Lens log "
                 f"(found {', '.join(entries[:5])})"
             )
-        for e in entries:
-            p = data / e
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        # A daemon (or any Lens process) writing this log holds its lock file: clearing the log
+        # under it would lose its data. The lock is held while clearing, then let go.
+        with _lock_held(data / LOCK_FILE) as held:
+            if not held:
+                sys.exit(f"log_bench: refusing to clear {data}: it is in use by another Lens process "
+                         f"(a running `lens serve`?); stop it or pass another directory")
+            for e in entries:
+                p = data / e
+                if e != LOCK_FILE:
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
     try:
         data.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -116,3 +116,27 @@ def test_a_data_dir_that_cannot_be_written_is_named_not_a_traceback(tmp_path: Pa
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("log_bench: ") and str(data if not inside else parent) in proc.stderr
     assert list(parent.iterdir()) == []
+
+
+def test_overwrite_refuses_a_log_that_a_running_daemon_writes(tmp_path: Path) -> None:
+    # --overwrite cleared any directory that looked like a Lens log: a daemon's own, under it.
+    data = tmp_path / "log"
+    assert run_bench("--events", "1", "--data", str(data)).returncode == 0
+    before = {p.name: p.stat().st_size for p in data.iterdir()}
+    held = subprocess.Popen(  # a Lens process holding the log, as `lens serve` does
+        [sys.executable, "-c", "import sys, trio\nfrom pathlib import Path\nfrom events.store import open_store\n"
+         "async def main():\n    async with open_store(Path(sys.argv[1])):\n        print('open', flush=True)\n"
+         "        sys.stdin.readline()\ntrio.run(main)", str(data)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout is not None and held.stdout.readline() == "open\n"
+        proc = run_bench("--events", "1", "--overwrite", "--data", str(data))
+        assert proc.returncode != 0
+        assert f"refusing to clear {data}: it is in use by another Lens process" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert {p.name: p.stat().st_size for p in data.iterdir() if not p.name.startswith("events.db-")} == {
+            k: v for k, v in before.items() if not k.startswith("events.db-")}
+    finally:
+        held.communicate("\n", timeout=30)
+    proc = run_bench("--events", "1", "--overwrite", "--data", str(data))  # once it is let go: cleared
+    assert proc.returncode == 0, proc.stderr
