@@ -448,7 +448,7 @@ class Bus:
                            skip_through=start if start > self.position else 0)
         if in_order and start == self.position:  # (else the partials could be of closed requests)
             sub.partial = b"".join(sse_message("model.partial", data)
-                                   for _, data in self.streamed.frames_for(session_id, project_id))
+                                   for data in self.streamed.frames_for(session_id, project_id))
         g.subs.add(sub)
         return sub
 

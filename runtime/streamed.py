@@ -103,11 +103,15 @@ class StreamedSoFar:
             return
         parts = entry.reasoning if kind == "reasoning" else entry.text
         parts.append(text)
-        if len(parts) >= 256:  # many small deltas: keep them as one string
-            parts[:] = ["".join(parts)]
+        # Many small deltas, few strings: each part is kept under half the one before it (merging
+        # the last two otherwise), so a request holds O(log n) strings and each character is
+        # copied O(log n) times.
+        while len(parts) > 1 and 2 * len(parts[-1]) >= len(parts[-2]):
+            last = parts.pop()
+            parts[-1] += last
 
-    def frames_for(self, session_id: str | None, project_id: str | None) -> Iterator[tuple[str, bytes]]:
-        """``(session_id, data)`` of each ``model.partial`` frame a stream with this filter gets
+    def frames_for(self, session_id: str | None, project_id: str | None) -> Iterator[bytes]:
+        """The data of each ``model.partial`` frame a stream with this filter gets
         on joining, per agent with an open request: its reasoning (if any streamed), then its
         text (always, ``""`` when none streamed yet: the client then knows it missed nothing)."""
         for (sid, agent_id), entry in self._open.items():
@@ -116,5 +120,5 @@ class StreamedSoFar:
                 continue
             for kind, parts in (("reasoning", entry.reasoning), ("text", entry.text)):
                 if parts or kind == "text":
-                    yield sid, _json.encode({"session_id": sid, "agent_id": agent_id, "kind": kind,
+                    yield _json.encode({"session_id": sid, "agent_id": agent_id, "kind": kind,
                                              "text": "".join(parts)})
