@@ -593,20 +593,26 @@ class SessionActor:
         # Asking again for a request that never got an answer (a crash or restart while it was
         # open): one more attempt than the last recorded one, however many crashes came before.
         attempt = agent.request_attempt + 1 if agent.open_request_seq is not None else 1
-        try:
-            provider, model_id, _ref = self.deps.catalog.resolve(state.model)
-        except LensError as exc:
-            code, message = exc.code, exc.message
-            await self._emit(self._if_current(agent_id, step, lambda: [
-                d.Scoped(t.ModelFailed(code=code, message=message), agent_id, task_id)]))
-            return
-        items = working_context(agent)
         tools = [s.schema() for s in self.deps.tools.visible(is_main_agent=agent_id == MAIN_AGENT, allowed=agent.tools or None)]
-        requested = await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ModelRequested(
-            provider=provider.id, model=model_id, attempt=attempt, thinking_level=state.thinking_level,
-            diagnostics={"items": len(items), "tools": len(tools)}), agent_id, task_id)]))
-        if requested is None:
-            return  # the decision went stale while waiting for the lock: decide again
+        # The model and thinking level are read under the write lock, where model.requested is
+        # decided, and the request is sent with exactly what that event records: a
+        # session.configured committed meanwhile applies from the next request, never half to this one.
+        chosen: list[Any] = []
+
+        def decide_request() -> list[d.Scoped]:
+            try:
+                provider, model_id, _ref = self.deps.catalog.resolve(state.model)
+            except LensError as exc:
+                return [d.Scoped(t.ModelFailed(code=exc.code, message=exc.message), agent_id, task_id)]
+            chosen[:] = [provider, model_id, state.thinking_level]
+            return [d.Scoped(t.ModelRequested(
+                provider=provider.id, model=model_id, attempt=attempt, thinking_level=state.thinking_level,
+                diagnostics={"items": len(working_context(agent)), "tools": len(tools)}), agent_id, task_id)]
+
+        requested = await self._emit(self._if_current(agent_id, step, decide_request))
+        if requested is None or not chosen:
+            return  # stale while waiting for the lock (decide again), or the model cannot be used (recorded)
+        provider, model_id, thinking_level = chosen
         items = working_context(agent)  # as of model.requested
         try:
             system = (await self.deps.system_prompt_for(state.project_id) if self.deps.system_prompt_for is not None
@@ -615,7 +621,7 @@ class SessionActor:
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=True),
                                        agent_id, task_id)])
             return
-        request = ModelRequest(model_id, system, items, tools, state.thinking_level, agent_id)
+        request = ModelRequest(model_id, system, items, tools, thinking_level, agent_id)
         on_delta = self.deps.on_delta
 
         def delta_seen(delta: Delta) -> None:

@@ -102,6 +102,14 @@ class SessionBody(_B):
     name: str | None = None
 
 
+class SessionPatchBody(_B):
+    """``PATCH /sessions/{id}``: what to change; a field left out (or null) stays as it is."""
+
+    model: str | None = None
+    thinking_level: str | None = None
+    name: str | None = None
+
+
 class TextPartIn(msgspec.Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
     text: str
 
@@ -220,6 +228,15 @@ def check_name(value: str, what: str) -> str:
     if not value.strip() or len(value) > 200 or _CONTROL.search(value):
         raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control characters")
     return value
+
+
+def check_session_settings(model: str | None, thinking_level: str | None) -> None:
+    """A session's ``model`` and ``thinkingLevel`` as given, checked at the door (whether a
+    provider serves the model is the actor's check: ``MODEL_UNKNOWN``)."""
+    if thinking_level is not None and thinking_level not in THINKING_LEVELS:
+        raise ApiError("VALIDATION_FAILED", f"thinkingLevel must be one of {', '.join(THINKING_LEVELS)}")
+    if model is not None and not (0 < len(model) <= 200 and model.strip() == model):
+        raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters")
 
 
 def check_id(value: str, what: str) -> str:
@@ -426,10 +443,7 @@ def create_app(svc: Services) -> QuartTrio:
         body = await read_body(SessionBody)
         if body.name is not None:
             check_name(body.name, "name")
-        if body.thinking_level is not None and body.thinking_level not in THINKING_LEVELS:
-            raise ApiError("VALIDATION_FAILED", f"thinkingLevel must be one of {', '.join(THINKING_LEVELS)}")
-        if body.model is not None and not (0 < len(body.model) <= 200 and body.model.strip() == body.model):
-            raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters")
+        check_session_settings(body.model, body.thinking_level)
         if not await project_exists(check_id(body.project_id, "projectId")):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
         sid = await svc.supervisor.create_session(body.project_id, model=body.model,
@@ -442,6 +456,25 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         state = await svc.supervisor.call(sid, a.GetState())
         return json_response(session_view(state))
+
+    @app.patch("/api/v1/sessions/<sid>")
+    async def configure_session(sid: str) -> Response:
+        """Change a session's model, thinking level or name (F-ACT-6): each change is an event
+        (``session.configured``, ``session.named``); a model or thinking level applies from the
+        session's next model request (one already sent keeps what it was sent with)."""
+        require_strong("configure sessions")
+        check_id(sid, "session id")
+        body = await read_body(SessionPatchBody)
+        if body.model is None and body.thinking_level is None and body.name is None:
+            raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel and name")
+        check_session_settings(body.model, body.thinking_level)
+        if body.name is not None:
+            check_name(body.name, "name")
+        if body.model is not None or body.thinking_level is not None:
+            await svc.supervisor.call(sid, a.Configure(model=body.model, thinking_level=body.thinking_level))
+        if body.name is not None:
+            await svc.supervisor.call(sid, a.Rename(body.name))
+        return json_response(session_view(await svc.supervisor.call(sid, a.GetState())))
 
     @app.post("/api/v1/sessions/<sid>/inputs")
     async def submit(sid: str) -> Response:

@@ -43,6 +43,7 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/history/items/<item_id>"): READ,
     ("POST", "/api/v1/projects"): STRONG,
     ("POST", "/api/v1/sessions"): STRONG,
+    ("PATCH", "/api/v1/sessions/<sid>"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/withdraw"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer"): STRONG,
@@ -78,7 +79,7 @@ def fill(rule: str, **values: str) -> str:
 async def call(d: Daemon, method: str, rule: str, token: str | None, body: object = None, **values: str):
     path = fill(rule, **values)
     assert path.startswith(API)
-    if method in ("POST", "PUT"):
+    if method in ("POST", "PUT", "PATCH"):
         return await d.request(method, path[len(API):], token, json_body={} if body is None else body)
     if rule.endswith("/events/stream"):  # a rejected stream is an ordinary JSON error response
         return await d.request(method, path[len(API):], token, params={"after": "0"})
@@ -207,6 +208,8 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     ws.mkdir()
     project = await ok("POST", "/api/v1/projects", 201, {"name": "p", "workspace": str(ws)})
     sid = (await ok("POST", "/api/v1/sessions", 201, {"projectId": project["id"]}))["id"]
+    configured = await ok("PATCH", "/api/v1/sessions/<sid>", 200, {"thinkingLevel": "low"}, sid=sid)
+    assert configured["thinkingLevel"] == "low"
     await ok("POST", "/api/v1/sessions/<sid>/inputs", 202, {"requestId": "busy", "content": BUSY}, sid=sid)
     await daemon.wait_running_call(strong, sid)
     await ok("POST", "/api/v1/sessions/<sid>/inputs", 202, {"requestId": "r2", "content": "second"}, sid=sid)

@@ -1,0 +1,89 @@
+"""F-ACT-6 over HTTP: a session's model and thinking level change by event
+(``PATCH /sessions/{id}``) and apply from its next model request."""
+
+from __future__ import annotations
+
+from .conftest import Daemon, error_of, stop_daemon, wait_until
+
+ASK = {"questions": [{"id": "go", "text": "Go on?", "options": [{"id": "yes", "label": "Yes"}]}]}
+CONFIG = {
+    "providers": [{"id": "faux", "protocol": "faux",
+                   "models": [{"id": "m1", "contextWindow": 8192}, {"id": "m2", "contextWindow": 8192}],
+                   "script": [{"when": "start", "toolCalls": [{"name": "ask_user", "arguments": ASK}]}]}],
+    "defaultModel": "faux/m1",
+}
+
+
+async def _session(d: Daemon) -> tuple[str, str]:
+    token = await d.pair("config-client", strong=True)
+    project = await d.project(token)
+    return token, (await d.session(token, project["id"]))["id"]
+
+
+async def test_model_and_thinking_level_change_by_event_and_apply_from_the_next_request(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "start")
+
+    async def asking():
+        v = await d.view(token, sid)
+        return v if v["status"] == "awaiting_answer" else None
+
+    qid = (await wait_until(asking))["questions"][0]["questionId"]
+    # Between two requests of one task (the first one answered with the question).
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m2", "thinkingLevel": "high"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["model"], r.json()["thinkingLevel"]) == ("faux/m2", "high")
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["yes"]})
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
+
+    events = await d.events(token, sid)
+    requested = [(e["body"]["model"], e["body"]["thinking_level"]) for e in events if e["kind"] == "model.requested"]
+    assert requested == [("m1", None), ("m2", "high")]
+    configured = [e for e in events if e["kind"] == "session.configured"]
+    assert [(e["body"]["model"], e["body"]["thinking_level"]) for e in configured] == [("faux/m2", "high")]
+    listed = (await d.get("/sessions", token)).json()["sessions"]
+    assert [(s["model"], s["thinkingLevel"]) for s in listed] == [("faux/m2", "high")]
+
+    # A name alone; the thinking level alone (the model stays).
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"name": "renamed"})
+    assert r.status_code == 200 and r.json()["name"] == "renamed"
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"thinkingLevel": "low"})
+    assert (r.json()["model"], r.json()["thinkingLevel"], r.json()["name"]) == ("faux/m2", "low", "renamed")
+
+    # It is the log's: the same after a restart.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    v = await d2.view(token, sid)
+    assert (v["model"], v["thinkingLevel"], v["name"]) == ("faux/m2", "low", "renamed")
+    await d2.submit(token, sid, "r2", "hello")
+    await d2.wait_idle(token, sid)
+    last = [e for e in await d2.events(token, sid) if e["kind"] == "model.requested"][-1]
+    assert (last["body"]["model"], last["body"]["thinking_level"]) == ("m2", "low")
+
+
+async def test_a_bad_configuration_is_refused_and_changes_nothing(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    before = await d.events(token, sid)
+    for body, status, code in [
+        ({}, 422, "VALIDATION_FAILED"),
+        ({"thinkingLevel": "extreme"}, 422, "VALIDATION_FAILED"),
+        ({"model": "faux/nope"}, 422, "MODEL_UNKNOWN"),
+        ({"model": ""}, 422, "MODEL_UNKNOWN"),
+        ({"model": "faux/m2", "thinkingLevel": "bogus"}, 422, "VALIDATION_FAILED"),
+        ({"name": "   "}, 422, "VALIDATION_FAILED"),
+        ({"color": "red"}, 422, "VALIDATION_FAILED"),
+        ([], 422, "VALIDATION_FAILED"),
+    ]:
+        r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=body)
+        assert (r.status_code, error_of(r)) == (status, code), (body, r.text)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, content=b"{", headers={"Content-Type": "application/json"})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_JSON")
+    r = await d.request("PATCH", "/sessions/ses_nope", token, json_body={"thinkingLevel": "low"})
+    assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND")
+    assert await d.events(token, sid) == before
+    reader = await d.pair("config-reader")
+    r = await d.request("PATCH", f"/sessions/{sid}", reader, json_body={"thinkingLevel": "low"})
+    assert (r.status_code, error_of(r)) == (403, "FORBIDDEN")
