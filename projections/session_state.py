@@ -98,8 +98,15 @@ class InputRecord(msgspec.Struct, array_like=True, gc=False):  # one per input: 
     task_id: str | None = None
 
 
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
 class UsageTotals(msgspec.Struct):
-    """Sums of provider-reported counts; a field stays ``None`` until some request reports it."""
+    """Sums of provider-reported counts; a field stays ``None`` until some request reports it.
+
+    ``unreported`` counts, per field, the answered requests whose provider did not report that
+    count: a sum is complete only while its field is absent there (an unreported count is
+    unknown, never taken as 0)."""
 
     requests: int = 0
     input_tokens: int | None = None
@@ -107,6 +114,7 @@ class UsageTotals(msgspec.Struct):
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    unreported: dict[str, int] = {}
 
 
 class Question(msgspec.Struct):
@@ -204,10 +212,12 @@ def _item_id(seq: int, n: int = 0) -> str:
 
 def _add_usage(total: UsageTotals, u: t.Usage) -> None:
     total.requests += 1
-    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+    for name in USAGE_FIELDS:
         v = getattr(u, name)
         if v is not None:
             setattr(total, name, (getattr(total, name) or 0) + v)
+        else:
+            total.unreported[name] = total.unreported.get(name, 0) + 1
 
 
 def apply(state: SessionState, se: StoredEvent) -> SessionState:
@@ -482,7 +492,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 4: ``SessionState.settled_asks`` (what settled questions asked).
 # 5: ``AgentState.outcome`` (how a finished subagent ended).
 # 6: the stored blob ends with a CRC-32 of the rest (projections/snapshots.py).
-SNAPSHOT_VERSION = 6
+# 7: ``UsageTotals.unreported`` (per count, the answered requests that did not report it).
+SNAPSHOT_VERSION = 7
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from events import types as t
-from projections.session_state import MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
+from projections.session_state import USAGE_FIELDS, MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
 
 QUEUED_PREVIEW_CHARS = 2000
 
@@ -22,6 +22,10 @@ def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
     return out
 
 
+_CAMEL = {"input_tokens": "inputTokens", "output_tokens": "outputTokens", "cache_read_tokens": "cacheReadTokens",
+          "cache_write_tokens": "cacheWriteTokens", "reasoning_tokens": "reasoningTokens"}
+
+
 def usage_view(u: UsageTotals | t.Usage) -> dict[str, Any]:
     out = {
         "inputTokens": u.input_tokens,
@@ -32,6 +36,9 @@ def usage_view(u: UsageTotals | t.Usage) -> dict[str, Any]:
     }
     if isinstance(u, UsageTotals):
         out["requests"] = u.requests
+        # Per count, how many answered requests did not report it: a total is complete only
+        # when its count is 0 here (an unreported count is unknown, never taken as 0).
+        out["unreported"] = {_CAMEL[name]: u.unreported.get(name, 0) for name in USAGE_FIELDS}
     return out
 
 

@@ -51,6 +51,10 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     chunk_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # between deltas
     input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     output_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    # Reported only when scripted (None: the answer does not report the count).
+    cache_read_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    cache_write_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    reasoning_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
 def _last_message(request: ModelRequest) -> str:
@@ -136,6 +140,9 @@ class FauxProvider:
             usage=t.Usage(
                 input_tokens=turn.input_tokens if turn.input_tokens is not None else words,
                 output_tokens=turn.output_tokens if turn.output_tokens is not None else len(text.split()),
+                cache_read_tokens=turn.cache_read_tokens,
+                cache_write_tokens=turn.cache_write_tokens,
+                reasoning_tokens=turn.reasoning_tokens,
             ),
         )
 
