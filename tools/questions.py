@@ -19,6 +19,10 @@ from .base import ToolContext, ToolError, ToolResult, ToolSpec
 MAX_QUESTIONS = 5
 MAX_OPTIONS = 20
 MAX_TEXT = 2000
+MAX_LABEL = 500
+MAX_ID = 200
+QUESTION_FIELDS = frozenset({"id", "text", "options", "allow_text"})
+OPTION_FIELDS = frozenset({"id", "label"})
 
 
 async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -27,10 +31,30 @@ async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = args["questions"]
     if not 1 <= len(raw) <= MAX_QUESTIONS:
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"ask 1 to {MAX_QUESTIONS} questions at a time")
+    for i, rq in enumerate(raw):
+        if not isinstance(rq, dict):
+            continue  # (convert names the wrong type)
+        extra = set(rq) - QUESTION_FIELDS
+        if extra:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions[{i}]: unknown field(s) {', '.join(sorted(extra))}")
+        options = rq.get("options")
+        for j, ro in enumerate(options if isinstance(options, list) else []):
+            if isinstance(ro, dict) and set(ro) - OPTION_FIELDS:
+                raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions[{i}].options[{j}]: unknown field(s) "
+                                f"{', '.join(sorted(set(ro) - OPTION_FIELDS))}")
     try:
         questions = msgspec.convert(raw, list[t.Question])
     except msgspec.ValidationError as exc:
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions: {exc}") from None
+    for q in questions:
+        for what, value in [("question id", q.id), *(("option id", o.id) for o in q.options)]:
+            if not value.strip() or len(value) > MAX_ID:
+                raise ToolError("TOOL_ARGUMENTS_INVALID", f"question {q.id[:40]!r}: each {what} must be 1 to "
+                                f"{MAX_ID} characters, not blank")
+        for o in q.options:
+            if not o.label.strip() or len(o.label) > MAX_LABEL:
+                raise ToolError("TOOL_ARGUMENTS_INVALID", f"question {q.id!r}: option {o.id!r} needs a label of 1 to "
+                                f"{MAX_LABEL} characters, not blank")
     ids = [q.id for q in questions] + [o.id for q in questions for o in q.options]
     if len(set(ids)) != len(ids):
         raise ToolError("TOOL_ARGUMENTS_INVALID", "question and option ids must be unique")

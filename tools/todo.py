@@ -12,6 +12,8 @@ from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
 MAX_TODOS = 200
 MAX_TODO_TEXT = 2000
+MAX_TODO_ID = 200
+ITEM_FIELDS = frozenset({"id", "text", "status"})
 
 
 async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -20,13 +22,21 @@ async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError("TOOL_ARGUMENTS_INVALID", "todo takes {\"items\": [{id, text, status}]} and nothing else")
     if len(args["items"]) > MAX_TODOS:
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"at most {MAX_TODOS} todo items, got {len(args['items'])}")
+    for i, raw in enumerate(args["items"]):
+        extra = set(raw) - ITEM_FIELDS if isinstance(raw, dict) else set()
+        if extra:  # (a misspelt "state" was dropped in silence: the item stayed pending)
+            raise ToolError("TOOL_ARGUMENTS_INVALID",
+                            f"todo items[{i}]: unknown field(s) {', '.join(sorted(extra))}; an item is {{id, text, status}}")
     try:
         items = msgspec.convert(args["items"], list[t.TodoItem])
     except msgspec.ValidationError as exc:
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo items: {exc}") from None
-    for it in items:
-        if len(it.text) > MAX_TODO_TEXT:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo {it.id!r} text is over {MAX_TODO_TEXT} characters")
+    for i, it in enumerate(items):
+        if not it.id.strip() or len(it.id) > MAX_TODO_ID:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo items[{i}]: id must be 1 to {MAX_TODO_ID} characters, not blank")
+        if not it.text.strip() or len(it.text) > MAX_TODO_TEXT:
+            raise ToolError("TOOL_ARGUMENTS_INVALID",
+                            f"todo {it.id!r}: text must be 1 to {MAX_TODO_TEXT} characters, not blank")
     if len({it.id for it in items}) != len(items):
         raise ToolError("TOOL_ARGUMENTS_INVALID", "todo item ids must be unique")
     done = sum(1 for it in items if it.status == "done")
