@@ -96,7 +96,7 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
     if agent.running_call is not None:
         call = next((c for c in agent.pending_calls if c.call_id == agent.running_call), None)
         if call is not None:
-            if call.name in replay_safe:
+            if call.name in replay_safe or _answered(state, call):
                 return RunCall(call, restart=True)
             return InterruptCall(call)
     if agent.pending_calls:
@@ -122,6 +122,14 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
         # or two queued at once, wait for a request of its own.)
         return PlaceSteer(steers)
     return RequestModel()
+
+
+def _answered(state: SessionState, call: t.ToolCall) -> bool:
+    """Whether ``call`` asked a question (``q_<call id>``) that the user answered: a restart that
+    cut the call off after the answer was recorded finishes the call with that answer (running it
+    again reads the answer from the state and asks nothing), instead of reporting it interrupted
+    and losing an answer the user was told was taken."""
+    return state.settled_questions.get(f"q_{call.call_id}", {}).get("status") == "answered"
 
 
 def _last_text(agent: AgentState) -> str:

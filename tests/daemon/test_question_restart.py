@@ -1,0 +1,69 @@
+"""F-HAR-1 / F-ACT-4: an answer the daemon acknowledged is never lost by a restart. A daemon that
+died after recording a question's answer but before the asking call's result finishes that call
+with the answer when it starts again; a question still open at a restart is cancelled and its
+call reported interrupted, as before."""
+
+from __future__ import annotations
+
+from events.store import Draft, open_store
+from events.types import QuestionAnswered
+
+from .conftest import Daemon, stop_daemon, wait_until
+
+ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
+                                                                       {"id": "blue", "label": "Blue"}]}]}
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "pick", "toolCalls": [{"name": "ask_user", "arguments": ASK}]},
+]}], "defaultModel": "faux/faux-1"}
+
+
+async def _asking(d: Daemon) -> tuple[str, str, dict]:
+    token = await d.pair("question-client", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "pick a colour")
+
+    async def asking():
+        v = await d.view(token, sid)
+        return v if v["status"] == "awaiting_answer" else None
+
+    return token, sid, await wait_until(asking)
+
+
+async def test_an_answer_recorded_before_a_crash_reaches_the_model_after_the_restart(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid, view = await _asking(d)
+    qid = view["questions"][0]["questionId"]
+    project_id = view["projectId"]
+    await stop_daemon(d)
+    # What a daemon killed right after committing the answer (its 200 sent) leaves in the log.
+    answer = {"kind": "answer", "optionIds": ["blue"]}
+    async with open_store(d.data_dir) as store:
+        await store.append(Draft(QuestionAnswered(question_id=qid, answer=answer), project_id=project_id,
+                                 session_id=sid, agent_id="main"))
+
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    view = await d2.wait_idle(token, sid)
+    events = await d2.events(token, sid)
+    [finished] = [e for e in events if e["kind"] == "tool.finished"]
+    assert (finished["body"]["name"], finished["body"]["status"]) == ("ask_user", "ok")
+    assert finished["body"]["structured_content"] == {"question_id": qid, "answer": answer}
+    assert finished["body"]["content"][0]["text"] == "The user chose Blue (blue)."
+    assert not [e for e in events if e["kind"] == "question.cancelled"]
+    assert [e["kind"] for e in events].count("question.asked") == 1  # asked once, not again
+    assert view["items"][-1]["text"] == "The tool answered: The user chose Blue (blue)."
+    # The answer route agrees: the question was answered, with that answer.
+    r = await d2.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "skip"})
+    assert r.status_code == 200 and r.json()["duplicate"] is True and r.json()["answer"] == answer
+
+
+async def test_a_question_open_at_a_restart_is_cancelled_and_its_call_interrupted(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid, view = await _asking(d)
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    await d2.wait_idle(token, sid)
+    events = await d2.events(token, sid)
+    assert [e["body"]["reason"] for e in events if e["kind"] == "question.cancelled"] == ["session restarted"]
+    [finished] = [e for e in events if e["kind"] == "tool.finished"]
+    assert (finished["body"]["status"], finished["body"]["error_code"]) == ("interrupted", "INTERRUPTED")
