@@ -239,9 +239,9 @@ class SessionActor:
             if self.state.questions:
                 # Nobody waits for these answers any more (the asking call died with the old actor):
                 # cancel them; the call is then reported as interrupted and the model told.
-                await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"),
-                                           self.state.questions[q].agent_id or MAIN_AGENT)
-                                  for q in list(self.state.questions)])
+                open_questions = [(q, self.state.questions[q].agent_id or MAIN_AGENT) for q in self.state.questions]
+                await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"), agent,
+                                           d.question_task(self.state, agent)) for q, agent in open_questions])
             self._maybe_start_runner()
             while True:
                 env: Envelope | None = None

@@ -207,9 +207,18 @@ def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
         out.append(Scoped(t.TaskFinished(status="aborted", reason=reason), MAIN_AGENT, task))
     for q in state.queue:
         out.append(Scoped(t.InputWithdrawn(input_request_id=q.request_id, reason="abort")))
-    for qid in state.questions:
-        out.append(Scoped(t.QuestionCancelled(question_id=qid, reason="run aborted")))
+    for qid, q in state.questions.items():
+        agent_id = q.agent_id or MAIN_AGENT
+        out.append(Scoped(t.QuestionCancelled(question_id=qid, reason="run aborted"), agent_id,
+                          question_task(state, agent_id)))
     return out
+
+
+def question_task(state: SessionState, agent_id: str) -> str | None:
+    """The task an open question of ``agent_id`` belongs to (its asking call's): the events that
+    settle it carry it, as ``question.asked`` does, so a task's events include its answers."""
+    agent = state.agents.get(agent_id)
+    return agent.task_id if agent is not None else None
 
 
 def answer_question(state: SessionState, question_id: str, answer: Any) -> tuple[dict[str, Any], list[Scoped]]:
@@ -236,7 +245,8 @@ def answer_question(state: SessionState, question_id: str, answer: Any) -> tuple
                                   "it takes no answer any more")
         return {"duplicate": True, **settled}, []
     return ({"duplicate": False, "status": "answered", "answer": normalized},
-            [Scoped(t.QuestionAnswered(question_id=question_id, answer=normalized), q.agent_id or MAIN_AGENT)])
+            [Scoped(t.QuestionAnswered(question_id=question_id, answer=normalized), q.agent_id or MAIN_AGENT,
+                    question_task(state, q.agent_id or MAIN_AGENT))])
 
 
 def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]:

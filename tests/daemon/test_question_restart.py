@@ -67,3 +67,35 @@ async def test_a_question_open_at_a_restart_is_cancelled_and_its_call_interrupte
     assert [e["body"]["reason"] for e in events if e["kind"] == "question.cancelled"] == ["session restarted"]
     [finished] = [e for e in events if e["kind"] == "tool.finished"]
     assert (finished["body"]["status"], finished["body"]["error_code"]) == ("interrupted", "INTERRUPTED")
+
+
+async def test_the_events_settling_a_question_belong_to_its_task(daemon_factory):
+    # Answered, aborted, restarted: question.answered / question.cancelled carry the task (and
+    # agent) of the question.asked they settle (they carried no task: a task's events lacked them).
+    d = await daemon_factory(config=CONFIG)
+    token, sid, view = await _asking(d)
+    r = await d.post(f"/sessions/{sid}/questions/{view['questions'][0]['questionId']}/answer", token,
+                     {"kind": "answer", "optionIds": ["red"]})
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "r2", "pick again")
+    await wait_until(lambda: _status_is(d, token, sid, "awaiting_answer"))
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True
+    await d.submit(token, sid, "r3", "pick once more")
+    await wait_until(lambda: _status_is(d, token, sid, "awaiting_answer"))
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    await d2.wait_idle(token, sid)
+    events = await d2.events(token, sid)
+    asked = {e["body"]["question_id"]: e for e in events if e["kind"] == "question.asked"}
+    settled = [e for e in events if e["kind"] in ("question.answered", "question.cancelled")]
+    assert [e["kind"] for e in settled] == ["question.answered", "question.cancelled", "question.cancelled"]
+    for e in settled:
+        ask = asked[e["body"]["question_id"]]
+        assert ask["task_id"] is not None
+        assert (e["task_id"], e["agent_id"]) == (ask["task_id"], ask["agent_id"]), e
+
+
+async def _status_is(d: Daemon, token: str, sid: str, status: str) -> bool:
+    return (await d.view(token, sid))["status"] == status
