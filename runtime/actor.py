@@ -474,10 +474,15 @@ class SessionActor:
         if isinstance(cmd, Configure):
             if cmd.model is not None:
                 self.deps.catalog.resolve(cmd.model)  # refuse a model no provider serves
-            await self._emit([d.Scoped(t.SessionConfigured(model=cmd.model, thinking_level=cmd.thinking_level))])
+            # Only what changes is recorded: a retried or repeated change writes nothing more.
+            model = cmd.model if cmd.model != s.model else None
+            level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
+            if model is not None or level is not None:
+                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level))])
             return {"model": s.model, "thinkingLevel": s.thinking_level}
         if isinstance(cmd, Rename):
-            await self._emit([d.Scoped(t.SessionNamed(name=cmd.name))])
+            if cmd.name != s.name:
+                await self._emit([d.Scoped(t.SessionNamed(name=cmd.name))])
             return {"name": s.name}
         if isinstance(cmd, Delete):
             await self._abort("session deleted")

@@ -87,3 +87,21 @@ async def test_a_bad_configuration_is_refused_and_changes_nothing(daemon_factory
     reader = await d.pair("config-reader")
     r = await d.request("PATCH", f"/sessions/{sid}", reader, json_body={"thinkingLevel": "low"})
     assert (r.status_code, error_of(r)) == (403, "FORBIDDEN")
+
+
+async def test_a_repeated_change_is_recorded_once(daemon_factory):
+    # A PATCH retried after a lost answer, or sent again by a second client, writes nothing more;
+    # a PATCH changing one of two settings records only that one.
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    for _ in range(2):
+        r = await d.request("PATCH", f"/sessions/{sid}", token,
+                            json_body={"model": "faux/m2", "thinkingLevel": "high", "name": "n"})
+        assert r.status_code == 200, r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m2", "thinkingLevel": "low"})
+    assert (r.json()["model"], r.json()["thinkingLevel"]) == ("faux/m2", "low")
+    events = await d.events(token, sid)
+    assert [(e["kind"], e["body"].get("model"), e["body"].get("thinking_level"), e["body"].get("name"))
+            for e in events if e["kind"] in ("session.configured", "session.named")] == [
+        ("session.configured", "faux/m2", "high", None), ("session.named", None, None, "n"),
+        ("session.configured", None, "low", None)]
