@@ -24,6 +24,8 @@ async def subagent(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"prompt is over {MAX_PROMPT_CHARS} characters")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(x, str) for x in tools)):
         raise ToolError("TOOL_ARGUMENTS_INVALID", "'tools' must be a list of tool names")
+    if tools is not None:
+        tools = list(dict.fromkeys(tools))  # each name once (the list is recorded and checked per request)
     if ctx.start_subagent is None:
         raise ToolError("SUBAGENT_UNAVAILABLE", "this caller cannot start subagents")
     status, text = await ctx.start_subagent(prompt, tools)

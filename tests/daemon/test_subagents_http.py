@@ -1,0 +1,55 @@
+"""F-ACT-5 over HTTP: subagents started by the model's tool calls, their status, results and
+what an abort does to them."""
+
+from __future__ import annotations
+
+from .conftest import stop_daemon, wait_until
+
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "repeat", "toolCalls": [{"name": "subagent", "arguments": {
+        "prompt": "SUBJOB tell the time", "tools": ["get_system_time"] * 1000 + ["sleep_milliseconds"]}}]},
+    {"when": "wait", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBWAIT"}}]},
+    {"when": "SUBWAIT", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}]},
+    {"when": "SUBJOB", "text": "noon"},
+]}], "defaultModel": "faux/faux-1"}
+
+
+async def _session(d):
+    token = await d.pair("sub-client", strong=True)
+    return token, (await d.session(token, (await d.project(token))["id"]))["id"]
+
+
+async def test_a_tool_list_is_recorded_with_each_name_once(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "repeat")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    [started] = [e for e in events if e["kind"] == "agent.started"]
+    assert started["body"]["tools"] == ["get_system_time", "sleep_milliseconds"]
+    [finished] = [e for e in events if e["kind"] == "tool.finished"]
+    assert (finished["body"]["status"], finished["body"]["content"][0]["text"]) == ("ok", "noon")
+
+
+async def test_an_abort_ends_a_running_subagent_and_a_restart_keeps_it_ended(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "wait")
+
+    async def sub_sleeping():
+        return [e for e in await d.events(token, sid)
+                if e["kind"] == "tool.started" and e["agent_id"].startswith("sub_")]
+
+    await wait_until(sub_sleeping)
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True
+    view = await d.view(token, sid)
+    assert view["status"] == "idle"
+    assert [(a["role"], a["status"]) for a in view["agents"]] == [("main", "idle"), ("subagent", "aborted")]
+    listed = (await d.get("/sessions", token)).json()["sessions"]
+    assert [s["status"] for s in listed] == ["idle"]
+    before = await d.events(token, sid)
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    assert await d2.events(token, sid) == before  # nothing re-run, nothing written twice
+    assert (await d2.view(token, sid))["agents"] == view["agents"]
