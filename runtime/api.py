@@ -476,6 +476,17 @@ def create_app(svc: Services) -> QuartTrio:
             await svc.supervisor.call(sid, a.Rename(body.name))
         return json_response(session_view(await svc.supervisor.call(sid, a.GetState())))
 
+    @app.delete("/api/v1/sessions/<sid>")
+    async def delete_session(sid: str) -> Response:
+        """Soft-delete a session (F-ACT-6): its run is aborted, queued inputs withdrawn, and
+        ``session.deleted`` recorded; nothing is removed from the log. The view still answers
+        (``deleted: true``); the list shows it only with ``includeDeleted``; it takes no more
+        inputs, changes or deletes (409 ``SESSION_DELETED``)."""
+        require_strong("delete sessions")
+        check_id(sid, "session id")
+        await read_body(EmptyBody)
+        return json_response(await svc.supervisor.call(sid, a.Delete()))
+
     @app.post("/api/v1/sessions/<sid>/inputs")
     async def submit(sid: str) -> Response:
         require_strong("submit inputs")

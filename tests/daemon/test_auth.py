@@ -44,6 +44,7 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/projects"): STRONG,
     ("POST", "/api/v1/sessions"): STRONG,
     ("PATCH", "/api/v1/sessions/<sid>"): STRONG,
+    ("DELETE", "/api/v1/sessions/<sid>"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/withdraw"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer"): STRONG,
@@ -220,6 +221,8 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     assert withdrawn["status"] == "withdrawn" and withdrawn["text"] == "third"
     aborted = await ok("POST", "/api/v1/sessions/<sid>/abort", 200, sid=sid)
     assert aborted["aborted"] is True and aborted["withdrawn"] == ["r2"]
+    other = (await ok("POST", "/api/v1/sessions", 201, {"projectId": project["id"]}))["id"]
+    assert await ok("DELETE", "/api/v1/sessions/<sid>", 200, sid=other) == {"deleted": True}
     listing = await ok("GET", "/api/v1/config/files", 200)
     assert {f["name"] for f in listing["files"]} >= {"lens.jsonc", "pair.json"}
     await ok("PUT", "/api/v1/config/files/<name>", 200, {"text": '{ "server": { "port": 7420 } } // kept\n'},

@@ -105,3 +105,39 @@ async def test_a_repeated_change_is_recorded_once(daemon_factory):
             for e in events if e["kind"] in ("session.configured", "session.named")] == [
         ("session.configured", "faux/m2", "high", None), ("session.named", None, None, "n"),
         ("session.configured", None, "low", None)]
+
+
+async def test_a_session_is_soft_deleted_by_event(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "start")  # (it asks a question: a run is open)
+
+    async def asking():
+        return (await d.view(token, sid))["status"] == "awaiting_answer"
+
+    await wait_until(asking)
+    r = await d.request("DELETE", f"/sessions/{sid}", token)
+    assert (r.status_code, r.json()) == (200, {"deleted": True})
+    view = await d.view(token, sid)  # still readable: nothing left the log
+    assert (view["deleted"], view["status"], view["questions"]) == (True, "deleted", [])
+    events = await d.events(token, sid)
+    kinds = [e["kind"] for e in events]
+    assert kinds[-1] == "session.deleted" and "run.aborted" in kinds and "question.cancelled" in kinds
+    assert (await d.get("/sessions", token)).json()["sessions"] == []
+    listed = (await d.get("/sessions", token, params={"includeDeleted": "true"})).json()["sessions"]
+    assert [(s["id"], s["deleted"]) for s in listed] == [(sid, True)]
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"thinkingLevel": "low"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+    # Deleting again is refused as any change of a deleted session is, and writes nothing; an
+    # unknown session is 404.
+    r = await d.request("DELETE", f"/sessions/{sid}", token)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+    assert await d.events(token, sid) == events
+    r = await d.request("DELETE", "/sessions/ses_nope", token)
+    assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND")
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    assert (await d2.view(token, sid))["status"] == "deleted"
+    assert await d2.events(token, sid) == events
