@@ -187,7 +187,10 @@ def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued."""
     out: list[Scoped] = []
     task = state.running_task
-    for agent in state.agents.values():
+    # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
+    # the subagent ended, as in a run that was not aborted.
+    agents = sorted(state.agents.values(), key=lambda a: a.agent_id == MAIN_AGENT)
+    for agent in agents:
         if agent.agent_id != MAIN_AGENT and agent.status != "running":
             continue
         tid = agent.task_id

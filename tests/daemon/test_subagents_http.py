@@ -43,6 +43,12 @@ async def test_an_abort_ends_a_running_subagent_and_a_restart_keeps_it_ended(dae
     await wait_until(sub_sleeping)
     r = await d.post(f"/sessions/{sid}/abort", token)
     assert r.status_code == 200 and r.json()["aborted"] is True
+    # The subagent ends (its open call, then agent.finished) before its parent's call is
+    # settled, as in a run that is not aborted.
+    ends = [(e["kind"], e["agent_id"] == "main", e["body"].get("status")) for e in await d.events(token, sid)
+            if e["kind"] in ("tool.finished", "agent.finished", "task.finished")]
+    assert ends == [("tool.finished", False, "interrupted"), ("agent.finished", False, "aborted"),
+                    ("tool.finished", True, "interrupted"), ("task.finished", True, "aborted")]
     view = await d.view(token, sid)
     assert view["status"] == "idle"
     assert [(a["role"], a["status"]) for a in view["agents"]] == [("main", "idle"), ("subagent", "aborted")]
