@@ -125,7 +125,7 @@ async def test_a_session_is_soft_deleted_by_event(daemon_factory):
     assert kinds[-1] == "session.deleted" and "run.aborted" in kinds and "question.cancelled" in kinds
     assert (await d.get("/sessions", token)).json()["sessions"] == []
     listed = (await d.get("/sessions", token, params={"includeDeleted": "true"})).json()["sessions"]
-    assert [(s["id"], s["deleted"]) for s in listed] == [(sid, True)]
+    assert [(s["id"], s["deleted"], s["status"]) for s in listed] == [(sid, True, "deleted")]  # as the view says
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
     assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"thinkingLevel": "low"})
