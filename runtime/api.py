@@ -13,7 +13,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypeVar
+from typing import Annotated, Any, AsyncIterator, Callable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
@@ -99,6 +99,13 @@ class SessionBody(_B):
     project_id: str
     model: str | None = None
     thinking_level: str | None = None
+    name: str | None = None
+
+
+class ForkBody(_B):
+    """``POST /sessions/{id}/fork``: the event of the source session to start from."""
+
+    seq: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
     name: str | None = None
 
 
@@ -456,6 +463,19 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         state = await svc.supervisor.call(sid, a.GetState())
         return json_response(session_view(state))
+
+    @app.post("/api/v1/sessions/<sid>/fork")
+    async def fork_session(sid: str) -> Response:
+        """A new session whose contexts are the source's as of its event ``seq`` (F-ACT-7: time
+        travel, "try again from here"); it starts idle, with the source's model and thinking
+        level, and its view says ``forkedFrom``. The source is not changed."""
+        require_strong("fork sessions")
+        check_id(sid, "session id")
+        body = await read_body(ForkBody)
+        if body.name is not None:
+            check_name(body.name, "name")
+        new = await svc.supervisor.fork_session(sid, body.seq, name=body.name)
+        return json_response(session_view(await svc.supervisor.call(new, a.GetState())), 201)
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:

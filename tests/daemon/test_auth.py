@@ -45,6 +45,7 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/sessions"): STRONG,
     ("PATCH", "/api/v1/sessions/<sid>"): STRONG,
     ("DELETE", "/api/v1/sessions/<sid>"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/fork"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/withdraw"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer"): STRONG,
@@ -195,6 +196,10 @@ async def test_read_only_credential_may_read(daemon: Daemon, strong: str, reader
         assert first is not None and first.event == "session.created"
 
 
+def aborted_seq(events: list[dict]) -> int:
+    return next(e["seq"] for e in events if e["kind"] == "run.aborted")
+
+
 async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon, strong: str):
     """Each STRONG route, called as a real client would, succeeds (answer: only up to the lookup)."""
     done: set[tuple[str, str]] = set()
@@ -221,6 +226,9 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     assert withdrawn["status"] == "withdrawn" and withdrawn["text"] == "third"
     aborted = await ok("POST", "/api/v1/sessions/<sid>/abort", 200, sid=sid)
     assert aborted["aborted"] is True and aborted["withdrawn"] == ["r2"]
+    forked = await ok("POST", "/api/v1/sessions/<sid>/fork", 201, {"seq": aborted_seq(await daemon.events(strong, sid))},
+                      sid=sid)
+    assert forked["forkedFrom"]["sessionId"] == sid and forked["status"] == "idle"
     other = (await ok("POST", "/api/v1/sessions", 201, {"projectId": project["id"]}))["id"]
     assert await ok("DELETE", "/api/v1/sessions/<sid>", 200, sid=other) == {"deleted": True}
     listing = await ok("GET", "/api/v1/config/files", 200)

@@ -141,3 +141,42 @@ async def test_a_session_is_soft_deleted_by_event(daemon_factory):
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     assert (await d2.view(token, sid))["status"] == "deleted"
     assert await d2.events(token, sid) == events
+
+
+async def test_a_session_is_forked_from_one_of_its_events(daemon_factory):
+    # F-ACT-7: the runtime could fork a session as of any of its events, but no route reached it.
+    d = await daemon_factory()
+    token = await d.pair("fork-client", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    for i, text in enumerate(("first question", "second question")):
+        await d.submit(token, sid, f"r{i}", text)
+        await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    first_answer = next(e["seq"] for e in events if e["kind"] == "model.responded")
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": first_answer, "name": "try again"})
+    assert r.status_code == 201, r.text
+    fork = r.json()
+    assert fork["id"] != sid and fork["projectId"] == project["id"] and fork["name"] == "try again"
+    assert fork["forkedFrom"] == {"sessionId": sid, "seq": first_answer} and fork["status"] == "idle"
+    assert [it["text"] for it in fork["items"]] == ["first question", "(faux) You said: first question"]
+    await d.submit(token, fork["id"], "again", "another second question")  # it goes on from there
+    view = await d.wait_idle(token, fork["id"])
+    assert view["items"][-1]["text"] == "(faux) You said: another second question"
+    assert [it["text"] for it in (await d.view(token, sid))["items"]][-1] == "(faux) You said: second question"
+    listed = {s["id"]: s for s in (await d.get("/sessions", token)).json()["sessions"]}
+    assert listed[fork["id"]]["forkedFrom"] == {"sessionId": sid, "seq": first_answer}
+
+    # Bad input: a clear code naming the problem, nothing created.
+    other = (await d.session(token, project["id"]))["id"]
+    other_seq = (await d.events(token, other))[0]["seq"]
+    for body, status, code in (({"seq": other_seq}, 400, "INVALID_ARGUMENT"),  # an event of another session
+                               ({"seq": 0}, 422, "VALIDATION_FAILED"), ({"seq": 2**63}, 422, "VALIDATION_FAILED"),
+                               ({"seq": "1"}, 422, "VALIDATION_FAILED"), ({}, 422, "VALIDATION_FAILED"),
+                               ({"seq": 1, "extra": 1}, 422, "VALIDATION_FAILED"),
+                               ({"seq": 2**63 - 1}, 400, "INVALID_ARGUMENT")):  # the edge: valid, not an event
+        r = await d.post(f"/sessions/{sid}/fork", token, body)
+        assert (r.status_code, error_of(r)) == (status, code), (body, r.text)
+    r = await d.post("/sessions/ses_nope/fork", token, {"seq": first_answer})
+    assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND"), r.text
+    assert len((await d.get("/sessions", token)).json()["sessions"]) == 3
