@@ -27,7 +27,9 @@ Page caps: at most READ_PAGE_LINES (2000) lines and READ_PAGE_BYTES (256 KiB) pe
 whole line; a single line longer than the cap is cut at the last character boundary before it
 (``next_offset`` then points into that line, at a character boundary). A ``start_line`` past the
 last line gives an empty page with ``eof`` true. UTF-8 is checked on the bytes of the page: a page
-that is not valid UTF-8 is NOT_UTF8.
+that is not valid UTF-8 is NOT_UTF8; so is an ``offset`` at a continuation byte that no lead byte
+in the 3 bytes before it starts (there it is not inside a character: the text is not UTF-8). A page
+that is not at the end always holds at least one byte, so paging by ``next_offset`` ends.
 """
 
 from __future__ import annotations
@@ -116,9 +118,17 @@ def page(read_at: ReadAt, size: int, *, shown: str, start_line: object = None, m
     if off is not None:
         if off > size:
             raise FileToolError("INVALID_ARGUMENT", f"offset {off} is past the end ({size} bytes)")
-        head = read_at(off, 1)
-        if head and (head[0] & 0xC0) == 0x80:
-            raise FileToolError("INVALID_ARGUMENT", f"offset {off} is inside a UTF-8 character")
+        back = min(off, 3)
+        around = read_at(off - back, back + 1)
+        if len(around) > back and (around[back] & 0xC0) == 0x80:
+            # A continuation byte: inside a character when a lead byte starts it at most 3 bytes
+            # before; otherwise the text there is not UTF-8 at all (offset 0 of a Latin-1 file).
+            i = back - 1
+            while i >= 0 and (around[i] & 0xC0) == 0x80:
+                i -= 1
+            if i >= 0 and around[i] >= 0xC0:
+                raise FileToolError("INVALID_ARGUMENT", f"offset {off} is inside a UTF-8 character")
+            raise FileToolError("NOT_UTF8", f"{shown}: not valid UTF-8 (byte {off})")
         pos = off
         start = _line_of_position(read_at, off)
     else:
@@ -143,9 +153,14 @@ def page(read_at: ReadAt, size: int, *, shown: str, start_line: object = None, m
     elif end > 0:  # the byte cap cuts a line: stop after the last whole line
         body = window[:end]
     else:  # one line longer than the cap: cut at a character boundary
+        # A character is at most 4 bytes: back over at most 3 continuation bytes. A longer run is
+        # not UTF-8; the whole window is then decoded, so the page fails as NOT_UTF8 (backing
+        # further gave an empty page with ``eof`` false and ``next_offset`` == ``offset``).
         cut = READ_PAGE_BYTES
-        while cut > 0 and (chunk[cut] & 0xC0) == 0x80:
+        while cut > READ_PAGE_BYTES - 3 and (chunk[cut] & 0xC0) == 0x80:
             cut -= 1
+        if (chunk[cut] & 0xC0) == 0x80:
+            cut = READ_PAGE_BYTES
         body = window[:cut]
     try:
         text = body.decode("utf-8")

@@ -1,0 +1,76 @@
+"""Edge cases of the workspace tools' semantics (SPEC F-EXE-2..5), through the real executor."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.executor_client import ExecutorClient, ExecutorToolError
+from tools.files.errors import READ_PAGE_BYTES
+
+_n = itertools.count()
+
+
+@pytest.fixture
+def sub(workspace: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh directory of the shared workspace for this test (workspace-relative name)."""
+    name = f"s{next(_n)}_{request.node.name[:40].replace('[', '_').replace(']', '')}"
+    (workspace / name).mkdir()
+    return name
+
+
+async def fails(code: str, coro: Any) -> ExecutorToolError:
+    with pytest.raises(ExecutorToolError) as info:
+        await coro
+    assert info.value.code == code, f"expected {code}, got {info.value.code}: {info.value}"
+    return info.value
+
+
+async def read_all_pages(client: ExecutorClient, path: str) -> bytes:
+    """Page through a file by next_offset; every page that is not the last must make progress."""
+    out = b""
+    offset = 0
+    for _ in range(10):
+        page = (await client.call("read_file", {"path": path, "offset": offset})).result
+        assert page["offset"] == offset
+        out += page["content"].encode("utf-8")
+        if page["eof"]:
+            return out
+        assert page["next_offset"] > offset, page
+        offset = page["next_offset"]
+    raise AssertionError("paging did not end")
+
+
+@pytest.mark.parametrize("data", [
+    b"\x80" * (READ_PAGE_BYTES + 10),             # continuation bytes only
+    b"x" + b"\x80" * (READ_PAGE_BYTES + 10),      # one ASCII byte, then continuation bytes
+])
+async def test_a_long_line_that_is_not_utf8_is_not_utf8_not_an_empty_page(client: ExecutorClient, workspace: Path,
+                                                                         sub: str, data: bytes) -> None:
+    (workspace / sub / "bad.bin").write_bytes(data)
+    err = await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/bad.bin"}))
+    assert f"{sub}/bad.bin" in str(err)
+    await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/bad.bin", "offset": 0}))
+
+
+async def test_an_offset_at_a_stray_continuation_byte_is_not_utf8(client: ExecutorClient, workspace: Path,
+                                                                  sub: str) -> None:
+    (workspace / sub / "latin1.txt").write_bytes(b"\x80abc\n")
+    await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/latin1.txt", "offset": 0}))
+    (workspace / sub / "utf8.txt").write_bytes("a😀b\n".encode())
+    for inside in (2, 3, 4):  # inside the 4-byte character: the offset is wrong, the file is fine
+        await fails("INVALID_ARGUMENT", client.call("read_file", {"path": f"{sub}/utf8.txt", "offset": inside}))
+    page = await client.call("read_file", {"path": f"{sub}/utf8.txt", "offset": 5})
+    assert page.result["content"] == "b\n"
+
+
+@pytest.mark.parametrize("char", ["é", "文", "😀"])
+@pytest.mark.parametrize("lead", [0, 1, 2, 3])
+async def test_a_long_valid_line_is_paged_whole_at_character_boundaries(client: ExecutorClient, workspace: Path,
+                                                                        sub: str, char: str, lead: int) -> None:
+    text = "x" * lead + char * (READ_PAGE_BYTES // len(char.encode()) + 2) + "\nend\n"
+    (workspace / sub / "long.txt").write_text(text)
+    assert await read_all_pages(client, f"{sub}/long.txt") == text.encode()
