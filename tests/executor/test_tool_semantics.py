@@ -74,3 +74,17 @@ async def test_a_long_valid_line_is_paged_whole_at_character_boundaries(client: 
     text = "x" * lead + char * (READ_PAGE_BYTES // len(char.encode()) + 2) + "\nend\n"
     (workspace / sub / "long.txt").write_text(text)
     assert await read_all_pages(client, f"{sub}/long.txt") == text.encode()
+
+
+async def test_an_eof_pinned_hunk_longer_than_the_search_budget_still_matches_only_at_the_end(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    from tools.files.patch import DIRECT_COMPARE_BUDGET
+    n = DIRECT_COMPARE_BUDGET + 1  # a hunk of more old lines than the direct comparison allows
+    original = b"x\n" * n + b"y\n"
+    (workspace / sub / "big.txt").write_bytes(original)
+    pinned = "@@\n" + " x\n" * (n - 1) + "-x\n+z\n*** End of File\n"
+    await fails("NO_MATCH", client.call("patch_file", {"path": f"{sub}/big.txt", "patch": pinned}))
+    assert (workspace / sub / "big.txt").read_bytes() == original
+    at_end = "@@\n" + " x\n" * (n - 1) + " x\n-y\n+z\n*** End of File\n"
+    out = await client.call("patch_file", {"path": f"{sub}/big.txt", "patch": at_end})
+    assert out.result["changed"] and (workspace / sub / "big.txt").read_bytes() == b"x\n" * n + b"z\n"

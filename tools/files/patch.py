@@ -217,7 +217,9 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
         candidates = [n - len(old)] if n - len(old) >= after else []
     else:
         candidates = [i for i in by_text.get(old[0], []) if i >= after and i + len(old) <= n]
-    if len(candidates) * len(old) > DIRECT_COMPARE_BUDGET:
+    if not h.pin_eof and len(candidates) * len(old) > DIRECT_COMPARE_BUDGET:
+        # (a pinned hunk has at most one candidate: comparing there is linear; the search below
+        # would find matches anywhere and ignore the pin)
         # Many places start like the hunk (a file of one repeated line, a hunk of it as context):
         # comparing at each would take minutes; a KMP pass over the lines takes one pass.
         found = _occurrences(lines, old, after)
