@@ -71,6 +71,14 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             body = "\n".join(r.get("entries", []))
         else:
             body = r.get("content", "")
+        if r.get("eof") is False:
+            # The model sees the text, not the structured result: without this line a page cut by
+            # max_lines or the page caps read as the whole file.
+            first, count = r.get("start_line", 1), r.get("lines_returned", 0)
+            unit = "entries" if r.get("kind") == "directory" else "lines"
+            body += ("" if not body or body.endswith("\n") else "\n") + (
+                f"[partial: {unit} {first}-{first + count - 1}, bytes {r.get('offset')}-{r.get('next_offset')} of "
+                f"{r.get('size')}; to continue, call read_file with offset {r.get('next_offset')}]")
         return ToolResult.text(body, r)
 
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -11,6 +11,8 @@ import pytest
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from tools.files.errors import READ_PAGE_BYTES
 
+from .test_tools import CoreTools, core  # noqa: F401  (the fixture)
+
 _n = itertools.count()
 
 
@@ -88,3 +90,30 @@ async def test_an_eof_pinned_hunk_longer_than_the_search_budget_still_matches_on
     at_end = "@@\n" + " x\n" * (n - 1) + " x\n-y\n+z\n*** End of File\n"
     out = await client.call("patch_file", {"path": f"{sub}/big.txt", "patch": at_end})
     assert out.result["changed"] and (workspace / sub / "big.txt").read_bytes() == b"x\n" * n + b"z\n"
+
+
+async def test_core_read_file_tells_the_model_when_a_page_is_not_the_end(core: CoreTools, workspace: Path,
+                                                                          sub: str) -> None:
+    (workspace / sub / "a.txt").write_text("one\ntwo\nthree")
+    _, whole = await core.run("read_file", {"path": f"{sub}/a.txt"})
+    assert [p.text for p in whole.content] == ["one\ntwo\nthree"]  # the whole file: its exact text only
+
+    _, first = await core.run("read_file", {"path": f"{sub}/a.txt", "max_lines": 2})
+    assert first.structured_content["content"] == "one\ntwo\n" and first.structured_content["eof"] is False
+    text = first.content[0].text
+    assert text.startswith("one\ntwo\n[partial: lines 1-2, bytes 0-8 of 13;")
+    assert "offset 8" in text
+    _, rest = await core.run("read_file", {"path": f"{sub}/a.txt", "offset": 8})
+    assert [p.text for p in rest.content] == ["three"]
+
+    long = "x" * (READ_PAGE_BYTES + 5)  # one line longer than a page: the note goes on a line of its own
+    (workspace / sub / "long.txt").write_text(long)
+    _, cut = await core.run("read_file", {"path": f"{sub}/long.txt"})
+    assert cut.content[0].text == "x" * READ_PAGE_BYTES + (
+        f"\n[partial: lines 1-1, bytes 0-{READ_PAGE_BYTES} of {READ_PAGE_BYTES + 5}; "
+        f"to continue, call read_file with offset {READ_PAGE_BYTES}]")
+
+    for name in ("c", "a", "b"):
+        (workspace / sub / "d" / name).mkdir(parents=True)
+    _, listing = await core.run("read_file", {"path": f"{sub}/d", "max_lines": 2})
+    assert listing.content[0].text.startswith("a/\nb/\n[partial: entries 1-2, bytes 0-6 of 9;")
