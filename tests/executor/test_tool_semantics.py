@@ -117,3 +117,20 @@ async def test_core_read_file_tells_the_model_when_a_page_is_not_the_end(core: C
         (workspace / sub / "d" / name).mkdir(parents=True)
     _, listing = await core.run("read_file", {"path": f"{sub}/d", "max_lines": 2})
     assert listing.content[0].text.startswith("a/\nb/\n[partial: entries 1-2, bytes 0-6 of 9;")
+
+
+async def test_an_edit_missing_only_because_of_crlf_endings_says_so_and_changes_nothing(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    f = workspace / sub / "win.txt"
+    f.write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    err = await fails("NO_MATCH", client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [
+        {"old_string": "one\ntwo", "new_string": "1\n2"}]}))
+    assert "line endings are \\r\\n" in err.message
+    assert f.read_bytes() == b"one\r\ntwo\r\nthree\r\n"
+    other = await fails("NO_MATCH", client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [
+        {"old_string": "one\nthree", "new_string": "x"}]}))  # not there with CRLF either: no hint
+    assert "line endings" not in other.message
+    done = await client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [
+        {"old_string": "one\r\ntwo", "new_string": "1\r\n2"}]})
+    assert done.result == {"path": f"{sub}/win.txt", "changed": True, "units_applied": 1, "bytes_written": 13}
+    assert f.read_bytes() == b"1\r\n2\r\nthree\r\n"

@@ -11,8 +11,9 @@ Edits are applied in order to the in-memory text, each to the result of the prev
 file is committed once, after all of them succeeded. An edit's ``old_string`` must be non-empty
 and match exactly (bytes of its UTF-8 form): no match is NO_MATCH, more than one match without
 ``replace_all`` is NOT_UNIQUE (overlapping occurrences count: "aa" in "aaa" is not unique); the
-message names the edit's 0-based index. ``replace_all`` replaces every non-overlapping occurrence,
-left to right.
+message names the edit's 0-based index, and a NO_MATCH whose ``old_string`` has bare "\\n" where
+the file has "\\r\\n" (it would match with CRLF endings) says so — the match stays exact.
+``replace_all`` replaces every non-overlapping occurrence, left to right.
 
 Limits (each at most, each checked separately, TOO_LARGE past it): the input text (``content``,
 or the sum of all ``old_string`` and ``new_string``, in UTF-8 bytes), the original file and the
@@ -128,7 +129,7 @@ def apply_edits(original: bytes, edits: tuple[Replacement, ...], shown: str) -> 
     for i, rep in enumerate(edits):
         first = text.find(rep.old)
         if first < 0:
-            raise FileToolError("NO_MATCH", f"{shown}: edit {i}: old_string not found")
+            raise FileToolError("NO_MATCH", f"{shown}: edit {i}: old_string not found{_crlf_hint(text, rep.old)}")
         if not rep.replace_all and text.find(rep.old, first + 1) >= 0:
             raise FileToolError("NOT_UNIQUE", f"{shown}: edit {i}: old_string matches more than once; "
                                               "add context or set replace_all")
@@ -139,3 +140,11 @@ def apply_edits(original: bytes, edits: tuple[Replacement, ...], shown: str) -> 
                                              f"at most {MAX_TEXT_BYTES}")
         text = text.replace(rep.old, rep.new) if rep.replace_all else text.replace(rep.old, rep.new, 1)
     return text
+
+
+def _crlf_hint(text: bytes, old: bytes) -> str:
+    """Matching is exact: in a file with CRLF endings an old_string written with bare newlines
+    finds nothing. Say so when that is why (the match itself stays exact)."""
+    if b"\n" in old and b"\r\n" not in old and old.replace(b"\n", b"\r\n") in text:
+        return " (the file's line endings are \\r\\n; old_string has bare \\n: match is exact)"
+    return ""
