@@ -79,6 +79,12 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             body += ("" if not body or body.endswith("\n") else "\n") + (
                 f"[partial: {unit} {first}-{first + count - 1}, bytes {r.get('offset')}-{r.get('next_offset')} of "
                 f"{r.get('size')}; to continue, call read_file with offset {r.get('next_offset')}]")
+        elif not body and r.get("size", 0) > 0:
+            # An empty page of a non-empty file: start_line or offset is at or past its end
+            # (otherwise the model gets "(no output)", as for an empty file).
+            unit = "entry" if r.get("kind") == "directory" else "line"
+            body = (f"[nothing from {unit} {r.get('start_line')} (byte {r.get('offset')}) on: "
+                    f"the end is at byte {r.get('size')}]")
         return ToolResult.text(body, r)
 
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -105,6 +105,12 @@ async def test_core_read_file_tells_the_model_when_a_page_is_not_the_end(core: C
     assert "offset 8" in text
     _, rest = await core.run("read_file", {"path": f"{sub}/a.txt", "offset": 8})
     assert [p.text for p in rest.content] == ["three"]
+    _, past = await core.run("read_file", {"path": f"{sub}/a.txt", "start_line": 9})
+    assert past.structured_content["content"] == "" and past.structured_content["eof"] is True
+    assert [p.text for p in past.content] == ["[nothing from line 9 (byte 13) on: the end is at byte 13]"]
+    (workspace / sub / "empty.txt").write_bytes(b"")
+    _, empty = await core.run("read_file", {"path": f"{sub}/empty.txt"})
+    assert [p.text for p in empty.content] == [""]  # an empty file is its (empty) text
 
     long = "x" * (READ_PAGE_BYTES + 5)  # one line longer than a page: the note goes on a line of its own
     (workspace / sub / "long.txt").write_text(long)
