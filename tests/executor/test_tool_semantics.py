@@ -62,6 +62,8 @@ async def test_an_offset_at_a_stray_continuation_byte_is_not_utf8(client: Execut
                                                                   sub: str) -> None:
     (workspace / sub / "latin1.txt").write_bytes(b"\x80abc\n")
     await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/latin1.txt", "offset": 0}))
+    (workspace / sub / "stray.txt").write_bytes("é".encode() + b"\x80z\n")  # a lead byte before, too far
+    await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/stray.txt", "offset": 2}))
     (workspace / sub / "utf8.txt").write_bytes("a😀b\n".encode())
     for inside in (2, 3, 4):  # inside the 4-byte character: the offset is wrong, the file is fine
         await fails("INVALID_ARGUMENT", client.call("read_file", {"path": f"{sub}/utf8.txt", "offset": inside}))

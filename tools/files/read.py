@@ -27,8 +27,8 @@ Page caps: at most READ_PAGE_LINES (2000) lines and READ_PAGE_BYTES (256 KiB) pe
 whole line; a single line longer than the cap is cut at the last character boundary before it
 (``next_offset`` then points into that line, at a character boundary). A ``start_line`` past the
 last line gives an empty page with ``eof`` true. UTF-8 is checked on the bytes of the page: a page
-that is not valid UTF-8 is NOT_UTF8; so is an ``offset`` at a continuation byte that no lead byte
-in the 3 bytes before it starts (there it is not inside a character: the text is not UTF-8). A page
+that is not valid UTF-8 is NOT_UTF8; so is an ``offset`` at a continuation byte that is not
+inside the character of a lead byte before it (the text there is not UTF-8: no character to split). A page
 that is not at the end always holds at least one byte, so paging by ``next_offset`` ends.
 """
 
@@ -126,7 +126,9 @@ def page(read_at: ReadAt, size: int, *, shown: str, start_line: object = None, m
             i = back - 1
             while i >= 0 and (around[i] & 0xC0) == 0x80:
                 i -= 1
-            if i >= 0 and around[i] >= 0xC0:
+            lead = around[i] if i >= 0 else 0
+            length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+            if lead >= 0xC0 and back - i < length:  # the lead's character reaches the offset
                 raise FileToolError("INVALID_ARGUMENT", f"offset {off} is inside a UTF-8 character")
             raise FileToolError("NOT_UTF8", f"{shown}: not valid UTF-8 (byte {off})")
         pos = off
