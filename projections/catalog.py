@@ -37,17 +37,18 @@ class ProjectsProjection(Projection):
 
 SESSION_COLUMNS = (
     "id, project_id, name, model, thinking_level, created_ts, updated_ts, last_seq, deleted, "
-    "forked_from_session, forked_from_seq, open_tasks, queued, open_questions"
+    "forked_from_session, forked_from_seq, open_tasks, queued, open_questions, quarantined"
 )
 
 
 class SessionsProjection(Projection):
     """One row per session; counts kept from kinds so the list shows running/queued/awaiting an
     answer cheaply (version 2 added the open questions: the list said `running` where the view
-    said `awaiting_answer`)."""
+    said `awaiting_answer`; version 3 the quarantine: the list said `idle` or `running` where the
+    view said `quarantined`)."""
 
     name = "sessions"
-    version = 2
+    version = 3
     needs_body = True
     tables = ("sessions", "session_questions")
 
@@ -57,7 +58,7 @@ class SessionsProjection(Projection):
             "thinking_level TEXT, created_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL, "
             "last_seq INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0, forked_from_session TEXT, "
             "forked_from_seq INTEGER, open_tasks INTEGER NOT NULL DEFAULT 0, queued INTEGER NOT NULL DEFAULT 0, "
-            "open_questions INTEGER NOT NULL DEFAULT 0)"
+            "open_questions INTEGER NOT NULL DEFAULT 0, quarantined INTEGER NOT NULL DEFAULT 0)"
         )
         conn.execute("CREATE INDEX sessions_project ON sessions(project_id, created_ts)")
         # The questions asked and not yet answered or cancelled (a count alone would go wrong on
@@ -99,6 +100,8 @@ class SessionsProjection(Projection):
                 args.append(ev.name)
             elif isinstance(ev, t.SessionDeleted):
                 sets.append("deleted = 1")
+            elif isinstance(ev, t.SessionQuarantined):
+                sets.append("quarantined = 1")
             elif isinstance(ev, t.TaskStarted) and se.agent_id == "main":
                 sets.append("open_tasks = open_tasks + 1")
             elif isinstance(ev, t.TaskFinished) and se.agent_id == "main":

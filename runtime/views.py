@@ -113,9 +113,9 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
 
 def session_row_view(row: tuple) -> dict[str, Any]:
     (sid, project_id, name, model, thinking, created, updated, last_seq, deleted, fsess, fseq, open_tasks, queued,
-     open_questions) = row
-    # (as the view's status has it: deleted first, then open questions, then work running or queued)
-    status = ("deleted" if deleted else "awaiting_answer" if open_questions
+     open_questions, quarantined) = row
+    # (as the view's status has it: deleted, quarantined, open questions, then work running or queued)
+    status = ("deleted" if deleted else "quarantined" if quarantined else "awaiting_answer" if open_questions
               else "running" if open_tasks or queued else "idle")
     return {
         "id": sid, "projectId": project_id, "name": name, "model": model, "thinkingLevel": thinking,

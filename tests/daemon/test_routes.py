@@ -722,12 +722,15 @@ async def test_only_the_dashboard_page_is_served_outside_the_api(daemon: Daemon)
 def test_a_listed_session_with_queued_inputs_is_running():
     from runtime.views import session_row_view
 
-    def row(open_tasks: int, queued: int, questions: int = 0) -> tuple:
-        return ("ses_1", "prj_1", "n", "faux/echo", None, 1, 2, 3, 0, None, None, open_tasks, queued, questions)
+    def row(open_tasks: int, queued: int, questions: int = 0, quarantined: int = 0, deleted: int = 0) -> tuple:
+        return ("ses_1", "prj_1", "n", "faux/echo", None, 1, 2, 3, deleted, None, None, open_tasks, queued, questions,
+                quarantined)
 
     assert [session_row_view(row(o, q))["status"] for o, q in [(0, 0), (1, 0), (0, 1), (1, 2)]] == [
         "idle", "running", "running", "running"]
     assert session_row_view(row(1, 0, 1))["status"] == "awaiting_answer"
+    assert session_row_view(row(1, 1, 1, quarantined=1))["status"] == "quarantined"
+    assert session_row_view(row(1, 1, 1, quarantined=1, deleted=1))["status"] == "deleted"
 
 
 def test_a_daemon_bound_to_every_address_answers_to_its_ip_addresses_not_to_names(tmp_path):

@@ -1,7 +1,11 @@
 """F-ACT-6 over HTTP: a session's model and thinking level change by event
-(``PATCH /sessions/{id}``) and apply from its next model request."""
+(``PATCH /sessions/{id}``) and apply from its next model request; soft delete, fork (F-ACT-7) and
+the list's status."""
 
 from __future__ import annotations
+
+from events.store import Draft, open_store
+from events.types import SessionQuarantined
 
 from .conftest import Daemon, error_of, stop_daemon, wait_until
 
@@ -180,3 +184,23 @@ async def test_a_session_is_forked_from_one_of_its_events(daemon_factory):
     r = await d.post("/sessions/ses_nope/fork", token, {"seq": first_answer})
     assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND"), r.text
     assert len((await d.get("/sessions", token)).json()["sessions"]) == 3
+
+
+async def test_the_list_says_quarantined_as_the_view_does(daemon_factory):
+    # The sessions projection kept no quarantine: a quarantined session was listed `idle` (or
+    # `running`, its task left open) while its view said `quarantined`.
+    d = await daemon_factory()
+    token = await d.pair("quarantine-client", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    await stop_daemon(d)
+    async with open_store(d.data_dir) as store:  # what the supervisor records after the last failed restart
+        await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=project["id"],
+                                 session_id=sid))
+    d2 = await daemon_factory(root=d.root)
+    view = await d2.view(token, sid)
+    assert view["status"] == "quarantined"
+    [listed] = (await d2.get("/sessions", token)).json()["sessions"]
+    assert (listed["id"], listed["status"]) == (sid, "quarantined")
