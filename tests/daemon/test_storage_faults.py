@@ -15,7 +15,7 @@ import pytest
 import projections.projector as projector_module
 from runtime import projection_service
 
-from .conftest import Daemon, error_of, wait_until
+from .conftest import LIMIT, Daemon, error_of, wait_until
 
 
 def _damage(path: Path) -> None:
@@ -101,6 +101,7 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
     await d.submit(strong, sid, "a", "before")
     await d.wait_idle(strong, sid)
     holder = apsw.Connection(str(d.data_dir / "projections.db"))
+    holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, as a rebuild does
     try:
         holder.execute("BEGIN IMMEDIATE")  # as a rebuild does, for all of its run
         await d.submit(strong, sid, "b", "while held")
@@ -148,6 +149,7 @@ async def test_projections_go_on_soon_after_a_long_hold_ends(daemon_factory, mon
     p = await d.project(strong, "one")
     sid = (await d.session(strong, p["id"]))["id"]
     holder = apsw.Connection(str(d.data_dir / "projections.db"))
+    holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, as a rebuild does
     try:
         holder.execute("BEGIN IMMEDIATE")
         await d.submit(strong, sid, "b", "while held")
