@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import msgspec
 import trio
@@ -471,26 +471,16 @@ class Bus:
         self.unsubscribe(sub)
         sub.wake.set()
 
-    def publish(self, session_id: str | None, project_id: str | None, event: str, data: dict[str, Any]) -> None:
-        """An ephemeral frame (no id, not in the log), e.g. a streaming text delta. Without a
-        ``project_id``, the session's project (as its committed events name it) is used."""
-        if project_id is None and session_id is not None:
-            project_id = self._project_of.get(session_id)
-        self._offer_inbox_now()
-        self._offer(Frame(None, project_id, session_id, sse_message(event, _json.encode(data))))
-
     def publish_delta(self, session_id: str, agent_id: str, kind: str, text: str) -> None:
         """A streaming delta of ``agent_id``'s open model request (``kind``: text or reasoning):
-        an ephemeral ``model.delta`` frame, also kept for streams that join later."""
+        an ephemeral ``model.delta`` frame (no id, not in the log; sent to the session's project
+        too, as its committed events name it), also kept for streams that join later."""
         in_order = self._offer_inbox_now()
         self.streamed.note_delta(session_id, agent_id, kind, text, in_order=in_order,
                                  committed=self.store.last_seq)
         data = {"session_id": session_id, "agent_id": agent_id, "kind": kind, "text": text}
-        self._offer(Frame(None, self._project_of.get(session_id), session_id,
-                          sse_message("model.delta", _json.encode(data))))
-
-    def _offer(self, frame: Frame) -> None:
-        self._offer_all([frame])
+        self._offer_all([Frame(None, self._project_of.get(session_id), session_id,
+                               sse_message("model.delta", _json.encode(data)))])
 
     def _offer_all(self, frames: list[Frame]) -> None:
         """Queue ``frames`` (in order) for every group they match; the ticker flushes them."""

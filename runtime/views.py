@@ -22,18 +22,11 @@ def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
     return out
 
 
-_CAMEL = {"input_tokens": "inputTokens", "output_tokens": "outputTokens", "cache_read_tokens": "cacheReadTokens",
-          "cache_write_tokens": "cacheWriteTokens", "reasoning_tokens": "reasoningTokens"}
+_CAMEL = {name: name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:]) for name in USAGE_FIELDS}
 
 
 def usage_view(u: UsageTotals | t.Usage) -> dict[str, Any]:
-    out = {
-        "inputTokens": u.input_tokens,
-        "outputTokens": u.output_tokens,
-        "cacheReadTokens": u.cache_read_tokens,
-        "cacheWriteTokens": u.cache_write_tokens,
-        "reasoningTokens": u.reasoning_tokens,
-    }
+    out: dict[str, Any] = {_CAMEL[name]: getattr(u, name) for name in USAGE_FIELDS}
     if isinstance(u, UsageTotals):
         out["requests"] = u.requests
         # Per count, how many answered requests did not report it: a total is complete only

@@ -98,14 +98,14 @@ async def test_a_subscriber_joining_does_not_hold_back_what_the_others_are_owed(
         bus = Bus(store)
         waiting = bus.subscribe(session_id="s1")
         waiting.parked = True  # its task waits for the bus to wake it
-        bus.publish("s1", "p", "model.delta", {"text": "owed"})
+        bus.publish_delta("s1", "main", "text", "owed")
         joined = bus.subscribe(session_id="s1")  # before the tick that would flush the frame
         assert not waiting.wake.is_set()
         bus.flush()  # the next tick
         assert waiting.wake.is_set()
         assert b'"text":"owed"' in (waiting.take() or b"")
         assert joined.take() is None  # it joined after the frame was offered
-        bus.publish("s1", "p", "model.delta", {"text": "next"})
+        bus.publish_delta("s1", "main", "text", "next")
         bus.flush()
         assert b'"text":"next"' in (joined.take() or b"") and b'"text":"next"' in (waiting.take() or b"")
 

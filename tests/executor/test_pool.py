@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -99,9 +100,10 @@ async def test_executor_killed_mid_command_fails_clearly_and_the_next_call_respa
     assert not done.is_error and done.content[0].text.startswith("back\n")  # type: ignore[union-attr]
 
 
-async def test_the_client_sees_an_in_band_unavailable_error_when_the_executor_dies(
-        local: tuple[ExecutorPool, Path]) -> None:
-    pool, ws = local
+@asynccontextmanager
+async def child_killed_mid_command(pool: ExecutorPool) -> AsyncIterator[tuple[list[Any], int]]:
+    """Run a long command on project "p"'s child and kill the child outright meanwhile: yields
+    the command's events after the kill and its process group (ended on leaving, if still there)."""
     ex = await pool.get("p")
     assert ex.process is not None
     pgid = 0
@@ -111,12 +113,19 @@ async def test_the_client_sees_an_in_band_unavailable_error_when_the_executor_di
                 pgid = int((await events.receive()).stdout)
                 ex.process.kill()
                 rest = [ev async for ev in events]
-        assert len(rest) == 1 and isinstance(rest[0], ExecutorUnavailable)
-        assert rest[0].code == "EXECUTOR_UNAVAILABLE"
+        yield rest, pgid
     finally:
         if pgid:
             kill_group(pgid)
             wait_group_gone(pgid)
+
+
+async def test_the_client_sees_an_in_band_unavailable_error_when_the_executor_dies(
+        local: tuple[ExecutorPool, Path]) -> None:
+    pool, ws = local
+    async with child_killed_mid_command(pool) as (rest, _):
+        assert len(rest) == 1 and isinstance(rest[0], ExecutorUnavailable)
+        assert rest[0].code == "EXECUTOR_UNAVAILABLE"
     with trio.fail_after(BOUND_S):
         again = await pool.get("p")
         assert (await again.client.call("read_file", {"path": "."})).result["kind"] == "directory"
@@ -189,19 +198,9 @@ async def test_stopping_the_pool_ends_a_command_that_ignores_sigterm(tmp_path: P
 async def test_a_child_killed_outright_has_its_commands_ended_by_the_pool(local: tuple[ExecutorPool, Path]) -> None:
     # Before, they ran on until the next call spawned a new executor over the same state.
     pool, _ = local
-    ex = await pool.get("p")
-    assert ex.process is not None
-    pgid = 0
-    try:
-        with trio.fail_after(BOUND_S):
-            async with ex.client.run("echo $$; exec sleep 100") as events:
-                pgid = int((await events.receive()).stdout)
-                ex.process.kill()
-                assert [type(ev) for ev in [ev async for ev in events]] == [ExecutorUnavailable]
+    async with child_killed_mid_command(pool) as (rest, pgid):
+        assert [type(ev) for ev in rest] == [ExecutorUnavailable]
         assert await _group_gone(pgid) == []
-    finally:
-        if pgid:
-            kill_group(pgid)
 
 
 # ---------------------------------------------------------------------------- execution-domain lock

@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from runtime.executor_client import ExecutorClient, ExecutorToolError
+from runtime.executor_client import ExecutorClient
 from tools.files.errors import READ_PAGE_BYTES
 
-from .test_tools import CoreTools, core  # noqa: F401  (the fixture)
-
-_n = itertools.count()
-
-
-@pytest.fixture
-def sub(workspace: Path, request: pytest.FixtureRequest) -> str:
-    """A fresh directory of the shared workspace for this test (workspace-relative name)."""
-    name = f"s{next(_n)}_{request.node.name[:40].replace('[', '_').replace(']', '')}"
-    (workspace / name).mkdir()
-    return name
-
-
-async def fails(code: str, coro: Any) -> ExecutorToolError:
-    with pytest.raises(ExecutorToolError) as info:
-        await coro
-    assert info.value.code == code, f"expected {code}, got {info.value.code}: {info.value}"
-    return info.value
+from .test_tools import CoreTools, core, fails, sub  # noqa: F401  (core and sub are fixtures)
 
 
 async def read_all_pages(client: ExecutorClient, path: str) -> bytes:
