@@ -24,6 +24,7 @@ to restart the runtime on the same data directory with the same script and tools
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -104,7 +105,9 @@ def make_deps(store: EventStore, provider: FauxProvider, on_delta: Any = None) -
 
 
 def say(*parts: object) -> None:
-    print(*parts, flush=True)
+    """One line in one write(2): a line written in pieces (print with PYTHONUNBUFFERED set writes
+    each argument on its own) can be torn by the parent's SIGKILL."""
+    os.write(1, (" ".join(map(str, parts)) + "\n").encode())
 
 
 async def watch(store: EventStore, seen: dict[str, trio.Event]) -> None:

@@ -94,9 +94,7 @@ async def _lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
     buf = b""
     while True:
         chunk = await stream.receive_some(65536)
-        if not chunk:
-            if buf:
-                yield buf.decode()
+        if not chunk:  # an unterminated tail is a line the kill tore: not a report
             return
         buf += chunk
         while b"\n" in buf:
