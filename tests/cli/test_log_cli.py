@@ -1332,9 +1332,9 @@ def test_a_path_is_refused_when_its_journal_would_not_fit(pristine: Path, tmp_pa
     # failed as "permission denied". At most 511 - 8 = 503 bytes now, and one more is named.
     want = 503 + extra - len("/data/events.db")
     deep = tmp_path
-    while len(str(deep)) < want - 61:
+    while want - len(str(deep)) > 62:  # leaves room for "/" and at least one more byte
         deep = deep / ("d" * 60)
-    deep = deep / ("e" * (want - len(str(deep)) - 1))
+    deep = deep / ("e" * (want - len(str(deep)) - 1))  # (a 0-byte name would add nothing)
     assert len(str(deep / "data" / "events.db")) == 503 + extra
     shutil.copytree(pristine, deep / "data")
     res = lens("log", "verify", "--data", str(deep / "data"))
