@@ -26,6 +26,9 @@ async def test_dictionary_is_trained_once_and_every_row_decodes(data_dir: Path) 
                 break
             if i % 50 == 0:
                 await trio.sleep(0.01)  # let the background trainer finish
+        with trio.move_on_after(10):  # a loaded machine may starve the trainer's thread a while
+            while not store.codec.active_dict_id:
+                await trio.sleep(0.01)
         dict_id = store.codec.active_dict_id
         assert dict_id, "no dictionary was trained"
         more = await store.append(Draft(InstructionAppended(text=text(10_000)), session_id="s1"))
