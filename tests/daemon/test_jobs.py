@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .conftest import Daemon, error_of, stop_daemon, wait_until
+from .conftest import BUSY, Daemon, error_of, stop_daemon, wait_until
 
 
 async def log_of(d: Daemon, token: str, sid: str) -> list[dict[str, Any]]:
@@ -249,3 +249,19 @@ async def test_a_session_with_a_job_running_does_not_passivate_before_the_job_en
     fin = await finished_of(d, token, sid, job_id)
     assert (fin["body"]["status"], fin["body"]["output_tail"]) == ("exited", "late\n")
     await report_answered(d, token, sid, job_id)
+
+
+async def test_an_abort_stops_the_run_but_not_the_background_jobs(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "exec sleep 600")
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, "busy", BUSY)
+    await daemon.wait_running_call(token, sid)
+    r = await daemon.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await daemon.wait_idle(token, sid)
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)
+    assert r.json()["status"] == "running"
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200 and r.json()["status"] == "stopped", r.text
+    await report_answered(daemon, token, sid, job_id)
