@@ -130,7 +130,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         "(returns its job_id at once; when it ends you get a message with its status and last output), "
         "list jobs, read a job's output so far (offset: bytes already read), stop a job.",
         {"type": "object", "properties": {
-            "action": {"enum": ["start", "list", "read", "stop"]},
+            "action": {"type": "string", "enum": ["start", "list", "read", "stop"]},
             "command": {"type": "string", "description": "start: the shell command"},
             "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_MS,
                            "description": f"start: ended after this long (default {DEFAULT_JOB_TIMEOUT_MS})"},

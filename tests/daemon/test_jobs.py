@@ -265,3 +265,19 @@ async def test_an_abort_stops_the_run_but_not_the_background_jobs(daemon: Daemon
     r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
     assert r.status_code == 200 and r.json()["status"] == "stopped", r.text
     await report_answered(daemon, token, sid, job_id)
+
+
+async def test_a_report_whose_request_id_a_client_took_is_still_written(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "exec sleep 600")
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, f"job:{job_id}", "my own input of that id")
+    await daemon.wait_idle(token, sid)
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200, r.text
+    await report_answered(daemon, token, sid, job_id)
+    events = await log_of(daemon, token, sid)
+    reports = [e for e in events if e["kind"] == "input.submitted"
+               and e["body"]["content"][0]["text"].startswith(f"[background job {job_id} ")]
+    assert [e["request_id"] for e in reports] == [None]
+    assert [e["body"]["status"] for e in events if e["kind"] == "job.finished"] == ["stopped"]
