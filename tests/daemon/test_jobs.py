@@ -218,6 +218,8 @@ async def test_at_most_eight_jobs_run_at_once_and_a_delete_stops_them_without_re
     assert [e["request_id"] for e in reports] == [f"job:{ids[0]}"]
     r = await daemon.get(f"/sessions/{sid}/jobs", token)
     assert r.status_code == 200 and {j["status"] for j in r.json()["jobs"]} == {"stopped"}
+    r = await daemon.post(f"/sessions/{sid}/jobs/{ids[1]}/stop", token)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
 
 
 async def test_a_job_running_at_a_restart_is_recorded_lost_and_reported(daemon_factory):
