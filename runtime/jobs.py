@@ -90,8 +90,9 @@ class OutputRing:
         """Text from ``offset`` (or the oldest byte kept, if later): ``(text, from, next)``.
 
         Never splits a UTF-8 character: the start moves past continuation bytes, and an end
-        inside a character moves back before it (unless the output is ``final`` and ends there).
-        Invalid bytes read as U+FFFD."""
+        inside a character moves back before it (unless the output is ``final`` and ends there);
+        a ``limit`` smaller than the first character still returns that character, so a reader
+        always advances. Invalid bytes read as U+FFFD."""
         begin = max(offset, self.start)
         if begin >= self.total:
             return "", self.total, self.total
@@ -101,6 +102,9 @@ class OutputRing:
         end = min(i + limit, len(self.buf))
         if end < len(self.buf) or not final:
             end = _complete_end(self.buf, i, end)
+        if end == i < len(self.buf):  # the first character is longer than limit
+            whole = i + _char_len(self.buf[i])
+            end = whole if whole <= len(self.buf) else (len(self.buf) if final else i)
         return bytes(self.buf[i:end]).decode("utf-8", errors="replace"), self.start + i, self.start + end
 
     def tail(self, n: int = TAIL_BYTES) -> str:
@@ -115,14 +119,17 @@ def _is_continuation(b: int) -> bool:
     return b & 0xC0 == 0x80
 
 
+def _char_len(b: int) -> int:
+    """The length of the UTF-8 sequence lead byte ``b`` starts (1 for a byte that starts none)."""
+    return 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 1
+
+
 def _complete_end(buf: bytearray, lo: int, end: int) -> int:
     """``end``, or the start of a character it would cut (a lead byte whose sequence passes it)."""
     j = end - 1
     while j >= lo and j >= end - 4:
-        b = buf[j]
-        if not _is_continuation(b):
-            need = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 1
-            return end if j + need <= end else j
+        if not _is_continuation(buf[j]):
+            return end if j + _char_len(buf[j]) <= end else j
         j -= 1
     return end
 

@@ -24,6 +24,7 @@ def test_reads_never_split_a_character():
     ring = OutputRing(100)
     ring.write("aé€😀".encode())  # 1 + 2 + 3 + 4 bytes
     assert ring.read(0, 2, final=True) == ("a", 0, 1)  # é would be cut: the page ends before it
+    assert ring.read(6, 1, final=True) == ("😀", 6, 10)  # a limit below one character: that character
     assert ring.read(1, 2, final=True) == ("é", 1, 3)
     assert ring.read(2, 10, final=True) == ("€😀", 3, 10)  # an offset inside é moves to the next character
     assert ring.read(3, 6, final=True) == ("€", 3, 6)
