@@ -88,6 +88,8 @@ async def test_a_job_runs_in_the_background_and_its_end_starts_a_new_round(daemo
     assert any(e["kind"] == "model.requested" and e["seq"] > placed["seq"] for e in events)
     assert ("task.started", None) in kinds and sum(k == "task.started" for k, _ in kinds) == 2
     assert view["items"][-1]["role"] == "assistant" and job_id in view["items"][-1]["text"]
+    assert view["jobs"] == [{"jobId": job_id, "command": "echo hi; sleep 0.2; echo done", "status": "exited",
+                             "exitCode": 0, "reason": ""}]
     # HTTP: the list and the output (from memory: the daemon still holds it).
     r = await daemon.get(f"/sessions/{sid}/jobs", token)
     assert r.status_code == 200, r.text
