@@ -335,10 +335,15 @@ class JobStarted(_Event, tag="job.started"):
 
 
 class JobFinished(_Event, tag="job.finished"):
+    """A background job ended: ``exited`` by itself (any exit code), ``crashed`` (killed by a
+    signal it did not get from Lens, or its executor stream failed), ``stopped`` (by a stop or its
+    timeout) or ``lost`` (Lens restarted while it ran; its command ended with the old run)."""
+
     job_id: str
     status: Literal["exited", "crashed", "stopped", "lost"] = "exited"
     exit_code: int | None = None
     output_tail: str = ""
+    reason: str = ""  # why it was stopped, crashed or lost (empty when it exited by itself)
 
 
 class ConfigChanged(_Event, tag="config.changed"):

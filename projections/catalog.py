@@ -45,12 +45,13 @@ class SessionsProjection(Projection):
     """One row per session; counts kept from kinds so the list shows running/queued/awaiting an
     answer cheaply (version 2 added the open questions: the list said `running` where the view
     said `awaiting_answer`; version 3 the quarantine: the list said `idle` or `running` where the
-    view said `quarantined`)."""
+    view said `quarantined`; version 4 the background jobs without their end, so a restart wakes
+    their sessions to record them lost)."""
 
     name = "sessions"
-    version = 3
+    version = 4
     needs_body = True
-    tables = ("sessions", "session_questions")
+    tables = ("sessions", "session_questions", "session_jobs")
 
     def create(self, conn: apsw.Connection) -> None:
         conn.execute(
@@ -65,6 +66,8 @@ class SessionsProjection(Projection):
         # an answer recorded twice).
         conn.execute("CREATE TABLE session_questions(session_id TEXT NOT NULL, question_id TEXT NOT NULL, "
                      "PRIMARY KEY(session_id, question_id)) WITHOUT ROWID")
+        conn.execute("CREATE TABLE session_jobs(session_id TEXT NOT NULL, job_id TEXT NOT NULL, "
+                     "PRIMARY KEY(session_id, job_id)) WITHOUT ROWID")
 
     def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
         assert events is not None
@@ -120,4 +123,8 @@ class SessionsProjection(Projection):
                              (sid, ev.question_id))
                 if conn.changes():
                     sets.append("open_questions = max(open_questions - 1, 0)")
+            elif isinstance(ev, t.JobStarted):
+                conn.execute("INSERT OR IGNORE INTO session_jobs(session_id, job_id) VALUES (?, ?)", (sid, ev.job_id))
+            elif isinstance(ev, t.JobFinished):
+                conn.execute("DELETE FROM session_jobs WHERE session_id = ? AND job_id = ?", (sid, ev.job_id))
             conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*args, sid))

@@ -124,6 +124,22 @@ class Question(msgspec.Struct):
     call_id: str | None
 
 
+class JobRecord(msgspec.Struct):
+    """A background job as the log says (``job.started``, ``job.finished``); its output while it
+    runs lives in the session actor's memory only (runtime/jobs.py)."""
+
+    job_id: str
+    command: str = ""
+    call_id: str | None = None
+    agent_id: str | None = None
+    started_seq: int | None = None
+    status: str = "running"  # running | exited | crashed | stopped | lost
+    exit_code: int | None = None
+    reason: str = ""
+    output_tail: str = ""
+    finished_seq: int | None = None
+
+
 class SessionState(msgspec.Struct):
     session_id: str
     project_id: str | None = None
@@ -152,6 +168,7 @@ class SessionState(msgspec.Struct):
     settled_asks: dict[str, list[t.Question]] = {}
     usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
     file_edits: dict[str, list[t.FileEdited]] = {}  # call_id -> what it changed (until reverted)
+    jobs: dict[str, JobRecord] = {}  # background jobs, in start order
     last_seq: int = 0
     last_session_seq: int = 0
     events: int = 0
@@ -414,7 +431,23 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         if (q := state.questions.pop(ev.question_id, None)) is not None:
             state.settled_questions[ev.question_id] = {"status": "cancelled", "reason": ev.reason}
             state.settled_asks[ev.question_id] = q.questions
+    elif isinstance(ev, t.JobStarted):
+        state.jobs[ev.job_id] = JobRecord(ev.job_id, ev.command, ev.call_id, agent_id, seq)
+    elif isinstance(ev, t.JobFinished):
+        job = state.jobs.get(ev.job_id)
+        if job is None:  # (a finish without its start: shown as it is recorded)
+            job = state.jobs[ev.job_id] = JobRecord(ev.job_id, agent_id=agent_id)
+        job.status = ev.status
+        job.exit_code = ev.exit_code
+        job.reason = ev.reason
+        job.output_tail = ev.output_tail
+        job.finished_seq = seq
     return state
+
+
+def running_jobs(state: SessionState) -> list[JobRecord]:
+    """The jobs started and not finished, in start order."""
+    return [j for j in state.jobs.values() if j.status == "running"]
 
 
 def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:
@@ -493,7 +526,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 5: ``AgentState.outcome`` (how a finished subagent ended).
 # 6: the stored blob ends with a CRC-32 of the rest (projections/snapshots.py).
 # 7: ``UsageTotals.unreported`` (per count, the answered requests that did not report it).
-SNAPSHOT_VERSION = 7
+# 8: ``SessionState.jobs`` (background jobs).
+SNAPSHOT_VERSION = 8
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -34,6 +34,7 @@ from projections.snapshots import SnapshotStore
 from tools.base import ToolContext, ToolError, ToolRegistry
 
 from . import decide as d
+from . import jobs as j
 from .errors import (
     InputNotQueued,
     InvalidCommand,
@@ -187,6 +188,7 @@ class Answer:
 
 
 Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | WaitIdle | Answer
+Command = Command | j.JobCommand  # (background jobs: runtime/jobs.py)
 
 
 @dataclass
@@ -223,6 +225,8 @@ class SessionActor:
         self._snapshot_at = 0
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
+        self.jobs = j.SessionJobs(session_id, emit=self._emit, state=lambda: self.state, new_id=deps.new_id,
+                                  wake=self._maybe_start_runner)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -236,12 +240,14 @@ class SessionActor:
         task_status.started()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self.jobs.attach(nursery)
             if self.state.questions:
                 # Nobody waits for these answers any more (the asking call died with the old actor):
                 # cancel them; the call is then reported as interrupted and the model told.
                 open_questions = [(q, self.state.questions[q].agent_id or MAIN_AGENT) for q in self.state.questions]
                 await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"), agent,
                                            d.question_task(self.state, agent)) for q, agent in open_questions])
+            await self.jobs.record_lost()  # jobs of a run that is gone (a restart) ended with it
             self._maybe_start_runner()
             while True:
                 env: Envelope | None = None
@@ -255,8 +261,8 @@ class SessionActor:
                     except trio.EndOfChannel:
                         break
                 if env is None:
-                    if not self._runner_done.is_set() or self._idle_waiters:
-                        continue
+                    if not self._runner_done.is_set() or self._idle_waiters or self.jobs.running:
+                        continue  # (jobs run in this actor's nursery: it stays while they do)
                     try:
                         env = self.mailbox.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
@@ -270,6 +276,7 @@ class SessionActor:
                 self.current = None
             if self._runner_scope is not None:
                 self._runner_scope.cancel()
+            self.jobs.abandon()
 
     def fail_pending(self, error: BaseException) -> None:
         """Answer every call this actor holds with ``error`` (used after a crash)."""
@@ -432,7 +439,13 @@ class SessionActor:
                 return None
             self._idle_waiters.append(env)
             return _DEFERRED
+        if isinstance(cmd, (j.ListJobs, j.ReadJob)):
+            if not s.created:
+                raise SessionNotFound(f"no session {self.session_id!r}")
+            return await j.serve_command(self.jobs, cmd)
         self._require_live()
+        if isinstance(cmd, j.StopJob):
+            return await j.serve_command(self.jobs, cmd)
         if isinstance(cmd, Answer):
             return await self._answer(cmd)
         if isinstance(cmd, Submit):
@@ -485,6 +498,7 @@ class SessionActor:
                 await self._emit([d.Scoped(t.SessionNamed(name=cmd.name))])
             return {"name": s.name}
         if isinstance(cmd, Delete):
+            await self.jobs.stop_all("session deleted")  # (recorded stopped, with no report)
             await self._abort("session deleted")
             await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
@@ -674,7 +688,8 @@ class SessionActor:
 
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           agent_id == MAIN_AGENT, start_subagent,
-                          file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask)
+                          file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask,
+                          jobs=self.jobs)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
         try:
             await self._emit([d.Scoped(t.ToolFinished(
@@ -757,6 +772,7 @@ def _reset_for_fork(state: SessionState, new_session_id: str) -> None:
     state.running_task = None
     state.running_agent = None
     state.questions = {}
+    state.jobs = {}  # jobs belong to the session that ran them
     state.usage = type(state.usage)()
     state.last_session_seq = 0
     state.events = 0

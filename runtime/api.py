@@ -52,7 +52,7 @@ STATUS: dict[str, int] = {
     "AUTH_REQUIRED": 401, "AUTH_INVALID": 401,
     "FORBIDDEN": 403, "HOST_FORBIDDEN": 403, "ORIGIN_FORBIDDEN": 403,
     "NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "PROJECT_NOT_FOUND": 404, "CLIENT_NOT_FOUND": 404,
-    "QUESTION_NOT_FOUND": 404, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404, "ARTIFACT_CORRUPT": 500,
+    "QUESTION_NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "JOB_FINISHED": 409, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404, "ARTIFACT_CORRUPT": 500,
     "METHOD_NOT_ALLOWED": 405,
     "ANSWER_INVALID": 422, "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
     "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
@@ -730,6 +730,9 @@ def create_app(svc: Services) -> QuartTrio:
         resp.headers["Referrer-Policy"] = "no-referrer"
         return resp
 
+    from .jobs_api import add_job_routes  # (it uses this module's helpers)
+
+    add_job_routes(app, svc)
     return app
 
 

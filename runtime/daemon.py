@@ -28,6 +28,7 @@ from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
 from tools.executor import token_fits_a_header
 from tools.history import history_tools
+from tools.jobs import job_tool
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 
@@ -133,7 +134,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
                                  hidden_env=secret_env_names(cfg))
-        tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts)])
+        tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
+                               job_tool(executors)])
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None) -> list[str]:

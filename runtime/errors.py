@@ -9,6 +9,7 @@
     ├── InputNotQueued         INPUT_NOT_QUEUED (409)
     ├── QuestionNotFound       QUESTION_NOT_FOUND (404); QuestionSettled QUESTION_SETTLED (409)
     ├── AnswerInvalid          ANSWER_INVALID (422)
+    ├── JobNotFound            JOB_NOT_FOUND (404); JobNotRunning JOB_FINISHED (409)
     ├── InvalidCommand         INVALID_ARGUMENT (400)
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
@@ -67,3 +68,13 @@ class QuestionSettled(LensError):
 
 class AnswerInvalid(LensError):
     code = "ANSWER_INVALID"
+
+
+class JobNotFound(LensError):
+    code = "JOB_NOT_FOUND"
+
+
+class JobNotRunning(LensError):
+    """A stop of a job that already ended (its status says how)."""
+
+    code = "JOB_FINISHED"

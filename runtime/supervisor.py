@@ -4,7 +4,8 @@ Callers talk to sessions only through :meth:`Supervisor.call`. An actor that pas
 by the next call (replay); one that crashed is restarted from the log, and after
 ``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
 event and a clear status) instead of crash-looping. At start the supervisor wakes every session
-the log shows with unfinished work (a running task or queued inputs), so a restart resumes them:
+the log shows with unfinished work (a running task, queued inputs or a background job without its
+end), so a restart resumes them (and records such jobs lost):
 asked of a ``pending`` source when one is given (the daemon's: the sessions projection), else of
 the whole log.
 """
@@ -44,6 +45,7 @@ PENDING_WORK_SQL = """
 SELECT session_id FROM events WHERE session_id IS NOT NULL GROUP BY session_id
 HAVING sum(kind = 'task.started') > sum(kind = 'task.finished')
     OR sum(kind = 'input.submitted') > sum(kind IN ('input.placed', 'input.withdrawn'))
+    OR sum(kind = 'job.started') > sum(kind = 'job.finished')
 """
 
 

@@ -97,6 +97,9 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
             for q in s.questions.values()
         ],
         "usage": usage_view(s.usage),
+        # Background jobs as the log says (output: GET /sessions/{id}/jobs/{jobId}).
+        "jobs": [{"jobId": j.job_id, "command": j.command[:QUEUED_PREVIEW_CHARS], "status": j.status,
+                  "exitCode": j.exit_code, "reason": j.reason} for j in s.jobs.values()],
         "agents": agents,
         "lastSeq": s.last_seq,
         "deleted": s.deleted,

@@ -41,6 +41,8 @@ class ToolContext:
     file_edits: Callable[[str], list[t.FileEdited]] | None = None
     # Asks the user (ask_user); returns the settled record {question_id, status, answer | reason}.
     ask: Callable[[list[t.Question]], Awaitable[dict[str, Any]]] | None = None
+    # The session's background jobs (runtime.jobs.SessionJobs), for the ``job`` tool.
+    jobs: Any = None
 
 
 @dataclass(frozen=True)

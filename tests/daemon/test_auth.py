@@ -41,6 +41,8 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/tools/inventory"): READ,
     ("POST", "/api/v1/history/search"): READ,
     ("GET", "/api/v1/history/items/<item_id>"): READ,
+    ("GET", "/api/v1/sessions/<sid>/jobs"): READ,
+    ("GET", "/api/v1/sessions/<sid>/jobs/<job_id>"): READ,
     ("POST", "/api/v1/projects"): STRONG,
     ("POST", "/api/v1/sessions"): STRONG,
     ("PATCH", "/api/v1/sessions/<sid>"): STRONG,
@@ -51,6 +53,7 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/sessions/<sid>/inputs/<rid>/steer"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/abort"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/questions/<qid>/answer"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/jobs/<job_id>/stop"): STRONG,
     ("GET", "/api/v1/config/files"): STRONG,
     ("GET", "/api/v1/config/files/<name>"): STRONG,
     ("PUT", "/api/v1/config/files/<name>"): STRONG,
@@ -185,7 +188,7 @@ async def test_read_only_credential_may_read(daemon: Daemon, strong: str, reader
             continue
         body = {"projectId": project["id"], "query": "hello"} if rule.endswith("/history/search") else None
         r = await call(daemon, method, rule, reader, body, sid=sid, aid=ARTIFACT_ID)
-        ok = r.status_code == 200 or (rule.endswith("<item_id>") and r.status_code == 404)
+        ok = r.status_code == 200 or (rule.endswith(("<item_id>", "<job_id>")) and r.status_code == 404)
         if not ok:
             wrong.append((method, rule, r.status_code, r.text[:200]))
     assert not wrong, wrong
@@ -244,6 +247,10 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     r = await call(daemon, "POST", "/api/v1/sessions/<sid>/questions/<qid>/answer", strong, {"kind": "skip"})
     assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND"
     done.add(("POST", "/api/v1/sessions/<sid>/questions/<qid>/answer"))
+    # Stopping a job needs a running one (tests/daemon/test_jobs.py): past the guard to the lookup.
+    r = await call(daemon, "POST", "/api/v1/sessions/<sid>/jobs/<job_id>/stop", strong, sid=sid, job_id="job_x")
+    assert r.status_code == 404 and error_of(r) == "JOB_NOT_FOUND"
+    done.add(("POST", "/api/v1/sessions/<sid>/jobs/<job_id>/stop"))
     assert done == {k for k, v in ROUTE_TRUST.items() if v == STRONG}
 
 

@@ -341,3 +341,34 @@ async def test_pending_work_from_the_projection_matches_the_log_scan(tmp_path):
             assert await service.sessions_with_pending_work() is None
         finally:
             service.close()
+
+
+async def test_a_job_without_its_end_is_pending_work_both_ways(tmp_path):
+    # A background job the log shows running belongs to a run that a restart ended: its session
+    # is woken at start (the actor then records the job lost and reports it).
+    def put(sid: str, *events: t._Event) -> list[Draft]:
+        return [Draft(ev, project_id="p1", session_id=sid, agent_id="main") for ev in events]
+
+    created = t.SessionCreated(model="faux/echo")
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        await store.append(*put("job-running", created, t.JobStarted(job_id="job_1", command="sleep 9")))
+        await store.append(*put("job-ended", created, t.JobStarted(job_id="job_2", command="true"),
+                                t.JobFinished(job_id="job_2", status="exited", exit_code=0)))
+        service = ProjectionService(data, store)
+        sup = Supervisor(ActorDeps(store, None, None, None, None))  # type: ignore[arg-type]
+        try:
+            assert await sup.sessions_with_pending_work() == ["job-running"]
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                assert await service.sessions_with_pending_work() == ["job-running"]
+                nursery.cancel_scope.cancel()
+            await store.append(*put("job-running", t.JobFinished(job_id="job_1", status="lost")))
+            await store.append(*put("job-ended", t.JobStarted(job_id="job_3", command="sleep 9")))
+            assert await sup.sessions_with_pending_work() == ["job-ended"]
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                assert await service.sessions_with_pending_work() == ["job-ended"]
+                nursery.cancel_scope.cancel()
+        finally:
+            service.close()

@@ -1,0 +1,388 @@
+"""Background jobs of one session (F-HAR-2): commands that run on while the agent goes on.
+
+A :class:`SessionJobs` belongs to one :class:`~runtime.actor.SessionActor` and runs each job as a
+task of the actor's nursery (nothing outlives the actor that started it). What is durable is in
+the log: ``job.started`` when a job starts, ``job.finished`` (with the last
+:data:`TAIL_BYTES` of its output) when it ends, and with that finish an input
+(``input.submitted``, request id ``job:<job id>``, a follow-up) that reports the end to the main
+agent and so starts a new round. The output itself is kept in memory only, in a ring of the last
+:data:`OUTPUT_RING_BYTES`, readable while the job runs and, for the last :data:`FINISHED_KEPT`
+jobs, after it ended (until the session's actor passivates).
+
+An actor that wakes up (a daemon restart, an actor restart) and finds jobs the log shows running
+records them ``lost`` and reports that: their commands ended with the run that owned them (the
+executor kills a command whose caller went away; a local executor child dies with the daemon).
+
+Errors (``LensError`` codes): ``JOB_NOT_FOUND``, ``JOB_FINISHED`` (stop of a job that ended),
+``JOB_LIMIT`` (more than :data:`MAX_RUNNING_JOBS` at once), ``SESSION_DELETED``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+
+import trio
+
+from events import types as t
+from projections.session_state import MAIN_AGENT, JobRecord, SessionState, running_jobs
+
+from . import decide as d
+from .errors import JobNotFound, JobNotRunning, LensError, SessionGone
+
+log = logging.getLogger("lens.jobs")
+
+MAX_RUNNING_JOBS = 8  # per session
+MAX_COMMAND_BYTES = 16 * 1024
+OUTPUT_RING_BYTES = 1024 * 1024  # the output kept in memory per job (the latest this many bytes)
+TAIL_BYTES = 4096  # recorded in job.finished and shown in the report
+FINISHED_KEPT = 8  # finished jobs whose full ring stays readable while the actor lives
+REPORT_COMMAND_CHARS = 200  # of the command, in the report
+
+
+class JobLimit(LensError):
+    code = "JOB_LIMIT"
+
+
+@dataclass(frozen=True)
+class JobExit:
+    """How a job's command ended, as the executor says."""
+
+    exit_code: int
+    timed_out: bool = False
+    timeout_ms: int = 0
+
+
+# A job's command: writes its output to the sink as it comes, returns its exit (None: the
+# executor's stream ended without one). Raises LensError when the executor fails.
+JobRun = Callable[[Callable[[bytes], None]], Awaitable[JobExit | None]]
+
+
+# --------------------------------------------------------------------------- output
+
+
+class OutputRing:
+    """The latest ``cap`` bytes of a job's output, addressed by absolute byte offsets."""
+
+    def __init__(self, cap: int = OUTPUT_RING_BYTES) -> None:
+        self.cap = cap
+        self.buf = bytearray()
+        self.start = 0  # the absolute offset of buf[0]; everything before was dropped
+
+    @property
+    def total(self) -> int:
+        return self.start + len(self.buf)
+
+    def write(self, data: bytes) -> None:
+        if len(data) >= self.cap:
+            self.start += len(self.buf) + len(data) - self.cap
+            self.buf = bytearray(data[-self.cap:])
+            return
+        self.buf += data
+        over = len(self.buf) - self.cap
+        if over > 0:
+            del self.buf[:over]
+            self.start += over
+
+    def read(self, offset: int, limit: int, *, final: bool) -> tuple[str, int, int]:
+        """Text from ``offset`` (or the oldest byte kept, if later): ``(text, from, next)``.
+
+        Never splits a UTF-8 character: the start moves past continuation bytes, and an end
+        inside a character moves back before it (unless the output is ``final`` and ends there);
+        a ``limit`` smaller than the first character still returns that character, so a reader
+        always advances. Invalid bytes read as U+FFFD."""
+        begin = max(offset, self.start)
+        if begin >= self.total:
+            return "", self.total, self.total
+        i = begin - self.start
+        while i < len(self.buf) and i - (begin - self.start) < 3 and _is_continuation(self.buf[i]):
+            i += 1
+        end = min(i + limit, len(self.buf))
+        if end < len(self.buf) or not final:
+            end = _complete_end(self.buf, i, end)
+        if end == i < len(self.buf):  # the first character is longer than limit
+            whole = i + _char_len(self.buf[i])
+            end = whole if whole <= len(self.buf) else (len(self.buf) if final else i)
+        return bytes(self.buf[i:end]).decode("utf-8", errors="replace"), self.start + i, self.start + end
+
+    def tail(self, n: int = TAIL_BYTES) -> str:
+        data = self.buf[-n:] if n < len(self.buf) else self.buf
+        i = 0
+        while i < len(data) and i < 3 and _is_continuation(data[i]):
+            i += 1
+        return bytes(data[i:]).decode("utf-8", errors="replace")
+
+
+def _is_continuation(b: int) -> bool:
+    return b & 0xC0 == 0x80
+
+
+def _char_len(b: int) -> int:
+    """The length of the UTF-8 sequence lead byte ``b`` starts (1 for a byte that starts none)."""
+    return 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 1
+
+
+def _complete_end(buf: bytearray, lo: int, end: int) -> int:
+    """``end``, or the start of a character it would cut (a lead byte whose sequence passes it)."""
+    j = end - 1
+    while j >= lo and j >= end - 4:
+        if not _is_continuation(buf[j]):
+            return end if j + _char_len(buf[j]) <= end else j
+        j -= 1
+    return end
+
+
+# --------------------------------------------------------------------------- one session's jobs
+
+
+@dataclass
+class LiveJob:
+    job_id: str
+    ring: OutputRing = field(default_factory=OutputRing)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    done: trio.Event = field(default_factory=trio.Event)
+    stop_reason: str | None = None
+    abandoned: bool = False  # the actor is going away: record nothing (its next wake says "lost")
+
+
+Emit = Callable[..., Awaitable[Any]]
+
+
+class SessionJobs:
+    """The background jobs of one session actor.
+
+    ``emit`` is the actor's ``_emit`` (decisions under its write lock), ``state`` returns its
+    current state, ``wake`` starts its runner when inputs wait (the report of a finished job).
+    """
+
+    def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState],
+                 new_id: Callable[[str], str], wake: Callable[[], None]) -> None:
+        self.session_id = session_id
+        self._emit = emit
+        self._state = state
+        self._new_id = new_id
+        self._wake = wake
+        self._nursery: trio.Nursery | None = None
+        self.live: dict[str, LiveJob] = {}
+        self._finished: OrderedDict[str, LiveJob] = OrderedDict()
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    @property
+    def running(self) -> int:
+        """How many jobs this actor runs now (an actor with jobs running must not passivate)."""
+        return len(self.live)
+
+    # ------------------------------------------------------------------ start / stop
+
+    async def start(self, command: str, run: JobRun, *, call_id: str | None, agent_id: str = MAIN_AGENT,
+                    task_id: str | None = None) -> dict[str, Any]:
+        """Record ``job.started`` and run ``run`` in the background; returns ``{job_id, status}``.
+
+        Raises ``JOB_LIMIT`` when :data:`MAX_RUNNING_JOBS` run already (checked under the write
+        lock, so two starts at once cannot both pass it)."""
+        if self._nursery is None:
+            raise LensError("the session is not running")
+        job_id = self._new_id("job")
+
+        def decide_start() -> list[d.Scoped]:
+            state = self._state()
+            if state.deleted:
+                raise SessionGone(f"session {self.session_id!r} was deleted")
+            n = len(running_jobs(state))
+            if n >= MAX_RUNNING_JOBS:
+                raise JobLimit(f"{n} jobs run in this session already (at most {MAX_RUNNING_JOBS} at once); "
+                               f"stop one or wait for one to finish")
+            return [d.Scoped(t.JobStarted(job_id=job_id, command=command, call_id=call_id), agent_id, task_id)]
+
+        await self._emit(decide_start)
+        live = self.live[job_id] = LiveJob(job_id)
+        self._nursery.start_soon(self._run, live, run)
+        return {"job_id": job_id, "status": "running"}
+
+    async def stop(self, job_id: str, reason: str = "stopped by request") -> dict[str, Any]:
+        """Stop a running job and wait until its end is recorded; returns its record.
+
+        Raises ``JOB_NOT_FOUND`` and ``JOB_FINISHED`` (it ended already; the message says how)."""
+        rec = self._record(job_id)
+        live = self.live.get(job_id)
+        if rec.status != "running" or live is None:
+            raise JobNotRunning(f"job {job_id!r} is not running (it {_ended(rec)})")
+        if live.stop_reason is None:
+            live.stop_reason = reason
+        live.scope.cancel()
+        await live.done.wait()
+        return self.describe(self._record(job_id))
+
+    async def stop_all(self, reason: str) -> None:
+        for job_id, live in list(self.live.items()):
+            if live.stop_reason is None:
+                live.stop_reason = reason
+            live.scope.cancel()
+        for live in list(self.live.values()):
+            await live.done.wait()
+
+    def abandon(self) -> None:
+        """The actor is going away: end every job's command without recording anything (the next
+        wake records them ``lost``)."""
+        for live in self.live.values():
+            live.abandoned = True
+            live.scope.cancel()
+
+    async def record_lost(self) -> None:
+        """On wake-up: jobs the log shows running belong to a run that is gone; record them
+        ``lost`` and report that to the agent, one append each (each report has its request id)."""
+        for rec in running_jobs(self._state()):
+            if rec.job_id in self.live:
+                continue
+            await self._record_end(rec.job_id, "lost", None,
+                                   "Lens restarted while the job ran; its command was ended with the old run",
+                                   rec.output_tail)
+
+    # ------------------------------------------------------------------ reading
+
+    def _record(self, job_id: str) -> JobRecord:
+        rec = self._state().jobs.get(job_id)
+        if rec is None:
+            raise JobNotFound(f"session {self.session_id!r} has no job {job_id!r}")
+        return rec
+
+    def describe(self, rec: JobRecord) -> dict[str, Any]:
+        """One job: its record, and how much output is held in memory."""
+        live = self.live.get(rec.job_id) or self._finished.get(rec.job_id)
+        return {"job_id": rec.job_id, "command": rec.command, "status": rec.status, "exit_code": rec.exit_code,
+                "reason": rec.reason, "call_id": rec.call_id, "started_seq": rec.started_seq,
+                "finished_seq": rec.finished_seq,
+                "output_bytes": live.ring.total if live is not None else None}
+
+    def list(self) -> list[dict[str, Any]]:
+        return [self.describe(rec) for rec in self._state().jobs.values()]
+
+    def read(self, job_id: str, offset: int = 0, limit: int = 65536) -> dict[str, Any]:
+        """The job and its output from ``offset`` (bytes of its whole output), at most ``limit``
+        bytes. While the actor holds the output (running, or among the last finished): from the
+        ring (``source: memory``; ``dropped_before`` is where what is kept begins). Otherwise the
+        recorded tail (``source: tail``, offsets within the tail)."""
+        rec = self._record(job_id)
+        out = self.describe(rec)
+        live = self.live.get(job_id) or self._finished.get(job_id)
+        if live is not None:
+            final = rec.status != "running"
+            text, begin, nxt = live.ring.read(offset, limit, final=final)
+            out.update(output=text, offset=begin, next_offset=nxt, dropped_before=live.ring.start,
+                       eof=final and nxt >= live.ring.total, source="memory")
+            return out
+        data = rec.output_tail.encode()
+        ring = OutputRing(max(len(data), 1))
+        ring.write(data)
+        text, begin, nxt = ring.read(offset, limit, final=True)
+        out.update(output=text, offset=begin, next_offset=nxt, dropped_before=0,
+                   eof=rec.status != "running" and nxt >= len(data), source="tail")
+        return out
+
+    # ------------------------------------------------------------------ the job's task
+
+    async def _run(self, live: LiveJob, run: JobRun) -> None:
+        try:
+            status, code, reason = "crashed", None, ""
+            try:
+                with live.scope:
+                    ended = await run(live.ring.write)
+                    if ended is None:
+                        reason = "COMMAND_LOST: the executor's stream ended without an exit status"
+                    elif ended.timed_out:
+                        status, code, reason = "stopped", ended.exit_code, f"timed out after {ended.timeout_ms} ms"
+                    elif ended.exit_code < 0:
+                        code, reason = ended.exit_code, f"killed by signal {-ended.exit_code}"
+                    else:
+                        status, code = "exited", ended.exit_code
+            except LensError as exc:
+                reason = f"{exc.code}: {exc.message}"[:2000]
+            if live.abandoned:
+                return
+            if live.stop_reason is not None:
+                status, code, reason = "stopped", None, live.stop_reason
+            await self._record_end(live.job_id, status, code, reason, live.ring.tail())
+        finally:
+            self.live.pop(live.job_id, None)
+            if not live.abandoned:
+                self._finished[live.job_id] = live
+                while len(self._finished) > FINISHED_KEPT:
+                    self._finished.popitem(last=False)
+            live.done.set()
+
+    async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str) -> None:
+        def decide_end() -> Sequence[d.Scoped]:
+            state = self._state()
+            rec = state.jobs.get(job_id)
+            if rec is None or rec.status != "running":
+                return []
+            finished = d.Scoped(t.JobFinished(job_id=job_id, status=status, exit_code=code,  # type: ignore[arg-type]
+                                              output_tail=tail, reason=reason))
+            if state.deleted or reason == "session deleted":
+                return [finished]
+            report = t.InputSubmitted(content=[t.TextPart(report_text(rec, status, code, reason, tail))],
+                                      when_busy="followUp")
+            # The report is an input like any other (withdrawable by its id, queued while the
+            # agent runs); it comes first in the append because only the first carries the id.
+            return [d.Scoped(report), finished]
+
+        res = await self._emit(decide_end, request_id=f"job:{job_id}")
+        if res is not None and res.duplicate:
+            # A client's own input took that id first: nothing was written; the report goes
+            # without an id of its own (``seq:<n>``) rather than never.
+            await self._emit(decide_end)
+        self._wake()
+
+
+def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail: str) -> str:
+    """The input that tells the agent a job ended."""
+    command = rec.command if len(rec.command) <= REPORT_COMMAND_CHARS else rec.command[:REPORT_COMMAND_CHARS] + "…"
+    how = {"exited": f"exited with code {code}", "crashed": "crashed", "stopped": "was stopped",
+           "lost": "was lost"}.get(status, status)
+    lines = [f"[background job {rec.job_id} {how}{f' ({reason})' if reason else ''}]", f"command: {command}"]
+    if tail:
+        lines += [f"last output (up to {TAIL_BYTES} bytes):", tail]
+    else:
+        lines.append("(no output)")
+    return "\n".join(lines)
+
+
+def _ended(rec: JobRecord) -> str:
+    if rec.status == "exited":
+        return f"exited with code {rec.exit_code}"
+    return f"{rec.status}{f': {rec.reason}' if rec.reason else ''}"
+
+
+# --------------------------------------------------------------------------- actor commands (HTTP)
+
+
+@dataclass(frozen=True)
+class ListJobs:
+    pass
+
+
+@dataclass(frozen=True)
+class ReadJob:
+    job_id: str
+    offset: int = 0
+    limit: int = 65536
+
+
+@dataclass(frozen=True)
+class StopJob:
+    job_id: str
+
+
+JobCommand = ListJobs | ReadJob | StopJob
+
+
+async def serve_command(jobs: SessionJobs, cmd: JobCommand) -> Any:
+    if isinstance(cmd, ListJobs):
+        return jobs.list()
+    if isinstance(cmd, ReadJob):
+        return jobs.read(cmd.job_id, cmd.offset, cmd.limit)
+    return await jobs.stop(cmd.job_id)

@@ -1,0 +1,50 @@
+"""HTTP routes of a session's background jobs (F-HAR-2), under ``/api/v1/sessions/{id}/jobs``.
+
+``GET …/jobs`` lists them (status from the log, ``outputBytes`` while the daemon holds their
+output); ``GET …/jobs/{jobId}?offset&limit`` is one job with its output from byte ``offset``
+(``output``, ``offset``, ``nextOffset``, ``eof``, ``droppedBefore``, ``source``: ``memory`` or
+``tail``); ``POST …/jobs/{jobId}/stop`` (strong trust) stops a running one and answers with its
+record once its end is recorded. Errors: ``JOB_NOT_FOUND`` 404, ``JOB_FINISHED`` 409.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from . import jobs as j
+
+MAX_READ_LIMIT = 1024 * 1024
+DEFAULT_READ_LIMIT = 64 * 1024
+
+
+def _camel(d: dict[str, Any]) -> dict[str, Any]:
+    return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
+
+
+def add_job_routes(app: QuartTrio, svc: Any) -> None:
+    from .api import EmptyBody, _int_arg, check_id, json_response, read_body, require_strong
+
+    @app.get("/api/v1/sessions/<sid>/jobs")
+    async def list_jobs(sid: str) -> Response:
+        check_id(sid, "session id")
+        jobs = await svc.supervisor.call(sid, j.ListJobs())
+        return json_response({"jobs": [_camel(x) for x in jobs]})
+
+    @app.get("/api/v1/sessions/<sid>/jobs/<job_id>")
+    async def read_job(sid: str, job_id: str) -> Response:
+        check_id(sid, "session id")
+        check_id(job_id, "job id")
+        offset = _int_arg("offset", 0, 0, None)
+        limit = _int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
+        return json_response(_camel(await svc.supervisor.call(sid, j.ReadJob(job_id, offset, limit))))
+
+    @app.post("/api/v1/sessions/<sid>/jobs/<job_id>/stop")
+    async def stop_job(sid: str, job_id: str) -> Response:
+        require_strong("stop jobs")
+        check_id(sid, "session id")
+        check_id(job_id, "job id")
+        await read_body(EmptyBody)
+        return json_response(_camel(await svc.supervisor.call(sid, j.StopJob(job_id))))

@@ -1,0 +1,287 @@
+"""F-HAR-2: background jobs, end to end — the ``job`` tool called by the (faux) model, the command
+run by a real executor process over gRPC, the end recorded and reported back as an input that
+starts a new round, the HTTP routes (list, read, stop; auth), the per-session limit, a session
+delete, and a daemon restart that finds a job running (recorded ``lost`` and reported)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .conftest import BUSY, Daemon, error_of, stop_daemon, wait_until
+
+
+async def log_of(d: Daemon, token: str, sid: str) -> list[dict[str, Any]]:
+    """The session's events, in one page (these sessions stay far below a page): one request
+    from 0, never an ``after`` that may race the log's acknowledged end."""
+    r = await d.get(f"/sessions/{sid}/events", token, params={"after": 0, "limit": 1000})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["events"]) < 1000
+    return r.json()["events"]
+
+
+def tool(args: dict[str, Any]) -> str:
+    return "/tool job " + json.dumps(args)
+
+
+async def start_job(d: Daemon, token: str, sid: str, rid: str, command: str, **extra: Any) -> str:
+    """Have the model start ``command`` as a job; returns its id (from the log's job.started)."""
+    known = {e["body"]["job_id"] for e in await log_of(d, token, sid) if e["kind"] == "job.started"}
+    await d.submit(token, sid, rid, tool({"action": "start", "command": command, **extra}))
+
+    async def new_job() -> str | None:
+        ids = [e["body"]["job_id"] for e in await log_of(d, token, sid) if e["kind"] == "job.started"]
+        fresh = [i for i in ids if i not in known]
+        return fresh[0] if fresh else None
+
+    return await wait_until(new_job, what="job.started")
+
+
+async def finished_of(d: Daemon, token: str, sid: str, job_id: str) -> dict[str, Any]:
+    async def finished() -> dict[str, Any] | None:
+        for e in await log_of(d, token, sid):
+            if e["kind"] == "job.finished" and e["body"]["job_id"] == job_id:
+                return e
+        return None
+
+    return await wait_until(finished, what=f"job {job_id} finished")
+
+
+async def report_answered(d: Daemon, token: str, sid: str, job_id: str) -> dict[str, Any]:
+    """Wait until the job's report was placed and a model request answered it; returns the view."""
+    async def answered() -> dict[str, Any] | None:
+        v = await d.view(token, sid)
+        if v["status"] != "idle" or v["queued"]:
+            return None
+        texts = [it.get("text", "") for it in v["items"]]
+        hits = [i for i, x in enumerate(texts) if x.startswith(f"[background job {job_id} ")]
+        return v if hits and any("You said: [background job " + job_id in x for x in texts[hits[0]:]) else None
+
+    return await wait_until(answered, what=f"the report of {job_id} answered")
+
+
+async def setup(d: Daemon) -> tuple[str, str]:
+    token = await d.pair("jobs-client", strong=True)
+    project = await d.project(token)
+    return token, (await d.session(token, project["id"]))["id"]
+
+
+async def test_a_job_runs_in_the_background_and_its_end_starts_a_new_round(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "echo hi; sleep 0.2; echo done")
+    fin = await finished_of(daemon, token, sid, job_id)
+    assert fin["body"]["status"] == "exited" and fin["body"]["exit_code"] == 0
+    assert fin["body"]["output_tail"] == "hi\ndone\n"
+    view = await report_answered(daemon, token, sid, job_id)
+    events = await log_of(daemon, token, sid)
+    kinds = [(e["kind"], e["request_id"]) for e in events]
+    # The tool answered at once (the first round ended while the job ran on)...
+    tool_done = next(e for e in events if e["kind"] == "tool.finished" and e["body"]["name"] == "job")
+    assert tool_done["body"]["status"] == "ok" and tool_done["body"]["structured_content"]["status"] == "running"
+    assert tool_done["seq"] < fin["seq"]
+    # ... and the end came back as an input (request id job:<id>) that started a new task.
+    report = next(e for e in events if e["kind"] == "input.submitted" and e["request_id"] == f"job:{job_id}")
+    text = report["body"]["content"][0]["text"]
+    assert text.startswith(f"[background job {job_id} exited with code 0]\ncommand: echo hi; sleep 0.2; echo done")
+    assert text.endswith("hi\ndone\n")
+    placed = next(e for e in events if e["kind"] == "input.placed" and e["body"]["input_request_id"] == f"job:{job_id}")
+    assert any(e["kind"] == "model.requested" and e["seq"] > placed["seq"] for e in events)
+    assert ("task.started", None) in kinds and sum(k == "task.started" for k, _ in kinds) == 2
+    assert view["items"][-1]["role"] == "assistant" and job_id in view["items"][-1]["text"]
+    assert view["jobs"] == [{"jobId": job_id, "command": "echo hi; sleep 0.2; echo done", "status": "exited",
+                             "exitCode": 0, "reason": ""}]
+    # HTTP: the list and the output (from memory: the daemon still holds it).
+    r = await daemon.get(f"/sessions/{sid}/jobs", token)
+    assert r.status_code == 200, r.text
+    [job] = r.json()["jobs"]
+    assert (job["jobId"], job["status"], job["exitCode"], job["command"]) == (job_id, "exited", 0,
+                                                                            "echo hi; sleep 0.2; echo done")
+    assert job["startedSeq"] < job["finishedSeq"] and job["outputBytes"] == 8
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)
+    body = r.json()
+    assert (body["output"], body["offset"], body["nextOffset"], body["eof"], body["source"]) == \
+        ("hi\ndone\n", 0, 8, True, "memory")
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token, params={"offset": 3, "limit": 2})
+    assert (r.json()["output"], r.json()["nextOffset"], r.json()["eof"]) == ("do", 5, False)
+
+
+async def test_a_running_job_is_read_and_stopped_over_http_with_auth_and_id_checks(daemon: Daemon):
+    token, sid = await setup(daemon)
+    reader = await daemon.pair("jobs-reader", strong=False)
+    job_id = await start_job(daemon, token, sid, "r1", "echo started; exec sleep 600")
+
+    async def output() -> dict[str, Any] | None:
+        r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", reader)
+        assert r.status_code == 200, r.text
+        return r.json() if r.json()["output"] == "started\n" else None
+
+    body = await wait_until(output, what="the job's first output")
+    assert (body["status"], body["eof"], body["source"], body["nextOffset"]) == ("running", False, "memory", 8)
+    r = await daemon.get(f"/sessions/{sid}/jobs", reader)
+    assert [(j["jobId"], j["status"]) for j in r.json()["jobs"]] == [(job_id, "running")]
+    # a read-only client may read, not stop
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", reader)
+    assert r.status_code == 403 and error_of(r) == "FORBIDDEN"
+    assert (await daemon.get(f"/sessions/{sid}/jobs/{job_id}", reader)).json()["status"] == "running"
+    # bad and unknown ids
+    for path, status, code in ((f"/sessions/{sid}/jobs/job_nope", 404, "JOB_NOT_FOUND"),
+                               (f"/sessions/{sid}/jobs/bad%20id", 400, "INVALID_ARGUMENT"),
+                               ("/sessions/ses_nope/jobs", 404, "SESSION_NOT_FOUND")):
+        r = await daemon.get(path, reader)
+        assert (r.status_code, error_of(r)) == (status, code), (path, r.text)
+    r = await daemon.post(f"/sessions/{sid}/jobs/job_nope/stop", token)
+    assert (r.status_code, error_of(r)) == (404, "JOB_NOT_FOUND")
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", reader, params={"offset": "-1"})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT")
+    # stop: answered once the end is recorded
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200, r.text
+    assert (r.json()["jobId"], r.json()["status"], r.json()["reason"]) == (job_id, "stopped", "stopped by request")
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert (r.status_code, error_of(r)) == (409, "JOB_FINISHED")
+    fin = await finished_of(daemon, token, sid, job_id)
+    assert (fin["body"]["status"], fin["body"]["output_tail"]) == ("stopped", "started\n")
+    view = await report_answered(daemon, token, sid, job_id)
+    assert any(it.get("text", "").startswith(f"[background job {job_id} was stopped (stopped by request)]")
+               for it in view["items"])
+
+
+async def test_the_model_lists_reads_and_stops_its_jobs(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "echo one; exec sleep 600")
+    await daemon.wait_idle(token, sid)
+
+    async def has_output() -> bool:
+        return (await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)).json()["output"] == "one\n"
+
+    await wait_until(has_output, what="output")
+    for rid, args in (("r2", {"action": "list"}), ("r3", {"action": "read", "job_id": job_id}),
+                      ("r4", {"action": "stop", "job_id": job_id}), ("r5", {"action": "stop", "job_id": job_id}),
+                      ("r6", {"action": "read", "job_id": "job_nope"}), ("r7", {"action": "start"})):
+        await daemon.submit(token, sid, rid, tool(args))
+        await daemon.wait_idle(token, sid)
+    results = [e["body"] for e in await log_of(daemon, token, sid)
+               if e["kind"] == "tool.finished" and e["body"]["name"] == "job"]
+    assert len(results) == 7
+    listed, read, stopped, again, unknown, invalid = results[1:]
+    assert listed["structured_content"]["jobs"][0]["status"] == "running"
+    assert listed["content"][0]["text"] == f"{job_id} running: echo one; exec sleep 600"
+    assert read["content"][0]["text"].startswith("one\n[")
+    assert read["structured_content"]["next_offset"] == 4 and read["structured_content"]["eof"] is False
+    assert stopped["status"] == "ok" and stopped["structured_content"]["status"] == "stopped"
+    assert stopped["structured_content"]["reason"] == "stopped by the agent"
+    assert (again["error_code"], unknown["error_code"], invalid["error_code"]) == \
+        ("JOB_FINISHED", "JOB_NOT_FOUND", "TOOL_ARGUMENTS_INVALID")
+    await report_answered(daemon, token, sid, job_id)
+
+
+async def test_a_timeout_and_a_signal_end_jobs_as_stopped_and_crashed(daemon: Daemon):
+    token, sid = await setup(daemon)
+    slow = await start_job(daemon, token, sid, "r1", "exec sleep 600", timeout_ms=300)
+    killed = await start_job(daemon, token, sid, "r2", "echo bye; kill -9 $$")
+    fin = await finished_of(daemon, token, sid, slow)
+    assert (fin["body"]["status"], fin["body"]["reason"]) == ("stopped", "timed out after 300 ms")
+    fin = await finished_of(daemon, token, sid, killed)
+    assert (fin["body"]["status"], fin["body"]["exit_code"], fin["body"]["reason"]) == \
+        ("crashed", -9, "killed by signal 9")
+    assert fin["body"]["output_tail"] == "bye\n"
+    await report_answered(daemon, token, sid, slow)
+    await report_answered(daemon, token, sid, killed)
+
+
+async def test_at_most_eight_jobs_run_at_once_and_a_delete_stops_them_without_reports(daemon: Daemon):
+    token, sid = await setup(daemon)
+    ids = [await start_job(daemon, token, sid, f"r{i}", "exec sleep 600") for i in range(8)]
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, "r9", tool({"action": "start", "command": "exec sleep 600"}))
+    await daemon.wait_idle(token, sid)
+    events = await log_of(daemon, token, sid)
+    last = [e for e in events if e["kind"] == "tool.finished"][-1]["body"]
+    assert last["error_code"] == "JOB_LIMIT" and "at most 8" in last["content"][0]["text"]
+    assert sum(e["kind"] == "job.started" for e in events) == 8
+    # a command longer than the cap is refused before anything runs
+    await daemon.submit(token, sid, "r10", tool({"action": "start", "command": "x" * (16 * 1024 + 1)}))
+    await daemon.wait_idle(token, sid)
+    events = await log_of(daemon, token, sid)
+    assert [e for e in events if e["kind"] == "tool.finished"][-1]["body"]["error_code"] == "COMMAND_TOO_LONG"
+    # at the edge: one stopped, the next start runs again
+    r = await daemon.post(f"/sessions/{sid}/jobs/{ids[0]}/stop", token)
+    assert r.status_code == 200, r.text
+    await report_answered(daemon, token, sid, ids[0])
+    ids.append(await start_job(daemon, token, sid, "r11", "exec sleep 600"))
+    await daemon.wait_idle(token, sid)
+    r = await daemon.request("DELETE", f"/sessions/{sid}", token, json_body={})
+    assert r.status_code == 200, r.text
+    events = await log_of(daemon, token, sid)
+    ends = {e["body"]["job_id"]: e["body"] for e in events if e["kind"] == "job.finished"}
+    assert set(ends) == set(ids)
+    assert {ends[i]["reason"] for i in ids[1:]} == {"session deleted"}
+    reports = [e for e in events if e["kind"] == "input.submitted" and (e["request_id"] or "").startswith("job:")]
+    assert [e["request_id"] for e in reports] == [f"job:{ids[0]}"]
+    r = await daemon.get(f"/sessions/{sid}/jobs", token)
+    assert r.status_code == 200 and {j["status"] for j in r.json()["jobs"]} == {"stopped"}
+    r = await daemon.post(f"/sessions/{sid}/jobs/{ids[1]}/stop", token)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+
+
+async def test_a_job_running_at_a_restart_is_recorded_lost_and_reported(daemon_factory):
+    d = await daemon_factory()
+    token, sid = await setup(d)
+    job_id = await start_job(d, token, sid, "r1", "echo before; exec sleep 600")
+    await d.wait_idle(token, sid)
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root)
+    # Nobody asks for the session: the daemon wakes it because a job has no end.
+    fin = await finished_of(d2, token, sid, job_id)
+    assert fin["body"]["status"] == "lost"
+    assert fin["body"]["reason"].startswith("Lens restarted while the job ran")
+    view = await report_answered(d2, token, sid, job_id)
+    assert any(it.get("text", "").startswith(f"[background job {job_id} was lost (Lens restarted")
+               for it in view["items"])
+    r = await d2.get(f"/sessions/{sid}/jobs/{job_id}", token)
+    assert (r.json()["status"], r.json()["source"], r.json()["output"]) == ("lost", "tail", "")
+    r = await d2.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert (r.status_code, error_of(r)) == (409, "JOB_FINISHED")
+
+
+async def test_a_session_with_a_job_running_does_not_passivate_before_the_job_ends(daemon_factory):
+    # Idle actors passivate after sessions.idleSeconds; one whose job still runs stays (the job is
+    # a task of its nursery) until the end is recorded and reported.
+    d = await daemon_factory(config={"sessions": {"idleSeconds": 0.1}})
+    token, sid = await setup(d)
+    job_id = await start_job(d, token, sid, "r1", "sleep 1; echo late")
+    fin = await finished_of(d, token, sid, job_id)
+    assert (fin["body"]["status"], fin["body"]["output_tail"]) == ("exited", "late\n")
+    await report_answered(d, token, sid, job_id)
+
+
+async def test_an_abort_stops_the_run_but_not_the_background_jobs(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "exec sleep 600")
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, "busy", BUSY)
+    await daemon.wait_running_call(token, sid)
+    r = await daemon.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await daemon.wait_idle(token, sid)
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)
+    assert r.json()["status"] == "running"
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200 and r.json()["status"] == "stopped", r.text
+    await report_answered(daemon, token, sid, job_id)
+
+
+async def test_a_report_whose_request_id_a_client_took_is_still_written(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "exec sleep 600")
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, f"job:{job_id}", "my own input of that id")
+    await daemon.wait_idle(token, sid)
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200, r.text
+    await report_answered(daemon, token, sid, job_id)
+    events = await log_of(daemon, token, sid)
+    reports = [e for e in events if e["kind"] == "input.submitted"
+               and e["body"]["content"][0]["text"].startswith(f"[background job {job_id} ")]
+    assert [e["request_id"] for e in reports] == [None]
+    assert [e["body"]["status"] for e in events if e["kind"] == "job.finished"] == ["stopped"]

@@ -1,0 +1,51 @@
+"""The in-memory output of a background job (runtime.jobs.OutputRing): the latest bytes kept,
+absolute offsets, UTF-8 characters never split, the tail recorded in job.finished."""
+
+from __future__ import annotations
+
+from projections.session_state import JobRecord
+from runtime.jobs import OutputRing, report_text
+
+
+def test_the_ring_keeps_the_latest_bytes_at_their_absolute_offsets():
+    ring = OutputRing(10)
+    ring.write(b"0123456")
+    ring.write(b"789abc")
+    assert (ring.start, ring.total, bytes(ring.buf)) == (3, 13, b"3456789abc")
+    assert ring.read(0, 4, final=False) == ("3456", 3, 7)  # before what is kept: from the oldest byte
+    assert ring.read(7, 100, final=False) == ("789abc", 7, 13)
+    assert ring.read(13, 100, final=False) == ("", 13, 13)
+    assert ring.read(99, 100, final=True) == ("", 13, 13)
+    ring.write(b"x" * 25)  # one write larger than the ring
+    assert (ring.start, ring.total, bytes(ring.buf)) == (28, 38, b"x" * 10)
+
+
+def test_reads_never_split_a_character():
+    ring = OutputRing(100)
+    ring.write("aé€😀".encode())  # 1 + 2 + 3 + 4 bytes
+    assert ring.read(0, 2, final=True) == ("a", 0, 1)  # é would be cut: the page ends before it
+    assert ring.read(6, 1, final=True) == ("😀", 6, 10)  # a limit below one character: that character
+    assert ring.read(1, 2, final=True) == ("é", 1, 3)
+    assert ring.read(2, 10, final=True) == ("€😀", 3, 10)  # an offset inside é moves to the next character
+    assert ring.read(3, 6, final=True) == ("€", 3, 6)
+    # a character still arriving (the job runs) is not shown half; once final, the rest is shown as is
+    ring.write("z€".encode()[:2])
+    assert ring.read(6, 100, final=False) == ("😀z", 6, 11)
+    assert ring.read(6, 100, final=True) == ("😀z\ufffd", 6, 12)
+
+
+def test_the_tail_starts_at_a_character():
+    ring = OutputRing(100)
+    ring.write(("é" * 10).encode())
+    assert ring.tail(5) == "éé"  # 5 bytes end in 2½ characters: the half one is left out
+    assert ring.tail(1000) == "é" * 10
+
+
+def test_the_report_names_the_job_its_end_and_its_last_output():
+    rec = JobRecord("job_1", "make " + "x" * 300)
+    text = report_text(rec, "exited", 2, "", "error: it broke\n")
+    assert text.splitlines()[0] == "[background job job_1 exited with code 2]"
+    assert text.splitlines()[1] == "command: make " + "x" * 195 + "…"
+    assert text.endswith("last output (up to 4096 bytes):\nerror: it broke\n")
+    assert report_text(rec, "lost", None, "Lens restarted", "").splitlines()[::2] == [
+        "[background job job_1 was lost (Lens restarted)]", "(no output)"]

@@ -1,0 +1,142 @@
+"""The ``job`` tool (F-HAR-2): shell commands that run in the background.
+
+``job({"action": "start", "command", "timeout_ms"?, "cwd"?})`` starts a command through the
+project's executor (the same command RPC as ``run_command``) and returns its ``job_id`` at once;
+``{"action": "list"}``, ``{"action": "read", "job_id", "offset"?, "max_bytes"?}`` (output so far,
+from memory) and ``{"action": "stop", "job_id"}``. When a job ends, the session reports it to the
+main agent as a new input. The session's jobs live in its actor (``ctx.jobs``, a
+:class:`runtime.jobs.SessionJobs`); this module only validates and runs the command. Main agent
+only: a job outlives the call that started it, and its report goes to the main agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ToolContext, ToolError, ToolResult, ToolSpec
+from .workspace_tools import MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess
+
+DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
+DEFAULT_READ_BYTES = 16 * 1024
+MAX_READ_BYTES = 64 * 1024
+
+_ARGS = {
+    "start": ({"command"}, {"timeout_ms", "cwd"}),
+    "list": (set(), set()),
+    "read": ({"job_id"}, {"offset", "max_bytes"}),
+    "stop": ({"job_id"}, set()),
+}
+USAGE = ('job takes {"action": "start", "command", "timeout_ms"?, "cwd"?}, {"action": "list"}, '
+         '{"action": "read", "job_id", "offset"?, "max_bytes"?} or {"action": "stop", "job_id"}')
+
+
+def _int(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    v = args.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from {lo} to {hi}")
+    return v
+
+
+def _line(job: dict[str, Any]) -> str:
+    status = job["status"]
+    if status == "exited":
+        status = f"exited {job['exit_code']}"
+    elif job.get("reason"):
+        status = f"{status} ({job['reason']})"
+    command = job["command"] if len(job["command"]) <= 120 else job["command"][:120] + "…"
+    return f"{job['job_id']} {status}: {command}"
+
+
+def job_tool(pool: ExecutorAccess) -> ToolSpec:
+    from runtime.errors import LensError  # (runtime imports tools; the errors module imports nothing)
+    from runtime.jobs import MAX_COMMAND_BYTES, JobExit
+
+    async def start(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "command must be a non-empty string")
+        if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
+            raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
+        timeout = _int(args, "timeout_ms", DEFAULT_JOB_TIMEOUT_MS, 1, MAX_COMMAND_TIMEOUT_MS)
+        cwd = args.get("cwd", "")
+        if not isinstance(cwd, str):
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
+        if "\0" in command or "\0" in cwd:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
+        if ctx.project_id is None:
+            raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
+        try:
+            ex = await pool.get(ctx.project_id)
+        except Exception as exc:  # typed executor errors carry codes; keep them
+            raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
+
+        async def run(write: Any) -> JobExit | None:
+            # No execution-domain lock: a job runs for minutes or hours, and holding the write
+            # lock that long would stop every edit (run_command holds it for its whole run).
+            async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=MAX_COMMAND_OUTPUT,
+                                     cwd=cwd) as events:
+                async for ev in events:
+                    if isinstance(ev, Exception):
+                        raise ev
+                    which = ev.WhichOneof("event")
+                    if which in ("stdout", "stderr"):
+                        write(getattr(ev, which))
+                    elif which == "exit":
+                        return JobExit(ev.exit.exit_code, ev.exit.timed_out, timeout)
+            return None
+
+        out = await ctx.jobs.start(command, run, call_id=ctx.call_id, agent_id=ctx.agent_id, task_id=ctx.task_id)
+        return ToolResult.text(f"started background job {out['job_id']}; when it ends you get a message saying so. "
+                               f"Read its output with job read, stop it with job stop.", out)
+
+    async def job(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        action = args.get("action")
+        if action not in _ARGS:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", USAGE)
+        required, optional = _ARGS[action]
+        given = set(args) - {"action"}
+        if not required <= given or given - required - optional:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", USAGE)
+        if ctx.jobs is None:
+            raise ToolError("JOBS_UNAVAILABLE", "this session cannot run background jobs")
+        if "job_id" in args and (not isinstance(args["job_id"], str) or not args["job_id"]):
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "job_id must be a job id from job start or job list")
+        try:
+            if action == "start":
+                return await start(args, ctx)
+            if action == "list":
+                jobs = ctx.jobs.list()
+                text = "\n".join(_line(j) for j in jobs) if jobs else "no jobs in this session"
+                return ToolResult.text(text, {"jobs": jobs})
+            if action == "read":
+                offset = _int(args, "offset", 0, 0, 2**62)
+                limit = _int(args, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
+                r = ctx.jobs.read(args["job_id"], offset, limit)
+                note = (f"[{_line(r)}; output bytes {r['offset']}-{r['next_offset']}"
+                        + (f" (bytes before {r['dropped_before']} are no longer kept)" if r["dropped_before"] else "")
+                        + ("" if r["eof"] else f"; to continue, read with offset {r['next_offset']}")
+                        + ("; only the recorded tail is left" if r["source"] == "tail" else "") + "]")
+                body = r["output"]
+                return ToolResult.text(body + ("" if not body or body.endswith("\n") else "\n") + note,
+                                       {k: v for k, v in r.items() if k != "output"})
+            r = await ctx.jobs.stop(args["job_id"], "stopped by the agent")
+            return ToolResult.text(_line(r), r)
+        except LensError as exc:
+            raise ToolError(exc.code, exc.message) from None
+
+    return ToolSpec(
+        "job",
+        "Background jobs: start a shell command in the workspace that runs on while you work "
+        "(returns its job_id at once; when it ends you get a message with its status and last output), "
+        "list jobs, read a job's output so far (offset: bytes already read), stop a job.",
+        {"type": "object", "properties": {
+            "action": {"type": "string", "enum": ["start", "list", "read", "stop"]},
+            "command": {"type": "string", "description": "start: the shell command"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_MS,
+                           "description": f"start: ended after this long (default {DEFAULT_JOB_TIMEOUT_MS})"},
+            "cwd": {"type": "string", "description": "start: workspace-relative directory"},
+            "job_id": {"type": "string", "description": "read, stop: the job"},
+            "offset": {"type": "integer", "minimum": 0, "description": "read: the output byte to start at"},
+            "max_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_READ_BYTES}},
+         "required": ["action"], "additionalProperties": False},
+        job, main_only=True, read_only=False)
