@@ -555,7 +555,7 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         after = _int_arg("after", 0, 0, None)
         limit = _int_arg("limit", 100, 1, MAX_EVENTS_PAGE)
-        _check_not_past_end(svc, "after", after)
+        await _check_not_past_end(svc, "after", after)
         events = await svc.store.read_events(session_id=sid, after=after, limit=limit)
         if not events and (after == 0 or not await svc.store.read_events(session_id=sid, limit=1)):
             # A session is its events: none at all is a session that does not exist (asked of
@@ -593,7 +593,7 @@ def create_app(svc: Services) -> QuartTrio:
         if headers and headers[0].strip():
             after, name = _parse_int("Last-Event-ID", headers[0].strip(), 0, SEQ_MAX), "Last-Event-ID"
         if after is not None:
-            _check_not_past_end(svc, name, after)
+            await _check_not_past_end(svc, name, after)
         if request.method == "HEAD":
             # The headers a GET would have, and no body: quart would still run the body (it
             # never ends), holding a bus subscription and the kept-alive connection for ever.
@@ -826,10 +826,14 @@ def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
     return _parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)
 
 
-def _check_not_past_end(svc: Services, name: str, after: int) -> None:
+async def _check_not_past_end(svc: Services, name: str, after: int) -> None:
     """A position past the log's last event was never one a client saw (every seq it saw is
-    committed): reading "after" it would silently skip the events up to it once they exist."""
-    if after > svc.store.last_seq:
+    committed): reading "after" it would silently skip the events up to it once they exist.
+
+    The writer records ``last_seq`` just after its commit returns, and a reader may already have
+    read (and a client been given) that commit's events: a position past ``last_seq`` is asked
+    of the log itself before it is refused."""
+    if after > svc.store.last_seq and not await svc.store.read_rows(after=after - 1, limit=1):
         raise ApiError("INVALID_ARGUMENT", f"{name} {after} is past the last event of this log "
                        f"({svc.store.last_seq}); start again without it")
 
