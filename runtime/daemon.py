@@ -28,6 +28,7 @@ from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
 from tools.executor import token_fits_a_header
 from tools.history import history_tools
+from tools.web import web_tools
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 
@@ -133,7 +134,11 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
                                  hidden_env=secret_env_names(cfg))
-        tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts)])
+        tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
+                               *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
+                                          allowed_private_networks=cfg.web.allowed_private_networks,
+                                          search_base_url=cfg.web_search.base_url,
+                                          search_api_key_env=cfg.web_search.api_key_env)])
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable
 
@@ -41,6 +43,16 @@ def response(status: int = 200, body: bytes = b"", headers: Iterable[tuple[str, 
     if length:
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def png(width: int, height: int) -> bytes:
+    """A valid PNG image of ``width`` x ``height`` red pixels."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
 def chunked(*chunks: bytes) -> bytes:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import ipaddress
-import struct
 import zlib
 
 import pytest
@@ -22,17 +21,8 @@ from tools.web import web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES, MAX_REDIRECTS
 
 from .conftest import call, text_of
-from .server import Request, WebServer, chunked, response
+from .server import Request, WebServer, chunked, png, response
 MiB = 1024 * 1024
-
-
-def png(width: int, height: int) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
 # ---------------------------------------------------------------------------- formats
