@@ -2,7 +2,8 @@
 
 Each route is an async handler ``(request, stream)`` that writes the raw response bytes, so a
 test can send exactly what it needs: chunked bodies, gzip, redirects, a body that stalls
-(``trio.sleep``: virtual time under ``autojump_clock``), a malformed head. One request per
+(``trio.sleep``: virtual time under ``autojump_clock``), a malformed head. With ``tls`` it
+serves https. One request per
 connection; the server closes it after the handler returns. Every request is recorded.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import ssl
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -62,13 +64,14 @@ def chunked(*chunks: bytes) -> bytes:
 @dataclass
 class WebServer:
     host: str = "127.0.0.1"
+    tls: ssl.SSLContext | None = None  # serve https with this (server-side) context
     routes: dict[str, Handler] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     port: int = 0
 
     @property
     def base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -107,10 +110,12 @@ class WebServer:
             task_status.started()
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, plain: trio.SocketStream) -> None:
+        peer = plain.socket.getpeername()[0]
+        stream: Any = trio.SSLStream(plain, self.tls, server_side=True) if self.tls else plain
         async with stream:
             try:
-                req = await _read_request(stream)
+                req = await _read_request(stream, peer)
             except (trio.BrokenResourceError, ValueError):
                 return
             if req is None:
@@ -127,7 +132,7 @@ class WebServer:
                 pass  # the client went away (a timeout, a size limit): nothing to answer
 
 
-async def _read_request(stream: trio.SocketStream) -> Request | None:
+async def _read_request(stream: Any, peer: str) -> Request | None:
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = await stream.receive_some(65536)
@@ -147,5 +152,4 @@ async def _read_request(stream: trio.SocketStream) -> Request | None:
         if not chunk:
             break
         body += chunk
-    peer = stream.socket.getpeername()[0]
     return Request(method, target, headers, body, peer)

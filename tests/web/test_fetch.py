@@ -176,6 +176,16 @@ async def test_a_body_of_exactly_5_mib_passes_and_one_byte_more_does_not(full: T
         assert r.error_code == "RESPONSE_TOO_LARGE", text_of(r)
 
 
+async def test_a_declared_length_past_the_cap_is_refused_before_the_body(full: ToolRegistry, web_server: WebServer,
+                                                                         autojump_clock) -> None:
+    async def stalls(req: Request, stream: trio.SocketStream) -> None:
+        await stream.send_all(f"HTTP/1.1 200 OK\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\nabc".encode())
+        await trio.sleep(1000)
+    start = trio.current_time()
+    r = await call(full, "web_fetch", {"url": web_server.route("/stall", stalls)})
+    assert r.error_code == "RESPONSE_TOO_LARGE" and trio.current_time() == start
+
+
 async def test_the_cap_counts_decompressed_bytes(full: ToolRegistry, web_server: WebServer) -> None:
     exact = web_server.gzip("/gz-exact", b"\0" * MAX_BODY_BYTES, "application/octet-stream")
     bomb = web_server.gzip("/gz-over", b"\0" * (MAX_BODY_BYTES + 1), "application/octet-stream")

@@ -189,6 +189,10 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
         if isinstance(event, h11.Response):
             response = event
             decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body)
+            declared = _header(event.headers, b"content-length")
+            if not decoder.encoding and declared.isdigit() and int(declared) > max_body:
+                # (refused before a byte of it is read)
+                raise ToolError("RESPONSE_TOO_LARGE", f"the response body is {declared} bytes, more than {max_body}")
         elif isinstance(event, h11.Data):
             assert decoder is not None
             decoder.feed(event.data)
