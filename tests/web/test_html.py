@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tools.web.html import MAX_DEPTH, to_markdown, to_text
 
 PAGE = """<!doctype html><html><head><title>The  Title</title><style>p { color: red }</style>
@@ -95,3 +98,24 @@ def test_deep_nesting_is_flattened_not_a_crash() -> None:
 def test_unclosed_cells_and_items() -> None:
     md, _ = to_markdown("<table><tr><td>a<td>b<tr><td>c</table><dl><dt>t<dd>d</dl>", "https://h.example/")
     assert md == "| a | b |\n| --- | --- |\n| c |  |\n\nt\n\nd"
+
+
+def test_nul_in_attributes_cannot_forge_a_slot() -> None:
+    md, _ = to_markdown('<ul><li>a</li></ul><a href="x\x000\x00">t</a><img alt="\x005\x00" src="i">', "https://h.example/")
+    assert md == "- a\n\n[t](https://h.example/x\ufffd0\ufffd)![\ufffd5\ufffd](https://h.example/i)"
+
+
+HTML_TOKENS = ["<p>", "</p>", "<ul>", "<li>", "</li>", "</ul>", "<ol start=x>", "<pre>", "</pre>", "<code>",
+               "</code>", "<table>", "<tr>", "<td>", "<th>", "</table>", "<blockquote>", "</blockquote>", "<a href='",
+               "'>", "</a>", "<img src=", " alt='", "<h2>", "</h2>", "<br>", "<hr/>", "<script>", "</script>",
+               "<head>", "<title>", "<base href='", "<b>", "</i>", "&amp;", "&#0;", "&#x110000;", "\x00", "\n", " ",
+               "`", "```", "|", "[", "]", "x", "é", "<!--", "-->", "<!doctype html>", "<", ">", "\"", "'"]
+
+
+@given(st.lists(st.sampled_from(HTML_TOKENS), max_size=80))
+@settings(max_examples=300)
+def test_any_markup_converts_without_failing(tokens: list[str]) -> None:
+    page = "".join(tokens)
+    md, _ = to_markdown(page, "https://h.example/a/")
+    text, _ = to_text(page)
+    assert "\x00" not in md and "\x00" not in text

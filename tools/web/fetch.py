@@ -211,7 +211,13 @@ async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, f
         return html.to_markdown(text, final.url) if fmt == "markdown" else html.to_text(text)
 
     # (html.parser on 5 MiB takes seconds: off the event loop)
-    return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+    try:
+        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except (ValueError, LookupError, RecursionError, MemoryError) as exc:
+        # A page the converter cannot handle fails this call, not the session (the page is
+        # anyone's input; a crash would restart the actor and fetch it again).
+        raise ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt} ({type(exc).__name__}: "
+                                             f"{str(exc)[:200]}); format \"html\" returns it as sent") from None
 
 
 async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, note: str,

@@ -68,7 +68,7 @@ class _TreeBuilder(HTMLParser):
         if tag == "title":
             self._in_title = True
         if tag == "base" and self.base is None:
-            self.base = dict(attrs).get("href") or None
+            self.base = (dict(attrs).get("href") or "").replace("\x00", "") or None
         if tag == "li":
             self._close("li", frozenset({"ul", "ol", "menu"}))
         elif tag in ("dt", "dd"):
@@ -86,7 +86,7 @@ class _TreeBuilder(HTMLParser):
             self._close("head", frozenset())  # (a <head> never closed would hide the whole page)
         if tag in BLOCK and self.stack[-1].tag == "p":
             self.stack.pop()  # a block ends an open paragraph
-        node = Node(tag, {k: v or "" for k, v in attrs})
+        node = Node(tag, {k: (v or "").replace("\x00", "\ufffd") for k, v in attrs})
         self.stack[-1].children.append(node)
         if tag not in VOID and len(self.stack) < MAX_DEPTH:
             self.stack.append(node)
@@ -167,9 +167,9 @@ class _Renderer:
         """Lines trimmed, spaces collapsed, at most one blank line in a row, slots filled in."""
         lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
         out = _NEWLINES.sub("\n\n", "\n".join(lines)).strip("\n")
-        while _SLOT.search(out):
-            out = _SLOT.sub(lambda m: self.slots[int(m.group(1))], out)
-        return out
+        # (one pass: a slot's text was finished when it was made, so it holds no slot; NUL from
+        # the page was replaced when parsed, so every marker is one of ours)
+        return _SLOT.sub(lambda m: self.slots[int(m.group(1))], out)
 
     @staticmethod
     def oneline(text: str) -> str:
