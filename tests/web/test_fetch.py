@@ -76,6 +76,11 @@ async def test_charsets(full: ToolRegistry, web_server: WebServer) -> None:
     assert text_of(await call(full, "web_fetch", {"url": bom})) == "bom text"
     assert text_of(await call(full, "web_fetch", {"url": broken})) == "ok \ufffd\ufffd end"
     assert text_of(await call(full, "web_fetch", {"url": bogus})) == "caf\xe9"  # not a text encoding: UTF-8
+    strict = web_server.reply("/strict", b"caf\xc3\xa9 \xff", "text/plain; charset=idna")  # (strict errors only)
+    assert text_of(await call(full, "web_fetch", {"url": strict})) == "caf\xe9 \ufffd"
+    utf7 = web_server.reply("/utf7", b"a+2AA-b", "text/plain; charset=utf-7")  # a lone surrogate in UTF-7
+    text = text_of(await call(full, "web_fetch", {"url": utf7}))
+    assert text.encode("utf-8") and text.startswith("a") and text.endswith("b")
 
 
 async def test_no_content_type_is_judged_by_the_bytes(full: ToolRegistry, web_server: WebServer,

@@ -62,6 +62,13 @@ async def test_a_search_maps_the_arguments_and_renders_the_results(web_server: W
         {"title": None, "url": "https://empty.example/", "published_date": None, "author": None, "score": None}]}
 
 
+async def test_a_lone_surrogate_from_the_backend_is_replaced(web_server: WebServer) -> None:
+    body = b'{"results": [{"title": "bad \\ud800 title", "url": "https://x.example/", "text": "t\\udfff"}]}'
+    r = await call(tool(backend(web_server, body=body)), "web_search", {"query": "q"})
+    assert text_of(r) == "## 1. bad \ufffd title\nURL: https://x.example/\n\nt\ufffd"
+    assert r.structured_content["results"][0]["title"] == "bad \ufffd title"
+
+
 async def test_defaults(web_server: WebServer) -> None:
     r = await call(tool(backend(web_server, [])), "web_search", {"query": "nothing"})
     assert text_of(r) == "No results for 'nothing'." and r.structured_content == {"query": "nothing", "results": []}

@@ -186,7 +186,7 @@ def decode(body: bytes, content_type: str | None, is_html: bool) -> str:
     """``body`` as text: BOM, else Content-Type charset, else (HTML) ``<meta charset>``, else UTF-8."""
     for bom, encoding in _BOMS:
         if body.startswith(bom):
-            return body.decode(encoding, errors="replace")
+            return _recordable(body.decode(encoding, errors="replace"))
     candidates = []
     m = re.search(r"""charset\s*=\s*["']?([^"';\s]+)""", content_type or "", re.I)
     if m:
@@ -197,10 +197,19 @@ def decode(body: bytes, content_type: str | None, is_html: bool) -> str:
             candidates.append(m2.group(1).decode("ascii"))
     for encoding in candidates:
         try:
-            return body.decode(encoding, errors="replace")
-        except LookupError:  # unknown, or not a text encoding ("base64")
+            return _recordable(body.decode(encoding, errors="replace"))
+        except (LookupError, UnicodeError):  # unknown, not a text encoding ("base64"), strict only ("idna")
             continue
     return body.decode("utf-8", errors="replace")
+
+
+def _recordable(text: str) -> str:
+    """``text`` with any lone surrogate (a UTF-7 or UTF-16 oddity) replaced: the log stores UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # (as providers' well_formed)
 
 
 async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url) -> tuple[str, str | None]:

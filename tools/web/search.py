@@ -145,7 +145,15 @@ def _results(body: bytes) -> list[dict[str, Any]]:
 
 def _field(r: dict[str, Any], name: str) -> str | None:
     value = r.get(name)
-    return value.strip() or None if isinstance(value, str) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    # (JSON may spell a lone surrogate, "\ud800", which the log, being UTF-8, cannot store)
+    value = value.strip()
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def render(query: str, results: list[dict[str, Any]], budget: int) -> tuple[str, list[dict[str, Any]]]:
