@@ -19,6 +19,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolRegistry
 from tools.web import web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES, MAX_REDIRECTS
+from tests.unwritable import unwritable
 
 from .conftest import call, text_of
 from .server import Request, WebServer, chunked, png, response
@@ -120,6 +121,15 @@ async def test_a_pdf_is_stored_as_an_artifact_not_shown(full: ToolRegistry, web_
     aid = r.structured_content["artifact_id"]
     assert artifacts.get(aid) == data and [type(p) for p in r.content] == [t.TextPart]
     assert "application/pdf" in text_of(r) and r.events[0].mime == "application/pdf"
+
+
+async def test_an_artifact_that_cannot_be_written_fails_the_call_only(full: ToolRegistry, web_server: WebServer,
+                                                                       artifacts: ArtifactStore) -> None:
+    artifacts.root.mkdir(parents=True)
+    url = web_server.reply("/d.bin", b"\x00binary", "application/octet-stream")
+    with unwritable(artifacts.root):
+        r = await call(full, "web_fetch", {"url": url})
+    assert r.error_code == "ARTIFACT_WRITE_FAILED", text_of(r)
 
 
 # ---------------------------------------------------------------------------- transfer and encodings
@@ -225,10 +235,12 @@ async def test_five_redirects_are_followed_and_a_sixth_is_refused(full: ToolRegi
 async def test_a_redirect_is_checked_like_the_first_url(full: ToolRegistry, web_server: WebServer) -> None:
     creds = web_server.redirect("/to-creds", f"http://user:pw@127.0.0.1:{web_server.port}/x")
     ftp = web_server.redirect("/to-ftp", "ftp://127.0.0.1/file")
+    broken = web_server.redirect("/to-broken", "http://[::1/x")
     r = await call(full, "web_fetch", {"url": creds})
     assert r.error_code == "URL_CREDENTIALS" and "pw" not in text_of(r)
     assert (await call(full, "web_fetch", {"url": ftp})).error_code == "URL_INVALID"
-    assert [q.path for q in web_server.requests] == ["/to-creds", "/to-ftp"]
+    assert (await call(full, "web_fetch", {"url": broken})).error_code == "URL_INVALID"
+    assert [q.path for q in web_server.requests] == ["/to-creds", "/to-ftp", "/to-broken"]
 
 
 async def test_a_3xx_without_location_is_the_answer(full: ToolRegistry, web_server: WebServer) -> None:

@@ -77,6 +77,11 @@ def test_base_href_is_honoured_and_unsafe_links_dropped() -> None:
     assert md == "[x](https://h.example/docs/x.html) d v"
 
 
+def test_an_unusable_base_href_is_ignored() -> None:
+    md, _ = to_markdown('<base href="http://[::1"><a href="x">x</a> <a href="http://[bad">b</a>', "https://h.example/a/")
+    assert md == "[x](https://h.example/a/x) b"
+
+
 def test_a_head_never_closed_hides_nothing_of_the_body() -> None:
     md, title = to_markdown("<html><head><title>t</title><body><p>body text</p>", "https://h.example/")
     assert (md, title) == ("body text", "t")

@@ -147,7 +147,7 @@ async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] 
     ``ADDRESS_NOT_PUBLIC`` (none of its addresses may be used)."""
     try:
         infos = await trio.socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
+    except (OSError, UnicodeError) as exc:  # (socket.gaierror is an OSError)
         raise ToolError("DNS_FAILED", f"{url.host} could not be resolved ({exc})") from None
     found: list[IPAddress] = []
     for family, _type, _proto, _canon, sockaddr in infos:

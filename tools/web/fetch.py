@@ -106,8 +106,12 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                     if len(redirects) == MAX_REDIRECTS:
                         raise ToolError("TOO_MANY_REDIRECTS", f"{url.url[:300]} redirected more than "
                                                               f"{MAX_REDIRECTS} times (last to {current.url[:300]})")
-                    target = urljoin(current.url, _header_text(location).strip())
-                    current = parse_url(target, what=f"the redirect from {current.url[:200]} to")
+                    what = f"the redirect from {current.url[:200]} to"
+                    try:
+                        target = urljoin(current.url, _header_text(location).strip())
+                    except ValueError:  # (e.g. "http://[::1": urlsplit refuses it)
+                        raise ToolError("URL_INVALID", f"{what} {location[:200]!r} is not a valid URL") from None
+                    current = parse_url(target, what=what)
                     redirects.append(current.url)
         except trio.TooSlowError:
             raise ToolError("FETCH_TIMEOUT", f"{url.url[:300]} did not answer in full within {timeout:g} s "
@@ -231,7 +235,11 @@ async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, f
 
 async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, note: str,
                   structured: dict[str, Any]) -> ToolResult:
-    aid = await trio.to_thread.run_sync(artifacts.put, body)
+    try:
+        aid = await trio.to_thread.run_sync(artifacts.put, body)
+    except OSError as exc:  # (a full disk fails this call, not the session)
+        raise ToolError("ARTIFACT_WRITE_FAILED", f"the fetched {mime or 'binary'} could not be stored "
+                                                 f"({exc.strerror or exc})") from None
     image = sniff_image(body)
     stored_mime = image or mime or "application/octet-stream"
     structured.update({"artifact_id": aid, "sha256": aid, "mime": stored_mime, "size": len(body)})

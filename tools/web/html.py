@@ -139,9 +139,12 @@ def to_text(html: str) -> tuple[str, str]:
 
 def _base_url(page: Page, url: str) -> str:
     if page.base:
-        base = urljoin(url, page.base.strip())
-        if urlsplit(base).scheme in ("http", "https"):
-            return base
+        try:
+            base = urljoin(url, page.base.strip())
+            if urlsplit(base).scheme in ("http", "https"):
+                return base
+        except ValueError:  # (an unusable <base href> is ignored, as a browser does)
+            pass
     return url
 
 
