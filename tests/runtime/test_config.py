@@ -203,3 +203,14 @@ def test_the_search_key_variable_is_kept_from_executors() -> None:
 
     assert "EXA_API_KEY" in secret_env_names(parse_config("{}"))
     assert "MY_SEARCH_KEY" in secret_env_names(parse_config(cfg(webSearch={"apiKeyEnv": "MY_SEARCH_KEY"})))
+
+
+def test_the_template_parses_with_every_key_known() -> None:
+    from pathlib import Path
+
+    from runtime.config import unknown_keys
+
+    text = (Path(__file__).resolve().parents[2] / "config" / "lens.example.jsonc").read_text()
+    c = parse_config(text)
+    assert unknown_keys(text) == []
+    assert c.web.allow_private_addresses is False and c.web_search.api_key_env == "EXA_API_KEY"
