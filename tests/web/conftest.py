@@ -6,6 +6,7 @@ test can allow one of them by network and not the other). Both live in the test'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,6 @@ def ctx() -> ToolContext:
 
 async def call(registry: ToolRegistry, name: str, args: Any) -> ToolResult:
     """One call through the registry, as the session actor makes it (arguments as JSON text)."""
-    import json
-
     return await registry.run(name, args if isinstance(args, str) else json.dumps(args), ctx())
 
 
@@ -64,7 +63,3 @@ def public_only(artifacts: ArtifactStore) -> ToolRegistry:
 
 def text_of(result: ToolResult) -> str:
     return "".join(getattr(p, "text", "") for p in result.content)
-
-
-def code_of(result: ToolResult) -> str | None:
-    return result.error_code
