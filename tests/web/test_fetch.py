@@ -56,6 +56,13 @@ async def test_text_and_html_formats(full: ToolRegistry, web_server: WebServer) 
     assert text_of(r) == PAGE
 
 
+async def test_a_page_without_text_says_so(full: ToolRegistry, web_server: WebServer) -> None:
+    url = web_server.reply("/app", "<html><head><script>render()</script></head><body><div id=app></div></body></html>")
+    for fmt in ("markdown", "text"):
+        r = await call(full, "web_fetch", {"url": url, "format": fmt})
+        assert not r.is_error and 'format "html" returns its source' in text_of(r)
+
+
 async def test_other_text_is_returned_as_it_is_in_any_format(full: ToolRegistry, web_server: WebServer) -> None:
     body = '{"a": "<b>not html</b>"}\n'
     url = web_server.reply("/j", body, "application/json")

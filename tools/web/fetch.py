@@ -140,6 +140,9 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
             return await _binary(artifacts, resp.body, mime, final, note, structured)
         text, title = await _convert(resp.body, content_type, kind, fmt, final)
         structured["title"] = title or None
+        if not text.strip() and kind == "html" and fmt != "html":
+            # (a page drawn by scripts: the model would see nothing and not know why)
+            text = "(the page has no text outside scripts, styles and markup; format \"html\" returns its source)"
         return ToolResult.text(note + text, structured)
 
     return ToolSpec(
