@@ -31,6 +31,7 @@ from .address import IPAddress, Url
 
 USER_AGENT = "lens-web/0.1"
 READ_CHUNK = 65536
+ATTEMPT_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
 MAX_HEADER_BYTES = 64 * 1024  # a response head larger than this is HTTP_PROTOCOL_ERROR
 
 
@@ -117,17 +118,7 @@ async def connect(url: Url, addresses: Sequence[IPAddress], *,
                   tls: ssl.SSLContext | None = None) -> trio.abc.Stream:
     """A connection to the first of ``addresses`` that accepts one (TLS for https, checked
     against ``url.host``)."""
-    errors: list[str] = []
-    stream: trio.abc.Stream | None = None
-    for ip in addresses:
-        try:
-            stream = await trio.open_tcp_stream(str(ip), url.port)
-            break
-        except OSError as exc:
-            errors.append(f"{ip}: {exc.strerror or exc}")
-    if stream is None:
-        raise ToolError("CONNECTION_FAILED", f"cannot connect to {url.host} port {url.port} ("
-                                             f"{'; '.join(errors[:4]) or 'no address'})")
+    stream = await _first_connection(addresses, url)
     if url.scheme != "https":
         return stream
     ssl_stream = trio.SSLStream(stream, tls or default_tls_context(), server_hostname=url.host,
@@ -139,6 +130,40 @@ async def connect(url: Url, addresses: Sequence[IPAddress], *,
         cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
         raise ToolError("TLS_FAILED", f"TLS with {url.host} failed ({cause})") from None
     return ssl_stream
+
+
+async def _first_connection(addresses: Sequence[IPAddress], url: Url) -> trio.SocketStream:
+    """A TCP connection to one of ``addresses`` (all checked already): tried in order, the next
+    one started when the one before has failed or has not connected within
+    :data:`ATTEMPT_DELAY` (Happy Eyeballs, RFC 8305), so an address that swallows packets (a
+    broken IPv6 route) costs a quarter second, not the call's time limit. The first to connect
+    wins; the others are cancelled (or closed, had they connected too)."""
+    winner: list[trio.SocketStream] = []
+    errors: list[str] = []
+    async with trio.open_nursery() as nursery:
+        for ip in addresses:
+            failed = trio.Event()
+
+            async def attempt(ip: IPAddress = ip, failed: trio.Event = failed) -> None:
+                try:
+                    stream = await trio.open_tcp_stream(str(ip), url.port)
+                except OSError as exc:
+                    errors.append(f"{ip}: {exc.strerror or exc}")
+                    failed.set()
+                    return
+                if winner:
+                    await trio.aclose_forcefully(stream)
+                    return
+                winner.append(stream)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(attempt)
+            with trio.move_on_after(ATTEMPT_DELAY):
+                await failed.wait()
+    if not winner:
+        raise ToolError("CONNECTION_FAILED", f"cannot connect to {url.host} port {url.port} ("
+                                             f"{'; '.join(errors[:4]) or 'no address'})")
+    return winner[0]
 
 
 async def request(url: Url, addresses: Sequence[IPAddress], *, method: str = "GET",
