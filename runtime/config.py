@@ -102,6 +102,23 @@ class ExecutorConfig(_C):
     shared_filesystem: bool = False  # verified by a probe file before local skills/LSP use paths
 
 
+class WebConfig(_C):
+    """``web_fetch``'s address policy (F-TOOL-8)."""
+
+    # true grants every web_fetch call full access: loopback, private, link-local and other
+    # non-public addresses may be fetched (a trusted network only). Default: public addresses only.
+    allow_private_addresses: bool = False
+    # Non-public networks (CIDR, e.g. "10.1.0.0/16") that web_fetch may reach without full access.
+    allowed_private_networks: list[str] = []
+
+
+class WebSearchConfig(_C):
+    """``web_search``'s backend: an Exa-compatible ``POST {baseUrl}/search`` (F-TOOL-8)."""
+
+    base_url: str | None = "https://api.exa.ai"  # None: web_search answers WEB_SEARCH_NOT_CONFIGURED
+    api_key_env: str | None = "EXA_API_KEY"  # the key comes only from this variable; None: no key sent
+
+
 class Config(_C):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     data_dir: str = ".lens"
@@ -111,6 +128,8 @@ class Config(_C):
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     sessions: SessionsConfig = msgspec.field(default_factory=SessionsConfig)
     executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
+    web: WebConfig = msgspec.field(default_factory=WebConfig)
+    web_search: WebSearchConfig = msgspec.field(default_factory=WebSearchConfig)
 
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
@@ -225,6 +244,18 @@ def check_config(cfg: Config, where: str) -> None:
                 raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: maxOutputTokens must be a positive integer")
             if m.context_window < 1:
                 raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: contextWindow must be a positive integer")
+    for i, net in enumerate(cfg.web.allowed_private_networks):
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ConfigError(f"{where}: web.allowedPrivateNetworks[{i}] must be an IP network such as "
+                              f"'10.0.0.0/8' or 'fd00::/8', not {net[:100]!r}") from None
+    ws = cfg.web_search
+    if ws.base_url is not None and (not _valid_base_url(ws.base_url) or "@" in urlsplit(ws.base_url).netloc):
+        raise ConfigError(f"{where}: webSearch.baseUrl must be an http:// or https:// URL with a host and no "
+                          f"credentials, not {ws.base_url[:200]!r} (null turns web_search off)")
+    if ws.api_key_env is not None and (not ws.api_key_env or "=" in ws.api_key_env or "\0" in ws.api_key_env):
+        raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     provider, _, model = (cfg.default_model or "x/x").partition("/")
     if not provider or not model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
@@ -236,11 +267,13 @@ WELL_KNOWN_KEY_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 def secret_env_names(cfg: Config) -> frozenset[str]:
     """Environment variables holding credentials: every provider's ``apiKeyEnv``, the remote
-    executor's ``tokenEnv`` and the SDKs' own key variables. Executors (and so the commands
+    executor's ``tokenEnv``, the web search backend's ``apiKeyEnv`` and the SDKs' own key variables. Executors (and so the commands
     tools run) are started without them."""
     names = {p.api_key_env for p in cfg.providers if p.api_key_env}
     if cfg.executor.token_env:
         names.add(cfg.executor.token_env)
+    if cfg.web_search.api_key_env:
+        names.add(cfg.web_search.api_key_env)
     return frozenset(names | set(WELL_KNOWN_KEY_ENV))
 
 

@@ -29,6 +29,7 @@ from tools.artifacts import ArtifactStore
 from tools.executor import token_fits_a_header
 from tools.history import history_tools
 from tools.jobs import job_tool
+from tools.web import web_tools
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 
@@ -135,7 +136,11 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
                                  hidden_env=secret_env_names(cfg))
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
-                               job_tool(executors)])
+                               job_tool(executors),
+                               *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
+                                          allowed_private_networks=cfg.web.allowed_private_networks,
+                                          search_base_url=cfg.web_search.base_url,
+                                          search_api_key_env=cfg.web_search.api_key_env)])
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None) -> list[str]:

@@ -328,15 +328,15 @@ async def test_command_output_that_is_not_utf8_stays_within_the_cap_as_text(loca
 
 async def test_commands_never_see_the_credentials_in_the_daemons_environment(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # Provider keys (a provider's apiKeyEnv, the SDKs' own variables) stay with the daemon: a
+    # Provider keys (a provider's apiKeyEnv, the SDKs' own variables, the web search key) stay with the daemon: a
     # model (or text it read) asking a command for `env` must not find them.
     from runtime.config import parse_config, secret_env_names
 
     cfg = parse_config('{"providers": [{"id": "oa", "protocol": "openai-chat", "apiKeyEnv": "LENS_TEST_KEY"}],'
                        ' "executor": {"address": "127.0.0.1:1", "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}}')
     hidden = secret_env_names(cfg)
-    assert hidden >= {"LENS_TEST_KEY", "LENS_TEST_REMOTE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
-    for name in ("LENS_TEST_KEY", "LENS_TEST_REMOTE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+    assert hidden >= {"LENS_TEST_KEY", "LENS_TEST_REMOTE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EXA_API_KEY"}
+    for name in ("LENS_TEST_KEY", "LENS_TEST_REMOTE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EXA_API_KEY"):
         monkeypatch.setenv(name, f"secret-{name}")
     monkeypatch.setenv("LENS_TEST_PLAIN", "visible")
     ws = tmp_path / "ws"

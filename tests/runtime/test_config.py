@@ -171,3 +171,46 @@ def test_executor_addresses_that_cannot(address: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(cfg(executor={"address": address, "tokenEnv": "TOK"}))
     assert "executor.address must be 'host:port' with a port from 1 to 65535" in info.value.message
+
+
+def test_web_keys_default_to_public_addresses_only_and_the_exa_backend() -> None:
+    c = parse_config("{}")
+    assert c.web.allow_private_addresses is False and c.web.allowed_private_networks == []
+    assert (c.web_search.base_url, c.web_search.api_key_env) == ("https://api.exa.ai", "EXA_API_KEY")
+    c = parse_config(cfg(web={"allowPrivateAddresses": True, "allowedPrivateNetworks": ["10.0.0.0/8", "fd00::/8",
+                                                                                       "127.0.0.2"]},
+                         webSearch={"baseUrl": None, "apiKeyEnv": None}))
+    assert c.web.allow_private_addresses and c.web.allowed_private_networks == ["10.0.0.0/8", "fd00::/8", "127.0.0.2"]
+    assert c.web_search.base_url is None and c.web_search.api_key_env is None
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"web": {"allowedPrivateNetworks": ["10.0.0.0/33"]}}, "web.allowedPrivateNetworks"),
+    ({"web": {"allowedPrivateNetworks": ["intranet"]}}, "web.allowedPrivateNetworks"),
+    ({"webSearch": {"baseUrl": "ftp://search.example"}}, "webSearch.baseUrl"),
+    ({"webSearch": {"baseUrl": "https://user:key@search.example"}}, "webSearch.baseUrl"),
+    ({"webSearch": {"baseUrl": "search.example"}}, "webSearch.baseUrl"),
+    ({"webSearch": {"apiKeyEnv": ""}}, "webSearch.apiKeyEnv"),
+    ({"webSearch": {"apiKeyEnv": "A=B"}}, "webSearch.apiKeyEnv"),
+])
+def test_web_keys_are_checked(body: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        parse_config(json.dumps(body))
+
+
+def test_the_search_key_variable_is_kept_from_executors() -> None:
+    from runtime.config import secret_env_names
+
+    assert "EXA_API_KEY" in secret_env_names(parse_config("{}"))
+    assert "MY_SEARCH_KEY" in secret_env_names(parse_config(cfg(webSearch={"apiKeyEnv": "MY_SEARCH_KEY"})))
+
+
+def test_the_template_parses_with_every_key_known() -> None:
+    from pathlib import Path
+
+    from runtime.config import unknown_keys
+
+    text = (Path(__file__).resolve().parents[2] / "config" / "lens.example.jsonc").read_text()
+    c = parse_config(text)
+    assert unknown_keys(text) == []
+    assert c.web.allow_private_addresses is False and c.web_search.api_key_env == "EXA_API_KEY"

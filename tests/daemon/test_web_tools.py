@@ -1,0 +1,108 @@
+"""web_fetch and web_search in a running daemon: a faux-model session calls them, and their
+results are in the log (F-TOOL-8). The pages and the search backend are loopback HTTP servers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from ..web.server import Request, WebServer, png, response
+from .conftest import DaemonFactory
+
+
+@pytest.fixture
+async def web_server(nursery: trio.Nursery) -> WebServer:
+    server = WebServer("127.0.0.1")
+    await nursery.start(server.run)
+    return server
+
+
+def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["body"] for e in events if e["kind"] == "tool.finished"]
+
+
+async def run_tool(d: Any, token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body."""
+    before = len(finished(await d.events(token, sid)))
+    await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
+    await d.wait_idle(token, sid)
+    bodies = finished(await d.events(token, sid))
+    assert len(bodies) == before + 1
+    return bodies[-1]
+
+
+async def test_a_session_fetches_a_page_and_an_image_with_full_access(daemon_factory: DaemonFactory,
+                                                                      web_server: WebServer) -> None:
+    d = await daemon_factory(config={"web": {"allowPrivateAddresses": True}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    web_server.reply("/docs/page.html", "<h1>Lens</h1><p>Read <a href='more.html'>more</a>.</p>")
+    url = web_server.redirect("/start", "/docs/page.html")
+    body = await run_tool(d, token, sid, "r1", "web_fetch", {"url": url})
+    assert body["status"] == "ok" and not body["is_error"]
+    assert body["content"] == [{"type": "text", "text": f"[redirected to {web_server.base}/docs/page.html]\n\n"
+                                                        f"# Lens\n\nRead [more]({web_server.base}/docs/more.html)."}]
+    assert body["structured_content"]["final_url"] == f"{web_server.base}/docs/page.html"
+    # the model was given the result (the faux model echoes it)
+    view = await d.view(token, sid)
+    assert any("# Lens" in json.dumps(it) for it in view["items"])
+
+    image = png(2, 2)
+    body = await run_tool(d, token, sid, "r2", "web_fetch", {"url": web_server.reply("/i.png", image, "image/png")})
+    aid = body["structured_content"]["artifact_id"]
+    assert body["content"][1] == {"type": "image", "artifact_id": aid, "mime": "image/png"}
+    stored = [e["body"] for e in await d.events(token, sid) if e["kind"] == "artifact.stored"]
+    assert stored[-1]["artifact_id"] == aid and stored[-1]["source"] == "web_fetch"
+    r = await d.get(f"/artifacts/{aid}", token)
+    assert r.status_code == 200 and r.content == image
+
+
+async def test_without_the_grant_loopback_is_refused(daemon_factory: DaemonFactory, web_server: WebServer) -> None:
+    d = await daemon_factory()  # built-in defaults: public addresses only
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    url = web_server.reply("/secret", "internal", "text/plain")
+    body = await run_tool(d, token, sid, "r1", "web_fetch", {"url": url})
+    assert body["is_error"] and body["error_code"] == "ADDRESS_NOT_PUBLIC"
+    assert body["content"][0]["text"].startswith("ADDRESS_NOT_PUBLIC: 127.0.0.1 is at 127.0.0.1")
+    body = await run_tool(d, token, sid, "r2", "web_fetch", {"url": url.replace("127.0.0.1", "localhost")})
+    assert body["error_code"] == "ADDRESS_NOT_PUBLIC"
+    assert web_server.requests == []
+
+
+async def test_a_session_searches_the_configured_backend(daemon_factory: DaemonFactory, web_server: WebServer,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    async def search(req: Request, stream: trio.SocketStream) -> None:
+        results = [{"title": "Found", "url": "https://found.example/", "text": f"about {req.json()['query']}"}]
+        await stream.send_all(response(200, json.dumps({"results": results}).encode(),
+                                       [("Content-Type", "application/json")]))
+    web_server.route("/search", search)
+    monkeypatch.setenv("LENS_TEST_WEB_SEARCH_KEY", "k-123")
+    d = await daemon_factory(config={"webSearch": {"baseUrl": web_server.base, "apiKeyEnv": "LENS_TEST_WEB_SEARCH_KEY"}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "web_search", {"query": "lens", "num_results": 1})
+    assert body["content"][0]["text"] == "## 1. Found\nURL: https://found.example/\n\nabout lens"
+    assert body["structured_content"]["results"][0]["url"] == "https://found.example/"
+    assert web_server.requests[0].headers["x-api-key"] == "k-123"
+    assert "k-123" not in json.dumps(await d.events(token, sid))
+
+
+async def test_web_search_without_a_backend_says_so(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={"webSearch": {"baseUrl": None}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "web_search", {"query": "lens"})
+    assert body["is_error"] and body["error_code"] == "WEB_SEARCH_NOT_CONFIGURED"
+
+
+async def test_the_inventory_lists_the_web_tools(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory()
+    token = await d.pair("web-client")
+    tools = {t["name"]: t for t in (await d.get("/tools/inventory", token)).json()["tools"]}
+    assert tools["web_fetch"]["inputSchema"]["required"] == ["url"]
+    assert tools["web_search"]["inputSchema"]["required"] == ["query"]
+    assert tools["web_fetch"]["visibleToSubagents"] and tools["web_search"]["readOnly"]

@@ -1,0 +1,177 @@
+"""``web_search`` against a loopback Exa-compatible backend (tests/web/server.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from tools.base import ToolRegistry
+from tools.web import web_search_tool
+from tools.web.search import MAX_CONTEXT_CHARS, MAX_RESULTS, TIMEOUT_SECONDS
+
+from .conftest import call, text_of
+from .server import Request, WebServer, response
+
+KEY = "sk-test-0123456789"
+RESULTS = [
+    {"title": "Trio docs", "url": "https://trio.example/docs", "publishedDate": "2024-05-01T00:00:00.000Z",
+     "author": "N. J. Smith", "score": 0.91, "text": "Trio is a friendly async library."},
+    {"title": "", "url": "https://h11.example/", "text": "h11 is a sans-I/O HTTP/1.1 library."},
+    {"url": "https://empty.example/"},
+    "not a result",
+]
+
+
+def backend(server: WebServer, results: list[Any] | None = None, *, status: int = 200, body: bytes | None = None,
+            delay: float = 0) -> str:
+    async def handler(req: Request, stream: trio.SocketStream) -> None:
+        await trio.sleep(delay)
+        data = body if body is not None else json.dumps({"requestId": "r1", "results": results or []}).encode()
+        await stream.send_all(response(status, data, [("Content-Type", "application/json")]))
+    server.route("/api/search", handler)
+    return server.url("/api")
+
+
+def tool(base_url: str | None, key_env: str | None = "LENS_TEST_SEARCH_KEY", env: dict[str, str] | None = None
+         ) -> ToolRegistry:
+    return ToolRegistry([web_search_tool(base_url, key_env, environ={"LENS_TEST_SEARCH_KEY": KEY} if env is None else env)])
+
+
+async def test_a_search_maps_the_arguments_and_renders_the_results(web_server: WebServer) -> None:
+    reg = tool(backend(web_server, RESULTS))
+    r = await call(reg, "web_search", {"query": "trio http", "num_results": 3, "livecrawl": "preferred",
+                                       "type": "deep", "context_max_characters": 5000})
+    assert not r.is_error, text_of(r)
+    req = web_server.requests[0]
+    assert (req.method, req.path, req.headers["x-api-key"]) == ("POST", "/api/search", KEY)
+    assert req.headers["content-type"] == "application/json"
+    assert req.json() == {"query": "trio http", "numResults": 3, "type": "deep",
+                          "contents": {"text": {"maxCharacters": 5000}, "livecrawl": "preferred"}}
+    assert text_of(r) == (
+        "## 1. Trio docs\nURL: https://trio.example/docs\nPublished: 2024-05-01T00:00:00.000Z\nAuthor: N. J. Smith\n\n"
+        "Trio is a friendly async library.\n\n"
+        "## 2. https://h11.example/\nURL: https://h11.example/\n\nh11 is a sans-I/O HTTP/1.1 library.\n\n"
+        "## 3. https://empty.example/\nURL: https://empty.example/")
+    assert r.structured_content == {"query": "trio http", "results": [
+        {"title": "Trio docs", "url": "https://trio.example/docs", "published_date": "2024-05-01T00:00:00.000Z",
+         "author": "N. J. Smith", "score": 0.91},
+        {"title": None, "url": "https://h11.example/", "published_date": None, "author": None, "score": None},
+        {"title": None, "url": "https://empty.example/", "published_date": None, "author": None, "score": None}]}
+
+
+async def test_a_lone_surrogate_from_the_backend_is_replaced(web_server: WebServer) -> None:
+    body = b'{"results": [{"title": "bad \\ud800 title", "url": "https://x.example/", "text": "t\\udfff"}]}'
+    r = await call(tool(backend(web_server, body=body)), "web_search", {"query": "q"})
+    assert text_of(r) == "## 1. bad \ufffd title\nURL: https://x.example/\n\nt\ufffd"
+    assert r.structured_content["results"][0]["title"] == "bad \ufffd title"
+
+
+async def test_defaults(web_server: WebServer) -> None:
+    r = await call(tool(backend(web_server, [])), "web_search", {"query": "nothing"})
+    assert text_of(r) == "No results for 'nothing'." and r.structured_content == {"query": "nothing", "results": []}
+    assert web_server.requests[0].json() == {"query": "nothing", "numResults": 8, "type": "auto", "contents": {
+        "text": {"maxCharacters": 10000}, "livecrawl": "fallback"}}
+
+
+async def test_context_max_characters_bounds_all_page_text_together(web_server: WebServer) -> None:
+    results = [{"title": f"t{i}", "url": f"https://x.example/{i}", "text": "abcdefghij"} for i in range(3)]
+    r = await call(tool(backend(web_server, results)), "web_search", {"query": "q", "context_max_characters": 15})
+    assert text_of(r) == ("## 1. t0\nURL: https://x.example/0\n\nabcdefghij\n\n"
+                          "## 2. t1\nURL: https://x.example/1\n\nabcde…\n\n"
+                          "## 3. t2\nURL: https://x.example/2\n\n[text left out: context_max_characters reached]")
+
+
+async def test_the_backend_on_loopback_needs_no_address_grant(web_server: WebServer) -> None:
+    # (a configured endpoint, not a URL from the model: not held to the public-address rule)
+    r = await call(tool(backend(web_server, RESULTS)), "web_search", {"query": "q"})
+    assert not r.is_error
+
+
+async def test_not_configured() -> None:
+    r = await call(tool(None), "web_search", {"query": "q"})
+    assert r.error_code == "WEB_SEARCH_NOT_CONFIGURED" and "webSearch.baseUrl" in text_of(r)
+    r = await call(tool("http://127.0.0.1:9", env={}), "web_search", {"query": "q"})
+    assert r.error_code == "WEB_SEARCH_NOT_CONFIGURED" and "LENS_TEST_SEARCH_KEY" in text_of(r)
+    r = await call(tool("http://127.0.0.1:9", env={"LENS_TEST_SEARCH_KEY": ""}), "web_search", {"query": "q"})
+    assert r.error_code == "WEB_SEARCH_NOT_CONFIGURED"
+    r = await call(tool("http://127.0.0.1:9", env={"LENS_TEST_SEARCH_KEY": "a\nb"}), "web_search", {"query": "q"})
+    assert r.error_code == "WEB_SEARCH_NOT_CONFIGURED" and "a\nb" not in text_of(r)
+
+
+async def test_the_key_comes_from_the_process_environment(web_server: WebServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = ToolRegistry([web_search_tool(backend(web_server, []), "LENS_TEST_SEARCH_KEY")])
+    monkeypatch.delenv("LENS_TEST_SEARCH_KEY", raising=False)
+    assert (await call(reg, "web_search", {"query": "q"})).error_code == "WEB_SEARCH_NOT_CONFIGURED"
+    monkeypatch.setenv("LENS_TEST_SEARCH_KEY", "from-env")
+    assert not (await call(reg, "web_search", {"query": "q"})).is_error
+    assert web_server.requests[-1].headers["x-api-key"] == "from-env"
+
+
+async def test_no_key_variable_sends_no_key(web_server: WebServer) -> None:
+    r = await call(tool(backend(web_server, []), key_env=None), "web_search", {"query": "q"})
+    assert not r.is_error and "x-api-key" not in web_server.requests[0].headers
+
+
+async def test_backend_failures_never_show_the_key(web_server: WebServer) -> None:
+    url = backend(web_server, status=401, body=json.dumps({"error": f"invalid key {KEY}"}).encode())
+    r = await call(tool(url), "web_search", {"query": "q"})
+    assert r.error_code == "WEB_SEARCH_FAILED" and "401" in text_of(r)
+    assert KEY not in text_of(r) and KEY not in json.dumps(r.structured_content) and "[key]" in text_of(r)
+    web_server.routes.clear()
+    for body in (b"not json", b'{"data": []}', b'{"results": 5}', b"[" * 100000):
+        r = await call(tool(backend(web_server, body=body)), "web_search", {"query": "q"})
+        assert r.error_code == "WEB_SEARCH_FAILED", body[:20]
+
+
+async def test_an_unreachable_backend(web_server: WebServer) -> None:
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = await call(tool(f"http://127.0.0.1:{port}"), "web_search", {"query": "q"})
+    assert r.error_code == "CONNECTION_FAILED" and "search backend" in text_of(r)
+
+
+async def test_the_whole_search_has_25_seconds(web_server: WebServer, autojump_clock) -> None:
+    assert TIMEOUT_SECONDS == 25
+    start = trio.current_time()
+    r = await call(tool(backend(web_server, RESULTS, delay=26)), "web_search", {"query": "q"})
+    assert r.error_code == "WEB_SEARCH_TIMEOUT" and trio.current_time() - start == pytest.approx(25)
+    r = await call(tool(backend(web_server, RESULTS, delay=24)), "web_search", {"query": "q"})
+    assert not r.is_error
+
+
+@pytest.mark.parametrize("args", [
+    {"query": "q", "num_results": 1}, {"query": "q", "num_results": MAX_RESULTS},
+    {"query": "q", "context_max_characters": 1}, {"query": "q", "context_max_characters": MAX_CONTEXT_CHARS},
+    {"query": "q", "livecrawl": "fallback"}, {"query": "q", "type": "fast"},
+])
+async def test_arguments_at_their_edges_are_accepted(web_server: WebServer, args: dict) -> None:
+    assert MAX_RESULTS == 50 and MAX_CONTEXT_CHARS == 1048576
+    assert not (await call(tool(backend(web_server, [])), "web_search", args)).is_error
+
+
+@pytest.mark.parametrize("args", [
+    {}, {"query": ""}, {"query": "   "}, {"query": 5}, {"query": "q", "num_results": 0},
+    {"query": "q", "num_results": 51}, {"query": "q", "num_results": 2.0}, {"query": "q", "num_results": True},
+    {"query": "q", "context_max_characters": 0}, {"query": "q", "context_max_characters": 1048577},
+    {"query": "q", "livecrawl": "always"}, {"query": "q", "type": "neural"}, {"query": "q", "type": None},
+    {"query": "q", "domains": ["x"]},
+])
+async def test_arguments_past_their_edges_are_refused(args: dict) -> None:
+    # (checked before the backend: none is needed to refuse them)
+    r = await call(tool(None), "web_search", args)
+    assert r.error_code == "TOOL_ARGUMENTS_INVALID", text_of(r)
+
+
+def test_the_schema() -> None:
+    spec = web_search_tool(None, None)
+    props = spec.input_schema["properties"]
+    assert set(props) == {"query", "num_results", "livecrawl", "type", "context_max_characters"}
+    assert (props["num_results"]["minimum"], props["num_results"]["maximum"]) == (1, 50)
+    assert (props["context_max_characters"]["minimum"], props["context_max_characters"]["maximum"]) == (1, 1048576)
+    assert props["livecrawl"]["enum"] == ["fallback", "preferred"] and props["type"]["enum"] == ["auto", "fast", "deep"]
+    assert spec.read_only and spec.input_schema["required"] == ["query"]

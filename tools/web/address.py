@@ -1,0 +1,174 @@
+"""Which URLs ``web_fetch`` may request and which addresses it may connect to (F-TOOL-8).
+
+:func:`parse_url` checks a URL's shape (http/https, a host, no credentials, a valid port) and
+returns its parts with the host in ASCII (IDNA) form. :func:`resolve` looks the host up and
+returns the addresses the call may connect to: only public ones (and those of the networks the
+server config allows) unless the call has full access.
+The caller connects to one of these exact addresses (never to the name again), so a DNS answer
+that changes between the check and the connection cannot move the request elsewhere.
+
+A public address is a globally routable unicast one: not private (RFC 1918, ULA), loopback,
+link-local, multicast, reserved, unspecified, shared (CGNAT 100.64/10), IETF protocol
+assignments (192.0.0/24), documentation or benchmarking space. IPv6 forms that carry an IPv4 address (IPv4-mapped, 6to4, NAT64
+``64:ff9b::/96``) are judged by the IPv4 address they carry.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Sequence
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import trio
+
+from ..base import ToolError
+
+MAX_URL_CHARS = 8192
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_SHARED = ipaddress.ip_network("100.64.0.0/10")
+_IETF = ipaddress.ip_network("192.0.0.0/24")  # protocol assignments (Python counts only parts as private)
+# Characters kept as they are in a request target; everything else (spaces, non-ASCII) is
+# percent-encoded as UTF-8. '%' is kept: a URL's existing escapes are not escaped twice.
+_SAFE_PATH = "/%:@!$&'()*+,;=-._~"
+_SAFE_QUERY = _SAFE_PATH + "?"
+
+
+@dataclass(frozen=True)
+class Url:
+    scheme: str  # "http" | "https"
+    host: str  # ASCII: an IDNA name, an IPv4 address or an IPv6 address (no brackets)
+    port: int
+    target: str  # path and query, percent-encoded ASCII ("/" at least)
+    url: str  # the whole URL, normalised, without its fragment
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def parse_url(url: object, *, what: str = "url") -> Url:
+    """The parts of an http(s) URL. Raises ``URL_INVALID`` (shape) or ``URL_CREDENTIALS``
+    (a user name or password in it)."""
+    if not isinstance(url, str) or not url:
+        raise ToolError("URL_INVALID", f"{what} must be a non-empty string")
+    if len(url) > MAX_URL_CHARS:
+        raise ToolError("URL_INVALID", f"{what} is longer than {MAX_URL_CHARS} characters")
+    if any((ch.isspace() and ch != " ") or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} holds control characters or line breaks")
+    url = url.strip(" ")  # (a space inside is percent-encoded, as a browser does)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} is not a valid URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r}: only http:// and https:// URLs can be fetched")
+    if "@" in parts.netloc:
+        # (never echoed: the point is that it holds a secret)
+        raise ToolError("URL_CREDENTIALS", f"{what} must not carry a user name or password (user:pass@host)")
+    host = parts.hostname or ""
+    if not host:
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has no host")
+    if port == 0:
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r}: port 0 cannot be connected to")
+    host = _ascii_host(host, url, what)
+    port = port if port is not None else (443 if scheme == "https" else 80)
+    path = quote(parts.path or "/", safe=_SAFE_PATH)
+    target = path + ("?" + quote(parts.query, safe=_SAFE_QUERY) if parts.query else "")
+    shown_host = f"[{host}]" if ":" in host else host
+    netloc = shown_host if parts.port is None else f"{shown_host}:{port}"
+    return Url(scheme, host, port, target, urlunsplit((scheme, netloc, path, target[len(path) + 1:], "")))
+
+
+def _ascii_host(host: str, url: str, what: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if host.startswith("[") or "%" in host:
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has an invalid host")
+    try:
+        ascii_host = host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has a host name that cannot be encoded (IDNA)") from None
+    name = ascii_host[:-1] if ascii_host.endswith(".") else ascii_host
+    labels = name.split(".")
+    if not name or len(name) > 253 or not all(0 < len(label) <= 63 for label in labels) or not all(
+            ch.isalnum() or ch in "-_" for ch in name.replace(".", "")):
+        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has an invalid host name")
+    return ascii_host.lower()
+
+
+def is_public(ip: IPAddress) -> bool:
+    """Whether ``ip`` is a globally routable unicast address (see the module docstring)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:
+            return False
+        if ip.ipv4_mapped is not None:
+            return is_public(ip.ipv4_mapped)
+        if ip.sixtofour is not None:
+            return is_public(ip.sixtofour)
+        if ip in _NAT64:
+            return is_public(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        if ip in _NAT64_LOCAL or ip.is_site_local:
+            return False
+    elif ip in _SHARED or ip in _IETF:
+        return False
+    return ip.is_global and not (ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast
+                                 or ip.is_reserved or ip.is_unspecified)
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def allowed(ip: IPAddress, networks: Sequence[IPNetwork] = ()) -> bool:
+    """Whether a call without full access may connect to ``ip``: a public address, or one in
+    ``networks`` (the server config's ``web.allowedPrivateNetworks``)."""
+    if is_public(ip):
+        return True
+    plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+    if isinstance(plain, ipaddress.IPv6Address) and plain.scope_id:
+        plain = ipaddress.IPv6Address(str(plain).split("%", 1)[0])
+    return any(plain.version == n.version and plain in n for n in networks)
+
+
+async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] = ()) -> list[IPAddress]:
+    """The addresses ``url``'s host may be reached at, in resolver order: with ``full_access``
+    all of them, else the :func:`allowed` ones. Raises ``DNS_FAILED`` (no address) or
+    ``ADDRESS_NOT_PUBLIC`` (none of its addresses may be used)."""
+    try:
+        infos = await trio.socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:  # (socket.gaierror is an OSError)
+        raise ToolError("DNS_FAILED", f"{url.host} could not be resolved ({exc})") from None
+    found: list[IPAddress] = []
+    for family, _type, _proto, _canon, sockaddr in infos:
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        try:
+            ip = ipaddress.ip_address(sockaddr[0])
+        except ValueError:
+            continue
+        if family == socket.AF_INET6 and len(sockaddr) >= 4 and sockaddr[3]:
+            ip = ipaddress.IPv6Address(f"{ip}%{sockaddr[3]}")
+        if ip not in found:
+            found.append(ip)
+    if not found:
+        raise ToolError("DNS_FAILED", f"{url.host} has no IPv4 or IPv6 address")
+    if full_access:
+        return found
+    usable = [ip for ip in found if allowed(ip, networks)]
+    if not usable:
+        shown = ", ".join(str(ip) for ip in found[:4])
+        raise ToolError("ADDRESS_NOT_PUBLIC",
+                        f"{url.host} is at {shown}, not a public address; only public addresses may be fetched "
+                        f"(the server config keys web.allowPrivateAddresses and web.allowedPrivateNetworks grant more)")
+    return usable

@@ -1,0 +1,254 @@
+"""``web_fetch(url, format?, timeout?)`` (F-TOOL-8).
+
+One GET, following at most :data:`MAX_REDIRECTS` redirects, all within ``timeout`` seconds
+(default 30, at most 120): the time covers DNS, every redirect, the headers and the body, and
+ends the call with ``FETCH_TIMEOUT``. Before each request (the first and every redirect's) the
+URL is checked (:func:`~tools.web.address.parse_url`: http/https, no credentials) and its host
+resolved; without full access only public addresses pass, and the connection is made to the
+address that passed (:mod:`tools.web.http`), never to the name again. Full access is granted to
+every call by the server config key ``web.allowPrivateAddresses`` (default off);
+``web.allowedPrivateNetworks`` opens only the networks it lists (an intranet, say).
+
+The body is held to :data:`MAX_BODY_BYTES` after decompression (5 MiB exactly is fine; one byte
+more is ``RESPONSE_TOO_LARGE``, nothing returned). What comes back:
+
+- HTML: as ``markdown`` (default; links resolved against the final URL), ``text`` or raw ``html``;
+- other text (``text/*``, JSON, XML, JavaScript…): the text as it is, whatever the format;
+- anything else (images, PDF, archives, ``application/octet-stream``): stored as an artifact; the
+  result names its id (and shows a PNG/JPEG/GIF/WebP image to the model, as ``view_image`` does).
+
+Text is decoded by its byte-order mark, else the Content-Type charset, else (HTML) a
+``<meta charset>``, else UTF-8; undecodable bytes become U+FFFD. A status of 400 or more is the
+error ``HTTP_ERROR`` with the status and the start of the body.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import ssl
+from typing import Any, Sequence
+from urllib.parse import urljoin
+
+import trio
+
+from events import types as t
+
+from ..artifacts import ArtifactStore
+from ..base import ToolContext, ToolError, ToolResult, ToolSpec
+from ..files.image import sniff as sniff_image
+from . import html
+from .address import IPNetwork, Url, parse_url, resolve
+from .http import request
+
+MAX_BODY_BYTES = 5 * 1024 * 1024
+MAX_REDIRECTS = 5
+DEFAULT_TIMEOUT = 30
+MAX_TIMEOUT = 120
+FORMATS = ("markdown", "text", "html")
+REDIRECTS = (301, 302, 303, 307, 308)
+ERROR_EXCERPT_CHARS = 2000
+
+ACCEPT = {
+    "markdown": "text/markdown;q=1.0, text/html;q=0.9, text/plain;q=0.8, */*;q=0.1",
+    "text": "text/plain;q=1.0, text/html;q=0.9, */*;q=0.1",
+    "html": "text/html;q=1.0, application/xhtml+xml;q=0.9, */*;q=0.1",
+}
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+TEXT_TYPES = frozenset({
+    "application/json", "application/xml", "application/javascript", "application/ecmascript",
+    "application/x-javascript", "application/x-sh", "application/x-yaml", "application/yaml", "application/toml",
+    "application/sql", "application/graphql", "application/x-ndjson", "application/jsonl", "application/csv",
+    "application/x-www-form-urlencoded", "application/x-tex", "application/x-latex", "application/x-python",
+})
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
+    """(url, format, timeout) of a web_fetch call, or ``TOOL_ARGUMENTS_INVALID``."""
+    extra = sorted(set(args) - {"url", "format", "timeout"})
+    if extra:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"web_fetch does not take {', '.join(map(repr, extra))}")
+    if "url" not in args:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "web_fetch needs 'url'")
+    if not isinstance(args["url"], str):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"url must be a string, got {type(args['url']).__name__}")
+    fmt = args.get("format", "markdown")
+    if fmt not in FORMATS:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"format must be one of {', '.join(FORMATS)}, got {fmt!r}"[:300])
+    timeout = args.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        raise ToolError("TOOL_ARGUMENTS_INVALID",
+                        f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT}, got {timeout!r}"[:300])
+    return args["url"], fmt, float(timeout)
+
+
+def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, networks: Sequence[IPNetwork] = (),
+                   tls: ssl.SSLContext | None = None) -> ToolSpec:
+    """The ``web_fetch`` tool. ``full_access``: every call may reach non-public addresses;
+    ``networks``: non-public networks every call may reach. ``tls``: the certificate store for
+    https (default: the system's)."""
+    networks = tuple(networks)
+
+    async def fetch(url: Url, fmt: str, timeout: float) -> tuple[Url, list[str], Any]:
+        redirects: list[str] = []
+        try:
+            with trio.fail_after(timeout):
+                current = url
+                while True:
+                    addresses = await resolve(current, full_access=full_access, networks=networks)
+                    resp = await request(current, addresses, headers=[("Accept", ACCEPT[fmt])],
+                                         max_body=MAX_BODY_BYTES, tls=tls)
+                    location = resp.header("location")
+                    if resp.status not in REDIRECTS or location is None:
+                        return current, redirects, resp
+                    if len(redirects) == MAX_REDIRECTS:
+                        raise ToolError("TOO_MANY_REDIRECTS", f"{url.url[:300]} redirected more than "
+                                                              f"{MAX_REDIRECTS} times (last to {current.url[:300]})")
+                    what = f"the redirect from {current.url[:200]} to"
+                    try:
+                        target = urljoin(current.url, _header_text(location).strip())
+                    except ValueError:  # (e.g. "http://[::1": urlsplit refuses it)
+                        raise ToolError("URL_INVALID", f"{what} {location[:200]!r} is not a valid URL") from None
+                    current = parse_url(target, what=what)
+                    redirects.append(current.url)
+        except trio.TooSlowError:
+            raise ToolError("FETCH_TIMEOUT", f"{url.url[:300]} did not answer in full within {timeout:g} s "
+                                             f"({len(redirects)} redirect(s) followed)") from None
+
+    async def web_fetch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raw_url, fmt, timeout = check_arguments(args)
+        url = parse_url(raw_url)
+        final, redirects, resp = await fetch(url, fmt, timeout)
+        content_type = resp.header("content-type")
+        mime = (content_type or "").split(";", 1)[0].strip().lower()
+        structured: dict[str, Any] = {"url": url.url, "final_url": final.url, "status": resp.status,
+                                      "content_type": content_type, "format": fmt, "bytes": len(resp.body),
+                                      "redirects": redirects}
+        kind = _kind(mime, resp.body)
+        if resp.status >= 400:
+            text = "" if kind == "binary" else (await _convert(resp.body, content_type, kind, fmt, final))[0]
+            excerpt = text[:ERROR_EXCERPT_CHARS] + ("…" if len(text) > ERROR_EXCERPT_CHARS else "")
+            raise ToolError("HTTP_ERROR", f"{final.url[:300]} answered {resp.status} {resp.reason}".rstrip()
+                            + (f"\n\n{excerpt}" if excerpt.strip() else ""))
+        note = f"[redirected to {final.url}]\n\n" if redirects else ""
+        if not resp.body:
+            return ToolResult.text(f"{note}(the response body of {final.url} is empty; status {resp.status})",
+                                   structured)
+        if kind == "binary":
+            return await _binary(artifacts, resp.body, mime, final, note, structured)
+        text, title = await _convert(resp.body, content_type, kind, fmt, final)
+        structured["title"] = title or None
+        if not text.strip() and kind == "html" and fmt != "html":
+            # (a page drawn by scripts: the model would see nothing and not know why)
+            text = "(the page has no text outside scripts, styles and markup; format \"html\" returns its source)"
+        return ToolResult.text(note + text, structured)
+
+    return ToolSpec(
+        "web_fetch",
+        "Fetch a public http(s) URL: HTML comes back as markdown (default), text or html; other text as is; "
+        f"binaries (images, PDF…) are saved as artifacts. timeout in seconds (default {DEFAULT_TIMEOUT}, at most "
+        f"{MAX_TIMEOUT}) covers DNS, up to {MAX_REDIRECTS} redirects and the body (at most 5 MiB).",
+        {"type": "object", "properties": {
+            "url": {"type": "string", "description": "an http:// or https:// URL without credentials"},
+            "format": {"enum": list(FORMATS), "default": "markdown"},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT, "default": DEFAULT_TIMEOUT}},
+         "required": ["url"], "additionalProperties": False},
+        web_fetch,
+        replay_safe=True,
+    )
+
+
+def _header_text(value: str) -> str:
+    """A header value as sent: UTF-8 if its bytes are (servers send UTF-8 in Location), else latin-1."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
+def _kind(mime: str, body: bytes) -> str:
+    """"html", "text" or "binary"; a response without a Content-Type is judged by its bytes."""
+    if mime in HTML_TYPES:
+        return "html"
+    if mime.startswith("text/") or mime in TEXT_TYPES or mime.endswith(("+json", "+xml")):
+        return "text"
+    if mime:
+        return "binary"
+    head = body[:1024].lstrip().lower()
+    if head.startswith((b"<!doctype html", b"<html")):
+        return "html"
+    if b"\x00" in body[:8192] or sniff_image(body):
+        return "binary"
+    try:
+        body[:8192].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(body[:8192]) - 3:  # (not just a character cut at the window's end)
+            return "binary"
+    return "text"
+
+
+def decode(body: bytes, content_type: str | None, is_html: bool) -> str:
+    """``body`` as text: BOM, else Content-Type charset, else (HTML) ``<meta charset>``, else UTF-8."""
+    for bom, encoding in _BOMS:
+        if body.startswith(bom):
+            return _recordable(body.decode(encoding, errors="replace"))
+    candidates = []
+    m = re.search(r"""charset\s*=\s*["']?([^"';\s]+)""", content_type or "", re.I)
+    if m:
+        candidates.append(m.group(1))
+    if is_html:
+        m2 = _META_CHARSET.search(body[:4096])
+        if m2:
+            candidates.append(m2.group(1).decode("ascii"))
+    for encoding in candidates:
+        try:
+            return _recordable(body.decode(encoding, errors="replace"))
+        except (LookupError, UnicodeError):  # unknown, not a text encoding ("base64"), strict only ("idna")
+            continue
+    return body.decode("utf-8", errors="replace")
+
+
+def _recordable(text: str) -> str:
+    """``text`` with any lone surrogate (a UTF-7 or UTF-16 oddity) replaced: the log stores UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # (as providers' well_formed)
+
+
+async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url) -> tuple[str, str | None]:
+    def work() -> tuple[str, str | None]:
+        text = decode(body, content_type, kind == "html")
+        if kind != "html" or fmt == "html":
+            return text, None
+        return html.to_markdown(text, final.url) if fmt == "markdown" else html.to_text(text)
+
+    # (html.parser on 5 MiB takes seconds: off the event loop)
+    try:
+        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except (ValueError, LookupError, RecursionError, MemoryError) as exc:
+        # A page the converter cannot handle fails this call, not the session (the page is
+        # anyone's input; a crash would restart the actor and fetch it again).
+        raise ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt} ({type(exc).__name__}: "
+                                             f"{str(exc)[:200]}); format \"html\" returns it as sent") from None
+
+
+async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, note: str,
+                  structured: dict[str, Any]) -> ToolResult:
+    try:
+        aid = await trio.to_thread.run_sync(artifacts.put, body)
+    except OSError as exc:  # (a full disk fails this call, not the session)
+        raise ToolError("ARTIFACT_WRITE_FAILED", f"the fetched {mime or 'binary'} could not be stored "
+                                                 f"({exc.strerror or exc})") from None
+    image = sniff_image(body)
+    stored_mime = image or mime or "application/octet-stream"
+    structured.update({"artifact_id": aid, "sha256": aid, "mime": stored_mime, "size": len(body)})
+    content: list[t.ContentPart] = [t.TextPart(
+        f"{note}{final.url} is {stored_mime} ({len(body)} bytes), not text: saved as artifact {aid}")]
+    if image is not None:
+        content.append(t.ImagePart(aid, image))
+    return ToolResult(content, structured, events=[t.ArtifactStored(
+        artifact_id=aid, sha256=aid, mime=stored_mime, size=len(body), source="web_fetch")])

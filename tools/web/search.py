@@ -1,0 +1,185 @@
+"""``web_search(query, num_results?, livecrawl?, type?, context_max_characters?)`` (F-TOOL-8).
+
+The backend is configured (``webSearch`` in the server config): an Exa-compatible
+``POST {baseUrl}/search`` answering ``{"results": [{title, url, publishedDate, author, text}]}``.
+The arguments map onto its request::
+
+    {"query": query, "numResults": num_results, "type": type,
+     "contents": {"text": {"maxCharacters": context_max_characters}, "livecrawl": livecrawl}}
+
+The key comes only from the environment variable ``webSearch.apiKeyEnv`` names (sent as
+``x-api-key``; never logged, never in a result or an error). No backend, or its key variable
+unset: ``WEB_SEARCH_NOT_CONFIGURED``. The whole call, DNS to the last byte, has
+:data:`TIMEOUT_SECONDS` (``WEB_SEARCH_TIMEOUT``).
+
+The backend is an endpoint the operator chose, not a URL from the model: it is not held to
+``web_fetch``'s public-address rule (a search service on the local network is fine).
+
+``context_max_characters`` bounds the page text in the answer: each result's text is cut so
+that all of them together hold at most that many characters (titles and URLs are always shown).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+from typing import Any, Mapping
+
+import trio
+
+from ..base import ToolContext, ToolError, ToolResult, ToolSpec
+from .address import parse_url, resolve
+from .http import request
+
+TIMEOUT_SECONDS = 25
+MAX_RESULTS = 50
+DEFAULT_RESULTS = 8
+MAX_CONTEXT_CHARS = 1_048_576
+DEFAULT_CONTEXT_CHARS = 10_000
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # 50 results of up to a million characters each, as JSON
+LIVECRAWL = ("fallback", "preferred")
+TYPES = ("auto", "fast", "deep")
+ERROR_EXCERPT_CHARS = 500
+
+
+def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments with their defaults, or ``TOOL_ARGUMENTS_INVALID``."""
+    extra = sorted(set(args) - {"query", "num_results", "livecrawl", "type", "context_max_characters"})
+    if extra:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"web_search does not take {', '.join(map(repr, extra))}")
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "web_search needs 'query', a non-empty string")
+    out: dict[str, Any] = {"query": query}
+    for name, default, hi in (("num_results", DEFAULT_RESULTS, MAX_RESULTS),
+                              ("context_max_characters", DEFAULT_CONTEXT_CHARS, MAX_CONTEXT_CHARS)):
+        value = args.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from 1 to {hi}, got {value!r}"[:300])
+        out[name] = value
+    for name, default, allowed in (("livecrawl", "fallback", LIVECRAWL), ("type", "auto", TYPES)):
+        value = args.get(name, default)
+        if value not in allowed:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be one of {', '.join(allowed)}, got {value!r}"[:300])
+        out[name] = value
+    return out
+
+
+def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: Mapping[str, str] | None = None,
+                    tls: ssl.SSLContext | None = None) -> ToolSpec:
+    """The ``web_search`` tool over the backend at ``base_url`` (``None``: not configured), its
+    key read from ``environ`` (default ``os.environ``) under ``api_key_env`` at each call."""
+
+    async def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        a = check_arguments(args)
+        if base_url is None:
+            raise ToolError("WEB_SEARCH_NOT_CONFIGURED",
+                            "web search has no backend (the server config key webSearch.baseUrl is null)")
+        key = None
+        if api_key_env:
+            key = (os.environ if environ is None else environ).get(api_key_env) or None
+            if key is None:
+                raise ToolError("WEB_SEARCH_NOT_CONFIGURED",
+                                f"web search needs its API key in the environment variable {api_key_env}, "
+                                f"which is not set")
+            if not key.isascii() or not key.isprintable():
+                raise ToolError("WEB_SEARCH_NOT_CONFIGURED",
+                                f"the environment variable {api_key_env} holds characters an HTTP header cannot carry")
+        url = parse_url(base_url.rstrip("/") + "/search", what="webSearch.baseUrl")
+        payload = {"query": a["query"], "numResults": a["num_results"], "type": a["type"],
+                   "contents": {"text": {"maxCharacters": a["context_max_characters"]}, "livecrawl": a["livecrawl"]}}
+        headers = [("Content-Type", "application/json"), ("Accept", "application/json")]
+        if key is not None:
+            headers.append(("x-api-key", key))
+        try:
+            with trio.fail_after(TIMEOUT_SECONDS):
+                addresses = await resolve(url, full_access=True)  # (a configured endpoint: see the docstring)
+                resp = await request(url, addresses, method="POST", headers=headers,
+                                     body=json.dumps(payload).encode(), max_body=MAX_RESPONSE_BYTES, tls=tls)
+        except trio.TooSlowError:
+            raise ToolError("WEB_SEARCH_TIMEOUT", f"the search backend did not answer within {TIMEOUT_SECONDS} s") from None
+        except ToolError as exc:
+            raise ToolError(exc.code, _scrub(f"the search backend: {exc.message}", key)) from None
+        if resp.status != 200:
+            excerpt = resp.body[:ERROR_EXCERPT_CHARS].decode("utf-8", errors="replace").strip()
+            raise ToolError("WEB_SEARCH_FAILED", _scrub(
+                f"the search backend answered {resp.status} {resp.reason}".rstrip() + (f": {excerpt}" if excerpt else ""),
+                key))
+        results = _results(resp.body)
+        text, listed = render(a["query"], results, a["context_max_characters"])
+        return ToolResult.text(text, {"query": a["query"], "results": listed})
+
+    return ToolSpec(
+        "web_search",
+        "Search the web. num_results 1-50 (default 8); type auto|fast|deep; livecrawl fallback|preferred "
+        f"(fetch pages afresh); context_max_characters 1-{MAX_CONTEXT_CHARS} bounds the page text returned "
+        f"(default {DEFAULT_CONTEXT_CHARS}).",
+        {"type": "object", "properties": {
+            "query": {"type": "string"},
+            "num_results": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "default": DEFAULT_RESULTS},
+            "livecrawl": {"enum": list(LIVECRAWL), "default": "fallback"},
+            "type": {"enum": list(TYPES), "default": "auto"},
+            "context_max_characters": {"type": "integer", "minimum": 1, "maximum": MAX_CONTEXT_CHARS,
+                                       "default": DEFAULT_CONTEXT_CHARS}},
+         "required": ["query"], "additionalProperties": False},
+        web_search,
+        replay_safe=True,
+    )
+
+
+def _scrub(message: str, key: str | None) -> str:
+    return message.replace(key, "[key]") if key else message
+
+
+def _results(body: bytes) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ToolError("WEB_SEARCH_FAILED", "the search backend's answer is not JSON") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise ToolError("WEB_SEARCH_FAILED", "the search backend's answer has no 'results' list")
+    return [r for r in results if isinstance(r, dict)]
+
+
+def _field(r: dict[str, Any], name: str) -> str | None:
+    value = r.get(name)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    # (JSON may spell a lone surrogate, "\ud800", which the log, being UTF-8, cannot store)
+    value = value.strip()
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def render(query: str, results: list[dict[str, Any]], budget: int) -> tuple[str, list[dict[str, Any]]]:
+    """(text for the model, structured results without page text). Page text in all results
+    together is cut to ``budget`` characters."""
+    if not results:
+        return f"No results for {query!r}.", []
+    blocks, listed = [], []
+    for i, r in enumerate(results, 1):
+        title, url = _field(r, "title"), _field(r, "url")
+        published, author = _field(r, "publishedDate"), _field(r, "author")
+        score = r.get("score") if isinstance(r.get("score"), (int, float)) and not isinstance(r.get("score"), bool) else None
+        listed.append({"title": title, "url": url, "published_date": published, "author": author, "score": score})
+        lines = [f"## {i}. {title or url or '(untitled)'}"]
+        if url:
+            lines.append(f"URL: {url}")
+        if published:
+            lines.append(f"Published: {published}")
+        if author:
+            lines.append(f"Author: {author}")
+        text = _field(r, "text") or ""
+        if text and budget > 0:
+            cut = text[:budget]
+            budget -= len(cut)
+            lines += ["", cut + ("…" if len(cut) < len(text) else "")]
+        elif text:
+            lines += ["", "[text left out: context_max_characters reached]"]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks), listed
