@@ -53,6 +53,7 @@ class JobExit:
     exit_code: int
     timed_out: bool = False
     timeout_ms: int = 0
+    truncated: bool = False  # the executor dropped output past its cap per command
 
 
 # A job's command: writes its output to the sink as it comes, returns its exit (None: the
@@ -299,6 +300,9 @@ class SessionJobs:
                         code, reason = ended.exit_code, f"killed by signal {-ended.exit_code}"
                     else:
                         status, code = "exited", ended.exit_code
+                    if ended is not None and ended.truncated:
+                        dropped = "the executor kept no output past its cap per command"
+                        reason = f"{reason}; {dropped}" if reason else dropped
             except LensError as exc:
                 reason = f"{exc.code}: {exc.message}"[:2000]
             if live.abandoned:

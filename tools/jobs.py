@@ -82,7 +82,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
                     if which in ("stdout", "stderr"):
                         write(getattr(ev, which))
                     elif which == "exit":
-                        return JobExit(ev.exit.exit_code, ev.exit.timed_out, timeout)
+                        return JobExit(ev.exit.exit_code, ev.exit.timed_out, timeout, ev.exit.truncated)
             return None
 
         out = await ctx.jobs.start(command, run, call_id=ctx.call_id, agent_id=ctx.agent_id, task_id=ctx.task_id)

@@ -285,3 +285,28 @@ async def test_a_report_whose_request_id_a_client_took_is_still_written(daemon: 
                and e["body"]["content"][0]["text"].startswith(f"[background job {job_id} ")]
     assert [e["request_id"] for e in reports] == [None]
     assert [e["body"]["status"] for e in events if e["kind"] == "job.finished"] == ["stopped"]
+
+
+async def test_a_job_whose_output_passed_the_executors_cap_says_so(daemon: Daemon):
+    token, sid = await setup(daemon)
+    # 16 MiB is what the executor passes on of one command; one byte more is dropped
+    job_id = await start_job(daemon, token, sid, "r1", "head -c 16777217 /dev/zero | tr '\\0' a; echo")
+    fin = await finished_of(daemon, token, sid, job_id)
+    assert (fin["body"]["status"], fin["body"]["exit_code"]) == ("exited", 0)
+    assert fin["body"]["reason"] == "the executor kept no output past its cap per command"
+    assert fin["body"]["output_tail"] == "a" * 4096  # (the newline was past the cap)
+    report = next(e for e in await log_of(daemon, token, sid)
+                  if e["kind"] == "input.submitted" and e["request_id"] == f"job:{job_id}")
+    assert report["body"]["content"][0]["text"].startswith(
+        f"[background job {job_id} exited with code 0 (the executor kept no output past its cap per command)]")
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token, params={"offset": 0, "limit": 1})
+    assert (r.json()["droppedBefore"], r.json()["offset"]) == (16 * 1024 * 1024 - 1024 * 1024, 16 * 1024 * 1024 - 1024 * 1024)
+    await report_answered(daemon, token, sid, job_id)
+
+
+async def test_a_job_at_the_executors_output_cap_is_not_called_truncated(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "head -c 16777216 /dev/zero | tr '\\0' a")
+    fin = await finished_of(daemon, token, sid, job_id)
+    assert (fin["body"]["status"], fin["body"]["reason"]) == ("exited", "")
+    await report_answered(daemon, token, sid, job_id)
