@@ -41,6 +41,9 @@ class ToolContext:
     file_edits: Callable[[str], list[t.FileEdited]] | None = None
     # Asks the user (ask_user); returns the settled record {question_id, status, answer | reason}.
     ask: Callable[[list[t.Question]], Awaitable[dict[str, Any]]] | None = None
+    # The skills loaded for this agent (and those whose load waits for the end of the round):
+    # name -> SHA-256 of the SKILL.md loaded ("" when not known). Provided by the actor.
+    loaded_skills: Callable[[], dict[str, str]] | None = None
 
 
 @dataclass(frozen=True)
