@@ -11,7 +11,6 @@ in-memory state never diverges from what was committed.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
@@ -25,16 +24,11 @@ from events.reader import StoredEvent
 from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
     MAIN_AGENT,
-    QueuedInput,
     SessionState,
-    SkillDue,
     apply,
-    SKILL_COMMAND,
     loaded_skill_digests,
-    skill_command,
     snapshot_bytes,
     state_from_snapshot,
-    text_of,
     working_context,
 )
 from projections.snapshots import SnapshotStore
@@ -48,10 +42,10 @@ from .errors import (
     SessionGone,
     SessionNotFound,
     SessionQuarantined,
-    SkillUnavailable,
 )
 from .providers.base import Delta, ModelRequest, ProviderError, well_formed
 from .providers.catalog import ProviderCatalog
+from .skill_loads import SkillLoads, load_failed
 
 log = logging.getLogger("lens.actor")
 
@@ -64,7 +58,6 @@ INTERRUPTED_TEXT = (
     "taken effect. Check the current state before retrying."
 )
 READ_PAGE = 5000
-SKILL_ERROR_CODES = frozenset({"SKILL_NOT_FOUND", "SKILL_INVALID", "NO_WORKSPACE"})
 
 
 def used_call_ids(state: SessionState) -> set[str]:
@@ -230,7 +223,7 @@ class SessionActor:
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         self._snapshot_at = 0
-        self._skill_loads: dict[str, t.SkillLoaded] = {}  # call id -> its snapshot, until the round ends
+        self._skills = SkillLoads(deps.tools, session_id)
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
 
@@ -451,12 +444,7 @@ class SessionActor:
             if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
                 raise InvalidCommand("content must not be empty or only white space")
             self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
-            command = skill_command(cmd.content)
-            first = cmd.content[0]
-            if command is None and isinstance(first, t.TextPart) and first.text.startswith(SKILL_COMMAND):
-                raise InvalidCommand("/skill: needs a skill name: /skill:<name> [text]")
-            if command is not None and cmd.request_id not in s.inputs:  # (a repeat is answered as it was)
-                await self._skill_for_input(command[0], cmd.request_id, refuse=True)
+            await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)
             assert res is not None
@@ -581,17 +569,18 @@ class SessionActor:
         task_id = agent.task_id if agent is not None else None
         if isinstance(step, d.StartTask):
             task_id = self.deps.new_id("task")
-            loads = await self._placing(MAIN_AGENT, [step.input])
+            loads = await self._skills.placing(self.state, MAIN_AGENT, [step.input])
             await self._emit(self._if_current(agent_id, step, lambda: [
                 d.Scoped(t.TaskStarted(input_request_id=step.input.request_id), MAIN_AGENT, task_id),
-                *(d.Scoped(e, MAIN_AGENT, task_id) for e in self._before_placing(MAIN_AGENT, step.input, loads)),
+                *(d.Scoped(e, MAIN_AGENT, task_id) for e in self._skills.before_placing(self.state, MAIN_AGENT,
+                                                                                       step.input, loads)),
                 d.Scoped(t.InputPlaced(input_request_id=step.input.request_id), MAIN_AGENT, task_id),
             ]))
         elif isinstance(step, d.PlaceSteer):
-            loads = await self._placing(agent_id, step.inputs)
+            loads = await self._skills.placing(self.state, agent_id, step.inputs)
             await self._emit(self._if_current(agent_id, step, lambda: [
                 s for q in step.inputs for s in (
-                    *(d.Scoped(e, agent_id, task_id) for e in self._before_placing(agent_id, q, loads)),
+                    *(d.Scoped(e, agent_id, task_id) for e in self._skills.before_placing(self.state, agent_id, q, loads)),
                     d.Scoped(t.InputPlaced(input_request_id=q.request_id), agent_id, task_id))]))
         elif isinstance(step, d.AppendSkills):
             await self._append_skills(agent_id, task_id, step)
@@ -700,21 +689,14 @@ class SessionActor:
                           file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask,
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]))
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
-        # A skill's instructions go after the round's last tool result (decide.AppendSkills):
-        # kept here until then, or recorded with this result when it is the round's last.
-        now = [e for e in result.events if not isinstance(e, t.SkillLoaded)]
-        later = [e for e in result.events if isinstance(e, t.SkillLoaded)]
-        last_of_round = [c.call_id for c in self.state.agents[agent_id].pending_calls] == [call.call_id]
-        if later and not last_of_round:
-            for e in later:
-                self._skill_loads[call.call_id] = e
-            later = []
+        # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
+        events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
         try:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
                 is_error=result.is_error, content=result.content, structured_content=result.structured_content,
                 error_code=result.error_code), agent_id, task_id)]
-                + [d.Scoped(e, agent_id, task_id) for e in now + later])
+                + [d.Scoped(e, agent_id, task_id) for e in events])
         except AppendRejected as exc:
             # The log cannot hold this result (larger than maxEventBytes, say): record that instead
             # of crashing the actor, which would re-run the call (or report it interrupted) and lose
@@ -729,78 +711,15 @@ class SessionActor:
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)])
 
     async def _append_skills(self, agent_id: str, task_id: str | None, step: d.AppendSkills) -> None:
-        """Record the ``skill.loaded`` of the round's skill calls after its tool results.
-
-        The snapshot taken by the call is used; after a restart (which lost it) the skill is
-        read again, and if it cannot be loaded any more the model is told so and the load is
-        dropped (``skill.unloaded`` for that call)."""
-        events: list[t._Event] = []
-        for due in step.due:
-            ev = self._skill_loads.pop(due.call_id, None)
-            if ev is None:
-                ev, problem = await self._reload_skill(agent_id, task_id, due)
-                if ev is None:
-                    events += [t.InstructionAppended(
-                        text=f"Skill \"{due.name}\" could not be loaded after all ({problem}); its instructions "
-                             "are not in the context.", source=f"skill-load-failed:{due.name}"),
-                        t.SkillUnloaded(name=due.name, call_id=due.call_id)]
-                    continue
-            events.append(ev)
+        """Record the ``skill.loaded`` of the round's skill calls, now that its results are in."""
+        events = await self._skills.due_events(self.state, agent_id, task_id, step.due)
         try:
             await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(e, agent_id, task_id) for e in events]))
         except AppendRejected as exc:  # (instructions larger than log.maxEventBytes, say)
             log.warning("session %s: skill instructions were not recorded: %s", self.session_id, exc.message)
-            await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(e, agent_id, task_id) for due in step.due
-                for e in (t.InstructionAppended(
-                    text=f"Skill \"{due.name}\" could not be loaded after all (its instructions could not be "
-                         f"recorded: {exc.message[:300]}).", source=f"skill-load-failed:{due.name}"),
-                    t.SkillUnloaded(name=due.name, call_id=due.call_id))]))
-
-    async def _skill_for_input(self, name: str, request_id: str, *, refuse: bool) -> t._Event:
-        """The ``skill.loaded`` for a ``/skill:<name>`` input (a fresh snapshot). When the skill
-        cannot be loaded: ``refuse`` (at submit) raises ``SKILL_NOT_FOUND`` / ``SKILL_INVALID`` /
-        ``NO_WORKSPACE`` (422) or ``SKILL_UNAVAILABLE`` (503); otherwise (at placing, the skill
-        gone since) an instruction telling the model so is returned."""
-        ctx = ToolContext(self.state.project_id, self.session_id, MAIN_AGENT, None, f"input:{request_id}",
-                          True, loaded_skills=dict)
-        result = await self.deps.tools.run("skill", json.dumps({"name": name}), ctx)
-        for e in result.events:
-            if isinstance(e, t.SkillLoaded):
-                return msgspec.structs.replace(e, call_id=None)
-        message = text_of(result.content) or f"skill {name!r} cannot be loaded"
-        if refuse:
-            code = result.error_code or "SKILL_NOT_FOUND"
-            raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE", message)
-        return t.InstructionAppended(text=f"Skill \"{name}\" could not be loaded ({message}); its instructions "
-                                          "are not in the context.", source=f"skill-load-failed:{name}")
-
-    async def _placing(self, agent_id: str, inputs: Sequence[QueuedInput]) -> dict[str, t._Event]:
-        """The skill loads that go right before placing ``inputs`` (``/skill:`` ones), by request id."""
-        out: dict[str, t._Event] = {}
-        for q in inputs:
-            command = skill_command(q.content)
-            if command is not None and command[0] not in loaded_skill_digests(self.state.agent(agent_id)):
-                out[q.request_id] = await self._skill_for_input(command[0], q.request_id, refuse=False)
-        return out
-
-    def _before_placing(self, agent_id: str, q: QueuedInput, loads: dict[str, t._Event]) -> list[t._Event]:
-        """``loads[q]`` unless the skill got loaded meanwhile (decided under the write lock)."""
-        ev = loads.get(q.request_id)
-        if isinstance(ev, t.SkillLoaded) and ev.name in loaded_skill_digests(self.state.agent(agent_id)):
-            return []
-        return [ev] if ev is not None else []
-
-    async def _reload_skill(self, agent_id: str, task_id: str | None,
-                            due: SkillDue) -> tuple[t.SkillLoaded | None, str]:
-        agent = self.state.agents[agent_id]
-        loaded = {name: s.digest for name, s in agent.skills.items()}
-        ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, due.call_id,
-                          agent_id == MAIN_AGENT, loaded_skills=lambda: loaded)
-        result = await self.deps.tools.run("skill", json.dumps({"name": due.name}), ctx)
-        found = [e for e in result.events if isinstance(e, t.SkillLoaded)]
-        if found:
-            return found[0], ""
-        return None, text_of(result.content) or "no instructions"
+            await self._emit(self._if_current(agent_id, step, lambda: [
+                d.Scoped(e, agent_id, task_id) for due in step.due
+                for e in load_failed(due.name, due.call_id, f"its instructions could not be recorded: {exc.message[:300]}")]))
 
     async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
                    questions: list[t.Question]) -> dict[str, Any]:
