@@ -202,7 +202,9 @@ async def _skill_text(read: Read, path: str) -> tuple[str | None, str | None]:
             return None, f"{SKILL_FILE} is not valid UTF-8"
         if exc.code == "NOT_A_FILE":
             return None, f"{SKILL_FILE} is not a regular file"
-        raise
+        if exc.code.startswith("EXECUTOR_") or exc.code in ("NO_WORKSPACE", "CANCELLED"):
+            raise  # the executor failed, not this skill
+        return None, f"{SKILL_FILE} cannot be read ({exc.code}: {exc.message[:200]})"
     text = "".join(parts)
     if len(text.encode("utf-8")) > MAX_SKILL_BYTES:  # (grew while it was read)
         return None, f"{SKILL_FILE} is larger than {MAX_SKILL_BYTES} bytes"
@@ -242,8 +244,8 @@ async def discover(read: Read) -> list[Skill]:
         try:
             entries = await _listing(read, root)
         except ToolError as exc:
-            if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "SYMLINK_NOT_FOLLOWED"):
-                continue  # no such root (or a file, or a link: not followed)
+            if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "SYMLINK_NOT_FOLLOWED", "PERMISSION_DENIED"):
+                continue  # no such root (or a file, or a link: not followed, or unreadable)
             raise
         for entry in entries:
             if not entry.endswith("/"):
@@ -359,6 +361,9 @@ def skill_tool(pool: ExecutorAccess) -> ToolSpec:
                 unload and name is None):
             raise ToolError("TOOL_ARGUMENTS_INVALID",
                             'skill takes {} (list), {"name": "..."} (load) or {"name": "...", "unload": true}')
+        if name is not None and len(name) > MAX_NAME_CHARS:
+            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
+                            f"{MAX_NAME_CHARS} characters")
         loaded = ctx.loaded_skills() if ctx.loaded_skills is not None else {}
         if unload:
             assert name is not None

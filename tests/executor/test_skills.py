@@ -98,6 +98,8 @@ async def test_discovery_roots_problems_symlinks_and_the_size_cap(tmp_path: Path
     write(ws / "skills" / "not-a-skill" / "README.md", "no SKILL.md here\n")
     write(ws / "skills" / "at-cap" / "SKILL.md", "x" * (MAX_SKILL_BYTES - 1) + "\n")
     write(ws / "skills" / "past-cap" / "SKILL.md", "x" * MAX_SKILL_BYTES + "\n")
+    write(ws / "skills" / "unreadable" / "SKILL.md", "secret\n")
+    (ws / "skills" / "unreadable" / "SKILL.md").chmod(0)
     # Symlinks: a skill directory, a SKILL.md, and a whole root; none is followed.
     write(ws / "elsewhere" / "hidden" / "SKILL.md", "---\nname: hidden\n---\nHIDDEN\n")
     os.symlink("../elsewhere/hidden", ws / "skills" / "linked-dir")
@@ -108,8 +110,11 @@ async def test_discovery_roots_problems_symlinks_and_the_size_cap(tmp_path: Path
     async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
         skills = await discover(workspace_reader(pool, "proj", "test"))
     by_dir = {s.base_dir: s for s in skills}
+    readable = os.access(ws / "skills" / "unreadable" / "SKILL.md", os.R_OK)  # (root reads anything)
     assert list(by_dir) == ["skills/at-cap", "skills/broken", "skills/linked-file", "skills/past-cap",
-                            "skills/review", ".agents/skills/lint"]
+                            "skills/review", "skills/unreadable", ".agents/skills/lint"]
+    if not readable:
+        assert "PERMISSION_DENIED" in (by_dir["skills/unreadable"].problem or "")
     assert by_dir["skills/review"].problem is None and by_dir["skills/review"].description == "Review a change"
     assert by_dir[".agents/skills/lint"].name == "lint" and by_dir[".agents/skills/lint"].problem is None
     assert by_dir["skills/at-cap"].problem is None  # exactly MAX_SKILL_BYTES: loadable
@@ -206,6 +211,10 @@ async def test_load_lands_after_the_batch_once_then_unload_and_reload_take_the_c
         await run(sup, sid, "r6", "NO-SUCH")
         missing = results_of(await events_of(store, sid))[-1]
         assert missing.error_code == "SKILL_NOT_FOUND" and "available: review" in missing.content[0].text
+        faux.script.append(FauxTurn(when="TOO-LONG", tool_calls=[FauxToolCall("skill", {"name": "n" * 100_000})]))
+        await run(sup, sid, "r7", "TOO-LONG")
+        long = results_of(await events_of(store, sid))[-1]
+        assert long.error_code == "SKILL_NOT_FOUND" and len(long.content[0].text) < 300
 
 
 async def test_a_load_cut_off_by_a_restart_mid_round_is_still_appended(tmp_path: Path) -> None:
