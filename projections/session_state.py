@@ -57,6 +57,21 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     reasoning_blocks: list[dict[str, Any]] = []
 
 
+class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
+    """A skill loaded for an agent: its instruction item and the SKILL.md digest it snapshotted."""
+
+    item_id: str
+    digest: str = ""
+
+
+class SkillDue(msgspec.Struct, array_like=True, gc=False):
+    """A ``skill`` call of the round under way that loaded ``name``: its ``skill.loaded`` is
+    recorded once the round's tool results are all in (see runtime.decide.AppendSkills)."""
+
+    call_id: str
+    name: str
+
+
 class AgentState(msgspec.Struct):
     agent_id: str
     role: Literal["main", "subagent"] = "main"
@@ -83,6 +98,16 @@ class AgentState(msgspec.Struct):
     request_attempt: int = 0  # ``attempt`` of the last model.requested
     task_id: str | None = None
     requests: int = 0
+    skills: dict[str, LoadedSkill] = {}  # loaded skills by name
+    skills_due: list[SkillDue] = []
+
+
+def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
+    """name -> SKILL.md digest of the agent's loaded skills, and of those due this round ("")."""
+    out = {name: s.digest for name, s in agent.skills.items()}
+    for due in agent.skills_due:
+        out.setdefault(due.name, "")
+    return out
 
 
 class QueuedInput(msgspec.Struct):
@@ -223,6 +248,29 @@ def _own_parts(text: str, parts: list[t.ContentPart]) -> tuple[t.ContentPart, ..
     return tuple(parts)
 
 
+SKILL_COMMAND = "/skill:"
+
+
+def skill_command(content: list[t.ContentPart]) -> tuple[str, list[t.ContentPart]] | None:
+    """An input ``/skill:<name> args`` (its first part a text starting so): (name, the content the
+    model sees: the args, then any further parts; a short default text when that is empty).
+    ``None`` for any other input. The input is recorded as submitted; the actor refuses a
+    command naming no loadable skill, and loads the skill when placing the input."""
+    first = content[0] if content else None
+    if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
+        return None
+    line, newline, rest = first.text[len(SKILL_COMMAND):].partition("\n")
+    words = line.split(None, 1)
+    if not words:
+        return None
+    name = words[0]
+    args = ((words[1].strip() if len(words) > 1 else "") + newline + rest).strip()
+    parts: list[t.ContentPart] = [*([t.TextPart(args)] if args else []), *content[1:]]
+    if not any(isinstance(p, t.ImagePart) or p.text.strip() for p in parts):
+        parts = [t.TextPart(f"Use the skill \"{name}\".")]
+    return name, parts
+
+
 def _item_id(seq: int, n: int = 0) -> str:
     return f"c{seq}" if n == 0 else f"c{seq}.{n}"
 
@@ -331,9 +379,13 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             if rid not in state.placed_inputs:
                 state.placed_inputs.append(rid)
         if placed is not None:
-            text = text_of(placed.content)
+            content = placed.content
+            command = skill_command(content)
+            if command is not None:
+                content = command[1]  # the skill was loaded by the event before this one
+            text = text_of(content)
             state.agent(agent_id).items.append(
-                Item(_item_id(seq), "user", seq, se.task_id, text, _own_parts(text, placed.content))
+                Item(_item_id(seq), "user", seq, se.task_id, text, _own_parts(text, content))
             )
             state.agent(agent_id).last_response_final = False
     elif isinstance(ev, t.InputWithdrawn):
@@ -388,12 +440,30 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
                 structured=ev.structured_content,
             )
         )
+        sc = ev.structured_content
+        if (ev.name == "skill" and ev.status == "ok" and isinstance(sc, dict) and sc.get("instructions_follow") is True
+                and isinstance(sc.get("name"), str)):
+            a.skills_due = [*a.skills_due, SkillDue(ev.call_id, sc["name"])]
     elif isinstance(ev, (t.SkillLoaded, t.InstructionAppended)):
         text = ev.instructions if isinstance(ev, t.SkillLoaded) else ev.text
         source = f"skill:{ev.name}" if isinstance(ev, t.SkillLoaded) else ev.source
-        state.agent(agent_id).items.append(
+        a = state.agent(agent_id)
+        a.items.append(
             Item(_item_id(seq), "system", seq, se.task_id, text, _own_parts(text, [t.TextPart(text)]), source=source)
         )
+        if isinstance(ev, t.SkillLoaded):
+            a.skills = {**a.skills, ev.name: LoadedSkill(_item_id(seq), ev.digest)}
+            a.skills_due = [d for d in a.skills_due if d.call_id != ev.call_id and d.name != ev.name]
+    elif isinstance(ev, t.SkillUnloaded):
+        # The instructions leave the Working Context (as a snip; the Full Context keeps them);
+        # a load due this round is dropped too.
+        a = state.agent(agent_id)
+        gone = a.skills.get(ev.name)
+        if gone is not None:
+            a.skills = {k: v for k, v in a.skills.items() if k != ev.name}
+            if gone.item_id not in a.snipped:
+                a.snipped = a.snipped + [gone.item_id]
+        a.skills_due = [d for d in a.skills_due if d.name != ev.name]
     elif isinstance(ev, t.ContextEdited):
         a = state.agent(agent_id)
         ids = list(ev.item_ids)
@@ -527,7 +597,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 6: the stored blob ends with a CRC-32 of the rest (projections/snapshots.py).
 # 7: ``UsageTotals.unreported`` (per count, the answered requests that did not report it).
 # 8: ``SessionState.jobs`` (background jobs).
-SNAPSHOT_VERSION = 8
+# 9: ``AgentState.skills`` / ``skills_due`` (skill load state); placed ``/skill:`` inputs hold the args.
+SNAPSHOT_VERSION = 9
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

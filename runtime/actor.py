@@ -26,6 +26,7 @@ from projections.session_state import (
     MAIN_AGENT,
     SessionState,
     apply,
+    loaded_skill_digests,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
@@ -45,6 +46,7 @@ from .errors import (
 )
 from .providers.base import Delta, ModelRequest, ProviderError, well_formed
 from .providers.catalog import ProviderCatalog
+from .skill_loads import SkillLoads, load_failed
 
 log = logging.getLogger("lens.actor")
 
@@ -223,6 +225,7 @@ class SessionActor:
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         self._snapshot_at = 0
+        self._skills = SkillLoads(deps.tools, session_id)
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
         self.jobs = j.SessionJobs(session_id, emit=self._emit, state=lambda: self.state, new_id=deps.new_id,
@@ -454,6 +457,7 @@ class SessionActor:
             if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
                 raise InvalidCommand("content must not be empty or only white space")
             self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
+            await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)
             assert res is not None
@@ -579,13 +583,21 @@ class SessionActor:
         task_id = agent.task_id if agent is not None else None
         if isinstance(step, d.StartTask):
             task_id = self.deps.new_id("task")
+            loads = await self._skills.placing(self.state, MAIN_AGENT, [step.input])
             await self._emit(self._if_current(agent_id, step, lambda: [
                 d.Scoped(t.TaskStarted(input_request_id=step.input.request_id), MAIN_AGENT, task_id),
+                *(d.Scoped(e, MAIN_AGENT, task_id) for e in self._skills.before_placing(self.state, MAIN_AGENT,
+                                                                                       step.input, loads)),
                 d.Scoped(t.InputPlaced(input_request_id=step.input.request_id), MAIN_AGENT, task_id),
             ]))
         elif isinstance(step, d.PlaceSteer):
+            loads = await self._skills.placing(self.state, agent_id, step.inputs)
             await self._emit(self._if_current(agent_id, step, lambda: [
-                d.Scoped(t.InputPlaced(input_request_id=q.request_id), agent_id, task_id) for q in step.inputs]))
+                s for q in step.inputs for s in (
+                    *(d.Scoped(e, agent_id, task_id) for e in self._skills.before_placing(self.state, agent_id, q, loads)),
+                    d.Scoped(t.InputPlaced(input_request_id=q.request_id), agent_id, task_id))]))
+        elif isinstance(step, d.AppendSkills):
+            await self._append_skills(agent_id, task_id, step)
         elif isinstance(step, d.RequestModel):
             await self._request_model(agent_id, task_id, step)
         elif isinstance(step, d.RunCall):
@@ -689,14 +701,17 @@ class SessionActor:
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           agent_id == MAIN_AGENT, start_subagent,
                           file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask,
-                          jobs=self.jobs)
+                          jobs=self.jobs,
+                          loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]))
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
+        # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
+        events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
         try:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
                 is_error=result.is_error, content=result.content, structured_content=result.structured_content,
                 error_code=result.error_code), agent_id, task_id)]
-                + [d.Scoped(e, agent_id, task_id) for e in result.events])
+                + [d.Scoped(e, agent_id, task_id) for e in events])
         except AppendRejected as exc:
             # The log cannot hold this result (larger than maxEventBytes, say): record that instead
             # of crashing the actor, which would re-run the call (or report it interrupted) and lose
@@ -709,6 +724,17 @@ class SessionActor:
                                     f"recorded ({exc.message[:300]}); if it produced output, ask for less "
                                     f"(a smaller range, a filter, a lower max_output_bytes).")],
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)])
+
+    async def _append_skills(self, agent_id: str, task_id: str | None, step: d.AppendSkills) -> None:
+        """Record the ``skill.loaded`` of the round's skill calls, now that its results are in."""
+        events = await self._skills.due_events(self.state, agent_id, task_id, step.due)
+        try:
+            await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(e, agent_id, task_id) for e in events]))
+        except AppendRejected as exc:  # (instructions larger than log.maxEventBytes, say)
+            log.warning("session %s: skill instructions were not recorded: %s", self.session_id, exc.message)
+            await self._emit(self._if_current(agent_id, step, lambda: [
+                d.Scoped(e, agent_id, task_id) for due in step.due
+                for e in load_failed(due.name, due.call_id, f"its instructions could not be recorded: {exc.message[:300]}")]))
 
     async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
                    questions: list[t.Question]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tools.executor import token_fits_a_header
 from tools.history import history_tools
 from tools.jobs import job_tool
 from tools.web import web_tools
+from tools.skills import prompt_skills, skill_tool
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 
@@ -45,7 +46,7 @@ from .guard import Guard
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.base import Delta
-from .prompt import READ_LIMIT_BYTES, PromptCache, build_system_prompt
+from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
 from .providers.catalog import build_catalog
 from .sse_socket import reset_connection
 from .supervisor import Supervisor
@@ -136,7 +137,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
                                  hidden_env=secret_env_names(cfg))
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
-                               job_tool(executors),
+                               job_tool(executors), skill_tool(executors),
                                *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
@@ -152,7 +153,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                     return await read_workspace_agents_md(executors, project_id)
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
 
-            return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home)
+            skills = [SkillMeta(*meta) for meta in await prompt_skills(executors, project_id)] if project_id and ws else []
+            return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills)
 
         system_prompt_for = PromptCache(build_prompt).get
 

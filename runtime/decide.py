@@ -12,7 +12,7 @@ from typing import Literal, Union
 from typing import Any
 
 from events import types as t
-from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState
+from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
 
 # --------------------------------------------------------------------------- loop steps
 
@@ -46,6 +46,13 @@ class SkipCalls:
 
 
 @dataclass(frozen=True)
+class AppendSkills:
+    """Record the ``skill.loaded`` of the round's skill calls, now that its tool results are in."""
+
+    due: tuple[SkillDue, ...]
+
+
+@dataclass(frozen=True)
 class RequestModel:
     pass
 
@@ -62,7 +69,8 @@ class FinishAgent:
     result: str
 
 
-Step = Union[StartTask, PlaceSteer, RunCall, InterruptCall, SkipCalls, RequestModel, FinishTask, FinishAgent]
+Step = Union[StartTask, PlaceSteer, RunCall, InterruptCall, SkipCalls, AppendSkills, RequestModel, FinishTask,
+             FinishAgent]
 
 
 def queued_steers(state: SessionState) -> tuple[QueuedInput, ...]:
@@ -103,6 +111,10 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
         if steers and agent.round_results > 0:
             return SkipCalls(tuple(agent.pending_calls))
         return RunCall(agent.pending_calls[0])
+    if agent.skills_due:
+        # Skill instructions go after the whole batch of tool results (a message between two
+        # results would split the batch), before anything else enters the context.
+        return AppendSkills(tuple(agent.skills_due))
     if agent.open_request_seq is not None:
         return RequestModel()  # a stream cut by a crash: ask again
     if agent.last_error is not None:

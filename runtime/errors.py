@@ -12,6 +12,7 @@
     ├── JobNotFound            JOB_NOT_FOUND (404); JobNotRunning JOB_FINISHED (409)
     ├── InvalidCommand         INVALID_ARGUMENT (400)
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
+    ├── SkillUnavailable       SKILL_NOT_FOUND / SKILL_INVALID / NO_WORKSPACE (422), SKILL_UNAVAILABLE (503)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
 """
 
@@ -49,6 +50,14 @@ class InvalidCommand(LensError):
 
 
 class ModelUnavailable(LensError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+class SkillUnavailable(LensError):
+    """A ``/skill:<name>`` input names a skill that cannot be loaded."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code  # type: ignore[misc]

@@ -43,6 +43,9 @@ class ToolContext:
     ask: Callable[[list[t.Question]], Awaitable[dict[str, Any]]] | None = None
     # The session's background jobs (runtime.jobs.SessionJobs), for the ``job`` tool.
     jobs: Any = None
+    # The skills loaded for this agent (and those whose load waits for the end of the round):
+    # name -> SHA-256 of the SKILL.md loaded ("" when not known). Provided by the actor.
+    loaded_skills: Callable[[], dict[str, str]] | None = None
 
 
 @dataclass(frozen=True)

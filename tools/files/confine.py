@@ -162,13 +162,14 @@ class Target:
 
 
 def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents: bool = False,
-            hook: ResolveHook | None = None, shown: str | None = None) -> Target:
+            hook: ResolveHook | None = None, shown: str | None = None, no_symlinks: bool = False) -> Target:
     """Walk ``path`` from the root; the returned :class:`Target` owns its fds (use ``with``).
 
     ``follow_final=False`` stops at the final component even when it is a symlink (used by
     ``create``, which must see any existing entry). ``create_parents`` creates missing
     intermediate directories (mode 0o777 & ~umask). ``shown`` names the path in messages
-    (default: as given). Raises :class:`FileToolError`.
+    (default: as given). ``no_symlinks`` refuses a symlink met at any component of the walk
+    (``SYMLINK_NOT_FOLLOWED``) instead of following it. Raises :class:`FileToolError`.
     """
     check_path_text(path)
     shown = path if shown is None else shown
@@ -189,7 +190,8 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
     try:
         fds.append(root.open())
         try:
-            target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook)
+            target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook,
+                           no_symlinks)
         except FileToolError as exc:
             if names_dir and exc.code == "NOT_FOUND":
                 raise FileToolError("INVALID_ARGUMENT",
@@ -209,7 +211,7 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
 
 
 def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_final: bool,
-          create_parents: bool, hook: ResolveHook | None) -> Target:
+          create_parents: bool, hook: ResolveHook | None, no_symlinks: bool = False) -> Target:
     names: list[str] = []
     hops = 0
 
@@ -252,6 +254,8 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
         if stat.S_ISLNK(st.st_mode):
             if last and not follow_final:
                 return done(comp, st)
+            if no_symlinks:
+                raise FileToolError("SYMLINK_NOT_FOLLOWED", f"{shown}: a symbolic link on the path is not followed")
             hops = _hop(hops, shown)
             if hook:
                 hook("readlink", "/".join(names + [comp]))

@@ -16,6 +16,7 @@ Codes::
     TOO_LARGE               input, original or result above MAX_TEXT_BYTES; image above MAX_IMAGE_BYTES
     TOO_MANY_UNITS          more than MAX_UNITS edits or hunks
     TOO_MANY_LINKS          more than MAX_SYMLINK_HOPS symlinks while resolving one path
+    SYMLINK_NOT_FOLLOWED    read_file with follow_symlinks false met a symlink on the path
     NO_MATCH                an edit's old_string / a hunk / an anchor matches nothing
     NOT_UNIQUE              ... matches more than once (and replace_all is not set)
     OVERLAP                 two hunks cover overlapping lines of the original

@@ -76,9 +76,14 @@ class Workspace:
     # ---------------------------------------------------------------- reading
 
     def read_file(self, path: str, start_line: int | None = None, max_lines: int | None = None,
-                  offset: int | None = None) -> dict[str, Any]:
-        """F-EXE-2: one page of a UTF-8 file or a directory listing (shape in tools.files.read)."""
-        with self._boundary(path), self._resolve(path) as t:
+                  offset: int | None = None, follow_symlinks: bool = True) -> dict[str, Any]:
+        """F-EXE-2: one page of a UTF-8 file or a directory listing (shape in tools.files.read).
+
+        ``follow_symlinks=False`` (skill discovery) refuses any symlink on the path with
+        ``SYMLINK_NOT_FOLLOWED``; by default symlinks are followed inside the workspace."""
+        if not isinstance(follow_symlinks, bool):
+            raise FileToolError("INVALID_ARGUMENT", "follow_symlinks must be true or false")
+        with self._boundary(path), self._resolve(path, no_symlinks=not follow_symlinks) as t:
             shown = t.shown
             if not t.exists:
                 raise FileToolError("NOT_FOUND", f"{shown}: no such file or directory")
@@ -273,9 +278,10 @@ class Workspace:
 
         return checked
 
-    def _resolve(self, path: str, *, follow_final: bool = True, create_parents: bool = False) -> Target:
+    def _resolve(self, path: str, *, follow_final: bool = True, create_parents: bool = False,
+                 no_symlinks: bool = False) -> Target:
         return resolve(self._root, path, follow_final=follow_final, create_parents=create_parents,
-                       hook=self.resolve_hook, shown=self._shown(path))
+                       hook=self.resolve_hook, shown=self._shown(path), no_symlinks=no_symlinks)
 
     def _shown(self, path: object) -> str:
         """How messages name the path: as given, but an absolute path as its part below the root

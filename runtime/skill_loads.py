@@ -1,0 +1,128 @@
+"""How a session actor loads skills (F-TOOL-6): the part of the agent loop that is skill-specific.
+
+* A ``skill`` call's ``skill.loaded`` goes after the round's last tool result: :meth:`SkillLoads.hold`
+  keeps it (in memory) while other calls of the round are left; the state remembers the due load
+  (``AgentState.skills_due``), and :func:`runtime.decide.next_step` asks for it with
+  ``AppendSkills`` once the results are in. :meth:`SkillLoads.due_events` gives what to record
+  then: the kept snapshot, or after a restart (memory lost) a fresh read of the skill.
+* ``/skill:<name> args`` inputs: :meth:`SkillLoads.check_input` refuses one naming no loadable
+  skill at submit; :meth:`SkillLoads.placing` / :meth:`SkillLoads.before_placing` give the
+  ``skill.loaded`` that goes right before the input's ``input.placed``.
+
+The skill is read through the session's ``skill`` tool, so discovery has one implementation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import msgspec
+
+from events import types as t
+from projections.session_state import (
+    MAIN_AGENT,
+    SKILL_COMMAND,
+    QueuedInput,
+    SessionState,
+    SkillDue,
+    loaded_skill_digests,
+    skill_command,
+    text_of,
+)
+from tools.base import ToolContext, ToolRegistry
+
+from .errors import InvalidCommand, SkillUnavailable
+
+SKILL_ERROR_CODES = frozenset({"SKILL_NOT_FOUND", "SKILL_INVALID", "NO_WORKSPACE"})
+
+
+def load_failed(name: str, call_id: str | None, reason: str) -> list[t._Event]:
+    """What is recorded instead of a due load that cannot be made: the model is told, and the
+    load is dropped (``skill.unloaded`` for that call)."""
+    return [t.InstructionAppended(text=f"Skill \"{name}\" could not be loaded after all ({reason}); its "
+                                       "instructions are not in the context.", source=f"skill-load-failed:{name}"),
+            t.SkillUnloaded(name=name, call_id=call_id)]
+
+
+class SkillLoads:
+    def __init__(self, tools: ToolRegistry, session_id: str) -> None:
+        self._tools = tools
+        self._session_id = session_id
+        self._held: dict[str, t.SkillLoaded] = {}  # call id -> its snapshot, until its round ends
+
+    def hold(self, state: SessionState, agent_id: str, call_id: str, events: list[t._Event]) -> list[t._Event]:
+        """The events to record with call ``call_id``'s ``tool.finished``: its ``skill.loaded``
+        only when the call is the last of its round; otherwise it is held for AppendSkills."""
+        pending = [c.call_id for c in state.agents[agent_id].pending_calls]
+        if pending == [call_id]:
+            return events
+        for e in events:
+            if isinstance(e, t.SkillLoaded):
+                self._held[call_id] = e
+        return [e for e in events if not isinstance(e, t.SkillLoaded)]
+
+    async def due_events(self, state: SessionState, agent_id: str, task_id: str | None,
+                         due: Sequence[SkillDue]) -> list[t._Event]:
+        """What AppendSkills records for ``due``: each held snapshot, or the skill read again."""
+        out: list[t._Event] = []
+        for d in due:
+            ev = self._held.pop(d.call_id, None)
+            if ev is None:
+                agent = state.agents[agent_id]
+                loaded = {name: s.digest for name, s in agent.skills.items()}
+                ctx = ToolContext(state.project_id, self._session_id, agent_id, task_id, d.call_id,
+                                  agent_id == MAIN_AGENT, loaded_skills=lambda: loaded)
+                result = await self._tools.run("skill", json.dumps({"name": d.name}), ctx)
+                found = [e for e in result.events if isinstance(e, t.SkillLoaded)]
+                if not found:
+                    out += load_failed(d.name, d.call_id, text_of(result.content) or "no instructions")
+                    continue
+                ev = found[0]
+            out.append(ev)
+        return out
+
+    async def _for_input(self, state: SessionState, name: str, request_id: str, *, refuse: bool) -> t._Event:
+        """A fresh ``skill.loaded`` for a ``/skill:<name>`` input. When the skill cannot be loaded:
+        ``refuse`` raises ``SKILL_NOT_FOUND`` / ``SKILL_INVALID`` / ``NO_WORKSPACE`` (422) or
+        ``SKILL_UNAVAILABLE`` (503); otherwise an instruction telling the model so."""
+        ctx = ToolContext(state.project_id, self._session_id, MAIN_AGENT, None, f"input:{request_id}", True,
+                          loaded_skills=dict)
+        result = await self._tools.run("skill", json.dumps({"name": name}), ctx)
+        for e in result.events:
+            if isinstance(e, t.SkillLoaded):
+                return msgspec.structs.replace(e, call_id=None)
+        message = text_of(result.content) or f"skill {name!r} cannot be loaded"
+        if refuse:
+            code = result.error_code or "SKILL_NOT_FOUND"
+            raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE", message)
+        return load_failed(name, None, message)[0]
+
+    async def check_input(self, state: SessionState, request_id: str, content: list[t.ContentPart]) -> None:
+        """Refuse a ``/skill:`` input that names no loadable skill (a repeated request id is
+        answered as it was the first time: not checked again)."""
+        first = content[0] if content else None
+        if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
+            return
+        command = skill_command(content)
+        if command is None:
+            raise InvalidCommand("/skill: needs a skill name: /skill:<name> [text]")
+        if request_id not in state.inputs:
+            await self._for_input(state, command[0], request_id, refuse=True)
+
+    async def placing(self, state: SessionState, agent_id: str, inputs: Sequence[QueuedInput]) -> dict[str, t._Event]:
+        """The skill loads that go right before placing ``inputs`` (``/skill:`` ones), by request id."""
+        out: dict[str, t._Event] = {}
+        for q in inputs:
+            command = skill_command(q.content)
+            if command is not None and command[0] not in loaded_skill_digests(state.agent(agent_id)):
+                out[q.request_id] = await self._for_input(state, command[0], q.request_id, refuse=False)
+        return out
+
+    @staticmethod
+    def before_placing(state: SessionState, agent_id: str, q: QueuedInput, loads: dict[str, t._Event]) -> list[t._Event]:
+        """``loads[q]`` unless the skill got loaded meanwhile (called under the write lock)."""
+        ev = loads.get(q.request_id)
+        if isinstance(ev, t.SkillLoaded) and ev.name in loaded_skill_digests(state.agent(agent_id)):
+            return []
+        return [ev] if ev is not None else []

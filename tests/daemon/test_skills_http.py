@@ -1,0 +1,91 @@
+"""F-TOOL-6 over HTTP: ``/skill:<name> args`` inputs (422 ``SKILL_NOT_FOUND`` for an unknown
+skill), and skills loaded before a daemon restart stay loaded after it without being appended
+again (snapshot and replay alike)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .conftest import Daemon, error_of, stop_daemon
+
+REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff first.\n"
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "LOAD-IT", "toolCalls": [{"name": "skill", "arguments": {"name": "review"}}]},
+]}], "defaultModel": "faux/faux-1", "sessions": {"snapshotEvery": 3}}
+
+
+def skill_items(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [it for it in view["items"] if it.get("role") == "system"]
+
+
+async def _session(d: Daemon) -> tuple[str, str, Path]:
+    token = await d.pair("skill-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW)
+    sid = (await d.session(token, project["id"]))["id"]
+    return token, sid, ws
+
+
+async def test_a_skill_command_loads_the_skill_and_sends_the_args(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid, ws = await _session(d)
+    accepted = await d.submit(token, sid, "r1", "/skill:review look at main.py")
+    assert accepted["duplicate"] is False
+    view = await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    [submitted] = [e for e in events if e["kind"] == "input.submitted"]
+    assert submitted["body"] == {"content": [{"type": "text", "text": "/skill:review look at main.py"}],
+                                 "when_busy": "followUp"}  # recorded as submitted
+    [loaded] = [e for e in events if e["kind"] == "skill.loaded"]
+    assert loaded["body"]["base_dir"] == "skills/review" and "REVIEW-STEPS" in loaded["body"]["instructions"]
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("skill.loaded") == kinds.index("input.placed") - 1
+    assert len(skill_items(view)) == 1
+    assert [it["text"] for it in view["items"] if it["role"] == "user"] == ["look at main.py"]  # what the model sees
+
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:nope hello"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND"
+    assert "available: review" in r.json()["error"]["message"]
+    (ws / "skills" / "bad").mkdir()
+    (ws / "skills" / "bad" / "SKILL.md").write_text("---\nname: bad\n")
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": "/skill:bad hello"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_INVALID"
+    # nothing was recorded for the refused inputs
+    assert [e["kind"] for e in await d.events(token, sid)].count("input.submitted") == 1
+
+
+async def test_loaded_skills_survive_a_restart_without_being_appended_again(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid, ws = await _session(d)
+    await d.submit(token, sid, "r1", "LOAD-IT")
+    await d.wait_idle(token, sid)
+    assert [e["kind"] for e in await d.events(token, sid)].count("skill.loaded") == 1
+    # The text changes on disk; neither the restart nor later loads rewrite or re-append it.
+    (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW.replace("REVIEW-STEPS", "NEW-STEPS"))
+    await stop_daemon(d)
+
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    await d2.submit(token, sid, "r2", "LOAD-IT")
+    await d2.wait_idle(token, sid)
+    await d2.submit(token, sid, "r3", "/skill:review and again")
+    view = await d2.wait_idle(token, sid)
+    events = await d2.events(token, sid)
+    assert [e["kind"] for e in events].count("skill.loaded") == 1
+    results = [e["body"] for e in events if e["kind"] == "tool.finished" and e["body"]["name"] == "skill"]
+    assert [r["structured_content"]["status"] for r in results] == ["loaded", "already_loaded"]
+    [item] = skill_items(view)
+    assert "REVIEW-STEPS" in item["text"] and "NEW-STEPS" not in item["text"]
+    await stop_daemon(d2)
+
+    # Once more, from the log alone (projections.db, snapshots included, removed): the same state.
+    for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+        (d.data_dir / name).unlink(missing_ok=True)
+    d3 = await daemon_factory(config=CONFIG, root=d.root)
+    await d3.submit(token, sid, "r4", "LOAD-IT")
+    view = await d3.wait_idle(token, sid)
+    events = await d3.events(token, sid)
+    assert [e["kind"] for e in events].count("skill.loaded") == 1
+    assert len(skill_items(view)) == 1

@@ -1,0 +1,335 @@
+"""The ``skill`` tool (F-TOOL-6) end to end: a scripted faux model lists, loads and unloads
+workspace skills through the session actor, the Core tool, the pool and a real executor child
+process; ``/skill:<name> args`` inputs; symlinks never followed; the SKILL.md size cap."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import trio
+
+from events import types as t
+from events.store import EventStore
+from projections.session_state import working_context
+from projections.snapshots import SnapshotStore
+from runtime.actor import ActorDeps, Answer, GetState, Submit, WaitIdle
+from runtime.errors import LensError
+from runtime.providers.catalog import ProviderCatalog
+from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
+from runtime.supervisor import Supervisor
+from tools.artifacts import ArtifactStore
+from tools.registry import builtin_tools
+from runtime.prompt import SkillMeta, build_system_prompt
+from tools.skills import MAX_SKILL_BYTES, discover, prompt_skills, skill_tool, workspace_reader
+from tools.workspace_tools import workspace_tools
+
+from .conftest import running_pool
+from .test_agent_turn import Ids
+
+REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff, then the tests.\n"
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@asynccontextmanager
+async def harness(tmp_path: Path, ws: Path, script: list[FauxTurn]) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, Any]]:
+    data_dir = tmp_path / "data"
+    faux = FauxProvider("faux", script)
+    store = EventStore.open(data_dir)
+    snapshots = SnapshotStore.open(store.data_dir)
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as root:
+                await root.start(store.run)
+                try:
+                    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+                        tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
+                                               skill_tool(pool)])
+                        deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools, Ids())
+                        sup = Supervisor(deps)
+                        async with trio.open_nursery() as actors:
+                            await actors.start(sup.run)
+                            yield sup, store, faux, pool
+                            actors.cancel_scope.cancel()
+                finally:
+                    store.close_writer()
+    finally:
+        store.close()
+        snapshots.close()
+
+
+async def run(sup: Supervisor, sid: str, request_id: str, message: str) -> Any:
+    await sup.call(sid, Submit(request_id, [t.TextPart(message)], "followUp"))
+    await sup.call(sid, WaitIdle())
+    return await sup.call(sid, GetState())
+
+
+async def events_of(store: EventStore, sid: str) -> list[Any]:
+    return await store.read_events(after=0, limit=10_000, session_id=sid)
+
+
+def skill_texts(items: list[Any]) -> list[str]:
+    return [it.text for it in items if it.role == "system" and it.source.startswith("skill:")]
+
+
+def results_of(events: list[Any], name: str = "skill") -> list[t.ToolFinished]:
+    return [e.event for e in events if e.kind == "tool.finished" and e.event.name == name]
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+async def test_discovery_roots_problems_symlinks_and_the_size_cap(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    write(ws / "skills" / "review" / "scripts" / "check.sh", "echo\n")
+    write(ws / ".agents" / "skills" / "lint" / "SKILL.md", "Run the linter.\n")
+    write(ws / ".codex" / "skills" / "other-review" / "SKILL.md", "---\nname: review\n---\nshadowed\n")
+    write(ws / "skills" / "broken" / "SKILL.md", "---\nname: broken\n")
+    write(ws / "skills" / "not-a-skill" / "README.md", "no SKILL.md here\n")
+    write(ws / "skills" / "at-cap" / "SKILL.md", "x" * (MAX_SKILL_BYTES - 1) + "\n")
+    write(ws / "skills" / "past-cap" / "SKILL.md", "x" * MAX_SKILL_BYTES + "\n")
+    write(ws / "skills" / "unreadable" / "SKILL.md", "secret\n")
+    (ws / "skills" / "unreadable" / "SKILL.md").chmod(0)
+    # Symlinks: a skill directory, a SKILL.md, and a whole root; none is followed.
+    write(ws / "elsewhere" / "hidden" / "SKILL.md", "---\nname: hidden\n---\nHIDDEN\n")
+    os.symlink("../elsewhere/hidden", ws / "skills" / "linked-dir")
+    (ws / "skills" / "linked-file").mkdir()
+    os.symlink("../../elsewhere/hidden/SKILL.md", ws / "skills" / "linked-file" / "SKILL.md")
+    (ws / ".codex" / "skills").rename(ws / "codex-real")
+    os.symlink("../codex-real", ws / ".codex" / "skills")
+    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+        skills = await discover(workspace_reader(pool, "proj", "test"))
+    by_dir = {s.base_dir: s for s in skills}
+    readable = os.access(ws / "skills" / "unreadable" / "SKILL.md", os.R_OK)  # (root reads anything)
+    assert list(by_dir) == ["skills/at-cap", "skills/broken", "skills/linked-file", "skills/past-cap",
+                            "skills/review", "skills/unreadable", ".agents/skills/lint"]
+    if not readable:
+        assert "PERMISSION_DENIED" in (by_dir["skills/unreadable"].problem or "")
+    assert by_dir["skills/review"].problem is None and by_dir["skills/review"].description == "Review a change"
+    assert by_dir[".agents/skills/lint"].name == "lint" and by_dir[".agents/skills/lint"].problem is None
+    assert by_dir["skills/at-cap"].problem is None  # exactly MAX_SKILL_BYTES: loadable
+    assert f"is {MAX_SKILL_BYTES + 1} bytes" in (by_dir["skills/past-cap"].problem or "")
+    assert "never closed" in (by_dir["skills/broken"].problem or "")
+    assert "symbolic link" in (by_dir["skills/linked-file"].problem or "")
+    assert not any(s.name == "hidden" or "HIDDEN" in s.body for s in skills)
+
+
+async def test_a_name_found_again_in_a_later_root_is_shadowed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    write(ws / ".codex" / "skills" / "r2" / "SKILL.md", "---\nname: review\n---\nshadowed\n")
+    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+        skills = await discover(workspace_reader(pool, "proj", "test"))
+    assert [(s.base_dir, s.problem) for s in skills] == [
+        ("skills/review", None),
+        (".codex/skills/r2", "the name 'review' is taken by the skill in skills/review/")]
+
+
+# --------------------------------------------------------------------------- the tool in a session
+
+
+async def test_load_lands_after_the_batch_once_then_unload_and_reload_take_the_current_text(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    for i in range(12):
+        write(ws / "skills" / "review" / "refs" / f"r{i:02d}.md", "ref\n")
+    script = [
+        FauxTurn(when="LIST-THEM", tool_calls=[FauxToolCall("skill", {})]),
+        # a batch of three: the skill call is not the last one
+        FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("get_system_time", {}), FauxToolCall("skill", {"name": "review"}),
+                                             FauxToolCall("get_system_time", {})]),
+        FauxTurn(when="AGAIN", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+        FauxTurn(when="DROP-IT", tool_calls=[FauxToolCall("skill", {"name": "review", "unload": True})]),
+        FauxTurn(when="NO-SUCH", tool_calls=[FauxToolCall("skill", {"name": "nope"})]),
+    ]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST-THEM")
+        [listed] = results_of(await events_of(store, sid))
+        assert listed.status == "ok"
+        assert listed.structured_content == {"skills": [{"name": "review", "description": "Review a change",
+                                                         "base_dir": "skills/review", "loaded": False}]}
+        assert "- review [not loaded]: Review a change (skills/review/)" in listed.content[0].text
+
+        state = await run(sup, sid, "r2", "LOAD-IT")
+        events = await events_of(store, sid)
+        kinds = [(e.kind, getattr(e.event, "name", None)) for e in events]
+        round_start = kinds.index(("model.responded", None), kinds.index(("input.placed", None), 10))
+        tail = [k for k in kinds[round_start:] if k[0] in ("tool.finished", "skill.loaded", "model.requested")]
+        assert tail[:5] == [("tool.finished", "get_system_time"), ("tool.finished", "skill"),
+                            ("tool.finished", "get_system_time"), ("skill.loaded", "review"),
+                            ("model.requested", None)]
+        [loaded] = [e.event for e in events if e.kind == "skill.loaded"]
+        assert loaded.base_dir == "skills/review" and loaded.call_id == results_of(events)[-1].call_id
+        assert loaded.digest == hashlib.sha256(REVIEW.encode()).hexdigest()
+        assert "REVIEW-STEPS" in loaded.instructions and "name: review" not in loaded.instructions
+        res = results_of(events)[-1]
+        assert res.structured_content["status"] == "loaded"
+        assert res.structured_content["resources"] == [f"refs/r{i:02d}.md" for i in range(10)]
+        assert res.structured_content["more_resources"] is True
+        assert "Resource base dir: skills/review/" in res.content[0].text
+        # The next request sees the instructions once, after the round's three results.
+        items = faux.requests[-1].items
+        assert [it.role for it in items[-5:]] == ["tool_call", "tool_result", "tool_result", "tool_result", "system"]
+        assert len(skill_texts(items)) == 1 and "REVIEW-STEPS" in skill_texts(items)[0]
+
+        # A repeat load appends nothing, even with SKILL.md changed meanwhile (the snapshot stays).
+        write(ws / "skills" / "review" / "SKILL.md", REVIEW.replace("REVIEW-STEPS", "NEW-STEPS"))
+        await run(sup, sid, "r3", "AGAIN")
+        events = await events_of(store, sid)
+        assert [e.kind for e in events].count("skill.loaded") == 1
+        again = results_of(events)[-1]
+        assert again.structured_content["status"] == "already_loaded"
+        assert "nothing was appended" in again.content[0].text and "changed since" in again.content[0].text
+        assert skill_texts(faux.requests[-1].items) == [loaded.instructions]
+        await run(sup, sid, "r3b", "LIST-THEM")
+        assert "- review [loaded, SKILL.md changed since]" in results_of(await events_of(store, sid))[-1].content[0].text
+
+        # Unload: out of the Working Context (the Full Context keeps it); a load takes the current text.
+        state = await run(sup, sid, "r4", "DROP-IT")
+        events = await events_of(store, sid)
+        assert [e.event.name for e in events if e.kind == "skill.unloaded"] == ["review"]
+        assert skill_texts(faux.requests[-1].items) == []
+        assert len(skill_texts(state.agents["main"].items)) == 1
+        state = await run(sup, sid, "r5", "LOAD-IT")
+        events = await events_of(store, sid)
+        second = [e.event for e in events if e.kind == "skill.loaded"][-1]
+        assert "NEW-STEPS" in second.instructions
+        assert skill_texts(working_context(state.agents["main"])) == [second.instructions]
+        assert "review" in state.agents["main"].skills and not state.agents["main"].skills_due
+
+        await run(sup, sid, "r6", "NO-SUCH")
+        missing = results_of(await events_of(store, sid))[-1]
+        assert missing.error_code == "SKILL_NOT_FOUND" and "available: review" in missing.content[0].text
+        faux.script.append(FauxTurn(when="TOO-LONG", tool_calls=[FauxToolCall("skill", {"name": "n" * 100_000})]))
+        await run(sup, sid, "r7", "TOO-LONG")
+        long = results_of(await events_of(store, sid))[-1]
+        assert long.error_code == "SKILL_NOT_FOUND" and len(long.content[0].text) < 300
+
+
+async def test_a_load_cut_off_by_a_restart_mid_round_is_still_appended(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    ask = {"questions": [{"id": "q", "text": "Go on?", "options": [{"id": "y", "label": "Yes"}]}]}
+    script = [FauxTurn(when="LOAD-SLOWLY", tool_calls=[FauxToolCall("skill", {"name": "review"}),
+                                                       FauxToolCall("ask_user", ask)])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        sid = await sup.create_session("proj")
+        await sup.call(sid, Submit("r1", [t.TextPart("LOAD-SLOWLY")], "followUp"))
+        await sup.call(sid, WaitIdle())  # (returns while the question waits for an answer)
+        assert (await sup.call(sid, GetState())).status == "awaiting_answer"
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, sid)]
+        # Leaving the block ends the actor (its memory with it) while the round's second call waits.
+    # A new actor on the same log: the open question is cancelled and its call reported
+    # interrupted, then the load is appended (the skill read again).
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        await sup.call(sid, WaitIdle())
+        events = await events_of(store, sid)
+        kinds = [e.kind for e in events]
+        assert kinds.count("skill.loaded") == 1
+        sleeping = [e.seq for e in events if e.kind == "tool.finished" and e.event.name == "ask_user"]
+        [loaded] = [e for e in events if e.kind == "skill.loaded"]
+        assert sleeping and loaded.seq > sleeping[0]
+        assert "REVIEW-STEPS" in loaded.event.instructions
+        assert len(skill_texts(faux.requests[-1].items)) == 1
+
+
+# --------------------------------------------------------------------------- /skill:<name> args
+
+
+async def test_a_skill_command_input_loads_before_the_input_and_the_model_sees_the_args(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        state = await run(sup, sid, "r1", "/skill:review please check\nfoo.py")
+        events = await events_of(store, sid)
+        [submitted] = [e.event for e in events if e.kind == "input.submitted"]
+        assert submitted.content == [t.TextPart("/skill:review please check\nfoo.py")]  # as submitted
+        kinds = [e.kind for e in events]
+        assert kinds[kinds.index("task.started"):kinds.index("task.started") + 3] == [
+            "task.started", "skill.loaded", "input.placed"]
+        items = faux.requests[0].items
+        assert [it.role for it in items] == ["system", "user"]
+        assert "REVIEW-STEPS" in items[0].text and items[1].text == "please check\nfoo.py"
+        # Loaded already: a second command appends nothing; the bare command gets a default text.
+        await run(sup, sid, "r2", "/skill:review")
+        events = await events_of(store, sid)
+        assert [e.kind for e in events].count("skill.loaded") == 1
+        assert faux.requests[-1].items[-1].text == 'Use the skill "review".'
+        assert len(skill_texts(faux.requests[-1].items)) == 1
+        # A repeated request id is answered as it was, without looking at the skill again.
+        (ws / "skills" / "review" / "SKILL.md").unlink()
+        again = await sup.call(sid, Submit("r1", [t.TextPart("/skill:review please check\nfoo.py")], "followUp"))
+        assert again["duplicate"] is True
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r3", [t.TextPart("/skill:review go")], "followUp"))
+        assert info.value.code == "SKILL_NOT_FOUND"
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r4", [t.TextPart("/skill:\nhello")], "followUp"))
+        assert info.value.code == "INVALID_ARGUMENT"
+        assert state.agents["main"].skills["review"].digest == hashlib.sha256(REVIEW.encode()).hexdigest()
+        assert len([e for e in await events_of(store, sid) if e.kind == "input.submitted"]) == 2
+
+
+async def test_queued_skill_commands_load_when_placed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    ask = {"questions": [{"id": "q", "text": "Go on?", "options": [{"id": "y", "label": "Yes"}]}]}
+    script = [FauxTurn(when="HOLD", tool_calls=[FauxToolCall("ask_user", ask)])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await sup.call(sid, Submit("r1", [t.TextPart("HOLD")], "followUp"))
+        await sup.call(sid, WaitIdle())  # the question waits
+        await sup.call(sid, Submit("r2", [t.TextPart("/skill:review STEERED")], "steer"))
+        await sup.call(sid, Submit("r3", [t.TextPart("/skill:lint LATER")], "followUp"))
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, sid)]  # queued: nothing yet
+        (ws / "skills" / "lint" / "SKILL.md").unlink()  # gone before r3 is placed
+        [qid] = list((await sup.call(sid, GetState())).questions)
+        await sup.call(sid, Answer(qid, {"kind": "answer", "optionIds": ["y"]}))
+        await sup.call(sid, WaitIdle())
+        events = await events_of(store, sid)
+        seq_of = {(e.kind, getattr(e.event, "input_request_id", None)): e.seq for e in events}
+        [loaded] = [e for e in events if e.kind == "skill.loaded"]
+        assert loaded.event.name == "review" and loaded.seq == seq_of[("input.placed", "r2")] - 1
+        assert seq_of[("tool.finished", None)] < loaded.seq  # after the round's result
+        [notice] = [e for e in events if e.kind == "instruction.appended"]
+        assert notice.seq == seq_of[("input.placed", "r3")] - 1
+        assert notice.event.source == "skill-load-failed:lint" and "SKILL_NOT_FOUND" in notice.event.text
+        users = [it.text for it in (await sup.call(sid, GetState())).agents["main"].items if it.role == "user"]
+        assert users == ["HOLD", "STEERED", "LATER"]
+
+
+def test_tool_schema_is_offered() -> None:
+    spec = skill_tool(pool=None)  # type: ignore[arg-type]
+    assert spec.name == "skill" and not spec.main_only and spec.replay_safe
+    assert json.loads(json.dumps(spec.schema()))["input_schema"]["additionalProperties"] is False
+
+
+async def test_the_system_prompt_lists_loadable_skills_metadata_only(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    write(ws / ".agents" / "skills" / "broken" / "SKILL.md", "---\nname: broken\n")
+    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+        metas = await prompt_skills(pool, "proj")
+        assert metas == [("review", "Review a change", "skills/review/SKILL.md")]
+        [text] = await build_system_prompt(lambda path: _none(), workspace=None, home=None,
+                                           skills=[SkillMeta(*m) for m in metas])
+        assert "# Skills\n" in text and "- review: Review a change (skills/review/SKILL.md)" in text
+        assert "REVIEW-STEPS" not in text and "broken" not in text
+        assert await prompt_skills(pool, "no-such-project") == []  # logged, left out
+
+
+async def _none() -> None:
+    return None

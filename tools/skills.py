@@ -1,0 +1,436 @@
+"""``skill`` (F-TOOL-6): workspace skills, listed with their load state and loaded on demand.
+
+A skill is a directory ``<root>/<dir>/`` holding a ``SKILL.md``, under one of the roots
+:data:`SKILL_ROOTS` of the workspace. ``SKILL.md`` may open with front matter (``---`` lines
+around ``key: value`` lines, :func:`parse_front_matter`); ``name`` (default: the directory's
+name) and ``description`` are read from it, the rest is the skill's instructions.
+
+Discovery reads through the project's executor with ``read_file`` and ``follow_symlinks: false``:
+a symlinked root, skill directory or ``SKILL.md`` is never followed (a symlinked directory is
+listed by the executor without ``/`` and so is not a skill directory; a symlinked ``SKILL.md``
+is listed with a problem). A skill that cannot be used (bad front matter, bad name, too large,
+not UTF-8, a name taken by an earlier root) is listed with its ``problem`` and cannot be loaded;
+discovery itself never fails on one skill's content.
+
+``skill({})`` lists; ``skill({"name"})`` loads: the result confirms, names the resource base dir
+and at most :data:`MAX_SAMPLES` resource files, and carries a ``skill.loaded`` event (the
+snapshot: instructions, base dir, SHA-256 of ``SKILL.md``) that the session actor records after
+the tool-result batch. A skill already loaded for the agent is not appended again.
+``skill({"name", "unload": true})`` carries ``skill.unloaded``. See docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol
+
+from events import types as t
+
+from .base import ToolContext, ToolError, ToolResult, ToolSpec
+
+SKILL_ROOTS = ("skills", ".agents/skills", ".codex/skills")  # in precedence order
+SKILL_FILE = "SKILL.md"
+MAX_SKILL_BYTES = 256 * 1024  # SKILL.md, front matter included
+MAX_NAME_CHARS = 64
+MAX_DESCRIPTION_CHARS = 1024
+MAX_SKILLS = 200  # skill directories looked at per discovery (all roots)
+MAX_LISTING_ENTRIES = 5000  # entries read from one directory listing
+MAX_SAMPLES = 10
+MAX_SAMPLE_DEPTH = 3
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole names only: fullmatch
+
+log = logging.getLogger("lens.skills")
+
+# read_file arguments -> its result dict; raises ToolError with the executor's code.
+Read = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+# --------------------------------------------------------------------------- front matter
+
+
+class FrontMatterError(ValueError):
+    """Front matter that cannot be read; the message names the line."""
+
+
+_KEY_RE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]*)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
+_BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
+
+
+def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """``(fields, body)`` of a SKILL.md text; no front matter gives ``({}, text)``.
+
+    The front matter starts at the first line when it is exactly ``---`` and ends at the next
+    line that is ``---`` (or ``...``). Inside: ``key: value`` lines; blank lines and ``#`` lines
+    are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
+    or plain (a `` #`` comment after it is dropped; indented lines after it continue it, joined
+    by spaces); ``|`` / ``>`` start a block of indented lines (kept / folded); an empty value
+    followed by indented lines (a nested map or list) is kept as that raw text. A plain YAML
+    subset, stdlib only. Raises :class:`FrontMatterError` naming the line.
+    """
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines[0].rstrip("\r") != "---":
+        return {}, text
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
+    if end is None:
+        raise FrontMatterError("the front matter opened by '---' on line 1 is never closed by a '---' line")
+    fields: dict[str, str] = {}
+    key: str | None = None
+    mode = ""  # "plain" (continuation lines), "block|", "block>", "nested", "" (no continuation)
+    block: list[str] = []
+
+    def finish() -> None:
+        if key is None or mode not in ("block|", "block>", "nested"):
+            return
+        if mode == "block>":
+            fields[key] = " ".join(x.strip() for x in block if x.strip())
+        else:
+            indent = min((len(x) - len(x.lstrip()) for x in block if x.strip()), default=0)
+            fields[key] = "\n".join(x[indent:] for x in block).strip("\n")
+
+    for n in range(1, end):
+        line = lines[n].rstrip("\r")
+        number = n + 1
+        if not line.strip():
+            if mode.startswith("block"):
+                block.append("")
+            continue
+        if line[0] in " \t":
+            if key is None:
+                raise FrontMatterError(f"line {number}: an indented line before any key")
+            if mode in ("block|", "block>", "nested"):
+                block.append(line)
+            elif mode == "plain":
+                fields[key] = f"{fields[key]} {line.strip()}".strip()
+            else:
+                raise FrontMatterError(f"line {number}: an indented line after a quoted value")
+            continue
+        if line.lstrip().startswith("#"):
+            continue
+        finish()
+        m = _KEY_RE.fullmatch(line)
+        if m is None:
+            raise FrontMatterError(f"line {number}: expected 'key: value', got {line[:60]!r}")
+        key, raw = m.group(1), (m.group(2) or "").strip()
+        if key in fields:
+            raise FrontMatterError(f"line {number}: the key {key!r} appears twice")
+        block = []
+        if not raw:
+            mode, fields[key] = "nested", ""
+        elif raw in _BLOCK_MARKS:
+            mode, fields[key] = ("block|" if raw[0] == "|" else "block>"), ""
+        elif raw[0] == '"':
+            mode = ""
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = None
+            if not isinstance(value, str):
+                raise FrontMatterError(f"line {number}: the double-quoted value of {key!r} is not closed "
+                                       "or has a bad escape")
+            fields[key] = value
+        elif raw[0] == "'":
+            mode = ""
+            inner = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else None
+            if inner is None or "'" in inner.replace("''", ""):
+                raise FrontMatterError(f"line {number}: the single-quoted value of {key!r} is not closed")
+            fields[key] = inner.replace("''", "'")
+        else:
+            mode = "plain"
+            fields[key] = re.split(r"[ \t]#", raw, maxsplit=1)[0].rstrip()
+    finish()
+    body = "\n".join(lines[end + 1:])
+    return fields, body
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class Skill:
+    """One discovered skill. ``problem`` set: listed, never loaded."""
+
+    name: str
+    base_dir: str  # workspace-relative: "skills/review"
+    description: str = ""
+    problem: str | None = None
+    body: str = ""
+    digest: str = ""  # SHA-256 hex of SKILL.md's bytes
+
+
+async def _listing(read: Read, path: str) -> list[str]:
+    """The entries of a workspace directory (dirs end with "/"), every page of them."""
+    entries: list[str] = []
+    args: dict[str, Any] = {"path": path, "follow_symlinks": False}
+    while True:
+        page = await read(args)
+        if page.get("kind") != "directory":
+            raise ToolError("NOT_A_DIRECTORY", f"{path}: not a directory")
+        entries.extend(page.get("entries", []))
+        if page.get("eof", True) or len(entries) >= MAX_LISTING_ENTRIES:
+            return entries[:MAX_LISTING_ENTRIES]
+        args = {"path": path, "follow_symlinks": False, "offset": page["next_offset"]}
+
+
+async def _skill_text(read: Read, path: str) -> tuple[str | None, str | None]:
+    """(SKILL.md text, None) or (None, problem); (None, None) when there is no SKILL.md."""
+    args: dict[str, Any] = {"path": path, "follow_symlinks": False}
+    parts: list[str] = []
+    try:
+        while True:
+            page = await read(args)
+            if page.get("kind") != "file":
+                return None, f"{SKILL_FILE} is a directory, not a file"
+            size = page.get("size", 0)
+            if size > MAX_SKILL_BYTES:
+                return None, f"{SKILL_FILE} is {size} bytes; a skill's {SKILL_FILE} may have at most {MAX_SKILL_BYTES}"
+            parts.append(page.get("content", ""))
+            if page.get("eof", True):
+                break
+            args = {"path": path, "follow_symlinks": False, "offset": page["next_offset"]}
+    except ToolError as exc:
+        if exc.code == "NOT_FOUND":
+            return None, None
+        if exc.code == "SYMLINK_NOT_FOLLOWED":
+            return None, f"{SKILL_FILE} is a symbolic link; symlinks are not followed"
+        if exc.code == "NOT_UTF8":
+            return None, f"{SKILL_FILE} is not valid UTF-8"
+        if exc.code == "NOT_A_FILE":
+            return None, f"{SKILL_FILE} is not a regular file"
+        if exc.code.startswith("EXECUTOR_") or exc.code in ("NO_WORKSPACE", "CANCELLED"):
+            raise  # the executor failed, not this skill
+        return None, f"{SKILL_FILE} cannot be read ({exc.code}: {exc.message[:200]})"
+    text = "".join(parts)
+    if len(text.encode("utf-8")) > MAX_SKILL_BYTES:  # (grew while it was read)
+        return None, f"{SKILL_FILE} is larger than {MAX_SKILL_BYTES} bytes"
+    return text, None
+
+
+def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    try:
+        fields, body = parse_front_matter(text)
+    except FrontMatterError as exc:
+        return Skill(dir_name, base_dir, problem=f"{SKILL_FILE} front matter: {exc}", digest=digest)
+    name = fields.get("name", "").strip() or dir_name
+    description = " ".join(fields.get("description", "").split())
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        description = description[:MAX_DESCRIPTION_CHARS - 1] + "…"
+    problem = None
+    if len(name) > MAX_NAME_CHARS or not NAME_RE.fullmatch(name):
+        problem = (f"the skill name {name[:80]!r} is not valid: 1 to {MAX_NAME_CHARS} characters of letters, "
+                   "digits, '.', '_' and '-', starting with a letter or digit")
+        name = name[:MAX_NAME_CHARS]
+    elif not body.strip():
+        problem = f"{SKILL_FILE} holds no instructions after its front matter"
+    return Skill(name, base_dir, description, problem, body.strip("\n"), digest)
+
+
+async def discover(read: Read) -> list[Skill]:
+    """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
+
+    A name found again in a later directory is listed with a problem (the first one wins).
+    Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
+    """
+    found: list[Skill] = []
+    seen: dict[str, str] = {}
+    looked = 0
+    for root in SKILL_ROOTS:
+        try:
+            entries = await _listing(read, root)
+        except ToolError as exc:
+            if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "SYMLINK_NOT_FOLLOWED", "PERMISSION_DENIED"):
+                continue  # no such root (or a file, or a link: not followed, or unreadable)
+            raise
+        for entry in entries:
+            if not entry.endswith("/"):
+                continue  # a file, or a symlink (listed without "/"): not a skill directory
+            if looked >= MAX_SKILLS:
+                break
+            looked += 1
+            dir_name = entry[:-1]
+            base = f"{root}/{dir_name}"
+            text, problem = await _skill_text(read, f"{base}/{SKILL_FILE}")
+            if text is None and problem is None:
+                continue  # a directory without SKILL.md is not a skill
+            skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text)
+            if skill.name in seen:
+                skill = Skill(skill.name, base, skill.description,
+                              f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/")
+            else:
+                seen[skill.name] = base
+            found.append(skill)
+    return found
+
+
+async def resource_samples(read: Read, base_dir: str) -> tuple[list[str], bool]:
+    """Up to :data:`MAX_SAMPLES` files of the skill directory other than SKILL.md, as paths
+    relative to it, in sorted (depth-first) order; and whether there are more. Symlinked
+    directories are not entered (they are listed without "/")."""
+    out: list[str] = []
+
+    async def walk(rel: str, depth: int) -> bool:
+        try:
+            entries = await _listing(read, f"{base_dir}/{rel}" if rel else base_dir)
+        except ToolError as exc:
+            if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "SYMLINK_NOT_FOLLOWED", "PERMISSION_DENIED"):
+                return False
+            raise
+        for entry in entries:
+            path = f"{rel}{entry}"
+            if entry.endswith("/"):
+                if depth < MAX_SAMPLE_DEPTH and await walk(path, depth + 1):
+                    return True
+                continue
+            if path == SKILL_FILE:
+                continue
+            if len(out) == MAX_SAMPLES:
+                return True
+            out.append(path)
+        return False
+
+    more = await walk("", 1)
+    return out, more
+
+
+def instructions_text(skill: Skill) -> str:
+    """What the appended instruction message says (the snapshot recorded by skill.loaded)."""
+    return (f"Skill \"{skill.name}\" loaded. Its resource files are under {skill.base_dir}/ "
+            f"(paths in these instructions are relative to it).\n\n{skill.body}")
+
+
+# --------------------------------------------------------------------------- the tool
+
+
+class ExecutorAccess(Protocol):
+    async def get(self, project_id: str) -> Any: ...
+
+
+def workspace_reader(pool: ExecutorAccess, project_id: str | None, call_id: str) -> Read:
+    """read_file through the project's executor (under its read lock), errors as ToolError."""
+
+    async def read(args: dict[str, Any]) -> dict[str, Any]:
+        if project_id is None:
+            raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace skills")
+        try:
+            ex = await pool.get(project_id)
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
+        async with ex.lock.read():
+            try:
+                out = await ex.client.call("read_file", args, call_id=call_id)
+            except Exception as exc:
+                raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
+        return out.result
+
+    return read
+
+
+def _list_text(skills: list[Skill], loaded: dict[str, str]) -> str:
+    if not skills and not loaded:
+        return ("No skills in this workspace (a skill is a directory with a SKILL.md under "
+                + ", ".join(f"{r}/" for r in SKILL_ROOTS) + ").")
+    lines = []
+    names = set()
+    for s in skills:
+        names.add(s.name)
+        if s.problem:
+            lines.append(f"- {s.name} [cannot be loaded: {s.problem}] ({s.base_dir}/)")
+            continue
+        state = "loaded" if s.name in loaded else "not loaded"
+        if s.name in loaded and loaded[s.name] and loaded[s.name] != s.digest:
+            state += f", {SKILL_FILE} changed since"
+        lines.append(f"- {s.name} [{state}]{': ' + s.description if s.description else ''} ({s.base_dir}/)")
+    for name in sorted(set(loaded) - names):
+        lines.append(f"- {name} [loaded; no longer in the workspace]")
+    return "Skills (load one with skill {\"name\": ...}):\n" + "\n".join(lines)
+
+
+def skill_tool(pool: ExecutorAccess) -> ToolSpec:
+    async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        extra = set(args) - {"name", "unload"}
+        name, unload = args.get("name"), args.get("unload", False)
+        if extra or (name is not None and not isinstance(name, str)) or not isinstance(unload, bool) or (
+                unload and name is None):
+            raise ToolError("TOOL_ARGUMENTS_INVALID",
+                            'skill takes {} (list), {"name": "..."} (load) or {"name": "...", "unload": true}')
+        if name is not None and len(name) > MAX_NAME_CHARS:
+            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
+                            f"{MAX_NAME_CHARS} characters")
+        loaded = ctx.loaded_skills() if ctx.loaded_skills is not None else {}
+        if unload:
+            assert name is not None
+            if name not in loaded:
+                return ToolResult.text(f"Skill \"{name}\" is not loaded; nothing to unload.",
+                                       {"name": name, "status": "not_loaded"})
+            return ToolResult.text(
+                f"Skill \"{name}\" unloaded: its instructions leave the working context from the next request. "
+                "Loading it again takes its current text.",
+                {"name": name, "status": "unloaded"}, events=[t.SkillUnloaded(name=name, call_id=ctx.call_id)])
+        read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
+        skills = await discover(read)
+        if name is None:
+            listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
+                       "loaded": s.name in loaded, **({"problem": s.problem} if s.problem else {})} for s in skills]
+            return ToolResult.text(_list_text(skills, loaded), {"skills": listed})
+        found = next((s for s in skills if s.name == name and s.problem is None), None)
+        if found is None:
+            bad = next((s for s in skills if s.name == name), None)
+            if bad is not None:
+                raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
+            if name in loaded:
+                return ToolResult.text(f"Skill \"{name}\" is already loaded (it is no longer in the workspace); "
+                                       "nothing was appended.", {"name": name, "status": "already_loaded"})
+            usable = [s.name for s in skills if s.problem is None]
+            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}; available: "
+                            f"{', '.join(usable[:50]) if usable else 'none'}")
+        samples, more = await resource_samples(read, found.base_dir)
+        structured = {"name": found.name, "base_dir": found.base_dir, "resources": samples,
+                      "more_resources": more, "digest": found.digest}
+        shown = "\n".join(f"- {found.base_dir}/{p}" for p in samples) or "(none)"
+        if more:
+            shown += f"\n(more files not shown; list {found.base_dir}/ with read_file)"
+        if found.name in loaded:
+            note = ""
+            if loaded[found.name] and loaded[found.name] != found.digest:
+                note = (f" Its {SKILL_FILE} changed since it was loaded; to take the current text, unload it "
+                        "and load it again.")
+            return ToolResult.text(
+                f"Skill \"{found.name}\" is already loaded: its instructions are in the context; nothing was "
+                f"appended.{note}\nResource base dir: {found.base_dir}/\nResources:\n{shown}",
+                {**structured, "status": "already_loaded"})
+        return ToolResult.text(
+            f"Skill \"{found.name}\" loaded. Its full instructions follow as a system message after this "
+            f"round's tool results.\nResource base dir: {found.base_dir}/\nResources:\n{shown}",
+            {**structured, "status": "loaded", "instructions_follow": True},
+            events=[t.SkillLoaded(name=found.name, instructions=instructions_text(found), base_dir=found.base_dir,
+                                  digest=found.digest, call_id=ctx.call_id)])
+
+    return ToolSpec(
+        "skill",
+        "Workspace skills: {} lists them with their load state; {\"name\"} loads one (its instructions are "
+        "added to the context after this round's tool results); {\"name\", \"unload\": true} unloads it.",
+        {"type": "object", "properties": {"name": {"type": "string"}, "unload": {"type": "boolean"}},
+         "additionalProperties": False},
+        skill,
+        replay_safe=True,
+        read_only=True,
+    )
+
+
+async def prompt_skills(pool: ExecutorAccess, project_id: str) -> list[tuple[str, str, str]]:
+    """(name, description, SKILL.md path) of the project's loadable skills, for the system
+    prompt's skills section; an executor that fails leaves the section out (logged)."""
+    try:
+        skills = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills"))
+    except ToolError as exc:
+        log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
+        return []
+    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in skills if s.problem is None]
