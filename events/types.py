@@ -298,10 +298,15 @@ class ContextEdited(_Event, tag="context.edited"):
 
 
 class ContextCompacted(_Event, tag="context.compacted"):
+    """A summary that replaces ``replaced_item_ids`` in the Working Context (the Full Context keeps
+    them); ``usage`` is the summarizing request's, counted in the session's usage."""
+
     summary: str
     replaced_item_ids: list[str]
     trigger: Literal["manual", "auto"] = "manual"
     usage: Usage = Usage()
+    provider: str = ""  # the summarizing request's provider and model ("": not recorded)
+    model: str = ""
 
 
 # --------------------------------------------------------------------------- harness

@@ -481,10 +481,17 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         elif ev.op == "prune":
             a.pruned = a.pruned + [i for i in ids if i not in a.pruned]
     elif isinstance(ev, t.ContextCompacted):
-        state.agent(agent_id).items.append(
+        a = state.agent(agent_id)
+        a.items.append(
             Item(_item_id(seq), "summary", seq, se.task_id, ev.summary, _own_parts(ev.summary, [t.TextPart(ev.summary)]),
                  replaced_ids=tuple(ev.replaced_item_ids))
         )
+        # A re-attached result the summary replaced is replaced with the rest (Include Result
+        # brings it back again); the summarizing request counts in the session's usage.
+        if a.included:
+            replaced = set(ev.replaced_item_ids)
+            a.included = [i for i in a.included if i not in replaced]
+        _add_usage(state.usage, ev.usage)
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
@@ -598,7 +605,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 7: ``UsageTotals.unreported`` (per count, the answered requests that did not report it).
 # 8: ``SessionState.jobs`` (background jobs).
 # 9: ``AgentState.skills`` / ``skills_due`` (skill load state); placed ``/skill:`` inputs hold the args.
-SNAPSHOT_VERSION = 9
+# 10: ``context.compacted`` counts in ``usage`` (its summarizing request) and drops the results it
+#     replaced from ``AgentState.included``.
+SNAPSHOT_VERSION = 10
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -119,6 +119,28 @@ class WebSearchConfig(_C):
     api_key_env: str | None = "EXA_API_KEY"  # the key comes only from this variable; None: no key sent
 
 
+class CompactionConfig(_C):
+    """Context compaction (F-CTX-2); a session's saved value wins over these (PATCH /sessions/{id})."""
+
+    auto: bool = True  # compact before a model request whose estimate reaches triggerPercent
+    trigger_percent: int = 80  # of the model's contextWindow, 1 to 100
+
+
+class PruneToolResultsConfig(_C):
+    """Tool-result pruning (F-CTX-2), off by default: before a model request, results of calls
+    older than the last ``keepRecentRounds`` model responses whose estimate is at least
+    ``minTokens`` become a placeholder in the Working Context (the Full Context keeps them)."""
+
+    enabled: bool = False
+    keep_recent_rounds: int = 3
+    min_tokens: int = 1000
+
+
+class ContextConfig(_C):
+    compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
+    prune_tool_results: PruneToolResultsConfig = msgspec.field(default_factory=PruneToolResultsConfig)
+
+
 class Config(_C):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     data_dir: str = ".lens"
@@ -130,6 +152,7 @@ class Config(_C):
     executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
     web: WebConfig = msgspec.field(default_factory=WebConfig)
     web_search: WebSearchConfig = msgspec.field(default_factory=WebSearchConfig)
+    context: ContextConfig = msgspec.field(default_factory=ContextConfig)
 
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
@@ -172,6 +195,9 @@ def _ranges(cfg: Config) -> list[tuple[str, float, float, float]]:
         ("sessions.idleSeconds", ss.idle_seconds, 0.1, 365 * 86400),
         ("sessions.snapshotEvery", ss.snapshot_every, 1, 10_000_000),
         ("sessions.maxRestarts", ss.max_restarts, 0, 1000),
+        ("context.compaction.triggerPercent", cfg.context.compaction.trigger_percent, 1, 100),
+        ("context.pruneToolResults.keepRecentRounds", cfg.context.prune_tool_results.keep_recent_rounds, 0, 1_000_000),
+        ("context.pruneToolResults.minTokens", cfg.context.prune_tool_results.min_tokens, 1, 1_000_000_000),
         *[(f"providers[{i}].timeoutSeconds", p.timeout_seconds, 1, 86400) for i, p in enumerate(cfg.providers)],
         *[(f"providers[{i}].maxRetries", p.max_retries, 0, 10) for i, p in enumerate(cfg.providers)],
     ]
