@@ -36,6 +36,8 @@ from tools.base import ToolContext, ToolError, ToolRegistry
 
 from . import decide as d
 from . import jobs as j
+from . import working_context as wc
+from .config import ContextConfig
 from .errors import (
     InputNotQueued,
     InvalidCommand,
@@ -118,6 +120,8 @@ class ActorDeps:
     on_delta: Callable[[str, str, Delta], None] = lambda session_id, agent_id, delta: None
     # The system prompt for a project's agents (AGENTS.md etc.); None: ``system_prompt`` as is.
     system_prompt_for: Callable[[str | None], Awaitable[list[str]]] | None = None
+    # Compaction and pruning settings (config ``context``; a session's saved values win).
+    context: ContextConfig = field(default_factory=ContextConfig)
 
 
 # --------------------------------------------------------------------------- commands
@@ -159,6 +163,8 @@ class Abort:
 class Configure:
     model: str | None = None
     thinking_level: str | None = None
+    # Saved per-session settings (``session.configured`` settings: runtime.working_context.SETTINGS).
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,7 @@ class Answer:
 
 Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | WaitIdle | Answer
 Command = Command | j.JobCommand  # (background jobs: runtime/jobs.py)
+Command = Command | wc.ContextCommand  # (compaction, snip, include: runtime/working_context.py)
 
 
 @dataclass
@@ -230,6 +237,10 @@ class SessionActor:
         self.passivated = False
         self.jobs = j.SessionJobs(session_id, emit=self._emit, state=lambda: self.state, new_id=deps.new_id,
                                   wake=self._maybe_start_runner)
+        self.context = wc.WorkingContextOps(session_id, emit=self._emit, state=lambda: self.state,
+                                            catalog=deps.catalog, config=deps.context,
+                                            system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
+                                            scoped=d.Scoped)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -446,7 +457,15 @@ class SessionActor:
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
             return await j.serve_command(self.jobs, cmd)
+        if isinstance(cmd, wc.DescribeContext):
+            if not s.created:
+                raise SessionNotFound(f"no session {self.session_id!r}")
+            return await self.context.describe(cmd.agent_id)
         self._require_live()
+        if isinstance(cmd, wc.EditContext):
+            return await self.context.edit(cmd)
+        if isinstance(cmd, wc.Compact):
+            return self._compact_now(env)
         if isinstance(cmd, j.StopJob):
             return await j.serve_command(self.jobs, cmd)
         if isinstance(cmd, Answer):
@@ -494,8 +513,9 @@ class SessionActor:
             # Only what changes is recorded: a retried or repeated change writes nothing more.
             model = cmd.model if cmd.model != s.model else None
             level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
-            if model is not None or level is not None:
-                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level))])
+            settings = wc.changed_settings(s, cmd.settings)
+            if model is not None or level is not None or settings:
+                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings))])
             return {"model": s.model, "thinkingLevel": s.thinking_level}
         if isinstance(cmd, Rename):
             if cmd.name != s.name:
@@ -599,7 +619,10 @@ class SessionActor:
         elif isinstance(step, d.AppendSkills):
             await self._append_skills(agent_id, task_id, step)
         elif isinstance(step, d.RequestModel):
-            await self._request_model(agent_id, task_id, step)
+            # Pruning and automatic compaction first; when they record something, decide again.
+            if not await self.context.before_request(agent_id, task_id,
+                                                     lambda make: self._if_current(agent_id, step, make)):
+                await self._request_model(agent_id, task_id, step)
         elif isinstance(step, d.RunCall):
             await self._run_call(agent_id, task_id, step)
         elif isinstance(step, d.InterruptCall):
@@ -624,7 +647,7 @@ class SessionActor:
         # Asking again for a request that never got an answer (a crash or restart while it was
         # open): one more attempt than the last recorded one, however many crashes came before.
         attempt = agent.request_attempt + 1 if agent.open_request_seq is not None else 1
-        tools = [s.schema() for s in self.deps.tools.visible(is_main_agent=agent_id == MAIN_AGENT, allowed=agent.tools or None)]
+        tools = self._tool_schemas(agent_id)
         # The model and thinking level are read under the write lock, where model.requested is
         # decided, and the request is sent with exactly what that event records: a
         # session.configured committed meanwhile applies from the next request, never half to this one.
@@ -646,8 +669,7 @@ class SessionActor:
         provider, model_id, thinking_level = chosen
         items = working_context(agent)  # as of model.requested
         try:
-            system = (await self.deps.system_prompt_for(state.project_id) if self.deps.system_prompt_for is not None
-                      else list(self.deps.system_prompt))
+            system = await self._system_prompt()
         except LensError as exc:  # (the project's workspace could not be looked up, say)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=True),
                                        agent_id, task_id)])
@@ -679,6 +701,50 @@ class SessionActor:
             await self._emit([d.Scoped(t.ModelFailed(
                 code="RESPONSE_NOT_RECORDED",
                 message=f"the model's answer could not be recorded ({exc.message[:300]})"), agent_id, task_id)])
+
+    def _tool_schemas(self, agent_id: str) -> list[dict[str, Any]]:
+        """The tools ``agent_id``'s model requests offer."""
+        agent = self.state.agents.get(agent_id)
+        allowed = (agent.tools or None) if agent is not None else None
+        return [s.schema() for s in self.deps.tools.visible(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed)]
+
+    async def _system_prompt(self) -> list[str]:
+        """The session's system prompt sections (raises LensError when its project cannot be read)."""
+        if self.deps.system_prompt_for is not None:
+            return await self.deps.system_prompt_for(self.state.project_id)
+        return list(self.deps.system_prompt)
+
+    def _compact_now(self, env: Envelope) -> Any:
+        """A manual compaction of an idle session: it runs in the runner's place (an abort
+        cancels it; inputs submitted meanwhile queue and start once it ends); the caller is
+        answered when it is recorded. ``SESSION_BUSY`` while the session runs or waits."""
+        if (not self._runner_done.is_set() or self.state.questions or self._nursery is None
+                or d.next_step(self.state, MAIN_AGENT, self._replay_safe) is not None):
+            raise wc.ContextError("SESSION_BUSY", f"session {self.session_id!r} is running; compact it when idle")
+        self.deps.catalog.check(self.state.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED first
+        done = self._runner_done = trio.Event()
+        scope = self._runner_scope = trio.CancelScope()
+
+        async def run() -> None:
+            try:
+                with scope:
+                    result = await self.context.compact(MAIN_AGENT, None, "manual")
+                    if result is None:  # (nothing else writes items while it runs: not expected)
+                        raise wc.ContextError("COMPACTION_FAILED", "the context changed while it was summarized")
+                    env.reply(result)
+                env.reply(error=wc.ContextError("COMPACTION_FAILED", "the compaction was aborted"))
+            except LensError as exc:
+                env.reply(error=exc)
+            except BaseException:
+                env.reply(error=wc.ContextError("COMPACTION_FAILED", "the compaction failed"))
+                raise
+            finally:
+                done.set()
+            self._notify_idle()
+            self._maybe_start_runner()
+
+        self._nursery.start_soon(run)
+        return _DEFERRED
 
     async def _run_call(self, agent_id: str, task_id: str | None, step: d.RunCall) -> None:
         call, restart = step.call, step.restart

@@ -34,6 +34,7 @@ from events.store import EventStore
 from projections.session_state import SessionState
 from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
+from runtime.config import ContextConfig, ModelConfig
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.projection_service import ProjectionService
@@ -145,6 +146,8 @@ async def open_runtime(
     extra_providers: Sequence[str] = (),
     faux: FauxProvider | None = None,
     projections: bool = False,
+    context: ContextConfig | None = None,
+    model_configs: dict[str, list[ModelConfig]] | None = None,
 ) -> AsyncIterator[Runtime]:
     """A running store + supervisor over ``data_dir``; everything is stopped and closed on exit.
 
@@ -159,11 +162,12 @@ async def open_runtime(
     deps = ActorDeps(
         store,
         snapshots,
-        ProviderCatalog(dict(providers)),
+        ProviderCatalog(dict(providers), model_configs=model_configs),
         tools if tools is not None else builtin_tools(list(extra_tools)),
         ids,
         snapshot_every=snapshot_every,
         idle_seconds=idle_seconds,
+        context=context or ContextConfig(),
     )
     service = ProjectionService(store.data_dir, store) if projections else None
     sup = Supervisor(deps, max_restarts=max_restarts,

@@ -1,0 +1,366 @@
+"""Working Context operations of a session actor (F-CTX-2, F-CTX-3): compaction (manual and
+automatic), tool-result pruning, Snip and Include Result, and the context settings.
+
+Every operation is recorded, so replay rebuilds the same Working Context
+(``projections.session_state.working_context`` folds them):
+
+* **Compaction** asks the session's model to summarize the agent's Working Context (the request
+  sees the items as the agent's next request would, then :data:`COMPACTION_INSTRUCTION`) and
+  records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
+  Context item but system instructions is replaced by the summary. The summarizing request is
+  not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
+  the conversation); its usage is in the event and counts in the session's usage. A compaction
+  that fails or is cut off records nothing.
+* **Automatic compaction**: before a model request, when the estimated request
+  (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
+  ``contextWindow``, the agent's context is compacted first. A context that is a summary already
+  is not compacted again, so it cannot loop; a failed automatic compaction lets the request go
+  as it is.
+* **Pruning** (off by default): before a model request, old large tool results are pruned with
+  one ``context.edited`` {op: prune}.
+* **Snip** / **Include Result**: ``context.edited`` {op: snip | include_result} from the HTTP
+  routes (runtime/context_api.py).
+
+Settings resolve per session: a value saved on the session (``session.configured`` settings,
+``PATCH /sessions/{id}``) > config (``context``) > built-in default.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Literal, Sequence
+
+from events import types as t
+from projections.context_budget import (
+    compaction_threshold,
+    item_marks,
+    prunable_results,
+    replaceable,
+    request_tokens,
+    worth_compacting,
+)
+from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts, working_context
+
+from .config import ContextConfig
+from .errors import LensError
+from .providers.base import ModelRequest, ProviderError
+from .providers.catalog import ProviderCatalog
+
+log = logging.getLogger("lens.context")
+
+COMPACTION_SYSTEM = (
+    "You write the summary that replaces an agent's conversation in its context. Do not call tools."
+)
+COMPACTION_INSTRUCTION = (
+    "Summarize the conversation so far for the agent that will continue it: the user's requests "
+    "and the current goal, decisions made, what was done (files read or changed, commands run and "
+    "their outcomes), open questions, and what remains to do next. Keep identifiers, paths and "
+    "error messages exact. Answer with the summary only."
+)
+MAX_EDIT_IDS = 1000
+
+# (session.configured ``settings`` key, HTTP field, type, lowest, highest)
+SETTINGS: tuple[tuple[str, str, type, int, int], ...] = (
+    ("compaction_auto", "autoCompaction", bool, 0, 1),
+    ("compaction_trigger_percent", "compactionTriggerPercent", int, 1, 100),
+    ("prune_tool_results", "pruneToolResults", bool, 0, 1),
+)
+
+
+class ContextError(LensError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+# HTTP status of each code (registered in runtime.api.STATUS by runtime/context_api.py).
+ERROR_STATUS = {
+    "CONTEXT_ITEM_NOT_FOUND": 404, "CONTEXT_ITEM_HIDDEN": 409, "CONTEXT_EDIT_INVALID": 400,
+    "SESSION_BUSY": 409, "NOTHING_TO_COMPACT": 409, "COMPACTION_FAILED": 502,
+}
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    auto_compaction: bool
+    trigger_percent: int
+    prune_tool_results: bool
+    keep_recent_rounds: int
+    min_tokens: int
+    sources: dict[str, str]  # HTTP field -> saved | config | default
+
+    def to_json(self) -> dict[str, Any]:
+        return {"autoCompaction": self.auto_compaction, "compactionTriggerPercent": self.trigger_percent,
+                "pruneToolResults": self.prune_tool_results, "pruneKeepRecentRounds": self.keep_recent_rounds,
+                "pruneMinTokens": self.min_tokens, "sources": dict(self.sources)}
+
+
+def check_setting(key: str, value: Any) -> None:
+    """Raise ``ValueError`` naming the HTTP field when ``value`` is not a valid saved value for
+    settings ``key`` (bools for switches, integers in range for numbers; JSON true is no 1)."""
+    for name, field, kind, lo, hi in SETTINGS:
+        if name == key:
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise ValueError(f"{field} must be true or false")
+            elif isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"{field} must be an integer from {lo} to {hi}")
+            return
+    raise ValueError(f"unknown setting {key!r}")
+
+
+def resolve_settings(saved: dict[str, Any], cfg: ContextConfig) -> ContextSettings:
+    """saved value > config > default, per setting (a saved value of the wrong shape, which the
+    routes never record, is skipped)."""
+    default = ContextConfig()
+    configured = {
+        "compaction_auto": (cfg.compaction.auto, default.compaction.auto),
+        "compaction_trigger_percent": (cfg.compaction.trigger_percent, default.compaction.trigger_percent),
+        "prune_tool_results": (cfg.prune_tool_results.enabled, default.prune_tool_results.enabled),
+    }
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, field, _kind, _lo, _hi in SETTINGS:
+        conf, dflt = configured[key]
+        if key in saved:
+            try:
+                check_setting(key, saved[key])
+                values[key], sources[field] = saved[key], "saved"
+                continue
+            except ValueError:
+                pass
+        values[key], sources[field] = conf, ("config" if conf != dflt else "default")
+    p = cfg.prune_tool_results
+    return ContextSettings(values["compaction_auto"], values["compaction_trigger_percent"],
+                           values["prune_tool_results"], p.keep_recent_rounds, p.min_tokens, sources)
+
+
+def changed_settings(state: SessionState, settings: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``settings`` that differs from what the session has saved."""
+    return {k: v for k, v in settings.items() if k not in state.settings or state.settings[k] != v
+            or type(state.settings[k]) is not type(v)}
+
+
+# --------------------------------------------------------------------------- actor commands
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Compact the main agent's Working Context now (the session must be idle)."""
+
+
+@dataclass(frozen=True)
+class EditContext:
+    """Snip items (``item_ids``, and/or ``older_images``: image-bearing tool results but the
+    newest ``keep_images``) or include a tool result (``call_id`` or its result's ``item_ids``)."""
+
+    op: Literal["snip", "include"]
+    item_ids: tuple[str, ...] = ()
+    call_id: str | None = None
+    older_images: bool = False
+    keep_images: int = 1
+    agent_id: str = MAIN_AGENT
+
+
+@dataclass(frozen=True)
+class DescribeContext:
+    agent_id: str = MAIN_AGENT
+
+
+ContextCommand = Compact | EditContext | DescribeContext
+
+Emit = Callable[..., Awaitable[Any]]
+Guard = Callable[[Callable[[], Sequence[Any]]], Callable[[], Sequence[Any]]]
+
+
+class WorkingContextOps:
+    """The Working Context side of one session actor (see the module docstring)."""
+
+    def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState], catalog: ProviderCatalog,
+                 config: ContextConfig, system_prompt: Callable[[], Awaitable[list[str]]],
+                 tool_schemas: Callable[[str], list[dict[str, Any]]], scoped: Callable[..., Any]) -> None:
+        self._session_id = session_id
+        self._emit = emit
+        self._state = state
+        self._catalog = catalog
+        self._config = config
+        self._system_prompt = system_prompt
+        self._tool_schemas = tool_schemas
+        self._scoped = scoped  # runtime.decide.Scoped
+
+    def settings(self) -> ContextSettings:
+        return resolve_settings(self._state().settings, self._config)
+
+    # ------------------------------------------------------------------ before a model request
+
+    async def before_request(self, agent_id: str, task_id: str | None, guard: Guard) -> bool:
+        """Prune and compact as the settings say before ``agent_id``'s next model request.
+        ``guard(make)`` wraps an event decision so it is dropped when the step went stale.
+        True when something was recorded (the loop then decides again)."""
+        state = self._state()
+        agent = state.agents[agent_id]
+        if agent.open_request_seq is not None:
+            return False  # a request cut off by a restart is asked again as it was
+        settings = self.settings()
+        if settings.prune_tool_results:
+            ids = prunable_results(agent, settings.keep_recent_rounds, settings.min_tokens)
+            if ids:
+                res = await self._emit(guard(lambda: [self._scoped(
+                    t.ContextEdited(op="prune", item_ids=ids, reason="auto"), agent_id, task_id)]))
+                if res is not None:
+                    return True
+        if not settings.auto_compaction or not worth_compacting(agent):
+            return False
+        try:
+            window = self._catalog.model_config(state.model).context_window
+            system = await self._system_prompt()
+        except LensError:
+            return False  # the request itself records why it cannot be made
+        tokens = request_tokens(system, working_context(agent), self._tool_schemas(agent_id))
+        if tokens < compaction_threshold(window, settings.trigger_percent):
+            return False
+        try:
+            return await self.compact(agent_id, task_id, "auto", guard) is not None
+        except LensError as exc:  # (COMPACTION_FAILED, or the model cannot be used: the request says so)
+            log.warning("session %s: automatic compaction failed: %s", self._session_id, exc.message)
+            return False
+
+    # ------------------------------------------------------------------ compaction
+
+    async def compact(self, agent_id: str, task_id: str | None, trigger: Literal["manual", "auto"],
+                      guard: Guard | None = None) -> dict[str, Any] | None:
+        """Summarize ``agent_id``'s Working Context and record ``context.compacted``; its answer,
+        or ``None`` when the context changed meanwhile (nothing recorded). Raises
+        ``NOTHING_TO_COMPACT``, ``COMPACTION_FAILED``, or the model's ``ModelUnavailable``."""
+        state = self._state()
+        agent = state.agents.get(agent_id)
+        if agent is None or not worth_compacting(agent):
+            raise ContextError("NOTHING_TO_COMPACT", "the working context holds nothing to compact")
+        provider, model_id, _ref = self._catalog.resolve(state.model)
+        items = working_context(agent)
+        replaced = [it.id for it in replaceable(agent)]
+        size = len(agent.items)
+        ask = Item(f"compaction-{state.last_seq + 1}", "user", state.last_seq + 1, task_id, COMPACTION_INSTRUCTION)
+        request = ModelRequest(model_id, [COMPACTION_SYSTEM], [*items, ask], self._tool_schemas(agent_id),
+                               None, agent_id)
+        try:
+            result = (await provider.stream(request, lambda _delta: None)).well_formed()
+        except ProviderError as exc:
+            raise ContextError("COMPACTION_FAILED", f"the summarizing request failed: {exc.code}: {exc.message}") from None
+        summary = result.text.strip()
+        if not summary:
+            raise ContextError("COMPACTION_FAILED", "the model answered the summarizing request with no text")
+
+        def decide() -> list[Any]:
+            now = self._state().agents[agent_id]
+            if len(now.items) != size:
+                return []  # the conversation moved on while it was summarized: decide again
+            return [self._scoped(t.ContextCompacted(
+                summary=summary, replaced_item_ids=replaced, trigger=trigger, usage=result.usage,
+                provider=provider.id, model=model_id), agent_id, task_id)]
+
+        res = await self._emit(guard(decide) if guard is not None else decide)
+        if res is None:
+            return None
+        return {"agentId": agent_id, "itemId": f"c{res.seq}", "seq": res.seq, "trigger": trigger,
+                "replacedItemIds": replaced, "summary": summary}
+
+    # ------------------------------------------------------------------ snip / include
+
+    async def edit(self, cmd: EditContext) -> dict[str, Any]:
+        """Record a snip or include (nothing when it changes nothing). Raises
+        ``CONTEXT_ITEM_NOT_FOUND``, ``CONTEXT_ITEM_HIDDEN``, ``CONTEXT_EDIT_INVALID``."""
+        out: dict[str, Any] = {}
+
+        def decide() -> list[Any]:
+            ids = self._snip_ids(cmd) if cmd.op == "snip" else self._include_ids(cmd)
+            out["itemIds"] = ids
+            if not ids:
+                return []
+            op = "snip" if cmd.op == "snip" else "include_result"
+            return [self._scoped(t.ContextEdited(op=op, item_ids=ids, reason="user"), cmd.agent_id, None)]
+
+        res = await self._emit(decide)
+        agent = self._state().agents[cmd.agent_id]
+        marks = item_marks(agent)
+        return {"op": cmd.op, "agentId": cmd.agent_id, "changed": res is not None,
+                "seq": res.seq if res is not None else None, "itemIds": out["itemIds"],
+                "items": [{"id": i, "context": marks.get(i)} for i in out["itemIds"]]}
+
+    def _agent(self, agent_id: str) -> Any:
+        agent = self._state().agents.get(agent_id)
+        if agent is None:
+            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"session {self._session_id!r} has no agent {agent_id!r}")
+        return agent
+
+    def _snip_ids(self, cmd: EditContext) -> list[str]:
+        agent = self._agent(cmd.agent_id)
+        by_id = {it.id: it for it in agent.items}
+        missing = [i for i in cmd.item_ids if i not in by_id]
+        if missing:
+            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])} in agent "
+                                                         f"{cmd.agent_id!r}")
+        wanted = list(dict.fromkeys(cmd.item_ids))
+        if cmd.older_images:
+            # Older images: the image-bearing tool results still in the Working Context, but the
+            # newest ``keep_images`` (a user's own input keeps its images: it is their message).
+            with_images = [it.id for it in working_context(agent) if it.role == "tool_result"
+                           and it.id not in agent.snipped and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
+            older = with_images[:max(len(with_images) - cmd.keep_images, 0)]
+            wanted += [i for i in older if i not in wanted]
+        snipped = set(agent.snipped)
+        included = set(agent.included)
+        return [i for i in wanted if i not in snipped or i in included]
+
+    def _include_ids(self, cmd: EditContext) -> list[str]:
+        agent = self._agent(cmd.agent_id)
+        results = [it for it in agent.items if it.role == "tool_result"]
+        if cmd.call_id is not None:
+            found = [it for it in results if it.call_id == cmd.call_id]
+            if not found:
+                raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no tool result of call {cmd.call_id!r} in agent "
+                                                             f"{cmd.agent_id!r}")
+            ids = [found[0].id]
+        else:
+            by_id = {it.id: it for it in agent.items}
+            ids = list(dict.fromkeys(cmd.item_ids))
+            missing = [i for i in ids if i not in by_id]
+            if missing:
+                raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])} in agent "
+                                                             f"{cmd.agent_id!r}")
+            wrong = [i for i in ids if by_id[i].role != "tool_result"]
+            if wrong:
+                raise ContextError("CONTEXT_EDIT_INVALID", f"include re-attaches tool results; {', '.join(wrong[:10])} "
+                                                           "is not one (snip is undone by including its result)")
+        hidden = [i for i in ids if i in agent.hidden]
+        if hidden:
+            raise ContextError("CONTEXT_ITEM_HIDDEN", f"{', '.join(hidden[:10])} was hidden by the user; unhide it first")
+        marks = item_marks(agent)
+        return [i for i in ids if marks.get(i) != "visible" and i not in agent.included]
+
+    # ------------------------------------------------------------------ describe
+
+    async def describe(self, agent_id: str) -> dict[str, Any]:
+        """The agent's Working Context as the next request would see it, with the estimate."""
+        state = self._state()
+        agent = self._agent(agent_id)
+        settings = self.settings()
+        window = self._catalog.model_config(state.model).context_window
+        try:
+            system = await self._system_prompt()
+        except LensError:
+            system = []
+        items = working_context(agent)
+        tokens = request_tokens(system, items, self._tool_schemas(agent_id))
+        marks = item_marks(agent)
+        return {
+            "agentId": agent_id,
+            "estimatedTokens": tokens,
+            "contextWindow": window,
+            "compactionThreshold": compaction_threshold(window, settings.trigger_percent),
+            "settings": settings.to_json(),
+            "workingItemIds": [it.id for it in items],
+            "items": [{"id": it.id, "role": it.role, "context": marks[it.id]} for it in agent.items],
+            "compactions": sum(1 for it in agent.items if it.role == "summary"),
+        }

@@ -1,0 +1,403 @@
+"""F-CTX-2 / F-CTX-3 in the session actor: manual and automatic compaction, tool-result pruning,
+Snip and Include Result, settings resolution, and replay after a restart.
+
+The faux provider answers the summarizing request (its last user item is the compaction
+instruction, which a ``when`` turn matches) and records every request, so the tests read what
+the next model request held instead of the replaced items.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from events import types as t
+from projections.context_budget import (
+    compaction_threshold,
+    item_marks,
+    item_tokens,
+    prunable_results,
+    request_tokens,
+    text_tokens,
+)
+from projections.session_state import (
+    PRUNED_PLACEHOLDER,
+    REMOVED_PLACEHOLDER,
+    Item,
+    SessionState,
+    fold,
+    item_parts,
+    working_context,
+)
+from runtime.actor import Abort, Configure
+from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
+from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
+from runtime.working_context import (
+    COMPACTION_INSTRUCTION,
+    COMPACTION_SYSTEM,
+    Compact,
+    ContextError,
+    DescribeContext,
+    EditContext,
+    check_setting,
+    resolve_settings,
+)
+from tools.base import ToolResult, ToolSpec
+
+from conftest import by_kind, frozen, one
+
+SUMMARY_TEXT = "SUMMARY: the user asked two questions; nothing is left to do."
+SUMMARY = FauxTurn(when="Summarize the conversation so far", text=SUMMARY_TEXT, input_tokens=123, output_tokens=9)
+BUSY = '/tool sleep_milliseconds {"milliseconds": 600000}'
+
+
+def shown(items: list[Item]) -> list[tuple]:
+    """What a request holds of its items: id, role, text and parts."""
+    return [(it.id, it.role, it.text, tuple(item_parts(it))) for it in items]
+
+
+# --------------------------------------------------------------------------- manual compaction
+
+
+async def test_manual_compaction_replaces_the_working_context_and_the_full_context_keeps_everything(
+        runtime_factory, autojump_clock):
+    async with runtime_factory(script=[SUMMARY]) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "first question")
+        st = await rt.run_to_idle(sid, "r2", "second question")
+        before = [it.id for it in st.agents["main"].items]
+        usage = st.usage
+        res = await rt.call(sid, Compact())
+        assert res["replacedItemIds"] == before and res["summary"] == SUMMARY_TEXT and res["trigger"] == "manual"
+
+        # The summarizing request saw the Working Context, then the fixed instruction.
+        ask = rt.faux.requests[-1]
+        assert ask.system == [COMPACTION_SYSTEM]
+        assert [it.id for it in ask.items[:-1]] == before
+        assert (ask.items[-1].role, ask.items[-1].text) == ("user", COMPACTION_INSTRUCTION)
+
+        st = await rt.state(sid)
+        main = st.agents["main"]
+        assert [it.id for it in main.items] == [*before, res["itemId"]]  # the Full Context keeps everything
+        assert [(it.role, it.text) for it in working_context(main)] == [("summary", SUMMARY_TEXT)]
+        assert set(item_marks(main).values()) == {"compacted", "visible"}
+        # Its usage counts: one request more, its reported tokens added.
+        assert st.usage.requests == usage.requests + 1
+        assert st.usage.input_tokens == usage.input_tokens + 123
+        assert st.usage.output_tokens == usage.output_tokens + 9
+        ev = one(await rt.events(sid), "context.compacted")
+        assert ev.event.trigger == "manual" and ev.event.replaced_item_ids == before
+        assert (ev.event.provider, ev.event.model, ev.event.usage.input_tokens) == ("faux", "faux-1", 123)
+
+        # The next model request holds the summary in place of the replaced items.
+        await rt.run_to_idle(sid, "r3", "third question")
+        assert [(it.role, it.text) for it in rt.faux.requests[-1].items] == [
+            ("summary", SUMMARY_TEXT), ("user", "third question")]
+
+
+async def test_compaction_is_refused_while_running_and_when_there_is_nothing_to_compact(
+        runtime_factory, autojump_clock):
+    async with runtime_factory(script=[SUMMARY]) as rt:
+        sid = await rt.session()
+        with pytest.raises(ContextError) as err:
+            await rt.call(sid, Compact())
+        assert err.value.code == "NOTHING_TO_COMPACT"
+        with frozen(autojump_clock):
+            await rt.submit(sid, "busy", BUSY)
+            await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+            with pytest.raises(ContextError) as err:
+                await rt.call(sid, Compact())
+            assert err.value.code == "SESSION_BUSY"
+            await rt.call(sid, Abort())
+        await rt.idle(sid)
+        await rt.call(sid, Compact())
+        with pytest.raises(ContextError) as err:  # a summary alone is not compacted again
+            await rt.call(sid, Compact())
+        assert err.value.code == "NOTHING_TO_COMPACT"
+        assert len(by_kind(await rt.events(sid), "context.compacted")) == 1
+
+
+async def test_a_failed_summarizing_request_records_nothing(runtime_factory, autojump_clock):
+    failing = FauxTurn(when="Summarize the conversation so far", error=FauxError("OVERLOADED", "try later"))
+    async with runtime_factory(script=[failing]) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        kinds = await rt.kinds(sid)
+        with pytest.raises(ContextError) as err:
+            await rt.call(sid, Compact())
+        assert err.value.code == "COMPACTION_FAILED" and "OVERLOADED" in err.value.message
+        assert await rt.kinds(sid) == kinds
+        st = await rt.state(sid)
+        assert [it.role for it in working_context(st.agents["main"])] == ["user", "assistant"]
+
+
+# --------------------------------------------------------------------------- automatic compaction
+
+WINDOW = 100_000
+FIFTY = ContextConfig(compaction=CompactionConfig(trigger_percent=50))
+MODELS = {"faux": [ModelConfig(id="faux-1", context_window=WINDOW)]}
+
+
+async def _filler(rt, sid: str, tokens: int) -> str:
+    """A user message that makes the next request's estimate exactly ``tokens``."""
+    st = await rt.state(sid)
+    last = rt.faux.requests[-1]
+    base = request_tokens(last.system, [*working_context(st.agents["main"]), Item("x", "user", 0)], last.tools)
+    assert tokens > base
+    return "y" * (4 * (tokens - base))
+
+
+async def test_automatic_compaction_starts_at_exactly_the_threshold_and_not_one_token_below(
+        runtime_factory, autojump_clock):
+    threshold = compaction_threshold(WINDOW, 50)
+    assert threshold == 50_000
+    async with runtime_factory(script=[SUMMARY], context=FIFTY, model_configs=MODELS) as rt:
+        at = await rt.session()
+        await rt.run_to_idle(at, "r1", "hello")
+        message = await _filler(rt, at, threshold)
+        await rt.run_to_idle(at, "r2", message)
+        compacted = one(await rt.events(at), "context.compacted")
+        assert compacted.event.trigger == "auto"
+        summarizing, after = rt.faux.requests[-2], rt.faux.requests[-1]
+        # (what the estimate saw: the agent's own system prompt, as its first request had it)
+        assert request_tokens(rt.faux.requests[-3].system, summarizing.items[:-1], summarizing.tools) == threshold
+        assert summarizing.items[-2].text == message and summarizing.items[-1].text == COMPACTION_INSTRUCTION
+        assert [(it.role, it.text) for it in after.items] == [("summary", SUMMARY_TEXT)]
+        kinds = await rt.kinds(at)
+        assert kinds.index("context.compacted") < len(kinds) - 1 - kinds[::-1].index("model.requested")
+
+        below = await rt.session()
+        await rt.run_to_idle(below, "r1", "hello")
+        message = (await _filler(rt, below, threshold))[4:]  # one token less
+        await rt.run_to_idle(below, "r2", message)
+        assert not by_kind(await rt.events(below), "context.compacted")
+        assert rt.faux.requests[-1].items[-1].text == message
+
+
+async def test_the_saved_trigger_percent_wins_over_the_config(runtime_factory, autojump_clock):
+    async with runtime_factory(script=[SUMMARY], context=FIFTY, model_configs=MODELS) as rt:
+        sid = await rt.session()
+        await rt.call(sid, Configure(settings={"compaction_trigger_percent": 51}))
+        await rt.run_to_idle(sid, "r1", "hello")
+        await rt.run_to_idle(sid, "r2", await _filler(rt, sid, 50_000))
+        assert not by_kind(await rt.events(sid), "context.compacted")  # 51% of the window: not reached
+        described = await rt.call(sid, DescribeContext())
+        assert described["settings"]["compactionTriggerPercent"] == 51
+        assert described["settings"]["sources"]["compactionTriggerPercent"] == "saved"
+        assert described["compactionThreshold"] == 51_000 and described["contextWindow"] == WINDOW
+        # Saved again (the same value): nothing more is recorded; another value is.
+        await rt.call(sid, Configure(settings={"compaction_trigger_percent": 51}))
+        await rt.call(sid, Configure(settings={"compaction_trigger_percent": 1}))
+        configured = by_kind(await rt.events(sid), "session.configured")
+        assert [e.event.settings for e in configured] == [{"compaction_trigger_percent": 51},
+                                                          {"compaction_trigger_percent": 1}]
+        await rt.run_to_idle(sid, "r3", "now it compacts")
+        assert one(await rt.events(sid), "context.compacted").event.trigger == "auto"
+        # Switched off by a saved value: no compaction, whatever the size.
+        other = await rt.session()
+        await rt.call(other, Configure(settings={"compaction_auto": False, "compaction_trigger_percent": 1}))
+        await rt.run_to_idle(other, "r1", "hello")
+        assert not by_kind(await rt.events(other), "context.compacted")
+
+
+def test_settings_resolve_saved_over_config_over_default():
+    default = resolve_settings({}, ContextConfig())
+    assert (default.auto_compaction, default.trigger_percent, default.prune_tool_results) == (True, 80, False)
+    assert set(default.sources.values()) == {"default"}
+    cfg = ContextConfig(compaction=CompactionConfig(trigger_percent=60),
+                        prune_tool_results=PruneToolResultsConfig(enabled=True))
+    configured = resolve_settings({}, cfg)
+    assert (configured.trigger_percent, configured.prune_tool_results) == (60, True)
+    assert configured.sources == {"autoCompaction": "default", "compactionTriggerPercent": "config",
+                                  "pruneToolResults": "config"}
+    saved = resolve_settings({"compaction_trigger_percent": 100, "prune_tool_results": False}, cfg)
+    assert (saved.trigger_percent, saved.prune_tool_results) == (100, False)
+    assert saved.sources["compactionTriggerPercent"] == saved.sources["pruneToolResults"] == "saved"
+    # A saved value of a wrong shape (never recorded by the routes) is passed over.
+    assert resolve_settings({"compaction_trigger_percent": 0}, cfg).trigger_percent == 60
+
+
+@pytest.mark.parametrize("value, ok", [(0, False), (1, True), (80, True), (100, True), (101, False),
+                                       (True, False), (50.0, False), ("80", False)])
+def test_trigger_percent_range(value, ok):
+    if ok:
+        check_setting("compaction_trigger_percent", value)
+    else:
+        with pytest.raises(ValueError, match="compactionTriggerPercent"):
+            check_setting("compaction_trigger_percent", value)
+
+
+def test_estimate_and_threshold_arithmetic():
+    assert [text_tokens(s) for s in ("", "a", "abcd", "abcde", "é" * 2)] == [0, 1, 1, 2, 1]
+    image = Item("c1", "tool_result", 1, parts=(t.TextPart("abcd"), t.ImagePart("a" * 64, "image/png")))
+    assert item_tokens(image) == 1 + 4096
+    call = Item("c2", "tool_call", 2, call=t.ToolCall("k", "read_file", '{"path": "a"}'))
+    assert item_tokens(call) == text_tokens("read_file") + text_tokens('{"path": "a"}')
+    assert [compaction_threshold(1000, p) for p in (1, 80, 100)] == [10, 800, 1000]
+    assert compaction_threshold(999, 50) == 500  # rounded up
+
+
+# --------------------------------------------------------------------------- pruning
+
+
+async def _big(args, ctx):
+    return ToolResult.text(f"output of {ctx.call_id} " + "B" * 800)
+
+
+BIG = ToolSpec("big", "Returns a large text.", {"type": "object"}, _big)
+PRUNE_SCRIPT = [
+    FauxTurn(when="go", tool_calls=[FauxToolCall("big")]),
+    FauxTurn(when="output of call_main_0_0", tool_calls=[FauxToolCall("big")]),
+    FauxTurn(when="output of call_main_1_0", text="done"),
+]
+PRUNING = ContextConfig(prune_tool_results=PruneToolResultsConfig(enabled=True, keep_recent_rounds=1, min_tokens=100))
+
+
+def _result(items: list[Item], call_id: str) -> Item:
+    return next(it for it in items if it.role == "tool_result" and it.call_id == call_id)
+
+
+async def test_pruning_is_off_by_default(runtime_factory, autojump_clock):
+    async with runtime_factory(script=PRUNE_SCRIPT, extra_tools=[BIG]) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "go")
+        assert not by_kind(await rt.events(sid), "context.edited")
+        assert _result(rt.faux.requests[-1].items, "call_main_0_0").text.startswith("output of call_main_0_0")
+
+
+async def test_pruning_replaces_old_large_results_in_the_working_context_only_and_include_brings_one_back(
+        runtime_factory, autojump_clock):
+    async with runtime_factory(script=PRUNE_SCRIPT, extra_tools=[BIG], context=PRUNING) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "go")
+        main = st.agents["main"]
+        first = _result(main.items, "call_main_0_0")
+        assert first.text.startswith("output of call_main_0_0")  # the Full Context keeps it
+        edited = one(await rt.events(sid), "context.edited")
+        assert (edited.event.op, edited.event.item_ids, edited.event.reason) == ("prune", [first.id], "auto")
+        # The third request (after the second round) saw a placeholder for the first result only.
+        last = rt.faux.requests[-1].items
+        assert _result(last, "call_main_0_0").text == PRUNED_PLACEHOLDER
+        assert _result(last, "call_main_1_0").text.startswith("output of call_main_1_0")
+        assert item_marks(main)[first.id] == "pruned"
+        # The first is never pruned twice; the second is old too now that "done" answered after it.
+        assert prunable_results(main, 1, 100) == [_result(main.items, "call_main_1_0").id]
+
+        res = await rt.call(sid, EditContext("include", call_id="call_main_0_0"))
+        assert res["changed"] and res["itemIds"] == [first.id] and res["items"] == [{"id": first.id, "context": "included"}]
+        await rt.run_to_idle(sid, "r2", "and now?")
+        last = rt.faux.requests[-1].items
+        assert _result(last, "call_main_0_0").text == first.text  # re-attached, and not pruned again
+        again = by_kind(await rt.events(sid), "context.edited")
+        assert [e.event.op for e in again] == ["prune", "include_result", "prune"]
+        assert again[-1].event.item_ids == [_result(main.items, "call_main_1_0").id]
+
+
+# --------------------------------------------------------------------------- snip and include
+
+
+def _image_id(n: int) -> str:
+    return f"{n:064x}"
+
+
+async def _shot(args, ctx):
+    n = int(ctx.call_id.rsplit("_", 1)[1])
+    return ToolResult([t.TextPart(f"shot {n}"), t.ImagePart(_image_id(n), "image/png")])
+
+
+SHOT = ToolSpec("shot", "Returns an image.", {"type": "object"}, _shot)
+SHOTS = [FauxTurn(when="shots", tool_calls=[FauxToolCall("shot"), FauxToolCall("shot"), FauxToolCall("shot")]),
+         FauxTurn(when="shot 2", text="seen")]
+
+
+def _images(items: list[Item]) -> list[str]:
+    return [p.artifact_id for it in items for p in item_parts(it) if isinstance(p, t.ImagePart)]
+
+
+async def test_snip_older_images_and_include_result_reattaches_a_result_with_its_image(runtime_factory, autojump_clock):
+    async with runtime_factory(script=SHOTS, extra_tools=[SHOT]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "shots")
+        results = [it for it in st.agents["main"].items if it.role == "tool_result"]
+        assert _images(results) == [_image_id(0), _image_id(1), _image_id(2)]
+
+        res = await rt.call(sid, EditContext("snip", older_images=True))
+        assert res["changed"] and res["itemIds"] == [results[0].id, results[1].id]
+        assert res["items"] == [{"id": results[0].id, "context": "snipped"}, {"id": results[1].id, "context": "snipped"}]
+        again = await rt.call(sid, EditContext("snip", older_images=True))  # nothing more to snip
+        assert not again["changed"] and again["seq"] is None and again["itemIds"] == []
+
+        await rt.run_to_idle(sid, "r2", "look again")
+        sent = rt.faux.requests[-1].items
+        assert _images(sent) == [_image_id(2)]
+        assert [_result(sent, r.call_id).text for r in results[:2]] == [REMOVED_PLACEHOLDER] * 2
+
+        res = await rt.call(sid, EditContext("include", call_id=results[0].call_id))
+        assert res["changed"] and res["itemIds"] == [results[0].id]
+        await rt.run_to_idle(sid, "r3", "and now")
+        sent = rt.faux.requests[-1].items
+        assert _images(sent) == [_image_id(0), _image_id(2)]
+        assert _result(sent, results[0].call_id).text == "shot 0"
+        # Including a visible result changes nothing and records nothing.
+        res = await rt.call(sid, EditContext("include", call_id=results[2].call_id))
+        assert not res["changed"] and res["itemIds"] == []
+        ops = [e.event.op for e in by_kind(await rt.events(sid), "context.edited")]
+        assert ops == ["snip", "include_result"]
+
+
+async def test_snip_by_id_and_bad_ids(runtime_factory, autojump_clock):
+    async with runtime_factory(script=SHOTS, extra_tools=[SHOT]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "shots")
+        user = st.agents["main"].items[0]
+        call = next(it for it in st.agents["main"].items if it.role == "tool_call")
+        res = await rt.call(sid, EditContext("snip", (user.id, user.id)))
+        assert res["itemIds"] == [user.id]
+        await rt.run_to_idle(sid, "r2", "next")
+        assert user.id not in [it.id for it in rt.faux.requests[-1].items]
+
+        for cmd, code in [
+            (EditContext("snip", ("c999999",)), "CONTEXT_ITEM_NOT_FOUND"),
+            (EditContext("snip", (user.id, "nope")), "CONTEXT_ITEM_NOT_FOUND"),
+            (EditContext("include", call_id="call_unknown"), "CONTEXT_ITEM_NOT_FOUND"),
+            (EditContext("include", ("c999999",)), "CONTEXT_ITEM_NOT_FOUND"),
+            (EditContext("include", (call.id,)), "CONTEXT_EDIT_INVALID"),
+            (EditContext("snip", (user.id,), agent_id="sub_nope"), "CONTEXT_ITEM_NOT_FOUND"),
+        ]:
+            kinds = await rt.kinds(sid)
+            with pytest.raises(ContextError) as err:
+                await rt.call(sid, cmd)
+            assert err.value.code == code, cmd
+            assert await rt.kinds(sid) == kinds  # nothing recorded
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _context_of(state: SessionState) -> tuple:
+    main = state.agents["main"]
+    return shown(working_context(main)), item_marks(main), msgspec.to_builtins(state.usage)
+
+
+async def test_the_working_context_is_the_same_after_a_restart_and_from_a_full_replay(runtime_factory, autojump_clock):
+    script = [SUMMARY, *PRUNE_SCRIPT]
+    options = dict(script=script, extra_tools=[BIG], context=PRUNING, snapshot_every=1)
+    async with runtime_factory(**options) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "go")  # pruned
+        st = await rt.state(sid)
+        await rt.call(sid, EditContext("include", call_id="call_main_0_0"))
+        await rt.call(sid, EditContext("snip", (st.agents["main"].items[0].id,)))
+        await rt.call(sid, Compact())
+        await rt.run_to_idle(sid, "r2", "after the summary")
+        await rt.call(sid, EditContext("include", call_id="call_main_1_0"))  # out of the summary again
+        live = _context_of(await rt.state(sid))
+        replayed = _context_of(fold(SessionState(sid), await rt.events(sid)))
+        assert live == replayed
+        kinds = [e.kind for e in await rt.events(sid)]
+        assert {"context.compacted", "context.edited"} <= set(kinds)
+    async with runtime_factory(**options) as rt:
+        assert rt.snapshots.load(sid) is not None  # the actor starts from a snapshot and its tail
+        assert _context_of(await rt.state(sid)) == live
+        main = (await rt.state(sid)).agents["main"]
+        assert item_marks(main)[_result(main.items, "call_main_1_0").id] == "included"
