@@ -116,6 +116,10 @@ class SessionPatchBody(_B):
     model: str | None = None
     thinking_level: str | None = None
     name: str | None = None
+    # Saved context settings (runtime/working_context.py): they win over the config's.
+    auto_compaction: bool | None = None
+    compaction_trigger_percent: int | None = None
+    prune_tool_results: bool | None = None
 
 
 class TextPartIn(msgspec.Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
@@ -486,13 +490,18 @@ def create_app(svc: Services) -> QuartTrio:
         require_strong("configure sessions")
         check_id(sid, "session id")
         body = await read_body(SessionPatchBody)
-        if body.model is None and body.thinking_level is None and body.name is None:
-            raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel and name")
+        from .context_api import context_settings
+
+        settings = context_settings(body)
+        if body.model is None and body.thinking_level is None and body.name is None and not settings:
+            raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel, name, autoCompaction, "
+                                                "compactionTriggerPercent and pruneToolResults")
         check_session_settings(body.model, body.thinking_level)
         if body.name is not None:
             check_name(body.name, "name")
-        if body.model is not None or body.thinking_level is not None:
-            await svc.supervisor.call(sid, a.Configure(model=body.model, thinking_level=body.thinking_level))
+        if body.model is not None or body.thinking_level is not None or settings:
+            await svc.supervisor.call(sid, a.Configure(model=body.model, thinking_level=body.thinking_level,
+                                                       settings=settings))
         if body.name is not None:
             await svc.supervisor.call(sid, a.Rename(body.name))
         return json_response(session_view(await svc.supervisor.call(sid, a.GetState())))
@@ -734,6 +743,9 @@ def create_app(svc: Services) -> QuartTrio:
     from .jobs_api import add_job_routes  # (it uses this module's helpers)
 
     add_job_routes(app, svc)
+    from .context_api import add_context_routes  # (compaction, snip, include)
+
+    add_context_routes(app, svc)
     return app
 
 

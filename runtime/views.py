@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from events import types as t
+from projections.context_budget import item_marks
 from projections.session_state import USAGE_FIELDS, MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
 
 QUEUED_PREVIEW_CHARS = 2000
@@ -70,6 +71,12 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
         # A tool result is shown inside its call's entry; orphans (none today) stand alone.
         items = [item_view(it, results, main.running_call) for it in main.items
                  if it.role != "tool_result" or it.call_id not in called]
+        # How each item stands in the Working Context (visible, pruned, snipped, compacted…).
+        marks = item_marks(main)
+        for v in items:
+            v["context"] = marks.get(v["id"])
+            if "result" in v:
+                v["result"]["context"] = marks.get(v["result"]["itemId"])
     for a in s.agents.values():
         # A finished subagent shows how it ended (completed / failed / aborted / interrupted, as
         # its agent.finished says), not a bare "finished" that hid an abort.

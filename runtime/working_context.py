@@ -62,7 +62,7 @@ MAX_EDIT_IDS = 1000
 
 # (session.configured ``settings`` key, HTTP field, type, lowest, highest)
 SETTINGS: tuple[tuple[str, str, type, int, int], ...] = (
-    ("compaction_auto", "autoCompaction", bool, 0, 1),
+    ("auto_compaction", "autoCompaction", bool, 0, 1),
     ("compaction_trigger_percent", "compactionTriggerPercent", int, 1, 100),
     ("prune_tool_results", "pruneToolResults", bool, 0, 1),
 )
@@ -115,7 +115,7 @@ def resolve_settings(saved: dict[str, Any], cfg: ContextConfig) -> ContextSettin
     routes never record, is skipped)."""
     default = ContextConfig()
     configured = {
-        "compaction_auto": (cfg.compaction.auto, default.compaction.auto),
+        "auto_compaction": (cfg.compaction.auto, default.compaction.auto),
         "compaction_trigger_percent": (cfg.compaction.trigger_percent, default.compaction.trigger_percent),
         "prune_tool_results": (cfg.prune_tool_results.enabled, default.prune_tool_results.enabled),
     }
@@ -132,7 +132,7 @@ def resolve_settings(saved: dict[str, Any], cfg: ContextConfig) -> ContextSettin
                 pass
         values[key], sources[field] = conf, ("config" if conf != dflt else "default")
     p = cfg.prune_tool_results
-    return ContextSettings(values["compaction_auto"], values["compaction_trigger_percent"],
+    return ContextSettings(values["auto_compaction"], values["compaction_trigger_percent"],
                            values["prune_tool_results"], p.keep_recent_rounds, p.min_tokens, sources)
 
 

@@ -43,6 +43,10 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/history/items/<item_id>"): READ,
     ("GET", "/api/v1/sessions/<sid>/jobs"): READ,
     ("GET", "/api/v1/sessions/<sid>/jobs/<job_id>"): READ,
+    ("GET", "/api/v1/sessions/<sid>/context"): READ,
+    ("POST", "/api/v1/sessions/<sid>/compact"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/context/snip"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/context/include"): STRONG,
     ("POST", "/api/v1/projects"): STRONG,
     ("POST", "/api/v1/sessions"): STRONG,
     ("PATCH", "/api/v1/sessions/<sid>"): STRONG,
@@ -251,6 +255,15 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     r = await call(daemon, "POST", "/api/v1/sessions/<sid>/jobs/<job_id>/stop", strong, sid=sid, job_id="job_x")
     assert r.status_code == 404 and error_of(r) == "JOB_NOT_FOUND"
     done.add(("POST", "/api/v1/sessions/<sid>/jobs/<job_id>/stop"))
+    # The Working Context (tests/daemon/test_context_http.py): compacting the aborted run, then
+    # edits that get past the guard to the lookup of their ids.
+    compacted = await ok("POST", "/api/v1/sessions/<sid>/compact", 200, sid=sid)
+    assert compacted["trigger"] == "manual"
+    for rule, body in [("/api/v1/sessions/<sid>/context/snip", {"itemIds": ["c999999"]}),
+                       ("/api/v1/sessions/<sid>/context/include", {"callId": "call_nope"})]:
+        r = await call(daemon, "POST", rule, strong, body, sid=sid)
+        assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND"
+        done.add(("POST", rule))
     assert done == {k for k, v in ROUTE_TRUST.items() if v == STRONG}
 
 

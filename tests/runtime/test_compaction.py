@@ -195,7 +195,7 @@ async def test_the_saved_trigger_percent_wins_over_the_config(runtime_factory, a
         assert one(await rt.events(sid), "context.compacted").event.trigger == "auto"
         # Switched off by a saved value: no compaction, whatever the size.
         other = await rt.session()
-        await rt.call(other, Configure(settings={"compaction_auto": False, "compaction_trigger_percent": 1}))
+        await rt.call(other, Configure(settings={"auto_compaction": False, "compaction_trigger_percent": 1}))
         await rt.run_to_idle(other, "r1", "hello")
         assert not by_kind(await rt.events(other), "context.compacted")
 

@@ -1,0 +1,113 @@
+"""HTTP routes of a session's Working Context (F-CTX-2, F-CTX-3), under ``/api/v1/sessions/{id}``.
+
+* ``GET …/context?agentId=`` — the agent's Working Context: ``workingItemIds`` (what the next
+  request sees, in order), every Full Context item with its ``context`` mark (``visible``,
+  ``included``, ``pruned``, ``snipped``, ``compacted``, ``hidden``, ``removed``),
+  ``estimatedTokens``, ``contextWindow``, ``compactionThreshold`` and the resolved ``settings``
+  with their ``sources`` (saved > config > default).
+* ``POST …/compact`` (strong trust) — compact the main agent's Working Context now; answers
+  ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
+  while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502).
+* ``POST …/context/snip {itemIds?, olderImages?, keepImages?, agentId?}`` (strong trust) — take
+  items out of the Working Context; ``olderImages`` also snips the image-bearing tool results
+  but the newest ``keepImages`` (default 1).
+* ``POST …/context/include {callId | itemId, agentId?}`` (strong trust) — re-attach a tool
+  result (with its images, and its call) that was pruned, snipped or compacted.
+
+Edits answer ``{op, changed, seq, itemIds, items: [{id, context}]}``; one that changes nothing
+records nothing (``changed: false``). Unknown ids: ``CONTEXT_ITEM_NOT_FOUND`` (404); an include
+of what is no tool result: ``CONTEXT_EDIT_INVALID`` (400); of an item the user hid:
+``CONTEXT_ITEM_HIDDEN`` (409).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from quart import Response
+from quart_trio import QuartTrio
+
+from projections.session_state import MAIN_AGENT
+
+from . import working_context as wc
+
+
+def add_context_routes(app: QuartTrio, svc: Any) -> None:
+    from .api import STATUS, ApiError, EmptyBody, _B, _id_arg, check_id, json_response, read_body, require_strong
+
+    for code, status in wc.ERROR_STATUS.items():
+        STATUS.setdefault(code, status)
+
+    class SnipBody(_B):
+        item_ids: Annotated[list[str], msgspec.Meta(max_length=wc.MAX_EDIT_IDS)] = []
+        older_images: bool = False
+        keep_images: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1
+        agent_id: str = MAIN_AGENT
+
+    class IncludeBody(_B):
+        call_id: str | None = None
+        item_id: str | None = None
+        agent_id: str = MAIN_AGENT
+
+    @app.get("/api/v1/sessions/<sid>/context")
+    async def describe_context(sid: str) -> Response:
+        check_id(sid, "session id")
+        agent_id = _id_arg("agentId", "agentId") or MAIN_AGENT
+        return json_response(await svc.supervisor.call(sid, wc.DescribeContext(agent_id)))
+
+    @app.post("/api/v1/sessions/<sid>/compact")
+    async def compact(sid: str) -> Response:
+        require_strong("compact sessions")
+        check_id(sid, "session id")
+        await read_body(EmptyBody)
+        return json_response(await svc.supervisor.call(sid, wc.Compact()))
+
+    @app.post("/api/v1/sessions/<sid>/context/snip")
+    async def snip(sid: str) -> Response:
+        require_strong("edit the working context")
+        check_id(sid, "session id")
+        body = await read_body(SnipBody)
+        check_id(body.agent_id, "agentId")
+        for item_id in body.item_ids:
+            check_id(item_id, "itemIds[]")
+        if not body.item_ids and not body.older_images:
+            raise ApiError("VALIDATION_FAILED", "give itemIds, olderImages or both")
+        return json_response(await svc.supervisor.call(sid, wc.EditContext(
+            "snip", tuple(body.item_ids), older_images=body.older_images, keep_images=body.keep_images,
+            agent_id=body.agent_id)))
+
+    @app.post("/api/v1/sessions/<sid>/context/include")
+    async def include(sid: str) -> Response:
+        require_strong("edit the working context")
+        check_id(sid, "session id")
+        body = await read_body(IncludeBody)
+        check_id(body.agent_id, "agentId")
+        if (body.call_id is None) == (body.item_id is None):
+            raise ApiError("VALIDATION_FAILED", "give exactly one of callId and itemId")
+        if body.call_id is not None:
+            check_id(body.call_id, "callId")
+            cmd = wc.EditContext("include", call_id=body.call_id, agent_id=body.agent_id)
+        else:
+            assert body.item_id is not None
+            check_id(body.item_id, "itemId")
+            cmd = wc.EditContext("include", (body.item_id,), agent_id=body.agent_id)
+        return json_response(await svc.supervisor.call(sid, cmd))
+
+
+def context_settings(body: object) -> dict[str, object]:
+    """The saved context settings a ``PATCH /sessions/{id}`` body gives (``session.configured``
+    settings keys), checked: ``VALIDATION_FAILED`` names the field out of range."""
+    from .api import ApiError
+
+    out: dict[str, object] = {}
+    for key, _field, _kind, _lo, _hi in wc.SETTINGS:
+        value = getattr(body, key, None)
+        if value is None:
+            continue
+        try:
+            wc.check_setting(key, value)
+        except ValueError as exc:
+            raise ApiError("VALIDATION_FAILED", str(exc)) from None
+        out[key] = value
+    return out
