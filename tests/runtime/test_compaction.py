@@ -389,6 +389,9 @@ async def test_the_working_context_is_the_same_after_a_restart_and_from_a_full_r
         await rt.call(sid, EditContext("include", call_id="call_main_0_0"))
         await rt.call(sid, EditContext("snip", (st.agents["main"].items[0].id,)))
         await rt.call(sid, Compact())
+        main = (await rt.state(sid)).agents["main"]
+        # An included result the summary replaced is replaced with the rest.
+        assert item_marks(main)[_result(main.items, "call_main_0_0").id] == "compacted"
         await rt.run_to_idle(sid, "r2", "after the summary")
         await rt.call(sid, EditContext("include", call_id="call_main_1_0"))  # out of the summary again
         live = _context_of(await rt.state(sid))
