@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+import trio
 
 from events import types as t
 from projections.context_budget import (
@@ -115,6 +116,43 @@ async def test_compaction_is_refused_while_running_and_when_there_is_nothing_to_
             await rt.call(sid, Compact())
         assert err.value.code == "NOTHING_TO_COMPACT"
         assert len(by_kind(await rt.events(sid), "context.compacted")) == 1
+
+
+async def test_an_input_during_a_compaction_waits_for_it_and_an_abort_cancels_it(runtime_factory, autojump_clock):
+    slow = FauxTurn(when="Summarize the conversation so far", text=SUMMARY_TEXT, delay_ms=60_000)
+    async with runtime_factory(script=[slow]) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        outcome: list = []
+
+        async def compact() -> None:
+            try:
+                outcome.append(await rt.call(sid, Compact()))
+            except ContextError as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            with frozen(autojump_clock):
+                nursery.start_soon(compact)
+                await rt.until(sid, lambda s: len(rt.faux.requests) == 2)  # the summarizing request is out
+                await rt.submit(sid, "r2", "meanwhile")  # queued behind the compaction
+                assert [q.request_id for q in (await rt.state(sid)).queue] == ["r2"]
+        assert outcome[0]["summary"] == SUMMARY_TEXT
+        await rt.idle(sid)
+        kinds = await rt.kinds(sid)
+        assert kinds.index("context.compacted") < kinds.index("input.placed", kinds.index("context.compacted"))
+        assert [(it.role, it.text) for it in rt.faux.requests[-1].items] == [("summary", SUMMARY_TEXT),
+                                                                            ("user", "meanwhile")]
+
+        outcome.clear()
+        async with trio.open_nursery() as nursery:
+            with frozen(autojump_clock):
+                nursery.start_soon(compact)
+                await rt.until(sid, lambda s: len(rt.faux.requests) == 4)
+                kinds = await rt.kinds(sid)
+                assert await rt.call(sid, Abort()) == {"aborted": False, "withdrawn": []}
+        assert isinstance(outcome[0], ContextError) and outcome[0].code == "COMPACTION_FAILED"
+        assert await rt.kinds(sid) == kinds  # nothing recorded
 
 
 async def test_a_failed_summarizing_request_records_nothing(runtime_factory, autojump_clock):
