@@ -119,6 +119,8 @@ def item_marks(agent: AgentState) -> dict[str, str]:
                 out[iid] = "included"
             elif iid in pruned and it.role == "tool_result":
                 out[iid] = "pruned"
+            elif it.role == "tool_call" and (iid in snipped or iid in replaced):
+                out[iid] = "included"  # back with its re-attached result
             elif iid in snipped or iid in replaced:
                 # (a result whose call stayed keeps a placeholder in the Working Context)
                 out[iid] = "snipped" if iid in snipped else "compacted"

@@ -441,4 +441,8 @@ async def test_the_working_context_is_the_same_after_a_restart_and_from_a_full_r
         assert rt.snapshots.load(sid) is not None  # the actor starts from a snapshot and its tail
         assert _context_of(await rt.state(sid)) == live
         main = (await rt.state(sid)).agents["main"]
-        assert item_marks(main)[_result(main.items, "call_main_1_0").id] == "included"
+        marks = item_marks(main)
+        assert marks[_result(main.items, "call_main_1_0").id] == "included"
+        call = next(it for it in main.items if it.call is not None and it.call.call_id == "call_main_1_0")
+        assert marks[call.id] == "included"  # its call came back with it
+        assert marks[main.items[0].id] == "snipped"
