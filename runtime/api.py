@@ -272,6 +272,7 @@ class Services:
     shutting_down: trio.Event = field(default_factory=trio.Event)
     streams_watched: bool = False  # watch_streams runs: SSE tasks need no revalidation timer
     version: str = "0.1.0"
+    executors: Any = None  # the ExecutorPool (workspace browsing); None in apps built without one
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:
@@ -734,6 +735,9 @@ def create_app(svc: Services) -> QuartTrio:
     from .jobs_api import add_job_routes  # (it uses this module's helpers)
 
     add_job_routes(app, svc)
+    from .workspace_api import add_workspace_routes  # (F-HAR-3: workspace browsing, changes)
+
+    add_workspace_routes(app, svc)
     return app
 
 
