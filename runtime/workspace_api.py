@@ -146,7 +146,9 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         limit = _int_arg("limit", DEFAULT_FILE_LIMIT, 1, MAX_READ_BYTES)
         r = await browse(sid, "browse_read", {"path": path, "offset": offset, "limit": limit})
         # (the executor refuses these itself; checked again on the path it resolved)
-        if sensitive_path(r["path"]) or hidden_path(r["path"]):
+        if hidden_path(r["path"]):
+            raise ApiError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
+        if sensitive_path(r["path"]):
             raise ApiError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
         return json_response(_camel(r))
 

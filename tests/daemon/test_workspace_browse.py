@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from .conftest import Daemon, DaemonFactory, error_of
+from .conftest import Daemon, DaemonFactory, error_of, raw_http
 
 
 async def _setup(d: Daemon) -> tuple[str, str, str, Path]:
@@ -89,6 +89,10 @@ async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFact
     assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE"
     r = await d.get(f"/sessions/{sid}/workspace/file", reader)
     assert r.status_code == 400 and error_of(r) == "PATH_INVALID"
+    for target in ("path=%2e%2e%2fx", "path=%2Fetc%2Fpasswd", "path=a%5C..%5Cx", "path=ok.txt%00"):  # (encoded)
+        r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?{target}",
+                           {"Authorization": f"Bearer {reader}"})
+        assert r.status == 400 and r.code == "PATH_INVALID", (target, r.body[:200])
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "missing.txt"})
     assert r.status_code == 404 and error_of(r) == "PATH_NOT_FOUND"
     r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "ok.txt"})
