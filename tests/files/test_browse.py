@@ -145,3 +145,12 @@ def test_text_pages_by_bytes_never_split_a_character(ws: Workspace, root: Path):
     fails("PATH_HIDDEN", ws.browse_read, ".git/config")
     os.symlink(".git/config", root / "gitlink")
     fails("PATH_HIDDEN", ws.browse_read, "gitlink")
+
+
+def test_a_walk_stops_when_its_caller_went_away(ws: Workspace, root: Path):
+    for i in range(300):
+        (root / f"d{i:03d}").mkdir()
+    assert len(ws.browse_list(".", depth=2)["entries"]) == 300
+    ws.still_wanted = lambda: False
+    fails("CANCELLED", ws.browse_list, ".", depth=2)
+    assert len(ws.browse_list(".")["entries"]) == 300  # one directory: nothing to stop

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from .confine import Root, resolve
 from .errors import FileToolError
@@ -125,7 +125,9 @@ def _shown_name(name: str) -> str:
 
 
 def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MAX_ENTRIES,
-              include_ignored: object = False) -> dict[str, Any]:
+              include_ignored: object = False, still_wanted: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """See the module docstring; ``still_wanted`` is asked every 256 directories (a caller that
+    went away stops the walk: ``CANCELLED``)."""
     levels = check_int("depth", depth, 1)
     cap = check_int("max_entries", max_entries, 1)
     assert levels is not None and cap is not None
@@ -149,9 +151,13 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
     entries: list[dict[str, Any]] = []
     hidden = 0
     truncated = False
+    walked = 0
     queue: deque[tuple[str, Rules, bool, int]] = deque([(start, rules, start_ignored, 1)])
     while queue and not truncated:
         rel, dir_rules, dir_ignored, level = queue.popleft()
+        walked += 1
+        if still_wanted is not None and walked % 256 == 0 and not still_wanted():
+            raise FileToolError("CANCELLED", f"{path}: the caller went away; the listing was stopped")
         fd = _open_dir(root, rel)
         if fd is None:
             continue  # gone, or swapped for a symlink since it was listed

@@ -108,7 +108,7 @@ class Workspace:
                     include_ignored: bool = False) -> dict[str, Any]:
         """F-HAR-3: a directory tree for workspace browsing (shape in tools.files.browse)."""
         with self._boundary(path):
-            return browse.list_tree(self._root, path, depth, max_entries, include_ignored)
+            return browse.list_tree(self._root, path, depth, max_entries, include_ignored, self.still_wanted)
 
     def browse_read(self, path: str, offset: int = 0, limit: int = 64 * 1024) -> dict[str, Any]:
         """F-HAR-3: a page of a text file for workspace browsing; credential files are refused."""
