@@ -7,7 +7,7 @@ from events import types as t
 from events.reader import StoredEvent
 from runtime.workspace_api import changes
 
-WS = "/work/project"
+WS = "/srv/project"
 
 
 def ev(seq: int, event: t._Event, agent: str = "main", task: str | None = "tsk_1") -> StoredEvent:
