@@ -276,6 +276,7 @@ class Services:
     shutting_down: trio.Event = field(default_factory=trio.Event)
     streams_watched: bool = False  # watch_streams runs: SSE tasks need no revalidation timer
     version: str = "0.1.0"
+    executors: Any = None  # the ExecutorPool (workspace browsing); None in apps built without one
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:
@@ -746,6 +747,10 @@ def create_app(svc: Services) -> QuartTrio:
     from .context_api import add_context_routes  # (compaction, snip, include)
 
     add_context_routes(app, svc)
+
+    from .workspace_api import add_workspace_routes  # (F-HAR-3: workspace browsing, changes)
+
+    add_workspace_routes(app, svc)
     return app
 
 

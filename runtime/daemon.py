@@ -165,6 +165,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
                        ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id)
+        svc.executors = executors  # (workspace browsing, F-HAR-3)
         app = create_app(svc)
         hc = HyperConfig()
         host = f"[{opts.host}]" if ":" in opts.host and not opts.host.startswith("[") else opts.host

@@ -47,6 +47,9 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/sessions/<sid>/compact"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/context/snip"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/context/include"): STRONG,
+    ("GET", "/api/v1/sessions/<sid>/workspace/tree"): READ,
+    ("GET", "/api/v1/sessions/<sid>/workspace/file"): READ,
+    ("GET", "/api/v1/sessions/<sid>/changes"): READ,
     ("POST", "/api/v1/projects"): STRONG,
     ("POST", "/api/v1/sessions"): STRONG,
     ("PATCH", "/api/v1/sessions/<sid>"): STRONG,
@@ -192,7 +195,8 @@ async def test_read_only_credential_may_read(daemon: Daemon, strong: str, reader
             continue
         body = {"projectId": project["id"], "query": "hello"} if rule.endswith("/history/search") else None
         r = await call(daemon, method, rule, reader, body, sid=sid, aid=ARTIFACT_ID)
-        ok = r.status_code == 200 or (rule.endswith(("<item_id>", "<job_id>")) and r.status_code == 404)
+        ok = r.status_code == 200 or (rule.endswith(("<item_id>", "<job_id>")) and r.status_code == 404) or (
+            rule.endswith("/workspace/file") and r.status_code == 400 and error_of(r) == "PATH_INVALID")  # (no path)
         if not ok:
             wrong.append((method, rule, r.status_code, r.text[:200]))
     assert not wrong, wrong

@@ -897,3 +897,48 @@ def test_dashboard_jobs_scan_reads_on_past_a_page_cut_short_by_its_byte_limit(br
         assert sorted(texts(driver, "#jobs li.card .sub")) == ["early-0", "early-1", "early-2", "make late"]
     finally:
         daemon.stop()
+
+
+def test_dashboard_lists_the_files_a_session_changed(browser: Any, tmp_path: Path) -> None:
+    """The session pane lists the files its edit calls changed (GET /sessions/{id}/changes, F-HAR-3),
+    a subagent's and a reverted one's included, with their status."""
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import ArtifactStored, FileEdited, FileReverted, ProjectCreated, SessionCreated, ToolStarted
+
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    async def write_log() -> None:
+        async with open_store(cwd / ".lens") as store:
+            async def put(event: Any, agent: str = "main") -> None:
+                await store.append(Draft(event, project_id="prj_ch", session_id="ses_ch", agent_id=agent))
+
+            await store.append(Draft(ProjectCreated(name="Changes", workspace=str(workspace)), project_id="prj_ch"))
+            await put(SessionCreated(model="faux/faux-1"))
+            await put(ToolStarted(call_id="c1", name="edit_file", arguments="{}"))
+            await put(ArtifactStored(artifact_id="a" * 64, sha256="a" * 64, mime="application/octet-stream", size=42))
+            await put(FileEdited(call_id="c1", path="src/app.py", after_artifact_id="a" * 64, after_sha256="a" * 64))
+            await put(ToolStarted(call_id="c2", name="edit_file", arguments="{}"), "sub_c9")
+            await put(FileEdited(call_id="c2", path="notes.txt", after_artifact_id="b" * 64, after_sha256="b" * 64),
+                      "sub_c9")
+            await put(FileReverted(call_id="c3", reverted_call_id="c2", paths=["notes.txt"]))
+
+    trio.run(write_log)
+    daemon = Daemon(cwd)
+    try:
+        token = daemon.pair("dash-changes", strong=False)
+        driver = browser
+        driver.get(daemon.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_ch']")
+        wait_for(lambda: len(texts(driver, "#changes li.card .sub")) == 2, "the changed files")
+        assert texts(driver, "#changes li.card .sub") == ["notes.txt", "src/app.py"]
+        assert texts(driver, "#changes li.card .pill") == ["reverted", "created · 42 B"]
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    finally:
+        daemon.stop()

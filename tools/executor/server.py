@@ -148,6 +148,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         ws = self.ws
         if tool == "read_file":
             return pb.ToolReply(ok=True, result_json=json.dumps(ws.read_file(**args), ensure_ascii=False))
+        if tool in ("browse_list", "browse_read"):  # workspace browsing (F-HAR-3), read-only
+            out_json = ws.browse_list(**args) if tool == "browse_list" else ws.browse_read(**args)
+            return pb.ToolReply(ok=True, result_json=json.dumps(out_json, ensure_ascii=False))
         if tool == "view_image":
             data, mime = ws.view_image(**args)
             return pb.ToolReply(ok=True, data=data, mime=mime,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import commit, edit, image, read
+from . import browse, commit, edit, image, read
 from . import patch as _patch
 from .confine import ResolveHook, Root, Target, check_path_text, resolve
 from .errors import MAX_IMAGE_BYTES, MAX_TEXT_BYTES, FileToolError, from_os_error
@@ -103,6 +103,17 @@ class Workspace:
                             start_line=start_line, max_lines=max_lines, offset=offset)
             content = res.pop("content")
             return {"path": path, "kind": "file", "content": content, **res}
+
+    def browse_list(self, path: str = ".", depth: int = 1, max_entries: int = browse.MAX_ENTRIES,
+                    include_ignored: bool = False) -> dict[str, Any]:
+        """F-HAR-3: a directory tree for workspace browsing (shape in tools.files.browse)."""
+        with self._boundary(path):
+            return browse.list_tree(self._root, path, depth, max_entries, include_ignored, self.still_wanted)
+
+    def browse_read(self, path: str, offset: int = 0, limit: int = 64 * 1024) -> dict[str, Any]:
+        """F-HAR-3: a page of a text file for workspace browsing; credential files are refused."""
+        with self._boundary(path):
+            return browse.read_text(self._root, path, offset, limit)
 
     def view_image(self, path: str) -> tuple[bytes, str]:
         """F-EXE-6: the image's bytes and MIME type (by magic bytes), at most MAX_IMAGE_BYTES."""

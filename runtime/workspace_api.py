@@ -1,0 +1,241 @@
+"""HTTP routes of workspace browsing and a session's changes (F-HAR-3), under ``/api/v1/sessions/{id}``.
+
+Read-only: any paired client may call them (read-only credentials included).
+
+``GET …/workspace/tree?path=REL&depth=N&ignored=BOOL&limit=N``: the entries below a directory of
+the session's project's workspace (``path`` default the root; ``depth`` 1-64, default 1: its own
+entries; ``limit`` 1-50000, default 50000): ``{path, ignored, entries: [{name, path, kind
+(file|directory|symlink|other), size (files; else null), ignored, sensitive}], truncated,
+ignoredHidden, limit}``. Gitignored entries are left out (counted in ``ignoredHidden``) unless
+``ignored=true``, which lists them marked ``ignored: true``; ``.git`` is never listed. Entries come
+level by level (see ``tools.files.browse``) and stop at ``limit`` with ``truncated: true``.
+
+``GET …/workspace/file?path=REL&offset=N&limit=N``: a page of a UTF-8 text file, ``{path, size,
+offset, nextOffset, eof, text}`` (byte offsets, never splitting a character; ``limit`` 1 B-1 MiB,
+default 64 KiB). Credential files (``.env*``, ``*.pem``, ``*.key``… see ``tools.files.sensitive``)
+are listed but never read: 403 ``SENSITIVE_FILE``, also through a symlink; ``.git`` is 403
+``PATH_HIDDEN``; a binary file is 422 ``BINARY_FILE``.
+
+Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``PATH_INVALID``;
+symlinks are followed only inside the workspace (403 ``PATH_OUTSIDE_WORKSPACE``). The listing and
+the read run in the project's executor (``browse_list`` / ``browse_read`` over the Call RPC), so a
+remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
+not wait for an agent's hour-long command; edits publish atomically).
+
+``GET …/changes``: the files this session changed, derived from its log alone (``file.edited`` /
+``file.reverted`` of every agent, subagents included): ``{sessionId, files: [{path, status
+(created|modified|deleted|reverted|unchanged), bytes, bytesBefore, agents, edits: [{callId, tool,
+agentId, taskId, seq, change (created|modified|deleted), bytesBefore, bytesAfter, reverted,
+revertedBy: {callId, agentId, seq} | null}]}], lastSeq}``, files sorted by path.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+import trio
+from quart import Response
+from quart_trio import QuartTrio
+
+from events import types as t
+from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
+from tools.files.sensitive import hidden_path, sensitive_path
+
+from .errors import LensError, SessionNotFound
+
+BROWSE_TIMEOUT_S = 60.0
+MAX_PATH_BYTES = 4096
+DEFAULT_FILE_LIMIT = 64 * 1024
+
+# This module's codes and their statuses, added to the API's table (kept here: one place).
+CODES = {
+    "PATH_INVALID": 400, "PATH_NOT_FOUND": 404, "PATH_OUTSIDE_WORKSPACE": 403, "SENSITIVE_FILE": 403,
+    "PATH_HIDDEN": 403, "PERMISSION_DENIED": 403, "NOT_A_FILE": 422, "NOT_A_DIRECTORY": 422,
+    "BINARY_FILE": 422, "TOO_MANY_LINKS": 422, "BROWSING_UNSUPPORTED": 501,
+    "EXECUTOR_UNAVAILABLE": 503, "EXECUTOR_VERSION_MISMATCH": 503, "EXECUTOR_UNAUTHENTICATED": 503,
+}
+# The executor's codes as this API names them (others keep their own).
+_FROM_EXECUTOR = {"NOT_FOUND": "PATH_NOT_FOUND", "UNKNOWN_TOOL": "BROWSING_UNSUPPORTED"}
+
+
+def check_rel_path(raw: str | None) -> str:
+    """A workspace-relative path as given in a query (absent: the root), normalised ("a//./b" is
+    "a/b"); 400 ``PATH_INVALID`` for anything that is not one."""
+    from .api import ApiError
+
+    if raw is None:
+        return "."
+    if raw == "":
+        raise ApiError("PATH_INVALID", "path is empty (leave it out, or give \".\", for the workspace root)")
+    if "\0" in raw:
+        raise ApiError("PATH_INVALID", "path contains a NUL character")
+    if "\\" in raw:
+        raise ApiError("PATH_INVALID", "path contains a backslash; separate directories with \"/\"")
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise ApiError("PATH_INVALID", f"path is longer than {MAX_PATH_BYTES} bytes")
+    if raw.startswith("/"):
+        raise ApiError("PATH_INVALID", "path must be relative to the workspace root, not absolute")
+    parts = [c for c in raw.split("/") if c not in ("", ".")]
+    if ".." in parts:
+        raise ApiError("PATH_INVALID", "path must not contain \"..\"")
+    return "/".join(parts) or "."
+
+
+def _bool_arg(name: str) -> bool:
+    from .api import ApiError, _one_arg
+
+    raw = _one_arg(name)
+    if raw not in (None, "", "0", "1", "false", "true"):
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be true, false, 1 or 0")
+    return raw in ("1", "true")
+
+
+def _camel(d: dict[str, Any]) -> dict[str, Any]:
+    return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
+
+
+def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
+    from .api import STATUS, ApiError, _int_arg, _one_arg, check_id, json_response
+
+    for code, status in CODES.items():
+        STATUS.setdefault(code, status)
+
+    async def session_project(sid: str, *, allow_deleted: bool) -> tuple[str | None, bool]:
+        await svc.projections.caught_up()
+        rows = await svc.projections.query("SELECT project_id, deleted FROM sessions WHERE id = ?", (sid,))
+        if not rows:
+            raise SessionNotFound(f"no session {sid!r}")
+        project_id, deleted = rows[0][0], bool(rows[0][1])
+        if deleted and not allow_deleted:
+            raise ApiError("SESSION_DELETED", f"session {sid} is deleted; its workspace is not browsed through it")
+        return project_id, deleted
+
+    async def browse(sid: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        project_id, _ = await session_project(sid, allow_deleted=False)
+        if project_id is None or svc.executors is None:
+            raise ApiError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
+        try:
+            ex = await svc.executors.get(project_id)
+            out = await ex.client.call(tool, args, timeout=BROWSE_TIMEOUT_S)
+        except LensError as exc:
+            code = _FROM_EXECUTOR.get(exc.code, exc.code)
+            raise ApiError(code, exc.message) from None
+        return out.result
+
+    @app.get("/api/v1/sessions/<sid>/workspace/tree")
+    async def workspace_tree(sid: str) -> Response:
+        check_id(sid, "session id")
+        path = check_rel_path(_one_arg("path"))
+        depth = _int_arg("depth", 1, 1, MAX_DEPTH)
+        limit = _int_arg("limit", MAX_ENTRIES, 1, MAX_ENTRIES)
+        include_ignored = _bool_arg("ignored")
+        r = await browse(sid, "browse_list", {"path": path, "depth": depth, "max_entries": limit,
+                                              "include_ignored": include_ignored})
+        return json_response({"path": r["path"], "ignored": r["ignored"], "entries": r["entries"],
+                              "truncated": r["truncated"], "ignoredHidden": r["ignored_hidden"], "limit": limit})
+
+    @app.get("/api/v1/sessions/<sid>/workspace/file")
+    async def workspace_file(sid: str) -> Response:
+        check_id(sid, "session id")
+        raw = _one_arg("path")
+        if raw is None:
+            raise ApiError("PATH_INVALID", "path is required")
+        path = check_rel_path(raw)
+        offset = _int_arg("offset", 0, 0, None)
+        limit = _int_arg("limit", DEFAULT_FILE_LIMIT, 1, MAX_READ_BYTES)
+        r = await browse(sid, "browse_read", {"path": path, "offset": offset, "limit": limit})
+        # (the executor refuses these itself; checked again on the path it resolved)
+        if hidden_path(r["path"]):
+            raise ApiError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
+        if sensitive_path(r["path"]):
+            raise ApiError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
+        return json_response(_camel(r))
+
+    @app.get("/api/v1/sessions/<sid>/changes")
+    async def session_changes(sid: str) -> Response:
+        check_id(sid, "session id")
+        project_id, _ = await session_project(sid, allow_deleted=True)
+        workspace = None
+        if project_id is not None:
+            rows = await svc.projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
+            workspace = rows[0][0] if rows else None
+        events, after = [], 0
+        while True:
+            page = await svc.store.read_events(session_id=sid, after=after, limit=1000)
+            if not page:
+                break
+            events.extend(e for e in page if isinstance(e.event, (t.ToolStarted, t.ArtifactStored, t.FileEdited,
+                                                                   t.FileReverted)))
+            after = page[-1].seq
+            await trio.lowlevel.checkpoint()
+        return json_response({"sessionId": sid, "files": changes(events, workspace), "lastSeq": after})
+
+
+def _rel(path: str, workspace: str | None) -> str:
+    """An edited path as the tool was given it, as a workspace-relative path."""
+    if path.startswith("/") and workspace:
+        ws = workspace.rstrip("/")
+        if path == ws or path.startswith(ws + "/"):
+            path = path[len(ws) + 1:] or "."
+    norm = posixpath.normpath(path) if path else path
+    return norm
+
+
+def changes(events: list[Any], workspace: str | None = None) -> list[dict[str, Any]]:
+    """The files changed by these events (a session's, in seq order); a pure fold of the log."""
+    tools: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    files: dict[str, list[dict[str, Any]]] = {}
+    shas: dict[str, list[tuple[str | None, str | None]]] = {}  # path -> (before, after) per edit
+    by_call: dict[str, list[tuple[str, int]]] = {}  # call id -> (path, index in files[path])
+    timeline: dict[str, list[tuple[str, Any]]] = {}  # path -> ("edit", i) | ("revert", i)
+    for se in events:
+        ev = se.event
+        if isinstance(ev, t.ToolStarted):
+            tools[ev.call_id] = ev.name
+        elif isinstance(ev, t.ArtifactStored):
+            sizes[ev.artifact_id] = ev.size
+        elif isinstance(ev, t.FileEdited):
+            path = _rel(ev.path, workspace)
+            before = sizes.get(ev.before_artifact_id) if ev.before_artifact_id else None
+            after = sizes.get(ev.after_artifact_id) if ev.after_artifact_id else None
+            change = ("created" if ev.before_artifact_id is None else
+                      "deleted" if ev.after_artifact_id is None else "modified")
+            edits = files.setdefault(path, [])
+            edits.append({"callId": ev.call_id, "tool": tools.get(ev.call_id), "agentId": se.agent_id,
+                          "taskId": se.task_id, "seq": se.seq, "change": change, "bytesBefore": before,
+                          "bytesAfter": after, "reverted": False, "revertedBy": None})
+            shas.setdefault(path, []).append((ev.before_sha256, ev.after_sha256))
+            by_call.setdefault(ev.call_id, []).append((path, len(edits) - 1))
+            timeline.setdefault(path, []).append(("edit", len(edits) - 1))
+        elif isinstance(ev, t.FileReverted):
+            for path, i in by_call.get(ev.reverted_call_id, []):
+                edit = files[path][i]
+                if edit["reverted"]:
+                    continue
+                edit["reverted"] = True
+                edit["revertedBy"] = {"callId": ev.call_id, "agentId": se.agent_id, "seq": se.seq}
+                timeline[path].append(("revert", i))
+    out = []
+    for path in sorted(files):
+        edits, pairs = files[path], shas[path]
+        original, original_size = pairs[0][0], edits[0]["bytesBefore"]
+        current, size = original, original_size
+        for what, i in timeline[path]:
+            if what == "edit":
+                current, size = pairs[i][1], edits[i]["bytesAfter"]
+            else:
+                current, size = pairs[i][0], edits[i]["bytesBefore"]
+        if current == original:
+            status = "reverted" if any(e["reverted"] for e in edits) else "unchanged"
+        elif original is None:
+            status = "created"
+        elif current is None:
+            status = "deleted"
+        else:
+            status = "modified"
+        agents = list(dict.fromkeys(e["agentId"] for e in edits))
+        out.append({"path": path, "status": status, "bytes": size, "bytesBefore": original_size,
+                    "agents": agents, "edits": edits})
+    return out

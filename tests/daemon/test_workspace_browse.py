@@ -1,0 +1,223 @@
+"""F-HAR-3 over HTTP: browsing a session's workspace (through the real executor process) and the
+session's changes, derived from its log (main agent and subagents, reverts included)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .conftest import Daemon, DaemonFactory, error_of, raw_http
+
+
+async def _setup(d: Daemon) -> tuple[str, str, str, Path]:
+    strong = await d.pair("browse-strong", strong=True)
+    reader = await d.pair("browse-reader")
+    project = await d.project(strong, "browse")
+    sid = (await d.session(strong, project["id"]))["id"]
+    return strong, reader, sid, Path(project["workspace"])
+
+
+def tree_paths(body: dict[str, Any]) -> list[str]:
+    return [e["path"] for e in body["entries"]]
+
+
+async def test_a_read_only_client_browses_the_tree_with_gitignore_and_credentials(daemon_factory: DaemonFactory):
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("[remote] url = https://u:token@example.com\n")
+    (ws / ".gitignore").write_text("*.log\nbuild/\n")
+    (ws / "src").mkdir()
+    (ws / "src" / "main.py").write_text("print('hi')\n")
+    (ws / "debug.log").write_text("noise")
+    (ws / "build").mkdir()
+    (ws / ".env").write_text("API_KEY=SECRET\n")
+    (ws / "src" / "server.key").write_text("-----BEGIN PRIVATE KEY-----\n")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["path"] == "." and body["truncated"] is False and body["ignoredHidden"] == 2
+    assert body["limit"] == 50_000 and body["ignored"] is False
+    assert {e["name"]: (e["kind"], e["size"], e["sensitive"]) for e in body["entries"]} == {
+        ".env": ("file", 15, True), ".gitignore": ("file", 13, False), "src": ("directory", None, False)}
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2", "ignored": "true"})
+    assert tree_paths(r.json()) == [".env", ".gitignore", "build", "debug.log", "src", "src/main.py",
+                                    "src/server.key"]
+    assert [e["path"] for e in r.json()["entries"] if e["ignored"]] == ["build", "debug.log"]
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "src/"})
+    assert r.status_code == 200 and tree_paths(r.json()) == ["src/main.py", "src/server.key"]
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "src/main.py"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"path": "src/main.py", "size": 12, "offset": 0, "nextOffset": 12, "eof": True,
+                        "text": "print('hi')\n"}
+    for path in (".env", "src/server.key", "./.env", ".ENV", "src//SERVER.Key"):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        assert r.status_code == 403 and error_of(r) == "SENSITIVE_FILE", (path, r.text)
+        assert "SECRET" not in r.text and "PRIVATE" not in r.text
+    os.symlink("../.env", ws / "src" / "config.txt")
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "src/config.txt"})
+    assert r.status_code == 403 and error_of(r) == "SENSITIVE_FILE" and "SECRET" not in r.text
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": ".git/config"})
+    assert r.status_code == 403 and error_of(r) == "PATH_HIDDEN" and "token" not in r.text
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": ".git"})
+    assert r.status_code == 403 and error_of(r) == "PATH_HIDDEN"
+
+
+async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFactory, tmp_path: Path):
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (tmp_path / "outside.txt").write_text("outside secret\n")
+    os.symlink(str(tmp_path / "outside.txt"), ws / "escape.txt")
+    os.symlink(str(tmp_path), ws / "escape_dir")
+    (ws / "ok.txt").write_text("ok\n")
+    for route in ("tree", "file"):
+        for bad in ("/etc/passwd", str(ws / "ok.txt"), "..", "../outside.txt", "a/../../x", "a\\..\\x", "ok\\txt",
+                    "a\x00b", "", "x" * 4097):
+            r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params={"path": bad})
+            assert r.status_code == 400 and error_of(r) == "PATH_INVALID", (route, bad[:20], r.text)
+        r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=[("path", "ok.txt"), ("path", "x")])
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+    for path in ("escape.txt", "escape_dir/outside.txt"):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE", r.text
+        assert "outside secret" not in r.text and str(tmp_path) not in r.text
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "escape_dir"})
+    assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE"
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader)
+    assert r.status_code == 400 and error_of(r) == "PATH_INVALID"
+    for target in ("path=%2e%2e%2fx", "path=%2Fetc%2Fpasswd", "path=a%5C..%5Cx", "path=ok.txt%00"):  # (encoded)
+        r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?{target}",
+                           {"Authorization": f"Bearer {reader}"})
+        assert r.status == 400 and r.code == "PATH_INVALID", (target, r.body[:200])
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "missing.txt"})
+    assert r.status_code == 404 and error_of(r) == "PATH_NOT_FOUND"
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "ok.txt"})
+    assert r.status_code == 422 and error_of(r) == "NOT_A_DIRECTORY"
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "."})
+    assert r.status_code == 422 and error_of(r) == "NOT_A_FILE"
+
+
+async def test_limits_at_their_edges(daemon_factory: DaemonFactory):
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / "t.txt").write_bytes("a€b".encode())
+    (ws / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    ok = {"depth": ["1", "64"], "limit": ["1", "50000"]}
+    bad = {"depth": ["0", "65", "-1", "x", "1.5", ""], "limit": ["0", "50001", "y"], "ignored": ["yes", "2"]}
+    for name, values in ok.items():
+        for v in values:
+            r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={name: v})
+            assert r.status_code == 200, (name, v, r.text)
+    for name, values in bad.items():
+        for v in values:
+            r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={name: v})
+            assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (name, v, r.text)
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"limit": "1"})
+    assert tree_paths(r.json()) == ["image.png"] and r.json()["truncated"] is True
+    page = (await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", "limit": "2"})).json()
+    assert (page["text"], page["nextOffset"], page["eof"]) == ("a", 1, False)
+    page = (await d.get(f"/sessions/{sid}/workspace/file", reader,
+                        params={"path": "t.txt", "offset": "1", "limit": "1"})).json()
+    assert (page["text"], page["nextOffset"]) == ("€", 4)
+    for params, code in (({"offset": "2"}, "INVALID_ARGUMENT"), ({"offset": "6"}, "INVALID_ARGUMENT"),
+                         ({"limit": "0"}, "INVALID_ARGUMENT"), ({"limit": str(1024 * 1024 + 1)}, "INVALID_ARGUMENT"),
+                         ({"offset": "-1"}, "INVALID_ARGUMENT")):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", **params})
+        assert r.status_code == 400 and error_of(r) == code, (params, r.text)
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", "limit": str(1024 * 1024)})
+    assert r.status_code == 200 and r.json()["text"] == "a€b"
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "image.png"})
+    assert r.status_code == 422 and error_of(r) == "BINARY_FILE"
+
+
+async def test_a_tree_of_50001_entries_stops_at_50000(daemon_factory: DaemonFactory):
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+
+    def make() -> None:
+        (ws / "many").mkdir()
+        for i in range(50_000):
+            os.close(os.open(ws / "many" / f"f{i:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+
+    await trio.to_thread.run_sync(make)
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "many"})  # exactly 50,000
+    assert r.status_code == 200 and len(r.json()["entries"]) == 50_000 and r.json()["truncated"] is False
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})  # "many" + 50,000
+    body = r.json()
+    assert len(body["entries"]) == 50_000 and body["truncated"] is True
+    assert body["entries"][0]["path"] == "many" and body["entries"][-1]["path"] == "many/f49998"
+
+
+async def test_auth_unknown_and_deleted_sessions(daemon_factory: DaemonFactory):
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    (ws / "a.txt").write_text("a\n")
+    for route, params in (("workspace/tree", {}), ("workspace/file", {"path": "a.txt"}), ("changes", {})):
+        r = await d.get(f"/sessions/{sid}/{route}", None, params=params)
+        assert r.status_code == 401 and error_of(r) == "AUTH_REQUIRED"
+        r = await d.get(f"/sessions/{sid}/{route}", "lens_" + "A" * 43, params=params)
+        assert r.status_code == 401
+        r = await d.get(f"/sessions/ses_nope/{route}", reader, params=params)
+        assert r.status_code == 404 and error_of(r) == "SESSION_NOT_FOUND"
+        r = await d.get(f"/sessions/bad%20id/{route}", reader, params=params)
+        assert r.status_code == 400
+    r = await d.request("DELETE", f"/sessions/{sid}", strong)
+    assert r.status_code == 200, r.text
+    for route, params in (("workspace/tree", {}), ("workspace/file", {"path": "a.txt"})):
+        r = await d.get(f"/sessions/{sid}/{route}", reader, params=params)
+        assert r.status_code == 409 and error_of(r) == "SESSION_DELETED"
+    r = await d.get(f"/sessions/{sid}/changes", reader)  # its history stays readable, as its events
+    assert r.status_code == 200 and r.json()["files"] == []
+
+
+def tool(name: str, args: dict[str, Any]) -> str:
+    return f"/tool {name} {json.dumps(args)}"
+
+
+async def test_changes_list_the_edits_of_every_agent_and_reverts(daemon_factory: DaemonFactory):
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    (ws / "old.txt").write_text("one\ntwo\n")
+    await d.submit(strong, sid, "r1", tool("edit_file", {"path": "new.txt", "mode": "create", "content": "hello\n"}))
+    await d.wait_idle(strong, sid)
+    await d.submit(strong, sid, "r2", tool("subagent", {"prompt": tool("patch_file", {
+        "path": "./old.txt", "patch": "@@\n one\n-two\n+TWO\n"})}))
+    await d.wait_idle(strong, sid)
+    await d.submit(strong, sid, "r3", tool("edit_file", {"path": "gone.txt", "mode": "create", "content": "x"}))
+    await d.wait_idle(strong, sid)
+    assert (ws / "old.txt").read_text() == "one\nTWO\n" and (ws / "gone.txt").exists()
+    events = await d.events(strong, sid)
+    started = {e["body"]["call_id"]: e for e in events if e["kind"] == "tool.started"}
+    edited = {e["body"]["path"]: e for e in events if e["kind"] == "file.edited"}
+    gone_call = edited["gone.txt"]["body"]["call_id"]
+    await d.submit(strong, sid, "r4", tool("revert_call", {"call_id": gone_call}))
+    await d.wait_idle(strong, sid)
+    assert not (ws / "gone.txt").exists()
+    events = await d.events(strong, sid)
+    [reverted] = [e for e in events if e["kind"] == "file.reverted"]
+
+    r = await d.get(f"/sessions/{sid}/changes", reader)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["sessionId"] == sid and body["lastSeq"] == events[-1]["seq"]
+    files = {f["path"]: f for f in body["files"]}
+    assert list(files) == ["gone.txt", "new.txt", "old.txt"]
+    new, old, gone = files["new.txt"], files["old.txt"], files["gone.txt"]
+    assert (new["status"], new["bytes"], new["bytesBefore"], new["agents"]) == ("created", 6, None, ["main"])
+    [e] = new["edits"]
+    assert e["tool"] == "edit_file" and e["change"] == "created" and e["agentId"] == "main"
+    assert e["seq"] == edited["new.txt"]["seq"] and e["callId"] == edited["new.txt"]["body"]["call_id"]
+    assert e["reverted"] is False and e["revertedBy"] is None and e["callId"] in started
+    # the subagent's patch, its path as the tool was given it ("./old.txt") made workspace-relative
+    assert (old["status"], old["bytes"], old["bytesBefore"]) == ("modified", 8, 8)
+    [e] = old["edits"]
+    assert e["tool"] == "patch_file" and e["agentId"].startswith("sub_") and old["agents"] == [e["agentId"]]
+    assert e["taskId"] == edited["./old.txt"]["task_id"]
+    assert (gone["status"], gone["bytes"]) == ("reverted", None)
+    [e] = gone["edits"]
+    assert e["reverted"] is True and e["change"] == "created"
+    assert e["revertedBy"] == {"callId": reverted["body"]["call_id"], "agentId": "main", "seq": reverted["seq"]}

@@ -1,0 +1,143 @@
+"""gitignore semantics (tools.files.gitignore) against what gitignore(5) says, and against git
+itself (``git check-ignore``) when git is installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tools.files.gitignore import Rules, parse, parse_line
+
+
+def rules(*files: tuple[str, str]) -> Rules:
+    r = Rules()
+    for base, text in files:
+        r = r.child(base, text)
+    return r
+
+
+def ignored(r: Rules, path: str, is_dir: bool = False) -> bool:
+    """As a walk decides it: a path under an ignored directory is ignored."""
+    parts = path.split("/")
+    above = False
+    for i in range(1, len(parts)):
+        above = r.ignored("/".join(parts[:i]), True, above)
+    return r.ignored(path, is_dir, above)
+
+
+def test_comments_blanks_and_escapes():
+    assert parse("# comment\n\n   \n") == []
+    r = rules(("", "\\#hash\n\\!bang\ntrail   \nkeep\\ \n"))
+    assert ignored(r, "#hash") and ignored(r, "!bang")
+    assert ignored(r, "trail") and not ignored(r, "trail   ")
+    assert ignored(r, "keep ") and not ignored(r, "keep")
+
+
+def test_a_name_without_slash_matches_at_any_depth_and_a_slash_anchors():
+    r = rules(("", "build\n/top.txt\ndocs/*.md\n"))
+    assert ignored(r, "build", True) and ignored(r, "a/b/build", True) and ignored(r, "a/build")
+    assert ignored(r, "top.txt") and not ignored(r, "a/top.txt")
+    assert ignored(r, "docs/x.md") and not ignored(r, "a/docs/x.md") and not ignored(r, "docs/sub/x.md")
+
+
+def test_directory_only_patterns_and_what_lies_below_an_ignored_directory():
+    r = rules(("", "out/\n"))
+    assert ignored(r, "out", True) and not ignored(r, "out", False)
+    assert ignored(r, "out/file.txt") and ignored(r, "a/out/deep/x", False)
+
+
+def test_negation_re_includes_but_never_below_an_excluded_directory():
+    r = rules(("", "*.log\n!keep.log\n"))
+    assert ignored(r, "a.log") and not ignored(r, "keep.log") and not ignored(r, "x/keep.log")
+    r = rules(("", "logs/\n!logs/keep.log\n"))
+    assert ignored(r, "logs/keep.log")  # git: cannot re-include a file if its parent is excluded
+    r = rules(("", "logs/*\n!logs/keep.log\n"))
+    assert not ignored(r, "logs/keep.log") and ignored(r, "logs/other.log")
+
+
+def test_double_star_forms():
+    r = rules(("", "**/cache\nsrc/**/gen\nlib/**\na**b\n"))
+    assert ignored(r, "cache") and ignored(r, "x/y/cache", True)
+    assert ignored(r, "src/gen") and ignored(r, "src/a/b/gen") and not ignored(r, "other/src/gen")
+    assert ignored(r, "lib/x") and ignored(r, "lib/x/y") and not ignored(r, "lib", True)
+    assert ignored(r, "aXXb") and not ignored(r, "a/b")  # "**" not beside a slash is "*"
+
+
+def test_wildcards_never_cross_a_slash_and_classes():
+    r = rules(("", "a?c\n/x*z\n[abc].txt\n[!0-9]n.md\n"))
+    assert ignored(r, "abc") and not ignored(r, "a/c")
+    assert ignored(r, "xyz") and not ignored(r, "x/z", False)
+    assert ignored(r, "b.txt") and not ignored(r, "d.txt")
+    assert ignored(r, "an.md") and not ignored(r, "1n.md")
+    assert parse_line("[unclosed") is not None and ignored(rules(("", "[unclosed\n")), "[unclosed")
+
+
+def test_nested_files_apply_below_their_directory_and_override_those_above():
+    r = rules(("", "*.tmp\n"), ("sub", "!keep.tmp\n/only-here\n"))
+    assert ignored(r, "x.tmp") and ignored(r, "sub/x.tmp")
+    assert not ignored(r, "sub/keep.tmp") and ignored(r, "keep.tmp")
+    assert ignored(r, "sub/only-here") and not ignored(r, "only-here") and not ignored(r, "sub/d/only-here")
+
+
+def test_matching_is_case_sensitive():
+    r = rules(("", "Build\n"))
+    assert ignored(r, "Build") and not ignored(r, "build")
+
+
+# --------------------------------------------------------------------------- against git itself
+
+GITIGNORE = """\
+# generated
+*.log
+!important.log
+build/
+/root-only.txt
+docs/**/draft.md
+**/cache
+lib/**
+tmp*
+!tmp-keep
+a?c.txt
+[xy]z.txt
+weird\\ name
+"""
+NESTED = "!*.log\nlocal.txt\n/anchored.txt\n"
+PATHS = [
+    ("a.log", False), ("important.log", False), ("sub/a.log", False), ("sub/important.log", False),
+    ("build", True), ("build/x.o", False), ("src/build", True), ("src/build/y", False), ("build.txt", False),
+    ("root-only.txt", False), ("sub/root-only.txt", False), ("docs/draft.md", False),
+    ("docs/a/b/draft.md", False), ("other/docs/draft.md", False), ("cache", True), ("x/y/cache", True),
+    ("lib/z.py", False), ("lib/a/b.py", False), ("tmpfile", False), ("tmp-keep", False), ("abc.txt", False),
+    ("a/c.txt", False), ("xz.txt", False), ("zz.txt", False), ("weird name", False), ("weird", False),
+    ("sub/local.txt", False), ("local.txt", False), ("sub/anchored.txt", False), ("sub/deeper/anchored.txt", False),
+    ("sub/deeper/x.log", False), ("plain.txt", False),
+]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_same_answers_as_git_check_ignore(tmp_path: Path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    (repo / ".gitignore").write_text(GITIGNORE)
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".gitignore").write_text(NESTED)
+    for path, is_dir in PATHS:
+        p = repo / path
+        if is_dir:
+            p.mkdir(parents=True, exist_ok=True)
+        else:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("x")
+    names = [p for p, _ in PATHS]
+    # (core.excludesFile unset: a user's global excludes must not change git's answers)
+    out = subprocess.run(["git", "-c", "core.excludesFile=", "check-ignore", "--no-index", "--stdin"],
+                         cwd=repo, input="\n".join(names) + "\n", capture_output=True, text=True)
+    assert out.returncode in (0, 1), out.stderr
+    by_git = set(out.stdout.splitlines())
+    r = rules(("", GITIGNORE), ("sub", NESTED))
+    ours = {p for p, is_dir in PATHS if ignored(r, p, is_dir)}
+    assert ours == by_git, {"only ours": sorted(ours - by_git), "only git": sorted(by_git - ours)}

@@ -1,0 +1,73 @@
+"""The "changes this session" fold (runtime.workspace_api.changes): a pure function of a session's
+events; what it makes of several edits of one file, reverts, removals and the spellings of a path."""
+
+from __future__ import annotations
+
+from events import types as t
+from events.reader import StoredEvent
+from runtime.workspace_api import changes
+
+WS = "/srv/project"
+
+
+def ev(seq: int, event: t._Event, agent: str = "main", task: str | None = "tsk_1") -> StoredEvent:
+    return StoredEvent(seq=seq, ts=seq, project_id="prj_1", session_id="ses_1", session_seq=seq, agent_id=agent,
+                       task_id=task, kind=type(event).__struct_config__.tag, request_id=None, event=event)
+
+
+def stored(aid: str, size: int) -> t.ArtifactStored:
+    return t.ArtifactStored(artifact_id=aid, sha256=aid, mime="application/octet-stream", size=size,
+                            source="file-history")
+
+
+def edit(call: str, path: str, before: str | None, after: str | None) -> t.FileEdited:
+    return t.FileEdited(call_id=call, path=path, before_artifact_id=before, after_artifact_id=after,
+                        before_sha256=before, after_sha256=after)
+
+
+def test_several_edits_of_one_file_under_its_spellings_fold_into_one_entry():
+    events = [
+        ev(1, t.ToolStarted(call_id="c1", name="edit_file", arguments="{}")),
+        ev(2, stored("a1", 10)), ev(3, edit("c1", "src/x.py", None, "a1")),
+        ev(4, t.ToolStarted(call_id="c2", name="patch_file", arguments="{}"), agent="sub_c9"),
+        ev(5, stored("a2", 12), agent="sub_c9"), ev(6, edit("c2", "./src//x.py", "a1", "a2"), agent="sub_c9"),
+        ev(7, t.ToolStarted(call_id="c3", name="edit_file", arguments="{}")),
+        ev(8, stored("a3", 3)), ev(9, edit("c3", f"{WS}/src/../src/x.py", "a2", "a3")),
+    ]
+    [f] = changes(events, WS)
+    assert (f["path"], f["status"], f["bytes"], f["bytesBefore"]) == ("src/x.py", "created", 3, None)
+    assert f["agents"] == ["main", "sub_c9"]
+    assert [(e["callId"], e["tool"], e["change"], e["bytesBefore"], e["bytesAfter"], e["seq"]) for e in f["edits"]] == [
+        ("c1", "edit_file", "created", None, 10, 3), ("c2", "patch_file", "modified", 10, 12, 6),
+        ("c3", "edit_file", "modified", 12, 3, 9)]
+
+
+def test_a_revert_of_the_last_edit_goes_back_to_the_one_before():
+    events = [
+        ev(1, stored("o", 5)), ev(2, stored("m1", 6)), ev(3, edit("c1", "a.txt", "o", "m1")),
+        ev(4, stored("m2", 7)), ev(5, edit("c2", "a.txt", "m1", "m2")),
+        ev(6, t.FileReverted(call_id="r1", reverted_call_id="c2", paths=["a.txt"])),
+    ]
+    [f] = changes(events)
+    assert (f["status"], f["bytes"], f["bytesBefore"]) == ("modified", 6, 5)
+    assert [e["reverted"] for e in f["edits"]] == [False, True]
+    assert f["edits"][1]["revertedBy"] == {"callId": "r1", "agentId": "main", "seq": 6}
+    events.append(ev(7, t.FileReverted(call_id="r2", reverted_call_id="c1", paths=["a.txt"])))
+    [f] = changes(events)
+    assert (f["status"], f["bytes"]) == ("reverted", 5)
+
+
+def test_removed_unchanged_and_unknown_sizes():
+    events = [
+        ev(1, stored("o", 4)), ev(2, edit("c1", "gone.txt", "o", None)),
+        ev(3, stored("p", 2)), ev(4, stored("q", 2)), ev(5, edit("c2", "same.txt", "p", "q")),
+        ev(6, edit("c3", "same.txt", "q", "p")),
+        ev(7, edit("c4", "nosize.txt", None, "zz")),  # its artifact record not in these events
+        ev(8, t.FileReverted(call_id="r", reverted_call_id="nope", paths=[])),  # nothing it names
+    ]
+    files = {f["path"]: f for f in changes(events)}
+    assert (files["gone.txt"]["status"], files["gone.txt"]["bytes"]) == ("deleted", None)
+    assert files["gone.txt"]["edits"][0]["change"] == "deleted"
+    assert files["same.txt"]["status"] == "unchanged"
+    assert (files["nosize.txt"]["status"], files["nosize.txt"]["bytes"]) == ("created", None)
+    assert changes([]) == []

@@ -1,0 +1,239 @@
+"""Workspace browsing (F-HAR-3), executor side: list a directory tree, read a page of a text file.
+
+``list_tree(root, path, depth, max_entries, include_ignored)``::
+
+    {"path": the directory's canonical workspace-relative path ("." for the root),
+     "ignored": whether that directory itself is gitignored,
+     "entries": [{"name", "path", "kind": file|directory|symlink|other, "size" (files; else None),
+                  "ignored", "sensitive"}, ...],
+     "truncated": true when entries stopped at ``max_entries``,
+     "ignored_hidden": gitignored entries left out (include_ignored false)}
+
+Entries come level by level (breadth first: the directory's own entries first, each level in
+the order of its parents, names sorted by code point), down to ``depth`` levels (1: the
+directory's own entries). Symlinks are listed, never followed; ``.git`` entries are never
+listed; gitignored entries are left out (and their directories not entered) unless
+``include_ignored``. A name that is not UTF-8 is shown with U+FFFD. Every directory is opened
+from the root, one component at a time with ``O_NOFOLLOW``, so a directory swapped for a
+symlink during the walk is skipped, not followed out.
+
+``read_text(root, path, offset, limit)``: ``{"path" (canonical), "size", "offset",
+"next_offset", "eof", "text"}`` — at most ``limit`` bytes from byte ``offset``, never splitting a
+UTF-8 character (at least one whole character when one starts there). Refused: a ``.git`` path
+(PATH_HIDDEN), a credential file, as asked or where symlinks lead (SENSITIVE_FILE, before a
+byte is read), anything but a regular file (NOT_A_FILE), a file with a NUL byte in its first
+8000 bytes or a page that is not UTF-8 (BINARY_FILE), an offset inside a character.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from typing import Any, Callable
+
+from .confine import Root, resolve
+from .errors import FileToolError
+from .gitignore import MAX_GITIGNORE_BYTES, Rules
+from .read import check_int
+from .sensitive import hidden_path, sensitive_name, sensitive_path
+
+MAX_ENTRIES = 50_000
+MAX_DEPTH = 64
+MAX_READ_BYTES = 1024 * 1024
+BINARY_SNIFF_BYTES = 8000  # as git: a NUL byte in the first 8000 bytes makes a file binary
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_dir(root: Root, rel: str) -> int | None:
+    """``rel`` (canonical, no symlinks) opened from the root without following any symlink."""
+    fd = root.open()
+    if rel == ".":
+        return fd
+    try:
+        for comp in rel.split("/"):
+            nxt = os.open(comp, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _read_small(dir_fd: int, name: str) -> str | None:
+    """A regular file's text (not through a symlink; git refuses a symlinked .gitignore too)."""
+    try:
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_GITIGNORE_BYTES)
+        return data.decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _rules_for(root: Root, rel: str) -> tuple[Rules, bool]:
+    """The rules in force inside directory ``rel`` and whether ``rel`` itself is ignored."""
+    fd = root.open()
+    try:
+        info = _open_dir(root, ".git/info")
+        rules = Rules()
+        if info is not None:
+            try:
+                rules = rules.child("", _read_small(info, "exclude"))
+            finally:
+                os.close(info)
+        rules = rules.child("", _read_small(fd, ".gitignore"))
+        ignored = False
+        done: list[str] = []
+        for comp in ([] if rel == "." else rel.split("/")):
+            done.append(comp)
+            here = "/".join(done)
+            ignored = rules.ignored(here, True, ignored)
+            try:
+                nxt = os.open(comp, _DIR, dir_fd=fd)
+            except OSError:
+                break
+            os.close(fd)
+            fd = nxt
+            rules = rules.child(here, _read_small(fd, ".gitignore"))
+        return rules, ignored
+    finally:
+        os.close(fd)
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return "symlink"
+    if entry.is_dir(follow_symlinks=False):
+        return "directory"
+    if entry.is_file(follow_symlinks=False):
+        return "file"
+    return "other"
+
+
+def _shown_name(name: str) -> str:
+    return os.fsencode(name).decode("utf-8", "replace")
+
+
+def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MAX_ENTRIES,
+              include_ignored: object = False, still_wanted: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """See the module docstring; ``still_wanted`` is asked every 256 directories (a caller that
+    went away stops the walk: ``CANCELLED``)."""
+    levels = check_int("depth", depth, 1)
+    cap = check_int("max_entries", max_entries, 1)
+    assert levels is not None and cap is not None
+    if levels > MAX_DEPTH:
+        raise FileToolError("INVALID_ARGUMENT", f"depth must be from 1 to {MAX_DEPTH}")
+    if cap > MAX_ENTRIES:
+        raise FileToolError("INVALID_ARGUMENT", f"max_entries must be from 1 to {MAX_ENTRIES}")
+    if not isinstance(include_ignored, bool):
+        raise FileToolError("INVALID_ARGUMENT", "include_ignored must be true or false")
+    if hidden_path(path):
+        raise FileToolError("PATH_HIDDEN", f"{path}: .git is not browsed")
+    with resolve(root, path) as t:
+        if not t.exists:
+            raise FileToolError("NOT_FOUND", f"{path}: no such directory")
+        if not t.is_dir:
+            raise FileToolError("NOT_A_DIRECTORY", f"{path}: not a directory")
+        start = t.rel
+    if hidden_path(start):
+        raise FileToolError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
+    rules, start_ignored = _rules_for(root, start)
+    entries: list[dict[str, Any]] = []
+    hidden = 0
+    truncated = False
+    walked = 0
+    queue: deque[tuple[str, Rules, bool, int]] = deque([(start, rules, start_ignored, 1)])
+    while queue and not truncated:
+        rel, dir_rules, dir_ignored, level = queue.popleft()
+        walked += 1
+        if still_wanted is not None and walked % 256 == 0 and not still_wanted():
+            raise FileToolError("CANCELLED", f"{path}: the caller went away; the listing was stopped")
+        fd = _open_dir(root, rel)
+        if fd is None:
+            continue  # gone, or swapped for a symlink since it was listed
+        try:
+            if rel != start:
+                dir_rules = dir_rules.child(rel, _read_small(fd, ".gitignore"))
+            with os.scandir(fd) as it:
+                found = sorted(it, key=lambda e: e.name)
+            for entry in found:
+                name = entry.name
+                if name.lower() == ".git":
+                    continue
+                kind = _kind(entry)
+                child = name if rel == "." else f"{rel}/{name}"
+                ignored = dir_rules.ignored(child, kind == "directory", dir_ignored)
+                if ignored and not include_ignored:
+                    hidden += 1
+                    continue
+                if len(entries) >= cap:
+                    truncated = True
+                    break
+                size = None
+                if kind == "file":
+                    try:
+                        size = entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        pass
+                entries.append({"name": _shown_name(name), "path": _shown_name(child), "kind": kind, "size": size,
+                                "ignored": ignored, "sensitive": sensitive_name(name)})
+                if kind == "directory" and level < levels:
+                    queue.append((child, dir_rules, ignored, level + 1))
+        finally:
+            os.close(fd)
+    return {"path": start, "ignored": start_ignored, "entries": entries, "truncated": truncated,
+            "ignored_hidden": hidden}
+
+
+def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 1024) -> dict[str, Any]:
+    off = check_int("offset", offset, 0)
+    lim = check_int("limit", limit, 1)
+    assert off is not None and lim is not None
+    if lim > MAX_READ_BYTES:
+        raise FileToolError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_READ_BYTES}")
+    if hidden_path(path):
+        raise FileToolError("PATH_HIDDEN", f"{path}: .git is not browsed")
+    if sensitive_path(path):
+        raise FileToolError("SENSITIVE_FILE", f"{path}: a credential file; it is listed but never read")
+    with resolve(root, path) as t:
+        if hidden_path(t.rel):
+            raise FileToolError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
+        if sensitive_path(t.rel):
+            raise FileToolError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
+        if not t.exists:
+            raise FileToolError("NOT_FOUND", f"{path}: no such file")
+        if not t.is_file or t.fd is None or t.st is None:
+            raise FileToolError("NOT_A_FILE", f"{path}: not a regular file")
+        fd, size = t.fd, t.st.st_size
+        if b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
+            raise FileToolError("BINARY_FILE", f"{path}: a binary file ({size} bytes); only text is shown")
+        if off > size:
+            raise FileToolError("INVALID_ARGUMENT", f"offset {off} is past the end ({size} bytes)")
+        data = os.pread(fd, min(lim + 4, size - off), off)  # (never past the size it had when opened)
+        if data[:1] and (data[0] & 0xC0) == 0x80:
+            raise FileToolError("INVALID_ARGUMENT", f"offset {off} is inside a UTF-8 character")
+        cut = min(lim, len(data))
+        if cut < len(data):
+            while cut > 0 and (data[cut] & 0xC0) == 0x80:
+                cut -= 1
+            if cut == 0:  # one character longer than the limit: take it whole
+                cut = 1
+                while cut < len(data) and (data[cut] & 0xC0) == 0x80:
+                    cut += 1
+        body = data[:cut]
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FileToolError("BINARY_FILE", f"{path}: not UTF-8 text (byte {off + exc.start})") from None
+        nxt = off + len(body)
+        return {"path": t.rel, "size": size, "offset": off, "next_offset": nxt, "eof": nxt >= size, "text": text}

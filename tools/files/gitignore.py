@@ -1,0 +1,164 @@
+"""gitignore rules (gitignore(5)), for workspace browsing (F-HAR-3): which entries git ignores.
+
+A small stdlib implementation: each pattern is translated to a regular expression once.
+
+* Blank lines and lines starting with ``#`` are skipped; ``\\#`` and ``\\!`` start a literal ``#``
+  or ``!``; trailing spaces are dropped unless escaped with a backslash.
+* ``!`` negates: a later negated match re-includes a path. A path whose parent directory is
+  ignored stays ignored whatever a negation says (git never looks inside an ignored directory);
+  callers pass that down (:meth:`Rules.ignored` takes ``parent_ignored``).
+* A trailing ``/`` matches directories only. A ``/`` at the start or in the middle anchors the
+  pattern to the directory of its ``.gitignore``; without one it matches a name at any depth below.
+* ``*`` and ``?`` never match ``/``; ``[...]`` is a class (``!`` or ``^`` negates it);
+  ``**/`` at the start or ``/**/`` in the middle matches zero or more directories, a trailing
+  ``/**`` everything inside; other ``**`` are ``*``.
+* Precedence: the last matching pattern wins; files deeper in the tree come after (override)
+  those above them; ``.git/info/exclude`` comes before every ``.gitignore``. Matching is
+  case-sensitive (git's default on Linux).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_GITIGNORE_BYTES = 1024 * 1024  # a larger .gitignore is read only up to here
+
+
+@dataclass(frozen=True)
+class Pattern:
+    base: str          # directory of the .gitignore it came from ("" for the root)
+    regex: re.Pattern[str]
+    negated: bool
+    dir_only: bool
+    text: str          # the line as written, for messages and tests
+
+
+def _class(body: str, i: int) -> tuple[str, int] | None:
+    """A ``[...]`` class starting at ``body[i] == "["``: (regex, index after it), or None when
+    it is not closed (then ``[`` is literal)."""
+    j = i + 1
+    negate = j < len(body) and body[j] in "!^"
+    if negate:
+        j += 1
+    start = j
+    if j < len(body) and body[j] == "]":  # a leading "]" is a member
+        j += 1
+    while j < len(body) and body[j] != "]":
+        j += 2 if body[j] == "\\" else 1
+    if j >= len(body):
+        return None
+    members = body[start:j]
+    out = []
+    k = 0
+    while k < len(members):
+        ch = members[k]
+        if ch == "\\" and k + 1 < len(members):
+            out.append(re.escape(members[k + 1]))
+            k += 2
+            continue
+        out.append("-" if ch == "-" and 0 < k < len(members) - 1 else re.escape(ch))
+        k += 1
+    inner = "".join(out)
+    return (f"(?!/)[^{inner}]" if negate else f"(?!/)[{inner}]"), j + 1
+
+
+def _translate(body: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        ch = body[i]
+        at_start = i == 0 or body[i - 1] == "/"
+        if body.startswith("**", i) and at_start and (i + 2 == n or body[i + 2] == "/"):
+            if i + 2 == n:                      # "a/**" (or "**"): everything inside
+                out.append(".*")
+                i += 2
+            else:                               # "**/x", "a/**/x": zero or more directories
+                out.append("(?:.*/)?")
+                i += 3
+            continue
+        if ch == "*":
+            while i < n and body[i] == "*":
+                i += 1
+            out.append("[^/]*")
+            continue
+        if ch == "?":
+            out.append("[^/]")
+        elif ch == "[":
+            cls = _class(body, i)
+            if cls is not None:
+                out.append(cls[0])
+                i = cls[1]
+                continue
+            out.append(re.escape(ch))
+        elif ch == "\\" and i + 1 < n:
+            out.append(re.escape(body[i + 1]))
+            i += 2
+            continue
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+def parse_line(line: str, base: str = "") -> Pattern | None:
+    """One line of a .gitignore in directory ``base`` (workspace-relative, "" for the root)."""
+    text = line.rstrip("\r\n")
+    if not text or text.startswith("#"):
+        return None
+    # trailing spaces go unless escaped ("a\ " keeps one)
+    stripped = text.rstrip(" ")
+    if stripped.endswith("\\") and len(stripped) < len(text) and not stripped.endswith("\\\\"):
+        stripped += " "
+    body = stripped
+    negated = body.startswith("!")
+    if negated:
+        body = body[1:]
+    elif body.startswith("\\!") or body.startswith("\\#"):
+        body = body[1:]
+    dir_only = body.endswith("/") and not body.endswith("\\/")
+    if dir_only:
+        body = body.rstrip("/")
+    if not body:
+        return None
+    anchored = "/" in body
+    body = body.lstrip("/") if anchored else body
+    if not body:
+        return None
+    rx = _translate(body)
+    regex = re.compile(("" if anchored else "(?:.*/)?") + rx, re.S)
+    return Pattern(base, regex, negated, dir_only, text)
+
+
+def parse(text: str, base: str = "") -> list[Pattern]:
+    return [p for p in (parse_line(line, base) for line in text.splitlines()) if p is not None]
+
+
+class Rules:
+    """The patterns that apply in one directory: its ancestors' and its own, in precedence order."""
+
+    def __init__(self, patterns: list[Pattern] | None = None) -> None:
+        self.patterns = list(patterns or [])
+
+    def child(self, base: str, text: str | None) -> "Rules":
+        """The rules of directory ``base`` given the text of its .gitignore (None: it has none)."""
+        if not text:
+            return self
+        return Rules(self.patterns + parse(text, base))
+
+    def ignored(self, path: str, is_dir: bool, parent_ignored: bool = False) -> bool:
+        """Whether workspace-relative ``path`` is ignored (``parent_ignored``: a directory above it is)."""
+        if parent_ignored:
+            return True
+        for p in reversed(self.patterns):
+            if p.dir_only and not is_dir:
+                continue
+            if p.base:
+                if not path.startswith(p.base + "/"):
+                    continue
+                rel = path[len(p.base) + 1:]
+            else:
+                rel = path
+            if p.regex.fullmatch(rel):
+                return not p.negated
+        return False
