@@ -75,7 +75,7 @@ async def test_a_session_calls_an_mcp_tool_and_the_inventory_lists_it(daemon_fac
     assert tools["mcp__t__add"]["readOnly"] and not tools["mcp__t__echo"]["readOnly"]
     assert tools["mcp__t__echo"]["inputSchema"]["required"] == ["text"]
     servers = {s["name"]: s for s in inv["mcpServers"]}
-    assert servers["t"]["status"] == "running" and servers["t"]["toolCount"] == 10
+    assert servers["t"]["status"] == "running" and servers["t"]["toolCount"] == 11
     assert servers["t"]["stderrTail"] == "" and servers["t"]["pid"] > 0
     assert servers["broken"]["status"] == "failed" and servers["broken"]["toolCount"] == 0
     assert "the server exited with status 7" in servers["broken"]["error"]

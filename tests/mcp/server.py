@@ -5,7 +5,7 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}``, ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
-``env {name}`` (a variable of its environment, or ``<unset>``).
+``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``).
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
@@ -47,6 +47,7 @@ TOOLS = [
     {"name": "big", "description": "Long text", "inputSchema": OBJ},
     {"name": "grow", "description": "Adds a tool", "inputSchema": OBJ},
     {"name": "env", "description": "An environment variable", "inputSchema": OBJ},
+    {"name": "garbage", "description": "Writes a line that is not JSON", "inputSchema": OBJ},
     {"name": "bad schema", "description": "Not usable: a space in the name", "inputSchema": OBJ},
     {"name": "no_schema", "description": "Not usable: no inputSchema"},
 ]
@@ -90,6 +91,11 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
             with open(opts.cancel_log, "a") as f:
                 f.write(json.dumps(rid) + "\n")
         return  # a cancelled request is not answered
+    elif name == "garbage":
+        with out_lock:
+            sys.stdout.write("this is not JSON-RPC\n")
+            sys.stdout.flush()
+        return
     elif name == "big":
         result = text("x" * int(args.get("bytes", 0)))
     elif name == "grow":

@@ -94,7 +94,8 @@ async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: An
     assert state["status"] == "running" and state["error"] is None
     assert state["protocolVersion"] == "2025-11-25" and state["serverInfo"]["name"] == "lens-test-server"
     assert state["tools"] == [f"mcp__t__{n}" for n in
-                              ("echo", "add", "image", "fail", "rpc_error", "crash", "slow", "big", "grow", "env")]
+                              ("echo", "add", "image", "fail", "rpc_error", "crash", "slow", "big", "grow", "env",
+                                       "garbage")]
     assert [s["name"] for s in state["skippedTools"]] == ["bad schema", "no_schema"]
     echo = r.registry.get("mcp__t__echo")
     assert echo is not None and echo.source == "mcp" and not echo.replay_safe and not echo.read_only
@@ -134,7 +135,7 @@ async def test_list_changed_refreshes_the_tools(start: Any) -> None:
     res = await r.call("mcp__t__grow")
     assert res.content[0].text == "grown"
     await wait_for(lambda: r.registry.get("mcp__t__extra.tool") is not None, "the new tool listed")
-    assert r.state("t")["toolCount"] == 11
+    assert r.state("t")["toolCount"] == 12
     assert (await r.call("mcp__t__extra.tool")).content[0].text == "extra!"
 
 
@@ -175,6 +176,15 @@ async def test_a_crash_withdraws_the_tools_and_restarts_with_a_budget(start: Any
     assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "failed: the server exited with status 3" in res.content[0].text
     # a name under no server's prefix is still an unknown tool
     assert (await r.call("mcp__other__echo")).error_code == "TOOL_UNKNOWN"
+
+
+async def test_a_server_writing_something_that_is_not_json_rpc_is_stopped(start: Any) -> None:
+    r = await start({"t": srv(max_restarts=0)})
+    res = await r.call("mcp__t__garbage")
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert "the server wrote a line that is not JSON on stdout: b'this is not JSON-RPC'" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "failed", "the server given up")
+    assert r.state("t")["pid"] is None
 
 
 async def test_servers_that_cannot_start_are_reported_and_bounded(start: Any) -> None:

@@ -174,8 +174,14 @@ class Connection:
         except _ProtocolViolation as exc:
             self._close(str(exc))
             return
-        code = await self.proc.wait()
-        self._close(f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}")
+        # (a server that closed its stdout is gone for us even if its process lingers)
+        code = None
+        with trio.move_on_after(STDIN_CLOSE_GRACE):
+            code = await self.proc.wait()
+        if code is None:
+            self._close("the server closed its stdout")
+        else:
+            self._close(f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}")
 
     async def _dispatch(self, line: bytes) -> None:
         try:

@@ -144,16 +144,18 @@ class McpServers:
         cwd = str(Path(cfg.cwd).expanduser()) if cfg.cwd else None
         launch = Launch([cfg.command, *cfg.args], server_env(cfg), cwd)
         s.status, s.error = ("starting" if not first.is_set() else "restarting"), None
+        deadline = trio.current_time() + cfg.startup_timeout_seconds
         try:
             async with open_connection(launch, startup_timeout=cfg.startup_timeout_seconds,
                                        on_notification=on_notification, stderr=stderr) as conn:
                 s.conn, s.pid = conn, conn.proc.pid
                 s.protocol_version, s.server_info = conn.protocol_version, _short_info(conn.server_info)
                 try:
-                    with trio.fail_after(cfg.startup_timeout_seconds):
+                    with trio.fail_at(deadline):  # (one start-up timeout for initialize and tools/list)
                         tools = await self._list_tools(conn)
                 except trio.TooSlowError:
-                    raise McpError("MCP_START_FAILED", f"tools/list not answered within {cfg.startup_timeout_seconds:g} s") from None
+                    raise McpError("MCP_START_FAILED", "tools/list not answered within the start-up timeout "
+                                   f"({cfg.startup_timeout_seconds:g} s)") from None
                 self._register(s, tools)
                 s.status, s.stderr_tail = "running", ""
                 log.info("MCP server %s running: %d tool(s)", s.name, len(s.tools))
