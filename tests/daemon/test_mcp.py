@@ -13,7 +13,11 @@ from typing import Any
 
 import trio
 
+from runtime.providers.names import alias_for, is_native
+
 from ..mcp.test_servers import SERVER, alive
+from ..providers.servers.base import ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
 from .conftest import Daemon, DaemonFactory, run_lens, stop_daemon, wait_until
 
 
@@ -134,3 +138,31 @@ async def test_lens_serve_refuses_a_bad_mcp_server_entry(tmp_path: Path) -> None
     (tmp_path / "c.jsonc").write_text('{"mcpServers": {"a": {"command": "x", "envFrom": "TOKEN"}}}')
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
     assert out.returncode == 2 and "lens: CONFIG_INVALID: " in out.stderr and "envFrom" in out.stderr, out.stderr
+
+
+async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_tool(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # F-MOD-3: "mcp__my-server__some.tool" is not a native tool name (the dot); the model is
+    # offered a stable alias, and its call under the alias runs the MCP tool by its internal id.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    internal = "mcp__my-server__some.tool"
+    alias = alias_for(internal)
+    assert alias != internal and is_native(alias)
+    loop.push(chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"my-server": server("--dotted")}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    offered = [tool["function"]["name"] for tool in loop.bodies[0]["tools"]]
+    assert alias in offered and internal not in offered
+    assert "mcp__my-server__echo" in offered  # (already native: sent as is)
+    events = await d.events(token, sid)
+    started = [e["body"] for e in events if e["kind"] == "tool.started"]
+    assert [s["name"] for s in started] == [internal]
+    assert finished(events)[-1]["content"] == [{"type": "text", "text": "some.tool ran"}]
+    history_calls = [c["function"]["name"] for m in loop.bodies[1]["messages"] for c in m.get("tool_calls") or []]
+    assert history_calls == [alias]

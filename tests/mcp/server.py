@@ -9,7 +9,7 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
-it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``.
+it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``).
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text("grown")
     elif name == "extra.tool":
         result = text("extra!")
+    elif name == "some.tool":
+        result = text("some.tool ran")
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
     else:
@@ -122,7 +124,10 @@ def main() -> None:
     ap.add_argument("--protocol", default=None)
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
+    ap.add_argument("--dotted", action="store_true")
     opts = ap.parse_args()
+    if opts.dotted:  # a tool name no provider accepts as is
+        TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.exit_at_start:
         sys.stderr.write("cannot start: missing settings\n")
         sys.exit(7)
