@@ -108,7 +108,8 @@ class ToolRegistry:
         that set when they start."""
         spec = self._specs.get(name)
         if spec is not None:
-            assert not spec.replay_safe, name
+            if spec.replay_safe:
+                raise ValueError(f"tool {name!r} is replay-safe: sessions cache that set, so it stays")
             del self._specs[name]
 
     def get(self, name: str) -> ToolSpec | None:
