@@ -155,17 +155,20 @@ class Connection:
     async def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
         buf = bytearray()
+        scanned = 0  # (buf[:scanned] holds no newline: a long message is not searched again per chunk)
         try:
             while True:
                 chunk = await self.proc.stdout.receive_some(65536)
                 if not chunk:
                     break
                 buf += chunk
-                while (nl := buf.find(b"\n")) >= 0:
+                while (nl := buf.find(b"\n", scanned)) >= 0:
                     line = bytes(buf[:nl])
                     del buf[:nl + 1]
+                    scanned = 0
                     if line.strip():
                         await self._dispatch(line)
+                scanned = len(buf)
                 if len(buf) > MAX_MESSAGE_BYTES:
                     self._close(f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes")
                     return
@@ -185,7 +188,8 @@ class Connection:
 
     async def _dispatch(self, line: bytes) -> None:
         try:
-            msg = json.loads(line)
+            # (a large result is parsed off the event loop)
+            msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
         except (ValueError, RecursionError):
             raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {line[:200]!r}") from None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":

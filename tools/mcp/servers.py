@@ -37,6 +37,7 @@ BASE_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL"
 MAX_TOOLS = 1000  # per server; more are left out (and counted)
 MAX_PAGES = 100
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
+MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
 STABLE_SECONDS = 60.0
 
@@ -221,7 +222,7 @@ class McpServers:
             annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
             spec = ToolSpec(
                 name=tool_id(s.name, name),
-                description=str(raw.get("description") or raw.get("title") or f"{name} (MCP server {s.name})"),
+                description=str(raw.get("description") or raw.get("title") or f"{name} (MCP server {s.name})")[:MAX_DESCRIPTION],
                 input_schema=raw["inputSchema"], run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
