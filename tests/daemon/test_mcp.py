@@ -15,7 +15,7 @@ import trio
 
 from runtime.providers.names import alias_for, is_native
 
-from ..mcp.test_servers import SERVER, alive
+from ..mcp.conftest import SERVER, alive
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import Daemon, DaemonFactory, run_lens, stop_daemon, wait_until
