@@ -88,6 +88,29 @@ async def test_a_session_calls_an_mcp_tool_and_the_inventory_lists_it(daemon_fac
     assert not any(name.startswith(("mcp__broken__", "mcp__off__")) for name in tools)
 
 
+async def test_a_server_crashing_in_a_call_is_reported_and_its_tools_answer_unavailable(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={"mcpServers": {"t": server(maxRestarts=0)}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "mcp__t__crash", {})
+    assert body["is_error"] and body["error_code"] == "MCP_SERVER_UNAVAILABLE"
+    assert "stopped during the call (the server exited with status 3)" in body["content"][0]["text"]
+
+    async def failed() -> dict[str, Any] | None:
+        inv = await inventory(d, token)
+        return inv if inv["mcpServers"][0]["status"] == "failed" else None
+    inv = await wait_until(failed, what="the server reported failed")
+    t = inv["mcpServers"][0]
+    assert t["toolCount"] == 0 and t["error"] == "the server exited with status 3"
+    assert "crashing now, on purpose" in t["stderrTail"]
+    assert not any(tool["source"] == "mcp" for tool in inv["tools"])
+    body = await run_tool(d, token, sid, "r2", "mcp__t__echo", {"text": "anyone?"})
+    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
+    assert body["content"][0]["text"] == ("MCP_SERVER_UNAVAILABLE: MCP server 't' failed: "
+                                          "the server exited with status 3")
+
+
 async def test_an_abort_cancels_a_running_mcp_call_at_the_server(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     log = tmp_path / "cancelled.log"
     d = await daemon_factory(config={"mcpServers": {"t": server("--cancel-log", str(log))}})
