@@ -135,8 +135,7 @@ class McpServers:
         """One life of the server, from start to exit; records why it ended in ``s.error``."""
         cfg = s.config
         stderr = StderrTail()
-        refresh = trio.Event()
-        refresh_box = [refresh]
+        refresh_box = [trio.Event()]  # (replaced after each refresh)
 
         def on_notification(method: str, params: Any) -> None:
             if method == "notifications/tools/list_changed":
@@ -186,6 +185,9 @@ class McpServers:
                     log.info("MCP server %s changed its tools: %d tool(s)", s.name, len(s.tools))
         except* McpError as group:  # (raised inside the connection's nursery: grouped)
             s.error = _first(group).message
+        except* Exception as group:  # a defect: this server fails, the daemon goes on
+            log.error("MCP server %s: unexpected failure", s.name, exc_info=_first(group))
+            s.error = f"internal error ({type(_first(group)).__name__}); see the daemon's log"
         finally:
             self._withdraw(s)
             s.conn, s.pid = None, None
