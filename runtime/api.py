@@ -277,6 +277,7 @@ class Services:
     streams_watched: bool = False  # watch_streams runs: SSE tasks need no revalidation timer
     version: str = "0.1.0"
     executors: Any = None  # the ExecutorPool (workspace browsing); None in apps built without one
+    mcp: Any = None  # tools.mcp.McpServers: the MCP servers and their state, for the inventory
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:
@@ -669,12 +670,13 @@ def create_app(svc: Services) -> QuartTrio:
         return json_response({
             "session": sid,
             "tools": [
-                {"name": s.name, "description": s.description, "source": "native", "lifecycle": "current",
+                {"name": s.name, "description": s.description, "source": s.source, "lifecycle": "current",
                  "mainOnly": s.main_only, "replaySafe": s.replay_safe, "readOnly": s.read_only,
                  "visibleToMain": s.name in visible, "visibleToSubagents": s.name in sub_visible,
                  "inputSchema": s.input_schema}
                 for s in tools.visible(is_main_agent=True)
             ],
+            "mcpServers": svc.mcp.inventory() if svc.mcp is not None else [],
         })
 
     # ------------------------------------------------------------------ config files

@@ -22,6 +22,7 @@ from tools.executor import split_host_port
 from . import jsonc
 from .atomicfile import FileTooLarge, read_regular_file
 from .errors import LensError
+from .mcp_config import McpServerConfig, check_mcp_servers
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
 DEFAULT_PAIR_FILE = "pair.json"
@@ -153,6 +154,7 @@ class Config(_C):
     web: WebConfig = msgspec.field(default_factory=WebConfig)
     web_search: WebSearchConfig = msgspec.field(default_factory=WebSearchConfig)
     context: ContextConfig = msgspec.field(default_factory=ContextConfig)
+    mcp_servers: dict[str, McpServerConfig] = {}  # stdio MCP servers by name (runtime.mcp_config)
 
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
@@ -282,6 +284,7 @@ def check_config(cfg: Config, where: str) -> None:
                           f"credentials, not {ws.base_url[:200]!r} (null turns web_search off)")
     if ws.api_key_env is not None and (not ws.api_key_env or "=" in ws.api_key_env or "\0" in ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
+    check_mcp_servers(cfg.mcp_servers, where, ConfigError)
     provider, _, model = (cfg.default_model or "x/x").partition("/")
     if not provider or not model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
@@ -321,6 +324,11 @@ def _unknown(data: Any, cls: type, path: str) -> list[str]:
         kind = fields[key]
         if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
             out += _unknown(value, kind, f"{path}{key}.")
+        elif typing.get_origin(kind) is dict and isinstance(value, dict):  # (mcpServers: by name)
+            item = typing.get_args(kind)[1]
+            if isinstance(item, type) and issubclass(item, msgspec.Struct):
+                for name, element in value.items():
+                    out += _unknown(element, item, f"{path}{key}.{name}.")
         elif typing.get_origin(kind) is list and isinstance(value, list):
             (item,) = typing.get_args(kind)
             if isinstance(item, type) and issubclass(item, msgspec.Struct):

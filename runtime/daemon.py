@@ -29,6 +29,7 @@ from tools.artifacts import ArtifactStore
 from tools.executor import token_fits_a_header
 from tools.history import history_tools
 from tools.jobs import job_tool
+from tools.mcp import McpServers
 from tools.web import web_tools
 from tools.skills import prompt_skills, skill_tool
 from tools.workspace_tools import workspace_tools
@@ -142,6 +143,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
                                           search_api_key_env=cfg.web_search.api_key_env)])
+        mcp = McpServers(cfg.mcp_servers, tools, artifacts)  # (their tools join `tools` as they start)
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None) -> list[str]:
@@ -164,7 +166,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
-                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id)
+                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id, mcp=mcp)
         svc.executors = executors  # (workspace browsing, F-HAR-3)
         app = create_app(svc)
         hc = HyperConfig()
@@ -180,6 +182,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             async with trio.open_nursery() as services:
                 await services.start(projections.run)
                 await services.start(executors.run)
+                await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
                 await services.start(supervisor.run)
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)

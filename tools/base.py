@@ -78,6 +78,7 @@ class ToolSpec:
     main_only: bool = False  # withheld from subagents and re-checked at execution
     replay_safe: bool = False  # may be re-run after a crash interrupted it
     read_only: bool = True
+    source: str = "native"  # where it comes from, for the inventory: "native" | "mcp"
 
     def schema(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -90,6 +91,9 @@ class ToolRegistry:
 
     def __init__(self, specs: Sequence[ToolSpec] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        # Asked about a call to a name the registry does not hold (an MCP server's tool while the
+        # server is down): an error result to answer with, or None for TOOL_UNKNOWN.
+        self.on_unknown: Callable[[str], ToolResult | None] | None = None
         for s in specs:
             self.add(s)
 
@@ -97,6 +101,16 @@ class ToolRegistry:
         if spec.name in self._specs:
             raise ValueError(f"tool {spec.name!r} registered twice")
         self._specs[spec.name] = spec
+
+    def remove(self, name: str) -> None:
+        """Withdraw a tool added at run time (MCP). A call already running finishes; later calls
+        and model requests no longer see it. Replay-safe tools are never removed: sessions cache
+        that set when they start."""
+        spec = self._specs.get(name)
+        if spec is not None:
+            if spec.replay_safe:
+                raise ValueError(f"tool {name!r} is replay-safe: sessions cache that set, so it stays")
+            del self._specs[name]
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
@@ -112,6 +126,10 @@ class ToolRegistry:
                   allowed: Sequence[str] | None = None) -> ToolResult:
         """Run one call; every failure comes back as an error result, never as an exception."""
         spec = self._specs.get(name)
+        if spec is None and self.on_unknown is not None and not (allowed and name not in allowed):
+            answer = self.on_unknown(name)
+            if answer is not None:
+                return answer
         if spec is None or (allowed and name not in allowed):
             return ToolResult.error("TOOL_UNKNOWN", f"no tool named {name!r} is available to this agent")
         if spec.main_only and not ctx.is_main_agent:

@@ -1,0 +1,191 @@
+"""MCP servers in a running daemon (F-TOOL-5, F-TOOL-4): the daemon starts the configured stdio
+servers (the real test server, ``tests/mcp/server.py``), a faux-model session calls their tools
+as ``mcp__<server>__<tool>``, the inventory reports servers and tools, a server that cannot start
+is reported and its tools answer ``MCP_SERVER_UNAVAILABLE``, an abort cancels a running MCP call
+at the server, and stopping the daemon leaves no server process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.providers.names import alias_for, is_native
+
+from ..mcp.conftest import SERVER, alive
+from ..providers.servers.base import ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from .conftest import Daemon, DaemonFactory, run_lens, stop_daemon, wait_until
+
+
+def server(*flags: str, **extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [SERVER, *flags], **extra}
+
+
+def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["body"] for e in events if e["kind"] == "tool.finished"]
+
+
+async def run_tool(d: Daemon, token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body."""
+    before = len(finished(await d.events(token, sid)))
+    await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
+    await d.wait_idle(token, sid)
+    bodies = finished(await d.events(token, sid))
+    assert len(bodies) == before + 1
+    return bodies[-1]
+
+
+async def inventory(d: Daemon, token: str) -> dict[str, Any]:
+    r = await d.get("/tools/inventory", token)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_a_session_calls_an_mcp_tool_and_the_inventory_lists_it(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={"mcpServers": {"t": server(), "broken": server("--exit-at-start", maxRestarts=0),
+                                                    "off": server(enabled=False)}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    body = await run_tool(d, token, sid, "r1", "mcp__t__echo", {"text": "hello over stdio"})
+    assert body["status"] == "ok" and body["content"] == [{"type": "text", "text": "echo: hello over stdio"}]
+    started = [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.started"]
+    assert started[-1]["name"] == "mcp__t__echo" and started[-1]["replay_safe"] is False
+    view = await d.view(token, sid)
+    assert any("echo: hello over stdio" in json.dumps(it) for it in view["items"])  # the model was given it
+
+    body = await run_tool(d, token, sid, "r2", "mcp__t__image", {})
+    aid = body["content"][1]["artifact_id"]
+    assert body["content"][1] == {"type": "image", "artifact_id": aid, "mime": "image/png"}
+    stored = [e["body"] for e in await d.events(token, sid) if e["kind"] == "artifact.stored"]
+    assert stored[-1]["artifact_id"] == aid and stored[-1]["source"] == "mcp"
+    r = await d.get(f"/artifacts/{aid}", token)
+    assert r.status_code == 200 and r.content.startswith(b"\x89PNG")
+
+    body = await run_tool(d, token, sid, "r3", "mcp__t__fail", {})
+    assert body["is_error"] and body["error_code"] == "MCP_TOOL_ERROR"
+    body = await run_tool(d, token, sid, "r4", "mcp__broken__anything", {})
+    assert body["is_error"] and body["error_code"] == "MCP_SERVER_UNAVAILABLE"
+    assert "MCP server 'broken' failed: initialize failed: the server exited with status 7" in body["content"][0]["text"]
+
+    inv = await inventory(d, token)
+    tools = {t["name"]: t for t in inv["tools"]}
+    assert tools["mcp__t__echo"]["source"] == "mcp" and tools["read_file"]["source"] == "native"
+    assert tools["mcp__t__echo"]["visibleToSubagents"] and not tools["mcp__t__echo"]["replaySafe"]
+    assert tools["mcp__t__add"]["readOnly"] and not tools["mcp__t__echo"]["readOnly"]
+    assert tools["mcp__t__echo"]["inputSchema"]["required"] == ["text"]
+    servers = {s["name"]: s for s in inv["mcpServers"]}
+    assert servers["t"]["status"] == "running" and servers["t"]["toolCount"] == 11
+    assert servers["t"]["stderrTail"] == "" and servers["t"]["pid"] > 0
+    assert servers["broken"]["status"] == "failed" and servers["broken"]["toolCount"] == 0
+    assert "the server exited with status 7" in servers["broken"]["error"]
+    assert "cannot start: missing settings" in servers["broken"]["stderrTail"]
+    assert servers["off"]["status"] == "disabled"
+    assert not any(name.startswith(("mcp__broken__", "mcp__off__")) for name in tools)
+
+
+async def test_a_server_crashing_in_a_call_is_reported_and_its_tools_answer_unavailable(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={"mcpServers": {"t": server(maxRestarts=0)}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "mcp__t__crash", {})
+    assert body["is_error"] and body["error_code"] == "MCP_SERVER_UNAVAILABLE"
+    assert "stopped during the call (the server exited with status 3)" in body["content"][0]["text"]
+
+    async def failed() -> dict[str, Any] | None:
+        inv = await inventory(d, token)
+        return inv if inv["mcpServers"][0]["status"] == "failed" else None
+    inv = await wait_until(failed, what="the server reported failed")
+    t = inv["mcpServers"][0]
+    assert t["toolCount"] == 0 and t["error"] == "the server exited with status 3"
+    assert "crashing now, on purpose" in t["stderrTail"]
+    assert not any(tool["source"] == "mcp" for tool in inv["tools"])
+    body = await run_tool(d, token, sid, "r2", "mcp__t__echo", {"text": "anyone?"})
+    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
+    assert body["content"][0]["text"] == ("MCP_SERVER_UNAVAILABLE: MCP server 't' failed: "
+                                          "the server exited with status 3")
+
+
+async def test_an_abort_cancels_a_running_mcp_call_at_the_server(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    log = tmp_path / "cancelled.log"
+    d = await daemon_factory(config={"mcpServers": {"t": server("--cancel-log", str(log))}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "/tool mcp__t__slow {}")
+    await d.wait_running_call(token, sid)
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
+
+    async def seen() -> bool:
+        return log.exists() and bool(log.read_text().strip())
+    await wait_until(seen, what="the server seeing notifications/cancelled")
+    body = await run_tool(d, token, sid, "r2", "mcp__t__echo", {"text": "after"})  # the server is still usable
+    assert body["content"][0]["text"] == "echo: after"
+
+
+async def test_stopping_the_daemon_leaves_no_server_process(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    d = await daemon_factory(config={"mcpServers": {"t": server("--pidfile", str(pidfile), "--child")}})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    await stop_daemon(d)
+
+    async def gone() -> bool:
+        return not any(alive(p) for p in pids)
+    await wait_until(gone, what="no server process left")
+
+
+async def test_a_server_that_never_answers_does_not_hold_the_start_past_its_timeout(daemon_factory: DaemonFactory) -> None:
+    with trio.fail_after(8):
+        d = await daemon_factory(config={"mcpServers": {
+            "mute": server("--hang", startupTimeoutSeconds=0.5, maxRestarts=0), "t": server()}})
+    token = await d.pair("mcp-client", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    assert servers["mute"]["status"] == "failed"
+    assert servers["mute"]["error"] == "the server did not answer initialize within 0.5 s"
+    assert servers["t"]["status"] == "running"
+
+
+async def test_lens_serve_refuses_a_bad_mcp_server_entry(tmp_path: Path) -> None:
+    (tmp_path / "c.jsonc").write_text(json.dumps({"mcpServers": {"my server": {"command": "x"}}}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "lens: CONFIG_INVALID: c.jsonc: mcpServers['my server']: a server name is 1 to 32 letters" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+    (tmp_path / "c.jsonc").write_text('{"mcpServers": {"a": {"command": "x", "envFrom": "TOKEN"}}}')
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
+    assert out.returncode == 2 and "lens: CONFIG_INVALID: " in out.stderr and "envFrom" in out.stderr, out.stderr
+
+
+async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_tool(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # F-MOD-3: "mcp__my-server__some.tool" is not a native tool name (the dot); the model is
+    # offered a stable alias, and its call under the alias runs the MCP tool by its internal id.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    internal = "mcp__my-server__some.tool"
+    alias = alias_for(internal)
+    assert alias != internal and is_native(alias)
+    loop.push(chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"my-server": server("--dotted")}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    offered = [tool["function"]["name"] for tool in loop.bodies[0]["tools"]]
+    assert alias in offered and internal not in offered
+    assert "mcp__my-server__echo" in offered  # (already native: sent as is)
+    events = await d.events(token, sid)
+    started = [e["body"] for e in events if e["kind"] == "tool.started"]
+    assert [s["name"] for s in started] == [internal]
+    assert finished(events)[-1]["content"] == [{"type": "text", "text": "some.tool ran"}]
+    history_calls = [c["function"]["name"] for m in loop.bodies[1]["messages"] for c in m.get("tool_calls") or []]
+    assert history_calls == [alias]

@@ -1,0 +1,173 @@
+"""A small MCP server over stdio for the tests (standard library only): newline-delimited
+JSON-RPC 2.0 on stdin/stdout, as the MCP stdio transport specifies.
+
+Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`` (a PNG),
+``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
+``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
+``big {bytes}``, ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
+``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``).
+
+Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
+with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
+it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import zlib
+
+
+
+def _png() -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+    ihdr = (1).to_bytes(4, "big") * 2 + bytes([8, 6, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00\xff")) + chunk(b"IEND", b"")
+
+
+PNG_1X1 = _png()
+OBJ = {"type": "object"}
+TOOLS = [
+    {"name": "echo", "description": "Echo the text back", "inputSchema": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "add", "description": "Add two numbers", "annotations": {"readOnlyHint": True},
+     "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}},
+    {"name": "image", "description": "A 1x1 PNG", "inputSchema": OBJ},
+    {"name": "fail", "description": "Always fails", "inputSchema": OBJ},
+    {"name": "rpc_error", "description": "Answers a JSON-RPC error", "inputSchema": OBJ},
+    {"name": "crash", "description": "Exits", "inputSchema": OBJ},
+    {"name": "slow", "description": "Waits until cancelled", "inputSchema": OBJ},
+    {"name": "big", "description": "Long text", "inputSchema": OBJ},
+    {"name": "grow", "description": "Adds a tool", "inputSchema": OBJ},
+    {"name": "env", "description": "An environment variable", "inputSchema": OBJ},
+    {"name": "garbage", "description": "Writes a line that is not JSON", "inputSchema": OBJ},
+    {"name": "bad schema", "description": "Not usable: a space in the name", "inputSchema": OBJ},
+    {"name": "no_schema", "description": "Not usable: no inputSchema"},
+]
+
+out_lock = threading.Lock()
+cancelled: dict[object, threading.Event] = {}
+
+
+def send(msg: dict) -> None:
+    with out_lock:
+        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.flush()
+
+
+def text(s: str, **extra: object) -> dict:
+    return {"content": [{"type": "text", "text": s}], **extra}
+
+
+def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
+    if name == "echo":
+        result = text(f"echo: {args.get('text', '')}")
+    elif name == "add":
+        total = args.get("a", 0) + args.get("b", 0)
+        result = text(str(total), structuredContent={"sum": total})
+    elif name == "image":
+        result = {"content": [{"type": "text", "text": "a pixel"},
+                              {"type": "image", "data": base64.b64encode(PNG_1X1).decode(), "mimeType": "image/png"}]}
+    elif name == "fail":
+        result = {"content": [{"type": "text", "text": "it failed on purpose"}], "isError": True}
+    elif name == "rpc_error":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": "nope"}})
+        return
+    elif name == "crash":
+        sys.stderr.write("crashing now, on purpose\n")
+        sys.stderr.flush()
+        os._exit(3)
+    elif name == "slow":
+        event = cancelled.setdefault(rid, threading.Event())
+        event.wait()
+        if opts.cancel_log:
+            with open(opts.cancel_log, "a") as f:
+                f.write(json.dumps(rid) + "\n")
+        return  # a cancelled request is not answered
+    elif name == "garbage":
+        with out_lock:
+            sys.stdout.write("this is not JSON-RPC\n")
+            sys.stdout.flush()
+        return
+    elif name == "big":
+        result = text("x" * int(args.get("bytes", 0)))
+    elif name == "grow":
+        if not any(t["name"] == "extra.tool" for t in TOOLS):
+            TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result = text("grown")
+    elif name == "extra.tool":
+        result = text("extra!")
+    elif name == "some.tool":
+        result = text("some.tool ran")
+    elif name == "env":
+        result = text(os.environ.get(str(args.get("name")), "<unset>"))
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hang", action="store_true")
+    ap.add_argument("--exit-at-start", action="store_true")
+    ap.add_argument("--pidfile")
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--protocol", default=None)
+    ap.add_argument("--page-size", type=int, default=4)
+    ap.add_argument("--cancel-log")
+    ap.add_argument("--dotted", action="store_true")
+    opts = ap.parse_args()
+    if opts.dotted:  # a tool name no provider accepts as is
+        TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
+    if opts.exit_at_start:
+        sys.stderr.write("cannot start: missing settings\n")
+        sys.exit(7)
+    pids = [os.getpid()]
+    if opts.child:  # a child that would outlive a server stopped by its pid alone
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pids.append(child.pid)
+    if opts.pidfile:
+        with open(opts.pidfile + ".tmp", "w") as f:
+            f.write(" ".join(map(str, pids)))
+        os.replace(opts.pidfile + ".tmp", opts.pidfile)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        if opts.hang:
+            continue
+        if method == "initialize":
+            version = opts.protocol or params.get("protocolVersion")
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "protocolVersion": version, "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "lens-test-server", "version": "1.0"}}})
+        elif method == "tools/list":
+            start = int(params.get("cursor") or 0)
+            page = TOOLS[start:start + opts.page_size]
+            result: dict = {"tools": page}
+            if start + opts.page_size < len(TOOLS):
+                result["nextCursor"] = str(start + opts.page_size)
+            send({"jsonrpc": "2.0", "id": rid, "result": result})
+        elif method == "tools/call":
+            threading.Thread(target=call, args=(rid, params.get("name"), params.get("arguments") or {}, opts),
+                             daemon=True).start()
+        elif method == "notifications/cancelled":
+            cancelled.setdefault(params.get("requestId"), threading.Event()).set()
+        elif method == "ping":
+            send({"jsonrpc": "2.0", "id": rid, "result": {}})
+        elif rid is not None:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""How an MCP ``tools/call`` result becomes a Lens tool result (:func:`tools.mcp.results.to_tool_result`),
+over a real artifact store; and the registry's run-time removal."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from events import types as t
+from tools.artifacts import ArtifactStore
+from tools.base import ToolSpec
+from tools.mcp.results import MAX_STRUCTURED_BYTES, to_tool_result
+from tools.registry import builtin_tools
+
+from .server import PNG_1X1
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def test_every_content_block_kind_maps(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    res = await to_tool_result({"content": [
+        {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "A text resource"}},
+        {"type": "resource", "resource": {"uri": "file:///b.bin", "blob": b64(b"\x00\x01"), "mimeType": "application/x-b"}},
+        {"type": "audio", "data": b64(b"RIFF...."), "mimeType": "audio/wav"},
+        {"type": "image", "data": b64(b"not an image"), "mimeType": "image/png"},
+        {"type": "image", "data": "%%% not base64", "mimeType": "image/png"},
+        {"type": "resource_link", "uri": "https://example.com/r", "name": "r"},
+        {"type": "hologram"},
+        "just a string",
+    ]}, store, "mcp__s__t")
+    texts = [p.text for p in res.content if isinstance(p, t.TextPart)]
+    blob_id, audio_id, fake_png_id = (e.artifact_id for e in res.events)
+    assert texts == [
+        "[resource file:///a.txt]\nA text resource",
+        f"[resource file:///b.bin: application/x-b, 2 bytes, saved as artifact {blob_id}]",
+        f"[audio: audio/wav, 8 bytes, saved as artifact {audio_id}]",
+        f"[image: image/png, 12 bytes, saved as artifact {fake_png_id}]",  # (not a PNG: not sent as an image)
+        "[image: image/png, not valid base64; left out]",
+        "[resource link: https://example.com/r (r)]",
+        "[a content block of type 'hologram', not shown]",
+        "[a content block that is not an object: just a string]",
+    ]
+    assert store.get(blob_id) == b"\x00\x01" and not res.is_error
+
+
+async def test_structured_content_errors_and_invalid_results(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    res = await to_tool_result({"content": [{"type": "text", "text": "bad \ud800 input"}], "isError": True,
+                                "structuredContent": {"n": 2**70}}, store, "mcp__s__t")
+    assert res.is_error and res.error_code == "MCP_TOOL_ERROR"
+    assert res.content[0].text == "bad ? input"  # (a lone surrogate cannot be recorded)
+    assert res.content[1].text.startswith("[structured content left out: contain an integer outside 64 bits")
+    big = {"s": "x" * MAX_STRUCTURED_BYTES}
+    res = await to_tool_result({"content": [], "structuredContent": big}, store, "mcp__s__t")
+    assert res.structured_content is None and "above the 262144-byte cap" in res.content[0].text
+    res = await to_tool_result({"content": [{"type": "image", "data": b64(PNG_1X1), "mimeType": "image/png"}]},
+                               store, "mcp__s__t")
+    assert isinstance(res.content[0], t.ImagePart) and res.content[0].mime == "image/png"
+    res = await to_tool_result({"content": "text"}, store, "mcp__s__t")
+    assert res.error_code == "MCP_RESULT_INVALID"
+
+
+def test_the_registry_removes_run_time_tools_but_never_a_replay_safe_one() -> None:
+    async def run(args, ctx):  # pragma: no cover - never called
+        raise AssertionError
+
+    registry = builtin_tools()
+    registry.add(ToolSpec("mcp__s__t", "", {"type": "object"}, run, read_only=False, source="mcp"))
+    registry.remove("mcp__s__t")
+    assert registry.get("mcp__s__t") is None
+    registry.remove("mcp__s__t")  # (already gone: nothing to do)
+    safe = next(s for s in registry.visible(is_main_agent=True) if s.replay_safe)
+    with pytest.raises(ValueError):
+        registry.remove(safe.name)
+    assert registry.get(safe.name) is safe

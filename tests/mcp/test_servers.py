@@ -1,0 +1,182 @@
+"""MCP servers over stdio (F-TOOL-5), without the daemon: :class:`tools.mcp.McpServers` runs the
+real test server (``tests/mcp/server.py``) as a child process and puts its tools into a real
+:class:`~tools.base.ToolRegistry`. Every wait is bounded; nothing sleeps for ordering."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.config import parse_config
+from runtime.mcp_config import McpServerConfig
+
+from .conftest import alive, srv, wait_for
+
+
+async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: Any) -> None:
+    r = await start({"t": srv("--page-size", "3")})  # four pages of tools/list
+    state = r.state("t")
+    assert state["status"] == "running" and state["error"] is None
+    assert state["protocolVersion"] == "2025-11-25" and state["serverInfo"]["name"] == "lens-test-server"
+    assert state["tools"] == [f"mcp__t__{n}" for n in
+                              ("echo", "add", "image", "fail", "rpc_error", "crash", "slow", "big", "grow", "env",
+                                       "garbage")]
+    assert [s["name"] for s in state["skippedTools"]] == ["bad schema", "no_schema"]
+    echo = r.registry.get("mcp__t__echo")
+    assert echo is not None and echo.source == "mcp" and not echo.replay_safe and not echo.read_only
+    assert echo.input_schema["required"] == ["text"]
+    assert r.registry.get("mcp__t__add").read_only  # annotations.readOnlyHint
+    # visible to the main agent and to subagents
+    assert "mcp__t__echo" in {s.name for s in r.registry.visible(is_main_agent=False)}
+
+    res = await r.call("mcp__t__echo", {"text": "héllo"})
+    assert not res.is_error and res.content[0].text == "echo: héllo"
+    res = await r.call("mcp__t__add", {"a": 2, "b": 3})
+    assert res.structured_content == {"sum": 5} and res.content[0].text == "5"
+
+
+async def test_results_map_images_errors_and_the_output_cap(start: Any, tmp_path: Path) -> None:
+    r = await start({"t": srv()})
+    res = await r.call("mcp__t__image")
+    assert res.content[0].text == "a pixel"
+    image = res.content[1]
+    assert image.mime == "image/png"
+    assert (tmp_path / "artifacts" / image.artifact_id).exists()
+    assert [(e.artifact_id, e.source) for e in res.events] == [(image.artifact_id, "mcp")]
+
+    res = await r.call("mcp__t__fail")
+    assert res.is_error and res.error_code == "MCP_TOOL_ERROR" and res.content[0].text == "it failed on purpose"
+    res = await r.call("mcp__t__rpc_error")
+    assert res.is_error and res.error_code == "MCP_REQUEST_FAILED" and "nope (JSON-RPC error -32000)" in res.content[0].text
+
+    res = await r.call("mcp__t__big", {"bytes": 300 * 1024})
+    assert len(res.content[0].text) == 256 * 1024
+    assert res.content[-1].text == f"[output truncated: {44 * 1024} more bytes of text above the 262144-byte cap]"
+    res = await r.call("mcp__t__big", {"bytes": 8 * 1024 * 1024})  # one 8 MiB JSON-RPC line
+    assert len(res.content[0].text) == 256 * 1024 and res.content[-1].text.startswith("[output truncated: 8126464 more")
+
+
+async def test_list_changed_refreshes_the_tools(start: Any) -> None:
+    r = await start({"t": srv()})
+    assert r.registry.get("mcp__t__extra.tool") is None
+    res = await r.call("mcp__t__grow")
+    assert res.content[0].text == "grown"
+    await wait_for(lambda: r.registry.get("mcp__t__extra.tool") is not None, "the new tool listed")
+    assert r.state("t")["toolCount"] == 12
+    assert (await r.call("mcp__t__extra.tool")).content[0].text == "extra!"
+
+
+async def test_a_call_past_its_timeout_is_cancelled_at_the_server(start: Any, tmp_path: Path) -> None:
+    log = tmp_path / "cancelled.log"
+    r = await start({"t": srv("--cancel-log", str(log), call_timeout_seconds=0.3)})
+    res = await r.call("mcp__t__slow")
+    assert res.is_error and res.error_code == "MCP_TIMEOUT"
+    await wait_for(lambda: log.exists() and log.read_text().strip(), "the server seeing notifications/cancelled")
+    # the server stays usable
+    assert (await r.call("mcp__t__echo", {"text": "still here"})).content[0].text == "echo: still here"
+
+
+async def test_a_call_cancelled_by_its_caller_sends_cancelled(start: Any, tmp_path: Path) -> None:
+    log = tmp_path / "cancelled.log"
+    r = await start({"t": srv("--cancel-log", str(log))})
+    with trio.move_on_after(0.3):  # (what a session's abort does to a running call)
+        await r.call("mcp__t__slow")
+        raise AssertionError("slow answered")
+    await wait_for(lambda: log.exists() and log.read_text().strip(), "the server seeing notifications/cancelled")
+
+
+async def test_a_crash_withdraws_the_tools_and_restarts_with_a_budget(start: Any) -> None:
+    r = await start({"t": srv(max_restarts=1)})
+    res = await r.call("mcp__t__crash")
+    assert res.is_error and res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert "exited with status 3" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "running" and r.state("t")["restarts"] == 1, "the restart")
+    assert (await r.call("mcp__t__echo", {"text": "back"})).content[0].text == "echo: back"
+    await r.call("mcp__t__crash")
+    await wait_for(lambda: r.state("t")["status"] == "failed", "giving up")
+    state = r.state("t")
+    assert state["toolCount"] == 0 and "exited with status 3" in state["error"]
+    assert "crashing now, on purpose" in state["stderrTail"]
+    assert r.registry.get("mcp__t__echo") is None
+    assert "mcp__t__echo" not in {s.name for s in r.registry.visible(is_main_agent=True)}
+    res = await r.call("mcp__t__echo", {"text": "x"})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "failed: the server exited with status 3" in res.content[0].text
+    # a name under no server's prefix is still an unknown tool
+    assert (await r.call("mcp__other__echo")).error_code == "TOOL_UNKNOWN"
+
+
+async def test_a_server_writing_something_that_is_not_json_rpc_is_stopped(start: Any) -> None:
+    r = await start({"t": srv(max_restarts=0)})
+    res = await r.call("mcp__t__garbage")
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert "the server wrote a line that is not JSON on stdout: b'this is not JSON-RPC'" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "failed", "the server given up")
+    assert r.state("t")["pid"] is None
+
+
+async def test_servers_that_cannot_start_are_reported_and_bounded(start: Any) -> None:
+    with trio.fail_after(5):  # the start-up timeout bounds a server that never answers initialize
+        r = await start({"hang": srv("--hang", startup_timeout_seconds=0.5, max_restarts=0),
+                         "exits": srv("--exit-at-start", max_restarts=0),
+                         "missing": McpServerConfig(command="/nonexistent/lens-mcp-server", max_restarts=0),
+                         "old": srv("--protocol", "1999-01-01", max_restarts=0),
+                         "off": srv(enabled=False),
+                         "ok": srv()})
+    states = {s["name"]: s for s in r.servers.inventory()}
+    assert states["hang"]["status"] == "failed"
+    assert states["hang"]["error"] == "the server did not answer initialize within 0.5 s"
+    assert states["exits"]["status"] == "failed" and "cannot start: missing settings" in states["exits"]["stderrTail"]
+    assert "exited with status 7" in states["exits"]["error"]
+    assert "cannot start '/nonexistent/lens-mcp-server'" in states["missing"]["error"]
+    assert "protocol version '1999-01-01'" in states["old"]["error"]
+    assert states["off"]["status"] == "disabled" and states["off"]["toolCount"] == 0
+    assert states["ok"]["status"] == "running"
+    for name in ("hang", "exits", "old", "off"):
+        res = await r.call(f"mcp__{name}__echo", {"text": "x"})
+        assert res.error_code == "MCP_SERVER_UNAVAILABLE", name
+    assert "is disabled in the config" in (await r.call("mcp__off__echo")).content[0].text
+
+
+async def test_stopping_leaves_no_process_of_the_server(start: Any, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--child")})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    r.cancel.cancel()
+    await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
+    await wait_for(lambda: not any(alive(p) for p in pids), "no process left")
+    assert r.registry.get("mcp__t__echo") is None
+
+
+async def test_the_environment_is_the_base_plus_what_is_named(start: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LENS_TEST_SHARED", "shared-value")
+    monkeypatch.setenv("LENS_TEST_PRIVATE", "private-value")
+    r = await start({"t": srv(env_from=["LENS_TEST_SHARED"], env={"LITERAL": "lit"})})
+    assert (await r.call("mcp__t__env", {"name": "LENS_TEST_SHARED"})).content[0].text == "shared-value"
+    assert (await r.call("mcp__t__env", {"name": "LITERAL"})).content[0].text == "lit"
+    assert (await r.call("mcp__t__env", {"name": "LENS_TEST_PRIVATE"})).content[0].text == "<unset>"
+    assert (await r.call("mcp__t__env", {"name": "PATH"})).content[0].text == os.environ["PATH"]
+
+
+@pytest.mark.parametrize(("servers", "words"), [
+    ({"a b": {"command": "x"}}, ["mcpServers['a b']", "1 to 32 letters"]),
+    ({"a__b": {"command": "x"}}, ["mcpServers['a__b']", "without '__'"]),
+    ({"x" * 33: {"command": "x"}}, ["1 to 32"]),
+    ({"a": {"command": ""}}, ["mcpServers['a']: command must be"]),
+    ({"a": {}}, ["missing required field `command`"]),
+    ({"a": {"command": "x", "envFrom": ["A=B"]}}, ["'A=B' is not an environment variable name"]),
+    ({"a": {"command": "x", "callTimeoutSeconds": 0}}, ["callTimeoutSeconds must be 0.1 to 86400"]),
+    ({"a": {"command": "x", "maxRestarts": -1}}, ["maxRestarts must be 0 to 100"]),
+    ({"a": {"command": "x", "args": "--flag"}}, ["Expected `array`, got `str`"]),
+])
+def test_bad_server_entries_are_refused_with_a_clear_message(servers: dict[str, Any], words: list[str]) -> None:
+    from runtime.config import ConfigError
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps({"mcpServers": servers}), "c.jsonc")
+    for w in words:
+        assert w in info.value.message, (w, info.value.message)

@@ -1,0 +1,321 @@
+"""One MCP server over stdio: a child process speaking newline-delimited JSON-RPC 2.0.
+
+:func:`open_connection` starts the process (its own process group, so a server that starts
+children of its own leaves none behind), runs the ``initialize`` handshake within a deadline and
+yields a :class:`Connection`. Leaving the context stops the server the way the MCP stdio
+transport asks: close its stdin, then SIGTERM to the group, then SIGKILL after a grace period.
+
+Requests wait for their response; a request cancelled by its caller (a session's abort, a call
+timeout) sends ``notifications/cancelled`` for it. A server that exits, closes its stdout or
+writes something that is not JSON-RPC fails every request in flight with
+:class:`ServerUnavailable` and ends the connection (:attr:`Connection.closed`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import msgspec
+import trio
+
+# Newest first: the version asked for, then the older ones a server may answer with.
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+CLIENT_INFO = {"name": "lens", "version": "0.1.0"}
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # one JSON-RPC line; a longer one ends the connection
+STDERR_TAIL_BYTES = 4096
+STDIN_CLOSE_GRACE = 1.0  # seconds: after stdin closes, before SIGTERM
+TERM_GRACE = 2.0  # seconds: after SIGTERM, before SIGKILL
+
+
+class McpError(Exception):
+    """A failure with a stable code (``MCP_…``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ServerUnavailable(McpError):
+    def __init__(self, message: str) -> None:
+        super().__init__("MCP_SERVER_UNAVAILABLE", message)
+
+
+class RequestFailed(McpError):
+    """The server answered a request with a JSON-RPC error."""
+
+    def __init__(self, rpc_code: Any, message: str, data: Any = None) -> None:
+        super().__init__("MCP_REQUEST_FAILED", f"{message} (JSON-RPC error {rpc_code})")
+        self.rpc_code = rpc_code
+        self.data = data
+
+
+@dataclass
+class _Pending:
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Any = None
+    error: McpError | None = None
+
+
+class StderrTail:
+    """The last :data:`STDERR_TAIL_BYTES` a server wrote to stderr (reported, never logged)."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def add(self, chunk: bytes) -> None:
+        self._buf = (self._buf + chunk)[-STDERR_TAIL_BYTES:]
+
+    def text(self) -> str:
+        return self._buf.decode("utf-8", "replace")
+
+
+class Connection:
+    """An initialized session with one server. Built by :func:`open_connection` only."""
+
+    def __init__(self, proc: trio.Process, nursery: trio.Nursery, stderr: StderrTail,
+                 on_notification: Callable[[str, Any], None]) -> None:
+        self.proc = proc
+        self.stderr = stderr
+        self.closed = trio.Event()
+        self.close_reason = ""
+        self.protocol_version = ""
+        self.server_info: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
+        self._nursery = nursery
+        self._on_notification = on_notification
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
+        self._send_lock = trio.Lock()
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """The ``result`` of one request. Raises :class:`RequestFailed` for a JSON-RPC error and
+        :class:`ServerUnavailable` when the connection ends first. Cancelling the caller sends
+        ``notifications/cancelled`` for the request (best effort, bounded)."""
+        if self.closed.is_set():
+            raise ServerUnavailable(self.close_reason)
+        self._next_id += 1
+        rid = self._next_id
+        pending = self._pending[rid] = _Pending()
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            await self._send(message)
+            await pending.done.wait()
+        except trio.Cancelled:
+            if not pending.done.is_set() and not self.closed.is_set():
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self.notify("notifications/cancelled", {"requestId": rid, "reason": "cancelled by the client"})
+            raise
+        finally:
+            self._pending.pop(rid, None)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._send(message)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        data = msgspec.json.encode(message) + b"\n"  # (JSON text never holds a raw newline)
+        async with self._send_lock:
+            if self.closed.is_set():
+                raise ServerUnavailable(self.close_reason)
+            try:
+                assert self.proc.stdin is not None
+                await self.proc.stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._close("the server closed its stdin")
+                raise ServerUnavailable(self.close_reason) from None
+
+    # ------------------------------------------------------------------ reading
+
+    def _close(self, reason: str) -> None:
+        if self.closed.is_set():
+            return
+        self.close_reason = reason
+        self.closed.set()
+        for p in self._pending.values():
+            if not p.done.is_set():
+                p.error = ServerUnavailable(reason)
+                p.done.set()
+
+    async def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        buf = bytearray()
+        scanned = 0  # (buf[:scanned] holds no newline: a long message is not searched again per chunk)
+        try:
+            while True:
+                chunk = await self.proc.stdout.receive_some(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while (nl := buf.find(b"\n", scanned)) >= 0:
+                    line = bytes(buf[:nl])
+                    del buf[:nl + 1]
+                    scanned = 0
+                    if line.strip():
+                        await self._dispatch(line)
+                scanned = len(buf)
+                if len(buf) > MAX_MESSAGE_BYTES:
+                    self._close(f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes")
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except _ProtocolViolation as exc:
+            self._close(str(exc))
+            return
+        # (a server that closed its stdout is gone for us even if its process lingers)
+        code = None
+        with trio.move_on_after(STDIN_CLOSE_GRACE):
+            code = await self.proc.wait()
+        if code is None:
+            self._close("the server closed its stdout")
+        else:
+            self._close(f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}")
+
+    async def _dispatch(self, line: bytes) -> None:
+        try:
+            # (a large result is parsed off the event loop)
+            msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
+        except (ValueError, RecursionError):
+            raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {line[:200]!r}") from None
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+            raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {line[:200]!r}")
+        method = msg.get("method")
+        if isinstance(method, str):
+            if "id" in msg:  # a request from the server: answer the ones a client must
+                if method == "ping":
+                    await self._reply(msg["id"], result={})
+                else:
+                    await self._reply(msg["id"], error={"code": -32601, "message": f"method {method!r} is not supported"})
+            else:
+                self._on_notification(method, msg.get("params"))
+            return
+        pending = self._pending.get(msg.get("id")) if isinstance(msg.get("id"), int) else None
+        if pending is None or pending.done.is_set():
+            return  # an answer to a request given up on (cancelled, timed out)
+        err = msg.get("error")
+        if err is not None:
+            err = err if isinstance(err, dict) else {}
+            pending.error = RequestFailed(err.get("code"), str(err.get("message") or "no message")[:2000], err.get("data"))
+        else:
+            pending.result = msg.get("result")
+        pending.done.set()
+
+    async def _reply(self, rid: Any, **body: Any) -> None:
+        try:
+            await self._send({"jsonrpc": "2.0", "id": rid, **body})
+        except ServerUnavailable:
+            pass
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        try:
+            while chunk := await self.proc.stderr.receive_some(65536):
+                self.stderr.add(chunk)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+class _ProtocolViolation(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one server: argv, its whole environment, working directory."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None = None
+
+
+@asynccontextmanager
+async def open_connection(launch: Launch, *, startup_timeout: float,
+                          on_notification: Callable[[str, Any], None] = lambda method, params: None,
+                          stderr: StderrTail | None = None) -> AsyncIterator[Connection]:
+    """Start the server and initialize it. Raises :class:`McpError` (``MCP_START_FAILED``) when it
+    cannot be started, exits, or does not finish ``initialize`` within ``startup_timeout`` s."""
+    stderr = stderr if stderr is not None else StderrTail()
+    try:
+        proc = await trio.lowlevel.open_process(
+            launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=launch.env, cwd=launch.cwd, start_new_session=True)
+    except OSError as exc:
+        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}") from None
+    try:
+        async with trio.open_nursery() as nursery:
+            conn = Connection(proc, nursery, stderr, on_notification)
+            nursery.start_soon(conn._read_stdout)
+            nursery.start_soon(conn._read_stderr)
+            try:
+                await _initialize(conn, startup_timeout)
+                yield conn
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await stop_process(proc)
+
+
+async def _initialize(conn: Connection, timeout: float) -> None:
+    params = {"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO}
+    try:
+        with trio.fail_after(timeout):
+            result = await conn.request("initialize", params)
+    except trio.TooSlowError:
+        raise McpError("MCP_START_FAILED", f"the server did not answer initialize within {timeout:g} s") from None
+    except McpError as exc:
+        raise McpError("MCP_START_FAILED", f"initialize failed: {exc.message}") from None
+    if not isinstance(result, dict):
+        raise McpError("MCP_START_FAILED", "initialize answered something that is not an object")
+    version = result.get("protocolVersion")
+    if version not in PROTOCOL_VERSIONS:
+        raise McpError("MCP_START_FAILED", f"the server speaks MCP protocol version {str(version)[:40]!r}; "
+                       f"Lens speaks {', '.join(PROTOCOL_VERSIONS)}")
+    conn.protocol_version = version
+    conn.server_info = result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else {}
+    conn.capabilities = result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {}
+    await conn.notify("notifications/initialized")
+
+
+async def stop_process(proc: trio.Process) -> None:
+    """Stop a server and everything in its process group: close stdin, SIGTERM after
+    :data:`STDIN_CLOSE_GRACE`, SIGKILL after :data:`TERM_GRACE`. Returns once the server is
+    reaped. Call shielded."""
+    if proc.stdin is not None:
+        try:
+            await proc.stdin.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    pgid = proc.pid  # (start_new_session: the server leads its own group)
+    with trio.move_on_after(STDIN_CLOSE_GRACE):
+        await proc.wait()
+    _killpg(pgid, signal.SIGTERM)  # (also when the server left: children it started may not have)
+    with trio.move_on_after(TERM_GRACE):
+        await proc.wait()
+    _killpg(pgid, signal.SIGKILL)
+    await proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            await stream.aclose()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,125 @@
+"""An MCP ``tools/call`` result as a Lens :class:`~tools.base.ToolResult`.
+
+Content blocks map as: ``text`` → text part; ``image`` (PNG, JPEG, GIF, WebP up to 5 MiB) →
+artifact + image part; any other binary (``audio``, a ``resource`` with a ``blob``, an image of
+another type) → artifact + a text line naming it; ``resource`` with ``text`` → text headed by its
+URI; ``resource_link`` → a text line. ``structuredContent`` becomes the structured content.
+``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content.
+
+Caps: the text of one result at most :data:`MAX_TEXT_BYTES` (the rest is cut, and the result
+says so), one binary at most :data:`MAX_BINARY_BYTES`, structured content at most
+:data:`MAX_STRUCTURED_BYTES` of JSON. Text is made valid Unicode (a lone surrogate from a
+``\\ud800`` escape could not be recorded).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import msgspec
+import trio
+
+from events import types as t
+from tools.artifacts import ArtifactStore
+from tools.base import ToolResult, _unrecordable
+from tools.files.image import sniff as sniff_image
+
+MAX_TEXT_BYTES = 256 * 1024
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # as view_image
+MAX_BINARY_BYTES = 16 * 1024 * 1024
+MAX_STRUCTURED_BYTES = 256 * 1024
+
+
+def _clean(text: Any) -> str:
+    return str(text).encode("utf-8", "replace").decode("utf-8")
+
+
+class _Builder:
+    def __init__(self, artifacts: ArtifactStore, tool: str) -> None:
+        self.artifacts = artifacts
+        self.tool = tool
+        self.content: list[t.ContentPart] = []
+        self.events: list[t._Event] = []
+        self.text_bytes = 0
+        self.cut = 0  # text bytes left out
+
+    def text(self, text: str) -> None:
+        data = _clean(text).encode("utf-8")
+        room = MAX_TEXT_BYTES - self.text_bytes
+        if len(data) > room:
+            self.cut += len(data) - room
+            data = data[:max(room, 0)]
+        if data:
+            self.text_bytes += len(data)
+            self.content.append(t.TextPart(data.decode("utf-8", "ignore")))  # (a character cut at the cap: dropped)
+
+    async def binary(self, b64: Any, mime: Any, what: str) -> None:
+        mime = _clean(mime or "application/octet-stream")[:100]
+        try:
+            data = base64.b64decode(str(b64), validate=True)
+        except (binascii.Error, ValueError):
+            self.text(f"[{what}: {mime}, not valid base64; left out]")
+            return
+        if len(data) > MAX_BINARY_BYTES:
+            self.text(f"[{what}: {mime}, {len(data)} bytes, above the {MAX_BINARY_BYTES}-byte cap; left out]")
+            return
+        aid = await trio.to_thread.run_sync(self.artifacts.put, data)
+        image = sniff_image(data)
+        stored = image or mime
+        self.events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime=stored, size=len(data), source="mcp"))
+        if image is not None and len(data) <= MAX_IMAGE_BYTES:
+            self.content.append(t.ImagePart(aid, image))
+        else:
+            self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}]")
+
+    async def block(self, block: Any) -> None:
+        if not isinstance(block, dict):
+            self.text(f"[a content block that is not an object: {_clean(block)[:200]}]")
+            return
+        kind = block.get("type")
+        if kind == "text":
+            self.text(block.get("text", ""))
+        elif kind in ("image", "audio"):
+            await self.binary(block.get("data", ""), block.get("mimeType"), kind)
+        elif kind == "resource" and isinstance(block.get("resource"), dict):
+            res = block["resource"]
+            uri = _clean(res.get("uri", ""))[:2000]
+            if "text" in res:
+                self.text(f"[resource {uri}]\n{_clean(res['text'])}")
+            else:
+                await self.binary(res.get("blob", ""), res.get("mimeType"), f"resource {uri}")
+        elif kind == "resource_link":
+            name = _clean(block.get("name", ""))[:200]
+            self.text(f"[resource link: {_clean(block.get('uri', ''))[:2000]}{f' ({name})' if name else ''}]")
+        else:
+            self.text(f"[a content block of type {_clean(kind)[:40]!r}, not shown]")
+
+
+async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str) -> ToolResult:
+    """Map a ``tools/call`` result; a malformed one is an ``MCP_RESULT_INVALID`` error result."""
+    if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
+        return ToolResult.error("MCP_RESULT_INVALID", f"{tool} answered a result without a content list")
+    b = _Builder(artifacts, tool)
+    try:
+        for block in result.get("content", []):
+            await b.block(block)
+    except OSError as exc:  # (a full disk fails this call, not the session)
+        return ToolResult.error("ARTIFACT_WRITE_FAILED", f"a binary {tool} returned could not be stored ({exc.strerror or exc})")
+    if b.cut:
+        b.content.append(t.TextPart(f"[output truncated: {b.cut} more bytes of text above the {MAX_TEXT_BYTES}-byte cap]"))
+    structured = result.get("structuredContent")
+    if structured is not None:
+        problem = _unrecordable(structured)
+        size = len(msgspec.json.encode(structured)) if problem is None else 0
+        if problem is not None or size > MAX_STRUCTURED_BYTES:
+            b.content.append(t.TextPart(f"[structured content left out: "
+                                        f"{problem or f'{size} bytes of JSON, above the {MAX_STRUCTURED_BYTES}-byte cap'}]"))
+            structured = None
+    if result.get("isError") is True:
+        message = "".join(p.text for p in b.content if isinstance(p, t.TextPart))[:2000] or "no message"
+        return ToolResult(b.content or [t.TextPart(f"MCP_TOOL_ERROR: {message}")],
+                          {"error": {"code": "MCP_TOOL_ERROR", "message": message}, "structured": structured},
+                          is_error=True, error_code="MCP_TOOL_ERROR", events=b.events)
+    return ToolResult(b.content, structured, events=b.events)

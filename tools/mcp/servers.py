@@ -1,0 +1,305 @@
+"""The daemon's MCP servers (F-TOOL-5): started with it, supervised, stopped with it; their tools
+enter the session tool registry as ``mcp__<server>__<tool>``.
+
+:class:`McpServers` runs every enabled server in its own task of one nursery. ``run`` reports
+ready once each server has had its first start (running, or failed within its start-up timeout),
+so the tools of the servers that came up are in the registry before the daemon says it listens.
+
+A server's life: start the process, ``initialize``, ``tools/list`` (all pages), register its
+tools; on ``notifications/tools/list_changed`` list again and replace them; when it exits or
+breaks the protocol, withdraw its tools, record the error and its stderr tail, and start it
+again after a backoff (1 s, doubling, at most 30 s), up to ``maxRestarts`` times in a row (a
+run that lasted :data:`STABLE_SECONDS` resets the count); then it stays ``failed``. A call to a
+tool of a server that is not running answers ``MCP_SERVER_UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+from runtime.mcp_config import McpServerConfig
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+
+from .client import Connection, Launch, McpError, StderrTail, open_connection
+from .results import to_tool_result
+
+log = logging.getLogger("lens.mcp")
+
+PREFIX = "mcp__"
+BASE_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
+MAX_TOOLS = 1000  # per server; more are left out (and counted)
+MAX_PAGES = 100
+MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
+MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
+BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
+STABLE_SECONDS = 60.0
+
+
+def tool_id(server: str, tool: str) -> str:
+    return f"{PREFIX}{server}__{tool}"
+
+
+@dataclass
+class ServerState:
+    """What the inventory reports of one server."""
+
+    name: str
+    config: McpServerConfig
+    status: str = "starting"  # starting | running | restarting | failed | stopped | disabled
+    error: str | None = None
+    stderr_tail: str = ""
+    restarts: int = 0  # restarts in a row since the last stable run
+    pid: int | None = None
+    protocol_version: str | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
+    tools: list[str] = field(default_factory=list)  # the registered ids, in the server's order
+    skipped: list[dict[str, str]] = field(default_factory=list)  # tools left out, with the reason
+    conn: Connection | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "error": self.error,
+                "stderrTail": self.stderr_tail if self.status in ("failed", "restarting") else "",
+                "restarts": self.restarts, "pid": self.pid, "protocolVersion": self.protocol_version,
+                "serverInfo": self.server_info, "toolCount": len(self.tools), "tools": list(self.tools),
+                "skippedTools": list(self.skipped), "enabled": self.config.enabled}
+
+
+def server_env(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.environ.get) -> dict[str, str]:
+    """A server's whole environment: the base variables, those ``envFrom`` names (when set in the
+    daemon's environment), then ``env``'s literal values."""
+    env = {k: v for k in BASE_ENV if (v := environ(k)) is not None}
+    for name in cfg.env_from:
+        value = environ(name)
+        if value is None:
+            log.warning("an MCP server's envFrom names %s, which is not set in the daemon's environment", name)
+        else:
+            env[name] = value
+    env.update(cfg.env)
+    return env
+
+
+class McpServers:
+    def __init__(self, configs: dict[str, McpServerConfig], registry: ToolRegistry, artifacts: ArtifactStore) -> None:
+        self.registry = registry
+        self.artifacts = artifacts
+        self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled")
+                        for name, c in configs.items()}
+        registry.on_unknown = self._unknown_tool
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every enabled server until cancelled; ready after each one's first start."""
+        enabled = [s for s in self.servers.values() if s.config.enabled]
+        try:
+            async with trio.open_nursery() as nursery:
+                first = [trio.Event() for _ in enabled]
+                for server, ready in zip(enabled, first):
+                    nursery.start_soon(self._supervise, server, ready)
+                for ready in first:
+                    await ready.wait()
+                task_status.started()
+                await trio.sleep_forever()  # (servers that gave up stay reported as failed)
+        finally:
+            for s in enabled:
+                self._withdraw(s)
+                s.status, s.pid, s.conn = "stopped", None, None
+
+    async def _supervise(self, s: ServerState, first: trio.Event) -> None:
+        delay = BACKOFF_FIRST
+        while True:
+            started_at = trio.current_time()
+            await self._run_once(s, first)
+            first.set()
+            if trio.current_time() - started_at >= STABLE_SECONDS:
+                s.restarts, delay = 0, BACKOFF_FIRST
+            if s.restarts >= s.config.max_restarts:
+                s.status = "failed"
+                log.warning("MCP server %s failed and is not restarted (%d restart(s) used): %s",
+                            s.name, s.restarts, s.error)
+                return
+            s.status = "restarting"
+            log.warning("MCP server %s failed (%s); restarting in %.0f s", s.name, s.error, delay)
+            await trio.sleep(delay)
+            s.restarts += 1
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _run_once(self, s: ServerState, first: trio.Event) -> None:
+        """One life of the server, from start to exit; records why it ended in ``s.error``."""
+        cfg = s.config
+        stderr = StderrTail()
+        refresh_box = [trio.Event()]  # (replaced after each refresh)
+
+        def on_notification(method: str, params: Any) -> None:
+            if method == "notifications/tools/list_changed":
+                refresh_box[0].set()
+
+        cwd = str(Path(cfg.cwd).expanduser()) if cfg.cwd else None
+        launch = Launch([cfg.command, *cfg.args], server_env(cfg), cwd)
+        s.status, s.error = ("starting" if not first.is_set() else "restarting"), None
+        deadline = trio.current_time() + cfg.startup_timeout_seconds
+        try:
+            async with open_connection(launch, startup_timeout=cfg.startup_timeout_seconds,
+                                       on_notification=on_notification, stderr=stderr) as conn:
+                s.conn, s.pid = conn, conn.proc.pid
+                s.protocol_version, s.server_info = conn.protocol_version, _short_info(conn.server_info)
+                try:
+                    with trio.fail_at(deadline):  # (one start-up timeout for initialize and tools/list)
+                        tools = await self._list_tools(conn)
+                except trio.TooSlowError:
+                    raise McpError("MCP_START_FAILED", "tools/list not answered within the start-up timeout "
+                                   f"({cfg.startup_timeout_seconds:g} s)") from None
+                self._register(s, tools)
+                s.status, s.stderr_tail = "running", ""
+                log.info("MCP server %s running: %d tool(s)", s.name, len(s.tools))
+                first.set()
+                while True:
+                    async with trio.open_nursery() as wait:
+                        async def closed() -> None:
+                            await conn.closed.wait()
+                            wait.cancel_scope.cancel()
+
+                        async def changed() -> None:
+                            await refresh_box[0].wait()
+                            wait.cancel_scope.cancel()
+                        wait.start_soon(closed)
+                        wait.start_soon(changed)
+                    if conn.closed.is_set():
+                        raise McpError("MCP_SERVER_UNAVAILABLE", conn.close_reason)
+                    refresh_box[0] = trio.Event()
+                    try:
+                        with trio.fail_after(cfg.call_timeout_seconds):
+                            tools = await self._list_tools(conn)
+                    except trio.TooSlowError:
+                        raise McpError("MCP_SERVER_UNAVAILABLE", "tools/list (after list_changed) not answered "
+                                       f"within {cfg.call_timeout_seconds:g} s") from None
+                    self._withdraw(s)
+                    self._register(s, tools)
+                    log.info("MCP server %s changed its tools: %d tool(s)", s.name, len(s.tools))
+        except* McpError as group:  # (raised inside the connection's nursery: grouped)
+            s.error = _first(group).message
+        except* Exception as group:  # a defect: this server fails, the daemon goes on
+            log.error("MCP server %s: unexpected failure", s.name, exc_info=_first(group))
+            s.error = f"internal error ({type(_first(group)).__name__}); see the daemon's log"
+        finally:
+            self._withdraw(s)
+            s.conn, s.pid = None, None
+            s.stderr_tail = stderr.text()
+
+    async def _list_tools(self, conn: Connection) -> list[Any]:
+        tools: list[Any] = []
+        cursor: Any = None
+        for _ in range(MAX_PAGES):
+            page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
+            if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
+                raise McpError("MCP_START_FAILED", "tools/list answered without a list of tools")
+            tools += page["tools"]
+            cursor = page.get("nextCursor")
+            if cursor is None or len(tools) >= MAX_TOOLS:
+                break
+        return tools
+
+    # ------------------------------------------------------------------ the registry
+
+    def _register(self, s: ServerState, tools: list[Any]) -> None:
+        s.tools, s.skipped = [], []
+        seen: set[str] = set()
+        for i, raw in enumerate(tools):
+            name = raw.get("name") if isinstance(raw, dict) else None
+            label = name if isinstance(name, str) else f"#{i}"
+            reason = _unusable(raw, name, seen)
+            if reason is None and len(s.tools) >= MAX_TOOLS:
+                reason = f"more than {MAX_TOOLS} tools"
+            if reason is not None:
+                s.skipped.append({"name": label[:MAX_TOOL_NAME], "reason": reason})
+                continue
+            seen.add(name)
+            annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
+            spec = ToolSpec(
+                name=tool_id(s.name, name),
+                description=str(raw.get("description") or raw.get("title") or f"{name} (MCP server {s.name})")[:MAX_DESCRIPTION],
+                input_schema=raw["inputSchema"], run=self._runner(s.name, name),
+                replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
+            if self.registry.get(spec.name) is not None:
+                s.skipped.append({"name": name, "reason": f"{spec.name} is already a tool"})
+                continue
+            self.registry.add(spec)
+            s.tools.append(spec.name)
+
+    def _withdraw(self, s: ServerState) -> None:
+        for name in s.tools:
+            self.registry.remove(name)
+        s.tools = []
+
+    def _runner(self, server: str, tool: str) -> Callable[[dict[str, Any], ToolContext], Any]:
+        async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+            return await self.call(server, tool, args)
+        return run
+
+    def _unknown_tool(self, name: str) -> ToolResult | None:
+        """A call to an ``mcp__<server>__…`` name the registry does not hold."""
+        for s in self.servers.values():
+            if name.startswith(tool_id(s.name, "")) and s.status != "running":
+                return _unavailable(s)
+        return None
+
+    # ------------------------------------------------------------------ calls
+
+    async def call(self, server: str, tool: str, args: dict[str, Any]) -> ToolResult:
+        s = self.servers[server]
+        conn = s.conn
+        if conn is None or s.status != "running":
+            return _unavailable(s)
+        timeout = s.config.call_timeout_seconds
+        try:
+            with trio.fail_after(timeout):
+                result = await conn.request("tools/call", {"name": tool, "arguments": args})
+        except trio.TooSlowError:
+            return ToolResult.error("MCP_TIMEOUT", f"{tool_id(server, tool)} did not answer within {timeout:g} s "
+                                    f"(the call was cancelled)")
+        except McpError as exc:
+            if exc.code == "MCP_SERVER_UNAVAILABLE":
+                return ToolResult.error(exc.code, f"MCP server {server!r} stopped during the call ({exc.message})")
+            return ToolResult.error(exc.code, exc.message)
+        return await to_tool_result(result, self.artifacts, tool_id(server, tool))
+
+    def inventory(self) -> list[dict[str, Any]]:
+        return [s.to_json() for s in self.servers.values()]
+
+
+def _unavailable(s: ServerState) -> ToolResult:
+    why = {"disabled": "is disabled in the config", "stopped": "is stopped",
+           "starting": "is starting", "restarting": "is restarting"}.get(s.status, "failed")
+    detail = f": {s.error}" if s.error and s.status != "disabled" else ""
+    return ToolResult.error("MCP_SERVER_UNAVAILABLE", f"MCP server {s.name!r} {why}{detail}")
+
+
+def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
+    if not isinstance(raw, dict):
+        return "not an object"
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_TOOL_NAME:
+        return f"a tool name is a string of 1 to {MAX_TOOL_NAME} characters"
+    if any(ch.isspace() or not ch.isprintable() for ch in name):
+        return "the name holds spaces or control characters"
+    if name in seen:
+        return "listed twice"
+    schema = raw.get("inputSchema")
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "inputSchema is not a JSON object schema (type: object)"
+    return None
+
+
+def _first(group: BaseExceptionGroup) -> Any:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _short_info(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(info[k])[:200] for k in ("name", "title", "version") if k in info}
