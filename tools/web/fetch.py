@@ -39,7 +39,7 @@ from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..files.image import sniff as sniff_image
 from . import html
 from .address import IPNetwork, Url, parse_url, resolve
-from .http import request
+from .http import TlsOnDemand, request
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 MAX_REDIRECTS = 5
@@ -90,6 +90,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
     ``networks``: non-public networks every call may reach. ``tls``: the certificate store for
     https (default: the system's)."""
     networks = tuple(networks)
+    tls_store = TlsOnDemand(tls)
 
     async def fetch(url: Url, fmt: str, timeout: float) -> tuple[Url, list[str], Any]:
         redirects: list[str] = []
@@ -99,7 +100,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                 while True:
                     addresses = await resolve(current, full_access=full_access, networks=networks)
                     resp = await request(current, addresses, headers=[("Accept", ACCEPT[fmt])],
-                                         max_body=MAX_BODY_BYTES, tls=tls)
+                                         max_body=MAX_BODY_BYTES, tls=tls_store)
                     location = resp.header("location")
                     if resp.status not in REDIRECTS or location is None:
                         return current, redirects, resp

@@ -50,15 +50,17 @@ class Response:
         return None
 
 
-_tls_context: ssl.SSLContext | None = None
+class TlsOnDemand:
+    """The certificate store for https, made at its first use (loading the system's trusted CAs
+    is slow) and kept by its owner, a tool: ``given`` replaces the system's store (tests)."""
 
+    def __init__(self, given: ssl.SSLContext | None = None) -> None:
+        self._context = given
 
-def default_tls_context() -> ssl.SSLContext:
-    """The system's trusted CAs, hostname checked (made once: loading the store is slow)."""
-    global _tls_context
-    if _tls_context is None:
-        _tls_context = ssl.create_default_context()
-    return _tls_context
+    def get(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = ssl.create_default_context()  # the system's CAs, hostnames checked
+        return self._context
 
 
 class _Decoder:
@@ -115,13 +117,13 @@ class _Decoder:
 
 
 async def connect(url: Url, addresses: Sequence[IPAddress], *,
-                  tls: ssl.SSLContext | None = None) -> trio.abc.Stream:
+                  tls: TlsOnDemand | None = None) -> trio.abc.Stream:
     """A connection to the first of ``addresses`` that accepts one (TLS for https, checked
     against ``url.host``)."""
     stream = await _first_connection(addresses, url)
     if url.scheme != "https":
         return stream
-    ssl_stream = trio.SSLStream(stream, tls or default_tls_context(), server_hostname=url.host,
+    ssl_stream = trio.SSLStream(stream, (tls or TlsOnDemand()).get(), server_hostname=url.host,
                                 https_compatible=True)
     try:
         await ssl_stream.do_handshake()
@@ -168,7 +170,7 @@ async def _first_connection(addresses: Sequence[IPAddress], url: Url) -> trio.So
 
 async def request(url: Url, addresses: Sequence[IPAddress], *, method: str = "GET",
                   headers: Sequence[tuple[str, str]] = (), body: bytes | None = None, max_body: int,
-                  tls: ssl.SSLContext | None = None) -> Response:
+                  tls: TlsOnDemand | None = None) -> Response:
     """Send one request to ``url`` over a connection to one of ``addresses``; return the
     response with its body decoded and at most ``max_body`` bytes. Raises :class:`ToolError`
     (codes in the module docstring). The connection is closed before this returns."""

@@ -30,7 +30,7 @@ import trio
 
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from .address import parse_url, resolve
-from .http import request
+from .http import TlsOnDemand, request
 
 TIMEOUT_SECONDS = 25
 MAX_RESULTS = 50
@@ -70,6 +70,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
                     tls: ssl.SSLContext | None = None) -> ToolSpec:
     """The ``web_search`` tool over the backend at ``base_url`` (``None``: not configured), its
     key read from ``environ`` (default ``os.environ``) under ``api_key_env`` at each call."""
+    tls_store = TlsOnDemand(tls)
 
     async def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         a = check_arguments(args)
@@ -96,7 +97,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
             with trio.fail_after(TIMEOUT_SECONDS):
                 addresses = await resolve(url, full_access=True)  # (a configured endpoint: see the docstring)
                 resp = await request(url, addresses, method="POST", headers=headers,
-                                     body=json.dumps(payload).encode(), max_body=MAX_RESPONSE_BYTES, tls=tls)
+                                     body=json.dumps(payload).encode(), max_body=MAX_RESPONSE_BYTES, tls=tls_store)
         except trio.TooSlowError:
             raise ToolError("WEB_SEARCH_TIMEOUT", f"the search backend did not answer within {TIMEOUT_SECONDS} s") from None
         except ToolError as exc:
