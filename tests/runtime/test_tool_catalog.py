@@ -254,3 +254,28 @@ def test_a_session_policy_map_is_checked_like_the_config():
     with pytest.raises(PolicyError, match="toolPolicy"):
         parse_policy_map({"run": {"enabled": "no"}}, "toolPolicy")
     assert ToolsConfig().mcp_defer_above == 16
+
+
+# --------------------------------------------------------------------------- the fold
+
+
+def test_capability_loaded_and_tool_policy_fold_per_agent_and_survive_a_snapshot():
+    from events.reader import StoredEvent
+    from projections.session_state import SessionState, apply, snapshot_bytes, state_from_snapshot
+
+    def ev(seq: int, event: Any, agent: str = "main") -> StoredEvent:
+        return StoredEvent(seq, 0, "p1", "ses_1", seq, agent, None, "", None, event)  # (apply reads the event, not kind)
+
+    s = SessionState("ses_1")
+    for i, e in enumerate([
+        ev(1, t.CapabilityLoaded(capability_ids=["a", "b", "a"], call_id="c1")),
+        ev(2, t.CapabilityLoaded(capability_ids=["b", "c"])),
+        ev(3, t.CapabilityLoaded(capability_ids=["z"]), agent="sub_1"),
+        ev(4, t.SessionConfigured(settings={"toolPolicy": {"run": {"enabled": False}, "x": {"approval": "warn"}}})),
+        ev(5, t.SessionConfigured(settings={"toolPolicy": {"x": None, "y": {"enabled": True}}})),
+    ]):
+        apply(s, e)
+    assert s.agents["main"].capabilities == ["a", "b", "c"] and s.agents["sub_1"].capabilities == ["z"]
+    assert s.settings["toolPolicy"] == {"run": {"enabled": False}, "y": {"enabled": True}}
+    again = state_from_snapshot(snapshot_bytes(s))
+    assert again.agents["main"].capabilities == ["a", "b", "c"] and again.settings == s.settings
