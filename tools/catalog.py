@@ -77,6 +77,10 @@ class ToolsConfig(_C):
     deferred: list[str] = []  # names or fnmatch patterns (``mcp__*``) deferred on top of the defaults
     eager: list[str] = []  # names or patterns never deferred (wins over ``deferred``)
     mcp_defer_above: int = DEFAULT_MCP_DEFER_ABOVE  # more MCP tools than this: all deferred
+    # Which deferred tools a request lists: "loaded" (only once loaded: the list grows as the
+    # agent loads) or "assigned" (all assigned from the first request, so the list never changes;
+    # a call still needs the tool loaded first).
+    disclose: Literal["loaded", "assigned"] = "loaded"
     policy: dict[str, ToolPolicy] = {}
 
 
@@ -227,8 +231,8 @@ class ToolCatalog:
     def planes(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
                loaded: Sequence[str]) -> tuple[list[ToolSpec], list[ToolSpec]]:
         """(offered, searchable): the tools a model request offers the agent, and the deferred
-        tools assigned to it and not loaded yet. ``capability_search`` is offered only while
-        something is searchable."""
+        tools assigned to it and not loaded yet (listed only with ``disclose: "assigned"``).
+        ``capability_search`` is offered only while something is searchable."""
         deferred = self.deferred_names()
         have = set(loaded) | set(allowed or ())
         offered: list[ToolSpec] = []
@@ -241,7 +245,12 @@ class ToolCatalog:
                 searchable.append(s)
             else:
                 offered.append(s)
-        if search_spec is not None and searchable:
+        show_search = bool(searchable)
+        if self.config.disclose == "assigned":  # (one list whatever is loaded: the search stays too)
+            listed = {x.name for x in searchable} | {x.name for x in offered}
+            offered = [x for x in self.assigned(is_main_agent=is_main_agent, allowed=allowed) if x.name in listed]
+            show_search = any(x.name in deferred for x in offered)
+        if search_spec is not None and show_search:
             offered.append(search_spec)
         return offered, searchable
 

@@ -279,3 +279,13 @@ def test_capability_loaded_and_tool_policy_fold_per_agent_and_survive_a_snapshot
     assert s.settings["toolPolicy"] == {"run": {"enabled": False}, "y": {"enabled": True}}
     again = state_from_snapshot(snapshot_bytes(s))
     assert again.agents["main"].capabilities == ["a", "b", "c"] and again.settings == s.settings
+
+
+async def test_disclose_assigned_lists_deferred_tools_from_the_first_request_but_calls_still_need_a_load():
+    cat = catalog([spec("a"), spec("b"), spec("c")], {"deferred": ["b"], "disclose": "assigned"})
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert names(offered) == ["a", "b", "c", CAPABILITY_SEARCH] and names(searchable) == ["b"]
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=["b"])
+    assert names(offered) == ["a", "b", "c", CAPABILITY_SEARCH] and searchable == []  # (the same list)
+    assert (await run_checked(cat, "b", {})).error_code == "TOOL_NOT_LOADED"
+    assert (await run_checked(cat, "b", {}, loaded=["b"])).error_code is None
