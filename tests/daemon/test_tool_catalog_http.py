@@ -151,6 +151,10 @@ async def test_a_session_tool_policy_overrides_the_config_for_that_session_durab
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
         "sleep_milliseconds": {"approval": "none"}, "get_system_time": {"enabled": False}}})
     assert r.status_code == 200, r.text
+    configured = sum(e["kind"] == "session.configured" for e in await d.events(token, sid))
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        "get_system_time": {"enabled": False}}})  # (already so: nothing recorded)
+    assert r.status_code == 200 and configured == sum(e["kind"] == "session.configured" for e in await d.events(token, sid))
     body = await run_tool(d, token, sid, "r3", "sleep_milliseconds", {"milliseconds": 1})
     assert body["status"] == "ok" and len(body["content"]) == 1  # no warning now
     body = await run_tool(d, token, sid, "r4", "get_system_time", {})
