@@ -190,3 +190,29 @@ async def test_lens_serve_refuses_a_bad_tools_config_at_start(tmp_path: Path) ->
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "lens: CONFIG_INVALID: " in out.stderr and "tools.policy.run_command.workspaceAllowlist" in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+
+
+async def test_loads_belong_to_the_agent_and_a_subagent_naming_a_deferred_tool_has_it(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"deferred": ["get_system_time"]}})
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    async def sub(request_id: str, prompt: str, tools: list[str] | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {"prompt": prompt, **({"tools": tools} if tools is not None else {})}
+        await run_tool(d, token, sid, request_id, "subagent", args)
+        events = await d.events(token, sid)
+        sub_id = [e for e in events if e["kind"] == "agent.started"][-1]["agent_id"]
+        return [e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] == sub_id][-1]
+
+    body = await sub("r1", '/tool capability_search {"query": "time"}')
+    assert body["structured_content"]["loaded"] == ["get_system_time"]
+    loaded = [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
+    assert len(loaded) == 1 and loaded[0]["agent_id"].startswith("sub_")
+    assert (await inventory(d, token, sid))["loaded"] == []  # the main agent loaded nothing
+    body = await sub("r2", "/tool get_system_time {}")  # another subagent: not loaded for it
+    assert body["error_code"] == "TOOL_NOT_LOADED"
+    body = await sub("r3", "/tool get_system_time {}", tools=["get_system_time"])
+    assert body["status"] == "ok"
+    body = await run_tool(d, token, sid, "r4", "get_system_time", {})
+    assert body["error_code"] == "TOOL_NOT_LOADED"
