@@ -294,8 +294,11 @@ class ToolCatalog:
                 return ToolResult.error("TOOL_DISABLED", f"{spec.name} is disabled by the tool policy")
             prefixes = p["workspaceAllowlist"]
             if prefixes is not None:
+                props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
                 for arg in PATH_ARGUMENTS:
                     value = args.get(arg)
+                    if value is None and arg == "cwd" and isinstance(props, dict) and "cwd" in props:
+                        value = "."  # (no cwd: the command runs at the workspace root)
                     if isinstance(value, str) and not _within(value, prefixes):
                         return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
                                                 f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")
