@@ -7,7 +7,6 @@ for that session only (durably)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
