@@ -100,6 +100,8 @@ class AgentState(msgspec.Struct):
     requests: int = 0
     skills: dict[str, LoadedSkill] = {}  # loaded skills by name
     skills_due: list[SkillDue] = []
+    # Deferred tools this agent loaded with capability_search (``capability.loaded``), in order.
+    capabilities: list[str] = []
 
 
 def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
@@ -271,6 +273,19 @@ def skill_command(content: list[t.ContentPart]) -> tuple[str, list[t.ContentPart
     return name, parts
 
 
+def merge_tool_policy(saved: Any, patch: Any) -> dict[str, Any]:
+    """A session's ``toolPolicy`` override after a ``session.configured`` carrying ``patch``:
+    each entry replaces that tool's (or pattern's) entry; a null entry removes it."""
+    out = dict(saved) if isinstance(saved, dict) else {}
+    if isinstance(patch, dict):
+        for name, value in patch.items():
+            if value is None:
+                out.pop(name, None)
+            else:
+                out[name] = value
+    return out
+
+
 def _item_id(seq: int, n: int = 0) -> str:
     return f"c{seq}" if n == 0 else f"c{seq}.{n}"
 
@@ -310,7 +325,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         if ev.thinking_level is not None:
             state.thinking_level = ev.thinking_level
         if ev.settings:
-            state.settings = {**state.settings, **ev.settings}
+            merged = {**state.settings, **ev.settings}
+            if "toolPolicy" in ev.settings:  # (per tool: an entry replaces that tool's, null removes it)
+                merged["toolPolicy"] = merge_tool_policy(state.settings.get("toolPolicy"), ev.settings["toolPolicy"])
+            state.settings = merged
     elif isinstance(ev, t.SessionNamed):
         state.name = ev.name
     elif isinstance(ev, t.SessionDeleted):
@@ -464,6 +482,11 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             if gone.item_id not in a.snipped:
                 a.snipped = a.snipped + [gone.item_id]
         a.skills_due = [d for d in a.skills_due if d.name != ev.name]
+    elif isinstance(ev, t.CapabilityLoaded):
+        a = state.agent(agent_id)
+        new = [c for c in dict.fromkeys(ev.capability_ids) if c not in a.capabilities]
+        if new:
+            a.capabilities = a.capabilities + new
     elif isinstance(ev, t.ContextEdited):
         a = state.agent(agent_id)
         ids = list(ev.item_ids)
@@ -607,7 +630,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 9: ``AgentState.skills`` / ``skills_due`` (skill load state); placed ``/skill:`` inputs hold the args.
 # 10: ``context.compacted`` counts in ``usage`` (its summarizing request) and drops the results it
 #     replaced from ``AgentState.included``.
-SNAPSHOT_VERSION = 10
+# 11: ``AgentState.capabilities`` (deferred tools loaded by capability_search).
+SNAPSHOT_VERSION = 11
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

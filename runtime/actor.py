@@ -12,6 +12,7 @@ in-memory state never diverges from what was committed.
 from __future__ import annotations
 
 import logging
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -27,12 +28,14 @@ from projections.session_state import (
     SessionState,
     apply,
     loaded_skill_digests,
+    merge_tool_policy,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
 )
 from projections.snapshots import SnapshotStore
 from tools.base import ToolContext, ToolError, ToolRegistry
+from tools.catalog import ToolCatalog
 
 from . import decide as d
 from . import jobs as j
@@ -122,6 +125,8 @@ class ActorDeps:
     system_prompt_for: Callable[[str | None], Awaitable[list[str]]] | None = None
     # Compaction and pruning settings (config ``context``; a session's saved values win).
     context: ContextConfig = field(default_factory=ContextConfig)
+    # The tool planes over ``tools`` (deferral, execution policy); None: defaults over ``tools``.
+    tool_catalog: ToolCatalog | None = None
 
 
 # --------------------------------------------------------------------------- commands
@@ -233,6 +238,7 @@ class SessionActor:
         self._answered: dict[str, trio.Event] = {}
         self._snapshot_at = 0
         self._skills = SkillLoads(deps.tools, session_id)
+        self.tool_catalog = deps.tool_catalog or ToolCatalog(deps.tools)
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
         self.jobs = j.SessionJobs(session_id, emit=self._emit, state=lambda: self.state, new_id=deps.new_id,
@@ -513,7 +519,12 @@ class SessionActor:
             # Only what changes is recorded: a retried or repeated change writes nothing more.
             model = cmd.model if cmd.model != s.model else None
             level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
-            settings = wc.changed_settings(s, cmd.settings)
+            settings = dict(cmd.settings)
+            tool_policy = settings.pop("toolPolicy", None)
+            settings = wc.changed_settings(s, settings)
+            if tool_policy is not None and (merge_tool_policy(s.settings.get("toolPolicy"), tool_policy)
+                                            != (s.settings.get("toolPolicy") or {})):
+                settings["toolPolicy"] = tool_policy  # (a patch: runtime overrides, F-TOOL-2)
             if model is not None or level is not None or settings:
                 await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings))])
             return {"model": s.model, "thinkingLevel": s.thinking_level}
@@ -706,7 +717,9 @@ class SessionActor:
         """The tools ``agent_id``'s model requests offer."""
         agent = self.state.agents.get(agent_id)
         allowed = (agent.tools or None) if agent is not None else None
-        return [s.schema() for s in self.deps.tools.visible(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed)]
+        offered, _searchable = self.tool_catalog.planes(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed,
+                                                        loaded=agent.capabilities if agent is not None else ())
+        return [s.schema() for s in offered]
 
     async def _system_prompt(self) -> list[str]:
         """The session's system prompt sections (raises LensError when its project cannot be read)."""
@@ -768,8 +781,17 @@ class SessionActor:
                           agent_id == MAIN_AGENT, start_subagent,
                           file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask,
                           jobs=self.jobs,
-                          loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]))
-        result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None)
+                          loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
+                          agent_tools=list(agent.tools) or None,
+                          loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities))
+        tool_policy = self.state.settings.get("toolPolicy")
+        tool_policy = tool_policy if isinstance(tool_policy, dict) else None
+        check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy)
+        result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)
+        warning = self.tool_catalog.warning(call.name, tool_policy) if spec is not None else None
+        if warning is not None and result.error_code not in ("TOOL_NOT_LOADED", "TOOL_DISABLED", "PATH_NOT_ALLOWED",
+                                                             "PARAM_NOT_ALLOWED"):
+            result = dataclasses.replace(result, content=[*result.content, t.TextPart(warning)])
         # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
         events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
         try:

@@ -120,6 +120,9 @@ class SessionPatchBody(_B):
     auto_compaction: bool | None = None
     compaction_trigger_percent: int | None = None
     prune_tool_results: bool | None = None
+    # Runtime overrides of the tool execution policy (tools/catalog.py), by tool name or pattern:
+    # an entry replaces that tool's override, null removes it.
+    tool_policy: dict[str, Any] | None = None
 
 
 class TextPartIn(msgspec.Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
@@ -495,9 +498,21 @@ def create_app(svc: Services) -> QuartTrio:
         from .context_api import context_settings
 
         settings = context_settings(body)
+        if body.tool_policy is not None:
+            from tools.catalog import PolicyError, parse_policy_map, policy_json
+
+            try:
+                kept = parse_policy_map({k: v for k, v in body.tool_policy.items() if v is not None}, "toolPolicy")
+            except PolicyError as exc:
+                raise ApiError("VALIDATION_FAILED", str(exc)) from None
+            if len(body.tool_policy) > 1000:
+                raise ApiError("VALIDATION_FAILED", "toolPolicy has more than 1000 entries")
+            if body.tool_policy:
+                settings["toolPolicy"] = {k: (policy_json({k: kept[k]})[k] if v is not None else None)
+                                          for k, v in body.tool_policy.items()}
         if body.model is None and body.thinking_level is None and body.name is None and not settings:
             raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel, name, autoCompaction, "
-                                                "compactionTriggerPercent and pruneToolResults")
+                                                "compactionTriggerPercent, pruneToolResults and toolPolicy")
         check_session_settings(body.model, body.thinking_level)
         if body.name is not None:
             check_name(body.name, "name")
@@ -660,24 +675,17 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/tools/inventory")
     async def tools_inventory() -> Response:
+        """The tool inventory (F-TOOL-4, runtime/tool_inventory.py); with ``session``, that
+        session's main agent's loaded and searchable tools and its policy overrides."""
+        from tools.catalog import ToolCatalog
+
+        from .tool_inventory import inventory
+
         sid = _id_arg("session", "session")
-        is_main = True
-        if sid is not None:
-            await svc.supervisor.call(sid, a.GetState())
-        tools = svc.supervisor.deps.tools
-        visible = {s.name for s in tools.visible(is_main_agent=is_main)}
-        sub_visible = {s.name for s in tools.visible(is_main_agent=False)}
-        return json_response({
-            "session": sid,
-            "tools": [
-                {"name": s.name, "description": s.description, "source": s.source, "lifecycle": "current",
-                 "mainOnly": s.main_only, "replaySafe": s.replay_safe, "readOnly": s.read_only,
-                 "visibleToMain": s.name in visible, "visibleToSubagents": s.name in sub_visible,
-                 "inputSchema": s.input_schema}
-                for s in tools.visible(is_main_agent=True)
-            ],
-            "mcpServers": svc.mcp.inventory() if svc.mcp is not None else [],
-        })
+        state = await svc.supervisor.call(sid, a.GetState()) if sid is not None else None
+        deps = svc.supervisor.deps
+        catalog = deps.tool_catalog or ToolCatalog(deps.tools)
+        return json_response(inventory(catalog, state, svc.mcp.inventory() if svc.mcp is not None else []))
 
     # ------------------------------------------------------------------ config files
 

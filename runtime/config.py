@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from tools.catalog import PolicyError, ToolsConfig, check_policy_map
 from tools.executor import split_host_port
 
 from . import jsonc
@@ -155,6 +156,7 @@ class Config(_C):
     web_search: WebSearchConfig = msgspec.field(default_factory=WebSearchConfig)
     context: ContextConfig = msgspec.field(default_factory=ContextConfig)
     mcp_servers: dict[str, McpServerConfig] = {}  # stdio MCP servers by name (runtime.mcp_config)
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)  # deferral and policy (tools/catalog.py)
 
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
@@ -199,6 +201,7 @@ def _ranges(cfg: Config) -> list[tuple[str, float, float, float]]:
         ("sessions.maxRestarts", ss.max_restarts, 0, 1000),
         ("context.compaction.triggerPercent", cfg.context.compaction.trigger_percent, 1, 100),
         ("context.pruneToolResults.keepRecentRounds", cfg.context.prune_tool_results.keep_recent_rounds, 0, 1_000_000),
+        ("tools.mcpDeferAbove", cfg.tools.mcp_defer_above, 0, 1_000_000),
         ("context.pruneToolResults.minTokens", cfg.context.prune_tool_results.min_tokens, 1, 1_000_000_000),
         *[(f"providers[{i}].timeoutSeconds", p.timeout_seconds, 1, 86400) for i, p in enumerate(cfg.providers)],
         *[(f"providers[{i}].maxRetries", p.max_retries, 0, 10) for i, p in enumerate(cfg.providers)],
@@ -285,6 +288,13 @@ def check_config(cfg: Config, where: str) -> None:
     if ws.api_key_env is not None and (not ws.api_key_env or "=" in ws.api_key_env or "\0" in ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     check_mcp_servers(cfg.mcp_servers, where, ConfigError)
+    for key, patterns in (("tools.deferred", cfg.tools.deferred), ("tools.eager", cfg.tools.eager)):
+        if any(not p or len(p) > 256 for p in patterns):
+            raise ConfigError(f"{where}: {key} entries must be tool names or patterns of 1 to 256 characters")
+    try:
+        check_policy_map(cfg.tools.policy, "tools.policy")
+    except PolicyError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     provider, _, model = (cfg.default_model or "x/x").partition("/")
     if not provider or not model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")

@@ -34,6 +34,7 @@ from tools.web import web_tools
 from tools.skills import prompt_skills, skill_tool
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
+from tools.catalog import ToolCatalog, capability_search_tool
 
 from .actor import ActorDeps
 from .api import Services, create_app, watch_streams
@@ -143,6 +144,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
                                           search_api_key_env=cfg.web_search.api_key_env)])
+        tool_catalog = ToolCatalog(tools, cfg.tools)  # (the planes over the registry, F-TOOL-1..3)
+        tools.add(capability_search_tool(tool_catalog))
         mcp = McpServers(cfg.mcp_servers, tools, artifacts)  # (their tools join `tools` as they start)
         home = os.path.expanduser("~")
 
@@ -162,7 +165,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
-                         on_delta=on_delta, context=cfg.context)
+                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,

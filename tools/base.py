@@ -46,6 +46,10 @@ class ToolContext:
     # The skills loaded for this agent (and those whose load waits for the end of the round):
     # name -> SHA-256 of the SKILL.md loaded ("" when not known). Provided by the actor.
     loaded_skills: Callable[[], dict[str, str]] | None = None
+    # The tools assigned to this agent (a subagent's ``tools``; None: every tool it may see) and
+    # the deferred capabilities it has loaded (``capability.loaded``). Provided by the actor.
+    agent_tools: Sequence[str] | None = None
+    loaded_capabilities: Callable[[], Sequence[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,14 @@ class ToolSpec:
     main_only: bool = False  # withheld from subagents and re-checked at execution
     replay_safe: bool = False  # may be re-run after a crash interrupted it
     read_only: bool = True
-    source: str = "native"  # where it comes from, for the inventory: "native" | "mcp"
+    source: str = "native"  # where it comes from (tools/catalog.py SOURCES): "native" | "mcp"
+    # The catalog plane (tools/catalog.py): current | compat | dead-candidate.
+    lifecycle: str = "current"
+    # The context plane: a deferred tool stays out of the model's tool list until the agent loads
+    # it with ``capability_search`` (config ``tools.deferred`` / ``tools.eager`` can change this).
+    deferred: bool = False
+    # Example argument objects, shown to the model by ``capability_search`` and in the inventory.
+    input_examples: tuple[dict[str, Any], ...] = ()
 
     def schema(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -122,9 +133,16 @@ class ToolRegistry:
             out = [s for s in out if s.name in allowed]
         return out
 
+    def all(self) -> list[ToolSpec]:
+        """Every registered tool, in registration order."""
+        return list(self._specs.values())
+
     async def run(self, name: str, arguments: str, ctx: ToolContext, *,
-                  allowed: Sequence[str] | None = None) -> ToolResult:
-        """Run one call; every failure comes back as an error result, never as an exception."""
+                  allowed: Sequence[str] | None = None,
+                  check: Callable[[ToolSpec, dict[str, Any]], ToolResult | None] | None = None) -> ToolResult:
+        """Run one call; every failure comes back as an error result, never as an exception.
+        ``check`` (the context and execution planes, tools/catalog.py) sees the decoded arguments
+        first and may answer with an error result instead of running the tool."""
         spec = self._specs.get(name)
         if spec is None and self.on_unknown is not None and not (allowed and name not in allowed):
             answer = self.on_unknown(name)
@@ -149,6 +167,10 @@ class ToolRegistry:
         problem = _unrecordable(args)
         if problem is not None:
             return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments {problem}")
+        if check is not None:
+            refused = check(spec, dict(args))
+            if refused is not None:
+                return refused
         try:
             return await spec.run(dict(args), ctx)
         except ToolError as exc:

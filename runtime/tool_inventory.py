@@ -1,0 +1,74 @@
+"""The tool inventory snapshot (F-TOOL-4): ``GET /api/v1/tools/inventory[?session=ID]``.
+
+Everything is read from the daemon's registry, its :class:`~tools.catalog.ToolCatalog` and, with
+``session``, that session's state (its main agent's loaded capabilities and saved tool policy):
+nothing here changes anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from projections.session_state import MAIN_AGENT, SessionState
+from tools.catalog import ToolCatalog, allowed_callers, describe
+
+from .providers.names import alias_for, is_native
+
+
+def session_tool_policy(state: SessionState | None) -> dict[str, Any] | None:
+    """The session's saved ``toolPolicy`` (runtime overrides), if any."""
+    if state is None:
+        return None
+    policy = state.settings.get("toolPolicy")
+    return policy if isinstance(policy, dict) and policy else None
+
+
+def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: list[dict[str, Any]]) -> dict[str, Any]:
+    registry = catalog.registry
+    specs = registry.all()
+    deferred = catalog.deferred_names()
+    main_visible = {s.name for s in registry.visible(is_main_agent=True)}
+    sub_visible = {s.name for s in registry.visible(is_main_agent=False)}
+    session_policy = session_tool_policy(state)
+    main = state.agents.get(MAIN_AGENT) if state is not None else None
+    loaded = list(main.capabilities) if main is not None else []
+    offered, searchable = catalog.planes(is_main_agent=True, allowed=None, loaded=loaded)
+    default_offered, _ = catalog.planes(is_main_agent=True, allowed=None, loaded=())
+    profiles = {s.name: catalog.profile(s.name, session_policy) for s in specs}
+    sources: dict[str, int] = {}
+    for s in specs:
+        sources[s.source] = sources.get(s.source, 0) + 1
+    tools = []
+    for s in specs:
+        entry = describe(s)
+        tools.append({
+            **entry, "description": s.description, "mainOnly": s.main_only, "replaySafe": s.replay_safe,
+            "readOnly": s.read_only, "visibleToMain": s.name in main_visible,
+            "visibleToSubagents": s.name in sub_visible, "deferred": s.name in deferred,
+            "allowedCallers": allowed_callers(s), "inputExamples": list(s.input_examples),
+            "enabled": bool(profiles[s.name]["enabled"]["value"]), "inputSchema": s.input_schema,
+        })
+    return {
+        "session": state.session_id if state is not None else None,
+        "tools": tools,
+        "catalog": [describe(s) for s in specs],
+        # Offered to a main agent that loaded nothing (eager, enabled).
+        "defaultAllowed": [s.name for s in default_offered if profiles[s.name]["enabled"]["value"]],
+        "runtimeRegistry": [s.name for s in specs],
+        "extensionSurfaces": {"sources": sources,
+                              "mcp": [s.name for s in specs if s.source == "mcp"]},
+        # For the session's main agent (without a session: an agent that loaded nothing).
+        "loaded": [n for n in loaded if n in main_visible],
+        "searchable": [s.name for s in searchable],
+        "offered": [s.name for s in offered],
+        "mcpServers": mcp_servers,
+        # Tools whose names providers cannot take as they are (F-MOD-3): sent under an alias.
+        "mappingGaps": [{"name": s.name, "alias": alias_for(s.name)} for s in specs if not is_native(s.name)],
+        "visibility": {"catalog": len(specs), "main": len(main_visible), "subagents": len(sub_visible),
+                       "deferred": len(deferred), "offered": len(offered), "searchable": len(searchable),
+                       "loaded": len([n for n in loaded if n in main_visible]),
+                       "disabled": sum(1 for p in profiles.values() if not p["enabled"]["value"])},
+        # Each execution field's effective value and where it came from (default|config|session).
+        "executionProfile": profiles,
+        "sessionToolPolicy": session_policy or {},
+    }

@@ -1,0 +1,217 @@
+"""The tool planes in a running daemon (F-TOOL-2..4): a deferred tool is not offered to the
+model until ``capability_search`` loads it, is offered from the next request on (also after a
+restart), the inventory reports catalog, loaded/searchable tools, mapping gaps and the effective
+execution profile with sources, and ``PATCH /sessions/{id}`` ``toolPolicy`` overrides the config
+for that session only (durably)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..mcp.conftest import SERVER
+from ..providers.servers.base import ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from .conftest import Daemon, DaemonFactory, error_of, run_lens, stop_daemon
+
+FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}], "defaultModel": "faux/faux-1"}
+
+
+def offered(body: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] for tool in body.get("tools") or []]
+
+
+async def inventory(d: Daemon, token: str, sid: str | None = None) -> dict[str, Any]:
+    r = await d.get("/tools/inventory", token, params={"session": sid} if sid else None)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def run_tool(d: Daemon, token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
+    await d.wait_idle(token, sid)
+    return [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"][-1]
+
+
+async def test_a_deferred_tool_is_offered_from_the_request_after_capability_search_loads_it_and_after_a_restart(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                             "models": [{"id": "chat-test"}]}],
+              "defaultModel": "loop/chat-test", "sessions": {"snapshotEvery": 1},
+              "tools": {"deferred": ["get_system_time", "sleep_milliseconds"]}}
+    loop.push(chat_stream(calls=[("call_1", "capability_search", {"query": "current time", "limit": 1})]),
+              chat_stream(text="done"))
+    d = await daemon_factory(config=config)
+    token = await d.pair("catalog-client", strong=True)
+    project = (await d.project(token))["id"]
+    sid = (await d.session(token, project))["id"]
+    await d.submit(token, sid, "r1", "what time is it?")
+    await d.wait_idle(token, sid)
+    first, second = offered(loop.bodies[0]), offered(loop.bodies[1])
+    assert "get_system_time" not in first and "sleep_milliseconds" not in first and "capability_search" in first
+    assert "read_file" in first  # (eager tools as before)
+    assert "get_system_time" in second and "sleep_milliseconds" not in second and "capability_search" in second
+    loaded = [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
+    assert [e["body"]["capability_ids"] for e in loaded] == [["get_system_time"]]
+    assert loaded[0]["body"]["call_id"] == "call_1" and loaded[0]["agent_id"] == "main"
+
+    inv = await inventory(d, token, sid)
+    assert inv["loaded"] == ["get_system_time"] and inv["searchable"] == ["sleep_milliseconds"]
+    assert "get_system_time" in inv["offered"] and "sleep_milliseconds" not in inv["offered"]
+    other = (await d.session(token, project))["id"]  # loads belong to one session's agent
+    assert (await inventory(d, token, other))["loaded"] == []
+
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    loop.push(chat_stream(text="still here"))
+    await d2.submit(token, sid, "r2", "and now?")
+    await d2.wait_idle(token, sid)
+    assert len(loop.bodies) == 3
+    third = offered(loop.bodies[2])
+    assert "get_system_time" in third and "sleep_milliseconds" not in third
+    assert (await inventory(d2, token, sid))["loaded"] == ["get_system_time"]
+
+
+async def test_a_deferred_tool_called_before_it_is_loaded_is_refused_then_runs(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"deferred": ["get_system_time"]}})
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "get_system_time", {})
+    assert body["is_error"] and body["error_code"] == "TOOL_NOT_LOADED"
+    assert "capability_search" in body["content"][0]["text"]
+    body = await run_tool(d, token, sid, "r2", "capability_search", {"query": "time", "load": False})
+    assert body["status"] == "ok" and body["structured_content"]["loaded"] == []
+    assert (await inventory(d, token, sid))["loaded"] == []
+    body = await run_tool(d, token, sid, "r3", "capability_search", {"query": "time"})
+    assert body["structured_content"]["loaded"] == ["get_system_time"]
+    body = await run_tool(d, token, sid, "r4", "get_system_time", {})
+    assert body["status"] == "ok" and "unix_ms" in body["structured_content"]
+
+
+async def test_the_inventory_reports_planes_counts_mapping_gaps_and_the_profile_with_sources(
+        daemon_factory: DaemonFactory) -> None:
+    mcp = {"command": sys.executable, "args": [SERVER, "--dotted"]}
+    d = await daemon_factory(config={**FAUX, "mcpServers": {"s": mcp}, "tools": {
+        "deferred": ["mcp__*"], "eager": ["mcp__s__echo"],
+        "policy": {"run_command": {"approval": "warn", "paramRestrictions": {"timeout_ms": {"max": 60000}}},
+                   "mcp__*": {"enabled": False}}}})
+    token = await d.pair("catalog-client", strong=True)
+    inv = await inventory(d, token)
+    tools = {t["name"]: t for t in inv["tools"]}
+    assert inv["session"] is None
+    assert tools["capability_search"]["source"] == "native" and tools["capability_search"]["lifecycle"] == "current"
+    assert tools["mcp__s__add"]["deferred"] and not tools["mcp__s__echo"]["deferred"]
+    assert not tools["mcp__s__add"]["enabled"] and tools["read_file"]["enabled"]
+    assert tools["ask_user"]["allowedCallers"] == ["main"] and tools["read_file"]["allowedCallers"] == ["main", "subagent"]
+    assert tools["capability_search"]["inputExamples"][0] == {"query": "issue tracker"}
+    assert {c["name"] for c in inv["catalog"]} == set(tools) == set(inv["runtimeRegistry"])
+    assert all(c["schemaDigest"].startswith("sha256:") for c in inv["catalog"])
+    assert "mcp__s__add" in inv["searchable"] and "mcp__s__echo" in inv["offered"]
+    assert "mcp__s__echo" not in inv["defaultAllowed"]  # (eager, but disabled by the policy)
+    assert "read_file" in inv["defaultAllowed"] and "mcp__s__add" not in inv["defaultAllowed"]
+    assert set(inv["extensionSurfaces"]["mcp"]) == {n for n, t in tools.items() if t["source"] == "mcp"}
+    assert inv["extensionSurfaces"]["sources"]["mcp"] == len(inv["extensionSurfaces"]["mcp"])
+    gaps = {g["name"]: g["alias"] for g in inv["mappingGaps"]}
+    assert "mcp__s__some.tool" in gaps and gaps["mcp__s__some.tool"].startswith("mcp__s__some_tool_")
+    assert "read_file" not in gaps
+    v = inv["visibility"]
+    assert v["catalog"] == len(tools) and v["deferred"] == sum(t["deferred"] for t in tools.values())
+    assert v["searchable"] == len(inv["searchable"]) and v["offered"] == len(inv["offered"])
+    assert v["subagents"] < v["main"] == len(tools) and v["disabled"] == len(inv["extensionSurfaces"]["mcp"])
+    profile = inv["executionProfile"]["run_command"]
+    assert profile["approval"] == {"value": "warn", "source": "config"}
+    assert profile["enabled"] == {"value": True, "source": "default"}
+    assert profile["paramRestrictions"] == {"value": {"timeout_ms": {"max": 60000.0}}, "source": "config"}
+    assert profile["workspaceAllowlist"] == {"value": None, "source": "default"}
+    assert inv["mcpServers"][0]["name"] == "s"
+
+
+async def test_a_session_tool_policy_overrides_the_config_for_that_session_durably(
+        daemon_factory: DaemonFactory) -> None:
+    config = {**FAUX, "tools": {"policy": {"sleep_milliseconds": {"approval": "warn",
+                                                                  "paramRestrictions": {"milliseconds": {"max": 5}}}}}}
+    d = await daemon_factory(config=config)
+    token = await d.pair("catalog-client", strong=True)
+    project = (await d.project(token))["id"]
+    sid = (await d.session(token, project))["id"]
+    other = (await d.session(token, project))["id"]
+
+    body = await run_tool(d, token, sid, "r1", "sleep_milliseconds", {"milliseconds": 5})
+    assert body["status"] == "ok" and "policy warning" in body["content"][-1]["text"]  # approval: warn
+    body = await run_tool(d, token, sid, "r2", "sleep_milliseconds", {"milliseconds": 6})
+    assert body["error_code"] == "PARAM_NOT_ALLOWED" and "at most 5" in body["content"][0]["text"]
+
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        "sleep_milliseconds": {"approval": "none"}, "get_system_time": {"enabled": False}}})
+    assert r.status_code == 200, r.text
+    configured = sum(e["kind"] == "session.configured" for e in await d.events(token, sid))
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        "get_system_time": {"enabled": False}}})  # (already so: nothing recorded)
+    assert r.status_code == 200 and configured == sum(e["kind"] == "session.configured" for e in await d.events(token, sid))
+    body = await run_tool(d, token, sid, "r3", "sleep_milliseconds", {"milliseconds": 1})
+    assert body["status"] == "ok" and len(body["content"]) == 1  # no warning now
+    body = await run_tool(d, token, sid, "r4", "get_system_time", {})
+    assert body["error_code"] == "TOOL_DISABLED"
+    body = await run_tool(d, token, other, "r5", "get_system_time", {})  # another session: the config's
+    assert body["status"] == "ok"
+    profile = (await inventory(d, token, sid))["executionProfile"]
+    assert profile["sleep_milliseconds"]["approval"] == {"value": "none", "source": "session"}
+    assert profile["sleep_milliseconds"]["paramRestrictions"]["source"] == "config"
+    assert profile["get_system_time"]["enabled"] == {"value": False, "source": "session"}
+    assert (await inventory(d, token, other))["executionProfile"]["get_system_time"]["enabled"]["source"] == "default"
+
+    # per tool: an entry replaces that tool's override, null removes it; bad maps are refused
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"sleep_milliseconds": None}})
+    assert r.status_code == 200, r.text
+    for bad in [{"x": {"enabled": "no"}}, {"x": {"workspaceAllowlist": ["/etc"]}}, {"x": {"surprise": 1}},
+                {"x": {"paramRestrictions": {"a": {"min": 2, "max": 1}}}}]:
+        r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": bad})
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", (bad, r.text)
+
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    inv = await inventory(d2, token, sid)
+    assert inv["sessionToolPolicy"] == {"get_system_time": {"enabled": False}}
+    assert inv["executionProfile"]["sleep_milliseconds"]["approval"] == {"value": "warn", "source": "config"}
+    body = await run_tool(d2, token, sid, "r6", "get_system_time", {})
+    assert body["error_code"] == "TOOL_DISABLED"
+
+
+async def test_lens_serve_refuses_a_bad_tools_config_at_start(tmp_path: Path) -> None:
+    (tmp_path / "c.jsonc").write_text('{"tools": {"policy": {"run_command": {"workspaceAllowlist": ["../x"]}}}}')
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "lens: CONFIG_INVALID: " in out.stderr and "tools.policy.run_command.workspaceAllowlist" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+
+
+async def test_loads_belong_to_the_agent_and_a_subagent_naming_a_deferred_tool_has_it(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"deferred": ["get_system_time"]}})
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    async def sub(request_id: str, prompt: str, tools: list[str] | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {"prompt": prompt, **({"tools": tools} if tools is not None else {})}
+        await run_tool(d, token, sid, request_id, "subagent", args)
+        events = await d.events(token, sid)
+        sub_id = [e for e in events if e["kind"] == "agent.started"][-1]["agent_id"]
+        return [e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] == sub_id][-1]
+
+    body = await sub("r1", '/tool capability_search {"query": "time"}')
+    assert body["structured_content"]["loaded"] == ["get_system_time"]
+    loaded = [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
+    assert len(loaded) == 1 and loaded[0]["agent_id"].startswith("sub_")
+    assert (await inventory(d, token, sid))["loaded"] == []  # the main agent loaded nothing
+    body = await sub("r2", "/tool get_system_time {}")  # another subagent: not loaded for it
+    assert body["error_code"] == "TOOL_NOT_LOADED"
+    body = await sub("r3", "/tool get_system_time {}", tools=["get_system_time"])
+    assert body["status"] == "ok"
+    body = await run_tool(d, token, sid, "r4", "get_system_time", {})
+    assert body["error_code"] == "TOOL_NOT_LOADED"

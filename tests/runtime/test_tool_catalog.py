@@ -1,0 +1,296 @@
+"""The tool catalog and its planes (tools/catalog.py, F-TOOL-1..3), through the real registry:
+deferral rules, what a request offers an agent, ``capability_search`` ranking and loading, and
+the execution policy (default < config < session) with each field's source."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from events import types as t
+from runtime.config import ConfigError, parse_config
+from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from tools.catalog import (
+    CAPABILITY_SEARCH,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    PolicyError,
+    ToolCatalog,
+    ToolsConfig,
+    capability_search_tool,
+    describe,
+    parse_policy_map,
+    rank,
+    score,
+)
+from tools.registry import builtin_tools
+
+
+async def _ok(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    return ToolResult.text("ran " + json.dumps(args, sort_keys=True))
+
+
+def spec(name: str, description: str = "", **kw: Any) -> ToolSpec:
+    return ToolSpec(name, description, {"type": "object"}, _ok, **kw)
+
+
+def catalog(specs: list[ToolSpec], config: dict[str, Any] | None = None) -> ToolCatalog:
+    reg = ToolRegistry(specs)
+    cat = ToolCatalog(reg, parse_config(json.dumps({"tools": config or {}})).tools)
+    reg.add(capability_search_tool(cat))
+    return cat
+
+
+def ctx(*, main: bool = True, tools: list[str] | None = None, loaded: list[str] | None = None) -> ToolContext:
+    return ToolContext("p1", "ses_1", "main" if main else "sub_1", "task_1", "call_9", main,
+                       agent_tools=tools, loaded_capabilities=lambda: list(loaded or []))
+
+
+def names(specs: list[ToolSpec]) -> list[str]:
+    return [s.name for s in specs]
+
+
+MCP = [spec(f"mcp__s__tool{i}", f"tool number {i}", source="mcp") for i in range(3)]
+
+
+# --------------------------------------------------------------------------- catalog plane
+
+
+def test_every_tool_has_a_catalog_entry_with_a_stable_schema_digest():
+    cat = catalog([spec("a", "x"), spec("old", "y", lifecycle="compat")])
+    entries = {e["name"]: e for e in (describe(s) for s in cat.registry.all())}
+    assert entries["a"]["lifecycle"] == "current" and entries["old"]["lifecycle"] == "compat"
+    assert entries["a"]["source"] == "native" and entries["a"]["schemaDigest"].startswith("sha256:")
+    assert describe(spec("a", "x"))["schemaDigest"] == entries["a"]["schemaDigest"]
+    assert describe(spec("a", "x changed"))["schemaDigest"] != entries["a"]["schemaDigest"]
+
+
+# --------------------------------------------------------------------------- context plane
+
+
+def test_built_in_and_few_mcp_tools_are_eager_by_default():
+    cat = catalog([*builtin_tools().all(), *MCP])
+    assert cat.deferred_names() == set()
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert searchable == [] and CAPABILITY_SEARCH not in names(offered)  # nothing to search: not offered
+
+
+def test_mcp_tools_are_deferred_above_the_threshold_and_eager_patterns_win():
+    assert catalog(MCP, {"mcpDeferAbove": 3}).deferred_names() == set()
+    assert catalog(MCP, {"mcpDeferAbove": 2}).deferred_names() == {s.name for s in MCP}
+    assert catalog(MCP, {"mcpDeferAbove": 0, "eager": ["mcp__s__tool1"]}).deferred_names() == {"mcp__s__tool0", "mcp__s__tool2"}
+    assert catalog([spec("a"), *MCP], {"deferred": ["mcp__*", "a"]}).deferred_names() == {"a", *(s.name for s in MCP)}
+    assert catalog([spec("a", deferred=True)]).deferred_names() == {"a"}  # a spec's own default
+    assert CAPABILITY_SEARCH not in catalog([spec("a")], {"deferred": ["*"]}).deferred_names()
+
+
+def test_a_request_offers_eager_and_loaded_tools_and_the_search_while_something_is_searchable():
+    cat = catalog([spec("a"), spec("b"), spec("c", main_only=True)], {"deferred": ["b", "c"]})
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert names(offered) == ["a", CAPABILITY_SEARCH] and names(searchable) == ["b", "c"]
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=["b"])
+    assert names(offered) == ["a", "b", CAPABILITY_SEARCH] and names(searchable) == ["c"]
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=["b", "c"])
+    assert names(offered) == ["a", "b", "c"] and searchable == []
+    # a subagent never sees a main-only tool; one whose tools list names a deferred tool has it
+    offered, searchable = cat.planes(is_main_agent=False, allowed=None, loaded=())
+    assert names(offered) == ["a", CAPABILITY_SEARCH] and names(searchable) == ["b"]
+    offered, searchable = cat.planes(is_main_agent=False, allowed=["a", "b"], loaded=())
+    assert names(offered) == ["a", "b"] and searchable == []
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def test_ranking_is_by_name_words_then_prefixes_then_description_ties_by_name():
+    issues = spec("mcp__gh__list_issues", "List the issues of a repository")
+    search = spec("mcp__gh__search_code", "Search code; finds issues mentioned in comments")
+    other = spec("mcp__db__query", "Run a SQL query")
+    assert score("issues", issues) == 3 and score("iss", issues) == 2 and score("repository", issues) == 1
+    assert score("issues", search) == 1 and score("xyz", issues) == 0
+    assert score("mcp__gh__list_issues", issues) == 10 + 3 * 4  # the exact name, and each of its words
+    assert score("issues issues ISSUES", issues) == 3  # distinct words count once, case-folded
+    assert [s.name for _, s in rank("issues", [other, search, issues])] == ["mcp__gh__list_issues", "mcp__gh__search_code"]
+    a, b = spec("b_tool", "time"), spec("a_tool", "time")
+    assert [s.name for _, s in rank("time", [a, b])] == ["a_tool", "b_tool"]
+    assert rank("nothing matches", [a, b]) == []
+
+
+# --------------------------------------------------------------------------- capability_search
+
+
+async def search(cat: ToolCatalog, args: Any, c: ToolContext | None = None) -> ToolResult:
+    return await cat.registry.run(CAPABILITY_SEARCH, json.dumps(args), c or ctx())
+
+
+async def test_capability_search_loads_the_best_matches_with_a_capability_loaded_event():
+    cat = catalog([spec("a"), *MCP], {"deferred": ["mcp__*"]})
+    res = await search(cat, {"query": "tool number", "limit": 2})
+    assert not res.is_error
+    assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__s__tool0", "mcp__s__tool1"]
+    assert res.structured_content["loaded"] == ["mcp__s__tool0", "mcp__s__tool1"]
+    assert res.structured_content["searchable"] == 3
+    assert res.events == [t.CapabilityLoaded(capability_ids=["mcp__s__tool0", "mcp__s__tool1"], call_id="call_9")]
+    assert "callable from your next request" in res.content[0].text
+    # already loaded: listed as loaded, not loaded again
+    res = await search(cat, {"query": "tool number"}, ctx(loaded=["mcp__s__tool0"]))
+    assert res.structured_content["loaded"] == ["mcp__s__tool1", "mcp__s__tool2"]
+    assert [m["loaded"] for m in res.structured_content["matches"]] == [True, True, True]
+    # load: false ranks only; an eager tool is never a match; no match loads nothing
+    res = await search(cat, {"query": "tool number", "load": False})
+    assert res.events == [] and res.structured_content["loaded"] == []
+    res = await search(cat, {"query": "a"})
+    assert res.structured_content["matches"] == [] and res.events == [] and "No deferred capability" in res.content[0].text
+
+
+async def test_capability_search_ranks_only_what_is_assigned_to_the_agent():
+    cat = catalog([spec("mcp__s__main_thing", "thing", main_only=True, source="mcp"),
+                   spec("mcp__s__thing", "thing", source="mcp")], {"deferred": ["mcp__*"]})
+    res = await search(cat, {"query": "thing"}, ctx(main=False))
+    assert res.structured_content["loaded"] == ["mcp__s__thing"]
+    res = await search(cat, {"query": "thing"}, ctx(main=False, tools=[CAPABILITY_SEARCH, "mcp__s__main_thing"]))
+    assert res.structured_content["matches"] == []
+
+
+@pytest.mark.parametrize(("args", "ok"), [
+    ({"query": "x", "limit": 1}, True), ({"query": "x", "limit": MAX_LIMIT}, True),
+    ({"query": "x", "limit": 0}, False), ({"query": "x", "limit": MAX_LIMIT + 1}, False),
+    ({"query": "x", "limit": True}, False), ({"query": "x", "limit": 2.5}, False),
+    ({"query": "q" * MAX_QUERY_CHARS}, True), ({"query": "q" * (MAX_QUERY_CHARS + 1)}, False),
+    ({"query": "   "}, False), ({}, False), ({"query": 3}, False), ({"query": "x", "load": "yes"}, False),
+    ({"query": "x", "other": 1}, False),
+])
+async def test_capability_search_argument_limits(args: dict[str, Any], ok: bool):
+    res = await search(catalog(MCP, {"deferred": ["mcp__*"]}), args)
+    assert res.is_error is (not ok), res.content
+    if not ok:
+        assert res.error_code == "TOOL_ARGUMENTS_INVALID"
+
+
+# --------------------------------------------------------------------------- execution plane
+
+
+def test_the_effective_policy_is_default_then_config_then_session_with_sources():
+    cat = catalog([spec("run"), spec("mcp__s__x", source="mcp")], {"policy": {
+        "mcp__*": {"approval": "warn", "enabled": False},
+        "run": {"paramRestrictions": {"timeout_ms": {"max": 1000}}},
+        "mcp__s__x": {"enabled": True}}})
+    p = cat.profile("run")
+    assert p["enabled"] == {"value": True, "source": "default"}
+    assert p["approval"] == {"value": "none", "source": "default"}
+    assert p["paramRestrictions"] == {"value": {"timeout_ms": {"max": 1000.0}}, "source": "config"}
+    p = cat.profile("mcp__s__x")  # a pattern, then the exact name
+    assert p["approval"] == {"value": "warn", "source": "config"} and p["enabled"] == {"value": True, "source": "config"}
+    p = cat.profile("run", {"run": {"enabled": False, "workspaceAllowlist": ["src"]}})
+    assert p["enabled"] == {"value": False, "source": "session"}
+    assert p["workspaceAllowlist"] == {"value": ["src"], "source": "session"}
+    assert p["paramRestrictions"]["source"] == "config"  # a field the session leaves unset stays as it was
+    p = cat.profile("mcp__s__x", {"*": {"approval": "none"}})
+    assert p["approval"] == {"value": "none", "source": "session"}
+
+
+async def run_checked(cat: ToolCatalog, name: str, args: dict[str, Any], *, session: dict[str, Any] | None = None,
+                      loaded: list[str] | None = None) -> ToolResult:
+    check = cat.check(loaded=loaded or [], allowed=None, session=session)
+    return await cat.registry.run(name, json.dumps(args), ctx(), check=check)
+
+
+async def test_calls_outside_the_policy_are_refused_before_the_tool_runs():
+    cat = catalog([spec("read"), spec("run"), spec("later")], {"deferred": ["later"], "policy": {
+        "run": {"paramRestrictions": {"timeout_ms": {"min": 10, "max": 1000}, "shell": {"enum": ["sh", "bash"]}}},
+        "read": {"workspaceAllowlist": ["src", "docs/public"]}}})
+
+    async def code(name: str, args: dict[str, Any], **kw: Any) -> str | None:
+        return (await run_checked(cat, name, args, **kw)).error_code
+
+    assert await code("later", {}) == "TOOL_NOT_LOADED"
+    assert await code("later", {}, loaded=["later"]) is None
+    assert await code("run", {"timeout_ms": 1000}) is None and await code("run", {"timeout_ms": 10}) is None
+    assert await code("run", {"timeout_ms": 1001}) == "PARAM_NOT_ALLOWED"
+    assert await code("run", {"timeout_ms": 9.5}) == "PARAM_NOT_ALLOWED"
+    assert await code("run", {"timeout_ms": True}) == "PARAM_NOT_ALLOWED"
+    assert await code("run", {"timeout_ms": "5"}) == "PARAM_NOT_ALLOWED"
+    assert await code("run", {}) is None  # (absent: the tool's own default)
+    assert await code("run", {"shell": "bash"}) is None and await code("run", {"shell": "zsh"}) == "PARAM_NOT_ALLOWED"
+    for ok in ["src", "src/a.py", "./src/x/../y", "docs/public/i.md"]:
+        assert await code("read", {"path": ok}) is None, ok
+    for bad in ["srcx/a.py", "docs/private", "/etc/passwd", "src/../../x", "..", "", "C:/x", "docs"]:
+        assert await code("read", {"path": bad}) == "PATH_NOT_ALLOWED", bad
+    assert await code("read", {"path": "README"}, session={"read": {"workspaceAllowlist": ["."]}}) is None
+    assert await code("read", {"path": "src/a"}, session={"read": {"workspaceAllowlist": []}}) == "PATH_NOT_ALLOWED"
+    assert await code("read", {"path": "src/a"}, session={"read": {"enabled": False}}) == "TOOL_DISABLED"
+    cmd = catalog([ToolSpec("cmd", "", {"type": "object", "properties": {"cwd": {"type": "string"}}}, _ok)],
+                  {"policy": {"cmd": {"workspaceAllowlist": ["build"]}}})
+    assert (await run_checked(cmd, "cmd", {"cwd": "build/x"})).error_code is None
+    assert (await run_checked(cmd, "cmd", {})).error_code == "PATH_NOT_ALLOWED"  # (no cwd: the root)
+    assert (await run_checked(cmd, "cmd", {"cwd": ""})).error_code == "PATH_NOT_ALLOWED"
+    ran = await run_checked(cat, "run", {"timeout_ms": 5})
+    assert ran.is_error and "at least 10" in ran.content[0].text
+
+
+def test_approval_warn_gives_a_note_for_the_result():
+    cat = catalog([spec("run")], {"policy": {"run": {"approval": "warn"}}})
+    assert "policy warning" in (cat.warning("run", None) or "")
+    assert cat.warning("run", {"run": {"approval": "none"}}) is None
+
+
+@pytest.mark.parametrize(("tools", "words"), [
+    ({"policy": {"run": {"aproval": "warn"}}}, ["aproval"]),
+    ({"policy": {"run": {"approval": "ask"}}}, ["approval"]),
+    ({"policy": {"run": {"workspaceAllowlist": ["../up"]}}}, ["tools.policy.run.workspaceAllowlist", "'../up'"]),
+    ({"policy": {"run": {"workspaceAllowlist": ["/abs"]}}}, ["workspaceAllowlist"]),
+    ({"policy": {"run": {"paramRestrictions": {"t": {"min": 5, "max": 1}}}}}, ["min is greater than max"]),
+    ({"policy": {"run": {"paramRestrictions": {"t": {}}}}}, ["give min, max or enum"]),
+    ({"policy": {"": {"enabled": False}}}, ["1 to 256"]),
+    ({"deferred": [""]}, ["tools.deferred"]),
+    ({"mcpDeferAbove": -1}, ["tools.mcpDeferAbove"]),
+])
+def test_a_bad_tools_config_is_refused_naming_the_key(tools: dict[str, Any], words: list[str]):
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps({"tools": tools}), "lens.jsonc")
+    for w in words:
+        assert w in info.value.message, info.value.message
+
+
+def test_a_session_policy_map_is_checked_like_the_config():
+    assert parse_policy_map({"run": {"enabled": False}}, "toolPolicy")["run"].enabled is False
+    with pytest.raises(PolicyError, match="toolPolicy"):
+        parse_policy_map({"run": {"enabled": "no"}}, "toolPolicy")
+    assert ToolsConfig().mcp_defer_above == 16
+
+
+# --------------------------------------------------------------------------- the fold
+
+
+def test_capability_loaded_and_tool_policy_fold_per_agent_and_survive_a_snapshot():
+    from events.reader import StoredEvent
+    from projections.session_state import SessionState, apply, snapshot_bytes, state_from_snapshot
+
+    def ev(seq: int, event: Any, agent: str = "main") -> StoredEvent:
+        return StoredEvent(seq, 0, "p1", "ses_1", seq, agent, None, "", None, event)  # (apply reads the event, not kind)
+
+    s = SessionState("ses_1")
+    for i, e in enumerate([
+        ev(1, t.CapabilityLoaded(capability_ids=["a", "b", "a"], call_id="c1")),
+        ev(2, t.CapabilityLoaded(capability_ids=["b", "c"])),
+        ev(3, t.CapabilityLoaded(capability_ids=["z"]), agent="sub_1"),
+        ev(4, t.SessionConfigured(settings={"toolPolicy": {"run": {"enabled": False}, "x": {"approval": "warn"}}})),
+        ev(5, t.SessionConfigured(settings={"toolPolicy": {"x": None, "y": {"enabled": True}}})),
+    ]):
+        apply(s, e)
+    assert s.agents["main"].capabilities == ["a", "b", "c"] and s.agents["sub_1"].capabilities == ["z"]
+    assert s.settings["toolPolicy"] == {"run": {"enabled": False}, "y": {"enabled": True}}
+    again = state_from_snapshot(snapshot_bytes(s))
+    assert again.agents["main"].capabilities == ["a", "b", "c"] and again.settings == s.settings
+
+
+async def test_disclose_assigned_lists_deferred_tools_from_the_first_request_but_calls_still_need_a_load():
+    cat = catalog([spec("a"), spec("b"), spec("c")], {"deferred": ["b"], "disclose": "assigned"})
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert names(offered) == ["a", "b", "c", CAPABILITY_SEARCH] and names(searchable) == ["b"]
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=["b"])
+    assert names(offered) == ["a", "b", "c", CAPABILITY_SEARCH] and searchable == []  # (the same list)
+    assert (await run_checked(cat, "b", {})).error_code == "TOOL_NOT_LOADED"
+    assert (await run_checked(cat, "b", {}, loaded=["b"])).error_code is None

@@ -1,0 +1,380 @@
+"""The tool catalog and its three planes (F-TOOL-1, F-TOOL-2), and ``capability_search`` (F-TOOL-3).
+
+* **Catalog** — which tools exist: every :class:`~tools.base.ToolSpec` of the daemon's registry
+  (built-in and MCP tools alike), described by :func:`describe` (name, schema digest, source,
+  lifecycle).
+* **Context** — what a model request offers an agent: main-only tools are withheld from
+  subagents (``allowedCallers``), and *deferred* tools stay out of the tool list until the agent
+  loads them with ``capability_search`` (a ``capability.loaded`` event, folded per agent). A
+  subagent whose ``tools`` list names a deferred tool has it from the start (naming it assigns
+  and loads it).
+* **Execution** — what a call may do: ``enabled``, ``approval`` (``none`` | ``warn``: the result
+  carries a warning), ``workspaceAllowlist`` (path prefixes for ``path``/``cwd`` arguments) and
+  ``paramRestrictions`` (``min``/``max``/``enum`` per argument). Each field's effective value is
+  the default, overridden by the config (``tools.policy``), overridden by the session
+  (``PATCH /sessions/{id}`` ``toolPolicy``); :meth:`ToolCatalog.profile` says which one won.
+
+Nothing here does I/O or reads a clock: the same registry, config, session settings and
+loaded set always give the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from fnmatch import fnmatchcase
+from typing import Any, Literal, Mapping, Sequence
+
+import msgspec
+
+from events import types as t
+
+from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec
+
+LIFECYCLES = ("current", "compat", "dead-candidate")
+SOURCES = ("native", "mcp")
+CAPABILITY_SEARCH = "capability_search"
+# MCP tools are deferred by default once the registry holds more than this many of them.
+DEFAULT_MCP_DEFER_ABOVE = 16
+MAX_QUERY_CHARS = 500
+MAX_LIMIT = 20
+DEFAULT_LIMIT = 5
+# Arguments the workspace allowlist applies to (workspace-relative paths of the file tools and
+# run_command's working directory).
+PATH_ARGUMENTS = ("path", "cwd")
+POLICY_FIELDS = ("enabled", "approval", "workspaceAllowlist", "paramRestrictions")
+POLICY_DEFAULTS: dict[str, Any] = {"enabled": True, "approval": "none", "workspaceAllowlist": None,
+                                   "paramRestrictions": {}}
+MAX_POLICY_ENTRIES = 1000  # tool names or patterns in one policy map (config or session)
+
+
+class _C(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class ParamRestriction(_C, forbid_unknown_fields=True):
+    """Bounds on one argument: numbers within ``min``..``max``; any value one of ``enum``."""
+
+    min: float | None = None
+    max: float | None = None
+    enum: list[Any] | None = None
+
+
+class ToolPolicy(_C, forbid_unknown_fields=True):
+    """Execution-plane fields for a tool (or a ``*`` pattern of tools); ``None``: not set here."""
+
+    enabled: bool | None = None
+    approval: Literal["none", "warn"] | None = None
+    workspace_allowlist: list[str] | None = None
+    param_restrictions: dict[str, ParamRestriction] | None = None
+
+
+class ToolsConfig(_C):
+    """Config ``tools``: the context plane's deferral and the execution policy."""
+
+    deferred: list[str] = []  # names or fnmatch patterns (``mcp__*``) deferred on top of the defaults
+    eager: list[str] = []  # names or patterns never deferred (wins over ``deferred``)
+    mcp_defer_above: int = DEFAULT_MCP_DEFER_ABOVE  # more MCP tools than this: all deferred
+    # Which deferred tools a request lists: "loaded" (only once loaded: the list grows as the
+    # agent loads) or "assigned" (all assigned from the first request, so the list never changes;
+    # a call still needs the tool loaded first).
+    disclose: Literal["loaded", "assigned"] = "loaded"
+    policy: dict[str, ToolPolicy] = {}
+
+
+class PolicyError(ValueError):
+    """A policy map that cannot be used; the message names the key."""
+
+
+def check_policy_map(policy: Mapping[str, ToolPolicy], where: str) -> None:
+    """Raise :class:`PolicyError` for a policy map that cannot be applied as written."""
+    if len(policy) > MAX_POLICY_ENTRIES:
+        raise PolicyError(f"{where} has more than {MAX_POLICY_ENTRIES} entries")
+    for name, p in policy.items():
+        if not name or len(name) > 256:
+            raise PolicyError(f"{where}: a tool name or pattern must be 1 to 256 characters")
+        if p.workspace_allowlist is not None:
+            for prefix in p.workspace_allowlist:
+                if not isinstance(prefix, str) or _normal(prefix) is None:
+                    raise PolicyError(f"{where}.{name}.workspaceAllowlist: {str(prefix)[:100]!r} must be a "
+                                      f"workspace-relative path without '..' ('.' for the whole workspace)")
+        for arg, r in (p.param_restrictions or {}).items():
+            if r.min is not None and r.max is not None and r.min > r.max:
+                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: min is greater than max")
+            if r.min is None and r.max is None and r.enum is None:
+                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: give min, max or enum")
+            for bound in (r.min, r.max):
+                if bound is not None and bound != bound:
+                    raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: a bound is not a number")
+
+
+def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:
+    """A policy map from JSON (camelCase keys), checked; :class:`PolicyError` names the problem."""
+    try:
+        policy = msgspec.convert(data, dict[str, ToolPolicy])
+    except msgspec.ValidationError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
+    check_policy_map(policy, where)
+    return policy
+
+
+def policy_json(policy: Mapping[str, ToolPolicy]) -> dict[str, Any]:
+    """A policy map as stored in ``session.configured`` settings (unset fields left out)."""
+    return {name: msgspec.to_builtins(p) for name, p in policy.items()}
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(p == name or fnmatchcase(name, p) for p in patterns)
+
+
+def _normal(path: str) -> str | None:
+    """A workspace-relative path normalised (``.`` for the root), or None when it is absolute or
+    leaves the workspace (``..``)."""
+    if not path or "\0" in path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+        return None if path else "."
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    if norm == ".." or norm.startswith("../"):
+        return None
+    return norm
+
+
+def _within(path: str, prefixes: Sequence[str]) -> bool:
+    norm = _normal(path)
+    if norm is None:
+        return False
+    for prefix in prefixes:
+        p = _normal(prefix)
+        if p is not None and (p == "." or norm == p or norm.startswith(p + "/")):
+            return True
+    return False
+
+
+def schema_digest(spec: ToolSpec) -> str:
+    """A short digest of what the model is told about a tool (name, description, schema)."""
+    text = json.dumps(spec.schema(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def allowed_callers(spec: ToolSpec) -> list[str]:
+    return ["main"] if spec.main_only else ["main", "subagent"]
+
+
+def describe(spec: ToolSpec) -> dict[str, Any]:
+    """The catalog plane's entry for one tool."""
+    return {"name": spec.name, "source": spec.source, "lifecycle": spec.lifecycle,
+            "schemaDigest": schema_digest(spec)}
+
+
+# --------------------------------------------------------------------------- ranking
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case ASCII letter/digit runs (``mcp__t__echo`` -> mcp, t, echo)."""
+    return _TOKEN.findall(text.lower())
+
+
+def score(query: str, spec: ToolSpec) -> int:
+    """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
+    tool's name, else 2 if a name word starts with it (3+ letters), else 1 if it is (or, with 3+
+    letters, starts) a word of the description; plus 10 when the query is the tool's name."""
+    name_words = set(tokens(spec.name))
+    desc_words = set(tokens(spec.description))
+    total = 10 if query.strip().lower() == spec.name.lower() else 0
+    for w in dict.fromkeys(tokens(query)):
+        if w in name_words:
+            total += 3
+        elif len(w) >= 3 and any(n.startswith(w) for n in name_words):
+            total += 2
+        elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
+            total += 1
+    return total
+
+
+def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
+    """The tools matching ``query`` (score above 0), best first; ties by name."""
+    scored = [(score(query, s), s) for s in specs]
+    return sorted([x for x in scored if x[0] > 0], key=lambda x: (-x[0], x[1].name))
+
+
+# --------------------------------------------------------------------------- the catalog
+
+
+class ToolCatalog:
+    """The planes over one registry and the config's ``tools`` section."""
+
+    def __init__(self, registry: ToolRegistry, config: ToolsConfig | None = None) -> None:
+        self.registry = registry
+        self.config = config or ToolsConfig()
+
+    # ---------------------------------------------------------------- context plane
+
+    def deferred_names(self) -> set[str]:
+        """The tools deferred for every agent (before any loads)."""
+        specs = self.registry.all()
+        cfg = self.config
+        many_mcp = sum(1 for s in specs if s.source == "mcp") > cfg.mcp_defer_above
+        out = set()
+        for s in specs:
+            if s.name == CAPABILITY_SEARCH or _matches(s.name, cfg.eager):
+                continue
+            if s.deferred or _matches(s.name, cfg.deferred) or (many_mcp and s.source == "mcp"):
+                out.add(s.name)
+        return out
+
+    def assigned(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> list[ToolSpec]:
+        return self.registry.visible(is_main_agent=is_main_agent, allowed=allowed)
+
+    def planes(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
+               loaded: Sequence[str]) -> tuple[list[ToolSpec], list[ToolSpec]]:
+        """(offered, searchable): the tools a model request offers the agent, and the deferred
+        tools assigned to it and not loaded yet (listed only with ``disclose: "assigned"``).
+        ``capability_search`` is offered only while something is searchable."""
+        deferred = self.deferred_names()
+        have = set(loaded) | set(allowed or ())
+        offered: list[ToolSpec] = []
+        searchable: list[ToolSpec] = []
+        search_spec = None
+        for s in self.assigned(is_main_agent=is_main_agent, allowed=allowed):
+            if s.name == CAPABILITY_SEARCH:
+                search_spec = s
+            elif s.name in deferred and s.name not in have:
+                searchable.append(s)
+            else:
+                offered.append(s)
+        show_search = bool(searchable)
+        if self.config.disclose == "assigned":  # (one list whatever is loaded: the search stays too)
+            listed = {x.name for x in searchable} | {x.name for x in offered}
+            offered = [x for x in self.assigned(is_main_agent=is_main_agent, allowed=allowed) if x.name in listed]
+            show_search = any(x.name in deferred for x in offered)
+        if search_spec is not None and show_search:
+            offered.append(search_spec)
+        return offered, searchable
+
+    # ---------------------------------------------------------------- execution plane
+
+    def profile(self, name: str, session: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+        """Each execution field's effective value for tool ``name`` and where it came from
+        (``default`` | ``config`` | ``session``). Within one layer, patterns apply in order,
+        then an exact name."""
+        out = {f: {"value": v, "source": "default"} for f, v in POLICY_DEFAULTS.items()}
+        layers: list[tuple[str, Mapping[str, ToolPolicy]]] = [("config", self.config.policy)]
+        if session:
+            try:
+                layers.append(("session", parse_policy_map(session, "toolPolicy")))
+            except PolicyError:
+                pass  # (checked when saved; a stored map that no longer parses is ignored)
+        for source, policy in layers:
+            entries = [p for k, p in policy.items() if k != name and fnmatchcase(name, k)]
+            if name in policy:
+                entries.append(policy[name])
+            for p in entries:
+                values = msgspec.to_builtins(p)
+                for f in POLICY_FIELDS:
+                    if f in values:
+                        out[f] = {"value": values[f], "source": source}
+        return out
+
+    def check(self, *, loaded: Sequence[str], allowed: Sequence[str] | None,
+              session: Mapping[str, Any] | None) -> Any:
+        """The ``check`` for :meth:`ToolRegistry.run`: refuses a deferred tool not loaded
+        (``TOOL_NOT_LOADED``), a disabled one (``TOOL_DISABLED``), a path outside the allowlist
+        (``PATH_NOT_ALLOWED``) and an argument outside its restriction (``PARAM_NOT_ALLOWED``)."""
+        have = set(loaded) | set(allowed or ())
+
+        def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
+            if spec.name in self.deferred_names() and spec.name not in have:
+                return ToolResult.error("TOOL_NOT_LOADED", f"{spec.name} is deferred: load it with "
+                                        f"{CAPABILITY_SEARCH} first (it is callable from the next request)")
+            p = {f: v["value"] for f, v in self.profile(spec.name, session).items()}
+            if not p["enabled"]:
+                return ToolResult.error("TOOL_DISABLED", f"{spec.name} is disabled by the tool policy")
+            prefixes = p["workspaceAllowlist"]
+            if prefixes is not None:
+                props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
+                for arg in PATH_ARGUMENTS:
+                    value = args.get(arg)
+                    if value is None and arg == "cwd" and isinstance(props, dict) and "cwd" in props:
+                        value = "."  # (no cwd: the command runs at the workspace root)
+                    if isinstance(value, str) and not _within(value, prefixes):
+                        return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
+                                                f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")
+            for arg, r in (p["paramRestrictions"] or {}).items():
+                if arg not in args:
+                    continue  # (the tool's own default applies)
+                value = args[arg]
+                if r.get("enum") is not None and value not in r["enum"]:
+                    return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be one of "
+                                            f"{json.dumps(r['enum'])[:300]}")
+                if r.get("min") is not None or r.get("max") is not None:
+                    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                        return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be a number")
+                    if r.get("min") is not None and value < r["min"]:
+                        return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be at least {r['min']:g}")
+                    if r.get("max") is not None and value > r["max"]:
+                        return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be at most {r['max']:g}")
+            return None
+
+        return check
+
+    def warning(self, name: str, session: Mapping[str, Any] | None) -> str | None:
+        """The note an ``approval: warn`` tool's result carries, else None."""
+        if self.profile(name, session)["approval"]["value"] == "warn":
+            return f"[policy warning: {name} runs under approval 'warn'; this call was not confirmed by a person]"
+        return None
+
+
+# --------------------------------------------------------------------------- capability_search
+
+
+def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        unknown = set(args) - {"query", "limit", "load"}
+        if unknown:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"unknown argument(s): {', '.join(sorted(unknown))[:200]}")
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"query must be a non-blank string of at most {MAX_QUERY_CHARS} characters")
+        limit = args.get("limit", DEFAULT_LIMIT)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ToolError("TOOL_ARGUMENTS_INVALID", f"limit must be an integer from 1 to {MAX_LIMIT}")
+        load = args.get("load", True)
+        if not isinstance(load, bool):
+            raise ToolError("TOOL_ARGUMENTS_INVALID", "load must be true or false")
+        loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
+        _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
+                                              loaded=loaded)
+        deferred = catalog.deferred_names()
+        already = [s for s in catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)
+                   if s.name in deferred and s.name in set(loaded)]
+        top = rank(query, [*searchable, *already])[:limit]
+        new = [s.name for _score, s in top if s.name not in set(loaded)] if load else []
+        matches = [{"name": s.name, "description": s.description, "score": sc,
+                    "loaded": s.name in set(loaded) or s.name in new,
+                    **({"inputExamples": list(s.input_examples)} if s.input_examples else {})} for sc, s in top]
+        if not matches:
+            text = f"No deferred capability matches {query!r} ({len(searchable)} searchable)."
+        else:
+            lines = [f"- {m['name']} (score {m['score']}{', loaded' if m['loaded'] else ''}): {m['description'][:300]}"
+                     for m in matches]
+            tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
+                    else "Nothing new was loaded." if load else "Not loaded (load: false).")
+            text = "\n".join([*lines, tail])
+        events: list[t._Event] = [t.CapabilityLoaded(capability_ids=new, call_id=ctx.call_id)] if new else []
+        return ToolResult.text(text, {"matches": matches, "loaded": new, "searchable": len(searchable)},
+                               events=events)
+
+    return ToolSpec(
+        CAPABILITY_SEARCH,
+        "Search the deferred tools assigned to you (name and description words) and load the best "
+        "matches: loaded tools are in your tool list from your next request.",
+        {"type": "object", "properties": {
+            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS, "description": "words to look for"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": f"default {DEFAULT_LIMIT}"},
+            "load": {"type": "boolean", "description": "load the matches (default true)"}},
+         "required": ["query"], "additionalProperties": False},
+        run, replay_safe=True,
+        input_examples=({"query": "issue tracker"}, {"query": "time", "limit": 3, "load": False}))
