@@ -838,19 +838,40 @@ def test_dashboard_resumes_a_dropped_stream_without_gaps(
     started = time.monotonic()
     driver = browser
     big = 16  # answers of 900 kB: more than the socket buffers between the daemon and the page hold
-    d = make_daemon(with_turns({"when": "big answer", "text": "B" * 900_000}, sseBufferEvents=1, heartbeatSeconds=5))
+    config = with_turns({"when": "big answer", "text": "B" * 900_000}, sseBufferEvents=1, heartbeatSeconds=5)
+    config["context"] = {"compaction": {"auto": False}}  # (14 MB of answers would pass the faux window's 80 %)
+    d = make_daemon(config)
     strong = d.pair("dash-dropped", strong=True)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     sid = open_new_session(driver, d, strong, workspace)
-    driver.execute_script("setTimeout(() => { const t = Date.now(); while (Date.now() - t < 6000) {} }, 0)")
-    for i in range(big):
-        status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": f"big-{i}", "content": f"big answer {i}"},
-                                 token=strong)
-        assert status == 202, body
+    # The page's main thread submits the inputs and then stays busy (not reading its stream) until
+    # the daemon has answered them all, however long that takes on a loaded machine: a fixed
+    # busy time let a slow daemon's answers arrive after the page read again, and nothing dropped.
+    driver.execute_script("""
+        const [token, sid, big] = arguments;
+        setTimeout(() => {
+          const call = (method, path, body) => {
+            const x = new XMLHttpRequest();
+            x.open(method, '/api/v1' + path, false);  // synchronous: the thread stays here
+            x.setRequestHeader('Authorization', 'Bearer ' + token);
+            x.send(body === undefined ? null : JSON.stringify(body));
+            return JSON.parse(x.responseText);
+          };
+          let lastSubmit = 0;
+          for (let i = 0; i < big; i++) {
+            lastSubmit = call('POST', `/sessions/${sid}/inputs`, {requestId: `big-${i}`, content: `big answer ${i}`}).seq;
+          }
+          const t = Date.now();
+          while (Date.now() - t < 45000) {
+            const row = call('GET', '/sessions').sessions.find(r => r.id === sid);
+            if (row && row.status === 'idle' && row.lastSeq > lastSubmit) break;
+            const p = Date.now(); while (Date.now() - p < 100) {}
+          }
+        }, 0)""", strong, sid, big)
+    last = wait_for(lambda: (lambda v: v["status"] == "idle" and len(v["items"]) >= 2 * big and v["lastSeq"])(
+        d.request("GET", f"/sessions/{sid}", token=strong)[1]), "the runs to end", 50)
     wait_for(lambda: int(body_data(driver, "dropped") or 0) >= 1, "the stream.dropped frame", 40)
-    last = wait_for(lambda: (lambda v: v["status"] == "idle" and v["lastSeq"])(
-        d.request("GET", f"/sessions/{sid}", token=strong)[1]), "the runs to end", 40)
     wait_for(lambda: int(body_data(driver, "lastEventId") or 0) == last and body_data(driver, "conn") == "live",
              "every event, live again", 20)
     assert body_data(driver, "duplicates") is None
