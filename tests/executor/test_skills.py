@@ -368,3 +368,29 @@ async def test_a_skill_whose_instructions_were_snipped_loads_again(tmp_path: Pat
         state = await run(sup, sid, "r4", "DROP-IT")
         assert results_of(await events_of(store, sid))[-1].structured_content["status"] == "unloaded"
         assert skill_texts(working_context(state.agents["main"])) == []
+
+
+async def test_a_reload_of_a_snipped_skill_cut_off_by_a_restart_is_still_appended(tmp_path: Path) -> None:
+    from runtime.working_context import EditContext
+
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    ask = {"questions": [{"id": "q", "text": "Go on?", "options": [{"id": "y", "label": "Yes"}]}]}
+    script = [FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+              FauxTurn(when="LOAD-SLOWLY", tool_calls=[FauxToolCall("skill", {"name": "review"}),
+                                                       FauxToolCall("ask_user", ask)])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        sid = await sup.create_session("proj")
+        state = await run(sup, sid, "r1", "LOAD-IT")
+        await sup.call(sid, EditContext("snip", (state.agents["main"].skills["review"].item_id,)))
+        await sup.call(sid, Submit("r2", [t.TextPart("LOAD-SLOWLY")], "followUp"))
+        await sup.call(sid, WaitIdle())  # (returns while the question waits for an answer)
+        assert (await sup.call(sid, GetState())).status == "awaiting_answer"
+        assert [e.kind for e in await events_of(store, sid)].count("skill.loaded") == 1
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        await sup.call(sid, WaitIdle())
+        events = await events_of(store, sid)
+        assert [e.kind for e in events].count("skill.loaded") == 2
+        assert not [e for e in events if e.kind == "instruction.appended"]
+        state = await sup.call(sid, GetState())
+        assert len(skill_texts(working_context(state.agents["main"]))) == 1
