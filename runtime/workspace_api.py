@@ -22,8 +22,9 @@ the read run in the project's executor (``browse_list`` / ``browse_read`` over t
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
 not wait for an agent's hour-long command; edits publish atomically).
 
-``GET …/changes``: the files this session changed, derived from its log alone (``file.edited`` /
-``file.reverted`` of every agent, subagents included): ``{sessionId, files: [{path, status
+``GET …/changes``: the files this session changed, derived from its log (``file.edited`` /
+``file.reverted`` of every agent, subagents included; a fork's revert of an edit it inherited is
+listed as the fork's change, read against the source's log up to the fork point): ``{sessionId, files: [{path, status
 (created|modified|deleted|reverted|unchanged), bytes, bytesBefore, agents, edits: [{callId, tool,
 agentId, taskId, seq, change (created|modified|deleted), bytesBefore, bytesAfter, reverted,
 revertedBy: {callId, agentId, seq} | null}]}], lastSeq}``, files sorted by path.
