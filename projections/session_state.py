@@ -105,8 +105,12 @@ class AgentState(msgspec.Struct):
 
 
 def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
-    """name -> SKILL.md digest of the agent's loaded skills, and of those due this round ("")."""
-    out = {name: s.digest for name, s in agent.skills.items()}
+    """name -> SKILL.md digest of the agent's loaded skills, and of those due this round ("").
+
+    A skill whose instructions the user took out of the Working Context (a snip, a hide) is not
+    loaded any more: its load must append them again rather than answer "already loaded"."""
+    gone = set(agent.snipped) | set(agent.hidden)
+    out = {name: s.digest for name, s in agent.skills.items() if s.item_id not in gone}
     for due in agent.skills_due:
         out.setdefault(due.name, "")
     return out

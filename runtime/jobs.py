@@ -168,6 +168,7 @@ class SessionJobs:
         self._nursery: trio.Nursery | None = None
         self.live: dict[str, LiveJob] = {}
         self._finished: OrderedDict[str, LiveJob] = OrderedDict()
+        self._closing: str | None = None  # stop_all's reason: no job starts any more
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -191,7 +192,7 @@ class SessionJobs:
 
         def decide_start() -> list[d.Scoped]:
             state = self._state()
-            if state.deleted:
+            if state.deleted or self._closing is not None:
                 raise SessionGone(f"session {self.session_id!r} was deleted")
             n = len(running_jobs(state))
             if n >= MAX_RUNNING_JOBS:
@@ -201,6 +202,9 @@ class SessionJobs:
 
         await self._emit(decide_start)
         live = self.live[job_id] = LiveJob(job_id)
+        if self._closing is not None:  # stop_all began while job.started was written: stop it too
+            live.stop_reason = self._closing
+            live.scope.cancel()
         self._nursery.start_soon(self._run, live, run)
         return {"job_id": job_id, "status": "running"}
 
@@ -219,12 +223,17 @@ class SessionJobs:
         return self.describe(self._record(job_id))
 
     async def stop_all(self, reason: str) -> None:
-        for job_id, live in list(self.live.items()):
-            if live.stop_reason is None:
-                live.stop_reason = reason
-            live.scope.cancel()
-        for live in list(self.live.values()):
-            await live.done.wait()
+        """Stop every job and wait until each end is recorded; no job starts after this is
+        called (a session delete: the agent's run goes on until the delete aborts it, and a job
+        it started meanwhile would otherwise run on in the deleted session)."""
+        self._closing = reason
+        while self.live:
+            for live in list(self.live.values()):
+                if live.stop_reason is None:
+                    live.stop_reason = reason
+                live.scope.cancel()
+            for live in list(self.live.values()):
+                await live.done.wait()
 
     def abandon(self) -> None:
         """The actor is going away: end every job's command without recording anything (the next

@@ -70,7 +70,8 @@ class SkillLoads:
             ev = self._held.pop(d.call_id, None)
             if ev is None:
                 agent = state.agents[agent_id]
-                loaded = {name: s.digest for name, s in agent.skills.items()}
+                gone = set(agent.snipped) | set(agent.hidden)  # (as loaded_skill_digests, less the due ones)
+                loaded = {name: s.digest for name, s in agent.skills.items() if s.item_id not in gone}
                 ctx = ToolContext(state.project_id, self._session_id, agent_id, task_id, d.call_id,
                                   agent_id == MAIN_AGENT, loaded_skills=lambda: loaded)
                 result = await self._tools.run("skill", json.dumps({"name": d.name}), ctx)

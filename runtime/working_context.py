@@ -217,8 +217,18 @@ class WorkingContextOps:
             system = await self._system_prompt()
         except LensError:
             return False  # the request itself records why it cannot be made
-        tokens = request_tokens(system, working_context(agent), self._tool_schemas(agent_id))
-        if tokens < compaction_threshold(window, settings.trigger_percent):
+        items, schemas = working_context(agent), self._tool_schemas(agent_id)
+        threshold = compaction_threshold(window, settings.trigger_percent)
+        if request_tokens(system, items, schemas) < threshold:
+            return False
+        kept = request_tokens(system, [it for it in items if it.role == "system"], schemas)
+        if kept >= threshold:
+            # What a compaction keeps (system prompt, system instructions, tool schemas) reaches
+            # the threshold alone: compacting cannot bring the request below it, and would
+            # summarize the conversation away before every request.
+            log.info("session %s: not compacting automatically: the system prompt, instructions and tool "
+                        "schemas alone are estimated at %d tokens, the threshold is %d", self._session_id,
+                        kept, threshold)
             return False
         try:
             return await self.compact(agent_id, task_id, "auto", guard) is not None

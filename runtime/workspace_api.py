@@ -22,8 +22,9 @@ the read run in the project's executor (``browse_list`` / ``browse_read`` over t
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
 not wait for an agent's hour-long command; edits publish atomically).
 
-``GET …/changes``: the files this session changed, derived from its log alone (``file.edited`` /
-``file.reverted`` of every agent, subagents included): ``{sessionId, files: [{path, status
+``GET …/changes``: the files this session changed, derived from its log (``file.edited`` /
+``file.reverted`` of every agent, subagents included; a fork's revert of an edit it inherited is
+listed as the fork's change, read against the source's log up to the fork point): ``{sessionId, files: [{path, status
 (created|modified|deleted|reverted|unchanged), bytes, bytesBefore, agents, edits: [{callId, tool,
 agentId, taskId, seq, change (created|modified|deleted), bytesBefore, bytesAfter, reverted,
 revertedBy: {callId, agentId, seq} | null}]}], lastSeq}``, files sorted by path.
@@ -32,7 +33,7 @@ revertedBy: {callId, agentId, seq} | null}]}], lastSeq}``, files sorted by path.
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+from typing import Any, Sequence
 
 import trio
 from quart import Response
@@ -160,16 +161,37 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         if project_id is not None:
             rows = await svc.projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
             workspace = rows[0][0] if rows else None
-        events, after = [], 0
-        while True:
-            page = await svc.store.read_events(session_id=sid, after=after, limit=1000)
-            if not page:
+        events, after = await _edit_events(svc.store, sid, None)
+        # A fork may revert an edit it inherited (its source's, before the fork point): the
+        # source's edits up to there tell what such a revert changed.
+        inherited: list[Any] = []
+        first = await svc.store.read_events(session_id=sid, limit=1)
+        source = first[0].event if first and isinstance(first[0].event, t.SessionCreated) else None
+        for _ in range(MAX_FORK_DEPTH):
+            if source is None or not source.forked_from_session or source.forked_from_seq is None:
                 break
-            events.extend(e for e in page if isinstance(e.event, (t.ToolStarted, t.ArtifactStored, t.FileEdited,
-                                                                   t.FileReverted)))
-            after = page[-1].seq
-            await trio.lowlevel.checkpoint()
-        return json_response({"sessionId": sid, "files": changes(events, workspace), "lastSeq": after})
+            older, _last = await _edit_events(svc.store, source.forked_from_session, source.forked_from_seq)
+            inherited[:0] = older
+            first = await svc.store.read_events(session_id=source.forked_from_session, limit=1)
+            source = first[0].event if first and isinstance(first[0].event, t.SessionCreated) else None
+        return json_response({"sessionId": sid, "files": changes(events, workspace, inherited), "lastSeq": after})
+
+
+MAX_FORK_DEPTH = 64  # forks of forks followed back for inherited edits
+
+
+async def _edit_events(store: Any, sid: str, to: int | None) -> tuple[list[Any], int]:
+    """The events of session ``sid`` (up to seq ``to``) the changes fold reads, and the last seq read."""
+    events, after = [], 0
+    while True:
+        page = await store.read_events(session_id=sid, after=after, limit=1000, to=to)
+        if not page:
+            break
+        events.extend(e for e in page if isinstance(e.event, (t.ToolStarted, t.ArtifactStored, t.FileEdited,
+                                                               t.FileReverted)))
+        after = page[-1].seq
+        await trio.lowlevel.checkpoint()
+    return events, after
 
 
 def _rel(path: str, workspace: str | None) -> str:
@@ -182,14 +204,42 @@ def _rel(path: str, workspace: str | None) -> str:
     return norm
 
 
-def changes(events: list[Any], workspace: str | None = None) -> list[dict[str, Any]]:
-    """The files changed by these events (a session's, in seq order); a pure fold of the log."""
+def changes(events: list[Any], workspace: str | None = None, inherited: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """The files changed by these events (a session's, in seq order); a pure fold of the log.
+
+    ``inherited``: a fork's source's events up to the fork point (and its sources' before it),
+    which list nothing themselves; a revert in the fork of an edit made there is listed as the
+    fork's change (the file goes back from that edit's result to what it replaced)."""
     tools: dict[str, str] = {}
     sizes: dict[str, int] = {}
     files: dict[str, list[dict[str, Any]]] = {}
     shas: dict[str, list[tuple[str | None, str | None]]] = {}  # path -> (before, after) per edit
     by_call: dict[str, list[tuple[str, int]]] = {}  # call id -> (path, index in files[path])
     timeline: dict[str, list[tuple[str, Any]]] = {}  # path -> ("edit", i) | ("revert", i)
+    older: dict[str, list[t.FileEdited]] = {}  # inherited edits not reverted before the fork, by call
+    for se in inherited:
+        ev = se.event
+        if isinstance(ev, t.ArtifactStored):
+            sizes[ev.artifact_id] = ev.size
+        elif isinstance(ev, t.FileEdited):
+            older.setdefault(ev.call_id, []).append(ev)
+        elif isinstance(ev, t.FileReverted):
+            older.pop(ev.reverted_call_id, None)
+
+    def add_edit(se: Any, call_id: str, raw_path: str, before_aid: str | None, after_aid: str | None,
+                 before_sha: str | None, after_sha: str | None) -> tuple[str, int]:
+        path = _rel(raw_path, workspace)
+        before = sizes.get(before_aid) if before_aid else None
+        after = sizes.get(after_aid) if after_aid else None
+        change = "created" if before_aid is None else "deleted" if after_aid is None else "modified"
+        edits = files.setdefault(path, [])
+        edits.append({"callId": call_id, "tool": tools.get(call_id), "agentId": se.agent_id,
+                      "taskId": se.task_id, "seq": se.seq, "change": change, "bytesBefore": before,
+                      "bytesAfter": after, "reverted": False, "revertedBy": None})
+        shas.setdefault(path, []).append((before_sha, after_sha))
+        timeline.setdefault(path, []).append(("edit", len(edits) - 1))
+        return path, len(edits) - 1
+
     for se in events:
         ev = se.event
         if isinstance(ev, t.ToolStarted):
@@ -197,18 +247,14 @@ def changes(events: list[Any], workspace: str | None = None) -> list[dict[str, A
         elif isinstance(ev, t.ArtifactStored):
             sizes[ev.artifact_id] = ev.size
         elif isinstance(ev, t.FileEdited):
-            path = _rel(ev.path, workspace)
-            before = sizes.get(ev.before_artifact_id) if ev.before_artifact_id else None
-            after = sizes.get(ev.after_artifact_id) if ev.after_artifact_id else None
-            change = ("created" if ev.before_artifact_id is None else
-                      "deleted" if ev.after_artifact_id is None else "modified")
-            edits = files.setdefault(path, [])
-            edits.append({"callId": ev.call_id, "tool": tools.get(ev.call_id), "agentId": se.agent_id,
-                          "taskId": se.task_id, "seq": se.seq, "change": change, "bytesBefore": before,
-                          "bytesAfter": after, "reverted": False, "revertedBy": None})
-            shas.setdefault(path, []).append((ev.before_sha256, ev.after_sha256))
-            by_call.setdefault(ev.call_id, []).append((path, len(edits) - 1))
-            timeline.setdefault(path, []).append(("edit", len(edits) - 1))
+            by_call.setdefault(ev.call_id, []).append(add_edit(
+                se, ev.call_id, ev.path, ev.before_artifact_id, ev.after_artifact_id, ev.before_sha256,
+                ev.after_sha256))
+        elif isinstance(ev, t.FileReverted) and ev.reverted_call_id not in by_call and ev.reverted_call_id in older:
+            # (revert_call restores a call's edits last first)
+            for e in reversed(older.pop(ev.reverted_call_id)):
+                add_edit(se, ev.call_id, e.path, e.after_artifact_id, e.before_artifact_id, e.after_sha256,
+                         e.before_sha256)
         elif isinstance(ev, t.FileReverted):
             for path, i in by_call.get(ev.reverted_call_id, []):
                 edit = files[path][i]

@@ -189,3 +189,21 @@ async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_
     assert finished(events)[-1]["content"] == [{"type": "text", "text": "some.tool ran"}]
     history_calls = [c["function"]["name"] for m in loop.bodies[1]["messages"] for c in m.get("tool_calls") or []]
     assert history_calls == [alias]
+
+
+async def test_a_daemon_stopped_during_an_mcp_call_reports_it_interrupted_at_the_next_start(
+        daemon_factory: DaemonFactory) -> None:
+    # Shutdown stops the servers while it cancels the sessions: the call was recorded as
+    # MCP_SERVER_UNAVAILABLE ("stopped during the call") and the agent went on asking its model
+    # during the shutdown. A cancelled call records nothing; the next start says it was interrupted.
+    config = {"mcpServers": {"t": server()}}
+    d = await daemon_factory(config=config)
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "/tool mcp__t__slow {}")
+    await d.wait_running_call(token, sid)
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root, config=config)
+    await d2.wait_idle(token, sid)
+    bodies = finished(await d2.events(token, sid))
+    assert [(b["name"], b["error_code"]) for b in bodies] == [("mcp__t__slow", "INTERRUPTED")]

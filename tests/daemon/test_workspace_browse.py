@@ -221,3 +221,41 @@ async def test_changes_list_the_edits_of_every_agent_and_reverts(daemon_factory:
     [e] = gone["edits"]
     assert e["reverted"] is True and e["change"] == "created"
     assert e["revertedBy"] == {"callId": reverted["body"]["call_id"], "agentId": "main", "seq": reverted["seq"]}
+
+
+async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon_factory: DaemonFactory):
+    # A fork keeps its source's edits up to the fork point revertible (its context holds those
+    # calls): reverting one changes the workspace, so the fork's changes list it (they listed
+    # nothing, the source's edit being in the source's log only).
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    (ws / "old.txt").write_text("one\n")
+    await d.submit(strong, sid, "r1", tool("edit_file", {"path": "old.txt", "mode": "rewrite", "content": "ONE!\n"}))
+    await d.wait_idle(strong, sid)
+    await d.submit(strong, sid, "r2", tool("edit_file", {"path": "new.txt", "mode": "create", "content": "hi\n"}))
+    await d.wait_idle(strong, sid)
+    events = await d.events(strong, sid)
+    calls = {e["body"]["path"]: e["body"]["call_id"] for e in events if e["kind"] == "file.edited"}
+    r = await d.post(f"/sessions/{sid}/fork", strong, {"seq": events[-1]["seq"]})
+    assert r.status_code == 201, r.text
+    fork = r.json()["id"]
+    for rid, path in (("f1", "old.txt"), ("f2", "new.txt")):
+        await d.submit(strong, fork, rid, tool("revert_call", {"call_id": calls[path]}))
+        await d.wait_idle(strong, fork)
+    assert (ws / "old.txt").read_text() == "one\n" and not (ws / "new.txt").exists()
+    fevents = await d.events(strong, fork)
+    reverts = [e for e in fevents if e["kind"] == "file.reverted"]
+    assert len(reverts) == 2
+    r = await d.get(f"/sessions/{fork}/changes", reader)
+    assert r.status_code == 200, r.text
+    files = {f["path"]: f for f in r.json()["files"]}
+    assert list(files) == ["new.txt", "old.txt"]
+    assert (files["old.txt"]["status"], files["old.txt"]["bytes"], files["old.txt"]["bytesBefore"]) == ("modified", 4, 5)
+    assert (files["new.txt"]["status"], files["new.txt"]["bytes"], files["new.txt"]["bytesBefore"]) == ("deleted", None, 3)
+    [e] = files["old.txt"]["edits"]
+    assert (e["callId"], e["tool"], e["change"], e["seq"]) == (
+        reverts[0]["body"]["call_id"], "revert_call", "modified", reverts[0]["seq"])
+    assert files["new.txt"]["edits"][0]["change"] == "deleted"
+    # the source's own list is unchanged: its edits, not reverted there
+    r = await d.get(f"/sessions/{sid}/changes", reader)
+    assert {f["path"]: f["status"] for f in r.json()["files"]} == {"new.txt": "created", "old.txt": "modified"}

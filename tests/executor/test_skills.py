@@ -333,3 +333,64 @@ async def test_the_system_prompt_lists_loadable_skills_metadata_only(tmp_path: P
 
 async def _none() -> None:
     return None
+
+
+async def test_a_skill_whose_instructions_were_snipped_loads_again(tmp_path: Path) -> None:
+    """A user's snip takes a loaded skill's instructions out of the Working Context: the skill is
+    no longer loaded for the agent, so a later load appends its text again (it used to answer
+    "already loaded: its instructions are in the context" while the model saw none)."""
+    from runtime.working_context import EditContext
+
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    script = [
+        FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+        FauxTurn(when="LIST-THEM", tool_calls=[FauxToolCall("skill", {})]),
+        FauxTurn(when="DROP-IT", tool_calls=[FauxToolCall("skill", {"name": "review", "unload": True})]),
+    ]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        state = await run(sup, sid, "r1", "LOAD-IT")
+        item_id = state.agents["main"].skills["review"].item_id
+        out = await sup.call(sid, EditContext("snip", (item_id,)))
+        assert out["changed"] is True
+        state = await run(sup, sid, "r2", "LIST-THEM")
+        assert skill_texts(working_context(state.agents["main"])) == []
+        listed = results_of(await events_of(store, sid))[-1]
+        assert listed.structured_content["skills"][0]["loaded"] is False
+        state = await run(sup, sid, "r3", "LOAD-IT")
+        events = await events_of(store, sid)
+        assert results_of(events)[-1].structured_content["status"] == "loaded"
+        assert [e.kind for e in events].count("skill.loaded") == 2
+        assert len(skill_texts(working_context(state.agents["main"]))) == 1
+        assert len(skill_texts(faux.requests[-1].items)) == 1
+        # and it unloads as any loaded skill does
+        state = await run(sup, sid, "r4", "DROP-IT")
+        assert results_of(await events_of(store, sid))[-1].structured_content["status"] == "unloaded"
+        assert skill_texts(working_context(state.agents["main"])) == []
+
+
+async def test_a_reload_of_a_snipped_skill_cut_off_by_a_restart_is_still_appended(tmp_path: Path) -> None:
+    from runtime.working_context import EditContext
+
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    ask = {"questions": [{"id": "q", "text": "Go on?", "options": [{"id": "y", "label": "Yes"}]}]}
+    script = [FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+              FauxTurn(when="LOAD-SLOWLY", tool_calls=[FauxToolCall("skill", {"name": "review"}),
+                                                       FauxToolCall("ask_user", ask)])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        sid = await sup.create_session("proj")
+        state = await run(sup, sid, "r1", "LOAD-IT")
+        await sup.call(sid, EditContext("snip", (state.agents["main"].skills["review"].item_id,)))
+        await sup.call(sid, Submit("r2", [t.TextPart("LOAD-SLOWLY")], "followUp"))
+        await sup.call(sid, WaitIdle())  # (returns while the question waits for an answer)
+        assert (await sup.call(sid, GetState())).status == "awaiting_answer"
+        assert [e.kind for e in await events_of(store, sid)].count("skill.loaded") == 1
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        await sup.call(sid, WaitIdle())
+        events = await events_of(store, sid)
+        assert [e.kind for e in events].count("skill.loaded") == 2
+        assert not [e for e in events if e.kind == "instruction.appended"]
+        state = await sup.call(sid, GetState())
+        assert len(skill_texts(working_context(state.agents["main"]))) == 1

@@ -180,3 +180,25 @@ def test_bad_server_entries_are_refused_with_a_clear_message(servers: dict[str, 
         parse_config(json.dumps({"mcpServers": servers}), "c.jsonc")
     for w in words:
         assert w in info.value.message, (w, info.value.message)
+
+
+async def test_a_call_cancelled_while_the_server_is_being_stopped_ends_cancelled(start: Any) -> None:
+    # A daemon's shutdown cancels the sessions and stops the servers at once: the cancelled call's
+    # notifications/cancelled then meets a closed stdin. That must not turn the cancellation into
+    # an MCP_SERVER_UNAVAILABLE result (recorded, and the agent loop going on during shutdown).
+    r = await start({"t": srv()})
+    conn = r.servers.servers["t"].conn
+    outcome: list[Any] = []
+    scope = trio.CancelScope()
+
+    async def caller() -> None:
+        with scope:
+            outcome.append(await r.call("mcp__t__slow"))
+        outcome.append("cancelled")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller)
+        await trio.testing.wait_all_tasks_blocked()  # (the request is out; the caller waits)
+        conn.proc.stdin.close()  # what stopping the server does first
+        scope.cancel()
+    assert outcome == ["cancelled"]

@@ -24,16 +24,21 @@ from events.errors import CorruptEvent, StoreCorrupt
 from events.reader import LogReader, StoredEvent, StoredRow
 from events.store import Draft, EventStore, open_store
 from events.types import (
+    ContextCompacted,
     ContextEdited,
     InputPlaced,
     InputSubmitted,
     InputWithdrawn,
+    JobFinished,
+    JobStarted,
     ModelResponded,
     ProjectCreated,
     SessionConfigured,
     SessionCreated,
     SessionDeleted,
     SessionNamed,
+    SkillLoaded,
+    SkillUnloaded,
     TaskFinished,
     TaskStarted,
     TextPart,
@@ -138,6 +143,12 @@ def draft(kind: int, session: str | None, text: str) -> Draft:
         lambda: Draft(InputPlaced(input_request_id=f"r-{text}"), **main),
         lambda: Draft(InputWithdrawn(input_request_id=f"r-{text}"), **main),
         lambda: Draft(SessionDeleted(reason=text), **env),
+        # the kinds of jobs, skills and compaction (the sessions projection keeps running jobs)
+        lambda: Draft(JobStarted(job_id=f"job_{text[:2]}", command=text), **main),
+        lambda: Draft(JobFinished(job_id=f"job_{text[:2]}", status="exited", exit_code=0, output_tail=text), **main),
+        lambda: Draft(SkillLoaded(name="review", instructions=text, base_dir="skills/review"), **main),
+        lambda: Draft(SkillUnloaded(name="review"), **main),
+        lambda: Draft(ContextCompacted(summary=text, replaced_item_ids=[text[:4]]), **main),
     ]
     return makers[kind % len(makers)]()
 
@@ -192,7 +203,7 @@ def corrupt(data_dir: Path, seq: int, body: bytes = b"not a zstd frame") -> None
 
 draft_strategy = st.builds(
     draft,
-    st.integers(0, 12),
+    st.integers(0, 17),
     st.sampled_from([None, "a", "b", "c"]),
     st.text(alphabet="abcxyz é✓", min_size=4, max_size=30),
 )

@@ -71,3 +71,22 @@ def test_removed_unchanged_and_unknown_sizes():
     assert files["same.txt"]["status"] == "unchanged"
     assert (files["nosize.txt"]["status"], files["nosize.txt"]["bytes"]) == ("created", None)
     assert changes([]) == []
+
+
+def test_a_fork_reverting_an_inherited_edit_lists_it_and_inherited_events_list_nothing():
+    inherited = [
+        ev(1, t.ToolStarted(call_id="c1", name="edit_file", arguments="{}")),
+        ev(2, stored("o", 5)), ev(3, stored("m", 9)), ev(4, edit("c1", f"{WS}/a.txt", "o", "m")),
+        ev(5, stored("n", 2)), ev(6, edit("c2", "b.txt", None, "n")),
+        ev(7, t.FileReverted(call_id="r0", reverted_call_id="c2", paths=["b.txt"])),  # reverted before the fork
+    ]
+    assert changes([], WS, inherited) == []
+    own = [ev(20, t.ToolStarted(call_id="r1", name="revert_call", arguments="{}")),
+           ev(21, t.FileReverted(call_id="r1", reverted_call_id="c1", paths=["a.txt"])),
+           ev(22, t.FileReverted(call_id="r2", reverted_call_id="c2", paths=["b.txt"]))]  # nothing to list
+    [f] = changes(own, WS, inherited)
+    assert (f["path"], f["status"], f["bytes"], f["bytesBefore"]) == ("a.txt", "modified", 5, 9)
+    assert [(e["callId"], e["tool"], e["change"], e["seq"], e["reverted"]) for e in f["edits"]] == [
+        ("r1", "revert_call", "modified", 21, False)]
+    # without what it inherited, the fold lists no change for such a revert (the source's log has it)
+    assert changes(own, WS) == []

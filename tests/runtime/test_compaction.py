@@ -212,6 +212,30 @@ async def test_automatic_compaction_starts_at_exactly_the_threshold_and_not_one_
         assert rt.faux.requests[-1].items[-1].text == message
 
 
+async def test_no_automatic_compaction_when_what_it_cannot_replace_reaches_the_threshold_alone(
+        runtime_factory, autojump_clock):
+    # The system prompt, system instructions (skills) and tool schemas stay whatever a compaction
+    # does: when they alone reach the threshold, compacting cannot bring a request below it, and
+    # it summarized the conversation away before every request (the model never saw the result
+    # it had just asked for).
+    tiny = {"faux": [ModelConfig(id="faux-1", context_window=1000)]}
+    one_percent = ContextConfig(compaction=CompactionConfig(trigger_percent=1))
+    script = [SUMMARY, FauxTurn(when="look", tool_calls=[FauxToolCall("get_system_time", {})])]
+    async with runtime_factory(script=script, context=one_percent, model_configs=tiny) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "look")
+        first = rt.faux.requests[0]
+        assert request_tokens(first.system, [], first.tools) >= compaction_threshold(1000, 1)
+        assert not by_kind(await rt.events(sid), "context.compacted")
+        # the model saw its tool's result, then the next input, unsummarized
+        assert [it.role for it in rt.faux.requests[-1].items] == ["user", "tool_call", "tool_result"]
+        await rt.run_to_idle(sid, "r2", "and now?")
+        assert not by_kind(await rt.events(sid), "context.compacted")
+        assert rt.faux.requests[-1].items[-1].text == "and now?"
+        # a manual compaction still works
+        assert (await rt.call(sid, Compact()))["trigger"] == "manual"
+
+
 async def test_the_saved_trigger_percent_wins_over_the_config(runtime_factory, autojump_clock):
     async with runtime_factory(script=[SUMMARY], context=FIFTY, model_configs=MODELS) as rt:
         sid = await rt.session()

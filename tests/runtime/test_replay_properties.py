@@ -89,6 +89,19 @@ async def _produce(data_dir: Path) -> Recorded:
         fork = await rt.sup.fork_session(a, cut)
         await rt.run_to_idle(fork, "f1", "nap twice")
 
+        # Jobs and skills, appended as the actor records them (a job left running, one finished,
+        # a skill due this round, one loaded, one unloaded): snapshots and chunked folds keep them.
+        state = await rt.state(a)
+        for ev in (t.JobStarted(job_id="job_1", command="make serve"),
+                   t.JobStarted(job_id="job_2", command="make test", call_id="c_job"),
+                   t.JobFinished(job_id="job_2", status="exited", exit_code=0, output_tail="ok\n"),
+                   t.ToolFinished(call_id="c_skill", name="skill", content=[t.TextPart("loaded")],
+                                  structured_content={"name": "review", "instructions_follow": True}),
+                   t.SkillLoaded(name="other", instructions="OTHER-STEPS", base_dir="skills/other", digest="d1"),
+                   t.SkillLoaded(name="gone", instructions="GONE-STEPS", base_dir="skills/gone"),
+                   t.SkillUnloaded(name="gone")):
+            await rt.store.append(Draft(ev, project_id=state.project_id, session_id=a, agent_id="main"))
+
         # Working Context edits, appended the way an edit command would (the session's envelope).
         state = await rt.state(a)
         main = state.agents["main"]
@@ -122,7 +135,13 @@ def test_the_recorded_sessions_cover_the_interesting_kinds(recorded: Recorded):
         "input.withdrawn", "input.requeued", "task.started", "task.finished", "model.requested",
         "model.responded", "model.failed", "tool.started", "tool.finished", "todo.updated",
         "agent.started", "agent.finished", "run.aborted", "context.edited", "context.compacted",
+        "job.started", "job.finished", "skill.loaded", "skill.unloaded",
     } <= kinds
+    main = full(recorded.logs[recorded.main_session], recorded.main_session)
+    # (the actor, finding events it did not write, restarted: it records job_1 lost, and the due
+    # load of a skill no workspace holds as failed)
+    assert {j.job_id: j.status for j in main.jobs.values()} == {"job_1": "lost", "job_2": "exited"}
+    assert sorted(main.agents["main"].skills) == ["other"]
     assert [e.kind for e in recorded.edits] == ["context.edited"] * 3 + ["context.compacted", "context.edited"]
 
 
@@ -260,7 +279,9 @@ def test_the_recorded_edits_shape_the_working_context(recorded: Recorded):
     # The Full Context only gained the summary item; nothing was rewritten or removed.
     assert [it for it in after.agents["main"].items if it.role != "summary"] == before.agents["main"].items
     assert len(summary) == 1 and summary[0].text == "what happened so far"
-    ops = [(e.event.op, i) for e in recorded.edits if e.kind == "context.edited" for i in e.event.item_ids]
+    # (a skill.unloaded before the edits snipped its instructions)
+    ops = [("snip", i) for i in before.agents["main"].snipped]
+    ops += [(e.event.op, i) for e in recorded.edits if e.kind == "context.edited" for i in e.event.item_ids]
     check_working_context(after, "main", ops)
     wc_ids = [it.id for it in working_context(after.agents["main"])]
     snipped_result, snipped_user = recorded.edits[0].event.item_ids
@@ -295,7 +316,8 @@ def test_working_context_follows_any_edit_sequence(recorded: Recorded, data):
     picks = data.draw(st.lists(st.tuples(EDIT_OPS, st.lists(st.sampled_from(ids), min_size=1, max_size=2)),
                                max_size=10))
     seq = state.last_seq
-    ops: list[tuple[str, str]] = []
+    # (what a skill.unloaded snipped before)
+    ops: list[tuple[str, str]] = [("snip", i) for i in state.agents[agent_id].snipped]
     for op, item_ids in picks:
         seq += 1
         apply(state, StoredEvent(seq, 0, state.project_id, sid, state.last_session_seq + 1, agent_id, None,

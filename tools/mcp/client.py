@@ -114,7 +114,11 @@ class Connection:
         except trio.Cancelled:
             if not pending.done.is_set() and not self.closed.is_set():
                 with trio.CancelScope(shield=True), trio.move_on_after(1):
-                    await self.notify("notifications/cancelled", {"requestId": rid, "reason": "cancelled by the client"})
+                    try:
+                        await self.notify("notifications/cancelled",
+                                          {"requestId": rid, "reason": "cancelled by the client"})
+                    except McpError:
+                        pass  # (the server is going away: the cancellation stands, not its error)
             raise
         finally:
             self._pending.pop(rid, None)
