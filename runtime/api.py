@@ -44,6 +44,8 @@ from .providers.compile import IMAGE_MIMES
 from .sse_socket import direct_writer, keep_send
 from .supervisor import Supervisor
 from .views import project_view, session_row_view, session_view
+from .working_context import ERROR_STATUS as CONTEXT_STATUS
+from .workspace_api import CODES as WORKSPACE_STATUS
 
 log = logging.getLogger("lens.http")
 
@@ -63,6 +65,8 @@ STATUS: dict[str, int] = {
     "PAIRING_LIMIT": 429, "CONFIG_FILE_CHANGED": 409,
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
 }
+# The route modules of their own name their codes' statuses; a code named above keeps its own.
+STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
 
 ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)

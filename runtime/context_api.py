@@ -34,10 +34,7 @@ from . import working_context as wc
 
 
 def add_context_routes(app: QuartTrio, svc: Any) -> None:
-    from .api import STATUS, ApiError, EmptyBody, _B, _id_arg, check_id, json_response, read_body, require_strong
-
-    for code, status in wc.ERROR_STATUS.items():
-        STATUS.setdefault(code, status)
+    from .api import ApiError, EmptyBody, _B, _id_arg, check_id, json_response, read_body, require_strong
 
     class SnipBody(_B):
         item_ids: Annotated[list[str], msgspec.Meta(max_length=wc.MAX_EDIT_IDS)] = []

@@ -97,10 +97,7 @@ def _camel(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
-    from .api import STATUS, ApiError, _int_arg, _one_arg, check_id, json_response
-
-    for code, status in CODES.items():
-        STATUS.setdefault(code, status)
+    from .api import ApiError, _int_arg, _one_arg, check_id, json_response
 
     async def session_project(sid: str, *, allow_deleted: bool) -> tuple[str | None, bool]:
         await svc.projections.caught_up()
