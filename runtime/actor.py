@@ -29,6 +29,7 @@ from projections.session_state import (
     apply,
     loaded_skill_digests,
     merge_tool_policy,
+    running_jobs,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
@@ -127,6 +128,10 @@ class ActorDeps:
     context: ContextConfig = field(default_factory=ContextConfig)
     # The tool planes over ``tools`` (deferral, execution policy); None: defaults over ``tools``.
     tool_catalog: ToolCatalog | None = None
+
+    def __post_init__(self) -> None:
+        if self.tool_catalog is None:  # (one for every actor, not one each)
+            self.tool_catalog = ToolCatalog(self.tools)
 
 
 # --------------------------------------------------------------------------- commands
@@ -238,15 +243,31 @@ class SessionActor:
         self._answered: dict[str, trio.Event] = {}
         self._snapshot_at = 0
         self._skills = SkillLoads(deps.tools, session_id)
-        self.tool_catalog = deps.tool_catalog or ToolCatalog(deps.tools)
+        assert deps.tool_catalog is not None
+        self.tool_catalog = deps.tool_catalog
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
-        self.jobs = j.SessionJobs(session_id, emit=self._emit, state=lambda: self.state, new_id=deps.new_id,
-                                  wake=self._maybe_start_runner)
-        self.context = wc.WorkingContextOps(session_id, emit=self._emit, state=lambda: self.state,
-                                            catalog=deps.catalog, config=deps.context,
-                                            system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
-                                            scoped=d.Scoped)
+        self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
+
+    @property
+    def context(self) -> wc.WorkingContextOps:
+        """Compaction, pruning and context edits over this actor's state (made for each use: it
+        holds nothing, and kept it would tie the actor into a reference cycle)."""
+        return wc.WorkingContextOps(self.session_id, emit=self._emit, state=lambda: self.state,
+                                    catalog=self.deps.catalog, config=self.deps.context,
+                                    system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
+                                    scoped=d.Scoped)
+
+    @property
+    def jobs(self) -> j.SessionJobs:
+        """The session's background jobs, made at first need: most sessions never start one, and
+        an actor's objects are made and freed for every session woken and passivated."""
+        if self._jobs is None:
+            self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
+                                       new_id=self.deps.new_id, wake=self._maybe_start_runner)
+            if self._nursery is not None:
+                self._jobs.attach(self._nursery)
+        return self._jobs
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -260,14 +281,16 @@ class SessionActor:
         task_status.started()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self.jobs.attach(nursery)
+            if self._jobs is not None:
+                self._jobs.attach(nursery)
             if self.state.questions:
                 # Nobody waits for these answers any more (the asking call died with the old actor):
                 # cancel them; the call is then reported as interrupted and the model told.
                 open_questions = [(q, self.state.questions[q].agent_id or MAIN_AGENT) for q in self.state.questions]
                 await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"), agent,
                                            d.question_task(self.state, agent)) for q, agent in open_questions])
-            await self.jobs.record_lost()  # jobs of a run that is gone (a restart) ended with it
+            if running_jobs(self.state):
+                await self.jobs.record_lost()  # jobs of a run that is gone (a restart) ended with it
             self._maybe_start_runner()
             while True:
                 env: Envelope | None = None
@@ -281,7 +304,7 @@ class SessionActor:
                     except trio.EndOfChannel:
                         break
                 if env is None:
-                    if not self._runner_done.is_set() or self._idle_waiters or self.jobs.running:
+                    if not self._runner_done.is_set() or self._idle_waiters or (self._jobs is not None and self._jobs.running):
                         continue  # (jobs run in this actor's nursery: it stays while they do)
                     try:
                         env = self.mailbox.receive_nowait()
@@ -296,7 +319,8 @@ class SessionActor:
                 self.current = None
             if self._runner_scope is not None:
                 self._runner_scope.cancel()
-            self.jobs.abandon()
+            if self._jobs is not None:
+                self._jobs.abandon()
 
     def fail_pending(self, error: BaseException) -> None:
         """Answer every call this actor holds with ``error`` (used after a crash)."""
