@@ -63,6 +63,21 @@ def auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token is not None else {}
 
 
+def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bodies of the ``tool.finished`` events among ``events`` (as the events route gives them)."""
+    return [e["body"] for e in events if e["kind"] == "tool.finished"]
+
+
+async def run_tool(d: "Daemon", token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body."""
+    before = len(finished(await d.events(token, sid)))
+    await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
+    await d.wait_idle(token, sid)
+    bodies = finished(await d.events(token, sid))
+    assert len(bodies) == before + 1
+    return bodies[-1]
+
+
 def error_of(resp: httpx2.Response) -> str:
     """The error code of a JSON error response, checking the body's shape on the way."""
     assert resp.headers.get("content-type", "").startswith("application/json"), resp.text

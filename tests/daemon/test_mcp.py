@@ -18,25 +18,11 @@ from runtime.providers.names import alias_for, is_native
 from ..mcp.conftest import SERVER, alive
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
-from .conftest import Daemon, DaemonFactory, run_lens, stop_daemon, wait_until
+from .conftest import Daemon, DaemonFactory, finished, run_lens, run_tool, stop_daemon, wait_until
 
 
 def server(*flags: str, **extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [SERVER, *flags], **extra}
-
-
-def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e["body"] for e in events if e["kind"] == "tool.finished"]
-
-
-async def run_tool(d: Daemon, token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body."""
-    before = len(finished(await d.events(token, sid)))
-    await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
-    await d.wait_idle(token, sid)
-    bodies = finished(await d.events(token, sid))
-    assert len(bodies) == before + 1
-    return bodies[-1]
 
 
 async def inventory(d: Daemon, token: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from ..web.server import Request, WebServer, png, response
-from .conftest import DaemonFactory
+from .conftest import DaemonFactory, run_tool
 
 
 @pytest.fixture
@@ -18,20 +18,6 @@ async def web_server(nursery: trio.Nursery) -> WebServer:
     server = WebServer("127.0.0.1")
     await nursery.start(server.run)
     return server
-
-
-def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e["body"] for e in events if e["kind"] == "tool.finished"]
-
-
-async def run_tool(d: Any, token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body."""
-    before = len(finished(await d.events(token, sid)))
-    await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
-    await d.wait_idle(token, sid)
-    bodies = finished(await d.events(token, sid))
-    assert len(bodies) == before + 1
-    return bodies[-1]
 
 
 async def test_a_session_fetches_a_page_and_an_image_with_full_access(daemon_factory: DaemonFactory,
