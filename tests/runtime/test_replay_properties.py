@@ -22,7 +22,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import frozen, open_runtime, sleep_call
+from conftest import Runtime, frozen, open_runtime, sleep_call
 from events import types as t
 from events.reader import StoredEvent
 from events.store import Draft, open_store
@@ -91,7 +91,11 @@ async def _produce(data_dir: Path) -> Recorded:
 
         # Jobs and skills, appended as the actor records them (a job left running, one finished,
         # a skill due this round, one loaded, one unloaded): snapshots and chunked folds keep them.
+        # Appended while the session's actor is passivated, so the wake that follows reads them
+        # (an actor that was live would meet them at its next write, at a moment of the
+        # scheduler's choosing: before or after the edits below).
         state = await rt.state(a)
+        await passivated(rt, a)
         for ev in (t.JobStarted(job_id="job_1", command="make serve"),
                    t.JobStarted(job_id="job_2", command="make test", call_id="c_job"),
                    t.JobFinished(job_id="job_2", status="exited", exit_code=0, output_tail="ok\n"),
@@ -102,8 +106,13 @@ async def _produce(data_dir: Path) -> Recorded:
                    t.SkillUnloaded(name="gone")):
             await rt.store.append(Draft(ev, project_id=state.project_id, session_id=a, agent_id="main"))
 
+        # The wake records job_1 lost and reports it (a task), and the due load of a skill no
+        # workspace holds as failed; then the edits go in behind the passivated actor again.
+        await rt.idle(a)
+        await passivated(rt, a)
         # Working Context edits, appended the way an edit command would (the session's envelope).
         state = await rt.state(a)
+        await passivated(rt, a)
         main = state.agents["main"]
         results = [it for it in main.items if it.role == "tool_result"]
         users = [it for it in main.items if it.role == "user"]
@@ -120,6 +129,15 @@ async def _produce(data_dir: Path) -> Recorded:
             first_edit = first_edit or res.seq
         logs = {sid: await rt.events(sid) for sid in (a, b, fork)}
     return Recorded(logs, a, [e for e in logs[a] if e.seq >= first_edit])
+
+
+async def passivated(rt: Runtime, session_id: str) -> None:
+    """Let the session's actor go idle and passivate (its idle timer, on the test's mock clock)."""
+    for _ in range(1000):
+        if session_id not in rt.sup.live_sessions:
+            return
+        await trio.sleep(60)
+    raise AssertionError(f"session {session_id} never passivated")
 
 
 @pytest.fixture(scope="module")
