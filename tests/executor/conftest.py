@@ -20,7 +20,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import pytest
 import trio
@@ -180,3 +180,13 @@ async def wait_path(path: Path, timeout: float = 10.0) -> None:
     with trio.fail_after(timeout):
         while not path.exists():
             await trio.sleep(0.01)
+
+
+async def run_to_idle(sup: Any, sid: str, request_id: str, message: str) -> Any:
+    """Submit ``message`` to session ``sid`` of a Supervisor, wait until it is idle, return its state."""
+    from events import types as t
+    from runtime.actor import GetState, Submit, WaitIdle
+
+    await sup.call(sid, Submit(request_id, [t.TextPart(message)], "followUp"))
+    await sup.call(sid, WaitIdle())
+    return await sup.call(sid, GetState())

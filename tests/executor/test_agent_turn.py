@@ -10,10 +10,9 @@ from typing import Any
 import msgspec
 import trio
 
-from events import types as t
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
-from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
+from runtime.actor import ActorDeps
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
@@ -21,7 +20,7 @@ from tools.artifacts import ArtifactStore
 from tools.registry import builtin_tools
 from tools.workspace_tools import workspace_tools
 
-from .conftest import running_pool
+from .conftest import run_to_idle as _run, running_pool
 
 UNTOUCHED = "UNTOUCHED-LINE-7f3a9c"  # file bytes the edit does not name: must never reach the log
 ORIGINAL = (f"{UNTOUCHED} keep me\n" * 40 + "greeting = 'hello'\n").encode()
@@ -67,12 +66,6 @@ async def test_an_agent_edits_then_reverts_through_the_real_executor(tmp_path: P
     finally:
         store.close()
         snapshots.close()
-
-
-async def _run(sup: Supervisor, sid: str, request_id: str, message: str) -> Any:
-    await sup.call(sid, Submit(request_id, [t.TextPart(message)], "followUp"))
-    await sup.call(sid, WaitIdle())
-    return await sup.call(sid, GetState())
 
 
 async def _scenario(sup: Supervisor, store: EventStore, faux: FauxProvider, ws: Path,

@@ -29,7 +29,7 @@ from runtime.prompt import SkillMeta, build_system_prompt
 from tools.skills import MAX_SKILL_BYTES, discover, prompt_skills, skill_tool, workspace_reader
 from tools.workspace_tools import workspace_tools
 
-from .conftest import running_pool
+from .conftest import run_to_idle as run, running_pool
 from .test_agent_turn import Ids
 
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff, then the tests.\n"
@@ -65,12 +65,6 @@ async def harness(tmp_path: Path, ws: Path, script: list[FauxTurn]) -> AsyncIter
     finally:
         store.close()
         snapshots.close()
-
-
-async def run(sup: Supervisor, sid: str, request_id: str, message: str) -> Any:
-    await sup.call(sid, Submit(request_id, [t.TextPart(message)], "followUp"))
-    await sup.call(sid, WaitIdle())
-    return await sup.call(sid, GetState())
 
 
 async def events_of(store: EventStore, sid: str) -> list[Any]:
