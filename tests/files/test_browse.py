@@ -154,3 +154,40 @@ def test_a_walk_stops_when_its_caller_went_away(ws: Workspace, root: Path):
     ws.still_wanted = lambda: False
     fails("CANCELLED", ws.browse_list, ".", depth=2)
     assert len(ws.browse_list(".")["entries"]) == 300  # one directory: nothing to stop
+
+
+def test_a_cut_listing_of_a_large_directory_keeps_the_first_names_in_bounded_memory(ws: Workspace, root: Path):
+    import random
+    import tracemalloc
+
+    (root / ".gitignore").write_text("*.log\n")
+    small, big = root / "small", root / "big"
+    small.mkdir()
+    big.mkdir()
+    for i in range(11):
+        (small / f"f{i:05d}.txt").touch()
+    names_made = [f"f{i:05d}.txt" for i in range(6000)] + [f"g{i:03d}.log" for i in range(300)]
+    random.Random(7).shuffle(names_made)
+    for name in names_made:
+        (big / name).touch()
+
+    def peak_of(path: str) -> tuple[dict, int]:
+        tracemalloc.start()
+        try:
+            listing = ws.browse_list(path, max_entries=10)
+            return listing, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    _, small_peak = peak_of("small")
+    listing, big_peak = peak_of("big")
+    assert names(listing) == [f"big/f{i:05d}.txt" for i in range(10)]
+    assert listing["truncated"] is True
+    assert listing["ignored_hidden"] == 300  # (every ignored entry of the directory, also past the cut)
+    # holding one DirEntry per name would add ~1 MB here; the cut keeps eleven whatever the size
+    assert big_peak - small_peak < 100_000, (small_peak, big_peak)
+    whole = ws.browse_list("big", max_entries=6000)
+    assert whole["truncated"] is False and len(whole["entries"]) == 6000
+    assert names(whole) == sorted(names(whole))
+    cut = ws.browse_list("big", max_entries=5999)
+    assert cut["truncated"] is True and names(cut) == names(whole)[:5999]

@@ -7,7 +7,8 @@
      "entries": [{"name", "path", "kind": file|directory|symlink|other, "size" (files; else None),
                   "ignored", "sensitive"}, ...],
      "truncated": true when entries stopped at ``max_entries``,
-     "ignored_hidden": gitignored entries left out (include_ignored false)}
+     "ignored_hidden": gitignored entries left out (include_ignored false), every one in the
+     directories read, also past a cut}
 
 Entries come level by level (breadth first: the directory's own entries first, each level in
 the order of its parents, names sorted by code point), down to ``depth`` levels (1: the
@@ -27,10 +28,11 @@ byte is read), anything but a regular file (NOT_A_FILE), a file with a NUL byte 
 
 from __future__ import annotations
 
+import heapq
 import os
 import stat
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .confine import Root, resolve
 from .errors import FileToolError
@@ -70,9 +72,11 @@ def _read_small(dir_fd: int, name: str) -> str | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
-        data = os.read(fd, MAX_GITIGNORE_BYTES)
+        # (sized by the file: a read of the cap would allocate 1 MiB for every small .gitignore)
+        data = os.read(fd, min(st.st_size, MAX_GITIGNORE_BYTES) or 1)
         return data.decode("utf-8", "replace")
     except OSError:
         return None
@@ -164,21 +168,31 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
         try:
             if rel != start:
                 dir_rules = dir_rules.child(rel, _read_small(fd, ".gitignore"))
+            shown: list[tuple[str, os.DirEntry[str], str, str, bool]] = []
             with os.scandir(fd) as it:
-                found = sorted(it, key=lambda e: e.name)
-            for entry in found:
-                name = entry.name
-                if name.lower() == ".git":
-                    continue
-                kind = _kind(entry)
-                child = name if rel == "." else f"{rel}/{name}"
-                ignored = dir_rules.ignored(child, kind == "directory", dir_ignored)
-                if ignored and not include_ignored:
-                    hidden += 1
-                    continue
-                if len(entries) >= cap:
-                    truncated = True
-                    break
+
+                def candidates() -> Iterator[tuple[str, os.DirEntry[str], str, str, bool]]:
+                    nonlocal hidden
+                    for entry in it:
+                        name = entry.name
+                        if name.lower() == ".git":
+                            continue
+                        kind = _kind(entry)
+                        child = name if rel == "." else f"{rel}/{name}"
+                        ignored = dir_rules.ignored(child, kind == "directory", dir_ignored)
+                        if ignored and not include_ignored:
+                            hidden += 1
+                            continue
+                        yield name, entry, kind, child, ignored
+
+                # The first entries by name that still fit, and one more to tell a cut: memory
+                # stays within the cap however many entries the directory holds.
+                room = cap - len(entries)
+                shown = heapq.nsmallest(room + 1, candidates(), key=lambda c: c[0])
+            if len(shown) > room:
+                truncated = True
+                del shown[room:]
+            for name, entry, kind, child, ignored in shown:
                 size = None
                 if kind == "file":
                     try:
