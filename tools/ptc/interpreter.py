@@ -10,7 +10,7 @@ methods called directly (``x.split(",")``) on values of exactly the listed types
 
 Cost model (what ``Limits.max_steps`` counts): every statement and expression evaluated is one
 step; an operation that builds or scans a container additionally costs one step per item it
-touches (strings: one per 256 characters), counted *before* the work is done, so no single
+touches (strings: one per 64 characters), counted *before* the work is done, so no single
 C-level operation can run long between two checkpoints. Every 1,000 steps the evaluator yields to
 trio (``trio.lowlevel.checkpoint``), so a busy program can be cancelled.
 
@@ -63,7 +63,7 @@ MAX_INT_BITS = 10_000
 
 _CHECKPOINT_EVERY = 1000
 _DATA_DEPTH = 200  # nesting of data that repr/==/hash/json may recurse into
-_STR_CHUNK = 256  # characters per step when a string is scanned or built
+_STR_CHUNK = 64  # characters per step when a string is scanned or built
 
 
 class ToolCallFailed(Exception):
@@ -276,7 +276,7 @@ def _tname(value: Any) -> str:
 def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: int = 0) -> tuple[int, int, int]:
     """(work, chars, depth) of ``value`` seen as a tree, stopping once a budget is passed.
 
-    ``work`` counts scalars and container items (strings: one per 256 characters); ``chars``
+    ``work`` counts scalars and container items (strings: one per 64 characters); ``chars``
     (only when ``text``) over-estimates the length of its repr/JSON text. Shared parts count each
     time they occur (as repr and == expand them); a container met again on its own path (a cycle)
     counts once. ``depth`` is the deepest container nesting seen.
@@ -518,7 +518,7 @@ def _static_check(tree: ast.Module, tool_names: Collection[str], limits: Limits)
                 raise _not_allowed(f"the attribute {attr!r}", line)
         elif t is ast.Constant:
             if type(node.value) not in _SCALARS and type(node.value) is not str:
-                raise _not_allowed(f"a {type(node.value).__name__} constant", line)
+                raise _not_allowed(f"a constant of type {type(node.value).__name__}", line)
         elif t is ast.BinOp and type(node.op) is ast.MatMult:
             raise _not_allowed("the @ operator", line)
         elif t is ast.FormattedValue and node.format_spec is not None:
@@ -594,10 +594,11 @@ class _Machine:
     def charge(self, n: int) -> None:
         self.steps += n
         if self.steps > self.limits.max_steps:
+            self.steps = self.limits.max_steps + 1  # work past the limit is never done
             raise ProgramError("PTC_STEP_LIMIT", f"the program ran more than {self.limits.max_steps} steps")
 
     def charge_len(self, value: Any) -> None:
-        """Shallow work over ``value``: one step per item (strings: per 256 characters)."""
+        """Shallow work over ``value``: one step per item (strings: per 64 characters)."""
         t = type(value)
         if t is str:
             self.charge(len(value) // _STR_CHUNK)
@@ -647,7 +648,10 @@ class _Machine:
         t = type(value)
         if t not in _ITERABLES:
             raise _runtime("TypeError", f"'{_tname(value)}' object is not iterable")
-        self.charge_len(value)
+        if t is str:
+            self.charge(len(value))  # one item per character
+        else:
+            self.charge_len(value)
         return value
 
     def materialize(self, value: Any) -> list[Any]:
@@ -688,6 +692,7 @@ class _Machine:
         return s
 
     def emit(self, text: str) -> None:
+        self.charge(len(text) // _STR_CHUNK)
         if self.truncated or not text:
             return
         data = text.encode("utf-8", "surrogatepass")
@@ -1586,6 +1591,10 @@ async def _e_starred(m: _Machine, node: ast.Starred) -> Any:
     raise _not_allowed("a starred expression here", node)
 
 
+async def _e_slice(m: _Machine, node: ast.Slice) -> Any:
+    raise _runtime("TypeError", "a slice is only allowed alone in a subscript, as in x[a:b]")
+
+
 _EXPRESSIONS: MappingProxyType[type, Callable[..., Awaitable[Any]]] = MappingProxyType(
     {
         ast.Constant: _e_constant,
@@ -1609,6 +1618,7 @@ _EXPRESSIONS: MappingProxyType[type, Callable[..., Awaitable[Any]]] = MappingPro
         ast.SetComp: _e_setcomp,
         ast.DictComp: _e_dictcomp,
         ast.Starred: _e_starred,
+        ast.Slice: _e_slice,
     }
 )
 
@@ -1711,7 +1721,6 @@ def _b_sorted(m: _Machine, iterable: Any, /, *, key: Any = None, reverse: Any = 
 def _sort(m: _Machine, items: list[Any], key: Any, reverse: Any) -> list[Any]:
     keys = _keyed(m, items, key)
     m.charge_deep(keys)
-    m.charge(len(items) * max(len(items).bit_length() - 1, 0))
     if key is None:
         return sorted(items, reverse=bool(reverse))
     order = sorted(range(len(items)), key=keys.__getitem__, reverse=bool(reverse))
@@ -1946,10 +1955,12 @@ def _case(name: str) -> Callable[..., str]:
 
 def _splitter(name: str) -> Callable[..., list[str]]:
     def split(m: _Machine, s: str, sep: Any = None, maxsplit: Any = -1) -> list[str]:
+        if (sep is not None and type(sep) is not str) or type(maxsplit) not in (int, bool):
+            raise _runtime("TypeError", f"{name}() needs a str or None separator and an int maxsplit")
         m.charge(len(s) // _STR_CHUNK)
-        out = getattr(s, name)(sep, maxsplit)
-        m.charge(len(out))
-        return out
+        pieces = (s.count(sep) if sep else len(s) // 2) + 1  # at most this many, charged before the list exists
+        m.charge(pieces if maxsplit < 0 else min(pieces, maxsplit + 1))
+        return getattr(s, name)(sep, maxsplit)
 
     return split
 
