@@ -700,6 +700,23 @@ async def test_deeply_nested_data_is_refused_not_crashed_on() -> None:
     assert error.code == "PTC_TOO_DEEP"
 
 
+async def test_container_work_costs_steps() -> None:
+    # Each `in` scans 500 items of the list: ten of them cost over 5,000 steps; a set lookup does not.
+    scan = "big = list(range(500))\nfor i in range(10):\n    found = 499 in big"
+    assert (await fails(scan, Limits(max_steps=5000))).code == "PTC_STEP_LIMIT"
+    assert (await run(scan.replace("list(", "set("), Limits(max_steps=5000))).error is None
+
+
+async def test_dict_views_are_snapshots() -> None:
+    out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
+    assert out == "{} ['x']\n"
+
+
+async def test_a_tuple_of_slices_is_a_runtime_error() -> None:
+    error = await fails("x = [1, 2]\nprint(x[0:1, 1])")
+    assert (error.code, error.line) == ("PTC_RUNTIME", 2)
+
+
 async def test_cyclic_lists_print_like_python() -> None:
     assert await ok("a = [1]\na.append(a)\nprint(a)") == "[1, [...]]\n"
 
@@ -751,8 +768,8 @@ async def test_int_and_round_guards() -> None:
         ("with x:\n    pass", "with is not allowed (line 1)"),
         ("print(y := 1)", "the walrus operator := is not allowed (line 1)"),
         ("x: int = 1", "an annotated assignment is not allowed (line 1)"),
-        ("x = b'bytes'", "a bytes constant is not allowed (line 1)"),
-        ("x = 1j", "a complex constant is not allowed (line 1)"),
+        ("x = b'bytes'", "a constant of type bytes is not allowed (line 1)"),
+        ("x = 1j", "a constant of type complex is not allowed (line 1)"),
         ("x = [1] @ [2]", "the @ operator is not allowed (line 1)"),
         ("try:\n    pass\nexcept OSError:\n    pass", "except OSError is not allowed (line 3)"),
         ("raise ValueError('a') from None", "raise ... from is not allowed (line 1)"),
