@@ -638,6 +638,13 @@ async def test_output_is_cut_on_a_utf8_boundary() -> None:
     assert len(outcome.output.encode()) == 9
 
 
+async def test_lone_surrogates_are_printed_as_replacement_characters() -> None:
+    outcome = await run("""print(json_loads('"\\\\ud800-\\\\ud83d\\\\ude00"'))""")
+    assert outcome.error is None
+    assert outcome.output == "\ufffd-\U0001f600\n"
+    outcome.output.encode("utf-8")  # always encodable
+
+
 async def test_output_printed_before_an_error_is_kept() -> None:
     outcome = await run("print('a')\nprint('b')\nprint(1 / 0)")
     assert outcome.output == "a\nb\n"
@@ -735,10 +742,17 @@ async def test_program_nesting_depth_limit() -> None:
 
 
 async def test_int_and_round_guards() -> None:
+    assert await ok("x = 2 ** 9999\ny = 1 << 9999\nprint(x == y, x * 1 == x)") == "True True\n"
+    assert (await fails("x = 2 ** 10000")).code == "PTC_VALUE_TOO_LARGE"
+    assert (await fails("x = 3 ** 9000")).code == "PTC_VALUE_TOO_LARGE"  # 14,265 bits: built, then refused
+    assert (await fails("x = 2 ** 9999\ny = x + x")).code == "PTC_VALUE_TOO_LARGE"
+    error = await fails("x = (-8) ** 0.5")
+    assert (error.code, error.message.split(":")[0]) == ("PTC_RUNTIME", "ValueError")
     assert await ok("print(round(1, -10 ** 9), round(1.5, 10 ** 9), (-1) ** (10 ** 18), 0 ** (10 ** 18))") == "0 1.5 1 0\n"
     assert (await fails("print(1.5 in range(10 ** 12))")).code == "PTC_VALUE_TOO_LARGE"
     assert (await fails("print(all(range(1, 10 ** 12)))")).code == "PTC_VALUE_TOO_LARGE"
     assert (await fails('print(int("9" * 5000))')).code == "PTC_RUNTIME"  # Python's own digit limit
+    assert (await fails('print(int("9" * 4000))')).code == "PTC_VALUE_TOO_LARGE"  # 13,288 bits
 
 
 # --- refusals -----------------------------------------------------------------------------------

@@ -695,23 +695,19 @@ class _Machine:
         self.charge(len(text) // _STR_CHUNK)
         if self.truncated or not text:
             return
-        data = text.encode("utf-8", "surrogatepass")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (json_loads('"\\ud800"')) become U+FFFD
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            data = text.encode("utf-8")
         room = self.limits.max_output_bytes - self.out_bytes
         if len(data) <= room:
             self.out.append(text)
             self.out_bytes += len(data)
             return
-        cut = data[:room]
-        for _ in range(4):
-            try:
-                piece = cut.decode("utf-8", "surrogatepass")
-                break
-            except UnicodeDecodeError:
-                cut = cut[:-1]
-        else:  # pragma: no cover - a cut never needs more than 3 bytes dropped
-            piece = ""
+        piece = data[:room].decode("utf-8", "ignore")  # drops a character cut in two
         self.out.append(piece)
-        self.out_bytes += len(piece.encode("utf-8", "surrogatepass"))
+        self.out_bytes += len(piece.encode("utf-8"))
         self.truncated = True
 
     def key(self, value: Any) -> Any:
@@ -892,6 +888,16 @@ class _Machine:
     # -- operators --
 
     def binop(self, op: type, a: Any, b: Any) -> Any:
+        result = self._binop(op, a, b)
+        t = type(result)
+        if t is int:
+            self.check_int(result)
+        elif t not in _PLAIN and t is not range:  # (-8) ** 0.5 is complex in Python
+            raise _runtime("ValueError", f"the result would be a {t.__name__} number, which programs cannot hold")
+        return result
+
+    def _binop(self, op: type, a: Any, b: Any) -> Any:
+        """``a op b`` with sizes checked before anything large is built (binop checks the result)."""
         ta, tb = type(a), type(b)
         if not (ta in _PLAIN or ta is range) or not (tb in _PLAIN or tb is range):
             raise _runtime("TypeError", f"unsupported operand types: {_tname(a)} and {_tname(b)}")
@@ -901,13 +907,11 @@ class _Machine:
                 self.charge_len(a)
                 self.charge_len(b)
                 return a + b
-            r = a + b
-            return self.check_int(r) if type(r) is int else r
+            return a + b
         if op is ast.Sub:
             if ta is set and tb is set:
                 self.charge(len(a) + len(b))
-            r = a - b
-            return self.check_int(r) if type(r) is int else r
+            return a - b
         if op is ast.Mult:
             if ta in (str, list, tuple) and tb in (int, bool):
                 seq, n = a, b
@@ -931,7 +935,9 @@ class _Machine:
             return a % b
         if op is ast.Pow:
             if ta in (int, bool) and tb in (int, bool) and b > 0 and abs(a) > 1:
-                if b * a.bit_length() > MAX_INT_BITS + a.bit_length():
+                # |a| ** b has more than b * (bits(a) - 1) bits: refuse before computing; the
+                # result (at most twice the limit) is checked exactly afterwards.
+                if b * (a.bit_length() - 1) > MAX_INT_BITS:
                     raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
             if ta is float or tb is float:
                 if ta in (int, bool) and a.bit_length() > 1100:
@@ -1663,6 +1669,7 @@ def _b_int(m: _Machine, value: Any = 0, /, base: Any = _NO) -> int:
         raise _runtime("TypeError", f"int() argument must be a string or a number, not '{_tname(value)}'")
     if type(value) is str:
         m.charge(len(value) // _STR_CHUNK)
+        return m.check_int(int(value))
     return int(value)
 
 
