@@ -237,6 +237,22 @@ async def test_raise_reraise_and_assert() -> None:
     assert (await fails("assert False")).code == "PTC_UNCAUGHT"
 
 
+async def test_a_re_raised_tool_failure_stays_a_tool_failure() -> None:
+    error = await fails(
+        """
+        try:
+            read_file(path="nope")
+        except ToolError as e:
+            print("logging", e.code)
+            raise e
+        """
+    )
+    assert (error.code, error.line) == ("PTC_TOOL_FAILED", 6)
+    assert error.message == "read_file failed: FILE_NOT_FOUND: no such file: nope (line 6)"
+    error = await fails("raise")
+    assert (error.code, error.message) == ("PTC_RUNTIME", "RuntimeError: no active exception to reraise (line 1)")
+
+
 async def test_del_names_and_subscripts() -> None:
     error = await fails(
         """
