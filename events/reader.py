@@ -241,6 +241,15 @@ class LogReader:
     def last_seq(self) -> int:
         return self._query("the last seq", "SELECT coalesce(max(seq), 0) FROM events")[0][0]
 
+    def session_last_seq(self, session_id: str, to: int | None = None) -> int:
+        """The ``seq`` of session ``session_id``'s last event (at most ``to``), 0 when none: a walk
+        back from the end of the session's ``(session_id, session_seq)`` index."""
+        rows = self._query(
+            "a session's last seq",
+            "SELECT seq FROM events WHERE session_id = ? AND seq <= ? ORDER BY session_seq DESC LIMIT 1",
+            (session_id, SEQ_MAX if to is None else min(to, SEQ_MAX)))
+        return rows[0][0] if rows else 0
+
     def refresh_dictionaries(self) -> None:
         """Load dictionaries stored since the last call (a damaged one is recorded, not loaded)."""
         known = set(self.codec.dictionary_ids) | set(self.damaged_dictionaries)

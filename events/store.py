@@ -831,10 +831,12 @@ class EventStore:
         to: int | None = None,
         after_session_seq: int | None = None,
         max_bytes: int = READ_BYTES,
+        kinds: Sequence[str] | None = None,
     ) -> list[StoredEvent]:
         """Decoded events with ``seq > after`` (at most ``limit``), off the trio thread.
 
         ``after_session_seq``: only events with a ``session_seq`` above it (see ``LogReader.rows``).
+        ``kinds``: only events of these kinds (the others are skipped in SQL, never decoded).
         A page also ends before its decoded bodies would pass ``max_bytes`` (but holds at least
         one event), so a page shorter than ``limit`` is not the end: read on until one is empty.
         """
@@ -842,7 +844,15 @@ class EventStore:
         def read() -> list[StoredEvent]:
             reader = self._get_reader()
             return list(reader.events(after=after, to=to, session_id=session_id, limit=limit,
-                                      after_session_seq=after_session_seq, max_bytes=max_bytes))
+                                      after_session_seq=after_session_seq, max_bytes=max_bytes, kinds=kinds))
+
+        return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
+
+    async def session_last_seq(self, session_id: str, *, to: int | None = None) -> int:
+        """The ``seq`` of the session's last committed event (at most ``to``); 0 when it has none."""
+
+        def read() -> int:
+            return self._get_reader().session_last_seq(session_id, to)
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 

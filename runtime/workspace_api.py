@@ -175,20 +175,27 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
 
 
 MAX_FORK_DEPTH = 64  # forks of forks followed back for inherited edits
+# The kinds the changes fold reads: only their rows are decoded (a long session's model answers,
+# inputs and results are skipped in SQL).
+EDIT_KINDS = ("tool.started", "artifact.stored", "file.edited", "file.reverted")
 
 
 async def _edit_events(store: Any, sid: str, to: int | None) -> tuple[list[Any], int]:
-    """The events of session ``sid`` (up to seq ``to``) the changes fold reads, and the last seq read."""
+    """The events of session ``sid`` (up to seq ``to``) the changes fold reads, and the seq of the
+    session's last event they reflect."""
+    if to is None:
+        to = store.last_seq  # (fixed first: what is read and the seq returned agree)
+    last = await store.session_last_seq(sid, to=to)
     events, after = [], 0
     while True:
-        page = await store.read_events(session_id=sid, after=after, limit=1000, to=to)
+        page = await store.read_events(session_id=sid, after=after, limit=1000, to=to, kinds=EDIT_KINDS)
         if not page:
             break
         events.extend(e for e in page if isinstance(e.event, (t.ToolStarted, t.ArtifactStored, t.FileEdited,
                                                                t.FileReverted)))
         after = page[-1].seq
         await trio.lowlevel.checkpoint()
-    return events, after
+    return events, last
 
 
 def _rel(path: str, workspace: str | None) -> str:

@@ -104,6 +104,26 @@ class TestStoreContract:
         events = await store.read_events(session_id="s1")
         assert [e.session_seq for e in events] == [1, 2]
 
+    async def test_read_events_of_some_kinds_only(self, store: Any) -> None:
+        await store.append(note("a"), Draft(SessionNamed(name="n"), session_id="s1"), note("b", session="s2"))
+        await store.append(Draft(SessionNamed(name="m"), session_id="s2"), note("c"))
+        notes = await store.read_events(kinds=["instruction.appended"])
+        assert texts(notes) == ["a", "b", "c"]
+        named = await store.read_events(session_id="s2", kinds=["session.named", "no.such.kind"])
+        assert [(e.seq, e.event.name) for e in named] == [(4, "m")]
+        assert len(await store.read_events(kinds=None)) == 5
+        assert [e.seq for e in await store.read_events(after=1, limit=1, kinds=["instruction.appended"])] == [3]
+
+    async def test_a_sessions_last_seq(self, store: Any) -> None:
+        assert await store.session_last_seq("s1") == 0
+        await store.append(note("a"), note("b", session="s2"), note("c"))
+        await store.append(note("d", session="s2"), note("e", session=None))
+        assert await store.session_last_seq("s1") == 3
+        assert await store.session_last_seq("s2") == 4
+        assert await store.session_last_seq("s2", to=3) == 2 and await store.session_last_seq("s2", to=1) == 0
+        assert await store.session_last_seq("s1", to=2**63 + 5) == 3  # (past SQLite's integers: clamped)
+        assert await store.session_last_seq("nobody") == 0
+
     async def test_ts_is_wall_clock_ms_and_non_decreasing(self, store: Any) -> None:
         before = now_ms()
         results = [await store.append(note(f"{i}", session=f"s{i % 2}")) for i in range(20)]
