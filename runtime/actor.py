@@ -11,8 +11,10 @@ in-memory state never diverges from what was committed.
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import itertools
+import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -35,8 +37,8 @@ from projections.session_state import (
     working_context,
 )
 from projections.snapshots import SnapshotStore
-from tools.base import ToolContext, ToolError, ToolRegistry
-from tools.catalog import ToolCatalog
+from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
+from tools.catalog import REFUSALS, ToolCatalog
 
 from . import decide as d
 from . import jobs as j
@@ -96,11 +98,18 @@ def unique_call_ids(state: SessionState, calls: list[t.ToolCall]) -> list[t.Tool
         return calls
     used = used_call_ids(state)
     out: list[t.ToolCall] = []
+
+    def taken(call_id: str) -> bool:
+        # (``<id>.<n>`` names the n-th call of a program run by call ``<id>``: the executor keeps
+        # file history and replays by call id, so a model's call may not take one)
+        root, dot, n = call_id.rpartition(".")
+        return call_id in used or (bool(dot) and n.isdigit() and root in used)
+
     for call in calls:
         call_id = call.call_id
-        if call_id in used:
+        if taken(call_id):
             n = 2
-            while f"{call_id}-{n}" in used:
+            while taken(f"{call_id}-{n}"):
                 n += 1
             call = msgspec.structs.replace(call, call_id=f"{call_id}-{n}")
         used.add(call.call_id)
@@ -801,21 +810,40 @@ class SessionActor:
         async def ask(questions: list[t.Question]) -> dict[str, Any]:
             return await self._ask(agent_id, task_id, call, questions)
 
+        tool_policy = self.state.settings.get("toolPolicy")
+        tool_policy = tool_policy if isinstance(tool_policy, dict) else None
+        is_main = agent_id == MAIN_AGENT
+        sub_calls = itertools.count(1)
+
+        async def call_tool(name: str, args: dict[str, Any]) -> ToolResult:
+            """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
+            current = self.state.agents[agent_id]
+            sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id,
+                              f"{call.call_id}.{next(sub_calls)}", is_main,
+                              file_edits=lambda cid: list(self.state.file_edits.get(cid, [])),
+                              agent_tools=list(current.tools) or None,
+                              loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities))
+            try:
+                arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not JSON data ({exc})")
+            check = self.tool_catalog.check(loaded=current.capabilities, allowed=current.tools or None,
+                                            session=tool_policy, is_main_agent=is_main, from_program=True)
+            result = await tools.run(name, arguments, sub, allowed=current.tools or None, check=check)
+            return self._with_warning(name, result, tool_policy)
+
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
-                          agent_id == MAIN_AGENT, start_subagent,
+                          is_main, start_subagent,
                           file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask,
                           jobs=self.jobs,
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
                           agent_tools=list(agent.tools) or None,
-                          loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities))
-        tool_policy = self.state.settings.get("toolPolicy")
-        tool_policy = tool_policy if isinstance(tool_policy, dict) else None
-        check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy)
+                          loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities),
+                          call_tool=call_tool)
+        check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
+                                        is_main_agent=is_main)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)
-        warning = self.tool_catalog.warning(call.name, tool_policy) if spec is not None else None
-        if warning is not None and result.error_code not in ("TOOL_NOT_LOADED", "TOOL_DISABLED", "PATH_NOT_ALLOWED",
-                                                             "PARAM_NOT_ALLOWED"):
-            result = dataclasses.replace(result, content=[*result.content, t.TextPart(warning)])
+        result = self._with_warning(call.name, result, tool_policy)
         # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
         events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
         try:
@@ -836,6 +864,15 @@ class SessionActor:
                                     f"recorded ({exc.message[:300]}); if it produced output, ask for less "
                                     f"(a smaller range, a filter, a lower max_output_bytes).")],
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)])
+
+    def _with_warning(self, name: str, result: ToolResult, tool_policy: dict[str, Any] | None) -> ToolResult:
+        """``result`` with the ``approval: warn`` note of tool ``name``, unless the call was refused."""
+        if self.deps.tools.get(name) is None or result.error_code in REFUSALS:
+            return result
+        warning = self.tool_catalog.warning(name, tool_policy)
+        if warning is None:
+            return result
+        return dataclasses.replace(result, content=[*result.content, t.TextPart(warning)])
 
     async def _append_skills(self, agent_id: str, task_id: str | None, step: d.AppendSkills) -> None:
         """Record the ``skill.loaded`` of the round's skill calls, now that its results are in."""

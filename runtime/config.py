@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from tools.catalog import PolicyError, ToolsConfig, check_policy_map
+from tools.catalog import MAX_POLICY_ENTRIES, LocalPtcConfig, PolicyError, ToolsConfig, check_policy_map
 from tools.executor import split_host_port
 
 from . import jsonc
@@ -157,6 +157,7 @@ class Config(_C):
     context: ContextConfig = msgspec.field(default_factory=ContextConfig)
     mcp_servers: dict[str, McpServerConfig] = {}  # stdio MCP servers by name (runtime.mcp_config)
     tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)  # deferral and policy (tools/catalog.py)
+    local_ptc: LocalPtcConfig | None = None  # programmatic_tool_run, on when present (tools/ptc)
 
 
 def parse_config(text: str | bytes, where: str = "config") -> Config:
@@ -288,9 +289,13 @@ def check_config(cfg: Config, where: str) -> None:
     if ws.api_key_env is not None and (not ws.api_key_env or "=" in ws.api_key_env or "\0" in ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     check_mcp_servers(cfg.mcp_servers, where, ConfigError)
-    for key, patterns in (("tools.deferred", cfg.tools.deferred), ("tools.eager", cfg.tools.eager)):
+    native = cfg.local_ptc.native_capabilities if cfg.local_ptc is not None else None
+    for key, patterns in (("tools.deferred", cfg.tools.deferred), ("tools.eager", cfg.tools.eager),
+                          ("localPtc.nativeCapabilities", native or [])):
         if any(not p or len(p) > 256 for p in patterns):
             raise ConfigError(f"{where}: {key} entries must be tool names or patterns of 1 to 256 characters")
+        if len(patterns) > MAX_POLICY_ENTRIES:
+            raise ConfigError(f"{where}: {key} has more than {MAX_POLICY_ENTRIES} entries")
     try:
         check_policy_map(cfg.tools.policy, "tools.policy")
     except PolicyError as exc:

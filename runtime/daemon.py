@@ -35,6 +35,7 @@ from tools.skills import prompt_skills, skill_tool
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 from tools.catalog import ToolCatalog, capability_search_tool
+from tools.ptc.tool import ptc_tool
 
 from .actor import ActorDeps
 from .api import Services, create_app, watch_streams
@@ -144,8 +145,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
                                           search_api_key_env=cfg.web_search.api_key_env)])
-        tool_catalog = ToolCatalog(tools, cfg.tools)  # (the planes over the registry, F-TOOL-1..3)
+        tool_catalog = ToolCatalog(tools, cfg.tools, cfg.local_ptc)  # (the planes over the registry, F-TOOL-1..3)
         tools.add(capability_search_tool(tool_catalog))
+        if tool_catalog.ptc is not None:
+            tools.add(ptc_tool(tool_catalog))
         mcp = McpServers(cfg.mcp_servers, tools, artifacts)  # (their tools join `tools` as they start)
         home = os.path.expanduser("~")
 

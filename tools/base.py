@@ -50,6 +50,10 @@ class ToolContext:
     # the deferred capabilities it has loaded (``capability.loaded``). Provided by the actor.
     agent_tools: Sequence[str] | None = None
     loaded_capabilities: Callable[[], Sequence[str]] | None = None
+    # Runs another of this agent's tools as a sub-call of this one (``programmatic_tool_run``):
+    # the same registry, catalog planes and policy as a native call, with a call id of its own
+    # (``<call_id>.<n>``); a failure comes back as an error result. Provided by the actor.
+    call_tool: Callable[[str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
 
 
 @dataclass(frozen=True)

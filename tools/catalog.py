@@ -36,6 +36,12 @@ from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec
 LIFECYCLES = ("current", "compat", "dead-candidate")
 SOURCES = ("native", "mcp")
 CAPABILITY_SEARCH = "capability_search"
+# The programmatic tool run entry (PTC, tools/ptc): an agent it is assigned to calls its deferred
+# tools (and any other assigned tool outside its native list) from a program.
+PTC = "programmatic_tool_run"
+# Tools a program cannot call: PTC itself, and the tools that wait on a person, run an agent,
+# place instructions after the round's results or outlive the call (call them natively).
+NOT_FROM_PROGRAMS = frozenset({PTC, "ask_user", "subagent", "skill", "job"})
 # MCP tools are deferred by default once the registry holds more than this many of them.
 DEFAULT_MCP_DEFER_ABOVE = 16
 MAX_QUERY_CHARS = 500
@@ -47,7 +53,10 @@ PATH_ARGUMENTS = ("path", "cwd")
 POLICY_FIELDS = ("enabled", "approval", "workspaceAllowlist", "paramRestrictions")
 POLICY_DEFAULTS: dict[str, Any] = {"enabled": True, "approval": "none", "workspaceAllowlist": None,
                                    "paramRestrictions": {}}
-MAX_POLICY_ENTRIES = 1000  # tool names or patterns in one policy map (config or session)
+MAX_POLICY_ENTRIES = 1000
+# The error codes of calls the planes refused before the tool ran (no policy warning is added).
+REFUSALS = frozenset({"TOOL_NOT_LOADED", "TOOL_DISABLED", "PATH_NOT_ALLOWED", "PARAM_NOT_ALLOWED",
+                      "TOOL_NOT_NATIVE", "PTC_TOOL_NOT_ALLOWED"})  # tool names or patterns in one policy map (config or session)
 
 
 class _C(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -82,6 +91,15 @@ class ToolsConfig(_C):
     # a call still needs the tool loaded first).
     disclose: Literal["loaded", "assigned"] = "loaded"
     policy: dict[str, ToolPolicy] = {}
+
+
+class LocalPtcConfig(_C, forbid_unknown_fields=True):
+    """Config ``localPtc``: the programmatic tool run (its section present turns it on)."""
+
+    enabled: bool = True
+    # The tools a request offers natively to an agent that has PTC (names or patterns), besides
+    # the PTC entry; ``None``: its eager tools. ``[]``: the PTC entry only.
+    native_capabilities: list[str] | None = None
 
 
 class PolicyError(ValueError):
@@ -206,9 +224,11 @@ def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
 class ToolCatalog:
     """The planes over one registry and the config's ``tools`` section."""
 
-    def __init__(self, registry: ToolRegistry, config: ToolsConfig | None = None) -> None:
+    def __init__(self, registry: ToolRegistry, config: ToolsConfig | None = None,
+                 ptc: LocalPtcConfig | None = None) -> None:
         self.registry = registry
         self.config = config or ToolsConfig()
+        self.ptc = ptc if ptc is not None and ptc.enabled else None
 
     # ---------------------------------------------------------------- context plane
 
@@ -228,13 +248,35 @@ class ToolCatalog:
     def assigned(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> list[ToolSpec]:
         return self.registry.visible(is_main_agent=is_main_agent, allowed=allowed)
 
+    def native_names(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> set[str] | None:
+        """With :data:`PTC` assigned to the agent, the tools its requests offer natively (its eager
+        tools and the PTC entry, or ``localPtc.nativeCapabilities`` and the PTC entry); every other
+        assigned tool is called from a program. ``None``: PTC is not assigned, nothing changes."""
+        names = {s.name for s in self.assigned(is_main_agent=is_main_agent, allowed=allowed)}
+        if PTC not in names:
+            return None
+        fixed = self.ptc.native_capabilities if self.ptc is not None else None
+        if fixed is not None:
+            return {n for n in names if _matches(n, fixed)} | {PTC}
+        return names - self.deferred_names()
+
     def planes(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
                loaded: Sequence[str]) -> tuple[list[ToolSpec], list[ToolSpec]]:
         """(offered, searchable): the tools a model request offers the agent, and the deferred
         tools assigned to it and not loaded yet (listed only with ``disclose: "assigned"``).
-        ``capability_search`` is offered only while something is searchable."""
+        ``capability_search`` is offered only while something is searchable. With PTC assigned
+        the offered list is :meth:`native_names` (loading never changes it)."""
         deferred = self.deferred_names()
         have = set(loaded) | set(allowed or ())
+        native = self.native_names(is_main_agent=is_main_agent, allowed=allowed)
+        if native is not None:
+            assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
+            searchable = [s for s in assigned if s.name in deferred and s.name not in have]
+            listed = self.ptc is not None and self.ptc.native_capabilities is not None
+            # (capability_search: while something is searchable, or when the fixed list names it)
+            offered = [s for s in assigned if s.name in native
+                       and (s.name != CAPABILITY_SEARCH or searchable or listed)]
+            return offered, searchable
         offered: list[ToolSpec] = []
         searchable: list[ToolSpec] = []
         search_spec = None
@@ -279,13 +321,24 @@ class ToolCatalog:
         return out
 
     def check(self, *, loaded: Sequence[str], allowed: Sequence[str] | None,
-              session: Mapping[str, Any] | None) -> Any:
+              session: Mapping[str, Any] | None, is_main_agent: bool = True,
+              from_program: bool = False) -> Any:
         """The ``check`` for :meth:`ToolRegistry.run`: refuses a deferred tool not loaded
         (``TOOL_NOT_LOADED``), a disabled one (``TOOL_DISABLED``), a path outside the allowlist
-        (``PATH_NOT_ALLOWED``) and an argument outside its restriction (``PARAM_NOT_ALLOWED``)."""
+        (``PATH_NOT_ALLOWED``) and an argument outside its restriction (``PARAM_NOT_ALLOWED``).
+        With PTC assigned, a native call of a tool outside the native list is refused
+        (``TOOL_NOT_NATIVE``); ``from_program``: the call comes from a program, which cannot call
+        the tools in :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``)."""
         have = set(loaded) | set(allowed or ())
+        native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed)
 
         def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
+            if from_program and spec.name in NOT_FROM_PROGRAMS:
+                return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program; "
+                                        "call it directly")
+            if native is not None and spec.name not in native:
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is called through {PTC}: call it from "
+                                        f"a program ({spec.name}(...) in the code you pass to {PTC})")
             if spec.name in self.deferred_names() and spec.name not in have:
                 return ToolResult.error("TOOL_NOT_LOADED", f"{spec.name} is deferred: load it with "
                                         f"{CAPABILITY_SEARCH} first (it is callable from the next request)")

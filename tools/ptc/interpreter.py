@@ -18,7 +18,7 @@ Sizes are checked before anything is built: no ``str``/``list``/``tuple``/``dict
 built by the program may exceed ``Limits.max_value_items`` items (characters for ``str``), and
 integers made by arithmetic may not exceed :data:`MAX_INT_BITS` bits.
 
-Choices the brief left open: the walrus operator is not allowed; ``raise`` and ``assert`` are
+Choices made here: the walrus operator is not allowed; ``raise`` and ``assert`` are
 supported (``PTC_UNCAUGHT`` when not caught); a program variable may shadow a builtin or tool
 name (Python's rule), names resolve as program variables, then builtins, then tools; a tool
 whose name is not an identifier, is a keyword, starts with ``__`` or equals a builtin's name is

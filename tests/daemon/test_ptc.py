@@ -1,0 +1,165 @@
+"""Programmatic tool runs in a running daemon (F-TOOL-3 with ``localPtc``): the native list a
+model request carries, a program calling a loaded deferred tool and the workspace tools through
+the real executor, its edits recorded under its own call (so ``revert_call`` undoes them all),
+and the errors a program meets, each a result the model sees."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from ..providers.servers.base import ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from .conftest import Daemon, DaemonFactory, run_tool
+
+FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}], "defaultModel": "faux/faux-1"}
+PTC = "programmatic_tool_run"
+
+
+def offered(body: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] for tool in body.get("tools") or []]
+
+
+def tool_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
+            for m in body["messages"] if m["role"] == "tool"]
+
+
+async def start(daemon_factory: DaemonFactory, config: dict[str, Any]) -> tuple[Daemon, str, str]:
+    d = await daemon_factory(config=config)
+    token = await d.pair("ptc-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    return d, token, sid
+
+
+async def test_a_program_calls_a_loaded_deferred_tool_and_only_its_output_reaches_the_model(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    program = "t = get_system_time()\nprint(sorted(t.keys()))\nprint('big' * 3 if t['unix_ms'] > 0 else 'no')"
+    loop.push(chat_stream(calls=[("call_1", "capability_search", {"query": "current time", "limit": 1})]),
+              chat_stream(calls=[("call_2", PTC, {"code": program})]),
+              chat_stream(calls=[("call_3", "get_system_time", {})]),
+              # (an id naming a call of call_2's program is renamed like a repeated id)
+              chat_stream(calls=[("call_2.1", PTC, {"code": "print('again')"})]),
+              chat_stream(text="done"))
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                             "models": [{"id": "chat-test"}]}],
+              "defaultModel": "loop/chat-test", "localPtc": {},
+              "tools": {"deferred": ["get_system_time", "sleep_milliseconds"]}}
+    d, token, sid = await start(daemon_factory, config)
+    await d.submit(token, sid, "r1", "what time is it?")
+    await d.wait_idle(token, sid)
+    assert len(loop.bodies) == 5
+    first, second = offered(loop.bodies[0]), offered(loop.bodies[1])
+    for tools in (first, second):  # loading get_system_time does not make it native
+        assert PTC in tools and "read_file" in tools and "get_system_time" not in tools
+    assert "capability_search" in first
+    # the program's printed lines are the result; the tool's own result is not in the context
+    ptc_result = tool_messages(loop.bodies[2])[-1]
+    assert "['local', 'unix_ms', 'utc']" in ptc_result and "bigbigbig" in ptc_result
+    assert "unix_ms\":" not in ptc_result
+    native = tool_messages(loop.bodies[3])[-1]
+    assert "TOOL_NOT_NATIVE" in native and PTC in native
+    finished = {e["body"]["call_id"]: e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"}
+    # (a program's calls are not calls of the model)
+    assert set(finished) == {"call_1", "call_2", "call_3", "call_2.1-2"}
+    assert finished["call_2.1-2"]["content"][0]["text"] == "again\n"
+    assert finished["call_2"]["status"] == "ok"
+    assert finished["call_2"]["structured_content"]["calls"] == [
+        {"call_id": "call_2.1", "name": "get_system_time", "ok": True}]
+    assert finished["call_3"]["error_code"] == "TOOL_NOT_NATIVE"
+    inv = (await d.get("/tools/inventory", token)).json()
+    assert "get_system_time" in inv["ptc"]["fromProgram"] and PTC in inv["ptc"]["native"]
+    assert inv["ptc"]["nativeCapabilities"] is None and "get_system_time" not in inv["ptc"]["native"]
+
+
+async def test_native_capabilities_empty_offers_the_ptc_entry_only(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(chat_stream(text="hello"))
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                             "models": [{"id": "chat-test"}]}],
+              "defaultModel": "loop/chat-test", "localPtc": {"nativeCapabilities": []}}
+    d, token, sid = await start(daemon_factory, config)
+    await d.submit(token, sid, "r1", "hi")
+    await d.wait_idle(token, sid)
+    assert offered(loop.bodies[0]) == [PTC]
+    inv = (await d.get("/tools/inventory", token)).json()
+    assert inv["ptc"]["native"] == [PTC] and inv["ptc"]["nativeCapabilities"] == []
+    assert "read_file" in inv["ptc"]["fromProgram"] and "ask_user" not in inv["ptc"]["fromProgram"]
+
+
+async def test_a_programs_edits_are_recorded_under_its_call_and_revert_call_undoes_them_all(
+        daemon_factory: DaemonFactory) -> None:
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+    ws = d.root / "workspaces" / "p"
+    program = ("edit_file(path='notes.txt', mode='create', content='one\\n')\n"
+               "edit_file(path='notes.txt', mode='rewrite', content='two\\n')\n"
+               "r = read_file(path='notes.txt')\n"
+               "print(r['content'].strip())")
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": program})
+    assert body["status"] == "ok", body
+    assert body["content"][0]["text"].startswith("two")
+    assert (ws / "notes.txt").read_text() == "two\n"
+    root = body["call_id"]
+    edits = [e["body"] for e in await d.events(token, sid) if e["kind"] == "file.edited"]
+    assert [e["call_id"] for e in edits] == [root, root] and [e["path"] for e in edits] == ["notes.txt"] * 2
+    assert [c["name"] for c in body["structured_content"]["calls"]] == ["edit_file", "edit_file", "read_file"]
+    reverted = await run_tool(d, token, sid, "r2", "revert_call", {"call_id": root})
+    assert reverted["status"] == "ok", reverted
+    assert not (ws / "notes.txt").exists()  # (both edits undone, last first: the file did not exist)
+
+
+async def test_what_a_program_gets_wrong_comes_back_as_an_error_result_with_what_it_printed(
+        daemon_factory: DaemonFactory) -> None:
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+
+    async def run(request_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await run_tool(d, token, sid, request_id, PTC, args)
+
+    body = await run("r1", {"code": "print('x'\n"})
+    assert body["is_error"] and body["error_code"] == "PTC_SYNTAX"
+    body = await run("r2", {"code": "import os"})
+    assert body["error_code"] == "PTC_NOT_ALLOWED" and "import" in body["content"][0]["text"]
+    body = await run("r3", {"code": "print('before')\nread_file(path='missing.txt')\nprint('after')"})
+    assert body["error_code"] == "PTC_TOOL_FAILED"
+    text = body["content"][0]["text"]
+    assert text.startswith("before") and "after" not in text and "read_file" in text
+    assert body["structured_content"]["calls"][0]["ok"] is False
+    body = await run("r4", {"code": "try:\n    ask_user(questions=[])\nexcept ToolError as e:\n    print(e.code)"})
+    assert body["status"] == "ok" and body["content"][0]["text"].startswith("PTC_TOOL_NOT_ALLOWED")
+    body = await run("r5", {"code": "edit_file(path='t.txt', mode='create', content='x')\n"
+                                     "sleep_milliseconds(milliseconds=600000)", "timeout_ms": 5000})
+    assert body["error_code"] == "PTC_TIMEOUT"
+    assert [c["name"] for c in body["structured_content"]["calls"]] == ["edit_file", "sleep_milliseconds"]
+    edits = [e["body"] for e in await d.events(token, sid) if e["kind"] == "file.edited"]
+    assert [(e["call_id"], e["path"]) for e in edits] == [(body["call_id"], "t.txt")]  # (kept on a timeout)
+    body = await run("r6", {"code": "print(1)", "timeout_ms": 0})
+    assert body["error_code"] == "TOOL_ARGUMENTS_INVALID"
+    body = await run("r7", {"code": "x = 1", "extra": True})
+    assert body["error_code"] == "TOOL_ARGUMENTS_INVALID" and "extra" in body["content"][0]["text"]
+    # the session goes on: a later plain call runs
+    body = await run_tool(d, token, sid, "r8", "get_system_time", {})
+    assert body["status"] == "ok"
+
+
+async def test_the_example_program_of_the_ptc_reference_runs_as_documented(daemon_factory: DaemonFactory) -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "ptc.md").read_text()
+    program = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+    src = d.root / "workspaces" / "p" / "src"
+    src.mkdir()
+    (src / "a.py").write_text("# TODO one\n# TODO two\n")
+    (src / "b.py").write_text("# TODO three\n")
+    (src / "c.py").write_text("print('done')\n")
+    (src / "notes.txt").write_text("TODO not python\n")
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": program})
+    assert body["status"] == "ok", body
+    assert body["content"][0]["text"].splitlines() == ["   2 a.py", "   1 b.py"]
+    assert [c["name"] for c in body["structured_content"]["calls"]] == ["read_file"] * 4

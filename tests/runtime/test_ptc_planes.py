@@ -1,0 +1,126 @@
+"""The catalog planes with ``programmatic_tool_run`` assigned (F-TOOL-3, tools/catalog.py):
+which tools a request offers natively (eager tools and the PTC entry, or the fixed
+``localPtc.nativeCapabilities`` list), that loading never changes that list, that a native call
+of any other tool is refused, and which tools a program may call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from runtime.config import ConfigError, parse_config
+from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from tools.catalog import CAPABILITY_SEARCH, NOT_FROM_PROGRAMS, PTC, ToolCatalog, capability_search_tool
+from tools.ptc.tool import ptc_tool
+
+
+async def _ok(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    return ToolResult.text("ran")
+
+
+def spec(name: str, **kw: Any) -> ToolSpec:
+    return ToolSpec(name, "", {"type": "object"}, _ok, **kw)
+
+
+def catalog(specs: list[ToolSpec], config: dict[str, Any]) -> ToolCatalog:
+    cfg = parse_config(json.dumps(config))
+    reg = ToolRegistry(specs)
+    cat = ToolCatalog(reg, cfg.tools, cfg.local_ptc)
+    reg.add(capability_search_tool(cat))
+    if cat.ptc is not None:
+        reg.add(ptc_tool(cat))
+    return cat
+
+
+def names(specs: list[ToolSpec]) -> list[str]:
+    return [s.name for s in specs]
+
+
+TOOLS = [spec("read"), spec("edit"), spec("later"), spec("other"), spec("ask_user"), spec("boss", main_only=True)]
+
+
+def test_without_a_localptc_section_nothing_changes():
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later", "other"]}})
+    assert cat.ptc is None and cat.registry.get(PTC) is None
+    assert cat.native_names(is_main_agent=True, allowed=None) is None
+    offered, _ = cat.planes(is_main_agent=True, allowed=None, loaded=["later"])
+    assert "later" in names(offered)  # (loaded deferred tools are native without PTC)
+    off = catalog(TOOLS, {"localPtc": {"enabled": False}})
+    assert off.ptc is None and off.registry.get(PTC) is None
+
+
+def test_with_ptc_the_eager_tools_and_the_entry_are_native_and_loading_does_not_change_them():
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later", "other"]}, "localPtc": {}})
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert names(offered) == ["read", "edit", "ask_user", "boss", CAPABILITY_SEARCH, PTC]
+    assert names(searchable) == ["later", "other"]
+    offered2, searchable2 = cat.planes(is_main_agent=True, allowed=None, loaded=["later"])
+    assert names(offered2) == ["read", "edit", "ask_user", "boss", CAPABILITY_SEARCH, PTC]  # not "later"
+    assert names(searchable2) == ["other"]
+    offered3, _ = cat.planes(is_main_agent=True, allowed=None, loaded=["later", "other"])
+    assert CAPABILITY_SEARCH not in names(offered3)  # (nothing left to search)
+    # a subagent: main-only tools withheld; one whose list leaves PTC out is as without PTC
+    sub, _ = cat.planes(is_main_agent=False, allowed=None, loaded=())
+    assert "boss" not in names(sub) and PTC in names(sub)
+    assert cat.native_names(is_main_agent=False, allowed=["read", "later"]) is None
+    plain, _ = cat.planes(is_main_agent=False, allowed=["read", "later"], loaded=())
+    assert names(plain) == ["read", "later"]
+
+
+@pytest.mark.parametrize(("fixed", "native"), [
+    ([], [PTC]),
+    (["read"], ["read", PTC]),
+    (["later", "e*"], ["edit", "later", PTC]),  # (a listed deferred tool is shown before its load)
+    ([CAPABILITY_SEARCH], [CAPABILITY_SEARCH, PTC]),
+    (["nonexistent"], [PTC]),
+])
+def test_native_capabilities_fix_the_native_list(fixed: list[str], native: list[str]):
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later", "other"]}, "localPtc": {"nativeCapabilities": fixed}})
+    offered, _ = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert sorted(names(offered)) == sorted(native)
+    offered2, _ = cat.planes(is_main_agent=True, allowed=None, loaded=["later", "other"])
+    assert sorted(names(offered2)) == sorted(native)
+
+
+async def run_checked(cat: ToolCatalog, name: str, *, loaded: list[str] = (), from_program: bool = False,
+                      main: bool = True) -> str | None:
+    check = cat.check(loaded=list(loaded), allowed=None, session=None, is_main_agent=main, from_program=from_program)
+    ctx = ToolContext("p1", "ses_1", "main", None, "call_1", main)
+    return (await cat.registry.run(name, "{}", ctx, check=check)).error_code
+
+
+async def test_a_native_call_outside_the_native_list_is_refused_and_a_program_may_make_it():
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later"]}, "localPtc": {"nativeCapabilities": ["read", "later"]}})
+    assert await run_checked(cat, "read") is None
+    assert await run_checked(cat, "edit") == "TOOL_NOT_NATIVE"
+    assert await run_checked(cat, "edit", from_program=True) is None
+    # listed but deferred: shown natively, a call still needs the load (either way)
+    assert await run_checked(cat, "later") == "TOOL_NOT_LOADED"
+    assert await run_checked(cat, "later", from_program=True) == "TOOL_NOT_LOADED"
+    assert await run_checked(cat, "later", loaded=["later"]) is None
+    # what a program cannot call, whatever the lists say
+    assert "ask_user" in NOT_FROM_PROGRAMS and PTC in NOT_FROM_PROGRAMS
+    assert await run_checked(cat, "ask_user", from_program=True) == "PTC_TOOL_NOT_ALLOWED"
+    assert await run_checked(cat, PTC, from_program=True) == "PTC_TOOL_NOT_ALLOWED"
+    assert await run_checked(cat, "ask_user") == "TOOL_NOT_NATIVE"  # (not listed: unreachable, as configured)
+
+
+@pytest.mark.parametrize(("local_ptc", "words"), [
+    ({"nativeCapabilities": [""]}, ["localPtc.nativeCapabilities"]),
+    ({"nativeCapabilities": ["x" * 257]}, ["localPtc.nativeCapabilities", "1 to 256"]),
+    ({"nativeCapabilities": ["t"] * 1001}, ["localPtc.nativeCapabilities", "more than 1000"]),
+    ({"nativeCapability": []}, ["nativeCapability"]),
+    ({"enabled": "yes"}, ["localPtc.enabled"]),
+])
+def test_a_bad_localptc_section_is_refused_naming_the_key(local_ptc: dict[str, Any], words: list[str]):
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps({"localPtc": local_ptc}), "lens.jsonc")
+    for w in words:
+        assert w in info.value.message, info.value.message
+
+
+def test_localptc_limits_at_their_edges_are_accepted():
+    cfg = parse_config(json.dumps({"localPtc": {"nativeCapabilities": ["x" * 256] + ["t"] * 999}}))
+    assert cfg.local_ptc is not None and len(cfg.local_ptc.native_capabilities or []) == 1000

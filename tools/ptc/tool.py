@@ -1,0 +1,159 @@
+"""``programmatic_tool_run`` — the PTC entry (F-TOOL-3).
+
+The model passes a program in a small subset of Python (:mod:`tools.ptc.interpreter`, described
+in ``docs/ptc.md``) that calls the agent's other tools as functions, loops over and filters what
+they return and prints what the model should see. Only the printed output, the images the calls
+returned and one line per call come back as the result: the intermediate results never enter the
+context, and the program runs inside the daemon without ``exec`` (the interpreter walks the
+syntax tree over plain data).
+
+Each call goes through the actor (``ToolContext.call_tool``): the same registry, catalog planes
+(a deferred tool must be loaded first) and execution policy as a native call, with its own call
+id ``<call_id>.<n>``. What the calls record (file edits, artifacts, loaded capabilities) is
+recorded with this call's ``tool.finished``, under this call's id, so ``revert_call`` of the
+program's call reverts every edit its calls made, last first. The tool is not replay-safe: a
+crash while a program runs reports the call interrupted, as for any other such tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+
+from events import types as t
+
+from ..base import ToolContext, ToolError, ToolResult, ToolSpec
+from ..catalog import NOT_FROM_PROGRAMS, PTC, ToolCatalog
+from .interpreter import Limits, ProgramError, ToolCallFailed, check_program, run_program
+
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 600_000
+MAX_IMAGES = 20  # images the calls returned that go along with the result (each costs ~4k tokens)
+WARNING_PREFIX = "[policy warning:"
+
+
+def _text_of(result: ToolResult) -> str:
+    return "\n".join(p.text for p in result.content if isinstance(p, t.TextPart))
+
+
+def _value_of(result: ToolResult) -> Any:
+    """What a call gives the program: its structured content, else its text."""
+    if result.structured_content is not None:
+        # (plain data for the interpreter: tuples become lists, structs dicts)
+        return msgspec.to_builtins(result.structured_content)
+    return _text_of(result)
+
+
+def _failure_of(result: ToolResult) -> ToolCallFailed:
+    sc = result.structured_content
+    error = sc.get("error") if isinstance(sc, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str):
+        message = _text_of(result)
+        prefix = f"{result.error_code}: "
+        if result.error_code and message.startswith(prefix):
+            message = message[len(prefix):]
+    return ToolCallFailed(result.error_code or "TOOL_FAILED", message)
+
+
+def _as_root(event: t._Event, sub_id: str, root_id: str) -> t._Event:
+    """A sub-call's event, recorded under the program's call id."""
+    changes: dict[str, Any] = {}
+    for field in ("call_id",):
+        if getattr(event, field, None) == sub_id:
+            changes[field] = root_id
+    return msgspec.structs.replace(event, **changes) if changes else event
+
+
+async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    extra = set(args) - {"code", "timeout_ms"}
+    code = args.get("code")
+    if extra or not isinstance(code, str):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{PTC} takes {{code, timeout_ms?}}"
+                        + (f" (unknown: {', '.join(sorted(extra))[:200]})" if extra else ""))
+    timeout = args.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_TIMEOUT_MS:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}")
+    if ctx.call_tool is None:
+        raise ToolError("PTC_UNAVAILABLE", f"{PTC} cannot run here (no tool runner was given to it)")
+    # (the tools assigned to the agent are functions of the program; calls are checked as they
+    # run, so one a program cannot make fails with a message saying so)
+    names = [s.name for s in catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)]
+    limits = Limits()
+    try:
+        check_program(code, names, limits)
+    except ProgramError as exc:
+        raise ToolError(exc.code, exc.message) from None
+
+    calls: list[dict[str, Any]] = []
+    images: list[t.ImagePart] = []
+    events: list[t._Event] = []
+    warnings: list[str] = []
+    call_tool = ctx.call_tool
+
+    async def call(name: str, arguments: dict[str, Any]) -> Any:
+        sub_id = f"{ctx.call_id}.{len(calls) + 1}"
+        entry: dict[str, Any] = {"call_id": sub_id, "name": name}
+        calls.append(entry)
+        result = await call_tool(name, arguments)
+        entry["ok"] = not result.is_error
+        if result.is_error:
+            entry["error_code"] = result.error_code
+        for part in result.content:
+            if isinstance(part, t.ImagePart) and len(images) < MAX_IMAGES:
+                images.append(part)
+            elif isinstance(part, t.TextPart) and part.text.startswith(WARNING_PREFIX) and part.text not in warnings:
+                warnings.append(part.text)
+        events.extend(_as_root(e, sub_id, ctx.call_id) for e in result.events)
+        if result.is_error:
+            raise _failure_of(result)
+        return _value_of(result)
+
+    outcome = None
+    with trio.move_on_after(timeout / 1000):
+        outcome = await run_program(code, call, names, limits)
+    structured: dict[str, Any] = {"calls": calls}
+    lines: list[str] = []
+    if outcome is None:
+        error: tuple[str, str] | None = ("PTC_TIMEOUT", f"the program ran past timeout_ms {timeout} after "
+                                         f"{len(calls)} tool call(s); what it printed is lost")
+    else:
+        structured.update(steps=outcome.steps, output_truncated=outcome.truncated)
+        error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
+        lines.append(outcome.output if outcome.output else "(the program printed nothing)")
+        if outcome.truncated:
+            lines.append(f"[output cut at {limits.max_output_bytes} bytes]")
+    if error is not None:
+        structured["error"] = {"code": error[0], "message": error[1]}
+        lines.append(f"{error[0]}: {error[1]}")
+    lines.extend(warnings)
+    if len(images) == MAX_IMAGES:
+        lines.append(f"[at most {MAX_IMAGES} images of the calls are shown]")
+    return ToolResult([t.TextPart("\n".join(lines)), *images], structured, is_error=error is not None,
+                      error_code=error[0] if error is not None else None, events=events)
+
+
+def ptc_tool(catalog: ToolCatalog) -> ToolSpec:
+    """The PTC entry over ``catalog`` (registered when config ``localPtc`` turns it on)."""
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await _run(catalog, args, ctx)
+
+    return ToolSpec(
+        PTC,
+        "Run a program that calls your tools: a small subset of Python (assignments, if/for/while, "
+        "try/except, comprehensions, f-strings, print; no imports, def, lambda or attributes but common "
+        "str/list/dict methods). Each tool is a function taking keyword arguments — read_file(path=\"a.py\") "
+        "— or call_tool(\"name\", {...}); it returns the tool's structured result (else its text) and "
+        "raises on failure (catch with `except ToolError as e:`, e.code, e.message). Only what the program "
+        "print()s comes back to you, so filter there. Deferred tools must be loaded first "
+        "(capability_search). Not callable from a program: " + ", ".join(sorted(NOT_FROM_PROGRAMS - {PTC})) + ".",
+        {"type": "object", "properties": {
+            "code": {"type": "string", "description": "the program"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS,
+                           "description": f"default {DEFAULT_TIMEOUT_MS}"}},
+         "required": ["code"], "additionalProperties": False},
+        run, read_only=False,
+        input_examples=({"code": "for m in history_search(query=\"flaky test\")[\"results\"][:3]:\n    print(m)"},))
