@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from tools.ptc import Limits, Outcome, ProgramError, ToolCallFailed, check_program, run_program
+from tools.ptc.interpreter import Limits, Outcome, ProgramError, ToolCallFailed, check_program, run_program
 
 TOOLS = ["read_file", "list_dir", "open"]
 

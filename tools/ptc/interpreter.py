@@ -153,24 +153,27 @@ class _Builtin:
         return f"<builtin {self.name}>"
 
 
-class _ErrorClass:
+class _Named:
+    """A name the program can call or catch; the subclass says what it names."""
+
     __slots__ = ("name",)
+    kind = ""
 
     def __init__(self, name: str) -> None:
         self.name = name
 
     def __repr__(self) -> str:
-        return f"<error class {self.name}>"
+        return f"<{self.kind} {self.name}>"
 
 
-class _Tool:
-    __slots__ = ("name",)
+class _ErrorClass(_Named):
+    __slots__ = ()
+    kind = "error class"
 
-    def __init__(self, name: str) -> None:
-        self.name = name
 
-    def __repr__(self) -> str:
-        return f"<tool {self.name}>"
+class _Tool(_Named):
+    __slots__ = ()
+    kind = "tool"
 
 
 # Errors the program can name in ``except`` and raise; each catches these codes.
