@@ -132,9 +132,10 @@ async def test_what_a_program_gets_wrong_comes_back_as_an_error_result_with_what
     assert body["structured_content"]["calls"][0]["ok"] is False
     body = await run("r4", {"code": "try:\n    ask_user(questions=[])\nexcept ToolError as e:\n    print(e.code)"})
     assert body["status"] == "ok" and body["content"][0]["text"].startswith("PTC_TOOL_NOT_ALLOWED")
-    body = await run("r5", {"code": "edit_file(path='t.txt', mode='create', content='x')\n"
+    body = await run("r5", {"code": "edit_file(path='t.txt', mode='create', content='x')\nprint('edited')\n"
                                      "sleep_milliseconds(milliseconds=600000)", "timeout_ms": 5000})
-    assert body["error_code"] == "PTC_TIMEOUT"
+    assert body["error_code"] == "PTC_TIMEOUT" and "timeout_ms 5000" in body["content"][0]["text"]
+    assert body["content"][0]["text"].startswith("edited\n")  # (what it printed is kept)
     assert [c["name"] for c in body["structured_content"]["calls"]] == ["edit_file", "sleep_milliseconds"]
     edits = [e["body"] for e in await d.events(token, sid) if e["kind"] == "file.edited"]
     assert [(e["call_id"], e["path"]) for e in edits] == [(body["call_id"], "t.txt")]  # (kept on a timeout)

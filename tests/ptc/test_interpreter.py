@@ -862,3 +862,25 @@ async def test_runtime_error_messages_name_the_line() -> None:
     assert (error.code, error.message, error.line) == ("PTC_RUNTIME", "KeyError: 'x' (line 4)", 4)
     error = await fails("x = 1 +\\\n  'a'")
     assert error.message.startswith("TypeError: ") and error.line == 1
+
+
+async def test_a_deadline_in_a_tool_call_ends_the_run_with_the_output_so_far(autojump_clock: Any) -> None:
+    async def slow(name: str, args: dict[str, Any]) -> Any:
+        await trio.sleep(60)
+        return "late"
+
+    code = "print('one')\ntry:\n    read_file(path='a')\nexcept Exception:\n    print('swallowed')\nprint('two')"
+    start = trio.current_time()
+    outcome = await run_program(code, slow, TOOLS, deadline=start + 5)
+    assert outcome.error is not None and outcome.error.code == "PTC_TIMEOUT"
+    assert outcome.output == "one\n" and outcome.calls == 1  # (no handler of the program sees it)
+    assert trio.current_time() - start == pytest.approx(5)
+    done = await run_program("print('quick')", slow, TOOLS, deadline=trio.current_time() + 5)
+    assert done.error is None and done.output == "quick\n"
+
+
+async def test_a_deadline_stops_a_busy_program_between_steps() -> None:
+    outcome = await run_program("print('x')\nwhile True:\n    pass", FakeTools(), TOOLS, Limits(max_steps=10**12),
+                                deadline=trio.current_time() + 0.1)
+    assert outcome.error is not None and outcome.error.code == "PTC_TIMEOUT"
+    assert outcome.output == "x\n" and outcome.steps > 1000

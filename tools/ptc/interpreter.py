@@ -2115,19 +2115,27 @@ _METHOD_COST = MappingProxyType(
 
 
 async def run_program(
-    code: str, call_tool: ToolCaller, tool_names: Collection[str], limits: Limits = Limits()
+    code: str, call_tool: ToolCaller, tool_names: Collection[str], limits: Limits = Limits(),
+    *, deadline: float | None = None,
 ) -> Outcome:
     """Run the program. Never raises for anything the program does (every failure, including
     RecursionError/MemoryError-risking inputs, becomes Outcome.error with the output printed so
     far); trio.Cancelled and other BaseExceptions from call_tool propagate unchanged, and so does
-    any exception of call_tool other than ToolCallFailed."""
+    any exception of call_tool other than ToolCallFailed.
+
+    ``deadline`` (trio's clock): the run stops there, in a tool call or between two checkpoints,
+    with ``PTC_TIMEOUT`` and the output printed so far."""
     machine = _Machine(call_tool, tool_names, limits)
     error: ProgramError | None = None
     foreign: BaseException | None = None
     try:
         tree = _parse(code, limits)
         _static_check(tree, tool_names, limits)
-        await machine.run(tree)
+        with trio.move_on_at(float("inf") if deadline is None else deadline) as scope:
+            await machine.run(tree)
+        if scope.cancelled_caught:
+            raise ProgramError("PTC_TIMEOUT", f"the program ran past its time limit after {machine.calls} "
+                               f"tool call(s) and {machine.steps} steps")
     except ProgramError as exc:
         error = exc
     except _Thrown as exc:

@@ -111,20 +111,14 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
             raise _failure_of(result)
         return _value_of(result)
 
-    outcome = None
-    with trio.move_on_after(timeout / 1000):
-        outcome = await run_program(code, call, names, limits)
-    structured: dict[str, Any] = {"calls": calls}
-    lines: list[str] = []
-    if outcome is None:
-        error: tuple[str, str] | None = ("PTC_TIMEOUT", f"the program ran past timeout_ms {timeout} after "
-                                         f"{len(calls)} tool call(s); what it printed is lost")
-    else:
-        structured.update(steps=outcome.steps, output_truncated=outcome.truncated)
-        error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
-        lines.append(outcome.output if outcome.output else "(the program printed nothing)")
-        if outcome.truncated:
-            lines.append(f"[output cut at {limits.max_output_bytes} bytes]")
+    outcome = await run_program(code, call, names, limits, deadline=trio.current_time() + timeout / 1000)
+    structured: dict[str, Any] = {"calls": calls, "steps": outcome.steps, "output_truncated": outcome.truncated}
+    error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
+    if error is not None and error[0] == "PTC_TIMEOUT":
+        error = (error[0], f"{error[1]} (timeout_ms {timeout})")
+    lines = [outcome.output if outcome.output else "(the program printed nothing)"]
+    if outcome.truncated:
+        lines.append(f"[output cut at {limits.max_output_bytes} bytes]")
     if error is not None:
         structured["error"] = {"code": error[0], "message": error[1]}
         lines.append(f"{error[0]}: {error[1]}")
