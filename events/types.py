@@ -209,6 +209,9 @@ class ModelFailed(_Event, tag="model.failed"):
     message: str
     retryable: bool = False
     status: int | None = None
+    # What the failed request used, when the provider answered in full (an answer the log could
+    # not hold: RESPONSE_NOT_RECORDED); it counts in the session's usage.
+    usage: Usage | None = None
 
 
 # --------------------------------------------------------------------------- tools

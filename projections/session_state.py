@@ -446,6 +446,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a = state.agent(agent_id)
         a.open_request_seq = None
         a.last_error = f"{ev.code}: {ev.message}"
+        if ev.usage is not None:
+            _add_usage(state.usage, ev.usage)
     elif isinstance(ev, t.ToolStarted):
         state.agent(agent_id).running_call = ev.call_id
     elif isinstance(ev, t.ToolFinished):

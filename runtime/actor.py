@@ -744,7 +744,8 @@ class SessionActor:
             log.warning("session %s: a model response was not recorded: %s", self.session_id, exc.message)
             await self._emit([d.Scoped(t.ModelFailed(
                 code="RESPONSE_NOT_RECORDED",
-                message=f"the model's answer could not be recorded ({exc.message[:300]})"), agent_id, task_id)])
+                message=f"the model's answer could not be recorded ({exc.message[:300]})",
+                usage=result.usage), agent_id, task_id)])
 
     def _tool_schemas(self, agent_id: str) -> list[dict[str, Any]]:
         """The tools ``agent_id``'s model requests offer."""

@@ -204,13 +204,17 @@ async def test_a_provider_reusing_call_ids_gets_a_fresh_question_each_time(rt, a
 async def test_an_answer_the_log_cannot_hold_fails_the_request_once(rt, autojump_clock, caplog):
     # It crashed the actor, which asked the model again (billed again) three times and then
     # quarantined the session for good.
-    rt.faux.script = [FauxTurn(when="essay", text="y" * (33 * 1024 * 1024))]  # past the 32 MiB maxEventBytes
+    rt.faux.script = [FauxTurn(when="essay", text="y" * (33 * 1024 * 1024),  # past the 32 MiB maxEventBytes
+                               input_tokens=120, output_tokens=9_000_000)]
     sid = await rt.session()
     st = await rt.run_to_idle(sid, "r1", "essay please")
     evs = await rt.events(sid)
     assert len(by_kind(evs, "model.requested")) == 1 and by_kind(evs, "model.responded") == []
     failed = one(evs, "model.failed").event
     assert failed.code == "RESPONSE_NOT_RECORDED" and "could not be recorded" in failed.message
+    # what the unrecorded answer used still counts in the session's usage
+    assert failed.usage is not None and failed.usage.output_tokens == 9_000_000
+    assert st.usage.requests == 1 and st.usage.input_tokens == 120 and st.usage.output_tokens == 9_000_000
     assert one(evs, "task.finished").event.status == "failed"
     assert st.status == "idle"
     st = await rt.run_to_idle(sid, "r2", "are you there")  # the session goes on
