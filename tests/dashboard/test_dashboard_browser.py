@@ -752,6 +752,9 @@ def test_dashboard_shows_hostile_text_as_text_sends_no_request_without_the_crede
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential form")
     assert not one(driver, "#composer").is_displayed()
     assert body_data(driver, "conn") == "offline"
+    # (what the page asked before it saw the revocation, e.g. a context panel reload due after
+    # the last events, is not the question; from here on nothing is asked)
+    network_requests(driver, d.base)
     deadline = time.monotonic() + 1.5  # an observation window: nothing more is asked
     while time.monotonic() < deadline:
         assert not network_requests(driver, d.base)
@@ -963,3 +966,39 @@ def test_dashboard_lists_the_files_a_session_changed(browser: Any, tmp_path: Pat
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     finally:
         daemon.stop()
+
+
+def test_dashboard_shows_the_context_and_compacts_it_from_the_page(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The session pane's Context panel (GET /sessions/{id}/context, F-CTX-2/3): the estimated
+    size against the window, the items in context; "Compact now" summarizes an idle session's
+    older items (POST /sessions/{id}/compact) and the panel shows it. A read-only credential
+    sees the panel without the button."""
+    driver = browser
+    strong = daemon.pair("dash-context", strong=True)
+    readonly = daemon.pair("dash-context-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    session_id = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "/tool get_system_time {}")
+    wait_for(lambda: any(a.startswith("The tool answered:") for a in committed_answers(driver)), "the answer to the tool")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    wait_for(lambda: texts(driver, "#context dd[data-key='items']") == ["4 in context of 4"], "the context panel")
+    tokens = texts(driver, "#context dd[data-key='tokens']")[0]
+    assert tokens.startswith("~") and " of " in tokens and tokens.endswith("%)"), tokens
+    assert texts(driver, "#context dd[data-key='compactions']") == ["0"]
+    wait_for(lambda: one(driver, "#compact").is_enabled(), "the compact button")
+    click(driver, "#compact")
+    wait_for(lambda: texts(driver, "#context dd[data-key='compactions']") == ["1"], "the compaction in the panel")
+    assert texts(driver, "#context dd[data-key='compacted']"), texts(driver, "#context dd")
+    status, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert status == 200 and described["compactions"] == 1
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, readonly)
+    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
+    wait_for(lambda: by_css(driver, f"#sessions button[data-session-id='{session_id}']"), "the session list")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+    wait_for(lambda: texts(driver, "#context dd[data-key='compactions']") == ["1"], "the panel, read-only")
+    assert not one(driver, "#compact").is_displayed()
