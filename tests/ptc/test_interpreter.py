@@ -730,6 +730,28 @@ async def test_container_work_costs_steps() -> None:
     assert (await run(scan.replace("list(", "set("), Limits(max_steps=5000))).error is None
 
 
+@pytest.mark.parametrize(
+    ("code", "at_least"),
+    [
+        # each makes a string far longer than its inputs: it costs the result, per 64 characters
+        ("x = ('a' * 64).replace('', 'b' * 10_000)", 640_000 // 64),
+        ("x = '1'.zfill(640_000)", 640_000 // 64),
+        ("s = 'a' * 64_000\nx = f'{s}{s}{s}{s}{s}{s}{s}{s}{s}{s}'", 640_000 // 64),
+        # float() scans its text; pop(0) moves every other item
+        ("s = '1' * 640_000\nx = float(s)", 2 * 640_000 // 64),
+        ("a = [0] * 160_000\nx = a.pop(0)", 160_000 + 160_000 // 16),
+    ],
+)
+async def test_work_on_the_result_is_charged_before_it_is_done(code: str, at_least: int) -> None:
+    # (found by an adversarial review: in a loop, each of these cost a few steps for up to 40 MB
+    # or milliseconds of work, so a program could take gigabytes or minutes within its steps)
+    outcome = await run(code)
+    assert outcome.error is None, outcome.error
+    assert outcome.steps >= at_least
+    error = await fails("out = []\nwhile True:\n    out.append('1'.zfill(10_000_000))")
+    assert error.code == "PTC_STEP_LIMIT"
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

@@ -1431,6 +1431,7 @@ async def _e_joinedstr(m: _Machine, node: ast.JoinedStr) -> Any:
         total += len(s)
         m.check_size(total, "str")
         parts.append(s)
+    m.charge(total // _STR_CHUNK)  # the joined text is a new string (f"{s}{s}")
     return "".join(parts)
 
 
@@ -1679,6 +1680,8 @@ def _b_int(m: _Machine, value: Any = 0, /, base: Any = _NO) -> int:
 def _b_float(m: _Machine, value: Any = 0.0, /) -> float:
     if type(value) not in (int, float, bool, str):
         raise _runtime("TypeError", f"float() argument must be a string or a number, not '{_tname(value)}'")
+    if type(value) is str:
+        m.charge(len(value) // _STR_CHUNK)
     return float(value)
 
 
@@ -1916,7 +1919,9 @@ def _g_replace(m: _Machine, s: str, old: Any, new: Any, count: Any = -1, /) -> s
     n = s.count(old)
     if 0 <= count < n:
         n = count
-    m.check_size(len(s) + n * (len(new) - len(old)), "str")
+    size = len(s) + n * (len(new) - len(old))
+    m.check_size(size, "str")
+    m.charge(size // _STR_CHUNK)  # the result, which may be far longer than s
     return s.replace(old, new, count)
 
 
@@ -1950,6 +1955,7 @@ def _g_zfill(m: _Machine, s: str, width: Any, /) -> str:
     if type(width) not in (int, bool):
         raise _runtime("TypeError", "zfill() width must be an integer")
     m.check_size(width, "str")
+    m.charge(max(width, len(s)) // _STR_CHUNK)
     return s.zfill(width)
 
 
@@ -1991,6 +1997,16 @@ def _g_insert(m: _Machine, lst: list[Any], index: Any, value: Any, /) -> None:
     m.check_size(len(lst) + 1, "list")
     m.charge(len(lst) // 16)
     lst.insert(index, value)
+
+
+def _g_pop(m: _Machine, lst: list[Any], index: Any = -1, /) -> Any:
+    if type(index) not in (int, bool):
+        raise _runtime("TypeError", f"'{_tname(index)}' object cannot be interpreted as an integer")
+    n = len(lst)
+    i = index + n if index < 0 else index
+    if 0 <= i < n:
+        m.charge((n - i - 1) // 16)  # the items after i move down (as for insert)
+    return lst.pop(index)
 
 
 def _g_extend(m: _Machine, lst: list[Any], iterable: Any, /) -> None:
@@ -2077,6 +2093,7 @@ _GUARDED: MappingProxyType[tuple[type, str], Callable[..., Any]] = MappingProxyT
         (list, "append"): _g_append,
         (list, "insert"): _g_insert,
         (list, "extend"): _g_extend,
+        (list, "pop"): _g_pop,
         (list, "sort"): _g_sort,
         (dict, "keys"): _g_keys,
         (dict, "values"): _g_values,
@@ -2099,7 +2116,6 @@ _METHOD_COST = MappingProxyType(
         (list, "remove"): "deep",
         (list, "index"): "deep",
         (list, "count"): "deep",
-        (list, "pop"): "key",
         (list, "clear"): "key",
         (dict, "get"): "key",
         (dict, "pop"): "key",
