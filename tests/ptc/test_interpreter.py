@@ -7,6 +7,7 @@ ToolCallFailed for unknown names); everything else is the real interpreter.
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import Any
 
 import pytest
@@ -750,6 +751,44 @@ async def test_work_on_the_result_is_charged_before_it_is_done(code: str, at_lea
     assert outcome.steps >= at_least
     error = await fails("out = []\nwhile True:\n    out.append('1'.zfill(10_000_000))")
     assert error.code == "PTC_STEP_LIMIT"
+
+
+@pytest.mark.parametrize(
+    ("code", "at_least"),
+    [
+        # CPython compares the whole needle at every position of a short text: up to n * m
+        ("s = 'a' * 2400\np = 'a' * 1198 + 'ba'\nx = s.find(p)", 2400 * 1200 // 1024),
+        ("s = 'a' * 2400\np = 'a' * 1198 + 'ba'\nx = p in s", 2400 * 1200 // 1024),
+        ("s = 'a' * 29000\np = 'a' * 97 + 'ba'\nx = s.count(p)", 29000 * 99 // 1024),
+        ("s = 'a' * 29000\np = 'a' * 97 + 'ba'\nx = s.split(p)", 29000 * 99 // 1024),
+        # strip(chars) looks every character up in chars; startswith compares every prefix
+        ("s = 'a' * 10000\nx = s.strip('b' * 10000 + 'a')", 10000 * 10000 // 256),
+        ("s = 'a' * 64000\nx = s.startswith(('a' * 32000 + 'b' + 'a' * 31999,) * 100)", 100 * 64000 // 64),
+    ],
+)
+async def test_string_searches_cost_what_they_may_compare(code: str, at_least: int) -> None:
+    # (found by an adversarial review: each of these cost a few dozen steps for milliseconds to
+    # seconds of comparisons, so a program could run for minutes within its steps)
+    outcome = await run(code)
+    assert outcome.error is None, outcome.error
+    assert outcome.steps >= at_least
+
+
+async def test_searches_from_the_right_are_linear() -> None:
+    # CPython's rfind compares the whole needle at every position (n * m: ~10 s here); these
+    # search the reversed text from the left instead, with Python's results.
+    start = time.process_time()
+    out = await ok(
+        """
+        s = "a" * 300000
+        p = "ab" + "a" * 149998
+        print(s.rfind(p), s.rfind(p, 10, -10), len(s.rsplit(p)), s.rpartition(p)[2] == s)
+        t = "xab" + p + "ab" + p + "y"
+        print(t.rfind(p), t.rfind(p, 0, 150003), t.rfind(p, -5), [len(x) for x in t.rsplit(p, 1)], [len(x) for x in t.rpartition(p)])
+        """
+    )
+    assert out == "-1 -1 1 True\n150005 3 -1 [150005, 1] [150005, 150000, 1]\n"
+    assert time.process_time() - start < 1
 
 
 async def test_dict_views_are_snapshots() -> None:

@@ -260,6 +260,18 @@ def _too_large(what: str) -> ProgramError:
     return ProgramError("PTC_VALUE_TOO_LARGE", what)
 
 
+def _search_cost(n: int, m: int) -> int:
+    """Steps (beyond the scan of the text) of a forward search for ``m`` characters in ``n``.
+
+    CPython searches short texts (under 2,500 characters, or 30,000 for a needle under 100) with a
+    simple method that may compare the whole needle at every position: up to n * m comparisons.
+    Longer texts use a linear one, but finish their last 30,000 characters the simple way."""
+    m = min(m, n)
+    if n >= 2500:
+        m = min(m, 100)
+    return min(n, 30000) * m // 1024
+
+
 _PLAIN = frozenset({type(None), bool, int, float, str, list, tuple, dict, set})
 _SCALARS = frozenset({type(None), bool, int, float})
 _CONTAINERS = frozenset({list, tuple, dict, set})
@@ -444,6 +456,8 @@ _LIST_METHODS = frozenset("append extend pop insert remove index count sort reve
 _DICT_METHODS = frozenset("get keys values items update pop setdefault copy clear".split())
 _SET_METHODS = frozenset("add discard remove union intersection difference copy".split())
 _METHODS = MappingProxyType({str: _STR_METHODS, list: _LIST_METHODS, dict: _DICT_METHODS, set: _SET_METHODS})
+_STR_SEARCHES = frozenset({"find", "index", "count", "partition"})
+_STR_STRIPS = frozenset({"strip", "lstrip", "rstrip"})
 _ALL_METHODS = _STR_METHODS | _LIST_METHODS | _DICT_METHODS | _SET_METHODS
 _ERROR_ATTRS = frozenset({"code", "message"})
 
@@ -1005,7 +1019,7 @@ class _Machine:
             elif tb is str:
                 if type(a) is not str:
                     raise _runtime("TypeError", f"'in <string>' requires string as left operand, not {_tname(a)}")
-                self.charge(len(b) // _STR_CHUNK)
+                self.charge(len(b) // _STR_CHUNK + _search_cost(len(b), len(a)))
             elif tb in (list, tuple):
                 self.charge_deep(a)
                 self.charge_deep(b)
@@ -1124,7 +1138,16 @@ class _Machine:
                 raise _runtime("TypeError", f"{t.__name__}.{name}(): {exc}") from None
             return guard(self, recv, *bound.args, **bound.kwargs)
         cost = _METHOD_COST.get((t, name))
-        if cost == "deep":
+        if t is str:
+            self.charge_len(recv)
+            for a in args:  # startswith(("...", ...)) compares each prefix
+                self.charge_deep(a)
+            if name in _STR_SEARCHES and args and type(args[0]) is str:
+                self.charge(_search_cost(len(recv), len(args[0])))
+            elif name in _STR_STRIPS and args and type(args[0]) is str:
+                # each character stripped is looked up in the whole set of characters
+                self.charge(len(recv) * len(args[0]) // 256)
+        elif cost == "deep":
             self.charge_deep(recv)
             for a in args:
                 self.charge_deep(a)
@@ -1915,7 +1938,7 @@ _BUILTINS: MappingProxyType[str, _Builtin] = MappingProxyType(
 def _g_replace(m: _Machine, s: str, old: Any, new: Any, count: Any = -1, /) -> str:
     if type(old) is not str or type(new) is not str or type(count) not in (int, bool):
         raise _runtime("TypeError", "replace() needs two str and an optional int count")
-    m.charge(len(s) // _STR_CHUNK)
+    m.charge(len(s) // _STR_CHUNK + 2 * _search_cost(len(s), len(old)))
     n = s.count(old)
     if 0 <= count < n:
         n = count
@@ -1973,12 +1996,48 @@ def _splitter(name: str) -> Callable[..., list[str]]:
     def split(m: _Machine, s: str, sep: Any = None, maxsplit: Any = -1) -> list[str]:
         if (sep is not None and type(sep) is not str) or type(maxsplit) not in (int, bool):
             raise _runtime("TypeError", f"{name}() needs a str or None separator and an int maxsplit")
-        m.charge(len(s) // _STR_CHUNK)
+        m.charge(len(s) // _STR_CHUNK + (2 * _search_cost(len(s), len(sep)) if sep else 0))
         pieces = (s.count(sep) if sep else len(s) // 2) + 1  # at most this many, charged before the list exists
         m.charge(pieces if maxsplit < 0 else min(pieces, maxsplit + 1))
+        if name == "rsplit" and _reverse_search(s, sep):
+            m.charge(len(s) // _STR_CHUNK)
+            return [p[::-1] for p in reversed(s[::-1].split(sep[::-1], maxsplit))]
         return getattr(s, name)(sep, maxsplit)
 
     return split
+
+
+def _reverse_search(s: str, sub: Any) -> bool:
+    """Whether to search ``s`` from the right by searching it reversed from the left.
+
+    CPython's own right-to-left search may compare the whole needle at every position (n * m
+    comparisons: seconds for a 100,000-character needle); its left-to-right search is linear."""
+    return type(sub) is str and len(sub) > 1 and len(s) * len(sub) > 1 << 16
+
+
+def _g_rfind(m: _Machine, s: str, sub: Any, start: Any = None, end: Any = None, /) -> int:
+    if type(sub) is not str or any(x is not None and type(x) not in (int, bool) for x in (start, end)):
+        raise _runtime("TypeError", "rfind() needs a str and optional int start and end")
+    m.charge(len(s) // _STR_CHUNK + len(sub) // _STR_CHUNK)
+    if not _reverse_search(s, sub):
+        return s.rfind(sub, start, end)
+    i, j, _ = slice(start, end).indices(len(s))
+    if j - i < len(sub):
+        return -1
+    m.charge(2 * (j - i) // _STR_CHUNK + _search_cost(j - i, len(sub)))
+    found = s[i:j][::-1].find(sub[::-1])
+    return -1 if found < 0 else j - found - len(sub)
+
+
+def _g_rpartition(m: _Machine, s: str, sep: Any, /) -> tuple[str, str, str]:
+    if type(sep) is not str:
+        raise _runtime("TypeError", f"must be str, not {_tname(sep)}")
+    m.charge(len(s) // _STR_CHUNK + len(sep) // _STR_CHUNK)
+    if not _reverse_search(s, sep):
+        return s.rpartition(sep)
+    m.charge(2 * len(s) // _STR_CHUNK + _search_cost(len(s), len(sep)))
+    after, found, before = s[::-1].partition(sep[::-1])
+    return before[::-1], found[::-1], after[::-1]
 
 
 def _g_splitlines(m: _Machine, s: str, keepends: Any = False) -> list[str]:
@@ -2090,6 +2149,8 @@ _GUARDED: MappingProxyType[tuple[type, str], Callable[..., Any]] = MappingProxyT
         (str, "split"): _splitter("split"),
         (str, "rsplit"): _splitter("rsplit"),
         (str, "splitlines"): _g_splitlines,
+        (str, "rfind"): _g_rfind,
+        (str, "rpartition"): _g_rpartition,
         (list, "append"): _g_append,
         (list, "insert"): _g_insert,
         (list, "extend"): _g_extend,
