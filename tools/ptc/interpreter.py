@@ -63,6 +63,8 @@ MAX_INT_BITS = 10_000
 """Integers produced by arithmetic (``+ - * ** <<``, ``int(text, base)``, ``sum``) stay under this."""
 
 _CHECKPOINT_EVERY = 1000
+_HASH_MOD = sys.hash_info.modulus  # ints in (-_HASH_MOD, _HASH_MOD) hash to distinct values (but -1)
+_SAME_HASH = 16  # distinct keys with one hash value a program may use (each lookup walks them all)
 _DATA_DEPTH = 200  # nesting of data that repr/==/hash/json may recurse into
 _STR_CHUNK = 64  # characters per step when a string is scanned or built
 
@@ -600,6 +602,7 @@ class _Machine:
         self.truncated = False
         self.scopes: list[dict[str, Any]] = [{}]
         self.handling: list[_Thrown] = []
+        self.hashes: dict[int, list[Any]] = {}  # hash -> the distinct tuple / huge int keys seen with it
         self.tools = {
             n: _Tool(n)
             for n in tool_names
@@ -744,10 +747,46 @@ class _Machine:
         self.truncated = True
 
     def key(self, value: Any) -> Any:
-        """Charge hashing ``value`` (tuples hash recursively)."""
-        if type(value) is tuple:
+        """Charge hashing ``value`` (tuples hash recursively) and refuse keys crafted to collide."""
+        t = type(value)
+        if t is tuple:
             self.charge_deep(value)
+            self.same_hash(value)
+        elif t is int and not -_HASH_MOD < value < _HASH_MOD:
+            self.same_hash(value)
         return value
+
+    def keys(self, items: Any) -> None:
+        """:meth:`key` for every item of a list, tuple or range going into a set (already charged)."""
+        if type(items) is range:
+            if items and max(abs(items[0]), abs(items[-1])) >= _HASH_MOD:
+                for x in items:
+                    self.same_hash(x)
+            return
+        for x in items:
+            t = type(x)
+            if t is tuple or (t is int and not -_HASH_MOD < x < _HASH_MOD):
+                self.same_hash(x)
+
+    def same_hash(self, value: Any) -> None:
+        """Python's int hash is ``x mod 2**61-1`` and a tuple's mixes its items' hashes, so a program
+        can make any number of distinct keys with one hash; each insert or lookup then compares
+        with all of them (``{i * (2**61 - 1) for i in range(30000)}`` took 15 s). Strings hash
+        with a random key. At most :data:`_SAME_HASH` distinct such keys may share a hash."""
+        h = hash(value)
+        seen = self.hashes.get(h)
+        if seen is None:
+            self.hashes[h] = [value]
+            return
+        for i, other in enumerate(seen):
+            if i:
+                self.charge_deep(value)
+            if other is value or other == value:
+                return
+        if len(seen) >= _SAME_HASH:
+            raise ProgramError("PTC_NOT_ALLOWED", f"more than {_SAME_HASH} different dict keys or set items "
+                               "with the same hash are not allowed")
+        seen.append(value)
 
     def to_json(self, value: Any, depth: int = 0) -> Any:
         """A fresh JSON-like copy of ``value`` for a tool's arguments (tuples become lists)."""
@@ -1750,6 +1789,8 @@ def _b_set(m: _Machine, iterable: Any = (), /) -> set[Any]:
     items = m.items(iterable)
     if type(items) in (list, tuple):
         m.charge_deep(items)
+    if type(items) in (list, tuple, range):
+        m.keys(items)
     return set(items)
 
 
@@ -2152,6 +2193,8 @@ def _setop(name: str) -> Callable[..., set[Any]]:
             items = m.items(o)
             if type(items) in (list, tuple):
                 m.charge_deep(items)
+            if type(items) in (list, tuple, range):
+                m.keys(items)
             total += len(items)
             sets.append(items)
         if name == "union":
