@@ -835,6 +835,31 @@ async def test_keys_crafted_to_share_a_hash_are_refused(code: str) -> None:
     assert await ok("M = 2 ** 61 - 1\nd = {i * M: i for i in range(16)}\nd[-1] = d[-2] = 0\nprint(len(d), d[5 * M])") == "18 5\n"
 
 
+async def test_a_sort_key_costs_a_step_per_item() -> None:
+    # (found by an adversarial review: sorted(xs, key=len) of 300,000 items ran 1 s without a step)
+    outcome = await run("x = sorted(['ab', 'c'] * 10000, key=len)")
+    assert outcome.error is None and outcome.steps >= 4 * 20000  # the list, its copy, the keys, their scan
+    assert await ok("print(sorted(['ab', 'c', ''], key=len), max([[1, 2], [3]], key=len), sorted([], key=len))") == (
+        "['', 'c', 'ab'] [1, 2] []\n"
+    )
+
+
+async def test_re_raising_an_error_does_not_grow_its_traceback() -> None:
+    # (found by an adversarial review: a bare raise re-raised the same Python exception, whose
+    # traceback kept every frame it had passed: ~300 MB in a million steps)
+    import tracemalloc
+
+    code = "try:\n    raise ValueError('x')\nexcept:\n    while True:\n        try:\n            raise\n        except:\n            pass"
+    tracemalloc.start()
+    try:
+        error = await fails(code, Limits(max_steps=60_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error.code == "PTC_STEP_LIMIT"
+    assert peak < 4_000_000, peak
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

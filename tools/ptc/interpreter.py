@@ -1380,7 +1380,7 @@ async def _s_try(m: _Machine, node: ast.Try) -> Any:
         if fsig is not None:
             return fsig  # break/continue in finally drops a pending error, as in Python
     if pending is not None:
-        raise pending
+        raise pending.with_traceback(None)
     return sig
 
 
@@ -1388,7 +1388,7 @@ async def _s_raise(m: _Machine, node: ast.Raise) -> Any:
     if node.exc is None:
         if not m.handling:
             raise _runtime("RuntimeError", "no active exception to reraise")
-        raise m.handling[-1]
+        raise m.handling[-1].with_traceback(None)  # (else each re-raise would add to its traceback)
     value = await m.eval(node.exc)
     if type(value) is _ErrorClass:
         value = _make_error(value.name, [], {})
@@ -1811,9 +1811,12 @@ def _b_dict(m: _Machine, iterable: Any = _NO, /, **kwargs: Any) -> dict[Any, Any
 
 
 def _keyed(m: _Machine, items: list[Any], key: Any) -> list[Any]:
-    if key is None:
+    if key is None or not items:
         return items
-    return [m.call_sync(key, [x]) for x in items]
+    m.call_sync(key, [items[0]])  # checks that key takes one argument
+    m.charge(len(items))  # one call per item, with what the key itself charges
+    fn = key.fn
+    return [fn(m, x) for x in items]
 
 
 def _b_sorted(m: _Machine, iterable: Any, /, *, key: Any = None, reverse: Any = False) -> list[Any]:
