@@ -860,6 +860,37 @@ async def test_re_raising_an_error_does_not_grow_its_traceback() -> None:
     assert peak < 4_000_000, peak
 
 
+async def test_error_messages_are_cut() -> None:
+    # (found by an adversarial review: a KeyError's message was the key's whole repr, 36 million
+    # characters here, held by the program past the size limit and returned as the run's error)
+    out = await ok(
+        """
+        s = "\\x01" * 9000000
+        d = {}
+        try:
+            d[s]
+        except KeyError as e:
+            print(len(e.message))
+        try:
+            float(s)
+        except ValueError as e:
+            print(len(e.message))
+        try:
+            d[("x" * 2000, 1)]
+        except KeyError as e:
+            print(e.message[:5], len(e.message))
+        """
+    )
+    assert out == "200\n440\n('xxx 205\n"
+    error = await fails("raise ValueError('x' * 1_000_000)")
+    assert error.code == "PTC_UNCAUGHT" and len(error.message) < 1100
+    error = await fails("d = {}\nx = d['x' * 1_000_000]")
+    assert error.code == "PTC_RUNTIME" and len(error.message) < 300
+    error = await fails("x = float('1' * 5000 + 'x')")
+    assert error.message.endswith("1111'... (line 1)") and len(error.message) < 200
+    assert await ok("print(float(' 1' + '0' * 5000 + '.5e-5000 '))") == "1.0\n"
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

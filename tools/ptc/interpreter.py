@@ -36,6 +36,7 @@ import inspect
 import json
 import keyword
 import re
+import reprlib
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Collection
@@ -235,7 +236,7 @@ class _Thrown(Exception):
             text = e.message
         else:
             text = str(e)
-        return ProgramError(e._kind, text, e._line)
+        return ProgramError(e._kind, _cut(text), e._line)  # (the program's own message may be long)
 
 
 class _Foreign(BaseException):
@@ -250,13 +251,24 @@ def _runtime(code: str, message: str) -> _Thrown:
     return _Thrown(ErrorValue(code, message, "PTC_RUNTIME"))
 
 
+_MESSAGE_CHARS = 1000  # of an error message made by Python or shown as the run's error
+_KEY_REPR = reprlib.Repr()
+_KEY_REPR.maxstring = _KEY_REPR.maxother = _KEY_REPR.maxlong = 200
+
+
+def _cut(text: str, limit: int = _MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 def _from_python(exc: BaseException) -> _Thrown:
     code = "RuntimeError"
     for cls in type(exc).__mro__:
         if cls.__name__ in _PY_ERROR_NAMES:
             code = cls.__name__
             break
-    return _runtime(code, str(exc))
+    if type(exc) is KeyError and len(exc.args) == 1:  # str() would be the key's whole repr
+        return _runtime(code, _cut(_KEY_REPR.repr(exc.args[0])))
+    return _runtime(code, _cut(str(exc)))
 
 
 def _too_large(what: str) -> ProgramError:
@@ -1770,7 +1782,12 @@ def _b_float(m: _Machine, value: Any = 0.0, /) -> float:
         raise _runtime("TypeError", f"float() argument must be a string or a number, not '{_tname(value)}'")
     if type(value) is str:
         m.charge(len(value) // _STR_CHUNK)
+        if len(value) > 4096 and not _FLOAT_TEXT.fullmatch(value):  # Python's message would repeat it all
+            raise _runtime("ValueError", f"could not convert string to float: {value[:100]!r}...")
     return float(value)
+
+
+_FLOAT_TEXT = re.compile(r"\s*[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d[\d_]*)?\s*")
 
 
 def _b_bool(m: _Machine, value: Any = False, /) -> bool:
