@@ -891,6 +891,37 @@ async def test_error_messages_are_cut() -> None:
     assert await ok("print(float(' 1' + '0' * 5000 + '.5e-5000 '))") == "1.0\n"
 
 
+@pytest.mark.parametrize(
+    "use",
+    ["str(x)", "f'{x:,}'", "x // (3 ** 3000)", "x % (3 ** 3000)", "(2 ** 5000 - 1) * (3 ** 3000)", "3 ** 6300",
+     "1 ** x + 1 ** x", "round(x, -3000)", "int('7' * 3000)", "json_dumps([x])"],
+)
+async def test_huge_integer_work_costs_steps(use: str) -> None:
+    # (found by an adversarial review: str() of a 10,000-bit integer is ~160 us of quadratic work,
+    # 25 s in a loop within the step limit; so were //, %, **, f"{x:,}" and int(text))
+    base = (await run("x = 2 ** 9999 - 1\ny = 1")).steps
+    outcome = await run(f"x = 2 ** 9999 - 1\ny = {use}")
+    assert outcome.error is None, outcome.error
+    assert outcome.steps - base >= 150, outcome.steps - base  # (each was under 130 before)
+
+
+async def test_a_huge_integer_in_an_error_message_is_not_written_out() -> None:
+    out = await ok(
+        """
+        x = 2 ** 9999 - 1
+        try:
+            {}[x]
+        except KeyError as e:
+            print(e.message)
+        try:
+            [1].index(x)
+        except ValueError as e:
+            print(len(e.message))
+        """
+    )
+    assert out.startswith("<an integer of 9999 bits>\n")
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

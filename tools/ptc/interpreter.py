@@ -252,7 +252,14 @@ def _runtime(code: str, message: str) -> _Thrown:
 
 
 _MESSAGE_CHARS = 1000  # of an error message made by Python or shown as the run's error
-_KEY_REPR = reprlib.Repr()
+class _KeyRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 600:  # (decimal text of a huge int is quadratic work)
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_KEY_REPR = _KeyRepr()
 _KEY_REPR.maxstring = _KEY_REPR.maxother = _KEY_REPR.maxlong = 200
 
 
@@ -273,6 +280,12 @@ def _from_python(exc: BaseException) -> _Thrown:
 
 def _too_large(what: str) -> ProgramError:
     return ProgramError("PTC_VALUE_TOO_LARGE", what)
+
+
+def _int_cost(a_bits: int, b_bits: int) -> int:
+    """Steps of multiplying or dividing integers of these sizes, or (a_bits, a_bits) of writing or
+    reading one in decimal: CPython does these in quadratic time (~160 us for 10,000 bits)."""
+    return (a_bits * b_bits) >> 19
 
 
 def _search_cost(n: int, m: int) -> int:
@@ -341,7 +354,9 @@ def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: in
         elif t is int:
             work += 1
             if text:
-                chars += x.bit_length() * 3 // 10 + 2
+                bits = x.bit_length()
+                chars += bits * 3 // 10 + 2
+                work += _int_cost(bits, bits)
         else:
             work += 1
             chars += 40 if t is not ErrorValue else 20 + 4 * (len(x.code) + len(x.message))
@@ -730,6 +745,8 @@ class _Machine:
         m = _SPEC.fullmatch(spec)
         if m is None:
             raise _runtime("ValueError", f"invalid format specifier {spec!r}")
+        if type(value) is int:
+            self.charge(_int_cost(value.bit_length(), value.bit_length()))
         for field in ("width", "prec"):
             digits = m.group(field)
             if digits is not None and (len(digits) > 9 or int(digits) > self.max_items):
@@ -1004,8 +1021,10 @@ class _Machine:
             elif tb in (str, list, tuple) and ta in (int, bool):
                 seq, n = b, a
             else:
-                if ta in (int, bool) and tb in (int, bool) and a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
-                    raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
+                if ta in (int, bool) and tb in (int, bool):
+                    if a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
+                        raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
+                    self.charge(_int_cost(a.bit_length(), b.bit_length()))
                 return a * b
             total = len(seq) * max(n, 0)
             self.check_size(total, type(seq).__name__)
@@ -1013,18 +1032,22 @@ class _Machine:
             return seq * n
         if op is ast.Div:
             return a / b
-        if op is ast.FloorDiv:
-            return a // b
-        if op is ast.Mod:
-            if ta is str:
+        if op is ast.FloorDiv or op is ast.Mod:
+            if ta is str and op is ast.Mod:
                 raise ProgramError("PTC_NOT_ALLOWED", "%-formatting of strings is not allowed; use f-strings")
-            return a % b
+            if ta in (int, bool) and tb in (int, bool):
+                self.charge(_int_cost(a.bit_length(), b.bit_length()))
+            return a // b if op is ast.FloorDiv else a % b
         if op is ast.Pow:
             if ta in (int, bool) and tb in (int, bool) and b > 0 and abs(a) > 1:
                 # |a| ** b has more than b * (bits(a) - 1) bits: refuse before computing; the
                 # result (at most twice the limit) is checked exactly afterwards.
                 if b * (a.bit_length() - 1) > MAX_INT_BITS:
                     raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
+                bits = b * a.bit_length()
+                self.charge(_int_cost(bits, bits))
+            if ta in (int, bool) and tb in (int, bool) and b > 0:
+                self.charge(b.bit_length() >> 7)  # one squaring per bit of b, even for 1 ** b
             if ta is float or tb is float:
                 if ta in (int, bool) and a.bit_length() > 1100:
                     raise _runtime("OverflowError", "int too large to convert to float")
@@ -1224,6 +1247,8 @@ class _Machine:
             self.charge_deep(recv)
             for a in args:
                 self.charge_deep(a)
+            if name == "index" and args:  # not found: Python's message is the item's repr
+                self.charge(_walk(args[0], self.limits.max_steps - self.steps + 1, self.max_items, True)[0])
         elif cost == "key":
             if args:
                 self.key(args[0])
@@ -1767,12 +1792,14 @@ def _b_int(m: _Machine, value: Any = 0, /, base: Any = _NO) -> int:
     if base is not _NO:
         if type(value) is not str or type(base) not in (int, bool):
             raise _runtime("TypeError", "int() with a base needs a str and an int base")
-        m.charge(len(value) // _STR_CHUNK)
+        digits = min(len(value), sys.get_int_max_str_digits() or len(value))
+        m.charge(len(value) // _STR_CHUNK + _int_cost(4 * digits, 4 * digits))
         return m.check_int(int(value, base))
     if type(value) not in (int, float, bool, str):
         raise _runtime("TypeError", f"int() argument must be a string or a number, not '{_tname(value)}'")
     if type(value) is str:
-        m.charge(len(value) // _STR_CHUNK)
+        digits = min(len(value), sys.get_int_max_str_digits() or len(value))
+        m.charge(len(value) // _STR_CHUNK + _int_cost(4 * digits, 4 * digits))
         return m.check_int(int(value))
     return int(value)
 
@@ -1948,6 +1975,9 @@ def _b_round(m: _Machine, number: Any, /, ndigits: Any = None) -> Any:
         return round(number)
     if type(ndigits) not in (int, bool):
         raise _runtime("TypeError", "round() ndigits must be an integer")
+    if type(number) is int and ndigits < 0:  # builds 10**-ndigits and divides by it
+        bits = max(number.bit_length(), min(-ndigits, 5000) * 10 // 3)
+        m.charge(_int_cost(bits, bits))
     if abs(ndigits) > 5000:  # int rounding builds 10**-ndigits
         return round(number, 5000 if ndigits > 0 else -5000) if type(number) is float else (number if ndigits > 0 else 0)
     return round(number, ndigits)
