@@ -922,6 +922,18 @@ async def test_a_huge_integer_in_an_error_message_is_not_written_out() -> None:
     assert out.startswith("<an integer of 9999 bits>\n")
 
 
+async def test_comparing_or_printing_long_lists_of_scalars_or_pairs_is_quick() -> None:
+    # (found by an adversarial review: counting a million items before repr() ran in Python,
+    # half a second between two checkpoints; lists of scalars or of pairs are counted in C)
+    code = "a = enumerate(range(200000))\nb = enumerate(range(200000))\nc = [0.5] * 300000\nd = list(c)\nfor i in range(3):\n    x = a == b, c == d, str(a)"
+    start = time.process_time()
+    outcome = await run(code, Limits(max_steps=10_000_000))
+    cpu = time.process_time() - start
+    assert outcome.error is None, outcome.error
+    assert cpu < 2.0, cpu  # (~1 s; 4.4 s before)
+    assert outcome.steps > 3 * (2 * 600000 + 2 * 300000)  # (still charged: each item)
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"
