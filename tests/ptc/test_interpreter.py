@@ -741,6 +741,9 @@ async def test_container_work_costs_steps() -> None:
         # float() scans its text; pop(0) moves every other item
         ("s = '1' * 640_000\nx = float(s)", 2 * 640_000 // 64),
         ("a = [0] * 160_000\nx = a.pop(0)", 160_000 + 160_000 // 16),
+        # escapes make the text of a value longer than the value: repr 4 times, JSON 6 times
+        ("s = '\\x01' * 100_000\nx = repr(s)", (100_000 + 400_000) // 64),
+        ("s = ['\\x01' * 100_000]\nx = json_dumps(s)", (100_000 + 600_000) // 64),
     ],
 )
 async def test_work_on_the_result_is_charged_before_it_is_done(code: str, at_least: int) -> None:

@@ -794,6 +794,7 @@ class _Machine:
             raise _too_large(f"the text of a {_tname(value)} would exceed {self.max_items} characters")
         s = repr(value) if as_repr else str(value)
         self.check_size(len(s), "str")
+        self.charge(len(s) // _STR_CHUNK)  # (escapes make it up to 10 times its estimate)
         return s
 
     def format(self, value: Any, spec: str) -> str:
@@ -2057,6 +2058,7 @@ def _b_json_dumps(m: _Machine, value: Any, /, indent: Any = None) -> str:
     except TypeError as exc:
         raise _runtime("TypeError", str(exc).replace("ErrorValue", "error")) from None
     m.check_size(len(s), "str")
+    m.charge(len(s) // _STR_CHUNK)  # (a control character is 6 characters of JSON)
     return s
 
 
