@@ -937,6 +937,22 @@ async def test_comparing_or_printing_long_lists_of_scalars_or_pairs_is_quick() -
     assert outcome.steps > 3 * (2 * 600000 + 2 * 300000)  # (still charged: each item)
 
 
+async def test_long_tool_arguments_and_results_are_copied_and_checked_quickly() -> None:
+    # (found by an adversarial review: a tool argument or result of 240,000 pairs was copied and
+    # checked item by item in Python, ~0.7 s between two checkpoints)
+    async def echo(name: str, args: dict[str, Any]) -> Any:
+        return args["v"] if name == "echo" else [[1, object()]]
+
+    code = "a = enumerate(range(240000))\nfor i in range(3):\n    x = echo(v=a)\nprint(len(x), x[5], echo(v=[1, 'a', None]))"
+    start = time.process_time()
+    outcome = await run_program(code, echo, ["echo"], Limits(max_steps=5_000_000))
+    cpu = time.process_time() - start
+    assert outcome.error is None and outcome.output == "240000 [5, 5] [1, 'a', None]\n"
+    assert cpu < 1.2, cpu  # (~2 s before)
+    error = (await run_program("x = bad()", echo, ["bad"])).error
+    assert error is not None and error.code == "PTC_RUNTIME" and "not plain data" in error.message
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

@@ -886,6 +886,12 @@ class _Machine:
             return value
         if t is list or t is tuple:
             self.charge(len(value))
+            kinds = set(map(type, value))
+            if kinds <= _JSON_SCALARS:  # (a long list is copied in C, not item by item)
+                return list(value)
+            if kinds <= {list, tuple} and depth < _DATA_DEPTH and set(map(type, chain.from_iterable(value))) <= _JSON_SCALARS:
+                self.charge(sum(map(len, value)))
+                return list(map(list, value))
             return [self.to_json(v, depth + 1) for v in value]
         if t is dict:
             self.charge(len(value))
@@ -1323,6 +1329,9 @@ class _Machine:
         return result
 
 
+_JSON_SCALARS = frozenset({type(None), bool, int, float, str})
+
+
 def _check_data(value: Any, tool: str) -> None:
     """A tool's result must be plain data of exactly the allowed types."""
     stack = [value]
@@ -1336,6 +1345,11 @@ def _check_data(value: Any, tool: str) -> None:
             continue
         seen.add(id(x))
         if t is list or t is tuple or t is set:
+            kinds = set(map(type, x))  # (long lists of scalars, or of lists of scalars, are checked in C)
+            if kinds <= _JSON_SCALARS:
+                continue
+            if kinds <= {list, tuple} and set(map(type, chain.from_iterable(x))) <= _JSON_SCALARS:
+                continue
             stack.extend(x)
         elif t is dict:
             stack.extend(x.keys())
@@ -2165,6 +2179,7 @@ def _case(name: str) -> Callable[..., str]:
         m.charge(len(s) // _STR_CHUNK)
         out = getattr(s, name)()
         m.check_size(len(out), "str")
+        m.charge(len(out) // _STR_CHUNK)  # ("ΐ".upper() is 3 characters)
         return out
 
     return case
