@@ -953,6 +953,20 @@ async def test_long_tool_arguments_and_results_are_copied_and_checked_quickly() 
     assert error is not None and error.code == "PTC_RUNTIME" and "not plain data" in error.message
 
 
+async def test_shared_parts_are_charged_each_time_but_walked_once() -> None:
+    # (found by an adversarial review: [d] * 400 of a 1,000-item dict is 800,000 items to compare
+    # or print, counted one by one in Python for ~0.7 s between two checkpoints)
+    code = "d = {i: (i, str(i)) for i in range(1000)}\na = [d] * 400\nfor i in range(3):\n    x = a == a"
+    start = time.process_time()
+    outcome = await run(code, Limits(max_steps=10_000_000))
+    cpu = time.process_time() - start
+    assert outcome.error is None, outcome.error
+    assert outcome.steps > 3 * 2 * 400 * 4000
+    assert cpu < 1.0, cpu  # (~5 s before)
+    error = await fails("d = {i: i for i in range(1000)}\na = [d] * 1000\nprint(a)")
+    assert error.code == "PTC_STEP_LIMIT"
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

@@ -375,10 +375,16 @@ def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: in
     (only when ``text``) over-estimates the length of its repr/JSON text. Shared parts count each
     time they occur (as repr and == expand them); a container met again on its own path (a cycle)
     counts once. ``depth`` is the deepest container nesting seen.
+
+    A container walked once is not walked again where it recurs (``[d] * 500``): its counts are
+    remembered (unless its walk met a cycle, whose count depends on the path), so the time taken
+    follows the distinct data, not the steps charged.
     """
-    work = chars = max_depth = 0
+    work = chars = max_depth = cycles = 0
     path: set[int] = set()
-    stack: list[tuple[Any, int, int]] = []  # (iterator over children, their depth, container id)
+    memo: dict[Any, tuple[int, int, int]] = {}
+    # (iterator over children, their depth, container id, work/chars/cycles before it, [deepest level below it])
+    stack: list[tuple[Any, int, int, int, int, int, list[int]]] = []
     x, depth = value, 0
     end = stack  # a sentinel no child can be
     while True:
@@ -388,28 +394,44 @@ def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: in
             if text:
                 chars += (len(x) + 2 if x.isprintable() else 4 * len(x) + 2) + 6 * x.count('"')
         elif t in _CONTAINERS:
-            work += 1
             if id(x) in path:
+                work += 1
                 chars += 5
+                cycles += 1
             else:
-                n = len(x)
-                if text:
-                    chars += 2 + (4 if t is dict else 2) * n + (n * (indent * depth + indent + 1) if indent else 0)
-                if depth + 1 > max_depth and n:
-                    max_depth = depth + 1
-                if n >= 16 and (t is list or t is tuple):
-                    flat = _flat_walk(x, text, work_budget - work, indent, depth + 1)
-                    if flat is not None:  # (scalars, or lists/tuples of scalars: counted at C speed)
-                        work += flat[0]
-                        chars += flat[1]
-                        max_depth = max(max_depth, depth + flat[2])
-                        n = 0
+                key = (id(x), depth) if indent else id(x)
+                seen = memo.get(key)
+                deepest = depth
+                if seen is not None:
+                    work += seen[0]
+                    chars += seen[1]
+                    deepest = depth + seen[2]
+                    n = 0
+                else:
+                    work0, chars0 = work, chars
+                    work += 1
+                    n = len(x)
+                    if text:
+                        chars += 2 + (4 if t is dict else 2) * n + (n * (indent * depth + indent + 1) if indent else 0)
+                    if n:
+                        deepest = depth + 1
+                    if n >= 16 and (t is list or t is tuple):
+                        flat = _flat_walk(x, text, work_budget - work, indent, depth + 1)
+                        if flat is not None:  # (scalars, or lists/tuples of scalars: counted at C speed)
+                            work += flat[0]
+                            chars += flat[1]
+                            deepest = depth + flat[2]
+                            n = 0
+                if deepest > max_depth:
+                    max_depth = deepest
+                if stack and deepest > stack[-1][6][0]:
+                    stack[-1][6][0] = deepest
                 if n:
                     path.add(id(x))
                     it = iter(x.items()) if t is dict else iter(x)
                     if t is dict:
                         it = (kv for pair in it for kv in pair)
-                    stack.append((it, depth + 1, id(x)))
+                    stack.append((it, depth + 1, id(x), work0, chars0, cycles, [deepest]))
         elif t is int:
             work += 1
             if text:
@@ -422,11 +444,15 @@ def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: in
         if work > work_budget or chars > char_budget or max_depth > _DATA_DEPTH:
             return work, chars, max_depth
         while stack:
-            it, d, i = stack[-1]
+            it, d, i, work0, chars0, cycles0, below = stack[-1]
             nxt = next(it, end)
             if nxt is end:
                 stack.pop()
                 path.discard(i)
+                if cycles == cycles0:
+                    memo[(i, d - 1) if indent else i] = (work - work0, chars - chars0, below[0] - (d - 1))
+                if stack and below[0] > stack[-1][6][0]:
+                    stack[-1][6][0] = below[0]
                 continue
             x, depth = nxt, d
             break
