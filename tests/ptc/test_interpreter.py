@@ -967,6 +967,21 @@ async def test_shared_parts_are_charged_each_time_but_walked_once() -> None:
     assert error.code == "PTC_STEP_LIMIT"
 
 
+async def test_splitlines_is_charged_before_the_lines_exist() -> None:
+    # (found by an adversarial review: "\\n" * 9_000_000 split into a 72 MB list before its cost)
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        error = await fails("s = '\\n' * 2_000_000\nx = s.splitlines()", Limits(max_steps=100_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error.code == "PTC_STEP_LIMIT"
+    assert peak < 8_000_000, peak
+    assert await ok("print('a\\nb\\r\\nc\\u2028d'.splitlines(), 'x'.splitlines(True), ''.splitlines())") == "['a', 'b', 'c', 'd'] ['x'] []\n"
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"

@@ -2259,11 +2259,18 @@ def _g_rpartition(m: _Machine, s: str, sep: Any, /) -> tuple[str, str, str]:
     return before[::-1], found[::-1], after[::-1]
 
 
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
 def _g_splitlines(m: _Machine, s: str, keepends: Any = False) -> list[str]:
     m.charge(len(s) // _STR_CHUNK)
-    out = s.splitlines(keepends)
-    m.charge(len(out))
-    return out
+    if s.isprintable() and s.isascii():  # (no line break can be in it)
+        lines = 1
+    else:
+        m.charge(len(_LINE_BREAKS) * len(s) // (16 * _STR_CHUNK))
+        lines = sum(s.count(c) for c in _LINE_BREAKS) + 1  # at most this many, charged before the list exists
+    m.charge(lines)
+    return s.splitlines(keepends)
 
 
 def _g_append(m: _Machine, lst: list[Any], value: Any, /) -> None:
