@@ -982,6 +982,16 @@ async def test_splitlines_is_charged_before_the_lines_exist() -> None:
     assert await ok("print('a\\nb\\r\\nc\\u2028d'.splitlines(), 'x'.splitlines(True), ''.splitlines())") == "['a', 'b', 'c', 'd'] ['x'] []\n"
 
 
+async def test_sum_of_large_integers_costs_their_size() -> None:
+    # (found by an adversarial review: 480,000 additions of 10,000-bit integers ran in one builtin
+    # call, ~0.2 s between two checkpoints, for one step each)
+    code = "x = 2 ** 9999 - 1\na = [x, -x] * 240000\ns = sum(a)"
+    assert (await fails(code)).code == "PTC_STEP_LIMIT"
+    assert await ok("print(sum([1, 2.5, True]), sum(range(10)), sum([], 5), sum([2 ** 9999, -(2 ** 9999)]))") == "4.5 45 5 0\n"
+    for bad in ["sum([1, 'a'])", "sum([1], 'a')", "sum(range(3), 'a')", "sum([2 ** 9999, 2 ** 9999])"]:
+        assert (await fails(bad)).code in ("PTC_RUNTIME", "PTC_VALUE_TOO_LARGE"), bad
+
+
 async def test_dict_views_are_snapshots() -> None:
     out = await ok("d = {'a': 1, 'b': 2}\nfor k in d.keys():\n    del d[k]\nprint(d, [k for k in {'x': 1}])")
     assert out == "{} ['x']\n"
