@@ -845,6 +845,7 @@ async def test_a_sort_key_costs_a_step_per_item() -> None:
     assert await ok("print(sorted(['ab', 'c', ''], key=len), max([[1, 2], [3]], key=len), sorted([], key=len))") == (
         "['', 'c', 'ab'] [1, 2] []\n"
     )
+    assert await ok("x = sorted([5], key=print)") == "5\n"  # (each key computed once)
 
 
 async def test_re_raising_an_error_does_not_grow_its_traceback() -> None:

@@ -42,7 +42,7 @@ import sys
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from operator import floordiv
 from types import MappingProxyType
 from typing import Any
@@ -1958,10 +1958,10 @@ def _b_dict(m: _Machine, iterable: Any = _NO, /, **kwargs: Any) -> dict[Any, Any
 def _keyed(m: _Machine, items: list[Any], key: Any) -> list[Any]:
     if key is None or not items:
         return items
-    m.call_sync(key, [items[0]])  # checks that key takes one argument
+    first = m.call_sync(key, [items[0]])  # (checks that key takes one argument)
     m.charge(len(items))  # one call per item, with what the key itself charges
     fn = key.fn
-    return [fn(m, x) for x in items]
+    return [first, *[fn(m, x) for x in islice(items, 1, None)]]
 
 
 def _b_sorted(m: _Machine, iterable: Any, /, *, key: Any = None, reverse: Any = False) -> list[Any]:
