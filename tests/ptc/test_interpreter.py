@@ -7,6 +7,7 @@ ToolCallFailed for unknown names); everything else is the real interpreter.
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import Any
 
 import pytest
@@ -728,6 +729,268 @@ async def test_container_work_costs_steps() -> None:
     scan = "big = list(range(500))\nfor i in range(10):\n    found = 499 in big"
     assert (await fails(scan, Limits(max_steps=5000))).code == "PTC_STEP_LIMIT"
     assert (await run(scan.replace("list(", "set("), Limits(max_steps=5000))).error is None
+
+
+@pytest.mark.parametrize(
+    ("code", "at_least"),
+    [
+        # each makes a string far longer than its inputs: it costs the result, per 64 characters
+        ("x = ('a' * 64).replace('', 'b' * 10_000)", 640_000 // 64),
+        ("x = '1'.zfill(640_000)", 640_000 // 64),
+        ("s = 'a' * 64_000\nx = f'{s}{s}{s}{s}{s}{s}{s}{s}{s}{s}'", 640_000 // 64),
+        # float() scans its text; pop(0) moves every other item
+        ("s = '1' * 640_000\nx = float(s)", 2 * 640_000 // 64),
+        ("a = [0] * 160_000\nx = a.pop(0)", 160_000 + 160_000 // 16),
+        # escapes make the text of a value longer than the value: repr 4 times, JSON 6 times
+        ("s = '\\x01' * 100_000\nx = repr(s)", (100_000 + 400_000) // 64),
+        ("s = ['\\x01' * 100_000]\nx = json_dumps(s)", (100_000 + 600_000) // 64),
+    ],
+)
+async def test_work_on_the_result_is_charged_before_it_is_done(code: str, at_least: int) -> None:
+    # (found by an adversarial review: in a loop, each of these cost a few steps for up to 40 MB
+    # or milliseconds of work, so a program could take gigabytes or minutes within its steps)
+    outcome = await run(code)
+    assert outcome.error is None, outcome.error
+    assert outcome.steps >= at_least
+    error = await fails("out = []\nwhile True:\n    out.append('1'.zfill(10_000_000))")
+    assert error.code == "PTC_STEP_LIMIT"
+
+
+@pytest.mark.parametrize(
+    ("code", "at_least"),
+    [
+        # CPython compares the whole needle at every position of a short text: up to n * m
+        ("s = 'a' * 2400\np = 'a' * 1198 + 'ba'\nx = s.find(p)", 2400 * 1200 // 1024),
+        ("s = 'a' * 2400\np = 'a' * 1198 + 'ba'\nx = p in s", 2400 * 1200 // 1024),
+        ("s = 'a' * 29000\np = 'a' * 97 + 'ba'\nx = s.count(p)", 29000 * 99 // 1024),
+        ("s = 'a' * 29000\np = 'a' * 97 + 'ba'\nx = s.split(p)", 29000 * 99 // 1024),
+        # strip(chars) looks every character up in chars; startswith compares every prefix
+        ("s = 'a' * 10000\nx = s.strip('b' * 10000 + 'a')", 10000 * 10000 // 256),
+        ("s = 'a' * 64000\nx = s.startswith(('a' * 32000 + 'b' + 'a' * 31999,) * 100)", 100 * 64000 // 64),
+    ],
+)
+async def test_string_searches_cost_what_they_may_compare(code: str, at_least: int) -> None:
+    # (found by an adversarial review: each of these cost a few dozen steps for milliseconds to
+    # seconds of comparisons, so a program could run for minutes within its steps)
+    outcome = await run(code)
+    assert outcome.error is None, outcome.error
+    assert outcome.steps >= at_least
+
+
+async def test_searches_from_the_right_are_linear() -> None:
+    # CPython's rfind compares the whole needle at every position (n * m: ~10 s here); these
+    # search the reversed text from the left instead, with Python's results.
+    start = time.process_time()
+    out = await ok(
+        """
+        s = "a" * 300000
+        p = "ab" + "a" * 149998
+        print(s.rfind(p), s.rfind(p, 10, -10), len(s.rsplit(p)), s.rpartition(p)[2] == s)
+        t = "xab" + p + "ab" + p + "y"
+        print(t.rfind(p), t.rfind(p, 0, 150003), t.rfind(p, -5), [len(x) for x in t.rsplit(p, 1)], [len(x) for x in t.rpartition(p)])
+        """
+    )
+    assert out == "-1 -1 1 True\n150005 3 -1 [150005, 1] [150005, 150000, 1]\n"
+    assert time.process_time() - start < 1
+
+
+async def test_emptied_sets_and_dicts_cost_their_items_not_their_past_size() -> None:
+    # (found by an adversarial review: Python keeps the table of a set or dict whose items were
+    # removed, and walks all of it to iterate: each list(e) here took ~1 ms for 3 steps)
+    start = time.process_time()
+    out = await ok(
+        """
+        a = set(range(200000))
+        e = a ^ a
+        f = a.difference(range(1, 200000))
+        a -= set(range(100, 200000))
+        d = {i: i for i in range(50000)}
+        for i in range(1, 50000):
+            del d[i]
+        for i in range(10000):
+            x = list(e), list(f), list(a), list(d)
+        print(len(e), f, len(a), d)
+        """,
+        Limits(max_steps=3_000_000),
+    )
+    assert out == "0 {0} 100 {0: 0}\n"
+    assert time.process_time() - start < 3.5  # (~7 s before)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "d = {}\nfor i in range(1, 30000):\n    d[i * M] = 0",
+        "s = {i * M for i in range(1, 30000)}",
+        "s = set(range(M, M * 30000, M))",
+        "s = {0}.union([i * M for i in range(1, 30000)])",
+        "s = set([(i * M, 0) for i in range(1, 30000)])",
+    ],
+)
+async def test_keys_crafted_to_share_a_hash_are_refused(code: str) -> None:
+    # (found by an adversarial review: ints hash modulo 2**61 - 1, so these keys all share one
+    # hash and each insert compared with every earlier one: 15 s for the first)
+    start = time.process_time()
+    error = await fails("M = 2 ** 61 - 1\n" + code)
+    assert error.code == "PTC_NOT_ALLOWED" and "same hash" in error.message, error
+    assert time.process_time() - start < 1
+    # a few are fine, as are keys that merely look alike
+    assert await ok("M = 2 ** 61 - 1\nd = {i * M: i for i in range(16)}\nd[-1] = d[-2] = 0\nprint(len(d), d[5 * M])") == "18 5\n"
+
+
+async def test_a_sort_key_costs_a_step_per_item() -> None:
+    # (found by an adversarial review: sorted(xs, key=len) of 300,000 items ran 1 s without a step)
+    outcome = await run("x = sorted(['ab', 'c'] * 10000, key=len)")
+    assert outcome.error is None and outcome.steps >= 4 * 20000  # the list, its copy, the keys, their scan
+    assert await ok("print(sorted(['ab', 'c', ''], key=len), max([[1, 2], [3]], key=len), sorted([], key=len))") == (
+        "['', 'c', 'ab'] [1, 2] []\n"
+    )
+    assert await ok("x = sorted([5], key=print)") == "5\n"  # (each key computed once)
+
+
+async def test_re_raising_an_error_does_not_grow_its_traceback() -> None:
+    # (found by an adversarial review: a bare raise re-raised the same Python exception, whose
+    # traceback kept every frame it had passed: ~300 MB in a million steps)
+    import tracemalloc
+
+    code = "try:\n    raise ValueError('x')\nexcept:\n    while True:\n        try:\n            raise\n        except:\n            pass"
+    tracemalloc.start()
+    try:
+        error = await fails(code, Limits(max_steps=60_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error.code == "PTC_STEP_LIMIT"
+    assert peak < 4_000_000, peak
+
+
+async def test_error_messages_are_cut() -> None:
+    # (found by an adversarial review: a KeyError's message was the key's whole repr, 36 million
+    # characters here, held by the program past the size limit and returned as the run's error)
+    out = await ok(
+        """
+        s = "\\x01" * 9000000
+        d = {}
+        try:
+            d[s]
+        except KeyError as e:
+            print(len(e.message))
+        try:
+            float(s)
+        except ValueError as e:
+            print(len(e.message))
+        try:
+            d[("x" * 2000, 1)]
+        except KeyError as e:
+            print(e.message[:5], len(e.message))
+        """
+    )
+    assert out == "200\n440\n('xxx 205\n"
+    error = await fails("raise ValueError('x' * 1_000_000)")
+    assert error.code == "PTC_UNCAUGHT" and len(error.message) < 1100
+    error = await fails("d = {}\nx = d['x' * 1_000_000]")
+    assert error.code == "PTC_RUNTIME" and len(error.message) < 300
+    error = await fails("x = float('1' * 5000 + 'x')")
+    assert error.message.endswith("1111'... (line 1)") and len(error.message) < 200
+    assert await ok("print(float(' 1' + '0' * 5000 + '.5e-5000 '))") == "1.0\n"
+
+
+@pytest.mark.parametrize(
+    "use",
+    ["str(x)", "f'{x:,}'", "x // (3 ** 3000)", "x % (3 ** 3000)", "(2 ** 5000 - 1) * (3 ** 3000)", "3 ** 6300",
+     "1 ** x + 1 ** x", "round(x, -3000)", "int('7' * 3000)", "json_dumps([x])"],
+)
+async def test_huge_integer_work_costs_steps(use: str) -> None:
+    # (found by an adversarial review: str() of a 10,000-bit integer is ~160 us of quadratic work,
+    # 25 s in a loop within the step limit; so were //, %, **, f"{x:,}" and int(text))
+    base = (await run("x = 2 ** 9999 - 1\ny = 1")).steps
+    outcome = await run(f"x = 2 ** 9999 - 1\ny = {use}")
+    assert outcome.error is None, outcome.error
+    assert outcome.steps - base >= 150, outcome.steps - base  # (each was under 130 before)
+
+
+async def test_a_huge_integer_in_an_error_message_is_not_written_out() -> None:
+    out = await ok(
+        """
+        x = 2 ** 9999 - 1
+        try:
+            {}[x]
+        except KeyError as e:
+            print(e.message)
+        try:
+            [1].index(x)
+        except ValueError as e:
+            print(len(e.message))
+        """
+    )
+    assert out.startswith("<an integer of 9999 bits>\n")
+
+
+async def test_comparing_or_printing_long_lists_of_scalars_or_pairs_is_quick() -> None:
+    # (found by an adversarial review: counting a million items before repr() ran in Python,
+    # half a second between two checkpoints; lists of scalars or of pairs are counted in C)
+    code = "a = enumerate(range(200000))\nb = enumerate(range(200000))\nc = [0.5] * 300000\nd = list(c)\nfor i in range(3):\n    x = a == b, c == d, str(a)"
+    start = time.process_time()
+    outcome = await run(code, Limits(max_steps=10_000_000))
+    cpu = time.process_time() - start
+    assert outcome.error is None, outcome.error
+    assert cpu < 2.0, cpu  # (~1 s; 4.4 s before)
+    assert outcome.steps > 3 * (2 * 600000 + 2 * 300000)  # (still charged: each item)
+
+
+async def test_long_tool_arguments_and_results_are_copied_and_checked_quickly() -> None:
+    # (found by an adversarial review: a tool argument or result of 240,000 pairs was copied and
+    # checked item by item in Python, ~0.7 s between two checkpoints)
+    async def echo(name: str, args: dict[str, Any]) -> Any:
+        return args["v"] if name == "echo" else [[1, object()]]
+
+    code = "a = enumerate(range(240000))\nfor i in range(3):\n    x = echo(v=a)\nprint(len(x), x[5], echo(v=[1, 'a', None]))"
+    start = time.process_time()
+    outcome = await run_program(code, echo, ["echo"], Limits(max_steps=5_000_000))
+    cpu = time.process_time() - start
+    assert outcome.error is None and outcome.output == "240000 [5, 5] [1, 'a', None]\n"
+    assert cpu < 1.2, cpu  # (~2 s before)
+    error = (await run_program("x = bad()", echo, ["bad"])).error
+    assert error is not None and error.code == "PTC_RUNTIME" and "not plain data" in error.message
+
+
+async def test_shared_parts_are_charged_each_time_but_walked_once() -> None:
+    # (found by an adversarial review: [d] * 400 of a 1,000-item dict is 800,000 items to compare
+    # or print, counted one by one in Python for ~0.7 s between two checkpoints)
+    code = "d = {i: (i, str(i)) for i in range(1000)}\na = [d] * 400\nfor i in range(3):\n    x = a == a"
+    start = time.process_time()
+    outcome = await run(code, Limits(max_steps=10_000_000))
+    cpu = time.process_time() - start
+    assert outcome.error is None, outcome.error
+    assert outcome.steps > 3 * 2 * 400 * 4000
+    assert cpu < 1.0, cpu  # (~5 s before)
+    error = await fails("d = {i: i for i in range(1000)}\na = [d] * 1000\nprint(a)")
+    assert error.code == "PTC_STEP_LIMIT"
+
+
+async def test_splitlines_is_charged_before_the_lines_exist() -> None:
+    # (found by an adversarial review: "\\n" * 9_000_000 split into a 72 MB list before its cost)
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        error = await fails("s = '\\n' * 2_000_000\nx = s.splitlines()", Limits(max_steps=100_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error.code == "PTC_STEP_LIMIT"
+    assert peak < 8_000_000, peak
+    assert await ok("print('a\\nb\\r\\nc\\u2028d'.splitlines(), 'x'.splitlines(True), ''.splitlines())") == "['a', 'b', 'c', 'd'] ['x'] []\n"
+
+
+async def test_sum_of_large_integers_costs_their_size() -> None:
+    # (found by an adversarial review: 480,000 additions of 10,000-bit integers ran in one builtin
+    # call, ~0.2 s between two checkpoints, for one step each)
+    code = "x = 2 ** 9999 - 1\na = [x, -x] * 240000\ns = sum(a)"
+    assert (await fails(code)).code == "PTC_STEP_LIMIT"
+    assert await ok("print(sum([1, 2.5, True]), sum(range(10)), sum([], 5), sum([2 ** 9999, -(2 ** 9999)]))") == "4.5 45 5 0\n"
+    for bad in ["sum([1, 'a'])", "sum([1], 'a')", "sum(range(3), 'a')", "sum([2 ** 9999, 2 ** 9999])"]:
+        assert (await fails(bad)).code in ("PTC_RUNTIME", "PTC_VALUE_TOO_LARGE"), bad
 
 
 async def test_dict_views_are_snapshots() -> None:

@@ -11,7 +11,8 @@ methods called directly (``x.split(",")``) on values of exactly the listed types
 Cost model (what ``Limits.max_steps`` counts): every statement and expression evaluated is one
 step; an operation that builds or scans a container additionally costs one step per item it
 touches (strings: one per 64 characters), counted *before* the work is done, so no single
-C-level operation can run long between two checkpoints. Every 1,000 steps the evaluator yields to
+C-level operation can do much more work than it was charged for (one charged a million steps,
+such as sorting or printing a million items, still runs unbroken: ~0.1-0.2 s). Every 1,000 steps the evaluator yields to
 trio (``trio.lowlevel.checkpoint``), so a busy program can be cancelled.
 
 Sizes are checked before anything is built: no ``str``/``list``/``tuple``/``dict``/``set``
@@ -36,9 +37,13 @@ import inspect
 import json
 import keyword
 import re
+import reprlib
+import sys
 import warnings
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
+from itertools import chain, islice, repeat
+from operator import floordiv
 from types import MappingProxyType
 from typing import Any
 
@@ -62,6 +67,8 @@ MAX_INT_BITS = 10_000
 """Integers produced by arithmetic (``+ - * ** <<``, ``int(text, base)``, ``sum``) stay under this."""
 
 _CHECKPOINT_EVERY = 1000
+_HASH_MOD = sys.hash_info.modulus  # ints in (-_HASH_MOD, _HASH_MOD) hash to distinct values (but -1)
+_SAME_HASH = 16  # distinct keys with one hash value a program may use (each lookup walks them all)
 _DATA_DEPTH = 200  # nesting of data that repr/==/hash/json may recurse into
 _STR_CHUNK = 64  # characters per step when a string is scanned or built
 
@@ -232,7 +239,7 @@ class _Thrown(Exception):
             text = e.message
         else:
             text = str(e)
-        return ProgramError(e._kind, text, e._line)
+        return ProgramError(e._kind, _cut(text), e._line)  # (the program's own message may be long)
 
 
 class _Foreign(BaseException):
@@ -247,17 +254,53 @@ def _runtime(code: str, message: str) -> _Thrown:
     return _Thrown(ErrorValue(code, message, "PTC_RUNTIME"))
 
 
+_MESSAGE_CHARS = 1000  # of an error message made by Python or shown as the run's error
+class _KeyRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 600:  # (decimal text of a huge int is quadratic work)
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_KEY_REPR = _KeyRepr()
+_KEY_REPR.maxstring = _KEY_REPR.maxother = _KEY_REPR.maxlong = 200
+
+
+def _cut(text: str, limit: int = _MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 def _from_python(exc: BaseException) -> _Thrown:
     code = "RuntimeError"
     for cls in type(exc).__mro__:
         if cls.__name__ in _PY_ERROR_NAMES:
             code = cls.__name__
             break
-    return _runtime(code, str(exc))
+    if type(exc) is KeyError and len(exc.args) == 1:  # str() would be the key's whole repr
+        return _runtime(code, _cut(_KEY_REPR.repr(exc.args[0])))
+    return _runtime(code, _cut(str(exc)))
 
 
 def _too_large(what: str) -> ProgramError:
     return ProgramError("PTC_VALUE_TOO_LARGE", what)
+
+
+def _int_cost(a_bits: int, b_bits: int) -> int:
+    """Steps of multiplying or dividing integers of these sizes, or (a_bits, a_bits) of writing or
+    reading one in decimal: CPython does these in quadratic time (~160 us for 10,000 bits)."""
+    return (a_bits * b_bits) >> 19
+
+
+def _search_cost(n: int, m: int) -> int:
+    """Steps (beyond the scan of the text) of a forward search for ``m`` characters in ``n``.
+
+    CPython searches short texts (under 2,500 characters, or 30,000 for a needle under 100) with a
+    simple method that may compare the whole needle at every position: up to n * m comparisons.
+    Longer texts use a linear one, but finish their last 30,000 characters the simple way."""
+    m = min(m, n)
+    if n >= 2500:
+        m = min(m, 100)
+    return min(n, 30000) * m // 1024
 
 
 _PLAIN = frozenset({type(None), bool, int, float, str, list, tuple, dict, set})
@@ -276,6 +319,56 @@ def _tname(value: Any) -> str:
     return t.__name__
 
 
+_FLAT_OTHERS = frozenset({float, bool, type(None)})
+
+
+def _flat_scalars(
+    items: Callable[[], Iterable[Any]], kinds: set[type], n: int, text: bool, budget: int
+) -> tuple[int, int] | None:
+    """(work, chars) of ``n`` items that are all small ints, all strings or all other scalars."""
+    if kinds == {int}:
+        bits = max(map(int.bit_length, items()))
+        if bits > 64:
+            return None
+        return n, (bits * 3 // 10 + 2) * n if text else 0
+    if kinds == {str}:
+        work = n + sum(map(floordiv, map(len, items()), repeat(_STR_CHUNK)))
+        if not text or work > budget:
+            return work, 0
+        total = sum(map(len, items()))
+        quotes = sum(map(str.count, items(), repeat('"')))
+        size = total if all(map(str.isprintable, items())) else 4 * total
+        return work, size + 2 * n + 6 * quotes
+    if kinds <= _FLAT_OTHERS:
+        return n, 40 * n
+    return None
+
+
+def _flat_walk(x: list[Any] | tuple[Any, ...], text: bool, budget: int, indent: int, depth: int) -> tuple[int, int, int] | None:
+    """What :func:`_walk` would count below ``x`` (work, chars, levels), computed by C loops, when
+    its items are all scalars or strings of one kind, or lists/tuples of such; else None.
+
+    A long list of scalars or of pairs (a million items) would otherwise hold the trio thread for
+    half a second between two checkpoints."""
+    n = len(x)
+    kinds = set(map(type, x))
+    flat = _flat_scalars(lambda: x, kinds, n, text, budget)
+    if flat is not None:
+        return flat[0], flat[1], 1
+    if not kinds <= {list, tuple}:
+        return None
+    m = sum(map(len, x))
+    if n + m > budget:
+        return n + m, 0, 2
+    if not m:
+        return n, 2 * n, 1
+    flat = _flat_scalars(lambda: chain.from_iterable(x), set(map(type, chain.from_iterable(x))), m, text, budget)
+    if flat is None:
+        return None
+    chars = flat[1] + (2 * n + 2 * m + (m * (indent * (depth + 1) + indent + 1) if indent else 0) if text else 0)
+    return n + flat[0], chars, 2
+
+
 def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: int = 0) -> tuple[int, int, int]:
     """(work, chars, depth) of ``value`` seen as a tree, stopping once a budget is passed.
 
@@ -283,10 +376,16 @@ def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: in
     (only when ``text``) over-estimates the length of its repr/JSON text. Shared parts count each
     time they occur (as repr and == expand them); a container met again on its own path (a cycle)
     counts once. ``depth`` is the deepest container nesting seen.
+
+    A container walked once is not walked again where it recurs (``[d] * 500``): its counts are
+    remembered (unless its walk met a cycle, whose count depends on the path), so the time taken
+    follows the distinct data, not the steps charged.
     """
-    work = chars = max_depth = 0
+    work = chars = max_depth = cycles = 0
     path: set[int] = set()
-    stack: list[tuple[Any, int, int]] = []  # (iterator over children, their depth, container id)
+    memo: dict[Any, tuple[int, int, int]] = {}
+    # (iterator over children, their depth, container id, work/chars/cycles before it, [deepest level below it])
+    stack: list[tuple[Any, int, int, int, int, int, list[int]]] = []
     x, depth = value, 0
     end = stack  # a sentinel no child can be
     while True:
@@ -296,36 +395,65 @@ def _walk(value: Any, work_budget: int, char_budget: int, text: bool, indent: in
             if text:
                 chars += (len(x) + 2 if x.isprintable() else 4 * len(x) + 2) + 6 * x.count('"')
         elif t in _CONTAINERS:
-            work += 1
             if id(x) in path:
+                work += 1
                 chars += 5
+                cycles += 1
             else:
-                n = len(x)
-                if text:
-                    chars += 2 + (4 if t is dict else 2) * n + (n * (indent * depth + indent + 1) if indent else 0)
-                if depth + 1 > max_depth and n:
-                    max_depth = depth + 1
+                key = (id(x), depth) if indent else id(x)
+                seen = memo.get(key)
+                deepest = depth
+                if seen is not None:
+                    work += seen[0]
+                    chars += seen[1]
+                    deepest = depth + seen[2]
+                    n = 0
+                else:
+                    work0, chars0 = work, chars
+                    work += 1
+                    n = len(x)
+                    if text:
+                        chars += 2 + (4 if t is dict else 2) * n + (n * (indent * depth + indent + 1) if indent else 0)
+                    if n:
+                        deepest = depth + 1
+                    if n >= 16 and (t is list or t is tuple):
+                        flat = _flat_walk(x, text, work_budget - work, indent, depth + 1)
+                        if flat is not None:  # (scalars, or lists/tuples of scalars: counted at C speed)
+                            work += flat[0]
+                            chars += flat[1]
+                            deepest = depth + flat[2]
+                            n = 0
+                if deepest > max_depth:
+                    max_depth = deepest
+                if stack and deepest > stack[-1][6][0]:
+                    stack[-1][6][0] = deepest
                 if n:
                     path.add(id(x))
                     it = iter(x.items()) if t is dict else iter(x)
                     if t is dict:
                         it = (kv for pair in it for kv in pair)
-                    stack.append((it, depth + 1, id(x)))
+                    stack.append((it, depth + 1, id(x), work0, chars0, cycles, [deepest]))
         elif t is int:
             work += 1
             if text:
-                chars += x.bit_length() * 3 // 10 + 2
+                bits = x.bit_length()
+                chars += bits * 3 // 10 + 2
+                work += _int_cost(bits, bits)
         else:
             work += 1
             chars += 40 if t is not ErrorValue else 20 + 4 * (len(x.code) + len(x.message))
         if work > work_budget or chars > char_budget or max_depth > _DATA_DEPTH:
             return work, chars, max_depth
         while stack:
-            it, d, i = stack[-1]
+            it, d, i, work0, chars0, cycles0, below = stack[-1]
             nxt = next(it, end)
             if nxt is end:
                 stack.pop()
                 path.discard(i)
+                if cycles == cycles0:
+                    memo[(i, d - 1) if indent else i] = (work - work0, chars - chars0, below[0] - (d - 1))
+                if stack and below[0] > stack[-1][6][0]:
+                    stack[-1][6][0] = below[0]
                 continue
             x, depth = nxt, d
             break
@@ -444,6 +572,8 @@ _LIST_METHODS = frozenset("append extend pop insert remove index count sort reve
 _DICT_METHODS = frozenset("get keys values items update pop setdefault copy clear".split())
 _SET_METHODS = frozenset("add discard remove union intersection difference copy".split())
 _METHODS = MappingProxyType({str: _STR_METHODS, list: _LIST_METHODS, dict: _DICT_METHODS, set: _SET_METHODS})
+_STR_SEARCHES = frozenset({"find", "index", "count", "partition"})
+_STR_STRIPS = frozenset({"strip", "lstrip", "rstrip"})
 _ALL_METHODS = _STR_METHODS | _LIST_METHODS | _DICT_METHODS | _SET_METHODS
 _ERROR_ATTRS = frozenset({"code", "message"})
 
@@ -585,6 +715,7 @@ class _Machine:
         self.truncated = False
         self.scopes: list[dict[str, Any]] = [{}]
         self.handling: list[_Thrown] = []
+        self.hashes: dict[int, list[Any]] = {}  # hash -> the distinct tuple / huge int keys seen with it
         self.tools = {
             n: _Tool(n)
             for n in tool_names
@@ -639,6 +770,21 @@ class _Machine:
             n = self.max_items + 1
         self.check_size(n, _tname(value))
 
+    def tidy(self, value: Any) -> Any:
+        """``value``, rebuilt in place if it is a set or dict whose table is far larger than its items.
+
+        Python never shrinks a table when items are removed, and iterating or copying it walks the
+        whole table: a set of 200,000 items emptied (``a ^ a``, ``a -= b``) would cost a step per
+        ``list(e)`` yet take milliseconds. The rebuild costs its items; it happens only after at
+        least half the table was removed, each removal charged."""
+        t = type(value)
+        if (t is set or t is dict) and sys.getsizeof(value) > 128 * len(value) + 8192:
+            self.charge(len(value))
+            copy = t(value)  # (reuses the stored hashes)
+            value.clear()
+            value.update(copy)
+        return value
+
     def check_int(self, value: int) -> int:
         if value.bit_length() > MAX_INT_BITS:
             raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
@@ -675,6 +821,7 @@ class _Machine:
             raise _too_large(f"the text of a {_tname(value)} would exceed {self.max_items} characters")
         s = repr(value) if as_repr else str(value)
         self.check_size(len(s), "str")
+        self.charge(len(s) // _STR_CHUNK)  # (escapes make it up to 10 times its estimate)
         return s
 
     def format(self, value: Any, spec: str) -> str:
@@ -685,6 +832,8 @@ class _Machine:
         m = _SPEC.fullmatch(spec)
         if m is None:
             raise _runtime("ValueError", f"invalid format specifier {spec!r}")
+        if type(value) is int:
+            self.charge(_int_cost(value.bit_length(), value.bit_length()))
         for field in ("width", "prec"):
             digits = m.group(field)
             if digits is not None and (len(digits) > 9 or int(digits) > self.max_items):
@@ -714,10 +863,46 @@ class _Machine:
         self.truncated = True
 
     def key(self, value: Any) -> Any:
-        """Charge hashing ``value`` (tuples hash recursively)."""
-        if type(value) is tuple:
+        """Charge hashing ``value`` (tuples hash recursively) and refuse keys crafted to collide."""
+        t = type(value)
+        if t is tuple:
             self.charge_deep(value)
+            self.same_hash(value)
+        elif t is int and not -_HASH_MOD < value < _HASH_MOD:
+            self.same_hash(value)
         return value
+
+    def keys(self, items: Any) -> None:
+        """:meth:`key` for every item of a list, tuple or range going into a set (already charged)."""
+        if type(items) is range:
+            if items and max(abs(items[0]), abs(items[-1])) >= _HASH_MOD:
+                for x in items:
+                    self.same_hash(x)
+            return
+        for x in items:
+            t = type(x)
+            if t is tuple or (t is int and not -_HASH_MOD < x < _HASH_MOD):
+                self.same_hash(x)
+
+    def same_hash(self, value: Any) -> None:
+        """Python's int hash is ``x mod 2**61-1`` and a tuple's mixes its items' hashes, so a program
+        can make any number of distinct keys with one hash; each insert or lookup then compares
+        with all of them (``{i * (2**61 - 1) for i in range(30000)}`` took 15 s). Strings hash
+        with a random key. At most :data:`_SAME_HASH` distinct such keys may share a hash."""
+        h = hash(value)
+        seen = self.hashes.get(h)
+        if seen is None:
+            self.hashes[h] = [value]
+            return
+        for i, other in enumerate(seen):
+            if i:
+                self.charge_deep(value)
+            if other is value or other == value:
+                return
+        if len(seen) >= _SAME_HASH:
+            raise ProgramError("PTC_NOT_ALLOWED", f"more than {_SAME_HASH} different dict keys or set items "
+                               "with the same hash are not allowed")
+        seen.append(value)
 
     def to_json(self, value: Any, depth: int = 0) -> Any:
         """A fresh JSON-like copy of ``value`` for a tool's arguments (tuples become lists)."""
@@ -728,6 +913,12 @@ class _Machine:
             return value
         if t is list or t is tuple:
             self.charge(len(value))
+            kinds = set(map(type, value))
+            if kinds <= _JSON_SCALARS:  # (a long list is copied in C, not item by item)
+                return list(value)
+            if kinds <= {list, tuple} and depth < _DATA_DEPTH and set(map(type, chain.from_iterable(value))) <= _JSON_SCALARS:
+                self.charge(sum(map(len, value)))
+                return list(map(list, value))
             return [self.to_json(v, depth + 1) for v in value]
         if t is dict:
             self.charge(len(value))
@@ -893,7 +1084,9 @@ class _Machine:
     def binop(self, op: type, a: Any, b: Any) -> Any:
         result = self._binop(op, a, b)
         t = type(result)
-        if t is int:
+        if t is set:
+            self.tidy(result)
+        elif t is int:
             self.check_int(result)
         elif t not in _PLAIN and t is not range:  # (-8) ** 0.5 is complex in Python
             raise _runtime("ValueError", f"the result would be a {t.__name__} number, which programs cannot hold")
@@ -921,8 +1114,10 @@ class _Machine:
             elif tb in (str, list, tuple) and ta in (int, bool):
                 seq, n = b, a
             else:
-                if ta in (int, bool) and tb in (int, bool) and a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
-                    raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
+                if ta in (int, bool) and tb in (int, bool):
+                    if a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
+                        raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
+                    self.charge(_int_cost(a.bit_length(), b.bit_length()))
                 return a * b
             total = len(seq) * max(n, 0)
             self.check_size(total, type(seq).__name__)
@@ -930,18 +1125,22 @@ class _Machine:
             return seq * n
         if op is ast.Div:
             return a / b
-        if op is ast.FloorDiv:
-            return a // b
-        if op is ast.Mod:
-            if ta is str:
+        if op is ast.FloorDiv or op is ast.Mod:
+            if ta is str and op is ast.Mod:
                 raise ProgramError("PTC_NOT_ALLOWED", "%-formatting of strings is not allowed; use f-strings")
-            return a % b
+            if ta in (int, bool) and tb in (int, bool):
+                self.charge(_int_cost(a.bit_length(), b.bit_length()))
+            return a // b if op is ast.FloorDiv else a % b
         if op is ast.Pow:
             if ta in (int, bool) and tb in (int, bool) and b > 0 and abs(a) > 1:
                 # |a| ** b has more than b * (bits(a) - 1) bits: refuse before computing; the
                 # result (at most twice the limit) is checked exactly afterwards.
                 if b * (a.bit_length() - 1) > MAX_INT_BITS:
                     raise _too_large(f"an integer of more than {MAX_INT_BITS} bits")
+                bits = b * a.bit_length()
+                self.charge(_int_cost(bits, bits))
+            if ta in (int, bool) and tb in (int, bool) and b > 0:
+                self.charge(b.bit_length() >> 7)  # one squaring per bit of b, even for 1 ** b
             if ta is float or tb is float:
                 if ta in (int, bool) and a.bit_length() > 1100:
                     raise _runtime("OverflowError", "int too large to convert to float")
@@ -982,7 +1181,7 @@ class _Machine:
                 a ^= b
             else:
                 a -= b
-            return a
+            return self.tidy(a)
         if ta is dict and type(b) is dict and op is ast.BitOr:
             self.check_size(len(a) + len(b), "dict")
             self.charge(len(b))
@@ -1005,7 +1204,7 @@ class _Machine:
             elif tb is str:
                 if type(a) is not str:
                     raise _runtime("TypeError", f"'in <string>' requires string as left operand, not {_tname(a)}")
-                self.charge(len(b) // _STR_CHUNK)
+                self.charge(len(b) // _STR_CHUNK + _search_cost(len(b), len(a)))
             elif tb in (list, tuple):
                 self.charge_deep(a)
                 self.charge_deep(b)
@@ -1122,12 +1321,27 @@ class _Machine:
                 bound = params.bind(*args, **kwargs)
             except TypeError as exc:
                 raise _runtime("TypeError", f"{t.__name__}.{name}(): {exc}") from None
-            return guard(self, recv, *bound.args, **bound.kwargs)
+            result = guard(self, recv, *bound.args, **bound.kwargs)
+            if t is set or t is dict:
+                self.tidy(recv)
+                self.tidy(result)
+            return result
         cost = _METHOD_COST.get((t, name))
-        if cost == "deep":
+        if t is str:
+            self.charge_len(recv)
+            for a in args:  # startswith(("...", ...)) compares each prefix
+                self.charge_deep(a)
+            if name in _STR_SEARCHES and args and type(args[0]) is str:
+                self.charge(_search_cost(len(recv), len(args[0])))
+            elif name in _STR_STRIPS and args and type(args[0]) is str:
+                # each character stripped is looked up in the whole set of characters
+                self.charge(len(recv) * len(args[0]) // 256)
+        elif cost == "deep":
             self.charge_deep(recv)
             for a in args:
                 self.charge_deep(a)
+            if name == "index" and args:  # not found: Python's message is the item's repr
+                self.charge(_walk(args[0], self.limits.max_steps - self.steps + 1, self.max_items, True)[0])
         elif cost == "key":
             if args:
                 self.key(args[0])
@@ -1136,7 +1350,13 @@ class _Machine:
         result = getattr(recv, name)(*args, **kwargs)
         if type(result) is str:
             self.check_size(len(result), "str")
+        elif t is set or t is dict:
+            self.tidy(recv)
+            self.tidy(result)
         return result
+
+
+_JSON_SCALARS = frozenset({type(None), bool, int, float, str})
 
 
 def _check_data(value: Any, tool: str) -> None:
@@ -1152,6 +1372,11 @@ def _check_data(value: Any, tool: str) -> None:
             continue
         seen.add(id(x))
         if t is list or t is tuple or t is set:
+            kinds = set(map(type, x))  # (long lists of scalars, or of lists of scalars, are checked in C)
+            if kinds <= _JSON_SCALARS:
+                continue
+            if kinds <= {list, tuple} and set(map(type, chain.from_iterable(x))) <= _JSON_SCALARS:
+                continue
             stack.extend(x)
         elif t is dict:
             stack.extend(x.keys())
@@ -1293,7 +1518,7 @@ async def _s_try(m: _Machine, node: ast.Try) -> Any:
         if fsig is not None:
             return fsig  # break/continue in finally drops a pending error, as in Python
     if pending is not None:
-        raise pending
+        raise pending.with_traceback(None)
     return sig
 
 
@@ -1301,7 +1526,7 @@ async def _s_raise(m: _Machine, node: ast.Raise) -> Any:
     if node.exc is None:
         if not m.handling:
             raise _runtime("RuntimeError", "no active exception to reraise")
-        raise m.handling[-1]
+        raise m.handling[-1].with_traceback(None)  # (else each re-raise would add to its traceback)
     value = await m.eval(node.exc)
     if type(value) is _ErrorClass:
         value = _make_error(value.name, [], {})
@@ -1339,6 +1564,7 @@ async def _delete(m: _Machine, target: ast.expr) -> None:
         else:
             raise _runtime("TypeError", f"'{_tname(container)}' object doesn't support item deletion")
         del container[key]
+        m.tidy(container)
     elif t in (ast.Tuple, ast.List):
         for e in target.elts:
             await _delete(m, e)
@@ -1431,6 +1657,7 @@ async def _e_joinedstr(m: _Machine, node: ast.JoinedStr) -> Any:
         total += len(s)
         m.check_size(total, "str")
         parts.append(s)
+    m.charge(total // _STR_CHUNK)  # the joined text is a new string (f"{s}{s}")
     return "".join(parts)
 
 
@@ -1666,12 +1893,14 @@ def _b_int(m: _Machine, value: Any = 0, /, base: Any = _NO) -> int:
     if base is not _NO:
         if type(value) is not str or type(base) not in (int, bool):
             raise _runtime("TypeError", "int() with a base needs a str and an int base")
-        m.charge(len(value) // _STR_CHUNK)
+        digits = min(len(value), sys.get_int_max_str_digits() or len(value))
+        m.charge(len(value) // _STR_CHUNK + _int_cost(4 * digits, 4 * digits))
         return m.check_int(int(value, base))
     if type(value) not in (int, float, bool, str):
         raise _runtime("TypeError", f"int() argument must be a string or a number, not '{_tname(value)}'")
     if type(value) is str:
-        m.charge(len(value) // _STR_CHUNK)
+        digits = min(len(value), sys.get_int_max_str_digits() or len(value))
+        m.charge(len(value) // _STR_CHUNK + _int_cost(4 * digits, 4 * digits))
         return m.check_int(int(value))
     return int(value)
 
@@ -1679,7 +1908,14 @@ def _b_int(m: _Machine, value: Any = 0, /, base: Any = _NO) -> int:
 def _b_float(m: _Machine, value: Any = 0.0, /) -> float:
     if type(value) not in (int, float, bool, str):
         raise _runtime("TypeError", f"float() argument must be a string or a number, not '{_tname(value)}'")
+    if type(value) is str:
+        m.charge(len(value) // _STR_CHUNK)
+        if len(value) > 4096 and not _FLOAT_TEXT.fullmatch(value):  # Python's message would repeat it all
+            raise _runtime("ValueError", f"could not convert string to float: {value[:100]!r}...")
     return float(value)
+
+
+_FLOAT_TEXT = re.compile(r"\s*[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d[\d_]*)?\s*")
 
 
 def _b_bool(m: _Machine, value: Any = False, /) -> bool:
@@ -1698,6 +1934,8 @@ def _b_set(m: _Machine, iterable: Any = (), /) -> set[Any]:
     items = m.items(iterable)
     if type(items) in (list, tuple):
         m.charge_deep(items)
+    if type(items) in (list, tuple, range):
+        m.keys(items)
     return set(items)
 
 
@@ -1718,9 +1956,12 @@ def _b_dict(m: _Machine, iterable: Any = _NO, /, **kwargs: Any) -> dict[Any, Any
 
 
 def _keyed(m: _Machine, items: list[Any], key: Any) -> list[Any]:
-    if key is None:
+    if key is None or not items:
         return items
-    return [m.call_sync(key, [x]) for x in items]
+    first = m.call_sync(key, [items[0]])  # (checks that key takes one argument)
+    m.charge(len(items))  # one call per item, with what the key itself charges
+    fn = key.fn
+    return [first, *[fn(m, x) for x in islice(items, 1, None)]]
 
 
 def _b_sorted(m: _Machine, iterable: Any, /, *, key: Any = None, reverse: Any = False) -> list[Any]:
@@ -1769,14 +2010,28 @@ def _b_max(m: _Machine, *args: Any, key: Any = None, default: Any = _NO) -> Any:
     return _minmax(m, "max", args, key, default)
 
 
+_NUMBERS = frozenset({int, float, bool})
+
+
 def _b_sum(m: _Machine, iterable: Any, /, start: Any = 0) -> Any:
-    total = start
-    for x in m.items(iterable):
-        if type(x) not in (int, float, bool) or type(total) not in (int, float, bool):
-            raise _runtime("TypeError", f"sum() adds numbers only, not {_tname(x)}")
-        total = total + x
-        if type(total) is int:
-            m.check_int(total)
+    items = m.items(iterable)
+    if type(start) not in _NUMBERS:
+        raise _runtime("TypeError", f"sum() adds numbers only, not {_tname(start)}")
+    if type(items) is range:
+        kinds = {int}
+        bits = max(abs(items[0]), abs(items[-1])).bit_length() if items else 0
+    else:
+        kinds = set(map(type, items))
+        if not kinds <= _NUMBERS:
+            bad = next((x for x in items if type(x) not in _NUMBERS), None)
+            raise _runtime("TypeError", f"sum() adds numbers only, not {_tname(bad)}")
+        bits = max(map(int.bit_length, items), default=0) if kinds <= {int, bool} else 0
+    if type(start) is int:
+        bits = max(bits, start.bit_length())
+    m.charge(len(items) * (bits // 2048))  # (adding 10,000-bit integers is ~0.3 us each)
+    total = sum(items, start)  # (in C: partial sums stay within a few bits of the largest item)
+    if type(total) is int:
+        m.check_int(total)
     return total
 
 
@@ -1835,6 +2090,9 @@ def _b_round(m: _Machine, number: Any, /, ndigits: Any = None) -> Any:
         return round(number)
     if type(ndigits) not in (int, bool):
         raise _runtime("TypeError", "round() ndigits must be an integer")
+    if type(number) is int and ndigits < 0:  # builds 10**-ndigits and divides by it
+        bits = max(number.bit_length(), min(-ndigits, 5000) * 10 // 3)
+        m.charge(_int_cost(bits, bits))
     if abs(ndigits) > 5000:  # int rounding builds 10**-ndigits
         return round(number, 5000 if ndigits > 0 else -5000) if type(number) is float else (number if ndigits > 0 else 0)
     return round(number, ndigits)
@@ -1855,6 +2113,7 @@ def _b_json_dumps(m: _Machine, value: Any, /, indent: Any = None) -> str:
     except TypeError as exc:
         raise _runtime("TypeError", str(exc).replace("ErrorValue", "error")) from None
     m.check_size(len(s), "str")
+    m.charge(len(s) // _STR_CHUNK)  # (a control character is 6 characters of JSON)
     return s
 
 
@@ -1912,11 +2171,13 @@ _BUILTINS: MappingProxyType[str, _Builtin] = MappingProxyType(
 def _g_replace(m: _Machine, s: str, old: Any, new: Any, count: Any = -1, /) -> str:
     if type(old) is not str or type(new) is not str or type(count) not in (int, bool):
         raise _runtime("TypeError", "replace() needs two str and an optional int count")
-    m.charge(len(s) // _STR_CHUNK)
+    m.charge(len(s) // _STR_CHUNK + 2 * _search_cost(len(s), len(old)))
     n = s.count(old)
     if 0 <= count < n:
         n = count
-    m.check_size(len(s) + n * (len(new) - len(old)), "str")
+    size = len(s) + n * (len(new) - len(old))
+    m.check_size(size, "str")
+    m.charge(size // _STR_CHUNK)  # the result, which may be far longer than s
     return s.replace(old, new, count)
 
 
@@ -1950,6 +2211,7 @@ def _g_zfill(m: _Machine, s: str, width: Any, /) -> str:
     if type(width) not in (int, bool):
         raise _runtime("TypeError", "zfill() width must be an integer")
     m.check_size(width, "str")
+    m.charge(max(width, len(s)) // _STR_CHUNK)
     return s.zfill(width)
 
 
@@ -1958,6 +2220,7 @@ def _case(name: str) -> Callable[..., str]:
         m.charge(len(s) // _STR_CHUNK)
         out = getattr(s, name)()
         m.check_size(len(out), "str")
+        m.charge(len(out) // _STR_CHUNK)  # ("ΐ".upper() is 3 characters)
         return out
 
     return case
@@ -1967,19 +2230,62 @@ def _splitter(name: str) -> Callable[..., list[str]]:
     def split(m: _Machine, s: str, sep: Any = None, maxsplit: Any = -1) -> list[str]:
         if (sep is not None and type(sep) is not str) or type(maxsplit) not in (int, bool):
             raise _runtime("TypeError", f"{name}() needs a str or None separator and an int maxsplit")
-        m.charge(len(s) // _STR_CHUNK)
+        m.charge(len(s) // _STR_CHUNK + (2 * _search_cost(len(s), len(sep)) if sep else 0))
         pieces = (s.count(sep) if sep else len(s) // 2) + 1  # at most this many, charged before the list exists
         m.charge(pieces if maxsplit < 0 else min(pieces, maxsplit + 1))
+        if name == "rsplit" and _reverse_search(s, sep):
+            m.charge(len(s) // _STR_CHUNK)
+            return [p[::-1] for p in reversed(s[::-1].split(sep[::-1], maxsplit))]
         return getattr(s, name)(sep, maxsplit)
 
     return split
 
 
+def _reverse_search(s: str, sub: Any) -> bool:
+    """Whether to search ``s`` from the right by searching it reversed from the left.
+
+    CPython's own right-to-left search may compare the whole needle at every position (n * m
+    comparisons: seconds for a 100,000-character needle); its left-to-right search is linear."""
+    return type(sub) is str and len(sub) > 1 and len(s) * len(sub) > 1 << 16
+
+
+def _g_rfind(m: _Machine, s: str, sub: Any, start: Any = None, end: Any = None, /) -> int:
+    if type(sub) is not str or any(x is not None and type(x) not in (int, bool) for x in (start, end)):
+        raise _runtime("TypeError", "rfind() needs a str and optional int start and end")
+    m.charge(len(s) // _STR_CHUNK + len(sub) // _STR_CHUNK)
+    if not _reverse_search(s, sub):
+        return s.rfind(sub, start, end)
+    i, j, _ = slice(start, end).indices(len(s))
+    if j - i < len(sub):
+        return -1
+    m.charge(2 * (j - i) // _STR_CHUNK + _search_cost(j - i, len(sub)))
+    found = s[i:j][::-1].find(sub[::-1])
+    return -1 if found < 0 else j - found - len(sub)
+
+
+def _g_rpartition(m: _Machine, s: str, sep: Any, /) -> tuple[str, str, str]:
+    if type(sep) is not str:
+        raise _runtime("TypeError", f"must be str, not {_tname(sep)}")
+    m.charge(len(s) // _STR_CHUNK + len(sep) // _STR_CHUNK)
+    if not _reverse_search(s, sep):
+        return s.rpartition(sep)
+    m.charge(2 * len(s) // _STR_CHUNK + _search_cost(len(s), len(sep)))
+    after, found, before = s[::-1].partition(sep[::-1])
+    return before[::-1], found[::-1], after[::-1]
+
+
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
 def _g_splitlines(m: _Machine, s: str, keepends: Any = False) -> list[str]:
     m.charge(len(s) // _STR_CHUNK)
-    out = s.splitlines(keepends)
-    m.charge(len(out))
-    return out
+    if s.isprintable() and s.isascii():  # (no line break can be in it)
+        lines = 1
+    else:
+        m.charge(len(_LINE_BREAKS) * len(s) // (16 * _STR_CHUNK))
+        lines = sum(s.count(c) for c in _LINE_BREAKS) + 1  # at most this many, charged before the list exists
+    m.charge(lines)
+    return s.splitlines(keepends)
 
 
 def _g_append(m: _Machine, lst: list[Any], value: Any, /) -> None:
@@ -1991,6 +2297,16 @@ def _g_insert(m: _Machine, lst: list[Any], index: Any, value: Any, /) -> None:
     m.check_size(len(lst) + 1, "list")
     m.charge(len(lst) // 16)
     lst.insert(index, value)
+
+
+def _g_pop(m: _Machine, lst: list[Any], index: Any = -1, /) -> Any:
+    if type(index) not in (int, bool):
+        raise _runtime("TypeError", f"'{_tname(index)}' object cannot be interpreted as an integer")
+    n = len(lst)
+    i = index + n if index < 0 else index
+    if 0 <= i < n:
+        m.charge((n - i - 1) // 16)  # the items after i move down (as for insert)
+    return lst.pop(index)
 
 
 def _g_extend(m: _Machine, lst: list[Any], iterable: Any, /) -> None:
@@ -2051,6 +2367,8 @@ def _setop(name: str) -> Callable[..., set[Any]]:
             items = m.items(o)
             if type(items) in (list, tuple):
                 m.charge_deep(items)
+            if type(items) in (list, tuple, range):
+                m.keys(items)
             total += len(items)
             sets.append(items)
         if name == "union":
@@ -2074,9 +2392,12 @@ _GUARDED: MappingProxyType[tuple[type, str], Callable[..., Any]] = MappingProxyT
         (str, "split"): _splitter("split"),
         (str, "rsplit"): _splitter("rsplit"),
         (str, "splitlines"): _g_splitlines,
+        (str, "rfind"): _g_rfind,
+        (str, "rpartition"): _g_rpartition,
         (list, "append"): _g_append,
         (list, "insert"): _g_insert,
         (list, "extend"): _g_extend,
+        (list, "pop"): _g_pop,
         (list, "sort"): _g_sort,
         (dict, "keys"): _g_keys,
         (dict, "values"): _g_values,
@@ -2099,7 +2420,6 @@ _METHOD_COST = MappingProxyType(
         (list, "remove"): "deep",
         (list, "index"): "deep",
         (list, "count"): "deep",
-        (list, "pop"): "key",
         (list, "clear"): "key",
         (dict, "get"): "key",
         (dict, "pop"): "key",
