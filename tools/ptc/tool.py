@@ -26,7 +26,7 @@ from events import types as t
 
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..catalog import NOT_FROM_PROGRAMS, PTC, ToolCatalog
-from .interpreter import Limits, ProgramError, ToolCallFailed, check_program, run_program
+from .interpreter import Limits, ToolCallFailed, run_program
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
@@ -81,11 +81,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
     # (the tools assigned to the agent are functions of the program; calls are checked as they
     # run, so one a program cannot make fails with a message saying so)
     names = [s.name for s in catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)]
-    limits = Limits()
-    try:
-        check_program(code, names, limits)
-    except ProgramError as exc:
-        raise ToolError(exc.code, exc.message) from None
+    limits = Limits()  # (run_program checks the program before it runs: parsed once)
 
     calls: list[dict[str, Any]] = []
     images: list[t.ImagePart] = []
