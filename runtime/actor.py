@@ -12,7 +12,6 @@ in-memory state never diverges from what was committed.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -814,13 +813,11 @@ class SessionActor:
         tool_policy = self.state.settings.get("toolPolicy")
         tool_policy = tool_policy if isinstance(tool_policy, dict) else None
         is_main = agent_id == MAIN_AGENT
-        sub_calls = itertools.count(1)
 
-        async def call_tool(name: str, args: dict[str, Any]) -> ToolResult:
+        async def call_tool(sub_id: str, name: str, args: dict[str, Any]) -> ToolResult:
             """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
             current = self.state.agents[agent_id]
-            sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id,
-                              f"{call.call_id}.{next(sub_calls)}", is_main,
+            sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
                               file_edits=lambda cid: list(self.state.file_edits.get(cid, [])),
                               agent_tools=list(current.tools) or None,
                               loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities))

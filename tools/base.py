@@ -51,9 +51,10 @@ class ToolContext:
     agent_tools: Sequence[str] | None = None
     loaded_capabilities: Callable[[], Sequence[str]] | None = None
     # Runs another of this agent's tools as a sub-call of this one (``programmatic_tool_run``):
-    # the same registry, catalog planes and policy as a native call, with a call id of its own
-    # (``<call_id>.<n>``); a failure comes back as an error result. Provided by the actor.
-    call_tool: Callable[[str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
+    # ``call_tool(call_id, name, args)`` with the sub-call's own id (``<call_id>.<n>``), through
+    # the same registry, catalog planes and policy as a native call; a failure comes back as an
+    # error result. Provided by the actor.
+    call_tool: Callable[[str, str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
 
 
 @dataclass(frozen=True)

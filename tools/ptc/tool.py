@@ -60,11 +60,9 @@ def _failure_of(result: ToolResult) -> ToolCallFailed:
 
 def _as_root(event: t._Event, sub_id: str, root_id: str) -> t._Event:
     """A sub-call's event, recorded under the program's call id."""
-    changes: dict[str, Any] = {}
-    for field in ("call_id",):
-        if getattr(event, field, None) == sub_id:
-            changes[field] = root_id
-    return msgspec.structs.replace(event, **changes) if changes else event
+    if getattr(event, "call_id", None) == sub_id:
+        return msgspec.structs.replace(event, call_id=root_id)
+    return event
 
 
 async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -93,7 +91,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
         sub_id = f"{ctx.call_id}.{len(calls) + 1}"
         entry: dict[str, Any] = {"call_id": sub_id, "name": name}
         calls.append(entry)
-        result = await call_tool(name, arguments)
+        result = await call_tool(sub_id, name, arguments)
         entry["ok"] = not result.is_error
         if result.is_error:
             entry["error_code"] = result.error_code
