@@ -828,6 +828,15 @@ class SessionActor:
             check = self.tool_catalog.check(loaded=current.capabilities, allowed=current.tools or None,
                                             session=tool_policy, is_main_agent=is_main, from_program=True)
             result = await tools.run(name, arguments, sub, allowed=current.tools or None, check=check)
+            # What the call changed on disk is recorded now, under the program's call: a crash or an
+            # abort before the program ends would otherwise leave edits no revert_call can reach.
+            # The rest (a loaded capability, say) goes with the program's result, also under its id.
+            if result.events:
+                events = [_under_call(e, sub_id, call.call_id) for e in result.events]
+                now = [e for e in events if isinstance(e, _RECORDED_AT_ONCE)]
+                if now:
+                    await self._emit([d.Scoped(e, agent_id, task_id) for e in now])
+                result = dataclasses.replace(result, events=[e for e in events if not isinstance(e, _RECORDED_AT_ONCE)])
             return self._with_warning(name, result, tool_policy)
 
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
@@ -878,10 +887,11 @@ class SessionActor:
         try:
             await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(e, agent_id, task_id) for e in events]))
         except AppendRejected as exc:  # (instructions larger than log.maxEventBytes, say)
-            log.warning("session %s: skill instructions were not recorded: %s", self.session_id, exc.message)
+            why = exc.message
+            log.warning("session %s: skill instructions were not recorded: %s", self.session_id, why)
             await self._emit(self._if_current(agent_id, step, lambda: [
                 d.Scoped(e, agent_id, task_id) for due in step.due
-                for e in load_failed(due.name, due.call_id, f"its instructions could not be recorded: {exc.message[:300]}")]))
+                for e in load_failed(due.name, due.call_id, f"its instructions could not be recorded: {why[:300]}")]))
 
     async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
                    questions: list[t.Question]) -> dict[str, Any]:
@@ -934,6 +944,17 @@ class SessionActor:
 
 
 _DEFERRED = object()
+
+# Events of a program's call that the actor records as the call returns (not with the program's
+# result): the workspace changes and the artifacts holding what they replaced.
+_RECORDED_AT_ONCE = (t.FileEdited, t.ArtifactStored)
+
+
+def _under_call(event: t._Event, sub_id: str, root_id: str) -> t._Event:
+    """A program's call's event, recorded under the program's own call id."""
+    if getattr(event, "call_id", None) == sub_id:
+        return msgspec.structs.replace(event, call_id=root_id)
+    return event
 
 
 def _reset_for_fork(state: SessionState, new_session_id: str) -> None:

@@ -12,7 +12,7 @@ import trio
 
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
-from .conftest import Daemon, DaemonFactory, run_tool
+from .conftest import Daemon, DaemonFactory, run_tool, stop_daemon, wait_until
 
 FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}], "defaultModel": "faux/faux-1"}
 PTC = "programmatic_tool_run"
@@ -112,6 +112,41 @@ async def test_a_programs_edits_are_recorded_under_its_call_and_revert_call_undo
     reverted = await run_tool(d, token, sid, "r2", "revert_call", {"call_id": root})
     assert reverted["status"] == "ok", reverted
     assert not (ws / "notes.txt").exists()  # (both edits undone, last first: the file did not exist)
+
+
+async def test_a_programs_edits_survive_an_abort_and_a_restart_mid_program(daemon_factory: DaemonFactory) -> None:
+    # The edits of the calls that returned are recorded as they return, not with the program's
+    # result: an abort (or a crash) before the program ends leaves them in the file history.
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+    ws = d.root / "workspaces" / "p"
+    program = ("edit_file(path='a.txt', mode='create', content='a\\n')\n"
+               "edit_file(path='a.txt', mode='rewrite', content='b\\n')\n"
+               "sleep_milliseconds(milliseconds=600000)\n"
+               "edit_file(path='never.txt', mode='create', content='x')")
+    await d.submit(token, sid, "r1", f"/tool {PTC} {json.dumps({'code': program})}")
+
+    async def edited() -> list[dict[str, Any]] | None:
+        found = [e for e in await d.events(token, sid) if e["kind"] == "file.edited"]
+        return found if len(found) == 2 else None
+
+    edits = await wait_until(edited, what="the program's two edits in the log while it runs")
+    [started] = [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.started"]
+    assert started["name"] == PTC
+    assert {e["body"]["call_id"] for e in edits} == {started["call_id"]}
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "tool.finished"]  # (still running)
+    assert (await d.post(f"/sessions/{sid}/abort", token)).status_code == 200
+    await d.wait_idle(token, sid)
+    assert (ws / "a.txt").read_text() == "b\n" and not (ws / "never.txt").exists()
+
+    await stop_daemon(d)
+    d = await daemon_factory(config={**FAUX, "localPtc": {}}, root=d.root)
+    changes = (await d.get(f"/sessions/{sid}/changes", token)).json()
+    [listed] = changes["files"]  # (created, then rewritten)
+    assert listed["path"] == "a.txt" and listed["status"] == "created"
+    assert [(e["callId"], e["tool"]) for e in listed["edits"]] == [(started["call_id"], PTC)] * 2
+    reverted = await run_tool(d, token, sid, "r2", "revert_call", {"call_id": started["call_id"]})
+    assert reverted["status"] == "ok", reverted
+    assert not (ws / "a.txt").exists()  # (both edits undone, last first)
 
 
 async def test_what_a_program_gets_wrong_comes_back_as_an_error_result_with_what_it_printed(

@@ -9,10 +9,11 @@ syntax tree over plain data).
 
 Each call goes through the actor (``ToolContext.call_tool``): the same registry, catalog planes
 (a deferred tool must be loaded first) and execution policy as a native call, with its own call
-id ``<call_id>.<n>``. What the calls record (file edits, artifacts, loaded capabilities) is
-recorded with this call's ``tool.finished``, under this call's id, so ``revert_call`` of the
-program's call reverts every edit its calls made, last first. The tool is not replay-safe: a
-crash while a program runs reports the call interrupted, as for any other such tool.
+id ``<call_id>.<n>``. What the calls record is recorded under this call's id, so ``revert_call``
+of the program's call reverts every edit its calls made, last first: file edits and the
+artifacts they keep as each call returns (an abort or a crash mid-program loses none), the rest
+(a loaded capability) with this call's ``tool.finished``. The tool is not replay-safe: a crash
+while a program runs reports the call interrupted, as for any other such tool.
 """
 
 from __future__ import annotations
@@ -58,13 +59,6 @@ def _failure_of(result: ToolResult) -> ToolCallFailed:
     return ToolCallFailed(result.error_code or "TOOL_FAILED", message)
 
 
-def _as_root(event: t._Event, sub_id: str, root_id: str) -> t._Event:
-    """A sub-call's event, recorded under the program's call id."""
-    if getattr(event, "call_id", None) == sub_id:
-        return msgspec.structs.replace(event, call_id=root_id)
-    return event
-
-
 async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     extra = set(args) - {"code", "timeout_ms"}
     code = args.get("code")
@@ -100,7 +94,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
                 images.append(part)
             elif isinstance(part, t.TextPart) and part.text.startswith(WARNING_PREFIX) and part.text not in warnings:
                 warnings.append(part.text)
-        events.extend(_as_root(e, sub_id, ctx.call_id) for e in result.events)
+        events.extend(result.events)  # (already under this call's id: ToolContext.call_tool)
         if result.is_error:
             raise _failure_of(result)
         return _value_of(result)
