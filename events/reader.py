@@ -250,6 +250,20 @@ class LogReader:
             (session_id, SEQ_MAX if to is None else min(to, SEQ_MAX)))
         return rows[0][0] if rows else 0
 
+    def session_project(self, session_id: str) -> str | None:
+        """The project of session ``session_id``: the ``project_id`` of its first event that has
+        one (``None`` when none does, or that column is not readable text). Read from the row's
+        columns, never from a body, so a session whose bodies do not decode still has one."""
+        try:
+            rows = self._query(
+                "a session's project",
+                "SELECT project_id FROM events WHERE session_id = ? AND typeof(project_id) = 'text' "
+                "ORDER BY session_seq LIMIT 1",
+                (session_id,))
+        except UnicodeDecodeError:  # the column holds bytes that are not UTF-8 (hand-edited)
+            return None
+        return rows[0][0] if rows else None
+
     def refresh_dictionaries(self) -> None:
         """Load dictionaries stored since the last call (a damaged one is recorded, not loaded)."""
         known = set(self.codec.dictionary_ids) | set(self.damaged_dictionaries)

@@ -856,6 +856,14 @@ class EventStore:
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 
+    async def session_project(self, session_id: str) -> str | None:
+        """The project of session ``session_id`` as its rows record it (see ``LogReader.session_project``)."""
+
+        def read() -> str | None:
+            return self._get_reader().session_project(session_id)
+
+        return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
+
     def open_tail_reader(self) -> "TailReader":
         """A reader of its own for one steady consumer (the SSE bus): it never waits behind
         session replays on the shared reader. Close it when done."""

@@ -206,10 +206,19 @@ class Supervisor:
     async def _quarantine(self, handle: _Handle, reason: str) -> None:
         # Record it before answering anyone: a caller told SESSION_QUARANTINED finds the event.
         # Calls arriving meanwhile queue in the mailbox and are answered below.
+        # The event carries the session's project like the session's other events, so streams
+        # filtered by project see it too (it is read from the rows' columns: the session's bodies
+        # may be what cannot be decoded).
         try:
             with trio.CancelScope(shield=True):
+                try:
+                    project_id = await self.deps.store.session_project(handle.session_id)
+                except Exception as exc:
+                    log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
+                    project_id = None
                 await self.deps.store.append(Draft(
-                    t.SessionQuarantined(reason=reason[:2000]), session_id=handle.session_id))
+                    t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
+                    session_id=handle.session_id))
         except Exception as exc:  # the log itself may be what fails; the status stays in memory
             log.error("could not record quarantine of %s: %r", handle.session_id, exc)
         self._quarantined[handle.session_id] = reason

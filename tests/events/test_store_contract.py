@@ -124,6 +124,16 @@ class TestStoreContract:
         assert await store.session_last_seq("s1", to=2**63 + 5) == 3  # (past SQLite's integers: clamped)
         assert await store.session_last_seq("nobody") == 0
 
+    async def test_a_sessions_project(self, store: Any) -> None:
+        """The project of a session's first event that names one (a quarantine is recorded under
+        it); ``None`` for a session of no project or none at all."""
+        assert await store.session_project("s1") is None
+        await store.append(note("a"), note("b", project_id="p1"), note("c", session="s2"))
+        await store.append(note("d", project_id="p2"), note("e", session=None, project_id="p3"))
+        assert await store.session_project("s1") == "p1"
+        assert await store.session_project("s2") is None
+        assert await store.session_project("nobody") is None
+
     async def test_ts_is_wall_clock_ms_and_non_decreasing(self, store: Any) -> None:
         before = now_ms()
         results = [await store.append(note(f"{i}", session=f"s{i % 2}")) for i in range(20)]

@@ -246,6 +246,9 @@ async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, a
         (row,) = list(reader.rows(session_id=sid, kinds=["session.quarantined"]))
         q = reader.decode(row)
     assert q.session_id == sid and "CorruptEvent" in q.event.reason
+    # It carries the session's project like the session's other events (read from the rows'
+    # columns: the session's bodies do not all decode), so a stream filtered by project gets it.
+    assert q.project_id == "p1"
 
 
 async def test_unknown_session_is_not_found(rt, autojump_clock):
