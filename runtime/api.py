@@ -354,7 +354,8 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.errorhandler(LogError)
     async def log_error(exc: LogError) -> Response:
-        return error_response(exc.code, exc.message, STATUS.get(exc.code, 500))
+        # str(): a damaged event is named by its seq ("seq N: …"), as `lens log decode` names it
+        return error_response(exc.code, str(exc), STATUS.get(exc.code, 500))
 
     @app.errorhandler(HistoryError)
     async def history_error(exc: HistoryError) -> Response:

@@ -650,6 +650,29 @@ async def test_events_paging_matches_lens_log_decode(daemon: Daemon, strong: str
         assert r.status_code == 404 and r.json()["error"]["code"] == "SESSION_NOT_FOUND", after
 
 
+async def test_an_events_page_that_meets_a_damaged_event_names_its_seq(daemon: Daemon, strong: str, reader: str):
+    """F-LOG-6: a body that does not decode is reported with its seq, on this route as in
+    ``lens log decode`` and the stream's final event (the message said only what failed, so a
+    client could neither report nor step past the event)."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "hello")
+    await daemon.wait_idle(strong, sid)
+    events = (await daemon.get(f"/sessions/{sid}/events", reader)).json()["events"]
+    bad = events[1]["seq"]
+    conn = apsw.Connection(str(daemon.data_dir / "events.db"))
+    try:
+        conn.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
+    finally:
+        conn.close()
+    r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": events[0]["seq"]})
+    assert r.status_code == 500 and error_of(r) == "EVENT_CORRUPT", r.text
+    assert r.json()["error"]["message"].startswith(f"seq {bad}: "), r.text
+    # the client can read on past it
+    r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": bad})
+    assert r.status_code == 200 and [e["seq"] for e in r.json()["events"]] == [e["seq"] for e in events[2:]]
+
+
 # --------------------------------------------------------------------------- tools and answers
 
 
