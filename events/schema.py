@@ -159,15 +159,20 @@ def _tables(conn: apsw.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='table'")]
 
 
+def not_sqlite(where: Path) -> ForeignStore:
+    """The refusal of a file that is not a SQLite database (readers and the writer alike)."""
+    return ForeignStore(
+        f"{where} is not a SQLite database (format found: unknown bytes); it is not a Lens "
+        f"event log. Start a new data directory with --data NEW_DIR."
+    )
+
+
 def check_format(conn: apsw.Connection, where: Path) -> None:
     """Raise unless ``conn`` is a Lens event log of the version this build reads."""
     try:
         tables = _tables(conn)
     except apsw.NotADBError:
-        raise ForeignStore(
-            f"{where} is not a SQLite database (format found: unknown bytes); it is not a Lens "
-            f"event log. Start a new data directory with --data NEW_DIR."
-        ) from None
+        raise not_sqlite(where) from None
     if "meta" not in tables:
         raise ForeignStore(
             f"{where} is a SQLite database without a Lens format marker (tables found: "
@@ -237,7 +242,7 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
             return DataDirNotReadable(f"cannot read {path} (permission denied or not openable: {exc})")
         return DataDirNotWritable(f"cannot open {path} for writing ({exc}); is the directory read-only?")
     if isinstance(exc, apsw.NotADBError):
-        return ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log")
+        return not_sqlite(path)
     if isinstance(exc, apsw.IOError):
         for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             if side.exists() and not side.is_file():  # a FIFO, a directory: not the log's fault
@@ -421,7 +426,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
                 f"data directory somewhere writable first"
             ) from None
     except apsw.NotADBError:
-        raise ForeignStore(f"{path} is not a SQLite database; it is not a Lens event log") from None
+        raise not_sqlite(path) from None
     except apsw.Error as exc:
         raise translate_open_error(exc, path, write=False) from None
     try:

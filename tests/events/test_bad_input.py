@@ -298,7 +298,9 @@ def test_non_sqlite_file_as_events_db(data_dir: Path) -> None:
     for open_ in (EventStore.open, LogReader):
         with pytest.raises(ForeignStore) as info:
             open_(data_dir)
-        assert_clean(info.value, "STORE_FOREIGN", "not a SQLite database")
+        # the writer's refusal says what was found and what to do, as the readers' does
+        assert_clean(info.value, "STORE_FOREIGN", "not a SQLite database", "format found: unknown bytes",
+                     "not a Lens event log", "--data NEW_DIR")
     assert snapshot(data_dir)["events.db"] == before["events.db"]
 
 
