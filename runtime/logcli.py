@@ -12,6 +12,7 @@ import argparse
 import base64
 import errno
 import os
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -36,11 +37,15 @@ _json = msgspec.json.Encoder()
 
 
 
+_SEQ_RE = re.compile(r"[+-]?[0-9]+")
+
+
 def _seq(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    # ASCII digits with an optional sign only: int() also takes "1_0", " 5" and other scripts'
+    # digits, which the HTTP routes refuse for a seq
+    if not _SEQ_RE.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number")
+    n = int(value)
     if not SEQ_MIN <= n <= SEQ_MAX:
         raise argparse.ArgumentTypeError(f"{value} is outside the range of a seq ({SEQ_MIN}..{SEQ_MAX})")
     return n

@@ -946,6 +946,19 @@ def test_seq_arguments_are_bounded_at_sqlites_integer_range(log_dir: Path) -> No
         assert f"argument {flag}: {value} is outside the range of a seq" in res.stderr
 
 
+def test_seq_arguments_are_ascii_decimal_integers(log_dir: Path) -> None:
+    """``--from``/``--to`` take what the HTTP routes take for a seq (plus a sign): Python's int()
+    also read "1_0" as 10, "\u0663" (an Arabic-Indic three) as 3 and " 5" as 5."""
+    for value in ("1_0", "\u0663", " 5", "5 ", "0x10", "1e3", "", "-", "+"):
+        res = lens("log", "decode", "--data", str(log_dir), "--from", value)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, value
+        assert f"argument --from: {value!r} is not a whole number" in res.stderr, (value, res.stderr)
+    res = lens("log", "decode", "--data", str(log_dir), "--from", "+2", "--to", "-0")
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")  # an empty range, not an error
+    res = lens("log", "decode", "--data", str(log_dir), "--from=-5", "--to", "+1")
+    assert res.returncode == 0 and [json.loads(line)["seq"] for line in res.stdout.splitlines()] == [1]
+
+
 def test_arguments_that_are_not_utf8_are_usage_errors(log_dir: Path) -> None:
     for flag in ("--session", "--kind", "--data"):
         args: list[str | bytes] = ["log", "decode", "--data", str(log_dir), flag, b"s\xff"]
