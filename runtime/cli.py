@@ -34,6 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` ran: ``lens log stats``'s for ``lens log stats …``."""
+    import argparse
+
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name is None or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         # First of all: msgspec's C module imports `datetime` when it loads and does not check
@@ -59,7 +71,9 @@ def _main(argv: Sequence[str] | None) -> int:
     from .terminal import shown
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the command they were given to, with its usage (exits 2)
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         code = int(args.func(args))
         if sys.stdout is not None:

@@ -591,6 +591,14 @@ def test_bad_arguments_exit_2(log_dir: Path) -> None:
         res = lens("log", *args, "--data", str(log_dir))
         assert res.returncode == 2, args
         assert "usage:" in res.stderr and "Traceback" not in res.stderr
+    # an argument the command does not take is reported with that command's usage and name
+    # (it was the top-level "usage: lens [-h] COMMAND ..." and "lens: error: …")
+    for args, usage in ((["stats", "--raw"], "usage: lens log stats "), (["decode", "extra"], "usage: lens log decode "),
+                        (["verify", "--json"], "usage: lens log verify ")):
+        res = lens("log", *args, "--data", str(log_dir))
+        assert res.returncode == 2 and res.stdout == "", args
+        assert res.stderr.startswith(usage), (args, res.stderr)
+        assert f"lens log {args[0]}: error: unrecognized arguments: {args[1]}" in res.stderr, res.stderr
     for command in ("decode", "verify", "stats", "rebuild"):  # (an empty --data meant the working directory)
         res = lens("log", command, "--data", "", cwd=log_dir)
         assert res.returncode == 2 and "an empty path names no directory" in res.stderr, (command, res.stderr)
