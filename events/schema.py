@@ -192,13 +192,15 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
     fmt, version = meta.get("format"), meta.get("format_version")
     version = str(version) if isinstance(version, int) else version  # stored as a number by hand
     if fmt != FORMAT:
+        found = "no storage format" if fmt is None else f"storage format {fmt!r}, not {FORMAT!r}"
         raise ForeignStore(
-            f"{where} records storage format {fmt!r}, not {FORMAT!r}; it is not a Lens event "
+            f"{where} records {found}; it is not a Lens event "
             f"log. Start a new data directory with --data NEW_DIR."
         )
     if version != str(FORMAT_VERSION):
+        found = "that records no format version" if version is None else f"of format version {version}"
         raise UnsupportedFormat(
-            f"{where} is a {FORMAT} log of format version {version}; this Lens reads version "
+            f"{where} is a {FORMAT} log {found}; this Lens reads version "
             f"{FORMAT_VERSION}. Use the Lens release that wrote it (its `lens log decode` exports "
             f"every event as JSON lines), or start a new data directory with --data NEW_DIR."
         )

@@ -331,6 +331,21 @@ async def test_other_format_version_or_marker(data_dir: Path) -> None:
         with pytest.raises(ForeignStore) as info:
             open_(data_dir)
         assert_clean(info.value, "STORE_FOREIGN", "'other-log'")
+    # a marker row missing is named as missing (the messages said "format version None" and
+    # "storage format None")
+    execute(data_dir, "UPDATE meta SET value = 'lens-events' WHERE key = 'format'")
+    execute(data_dir, "DELETE FROM meta WHERE key = 'format_version'")
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(UnsupportedFormat) as info:
+            open_(data_dir)
+        assert_clean(info.value, "STORE_FORMAT_UNSUPPORTED", "records no format version", "reads version 1")
+        assert "None" not in str(info.value)
+    execute(data_dir, "DELETE FROM meta WHERE key = 'format'")
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(ForeignStore) as info:
+            open_(data_dir)
+        assert_clean(info.value, "STORE_FOREIGN", "records no storage format", "not a Lens event log")
+        assert "None" not in str(info.value)
 
 
 def test_missing_data_dir(tmp_path: Path) -> None:
