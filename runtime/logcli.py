@@ -252,7 +252,9 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
         expected = max(expected, row.seq + 1)
         problem = row_problem(row)  # a mistyped column (the table is not STRICT)
         if type(row.ts) is int:
-            if row.ts < last_ts:
+            if row.ts < 0:
+                yield row.seq, f"ts {row.ts} is negative (UTC milliseconds count from 1970)"
+            elif row.ts < last_ts:
                 yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
             last_ts = max(last_ts, row.ts)
         if type(row.session_id) is str:

@@ -553,6 +553,17 @@ def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple
     assert res.stdout.splitlines()[0] == (
         f"seq 10: ts 1000 is earlier than the previous event's {expected[8][1]}"
     )
+    # a first event stamped before 1970 is not compared with a previous event it does not have
+    # (it read "earlier than the previous event's 0"); a negative stamp later on is named the same
+    db_exec(log_dir, "UPDATE events SET ts = 5000 WHERE seq = 10")
+    db_exec(log_dir, "UPDATE events SET ts = -5 WHERE seq IN (1, 3)")
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[:3] == [
+        "seq 1: ts -5 is negative (UTC milliseconds count from 1970)",
+        "seq 3: ts -5 is negative (UTC milliseconds count from 1970)",
+        f"seq 10: ts 5000 is earlier than the previous event's {expected[8][1]}",
+    ]
 
 
 async def append_one(data_dir: Path, draft: Draft, *, train: bool = False) -> tuple[int, int]:
