@@ -76,6 +76,13 @@ def _kind(value: str) -> str:
     return value
 
 
+def _projection(value: str) -> str:
+    value = _text(value)
+    if not any(k.strip() for k in value.split(",")):
+        raise argparse.ArgumentTypeError("an empty name names no projection; name one such as stats")
+    return value
+
+
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     log = sub.add_parser("log", help="decode, rebuild, verify and summarise the event log")
     # --data is taken before the subcommand too (`lens log --data DIR verify`); the subcommand's
@@ -102,8 +109,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
     p = cmds.add_parser("rebuild", help="rebuild projections from the log")
     data_arg(p)
-    p.add_argument("--projection", type=_text, action="append", metavar="NAME",
-                   help="only this projection (repeatable)")
+    p.add_argument("--projection", type=_projection, action="append", metavar="NAME",
+                   help="only this projection (repeatable, or comma-separated)")
     p.set_defaults(func=cmd_rebuild)
 
     p = cmds.add_parser("verify", help="check every row; never changes data")
@@ -349,7 +356,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     with LogReader(data) as reader:
         projector = Projector(reader, open_projections_db(data), all_projections())
         try:
-            names = list(dict.fromkeys(args.projection)) if args.projection else sorted(projector.projections)
+            # (repeated or comma-separated like decode's --kind; each named once, in order)
+            names = _kinds(args.projection) or sorted(projector.projections)
             for name in names:
                 projector.get(name)
             if sys.stdout is None:  # started with standard output closed: nowhere to report to

@@ -699,6 +699,21 @@ def test_rebuild_one_projection(log_dir: Path, expected: list[tuple]) -> None:
     }
 
 
+def test_rebuild_takes_a_comma_separated_list_of_projections(log_dir: Path, expected: list[tuple]) -> None:
+    """Like decode's ``--kind``: repeated, comma-separated or both, each named once."""
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats, history", "--projection", "stats")
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == f"rebuilt stats, history from {len(expected)} event(s)\n"
+    assert {name: seq for name, (_, seq) in positions(log_dir).items()} == {
+        name: (len(expected) if name in ("stats", "history") else 0) for name in registry_names()
+    }
+    res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats,nope")
+    assert res.returncode == 2 and "PROJECTION_UNKNOWN: no projection named 'nope'" in res.stderr
+    for empty in ("", " , "):
+        res = lens("log", "rebuild", "--data", str(log_dir), "--projection", empty)
+        assert res.returncode == 2 and "usage: lens log rebuild" in res.stderr and "names no projection" in res.stderr
+
+
 def test_rebuild_unknown_projection_names_the_known_ones(log_dir: Path) -> None:
     res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "nope")
     assert res.returncode == 2
