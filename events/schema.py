@@ -127,7 +127,10 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
                 f"cannot create data directory {data_dir}: {exc.strerror}"
             ) from None
     if not data_dir.is_dir():
-        raise StoreOpenError(f"data directory {data_dir} is not a directory")
+        hint = ""
+        if data_dir.name == EVENTS_DB and data_dir.is_file():  # `--data .lens/events.db`
+            hint = f"; it is the event log itself: pass --data {data_dir.parent}, the directory that holds it"
+        raise StoreOpenError(f"data directory {data_dir} is not a directory{hint}")
     events_db = data_dir / EVENTS_DB
     if events_db.is_symlink() and not events_db.exists():
         raise StoreOpenError(

@@ -348,6 +348,25 @@ async def test_other_format_version_or_marker(data_dir: Path) -> None:
         assert "None" not in str(info.value)
 
 
+async def test_a_data_dir_that_is_a_file(data_dir: Path, tmp_path: Path) -> None:
+    """A file is no data directory; the log itself given as one (``--data .lens/events.db``, a
+    slip) is answered with the directory to pass instead."""
+    await make_log(data_dir)
+    before = snapshot(data_dir)
+    for open_ in (EventStore.open, LogReader):
+        with pytest.raises(StoreOpenError) as info:
+            open_(data_dir / "events.db")
+        assert_clean(info.value, "STORE_OPEN_FAILED", f"{data_dir / 'events.db'} is not a directory",
+                     f"it is the event log itself: pass --data {data_dir}")
+    assert snapshot(data_dir) == before
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    with pytest.raises(StoreOpenError) as info:
+        LogReader(other)
+    assert_clean(info.value, "STORE_OPEN_FAILED", f"data directory {other} is not a directory")
+    assert "event log itself" not in str(info.value)
+
+
 def test_missing_data_dir(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     with pytest.raises(DataDirMissing) as info:
