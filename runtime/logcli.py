@@ -105,7 +105,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--to", dest="to_seq", type=_seq, default=None, metavar="SEQ",
                    help="last seq (inclusive)")
     p.add_argument("--raw", action="store_true", help="print the stored body bytes (base64) instead of decoding")
-    p.set_defaults(func=cmd_decode)
+    p.set_defaults(func=cmd_decode, usage_error=p.error)
 
     p = cmds.add_parser("rebuild", help="rebuild projections from the log")
     data_arg(p)
@@ -164,9 +164,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     # No lower bound by default: a row whose seq was edited to 0 or below is still shown.
     after = max(args.from_seq - 1, SEQ_MIN) if args.from_seq is not None else SEQ_MIN
     kinds = _kinds(args.kind)
-    if len(kinds or ()) > MAX_KINDS:
-        _err(f"lens log decode: error: at most {MAX_KINDS} different --kind values")
-        return 2
+    if len(kinds or ()) > MAX_KINDS:  # a usage error (prints the usage, exits 2)
+        args.usage_error(f"at most {MAX_KINDS} different --kind values")
     with LogReader(Path(args.data)) as reader:
         try:
             for _failed in _decode_rows(reader, args, after, kinds):

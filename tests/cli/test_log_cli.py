@@ -1418,6 +1418,8 @@ def test_many_kind_values_are_bounded(log_dir: Path) -> None:
     many = ",".join(f"k{i}" for i in range(1001))
     res = lens("log", "decode", "--data", str(log_dir), "--kind", many)
     assert res.returncode == 2 and "at most 1000 different --kind values" in res.stderr
+    # a usage error like any other: the command's usage first (it was the message alone)
+    assert res.stderr.startswith("usage: lens log decode ") and res.stdout == "", res.stderr
     res = lens("log", "decode", "--data", str(log_dir), "--kind", ",".join(f"k{i}" for i in range(1000)))
     assert res.returncode == 0 and "Traceback" not in res.stderr
 
