@@ -151,8 +151,21 @@ def test_a_state_directory_overlapping_the_workspace_is_refused(tmp_path: Path, 
                            str(workspace), "--listen", "127.0.0.1:0", *state],
                           env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
+    assert "lens executor: STATE_DIR_INVALID: the state directory" in proc.stderr
     assert "lies inside the workspace or holds it" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in workspace.iterdir()) == []  # nothing was created in it
+
+
+def test_a_workspace_that_is_not_a_directory_is_refused_with_its_code(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file.txt"
+    not_a_dir.write_text("x")
+    for workspace in (not_a_dir, tmp_path / "missing"):
+        proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace",
+                               str(workspace), "--listen", "127.0.0.1:0"],
+                              env={**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == f"lens executor: WORKSPACE_INVALID: workspace {workspace} is not a directory\n"
 
 
 def _serve_briefly(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:
@@ -174,7 +187,7 @@ def test_a_listen_address_that_is_not_host_port_is_refused_plainly(tmp_path: Pat
     proc = _serve_briefly(tmp_path, listen)
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and "listening on" not in proc.stdout
-    assert f"lens executor: cannot listen on {listen!r}" in proc.stderr, proc.stderr
+    assert f"lens executor: CANNOT_LISTEN: cannot listen on {listen!r}" in proc.stderr, proc.stderr
 
 
 def test_a_listen_port_in_use_is_refused_plainly(tmp_path: Path) -> None:
@@ -187,7 +200,7 @@ def test_a_listen_port_in_use_is_refused_plainly(tmp_path: Path) -> None:
         proc = _serve_briefly(tmp_path, listen)
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and "listening on" not in proc.stdout
-    assert f"lens executor: cannot listen on {listen!r}" in proc.stderr, proc.stderr
+    assert f"lens executor: CANNOT_LISTEN: cannot listen on {listen!r}" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:0", "localhost:0"])
@@ -219,7 +232,7 @@ def test_a_port_another_executor_serves_is_refused_not_shared(tmp_path: Path) ->
         stop_process(first.proc)
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "listening on" not in proc.stdout
-    assert f"lens executor: cannot listen on {first.address!r}" in proc.stderr, proc.stderr
+    assert f"lens executor: CANNOT_LISTEN: cannot listen on {first.address!r}" in proc.stderr, proc.stderr
 
 
 def test_callers_without_the_token_cannot_hold_the_servers_threads(tmp_path: Path) -> None:

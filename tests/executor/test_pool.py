@@ -371,6 +371,7 @@ def test_an_executor_without_a_usable_token_refuses_to_start(tmp_path: Path, std
     proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(tmp_path),
                            "--listen", "127.0.0.1:0", *args], input=stdin, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(b"lens executor: EXECUTOR_TOKEN_MISSING: set ")
     assert b"the shared secret (at least 16 characters)" in proc.stderr and b"Traceback" not in proc.stderr
 
 
@@ -392,6 +393,7 @@ def test_an_executor_token_no_grpc_header_can_carry_refuses_to_start(tmp_path: P
                            "--listen", "127.0.0.1:0", "--state", str(tmp_path.parent / "state"), "--exit-with-stdin", *args],
                           input=stdin, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(b"lens executor: EXECUTOR_TOKEN_INVALID: "), proc.stderr
     assert b"printable ASCII" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
     assert b"listening on" not in proc.stdout
 

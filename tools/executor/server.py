@@ -251,28 +251,27 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     token = sys.stdin.readline().strip() if token_stdin else os.environ.get(TOKEN_ENV, "")
     if len(token) < 16:
         where = "the first line of standard input" if token_stdin else TOKEN_ENV
-        print(f"lens executor: set {where} to the shared secret (at least 16 characters)", file=sys.stderr)
+        _fail("EXECUTOR_TOKEN_MISSING", f"set {where} to the shared secret (at least 16 characters)")
         return 2
     if not token_fits_a_header(token):
         where = "the token on standard input" if token_stdin else TOKEN_ENV
-        print(f"lens executor: {where} must be printable ASCII (a gRPC header cannot carry other characters)",
-              file=sys.stderr)
+        _fail("EXECUTOR_TOKEN_INVALID", f"{where} must be printable ASCII (a gRPC header cannot carry other characters)")
         return 2
     _not_dumpable()
     if not _is_host_port(listen):
-        print(f"lens executor: cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a port "
-              f"from 0 (any free one) to 65535, an IPv6 address in brackets", file=sys.stderr)
+        _fail(CannotListen.code, f"cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a "
+              f"port from 0 (any free one) to 65535, an IPv6 address in brackets")
         return 2
     root = Path(workspace)
     if not root.is_dir():
-        print(f"lens executor: workspace {workspace} is not a directory", file=sys.stderr)
+        _fail("WORKSPACE_INVALID", f"workspace {_printable(workspace, 500)} is not a directory")
         return 2
     state_dir = Path(state) if state else _default_state_dir(root)
     if _overlaps(state_dir, root):
         # The state holds the call journal and the records of running commands (which a later
         # executor kills); inside the workspace, the agent's own tools could rewrite them.
-        print(f"lens executor: the state directory {state_dir} lies inside the workspace or holds it; "
-              f"pass --state with a directory outside {workspace}", file=sys.stderr)
+        _fail("STATE_DIR_INVALID", f"the state directory {state_dir} lies inside the workspace or holds it; "
+              f"pass --state with a directory outside {workspace}")
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -288,9 +287,14 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     try:
         serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
     except CannotListen as exc:
-        print(f"lens executor: {exc}", file=sys.stderr)
+        _fail(exc.code, str(exc))
         return 2
     return 0
+
+
+def _fail(code: str, message: str) -> None:
+    """A refusal to start, as the other ``lens`` commands report theirs: ``lens executor: CODE: message``."""
+    print(f"lens executor: {code}: {message}", file=sys.stderr)
 
 
 def _is_host_port(listen: str) -> bool:
