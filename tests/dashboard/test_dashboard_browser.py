@@ -1002,3 +1002,46 @@ def test_dashboard_shows_the_context_and_compacts_it_from_the_page(daemon: Daemo
     click(driver, f"#sessions button[data-session-id='{session_id}']")
     wait_for(lambda: texts(driver, "#context dd[data-key='compactions']") == ["1"], "the panel, read-only")
     assert not one(driver, "#compact").is_displayed()
+
+
+def test_dashboard_snips_a_tool_result_and_includes_it_again(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """F-CTX-3 from the page: a tool result in the model's context has "Snip" (POST
+    …/context/snip); a snipped one is marked so and has "Include" (POST …/context/include); the
+    Context panel counts both. A read-only credential sees the mark and no button."""
+    driver = browser
+    strong = daemon.pair("dash-snip", strong=True)
+    readonly = daemon.pair("dash-snip-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    session_id = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "/tool get_system_time {}")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Snip"], "the result's Snip button")
+    assert texts(driver, "#timeline .tool .ctx-mark") == []
+    click(driver, "#timeline .tool .ctx-edit")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-mark") == ["snipped"], "the result marked snipped")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Include"], "the Include button")
+    wait_for(lambda: texts(driver, "#context dd[data-key='snipped']") == ["1"], "the panel's snipped count")
+    status, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert status == 200 and [i["context"] for i in described["items"] if i["role"] == "tool_result"] == ["snipped"]
+
+    click(driver, "#timeline .tool .ctx-edit")
+    wait_for(lambda: texts(driver, "#context dd[data-key='included']") == ["1"], "the panel's included count")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Snip"], "Snip again")
+    assert texts(driver, "#timeline .tool .ctx-mark") == []
+    status, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert [i["context"] for i in described["items"] if i["role"] == "tool_result"] == ["included"]
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    # snipped again over HTTP: a read-only reader sees the mark, and no button
+    status, _ = daemon.request("POST", f"/sessions/{session_id}/context/snip",
+                               {"itemIds": [i["id"] for i in described["items"] if i["role"] == "tool_result"]}, token=strong)
+    assert status == 200
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, readonly)
+    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
+    wait_for(lambda: by_css(driver, f"#sessions button[data-session-id='{session_id}']"), "the session list")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-mark") == ["snipped"], "the mark, read-only")
+    assert by_css(driver, "#timeline .tool .ctx-edit") == []
