@@ -968,6 +968,16 @@ def test_dashboard_lists_the_files_a_session_changed(browser: Any, tmp_path: Pat
         daemon.stop()
 
 
+def reopen_read_only(driver: Any, readonly: str, session_id: str) -> None:
+    """Disconnect, connect again with the read-only credential ``readonly`` and open the session."""
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, readonly)
+    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
+    wait_for(lambda: by_css(driver, f"#sessions button[data-session-id='{session_id}']"), "the session list")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+
+
 def test_dashboard_shows_the_context_and_compacts_it_from_the_page(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     """The session pane's Context panel (GET /sessions/{id}/context, F-CTX-2/3): the estimated
     size against the window, the items in context; "Compact now" summarizes an idle session's
@@ -994,12 +1004,7 @@ def test_dashboard_shows_the_context_and_compacts_it_from_the_page(daemon: Daemo
     assert status == 200 and described["compactions"] == 1
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
 
-    click(driver, "#disconnect")
-    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
-    connect(driver, readonly)
-    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
-    wait_for(lambda: by_css(driver, f"#sessions button[data-session-id='{session_id}']"), "the session list")
-    click(driver, f"#sessions button[data-session-id='{session_id}']")
+    reopen_read_only(driver, readonly, session_id)
     wait_for(lambda: texts(driver, "#context dd[data-key='compactions']") == ["1"], "the panel, read-only")
     assert not one(driver, "#compact").is_displayed()
 
@@ -1037,11 +1042,6 @@ def test_dashboard_snips_a_tool_result_and_includes_it_again(daemon: Daemon, bro
     status, _ = daemon.request("POST", f"/sessions/{session_id}/context/snip",
                                {"itemIds": [i["id"] for i in described["items"] if i["role"] == "tool_result"]}, token=strong)
     assert status == 200
-    click(driver, "#disconnect")
-    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
-    connect(driver, readonly)
-    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
-    wait_for(lambda: by_css(driver, f"#sessions button[data-session-id='{session_id}']"), "the session list")
-    click(driver, f"#sessions button[data-session-id='{session_id}']")
+    reopen_read_only(driver, readonly, session_id)
     wait_for(lambda: texts(driver, "#timeline .tool .ctx-mark") == ["snipped"], "the mark, read-only")
     assert by_css(driver, "#timeline .tool .ctx-edit") == []
