@@ -21,9 +21,10 @@ from .conftest import LIMIT, Daemon, lens_command, run_lens
 
 
 class ServeProcess:
-    def __init__(self, cwd: Path, *extra: str) -> None:
+    def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err") -> None:
         self.cwd = cwd
         self.extra = extra  # more `lens serve` arguments
+        self.stderr_name = stderr_name  # in cwd: several processes in one test keep theirs apart
         self.lines: list[str] = []
         self.listening = trio.Event()
         self.stdout_closed = trio.Event()
@@ -31,7 +32,7 @@ class ServeProcess:
 
     async def run(self, nursery: trio.Nursery) -> str:
         """Start ``lens serve``; returns the URL it prints once it listens."""
-        self.stderr = open(self.cwd / f"serve-{len(self.lines)}.err", "wb")
+        self.stderr = open(self.cwd / self.stderr_name, "wb")
         self.proc = await trio.lowlevel.open_process(
             [*lens_command(), "serve", "--port", "0", "--data", "data", *self.extra], cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=self.stderr)
