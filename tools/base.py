@@ -53,7 +53,9 @@ class ToolContext:
     # Runs another of this agent's tools as a sub-call of this one (``programmatic_tool_run``):
     # ``call_tool(call_id, name, args)`` with the sub-call's own id (``<call_id>.<n>``), through
     # the same registry, catalog planes and policy as a native call; a failure comes back as an
-    # error result. Provided by the actor.
+    # error result. The result's events are filed under this call's id; the file edits and
+    # artifacts among them are recorded by the actor as the sub-call returns and not passed back.
+    # Provided by the actor.
     call_tool: Callable[[str, str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
 
 
