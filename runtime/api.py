@@ -438,10 +438,7 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/sessions")
     async def list_sessions() -> Response:
-        project, project_id = _id_arg("project", "project filter"), _id_arg("projectId", "project filter")
-        if project is not None and project_id is not None and project != project_id:
-            raise ApiError("INVALID_ARGUMENT", "project and projectId name different projects; give one")
-        project = project or project_id
+        project = _id_filter("project", "projectId", "project filter")
         flag = _one_arg("includeDeleted")
         if flag not in (None, "", "0", "1", "false", "true"):
             raise ApiError("INVALID_ARGUMENT", "includeDeleted must be true, false, 1 or 0")
@@ -612,8 +609,8 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/events/stream")
     async def stream() -> Response:
-        session = _id_arg("session", "session filter")
-        project = _id_arg("project", "project filter")
+        session = _id_filter("session", "sessionId", "session filter")
+        project = _id_filter("project", "projectId", "project filter")
         # A browser's EventSource reconnects to the same URL with Last-Event-ID: the header,
         # when present and not blank, wins over ?after= (which must still be well-formed).
         headers = request.headers.getlist("Last-Event-ID")
@@ -686,7 +683,7 @@ def create_app(svc: Services) -> QuartTrio:
 
         from .tool_inventory import inventory
 
-        sid = _id_arg("session", "session")
+        sid = _id_filter("session", "sessionId", "session")
         state = await svc.supervisor.call(sid, a.GetState()) if sid is not None else None
         deps = svc.supervisor.deps
         catalog = deps.tool_catalog or ToolCatalog(deps.tools)
@@ -849,6 +846,16 @@ def _id_arg(name: str, what: str) -> str | None:
     silently filter nothing, or match nothing)."""
     value = _one_arg(name)
     return None if value is None else check_id(value, what)
+
+
+def _id_filter(name: str, alias: str, what: str) -> str | None:
+    """An id filter written ``name`` (as the spec writes it) or ``alias`` (the camelCase of the
+    JSON bodies: ``?sessionId=`` used to be ignored, and a stream meant for one session carried
+    every session's events); both naming different ids is 400."""
+    value, other = _id_arg(name, what), _id_arg(alias, what)
+    if value is not None and other is not None and value != other:
+        raise ApiError("INVALID_ARGUMENT", f"{name} and {alias} name different ids; give one")
+    return value if value is not None else other
 
 
 def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:

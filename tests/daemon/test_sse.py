@@ -141,8 +141,11 @@ async def test_filters_by_session_and_by_project(daemon: Daemon, strong: str, re
     async with (daemon.sse(reader, params={"session": a1}) as s_a1,
                 daemon.sse(reader, params={"project": a["id"]}) as s_a,
                 daemon.sse(reader, params={"project": b["id"], "session": b1}) as s_b1,
+                # (the camelCase of the JSON bodies filters the same: it was ignored, unfiltered)
+                daemon.sse(reader, params={"sessionId": a1, "session": a1}) as s_a1_camel,
+                daemon.sse(reader, params={"projectId": a["id"]}) as s_a_camel,
                 daemon.sse(reader) as s_all):
-        for s in (s_a1, s_a, s_b1, s_all):
+        for s in (s_a1, s_a, s_b1, s_a1_camel, s_a_camel, s_all):
             await s.next()  # the greeting: subscribed
         start = (await daemon.get("/health")).json()["lastSeq"]
         c = await make_project(daemon, strong, "c")
@@ -155,16 +158,30 @@ async def test_filters_by_session_and_by_project(daemon: Daemon, strong: str, re
         want_a1 = [s for s in await log_seqs(daemon, reader, session=a1) if s > c["seq"] - 1]
         want_a = [s for s in await log_seqs(daemon, reader, project=a["id"]) if s > c["seq"]]
         want_b1 = [s for s in await log_seqs(daemon, reader, session=b1) if s > c["seq"]]
-        for stream, want in ((s_a1, want_a1), (s_a, want_a), (s_b1, want_b1)):
+        for stream, want in ((s_a1, want_a1), (s_a, want_a), (s_b1, want_b1), (s_a1_camel, want_a1), (s_a_camel, want_a)):
             await read_until_seq(stream, want[-1])
-        assert s_a1.seqs == want_a1
-        assert s_a.seqs == want_a
+        assert s_a1.seqs == want_a1 == s_a1_camel.seqs
+        assert s_a.seqs == want_a == s_a_camel.seqs
         assert s_b1.seqs == want_b1
         first_all = s_all.seqs[0]
         assert first_all == c["seq"] and s_all.seqs == list(range(first_all, last + 1))
         assert all(m.json()["session_id"] == a1 for m in s_a1.messages if m.id is not None)
         assert all(m.json()["project_id"] == a["id"] for m in s_a.messages if m.id is not None)
         assert {m.json()["session_id"] for m in s_a.messages if m.id is not None} == {a1, a2}
+
+
+async def test_a_filter_and_its_camel_case_naming_different_ids_is_refused(daemon: Daemon, strong: str, reader: str):
+    sid = (await daemon.session(strong, (await make_project(daemon, strong, "p"))["id"]))["id"]
+    by_name = await daemon.get("/tools/inventory", reader, params={"session": sid})
+    by_alias = await daemon.get("/tools/inventory", reader, params={"sessionId": sid})
+    assert by_name.status_code == by_alias.status_code == 200 and by_name.json() == by_alias.json()
+    assert by_name.json() != (await daemon.get("/tools/inventory", reader)).json()  # (the session's view)
+    for params in ({"session": "ses_a", "sessionId": "ses_b"}, {"project": "prj_a", "projectId": "prj_b"}):
+        r = await daemon.get("/events/stream", reader, params=params)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text
+        assert "name different ids; give one" in r.json()["error"]["message"]
+    r = await daemon.get("/tools/inventory", reader, params={"session": "ses_a", "sessionId": "ses_b"})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text
 
 
 @pytest.mark.parametrize("by", ["session", "project", "all"])
