@@ -814,13 +814,18 @@ class SessionActor:
         tool_policy = tool_policy if isinstance(tool_policy, dict) else None
         is_main = agent_id == MAIN_AGENT
 
+        def file_edits(cid: str) -> list[t.FileEdited]:
+            return list(self.state.file_edits.get(cid, []))
+
+        def loaded_capabilities() -> list[str]:
+            return list(self.state.agents[agent_id].capabilities)
+
         async def call_tool(sub_id: str, name: str, args: dict[str, Any]) -> ToolResult:
             """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
-                              file_edits=lambda cid: list(self.state.file_edits.get(cid, [])),
-                              agent_tools=list(current.tools) or None,
-                              loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities))
+                              file_edits=file_edits, agent_tools=list(current.tools) or None,
+                              loaded_capabilities=loaded_capabilities)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -841,11 +846,9 @@ class SessionActor:
 
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           is_main, start_subagent,
-                          file_edits=lambda cid: list(self.state.file_edits.get(cid, [])), ask=ask,
-                          jobs=self.jobs,
+                          file_edits=file_edits, ask=ask, jobs=self.jobs,
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
-                          agent_tools=list(agent.tools) or None,
-                          loaded_capabilities=lambda: list(self.state.agents[agent_id].capabilities),
+                          agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)

@@ -53,10 +53,10 @@ PATH_ARGUMENTS = ("path", "cwd")
 POLICY_FIELDS = ("enabled", "approval", "workspaceAllowlist", "paramRestrictions")
 POLICY_DEFAULTS: dict[str, Any] = {"enabled": True, "approval": "none", "workspaceAllowlist": None,
                                    "paramRestrictions": {}}
-MAX_POLICY_ENTRIES = 1000
+MAX_POLICY_ENTRIES = 1000  # tool names or patterns in one policy map (config or session)
 # The error codes of calls the planes refused before the tool ran (no policy warning is added).
 REFUSALS = frozenset({"TOOL_NOT_LOADED", "TOOL_DISABLED", "PATH_NOT_ALLOWED", "PARAM_NOT_ALLOWED",
-                      "TOOL_NOT_NATIVE", "PTC_TOOL_NOT_ALLOWED"})  # tool names or patterns in one policy map (config or session)
+                      "TOOL_NOT_NATIVE", "PTC_TOOL_NOT_ALLOWED"})
 
 
 class _C(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
