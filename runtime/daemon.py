@@ -38,7 +38,8 @@ from tools.catalog import ToolCatalog, capability_search_tool
 from tools.ptc.tool import ptc_tool
 
 from .actor import ActorDeps
-from .api import Services, create_app, watch_streams
+from .api import Services, create_app
+from .stream_api import watch_streams
 from .bus import Bus
 from .config import Config, ConfigError, pair_file_path, secret_env_names
 from .errors import LensError, ModelUnavailable

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
+from typing import Any
 
 import pytest
 import trio
 
-from runtime import api
+from runtime import stream_api
 
 from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block, raw_http
 
@@ -164,7 +165,7 @@ async def test_filters_by_session_and_by_project(daemon: Daemon, strong: str, re
         assert s_a.seqs == want_a == s_a_camel.seqs
         assert s_b1.seqs == want_b1
         first_all = s_all.seqs[0]
-        assert first_all == c["seq"] and s_all.seqs == list(range(first_all, last + 1))
+        assert first_all == c["seq"] == start + 1 and s_all.seqs == list(range(first_all, last + 1))
         assert all(m.json()["session_id"] == a1 for m in s_a1.messages if m.id is not None)
         assert all(m.json()["project_id"] == a["id"] for m in s_a.messages if m.id is not None)
         assert {m.json()["session_id"] for m in s_a.messages if m.id is not None} == {a1, a2}
@@ -544,7 +545,7 @@ async def test_a_client_that_stops_reading_is_reset(daemon_factory: DaemonFactor
     connection and a copy of the chunk held until the client went away), and held shutdown up
     to the server's grace period. Now the connection is reset after WRITE_STALL_SECONDS without
     progress, or at once when the daemon stops."""
-    monkeypatch.setattr(api, "WRITE_STALL_SECONDS", 1.0 if ending == "stall" else 3600.0)
+    monkeypatch.setattr(stream_api, "WRITE_STALL_SECONDS", 1.0 if ending == "stall" else 3600.0)
     d = await daemon_factory()
     token = await d.pair("c", strong=True)
     p = await d.project(token)

@@ -14,7 +14,7 @@ import socket
 import pytest
 import trio
 
-import runtime.api as api
+import runtime.stream_api as stream_api
 from runtime.sse_socket import ChunkedSocketWriter
 
 from .conftest import API, LIMIT, Daemon, parse_block
@@ -38,14 +38,14 @@ def dechunk(body: bytes) -> tuple[bytes, bytes]:
 def writers(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Records what ``direct_writer`` answered for each stream."""
     seen: list[object] = []
-    real = api.direct_writer
+    real = stream_api.direct_writer
 
     def spy(scope):  # type: ignore[no-untyped-def]
         w = real(scope)
         seen.append(w)
         return w
 
-    monkeypatch.setattr(api, "direct_writer", spy)
+    monkeypatch.setattr(stream_api, "direct_writer", spy)
     return seen
 
 
@@ -76,7 +76,7 @@ async def test_live_frames_go_out_as_well_formed_chunks_on_the_direct_path(daemo
 
 async def test_the_ordinary_path_when_direct_writes_are_unavailable(daemon: Daemon, strong: str, reader: str,
                                                                     monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(api, "direct_writer", lambda scope: None)
+    monkeypatch.setattr(stream_api, "direct_writer", lambda scope: None)
     p = await daemon.project(strong, "one")
     sid = (await daemon.session(strong, p["id"]))["id"]
     async with daemon.sse(reader) as everything, daemon.sse(reader, params={"session": sid}) as one:
