@@ -250,15 +250,20 @@ class ToolCatalog:
 
     def native_names(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> set[str] | None:
         """With :data:`PTC` assigned to the agent, the tools its requests offer natively (its eager
-        tools and the PTC entry, or ``localPtc.nativeCapabilities`` and the PTC entry); every other
-        assigned tool is called from a program. ``None``: PTC is not assigned, nothing changes."""
+        tools, the PTC entry and the tools a program cannot call, or ``localPtc.nativeCapabilities``
+        and the PTC entry); every other assigned tool is called from a program. ``None``: PTC is not
+        assigned, nothing changes.
+
+        A tool of :data:`NOT_FROM_PROGRAMS` deferred by the config stays native (shown before it is
+        loaded; a call still needs the load): called from nowhere else, it would be unreachable.
+        A fixed list is taken as written."""
         names = {s.name for s in self.assigned(is_main_agent=is_main_agent, allowed=allowed)}
         if PTC not in names:
             return None
         fixed = self.ptc.native_capabilities if self.ptc is not None else None
         if fixed is not None:
             return {n for n in names if _matches(n, fixed)} | {PTC}
-        return names - self.deferred_names()
+        return names - (self.deferred_names() - NOT_FROM_PROGRAMS)
 
     def planes(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
                loaded: Sequence[str]) -> tuple[list[ToolSpec], list[ToolSpec]]:

@@ -69,6 +69,21 @@ def test_with_ptc_the_eager_tools_and_the_entry_are_native_and_loading_does_not_
     assert names(plain) == ["read", "later"]
 
 
+async def test_a_tool_a_program_cannot_call_stays_native_when_the_config_defers_it():
+    """`job`, `ask_user`, `skill`, `subagent` cannot be called from a program: deferred by the
+    config, they were neither offered natively nor callable from a program — unreachable. Now they
+    stay native like a listed deferred tool: shown, loaded through capability_search, then called."""
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later", "ask_user"]}, "localPtc": {}})
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert "ask_user" in names(offered) and "later" not in names(offered)
+    assert CAPABILITY_SEARCH in names(offered) and names(searchable) == ["later", "ask_user"]
+    assert await run_checked(cat, "ask_user") == "TOOL_NOT_LOADED"
+    assert await run_checked(cat, "ask_user", loaded=["ask_user"]) is None
+    assert await run_checked(cat, "ask_user", loaded=["ask_user"], from_program=True) == "PTC_TOOL_NOT_ALLOWED"
+    assert await run_checked(cat, "later", loaded=["later"]) == "TOOL_NOT_NATIVE"  # (others: from a program)
+    assert await run_checked(cat, "later", loaded=["later"], from_program=True) is None
+
+
 @pytest.mark.parametrize(("fixed", "native"), [
     ([], [PTC]),
     (["read"], ["read", PTC]),
