@@ -1,0 +1,30 @@
+"""The file tools against the words of SPEC F-EXE-2..9, through the real executor process.
+
+Each test here pins a refusal or a result an audit of the file tools found wrong (see
+docs/decisions.md, "Audit: the file tools against the spec's words").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.executor_client import ExecutorClient
+
+from .test_tools import fails, sub  # noqa: F401  (sub is a fixture)
+
+MiB = 1024 * 1024
+
+
+async def test_a_call_larger_than_grpc_carries_is_too_large_not_a_client_code(client: ExecutorClient,
+                                                                               workspace: Path, sub: str) -> None:
+    # Far past the 8 MiB input limit, and past the 64 MiB a gRPC message may hold: grpc refuses to
+    # send it, with the detail "CLIENT: Sent message larger than max (...)", whose "CLIENT" was
+    # taken for the tool's code.
+    content = "a" * (65 * MiB)
+    err = await fails("TOO_LARGE", client.call("edit_file", {"path": f"{sub}/big.txt", "mode": "create",
+                                                              "content": content}))
+    assert "larger than" in err.message
+    assert not (workspace / sub / "big.txt").exists()
+    (workspace / sub / "f.txt").write_text("x\n")
+    await fails("TOO_LARGE", client.call("patch_file", {"path": f"{sub}/f.txt", "patch": "@@\n-x\n+" + content}))
+    assert (workspace / sub / "f.txt").read_text() == "x\n"
