@@ -28,3 +28,25 @@ async def test_a_call_larger_than_grpc_carries_is_too_large_not_a_client_code(cl
     (workspace / sub / "f.txt").write_text("x\n")
     await fails("TOO_LARGE", client.call("patch_file", {"path": f"{sub}/f.txt", "patch": "@@\n-x\n+" + content}))
     assert (workspace / sub / "f.txt").read_text() == "x\n"
+
+
+async def test_a_create_of_a_symlink_named_with_a_final_slash_is_already_exists(client: ExecutorClient,
+                                                                                 workspace: Path, sub: str) -> None:
+    # "link/" where link is a symlink to a directory was NOT_A_DIRECTORY, "…: not a directory":
+    # a create does not follow the final symlink, and the walk took the link's own lstat for the
+    # entry's kind. The name exists (as "d/" and a plain "link" are): create never overwrites.
+    (workspace / sub / "d").mkdir()
+    (workspace / sub / "link").symlink_to("d")
+    (workspace / sub / "dangling").symlink_to("nowhere")
+    for path in ("link/", "link/.", "dangling/", "dangling/."):
+        err = await fails("ALREADY_EXISTS", client.call("edit_file", {"path": f"{sub}/{path}", "mode": "create",
+                                                                       "content": "x"}))
+        assert "not a directory" not in err.message
+    assert sorted(p.name for p in (workspace / sub).iterdir()) == ["d", "dangling", "link"]
+    assert list((workspace / sub / "d").iterdir()) == []
+    # reading still follows the link; a file with a final slash is still not a directory
+    assert (await client.call("read_file", {"path": f"{sub}/link/"})).result["kind"] == "directory"
+    (workspace / sub / "f").write_text("x")
+    (workspace / sub / "flink").symlink_to("f")
+    await fails("NOT_A_DIRECTORY", client.call("read_file", {"path": f"{sub}/flink/"}))
+    await fails("NOT_A_DIRECTORY", client.call("edit_file", {"path": f"{sub}/f/", "mode": "create", "content": "x"}))
