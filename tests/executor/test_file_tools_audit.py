@@ -50,3 +50,27 @@ async def test_a_create_of_a_symlink_named_with_a_final_slash_is_already_exists(
     (workspace / sub / "flink").symlink_to("f")
     await fails("NOT_A_DIRECTORY", client.call("read_file", {"path": f"{sub}/flink/"}))
     await fails("NOT_A_DIRECTORY", client.call("edit_file", {"path": f"{sub}/f/", "mode": "create", "content": "x"}))
+
+
+async def test_a_context_line_keeps_its_ending_when_the_unterminated_last_line_after_it_is_deleted(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    # Deleting the last line of "a\nb" (no final newline) gave "a" when the hunk named "a" as
+    # context and "a\n" when it did not: the context line's own "\n" (a byte the hunk keeps) was
+    # dropped. Untouched bytes are preserved either way; an added line that becomes the last one
+    # still takes the missing ending.
+    cases = [
+        (b"a\nb", "@@\n a\n-b\n", b"a\n"),
+        (b"a\nb", "@@\n-b\n", b"a\n"),
+        (b"a\r\nb", "@@\n a\n-b\n", b"a\r\n"),
+        (b"x\na\nb", "@@\n x\n-a\n-b\n", b"x\n"),
+        (b"a\nb", "@@\n a\n-b\n+B\n", b"a\nB"),          # an added last line: still no final newline
+        (b"a\nb", "@@\n a\n+c\n-b\n", b"a\nc"),
+        (b"a\nb", "@@\n a\n b\n+c\n", b"a\nb\nc"),
+        (b"a\nb", "@@\n-a\n b\n", b"b"),
+    ]
+    for i, (original, patch, expected) in enumerate(cases):
+        f = workspace / sub / f"f{i}.txt"
+        f.write_bytes(original)
+        out = await client.call("patch_file", {"path": f"{sub}/f{i}.txt", "patch": patch})
+        assert f.read_bytes() == expected, (original, patch)
+        assert out.result["bytes_written"] == len(expected)

@@ -46,7 +46,7 @@ GOLDEN: list[tuple[str, bytes, str, bytes | str]] = [
     ("no-final-newline-edit-last", b"a\nb", "@@\n a\n-b\n+B\n", b"a\nB"),
     ("no-final-newline-edit-middle", b"a\nb\nc", "@@\n-a\n+A\n", b"A\nb\nc"),
     ("no-final-newline-append", b"a\nb", "@@\n b\n+c\n", b"a\nb\nc"),
-    ("no-final-newline-delete-last", b"a\nb", "@@\n a\n-b\n", b"a"),
+    ("no-final-newline-delete-last", b"a\nb", "@@\n a\n-b\n", b"a\n"),  # the context line keeps its "\n"
     ("no-final-newline-delete-whole-run", b"a\nb", "@@\n-b\n", b"a\n"),
     ("untouched-bytes-exact", b"\tx  \r\nmid\rdle\n\xc3\xa9\n\nend", "@@\n-\xe9\n+e\n",
      b"\tx  \r\nmid\rdle\ne\n\nend"),
