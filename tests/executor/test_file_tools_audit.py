@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.executor_client import ExecutorClient
+from runtime.executor_client import ExecutorClient, ExecutorToolError
 
 from .test_tools import fails, sub  # noqa: F401  (sub is a fixture)
 
@@ -74,3 +74,19 @@ async def test_a_context_line_keeps_its_ending_when_the_unterminated_last_line_a
         out = await client.call("patch_file", {"path": f"{sub}/f{i}.txt", "patch": patch})
         assert f.read_bytes() == expected, (original, patch)
         assert out.result["bytes_written"] == len(expected)
+
+
+async def test_a_command_cwd_the_kernel_cannot_enter_is_a_clear_error_without_host_paths(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    # The file tools walk a path one component at a time, so a directory whose host path is past
+    # PATH_MAX (4096 bytes) can be made and read; a command's cwd is handed to the kernel whole,
+    # and chdir failed with ENAMETOOLONG inside the stream: gRPC UNKNOWN, "Exception iterating
+    # responses: [Errno 36] File name too long: PosixPath('<the executor's host path>')".
+    deep = "/".join(["d" * 250] * 17)  # 4,266 bytes below the workspace
+    await client.call("edit_file", {"path": f"{sub}/{deep}/f.txt", "mode": "create", "content": "x"})
+    async with client.run("echo never", cwd=f"{sub}/{deep}") as events:
+        got = [ev async for ev in events]
+    assert len(got) == 1 and isinstance(got[0], ExecutorToolError), got
+    err = got[0]
+    assert err.code == "INVALID_ARGUMENT" and "too long" in err.message
+    assert str(workspace) not in err.message and "Errno" not in err.message
