@@ -217,7 +217,10 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
     if h.pin_eof:
         candidates = [n - len(old)] if n - len(old) >= after else []
     else:
-        candidates = [i for i in by_text.get(old[0], []) if i >= after and i + len(old) <= n]
+        # Start from the hunk's rarest line (not its first): in a file of near-identical lines a
+        # hunk's first line may occur everywhere while another of its lines occurs once.
+        j = min(range(len(old)), key=lambda k: len(by_text.get(old[k], ())))
+        candidates = [p - j for p in by_text.get(old[j], []) if p - j >= after and p - j + len(old) <= n]
     if not h.pin_eof and len(candidates) * len(old) > DIRECT_COMPARE_BUDGET:
         # (a pinned hunk has at most one candidate: comparing there is linear; the search below
         # would find matches anywhere and ignore the pin)
