@@ -29,6 +29,9 @@ CALL_TIMEOUT_S = 120.0
 # (1 s, ×1.6 each time, up to 120 s by default): a remote executor back after a minute away was
 # still refused for ~35 s. Capped, calls reach it within about this long of its return.
 RECONNECT_BACKOFF_MAX_MS = 2000
+# The largest gRPC message either way (the executor sets the same): a call or reply past it is
+# refused by grpc itself, and comes back as TOO_LARGE.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 class ExecutorError(LensError):
@@ -69,6 +72,11 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
         return ExecutorUnauthenticated(f"the executor refused our token: {detail}")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "mismatch" in (detail or ""):
         return ExecutorVersionMismatch(str(detail))
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (detail or ""):
+        # grpc's own refusal of a message past MAX_MESSAGE_BYTES ("CLIENT: Sent message larger
+        # than max (N vs. M)"): its "CLIENT"/"SERVER" prefix is no tool code.
+        return ExecutorToolError("TOO_LARGE", f"the call or its reply is larger than an executor call carries "
+                                              f"({MAX_MESSAGE_BYTES} bytes): {detail}")
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
         # A tool-level refusal outside a ToolReply (a command's cwd, too many commands at once):
         # "CODE: message".
@@ -124,8 +132,8 @@ class ExecutorClient:
         self.address = address
         self._meta = (("authorization", f"Bearer {token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
         self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS)])
         self._stub = pb_grpc.ExecutorStub(self._channel)
         self._streams = stream_limiter or trio.CapacityLimiter(16)

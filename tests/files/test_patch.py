@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tools.files import LIMITS, Workspace
 from tools.files.errors import FileToolError
+from tools.files.patch import apply, parse
 
 from .helpers import fails
 
@@ -46,7 +49,7 @@ GOLDEN: list[tuple[str, bytes, str, bytes | str]] = [
     ("no-final-newline-edit-last", b"a\nb", "@@\n a\n-b\n+B\n", b"a\nB"),
     ("no-final-newline-edit-middle", b"a\nb\nc", "@@\n-a\n+A\n", b"A\nb\nc"),
     ("no-final-newline-append", b"a\nb", "@@\n b\n+c\n", b"a\nb\nc"),
-    ("no-final-newline-delete-last", b"a\nb", "@@\n a\n-b\n", b"a"),
+    ("no-final-newline-delete-last", b"a\nb", "@@\n a\n-b\n", b"a\n"),  # the context line keeps its "\n"
     ("no-final-newline-delete-whole-run", b"a\nb", "@@\n-b\n", b"a\n"),
     ("untouched-bytes-exact", b"\tx  \r\nmid\rdle\n\xc3\xa9\n\nend", "@@\n-\xe9\n+e\n",
      b"\tx  \r\nmid\rdle\ne\n\nend"),
@@ -147,9 +150,10 @@ def test_result_size_edge(ws: Workspace, root: Path, extra: int) -> None:
 
 
 def test_a_hunk_of_repeated_lines_is_found_in_one_pass(ws: Workspace, root: Path) -> None:
-    # 1,000 identical lines and a hunk of 300 of them as context: comparing at every place that
-    # starts like the hunk is past the direct budget (a 2,000,000-line file took minutes), so the
-    # linear search runs; it must find exactly what the direct one would.
+    # 1,000 identical lines and a hunk of 300 of them as context: comparing at every place where
+    # the hunk's rarest line is is past the direct budget when that line is "x" too (a
+    # 2,000,000-line file took minutes), so the linear search runs; it must find exactly what the
+    # direct one would. (With "END" or "NOPE" in the hunk, its rarest line decides at once.)
     from tools.files.patch import DIRECT_COMPARE_BUDGET
 
     assert 1000 * 301 > DIRECT_COMPARE_BUDGET
@@ -163,3 +167,37 @@ def test_a_hunk_of_repeated_lines_is_found_in_one_pass(ws: Workspace, root: Path
         ws.patch_file("r.txt", "@@\n" + " x\n" * 300 + "-NOPE\n+y\n")
     assert info.value.code == "NO_MATCH"
     assert (root / "r.txt").read_bytes() == b"x\n" * 1000 + b"DONE\n"
+
+
+LINES = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=LINES, start=st.integers(0, 29), size=st.integers(1, 6), anchor=st.booleans(), data=st.data())
+def test_a_hunk_is_found_exactly_where_a_plain_search_finds_it(lines: list[str], start: int, size: int,
+                                                                anchor: bool, data: st.DataObject) -> None:
+    """Where a hunk matches (its candidates start from its rarest line): the same places as
+    comparing at every line, so the same result, NO_MATCH or NOT_UNIQUE."""
+    start = min(start, len(lines) - 1)
+    old = lines[start:start + size]
+    if data.draw(st.booleans()):  # sometimes a hunk that may match nowhere
+        old = data.draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=6))
+    after = 0
+    anchor_line = None
+    if anchor:
+        anchor_line = "A"
+        at = data.draw(st.integers(0, len(lines)))
+        lines = lines[:at] + ["A"] + lines[at:]
+        after = at + 1
+    hits = [i for i in range(after, len(lines) - len(old) + 1) if lines[i:i + len(old)] == old]
+    original = "".join(x + "\n" for x in lines).encode()
+    patch = ("@@ " + anchor_line if anchor_line else "@@") + "\n" + "".join(" " + x + "\n" for x in old[:-1])
+    patch += "-" + old[-1] + "\n+Z\n"
+    try:
+        got = apply(original, parse(patch), "f")
+    except FileToolError as exc:
+        assert (exc.code, len(hits) > 1) == ("NOT_UNIQUE", True) or (exc.code, hits) == ("NO_MATCH", []), exc.message
+        return
+    assert len(hits) == 1
+    i = hits[0] + len(old) - 1
+    assert got == "".join(x + "\n" for x in lines[:i] + ["Z"] + lines[i + 1:]).encode()

@@ -69,15 +69,29 @@ def _end_leftovers(pgid: int) -> None:
         pass  # nothing left
 
 
+class CommandNotStarted(Exception):
+    """The shell could not be started; ``error`` is the OSError (its text may hold host paths)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or "cannot start")
+        self.error = error
+
+
 def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
                 cancelled: Callable[[], bool], groups: GroupRegistry | None = None) -> Iterator[Chunk | Exit]:
     """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`.
 
-    ``groups`` records the command's process group while it runs (see :mod:`.groups`)."""
+    ``groups`` records the command's process group while it runs (see :mod:`.groups`). Raises
+    :class:`CommandNotStarted` when the shell cannot be started (before anything is yielded)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
-    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    try:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    except OSError as exc:
+        # The cwd is checked by the confined walk, one component at a time, but the kernel gets
+        # it whole: a host path past PATH_MAX (ENAMETOOLONG), or one removed since the check.
+        raise CommandNotStarted(exc) from None
     assert proc.stdout is not None and proc.stderr is not None
     if groups is not None:
         try:

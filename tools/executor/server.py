@@ -25,11 +25,12 @@ import grpc
 
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
-from tools.files.errors import FileToolError
+from tools.files.errors import FileToolError, from_os_error
 from tools.files.workspace import Workspace
 
 from . import PROTOCOL_VERSION, split_host_port, token_fits_a_header
-from .commands import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, Exit, run_command
+from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, CommandNotStarted, Exit,
+                       run_command)
 from .groups import GroupRegistry
 
 log = logging.getLogger("lens.executor")
@@ -194,6 +195,12 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                           f"TOO_MANY_COMMANDS: at most {MAX_RUNNING_COMMANDS} commands run at once on this executor")
         try:
             yield from self._run(request.command, cwd, timeout, cap, context)
+        except CommandNotStarted as exc:  # (its OSError names the host path: never sent)
+            code = from_os_error(exc.error, "cwd").code
+            shown = request.cwd or "."
+            shown = shown if len(shown) <= 80 else shown[:80] + "…"
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"{code}: cannot start the command in cwd {_printable(shown)!r}: {str(exc).lower()}")
         finally:
             self._runs.release()
 

@@ -197,7 +197,10 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
                 raise FileToolError("INVALID_ARGUMENT",
                                     f"{shown}: a path ending with \"{ending}\" names a directory") from None
             raise
-        if said_dir and target.name is not None and not target.is_dir:
+        unfollowed_link = target.st is not None and stat.S_ISLNK(target.st.st_mode)
+        if said_dir and target.name is not None and not target.is_dir and not unfollowed_link:
+            # (a final symlink left unfollowed — a create's — may well lead to a directory: the
+            # entry exists, and the caller says what that means; "not a directory" was false)
             if target.exists:
                 raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory (the path ends with \"{ending}\")")
             if not follow_final:

@@ -36,9 +36,10 @@ Output. Bytes outside the matched runs are copied untouched, as are context line
 endings). An added line takes the ending of the nearest original line of its hunk — the last one
 consumed before it, else the next one — and the file's dominant ending when neither has one (more
 "\\r\\n" than bare "\\n" endings means CRLF; otherwise, and for an empty file, "\\n"). When a hunk's
-run ends at a last line without a final newline, the hunk's last output line gets no ending
-either, so "no newline at end of file" survives; if such a hunk deletes all its lines, the line
-before it keeps its newline. Limits: the patch text, the original and the result at most
+run ends at a last line without a final newline and the hunk's last output line is an added one,
+that line gets no ending either, so "no newline at end of file" survives; a context line keeps
+its own ending (when the old last line after it is deleted, as when a hunk deletes all its lines,
+the line before keeps its newline: untouched bytes are preserved). Limits: the patch text, the original and the result at most
 MAX_TEXT_BYTES each (TOO_LARGE), at most MAX_UNITS hunks (TOO_MANY_UNITS); ``units_applied`` is
 the number of hunks.
 """
@@ -216,7 +217,10 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
     if h.pin_eof:
         candidates = [n - len(old)] if n - len(old) >= after else []
     else:
-        candidates = [i for i in by_text.get(old[0], []) if i >= after and i + len(old) <= n]
+        # Start from the hunk's rarest line (not its first): in a file of near-identical lines a
+        # hunk's first line may occur everywhere while another of its lines occurs once.
+        j = min(range(len(old)), key=lambda k: len(by_text.get(old[k], ())))
+        candidates = [p - j for p in by_text.get(old[j], []) if p - j >= after and p - j + len(old) <= n]
     if not h.pin_eof and len(candidates) * len(old) > DIRECT_COMPARE_BUDGET:
         # (a pinned hunk has at most one candidate: comparing there is linear; the search below
         # would find matches anywhere and ignore the pin)
@@ -266,6 +270,7 @@ def _occurrences(lines: list[tuple[bytes, bytes]], old: list[bytes], after: int)
 
 def _render(h: Hunk, orig: list[tuple[bytes, bytes]], *, at_eof_no_nl: bool, dominant: bytes) -> list[bytes]:
     out: list[list[bytes]] = []
+    added: list[bool] = []
     k = 0
     for op, text in h.ops:
         if op == "+":
@@ -273,15 +278,21 @@ def _render(h: Hunk, orig: list[tuple[bytes, bytes]], *, at_eof_no_nl: bool, dom
             if not ending and k < len(orig):  # else the next one
                 ending = orig[k][1]
             out.append([text, ending or dominant])
+            added.append(True)
             continue
         line = orig[k]
         k += 1
         if op == " ":
             out.append([line[0], line[1]])
+            added.append(False)
     if at_eof_no_nl and out:
         for item in out[:-1]:
             if not item[1]:  # the old last line is no longer last: it needs an ending
                 prev = [o[1] for o in out if o[1]]
                 item[1] = prev[-1] if prev else dominant
-        out[-1][1] = b""
+        # An added line that ends the file takes the missing ending (none). A context line keeps
+        # its own: when the old last line after it was deleted, its "\n" is a byte the hunk
+        # leaves alone (it was dropped, so " a" + "-b" on "a\nb" gave "a" and "-b" alone "a\n").
+        if added[-1]:
+            out[-1][1] = b""
     return [text + ending for text, ending in out]
