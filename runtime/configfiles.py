@@ -28,7 +28,7 @@ from . import jsonc
 from .atomicfile import FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically
 from .config import ConfigError, check_size, parse_config
 from .errors import LensError
-from .pairing import PairFileInvalid, pair_lock, parse_pair_file
+from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
 from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
@@ -156,8 +156,14 @@ class ConfigFiles:
             # next `lens serve` refuses would leave a daemon that cannot come back
             check_startable(parse_config(text, name), self.main, name)
         elif role == "pair":
+            raw = text.encode()
+            if len(raw) > MAX_PAIR_FILE_BYTES:
+                # (the daemon and `lens pair` read no larger one: it would lock every client out,
+                # the writer too, and the API could not fix it)
+                raise ConfigError(f"{name}: the pair file is larger than {MAX_PAIR_FILE_BYTES} bytes "
+                                  f"(the limit for a pair file)")
             try:
-                parse_pair_file(text.encode(), name)
+                parse_pair_file(raw, name)
             except PairFileInvalid as exc:
                 raise ConfigError(exc.message) from None
         else:

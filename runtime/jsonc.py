@@ -76,6 +76,8 @@ def loads(text: str | bytes) -> Any:
     if text.startswith("\ufeff"):
         text = text[1:]
     plain = strip(text)
+    if not plain.strip():  # (msgspec says "Input data was truncated", as for a file cut short)
+        raise JsoncError("no JSON value: the text is empty (or only comments)")
     data = plain.encode()
     try:
         return msgspec.json.decode(data)

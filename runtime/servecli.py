@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import msgspec
 
 from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
+from .errors import LensError
+from .logcli import silence_stdout
 from .pairing import PairFileInvalid, PairStore
 from .startcheck import check_startable
 from .terminal import shown
@@ -85,13 +88,28 @@ def _pairs(args: argparse.Namespace) -> PairStore:
     return PairStore(pair_file_path(cfg, path))
 
 
+class CredentialNotShown(LensError):
+    """``lens pair approve`` could not print the credential it exists to show (exit 2, not 0)."""
+
+    code = "IO_ERROR"
+
+
 def cmd_pair_approve(args: argparse.Namespace) -> int:
     store = _pairs(args)
+    if sys.stdout is None:  # (file descriptor 1 closed: Python drops whatever is printed, silently)
+        raise CredentialNotShown("standard output is closed: the credential would be shown nowhere; "
+                                 "nothing was changed")
     token = store.approve(args.client, strong=args.strong_trust)
     trust = "strong trust" if args.strong_trust else "read-only"
-    print(f"approved client {args.client} ({trust}); any earlier credential of it is revoked.")
-    print("The credential is shown once; store it now:")
-    print(token, flush=True)
+    try:
+        print(f"approved client {args.client} ({trust}); any earlier credential of it is revoked.")
+        print("The credential is shown once; store it now:")
+        print(token, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
+        raise CredentialNotShown(f"client {args.client} was approved but its credential could not be printed "
+                                 f"(the reader of standard output went away), and it cannot be shown again: "
+                                 f"run lens pair approve again") from None
     return 0
 
 

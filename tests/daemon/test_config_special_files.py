@@ -121,6 +121,26 @@ async def test_a_config_write_larger_than_the_config_limit_is_refused(daemon_fac
     assert {name: (d.config_dir / name).read_bytes() for name in ("lens.jsonc", "extra.json")} == before
 
 
+MAX_PAIR_FILE_BYTES = 64 * 1024 * 1024  # the limit for a pair file (runtime.pairing.MAX_PAIR_FILE_BYTES)
+
+
+async def test_a_pair_file_write_larger_than_the_pair_file_limit_is_refused(daemon_factory: DaemonFactory):
+    # With server.maxBodyBytes above the pair file's own limit, such a write was 200 and left a
+    # pair file the daemon will not read: every credential, the writer's too, was 503 from then
+    # on, and the API could no longer fix it.
+    d = await daemon_factory(config={"server": {"maxBodyBytes": MAX_PAIR_FILE_BYTES + 1024 * 1024}})
+    token = await d.pair("admin", strong=True)
+    before = d.pair_path.read_bytes()
+    r = await d.get("/config/files/pair.json", token)
+    assert r.status_code == 200, r.text
+    big = r.json()["text"] + " " * MAX_PAIR_FILE_BYTES
+    r = await d.put("/config/files/pair.json", token, {"text": big})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text[:500]
+    assert f"larger than {MAX_PAIR_FILE_BYTES} bytes" in r.json()["error"]["message"], r.text[:500]
+    assert d.pair_path.read_bytes() == before
+    assert (await d.get("/projects", token)).status_code == 200
+
+
 async def test_start_and_lens_pair_refuse_a_config_file_past_the_limit_or_not_a_file(tmp_path: Path):
     (tmp_path / "big.jsonc").write_text("{}//" + "x" * MAX_CONFIG_BYTES)
     for args in (["serve", "--port", "0", "--data", "d"], ["pair", "list"]):

@@ -117,3 +117,16 @@ async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_no
     notes = [line for line in serve.lines if "lists no models" in line]
     assert notes == ["lens: note: provider 'a' lists no models, so --model a/anything cannot be checked "
                      "before a session uses it"], serve.lines
+
+
+@pytest.mark.parametrize("raw", [b"", b"\xef\xbb\xbf", b"  \n", b"// every line commented out\n/* { } */\n"],
+                         ids=["empty", "bom-only", "blank", "comments-only"])
+async def test_an_empty_config_file_is_refused_saying_it_is_empty(tmp_path: Path, raw: bytes):
+    # An empty file was "invalid JSON: Input data was truncated", which reads like a file cut
+    # short by a failed write.
+    (tmp_path / "c.jsonc").write_bytes(raw)
+    for args in (["serve", "--port", "0", "--data", "d1"], ["pair", "list"]):
+        out = await run_lens(tmp_path, *args, "--config", "c.jsonc", check=False)
+        refused(out, "CONFIG_INVALID", "c.jsonc: ", "no JSON value: the text is empty")
+        assert "truncated" not in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
