@@ -57,6 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:
         return 130
+    except RuntimeError as exc:
+        # Python 3.11 wraps what a descriptor's __set_name__ raises ("Error calling __set_name__"):
+        # a Ctrl-C landing in a dataclass field while a class is made at import comes out so.
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return 130
+        raise
 
 
 def _main(argv: Sequence[str] | None) -> int:

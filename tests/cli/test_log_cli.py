@@ -1620,6 +1620,29 @@ def test_ctrl_c_while_datetime_loads_does_not_crash_the_interpreter(pristine: Pa
     assert res.returncode == 130 and res.stderr == "", (res.returncode, res.stderr)
 
 
+_INTERRUPT_IN_SET_NAME = r"""
+import sys
+from runtime.cli import main
+def trace(frame, event, arg):
+    if frame.f_code.co_name == "__set_name__" and frame.f_code.co_filename.endswith("dataclasses.py"):
+        # (a dataclass field's, called by type() as a class of the stack is made at import)
+        sys.settrace(None)
+        raise KeyboardInterrupt
+    return None
+sys.settrace(trace)
+sys.exit(main(["log", "decode", "--data", sys.argv[1]]))
+"""
+
+
+def test_ctrl_c_while_a_class_takes_its_fields_exits_130(pristine: Path) -> None:
+    # Python 3.11 wraps an exception raised in a descriptor's __set_name__ (dataclass fields call
+    # it as their class is made, at import) in "RuntimeError: Error calling __set_name__": a
+    # Ctrl-C landing there printed that traceback and exited 1.
+    res = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_SET_NAME, str(pristine)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 130 and res.stderr == "", (res.returncode, res.stderr)
+
+
 def test_an_unreadable_wal_is_named_not_blamed_on_the_directory(log_dir: Path) -> None:
     # Committed frames in a WAL this user cannot read, in a directory it can write: the problem
     # is the WAL's permissions (the old message said the directory needed write access).
