@@ -27,6 +27,7 @@ from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
     MAIN_AGENT,
     SessionState,
+    SkillDue,
     apply,
     loaded_skill_digests,
     merge_tool_policy,
@@ -579,10 +580,19 @@ class SessionActor:
                 self._runner_scope.cancel()
             await self._runner_done.wait()
             withdrawn: list[str] = []
+            # Skill loads due in an aborted round are recorded with the abort, after its results.
+            skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] = {}
+            for agent in list(self.state.agents.values()):
+                running = (self.state.running_task is not None if agent.agent_id == MAIN_AGENT
+                           else agent.status == "running")
+                if agent.skills_due and running:
+                    due = tuple(agent.skills_due)
+                    skill_loads[agent.agent_id] = (due, await self._skills.due_events(
+                        self.state, agent.agent_id, agent.task_id, due))
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason)
+                return d.abort_events(self.state, reason, skill_loads)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None

@@ -195,8 +195,14 @@ class Scoped:
 ABORTED_TEXT = "The run was aborted by the user before this tool call finished."
 
 
-def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
-    """Events that stop the current run and withdraw everything queued."""
+def abort_events(state: SessionState, reason: str = "user",
+                 skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None) -> list[Scoped]:
+    """Events that stop the current run and withdraw everything queued.
+
+    ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
+    snapshots, :meth:`runtime.skill_loads.SkillLoads.due_events`). An aborted round ends with its
+    interrupted and skipped results, so a skill call's instructions go right after them; left due,
+    they were appended after the next input. They are left out unless exactly those loads are due."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -213,6 +219,9 @@ def abort_events(state: SessionState, reason: str = "user") -> list[Scoped]:
                 status="interrupted" if running else "skipped", is_error=True,
                 content=[t.TextPart(ABORTED_TEXT if running else "Skipped: the run was aborted.")],
                 error_code="ABORTED"), agent.agent_id, tid))
+        due, loads = (skill_loads or {}).get(agent.agent_id, ((), []))
+        if agent.skills_due and tuple(agent.skills_due) == due and (task is not None or agent.agent_id != MAIN_AGENT):
+            out.extend(Scoped(e, agent.agent_id, tid) for e in loads)
         if agent.open_request_seq is not None:
             out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user"), agent.agent_id, tid))
         if agent.agent_id != MAIN_AGENT:

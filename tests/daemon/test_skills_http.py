@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .conftest import Daemon, error_of, stop_daemon
+from .conftest import Daemon, error_of, stop_daemon, wait_until
 
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff first.\n"
 CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
@@ -89,3 +89,38 @@ async def test_loaded_skills_survive_a_restart_without_being_appended_again(daem
     events = await d3.events(token, sid)
     assert [e["kind"] for e in events].count("skill.loaded") == 1
     assert len(skill_items(view)) == 1
+
+
+BUSY_CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "LOAD-BUSY", "toolCalls": [{"name": "skill", "arguments": {"name": "review"}},
+                                        {"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}]},
+]}], "defaultModel": "faux/faux-1"}
+
+
+async def test_an_abort_after_a_skill_call_appends_its_instructions_with_the_rounds_results(daemon_factory):
+    # The round [skill, sleep] is aborted in its sleep: the batch of results ends there, and the
+    # skill's instructions go right after it -- not after the next input, as they used to.
+    d = await daemon_factory(config=BUSY_CONFIG)
+    token, sid, ws = await _session(d)
+    await d.submit(token, sid, "r1", "LOAD-BUSY")
+
+    async def sleeping() -> bool:  # (the skill call has its result then)
+        return any(it.get("call", {}).get("name") == "sleep_milliseconds" and it["call"].get("status") == "running"
+                   for it in (await d.view(token, sid))["items"])
+
+    await wait_until(sleeping, what="the round's sleep running")
+    r = await d.post(f"/sessions/{sid}/abort", token, {})
+    assert r.status_code == 200 and r.json()["aborted"] is True
+    await d.wait_idle(token, sid)
+    kinds = [(e["kind"], e["body"].get("name")) for e in await d.events(token, sid)]
+    assert kinds[-4:] == [("tool.finished", "sleep_milliseconds"), ("skill.loaded", "review"),
+                          ("run.aborted", None), ("task.finished", None)]
+
+    await d.submit(token, sid, "r2", "hello")
+    view = await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    assert [e["kind"] for e in events].count("skill.loaded") == 1
+    roles = [it["role"] for it in view["items"]]
+    assert roles.index("system") < max(i for i, role in enumerate(roles) if role == "user")  # before "hello"
+    [item] = skill_items(view)
+    assert "REVIEW-STEPS" in item["text"]
