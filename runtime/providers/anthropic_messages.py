@@ -40,11 +40,16 @@ EPHEMERAL = {"type": "ephemeral"}
 
 
 def _blocks(entry: Entry) -> list[dict[str, Any]]:
+    """The entry's parts as content blocks. Text of white space only is left out: the API
+    refuses such a block ("text content blocks must contain non-whitespace text"), and one
+    recorded in the context would fail every later request of the session (a model that
+    answered "\n\n" before its tool call, a command that printed a blank line). Callers put a
+    placeholder where nothing is left."""
     out: list[dict[str, Any]] = []
     for p in entry.parts:
         if isinstance(p, Image):
             out.append({"type": "image", "source": {"type": "base64", "media_type": p.mime, "data": p.data}})
-        elif p.text:
+        elif p.text.strip():
             out.append({"type": "text", "text": p.text})
     return out
 
@@ -63,7 +68,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
 
     for e in compiled.entries:
         if e.kind == "system" and e.leading:
-            if e.text:
+            if e.text.strip():  # (white space only is refused there too)
                 system.append({"type": "text", "text": e.text})
         elif e.kind == "system":
             add("user", [{"type": "text", "text": instruction_text(e)}])
