@@ -31,7 +31,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, arguments_object, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -150,13 +150,13 @@ class AnthropicProvider(SdkProvider):
                 final = await stream.get_final_message()
             if final.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
+            return self._result(final, raw_json, compiled, cache)  # (reads the SDK's objects too)
         except ProviderError:
             raise
         except (anthropic.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
-        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
+        except MALFORMED as exc:
             raise self.malformed(exc) from None
-        return self._result(final, raw_json, compiled, cache)
 
     def _result(self, msg: Any, raw_json: dict[int, list[str]], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []

@@ -22,7 +22,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -167,6 +167,8 @@ class OpenAIChatProvider(SdkProvider):
                             if isinstance(think, str) and think:
                                 reasoning.append(think)
                                 on_delta(Delta("reasoning", think))
+                            if delta.content is not None and not isinstance(delta.content, str):
+                                raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
                             if delta.content:
                                 text.append(delta.content)
                                 on_delta(Delta("text", delta.content))
@@ -183,17 +185,20 @@ class OpenAIChatProvider(SdkProvider):
             raise
         except (openai.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
-        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
+        except MALFORMED as exc:
             raise self.malformed(exc) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
             raise self.truncated("its finish_reason")
         if any(not slot["name"] for slot in calls):
             raise self.malformed(ValueError("a tool call without a name"))
-        tool_calls = [
-            t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
-                       "".join(slot["arguments"]) or "{}")
-            for index, slot in enumerate(calls)
-        ]
+        try:
+            tool_calls = [
+                t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
+                           "".join(slot["arguments"]) or "{}")
+                for index, slot in enumerate(calls)
+            ]
+        except MALFORMED as exc:  # an id, a name or arguments that were no text
+            raise self.malformed(exc) from None
         stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}.get(
             finish or "", finish)
         if tool_calls and stop == "end_turn":

@@ -45,6 +45,12 @@ DEFAULT_MAX_RETRIES = 2
 DEFAULT_TIMEOUT = 600.0
 NO_KEY = "lens-no-key"  # sent when a provider needs no key (local servers); never an env fallback
 MAX_MESSAGE = 2000
+# What the SDKs' stream parsers (and reading their objects) raise on a stream they cannot make
+# sense of: a frame of JSON that is no object (`null`, a list), an object missing a field the SDK
+# reads (an Anthropic `message_delta` without `usage`), a field of the wrong type. Each is a
+# malformed stream (PROVIDER_ERROR), never an exception out of `stream()`: that crashed the
+# session's actor, which asked the model again on restart and, after three, was quarantined.
+MALFORMED = (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError, AttributeError)
 _CONTEXT_PATTERNS = re.compile(
     r"context[_ ]length|context window|maximum context|prompt is too long|too many tokens|"
     r"input is too long|exceeds? the (?:maximum|context)|context_length_exceeded|string_above_max_length",
