@@ -131,7 +131,7 @@ class SdkProvider(ABC):
     def malformed(self, exc: BaseException) -> ProviderError:
         """A stream the SDK could not make sense of (what it says is redacted: it can quote
         the model's own output)."""
-        detail = self.redact(f"{type(exc).__name__}: {str(exc)[:500]}")
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)}")[:500]  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
     def truncated(self, what: str) -> ProviderError:

@@ -58,3 +58,22 @@ async def test_a_frame_the_sdk_cannot_read_is_a_malformed_stream(case, server, m
     assert "malformed stream" in info.value.message
     # The provider (and its client) serves the next request.
     assert (await provider.stream(Ctx().user("again").request(), Deltas())).text == "fine"
+
+
+async def test_a_malformed_stream_quoting_the_key_never_shows_part_of_it(server, make):
+    """The SDK's message for arguments that are not JSON quotes them; the message is cut to a
+    length, and the key is redacted. Cut first, a key lying across the cut kept its first part."""
+    secret = "sk-live-" + "K3y" * 12  # 44 characters
+    provider = make("anthropic", api_key=secret, max_retries=0)
+    pads = range(240, 460, 20)  # the key, somewhere in the quoted text, lies across the cut once or twice
+    for pad in pads:
+        # (the server streams the arguments in two halves; the SDK fails on the first, quoting it)
+        args = '{"path": !' + "p" * pad + secret + "z" * (pad + len(secret) + 20)
+        server.push(reply("anthropic", calls=[("call_1", "read_file", args)]))
+    for pad in pads:
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("hi").request(), Deltas())
+        message = info.value.message
+        assert info.value.code == "PROVIDER_ERROR"
+        leaked = [secret[:n] for n in range(8, len(secret) + 1) if secret[:n] in message]
+        assert not leaked, (pad, message[-120:])
