@@ -62,16 +62,21 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
     names = compiled.names
     messages: list[dict[str, Any]] = []
     marks: list[tuple[caching.Candidate, dict[str, Any]]] = []  # (candidate, the part to mark)
-    pending_images: list[tuple[str, list[Image]]] = []  # tool-result images, sent after the tool messages
+    # tool-result images (result entry index, call id, images), sent after the tool messages
+    pending_images: list[tuple[int, str, list[Image]]] = []
 
     def flush_images() -> None:
         if not pending_images:
             return
         content: list[dict[str, Any]] = []
-        for call_id, imgs in pending_images:
+        for _ei, call_id, imgs in pending_images:
             content.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
             content.extend({"type": "image_url", "image_url": {"url": i.data_url}} for i in imgs)
         messages.append({"role": "user", "content": content})
+        # This message comes after the batch's tool messages: its last image is the last input
+        # block of that batch (a request's tail, when the batch ends it). Candidates are in block
+        # order, so it is chosen over the tool messages' text before it.
+        marks.append((caching.Candidate(pending_images[-1][0]), content[-1]))
         pending_images.clear()
 
     for ei, e in enumerate(compiled.entries):
@@ -95,7 +100,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             messages.append({"role": "tool", "tool_call_id": e.call_id, "content": content})
             marks.append((caching.Candidate(ei), content[-1]))
             if images:
-                pending_images.append((e.call_id, images))
+                pending_images.append((ei, e.call_id, images))
     flush_images()
     diagnostics: dict[str, Any] = {}
     kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "stream": True,
