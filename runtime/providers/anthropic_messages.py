@@ -82,7 +82,9 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
             blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
                         "input": arguments_object(c.arguments)} for c in e.calls]
-            add("assistant", blocks or [{"type": "text", "text": "(empty)"}])
+            if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
+                blocks.append({"type": "text", "text": "(empty)"})
+            add("assistant", blocks)
         elif e.kind == "result":
             content = _blocks(e) or [{"type": "text", "text": "(no output)"}]
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": e.call_id, "content": content}

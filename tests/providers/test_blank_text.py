@@ -48,3 +48,16 @@ async def test_anthropic_sends_no_whitespace_only_text_block(server, make):
     assert msgs[3]["content"] == [{"type": "text", "text": "(empty)"}]
     # The persisted items are untouched.
     assert [(it.role, it.text) for it in ctx.items] == items_before
+
+
+async def test_anthropic_a_thinking_turn_whose_text_was_blank_still_holds_text(server, make):
+    """An answer of thinking and "\\n" only: its turn went back as the thinking block alone once
+    the blank text was left out, and a turn of thinking alone is refused too."""
+    provider = make("anthropic")
+    server.push(message_stream(text="ok"))
+    thinking = {"protocol": "anthropic", "block": {"type": "thinking", "thinking": "hmm", "signature": "c2ln"}}
+    ctx = Ctx().user("hi").response("\n", reasoning_blocks=[thinking]).user("again")
+    await provider.stream(ctx.request(), Deltas())
+    turn = server.requests[0].body["messages"][1]
+    assert turn["role"] == "assistant"
+    assert turn["content"] == [thinking["block"], {"type": "text", "text": "(empty)"}]
