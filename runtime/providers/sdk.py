@@ -177,15 +177,16 @@ class SdkProvider(ABC):
 
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
     """What the server said about its error: the JSON error's message, else the body's own text
-    (an HTML page from a proxy, plain text, ``{"error": "…"}``), whitespace collapsed; the
-    OpenAI SDK's message for such bodies is only "Error code: 503"."""
+    (an HTML page from a proxy, plain text, ``{"error": "…"}``, any other JSON such as FastAPI's
+    ``{"detail": …}``), whitespace collapsed; the OpenAI SDK's message for such bodies is only
+    "Error code: 503"."""
     if isinstance(err.get("message"), str):
         return err["message"]
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return body["error"]
     if isinstance(body, str) and body.strip():
         return " ".join(body.split())
-    if isinstance(body, list):
+    if isinstance(body, list) or (isinstance(body, dict) and body):  # (FastAPI's {"detail": …}, an error without a message)
         return " ".join(str(body).split())
     return str(getattr(exc, "message", exc))
 
