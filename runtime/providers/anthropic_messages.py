@@ -31,7 +31,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, arguments_object, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -40,11 +40,16 @@ EPHEMERAL = {"type": "ephemeral"}
 
 
 def _blocks(entry: Entry) -> list[dict[str, Any]]:
+    """The entry's parts as content blocks. Text of white space only is left out: the API
+    refuses such a block ("text content blocks must contain non-whitespace text"), and one
+    recorded in the context would fail every later request of the session (a model that
+    answered "\n\n" before its tool call, a command that printed a blank line). Callers put a
+    placeholder where nothing is left."""
     out: list[dict[str, Any]] = []
     for p in entry.parts:
         if isinstance(p, Image):
             out.append({"type": "image", "source": {"type": "base64", "media_type": p.mime, "data": p.data}})
-        elif p.text:
+        elif p.text.strip():
             out.append({"type": "text", "text": p.text})
     return out
 
@@ -63,7 +68,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
 
     for e in compiled.entries:
         if e.kind == "system" and e.leading:
-            if e.text:
+            if e.text.strip():  # (white space only is refused there too)
                 system.append({"type": "text", "text": e.text})
         elif e.kind == "system":
             add("user", [{"type": "text", "text": instruction_text(e)}])
@@ -77,7 +82,9 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
             blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
                         "input": arguments_object(c.arguments)} for c in e.calls]
-            add("assistant", blocks or [{"type": "text", "text": "(empty)"}])
+            if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
+                blocks.append({"type": "text", "text": "(empty)"})
+            add("assistant", blocks)
         elif e.kind == "result":
             content = _blocks(e) or [{"type": "text", "text": "(no output)"}]
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": e.call_id, "content": content}
@@ -145,13 +152,13 @@ class AnthropicProvider(SdkProvider):
                 final = await stream.get_final_message()
             if final.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
+            return self._result(final, raw_json, compiled, cache)  # (reads the SDK's objects too)
         except ProviderError:
             raise
         except (anthropic.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
-        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
+        except MALFORMED as exc:
             raise self.malformed(exc) from None
-        return self._result(final, raw_json, compiled, cache)
 
     def _result(self, msg: Any, raw_json: dict[int, list[str]], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []

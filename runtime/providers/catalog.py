@@ -171,6 +171,17 @@ class ProviderCatalog:
                 await close()
 
 
+def usable_key(value: str | None) -> str | None:
+    """The key a variable holds, without the white space around it (a file with CRLF endings, a
+    pasted space: no part of a key), or ``None`` when nothing is left or what is left holds a
+    character an HTTP header cannot carry (printable ASCII only). Such a key failed every request
+    as a retryable connection error, and the SDK's debug log of that failure quoted the header."""
+    key = (value or "").strip()
+    if not key or not all("!" <= ch <= "~" for ch in key):
+        return None
+    return key
+
+
 def _sdk_provider(p: "ProviderConfig", key: str | None, load_image: Any, **options: Any) -> Provider:
     from .anthropic_messages import AnthropicProvider
     from .openai_chat import OpenAIChatProvider
@@ -223,9 +234,11 @@ def build_catalog(
         if not p.enabled:
             unavailable[p.id] = ("PROVIDER_DISABLED", f"provider {p.id!r} is disabled in the config")
             continue
-        key = env.get(p.api_key_env) if p.api_key_env else None
+        key = usable_key(env.get(p.api_key_env)) if p.api_key_env else None
         if p.api_key_env and not key:
-            unavailable[p.id] = ("PROVIDER_KEY_REQUIRED", f"provider {p.id!r} needs its key in the environment variable {p.api_key_env}")
+            why = "needs its key in" if not (env.get(p.api_key_env) or "").strip() else \
+                "cannot send the key in (it holds a character an HTTP header cannot carry: printable ASCII only)"
+            unavailable[p.id] = ("PROVIDER_KEY_REQUIRED", f"provider {p.id!r} {why} the environment variable {p.api_key_env}")
             continue
         if p.protocol == "faux":
             try:

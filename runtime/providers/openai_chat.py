@@ -22,7 +22,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -62,16 +62,21 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
     names = compiled.names
     messages: list[dict[str, Any]] = []
     marks: list[tuple[caching.Candidate, dict[str, Any]]] = []  # (candidate, the part to mark)
-    pending_images: list[tuple[str, list[Image]]] = []  # tool-result images, sent after the tool messages
+    # tool-result images (result entry index, call id, images), sent after the tool messages
+    pending_images: list[tuple[int, str, list[Image]]] = []
 
     def flush_images() -> None:
         if not pending_images:
             return
         content: list[dict[str, Any]] = []
-        for call_id, imgs in pending_images:
+        for _ei, call_id, imgs in pending_images:
             content.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
             content.extend({"type": "image_url", "image_url": {"url": i.data_url}} for i in imgs)
         messages.append({"role": "user", "content": content})
+        # This message comes after the batch's tool messages: its last image is the last input
+        # block of that batch (a request's tail, when the batch ends it). Candidates are in block
+        # order, so it is chosen over the tool messages' text before it.
+        marks.append((caching.Candidate(pending_images[-1][0]), content[-1]))
         pending_images.clear()
 
     for ei, e in enumerate(compiled.entries):
@@ -95,7 +100,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             messages.append({"role": "tool", "tool_call_id": e.call_id, "content": content})
             marks.append((caching.Candidate(ei), content[-1]))
             if images:
-                pending_images.append((e.call_id, images))
+                pending_images.append((ei, e.call_id, images))
     flush_images()
     diagnostics: dict[str, Any] = {}
     kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "stream": True,
@@ -167,6 +172,8 @@ class OpenAIChatProvider(SdkProvider):
                             if isinstance(think, str) and think:
                                 reasoning.append(think)
                                 on_delta(Delta("reasoning", think))
+                            if delta.content is not None and not isinstance(delta.content, str):
+                                raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
                             if delta.content:
                                 text.append(delta.content)
                                 on_delta(Delta("text", delta.content))
@@ -183,17 +190,20 @@ class OpenAIChatProvider(SdkProvider):
             raise
         except (openai.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
-        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError) as exc:
+        except MALFORMED as exc:
             raise self.malformed(exc) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
             raise self.truncated("its finish_reason")
         if any(not slot["name"] for slot in calls):
             raise self.malformed(ValueError("a tool call without a name"))
-        tool_calls = [
-            t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
-                       "".join(slot["arguments"]) or "{}")
-            for index, slot in enumerate(calls)
-        ]
+        try:
+            tool_calls = [
+                t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
+                           "".join(slot["arguments"]) or "{}")
+                for index, slot in enumerate(calls)
+            ]
+        except MALFORMED as exc:  # an id, a name or arguments that were no text
+            raise self.malformed(exc) from None
         stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}.get(
             finish or "", finish)
         if tool_calls and stop == "end_turn":

@@ -26,7 +26,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -156,15 +156,15 @@ class OpenAIResponsesProvider(SdkProvider):
                         raise self.map_error(_StreamError(getattr(err, "code", None), getattr(err, "message", "response failed")))
                     elif kind in ("response.completed", "response.incomplete"):
                         final = ev.response
+            if final is None:
+                raise self.truncated("its final response")
+            result = self._result(final, compiled, cache)  # (reads the SDK's objects too)
         except ProviderError:
             raise
         except (openai.APIError, httpx2.HTTPError) as exc:
             raise self.map_error(exc) from None
-        except (RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
+        except MALFORMED as exc:
             raise self.malformed(exc) from None
-        if final is None:
-            raise self.truncated("its final response")
-        result = self._result(final, compiled, cache)
         if not result.text and not result.tool_calls and streamed:
             # Some servers (proxies) send response.completed with "output": []: the text the
             # viewer saw streaming is the answer, not an empty one.

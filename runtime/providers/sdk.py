@@ -45,6 +45,12 @@ DEFAULT_MAX_RETRIES = 2
 DEFAULT_TIMEOUT = 600.0
 NO_KEY = "lens-no-key"  # sent when a provider needs no key (local servers); never an env fallback
 MAX_MESSAGE = 2000
+# What the SDKs' stream parsers (and reading their objects) raise on a stream they cannot make
+# sense of: a frame of JSON that is no object (`null`, a list), an object missing a field the SDK
+# reads (an Anthropic `message_delta` without `usage`), a field of the wrong type. Each is a
+# malformed stream (PROVIDER_ERROR), never an exception out of `stream()`: that crashed the
+# session's actor, which asked the model again on restart and, after three, was quarantined.
+MALFORMED = (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError, AttributeError)
 _CONTEXT_PATTERNS = re.compile(
     r"context[_ ]length|context window|maximum context|prompt is too long|too many tokens|"
     r"input is too long|exceeds? the (?:maximum|context)|context_length_exceeded|string_above_max_length",
@@ -125,7 +131,7 @@ class SdkProvider(ABC):
     def malformed(self, exc: BaseException) -> ProviderError:
         """A stream the SDK could not make sense of (what it says is redacted: it can quote
         the model's own output)."""
-        detail = self.redact(f"{type(exc).__name__}: {str(exc)[:500]}")
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)}")[:500]  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
     def truncated(self, what: str) -> ProviderError:
@@ -171,15 +177,16 @@ class SdkProvider(ABC):
 
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
     """What the server said about its error: the JSON error's message, else the body's own text
-    (an HTML page from a proxy, plain text, ``{"error": "…"}``), whitespace collapsed; the
-    OpenAI SDK's message for such bodies is only "Error code: 503"."""
+    (an HTML page from a proxy, plain text, ``{"error": "…"}``, any other JSON such as FastAPI's
+    ``{"detail": …}``), whitespace collapsed; the OpenAI SDK's message for such bodies is only
+    "Error code: 503"."""
     if isinstance(err.get("message"), str):
         return err["message"]
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return body["error"]
     if isinstance(body, str) and body.strip():
         return " ".join(body.split())
-    if isinstance(body, list):
+    if isinstance(body, list) or (isinstance(body, dict) and body):  # (FastAPI's {"detail": …}, an error without a message)
         return " ".join(str(body).split())
     return str(getattr(exc, "message", exc))
 

@@ -107,6 +107,29 @@ async def test_openai_breakpoint_on_a_tool_result_with_an_image(server, make, ar
     assert out[-1]["prompt_cache_breakpoint"] == {"mode": "explicit"}  # the tail: the image block
 
 
+async def test_chat_tail_breakpoint_is_on_the_images_a_tool_returned(server, make, artifacts):
+    """Chat sends a tool's images after the tool messages, in a user message: that message ends
+    the request, so the tail breakpoint goes on its last image (it was put on the tool message's
+    text before it, leaving the images out of the prefix the next request reads back)."""
+    provider = make("openai-chat", models={"m1": ModelConfig(id="m1", explicit_cache=True, images=True)},
+                    load_image=artifacts.load)
+    ctx = (Ctx().user("look").response("", ("v1", "view_image", {"path": "a.png"}), ("t1", "get_system_time", {}))
+           .result("v1", "an image", image_part(artifacts.store)).result("t1", "noon"))
+    server.push(reply("openai-chat", text="a cat"), reply("openai-chat", text="done"))
+    first = await provider.stream(ctx.request(), Deltas())
+    msgs = server.bodies[0]["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "tool", "user"]
+    assert msgs[-1]["content"][-1]["type"] == "image_url"
+    assert msgs[-1]["content"][-1]["prompt_cache_breakpoint"] == {"mode": "explicit"}
+    tails = [bp for bp in first.diagnostics["cache"]["breakpoints"] if bp["reason"] == "tail"]
+    assert len(tails) == 1 and tails[0]["kind"] == "result"
+    # The next request reads that prefix back: the same image block is marked as the previous tail.
+    ctx.response(first.text).user("and now?")
+    await provider.stream(ctx.request(), Deltas())
+    again = server.bodies[1]["messages"]
+    assert again[:6] == msgs  # the same prefix, its marks included: the image block is the previous tail
+
+
 def test_openai_breakpoint_choice_is_pure():
     C = caching.Candidate
     cands = [C(0, True), C(1), C(3), C(5), C(7)]

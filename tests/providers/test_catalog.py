@@ -172,3 +172,32 @@ async def test_a_key_never_reaches_logs_or_errors(server, caplog):
         assert all(SECRET not in json.dumps(r.body) for r in server.requests)
     finally:
         await cat.aclose()
+
+
+async def test_a_key_with_a_line_ending_is_sent_without_it_and_never_logged(server, caplog):
+    """A key read from a file with CRLF endings (or pasted with a space) held a character no HTTP
+    header may carry: every request failed as a retryable CONNECTION_FAILED, and the SDK's debug
+    log of that failure quoted the header, key included. The white space around a key is no part
+    of it; a key with other characters a header cannot carry cannot be used (named by variable)."""
+    caplog.set_level(logging.DEBUG)
+    cat = build_catalog(parse_config(config(server.url)), environ={"LENS_TEST_OA_KEY": SECRET + "\r\n",
+                                                                   "LENS_TEST_ANTHROPIC_KEY": f" {SECRET}\t"}, max_retries=0)
+    try:
+        server.push(reply("openai-responses", text="one"), reply("anthropic", text="two"))
+        oa, model, _ = cat.resolve("oa/m1")
+        assert (await oa.stream(Ctx().user("hi").request(model), Deltas())).text == "one"
+        claude, cmodel, _ = cat.resolve("claude/c1")
+        assert (await claude.stream(Ctx().user("hi").request(cmodel), Deltas())).text == "two"
+        assert server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+        h = server.requests[1].headers
+        assert SECRET in (h.get("x-api-key"), h.get("authorization", "").removeprefix("Bearer "))
+        assert "DO-NOT-LEAK" not in caplog.text
+    finally:
+        await cat.aclose()
+    for bad in (SECRET[:10] + "\r" + SECRET[10:], SECRET[:10] + "é" + SECRET[10:], SECRET[:10] + " " + SECRET[10:], " \r\n"):
+        broken = build_catalog(parse_config(config(server.url)), environ={"LENS_TEST_OA_KEY": bad})
+        with pytest.raises(ModelUnavailable) as info:
+            broken.check("oa/m1")
+        assert info.value.code == "PROVIDER_KEY_REQUIRED" and "LENS_TEST_OA_KEY" in info.value.message
+        assert "DO-NOT-LEAK" not in info.value.message and "DO-NOT-LEAK" not in caplog.text
+        assert [m.reason for m in broken.models() if m.provider == "oa"] == ["PROVIDER_KEY_REQUIRED"]

@@ -1,0 +1,79 @@
+"""A frame the SDK cannot read is a malformed stream (``PROVIDER_ERROR``), whatever its shape.
+
+A data frame of JSON that is no object (``null``, a list), an object without a field the SDK
+reads (an Anthropic ``message_delta`` without ``usage``), or a field of another type made the
+SDKs raise ``AttributeError`` (or, after the stream, ``TypeError``), which left ``stream()`` as
+it was: the session's actor crashed, asked the model again when restarted, and after three
+crashes the session was quarantined for good.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pytest
+
+from runtime.providers.base import ProviderError
+
+from .conftest import Ctx, Deltas
+from .scripts import reply
+
+Frames = list[tuple[str | None, Any]]
+
+
+def _insert_after_first(frame: tuple[str | None, Any]) -> Callable[[Frames], Frames]:
+    return lambda frames: [frames[0], frame, *frames[1:]]
+
+
+def _edit(kind: str, change: Callable[[dict], dict]) -> Callable[[Frames], Frames]:
+    return lambda frames: [(n, change(d) if isinstance(d, dict) and d.get("type", n) == kind else d) for n, d in frames]
+
+
+CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "chat-test"}
+
+CASES: dict[str, Callable[[Frames], Frames]] = {
+    "anthropic/null frame": _insert_after_first(("content_block_delta", "null")),
+    "anthropic/message_delta without usage": _edit("message_delta", lambda d: {k: v for k, v in d.items() if k != "usage"}),
+    "openai-chat/null frame": _insert_after_first((None, "null")),
+    "openai-chat/a list frame": _insert_after_first((None, "[1]")),
+    "openai-chat/delta that is a string": _insert_after_first((None, {**CHUNK, "choices": [{"index": 0, "delta": "x"}]})),
+    "openai-chat/content that is a number": _insert_after_first((None, {**CHUNK, "choices": [{"index": 0, "delta": {"content": 5}}]})),
+    "openai-responses/null frame": _insert_after_first(("response.output_text.delta", "null")),
+    "openai-responses/final output item that is a string": _edit(
+        "response.completed", lambda d: {**d, "response": {**d["response"], "output": ["x"]}}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_a_frame_the_sdk_cannot_read_is_a_malformed_stream(case, server, make):
+    protocol = case.split("/")[0]
+    provider = make(protocol, max_retries=0)
+    scripted = reply(protocol, text=["hi ", "there"], calls=[("call_1", "read_file", {"path": "a"})])
+    scripted.events = CASES[case](copy.deepcopy(scripted.events))
+    server.push(scripted, reply(protocol, text="fine"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.code == "PROVIDER_ERROR" and info.value.retryable
+    assert "malformed stream" in info.value.message
+    # The provider (and its client) serves the next request.
+    assert (await provider.stream(Ctx().user("again").request(), Deltas())).text == "fine"
+
+
+async def test_a_malformed_stream_quoting_the_key_never_shows_part_of_it(server, make):
+    """The SDK's message for arguments that are not JSON quotes them; the message is cut to a
+    length, and the key is redacted. Cut first, a key lying across the cut kept its first part."""
+    secret = "sk-live-" + "K3y" * 12  # 44 characters
+    provider = make("anthropic", api_key=secret, max_retries=0)
+    pads = range(240, 460, 20)  # the key, somewhere in the quoted text, lies across the cut once or twice
+    for pad in pads:
+        # (the server streams the arguments in two halves; the SDK fails on the first, quoting it)
+        args = '{"path": !' + "p" * pad + secret + "z" * (pad + len(secret) + 20)
+        server.push(reply("anthropic", calls=[("call_1", "read_file", args)]))
+    for pad in pads:
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("hi").request(), Deltas())
+        message = info.value.message
+        assert info.value.code == "PROVIDER_ERROR"
+        leaked = [secret[:n] for n in range(8, len(secret) + 1) if secret[:n] in message]
+        assert not leaked, (pad, message[-120:])
