@@ -361,6 +361,14 @@ class ConfigChanged(_Event, tag="config.changed"):
     digest: str
 
 
+class DefaultModelSet(_Event, tag="default_model.set"):
+    """The saved default model (F-MOD-5: between ``--model`` and config ``defaultModel``), set
+    by a client (``PUT /models/default``) as ``"<provider id>/<model id>"``, or cleared
+    (``None``). No project, session or agent: the daemon's own. The latest one is in effect."""
+
+    model: str | None
+
+
 # --------------------------------------------------------------------------- the union
 
 Event = Union[
@@ -400,6 +408,7 @@ Event = Union[
     JobStarted,
     JobFinished,
     ConfigChanged,
+    DefaultModelSet,
 ]
 
 EVENT_TYPES: tuple[type[_Event], ...] = Event.__args__  # type: ignore[attr-defined]
