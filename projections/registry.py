@@ -5,9 +5,10 @@ from __future__ import annotations
 from .catalog import ProjectsProjection, SessionsProjection
 from .history import HistoryProjection
 from .projector import Projection
+from .settings import SettingsProjection
 from .stats import KindStats
 
 
 def all_projections() -> list[Projection]:
     """Fresh instances of every projection, in the order they are built."""
-    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection()]
+    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection(), SettingsProjection()]

@@ -1198,7 +1198,7 @@ def test_session_events_without_a_session_do_not_break_rebuild(log_dir: Path) ->
                      "WHERE kind IN ('session.created', 'input.submitted')")
     res = lens("log", "rebuild", "--data", str(log_dir))
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("rebuilt history, projects, sessions, stats from ")
+    assert res.stdout.startswith("rebuilt history, projects, sessions, settings, stats from ")
 
 
 def _first_line_then_close(*args: str) -> tuple[bytes, int]:
