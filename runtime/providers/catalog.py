@@ -78,16 +78,48 @@ class ProviderCatalog:
         model_configs: Mapping[str, list[ModelConfig]] | None = None,
         protocols: Mapping[str, str] | None = None,
         default_source: str = "default",
+        saved_default: str | None = None,
     ) -> None:
         self.providers: dict[str, Provider] = dict(providers or {"faux": FauxProvider()})
+        # The chain without its saved step (session aside): --model, defaultModel or built-in.
+        self._unsaved = (default_model, default_source)
+        self.saved_default: str | None = None
+        self.saved_seq = 0  # the seq of the default_model.set that set saved_default (0: none read)
         self.default_model = default_model
         self.default_source = default_source
+        self.set_saved_default(saved_default)
         # provider id -> (error code, message) for configured providers that cannot serve now
         self.unavailable = dict(unavailable or {})
         self._configs: dict[str, list[ModelConfig]] = {k: list(v) for k, v in (model_configs or {}).items()}
         for pid, ids in (models or {}).items():
             self._configs.setdefault(pid, [ModelConfig(id=i) for i in ids])
         self._protocols = dict(protocols or {})
+
+    def set_saved_default(self, model: str | None, seq: int | None = None) -> bool:
+        """Take the saved default model (``None``: cleared) recorded by the event at ``seq``;
+        the effective default follows the chain (``--model`` still wins). An older ``seq`` than
+        the one taken is ignored (``False``): the latest event is in effect."""
+        if seq is not None:
+            if seq < self.saved_seq:
+                return False
+            self.saved_seq = seq
+        self.saved_default = model or None
+        ref, source = self._unsaved
+        if source != "cli" and self.saved_default:
+            ref, source = self.saved_default, "saved"
+        self.default_model, self.default_source = ref, source
+        return True
+
+    def check_default(self, model_ref: str) -> str:
+        """``model_ref`` as a default to save: a model ``GET /models`` lists (else
+        ``MODEL_UNKNOWN``) of an enabled provider (else ``PROVIDER_DISABLED``). Its key is not
+        checked: a key set later makes it usable, as for any listed model."""
+        for entry in self.models():
+            if entry.ref == model_ref:
+                if not entry.enabled:
+                    raise ModelUnavailable("PROVIDER_DISABLED", f"provider {entry.provider!r} is disabled in the config")
+                return model_ref
+        raise ModelUnavailable("MODEL_UNKNOWN", f"no listed model {model_ref!r} (GET /models lists them)")
 
     def model_ids(self, provider_id: str) -> list[str]:
         return [m.id for m in self._configs.get(provider_id, [])]
@@ -249,6 +281,6 @@ def build_catalog(
             providers[p.id] = _sdk_provider(p, key, load_image,
                                             max_retries=p.max_retries if max_retries is None else max_retries,
                                             timeout=p.timeout_seconds if timeout is None else timeout)
-    ref, source = default_model(cli=cli_model, saved=saved_default, config=cfg.default_model)
+    ref, source = default_model(cli=cli_model, config=cfg.default_model)  # (the saved step: the catalog's)
     return ProviderCatalog(providers, ref, unavailable=unavailable, model_configs=configs, protocols=protocols,
-                           default_source=source)
+                           default_source=source, saved_default=saved_default)

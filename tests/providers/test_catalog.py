@@ -201,3 +201,36 @@ async def test_a_key_with_a_line_ending_is_sent_without_it_and_never_logged(serv
         assert info.value.code == "PROVIDER_KEY_REQUIRED" and "LENS_TEST_OA_KEY" in info.value.message
         assert "DO-NOT-LEAK" not in info.value.message and "DO-NOT-LEAK" not in caplog.text
         assert [m.reason for m in broken.models() if m.provider == "oa"] == ["PROVIDER_KEY_REQUIRED"]
+
+
+def test_a_saved_default_set_and_cleared_while_running():
+    cfg = parse_config(config(defaultModel="local/qwen3"))
+    cat = build_catalog(cfg)
+    assert cat.set_saved_default("oa/m1", 5) is True
+    assert (cat.default_model, cat.default_source, cat.saved_default) == ("oa/m1", "saved", "oa/m1")
+    assert {m.ref for m in cat.models() if m.default} == {"oa/m1"}
+    assert cat.set_saved_default("script/f", 3) is False  # an older event than the one in effect
+    assert cat.default_model == "oa/m1"
+    assert cat.set_saved_default(None, 6) is True
+    assert (cat.default_model, cat.default_source, cat.saved_default) == ("local/qwen3", "config", None)
+    # Under --model, the saved default is kept but not in effect.
+    cli = build_catalog(cfg, cli_model="script/f")
+    cli.set_saved_default("oa/m1", 1)
+    assert (cli.default_model, cli.default_source, cli.saved_default) == ("script/f", "cli", "oa/m1")
+    # Without config defaultModel, clearing goes back to the built-in one.
+    bare = build_catalog(parse_config(config()))
+    bare.set_saved_default("local/qwen3", 1)
+    bare.set_saved_default(None, 2)
+    assert (bare.default_model, bare.default_source) == (BUILTIN_DEFAULT_MODEL, "default")
+
+
+def test_a_default_to_save_is_a_listed_model_of_an_enabled_provider():
+    cat = build_catalog(parse_config(config()), environ={})
+    assert cat.check_default("oa/m1") == "oa/m1"  # its key is missing: not checked
+    assert cat.check_default("faux/faux-1") == "faux/faux-1"
+    for ref, code in [("off/c2", "PROVIDER_DISABLED"), ("off/nope", "MODEL_UNKNOWN"), ("oa/m2", "MODEL_UNKNOWN"),
+                      ("nobody/m1", "MODEL_UNKNOWN"), ("oa", "MODEL_UNKNOWN"), ("oa/", "MODEL_UNKNOWN"),
+                      ("", "MODEL_UNKNOWN"), ("oa/m1/", "MODEL_UNKNOWN")]:
+        with pytest.raises(ModelUnavailable) as info:
+            cat.check_default(ref)
+        assert info.value.code == code, ref
