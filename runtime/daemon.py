@@ -23,6 +23,7 @@ import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hyper_serve
 
+from events import types as t
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
@@ -188,6 +189,15 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             await root.start(store.run)  # outlives the services: drains their last appends
             async with trio.open_nursery() as services:
                 await services.start(projections.run)
+                # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
+                saved, saved_seq = await read_saved_default(projections, store)
+                catalog.set_saved_default(saved, saved_seq)
+                if catalog.default_source == "saved":
+                    try:
+                        catalog.check(None)
+                    except ModelUnavailable as exc:
+                        say(f"lens: note: the saved default model cannot serve ({exc.code}: {exc.message}); "
+                            f"sessions need a model that can")
                 await services.start(executors.run)
                 await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
                 await services.start(supervisor.run)
@@ -282,6 +292,23 @@ class _InFlight:
         Hypercorn writes response bytes in a shielded scope: a client that stopped reading a
         large response held that write, and so the daemon's shutdown, for as long as it lived."""
         return sum(reset_connection(scope) for scope in list(self.scopes.values()))
+
+
+async def read_saved_default(projections: ProjectionService, store: EventStore) -> tuple[str | None, int]:
+    """The saved default model and the seq that set it (``(None, 0)``: none): from the settings
+    projection and the log past it; a scan of the log's ``default_model.set`` rows only when
+    projections are stalled or unreadable."""
+    got = await projections.saved_default_model()
+    if got is not None:
+        return got
+    saved: tuple[str | None, int] = (None, 0)
+    after = 0
+    while page := await store.read_events(after=after, kinds=["default_model.set"], limit=1000):
+        last = page[-1]
+        if isinstance(last.event, t.DefaultModelSet):
+            saved = (last.event.model, last.seq)
+        after = last.seq
+    return saved
 
 
 def read_home_agents_md(path: str) -> str | None:

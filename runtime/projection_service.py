@@ -17,9 +17,11 @@ from events.errors import StoreClosed
 from events.reader import LogReader
 from events.schema import open_read_connection
 from events.store import EventStore
+from events.types import DefaultModelSet
 from projections.history import HistoryIndex
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
+from projections.settings import DEFAULT_MODEL_KEY
 
 from .errors import LensError
 
@@ -66,6 +68,9 @@ RETRY_MAX_SECONDS = 30.0
 # timeout for it), the next try comes after this short pause, not the growing one: the
 # projections go on within about this long after the holder (a `lens log rebuild`) lets go.
 BUSY_RETRY_SECONDS = 0.5
+
+# default_model.set events the settings projection has not seen yet (a range of the seq key).
+UNPROJECTED_DEFAULT_MODEL_SQL = "SELECT seq FROM events WHERE seq > ? AND kind = 'default_model.set'"
 
 
 class ProjectionService:
@@ -177,6 +182,45 @@ class ProjectionService:
         except apsw.Error:
             return None  # the scan of the log then names the problem
         return sorted({r[0] for r in projected} | {r[0] for r in tail if r[0] is not None})
+
+    async def saved_default_model(self) -> tuple[str | None, int] | None:
+        """The saved default model (``default_model.set``, F-MOD-5) and the ``seq`` that set it
+        (``(None, 0)``: never saved), for the daemon at start.
+
+        Read from the settings projection (one row), plus the seq range past the projected
+        position for a later event of that kind (none, as a rule: the first catch-up ran); that
+        one event is then read from the log. ``None`` when projections are stalled or
+        unreadable: the caller then scans the log.
+        """
+        with trio.move_on_after(FIRST_CATCH_UP_WAIT_SECONDS):
+            await self._first_done.wait()
+        if self.error is not None or not self._first_done.is_set():
+            return None
+        position = self.position
+        try:
+            rows = await self.query("SELECT value, seq FROM settings WHERE key = ?", (DEFAULT_MODEL_KEY,))
+        except ProjectionsUnreadable as exc:
+            log.warning("settings projection unreadable (%s); scanning the log for the saved default model", exc)
+            return None
+        saved: tuple[str | None, int] = (None, 0)
+        if rows and (rows[0][0] is None or type(rows[0][0]) is str) and type(rows[0][1]) is int:
+            saved = (rows[0][0], rows[0][1])
+        elif rows:
+            return None  # (edited by hand: the log says)
+        conn = self.projector.reader.conn
+        try:
+            tail = await trio.to_thread.run_sync(
+                lambda: [r[0] for r in conn.execute(UNPROJECTED_DEFAULT_MODEL_SQL, (max(position, saved[1]),))],
+                limiter=self._write_limiter)
+        except apsw.Error:
+            return None
+        if tail:
+            events = await self.store.read_events(after=max(tail) - 1, to=max(tail), limit=1)
+            ev = events[0].event if events else None
+            if not isinstance(ev, DefaultModelSet):
+                return None
+            saved = (ev.model, events[0].seq)
+        return saved
 
     async def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple]:
         """Rows of a read of ``projections.db``; raises ``PROJECTIONS_UNREADABLE`` if it fails."""
