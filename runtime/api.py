@@ -107,6 +107,12 @@ class SessionBody(_B):
     name: str | None = None
 
 
+class DefaultModelBody(_B):
+    """``PUT /models/default``: the model to save as the default, or null to clear it."""
+
+    model: str | None
+
+
 class ForkBody(_B):
     """``POST /sessions/{id}/fork``: the event of the source session to start from."""
 
@@ -285,6 +291,13 @@ class Services:
     version: str = "0.1.0"
     executors: Any = None  # the ExecutorPool (workspace browsing); None in apps built without one
     mcp: Any = None  # tools.mcp.McpServers: the MCP servers and their state, for the inventory
+    default_model_lock: trio.Lock = field(default_factory=trio.Lock)  # one saved-default change at a time
+
+
+def default_view(catalog: ProviderCatalog) -> dict[str, Any]:
+    """``{effective, source}``: the default model of new sessions and the step of the chain it
+    comes from (``cli`` | ``saved`` | ``config`` | ``default``)."""
+    return {"effective": catalog.default_model, "source": catalog.default_source}
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:
@@ -465,8 +478,12 @@ def create_app(svc: Services) -> QuartTrio:
         check_session_settings(body.model, body.thinking_level)
         if not await project_exists(check_id(body.project_id, "projectId")):
             raise ApiError("PROJECT_NOT_FOUND", f"no project {body.project_id!r}")
+        # Without a model, the effective default now is the session's (F-MOD-5): a default
+        # changed later leaves it as it is. Not checked here: a default that cannot serve fails
+        # at submit (PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED), as it always did.
         sid = await svc.supervisor.create_session(body.project_id, model=body.model,
-                                                  thinking_level=body.thinking_level, name=body.name)
+                                                  thinking_level=body.thinking_level, name=body.name,
+                                                  default_model=svc.catalog.default_model)
         state = await svc.supervisor.call(sid, a.GetState())
         return json_response(session_view(state), 201)
 
@@ -641,8 +658,23 @@ def create_app(svc: Services) -> QuartTrio:
     @app.get("/api/v1/models")
     async def models() -> Response:
         catalog = svc.catalog
-        return json_response({"models": [m.to_json() for m in catalog.models()],
-                              "default": {"effective": catalog.default_model, "source": catalog.default_source}})
+        return json_response({"models": [m.to_json() for m in catalog.models()], "default": default_view(catalog)})
+
+    @app.put("/api/v1/models/default")
+    async def save_default_model() -> Response:
+        """Save (or clear, with null) the default model of new sessions (F-MOD-5): a listed
+        model of an enabled provider. Recorded as ``default_model.set``; ``--model`` still wins."""
+        require_strong("save the default model")
+        body = await read_body(DefaultModelBody)
+        catalog = svc.catalog
+        if body.model is not None:
+            check_session_settings(body.model, None)
+            catalog.check_default(body.model)  # MODEL_UNKNOWN / PROVIDER_DISABLED (the key is not checked)
+        async with svc.default_model_lock:
+            if body.model != catalog.saved_default:  # (the same value again records nothing)
+                res = await svc.store.append(Draft(t.DefaultModelSet(model=body.model)))
+                catalog.set_saved_default(body.model, res.seq)
+        return json_response(default_view(catalog))
 
     @app.get("/api/v1/tools/inventory")
     async def tools_inventory() -> Response:

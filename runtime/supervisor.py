@@ -88,10 +88,15 @@ class Supervisor:
         return await trio.to_thread.run_sync(query, limiter=store._read_limiter)
 
     async def create_session(self, project_id: str | None, *, model: str | None = None,
-                             thinking_level: str | None = None, name: str | None = None) -> str:
-        """Start a new session; returns its id."""
+                             thinking_level: str | None = None, name: str | None = None,
+                             default_model: str | None = None) -> str:
+        """Start a new session; returns its id. ``model`` is checked (a provider must serve
+        it); ``default_model`` is taken unchecked when no ``model`` is given (the daemon's
+        default: one that cannot serve fails at submit)."""
         if model is not None:
             self.deps.catalog.resolve(model)
+        else:
+            model = default_model
         session_id = self.deps.new_id("ses")
         await self.call(session_id, Create(project_id, model=model, thinking_level=thinking_level, name=name))
         return session_id

@@ -434,14 +434,16 @@ DaemonFactory = Callable[..., Awaitable[Daemon]]
 
 @pytest.fixture
 async def daemon_factory(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[DaemonFactory]:
-    """``await daemon_factory(config=..., root=...)``: a running daemon; all are stopped after the test.
+    """``await daemon_factory(config=..., root=..., model=...)``: a running daemon (``model``: as
+    ``lens serve --model``); all are stopped after the test.
 
     ``config`` (dict or JSONC text) is written to ``<root>/config/lens.jsonc``; without it no config
     file exists and the daemon runs on built-in defaults.
     """
     running: list[Daemon] = []
 
-    async def start(config: dict[str, Any] | str | None = None, root: Path | None = None) -> Daemon:
+    async def start(config: dict[str, Any] | str | None = None, root: Path | None = None,
+                    model: str | None = None) -> Daemon:
         root = root or tmp_path
         config_path = root / "config" / "lens.jsonc"
         config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -458,7 +460,7 @@ async def daemon_factory(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator
 
         async def run(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
             try:
-                await serve(ServeOptions(cfg, config_path, data_dir, "127.0.0.1", 0, notes=notes),
+                await serve(ServeOptions(cfg, config_path, data_dir, "127.0.0.1", 0, model=model, notes=notes),
                             task_status=task_status, stop=stop, announce=lines.append)
             finally:
                 done.set()

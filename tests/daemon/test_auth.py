@@ -32,6 +32,7 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/pair/requests"): PUBLIC,
     ("GET", "/api/v1/whoami"): READ,
     ("GET", "/api/v1/models"): READ,
+    ("PUT", "/api/v1/models/default"): STRONG,
     ("GET", "/api/v1/projects"): READ,
     ("GET", "/api/v1/sessions"): READ,
     ("GET", "/api/v1/sessions/<sid>"): READ,
@@ -247,6 +248,8 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     await ok("PUT", "/api/v1/config/files/<name>", 200, {"text": '{ "server": { "port": 7420 } } // kept\n'},
              name="lens.jsonc")
     read = await ok("GET", "/api/v1/config/files/<name>", 200, name="lens.jsonc")
+    saved = await ok("PUT", "/api/v1/models/default", 200, {"model": "faux/faux-1"})
+    assert saved == {"effective": "faux/faux-1", "source": "saved"}
     assert read["text"] == '{ "server": { "port": 7420 } } // kept\n'
     # The answer route needs an open question (the Answer command is being added to the actor):
     # here strong trust gets past the guard to the lookup.
