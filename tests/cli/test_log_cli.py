@@ -1597,12 +1597,15 @@ def test_ctrl_c_at_every_stage_of_a_command_exits_130(pristine: Path) -> None:
     assert reached >= len(points) - 2, (reached, len(points))  # (the last points may lie past a shorter run)
 
 
-_INTERRUPT_WHILE_DATETIME_LOADS = r"""
+# Runs `lens log decode` in a child interpreter and raises KeyboardInterrupt at the first Python
+# call that WHERE (an expression of `code`, the called function's code object) selects.
+_INTERRUPT_WHERE = r"""
 import sys
 from runtime.cli import main
 assert "datetime" not in sys.modules, "datetime loaded before main(): nothing left to interrupt"
 def trace(frame, event, arg):
-    if frame.f_code.co_filename.endswith("datetime.py"):
+    code = frame.f_code
+    if WHERE:
         sys.settrace(None)
         raise KeyboardInterrupt
     return None
@@ -1611,34 +1614,18 @@ sys.exit(main(["log", "decode", "--data", sys.argv[1]]))
 """
 
 
-def test_ctrl_c_while_datetime_loads_does_not_crash_the_interpreter(pristine: Path) -> None:
+@pytest.mark.parametrize("where", [
     # msgspec's C module imports `datetime` unchecked: a KeyboardInterrupt inside that import was
     # swallowed and the first Struct decoder built afterwards dereferenced a missing datetime API
     # (SIGSEGV, exit -11). main() now loads datetime before anything can import msgspec.
-    res = subprocess.run([sys.executable, "-c", _INTERRUPT_WHILE_DATETIME_LOADS, str(pristine)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert res.returncode == 130 and res.stderr == "", (res.returncode, res.stderr)
-
-
-_INTERRUPT_IN_SET_NAME = r"""
-import sys
-from runtime.cli import main
-def trace(frame, event, arg):
-    if frame.f_code.co_name == "__set_name__" and frame.f_code.co_filename.endswith("dataclasses.py"):
-        # (a dataclass field's, called by type() as a class of the stack is made at import)
-        sys.settrace(None)
-        raise KeyboardInterrupt
-    return None
-sys.settrace(trace)
-sys.exit(main(["log", "decode", "--data", sys.argv[1]]))
-"""
-
-
-def test_ctrl_c_while_a_class_takes_its_fields_exits_130(pristine: Path) -> None:
-    # Python 3.11 wraps an exception raised in a descriptor's __set_name__ (dataclass fields call
-    # it as their class is made, at import) in "RuntimeError: Error calling __set_name__": a
+    'code.co_filename.endswith("datetime.py")',
+    # Python 3.11 wraps an exception raised in a descriptor's __set_name__ (a dataclass field's,
+    # called as its class is made at import) in "RuntimeError: Error calling __set_name__": a
     # Ctrl-C landing there printed that traceback and exited 1.
-    res = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_SET_NAME, str(pristine)],
+    'code.co_name == "__set_name__" and code.co_filename.endswith("dataclasses.py")',
+], ids=["while-datetime-loads", "while-a-class-takes-its-fields"])
+def test_ctrl_c_where_python_itself_gets_in_the_way_exits_130(pristine: Path, where: str) -> None:
+    res = subprocess.run([sys.executable, "-c", _INTERRUPT_WHERE.replace("WHERE", where), str(pristine)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
     assert res.returncode == 130 and res.stderr == "", (res.returncode, res.stderr)
 
