@@ -130,6 +130,22 @@ async def test_a_pdf_is_stored_as_an_artifact_not_shown(full: ToolRegistry, web_
     assert "application/pdf" in text_of(r) and r.events[0].mime == "application/pdf"
 
 
+async def test_a_binary_declared_as_text_is_stored_as_an_artifact(full: ToolRegistry, web_server: WebServer,
+                                                                   artifacts: ArtifactStore) -> None:
+    image, pdf, archive = png(2, 2), b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj", b"PK\x03\x04" + bytes(range(256))
+    for path, data, declared, stored in (("/i", image, "text/plain", "image/png"),
+                                         ("/d", pdf, "text/plain; charset=utf-8", "application/pdf"),
+                                         ("/z", archive, "text/html", "application/zip"),
+                                         ("/b", b"ab\x00\x01\xfe", "application/json", "application/octet-stream")):
+        r = await call(full, "web_fetch", {"url": web_server.reply(path, data, declared)})
+        assert not r.is_error and r.structured_content["mime"] == stored, (path, text_of(r))
+        assert artifacts.get(r.structured_content["artifact_id"]) == data
+        assert r.events[0].mime == stored and f"is {stored}" in text_of(r)
+    # UTF-16 text holds NUL bytes and stays text
+    wide = web_server.reply("/w", "wide".encode("utf-16-le"), "text/plain; charset=utf-16le")
+    assert text_of(await call(full, "web_fetch", {"url": wide})) == "wide"
+
+
 async def test_an_artifact_that_cannot_be_written_fails_the_call_only(full: ToolRegistry, web_server: WebServer,
                                                                        artifacts: ArtifactStore) -> None:
     artifacts.root.mkdir(parents=True)

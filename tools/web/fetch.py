@@ -16,6 +16,8 @@ more is ``RESPONSE_TOO_LARGE``, nothing returned). What comes back:
 - other text (``text/*``, JSON, XML, JavaScript…): the text as it is, whatever the format;
 - anything else (images, PDF, archives, ``application/octet-stream``): stored as an artifact; the
   result names its id (and shows a PNG/JPEG/GIF/WebP image to the model, as ``view_image`` does).
+- a body declared as text or HTML that is not (an image, PDF or archive by its first bytes, or NUL
+  bytes in its first 8 KiB without a UTF-16/32 BOM or charset) is a binary too, under its sniffed type.
 
 Text is decoded by its byte-order mark, else the Content-Type charset, else (HTML) a
 ``<meta charset>``, else UTF-8; undecodable bytes become U+FFFD. A status of 400 or more is the
@@ -128,6 +130,10 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                                       "content_type": content_type, "format": fmt, "bytes": len(resp.body),
                                       "redirects": redirects}
         kind = _kind(mime, resp.body)
+        if kind != "binary":
+            lied = _binary_despite_type(resp.body, content_type)
+            if lied is not None:  # (a Content-Type that says text over an image, a PDF, an archive)
+                kind, mime = "binary", lied
         if resp.status >= 400:
             text = "" if kind == "binary" else (await _convert(resp.body, content_type, kind, fmt, final))[0]
             excerpt = text[:ERROR_EXCERPT_CHARS] + ("…" if len(text) > ERROR_EXCERPT_CHARS else "")
@@ -188,6 +194,28 @@ def _kind(mime: str, body: bytes) -> str:
         if exc.start < len(body[:8192]) - 3:  # (not just a character cut at the window's end)
             return "binary"
     return "text"
+
+
+_BINARY_MAGIC = ((b"%PDF-", "application/pdf"), (b"PK\x03\x04", "application/zip"), (b"PK\x05\x06", "application/zip"),
+                 (b"\x1f\x8b\x08", "application/gzip"), (b"7z\xbc\xaf\x27\x1c", "application/x-7z-compressed"),
+                 (b"Rar!\x1a\x07", "application/vnd.rar"), (b"\x7fELF", "application/x-executable"))
+_WIDE_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*(utf-?16|utf-?32|ucs-?2|ucs-?4)""", re.I)
+
+
+def _binary_despite_type(body: bytes, content_type: str | None) -> str | None:
+    """The MIME type of a body declared as text that is not: an image, PDF, archive or
+    executable by its first bytes, or (``application/octet-stream``) NUL bytes in its first 8 KiB,
+    unless a BOM or the charset says UTF-16/32. ``None``: the body may be the text it claims."""
+    image = sniff_image(body)
+    if image is not None:
+        return image
+    for magic, mime in _BINARY_MAGIC:
+        if body.startswith(magic):
+            return mime
+    if b"\x00" in body[:8192] and not body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) \
+            and not _WIDE_CHARSET.search(content_type or ""):
+        return "application/octet-stream"
+    return None
 
 
 def decode(body: bytes, content_type: str | None, is_html: bool) -> str:
