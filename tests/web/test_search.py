@@ -84,6 +84,13 @@ async def test_context_max_characters_bounds_all_page_text_together(web_server: 
                           "## 3. t2\nURL: https://x.example/2\n\n[text left out: context_max_characters reached]")
 
 
+async def test_a_backend_answering_more_results_than_asked_is_held_to_num_results(web_server: WebServer) -> None:
+    results = [{"title": f"t{i}", "url": f"https://x.example/{i}", "text": "x"} for i in range(60)]
+    r = await call(tool(backend(web_server, results)), "web_search", {"query": "q", "num_results": 2})
+    assert text_of(r) == "## 1. t0\nURL: https://x.example/0\n\nx\n\n## 2. t1\nURL: https://x.example/1\n\nx"
+    assert [x["url"] for x in r.structured_content["results"]] == ["https://x.example/0", "https://x.example/1"]
+
+
 async def test_the_backend_on_loopback_needs_no_address_grant(web_server: WebServer) -> None:
     # (a configured endpoint, not a URL from the model: not held to the public-address rule)
     r = await call(tool(backend(web_server, RESULTS)), "web_search", {"query": "q"})

@@ -15,6 +15,7 @@ unset: ``WEB_SEARCH_NOT_CONFIGURED``. The whole call, DNS to the last byte, has
 The backend is an endpoint the operator chose, not a URL from the model: it is not held to
 ``web_fetch``'s public-address rule (a search service on the local network is fine).
 
+At most ``num_results`` results are shown, whatever the backend sends.
 ``context_max_characters`` bounds the page text in the answer: each result's text is cut so
 that all of them together hold at most that many characters (titles and URLs are always shown).
 """
@@ -107,7 +108,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
             raise ToolError("WEB_SEARCH_FAILED", _scrub(
                 f"the search backend answered {resp.status} {resp.reason}".rstrip() + (f": {excerpt}" if excerpt else ""),
                 key))
-        results = _results(resp.body)
+        results = _results(resp.body)[:a["num_results"]]  # (a backend may send more than asked)
         text, listed = render(a["query"], results, a["context_max_characters"])
         return ToolResult.text(text, {"query": a["query"], "results": listed})
 
