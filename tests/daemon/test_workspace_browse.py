@@ -259,3 +259,23 @@ async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon
     # the source's own list is unchanged: its edits, not reverted there
     r = await d.get(f"/sessions/{sid}/changes", reader)
     assert {f["path"]: f["status"] for f in r.json()["files"]} == {"new.txt": "created", "old.txt": "modified"}
+
+
+async def test_a_file_inside_a_credential_directory_is_listed_as_sensitive(daemon_factory: DaemonFactory):
+    # A read refuses any path with a credential name among its components; the listing's flag
+    # says the same of the entries inside such a directory (a client can tell what it may read).
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / ".env.d").mkdir()
+    (ws / ".env.d" / "prod.txt").write_text("TOKEN=SECRET\n")
+    (ws / "certs.PEM").mkdir()
+    (ws / "certs.PEM" / "notes.md").write_text("PRIVATE\n")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})
+    assert r.status_code == 200, r.text
+    assert {e["path"]: e["sensitive"] for e in r.json()["entries"]} == {
+        ".env.d": True, "certs.PEM": True, ".env.d/prod.txt": True, "certs.PEM/notes.md": True}
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": ".env.d"})
+    assert [(e["path"], e["sensitive"]) for e in r.json()["entries"]] == [(".env.d/prod.txt", True)]
+    for path in (".env.d/prod.txt", "certs.PEM/notes.md"):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text
