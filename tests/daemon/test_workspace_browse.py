@@ -259,3 +259,49 @@ async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon
     # the source's own list is unchanged: its edits, not reverted there
     r = await d.get(f"/sessions/{sid}/changes", reader)
     assert {f["path"]: f["status"] for f in r.json()["files"]} == {"new.txt": "created", "old.txt": "modified"}
+
+
+async def test_a_file_inside_a_credential_directory_is_listed_as_sensitive(daemon_factory: DaemonFactory):
+    # A read refuses any path with a credential name among its components; the listing's flag
+    # says the same of the entries inside such a directory (a client can tell what it may read).
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / ".env.d").mkdir()
+    (ws / ".env.d" / "prod.txt").write_text("TOKEN=SECRET\n")
+    (ws / "certs.PEM").mkdir()
+    (ws / "certs.PEM" / "notes.md").write_text("PRIVATE\n")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})
+    assert r.status_code == 200, r.text
+    assert {e["path"]: e["sensitive"] for e in r.json()["entries"]} == {
+        ".env.d": True, "certs.PEM": True, ".env.d/prod.txt": True, "certs.PEM/notes.md": True}
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": ".env.d"})
+    assert [(e["path"], e["sensitive"]) for e in r.json()["entries"]] == [(".env.d/prod.txt", True)]
+    for path in (".env.d/prod.txt", "certs.PEM/notes.md"):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text
+
+
+async def test_a_huge_gitignore_does_not_stall_the_listing(daemon_factory: DaemonFactory):
+    # A .gitignore of tens of thousands of lines (1 MiB, the most that is read) against a
+    # directory of thousands of entries: each entry used to be matched against every pattern, one
+    # by one, and the listing ran past the executor call's deadline (60 s) to a 503 that called
+    # the executor "not reachable". It answers now, with git's rules (first and last lines apply).
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    filler = "\n".join(f"pat{i}*/x[a-z]?/**/y{i}" for i in range(40_000))
+    (ws / ".gitignore").write_text(("*.log\n" + filler)[:1024 * 1024 - 32] + "\n!important.log\n")
+
+    def make() -> None:
+        for i in range(6000):
+            os.close(os.open(ws / f"f{i:04d}.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+        (ws / "debug.log").write_text("x")
+        (ws / "important.log").write_text("x")
+
+    await trio.to_thread.run_sync(make)
+    r = await d.client.get(f"/api/v1/sessions/{sid}/workspace/tree", headers={"Authorization": f"Bearer {reader}"},
+                           timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    names = [e["name"] for e in body["entries"]]
+    assert len(names) == 6002 and "important.log" in names and "debug.log" not in names
+    assert body["ignoredHidden"] == 1 and body["truncated"] is False

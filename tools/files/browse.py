@@ -7,6 +7,8 @@
      "entries": [{"name", "path", "kind": file|directory|symlink|other, "size" (files; else None),
                   "ignored", "sensitive"}, ...],
      "truncated": true when entries stopped at ``max_entries``,
+     ("sensitive": the entry's path has a credential name among its components, so a read
+     refuses it: a file inside ``.env.d/`` is sensitive too)
      "ignored_hidden": gitignored entries left out (include_ignored false), every one in the
      directories read, also past a cut}
 
@@ -38,7 +40,7 @@ from .confine import Root, resolve
 from .errors import FileToolError
 from .gitignore import MAX_GITIGNORE_BYTES, Rules
 from .read import check_int
-from .sensitive import hidden_path, sensitive_name, sensitive_path
+from .sensitive import hidden_path, sensitive_path
 
 MAX_ENTRIES = 50_000
 MAX_DEPTH = 64
@@ -200,7 +202,7 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
                     except OSError:
                         pass
                 entries.append({"name": _shown_name(name), "path": _shown_name(child), "kind": kind, "size": size,
-                                "ignored": ignored, "sensitive": sensitive_name(name)})
+                                "ignored": ignored, "sensitive": sensitive_path(child)})
                 if kind == "directory" and level < levels:
                     queue.append((child, dir_rules, ignored, level + 1))
         finally:
