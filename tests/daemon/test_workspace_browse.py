@@ -281,27 +281,26 @@ async def test_a_file_inside_a_credential_directory_is_listed_as_sensitive(daemo
         assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text
 
 
-async def test_a_huge_gitignore_does_not_stall_the_listing(daemon_factory: DaemonFactory):
-    # A .gitignore of tens of thousands of lines (1 MiB, the most that is read) against a
-    # directory of thousands of entries: each entry used to be matched against every pattern, one
-    # by one, and the listing ran past the executor call's deadline (60 s) to a 503 that called
-    # the executor "not reachable". It answers now, with git's rules (first and last lines apply).
+async def test_a_long_gitignore_applies_its_first_and_last_lines(daemon_factory: DaemonFactory):
+    # Patterns are matched a group at a time (tools/files/gitignore.py; equal answers to one at a
+    # time: tests/files/test_gitignore.py). A 1 MiB .gitignore against 6,000 entries used to run
+    # past the executor call's 60 s deadline (measured: 503 after 63 s; 11 s since); here a
+    # smaller one checks the answers through the route: its first and last lines still apply.
     d = await daemon_factory()
     _, reader, sid, ws = await _setup(d)
-    filler = "\n".join(f"pat{i}*/x[a-z]?/**/y{i}" for i in range(40_000))
-    (ws / ".gitignore").write_text(("*.log\n" + filler)[:1024 * 1024 - 32] + "\n!important.log\n")
+    filler = "\n".join(f"pat{i}*/x[a-z]?/**/y{i}" for i in range(3000))
+    (ws / ".gitignore").write_text("*.log\n" + filler + "\n!important.log\n")
 
     def make() -> None:
-        for i in range(6000):
+        for i in range(300):
             os.close(os.open(ws / f"f{i:04d}.txt", os.O_CREAT | os.O_WRONLY, 0o644))
         (ws / "debug.log").write_text("x")
         (ws / "important.log").write_text("x")
 
     await trio.to_thread.run_sync(make)
-    r = await d.client.get(f"/api/v1/sessions/{sid}/workspace/tree", headers={"Authorization": f"Bearer {reader}"},
-                           timeout=120)
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
     assert r.status_code == 200, r.text
     body = r.json()
     names = [e["name"] for e in body["entries"]]
-    assert len(names) == 6002 and "important.log" in names and "debug.log" not in names
+    assert len(names) == 302 and "important.log" in names and "debug.log" not in names
     assert body["ignoredHidden"] == 1 and body["truncated"] is False

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tools.files.gitignore import Rules, parse, parse_line
 
@@ -141,3 +143,36 @@ def test_the_same_answers_as_git_check_ignore(tmp_path: Path):
     r = rules(("", GITIGNORE), ("sub", NESTED))
     ours = {p for p, is_dir in PATHS if ignored(r, p, is_dir)}
     assert ours == by_git, {"only ours": sorted(ours - by_git), "only git": sorted(by_git - ours)}
+
+
+def _one_at_a_time(r: Rules, path: str, is_dir: bool) -> bool:
+    """What Rules.ignored answered before it matched patterns a group at a time."""
+    for p in reversed(r.patterns):
+        if p.dir_only and not is_dir:
+            continue
+        if p.base:
+            if not path.startswith(p.base + "/"):
+                continue
+            rel = path[len(p.base) + 1:]
+        else:
+            rel = path
+        if p.regex.fullmatch(rel):
+            return not p.negated
+    return False
+
+
+_PIECES = ["a", "b", "ab", "*", "?", "[ab]", "**", "x.log", "*.log"]
+_LINE = st.builds(lambda neg, lead, parts, slash: ("!" if neg else "") + ("/" if lead else "") + "/".join(parts)
+                  + ("/" if slash else ""),
+                  st.booleans(), st.booleans(), st.lists(st.sampled_from(_PIECES), min_size=1, max_size=3), st.booleans())
+_PATH = st.lists(st.sampled_from(["a", "b", "ab", "x.log", "ba", "sub"]), min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(top=st.lists(_LINE, min_size=17, max_size=60), nested=st.lists(_LINE, max_size=40),  # (groups of 16 and up)
+       paths=st.lists(st.tuples(_PATH, st.booleans()), min_size=1, max_size=20))
+def test_groups_of_patterns_answer_as_the_patterns_one_at_a_time(top: list[str], nested: list[str],
+                                                               paths: list[tuple[str, bool]]) -> None:
+    for r in (rules(("", "\n".join(top))), rules(("", "\n".join(top)), ("sub", "\n".join(nested)))):
+        for path, is_dir in paths:
+            assert r.ignored(path, is_dir) == _one_at_a_time(r, path, is_dir), (path, is_dir)
