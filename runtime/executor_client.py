@@ -83,7 +83,12 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
         m = _TOOL_CODE.match(detail or "")
         if m:
             return ExecutorToolError(m.group(1), m.group(2))
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        # (reached, as a rule, and working: a listing of a huge tree, a long search; "not
+        # reachable" sent operators looking for a dead executor)
+        return ExecutorUnavailable(f"the executor did not answer within the call's deadline ({code.name}: {detail})",
+                                   status=code.name)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return ExecutorUnavailable(f"the executor is not reachable ({code.name if code else '?'}: {detail})",
                                    status=code.name if code else "")
     return ExecutorError(f"executor call failed ({code.name if code else '?'}: {detail})")
