@@ -60,3 +60,23 @@ async def test_a_client_reaches_an_executor_back_on_its_address_within_the_recon
     finally:
         client.close()
         stop_process(ex.proc)
+
+
+async def test_a_call_past_its_deadline_says_so_not_that_the_executor_is_unreachable() -> None:
+    # A call that outlives its deadline (a listing of a huge tree) has, as a rule, reached a
+    # working executor: it answered "the executor is not reachable", sending an operator after a
+    # dead process. The code stays EXECUTOR_UNAVAILABLE (the caller's handling is the same); the
+    # message says what happened. Here the peer takes the connection and never answers.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    client = ExecutorClient(f"127.0.0.1:{silent.getsockname()[1]}", "t" * 43)
+    try:
+        with pytest.raises(executor_client.ExecutorUnavailable) as info:
+            await client.call("read_file", {"path": "."}, timeout=0.5)
+    finally:
+        client.close()
+        silent.close()
+    exc = info.value
+    assert exc.code == "EXECUTOR_UNAVAILABLE" and exc.status == "DEADLINE_EXCEEDED", (exc.code, exc.status, exc.message)
+    assert "did not answer within the call's deadline" in exc.message and "not reachable" not in exc.message
