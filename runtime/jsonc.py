@@ -82,8 +82,11 @@ def loads(text: str | bytes) -> Any:
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        # msgspec names a byte offset; say where that is in the text (same length as `plain`)
-        at = lambda m: _position(text, len(data[: int(m.group(1))].decode(errors="ignore")))  # noqa: E731
+        # msgspec names a byte offset; say where that is in the text (same length as `plain`).
+        # For trailing characters it names the byte after the first of them.
+        back = 1 if "trailing characters" in str(exc) else 0
+        at = lambda m: _position(  # noqa: E731
+            text, len(data[: max(0, int(m.group(1)) - back)].decode(errors="ignore")))
         raise JsoncError("invalid JSON: " + _BYTE.sub(at, str(exc))) from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise JsoncError("invalid JSON: nested too deeply") from None

@@ -87,9 +87,14 @@ def test_jsonc_takes_comments_and_trailing_commas(text: str, value: object) -> N
 @pytest.mark.parametrize(("text", "where"), [("[,]", "line 1, column 2"), ("{,}", "line 1, column 2"),
                                              ("[1,,]", "line 1, column 4"),
                                              ('{\n  "a": 1,\n  "b": x\n}', "line 3, column 8"),
-                                             ('// é\n["é", x]', "line 2, column 7")])
-def test_jsonc_refuses_a_comma_after_no_value_and_says_where(text: str, where: str) -> None:
-    # `[,]` and `{,}` were read as empty (the comma taken for a trailing one); errors said "byte N".
+                                             ('// é\n["é", x]', "line 2, column 7"),
+                                             ('{"a": 1} x', "line 1, column 10"),
+                                             ('1 2', "line 1, column 3"),
+                                             ('[1]\n/* é */ ]', "line 2, column 9"),
+                                             ('{"é": 1}x', "line 1, column 9")])
+def test_jsonc_errors_say_where_the_problem_is(text: str, where: str) -> None:
+    # `[,]` and `{,}` were read as empty (the comma taken for a trailing one); errors said "byte N";
+    # trailing characters were placed one column to the right (msgspec names the byte after).
     from runtime import jsonc
 
     with pytest.raises(jsonc.JsoncError) as info:
