@@ -187,8 +187,10 @@ def _now_ms() -> int:
 class PairStore:
     """The pair file, shared by the daemon (register, authenticate) and the CLI (approve…)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, log_problems: bool = True) -> None:
         self.path = Path(path)
+        # (False for the CLI: each of its commands refuses an invalid file with this same message)
+        self._log_problems = log_problems
         self._data = PairFile()
         self._stamp: tuple[int, int, int] | None = None
         self.valid = True
@@ -230,7 +232,8 @@ class PairStore:
             self.problem = exc.message if isinstance(exc, PairFileInvalid) else (
                 f"pair file {self.path} cannot be read ({exc.strerror or exc}); every credential is refused "
                 f"until it is fixed")
-            log.warning("%s", self.problem)
+            if self._log_problems:
+                log.warning("%s", self.problem)
             self._data, self.valid = PairFile(), False
         return True
 

@@ -85,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _pairs(args: argparse.Namespace) -> PairStore:
     cfg, path, _ = load_config(args.config)
-    return PairStore(pair_file_path(cfg, path))
+    return PairStore(pair_file_path(cfg, path), log_problems=False)
 
 
 class CredentialNotShown(LensError):

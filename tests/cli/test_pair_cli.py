@@ -1,4 +1,5 @@
-"""`lens pair approve` as a real process whose standard output cannot take the credential.
+"""`lens pair …` as a real process: an approve whose standard output cannot take the credential,
+and an invalid pair file.
 
 The credential is shown once: an approve that could not print it must not look like a success.
 The pending request is recorded with the real :class:`~runtime.pairing.PairStore`, as the
@@ -10,6 +11,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from runtime.pairing import PairStore
 
@@ -52,3 +55,18 @@ def test_approve_whose_reader_went_away_fails_and_says_to_approve_again(tmp_path
     err = proc.stderr.decode()
     assert proc.returncode == 2 and "Traceback" not in err, err
     assert "lens: IO_ERROR: " in err and "could not be printed" in err and "lens pair approve" in err, err
+
+
+@pytest.mark.parametrize("command", [["list"], ["approve", "--client", "c1"], ["revoke", "--client", "c1"]])
+def test_an_invalid_pair_file_is_named_once_and_left_as_it_was(tmp_path: Path, command: list[str]):
+    # Each command printed the problem twice: once as the store's log warning, once as the error.
+    pair = tmp_path / "config" / "pair.json"
+    pair.parent.mkdir()
+    pair.write_text('{"clients": 5}')
+    proc = subprocess.run([*lens_command(), "pair", *command], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "Traceback" not in err and proc.stdout == b"", err
+    assert err.count("is not a valid pair file") == 1, err
+    assert err.startswith("lens: PAIR_FILE_INVALID: pair file config/pair.json is not a valid pair file"), err
+    assert pair.read_text() == '{"clients": 5}'
