@@ -1045,3 +1045,140 @@ def test_dashboard_snips_a_tool_result_and_includes_it_again(daemon: Daemon, bro
     reopen_read_only(driver, readonly, session_id)
     wait_for(lambda: texts(driver, "#timeline .tool .ctx-mark") == ["snipped"], "the mark, read-only")
     assert by_css(driver, "#timeline .tool .ctx-edit") == []
+
+
+# --------------------------------------------------------------------------- the default model (F-MOD-5)
+
+
+MODEL_KEY_ENV = "LENS_TEST_DASHBOARD_MODEL_UNSET_KEY"
+
+
+def model_config(other_enabled: bool = True) -> dict[str, Any]:
+    """CONFIG with more providers: another faux one, a disabled one and one whose key is not set."""
+    config = json.loads(json.dumps(CONFIG))
+    config["providers"] += [
+        {"id": "other", "protocol": "faux", "enabled": other_enabled, "models": [{"id": "x1"}]},
+        {"id": "off", "protocol": "anthropic", "enabled": False, "models": [{"id": "c2"}]},
+        {"id": "keyed", "protocol": "anthropic", "baseUrl": "http://127.0.0.1:9", "apiKeyEnv": MODEL_KEY_ENV,
+         "models": [{"id": "k1"}]},
+    ]
+    return config
+
+
+def shown_default(driver: Any) -> list[str] | None:
+    """[effective model, source, the source as the page words it] of the Default model panel."""
+    return driver.execute_script("""
+        const e = document.querySelector('#model-default dd[data-key="effective"]');
+        const s = document.querySelector('#model-default dd[data-key="source"]');
+        return e && s ? [e.textContent, s.dataset.source, s.textContent] : null""")
+
+
+def model_options(driver: Any) -> list[list[Any]]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#model-choice option'), o => [o.value, o.textContent, o.disabled])")
+
+
+def choose_model(driver: Any, ref: str) -> None:
+    from selenium.webdriver.support.ui import Select
+    Select(one(driver, "#model-choice")).select_by_value(ref)
+
+
+def saved_default(d: Daemon, token: str) -> dict[str, Any]:
+    status, body = d.request("GET", "/models", token=token)
+    assert status == 200, body
+    return body["default"]
+
+
+def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_refusal(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The Default model panel: the effective default and where it comes from, the listed models
+    (a disabled provider's cannot be chosen; a key-less one can, marked), "Set as default" and
+    "Clear saved default" (PUT /models/default, the page showing its answer), and the daemon's
+    refusal of a model whose provider was disabled after the page listed it."""
+    started = time.monotonic()
+    assert MODEL_KEY_ENV not in os.environ
+    driver = browser
+    d = make_daemon(model_config())
+    strong = d.pair("dash-model", strong=True)
+    driver.get(d.base + "/")
+    connect(driver, strong)
+    config_default = ["faux/faux-1", "config", "config (defaultModel)"]
+    wait_for(lambda: shown_default(driver) == config_default, "the effective default")
+    assert model_options(driver) == [
+        ["faux/faux-1", "faux/faux-1 — default", False],
+        ["other/x1", "other/x1", False],
+        ["off/c2", "off/c2 — provider disabled", True],
+        ["keyed/k1", "keyed/k1 — no key", False],
+    ]
+    assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
+    assert one(driver, "#model-set").is_enabled()
+    assert not one(driver, "#model-clear").is_enabled()  # nothing is saved while the config's is in effect
+
+    # Set: the page shows the PUT's answer (it asks nothing else), and the daemon has saved it.
+    choose_model(driver, "other/x1")
+    network_requests(driver, d.base)
+    click(driver, "#model-set")
+    wait_for(lambda: shown_default(driver) == ["other/x1", "saved", "saved default"], "the saved default")
+    assert network_requests(driver, d.base) == [("PUT", "/api/v1/models/default", True)]
+    assert saved_default(d, strong) == {"effective": "other/x1", "source": "saved"}
+    assert ["other/x1", "other/x1 — default", False] in model_options(driver)
+    assert ["faux/faux-1", "faux/faux-1", False] in model_options(driver)
+
+    # A model whose key is not set can be saved (the key may be set before the next start); the
+    # panel says new sessions would fail until it is.
+    choose_model(driver, "keyed/k1")
+    click(driver, "#model-set")
+    wait_for(lambda: shown_default(driver) == ["keyed/k1", "saved", "saved default"], "the key-less default")
+    assert "no key" in one(driver, "#model-note").text
+    assert saved_default(d, strong) == {"effective": "keyed/k1", "source": "saved"}
+
+    # Clear: the config's default is in effect again.
+    wait_for(lambda: one(driver, "#model-clear").is_enabled(), "the clear button")
+    click(driver, "#model-clear")
+    wait_for(lambda: shown_default(driver) == config_default, "the cleared default")
+    assert saved_default(d, strong) == {"effective": "faux/faux-1", "source": "config"}
+    assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
+    assert one(driver, "#model-note").text == ""
+    wait_for(lambda: not one(driver, "#model-clear").is_enabled(), "the clear button disabled again")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    # The daemon restarts with "other" disabled while the page still lists it as it was: the
+    # daemon refuses, the page shows its code and message, and lists the models as they are now.
+    choose_model(driver, "other/x1")
+    (d.cwd / "config" / "lens.jsonc").write_text(json.dumps(model_config(other_enabled=False)))
+    d.restart()
+    click(driver, "#model-set")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='PROVIDER_DISABLED']"), "the daemon's refusal shown")
+    assert "'other' is disabled" in one(driver, "#errors li[data-code='PROVIDER_DISABLED']").text
+    wait_for(lambda: ["other/x1", "other/x1 — provider disabled", True] in model_options(driver),
+             "the list as the daemon has it now")
+    assert shown_default(driver) == config_default
+    assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
+    assert saved_default(d, strong) == {"effective": "faux/faux-1", "source": "config"}
+    assert console_errors(driver) == []
+    assert time.monotonic() - started < 45, "the test must stay bounded"
+
+
+def test_dashboard_model_panel_is_read_only_without_strong_trust(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A read-only credential sees the default and the models, with the choice disabled and no
+    buttons; the daemon is what refuses: a page made to send the change anyway shows its 403."""
+    driver = browser
+    d = make_daemon(model_config())
+    readonly = d.pair("dash-model-read", strong=False)
+    driver.get(d.base + "/")
+    connect(driver, readonly)
+    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
+    wait_for(lambda: shown_default(driver) == ["faux/faux-1", "config", "config (defaultModel)"], "the effective default")
+    assert [o[0] for o in model_options(driver)] == ["faux/faux-1", "other/x1", "off/c2", "keyed/k1"]
+    choice = one(driver, "#model-choice")
+    assert choice.is_displayed() and not choice.is_enabled()
+    for sel in ("#model-set", "#model-clear"):
+        assert not one(driver, sel).is_displayed(), f"{sel} is shown to a read-only credential"
+        assert not one(driver, sel).is_enabled()
+    assert "Read-only credential" in one(driver, "#model-note").text
+
+    driver.execute_script("document.getElementById('model-form').requestSubmit()")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='FORBIDDEN']"), "the daemon's refusal shown")
+    assert saved_default(d, readonly) == {"effective": "faux/faux-1", "source": "config"}
+    assert console_errors(driver) == []
