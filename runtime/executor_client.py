@@ -46,6 +46,16 @@ class ExecutorUnavailable(ExecutorError):
         self.status = status  # the grpc status name (UNAVAILABLE, DEADLINE_EXCEEDED, ...) when known
 
 
+class ExecutorTimeout(ExecutorUnavailable):
+    """The call ran past its deadline (grpc ``DEADLINE_EXCEEDED``). As a rule the executor was
+    reached and is working (a listing of a huge tree, a long search); it may also be a host that
+    takes no connection and refuses none. A kind of :class:`ExecutorUnavailable` — whoever
+    handles that handles this — with a code of its own, so a client can tell "too slow" from
+    "down" (the browsing routes answer 504, not 503)."""
+
+    code = "EXECUTOR_TIMEOUT"
+
+
 class ExecutorVersionMismatch(ExecutorError):
     code = "EXECUTOR_VERSION_MISMATCH"
 
@@ -86,8 +96,8 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         # (reached, as a rule, and working: a listing of a huge tree, a long search; "not
         # reachable" sent operators looking for a dead executor)
-        return ExecutorUnavailable(f"the executor did not answer within the call's deadline ({code.name}: {detail})",
-                                   status=code.name)
+        return ExecutorTimeout(f"the executor did not answer within the call's deadline ({code.name}: {detail})",
+                               status=code.name)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return ExecutorUnavailable(f"the executor is not reachable ({code.name if code else '?'}: {detail})",
                                    status=code.name if code else "")

@@ -20,7 +20,10 @@ Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``PATH_I
 symlinks are followed only inside the workspace (403 ``PATH_OUTSIDE_WORKSPACE``). The listing and
 the read run in the project's executor (``browse_list`` / ``browse_read`` over the Call RPC), so a
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
-not wait for an agent's hour-long command; edits publish atomically).
+not wait for an agent's hour-long command; edits publish atomically). An executor that cannot be
+reached is 503 ``EXECUTOR_UNAVAILABLE``; one that did not answer within the call's deadline
+(60 s) is 504 ``EXECUTOR_TIMEOUT`` (as a rule the executor is up and the listing took too long:
+a smaller ``depth`` or ``limit`` may answer).
 
 ``GET …/changes``: the files this session changed, derived from its log (``file.edited`` /
 ``file.reverted`` of every agent, subagents included; a fork's revert of an edit it inherited is
@@ -55,6 +58,7 @@ CODES = {
     "PATH_HIDDEN": 403, "PERMISSION_DENIED": 403, "NOT_A_FILE": 422, "NOT_A_DIRECTORY": 422,
     "BINARY_FILE": 422, "TOO_MANY_LINKS": 422, "BROWSING_UNSUPPORTED": 501,
     "EXECUTOR_UNAVAILABLE": 503, "EXECUTOR_VERSION_MISMATCH": 503, "EXECUTOR_UNAUTHENTICATED": 503,
+    "EXECUTOR_TIMEOUT": 504,
 }
 # The executor's codes as this API names them (others keep their own).
 _FROM_EXECUTOR = {"NOT_FOUND": "PATH_NOT_FOUND", "UNKNOWN_TOOL": "BROWSING_UNSUPPORTED"}

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
+
+from runtime import workspace_api
 
 from .conftest import Daemon, DaemonFactory, error_of, raw_http
 
@@ -304,3 +308,47 @@ async def test_a_long_gitignore_applies_its_first_and_last_lines(daemon_factory:
     names = [e["name"] for e in body["entries"]]
     assert len(names) == 302 and "important.log" in names and "debug.log" not in names
     assert body["ignoredHidden"] == 1 and body["truncated"] is False
+
+
+def executor_child_of_this_process(workspace: Path) -> int:
+    """The pid of the executor the daemon (in this process) spawned for ``workspace``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == os.getpid() and b"executor" in argv and b"serve" in argv and os.fsencode(workspace) in argv:
+            found.append(int(entry))
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def test_a_listing_past_the_deadline_is_504_executor_timeout_not_503(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch):
+    # A listing that outlives the executor call's deadline found the executor up (as a rule: a
+    # huge tree); it answered 503 EXECUTOR_UNAVAILABLE, as for an executor that is down. Here the
+    # executor is stopped (SIGSTOP) once it served a listing: its connection stays open, and it
+    # can never answer within any deadline (made short, so the test does not wait a minute).
+    monkeypatch.setattr(workspace_api, "BROWSE_TIMEOUT_S", 1.0)
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / "a.txt").write_text("x")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    assert r.status_code == 200, r.text
+    pid = executor_child_of_this_process(ws)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for route, params in (("tree", {}), ("file", {"path": "a.txt"})):
+            r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)
+            assert (r.status_code, error_of(r)) == (504, "EXECUTOR_TIMEOUT"), r.text
+            assert "did not answer within the call's deadline (DEADLINE_EXCEEDED" in r.json()["error"]["message"]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)  # the same executor, answering again
+    assert r.status_code == 200 and tree_paths(r.json()) == ["a.txt"], r.text
+    assert executor_child_of_this_process(ws) == pid

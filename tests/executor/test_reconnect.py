@@ -65,8 +65,10 @@ async def test_a_client_reaches_an_executor_back_on_its_address_within_the_recon
 async def test_a_call_past_its_deadline_says_so_not_that_the_executor_is_unreachable() -> None:
     # A call that outlives its deadline (a listing of a huge tree) has, as a rule, reached a
     # working executor: it answered "the executor is not reachable", sending an operator after a
-    # dead process. The code stays EXECUTOR_UNAVAILABLE (the caller's handling is the same); the
-    # message says what happened. Here the peer takes the connection and never answers.
+    # dead process, and its code was EXECUTOR_UNAVAILABLE, so a client could not tell "too slow"
+    # from "down". It is EXECUTOR_TIMEOUT now, an ExecutorUnavailable still (whoever handles that
+    # handles this), and the client is not marked lost. Here the peer takes the connection and
+    # never answers.
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
@@ -78,5 +80,21 @@ async def test_a_call_past_its_deadline_says_so_not_that_the_executor_is_unreach
         client.close()
         silent.close()
     exc = info.value
-    assert exc.code == "EXECUTOR_UNAVAILABLE" and exc.status == "DEADLINE_EXCEEDED", (exc.code, exc.status, exc.message)
+    assert isinstance(exc, executor_client.ExecutorTimeout)
+    assert exc.code == "EXECUTOR_TIMEOUT" and exc.status == "DEADLINE_EXCEEDED", (exc.code, exc.status, exc.message)
     assert "did not answer within the call's deadline" in exc.message and "not reachable" not in exc.message
+    assert not client.lost
+
+
+async def test_a_refused_connection_is_still_executor_unavailable_not_a_timeout() -> None:
+    # Nothing listens on the port: the connection is refused at once, long before the deadline.
+    client = ExecutorClient(f"127.0.0.1:{free_port()}", "t" * 43)
+    try:
+        with pytest.raises(executor_client.ExecutorUnavailable) as info:
+            await client.call("read_file", {"path": "."}, timeout=30)
+    finally:
+        client.close()
+    exc = info.value
+    assert not isinstance(exc, executor_client.ExecutorTimeout)
+    assert exc.code == "EXECUTOR_UNAVAILABLE" and exc.status == "UNAVAILABLE", (exc.code, exc.status, exc.message)
+    assert "not reachable" in exc.message and client.lost

@@ -26,6 +26,7 @@ import grpc
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
 from tools.files.errors import FileToolError, from_os_error
+from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import Workspace
 
 from . import PROTOCOL_VERSION, split_host_port, token_fits_a_header
@@ -86,9 +87,13 @@ class _Guard(grpc.ServerInterceptor):
 
 class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
-                 test_hooks: bool = False) -> None:
+                 test_hooks: bool = False, ignore_cache: IgnoreCache | None = None) -> None:
         self.ws = workspace
         self.groups = groups  # records the process groups of running commands (see .groups)
+        # Compiled .gitignore files kept between browse listings (tools.files.ignore_cache): a
+        # large one costs seconds of CPU to compile.
+        self.ignore_cache = ignore_cache if ignore_cache is not None else IgnoreCache()
+        workspace.ignore_cache = self.ignore_cache
         self._call = threading.local()  # the grpc context of the call this handler thread serves
         self._runs = threading.BoundedSemaphore(MAX_RUNNING_COMMANDS)
         workspace.still_wanted = self._caller_waits
@@ -222,20 +227,26 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return pb.ProbeReply(seen=hmac.compare_digest(hashlib.sha256(data).hexdigest().encode(), expected))
 
 
-def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = None,
-          ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT when run as the CLI)."""
-    ws = Workspace(workspace, journal_dir=state_dir)
-    groups = GroupRegistry(state_dir)
-    groups.reap()  # commands a killed predecessor left running
+def build_server(service: ExecutorService, token: str) -> grpc.Server:
+    """A grpc server (not yet listening nor started) serving ``service`` to callers with ``token``."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=SERVER_THREADS), interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024),
                                   # (grpc's default is SO_REUSEPORT: a second executor would share
                                   # the port, the kernel spreading connections over both)
                                   ("grpc.so_reuseport", 0)])
-    service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
     pb_grpc.add_ExecutorServicer_to_server(service, server)
+    return server
+
+
+def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = None,
+          ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when run as the CLI)."""
+    ws = Workspace(workspace, journal_dir=state_dir)
+    groups = GroupRegistry(state_dir)
+    groups.reap()  # commands a killed predecessor left running
+    service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
+    server = build_server(service, token)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError:  # grpc: the host does not resolve, the port is taken, ...

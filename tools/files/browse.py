@@ -18,7 +18,9 @@ directory's own entries). Symlinks are listed, never followed; ``.git`` entries 
 listed; gitignored entries are left out (and their directories not entered) unless
 ``include_ignored``. A name that is not UTF-8 is shown with U+FFFD. Every directory is opened
 from the root, one component at a time with ``O_NOFOLLOW``, so a directory swapped for a
-symlink during the walk is skipped, not followed out.
+symlink during the walk is skipped, not followed out. Ignore files are read afresh by every
+listing; their compiled form comes from ``ignore_cache`` when given (the executor service keeps
+one: :mod:`.ignore_cache`), keyed by their text, so an edit is seen by the next listing.
 
 ``read_text(root, path, offset, limit)``: ``{"path" (canonical), "size", "offset",
 "next_offset", "eof", "text"}`` — at most ``limit`` bytes from byte ``offset``, never splitting a
@@ -38,7 +40,8 @@ from typing import Any, Callable, Iterator
 
 from .confine import Root, resolve
 from .errors import FileToolError
-from .gitignore import MAX_GITIGNORE_BYTES, Rules
+from .gitignore import MAX_GITIGNORE_BYTES, IgnoreFile, Rules
+from .ignore_cache import IgnoreCache
 from .read import check_int
 from .sensitive import hidden_path, sensitive_path
 
@@ -67,8 +70,9 @@ def _open_dir(root: Root, rel: str) -> int | None:
         return None
 
 
-def _read_small(dir_fd: int, name: str) -> str | None:
-    """A regular file's text (not through a symlink; git refuses a symlinked .gitignore too)."""
+def _read_small(dir_fd: int, name: str) -> bytes | None:
+    """A regular file's bytes, up to the cap (not through a symlink; git refuses a symlinked
+    .gitignore too)."""
     try:
         fd = os.open(name, _FILE, dir_fd=dir_fd)
     except OSError:
@@ -78,15 +82,25 @@ def _read_small(dir_fd: int, name: str) -> str | None:
         if not stat.S_ISREG(st.st_mode):
             return None
         # (sized by the file: a read of the cap would allocate 1 MiB for every small .gitignore)
-        data = os.read(fd, min(st.st_size, MAX_GITIGNORE_BYTES) or 1)
-        return data.decode("utf-8", "replace")
+        return os.read(fd, min(st.st_size, MAX_GITIGNORE_BYTES) or 1)
     except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def _rules_for(root: Root, rel: str) -> tuple[Rules, bool]:
+def _ignore_file(dir_fd: int, name: str, base: str, cache: IgnoreCache | None) -> IgnoreFile | None:
+    """The ignore file ``name`` in directory ``base`` (open as ``dir_fd``) compiled, from ``cache``
+    when it holds that text there; None when there is none."""
+    data = _read_small(dir_fd, name)
+    if not data:
+        return None
+    if cache is None:
+        return IgnoreFile(base, data.decode("utf-8", "replace"))
+    return cache.get(base, data)
+
+
+def _rules_for(root: Root, rel: str, cache: IgnoreCache | None) -> tuple[Rules, bool]:
     """The rules in force inside directory ``rel`` and whether ``rel`` itself is ignored."""
     fd = root.open()
     try:
@@ -94,10 +108,10 @@ def _rules_for(root: Root, rel: str) -> tuple[Rules, bool]:
         rules = Rules()
         if info is not None:
             try:
-                rules = rules.child("", _read_small(info, "exclude"))
+                rules = rules.with_file(_ignore_file(info, "exclude", "", cache))
             finally:
                 os.close(info)
-        rules = rules.child("", _read_small(fd, ".gitignore"))
+        rules = rules.with_file(_ignore_file(fd, ".gitignore", "", cache))
         ignored = False
         done: list[str] = []
         for comp in ([] if rel == "." else rel.split("/")):
@@ -110,7 +124,7 @@ def _rules_for(root: Root, rel: str) -> tuple[Rules, bool]:
                 break
             os.close(fd)
             fd = nxt
-            rules = rules.child(here, _read_small(fd, ".gitignore"))
+            rules = rules.with_file(_ignore_file(fd, ".gitignore", here, cache))
         return rules, ignored
     finally:
         os.close(fd)
@@ -131,9 +145,11 @@ def _shown_name(name: str) -> str:
 
 
 def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MAX_ENTRIES,
-              include_ignored: object = False, still_wanted: Callable[[], bool] | None = None) -> dict[str, Any]:
+              include_ignored: object = False, still_wanted: Callable[[], bool] | None = None,
+              ignore_cache: IgnoreCache | None = None) -> dict[str, Any]:
     """See the module docstring; ``still_wanted`` is asked every 256 directories (a caller that
-    went away stops the walk: ``CANCELLED``)."""
+    went away stops the walk: ``CANCELLED``); ``ignore_cache`` keeps compiled ignore files
+    between listings (None: each listing compiles those it reads)."""
     levels = check_int("depth", depth, 1)
     cap = check_int("max_entries", max_entries, 1)
     assert levels is not None and cap is not None
@@ -153,7 +169,7 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
         start = t.rel
     if hidden_path(start):
         raise FileToolError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
-    rules, start_ignored = _rules_for(root, start)
+    rules, start_ignored = _rules_for(root, start, ignore_cache)
     entries: list[dict[str, Any]] = []
     hidden = 0
     truncated = False
@@ -169,7 +185,7 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
             continue  # gone, or swapped for a symlink since it was listed
         try:
             if rel != start:
-                dir_rules = dir_rules.child(rel, _read_small(fd, ".gitignore"))
+                dir_rules = dir_rules.with_file(_ignore_file(fd, ".gitignore", rel, ignore_cache))
             shown: list[tuple[str, os.DirEntry[str], str, str, bool]] = []
             with os.scandir(fd) as it:
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from dataclasses import dataclass
 
 MAX_GITIGNORE_BYTES = 1024 * 1024  # a larger .gitignore is read only up to here
@@ -135,39 +136,65 @@ def parse(text: str, base: str = "") -> list[Pattern]:
     return [p for p in (parse_line(line, base) for line in text.splitlines()) if p is not None]
 
 
+class IgnoreFile:
+    """One ignore file (a ``.gitignore``, or ``.git/info/exclude``) of directory ``base``, compiled:
+    its patterns and, made on first use, their groups (see :class:`Rules`). Never changed once made,
+    so one can serve every listing that reads the same text there (:mod:`.ignore_cache`); the
+    groups are made under a lock, once, whichever thread asks first."""
+
+    def __init__(self, base: str, text: str) -> None:
+        self.base = base
+        self.patterns = parse(text, base)
+        self._groups: dict[bool, list[tuple[re.Pattern[str], list[Pattern]]]] = {}
+        self._lock = threading.Lock()
+
+    def groups(self, is_dir: bool) -> list[tuple[re.Pattern[str], list[Pattern]]]:
+        """The patterns that can match an entry of this kind, in groups of about sqrt(n), each
+        with one expression matching what any of its patterns matches."""
+        with self._lock:
+            groups = self._groups.get(is_dir)
+            if groups is None:
+                own = [p for p in self.patterns if is_dir or not p.dir_only]
+                size = max(16, math.isqrt(len(own)))
+                groups = []
+                for i in range(0, len(own), size):
+                    part = own[i:i + size]
+                    groups.append((re.compile("|".join(f"(?:{_full_path_regex(p)})" for p in part), re.S), part))
+                self._groups[is_dir] = groups
+            return groups
+
+
 class Rules:
-    """The patterns that apply in one directory: its ancestors' and its own, in precedence order.
+    """The patterns that apply in one directory: its ancestors' and its own, in precedence order
+    (the ignore files that hold them, outermost first).
 
     Matching a path tries the patterns last first, in groups: each group of about sqrt(n)
     consecutive patterns is also one combined expression, asked first, so a path that matches
     none of a group costs one match for the group, not one per pattern (a .gitignore of tens of
     thousands of lines against a directory of thousands of entries)."""
 
-    def __init__(self, patterns: list[Pattern] | None = None, _parent: "Rules | None" = None,
-                 _own: list[Pattern] | None = None) -> None:
-        self.patterns = list(patterns or [])
-        self._parent = _parent
-        self._own = self.patterns if _parent is None else list(_own or [])
+    def __init__(self, files: tuple[IgnoreFile, ...] = ()) -> None:
+        self._files = files
         self._groups: dict[bool, list[tuple[re.Pattern[str], list[Pattern]]]] = {}
+
+    @property
+    def patterns(self) -> list[Pattern]:
+        return [p for f in self._files for p in f.patterns]
 
     def child(self, base: str, text: str | None) -> "Rules":
         """The rules of directory ``base`` given the text of its .gitignore (None: it has none)."""
-        if not text:
+        return self.with_file(IgnoreFile(base, text) if text else None)
+
+    def with_file(self, compiled: IgnoreFile | None) -> "Rules":
+        """These rules followed by an ignore file already compiled (None: there is none)."""
+        if compiled is None or not compiled.patterns:
             return self
-        own = parse(text, base)
-        if not own:
-            return self
-        return Rules(self.patterns + own, _parent=self, _own=own)
+        return Rules(self._files + (compiled,))
 
     def _groups_for(self, is_dir: bool) -> list[tuple[re.Pattern[str], list[Pattern]]]:
         groups = self._groups.get(is_dir)
         if groups is None:
-            groups = list(self._parent._groups_for(is_dir)) if self._parent is not None else []
-            own = [p for p in self._own if is_dir or not p.dir_only]
-            size = max(16, math.isqrt(len(own)))
-            for i in range(0, len(own), size):
-                part = own[i:i + size]
-                groups.append((re.compile("|".join(f"(?:{_full_path_regex(p)})" for p in part), re.S), part))
+            groups = [g for f in self._files for g in f.groups(is_dir)]
             self._groups[is_dir] = groups
         return groups
 

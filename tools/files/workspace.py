@@ -33,6 +33,7 @@ from . import browse, commit, edit, image, read
 from . import patch as _patch
 from .confine import ResolveHook, Root, Target, check_path_text, resolve
 from .errors import MAX_IMAGE_BYTES, MAX_TEXT_BYTES, FileToolError, from_os_error
+from .ignore_cache import IgnoreCache
 from .journal import DONE, PENDING, CallRecord, Journal, args_digest, sha256_hex
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
@@ -69,6 +70,9 @@ class Workspace:
         # before anything is written (the executor asks grpc: a call whose caller gave up — a
         # deadline, a cancel — must not write later over what was written since).
         self.still_wanted: Callable[[], bool] | None = None
+        # Compiled ignore files kept between listings (set by whoever owns one: the executor
+        # service); None: each listing compiles the ignore files it reads.
+        self.ignore_cache: IgnoreCache | None = None
         # Test seams (never set in production): see confine.ResolveHook and commit.CommitHook.
         self.resolve_hook: ResolveHook | None = None
         self.commit_hook: commit.CommitHook | None = None
@@ -108,7 +112,8 @@ class Workspace:
                     include_ignored: bool = False) -> dict[str, Any]:
         """F-HAR-3: a directory tree for workspace browsing (shape in tools.files.browse)."""
         with self._boundary(path):
-            return browse.list_tree(self._root, path, depth, max_entries, include_ignored, self.still_wanted)
+            return browse.list_tree(self._root, path, depth, max_entries, include_ignored, self.still_wanted,
+                                    self.ignore_cache)
 
     def browse_read(self, path: str, offset: int = 0, limit: int = 64 * 1024) -> dict[str, Any]:
         """F-HAR-3: a page of a text file for workspace browsing; credential files are refused."""
