@@ -295,9 +295,10 @@ class Services:
 
 
 def default_view(catalog: ProviderCatalog) -> dict[str, Any]:
-    """``{effective, source}``: the default model of new sessions and the step of the chain it
-    comes from (``cli`` | ``saved`` | ``config`` | ``default``)."""
-    return {"effective": catalog.default_model, "source": catalog.default_source}
+    """``{effective, source, saved}``: the default model of new sessions, the step of the chain
+    it comes from (``cli`` | ``saved`` | ``config`` | ``default``) and the saved default
+    (``None``: none saved), which ``--model`` hides from ``effective``."""
+    return {"effective": catalog.default_model, "source": catalog.default_source, "saved": catalog.saved_default}
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:

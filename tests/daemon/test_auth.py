@@ -249,7 +249,7 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
              name="lens.jsonc")
     read = await ok("GET", "/api/v1/config/files/<name>", 200, name="lens.jsonc")
     saved = await ok("PUT", "/api/v1/models/default", 200, {"model": "faux/faux-1"})
-    assert saved == {"effective": "faux/faux-1", "source": "saved"}
+    assert saved == {"effective": "faux/faux-1", "source": "saved", "saved": "faux/faux-1"}
     assert read["text"] == '{ "server": { "port": 7420 } } // kept\n'
     # The answer route needs an open question (the Answer command is being added to the actor):
     # here strong trust gets past the guard to the lookup.

@@ -76,12 +76,12 @@ async def test_set_and_clear_the_saved_default(daemon_factory):
     d = await daemon_factory(config=CONFIG)
     token = await d.pair("dm-client", strong=True)
     project = await d.project(token)
-    assert await shown_default(d, token) == {"effective": "faux/m1", "source": "config"}
+    assert await shown_default(d, token) == {"effective": "faux/m1", "source": "config", "saved": None}
     before = await d.session(token, project["id"])
     assert before["model"] == "faux/m1"  # the effective default at creation
 
-    assert await put_default(d, token, "faux/m2") == {"effective": "faux/m2", "source": "saved"}
-    assert await shown_default(d, token) == {"effective": "faux/m2", "source": "saved"}
+    assert await put_default(d, token, "faux/m2") == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
+    assert await shown_default(d, token) == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
     during = await d.session(token, project["id"])
     assert during["model"] == "faux/m2"
     await d.submit(token, during["id"], "r1", "hello")
@@ -90,8 +90,8 @@ async def test_set_and_clear_the_saved_default(daemon_factory):
     assert [(b["provider"], b["model"]) for b in requested] == [("faux", "m2")]
 
     # Cleared: the chain goes on to the config's defaultModel; sessions keep what they took.
-    assert await put_default(d, token, None) == {"effective": "faux/m1", "source": "config"}
-    assert await shown_default(d, token) == {"effective": "faux/m1", "source": "config"}
+    assert await put_default(d, token, None) == {"effective": "faux/m1", "source": "config", "saved": None}
+    assert await shown_default(d, token) == {"effective": "faux/m1", "source": "config", "saved": None}
     after = await d.session(token, project["id"])
     assert after["model"] == "faux/m1"
     assert (await d.view(token, during["id"]))["model"] == "faux/m2"
@@ -109,7 +109,7 @@ async def test_the_same_value_again_records_nothing(daemon_factory):
     seq = await last_seq(d)
     await put_default(d, token, "faux/m2")
     assert await last_seq(d) == seq + 1
-    assert await put_default(d, token, "faux/m2") == {"effective": "faux/m2", "source": "saved"}
+    assert await put_default(d, token, "faux/m2") == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
     assert await last_seq(d) == seq + 1
 
 
@@ -128,20 +128,20 @@ async def test_a_stream_carries_the_change(daemon_factory):
 async def test_cli_model_wins_and_the_saved_default_is_still_recorded(daemon_factory):
     d = await daemon_factory(config=CONFIG, model="faux/m2")
     token = await d.pair("dm-client", strong=True)
-    assert await shown_default(d, token) == {"effective": "faux/m2", "source": "cli"}
-    assert await put_default(d, token, "other/x1") == {"effective": "faux/m2", "source": "cli"}
-    assert await shown_default(d, token) == {"effective": "faux/m2", "source": "cli"}
+    assert await shown_default(d, token) == {"effective": "faux/m2", "source": "cli", "saved": None}
+    assert await put_default(d, token, "other/x1") == {"effective": "faux/m2", "source": "cli", "saved": "other/x1"}
+    assert await shown_default(d, token) == {"effective": "faux/m2", "source": "cli", "saved": "other/x1"}
     project = await d.project(token)
     assert (await d.session(token, project["id"]))["model"] == "faux/m2"
     assert [e["body"] for e in await default_events(d, token)] == [{"model": "other/x1"}]
     # Without --model, the saved default is in effect (and beats defaultModel).
     await stop_daemon(d)
     d2 = await daemon_factory(config=CONFIG, root=d.root)
-    assert await shown_default(d2, token) == {"effective": "other/x1", "source": "saved"}
+    assert await shown_default(d2, token) == {"effective": "other/x1", "source": "saved", "saved": "other/x1"}
     # With it again, --model wins again; what was saved stays saved.
     await stop_daemon(d2)
     d3 = await daemon_factory(config=CONFIG, root=d.root, model="faux/m2")
-    assert await shown_default(d3, token) == {"effective": "faux/m2", "source": "cli"}
+    assert await shown_default(d3, token) == {"effective": "faux/m2", "source": "cli", "saved": "other/x1"}
 
 
 async def test_the_saved_default_survives_a_restart(daemon_factory):
@@ -151,21 +151,21 @@ async def test_the_saved_default_survives_a_restart(daemon_factory):
     await put_default(d, token, "faux/m2")
     await stop_daemon(d)
     d2 = await daemon_factory(config=CONFIG, root=d.root)
-    assert await shown_default(d2, token) == {"effective": "faux/m2", "source": "saved"}
+    assert await shown_default(d2, token) == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
     project = await d2.project(token)
     assert (await d2.session(token, project["id"]))["model"] == "faux/m2"
     # A clear survives it too.
     await put_default(d2, token, None)
     await stop_daemon(d2)
     d3 = await daemon_factory(config=CONFIG, root=d.root)
-    assert await shown_default(d3, token) == {"effective": "faux/m1", "source": "config"}
+    assert await shown_default(d3, token) == {"effective": "faux/m1", "source": "config", "saved": None}
     # Without projections.db (rebuilt from the log at start), the same.
     await put_default(d3, token, "other/x1")
     await stop_daemon(d3)
     for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
         (d.data_dir / name).unlink(missing_ok=True)
     d4 = await daemon_factory(config=CONFIG, root=d.root)
-    assert await shown_default(d4, token) == {"effective": "other/x1", "source": "saved"}
+    assert await shown_default(d4, token) == {"effective": "other/x1", "source": "saved", "saved": "other/x1"}
 
 
 async def test_an_event_past_the_projection_and_a_damaged_projection_are_read_from_the_log(daemon_factory):
@@ -177,14 +177,14 @@ async def test_an_event_past_the_projection_and_a_damaged_projection_are_read_fr
     async with open_store(d.data_dir) as store:
         await store.append(Draft(DefaultModelSet(model="faux/m2")))
     d2 = await daemon_factory(config=CONFIG, root=d.root)
-    assert await shown_default(d2, token) == {"effective": "faux/m2", "source": "saved"}
+    assert await shown_default(d2, token) == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
     await stop_daemon(d2)
     # A settings row edited by hand (not a seq): the daemon reads the log instead.
     conn = apsw.Connection(str(d.data_dir / "projections.db"))
     conn.execute("UPDATE settings SET value = 'faux/m1', seq = 'x' WHERE key = 'default_model'")
     conn.close()
     d3 = await daemon_factory(config=CONFIG, root=d.root)
-    assert await shown_default(d3, token) == {"effective": "faux/m2", "source": "saved"}
+    assert await shown_default(d3, token) == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
 
 
 async def test_bad_input_is_refused_and_records_nothing(daemon_factory):
@@ -229,7 +229,7 @@ async def test_bad_input_is_refused_and_records_nothing(daemon_factory):
     r = await d.request("POST", "/models/default", token, json_body={"model": "faux/m2"})
     assert r.status_code == 405
     assert await last_seq(d) == seq
-    assert await shown_default(d, token) == {"effective": "faux/m1", "source": "config"}
+    assert await shown_default(d, token) == {"effective": "faux/m1", "source": "config", "saved": None}
 
 
 async def test_the_key_is_not_checked_and_a_default_that_cannot_serve_fails_at_submit(daemon_factory):
@@ -237,7 +237,7 @@ async def test_the_key_is_not_checked_and_a_default_that_cannot_serve_fails_at_s
     token = await d.pair("dm-client", strong=True)
     project = await d.project(token)
     # A provider whose key is not set: saved all the same (the key may be set before the next start).
-    assert await put_default(d, token, "keyed/k1") == {"effective": "keyed/k1", "source": "saved"}
+    assert await put_default(d, token, "keyed/k1") == {"effective": "keyed/k1", "source": "saved", "saved": "keyed/k1"}
     sid = (await d.session(token, project["id"]))["id"]
     assert (await d.view(token, sid))["model"] == "keyed/k1"
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "hi"})
@@ -248,7 +248,7 @@ async def test_the_key_is_not_checked_and_a_default_that_cannot_serve_fails_at_s
     await put_default(d, token, "other/x1")
     await stop_daemon(d)
     d2 = await daemon_factory(config=with_other_disabled(), root=d.root)
-    assert await shown_default(d2, token) == {"effective": "other/x1", "source": "saved"}
+    assert await shown_default(d2, token) == {"effective": "other/x1", "source": "saved", "saved": "other/x1"}
     assert any("saved default model cannot serve (PROVIDER_DISABLED" in line for line in d2.lines)
     sid = (await d2.session(token, project["id"]))["id"]
     assert (await d2.view(token, sid))["model"] == "other/x1"
@@ -257,7 +257,7 @@ async def test_the_key_is_not_checked_and_a_default_that_cannot_serve_fails_at_s
     # ...and it cannot be saved again while disabled; another model can.
     r = await d2.put("/models/default", token, {"model": "other/x1"})
     assert (r.status_code, error_of(r)) == (422, "PROVIDER_DISABLED")
-    assert await put_default(d2, token, "faux/m2") == {"effective": "faux/m2", "source": "saved"}
+    assert await put_default(d2, token, "faux/m2") == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
 
 
 async def test_concurrent_changes_leave_the_latest_in_effect(daemon_factory):
@@ -270,7 +270,7 @@ async def test_concurrent_changes_leave_the_latest_in_effect(daemon_factory):
     events = await default_events(d, token)
     latest = events[-1]["body"]["model"]
     shown = await shown_default(d, token)
-    assert shown == ({"effective": latest, "source": "saved"} if latest else {"effective": "faux/m1", "source": "config"})
+    assert shown == ({"effective": latest, "source": "saved", "saved": latest} if latest else {"effective": "faux/m1", "source": "config", "saved": None})
     await stop_daemon(d)
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     assert await shown_default(d2, token) == shown

@@ -1120,7 +1120,7 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
     click(driver, "#model-set")
     wait_for(lambda: shown_default(driver) == ["other/x1", "saved", "saved default"], "the saved default")
     assert network_requests(driver, d.base) == [("PUT", "/api/v1/models/default", True)]
-    assert saved_default(d, strong) == {"effective": "other/x1", "source": "saved"}
+    assert saved_default(d, strong) == {"effective": "other/x1", "source": "saved", "saved": "other/x1"}
     assert ["other/x1", "other/x1 — default", False] in model_options(driver)
     assert ["faux/faux-1", "faux/faux-1", False] in model_options(driver)
 
@@ -1130,13 +1130,13 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
     click(driver, "#model-set")
     wait_for(lambda: shown_default(driver) == ["keyed/k1", "saved", "saved default"], "the key-less default")
     assert "no key" in one(driver, "#model-note").text
-    assert saved_default(d, strong) == {"effective": "keyed/k1", "source": "saved"}
+    assert saved_default(d, strong) == {"effective": "keyed/k1", "source": "saved", "saved": "keyed/k1"}
 
     # Clear: the config's default is in effect again.
     wait_for(lambda: one(driver, "#model-clear").is_enabled(), "the clear button")
     click(driver, "#model-clear")
     wait_for(lambda: shown_default(driver) == config_default, "the cleared default")
-    assert saved_default(d, strong) == {"effective": "faux/faux-1", "source": "config"}
+    assert saved_default(d, strong) == {"effective": "faux/faux-1", "source": "config", "saved": None}
     assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
     assert one(driver, "#model-note").text == ""
     wait_for(lambda: not one(driver, "#model-clear").is_enabled(), "the clear button disabled again")
@@ -1154,7 +1154,7 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
              "the list as the daemon has it now")
     assert shown_default(driver) == config_default
     assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
-    assert saved_default(d, strong) == {"effective": "faux/faux-1", "source": "config"}
+    assert saved_default(d, strong) == {"effective": "faux/faux-1", "source": "config", "saved": None}
     assert console_errors(driver) == []
     assert time.monotonic() - started < 45, "the test must stay bounded"
 
@@ -1180,5 +1180,5 @@ def test_dashboard_model_panel_is_read_only_without_strong_trust(
 
     driver.execute_script("document.getElementById('model-form').requestSubmit()")
     wait_for(lambda: by_css(driver, "#errors li[data-code='FORBIDDEN']"), "the daemon's refusal shown")
-    assert saved_default(d, readonly) == {"effective": "faux/faux-1", "source": "config"}
+    assert saved_default(d, readonly) == {"effective": "faux/faux-1", "source": "config", "saved": None}
     assert console_errors(driver) == []
