@@ -29,7 +29,7 @@ from events import types as t
 
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
-from .compile import Compiled, Entry, Image, arguments_object, instruction_text, native_reasoning, prepare, summary_text
+from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
@@ -81,7 +81,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             # blocks before an assistant turn and the tail are).
             blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
             blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
-                        "input": arguments_object(c.arguments)} for c in e.calls]
+                        "input": call_input(compiled, c)} for c in e.calls]
             if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
                 blocks.append({"type": "text", "text": "(empty)"})
             add("assistant", blocks)
