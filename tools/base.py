@@ -161,19 +161,22 @@ class ToolRegistry:
             return ToolResult.error("TOOL_MAIN_ONLY", f"{name} is available to the main agent only")
         if len(arguments.encode("utf-8", "surrogatepass")) > self.MAX_ARGUMENT_BYTES:
             return ToolResult.error("TOOL_ARGUMENTS_TOO_LARGE", f"{name} arguments exceed {self.MAX_ARGUMENT_BYTES} bytes")
+        # What is wrong with arguments that are no JSON object is said, and what the model sent is
+        # quoted: later requests send such a call back with empty arguments (servers refuse
+        # arguments that are not JSON), so this result is where the model sees its mistake.
         try:
-            args = json.loads(arguments) if arguments.strip() else {}
+            args = json.loads(arguments, parse_constant=_not_json) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not valid JSON ({exc.msg} at {exc.pos})")
-        except ValueError as exc:  # e.g. an integer of more than 4300 digits
-            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not usable JSON ({str(exc)[:200]})")
+            return _invalid(name, arguments, f"are not valid JSON ({exc.msg} at character {exc.pos})", exc.pos)
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits, NaN
+            return _invalid(name, arguments, f"are not usable JSON ({str(exc)[:200]})")
         except RecursionError:
-            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are nested too deeply")
+            return _invalid(name, arguments, "are nested too deeply")
         if not isinstance(args, Mapping):
-            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments must be a JSON object")
+            return _invalid(name, arguments, f"must be a JSON object, not {_json_kind(args)}")
         problem = _unrecordable(args)
         if problem is not None:
-            return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments {problem}")
+            return _invalid(name, arguments, problem)
         if check is not None:
             refused = check(spec, dict(args))
             if refused is not None:
@@ -187,6 +190,37 @@ class ToolRegistry:
 
 
 INT64 = (-(2**63), 2**63 - 1)
+QUOTE_CHARS = 300  # how many characters of unusable arguments an error result quotes
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return "a number"
+
+
+def _invalid(name: str, arguments: str, problem: str, pos: int | None = None) -> ToolResult:
+    """``TOOL_ARGUMENTS_INVALID``: the problem, then the arguments quoted (at most
+    :data:`QUOTE_CHARS` characters, around ``pos`` when given: where a parser stopped)."""
+    n = len(arguments)
+    if n <= QUOTE_CHARS:
+        start, end, where = 0, n, ""
+    else:
+        start = 0 if pos is None else max(0, min(pos - QUOTE_CHARS * 2 // 3, n - QUOTE_CHARS))
+        end = start + QUOTE_CHARS
+        where = f" (characters {start} to {end} of {n})"
+    # (a lone surrogate from a program's call cannot be recorded: it becomes U+FFFD here)
+    piece = arguments[start:end].encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    quoted = ("…" if start else "") + json.dumps(piece, ensure_ascii=False) + ("…" if end < n else "")
+    return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments {problem}; received{where}: {quoted}")
 
 
 def _unrecordable(value: Any) -> str | None:

@@ -7,7 +7,14 @@ items before the first conversation item) become ``system`` blocks. A later syst
 here, every time a request is compiled (a retry compiles the same items the same way); the
 persisted items keep their role and text. Tool calls are ``tool_use`` blocks, their results
 ``tool_result`` blocks (text and images, ``is_error``) in the next user message; consecutive
-messages of one role are merged, and the conversation starts with a user message.
+messages of one role are merged, and the conversation starts with a user message. A call's
+``input`` is its arguments object; a call whose arguments were no JSON object goes back with
+``{}`` (its result already says what was wrong and quotes what the model sent).
+
+Streaming reads the SDK's raw events (``messages.create(stream=True)``), not its
+``messages.stream()`` helper, which parses tool input as it arrives and fails the whole answer
+on arguments that are not JSON: here a call's streamed input is joined, unparsed, and recorded
+as the model sent it (the tool runner answers it with ``TOOL_ARGUMENTS_INVALID``).
 
 Thinking: ``thinking_level`` low/medium/high → ``thinking: {type: enabled, budget_tokens}``
 (``max_tokens`` — the model's ``maxOutputTokens``, else the provider default — grows by the
@@ -29,7 +36,7 @@ from events import types as t
 
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
-from .compile import Compiled, Entry, Image, arguments_object, instruction_text, native_reasoning, prepare, summary_text
+from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
@@ -55,7 +62,8 @@ def _blocks(entry: Entry) -> list[dict[str, Any]]:
 
 
 def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``messages.stream`` keyword arguments for ``compiled`` and the cache diagnostics."""
+    """The ``messages.create`` keyword arguments for ``compiled`` (``stream=True`` is added when
+    sending) and the cache diagnostics."""
     names = compiled.names
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
@@ -81,7 +89,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             # blocks before an assistant turn and the tail are).
             blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
             blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
-                        "input": arguments_object(c.arguments)} for c in e.calls]
+                        "input": call_input(compiled, c)} for c in e.calls]
             if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
                 blocks.append({"type": "text", "text": "(empty)"})
             add("assistant", blocks)
@@ -138,21 +146,14 @@ class AnthropicProvider(SdkProvider):
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
         kwargs, cache = render(compiled, request, max_tokens=model.max_output_tokens or self.max_output_tokens)
-        raw_json: dict[int, list[str]] = {}
+        reader = _StreamReader(on_delta)
         try:
-            async with self.client().messages.stream(**kwargs) as stream:
+            async with await self.client().messages.create(**kwargs, stream=True) as stream:
                 async for ev in stream:
-                    kind = ev.type
-                    if kind == "text":
-                        on_delta(Delta("text", ev.text))
-                    elif kind == "thinking":
-                        on_delta(Delta("reasoning", ev.thinking))
-                    elif kind == "content_block_delta" and ev.delta.type == "input_json_delta":
-                        raw_json.setdefault(ev.index, []).append(ev.delta.partial_json)
-                final = await stream.get_final_message()
-            if final.stop_reason is None:  # no message_delta / message_stop: cut short
+                    reader.feed(ev)
+            if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
-            return self._result(final, raw_json, compiled, cache)  # (reads the SDK's objects too)
+            return self._result(reader, compiled, cache)
         except ProviderError:
             raise
         except (anthropic.APIError, httpx2.HTTPError) as exc:
@@ -160,24 +161,29 @@ class AnthropicProvider(SdkProvider):
         except MALFORMED as exc:
             raise self.malformed(exc) from None
 
-    def _result(self, msg: Any, raw_json: dict[int, list[str]], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
+    def _result(self, msg: "_StreamReader", compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[t.ToolCall] = []
         native: list[dict[str, Any]] = []
-        for index, block in enumerate(msg.content or []):
-            if block.type == "text":
-                text.append(block.text)
-            elif block.type == "thinking":
-                reasoning.append(block.thinking)
+        for block in msg.blocks():
+            kind = block["type"]
+            if kind == "text":
+                text.append("".join(block["text"]))
+            elif kind == "thinking":
+                thinking = "".join(block["thinking"])
+                reasoning.append(thinking)
                 native.append({"protocol": self.protocol, "block": {
-                    "type": "thinking", "thinking": block.thinking, "signature": block.signature}})
-            elif block.type == "redacted_thinking":
-                native.append({"protocol": self.protocol, "block": {"type": "redacted_thinking", "data": block.data}})
-            elif block.type == "tool_use":
-                args = "".join(raw_json.get(index, [])) or json.dumps(block.input if block.input is not None else {})
-                calls.append(t.ToolCall(block.id, compiled.names.internal(block.name), args))
-        u = usage_dict(getattr(msg, "usage", None))
+                    "type": "thinking", "thinking": thinking, "signature": block["signature"]}})
+            elif kind == "redacted_thinking":
+                native.append({"protocol": self.protocol, "block": {"type": "redacted_thinking", "data": block["data"]}})
+            elif kind == "tool_use":
+                # The arguments exactly as the model streamed them, JSON or not: the tool runner
+                # answers arguments that are no JSON object with TOOL_ARGUMENTS_INVALID, and later
+                # requests send such a call with an empty input (see compile.call_input).
+                args = "".join(block["json"]) or json.dumps(block["input"] if block["input"] is not None else {})
+                calls.append(t.ToolCall(block["id"], compiled.names.internal(block["name"]), args))
+        u = msg.usage
         usage = t.Usage(
             input_tokens=reported(u, "input_tokens"),
             output_tokens=reported(u, "output_tokens"),
@@ -193,8 +199,90 @@ class AnthropicProvider(SdkProvider):
         if not calls and msg.stop_reason == "tool_use":
             raise ProviderError("PROVIDER_ERROR", "anthropic: stop_reason tool_use without a tool_use block", retryable=True)
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
-                           stop_reason=msg.stop_reason, usage=usage, response_id=getattr(msg, "id", None),
+                           stop_reason=msg.stop_reason, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics)
+
+
+class _StreamReader:
+    """Puts one streamed message together from the SDK's raw events
+    (``messages.create(stream=True)``), as the SDK's ``messages.stream()`` helper does, except for
+    tool input: the helper parses each ``input_json_delta`` as it arrives and fails the whole
+    answer on arguments that are not JSON; here the pieces are only joined, and the text is the
+    call's arguments as the model sent it. Live text and thinking go to ``on_delta`` as they come.
+
+    A delta for a block that never started is a malformed stream, as it was for the helper;
+    events before ``message_start`` are skipped, as the helper skips them. A ``message_start`` or
+    ``message_delta`` without ``usage`` (which the helper's accumulator could not take) leaves the
+    counts it would have given unknown."""
+
+    def __init__(self, on_delta: Callable[[Delta], None]) -> None:
+        self.on_delta = on_delta
+        self.id: str | None = None
+        self.started = False
+        self.stop_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        self._blocks: dict[int, dict[str, Any]] = {}
+
+    def blocks(self) -> list[dict[str, Any]]:
+        return [self._blocks[i] for i in sorted(self._blocks)]
+
+    def feed(self, ev: Any) -> None:
+        kind = ev.type
+        if kind == "message_start":
+            self.started = True
+            self.id = getattr(ev.message, "id", None)
+            self.usage = dict(usage_dict(ev.message.usage) or {})
+            return
+        if kind not in _MESSAGE_EVENTS or not self.started:
+            return  # (ping, kinds added later, anything before message_start: skipped, as by the helper)
+        if kind == "content_block_start":
+            cb = ev.content_block
+            block: dict[str, Any] = {"type": cb.type}
+            if cb.type == "text":
+                block["text"] = [cb.text or ""]
+            elif cb.type == "thinking":
+                block["thinking"] = [cb.thinking or ""]
+                block["signature"] = cb.signature or ""
+            elif cb.type == "redacted_thinking":
+                block["data"] = cb.data
+            elif cb.type == "tool_use":
+                block.update(id=cb.id, name=cb.name, input=getattr(cb, "input", None), json=[])
+            self._blocks[ev.index] = block
+        elif kind == "content_block_delta":
+            block = self._blocks.get(ev.index)
+            if block is None:
+                raise IndexError(f"a content_block_delta for block {ev.index}, which never started")
+            delta = ev.delta
+            if delta.type == "text_delta" and block["type"] == "text":
+                block["text"].append(_text(delta.text, "text_delta.text"))
+                self.on_delta(Delta("text", delta.text))
+            elif delta.type == "thinking_delta" and block["type"] == "thinking":
+                block["thinking"].append(_text(delta.thinking, "thinking_delta.thinking"))
+                self.on_delta(Delta("reasoning", delta.thinking))
+            elif delta.type == "signature_delta" and block["type"] == "thinking":
+                block["signature"] = delta.signature
+            elif delta.type == "input_json_delta" and block["type"] == "tool_use":
+                block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
+        elif kind == "message_delta":
+            self.stop_reason = ev.delta.stop_reason
+            # Counts on a message_delta are running totals: they replace what message_start said;
+            # a count left out keeps its earlier value, except output_tokens (message_start's is a
+            # placeholder: the API always sends the total here, and one left out is unknown).
+            counts = usage_dict(ev.usage) or {}
+            self.usage["output_tokens"] = counts.get("output_tokens")
+            for key, value in counts.items():
+                if value is not None:
+                    self.usage[key] = value
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not text")
+    return value
+
+
+_MESSAGE_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+                             "message_stop"})
 
 
 # The longest Retry-After the client waits for before retrying; a longer one ends the request

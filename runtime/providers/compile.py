@@ -228,13 +228,69 @@ def native_reasoning(compiled: Compiled, entry: Entry, protocol: str) -> list[di
     return out
 
 
-def arguments_object(arguments: str) -> dict[str, Any]:
-    """A call's JSON arguments as an object (Anthropic's ``tool_use.input`` must be one)."""
+def arguments_object(arguments: str) -> dict[str, Any] | None:
+    """A call's recorded arguments as the JSON object they are, or ``None`` when they are not one
+    that any JSON parser reads: not JSON (cut short, trailing text, single quotes…), JSON that is no
+    object (``[1]``, ``"x"``), ``NaN``/``Infinity`` (Python's extension, not JSON), a string with
+    a lone surrogate escape (``"\\ud800"``), nesting or an integer too large to read. Blank
+    arguments are the empty object (the tool runner reads them so)."""
+    if not arguments.strip():
+        return {}
     try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        return {"_unparsed_arguments": arguments}
-    return value if isinstance(value, dict) else {"_arguments": value}
+        value = json.loads(arguments, parse_constant=_not_json)
+    except (ValueError, RecursionError):  # (JSONDecodeError is a ValueError, as is a 5000-digit integer)
+        return None
+    if not isinstance(value, dict) or _lone_surrogate(value):
+        return None
+    return value
+
+
+def call_input(compiled: Compiled, call: t.ToolCall) -> dict[str, Any]:
+    """Anthropic's ``tool_use.input`` for ``call``: its arguments object; for arguments that are
+    none, the empty object (see :func:`call_arguments`)."""
+    value = arguments_object(call.arguments)
+    if value is None:
+        _count_replaced(compiled)
+        return {}
+    return value
+
+
+def call_arguments(compiled: Compiled, call: t.ToolCall) -> str:
+    """The OpenAI protocols' ``arguments`` text for ``call``: as recorded when it is a JSON object,
+    else ``"{}"``. OpenAI takes any text there, but OpenAI-compatible servers (vLLM's chat
+    templates, llama.cpp, others) parse it and refuse the whole request, which would fail every
+    later request of the session. The model is not left guessing: such a call was answered with a
+    ``TOOL_ARGUMENTS_INVALID`` result that says what was wrong and quotes what it sent, and the
+    log keeps the arguments as the model sent them."""
+    if arguments_object(call.arguments) is None:
+        _count_replaced(compiled)
+        return "{}"
+    return call.arguments if call.arguments.strip() else "{}"
+
+
+def _count_replaced(compiled: Compiled) -> None:
+    compiled.diagnostics["invalid_arguments_sent_empty"] = compiled.diagnostics.get("invalid_arguments_sent_empty", 0) + 1
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 def request_tails(entries: list[Entry]) -> list[int]:

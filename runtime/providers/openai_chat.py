@@ -20,7 +20,7 @@ from events import types as t
 
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
-from .compile import Compiled, Entry, Image, prepare, request_tails, summary_text
+from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
@@ -91,7 +91,8 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             msg: dict[str, Any] = {"role": "assistant", "content": e.text or None}
             if e.calls:
                 msg["tool_calls"] = [{"id": c.call_id, "type": "function",
-                                      "function": {"name": names.native(c.name), "arguments": c.arguments}} for c in e.calls]
+                                      "function": {"name": names.native(c.name), "arguments": call_arguments(compiled, c)}}
+                                     for c in e.calls]
             messages.append(msg)
         elif e.kind == "result":
             images = [p for p in e.parts if isinstance(p, Image)]

@@ -24,7 +24,7 @@ from events import types as t
 
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
-from .compile import Compiled, Entry, Image, native_reasoning, prepare, request_tails, summary_text
+from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
@@ -77,7 +77,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
                 items.append({"role": "assistant", "content": e.text})
             for call in e.calls:
                 items.append({"type": "function_call", "call_id": call.call_id, "name": names.native(call.name),
-                              "arguments": call.arguments})
+                              "arguments": call_arguments(compiled, call)})
         elif e.kind == "result":
             has_image = any(isinstance(p, Image) for p in e.parts)
             item: dict[str, Any] = {"type": "function_call_output", "call_id": e.call_id}

@@ -7,6 +7,7 @@ import json
 import pytest
 import trio
 
+from events import types as t
 from runtime.providers.base import ProviderError
 
 from .conftest import PROTOCOLS, Ctx, Deltas
@@ -176,6 +177,27 @@ async def test_chat_usage_absent_stays_unknown(server, make):
     assert result.text == "no usage reported"
     assert result.usage.input_tokens is None and result.usage.output_tokens is None
     assert result.usage.cache_read_tokens is None and result.usage.cache_write_tokens is None
+
+
+async def test_anthropic_usage_left_out_is_unknown_not_a_malformed_stream(server, make):
+    # The SDK's stream helper needed a usage object on message_start and on message_delta (a
+    # compatible server that sends none failed the answer as a malformed stream).
+    from .servers import anthropic as an
+
+    provider = make("anthropic", max_retries=0)
+    no_start = an.message_stream(text="one", usage={"input_tokens": 10, "output_tokens": 1}, output_tokens=4)
+    no_start.events = [(n, {**d, "message": {k: v for k, v in d["message"].items() if k != "usage"}})
+                       if n == "message_start" else (n, d) for n, d in no_start.events]
+    no_delta = an.message_stream(text="two", usage={"input_tokens": 10, "output_tokens": 1,
+                                                    "cache_read_input_tokens": 3})
+    no_delta.events = [(n, {k: v for k, v in d.items() if k != "usage"} if n == "message_delta" else d)
+                       for n, d in no_delta.events]
+    server.push(no_start, no_delta)
+    first = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (first.text, first.usage) == ("one", t.Usage(None, 4, None, None, None))
+    second = await provider.stream(Ctx().user("hi").request(), Deltas())
+    # (message_start's output_tokens is a placeholder the message_delta replaces: not a count)
+    assert (second.text, second.usage) == ("two", t.Usage(10, None, 3, None, None))
 
 
 async def test_usage_counts_that_are_no_counts_stay_unknown(server, make):

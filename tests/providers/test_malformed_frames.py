@@ -1,10 +1,9 @@
 """A frame the SDK cannot read is a malformed stream (``PROVIDER_ERROR``), whatever its shape.
 
 A data frame of JSON that is no object (``null``, a list), an object without a field the SDK
-reads (an Anthropic ``message_delta`` without ``usage``), or a field of another type made the
-SDKs raise ``AttributeError`` (or, after the stream, ``TypeError``), which left ``stream()`` as
-it was: the session's actor crashed, asked the model again when restarted, and after three
-crashes the session was quarantined for good.
+reads, or a field of another type made the SDKs raise ``AttributeError`` (or, after the stream,
+``TypeError``), which left ``stream()`` as it was: the session's actor crashed, asked the model
+again when restarted, and after three crashes the session was quarantined for good.
 """
 
 from __future__ import annotations
@@ -34,7 +33,8 @@ CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 17000
 
 CASES: dict[str, Callable[[Frames], Frames]] = {
     "anthropic/null frame": _insert_after_first(("content_block_delta", "null")),
-    "anthropic/message_delta without usage": _edit("message_delta", lambda d: {k: v for k, v in d.items() if k != "usage"}),
+    "anthropic/a delta for a block that never started": _insert_after_first(
+        ("content_block_delta", {"type": "content_block_delta", "index": 9, "delta": {"type": "text_delta", "text": "x"}})),
     "openai-chat/null frame": _insert_after_first((None, "null")),
     "openai-chat/a list frame": _insert_after_first((None, "[1]")),
     "openai-chat/delta that is a string": _insert_after_first((None, {**CHUNK, "choices": [{"index": 0, "delta": "x"}]})),
@@ -60,20 +60,14 @@ async def test_a_frame_the_sdk_cannot_read_is_a_malformed_stream(case, server, m
     assert (await provider.stream(Ctx().user("again").request(), Deltas())).text == "fine"
 
 
-async def test_a_malformed_stream_quoting_the_key_never_shows_part_of_it(server, make):
-    """The SDK's message for arguments that are not JSON quotes them; the message is cut to a
-    length, and the key is redacted. Cut first, a key lying across the cut kept its first part."""
+async def test_a_malformed_stream_quoting_the_key_never_shows_part_of_it(make):
+    """What the SDK says about a stream it cannot read can quote the stream (the Anthropic SDK
+    quoted tool arguments that were not JSON); the message is cut to a length, and the key is
+    redacted. Cut first, a key lying across the cut kept its first part."""
     secret = "sk-live-" + "K3y" * 12  # 44 characters
     provider = make("anthropic", api_key=secret, max_retries=0)
-    pads = range(240, 460, 20)  # the key, somewhere in the quoted text, lies across the cut once or twice
-    for pad in pads:
-        # (the server streams the arguments in two halves; the SDK fails on the first, quoting it)
-        args = '{"path": !' + "p" * pad + secret + "z" * (pad + len(secret) + 20)
-        server.push(reply("anthropic", calls=[("call_1", "read_file", args)]))
-    for pad in pads:
-        with pytest.raises(ProviderError) as info:
-            await provider.stream(Ctx().user("hi").request(), Deltas())
-        message = info.value.message
-        assert info.value.code == "PROVIDER_ERROR"
-        leaked = [secret[:n] for n in range(8, len(secret) + 1) if secret[:n] in message]
-        assert not leaked, (pad, message[-120:])
+    for pad in range(420, 480, 3):  # the key lies across the cut (at 500 characters), or just before it
+        error = provider.malformed(ValueError("Unable to parse: " + "p" * pad + secret + "z" * 100))
+        assert error.code == "PROVIDER_ERROR" and error.retryable
+        leaked = [secret[:n] for n in range(8, len(secret) + 1) if secret[:n] in error.message]
+        assert not leaked, (pad, error.message[-120:])

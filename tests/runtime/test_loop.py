@@ -88,6 +88,30 @@ async def test_bad_tool_calls_come_back_as_error_results(rt, autojump_clock, cap
     assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # the actor never crashed
 
 
+async def test_arguments_that_are_no_json_object_are_quoted_in_the_error(rt, autojump_clock):
+    # Later requests send such a call back with empty arguments (servers refuse others), so the
+    # result is where the model sees what it sent: quoted, around where reading stopped.
+    long = '{"note": "' + "x" * 1000 + '", "milliseconds": 5,}'
+    rt.faux.script = [FauxTurn(when="odd", tool_calls=[
+        FauxToolCall("sleep_milliseconds", '{"milliseconds": NaN}'),
+        FauxToolCall("sleep_milliseconds", "[5]"),
+        FauxToolCall("sleep_milliseconds", long),
+    ])]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "odd")
+    finished = by_kind(await rt.events(sid), "tool.finished")
+    assert [f.event.error_code for f in finished] == ["TOOL_ARGUMENTS_INVALID"] * 3
+    told = [f.event.content[0].text.removeprefix("TOOL_ARGUMENTS_INVALID: ") for f in finished]
+    # NaN is Python's, not JSON: it never reaches the tool (which said "must be an integer")
+    assert told[0] == ('sleep_milliseconds arguments are not usable JSON (NaN is not JSON); '
+                       'received: "{\\"milliseconds\\": NaN}"'), told[0]
+    assert told[1] == 'sleep_milliseconds arguments must be a JSON object, not an array; received: "[5]"'
+    assert told[2].startswith("sleep_milliseconds arguments are not valid JSON (Expecting property name "
+                              f"enclosed in double quotes at character {len(long) - 1}); received (characters "
+                              f"{len(long) - 300} to {len(long)} of {len(long)}): …"), told[2]
+    assert told[2].endswith('\\"milliseconds\\": 5,}"'), told[2]
+
+
 async def test_argument_values_the_log_cannot_hold_are_error_results_not_crashes(rt, autojump_clock, caplog):
     # Each of these used to crash the actor when the tool echoed the value into an event (until
     # the session was quarantined): lone surrogates (from JSON escapes), integers past 64 bits,
