@@ -156,6 +156,25 @@ def test_a_walk_stops_when_its_caller_went_away(ws: Workspace, root: Path):
     assert len(ws.browse_list(".")["entries"]) == 300  # one directory: nothing to stop
 
 
+def test_one_huge_directory_is_stopped_as_it_is_read(ws: Workspace, root: Path):
+    # The caller was asked only between directories: a listing inside one directory of millions
+    # of entries read all of them for a caller long gone. Now it is asked every ASK_EVERY units
+    # of work (the directory itself counts ASK_DIRECTORY_WEIGHT, each entry 1).
+    from tools.files.browse import ASK_DIRECTORY_WEIGHT, ASK_EVERY
+
+    asked: list[bool] = []
+    ws.still_wanted = lambda: asked.append(True) or False
+    just_under = ASK_EVERY - ASK_DIRECTORY_WEIGHT - 1
+    for i in range(just_under):
+        (root / f"f{i:05d}").touch()
+    assert len(ws.browse_list(".", max_entries=10)["entries"]) == 10 and asked == []
+    (root / "one-more").touch()  # exactly ASK_EVERY: asked, and the caller is gone
+    fails("CANCELLED", ws.browse_list, ".", max_entries=10)
+    assert asked == [True]
+    ws.still_wanted = lambda: True
+    assert ws.browse_list(".", max_entries=10)["truncated"] is True
+
+
 def test_a_cut_listing_of_a_large_directory_keeps_the_first_names_in_bounded_memory(ws: Workspace, root: Path):
     import random
     import tracemalloc
