@@ -138,6 +138,19 @@ def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:
     return policy
 
 
+def stored_policy_map(saved: Mapping[str, Any]) -> dict[str, ToolPolicy]:
+    """A saved map (``session.configured`` settings, as folded) for use: its entries were checked
+    when saved. One that no longer converts is left out alone; the others still apply (dropping
+    the whole map would drop the restrictions it holds too)."""
+    out: dict[str, ToolPolicy] = {}
+    for name, entry in saved.items():
+        try:
+            out[name] = msgspec.convert(entry, ToolPolicy)
+        except msgspec.ValidationError:
+            continue
+    return out
+
+
 def policy_json(policy: Mapping[str, ToolPolicy]) -> dict[str, Any]:
     """A policy map as stored in ``session.configured`` settings (unset fields left out)."""
     return {name: msgspec.to_builtins(p) for name, p in policy.items()}
@@ -310,10 +323,7 @@ class ToolCatalog:
         out = {f: {"value": v, "source": "default"} for f, v in POLICY_DEFAULTS.items()}
         layers: list[tuple[str, Mapping[str, ToolPolicy]]] = [("config", self.config.policy)]
         if session:
-            try:
-                layers.append(("session", parse_policy_map(session, "toolPolicy")))
-            except PolicyError:
-                pass  # (checked when saved; a stored map that no longer parses is ignored)
+            layers.append(("session", stored_policy_map(session)))
         for source, policy in layers:
             entries = [p for k, p in policy.items() if k != name and fnmatchcase(name, k)]
             if name in policy:

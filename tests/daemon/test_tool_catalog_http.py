@@ -215,3 +215,29 @@ async def test_loads_belong_to_the_agent_and_a_subagent_naming_a_deferred_tool_h
     assert body["status"] == "ok"
     body = await run_tool(d, token, sid, "r4", "get_system_time", {})
     assert body["error_code"] == "TOOL_NOT_LOADED"
+
+
+async def test_patches_cannot_take_a_session_tool_policy_past_1000_entries(daemon_factory: DaemonFactory) -> None:
+    # Each patch was checked alone: two of 1000 entries built a map of 2001, which the planes then
+    # refused to read, so the session's restrictions (here: a disabled tool) silently stopped.
+    d = await daemon_factory(config=FAUX)
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"get_system_time": {"enabled": False}}})
+    assert r.status_code == 200, r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        f"x{i}": {"approval": "warn"} for i in range(999)}})
+    assert r.status_code == 200, r.text  # (1000 entries: at the limit)
+    configured = sum(e["kind"] == "session.configured" for e in await d.events(token, sid))
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"y": {"approval": "warn"}},
+                                                                       "thinkingLevel": "high"})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+    assert "1001 entries" in r.json()["error"]["message"]
+    assert configured == sum(e["kind"] == "session.configured" for e in await d.events(token, sid))  # (nothing of it)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"x0": None, "y": {"approval": "warn"}}})
+    assert r.status_code == 200, r.text  # (one removed, one added: still 1000)
+    inv = await inventory(d, token, sid)
+    assert len(inv["sessionToolPolicy"]) == 1000
+    assert inv["executionProfile"]["get_system_time"]["enabled"] == {"value": False, "source": "session"}
+    body = await run_tool(d, token, sid, "r1", "get_system_time", {})
+    assert body["error_code"] == "TOOL_DISABLED"

