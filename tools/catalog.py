@@ -162,10 +162,12 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
 
 def _normal(path: str) -> str | None:
     """A workspace-relative path normalised (``.`` for the root), or None when it is absolute or
-    leaves the workspace (``..``)."""
-    if not path or "\0" in path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+    leaves the workspace (``..``). Read as the executor reads it: ``/`` is the only separator (a
+    backslash is part of a name there, so ``a\\..\\src\\f`` is one file at the root, never
+    ``src/f``)."""
+    if not path or "\0" in path or path.startswith("/") or re.match(r"^[A-Za-z]:", path):
         return None if path else "."
-    norm = posixpath.normpath(path.replace("\\", "/"))
+    norm = posixpath.normpath(path)
     if norm == ".." or norm.startswith("../"):
         return None
     return norm

@@ -241,3 +241,17 @@ async def test_patches_cannot_take_a_session_tool_policy_past_1000_entries(daemo
     assert inv["executionProfile"]["get_system_time"]["enabled"] == {"value": False, "source": "session"}
     body = await run_tool(d, token, sid, "r1", "get_system_time", {})
     assert body["error_code"] == "TOOL_DISABLED"
+
+
+async def test_a_backslashed_path_does_not_pass_the_workspace_allowlist(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"edit_file": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "src").mkdir()
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "edit_file", {"path": "x\\..\\src\\f.txt", "mode": "create", "content": "hi"})
+    assert body["error_code"] == "PATH_NOT_ALLOWED", body
+    assert sorted(p.name for p in ws.iterdir()) == ["src"]  # (the executor would have made "x\..\src\f.txt" here)
+    body = await run_tool(d, token, sid, "r2", "edit_file", {"path": "src/f.txt", "mode": "create", "content": "hi"})
+    assert body["status"] == "ok" and (ws / "src" / "f.txt").read_text() == "hi"

@@ -42,3 +42,13 @@ def test_a_saved_session_map_applies_entry_by_entry():
     assert cat.profile("run", saved)["enabled"] == {"value": False, "source": "session"}
     assert cat.profile("other", saved)["enabled"] == {"value": True, "source": "default"}
     assert parse_policy_map({"run": {"enabled": False}}, "toolPolicy")["run"].enabled is False
+
+
+async def test_the_allowlist_reads_a_backslash_as_part_of_a_name_as_the_executor_does():
+    # "x\..\src\f" was read as "src/f" and let through; the executor (POSIX) creates the file
+    # "x\..\src\f" at the workspace root, outside the allowlist.
+    cat = catalog([spec("edit", {"path": {"type": "string"}})], {"policy": {"edit": {"workspaceAllowlist": ["src"]}}})
+    for bad in ["x\\..\\src\\f", "src\\f", "\\src\\f", "src\\..\\..\\f"]:
+        assert await code(cat, "edit", {"path": bad}) == "PATH_NOT_ALLOWED", bad
+    for ok in ["src/f", "src/a\\b", "src/x\\..\\..\\f"]:  # (one name below src/, backslashes and all)
+        assert await code(cat, "edit", {"path": ok}) is None, ok
