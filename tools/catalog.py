@@ -367,8 +367,10 @@ class ToolCatalog:
                 props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
                 for arg in PATH_ARGUMENTS:
                     value = args.get(arg)
-                    if value is None and arg == "cwd" and isinstance(props, dict) and "cwd" in props:
-                        value = "."  # (no cwd: the command runs at the workspace root)
+                    if value is None and arg == "cwd" and isinstance(props, dict) and "cwd" in props and "command" in args:
+                        # (a command without a cwd runs at the workspace root; a call that runs
+                        # none, such as job list/read/stop, has no directory to check)
+                        value = "."
                     if isinstance(value, str) and not _within(value, prefixes):
                         return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
                                                 f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")

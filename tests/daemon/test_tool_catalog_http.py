@@ -255,3 +255,19 @@ async def test_a_backslashed_path_does_not_pass_the_workspace_allowlist(daemon_f
     assert sorted(p.name for p in ws.iterdir()) == ["src"]  # (the executor would have made "x\..\src\f.txt" here)
     body = await run_tool(d, token, sid, "r2", "edit_file", {"path": "src/f.txt", "mode": "create", "content": "hi"})
     assert body["status"] == "ok" and (ws / "src" / "f.txt").read_text() == "hi"
+
+
+async def test_an_allowlist_leaves_job_list_read_and_stop_callable(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"*": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    (Path(project["workspace"]) / "src").mkdir()
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "job", {"action": "list"})
+    assert body["status"] == "ok", body
+    body = await run_tool(d, token, sid, "r2", "job", {"action": "start", "command": "true"})
+    assert body["error_code"] == "PATH_NOT_ALLOWED" and "cwd '.'" in body["content"][0]["text"]
+    body = await run_tool(d, token, sid, "r3", "run_command", {"command": "pwd"})
+    assert body["error_code"] == "PATH_NOT_ALLOWED"
+    body = await run_tool(d, token, sid, "r4", "run_command", {"command": "pwd", "cwd": "src"})
+    assert body["status"] == "ok", body

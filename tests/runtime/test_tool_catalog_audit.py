@@ -52,3 +52,15 @@ async def test_the_allowlist_reads_a_backslash_as_part_of_a_name_as_the_executor
         assert await code(cat, "edit", {"path": bad}) == "PATH_NOT_ALLOWED", bad
     for ok in ["src/f", "src/a\\b", "src/x\\..\\..\\f"]:  # (one name below src/, backslashes and all)
         assert await code(cat, "edit", {"path": ok}) is None, ok
+
+
+async def test_a_call_that_runs_no_command_has_no_cwd_to_check():
+    # A tool taking a cwd was checked at the root ("." ) whenever the call gave none, so with an
+    # allowlist of "src" the job tool could not even list, read or stop jobs.
+    job = spec("job", {"action": {"type": "string"}, "command": {"type": "string"}, "cwd": {"type": "string"},
+                       "job_id": {"type": "string"}})
+    cat = catalog([job], {"policy": {"job": {"workspaceAllowlist": ["src"]}}})
+    assert await code(cat, "job", {"action": "list"}) is None
+    assert await code(cat, "job", {"action": "read", "job_id": "j1"}) is None
+    assert await code(cat, "job", {"action": "start", "command": "make"}) == "PATH_NOT_ALLOWED"  # (runs at the root)
+    assert await code(cat, "job", {"action": "start", "command": "make", "cwd": "src"}) is None
