@@ -184,6 +184,20 @@ def _within(path: str, prefixes: Sequence[str]) -> bool:
     return False
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality (as JSON Schema's ``enum`` compares): ``true`` is not ``1``, ``1`` is ``1.0``.
+    Python's ``==`` takes ``True == 1`` and ``False == 0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
 def schema_digest(spec: ToolSpec) -> str:
     """A short digest of what the model is told about a tool (name, description, schema)."""
     text = json.dumps(spec.schema(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -378,7 +392,7 @@ class ToolCatalog:
                 if arg not in args:
                     continue  # (the tool's own default applies)
                 value = args[arg]
-                if r.get("enum") is not None and value not in r["enum"]:
+                if r.get("enum") is not None and not any(_same_json(value, e) for e in r["enum"]):
                     return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be one of "
                                             f"{json.dumps(r['enum'])[:300]}")
                 if r.get("min") is not None or r.get("max") is not None:

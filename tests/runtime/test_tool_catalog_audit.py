@@ -64,3 +64,14 @@ async def test_a_call_that_runs_no_command_has_no_cwd_to_check():
     assert await code(cat, "job", {"action": "read", "job_id": "j1"}) is None
     assert await code(cat, "job", {"action": "start", "command": "make"}) == "PATH_NOT_ALLOWED"  # (runs at the root)
     assert await code(cat, "job", {"action": "start", "command": "make", "cwd": "src"}) is None
+
+
+async def test_an_enum_restriction_compares_json_values():
+    # Python's == let true through an enum of [1] and false through [0] (also inside lists).
+    cat = catalog([spec("t")], {"policy": {"t": {"paramRestrictions": {
+        "n": {"enum": [0, 1]}, "flag": {"enum": [True]}, "pair": {"enum": [[1, 2]]}, "obj": {"enum": [{"a": 1}]}}}}})
+    for bad in [{"n": True}, {"n": False}, {"n": "1"}, {"flag": 1}, {"pair": [True, 2]}, {"obj": {"a": True}},
+                {"obj": {"a": 1, "b": 2}}]:
+        assert await code(cat, "t", bad) == "PARAM_NOT_ALLOWED", bad
+    for ok in [{"n": 0}, {"n": 1}, {"n": 1.0}, {"flag": True}, {"pair": [1, 2.0]}, {"obj": {"a": 1}}]:
+        assert await code(cat, "t", ok) is None, ok
