@@ -259,7 +259,9 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
             launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=launch.env, cwd=launch.cwd, start_new_session=True)
     except OSError as exc:
-        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}") from None
+        # (a cwd that cannot be entered fails the same way as a missing command: say which it was)
+        where = f" (working directory {launch.cwd!r})" if launch.cwd is not None and exc.filename == launch.cwd else ""
+        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}{where}: {exc.strerror or exc}") from None
     try:
         async with trio.open_nursery() as nursery:
             conn = Connection(proc, nursery, stderr, on_notification)
