@@ -9,7 +9,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
-it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``).
+it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``),
+``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found").
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
     ap.add_argument("--dotted", action="store_true")
+    ap.add_argument("--no-tools", action="store_true")
     opts = ap.parse_args()
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
@@ -149,8 +151,10 @@ def main() -> None:
         if method == "initialize":
             version = opts.protocol or params.get("protocolVersion")
             send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": version, "capabilities": {"tools": {"listChanged": True}},
+                "protocolVersion": version, "capabilities": {} if opts.no_tools else {"tools": {"listChanged": True}},
                 "serverInfo": {"name": "lens-test-server", "version": "1.0"}}})
+        elif method == "tools/list" and opts.no_tools:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
         elif method == "tools/list":
             start = int(params.get("cursor") or 0)
             page = TOOLS[start:start + opts.page_size]

@@ -213,3 +213,11 @@ async def test_a_working_directory_that_does_not_exist_is_named_as_the_cause(sta
     assert r.state("cwd")["status"] == "failed"
     assert r.state("cwd")["error"].endswith(f"(working directory {missing!r}): No such file or directory")
     assert r.state("cmd")["error"] == f"cannot start {str(tmp_path / 'no-such-cmd')!r}: No such file or directory"
+
+
+async def test_a_server_that_declares_no_tools_runs_with_none(start: Any) -> None:
+    # It was reported failed ("Method not found") after restarting maxRestarts times: tools/list
+    # was asked of a server whose capabilities offer no tools.
+    r = await start({"plain": srv("--no-tools")})
+    state = r.state("plain")
+    assert (state["status"], state["error"], state["toolCount"], state["restarts"]) == ("running", None, 0, 0)

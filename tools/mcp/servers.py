@@ -27,7 +27,7 @@ from runtime.mcp_config import McpServerConfig
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 
-from .client import Connection, Launch, McpError, StderrTail, open_connection
+from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
 from .results import to_tool_result
 
 log = logging.getLogger("lens.mcp")
@@ -197,7 +197,12 @@ class McpServers:
         tools: list[Any] = []
         cursor: Any = None
         for _ in range(MAX_PAGES):
-            page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
+            try:
+                page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
+            except RequestFailed:
+                if cursor is None and "tools" not in conn.capabilities:
+                    return []  # (a server that offers no tools, and says so: up, with none)
+                raise
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
                 raise McpError("MCP_START_FAILED", "tools/list answered without a list of tools")
             tools += page["tools"]
