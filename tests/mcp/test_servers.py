@@ -221,3 +221,22 @@ async def test_a_server_that_declares_no_tools_runs_with_none(start: Any) -> Non
     r = await start({"plain": srv("--no-tools")})
     state = r.state("plain")
     assert (state["status"], state["error"], state["toolCount"], state["restarts"]) == ("running", None, 0, 0)
+
+
+async def test_text_that_strict_json_refuses_is_cleaned_or_its_tool_left_out(start: Any) -> None:
+    # Python's JSON reader takes "\ud800" escapes and Infinity; the inventory's encoder and the
+    # SDKs' refuse them: GET /tools/inventory answered 500, and every model request offering such
+    # a tool failed (the actors crashed on a description, a request failed on the schema).
+    import msgspec
+
+    r = await start({"t": srv("--bad-json")})
+    state = r.state("t")
+    assert state["status"] == "running"
+    skipped = {s["name"]: s["reason"] for s in state["skippedTools"]}
+    assert "not sendable as JSON" in skipped["inf_schema"] and "not sendable as JSON" in skipped["sur_schema"]
+    assert skipped["bad?name"] == "the name holds spaces or control characters"
+    assert "mcp__t__odd_text" in state["tools"] and "mcp__t__echo" in state["tools"]
+    assert r.registry.get("mcp__t__odd_text").description == "text ? here"
+    msgspec.json.encode(r.servers.inventory())  # (raised UnicodeEncodeError)
+    res = await r.call("mcp__t__rpc_error")
+    assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: no?pe (JSON-RPC error ?)"

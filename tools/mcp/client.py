@@ -51,7 +51,9 @@ class RequestFailed(McpError):
     """The server answered a request with a JSON-RPC error."""
 
     def __init__(self, rpc_code: Any, message: str, data: Any = None) -> None:
-        super().__init__("MCP_REQUEST_FAILED", f"{message} (JSON-RPC error {rpc_code})")
+        text = f"{message} (JSON-RPC error {str(rpc_code)[:40]})"
+        # (made valid Unicode: a lone surrogate from a \ud800 escape could not be recorded or sent)
+        super().__init__("MCP_REQUEST_FAILED", text.encode("utf-8", "replace").decode("utf-8"))
         self.rpc_code = rpc_code
         self.data = data
 
