@@ -31,7 +31,7 @@ import msgspec
 
 from events import types as t
 
-from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec
+from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
 LIFECYCLES = ("current", "compat", "dead-candidate")
 SOURCES = ("native", "mcp")
@@ -126,6 +126,11 @@ def check_policy_map(policy: Mapping[str, ToolPolicy], where: str) -> None:
             for bound in (r.min, r.max):
                 if bound is not None and bound != bound:
                     raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: a bound is not a number")
+            # (a session's map is recorded in the log: an integer past 64 bits failed the append
+            # and crashed the session's actor, three times and it was quarantined)
+            problem = _unrecordable(r.enum) if r.enum is not None else None
+            if problem is not None:
+                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}.enum: the values {problem}")
 
 
 def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:

@@ -271,3 +271,21 @@ async def test_an_allowlist_leaves_job_list_read_and_stop_callable(daemon_factor
     assert body["error_code"] == "PATH_NOT_ALLOWED"
     body = await run_tool(d, token, sid, "r4", "run_command", {"command": "pwd", "cwd": "src"})
     assert body["status"] == "ok", body
+
+
+async def test_an_enum_value_the_log_cannot_hold_is_refused_not_a_crash(daemon_factory: DaemonFactory) -> None:
+    # An integer past 64 bits in a session's enum restriction failed the session.configured append:
+    # 503 SESSION_UNAVAILABLE, the actor restarted, and a third try quarantined the session.
+    d = await daemon_factory(config=FAUX)
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    big = '{"toolPolicy": {"x": {"paramRestrictions": {"a": {"enum": [1, 123456789012345678901234567890]}}}}}'
+    for _ in range(3):
+        r = await d.client.patch(f"/api/v1/sessions/{sid}", content=big,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+        assert "toolPolicy.x.paramRestrictions.a.enum: the values contain an integer outside 64 bits" in r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        "x": {"paramRestrictions": {"a": {"enum": [1, 2**63 - 1, -(2**63)]}}}}})
+    assert r.status_code == 200, r.text  # (at the edge of 64 bits)
+    assert (await d.view(token, sid))["status"] == "idle"

@@ -75,3 +75,13 @@ async def test_an_enum_restriction_compares_json_values():
         assert await code(cat, "t", bad) == "PARAM_NOT_ALLOWED", bad
     for ok in [{"n": 0}, {"n": 1}, {"n": 1.0}, {"flag": True}, {"pair": [1, 2.0]}, {"obj": {"a": 1}}]:
         assert await code(cat, "t", ok) is None, ok
+
+
+def test_a_config_enum_past_64_bits_is_refused_like_a_session_one():
+    import pytest
+
+    from runtime.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"tools.policy.t.paramRestrictions.n.enum: the values contain an integer outside 64 bits"):
+        parse_config('{"tools": {"policy": {"t": {"paramRestrictions": {"n": {"enum": [18446744073709551616]}}}}}}')
+    parse_config('{"tools": {"policy": {"t": {"paramRestrictions": {"n": {"enum": [9223372036854775807]}}}}}}')
