@@ -11,7 +11,8 @@ Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
 it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
-``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors).
+``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+a description that is not a string).
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def main() -> None:
                      {"name": "inf_schema", "inputSchema": {"type": "object", "properties": {
                          "n": {"type": "number", "maximum": float("inf")}}}},
                      {"name": "sur_schema", "inputSchema": {"type": "object", "properties": {"\udfff": {}}}},
-                     {"name": "bad\ud800name", "inputSchema": OBJ}]
+                     {"name": "bad\ud800name", "inputSchema": OBJ},
+                     {"name": "odd_desc", "description": {"not": "a string"}, "title": 5, "inputSchema": OBJ}]
     if opts.exit_at_start:
         sys.stderr.write("cannot start: missing settings\n")
         sys.exit(7)

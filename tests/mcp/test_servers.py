@@ -237,6 +237,7 @@ async def test_text_that_strict_json_refuses_is_cleaned_or_its_tool_left_out(sta
     assert skipped["bad?name"] == "the name holds spaces or control characters"
     assert "mcp__t__odd_text" in state["tools"] and "mcp__t__echo" in state["tools"]
     assert r.registry.get("mcp__t__odd_text").description == "text ? here"
+    assert r.registry.get("mcp__t__odd_desc").description == "odd_desc (MCP server t)"  # (was "{'not': 'a string'}")
     msgspec.json.encode(r.servers.inventory())  # (raised UnicodeEncodeError)
     res = await r.call("mcp__t__rpc_error")
     assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: no?pe (JSON-RPC error ?)"

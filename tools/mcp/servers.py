@@ -228,11 +228,12 @@ class McpServers:
                 continue
             seen.add(name)
             annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
+            text = [v for v in (raw.get("description"), raw.get("title")) if isinstance(v, str) and v]
             # (text a provider and the inventory send as JSON: a lone surrogate made every model
             # request of every session fail, and GET /tools/inventory answer 500)
             spec = ToolSpec(
                 name=tool_id(s.name, name),
-                description=_clean(raw.get("description") or raw.get("title") or f"{name} (MCP server {s.name})")[:MAX_DESCRIPTION],
+                description=_clean((text or [f"{name} (MCP server {s.name})"])[0])[:MAX_DESCRIPTION],
                 input_schema=raw["inputSchema"], run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
