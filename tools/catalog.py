@@ -386,9 +386,10 @@ class ToolCatalog:
                 props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
                 for arg in PATH_ARGUMENTS:
                     value = args.get(arg)
-                    if value is None and arg == "cwd" and isinstance(props, dict) and "cwd" in props and "command" in args:
-                        # (a command without a cwd runs at the workspace root; a call that runs
-                        # none, such as job list/read/stop, has no directory to check)
+                    # (a command without a cwd runs at the workspace root; a call that runs none,
+                    # such as job list/read/stop, has no directory to check)
+                    takes_cwd = isinstance(props, dict) and "cwd" in props
+                    if value is None and arg == "cwd" and takes_cwd and "command" in args:
                         value = "."
                     if isinstance(value, str) and not _within(value, prefixes):
                         return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "

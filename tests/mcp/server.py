@@ -9,7 +9,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
-it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``),
+it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
+``--dotted`` (adds ``some.tool``),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
 ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).

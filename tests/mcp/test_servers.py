@@ -208,8 +208,8 @@ async def test_a_call_cancelled_while_the_server_is_being_stopped_ends_cancelled
 async def test_a_working_directory_that_does_not_exist_is_named_as_the_cause(start: Any, tmp_path: Path) -> None:
     # Both failed as "cannot start '<python>': No such file or directory", which blamed the command.
     missing = str(tmp_path / "no-such-dir")
-    r = await start({"cwd": srv(cwd=missing, max_restarts=0), "cmd": McpServerConfig(command=str(tmp_path / "no-such-cmd"),
-                                                                                     max_restarts=0)})
+    no_cmd = McpServerConfig(command=str(tmp_path / "no-such-cmd"), max_restarts=0)
+    r = await start({"cwd": srv(cwd=missing, max_restarts=0), "cmd": no_cmd})
     assert r.state("cwd")["status"] == "failed"
     assert r.state("cwd")["error"].endswith(f"(working directory {missing!r}): No such file or directory")
     assert r.state("cmd")["error"] == f"cannot start {str(tmp_path / 'no-such-cmd')!r}: No such file or directory"

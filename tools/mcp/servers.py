@@ -303,7 +303,8 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return "inputSchema is not a JSON object schema (type: object)"
     if not _json_text(schema):
-        return "inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): not sendable as JSON"
+        return ("inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): "
+                "not sendable as JSON")
     return None
 
 
