@@ -38,7 +38,7 @@ from projections.session_state import (
 )
 from projections.snapshots import SnapshotStore
 from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
-from tools.catalog import REFUSALS, ToolCatalog
+from tools.catalog import MAX_POLICY_ENTRIES, REFUSALS, ToolCatalog
 
 from . import decide as d
 from . import jobs as j
@@ -51,6 +51,7 @@ from .errors import (
     SessionGone,
     SessionNotFound,
     SessionQuarantined,
+    SettingsInvalid,
 )
 from .providers.base import Delta, ModelRequest, ProviderError, well_formed
 from .providers.catalog import ProviderCatalog
@@ -555,8 +556,12 @@ class SessionActor:
             settings = dict(cmd.settings)
             tool_policy = settings.pop("toolPolicy", None)
             settings = wc.changed_settings(s, settings)
-            if tool_policy is not None and (merge_tool_policy(s.settings.get("toolPolicy"), tool_policy)
-                                            != (s.settings.get("toolPolicy") or {})):
+            merged = merge_tool_policy(s.settings.get("toolPolicy"), tool_policy) if tool_policy is not None else None
+            if merged is not None and len(merged) > MAX_POLICY_ENTRIES:
+                # (each patch is checked alone; the map they build must keep the limit too)
+                raise SettingsInvalid(f"toolPolicy would hold {len(merged)} entries, more than {MAX_POLICY_ENTRIES}: "
+                                      f"remove some (an entry set to null removes it)")
+            if merged is not None and merged != (s.settings.get("toolPolicy") or {}):
                 settings["toolPolicy"] = tool_policy  # (a patch: runtime overrides, F-TOOL-2)
             if model is not None or level is not None or settings:
                 await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings))])

@@ -11,6 +11,7 @@
     ├── AnswerInvalid          ANSWER_INVALID (422)
     ├── JobNotFound            JOB_NOT_FOUND (404); JobNotRunning JOB_FINISHED (409)
     ├── InvalidCommand         INVALID_ARGUMENT (400)
+    ├── SettingsInvalid        VALIDATION_FAILED (422): a session setting the merge would break
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
     ├── SkillUnavailable       SKILL_NOT_FOUND / SKILL_INVALID / NO_WORKSPACE (422), SKILL_UNAVAILABLE (503)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
@@ -47,6 +48,13 @@ class InputNotQueued(LensError):
 
 class InvalidCommand(LensError):
     code = "INVALID_ARGUMENT"
+
+
+class SettingsInvalid(LensError):
+    """A session configuration change that is well-formed alone but not with what the session
+    already holds (a ``toolPolicy`` patch that would take the map past its entry limit)."""
+
+    code = "VALIDATION_FAILED"
 
 
 class ModelUnavailable(LensError):

@@ -12,7 +12,7 @@ import re
 
 import msgspec
 
-SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")  # whole strings only; "__" also refused
+SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")  # whole strings only; "__" and a trailing "_" also refused
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 
 
@@ -32,9 +32,11 @@ def check_mcp_servers(servers: dict[str, McpServerConfig], where: str, error: ty
     """Raise ``error`` naming the first server entry that cannot be used."""
     for name, s in servers.items():
         key = f"{where}: mcpServers[{name[:40]!r}]"
-        if not SERVER_NAME_RE.fullmatch(name) or "__" in name:
-            raise error(f"{key}: a server name is 1 to 32 letters, digits, '_' or '-', without '__' "
-                        f"(its tools are named mcp__<server>__<tool>)")
+        # (a trailing '_' would also make one name of two tools: server "a_" tool "_b" and
+        # server "a" tool "__b" are both mcp__a____b)
+        if not SERVER_NAME_RE.fullmatch(name) or "__" in name or name.endswith("_"):
+            raise error(f"{key}: a server name is 1 to 32 letters, digits, '_' or '-', without '__' and not "
+                        f"ending in '_' (its tools are named mcp__<server>__<tool>)")
         if not s.command or "\0" in s.command:
             raise error(f"{key}: command must be a non-empty program name or path")
         if any("\0" in a for a in s.args):

@@ -31,7 +31,7 @@ import msgspec
 
 from events import types as t
 
-from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec
+from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
 LIFECYCLES = ("current", "compat", "dead-candidate")
 SOURCES = ("native", "mcp")
@@ -126,6 +126,11 @@ def check_policy_map(policy: Mapping[str, ToolPolicy], where: str) -> None:
             for bound in (r.min, r.max):
                 if bound is not None and bound != bound:
                     raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: a bound is not a number")
+            # (a session's map is recorded in the log: an integer past 64 bits failed the append
+            # and crashed the session's actor, three times and it was quarantined)
+            problem = _unrecordable(r.enum) if r.enum is not None else None
+            if problem is not None:
+                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}.enum: the values {problem}")
 
 
 def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:
@@ -136,6 +141,19 @@ def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:
         raise PolicyError(f"{where}: {exc}") from None
     check_policy_map(policy, where)
     return policy
+
+
+def stored_policy_map(saved: Mapping[str, Any]) -> dict[str, ToolPolicy]:
+    """A saved map (``session.configured`` settings, as folded) for use: its entries were checked
+    when saved. One that no longer converts is left out alone; the others still apply (dropping
+    the whole map would drop the restrictions it holds too)."""
+    out: dict[str, ToolPolicy] = {}
+    for name, entry in saved.items():
+        try:
+            out[name] = msgspec.convert(entry, ToolPolicy)
+        except msgspec.ValidationError:
+            continue
+    return out
 
 
 def policy_json(policy: Mapping[str, ToolPolicy]) -> dict[str, Any]:
@@ -149,10 +167,12 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
 
 def _normal(path: str) -> str | None:
     """A workspace-relative path normalised (``.`` for the root), or None when it is absolute or
-    leaves the workspace (``..``)."""
-    if not path or "\0" in path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+    leaves the workspace (``..``). Read as the executor reads it: ``/`` is the only separator (a
+    backslash is part of a name there, so ``a\\..\\src\\f`` is one file at the root, never
+    ``src/f``)."""
+    if not path or "\0" in path or path.startswith("/") or re.match(r"^[A-Za-z]:", path):
         return None if path else "."
-    norm = posixpath.normpath(path.replace("\\", "/"))
+    norm = posixpath.normpath(path)
     if norm == ".." or norm.startswith("../"):
         return None
     return norm
@@ -167,6 +187,20 @@ def _within(path: str, prefixes: Sequence[str]) -> bool:
         if p is not None and (p == "." or norm == p or norm.startswith(p + "/")):
             return True
     return False
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality (as JSON Schema's ``enum`` compares): ``true`` is not ``1``, ``1`` is ``1.0``.
+    Python's ``==`` takes ``True == 1`` and ``False == 0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
 
 
 def schema_digest(spec: ToolSpec) -> str:
@@ -310,10 +344,7 @@ class ToolCatalog:
         out = {f: {"value": v, "source": "default"} for f, v in POLICY_DEFAULTS.items()}
         layers: list[tuple[str, Mapping[str, ToolPolicy]]] = [("config", self.config.policy)]
         if session:
-            try:
-                layers.append(("session", parse_policy_map(session, "toolPolicy")))
-            except PolicyError:
-                pass  # (checked when saved; a stored map that no longer parses is ignored)
+            layers.append(("session", stored_policy_map(session)))
         for source, policy in layers:
             entries = [p for k, p in policy.items() if k != name and fnmatchcase(name, k)]
             if name in policy:
@@ -355,8 +386,11 @@ class ToolCatalog:
                 props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
                 for arg in PATH_ARGUMENTS:
                     value = args.get(arg)
-                    if value is None and arg == "cwd" and isinstance(props, dict) and "cwd" in props:
-                        value = "."  # (no cwd: the command runs at the workspace root)
+                    # (a command without a cwd runs at the workspace root; a call that runs none,
+                    # such as job list/read/stop, has no directory to check)
+                    takes_cwd = isinstance(props, dict) and "cwd" in props
+                    if value is None and arg == "cwd" and takes_cwd and "command" in args:
+                        value = "."
                     if isinstance(value, str) and not _within(value, prefixes):
                         return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
                                                 f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")
@@ -364,7 +398,7 @@ class ToolCatalog:
                 if arg not in args:
                     continue  # (the tool's own default applies)
                 value = args[arg]
-                if r.get("enum") is not None and value not in r["enum"]:
+                if r.get("enum") is not None and not any(_same_json(value, e) for e in r["enum"]):
                     return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be one of "
                                             f"{json.dumps(r['enum'])[:300]}")
                 if r.get("min") is not None or r.get("max") is not None:

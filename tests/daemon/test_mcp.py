@@ -193,3 +193,29 @@ async def test_a_daemon_stopped_during_an_mcp_call_reports_it_interrupted_at_the
     await d2.wait_idle(token, sid)
     bodies = finished(await d2.events(token, sid))
     assert [(b["name"], b["error_code"]) for b in bodies] == [("mcp__t__slow", "INTERRUPTED")]
+
+
+async def test_a_server_writing_text_strict_json_refuses_breaks_neither_the_inventory_nor_the_sessions(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # A tool description holding a lone surrogate crashed every session's actor at its first model
+    # request (quarantined after 3 tries), an infinite number in a schema failed every request, and
+    # the inventory answered 500.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(chat_stream(text="fine"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"t": server("--bad-json")}})
+    token = await d.pair("mcp-client", strong=True)
+    r = await d.get("/tools/inventory", token)
+    assert r.status_code == 200, r.text
+    servers = r.json()["mcpServers"]
+    assert servers[0]["serverInfo"]["name"] == "lens-test-server?"
+    assert {"inf_schema", "sur_schema"} <= {s["name"] for s in servers[0]["skippedTools"]}
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    view = await d.wait_idle(token, sid)
+    kinds = [e["kind"] for e in await d.events(token, sid)]
+    assert view["status"] == "idle" and "model.responded" in kinds and "model.failed" not in kinds, kinds
+    offered = {tool["function"]["name"]: tool["function"] for tool in loop.bodies[0]["tools"]}
+    assert offered["mcp__t__odd_text"]["description"] == "text ? here" and "mcp__t__inf_schema" not in offered

@@ -215,3 +215,77 @@ async def test_loads_belong_to_the_agent_and_a_subagent_naming_a_deferred_tool_h
     assert body["status"] == "ok"
     body = await run_tool(d, token, sid, "r4", "get_system_time", {})
     assert body["error_code"] == "TOOL_NOT_LOADED"
+
+
+async def test_patches_cannot_take_a_session_tool_policy_past_1000_entries(daemon_factory: DaemonFactory) -> None:
+    # Each patch was checked alone: two of 1000 entries built a map of 2001, which the planes then
+    # refused to read, so the session's restrictions (here: a disabled tool) silently stopped.
+    d = await daemon_factory(config=FAUX)
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"get_system_time": {"enabled": False}}})
+    assert r.status_code == 200, r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        f"x{i}": {"approval": "warn"} for i in range(999)}})
+    assert r.status_code == 200, r.text  # (1000 entries: at the limit)
+    configured = sum(e["kind"] == "session.configured" for e in await d.events(token, sid))
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"y": {"approval": "warn"}},
+                                                                       "thinkingLevel": "high"})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+    assert "1001 entries" in r.json()["error"]["message"]
+    assert configured == sum(e["kind"] == "session.configured" for e in await d.events(token, sid))  # (nothing of it)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"x0": None, "y": {"approval": "warn"}}})
+    assert r.status_code == 200, r.text  # (one removed, one added: still 1000)
+    inv = await inventory(d, token, sid)
+    assert len(inv["sessionToolPolicy"]) == 1000
+    assert inv["executionProfile"]["get_system_time"]["enabled"] == {"value": False, "source": "session"}
+    body = await run_tool(d, token, sid, "r1", "get_system_time", {})
+    assert body["error_code"] == "TOOL_DISABLED"
+
+
+async def test_a_backslashed_path_does_not_pass_the_workspace_allowlist(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"edit_file": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "src").mkdir()
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "edit_file", {"path": "x\\..\\src\\f.txt", "mode": "create", "content": "hi"})
+    assert body["error_code"] == "PATH_NOT_ALLOWED", body
+    assert sorted(p.name for p in ws.iterdir()) == ["src"]  # (the executor would have made "x\..\src\f.txt" here)
+    body = await run_tool(d, token, sid, "r2", "edit_file", {"path": "src/f.txt", "mode": "create", "content": "hi"})
+    assert body["status"] == "ok" and (ws / "src" / "f.txt").read_text() == "hi"
+
+
+async def test_an_allowlist_leaves_job_list_read_and_stop_callable(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"*": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    (Path(project["workspace"]) / "src").mkdir()
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "job", {"action": "list"})
+    assert body["status"] == "ok", body
+    body = await run_tool(d, token, sid, "r2", "job", {"action": "start", "command": "true"})
+    assert body["error_code"] == "PATH_NOT_ALLOWED" and "cwd '.'" in body["content"][0]["text"]
+    body = await run_tool(d, token, sid, "r3", "run_command", {"command": "pwd"})
+    assert body["error_code"] == "PATH_NOT_ALLOWED"
+    body = await run_tool(d, token, sid, "r4", "run_command", {"command": "pwd", "cwd": "src"})
+    assert body["status"] == "ok", body
+
+
+async def test_an_enum_value_the_log_cannot_hold_is_refused_not_a_crash(daemon_factory: DaemonFactory) -> None:
+    # An integer past 64 bits in a session's enum restriction failed the session.configured append:
+    # 503 SESSION_UNAVAILABLE, the actor restarted, and a third try quarantined the session.
+    d = await daemon_factory(config=FAUX)
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    big = '{"toolPolicy": {"x": {"paramRestrictions": {"a": {"enum": [1, 123456789012345678901234567890]}}}}}'
+    for _ in range(3):
+        r = await d.client.patch(f"/api/v1/sessions/{sid}", content=big,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+        assert "toolPolicy.x.paramRestrictions.a.enum: the values contain an integer outside 64 bits" in r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        "x": {"paramRestrictions": {"a": {"enum": [1, 2**63 - 1, -(2**63)]}}}}})
+    assert r.status_code == 200, r.text  # (at the edge of 64 bits)
+    assert (await d.view(token, sid))["status"] == "idle"

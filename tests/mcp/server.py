@@ -9,7 +9,11 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
-it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``, ``--dotted`` (adds ``some.tool``).
+it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
+``--dotted`` (adds ``some.tool``),
+``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
+``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+a description that is not a string).
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
     elif name == "fail":
         result = {"content": [{"type": "text", "text": "it failed on purpose"}], "isError": True}
     elif name == "rpc_error":
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": "nope"}})
+        message = "no\ud800pe" if opts.bad_json else "nope"
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": "\udfff" if opts.bad_json else -32000, "message": message}})
         return
     elif name == "crash":
         sys.stderr.write("crashing now, on purpose\n")
@@ -125,9 +130,18 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
     ap.add_argument("--dotted", action="store_true")
+    ap.add_argument("--no-tools", action="store_true")
+    ap.add_argument("--bad-json", action="store_true")
     opts = ap.parse_args()
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
+    if opts.bad_json:  # what Python's JSON reader takes and strict JSON writers refuse (written as escapes)
+        TOOLS[:0] = [{"name": "odd_text", "description": "text \ud800 here", "inputSchema": OBJ},
+                     {"name": "inf_schema", "inputSchema": {"type": "object", "properties": {
+                         "n": {"type": "number", "maximum": float("inf")}}}},
+                     {"name": "sur_schema", "inputSchema": {"type": "object", "properties": {"\udfff": {}}}},
+                     {"name": "bad\ud800name", "inputSchema": OBJ},
+                     {"name": "odd_desc", "description": {"not": "a string"}, "title": 5, "inputSchema": OBJ}]
     if opts.exit_at_start:
         sys.stderr.write("cannot start: missing settings\n")
         sys.exit(7)
@@ -149,8 +163,10 @@ def main() -> None:
         if method == "initialize":
             version = opts.protocol or params.get("protocolVersion")
             send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": version, "capabilities": {"tools": {"listChanged": True}},
-                "serverInfo": {"name": "lens-test-server", "version": "1.0"}}})
+                "protocolVersion": version, "capabilities": {} if opts.no_tools else {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "lens-test-server" + ("\ud800" if opts.bad_json else ""), "version": "1.0"}}})
+        elif method == "tools/list" and opts.no_tools:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
         elif method == "tools/list":
             start = int(params.get("cursor") or 0)
             page = TOOLS[start:start + opts.page_size]

@@ -166,6 +166,7 @@ async def test_the_environment_is_the_base_plus_what_is_named(start: Any, monkey
 @pytest.mark.parametrize(("servers", "words"), [
     ({"a b": {"command": "x"}}, ["mcpServers['a b']", "1 to 32 letters"]),
     ({"a__b": {"command": "x"}}, ["mcpServers['a__b']", "without '__'"]),
+    ({"a_": {"command": "x"}}, ["mcpServers['a_']", "not ending in '_'"]),  # (a_ + _b = a + __b)
     ({"x" * 33: {"command": "x"}}, ["1 to 32"]),
     ({"a": {"command": ""}}, ["mcpServers['a']: command must be"]),
     ({"a": {}}, ["missing required field `command`"]),
@@ -202,3 +203,41 @@ async def test_a_call_cancelled_while_the_server_is_being_stopped_ends_cancelled
         conn.proc.stdin.close()  # what stopping the server does first
         scope.cancel()
     assert outcome == ["cancelled"]
+
+
+async def test_a_working_directory_that_does_not_exist_is_named_as_the_cause(start: Any, tmp_path: Path) -> None:
+    # Both failed as "cannot start '<python>': No such file or directory", which blamed the command.
+    missing = str(tmp_path / "no-such-dir")
+    no_cmd = McpServerConfig(command=str(tmp_path / "no-such-cmd"), max_restarts=0)
+    r = await start({"cwd": srv(cwd=missing, max_restarts=0), "cmd": no_cmd})
+    assert r.state("cwd")["status"] == "failed"
+    assert r.state("cwd")["error"].endswith(f"(working directory {missing!r}): No such file or directory")
+    assert r.state("cmd")["error"] == f"cannot start {str(tmp_path / 'no-such-cmd')!r}: No such file or directory"
+
+
+async def test_a_server_that_declares_no_tools_runs_with_none(start: Any) -> None:
+    # It was reported failed ("Method not found") after restarting maxRestarts times: tools/list
+    # was asked of a server whose capabilities offer no tools.
+    r = await start({"plain": srv("--no-tools")})
+    state = r.state("plain")
+    assert (state["status"], state["error"], state["toolCount"], state["restarts"]) == ("running", None, 0, 0)
+
+
+async def test_text_that_strict_json_refuses_is_cleaned_or_its_tool_left_out(start: Any) -> None:
+    # Python's JSON reader takes "\ud800" escapes and Infinity; the inventory's encoder and the
+    # SDKs' refuse them: GET /tools/inventory answered 500, and every model request offering such
+    # a tool failed (the actors crashed on a description, a request failed on the schema).
+    import msgspec
+
+    r = await start({"t": srv("--bad-json")})
+    state = r.state("t")
+    assert state["status"] == "running"
+    skipped = {s["name"]: s["reason"] for s in state["skippedTools"]}
+    assert "not sendable as JSON" in skipped["inf_schema"] and "not sendable as JSON" in skipped["sur_schema"]
+    assert skipped["bad?name"] == "the name holds spaces or control characters"
+    assert "mcp__t__odd_text" in state["tools"] and "mcp__t__echo" in state["tools"]
+    assert r.registry.get("mcp__t__odd_text").description == "text ? here"
+    assert r.registry.get("mcp__t__odd_desc").description == "odd_desc (MCP server t)"  # (was "{'not': 'a string'}")
+    msgspec.json.encode(r.servers.inventory())  # (raised UnicodeEncodeError)
+    res = await r.call("mcp__t__rpc_error")
+    assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: no?pe (JSON-RPC error ?)"

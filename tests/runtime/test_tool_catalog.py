@@ -224,7 +224,8 @@ async def test_calls_outside_the_policy_are_refused_before_the_tool_runs():
     cmd = catalog([ToolSpec("cmd", "", {"type": "object", "properties": {"cwd": {"type": "string"}}}, _ok)],
                   {"policy": {"cmd": {"workspaceAllowlist": ["build"]}}})
     assert (await run_checked(cmd, "cmd", {"cwd": "build/x"})).error_code is None
-    assert (await run_checked(cmd, "cmd", {})).error_code == "PATH_NOT_ALLOWED"  # (no cwd: the root)
+    assert (await run_checked(cmd, "cmd", {"command": "x"})).error_code == "PATH_NOT_ALLOWED"  # (no cwd: the root)
+    assert (await run_checked(cmd, "cmd", {})).error_code is None  # (no command run: no directory to check)
     assert (await run_checked(cmd, "cmd", {"cwd": ""})).error_code == "PATH_NOT_ALLOWED"
     ran = await run_checked(cat, "run", {"timeout_ms": 5})
     assert ran.is_error and "at least 10" in ran.content[0].text

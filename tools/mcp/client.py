@@ -51,7 +51,9 @@ class RequestFailed(McpError):
     """The server answered a request with a JSON-RPC error."""
 
     def __init__(self, rpc_code: Any, message: str, data: Any = None) -> None:
-        super().__init__("MCP_REQUEST_FAILED", f"{message} (JSON-RPC error {rpc_code})")
+        text = f"{message} (JSON-RPC error {str(rpc_code)[:40]})"
+        # (made valid Unicode: a lone surrogate from a \ud800 escape could not be recorded or sent)
+        super().__init__("MCP_REQUEST_FAILED", text.encode("utf-8", "replace").decode("utf-8"))
         self.rpc_code = rpc_code
         self.data = data
 
@@ -259,7 +261,9 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
             launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=launch.env, cwd=launch.cwd, start_new_session=True)
     except OSError as exc:
-        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}") from None
+        # (a cwd that cannot be entered fails the same way as a missing command: say which it was)
+        where = f" (working directory {launch.cwd!r})" if launch.cwd is not None and exc.filename == launch.cwd else ""
+        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}{where}: {exc.strerror or exc}") from None
     try:
         async with trio.open_nursery() as nursery:
             conn = Connection(proc, nursery, stderr, on_notification)

@@ -16,6 +16,7 @@ tool of a server that is not running answers ``MCP_SERVER_UNAVAILABLE``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ from runtime.mcp_config import McpServerConfig
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 
-from .client import Connection, Launch, McpError, StderrTail, open_connection
-from .results import to_tool_result
+from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
+from .results import _clean, to_tool_result
 
 log = logging.getLogger("lens.mcp")
 
@@ -197,7 +198,12 @@ class McpServers:
         tools: list[Any] = []
         cursor: Any = None
         for _ in range(MAX_PAGES):
-            page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
+            try:
+                page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
+            except RequestFailed:
+                if cursor is None and "tools" not in conn.capabilities:
+                    return []  # (a server that offers no tools, and says so: up, with none)
+                raise
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
                 raise McpError("MCP_START_FAILED", "tools/list answered without a list of tools")
             tools += page["tools"]
@@ -218,13 +224,16 @@ class McpServers:
             if reason is None and len(s.tools) >= MAX_TOOLS:
                 reason = f"more than {MAX_TOOLS} tools"
             if reason is not None:
-                s.skipped.append({"name": label[:MAX_TOOL_NAME], "reason": reason})
+                s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
                 continue
             seen.add(name)
             annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
+            text = [v for v in (raw.get("description"), raw.get("title")) if isinstance(v, str) and v]
+            # (text a provider and the inventory send as JSON: a lone surrogate made every model
+            # request of every session fail, and GET /tools/inventory answer 500)
             spec = ToolSpec(
                 name=tool_id(s.name, name),
-                description=str(raw.get("description") or raw.get("title") or f"{name} (MCP server {s.name})")[:MAX_DESCRIPTION],
+                description=_clean((text or [f"{name} (MCP server {s.name})"])[0])[:MAX_DESCRIPTION],
                 input_schema=raw["inputSchema"], run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
@@ -293,7 +302,33 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     schema = raw.get("inputSchema")
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return "inputSchema is not a JSON object schema (type: object)"
+    if not _json_text(schema):
+        return ("inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): "
+                "not sendable as JSON")
     return None
+
+
+def _json_text(value: Any) -> bool:
+    """Whether ``value`` (as Python's JSON parser read it) can be written back as strict JSON:
+    no lone UTF-16 surrogate (from a ``\\ud800`` escape) and no NaN or infinite number, which
+    the SDKs' encoders refuse (every model request offering the tool would fail)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                return False
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
 
 
 def _first(group: BaseExceptionGroup) -> Any:
@@ -302,4 +337,4 @@ def _first(group: BaseExceptionGroup) -> Any:
 
 
 def _short_info(info: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(info[k])[:200] for k in ("name", "title", "version") if k in info}
+    return {k: _clean(info[k])[:200] for k in ("name", "title", "version") if k in info}
