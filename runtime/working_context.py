@@ -59,6 +59,12 @@ COMPACTION_INSTRUCTION = (
     "error messages exact. Answer with the summary only."
 )
 MAX_EDIT_IDS = 1000
+# Stop reasons (as the providers normalize them) of an answer that is no complete summary.
+UNFINISHED_SUMMARY = {
+    "max_tokens": "cut off at the model's output limit",
+    "refusal": "the model refused",
+    "content_filter": "cut by the provider's content filter",
+}
 
 # (session.configured ``settings`` key, HTTP field, type, lowest, highest)
 SETTINGS: tuple[tuple[str, str, type, int, int], ...] = (
@@ -261,6 +267,11 @@ class WorkingContextOps:
         summary = result.text.strip()
         if not summary:
             raise ContextError("COMPACTION_FAILED", "the model answered the summarizing request with no text")
+        if result.stop_reason in UNFINISHED_SUMMARY:
+            # A summary cut off at the output limit (or a refusal) would replace the conversation
+            # with part of what it should say: nothing is recorded, the context stays as it is.
+            raise ContextError("COMPACTION_FAILED", f"the summary is not complete (stop reason {result.stop_reason}: "
+                                                    f"{UNFINISHED_SUMMARY[result.stop_reason]})")
 
         def decide() -> list[Any]:
             now = self._state().agents[agent_id]
