@@ -66,6 +66,9 @@ UNFINISHED_SUMMARY = {
     "content_filter": "cut by the provider's content filter",
 }
 
+# The ``item_marks`` of the items the next model request sees (a pruned result as its placeholder).
+IN_CONTEXT = ("visible", "included", "pruned")
+
 # (session.configured ``settings`` key, HTTP field, type, lowest, highest)
 SETTINGS: tuple[tuple[str, str, type, int, int], ...] = (
     ("auto_compaction", "autoCompaction", bool, 0, 1),
@@ -330,9 +333,10 @@ class WorkingContextOps:
                            and it.id not in agent.snipped and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
             older = with_images[:max(len(with_images) - cmd.keep_images, 0)]
             wanted += [i for i in older if i not in wanted]
-        snipped = set(agent.snipped)
-        included = set(agent.included)
-        return [i for i in wanted if i not in snipped or i in included]
+        # Only what the next request sees can be taken out of it: an item already out (snipped,
+        # replaced by a summary, hidden, gone with its call) records nothing (``changed: false``).
+        marks = item_marks(agent)
+        return [i for i in wanted if marks.get(i) in IN_CONTEXT]
 
     def _include_ids(self, cmd: EditContext) -> list[str]:
         agent = self._agent(cmd.agent_id)

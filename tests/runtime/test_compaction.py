@@ -433,6 +433,32 @@ async def test_snip_by_id_and_bad_ids(runtime_factory, autojump_clock):
             assert await rt.kinds(sid) == kinds  # nothing recorded
 
 
+async def test_a_snip_of_an_item_already_out_of_the_working_context_records_nothing(runtime_factory, autojump_clock):
+    async with runtime_factory(script=[SUMMARY]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "/tool get_system_time {}")
+        user, call, result = st.agents["main"].items[:3]
+        assert (user.role, call.role, result.role) == ("user", "tool_call", "tool_result")
+        await rt.call(sid, Compact())
+        await rt.run_to_idle(sid, "r2", "next")
+        # Another out by a snip: its call (its result goes with it).
+        await rt.call(sid, EditContext("snip", (call.id,)))
+        working = [it.id for it in working_context((await rt.state(sid)).agents["main"])]
+        kinds = await rt.kinds(sid)
+        for ids in [(user.id,), (result.id,), (call.id,), (user.id, result.id)]:
+            # (a compacted item was recorded as snipped and answered changed: true, the request unchanged)
+            res = await rt.call(sid, EditContext("snip", ids))
+            assert (res["changed"], res["seq"], res["itemIds"]) == (False, None, []), ids
+        assert await rt.kinds(sid) == kinds
+        main = (await rt.state(sid)).agents["main"]
+        assert [it.id for it in working_context(main)] == working
+        assert (item_marks(main)[user.id], item_marks(main)[result.id]) == ("compacted", "compacted")
+        # What the next request sees is still taken out, one id at a time or with others.
+        last = working[-1]
+        res = await rt.call(sid, EditContext("snip", (user.id, last)))
+        assert (res["changed"], res["itemIds"]) == (True, [last])
+
+
 # --------------------------------------------------------------------------- replay
 
 
