@@ -10,7 +10,9 @@ Every operation is recorded, so replay rebuilds the same Working Context
   Context item but system instructions is replaced by the summary. The summarizing request is
   not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
   the conversation); its usage is in the event and counts in the session's usage. A compaction
-  that fails or is cut off records nothing.
+  that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
+  off at the output limit or refused, or the context moved on meanwhile) one
+  ``context.compaction_failed`` records why and what the request used.
 * **Automatic compaction**: before a model request, when the estimated request
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
@@ -250,7 +252,8 @@ class WorkingContextOps:
     async def compact(self, agent_id: str, task_id: str | None, trigger: Literal["manual", "auto"],
                       guard: Guard | None = None) -> dict[str, Any] | None:
         """Summarize ``agent_id``'s Working Context and record ``context.compacted``; its answer,
-        or ``None`` when the context changed meanwhile (nothing recorded). Raises
+        or ``None`` when the context changed meanwhile. An answer not used (then, or no text, or
+        cut off) is recorded as ``context.compaction_failed`` with its usage. Raises
         ``NOTHING_TO_COMPACT``, ``COMPACTION_FAILED``, or the model's ``ModelUnavailable``."""
         state = self._state()
         agent = state.agents.get(agent_id)
@@ -268,13 +271,25 @@ class WorkingContextOps:
         except ProviderError as exc:
             raise ContextError("COMPACTION_FAILED", f"the summarizing request failed: {exc.code}: {exc.message}") from None
         summary = result.text.strip()
+
+        async def unused(message: str) -> None:
+            # The provider answered (and counted what the request used): the answer is not used,
+            # the Working Context stays as it is, and the usage is recorded all the same.
+            await self._emit([self._scoped(t.ContextCompactionFailed(
+                code="COMPACTION_FAILED", message=message, trigger=trigger, usage=result.usage,
+                provider=provider.id, model=model_id), agent_id, task_id)])
+
         if not summary:
-            raise ContextError("COMPACTION_FAILED", "the model answered the summarizing request with no text")
+            message = "the model answered the summarizing request with no text"
+            await unused(message)
+            raise ContextError("COMPACTION_FAILED", message)
         if result.stop_reason in UNFINISHED_SUMMARY:
             # A summary cut off at the output limit (or a refusal) would replace the conversation
-            # with part of what it should say: nothing is recorded, the context stays as it is.
-            raise ContextError("COMPACTION_FAILED", f"the summary is not complete (stop reason {result.stop_reason}: "
-                                                    f"{UNFINISHED_SUMMARY[result.stop_reason]})")
+            # with part of what it should say.
+            message = (f"the summary is not complete (stop reason {result.stop_reason}: "
+                       f"{UNFINISHED_SUMMARY[result.stop_reason]})")
+            await unused(message)
+            raise ContextError("COMPACTION_FAILED", message)
 
         def decide() -> list[Any]:
             now = self._state().agents[agent_id]
@@ -286,6 +301,7 @@ class WorkingContextOps:
 
         res = await self._emit(guard(decide) if guard is not None else decide)
         if res is None:
+            await unused("the context changed while it was summarized; the summary was not used")
             return None
         return {"agentId": agent_id, "itemId": f"c{res.seq}", "seq": res.seq, "trigger": trigger,
                 "replacedItemIds": replaced, "summary": summary}

@@ -138,8 +138,15 @@ async def test_a_summary_cut_off_at_the_output_limit_is_not_recorded(protocol, s
         with pytest.raises(ContextError) as err:
             await sup.call(sid, Compact())
         assert err.value.code == "COMPACTION_FAILED" and "max_tokens" in err.value.message
-        # (half a summary replaced the whole conversation)
-        assert [e.kind for e in await events_of(sup, sid)] == before
+        # (half a summary replaced the whole conversation): the context is unchanged, and what
+        # the request used is recorded and counted.
+        evs = await events_of(sup, sid)
+        assert [e.kind for e in evs] == [*before, "context.compaction_failed"]
+        failed = evs[-1].event
+        assert (failed.code, failed.trigger, failed.provider, failed.model) == ("COMPACTION_FAILED", "manual",
+                                                                                provider.id, "m1")
+        assert failed.message == err.value.message and failed.usage.output_tokens == 4096
         state = await sup.call(sid, GetState())
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
+    assert state.usage.requests == 2 and state.usage.output_tokens == 20 + 4096
     assert len(server.bodies) == 2

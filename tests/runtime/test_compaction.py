@@ -169,6 +169,32 @@ async def test_a_failed_summarizing_request_records_nothing(runtime_factory, aut
         assert [it.role for it in working_context(st.agents["main"])] == ["user", "assistant"]
 
 
+async def test_a_summarizing_answer_not_used_still_counts_in_the_usage(runtime_factory, autojump_clock):
+    no_text = FauxTurn(when="Summarize the conversation so far", tool_calls=[FauxToolCall("get_system_time")],
+                       input_tokens=700, output_tokens=11, cache_read_tokens=500)
+    async with runtime_factory(script=[no_text]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "hello")
+        usage, kinds, working = st.usage, await rt.kinds(sid), working_context(st.agents["main"])
+        with pytest.raises(ContextError) as err:
+            await rt.call(sid, Compact())
+        assert err.value.code == "COMPACTION_FAILED" and "no text" in err.value.message
+        # (the provider answered and counted 700 + 11 tokens; the session's usage said nothing of them)
+        assert await rt.kinds(sid) == [*kinds, "context.compaction_failed"]
+        failed = one(await rt.events(sid), "context.compaction_failed").event
+        assert (failed.code, failed.trigger, failed.usage.input_tokens, failed.usage.cache_read_tokens) == (
+            "COMPACTION_FAILED", "manual", 700, 500)
+        st = await rt.state(sid)
+        assert working_context(st.agents["main"]) == working  # the Working Context is unchanged
+        assert (st.usage.requests, st.usage.input_tokens, st.usage.output_tokens) == (
+            usage.requests + 1, usage.input_tokens + 700, usage.output_tokens + 11)
+        assert st.usage.cache_read_tokens == 500 and st.usage.unreported["cache_read_tokens"] == 1
+
+    # The same after a restart.
+    async with runtime_factory(script=[no_text]) as rt:
+        assert msgspec.to_builtins((await rt.state(sid)).usage) == msgspec.to_builtins(st.usage)
+
+
 # --------------------------------------------------------------------------- automatic compaction
 
 WINDOW = 100_000
