@@ -293,8 +293,10 @@ class WorkingContextOps:
 
         def decide() -> list[Any]:
             now = self._state().agents[agent_id]
-            if len(now.items) != size:
-                return []  # the conversation moved on while it was summarized: decide again
+            if len(now.items) != size or working_context(now) != items:
+                # The conversation moved on, or the user snipped or included something, while it
+                # was summarized: the summary is of another context (decide again).
+                return []
             return [self._scoped(t.ContextCompacted(
                 summary=summary, replaced_item_ids=replaced, trigger=trigger, usage=result.usage,
                 provider=provider.id, model=model_id), agent_id, task_id)]

@@ -155,6 +155,38 @@ async def test_an_input_during_a_compaction_waits_for_it_and_an_abort_cancels_it
         assert await rt.kinds(sid) == kinds  # nothing recorded
 
 
+async def test_an_edit_of_the_working_context_during_a_compaction_is_not_undone_by_it(runtime_factory, autojump_clock):
+    slow = FauxTurn(when="Summarize the conversation so far", text=SUMMARY_TEXT, delay_ms=60_000, input_tokens=50)
+    async with runtime_factory(script=[slow]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "/tool get_system_time {}")
+        call, result = st.agents["main"].items[1:3]
+        await rt.call(sid, EditContext("snip", (result.id,)))
+        outcome: list = []
+
+        async def compact() -> None:
+            try:
+                outcome.append(await rt.call(sid, Compact()))
+            except ContextError as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            with frozen(autojump_clock):
+                nursery.start_soon(compact)
+                await rt.until(sid, lambda s: len(rt.faux.requests) == 3)  # the summarizing request is out
+                res = await rt.call(sid, EditContext("include", call_id=call.call.call_id))
+                assert res["changed"] is True
+        # (the compaction replaced the result the user had just included: it was out again)
+        assert isinstance(outcome[0], ContextError) and outcome[0].code == "COMPACTION_FAILED"
+        assert "changed" in outcome[0].message
+        st = await rt.state(sid)
+        assert not by_kind(await rt.events(sid), "context.compacted")
+        failed = one(await rt.events(sid), "context.compaction_failed").event
+        assert failed.usage.input_tokens == 50
+        assert item_marks(st.agents["main"])[result.id] == "included"
+        assert result.id in [it.id for it in working_context(st.agents["main"])]
+
+
 async def test_a_failed_summarizing_request_records_nothing(runtime_factory, autojump_clock):
     failing = FauxTurn(when="Summarize the conversation so far", error=FauxError("OVERLOADED", "try later"))
     async with runtime_factory(script=[failing]) as rt:
