@@ -517,6 +517,42 @@ async def test_a_snip_of_an_item_already_out_of_the_working_context_records_noth
         assert (res["changed"], res["itemIds"]) == (True, [last])
 
 
+async def test_describing_the_context_never_holds_the_sessions_other_commands(runtime_factory, autojump_clock):
+    async with runtime_factory() as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+
+        asked = trio.Event()
+
+        async def prompt_waiting_for_the_command(_project_id: str | None) -> list[str]:
+            # As the daemon's prompt does while a command holds the executor's write lock (a
+            # rebuild reads AGENTS.md under its read lock): it waits until that call has ended.
+            asked.set()
+            while not by_kind(await rt.events(sid), "tool.finished"):
+                await trio.sleep(1)
+            return ["You are a test agent."]
+
+        described: list = []
+
+        async def describe() -> None:
+            described.append(await rt.call(sid, DescribeContext()))
+
+        async with trio.open_nursery() as nursery:
+            with frozen(autojump_clock):
+                await rt.submit(sid, "busy", BUSY)
+                await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+                rt.deps.system_prompt_for = prompt_waiting_for_the_command
+                nursery.start_soon(describe)
+                await asked.wait()
+            aborted = await rt.call(sid, Abort())
+        # The abort was served at once and interrupted the call (it waited behind the describe,
+        # which waited for the call: the 10-minute sleep ran to its end first).
+        assert aborted["aborted"] is True
+        assert one(await rt.events(sid), "tool.finished").event.status == "interrupted"
+        assert described[0]["agentId"] == "main" and described[0]["estimatedTokens"] > 0
+        assert (await rt.idle(sid)).status == "idle"
+
+
 # --------------------------------------------------------------------------- replay
 
 
