@@ -312,6 +312,19 @@ class ContextCompacted(_Event, tag="context.compacted"):
     model: str = ""
 
 
+class ContextCompactionFailed(_Event, tag="context.compaction_failed"):
+    """A summarizing request the provider answered whose answer did not become a compaction (no
+    text, cut off at the output limit, refused, or the context moved on meanwhile): the Working
+    Context is unchanged; ``usage`` is what the request used, counted in the session's usage."""
+
+    code: str
+    message: str
+    trigger: Literal["manual", "auto"] = "manual"
+    usage: Usage = Usage()
+    provider: str = ""
+    model: str = ""
+
+
 # --------------------------------------------------------------------------- harness
 
 
@@ -401,6 +414,7 @@ Event = Union[
     InstructionAppended,
     ContextEdited,
     ContextCompacted,
+    ContextCompactionFailed,
     TodoUpdated,
     QuestionAsked,
     QuestionAnswered,

@@ -521,6 +521,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             replaced = set(ev.replaced_item_ids)
             a.included = [i for i in a.included if i not in replaced]
         _add_usage(state.usage, ev.usage)
+    elif isinstance(ev, t.ContextCompactionFailed):
+        _add_usage(state.usage, ev.usage)  # (a request answered and not used still counts)
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):

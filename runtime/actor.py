@@ -45,6 +45,7 @@ from . import jobs as j
 from . import working_context as wc
 from .config import ContextConfig
 from .errors import (
+    ActorUnavailable,
     InputNotQueued,
     InvalidCommand,
     LensError,
@@ -500,7 +501,7 @@ class SessionActor:
         if isinstance(cmd, wc.DescribeContext):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
-            return await self.context.describe(cmd.agent_id)
+            return self._describe_context(cmd, env)
         self._require_live()
         if isinstance(cmd, wc.EditContext):
             return await self.context.edit(cmd)
@@ -774,6 +775,27 @@ class SessionActor:
         if self.deps.system_prompt_for is not None:
             return await self.deps.system_prompt_for(self.state.project_id)
         return list(self.deps.system_prompt)
+
+    def _describe_context(self, cmd: wc.DescribeContext, env: Envelope) -> Any:
+        """``GET …/context``, answered from a task of its own: its estimate needs the system
+        prompt, whose rebuild reads the workspace's AGENTS.md under the executor's read lock and
+        so waits while a command holds the write lock. Served in the mailbox loop, that wait held
+        every later command of the session (an abort of that very command) until the command ended."""
+        if self._nursery is None:
+            raise ActorUnavailable(f"session {self.session_id!r} is not running; retry")
+
+        async def run() -> None:
+            try:
+                env.reply(await self.context.describe(cmd.agent_id))
+            except LensError as exc:
+                env.reply(error=exc)
+            except BaseException:
+                env.reply(error=ActorUnavailable(f"session {self.session_id!r} stopped while describing its "
+                                                 "context; retry"))
+                raise
+
+        self._nursery.start_soon(run)
+        return _DEFERRED
 
     def _compact_now(self, env: Envelope) -> Any:
         """A manual compaction of an idle session: it runs in the runner's place (an abort

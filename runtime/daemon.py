@@ -348,8 +348,9 @@ def read_home_agents_md(path: str) -> str | None:
 async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> str | None:
     """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote).
 
-    Missing file: ``None``. An executor that cannot be reached leaves the section out (logged);
-    the model request goes ahead without it rather than failing.
+    Missing file: ``None``; so is an ``AGENTS.md`` that is no file (a directory's listing is no
+    instructions). An executor that cannot be reached leaves the section out (logged); the model
+    request goes ahead without it rather than failing.
     """
     try:
         ex = await executors.get(project_id)
@@ -357,8 +358,11 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
         async with ex.lock.read():
             while len(text.encode()) < READ_LIMIT_BYTES:
                 out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
+                if out.result.get("kind") != "file":
+                    log.warning("project %s: AGENTS.md is not a file; left out of the system prompt", project_id)
+                    return None
                 text += out.result.get("content", "")
-                if out.result.get("eof", True) or out.result.get("kind") != "file":
+                if out.result.get("eof", True):
                     break
                 offset = out.result["next_offset"]
         return text

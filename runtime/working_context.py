@@ -10,7 +10,9 @@ Every operation is recorded, so replay rebuilds the same Working Context
   Context item but system instructions is replaced by the summary. The summarizing request is
   not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
   the conversation); its usage is in the event and counts in the session's usage. A compaction
-  that fails or is cut off records nothing.
+  that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
+  off at the output limit or refused, or the context moved on meanwhile) one
+  ``context.compaction_failed`` records why and what the request used.
 * **Automatic compaction**: before a model request, when the estimated request
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
@@ -59,6 +61,15 @@ COMPACTION_INSTRUCTION = (
     "error messages exact. Answer with the summary only."
 )
 MAX_EDIT_IDS = 1000
+# Stop reasons (as the providers normalize them) of an answer that is no complete summary.
+UNFINISHED_SUMMARY = {
+    "max_tokens": "cut off at the model's output limit",
+    "refusal": "the model refused",
+    "content_filter": "cut by the provider's content filter",
+}
+
+# The ``item_marks`` of the items the next model request sees (a pruned result as its placeholder).
+IN_CONTEXT = ("visible", "included", "pruned")
 
 # (session.configured ``settings`` key, HTTP field, type, lowest, highest)
 SETTINGS: tuple[tuple[str, str, type, int, int], ...] = (
@@ -241,7 +252,8 @@ class WorkingContextOps:
     async def compact(self, agent_id: str, task_id: str | None, trigger: Literal["manual", "auto"],
                       guard: Guard | None = None) -> dict[str, Any] | None:
         """Summarize ``agent_id``'s Working Context and record ``context.compacted``; its answer,
-        or ``None`` when the context changed meanwhile (nothing recorded). Raises
+        or ``None`` when the context changed meanwhile. An answer not used (then, or no text, or
+        cut off) is recorded as ``context.compaction_failed`` with its usage. Raises
         ``NOTHING_TO_COMPACT``, ``COMPACTION_FAILED``, or the model's ``ModelUnavailable``."""
         state = self._state()
         agent = state.agents.get(agent_id)
@@ -259,19 +271,39 @@ class WorkingContextOps:
         except ProviderError as exc:
             raise ContextError("COMPACTION_FAILED", f"the summarizing request failed: {exc.code}: {exc.message}") from None
         summary = result.text.strip()
+
+        async def unused(message: str) -> None:
+            # The provider answered (and counted what the request used): the answer is not used,
+            # the Working Context stays as it is, and the usage is recorded all the same.
+            await self._emit([self._scoped(t.ContextCompactionFailed(
+                code="COMPACTION_FAILED", message=message, trigger=trigger, usage=result.usage,
+                provider=provider.id, model=model_id), agent_id, task_id)])
+
         if not summary:
-            raise ContextError("COMPACTION_FAILED", "the model answered the summarizing request with no text")
+            message = "the model answered the summarizing request with no text"
+            await unused(message)
+            raise ContextError("COMPACTION_FAILED", message)
+        if result.stop_reason in UNFINISHED_SUMMARY:
+            # A summary cut off at the output limit (or a refusal) would replace the conversation
+            # with part of what it should say.
+            message = (f"the summary is not complete (stop reason {result.stop_reason}: "
+                       f"{UNFINISHED_SUMMARY[result.stop_reason]})")
+            await unused(message)
+            raise ContextError("COMPACTION_FAILED", message)
 
         def decide() -> list[Any]:
             now = self._state().agents[agent_id]
-            if len(now.items) != size:
-                return []  # the conversation moved on while it was summarized: decide again
+            if len(now.items) != size or working_context(now) != items:
+                # The conversation moved on, or the user snipped or included something, while it
+                # was summarized: the summary is of another context (decide again).
+                return []
             return [self._scoped(t.ContextCompacted(
                 summary=summary, replaced_item_ids=replaced, trigger=trigger, usage=result.usage,
                 provider=provider.id, model=model_id), agent_id, task_id)]
 
         res = await self._emit(guard(decide) if guard is not None else decide)
         if res is None:
+            await unused("the context changed while it was summarized; the summary was not used")
             return None
         return {"agentId": agent_id, "itemId": f"c{res.seq}", "seq": res.seq, "trigger": trigger,
                 "replacedItemIds": replaced, "summary": summary}
@@ -319,9 +351,10 @@ class WorkingContextOps:
                            and it.id not in agent.snipped and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
             older = with_images[:max(len(with_images) - cmd.keep_images, 0)]
             wanted += [i for i in older if i not in wanted]
-        snipped = set(agent.snipped)
-        included = set(agent.included)
-        return [i for i in wanted if i not in snipped or i in included]
+        # Only what the next request sees can be taken out of it: an item already out (snipped,
+        # replaced by a summary, hidden, gone with its call) records nothing (``changed: false``).
+        marks = item_marks(agent)
+        return [i for i in wanted if marks.get(i) in IN_CONTEXT]
 
     def _include_ids(self, cmd: EditContext) -> list[str]:
         agent = self._agent(cmd.agent_id)

@@ -34,3 +34,18 @@ async def test_workspace_agents_md_is_read_through_the_executor(tmp_path: Path) 
 
         (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
         assert "Use tabs. ✓" in prompt and "never walked up" not in prompt
+
+
+async def test_a_workspace_agents_md_that_is_a_directory_is_left_out(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "AGENTS.md").mkdir(parents=True)
+    (ws / "AGENTS.md" / "notes.txt").write_text("not instructions\n")
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        # (its listing, "notes.txt", was put into the system prompt as the project's AGENTS.md)
+        assert await read_workspace_agents_md(pool, "p") is None
+
+        async def read_text(path: str) -> str | None:
+            return await read_workspace_agents_md(pool, "p") if path == str(ws / "AGENTS.md") else None
+
+        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        assert "notes.txt" not in prompt and "# Project context" not in prompt

@@ -16,10 +16,14 @@ from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
 from runtime.supervisor import Supervisor
+from runtime.working_context import Compact, ContextError
 from tools.registry import builtin_tools
 
 from .conftest import PROTOCOLS
 from .scripts import error, reply
+from .servers import anthropic as an
+from .servers import openai_chat as oc
+from .servers import openai_responses as orr
 
 
 class Ids:
@@ -111,3 +115,38 @@ async def test_a_provider_error_becomes_model_failed(server, make, tmp_path):
         evs = await events_of(sup, sid)
     failed = [e.event for e in evs if e.kind == "model.failed"]
     assert [(f.code, f.retryable, f.status) for f in failed] == [("CONTEXT_TOO_LONG", False, 400)]
+
+
+def cut_off(protocol: str, text: str) -> Any:
+    """An answer stopped at the output limit, as each protocol says it."""
+    if protocol == "openai-responses":
+        return orr.response_stream(text=text, status="incomplete", usage=orr.usage(900, 4096))
+    if protocol == "openai-chat":
+        return oc.chat_stream(text=text, finish="length", usage=oc.usage(900, 4096))
+    return an.message_stream(text=text, stop_reason="max_tokens", output_tokens=4096)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_summary_cut_off_at_the_output_limit_is_not_recorded(protocol, server, make, tmp_path):
+    provider = make(protocol)
+    server.push(reply(protocol, text="Hello."), cut_off(protocol, "The user greeted and then"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("hello")]))
+        await sup.call(sid, WaitIdle())
+        before = [e.kind for e in await events_of(sup, sid)]
+        with pytest.raises(ContextError) as err:
+            await sup.call(sid, Compact())
+        assert err.value.code == "COMPACTION_FAILED" and "max_tokens" in err.value.message
+        # (half a summary replaced the whole conversation): the context is unchanged, and what
+        # the request used is recorded and counted.
+        evs = await events_of(sup, sid)
+        assert [e.kind for e in evs] == [*before, "context.compaction_failed"]
+        failed = evs[-1].event
+        assert (failed.code, failed.trigger, failed.provider, failed.model) == ("COMPACTION_FAILED", "manual",
+                                                                                provider.id, "m1")
+        assert failed.message == err.value.message and failed.usage.output_tokens == 4096
+        state = await sup.call(sid, GetState())
+    assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
+    assert state.usage.requests == 2 and state.usage.output_tokens == 20 + 4096
+    assert len(server.bodies) == 2

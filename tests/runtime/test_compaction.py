@@ -155,6 +155,38 @@ async def test_an_input_during_a_compaction_waits_for_it_and_an_abort_cancels_it
         assert await rt.kinds(sid) == kinds  # nothing recorded
 
 
+async def test_an_edit_of_the_working_context_during_a_compaction_is_not_undone_by_it(runtime_factory, autojump_clock):
+    slow = FauxTurn(when="Summarize the conversation so far", text=SUMMARY_TEXT, delay_ms=60_000, input_tokens=50)
+    async with runtime_factory(script=[slow]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "/tool get_system_time {}")
+        call, result = st.agents["main"].items[1:3]
+        await rt.call(sid, EditContext("snip", (result.id,)))
+        outcome: list = []
+
+        async def compact() -> None:
+            try:
+                outcome.append(await rt.call(sid, Compact()))
+            except ContextError as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            with frozen(autojump_clock):
+                nursery.start_soon(compact)
+                await rt.until(sid, lambda s: len(rt.faux.requests) == 3)  # the summarizing request is out
+                res = await rt.call(sid, EditContext("include", call_id=call.call.call_id))
+                assert res["changed"] is True
+        # (the compaction replaced the result the user had just included: it was out again)
+        assert isinstance(outcome[0], ContextError) and outcome[0].code == "COMPACTION_FAILED"
+        assert "changed" in outcome[0].message
+        st = await rt.state(sid)
+        assert not by_kind(await rt.events(sid), "context.compacted")
+        failed = one(await rt.events(sid), "context.compaction_failed").event
+        assert failed.usage.input_tokens == 50
+        assert item_marks(st.agents["main"])[result.id] == "included"
+        assert result.id in [it.id for it in working_context(st.agents["main"])]
+
+
 async def test_a_failed_summarizing_request_records_nothing(runtime_factory, autojump_clock):
     failing = FauxTurn(when="Summarize the conversation so far", error=FauxError("OVERLOADED", "try later"))
     async with runtime_factory(script=[failing]) as rt:
@@ -167,6 +199,32 @@ async def test_a_failed_summarizing_request_records_nothing(runtime_factory, aut
         assert await rt.kinds(sid) == kinds
         st = await rt.state(sid)
         assert [it.role for it in working_context(st.agents["main"])] == ["user", "assistant"]
+
+
+async def test_a_summarizing_answer_not_used_still_counts_in_the_usage(runtime_factory, autojump_clock):
+    no_text = FauxTurn(when="Summarize the conversation so far", tool_calls=[FauxToolCall("get_system_time")],
+                       input_tokens=700, output_tokens=11, cache_read_tokens=500)
+    async with runtime_factory(script=[no_text]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "hello")
+        usage, kinds, working = st.usage, await rt.kinds(sid), working_context(st.agents["main"])
+        with pytest.raises(ContextError) as err:
+            await rt.call(sid, Compact())
+        assert err.value.code == "COMPACTION_FAILED" and "no text" in err.value.message
+        # (the provider answered and counted 700 + 11 tokens; the session's usage said nothing of them)
+        assert await rt.kinds(sid) == [*kinds, "context.compaction_failed"]
+        failed = one(await rt.events(sid), "context.compaction_failed").event
+        assert (failed.code, failed.trigger, failed.usage.input_tokens, failed.usage.cache_read_tokens) == (
+            "COMPACTION_FAILED", "manual", 700, 500)
+        st = await rt.state(sid)
+        assert working_context(st.agents["main"]) == working  # the Working Context is unchanged
+        assert (st.usage.requests, st.usage.input_tokens, st.usage.output_tokens) == (
+            usage.requests + 1, usage.input_tokens + 700, usage.output_tokens + 11)
+        assert st.usage.cache_read_tokens == 500 and st.usage.unreported["cache_read_tokens"] == 1
+
+    # The same after a restart.
+    async with runtime_factory(script=[no_text]) as rt:
+        assert msgspec.to_builtins((await rt.state(sid)).usage) == msgspec.to_builtins(st.usage)
 
 
 # --------------------------------------------------------------------------- automatic compaction
@@ -431,6 +489,68 @@ async def test_snip_by_id_and_bad_ids(runtime_factory, autojump_clock):
                 await rt.call(sid, cmd)
             assert err.value.code == code, cmd
             assert await rt.kinds(sid) == kinds  # nothing recorded
+
+
+async def test_a_snip_of_an_item_already_out_of_the_working_context_records_nothing(runtime_factory, autojump_clock):
+    async with runtime_factory(script=[SUMMARY]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "/tool get_system_time {}")
+        user, call, result = st.agents["main"].items[:3]
+        assert (user.role, call.role, result.role) == ("user", "tool_call", "tool_result")
+        await rt.call(sid, Compact())
+        await rt.run_to_idle(sid, "r2", "next")
+        # Another out by a snip: its call (its result goes with it).
+        await rt.call(sid, EditContext("snip", (call.id,)))
+        working = [it.id for it in working_context((await rt.state(sid)).agents["main"])]
+        kinds = await rt.kinds(sid)
+        for ids in [(user.id,), (result.id,), (call.id,), (user.id, result.id)]:
+            # (a compacted item was recorded as snipped and answered changed: true, the request unchanged)
+            res = await rt.call(sid, EditContext("snip", ids))
+            assert (res["changed"], res["seq"], res["itemIds"]) == (False, None, []), ids
+        assert await rt.kinds(sid) == kinds
+        main = (await rt.state(sid)).agents["main"]
+        assert [it.id for it in working_context(main)] == working
+        assert (item_marks(main)[user.id], item_marks(main)[result.id]) == ("compacted", "compacted")
+        # What the next request sees is still taken out, one id at a time or with others.
+        last = working[-1]
+        res = await rt.call(sid, EditContext("snip", (user.id, last)))
+        assert (res["changed"], res["itemIds"]) == (True, [last])
+
+
+async def test_describing_the_context_never_holds_the_sessions_other_commands(runtime_factory, autojump_clock):
+    async with runtime_factory() as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+
+        asked = trio.Event()
+
+        async def prompt_waiting_for_the_command(_project_id: str | None) -> list[str]:
+            # As the daemon's prompt does while a command holds the executor's write lock (a
+            # rebuild reads AGENTS.md under its read lock): it waits until that call has ended.
+            asked.set()
+            while not by_kind(await rt.events(sid), "tool.finished"):
+                await trio.sleep(1)
+            return ["You are a test agent."]
+
+        described: list = []
+
+        async def describe() -> None:
+            described.append(await rt.call(sid, DescribeContext()))
+
+        async with trio.open_nursery() as nursery:
+            with frozen(autojump_clock):
+                await rt.submit(sid, "busy", BUSY)
+                await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+                rt.deps.system_prompt_for = prompt_waiting_for_the_command
+                nursery.start_soon(describe)
+                await asked.wait()
+            aborted = await rt.call(sid, Abort())
+        # The abort was served at once and interrupted the call (it waited behind the describe,
+        # which waited for the call: the 10-minute sleep ran to its end first).
+        assert aborted["aborted"] is True
+        assert one(await rt.events(sid), "tool.finished").event.status == "interrupted"
+        assert described[0]["agentId"] == "main" and described[0]["estimatedTokens"] > 0
+        assert (await rt.idle(sid)).status == "idle"
 
 
 # --------------------------------------------------------------------------- replay
