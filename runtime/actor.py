@@ -516,8 +516,14 @@ class SessionActor:
                 raise InvalidCommand("content must not be empty or only white space")
             self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
             await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
-            res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
-                                   request_id=cmd.request_id)
+            try:
+                res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
+                                       request_id=cmd.request_id)
+            except AppendRejected as exc:
+                # The input itself cannot be stored (larger than log.maxEventBytes): nothing was
+                # written, so it is the caller's answer (413), not a crash of the actor.
+                env.reply(error=exc)
+                return _DEFERRED
             assert res is not None
             self._maybe_start_runner()
             return {"requestId": cmd.request_id, "seq": res.seq, "duplicate": res.duplicate}
