@@ -641,6 +641,31 @@ def test_verify_never_changes_the_database(log_dir: Path) -> None:
     assert not (log_dir / "projections.db").exists()
 
 
+def test_a_log_written_under_a_raised_maximum_event_size_is_read_whole(tmp_path: Path) -> None:
+    # log.maxEventBytes may be raised to 1 GiB; `lens log` reads no config, and took an event
+    # past its default 32 MiB for damage ("restore the log") in every command.
+    data = tmp_path / "data"
+    text = "source line\n" * (3 * 1024 * 1024)  # 36 MiB, compresses to little
+
+    async def main() -> None:
+        async with open_store(data, synchronous="OFF", max_event_bytes=64 * 1024 * 1024) as store:
+            await store.append(Draft(ToolFinished(call_id="c1", name="read_file", content=[TextPart(text)]),
+                                     project_id="p1", session_id="s1", agent_id="a"))
+
+    trio.run(main)
+    res = lens("log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout.strip()) == (0, "ok: 1 event(s) verified"), res.stdout + res.stderr
+    res = lens("log", "decode", "--data", str(data))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert decoded(res.stdout)[0]["body"]["content"] == [{"type": "text", "text": text}]
+    res = lens("log", "stats", "--json", "--data", str(data))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert json.loads(res.stdout)["total"]["events"] == 1
+    res = lens("log", "rebuild", "--data", str(data))
+    assert (res.returncode, res.stdout.strip()) == (0, "rebuilt history, projects, sessions, settings, stats from 1 event(s)"), \
+        res.stdout + res.stderr
+
+
 # ---------------------------------------------------------------------------- rebuild
 
 

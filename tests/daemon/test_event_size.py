@@ -1,9 +1,9 @@
 """The maximum event size (``log.maxEventBytes``, F-LOG-6) through the daemon: an input the log
-cannot hold is the client's error."""
+cannot hold is the client's error, and lowering the maximum leaves what the log holds readable."""
 
 from __future__ import annotations
 
-from .conftest import error_of
+from .conftest import error_of, stop_daemon
 
 SMALL = {"log": {"maxEventBytes": 64 * 1024}}  # the lowest the config takes, under the 1 MiB body limit
 
@@ -25,3 +25,24 @@ async def test_an_input_past_the_maximum_event_size_is_413_and_harms_no_session(
     view = await d.wait_idle(token, sid)
     assert view["status"] == "idle"
 
+
+async def test_a_lowered_maximum_event_size_leaves_stored_events_readable(daemon_factory) -> None:
+    # Sessions holding an event larger than the new maximum were quarantined at once (their
+    # replay refused it as EVENT_TOO_LARGE) and the events route answered 500.
+    d = await daemon_factory()
+    token = await d.pair("c1", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "big", "x" * 200_000)
+    await d.wait_idle(token, sid)
+    before = await d.events(token, sid)
+    await stop_daemon(d)
+
+    d2 = await daemon_factory(config=SMALL, root=d.root)
+    view = await d2.view(token, sid)
+    assert view["status"] == "idle"
+    assert any(item.get("text") == "x" * 200_000 for item in view["items"])
+    assert await d2.events(token, sid) == before
+    assert (await d2.submit(token, sid, "next", "hello"))["duplicate"] is False
+    await d2.wait_idle(token, sid)
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "big2", "content": "y" * 70_000})
+    assert r.status_code == 413 and error_of(r) == "APPEND_REJECTED"  # new events are held to it
