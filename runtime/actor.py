@@ -460,7 +460,11 @@ class SessionActor:
     async def _handle(self, env: Envelope) -> None:
         try:
             result = await self._dispatch(env.command, env)
-        except LensError as exc:
+        except (LensError, AppendRejected) as exc:
+            # AppendRejected: what the command would record cannot be stored (an input or answer
+            # larger than log.maxEventBytes, say). Nothing was written and the state is the log's,
+            # so it is the caller's answer (413), not a crash: a crash cancelled the session's open
+            # questions, and the retries its 503 asked for quarantined the session.
             env.reply(error=exc)
             return
         if result is not _DEFERRED:
@@ -520,14 +524,8 @@ class SessionActor:
                     raise InvalidCommand("content must not be empty or only white space")
                 self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
                 await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
-            try:
-                res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
-                                       request_id=cmd.request_id)
-            except AppendRejected as exc:
-                # The input itself cannot be stored (larger than log.maxEventBytes): nothing was
-                # written, so it is the caller's answer (413), not a crash of the actor.
-                env.reply(error=exc)
-                return _DEFERRED
+            res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
+                                   request_id=cmd.request_id)
             assert res is not None
             self._maybe_start_runner()
             return {"requestId": cmd.request_id, "seq": res.seq, "duplicate": res.duplicate}

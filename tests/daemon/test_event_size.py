@@ -1,9 +1,11 @@
-"""The maximum event size (``log.maxEventBytes``, F-LOG-6) through the daemon: an input the log
-cannot hold is the client's error, and lowering the maximum leaves what the log holds readable."""
+"""The maximum event size (``log.maxEventBytes``, F-LOG-6) through the daemon: a request whose event
+the log cannot hold (an input, an answer) is the client's error, and lowering the maximum leaves
+what the log holds readable."""
 
 from __future__ import annotations
 
 from .conftest import error_of, stop_daemon
+from .test_question_restart import CONFIG as ASKING, _asking
 
 SMALL = {"log": {"maxEventBytes": 64 * 1024}}  # the lowest the config takes, under the 1 MiB body limit
 
@@ -24,6 +26,21 @@ async def test_an_input_past_the_maximum_event_size_is_413_and_harms_no_session(
     assert (await d.submit(token, sid, "small", "hello"))["duplicate"] is False
     view = await d.wait_idle(token, sid)
     assert view["status"] == "idle"
+
+
+async def test_an_answer_past_the_maximum_event_size_is_413_and_the_question_stays_open(daemon_factory) -> None:
+    # 20,000 characters (the answer's limit) of four UTF-8 bytes each pass 64 KiB. The refused
+    # append crashed the actor, whose restart cancelled the question: the user could not answer.
+    d = await daemon_factory(config={**ASKING, **SMALL})
+    token, sid, view = await _asking(d)
+    qid = view["questions"][0]["questionId"]
+    url = f"/sessions/{sid}/questions/{qid}/answer"
+    r = await d.post(url, token, {"kind": "answer", "text": "\U0001F600" * 20_000})
+    assert r.status_code == 413 and error_of(r) == "APPEND_REJECTED", r.text
+    assert (await d.view(token, sid))["status"] == "awaiting_answer"
+    r = await d.post(url, token, {"kind": "answer", "optionIds": ["blue"]})
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
 
 
 async def test_a_lowered_maximum_event_size_leaves_stored_events_readable(daemon_factory) -> None:
