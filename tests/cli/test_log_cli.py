@@ -508,6 +508,20 @@ def test_verify_reports_a_seq_gap(log_dir: Path, expected: list[tuple]) -> None:
     ]
 
 
+@pytest.mark.parametrize("value", ["abc", "0", str(2**40), "9" * 5000])
+def test_verify_reports_an_edited_maximum_event_size_record(log_dir: Path, expected: list[tuple], value: str) -> None:
+    # Writers record only maximums from 32 MiB to 1 GiB; readers take another value as the nearest
+    # they allow, which verify says rather than hiding the edit.
+    db_exec(log_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (value,))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1, res.stdout + res.stderr
+    (problem, summary) = res.stdout.splitlines()
+    assert problem.startswith("log: meta max_event_bytes is ") and "reads take it as" in problem
+    assert summary == f"FAILED: 1 problem(s) in {len(expected)} event(s)"
+    db_exec(log_dir, "UPDATE meta SET value = ? WHERE key = 'max_event_bytes'", (str(48 * 1024 * 1024),))
+    assert lens("log", "verify", "--data", str(log_dir)).returncode == 0
+
+
 def test_verify_reports_a_gap_inside_a_session(log_dir: Path, expected: list[tuple]) -> None:
     victim = next(r for r in expected if r[3] == "s2" and r[4] == 3)
     db_exec(log_dir, "DELETE FROM events WHERE seq = ?", (victim[0],))
