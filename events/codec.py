@@ -63,9 +63,14 @@ class Codec:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         dictionaries: Mapping[int, bytes] | None = None,
         active_dict_id: int | None = None,
+        max_append_bytes: int | None = None,
     ) -> None:
         self.level = level
+        # The bound of decoding (decompression never allocates more) and, unless
+        # ``max_append_bytes`` says otherwise, of new events too. They differ when a log's limit
+        # was lowered: events stored under the higher one must stay readable.
         self.max_event_bytes = max_event_bytes
+        self.max_append_bytes = max_event_bytes if max_append_bytes is None else max_append_bytes
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._prepared: dict[int, zstandard.ZstdCompressionDict] = {}  # for compressing
         self._damaged: dict[int, str] = {}  # stored dictionaries that could not be loaded
@@ -179,7 +184,7 @@ class Codec:
 
         Raises :class:`AppendRejected` when it cannot be encoded, does not match its own schema
         (msgspec does not type-check at construction, and a mistyped body stored now could never
-        be decoded again), or is larger than ``max_event_bytes``.
+        be decoded again), or is larger than ``max_append_bytes``.
         """
         try:
             raw = self._encoder.encode(event)
@@ -189,10 +194,10 @@ class Codec:
             self._decoder.decode(raw)
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
             raise AppendRejected(f"{kind_of(event)} event does not match its schema ({exc})") from None
-        if len(raw) > self.max_event_bytes:
+        if len(raw) > self.max_append_bytes:
             raise AppendRejected(
                 f"{kind_of(event)} event is {len(raw)} bytes, over the maximum event size "
-                f"of {self.max_event_bytes} bytes"
+                f"of {self.max_append_bytes} bytes"
             )
         return raw
 

@@ -15,9 +15,9 @@ from typing import Any, Iterator, Sequence
 import apsw
 import msgspec
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, TAG_OF, Codec, FramePlan, usable_dictionaries
+from .codec import TAG_OF, Codec, FramePlan, usable_dictionaries
 from .errors import CorruptEvent, StoreCorrupt, UnknownDictionary
-from .schema import EVENTS_DB, check_data_dir, open_read_connection
+from .schema import EVENTS_DB, check_data_dir, open_read_connection, recorded_max_event_bytes
 from .types import Opaque, _Event, body_of
 
 SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1  # SQLite's integers: bounds beyond are clamped
@@ -180,14 +180,16 @@ class LogReader:
     """Read-only access to one data directory's log.
 
     Raises the :mod:`events.errors` open errors when the directory is missing or foreign.
-    Close it with :meth:`close` (or use it as a context manager).
+    Close it with :meth:`close` (or use it as a context manager). ``max_event_bytes`` bounds
+    what decoding one body may allocate; ``None``: the log's recorded maximum (see
+    :func:`events.schema.recorded_max_event_bytes`).
     """
 
     def __init__(
         self,
         data_dir: Path | str,
         *,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_event_bytes: int | None = None,
         connection: apsw.Connection | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -195,6 +197,11 @@ class LogReader:
             check_data_dir(self.data_dir, create=False)
             connection = open_read_connection(self.data_dir)
         self.conn = connection
+        # Decoding is bounded by ``max_event_bytes``; by default by the largest maximum a writer of
+        # this log used (recorded in meta; 32 MiB when none is): what the store accepted under a
+        # raised limit stays readable by a reader that has no config (`lens log`, projections).
+        if max_event_bytes is None:
+            max_event_bytes = recorded_max_event_bytes(self.meta())
         self.codec = Codec(max_event_bytes=max_event_bytes)
         # Stored dictionaries that cannot be loaded, with why: the bodies needing one fail (naming
         # it), the rest of the log stays readable; `lens log verify` lists them.

@@ -12,10 +12,11 @@ import stat
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 import apsw
 
+from .codec import DEFAULT_MAX_EVENT_BYTES
 from .errors import (
     DataDirMissing,
     DataDirNotReadable,
@@ -48,6 +49,14 @@ KNOWN_ENTRIES = frozenset(
         "executors",
     }
 )
+
+# meta key: the largest maximum event size a writer of this log has used (absent: none above the
+# default). Readers decode up to it, so an event stored under a raised limit stays readable after
+# the limit is lowered, and by `lens log`, which reads no config.
+MAX_EVENT_BYTES_KEY = "max_event_bytes"
+# A recorded maximum is taken up to this (the highest log.maxEventBytes the config accepts): the
+# bound of what one decompression may allocate however the meta row was edited.
+RECORDED_MAX_EVENT_BYTES_CEILING = 1024**3
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 BUSY_TIMEOUT_MS = 10_000
@@ -90,6 +99,21 @@ class WalNeedsWriteAccess(StoreOpenError):
 
 class JournalNeedsRecovery(StoreOpenError):
     code = "STORE_NEEDS_RECOVERY"
+
+
+def recorded_max_event_bytes(meta: Mapping[str, Any]) -> int:
+    """The largest maximum event size the log's events may have been written under: the one
+    recorded (see :data:`MAX_EVENT_BYTES_KEY`), at most :data:`RECORDED_MAX_EVENT_BYTES_CEILING`;
+    the default maximum when none is recorded, or the value is no whole number or below the
+    default (an edited row: writers record only maximums above it)."""
+    value = meta.get(MAX_EVENT_BYTES_KEY)
+    if isinstance(value, int):  # stored as a number by hand
+        value = str(value)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return DEFAULT_MAX_EVENT_BYTES
+    if len(value) > 12:  # (int() refuses thousands of digits; any such number is past the ceiling)
+        return RECORDED_MAX_EVENT_BYTES_CEILING
+    return max(DEFAULT_MAX_EVENT_BYTES, min(int(value), RECORDED_MAX_EVENT_BYTES_CEILING))
 
 
 def now_ms() -> int:

@@ -46,11 +46,13 @@ from .reader import LogReader, StoredEvent, StoredRow
 from .schema import (
     EVENTS_DB,
     LOCK_FILE,
+    MAX_EVENT_BYTES_KEY,
     Synchronous,
     check_data_dir,
     now_ms,
     open_read_connection,
     open_write_connection,
+    recorded_max_event_bytes,
     translate_open_error,
 )
 from .types import _Event, kind_of
@@ -309,11 +311,21 @@ class EventStore:
                 dicts, damaged = usable_dictionaries(
                     dict(conn.execute("SELECT dict_id, data FROM dictionaries"))
                 )
-                active = dict(conn.execute("SELECT key, value FROM meta")).get("active_dict_id")
+                meta = dict(conn.execute("SELECT key, value FROM meta"))
+                active = meta.get("active_dict_id")
                 active_id = int(active) if isinstance(active, str) and active.isdigit() else None
+                recorded = recorded_max_event_bytes(meta)
+                if max_event_bytes > recorded:
+                    # Recorded before any event can be larger than what readers assumed so far.
+                    with conn:
+                        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                                     (MAX_EVENT_BYTES_KEY, str(max_event_bytes)))
                 codec = Codec(
                     level=compression_level,
-                    max_event_bytes=max_event_bytes,
+                    # Events this log holds may be as large as any earlier writer's maximum: they
+                    # are read up to it, while new ones are held to this store's own.
+                    max_event_bytes=max(max_event_bytes, recorded),
+                    max_append_bytes=max_event_bytes,
                     dictionaries=dicts,
                     # A damaged active dictionary: new bodies go without one (and the automatic
                     # dictionary, if on, trains a new one); old bodies needing it fail by name.

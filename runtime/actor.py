@@ -462,7 +462,11 @@ class SessionActor:
     async def _handle(self, env: Envelope) -> None:
         try:
             result = await self._dispatch(env.command, env)
-        except LensError as exc:
+        except (LensError, AppendRejected) as exc:
+            # AppendRejected: what the command would record cannot be stored (an input or answer
+            # larger than log.maxEventBytes, say). Nothing was written and the state is the log's,
+            # so it is the caller's answer (413), not a crash: a crash cancelled the session's open
+            # questions, and the retries its 503 asked for quarantined the session.
             env.reply(error=exc)
             return
         if result is not _DEFERRED:
@@ -514,10 +518,14 @@ class SessionActor:
         if isinstance(cmd, Submit):
             if not cmd.request_id or len(cmd.request_id) > 200:
                 raise InvalidCommand("requestId must be 1 to 200 characters")
-            if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
-                raise InvalidCommand("content must not be empty or only white space")
-            self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
-            await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
+            # A retry of an input already recorded is answered as the first try was (F-LOG-4: the
+            # store finds the request id and writes nothing), whatever changed since: refusing it
+            # (a provider disabled after a restart, say) would tell the client it never landed.
+            if cmd.request_id not in s.inputs:
+                if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
+                    raise InvalidCommand("content must not be empty or only white space")
+                self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
+                await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)
             assert res is not None

@@ -242,7 +242,8 @@ def check_config(cfg: Config, where: str) -> None:
     """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
         if not lo <= value <= hi:  # (also false for NaN)
-            raise ConfigError(f"{where}: {key} must be {lo:g} to {hi:g}, not {value!r}")
+            # (exact bounds: `:g` printed 1 GiB as 1.07374e+09, a number no config may hold)
+            raise ConfigError(f"{where}: {key} must be {lo} to {hi}, not {value!r}")
     if not _valid_host(cfg.server.host):
         raise ConfigError(f"{where}: server.host {cfg.server.host[:100]!r} is not an IP address or host name")
     if not cfg.data_dir or "\0" in cfg.data_dir:

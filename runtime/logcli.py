@@ -24,7 +24,7 @@ import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
-from events.schema import FORMAT, FORMAT_VERSION, PROJECTIONS_DB
+from events.schema import FORMAT, FORMAT_VERSION, MAX_EVENT_BYTES_KEY, PROJECTIONS_DB, recorded_max_event_bytes
 from events.types import KIND_TO_TYPE
 from projections.projector import Projector, ProjectionsDamaged, open_projections_db
 from projections.registry import all_projections
@@ -231,6 +231,10 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     meta = reader.meta()
     if meta.get("format") != FORMAT or str(meta.get("format_version")) != str(FORMAT_VERSION):
         yield None, f"format marker is {meta.get('format')!r} v{meta.get('format_version')}"
+    recorded = meta.get(MAX_EVENT_BYTES_KEY)
+    if recorded is not None and str(recorded) != str(recorded_max_event_bytes(meta)):  # edited
+        yield None, (f"meta {MAX_EVENT_BYTES_KEY} is {str(recorded)[:40]!r}, not a maximum event size a "
+                     f"writer records; reads take it as {recorded_max_event_bytes(meta)}")
     try:
         for (text,) in reader.conn.execute("PRAGMA integrity_check"):
             for line in str(text).splitlines():  # one result row may hold several lines

@@ -508,6 +508,20 @@ def test_verify_reports_a_seq_gap(log_dir: Path, expected: list[tuple]) -> None:
     ]
 
 
+@pytest.mark.parametrize("value", ["abc", "0", str(2**40), "9" * 5000])
+def test_verify_reports_an_edited_maximum_event_size_record(log_dir: Path, expected: list[tuple], value: str) -> None:
+    # Writers record only maximums from 32 MiB to 1 GiB; readers take another value as the nearest
+    # they allow, which verify says rather than hiding the edit.
+    db_exec(log_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (value,))
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1, res.stdout + res.stderr
+    (problem, summary) = res.stdout.splitlines()
+    assert problem.startswith("log: meta max_event_bytes is ") and "reads take it as" in problem
+    assert summary == f"FAILED: 1 problem(s) in {len(expected)} event(s)"
+    db_exec(log_dir, "UPDATE meta SET value = ? WHERE key = 'max_event_bytes'", (str(48 * 1024 * 1024),))
+    assert lens("log", "verify", "--data", str(log_dir)).returncode == 0
+
+
 def test_verify_reports_a_gap_inside_a_session(log_dir: Path, expected: list[tuple]) -> None:
     victim = next(r for r in expected if r[3] == "s2" and r[4] == 3)
     db_exec(log_dir, "DELETE FROM events WHERE seq = ?", (victim[0],))
@@ -639,6 +653,31 @@ def test_verify_never_changes_the_database(log_dir: Path) -> None:
     assert after.get("events.db-wal") in (None, hashlib.sha256(b"").hexdigest())
     assert db_rows(log_dir, "SELECT * FROM events ORDER BY seq") == rows
     assert not (log_dir / "projections.db").exists()
+
+
+def test_a_log_written_under_a_raised_maximum_event_size_is_read_whole(tmp_path: Path) -> None:
+    # log.maxEventBytes may be raised to 1 GiB; `lens log` reads no config, and took an event
+    # past its default 32 MiB for damage ("restore the log") in every command.
+    data = tmp_path / "data"
+    text = "source line\n" * (3 * 1024 * 1024)  # 36 MiB, compresses to little
+
+    async def main() -> None:
+        async with open_store(data, synchronous="OFF", max_event_bytes=64 * 1024 * 1024) as store:
+            await store.append(Draft(ToolFinished(call_id="c1", name="read_file", content=[TextPart(text)]),
+                                     project_id="p1", session_id="s1", agent_id="a"))
+
+    trio.run(main)
+    res = lens("log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout.strip()) == (0, "ok: 1 event(s) verified"), res.stdout + res.stderr
+    res = lens("log", "decode", "--data", str(data))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert decoded(res.stdout)[0]["body"]["content"] == [{"type": "text", "text": text}]
+    res = lens("log", "stats", "--json", "--data", str(data))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert json.loads(res.stdout)["total"]["events"] == 1
+    res = lens("log", "rebuild", "--data", str(data))
+    assert (res.returncode, res.stdout.strip()) == (0, "rebuilt history, projects, sessions, settings, stats from 1 event(s)"), \
+        res.stdout + res.stderr
 
 
 # ---------------------------------------------------------------------------- rebuild

@@ -23,7 +23,7 @@ from runtime import api
 from runtime import daemon as daemon_module
 from tools.artifacts import ArtifactError, ArtifactStore
 
-from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens
+from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens, stop_daemon
 
 DECODE_KEYS = {"seq", "ts", "project_id", "session_id", "agent_id", "task_id", "kind", "request_id", "body"}
 
@@ -474,6 +474,30 @@ async def test_submit_runs_and_the_view_shows_it(daemon: Daemon, strong: str):
     assert again["duplicate"] is True and again["seq"] == ack["seq"]
     assert (await daemon.get("/health")).json()["lastSeq"] == before
     assert len((await daemon.wait_idle(strong, sid))["items"]) == 2
+
+
+async def test_a_retried_submission_is_a_duplicate_even_when_a_new_one_would_be_refused(daemon_factory):
+    # F-LOG-4: a request id already recorded returns the original result. After a restart with its
+    # provider disabled, the retry of a recorded input was 422 PROVIDER_DISABLED: the client took
+    # its input for lost, though the session had run it.
+    provider = {"id": "fx", "protocol": "faux", "models": [{"id": "m1", "contextWindow": 100_000}]}
+    d = await daemon_factory(config={"providers": [provider], "defaultModel": "fx/m1"})
+    strong = await d.pair("c1", strong=True)
+    sid = (await d.session(strong, (await d.project(strong))["id"]))["id"]
+    ack = await d.submit(strong, sid, "r1", "hello there")
+    await d.wait_idle(strong, sid)
+    await stop_daemon(d)
+    d2 = await daemon_factory(config={"providers": [dict(provider, enabled=False)], "defaultModel": "fx/m1"},
+                              root=d.root)
+    before = (await d2.get("/health")).json()["lastSeq"]
+    for content in ("hello there", " "):  # (the first try's answer, whatever the retry holds)
+        again = await d2.submit(strong, sid, "r1", content)
+        assert again == {"requestId": "r1", "seq": ack["seq"], "duplicate": True}
+    r = await d2.post(f"/sessions/{sid}/inputs", strong, {"requestId": "r2", "content": "new"})
+    assert r.status_code == 422 and error_of(r) == "PROVIDER_DISABLED"  # a new input is still checked
+    r = await d2.post(f"/sessions/{sid}/inputs", strong, {"requestId": "r3", "content": " "})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+    assert (await d2.get("/health")).json()["lastSeq"] == before
 
 
 def store_artifact(daemon: Daemon, data: bytes) -> str:

@@ -571,7 +571,8 @@ async def test_a_second_writer_through_a_symlinked_log_is_refused(data_dir: Path
 
 
 def sized(n: int) -> InstructionAppended:
-    overhead = len(Codec().pack(InstructionAppended(text="x" * 300))) - 300
+    short = 300 if n <= 65_000 else 70_000  # (MessagePack's string header grows past 65,535 bytes)
+    overhead = len(Codec().pack(InstructionAppended(text="x" * short))) - short
     event = InstructionAppended(text="x" * (n - overhead))
     assert len(Codec().pack(event)) == n
     return event
@@ -593,6 +594,69 @@ async def test_event_of_exactly_max_event_bytes_is_stored_one_more_byte_is_rejec
         assert [r.raw_size for r in reader.rows()] == [2048, 400]
     # a reader with a smaller limit refuses the row instead of decoding it
     read_fails_at(data_dir, 1, EventTooLarge, "EVENT_TOO_LARGE", "2048", max_event_bytes=2047)
+
+
+def meta_of(data_dir: Path) -> dict[str, Any]:
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    try:
+        return dict(conn.execute("SELECT key, value FROM meta"))
+    finally:
+        conn.close()
+
+
+async def test_a_lowered_maximum_still_reads_what_the_log_holds(data_dir: Path) -> None:
+    # log.maxEventBytes lowered after events larger than the new value were stored: they are the
+    # log's content and must stay readable (replay, projections); only new events are held to it.
+    async with open_store(data_dir) as s:
+        await s.append(Draft(sized(200_000), session_id="s1"))
+    async with open_store(data_dir, max_event_bytes=64 * 1024) as s:
+        (stored,) = await s.read_events()
+        assert stored.event == sized(200_000)
+        with pytest.raises(AppendRejected) as info:
+            await s.append(Draft(sized(70_000), session_id="s1"))
+        assert_clean(info.value, "APPEND_REJECTED", "70000", "65536", "maximum event size")
+        assert (await s.append(Draft(sized(60_000), session_id="s1"))).seq == 2
+    assert "max_event_bytes" not in meta_of(data_dir)  # never above the default: nothing recorded
+    with LogReader(data_dir) as reader:
+        assert [e.seq for e in reader.events()] == [1, 2]
+
+
+async def test_a_raised_maximum_is_recorded_so_every_reader_reads_those_events(data_dir: Path) -> None:
+    # An event past the default 32 MiB, stored under a raised log.maxEventBytes, is read by a
+    # reader that has no config (`lens log`, the projections) and by a store with the default.
+    big = sized(DEFAULT_MAX_EVENT_BYTES + 1024)
+    async with open_store(data_dir, max_event_bytes=DEFAULT_MAX_EVENT_BYTES + MiB) as s:
+        assert (await s.append(Draft(big, session_id="s1"))).seq == 1
+    assert meta_of(data_dir)["max_event_bytes"] == str(DEFAULT_MAX_EVENT_BYTES + MiB)
+    with LogReader(data_dir) as reader:
+        (event,) = reader.events()
+        assert event.event == big
+    async with open_store(data_dir) as s:  # lowered back to the default: the record stays
+        (stored,) = await s.read_events()
+        assert stored.event == big
+        with pytest.raises(AppendRejected):
+            await s.append(Draft(big, session_id="s1"))
+    assert meta_of(data_dir)["max_event_bytes"] == str(DEFAULT_MAX_EVENT_BYTES + MiB)
+    # a reader given its own limit keeps it (what a zstd bomb may make it allocate)
+    read_fails_at(data_dir, 1, EventTooLarge, "EVENT_TOO_LARGE", max_event_bytes=DEFAULT_MAX_EVENT_BYTES)
+
+
+@pytest.mark.parametrize(("stored", "limit"), [
+    ("not a number", DEFAULT_MAX_EVENT_BYTES),
+    ("-5", DEFAULT_MAX_EVENT_BYTES),
+    ("0", DEFAULT_MAX_EVENT_BYTES),  # writers record only maximums above the default
+    ("9" * 5000, 1024**3),  # an edited record cannot make a read allocate past the config's highest
+    (str(1024**3 + 1), 1024**3),
+    (str(48 * MiB), 48 * MiB),
+])
+async def test_an_edited_maximum_record_is_held_to_what_the_config_allows(
+    data_dir: Path, stored: str, limit: int
+) -> None:
+    await make_log(data_dir)
+    execute(data_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (stored,))
+    with LogReader(data_dir) as reader:
+        assert reader.codec.max_event_bytes == limit
+        assert len(list(reader.events())) == 5
 
 
 

@@ -38,7 +38,8 @@ def test_numbers_are_accepted_exactly_at_their_edges_and_refused_one_step_past(s
     for bad in (lo - step, hi + step):
         with pytest.raises(ConfigError) as info:
             parse_config(cfg(**{section: {key: bad}}))
-        assert info.value.code == "CONFIG_INVALID" and f"{section}.{key} must be" in info.value.message, bad
+        assert info.value.code == "CONFIG_INVALID", bad
+        assert f"{section}.{key} must be {lo} to {hi}, not {bad!r}" in info.value.message, info.value.message
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::1", "[::1]", "::", "localhost", "lens.example.com",
