@@ -578,6 +578,11 @@ def working_context(agent: AgentState) -> list[Item]:
     placeholder, and ``include_result`` re-attaches a tool result (with its call) whatever hid
     it, except a user's ``hide``. A tool call whose result is hidden keeps a placeholder result and
     a result whose call is hidden is left out, so the conversation stays well formed.
+
+    Items keep the Full Context's order, except summaries: a summary stands where the first item
+    it replaced stood (see :func:`_summary_anchors`), so system instructions that came later in
+    history than that item (a skill loaded mid-conversation) stay after it, at their real
+    position, instead of joining the leading system prompt (F-CTX-4).
     """
     included = set(agent.included)
     hidden = set(agent.snipped)
@@ -620,7 +625,40 @@ def working_context(agent: AgentState) -> list[Item]:
             out.append(msgspec.structs.replace(it, text=PRUNED_PLACEHOLDER, parts=(), structured=None))
             continue
         out.append(it)
+    if len(out) > 1 and any(it.role == "summary" for it in out):
+        index = {it.id: i for i, it in enumerate(agent.items)}
+        anchors = _summary_anchors(agent.items, index)
+        if anchors:
+
+            def place(it: Item) -> tuple[int, int, int]:
+                i = index[it.id]
+                anchor = anchors.get(i)
+                return (i, 1, i) if anchor is None else (anchor, 0, i)
+
+            out.sort(key=place)  # (stable, and nearly sorted: only summaries move)
     return out
+
+
+def _summary_anchors(items: list[Item], index: dict[str, int]) -> dict[int, int]:
+    """Full Context index of each summary that moves -> the index of the item it stands before.
+
+    A summary stands where the first item it replaced stood: before every item from that one on
+    (the system instructions it did not replace, a result re-attached later) and after every item
+    before it (so the leading system prompt stays leading). A summary of a summary stands where
+    that one stood. Ids it names that are not in the Full Context are ignored (``index``: item id
+    -> Full Context index); a summary never moves later than its own place."""
+    anchors: dict[int, int] = {}
+    for i, it in enumerate(items):
+        if it.role != "summary":
+            continue
+        anchor = i
+        for rid in it.replaced_ids:
+            j = index.get(rid)
+            if j is not None:
+                anchor = min(anchor, anchors.get(j, j))
+        if anchor != i:
+            anchors[i] = anchor
+    return anchors
 
 
 # --------------------------------------------------------------------------- snapshots

@@ -7,7 +7,8 @@ Every operation is recorded, so replay rebuilds the same Working Context
 * **Compaction** asks the session's model to summarize the agent's Working Context (the request
   sees the items as the agent's next request would, then :data:`COMPACTION_INSTRUCTION`) and
   records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
-  Context item but system instructions is replaced by the summary. The summarizing request is
+  Context item but system instructions is replaced by the summary, which stands where the first
+  of them stood (instructions added later keep their place after it). The summarizing request is
   not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
   the conversation); its usage is in the event and counts in the session's usage. A compaction
   that fails or is cut off changes nothing; when the provider answered (no text, a summary cut

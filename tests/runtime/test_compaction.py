@@ -21,17 +21,23 @@ from projections.context_budget import (
     request_tokens,
     text_tokens,
 )
+from events.reader import StoredEvent
 from projections.session_state import (
     PRUNED_PLACEHOLDER,
     REMOVED_PLACEHOLDER,
     Item,
     SessionState,
+    apply,
     fold,
     item_parts,
+    snapshot_bytes,
+    state_from_snapshot,
     working_context,
 )
 from runtime.actor import Abort, Configure
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
+from runtime.providers.base import ModelRequest
+from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.working_context import (
     COMPACTION_INSTRUCTION,
@@ -590,3 +596,82 @@ async def test_the_working_context_is_the_same_after_a_restart_and_from_a_full_r
         call = next(it for it in main.items if it.call is not None and it.call.call_id == "call_main_1_0")
         assert marks[call.id] == "included"  # its call came back with it
         assert marks[main.items[0].id] == "snipped"
+
+
+# --------------------------------------------------------------------------- where the summary stands
+
+
+def _fold_events(events: list, agent_id: str) -> SessionState:
+    state = SessionState("s1")
+    for seq, ev in enumerate(events, 1):
+        rid = f"r{seq}" if isinstance(ev, t.InputSubmitted) else None
+        agent = None if isinstance(ev, t.SessionCreated) else agent_id
+        apply(state, StoredEvent(seq, 0, "p1", "s1", seq, agent, "task_1", t.kind_of(ev), rid, ev))
+    return state
+
+
+def _order(items: list[Item]) -> list[tuple[str, str]]:
+    return [(it.id, it.role) for it in items]
+
+
+async def _kinds_of_entries(items: list[Item]) -> list[tuple[str, bool]]:
+    compiled = await prepare(ModelRequest("m1", ["PROMPT"], items, []), load_image=None, images=False)
+    return [(e.kind, e.leading) for e in compiled.entries]
+
+
+@pytest.mark.parametrize("agent_id", ["main", "sub_call_9"])
+async def test_a_summary_stands_where_the_first_item_it_replaced_stood(agent_id):
+    # F-CTX-4: a skill loaded mid-conversation stays after the summary of the conversation
+    # before it (it was before the summary, and so compiled into the leading system prompt).
+    skill = t.ToolCall("call_1", "skill", '{"name": "review"}')
+    events = [
+        t.SessionCreated(model="faux/faux-1"),
+        t.SkillLoaded(name="lead", instructions="LEAD-STEPS", base_dir="skills/lead"),  # c2: leading
+        t.InputSubmitted(content=[t.TextPart("first")]),  # r3
+        t.InputPlaced(input_request_id="r3"),  # c4
+        t.ModelResponded(tool_calls=[skill]),  # c5
+        t.ToolFinished(call_id="call_1", name="skill", status="ok", content=[t.TextPart("loaded")]),  # c6
+        t.SkillLoaded(name="review", instructions="REVIEW-STEPS", base_dir="skills/review", call_id="call_1"),  # c7
+        t.ModelResponded(text="reviewed"),  # c8
+        t.ContextCompacted(summary="S1", replaced_item_ids=["c4", "c5", "c6", "c8"]),  # c9
+    ]
+    state = _fold_events(events, agent_id)
+    agent = state.agents[agent_id]
+    full = [it.id for it in agent.items]
+    assert full == ["c2", "c4", "c5", "c6", "c7", "c8", "c9"]  # the Full Context in its order
+    assert _order(working_context(agent)) == [("c2", "system"), ("c9", "summary"), ("c7", "system")]
+    # Compiled: the leading prompt is the prompt and the skill loaded before the conversation;
+    # the one loaded mid-conversation stays a later instruction, as it was before the compaction.
+    assert await _kinds_of_entries(working_context(agent)) == [
+        ("system", True), ("system", True), ("summary", False), ("system", False)]
+
+    # A summary of the summary stands where that one stood; later items keep their place.
+    events += [
+        t.InputSubmitted(content=[t.TextPart("second")]),  # r10
+        t.InputPlaced(input_request_id="r10"),  # c11
+        t.ModelResponded(text="ok"),  # c12
+        t.ContextCompacted(summary="S2", replaced_item_ids=["c9", "c11", "c12"]),  # c13
+        t.InstructionAppended(text="LATER", source="user"),  # c14: after the compaction
+        t.InputSubmitted(content=[t.TextPart("third")]),  # r15
+        t.InputPlaced(input_request_id="r15"),  # c16
+    ]
+    state = _fold_events(events, agent_id)
+    agent = state.agents[agent_id]
+    assert _order(working_context(agent)) == [("c2", "system"), ("c13", "summary"), ("c7", "system"),
+                                              ("c14", "system"), ("c16", "user")]
+    # A result re-attached by Include Result comes back at its own place, after the summary.
+    state = _fold_events([*events, t.ContextEdited(op="include_result", item_ids=["c6"])], agent_id)
+    agent = state.agents[agent_id]
+    wc = working_context(agent)
+    assert _order(wc) == [("c2", "system"), ("c13", "summary"), ("c5", "tool_call"), ("c6", "tool_result"),
+                          ("c7", "system"), ("c14", "system"), ("c16", "user")]
+    assert await _kinds_of_entries(wc) == [
+        ("system", True), ("system", True), ("summary", False), ("assistant", False), ("result", False),
+        ("system", False), ("system", False), ("user", False)]
+    # Nothing of this is stored: the Full Context keeps its order, a snapshot gives the same.
+    assert [it.id for it in agent.items] == [*full, "c11", "c12", "c13", "c14", "c16"]
+    assert working_context(state_from_snapshot(snapshot_bytes(state)).agents[agent_id]) == wc
+    # A snipped summary leaves the rest in their order.
+    state = _fold_events([*events, t.ContextEdited(op="snip", item_ids=["c13"])], agent_id)
+    assert _order(working_context(state.agents[agent_id])) == [("c2", "system"), ("c7", "system"),
+                                                               ("c14", "system"), ("c16", "user")]

@@ -213,6 +213,7 @@ def check_working_context(state: SessionState, agent_id: str, ops: list[tuple[st
     """Check ``working_context`` against a per-item model of the documented edits.
 
     ``ops`` are every (op, item id) applied to the agent, in order, compaction aside. The model:
+    items keep the Full Context's order but summaries, which stand where what they replaced began;
     the last of snip / include_result decides (unsnip undoes a snip), a compaction hides what it
     replaced unless included, a user's hide wins over everything; pruned results not included show
     a placeholder; a result is shown only with its call (an included result brings it back), and a
@@ -257,9 +258,22 @@ def check_working_context(state: SessionState, agent_id: str, ops: list[tuple[st
     wc = working_context(agent)
     by_id = {it.id: it for it in wc}
     full_ids = [it.id for it in agent.items]
-    # The Working Context is drawn from the Full Context, in its order, each item at most once.
+    # The Working Context is drawn from the Full Context, in its order, each item at most once,
+    # except that a summary stands where the first item it replaced stood (a summary of a
+    # summary where that one stood): after every item before that one, before every item after.
     positions = [full_ids.index(it.id) for it in wc]
-    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert len(set(positions)) == len(positions)
+    stands: dict[int, int] = {}
+    for i, it in enumerate(agent.items):
+        if it.role == "summary":
+            stands[i] = min([i, *(stands.get(full_ids.index(r), full_ids.index(r))
+                                  for r in it.replaced_ids if r in full_ids)])
+    others = [p for p in positions if p not in stands]
+    assert others == sorted(others)
+    for n, p in enumerate(positions):
+        if p in stands:
+            assert all(q < stands[p] for q in others if q in positions[:n]), (wc, ops)
+            assert all(q >= stands[p] for q in others if q in positions[n + 1:]), (wc, ops)
     for it in agent.items:
         if it.role == "tool_call":
             assert (it.id in by_id) == call_shown[it.call.call_id], (it.id, ops)
@@ -368,7 +382,9 @@ async def test_compaction_then_include_result_reaches_the_model(runtime_factory,
         st = await rt2.run_to_idle(sid, "r2", "what did we do")
         assert [it.id for it in st.agents["main"].items[:4]] == [it.id for it in items]  # Full Context intact
         sent = rt2.faux.requests[0].items
+        # The summary stands where the first item it replaced (the user's message) stood; the
+        # re-attached call and result come after it, at their own place.
         assert [(it.role, it.text) for it in sent] == [
-            ("tool_call", ""), ("tool_result", result.text), ("summary", "earlier: a nap"), ("user", "what did we do")]
-        assert sent[0].call == call.call and sent[1].call_id == call.call.call_id
+            ("summary", "earlier: a nap"), ("tool_call", ""), ("tool_result", result.text), ("user", "what did we do")]
+        assert sent[1].call == call.call and sent[2].call_id == call.call.call_id
         assert st.agents["main"].items[-1].text == "(faux) You said: what did we do"
