@@ -41,7 +41,8 @@ def write(path: Path, text: str) -> None:
 
 
 @asynccontextmanager
-async def harness(tmp_path: Path, ws: Path, script: list[FauxTurn]) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, Any]]:
+async def harness(tmp_path: Path, ws: Path, script: list[FauxTurn], *, ids: Ids | None = None,
+                  snapshot_every: int = 500) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, Any]]:
     data_dir = tmp_path / "data"
     faux = FauxProvider("faux", script)
     store = EventStore.open(data_dir)
@@ -54,7 +55,8 @@ async def harness(tmp_path: Path, ws: Path, script: list[FauxTurn]) -> AsyncIter
                     async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
                         tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
                                                skill_tool(pool)])
-                        deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools, Ids())
+                        deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools,
+                                         ids if ids is not None else Ids(), snapshot_every=snapshot_every)
                         sup = Supervisor(deps)
                         async with trio.open_nursery() as actors:
                             await actors.start(sup.run)
@@ -388,3 +390,66 @@ async def test_a_reload_of_a_snipped_skill_cut_off_by_a_restart_is_still_appende
         assert not [e for e in events if e.kind == "instruction.appended"]
         state = await sup.call(sid, GetState())
         assert len(skill_texts(working_context(state.agents["main"]))) == 1
+
+
+# --------------------------------------------------------------------------- a compaction after a load
+
+
+async def test_a_skill_loaded_mid_conversation_stays_after_the_summary_of_what_came_before(tmp_path: Path) -> None:
+    """F-CTX-4: after a compaction, the summary stands where the conversation it replaced began,
+    so a skill loaded in the middle of it comes after the summary (it came before it, and so
+    joined the leading system prompt). The same after a restart (a replay of the log), from a
+    snapshot, and in a fork."""
+    from runtime.working_context import Compact
+
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    script = [FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+              FauxTurn(when="Summarize the conversation so far", text="SUMMARY-OF-IT")]
+    ids = Ids()
+
+    def order(items: list[Any]) -> list[tuple[str, str]]:
+        return [(it.role, "REVIEW-STEPS" if "REVIEW-STEPS" in it.text else it.text) for it in items]
+
+    async with harness(tmp_path, ws, script, ids=ids) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "hello")
+        await run(sup, sid, "r2", "LOAD-IT")
+        assert [it.role for it in faux.requests[-1].items] == [
+            "user", "assistant", "user", "tool_call", "tool_result", "system"]
+        prompt = faux.requests[-1].system
+        await sup.call(sid, Compact())
+        await run(sup, sid, "r3", "after")
+        sent = faux.requests[-1].items
+        assert order(sent) == [("summary", "SUMMARY-OF-IT"), ("system", "REVIEW-STEPS"), ("user", "after")]
+        assert sent[1].source == "skill:review"
+        assert faux.requests[-1].system == prompt  # the leading system prompt is unchanged
+        kept = [it.id for it in sent]
+        # A fork of the compacted session sees the same order.
+        last = (await events_of(store, sid))[-1].seq
+        fork = await sup.fork_session(sid, last)
+        await run(sup, fork, "f1", "in the fork")
+        assert [it.id for it in faux.requests[-1].items][:3] == kept
+    snaps = SnapshotStore.open(tmp_path / "data")
+    try:
+        assert snaps.load(sid) is None  # so the next actor replays the whole log
+    finally:
+        snaps.close()
+
+    async with harness(tmp_path, ws, script, ids=ids, snapshot_every=1) as (sup, store, faux, _pool):
+        await run(sup, sid, "r4", "again")
+        sent = faux.requests[-1].items
+        assert [it.id for it in sent][:3] == kept
+        assert order(sent) == [("summary", "SUMMARY-OF-IT"), ("system", "REVIEW-STEPS"), ("user", "after"),
+                               ("assistant", "(faux) You said: after"), ("user", "again")]
+    snaps = SnapshotStore.open(tmp_path / "data")
+    try:
+        assert snaps.load(sid) is not None  # the next actor starts from this snapshot and its tail
+    finally:
+        snaps.close()
+
+    async with harness(tmp_path, ws, script, ids=ids) as (sup, store, faux, _pool):
+        await run(sup, sid, "r5", "once more")
+        sent = faux.requests[-1].items
+        assert [it.id for it in sent][:3] == kept and order(sent)[-1] == ("user", "once more")
+        assert [it.role for it in sent] == ["summary", "system", "user", "assistant", "user", "assistant", "user"]

@@ -15,9 +15,12 @@ from events.store import EventStore
 from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
+from runtime.providers.compile import INSTRUCTION_PREFIX, SUMMARY_PREFIX
 from runtime.supervisor import Supervisor
 from runtime.working_context import Compact, ContextError
+from tests.executor.conftest import running_pool
 from tools.registry import builtin_tools
+from tools.skills import skill_tool
 
 from .conftest import PROTOCOLS
 from .scripts import error, reply
@@ -36,10 +39,13 @@ class Ids:
 
 
 @asynccontextmanager
-async def runtime(data_dir: Path, provider: Any) -> AsyncIterator[Supervisor]:
+async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: Ids | None = None,
+                  snapshot_every: int = 500) -> AsyncIterator[Supervisor]:
     store = EventStore.open(data_dir)
     snapshots = SnapshotStore.open(store.data_dir)
-    deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"), builtin_tools(), Ids())
+    deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
+                     tools if tools is not None else builtin_tools(), ids if ids is not None else Ids(),
+                     snapshot_every=snapshot_every)
     sup = Supervisor(deps)
     try:
         async with trio.open_nursery() as nursery:
@@ -150,3 +156,83 @@ async def test_a_summary_cut_off_at_the_output_limit_is_not_recorded(protocol, s
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
     assert state.usage.requests == 2 and state.usage.output_tokens == 20 + 4096
     assert len(server.bodies) == 2
+
+
+REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff, then the tests.\n"
+
+
+def _conversation(protocol: str, body: dict) -> tuple[list[str], list[tuple[str, str]]]:
+    """A request body as (its leading system texts, then (role, text) per input block in order)."""
+    if protocol == "anthropic":
+        system = [b["text"] for b in body.get("system", [])]
+        blocks = [(m["role"], b.get("text") or b["type"]) for m in body["messages"] for b in m["content"]]
+        return system, blocks
+    if protocol == "openai-responses":
+        out = [(m.get("role") or m["type"], m["content"][0]["text"] if isinstance(m.get("content"), list)
+                else m.get("content") or m["type"]) for m in body["input"]]
+    else:
+        out = [(m["role"], m["content"] if isinstance(m["content"], str)
+                else m["content"][0]["text"] if m["content"] else "tool_calls") for m in body["messages"]]
+    lead = next(i for i, (role, _text) in enumerate(out) if role not in ("system", "developer"))
+    return [text for _role, text in out[:lead]], out[lead:]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_skill_loaded_mid_conversation_is_sent_after_the_summary(protocol, server, make, tmp_path):
+    """F-CTX-4 / F-MOD-2 over the wire: a skill loaded in the middle of a conversation, then a
+    compaction. The next request has the summary first and the skill's instructions after it, a
+    later instruction as it was before the compaction (Anthropic: a user block marked ``Lens
+    instruction update:``, not in ``system``; OpenAI: a system/developer message after the
+    summary); the leading system prompt is unchanged. The same after a restart from a snapshot."""
+    provider = make(protocol)
+    ws = tmp_path / "ws"
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW)
+    server.push(
+        reply(protocol, text="Hello."),
+        reply(protocol, calls=[("call_s1", "skill", {"name": "review"})], rid="r2"),
+        reply(protocol, text="Loaded.", rid="r3"),
+        reply(protocol, text="SUMMARY-OF-IT", rid="r4"),
+        reply(protocol, text="Done.", rid="r5"),
+        reply(protocol, text="Again.", rid="r6"),
+    )
+    ids = Ids()
+    # (Anthropic marks a later instruction and names its source; OpenAI sends its text as it is)
+    instruction = f"{INSTRUCTION_PREFIX} (skill:review)" if protocol == "anthropic" else 'Skill "review" loaded.'
+    async with running_pool(tmp_path / "executors", {"p1": ws}) as pool:
+        tools = builtin_tools([skill_tool(pool)])
+        async with runtime(tmp_path / "data", provider, tools=tools, ids=ids, snapshot_every=1) as sup:
+            sid = await sup.create_session("p1")
+            for rid, text in (("req1", "hello"), ("req2", "load the review skill")):
+                await sup.call(sid, Submit(rid, [t.TextPart(text)]))
+                await sup.call(sid, WaitIdle())
+            assert [e.kind for e in await events_of(sup, sid)].count("skill.loaded") == 1
+            system, before = _conversation(protocol, server.bodies[-1])
+            assert not any("REVIEW-STEPS" in s for s in system)
+            assert before[-1][1].startswith(instruction) and "REVIEW-STEPS" in before[-1][1]
+            await sup.call(sid, Compact())
+            await sup.call(sid, Submit("req3", [t.TextPart("and now?")]))
+            await sup.call(sid, WaitIdle())
+            after_system, after = _conversation(protocol, server.bodies[-1])
+        if protocol == "anthropic":
+            body = server.bodies[-1]
+            assert [m["role"] for m in body["messages"]] == ["user"]
+            assert "cache_control" in body["system"][-1]  # the leading prompt's breakpoint ends it, as before
+        assert after_system == system  # the leading system prompt is the same, nothing joined it
+        roles = {"anthropic": "user", "openai-responses": "developer", "openai-chat": "system"}
+        assert [role for role, _text in after] == ["user", roles[protocol], "user"]
+        assert after[0][1].startswith(SUMMARY_PREFIX) and "SUMMARY-OF-IT" in after[0][1]
+        assert after[1][1].startswith(instruction) and "REVIEW-STEPS" in after[1][1]
+        assert after[2][1] == "and now?"
+
+        # After a restart, from a snapshot: the same prefix, compiled the same way.
+        snaps = SnapshotStore.open(tmp_path / "data")
+        try:
+            assert snaps.load(sid) is not None
+        finally:
+            snaps.close()
+        async with runtime(tmp_path / "data", provider, tools=tools, ids=ids) as sup:
+            await sup.call(sid, Submit("req4", [t.TextPart("once more")]))
+            await sup.call(sid, WaitIdle())
+        again_system, again = _conversation(protocol, server.bodies[-1])
+    assert again_system == system and again[:3] == after and again[-1] == ("user", "once more")
