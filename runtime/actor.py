@@ -250,7 +250,10 @@ class SessionActor:
         self._aborting = False
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
-        self._snapshot_at = 0
+        # Events folded since the state last matched a stored snapshot: what a wake-up would
+        # read again (the tail after the snapshot loaded, a fork's source up to its fork point,
+        # then what this actor appends). A snapshot is taken once it reaches snapshot_every.
+        self._unsnapshotted = 0
         self._skills = SkillLoads(deps.tools, session_id)
         assert deps.tool_catalog is not None
         self.tool_catalog = deps.tool_catalog
@@ -286,10 +289,10 @@ class SessionActor:
         Raises whatever replay or the runner raised; the supervisor restarts or quarantines.
         """
         self.state = await self._load()
-        self._snapshot_at = self.state.events
         task_status.started()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._maybe_snapshot()  # a long tail is read once, not on every wake-up
             if self._jobs is not None:
                 self._jobs.attach(nursery)
             if self.state.questions:
@@ -347,6 +350,7 @@ class SessionActor:
     async def _load(self) -> SessionState:
         snaps = self.deps.snapshots
         state: SessionState | None = None
+        self._unsnapshotted = 0
         if snaps is not None:
             state = await trio.to_thread.run_sync(snaps.load, self.session_id, limiter=self.deps.snapshot_limiter)
         if state is not None and not await self._log_holds(state):
@@ -398,6 +402,7 @@ class SessionActor:
                 return
             for se in page:
                 apply(state, se)
+            self._unsnapshotted += len(page)
             after = page[-1].seq
 
     # ------------------------------------------------------------------ writing
@@ -430,6 +435,7 @@ class SessionActor:
                         apply(state, StoredEvent(
                             seq, res.ts, draft.project_id, draft.session_id, sseq, draft.agent_id,
                             draft.task_id, t.kind_of(draft.event), draft.request_id, draft.event))
+                    self._unsnapshotted += len(drafts)
                     self._maybe_snapshot()
                 return res
 
@@ -437,9 +443,9 @@ class SessionActor:
         snaps = self.deps.snapshots
         if snaps is None or self._nursery is None:
             return
-        if self.state.events - self._snapshot_at < self.deps.snapshot_every:
+        if self._unsnapshotted < self.deps.snapshot_every:
             return
-        self._snapshot_at = self.state.events
+        self._unsnapshotted = 0
         copy = state_from_snapshot(snapshot_bytes(self.state))  # consistent as of now
         self._nursery.start_soon(self._save_snapshot, copy)
 

@@ -4,6 +4,7 @@ delete, and forks from any ``seq`` of a session."""
 from __future__ import annotations
 
 import pytest
+import trio
 
 from conftest import by_kind, frozen, one, sleep_call
 from projections.session_state import SessionState, apply
@@ -11,6 +12,7 @@ from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
 from runtime.errors import InvalidCommand, ModelUnavailable, SessionGone, SessionNotFound
 from runtime.providers.faux import FauxTurn
 from conftest import text
+from test_supervisor import corrupt, passivate
 
 
 def main_items(state: SessionState):
@@ -85,6 +87,28 @@ async def test_fork_refuses_a_seq_of_another_session(rt, autojump_clock):
     with pytest.raises(SessionNotFound):
         await rt.sup.fork_session("ses_missing", seq_of_a)
     assert sorted({e.session_id for e in await rt.events()}) == sorted([a, b])  # nothing created
+
+
+async def test_a_fork_of_a_long_session_wakes_without_its_source(runtime_factory, autojump_clock):
+    """F-ACT-2 for forks: a fork's state is its source's log up to the fork point, read again on
+    each wake-up until the fork had ``snapshot_every`` events of its own. The source's events it
+    folds count towards a snapshot, so one is taken when the fork is made."""
+    async with runtime_factory(snapshot_every=10, idle_seconds=5) as rt:
+        src = await rt.session()
+        for i in range(4):
+            await rt.run_to_idle(src, f"r{i}", f"message {i}")
+        evs = await rt.events(src)
+        fork = await rt.sup.fork_session(src, evs[-1].seq)
+        st = await rt.state(fork)
+        await passivate(rt, fork)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, fork)
+        assert snap == st
+        ids = rt.ids
+    corrupt(rt.data_dir, evs[0].seq)  # the fork's wake-up must not read the source any more
+    async with runtime_factory(snapshot_every=10, ids=ids) as rt2:
+        assert await rt2.state(fork) == st
+        st = await rt2.run_to_idle(fork, "f1", "from the fork")
+        assert main_items(st)[-1].text == "(faux) You said: from the fork"
 
 
 async def test_configure_applies_from_the_next_model_request(runtime_factory, autojump_clock):

@@ -31,8 +31,11 @@ async def full_replay(rt, sid: str) -> SessionState:
 
 
 async def passivate(rt, sid: str) -> None:
-    """Let virtual time pass until the idle actor has left (its last snapshot write included)."""
-    for _ in range(1000):
+    """Let virtual time pass until the idle actor has left (its last snapshot write included).
+
+    The bound counts checks, not time: while a snapshot is written in a thread (real time, slow
+    on a loaded machine) the mock clock jumps on, each check taking a virtual second."""
+    for _ in range(100_000):
         if sid not in rt.sup.live_sessions:
             return
         await trio.sleep(1)
@@ -101,6 +104,35 @@ async def test_wake_up_uses_the_snapshot_and_equals_a_full_replay(runtime_factor
         assert await rt2.state(sid) == live
         st = await rt2.run_to_idle(sid, "r9", "still here")
         assert st.agents["main"].items[-1].text == "(faux) You said: still here"
+
+
+async def test_a_session_woken_for_short_bursts_is_snapshotted_too(runtime_factory, autojump_clock):
+    """The cadence counts the events a wake-up would read again, not only what one actor
+    appended: a session woken for one turn at a time (fewer than ``snapshot_every`` events per
+    wake) was never snapshotted, so every wake-up replayed its whole log."""
+    async with runtime_factory(snapshot_every=10, idle_seconds=5) as rt:
+        sid = await rt.session()
+        for i in range(6):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+            await passivate(rt, sid)
+        live = await rt.state(sid)
+        await passivate(rt, sid)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert live.events > 30
+        assert snap is not None and live.events - snap.events < 10
+        assert snap == fold(SessionState(sid), [e for e in await rt.events(sid) if e.seq <= snap.last_seq])
+        ids = rt.ids
+    # A tail that is already long at a wake-up (snapshots were rarer before) is snapshotted then,
+    # even when the wake-up only reads.
+    async with runtime_factory(snapshot_every=1000, idle_seconds=5, ids=ids) as rt:
+        for i in range(6, 10):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+        live = await rt.state(sid)
+    async with runtime_factory(snapshot_every=10, idle_seconds=5, ids=ids) as rt:
+        assert await rt.state(sid) == live
+        await passivate(rt, sid)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert snap is not None and snap.events == live.events
 
 
 async def snapshot_then_restore(runtime_factory) -> tuple[str, object, SessionState]:
