@@ -477,13 +477,17 @@ class SessionActor:
         if isinstance(cmd, Create):
             if s.created:
                 raise InvalidCommand(f"session {self.session_id!r} exists already")
+            model, thinking_level = cmd.model, cmd.thinking_level
             if cmd.forked_from_session:
                 base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
                 _reset_for_fork(base, self.session_id)
                 self.state = base
+                # State as of the fork point (F-ACT-7), its configuration included: the model and
+                # thinking level the source had then, like its saved settings.
+                model, thinking_level = base.model, base.thinking_level
             self.state.project_id = cmd.project_id  # the envelope of session.created carries it
             res = await self._emit([d.Scoped(t.SessionCreated(
-                model=cmd.model, thinking_level=cmd.thinking_level, name=cmd.name,
+                model=model, thinking_level=thinking_level, name=cmd.name,
                 forked_from_session=cmd.forked_from_session, forked_from_seq=cmd.forked_from_seq))])
             assert res is not None
             return {"id": self.session_id, "seq": res.seq}
@@ -979,6 +983,10 @@ def _under_call(event: t._Event, sub_id: str, root_id: str) -> t._Event:
 def _reset_for_fork(state: SessionState, new_session_id: str) -> None:
     """A fork starts idle with the source's contexts as of the fork point."""
     state.session_id = new_session_id
+    # A deletion or quarantine is the source's, not its conversation's: a fork made at or after
+    # one is a live session of its own ("try again from here").
+    state.deleted = False
+    state.quarantined = None
     state.queue = []
     state.inputs = {}
     state.placed_inputs = []

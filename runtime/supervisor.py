@@ -102,7 +102,8 @@ class Supervisor:
         return session_id
 
     async def fork_session(self, source_session_id: str, seq: int, *, name: str | None = None) -> str:
-        """Start a new session whose state is ``source_session_id``'s as of its event ``seq``.
+        """Start a new session whose state is ``source_session_id``'s as of its event ``seq``
+        (its contexts, settings, model and thinking level then; idle, with nothing queued).
 
         Raises ``SESSION_NOT_FOUND`` for an unknown source and ``INVALID_ARGUMENT`` when ``seq`` is
         not one of the source session's events.
@@ -112,8 +113,8 @@ class Supervisor:
         if seq < 1 or not rows or rows[0].session_id != source_session_id:
             raise InvalidCommand(f"seq {seq} is not an event of session {source_session_id!r}")
         session_id = self.deps.new_id("ses")
-        await self.call(session_id, Create(source.project_id, model=source.model,
-                                           thinking_level=source.thinking_level, name=name,
+        # (its model and thinking level are the source's as of seq: the actor reads them there)
+        await self.call(session_id, Create(source.project_id, name=name,
                                            forked_from_session=source_session_id, forked_from_seq=seq))
         return session_id
 

@@ -89,6 +89,48 @@ async def test_fork_refuses_a_seq_of_another_session(rt, autojump_clock):
     assert sorted({e.session_id for e in await rt.events()}) == sorted([a, b])  # nothing created
 
 
+async def test_a_fork_takes_the_configuration_as_of_its_seq(runtime_factory, autojump_clock):
+    """State as of the fork point includes the session's configuration: the fork took the
+    source's model and thinking level of now (its saved settings were already as of the seq)."""
+    async with runtime_factory(extra_providers=["faux2"]) as rt:
+        src = await rt.session(model="faux/faux-1", thinking_level="low")
+        await rt.run_to_idle(src, "r1", "hello")
+        cut = (await rt.events(src))[-1].seq
+        await rt.call(src, Configure(model="faux2/model-b", thinking_level="high"))
+        later = (await rt.events(src))[-1].seq
+        early = await rt.sup.fork_session(src, cut)
+        late = await rt.sup.fork_session(src, later)
+        st = await rt.state(early)
+        assert (st.model, st.thinking_level) == ("faux/faux-1", "low")
+        created = one(await rt.events(early), "session.created").event
+        assert (created.model, created.thinking_level) == ("faux/faux-1", "low")
+        st = await rt.state(late)
+        assert (st.model, st.thinking_level) == ("faux2/model-b", "high")
+        await rt.run_to_idle(early, "f1", "again")
+        req = one(await rt.events(early), "model.requested").event
+        assert (req.provider, req.model, req.thinking_level) == ("faux", "faux-1", "low")
+
+
+async def test_a_fork_made_at_or_after_a_deletion_is_a_live_session(runtime_factory, autojump_clock):
+    """The deletion (or quarantine) is the source's own: a fork from its ``session.deleted`` was
+    born deleted (every input 409 SESSION_DELETED) while the session list showed it live."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        await rt.call(src, Delete())
+        cut = one(await rt.events(src), "session.deleted").seq
+        fork = await rt.sup.fork_session(src, cut)
+        st = await rt.state(fork)
+        assert not st.deleted and st.status == "idle" and [it.text for it in main_items(st)][:1] == ["hello"]
+        st = await rt.run_to_idle(fork, "f1", "once more")
+        assert main_items(st)[-1].text == "(faux) You said: once more"
+        ids = rt.ids
+    async with runtime_factory(ids=ids) as rt2:  # replayed alike
+        st = await rt2.state(fork)
+        assert not st.deleted and main_items(st)[-1].text == "(faux) You said: once more"
+        assert (await rt2.state(src)).deleted
+
+
 async def test_a_fork_of_a_long_session_wakes_without_its_source(runtime_factory, autojump_clock):
     """F-ACT-2 for forks: a fork's state is its source's log up to the fork point, read again on
     each wake-up until the fork had ``snapshot_every`` events of its own. The source's events it
