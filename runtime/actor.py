@@ -524,7 +524,8 @@ class SessionActor:
                 raise InvalidCommand("requestId must be 1 to 200 characters")
             if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
                 raise InvalidCommand("content must not be empty or only white space")
-            self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
+            if cmd.request_id not in s.inputs:  # (a repeat is answered as the first time: F-LOG-4)
+                self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
             await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
             res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
                                    request_id=cmd.request_id)
