@@ -510,6 +510,10 @@ class SessionActor:
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
             return await self.context.describe(cmd.agent_id)
+        if isinstance(cmd, Delete) and s.created and not s.deleted and s.quarantined:
+            # (a quarantined session runs nothing: it is only marked deleted, so it leaves the list)
+            await self._emit([d.Scoped(t.SessionDeleted())])
+            return {"deleted": True}
         self._require_live()
         if isinstance(cmd, wc.EditContext):
             return await self.context.edit(cmd)

@@ -21,8 +21,8 @@ import trio
 from events import types as t
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
-from .actor import ActorDeps, Command, Create, Envelope, GetState, SessionActor
-from .errors import ActorUnavailable, InvalidCommand, SessionQuarantined
+from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, SessionActor
+from .errors import ActorUnavailable, InvalidCommand, SessionGone, SessionQuarantined
 
 log = logging.getLogger("lens.supervisor")
 
@@ -56,6 +56,7 @@ class Supervisor:
         self._pending = pending
         self._actors: dict[str, _Handle] = {}
         self._quarantined: dict[str, str] = {}
+        self._deleted: set[str] = set()  # quarantined sessions deleted since (see _delete_quarantined)
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -129,6 +130,10 @@ class Supervisor:
             if session_id in self._quarantined:  # checked on every try: a retry must not revive it
                 if isinstance(command, GetState):
                     return await self._quarantined_state(session_id)
+                if isinstance(command, Delete):
+                    return await self._delete_quarantined(session_id)
+                if session_id in self._deleted:  # (as the actor answers a deleted session)
+                    raise SessionGone(f"session {session_id!r} was deleted")
                 raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
             handle = self._ensure(session_id)
             env = Envelope(command)
@@ -161,6 +166,20 @@ class Supervisor:
         if state.quarantined is None:  # the quarantine event could not be recorded
             state.quarantined = reason
         return state
+
+    async def _delete_quarantined(self, session_id: str) -> dict[str, bool]:
+        """Soft-delete a quarantined session (F-ACT-6) without an actor: ``session.deleted`` is
+        recorded as its quarantine was, from the rows' columns (its bodies may be what cannot be
+        decoded); nothing of it runs, so there is nothing to abort. ``SESSION_DELETED`` when it
+        was deleted already."""
+        if (session_id in self._deleted
+                or await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1)):
+            self._deleted.add(session_id)
+            raise SessionGone(f"session {session_id!r} was deleted")
+        project_id = await self.deps.store.session_project(session_id)
+        await self.deps.store.append(Draft(t.SessionDeleted(), project_id=project_id, session_id=session_id))
+        self._deleted.add(session_id)
+        return {"deleted": True}
 
     def _ensure(self, session_id: str) -> _Handle:
         handle = self._actors.get(session_id)

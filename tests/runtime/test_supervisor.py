@@ -16,8 +16,8 @@ from events.reader import LogReader
 from events.schema import EVENTS_DB
 from events.store import Draft, open_store
 from projections.session_state import SessionState, fold
-from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
-from runtime.errors import ActorUnavailable, SessionNotFound, SessionQuarantined
+from runtime.actor import ActorDeps, Delete, GetState, Submit, WaitIdle
+from runtime.errors import ActorUnavailable, SessionGone, SessionNotFound, SessionQuarantined
 from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
@@ -250,6 +250,45 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
         assert sid not in rt.sup.live_sessions
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
     assert len(crashes) == 3
+
+
+async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_clock):
+    """F-ACT-6: a quarantined session refused its soft delete (SESSION_QUARANTINED), so it stayed
+    listed for good; now only ``session.deleted`` is recorded (nothing runs to abort), by the
+    supervisor while the quarantine is its own and by the actor after a restart."""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
+
+    async def quarantined(rt) -> str:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        while True:
+            try:
+                await rt.call(sid, WaitIdle())
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined:
+                return sid
+
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED]) as rt:
+        now = await quarantined(rt)
+        later = await quarantined(rt)
+        n = len(await rt.events(now))
+        assert await rt.call(now, Delete()) == {"deleted": True}
+        evs = await rt.events(now)
+        assert [e.kind for e in evs[n:]] == ["session.deleted"] and evs[-1].project_id == "p1"
+        assert (await rt.state(now)).status == "deleted"
+        for cmd in (Delete(), Submit("r2", text("more"))):
+            with pytest.raises(SessionGone):
+                await rt.call(now, cmd)
+        ids = rt.ids
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], ids=ids) as rt2:
+        n = len(await rt2.events(later))
+        assert await rt2.call(later, Delete()) == {"deleted": True}
+        assert [e.kind for e in (await rt2.events(later))[n:]] == ["session.deleted"]
+        st = await rt2.state(later)
+        assert st.status == "deleted"
+        with pytest.raises(SessionGone):
+            await rt2.call(now, Delete())
 
 
 async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, autojump_clock, caplog):
