@@ -5,7 +5,7 @@ by the next call (replay); one that crashed is restarted from the log, and after
 ``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
 event and a clear status) instead of crash-looping. At start the supervisor wakes every session
 the log shows with unfinished work (a running task, queued inputs or a background job without its
-end), so a restart resumes them (and records such jobs lost):
+end) and no quarantine, so a restart resumes them (and records such jobs lost):
 asked of a ``pending`` source when one is given (the daemon's: the sessions projection), else of
 the whole log.
 """
@@ -43,9 +43,10 @@ PendingSource = Callable[[], Awaitable["list[str] | None"]]
 
 PENDING_WORK_SQL = """
 SELECT session_id FROM events WHERE session_id IS NOT NULL GROUP BY session_id
-HAVING sum(kind = 'task.started') > sum(kind = 'task.finished')
+HAVING sum(kind = 'session.quarantined') = 0 AND (
+       sum(kind = 'task.started') > sum(kind = 'task.finished')
     OR sum(kind = 'input.submitted') > sum(kind IN ('input.placed', 'input.withdrawn'))
-    OR sum(kind = 'job.started') > sum(kind = 'job.finished')
+    OR sum(kind = 'job.started') > sum(kind = 'job.finished'))
 """
 
 
@@ -181,6 +182,14 @@ class Supervisor:
         self._deleted.add(session_id)
         return {"deleted": True}
 
+    async def _recorded_quarantine(self, session_id: str) -> bool:
+        """Whether the log holds a ``session.quarantined`` of ``session_id`` (False if it cannot tell)."""
+        try:
+            return bool(await self.deps.store.read_events(session_id=session_id, kinds=["session.quarantined"],
+                                                          limit=1))
+        except Exception:
+            return False
+
     def _ensure(self, session_id: str) -> _Handle:
         handle = self._actors.get(session_id)
         if handle is not None:
@@ -234,18 +243,21 @@ class Supervisor:
         # The event carries the session's project like the session's other events, so streams
         # filtered by project see it too (it is read from the rows' columns: the session's bodies
         # may be what cannot be decoded).
-        try:
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            # Once is enough: a session the log shows quarantined already (its replay failing again
+            # after a restart) is not recorded again each time.
+            if not await self._recorded_quarantine(handle.session_id):
                 try:
-                    project_id = await self.deps.store.session_project(handle.session_id)
-                except Exception as exc:
-                    log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
-                    project_id = None
-                await self.deps.store.append(Draft(
-                    t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
-                    session_id=handle.session_id))
-        except Exception as exc:  # the log itself may be what fails; the status stays in memory
-            log.error("could not record quarantine of %s: %r", handle.session_id, exc)
+                    try:
+                        project_id = await self.deps.store.session_project(handle.session_id)
+                    except Exception as exc:
+                        log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
+                        project_id = None
+                    await self.deps.store.append(Draft(
+                        t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
+                        session_id=handle.session_id))
+                except Exception as exc:  # the log itself may be what fails; the status stays in memory
+                    log.error("could not record quarantine of %s: %r", handle.session_id, exc)
         self._quarantined[handle.session_id] = reason
         err = SessionQuarantined(f"session {handle.session_id!r} is quarantined: {reason}")
         while True:  # answer what is queued, then close (no checkpoint in between)

@@ -322,6 +322,46 @@ async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, a
     assert q.project_id == "p1"
 
 
+async def test_a_quarantine_is_recorded_once_across_restarts(runtime_factory, autojump_clock, caplog):
+    """A session quarantined because its log cannot be replayed had unfinished work, so every
+    start woke it: three more failed replays and one more ``session.quarantined`` per restart.
+    Quarantined sessions are not woken at start, and a quarantine the log holds is not recorded
+    again when a call finds the replay still failing."""
+    async with runtime_factory(script=[FauxTurn(when="nap", tool_calls=[sleep_call(10_000_000)])]) as rt:
+        sid = await rt.session()
+        with frozen(autojump_clock):
+            await rt.submit(sid, "r1", "nap")  # a task left running: work for the next start
+            await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        bad = one(await rt.events(sid), "input.submitted").seq
+        ids = rt.ids
+    corrupt(rt.data_dir, bad)
+
+    async def quarantines(rt) -> int:
+        return len(await rt.store.read_events(session_id=sid, kinds=["session.quarantined"]))
+
+    async with runtime_factory(ids=ids) as rt:  # woken at start: quarantined
+        with pytest.raises(SessionQuarantined):
+            while True:
+                try:
+                    await rt.call(sid, GetState())
+                except ActorUnavailable:
+                    continue
+        assert await quarantines(rt) == 1
+    for projections in (False, True):  # the log scan, then the sessions projection
+        caplog.clear()
+        async with runtime_factory(ids=ids, projections=projections) as rt:
+            await trio.sleep(100)
+            assert sid not in rt.sup.live_sessions
+            assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # not woken
+            with pytest.raises(SessionQuarantined):  # a call still finds it quarantined
+                while True:
+                    try:
+                        await rt.call(sid, GetState())
+                    except ActorUnavailable:
+                        continue
+            assert await quarantines(rt) == 1
+
+
 async def test_unknown_session_is_not_found(rt, autojump_clock):
     with pytest.raises(SessionNotFound) as err:
         await rt.call("ses_nope", GetState())
@@ -392,6 +432,9 @@ async def test_pending_work_from_the_projection_matches_the_log_scan(tmp_path):
         await store.append(*put("queued", created, submitted))
         await store.append(*put("done", created, submitted, t.InputPlaced("r"), t.TaskStarted("r"), t.TaskFinished()))
         await store.append(*put("withdrawn", created, submitted, t.InputWithdrawn("r")))
+        # (a quarantined session is never woken at start: its replay failed, or it may run nothing)
+        await store.append(*put("quarantined", created, submitted, t.InputPlaced("r"), t.TaskStarted("r"),
+                                t.SessionQuarantined(reason="replay failed")))
         service = ProjectionService(data, store)
         sup = Supervisor(ActorDeps(store, None, None, None, None))  # type: ignore[arg-type]  # (the scan reads only the store)
         try:
