@@ -348,37 +348,40 @@ class SessionActor:
         return await self._load()
 
     async def _load(self) -> SessionState:
-        snaps = self.deps.snapshots
-        state: SessionState | None = None
         self._unsnapshotted = 0
-        if snaps is not None:
-            state = await trio.to_thread.run_sync(snaps.load, self.session_id, limiter=self.deps.snapshot_limiter)
-        if state is not None and not await self._log_holds(state):
-            state = None  # the log was replaced (a backup put back): the snapshot folds other events
-        after = after_session_seq = 0
-        if state is None:
-            state = SessionState(self.session_id)
-            first = await self.deps.store.read_events(session_id=self.session_id, limit=1)
-            if first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session:
-                ev = first[0].event
-                state = await self._state_at(ev.forked_from_session, ev.forked_from_seq or 0)
-                _reset_for_fork(state, self.session_id)
-        else:
-            after, after_session_seq = state.last_seq, state.last_session_seq
-        await self._fold_tail(state, self.session_id, after, None, after_session_seq)
-        return state
+        return await self._state_at(self.session_id, None)
 
-    async def _log_holds(self, state: SessionState) -> bool:
+    async def _log_holds(self, state: SessionState, session_id: str) -> bool:
         """Whether the log holds the event a snapshot ends at: the same ``seq``, this session,
         the same ``session_seq``. The log only grows, so then it holds everything folded."""
         if not state.last_seq:
             return True
-        page = await self.deps.store.read_events(session_id=self.session_id, after=state.last_seq - 1,
+        page = await self.deps.store.read_events(session_id=session_id, after=state.last_seq - 1,
                                                  to=state.last_seq, limit=1,
                                                  after_session_seq=max(state.last_session_seq - 1, 0) or None)
         return bool(page) and page[0].seq == state.last_seq and page[0].session_seq == state.last_session_seq
 
-    async def _state_at(self, session_id: str, upto: int) -> SessionState:
+    async def _snapshot_upto(self, session_id: str, upto: int | None) -> SessionState | None:
+        """The latest snapshot of ``session_id`` if it ends at or before ``upto`` (any, for
+        ``None``) and the log holds what it folded; else ``None``."""
+        snaps = self.deps.snapshots
+        if snaps is None:
+            return None
+        state = await trio.to_thread.run_sync(snaps.load, session_id, limiter=self.deps.snapshot_limiter)
+        if state is None or (upto is not None and state.last_seq > upto):
+            return None
+        if not await self._log_holds(state, session_id):
+            return None  # the log was replaced (a backup put back): the snapshot folds other events
+        return state
+
+    async def _state_at(self, session_id: str, upto: int | None) -> SessionState:
+        """``session_id``'s state as of its event ``upto`` (``None``: its last), from its latest
+        snapshot that ends by then plus the tail; a fork's state without one starts from its
+        source's as of the fork point (the same way, so a chain of forks reads only tails)."""
+        state = await self._snapshot_upto(session_id, upto)
+        if state is not None:
+            await self._fold_tail(state, session_id, state.last_seq, upto, state.last_session_seq)
+            return state
         state = SessionState(session_id)
         first = await self.deps.store.read_events(session_id=session_id, limit=1)
         if first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session:

@@ -132,25 +132,31 @@ async def test_a_fork_made_at_or_after_a_deletion_is_a_live_session(runtime_fact
 
 
 async def test_a_fork_of_a_long_session_wakes_without_its_source(runtime_factory, autojump_clock):
-    """F-ACT-2 for forks: a fork's state is its source's log up to the fork point, read again on
-    each wake-up until the fork had ``snapshot_every`` events of its own. The source's events it
-    folds count towards a snapshot, so one is taken when the fork is made."""
+    """F-ACT-2 for forks: a fork's state is its source's up to the fork point, and it was folded
+    from the source's first event on each wake-up (and for each fork made), whatever snapshots
+    there were. A fork's state now starts from the source's latest snapshot that ends by the fork
+    point, and what it folds counts towards a snapshot of the fork; so does a fork of a fork."""
     async with runtime_factory(snapshot_every=10, idle_seconds=5) as rt:
         src = await rt.session()
         for i in range(4):
             await rt.run_to_idle(src, f"r{i}", f"message {i}")
         evs = await rt.events(src)
+        await passivate(rt, src)
         fork = await rt.sup.fork_session(src, evs[-1].seq)
         st = await rt.state(fork)
         await passivate(rt, fork)
-        snap = await trio.to_thread.run_sync(rt.snapshots.load, fork)
-        assert snap == st
+        await passivate(rt, src)
         ids = rt.ids
-    corrupt(rt.data_dir, evs[0].seq)  # the fork's wake-up must not read the source any more
-    async with runtime_factory(snapshot_every=10, ids=ids) as rt2:
+    corrupt(rt.data_dir, evs[0].seq)  # neither wake-up nor a new fork may read it any more
+    async with runtime_factory(snapshot_every=10, idle_seconds=5, ids=ids) as rt2:
         assert await rt2.state(fork) == st
         st = await rt2.run_to_idle(fork, "f1", "from the fork")
         assert main_items(st)[-1].text == "(faux) You said: from the fork"
+        again = await rt2.sup.fork_session(fork, (await rt2.events(fork))[-1].seq)
+        st = await rt2.run_to_idle(again, "g1", "from the fork's fork")
+        assert [it.text for it in main_items(st)][-4:] == [
+            "from the fork", "(faux) You said: from the fork",
+            "from the fork's fork", "(faux) You said: from the fork's fork"]
 
 
 async def test_configure_applies_from_the_next_model_request(runtime_factory, autojump_clock):
