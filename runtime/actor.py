@@ -21,7 +21,7 @@ import msgspec
 import trio
 
 from events import types as t
-from events.errors import AppendRejected
+from events.errors import AppendRejected, LogError
 from events.reader import StoredEvent
 from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
@@ -45,6 +45,7 @@ from . import jobs as j
 from . import working_context as wc
 from .config import ContextConfig
 from .errors import (
+    ForkSourceUnreadable,
     InputNotQueued,
     InvalidCommand,
     LensError,
@@ -482,7 +483,12 @@ class SessionActor:
                 raise InvalidCommand(f"session {self.session_id!r} exists already")
             model, thinking_level = cmd.model, cmd.thinking_level
             if cmd.forked_from_session:
-                base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
+                try:
+                    base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
+                except LogError as exc:  # (nothing is created; the source's log says what is damaged)
+                    raise ForkSourceUnreadable(exc.code, f"session {cmd.forked_from_session!r} cannot be read up "
+                                                         f"to seq {cmd.forked_from_seq} ({exc}); fork from an "
+                                                         f"earlier seq") from None
                 _reset_for_fork(base, self.session_id)
                 self.state = base
                 # State as of the fork point (F-ACT-7), its configuration included: the model and

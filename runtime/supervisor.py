@@ -22,7 +22,7 @@ from events import types as t
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, SessionActor
-from .errors import ActorUnavailable, InvalidCommand, SessionGone, SessionQuarantined
+from .errors import ActorUnavailable, InvalidCommand, SessionGone, SessionNotFound, SessionQuarantined
 
 log = logging.getLogger("lens.supervisor")
 
@@ -107,16 +107,21 @@ class Supervisor:
         """Start a new session whose state is ``source_session_id``'s as of its event ``seq``
         (its contexts, settings, model and thinking level then; idle, with nothing queued).
 
-        Raises ``SESSION_NOT_FOUND`` for an unknown source and ``INVALID_ARGUMENT`` when ``seq`` is
-        not one of the source session's events.
+        Raises ``SESSION_NOT_FOUND`` for an unknown source, ``INVALID_ARGUMENT`` when ``seq`` is
+        not one of the source session's events, and the log's code (``EVENT_CORRUPT``) when the
+        source cannot be read up to ``seq``. The source is read from its log, not woken: a
+        quarantined source (one whose log is damaged after ``seq``, say) can be forked too.
         """
-        source = await self.call(source_session_id, GetState())
-        rows = await self.deps.store.read_events(after=seq - 1, to=seq, limit=1)
+        store = self.deps.store
+        if not await store.session_last_seq(source_session_id):
+            raise SessionNotFound(f"no session {source_session_id!r}")
+        rows = await store.read_events(after=seq - 1, to=seq, limit=1)
         if seq < 1 or not rows or rows[0].session_id != source_session_id:
             raise InvalidCommand(f"seq {seq} is not an event of session {source_session_id!r}")
+        project_id = await store.session_project(source_session_id)
         session_id = self.deps.new_id("ses")
         # (its model and thinking level are the source's as of seq: the actor reads them there)
-        await self.call(session_id, Create(source.project_id, name=name,
+        await self.call(session_id, Create(project_id, name=name,
                                            forked_from_session=source_session_id, forked_from_seq=seq))
         return session_id
 

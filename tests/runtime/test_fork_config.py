@@ -9,7 +9,8 @@ import trio
 from conftest import by_kind, frozen, one, sleep_call
 from projections.session_state import SessionState, apply
 from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
-from runtime.errors import InvalidCommand, ModelUnavailable, SessionGone, SessionNotFound
+from runtime.errors import (ActorUnavailable, ForkSourceUnreadable, InvalidCommand, ModelUnavailable, SessionGone,
+                            SessionNotFound, SessionQuarantined)
 from runtime.providers.faux import FauxTurn
 from conftest import text
 from test_supervisor import corrupt, passivate
@@ -157,6 +158,37 @@ async def test_a_fork_of_a_long_session_wakes_without_its_source(runtime_factory
         assert [it.text for it in main_items(st)][-4:] == [
             "from the fork", "(faux) You said: from the fork",
             "from the fork's fork", "(faux) You said: from the fork's fork"]
+
+
+async def test_a_source_with_a_damaged_event_is_forked_before_it(runtime_factory, autojump_clock):
+    """"Try again from here" for a session quarantined because an event of its log is damaged: a
+    fork woke the whole source first (SESSION_QUARANTINED, even for a seq before the damage); now
+    it reads the source up to the fork point only, and a fork point past the damage is the log's
+    EVENT_CORRUPT naming the event (the actor made for it crashed: SESSION_UNAVAILABLE, "retry")."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        await rt.run_to_idle(src, "r2", "again")
+        evs = await rt.events(src)
+        bad = one(evs, "input.submitted", request_id="r2").seq
+        ids = rt.ids
+    corrupt(rt.data_dir, bad)
+    async with runtime_factory(ids=ids) as rt2:
+        with pytest.raises(SessionQuarantined):
+            while True:
+                try:
+                    await rt2.call(src, GetState())
+                except ActorUnavailable:
+                    continue
+        fork = await rt2.sup.fork_session(src, bad - 1)
+        st = await rt2.run_to_idle(fork, "f1", "once more")
+        assert [it.text for it in main_items(st)] == [
+            "hello", "(faux) You said: hello", "once more", "(faux) You said: once more"]
+        n = len(await rt2.store.read_events(limit=1000, kinds=["session.created"]))
+        with pytest.raises(ForkSourceUnreadable) as err:
+            await rt2.sup.fork_session(src, evs[-1].seq)
+        assert err.value.code == "EVENT_CORRUPT" and f"seq {bad}:" in err.value.message
+        assert len(await rt2.store.read_events(limit=1000, kinds=["session.created"])) == n  # nothing created
 
 
 async def test_configure_applies_from_the_next_model_request(runtime_factory, autojump_clock):
