@@ -58,6 +58,7 @@ class Supervisor:
         self._actors: dict[str, _Handle] = {}
         self._quarantined: dict[str, str] = {}
         self._deleted: set[str] = set()  # quarantined sessions deleted since (see _delete_quarantined)
+        self._delete_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -178,13 +179,14 @@ class Supervisor:
         recorded as its quarantine was, from the rows' columns (its bodies may be what cannot be
         decoded); nothing of it runs, so there is nothing to abort. ``SESSION_DELETED`` when it
         was deleted already."""
-        if (session_id in self._deleted
-                or await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1)):
+        async with self._delete_lock:  # (no actor serializes them: two at once record one event)
+            if (session_id in self._deleted
+                    or await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1)):
+                self._deleted.add(session_id)
+                raise SessionGone(f"session {session_id!r} was deleted")
+            project_id = await self.deps.store.session_project(session_id)
+            await self.deps.store.append(Draft(t.SessionDeleted(), project_id=project_id, session_id=session_id))
             self._deleted.add(session_id)
-            raise SessionGone(f"session {session_id!r} was deleted")
-        project_id = await self.deps.store.session_project(session_id)
-        await self.deps.store.append(Draft(t.SessionDeleted(), project_id=project_id, session_id=session_id))
-        self._deleted.add(session_id)
         return {"deleted": True}
 
     async def _recorded_quarantine(self, session_id: str) -> bool:

@@ -273,7 +273,18 @@ async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_cl
         now = await quarantined(rt)
         later = await quarantined(rt)
         n = len(await rt.events(now))
-        assert await rt.call(now, Delete()) == {"deleted": True}
+        answers: list[object] = []
+
+        async def delete() -> None:
+            try:
+                answers.append(await rt.call(now, Delete()))
+            except SessionGone as exc:
+                answers.append(exc.code)
+
+        async with trio.open_nursery() as nursery:  # two at once (no actor serializes them): one event
+            nursery.start_soon(delete)
+            nursery.start_soon(delete)
+        assert sorted(answers, key=str) == ["SESSION_DELETED", {"deleted": True}]
         evs = await rt.events(now)
         assert [e.kind for e in evs[n:]] == ["session.deleted"] and evs[-1].project_id == "p1"
         assert (await rt.state(now)).status == "deleted"
