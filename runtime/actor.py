@@ -443,11 +443,11 @@ class SessionActor:
                     self._maybe_snapshot()
                 return res
 
-    def _maybe_snapshot(self) -> None:
+    def _maybe_snapshot(self, *, now: bool = False) -> None:
         snaps = self.deps.snapshots
         if snaps is None or self._nursery is None:
             return
-        if self._unsnapshotted < self.deps.snapshot_every:
+        if self._unsnapshotted < self.deps.snapshot_every and not now:
             return
         self._unsnapshotted = 0
         copy = state_from_snapshot(snapshot_bytes(self.state))  # consistent as of now
@@ -499,6 +499,10 @@ class SessionActor:
                 model=model, thinking_level=thinking_level, name=cmd.name,
                 forked_from_session=cmd.forked_from_session, forked_from_seq=cmd.forked_from_seq))])
             assert res is not None
+            if cmd.forked_from_session and self._unsnapshotted:
+                # A fork is snapshotted as it is made: its wake-ups, and forks made of it, never
+                # read its source again (a chain of forks otherwise read back through every link).
+                self._maybe_snapshot(now=True)
             return {"id": self.session_id, "seq": res.seq}
         if isinstance(cmd, GetState):
             if not s.created:

@@ -160,6 +160,35 @@ async def test_a_fork_of_a_long_session_wakes_without_its_source(runtime_factory
             "from the fork's fork", "(faux) You said: from the fork's fork"]
 
 
+async def test_a_fork_is_snapshotted_as_it_is_made(runtime_factory, autojump_clock):
+    """A fork of a short session (fewer events than ``snapshotEvery``) was read back through its
+    source on each wake-up, and a chain of forks each made from the last through every link (400
+    of them took 45 s to make, 2 s now). A fork is snapshotted as it is made."""
+    async with runtime_factory(idle_seconds=5) as rt:  # snapshot_every 500: far more than these
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        first = (await rt.events(src))[0].seq
+        chain: list[str] = []
+        cur = src
+        for _ in range(3):
+            cur = await rt.sup.fork_session(cur, (await rt.events(cur))[-1].seq)
+            chain.append(cur)
+        states = {f: await rt.state(f) for f in chain}
+        for f in (src, *chain):
+            await passivate(rt, f)
+        for f in chain:
+            assert await trio.to_thread.run_sync(rt.snapshots.load, f) == states[f]
+        ids = rt.ids
+    corrupt(rt.data_dir, first)  # no fork reads its source any more
+    async with runtime_factory(ids=ids) as rt2:
+        for f in chain:
+            assert await rt2.state(f) == states[f]
+        deeper = await rt2.sup.fork_session(chain[-1], (await rt2.events(chain[-1]))[-1].seq)
+        st = await rt2.run_to_idle(deeper, "d1", "deep")
+        assert [it.text for it in main_items(st)] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
 async def test_a_source_with_a_damaged_event_is_forked_before_it(runtime_factory, autojump_clock):
     """"Try again from here" for a session quarantined because an event of its log is damaged: a
     fork woke the whole source first (SESSION_QUARANTINED, even for a seq before the damage); now
