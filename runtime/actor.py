@@ -21,7 +21,7 @@ import msgspec
 import trio
 
 from events import types as t
-from events.errors import AppendRejected
+from events.errors import AppendRejected, LogError
 from events.reader import StoredEvent
 from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
@@ -46,6 +46,7 @@ from . import working_context as wc
 from .config import ContextConfig
 from .errors import (
     ActorUnavailable,
+    ForkSourceUnreadable,
     InputNotQueued,
     InvalidCommand,
     LensError,
@@ -252,7 +253,10 @@ class SessionActor:
         self._aborting = False
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
-        self._snapshot_at = 0
+        # Events folded since the state last matched a stored snapshot: what a wake-up would
+        # read again (the tail after the snapshot loaded, a fork's source up to its fork point,
+        # then what this actor appends). A snapshot is taken once it reaches snapshot_every.
+        self._unsnapshotted = 0
         self._skills = SkillLoads(deps.tools, session_id)
         assert deps.tool_catalog is not None
         self.tool_catalog = deps.tool_catalog
@@ -288,10 +292,10 @@ class SessionActor:
         Raises whatever replay or the runner raised; the supervisor restarts or quarantines.
         """
         self.state = await self._load()
-        self._snapshot_at = self.state.events
         task_status.started()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._maybe_snapshot()  # a long tail is read once, not on every wake-up
             if self._jobs is not None:
                 self._jobs.attach(nursery)
             if self.state.questions:
@@ -347,36 +351,40 @@ class SessionActor:
         return await self._load()
 
     async def _load(self) -> SessionState:
-        snaps = self.deps.snapshots
-        state: SessionState | None = None
-        if snaps is not None:
-            state = await trio.to_thread.run_sync(snaps.load, self.session_id, limiter=self.deps.snapshot_limiter)
-        if state is not None and not await self._log_holds(state):
-            state = None  # the log was replaced (a backup put back): the snapshot folds other events
-        after = after_session_seq = 0
-        if state is None:
-            state = SessionState(self.session_id)
-            first = await self.deps.store.read_events(session_id=self.session_id, limit=1)
-            if first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session:
-                ev = first[0].event
-                state = await self._state_at(ev.forked_from_session, ev.forked_from_seq or 0)
-                _reset_for_fork(state, self.session_id)
-        else:
-            after, after_session_seq = state.last_seq, state.last_session_seq
-        await self._fold_tail(state, self.session_id, after, None, after_session_seq)
-        return state
+        self._unsnapshotted = 0
+        return await self._state_at(self.session_id, None)
 
-    async def _log_holds(self, state: SessionState) -> bool:
+    async def _log_holds(self, state: SessionState, session_id: str) -> bool:
         """Whether the log holds the event a snapshot ends at: the same ``seq``, this session,
         the same ``session_seq``. The log only grows, so then it holds everything folded."""
         if not state.last_seq:
             return True
-        page = await self.deps.store.read_events(session_id=self.session_id, after=state.last_seq - 1,
+        page = await self.deps.store.read_events(session_id=session_id, after=state.last_seq - 1,
                                                  to=state.last_seq, limit=1,
                                                  after_session_seq=max(state.last_session_seq - 1, 0) or None)
         return bool(page) and page[0].seq == state.last_seq and page[0].session_seq == state.last_session_seq
 
-    async def _state_at(self, session_id: str, upto: int) -> SessionState:
+    async def _snapshot_upto(self, session_id: str, upto: int | None) -> SessionState | None:
+        """The latest snapshot of ``session_id`` if it ends at or before ``upto`` (any, for
+        ``None``) and the log holds what it folded; else ``None``."""
+        snaps = self.deps.snapshots
+        if snaps is None:
+            return None
+        state = await trio.to_thread.run_sync(snaps.load, session_id, limiter=self.deps.snapshot_limiter)
+        if state is None or (upto is not None and state.last_seq > upto):
+            return None
+        if not await self._log_holds(state, session_id):
+            return None  # the log was replaced (a backup put back): the snapshot folds other events
+        return state
+
+    async def _state_at(self, session_id: str, upto: int | None) -> SessionState:
+        """``session_id``'s state as of its event ``upto`` (``None``: its last), from its latest
+        snapshot that ends by then plus the tail; a fork's state without one starts from its
+        source's as of the fork point (the same way, so a chain of forks reads only tails)."""
+        state = await self._snapshot_upto(session_id, upto)
+        if state is not None:
+            await self._fold_tail(state, session_id, state.last_seq, upto, state.last_session_seq)
+            return state
         state = SessionState(session_id)
         first = await self.deps.store.read_events(session_id=session_id, limit=1)
         if first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session:
@@ -400,6 +408,7 @@ class SessionActor:
                 return
             for se in page:
                 apply(state, se)
+            self._unsnapshotted += len(page)
             after = page[-1].seq
 
     # ------------------------------------------------------------------ writing
@@ -432,16 +441,17 @@ class SessionActor:
                         apply(state, StoredEvent(
                             seq, res.ts, draft.project_id, draft.session_id, sseq, draft.agent_id,
                             draft.task_id, t.kind_of(draft.event), draft.request_id, draft.event))
+                    self._unsnapshotted += len(drafts)
                     self._maybe_snapshot()
                 return res
 
-    def _maybe_snapshot(self) -> None:
+    def _maybe_snapshot(self, *, now: bool = False) -> None:
         snaps = self.deps.snapshots
         if snaps is None or self._nursery is None:
             return
-        if self.state.events - self._snapshot_at < self.deps.snapshot_every:
+        if self._unsnapshotted < self.deps.snapshot_every and not now:
             return
-        self._snapshot_at = self.state.events
+        self._unsnapshotted = 0
         copy = state_from_snapshot(snapshot_bytes(self.state))  # consistent as of now
         self._nursery.start_soon(self._save_snapshot, copy)
 
@@ -477,15 +487,28 @@ class SessionActor:
         if isinstance(cmd, Create):
             if s.created:
                 raise InvalidCommand(f"session {self.session_id!r} exists already")
+            model, thinking_level = cmd.model, cmd.thinking_level
             if cmd.forked_from_session:
-                base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
+                try:
+                    base = await self._state_at(cmd.forked_from_session, cmd.forked_from_seq or 0)
+                except LogError as exc:  # (nothing is created; the source's log says what is damaged)
+                    raise ForkSourceUnreadable(exc.code, f"session {cmd.forked_from_session!r} cannot be read up "
+                                                         f"to seq {cmd.forked_from_seq} ({exc}); fork from an "
+                                                         f"earlier seq") from None
                 _reset_for_fork(base, self.session_id)
                 self.state = base
+                # State as of the fork point (F-ACT-7), its configuration included: the model and
+                # thinking level the source had then, like its saved settings.
+                model, thinking_level = base.model, base.thinking_level
             self.state.project_id = cmd.project_id  # the envelope of session.created carries it
             res = await self._emit([d.Scoped(t.SessionCreated(
-                model=cmd.model, thinking_level=cmd.thinking_level, name=cmd.name,
+                model=model, thinking_level=thinking_level, name=cmd.name,
                 forked_from_session=cmd.forked_from_session, forked_from_seq=cmd.forked_from_seq))])
             assert res is not None
+            if cmd.forked_from_session and self._unsnapshotted:
+                # A fork is snapshotted as it is made: its wake-ups, and forks made of it, never
+                # read its source again (a chain of forks otherwise read back through every link).
+                self._maybe_snapshot(now=True)
             return {"id": self.session_id, "seq": res.seq}
         if isinstance(cmd, GetState):
             if not s.created:
@@ -506,6 +529,10 @@ class SessionActor:
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
             return self._describe_context(cmd, env)
+        if isinstance(cmd, Delete) and s.created and not s.deleted and s.quarantined:
+            # (a quarantined session runs nothing: it is only marked deleted, so it leaves the list)
+            await self._emit([d.Scoped(t.SessionDeleted())])
+            return {"deleted": True}
         self._require_live()
         if isinstance(cmd, wc.EditContext):
             return await self.context.edit(cmd)
@@ -1008,6 +1035,10 @@ def _under_call(event: t._Event, sub_id: str, root_id: str) -> t._Event:
 def _reset_for_fork(state: SessionState, new_session_id: str) -> None:
     """A fork starts idle with the source's contexts as of the fork point."""
     state.session_id = new_session_id
+    # A deletion or quarantine is the source's, not its conversation's: a fork made at or after
+    # one is a live session of its own ("try again from here").
+    state.deleted = False
+    state.quarantined = None
     state.queue = []
     state.inputs = {}
     state.placed_inputs = []

@@ -497,8 +497,8 @@ def create_app(svc: Services) -> QuartTrio:
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
         """A new session whose contexts are the source's as of its event ``seq`` (F-ACT-7: time
-        travel, "try again from here"); it starts idle, with the source's model and thinking
-        level, and its view says ``forkedFrom``. The source is not changed."""
+        travel, "try again from here"); it starts idle, with the model and thinking level the
+        source had at ``seq``, and its view says ``forkedFrom``. The source is not changed."""
         require_strong("fork sessions")
         check_id(sid, "session id")
         body = await read_body(ForkBody)

@@ -57,6 +57,15 @@ class SettingsInvalid(LensError):
     code = "VALIDATION_FAILED"
 
 
+class ForkSourceUnreadable(LensError):
+    """A fork's source cannot be read up to the fork point (a damaged event there): the code is
+    the log's own (``EVENT_CORRUPT``…) and the message names the event's seq."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
 class ModelUnavailable(LensError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

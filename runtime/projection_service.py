@@ -47,8 +47,8 @@ def _unreadable(exc: apsw.Error) -> ProjectionsUnreadable:
 
 
 # The sessions projection counts each session's open tasks and queued inputs.
-PENDING_SESSIONS_SQL = ("SELECT id FROM sessions WHERE open_tasks > 0 OR queued > 0 "
-                        "OR id IN (SELECT session_id FROM session_jobs)")
+PENDING_SESSIONS_SQL = ("SELECT id FROM sessions WHERE quarantined = 0 AND (open_tasks > 0 OR queued > 0 "
+                        "OR id IN (SELECT session_id FROM session_jobs))")
 # Sessions that events the projection has not seen yet may have put to work (or finished). No
 # DISTINCT: with it SQLite walks the whole (session_id, session_seq) index instead of the seq range.
 UNPROJECTED_WORK_SQL = (

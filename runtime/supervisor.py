@@ -5,7 +5,7 @@ by the next call (replay); one that crashed is restarted from the log, and after
 ``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
 event and a clear status) instead of crash-looping. At start the supervisor wakes every session
 the log shows with unfinished work (a running task, queued inputs or a background job without its
-end), so a restart resumes them (and records such jobs lost):
+end) and no quarantine, so a restart resumes them (and records such jobs lost):
 asked of a ``pending`` source when one is given (the daemon's: the sessions projection), else of
 the whole log.
 """
@@ -21,8 +21,8 @@ import trio
 from events import types as t
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
-from .actor import ActorDeps, Command, Create, Envelope, GetState, SessionActor
-from .errors import ActorUnavailable, InvalidCommand, SessionQuarantined
+from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, SessionActor
+from .errors import ActorUnavailable, InvalidCommand, SessionGone, SessionNotFound, SessionQuarantined
 
 log = logging.getLogger("lens.supervisor")
 
@@ -43,9 +43,10 @@ PendingSource = Callable[[], Awaitable["list[str] | None"]]
 
 PENDING_WORK_SQL = """
 SELECT session_id FROM events WHERE session_id IS NOT NULL GROUP BY session_id
-HAVING sum(kind = 'task.started') > sum(kind = 'task.finished')
+HAVING sum(kind = 'session.quarantined') = 0 AND (
+       sum(kind = 'task.started') > sum(kind = 'task.finished')
     OR sum(kind = 'input.submitted') > sum(kind IN ('input.placed', 'input.withdrawn'))
-    OR sum(kind = 'job.started') > sum(kind = 'job.finished')
+    OR sum(kind = 'job.started') > sum(kind = 'job.finished'))
 """
 
 
@@ -56,6 +57,8 @@ class Supervisor:
         self._pending = pending
         self._actors: dict[str, _Handle] = {}
         self._quarantined: dict[str, str] = {}
+        self._deleted: set[str] = set()  # quarantined sessions deleted since (see _delete_quarantined)
+        self._delete_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -102,18 +105,24 @@ class Supervisor:
         return session_id
 
     async def fork_session(self, source_session_id: str, seq: int, *, name: str | None = None) -> str:
-        """Start a new session whose state is ``source_session_id``'s as of its event ``seq``.
+        """Start a new session whose state is ``source_session_id``'s as of its event ``seq``
+        (its contexts, settings, model and thinking level then; idle, with nothing queued).
 
-        Raises ``SESSION_NOT_FOUND`` for an unknown source and ``INVALID_ARGUMENT`` when ``seq`` is
-        not one of the source session's events.
+        Raises ``SESSION_NOT_FOUND`` for an unknown source, ``INVALID_ARGUMENT`` when ``seq`` is
+        not one of the source session's events, and the log's code (``EVENT_CORRUPT``) when the
+        source cannot be read up to ``seq``. The source is read from its log, not woken: a
+        quarantined source (one whose log is damaged after ``seq``, say) can be forked too.
         """
-        source = await self.call(source_session_id, GetState())
-        rows = await self.deps.store.read_events(after=seq - 1, to=seq, limit=1)
+        store = self.deps.store
+        if not await store.session_last_seq(source_session_id):
+            raise SessionNotFound(f"no session {source_session_id!r}")
+        rows = await store.read_events(after=seq - 1, to=seq, limit=1)
         if seq < 1 or not rows or rows[0].session_id != source_session_id:
             raise InvalidCommand(f"seq {seq} is not an event of session {source_session_id!r}")
+        project_id = await store.session_project(source_session_id)
         session_id = self.deps.new_id("ses")
-        await self.call(session_id, Create(source.project_id, model=source.model,
-                                           thinking_level=source.thinking_level, name=name,
+        # (its model and thinking level are the source's as of seq: the actor reads them there)
+        await self.call(session_id, Create(project_id, name=name,
                                            forked_from_session=source_session_id, forked_from_seq=seq))
         return session_id
 
@@ -128,6 +137,10 @@ class Supervisor:
             if session_id in self._quarantined:  # checked on every try: a retry must not revive it
                 if isinstance(command, GetState):
                     return await self._quarantined_state(session_id)
+                if isinstance(command, Delete):
+                    return await self._delete_quarantined(session_id)
+                if session_id in self._deleted:  # (as the actor answers a deleted session)
+                    raise SessionGone(f"session {session_id!r} was deleted")
                 raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
             handle = self._ensure(session_id)
             env = Envelope(command)
@@ -160,6 +173,29 @@ class Supervisor:
         if state.quarantined is None:  # the quarantine event could not be recorded
             state.quarantined = reason
         return state
+
+    async def _delete_quarantined(self, session_id: str) -> dict[str, bool]:
+        """Soft-delete a quarantined session (F-ACT-6) without an actor: ``session.deleted`` is
+        recorded as its quarantine was, from the rows' columns (its bodies may be what cannot be
+        decoded); nothing of it runs, so there is nothing to abort. ``SESSION_DELETED`` when it
+        was deleted already."""
+        async with self._delete_lock:  # (no actor serializes them: two at once record one event)
+            if (session_id in self._deleted
+                    or await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1)):
+                self._deleted.add(session_id)
+                raise SessionGone(f"session {session_id!r} was deleted")
+            project_id = await self.deps.store.session_project(session_id)
+            await self.deps.store.append(Draft(t.SessionDeleted(), project_id=project_id, session_id=session_id))
+            self._deleted.add(session_id)
+        return {"deleted": True}
+
+    async def _recorded_quarantine(self, session_id: str) -> bool:
+        """Whether the log holds a ``session.quarantined`` of ``session_id`` (False if it cannot tell)."""
+        try:
+            return bool(await self.deps.store.read_events(session_id=session_id, kinds=["session.quarantined"],
+                                                          limit=1))
+        except Exception:
+            return False
 
     def _ensure(self, session_id: str) -> _Handle:
         handle = self._actors.get(session_id)
@@ -214,18 +250,21 @@ class Supervisor:
         # The event carries the session's project like the session's other events, so streams
         # filtered by project see it too (it is read from the rows' columns: the session's bodies
         # may be what cannot be decoded).
-        try:
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            # Once is enough: a session the log shows quarantined already (its replay failing again
+            # after a restart) is not recorded again each time.
+            if not await self._recorded_quarantine(handle.session_id):
                 try:
-                    project_id = await self.deps.store.session_project(handle.session_id)
-                except Exception as exc:
-                    log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
-                    project_id = None
-                await self.deps.store.append(Draft(
-                    t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
-                    session_id=handle.session_id))
-        except Exception as exc:  # the log itself may be what fails; the status stays in memory
-            log.error("could not record quarantine of %s: %r", handle.session_id, exc)
+                    try:
+                        project_id = await self.deps.store.session_project(handle.session_id)
+                    except Exception as exc:
+                        log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
+                        project_id = None
+                    await self.deps.store.append(Draft(
+                        t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
+                        session_id=handle.session_id))
+                except Exception as exc:  # the log itself may be what fails; the status stays in memory
+                    log.error("could not record quarantine of %s: %r", handle.session_id, exc)
         self._quarantined[handle.session_id] = reason
         err = SessionQuarantined(f"session {handle.session_id!r} is quarantined: {reason}")
         while True:  # answer what is queued, then close (no checkpoint in between)

@@ -204,3 +204,30 @@ async def test_the_list_says_quarantined_as_the_view_does(daemon_factory):
     assert view["status"] == "quarantined"
     [listed] = (await d2.get("/sessions", token)).json()["sessions"]
     assert (listed["id"], listed["status"]) == (sid, "quarantined")
+
+
+async def test_a_quarantined_session_can_be_deleted(daemon_factory):
+    # F-ACT-6: soft delete was refused 409 SESSION_QUARANTINED, so a session that could no longer
+    # run stayed in every list for good. Deleting records session.deleted and nothing else.
+    d = await daemon_factory()
+    token = await d.pair("quarantine-client", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    await stop_daemon(d)
+    async with open_store(d.data_dir) as store:
+        await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=project["id"],
+                                 session_id=sid))
+    d2 = await daemon_factory(root=d.root)
+    before = await d2.events(token, sid)
+    r = await d2.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200 and r.json() == {"deleted": True}, r.text
+    after = await d2.events(token, sid)
+    assert [e["kind"] for e in after[len(before):]] == ["session.deleted"]
+    assert (await d2.view(token, sid))["status"] == "deleted"
+    assert (await d2.get("/sessions", token)).json()["sessions"] == []
+    r = await d2.request("DELETE", f"/sessions/{sid}", token)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")

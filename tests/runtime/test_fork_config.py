@@ -4,13 +4,16 @@ delete, and forks from any ``seq`` of a session."""
 from __future__ import annotations
 
 import pytest
+import trio
 
 from conftest import by_kind, frozen, one, sleep_call
 from projections.session_state import SessionState, apply
 from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
-from runtime.errors import InvalidCommand, ModelUnavailable, SessionGone, SessionNotFound
+from runtime.errors import (ActorUnavailable, ForkSourceUnreadable, InvalidCommand, ModelUnavailable, SessionGone,
+                            SessionNotFound, SessionQuarantined)
 from runtime.providers.faux import FauxTurn
 from conftest import text
+from test_supervisor import corrupt, passivate
 
 
 def main_items(state: SessionState):
@@ -85,6 +88,136 @@ async def test_fork_refuses_a_seq_of_another_session(rt, autojump_clock):
     with pytest.raises(SessionNotFound):
         await rt.sup.fork_session("ses_missing", seq_of_a)
     assert sorted({e.session_id for e in await rt.events()}) == sorted([a, b])  # nothing created
+
+
+async def test_a_fork_takes_the_configuration_as_of_its_seq(runtime_factory, autojump_clock):
+    """State as of the fork point includes the session's configuration: the fork took the
+    source's model and thinking level of now (its saved settings were already as of the seq)."""
+    async with runtime_factory(extra_providers=["faux2"]) as rt:
+        src = await rt.session(model="faux/faux-1", thinking_level="low")
+        await rt.run_to_idle(src, "r1", "hello")
+        cut = (await rt.events(src))[-1].seq
+        await rt.call(src, Configure(model="faux2/model-b", thinking_level="high"))
+        later = (await rt.events(src))[-1].seq
+        early = await rt.sup.fork_session(src, cut)
+        late = await rt.sup.fork_session(src, later)
+        st = await rt.state(early)
+        assert (st.model, st.thinking_level) == ("faux/faux-1", "low")
+        created = one(await rt.events(early), "session.created").event
+        assert (created.model, created.thinking_level) == ("faux/faux-1", "low")
+        st = await rt.state(late)
+        assert (st.model, st.thinking_level) == ("faux2/model-b", "high")
+        await rt.run_to_idle(early, "f1", "again")
+        req = one(await rt.events(early), "model.requested").event
+        assert (req.provider, req.model, req.thinking_level) == ("faux", "faux-1", "low")
+
+
+async def test_a_fork_made_at_or_after_a_deletion_is_a_live_session(runtime_factory, autojump_clock):
+    """The deletion (or quarantine) is the source's own: a fork from its ``session.deleted`` was
+    born deleted (every input 409 SESSION_DELETED) while the session list showed it live."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        await rt.call(src, Delete())
+        cut = one(await rt.events(src), "session.deleted").seq
+        fork = await rt.sup.fork_session(src, cut)
+        st = await rt.state(fork)
+        assert not st.deleted and st.status == "idle" and [it.text for it in main_items(st)][:1] == ["hello"]
+        st = await rt.run_to_idle(fork, "f1", "once more")
+        assert main_items(st)[-1].text == "(faux) You said: once more"
+        ids = rt.ids
+    async with runtime_factory(ids=ids) as rt2:  # replayed alike
+        st = await rt2.state(fork)
+        assert not st.deleted and main_items(st)[-1].text == "(faux) You said: once more"
+        assert (await rt2.state(src)).deleted
+
+
+async def test_a_fork_of_a_long_session_wakes_without_its_source(runtime_factory, autojump_clock):
+    """F-ACT-2 for forks: a fork's state is its source's up to the fork point, and it was folded
+    from the source's first event on each wake-up (and for each fork made), whatever snapshots
+    there were. A fork's state now starts from the source's latest snapshot that ends by the fork
+    point, and what it folds counts towards a snapshot of the fork; so does a fork of a fork."""
+    async with runtime_factory(snapshot_every=10, idle_seconds=5) as rt:
+        src = await rt.session()
+        for i in range(4):
+            await rt.run_to_idle(src, f"r{i}", f"message {i}")
+        evs = await rt.events(src)
+        await passivate(rt, src)
+        fork = await rt.sup.fork_session(src, evs[-1].seq)
+        st = await rt.state(fork)
+        await passivate(rt, fork)
+        await passivate(rt, src)
+        ids = rt.ids
+    corrupt(rt.data_dir, evs[0].seq)  # neither wake-up nor a new fork may read it any more
+    async with runtime_factory(snapshot_every=10, idle_seconds=5, ids=ids) as rt2:
+        assert await rt2.state(fork) == st
+        st = await rt2.run_to_idle(fork, "f1", "from the fork")
+        assert main_items(st)[-1].text == "(faux) You said: from the fork"
+        again = await rt2.sup.fork_session(fork, (await rt2.events(fork))[-1].seq)
+        st = await rt2.run_to_idle(again, "g1", "from the fork's fork")
+        assert [it.text for it in main_items(st)][-4:] == [
+            "from the fork", "(faux) You said: from the fork",
+            "from the fork's fork", "(faux) You said: from the fork's fork"]
+
+
+async def test_a_fork_is_snapshotted_as_it_is_made(runtime_factory, autojump_clock):
+    """A fork of a short session (fewer events than ``snapshotEvery``) was read back through its
+    source on each wake-up, and a chain of forks each made from the last through every link (400
+    of them took 45 s to make, 2 s now). A fork is snapshotted as it is made."""
+    async with runtime_factory(idle_seconds=5) as rt:  # snapshot_every 500: far more than these
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        first = (await rt.events(src))[0].seq
+        chain: list[str] = []
+        cur = src
+        for _ in range(3):
+            cur = await rt.sup.fork_session(cur, (await rt.events(cur))[-1].seq)
+            chain.append(cur)
+        states = {f: await rt.state(f) for f in chain}
+        for f in (src, *chain):
+            await passivate(rt, f)
+        for f in chain:
+            assert await trio.to_thread.run_sync(rt.snapshots.load, f) == states[f]
+        ids = rt.ids
+    corrupt(rt.data_dir, first)  # no fork reads its source any more
+    async with runtime_factory(ids=ids) as rt2:
+        for f in chain:
+            assert await rt2.state(f) == states[f]
+        deeper = await rt2.sup.fork_session(chain[-1], (await rt2.events(chain[-1]))[-1].seq)
+        st = await rt2.run_to_idle(deeper, "d1", "deep")
+        assert [it.text for it in main_items(st)] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
+async def test_a_source_with_a_damaged_event_is_forked_before_it(runtime_factory, autojump_clock):
+    """"Try again from here" for a session quarantined because an event of its log is damaged: a
+    fork woke the whole source first (SESSION_QUARANTINED, even for a seq before the damage); now
+    it reads the source up to the fork point only, and a fork point past the damage is the log's
+    EVENT_CORRUPT naming the event (the actor made for it crashed: SESSION_UNAVAILABLE, "retry")."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        await rt.run_to_idle(src, "r2", "again")
+        evs = await rt.events(src)
+        bad = one(evs, "input.submitted", request_id="r2").seq
+        ids = rt.ids
+    corrupt(rt.data_dir, bad)
+    async with runtime_factory(ids=ids) as rt2:
+        with pytest.raises(SessionQuarantined):
+            while True:
+                try:
+                    await rt2.call(src, GetState())
+                except ActorUnavailable:
+                    continue
+        fork = await rt2.sup.fork_session(src, bad - 1)
+        st = await rt2.run_to_idle(fork, "f1", "once more")
+        assert [it.text for it in main_items(st)] == [
+            "hello", "(faux) You said: hello", "once more", "(faux) You said: once more"]
+        n = len(await rt2.store.read_events(limit=1000, kinds=["session.created"]))
+        with pytest.raises(ForkSourceUnreadable) as err:
+            await rt2.sup.fork_session(src, evs[-1].seq)
+        assert err.value.code == "EVENT_CORRUPT" and f"seq {bad}:" in err.value.message
+        assert len(await rt2.store.read_events(limit=1000, kinds=["session.created"])) == n  # nothing created
 
 
 async def test_configure_applies_from_the_next_model_request(runtime_factory, autojump_clock):

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import by_kind, frozen, one, sleep_call, text
 from runtime.actor import Abort, Steer, Submit, Withdraw
-from runtime.errors import InputNotQueued
+from runtime.errors import InputNotQueued, ModelUnavailable
 from runtime.providers.faux import FauxTurn
 
 
@@ -329,6 +329,26 @@ async def test_duplicate_request_id_is_idempotent_across_a_restart(runtime_facto
         assert st.inputs["r1"].status == "settled"
         # A new request id still works after the restart.
         assert (await rt2.submit(sid, "r2", "new"))["duplicate"] is False
+
+
+async def test_a_repeat_is_answered_even_when_the_model_can_no_longer_be_used(runtime_factory, autojump_clock):
+    """A retry of a recorded submission (its 202 lost, say) after a restart whose config no longer
+    serves the session's model was refused (MODEL_UNKNOWN, PROVIDER_DISABLED or
+    PROVIDER_KEY_REQUIRED) although the input was in the log: a repeat is answered as the first
+    time. A new input is still refused."""
+    async with runtime_factory(extra_providers=["faux2"]) as rt:
+        sid = await rt.session(model="faux2/model-b")
+        first = await rt.submit(sid, "r1", "original")
+        await rt.idle(sid)
+        ids = rt.ids
+    async with runtime_factory(ids=ids) as rt2:  # faux2 is not configured any more
+        n = len(await rt2.events(sid))
+        again = await rt2.call(sid, Submit("r1", text("original")))
+        assert again == {"requestId": "r1", "seq": first["seq"], "duplicate": True}
+        with pytest.raises(ModelUnavailable) as err:
+            await rt2.submit(sid, "r2", "new")
+        assert err.value.code == "MODEL_UNKNOWN"
+        assert len(await rt2.events(sid)) == n
 
 
 async def test_a_session_with_an_input_queued_is_not_idle(rt, autojump_clock):

@@ -16,8 +16,8 @@ from events.reader import LogReader
 from events.schema import EVENTS_DB
 from events.store import Draft, open_store
 from projections.session_state import SessionState, fold
-from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
-from runtime.errors import ActorUnavailable, SessionNotFound, SessionQuarantined
+from runtime.actor import ActorDeps, Delete, GetState, Submit, WaitIdle
+from runtime.errors import ActorUnavailable, SessionGone, SessionNotFound, SessionQuarantined
 from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
@@ -31,8 +31,11 @@ async def full_replay(rt, sid: str) -> SessionState:
 
 
 async def passivate(rt, sid: str) -> None:
-    """Let virtual time pass until the idle actor has left (its last snapshot write included)."""
-    for _ in range(1000):
+    """Let virtual time pass until the idle actor has left (its last snapshot write included).
+
+    The bound counts checks, not time: while a snapshot is written in a thread (real time, slow
+    on a loaded machine) the mock clock jumps on, each check taking a virtual second."""
+    for _ in range(100_000):
         if sid not in rt.sup.live_sessions:
             return
         await trio.sleep(1)
@@ -101,6 +104,35 @@ async def test_wake_up_uses_the_snapshot_and_equals_a_full_replay(runtime_factor
         assert await rt2.state(sid) == live
         st = await rt2.run_to_idle(sid, "r9", "still here")
         assert st.agents["main"].items[-1].text == "(faux) You said: still here"
+
+
+async def test_a_session_woken_for_short_bursts_is_snapshotted_too(runtime_factory, autojump_clock):
+    """The cadence counts the events a wake-up would read again, not only what one actor
+    appended: a session woken for one turn at a time (fewer than ``snapshot_every`` events per
+    wake) was never snapshotted, so every wake-up replayed its whole log."""
+    async with runtime_factory(snapshot_every=10, idle_seconds=5) as rt:
+        sid = await rt.session()
+        for i in range(6):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+            await passivate(rt, sid)
+        live = await rt.state(sid)
+        await passivate(rt, sid)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert live.events > 30
+        assert snap is not None and live.events - snap.events < 10
+        assert snap == fold(SessionState(sid), [e for e in await rt.events(sid) if e.seq <= snap.last_seq])
+        ids = rt.ids
+    # A tail that is already long at a wake-up (snapshots were rarer before) is snapshotted then,
+    # even when the wake-up only reads.
+    async with runtime_factory(snapshot_every=1000, idle_seconds=5, ids=ids) as rt:
+        for i in range(6, 10):
+            await rt.run_to_idle(sid, f"r{i}", f"message {i}")
+        live = await rt.state(sid)
+    async with runtime_factory(snapshot_every=10, idle_seconds=5, ids=ids) as rt:
+        assert await rt.state(sid) == live
+        await passivate(rt, sid)
+        snap = await trio.to_thread.run_sync(rt.snapshots.load, sid)
+        assert snap is not None and snap.events == live.events
 
 
 async def snapshot_then_restore(runtime_factory) -> tuple[str, object, SessionState]:
@@ -220,6 +252,56 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
     assert len(crashes) == 3
 
 
+async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_clock):
+    """F-ACT-6: a quarantined session refused its soft delete (SESSION_QUARANTINED), so it stayed
+    listed for good; now only ``session.deleted`` is recorded (nothing runs to abort), by the
+    supervisor while the quarantine is its own and by the actor after a restart."""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
+
+    async def quarantined(rt) -> str:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        while True:
+            try:
+                await rt.call(sid, WaitIdle())
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined:
+                return sid
+
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED]) as rt:
+        now = await quarantined(rt)
+        later = await quarantined(rt)
+        n = len(await rt.events(now))
+        answers: list[object] = []
+
+        async def delete() -> None:
+            try:
+                answers.append(await rt.call(now, Delete()))
+            except SessionGone as exc:
+                answers.append(exc.code)
+
+        async with trio.open_nursery() as nursery:  # two at once (no actor serializes them): one event
+            nursery.start_soon(delete)
+            nursery.start_soon(delete)
+        assert sorted(answers, key=str) == ["SESSION_DELETED", {"deleted": True}]
+        evs = await rt.events(now)
+        assert [e.kind for e in evs[n:]] == ["session.deleted"] and evs[-1].project_id == "p1"
+        assert (await rt.state(now)).status == "deleted"
+        for cmd in (Delete(), Submit("r2", text("more"))):
+            with pytest.raises(SessionGone):
+                await rt.call(now, cmd)
+        ids = rt.ids
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], ids=ids) as rt2:
+        n = len(await rt2.events(later))
+        assert await rt2.call(later, Delete()) == {"deleted": True}
+        assert [e.kind for e in (await rt2.events(later))[n:]] == ["session.deleted"]
+        st = await rt2.state(later)
+        assert st.status == "deleted"
+        with pytest.raises(SessionGone):
+            await rt2.call(now, Delete())
+
+
 async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, autojump_clock, caplog):
     async with runtime_factory() as rt:
         healthy = await rt.session()
@@ -249,6 +331,46 @@ async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, a
     # It carries the session's project like the session's other events (read from the rows'
     # columns: the session's bodies do not all decode), so a stream filtered by project gets it.
     assert q.project_id == "p1"
+
+
+async def test_a_quarantine_is_recorded_once_across_restarts(runtime_factory, autojump_clock, caplog):
+    """A session quarantined because its log cannot be replayed had unfinished work, so every
+    start woke it: three more failed replays and one more ``session.quarantined`` per restart.
+    Quarantined sessions are not woken at start, and a quarantine the log holds is not recorded
+    again when a call finds the replay still failing."""
+    async with runtime_factory(script=[FauxTurn(when="nap", tool_calls=[sleep_call(10_000_000)])]) as rt:
+        sid = await rt.session()
+        with frozen(autojump_clock):
+            await rt.submit(sid, "r1", "nap")  # a task left running: work for the next start
+            await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        bad = one(await rt.events(sid), "input.submitted").seq
+        ids = rt.ids
+    corrupt(rt.data_dir, bad)
+
+    async def quarantines(rt) -> int:
+        return len(await rt.store.read_events(session_id=sid, kinds=["session.quarantined"]))
+
+    async with runtime_factory(ids=ids) as rt:  # woken at start: quarantined
+        with pytest.raises(SessionQuarantined):
+            while True:
+                try:
+                    await rt.call(sid, GetState())
+                except ActorUnavailable:
+                    continue
+        assert await quarantines(rt) == 1
+    for projections in (False, True):  # the log scan, then the sessions projection
+        caplog.clear()
+        async with runtime_factory(ids=ids, projections=projections) as rt:
+            await trio.sleep(100)
+            assert sid not in rt.sup.live_sessions
+            assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # not woken
+            with pytest.raises(SessionQuarantined):  # a call still finds it quarantined
+                while True:
+                    try:
+                        await rt.call(sid, GetState())
+                    except ActorUnavailable:
+                        continue
+            assert await quarantines(rt) == 1
 
 
 async def test_unknown_session_is_not_found(rt, autojump_clock):
@@ -321,6 +443,9 @@ async def test_pending_work_from_the_projection_matches_the_log_scan(tmp_path):
         await store.append(*put("queued", created, submitted))
         await store.append(*put("done", created, submitted, t.InputPlaced("r"), t.TaskStarted("r"), t.TaskFinished()))
         await store.append(*put("withdrawn", created, submitted, t.InputWithdrawn("r")))
+        # (a quarantined session is never woken at start: its replay failed, or it may run nothing)
+        await store.append(*put("quarantined", created, submitted, t.InputPlaced("r"), t.TaskStarted("r"),
+                                t.SessionQuarantined(reason="replay failed")))
         service = ProjectionService(data, store)
         sup = Supervisor(ActorDeps(store, None, None, None, None))  # type: ignore[arg-type]  # (the scan reads only the store)
         try:
