@@ -15,6 +15,8 @@ from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
 
 from events import types as t
 
+from .json_values import lone_surrogate, scalars
+
 
 class ToolError(Exception):
     """A tool failure the model should see; ``code`` is stable (UPPER_SNAKE)."""
@@ -228,23 +230,12 @@ def _unrecordable(value: Any) -> str | None:
     surrogate in a string or key (from a ``\\ud800`` escape: not encodable as UTF-8) or an integer
     outside 64 bits (MessagePack holds no more). Tools echo their arguments into results and
     events, so such a value would fail the append and crash the session's actor instead."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
+    for v in scalars(value):
         if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                return f"contain a lone surrogate ({v[exc.start]!r}); send text as valid Unicode"
-        elif isinstance(v, bool) or v is None or isinstance(v, float):
-            continue
-        elif isinstance(v, int):
-            if not INT64[0] <= v <= INT64[1]:
-                digits = str(v)
-                return f"contain an integer outside 64 bits ({digits[:40]}{'…' if len(digits) > 40 else ''})"
-        elif isinstance(v, Mapping):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
+            at = lone_surrogate(v)
+            if at is not None:
+                return f"contain a lone surrogate ({v[at]!r}); send text as valid Unicode"
+        elif isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+            digits = str(v)
+            return f"contain an integer outside 64 bits ({digits[:40]}{'…' if len(digits) > 40 else ''})"
     return None

@@ -40,6 +40,7 @@ from typing import Any, Awaitable, Callable, Literal
 
 from events import types as t
 from projections.session_state import Item, item_parts, text_of
+from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
 from .names import ToolNames
@@ -277,20 +278,7 @@ def _not_json(constant: str) -> Any:
 
 
 def _lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
+    return any(isinstance(v, str) and lone_surrogate(v) is not None for v in scalars(value))
 
 
 def request_tails(entries: list[Entry]) -> list[int]:

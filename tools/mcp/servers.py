@@ -27,6 +27,7 @@ import trio
 from runtime.mcp_config import McpServerConfig
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from tools.json_values import lone_surrogate, scalars
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
 from .results import _clean, to_tool_result
@@ -312,22 +313,11 @@ def _json_text(value: Any) -> bool:
     """Whether ``value`` (as Python's JSON parser read it) can be written back as strict JSON:
     no lone UTF-16 surrogate (from a ``\\ud800`` escape) and no NaN or infinite number, which
     the SDKs' encoders refuse (every model request offering the tool would fail)."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                return False
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                return False
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
+    for v in scalars(value):
+        if isinstance(v, str) and lone_surrogate(v) is not None:
+            return False
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
     return True
 
 

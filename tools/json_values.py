@@ -1,0 +1,33 @@
+"""Walking decoded JSON values (dicts, lists, strings, numbers) without recursion.
+
+Arguments, schemas and results come from models and servers and may nest as deep as their
+parser allowed: every check over them walks with an explicit stack, here, once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+def scalars(value: Any) -> Iterator[Any]:
+    """Every key and every value of ``value`` that is not a mapping or a list, depth first."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        else:
+            yield v
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first lone UTF-16 surrogate in ``text`` (from a ``\\ud800`` escape: not
+    encodable as UTF-8), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
