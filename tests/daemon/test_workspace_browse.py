@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from runtime import workspace_api
+from tests.procfs import processes
 
 from .conftest import Daemon, DaemonFactory, error_of, raw_http
 
@@ -312,18 +313,8 @@ async def test_a_long_gitignore_applies_its_first_and_last_lines(daemon_factory:
 
 def executor_child_of_this_process(workspace: Path) -> int:
     """The pid of the executor the daemon (in this process) spawned for ``workspace``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == os.getpid() and b"executor" in argv and b"serve" in argv and os.fsencode(workspace) in argv:
-            found.append(int(entry))
+    found = [p.pid for p in processes() if p.ppid == os.getpid() and b"executor" in p.argv
+             and b"serve" in p.argv and os.fsencode(workspace) in p.argv]
     assert len(found) == 1, found
     return found[0]
 

@@ -27,6 +27,7 @@ import trio
 
 from runtime.executor_client import ExecutorClient
 from runtime.executors import ExecutorPool, RemoteExecutor
+from tests.procfs import processes
 from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
 
 START_TIMEOUT_S = 20.0
@@ -143,19 +144,7 @@ def pool_factory(tmp_path: Path) -> Callable[..., object]:
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is ``pgid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
+    return [p.pid for p in processes() if p.pgrp == pgid and p.state not in ("Z", "X")]
 
 
 def wait_group_gone(pgid: int, timeout: float = 10.0) -> list[int]:

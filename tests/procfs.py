@@ -1,0 +1,31 @@
+"""Reading the processes of this machine from ``/proc`` (Linux), for tests that must find or
+wait for a process they did not start themselves."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Proc(NamedTuple):
+    pid: int
+    state: str  # R, S, Z…
+    ppid: int
+    pgrp: int
+    argv: list[bytes]
+
+
+def processes() -> Iterator[Proc]:
+    """Every process still there when its turn comes (one that ends meanwhile is skipped)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # (the command name may hold spaces and ")")
+        yield Proc(int(entry), fields[0], int(fields[1]), int(fields[2]), argv)
