@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 import msgspec
 import trio
@@ -253,6 +254,13 @@ class SessionActor:
         self._aborting = False
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
+        # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
+        # answer; and the end of the latest one's check, which the next one records after.
+        self._skill_inputs: dict[str, list[Envelope]] = {}
+        self._skill_inputs_done = trio.Event()
+        self._skill_inputs_done.set()
+        self._holding_inputs = 0  # aborts and deletions under way: a checked input records after them
+        self._inputs_released = trio.Event()
         # Events folded since the state last matched a stored snapshot: what a wake-up would
         # read again (the tail after the snapshot loaded, a fork's source up to its fork point,
         # then what this actor appends). A snapshot is taken once it reaches snapshot_every.
@@ -319,7 +327,8 @@ class SessionActor:
                     except trio.EndOfChannel:
                         break
                 if env is None:
-                    if not self._runner_done.is_set() or self._idle_waiters or (self._jobs is not None and self._jobs.running):
+                    if (not self._runner_done.is_set() or self._idle_waiters or self._skill_inputs
+                            or (self._jobs is not None and self._jobs.running)):
                         continue  # (jobs run in this actor's nursery: it stays while they do)
                     try:
                         env = self.mailbox.receive_nowait()
@@ -548,16 +557,18 @@ class SessionActor:
             # A retry of an input already recorded is answered as the first try was (F-LOG-4: the
             # store finds the request id and writes nothing), whatever changed since: refusing it
             # (a provider disabled after a restart, say) would tell the client it never landed.
+            waiting = self._skill_inputs.get(cmd.request_id)
+            if waiting is not None:  # a repeat of a /skill: input whose read is pending: its answer
+                waiting.append(env)
+                return _DEFERRED
             if cmd.request_id not in s.inputs:
                 if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
                     raise InvalidCommand("content must not be empty or only white space")
                 self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
-                await self._skills.check_input(s, cmd.request_id, cmd.content)  # (/skill:<name> args)
-            res = await self._emit([d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))],
-                                   request_id=cmd.request_id)
-            assert res is not None
-            self._maybe_start_runner()
-            return {"requestId": cmd.request_id, "seq": res.seq, "duplicate": res.duplicate}
+                skill = self._skills.command_name(cmd.content)  # (/skill:<name> args)
+                if skill is not None:
+                    return self._submit_skill_input(cmd, skill, env)
+            return await self._record_input(cmd)
         if isinstance(cmd, Withdraw):
             out: dict[str, Any] = {}
 
@@ -607,14 +618,32 @@ class SessionActor:
                 await self._emit([d.Scoped(t.SessionNamed(name=cmd.name))])
             return {"name": s.name}
         if isinstance(cmd, Delete):
-            await self.jobs.stop_all("session deleted")  # (recorded stopped, with no report)
-            await self._abort("session deleted")
-            await self._emit([d.Scoped(t.SessionDeleted())])
+            with self._holding_checked_inputs():
+                await self.jobs.stop_all("session deleted")  # (recorded stopped, with no report)
+                await self._abort("session deleted")
+                await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
             return {"deleted": True}
         raise InvalidCommand(f"unknown command {type(cmd).__name__}")
 
+    @contextmanager
+    def _holding_checked_inputs(self) -> Iterator[None]:
+        """While an abort or deletion is under way, a /skill: input whose check ends waits to be
+        recorded after it (not between its steps)."""
+        self._holding_inputs += 1
+        try:
+            yield
+        finally:
+            self._holding_inputs -= 1
+            if not self._holding_inputs:
+                self._inputs_released.set()
+                self._inputs_released = trio.Event()
+
     async def _abort(self, reason: str) -> dict[str, Any]:
+        with self._holding_checked_inputs():
+            return await self._abort_held(reason)
+
+    async def _abort_held(self, reason: str) -> dict[str, Any]:
         self._aborting = True
         try:
             if self._runner_scope is not None:
@@ -828,6 +857,62 @@ class SessionActor:
                 env.reply(error=ActorUnavailable(f"session {self.session_id!r} stopped while describing its "
                                                  "context; retry"))
                 raise
+
+        self._nursery.start_soon(run)
+        return _DEFERRED
+
+    async def _record_input(self, cmd: Submit) -> dict[str, Any]:
+        """Record ``cmd``'s ``input.submitted`` (a request id recorded already writes nothing and
+        is answered as a duplicate) and start the runner."""
+        def decide() -> list[d.Scoped]:
+            self._require_live()  # (a /skill: input is recorded later: the session may be gone by then)
+            return [d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))]
+
+        res = await self._emit(decide, request_id=cmd.request_id)
+        assert res is not None
+        self._maybe_start_runner()
+        return {"requestId": cmd.request_id, "seq": res.seq, "duplicate": res.duplicate}
+
+    def _submit_skill_input(self, cmd: Submit, name: str, env: Envelope) -> Any:
+        """A ``/skill:<name>`` input, checked and recorded from a task of its own: the check
+        reads the workspace under the execution-domain read lock, which waits while a command
+        holds the write lock (for as long as it runs). Served in the mailbox loop, that wait held
+        every later command of the session, an abort of that very command included.
+
+        The input is recorded when its check is done (after what the session recorded
+        meanwhile; /skill: inputs among themselves in the order they came). A repeat of its
+        request id meanwhile waits for the same answer (``duplicate: true``). A session deleted
+        meanwhile answers ``SESSION_DELETED``; an actor stopped meanwhile ``SESSION_UNAVAILABLE``."""
+        if self._nursery is None:
+            raise ActorUnavailable(f"session {self.session_id!r} is not running; retry")
+        waiting = self._skill_inputs[cmd.request_id] = [env]
+        before, done = self._skill_inputs_done, trio.Event()
+        self._skill_inputs_done = done
+
+        def answer(result: Any = None, error: BaseException | None = None) -> None:
+            self._skill_inputs.pop(cmd.request_id, None)
+            for i, e in enumerate(waiting):
+                if error is not None:
+                    e.reply(error=error)
+                else:
+                    e.reply({**result, "duplicate": True} if i else result)
+
+        async def run() -> None:
+            try:
+                await self._skills.check_input(self.state, cmd.request_id, name)
+                await before.wait()
+                while self._holding_inputs:  # (an abort or deletion begun meanwhile is one step)
+                    await self._inputs_released.wait()
+                answer(await self._record_input(cmd))
+            except (LensError, AppendRejected) as exc:
+                answer(error=exc)
+            except BaseException:
+                answer(error=ActorUnavailable(f"session {self.session_id!r} stopped while checking the skill "
+                                              f"of input {cmd.request_id!r}; retry"))
+                raise
+            finally:
+                done.set()
+                self._notify_idle()
 
         self._nursery.start_soon(run)
         return _DEFERRED

@@ -99,17 +99,22 @@ class SkillLoads:
             raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE", message)
         return load_failed(name, None, message)[0]
 
-    async def check_input(self, state: SessionState, request_id: str, content: list[t.ContentPart]) -> None:
-        """Refuse a ``/skill:`` input that names no loadable skill (a repeated request id is
-        answered as it was the first time: not checked again)."""
+    @staticmethod
+    def command_name(content: list[t.ContentPart]) -> str | None:
+        """The skill a ``/skill:`` input names (``None`` for other inputs); ``INVALID_ARGUMENT``
+        for ``/skill:`` without a name. Reads nothing."""
         first = content[0] if content else None
         if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
-            return
+            return None
         command = skill_command(content)
         if command is None:
             raise InvalidCommand("/skill: needs a skill name: /skill:<name> [text]")
-        if request_id not in state.inputs:
-            await self._for_input(state, command[0], request_id, refuse=True)
+        return command[0]
+
+    async def check_input(self, state: SessionState, request_id: str, name: str) -> None:
+        """Refuse a ``/skill:<name>`` input that names no loadable skill (it reads the workspace
+        under the execution-domain read lock: the actor runs it in a task of its own)."""
+        await self._for_input(state, name, request_id, refuse=True)
 
     async def placing(self, state: SessionState, agent_id: str, inputs: Sequence[QueuedInput]) -> dict[str, t._Event]:
         """The skill loads that go right before placing ``inputs`` (``/skill:`` ones), by request id."""

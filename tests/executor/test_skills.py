@@ -13,12 +13,13 @@ from typing import Any, AsyncIterator
 
 import pytest
 import trio
+import trio.testing
 
 from events import types as t
 from events.store import EventStore
 from projections.session_state import working_context
 from projections.snapshots import SnapshotStore
-from runtime.actor import ActorDeps, Answer, GetState, Submit, WaitIdle
+from runtime.actor import Abort, ActorDeps, Answer, Delete, GetState, Rename, Submit, WaitIdle, Withdraw
 from runtime.errors import LensError
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
@@ -29,7 +30,7 @@ from runtime.prompt import SkillMeta, build_system_prompt
 from tools.skills import MAX_SKILL_BYTES, discover, prompt_skills, skill_tool, workspace_reader
 from tools.workspace_tools import workspace_tools
 
-from .conftest import run_to_idle as run, running_pool
+from .conftest import run_to_idle as run, running_pool, wait_path
 from .test_agent_turn import Ids
 
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff, then the tests.\n"
@@ -305,6 +306,66 @@ async def test_queued_skill_commands_load_when_placed(tmp_path: Path) -> None:
         assert notice.event.source == "skill-load-failed:lint" and "SKILL_NOT_FOUND" in notice.event.text
         users = [it.text for it in (await sup.call(sid, GetState())).agents["main"].items if it.role == "user"]
         assert users == ["HOLD", "STEERED", "LATER"]
+
+
+async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(tmp_path: Path) -> None:
+    """A ``/skill:`` input reads the workspace under the execution-domain read lock; while a
+    command holds the write lock that read waits, and the session's other commands (an abort of
+    that very command included) are answered meanwhile. The input is recorded once its read is
+    done: after whatever was recorded meanwhile."""
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    busy = {"command": "touch started && sleep 600", "timeout_ms": 900_000}
+    script = [FauxTurn(when="BUSY", tool_calls=[FauxToolCall("run_command", busy)])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        a, b, c = [await sup.create_session("proj") for _ in range(3)]
+        await sup.call(a, Submit("a1", [t.TextPart("BUSY")], "followUp"))
+        await wait_path(ws / "started")  # the command runs: it holds the write lock
+        answers: dict[str, Any] = {}
+
+        async def submit(sid: str, key: str, request_id: str, text: str) -> None:
+            try:
+                answers[key] = await sup.call(sid, Submit(request_id, [t.TextPart(text)], "followUp"))
+            except LensError as exc:
+                answers[key] = exc.code
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit, b, "s1", "s1", "/skill:review go")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(submit, b, "s1 again", "s1", "/skill:review go")  # a repeat while pending
+            nursery.start_soon(submit, b, "u1", "u1", "/skill:nope go")
+            nursery.start_soon(submit, c, "c1", "c1", "/skill:review go")
+            nursery.start_soon(submit, a, "a2", "a2", "/skill:review after")
+            await trio.testing.wait_all_tasks_blocked()
+            # Session b goes on while its /skill: inputs wait for the workspace.
+            assert (await sup.call(b, Withdraw("s1")))["status"] == "unknown"  # not recorded yet
+            await sup.call(b, Rename("renamed"))
+            plain = await sup.call(b, Submit("p1", [t.TextPart("plain")], "followUp"))
+            await sup.call(b, WaitIdle())
+            assert (await sup.call(b, Abort()))["aborted"] is False
+            # Session c is deleted while its read waits.
+            assert (await sup.call(c, Delete()))["deleted"] is True
+            assert answers == {}  # every read still waits: the command holds the lock
+            # The abort of the running command is answered while a2's read waits behind it.
+            assert (await sup.call(a, Abort()))["aborted"] is True
+        assert answers["s1"]["duplicate"] is False
+        assert answers["s1 again"] == {**answers["s1"], "duplicate": True}
+        assert answers["u1"] == "SKILL_NOT_FOUND" and answers["c1"] == "SESSION_DELETED"
+        again = await sup.call(b, Submit("s1", [t.TextPart("/skill:review go")], "followUp"))
+        assert again == {**answers["s1"], "duplicate": True}  # a repeat after: the same answer
+        b_events = await events_of(store, b)
+        submitted = [e for e in b_events if e.kind == "input.submitted"]
+        assert [e.request_id for e in submitted] == ["p1", "s1"]  # recorded when its read was done
+        assert submitted[0].seq == plain["seq"] and submitted[1].seq == answers["s1"]["seq"]
+        assert not [e for e in await events_of(store, c) if e.kind == "input.submitted"]
+        # a2 was recorded after the abort it did not hold up, and then ran.
+        await sup.call(a, WaitIdle())
+        a_events = await events_of(store, a)
+        [aborted] = [e for e in a_events if e.kind == "run.aborted"]
+        [a2] = [e for e in a_events if e.kind == "input.submitted" and e.request_id == "a2"]
+        assert aborted.seq < a2.seq == answers["a2"]["seq"]
+        users = [it.text for it in (await sup.call(a, GetState())).agents["main"].items if it.role == "user"]
+        assert users[-1] == "after"
 
 
 def test_tool_schema_is_offered() -> None:
