@@ -133,3 +133,114 @@ def item_marks(agent: AgentState) -> dict[str, str]:
         else:
             out[iid] = "removed"
     return out
+
+
+# --------------------------------------------------------------------------- the summarizing request
+
+# Tokens kept for the summary's own answer when the model sets no ``maxOutputTokens`` (at most
+# half the window either way).
+SUMMARY_OUTPUT_TOKENS = 8192
+# What a cut item keeps of its text, in estimated tokens (its beginning).
+CUT_HEAD_TOKENS = 256
+CUT_MARK = "cut from the summarizing request"
+OMITTED_MARK = "left out of the summarizing request"
+
+
+def summary_budget(context_window: int, max_output_tokens: int | None) -> int:
+    """The estimated tokens a summarizing request may use: the window less room for the summary
+    (the model's ``maxOutputTokens``, else :data:`SUMMARY_OUTPUT_TOKENS`; at most half the window)."""
+    reserve = min(max_output_tokens or SUMMARY_OUTPUT_TOKENS, context_window // 2)
+    return context_window - reserve
+
+
+class SummaryInput(msgspec.Struct, frozen=True):
+    """The items a summarizing request carries (see :func:`fit_summary_input`): ``cut`` ids of the
+    items cut to their beginning, ``omitted`` ids of the items left out entirely."""
+
+    items: list[Item]
+    cut: list[str] = []
+    omitted: list[str] = []
+
+
+def _cut(item: Item) -> Item | None:
+    """``item`` cut to its beginning and a marked placeholder, or None when that saves nothing
+    (tool calls keep their arguments: cut JSON would be no arguments)."""
+    if item.role not in ("user", "assistant", "tool_result"):
+        return None
+    total = item_tokens(item)
+    text = "".join(p.text for p in item_parts(item) if isinstance(p, t.TextPart))
+    head = text[:CUT_HEAD_TOKENS * BYTES_PER_TOKEN]
+    while text_tokens(head) > CUT_HEAD_TOKENS:  # (non-ASCII text: more bytes than characters)
+        head = head[:len(head) // 2]
+    images = sum(1 for p in item_parts(item) if isinstance(p, t.ImagePart))
+    left = total - text_tokens(head)
+    note = (f"[… {CUT_MARK}: about {left} of {total} estimated tokens left out"
+            + (f", {images} image(s) among them" if images else "") + "]")
+    out = msgspec.structs.replace(item, text=f"{head}\n{note}" if head else note, parts=(), structured=None)
+    return out if item_tokens(out) < total else None
+
+
+def omitted_note(count: int) -> str:
+    return (f"[{count} earlier item(s) of the conversation were {OMITTED_MARK} (it was larger than "
+            "the model's window); the summary cannot cover them.]")
+
+
+def fit_summary_input(items: list[Item], fixed_tokens: int, budget: int) -> SummaryInput:
+    """The Working Context ``items`` made to fit a summarizing request of at most ``budget``
+    estimated tokens, ``fixed_tokens`` of which its system line, instruction and tool schemas use.
+
+    Items that fit are returned as they are. Otherwise the largest user, assistant and tool result
+    items are cut first, one by one, to their first :data:`CUT_HEAD_TOKENS` and a placeholder
+    saying how much was left out; if that is not enough, the oldest conversation is left out, one
+    response (or input) at a time with the results of its calls, and a user note saying so stands
+    in its place. The leading system prompt items, system instructions and earlier summaries are
+    never cut nor left out (they are short). When even they do not fit, the items are returned as
+    they are: no cut could make the request fit. Pure (the estimate of
+    :func:`request_tokens`)."""
+    total = fixed_tokens + sum(item_tokens(it) for it in items)
+    if total <= budget:
+        return SummaryInput(list(items))
+    keep = [it for it in items if it.role in ("system", "summary")]
+    if fixed_tokens + sum(item_tokens(it) for it in keep) + text_tokens(omitted_note(len(items))) > budget:
+        return SummaryInput(list(items))
+    out = list(items)
+    cut: list[str] = []
+    order = sorted(range(len(out)), key=lambda i: (-item_tokens(out[i]), i))
+    for i in order:
+        if total <= budget:
+            break
+        smaller = _cut(out[i])
+        if smaller is not None:
+            total -= item_tokens(out[i]) - item_tokens(smaller)
+            out[i] = smaller
+            cut.append(smaller.id)
+    if total <= budget:
+        return SummaryInput(out, cut)
+    # Leave out the oldest conversation: whole events (a response's text and calls share a seq),
+    # with the results of the calls left out, so what stays is well formed.
+    omitted: set[str] = set()
+    calls: set[str] = set()
+
+    def fits() -> bool:
+        rest = sum(item_tokens(it) for it in out if it.id not in omitted)
+        return fixed_tokens + rest + text_tokens(omitted_note(len(omitted))) <= budget
+
+    for it in out:
+        if fits():
+            break
+        if it.role in ("system", "summary") or it.id in omitted:
+            continue
+        for other in out:
+            if other.seq == it.seq and other.role not in ("system", "summary"):
+                omitted.add(other.id)
+                if other.role == "tool_call" and other.call is not None:
+                    calls.add(other.call.call_id)
+        for other in out:
+            if other.role == "tool_result" and other.call_id in calls:
+                omitted.add(other.id)
+    first = next(i for i, it in enumerate(out) if it.id in omitted)
+    note = Item(f"omitted-{out[first].id}", "user", out[first].seq, out[first].task_id, omitted_note(len(omitted)))
+    kept = [it for it in out if it.id not in omitted]
+    before = sum(1 for it in out[:first] if it.id not in omitted)
+    kept.insert(before, note)
+    return SummaryInput(kept, [i for i in cut if i not in omitted], [it.id for it in out if it.id in omitted])

@@ -5,7 +5,10 @@ Every operation is recorded, so replay rebuilds the same Working Context
 (``projections.session_state.working_context`` folds them):
 
 * **Compaction** asks the session's model to summarize the agent's Working Context (the request
-  sees the items as the agent's next request would, then :data:`COMPACTION_INSTRUCTION`) and
+  sees the items as the agent's next request would, then :data:`COMPACTION_INSTRUCTION`; a
+  context that would not fit the model's window with room for the summary is cut to fit in that
+  request only, see :func:`projections.context_budget.fit_summary_input`, and a context-length
+  refusal is asked once more at half the size) and
   records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
   Context item but system instructions is replaced by the summary, which stands where the first
   of them stood (instructions added later keep their place after it). The summarizing request is
@@ -36,11 +39,14 @@ from typing import Any, Awaitable, Callable, Literal, Sequence
 
 from events import types as t
 from projections.context_budget import (
+    SummaryInput,
     compaction_threshold,
+    fit_summary_input,
     item_marks,
     prunable_results,
     replaceable,
     request_tokens,
+    summary_budget,
     worth_compacting,
 )
 from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts, working_context
@@ -60,6 +66,11 @@ COMPACTION_INSTRUCTION = (
     "and the current goal, decisions made, what was done (files read or changed, commands run and "
     "their outcomes), open questions, and what remains to do next. Keep identifiers, paths and "
     "error messages exact. Answer with the summary only."
+)
+# Added to the instruction when the Working Context did not fit the summarizing request.
+COMPACTION_PARTIAL = (
+    " Parts of the conversation were too large for this request: they are marked as cut or left "
+    "out. Say in the summary what it could not cover."
 )
 MAX_EDIT_IDS = 1000
 # Stop reasons (as the providers normalize them) of an answer that is no complete summary.
@@ -152,6 +163,19 @@ def changed_settings(state: SessionState, settings: dict[str, Any]) -> dict[str,
     """The part of ``settings`` that differs from what the session has saved."""
     return {k: v for k, v in settings.items() if k not in state.settings or state.settings[k] != v
             or type(state.settings[k]) is not type(v)}
+
+
+def partial_note(fit: SummaryInput) -> str:
+    """The line added to a summary written from part of the Working Context."""
+    parts = []
+    if fit.omitted:
+        parts.append(f"{len(fit.omitted)} earlier item(s) ({fit.omitted[0]} … {fit.omitted[-1]}) were left out "
+                     "of its request entirely")
+    if fit.cut:
+        parts.append(f"{len(fit.cut)} large item(s) were cut to their beginning ({', '.join(fit.cut[:10])}"
+                     + (", …" if len(fit.cut) > 10 else "") + ")")
+    return ("[Lens: this summary was written from part of the context, which was larger than the model's window: "
+            + "; ".join(parts) + ". The session's history keeps them in full.]")
 
 
 # --------------------------------------------------------------------------- actor commands
@@ -261,14 +285,42 @@ class WorkingContextOps:
         if agent is None or not worth_compacting(agent):
             raise ContextError("NOTHING_TO_COMPACT", "the working context holds nothing to compact")
         provider, model_id, _ref = self._catalog.resolve(state.model)
+        model = self._catalog.model_config(state.model)
         items = working_context(agent)
         replaced = [it.id for it in replaceable(agent)]
         size = len(agent.items)
-        ask = Item(f"compaction-{state.last_seq + 1}", "user", state.last_seq + 1, task_id, COMPACTION_INSTRUCTION)
-        request = ModelRequest(model_id, [COMPACTION_SYSTEM], [*items, ask], self._tool_schemas(agent_id),
-                               None, agent_id)
+        schemas = self._tool_schemas(agent_id)
+
+        def summarizing(budget: int) -> tuple[ModelRequest, SummaryInput]:
+            # The Working Context as it is when it fits the budget; else cut to fit, with the
+            # instruction saying so (see projections.context_budget.fit_summary_input).
+            def ask(text: str) -> Item:
+                return Item(f"compaction-{state.last_seq + 1}", "user", state.last_seq + 1, task_id, text)
+
+            plain = ask(COMPACTION_INSTRUCTION)
+            fit = fit_summary_input(items, request_tokens([COMPACTION_SYSTEM], [plain], schemas), budget)
+            last = plain
+            if fit.cut or fit.omitted:
+                last = ask(COMPACTION_INSTRUCTION + COMPACTION_PARTIAL)
+                fit = fit_summary_input(items, request_tokens([COMPACTION_SYSTEM], [last], schemas), budget)
+            return ModelRequest(model_id, [COMPACTION_SYSTEM], [*fit.items, last], schemas, None, agent_id), fit
+
+        request, fit = summarizing(summary_budget(model.context_window, model.max_output_tokens))
         try:
-            result = (await provider.stream(request, lambda _delta: None)).well_formed()
+            try:
+                result = (await provider.stream(request, lambda _delta: None)).well_formed()
+            except ProviderError as exc:
+                if exc.code != "CONTEXT_TOO_LONG":
+                    raise
+                # The estimate ran short of the provider's count: once more at half of what was
+                # refused (when that changes the request at all).
+                smaller, smaller_fit = summarizing(request_tokens(request.system, request.items, request.tools) // 2)
+                if smaller_fit.items == fit.items:
+                    raise
+                log.info("session %s: the summarizing request was too long for the model; retrying with less of "
+                         "the context", self._session_id)
+                request, fit = smaller, smaller_fit
+                result = (await provider.stream(request, lambda _delta: None)).well_formed()
         except ProviderError as exc:
             raise ContextError("COMPACTION_FAILED", f"the summarizing request failed: {exc.code}: {exc.message}") from None
         summary = result.text.strip()
@@ -291,6 +343,10 @@ class WorkingContextOps:
                        f"{UNFINISHED_SUMMARY[result.stop_reason]})")
             await unused(message)
             raise ContextError("COMPACTION_FAILED", message)
+        if fit.cut or fit.omitted:
+            # What the summary could not see, in the summary itself (the agent reads it; replay
+            # needs nothing more): the Full Context keeps all of it.
+            summary += "\n\n" + partial_note(fit)
 
         def decide() -> list[Any]:
             now = self._state().agents[agent_id]

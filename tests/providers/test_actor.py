@@ -3,6 +3,7 @@ over loopback (no faux), with the real store and builtin tools."""
 
 from __future__ import annotations
 
+import json
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -17,13 +18,14 @@ from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.compile import INSTRUCTION_PREFIX, SUMMARY_PREFIX
 from runtime.supervisor import Supervisor
-from runtime.working_context import Compact, ContextError
+from projections.context_budget import CUT_MARK
+from runtime.working_context import COMPACTION_INSTRUCTION, COMPACTION_PARTIAL, Compact, ContextError
 from tests.executor.conftest import running_pool
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
 
 from .conftest import PROTOCOLS
-from .scripts import error, reply
+from .scripts import context_too_long, error, reply
 from .servers import anthropic as an
 from .servers import openai_chat as oc
 from .servers import openai_responses as orr
@@ -236,3 +238,25 @@ async def test_a_skill_loaded_mid_conversation_is_sent_after_the_summary(protoco
             await sup.call(sid, WaitIdle())
         again_system, again = _conversation(protocol, server.bodies[-1])
     assert again_system == system and again[:3] == after and again[-1] == ("user", "once more")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_summarizing_request_refused_as_too_long_is_sent_again_cut(protocol, server, make, tmp_path):
+    """The provider counts more than the estimate: its context-length error (as each protocol
+    says it) makes the compaction ask once more at half the size, the large input cut to its
+    beginning with a placeholder; that summary replaces the conversation."""
+    provider = make(protocol, max_retries=0)
+    big = "BIG-INPUT " + "z" * (4 * 40_000)
+    server.push(reply(protocol, text="Hello."), context_too_long(protocol), reply(protocol, text="SUMMARY-OF-IT"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart(big)]))
+        await sup.call(sid, WaitIdle())
+        result = await sup.call(sid, Compact())
+        state = await sup.call(sid, GetState())
+    refused, sent = (json.dumps(b) for b in server.bodies[1:])
+    assert len(server.bodies) == 3 and big in refused and COMPACTION_INSTRUCTION in refused
+    assert big not in sent and "BIG-INPUT zzz" in sent and CUT_MARK in sent and len(sent) < len(refused) // 2
+    assert COMPACTION_PARTIAL.strip() in sent
+    assert result["summary"].startswith("SUMMARY-OF-IT")
+    assert [it.role for it in state.agents["main"].items] == ["user", "assistant", "summary"]

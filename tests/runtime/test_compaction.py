@@ -14,11 +14,15 @@ import trio
 
 from events import types as t
 from projections.context_budget import (
+    CUT_MARK,
+    OMITTED_MARK,
     compaction_threshold,
+    fit_summary_input,
     item_marks,
     item_tokens,
     prunable_results,
     request_tokens,
+    summary_budget,
     text_tokens,
 )
 from events.reader import StoredEvent
@@ -41,6 +45,7 @@ from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.working_context import (
     COMPACTION_INSTRUCTION,
+    COMPACTION_PARTIAL,
     COMPACTION_SYSTEM,
     Compact,
     ContextError,
@@ -675,3 +680,173 @@ async def test_a_summary_stands_where_the_first_item_it_replaced_stood(agent_id)
     state = _fold_events([*events, t.ContextEdited(op="snip", item_ids=["c13"])], agent_id)
     assert _order(working_context(state.agents[agent_id])) == [("c2", "system"), ("c7", "system"),
                                                                ("c14", "system"), ("c16", "user")]
+
+
+# --------------------------------------------------------------------------- a context over the window
+
+BIG_WINDOW = 100_000
+OUT = 4_000  # the model's maxOutputTokens: the room kept for the summary
+BUDGET = BIG_WINDOW - OUT
+NO_AUTO = ContextConfig(compaction=CompactionConfig(auto=False))
+SMALL_OUT = {"faux": [ModelConfig(id="faux-1", context_window=BIG_WINDOW, max_output_tokens=OUT)]}
+FILL = FauxTurn(when="FILL", text="ok")
+PARTIAL = FauxTurn(when=COMPACTION_PARTIAL.strip(), text=SUMMARY_TEXT, input_tokens=50, output_tokens=9)
+
+
+def _summarizing_tokens(request: ModelRequest) -> int:
+    return request_tokens(request.system, request.items, request.tools)
+
+
+async def _fits_after(rt, sid: str) -> int:
+    """The estimate of the agent's next request after the compaction."""
+    st = await rt.state(sid)
+    first = rt.faux.requests[0]
+    return request_tokens(first.system, working_context(st.agents["main"]), first.tools)
+
+
+async def test_a_working_context_larger_than_the_window_is_compacted_from_what_fits(runtime_factory, autojump_clock):
+    huge = "FILL " + "z" * (4 * 150_000)  # alone half again the window
+    async with runtime_factory(script=[PARTIAL, SUMMARY, FILL], context=NO_AUTO, model_configs=SMALL_OUT) as rt:
+        assert summary_budget(BIG_WINDOW, OUT) == BUDGET
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "first question")
+        st = await rt.run_to_idle(sid, "r2", huge)
+        before = [it.id for it in st.agents["main"].items]
+        big = next(it for it in st.agents["main"].items if it.text == huge)
+        res = await rt.call(sid, Compact())
+
+        ask = rt.faux.requests[-1]
+        assert ask.system == [COMPACTION_SYSTEM]
+        assert _summarizing_tokens(ask) <= BUDGET
+        # Every item is there; the huge one cut to its beginning, with a placeholder saying so.
+        assert [it.id for it in ask.items[:-1]] == before
+        cut = next(it for it in ask.items if it.id == big.id)
+        assert cut.text.startswith("FILL zzz") and CUT_MARK in cut.text and len(cut.text) < 2_000
+        assert ask.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_PARTIAL
+        # It replaces what it was asked to cover, the cut item included; it says what it could not see.
+        assert res["replacedItemIds"] == before
+        assert res["summary"].startswith(SUMMARY_TEXT) and big.id in res["summary"]
+        main = (await rt.state(sid)).agents["main"]
+        assert [it.role for it in working_context(main)] == ["summary"]
+        assert await _fits_after(rt, sid) < BUDGET
+        # The Full Context keeps everything as it was (F-CTX-1); replay gives the same context.
+        assert next(it for it in main.items if it.id == big.id).text == huge
+        assert working_context(fold(SessionState(sid), await rt.events(sid)).agents["main"]) == working_context(main)
+        await rt.run_to_idle(sid, "r3", "third question")
+        assert [it.role for it in rt.faux.requests[-1].items] == ["summary", "user"]
+
+
+async def test_what_cutting_cannot_make_fit_is_left_out_oldest_first(runtime_factory, autojump_clock):
+    # Many items of about 200 tokens each: none is large enough to cut, so the oldest go.
+    window = 10_000
+    models = {"faux": [ModelConfig(id="faux-1", context_window=window, max_output_tokens=OUT)]}
+    async with runtime_factory(script=[PARTIAL, SUMMARY, FILL], context=NO_AUTO, model_configs=models) as rt:
+        sid = await rt.session()
+        for i in range(60):
+            await rt.run_to_idle(sid, f"r{i}", f"FILL {i} " + "q" * 800)
+        main = (await rt.state(sid)).agents["main"]
+        before = [it.id for it in main.items]
+        assert _summarizing_tokens(ModelRequest("m", [COMPACTION_SYSTEM], main.items, rt.faux.requests[0].tools)) \
+            > window
+        res = await rt.call(sid, Compact())
+
+        ask = rt.faux.requests[-1]
+        assert _summarizing_tokens(ask) <= window - OUT
+        note = ask.items[0]
+        assert (note.role, OMITTED_MARK in note.text) == ("user", True)
+        sent = [it.id for it in ask.items[1:-1]]
+        assert sent == before[len(before) - len(sent):]  # the newest, in order, unchanged
+        assert all(CUT_MARK not in it.text for it in ask.items)
+        omitted = len(before) - len(sent)
+        assert f"{omitted} earlier item(s)" in note.text and f"{omitted} earlier item(s)" in res["summary"]
+        # Everything is replaced, what the summary could not see too: the context ends up fitting.
+        assert res["replacedItemIds"] == before
+        assert [it.role for it in working_context((await rt.state(sid)).agents["main"])] == ["summary"]
+        assert await _fits_after(rt, sid) < window - OUT
+
+
+@pytest.mark.parametrize("past", [0, 1])
+async def test_a_summarizing_request_exactly_at_the_budget_is_not_cut_and_one_token_past_it_is(
+        runtime_factory, autojump_clock, past):
+    async with runtime_factory(script=[PARTIAL, SUMMARY, FILL], context=NO_AUTO, model_configs=SMALL_OUT) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "FILL first")
+        st = await rt.state(sid)
+        tools = rt.faux.requests[-1].tools
+        base = request_tokens([COMPACTION_SYSTEM], [*working_context(st.agents["main"]), Item("m", "user", 0),
+                                                    Item("a", "assistant", 0, None, "ok"),
+                                                    Item("i", "user", 0, None, COMPACTION_INSTRUCTION)], tools)
+        message = "FILL " + "w" * (4 * (BUDGET + past - base) - 5)
+        await rt.run_to_idle(sid, "r2", message)
+        before = [it.id for it in (await rt.state(sid)).agents["main"].items]
+        await rt.call(sid, Compact())
+        ask = rt.faux.requests[-1]
+        if past:
+            assert _summarizing_tokens(ask) <= BUDGET
+            assert CUT_MARK in ask.items[-3].text and ask.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_PARTIAL
+        else:
+            assert _summarizing_tokens(ask) == BUDGET
+            assert ask.items[-3].text == message and ask.items[-1].text == COMPACTION_INSTRUCTION
+        assert [it.id for it in ask.items[:-1]] == before
+
+
+async def test_a_summarizing_request_the_provider_finds_too_long_is_asked_once_more_with_less(
+        runtime_factory, autojump_clock):
+    # Within the estimate's budget, but the provider counts more: CONTEXT_TOO_LONG. The second
+    # request (at half the refused estimate) is cut, and its summary is used.
+    too_long = FauxTurn(when="Summarize the conversation so far",
+                        error=FauxError(code="CONTEXT_TOO_LONG", message="prompt is too long"))
+    async with runtime_factory(script=[PARTIAL, too_long, FILL], context=NO_AUTO, model_configs=SMALL_OUT) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "FILL " + "v" * (4 * 60_000))
+        before = [it.id for it in (await rt.state(sid)).agents["main"].items]
+        count = len(rt.faux.requests)
+        res = await rt.call(sid, Compact())
+        first, second = list(rt.faux.requests)[count:]
+        assert first.items[-1].text == COMPACTION_INSTRUCTION and _summarizing_tokens(first) <= BUDGET
+        assert _summarizing_tokens(second) <= _summarizing_tokens(first) // 2
+        assert CUT_MARK in second.items[0].text
+        assert res["replacedItemIds"] == before and res["summary"].startswith(SUMMARY_TEXT)
+        assert one(await rt.events(sid), "context.compacted").event.usage.input_tokens == 50
+
+
+async def test_automatic_compaction_of_a_context_over_the_window_succeeds(runtime_factory, autojump_clock):
+    async with runtime_factory(script=[PARTIAL, SUMMARY], model_configs=SMALL_OUT) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        await rt.run_to_idle(sid, "r2", "x" * (4 * 120_000))
+        compacted = one(await rt.events(sid), "context.compacted")
+        assert compacted.event.trigger == "auto"
+        summarizing, after = rt.faux.requests[-2], rt.faux.requests[-1]
+        assert _summarizing_tokens(summarizing) <= BUDGET and CUT_MARK in summarizing.items[-2].text
+        assert [it.role for it in after.items] == ["summary"]
+        assert request_tokens(after.system, after.items, after.tools) < BIG_WINDOW
+
+
+def test_fitting_the_summarizing_request_keeps_calls_with_their_results_and_the_short_items():
+    text = "p" * 800  # 200 tokens: too small to be worth cutting
+    items = [
+        Item("s1", "system", 1, None, "SKILL"),
+        Item("c2", "summary", 2, None, "EARLIER SUMMARY"),
+        Item("c3", "user", 3, None, text),
+        Item("c4", "assistant", 4, None, text),
+        Item("c5", "tool_call", 4, None, call=t.ToolCall("k1", "get_system_time", "{}")),
+        Item("c6", "tool_result", 6, None, text, call_id="k1"),
+        Item("c7", "user", 7, None, text),
+        Item("c8", "assistant", 8, None, text),
+    ]
+    total = request_tokens([], items)
+    assert fit_summary_input(items, 10, total + 10).items == items  # exactly at the budget
+    fit = fit_summary_input(items, 10, total + 9)  # one token past it: the oldest input goes
+    assert fit.omitted == ["c3"] and not fit.cut
+    assert [it.id for it in fit.items] == ["s1", "c2", "omitted-c3", "c4", "c5", "c6", "c7", "c8"]
+    # Leaving out a response leaves out the results of its calls with it.
+    fit = fit_summary_input(items, 10, total + 10 - 250)
+    assert fit.omitted == ["c3", "c4", "c5", "c6"]
+    assert [it.id for it in fit.items] == ["s1", "c2", "omitted-c3", "c7", "c8"]
+    assert OMITTED_MARK in fit.items[2].text and request_tokens([], fit.items) + 10 <= total + 10 - 250
+    # A large item is cut before anything is left out; what cannot fit at all is sent as it is.
+    large = [*items[:2], msgspec.structs.replace(items[2], text="L" * 40_000), *items[3:]]
+    fit = fit_summary_input(large, 10, total + 200)
+    assert fit.cut == ["c3"] and not fit.omitted and CUT_MARK in fit.items[2].text
+    assert fit_summary_input(large, 10, 20).items == large
