@@ -131,12 +131,23 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         def on_delta(session_id: str, agent_id: str, delta: Delta) -> None:
             bus.publish_delta(session_id, agent_id, delta.kind, delta.text)
 
+        # A project's workspace is fixed by its project.created event: once read, it is kept, so
+        # that a session's model requests (whose system prompt is rebuilt every few seconds) and
+        # its commands do not depend on projections.db staying readable.
+        workspaces: dict[str, Path] = {}
+
         async def workspace_of(project_id: str) -> Path | None:
+            known = workspaces.get(project_id)
+            if known is not None:
+                return known
             rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
             if not rows:
                 await projections.caught_up()
                 rows = await projections.query("SELECT workspace FROM projects WHERE id = ?", (project_id,))
-            return Path(rows[0][0]) if rows else None
+            if not rows:
+                return None
+            workspaces[project_id] = ws = Path(rows[0][0])
+            return ws
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,

@@ -156,10 +156,10 @@ class PromptCache:
         self,
         build: Callable[[str | None], Awaitable[list[str]]],
         *,
-        refresh: float = PROMPT_REFRESH_SECONDS,
+        refresh: float | None = None,
     ) -> None:
         self._build = build
-        self._refresh = refresh
+        self._refresh = PROMPT_REFRESH_SECONDS if refresh is None else refresh  # (read now: tests set it)
         self._entries: dict[str | None, tuple[float, list[str]]] = {}
         self._locks: dict[str | None, trio.Lock] = {}
 

@@ -13,6 +13,7 @@ import httpx2
 import pytest
 
 import projections.projector as projector_module
+import runtime.prompt as prompt_module
 from runtime import projection_service
 
 from .conftest import LIMIT, Daemon, error_of, wait_until
@@ -26,9 +27,17 @@ def _damage(path: Path) -> None:
         f.write(os.urandom(max(0, size - 4096)))
 
 
-async def test_a_damaged_projections_db_is_a_clear_503_and_quarantines_no_session(daemon: Daemon, strong: str) -> None:
+async def test_a_damaged_projections_db_is_a_clear_503_and_quarantines_no_session(
+        daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:
     # The actors' snapshot reads failed (NotADBError): three crashes, then every session touched
     # was quarantined for good, over a file that holds only what the log derives; reads were 500.
+    # A model request rebuilds its system prompt once the last build is PROMPT_REFRESH_SECONDS
+    # old, and that read the project's workspace from projections.db: "beta words" then went
+    # unanswered on a machine slow enough to take that long over the first inputs. Every request
+    # rebuilds it here, as it does there.
+    monkeypatch.setattr(prompt_module, "PROMPT_REFRESH_SECONDS", 0.0)
+    daemon = await daemon_factory()
+    strong = await daemon.pair("strong", strong=True)
     p = await daemon.project(strong, "one")
     sid = (await daemon.session(strong, p["id"]))["id"]
     for i in range(20):
