@@ -186,29 +186,10 @@ async def test_a_session_is_forked_from_one_of_its_events(daemon_factory):
     assert len((await d.get("/sessions", token)).json()["sessions"]) == 3
 
 
-async def test_the_list_says_quarantined_as_the_view_does(daemon_factory):
-    # The sessions projection kept no quarantine: a quarantined session was listed `idle` (or
-    # `running`, its task left open) while its view said `quarantined`.
-    d = await daemon_factory()
-    token = await d.pair("quarantine-client", strong=True)
-    project = await d.project(token)
-    sid = (await d.session(token, project["id"]))["id"]
-    await d.submit(token, sid, "r1", "hello")
-    await d.wait_idle(token, sid)
-    await stop_daemon(d)
-    async with open_store(d.data_dir) as store:  # what the supervisor records after the last failed restart
-        await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=project["id"],
-                                 session_id=sid))
-    d2 = await daemon_factory(root=d.root)
-    view = await d2.view(token, sid)
-    assert view["status"] == "quarantined"
-    [listed] = (await d2.get("/sessions", token)).json()["sessions"]
-    assert (listed["id"], listed["status"]) == (sid, "quarantined")
-
-
-async def test_a_quarantined_session_can_be_deleted(daemon_factory):
-    # F-ACT-6: soft delete was refused 409 SESSION_QUARANTINED, so a session that could no longer
-    # run stayed in every list for good. Deleting records session.deleted and nothing else.
+async def quarantined_session(daemon_factory) -> tuple[Daemon, str, str]:
+    """A daemon restarted over a session with one answered input and a ``session.quarantined``
+    recorded while no daemon ran (what the supervisor records after the last failed restart):
+    the daemon, a strong-trust credential, the session's id."""
     d = await daemon_factory()
     token = await d.pair("quarantine-client", strong=True)
     project = await d.project(token)
@@ -219,7 +200,23 @@ async def test_a_quarantined_session_can_be_deleted(daemon_factory):
     async with open_store(d.data_dir) as store:
         await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=project["id"],
                                  session_id=sid))
-    d2 = await daemon_factory(root=d.root)
+    return await daemon_factory(root=d.root), token, sid
+
+
+async def test_the_list_says_quarantined_as_the_view_does(daemon_factory):
+    # The sessions projection kept no quarantine: a quarantined session was listed `idle` (or
+    # `running`, its task left open) while its view said `quarantined`.
+    d2, token, sid = await quarantined_session(daemon_factory)
+    view = await d2.view(token, sid)
+    assert view["status"] == "quarantined"
+    [listed] = (await d2.get("/sessions", token)).json()["sessions"]
+    assert (listed["id"], listed["status"]) == (sid, "quarantined")
+
+
+async def test_a_quarantined_session_can_be_deleted(daemon_factory):
+    # F-ACT-6: soft delete was refused 409 SESSION_QUARANTINED, so a session that could no longer
+    # run stayed in every list for good. Deleting records session.deleted and nothing else.
+    d2, token, sid = await quarantined_session(daemon_factory)
     before = await d2.events(token, sid)
     r = await d2.request("DELETE", f"/sessions/{sid}", token)
     assert r.status_code == 200 and r.json() == {"deleted": True}, r.text

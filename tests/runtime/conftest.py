@@ -35,6 +35,7 @@ from projections.session_state import SessionState
 from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.config import ContextConfig, ModelConfig
+from runtime.errors import ActorUnavailable, SessionQuarantined
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.projection_service import ProjectionService
@@ -118,6 +119,18 @@ class Runtime:
 
     async def kinds(self, session_id: str) -> list[str]:
         return [e.kind for e in await self.events(session_id)]
+
+    async def quarantine_of(self, session_id: str) -> SessionQuarantined:
+        """Call the session until it answers with its quarantine (each ``ActorUnavailable`` is an
+        actor that crashed again on its way there); fails if it answers anything else."""
+        while True:
+            try:
+                await self.state(session_id)
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined as exc:
+                return exc
+            raise AssertionError(f"session {session_id} answered: it is not quarantined")
 
     async def until(self, session_id: str, predicate: Callable[[SessionState], bool], limit: int = 200_000) -> SessionState:
         """Poll the actor's in-memory state until ``predicate`` holds (see the module docstring)."""

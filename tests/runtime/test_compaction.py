@@ -129,6 +129,14 @@ async def test_compaction_is_refused_while_running_and_when_there_is_nothing_to_
         assert len(by_kind(await rt.events(sid), "context.compacted")) == 1
 
 
+async def compact_into(rt, sid: str, outcome: list) -> None:
+    """Compact ``sid``, appending the answer, or the ContextError, to ``outcome``."""
+    try:
+        outcome.append(await rt.call(sid, Compact()))
+    except ContextError as exc:
+        outcome.append(exc)
+
+
 async def test_an_input_during_a_compaction_waits_for_it_and_an_abort_cancels_it(runtime_factory, autojump_clock):
     slow = FauxTurn(when="Summarize the conversation so far", text=SUMMARY_TEXT, delay_ms=60_000)
     async with runtime_factory(script=[slow]) as rt:
@@ -136,15 +144,9 @@ async def test_an_input_during_a_compaction_waits_for_it_and_an_abort_cancels_it
         await rt.run_to_idle(sid, "r1", "hello")
         outcome: list = []
 
-        async def compact() -> None:
-            try:
-                outcome.append(await rt.call(sid, Compact()))
-            except ContextError as exc:
-                outcome.append(exc)
-
         async with trio.open_nursery() as nursery:
             with frozen(autojump_clock):
-                nursery.start_soon(compact)
+                nursery.start_soon(compact_into, rt, sid, outcome)
                 await rt.until(sid, lambda s: len(rt.faux.requests) == 2)  # the summarizing request is out
                 await rt.submit(sid, "r2", "meanwhile")  # queued behind the compaction
                 assert [q.request_id for q in (await rt.state(sid)).queue] == ["r2"]
@@ -158,7 +160,7 @@ async def test_an_input_during_a_compaction_waits_for_it_and_an_abort_cancels_it
         outcome.clear()
         async with trio.open_nursery() as nursery:
             with frozen(autojump_clock):
-                nursery.start_soon(compact)
+                nursery.start_soon(compact_into, rt, sid, outcome)
                 await rt.until(sid, lambda s: len(rt.faux.requests) == 4)
                 kinds = await rt.kinds(sid)
                 assert await rt.call(sid, Abort()) == {"aborted": False, "withdrawn": []}
@@ -175,15 +177,9 @@ async def test_an_edit_of_the_working_context_during_a_compaction_is_not_undone_
         await rt.call(sid, EditContext("snip", (result.id,)))
         outcome: list = []
 
-        async def compact() -> None:
-            try:
-                outcome.append(await rt.call(sid, Compact()))
-            except ContextError as exc:
-                outcome.append(exc)
-
         async with trio.open_nursery() as nursery:
             with frozen(autojump_clock):
-                nursery.start_soon(compact)
+                nursery.start_soon(compact_into, rt, sid, outcome)
                 await rt.until(sid, lambda s: len(rt.faux.requests) == 3)  # the summarizing request is out
                 res = await rt.call(sid, EditContext("include", call_id=call.call.call_id))
                 assert res["changed"] is True

@@ -9,8 +9,7 @@ import trio
 from conftest import by_kind, frozen, one, sleep_call
 from projections.session_state import SessionState, apply
 from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
-from runtime.errors import (ActorUnavailable, ForkSourceUnreadable, InvalidCommand, ModelUnavailable, SessionGone,
-                            SessionNotFound, SessionQuarantined)
+from runtime.errors import ForkSourceUnreadable, InvalidCommand, ModelUnavailable, SessionGone, SessionNotFound
 from runtime.providers.faux import FauxTurn
 from conftest import text
 from test_supervisor import corrupt, passivate
@@ -203,12 +202,7 @@ async def test_a_source_with_a_damaged_event_is_forked_before_it(runtime_factory
         ids = rt.ids
     corrupt(rt.data_dir, bad)
     async with runtime_factory(ids=ids) as rt2:
-        with pytest.raises(SessionQuarantined):
-            while True:
-                try:
-                    await rt2.call(src, GetState())
-                except ActorUnavailable:
-                    continue
+        await rt2.quarantine_of(src)
         fork = await rt2.sup.fork_session(src, bad - 1)
         st = await rt2.run_to_idle(fork, "f1", "once more")
         assert [it.text for it in main_items(st)] == [

@@ -351,12 +351,7 @@ async def test_a_quarantine_is_recorded_once_across_restarts(runtime_factory, au
         return len(await rt.store.read_events(session_id=sid, kinds=["session.quarantined"]))
 
     async with runtime_factory(ids=ids) as rt:  # woken at start: quarantined
-        with pytest.raises(SessionQuarantined):
-            while True:
-                try:
-                    await rt.call(sid, GetState())
-                except ActorUnavailable:
-                    continue
+        await rt.quarantine_of(sid)
         assert await quarantines(rt) == 1
     for projections in (False, True):  # the log scan, then the sessions projection
         caplog.clear()
@@ -364,12 +359,7 @@ async def test_a_quarantine_is_recorded_once_across_restarts(runtime_factory, au
             await trio.sleep(100)
             assert sid not in rt.sup.live_sessions
             assert not [r for r in caplog.records if r.name == "lens.supervisor"]  # not woken
-            with pytest.raises(SessionQuarantined):  # a call still finds it quarantined
-                while True:
-                    try:
-                        await rt.call(sid, GetState())
-                    except ActorUnavailable:
-                        continue
+            await rt.quarantine_of(sid)  # a call still finds it quarantined
             assert await quarantines(rt) == 1
 
 
