@@ -1111,6 +1111,11 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
         ["keyed/k1", "keyed/k1 — no key", False],
     ]
     assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
+    # The new-session Model field suggests the models that can be chosen (not a disabled provider's).
+    assert driver.execute_script(
+        "return Array.from(document.querySelectorAll('#session-models option'), o => o.value)") == [
+        "faux/faux-1", "other/x1", "keyed/k1"]
+    assert one(driver, "#session-model").get_attribute("list") == "session-models"
     assert one(driver, "#model-set").is_enabled()
     assert not one(driver, "#model-clear").is_enabled()  # nothing is saved while the config's is in effect
 
