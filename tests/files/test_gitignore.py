@@ -150,13 +150,7 @@ def _one_at_a_time(r: Rules, path: str, is_dir: bool) -> bool:
     for p in reversed(r.patterns):
         if p.dir_only and not is_dir:
             continue
-        if p.base:
-            if not path.startswith(p.base + "/"):
-                continue
-            rel = path[len(p.base) + 1:]
-        else:
-            rel = path
-        if p.regex.fullmatch(rel):
+        if p.matches(path):
             return not p.negated
     return False
 

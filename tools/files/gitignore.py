@@ -35,6 +35,15 @@ class Pattern:
     dir_only: bool
     text: str          # the line as written, for messages and tests
 
+    def matches(self, path: str) -> bool:
+        """Whether workspace-relative ``path`` matches this line (whatever its kind: the caller
+        checks ``dir_only``), relative to the directory of its ``.gitignore``."""
+        if self.base:
+            if not path.startswith(self.base + "/"):
+                return False
+            path = path[len(self.base) + 1:]
+        return self.regex.fullmatch(path) is not None
+
 
 def _class(body: str, i: int) -> tuple[str, int] | None:
     """A ``[...]`` class starting at ``body[i] == "["``: (regex, index after it), or None when
@@ -206,13 +215,7 @@ class Rules:
             if combined.fullmatch(path) is None:
                 continue
             for p in reversed(part):
-                if p.base:
-                    if not path.startswith(p.base + "/"):
-                        continue
-                    rel = path[len(p.base) + 1:]
-                else:
-                    rel = path
-                if p.regex.fullmatch(rel):
+                if p.matches(path):
                     return not p.negated
         return False
 
