@@ -24,6 +24,7 @@ import hashlib
 import json
 import posixpath
 import re
+import unicodedata
 from fnmatch import fnmatchcase
 from typing import Any, Literal, Mapping, Sequence
 
@@ -221,12 +222,33 @@ def describe(spec: ToolSpec) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- ranking
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+# Scripts written without spaces between words (Han, kana): a run of them is read as its
+# overlapping character bigrams ("天气预报" -> 天气, 气预, 预报), so a query word of two or more
+# such characters finds the text it occurs in. Other scripts' words are runs of letters and digits.
+_CJK = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?:(?![{_CJK}])[^\W_])+")  # (``_`` separates, as in tool names)
+_ACCENTS = re.compile("[\u0300-\u036f]+")  # combining diacritical marks (Latin, Greek, Cyrillic)
+
+
+def _fold(text: str) -> str:
+    """``text`` as the ranking compares it: case-folded, compatibility forms unified (full-width
+    letters), and accents dropped, so ``Café`` and ``cafe`` (or ``Straße`` and ``STRASSE``) match."""
+    text = unicodedata.normalize("NFKD", text.casefold())
+    return unicodedata.normalize("NFC", _ACCENTS.sub("", text))
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-case ASCII letter/digit runs (``mcp__t__echo`` -> mcp, t, echo)."""
-    return _TOKEN.findall(text.lower())
+    """The words of ``text``, folded: runs of letters and digits of any script (``mcp__t__echo``
+    -> mcp, t, echo; ``Прогноз погоды`` -> прогноз, погоды), Han and kana runs as their character
+    bigrams (a lone character as itself)."""
+    out: list[str] = []
+    for m in _TOKEN.finditer(_fold(text)):
+        run = m.group()
+        if m.group("cjk") is not None and len(run) > 1:
+            out += [run[i:i + 2] for i in range(len(run) - 1)]
+        else:
+            out.append(run)
+    return out
 
 
 def score(query: str, spec: ToolSpec) -> int:
@@ -235,7 +257,7 @@ def score(query: str, spec: ToolSpec) -> int:
     letters, starts) a word of the description; plus 10 when the query is the tool's name."""
     name_words = set(tokens(spec.name))
     desc_words = set(tokens(spec.description))
-    total = 10 if query.strip().lower() == spec.name.lower() else 0
+    total = 10 if _fold(query.strip()) == _fold(spec.name) else 0
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3

@@ -289,3 +289,19 @@ async def test_an_enum_value_the_log_cannot_hold_is_refused_not_a_crash(daemon_f
         "x": {"paramRestrictions": {"a": {"enum": [1, 2**63 - 1, -(2**63)]}}}}})
     assert r.status_code == 200, r.text  # (at the edge of 64 bits)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def test_capability_search_finds_mcp_tools_named_and_described_in_other_scripts(
+        daemon_factory: DaemonFactory) -> None:
+    # Words were ASCII runs only: "天气" or "погода" matched nothing, "café" only its "caf".
+    d = await daemon_factory(config={**FAUX, "mcpServers": {"w": {"command": sys.executable, "args": [SERVER, "--i18n"]}},
+                                     "tools": {"deferred": ["mcp__*"]}})
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "capability_search", {"query": "天气预报"})
+    assert [m["name"] for m in body["structured_content"]["matches"]] == ["mcp__w__天气查询"]
+    body = await run_tool(d, token, sid, "r2", "capability_search", {"query": "ПОГОДА в городе", "load": False})
+    assert [(m["name"], m["score"]) for m in body["structured_content"]["matches"]] == [("mcp__w__погода", 3)]
+    body = await run_tool(d, token, sid, "r3", "capability_search", {"query": "creme brulee"})
+    assert [m["name"] for m in body["structured_content"]["matches"]] == ["mcp__w__carte"]
+    assert (await inventory(d, token, sid))["loaded"] == ["mcp__w__天气查询", "mcp__w__carte"]

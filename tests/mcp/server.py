@@ -10,7 +10,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
 it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
-``--dotted`` (adds ``some.tool``),
+``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
+and French), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
 ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
@@ -132,9 +133,16 @@ def main() -> None:
     ap.add_argument("--dotted", action="store_true")
     ap.add_argument("--no-tools", action="store_true")
     ap.add_argument("--bad-json", action="store_true")
+    ap.add_argument("--i18n", action="store_true")
+    ap.add_argument("--many", type=int, default=0)
     opts = ap.parse_args()
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
+    if opts.i18n:  # names and descriptions in other scripts than ASCII
+        TOOLS[:0] = [{"name": "天气查询", "description": "查询城市的天气预报", "inputSchema": OBJ},
+                     {"name": "погода", "description": "Прогноз погоды для города", "inputSchema": OBJ},
+                     {"name": "carte", "description": "La carte du Café : plats et crème brûlée", "inputSchema": OBJ}]
+    TOOLS.extend({"name": f"t{i}", "description": f"Generated tool {i}", "inputSchema": OBJ} for i in range(opts.many))
     if opts.bad_json:  # what Python's JSON reader takes and strict JSON writers refuse (written as escapes)
         TOOLS[:0] = [{"name": "odd_text", "description": "text \ud800 here", "inputSchema": OBJ},
                      {"name": "inf_schema", "inputSchema": {"type": "object", "properties": {

@@ -118,6 +118,27 @@ def test_ranking_is_by_name_words_then_prefixes_then_description_ties_by_name():
     assert rank("nothing matches", [a, b]) == []
 
 
+
+def test_ranking_reads_words_of_every_script():
+    # Only ASCII letter/digit runs were words: a Chinese, Russian or accented query matched
+    # nothing (or only through a stray ASCII run such as "caf" of "café").
+    weather = spec("mcp__cn__天气查询", "查询城市的天气预报")
+    pogoda = spec("mcp__ru__погода", "Прогноз погоды для города")
+    menu = spec("mcp__fr__carte", "La carte du Café : plats, crème brûlée et prix")
+    street = spec("street_index", "Jede Straße der Stadt")
+    specs = [weather, pogoda, menu, street]
+    assert score("天气", weather) == 3 and score("天气预报", weather) == 3 + 1 + 1  # (天气 in the name; 气预, 预报 in the text)
+    assert score("城市", weather) == 1 and score("城市天气", weather) == 1 + 3
+    assert score("ПОГОДА", pogoda) == 3 and score("прогноз", pogoda) == 1 and score("погод", pogoda) == 2
+    assert score("café", menu) == 1 and score("cafe", menu) == 1 and score("CRÈME BRULEE", menu) == 2
+    assert score("straße", street) == 1 and score("STRASSE", street) == 1
+    assert score("ｃａｆｅ", menu) == 1  # (full-width letters)
+    assert score("mcp__cn__天气查询", weather) == 10 + 3 * 5
+    assert [(sc, s.name) for sc, s in rank("天气 погода café", specs)] == [
+        (3, "mcp__cn__天气查询"), (3, "mcp__ru__погода"), (1, "mcp__fr__carte")]
+    assert rank("天", specs) == [] and rank("天气", [pogoda, menu]) == []  # (one character is no word)
+    assert [s.name for _, s in rank("天气", [spec("b", "天气"), spec("a", "天气")])] == ["a", "b"]  # (ties by name)
+
 # --------------------------------------------------------------------------- capability_search
 
 
