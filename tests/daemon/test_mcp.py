@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from runtime.providers.names import alias_for, is_native
@@ -219,3 +220,19 @@ async def test_a_server_writing_text_strict_json_refuses_breaks_neither_the_inve
     assert view["status"] == "idle" and "model.responded" in kinds and "model.failed" not in kinds, kinds
     offered = {tool["function"]["name"]: tool["function"] for tool in loop.bodies[0]["tools"]}
     assert offered["mcp__t__odd_text"]["description"] == "text ? here" and "mcp__t__inf_schema" not in offered
+
+
+async def test_a_tool_list_past_100_pages_is_reported_cut(daemon_factory: DaemonFactory,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    # The 101st page and later were not read, and neither the inventory nor the log said so.
+    caplog.set_level("WARNING", logger="lens.mcp")
+    d = await daemon_factory(config={"mcpServers": {"long": server("--page-size", "1", "--many", "100"),
+                                                    "short": server("--page-size", "1")}})
+    token = await d.pair("mcp-client", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    long = servers["long"]  # (113 tools on 113 pages: the first 100 read, two of them unusable)
+    assert long["status"] == "running" and long["toolCount"] == 98 and long["tools"][-1] == "mcp__long__t86"
+    assert long["listCut"] == ("tools/list was read up to 100 pages (100 page(s), 100 tool(s)); the server offered "
+                               "more pages, which were not read: their tools are not available")
+    assert servers["short"]["listCut"] is None and servers["short"]["toolCount"] == 11
+    assert f"MCP server long: {long['listCut']}" in caplog.messages

@@ -1,4 +1,4 @@
-"""Fixtures of the MCP suite: ``start(configs)`` runs :class:`tools.mcp.McpServers` over a real
+"""Fixtures of the MCP suite: ``start(configs, **limits)`` runs :class:`tools.mcp.McpServers` over a real
 :class:`~tools.base.ToolRegistry` and :class:`~tools.artifacts.ArtifactStore` (ready after each
 server's first start) and stops it after the test; the servers are real child processes."""
 
@@ -61,9 +61,9 @@ async def start(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Any]:
     scopes: list[trio.CancelScope] = []
     done: list[trio.Event] = []
 
-    async def go(configs: dict[str, McpServerConfig]) -> Running:
+    async def go(configs: dict[str, McpServerConfig], **limits: int) -> Running:
         registry = builtin_tools()
-        servers = McpServers(configs, registry, ArtifactStore(tmp_path / "artifacts"))
+        servers = McpServers(configs, registry, ArtifactStore(tmp_path / "artifacts"), **limits)
         scope, finished = trio.CancelScope(), trio.Event()
 
         async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

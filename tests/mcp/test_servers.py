@@ -241,3 +241,23 @@ async def test_text_that_strict_json_refuses_is_cleaned_or_its_tool_left_out(sta
     msgspec.json.encode(r.servers.inventory())  # (raised UnicodeEncodeError)
     res = await r.call("mcp__t__rpc_error")
     assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: no?pe (JSON-RPC error ?)"
+
+
+async def test_a_tool_list_cut_at_the_page_or_tool_limit_says_so(start: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # Pages past the limit (or after the page that reached the tool limit) were left unread and
+    # nothing said so: neither the inventory nor the log.
+    caplog.set_level("WARNING", logger="lens.mcp")
+    by_pages = await start({"pages": srv("--page-size", "2"), "one": srv("--page-size", "13")}, max_pages=3)
+    r = await start({"tools": srv("--page-size", "4"), "whole": srv("--page-size", "13")}, max_tools=5)
+    pages = by_pages.state("pages")  # (13 tools on 7 pages: 3 read)
+    assert pages["status"] == "running" and pages["toolCount"] == 6 and pages["skippedTools"] == []
+    assert pages["listCut"] == ("tools/list was read up to 3 pages (3 page(s), 6 tool(s)); the server offered "
+                                "more pages, which were not read: their tools are not available")
+    tools = r.state("tools")  # (page 2 reached 5 tools: its 3 past the limit skipped, pages 3 and 4 not read)
+    assert tools["toolCount"] == 5 and [s["reason"] for s in tools["skippedTools"]] == ["more than 5 tools"] * 3
+    assert tools["listCut"] is not None and tools["listCut"].startswith("tools/list was read up to 5 tools (2 page(s), 8 tool(s))")
+    assert by_pages.state("one")["listCut"] is None and by_pages.state("one")["toolCount"] == 11
+    whole = r.state("whole")  # (every tool on one page: nothing unread; the ones past 5 skipped, as before)
+    assert whole["listCut"] is None and whole["toolCount"] == 5 and len(whole["skippedTools"]) == 8
+    warnings = [m for m in caplog.messages if "tools/list was read up to" in m]
+    assert sorted(warnings) == [f"MCP server pages: {pages['listCut']}", f"MCP server tools: {tools['listCut']}"]

@@ -37,7 +37,7 @@ log = logging.getLogger("lens.mcp")
 PREFIX = "mcp__"
 BASE_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
 MAX_TOOLS = 1000  # per server; more are left out (and counted)
-MAX_PAGES = 100
+MAX_PAGES = 100  # pages of tools/list read per listing; a list going on past them is cut (and said so)
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
 MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
@@ -63,6 +63,7 @@ class ServerState:
     server_info: dict[str, Any] = field(default_factory=dict)
     tools: list[str] = field(default_factory=list)  # the registered ids, in the server's order
     skipped: list[dict[str, str]] = field(default_factory=list)  # tools left out, with the reason
+    list_cut: str | None = None  # why the last tools/list was not read to its end (None: it was)
     conn: Connection | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -70,7 +71,7 @@ class ServerState:
                 "stderrTail": self.stderr_tail if self.status in ("failed", "restarting") else "",
                 "restarts": self.restarts, "pid": self.pid, "protocolVersion": self.protocol_version,
                 "serverInfo": self.server_info, "toolCount": len(self.tools), "tools": list(self.tools),
-                "skippedTools": list(self.skipped), "enabled": self.config.enabled}
+                "skippedTools": list(self.skipped), "listCut": self.list_cut, "enabled": self.config.enabled}
 
 
 def server_env(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.environ.get) -> dict[str, str]:
@@ -88,9 +89,11 @@ def server_env(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.e
 
 
 class McpServers:
-    def __init__(self, configs: dict[str, McpServerConfig], registry: ToolRegistry, artifacts: ArtifactStore) -> None:
+    def __init__(self, configs: dict[str, McpServerConfig], registry: ToolRegistry, artifacts: ArtifactStore, *,
+                 max_pages: int = MAX_PAGES, max_tools: int = MAX_TOOLS) -> None:
         self.registry = registry
         self.artifacts = artifacts
+        self.max_pages, self.max_tools = max_pages, max_tools
         self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled")
                         for name, c in configs.items()}
         registry.on_unknown = self._unknown_tool
@@ -154,7 +157,7 @@ class McpServers:
                 s.protocol_version, s.server_info = conn.protocol_version, _short_info(conn.server_info)
                 try:
                     with trio.fail_at(deadline):  # (one start-up timeout for initialize and tools/list)
-                        tools = await self._list_tools(conn)
+                        tools = await self._list_tools(s, conn)
                 except trio.TooSlowError:
                     raise McpError("MCP_START_FAILED", "tools/list not answered within the start-up timeout "
                                    f"({cfg.startup_timeout_seconds:g} s)") from None
@@ -178,7 +181,7 @@ class McpServers:
                     refresh_box[0] = trio.Event()
                     try:
                         with trio.fail_after(cfg.call_timeout_seconds):
-                            tools = await self._list_tools(conn)
+                            tools = await self._list_tools(s, conn)
                     except trio.TooSlowError:
                         raise McpError("MCP_SERVER_UNAVAILABLE", "tools/list (after list_changed) not answered "
                                        f"within {cfg.call_timeout_seconds:g} s") from None
@@ -192,25 +195,39 @@ class McpServers:
             s.error = f"internal error ({type(_first(group)).__name__}); see the daemon's log"
         finally:
             self._withdraw(s)
-            s.conn, s.pid = None, None
+            s.conn, s.pid, s.list_cut = None, None, None
             s.stderr_tail = stderr.text()
 
-    async def _list_tools(self, conn: Connection) -> list[Any]:
+    async def _list_tools(self, s: ServerState, conn: Connection) -> list[Any]:
+        """Every page of the server's tool list, at most :attr:`max_pages` of them and none after
+        the one that reached :attr:`max_tools` tools. A list cut there is said in ``s.list_cut``
+        (the inventory's ``listCut``) and logged: the tools on the unread pages are unknown, so
+        ``skippedTools`` cannot name them."""
         tools: list[Any] = []
         cursor: Any = None
-        for _ in range(MAX_PAGES):
+        pages = 0
+        while True:
             try:
                 page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
             except RequestFailed:
                 if cursor is None and "tools" not in conn.capabilities:
+                    s.list_cut = None
                     return []  # (a server that offers no tools, and says so: up, with none)
                 raise
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
                 raise McpError("MCP_START_FAILED", "tools/list answered without a list of tools")
             tools += page["tools"]
+            pages += 1
             cursor = page.get("nextCursor")
-            if cursor is None or len(tools) >= MAX_TOOLS:
+            if cursor is None:
+                s.list_cut = None
+                return tools
+            if len(tools) >= self.max_tools or pages >= self.max_pages:
                 break
+        limit = f"{self.max_tools} tools" if len(tools) >= self.max_tools else f"{self.max_pages} pages"
+        s.list_cut = (f"tools/list was read up to {limit} ({pages} page(s), {len(tools)} tool(s)); the server "
+                      f"offered more pages, which were not read: their tools are not available")
+        log.warning("MCP server %s: %s", s.name, s.list_cut)
         return tools
 
     # ------------------------------------------------------------------ the registry
@@ -222,8 +239,8 @@ class McpServers:
             name = raw.get("name") if isinstance(raw, dict) else None
             label = name if isinstance(name, str) else f"#{i}"
             reason = _unusable(raw, name, seen)
-            if reason is None and len(s.tools) >= MAX_TOOLS:
-                reason = f"more than {MAX_TOOLS} tools"
+            if reason is None and len(s.tools) >= self.max_tools:
+                reason = f"more than {self.max_tools} tools"
             if reason is not None:
                 s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
                 continue
