@@ -830,8 +830,10 @@ class SessionActor:
         """The tools ``agent_id``'s model requests offer."""
         agent = self.state.agents.get(agent_id)
         allowed = (agent.tools or None) if agent is not None else None
+        tool_policy = self.state.settings.get("toolPolicy")
         offered, _searchable = self.tool_catalog.planes(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed,
-                                                        loaded=agent.capabilities if agent is not None else ())
+                                                        loaded=agent.capabilities if agent is not None else (),
+                                                        session=tool_policy if isinstance(tool_policy, dict) else None)
         return [s.schema() for s in offered]
 
     async def _system_prompt(self) -> list[str]:
@@ -982,7 +984,7 @@ class SessionActor:
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
                               file_edits=file_edits, agent_tools=list(current.tools) or None,
-                              loaded_capabilities=loaded_capabilities)
+                              loaded_capabilities=loaded_capabilities, tool_policy=tool_policy)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1006,7 +1008,7 @@ class SessionActor:
                           file_edits=file_edits, ask=ask, jobs=self.jobs,
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
-                          call_tool=call_tool)
+                          call_tool=call_tool, tool_policy=tool_policy)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)

@@ -42,8 +42,8 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
     session_policy = session_tool_policy(state)
     main = state.agents.get(MAIN_AGENT) if state is not None else None
     loaded = list(main.capabilities) if main is not None else []
-    offered, searchable = catalog.planes(is_main_agent=True, allowed=None, loaded=loaded)
-    default_offered, _ = catalog.planes(is_main_agent=True, allowed=None, loaded=())
+    offered, searchable = catalog.planes(is_main_agent=True, allowed=None, loaded=loaded, session=session_policy)
+    default_offered, _ = catalog.planes(is_main_agent=True, allowed=None, loaded=(), session=session_policy)
     profiles = {s.name: catalog.profile(s.name, session_policy) for s in specs}
     sources: dict[str, int] = {}
     for s in specs:
@@ -63,11 +63,12 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
         "tools": tools,
         "catalog": [describe(s) for s in specs],
         # Offered to a main agent that loaded nothing (eager, enabled).
-        "defaultAllowed": [s.name for s in default_offered if profiles[s.name]["enabled"]["value"]],
+        "defaultAllowed": [s.name for s in default_offered],
         "runtimeRegistry": [s.name for s in specs],
         "extensionSurfaces": {"sources": sources,
                               "mcp": [s.name for s in specs if s.source == "mcp"]},
-        # For the session's main agent (without a session: an agent that loaded nothing).
+        # For the session's main agent (without a session: an agent that loaded nothing); tools
+        # the effective policy disables are neither offered nor searchable.
         "loaded": [n for n in loaded if n in main_visible],
         "searchable": [s.name for s in searchable],
         "offered": [s.name for s in offered],

@@ -59,6 +59,9 @@ class ToolContext:
     # artifacts among them are recorded by the actor as the sub-call returns and not passed back.
     # Provided by the actor.
     call_tool: Callable[[str, str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
+    # The session's saved ``toolPolicy`` (runtime overrides of the execution policy), so that
+    # ``capability_search`` leaves out the tools it disables. Provided by the actor.
+    tool_policy: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

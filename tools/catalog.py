@@ -321,17 +321,30 @@ class ToolCatalog:
             return {n for n in names if _matches(n, fixed)} | {PTC}
         return names - (self.deferred_names() - NOT_FROM_PROGRAMS)
 
-    def planes(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
-               loaded: Sequence[str]) -> tuple[list[ToolSpec], list[ToolSpec]]:
+    def disabled_names(self, specs: Sequence[ToolSpec], session: Mapping[str, Any] | None = None) -> set[str]:
+        """Of ``specs``, the tools the effective execution policy disables outright (``enabled:
+        false`` from the config or the session's ``toolPolicy``)."""
+        sets_enabled = any(p.enabled is not None for p in self.config.policy.values()) or any(
+            p.enabled is not None for p in stored_policy_map(session or {}).values())
+        if not sets_enabled:  # (the common case: no profile to work out per tool)
+            return set()
+        return {s.name for s in specs if not self.profile(s.name, session)["enabled"]["value"]}
+
+    def planes(self, *, is_main_agent: bool, allowed: Sequence[str] | None, loaded: Sequence[str],
+               session: Mapping[str, Any] | None = None) -> tuple[list[ToolSpec], list[ToolSpec]]:
         """(offered, searchable): the tools a model request offers the agent, and the deferred
         tools assigned to it and not loaded yet (listed only with ``disclose: "assigned"``).
         ``capability_search`` is offered only while something is searchable. With PTC assigned
-        the offered list is :meth:`native_names` (loading never changes it)."""
+        the offered list is :meth:`native_names` (loading never changes it). A tool the effective
+        policy disables (``session``: the session's saved ``toolPolicy``) is in neither list: a
+        call of it is refused (``TOOL_DISABLED``), so offering it would only invite that call."""
         deferred = self.deferred_names()
         have = set(loaded) | set(allowed or ())
         native = self.native_names(is_main_agent=is_main_agent, allowed=allowed)
+        assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
+        off = self.disabled_names(assigned, session)
+        assigned = [s for s in assigned if s.name not in off]
         if native is not None:
-            assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
             searchable = [s for s in assigned if s.name in deferred and s.name not in have]
             listed = self.ptc is not None and self.ptc.native_capabilities is not None
             # (capability_search: while something is searchable, or when the fixed list names it)
@@ -341,7 +354,7 @@ class ToolCatalog:
         offered: list[ToolSpec] = []
         searchable: list[ToolSpec] = []
         search_spec = None
-        for s in self.assigned(is_main_agent=is_main_agent, allowed=allowed):
+        for s in assigned:
             if s.name == CAPABILITY_SEARCH:
                 search_spec = s
             elif s.name in deferred and s.name not in have:
@@ -351,7 +364,7 @@ class ToolCatalog:
         show_search = bool(searchable)
         if self.config.disclose == "assigned":  # (one list whatever is loaded: the search stays too)
             listed = {x.name for x in searchable} | {x.name for x in offered}
-            offered = [x for x in self.assigned(is_main_agent=is_main_agent, allowed=allowed) if x.name in listed]
+            offered = [x for x in assigned if x.name in listed]
             show_search = any(x.name in deferred for x in offered)
         if search_spec is not None and show_search:
             offered.append(search_spec)
@@ -460,10 +473,11 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             raise ToolError("TOOL_ARGUMENTS_INVALID", "load must be true or false")
         loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
         _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
-                                              loaded=loaded)
+                                              loaded=loaded, session=ctx.tool_policy)
         deferred = catalog.deferred_names()
-        already = [s for s in catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)
-                   if s.name in deferred and s.name in set(loaded)]
+        assigned = catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)
+        off = catalog.disabled_names(assigned, ctx.tool_policy)
+        already = [s for s in assigned if s.name in deferred and s.name in set(loaded) and s.name not in off]
         top = rank(query, [*searchable, *already])[:limit]
         new = [s.name for _score, s in top if s.name not in set(loaded)] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,

@@ -112,8 +112,9 @@ async def test_the_inventory_reports_planes_counts_mapping_gaps_and_the_profile_
     assert tools["capability_search"]["inputExamples"][0] == {"query": "issue tracker"}
     assert {c["name"] for c in inv["catalog"]} == set(tools) == set(inv["runtimeRegistry"])
     assert all(c["schemaDigest"].startswith("sha256:") for c in inv["catalog"])
-    assert "mcp__s__add" in inv["searchable"] and "mcp__s__echo" in inv["offered"]
-    assert "mcp__s__echo" not in inv["defaultAllowed"]  # (eager, but disabled by the policy)
+    # (disabled by the policy: neither offered, though eager, nor searchable, though deferred)
+    assert "mcp__s__add" not in inv["searchable"] and "mcp__s__echo" not in inv["offered"]
+    assert "mcp__s__echo" not in inv["defaultAllowed"]
     assert "read_file" in inv["defaultAllowed"] and "mcp__s__add" not in inv["defaultAllowed"]
     assert set(inv["extensionSurfaces"]["mcp"]) == {n for n, t in tools.items() if t["source"] == "mcp"}
     assert inv["extensionSurfaces"]["sources"]["mcp"] == len(inv["extensionSurfaces"]["mcp"])
@@ -305,3 +306,37 @@ async def test_capability_search_finds_mcp_tools_named_and_described_in_other_sc
     body = await run_tool(d, token, sid, "r3", "capability_search", {"query": "creme brulee"})
     assert [m["name"] for m in body["structured_content"]["matches"]] == ["mcp__w__carte"]
     assert (await inventory(d, token, sid))["loaded"] == ["mcp__w__天气查询", "mcp__w__carte"]
+
+
+async def test_a_disabled_tool_is_not_offered_to_the_model_and_the_inventory_agrees(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # The request's tool list kept a tool the policy disabled: the model called it and was refused.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test",
+        "tools": {"deferred": ["sleep_milliseconds"], "policy": {"get_system_time": {"enabled": False},
+                                                                 "run_command": {"approval": "warn"}}}})
+    token = await d.pair("catalog-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    loop.push(chat_stream(text="one"), chat_stream(text="two"))
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    first = offered(loop.bodies[0])
+    assert "get_system_time" not in first and "run_command" in first and "capability_search" in first
+    inv = await inventory(d, token, sid)
+    assert set(inv["offered"]) == set(first) and inv["visibility"]["offered"] == len(first)
+    assert inv["searchable"] == ["sleep_milliseconds"] and inv["defaultAllowed"] == inv["offered"]
+
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {
+        "get_system_time": {"enabled": True}, "sleep_milliseconds": {"enabled": False}}})
+    assert r.status_code == 200, r.text
+    await d.submit(token, sid, "r2", "again")
+    await d.wait_idle(token, sid)
+    second = offered(loop.bodies[1])  # (the session's overrides: one back, and nothing left to search)
+    assert "get_system_time" in second and "capability_search" not in second and "sleep_milliseconds" not in second
+    inv = await inventory(d, token, sid)
+    assert set(inv["offered"]) == set(second) and inv["visibility"]["offered"] == len(second)
+    assert inv["searchable"] == [] and inv["visibility"]["searchable"] == 0 and inv["visibility"]["disabled"] == 1
+    assert "get_system_time" not in (await inventory(d, token))["offered"]  # (without the session: the config's)

@@ -4,6 +4,7 @@ the execution policy (default < config < session) with each field's source."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -316,3 +317,26 @@ async def test_disclose_assigned_lists_deferred_tools_from_the_first_request_but
     assert names(offered) == ["a", "b", "c", CAPABILITY_SEARCH] and searchable == []  # (the same list)
     assert (await run_checked(cat, "b", {})).error_code == "TOOL_NOT_LOADED"
     assert (await run_checked(cat, "b", {}, loaded=["b"])).error_code is None
+
+
+async def test_a_tool_the_policy_disables_is_neither_offered_nor_searchable_but_a_call_is_still_refused():
+    # A disabled tool was offered to the model (and ranked and loaded by capability_search), which
+    # then called it only to be refused TOOL_DISABLED.
+    cat = catalog([spec("a"), spec("b"), spec("c"), spec("d"), spec("e")],
+                  {"deferred": ["c", "d"], "policy": {"b": {"enabled": False}, "d": {"enabled": False},
+                                                      "e": {"approval": "warn", "workspaceAllowlist": ["src"]}}})
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert names(offered) == ["a", "e", CAPABILITY_SEARCH] and names(searchable) == ["c"]  # (e: restricted, not off)
+    session = {"c": {"enabled": False}, "b": {"enabled": True}}  # (the session's override wins, either way)
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=(), session=session)
+    assert names(offered) == ["a", "b", "e"] and searchable == []  # (nothing left to search: no search tool)
+    offered, _ = cat.planes(is_main_agent=True, allowed=None, loaded=["d"])  # (loaded, then disabled)
+    assert "d" not in names(offered)
+    assert (await run_checked(cat, "b", {})).error_code == "TOOL_DISABLED"  # (named anyway: refused)
+    res = await search(cat, {"query": "c d"}, dataclasses.replace(ctx(loaded=["d"]), tool_policy=session))
+    assert res.structured_content["matches"] == [] and res.events == []
+    res = await search(cat, {"query": "c d"}, ctx(loaded=["d"]))
+    assert [m["name"] for m in res.structured_content["matches"]] == ["c"]
+    cat = catalog([spec("a"), spec("b")], {"disclose": "assigned", "deferred": ["b"], "policy": {"*": {"enabled": False},
+                                                                                            "a": {"enabled": True}}})
+    assert names(cat.planes(is_main_agent=True, allowed=None, loaded=())[0]) == ["a"]  # (capability_search: off too)
