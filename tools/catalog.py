@@ -43,6 +43,13 @@ PTC = "programmatic_tool_run"
 # Tools a program cannot call: PTC itself, and the tools that wait on a person, run an agent,
 # place instructions after the round's results or outlive the call (call them natively).
 NOT_FROM_PROGRAMS = frozenset({PTC, "ask_user", "subagent", "skill", "job"})
+_WHY_NOT_FROM_PROGRAMS = {  # (what a refused call's message says of each)
+    PTC: "programs do not nest",
+    "ask_user": "it waits for a person's answer, which a program cannot",
+    "subagent": "it runs another agent, which a program cannot wait for",
+    "skill": "its instructions are placed after the round's tool results, which a program's call has not",
+    "job": "it starts work that outlives the program",
+}
 # MCP tools are deferred by default once the registry holds more than this many of them.
 DEFAULT_MCP_DEFER_ABOVE = 16
 MAX_QUERY_CHARS = 500
@@ -405,8 +412,9 @@ class ToolCatalog:
 
         def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
             if from_program and spec.name in NOT_FROM_PROGRAMS:
-                return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program; "
-                                        "call it directly")
+                return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program: "
+                                        f"{_WHY_NOT_FROM_PROGRAMS[spec.name]}; call it directly (a tool call "
+                                        f"of your own, outside {PTC})")
             if native is not None and spec.name not in native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is called through {PTC}: call it from "
                                         f"a program ({spec.name}(...) in the code you pass to {PTC})")

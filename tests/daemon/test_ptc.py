@@ -199,3 +199,29 @@ async def test_the_example_program_of_the_ptc_reference_runs_as_documented(daemo
     assert body["status"] == "ok", body
     assert body["content"][0]["text"].splitlines() == ["   2 a.py", "   1 b.py"]
     assert [c["name"] for c in body["structured_content"]["calls"]] == ["read_file"] * 4
+
+
+async def test_a_program_calling_a_tool_it_cannot_call_gets_a_typed_error_naming_the_tool_and_why(
+        daemon_factory: DaemonFactory) -> None:
+    # The refusal named the tool but not why ("cannot be called from a program; call it directly").
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+    why = {"ask_user": "waits for a person's answer", "subagent": "runs another agent",
+           "skill": "placed after the round's tool results", "job": "outlives the program", PTC: "do not nest"}
+    calls = {"ask_user": "ask_user(questions=[{'question': 'which?', 'options': [{'id': 'a', 'label': 'A'}]}])",
+             "subagent": "subagent(prompt='look around')", "skill": "skill(name='anything')",
+             "job": "job(action='start', command='sleep 600')", PTC: f"{PTC}(code='print(1)')"}
+    for i, (name, code) in enumerate(calls.items()):
+        body = await run_tool(d, token, sid, f"r{i}", PTC, {"code": f"print('before')\n{code}\nprint('not reached')"})
+        assert body["is_error"] and body["error_code"] == "PTC_TOOL_FAILED", body
+        text = body["content"][0]["text"]
+        assert text.startswith("before\n") and "not reached" not in text
+        assert f"{name} failed: PTC_TOOL_NOT_ALLOWED: {name} cannot be called from a program: " in text, text
+        assert why[name] in text and "call it directly" in text
+        assert body["structured_content"]["calls"] == [{"call_id": f"{body['call_id']}.1", "name": name, "ok": False,
+                                                         "error_code": "PTC_TOOL_NOT_ALLOWED"}]
+    body = await run_tool(d, token, sid, "c", PTC, {"code": "try:\n    call_tool('job', {'action': 'list'})\n"
+                                                           "except ToolError as e:\n    print(e.code, e.message)"})
+    assert body["status"] == "ok" and body["content"][0]["text"].startswith("PTC_TOOL_NOT_ALLOWED job cannot be called")
+    kinds = {e["kind"] for e in await d.events(token, sid)}
+    assert not kinds & {"question.asked", "agent.started", "job.started", "skill.loaded"}  # (none of them ran)
+    assert (await d.view(token, sid))["status"] == "idle"
