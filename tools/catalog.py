@@ -24,13 +24,13 @@ import hashlib
 import json
 import posixpath
 import re
-import unicodedata
 from fnmatch import fnmatchcase
 from typing import Any, Literal, Mapping, Sequence
 
 import msgspec
 
 from events import types as t
+from projections.tokens import UNSPACED, fold_text
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -229,25 +229,24 @@ def describe(spec: ToolSpec) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- ranking
 
-# Scripts written without spaces between words (Han, kana): a run of them is read as its
-# overlapping character bigrams ("天气预报" -> 天气, 气预, 预报), so a query word of two or more
-# such characters finds the text it occurs in. Other scripts' words are runs of letters and digits.
-_CJK = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
-_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?:(?![{_CJK}])[^\W_])+")  # (``_`` separates, as in tool names)
-_ACCENTS = re.compile("[\u0300-\u036f]+")  # combining diacritical marks (Latin, Greek, Cyrillic)
+# Scripts written without spaces between words (Han, kana, Hangul: the history index's
+# ``UNSPACED``): a run of them is read as its overlapping character bigrams ("天气预报" -> 天气,
+# 气预, 预报), so a query word of two or more such characters finds the text it occurs in. Other
+# scripts' words are runs of letters and digits.
+_TOKEN = re.compile(rf"(?P<cjk>[{UNSPACED}]+)|(?:(?![{UNSPACED}])[^\W_])+")  # (``_`` separates, as in tool names)
 
 
 def _fold(text: str) -> str:
-    """``text`` as the ranking compares it: case-folded, compatibility forms unified (full-width
-    letters), and accents dropped, so ``Café`` and ``cafe`` (or ``Straße`` and ``STRASSE``) match."""
-    text = unicodedata.normalize("NFKD", text.casefold())
-    return unicodedata.normalize("NFC", _ACCENTS.sub("", text))
+    """``text`` as the ranking compares it: case-folded (``Straße`` is ``STRASSE``), compatibility
+    forms unified (full-width letters) and diacritics dropped (``Café`` is ``cafe``), as the
+    history index folds (kana keep their voicing: が is not か)."""
+    return text.lower() if text.isascii() else fold_text(text.casefold())
 
 
 def tokens(text: str) -> list[str]:
     """The words of ``text``, folded: runs of letters and digits of any script (``mcp__t__echo``
-    -> mcp, t, echo; ``Прогноз погоды`` -> прогноз, погоды), Han and kana runs as their character
-    bigrams (a lone character as itself)."""
+    -> mcp, t, echo; ``Прогноз погоды`` -> прогноз, погоды), runs of Han, kana or Hangul as their
+    character bigrams (a lone character as itself)."""
     out: list[str] = []
     for m in _TOKEN.finditer(_fold(text)):
         run = m.group()

@@ -134,6 +134,9 @@ def test_ranking_reads_words_of_every_script():
     assert score("café", menu) == 1 and score("cafe", menu) == 1 and score("CRÈME BRULEE", menu) == 2
     assert score("straße", street) == 1 and score("STRASSE", street) == 1
     assert score("ｃａｆｅ", menu) == 1  # (full-width letters)
+    korean = spec("mcp__kr__weather", "도시의 날씨를 확인합니다")  # (Hangul: bigrams too, so 날씨 is in 날씨를)
+    assert score("날씨", korean) == 1 and score("날씨 확인", korean) == 2
+    assert score("ガイド", spec("g", "ｶﾞｲﾄﾞを読む")) == 2 and score("カイト", spec("g", "ｶﾞｲﾄﾞを読む")) == 0
     assert score("mcp__cn__天气查询", weather) == 10 + 3 * 5
     assert [(sc, s.name) for sc, s in rank("天气 погода café", specs)] == [
         (3, "mcp__cn__天气查询"), (3, "mcp__ru__погода"), (1, "mcp__fr__carte")]
