@@ -59,6 +59,11 @@ class ToolContext:
     # artifacts among them are recorded by the actor as the sub-call returns and not passed back.
     # Provided by the actor.
     call_tool: Callable[[str, str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
+    # The workspace allowlist (F-TOOL-2) in effect for this call, None: no allowlist. The
+    # execution plane checks a path's text before the call; a workspace tool also checks, under
+    # the execution-domain lock, where the path leads once symlinks are followed. Provided by the
+    # actor.
+    workspace_allowlist: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
