@@ -66,8 +66,12 @@ class DomainLock:
         try:
             while self._writer or self._readers:
                 await self._changed.wait()
-        finally:
+        except BaseException:
+            # Given up (cancelled): readers that this wait held back may go in now.
             self._writers_waiting -= 1
+            self._notify()
+            raise
+        self._writers_waiting -= 1
         self._writer = True
         try:
             yield

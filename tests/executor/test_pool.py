@@ -260,6 +260,33 @@ async def test_domain_lock_a_cancelled_waiting_writer_lets_readers_in(autojump_c
     assert entered == [("r", pytest.approx(2.0))]
 
 
+async def test_domain_lock_readers_held_back_by_a_writer_go_in_when_it_gives_up(autojump_clock: Any) -> None:
+    # A reader that came while a writer waited was held back; when the writer's wait was
+    # cancelled, nothing woke that reader, which then waited for the first reader to finish.
+    lock = DomainLock()
+    entered = []
+    async with trio.open_nursery() as nursery:
+        async def reader_holding() -> None:
+            async with lock.read():
+                await trio.sleep(5)
+
+        async def writer() -> None:
+            await trio.sleep(0.5)  # the reader holds the domain by now
+            with trio.move_on_after(1):
+                async with lock.write():
+                    entered.append("w")
+
+        async def held_back_reader() -> None:
+            await trio.sleep(1)  # the writer waits by now
+            async with lock.read():
+                entered.append(("r", trio.current_time()))
+
+        nursery.start_soon(reader_holding)
+        nursery.start_soon(writer)
+        nursery.start_soon(held_back_reader)
+    assert entered == [("r", pytest.approx(1.5))]
+
+
 async def test_real_commands_are_serialized_and_a_read_waits_for_a_write(executor: ExecutorProcess,
                                                                         tmp_path: Path) -> None:
     ws = executor.workspace
