@@ -67,8 +67,8 @@ class ExecutorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Call(self, request, context):
-        """read_file, edit_file, patch_file, view_image, revert (restore) and workspace browsing
-        (browse_list, browse_read) by name.
+        """read_file, edit_file, patch_file, view_image, revert (restore), workspace browsing
+        (browse_list, browse_read) and resolve (where a path leads, for the workspace allowlist) by name.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

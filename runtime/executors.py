@@ -66,8 +66,12 @@ class DomainLock:
         try:
             while self._writer or self._readers:
                 await self._changed.wait()
-        finally:
+        except BaseException:
+            # Given up (cancelled): readers that this wait held back may go in now.
             self._writers_waiting -= 1
+            self._notify()
+            raise
+        self._writers_waiting -= 1
         self._writer = True
         try:
             yield
@@ -106,6 +110,10 @@ class ExecutorPool:
         self.workspace_of = workspace_of
         self.remote = remote
         self._executors: dict[str, Executor] = {}
+        # One execution-domain lock per set of files: a remote executor serves one workspace
+        # whatever the project, and two projects may name one directory; a child spawned again
+        # keeps its domain's lock.
+        self._locks: dict[str, DomainLock] = {}
         self._spawning: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -150,7 +158,8 @@ class ExecutorPool:
         assert self.remote is not None
         client = ExecutorClient(self.remote.address, self.remote.token)
         await client.hello()
-        return Executor(project_id, workspace, client, shared_filesystem=self.remote.shared_filesystem)
+        return Executor(project_id, workspace, client, lock=self._lock(None),
+                        shared_filesystem=self.remote.shared_filesystem)
 
     async def _spawn(self, project_id: str, workspace: Path) -> Executor:
         if self._nursery is None:
@@ -196,7 +205,13 @@ class ExecutorPool:
             proc.terminate()
             raise
         log.info("executor for project %s on port %d (pid %d)", project_id, port, proc.pid)
-        return Executor(project_id, workspace, client, process=proc, shared_filesystem=self.local_shared_filesystem)
+        return Executor(project_id, workspace, client, lock=self._lock(workspace), process=proc,
+                        shared_filesystem=self.local_shared_filesystem)
+
+    def _lock(self, workspace: Path | None) -> DomainLock:
+        """The execution-domain lock of a local workspace (None: the remote executor's)."""
+        key = "remote" if workspace is None else "local:" + os.path.realpath(workspace)
+        return self._locks.setdefault(key, DomainLock())
 
     @staticmethod
     async def _reap(proc: trio.Process, state: Path) -> None:

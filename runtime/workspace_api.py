@@ -13,7 +13,8 @@ level by level (see ``tools.files.browse``) and stop at ``limit`` with ``truncat
 ``GET …/workspace/file?path=REL&offset=N&limit=N``: a page of a UTF-8 text file, ``{path, size,
 offset, nextOffset, eof, text}`` (byte offsets, never splitting a character; ``limit`` 1 B-1 MiB,
 default 64 KiB). Credential files (``.env*``, ``*.pem``, ``*.key``… see ``tools.files.sensitive``)
-are listed but never read: 403 ``SENSITIVE_FILE``, also through a symlink; ``.git`` is 403
+are listed but never read: 403 ``SENSITIVE_FILE``, also through a symlink, and so is a regular file
+with more than one name (a hard link: its other name may be a credential file's); ``.git`` is 403
 ``PATH_HIDDEN``; a binary file is 422 ``BINARY_FILE``.
 
 Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``PATH_INVALID``;

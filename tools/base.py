@@ -62,6 +62,11 @@ class ToolContext:
     # The session's saved ``toolPolicy`` (runtime overrides of the execution policy), so that
     # ``capability_search`` leaves out the tools it disables. Provided by the actor.
     tool_policy: Mapping[str, Any] | None = None
+    # The workspace allowlist (F-TOOL-2) in effect for this call, None: no allowlist. The
+    # execution plane checks a path's text before the call; a workspace tool also checks, under
+    # the execution-domain lock, where the path leads once symlinks are followed. Provided by the
+    # actor.
+    workspace_allowlist: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)

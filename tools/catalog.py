@@ -186,6 +186,11 @@ def _normal(path: str) -> str | None:
     return norm
 
 
+def within_allowlist(path: str, prefixes: Sequence[str]) -> bool:
+    """Whether workspace-relative ``path`` lies under one of the allowlist's ``prefixes``."""
+    return _within(path, prefixes)
+
+
 def _within(path: str, prefixes: Sequence[str]) -> bool:
     norm = _normal(path)
     if norm is None:
@@ -453,6 +458,10 @@ class ToolCatalog:
             return None
 
         return check
+
+    def allowlist(self, name: str, session: Mapping[str, Any] | None) -> list[str] | None:
+        """The workspace allowlist in effect for tool ``name`` (None: none)."""
+        return self.profile(name, session)["workspaceAllowlist"]["value"]
 
     def warning(self, name: str, session: Mapping[str, Any] | None) -> str | None:
         """The note an ``approval: warn`` tool's result carries, else None."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
-from .workspace_tools import MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess
+from .workspace_tools import MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess, check_where_it_leads
 
 DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
 DEFAULT_READ_BYTES = 16 * 1024
@@ -69,6 +69,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             ex = await pool.get(ctx.project_id)
         except Exception as exc:  # typed executor errors carry codes; keep them
             raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
+        # (no lock is held while a job runs, so a link may change later: checked as it starts)
+        await check_where_it_leads(ctx, ex.client, "job", "cwd", cwd)
 
         async def run(write: Any) -> JobExit | None:
             # No execution-domain lock: a job runs for minutes or hours, and holding the write

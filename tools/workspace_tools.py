@@ -15,6 +15,7 @@ from events import types as t
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
+from .catalog import within_allowlist
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
@@ -27,6 +28,25 @@ class ExecutorAccess(Protocol):
 
 def _sha(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str) -> None:
+    """Raise ``PATH_NOT_ALLOWED`` when ``path`` leads (through symlinks in the workspace) outside
+    the call's workspace allowlist. The execution plane has checked the path's text already; the
+    executor says where it leads now, so the caller holds the execution-domain lock across this
+    check and the call (no command of this session changes a link in between)."""
+    prefixes = ctx.workspace_allowlist
+    if prefixes is None:
+        return
+    try:
+        out = await client.call("resolve", {"path": path or "."})
+    except Exception as exc:
+        raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
+    real = out.result.get("path")
+    if not isinstance(real, str) or not within_allowlist(real, prefixes):
+        shown = path or "."
+        raise ToolError("PATH_NOT_ALLOWED", f"{tool}: {arg} {shown[:200]!r} leads to {str(real)[:200]!r}, outside the "
+                                            f"workspace allowlist ({', '.join(prefixes) or 'empty'})")
 
 
 def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[ToolSpec]:
@@ -44,6 +64,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         ex = await executor(ctx)
         lock = ex.lock.write() if write else ex.lock.read()
         async with lock:
+            if isinstance(args.get("path"), str):
+                await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
             try:
                 return await ex.client.call(tool, args, call_id=f"{ctx.session_id}:{ctx.call_id}")
             except Exception as exc:
@@ -160,6 +182,7 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         out = bytearray()
         exit_info: Any = None
         async with ex.lock.write():
+            await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             try:
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd) as events:
                     async for ev in events:

@@ -7,6 +7,7 @@ for that session only (durably)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,44 @@ async def test_a_backslashed_path_does_not_pass_the_workspace_allowlist(daemon_f
     assert sorted(p.name for p in ws.iterdir()) == ["src"]  # (the executor would have made "x\..\src\f.txt" here)
     body = await run_tool(d, token, sid, "r2", "edit_file", {"path": "src/f.txt", "mode": "create", "content": "hi"})
     assert body["status"] == "ok" and (ws / "src" / "f.txt").read_text() == "hi"
+
+
+async def test_the_allowlist_judges_where_a_symlink_leads(daemon_factory: DaemonFactory) -> None:
+    # A symlink inside an allowed directory that leads elsewhere in the workspace passed the
+    # allowlist, which read the path's text: the call wrote outside what the allowlist allows.
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"*": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "src").mkdir()
+    (ws / "other").mkdir()
+    (ws / "other" / "notes.txt").write_text("outside the allowlist\n")
+    os.symlink("../other", ws / "src" / "link")
+    os.symlink("../other/notes.txt", ws / "src" / "notes.txt")
+    sid = (await d.session(token, project["id"]))["id"]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("edit_file", {"path": "src/link/new.txt", "mode": "create", "content": "x"}),
+        ("edit_file", {"path": "src/link/deeper/new.txt", "mode": "create", "content": "x"}),
+        ("edit_file", {"path": "src/notes.txt", "mode": "rewrite", "content": "changed"}),
+        ("patch_file", {"path": "src/notes.txt", "patch": "@@\n-outside the allowlist\n+changed\n"}),
+        ("read_file", {"path": "src/link/notes.txt"}),
+        ("read_file", {"path": "src/link"}),
+        ("run_command", {"command": "touch made-here", "cwd": "src/link"}),
+        ("job", {"action": "start", "command": "touch made-here", "cwd": "src/link"}),
+    ]
+    for n, (name, args) in enumerate(calls):
+        body = await run_tool(d, token, sid, f"r{n}", name, args)
+        assert body["error_code"] == "PATH_NOT_ALLOWED", (name, args, body)
+        assert "other" in body["content"][0]["text"], body  # (it says where the path leads)
+    assert sorted(p.name for p in (ws / "other").iterdir()) == ["notes.txt"]
+    assert (ws / "other" / "notes.txt").read_text() == "outside the allowlist\n"
+    # A link that stays inside the allowlist is followed as before.
+    os.symlink("link/../src", ws / "src" / "self")  # (physically: other/.. is the root)
+    body = await run_tool(d, token, sid, "ok1", "edit_file", {"path": "src/self/f.txt", "mode": "create", "content": "hi"})
+    assert body["status"] == "ok", body
+    assert (ws / "src" / "f.txt").read_text() == "hi"
+    body = await run_tool(d, token, sid, "ok2", "read_file", {"path": "src/f.txt"})
+    assert body["status"] == "ok", body
 
 
 async def test_an_allowlist_leaves_job_list_read_and_stop_callable(daemon_factory: DaemonFactory) -> None:

@@ -286,6 +286,28 @@ async def test_a_file_inside_a_credential_directory_is_listed_as_sensitive(daemo
         assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text
 
 
+async def test_a_hard_link_to_a_credential_file_is_not_read(daemon_factory: DaemonFactory):
+    # A hard link gives a credential file another name that no rule of names recognises; a file
+    # with more than one name is neither read nor listed as readable.
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / ".env").write_text("API_KEY=SECRET\n")
+    os.link(ws / ".env", ws / "notes.txt")
+    (ws / "plain.txt").write_text("plain\n")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    assert {e["path"]: e["sensitive"] for e in r.json()["entries"]} == {
+        ".env": True, "notes.txt": True, "plain.txt": False}
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "notes.txt"})
+    assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text, r.text
+    assert "more than one name" in r.json()["error"]["message"]
+    os.symlink("notes.txt", ws / "link.txt")  # (a symlink to it: the same file, refused the same way)
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "link.txt"})
+    assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text, r.text
+    os.unlink(ws / ".env")  # (one name left: an ordinary file again)
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "notes.txt"})
+    assert r.status_code == 200 and r.json()["text"] == "API_KEY=SECRET\n"
+
+
 async def test_a_long_gitignore_applies_its_first_and_last_lines(daemon_factory: DaemonFactory):
     # Patterns are matched a group at a time (tools/files/gitignore.py; equal answers to one at a
     # time: tests/files/test_gitignore.py). A 1 MiB .gitignore against 6,000 entries used to run

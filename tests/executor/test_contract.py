@@ -68,6 +68,44 @@ async def test_an_older_protocol_in_the_hello_request_is_refused_naming_both(exe
         channel.close()
 
 
+# An executor process of another protocol version: the same code with its version changed.
+OTHER_VERSION_EXECUTOR = """
+import sys
+import tools.executor, tools.executor.server as server
+tools.executor.PROTOCOL_VERSION = server.PROTOCOL_VERSION = int(sys.argv[1])
+sys.exit(server.main(sys.argv[2], "127.0.0.1:0", sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("version", [7, 9])
+async def test_the_pool_refuses_an_executor_process_of_another_version_at_connect(tmp_path: Path, version: int) -> None:
+    from runtime.executors import RemoteExecutor
+
+    from .conftest import running_pool, stop_process
+
+    (tmp_path / "ws").mkdir()
+    token = secrets.token_urlsafe(32)
+    out = tmp_path / "out"
+    with out.open("wb") as fo:
+        proc = subprocess.Popen([sys.executable, "-c", OTHER_VERSION_EXECUTOR, str(version), str(tmp_path / "ws"),
+                                 str(tmp_path / "state")], env={**os.environ, TOKEN_ENV: token},
+                                stdin=subprocess.DEVNULL, stdout=fo, stderr=subprocess.STDOUT)
+    try:
+        with trio.fail_after(20):
+            while "listening on" not in out.read_text() or not out.read_text().endswith("\n"):
+                await trio.sleep(0.02)  # bounded poll for the readiness line
+        address = out.read_text().strip().rsplit(" ", 1)[1]
+        remote = RemoteExecutor(address, token)
+        async with running_pool(tmp_path / "executors", {"p": tmp_path / "ws"}, remote=remote) as pool:
+            for _ in range(2):  # (and again on the next call: nothing half-connected is kept)
+                with pytest.raises(ExecutorVersionMismatch) as info:
+                    await pool.get("p")
+                assert info.value.code == "EXECUTOR_VERSION_MISMATCH"
+                assert f"speaks {version}" in str(info.value) and f"caller {PROTOCOL_VERSION}" in str(info.value)
+    finally:
+        stop_process(proc)
+
+
 @pytest.mark.parametrize("token", ["", "wrong-token-of-some-length", "Bearer"])
 async def test_calls_without_the_right_token_are_refused(executor: ExecutorProcess, token: str) -> None:
     bad = ExecutorClient(executor.address, token)

@@ -260,6 +260,53 @@ async def test_domain_lock_a_cancelled_waiting_writer_lets_readers_in(autojump_c
     assert entered == [("r", pytest.approx(2.0))]
 
 
+async def test_domain_lock_readers_held_back_by_a_writer_go_in_when_it_gives_up(autojump_clock: Any) -> None:
+    # A reader that came while a writer waited was held back; when the writer's wait was
+    # cancelled, nothing woke that reader, which then waited for the first reader to finish.
+    lock = DomainLock()
+    entered = []
+    async with trio.open_nursery() as nursery:
+        async def reader_holding() -> None:
+            async with lock.read():
+                await trio.sleep(5)
+
+        async def writer() -> None:
+            await trio.sleep(0.5)  # the reader holds the domain by now
+            with trio.move_on_after(1):
+                async with lock.write():
+                    entered.append("w")
+
+        async def held_back_reader() -> None:
+            await trio.sleep(1)  # the writer waits by now
+            async with lock.read():
+                entered.append(("r", trio.current_time()))
+
+        nursery.start_soon(reader_holding)
+        nursery.start_soon(writer)
+        nursery.start_soon(held_back_reader)
+    assert entered == [("r", pytest.approx(1.5))]
+
+
+async def test_projects_on_one_workspace_share_one_domain_lock(executor: ExecutorProcess, tmp_path: Path) -> None:
+    # Each project had a lock of its own: two projects on one directory (which POST /projects
+    # allows), or any two on a remote executor (which serves one workspace), edited and ran
+    # commands in the same files at once.
+    one, other = tmp_path / "one", tmp_path / "other"
+    one.mkdir()
+    other.mkdir()
+    async with running_pool(tmp_path / "executors", {"a": one, "b": one, "c": other}) as pool:
+        a, b, c = await pool.get("a"), await pool.get("b"), await pool.get("c")
+        assert a.lock is b.lock and a.lock is not c.lock
+        assert a.process is not None
+        a.process.kill()  # (a child spawned again keeps the domain's lock)
+        await a.process.wait()
+        again = await pool.get("a")
+        assert again is not a and again.lock is b.lock
+    remote = RemoteExecutor(executor.address, executor.token)
+    async with running_pool(tmp_path / "executors", {"a": one, "c": other}, remote=remote) as pool:
+        assert (await pool.get("a")).lock is (await pool.get("c")).lock
+
+
 async def test_real_commands_are_serialized_and_a_read_waits_for_a_write(executor: ExecutorProcess,
                                                                         tmp_path: Path) -> None:
     ws = executor.workspace

@@ -7,8 +7,9 @@
      "entries": [{"name", "path", "kind": file|directory|symlink|other, "size" (files; else None),
                   "ignored", "sensitive"}, ...],
      "truncated": true when entries stopped at ``max_entries``,
-     ("sensitive": the entry's path has a credential name among its components, so a read
-     refuses it: a file inside ``.env.d/`` is sensitive too)
+     ("sensitive": the entry's path has a credential name among its components, or it is a
+     regular file with more than one name, so a read refuses it: a file inside ``.env.d/`` is
+     sensitive too)
      "ignored_hidden": gitignored entries left out (include_ignored false), every one in the
      directories read, also past a cut}
 
@@ -25,8 +26,10 @@ one: :mod:`.ignore_cache`), keyed by their text, so an edit is seen by the next 
 ``read_text(root, path, offset, limit)``: ``{"path" (canonical), "size", "offset",
 "next_offset", "eof", "text"}`` — at most ``limit`` bytes from byte ``offset``, never splitting a
 UTF-8 character (at least one whole character when one starts there). Refused: a ``.git`` path
-(PATH_HIDDEN), a credential file, as asked or where symlinks lead (SENSITIVE_FILE, before a
-byte is read), anything but a regular file (NOT_A_FILE), a file with a NUL byte in its first
+(PATH_HIDDEN), a credential file, as asked or where symlinks lead, and a regular file with more
+than one name (SENSITIVE_FILE, before a byte is read: a hard link gives a credential file a name
+no rule of names recognises, and its other names cannot be found without searching every
+directory, outside the workspace too), anything but a regular file (NOT_A_FILE), a file with a NUL byte in its first
 8000 bytes or a page that is not UTF-8 (BINARY_FILE), an offset inside a character.
 """
 
@@ -225,14 +228,15 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
                 truncated = True
                 del shown[room:]
             for name, entry, kind, child, ignored in shown:
-                size = None
+                size, linked = None, False
                 if kind == "file":
                     try:
-                        size = entry.stat(follow_symlinks=False).st_size
+                        st = entry.stat(follow_symlinks=False)
+                        size, linked = st.st_size, st.st_nlink > 1
                     except OSError:
                         pass
                 entries.append({"name": _shown_name(name), "path": _shown_name(child), "kind": kind, "size": size,
-                                "ignored": ignored, "sensitive": sensitive_path(child)})
+                                "ignored": ignored, "sensitive": sensitive_path(child) or linked})
                 if kind == "directory" and level < levels:
                     queue.append((child, dir_rules, ignored, level + 1))
         finally:
@@ -260,6 +264,9 @@ def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 10
             raise FileToolError("NOT_FOUND", f"{path}: no such file")
         if not t.is_file or t.fd is None or t.st is None:
             raise FileToolError("NOT_A_FILE", f"{path}: not a regular file")
+        if t.st.st_nlink > 1:  # (its other name may be a credential file's: see the module's docstring)
+            raise FileToolError("SENSITIVE_FILE", f"{path}: a file with more than one name (hard links); it may be a "
+                                                  f"credential file under another name, so it is listed but never read")
         fd, size = t.fd, t.st.st_size
         if b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
             raise FileToolError("BINARY_FILE", f"{path}: a binary file ({size} bytes); only text is shown")

@@ -162,14 +162,18 @@ class Target:
 
 
 def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents: bool = False,
-            hook: ResolveHook | None = None, shown: str | None = None, no_symlinks: bool = False) -> Target:
+            hook: ResolveHook | None = None, shown: str | None = None, no_symlinks: bool = False,
+            missing_parents: bool = False) -> Target:
     """Walk ``path`` from the root; the returned :class:`Target` owns its fds (use ``with``).
 
     ``follow_final=False`` stops at the final component even when it is a symlink (used by
     ``create``, which must see any existing entry). ``create_parents`` creates missing
     intermediate directories (mode 0o777 & ~umask). ``shown`` names the path in messages
     (default: as given). ``no_symlinks`` refuses a symlink met at any component of the walk
-    (``SYMLINK_NOT_FOLLOWED``) instead of following it. Raises :class:`FileToolError`.
+    (``SYMLINK_NOT_FOLLOWED``) instead of following it. ``missing_parents`` (without
+    ``create_parents``) ends the walk at the first missing intermediate directory with a Target
+    whose ``rel`` is the rest of the path as written below it (``st`` None): where a create would
+    put the entry, nothing made. Raises :class:`FileToolError`.
     """
     check_path_text(path)
     shown = path if shown is None else shown
@@ -191,7 +195,7 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
         fds.append(root.open())
         try:
             target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook,
-                           no_symlinks)
+                           no_symlinks, missing_parents)
         except FileToolError as exc:
             if names_dir and exc.code == "NOT_FOUND":
                 raise FileToolError("INVALID_ARGUMENT",
@@ -214,7 +218,8 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
 
 
 def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_final: bool,
-          create_parents: bool, hook: ResolveHook | None, no_symlinks: bool = False) -> Target:
+          create_parents: bool, hook: ResolveHook | None, no_symlinks: bool = False,
+          missing_parents: bool = False) -> Target:
     names: list[str] = []
     hops = 0
 
@@ -239,6 +244,9 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
         except FileNotFoundError:
             if last:
                 return done(comp, None)
+            if missing_parents and not create_parents and ".." not in pending:
+                # (below a missing directory nothing exists, so no symlink: the rest is as written)
+                return Target(shown, "/".join([*names, comp, *pending]), fds[-1], pending[-1], None, None, fds)
             if not create_parents:
                 raise FileToolError("NOT_FOUND", f"{shown}: a parent directory does not exist") from None
             if len(names) >= MAX_PATH_DEPTH:

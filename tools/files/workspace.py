@@ -150,6 +150,14 @@ class Workspace:
                 raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory")
             return self._root.real if t.rel == "." else self._root.real / t.rel
 
+    def resolve_path(self, path: str) -> dict[str, Any]:
+        """Where ``path`` leads: ``{"path": its canonical workspace-relative path}`` after every
+        symlink the tools would follow, for the Core's workspace allowlist (F-TOOL-2), which must
+        judge the entry a call reaches, not the text that names it. Missing directories (which a
+        create makes) are taken as written below the deepest one that exists."""
+        with self._boundary(path), self._resolve(path, missing_parents=True) as t:
+            return {"path": t.rel}
+
     # ---------------------------------------------------------------- editing
 
     def edit_file(self, path: str, mode: str, content: str | None = None, edits: list[dict] | None = None,
@@ -295,9 +303,10 @@ class Workspace:
         return checked
 
     def _resolve(self, path: str, *, follow_final: bool = True, create_parents: bool = False,
-                 no_symlinks: bool = False) -> Target:
+                 no_symlinks: bool = False, missing_parents: bool = False) -> Target:
         return resolve(self._root, path, follow_final=follow_final, create_parents=create_parents,
-                       hook=self.resolve_hook, shown=self._shown(path), no_symlinks=no_symlinks)
+                       hook=self.resolve_hook, shown=self._shown(path), no_symlinks=no_symlinks,
+                       missing_parents=missing_parents)
 
     def _shown(self, path: object) -> str:
         """How messages name the path: as given, but an absolute path as its part below the root
