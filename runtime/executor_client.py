@@ -20,11 +20,17 @@ import trio
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
 from tools.executor import PROTOCOL_VERSION
+from tools.executor.commands import DEFAULT_TIMEOUT_MS
 
 from .errors import LensError
 
 CONNECT_TIMEOUT_S = 10.0
 CALL_TIMEOUT_S = 120.0
+# A command stream's deadline past the command's own timeout: time for the executor to stop the
+# process group and send the last events. Without a deadline, an executor that stopped answering
+# without closing its connection (stopped, or cut off by the network) held the call, and the
+# workspace's write lock, until the session was aborted.
+RUN_DEADLINE_MARGIN_S = 30.0
 # grpc waits longer and longer between attempts to reconnect a channel that lost its executor
 # (1 s, ×1.6 each time, up to 120 s by default): a remote executor back after a minute away was
 # still refused for ~35 s. Capped, calls reach it within about this long of its return.
@@ -137,6 +143,11 @@ class ToolOutcome:
     mime: str = ""
 
 
+def run_deadline_s(timeout_ms: int) -> float:
+    """The gRPC deadline of a command stream: the command's timeout (0: the executor's default,
+    which it applies too) plus :data:`RUN_DEADLINE_MARGIN_S`."""
+    return (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + RUN_DEADLINE_MARGIN_S
+
 class ExecutorClient:
     """One executor at ``address``. Thread-safe channel; reconnection is grpc's (the channel
     retries the connection, at most :data:`RECONNECT_BACKOFF_MAX_MS` apart). :meth:`hello` runs once, when the pool connects (or spawns a new
@@ -212,7 +223,7 @@ class ExecutorClient:
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.
         async with self._streams:  # one slot per open stream
-            call = self._stub.Run(req, metadata=self._meta, timeout=(timeout_ms / 1000 + 30) if timeout_ms else None)
+            call = self._stub.Run(req, metadata=self._meta, timeout=run_deadline_s(timeout_ms))
             send, recv = trio.open_memory_channel[Any](64)
             trio_token = trio.lowlevel.current_trio_token()
             finished = trio.Event()

@@ -17,7 +17,9 @@ import pytest
 import trio
 
 from proto import executor_pb2 as pb
-from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError, ExecutorUnavailable
+from runtime.executor_client import (RUN_DEADLINE_MARGIN_S, ExecutorClient, ExecutorError, ExecutorToolError,
+                                     ExecutorUnavailable, run_deadline_s)
+from tools.executor.commands import DEFAULT_TIMEOUT_MS
 
 from .conftest import group_members, kill_group, start_executor, stop_process, wait_group_gone, wait_path
 
@@ -306,3 +308,12 @@ async def test_hostile_raw_requests_get_stable_codes(client: ExecutorClient, exe
     assert "nested too deeply" in deep.error_message and "\\ud800" in surrogate.error_message  # escaped
     assert probe.seen is False
     assert nul[0] == grpc.StatusCode.INVALID_ARGUMENT and nul[1].startswith("INVALID_ARGUMENT: "), nul
+
+
+def test_a_command_stream_always_has_a_deadline():
+    """A command without ``timeout_ms`` runs under the executor's default timeout; its stream's
+    gRPC deadline follows that default (an executor that stopped answering held the call, and the
+    workspace's write lock, until the session was aborted)."""
+    assert run_deadline_s(0) == DEFAULT_TIMEOUT_MS / 1000 + RUN_DEADLINE_MARGIN_S
+    assert run_deadline_s(1) == 0.001 + RUN_DEADLINE_MARGIN_S
+    assert run_deadline_s(3_600_000) == 3600 + RUN_DEADLINE_MARGIN_S
