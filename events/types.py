@@ -101,6 +101,9 @@ class SessionConfigured(_Event, tag="session.configured"):
     model: str | None = None
     thinking_level: str | None = None
     settings: dict[str, Any] = {}
+    # Set back to the default (added later): ``model`` (the session follows the default model
+    # chain again) and/or ``thinking_level`` (none: the provider's default).
+    reset: list[str] = []
 
 
 class SessionNamed(_Event, tag="session.named"):

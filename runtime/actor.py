@@ -188,6 +188,8 @@ class Configure:
     thinking_level: str | None = None
     # Saved per-session settings (``session.configured`` settings: runtime.working_context.SETTINGS).
     settings: dict[str, Any] = field(default_factory=dict)
+    # Set back to the default: "model" (follow the default model chain again), "thinking_level".
+    reset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -600,6 +602,8 @@ class SessionActor:
             # Only what changes is recorded: a retried or repeated change writes nothing more.
             model = cmd.model if cmd.model != s.model else None
             level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
+            reset = [name for name, now in (("model", s.model), ("thinking_level", s.thinking_level))
+                     if name in cmd.reset and now is not None]
             settings = dict(cmd.settings)
             tool_policy = settings.pop("toolPolicy", None)
             settings = wc.changed_settings(s, settings)
@@ -610,8 +614,9 @@ class SessionActor:
                                       f"remove some (an entry set to null removes it)")
             if merged is not None and merged != (s.settings.get("toolPolicy") or {}):
                 settings["toolPolicy"] = tool_policy  # (a patch: runtime overrides, F-TOOL-2)
-            if model is not None or level is not None or settings:
-                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings))])
+            if model is not None or level is not None or settings or reset:
+                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings,
+                                                               reset=reset))])
             return {"model": s.model, "thinkingLevel": s.thinking_level}
         if isinstance(cmd, Rename):
             if cmd.name != s.name:
