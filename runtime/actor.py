@@ -209,7 +209,8 @@ class GetState:
 
 @dataclass(frozen=True)
 class WaitIdle:
-    """Returns once nothing runs and nothing is queued (or a question waits for an answer)."""
+    """Returns once nothing runs, nothing is queued and no ``/skill:`` input is being checked
+    (or a question waits for an answer)."""
 
 
 @dataclass(frozen=True)
@@ -679,6 +680,8 @@ class SessionActor:
     # ------------------------------------------------------------------ the runner
 
     def _is_idle(self) -> bool:
+        if self._skill_inputs:
+            return False  # a /skill: input still being checked is recorded next (and may start a run)
         if self.state.questions:
             return True  # waiting for the user, not for us
         return self._runner_done.is_set() and d.next_step(self.state, MAIN_AGENT, self._replay_safe) is None
