@@ -656,15 +656,15 @@ class SessionActor:
                 self._runner_scope.cancel()
             await self._runner_done.wait()
             withdrawn: list[str] = []
-            # Skill loads due in an aborted round are recorded with the abort, after its results.
+            # Skill loads due in an aborted round are recorded with the abort, after its results
+            # (from the snapshots their calls took; one lost to a restart is dropped, not read).
             skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] = {}
             for agent in list(self.state.agents.values()):
                 running = (self.state.running_task is not None if agent.agent_id == MAIN_AGENT
                            else agent.status == "running")
                 if agent.skills_due and running:
                     due = tuple(agent.skills_due)
-                    skill_loads[agent.agent_id] = (due, await self._skills.due_events(
-                        self.state, agent.agent_id, agent.task_id, due))
+                    skill_loads[agent.agent_id] = (due, self._skills.due_at_abort(due))
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
