@@ -815,8 +815,9 @@ class SessionActor:
         try:
             result = (await provider.stream(request, delta_seen)).well_formed()
         except ProviderError as exc:
+            # (with what the provider reported before it failed, when it had begun answering)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,
-                                                     status=exc.status), agent_id, task_id)])
+                                                     status=exc.status, usage=exc.usage), agent_id, task_id)])
             return
         try:
             # (Decided under the write lock: two agents answered at once still get distinct ids.)
