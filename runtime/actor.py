@@ -273,6 +273,10 @@ class SessionActor:
         self.tool_catalog = deps.tool_catalog
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
+        # Whether a run of this actor ended with the session at rest (nothing running, queued or
+        # being checked, no job running): a crash after that is not part of a crash loop, and
+        # the supervisor counts towards quarantine afresh.
+        self.rested = False
         self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
 
     @property
@@ -709,6 +713,8 @@ class SessionActor:
         finally:
             done.set()
         self._maybe_start_runner()
+        if self._runner_done.is_set() and self._is_idle() and not (self._jobs is not None and self._jobs.running):
+            self.rested = True
 
     async def _agent_loop(self, agent_id: str) -> None:
         while True:
