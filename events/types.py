@@ -101,6 +101,9 @@ class SessionConfigured(_Event, tag="session.configured"):
     model: str | None = None
     thinking_level: str | None = None
     settings: dict[str, Any] = {}
+    # Set back to the default (added later): ``model`` (the session follows the default model
+    # chain again) and/or ``thinking_level`` (none: the provider's default).
+    reset: list[str] = []
 
 
 class SessionNamed(_Event, tag="session.named"):
@@ -210,7 +213,8 @@ class ModelFailed(_Event, tag="model.failed"):
     retryable: bool = False
     status: int | None = None
     # What the failed request used, when the provider answered in full (an answer the log could
-    # not hold: RESPONSE_NOT_RECORDED); it counts in the session's usage.
+    # not hold: RESPONSE_NOT_RECORDED) or in part (a stream cut or failed after it began: the
+    # counts reported by then, the others unknown); it counts in the session's usage.
     usage: Usage | None = None
 
 

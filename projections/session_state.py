@@ -328,6 +328,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             state.model = ev.model
         if ev.thinking_level is not None:
             state.thinking_level = ev.thinking_level
+        if "model" in ev.reset:
+            state.model = None
+        if "thinking_level" in ev.reset:
+            state.thinking_level = None
         if ev.settings:
             merged = {**state.settings, **ev.settings}
             if "toolPolicy" in ev.settings:  # (per tool: an entry replaces that tool's, null removes it)

@@ -188,6 +188,8 @@ class Configure:
     thinking_level: str | None = None
     # Saved per-session settings (``session.configured`` settings: runtime.working_context.SETTINGS).
     settings: dict[str, Any] = field(default_factory=dict)
+    # Set back to the default: "model" (follow the default model chain again), "thinking_level".
+    reset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,8 @@ class GetState:
 
 @dataclass(frozen=True)
 class WaitIdle:
-    """Returns once nothing runs and nothing is queued (or a question waits for an answer)."""
+    """Returns once nothing runs, nothing is queued and no ``/skill:`` input is being checked
+    (or a question waits for an answer)."""
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,10 @@ class SessionActor:
         self.tool_catalog = deps.tool_catalog
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
+        # Whether a run of this actor ended with the session at rest (nothing running, queued or
+        # being checked, no job running): a crash after that is not part of a crash loop, and
+        # the supervisor counts towards quarantine afresh.
+        self.rested = False
         self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
 
     @property
@@ -600,6 +607,8 @@ class SessionActor:
             # Only what changes is recorded: a retried or repeated change writes nothing more.
             model = cmd.model if cmd.model != s.model else None
             level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
+            reset = [name for name, now in (("model", s.model), ("thinking_level", s.thinking_level))
+                     if name in cmd.reset and now is not None]
             settings = dict(cmd.settings)
             tool_policy = settings.pop("toolPolicy", None)
             settings = wc.changed_settings(s, settings)
@@ -610,8 +619,9 @@ class SessionActor:
                                       f"remove some (an entry set to null removes it)")
             if merged is not None and merged != (s.settings.get("toolPolicy") or {}):
                 settings["toolPolicy"] = tool_policy  # (a patch: runtime overrides, F-TOOL-2)
-            if model is not None or level is not None or settings:
-                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings))])
+            if model is not None or level is not None or settings or reset:
+                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings,
+                                                               reset=reset))])
             return {"model": s.model, "thinkingLevel": s.thinking_level}
         if isinstance(cmd, Rename):
             if cmd.name != s.name:
@@ -650,15 +660,15 @@ class SessionActor:
                 self._runner_scope.cancel()
             await self._runner_done.wait()
             withdrawn: list[str] = []
-            # Skill loads due in an aborted round are recorded with the abort, after its results.
+            # Skill loads due in an aborted round are recorded with the abort, after its results
+            # (from the snapshots their calls took; one lost to a restart is dropped, not read).
             skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] = {}
             for agent in list(self.state.agents.values()):
                 running = (self.state.running_task is not None if agent.agent_id == MAIN_AGENT
                            else agent.status == "running")
                 if agent.skills_due and running:
                     due = tuple(agent.skills_due)
-                    skill_loads[agent.agent_id] = (due, await self._skills.due_events(
-                        self.state, agent.agent_id, agent.task_id, due))
+                    skill_loads[agent.agent_id] = (due, self._skills.due_at_abort(due))
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
@@ -674,6 +684,8 @@ class SessionActor:
     # ------------------------------------------------------------------ the runner
 
     def _is_idle(self) -> bool:
+        if self._skill_inputs:
+            return False  # a /skill: input still being checked is recorded next (and may start a run)
         if self.state.questions:
             return True  # waiting for the user, not for us
         return self._runner_done.is_set() and d.next_step(self.state, MAIN_AGENT, self._replay_safe) is None
@@ -701,6 +713,8 @@ class SessionActor:
         finally:
             done.set()
         self._maybe_start_runner()
+        if self._runner_done.is_set() and self._is_idle() and not (self._jobs is not None and self._jobs.running):
+            self.rested = True
 
     async def _agent_loop(self, agent_id: str) -> None:
         while True:
@@ -807,8 +821,9 @@ class SessionActor:
         try:
             result = (await provider.stream(request, delta_seen)).well_formed()
         except ProviderError as exc:
+            # (with what the provider reported before it failed, when it had begun answering)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,
-                                                     status=exc.status), agent_id, task_id)])
+                                                     status=exc.status, usage=exc.usage), agent_id, task_id)])
             return
         try:
             # (Decided under the write lock: two agents answered at once still get distinct ids.)

@@ -121,10 +121,12 @@ class ForkBody(_B):
 
 
 class SessionPatchBody(_B):
-    """``PATCH /sessions/{id}``: what to change; a field left out (or null) stays as it is."""
+    """``PATCH /sessions/{id}``: what to change; a field left out stays as it is. ``model`` or
+    ``thinkingLevel`` null sets it back to the default (the default model chain; the provider's
+    default thinking); any other field null stays as it is."""
 
-    model: str | None = None
-    thinking_level: str | None = None
+    model: str | None | msgspec.UnsetType = msgspec.UNSET
+    thinking_level: str | None | msgspec.UnsetType = msgspec.UNSET
     name: str | None = None
     # Saved context settings (runtime/working_context.py): they win over the config's.
     auto_compaction: bool | None = None
@@ -511,7 +513,8 @@ def create_app(svc: Services) -> QuartTrio:
     async def configure_session(sid: str) -> Response:
         """Change a session's model, thinking level or name (F-ACT-6): each change is an event
         (``session.configured``, ``session.named``); a model or thinking level applies from the
-        session's next model request (one already sent keeps what it was sent with)."""
+        session's next model request (one already sent keeps what it was sent with). ``model`` or
+        ``thinkingLevel`` null sets it back to the default (``session.configured`` ``reset``)."""
         require_strong("configure sessions")
         check_id(sid, "session id")
         body = await read_body(SessionPatchBody)
@@ -530,15 +533,19 @@ def create_app(svc: Services) -> QuartTrio:
             if body.tool_policy:
                 settings["toolPolicy"] = {k: (policy_json({k: kept[k]})[k] if v is not None else None)
                                           for k, v in body.tool_policy.items()}
-        if body.model is None and body.thinking_level is None and body.name is None and not settings:
+        model = body.model if isinstance(body.model, str) else None
+        thinking_level = body.thinking_level if isinstance(body.thinking_level, str) else None
+        reset = tuple(name for name, value in (("model", body.model), ("thinking_level", body.thinking_level))
+                      if value is None)  # (null: back to the default; left out: UNSET)
+        if model is None and thinking_level is None and not reset and body.name is None and not settings:
             raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel, name, autoCompaction, "
                                                 "compactionTriggerPercent, pruneToolResults and toolPolicy")
-        check_session_settings(body.model, body.thinking_level)
+        check_session_settings(model, thinking_level)
         if body.name is not None:
             check_name(body.name, "name")
-        if body.model is not None or body.thinking_level is not None or settings:
-            await svc.supervisor.call(sid, a.Configure(model=body.model, thinking_level=body.thinking_level,
-                                                       settings=settings))
+        if model is not None or thinking_level is not None or reset or settings:
+            await svc.supervisor.call(sid, a.Configure(model=model, thinking_level=thinking_level,
+                                                       settings=settings, reset=reset))
         if body.name is not None:
             await svc.supervisor.call(sid, a.Rename(body.name))
         return json_response(session_view(await svc.supervisor.call(sid, a.GetState())))

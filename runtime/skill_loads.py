@@ -4,7 +4,8 @@
   keeps it (in memory) while other calls of the round are left; the state remembers the due load
   (``AgentState.skills_due``), and :func:`runtime.decide.next_step` asks for it with
   ``AppendSkills`` once the results are in. :meth:`SkillLoads.due_events` gives what to record
-  then: the kept snapshot, or after a restart (memory lost) a fresh read of the skill.
+  then: the kept snapshot, or after a restart (memory lost) a fresh read of the skill. An abort
+  reads nothing (:meth:`SkillLoads.due_at_abort`): a load whose snapshot is lost is dropped.
 * ``/skill:<name> args`` inputs: :meth:`SkillLoads.check_input` refuses one naming no loadable
   skill at submit; :meth:`SkillLoads.placing` / :meth:`SkillLoads.before_placing` give the
   ``skill.loaded`` that goes right before the input's ``input.placed``.
@@ -81,6 +82,18 @@ class SkillLoads:
                     continue
                 ev = found[0]
             out.append(ev)
+        return out
+
+    def due_at_abort(self, due: Sequence[SkillDue]) -> list[t._Event]:
+        """What an abort records for ``due``: each held snapshot; a load whose snapshot is gone
+        (a restart since the call) is dropped with a note to the model (:func:`load_failed`).
+        Nothing is read: an abort must not wait for the workspace (a slow or unreachable
+        executor, or the execution-domain lock held by a long command)."""
+        out: list[t._Event] = []
+        for d in due:
+            ev = self._held.pop(d.call_id, None)
+            out += [ev] if ev is not None else load_failed(
+                d.name, d.call_id, "the run was aborted before its instructions were read again after a restart")
         return out
 
     async def _for_input(self, state: SessionState, name: str, request_id: str, *, refuse: bool) -> t._Event:

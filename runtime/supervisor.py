@@ -3,7 +3,9 @@
 Callers talk to sessions only through :meth:`Supervisor.call`. An actor that passivated is woken
 by the next call (replay); one that crashed is restarted from the log, and after
 ``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
-event and a clear status) instead of crash-looping. At start the supervisor wakes every session
+event and a clear status) instead of crash-looping. Crashes are consecutive while no run of the
+session ends at rest between them (a crash loop never does; a session that recovered and is set
+going again by a call counts afresh). At start the supervisor wakes every session
 the log shows with unfinished work (a running task, queued inputs or a background job without its
 end) and no quarantine, so a restart resumes them (and records such jobs lost):
 asked of a ``pending`` source when one is given (the daemon's: the sessions projection), else of
@@ -232,7 +234,10 @@ class Supervisor:
                         await trio.sleep(storage_delay)
                         storage_delay = min(storage_delay * 2, STORAGE_RETRY_MAX)
                         continue
-                    failures += 1
+                    # Consecutive crashes: a run that ended at rest since the last one (the
+                    # session recovered; only an outside call sets it going again) starts the
+                    # count afresh, as a passivation between them does.
+                    failures = 1 if actor.rested else failures + 1
                     log.error("session %s actor crashed (%d/%d): %r", handle.session_id, failures,
                               self.max_restarts, exc)
                     actor.fail_pending(ActorUnavailable(

@@ -322,7 +322,12 @@ class WorkingContextOps:
                 request, fit = smaller, smaller_fit
                 result = (await provider.stream(request, lambda _delta: None)).well_formed()
         except ProviderError as exc:
-            raise ContextError("COMPACTION_FAILED", f"the summarizing request failed: {exc.code}: {exc.message}") from None
+            message = f"the summarizing request failed: {exc.code}: {exc.message}"
+            if exc.usage is not None:  # it failed part-way: what it had reported is recorded all the same
+                await self._emit([self._scoped(t.ContextCompactionFailed(
+                    code="COMPACTION_FAILED", message=message[:2000], trigger=trigger, usage=exc.usage,
+                    provider=provider.id, model=model_id), agent_id, task_id)])
+            raise ContextError("COMPACTION_FAILED", message) from None
         summary = result.text.strip()
 
         async def unused(message: str) -> None:

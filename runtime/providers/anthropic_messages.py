@@ -154,12 +154,12 @@ class AnthropicProvider(SdkProvider):
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
             return self._result(reader, compiled, cache)
-        except ProviderError:
-            raise
+        except ProviderError as exc:
+            raise exc.during(reader.usage_so_far())
         except (anthropic.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc) from None
+            raise self.map_error(exc).during(reader.usage_so_far()) from None
         except MALFORMED as exc:
-            raise self.malformed(exc) from None
+            raise self.malformed(exc).during(reader.usage_so_far()) from None
 
     def _result(self, msg: "_StreamReader", compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []
@@ -183,14 +183,7 @@ class AnthropicProvider(SdkProvider):
                 # requests send such a call with an empty input (see compile.call_input).
                 args = "".join(block["json"]) or json.dumps(block["input"] if block["input"] is not None else {})
                 calls.append(t.ToolCall(block["id"], compiled.names.internal(block["name"]), args))
-        u = msg.usage
-        usage = t.Usage(
-            input_tokens=reported(u, "input_tokens"),
-            output_tokens=reported(u, "output_tokens"),
-            cache_read_tokens=reported(u, "cache_read_input_tokens"),
-            cache_write_tokens=reported(u, "cache_creation_input_tokens"),
-            reasoning_tokens=reported(u, "output_tokens_details", "thinking_tokens"),
-        )
+        usage = _usage(msg.usage)
         diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
         if cache:
             diagnostics["cache"] = cache
@@ -201,6 +194,16 @@ class AnthropicProvider(SdkProvider):
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=msg.stop_reason, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics)
+
+
+def _usage(u: dict[str, Any]) -> t.Usage:
+    return t.Usage(
+        input_tokens=reported(u, "input_tokens"),
+        output_tokens=reported(u, "output_tokens"),
+        cache_read_tokens=reported(u, "cache_read_input_tokens"),
+        cache_write_tokens=reported(u, "cache_creation_input_tokens"),
+        reasoning_tokens=reported(u, "output_tokens_details", "thinking_tokens"),
+    )
 
 
 class _StreamReader:
@@ -225,6 +228,16 @@ class _StreamReader:
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self._blocks[i] for i in sorted(self._blocks)]
+
+    def usage_so_far(self) -> t.Usage | None:
+        """What the message had reported when it failed: ``message_start``'s input and cache
+        counts (its ``output_tokens`` is a placeholder: unknown until a ``message_delta``);
+        ``None`` before ``message_start`` (the request was not answered at all)."""
+        if not self.started:
+            return None
+        if self.stop_reason is None:
+            return _usage({**self.usage, "output_tokens": None, "output_tokens_details": None})
+        return _usage(self.usage)
 
     def feed(self, ev: Any) -> None:
         kind = ev.type

@@ -90,14 +90,26 @@ def well_formed(value: Any) -> Any:
 
 
 class ProviderError(Exception):
-    """A failed model request: ``code`` is stable (e.g. RATE_LIMITED, CONTEXT_TOO_LONG)."""
+    """A failed model request: ``code`` is stable (e.g. RATE_LIMITED, CONTEXT_TOO_LONG).
 
-    def __init__(self, code: str, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+    ``usage``: when the provider had begun answering before the failure (a stream cut or failed
+    part-way), what it had reported by then, counts it had not reported unknown; ``None`` when it
+    never began (a refused request: nothing to count)."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False, status: int | None = None,
+                 usage: t.Usage | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.retryable = retryable
         self.status = status
+        self.usage = usage
+
+    def during(self, usage: t.Usage | None) -> "ProviderError":
+        """This error with ``usage`` (what the answer begun had reported), unless it has one."""
+        if self.usage is None:
+            self.usage = usage
+        return self
 
 
 class Provider(Protocol):

@@ -156,10 +156,12 @@ class OpenAIChatProvider(SdkProvider):
         refused = False
         usage_raw: dict[str, Any] | None = None
         response_id: str | None = None
+        began = False  # a chunk came: a failure from here on records what usage was reported (or unknown)
         try:
             stream = await self.client().chat.completions.create(**kwargs)
             async with stream:
                 async for chunk in stream:
+                    began = True
                     response_id = response_id or getattr(chunk, "id", None)
                     if getattr(chunk, "usage", None) is not None:
                         usage_raw = usage_dict(chunk.usage)
@@ -187,16 +189,16 @@ class OpenAIChatProvider(SdkProvider):
                                 _tool_call_delta(calls, by_index, tc)
                         if choice.finish_reason:
                             finish = choice.finish_reason
-        except ProviderError:
-            raise
+        except ProviderError as exc:
+            raise exc.during(_usage(usage_raw) if began else None)
         except (openai.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc) from None
+            raise self.map_error(exc).during(_usage(usage_raw) if began else None) from None
         except MALFORMED as exc:
-            raise self.malformed(exc) from None
+            raise self.malformed(exc).during(_usage(usage_raw) if began else None) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
-            raise self.truncated("its finish_reason")
+            raise self.truncated("its finish_reason").during(_usage(usage_raw) if began else None)
         if any(not slot["name"] for slot in calls):
-            raise self.malformed(ValueError("a tool call without a name"))
+            raise self.malformed(ValueError("a tool call without a name")).during(_usage(usage_raw))
         try:
             tool_calls = [
                 t.ToolCall(slot["id"] or f"call_{response_id or 'x'}_{index}", compiled.names.internal(slot["name"]),
@@ -204,23 +206,14 @@ class OpenAIChatProvider(SdkProvider):
                 for index, slot in enumerate(calls)
             ]
         except MALFORMED as exc:  # an id, a name or arguments that were no text
-            raise self.malformed(exc) from None
+            raise self.malformed(exc).during(_usage(usage_raw)) from None
         stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}.get(
             finish or "", finish)
         if tool_calls and stop == "end_turn":
             stop = "tool_use"
         elif refused and stop == "end_turn":
             stop = "refusal"
-        cache_read = reported(usage_raw, "prompt_tokens_details", "cached_tokens")
-        if cache_read is None:  # DeepSeek reports its cache hits at the top level
-            cache_read = reported(usage_raw, "prompt_cache_hit_tokens")
-        usage = t.Usage(
-            input_tokens=reported(usage_raw, "prompt_tokens"),
-            output_tokens=reported(usage_raw, "completion_tokens"),
-            cache_read_tokens=cache_read,
-            cache_write_tokens=reported(usage_raw, "prompt_tokens_details", "cache_write_tokens"),
-            reasoning_tokens=reported(usage_raw, "completion_tokens_details", "reasoning_tokens"),
-        )
+        usage = _usage(usage_raw)
         diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
         if cache:
             diagnostics["cache"] = cache
@@ -228,6 +221,19 @@ class OpenAIChatProvider(SdkProvider):
             diagnostics["tool_aliases"] = compiled.names.aliased
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls, stop_reason=stop,
                            usage=usage, response_id=response_id, diagnostics=diagnostics)
+
+
+def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
+    cache_read = reported(usage_raw, "prompt_tokens_details", "cached_tokens")
+    if cache_read is None:  # DeepSeek reports its cache hits at the top level
+        cache_read = reported(usage_raw, "prompt_cache_hit_tokens")
+    return t.Usage(
+        input_tokens=reported(usage_raw, "prompt_tokens"),
+        output_tokens=reported(usage_raw, "completion_tokens"),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=reported(usage_raw, "prompt_tokens_details", "cache_write_tokens"),
+        reasoning_tokens=reported(usage_raw, "completion_tokens_details", "reasoning_tokens"),
+    )
 
 
 def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: Any) -> None:

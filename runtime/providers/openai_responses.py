@@ -140,6 +140,8 @@ class OpenAIResponsesProvider(SdkProvider):
                                ttl=getattr(model, "cache_ttl", None) or self.cache_ttl, max_output_tokens=model.max_output_tokens)
         final: Any = None
         streamed: list[str] = []  # the text deltas, for a final response that leaves its output out
+        # What a failure after the response began records: counts unknown, or response.failed's.
+        began: t.Usage | None = None
         try:
             async with self.client().responses.stream(**kwargs) as stream:
                 async for ev in stream:
@@ -153,18 +155,21 @@ class OpenAIResponsesProvider(SdkProvider):
                         raise self.map_error(_StreamError(getattr(ev, "code", None), getattr(ev, "message", "")))
                     elif kind == "response.failed":
                         err = getattr(ev.response, "error", None)
+                        began = _usage(usage_dict(getattr(ev.response, "usage", None)))
                         raise self.map_error(_StreamError(getattr(err, "code", None), getattr(err, "message", "response failed")))
                     elif kind in ("response.completed", "response.incomplete"):
                         final = ev.response
+                    if began is None:  # (set after an event: an error as the first one leaves it None)
+                        began = t.Usage()
             if final is None:
                 raise self.truncated("its final response")
             result = self._result(final, compiled, cache)  # (reads the SDK's objects too)
-        except ProviderError:
-            raise
+        except ProviderError as exc:
+            raise exc.during(began)
         except (openai.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc) from None
+            raise self.map_error(exc).during(began) from None
         except MALFORMED as exc:
-            raise self.malformed(exc) from None
+            raise self.malformed(exc).during(began) from None
         if not result.text and not result.tool_calls and streamed:
             # Some servers (proxies) send response.completed with "output": []: the text the
             # viewer saw streaming is the answer, not an empty one.
@@ -193,14 +198,7 @@ class OpenAIResponsesProvider(SdkProvider):
                 parts += [c.text for c in (getattr(item, "content", None) or []) if getattr(c, "text", None)]
                 reasoning.extend(parts)
                 native.append({"protocol": self.protocol, "block": _as_received(item)})
-        u = usage_dict(getattr(response, "usage", None))
-        usage = t.Usage(
-            input_tokens=reported(u, "input_tokens"),
-            output_tokens=reported(u, "output_tokens"),
-            cache_read_tokens=reported(u, "input_tokens_details", "cached_tokens"),
-            cache_write_tokens=reported(u, "input_tokens_details", "cache_write_tokens"),
-            reasoning_tokens=reported(u, "output_tokens_details", "reasoning_tokens"),
-        )
+        usage = _usage(usage_dict(getattr(response, "usage", None)))
         status = getattr(response, "status", None)
         if status == "incomplete":
             reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
@@ -215,6 +213,16 @@ class OpenAIResponsesProvider(SdkProvider):
         return ModelResult(text="".join(text), reasoning="\n\n".join(reasoning), tool_calls=calls, stop_reason=stop,
                            usage=usage, response_id=getattr(response, "id", None), reasoning_blocks=native,
                            diagnostics=diagnostics)
+
+
+def _usage(u: dict[str, Any] | None) -> t.Usage:
+    return t.Usage(
+        input_tokens=reported(u, "input_tokens"),
+        output_tokens=reported(u, "output_tokens"),
+        cache_read_tokens=reported(u, "input_tokens_details", "cached_tokens"),
+        cache_write_tokens=reported(u, "input_tokens_details", "cache_write_tokens"),
+        reasoning_tokens=reported(u, "output_tokens_details", "reasoning_tokens"),
+    )
 
 
 def _as_received(item: Any) -> dict[str, Any]:

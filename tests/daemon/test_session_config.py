@@ -111,6 +111,45 @@ async def test_a_repeated_change_is_recorded_once(daemon_factory):
         ("session.configured", None, "low", None)]
 
 
+async def test_null_sets_the_model_and_thinking_level_back_to_the_default(daemon_factory):
+    # ``null`` was taken as "unchanged" (and alone refused: "give at least one"), so a session
+    # given a model could never follow the default model again. Left out still means unchanged.
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m2", "thinkingLevel": "high"})
+    assert r.status_code == 200, r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": None})
+    assert r.status_code == 200, r.text
+    assert (r.json()["model"], r.json()["thinkingLevel"]) == (None, "high")  # (thinkingLevel left out: kept)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"thinkingLevel": None, "model": None})
+    assert (r.json()["model"], r.json()["thinkingLevel"]) == (None, None)
+    configured = [e["body"] for e in await d.events(token, sid) if e["kind"] == "session.configured"]
+    assert [(b["model"], b["thinking_level"], b["reset"]) for b in configured] == [
+        ("faux/m2", "high", []), (None, None, ["model"]), (None, None, ["thinking_level"])]  # (a repeat: nothing)
+    listed = (await d.get("/sessions", token)).json()["sessions"]
+    assert [(s["model"], s["thinkingLevel"]) for s in listed] == [(None, None)]
+
+    # The session follows the default model chain from its next request: config defaultModel,
+    # then a default saved later.
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    r = await d.put("/models/default", token, {"model": "faux/m2"})
+    assert r.status_code == 200, r.text
+    await d.submit(token, sid, "r2", "hello again")
+    await d.wait_idle(token, sid)
+    requested = [(e["body"]["model"], e["body"]["thinking_level"])
+                 for e in await d.events(token, sid) if e["kind"] == "model.requested"]
+    assert requested == [("m1", None), ("m2", None)]
+
+    # It is the log's: the same after a restart, and a session set again takes its own model.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    v = await d2.view(token, sid)
+    assert (v["model"], v["thinkingLevel"]) == (None, None)
+    r = await d2.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m1", "thinkingLevel": "low"})
+    assert (r.json()["model"], r.json()["thinkingLevel"]) == ("faux/m1", "low")
+
+
 async def test_a_session_is_soft_deleted_by_event(daemon_factory):
     d = await daemon_factory(config=CONFIG)
     token, sid = await _session(d)

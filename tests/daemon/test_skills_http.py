@@ -4,8 +4,11 @@ again (snapshot and replay alike)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from .conftest import Daemon, error_of, stop_daemon, wait_until
 
@@ -124,3 +127,41 @@ async def test_an_abort_after_a_skill_call_appends_its_instructions_with_the_rou
     assert roles.index("system") < max(i for i, role in enumerate(roles) if role == "user")  # before "hello"
     [item] = skill_items(view)
     assert "REVIEW-STEPS" in item["text"]
+
+
+async def test_an_abort_after_a_restart_reads_no_workspace(daemon_factory):
+    # After a restart the snapshot of a due load is gone, and the abort read the skill again: under
+    # the execution-domain read lock, so while another session's command held the write lock the
+    # abort (and every later command of the session) waited for that command to end. An abort
+    # reads nothing now: such a load is dropped, and the model told so.
+    d = await daemon_factory(config=BUSY_CONFIG)
+    token, sid, ws = await _session(d)
+    await d.submit(token, sid, "r1", "LOAD-BUSY")
+
+    async def sleeping() -> bool:
+        return any(it.get("call", {}).get("name") == "sleep_milliseconds" and it["call"].get("status") == "running"
+                   for it in (await d.view(token, sid))["items"])
+
+    await wait_until(sleeping, what="the round's sleep running")
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=BUSY_CONFIG, root=d.root)
+    d = d2
+    await wait_until(sleeping, what="the sleep running again after the restart")  # (replay-safe: re-run)
+    project_id = (await d.view(token, sid))["projectId"]
+    other = (await d.session(token, project_id))["id"]
+    hold = {"command": "touch started && sleep 600", "timeout_ms": 900000}
+    await d.submit(token, other, "o1", f"/tool run_command {json.dumps(hold)}")
+    await wait_until(lambda: trio.to_thread.run_sync((ws / "started").exists), what="the command holding the workspace")
+
+    r = await d.post(f"/sessions/{sid}/abort", token, {})
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    assert (await d.view(token, other))["status"] == "running"  # answered while the command still runs
+    events = await d.events(token, sid)
+    kinds = [(e["kind"], e["body"].get("name")) for e in events]
+    assert kinds[-5:] == [("tool.finished", "sleep_milliseconds"), ("instruction.appended", None),
+                          ("skill.unloaded", "review"), ("run.aborted", None), ("task.finished", None)]
+    note = [e["body"] for e in events if e["kind"] == "instruction.appended"][-1]
+    assert note["source"] == "skill-load-failed:review" and "aborted" in note["text"]
+    assert "skill.loaded" not in [k for k, _ in kinds]
+    r = await d.post(f"/sessions/{other}/abort", token, {})
+    assert r.status_code == 200 and r.json()["aborted"] is True

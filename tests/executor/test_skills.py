@@ -329,6 +329,10 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
             except LensError as exc:
                 answers[key] = exc.code
 
+        async def idle(sid: str, key: str) -> None:
+            await sup.call(sid, WaitIdle())
+            answers[key] = await sup.call(sid, GetState())
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(submit, b, "s1", "s1", "/skill:review go")
             await trio.testing.wait_all_tasks_blocked()
@@ -341,7 +345,11 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
             assert (await sup.call(b, Withdraw("s1")))["status"] == "unknown"  # not recorded yet
             await sup.call(b, Rename("renamed"))
             plain = await sup.call(b, Submit("p1", [t.TextPart("plain")], "followUp"))
-            await sup.call(b, WaitIdle())
+            # Idle means idle: a waiter is not told so while s1 is still being checked (it is
+            # recorded next and starts a run); it was, as soon as p1's run ended.
+            nursery.start_soon(idle, b, "b idle")
+            while (await sup.call(b, GetState())).status != "idle":  # (p1 queued or running)
+                await trio.sleep(0.01)  # (bounded by the harness's deadline)
             assert (await sup.call(b, Abort()))["aborted"] is False
             # Session c is deleted while its read waits.
             assert (await sup.call(c, Delete()))["deleted"] is True
@@ -351,6 +359,9 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
         assert answers["s1"]["duplicate"] is False
         assert answers["s1 again"] == {**answers["s1"], "duplicate": True}
         assert answers["u1"] == "SKILL_NOT_FOUND" and answers["c1"] == "SESSION_DELETED"
+        told_idle = answers["b idle"]
+        assert told_idle.status == "idle" and not told_idle.queue
+        assert [it.text for it in told_idle.agents["main"].items if it.role == "user"] == ["plain", "go"]
         again = await sup.call(b, Submit("s1", [t.TextPart("/skill:review go")], "followUp"))
         assert again == {**answers["s1"], "duplicate": True}  # a repeat after: the same answer
         b_events = await events_of(store, b)

@@ -123,6 +123,47 @@ async def test_a_provider_error_becomes_model_failed(server, make, tmp_path):
         evs = await events_of(sup, sid)
     failed = [e.event for e in evs if e.kind == "model.failed"]
     assert [(f.code, f.retryable, f.status) for f in failed] == [("CONTEXT_TOO_LONG", False, 400)]
+    assert failed[0].usage is None  # refused: nothing was answered, nothing to count
+
+
+def _before_its_end(protocol: str, events: list) -> list:
+    """A stream's frames up to (not including) the one that says the response is complete."""
+    def ends(name: str | None, data: Any) -> bool:
+        if protocol == "openai-chat":
+            return isinstance(data, dict) and any(c.get("finish_reason") for c in data.get("choices", []))
+        return name == ("message_delta" if protocol == "anthropic" else "response.completed")
+
+    return events[:next(i for i, (name, data) in enumerate(events) if ends(name, data))]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_cut_part_way_records_the_usage_reported_by_then(protocol, server, make, tmp_path):
+    # A request that failed after the provider began answering recorded no usage: the session's
+    # totals looked complete without it, and Anthropic's input and cache counts (message_start)
+    # were lost. Now model.failed carries what was reported, the rest unknown (F-CTX-5).
+    provider = make(protocol, max_retries=0)
+    cut = reply(protocol, text=["partial ", "answer"])
+    cut.events = _before_its_end(protocol, cut.events)
+    server.push(cut, error(protocol, 400, "bad request"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        for n in (1, 2):  # the cut stream, then a request refused outright
+            await sup.call(sid, Submit(f"req{n}", [t.TextPart("hello")]))
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    failed = [e.event for e in evs if e.kind == "model.failed"]
+    assert [f.code for f in failed] == ["PROVIDER_ERROR", "BAD_REQUEST"]
+    if protocol == "anthropic":  # message_start's counts; its output_tokens is a placeholder
+        expected = t.Usage(input_tokens=100, cache_read_tokens=40, cache_write_tokens=12)
+    else:  # usage comes only with the end of the response: begun, nothing reported
+        expected = t.Usage()
+    assert failed[0].usage == expected and failed[1].usage is None
+    usage = state.usage
+    assert usage.requests == 1
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (
+        expected.input_tokens, expected.cache_read_tokens, None)
+    assert usage.unreported["output_tokens"] == 1  # a lower bound from now on, not a complete 0
 
 
 def cut_off(protocol: str, text: str) -> Any:
@@ -158,6 +199,31 @@ async def test_a_summary_cut_off_at_the_output_limit_is_not_recorded(protocol, s
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
     assert state.usage.requests == 2 and state.usage.output_tokens == 20 + 4096
     assert len(server.bodies) == 2
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_summarizing_request_cut_part_way_records_its_usage(protocol, server, make, tmp_path):
+    # As for a conversation's request: what the provider reported before the stream was cut is
+    # recorded (context.compaction_failed) and counted; the context is unchanged.
+    provider = make(protocol, max_retries=0)
+    cut = reply(protocol, text=["The user ", "greeted"])
+    cut.events = _before_its_end(protocol, cut.events)
+    server.push(reply(protocol, text="Hello."), cut)
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("hello")]))
+        await sup.call(sid, WaitIdle())
+        before = [e.kind for e in await events_of(sup, sid)]
+        with pytest.raises(ContextError) as err:
+            await sup.call(sid, Compact())
+        assert err.value.code == "COMPACTION_FAILED" and "PROVIDER_ERROR" in err.value.message
+        evs = await events_of(sup, sid)
+        assert [e.kind for e in evs] == [*before, "context.compaction_failed"]
+        failed = evs[-1].event
+        assert failed.message == err.value.message and failed.usage.output_tokens is None
+        state = await sup.call(sid, GetState())
+    assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
+    assert state.usage.requests == 2 and state.usage.unreported["output_tokens"] == 1
 
 
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff, then the tests.\n"

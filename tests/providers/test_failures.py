@@ -129,6 +129,8 @@ async def test_anthropic_overloaded_event_inside_the_stream(server, make):
         await provider.stream(Ctx().user("hi").request(), Deltas())
     assert (info.value.code, info.value.retryable) == ("OVERLOADED", True)
     assert "stream error (overloaded_error): Overloaded" in info.value.message  # it said "HTTP 529"
+    assert info.value.usage is not None and info.value.usage.input_tokens == 100  # (message_start's)
+    assert info.value.usage.output_tokens is None
 
 
 async def test_responses_failed_event(server, make):
@@ -144,6 +146,16 @@ async def test_responses_failed_event(server, make):
         await provider.stream(Ctx().user("hi").request(), Deltas())
     assert info.value.code == "PROVIDER_ERROR" and info.value.retryable
     assert "the model crashed" in info.value.message
+    assert info.value.usage == t.Usage()  # begun, and the failed response reported no usage
+
+    # A failed response that reports what it used: those counts are the request's.
+    events[-1][1]["response"]["usage"] = {"input_tokens": 30, "output_tokens": 4, "total_tokens": 34,
+                                          "input_tokens_details": {"cached_tokens": 10},
+                                          "output_tokens_details": {"reasoning_tokens": 0}}
+    server.push(Reply(events=events))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.usage == t.Usage(input_tokens=30, output_tokens=4, cache_read_tokens=10, reasoning_tokens=0)
 
 
 async def test_responses_error_event(server, make):

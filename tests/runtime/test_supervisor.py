@@ -252,6 +252,32 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
     assert len(crashes) == 3
 
 
+@pytest.mark.parametrize("passivating", [False, True])
+async def test_crashes_the_session_recovered_from_between_are_not_consecutive(runtime_factory, autojump_clock,
+                                                                               caplog, passivating):
+    """Each input makes the model call a tool that crashes the actor; each time the restarted
+    actor reports the call interrupted and the session ends its run idle. That is no crash loop
+    (only a new input sets it going again), yet it was quarantined at the third crash while the
+    actor stayed awake, and never when it passivated in between: the count was per actor
+    lifetime. A run that ended at rest now starts the count afresh, awake or not."""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom")])]
+    async with runtime_factory(script=script, extra_tools=[BOOM], idle_seconds=5, max_restarts=3) as rt:
+        sid = await rt.session()
+        for i in range(4):
+            await rt.submit(sid, f"r{i}", "explode")
+            with pytest.raises(ActorUnavailable):
+                await rt.call(sid, WaitIdle())
+            st = await rt.idle(sid)  # (the restarted actor carries on)
+            assert st.status == "idle" and st.agents["main"].items[-1].text.startswith("The tool answered")
+            if passivating:
+                await passivate(rt, sid)
+        evs = await rt.events(sid)
+        assert not by_kind(evs, "session.quarantined")
+        assert [e.event.status for e in by_kind(evs, "tool.finished")] == ["interrupted"] * 4
+    crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
+    assert len(crashes) == 4 and all("crashed (1/3)" in r.getMessage() for r in crashes)
+
+
 async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_clock):
     """F-ACT-6: a quarantined session refused its soft delete (SESSION_QUARANTINED), so it stayed
     listed for good; now only ``session.deleted`` is recorded (nothing runs to abort), by the
