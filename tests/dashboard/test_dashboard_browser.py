@@ -1187,3 +1187,31 @@ def test_dashboard_model_panel_is_read_only_without_strong_trust(
     wait_for(lambda: by_css(driver, "#errors li[data-code='FORBIDDEN']"), "the daemon's refusal shown")
     assert saved_default(d, readonly) == {"effective": "faux/faux-1", "source": "config", "saved": None}
     assert console_errors(driver) == []
+
+
+def test_dashboard_shows_a_read_only_reader_the_questions_options_and_why_it_cannot_answer(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """A read-only credential watching a session that asks sees each question with its options,
+    disabled, and a note saying what needs strong trust. The options were hidden with the
+    controls (the reader saw "Colour?" and nothing to choose from), and nothing said why the page
+    offered no way to send, answer or abort."""
+    driver = browser
+    strong = daemon.pair("dash-ro-question", strong=True)
+    readonly = daemon.pair("dash-ro-question-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    assert not one(driver, "#read-only-note").is_displayed()
+    submit(driver, "ask two questions")
+    wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions")
+
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions, read-only")
+    options = [(b.text, b.is_displayed(), b.is_enabled()) for b in by_css(driver, "#timeline .question button[data-option-id]")]
+    assert options == [("Red", True, False), ("Blue", True, False), ("Big", True, False), ("Small", True, False)], options
+    assert not any(n.is_displayed() for n in by_css(driver, "#timeline .question .actions"))
+    note = one(driver, "#read-only-note")
+    assert note.is_displayed() and "strong-trust" in note.text and "answering questions" in note.text, note.text
+    assert not one(driver, "#composer").is_displayed()
+    assert console_errors(driver) == []
+
