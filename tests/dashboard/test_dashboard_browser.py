@@ -1215,3 +1215,29 @@ def test_dashboard_shows_a_read_only_reader_the_questions_options_and_why_it_can
     assert not one(driver, "#composer").is_displayed()
     assert console_errors(driver) == []
 
+
+def test_dashboard_says_when_a_withdraw_came_too_late(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Withdraw on a queued input that the agent took meanwhile: the daemon answers 200 with the
+    input's status (`settled`), not an error. The page showed nothing, as if it had been
+    withdrawn; it now says it was not, as it says of a steer that came too late."""
+    driver = browser
+    strong = daemon.pair("dash-late-withdraw", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "ask two questions")
+    wait_for(lambda: by_css(driver, "#timeline .question"), "the question")
+    assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": "late", "content": "withdrawn too late"},
+                          token=strong)[0] == 202
+    wait_for(lambda: by_css(driver, "#queue li[data-request-id='late'] button"), "the queued input")
+    # The reader's click, on the row as it was shown, lands after the input ran.
+    assert driver.execute_script("""window.staleWithdraw = document.querySelector("#queue li[data-request-id='late'] button");
+                                    return window.staleWithdraw.textContent""") == "Withdraw"
+    qid = daemon.request("GET", f"/sessions/{sid}", token=strong)[1]["questions"][0]["questionId"]
+    assert daemon.request("POST", f"/sessions/{sid}/questions/{qid}/answer", {"kind": "skip"}, token=strong)[0] == 200
+    wait_for(lambda: "(faux) You said: withdrawn too late" in committed_answers(driver), "the input's answer")
+    assert not by_css(driver, "#errors li")
+    driver.execute_script("window.staleWithdraw.click()")
+    shown = wait_for(lambda: texts(driver, "#errors li[data-code='INPUT_NOT_QUEUED'] span[dir]"), "the refusal shown")
+    assert shown == ["not withdrawn: input late is settled (it already ran)"], shown
+    assert console_errors(driver) == []
