@@ -884,9 +884,10 @@ def test_dashboard_resumes_a_dropped_stream_without_gaps(
 
 
 def test_dashboard_jobs_scan_reads_on_past_a_page_cut_short_by_its_byte_limit(browser: Any, tmp_path: Path) -> None:
-    """The page lists a session's jobs from its whole log: it reads pages until an empty one, as
-    the API says (a page may end early at its byte limit). It stopped at the first page shorter
-    than 1000 events, so the jobs after a few large events were never shown."""
+    """The page lists a session's jobs from its whole log, also past a few large events. (It
+    read the log's pages itself then, and stopped at the first page shorter than 1000 events,
+    so the jobs after a page cut short at its byte limit were never shown; it now shows the
+    session view's jobs.)"""
     import trio
 
     from events.store import Draft, open_store
@@ -1241,3 +1242,51 @@ def test_dashboard_says_when_a_withdraw_came_too_late(daemon: Daemon, browser: A
     shown = wait_for(lambda: texts(driver, "#errors li[data-code='INPUT_NOT_QUEUED'] span[dir]"), "the refusal shown")
     assert shown == ["not withdrawn: input late is settled (it already ran)"], shown
     assert console_errors(driver) == []
+
+
+def test_dashboard_lists_the_jobs_of_a_long_session(browser: Any, tmp_path: Path) -> None:
+    """The jobs panel shows the session view's `jobs`, which the log's every event feeds, and
+    follows a job live. It scanned the session's log from its start instead, at most 20 pages of
+    1,000 events, so a job started after the 20,000th event of a session was never listed."""
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import JobFinished, JobStarted, ProjectCreated, SessionCreated, SessionNamed
+
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    async def write_log() -> None:
+        ids = {"project_id": "prj_long", "session_id": "ses_long"}
+        async with open_store(cwd / ".lens") as store:
+            await store.append(Draft(ProjectCreated(name="Long project", workspace=str(workspace)), project_id="prj_long"))
+            await store.append(Draft(SessionCreated(model="faux/faux-1"), **ids))
+            await store.append(Draft(JobStarted(job_id="early", command="make early"), **ids))
+            for start in range(0, 20_100, 500):
+                await store.append(*(Draft(SessionNamed(name=f"name {i}"), **ids) for i in range(start, start + 500)))
+            await store.append(Draft(JobStarted(job_id="late", command="make late"), **ids))
+            await store.append(Draft(JobFinished(job_id="late", status="crashed", exit_code=None,
+                                                 reason="killed by signal 9"), **ids))
+
+    trio.run(write_log)
+    daemon = Daemon(cwd, with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "exit 3"}}]}))
+    try:
+        token = daemon.pair("dash-long-jobs", strong=True)
+        driver = browser
+        driver.get(daemon.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_long']")
+        wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the 20,000th event", 20)
+        assert texts(driver, "#jobs li.card .sub") == ["make early", "make late"]
+        late = one(driver, "#jobs li.card[data-job-id='late']")
+        assert "crashed" in late.text and "killed by signal 9" in late.get_attribute("title")
+        # A job the agent starts now is listed, and its end shown, as the stream brings them.
+        submit(driver, "start a job")
+        wait_for(lambda: texts(driver, "#jobs li.card .sub")[2:] == ["exit 3"]
+                 and "exited (3)" in texts(driver, "#jobs li.card")[2], "the new job's end", 20)
+    finally:
+        daemon.stop()
