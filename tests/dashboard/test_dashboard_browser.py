@@ -733,6 +733,14 @@ def test_dashboard_shows_hostile_text_as_text_sends_no_request_without_the_crede
     assert XSS + ".txt" in " ".join(texts(driver, "#timeline .tool pre"))
     assert "hostile tools " + XSS in texts(driver, "#timeline .msg.user .text")
     assert [t for t in texts(driver, "#todos li .t")] == [XSS, BIDI]
+    # So is a session's name (the page's title for it, the list after a reload, the activity line).
+    sid = driver.execute_script("return document.querySelector('#sessions button.selected').dataset.sessionId")
+    assert d.request("PATCH", f"/sessions/{sid}", {"name": XSS}, token=strong)[0] == 200
+    wait_for(lambda: one(driver, "#session-title").text == XSS, "the hostile session name")
+    click(driver, "#refresh")
+    wait_for(lambda: XSS in " ".join(texts(driver, "#sessions button")), "the hostile name in the list")
+    assert driver.execute_script("return window.injected ?? null") is None
+    assert not by_css(driver, "#timeline img, #timeline script, nav img, aside img, header img, #session-head img")
     # Right-to-left text is laid out by its own direction; a very long line does not widen the page.
     assert driver.execute_script("""return Array.from(document.querySelectorAll('#timeline .msg .text, #todos .t'))
                                     .every(n => n.dir === 'auto')""")
