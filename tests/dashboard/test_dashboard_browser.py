@@ -1298,3 +1298,56 @@ def test_dashboard_lists_the_jobs_of_a_long_session(browser: Any, tmp_path: Path
                  and "exited (3)" in texts(driver, "#jobs li.card")[2], "the new job's end", 20)
     finally:
         daemon.stop()
+
+
+def test_dashboard_backs_off_from_a_stream_that_ends_at_a_damaged_event(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A stream whose replay reaches an event the log cannot read ends with `stream.end`
+    (`EVENT_CORRUPT`), and so does every resume from the same place. The page retries it with its
+    backoff and says why in the connection pill's tooltip. The `stream.end` frame itself counted as
+    a healthy stream and reset the backoff, so the page asked again every half second, for ever."""
+    import sqlite3
+
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import SessionNamed
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-damaged", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
+    seen = d.request("GET", f"/sessions/{sid}", token=strong)[1]["lastSeq"]
+    wait_for(lambda: int(body_data(driver, "lastEventId") or seen) == seen, "the page up to date")
+
+    # While the daemon is away, two events are written after what the page saw; the first is damaged.
+    d.stop()
+
+    async def write() -> int:
+        async with open_store(d.cwd / ".lens") as store:
+            res = await store.append(*(Draft(SessionNamed(name=f"name {i}"), project_id=project, session_id=sid)
+                                       for i in range(2)))
+            return res.seq
+
+    last = trio.run(write)
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        damaged = con.execute("SELECT min(seq) FROM events WHERE seq > ? AND session_id = ?", (seen, sid)).fetchone()[0]
+        assert damaged is not None and damaged < last
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (damaged,))
+        con.commit()
+    finally:
+        con.close()
+    driver.execute_script(COUNT_STREAMS)
+    d.start()
+    wait_for(lambda: str(damaged) in (one(driver, "#conn").get_attribute("title") or ""), "the reason in the tooltip", 20)
+    asked = stream_requests(driver)
+    deadline = time.monotonic() + 3.0  # an observation window: retries every 0.5 s would ask 6 times
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stream_requests(driver) - asked <= 3, "the page did not back off"
+    assert "EVENT_CORRUPT" in one(driver, "#conn").get_attribute("title")
+    assert console_errors(driver) == []
