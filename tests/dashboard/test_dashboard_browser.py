@@ -1351,3 +1351,31 @@ def test_dashboard_backs_off_from_a_stream_that_ends_at_a_damaged_event(
     assert stream_requests(driver) - asked <= 3, "the page did not back off"
     assert "EVENT_CORRUPT" in one(driver, "#conn").get_attribute("title")
     assert console_errors(driver) == []
+
+
+def test_dashboard_keeps_what_was_typed_while_a_send_was_on_its_way(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The daemon acknowledges an input once it is durable; text typed into the box meanwhile is
+    the next message. The page emptied the box when the acknowledgement came, losing that text; it
+    now takes out only what it sent."""
+    driver = browser
+    strong = daemon.pair("dash-typing", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, strong, workspace)
+    driver.execute_script("""
+        const real = window.fetch;
+        let release; const gate = new Promise((r) => { release = r; });
+        window.releaseSend = () => release();
+        window.fetch = async (...args) => {
+          const r = await real(...args);
+          if (String(args[0]).endsWith('/inputs')) { window.sendHeld = true; await gate; }
+          return r;
+        };""")
+    submit(driver, "the first message")
+    wait_for(lambda: driver.execute_script("return window.sendHeld === true"), "the send on its way")
+    one(driver, "#input").send_keys("the next one")
+    driver.execute_script("window.releaseSend()")
+    wait_for(lambda: "Sent" in one(driver, "#composer-note").text, "the send acknowledged")
+    assert one(driver, "#input").get_attribute("value") == "the next one"
+    wait_for(lambda: "(faux) You said: the first message" in committed_answers(driver), "the first message's answer")
+    assert texts(driver, "#timeline .msg.user .text") == ["the first message"]
