@@ -733,6 +733,14 @@ def test_dashboard_shows_hostile_text_as_text_sends_no_request_without_the_crede
     assert XSS + ".txt" in " ".join(texts(driver, "#timeline .tool pre"))
     assert "hostile tools " + XSS in texts(driver, "#timeline .msg.user .text")
     assert [t for t in texts(driver, "#todos li .t")] == [XSS, BIDI]
+    # So is a session's name (the page's title for it, the list after a reload, the activity line).
+    sid = driver.execute_script("return document.querySelector('#sessions button.selected').dataset.sessionId")
+    assert d.request("PATCH", f"/sessions/{sid}", {"name": XSS}, token=strong)[0] == 200
+    wait_for(lambda: one(driver, "#session-title").text == XSS, "the hostile session name")
+    click(driver, "#refresh")
+    wait_for(lambda: XSS in " ".join(texts(driver, "#sessions button")), "the hostile name in the list")
+    assert driver.execute_script("return window.injected ?? null") is None
+    assert not by_css(driver, "#timeline img, #timeline script, nav img, aside img, header img, #session-head img")
     # Right-to-left text is laid out by its own direction; a very long line does not widen the page.
     assert driver.execute_script("""return Array.from(document.querySelectorAll('#timeline .msg .text, #todos .t'))
                                     .every(n => n.dir === 'auto')""")
@@ -884,9 +892,10 @@ def test_dashboard_resumes_a_dropped_stream_without_gaps(
 
 
 def test_dashboard_jobs_scan_reads_on_past_a_page_cut_short_by_its_byte_limit(browser: Any, tmp_path: Path) -> None:
-    """The page lists a session's jobs from its whole log: it reads pages until an empty one, as
-    the API says (a page may end early at its byte limit). It stopped at the first page shorter
-    than 1000 events, so the jobs after a few large events were never shown."""
+    """The page lists a session's jobs from its whole log, also past a few large events. (It
+    read the log's pages itself then, and stopped at the first page shorter than 1000 events,
+    so the jobs after a page cut short at its byte limit were never shown; it now shows the
+    session view's jobs.)"""
     import trio
 
     from events.store import Draft, open_store
@@ -1187,3 +1196,186 @@ def test_dashboard_model_panel_is_read_only_without_strong_trust(
     wait_for(lambda: by_css(driver, "#errors li[data-code='FORBIDDEN']"), "the daemon's refusal shown")
     assert saved_default(d, readonly) == {"effective": "faux/faux-1", "source": "config", "saved": None}
     assert console_errors(driver) == []
+
+
+def test_dashboard_shows_a_read_only_reader_the_questions_options_and_why_it_cannot_answer(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """A read-only credential watching a session that asks sees each question with its options,
+    disabled, and a note saying what needs strong trust. The options were hidden with the
+    controls (the reader saw "Colour?" and nothing to choose from), and nothing said why the page
+    offered no way to send, answer or abort."""
+    driver = browser
+    strong = daemon.pair("dash-ro-question", strong=True)
+    readonly = daemon.pair("dash-ro-question-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    assert not one(driver, "#read-only-note").is_displayed()
+    submit(driver, "ask two questions")
+    wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions")
+
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions, read-only")
+    options = [(b.text, b.is_displayed(), b.is_enabled()) for b in by_css(driver, "#timeline .question button[data-option-id]")]
+    assert options == [("Red", True, False), ("Blue", True, False), ("Big", True, False), ("Small", True, False)], options
+    assert not any(n.is_displayed() for n in by_css(driver, "#timeline .question .actions"))
+    note = one(driver, "#read-only-note")
+    assert note.is_displayed() and "strong-trust" in note.text and "answering questions" in note.text, note.text
+    assert not one(driver, "#composer").is_displayed()
+    assert console_errors(driver) == []
+
+
+def test_dashboard_says_when_a_withdraw_came_too_late(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Withdraw on a queued input that the agent took meanwhile: the daemon answers 200 with the
+    input's status (`settled`), not an error. The page showed nothing, as if it had been
+    withdrawn; it now says it was not, as it says of a steer that came too late."""
+    driver = browser
+    strong = daemon.pair("dash-late-withdraw", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "ask two questions")
+    wait_for(lambda: by_css(driver, "#timeline .question"), "the question")
+    assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": "late", "content": "withdrawn too late"},
+                          token=strong)[0] == 202
+    wait_for(lambda: by_css(driver, "#queue li[data-request-id='late'] button"), "the queued input")
+    # The reader's click, on the row as it was shown, lands after the input ran.
+    assert driver.execute_script("""window.staleWithdraw = document.querySelector("#queue li[data-request-id='late'] button");
+                                    return window.staleWithdraw.textContent""") == "Withdraw"
+    qid = daemon.request("GET", f"/sessions/{sid}", token=strong)[1]["questions"][0]["questionId"]
+    assert daemon.request("POST", f"/sessions/{sid}/questions/{qid}/answer", {"kind": "skip"}, token=strong)[0] == 200
+    wait_for(lambda: "(faux) You said: withdrawn too late" in committed_answers(driver), "the input's answer")
+    assert not by_css(driver, "#errors li")
+    driver.execute_script("window.staleWithdraw.click()")
+    shown = wait_for(lambda: texts(driver, "#errors li[data-code='INPUT_NOT_QUEUED'] span[dir]"), "the refusal shown")
+    assert shown == ["not withdrawn: input late is settled (it already ran)"], shown
+    assert console_errors(driver) == []
+
+
+def test_dashboard_lists_the_jobs_of_a_long_session(browser: Any, tmp_path: Path) -> None:
+    """The jobs panel shows the session view's `jobs`, which the log's every event feeds, and
+    follows a job live. It scanned the session's log from its start instead, at most 20 pages of
+    1,000 events, so a job started after the 20,000th event of a session was never listed."""
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import JobFinished, JobStarted, ProjectCreated, SessionCreated, SessionNamed
+
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    async def write_log() -> None:
+        ids = {"project_id": "prj_long", "session_id": "ses_long"}
+        async with open_store(cwd / ".lens") as store:
+            await store.append(Draft(ProjectCreated(name="Long project", workspace=str(workspace)), project_id="prj_long"))
+            await store.append(Draft(SessionCreated(model="faux/faux-1"), **ids))
+            await store.append(Draft(JobStarted(job_id="early", command="make early"), **ids))
+            for start in range(0, 20_100, 500):
+                await store.append(*(Draft(SessionNamed(name=f"name {i}"), **ids) for i in range(start, start + 500)))
+            await store.append(Draft(JobStarted(job_id="late", command="make late"), **ids))
+            await store.append(Draft(JobFinished(job_id="late", status="crashed", exit_code=None,
+                                                 reason="killed by signal 9"), **ids))
+
+    trio.run(write_log)
+    daemon = Daemon(cwd, with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "exit 3"}}]}))
+    try:
+        token = daemon.pair("dash-long-jobs", strong=True)
+        driver = browser
+        driver.get(daemon.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_long']")
+        wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the 20,000th event", 20)
+        assert texts(driver, "#jobs li.card .sub") == ["make early", "make late"]
+        late = one(driver, "#jobs li.card[data-job-id='late']")
+        assert "crashed" in late.text and "killed by signal 9" in late.get_attribute("title")
+        # A job the agent starts now is listed, and its end shown, as the stream brings them.
+        submit(driver, "start a job")
+        wait_for(lambda: texts(driver, "#jobs li.card .sub")[2:] == ["exit 3"]
+                 and "exited (3)" in texts(driver, "#jobs li.card")[2], "the new job's end", 20)
+    finally:
+        daemon.stop()
+
+
+def test_dashboard_backs_off_from_a_stream_that_ends_at_a_damaged_event(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A stream whose replay reaches an event the log cannot read ends with `stream.end`
+    (`EVENT_CORRUPT`), and so does every resume from the same place. The page retries it with its
+    backoff and says why in the connection pill's tooltip. The `stream.end` frame itself counted as
+    a healthy stream and reset the backoff, so the page asked again every half second, for ever."""
+    import sqlite3
+
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import SessionNamed
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-damaged", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
+    seen = d.request("GET", f"/sessions/{sid}", token=strong)[1]["lastSeq"]
+    wait_for(lambda: int(body_data(driver, "lastEventId") or seen) == seen, "the page up to date")
+
+    # While the daemon is away, two events are written after what the page saw; the first is damaged.
+    d.stop()
+
+    async def write() -> int:
+        async with open_store(d.cwd / ".lens") as store:
+            res = await store.append(*(Draft(SessionNamed(name=f"name {i}"), project_id=project, session_id=sid)
+                                       for i in range(2)))
+            return res.seq
+
+    last = trio.run(write)
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        damaged = con.execute("SELECT min(seq) FROM events WHERE seq > ? AND session_id = ?", (seen, sid)).fetchone()[0]
+        assert damaged is not None and damaged < last
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (damaged,))
+        con.commit()
+    finally:
+        con.close()
+    driver.execute_script(COUNT_STREAMS)
+    d.start()
+    wait_for(lambda: str(damaged) in (one(driver, "#conn").get_attribute("title") or ""), "the reason in the tooltip", 20)
+    asked = stream_requests(driver)
+    deadline = time.monotonic() + 3.0  # an observation window: retries every 0.5 s would ask 6 times
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stream_requests(driver) - asked <= 3, "the page did not back off"
+    assert "EVENT_CORRUPT" in one(driver, "#conn").get_attribute("title")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_keeps_what_was_typed_while_a_send_was_on_its_way(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The daemon acknowledges an input once it is durable; text typed into the box meanwhile is
+    the next message. The page emptied the box when the acknowledgement came, losing that text; it
+    now takes out only what it sent."""
+    driver = browser
+    strong = daemon.pair("dash-typing", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, strong, workspace)
+    driver.execute_script("""
+        const real = window.fetch;
+        let release; const gate = new Promise((r) => { release = r; });
+        window.releaseSend = () => release();
+        window.fetch = async (...args) => {
+          const r = await real(...args);
+          if (String(args[0]).endsWith('/inputs')) { window.sendHeld = true; await gate; }
+          return r;
+        };""")
+    submit(driver, "the first message")
+    wait_for(lambda: driver.execute_script("return window.sendHeld === true"), "the send on its way")
+    one(driver, "#input").send_keys("the next one")
+    driver.execute_script("window.releaseSend()")
+    wait_for(lambda: "Sent" in one(driver, "#composer-note").text, "the send acknowledged")
+    assert one(driver, "#input").get_attribute("value") == "the next one"
+    wait_for(lambda: "(faux) You said: the first message" in committed_answers(driver), "the first message's answer")
+    assert texts(driver, "#timeline .msg.user .text") == ["the first message"]
