@@ -4,7 +4,8 @@ Start order: event store writer → projector → supervisor (which wakes sessio
 work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake), and the store drains every accepted append before closing. Nothing acknowledged is
-lost.
+lost. A signal before the daemon serves ends its start-up the same way (the projections' first
+catch-up at the end of the chunk it is folding).
 """
 
 from __future__ import annotations
@@ -199,6 +200,13 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         async with trio.open_nursery() as root:
             await root.start(store.run)  # outlives the services: drains their last appends
             async with trio.open_nursery() as services:
+                # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
+                # projections' first catch-up refolds the whole log after an upgrade: a minute for
+                # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT,
+                # once that catch-up was done) or a kill (SIGTERM).
+                await services.start(_signals, stop)
+                starting = trio.CancelScope()  # (cancelled once the daemon serves)
+                services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
                 await services.start(projections.run)
                 # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
                 saved, saved_seq = await read_saved_default(projections, store)
@@ -215,7 +223,6 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)
                 services.start_soon(watch_streams, svc)
-                await services.start(_signals, stop)
                 http_done = trio.Event()
                 http_scope = trio.CancelScope()
                 inflight = _InFlight(app)
@@ -243,6 +250,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 for b in binds:
                     say(f"lens: listening on {b}")
                 task_status.started(binds)
+                starting.cancel()  # (from here a stop is the graceful shutdown below)
                 await stop.wait()
                 svc.shutting_down.set()  # SSE generators end themselves
                 bus.poke_all()
@@ -385,6 +393,16 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
 
 def _port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].strip("/"))
+
+
+async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services: trio.CancelScope,
+                         projections: ProjectionService) -> None:
+    """A stop before the daemon serves cancels the services it is starting (``starting`` is
+    cancelled once it serves: the graceful shutdown takes over)."""
+    with starting:
+        await stop.wait()
+        projections.stop()  # (its catch-up runs in a worker thread, which no cancellation reaches)
+        services.cancel()
 
 
 async def _signals(stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
