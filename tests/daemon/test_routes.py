@@ -150,6 +150,10 @@ async def test_body_limit_is_exact(daemon_factory):
     assert r.status == 202, r.body
     names = [p["name"] for p in (await d.get("/projects", token)).json()["projects"]]
     assert names == ["at-limit"]
+    # the credential is checked first, as for a body within the limit (an oversized one was 413)
+    for auth_headers, code in [({}, "AUTH_REQUIRED"), ({"Authorization": "Bearer lens_nope"}, "AUTH_INVALID")]:
+        r = await raw_http(d.port, "POST", "/api/v1/projects", {"Content-Type": "application/json", **auth_headers}, over)
+        assert r.status == 401 and r.code == code, r.body
 
 
 async def test_chunked_body_over_the_limit_is_413(daemon_factory):
