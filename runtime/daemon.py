@@ -5,7 +5,8 @@ work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake), and the store drains every accepted append before closing. Nothing acknowledged is
 lost. A signal before the daemon serves ends its start-up the same way (the projections' first
-catch-up at the end of the chunk it is folding).
+catch-up at the end of the chunk it is folding); a second one during the shutdown ends its wait
+for requests in progress (their connections are reset).
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 # projections' first catch-up refolds the whole log after an upgrade: a minute for
                 # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT,
                 # once that catch-up was done) or a kill (SIGTERM).
-                await services.start(_signals, stop)
+                grace = trio.CancelScope()  # the wait for requests in progress at shutdown
+                await services.start(_signals, stop, grace)
                 starting = trio.CancelScope()  # (cancelled once the daemon serves)
                 services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
                 await services.start(projections.run)
@@ -257,13 +259,16 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
                 # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
                 # once nothing is in progress HTTP is stopped outright.
-                with trio.move_on_after(hc.graceful_timeout):
+                # A second SIGINT or SIGTERM cuts that wait short ("stop now").
+                began = trio.current_time()
+                grace.deadline = began + hc.graceful_timeout
+                with grace:
                     while inflight.active:
                         await inflight.drained.wait()
                 if inflight.active:
                     reset = inflight.reset_all()
                     log.warning("%d request(s) still in progress after %.0f s of shutdown; %d connection(s) reset",
-                                inflight.active, hc.graceful_timeout, reset)
+                                inflight.active, trio.current_time() - began, reset)
                 http_scope.cancel()
                 with trio.move_on_after(1):
                     await http_done.wait()
@@ -405,12 +410,17 @@ async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services:
         services.cancel()
 
 
-async def _signals(stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The first SIGINT or SIGTERM sets ``stop``; any later one cancels ``grace``, the shutdown's
+    wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open until the
+    services end: a second signal was a traceback (SIGINT) or a kill (SIGTERM)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
+            if stop.is_set():
+                grace.cancel()
             stop.set()
-            return
 
 
 class ListenFailed(LensError):

@@ -256,3 +256,48 @@ async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path,
         finally:
             again.kill()
     assert set(projected_positions(tmp_path / "data")) == {events}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig: signal.Signals):
+    # A request in progress holds the shutdown up to its grace period (5 s). A second signal
+    # meanwhile (a second Ctrl-C: stop now) was a traceback and exit 1 (SIGINT) or a kill
+    # (SIGTERM); it now ends the wait: the request's connection is reset, the daemon stops.
+    daemon = ServeProcess(tmp_path)
+    async with trio.open_nursery() as nursery:
+        try:
+            url = await daemon.run(nursery)
+            port = int(url.rsplit(":", 1)[1])
+            with trio.fail_after(LIMIT):
+                stalled = await trio.open_tcp_stream("127.0.0.1", port)
+                # The handler reads the body, so hypercorn answers "100 Continue": the request is
+                # in progress; the body never comes.
+                await stalled.send_all(f"POST /api/v1/pair/requests HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                                       f"Expect: 100-continue\r\nContent-Length: 100\r\n\r\n".encode())
+                assert (await stalled.receive_some(1024)).startswith(b"HTTP/1.1 100 ")
+            assert daemon.proc is not None
+            daemon.proc.send_signal(sig)
+
+            async def not_listening() -> bool:  # the shutdown has begun (and waits for the request)
+                try:
+                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+                except OSError:
+                    return True
+                return False
+
+            await wait_until(not_listening, LIMIT, "the daemon to stop listening")
+            daemon.proc.send_signal(sig)
+            with trio.fail_after(LIMIT):
+                code = await daemon.proc.wait()
+                await daemon.stdout_closed.wait()
+                try:
+                    assert await stalled.receive_some(1024) == b""
+                except trio.BrokenResourceError:
+                    pass  # (reset)
+            await stalled.aclose()
+            daemon.stderr.close()
+            stderr = (tmp_path / "serve-0.err").read_text()
+            assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
+            assert "1 request(s) still in progress" in stderr and daemon.lines[-1] == "lens: stopped"
+        finally:
+            daemon.kill()
