@@ -153,7 +153,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=secret_env_names(cfg))
+                                 hidden_env=secret_env_names(cfg),
+                                 daemon_dirs=[("data directory", opts.data_dir),
+                                              ("config directory", opts.config_path.parent),
+                                              ("pair file's directory", pairs.path.parent)])
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
                                job_tool(executors), skill_tool(executors),
                                *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
