@@ -50,6 +50,7 @@ from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
+from .logcli import silence_stdout
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.base import Delta
@@ -84,7 +85,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
     cfg = opts.config
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
-    out = announce or (lambda line: print(line, flush=True))
+    out = announce or _print_line
 
     def say(line: str) -> None:  # (config notes name keys of a file a client may write)
         out(shown(line))
@@ -397,6 +398,20 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
         if exc.code not in ("NOT_FOUND", "NOT_A_FILE"):
             log.warning("project %s: AGENTS.md not read through the executor (%s)", project_id, exc.code)
         return None
+
+
+def _print_line(line: str) -> None:
+    """Print one of the daemon's lines (notes, where it listens, that it stopped).
+
+    A reader of standard output that went away (``lens serve | head -n 1``) stopped the daemon at
+    its next line, with exit 0 and nothing said (the CLI takes a broken pipe as the reader's
+    choice). The lines report on the daemon, they are not its work: from then on they go nowhere,
+    and a warning on standard error says so."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
+        log.warning("the reader of standard output went away; the daemon's lines go nowhere from now on")
 
 
 def _port_of(url: str) -> int:

@@ -301,3 +301,30 @@ async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig
             assert "1 request(s) still in progress" in stderr and daemon.lines[-1] == "lens: stopped"
         finally:
             daemon.kill()
+
+
+async def test_a_reader_of_standard_output_that_goes_away_does_not_stop_the_daemon(tmp_path: Path):
+    # `lens serve | head -n 1`: the daemon's next line met a broken pipe, and it exited 0 before
+    # serving, saying nothing. Its lines now go nowhere, and it serves.
+    proc = await trio.lowlevel.open_process([*lens_command(), "serve", "--port", "0", "--data", "data"], cwd=tmp_path,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        await proc.stdout.aclose()  # the reader goes away before the first line
+        err = b""
+        with trio.fail_after(30):
+            while not (m := re.search(rb"Running on (http://\S+)", err)):
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, (proc.returncode, err.decode())  # it stopped instead of serving
+                err += chunk
+        async with httpx2.AsyncClient(base_url=m.group(1).decode(), timeout=LIMIT) as client:
+            assert (await client.get("/api/v1/health")).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(LIMIT):
+            err += b"".join([chunk async for chunk in proc.stderr])
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 0 and b"Traceback" not in err, err.decode()
+    assert b"the reader of standard output went away" in err
