@@ -342,13 +342,15 @@ def create_app(svc: Services) -> QuartTrio:
             return None
         if (request.method, path) in Guard.PUBLIC:
             return None
-        length = request.content_length
-        if length is not None and length > svc.config.server.max_body_bytes:
-            raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
         # (the pair file's generation the credential was checked against, read first: a stream
         # re-checks its credential once the file has changed since, even before it starts)
         g.pairs_generation = svc.pairs.generation
         g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
+        # The credential first, as for a body that is read: a client without one was told its
+        # body was too large (413), and then, once it had made it smaller, that it needs one.
+        length = request.content_length
+        if length is not None and length > svc.config.server.max_body_bytes:
+            raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
         return None
 
     @app.after_request

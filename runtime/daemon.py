@@ -4,7 +4,9 @@ Start order: event store writer → projector → supervisor (which wakes sessio
 work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake), and the store drains every accepted append before closing. Nothing acknowledged is
-lost.
+lost. A signal before the daemon serves ends its start-up the same way (the projections' first
+catch-up at the end of the chunk it is folding); a second one during the shutdown ends its wait
+for requests in progress (their connections are reset).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
+from .logcli import silence_stdout
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.base import Delta
@@ -82,7 +85,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
     cfg = opts.config
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
-    out = announce or (lambda line: print(line, flush=True))
+    out = announce or _print_line
 
     def say(line: str) -> None:  # (config notes name keys of a file a client may write)
         out(shown(line))
@@ -151,7 +154,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=secret_env_names(cfg))
+                                 hidden_env=secret_env_names(cfg),
+                                 daemon_dirs=[("data directory", opts.data_dir),
+                                              ("config directory", opts.config_path.parent),
+                                              ("pair file's directory", pairs.path.parent)])
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
                                job_tool(executors), skill_tool(executors),
                                *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
@@ -199,6 +205,14 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         async with trio.open_nursery() as root:
             await root.start(store.run)  # outlives the services: drains their last appends
             async with trio.open_nursery() as services:
+                # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
+                # projections' first catch-up refolds the whole log after an upgrade: a minute for
+                # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT,
+                # once that catch-up was done) or a kill (SIGTERM).
+                grace = trio.CancelScope()  # the wait for requests in progress at shutdown
+                await services.start(_signals, stop, grace)
+                starting = trio.CancelScope()  # (cancelled once the daemon serves)
+                services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
                 await services.start(projections.run)
                 # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
                 saved, saved_seq = await read_saved_default(projections, store)
@@ -215,7 +229,6 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(bus.run)
                 services.start_soon(pairs.watch)
                 services.start_soon(watch_streams, svc)
-                await services.start(_signals, stop)
                 http_done = trio.Event()
                 http_scope = trio.CancelScope()
                 inflight = _InFlight(app)
@@ -243,19 +256,23 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 for b in binds:
                     say(f"lens: listening on {b}")
                 task_status.started(binds)
+                starting.cancel()  # (from here a stop is the graceful shutdown below)
                 await stop.wait()
                 svc.shutting_down.set()  # SSE generators end themselves
                 bus.poke_all()
                 # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
                 # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
                 # once nothing is in progress HTTP is stopped outright.
-                with trio.move_on_after(hc.graceful_timeout):
+                # A second SIGINT or SIGTERM cuts that wait short ("stop now").
+                began = trio.current_time()
+                grace.deadline = began + hc.graceful_timeout
+                with grace:
                     while inflight.active:
                         await inflight.drained.wait()
                 if inflight.active:
                     reset = inflight.reset_all()
                     log.warning("%d request(s) still in progress after %.0f s of shutdown; %d connection(s) reset",
-                                inflight.active, hc.graceful_timeout, reset)
+                                inflight.active, trio.current_time() - began, reset)
                 http_scope.cancel()
                 with trio.move_on_after(1):
                     await http_done.wait()
@@ -383,16 +400,45 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
         return None
 
 
+def _print_line(line: str) -> None:
+    """Print one of the daemon's lines (notes, where it listens, that it stopped).
+
+    A reader of standard output that went away (``lens serve | head -n 1``) stopped the daemon at
+    its next line, with exit 0 and nothing said (the CLI takes a broken pipe as the reader's
+    choice). The lines report on the daemon, they are not its work: from then on they go nowhere,
+    and a warning on standard error says so."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
+        log.warning("the reader of standard output went away; the daemon's lines go nowhere from now on")
+
+
 def _port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].strip("/"))
 
 
-async def _signals(stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services: trio.CancelScope,
+                         projections: ProjectionService) -> None:
+    """A stop before the daemon serves cancels the services it is starting (``starting`` is
+    cancelled once it serves: the graceful shutdown takes over)."""
+    with starting:
+        await stop.wait()
+        projections.stop()  # (its catch-up runs in a worker thread, which no cancellation reaches)
+        services.cancel()
+
+
+async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The first SIGINT or SIGTERM sets ``stop``; any later one cancels ``grace``, the shutdown's
+    wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open until the
+    services end: a second signal was a traceback (SIGINT) or a kill (SIGTERM)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
+            if stop.is_set():
+                grace.cancel()
             stop.set()
-            return
 
 
 class ListenFailed(LensError):

@@ -18,7 +18,7 @@ import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable, Collection
+from typing import AsyncIterator, Awaitable, Callable, Collection, Sequence
 
 import trio
 
@@ -34,6 +34,12 @@ LOST_GRACE_S = 2.0
 
 class ProjectUnknown(LensError):
     code = "PROJECT_NOT_FOUND"
+
+
+class WorkspaceOverlapsDaemon(LensError):
+    """A project's workspace holds or lies in one of the daemon's own directories: no executor."""
+
+    code = "WORKSPACE_INVALID"
 
 
 class DomainLock:
@@ -102,8 +108,11 @@ class ExecutorPool:
 
     def __init__(self, state_root: Path, workspace_of: Callable[[str], Awaitable[Path | None]],
                  remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False,
-                 hidden_env: Collection[str] = ()) -> None:
+                 hidden_env: Collection[str] = (), daemon_dirs: Sequence[tuple[str, Path]] = ()) -> None:
         self.state_root = Path(state_root)
+        # (what, path): the daemon's own directories (its data, its config), which no local
+        # workspace may hold or lie in — as POST /projects checks, now for the daemon running.
+        self.daemon_dirs = tuple(daemon_dirs)
         # Variables a local child (and every command it runs) is started without: credentials.
         self.hidden_env = frozenset(hidden_env)
         self.local_shared_filesystem = local_shared_filesystem
@@ -150,9 +159,27 @@ class ExecutorPool:
             workspace = await self.workspace_of(project_id)
             if workspace is None:
                 raise ProjectUnknown(f"no project {project_id!r}")
+            if not self.remote:
+                self._check_apart(project_id, workspace)
             ex = await (self._connect_remote(project_id, workspace) if self.remote else self._spawn(project_id, workspace))
             self._executors[project_id] = ex
             return ex
+
+    def _check_apart(self, project_id: str, workspace: Path) -> None:
+        """:class:`WorkspaceOverlapsDaemon` if ``workspace`` and a directory of the daemon overlap.
+
+        ``POST /projects`` refuses such a workspace, but only against the directories of the
+        daemon it was made by: one started later with ``--config`` or ``--data`` inside an older
+        project's workspace let that project's agent, and read-only credentials browsing it,
+        read the pair file and the config (and the agent change them)."""
+        ws = workspace.resolve()
+        for what, path in self.daemon_dirs:
+            own = path.resolve()
+            if own.is_relative_to(ws) or ws.is_relative_to(own):
+                raise WorkspaceOverlapsDaemon(
+                    f"project {project_id}'s workspace {str(ws)!r} and the daemon's {what} ({own}) overlap: an agent "
+                    f"could read and change it there; its workspace is not used until the {what} is moved apart "
+                    f"from it (dataDir, --config)")
 
     async def _connect_remote(self, project_id: str, workspace: Path) -> Executor:
         assert self.remote is not None

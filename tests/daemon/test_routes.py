@@ -150,6 +150,10 @@ async def test_body_limit_is_exact(daemon_factory):
     assert r.status == 202, r.body
     names = [p["name"] for p in (await d.get("/projects", token)).json()["projects"]]
     assert names == ["at-limit"]
+    # the credential is checked first, as for a body within the limit (an oversized one was 413)
+    for auth_headers, code in [({}, "AUTH_REQUIRED"), ({"Authorization": "Bearer lens_nope"}, "AUTH_INVALID")]:
+        r = await raw_http(d.port, "POST", "/api/v1/projects", {"Content-Type": "application/json", **auth_headers}, over)
+        assert r.status == 401 and r.code == code, r.body
 
 
 async def test_chunked_body_over_the_limit_is_413(daemon_factory):
@@ -240,6 +244,36 @@ async def test_project_workspace_must_be_an_existing_directory(daemon: Daemon, s
         assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (workspace, r.text)
         assert "home directory" in r.json()["error"]["message"] or not Path(workspace).expanduser().is_dir(), r.text
     assert (await daemon.get("/projects", strong)).json()["projects"] == []
+
+
+async def test_a_workspace_a_later_daemon_keeps_its_config_in_is_not_used(daemon_factory, tmp_path: Path):
+    # POST /projects checks a workspace against the directories of the daemon it is made by. A
+    # daemon started later with its config in that workspace (here its data too, through a link)
+    # let a read-only credential read the pair file by browsing the workspace, and the agent
+    # read and change it (F-API-3: raw config is for strong trust only).
+    first_root, ws = tmp_path / "first", tmp_path / "ws"
+    first_root.mkdir()
+    ws.mkdir()
+    first = await daemon_factory(root=first_root)
+    token = await first.pair("s", strong=True)
+    r = await first.post("/projects", token, {"name": "p", "workspace": str(ws)})
+    assert r.status_code == 201, r.text
+    sid = (await first.session(token, r.json()["id"]))["id"]
+    await stop_daemon(first)
+    (ws / "data").symlink_to(first.data_dir)  # the same log, from a daemon whose root is the workspace
+    later = await daemon_factory(root=ws)
+    strong, reader = await later.pair("s2", strong=True), await later.pair("r2")
+    assert (ws / "config" / "pair.json").exists()
+    r = await later.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "config/pair.json"})
+    assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", r.text
+    assert "and the daemon's config directory" in r.json()["error"]["message"], r.text
+    r = await later.get(f"/sessions/{sid}/workspace/tree", reader)
+    assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", r.text
+    await later.submit(strong, sid, "r1", '/tool read_file {"path": "config/pair.json"}')
+    await later.wait_idle(strong, sid)
+    done = [e["body"] for e in await later.events(strong, sid) if e["kind"] == "tool.finished"]
+    assert done[-1]["is_error"] and done[-1]["error_code"] == "WORKSPACE_INVALID", done[-1]
+    assert "credentialHash" not in json.dumps(done[-1])
 
 
 async def test_a_workspace_may_not_lie_in_system_trees_or_hidden_home_directories(

@@ -11,13 +11,18 @@ import json
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 
-from .conftest import LIMIT, Daemon, lens_command, run_lens
+from events import types as t
+from events.store import Draft, EventStore
+
+from .conftest import LIMIT, Daemon, lens_command, run_lens, wait_until
 
 
 class ServeProcess:
@@ -188,3 +193,138 @@ async def test_lens_serve_holds_its_flags_to_the_configs_checks(tmp_path: Path):
     out = await run_lens(tmp_path, "serve", "--port", "0", "--model", "zzz/x", check=False)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "lens: MODEL_UNKNOWN: no provider 'zzz' is configured" in out.stderr, out.stderr
+
+
+def projected_positions(data: Path) -> list[int]:
+    """The projections' positions in ``data/projections.db`` (none while it is not made yet)."""
+    try:
+        con = sqlite3.connect(f"file:{data / 'projections.db'}?mode=ro", uri=True, timeout=5)
+    except sqlite3.OperationalError:
+        return []
+    try:
+        return [seq for (seq,) in con.execute("SELECT seq FROM positions")]
+    except sqlite3.OperationalError:  # (the table is not made yet)
+        return []
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path, sig: signal.Signals):
+    # The projections' first catch-up refolds the whole log when projections.db is new (after an
+    # upgrade that changes a projection, a minute for a large log), before the daemon listens.
+    # SIGINT then was a traceback and exit 1 once that catch-up was done; SIGTERM killed it.
+    events = 30_000
+    store = EventStore.open(tmp_path / "data")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            for i in range(events // 1000):
+                await store.append(*[Draft(t.ProjectCreated(name=f"p{i}.{k}", workspace=f"/srv/p{i}.{k}"),
+                                           project_id=f"prj_{i}_{k}") for k in range(1000)])
+            store.close_writer()
+    finally:
+        store.close()
+    with open(tmp_path / "serve.err", "wb") as err:
+        proc = await trio.lowlevel.open_process([*lens_command(), "serve", "--port", "0", "--data", "data"],
+                                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=err)
+        try:
+            async def folding() -> bool:  # a first chunk of the refold is committed, the rest to come
+                return any(0 < seq < events for seq in await trio.to_thread.run_sync(projected_positions,
+                                                                                     tmp_path / "data"))
+
+            await wait_until(folding, 30, "the start-up catch-up under way")
+            proc.send_signal(sig)
+            with trio.fail_after(30):
+                assert proc.stdout is not None
+                out = b"".join([chunk async for chunk in proc.stdout]).decode()
+                code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    stderr = (tmp_path / "serve.err").read_text()
+    assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
+    assert out.splitlines()[-1] == "lens: stopped", out
+    # the catch-up ended at the end of a chunk, without refolding the rest of the log first
+    assert max(projected_positions(tmp_path / "data")) < events
+    # what the catch-up committed stays; the next start goes on from there and serves
+    again = ServeProcess(tmp_path)
+    async with trio.open_nursery() as nursery:
+        try:
+            await again.run(nursery)
+            assert await again.terminate() == 0
+        finally:
+            again.kill()
+    assert set(projected_positions(tmp_path / "data")) == {events}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig: signal.Signals):
+    # A request in progress holds the shutdown up to its grace period (5 s). A second signal
+    # meanwhile (a second Ctrl-C: stop now) was a traceback and exit 1 (SIGINT) or a kill
+    # (SIGTERM); it now ends the wait: the request's connection is reset, the daemon stops.
+    daemon = ServeProcess(tmp_path)
+    async with trio.open_nursery() as nursery:
+        try:
+            url = await daemon.run(nursery)
+            port = int(url.rsplit(":", 1)[1])
+            with trio.fail_after(LIMIT):
+                stalled = await trio.open_tcp_stream("127.0.0.1", port)
+                # The handler reads the body, so hypercorn answers "100 Continue": the request is
+                # in progress; the body never comes.
+                await stalled.send_all(f"POST /api/v1/pair/requests HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                                       f"Expect: 100-continue\r\nContent-Length: 100\r\n\r\n".encode())
+                assert (await stalled.receive_some(1024)).startswith(b"HTTP/1.1 100 ")
+            assert daemon.proc is not None
+            daemon.proc.send_signal(sig)
+
+            async def not_listening() -> bool:  # the shutdown has begun (and waits for the request)
+                try:
+                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+                except OSError:
+                    return True
+                return False
+
+            await wait_until(not_listening, LIMIT, "the daemon to stop listening")
+            daemon.proc.send_signal(sig)
+            with trio.fail_after(LIMIT):
+                code = await daemon.proc.wait()
+                await daemon.stdout_closed.wait()
+                try:
+                    assert await stalled.receive_some(1024) == b""
+                except trio.BrokenResourceError:
+                    pass  # (reset)
+            await stalled.aclose()
+            daemon.stderr.close()
+            stderr = (tmp_path / "serve-0.err").read_text()
+            assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
+            assert "1 request(s) still in progress" in stderr and daemon.lines[-1] == "lens: stopped"
+        finally:
+            daemon.kill()
+
+
+async def test_a_reader_of_standard_output_that_goes_away_does_not_stop_the_daemon(tmp_path: Path):
+    # `lens serve | head -n 1`: the daemon's next line met a broken pipe, and it exited 0 before
+    # serving, saying nothing. Its lines now go nowhere, and it serves.
+    proc = await trio.lowlevel.open_process([*lens_command(), "serve", "--port", "0", "--data", "data"], cwd=tmp_path,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        await proc.stdout.aclose()  # the reader goes away before the first line
+        err = b""
+        with trio.fail_after(30):
+            while not (m := re.search(rb"Running on (http://\S+)", err)):
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, (proc.returncode, err.decode())  # it stopped instead of serving
+                err += chunk
+        async with httpx2.AsyncClient(base_url=m.group(1).decode(), timeout=LIMIT) as client:
+            assert (await client.get("/api/v1/health")).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(LIMIT):
+            err += b"".join([chunk async for chunk in proc.stderr])
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 0 and b"Traceback" not in err, err.decode()
+    assert b"the reader of standard output went away" in err
