@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from tools.base import ToolError
-from tools.web.address import MAX_URL_CHARS, allowed, is_public, parse_url, resolve
+from tools.web.address import MAX_URL_CHARS, SystemResolver, allowed, is_public, parse_url, resolve
 
 NOT_PUBLIC = [
     "127.0.0.1", "127.255.255.254", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1",  # loopback, RFC 1918
@@ -87,17 +87,18 @@ def test_parts_and_normalisation() -> None:
 
 async def test_a_name_is_judged_by_the_addresses_it_resolves_to() -> None:
     with pytest.raises(ToolError) as info:
-        await resolve(parse_url("http://localhost:1/"), full_access=False)
+        await resolve(parse_url("http://localhost:1/"), full_access=False, resolver=SystemResolver())
     assert info.value.code == "ADDRESS_NOT_PUBLIC"
     # numeric forms the resolver accepts are judged by the address they name
     for url in ("http://2130706433/", "http://0x7f.1/", "http://127.1/"):
         with pytest.raises(ToolError) as info:
-            await resolve(parse_url(url), full_access=False)
+            await resolve(parse_url(url), full_access=False, resolver=SystemResolver())
         assert info.value.code == "ADDRESS_NOT_PUBLIC", url
-    assert ipaddress.ip_address("127.0.0.1") in await resolve(parse_url("http://localhost:1/"), full_access=True)
+    found = await resolve(parse_url("http://localhost:1/"), full_access=True, resolver=SystemResolver())
+    assert ipaddress.ip_address("127.0.0.1") in found
 
 
 async def test_a_name_that_does_not_resolve() -> None:
     with pytest.raises(ToolError) as info:
-        await resolve(parse_url("http://no-such-host.invalid/"), full_access=False)
+        await resolve(parse_url("http://no-such-host.invalid/"), full_access=False, resolver=SystemResolver())
     assert info.value.code == "DNS_FAILED"

@@ -5,7 +5,8 @@ returns its parts with the host in ASCII (IDNA) form. :func:`resolve` looks the 
 returns the addresses the call may connect to: only public ones (and those of the networks the
 server config allows) unless the call has full access.
 The caller connects to one of these exact addresses (never to the name again), so a DNS answer
-that changes between the check and the connection cannot move the request elsewhere.
+that changes between the check and the connection cannot move the request elsewhere. Hosts are
+looked up by a :data:`Resolver` the tool is given: by default a :class:`SystemResolver`.
 
 A public address is a globally routable unicast one: not private (RFC 1918, ULA), loopback,
 link-local, multicast, reserved, unspecified, shared (CGNAT 100.64/10), IETF protocol
@@ -15,10 +16,11 @@ assignments (192.0.0/24), documentation or benchmarking space. IPv6 forms that c
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Awaitable, Callable, Sequence
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import trio
@@ -26,6 +28,7 @@ import trio
 from ..base import ToolError
 
 MAX_URL_CHARS = 8192
+MAX_LOOKUP_THREADS = 8  # a SystemResolver's lookups at once (each holds a thread until getaddrinfo returns)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -128,6 +131,29 @@ def is_public(ip: IPAddress) -> bool:
 
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+AddrInfo = tuple[Any, ...]  # one entry of getaddrinfo's answer: (family, type, proto, canonname, sockaddr)
+Resolver = Callable[[str, int], Awaitable[Sequence[AddrInfo]]]
+"""Looks up ``(host, port)`` (an ASCII name) as ``getaddrinfo`` does; raises ``OSError`` if it cannot."""
+
+
+class SystemResolver:
+    """The system's resolver (``getaddrinfo``), run in worker threads, at most ``max_threads`` at
+    once. A lookup that the call's time limit cancels is abandoned (``getaddrinfo`` cannot be
+    interrupted): its thread runs on until the system gives up and keeps its place until then.
+    So lookups that never return hold at most ``max_threads`` threads, and never the threads the
+    rest of the daemon shares (trio's default limiter); later lookups wait for a place within
+    their call's time limit. Numeric hosts (``2130706433``, ``0x7f.1``) are read without a thread."""
+
+    def __init__(self, max_threads: int = MAX_LOOKUP_THREADS) -> None:
+        self._limiter = trio.CapacityLimiter(max_threads)
+
+    async def __call__(self, host: str, port: int) -> Sequence[AddrInfo]:
+        try:
+            return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        except socket.gaierror:
+            pass  # (a name: looked up below)
+        lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        return await trio.to_thread.run_sync(lookup, abandon_on_cancel=True, limiter=self._limiter)
 
 
 def allowed(ip: IPAddress, networks: Sequence[IPNetwork] = ()) -> bool:
@@ -141,12 +167,13 @@ def allowed(ip: IPAddress, networks: Sequence[IPNetwork] = ()) -> bool:
     return any(plain.version == n.version and plain in n for n in networks)
 
 
-async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] = ()) -> list[IPAddress]:
+async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] = (),
+                  resolver: Resolver) -> list[IPAddress]:
     """The addresses ``url``'s host may be reached at, in resolver order: with ``full_access``
     all of them, else the :func:`allowed` ones. Raises ``DNS_FAILED`` (no address) or
     ``ADDRESS_NOT_PUBLIC`` (none of its addresses may be used)."""
     try:
-        infos = await trio.socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)
+        infos = await resolver(url.host, url.port)
     except (OSError, UnicodeError) as exc:  # (socket.gaierror is an OSError)
         raise ToolError("DNS_FAILED", f"{url.host} could not be resolved ({exc})") from None
     found: list[IPAddress] = []

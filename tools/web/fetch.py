@@ -40,7 +40,7 @@ from ..artifacts import ArtifactStore
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..files.image import sniff as sniff_image
 from . import html
-from .address import IPNetwork, Url, parse_url, resolve
+from .address import IPNetwork, Resolver, SystemResolver, Url, parse_url, resolve
 from .http import TlsOnDemand, request
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -87,20 +87,25 @@ def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
 
 
 def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, networks: Sequence[IPNetwork] = (),
-                   tls: ssl.SSLContext | None = None) -> ToolSpec:
+                   tls: ssl.SSLContext | None = None, resolver: Resolver | None = None) -> ToolSpec:
     """The ``web_fetch`` tool. ``full_access``: every call may reach non-public addresses;
     ``networks``: non-public networks every call may reach. ``tls``: the certificate store for
-    https (default: the system's)."""
+    https (default: the system's). ``resolver``: looks host names up (default: a
+    :class:`~tools.web.address.SystemResolver` of its own)."""
     networks = tuple(networks)
     tls_store = TlsOnDemand(tls)
+    lookup = resolver or SystemResolver()
 
     async def fetch(url: Url, fmt: str, timeout: float) -> tuple[Url, list[str], Any]:
         redirects: list[str] = []
+        current = url
+        looking_up = False
         try:
             with trio.fail_after(timeout):
-                current = url
                 while True:
-                    addresses = await resolve(current, full_access=full_access, networks=networks)
+                    looking_up = True
+                    addresses = await resolve(current, full_access=full_access, networks=networks, resolver=lookup)
+                    looking_up = False
                     resp = await request(current, addresses, headers=[("Accept", ACCEPT[fmt])],
                                          max_body=MAX_BODY_BYTES, tls=tls_store)
                     location = resp.header("location")
@@ -117,6 +122,9 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                     current = parse_url(target, what=what)
                     redirects.append(current.url)
         except trio.TooSlowError:
+            if looking_up:
+                raise ToolError("FETCH_TIMEOUT", f"looking up the address of {current.host} did not finish within "
+                                                 f"{timeout:g} s ({len(redirects)} redirect(s) followed)") from None
             raise ToolError("FETCH_TIMEOUT", f"{url.url[:300]} did not answer in full within {timeout:g} s "
                                              f"({len(redirects)} redirect(s) followed)") from None
 

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import trio
 
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
-from .address import parse_url, resolve
+from .address import Resolver, SystemResolver, parse_url, resolve
 from .http import TlsOnDemand, request
 
 TIMEOUT_SECONDS = 25
@@ -68,10 +68,12 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: Mapping[str, str] | None = None,
-                    tls: ssl.SSLContext | None = None) -> ToolSpec:
+                    tls: ssl.SSLContext | None = None, resolver: Resolver | None = None) -> ToolSpec:
     """The ``web_search`` tool over the backend at ``base_url`` (``None``: not configured), its
-    key read from ``environ`` (default ``os.environ``) under ``api_key_env`` at each call."""
+    key read from ``environ`` (default ``os.environ``) under ``api_key_env`` at each call.
+    ``resolver`` looks the backend's host up (default: a ``SystemResolver`` of its own)."""
     tls_store = TlsOnDemand(tls)
+    lookup = resolver or SystemResolver()
 
     async def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         a = check_arguments(args)
@@ -96,7 +98,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
             headers.append(("x-api-key", key))
         try:
             with trio.fail_after(TIMEOUT_SECONDS):
-                addresses = await resolve(url, full_access=True)  # (a configured endpoint: see the docstring)
+                addresses = await resolve(url, full_access=True, resolver=lookup)  # (a configured endpoint: see the docstring)
                 resp = await request(url, addresses, method="POST", headers=headers,
                                      body=json.dumps(payload).encode(), max_body=MAX_RESPONSE_BYTES, tls=tls_store)
         except trio.TooSlowError:
