@@ -59,6 +59,18 @@ async def test_without_the_grant_loopback_is_refused(daemon_factory: DaemonFacto
     assert web_server.requests == []
 
 
+async def test_without_the_grant_other_spellings_of_private_addresses_are_refused(daemon_factory: DaemonFactory,
+                                                                                  web_server: WebServer) -> None:
+    d = await daemon_factory()
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    web_server.reply("/secret", "internal", "text/plain")
+    for i, host in enumerate(("2130706433", "0x7f.1", "[::ffff:127.0.0.1]", "[fe80::1%25eth0]")):
+        body = await run_tool(d, token, sid, f"r{i}", "web_fetch", {"url": f"http://{host}:{web_server.port}/secret"})
+        assert body["error_code"] == "ADDRESS_NOT_PUBLIC", body["content"]
+    assert web_server.requests == []
+
+
 async def test_a_session_searches_the_configured_backend(daemon_factory: DaemonFactory, web_server: WebServer,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     async def search(req: Request, stream: trio.SocketStream) -> None:

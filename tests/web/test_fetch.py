@@ -285,6 +285,38 @@ async def test_loopback_and_names_of_it_are_refused_without_full_access(public_o
     assert web_server.requests == []  # never connected
 
 
+# Spellings of loopback and other non-public addresses in a URL's host: each is refused before any
+# connection; the numeric ones that name 127.0.0.1 reach it with full access.
+LOOPBACK_SPELLINGS = ["2130706433", "0177.0.0.1", "0x7f.1", "0x7f000001", "127.1", "[::ffff:127.0.0.1]",
+                      "[::ffff:7f00:1]"]
+NOT_PUBLIC_SPELLINGS = ["[64:ff9b::7f00:1]", "[2002:7f00:1::]", "0.0.0.0", "0", "[::]", "[::1]", "[fe80::1%25eth0]",
+                        "[fe80::1%25lo]", "[fe80::a9fe:a9fe%251]"]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_SPELLINGS + NOT_PUBLIC_SPELLINGS)
+async def test_spellings_of_non_public_addresses_are_refused(public_only: ToolRegistry, web_server: WebServer,
+                                                             host: str) -> None:
+    web_server.reply("/x", "internal", "text/plain")
+    r = await call(public_only, "web_fetch", {"url": f"http://{host}:{web_server.port}/x"})
+    assert r.error_code == "ADDRESS_NOT_PUBLIC", text_of(r)
+    assert "not a public address" in text_of(r)
+    assert web_server.requests == []
+
+
+@pytest.mark.parametrize("host", LOOPBACK_SPELLINGS)
+async def test_spellings_of_loopback_are_fetched_with_full_access(full: ToolRegistry, web_server: WebServer,
+                                                                  host: str) -> None:
+    r = await call(full, "web_fetch", {"url": web_server.reply("/x", "internal", "text/plain").replace("127.0.0.1", host)})
+    assert text_of(r) == "internal"
+
+
+async def test_a_trailing_dot_name_of_loopback_is_refused(public_only: ToolRegistry, web_server: WebServer) -> None:
+    # (whether the system resolver knows "localhost." varies: it is refused either way)
+    r = await call(public_only, "web_fetch", {"url": f"http://localhost.:{web_server.port}/x"})
+    assert r.error_code in ("ADDRESS_NOT_PUBLIC", "DNS_FAILED"), text_of(r)
+    assert web_server.requests == []
+
+
 async def test_a_redirect_from_an_allowed_server_to_loopback_is_refused(artifacts: ArtifactStore,
                                                                         web_server: WebServer,
                                                                         other_server: WebServer) -> None:

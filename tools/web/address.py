@@ -5,8 +5,9 @@ returns its parts with the host in ASCII (IDNA) form. :func:`resolve` looks the 
 returns the addresses the call may connect to: only public ones (and those of the networks the
 server config allows) unless the call has full access.
 The caller connects to one of these exact addresses (never to the name again), so a DNS answer
-that changes between the check and the connection cannot move the request elsewhere. Hosts are
-looked up by a :data:`Resolver` the tool is given: by default a :class:`SystemResolver`.
+that changes between the check and the connection cannot move the request elsewhere. A host that
+is an IP address is judged as it is; names are looked up by a :data:`Resolver` the tool is given,
+by default a :class:`SystemResolver`.
 
 A public address is a globally routable unicast one: not private (RFC 1918, ULA), loopback,
 link-local, multicast, reserved, unspecified, shared (CGNAT 100.64/10), IETF protocol
@@ -170,8 +171,25 @@ def allowed(ip: IPAddress, networks: Sequence[IPNetwork] = ()) -> bool:
 async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] = (),
                   resolver: Resolver) -> list[IPAddress]:
     """The addresses ``url``'s host may be reached at, in resolver order: with ``full_access``
-    all of them, else the :func:`allowed` ones. Raises ``DNS_FAILED`` (no address) or
+    all of them, else the :func:`allowed` ones. A host that is an IP address (a zone id too) is
+    that address, judged without a lookup. Raises ``DNS_FAILED`` (no address) or
     ``ADDRESS_NOT_PUBLIC`` (none of its addresses may be used)."""
+    try:
+        found: list[IPAddress] = [ipaddress.ip_address(url.host)]
+    except ValueError:
+        found = await _look_up(url, resolver)
+    if full_access:
+        return found
+    usable = [ip for ip in found if allowed(ip, networks)]
+    if not usable:
+        shown = ", ".join(str(ip) for ip in found[:4])
+        raise ToolError("ADDRESS_NOT_PUBLIC",
+                        f"{url.host} is at {shown}, not a public address; only public addresses may be fetched "
+                        f"(the server config keys web.allowPrivateAddresses and web.allowedPrivateNetworks grant more)")
+    return usable
+
+
+async def _look_up(url: Url, resolver: Resolver) -> list[IPAddress]:
     try:
         infos = await resolver(url.host, url.port)
     except (OSError, UnicodeError) as exc:  # (socket.gaierror is an OSError)
@@ -190,12 +208,4 @@ async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] 
             found.append(ip)
     if not found:
         raise ToolError("DNS_FAILED", f"{url.host} has no IPv4 or IPv6 address")
-    if full_access:
-        return found
-    usable = [ip for ip in found if allowed(ip, networks)]
-    if not usable:
-        shown = ", ".join(str(ip) for ip in found[:4])
-        raise ToolError("ADDRESS_NOT_PUBLIC",
-                        f"{url.host} is at {shown}, not a public address; only public addresses may be fetched "
-                        f"(the server config keys web.allowPrivateAddresses and web.allowedPrivateNetworks grant more)")
-    return usable
+    return found
