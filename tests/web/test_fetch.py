@@ -266,6 +266,19 @@ async def test_a_redirect_is_checked_like_the_first_url(full: ToolRegistry, web_
     assert [q.path for q in web_server.requests] == ["/to-creds", "/to-ftp", "/to-broken"]
 
 
+async def test_credentials_in_a_redirect_are_refused_in_every_spelling(full: ToolRegistry,
+                                                                        web_server: WebServer) -> None:
+    target = f"127.0.0.1:{web_server.port}/x"
+    for i, location in enumerate((f"//me:hunter2@{target}", f"http://me@{target}", f"http://me:@{target}",
+                                  f"http://:hunter2@{target}", f"http://me%40x:hunter2@{target}",
+                                  f"HTTP://ME:HUNTER2@{target}", f"http://me:hunter2@{target}#@x")):
+        hop = web_server.redirect(f"/r{i}", location)
+        r = await call(full, "web_fetch", {"url": hop})
+        assert text_of(r) == (f"URL_CREDENTIALS: the redirect from {hop} to 'http://{target}' carries a user name "
+                              f"or password (user:pass@host): URLs with credentials are not fetched"), location
+    assert [q.path for q in web_server.requests] == [f"/r{i}" for i in range(7)]  # the target never asked
+
+
 async def test_a_3xx_without_location_is_the_answer(full: ToolRegistry, web_server: WebServer) -> None:
     url = web_server.reply("/nr", "not modified", "text/plain", status=300, reason="Multiple Choices")
     r = await call(full, "web_fetch", {"url": url})

@@ -77,8 +77,10 @@ def parse_url(url: object, *, what: str = "url") -> Url:
     if scheme not in ("http", "https"):
         raise ToolError("URL_INVALID", f"{what} {url[:200]!r}: only http:// and https:// URLs can be fetched")
     if "@" in parts.netloc:
-        # (never echoed: the point is that it holds a secret)
-        raise ToolError("URL_CREDENTIALS", f"{what} must not carry a user name or password (user:pass@host)")
+        # (shown without them: the point is that they are secret)
+        shown = urlunsplit((scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
+        raise ToolError("URL_CREDENTIALS", f"{what} {shown[:200]!r} carries a user name or password "
+                                           f"(user:pass@host): URLs with credentials are not fetched")
     host = parts.hostname or ""
     if not host:
         raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has no host")
