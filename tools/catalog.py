@@ -236,8 +236,9 @@ def describe(spec: ToolSpec) -> dict[str, Any]:
 
 # Scripts written without spaces between words (Han, kana, Hangul: the history index's
 # ``UNSPACED``): a run of them is read as its overlapping character bigrams ("天气预报" -> 天气,
-# 气预, 预报), so a query word of two or more such characters finds the text it occurs in. Other
-# scripts' words are runs of letters and digits.
+# 气预, 预报), so a query word of two or more such characters finds the text it occurs in (a query
+# word of one such character finds the text holding it: :func:`score`). Other scripts' words are
+# runs of letters and digits.
 _TOKEN = re.compile(rf"(?P<cjk>[{UNSPACED}]+)|(?:(?![{UNSPACED}])[^\W_])+")  # (``_`` separates, as in tool names)
 
 
@@ -262,17 +263,27 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+def _characters(text: str) -> set[str]:
+    """The Han, kana and Hangul characters of ``text``'s runs of two or more, folded: a query of
+    one such character is a word too short for bigrams, and finds the text holding it (as the
+    history index, which reads these scripts by single characters, finds it)."""
+    return {c for m in _TOKEN.finditer(_fold(text)) if m.group("cjk") is not None and len(m.group()) > 1
+            for c in m.group()}
+
+
 def score(query: str, spec: ToolSpec) -> int:
     """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
-    tool's name, else 2 if a name word starts with it (3+ letters), else 1 if it is (or, with 3+
-    letters, starts) a word of the description; plus 10 when the query is the tool's name."""
+    tool's name, else 2 if a name word starts with it (3+ letters) or, for one Han, kana or Hangul
+    character, holds it, else 1 if it is (or, with 3+ letters, starts) a word of the description
+    or is one of its Han, kana or Hangul characters; plus 10 when the query is the tool's name."""
     name_words = set(tokens(spec.name))
-    desc_words = set(tokens(spec.description))
+    name_chars = _characters(spec.name)
+    desc_words = set(tokens(spec.description)) | _characters(spec.description)
     total = 10 if _fold(query.strip()) == _fold(spec.name) else 0
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
-        elif len(w) >= 3 and any(n.startswith(w) for n in name_words):
+        elif (len(w) >= 3 and any(n.startswith(w) for n in name_words)) or w in name_chars:
             total += 2
         elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
             total += 1
