@@ -225,3 +225,42 @@ async def test_a_program_calling_a_tool_it_cannot_call_gets_a_typed_error_naming
     kinds = {e["kind"] for e in await d.events(token, sid)}
     assert not kinds & {"question.asked", "agent.started", "job.started", "skill.loaded"}  # (none of them ran)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def test_a_subagents_program_calling_a_tool_it_cannot_call_by_name_gets_the_error_call_tool_gets(
+        daemon_factory: DaemonFactory) -> None:
+    # A subagent's program that named a main-only tool met it as an undefined name
+    # (PTC_NAME_ERROR: name 'job' is not defined) where call_tool("job", ...) said TOOL_MAIN_ONLY.
+    probes = {"job": "{'action': 'list'}", "todo": "{'items': []}", "get_system_time": "{}"}
+    code = "".join(
+        f"try:\n    {name}(**{args})\n    print('{name} ok')\nexcept ToolError as e:\n    print('{name}', e.code)\n"
+        f"try:\n    call_tool('{name}', {args})\n    print('call_tool {name} ok')\n"
+        f"except ToolError as e:\n    print('call_tool {name}', e.code)\n" for name, args in probes.items())
+    code += "print('before')\nask_user(questions=[])\nprint('not reached')"
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "SUBPROGRAM", "toolCalls": [{"name": PTC, "arguments": {"code": code}}]},
+        {"when": "kickoff", "toolCalls": [
+            {"name": "subagent", "arguments": {"prompt": "SUBPROGRAM all tools"}},
+            {"name": "subagent", "arguments": {"prompt": "SUBPROGRAM a few", "tools": [PTC, "read_file"]}}]},
+    ]}], "defaultModel": "faux/faux-1", "localPtc": {}}
+    d, token, sid = await start(daemon_factory, config)
+    await d.submit(token, sid, "r1", "kickoff")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    agents = {e["agent_id"]: e["body"]["tools"] for e in events if e["kind"] == "agent.started"}
+    programs = {e["agent_id"]: e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] in agents}
+    assert len(programs) == 2
+    for agent_id, body in programs.items():
+        # the main-only tools are refused as main-only (a subagent whose list leaves them out:
+        # as unknown), by name as through call_tool; an uncaught one ends the program naming it
+        main_only = "TOOL_UNKNOWN" if agents[agent_id] else "TOOL_MAIN_ONLY"
+        other = "TOOL_UNKNOWN" if agents[agent_id] else None
+        expected = [f"{how}{name} {code}" if code else f"{how}{name} ok"
+                    for name, code in (("job", main_only), ("todo", main_only), ("get_system_time", other))
+                    for how in ("", "call_tool ")]
+        text = body["content"][0]["text"]
+        assert text.splitlines()[:7] == [*expected, "before"], text
+        assert body["error_code"] == "PTC_TOOL_FAILED" and "not reached" not in text
+        assert f"ask_user failed: {main_only}: " in text and "PTC_NAME_ERROR" not in text
+    kinds = {e["kind"] for e in events}
+    assert not kinds & {"job.started", "todo.updated", "question.asked"}  # (none of them ran)
