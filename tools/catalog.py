@@ -326,17 +326,21 @@ class ToolCatalog:
     def assigned(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> list[ToolSpec]:
         return self.registry.visible(is_main_agent=is_main_agent, allowed=allowed)
 
-    def native_names(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> set[str] | None:
+    def native_names(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
+                     session: Mapping[str, Any] | None = None) -> set[str] | None:
         """With :data:`PTC` assigned to the agent, the tools its requests offer natively (its eager
         tools, the PTC entry and the tools a program cannot call, or ``localPtc.nativeCapabilities``
         and the PTC entry); every other assigned tool is called from a program. ``None``: PTC is not
-        assigned, nothing changes.
+        assigned, or the effective policy disables it (``session``: the session's saved
+        ``toolPolicy``), and nothing changes: the agent has the plain planes (its deferred tools
+        loaded through ``capability_search`` and called natively), since no program can run.
 
         A tool of :data:`NOT_FROM_PROGRAMS` deferred by the config stays native (shown before it is
         loaded; a call still needs the load): called from nowhere else, it would be unreachable.
         A fixed list is taken as written."""
-        names = {s.name for s in self.assigned(is_main_agent=is_main_agent, allowed=allowed)}
-        if PTC not in names:
+        assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
+        names = {s.name for s in assigned}
+        if PTC not in names or self.disabled_names([s for s in assigned if s.name == PTC], session):
             return None
         fixed = self.ptc.native_capabilities if self.ptc is not None else None
         if fixed is not None:
@@ -357,12 +361,13 @@ class ToolCatalog:
         """(offered, searchable): the tools a model request offers the agent, and the deferred
         tools assigned to it and not loaded yet (listed only with ``disclose: "assigned"``).
         ``capability_search`` is offered only while something is searchable. With PTC assigned
-        the offered list is :meth:`native_names` (loading never changes it). A tool the effective
+        the offered list is :meth:`native_names` (loading never changes it; with the PTC entry
+        disabled, the plain planes). A tool the effective
         policy disables (``session``: the session's saved ``toolPolicy``) is in neither list: a
         call of it is refused (``TOOL_DISABLED``), so offering it would only invite that call."""
         deferred = self.deferred_names()
         have = set(loaded) | set(allowed or ())
-        native = self.native_names(is_main_agent=is_main_agent, allowed=allowed)
+        native = self.native_names(is_main_agent=is_main_agent, allowed=allowed, session=session)
         assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
         off = self.disabled_names(assigned, session)
         assigned = [s for s in assigned if s.name not in off]
@@ -423,7 +428,8 @@ class ToolCatalog:
         (``TOOL_NOT_NATIVE``); ``from_program``: the call comes from a program, which cannot call
         the tools in :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``)."""
         have = set(loaded) | set(allowed or ())
-        native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed)
+        native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed,
+                                                               session=session)
 
         def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
             if from_program and spec.name in NOT_FROM_PROGRAMS:

@@ -264,3 +264,43 @@ async def test_a_subagents_program_calling_a_tool_it_cannot_call_by_name_gets_th
         assert f"ask_user failed: {main_only}: " in text and "PTC_NAME_ERROR" not in text
     kinds = {e["kind"] for e in events}
     assert not kinds & {"job.started", "todo.updated", "question.asked"}  # (none of them ran)
+
+
+async def test_the_ptc_view_agrees_with_the_request_and_a_disabled_entry_leaves_the_plain_planes(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # The inventory's ptc view listed a tool the policy disables (natively, or from a program),
+    # and with programmatic_tool_run itself disabled the deferred tools were reachable from
+    # nowhere: capability_search loaded them, a native call was refused TOOL_NOT_NATIVE.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(chat_stream(text="one"),
+              chat_stream(calls=[("call_1", "capability_search", {"query": "sleep", "limit": 1})]),
+              chat_stream(calls=[("call_2", "sleep_milliseconds", {"milliseconds": 1})]),
+              chat_stream(text="two"))
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                             "models": [{"id": "chat-test"}]}],
+              "defaultModel": "loop/chat-test", "localPtc": {},
+              "tools": {"deferred": ["sleep_milliseconds", "web_*"],
+                        "policy": {"get_system_time": {"enabled": False}, "web_fetch": {"enabled": False}}}}
+    d, token, sid = await start(daemon_factory, config)
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    first = offered(loop.bodies[0])
+    assert PTC in first and "get_system_time" not in first and "sleep_milliseconds" not in first
+    inv = (await d.get(f"/tools/inventory?session={sid}", token)).json()
+    assert inv["ptc"]["native"] == sorted(first) == sorted(inv["offered"])
+    assert "web_search" in inv["ptc"]["fromProgram"] and "sleep_milliseconds" in inv["ptc"]["fromProgram"]
+    assert not {"get_system_time", "web_fetch"} & {*inv["ptc"]["native"], *inv["ptc"]["fromProgram"]}
+
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {PTC: {"enabled": False}}})
+    assert r.status_code == 200, r.text
+    await d.submit(token, sid, "r2", "sleep a little")
+    await d.wait_idle(token, sid)
+    second, third = offered(loop.bodies[1]), offered(loop.bodies[2])
+    assert PTC not in second and "capability_search" in second and "sleep_milliseconds" not in second
+    assert "sleep_milliseconds" in third and PTC not in third  # (loaded: offered natively, as without PTC)
+    done = {e["body"]["call_id"]: e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"}
+    assert done["call_2"]["status"] == "ok", done["call_2"]
+    inv = (await d.get(f"/tools/inventory?session={sid}", token)).json()
+    assert inv["ptc"] is None and set(inv["offered"]) == set(offered(loop.bodies[3]))
+    assert inv["searchable"] == ["web_search"] and inv["loaded"] == ["sleep_milliseconds"]
