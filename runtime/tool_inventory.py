@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from projections.session_state import MAIN_AGENT, SessionState
+from tools.base import ToolSpec
 from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog, allowed_callers, describe
 
 from .providers.names import alias_for, is_native
@@ -23,14 +24,19 @@ def session_tool_policy(state: SessionState | None) -> dict[str, Any] | None:
     return policy if isinstance(policy, dict) and policy else None
 
 
-def ptc_view(catalog: ToolCatalog) -> dict[str, Any] | None:
-    native = catalog.native_names(is_main_agent=True, allowed=None)
+def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict[str, Any] | None) -> dict[str, Any] | None:
+    """For the main agent with PTC in effect: ``native``, the tools its requests offer (``offered``,
+    from the same call that builds them), and ``fromProgram``, the enabled tools it reaches only
+    from a program. ``None`` without PTC or with the PTC entry disabled (the plain planes apply)."""
+    native = catalog.native_names(is_main_agent=True, allowed=None, session=session_policy)
     if native is None:
         return None
     fixed = catalog.ptc.native_capabilities if catalog.ptc is not None else None
-    return {"native": sorted(native), "nativeCapabilities": fixed,
-            "fromProgram": sorted(s.name for s in catalog.assigned(is_main_agent=True, allowed=None)
-                                  if s.name not in native and s.name not in NOT_FROM_PROGRAMS)}
+    assigned = catalog.assigned(is_main_agent=True, allowed=None)
+    off = catalog.disabled_names(assigned, session_policy)
+    return {"native": sorted(s.name for s in offered), "nativeCapabilities": fixed,
+            "fromProgram": sorted(s.name for s in assigned
+                                  if s.name not in native and s.name not in NOT_FROM_PROGRAMS and s.name not in off)}
 
 
 def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -74,8 +80,8 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
         "offered": [s.name for s in offered],
         "mcpServers": mcp_servers,
         # Programmatic tool runs (localPtc): for the main agent, the tools offered natively when
-        # programmatic_tool_run is assigned (the rest are called from a program), else null.
-        "ptc": ptc_view(catalog),
+        # programmatic_tool_run is assigned and enabled (the rest are called from a program), else null.
+        "ptc": ptc_view(catalog, offered, session_policy),
         # Tools whose names providers cannot take as they are (F-MOD-3): sent under an alias.
         "mappingGaps": [{"name": s.name, "alias": alias_for(s.name)} for s in specs if not is_native(s.name)],
         "visibility": {"catalog": len(specs), "main": len(main_visible), "subagents": len(sub_visible),

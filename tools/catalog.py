@@ -236,8 +236,9 @@ def describe(spec: ToolSpec) -> dict[str, Any]:
 
 # Scripts written without spaces between words (Han, kana, Hangul: the history index's
 # ``UNSPACED``): a run of them is read as its overlapping character bigrams ("天气预报" -> 天气,
-# 气预, 预报), so a query word of two or more such characters finds the text it occurs in. Other
-# scripts' words are runs of letters and digits.
+# 气预, 预报), so a query word of two or more such characters finds the text it occurs in (a query
+# word of one such character finds the text holding it: :func:`score`). Other scripts' words are
+# runs of letters and digits.
 _TOKEN = re.compile(rf"(?P<cjk>[{UNSPACED}]+)|(?:(?![{UNSPACED}])[^\W_])+")  # (``_`` separates, as in tool names)
 
 
@@ -262,17 +263,27 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+def _characters(text: str) -> set[str]:
+    """The Han, kana and Hangul characters of ``text``'s runs of two or more, folded: a query of
+    one such character is a word too short for bigrams, and finds the text holding it (as the
+    history index, which reads these scripts by single characters, finds it)."""
+    return {c for m in _TOKEN.finditer(_fold(text)) if m.group("cjk") is not None and len(m.group()) > 1
+            for c in m.group()}
+
+
 def score(query: str, spec: ToolSpec) -> int:
     """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
-    tool's name, else 2 if a name word starts with it (3+ letters), else 1 if it is (or, with 3+
-    letters, starts) a word of the description; plus 10 when the query is the tool's name."""
+    tool's name, else 2 if a name word starts with it (3+ letters) or, for one Han, kana or Hangul
+    character, holds it, else 1 if it is (or, with 3+ letters, starts) a word of the description
+    or is one of its Han, kana or Hangul characters; plus 10 when the query is the tool's name."""
     name_words = set(tokens(spec.name))
-    desc_words = set(tokens(spec.description))
+    name_chars = _characters(spec.name)
+    desc_words = set(tokens(spec.description)) | _characters(spec.description)
     total = 10 if _fold(query.strip()) == _fold(spec.name) else 0
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
-        elif len(w) >= 3 and any(n.startswith(w) for n in name_words):
+        elif (len(w) >= 3 and any(n.startswith(w) for n in name_words)) or w in name_chars:
             total += 2
         elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
             total += 1
@@ -315,17 +326,21 @@ class ToolCatalog:
     def assigned(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> list[ToolSpec]:
         return self.registry.visible(is_main_agent=is_main_agent, allowed=allowed)
 
-    def native_names(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> set[str] | None:
+    def native_names(self, *, is_main_agent: bool, allowed: Sequence[str] | None,
+                     session: Mapping[str, Any] | None = None) -> set[str] | None:
         """With :data:`PTC` assigned to the agent, the tools its requests offer natively (its eager
         tools, the PTC entry and the tools a program cannot call, or ``localPtc.nativeCapabilities``
         and the PTC entry); every other assigned tool is called from a program. ``None``: PTC is not
-        assigned, nothing changes.
+        assigned, or the effective policy disables it (``session``: the session's saved
+        ``toolPolicy``), and nothing changes: the agent has the plain planes (its deferred tools
+        loaded through ``capability_search`` and called natively), since no program can run.
 
         A tool of :data:`NOT_FROM_PROGRAMS` deferred by the config stays native (shown before it is
         loaded; a call still needs the load): called from nowhere else, it would be unreachable.
         A fixed list is taken as written."""
-        names = {s.name for s in self.assigned(is_main_agent=is_main_agent, allowed=allowed)}
-        if PTC not in names:
+        assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
+        names = {s.name for s in assigned}
+        if PTC not in names or self.disabled_names([s for s in assigned if s.name == PTC], session):
             return None
         fixed = self.ptc.native_capabilities if self.ptc is not None else None
         if fixed is not None:
@@ -346,12 +361,13 @@ class ToolCatalog:
         """(offered, searchable): the tools a model request offers the agent, and the deferred
         tools assigned to it and not loaded yet (listed only with ``disclose: "assigned"``).
         ``capability_search`` is offered only while something is searchable. With PTC assigned
-        the offered list is :meth:`native_names` (loading never changes it). A tool the effective
+        the offered list is :meth:`native_names` (loading never changes it; with the PTC entry
+        disabled, the plain planes). A tool the effective
         policy disables (``session``: the session's saved ``toolPolicy``) is in neither list: a
         call of it is refused (``TOOL_DISABLED``), so offering it would only invite that call."""
         deferred = self.deferred_names()
         have = set(loaded) | set(allowed or ())
-        native = self.native_names(is_main_agent=is_main_agent, allowed=allowed)
+        native = self.native_names(is_main_agent=is_main_agent, allowed=allowed, session=session)
         assigned = self.assigned(is_main_agent=is_main_agent, allowed=allowed)
         off = self.disabled_names(assigned, session)
         assigned = [s for s in assigned if s.name not in off]
@@ -412,7 +428,8 @@ class ToolCatalog:
         (``TOOL_NOT_NATIVE``); ``from_program``: the call comes from a program, which cannot call
         the tools in :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``)."""
         have = set(loaded) | set(allowed or ())
-        native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed)
+        native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed,
+                                                               session=session)
 
         def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
             if from_program and spec.name in NOT_FROM_PROGRAMS:

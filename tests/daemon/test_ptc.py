@@ -225,3 +225,82 @@ async def test_a_program_calling_a_tool_it_cannot_call_gets_a_typed_error_naming
     kinds = {e["kind"] for e in await d.events(token, sid)}
     assert not kinds & {"question.asked", "agent.started", "job.started", "skill.loaded"}  # (none of them ran)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def test_a_subagents_program_calling_a_tool_it_cannot_call_by_name_gets_the_error_call_tool_gets(
+        daemon_factory: DaemonFactory) -> None:
+    # A subagent's program that named a main-only tool met it as an undefined name
+    # (PTC_NAME_ERROR: name 'job' is not defined) where call_tool("job", ...) said TOOL_MAIN_ONLY.
+    probes = {"job": "{'action': 'list'}", "todo": "{'items': []}", "get_system_time": "{}"}
+    code = "".join(
+        f"try:\n    {name}(**{args})\n    print('{name} ok')\nexcept ToolError as e:\n    print('{name}', e.code)\n"
+        f"try:\n    call_tool('{name}', {args})\n    print('call_tool {name} ok')\n"
+        f"except ToolError as e:\n    print('call_tool {name}', e.code)\n" for name, args in probes.items())
+    code += "print('before')\nask_user(questions=[])\nprint('not reached')"
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "SUBPROGRAM", "toolCalls": [{"name": PTC, "arguments": {"code": code}}]},
+        {"when": "kickoff", "toolCalls": [
+            {"name": "subagent", "arguments": {"prompt": "SUBPROGRAM all tools"}},
+            {"name": "subagent", "arguments": {"prompt": "SUBPROGRAM a few", "tools": [PTC, "read_file"]}}]},
+    ]}], "defaultModel": "faux/faux-1", "localPtc": {}}
+    d, token, sid = await start(daemon_factory, config)
+    await d.submit(token, sid, "r1", "kickoff")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    agents = {e["agent_id"]: e["body"]["tools"] for e in events if e["kind"] == "agent.started"}
+    programs = {e["agent_id"]: e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] in agents}
+    assert len(programs) == 2
+    for agent_id, body in programs.items():
+        # the main-only tools are refused as main-only (a subagent whose list leaves them out:
+        # as unknown), by name as through call_tool; an uncaught one ends the program naming it
+        main_only = "TOOL_UNKNOWN" if agents[agent_id] else "TOOL_MAIN_ONLY"
+        other = "TOOL_UNKNOWN" if agents[agent_id] else None
+        expected = [f"{how}{name} {code}" if code else f"{how}{name} ok"
+                    for name, code in (("job", main_only), ("todo", main_only), ("get_system_time", other))
+                    for how in ("", "call_tool ")]
+        text = body["content"][0]["text"]
+        assert text.splitlines()[:7] == [*expected, "before"], text
+        assert body["error_code"] == "PTC_TOOL_FAILED" and "not reached" not in text
+        assert f"ask_user failed: {main_only}: " in text and "PTC_NAME_ERROR" not in text
+    kinds = {e["kind"] for e in events}
+    assert not kinds & {"job.started", "todo.updated", "question.asked"}  # (none of them ran)
+
+
+async def test_the_ptc_view_agrees_with_the_request_and_a_disabled_entry_leaves_the_plain_planes(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # The inventory's ptc view listed a tool the policy disables (natively, or from a program),
+    # and with programmatic_tool_run itself disabled the deferred tools were reachable from
+    # nowhere: capability_search loaded them, a native call was refused TOOL_NOT_NATIVE.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(chat_stream(text="one"),
+              chat_stream(calls=[("call_1", "capability_search", {"query": "sleep", "limit": 1})]),
+              chat_stream(calls=[("call_2", "sleep_milliseconds", {"milliseconds": 1})]),
+              chat_stream(text="two"))
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                             "models": [{"id": "chat-test"}]}],
+              "defaultModel": "loop/chat-test", "localPtc": {},
+              "tools": {"deferred": ["sleep_milliseconds", "web_*"],
+                        "policy": {"get_system_time": {"enabled": False}, "web_fetch": {"enabled": False}}}}
+    d, token, sid = await start(daemon_factory, config)
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    first = offered(loop.bodies[0])
+    assert PTC in first and "get_system_time" not in first and "sleep_milliseconds" not in first
+    inv = (await d.get(f"/tools/inventory?session={sid}", token)).json()
+    assert inv["ptc"]["native"] == sorted(first) == sorted(inv["offered"])
+    assert "web_search" in inv["ptc"]["fromProgram"] and "sleep_milliseconds" in inv["ptc"]["fromProgram"]
+    assert not {"get_system_time", "web_fetch"} & {*inv["ptc"]["native"], *inv["ptc"]["fromProgram"]}
+
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {PTC: {"enabled": False}}})
+    assert r.status_code == 200, r.text
+    await d.submit(token, sid, "r2", "sleep a little")
+    await d.wait_idle(token, sid)
+    second, third = offered(loop.bodies[1]), offered(loop.bodies[2])
+    assert PTC not in second and "capability_search" in second and "sleep_milliseconds" not in second
+    assert "sleep_milliseconds" in third and PTC not in third  # (loaded: offered natively, as without PTC)
+    done = {e["body"]["call_id"]: e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"}
+    assert done["call_2"]["status"] == "ok", done["call_2"]
+    inv = (await d.get(f"/tools/inventory?session={sid}", token)).json()
+    assert inv["ptc"] is None and set(inv["offered"]) == set(offered(loop.bodies[3]))
+    assert inv["searchable"] == ["web_search"] and inv["loaded"] == ["sleep_milliseconds"]

@@ -344,6 +344,9 @@ async def test_capability_search_finds_mcp_tools_named_and_described_in_other_sc
     assert [(m["name"], m["score"]) for m in body["structured_content"]["matches"]] == [("mcp__w__погода", 3)]
     body = await run_tool(d, token, sid, "r3", "capability_search", {"query": "creme brulee"})
     assert [m["name"] for m in body["structured_content"]["matches"]] == ["mcp__w__carte"]
+    # (one character is too short for bigrams: it finds the text holding it)
+    body = await run_tool(d, token, sid, "r4", "capability_search", {"query": "天", "load": False})
+    assert [(m["name"], m["score"]) for m in body["structured_content"]["matches"]] == [("mcp__w__天气查询", 2)]
     assert (await inventory(d, token, sid))["loaded"] == ["mcp__w__天气查询", "mcp__w__carte"]
 
 

@@ -122,6 +122,33 @@ async def test_a_native_call_outside_the_native_list_is_refused_and_a_program_ma
     assert await run_checked(cat, "ask_user") == "TOOL_NOT_NATIVE"  # (not listed: unreachable, as configured)
 
 
+async def test_with_the_ptc_entry_disabled_the_agent_has_the_plain_planes():
+    """Disabled by the policy, the PTC entry was left out of the request, but the planes stayed
+    PTC's: the deferred tools were searchable and loadable, and a native call of one was refused
+    TOOL_NOT_NATIVE, so nothing could call them. Now the agent is as without PTC."""
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later", "other"], "policy": {PTC: {"enabled": False}}},
+                          "localPtc": {"nativeCapabilities": ["read"]}})
+    assert cat.native_names(is_main_agent=True, allowed=None) is None
+    offered, searchable = cat.planes(is_main_agent=True, allowed=None, loaded=())
+    assert names(offered) == ["read", "edit", "ask_user", "boss", CAPABILITY_SEARCH]
+    assert names(searchable) == ["later", "other"]
+    offered, _ = cat.planes(is_main_agent=True, allowed=None, loaded=["later"])
+    assert "later" in names(offered) and "edit" in names(offered)
+    check = cat.check(loaded=["later"], allowed=None, session=None)
+    ctx = ToolContext("p1", "ses_1", "main", None, "call_1", True)
+    assert (await cat.registry.run("later", "{}", ctx, check=check)).error_code is None
+    assert (await cat.registry.run("edit", "{}", ctx, check=check)).error_code is None
+    assert (await cat.registry.run(PTC, "{}", ctx, check=check)).error_code == "TOOL_DISABLED"
+    # the session's policy decides either way
+    on = {PTC: {"enabled": True}}
+    assert cat.native_names(is_main_agent=True, allowed=None, session=on) == {"read", PTC}
+    assert names(cat.planes(is_main_agent=True, allowed=None, loaded=["later"], session=on)[0]) == ["read", PTC]
+    check = cat.check(loaded=["later"], allowed=None, session=on)
+    assert (await cat.registry.run("later", "{}", ctx, check=check)).error_code == "TOOL_NOT_NATIVE"
+    enabled = catalog(TOOLS, {"tools": {"deferred": ["later"]}, "localPtc": {}})
+    assert enabled.native_names(is_main_agent=False, allowed=None, session={"prog*": {"enabled": False}}) is None
+
+
 @pytest.mark.parametrize(("local_ptc", "words"), [
     ({"nativeCapabilities": [""]}, ["localPtc.nativeCapabilities"]),
     ({"nativeCapabilities": ["x" * 257]}, ["localPtc.nativeCapabilities", "1 to 256"]),

@@ -140,8 +140,26 @@ def test_ranking_reads_words_of_every_script():
     assert score("mcp__cn__天气查询", weather) == 10 + 3 * 5
     assert [(sc, s.name) for sc, s in rank("天气 погода café", specs)] == [
         (3, "mcp__cn__天气查询"), (3, "mcp__ru__погода"), (1, "mcp__fr__carte")]
-    assert rank("天", specs) == [] and rank("天气", [pogoda, menu]) == []  # (one character is no word)
+    assert rank("天气", [pogoda, menu]) == []
     assert [s.name for _, s in rank("天气", [spec("b", "天气"), spec("a", "天气")])] == ["a", "b"]  # (ties by name)
+
+
+def test_one_han_kana_or_hangul_character_finds_the_text_holding_it():
+    # Such runs were read as bigrams only: a query of one character ("天") matched nothing but a
+    # text holding that character alone.
+    weather = spec("mcp__cn__天气查询", "查询城市的天气预报")
+    rain = spec("rain", "明天下雨吗")
+    sky = spec("sky", "天")
+    guide = spec("mcp__jp__ガイド", "ｶﾞｲﾄﾞを読む")
+    korean = spec("mcp__kr__weather", "도시의 날씨를 확인합니다")
+    assert score("天", weather) == 2 and score("天", rain) == 1 and score("天", sky) == 1  # (name, then text)
+    assert score("询", weather) == 2 and score("市", weather) == 1 and score("雪", weather) == 0
+    assert score("ド", guide) == 2 and score("読", guide) == 1 and score("ト", guide) == 0  # (voicing kept)
+    assert score("날", korean) == 1 and score("씨 weather", korean) == 1 + 3
+    assert score("天气", rain) == 0 and score("天气", weather) == 3  # (two or more: bigrams, as before)
+    assert [(sc, s.name) for sc, s in rank("天", [sky, rain, weather, korean])] == [
+        (2, "mcp__cn__天气查询"), (1, "rain"), (1, "sky")]  # (ties by name)
+    assert rank("天", [sky, rain, weather]) == rank("天", [weather, rain, sky])
 
 # --------------------------------------------------------------------------- capability_search
 

@@ -70,9 +70,10 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}")
     if ctx.call_tool is None:
         raise ToolError("PTC_UNAVAILABLE", f"{PTC} cannot run here (no tool runner was given to it)")
-    # (the tools assigned to the agent are functions of the program; calls are checked as they
-    # run, so one a program cannot make fails with a message saying so)
-    names = [s.name for s in catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)]
+    # (every registered tool is a function of the program, also one the agent cannot call — a
+    # main-only tool in a subagent's program, say: calls are checked as they run, so such a call
+    # fails with the typed error call_tool("name", ...) gets, not as a name never defined)
+    names = [s.name for s in catalog.registry.all()]
     limits = Limits()  # (run_program checks the program before it runs: parsed once)
 
     calls: list[dict[str, Any]] = []
