@@ -143,6 +143,10 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         ex = await executor(ctx)
         restored: list[str] = []
         async with ex.lock.write():
+            # The edits were judged when they were made; a path may lead elsewhere now (a link
+            # put in its place since). All are judged before any is restored.
+            for e in reversed(edits):
+                await check_where_it_leads(ctx, ex.client, "revert_call", "path", e.path)
             for e in reversed(edits):
                 try:
                     before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None
