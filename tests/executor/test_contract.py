@@ -349,3 +349,41 @@ def test_callers_without_the_token_cannot_hold_the_servers_threads(tmp_path: Pat
         hang_up.set()
         channel.close()
         stop_process(ex.proc)
+
+
+def test_stalled_calls_with_the_token_leave_the_executor_answering_and_end_at_their_deadline(tmp_path: Path) -> None:
+    # A caller with the token that sends a call's headers and never its message holds one of the
+    # 48 server threads (grpc reads a unary request on the thread that will run the handler).
+    # Such callers are Core, whose every call carries a deadline, and grpc ends a call at its
+    # deadline, request or not: a few stalled calls leave the executor answering, and even all
+    # 48 threads held give way when those calls' deadlines pass.
+    import threading
+
+    from .conftest import start_executor, stop_process
+
+    ex = start_executor(tmp_path)
+    meta = (("authorization", f"Bearer {ex.token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
+    hang_up = threading.Event()
+
+    def headers_only():  # a request stream that never sends its message
+        hang_up.wait(60)
+        return
+        yield
+
+    channel = grpc.insecure_channel(ex.address)
+    try:
+        stub = pb_grpc.ExecutorStub(channel)
+        stall = channel.stream_unary("/lens.executor.v8.Executor/Call")
+        few = [stall.future(headers_only(), metadata=meta) for _ in range(8)]  # (no deadline at all)
+        reply = stub.Call(pb.ToolRequest(tool="read_file", arguments_json='{"path": "."}'), timeout=10, metadata=meta)
+        assert reply.ok, reply
+        rest = [stall.future(headers_only(), metadata=meta, timeout=2) for _ in range(40)]  # every thread held
+        reply = stub.Hello(pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout=30, metadata=meta)
+        assert reply.protocol_version == PROTOCOL_VERSION  # (answered once the 40 calls' deadlines passed)
+        for call in rest:
+            assert call.exception(timeout=10).code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[union-attr]
+        assert not any(call.done() for call in few)
+    finally:
+        hang_up.set()
+        channel.close()
+        stop_process(ex.proc)
