@@ -184,7 +184,11 @@ class ExecutorPool:
     async def _connect_remote(self, project_id: str, workspace: Path) -> Executor:
         assert self.remote is not None
         client = ExecutorClient(self.remote.address, self.remote.token)
-        await client.hello()
+        try:
+            await client.hello()
+        except BaseException:
+            client.close()  # (not left to the garbage collector: its connection stays open until then)
+            raise
         return Executor(project_id, workspace, client, lock=self._lock(None),
                         shared_filesystem=self.remote.shared_filesystem)
 

@@ -35,7 +35,6 @@ from .errors import JobNotFound, JobNotRunning, LensError, SessionGone
 log = logging.getLogger("lens.jobs")
 
 MAX_RUNNING_JOBS = 8  # per session
-MAX_COMMAND_BYTES = 16 * 1024
 OUTPUT_RING_BYTES = 1024 * 1024  # the output kept in memory per job (the latest this many bytes)
 TAIL_BYTES = 4096  # recorded in job.finished and shown in the report
 FINISHED_KEPT = 8  # finished jobs whose full ring stays readable while the actor lives

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
-from .workspace_tools import MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess, check_where_it_leads
+from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess,
+                              check_where_it_leads)
 
 DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
 DEFAULT_READ_BYTES = 16 * 1024
@@ -49,7 +50,7 @@ def _line(job: dict[str, Any]) -> str:
 
 def job_tool(pool: ExecutorAccess) -> ToolSpec:
     from runtime.errors import LensError  # (runtime imports tools; the errors module imports nothing)
-    from runtime.jobs import MAX_COMMAND_BYTES, JobExit
+    from runtime.jobs import JobExit
 
     async def start(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         command = args.get("command")

@@ -20,6 +20,7 @@ from .catalog import within_allowlist
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
+MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 
 
 class ExecutorAccess(Protocol):
@@ -143,6 +144,10 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         ex = await executor(ctx)
         restored: list[str] = []
         async with ex.lock.write():
+            # The edits were judged when they were made; a path may lead elsewhere now (a link
+            # put in its place since). All are judged before any is restored.
+            for e in reversed(edits):
+                await check_where_it_leads(ctx, ex.client, "revert_call", "path", e.path)
             for e in reversed(edits):
                 try:
                     before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None
@@ -168,6 +173,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         command = args.get("command")
         if extra or not isinstance(command, str) or not command.strip():
             raise ToolError("TOOL_ARGUMENTS_INVALID", "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}")
+        if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
+            raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
         timeout = args.get("timeout_ms", 0)
         cap = args.get("max_output_bytes", 0)
         for name, v, hi in (("timeout_ms", timeout, MAX_COMMAND_TIMEOUT_MS), ("max_output_bytes", cap, MAX_COMMAND_OUTPUT)):

@@ -297,6 +297,44 @@ async def test_the_allowlist_judges_where_a_symlink_leads(daemon_factory: Daemon
     assert body["status"] == "ok", body
 
 
+async def test_revert_call_judges_where_its_paths_lead_now(daemon_factory: DaemonFactory) -> None:
+    # revert_call restored the paths of earlier edits unjudged: an edited file (or its directory)
+    # replaced since by a symlink leading out of the allowlist was followed, and the file outside
+    # put back to the edit's "before" bytes (or removed).
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"*": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "src" / "sub").mkdir(parents=True)
+    (ws / "other").mkdir()
+    (ws / "src" / "notes.txt").write_text("original\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "edit_file", {"path": "src/notes.txt", "mode": "rewrite", "content": "changed\n"})
+    assert body["status"] == "ok", body
+    rewrite_id = body["call_id"]
+    body = await run_tool(d, token, sid, "r2", "edit_file", {"path": "src/sub/new.txt", "mode": "create", "content": "new\n"})
+    assert body["status"] == "ok", body
+    create_id = body["call_id"]
+    # Since then: the file, and the directory, moved out of the allowlist, a link left in their place.
+    (ws / "src" / "notes.txt").rename(ws / "other" / "notes.txt")
+    os.symlink("../other/notes.txt", ws / "src" / "notes.txt")
+    (ws / "src" / "sub").rename(ws / "other" / "sub")
+    os.symlink("../other/sub", ws / "src" / "sub")
+    for n, call_id in enumerate((rewrite_id, create_id)):
+        body = await run_tool(d, token, sid, f"v{n}", "revert_call", {"call_id": call_id})
+        assert body["error_code"] == "PATH_NOT_ALLOWED", body
+        assert "other" in body["content"][0]["text"], body
+    assert (ws / "other" / "notes.txt").read_text() == "changed\n"
+    assert (ws / "other" / "sub" / "new.txt").read_text() == "new\n"
+    # Links back into the allowlist: reverted as before.
+    (ws / "src" / "notes.txt").unlink()
+    (ws / "other" / "notes.txt").rename(ws / "src" / "real.txt")
+    os.symlink("real.txt", ws / "src" / "notes.txt")
+    body = await run_tool(d, token, sid, "v2", "revert_call", {"call_id": rewrite_id})
+    assert body["status"] == "ok", body
+    assert (ws / "src" / "real.txt").read_text() == "original\n"
+
+
 async def test_an_allowlist_leaves_job_list_read_and_stop_callable(daemon_factory: DaemonFactory) -> None:
     d = await daemon_factory(config={**FAUX, "tools": {"policy": {"*": {"workspaceAllowlist": ["src"]}}}})
     token = await d.pair("catalog-client", strong=True)

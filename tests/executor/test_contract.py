@@ -6,7 +6,9 @@ import os
 import secrets
 import subprocess
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 import grpc
 import pytest
@@ -16,6 +18,7 @@ from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
 from runtime.executor_client import (ExecutorClient, ExecutorError, ExecutorUnauthenticated,
                                      ExecutorUnavailable, ExecutorVersionMismatch, unary)
+from runtime.executors import RemoteExecutor
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.server import TOKEN_ENV
 
@@ -77,11 +80,10 @@ sys.exit(server.main(sys.argv[2], "127.0.0.1:0", sys.argv[3]))
 """
 
 
-@pytest.mark.parametrize("version", [7, 9])
-async def test_the_pool_refuses_an_executor_process_of_another_version_at_connect(tmp_path: Path, version: int) -> None:
-    from runtime.executors import RemoteExecutor
-
-    from .conftest import running_pool, stop_process
+@asynccontextmanager
+async def other_version_executor(tmp_path: Path, version: int) -> AsyncIterator[RemoteExecutor]:
+    """A real executor process speaking ``version``, as the pool's remote executor."""
+    from .conftest import stop_process
 
     (tmp_path / "ws").mkdir()
     token = secrets.token_urlsafe(32)
@@ -94,16 +96,60 @@ async def test_the_pool_refuses_an_executor_process_of_another_version_at_connec
         with trio.fail_after(20):
             while "listening on" not in out.read_text() or not out.read_text().endswith("\n"):
                 await trio.sleep(0.02)  # bounded poll for the readiness line
-        address = out.read_text().strip().rsplit(" ", 1)[1]
-        remote = RemoteExecutor(address, token)
+        yield RemoteExecutor(out.read_text().strip().rsplit(" ", 1)[1], token)
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.parametrize("version", [7, 9])
+async def test_the_pool_refuses_an_executor_process_of_another_version_at_connect(tmp_path: Path, version: int) -> None:
+    from .conftest import running_pool
+
+    async with other_version_executor(tmp_path, version) as remote:
         async with running_pool(tmp_path / "executors", {"p": tmp_path / "ws"}, remote=remote) as pool:
             for _ in range(2):  # (and again on the next call: nothing half-connected is kept)
                 with pytest.raises(ExecutorVersionMismatch) as info:
                     await pool.get("p")
                 assert info.value.code == "EXECUTOR_VERSION_MISMATCH"
                 assert f"speaks {version}" in str(info.value) and f"caller {PROTOCOL_VERSION}" in str(info.value)
-    finally:
-        stop_process(proc)
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections of this process to ``port`` (grpc dials IPv4 on IPv6 sockets too)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                count += 1
+    return count
+
+
+async def test_the_pool_closes_the_channel_of_an_executor_that_failed_the_handshake(tmp_path: Path) -> None:
+    # The client was left to the garbage collector: while anything held the error (a log, another
+    # error's context), its channel, connection and grpc's threads stayed open.
+    from .conftest import running_pool
+
+    async with other_version_executor(tmp_path, 9) as remote:
+        port = int(remote.address.rsplit(":", 1)[1])
+        kept: list[BaseException] = []
+        async with running_pool(tmp_path / "executors", {"p": tmp_path / "ws"}, remote=remote) as pool:
+            for _ in range(5):
+                with pytest.raises(ExecutorVersionMismatch) as info:
+                    await pool.get("p")
+                kept.append(info.value)
+            with trio.move_on_after(10):
+                while connections_to(port):
+                    await trio.sleep(0.02)  # bounded poll: grpc closes the connection on its own threads
+            assert connections_to(port) == 0
 
 
 @pytest.mark.parametrize("token", ["", "wrong-token-of-some-length", "Bearer"])
@@ -299,6 +345,44 @@ def test_callers_without_the_token_cannot_hold_the_servers_threads(tmp_path: Pat
         assert reply.protocol_version == PROTOCOL_VERSION
         for call in held:
             assert call.exception(timeout=10).code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[union-attr]
+    finally:
+        hang_up.set()
+        channel.close()
+        stop_process(ex.proc)
+
+
+def test_stalled_calls_with_the_token_leave_the_executor_answering_and_end_at_their_deadline(tmp_path: Path) -> None:
+    # A caller with the token that sends a call's headers and never its message holds one of the
+    # 48 server threads (grpc reads a unary request on the thread that will run the handler).
+    # Such callers are Core, whose every call carries a deadline, and grpc ends a call at its
+    # deadline, request or not: a few stalled calls leave the executor answering, and even all
+    # 48 threads held give way when those calls' deadlines pass.
+    import threading
+
+    from .conftest import start_executor, stop_process
+
+    ex = start_executor(tmp_path)
+    meta = (("authorization", f"Bearer {ex.token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
+    hang_up = threading.Event()
+
+    def headers_only():  # a request stream that never sends its message
+        hang_up.wait(60)
+        return
+        yield
+
+    channel = grpc.insecure_channel(ex.address)
+    try:
+        stub = pb_grpc.ExecutorStub(channel)
+        stall = channel.stream_unary("/lens.executor.v8.Executor/Call")
+        few = [stall.future(headers_only(), metadata=meta) for _ in range(8)]  # (no deadline at all)
+        reply = stub.Call(pb.ToolRequest(tool="read_file", arguments_json='{"path": "."}'), timeout=10, metadata=meta)
+        assert reply.ok, reply
+        rest = [stall.future(headers_only(), metadata=meta, timeout=2) for _ in range(40)]  # every thread held
+        reply = stub.Hello(pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout=30, metadata=meta)
+        assert reply.protocol_version == PROTOCOL_VERSION  # (answered once the 40 calls' deadlines passed)
+        for call in rest:
+            assert call.exception(timeout=10).code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[union-attr]
+        assert not any(call.done() for call in few)
     finally:
         hang_up.set()
         channel.close()

@@ -373,6 +373,25 @@ async def test_command_output_that_is_not_utf8_stays_within_the_cap_as_text(loca
         assert info.value.code == "TOOL_ARGUMENTS_INVALID" and "NUL" in info.value.message
 
 
+async def test_a_command_is_at_most_16_kib_as_a_jobs_is(local: tuple[ExecutorPool, Path], tmp_path: Path) -> None:
+    # run_command had no limit of its own (only the registry's 16 MiB on a call's arguments): a
+    # command of megabytes went to the shell, where a job's is refused past 16 KiB.
+    pool, ws = local
+    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    head = "touch ran; echo ok #"
+    edge = head + "é" * ((16 * 1024 - len(head)) // 2)  # (UTF-8 bytes are counted, not characters)
+    assert len(edge.encode()) == 16 * 1024
+    with trio.fail_after(BOUND_S):
+        res = await specs["run_command"].run({"command": edge}, ctx("l1"))
+    assert res.content[0].text == "ok\n\n[exit 0]", res  # type: ignore[union-attr]
+    (ws / "ran").unlink()
+    for n, over in enumerate([edge + "x", head + "é" * (16 * 1024)]):
+        with pytest.raises(ToolError) as info:
+            await specs["run_command"].run({"command": over}, ctx(f"l{n + 2}"))
+        assert info.value.code == "COMMAND_TOO_LONG" and "16384 bytes" in info.value.message
+    assert not (ws / "ran").exists()
+
+
 async def test_commands_never_see_the_credentials_in_the_daemons_environment(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # Provider keys (a provider's apiKeyEnv, the SDKs' own variables, the web search key) stay with the daemon: a
