@@ -188,8 +188,13 @@ class Configure:
     thinking_level: str | None = None
     # Saved per-session settings (``session.configured`` settings: runtime.working_context.SETTINGS).
     settings: dict[str, Any] = field(default_factory=dict)
-    # Set back to the default: "model" (follow the default model chain again), "thinking_level".
+    # Set back to the default: "model" (follow the default model chain again), "thinking_level",
+    # "name" (none) and any key of RESETTABLE_SETTINGS (the saved value dropped).
     reset: tuple[str, ...] = ()
+
+
+# Saved settings a ``Configure`` reset drops: the context settings and the tool policy overrides.
+RESETTABLE_SETTINGS = frozenset([key for key, *_ in wc.SETTINGS] + ["toolPolicy"])
 
 
 @dataclass(frozen=True)
@@ -607,8 +612,10 @@ class SessionActor:
             # Only what changes is recorded: a retried or repeated change writes nothing more.
             model = cmd.model if cmd.model != s.model else None
             level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
-            reset = [name for name, now in (("model", s.model), ("thinking_level", s.thinking_level))
+            # (a reset of what is the default already records nothing either)
+            reset = [name for name, now in (("model", s.model), ("thinking_level", s.thinking_level), ("name", s.name))
                      if name in cmd.reset and now is not None]
+            reset += [key for key in cmd.reset if key in RESETTABLE_SETTINGS and s.settings.get(key) not in (None, {})]
             settings = dict(cmd.settings)
             tool_policy = settings.pop("toolPolicy", None)
             settings = wc.changed_settings(s, settings)
