@@ -282,6 +282,9 @@ class SessionActor:
         # being checked, no job running): a crash after that is not part of a crash loop, and
         # the supervisor counts towards quarantine afresh.
         self.rested = False
+        # Whether an append of this actor was committed: the log could be written, so the
+        # supervisor's back-off after a storage fault starts again from its first wait.
+        self.appended = False
         self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
 
     @property
@@ -458,6 +461,7 @@ class SessionActor:
                 ]
                 res = await self.deps.store.append(*drafts, expected_session_seq=state.last_session_seq)
                 if not res.duplicate:
+                    self.appended = True
                     for draft, seq, sseq in zip(drafts, res.seqs, res.session_seqs):
                         apply(state, StoredEvent(
                             seq, res.ts, draft.project_id, draft.session_id, sseq, draft.agent_id,
