@@ -175,7 +175,8 @@ async def test_null_sets_every_setting_the_patch_takes_back_to_its_default(daemo
                                         "pruneToolResults": "default"}, {})
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"compactionTriggerPercent": None})
     assert r.status_code == 200, r.text
-    assert (await settings_of(d))[2:5:2] == (70, {**{k: "saved" for k in sources}, "compactionTriggerPercent": "config"})
+    after_one = {**{k: "saved" for k in sources}, "compactionTriggerPercent": "config"}
+    assert (await settings_of(d))[2:5:2] == (70, after_one)
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={k: None for k in saved})
     assert r.status_code == 200, r.text
     assert await settings_of(d) == defaults
