@@ -102,7 +102,8 @@ class SessionConfigured(_Event, tag="session.configured"):
     thinking_level: str | None = None
     settings: dict[str, Any] = {}
     # Set back to the default (added later): ``model`` (the session follows the default model
-    # chain again) and/or ``thinking_level`` (none: the provider's default).
+    # chain again), ``thinking_level`` (none: the provider's default), ``name`` (none), and saved
+    # ``settings`` keys (dropped: the config's value, else the built-in one, applies again).
     reset: list[str] = []
 
 

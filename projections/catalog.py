@@ -98,7 +98,7 @@ class SessionsProjection(Projection):
                 if ev.thinking_level is not None:
                     sets.append("thinking_level = ?")
                     args.append(ev.thinking_level)
-                sets += [f"{column} = NULL" for column in ("model", "thinking_level") if column in ev.reset]
+                sets += [f"{column} = NULL" for column in ("model", "thinking_level", "name") if column in ev.reset]
             elif isinstance(ev, t.SessionNamed):
                 sets.append("name = ?")
                 args.append(ev.name)

@@ -332,11 +332,15 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             state.model = None
         if "thinking_level" in ev.reset:
             state.thinking_level = None
+        if "name" in ev.reset:
+            state.name = None
         if ev.settings:
             merged = {**state.settings, **ev.settings}
             if "toolPolicy" in ev.settings:  # (per tool: an entry replaces that tool's, null removes it)
                 merged["toolPolicy"] = merge_tool_policy(state.settings.get("toolPolicy"), ev.settings["toolPolicy"])
             state.settings = merged
+        if any(key in state.settings for key in ev.reset):  # (a saved setting back to the default)
+            state.settings = {k: v for k, v in state.settings.items() if k not in ev.reset}
     elif isinstance(ev, t.SessionNamed):
         state.name = ev.name
     elif isinstance(ev, t.SessionDeleted):

@@ -188,8 +188,13 @@ class Configure:
     thinking_level: str | None = None
     # Saved per-session settings (``session.configured`` settings: runtime.working_context.SETTINGS).
     settings: dict[str, Any] = field(default_factory=dict)
-    # Set back to the default: "model" (follow the default model chain again), "thinking_level".
+    # Set back to the default: "model" (follow the default model chain again), "thinking_level",
+    # "name" (none) and any key of RESETTABLE_SETTINGS (the saved value dropped).
     reset: tuple[str, ...] = ()
+
+
+# Saved settings a ``Configure`` reset drops: the context settings and the tool policy overrides.
+RESETTABLE_SETTINGS = frozenset([key for key, *_ in wc.SETTINGS] + ["toolPolicy"])
 
 
 @dataclass(frozen=True)
@@ -277,6 +282,9 @@ class SessionActor:
         # being checked, no job running): a crash after that is not part of a crash loop, and
         # the supervisor counts towards quarantine afresh.
         self.rested = False
+        # Whether an append of this actor was committed: the log could be written, so the
+        # supervisor's back-off after a storage fault starts again from its first wait.
+        self.appended = False
         self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
 
     @property
@@ -453,6 +461,7 @@ class SessionActor:
                 ]
                 res = await self.deps.store.append(*drafts, expected_session_seq=state.last_session_seq)
                 if not res.duplicate:
+                    self.appended = True
                     for draft, seq, sseq in zip(drafts, res.seqs, res.session_seqs):
                         apply(state, StoredEvent(
                             seq, res.ts, draft.project_id, draft.session_id, sseq, draft.agent_id,
@@ -607,8 +616,10 @@ class SessionActor:
             # Only what changes is recorded: a retried or repeated change writes nothing more.
             model = cmd.model if cmd.model != s.model else None
             level = cmd.thinking_level if cmd.thinking_level != s.thinking_level else None
-            reset = [name for name, now in (("model", s.model), ("thinking_level", s.thinking_level))
+            # (a reset of what is the default already records nothing either)
+            reset = [name for name, now in (("model", s.model), ("thinking_level", s.thinking_level), ("name", s.name))
                      if name in cmd.reset and now is not None]
+            reset += [key for key in cmd.reset if key in RESETTABLE_SETTINGS and s.settings.get(key) not in (None, {})]
             settings = dict(cmd.settings)
             tool_policy = settings.pop("toolPolicy", None)
             settings = wc.changed_settings(s, settings)

@@ -121,20 +121,30 @@ class ForkBody(_B):
 
 
 class SessionPatchBody(_B):
-    """``PATCH /sessions/{id}``: what to change; a field left out stays as it is. ``model`` or
-    ``thinkingLevel`` null sets it back to the default (the default model chain; the provider's
-    default thinking); any other field null stays as it is."""
+    """``PATCH /sessions/{id}``: what to change; a field left out stays as it is, a field given
+    as null goes back to the default: ``model`` (the default model chain), ``thinkingLevel``
+    (the provider's default), ``name`` (none), the context settings (the config's, else the
+    built-in value) and ``toolPolicy`` (every runtime override dropped: the config's policy)."""
 
     model: str | None | msgspec.UnsetType = msgspec.UNSET
     thinking_level: str | None | msgspec.UnsetType = msgspec.UNSET
-    name: str | None = None
+    name: str | None | msgspec.UnsetType = msgspec.UNSET
     # Saved context settings (runtime/working_context.py): they win over the config's.
-    auto_compaction: bool | None = None
-    compaction_trigger_percent: int | None = None
-    prune_tool_results: bool | None = None
+    auto_compaction: bool | None | msgspec.UnsetType = msgspec.UNSET
+    compaction_trigger_percent: int | None | msgspec.UnsetType = msgspec.UNSET
+    prune_tool_results: bool | None | msgspec.UnsetType = msgspec.UNSET
     # Runtime overrides of the tool execution policy (tools/catalog.py), by tool name or pattern:
     # an entry replaces that tool's override, null removes it.
-    tool_policy: dict[str, Any] | None = None
+    tool_policy: dict[str, Any] | None | msgspec.UnsetType = msgspec.UNSET
+
+
+# ``session.configured`` ``reset`` key of each ``PATCH /sessions/{id}`` field null sets back to
+# its default (the context settings' keys are those of runtime.working_context.SETTINGS).
+PATCH_RESETS: tuple[tuple[str, str], ...] = (
+    ("model", "model"), ("thinking_level", "thinking_level"), ("name", "name"),
+    ("auto_compaction", "auto_compaction"), ("compaction_trigger_percent", "compaction_trigger_percent"),
+    ("prune_tool_results", "prune_tool_results"), ("tool_policy", "toolPolicy"),
+)
 
 
 class TextPartIn(msgspec.Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
@@ -513,17 +523,17 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:
-        """Change a session's model, thinking level or name (F-ACT-6): each change is an event
-        (``session.configured``, ``session.named``); a model or thinking level applies from the
-        session's next model request (one already sent keeps what it was sent with). ``model`` or
-        ``thinkingLevel`` null sets it back to the default (``session.configured`` ``reset``)."""
+        """Change a session's model, thinking level, name or saved settings (F-ACT-6): each change
+        is an event (``session.configured``, ``session.named``); a model or thinking level applies
+        from the session's next model request (one already sent keeps what it was sent with). A
+        field given as null is set back to its default (``session.configured`` ``reset``)."""
         require_strong("configure sessions")
         check_id(sid, "session id")
         body = await read_body(SessionPatchBody)
         from .context_api import context_settings
 
         settings = context_settings(body)
-        if body.tool_policy is not None:
+        if isinstance(body.tool_policy, dict):
             from tools.catalog import PolicyError, parse_policy_map, policy_json
 
             try:
@@ -537,19 +547,20 @@ def create_app(svc: Services) -> QuartTrio:
                                           for k, v in body.tool_policy.items()}
         model = body.model if isinstance(body.model, str) else None
         thinking_level = body.thinking_level if isinstance(body.thinking_level, str) else None
-        reset = tuple(name for name, value in (("model", body.model), ("thinking_level", body.thinking_level))
-                      if value is None)  # (null: back to the default; left out: UNSET)
-        if model is None and thinking_level is None and not reset and body.name is None and not settings:
+        name = body.name if isinstance(body.name, str) else None
+        reset = tuple(key for attr, key in PATCH_RESETS
+                      if getattr(body, attr) is None)  # (null: back to the default; left out: UNSET)
+        if model is None and thinking_level is None and not reset and name is None and not settings:
             raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel, name, autoCompaction, "
                                                 "compactionTriggerPercent, pruneToolResults and toolPolicy")
         check_session_settings(model, thinking_level)
-        if body.name is not None:
-            check_name(body.name, "name")
+        if name is not None:
+            check_name(name, "name")
         if model is not None or thinking_level is not None or reset or settings:
             await svc.supervisor.call(sid, a.Configure(model=model, thinking_level=thinking_level,
                                                        settings=settings, reset=reset))
-        if body.name is not None:
-            await svc.supervisor.call(sid, a.Rename(body.name))
+        if name is not None:
+            await svc.supervisor.call(sid, a.Rename(name))
         return json_response(session_view(await svc.supervisor.call(sid, a.GetState())))
 
     @app.delete("/api/v1/sessions/<sid>")

@@ -100,7 +100,7 @@ def context_settings(body: object) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, _field, _kind, _lo, _hi in wc.SETTINGS:
         value = getattr(body, key, None)
-        if value is None:
+        if value is None or value is msgspec.UNSET:  # (null is a reset, left out no change)
             continue
         try:
             wc.check_setting(key, value)

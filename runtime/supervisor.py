@@ -226,6 +226,10 @@ class Supervisor:
                         # The log cannot be written (a full disk, a read-only or failing file
                         # system): no fault of this session, so no step towards quarantine. Its
                         # callers are told to retry; it resumes from the log once writes succeed.
+                        # The wait doubles over faults in a row, and starts again from the first
+                        # once an append went through between them.
+                        if actor.appended:
+                            storage_delay = STORAGE_RETRY_FIRST
                         log.warning("session %s: the event log failed (%s); retrying in %.0f s",
                                     handle.session_id, fault, storage_delay)
                         actor.fail_pending(ActorUnavailable(
@@ -281,7 +285,8 @@ class Supervisor:
 
 
 # A session whose actor failed on the event log itself is restarted after these many seconds,
-# doubling up to the last (it replays, then tries again).
+# doubling up to the last (it replays, then tries again); a fault after an append went through
+# waits the first again.
 STORAGE_RETRY_FIRST = 1.0
 STORAGE_RETRY_MAX = 30.0
 

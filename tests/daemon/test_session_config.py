@@ -4,6 +4,8 @@ the list's status."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from events.store import Draft, open_store
 from events.types import SessionQuarantined
 
@@ -148,6 +150,49 @@ async def test_null_sets_the_model_and_thinking_level_back_to_the_default(daemon
     assert (v["model"], v["thinkingLevel"]) == (None, None)
     r = await d2.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m1", "thinkingLevel": "low"})
     assert (r.json()["model"], r.json()["thinkingLevel"]) == ("faux/m1", "low")
+
+
+async def test_null_sets_every_setting_the_patch_takes_back_to_its_default(daemon_factory):
+    # Only model and thinkingLevel took null; a saved context setting, tool policy or name was
+    # kept for good (null read as "unchanged"): the session could never follow the config again.
+    config = {**CONFIG, "context": {"compaction": {"triggerPercent": 70}}}
+    d = await daemon_factory(config=config)
+    token, sid = await _session(d)
+    saved = {"name": "named", "autoCompaction": False, "compactionTriggerPercent": 50, "pruneToolResults": True,
+             "toolPolicy": {"get_system_time": {"enabled": False}}}
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=saved)
+    assert r.status_code == 200 and r.json()["name"] == "named", r.text
+    sources = (await d.get(f"/sessions/{sid}/context", token)).json()["settings"]["sources"]
+    assert set(sources.values()) == {"saved"}
+
+    async def settings_of(daemon: Daemon) -> tuple[Any, ...]:
+        s = (await daemon.get(f"/sessions/{sid}/context", token)).json()["settings"]
+        inv = (await daemon.get("/tools/inventory", token, params={"session": sid})).json()
+        return ((await daemon.view(token, sid))["name"], s["autoCompaction"], s["compactionTriggerPercent"],
+                s["pruneToolResults"], s["sources"], inv["sessionToolPolicy"])
+
+    defaults = (None, True, 70, False, {"autoCompaction": "default", "compactionTriggerPercent": "config",
+                                        "pruneToolResults": "default"}, {})
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"compactionTriggerPercent": None})
+    assert r.status_code == 200, r.text
+    after_one = {**{k: "saved" for k in sources}, "compactionTriggerPercent": "config"}
+    assert (await settings_of(d))[2:5:2] == (70, after_one)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={k: None for k in saved})
+    assert r.status_code == 200, r.text
+    assert await settings_of(d) == defaults
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={k: None for k in saved})  # (a repeat)
+    assert r.status_code == 200, r.text
+    configured = [e["body"] for e in await d.events(token, sid) if e["kind"] == "session.configured"]
+    assert [(b["settings"], sorted(b["reset"])) for b in configured[1:]] == [
+        ({}, ["compaction_trigger_percent"]),
+        ({}, ["auto_compaction", "name", "prune_tool_results", "toolPolicy"])]
+    assert [s["name"] for s in (await d.get("/sessions", token)).json()["sessions"]] == [None]
+
+    # It is the log's: the same after a restart (replay and the sessions projection alike).
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert await settings_of(d2) == defaults
+    assert [s["name"] for s in (await d2.get("/sessions", token)).json()["sessions"]] == [None]
 
 
 async def test_a_session_is_soft_deleted_by_event(daemon_factory):

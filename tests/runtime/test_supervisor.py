@@ -5,6 +5,7 @@ replay keeps failing, and resumes unfinished work when it starts over an existin
 from __future__ import annotations
 
 import logging
+import subprocess
 
 import apsw
 import pytest
@@ -276,6 +277,38 @@ async def test_crashes_the_session_recovered_from_between_are_not_consecutive(ru
         assert [e.event.status for e in by_kind(evs, "tool.finished")] == ["interrupted"] * 4
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
     assert len(crashes) == 4 and all("crashed (1/3)" in r.getMessage() for r in crashes)
+
+
+def _immutable(paths: list, on: bool) -> bool:
+    flag = "+i" if on else "-i"
+    return all(subprocess.run(["chattr", flag, str(p)], capture_output=True).returncode == 0 for p in paths)
+
+
+async def test_the_storage_back_off_starts_again_once_writes_succeed(runtime_factory, autojump_clock, caplog):
+    # The wait before restarting an actor the event log failed doubled at each fault for the
+    # life of the session's actor, also across faults with good writes between: a fault a day
+    # after the last one waited from where that one had left off (up to 30 s).
+    async with runtime_factory() as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r0", "before")
+        data = rt.store.data_dir
+        # (not events.db-shm: a write to a mapped page of an immutable file is a SIGBUS)
+        locked = [data] + [data / name for name in ("events.db", "events.db-wal")]
+        for fault in range(2):
+            if not _immutable(locked, True):
+                _immutable(locked, False)
+                pytest.skip("chattr +i is not available here: cannot make the event log unwritable")
+            try:
+                for attempt in range(2):  # (the second meets the restarted actor: still failing)
+                    with pytest.raises(ActorUnavailable, match="cannot write its event log"):
+                        await rt.submit(sid, f"f{fault}.{attempt}", "during the fault")
+            finally:
+                _immutable(locked, False)
+            st = await rt.run_to_idle(sid, f"ok{fault}", "after the fault")
+            assert st.agents["main"].items[-1].text == "(faux) You said: after the fault"
+    waits = [r.getMessage().rsplit("retrying in ", 1)[1] for r in caplog.records
+             if r.name == "lens.supervisor" and "the event log failed" in r.getMessage()]
+    assert waits == ["1 s", "2 s", "1 s", "2 s"]
 
 
 async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_clock):
