@@ -1379,3 +1379,27 @@ def test_dashboard_keeps_what_was_typed_while_a_send_was_on_its_way(daemon: Daem
     assert one(driver, "#input").get_attribute("value") == "the next one"
     wait_for(lambda: "(faux) You said: the first message" in committed_answers(driver), "the first message's answer")
     assert texts(driver, "#timeline .msg.user .text") == ["the first message"]
+
+# --------------------------------------------------------------------------- gaps left by the audit
+
+
+def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The "Forget credential" button hid the session pane and left its nodes (the timeline, queue, jobs,
+    usage, recent events…) in the page until another session opened."""
+    driver = browser
+    strong = daemon.pair("dash-forget", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "a private note 7f3a")
+    wait_for(lambda: "(faux) You said: a private note 7f3a" in committed_answers(driver), "the answer")
+    one(driver, "#input").send_keys("a draft 9c1e")
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    page = driver.execute_script("return document.documentElement.outerHTML")
+    for secret in ("7f3a", "9c1e", sid, "faux/faux-1"):
+        assert secret not in page, secret
+    assert one(driver, "#input").get_attribute("value") == ""
+    assert driver.execute_script("return Object.keys(document.body.dataset).filter(k => k !== 'trust' && k !== 'conn')") == []
+    assert console_errors(driver) == []
