@@ -1403,3 +1403,62 @@ def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
     assert one(driver, "#input").get_attribute("value") == ""
     assert driver.execute_script("return Object.keys(document.body.dataset).filter(k => k !== 'trust' && k !== 'conn')") == []
     assert console_errors(driver) == []
+
+
+def test_dashboard_offers_no_send_or_abort_on_a_deleted_session_and_says_why(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """A session another client deleted while it is watched: the composer and "Abort run" were
+    still offered, and the daemon refused each use (`SESSION_DELETED`). They are now disabled,
+    and a note says why."""
+    driver = browser
+    strong = daemon.pair("dash-deleted", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    one(driver, "#input").send_keys("typed before the delete")
+    assert one(driver, "#send").is_enabled() and not any(n.is_displayed() for n in by_css(driver, "#closed-note"))
+    assert daemon.request("DELETE", f"/sessions/{sid}", token=strong)[0] == 200
+    wait_for(lambda: body_data(driver, "sessionStatus") == "deleted", "the session shown deleted")
+    next_frame(driver)
+    assert [n.is_enabled() for n in by_css(driver, "#send, #input, #abort")] == [False, False, False]
+    assert one(driver, "#abort").is_displayed()
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "deleted" in note.text and "no more inputs" in note.text, note.text
+    # Ctrl+Enter sends nothing either (the box is disabled); no refusal was asked for.
+    driver.execute_script("document.getElementById('composer').requestSubmit()")
+    next_frame(driver)
+    assert not by_css(driver, "#errors li[data-code='SESSION_DELETED']")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A watched session whose log is damaged before what the page saw: after a restart its actor
+    cannot replay it, the daemon quarantines it and its view cannot be read
+    (`SESSION_QUARANTINED`). The page kept offering the composer; now it says why it does not."""
+    import sqlite3
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-quarantined", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    d.stop()
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
+                    "WHERE session_id = ? AND kind = 'input.submitted')", (sid,))
+        con.commit()
+    finally:
+        con.close()
+    d.start()
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
+    wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
+    assert not one(driver, "#input").is_enabled()
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    assert one(driver, "#session-status").text == "quarantined"
+    assert console_errors(driver) == []
