@@ -1462,3 +1462,37 @@ def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
     assert note.is_displayed() and "quarantined" in note.text, note.text
     assert one(driver, "#session-status").text == "quarantined"
     assert console_errors(driver) == []
+
+
+def test_dashboard_lists_follow_what_other_clients_make_rename_and_delete(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Another client's new project and session, a rename and a delete show in the lists without
+    ↻: the watched session's own rename as its stream brings it, the rest by a light read of
+    the lists. They showed only after ↻ (or the watched session's next status change)."""
+    driver = browser
+    strong = daemon.pair("dash-lists", strong=True)
+    workspace, elsewhere = tmp_path / "workspace", tmp_path / "elsewhere"
+    workspace.mkdir()
+    elsewhere.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
+    session_row = "#sessions button[data-session-id='{}']".format
+
+    status, other = daemon.request("POST", "/sessions", {"projectId": project, "name": "made elsewhere"}, token=strong)
+    assert status == 201, other
+    wait_for(lambda: "made elsewhere" in one(driver, session_row(other["id"])).text, "another client's session", 20)
+    status, made = daemon.request("POST", "/projects", {"name": "Project made elsewhere", "workspace": str(elsewhere)},
+                                  token=strong)
+    assert status == 201, made
+    wait_for(lambda: by_css(driver, f"#projects button[data-project-id='{made['id']}']"), "another client's project", 20)
+    assert daemon.request("PATCH", f"/sessions/{other['id']}", {"name": "renamed elsewhere"}, token=strong)[0] == 200
+    wait_for(lambda: "renamed elsewhere" in one(driver, session_row(other["id"])).text, "the rename", 20)
+    assert daemon.request("DELETE", f"/sessions/{other['id']}", token=strong)[0] == 200
+    wait_for(lambda: not by_css(driver, session_row(other["id"])), "the deleted session gone from the list", 20)
+    # The watched session's rename arrives on its stream; the list follows it.
+    assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "watched, renamed"}, token=strong)[0] == 200
+    wait_for(lambda: "watched, renamed" in one(driver, session_row(sid)).text, "the watched session's rename", 20)
+    # What the reader chose stays chosen.
+    assert one(driver, "#projects button.selected").get_attribute("data-project-id") == project
+    assert one(driver, "#sessions button.selected").get_attribute("data-session-id") == sid
+    assert console_errors(driver) == []
