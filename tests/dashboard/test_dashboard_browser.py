@@ -1496,3 +1496,56 @@ def test_dashboard_lists_follow_what_other_clients_make_rename_and_delete(
     assert one(driver, "#projects button.selected").get_attribute("data-project-id") == project
     assert one(driver, "#sessions button.selected").get_attribute("data-session-id") == sid
     assert console_errors(driver) == []
+
+
+def test_dashboard_jobs_panel_reads_a_jobs_output_and_stops_it(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job's card offers its output (any credential) and, while it runs, a Stop button (strong
+    trust). The panel showed neither, though the daemon has `GET …/jobs/{jobId}` and `POST …/stop`."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]}))
+    strong = d.pair("dash-jobs", strong=True)
+    readonly = d.pair("dash-jobs-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "running" in one(driver, card).text, "the running job")
+    job_id = one(driver, card).get_attribute("data-job-id")
+
+    def output_reads_hello() -> bool:
+        pre = by_css(driver, f"{card} .job-out pre")
+        if pre and "job says hello" in pre[0].text:
+            return True
+        more = by_css(driver, f"{card} button.job-more") or ([] if pre else by_css(driver, f"{card} button.job-output"))
+        if more:
+            more[0].click()
+        return False
+
+    # A read-only reader reads the output, and is offered no Stop (the note says it needs strong trust).
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: by_css(driver, f"{card} button.job-output"), "the job's card, read-only")
+    wait_for(output_reads_hello, "the job's output, read-only")
+    assert not any(b.is_displayed() for b in by_css(driver, f"{card} button.job-stop"))
+    assert "stopping jobs" in one(driver, "#read-only-note").text
+    status, body = d.request("POST", f"/sessions/{sid}/jobs/{job_id}/stop", {}, token=readonly)
+    assert status == 403, body
+
+    # Strong trust: Stop ends it (recorded as stopped by request), and the card says so.
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, strong)
+    click(driver, f"#sessions button[data-session-id='{sid}']")
+    wait_for(lambda: by_css(driver, f"{card} button.job-stop"), "the Stop button")
+    click(driver, f"{card} button.job-stop")
+    wait_for(lambda: "stopped" in one(driver, card).text, "the stopped job", 20)
+    jobs = d.request("GET", f"/sessions/{sid}/jobs", token=strong)[1]["jobs"]
+    assert [(j["jobId"], j["status"], j["reason"]) for j in jobs] == [(job_id, "stopped", "stopped by request")], jobs
+    assert not by_css(driver, f"{card} button.job-stop")
+    # A stopped job's output is still there to read, to its end.
+    wait_for(output_reads_hello, "the stopped job's output")
+    assert not by_css(driver, f"{card} button.job-more")
+    assert not by_css(driver, "#errors li")
+    assert console_errors(driver) == []
