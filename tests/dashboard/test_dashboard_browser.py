@@ -1379,3 +1379,173 @@ def test_dashboard_keeps_what_was_typed_while_a_send_was_on_its_way(daemon: Daem
     assert one(driver, "#input").get_attribute("value") == "the next one"
     wait_for(lambda: "(faux) You said: the first message" in committed_answers(driver), "the first message's answer")
     assert texts(driver, "#timeline .msg.user .text") == ["the first message"]
+
+# --------------------------------------------------------------------------- gaps left by the audit
+
+
+def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The "Forget credential" button hid the session pane and left its nodes (the timeline, queue, jobs,
+    usage, recent events…) in the page until another session opened."""
+    driver = browser
+    strong = daemon.pair("dash-forget", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "a private note 7f3a")
+    wait_for(lambda: "(faux) You said: a private note 7f3a" in committed_answers(driver), "the answer")
+    one(driver, "#input").send_keys("a draft 9c1e")
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    page = driver.execute_script("return document.documentElement.outerHTML")
+    for secret in ("7f3a", "9c1e", sid, "faux/faux-1"):
+        assert secret not in page, secret
+    assert one(driver, "#input").get_attribute("value") == ""
+    assert driver.execute_script("return Object.keys(document.body.dataset).filter(k => k !== 'trust' && k !== 'conn')") == []
+    assert console_errors(driver) == []
+
+
+def test_dashboard_offers_no_send_or_abort_on_a_deleted_session_and_says_why(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """A session another client deleted while it is watched: the composer and "Abort run" were
+    still offered, and the daemon refused each use (`SESSION_DELETED`). They are now disabled,
+    and a note says why."""
+    driver = browser
+    strong = daemon.pair("dash-deleted", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    one(driver, "#input").send_keys("typed before the delete")
+    assert one(driver, "#send").is_enabled() and not any(n.is_displayed() for n in by_css(driver, "#closed-note"))
+    assert daemon.request("DELETE", f"/sessions/{sid}", token=strong)[0] == 200
+    wait_for(lambda: body_data(driver, "sessionStatus") == "deleted", "the session shown deleted")
+    next_frame(driver)
+    assert [n.is_enabled() for n in by_css(driver, "#send, #input, #abort")] == [False, False, False]
+    assert one(driver, "#abort").is_displayed()
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "deleted" in note.text and "no more inputs" in note.text, note.text
+    # Ctrl+Enter sends nothing either (the box is disabled); no refusal was asked for.
+    driver.execute_script("document.getElementById('composer').requestSubmit()")
+    next_frame(driver)
+    assert not by_css(driver, "#errors li[data-code='SESSION_DELETED']")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A watched session whose log is damaged before what the page saw: after a restart its actor
+    cannot replay it, the daemon quarantines it and its view cannot be read
+    (`SESSION_QUARANTINED`). The page kept offering the composer; now it says why it does not."""
+    import sqlite3
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-quarantined", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    d.stop()
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
+                    "WHERE session_id = ? AND kind = 'input.submitted')", (sid,))
+        con.commit()
+    finally:
+        con.close()
+    d.start()
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
+    wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
+    assert not one(driver, "#input").is_enabled()
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    assert one(driver, "#session-status").text == "quarantined"
+    assert console_errors(driver) == []
+
+
+def test_dashboard_lists_follow_what_other_clients_make_rename_and_delete(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Another client's new project and session, a rename and a delete show in the lists without
+    ↻: the watched session's own rename as its stream brings it, the rest by a light read of
+    the lists. They showed only after ↻ (or the watched session's next status change)."""
+    driver = browser
+    strong = daemon.pair("dash-lists", strong=True)
+    workspace, elsewhere = tmp_path / "workspace", tmp_path / "elsewhere"
+    workspace.mkdir()
+    elsewhere.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
+    session_row = "#sessions button[data-session-id='{}']".format
+
+    status, other = daemon.request("POST", "/sessions", {"projectId": project, "name": "made elsewhere"}, token=strong)
+    assert status == 201, other
+    wait_for(lambda: "made elsewhere" in one(driver, session_row(other["id"])).text, "another client's session", 20)
+    status, made = daemon.request("POST", "/projects", {"name": "Project made elsewhere", "workspace": str(elsewhere)},
+                                  token=strong)
+    assert status == 201, made
+    wait_for(lambda: by_css(driver, f"#projects button[data-project-id='{made['id']}']"), "another client's project", 20)
+    assert daemon.request("PATCH", f"/sessions/{other['id']}", {"name": "renamed elsewhere"}, token=strong)[0] == 200
+    wait_for(lambda: "renamed elsewhere" in one(driver, session_row(other["id"])).text, "the rename", 20)
+    assert daemon.request("DELETE", f"/sessions/{other['id']}", token=strong)[0] == 200
+    wait_for(lambda: not by_css(driver, session_row(other["id"])), "the deleted session gone from the list", 20)
+    # The watched session's rename arrives on its stream; the list follows it.
+    assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "watched, renamed"}, token=strong)[0] == 200
+    wait_for(lambda: "watched, renamed" in one(driver, session_row(sid)).text, "the watched session's rename", 20)
+    # What the reader chose stays chosen.
+    assert one(driver, "#projects button.selected").get_attribute("data-project-id") == project
+    assert one(driver, "#sessions button.selected").get_attribute("data-session-id") == sid
+    assert console_errors(driver) == []
+
+
+def test_dashboard_jobs_panel_reads_a_jobs_output_and_stops_it(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job's card offers its output (any credential) and, while it runs, a Stop button (strong
+    trust). The panel showed neither, though the daemon has `GET …/jobs/{jobId}` and `POST …/stop`."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]}))
+    strong = d.pair("dash-jobs", strong=True)
+    readonly = d.pair("dash-jobs-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "running" in one(driver, card).text, "the running job")
+    job_id = one(driver, card).get_attribute("data-job-id")
+
+    def output_reads_hello() -> bool:
+        pre = by_css(driver, f"{card} .job-out pre")
+        if pre and "job says hello" in pre[0].text:
+            return True
+        more = by_css(driver, f"{card} button.job-more") or ([] if pre else by_css(driver, f"{card} button.job-output"))
+        if more:
+            more[0].click()
+        return False
+
+    # A read-only reader reads the output, and is offered no Stop (the note says it needs strong trust).
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: by_css(driver, f"{card} button.job-output"), "the job's card, read-only")
+    wait_for(output_reads_hello, "the job's output, read-only")
+    assert not any(b.is_displayed() for b in by_css(driver, f"{card} button.job-stop"))
+    assert "stopping jobs" in one(driver, "#read-only-note").text
+    status, body = d.request("POST", f"/sessions/{sid}/jobs/{job_id}/stop", {}, token=readonly)
+    assert status == 403, body
+
+    # Strong trust: Stop ends it (recorded as stopped by request), and the card says so.
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, strong)
+    click(driver, f"#sessions button[data-session-id='{sid}']")
+    wait_for(lambda: by_css(driver, f"{card} button.job-stop"), "the Stop button")
+    click(driver, f"{card} button.job-stop")
+    wait_for(lambda: "stopped" in one(driver, card).text, "the stopped job", 20)
+    jobs = d.request("GET", f"/sessions/{sid}/jobs", token=strong)[1]["jobs"]
+    assert [(j["jobId"], j["status"], j["reason"]) for j in jobs] == [(job_id, "stopped", "stopped by request")], jobs
+    assert not by_css(driver, f"{card} button.job-stop")
+    # A stopped job's output is still there to read, to its end.
+    wait_for(output_reads_hello, "the stopped job's output")
+    assert not by_css(driver, f"{card} button.job-more")
+    assert not by_css(driver, "#errors li")
+    assert console_errors(driver) == []
