@@ -317,3 +317,20 @@ def test_a_command_stream_always_has_a_deadline():
     assert run_deadline_s(0) == DEFAULT_TIMEOUT_MS / 1000 + RUN_DEADLINE_MARGIN_S
     assert run_deadline_s(1) == 0.001 + RUN_DEADLINE_MARGIN_S
     assert run_deadline_s(3_600_000) == 3600 + RUN_DEADLINE_MARGIN_S
+
+
+def test_a_burst_of_signals_stops_the_executor(tmp_path: Path) -> None:
+    """SIGTERMs in a burst (the daemon closes the lifeline and terminates together; an operator's
+    repeated Ctrl-C) stop the executor. A handler that set the stop event could be interrupted by
+    the next signal inside that event's lock, and its nested handler then waited for the lock
+    for ever: the executor outlived its daemon."""
+    for n in range(3):
+        ex = start_executor(tmp_path / f"x{n}")
+        try:
+            for _ in range(200):
+                ex.proc.send_signal(signal.SIGTERM)
+            assert ex.proc.wait(timeout=30) == 0
+        finally:
+            if ex.proc.poll() is None:
+                ex.proc.kill()
+                ex.proc.wait(timeout=5)

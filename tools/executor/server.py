@@ -294,8 +294,7 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
               f"pass --state with a directory outside {workspace}")
         return 2
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    _stop_on_signals(stop)
     if exit_with_stdin:
         threading.Thread(target=_stop_at_end_of_stdin, args=(stop,), name="lens-executor-lifeline",
                          daemon=True).start()
@@ -322,6 +321,34 @@ def _is_host_port(listen: str) -> bool:
     and a bracketed IPv6 host (in a bare one, which colon starts the port is a guess)."""
     parts = split_host_port(listen)
     return parts is not None and bool(parts[0]) and not any(ch.isspace() or ch in "\0/" for ch in parts[0])
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """Set ``stop`` on SIGTERM or SIGINT, from a thread, never from a signal handler.
+
+    A handler that set the event ran in the main thread, which waits on that event: a signal
+    landing while the main thread held the event's lock (it had just been woken by the stdin
+    lifeline, and the daemon closes stdin and sends SIGTERM together) made the handler wait for
+    that lock for ever, and the executor outlived its daemon. Now the handlers do nothing; the
+    interpreter writes each signal's number to a pipe (``signal.set_wakeup_fd``, in C, taking no
+    lock) and a thread reading that pipe sets ``stop``."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(write_end, False)  # (the interpreter requires it: a full pipe drops a byte)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: None)
+
+    def watch() -> None:
+        while True:
+            got = os.read(read_end, 64)
+            if not got or any(b in STOP_SIGNALS for b in got):  # (other signals' numbers come too)
+                stop.set()
+                return
+
+    threading.Thread(target=watch, name="lens-executor-signals", daemon=True).start()
 
 
 def _stop_at_end_of_stdin(stop: threading.Event) -> None:
