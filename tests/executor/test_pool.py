@@ -538,3 +538,29 @@ def test_an_executor_told_to_exit_with_its_standard_input_does(tmp_path: Path) -
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_the_allowlist_judges_a_path_leading_to_a_name_that_is_not_utf8(local: tuple[ExecutorPool, Path],
+                                                                              tmp_path: Path) -> None:
+    # The executor's resolve answered with the name a symlink leads to, and a name that is not
+    # UTF-8 could not be sent: every call through such a link was refused INVALID_ARGUMENT
+    # ("arguments are not usable JSON"), inside the allowlist as outside it.
+    import dataclasses
+
+    pool, ws = local
+    root = os.fsencode(ws)
+    os.makedirs(root + b"/src/\xff")
+    (Path(os.fsdecode(root + b"/src/\xff")) / "f.txt").write_text("inside\n")
+    os.makedirs(root + b"/\xfe")
+    (Path(os.fsdecode(root + b"/\xfe")) / "f.txt").write_text("outside\n")
+    os.symlink(b"\xff", root + b"/src/in")
+    os.symlink(b"../\xfe", root + b"/src/out")
+    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    allowed = dataclasses.replace(ctx("u1"), workspace_allowlist=["src"])
+    with trio.fail_after(BOUND_S):
+        res = await specs["read_file"].run({"path": "src/in/f.txt"}, allowed)
+        assert res.content[0].text == "inside\n", res  # type: ignore[union-attr]
+        with pytest.raises(ToolError) as info:
+            await specs["read_file"].run({"path": "src/out/f.txt"}, dataclasses.replace(allowed, call_id="u2"))
+    assert info.value.code == "PATH_NOT_ALLOWED" and "\\udcfe/f.txt" in info.value.message, info.value
+    info.value.message.encode("utf-8")  # (the name is escaped: the message can be recorded)

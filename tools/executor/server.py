@@ -158,7 +158,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             out_json = ws.browse_list(**args) if tool == "browse_list" else ws.browse_read(**args)
             return pb.ToolReply(ok=True, result_json=json.dumps(out_json, ensure_ascii=False))
         if tool == "resolve":  # where a path leads (the Core's workspace allowlist judges that)
-            return pb.ToolReply(ok=True, result_json=json.dumps(ws.resolve_path(**args), ensure_ascii=False))
+            # (escaped: a name read from the disk need not be UTF-8, and a link may lead to it)
+            return pb.ToolReply(ok=True, result_json=json.dumps(ws.resolve_path(**args)))
         if tool == "view_image":
             data, mime = ws.view_image(**args)
             return pb.ToolReply(ok=True, data=data, mime=mime,
