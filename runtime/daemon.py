@@ -204,13 +204,14 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         async with trio.open_nursery() as root:
             await root.start(store.run)  # outlives the services: drains their last appends
+            # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
+            # projections' first catch-up refolds the whole log after an upgrade: a minute for
+            # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT,
+            # once that catch-up was done) or a kill (SIGTERM). The receiver is not one of the
+            # services: it stays while they stop (an MCP server slow to exit is waited for).
+            grace = trio.CancelScope()  # the wait for requests in progress at shutdown
+            signals: trio.CancelScope = await root.start(_signals, stop, grace)
             async with trio.open_nursery() as services:
-                # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
-                # projections' first catch-up refolds the whole log after an upgrade: a minute for
-                # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT,
-                # once that catch-up was done) or a kill (SIGTERM).
-                grace = trio.CancelScope()  # the wait for requests in progress at shutdown
-                await services.start(_signals, stop, grace)
                 starting = trio.CancelScope()  # (cancelled once the daemon serves)
                 services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
                 await services.start(projections.run)
@@ -277,6 +278,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 with trio.move_on_after(1):
                     await http_done.wait()
                 services.cancel_scope.cancel()
+            signals.cancel()  # (the services have ended)
             store.close_writer()
         await catalog.aclose()
         say("lens: stopped")
@@ -429,12 +431,13 @@ async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services:
 
 
 async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
-                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                   task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
     """The first SIGINT or SIGTERM sets ``stop``; any later one cancels ``grace``, the shutdown's
     wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open until the
-    services end: a second signal was a traceback (SIGINT) or a kill (SIGTERM)."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()  # (before the daemon says it listens: a SIGTERM right after is ours)
+    services end (the caller cancels the scope it is started with then): a second signal was a
+    traceback (SIGINT) or a kill (SIGTERM)."""
+    with trio.CancelScope() as scope, trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
             if stop.is_set():
                 grace.cancel()

@@ -13,6 +13,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
@@ -299,6 +300,41 @@ async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig
             stderr = (tmp_path / "serve-0.err").read_text()
             assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
             assert "1 request(s) still in progress" in stderr and daemon.lines[-1] == "lens: stopped"
+        finally:
+            daemon.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_second_signal_while_the_services_stop_is_the_daemons(tmp_path: Path, sig: signal.Signals):
+    # Once the services were cancelled, the signal receiver was gone with them, yet stopping them
+    # can take seconds: an MCP server that outlives its closed stdin and SIGTERM is waited for
+    # (1 s, then 2 s) before it is killed. A second Ctrl-C then was a traceback, a second SIGTERM
+    # a kill, the store's last drain skipped. The server here says when its SIGTERM came.
+    stopping = tmp_path / "mcp-got-sigterm"
+    server = Path(__file__).resolve().parents[1] / "mcp" / "server.py"
+    script = f'trap "touch {stopping}" TERM; "{sys.executable}" "{server}"; while :; do sleep 0.05; done'
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(
+        {"mcpServers": {"stubborn": {"command": "sh", "args": ["-c", script]}}}))
+    daemon = ServeProcess(tmp_path)
+    async with trio.open_nursery() as nursery:
+        try:
+            await daemon.run(nursery)
+            assert daemon.proc is not None
+            daemon.proc.send_signal(sig)
+
+            async def services_stopping() -> bool:
+                return stopping.exists()
+
+            await wait_until(services_stopping, LIMIT, "the MCP server's SIGTERM")
+            daemon.proc.send_signal(sig)
+            with trio.fail_after(LIMIT):
+                code = await daemon.proc.wait()
+                await daemon.stdout_closed.wait()
+            daemon.stderr.close()
+            stderr = (tmp_path / "serve-0.err").read_text()
+            assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
+            assert daemon.lines[-1] == "lens: stopped"
         finally:
             daemon.kill()
 
