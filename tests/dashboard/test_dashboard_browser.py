@@ -1549,3 +1549,50 @@ def test_dashboard_jobs_panel_reads_a_jobs_output_and_stops_it(
     assert not by_css(driver, f"{card} button.job-more")
     assert not by_css(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+# --------------------------------------------------------------------------- review of the changes made beside the audits
+
+
+def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_and_shows_nothing_of_another(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A quarantined session whose view cannot be read (`SESSION_QUARANTINED`), opened from the
+    list while another session is watched. Only a watched session's refresh marked it: opened
+    from the list, the pane went on showing the other session (its title, status, queue) while
+    the composer, enabled and with no note, sent to the quarantined one."""
+    import sqlite3
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-quarantined-open", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    damaged = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    click(driver, "#new-session button")
+    other = wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]"
+        " && b.dataset.sessionId", damaged), "the other session")
+    wait_for(lambda: one(driver, "#session-title").text == other and body_data(driver, "conn") == "live", "it watched")
+    d.stop()
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
+                    "WHERE session_id = ? AND kind = 'input.submitted')", (damaged,))
+        con.commit()
+    finally:
+        con.close()
+    d.start()
+    wait_for(lambda: d.request("GET", f"/sessions/{damaged}", token=strong)[1]["error"]["code"] == "SESSION_QUARANTINED",
+             "the session quarantined", 20)
+    wait_for(lambda: body_data(driver, "conn") == "live", "the other session watched again", 20)
+    click(driver, f"#sessions button[data-session-id='{damaged}']")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it")
+    wait_for(lambda: one(driver, "#session-status").text == "quarantined", "the session shown quarantined")
+    assert one(driver, "#session-title").text == damaged
+    assert other not in driver.execute_script("return document.getElementById('session').textContent")
+    assert [n.is_enabled() for n in by_css(driver, "#send, #input")] == [False, False]
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    assert console_errors(driver) == []
