@@ -1596,3 +1596,37 @@ def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_an
     note = one(driver, "#closed-note")
     assert note.is_displayed() and "quarantined" in note.text, note.text
     assert console_errors(driver) == []
+
+
+def test_dashboard_reads_a_jobs_output_once_when_read_more_is_clicked_twice(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A second click on "Read more" before the first read's answer asked for the same bytes again,
+    and the page appended both answers: the output showed that part twice."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "seq 1 20000"}}]}))
+    strong = d.pair("dash-jobs-twice", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
+    click(driver, f"{card} button.job-output")
+    wait_for(lambda: by_css(driver, f"{card} button.job-more"), "the first part of its output (108,894 bytes: two reads)")
+    driver.execute_script("""
+        window.jobReads = 0;
+        const realText = Response.prototype.text;
+        Response.prototype.text = async function () {
+          const text = await realText.call(this);
+          // (counted once the page has handled the answer: a task runs after the page's await)
+          if (this.url.includes('/jobs/')) setTimeout(() => { window.jobReads++; }, 0);
+          return text;
+        };
+        const more = document.querySelector('#jobs li.card button.job-more');
+        more.click(); more.click();""")
+    wait_for(lambda: driver.execute_script("return window.jobReads") == 2, "both reads answered")
+    shown = one(driver, f"{card} .job-out pre").get_attribute("textContent")
+    assert shown == "".join(f"{i}\n" for i in range(1, 20001)), (len(shown), shown.count("\n19999\n"))
+    assert not by_css(driver, f"{card} button.job-more")
+    assert console_errors(driver) == []
