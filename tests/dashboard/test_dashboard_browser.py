@@ -1630,3 +1630,42 @@ def test_dashboard_reads_a_jobs_output_once_when_read_more_is_clicked_twice(
     assert shown == "".join(f"{i}\n" for i in range(1, 20001)), (len(shown), shown.count("\n19999\n"))
     assert not by_css(driver, f"{card} button.job-more")
     assert console_errors(driver) == []
+
+
+HOLD_NEXT_SESSIONS_READ = """
+    let hidden = false;   // (the page then reads the lists only when asked: no light read every 5 s)
+    Object.defineProperty(document, 'hidden', {configurable: true, get: () => hidden});
+    window.hidePage = () => { hidden = true; };
+    const real = window.fetch;
+    let release; const gate = new Promise((r) => { release = r; });
+    window.releaseSessionsRead = () => release();
+    window.sessionsReadHeld = false;
+    window.fetch = async (...args) => {
+      const held = !window.sessionsReadHeld && String(args[0]).includes('/sessions?project=');
+      if (held) window.sessionsReadHeld = true;
+      const r = await real(...args);
+      if (held) { window.sessionsReadAnswered = true; await gate; }
+      return r;
+    };"""
+
+
+def test_dashboard_lists_follow_a_rename_that_arrives_during_a_light_read(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The watched session renamed while the lists' light read is on its way: the rename's frame
+    asked for the lists again, and was dropped because a read was on its way; that read's answer
+    (from before the rename) was shown, and the old name stayed until the next light read (never,
+    in a tab in the background)."""
+    driver = browser
+    strong = daemon.pair("dash-rename-race", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    driver.execute_script(HOLD_NEXT_SESSIONS_READ)
+    wait_for(lambda: driver.execute_script("return window.sessionsReadAnswered === true"), "a light read answered", 20)
+    driver.execute_script("window.hidePage()")
+    assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "renamed meanwhile"}, token=strong)[0] == 200
+    wait_for(lambda: one(driver, "#session-title").text == "renamed meanwhile", "the rename's frame")
+    driver.execute_script("window.releaseSessionsRead()")
+    wait_for(lambda: "renamed meanwhile" in one(driver, f"#sessions button[data-session-id='{sid}']").text,
+             "the rename in the list")
+    assert console_errors(driver) == []
