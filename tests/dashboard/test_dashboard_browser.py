@@ -1398,7 +1398,7 @@ def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
     click(driver, "#disconnect")
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
     page = driver.execute_script("return document.documentElement.outerHTML")
-    for secret in ("7f3a", "9c1e", sid, "faux/faux-1"):
+    for secret in ("7f3a", "9c1e", sid, "faux/faux-1", "dash-forget"):   # (the last: the client id)
         assert secret not in page, secret
     assert one(driver, "#input").get_attribute("value") == ""
     assert driver.execute_script("return Object.keys(document.body.dataset).filter(k => k !== 'trust' && k !== 'conn')") == []
