@@ -1644,8 +1644,15 @@ HOLD_NEXT_SESSIONS_READ = """
       const held = !window.sessionsReadHeld && String(args[0]).includes('/sessions?project=');
       if (held) window.sessionsReadHeld = true;
       const r = await real(...args);
-      if (held) { window.sessionsReadAnswered = true; await gate; }
+      if (held) { window.sessionsReadAnswered = true; await gate; r.held = true; }
       return r;
+    };
+    const realText = Response.prototype.text;
+    Response.prototype.text = async function () {
+      const text = await realText.call(this);
+      // (set once the page has handled the held answer: a task runs after the page's await)
+      if (this.held) setTimeout(() => { window.heldReadHandled = true; }, 0);
+      return text;
     };"""
 
 
@@ -1668,4 +1675,27 @@ def test_dashboard_lists_follow_a_rename_that_arrives_during_a_light_read(
     driver.execute_script("window.releaseSessionsRead()")
     wait_for(lambda: "renamed meanwhile" in one(driver, f"#sessions button[data-session-id='{sid}']").text,
              "the rename in the list")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_keeps_a_session_it_made_while_a_light_read_was_on_its_way(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """"New session" while the lists' light read is on its way: the page read the list for the
+    new session, then the light read's answer, from before it, replaced that list, and the session
+    the page had just opened (and selected) left the list until the next light read."""
+    driver = browser
+    strong = daemon.pair("dash-new-race", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    first = open_new_session(driver, daemon, strong, workspace)
+    driver.execute_script(HOLD_NEXT_SESSIONS_READ)
+    wait_for(lambda: driver.execute_script("return window.sessionsReadAnswered === true"), "a light read answered", 20)
+    driver.execute_script("window.hidePage()")
+    click(driver, "#new-session button")
+    made = wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]"
+        " && b.dataset.sessionId", first), "the new session listed and selected")
+    driver.execute_script("window.releaseSessionsRead()")
+    wait_for(lambda: driver.execute_script("return window.heldReadHandled === true"), "the light read's answer handled")
+    assert by_css(driver, f"#sessions button.selected[data-session-id='{made}']"), texts(driver, "#sessions button")
     assert console_errors(driver) == []
