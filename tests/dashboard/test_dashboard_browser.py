@@ -1398,7 +1398,7 @@ def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
     click(driver, "#disconnect")
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
     page = driver.execute_script("return document.documentElement.outerHTML")
-    for secret in ("7f3a", "9c1e", sid, "faux/faux-1"):
+    for secret in ("7f3a", "9c1e", sid, "faux/faux-1", "dash-forget"):   # (the last: the client id)
         assert secret not in page, secret
     assert one(driver, "#input").get_attribute("value") == ""
     assert driver.execute_script("return Object.keys(document.body.dataset).filter(k => k !== 'trust' && k !== 'conn')") == []
@@ -1548,4 +1548,154 @@ def test_dashboard_jobs_panel_reads_a_jobs_output_and_stops_it(
     wait_for(output_reads_hello, "the stopped job's output")
     assert not by_css(driver, f"{card} button.job-more")
     assert not by_css(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+# --------------------------------------------------------------------------- review of the changes made beside the audits
+
+
+def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_and_shows_nothing_of_another(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A quarantined session whose view cannot be read (`SESSION_QUARANTINED`), opened from the
+    list while another session is watched. Only a watched session's refresh marked it: opened
+    from the list, the pane went on showing the other session (its title, status, queue) while
+    the composer, enabled and with no note, sent to the quarantined one."""
+    import sqlite3
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-quarantined-open", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    damaged = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    click(driver, "#new-session button")
+    other = wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]"
+        " && b.dataset.sessionId", damaged), "the other session")
+    wait_for(lambda: one(driver, "#session-title").text == other and body_data(driver, "conn") == "live", "it watched")
+    d.stop()
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
+                    "WHERE session_id = ? AND kind = 'input.submitted')", (damaged,))
+        con.commit()
+    finally:
+        con.close()
+    d.start()
+    wait_for(lambda: d.request("GET", f"/sessions/{damaged}", token=strong)[1]["error"]["code"] == "SESSION_QUARANTINED",
+             "the session quarantined", 20)
+    wait_for(lambda: body_data(driver, "conn") == "live", "the other session watched again", 20)
+    click(driver, f"#sessions button[data-session-id='{damaged}']")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it")
+    wait_for(lambda: one(driver, "#session-status").text == "quarantined", "the session shown quarantined")
+    assert one(driver, "#session-title").text == damaged
+    assert other not in driver.execute_script("return document.getElementById('session').textContent")
+    assert [n.is_enabled() for n in by_css(driver, "#send, #input")] == [False, False]
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    assert console_errors(driver) == []
+
+
+def test_dashboard_reads_a_jobs_output_once_when_read_more_is_clicked_twice(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A second click on "Read more" before the first read's answer asked for the same bytes again,
+    and the page appended both answers: the output showed that part twice."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "seq 1 20000"}}]}))
+    strong = d.pair("dash-jobs-twice", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
+    click(driver, f"{card} button.job-output")
+    wait_for(lambda: by_css(driver, f"{card} button.job-more"), "the first part of its output (108,894 bytes: two reads)")
+    driver.execute_script("""
+        window.jobReads = 0;
+        const realText = Response.prototype.text;
+        Response.prototype.text = async function () {
+          const text = await realText.call(this);
+          // (counted once the page has handled the answer: a task runs after the page's await)
+          if (this.url.includes('/jobs/')) setTimeout(() => { window.jobReads++; }, 0);
+          return text;
+        };
+        const more = document.querySelector('#jobs li.card button.job-more');
+        more.click(); more.click();""")
+    wait_for(lambda: driver.execute_script("return window.jobReads") == 2, "both reads answered")
+    shown = one(driver, f"{card} .job-out pre").get_attribute("textContent")
+    assert shown == "".join(f"{i}\n" for i in range(1, 20001)), (len(shown), shown.count("\n19999\n"))
+    assert not by_css(driver, f"{card} button.job-more")
+    assert console_errors(driver) == []
+
+
+HOLD_NEXT_SESSIONS_READ = """
+    let hidden = false;   // (the page then reads the lists only when asked: no light read every 5 s)
+    Object.defineProperty(document, 'hidden', {configurable: true, get: () => hidden});
+    window.hidePage = () => { hidden = true; };
+    const real = window.fetch;
+    let release; const gate = new Promise((r) => { release = r; });
+    window.releaseSessionsRead = () => release();
+    window.sessionsReadHeld = false;
+    window.fetch = async (...args) => {
+      const held = !window.sessionsReadHeld && String(args[0]).includes('/sessions?project=');
+      if (held) window.sessionsReadHeld = true;
+      const r = await real(...args);
+      if (held) { window.sessionsReadAnswered = true; await gate; r.held = true; }
+      return r;
+    };
+    const realText = Response.prototype.text;
+    Response.prototype.text = async function () {
+      const text = await realText.call(this);
+      // (set once the page has handled the held answer: a task runs after the page's await)
+      if (this.held) setTimeout(() => { window.heldReadHandled = true; }, 0);
+      return text;
+    };"""
+
+
+def test_dashboard_lists_follow_a_rename_that_arrives_during_a_light_read(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The watched session renamed while the lists' light read is on its way: the rename's frame
+    asked for the lists again, and was dropped because a read was on its way; that read's answer
+    (from before the rename) was shown, and the old name stayed until the next light read (never,
+    in a tab in the background)."""
+    driver = browser
+    strong = daemon.pair("dash-rename-race", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    driver.execute_script(HOLD_NEXT_SESSIONS_READ)
+    wait_for(lambda: driver.execute_script("return window.sessionsReadAnswered === true"), "a light read answered", 20)
+    driver.execute_script("window.hidePage()")
+    assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "renamed meanwhile"}, token=strong)[0] == 200
+    wait_for(lambda: one(driver, "#session-title").text == "renamed meanwhile", "the rename's frame")
+    driver.execute_script("window.releaseSessionsRead()")
+    wait_for(lambda: "renamed meanwhile" in one(driver, f"#sessions button[data-session-id='{sid}']").text,
+             "the rename in the list")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_keeps_a_session_it_made_while_a_light_read_was_on_its_way(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """"New session" while the lists' light read is on its way: the page read the list for the
+    new session, then the light read's answer, from before it, replaced that list, and the session
+    the page had just opened (and selected) left the list until the next light read."""
+    driver = browser
+    strong = daemon.pair("dash-new-race", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    first = open_new_session(driver, daemon, strong, workspace)
+    driver.execute_script(HOLD_NEXT_SESSIONS_READ)
+    wait_for(lambda: driver.execute_script("return window.sessionsReadAnswered === true"), "a light read answered", 20)
+    driver.execute_script("window.hidePage()")
+    click(driver, "#new-session button")
+    made = wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]"
+        " && b.dataset.sessionId", first), "the new session listed and selected")
+    driver.execute_script("window.releaseSessionsRead()")
+    wait_for(lambda: driver.execute_script("return window.heldReadHandled === true"), "the light read's answer handled")
+    assert by_css(driver, f"#sessions button.selected[data-session-id='{made}']"), texts(driver, "#sessions button")
     assert console_errors(driver) == []
