@@ -1678,6 +1678,27 @@ def test_dashboard_lists_follow_a_rename_that_arrives_during_a_light_read(
     assert console_errors(driver) == []
 
 
+HIDE_PAGE = "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});"
+
+
+def test_dashboard_lists_follow_a_name_set_back_to_none(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """``PATCH {"name": null}`` is recorded as a ``session.configured`` reset, not as
+    ``session.named``: the lists are read again for it too (a page in the background reads them
+    on nothing else)."""
+    driver = browser
+    strong = daemon.pair("dash-name-reset", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    button = f"#sessions button[data-session-id='{sid}']"
+    assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "named for a while"}, token=strong)[0] == 200
+    wait_for(lambda: "named for a while" in one(driver, button).text, "the name in the list")
+    driver.execute_script(HIDE_PAGE)  # (no light read every 5 s from here)
+    assert daemon.request("PATCH", f"/sessions/{sid}", {"name": None}, token=strong)[0] == 200
+    wait_for(lambda: "named for a while" not in one(driver, button).text, "the name gone from the list")
+    assert console_errors(driver) == []
+
+
 def test_dashboard_keeps_a_session_it_made_while_a_light_read_was_on_its_way(
         daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     """"New session" while the lists' light read is on its way: the page read the list for the
