@@ -71,6 +71,30 @@ async def test_without_the_grant_other_spellings_of_private_addresses_are_refuse
     assert web_server.requests == []
 
 
+async def test_a_backslash_redirect_is_judged_by_the_host_it_names(daemon_factory: DaemonFactory,
+                                                                   web_server: WebServer, nursery: trio.Nursery) -> None:
+    # a page on an allowed network (127.0.0.2) redirects with backslashes, which browsers read as
+    # another host: its credentials are refused, and that host (127.0.0.1) is not an allowed one
+    allowed = WebServer("127.0.0.2")
+    await nursery.start(allowed.run)
+    d = await daemon_factory(config={"web": {"allowedPrivateNetworks": ["127.0.0.2/32"]}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    web_server.reply("/secret", "internal", "text/plain")
+    target = f"127.0.0.1:{web_server.port}/secret"
+    creds = allowed.redirect("/creds", f"http:\\\\me:hunter2@{target}")
+    body = await run_tool(d, token, sid, "r1", "web_fetch", {"url": creds})
+    assert body["content"][0]["text"] == (f"URL_CREDENTIALS: the redirect from {creds} to 'http://{target}' carries a "
+                                          f"user name or password (user:pass@host): URLs with credentials are not fetched")
+    body = await run_tool(d, token, sid, "r2", "web_fetch", {"url": allowed.redirect("/hop", f"/\\{target}")})
+    assert body["error_code"] == "ADDRESS_NOT_PUBLIC", body["content"]
+    assert web_server.requests == [] and [q.path for q in allowed.requests] == ["/creds", "/hop"]
+    # an invalid first URL is refused without its user name and password
+    body = await run_tool(d, token, sid, "r3", "web_fetch", {"url": "ftp://me:hunter2@files.example/x"})
+    assert body["content"][0]["text"] == ("URL_INVALID: url 'ftp://files.example/x': only http:// and https:// URLs "
+                                          "can be fetched")
+
+
 async def test_a_session_searches_the_configured_backend(daemon_factory: DaemonFactory, web_server: WebServer,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     async def search(req: Request, stream: trio.SocketStream) -> None:

@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from tools.base import ToolError
-from tools.web.address import MAX_URL_CHARS, SystemResolver, allowed, is_public, parse_url, resolve
+from tools.web.address import MAX_URL_CHARS, SystemResolver, allowed, is_public, join, parse_url, resolve
 
 NOT_PUBLIC = [
     "127.0.0.1", "127.255.255.254", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1",  # loopback, RFC 1918
@@ -61,7 +61,53 @@ def test_credentials_in_a_url_are_refused_and_never_echoed(url: str) -> None:
     assert "secret" not in info.value.message and "PW" not in info.value.message
 
 
-@pytest.mark.parametrize("url", ["", "example.com", "ftp://example.com/", "file:///etc/passwd", "http://", "http:///x",
+# A URL whose text is not an http(s) URL of the right shape is refused without quoting the user
+# name or password it may hold (urllib's own reason can quote them: it is left out then).
+@pytest.mark.parametrize("url", ["http://alice:hunter2@exa mple.com:x/", "ftp://alice:hunter2@example.com/",
+                                 "alice:hunter2@example.com/x", "http://alice:hunter2\uff03@example.com/",
+                                 "http://alice:hunter2@[::1/", "http://alice:hunter2@example.com:99999/",
+                                 "http://alice:hunter2@example.com/\n", "\\\\alice:hunter2@example.com/",
+                                 "HTTPS:\\\\alice:hunter2@exa_mple..com\\"])
+def test_an_invalid_url_never_echoes_its_credentials(url: str) -> None:
+    with pytest.raises(ToolError) as info:
+        parse_url(url)
+    assert info.value.code in ("URL_INVALID", "URL_CREDENTIALS")
+    assert "alice" not in info.value.message and "hunter2" not in info.value.message, info.value.message
+    assert info.value.message.startswith("url '")  # (the rest of it is still shown)
+
+
+# In an http(s) URL a backslash before the query is a slash, and the host follows the scheme
+# however many slashes lead to it, as the WHATWG URL standard (a browser) reads it.
+@pytest.mark.parametrize("url", ["http:\\\\alice:hunter2@example.com/", "http:/\\alice:hunter2@example.com/",
+                                 "http:\\/alice:hunter2@example.com/", "https:alice:hunter2@example.com",
+                                 "http:///alice:hunter2@example.com/"])
+def test_a_backslash_spelling_of_credentials_is_refused(url: str) -> None:
+    with pytest.raises(ToolError) as info:
+        parse_url(url)
+    assert info.value.code == "URL_CREDENTIALS"
+    assert "alice" not in info.value.message and "hunter2" not in info.value.message
+    assert "//example.com" in info.value.message
+
+
+def test_slashes_are_read_as_a_browser_reads_them() -> None:
+    assert parse_url("http:\\\\example.com\\a\\b?q=\\#\\").url == "http://example.com/a/b?q=%5C"  # (not in the query)
+    assert parse_url("http:///example.com/x").url == "http://example.com/x"
+    assert parse_url("https:example.com").url == "https://example.com/"
+    assert parse_url("HTTP:\\\\Example.com:8080").host_header == "example.com:8080"
+
+
+def test_references_are_resolved_as_a_browser_resolves_them() -> None:
+    base = "http://base.example:81/dir/page"
+    for ref, expected in (("\\\\other.example/x", "http://other.example/x"), ("/\\other.example/x", "http://other.example/x"),
+                          ("/\\\\other.example", "http://other.example"), ("///other.example/x", "http://other.example/x"),
+                          ("http:\\\\alice:pw@other.example/", "http://alice:pw@other.example/"),
+                          ("https:other.example", "https://other.example"), ("\\a\\b", "http://base.example:81/a/b"),
+                          ("a\\b?q=\\", "http://base.example:81/dir/a/b?q=\\"), ("http:/x", "http://base.example:81/x"),
+                          ("http:x", "http://base.example:81/dir/x"), ("//other.example", "http://other.example")):
+        assert join(base, ref) == expected, ref
+
+
+@pytest.mark.parametrize("url", ["", "example.com", "ftp://example.com/", "file:///etc/passwd", "http://", "http:///",
                                  "http://exa mple.com/", "http://example.com/a\tb", "http://example.com:99999/",
                                  "http://example.com:0/", "http://example.com:x/", "http://[::1/", "http://a..b/",
                                  "gopher://x/", "http://example.com/\n", "javascript:alert(1)", 5, None])

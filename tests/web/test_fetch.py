@@ -279,6 +279,46 @@ async def test_credentials_in_a_redirect_are_refused_in_every_spelling(full: Too
     assert [q.path for q in web_server.requests] == [f"/r{i}" for i in range(7)]  # the target never asked
 
 
+# A backslash in a Location is a slash (WHATWG, as browsers read it): each of these names the other
+# server, not a path on this one, so its credentials are refused and its host is checked.
+BACKSLASH_LOCATIONS = ["http:\\\\{}", "\\\\{}", "/\\{}", "/\\\\{}", "\\/{}", "http:/\\{}", "///{}"]
+
+
+@pytest.mark.parametrize("spelling", BACKSLASH_LOCATIONS)
+async def test_a_backslash_in_a_redirect_names_another_host(full: ToolRegistry, web_server: WebServer,
+                                                            other_server: WebServer, spelling: str) -> None:
+    other = f"127.0.0.2:{other_server.port}"
+    other_server.reply("/x", "other host", "text/plain")
+    hop = web_server.redirect("/creds", spelling.format(f"me:hunter2@{other}/x"))
+    r = await call(full, "web_fetch", {"url": hop})
+    assert text_of(r) == (f"URL_CREDENTIALS: the redirect from {hop} to 'http://{other}/x' carries a user name "
+                          f"or password (user:pass@host): URLs with credentials are not fetched")
+    hop = web_server.redirect("/plain", spelling.format(f"{other}/x"))
+    r = await call(full, "web_fetch", {"url": hop})
+    assert text_of(r) == f"[redirected to http://{other}/x]\n\nother host"
+    assert [q.path for q in web_server.requests] == ["/creds", "/plain"]
+    assert [q.path for q in other_server.requests] == ["/x"]
+
+
+@pytest.mark.parametrize("spelling", BACKSLASH_LOCATIONS)
+async def test_a_backslash_redirect_to_loopback_is_refused(artifacts: ArtifactStore, web_server: WebServer,
+                                                           other_server: WebServer, spelling: str) -> None:
+    # 127.0.0.2 is allowed by network; the host a backslash names is checked as any redirect's
+    tool = ToolRegistry([web_fetch_tool(artifacts, networks=[ipaddress.ip_network("127.0.0.2/32")])])
+    web_server.reply("/secret", "internal", "text/plain")
+    hop = other_server.redirect("/hop", spelling.format(f"127.0.0.1:{web_server.port}/secret"))
+    r = await call(tool, "web_fetch", {"url": hop})
+    assert r.error_code == "ADDRESS_NOT_PUBLIC", text_of(r)
+    assert web_server.requests == [] and [q.path for q in other_server.requests] == ["/hop"]
+
+
+async def test_an_unreadable_location_is_refused_without_its_credentials(full: ToolRegistry,
+                                                                         web_server: WebServer) -> None:
+    hop = web_server.redirect("/r", "http://me:hunter2@[::1/x")
+    r = await call(full, "web_fetch", {"url": hop})
+    assert text_of(r) == f"URL_INVALID: the redirect from {hop} to 'http://[::1/x' is not a valid URL"
+
+
 async def test_a_3xx_without_location_is_the_answer(full: ToolRegistry, web_server: WebServer) -> None:
     url = web_server.reply("/nr", "not modified", "text/plain", status=300, reason="Multiple Choices")
     r = await call(full, "web_fetch", {"url": url})

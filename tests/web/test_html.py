@@ -82,6 +82,14 @@ def test_an_unusable_base_href_is_ignored() -> None:
     assert md == "[x](https://h.example/a/x) b"
 
 
+def test_backslashes_in_links_name_the_host_a_browser_would_open() -> None:
+    md, _ = to_markdown('<a href="\\\\other.example\\x">o</a> <a href="/\\other.example/y">p</a> <a href="a\\b">q</a>',
+                        "https://h.example/d/")
+    assert md == "[o](https://other.example/x) [p](https://other.example/y) [q](https://h.example/d/a/b)"
+    md, _ = to_markdown('<base href="\\\\cdn.example\\base\\"><a href="x">x</a>', "https://h.example/")
+    assert md == "[x](https://cdn.example/base/x)"
+
+
 def test_a_head_never_closed_hides_nothing_of_the_body() -> None:
     md, title = to_markdown("<html><head><title>t</title><body><p>body text</p>", "https://h.example/")
     assert (md, title) == ("body text", "t")

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import trio
 
@@ -41,6 +42,7 @@ _IETF = ipaddress.ip_network("192.0.0.0/24")  # protocol assignments (Python cou
 # percent-encoded as UTF-8. '%' is kept: a URL's existing escapes are not escaped twice.
 _SAFE_PATH = "/%:@!$&'()*+,;=-._~"
 _SAFE_QUERY = _SAFE_PATH + "?"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
 @dataclass(frozen=True)
@@ -66,16 +68,18 @@ def parse_url(url: object, *, what: str = "url") -> Url:
     if len(url) > MAX_URL_CHARS:
         raise ToolError("URL_INVALID", f"{what} is longer than {MAX_URL_CHARS} characters")
     if any((ch.isspace() and ch != " ") or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} holds control characters or line breaks")
-    url = url.strip(" ")  # (a space inside is percent-encoded, as a browser does)
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} holds control characters or line breaks")
+    url = special_slashes(url.strip(" "))  # (a space inside is percent-encoded, as a browser does)
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} is not a valid URL ({exc})") from None
+        shown = shown_url(url)  # (urllib's reason may quote the user name and password: then it is left out)
+        reason = f" ({exc})" if shown == repr(url[:200]) else ""
+        raise ToolError("URL_INVALID", f"{what} {shown} is not a valid URL{reason}") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r}: only http:// and https:// URLs can be fetched")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)}: only http:// and https:// URLs can be fetched")
     if "@" in parts.netloc:
         # (shown without them: the point is that they are secret)
         shown = urlunsplit((scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
@@ -83,9 +87,9 @@ def parse_url(url: object, *, what: str = "url") -> Url:
                                            f"(user:pass@host): URLs with credentials are not fetched")
     host = parts.hostname or ""
     if not host:
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has no host")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has no host")
     if port == 0:
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r}: port 0 cannot be connected to")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)}: port 0 cannot be connected to")
     host = _ascii_host(host, url, what)
     port = port if port is not None else (443 if scheme == "https" else 80)
     path = quote(parts.path or "/", safe=_SAFE_PATH)
@@ -95,22 +99,67 @@ def parse_url(url: object, *, what: str = "url") -> Url:
     return Url(scheme, host, port, target, urlunsplit((scheme, netloc, path, target[len(path) + 1:], "")))
 
 
+def special_slashes(ref: str, base_scheme: str | None = None) -> str:
+    """``ref`` with its slashes read as the WHATWG URL standard (and so a browser) reads them in an
+    http(s) URL, where RFC 3986 (``urllib``) reads them otherwise: before the query a backslash is
+    a slash; after ``http:`` or ``https:`` (another scheme than ``base_scheme``'s) comes the
+    authority, with or without slashes; and a reference starting with two or more slashes names a
+    host. So ``http:\\\\me:pw@host/``, ``\\\\host/x`` and ``///host`` name the host they do for a
+    browser. ``base_scheme``: the scheme of the URL ``ref`` is resolved against (a redirect's), or
+    ``None`` for a URL on its own. Other schemes are left as they are."""
+    m = _SCHEME.match(ref)
+    scheme = m.group(1).lower() if m else base_scheme
+    if scheme not in ("http", "https"):
+        return ref
+    cut = min((i for i in (ref.find("?"), ref.find("#")) if i >= 0), default=len(ref))
+    head, tail = ref[:cut].replace("\\", "/"), ref[cut:]
+    rest = head[m.end():] if m else head
+    if m and scheme != base_scheme:  # (an absolute URL: its authority follows the scheme)
+        return f"{scheme}://{rest.lstrip('/')}{tail}"
+    if rest.startswith("//"):  # (a host, however many slashes lead to it)
+        return f"{head[:m.end()] if m else ''}//{rest.lstrip('/')}{tail}"
+    return head + tail
+
+
+def join(base: str, ref: str) -> str:
+    """``ref`` (a redirect's ``Location``, a link) resolved against the http(s) URL ``base``, its
+    slashes read as a browser reads them (:func:`special_slashes`). Raises ``ValueError`` for what
+    ``urljoin`` cannot read (``http://[::1``)."""
+    return urljoin(base, special_slashes(ref, urlsplit(base).scheme.lower()))
+
+
+def shown_url(url: str) -> str:
+    """``url`` quoted for an error message: its first 200 characters, any user name and password
+    taken out (the part of its authority up to the last ``@``; a string without a scheme is read
+    as ``user:pass@host``)."""
+    m = _SCHEME.match(url)
+    start = m.end() if m else 0
+    while start < len(url) and url[start] in "/\\":
+        start += 1
+    if m and start == m.end() and m.group(1).lower() not in ("http", "https"):
+        start = 0  # ("me:pw@host": no scheme, a user name)
+    end = next((i for i in range(start, len(url)) if url[i] in "/\\?#"), len(url))
+    if "@" in url[start:end]:
+        url = url[:start] + url[start:end].rpartition("@")[2] + url[end:]
+    return repr(url[:200])
+
+
 def _ascii_host(host: str, url: str, what: str) -> str:
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
         pass
     if host.startswith("[") or "%" in host:
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has an invalid host")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has an invalid host")
     try:
         ascii_host = host.encode("idna").decode("ascii") if not host.isascii() else host
     except UnicodeError:
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has a host name that cannot be encoded (IDNA)") from None
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has a host name that cannot be encoded (IDNA)") from None
     name = ascii_host[:-1] if ascii_host.endswith(".") else ascii_host
     labels = name.split(".")
     if not name or len(name) > 253 or not all(0 < len(label) <= 63 for label in labels) or not all(
             ch.isalnum() or ch in "-_" for ch in name.replace(".", "")):
-        raise ToolError("URL_INVALID", f"{what} {url[:200]!r} has an invalid host name")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has an invalid host name")
     return ascii_host.lower()
 
 

@@ -30,7 +30,6 @@ import codecs
 import re
 import ssl
 from typing import Any, Sequence
-from urllib.parse import urljoin
 
 import trio
 
@@ -40,7 +39,7 @@ from ..artifacts import ArtifactStore
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..files.image import sniff as sniff_image
 from . import html
-from .address import IPNetwork, Resolver, SystemResolver, Url, parse_url, resolve
+from .address import IPNetwork, Resolver, SystemResolver, Url, join, parse_url, resolve, shown_url
 from .http import TlsOnDemand, request
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -116,9 +115,9 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                                                               f"{MAX_REDIRECTS} times (last to {current.url[:300]})")
                     what = f"the redirect from {current.url[:200]} to"
                     try:
-                        target = urljoin(current.url, _header_text(location).strip())
+                        target = join(current.url, _header_text(location).strip())
                     except ValueError:  # (e.g. "http://[::1": urlsplit refuses it)
-                        raise ToolError("URL_INVALID", f"{what} {location[:200]!r} is not a valid URL") from None
+                        raise ToolError("URL_INVALID", f"{what} {shown_url(location)} is not a valid URL") from None
                     current = parse_url(target, what=what)
                     redirects.append(current.url)
         except trio.TooSlowError:

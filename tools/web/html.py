@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
+
+from .address import join
 
 MAX_DEPTH = 200  # deeper elements are flattened into their ancestor at this depth
 
@@ -140,7 +142,7 @@ def to_text(html: str) -> tuple[str, str]:
 def _base_url(page: Page, url: str) -> str:
     if page.base:
         try:
-            base = urljoin(url, page.base.strip())
+            base = join(url, page.base.strip())
             if urlsplit(base).scheme in ("http", "https"):
                 return base
         except ValueError:  # (an unusable <base href> is ignored, as a browser does)
@@ -239,7 +241,7 @@ class _Renderer:
         if not ref or ref.lower().startswith(_BAD_SCHEMES):
             return None
         try:
-            return urljoin(self.base, ref).replace(" ", "%20").replace(")", "%29").replace("(", "%28")
+            return join(self.base, ref).replace(" ", "%20").replace(")", "%29").replace("(", "%28")
         except ValueError:
             return None
 
