@@ -19,6 +19,7 @@ import msgspec
 
 from tools.catalog import MAX_POLICY_ENTRIES, LocalPtcConfig, PolicyError, ToolsConfig, check_policy_map
 from tools.executor import split_host_port
+from tools.web.address import shown_url
 
 from . import jsonc
 from .atomicfile import FileTooLarge, read_regular_file
@@ -286,7 +287,7 @@ def check_config(cfg: Config, where: str) -> None:
     ws = cfg.web_search
     if ws.base_url is not None and (not _valid_base_url(ws.base_url) or "@" in urlsplit(ws.base_url).netloc):
         raise ConfigError(f"{where}: webSearch.baseUrl must be an http:// or https:// URL with a host and no "
-                          f"credentials, not {ws.base_url[:200]!r} (null turns web_search off)")
+                          f"credentials, not {shown_url(ws.base_url)} (null turns web_search off)")
     if ws.api_key_env is not None and (not ws.api_key_env or "=" in ws.api_key_env or "\0" in ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     check_mcp_servers(cfg.mcp_servers, where, ConfigError)

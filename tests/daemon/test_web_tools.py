@@ -113,6 +113,21 @@ async def test_a_session_searches_the_configured_backend(daemon_factory: DaemonF
     assert "k-123" not in json.dumps(await d.events(token, sid))
 
 
+async def test_a_search_backend_with_credentials_is_refused_without_them(daemon_factory: DaemonFactory,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    d = await daemon_factory()
+    token = await d.pair("web-client", strong=True)
+    caplog.set_level("DEBUG")
+    for base_url in ("https://alice:hunter2@search.example", "http:\\\\alice:hunter2@search.example",
+                     "https://alice:hunter2@search.example:99999/v1"):
+        r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps({"webSearch": {"baseUrl": base_url}})})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "CONFIG_INVALID", r.text
+        message = r.json()["error"]["message"]
+        assert "webSearch.baseUrl" in message and "search.example" in message
+        assert "alice" not in message and "hunter2" not in message, message
+    assert "hunter2" not in caplog.text
+
+
 async def test_web_search_without_a_backend_says_so(daemon_factory: DaemonFactory) -> None:
     d = await daemon_factory(config={"webSearch": {"baseUrl": None}})
     token = await d.pair("web-client", strong=True)
