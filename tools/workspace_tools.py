@@ -122,7 +122,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         out = await call(ctx, tool, args, write=True)
         r = out.result
-        events = edit_events(ctx, tool, r.get("path", args.get("path", "")), out.before, out.after) if r.get("changed") else []
+        events = (edit_events(ctx, tool, r.get("path", args.get("path", "")), out.before, out.after)
+                  if r.get("changed") else [])
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
         return ToolResult.text(summary, r, events=events)

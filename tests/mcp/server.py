@@ -13,7 +13,8 @@ with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid o
 it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
-``--shrink`` (adds ``shrink`` first), ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
+``--shrink`` (adds ``shrink`` first),
+``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
 ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """

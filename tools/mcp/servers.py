@@ -201,8 +201,8 @@ class McpServers:
     async def _list_tools(self, s: ServerState, conn: Connection) -> list[Any]:
         """Every page of the server's tool list, at most :attr:`max_pages` of them and none after
         the one that reached :attr:`max_tools` tools. A list cut there is said in ``s.list_cut``
-        (the inventory's ``listCut``) and logged when the cut starts or changes: the tools on the unread pages are unknown, so
-        ``skippedTools`` cannot name them."""
+        (the inventory's ``listCut``) and logged when the cut starts or changes: the tools on the
+        unread pages are unknown, so ``skippedTools`` cannot name them."""
         tools: list[Any] = []
         cursor: Any = None
         pages = 0
