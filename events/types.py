@@ -248,6 +248,9 @@ class FileEdited(_Event, tag="file.edited"):
     after_artifact_id: str | None = None  # None: the file was removed
     before_sha256: str | None = None
     after_sha256: str | None = None
+    # The tool that made the edit (edit_file, patch_file; a program's call of one names it too),
+    # whose workspace allowlist also judges a revert of it. None in logs from before it was kept.
+    tool: str | None = None
 
 
 class FileReverted(_Event, tag="file.reverted"):

@@ -1005,13 +1005,17 @@ class SessionActor:
         def loaded_capabilities() -> list[str]:
             return list(self.state.agents[agent_id].capabilities)
 
+        def allowlist_of(name: str) -> list[str] | None:
+            return self.tool_catalog.allowlist(name, tool_policy)
+
         async def call_tool(sub_id: str, name: str, args: dict[str, Any]) -> ToolResult:
             """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
                               file_edits=file_edits, agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
-                              workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy))
+                              workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
+                              allowlist_of=allowlist_of)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1036,7 +1040,8 @@ class SessionActor:
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,
-                          workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy))
+                          workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
+                          allowlist_of=allowlist_of)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)

@@ -67,6 +67,9 @@ class ToolContext:
     # the execution-domain lock, where the path leads once symlinks are followed. Provided by the
     # actor.
     workspace_allowlist: Sequence[str] | None = None
+    # The workspace allowlist in effect for another tool of this session (None: none), so that
+    # ``revert_call`` also applies the allowlist of the tool that made an edit. Provided by the actor.
+    allowlist_of: Callable[[str], Sequence[str] | None] | None = None
 
 
 @dataclass(frozen=True)

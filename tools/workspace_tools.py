@@ -9,6 +9,7 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from events import types as t
@@ -19,6 +20,7 @@ from .catalog import within_allowlist
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
+EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 
@@ -31,23 +33,28 @@ def _sha(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
-async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str) -> None:
+async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str,
+                               allowlists: Sequence[tuple[str, Sequence[str] | None]] | None = None) -> None:
     """Raise ``PATH_NOT_ALLOWED`` when ``path`` leads (through symlinks in the workspace) outside
     the call's workspace allowlist. The execution plane has checked the path's text already; the
     executor says where it leads now, so the caller holds the execution-domain lock across this
-    check and the call (no command of this session changes a link in between)."""
-    prefixes = ctx.workspace_allowlist
-    if prefixes is None:
+    check and the call (no command of this session changes a link in between). ``allowlists``:
+    (whose, prefixes) pairs to judge by instead, each of which must hold the path."""
+    judged = [(p, whose) for whose, p in (allowlists if allowlists is not None else [(tool, ctx.workspace_allowlist)])
+              if p is not None]
+    if not judged:
         return
     try:
         out = await client.call("resolve", {"path": path or "."})
     except Exception as exc:
         raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
     real = out.result.get("path")
-    if not isinstance(real, str) or not within_allowlist(real, prefixes):
-        shown = path or "."
-        raise ToolError("PATH_NOT_ALLOWED", f"{tool}: {arg} {shown[:200]!r} leads to {str(real)[:200]!r}, outside the "
-                                            f"workspace allowlist ({', '.join(prefixes) or 'empty'})")
+    for prefixes, whose in judged:
+        if not isinstance(real, str) or not within_allowlist(real, prefixes):
+            shown = path or "."
+            of = "" if whose == tool else f" of {whose}"
+            raise ToolError("PATH_NOT_ALLOWED", f"{tool}: {arg} {shown[:200]!r} leads to {str(real)[:200]!r}, outside "
+                                                f"the workspace allowlist{of} ({', '.join(prefixes) or 'empty'})")
 
 
 def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[ToolSpec]:
@@ -72,7 +79,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             except Exception as exc:
                 raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
 
-    def edit_events(ctx: ToolContext, path: str, before: bytes | None, after: bytes | None) -> list[t._Event]:
+    def edit_events(ctx: ToolContext, tool: str, path: str, before: bytes | None,
+                    after: bytes | None) -> list[t._Event]:
         events: list[t._Event] = []
         ids: list[str | None] = []
         for data in (before, after):
@@ -84,7 +92,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime="application/octet-stream",
                                            size=len(data), source="file-history"))
         events.append(t.FileEdited(call_id=ctx.call_id, path=path, before_artifact_id=ids[0],
-                                   after_artifact_id=ids[1], before_sha256=_sha(before), after_sha256=_sha(after)))
+                                   after_artifact_id=ids[1], before_sha256=_sha(before), after_sha256=_sha(after),
+                                   tool=tool))
         return events
 
     async def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -113,7 +122,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         out = await call(ctx, tool, args, write=True)
         r = out.result
-        events = edit_events(ctx, r.get("path", args.get("path", "")), out.before, out.after) if r.get("changed") else []
+        events = (edit_events(ctx, tool, r.get("path", args.get("path", "")), out.before, out.after)
+                  if r.get("changed") else [])
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
         return ToolResult.text(summary, r, events=events)
@@ -145,9 +155,14 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         restored: list[str] = []
         async with ex.lock.write():
             # The edits were judged when they were made; a path may lead elsewhere now (a link
-            # put in its place since). All are judged before any is restored.
+            # put in its place since). All are judged before any is restored: by revert_call's
+            # allowlist and by that of the tool that made the edit (a revert writes the path as
+            # the edit did; both editing tools' when the log does not say which).
             for e in reversed(edits):
-                await check_where_it_leads(ctx, ex.client, "revert_call", "path", e.path)
+                makers = [e.tool] if e.tool else list(EDITING_TOOLS)
+                others = [(m, ctx.allowlist_of(m)) for m in makers] if ctx.allowlist_of is not None else []
+                await check_where_it_leads(ctx, ex.client, "revert_call", "path", e.path,
+                                           [("revert_call", ctx.workspace_allowlist), *others])
             for e in reversed(edits):
                 try:
                     before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None

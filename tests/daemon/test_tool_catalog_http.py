@@ -335,6 +335,46 @@ async def test_revert_call_judges_where_its_paths_lead_now(daemon_factory: Daemo
     assert (ws / "src" / "real.txt").read_text() == "original\n"
 
 
+async def test_a_revert_is_judged_by_the_allowlist_of_the_tool_that_made_the_edit(daemon_factory: DaemonFactory) -> None:
+    # revert_call followed its own policy entry only: an allowlist on edit_file alone left the
+    # revert of an edit_file edit unjudged, and a link put in the edited file's place since sent
+    # the restore outside the allowlist.
+    d = await daemon_factory(config={**FAUX, "tools": {"policy": {"edit_file": {"workspaceAllowlist": ["src"]}}}})
+    token = await d.pair("catalog-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "src").mkdir()
+    (ws / "other").mkdir()
+    (ws / "src" / "notes.txt").write_text("original\n")
+    (ws / "docs.txt").write_text("one\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "edit_file", {"path": "src/notes.txt", "mode": "rewrite", "content": "changed\n"})
+    assert body["status"] == "ok", body
+    edit_id = body["call_id"]
+    body = await run_tool(d, token, sid, "r2", "patch_file", {"path": "docs.txt", "patch": "@@\n-one\n+two\n"})
+    assert body["status"] == "ok", body
+    patch_id = body["call_id"]
+    (ws / "src" / "notes.txt").rename(ws / "other" / "notes.txt")
+    os.symlink("../other/notes.txt", ws / "src" / "notes.txt")
+    body = await run_tool(d, token, sid, "v1", "revert_call", {"call_id": edit_id})
+    assert body["error_code"] == "PATH_NOT_ALLOWED", body
+    assert "allowlist of edit_file" in body["content"][0]["text"], body
+    assert (ws / "other" / "notes.txt").read_text() == "changed\n"
+    # patch_file has no allowlist: its edit outside src is reverted (edit_file's does not apply).
+    body = await run_tool(d, token, sid, "v2", "revert_call", {"call_id": patch_id})
+    assert body["status"] == "ok", body
+    assert (ws / "docs.txt").read_text() == "one\n"
+    edited = [e["body"] for e in await d.events(token, sid) if e["kind"] == "file.edited"]
+    assert [e["tool"] for e in edited] == ["edit_file", "patch_file"]
+    # The link led back into the allowlist: reverted as before.
+    (ws / "src" / "notes.txt").unlink()
+    (ws / "other" / "notes.txt").rename(ws / "src" / "real.txt")
+    os.symlink("real.txt", ws / "src" / "notes.txt")
+    body = await run_tool(d, token, sid, "v3", "revert_call", {"call_id": edit_id})
+    assert body["status"] == "ok", body
+    assert (ws / "src" / "real.txt").read_text() == "original\n"
+
+
 async def test_an_allowlist_leaves_job_list_read_and_stop_callable(daemon_factory: DaemonFactory) -> None:
     d = await daemon_factory(config={**FAUX, "tools": {"policy": {"*": {"workspaceAllowlist": ["src"]}}}})
     token = await d.pair("catalog-client", strong=True)

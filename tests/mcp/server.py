@@ -5,13 +5,15 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}``, ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
-``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``).
+``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``),
+``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``).
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
 it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
+``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
 ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
@@ -109,6 +111,10 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
             TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result = text("grown")
+    elif name == "shrink":
+        del TOOLS[4:]
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result = text("shrunk")
     elif name == "extra.tool":
         result = text("extra!")
     elif name == "some.tool":
@@ -135,9 +141,12 @@ def main() -> None:
     ap.add_argument("--bad-json", action="store_true")
     ap.add_argument("--i18n", action="store_true")
     ap.add_argument("--many", type=int, default=0)
+    ap.add_argument("--shrink", action="store_true")
     opts = ap.parse_args()
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
+    if opts.shrink:
+        TOOLS.insert(0, {"name": "shrink", "description": "Keeps only the first 4 tools", "inputSchema": OBJ})
     if opts.i18n:  # names and descriptions in other scripts than ASCII
         TOOLS[:0] = [{"name": "天气查询", "description": "查询城市的天气预报", "inputSchema": OBJ},
                      {"name": "погода", "description": "Прогноз погоды для города", "inputSchema": OBJ},

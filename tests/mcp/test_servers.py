@@ -261,3 +261,26 @@ async def test_a_tool_list_cut_at_the_page_or_tool_limit_says_so(start: Any, cap
     assert whole["listCut"] is None and whole["toolCount"] == 5 and len(whole["skippedTools"]) == 8
     warnings = [m for m in caplog.messages if "tools/list was read up to" in m]
     assert sorted(warnings) == [f"MCP server pages: {pages['listCut']}", f"MCP server tools: {tools['listCut']}"]
+
+
+async def test_a_tool_list_cut_is_logged_when_the_cut_starts_or_changes_not_at_each_listing(
+        start: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # The warning was logged at every list_changed re-listing: a server that keeps announcing
+    # changes repeated it as often, and a listing no longer cut said nothing.
+    caplog.set_level("INFO", logger="lens.mcp")
+    r = await start({"t": srv("--shrink", "--page-size", "2")}, max_pages=5)  # (14 tools on 7 pages)
+    cut = r.state("t")["listCut"]
+    assert cut is not None and r.state("t")["toolCount"] == 10
+
+    def said(text: str) -> list[str]:
+        return [m for m in caplog.messages if text in m]
+    for n in (1, 2):  # (grow adds a tool past the cut: the same cut each time)
+        assert (await r.call("mcp__t__grow")).content[0].text == "grown"
+        await wait_for(lambda: len(said("changed its tools")) == n, "the re-listing")
+    assert r.state("t")["listCut"] == cut
+    assert said("tools/list was read up to") == [f"MCP server t: {cut}"]
+    assert (await r.call("mcp__t__shrink")).content[0].text == "shrunk"
+    await wait_for(lambda: len(said("changed its tools")) == 3, "the re-listing")
+    assert r.state("t")["listCut"] is None and r.state("t")["toolCount"] == 4
+    assert said("no longer cut") == ["MCP server t: tools/list was read to its end: no longer cut"]
+    assert len(said("tools/list was read up to")) == 1

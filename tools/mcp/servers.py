@@ -201,8 +201,8 @@ class McpServers:
     async def _list_tools(self, s: ServerState, conn: Connection) -> list[Any]:
         """Every page of the server's tool list, at most :attr:`max_pages` of them and none after
         the one that reached :attr:`max_tools` tools. A list cut there is said in ``s.list_cut``
-        (the inventory's ``listCut``) and logged: the tools on the unread pages are unknown, so
-        ``skippedTools`` cannot name them."""
+        (the inventory's ``listCut``) and logged when the cut starts or changes: the tools on the
+        unread pages are unknown, so ``skippedTools`` cannot name them."""
         tools: list[Any] = []
         cursor: Any = None
         pages = 0
@@ -211,7 +211,7 @@ class McpServers:
                 page = await conn.request("tools/list", {"cursor": cursor} if cursor is not None else {})
             except RequestFailed:
                 if cursor is None and "tools" not in conn.capabilities:
-                    s.list_cut = None
+                    _say_cut(s, None)
                     return []  # (a server that offers no tools, and says so: up, with none)
                 raise
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
@@ -220,14 +220,13 @@ class McpServers:
             pages += 1
             cursor = page.get("nextCursor")
             if cursor is None:
-                s.list_cut = None
+                _say_cut(s, None)
                 return tools
             if len(tools) >= self.max_tools or pages >= self.max_pages:
                 break
         limit = f"{self.max_tools} tools" if len(tools) >= self.max_tools else f"{self.max_pages} pages"
-        s.list_cut = (f"tools/list was read up to {limit} ({pages} page(s), {len(tools)} tool(s)); the server "
-                      f"offered more pages, which were not read: their tools are not available")
-        log.warning("MCP server %s: %s", s.name, s.list_cut)
+        _say_cut(s, f"tools/list was read up to {limit} ({pages} page(s), {len(tools)} tool(s)); the server "
+                    f"offered more pages, which were not read: their tools are not available")
         return tools
 
     # ------------------------------------------------------------------ the registry
@@ -299,6 +298,16 @@ class McpServers:
 
     def inventory(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.servers.values()]
+
+
+def _say_cut(s: ServerState, cut: str | None) -> None:
+    """Set the server's ``list_cut``, logging when a cut starts or changes and when a listing is
+    no longer cut (a server that keeps announcing changes does not repeat the same warning)."""
+    if cut is not None and cut != s.list_cut:
+        log.warning("MCP server %s: %s", s.name, cut)
+    elif cut is None and s.list_cut is not None:
+        log.info("MCP server %s: tools/list was read to its end: no longer cut", s.name)
+    s.list_cut = cut
 
 
 def _unavailable(s: ServerState) -> ToolResult:
