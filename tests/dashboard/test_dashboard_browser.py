@@ -1720,3 +1720,40 @@ def test_dashboard_keeps_a_session_it_made_while_a_light_read_was_on_its_way(
     wait_for(lambda: driver.execute_script("return window.heldReadHandled === true"), "the light read's answer handled")
     assert by_css(driver, f"#sessions button.selected[data-session-id='{made}']"), texts(driver, "#sessions button")
     assert console_errors(driver) == []
+
+
+# --------------------------------------------------------------------------- third pass
+
+
+def test_dashboard_shows_the_recorded_tail_alone_once_the_daemon_no_longer_holds_a_jobs_output(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job's output read from memory, then "Read more" once the daemon holds it no longer (here a
+    restart; an actor's passivation or eight later jobs do the same): the answer is the tail the log
+    recorded, whose offsets start again at 0. The page asked the tail from where memory had stopped,
+    said the output had ended and showed the tail's note above text read from memory. It now shows
+    the recorded tail, from its start, in place of what it showed."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "seq 1 20000"}}]}))
+    strong = d.pair("dash-jobs-tail", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
+    job_id = one(driver, card).get_attribute("data-job-id")
+    click(driver, f"{card} button.job-output")
+    wait_for(lambda: by_css(driver, f"{card} button.job-more"), "the first part of its output, from memory")
+    assert one(driver, f"{card} .job-out pre").get_attribute("textContent").startswith("1\n2\n3\n")
+    d.restart()
+    wait_for(lambda: body_data(driver, "conn") == "live", "the session watched again", 20)
+    status, tail = d.request("GET", f"/sessions/{sid}/jobs/{job_id}?offset=0", token=strong)
+    assert status == 200 and tail["source"] == "tail" and tail["eof"], tail
+    click(driver, f"{card} button.job-more")
+    wait_for(lambda: "log recorded" in one(driver, f"{card} .job-out").text, "the recorded tail")
+    assert one(driver, f"{card} .job-out pre").get_attribute("textContent") == tail["output"]
+    assert tail["output"].endswith("19999\n20000\n")
+    assert not by_css(driver, f"{card} button.job-more")
+    assert not by_css(driver, "#errors li")
+    assert console_errors(driver) == []
