@@ -1757,3 +1757,42 @@ def test_dashboard_shows_the_recorded_tail_alone_once_the_daemon_no_longer_holds
     assert not by_css(driver, f"{card} button.job-more")
     assert not by_css(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view_it_read_before(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A watched session, read while it was idle, is quarantined (its log damaged before what the
+    page saw, then a restart). Send was disabled with a note; "Compact now" and a tool result's
+    Snip stayed offered from the view read before, and the daemon refused each use."""
+    import sqlite3
+
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "printf 'hello\\n'"}}]}))
+    strong = d.pair("dash-quarantined-controls", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    wait_for(lambda: by_css(driver, "#timeline button.ctx-edit") and body_data(driver, "sessionStatus") == "idle",
+             "the tool result's Snip on the idle session", 20)
+    wait_for(lambda: one(driver, "#compact").is_enabled(), "Compact now offered")
+    d.stop()
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
+                    "WHERE session_id = ? AND kind = 'input.submitted')", (sid,))
+        con.commit()
+    finally:
+        con.close()
+    d.start()
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
+    wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    compact = one(driver, "#compact")
+    assert compact.is_displayed() and not compact.is_enabled()
+    assert compact.get_attribute("title") == note.text
+    snips = by_css(driver, "#timeline button.ctx-edit")
+    assert snips and not any(b.is_enabled() for b in snips)
+    assert console_errors(driver) == []
