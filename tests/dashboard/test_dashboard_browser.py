@@ -1796,3 +1796,34 @@ def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view
     snips = by_css(driver, "#timeline button.ctx-edit")
     assert snips and not any(b.is_enabled() for b in snips)
     assert console_errors(driver) == []
+
+
+def test_dashboard_header_says_not_connected_when_the_projects_cannot_be_read_at_connect(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """`GET /whoami` answers, then `GET /projects` fails (here the daemon stops between the two):
+    the page forgot the credential but the header went on saying connected, with the client id
+    and "Forget credential", and no field to paste one again."""
+    driver = browser
+    strong = daemon.pair("dash-projects-fail", strong=True)
+    driver.get(daemon.base + "/")
+    driver.execute_script("""
+        const real = window.fetch;
+        let release; const gate = new Promise((r) => { release = r; });
+        window.releaseProjectsRead = () => release();
+        window.fetch = async (...args) => {
+          if (String(args[0]).endsWith('/projects') && !window.projectsReadHeld) { window.projectsReadHeld = true; await gate; }
+          return real(...args);
+        };""")
+    connect(driver, strong)
+    wait_for(lambda: driver.execute_script("return window.projectsReadHeld === true"), "the projects read on its way")
+    wait_for(lambda: body_data(driver, "conn") == "connected" and one(driver, "#disconnect").is_displayed(),
+             "the header saying connected")
+    daemon.stop()
+    driver.execute_script("window.releaseProjectsRead()")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='NETWORK']"), "the failed read shown")
+    assert one(driver, "#cred").is_displayed()
+    assert body_data(driver, "conn") == "not"
+    assert one(driver, "#conn").text == "not connected"
+    assert not any(one(driver, sel).is_displayed() for sel in ("#disconnect", "#client", "#trust"))
+    assert driver.execute_script("return document.getElementById('client').textContent") == ""
+    assert console_errors(driver) == []
