@@ -1110,6 +1110,9 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
     d = make_daemon(model_config())
     strong = d.pair("dash-model", strong=True)
     driver.get(d.base + "/")
+    # (a page in the background makes no light read: the requests counted below are the page's
+    # own, and the list stays as it was until the refusal has it read again)
+    driver.execute_script("Object.defineProperty(document, 'hidden', {configurable: true, get: () => true})")
     connect(driver, strong)
     config_default = ["faux/faux-1", "config", "config (defaultModel)"]
     wait_for(lambda: shown_default(driver) == config_default, "the effective default")
@@ -1826,4 +1829,34 @@ def test_dashboard_header_says_not_connected_when_the_projects_cannot_be_read_at
     assert one(driver, "#conn").text == "not connected"
     assert not any(one(driver, sel).is_displayed() for sel in ("#disconnect", "#client", "#trust"))
     assert driver.execute_script("return document.getElementById('client').textContent") == ""
+    assert console_errors(driver) == []
+
+
+def test_dashboard_model_panel_follows_another_clients_change(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Another client saves a default model, then clears it: the panel showed neither before ↻
+    (`default_model.set` belongs to no session, so the watched stream does not carry it). The
+    light read of the lists now reads the models too; a choice the reader made stays made."""
+    driver = browser
+    d = make_daemon(model_config())
+    strong = d.pair("dash-model-follow", strong=True)
+    other = d.pair("dash-model-other", strong=True)
+    driver.get(d.base + "/")
+    connect(driver, strong)
+    config_default = ["faux/faux-1", "config", "config (defaultModel)"]
+    wait_for(lambda: shown_default(driver) == config_default, "the effective default")
+    status, body = d.request("PUT", "/models/default", {"model": "other/x1"}, token=other)
+    assert status == 200, body
+    wait_for(lambda: shown_default(driver) == ["other/x1", "saved", "saved default"], "another client's default", 20)
+    assert one(driver, "#model-choice").get_attribute("value") == "other/x1"
+    assert ["other/x1", "other/x1 — default", False] in model_options(driver)
+    wait_for(lambda: one(driver, "#model-clear").is_enabled(), "Clear saved default offered")
+    # The reader's own choice is not taken from under it by a change it did not make.
+    choose_model(driver, "keyed/k1")
+    status, body = d.request("PUT", "/models/default", {"model": None}, token=other)
+    assert status == 200, body
+    wait_for(lambda: shown_default(driver) == config_default, "another client's clearing", 20)
+    assert one(driver, "#model-choice").get_attribute("value") == "keyed/k1"
+    assert not one(driver, "#model-clear").is_enabled()
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
