@@ -1110,6 +1110,9 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
     d = make_daemon(model_config())
     strong = d.pair("dash-model", strong=True)
     driver.get(d.base + "/")
+    # (a page in the background makes no light read: the requests counted below are the page's
+    # own, and the list stays as it was until the refusal has it read again)
+    driver.execute_script("Object.defineProperty(document, 'hidden', {configurable: true, get: () => true})")
     connect(driver, strong)
     config_default = ["faux/faux-1", "config", "config (defaultModel)"]
     wait_for(lambda: shown_default(driver) == config_default, "the effective default")
@@ -1719,4 +1722,141 @@ def test_dashboard_keeps_a_session_it_made_while_a_light_read_was_on_its_way(
     driver.execute_script("window.releaseSessionsRead()")
     wait_for(lambda: driver.execute_script("return window.heldReadHandled === true"), "the light read's answer handled")
     assert by_css(driver, f"#sessions button.selected[data-session-id='{made}']"), texts(driver, "#sessions button")
+    assert console_errors(driver) == []
+
+
+# --------------------------------------------------------------------------- third pass
+
+
+def test_dashboard_shows_the_recorded_tail_alone_once_the_daemon_no_longer_holds_a_jobs_output(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job's output read from memory, then "Read more" once the daemon holds it no longer (here a
+    restart; an actor's passivation or eight later jobs do the same): the answer is the tail the log
+    recorded, whose offsets start again at 0. The page asked the tail from where memory had stopped,
+    said the output had ended and showed the tail's note above text read from memory. It now shows
+    the recorded tail, from its start, in place of what it showed."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "seq 1 20000"}}]}))
+    strong = d.pair("dash-jobs-tail", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
+    job_id = one(driver, card).get_attribute("data-job-id")
+    click(driver, f"{card} button.job-output")
+    wait_for(lambda: by_css(driver, f"{card} button.job-more"), "the first part of its output, from memory")
+    assert one(driver, f"{card} .job-out pre").get_attribute("textContent").startswith("1\n2\n3\n")
+    d.restart()
+    wait_for(lambda: body_data(driver, "conn") == "live", "the session watched again", 20)
+    status, tail = d.request("GET", f"/sessions/{sid}/jobs/{job_id}?offset=0", token=strong)
+    assert status == 200 and tail["source"] == "tail" and tail["eof"], tail
+    click(driver, f"{card} button.job-more")
+    wait_for(lambda: "log recorded" in one(driver, f"{card} .job-out").text, "the recorded tail")
+    assert one(driver, f"{card} .job-out pre").get_attribute("textContent") == tail["output"]
+    assert tail["output"].endswith("19999\n20000\n")
+    assert not by_css(driver, f"{card} button.job-more")
+    assert not by_css(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view_it_read_before(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A watched session, read while it was idle, is quarantined (its log damaged before what the
+    page saw, then a restart). Send was disabled with a note; "Compact now" and a tool result's
+    Snip stayed offered from the view read before, and the daemon refused each use."""
+    import sqlite3
+
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "printf 'hello\\n'"}}]}))
+    strong = d.pair("dash-quarantined-controls", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    wait_for(lambda: by_css(driver, "#timeline button.ctx-edit") and body_data(driver, "sessionStatus") == "idle",
+             "the tool result's Snip on the idle session", 20)
+    wait_for(lambda: one(driver, "#compact").is_enabled(), "Compact now offered")
+    d.stop()
+    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
+                    "WHERE session_id = ? AND kind = 'input.submitted')", (sid,))
+        con.commit()
+    finally:
+        con.close()
+    d.start()
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
+    wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    compact = one(driver, "#compact")
+    assert compact.is_displayed() and not compact.is_enabled()
+    assert compact.get_attribute("title") == note.text
+    snips = by_css(driver, "#timeline button.ctx-edit")
+    assert snips and not any(b.is_enabled() for b in snips)
+    assert console_errors(driver) == []
+
+
+def test_dashboard_header_says_not_connected_when_the_projects_cannot_be_read_at_connect(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """`GET /whoami` answers, then `GET /projects` fails (here the daemon stops between the two):
+    the page forgot the credential but the header went on saying connected, with the client id
+    and "Forget credential", and no field to paste one again."""
+    driver = browser
+    strong = daemon.pair("dash-projects-fail", strong=True)
+    driver.get(daemon.base + "/")
+    driver.execute_script("""
+        const real = window.fetch;
+        let release; const gate = new Promise((r) => { release = r; });
+        window.releaseProjectsRead = () => release();
+        window.fetch = async (...args) => {
+          if (String(args[0]).endsWith('/projects') && !window.projectsReadHeld) { window.projectsReadHeld = true; await gate; }
+          return real(...args);
+        };""")
+    connect(driver, strong)
+    wait_for(lambda: driver.execute_script("return window.projectsReadHeld === true"), "the projects read on its way")
+    wait_for(lambda: body_data(driver, "conn") == "connected" and one(driver, "#disconnect").is_displayed(),
+             "the header saying connected")
+    daemon.stop()
+    driver.execute_script("window.releaseProjectsRead()")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='NETWORK']"), "the failed read shown")
+    assert one(driver, "#cred").is_displayed()
+    assert body_data(driver, "conn") == "not"
+    assert one(driver, "#conn").text == "not connected"
+    assert not any(one(driver, sel).is_displayed() for sel in ("#disconnect", "#client", "#trust"))
+    assert driver.execute_script("return document.getElementById('client').textContent") == ""
+    assert console_errors(driver) == []
+
+
+def test_dashboard_model_panel_follows_another_clients_change(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Another client saves a default model, then clears it: the panel showed neither before ↻
+    (`default_model.set` belongs to no session, so the watched stream does not carry it). The
+    light read of the lists now reads the models too; a choice the reader made stays made."""
+    driver = browser
+    d = make_daemon(model_config())
+    strong = d.pair("dash-model-follow", strong=True)
+    other = d.pair("dash-model-other", strong=True)
+    driver.get(d.base + "/")
+    connect(driver, strong)
+    config_default = ["faux/faux-1", "config", "config (defaultModel)"]
+    wait_for(lambda: shown_default(driver) == config_default, "the effective default")
+    status, body = d.request("PUT", "/models/default", {"model": "other/x1"}, token=other)
+    assert status == 200, body
+    wait_for(lambda: shown_default(driver) == ["other/x1", "saved", "saved default"], "another client's default", 20)
+    assert one(driver, "#model-choice").get_attribute("value") == "other/x1"
+    assert ["other/x1", "other/x1 — default", False] in model_options(driver)
+    wait_for(lambda: one(driver, "#model-clear").is_enabled(), "Clear saved default offered")
+    # The reader's own choice is not taken from under it by a change it did not make.
+    choose_model(driver, "keyed/k1")
+    status, body = d.request("PUT", "/models/default", {"model": None}, token=other)
+    assert status == 200, body
+    wait_for(lambda: shown_default(driver) == config_default, "another client's clearing", 20)
+    assert one(driver, "#model-choice").get_attribute("value") == "keyed/k1"
+    assert not one(driver, "#model-clear").is_enabled()
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
