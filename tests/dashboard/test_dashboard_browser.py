@@ -22,6 +22,7 @@ import re
 import shutil
 import struct
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -1309,7 +1310,6 @@ def test_dashboard_backs_off_from_a_stream_that_ends_at_a_damaged_event(
     (`EVENT_CORRUPT`), and so does every resume from the same place. The page retries it with its
     backoff and says why in the connection pill's tooltip. The `stream.end` frame itself counted as
     a healthy stream and reset the backoff, so the page asked again every half second, for ever."""
-    import sqlite3
 
     import trio
 
@@ -1434,21 +1434,9 @@ def test_dashboard_offers_no_send_or_abort_on_a_deleted_session_and_says_why(
     assert console_errors(driver) == []
 
 
-def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
-        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
-    """A watched session whose log is damaged before what the page saw: after a restart its actor
-    cannot replay it, the daemon quarantines it and its view cannot be read
-    (`SESSION_QUARANTINED`). The page kept offering the composer; now it says why it does not."""
-    import sqlite3
-
-    driver = browser
-    d = make_daemon(with_turns())
-    strong = d.pair("dash-quarantined", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "something to replay")
-    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+def restart_with_its_first_input_damaged(d: Daemon, sid: str) -> None:
+    """Stop the daemon, damage the session's first input in the log (a zstd frame of nothing:
+    replaying it fails, so the session is quarantined once woken) and start it again."""
     d.stop()
     con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
     try:
@@ -1458,6 +1446,23 @@ def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
     finally:
         con.close()
     d.start()
+
+
+def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A watched session whose log is damaged before what the page saw: after a restart its actor
+    cannot replay it, the daemon quarantines it and its view cannot be read
+    (`SESSION_QUARANTINED`). The page kept offering the composer; now it says why it does not."""
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-quarantined", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    restart_with_its_first_input_damaged(d, sid)
     wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
     wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
     assert not one(driver, "#input").is_enabled()
@@ -1563,7 +1568,6 @@ def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_an
     list while another session is watched. Only a watched session's refresh marked it: opened
     from the list, the pane went on showing the other session (its title, status, queue) while
     the composer, enabled and with no note, sent to the quarantined one."""
-    import sqlite3
 
     driver = browser
     d = make_daemon(with_turns())
@@ -1578,15 +1582,7 @@ def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_an
         "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]"
         " && b.dataset.sessionId", damaged), "the other session")
     wait_for(lambda: one(driver, "#session-title").text == other and body_data(driver, "conn") == "live", "it watched")
-    d.stop()
-    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
-    try:
-        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
-                    "WHERE session_id = ? AND kind = 'input.submitted')", (damaged,))
-        con.commit()
-    finally:
-        con.close()
-    d.start()
+    restart_with_its_first_input_damaged(d, damaged)
     wait_for(lambda: d.request("GET", f"/sessions/{damaged}", token=strong)[1]["error"]["code"] == "SESSION_QUARANTINED",
              "the session quarantined", 20)
     wait_for(lambda: body_data(driver, "conn") == "live", "the other session watched again", 20)
@@ -1767,7 +1763,6 @@ def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view
     """A watched session, read while it was idle, is quarantined (its log damaged before what the
     page saw, then a restart). Send was disabled with a note; "Compact now" and a tool result's
     Snip stayed offered from the view read before, and the daemon refused each use."""
-    import sqlite3
 
     driver = browser
     d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
@@ -1780,15 +1775,7 @@ def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view
     wait_for(lambda: by_css(driver, "#timeline button.ctx-edit") and body_data(driver, "sessionStatus") == "idle",
              "the tool result's Snip on the idle session", 20)
     wait_for(lambda: one(driver, "#compact").is_enabled(), "Compact now offered")
-    d.stop()
-    con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
-    try:
-        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = (SELECT min(seq) FROM events "
-                    "WHERE session_id = ? AND kind = 'input.submitted')", (sid,))
-        con.commit()
-    finally:
-        con.close()
-    d.start()
+    restart_with_its_first_input_damaged(d, sid)
     wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
     wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
     note = one(driver, "#closed-note")
