@@ -8,6 +8,7 @@ the real ``lens pair approve``; an SSE stream is open when SIGTERM arrives.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -312,7 +313,9 @@ async def test_a_second_signal_while_the_services_stop_is_the_daemons(tmp_path: 
     # a kill, the store's last drain skipped. The server here says when its SIGTERM came.
     stopping = tmp_path / "mcp-got-sigterm"
     server = Path(__file__).resolve().parents[1] / "mcp" / "server.py"
-    script = f'trap "touch {stopping}" TERM; "{sys.executable}" "{server}"; while :; do sleep 0.05; done'
+    pidfile = tmp_path / "mcp-group"  # (its group is killed at the end whatever happened: it ignores SIGTERM)
+    script = (f'echo $$ > {pidfile}; trap "touch {stopping}" TERM; "{sys.executable}" "{server}"; '
+              f'while :; do sleep 0.05; done')
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(
         {"mcpServers": {"stubborn": {"command": "sh", "args": ["-c", script]}}}))
@@ -337,6 +340,11 @@ async def test_a_second_signal_while_the_services_stop_is_the_daemons(tmp_path: 
             assert daemon.lines[-1] == "lens: stopped"
         finally:
             daemon.kill()
+            if pidfile.exists() and pidfile.read_text().strip().isdigit():
+                try:
+                    os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # (the daemon stopped it, as it should)
 
 
 async def test_a_reader_of_standard_output_that_goes_away_does_not_stop_the_daemon(tmp_path: Path):
