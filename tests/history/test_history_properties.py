@@ -1,5 +1,6 @@
 """Property tests of history_search and history_read (F-TOOL-7): history_read's byte pages, and
-history_search's pages read while new items arrive.
+history_search's pages read while new items arrive, and the history projection against a rebuild
+and against the sessions' own Full Contexts.
 
 Texts mix 1- to 4-byte UTF-8 characters, combining marks and NULs. A "character" here is what the
 spec's "never splitting a character" can mean for UTF-8 bytes: one code point. A page may end
@@ -22,7 +23,9 @@ from events import types as t
 from events.reader import LogReader
 from events.store import Draft, open_store
 from projections.history import MAX_LIMIT, RANKED_LIMIT, HistoryError, HistoryIndex, HistoryProjection
+import projections.projector as projector_mod
 from projections.projector import Projector, open_projections_db
+from projections.session_state import SessionState, fold
 
 MAX_READ = 1024 * 1024
 
@@ -175,3 +178,178 @@ def test_paging_while_items_arrive_skips_and_repeats_none_of_what_existed(
 
     with tempfile.TemporaryDirectory() as tmp:
         trio.run(scenario, Path(tmp) / "data")
+
+
+# --------------------------------------------------------------------------- incremental equals rebuild
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("session"), st.integers(0, 1)),
+    st.tuples(st.sampled_from(["input", "input_no_id", "skill_input"]), st.integers(0, 9), st.text(max_size=12)),
+    st.tuples(st.sampled_from(["place", "withdraw", "delete"]), st.integers(0, 9)),
+    st.tuples(st.sampled_from(["agent", "skill", "instruction", "compact", "result"]), st.integers(0, 9),
+              st.integers(0, 9), st.text(max_size=12)),
+    st.tuples(st.just("answer"), st.integers(0, 9), st.integers(0, 9), st.text(max_size=12), st.integers(0, 2)),
+    st.tuples(st.sampled_from(["hide", "unhide"]), st.integers(0, 9), st.integers(0, 9), st.integers(0, 99)),
+    st.tuples(st.just("catch_up"), st.sampled_from([1, 2, 5, 2000])),
+), max_size=45)
+
+
+class Sessions:
+    """Turns drawn operations into the events a session's actor would record, in its envelopes."""
+
+    def __init__(self) -> None:
+        self.live: list[tuple[str, str]] = []  # (project, session) not deleted
+        self.agents: dict[str, list[str]] = {}
+        self.queued: dict[str, list[str]] = {}
+        self.calls: dict[tuple[str, str], list[str]] = {}
+        self.items: dict[tuple[str, str], list[str]] = {}  # item ids of each agent, as projected
+        self.n = 0
+
+    def drafts(self, op: tuple, seq: int) -> list[Draft]:
+        """The drafts of ``op``, to be appended one by one from ``seq`` + 1 on."""
+        kind = op[0]
+        if kind == "session":
+            self.n += 1
+            project, session = ("prj_one", "prj_two")[op[1]], f"s{self.n}"
+            self.live.append((project, session))
+            self.agents[session], self.queued[session] = ["main"], []
+            return [Draft(t.SessionCreated(), project_id=project, session_id=session)]
+        if not self.live:
+            return []
+        project, session = self.live[op[1] % len(self.live)]
+        env = dict(project_id=project, session_id=session)
+        if kind in ("input", "input_no_id", "skill_input"):
+            self.n += 1
+            rid = f"r{self.n}" if kind != "input_no_id" else f"seq:{seq + 1}"  # (a job report whose id was taken)
+            text = ("/skill:review " if kind == "skill_input" else "") + op[2]
+            self.queued[session].append(rid)
+            return [Draft(t.InputSubmitted(content=[t.TextPart(text)]), agent_id="main", **env,
+                          request_id=rid if kind != "input_no_id" else None)]
+        if kind in ("place", "withdraw"):
+            if not self.queued[session]:
+                return []
+            rid = self.queued[session].pop(0)
+            if kind == "withdraw":
+                return [Draft(t.InputWithdrawn(input_request_id=rid), agent_id="main", **env)]
+            self.items.setdefault((session, "main"), []).append(f"c{seq + 1}")
+            return [Draft(t.InputPlaced(input_request_id=rid), agent_id="main", task_id=f"t{seq + 1}", **env)]
+        if kind == "delete":
+            self.live.remove((project, session))
+            return [Draft(t.SessionDeleted(), **env)]
+        agents = self.agents[session]
+        agent = agents[op[2] % len(agents)]
+        env = dict(env, agent_id=agent, task_id=f"task_{agent}")
+        mine = self.items.setdefault((session, agent), [])
+        if kind == "agent":
+            agent = f"sub_{self.n}"
+            self.n += 1
+            agents.append(agent)
+            self.items[(session, agent)] = [f"c{seq + 1}"] if op[3] else []
+            return [Draft(t.AgentStarted(parent_agent_id="main", prompt=op[3]), **dict(env, agent_id=agent))]
+        if kind == "answer":
+            calls = [f"call{seq}_{i}" for i in range(op[4])]
+            self.calls.setdefault((session, agent), []).extend(calls)
+            first = [f"c{seq + 1}"] if op[3] else []
+            mine.extend(first + [f"c{seq + 1}.{i + len(first)}" for i in range(len(calls))])
+            return [Draft(t.ModelResponded(text=op[3], tool_calls=[t.ToolCall(c, "read_file", '{"path": "a"}')
+                                                                    for c in calls]), **env)]
+        if kind == "result":
+            pending = self.calls.get((session, agent))
+            if not pending:
+                return []
+            mine.append(f"c{seq + 1}")
+            return [Draft(t.ToolFinished(call_id=pending.pop(0), name="read_file",
+                                         content=[t.TextPart(op[3]), t.TextPart("more")]), **env)]
+        if kind in ("skill", "instruction"):
+            mine.append(f"c{seq + 1}")
+            ev = (t.SkillLoaded(name="review", instructions=op[3]) if kind == "skill"
+                  else t.InstructionAppended(text=op[3]))
+            return [Draft(ev, **env)]
+        if kind == "compact":
+            replaced = list(mine)
+            mine.append(f"c{seq + 1}")
+            return [Draft(t.ContextCompacted(summary=op[3], replaced_item_ids=replaced), **env)]
+        if kind in ("hide", "unhide"):
+            if not mine:
+                return []
+            return [Draft(t.ContextEdited(op=kind, item_ids=[mine[op[3] % len(mine)]]), **env)]
+        raise AssertionError(op)
+
+
+def _fts_instances(conn: apsw.Connection) -> list[tuple]:
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.history_vocab USING fts5vocab(main, history_fts, instance)")
+    return list(conn.execute("SELECT * FROM temp.history_vocab ORDER BY 1, 2, 3, 4"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_incremental_history_equals_a_rebuild_and_the_full_contexts(ops: list[tuple]) -> None:
+    # (every scenario starts with a session of each project, so most drawn operations apply)
+    check_history([("session", 0), ("session", 1), *ops])
+
+
+def check_history(ops: list[tuple]) -> None:
+    """Sessions of two projects, inputs (placed, withdrawn, without an id of their own, /skill:
+    commands), subagents, answers with tool calls, results, skill loads, instructions,
+    compactions, hides, unhides and deletes, projected in steps of every batch size: the same
+    rows and the same index as one rebuild, and every agent's Full Context item (same id, agent,
+    task, role and text), hidden exactly when the user hid it or deleted its session."""
+
+    async def scenario(data: Path) -> None:
+        model = Sessions()
+        saved = projector_mod.BATCH
+        async with open_store(data, synchronous="OFF") as store:
+            live = Projector(LogReader(data), open_projections_db(data), [HistoryProjection()])
+            try:
+                for op in ops:
+                    if op[0] == "catch_up":
+                        projector_mod.BATCH = op[1]
+                        try:
+                            live.catch_up()
+                        finally:
+                            projector_mod.BATCH = saved
+                        continue
+                    for draft in model.drafts(op, store.last_seq):
+                        await store.append(draft)
+                live.catch_up()
+                rebuilt = Projector(LogReader(data), open_projections_db(data, memory=True), [HistoryProjection()])
+                try:
+                    rebuilt.rebuild()
+                    assert live.dump("history") == rebuilt.dump("history")
+                    assert _fts_instances(live.conn) == _fts_instances(rebuilt.conn)
+                finally:
+                    rebuilt.close()
+                    rebuilt.reader.close()
+                # Every agent's Full Context, as the session's actor folds it, is in the index.
+                rows = {r[0]: r[1:] for r in live.conn.execute(
+                    "SELECT item_id, session_id, agent_id, task_id, role, text, hidden FROM history_items")}
+                expected = {}
+                reader = LogReader(data)
+                try:
+                    sessions = {r[0] for r in live.conn.execute("SELECT session_id FROM history_sessions")}
+                    for session in sessions:
+                        state = fold(SessionState(session), reader.events(session_id=session))
+                        for agent_id, agent in state.agents.items():
+                            for item in agent.items:
+                                text = f"{item.call.name} {item.call.arguments}" if item.call else item.text
+                                hidden = item.id in agent.hidden or state.deleted
+                                expected[item.id] = (session, agent_id, item.task_id, item.role, text, hidden)
+                finally:
+                    reader.close()
+                assert {k: (*v[:5], bool(v[5])) for k, v in rows.items()} == expected
+            finally:
+                live.close()
+                live.reader.close()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trio.run(scenario, Path(tmp) / "data")
+
+
+def test_an_input_recorded_without_a_request_id_is_in_history() -> None:
+    # A job's report whose id ("job:<id>") a client's input had taken is recorded with none; the
+    # session's Full Context files it under "seq:<n>", and history left it out.
+    check_history([("session", 0), ("input_no_id", 0, "the job ended"), ("place", 0)])
+
+
+def test_a_skill_commands_item_is_its_full_context_text() -> None:
+    check_history([("session", 0), ("skill_input", 0, "review this diff"), ("place", 0)])
