@@ -27,7 +27,7 @@ from events import types as t
 from events.reader import StoredEvent, StoredRow
 
 from .projector import Projection
-from .session_state import text_of
+from .session_state import skill_command, text_of
 from .snippets import SCAN_CHARS, Term, snippet
 from .snippets import term as snippet_term
 from .tokens import index_text
@@ -68,7 +68,8 @@ class HistoryProjection(Projection):
     # 3: items indexed through projections.tokens.index_text (contentless FTS)
     # 4: the text parts of an input or tool result joined by a newline (were glued: "helloworld")
     # 5: each item's UTF-8 size and SHA-256 stored (read() hashed the whole text for every page)
-    version = 5
+    # 6: an input without a request id of its own, and a /skill: command's args, as the Full Context holds them
+    version = 6
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
 
@@ -126,9 +127,14 @@ class HistoryProjection(Projection):
                 items = []
                 conn.execute("UPDATE history_sessions SET deleted = 1 WHERE session_id = ?", (sid,))
                 conn.execute("UPDATE history_items SET hidden = hidden | 2 WHERE session_id = ?", (sid,))
-            elif isinstance(ev, t.InputSubmitted) and se.request_id:
+            elif isinstance(ev, t.InputSubmitted):
+                # Filed as the session's Full Context files it: under ``seq:<n>`` when it has no
+                # request id of its own (a job's report whose id was taken), and, for a
+                # ``/skill:`` command, with the text the model sees (the args), not the command.
+                command = skill_command(ev.content)
                 conn.execute("INSERT OR REPLACE INTO history_inputs(session_id, request_id, text) VALUES (?, ?, ?)",
-                             (sid, se.request_id, _text(ev.content)))
+                             (sid, se.request_id or f"seq:{se.seq}",
+                              _text(ev.content if command is None else command[1])))
             elif isinstance(ev, t.InputPlaced):
                 found = conn.execute("SELECT text FROM history_inputs WHERE session_id = ? AND request_id = ?",
                                      (sid, ev.input_request_id)).fetchall()

@@ -285,6 +285,11 @@ async def test_a_report_whose_request_id_a_client_took_is_still_written(daemon: 
                and e["body"]["content"][0]["text"].startswith(f"[background job {job_id} ")]
     assert [e["request_id"] for e in reports] == [None]
     assert [e["body"]["status"] for e in events if e["kind"] == "job.finished"] == ["stopped"]
+    # ... and its item (filed under "seq:<n>") is in history like any other input's
+    [placed] = [e for e in events if e["kind"] == "input.placed"
+                and e["body"]["input_request_id"] == f"seq:{reports[0]['seq']}"]
+    r = await daemon.get(f"/history/items/c{placed['seq']}", token)
+    assert r.status_code == 200 and r.json()["text"].startswith(f"[background job {job_id} "), r.text
 
 
 async def test_a_job_whose_output_passed_the_executors_cap_says_so(daemon: Daemon):

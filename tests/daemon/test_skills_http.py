@@ -48,6 +48,9 @@ async def test_a_skill_command_loads_the_skill_and_sends_the_args(daemon_factory
     assert kinds.index("skill.loaded") == kinds.index("input.placed") - 1
     assert len(skill_items(view)) == 1
     assert [it["text"] for it in view["items"] if it["role"] == "user"] == ["look at main.py"]  # what the model sees
+    [placed] = [e for e in events if e["kind"] == "input.placed"]
+    r = await d.get(f"/history/items/c{placed['seq']}", token)
+    assert r.status_code == 200 and r.json()["text"] == "look at main.py", r.text  # history holds the same item
 
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:nope hello"})
     assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND"
