@@ -7,8 +7,8 @@ items before the first conversation item) become ``system`` blocks. A later syst
 here, every time a request is compiled (a retry compiles the same items the same way); the
 persisted items keep their role and text. Tool calls are ``tool_use`` blocks, their results
 ``tool_result`` blocks (text and images, ``is_error``) in the next user message; a call id
-outside the API's ``[A-Za-z0-9_-]`` (one an OpenAI-compatible server made, before the session
-switched model) is sent under its digest alias (:func:`.names.call_id_for`); consecutive
+outside the API's ``[A-Za-z0-9_-]`` (one another server made, before the session switched model)
+is sent under its digest alias (:func:`.names.call_id_for`); consecutive
 messages of one role are merged, and the conversation starts with a user message. A call's
 ``input`` is its arguments object; a call whose arguments were no JSON object goes back with
 ``{}`` (its result already says what was wrong and quotes what the model sent).

@@ -14,9 +14,10 @@ internal id before a :class:`~runtime.providers.base.ModelResult` leaves the pro
 events and permissions only ever hold internal ids.
 
 Call ids get the same treatment where a protocol restricts them: Anthropic takes a ``tool_use`` id
-only of ``[A-Za-z0-9_-]``, and a session may carry ids an OpenAI-compatible server made
-(``functions.read_file:0``) into a Claude model's requests. :func:`call_id_for` gives such an id a
-digest alias of the same form, when the request is compiled; the log keeps the id as recorded.
+only of ``[A-Za-z0-9_-]``, the Responses API a ``call_id`` of at most 64 characters, and a session
+that switched model may carry ids another server made (``functions.read_file:0``, or longer ones)
+into their requests. :func:`call_id_for` gives an id outside ``[A-Za-z0-9_-]{1,64}`` a digest
+alias of that form when the request is compiled; the log keeps the id as recorded.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Iterable
 from .base import ProviderError
 
 NATIVE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole strings only: fullmatch
-CALL_ID_RE = re.compile(r"[A-Za-z0-9_-]+")  # Anthropic tool_use ids (fullmatch)
+CALL_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # call ids Anthropic and Responses take (fullmatch)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 DIGEST_HEX = 24
 READABLE_MAX = 64 - 1 - DIGEST_HEX  # 39
@@ -46,9 +47,10 @@ def alias_for(internal_id: str) -> str:
 
 
 def call_id_for(call_id: str) -> str:
-    """The id a call (and its result) is sent under to a protocol that takes only
-    ``[A-Za-z0-9_-]``: itself when it fits, else a digest alias as for tool names. A pure
-    function of the id, so a call and its result, and every later request, agree."""
+    """The id a call (and its result) is sent under to Anthropic (``tool_use`` ids of
+    ``[A-Za-z0-9_-]`` only) and Responses (``call_id`` of 1 to 64 characters): itself when it is
+    ``[A-Za-z0-9_-]{1,64}``, else a digest alias as for tool names. A pure function of the id, so
+    a call and its result, and every later request, agree."""
     if CALL_ID_RE.fullmatch(call_id):
         return call_id
     return _digest_alias(call_id, "call")

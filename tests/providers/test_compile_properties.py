@@ -119,7 +119,8 @@ def contexts(draw: Any) -> tuple[list[Item], list[str], list[dict[str, Any]]]:
                 # (ids as providers make them, OpenAI-compatible servers' included: unique in a session)
                 call_id = draw(st.sampled_from([f"call_{n_calls}", f"toolu_{n_calls:024d}", f"call_{n_calls}-2",
                                                 f"functions.read_file:{n_calls}", f"call {n_calls}", f"é{n_calls}",
-                                                f"{n_calls}" + "x" * 90, f"call.{n_calls}", f"call:{n_calls}"]))
+                                                f"{n_calls}" + "x" * 90, f"call.{n_calls}", f"call:{n_calls}",
+                                                f"{n_calls:064d}"]))
                 args = draw(st.one_of(
                     st.dictionaries(plain, st.one_of(st.integers(), plain, st.booleans()), max_size=2).map(json.dumps),
                     st.sampled_from(["", "{", "[1]", '"x"', "NaN", '{"a": "\\ud800"}'])))
@@ -291,6 +292,7 @@ def check_responses(kw: dict[str, Any], items: list[Item], system: list[str]) ->
     assert sum(m.get("role") == "developer" for m in inp) == sum(1 for s in system if s) + sum(it.role == "system" for it in items)
     calls = [m["call_id"] for m in inp if m.get("type") == "function_call"]
     outputs = [m["call_id"] for m in inp if m.get("type") == "function_call_output"]
+    assert all(1 <= len(c) <= 64 for c in calls)  # (the API refuses a longer call_id)
     assert len(set(calls)) == len(calls) and sorted(calls) == sorted(outputs)
     for k, m in enumerate(inp):
         if m.get("type") == "function_call_output":
@@ -355,7 +357,7 @@ def test_an_id_named_like_another_ids_alias_is_refused_in_either_order(other, re
 
 
 @given(st.lists(st.one_of(st.text(max_size=80), st.from_regex(CALL_ID_RE, fullmatch=True)), unique=True, max_size=12))
-def test_call_ids_go_to_anthropic_in_the_form_it_takes(ids):
+def test_call_ids_go_to_anthropic_and_responses_in_the_form_they_take(ids):
     sent = [call_id_for(i) for i in ids]
     assert all(CALL_ID_RE.fullmatch(s) for s in sent)
     assert len(set(sent)) == len(sent)  # (ids unique in a session stay unique on the wire)
