@@ -6,7 +6,9 @@ items before the first conversation item) become ``system`` blocks. A later syst
 ``Lens instruction update:`` — the API only grants ``user`` authority there. This happens only
 here, every time a request is compiled (a retry compiles the same items the same way); the
 persisted items keep their role and text. Tool calls are ``tool_use`` blocks, their results
-``tool_result`` blocks (text and images, ``is_error``) in the next user message; consecutive
+``tool_result`` blocks (text and images, ``is_error``) in the next user message; a call id
+outside the API's ``[A-Za-z0-9_-]`` (one another server made, before the session switched model)
+is sent under its digest alias (:func:`.names.call_id_for`); consecutive
 messages of one role are merged, and the conversation starts with a user message. A call's
 ``input`` is its arguments object; a call whose arguments were no JSON object goes back with
 ``{}`` (its result already says what was wrong and quotes what the model sent).
@@ -37,7 +39,7 @@ from events import types as t
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
-from .names import describe
+from .names import call_id_for, describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "anthropic"
@@ -88,14 +90,14 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             # Signed thinking first, exactly as received (never marked for caching: only input
             # blocks before an assistant turn and the tail are).
             blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
-            blocks += [{"type": "tool_use", "id": c.call_id, "name": names.native(c.name),
+            blocks += [{"type": "tool_use", "id": call_id_for(c.call_id), "name": names.native(c.name),
                         "input": call_input(compiled, c)} for c in e.calls]
             if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
                 blocks.append({"type": "text", "text": "(empty)"})
             add("assistant", blocks)
         elif e.kind == "result":
             content = _blocks(e) or [{"type": "text", "text": "(no output)"}]
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": e.call_id, "content": content}
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id_for(e.call_id), "content": content}
             if e.is_error:
                 block["is_error"] = True
             add("user", [block])  # right after its call's assistant turn (compile pairs them)

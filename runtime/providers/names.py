@@ -12,6 +12,12 @@ collide only if 96 bits of SHA-256 do. A :class:`ToolNames` table still checks i
 and refuses a collision instead of mis-routing a call. Streamed calls are mapped back to the
 internal id before a :class:`~runtime.providers.base.ModelResult` leaves the provider; history,
 events and permissions only ever hold internal ids.
+
+Call ids get the same treatment where a protocol restricts them: Anthropic takes a ``tool_use`` id
+only of ``[A-Za-z0-9_-]``, the Responses API a ``call_id`` of at most 64 characters, and a session
+that switched model may carry ids another server made (``functions.read_file:0``, or longer ones)
+into their requests. :func:`call_id_for` gives an id outside ``[A-Za-z0-9_-]{1,64}`` a digest
+alias of that form when the request is compiled; the log keeps the id as recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any, Iterable
 from .base import ProviderError
 
 NATIVE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole strings only: fullmatch
+CALL_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # call ids Anthropic and Responses take (fullmatch)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 DIGEST_HEX = 24
 READABLE_MAX = 64 - 1 - DIGEST_HEX  # 39
@@ -36,8 +43,22 @@ def alias_for(internal_id: str) -> str:
     """The name sent to providers for ``internal_id`` (itself when it is already native)."""
     if is_native(internal_id):
         return internal_id
-    digest = hashlib.sha256(internal_id.encode("utf-8")).hexdigest()[:DIGEST_HEX]
-    readable = _UNSAFE.sub("_", internal_id).strip("_")[:READABLE_MAX].rstrip("_") or "tool"
+    return _digest_alias(internal_id, "tool")
+
+
+def call_id_for(call_id: str) -> str:
+    """The id a call (and its result) is sent under to Anthropic (``tool_use`` ids of
+    ``[A-Za-z0-9_-]`` only) and Responses (``call_id`` of 1 to 64 characters): itself when it is
+    ``[A-Za-z0-9_-]{1,64}``, else a digest alias as for tool names. A pure function of the id, so
+    a call and its result, and every later request, agree."""
+    if CALL_ID_RE.fullmatch(call_id):
+        return call_id
+    return _digest_alias(call_id, "call")
+
+
+def _digest_alias(value: str, fallback: str) -> str:
+    digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:DIGEST_HEX]
+    readable = _UNSAFE.sub("_", value).strip("_")[:READABLE_MAX].rstrip("_") or fallback
     return f"{readable}_{digest}"
 
 

@@ -2,7 +2,9 @@
 
 Compilation keeps message order: the leading system prompt and every later system item are
 ``developer`` messages at their position; an assistant response is its text message followed by
-its ``function_call`` items, each followed by its ``function_call_output`` (text and images).
+its ``function_call`` items, each followed by its ``function_call_output`` (text and images); a
+call id outside ``[A-Za-z0-9_-]{1,64}`` (another server's, before the session switched model: the
+API refuses one past 64 characters) goes under its digest alias (:func:`.names.call_id_for`).
 Requests are sent with ``store: false`` (Lens's log is the record). Reasoning (``thinking_level``
 set) asks for ``reasoning.effort`` with an automatic summary, streamed as reasoning deltas, and
 ``include: ["reasoning.encrypted_content"]``: the response's ``reasoning`` items (``id``,
@@ -25,7 +27,7 @@ from events import types as t
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
-from .names import describe
+from .names import call_id_for, describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "openai-responses"
@@ -76,11 +78,11 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             if e.text:
                 items.append({"role": "assistant", "content": e.text})
             for call in e.calls:
-                items.append({"type": "function_call", "call_id": call.call_id, "name": names.native(call.name),
+                items.append({"type": "function_call", "call_id": call_id_for(call.call_id), "name": names.native(call.name),
                               "arguments": call_arguments(compiled, call)})
         elif e.kind == "result":
             has_image = any(isinstance(p, Image) for p in e.parts)
-            item: dict[str, Any] = {"type": "function_call_output", "call_id": e.call_id}
+            item: dict[str, Any] = {"type": "function_call_output", "call_id": call_id_for(e.call_id)}
             if has_image:
                 item["output"] = _input_parts(e)
             else:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runtime.providers.base import ProviderError
-from runtime.providers.names import NATIVE_NAME_RE, ToolNames, alias_for
+from runtime.providers.names import CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
@@ -78,3 +78,35 @@ async def test_aliases_on_the_wire_and_calls_mapped_back(protocol, server, make)
     else:
         assert [t["name"] for t in b0["tools"]] == [alias, "read_file"]
         assert b1["messages"][1]["content"][0]["name"] == alias
+
+
+async def test_call_ids_anthropic_refuses_travel_under_an_alias_with_their_results(server, make):
+    """Anthropic takes a tool_use id only of [A-Za-z0-9_-]; ids an OpenAI-compatible server made
+    (``functions.read_file:0``) reach it after a switch of model, and failed every request."""
+    provider = make("anthropic")
+    server.push(reply("anthropic", text="ok"))
+    ctx = (Ctx().user("go").response("", ("functions.read_file:0", "read_file", {"path": "a"}), ("toolu_01", "read_file", {}))
+           .result("functions.read_file:0", "a").result("toolu_01", "b").user("next"))
+    await provider.stream(ctx.request(), Deltas())
+    messages = server.bodies[0]["messages"]
+    uses = [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"]
+    results = [b["tool_use_id"] for b in messages[2]["content"] if b["type"] == "tool_result"]
+    assert uses == results == [call_id_for("functions.read_file:0"), "toolu_01"]
+    assert uses[0].startswith("functions_read_file_0_") and CALL_ID_RE.fullmatch(uses[0])
+    assert [it.call.call_id for it in ctx.items if it.call is not None][0] == "functions.read_file:0"  # the items keep theirs
+
+
+async def test_a_call_id_past_64_characters_travels_to_responses_under_an_alias(server, make):
+    """The Responses API refuses a call_id longer than 64 characters; one recorded from another
+    server reaches it after a switch of model."""
+    provider = make("openai-responses")
+    server.push(reply("openai-responses", text="ok"))
+    long_id = "chatcmpl-tool-" + "0123456789abcdef" * 4 + "_0"
+    ctx = Ctx().user("go").response("", (long_id, "read_file", {"path": "a"}), ("call_ok", "read_file", {})) \
+        .result(long_id, "a").result("call_ok", "b").user("next")
+    await provider.stream(ctx.request(), Deltas())
+    inp = server.bodies[0]["input"]
+    calls = [m["call_id"] for m in inp if m.get("type") == "function_call"]
+    outputs = [m["call_id"] for m in inp if m.get("type") == "function_call_output"]
+    assert calls == outputs == [call_id_for(long_id), "call_ok"]
+    assert len(calls[0]) == 64 and calls[0].startswith("chatcmpl-tool-0123456789abcdef")

@@ -1,0 +1,82 @@
+"""A session that switches protocol keeps a history its new provider accepts (F-MOD-2, F-ACT-6)."""
+
+from __future__ import annotations
+
+import re
+
+import trio
+
+from ..providers.servers.anthropic import message_stream
+from ..providers.servers.base import ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from ..providers.servers.openai_responses import response_stream
+from .conftest import DaemonFactory
+
+ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")  # what the Messages API takes as a tool_use id
+LONG_ID = "chatcmpl-tool-" + "0123456789abcdef" * 4 + "_0"  # 80 characters
+
+
+async def test_call_ids_of_a_compatible_server_are_sent_to_anthropic_in_the_form_it_takes(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    """Some OpenAI-compatible servers name calls ``functions.<tool>:<n>``; Anthropic refuses a
+    ``tool_use`` id outside ``[A-Za-z0-9_-]`` (400), so after a switch to a Claude model every
+    request of the session failed."""
+    chat, claude = ScriptedServer(), ScriptedServer()
+    chat_url, claude_url = await chat.start(nursery), await claude.start(nursery)
+    config = {"providers": [
+        {"id": "compat", "protocol": "openai-chat", "baseUrl": f"{chat_url}/v1", "models": [{"id": "kimi"}]},
+        {"id": "claude", "protocol": "anthropic", "baseUrl": claude_url, "models": [{"id": "claude-test"}]}],
+        "defaultModel": "compat/kimi"}
+    chat.push(chat_stream(calls=[("functions.get_system_time:0", "get_system_time", {})]), chat_stream(text="noon"))
+    d = await daemon_factory(config=config)
+    token = await d.pair("switch-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "what time is it?")
+    await d.wait_idle(token, sid)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "claude/claude-test"})
+    assert r.status_code == 200, r.text
+    claude.push(message_stream(text="still noon"))
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    assert len(claude.bodies) == 1
+    messages = claude.bodies[0]["messages"]
+    uses = [b for m in messages for b in m["content"] if b["type"] == "tool_use"]
+    results = [b for m in messages for b in m["content"] if b["type"] == "tool_result"]
+    assert len(uses) == len(results) == 1
+    assert ANTHROPIC_ID.fullmatch(uses[0]["id"]), uses[0]["id"]
+    assert results[0]["tool_use_id"] == uses[0]["id"]
+    # The log keeps the id the server gave.
+    calls = [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.started"]
+    assert [c["call_id"] for c in calls] == ["functions.get_system_time:0"]
+    assert view["status"] == "idle"
+
+
+async def test_a_call_id_past_64_characters_is_sent_to_responses_under_an_alias(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    """The Responses API refuses a ``call_id`` longer than 64 characters (400
+    ``string_above_max_length``); a session whose history held one (a compatible server's)
+    failed every request after a switch to a Responses model."""
+    chat, responses = ScriptedServer(), ScriptedServer()
+    chat_url, responses_url = await chat.start(nursery), await responses.start(nursery)
+    config = {"providers": [
+        {"id": "compat", "protocol": "openai-chat", "baseUrl": f"{chat_url}/v1", "models": [{"id": "vllm"}]},
+        {"id": "oa", "protocol": "openai-responses", "baseUrl": f"{responses_url}/v1", "models": [{"id": "gpt-test"}]}],
+        "defaultModel": "compat/vllm"}
+    chat.push(chat_stream(calls=[(LONG_ID, "get_system_time", {})]), chat_stream(text="noon"))
+    d = await daemon_factory(config=config)
+    token = await d.pair("switch-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "what time is it?")
+    await d.wait_idle(token, sid)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "oa/gpt-test"})
+    assert r.status_code == 200, r.text
+    responses.push(response_stream(text="still noon"))
+    await d.submit(token, sid, "r2", "and now?")
+    await d.wait_idle(token, sid)
+    assert len(responses.bodies) == 1
+    inp = responses.bodies[0]["input"]
+    calls = [m["call_id"] for m in inp if m.get("type") == "function_call"]
+    outputs = [m["call_id"] for m in inp if m.get("type") == "function_call_output"]
+    assert calls == outputs and len(calls) == 1
+    assert 1 <= len(calls[0]) <= 64, calls[0]
+    assert [e["body"]["call_id"] for e in await d.events(token, sid) if e["kind"] == "tool.started"] == [LONG_ID]
