@@ -1847,3 +1847,48 @@ def test_dashboard_model_panel_follows_another_clients_change(
     assert not one(driver, "#model-clear").is_enabled()
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+
+# --------------------------------------------------------------------------- the dashboard's fourth pass
+
+
+def input_value(driver: Any) -> str:
+    return driver.execute_script("return document.getElementById('input').value")
+
+
+def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something_was_typed_since(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Withdraw on a queued input: the daemon answers `withdrawn` with the input's text, and the
+    page dropped it (the reader who withdrew to edit had to type it again). It goes back into an
+    empty box, with its "If busy" choice; what was typed since stays, and the note says so."""
+    driver = browser
+    strong = daemon.pair("dash-withdraw-back", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the busy session")
+    submit(driver, "steer with these words", when_busy="steer")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["steer with these words"], "the queued input")
+    assert input_value(driver) == ""
+    from selenium.webdriver.support.ui import Select
+    Select(one(driver, "#when-busy")).select_by_value("followUp")
+    click(driver, "#queue li.card button")
+    wait_for(lambda: input_value(driver) == "steer with these words", "the withdrawn text back in the box")
+    assert one(driver, "#when-busy").get_attribute("value") == "steer"
+    assert "back in the box" in one(driver, "#composer-note").text
+    wait_for(lambda: texts(driver, "#queue li.card .text") == [], "the queue emptied")
+
+    # Something typed since stays as it is: the withdrawn text is not put in its place.
+    submit(driver, "queued again")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["queued again"], "the queued input again")
+    one(driver, "#input").send_keys("something new")
+    click(driver, "#queue li.card button")
+    wait_for(lambda: "not put back" in one(driver, "#composer-note").text, "the note")
+    assert input_value(driver) == "something new"
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert console_errors(driver) == []
+
