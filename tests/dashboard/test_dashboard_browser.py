@@ -1892,3 +1892,74 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
     assert console_errors(driver) == []
 
+
+
+ONE_QUESTION = {"when": "ask one question", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
+    {"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}],
+     "allow_text": False}]}}]}
+HOLD_ANSWERS = """
+    window.answerRequests = 0;
+    const real = window.fetch;
+    let release; const gate = new Promise((r) => { release = r; });
+    window.releaseAnswers = () => release();
+    window.fetch = async (...args) => {
+      if (String(args[0]).includes('/answer')) { window.answerRequests++; await gate; }
+      return real(...args);
+    };"""
+
+
+def test_dashboard_answers_a_question_once_when_its_option_is_double_clicked(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A double click on a one-click option sent two answers (the second one the daemon's
+    `duplicate`). The question's controls are now disabled from the first click, before the
+    daemon answers, and one answer is sent."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    driver = browser
+    d = make_daemon(with_turns(ONE_QUESTION))
+    strong = d.pair("dash-question-once", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "ask one question")
+    option = "#timeline .question button[data-option-id='red']"
+    wait_for(lambda: by_css(driver, option), "the question")
+    driver.execute_script(HOLD_ANSWERS)
+    network_requests(driver, d.base)
+    ActionChains(driver).double_click(one(driver, option)).perform()
+    wait_for(lambda: driver.execute_script("return window.answerRequests") >= 1, "the answer asked")
+    controls = [(b.text, b.is_enabled()) for b in by_css(driver, "#timeline .question button")]
+    assert controls == [("Red", False), ("Blue", False), ("Skip", False)], controls
+    assert driver.execute_script("return window.answerRequests") == 1
+    driver.execute_script("window.releaseAnswers()")
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the answered question")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    sent = [r for r in network_requests(driver, d.base) if r[0] == "POST" and r[1].endswith("/answer")]
+    assert len(sent) == 1, sent
+    events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
+    assert [e["body"]["answer"] for e in events if e["kind"] == "question.answered"] == [
+        {"kind": "answer", "optionIds": ["red"]}]
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_says_a_question_settled_meanwhile_was_settled_not_an_error(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """An option clicked on a question that was cancelled meanwhile (the run aborted by another
+    client): the daemon refuses it (`QUESTION_SETTLED`), and the page listed that as an error.
+    It now says the question was already settled and the answer not taken."""
+    driver = browser
+    d = make_daemon(with_turns(ONE_QUESTION))
+    strong = d.pair("dash-question-settled", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "ask one question")
+    wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question")
+    # The reader's click, on the question as it was shown, lands after another client's abort.
+    driver.execute_script("window.staleOption = document.querySelector(\"#timeline .question button[data-option-id='red']\")")
+    assert d.request("POST", f"/sessions/{sid}/abort", {}, token=strong)[0] == 200
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the cancelled question gone")
+    driver.execute_script("window.staleOption.click()")
+    wait_for(lambda: "already settled" in one(driver, "#composer-note").text, "the question said to be settled")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
