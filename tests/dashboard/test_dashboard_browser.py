@@ -1963,3 +1963,54 @@ def test_dashboard_says_a_question_settled_meanwhile_was_settled_not_an_error(
     wait_for(lambda: "already settled" in one(driver, "#composer-note").text, "the question said to be settled")
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+def test_dashboard_follows_a_running_jobs_open_output_until_the_job_ends(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A running job's output, once opened, showed what the daemon held then; what the job printed
+    after showed only when "Read new output" was clicked. The open output now follows the job (a
+    light read every 2 s, one at a time) until the job ends; the last read then shows its end. A
+    reader at the bottom of the output stays there as it grows; one scrolled up stays where it is."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command":
+            "seq 1 300; while [ ! -e go ]; do sleep 0.1; done; printf 'second line\\n';"
+            " while [ ! -e end ]; do sleep 0.1; done; printf 'last line\\n'"}}]}))
+    strong = d.pair("dash-jobs-follow", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "running" in one(driver, card).text, "the running job")
+    first = "".join(f"{i}\n" for i in range(1, 301))
+    shown = lambda: one(driver, f"{card} .job-out pre").get_attribute("textContent")  # noqa: E731
+
+    def first_part_shown() -> bool:
+        if not by_css(driver, f"{card} .job-out pre"):
+            click(driver, f"{card} button.job-output")
+            return False
+        return shown() == first
+
+    def scroll(to: str) -> int:
+        return driver.execute_script(f"const p = document.querySelector('{card} .job-out pre'); p.scrollTop = {to};"
+                                     " return p.scrollTop")
+
+    def from_bottom() -> int:
+        return driver.execute_script(f"const p = document.querySelector('{card} .job-out pre');"
+                                     " return p.scrollHeight - p.scrollTop - p.clientHeight")
+
+    wait_for(first_part_shown, "the job's first part")
+    scroll("p.scrollHeight")
+    (workspace / "go").touch()
+    wait_for(lambda: shown() == first + "second line\n", "the line printed while the output was open")
+    assert from_bottom() < 2, "the reader at the bottom was not kept there"
+    assert not by_css(driver, f"{card} button.job-more")   # (followed: nothing to ask for)
+    top = scroll("40")
+    (workspace / "end").touch()
+    wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end")
+    wait_for(lambda: shown() == first + "second line\nlast line\n", "what it printed last")
+    assert driver.execute_script(f"return document.querySelector('{card} .job-out pre').scrollTop") == top
+    assert not by_css(driver, f"{card} button.job-more")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
