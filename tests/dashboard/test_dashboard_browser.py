@@ -177,6 +177,16 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
+    driver = start_chromium(tmp_path)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def start_chromium(tmp_path: Path, password_manager: bool = False) -> Any:
+    """Headless Chromium under chromedriver; ``password_manager``: as a person's browser, offering
+    to save passwords (chromedriver's ``--enable-automation`` turns that off)."""
     _chromium_or_skip()
     try:
         from selenium import webdriver
@@ -185,6 +195,10 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         pytest.fail("selenium is not installed: pip install -e '.[test]'")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
+    if password_manager:
+        opts.add_experimental_option("excludeSwitches", ["enable-automation"])
+        opts.add_experimental_option("prefs", {"credentials_enable_service": True,
+                                               "profile.password_manager_enabled": True})
     # the page's console (for uncaught errors) and the network events (what the page requested)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -196,10 +210,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     driver = webdriver.Chrome(options=opts, service=service)
     driver.set_page_load_timeout(WAIT)
     driver.set_script_timeout(WAIT)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    return driver
 
 
 # --------------------------------------------------------------------------- helpers
@@ -2014,3 +2025,31 @@ def test_dashboard_follows_a_running_jobs_open_output_until_the_job_ends(
     assert not by_css(driver, f"{card} button.job-more")
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+
+
+def test_dashboard_credential_field_is_not_offered_to_the_password_manager(daemon: Daemon, tmp_path: Path) -> None:
+    """The credential field was a password field with `autocomplete="off"`, which password managers
+    ignore: Chromium's, asked to save passwords as a person's browser is, took the connect (the form
+    hidden after a successful fetch) for a sign-in and showed its "Save password?" prompt
+    (`chrome://password-manager-internals` logs each decision). The field is now marked
+    `autocomplete="one-time-code"`: a code to use once, never one to save."""
+    driver = start_chromium(tmp_path, password_manager=True)
+    try:
+        strong = daemon.pair("dash-password-manager", strong=True)
+        driver.get("chrome://password-manager-internals/")
+        internals = driver.current_window_handle
+        driver.switch_to.new_window("tab")
+        driver.get(daemon.base + "/")
+        connect(driver, strong)
+        wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+        driver.switch_to.window(internals)
+        log = lambda: driver.execute_script("return document.body.innerText")  # noqa: E731
+        # (the password manager's handling of the connect: a submission it saw, and the UI state it then took)
+        decided = wait_for(lambda: (lambda t: "OnDynamicFormSubmission" in t
+                                    and "The new state of the UI" in t.split("OnDynamicFormSubmission", 1)[1] and t)(log()),
+                           "the password manager's decision on the connect")
+        assert "Decision: ASK the user" not in decided and "Show password prompt" not in decided, decided[-3000:]
+    finally:
+        driver.quit()
