@@ -1899,10 +1899,29 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
     wait_for(lambda: "not put back" in one(driver, "#composer-note").text, "the note")
     assert input_value(driver) == "something new"
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    # A send whose answer was lost (the daemon queued it), withdrawn and sent again, is a new input:
+    # it is not answered as a duplicate of the one withdrawn.
+    driver.execute_script("""
+        const real = window.fetch; let once = true;
+        window.fetch = async (...args) => {
+          const r = await real(...args);
+          if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
+          return r;
+        };""")
+    submit(driver, "lost on its way back")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='NETWORK']"), "the failed send")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back"], "the input the daemon queued")
+    click(driver, "#queue li.card button")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == [], "the input withdrawn")
+    assert input_value(driver) == "lost on its way back"   # (the failed send left it there)
+    click(driver, "#send")
+    wait_for(lambda: "Sent (seq" in one(driver, "#composer-note").text, "the send answered")
+    assert "duplicate" not in one(driver, "#composer-note").text
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back"], "the input queued again")
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
     assert console_errors(driver) == []
-
 
 
 ONE_QUESTION = {"when": "ask one question", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
