@@ -1868,6 +1868,15 @@ def input_value(driver: Any) -> str:
     return driver.execute_script("return document.getElementById('input').value")
 
 
+LOSE_NEXT_SEND_ANSWER = """
+    const real = window.fetch; let once = true;
+    window.fetch = async (...args) => {
+      const r = await real(...args);
+      if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
+      return r;
+    };"""
+
+
 def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something_was_typed_since(
         daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     """Withdraw on a queued input: the daemon answers `withdrawn` with the input's text, and the
@@ -1902,13 +1911,7 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
 
     # A send whose answer was lost (the daemon queued it), withdrawn and sent again, is a new input:
     # it is not answered as a duplicate of the one withdrawn.
-    driver.execute_script("""
-        const real = window.fetch; let once = true;
-        window.fetch = async (...args) => {
-          const r = await real(...args);
-          if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
-          return r;
-        };""")
+    driver.execute_script(LOSE_NEXT_SEND_ANSWER)
     submit(driver, "lost on its way back")
     wait_for(lambda: by_css(driver, "#errors li[data-code='NETWORK']"), "the failed send")
     wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back"], "the input the daemon queued")
@@ -1919,8 +1922,18 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
     wait_for(lambda: "Sent (seq" in one(driver, "#composer-note").text, "the send answered")
     assert "duplicate" not in one(driver, "#composer-note").text
     wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back"], "the input queued again")
+
+    # So is one that Abort withdrew (with everything queued).
+    driver.execute_script(LOSE_NEXT_SEND_ANSWER)
+    submit(driver, "lost before the abort")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back", "lost before the abort"],
+             "the input the daemon queued")
     click(driver, "#abort")
-    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and texts(driver, "#queue li.card .text") == [],
+             "the aborted run, its queue withdrawn")
+    assert input_value(driver) == "lost before the abort"
+    click(driver, "#send")
+    wait_for(lambda: "(faux) You said: lost before the abort" in committed_answers(driver), "its answer")
     assert console_errors(driver) == []
 
 
