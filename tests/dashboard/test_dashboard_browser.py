@@ -177,6 +177,16 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
+    driver = start_chromium(tmp_path)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def start_chromium(tmp_path: Path, password_manager: bool = False) -> Any:
+    """Headless Chromium under chromedriver; ``password_manager``: as a person's browser, offering
+    to save passwords (chromedriver's ``--enable-automation`` turns that off)."""
     _chromium_or_skip()
     try:
         from selenium import webdriver
@@ -185,6 +195,10 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         pytest.fail("selenium is not installed: pip install -e '.[test]'")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
+    if password_manager:
+        opts.add_experimental_option("excludeSwitches", ["enable-automation"])
+        opts.add_experimental_option("prefs", {"credentials_enable_service": True,
+                                               "profile.password_manager_enabled": True})
     # the page's console (for uncaught errors) and the network events (what the page requested)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -196,10 +210,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     driver = webdriver.Chrome(options=opts, service=service)
     driver.set_page_load_timeout(WAIT)
     driver.set_script_timeout(WAIT)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    return driver
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1847,3 +1858,230 @@ def test_dashboard_model_panel_follows_another_clients_change(
     assert not one(driver, "#model-clear").is_enabled()
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+
+# --------------------------------------------------------------------------- the dashboard's fourth pass
+
+
+def input_value(driver: Any) -> str:
+    return driver.execute_script("return document.getElementById('input').value")
+
+
+LOSE_NEXT_SEND_ANSWER = """
+    const real = window.fetch; let once = true;
+    window.fetch = async (...args) => {
+      const r = await real(...args);
+      if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
+      return r;
+    };"""
+
+
+def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something_was_typed_since(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Withdraw on a queued input: the daemon answers `withdrawn` with the input's text, and the
+    page dropped it (the reader who withdrew to edit had to type it again). It goes back into an
+    empty box, with its "If busy" choice; what was typed since stays, and the note says so."""
+    driver = browser
+    strong = daemon.pair("dash-withdraw-back", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the busy session")
+    submit(driver, "steer with these words", when_busy="steer")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["steer with these words"], "the queued input")
+    assert input_value(driver) == ""
+    from selenium.webdriver.support.ui import Select
+    Select(one(driver, "#when-busy")).select_by_value("followUp")
+    click(driver, "#queue li.card button")
+    wait_for(lambda: input_value(driver) == "steer with these words", "the withdrawn text back in the box")
+    assert one(driver, "#when-busy").get_attribute("value") == "steer"
+    assert "back in the box" in one(driver, "#composer-note").text
+    wait_for(lambda: texts(driver, "#queue li.card .text") == [], "the queue emptied")
+
+    # Something typed since stays as it is: the withdrawn text is not put in its place.
+    submit(driver, "queued again")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["queued again"], "the queued input again")
+    one(driver, "#input").send_keys("something new")
+    click(driver, "#queue li.card button")
+    wait_for(lambda: "not put back" in one(driver, "#composer-note").text, "the note")
+    assert input_value(driver) == "something new"
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    # A send whose answer was lost (the daemon queued it), withdrawn and sent again, is a new input:
+    # it is not answered as a duplicate of the one withdrawn.
+    driver.execute_script(LOSE_NEXT_SEND_ANSWER)
+    submit(driver, "lost on its way back")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='NETWORK']"), "the failed send")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back"], "the input the daemon queued")
+    click(driver, "#queue li.card button")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == [], "the input withdrawn")
+    assert input_value(driver) == "lost on its way back"   # (the failed send left it there)
+    click(driver, "#send")
+    wait_for(lambda: "Sent (seq" in one(driver, "#composer-note").text, "the send answered")
+    assert "duplicate" not in one(driver, "#composer-note").text
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back"], "the input queued again")
+
+    # So is one that Abort withdrew (with everything queued).
+    driver.execute_script(LOSE_NEXT_SEND_ANSWER)
+    submit(driver, "lost before the abort")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["lost on its way back", "lost before the abort"],
+             "the input the daemon queued")
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and texts(driver, "#queue li.card .text") == [],
+             "the aborted run, its queue withdrawn")
+    assert input_value(driver) == "lost before the abort"
+    click(driver, "#send")
+    wait_for(lambda: "(faux) You said: lost before the abort" in committed_answers(driver), "its answer")
+    assert console_errors(driver) == []
+
+
+ONE_QUESTION = {"when": "ask one question", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
+    {"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}],
+     "allow_text": False}]}}]}
+HOLD_ANSWERS = """
+    window.answerRequests = 0;
+    const real = window.fetch;
+    let release; const gate = new Promise((r) => { release = r; });
+    window.releaseAnswers = () => release();
+    window.fetch = async (...args) => {
+      if (String(args[0]).includes('/answer')) { window.answerRequests++; await gate; }
+      return real(...args);
+    };"""
+
+
+def test_dashboard_answers_a_question_once_when_its_option_is_double_clicked(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A double click on a one-click option sent two answers (the second one the daemon's
+    `duplicate`). The question's controls are now disabled from the first click, before the
+    daemon answers, and one answer is sent."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    driver = browser
+    d = make_daemon(with_turns(ONE_QUESTION))
+    strong = d.pair("dash-question-once", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "ask one question")
+    option = "#timeline .question button[data-option-id='red']"
+    wait_for(lambda: by_css(driver, option), "the question")
+    driver.execute_script(HOLD_ANSWERS)
+    network_requests(driver, d.base)
+    ActionChains(driver).double_click(one(driver, option)).perform()
+    wait_for(lambda: driver.execute_script("return window.answerRequests") >= 1, "the answer asked")
+    controls = [(b.text, b.is_enabled()) for b in by_css(driver, "#timeline .question button")]
+    assert controls == [("Red", False), ("Blue", False), ("Skip", False)], controls
+    assert driver.execute_script("return window.answerRequests") == 1
+    driver.execute_script("window.releaseAnswers()")
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the answered question")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    sent = [r for r in network_requests(driver, d.base) if r[0] == "POST" and r[1].endswith("/answer")]
+    assert len(sent) == 1, sent
+    events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
+    assert [e["body"]["answer"] for e in events if e["kind"] == "question.answered"] == [
+        {"kind": "answer", "optionIds": ["red"]}]
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_says_a_question_settled_meanwhile_was_settled_not_an_error(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """An option clicked on a question that was cancelled meanwhile (the run aborted by another
+    client): the daemon refuses it (`QUESTION_SETTLED`), and the page listed that as an error.
+    It now says the question was already settled and the answer not taken."""
+    driver = browser
+    d = make_daemon(with_turns(ONE_QUESTION))
+    strong = d.pair("dash-question-settled", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "ask one question")
+    wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question")
+    # The reader's click, on the question as it was shown, lands after another client's abort.
+    driver.execute_script("window.staleOption = document.querySelector(\"#timeline .question button[data-option-id='red']\")")
+    assert d.request("POST", f"/sessions/{sid}/abort", {}, token=strong)[0] == 200
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the cancelled question gone")
+    driver.execute_script("window.staleOption.click()")
+    wait_for(lambda: "already settled" in one(driver, "#composer-note").text, "the question said to be settled")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_follows_a_running_jobs_open_output_until_the_job_ends(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A running job's output, once opened, showed what the daemon held then; what the job printed
+    after showed only when "Read new output" was clicked. The open output now follows the job (a
+    light read every 2 s, one at a time) until the job ends; the last read then shows its end. A
+    reader at the bottom of the output stays there as it grows; one scrolled up stays where it is."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command":
+            "seq 1 300; while [ ! -e go ]; do sleep 0.1; done; printf 'second line\\n';"
+            " while [ ! -e end ]; do sleep 0.1; done; printf 'last line\\n'"}}]}))
+    strong = d.pair("dash-jobs-follow", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    card = "#jobs li.card"
+    wait_for(lambda: "running" in one(driver, card).text, "the running job")
+    first = "".join(f"{i}\n" for i in range(1, 301))
+    shown = lambda: one(driver, f"{card} .job-out pre").get_attribute("textContent")  # noqa: E731
+
+    def first_part_shown() -> bool:
+        if not by_css(driver, f"{card} .job-out pre"):
+            click(driver, f"{card} button.job-output")
+            return False
+        return shown() == first
+
+    def scroll(to: str) -> int:
+        return driver.execute_script(f"const p = document.querySelector('{card} .job-out pre'); p.scrollTop = {to};"
+                                     " return p.scrollTop")
+
+    def from_bottom() -> int:
+        return driver.execute_script(f"const p = document.querySelector('{card} .job-out pre');"
+                                     " return p.scrollHeight - p.scrollTop - p.clientHeight")
+
+    wait_for(first_part_shown, "the job's first part")
+    scroll("p.scrollHeight")
+    (workspace / "go").touch()
+    wait_for(lambda: shown() == first + "second line\n", "the line printed while the output was open")
+    assert from_bottom() < 2, "the reader at the bottom was not kept there"
+    assert not by_css(driver, f"{card} button.job-more")   # (followed: nothing to ask for)
+    top = scroll("40")
+    (workspace / "end").touch()
+    wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end")
+    wait_for(lambda: shown() == first + "second line\nlast line\n", "what it printed last")
+    assert driver.execute_script(f"return document.querySelector('{card} .job-out pre').scrollTop") == top
+    assert not by_css(driver, f"{card} button.job-more")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+
+
+def test_dashboard_credential_field_is_not_offered_to_the_password_manager(daemon: Daemon, tmp_path: Path) -> None:
+    """The credential field was a password field with `autocomplete="off"`, which password managers
+    ignore: Chromium's, asked to save passwords as a person's browser is, took the connect (the form
+    hidden after a successful fetch) for a sign-in and showed its "Save password?" prompt
+    (`chrome://password-manager-internals` logs each decision). The field is now marked
+    `autocomplete="one-time-code"`: a code to use once, never one to save."""
+    driver = start_chromium(tmp_path, password_manager=True)
+    try:
+        strong = daemon.pair("dash-password-manager", strong=True)
+        driver.get("chrome://password-manager-internals/")
+        internals = driver.current_window_handle
+        driver.switch_to.new_window("tab")
+        driver.get(daemon.base + "/")
+        connect(driver, strong)
+        wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+        driver.switch_to.window(internals)
+        log = lambda: driver.execute_script("return document.body.innerText")  # noqa: E731
+        # (the password manager's handling of the connect: a submission it saw, and the UI state it then took)
+        decided = wait_for(lambda: (lambda t: "OnDynamicFormSubmission" in t
+                                    and "The new state of the UI" in t.split("OnDynamicFormSubmission", 1)[1] and t)(log()),
+                           "the password manager's decision on the connect")
+        assert "Decision: ASK the user" not in decided and "Show password prompt" not in decided, decided[-3000:]
+    finally:
+        driver.quit()
