@@ -68,7 +68,8 @@ class HistoryProjection(Projection):
     # 3: items indexed through projections.tokens.index_text (contentless FTS)
     # 4: the text parts of an input or tool result joined by a newline (were glued: "helloworld")
     # 5: each item's UTF-8 size and SHA-256 stored (read() hashed the whole text for every page)
-    # 6: an input without a request id of its own, and a /skill: command's args, as the Full Context holds them
+    # 6: an input without a request id of its own, and a /skill: command's args, as the Full Context
+    #    holds them; Thai, Lao, Khmer and Burmese indexed letter by letter, as Chinese (projections.tokens)
     version = 6
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
@@ -245,7 +246,7 @@ def _parse(query: str) -> list[tuple[str, bool]]:
     words = sum(len(_INDEX_WORD.findall(index_text(text))) for text, _prefix in terms)
     if words > MAX_QUERY_WORDS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {words} words; at most {MAX_QUERY_WORDS} (a character of "
-                                             "Chinese, Japanese or Korean text is a word)")
+                                             "Chinese, Japanese, Korean, Thai, Lao, Khmer or Burmese text is a word)")
     return terms
 
 

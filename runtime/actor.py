@@ -213,6 +213,20 @@ class GetState:
 
 
 @dataclass(frozen=True)
+class GetView:
+    """Returns what the session's view is made of (:class:`Viewed`): a private copy of the state
+    and how many ``/skill:`` inputs are being checked, as one moment of the actor's."""
+
+
+@dataclass(frozen=True)
+class Viewed:
+    state: SessionState
+    # /skill: inputs accepted for checking and neither recorded nor refused yet: the log does not
+    # hold them, and the session is not idle (one is recorded next and starts a run).
+    checking_inputs: int = 0
+
+
+@dataclass(frozen=True)
 class WaitIdle:
     """Returns once nothing runs, nothing is queued and no ``/skill:`` input is being checked
     (or a question waits for an answer)."""
@@ -226,7 +240,7 @@ class Answer:
     answer: dict[str, Any]
 
 
-Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | WaitIdle | Answer
+Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | GetView | WaitIdle | Answer
 Command = Command | j.JobCommand  # (background jobs: runtime/jobs.py)
 Command = Command | wc.ContextCommand  # (compaction, snip, include: runtime/working_context.py)
 
@@ -539,6 +553,10 @@ class SessionActor:
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
             return state_from_snapshot(snapshot_bytes(s))
+        if isinstance(cmd, GetView):
+            if not s.created:
+                raise SessionNotFound(f"no session {self.session_id!r}")
+            return Viewed(state_from_snapshot(snapshot_bytes(s)), len(self._skill_inputs))
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")

@@ -505,8 +505,8 @@ def create_app(svc: Services) -> QuartTrio:
     @app.get("/api/v1/sessions/<sid>")
     async def get_session(sid: str) -> Response:
         check_id(sid, "session id")
-        state = await svc.supervisor.call(sid, a.GetState())
-        return json_response(session_view(state))
+        viewed = await svc.supervisor.call(sid, a.GetView())
+        return json_response(session_view(viewed.state, checking_inputs=viewed.checking_inputs))
 
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
@@ -561,7 +561,8 @@ def create_app(svc: Services) -> QuartTrio:
                                                        settings=settings, reset=reset))
         if name is not None:
             await svc.supervisor.call(sid, a.Rename(name))
-        return json_response(session_view(await svc.supervisor.call(sid, a.GetState())))
+        viewed = await svc.supervisor.call(sid, a.GetView())
+        return json_response(session_view(viewed.state, checking_inputs=viewed.checking_inputs))
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:

@@ -23,7 +23,7 @@ import trio
 from events import types as t
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
-from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, SessionActor
+from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor, Viewed
 from .errors import ActorUnavailable, InvalidCommand, SessionGone, SessionNotFound, SessionQuarantined
 
 log = logging.getLogger("lens.supervisor")
@@ -139,6 +139,8 @@ class Supervisor:
             if session_id in self._quarantined:  # checked on every try: a retry must not revive it
                 if isinstance(command, GetState):
                     return await self._quarantined_state(session_id)
+                if isinstance(command, GetView):
+                    return Viewed(await self._quarantined_state(session_id))
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
                 if session_id in self._deleted:  # (as the actor answers a deleted session)

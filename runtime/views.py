@@ -61,7 +61,17 @@ def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[s
     return v
 
 
-def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+def view_status(s: SessionState, checking_inputs: int = 0) -> str:
+    """The view's ``status``: the state's, except that an idle session with ``/skill:`` inputs
+    being checked reads ``running`` (one is recorded next and starts a run, as a queued input
+    would; a client polling for idle must wait, as ``WaitIdle`` does). An input refused by its
+    check leaves the session idle again."""
+    status = s.status
+    return "running" if status == "idle" and checking_inputs else status
+
+
+def session_view(s: SessionState, *, summary: dict[str, Any] | None = None,
+                 checking_inputs: int = 0) -> dict[str, Any]:
     main = s.agents.get(MAIN_AGENT)
     items: list[dict[str, Any]] = []
     agents: list[dict[str, Any]] = []
@@ -90,7 +100,7 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None) -> d
         "name": s.name,
         "model": s.model,
         "thinkingLevel": s.thinking_level,
-        "status": s.status,
+        "status": view_status(s, checking_inputs),
         "runningTaskId": s.running_task,
         "items": items,
         "queued": [

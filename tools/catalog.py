@@ -234,25 +234,27 @@ def describe(spec: ToolSpec) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- ranking
 
-# Scripts written without spaces between words (Han, kana, Hangul: the history index's
-# ``UNSPACED``): a run of them is read as its overlapping character bigrams ("天气预报" -> 天气,
-# 气预, 预报), so a query word of two or more such characters finds the text it occurs in (a query
-# word of one such character finds the text holding it: :func:`score`). Other scripts' words are
-# runs of letters and digits.
+# Scripts written without spaces between words (Han, kana, Hangul; Thai, Lao, Khmer, Burmese: the
+# history index's ``UNSPACED``): a run of them is read as its overlapping character bigrams
+# ("天气预报" -> 天气, 气预, 预报), so a query word of two or more such characters finds the text it
+# occurs in (a query word of one such character finds the text holding it: :func:`score`). The
+# vowel signs and tone marks of Thai, Lao, Khmer and Burmese are folded away first, as the
+# history index drops them. Other scripts' words are runs of letters and digits.
 _TOKEN = re.compile(rf"(?P<cjk>[{UNSPACED}]+)|(?:(?![{UNSPACED}])[^\W_])+")  # (``_`` separates, as in tool names)
 
 
 def _fold(text: str) -> str:
     """``text`` as the ranking compares it: case-folded (``Straße`` is ``STRASSE``), compatibility
-    forms unified (full-width letters) and diacritics dropped (``Café`` is ``cafe``), as the
-    history index folds (kana keep their voicing: が is not か)."""
+    forms unified (full-width letters) and diacritics dropped (``Café`` is ``cafe``; the vowel signs
+    and tone marks of Thai, Lao, Khmer and Burmese too), as the history index folds (kana keep
+    their voicing: が is not か)."""
     return text.lower() if text.isascii() else fold_text(text.casefold())
 
 
 def tokens(text: str) -> list[str]:
     """The words of ``text``, folded: runs of letters and digits of any script (``mcp__t__echo``
-    -> mcp, t, echo; ``Прогноз погоды`` -> прогноз, погоды), runs of Han, kana or Hangul as their
-    character bigrams (a lone character as itself)."""
+    -> mcp, t, echo; ``Прогноз погоды`` -> прогноз, погоды), runs of Han, kana, Hangul, Thai,
+    Lao, Khmer or Burmese as their character bigrams (a lone character as itself)."""
     out: list[str] = []
     for m in _TOKEN.finditer(_fold(text)):
         run = m.group()
@@ -264,18 +266,19 @@ def tokens(text: str) -> list[str]:
 
 
 def _characters(text: str) -> set[str]:
-    """The Han, kana and Hangul characters of ``text``'s runs of two or more, folded: a query of
-    one such character is a word too short for bigrams, and finds the text holding it (as the
-    history index, which reads these scripts by single characters, finds it)."""
+    """The letters of ``text``'s runs of two or more characters of an unspaced script, folded:
+    a query of one such letter is a word too short for bigrams, and finds the text holding it
+    (as the history index, which reads these scripts by single letters, finds it)."""
     return {c for m in _TOKEN.finditer(_fold(text)) if m.group("cjk") is not None and len(m.group()) > 1
             for c in m.group()}
 
 
 def score(query: str, spec: ToolSpec) -> int:
     """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
-    tool's name, else 2 if a name word starts with it (3+ letters) or, for one Han, kana or Hangul
-    character, holds it, else 1 if it is (or, with 3+ letters, starts) a word of the description
-    or is one of its Han, kana or Hangul characters; plus 10 when the query is the tool's name."""
+    tool's name, else 2 if a name word starts with it (3+ letters) or, for one letter of an
+    unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
+    starts) a word of the description or is one of its letters of such scripts; plus 10 when the
+    query is the tool's name."""
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)

@@ -156,6 +156,38 @@ async def test_chinese_text_is_found_by_a_word_inside_it_over_http(daemon: Daemo
     assert [r for r in resp.json()["results"] if r["role"] == "user"] == []
 
 
+# Thai, Lao, Khmer and Burmese are written without spaces between words, as Chinese: a sentence
+# and a word inside it (each: "this system uses a database to store ...", "database").
+UNSPACED_SENTENCES = [
+    ("ระบบนี้ใช้ฐานข้อมูลเพื่อเก็บเหตุการณ์ทั้งหมด", "ฐานข้อมูล"),
+    ("ລະບົບນີ້ໃຊ້ຖານຂໍ້ມູນເພື່ອເກັບເຫດການ", "ຖານຂໍ້ມູນ"),
+    ("ប្រព័ន្ធនេះប្រើមូលដ្ឋានទិន្នន័យដើម្បីរក្សាទុកព្រឹត្តិការណ៍", "មូលដ្ឋានទិន្នន័យ"),
+    ("ဤစနစ်သည်ဒေတာဘေ့စ်ကိုအသုံးပြုသည်", "ဒေတာဘေ့စ်"),
+]
+
+
+async def test_thai_lao_khmer_and_burmese_text_is_found_by_a_word_inside_it_over_http(
+        daemon: Daemon, strong: str, reader: str) -> None:
+    # Each run of these scripts was one word of the index: a word inside it found nothing.
+    p = await daemon.project(strong, "one")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    for i, (sentence, _word) in enumerate(UNSPACED_SENTENCES):
+        await daemon.submit(strong, sid, f"r{i}", sentence)
+        await daemon.wait_idle(strong, sid)
+
+    async def user_snippets(query: str) -> list[str]:
+        resp = await daemon.post("/history/search", reader, {"projectId": p["id"], "query": query})
+        assert resp.status_code == 200, resp.text
+        return [r["snippet"] for r in resp.json()["results"] if r["role"] == "user"]
+
+    for sentence, word in UNSPACED_SENTENCES:
+        start = sentence.index(word)
+        marked = f"{sentence[:start]}[{word}]{sentence[start + len(word):]}"
+        assert await user_snippets(word) == [marked], word
+        assert await user_snippets(word[::-1]) == []  # (its letters in another order)
+    assert len(await user_snippets("ฐ")) == 1  # one letter finds the text holding it
+
+
 async def test_an_input_of_several_text_parts_keeps_them_apart(daemon: Daemon, strong: str, reader: str) -> None:
     """Audit C, defect 2: the view and the history joined the parts with nothing ("helloworld"):
     the view now joins them with a newline and shows ``parts``; history finds a word of any part."""

@@ -168,3 +168,55 @@ async def test_an_abort_after_a_restart_reads_no_workspace(daemon_factory):
     assert "skill.loaded" not in [k for k, _ in kinds]
     r = await d.post(f"/sessions/{other}/abort", token, {})
     assert r.status_code == 200 and r.json()["aborted"] is True
+
+
+async def test_a_session_whose_skill_input_is_being_checked_reads_running(daemon_factory):
+    # A /skill: input is checked (under the execution-domain read lock) before it is recorded.
+    # While another session's command holds the write lock the check waits, and the submission
+    # with it. Another client polling the session saw it idle meanwhile, although an input had
+    # been accepted for checking and would start a run (WaitIdle already waited for it). The
+    # view says running now, until the input is recorded (and queued: running) or refused.
+    d = await daemon_factory(config=CONFIG)
+    token, sid, ws = await _session(d)
+    project_id = (await d.view(token, sid))["projectId"]
+    other = (await d.session(token, project_id))["id"]
+    hold = {"command": "touch started && sleep 600", "timeout_ms": 900000}
+    await d.submit(token, other, "o1", f"/tool run_command {json.dumps(hold)}")
+    await wait_until(lambda: trio.to_thread.run_sync((ws / "started").exists), what="the command holding the workspace")
+    assert (await d.view(token, sid))["status"] == "idle"
+    answers: dict[str, Any] = {}
+
+    async def submit(request_id: str, text: str) -> None:
+        answers[request_id] = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": request_id, "content": text})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "s1", "/skill:review go")
+        nursery.start_soon(submit, "u1", "/skill:nope go")
+        # (the requests are on their way: the view says running once both checks are pending)
+        view = await wait_until(lambda: _view_if(d, token, sid, lambda v: v["status"] != "idle"),
+                                what="the view while the checks wait")
+        assert view["status"] == "running" and view["queued"] == [] and answers == {}  # nothing recorded yet
+        r = await d.post(f"/sessions/{other}/abort", token, {})
+        assert r.status_code == 200 and r.json()["aborted"] is True
+    assert answers["s1"].status_code == 202 and answers["u1"].status_code == 422
+    assert error_of(answers["u1"]) == "SKILL_NOT_FOUND"
+    view = await d.wait_idle(token, sid)
+    assert [it["text"] for it in view["items"] if it["role"] == "user"] == ["go"]
+
+    # A check that is refused leaves the session idle again.
+    hold["command"] = "touch again && sleep 600"
+    await d.submit(token, other, "o2", f"/tool run_command {json.dumps(hold)}")
+    await wait_until(lambda: trio.to_thread.run_sync((ws / "again").exists), what="the command holding the workspace")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "u2", "/skill:nope again")
+        await wait_until(lambda: _view_if(d, token, sid, lambda v: v["status"] == "running"),
+                         what="the view while the check waits")
+        assert "u2" not in answers
+        await d.post(f"/sessions/{other}/abort", token, {})
+    assert error_of(answers["u2"]) == "SKILL_NOT_FOUND"
+    assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def _view_if(d: Daemon, token: str, sid: str, predicate: Any) -> dict[str, Any] | None:
+    view = await d.view(token, sid)
+    return view if predicate(view) else None

@@ -426,6 +426,11 @@ async def test_capability_search_finds_mcp_tools_named_and_described_in_other_sc
     body = await run_tool(d, token, sid, "r4", "capability_search", {"query": "天", "load": False})
     assert [(m["name"], m["score"]) for m in body["structured_content"]["matches"]] == [("mcp__w__天气查询", 2)]
     assert (await inventory(d, token, sid))["loaded"] == ["mcp__w__天气查询", "mcp__w__carte"]
+    # Thai, Lao, Khmer and Burmese ("weather", a word inside a run): each run was one word.
+    for i, (query, name) in enumerate([("อากาศ", "th_weather"), ("ອາກາດ", "lo_weather"),
+                                       ("អាកាសធាតុ", "km_weather"), ("မိုးလေဝသ", "my_weather")]):
+        body = await run_tool(d, token, sid, f"s{i}", "capability_search", {"query": query, "load": False})
+        assert [m["name"] for m in body["structured_content"]["matches"]] == [f"mcp__w__{name}"], query
 
 
 async def test_a_disabled_tool_is_not_offered_to_the_model_and_the_inventory_agrees(

@@ -38,6 +38,20 @@ def test_unspaced_scripts_become_one_token_per_character(fts) -> None:
     assert index_tokens(fts, 4, "SQLite数据库v3") == ["sqlite", "数", "据", "库", "v3"]
 
 
+def test_thai_lao_khmer_and_burmese_become_one_token_per_letter(fts) -> None:
+    # A run of them was one token ("ภาษาไทยเข"), cut wherever a vowel sign or tone mark stood.
+    # Their letters stand apart now, as Chinese characters do; the marks are no tokens (unicode61
+    # reads them as separators), and the snippets keep them with the letter before them.
+    assert index_tokens(fts, 1, "ภาษาไทยพิมพ์") == ["ภ", "า", "ษ", "า", "ไ", "ท", "ย", "พ", "ม", "พ"]
+    assert index_tokens(fts, 2, "ພາສາລາວ") == ["ພ", "າ", "ສ", "າ", "ລ", "າ", "ວ"]
+    assert index_tokens(fts, 3, "ភាសាខ្មែរ") == ["ភ", "ស", "ខ", "ម", "រ"]
+    assert index_tokens(fts, 4, "မြန်မာစာ") == ["မ", "န", "မ", "စ"]
+    assert index_tokens(fts, 5, "SQLiteฐานข้อมูลv3") == ["sqlite", "ฐ", "า", "น", "ข", "อ", "ม", "ล", "v3"]
+    assert index_tokens(fts, 6, "ทำ ນ້ຳ") == ["ท", "า", "ນ", "າ"]  # (NFKC: SARA AM is NIKHAHIT and SARA AA)
+    assert [m.group() for m in WORD.finditer("พิมพ์ မြန်")] == ["พิ", "ม", "พ์", "မြ", "န်"]
+    assert snippet_tokens("พิมพ์ ทำ") == ["พ", "ม", "พ", "ท", "า"]
+
+
 def test_compatibility_forms_index_as_their_plain_letters(fts) -> None:
     assert index_tokens(fts, 1, "ＳＱＬｉｔｅ ｆｉｌｅ１２") == ["sqlite", "file12"]
     assert index_tokens(fts, 2, "ｶﾞﾀｶﾅ") == ["ガ", "タ", "カ", "ナ"]  # half-width kana, voicing composed
@@ -54,13 +68,18 @@ def test_voiced_kana_are_not_their_plain_kana(fts) -> None:
 
 # Scripts and forms whose tokens the snippets reproduce exactly (Latin with diacritics, Greek and
 # Cyrillic letters, CJK, kana full- and half-width with voicing marks, Hangul written as
-# syllables or as Jamo, full-width letters and digits, ligatures, circled digits, ß, ς).
+# syllables or as Jamo, Thai, Lao, Khmer and Burmese with their marks and digits, full-width
+# letters and digits, ligatures, circled digits, ß, ς).
 ALPHABET = (
     "abcXYZ09éÉèüÅßẞΣσςДжЖİıǅĳﬁﬃ①Ⅻ"
     "数据库使用東京々〇"
     "タワーガがぱｶﾞﾀﾊﾟｰ"
     "데이터를\u1100\u1161\u11a8"
     "ＳＱＬｉｔｅ１２"
+    "ภาษาไทยพิมพ์ใกล้ทำ๒"
+    "ລາວຂຽນນ້ຳ໒"
+    "ភាសាខ្មែរ២"
+    "မြန်မာဘာသာ၂"
     "\u0301\u3099\uff9e"
     "・、。 ,.-_\u3000"
 )

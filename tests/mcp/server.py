@@ -12,7 +12,7 @@ Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
 it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
-and French), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
+and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
 ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
@@ -150,7 +150,12 @@ def main() -> None:
     if opts.i18n:  # names and descriptions in other scripts than ASCII
         TOOLS[:0] = [{"name": "天气查询", "description": "查询城市的天气预报", "inputSchema": OBJ},
                      {"name": "погода", "description": "Прогноз погоды для города", "inputSchema": OBJ},
-                     {"name": "carte", "description": "La carte du Café : plats et crème brûlée", "inputSchema": OBJ}]
+                     {"name": "carte", "description": "La carte du Café : plats et crème brûlée", "inputSchema": OBJ},
+                     # (written without spaces between words; each: "find the weather forecast of a city")
+                     {"name": "th_weather", "description": "ค้นหาพยากรณ์อากาศของเมือง", "inputSchema": OBJ},
+                     {"name": "lo_weather", "description": "ຊອກຫາພະຍາກອນອາກາດຂອງເມືອງ", "inputSchema": OBJ},
+                     {"name": "km_weather", "description": "ស្វែងរកព្យាករណ៍អាកាសធាតុនៃទីក្រុង", "inputSchema": OBJ},
+                     {"name": "my_weather", "description": "မြို့၏မိုးလေဝသခန့်မှန်းချက်ကိုရှာပါ", "inputSchema": OBJ}]
     TOOLS.extend({"name": f"t{i}", "description": f"Generated tool {i}", "inputSchema": OBJ} for i in range(opts.many))
     if opts.bad_json:  # what Python's JSON reader takes and strict JSON writers refuse (written as escapes)
         TOOLS[:0] = [{"name": "odd_text", "description": "text \ud800 here", "inputSchema": OBJ},

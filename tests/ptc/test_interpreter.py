@@ -7,6 +7,7 @@ ToolCallFailed for unknown names); everything else is the real interpreter.
 from __future__ import annotations
 
 import textwrap
+import threading
 from typing import Any
 
 import pytest
@@ -1006,6 +1007,42 @@ async def test_program_nesting_depth_limit() -> None:
     assert refused.value.line == 1
     error = (await run_program("x = " + "-" * 50000 + "1", FakeTools(), [])).error
     assert error is not None and error.code == "PTC_TOO_DEEP"
+
+
+async def test_the_static_check_runs_off_the_trio_thread() -> None:
+    # The static check walks the whole tree in Python: about 0.2 s of CPU for a program of 32,000
+    # statements within the size limit, which stalled every session on the trio thread. It runs
+    # in a worker thread now. Here it is held (it reads the tool names there) until this task,
+    # on the trio thread, lets it go; the program runs once it is.
+    trio_thread = threading.get_ident()
+
+    class HeldNames(list[str]):
+        checking = threading.Event()
+        go = threading.Event()
+
+        def __iter__(self) -> Any:
+            if threading.get_ident() != trio_thread:
+                self.checking.set()
+                self.go.wait(10)  # (bounded: a failed test lets it go on its own)
+            return super().__iter__()
+
+    names = HeldNames(TOOLS)
+    tools = FakeTools()
+    outcome: list[Outcome] = []
+
+    async def program() -> None:
+        outcome.append(await run_program("x = 1\n" * 1000 + "print(read_file(path='b.txt')['content'])", tools, names))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(program)
+        assert await trio.to_thread.run_sync(names.checking.wait, 10), "the check ran on the trio thread"
+        assert not outcome and not tools.calls  # held in its check, while this task runs
+        names.go.set()
+    assert outcome[0].error is None and outcome[0].output == "hello\n\n"
+    assert tools.calls == [("read_file", {"path": "b.txt"})]
+    # Its errors are the same typed errors.
+    error = (await run_program("x = 1\n" * 10 + "import os", tools, TOOLS)).error
+    assert error is not None and (error.code, error.line) == ("PTC_NOT_ALLOWED", 11)
 
 
 async def test_int_and_round_guards() -> None:

@@ -161,6 +161,25 @@ def test_one_han_kana_or_hangul_character_finds_the_text_holding_it():
         (2, "mcp__cn__天气查询"), (1, "rain"), (1, "sky")]  # (ties by name)
     assert rank("天", [sky, rain, weather]) == rank("天", [weather, rain, sky])
 
+def test_thai_lao_khmer_and_burmese_words_inside_a_run_are_found():
+    # Each run of these scripts (written without spaces) was one word: a word inside it matched
+    # nothing. They are read as Chinese is now: bigrams of letters (vowel signs and tone marks
+    # folded away, as the history index drops them), one letter finding the text holding it.
+    thai = spec("th_weather", "ค้นหาพยากรณ์อากาศของเมือง")  # (each: "find the weather forecast of a city")
+    lao = spec("lo_weather", "ຊອກຫາພະຍາກອນອາກາດຂອງເມືອງ")
+    khmer = spec("km_weather", "ស្វែងរកព្យាករណ៍អាកាសធាតុនៃទីក្រុង")
+    burmese = spec("my_weather", "မြို့၏မိုးလေဝသခန့်မှန်းချက်ကိုရှာပါ")
+    specs = [thai, lao, khmer, burmese]
+    for query, found in [("อากาศ", thai), ("พยากรณ์อากาศ", thai), ("ອາກາດ", lao), ("អាកាសធាតុ", khmer),
+                         ("မိုးလေဝသ", burmese)]:
+        assert [s.name for _, s in rank(query, specs)] == [found.name], query
+    assert score("อากาศ", thai) == 4  # (its bigrams อา, าก, กา, าศ: each in the text)
+    assert score("ศาอก", thai) == 0  # (its letters in another order)
+    assert score("ศ", thai) == 1 and score("ศ", lao) == 0  # one letter
+    assert score("ค้น", thai) == score("คน", thai) == 1  # (the tone mark is folded away)
+    assert score("อากาศ", spec("mcp__th__อากาศวันนี้", "x")) == 3 * 4  # (in the name)
+
+
 # --------------------------------------------------------------------------- capability_search
 
 

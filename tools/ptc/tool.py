@@ -59,7 +59,8 @@ def _failure_of(result: ToolResult) -> ToolCallFailed:
     return ToolCallFailed(result.error_code or "TOOL_FAILED", message)
 
 
-async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
+               checking: trio.CapacityLimiter) -> ToolResult:
     extra = set(args) - {"code", "timeout_ms"}
     code = args.get("code")
     if extra or not isinstance(code, str):
@@ -100,7 +101,8 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
             raise _failure_of(result)
         return _value_of(result)
 
-    outcome = await run_program(code, call, names, limits, deadline=trio.current_time() + timeout / 1000)
+    outcome = await run_program(code, call, names, limits, deadline=trio.current_time() + timeout / 1000,
+                                limiter=checking)
     structured: dict[str, Any] = {"calls": calls, "steps": outcome.steps, "output_truncated": outcome.truncated}
     error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
     if error is not None and error[0] == "PTC_TIMEOUT":
@@ -120,9 +122,10 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext) -> 
 
 def ptc_tool(catalog: ToolCatalog) -> ToolSpec:
     """The PTC entry over ``catalog`` (registered when config ``localPtc`` turns it on)."""
+    checking = trio.CapacityLimiter(1)  # programs are checked off the trio thread, one at a time
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        return await _run(catalog, args, ctx)
+        return await _run(catalog, args, ctx, checking)
 
     return ToolSpec(
         PTC,
