@@ -172,6 +172,21 @@ class SdkProvider(ABC):
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
 
 
+class HideUrlCredentials(logging.Filter):
+    """Takes the user name and password out of the URLs the SDKs' HTTP client logs. httpx2 logs
+    every request's URL at INFO; a ``baseUrl`` that reaches a provider through a proxy may carry
+    the proxy's ``user:password@``, which the log would then print on every request. Installed on
+    the ``httpx2`` logger by ``lens serve``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import httpx2
+
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, httpx2.URL) and a.userinfo for a in args):
+            record.args = tuple(a.copy_with(userinfo=b"") if isinstance(a, httpx2.URL) else a for a in args)
+        return True
+
+
 KEY_PIECE = 8  # this many of the key's characters in a row are a piece of it
 MASKED_MIN = 4  # a masked form showing at least this many of the key's characters is the key's
 _MASK = re.compile(r"\*+|\.{2,}|\u2026")  # what a provider puts in place of the hidden part
