@@ -122,13 +122,16 @@ class SdkProvider(ABC):
 
     # ------------------------------------------------------------------ errors
 
-    def redact(self, text: str) -> str:
-        return redact_key(text, self.__key)
+    def redact(self, text: str, limit: int) -> str:
+        """``text`` redacted (:func:`redact_key`), then cut to ``limit`` characters. Only the
+        first ``4 * limit`` are read: a proxy's error page can be megabytes, and judging every
+        word of it held the event loop for seconds. A word cut there is judged as far as it goes."""
+        return redact_key(text[:4 * limit], self.__key)[:limit]
 
     def malformed(self, exc: BaseException) -> ProviderError:
         """A stream the SDK could not make sense of (what it says is redacted: it can quote
         the model's own output)."""
-        detail = self.redact(f"{type(exc).__name__}: {str(exc)}")[:500]  # (redacted, then cut: never part of a key)
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
     def truncated(self, what: str) -> ProviderError:
@@ -155,7 +158,7 @@ class SdkProvider(ABC):
         err = err if isinstance(err, dict) else {}
         etype = str(err.get("type") or "")
         ecode = str(err.get("code") or "")
-        detail = self.redact(_error_text(exc, body, err))[:MAX_MESSAGE]
+        detail = self.redact(_error_text(exc, body, err), MAX_MESSAGE)
         in_stream = status == 200 or status is None  # an error event inside the stream
         if in_stream:
             status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
