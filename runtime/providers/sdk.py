@@ -31,6 +31,7 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 import trio
 
@@ -125,8 +126,14 @@ class SdkProvider(ABC):
     def redact(self, text: str, limit: int) -> str:
         """``text`` redacted (:func:`redact_key`), then cut to ``limit`` characters. Only the
         first ``4 * limit`` are read: a proxy's error page can be megabytes, and judging every
-        word of it held the event loop for seconds. A word cut there is judged as far as it goes."""
-        return redact_key(text[:4 * limit], self.__key)[:limit]
+        word of it held the event loop for seconds. A word cut there is judged as far as it goes.
+        The password a ``baseUrl`` carries (a proxy's) is redacted as the key is."""
+        text = redact_key(text[:4 * limit], self.__key)
+        try:
+            password = urlsplit(self.base_url).password if self.base_url else None
+        except ValueError:  # (config refuses such a URL)
+            password = None
+        return redact_key(text, password)[:limit]
 
     def malformed(self, exc: BaseException) -> ProviderError:
         """A stream the SDK could not make sense of (what it says is redacted: it can quote

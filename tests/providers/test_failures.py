@@ -135,6 +135,20 @@ async def test_errors_quoting_part_of_the_key_redact_that_part(protocol, server,
     assert info.value.message.endswith("sk-*** is not a key... canary 1.5 e.g. Fail"), info.value.message
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_errors_quoting_the_proxy_password_of_the_base_url_redact_it(protocol, server, make):
+    # A provider reached through a proxy whose baseUrl carries `user:password@`: an error quoting
+    # the password was stored as sent (only the key was redacted).
+    password = "Pr0xyS3cretPassw0rd"
+    provider = make(protocol, max_retries=0)
+    provider.base_url = provider.base_url.replace("http://", f"http://proxyuser:{password}@")
+    server.push(error(protocol, 400, f"proxy refused proxyuser:{password} (known as {password[:5]}***rd)"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.message.endswith("proxy refused proxyuser:[redacted] (known as [redacted])"), info.value.message
+    assert server.requests[-1].headers["authorization"].startswith("Basic ")  # (the request went through it)
+
+
 async def test_connection_refused_is_retryable(make, server):
     provider = make("openai-chat", max_retries=0)
     provider.base_url = "http://127.0.0.1:9/v1"  # discard port: nothing listens
