@@ -40,7 +40,7 @@ KEYS = {
     "ANTHROPIC_API_KEY": "sk-ant-api03-W5eR8tY2uI6oP9aS3dF7gHcanaryAnthC3",
 }
 PROXY_USER, PROXY_PASSWORD = "lensproxyuser", "Pr0xyPassw0rdCanaryD4"
-CANARIES = [*KEYS.values(), PROXY_PASSWORD, PROXY_USER]
+CANARIES = [*KEYS.values(), PROXY_PASSWORD]  # (a user name is no secret: a message may name it)
 PIECE = 8  # a leak is the whole value or any piece of this many characters
 SLOW = 30.0  # seconds: a session's first turn waits for its project's executor (a bound, not a time)
 
@@ -235,13 +235,17 @@ async def drive(d: Daemon, token: str, project: dict[str, Any], server: Scripted
         # (each request sent the key: every misbehaviour answered a request that carried it)
         assert all(KEYS[env_name] in rq.headers.values() or f"Bearer {KEYS[env_name]}" in rq.headers.values()
                    for rq in server.requests[-len(scenarios(protocol, "")):])
-    # The proxied provider answers (httpx2 sends the URL's user name and password as Basic auth).
+    # The proxied provider refuses once, quoting its credentials, then answers (httpx2 sends the
+    # URL's user name and password as Basic auth).
     r = await d.post("/sessions", token, {"projectId": project["id"], "model": "proxied/m"})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
-    server.push(oc.chat_stream(text="through the proxy"))
-    await d.submit(token, sid, "proxied-1", "hello")
+    server.push(orr.error(400, f"proxy: {PROXY_USER}:{PROXY_PASSWORD} may not use this model"),
+                oc.chat_stream(text="through the proxy"))
+    await d.submit(token, sid, "proxied-0", "hello?")
     await d.wait_idle(token, sid, timeout=SLOW)
+    await d.submit(token, sid, "proxied-1", "hello")
+    await d.wait_idle(token, sid)
     assert any(e["kind"] == "model.responded" for e in await d.events(token, sid))
     assert server.requests[-1].headers["authorization"].startswith("Basic ")
 
