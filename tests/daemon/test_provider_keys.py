@@ -126,6 +126,7 @@ def config(url: str) -> dict[str, Any]:
             {"id": "anth", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": "ANTHROPIC_API_KEY",
              "maxRetries": 0, "models": [{"id": "m"}]},
             {"id": "proxied", "protocol": "openai-chat", "baseUrl": proxy, "maxRetries": 0, "models": [{"id": "m"}]},
+            {"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]},
         ],
         "defaultModel": "chat/m",
         "sessions": {"snapshotEvery": 4},  # (snapshots are written: their files are searched too)
@@ -248,6 +249,15 @@ async def drive(d: Daemon, token: str, project: dict[str, Any], server: Scripted
     await d.wait_idle(token, sid)
     assert any(e["kind"] == "model.responded" for e in await d.events(token, sid))
     assert server.requests[-1].headers["authorization"].startswith("Basic ")
+    # A command the agent runs prints its environment (and its parent's, the executor's): the
+    # result is searched with everything else.
+    r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/faux-1"})
+    sid = r.json()["id"]
+    command = {"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"}
+    await d.submit(token, sid, "env-1", f"/tool run_command {json.dumps(command)}")
+    await d.wait_idle(token, sid)
+    result = [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"][-1]
+    assert not result["is_error"] and "PATH=" in json.dumps(result), result
 
 
 async def test_a_refused_provider_base_url_is_named_without_its_credentials(daemon_factory: DaemonFactory,
