@@ -266,7 +266,7 @@ def check_config(cfg: Config, where: str) -> None:
     for p in cfg.providers:
         if p.base_url is not None and not _valid_base_url(p.base_url):
             raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must be an http:// or https:// URL with a host, "
-                              f"not {p.base_url[:200]!r} (omit it for the vendor's public API)")
+                              f"not {shown_url(p.base_url)} (omit it for the vendor's public API)")
         model_ids = [m.id for m in p.models]
         if "" in model_ids or len(set(model_ids)) != len(model_ids):
             raise ConfigError(f"{where}: provider {p.id!r}: model ids must be non-empty and unique")

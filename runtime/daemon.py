@@ -56,6 +56,7 @@ from .projection_service import ProjectionService
 from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
 from .providers.catalog import build_catalog
+from .providers.sdk import HideUrlCredentials
 from .sse_socket import reset_connection
 from .supervisor import Supervisor
 from .terminal import shown
@@ -450,6 +451,7 @@ class ListenFailed(LensError):
 
 def run(opts: ServeOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx2").addFilter(HideUrlCredentials())  # (a provider's baseUrl may hold a proxy's password)
     with FreezeSurvivors():  # full collections walk only what is new (see runtime.gcpolicy)
         try:
             trio.run(serve, opts)

@@ -31,6 +31,7 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 import trio
 
@@ -122,16 +123,22 @@ class SdkProvider(ABC):
 
     # ------------------------------------------------------------------ errors
 
-    def redact(self, text: str) -> str:
-        key = self.__key
-        if key and key in text:
-            text = text.replace(key, "[redacted]")
-        return text
+    def redact(self, text: str, limit: int) -> str:
+        """``text`` redacted (:func:`redact_key`), then cut to ``limit`` characters. Only the
+        first ``4 * limit`` are read: a proxy's error page can be megabytes, and judging every
+        word of it held the event loop for seconds. A word cut there is judged as far as it goes.
+        The password a ``baseUrl`` carries (a proxy's) is redacted as the key is."""
+        text = redact_key(text[:4 * limit], self.__key)
+        try:
+            password = urlsplit(self.base_url).password if self.base_url else None
+        except ValueError:  # (config refuses such a URL)
+            password = None
+        return redact_key(text, password)[:limit]
 
     def malformed(self, exc: BaseException) -> ProviderError:
         """A stream the SDK could not make sense of (what it says is redacted: it can quote
         the model's own output)."""
-        detail = self.redact(f"{type(exc).__name__}: {str(exc)}")[:500]  # (redacted, then cut: never part of a key)
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
     def truncated(self, what: str) -> ProviderError:
@@ -158,7 +165,7 @@ class SdkProvider(ABC):
         err = err if isinstance(err, dict) else {}
         etype = str(err.get("type") or "")
         ecode = str(err.get("code") or "")
-        detail = self.redact(_error_text(exc, body, err))[:MAX_MESSAGE]
+        detail = self.redact(_error_text(exc, body, err), MAX_MESSAGE)
         in_stream = status == 200 or status is None  # an error event inside the stream
         if in_stream:
             status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
@@ -173,6 +180,58 @@ class SdkProvider(ABC):
         # (An error event inside a 200 stream is no HTTP status, whatever code it maps to.)
         label = ("stream error" + (f" ({etype})" if etype else "")) if in_stream else f"HTTP {status}"
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+
+
+class HideUrlCredentials(logging.Filter):
+    """Takes the user name and password out of the URLs the SDKs' HTTP client logs. httpx2 logs
+    every request's URL at INFO; a ``baseUrl`` that reaches a provider through a proxy may carry
+    the proxy's ``user:password@``, which the log would then print on every request. Installed on
+    the ``httpx2`` logger by ``lens serve``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import httpx2
+
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, httpx2.URL) and a.userinfo for a in args):
+            record.args = tuple(a.copy_with(userinfo=b"") if isinstance(a, httpx2.URL) else a for a in args)
+        return True
+
+
+KEY_PIECE = 8  # this many of the key's characters in a row are a piece of it
+MASKED_MIN = 4  # a masked form showing at least this many of the key's characters is the key's
+_MASK = re.compile(r"\*+|\.{2,}|\u2026")  # what a provider puts in place of the hidden part
+
+
+def redact_key(text: str, key: str | None) -> str:
+    """``text`` with the key, and the words of it that quote part of it, as ``[redacted]``.
+
+    A provider's error can quote the key whole, cut (``key=sk-proj-Q7mZ4kT1vB8n``, from a proxy's
+    page) or masked as OpenAI's 401 does (``sk-proj-****…atA1``, DeepSeek's ``****atA1``). A word
+    — a run of the characters a key or its mask is made of (letters, digits, the key's own
+    punctuation, ``*`` and ``.``) — is replaced whole when it holds :data:`KEY_PIECE` characters
+    of the key in a row, or when it has a mask (``*``, ``..``, ``…``) and what the mask leaves
+    are pieces of the key, :data:`MASKED_MIN` characters or more in all. Shorter hints (a key's
+    last four characters alone, ``sk-***``) are left: they cannot be told from ordinary words.
+    """
+    if not key:
+        return text
+    text = text.replace(key, "[redacted]")
+    extra = "".join(sorted({ch for ch in key if not ch.isalnum()} | {"*", ".", "_", "-"}))
+    word = re.compile(f"[\\w{re.escape(extra)}\u2026]+")
+    grams = {key[i:i + KEY_PIECE] for i in range(len(key) - KEY_PIECE + 1)}
+
+    def judge(m: re.Match[str]) -> str:
+        w = m.group()
+        stop = w.endswith(".") and not w.endswith("..") and not key.endswith(".")  # (a sentence's full stop)
+        core = w[:-1] if stop else w
+        if any(core[i:i + KEY_PIECE] in grams for i in range(len(core) - KEY_PIECE + 1)):
+            return w.replace(core, "[redacted]", 1)
+        shown = [p for p in _MASK.split(core) if p]
+        if shown != [core] and shown and all(p in key for p in shown) and sum(map(len, shown)) >= MASKED_MIN:
+            return w.replace(core, "[redacted]", 1)
+        return w
+
+    return word.sub(judge, text)
 
 
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:

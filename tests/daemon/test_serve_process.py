@@ -28,10 +28,12 @@ from .conftest import LIMIT, Daemon, lens_command, run_lens, wait_until
 
 
 class ServeProcess:
-    def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err") -> None:
+    def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
+                 env: dict[str, str] | None = None) -> None:
         self.cwd = cwd
         self.extra = extra  # more `lens serve` arguments
         self.stderr_name = stderr_name  # in cwd: several processes in one test keep theirs apart
+        self.env = env  # the process's whole environment (None: this one's)
         self.lines: list[str] = []
         self.listening = trio.Event()
         self.stdout_closed = trio.Event()
@@ -42,7 +44,7 @@ class ServeProcess:
         self.stderr = open(self.cwd / self.stderr_name, "wb")
         self.proc = await trio.lowlevel.open_process(
             [*lens_command(), "serve", "--port", "0", "--data", "data", *self.extra], cwd=self.cwd,
-            stdout=subprocess.PIPE, stderr=self.stderr)
+            stdout=subprocess.PIPE, stderr=self.stderr, env=self.env)
         nursery.start_soon(self._read)
         with trio.fail_after(30):
             await self.listening.wait()

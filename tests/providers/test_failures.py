@@ -111,6 +111,44 @@ async def test_other_errors_redact_the_key(protocol, server, make):
     assert secret not in info.value.message and "[redacted]" in info.value.message
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_errors_quoting_part_of_the_key_redact_that_part(protocol, server, make):
+    # Only the whole key was redacted: OpenAI's masked form (its first 8 characters, stars, its
+    # last 4), a proxy's page quoting the key cut short, or a piece of it in a JSON body were
+    # stored in `model.failed` as the provider sent them.
+    secret = "sk-proj-Z8xC3vB6nM1qW4eR7tY0uI9oPcanaryFailD5"
+    provider = make(protocol, api_key=secret, max_retries=0)
+    cases = [(400, f"Incorrect key {secret[:8]}{'*' * 28}{secret[-4:]}.", "Incorrect key [redacted]."),
+             (400, f"your api key ****{secret[-6:]} is invalid", "your api key [redacted] is invalid"),
+             (429, f"rate limit for {secret[:7]}...{secret[-4:]}", "rate limit for [redacted]"),
+             (500, f"upstream said no to key={secret[:24]}", "upstream said no to key=[redacted]"),
+             (500, f"input {secret[6:30]!r} refused", "input '[redacted]' refused")]
+    for status, message, shown in cases:
+        server.push(error(protocol, status, message))
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("hi").request(), Deltas())
+        assert info.value.message.endswith(shown), (message, info.value.message)
+    # Words that merely share a few characters with the key, or a mask over nothing of it, stay.
+    server.push(error(protocol, 400, "sk-*** is not a key... canary 1.5 e.g. Fail"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.message.endswith("sk-*** is not a key... canary 1.5 e.g. Fail"), info.value.message
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_errors_quoting_the_proxy_password_of_the_base_url_redact_it(protocol, server, make):
+    # A provider reached through a proxy whose baseUrl carries `user:password@`: an error quoting
+    # the password was stored as sent (only the key was redacted).
+    password = "Pr0xyS3cretPassw0rd"
+    provider = make(protocol, max_retries=0)
+    provider.base_url = provider.base_url.replace("http://", f"http://proxyuser:{password}@")
+    server.push(error(protocol, 400, f"proxy refused proxyuser:{password} (known as {password[:5]}***rd)"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.message.endswith("proxy refused proxyuser:[redacted] (known as [redacted])"), info.value.message
+    assert server.requests[-1].headers["authorization"].startswith("Basic ")  # (the request went through it)
+
+
 async def test_connection_refused_is_retryable(make, server):
     provider = make("openai-chat", max_retries=0)
     provider.base_url = "http://127.0.0.1:9/v1"  # discard port: nothing listens
