@@ -127,11 +127,32 @@ async def test_backend_failures_never_show_the_key(web_server: WebServer) -> Non
     url = backend(web_server, status=401, body=json.dumps({"error": f"invalid key {KEY}"}).encode())
     r = await call(tool(url), "web_search", {"query": "q"})
     assert r.error_code == "WEB_SEARCH_FAILED" and "401" in text_of(r)
-    assert KEY not in text_of(r) and KEY not in json.dumps(r.structured_content) and "[key]" in text_of(r)
+    assert KEY not in text_of(r) and KEY not in json.dumps(r.structured_content) and "[redacted]" in text_of(r)
     web_server.routes.clear()
     for body in (b"not json", b'{"data": []}', b'{"results": 5}', b"[" * 100000):
         r = await call(tool(backend(web_server, body=body)), "web_search", {"query": "q"})
         assert r.error_code == "WEB_SEARCH_FAILED", body[:20]
+
+
+async def test_backend_errors_quoting_the_key_masked_or_in_part_redact_it(web_server: WebServer) -> None:
+    # (as a provider's error is redacted: sdk.redact_key, "Provider keys end to end")
+    key = "exa-Q7mZ4kT1vB8nR2pX9wLcatA1"
+    quotes = {
+        401: f"invalid x-api-key {key[:4]}****{key[-4:]}",  # masked, as a service shows a key
+        403: f"key {key[:12]}... is disabled",  # cut short
+        429: f"<html><body>quota exceeded for key={key[5:20]}</body></html>",  # a piece, from a proxy's page
+        500: f"upstream said: {key[:8]}\u2026{key[-4:]} refused",  # masked with an ellipsis
+    }
+    for status, message in quotes.items():
+        web_server.routes.clear()
+        url = backend(web_server, status=status, body=json.dumps({"error": message}, ensure_ascii=False).encode())
+        r = await call(tool(url, env={"LENS_TEST_SEARCH_KEY": key}), "web_search", {"query": "q"})
+        shown = text_of(r) + json.dumps(r.structured_content)
+        assert r.error_code == "WEB_SEARCH_FAILED" and str(status) in text_of(r), shown
+        assert "[redacted]" in text_of(r), shown
+        for piece in (key[i:i + 8] for i in range(len(key) - 7)):
+            assert piece not in shown, (status, piece, shown)
+        assert f"{key[:4]}****" not in shown and key[-4:] not in shown, shown
 
 
 async def test_an_unreachable_backend(web_server: WebServer) -> None:

@@ -8,7 +8,8 @@ The arguments map onto its request::
      "contents": {"text": {"maxCharacters": context_max_characters}, "livecrawl": livecrawl}}
 
 The key comes only from the environment variable ``webSearch.apiKeyEnv`` names (sent as
-``x-api-key``; never logged, never in a result or an error). No backend, or its key variable
+``x-api-key``; never logged, never in a result or an error: a backend's message quoting it,
+whole, cut or masked, has it as ``[redacted]``). No backend, or its key variable
 unset: ``WEB_SEARCH_NOT_CONFIGURED``. The whole call, DNS to the last byte, has
 :data:`TIMEOUT_SECONDS` (``WEB_SEARCH_TIMEOUT``).
 
@@ -106,7 +107,9 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
         except ToolError as exc:
             raise ToolError(exc.code, _scrub(f"the search backend: {exc.message}", key)) from None
         if resp.status != 200:
-            excerpt = resp.body[:ERROR_EXCERPT_CHARS].decode("utf-8", errors="replace").strip()
+            # (redacted before it is cut, so that a key at the cut is judged whole)
+            excerpt = _scrub(resp.body[:4 * ERROR_EXCERPT_CHARS].decode("utf-8", errors="replace"), key)
+            excerpt = excerpt[:ERROR_EXCERPT_CHARS].strip()
             raise ToolError("WEB_SEARCH_FAILED", _scrub(
                 f"the search backend answered {resp.status} {resp.reason}".rstrip() + (f": {excerpt}" if excerpt else ""),
                 key))
@@ -133,7 +136,11 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
 
 
 def _scrub(message: str, key: str | None) -> str:
-    return message.replace(key, "[key]") if key else message
+    """``message`` with the key, whole, cut or masked, as ``[redacted]``: the rule a provider's
+    errors follow (``redact_key``)."""
+    from runtime.providers.sdk import redact_key  # (runtime imports tools)
+
+    return redact_key(message, key)
 
 
 def _results(body: bytes) -> list[dict[str, Any]]:
