@@ -14,6 +14,8 @@ import trio
 
 from events.store import Draft, open_store
 from events.types import DefaultModelSet
+from runtime.daemon import read_saved_default
+from runtime.projection_service import ProjectionService
 
 from .conftest import Daemon, error_of, stop_daemon
 
@@ -185,6 +187,30 @@ async def test_an_event_past_the_projection_and_a_damaged_projection_are_read_fr
     conn.close()
     d3 = await daemon_factory(config=CONFIG, root=d.root)
     assert await shown_default(d3, token) == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
+
+
+async def test_an_event_the_projector_has_not_folded_yet_is_read_from_the_log(daemon_factory):
+    # (`lens serve` appends nothing between the projections' first catch-up and this read, so a
+    # daemon cannot be made to reach it: the service is run as the daemon runs it, its projector
+    # then stopped, so that the event is past the projected position when the model is read.)
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("dm-client", strong=True)
+    await put_default(d, token, "other/x1")
+    await stop_daemon(d)
+    async with open_store(d.data_dir) as store:
+        projections = ProjectionService(d.data_dir, store)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(projections.run)  # (the first catch-up)
+                nursery.cancel_scope.cancel()
+            await store.append(Draft(DefaultModelSet(model="faux/m2")))
+            assert projections.position == store.last_seq - 1
+            assert await projections.query("SELECT value FROM settings WHERE key = 'default_model'") == [("other/x1",)]
+            assert await read_saved_default(projections, store) == ("faux/m2", store.last_seq)
+        finally:
+            projections.close()
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    assert await shown_default(d2, token) == {"effective": "faux/m2", "source": "saved", "saved": "faux/m2"}
 
 
 async def test_bad_input_is_refused_and_records_nothing(daemon_factory):
