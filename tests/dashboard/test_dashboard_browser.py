@@ -1957,6 +1957,19 @@ HOLD_ANSWERS = """
     };"""
 
 
+def ask_one_question(make_daemon: Callable[[dict[str, Any]], Daemon], driver: Any, tmp_path: Path,
+                     client: str) -> tuple[Daemon, str, str]:
+    """A daemon whose model asks ONE_QUESTION, a session opened on the page and asked it: (the
+    daemon, a strong token, the session's id)."""
+    d = make_daemon(with_turns(ONE_QUESTION))
+    strong = d.pair(client, strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "ask one question")
+    return d, strong, sid
+
+
 def test_dashboard_answers_a_question_once_when_its_option_is_double_clicked(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """A double click on a one-click option sent two answers (the second one the daemon's
@@ -1964,12 +1977,7 @@ def test_dashboard_answers_a_question_once_when_its_option_is_double_clicked(
     daemon answers, and one answer is sent."""
     from selenium.webdriver.common.action_chains import ActionChains
     driver = browser
-    d = make_daemon(with_turns(ONE_QUESTION))
-    strong = d.pair("dash-question-once", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "ask one question")
+    d, strong, sid = ask_one_question(make_daemon, driver, tmp_path, "dash-question-once")
     option = "#timeline .question button[data-option-id='red']"
     wait_for(lambda: by_css(driver, option), "the question")
     driver.execute_script(HOLD_ANSWERS)
@@ -1997,12 +2005,7 @@ def test_dashboard_says_a_question_settled_meanwhile_was_settled_not_an_error(
     client): the daemon refuses it (`QUESTION_SETTLED`), and the page listed that as an error.
     It now says the question was already settled and the answer not taken."""
     driver = browser
-    d = make_daemon(with_turns(ONE_QUESTION))
-    strong = d.pair("dash-question-settled", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "ask one question")
+    d, strong, sid = ask_one_question(make_daemon, driver, tmp_path, "dash-question-settled")
     wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question")
     # The reader's click, on the question as it was shown, lands after another client's abort.
     driver.execute_script("window.staleOption = document.querySelector(\"#timeline .question button[data-option-id='red']\")")
