@@ -1888,7 +1888,12 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
     workspace.mkdir()
     open_new_session(driver, daemon, strong, workspace)
     submit(driver, "stream slowly please")
-    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the busy session")
+    # The steer is sent once the answer streams: one that comes before the model is asked (the
+    # session is running from the task's start) is placed before that request, which answers it,
+    # and the run ends (that moment lasts about a second, longer on a loaded machine).
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running"
+             and any("(faux) Streaming the first half" in t for t in texts(driver, "#timeline .msg.streaming .text")),
+             "the streaming answer")
     submit(driver, "steer with these words", when_busy="steer")
     wait_for(lambda: texts(driver, "#queue li.card .text") == ["steer with these words"], "the queued input")
     assert input_value(driver) == ""
