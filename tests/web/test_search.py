@@ -135,7 +135,7 @@ async def test_backend_failures_never_show_the_key(web_server: WebServer) -> Non
 
 
 async def test_backend_errors_quoting_the_key_masked_or_in_part_redact_it(web_server: WebServer) -> None:
-    # (as a provider's error is redacted: sdk.redact_key, "Provider keys end to end")
+    # (as a provider's error is redacted: redact.redact_key, "Provider keys end to end")
     key = "exa-Q7mZ4kT1vB8nR2pX9wLcatA1"
     quotes = {
         401: f"invalid x-api-key {key[:4]}****{key[-4:]}",  # masked, as a service shows a key

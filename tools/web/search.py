@@ -30,6 +30,8 @@ from typing import Any, Mapping
 
 import trio
 
+from runtime.providers.redact import redact_key
+
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from .address import Resolver, SystemResolver, parse_url, resolve
 from .http import TlsOnDemand, request
@@ -138,8 +140,6 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
 def _scrub(message: str, key: str | None) -> str:
     """``message`` with the key, whole, cut or masked, as ``[redacted]``: the rule a provider's
     errors follow (``redact_key``)."""
-    from runtime.providers.sdk import redact_key  # (runtime imports tools)
-
     return redact_key(message, key)
 
 
