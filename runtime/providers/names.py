@@ -17,7 +17,10 @@ Call ids get the same treatment where a protocol restricts them: Anthropic takes
 only of ``[A-Za-z0-9_-]``, the Responses API a ``call_id`` of at most 64 characters, and a session
 that switched model may carry ids another server made (``functions.read_file:0``, or longer ones)
 into their requests. :func:`call_id_for` gives an id outside ``[A-Za-z0-9_-]{1,64}`` a digest
-alias of that form when the request is compiled; the log keeps the id as recorded.
+alias of that form when the request is compiled; the log keeps the id as recorded. OpenAI's
+Chat Completions refuses a ``tool_calls[].id`` past 40 characters (400 "string too long"), and
+compatible servers make longer ones (vLLM's ``chatcmpl-tool-`` and 32 hex digits):
+:func:`chat_call_id_for` sends such an id under a 40-character alias and any other as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ CALL_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # call ids Anthropic and Respon
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 DIGEST_HEX = 24
 READABLE_MAX = 64 - 1 - DIGEST_HEX  # 39
+CHAT_CALL_ID_MAX = 40  # the longest tool call id OpenAI's Chat Completions takes
 
 
 def is_native(name: str) -> bool:
@@ -56,9 +60,19 @@ def call_id_for(call_id: str) -> str:
     return _digest_alias(call_id, "call")
 
 
-def _digest_alias(value: str, fallback: str) -> str:
+def chat_call_id_for(call_id: str) -> str:
+    """The id a call (and its result) is sent under to Chat Completions: itself up to
+    :data:`CHAT_CALL_ID_MAX` characters (compatible servers take ids of their own form, such as
+    ``functions.read_file:0``, and may expect them back), else a digest alias of that length.
+    A pure function of the id, as :func:`call_id_for`."""
+    if len(call_id) <= CHAT_CALL_ID_MAX:
+        return call_id
+    return _digest_alias(call_id, "call", CHAT_CALL_ID_MAX - 1 - DIGEST_HEX)
+
+
+def _digest_alias(value: str, fallback: str, readable_max: int = READABLE_MAX) -> str:
     digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:DIGEST_HEX]
-    readable = _UNSAFE.sub("_", value).strip("_")[:READABLE_MAX].rstrip("_") or fallback
+    readable = _UNSAFE.sub("_", value).strip("_")[:readable_max].rstrip("_") or fallback
     return f"{readable}_{digest}"
 
 

@@ -3,8 +3,9 @@ DeepSeek…) through ``openai.AsyncOpenAI``, streaming with ``stream_options.inc
 
 Compilation keeps message order: system items are ``system`` messages at their position; an
 assistant response is one message with its text and ``tool_calls``, followed by one ``tool``
-message per call. Chat tool messages carry text only, so images a tool returned follow the tool
-messages of that response in one ``user`` message that names the call. Content is sent as a plain
+message per call (an id past 40 characters, which OpenAI refuses, under its alias:
+:func:`.names.chat_call_id_for`). Chat tool messages carry text only, so images a tool returned
+follow the tool messages of that response in one ``user`` message that names the call. Content is sent as a plain
 string unless it needs parts (images, a cache breakpoint), which suits the most servers.
 
 The stream is read raw (not through the SDK's ``chat.completions.stream`` helper) so that
@@ -21,7 +22,7 @@ from events import types as t
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
-from .names import describe
+from .names import chat_call_id_for, describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
@@ -90,7 +91,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
         elif e.kind == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": e.text or None}
             if e.calls:
-                msg["tool_calls"] = [{"id": c.call_id, "type": "function",
+                msg["tool_calls"] = [{"id": chat_call_id_for(c.call_id), "type": "function",
                                       "function": {"name": names.native(c.name), "arguments": call_arguments(compiled, c)}}
                                      for c in e.calls]
             messages.append(msg)
@@ -98,10 +99,10 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             images = [p for p in e.parts if isinstance(p, Image)]
             text = e.text or ("(no output; images follow)" if images else "(no output)")
             content = [{"type": "text", "text": text}]
-            messages.append({"role": "tool", "tool_call_id": e.call_id, "content": content})
+            messages.append({"role": "tool", "tool_call_id": chat_call_id_for(e.call_id), "content": content})
             marks.append((caching.Candidate(ei), content[-1]))
             if images:
-                pending_images.append((ei, e.call_id, images))
+                pending_images.append((ei, chat_call_id_for(e.call_id), images))
     flush_images()
     diagnostics: dict[str, Any] = {}
     kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "stream": True,

@@ -80,3 +80,38 @@ async def test_a_call_id_past_64_characters_is_sent_to_responses_under_an_alias(
     assert calls == outputs and len(calls) == 1
     assert 1 <= len(calls[0]) <= 64, calls[0]
     assert [e["body"]["call_id"] for e in await d.events(token, sid) if e["kind"] == "tool.started"] == [LONG_ID]
+
+
+async def test_a_call_id_past_40_characters_is_sent_to_chat_completions_under_an_alias(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    """OpenAI's Chat Completions refuses a ``tool_calls[].id`` longer than 40 characters (400
+    "string too long"); a session moved from a vLLM model (ids of 46 characters and more) to an
+    OpenAI chat model failed every request after the switch."""
+    vllm, openai_chat = ScriptedServer(), ScriptedServer()
+    vllm_url, openai_url = await vllm.start(nursery), await openai_chat.start(nursery)
+    config = {"providers": [
+        {"id": "compat", "protocol": "openai-chat", "baseUrl": f"{vllm_url}/v1", "models": [{"id": "vllm"}]},
+        {"id": "oa", "protocol": "openai-chat", "baseUrl": f"{openai_url}/v1", "models": [{"id": "gpt-test"}]}],
+        "defaultModel": "compat/vllm"}
+    vllm.push(chat_stream(calls=[(LONG_ID, "get_system_time", {})]), chat_stream(text="noon"))
+    d = await daemon_factory(config=config)
+    token = await d.pair("switch-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "what time is it?")
+    await d.wait_idle(token, sid)
+    # Every Chat Completions server gets the alias (there is no telling OpenAI's API from another
+    # behind a base URL), the one that made the id too, and the result goes under the same.
+    sent = vllm.bodies[1]["messages"]
+    assert [c["id"] for m in sent for c in m.get("tool_calls") or []] == [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "oa/gpt-test"})
+    assert r.status_code == 200, r.text
+    openai_chat.push(chat_stream(text="still noon"))
+    await d.submit(token, sid, "r2", "and now?")
+    await d.wait_idle(token, sid)
+    assert len(openai_chat.bodies) == 1
+    messages = openai_chat.bodies[0]["messages"]
+    calls = [c["id"] for m in messages for c in m.get("tool_calls") or []]
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert calls == results and len(calls) == 1
+    assert 1 <= len(calls[0]) <= 40, calls[0]
+    assert [e["body"]["call_id"] for e in await d.events(token, sid) if e["kind"] == "tool.started"] == [LONG_ID]

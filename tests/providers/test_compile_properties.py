@@ -41,7 +41,15 @@ from runtime.config import ModelConfig
 from runtime.providers import anthropic_messages, openai_chat, openai_responses
 from runtime.providers.base import ModelRequest, ProviderError
 from runtime.providers.compile import INSTRUCTION_PREFIX, prepare
-from runtime.providers.names import CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for
+from runtime.providers.names import (
+    CALL_ID_RE,
+    CHAT_CALL_ID_MAX,
+    NATIVE_NAME_RE,
+    ToolNames,
+    alias_for,
+    call_id_for,
+    chat_call_id_for,
+)
 
 from .conftest import CLASSES, PROTOCOLS, Deltas, base_url
 from .scripts import reply
@@ -273,6 +281,7 @@ def check_chat(kw: dict[str, Any], items: list[Item], system: list[str]) -> None
         if m["role"] == "assistant":
             assert m["content"] is not None or m.get("tool_calls"), "an assistant message with neither content nor calls"
             calls = [c["id"] for c in m.get("tool_calls", [])]
+            assert all(1 <= len(c) <= CHAT_CALL_ID_MAX for c in calls)  # (OpenAI refuses a longer id)
             assert [x.get("tool_call_id") for x in msgs[k + 1:k + 1 + len(calls)]] == calls
             assert not seen & set(calls)
             seen |= set(calls)
@@ -363,6 +372,15 @@ def test_call_ids_go_to_anthropic_and_responses_in_the_form_they_take(ids):
     assert len(set(sent)) == len(sent)  # (ids unique in a session stay unique on the wire)
     assert sent == [call_id_for(i) for i in ids]  # a pure function: a call and its result agree
     assert all((s == i) == bool(CALL_ID_RE.fullmatch(i)) for s, i in zip(sent, ids))
+
+
+@given(st.lists(st.text(min_size=1, max_size=80), unique=True, max_size=12))
+def test_call_ids_go_to_chat_completions_at_most_40_characters_long(ids):
+    sent = [chat_call_id_for(i) for i in ids]
+    assert all(1 <= len(s) <= CHAT_CALL_ID_MAX for s in sent)
+    assert len(set(sent)) == len(sent)
+    assert sent == [chat_call_id_for(i) for i in ids]
+    assert all((s == i) == (len(i) <= CHAT_CALL_ID_MAX) for s, i in zip(sent, ids))  # shorter ones as they are
 
 
 @settings(max_examples=6)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runtime.providers.base import ProviderError
-from runtime.providers.names import CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for
+from runtime.providers.names import CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for, chat_call_id_for
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
@@ -110,3 +110,22 @@ async def test_a_call_id_past_64_characters_travels_to_responses_under_an_alias(
     outputs = [m["call_id"] for m in inp if m.get("type") == "function_call_output"]
     assert calls == outputs == [call_id_for(long_id), "call_ok"]
     assert len(calls[0]) == 64 and calls[0].startswith("chatcmpl-tool-0123456789abcdef")
+
+
+async def test_a_call_id_past_40_characters_travels_to_chat_completions_under_an_alias(server, make):
+    """OpenAI's Chat Completions refuses a ``tool_calls[].id`` longer than 40 characters (400
+    "string too long"); vLLM names its calls ``chatcmpl-tool-`` and 32 hex digits (46), so a
+    session moved from a vLLM model to OpenAI's failed every request. Shorter ids of any form go
+    as they are (compatible servers' own forms, such as Kimi's ``functions.<tool>:<n>``)."""
+    provider = make("openai-chat")
+    server.push(reply("openai-chat", text="ok"))
+    long_id = "chatcmpl-tool-" + "0123456789abcdef" * 2
+    ctx = Ctx().user("go").response("", (long_id, "read_file", {"path": "a"}), ("functions.read_file:1", "read_file", {})) \
+        .result(long_id, "a").result("functions.read_file:1", "b").user("next")
+    await provider.stream(ctx.request(), Deltas())
+    messages = server.bodies[0]["messages"]
+    calls = [c["id"] for m in messages for c in m.get("tool_calls") or []]
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert calls == results == [chat_call_id_for(long_id), "functions.read_file:1"]
+    assert len(calls[0]) == 40 and calls[0].startswith("chatcmpl-tool-")
+    assert [it.call.call_id for it in ctx.items if it.call is not None][0] == long_id  # the items keep theirs
