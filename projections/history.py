@@ -4,6 +4,14 @@ Items get the same ids as in :mod:`projections.session_state` (``c<seq>`` / ``c<
 include what compaction later replaced, subagents' items and every task's. Items the user hid
 (``context.edited`` op ``hide``) and sessions that were deleted are flagged and never returned.
 
+A fork's Full Context holds its source's items up to the fork point under their ids; the index
+holds each item once, under the session that recorded it (its *owner*), and ``history_lineage``
+lists every fork's sources with the seq up to which it holds their items (forks of forks
+included). An item is visible while any session holding it is live and has not hidden it
+(``history_edits`` keeps every hide and unhide, so a fork's hides are read as of its fork point
+and its own after it). A search filtered by a session finds what that session holds, reported
+under it; an unfiltered one reports each item under its owner. Either way an item is one result.
+
 Search (:class:`HistoryIndex`) is scoped to one project. Query syntax: words (all must match),
 ``"exact phrases"`` and ``prefix*``; user text is always quoted into the FTS grammar, so
 operators and quotes in it are plain text. Items and queries are tokenized alike
@@ -24,7 +32,7 @@ from typing import Any, Sequence
 import apsw
 
 from events import types as t
-from events.reader import StoredEvent, StoredRow
+from events.reader import SEQ_MAX, SEQ_MIN, StoredEvent, StoredRow
 
 from .projector import Projection
 from .session_state import skill_command, text_of
@@ -70,9 +78,12 @@ class HistoryProjection(Projection):
     # 5: each item's UTF-8 size and SHA-256 stored (read() hashed the whole text for every page)
     # 6: an input without a request id of its own, and a /skill: command's args, as the Full Context
     #    holds them; Thai, Lao, Khmer and Burmese indexed letter by letter, as Chinese (projections.tokens)
-    version = 6
+    # 7: forks' sources (history_lineage) and every hide and unhide (history_edits): a fork's
+    #    inherited items are found under it, and stay visible while a session holding them is
+    version = 7
     needs_body = True
-    tables = ("history_items", "history_fts", "history_inputs", "history_sessions")
+    tables = ("history_items", "history_fts", "history_inputs", "history_sessions", "history_lineage",
+              "history_edits")
 
     def create(self, conn: apsw.Connection) -> None:
         conn.execute(
@@ -95,10 +106,23 @@ class HistoryProjection(Projection):
         conn.execute(
             "CREATE TABLE history_sessions(session_id TEXT PRIMARY KEY, project_id TEXT, deleted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
         )
+        # A fork holds its sources' items up to ``upto`` (one row per source, its source's source
+        # too); a session that is no fork has none, so the queries over it cost nothing then.
+        conn.execute(
+            "CREATE TABLE history_lineage(session_id TEXT NOT NULL, source_id TEXT NOT NULL, upto INTEGER NOT NULL, "
+            "PRIMARY KEY(session_id, source_id)) WITHOUT ROWID"
+        )
+        conn.execute("CREATE INDEX history_lineage_source ON history_lineage(source_id, upto)")
+        # Every hide (1) and unhide (0) of an item, by the session that made it: a fork sees its
+        # sources' edits up to its fork point and its own after it, the last one winning.
+        conn.execute(
+            "CREATE TABLE history_edits(item_id TEXT NOT NULL, seq INTEGER NOT NULL, session_id TEXT NOT NULL, "
+            "hide INTEGER NOT NULL, PRIMARY KEY(item_id, seq, session_id)) WITHOUT ROWID"
+        )
 
     def drop(self, conn: apsw.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS history_fts")
-        for table in ("history_items", "history_inputs", "history_sessions"):
+        for table in ("history_items", "history_inputs", "history_sessions", "history_lineage", "history_edits"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
     def dump(self, conn: apsw.Connection) -> list[tuple]:
@@ -108,6 +132,10 @@ class HistoryProjection(Projection):
         out.extend(conn.execute("SELECT * FROM history_sessions ORDER BY 1"))
         out.append(("history_inputs",))
         out.extend(conn.execute("SELECT * FROM history_inputs ORDER BY 1, 2"))
+        out.append(("history_lineage",))
+        out.extend(conn.execute("SELECT * FROM history_lineage ORDER BY 1, 2"))
+        out.append(("history_edits",))
+        out.extend(conn.execute("SELECT * FROM history_edits ORDER BY 1, 2, 3"))
         return out
 
     def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
@@ -121,6 +149,15 @@ class HistoryProjection(Projection):
             base = (se.project_id, sid, se.agent_id or "main", se.task_id)
             if isinstance(ev, t.SessionCreated):
                 conn.execute("INSERT OR REPLACE INTO history_sessions(session_id, project_id) VALUES (?, ?)", (sid, se.project_id))
+                source, upto = ev.forked_from_session, ev.forked_from_seq
+                if source is not None and upto is not None and source != sid:
+                    # The fork holds its source's items up to the fork point, and what the source
+                    # held of its own sources then (their items up to the earlier fork points).
+                    conn.execute("INSERT OR REPLACE INTO history_lineage(session_id, source_id, upto) "
+                                 "SELECT ?, source_id, MIN(upto, ?) FROM history_lineage "
+                                 "WHERE session_id = ? AND source_id != ?", (sid, _clamped(upto), source, sid))
+                    conn.execute("INSERT OR REPLACE INTO history_lineage(session_id, source_id, upto) VALUES (?, ?, ?)",
+                                 (sid, source, _clamped(upto)))
             elif isinstance(ev, t.SessionDeleted):
                 # Items of this batch first, or they would be inserted after the update, visible:
                 # a rebuild (one long batch) brought a deleted session back into search.
@@ -169,6 +206,10 @@ class HistoryProjection(Projection):
                 op = "hidden | 1" if ev.op == "hide" else "hidden & ~1"
                 conn.executemany(f"UPDATE history_items SET hidden = {op} WHERE item_id = ? AND session_id = ?",
                                  [(i, sid) for i in ev.item_ids])
+                # Every one, for the forks: a fork has its source's up to the fork point, and may hide
+                # or unhide an item it holds of its source's (the UPDATE above only finds its own).
+                conn.executemany("INSERT OR REPLACE INTO history_edits(item_id, seq, session_id, hide) VALUES (?, ?, ?, ?)",
+                                 [(i, se.seq, sid, int(ev.op == "hide")) for i in dict.fromkeys(ev.item_ids)])
         self._flush(conn, items)
 
     @staticmethod
@@ -187,7 +228,29 @@ class HistoryProjection(Projection):
                          (index_text(text), tags))
 
 
+def _clamped(seq: int) -> int:
+    """A fork point as SQLite can hold it (only an edited row holds one outside; see the catalog)."""
+    return max(SEQ_MIN, min(seq, SEQ_MAX))
+
+
 # --------------------------------------------------------------------------- querying
+
+
+def _hidden_in(holder: str) -> str:
+    """SQL: whether the session ``holder`` (an SQL expression) has hidden the item ``i``: the last
+    of the hides and unhides its Full Context has seen — its sources' up to its fork points, its
+    own after."""
+    return ("COALESCE((SELECT e.hide FROM history_edits e WHERE e.item_id = i.item_id "
+            f"AND (e.session_id = {holder} OR EXISTS (SELECT 1 FROM history_lineage m WHERE m.session_id = {holder} "
+            "AND m.source_id = e.session_id AND m.upto >= e.seq)) ORDER BY e.seq DESC LIMIT 1), 0)")
+
+
+# An item ``i`` is visible while a session holding it is live and has not hidden it: its owner
+# (``hidden`` 0), or a fork of it made at or after the item (looked up only when the owner hid the
+# item or was deleted, and then one index probe when no fork holds it).
+VISIBLE = ("(i.hidden = 0 OR EXISTS (SELECT 1 FROM history_lineage l JOIN history_sessions s "
+           "ON s.session_id = l.session_id WHERE l.source_id = i.session_id AND l.upto >= i.seq "
+           f"AND s.deleted = 0 AND NOT {_hidden_in('l.session_id')}))")
 
 
 def id_tag(kind: str, value: str | None) -> str:
@@ -327,16 +390,34 @@ class HistoryIndex:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
         parsed = _parse(query)
         terms, matcher = _fts_expression(parsed), _snippet_terms(parsed)
+        # A fork's sources, whose items up to the fork points its Full Context holds too.
+        sources: list[tuple[str, int]] = []
+        if session_id is not None:
+            sources = list(self.conn.execute("SELECT source_id, upto FROM history_lineage WHERE session_id = ?",
+                                             (session_id,)))
         # Selective filters (session, agent, task) intersect inside FTS5 as tag tokens; the project,
         # which most rows share, is checked on the joined row (a huge tag doclist only slows AND).
-        tags = [id_tag(kind, val) for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id))
-                if val is not None]
+        tags = [" OR ".join(chr(34) + id_tag(kind, v) + chr(34) for v in [val, *(s for s, _u in sources)])
+                if kind == "s" else chr(34) + id_tag(kind, val) + chr(34)
+                for kind, val in (("s", session_id), ("a", agent_id), ("t", task_id)) if val is not None]
         expr = f"text : ({terms})"
         if tags:
-            expr += f" AND tags : ({' AND '.join(chr(34) + x + chr(34) for x in tags)})"
-        where = ["i.project_id = ?", "i.hidden = 0"]
+            expr += f" AND tags : ({' AND '.join('(' + x + ')' for x in tags)})"
+        where = ["i.project_id = ?"]
         args: list[Any] = [project_id]
-        for col, val in (("session_id", session_id), ("agent_id", agent_id), ("task_id", task_id)):
+        if session_id is None:
+            where.append(VISIBLE)
+        elif not sources:
+            where += ["i.session_id = ?", "i.hidden = 0"]
+            args.append(session_id)
+        else:
+            # Its own items as its own; a source's up to the fork point, unless the fork (or its
+            # sources before it) hid them or the fork was deleted.
+            held = " OR ".join(["(i.session_id = ? AND i.seq <= ?)"] * len(sources))
+            where.append(f"((i.session_id = ? AND i.hidden = 0) OR (({held}) AND NOT {_hidden_in('?')} "
+                         "AND NOT EXISTS (SELECT 1 FROM history_sessions d WHERE d.session_id = ? AND d.deleted)))")
+            args += [session_id, *(x for pair in sources for x in pair), session_id, session_id, session_id]
+        for col, val in (("agent_id", agent_id), ("task_id", task_id)):
             if val is not None:
                 where.append(f"i.{col} = ?")
                 args.append(val)
@@ -393,13 +474,16 @@ class HistoryIndex:
         page = [by_rowid[r] for r in wanted if r in by_rowid]
         more = len(page) > limit
         page = page[:limit]
-        hits = [Hit(r[1], r[2], r[3], r[4], r[5], r[6], r[7], _snippet_of(r[8], bool(r[9]), matcher)) for r in page]
+        # Found through a filter, an item is reported under the filter's session (a fork's inherited
+        # items are its own there); else under the session that recorded it.
+        hits = [Hit(r[1], r[2], session_id or r[3], r[4], r[5], r[6], r[7], _snippet_of(r[8], bool(r[9]), matcher))
+                for r in page]
         return hits, (hits[-1].context_item_id if more and hits else None)
 
     def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:
         rows = self.conn.execute(
-            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, size, digest, hidden, rowid "
-            "FROM history_items WHERE item_id = ?", (item_id,)).fetchall()
+            "SELECT item_id, project_id, session_id, agent_id, task_id, role, seq, size, digest, "
+            f"NOT {VISIBLE}, rowid FROM history_items i WHERE item_id = ?", (item_id,)).fetchall()
         if not rows or rows[0][9] or (project_id is not None and rows[0][1] != project_id):
             raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {_shown(item_id)}")
         _iid_, pid, sid, aid, tid, role, seq, size, digest, _h, rowid = rows[0]

@@ -11,8 +11,10 @@ paging page after page still gives back the item's bytes exactly.
 from __future__ import annotations
 
 import hashlib
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import apsw
 import trio
@@ -26,6 +28,7 @@ from projections.history import MAX_LIMIT, RANKED_LIMIT, HistoryError, HistoryIn
 import projections.projector as projector_mod
 from projections.projector import Projector, open_projections_db
 from projections.session_state import SessionState, fold
+from runtime.actor import _reset_for_fork
 
 MAX_READ = 1024 * 1024
 
@@ -182,14 +185,21 @@ def test_paging_while_items_arrive_skips_and_repeats_none_of_what_existed(
 
 # --------------------------------------------------------------------------- incremental equals rebuild
 
+# Texts: any, or any then the word MARK, which a search must then find wherever it is visible.
+MARK = "zqxmark"
+MARKED = re.compile(rf"(?:^|\s){MARK}(?=\s|$)")
+TEXT = st.text(max_size=12) | st.text(max_size=10).map(lambda s: f"{s} {MARK}")
+
 OPS = st.lists(st.one_of(
     st.tuples(st.just("session"), st.integers(0, 1)),
-    st.tuples(st.sampled_from(["input", "input_no_id", "skill_input"]), st.integers(0, 9), st.text(max_size=12)),
+    st.tuples(st.sampled_from(["input", "input_no_id", "skill_input"]), st.integers(0, 9), TEXT),
     st.tuples(st.sampled_from(["place", "withdraw", "delete"]), st.integers(0, 9)),
     st.tuples(st.sampled_from(["agent", "skill", "instruction", "compact", "result"]), st.integers(0, 9),
-              st.integers(0, 9), st.text(max_size=12)),
-    st.tuples(st.just("answer"), st.integers(0, 9), st.integers(0, 9), st.text(max_size=12), st.integers(0, 2)),
+              st.integers(0, 9), TEXT),
+    st.tuples(st.just("answer"), st.integers(0, 9), st.integers(0, 9), TEXT, st.integers(0, 2)),
     st.tuples(st.sampled_from(["hide", "unhide"]), st.integers(0, 9), st.integers(0, 9), st.integers(0, 99)),
+    # a fork of any session (deleted ones and forks too) at any of its events
+    st.tuples(st.just("fork"), st.integers(0, 9), st.integers(0, 99)),
     st.tuples(st.just("catch_up"), st.sampled_from([1, 2, 5, 2000])),
 ), max_size=45)
 
@@ -199,7 +209,10 @@ class Sessions:
 
     def __init__(self) -> None:
         self.live: list[tuple[str, str]] = []  # (project, session) not deleted
+        self.every: list[tuple[str, str]] = []  # (project, session), deleted ones too
+        self.seqs: dict[str, list[int]] = {}  # each session's events
         self.agents: dict[str, list[str]] = {}
+        self.started: dict[tuple[str, str], int] = {}  # the seq each agent of a session started at
         self.queued: dict[str, list[str]] = {}
         self.calls: dict[tuple[str, str], list[str]] = {}
         self.items: dict[tuple[str, str], list[str]] = {}  # item ids of each agent, as projected
@@ -207,13 +220,40 @@ class Sessions:
 
     def drafts(self, op: tuple, seq: int) -> list[Draft]:
         """The drafts of ``op``, to be appended one by one from ``seq`` + 1 on."""
+        out = self._drafts(op, seq)
+        assert len(out) <= 1
+        for draft in out:
+            self.seqs.setdefault(draft.session_id, []).append(seq + 1)
+        return out
+
+    def _drafts(self, op: tuple, seq: int) -> list[Draft]:
         kind = op[0]
         if kind == "session":
             self.n += 1
             project, session = ("prj_one", "prj_two")[op[1]], f"s{self.n}"
             self.live.append((project, session))
+            self.every.append((project, session))
             self.agents[session], self.queued[session] = ["main"], []
+            self.started[(session, "main")] = seq + 1
             return [Draft(t.SessionCreated(), project_id=project, session_id=session)]
+        if kind == "fork":
+            if not self.every:
+                return []
+            project, source = self.every[op[1] % len(self.every)]
+            point = self.seqs[source][op[2] % len(self.seqs[source])]
+            self.n += 1
+            session = f"s{self.n}"
+            self.live.append((project, session))
+            self.every.append((project, session))
+            # As of the fork point: the agents then, their items then; nothing queued or running.
+            self.agents[session] = [a for a in self.agents[source] if self.started[(source, a)] <= point]
+            for a in self.agents[session]:
+                self.started[(session, a)] = self.started[(source, a)]
+                self.items[(session, a)] = [i for i in self.items.get((source, a), [])
+                                            if int(i[1:].split(".")[0]) <= point]
+            self.queued[session] = []
+            return [Draft(t.SessionCreated(forked_from_session=source, forked_from_seq=point),
+                          project_id=project, session_id=session)]
         if not self.live:
             return []
         project, session = self.live[op[1] % len(self.live)]
@@ -244,6 +284,7 @@ class Sessions:
             agent = f"sub_{self.n}"
             self.n += 1
             agents.append(agent)
+            self.started[(session, agent)] = seq + 1
             self.items[(session, agent)] = [f"c{seq + 1}"] if op[3] else []
             return [Draft(t.AgentStarted(parent_agent_id="main", prompt=op[3]), **dict(env, agent_id=agent))]
         if kind == "answer":
@@ -324,25 +365,85 @@ def check_history(ops: list[tuple]) -> None:
                 rows = {r[0]: r[1:] for r in live.conn.execute(
                     "SELECT item_id, session_id, agent_id, task_id, role, text, hidden FROM history_items")}
                 expected = {}
+                holds: dict[str, tuple[str, dict[str, Any]]] = {}  # session -> (project, its visible items)
                 reader = LogReader(data)
                 try:
                     sessions = {r[0] for r in live.conn.execute("SELECT session_id FROM history_sessions")}
                     for session in sessions:
-                        state = fold(SessionState(session), reader.events(session_id=session))
+                        state = state_at(reader, session)
+                        created = next(reader.events(session_id=session, limit=1)).seq
+                        visible = holds.setdefault(session, (state.project_id, {}))[1]
                         for agent_id, agent in state.agents.items():
                             for item in agent.items:
                                 text = f"{item.call.name} {item.call.arguments}" if item.call else item.text
                                 hidden = item.id in agent.hidden or state.deleted
-                                expected[item.id] = (session, agent_id, item.task_id, item.role, text, hidden)
+                                if not hidden:
+                                    visible[item.id] = (agent_id, item.task_id, item.role, text)
+                                if item.seq > created:  # its own (a fork's inherited ones are older)
+                                    expected[item.id] = (session, agent_id, item.task_id, item.role, text, hidden)
                 finally:
                     reader.close()
                 assert {k: (*v[:5], bool(v[5])) for k, v in rows.items()} == expected
+                check_visibility(HistoryIndex(live.conn), holds, {k: v[0] for k, v in expected.items()})
             finally:
                 live.close()
                 live.reader.close()
 
     with tempfile.TemporaryDirectory() as tmp:
         trio.run(scenario, Path(tmp) / "data")
+
+
+def state_at(reader: LogReader, session: str, upto: int | None = None) -> SessionState:
+    """``session``'s state as of its event ``upto`` as its actor builds it: a fork's from its
+    source's as of the fork point (:meth:`runtime.actor.SessionActor._state_at`, with no snapshot)."""
+    first = next(reader.events(session_id=session, limit=1))
+    state = SessionState(session)
+    if isinstance(first.event, t.SessionCreated) and first.event.forked_from_session:
+        state = state_at(reader, first.event.forked_from_session, first.event.forked_from_seq)
+        _reset_for_fork(state, session)
+    return fold(state, reader.events(session_id=session, to=upto))
+
+
+def everything(index: HistoryIndex, project: str, query: str, **flt: Any) -> list:
+    """Every result of ``query``, 3 a page; each item once."""
+    out, after = [], None
+    while True:
+        page, after = index.search(project, query, limit=3, after_item_id=after, **flt)
+        out += page
+        if after is None:
+            ids = [h.context_item_id for h in out]
+            assert len(ids) == len(set(ids)), ids
+            return out
+
+
+def check_visibility(index: HistoryIndex, holds: dict[str, tuple[str, dict[str, Any]]], owner: dict[str, str]) -> None:
+    """What search and read show equals what the sessions' Full Contexts show: filtered by a
+    session, the items it holds and has not hidden (a fork's inherited ones too), under its id;
+    unfiltered, the items some live session shows, under the session that recorded them; read,
+    exactly those. ``holds``: session -> (project, {visible item: (agent, task, role, text)})."""
+    shown: dict[str, tuple] = {}
+    for session, (project, visible) in holds.items():
+        shown.update({i: (project, *v) for i, v in visible.items()})
+        found: dict[str, Any] = {}
+        for query in (MARK, "read_file"):  # (every tool call's text holds read_file)
+            found.update({h.context_item_id: h for h in everything(index, project, query, session_id=session)})
+        for i, h in found.items():
+            assert i in visible, (session, i)  # held by the session and not hidden there
+            assert (h.session_id, h.agent_id, h.task_id, h.role) == (session, *visible[i][:3])
+        assert {i for i, v in visible.items() if MARKED.search(v[3]) or v[2] == "tool_call"} <= set(found), session
+    for project in ("prj_one", "prj_two"):
+        found = {h.context_item_id: h for h in everything(index, project, MARK)}
+        for i, h in found.items():
+            assert i in shown and shown[i][0] == project, i
+            assert (h.session_id, h.agent_id, h.task_id, h.role) == (owner[i], *shown[i][1:4])
+        assert {i for i, v in shown.items() if v[0] == project and MARKED.search(v[4])} <= set(found)
+    for i in owner:
+        try:
+            page = index.read(i)
+        except HistoryError as exc:
+            assert exc.code == "HISTORY_ITEM_NOT_FOUND" and i not in shown, i
+        else:
+            assert i in shown and page["sessionId"] == owner[i] and page["text"] == shown[i][4], i
 
 
 def test_an_input_recorded_without_a_request_id_is_in_history() -> None:
@@ -353,3 +454,27 @@ def test_an_input_recorded_without_a_request_id_is_in_history() -> None:
 
 def test_a_skill_commands_item_is_its_full_context_text() -> None:
     check_history([("session", 0), ("skill_input", 0, "review this diff"), ("place", 0)])
+
+
+def test_a_fork_holds_its_sources_items_up_to_the_fork_point_through_a_chain_and_deletes() -> None:
+    # s3 forks s1 at its answer (c4); s4 forks s3 at s3's own answer (c7). c6 (s1's, after the
+    # fork point) is never s3's; s4 hides c3, s3 hides c4 after s4 was made (s4 still shows it);
+    # s1's deletion leaves c3 and c4 visible through the forks, s3's leaves c4 through s4 alone,
+    # and s4's unhide brings c3 back. Checked after every step.
+    ops = [("session", 0), ("input", 0, f"early {MARK}"), ("place", 0), ("answer", 0, 0, f"answer {MARK}", 1),
+           ("fork", 0, 3), ("result", 0, 0, f"late {MARK}"), ("answer", 1, 0, f"own {MARK}", 0), ("catch_up", 1),
+           ("fork", 1, 1), ("hide", 2, 0, 0), ("delete", 0), ("hide", 0, 0, 1), ("catch_up", 2),
+           ("delete", 0), ("unhide", 0, 0, 0)]
+    for end in range(4, len(ops) + 1):
+        check_history(ops[:end])
+
+
+def test_a_hide_before_the_fork_point_is_the_forks_and_one_after_it_is_not() -> None:
+    # s1 hides c3 before the fork (s3) and unhides it after: the fork still has it hidden, until
+    # it unhides it itself; s1 hides c4 after the fork: the fork still shows it, also once s1 is
+    # deleted. Checked after every step.
+    ops = [("session", 0), ("input", 0, f"early {MARK}"), ("place", 0), ("answer", 0, 0, f"answer {MARK}", 0),
+           ("hide", 0, 0, 0), ("fork", 0, 4), ("unhide", 0, 0, 0), ("hide", 0, 0, 1), ("catch_up", 5),
+           ("delete", 0), ("catch_up", 2000), ("unhide", 0, 0, 0)]
+    for end in range(5, len(ops) + 1):
+        check_history(ops[:end])
