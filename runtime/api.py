@@ -35,8 +35,8 @@ from . import actor as a
 from .bus import Bus
 from .config import Config
 from .configfiles import ConfigFiles
-from .errors import LensError, SessionNotFound
-from .guard import Guard
+from .errors import LensError, SessionNotFound, short_reason
+from .guard import AuthRequired, Guard
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -194,7 +194,7 @@ async def read_body(kind: type[B]) -> B:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {exc}") from None
+        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
 
