@@ -355,7 +355,10 @@ def create_app(svc: Services) -> QuartTrio:
         # (the pair file's generation the credential was checked against, read first: a stream
         # re-checks its credential once the file has changed since, even before it starts)
         g.pairs_generation = svc.pairs.generation
-        g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
+        authorizations = request.headers.getlist("Authorization")
+        if len(authorizations) > 1:  # (the first one counted: which credential a request carries is no guess)
+            raise AuthRequired(f"Authorization is given {len(authorizations)} times; give one credential")
+        g.principal = svc.guard.authenticate(authorizations[0] if authorizations else None)
         # The credential first, as for a body that is read: a client without one was told its
         # body was too large (413), and then, once it had made it smaller, that it needs one.
         length = request.content_length
