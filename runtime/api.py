@@ -662,6 +662,7 @@ def create_app(svc: Services) -> QuartTrio:
         """An image input must name a stored, intact artifact of a type models take, as what it
         is: checked before the input enters the log, where a bad part would fail every later
         model request of the session (images are loaded afresh for each)."""
+        check_id(part.artifact_id, "artifactId")  # (malformed is 400, as in GET /artifacts/{id}: not 404)
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")

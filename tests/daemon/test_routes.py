@@ -559,7 +559,12 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
         ({"artifactId": png, "mime": "text/html"}, 422, "IMAGE_UNSUPPORTED"),
         ({"artifactId": text, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
         ({"artifactId": "0" * 64, "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
-        ({"artifactId": "../../etc/passwd", "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
+        # malformed ids are 400 as in GET /artifacts/{id} ("Which 4xx"; these were 404, or 422
+        # with a mime that is no image)
+        ({"artifactId": "../../etc/passwd", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "a b", "mime": "text/html"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "a" * 201, "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": damaged, "mime": "image/jpeg"}, 500, "ARTIFACT_CORRUPT"),  # was "not found"
         ({"artifactId": too_big, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),  # was sent, 7.5 MB
     ]
