@@ -294,8 +294,9 @@ def credentials(draw: st.DrawFn, w: World) -> tuple[str, bytes | None]:
 def routes(w: World) -> list[tuple[str, str, list[str], dict[str, list[Any]] | None, bool]]:
     """(method, path with {placeholders}, query parameters, body fields or None, strong trust)."""
     ws = w.workspace
-    content = ["hello", "", [{"type": "text", "text": "hi"}], [{"type": "image", "artifactId": "a" * 64,
-                                                                 "mime": "image/png"}], [{"type": "x"}], "x" * 70000]
+    content = ["hello", "", [{"type": "text", "text": "hi"}], [{"type": "x"}], "x" * 70000] + [
+        [{"type": "image", "artifactId": aid, "mime": mime}]
+        for aid in ("a" * 64, "", "../../etc/passwd", "a%2Fb", "x" * 201) for mime in ("image/png", "text/html")]
     return [
         ("GET", "/health", [], None, False),
         ("POST", "/pair/requests", [], {"clientId": ["fuzz-client", "", "a b", "x" * 201], "name": ["n", ""]}, False),
