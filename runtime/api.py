@@ -69,6 +69,7 @@ STATUS: dict[str, int] = {
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
 
 ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as GET /config/files/{name} gives it (fullmatch)
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
@@ -732,6 +733,10 @@ def create_app(svc: Services) -> QuartTrio:
     async def write_config(name: str) -> Response:
         require_strong("write raw config")
         body = await read_body(ConfigWriteBody)
+        if isinstance(body.expect_digest, str) and not DIGEST_RE.fullmatch(body.expect_digest):
+            # (malformed is 400: "changed since it was read" sent the client to read again for nothing)
+            raise ApiError("INVALID_ARGUMENT", "expectDigest must be the digest a GET of the file gave (64 lowercase "
+                                               "hex digits), or null for a file that did not exist")
         result = await trio.to_thread.run_sync(svc.config_files.write, name, body.text, body.expect_digest)
         await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
         return json_response(result)
