@@ -35,8 +35,8 @@ from . import actor as a
 from .bus import Bus
 from .config import Config
 from .configfiles import ConfigFiles
-from .errors import LensError, SessionNotFound
-from .guard import Guard
+from .errors import LensError, SessionNotFound, short_reason
+from .guard import AuthRequired, Guard
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -69,6 +69,7 @@ STATUS: dict[str, int] = {
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
 
 ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as GET /config/files/{name} gives it (fullmatch)
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
@@ -194,7 +195,7 @@ async def read_body(kind: type[B]) -> B:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {exc}") from None
+        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
 
@@ -355,7 +356,10 @@ def create_app(svc: Services) -> QuartTrio:
         # (the pair file's generation the credential was checked against, read first: a stream
         # re-checks its credential once the file has changed since, even before it starts)
         g.pairs_generation = svc.pairs.generation
-        g.principal = svc.guard.authenticate(request.headers.get("Authorization"))
+        authorizations = request.headers.getlist("Authorization")
+        if len(authorizations) > 1:  # (the first one counted: which credential a request carries is no guess)
+            raise AuthRequired(f"Authorization is given {len(authorizations)} times; give one credential")
+        g.principal = svc.guard.authenticate(authorizations[0] if authorizations else None)
         # The credential first, as for a body that is read: a client without one was told its
         # body was too large (413), and then, once it had made it smaller, that it needs one.
         length = request.content_length
@@ -659,6 +663,7 @@ def create_app(svc: Services) -> QuartTrio:
         """An image input must name a stored, intact artifact of a type models take, as what it
         is: checked before the input enters the log, where a bad part would fail every later
         model request of the session (images are loaded afresh for each)."""
+        check_id(part.artifact_id, "artifactId")  # (malformed is 400, as in GET /artifacts/{id}: not 404)
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
@@ -728,6 +733,10 @@ def create_app(svc: Services) -> QuartTrio:
     async def write_config(name: str) -> Response:
         require_strong("write raw config")
         body = await read_body(ConfigWriteBody)
+        if isinstance(body.expect_digest, str) and not DIGEST_RE.fullmatch(body.expect_digest):
+            # (malformed is 400: "changed since it was read" sent the client to read again for nothing)
+            raise ApiError("INVALID_ARGUMENT", "expectDigest must be the digest a GET of the file gave (64 lowercase "
+                                               "hex digits), or null for a file that did not exist")
         result = await trio.to_thread.run_sync(svc.config_files.write, name, body.text, body.expect_digest)
         await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
         return json_response(result)

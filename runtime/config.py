@@ -23,7 +23,7 @@ from tools.web.address import shown_url
 
 from . import jsonc
 from .atomicfile import FileTooLarge, read_regular_file
-from .errors import LensError
+from .errors import LensError, short_reason
 from .mcp_config import McpServerConfig, check_mcp_servers
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
@@ -173,7 +173,7 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {short_reason(exc)}") from None
     check_config(cfg, where)
     return cfg
 

@@ -115,7 +115,7 @@ class ConfigFiles:
     def _lookup(self, name: str) -> tuple[Path, str]:
         found = self._candidates().get(name)
         if found is None or "/" in name or "\\" in name or "\0" in name:
-            raise ConfigFileNotFound(f"{name!r} is not one of the daemon's config files")
+            raise ConfigFileNotFound(f"{name[:80]!r} is not one of the daemon's config files")
         return found
 
     def read(self, name: str) -> dict[str, Any]:

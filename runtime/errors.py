@@ -19,7 +19,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
+
+_LONG_QUOTED = (re.compile(r"`([^`]{80})[^`]+`"), re.compile(r"'([^']{80})[^']+'"))
+MAX_REASON = 400  # characters of a decoder's reason kept in a message
+
+
+def short_reason(exc: Exception) -> str:
+    """A msgspec error's reason with each name or value it quotes cut to 80 characters (an
+    unknown field, a key of its path, an enum value: the client's own text, which a request
+    of 60,000 characters had echoed whole), and at most :data:`MAX_REASON` characters."""
+    reason = str(exc)
+    for pattern in _LONG_QUOTED:
+        reason = pattern.sub(lambda m: f"{m.group(0)[0]}{m.group(1)}…{m.group(0)[0]}", reason)
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON] + "…"
 
 
 class LensError(Exception):

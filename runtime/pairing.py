@@ -29,7 +29,7 @@ import msgspec
 import trio
 
 from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
-from .errors import LensError
+from .errors import LensError, short_reason
 from .terminal import UNSHOWABLE
 
 log = logging.getLogger("lens.pairing")
@@ -132,7 +132,7 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
         text = msgspec.json.decode(raw, type=_PairFileText)
         data = PairFile(version=text.version, clients=text.clients)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise PairFileInvalid(f"{where} is not a valid pair file ({exc})") from None
+        raise PairFileInvalid(f"{where} is not a valid pair file ({short_reason(exc)})") from None
     except RecursionError:
         raise PairFileInvalid(f"{where} is not a valid pair file (nested too deeply)") from None
     if data.version != PAIR_FILE_VERSION:

@@ -31,6 +31,7 @@ import msgspec
 
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
+from runtime.errors import short_reason  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -146,7 +147,7 @@ def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:
     try:
         policy = msgspec.convert(data, dict[str, ToolPolicy])
     except msgspec.ValidationError as exc:
-        raise PolicyError(f"{where}: {exc}") from None
+        raise PolicyError(f"{where}: {short_reason(exc)}") from None
     check_policy_map(policy, where)
     return policy
 

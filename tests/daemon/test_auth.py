@@ -696,3 +696,21 @@ async def test_a_pairing_request_does_not_reveal_whether_a_client_is_approved(da
     after = json.loads(daemon.pair_path.read_bytes())
     assert record(after, "known-phone") == record(stored, "known-phone")
     assert (await daemon.get("/projects", token)).status_code == 200
+
+
+async def test_two_authorization_headers_are_refused_whichever_comes_first(daemon: Daemon, strong: str,
+                                                                           reader: str) -> None:
+    """The first header counted: a strong credential followed by a revoked one was accepted, the
+    same two the other way round refused, and a read-only one first made a strong client's
+    request 403 (found by test_http_fuzz.py). Which credential a request carries is no guess."""
+    revoked = await daemon.pair("revoked-client", strong=True)
+    await trio.to_thread.run_sync(lambda: daemon.pairs().revoke("revoked-client"))
+    await daemon.wait_refused(revoked)
+    for first, second in [(strong, revoked), (revoked, strong), (reader, strong), (strong, strong)]:
+        headers = [("Authorization", f"Bearer {first}"), ("Authorization", f"Bearer {second}")]
+        for method, path, body in [("GET", "/projects", None), ("POST", "/projects", b"{}"),
+                                   ("GET", "/events/stream", None)]:
+            r = await daemon.client.request(method, API + path, headers=headers, content=body)
+            assert r.status_code == 401 and error_of(r) == "AUTH_REQUIRED", (method, path, r.text)
+            assert r.json()["error"]["message"] == "Authorization is given 2 times; give one credential"
+    assert await daemon.status_of(strong) == 200

@@ -92,3 +92,18 @@ async def test_a_pair_file_write_takes_the_pair_lock(daemon_factory: DaemonFacto
     r = result["r"]
     assert r.status_code == 409 and error_of(r) == "CONFIG_FILE_CHANGED", r.text
     assert "approved-meanwhile" in d.pair_path.read_text()
+
+
+async def test_a_malformed_expected_digest_is_400_not_changed(daemon_factory: DaemonFactory):
+    """A value that no GET gives was answered 409 "changed since it was read", which sent the
+    client to read again and fail the same way (found probing beside test_http_fuzz.py)."""
+    d = await daemon_factory(config=MAIN)
+    token = await d.pair("admin", strong=True)
+    digest = (await d.get("/config/files/lens.jsonc", token)).json()["digest"]
+    for bad in ["", "x" * 64, digest.upper(), "sha256:" + digest, digest + "0", digest[:-1], "X" * 5000]:
+        r = await d.put("/config/files/lens.jsonc", token, {"text": MAIN.replace("7420", "7421"), "expectDigest": bad})
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (bad[:80], r.text)
+        assert "64 lowercase hex digits" in r.json()["error"]["message"]
+    assert d.config_path.read_text() == MAIN
+    r = await d.put("/config/files/lens.jsonc", token, {"text": MAIN, "expectDigest": digest})
+    assert r.status_code == 200, r.text

@@ -377,3 +377,12 @@ async def test_a_file_is_served_only_if_it_can_be_written_back(daemon_factory, e
     assert len(body) == 65536
     r = await d.put("/config/files/big.json", token, {"text": text})
     assert r.status_code == 200, r.text
+
+
+async def test_an_unknown_name_is_quoted_short(daemon: Daemon, strong: str) -> None:
+    """A name of 5,000 characters was echoed whole in the 404 (found by test_http_fuzz.py)."""
+    name = "a" * 5000 + ".json"
+    for r in [await daemon.get(f"/config/files/{name}", strong),
+              await daemon.put(f"/config/files/{name}", strong, {"text": "{}"})]:
+        assert r.status_code == 404 and error_of(r) == "CONFIG_FILE_NOT_FOUND", r.text[:300]
+        assert r.json()["error"]["message"] == f"{'a' * 80!r} is not one of the daemon's config files"

@@ -559,7 +559,12 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
         ({"artifactId": png, "mime": "text/html"}, 422, "IMAGE_UNSUPPORTED"),
         ({"artifactId": text, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
         ({"artifactId": "0" * 64, "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
-        ({"artifactId": "../../etc/passwd", "mime": "image/png"}, 404, "ARTIFACT_NOT_FOUND"),
+        # malformed ids are 400 as in GET /artifacts/{id} ("Which 4xx"; these were 404, or 422
+        # with a mime that is no image)
+        ({"artifactId": "../../etc/passwd", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "a b", "mime": "text/html"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "a" * 201, "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": damaged, "mime": "image/jpeg"}, 500, "ARTIFACT_CORRUPT"),  # was "not found"
         ({"artifactId": too_big, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),  # was sent, 7.5 MB
     ]
@@ -1058,3 +1063,20 @@ async def test_a_position_committed_but_not_yet_counted_by_the_writer_is_not_ref
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_ARGUMENT"
     async with daemon.sse(reader, params={"session": sid}, last_event_id=last + 1):
         pass  # (a stream resuming there is accepted as well)
+
+
+async def test_a_long_name_in_a_body_is_quoted_short(daemon: Daemon, strong: str) -> None:
+    """msgspec's reason quotes the client's unknown field, a key of its path or an enum value:
+    a field of 5,000 characters was echoed whole (a message of 5,065 characters, found by
+    tests/daemon/test_http_fuzz.py). Each quoted name is cut to 80 characters."""
+    long = "k" * 5000
+    for method, path, body in [
+        ("POST", "/projects", {long: 1}),
+        ("POST", "/sessions", {"projectId": "p", long: 1}),
+        ("PUT", "/config/files/lens.jsonc", {"text": json.dumps({"providers": [{"id": "a", "protocol": long}]})}),
+        ("PUT", "/config/files/pair.json", {"text": json.dumps({long: 1})}),
+    ]:
+        r = await daemon.request(method, path, strong, json_body=body)
+        assert r.status_code in (400, 422) and error_of(r) in ("VALIDATION_FAILED", "CONFIG_INVALID"), r.text[:300]
+        message = r.json()["error"]["message"]
+        assert len(message) < 300 and ("`" + "k" * 80 + "…`" in message or "'" + "k" * 80 + "…'" in message), message[:300]
