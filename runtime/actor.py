@@ -279,6 +279,8 @@ class SessionActor:
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
         # answer; and the end of the latest one's check, which the next one records after.
         self._skill_inputs: dict[str, list[Envelope]] = {}
+        # Withdraws and steers of such an input, answered once its check ended (recorded or refused).
+        self._after_check: dict[str, list[Envelope]] = {}
         self._skill_inputs_done = trio.Event()
         self._skill_inputs_done.set()
         self._holding_inputs = 0  # aborts and deletions under way: a checked input records after them
@@ -603,6 +605,12 @@ class SessionActor:
                 if skill is not None:
                     return self._submit_skill_input(cmd, skill, env)
             return await self._record_input(cmd)
+        if isinstance(cmd, (Withdraw, Steer)) and cmd.request_id in self._skill_inputs:
+            # Its /skill: input is still being checked: the session holds it (a repeat waits for its
+            # answer), so "unknown" would be wrong, and the input would run after a withdraw. Both
+            # are decided once the check ended: on the input recorded, or on nothing if refused.
+            self._after_check.setdefault(cmd.request_id, []).append(env)
+            return _DEFERRED
         if isinstance(cmd, Withdraw):
             out: dict[str, Any] = {}
 
@@ -927,7 +935,8 @@ class SessionActor:
 
         The input is recorded when its check is done (after what the session recorded
         meanwhile; /skill: inputs among themselves in the order they came). A repeat of its
-        request id meanwhile waits for the same answer (``duplicate: true``). A session deleted
+        request id meanwhile waits for the same answer (``duplicate: true``); a withdraw or steer
+        of it is decided once the check ended, on what was recorded (or not). A session deleted
         meanwhile answers ``SESSION_DELETED``; an actor stopped meanwhile ``SESSION_UNAVAILABLE``."""
         if self._nursery is None:
             raise ActorUnavailable(f"session {self.session_id!r} is not running; retry")
@@ -953,12 +962,22 @@ class SessionActor:
             except (LensError, AppendRejected) as exc:
                 answer(error=exc)
             except BaseException:
-                answer(error=ActorUnavailable(f"session {self.session_id!r} stopped while checking the skill "
-                                              f"of input {cmd.request_id!r}; retry"))
+                stopped = ActorUnavailable(f"session {self.session_id!r} stopped while checking the skill "
+                                           f"of input {cmd.request_id!r}; retry")
+                answer(error=stopped)
+                for later in self._after_check.pop(cmd.request_id, []):
+                    later.reply(error=stopped)
                 raise
             finally:
                 done.set()
                 self._notify_idle()
+            for later in self._after_check.pop(cmd.request_id, []):  # (withdraws and steers that waited)
+                try:
+                    await self._handle(later)
+                except BaseException:
+                    later.reply(error=ActorUnavailable(f"session {self.session_id!r} stopped while answering "
+                                                       f"for input {cmd.request_id!r}; retry"))
+                    raise
 
         self._nursery.start_soon(run)
         return _DEFERRED

@@ -220,3 +220,42 @@ async def test_a_session_whose_skill_input_is_being_checked_reads_running(daemon
 async def _view_if(d: Daemon, token: str, sid: str, predicate: Any) -> dict[str, Any] | None:
     view = await d.view(token, sid)
     return view if predicate(view) else None
+
+
+async def test_a_withdraw_or_steer_of_a_skill_input_being_checked_waits_for_the_check(daemon_factory):
+    # While a /skill: input's check waited, a withdraw of its request id answered "unknown" and
+    # the input was recorded and ran after it; a steer answered 409 "it is unknown". Yet a repeat
+    # of the same id waited for the check's answer. Both are now decided once the check ended.
+    d = await daemon_factory(config=CONFIG)
+    token, sid, ws = await _session(d)
+    project_id = (await d.view(token, sid))["projectId"]
+    other = (await d.session(token, project_id))["id"]
+    answers: dict[str, Any] = {}
+
+    async def post(key: str, path: str) -> None:
+        body = {"requestId": key, "content": f"/skill:review {key}"} if path == "/inputs" else {}
+        answers[key if path == "/inputs" else path] = await d.post(f"/sessions/{sid}{path}", token, body)
+
+    for n, (rid, path) in enumerate([("s1", "/inputs/s1/withdraw"), ("s2", "/inputs/s2/steer")]):
+        hold = {"command": f"touch started{n} && sleep 600", "timeout_ms": 900000}
+        await d.submit(token, other, f"o{n}", f"/tool run_command {json.dumps(hold)}")
+        await wait_until(lambda: trio.to_thread.run_sync((ws / f"started{n}").exists),
+                         what="the command holding the workspace")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(post, rid, "/inputs")
+            await wait_until(lambda: _view_if(d, token, sid, lambda v: v["status"] == "running"),
+                             what="the check pending")
+            nursery.start_soon(post, rid, path)
+            await d.view(token, sid)  # (a round trip to the session after it)
+            assert path not in answers  # not "unknown": it waits for the check
+            r = await d.post(f"/sessions/{other}/abort", token, {})
+            assert r.status_code == 200 and r.json()["aborted"] is True
+        assert answers[rid].status_code == 202 and answers[rid].json()["duplicate"] is False
+    assert answers["/inputs/s1/withdraw"].json() == {"requestId": "s1", "status": "withdrawn", "text": "/skill:review s1"}
+    assert answers["/inputs/s2/steer"].status_code == 200, answers["/inputs/s2/steer"].text
+    assert answers["/inputs/s2/steer"].json() == {"requestId": "s2", "status": "queued", "whenBusy": "steer"}
+    view = await d.wait_idle(token, sid)
+    assert [it["text"] for it in view["items"] if it["role"] == "user"] == ["s2"]  # s1 never ran
+    kinds = [(e["kind"], e["body"].get("input_request_id")) for e in await d.events(token, sid)]
+    assert ("input.withdrawn", "s1") in kinds and ("input.placed", "s1") not in kinds
+    assert kinds.index(("input.requeued", "s2")) < kinds.index(("input.placed", "s2"))
