@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -35,7 +36,7 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from .conftest import API, LIMIT, Daemon, DaemonFactory, parse_block, run_lens
+from .conftest import API, LIMIT, Daemon, DaemonFactory, parse_block, run_lens, stop_daemon
 
 CONFIG = {
     "server": {"sseBufferEvents": 8},
@@ -491,3 +492,44 @@ async def test_every_subscriber_sees_exactly_its_events_once_in_order(daemon_fac
     for sid in w.sessions.values():
         assert await d.events(w.token, sid) == [e for e in decoded if e["session_id"] == sid]
     print(f"drops: {w.drops}, partials checked: {w.partials}")
+
+
+async def test_streams_ended_by_a_restart_resume_exactly_on_the_next_daemon(daemon_factory: DaemonFactory) -> None:
+    """A shutdown is one more place a connection ends: each stream gets ``stream.end`` naming the
+    last id it delivered, and resuming from it on the restarted daemon (same data, same pair
+    file) loses and repeats nothing, an answer cut by the stop included."""
+    d = await daemon_factory(config=CONFIG)
+    w = await setup_world(d)
+    a1, b1 = w.sessions["a1"], w.sessions["b1"]
+    filters = [{}, {"session": a1}, {"project": w.projects["B"]}, {"session": a1, "project": w.projects["B"]}]
+    seen: list[list[int]] = [[] for _ in filters]
+    async with AsyncExitStack() as stack:
+        streams = [await stack.enter_async_context(d.sse(w.token, params=f, last_event_id=0)) for f in filters]
+        await d.submit(w.token, b1, "before", "hello")
+        await d.wait_idle(w.token, b1)
+        await d.submit(w.token, a1, "cut", "stream slowly")
+        await streams[0].until(lambda m: m.event == "model.delta")  # the answer is streaming: stop now
+        d.stop.set()
+        for stream, ids in zip(streams, seen):
+            end = await stream.until(lambda m: m.event in TERMINAL)
+            assert end.event == "stream.end" and end.json()["reason"] == "shutdown", end
+            ids += stream.seqs
+            assert end.json()["lastEventId"] >= (ids[-1] if ids else 0), (end.data, ids[-3:])
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    async with AsyncExitStack() as stack:
+        streams = [await stack.enter_async_context(d2.sse(w.token, params=f, last_event_id=ids[-1] if ids else 0))
+                   for f, ids in zip(filters, seen)]
+        await d2.wait_idle(w.token, a1)  # the cut answer is asked again and committed
+        await d2.submit(w.token, b1, "after", "stream please")
+        await d2.wait_idle(w.token, b1)
+        log = [json.loads(line) for line in (await run_lens(d2.root, "log", "decode", "--data",
+                                                            str(d2.data_dir))).stdout.splitlines()]
+        for f, stream, ids in zip(filters, streams, seen):
+            want = [e for e in log if all(e[{"session": "session_id", "project": "project_id"}[k]] == v
+                                          for k, v in f.items())]
+            if want and (not ids or want[-1]["seq"] > ids[-1]):
+                await stream.until(lambda m: m.id == want[-1]["seq"])
+            frames = [m for m in stream.messages if m.id is not None]
+            assert ids + [m.id for m in frames] == [e["seq"] for e in want], f
+            assert [m.json() for m in frames] == want[len(ids):]
