@@ -5,18 +5,18 @@ One daemon (loopback port 0, faux sessions in two projects, a real executor chil
 whole test; hypothesis (derandomized, in a worker thread) draws each example — writes into the
 sessions (plain answers, tool calls, streamed answers, subagents, bursts of large inputs, an
 input to a deleted session) and one to three subscribers — and runs it on the daemon's event loop
-(``trio.from_thread.run``). A subscriber is a raw HTTP/1.1 client on a socket with a small receive
-buffer (so a reader that pauses fills it, and the bus must drop it): a filter (none, a session,
-a project, both, a session with another project's filter, a deleted session), a start (live,
-``Last-Event-ID`` or ``?after=``), connections cut after a drawn number of body bytes (mid-frame
-too), pauses until the writes are done, and a last connection read to the end. Each connection
+(``trio.from_thread.run``). A subscriber is a raw HTTP/1.1 or HTTP/1.0 client on a socket with a
+small receive buffer (so a reader that pauses fills it, and the bus must drop it): a filter (none,
+a session, a project, both, a session with another project's filter, a deleted session), a start
+(live, ``Last-Event-ID`` or ``?after=``), connections cut after a drawn number of body bytes
+(mid-frame too), pauses until the writes are done, and a last connection read to the end. Each connection
 resumes from the last ``id:`` the client saw (or the ``lastEventId`` of a ``stream.dropped``).
 
-The properties, per subscriber: the ids of every connection, concatenated and deduplicated by
-nothing, are exactly the log's events matching the filter after the start, in ``seq`` order, each
+The properties, per subscriber: the ids of every connection, concatenated (deduplicated by
+nothing), are exactly the log's events matching the filter after the start, in ``seq`` order, each
 once; each frame is ``id:`` / ``event:`` / ``data:`` with the decoded event (as ``lens log decode``
-prints it, itself checked against the ``/events`` pages); a ``stream.dropped`` names the last id
-the connection delivered; ``model.delta`` and ``model.partial`` frames carry no id, a partial comes
+prints it, itself checked against the ``/events`` pages); a ``stream.dropped`` names no id before the
+last one the connection delivered; ``model.delta`` and ``model.partial`` frames carry no id, a partial comes
 before the connection's deltas, and partial + deltas is what the answer's ``model.responded`` says.
 
 Nothing waits for time: every wait is on a condition (an event of the test, a seq in the log).
