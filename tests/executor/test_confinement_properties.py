@@ -10,7 +10,7 @@ components, absolute inside and outside, trailing slashes, NFC/NFD twins, NUL, n
 past NAME_MAX, paths past PATH_MAX, ``.git``, ``.env``, ``.gitignore``) to every path-taking
 tool the executor serves: ``read_file`` (files, listings, offsets), ``edit_file`` (create,
 rewrite, edit), ``patch_file``, ``view_image``, ``restore`` (what ``revert_call`` sends),
-``browse_list`` / ``browse_read`` (F-HAR-3) and ``resolve``.
+``browse_list`` / ``browse_read`` (F-HAR-3), ``resolve`` and a command's ``cwd``.
 
 The oracle, after every call:
 
@@ -29,8 +29,9 @@ of paths: ``..``, absolute and symlink escapes), so ``read_file`` may read it (i
 marker, not the canary); browsing refuses it (a file with more than one name), and an edit
 through it replaces the link and leaves the outside file as it was.
 
-Then a bounded race: a thread swaps a workspace directory for a symlink to the canary tree and
-back while the executor serves reads and writes under it; the same oracle holds.
+Then a bounded race: a thread swaps a workspace directory for a symlink to the canary tree (and
+a workspace file for a symlink to a canary file) and back while the executor serves reads and
+writes under them; the same oracle holds.
 """
 
 from __future__ import annotations
