@@ -365,3 +365,22 @@ async def test_a_listing_past_the_deadline_is_504_executor_timeout_not_503(
     r = await d.get(f"/sessions/{sid}/workspace/tree", reader)  # the same executor, answering again
     assert r.status_code == 200 and tree_paths(r.json()) == ["a.txt"], r.text
     assert executor_child_of_this_process(ws) == pid
+
+
+async def test_a_file_opening_with_a_stray_continuation_byte_is_binary_not_a_bad_offset(daemon_factory: DaemonFactory):
+    # Found by the confinement property: a text file in Windows-1252 opening with a curly quote
+    # (0x93, a UTF-8 continuation byte), read from its start, was 400 INVALID_ARGUMENT "offset 0
+    # is inside a UTF-8 character" — blaming an offset no character can split for the file's bytes
+    # (read_file had been fixed for the same thing). It is the file that is not UTF-8 text.
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / "quote.txt").write_bytes("\u201chi\u201d\n".encode("cp1252"))
+    (ws / "t.txt").write_bytes(b"ab\x93cd\n")
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "quote.txt"})
+    assert r.status_code == 422 and error_of(r) == "BINARY_FILE", r.text
+    assert "quote.txt" in r.json()["error"]["message"] and "byte 0" in r.json()["error"]["message"], r.text
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", "offset": "2"})
+    assert r.status_code == 422 and error_of(r) == "BINARY_FILE", r.text
+    (ws / "e.txt").write_bytes("a\u20acb\n".encode())  # a real split stays the offset's fault
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "e.txt", "offset": "2"})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text

@@ -138,6 +138,8 @@ def test_text_pages_by_bytes_never_split_a_character(ws: Workspace, root: Path):
     (root / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     fails("BINARY_FILE", ws.browse_read, "bin")
     fails("BINARY_FILE", ws.browse_read, "latin1.txt")
+    (root / "quote.txt").write_bytes("\u201chi\u201d\n".encode("cp1252"))  # opens with 0x93, a continuation byte
+    assert "byte 0" in fails("BINARY_FILE", ws.browse_read, "quote.txt").message
     fails("NOT_A_FILE", ws.browse_read, ".")
     fails("NOT_FOUND", ws.browse_read, "missing.txt")
     (root / ".git").mkdir()

@@ -274,7 +274,18 @@ def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 10
             raise FileToolError("INVALID_ARGUMENT", f"offset {off} is past the end ({size} bytes)")
         data = os.pread(fd, min(lim + 4, size - off), off)  # (never past the size it had when opened)
         if data[:1] and (data[0] & 0xC0) == 0x80:
-            raise FileToolError("INVALID_ARGUMENT", f"offset {off} is inside a UTF-8 character")
+            # A continuation byte: inside a character when a lead byte starts it at most 3 bytes
+            # before (as read_file tells them apart); otherwise the text there is not UTF-8 at all
+            # (offset 0 of a Windows-1252 file opening with a curly quote).
+            before = os.pread(fd, min(off, 3), off - min(off, 3))
+            i = len(before) - 1
+            while i >= 0 and (before[i] & 0xC0) == 0x80:
+                i -= 1
+            lead = before[i] if i >= 0 else 0
+            length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+            if lead >= 0xC0 and len(before) - i < length:  # the lead's character reaches the offset
+                raise FileToolError("INVALID_ARGUMENT", f"offset {off} is inside a UTF-8 character")
+            raise FileToolError("BINARY_FILE", f"{path}: not UTF-8 text (byte {off})")
         cut = min(lim, len(data))
         if cut < len(data):
             while cut > 0 and (data[cut] & 0xC0) == 0x80:
