@@ -333,6 +333,9 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
             await sup.call(sid, WaitIdle())
             answers[key] = await sup.call(sid, GetState())
 
+        async def withdraw(sid: str, key: str, request_id: str) -> None:
+            answers[key] = await sup.call(sid, Withdraw(request_id))
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(submit, b, "s1", "s1", "/skill:review go")
             await trio.testing.wait_all_tasks_blocked()
@@ -341,8 +344,10 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
             nursery.start_soon(submit, c, "c1", "c1", "/skill:review go")
             nursery.start_soon(submit, a, "a2", "a2", "/skill:review after")
             await trio.testing.wait_all_tasks_blocked()
-            # Session b goes on while its /skill: inputs wait for the workspace.
-            assert (await sup.call(b, Withdraw("s1")))["status"] == "unknown"  # not recorded yet
+            # Session b goes on while its /skill: inputs wait for the workspace. A withdraw of s1
+            # is decided once s1's check ended (not "unknown": s1 is recorded after it).
+            nursery.start_soon(withdraw, b, "withdraw s1", "s1")
+            await trio.testing.wait_all_tasks_blocked()
             await sup.call(b, Rename("renamed"))
             plain = await sup.call(b, Submit("p1", [t.TextPart("plain")], "followUp"))
             # Idle means idle: a waiter is not told so while s1 is still being checked (it is
@@ -361,13 +366,17 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
         assert answers["u1"] == "SKILL_NOT_FOUND" and answers["c1"] == "SESSION_DELETED"
         told_idle = answers["b idle"]
         assert told_idle.status == "idle" and not told_idle.queue
-        assert [it.text for it in told_idle.agents["main"].items if it.role == "user"] == ["plain", "go"]
+        assert [it.text for it in told_idle.agents["main"].items if it.role == "user"] == ["plain"]  # s1 withdrawn
+        assert answers["withdraw s1"] == {"requestId": "s1", "status": "withdrawn", "text": "/skill:review go"}
         again = await sup.call(b, Submit("s1", [t.TextPart("/skill:review go")], "followUp"))
         assert again == {**answers["s1"], "duplicate": True}  # a repeat after: the same answer
         b_events = await events_of(store, b)
         submitted = [e for e in b_events if e.kind == "input.submitted"]
         assert [e.request_id for e in submitted] == ["p1", "s1"]  # recorded when its read was done
         assert submitted[0].seq == plain["seq"] and submitted[1].seq == answers["s1"]["seq"]
+        [withdrawn] = [e for e in b_events if e.kind == "input.withdrawn"]
+        assert withdrawn.event.input_request_id == "s1" and withdrawn.seq > submitted[1].seq
+        assert "input.placed" not in [e.kind for e in b_events if e.seq > submitted[1].seq]
         assert not [e for e in await events_of(store, c) if e.kind == "input.submitted"]
         # a2 was recorded after the abort it did not hold up, and then ran.
         await sup.call(a, WaitIdle())
