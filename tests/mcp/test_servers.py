@@ -284,3 +284,15 @@ async def test_a_tool_list_cut_is_logged_when_the_cut_starts_or_changes_not_at_e
     assert r.state("t")["listCut"] is None and r.state("t")["toolCount"] == 4
     assert said("no longer cut") == ["MCP server t: tools/list was read to its end: no longer cut"]
     assert len(said("tools/list was read up to")) == 1
+
+
+async def test_a_server_that_exits_while_its_child_holds_the_pipes_is_seen_to_exit(start: Any, tmp_path: Path) -> None:
+    # (the child inherits stdout, which therefore never ends: only the server's exit says it is gone)
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--child", max_restarts=0, call_timeout_seconds=3600)})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    res = await r.call("mcp__t__crash")  # (bounded by the fixture's limit, far below the call timeout)
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "exited with status 3" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "failed", "the server given up")
+    assert "exited with status 3" in r.state("t")["error"] and r.state("t")["pid"] is None
+    await wait_for(lambda: not any(alive(p) for p in pids), "no process left")  # (the child went with its group)

@@ -187,10 +187,15 @@ class Connection:
         code = None
         with trio.move_on_after(STDIN_CLOSE_GRACE):
             code = await self.proc.wait()
-        if code is None:
-            self._close("the server closed its stdout")
-        else:
-            self._close(f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}")
+        self._close("the server closed its stdout" if code is None else _exit_reason(code))
+
+    async def _watch_exit(self) -> None:
+        """End the connection when the server exits, also while a child it started holds its
+        stdout open (the end of stdout would never come, and requests would wait for nothing)."""
+        code = await self.proc.wait()
+        with trio.move_on_after(STDIN_CLOSE_GRACE):  # (what it wrote before exiting is still read)
+            await self.closed.wait()
+        self._close(_exit_reason(code))
 
     async def _dispatch(self, line: bytes) -> None:
         try:
@@ -240,6 +245,10 @@ class _ProtocolViolation(Exception):
     pass
 
 
+def _exit_reason(code: int) -> str:
+    return f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}"
+
+
 @dataclass(frozen=True)
 class Launch:
     """How to start one server: argv, its whole environment, working directory."""
@@ -269,6 +278,7 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
             conn = Connection(proc, nursery, stderr, on_notification)
             nursery.start_soon(conn._read_stdout)
             nursery.start_soon(conn._read_stderr)
+            nursery.start_soon(conn._watch_exit)
             try:
                 await _initialize(conn, startup_timeout)
                 yield conn
