@@ -296,3 +296,18 @@ async def test_a_server_that_exits_while_its_child_holds_the_pipes_is_seen_to_ex
     await wait_for(lambda: r.state("t")["status"] == "failed", "the server given up")
     assert "exited with status 3" in r.state("t")["error"] and r.state("t")["pid"] is None
     await wait_for(lambda: not any(alive(p) for p in pids), "no process left")  # (the child went with its group)
+
+
+async def test_a_huge_tool_list_is_reported_in_bounded_form(start: Any) -> None:
+    # One page of thousands of tools: each one past the tool limit was named in skippedTools, so a
+    # page of a million made an inventory of a million entries (and as many checks on the event loop).
+    from tools.mcp.servers import MAX_SKIPPED, MAX_TOOLS
+    r = await start({"t": srv("--many", "2500", "--page-size", "3000")})  # (13 + 2500 tools, 2 of them unusable)
+    state = r.state("t")
+    assert state["status"] == "running" and state["toolCount"] == MAX_TOOLS and state["listCut"] is None
+    assert len(state["skippedTools"]) == MAX_SKIPPED + 1
+    assert state["skippedTools"][0] == {"name": "bad schema", "reason": "the name holds spaces or control characters"}
+    assert state["skippedTools"][-2]["reason"] == f"more than {MAX_TOOLS} tools"
+    untold = 2513 - MAX_TOOLS - MAX_SKIPPED
+    assert state["skippedTools"][-1] == {"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
+                                         f"skippedTools names at most {MAX_SKIPPED}"}

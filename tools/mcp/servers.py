@@ -38,6 +38,7 @@ PREFIX = "mcp__"
 BASE_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
 MAX_TOOLS = 1000  # per server; more are left out (and counted)
 MAX_PAGES = 100  # pages of tools/list read per listing; a list going on past them is cut (and said so)
+MAX_SKIPPED = 1000  # tools left out that skippedTools names one by one; the rest are counted in one entry
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
 MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
@@ -234,14 +235,25 @@ class McpServers:
     def _register(self, s: ServerState, tools: list[Any]) -> None:
         s.tools, s.skipped = [], []
         seen: set[str] = set()
+        untold = 0  # tools left out past MAX_SKIPPED (a page of a million tools made an inventory of as many)
+
+        def skip(label: str, reason: str) -> None:
+            nonlocal untold
+            if len(s.skipped) < MAX_SKIPPED:
+                s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
+            else:
+                untold += 1
         for i, raw in enumerate(tools):
+            if len(s.tools) >= self.max_tools and len(s.skipped) >= MAX_SKIPPED:
+                untold += len(tools) - i  # (all past the tool limit: not looked at one by one)
+                break
             name = raw.get("name") if isinstance(raw, dict) else None
             label = name if isinstance(name, str) else f"#{i}"
             reason = _unusable(raw, name, seen)
             if reason is None and len(s.tools) >= self.max_tools:
                 reason = f"more than {self.max_tools} tools"
             if reason is not None:
-                s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
+                skip(label, reason)
                 continue
             seen.add(name)
             annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
@@ -254,10 +266,13 @@ class McpServers:
                 input_schema=raw["inputSchema"], run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
-                s.skipped.append({"name": name, "reason": f"{spec.name} is already a tool"})
+                skip(name, f"{spec.name} is already a tool")
                 continue
             self.registry.add(spec)
             s.tools.append(spec.name)
+        if untold:
+            s.skipped.append({"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
+                              f"skippedTools names at most {MAX_SKIPPED}"})
 
     def _withdraw(self, s: ServerState) -> None:
         for name in s.tools:
