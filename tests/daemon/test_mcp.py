@@ -236,3 +236,29 @@ async def test_a_tool_list_past_100_pages_is_reported_cut(daemon_factory: Daemon
                                "more pages, which were not read: their tools are not available")
     assert servers["short"]["listCut"] is None and servers["short"]["toolCount"] == 11
     assert f"MCP server long: {long['listCut']}" in caplog.messages
+
+
+async def test_a_tool_whose_schema_nests_too_deep_is_left_out_not_offered(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # A schema nested deep enough to pass the JSON reader but not the SDK's JSON writer (which
+    # adds levels around it) was registered: every model request offering it failed with a
+    # retryable PROVIDER_ERROR (RecursionError), in every session.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(chat_stream(text="fine"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"t": server("--deep", "470"), "ok": server("--deep", "48")},
+        "tools": {"eager": ["mcp__*"]}})
+    token = await d.pair("mcp-client", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    assert servers["t"]["status"] == "running" and "mcp__t__echo" in servers["t"]["tools"]
+    assert {"name": "deep", "reason": "inputSchema nests more than 100 levels deep"} in servers["t"]["skippedTools"]
+    assert "mcp__ok__deep" in servers["ok"]["tools"]  # (99 levels: offered)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    view = await d.wait_idle(token, sid)
+    kinds = [e["kind"] for e in await d.events(token, sid)]
+    assert view["status"] == "idle" and "model.responded" in kinds and "model.failed" not in kinds, kinds
+    offered = {tool["function"]["name"] for tool in loop.bodies[0]["tools"]}
+    assert "mcp__ok__deep" in offered and "mcp__t__deep" not in offered and "mcp__t__echo" in offered

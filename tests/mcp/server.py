@@ -15,7 +15,7 @@ it starts in its process group), ``--protocol V`` (the version it answers), ``--
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
-``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
@@ -63,9 +63,13 @@ out_lock = threading.Lock()
 cancelled: dict[object, threading.Event] = {}
 
 
+DEEP = "__deep__"  # (stands for a schema nested deeper than json.dumps writes: replaced as text)
+deep_text = ""
+
+
 def send(msg: dict) -> None:
     with out_lock:
-        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.write(json.dumps(msg).replace(json.dumps(DEEP), deep_text) + "\n")
         sys.stdout.flush()
 
 
@@ -142,7 +146,13 @@ def main() -> None:
     ap.add_argument("--i18n", action="store_true")
     ap.add_argument("--many", type=int, default=0)
     ap.add_argument("--shrink", action="store_true")
+    ap.add_argument("--deep", type=int, default=0)
     opts = ap.parse_args()
+    if opts.deep:  # a tool whose input schema nests properties --deep levels down
+        global deep_text
+        deep_text = '{"type": "object", "properties": {"x": ' * opts.deep + "{}" + "}}" * opts.deep
+        TOOLS.insert(0, {"name": "deep", "description": "A deep schema", "inputSchema": {
+            "type": "object", "properties": {"x": DEEP}}})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:

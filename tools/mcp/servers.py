@@ -27,7 +27,7 @@ import trio
 from runtime.mcp_config import McpServerConfig
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.json_values import lone_surrogate, scalars
+from tools.json_values import lone_surrogate, nesting, scalars
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
 from .results import _clean, to_tool_result
@@ -41,6 +41,9 @@ MAX_PAGES = 100  # pages of tools/list read per listing; a list going on past th
 MAX_SKIPPED = 1000  # tools left out that skippedTools names one by one; the rest are counted in one entry
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
 MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
+# (JSON written deeper than about 990 levels is refused by the JSON encoders of the SDKs: a tool
+# of a schema near that failed every model request of every session offering it)
+MAX_SCHEMA_DEPTH = 100  # levels of objects and lists of an input schema
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
 STABLE_SECONDS = 60.0
 
@@ -344,6 +347,8 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     schema = raw.get("inputSchema")
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return "inputSchema is not a JSON object schema (type: object)"
+    if nesting(schema) > MAX_SCHEMA_DEPTH:
+        return f"inputSchema nests more than {MAX_SCHEMA_DEPTH} levels deep"
     if not _json_text(schema):
         return ("inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): "
                 "not sendable as JSON")
