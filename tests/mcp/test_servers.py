@@ -311,3 +311,11 @@ async def test_a_huge_tool_list_is_reported_in_bounded_form(start: Any) -> None:
     untold = 2513 - MAX_TOOLS - MAX_SKIPPED
     assert state["skippedTools"][-1] == {"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
                                          f"skippedTools names at most {MAX_SKIPPED}"}
+
+
+async def test_a_message_nested_too_deep_to_read_is_called_that(start: Any) -> None:
+    # (it was reported as "a line that is not JSON", which it is)
+    r = await start({"t": srv("--deep", "600", max_restarts=0)})
+    state = r.state("t")
+    assert state["status"] == "failed"
+    assert state["error"].startswith("the server wrote JSON nested too deep to read on stdout: b'{\"jsonrpc\"")

@@ -201,8 +201,10 @@ class Connection:
         try:
             # (a large result is parsed off the event loop)
             msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
-        except (ValueError, RecursionError):
+        except ValueError:
             raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {line[:200]!r}") from None
+        except RecursionError:
+            raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {line[:200]!r}") from None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
             raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {line[:200]!r}")
         method = msg.get("method")
