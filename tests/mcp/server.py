@@ -15,7 +15,7 @@ it starts in its process group), ``--protocol V`` (the version it answers), ``--
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
-``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
@@ -147,7 +147,11 @@ def main() -> None:
     ap.add_argument("--many", type=int, default=0)
     ap.add_argument("--shrink", action="store_true")
     ap.add_argument("--deep", type=int, default=0)
+    ap.add_argument("--wide", type=int, default=0)
     opts = ap.parse_args()
+    if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)
+        TOOLS.insert(0, {"name": "wide", "description": "A wide schema", "inputSchema": {
+            "type": "object", "description": "x" * (opts.wide - len('{"type":"object","description":""}'))}})
     if opts.deep:  # a tool whose input schema nests properties --deep levels down
         global deep_text
         deep_text = '{"type": "object", "properties": {"x": ' * opts.deep + "{}" + "}}" * opts.deep

@@ -319,3 +319,14 @@ async def test_a_message_nested_too_deep_to_read_is_called_that(start: Any) -> N
     state = r.state("t")
     assert state["status"] == "failed"
     assert state["error"].startswith("the server wrote JSON nested too deep to read on stdout: b'{\"jsonrpc\"")
+
+
+async def test_a_tool_whose_schema_is_past_256_kib_is_left_out(start: Any) -> None:
+    # (megabytes of text in a schema went with every model request of every session)
+    MAX_SCHEMA_BYTES = 256 * 1024
+    r = await start({"at": srv("--wide", str(MAX_SCHEMA_BYTES)), "past": srv("--wide", str(MAX_SCHEMA_BYTES + 1))})
+    assert "mcp__at__wide" in r.state("at")["tools"]
+    assert len(r.registry.get("mcp__at__wide").input_schema["description"]) == MAX_SCHEMA_BYTES - 34
+    past = r.state("past")
+    assert past["status"] == "running" and "mcp__past__wide" not in past["tools"] and "mcp__past__echo" in past["tools"]
+    assert {"name": "wide", "reason": f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"} in past["skippedTools"]

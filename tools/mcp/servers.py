@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import trio
 
 from runtime.mcp_config import McpServerConfig
@@ -44,6 +45,9 @@ MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the mode
 # (JSON written deeper than about 990 levels is refused by the JSON encoders of the SDKs: a tool
 # of a schema near that failed every model request of every session offering it)
 MAX_SCHEMA_DEPTH = 100  # levels of objects and lists of an input schema
+# (the description is cut at MAX_DESCRIPTION, but text inside the schema was not: megabytes of it
+# went with every model request of every session, and with every inventory)
+MAX_SCHEMA_BYTES = 256 * 1024  # an input schema, as compact JSON
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
 STABLE_SECONDS = 60.0
 
@@ -352,6 +356,8 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     if not _json_text(schema):
         return ("inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): "
                 "not sendable as JSON")
+    if len(msgspec.json.encode(schema)) > MAX_SCHEMA_BYTES:
+        return f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"
     return None
 
 
