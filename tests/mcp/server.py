@@ -4,7 +4,7 @@ JSON-RPC 2.0 on stdin/stdout, as the MCP stdio transport specifies.
 Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`` (a PNG),
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
-``big {bytes}``, ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
+``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
 ``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``),
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``).
 
@@ -107,6 +107,10 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         with out_lock:
             sys.stdout.write("this is not JSON-RPC\n")
             sys.stdout.flush()
+        return
+    elif name == "big" and "line" in args:  # a response line of exactly that many bytes
+        empty = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text("")})
+        send({"jsonrpc": "2.0", "id": rid, "result": text("x" * (int(args["line"]) - len(empty)))})
         return
     elif name == "big":
         result = text("x" * int(args.get("bytes", 0)))

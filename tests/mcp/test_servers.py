@@ -330,3 +330,15 @@ async def test_a_tool_whose_schema_is_past_256_kib_is_left_out(start: Any) -> No
     past = r.state("past")
     assert past["status"] == "running" and "mcp__past__wide" not in past["tools"] and "mcp__past__echo" in past["tools"]
     assert {"name": "wide", "reason": f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"} in past["skippedTools"]
+
+
+async def test_a_line_past_the_message_limit_is_refused_wherever_its_newline_falls(start: Any) -> None:
+    # The limit was checked on what was buffered before a chunk's newline was looked for: a line
+    # up to 64 KiB past it, whose end came in the same read as its newline, was taken.
+    from tools.mcp.client import MAX_MESSAGE_BYTES
+    r = await start({"t": srv(max_restarts=0)})
+    res = await r.call("mcp__t__big", {"line": MAX_MESSAGE_BYTES})
+    assert not res.is_error and res.content[-1].text.startswith("[output truncated")
+    res = await r.call("mcp__t__big", {"line": MAX_MESSAGE_BYTES + 1})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes" in res.content[0].text

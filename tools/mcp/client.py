@@ -169,13 +169,16 @@ class Connection:
                     break
                 buf += chunk
                 while (nl := buf.find(b"\n", scanned)) >= 0:
+                    if nl > MAX_MESSAGE_BYTES:  # (its end came in the read that brought its newline)
+                        break
                     line = bytes(buf[:nl])
                     del buf[:nl + 1]
                     scanned = 0
                     if line.strip():
                         await self._dispatch(line)
-                scanned = len(buf)
-                if len(buf) > MAX_MESSAGE_BYTES:
+                else:
+                    scanned = len(buf)
+                if nl > MAX_MESSAGE_BYTES or len(buf) > MAX_MESSAGE_BYTES:
                     self._close(f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes")
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
