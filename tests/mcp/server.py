@@ -15,7 +15,8 @@ it starts in its process group), ``--protocol V`` (the version it answers), ``--
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
-``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
+``listings`` says how many it answered), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
@@ -61,6 +62,7 @@ TOOLS = [
 
 out_lock = threading.Lock()
 cancelled: dict[object, threading.Event] = {}
+listings: list[object] = []  # the tools/list requests answered
 
 
 DEEP = "__deep__"  # (stands for a schema nested deeper than json.dumps writes: replaced as text)
@@ -127,6 +129,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text("extra!")
     elif name == "some.tool":
         result = text("some.tool ran")
+    elif name == "listings":
+        result = text(str(len(listings)))
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
     else:
@@ -152,7 +156,10 @@ def main() -> None:
     ap.add_argument("--shrink", action="store_true")
     ap.add_argument("--deep", type=int, default=0)
     ap.add_argument("--wide", type=int, default=0)
+    ap.add_argument("--flood", action="store_true")
     opts = ap.parse_args()
+    if opts.flood:
+        TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
     if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)
         TOOLS.insert(0, {"name": "wide", "description": "A wide schema", "inputSchema": {
             "type": "object", "description": "x" * (opts.wide - len('{"type":"object","description":""}'))}})
@@ -214,6 +221,9 @@ def main() -> None:
             if start + opts.page_size < len(TOOLS):
                 result["nextCursor"] = str(start + opts.page_size)
             send({"jsonrpc": "2.0", "id": rid, "result": result})
+            listings.append(rid)
+            if opts.flood:
+                send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif method == "tools/call":
             threading.Thread(target=call, args=(rid, params.get("name"), params.get("arguments") or {}, opts),
                              daemon=True).start()

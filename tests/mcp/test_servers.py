@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import trio
 from runtime.config import parse_config
 from runtime.mcp_config import McpServerConfig
 
-from .conftest import alive, srv, wait_for
+from .conftest import LIMIT, alive, srv, wait_for
 
 
 async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: Any) -> None:
@@ -342,3 +343,27 @@ async def test_a_line_past_the_message_limit_is_refused_wherever_its_newline_fal
     res = await r.call("mcp__t__big", {"line": MAX_MESSAGE_BYTES + 1})
     assert res.error_code == "MCP_SERVER_UNAVAILABLE"
     assert f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes" in res.content[0].text
+
+
+async def test_a_server_announcing_a_change_after_every_listing_is_listed_at_most_once_a_second(
+        start: Any, autojump_clock: Any) -> None:
+    # It was listed again at once, without end (thousands of listings and log lines a second).
+    # (virtual time moves only when every task waits: listings made without waiting take none)
+    RELIST_INTERVAL = 1.0  # (tools.mcp.servers)
+    autojump_clock.autojump_threshold = 0.1
+    r = await start({"t": srv("--flood", "--page-size", "100")})  # (one page per listing)
+    began = trio.current_time()
+
+    async def listings() -> int:
+        return int((await r.call("mcp__t__listings")).content[0].text)
+
+    async def bound() -> None:  # (in real seconds: while the daemon never waits, virtual time stands still)
+        await trio.to_thread.run_sync(time.sleep, LIMIT, abandon_on_cancel=True)
+        raise AssertionError(f"the listings did not let the clock move within {LIMIT} s")
+    async with trio.open_nursery() as guard:
+        guard.start_soon(bound)
+        while (n := await listings()) < 4:
+            await trio.sleep(RELIST_INTERVAL / 4)
+        guard.cancel_scope.cancel()
+    assert trio.current_time() - began >= (n - 2) * RELIST_INTERVAL
+    assert r.state("t")["status"] == "running" and "mcp__t__echo" in r.state("t")["tools"]

@@ -49,6 +49,9 @@ MAX_SCHEMA_DEPTH = 100  # levels of objects and lists of an input schema
 # went with every model request of every session, and with every inventory)
 MAX_SCHEMA_BYTES = 256 * 1024  # an input schema, as compact JSON
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
+# (a server announcing a change after every listing was listed again at once, without end: the
+# daemon busy with it, and a log line per listing, thousands a second)
+RELIST_INTERVAL = 1.0  # seconds: at least this long from one tools/list to the next one after list_changed
 STABLE_SECONDS = 60.0
 
 
@@ -169,6 +172,7 @@ class McpServers:
                 except trio.TooSlowError:
                     raise McpError("MCP_START_FAILED", "tools/list not answered within the start-up timeout "
                                    f"({cfg.startup_timeout_seconds:g} s)") from None
+                listed_at = trio.current_time()
                 self._register(s, tools)
                 s.status, s.stderr_tail = "running", ""
                 log.info("MCP server %s running: %d tool(s)", s.name, len(s.tools))
@@ -186,7 +190,12 @@ class McpServers:
                         wait.start_soon(changed)
                     if conn.closed.is_set():
                         raise McpError("MCP_SERVER_UNAVAILABLE", conn.close_reason)
+                    with trio.move_on_at(listed_at + RELIST_INTERVAL):  # (changes meanwhile: one listing)
+                        await conn.closed.wait()
+                    if conn.closed.is_set():
+                        raise McpError("MCP_SERVER_UNAVAILABLE", conn.close_reason)
                     refresh_box[0] = trio.Event()
+                    listed_at = trio.current_time()
                     try:
                         with trio.fail_after(cfg.call_timeout_seconds):
                             tools = await self._list_tools(s, conn)
