@@ -54,6 +54,7 @@ async def test_results_map_images_errors_and_the_output_cap(start: Any, tmp_path
     assert res.is_error and res.error_code == "MCP_TOOL_ERROR" and res.content[0].text == "it failed on purpose"
     res = await r.call("mcp__t__rpc_error")
     assert res.is_error and res.error_code == "MCP_REQUEST_FAILED" and "nope (JSON-RPC error -32000)" in res.content[0].text
+    assert "MCP server 't' answered 'rpc_error' with an error" in res.content[0].text  # (it named no server)
 
     res = await r.call("mcp__t__big", {"bytes": 300 * 1024})
     assert len(res.content[0].text) == 256 * 1024
@@ -241,7 +242,7 @@ async def test_text_that_strict_json_refuses_is_cleaned_or_its_tool_left_out(sta
     assert r.registry.get("mcp__t__odd_desc").description == "odd_desc (MCP server t)"  # (was "{'not': 'a string'}")
     msgspec.json.encode(r.servers.inventory())  # (raised UnicodeEncodeError)
     res = await r.call("mcp__t__rpc_error")
-    assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: no?pe (JSON-RPC error ?)"
+    assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: MCP server 't' answered 'rpc_error' with an error: no?pe (JSON-RPC error ?)"
 
 
 async def test_a_tool_list_cut_at_the_page_or_tool_limit_says_so(start: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -324,7 +324,7 @@ class McpServers:
         except McpError as exc:
             if exc.code == "MCP_SERVER_UNAVAILABLE":
                 return ToolResult.error(exc.code, f"MCP server {server!r} stopped during the call ({exc.message})")
-            return ToolResult.error(exc.code, exc.message)
+            return ToolResult.error(exc.code, f"MCP server {server!r} answered {tool!r} with an error: {exc.message}")
         return await to_tool_result(result, self.artifacts, tool_id(server, tool))
 
     def inventory(self) -> list[dict[str, Any]]:
