@@ -23,6 +23,22 @@ def scalars(value: Any) -> Iterator[Any]:
             yield v
 
 
+def nesting(value: Any) -> int:
+    """How deep ``value`` nests: 0 for a scalar, 1 for a flat mapping or list, and so on."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, level = stack.pop()
+        if isinstance(v, Mapping):
+            children = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        deepest = max(deepest, level + 1)
+        stack.extend((c, level + 1) for c in children)
+    return deepest
+
+
 def lone_surrogate(text: str) -> int | None:
     """The index of the first lone UTF-16 surrogate in ``text`` (from a ``\\ud800`` escape: not
     encodable as UTF-8), or ``None``."""

@@ -236,3 +236,71 @@ async def test_a_tool_list_past_100_pages_is_reported_cut(daemon_factory: Daemon
                                "more pages, which were not read: their tools are not available")
     assert servers["short"]["listCut"] is None and servers["short"]["toolCount"] == 11
     assert f"MCP server long: {long['listCut']}" in caplog.messages
+
+
+async def test_a_tool_whose_schema_nests_too_deep_is_left_out_not_offered(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # A schema nested deep enough to pass the JSON reader but not the SDK's JSON writer (which
+    # adds levels around it) was registered: every model request offering it failed with a
+    # retryable PROVIDER_ERROR (RecursionError), in every session.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(chat_stream(text="fine"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"t": server("--deep", "470"), "ok": server("--deep", "48")},
+        "tools": {"eager": ["mcp__*"]}})
+    token = await d.pair("mcp-client", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    assert servers["t"]["status"] == "running" and "mcp__t__echo" in servers["t"]["tools"]
+    assert {"name": "deep", "reason": "inputSchema nests more than 100 levels deep"} in servers["t"]["skippedTools"]
+    assert "mcp__ok__deep" in servers["ok"]["tools"]  # (99 levels: offered)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    view = await d.wait_idle(token, sid)
+    kinds = [e["kind"] for e in await d.events(token, sid)]
+    assert view["status"] == "idle" and "model.responded" in kinds and "model.failed" not in kinds, kinds
+    offered = {tool["function"]["name"] for tool in loop.bodies[0]["tools"]}
+    assert "mcp__ok__deep" in offered and "mcp__t__deep" not in offered and "mcp__t__echo" in offered
+
+
+async def test_misbehaving_servers_leave_the_daemon_serving_and_nothing_behind(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A server that exits in a call while its child holds the pipes (its call waited for the call
+    # timeout, here an hour), one announcing a change after every listing, one that never answers
+    # initialize: another session's native tool keeps working, each failure names its server,
+    # stopping leaves no process, and the log verifies.
+    orphan, flood = tmp_path / "orphan.pids", tmp_path / "flood.pids"
+    d = await daemon_factory(config={"mcpServers": {
+        "orphan": server("--child", "--pidfile", str(orphan), maxRestarts=0, callTimeoutSeconds=3600),
+        "flood": server("--flood", "--page-size", "100", "--pidfile", str(flood)),
+        "mute": server("--hang", startupTimeoutSeconds=0.5, maxRestarts=0)}, "tools": {"eager": ["mcp__*"]}})
+    token = await d.pair("mcp-client", strong=True)
+    project = (await d.project(token))["id"]
+    a, b = [(await d.session(token, project))["id"] for _ in range(2)]
+    pids = [int(p) for f in (orphan, flood) for p in f.read_text().split()]
+    results: dict[str, dict[str, Any]] = {}
+
+    async def call(sid: str, name: str) -> None:
+        results[name] = await run_tool(d, token, sid, "r1", name, {})
+    async with trio.open_nursery() as both:
+        both.start_soon(call, a, "mcp__orphan__crash")
+        both.start_soon(call, b, "get_system_time")
+    assert results["mcp__orphan__crash"]["error_code"] == "MCP_SERVER_UNAVAILABLE"
+    assert ("MCP server 'orphan' stopped during the call (the server exited with status 3)"
+            in results["mcp__orphan__crash"]["content"][0]["text"])
+    assert not results["get_system_time"]["is_error"]
+    body = await run_tool(d, token, b, "r2", "mcp__mute__echo", {})
+    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE" and "MCP server 'mute' failed" in body["content"][0]["text"]
+    body = await run_tool(d, token, b, "r3", "mcp__flood__echo", {"text": "still here"})
+    assert body["content"] == [{"type": "text", "text": "echo: still here"}]
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    assert servers["orphan"]["status"] == "failed" and servers["orphan"]["error"] == "the server exited with status 3"
+    assert servers["flood"]["status"] == "running" and servers["mute"]["status"] == "failed"
+    await stop_daemon(d)
+
+    async def gone() -> bool:
+        return not any(alive(p) for p in pids)
+    await wait_until(gone, what="no server process left")
+    verify = await run_lens(d.root, "log", "verify", "--data", "data", check=False)
+    assert verify.returncode == 0, (verify.stdout, verify.stderr)

@@ -4,7 +4,7 @@ JSON-RPC 2.0 on stdin/stdout, as the MCP stdio transport specifies.
 Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`` (a PNG),
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
-``big {bytes}``, ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
+``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
 ``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``),
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``).
 
@@ -15,7 +15,8 @@ it starts in its process group), ``--protocol V`` (the version it answers), ``--
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
-``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
+``listings`` says how many it answered), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
@@ -61,11 +62,16 @@ TOOLS = [
 
 out_lock = threading.Lock()
 cancelled: dict[object, threading.Event] = {}
+listings: list[object] = []  # the tools/list requests answered
+
+
+DEEP = "__deep__"  # (stands for a schema nested deeper than json.dumps writes: replaced as text)
+deep_text = ""
 
 
 def send(msg: dict) -> None:
     with out_lock:
-        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.write(json.dumps(msg).replace(json.dumps(DEEP), deep_text) + "\n")
         sys.stdout.flush()
 
 
@@ -104,6 +110,10 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
             sys.stdout.write("this is not JSON-RPC\n")
             sys.stdout.flush()
         return
+    elif name == "big" and "line" in args:  # a response line of exactly that many bytes
+        empty = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text("")})
+        send({"jsonrpc": "2.0", "id": rid, "result": text("x" * (int(args["line"]) - len(empty)))})
+        return
     elif name == "big":
         result = text("x" * int(args.get("bytes", 0)))
     elif name == "grow":
@@ -119,6 +129,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text("extra!")
     elif name == "some.tool":
         result = text("some.tool ran")
+    elif name == "listings":
+        result = text(str(len(listings)))
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
     else:
@@ -142,7 +154,20 @@ def main() -> None:
     ap.add_argument("--i18n", action="store_true")
     ap.add_argument("--many", type=int, default=0)
     ap.add_argument("--shrink", action="store_true")
+    ap.add_argument("--deep", type=int, default=0)
+    ap.add_argument("--wide", type=int, default=0)
+    ap.add_argument("--flood", action="store_true")
     opts = ap.parse_args()
+    if opts.flood:
+        TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
+    if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)
+        TOOLS.insert(0, {"name": "wide", "description": "A wide schema", "inputSchema": {
+            "type": "object", "description": "x" * (opts.wide - len('{"type":"object","description":""}'))}})
+    if opts.deep:  # a tool whose input schema nests properties --deep levels down
+        global deep_text
+        deep_text = '{"type": "object", "properties": {"x": ' * opts.deep + "{}" + "}}" * opts.deep
+        TOOLS.insert(0, {"name": "deep", "description": "A deep schema", "inputSchema": {
+            "type": "object", "properties": {"x": DEEP}}})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:
@@ -196,6 +221,9 @@ def main() -> None:
             if start + opts.page_size < len(TOOLS):
                 result["nextCursor"] = str(start + opts.page_size)
             send({"jsonrpc": "2.0", "id": rid, "result": result})
+            listings.append(rid)
+            if opts.flood:
+                send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif method == "tools/call":
             threading.Thread(target=call, args=(rid, params.get("name"), params.get("arguments") or {}, opts),
                              daemon=True).start()

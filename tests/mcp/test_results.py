@@ -61,6 +61,8 @@ async def test_structured_content_errors_and_invalid_results(tmp_path: Path) -> 
     res = await to_tool_result({"content": [{"type": "image", "data": b64(PNG_1X1), "mimeType": "image/png"}]},
                                store, "mcp__s__t")
     assert isinstance(res.content[0], t.ImagePart) and res.content[0].mime == "image/png"
+    res = await to_tool_result({"isError": True}, store, "mcp__s__t")  # (said "no message", naming nothing)
+    assert res.error_code == "MCP_TOOL_ERROR" and res.content[0].text == "MCP_TOOL_ERROR: mcp__s__t reported an error without a message"
     res = await to_tool_result({"content": "text"}, store, "mcp__s__t")
     assert res.error_code == "MCP_RESULT_INVALID"
 

@@ -5,7 +5,9 @@ real test server (``tests/mcp/server.py``) as a child process and puts its tools
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import trio
 from runtime.config import parse_config
 from runtime.mcp_config import McpServerConfig
 
-from .conftest import alive, srv, wait_for
+from .conftest import LIMIT, alive, srv, wait_for
 
 
 async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: Any) -> None:
@@ -53,6 +55,7 @@ async def test_results_map_images_errors_and_the_output_cap(start: Any, tmp_path
     assert res.is_error and res.error_code == "MCP_TOOL_ERROR" and res.content[0].text == "it failed on purpose"
     res = await r.call("mcp__t__rpc_error")
     assert res.is_error and res.error_code == "MCP_REQUEST_FAILED" and "nope (JSON-RPC error -32000)" in res.content[0].text
+    assert "MCP server 't' answered 'rpc_error' with an error" in res.content[0].text  # (it named no server)
 
     res = await r.call("mcp__t__big", {"bytes": 300 * 1024})
     assert len(res.content[0].text) == 256 * 1024
@@ -240,7 +243,7 @@ async def test_text_that_strict_json_refuses_is_cleaned_or_its_tool_left_out(sta
     assert r.registry.get("mcp__t__odd_desc").description == "odd_desc (MCP server t)"  # (was "{'not': 'a string'}")
     msgspec.json.encode(r.servers.inventory())  # (raised UnicodeEncodeError)
     res = await r.call("mcp__t__rpc_error")
-    assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: no?pe (JSON-RPC error ?)"
+    assert res.error_code == "MCP_REQUEST_FAILED" and res.content[0].text == "MCP_REQUEST_FAILED: MCP server 't' answered 'rpc_error' with an error: no?pe (JSON-RPC error ?)"
 
 
 async def test_a_tool_list_cut_at_the_page_or_tool_limit_says_so(start: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -284,3 +287,86 @@ async def test_a_tool_list_cut_is_logged_when_the_cut_starts_or_changes_not_at_e
     assert r.state("t")["listCut"] is None and r.state("t")["toolCount"] == 4
     assert said("no longer cut") == ["MCP server t: tools/list was read to its end: no longer cut"]
     assert len(said("tools/list was read up to")) == 1
+
+
+async def test_a_server_that_exits_while_its_child_holds_the_pipes_is_seen_to_exit(start: Any, tmp_path: Path) -> None:
+    # (the child inherits stdout, which therefore never ends: only the server's exit says it is gone)
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--child", max_restarts=0, call_timeout_seconds=3600)})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    res = await r.call("mcp__t__crash")  # (bounded by the fixture's limit, far below the call timeout)
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "exited with status 3" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "failed", "the server given up")
+    assert "exited with status 3" in r.state("t")["error"] and r.state("t")["pid"] is None
+    await wait_for(lambda: not any(alive(p) for p in pids), "no process left")  # (the child went with its group)
+
+
+async def test_a_huge_tool_list_is_reported_in_bounded_form(start: Any) -> None:
+    # One page of thousands of tools: each one past the tool limit was named in skippedTools, so a
+    # page of a million made an inventory of a million entries (and as many checks on the event loop).
+    from tools.mcp.servers import MAX_SKIPPED, MAX_TOOLS
+    r = await start({"t": srv("--many", "2500", "--page-size", "3000")})  # (13 + 2500 tools, 2 of them unusable)
+    state = r.state("t")
+    assert state["status"] == "running" and state["toolCount"] == MAX_TOOLS and state["listCut"] is None
+    assert len(state["skippedTools"]) == MAX_SKIPPED + 1
+    assert state["skippedTools"][0] == {"name": "bad schema", "reason": "the name holds spaces or control characters"}
+    assert state["skippedTools"][-2]["reason"] == f"more than {MAX_TOOLS} tools"
+    untold = 2513 - MAX_TOOLS - MAX_SKIPPED
+    assert state["skippedTools"][-1] == {"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
+                                         f"skippedTools names at most {MAX_SKIPPED}"}
+
+
+async def test_a_message_nested_too_deep_to_read_is_called_that(start: Any) -> None:
+    # (it was reported as "a line that is not JSON", which it is)
+    r = await start({"t": srv("--deep", "600", max_restarts=0)})
+    state = r.state("t")
+    assert state["status"] == "failed"
+    assert state["error"].startswith("the server wrote JSON nested too deep to read on stdout: b'{\"jsonrpc\"")
+
+
+async def test_a_tool_whose_schema_is_past_256_kib_is_left_out(start: Any) -> None:
+    # (megabytes of text in a schema went with every model request of every session)
+    MAX_SCHEMA_BYTES = 256 * 1024
+    r = await start({"at": srv("--wide", str(MAX_SCHEMA_BYTES)), "past": srv("--wide", str(MAX_SCHEMA_BYTES + 1))})
+    assert "mcp__at__wide" in r.state("at")["tools"]
+    assert len(r.registry.get("mcp__at__wide").input_schema["description"]) == MAX_SCHEMA_BYTES - 34
+    past = r.state("past")
+    assert past["status"] == "running" and "mcp__past__wide" not in past["tools"] and "mcp__past__echo" in past["tools"]
+    assert {"name": "wide", "reason": f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"} in past["skippedTools"]
+
+
+async def test_a_line_past_the_message_limit_is_refused_wherever_its_newline_falls(start: Any) -> None:
+    # The limit was checked on what was buffered before a chunk's newline was looked for: a line
+    # up to 64 KiB past it, whose end came in the same read as its newline, was taken.
+    from tools.mcp.client import MAX_MESSAGE_BYTES
+    r = await start({"t": srv(max_restarts=0)})
+    res = await r.call("mcp__t__big", {"line": MAX_MESSAGE_BYTES})
+    assert not res.is_error and res.content[-1].text.startswith("[output truncated")
+    res = await r.call("mcp__t__big", {"line": MAX_MESSAGE_BYTES + 1})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes" in res.content[0].text
+
+
+async def test_a_server_announcing_a_change_after_every_listing_is_listed_at_most_once_a_second(
+        start: Any, autojump_clock: Any) -> None:
+    # It was listed again at once, without end (thousands of listings and log lines a second).
+    # (virtual time moves only when every task waits: listings made without waiting take none)
+    RELIST_INTERVAL = 1.0  # (tools.mcp.servers)
+    autojump_clock.autojump_threshold = math.inf  # (the start waits on the process: no deadline may jump)
+    r = await start({"t": srv("--flood", "--page-size", "100")})  # (one page per listing)
+    autojump_clock.autojump_threshold = 0.5
+    began = trio.current_time()
+
+    async def listings() -> int:
+        return int((await r.call("mcp__t__listings")).content[0].text)
+
+    async def bound() -> None:  # (in real seconds: while the daemon never waits, virtual time stands still)
+        await trio.to_thread.run_sync(time.sleep, 3 * LIMIT, abandon_on_cancel=True)
+        raise AssertionError(f"the listings did not let the clock move within {3 * LIMIT} s")
+    async with trio.open_nursery() as guard:
+        guard.start_soon(bound)
+        while (n := await listings()) < 4:
+            await trio.sleep(RELIST_INTERVAL)
+        guard.cancel_scope.cancel()
+    assert trio.current_time() - began >= (n - 2) * RELIST_INTERVAL
+    assert r.state("t")["status"] == "running" and "mcp__t__echo" in r.state("t")["tools"]

@@ -169,13 +169,16 @@ class Connection:
                     break
                 buf += chunk
                 while (nl := buf.find(b"\n", scanned)) >= 0:
+                    if nl > MAX_MESSAGE_BYTES:  # (its end came in the read that brought its newline)
+                        break
                     line = bytes(buf[:nl])
                     del buf[:nl + 1]
                     scanned = 0
                     if line.strip():
                         await self._dispatch(line)
-                scanned = len(buf)
-                if len(buf) > MAX_MESSAGE_BYTES:
+                else:
+                    scanned = len(buf)
+                if nl > MAX_MESSAGE_BYTES or len(buf) > MAX_MESSAGE_BYTES:
                     self._close(f"the server wrote a message larger than {MAX_MESSAGE_BYTES} bytes")
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -187,17 +190,24 @@ class Connection:
         code = None
         with trio.move_on_after(STDIN_CLOSE_GRACE):
             code = await self.proc.wait()
-        if code is None:
-            self._close("the server closed its stdout")
-        else:
-            self._close(f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}")
+        self._close("the server closed its stdout" if code is None else _exit_reason(code))
+
+    async def _watch_exit(self) -> None:
+        """End the connection when the server exits, also while a child it started holds its
+        stdout open (the end of stdout would never come, and requests would wait for nothing)."""
+        code = await self.proc.wait()
+        with trio.move_on_after(STDIN_CLOSE_GRACE):  # (what it wrote before exiting is still read)
+            await self.closed.wait()
+        self._close(_exit_reason(code))
 
     async def _dispatch(self, line: bytes) -> None:
         try:
             # (a large result is parsed off the event loop)
             msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
-        except (ValueError, RecursionError):
+        except ValueError:
             raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {line[:200]!r}") from None
+        except RecursionError:
+            raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {line[:200]!r}") from None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
             raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {line[:200]!r}")
         method = msg.get("method")
@@ -240,6 +250,10 @@ class _ProtocolViolation(Exception):
     pass
 
 
+def _exit_reason(code: int) -> str:
+    return f"the server exited with status {code}" if code >= 0 else f"the server was killed by signal {-code}"
+
+
 @dataclass(frozen=True)
 class Launch:
     """How to start one server: argv, its whole environment, working directory."""
@@ -269,6 +283,7 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
             conn = Connection(proc, nursery, stderr, on_notification)
             nursery.start_soon(conn._read_stdout)
             nursery.start_soon(conn._read_stderr)
+            nursery.start_soon(conn._watch_exit)
             try:
                 await _initialize(conn, startup_timeout)
                 yield conn

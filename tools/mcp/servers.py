@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import trio
 
 from runtime.mcp_config import McpServerConfig
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.json_values import lone_surrogate, scalars
+from tools.json_values import lone_surrogate, nesting, scalars
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
 from .results import _clean, to_tool_result
@@ -38,9 +39,19 @@ PREFIX = "mcp__"
 BASE_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
 MAX_TOOLS = 1000  # per server; more are left out (and counted)
 MAX_PAGES = 100  # pages of tools/list read per listing; a list going on past them is cut (and said so)
+MAX_SKIPPED = 1000  # tools left out that skippedTools names one by one; the rest are counted in one entry
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
 MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
+# (JSON written deeper than about 990 levels is refused by the JSON encoders of the SDKs: a tool
+# of a schema near that failed every model request of every session offering it)
+MAX_SCHEMA_DEPTH = 100  # levels of objects and lists of an input schema
+# (the description is cut at MAX_DESCRIPTION, but text inside the schema was not: megabytes of it
+# went with every model request of every session, and with every inventory)
+MAX_SCHEMA_BYTES = 256 * 1024  # an input schema, as compact JSON
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
+# (a server announcing a change after every listing was listed again at once, without end: the
+# daemon busy with it, and a log line per listing, thousands a second)
+RELIST_INTERVAL = 1.0  # seconds: at least this long from one tools/list to the next one after list_changed
 STABLE_SECONDS = 60.0
 
 
@@ -161,6 +172,7 @@ class McpServers:
                 except trio.TooSlowError:
                     raise McpError("MCP_START_FAILED", "tools/list not answered within the start-up timeout "
                                    f"({cfg.startup_timeout_seconds:g} s)") from None
+                listed_at = trio.current_time()
                 self._register(s, tools)
                 s.status, s.stderr_tail = "running", ""
                 log.info("MCP server %s running: %d tool(s)", s.name, len(s.tools))
@@ -178,7 +190,12 @@ class McpServers:
                         wait.start_soon(changed)
                     if conn.closed.is_set():
                         raise McpError("MCP_SERVER_UNAVAILABLE", conn.close_reason)
+                    with trio.move_on_at(listed_at + RELIST_INTERVAL):  # (changes meanwhile: one listing)
+                        await conn.closed.wait()
+                    if conn.closed.is_set():
+                        raise McpError("MCP_SERVER_UNAVAILABLE", conn.close_reason)
                     refresh_box[0] = trio.Event()
+                    listed_at = trio.current_time()
                     try:
                         with trio.fail_after(cfg.call_timeout_seconds):
                             tools = await self._list_tools(s, conn)
@@ -234,14 +251,25 @@ class McpServers:
     def _register(self, s: ServerState, tools: list[Any]) -> None:
         s.tools, s.skipped = [], []
         seen: set[str] = set()
+        untold = 0  # tools left out past MAX_SKIPPED (a page of a million tools made an inventory of as many)
+
+        def skip(label: str, reason: str) -> None:
+            nonlocal untold
+            if len(s.skipped) < MAX_SKIPPED:
+                s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
+            else:
+                untold += 1
         for i, raw in enumerate(tools):
+            if len(s.tools) >= self.max_tools and len(s.skipped) >= MAX_SKIPPED:
+                untold += len(tools) - i  # (all past the tool limit: not looked at one by one)
+                break
             name = raw.get("name") if isinstance(raw, dict) else None
             label = name if isinstance(name, str) else f"#{i}"
             reason = _unusable(raw, name, seen)
             if reason is None and len(s.tools) >= self.max_tools:
                 reason = f"more than {self.max_tools} tools"
             if reason is not None:
-                s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
+                skip(label, reason)
                 continue
             seen.add(name)
             annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
@@ -254,10 +282,13 @@ class McpServers:
                 input_schema=raw["inputSchema"], run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
-                s.skipped.append({"name": name, "reason": f"{spec.name} is already a tool"})
+                skip(name, f"{spec.name} is already a tool")
                 continue
             self.registry.add(spec)
             s.tools.append(spec.name)
+        if untold:
+            s.skipped.append({"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
+                              f"skippedTools names at most {MAX_SKIPPED}"})
 
     def _withdraw(self, s: ServerState) -> None:
         for name in s.tools:
@@ -293,7 +324,7 @@ class McpServers:
         except McpError as exc:
             if exc.code == "MCP_SERVER_UNAVAILABLE":
                 return ToolResult.error(exc.code, f"MCP server {server!r} stopped during the call ({exc.message})")
-            return ToolResult.error(exc.code, exc.message)
+            return ToolResult.error(exc.code, f"MCP server {server!r} answered {tool!r} with an error: {exc.message}")
         return await to_tool_result(result, self.artifacts, tool_id(server, tool))
 
     def inventory(self) -> list[dict[str, Any]]:
@@ -329,9 +360,13 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     schema = raw.get("inputSchema")
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return "inputSchema is not a JSON object schema (type: object)"
+    if nesting(schema) > MAX_SCHEMA_DEPTH:
+        return f"inputSchema nests more than {MAX_SCHEMA_DEPTH} levels deep"
     if not _json_text(schema):
         return ("inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): "
                 "not sendable as JSON")
+    if len(msgspec.json.encode(schema)) > MAX_SCHEMA_BYTES:
+        return f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"
     return None
 
 
