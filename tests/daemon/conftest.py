@@ -30,10 +30,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+import apsw
 import httpx2
 import pytest
 import trio
 
+from projections.registry import all_projections
 from runtime.api import create_app
 from runtime.config import Config, parse_config
 from runtime.daemon import ServeOptions, serve
@@ -220,10 +222,16 @@ async def raw_http(port: int, method: str, target: str, headers: dict[str, str] 
                 if not chunk:
                     break
                 data += chunk
+    return parse_raw_response(data)
+
+
+def parse_raw_response(data: bytes) -> RawResponse:
+    """An HTTP/1.1 answer read off the socket: status, headers, the body (de-chunked, unless it is
+    an event stream, which is returned as read)."""
     head, _, rest = data.partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     hdrs = _headers(header_lines)
-    if hdrs.get("transfer-encoding", "").lower() == "chunked":
+    if hdrs.get("transfer-encoding", "").lower() == "chunked" and "event-stream" not in hdrs.get("content-type", ""):
         out = b""
         while rest:
             size_line, _, rest = rest.partition(b"\r\n")
@@ -233,6 +241,18 @@ async def raw_http(port: int, method: str, target: str, headers: dict[str, str] 
             out, rest = out + rest[:size], rest[size + 2:]
         rest = out
     return RawResponse(int(status_line.split()[1]), hdrs, rest)
+
+
+def projection_dump(data_dir: Path) -> dict[str, Any]:
+    """The rows of every projection in ``data_dir``'s projections.db, and their positions (to compare
+    what a daemon kept up to date with what `lens log rebuild` makes)."""
+    conn = apsw.Connection(str(data_dir / "projections.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        out: dict[str, Any] = {p.name: p.dump(conn) for p in all_projections()}
+        out["positions"] = sorted(conn.execute("SELECT * FROM positions"))
+        return out
+    finally:
+        conn.close()
 
 
 def _headers(lines: list[str]) -> dict[str, str]:

@@ -32,16 +32,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import apsw
 import msgspec
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.registry import all_projections
 from runtime.api import STATUS
 
-from .conftest import LIMIT, Daemon, RawResponse, _complete, _headers, run_lens, stop_daemon, wait_until
+from .conftest import (
+    LIMIT,
+    Daemon,
+    RawResponse,
+    _complete,
+    parse_raw_response,
+    projection_dump,
+    run_lens,
+    stop_daemon,
+    wait_until,
+)
 
 BODY_LIMIT = 64 * 1024  # server.maxBodyBytes of the daemon under test (the lowest allowed)
 ALLOWED = {400, 401, 403, 404, 405, 409, 413, 422, 429}  # the spec's list, 405 and 429 ("Which 4xx")
@@ -85,19 +93,7 @@ async def send(port: int, method: str, target: str, headers: list[tuple[str, byt
                 if not chunk:
                     break
                 data += chunk
-    head_bytes, _, rest = data.partition(b"\r\n\r\n")
-    status_line, *lines = head_bytes.decode("latin-1").split("\r\n")
-    hdrs = _headers(lines)
-    if hdrs.get("transfer-encoding", "").lower() == "chunked" and "event-stream" not in hdrs.get("content-type", ""):
-        out = b""
-        while rest:
-            size_line, _, rest = rest.partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            if size == 0:
-                break
-            out, rest = out + rest[:size], rest[size + 2:]
-        rest = out
-    return RawResponse(int(status_line.split()[1]), hdrs, rest)
+    return parse_raw_response(data)
 
 
 # --------------------------------------------------------------------------- the oracle
@@ -397,16 +393,6 @@ async def settle(d: Daemon, token: str, sessions: list[str]) -> int:
         if not v.get("deleted"):
             await d.wait_idle(token, sid)
     return await last_seq(d)
-
-
-def projection_dump(data_dir: Path) -> dict[str, Any]:
-    conn = apsw.Connection(str(data_dir / "projections.db"), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        out: dict[str, Any] = {p.name: p.dump(conn) for p in all_projections()}
-        out["positions"] = sorted(conn.execute("SELECT * FROM positions"))
-        return out
-    finally:
-        conn.close()
 
 
 async def make_world(daemon_factory) -> World:

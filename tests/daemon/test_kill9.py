@@ -27,9 +27,7 @@ import apsw
 import httpx2
 import trio
 
-from projections.registry import all_projections
-
-from .conftest import Daemon, run_lens, wait_until
+from .conftest import Daemon, projection_dump, run_lens, wait_until
 from .test_serve_process import ServeProcess, as_daemon
 
 SEED = 20_261_201
@@ -143,17 +141,6 @@ async def check_duplicates(d: Daemon, token: str, acks: dict[str, Ack]) -> None:
             nursery.start_soon(client)
 
 
-def projection_dump(cwd: Path) -> dict[str, Any]:
-    """The rows of every projection `lens log rebuild` makes, and their positions."""
-    conn = apsw.Connection(str(cwd / "data" / "projections.db"), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        out: dict[str, Any] = {p.name: p.dump(conn) for p in all_projections()}
-        out["positions"] = sorted(conn.execute("SELECT * FROM positions"))
-        return out
-    finally:
-        conn.close()
-
-
 async def test_sigkill_under_concurrent_inputs_loses_no_acknowledged_input(tmp_path: Path):
     rng = random.Random(SEED)
     cwd = tmp_path
@@ -192,7 +179,7 @@ async def test_sigkill_under_concurrent_inputs_loses_no_acknowledged_input(tmp_p
                 last_seq = (await d.get("/health")).json()["lastSeq"]
 
                 async def caught_up() -> bool:  # the daemon's projections have folded the whole log
-                    return all(seq == last_seq for _, _, seq in projection_dump(cwd)["positions"])
+                    return all(seq == last_seq for _, _, seq in projection_dump(cwd / "data")["positions"])
 
                 await wait_until(caught_up, what="the projections catching up")
             assert await serve.terminate() == 0, (cwd / "serve-last.err").read_text()[-2000:]
@@ -223,7 +210,7 @@ async def test_sigkill_under_concurrent_inputs_loses_no_acknowledged_input(tmp_p
         assert run[-1]["kind"] == "task.finished" and run[-1]["body"]["status"] == "completed", run[-1]
 
     # What the daemon kept up to date incrementally is exactly what a rebuild from the log makes.
-    incremental = projection_dump(cwd)
+    incremental = projection_dump(cwd / "data")
     rebuilt = await run_lens(cwd, "log", "rebuild", "--data", "data")
     assert rebuilt.stdout.endswith(f"from {len(events)} event(s)\n"), rebuilt.stdout
-    assert projection_dump(cwd) == incremental
+    assert projection_dump(cwd / "data") == incremental
