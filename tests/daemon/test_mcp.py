@@ -196,18 +196,25 @@ async def test_a_daemon_stopped_during_an_mcp_call_reports_it_interrupted_at_the
     assert [(b["name"], b["error_code"]) for b in bodies] == [("mcp__t__slow", "INTERRUPTED")]
 
 
-async def test_a_server_writing_text_strict_json_refuses_breaks_neither_the_inventory_nor_the_sessions(
-        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
-    # A tool description holding a lone surrogate crashed every session's actor at its first model
-    # request (quarantined after 3 tries), an infinite number in a schema failed every request, and
-    # the inventory answered 500.
+async def daemon_with_chat_model(daemon_factory: DaemonFactory, nursery: trio.Nursery,
+                                 config: dict[str, Any]) -> tuple[ScriptedServer, Daemon, str]:
+    """A daemon with ``config`` whose default model is a loopback Chat Completions server scripted
+    to answer "fine" once (its request bodies show what was offered), and a strong credential."""
     loop = ScriptedServer()
     url = await loop.start(nursery)
     loop.push(chat_stream(text="fine"))
     d = await daemon_factory(config={
         "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test", "mcpServers": {"t": server("--bad-json")}})
-    token = await d.pair("mcp-client", strong=True)
+        "defaultModel": "loop/chat-test", **config})
+    return loop, d, await d.pair("mcp-client", strong=True)
+
+
+async def test_a_server_writing_text_strict_json_refuses_breaks_neither_the_inventory_nor_the_sessions(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # A tool description holding a lone surrogate crashed every session's actor at its first model
+    # request (quarantined after 3 tries), an infinite number in a schema failed every request, and
+    # the inventory answered 500.
+    loop, d, token = await daemon_with_chat_model(daemon_factory, nursery, {"mcpServers": {"t": server("--bad-json")}})
     r = await d.get("/tools/inventory", token)
     assert r.status_code == 200, r.text
     servers = r.json()["mcpServers"]
@@ -243,14 +250,8 @@ async def test_a_tool_whose_schema_nests_too_deep_is_left_out_not_offered(
     # A schema nested deep enough to pass the JSON reader but not the SDK's JSON writer (which
     # adds levels around it) was registered: every model request offering it failed with a
     # retryable PROVIDER_ERROR (RecursionError), in every session.
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
-    loop.push(chat_stream(text="fine"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test", "mcpServers": {"t": server("--deep", "470"), "ok": server("--deep", "48")},
-        "tools": {"eager": ["mcp__*"]}})
-    token = await d.pair("mcp-client", strong=True)
+    loop, d, token = await daemon_with_chat_model(daemon_factory, nursery, {
+        "mcpServers": {"t": server("--deep", "470"), "ok": server("--deep", "48")}, "tools": {"eager": ["mcp__*"]}})
     servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
     assert servers["t"]["status"] == "running" and "mcp__t__echo" in servers["t"]["tools"]
     assert {"name": "deep", "reason": "inputSchema nests more than 100 levels deep"} in servers["t"]["skippedTools"]
