@@ -36,7 +36,7 @@ from .bus import Bus
 from .config import Config
 from .configfiles import ConfigFiles
 from .errors import LensError, SessionNotFound, short_reason
-from .guard import AuthRequired, Guard
+from .guard import AuthRequired, Guard, OriginForbidden
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -348,7 +348,10 @@ def create_app(svc: Services) -> QuartTrio:
     async def guard() -> Response | None:
         path = request.path
         svc.guard.check_host(request.headers.get("Host"))
-        svc.guard.check_origin(request.headers.get("Origin"))
+        origins = request.headers.getlist("Origin")
+        if len(origins) > 1:  # (the first one counted, as for Authorization below)
+            raise OriginForbidden(f"Origin is given {len(origins)} times; a request comes from one page")
+        svc.guard.check_origin(origins[0] if origins else None)
         if not path.startswith("/api/"):
             return None
         if (request.method, path) in Guard.PUBLIC:

@@ -77,6 +77,24 @@ async def test_foreign_origin_is_refused_and_same_origin_accepted(daemon: Daemon
     assert project.status_code == 201
 
 
+async def test_two_origin_headers_are_refused_whichever_comes_first(daemon: Daemon, strong: str):
+    """The first header counted: this daemon's origin followed by a foreign one was accepted, the
+    two the other way round refused. Which page a request comes from is no guess, as which
+    credential it carries is none."""
+    p = daemon.port
+    own, foreign = f"http://127.0.0.1:{p}", "http://evil.example"
+    for first, second in [(own, foreign), (foreign, own), (own, own)]:
+        headers = [("Authorization", f"Bearer {strong}"), ("Content-Type", "application/json"),
+                   ("Origin", first), ("Origin", second)]
+        for method, path, body in [("GET", "/projects", None), ("POST", "/projects", b'{"name": "x", "workspace": "/"}'),
+                                   ("GET", "/health", None), ("GET", "/events/stream", None)]:
+            r = await daemon.client.request(method, API + path, headers=headers, content=body)
+            assert r.status_code == 403 and error_of(r) == "ORIGIN_FORBIDDEN", (first, second, method, path, r.text)
+            assert r.json()["error"]["message"] == "Origin is given 2 times; a request comes from one page"
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []  # nothing was created
+    assert (await daemon.get("/projects", strong, headers={"Origin": own})).status_code == 200
+
+
 # --------------------------------------------------------------------------- bodies
 
 
