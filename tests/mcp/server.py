@@ -15,7 +15,9 @@ it starts in its process group), ``--protocol V`` (the version it answers), ``--
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
-``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
+``--odd-ids`` (answers ``initialize`` and every ``tools/call`` first with ids of other JSON types that
+Python takes as equal to the request's — ``true`` for 1, ``1.0``, ``"1"`` — carrying a wrong result, then
+with the right id), ``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
 ``listings`` says how many it answered), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
@@ -157,6 +159,7 @@ def main() -> None:
     ap.add_argument("--deep", type=int, default=0)
     ap.add_argument("--wide", type=int, default=0)
     ap.add_argument("--flood", action="store_true")
+    ap.add_argument("--odd-ids", action="store_true")
     opts = ap.parse_args()
     if opts.flood:
         TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
@@ -207,6 +210,10 @@ def main() -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
         if opts.hang:
             continue
+        if opts.odd_ids and method in ("initialize", "tools/call"):
+            for odd in ([True] if rid == 1 else []) + [float(rid), str(rid)]:
+                send({"jsonrpc": "2.0", "id": odd, "result": {"protocolVersion": f"answered to id {odd!r}",
+                                                               **text(f"answered to id {odd!r}")}})
         if method == "initialize":
             version = opts.protocol or params.get("protocolVersion")
             send({"jsonrpc": "2.0", "id": rid, "result": {

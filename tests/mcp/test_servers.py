@@ -370,3 +370,14 @@ async def test_a_server_announcing_a_change_after_every_listing_is_listed_at_mos
         guard.cancel_scope.cancel()
     assert trio.current_time() - began >= (n - 2) * RELIST_INTERVAL
     assert r.state("t")["status"] == "running" and "mcp__t__echo" in r.state("t")["tools"]
+
+
+async def test_a_response_whose_id_is_of_another_type_answers_no_request(start: Any) -> None:
+    # A response id `true` answered request 1 (`True == 1` in Python): a server's `initialize`
+    # answer with id `true` was taken. An id that is a boolean, a float or a string answers no
+    # request of ours (all integers), as an unknown id answers none; the right answer still counts.
+    r = await start({"t": srv("--odd-ids", max_restarts=0)})
+    state = r.state("t")
+    assert state["status"] == "running" and state["protocolVersion"] == "2025-11-25", state
+    res = await r.call("mcp__t__echo", {"text": "hi"})
+    assert not res.is_error and [c.text for c in res.content] == ["echo: hi"]

@@ -220,7 +220,9 @@ class Connection:
             else:
                 self._on_notification(method, msg.get("params"))
             return
-        pending = self._pending.get(msg.get("id")) if isinstance(msg.get("id"), int) else None
+        rid = msg.get("id")
+        # (our ids are integers: `true` or `1.0` equals 1 in Python, yet answers no request of ours)
+        pending = self._pending.get(rid) if type(rid) is int else None
         if pending is None or pending.done.is_set():
             return  # an answer to a request given up on (cancelled, timed out)
         err = msg.get("error")
