@@ -304,6 +304,11 @@ class SessionActor:
         self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
 
     @property
+    def checking_inputs(self) -> int:
+        """How many ``/skill:`` inputs are being checked: accepted, neither recorded nor refused yet."""
+        return len(self._skill_inputs)
+
+    @property
     def context(self) -> wc.WorkingContextOps:
         """Compaction, pruning and context edits over this actor's state (made for each use: it
         holds nothing, and kept it would tie the actor into a reference cycle)."""
@@ -558,7 +563,7 @@ class SessionActor:
         if isinstance(cmd, GetView):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
-            return Viewed(state_from_snapshot(snapshot_bytes(s)), len(self._skill_inputs))
+            return Viewed(state_from_snapshot(snapshot_bytes(s)), self.checking_inputs)
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")

@@ -489,7 +489,10 @@ def create_app(svc: Services) -> QuartTrio:
         if where:
             sql += " WHERE " + " AND ".join(where)
         rows = await svc.projections.query(sql + " ORDER BY created_ts DESC, id", tuple(args))
-        return json_response({"sessions": [session_row_view(r) for r in rows]})
+        # A session with /skill: inputs being checked reads running, as its view does. Asked once
+        # the rows are read: such an input is recorded after each row's lastSeq (or refused).
+        checking = svc.supervisor.sessions_checking_inputs()
+        return json_response({"sessions": [session_row_view(r, checking=r[0] in checking) for r in rows]})
 
     @app.post("/api/v1/sessions")
     async def create_session() -> Response:

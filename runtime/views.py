@@ -66,8 +66,11 @@ def view_status(s: SessionState, checking_inputs: int = 0) -> str:
     being checked reads ``running`` (one is recorded next and starts a run, as a queued input
     would; a client polling for idle must wait, as ``WaitIdle`` does). An input refused by its
     check leaves the session idle again."""
-    status = s.status
-    return "running" if status == "idle" and checking_inputs else status
+    return _checked(s.status, checking_inputs > 0)
+
+
+def _checked(status: str, checking: bool) -> str:
+    return "running" if status == "idle" and checking else status
 
 
 def session_view(s: SessionState, *, summary: dict[str, Any] | None = None,
@@ -124,12 +127,15 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None,
     }
 
 
-def session_row_view(row: tuple) -> dict[str, Any]:
+def session_row_view(row: tuple, *, checking: bool = False) -> dict[str, Any]:
+    """A row of the session list; ``checking``: the session has ``/skill:`` inputs being checked
+    (it reads ``running`` then, as its view does: :func:`view_status`)."""
     (sid, project_id, name, model, thinking, created, updated, last_seq, deleted, fsess, fseq, open_tasks, queued,
      open_questions, quarantined) = row
     # (as the view's status has it: deleted, quarantined, open questions, then work running or queued)
     status = ("deleted" if deleted else "quarantined" if quarantined else "awaiting_answer" if open_questions
               else "running" if open_tasks or queued else "idle")
+    status = _checked(status, checking)
     return {
         "id": sid, "projectId": project_id, "name": name, "model": model, "thinkingLevel": thinking,
         "createdTs": created, "updatedTs": updated, "lastSeq": last_seq, "deleted": bool(deleted),

@@ -356,13 +356,17 @@ def check_calls(log: Log, calls: list[Call], contents: dict[str, tuple[str, str]
             expected = "awaiting_answer" if asked else "running" if (running or queue) else "idle"
             assert b["status"] == expected or (expected == "idle" and b["status"] == "running" and checking), where
         elif c.op == "list":  # the sessions projection, caught up with the log when it answers
+            # (running also while a /skill: input is being checked, as in the view)
             assert c.status == 200, where
             [row] = [row for row in b["sessions"] if row["id"] == c.sid]
             at = row["lastSeq"]
             assert c.l0 <= at <= c.l1, where
             queue, running, asked = log.states(at, at)[-1]
             assert row["queued"] == len(queue), where
-            assert row["status"] == ("awaiting_answer" if asked else "running" if (running or queue) else "idle"), where
+            checking = any(s > at for rid, (_, text) in contents.items() if text.startswith("/skill:")
+                           and (s := log.seq(log.submitted, rid)) is not None)
+            expected = "awaiting_answer" if asked else "running" if (running or queue) else "idle"
+            assert row["status"] == expected or (expected == "idle" and row["status"] == "running" and checking), where
     for rid, n in firsts.items():
         assert n == 1, f"{rid} answered duplicate false {n} times"
     for rid in {c.rid for c in calls if c.op == "submit"}:

@@ -196,6 +196,8 @@ async def test_a_session_whose_skill_input_is_being_checked_reads_running(daemon
         view = await wait_until(lambda: _view_if(d, token, sid, lambda v: v["status"] != "idle"),
                                 what="the view while the checks wait")
         assert view["status"] == "running" and view["queued"] == [] and answers == {}  # nothing recorded yet
+        # The session list says so too (it said idle: the list is the log's projection).
+        assert await _row_status(d, token, sid) == "running" and answers == {}
         r = await d.post(f"/sessions/{other}/abort", token, {})
         assert r.status_code == 200 and r.json()["aborted"] is True
     assert answers["s1"].status_code == 202 and answers["u1"].status_code == 422
@@ -211,10 +213,16 @@ async def test_a_session_whose_skill_input_is_being_checked_reads_running(daemon
         nursery.start_soon(submit, "u2", "/skill:nope again")
         await wait_until(lambda: _view_if(d, token, sid, lambda v: v["status"] == "running"),
                          what="the view while the check waits")
-        assert "u2" not in answers
+        assert await _row_status(d, token, sid) == "running" and "u2" not in answers
         await d.post(f"/sessions/{other}/abort", token, {})
     assert error_of(answers["u2"]) == "SKILL_NOT_FOUND"
-    assert (await d.view(token, sid))["status"] == "idle"
+    assert (await d.view(token, sid))["status"] == "idle" and await _row_status(d, token, sid) == "idle"
+
+
+async def _row_status(d: Daemon, token: str, sid: str) -> str:
+    r = await d.get("/sessions", token)
+    assert r.status_code == 200, r.text
+    return next(row["status"] for row in r.json()["sessions"] if row["id"] == sid)
 
 
 async def _view_if(d: Daemon, token: str, sid: str, predicate: Any) -> dict[str, Any] | None:
