@@ -7,7 +7,8 @@ persistent writer thread drains everything queued into one transaction on its ow
 (one multi-row ``INSERT`` in autocommit mode), commits it durably, and only then acknowledges
 the whole group with one ``TrioToken.run_sync_soon``. Producers keep encoding while the thread
 commits. A ``request_id`` already recorded for the session returns the original ``seq`` and
-writes nothing, also when both arrive in the same batch.
+writes nothing, also when both arrive in the same batch, and also when the repeat's event
+could not be stored now (past a maximum event size lowered since).
 
 Lifetime: the writer runs inside a nursery the caller owns::
 
@@ -469,7 +470,15 @@ class EventStore:
         the writer is not running, :class:`StoreWriteFailed` when the commit failed.
         If the caller is cancelled while waiting, the append may still be committed.
         """
-        raws = self.pack(drafts)
+        try:
+            raws = self.pack(drafts)
+        except AppendRejected:
+            # A repeat of a recorded request id is answered with the original (F-LOG-4) even
+            # when its event could not be stored now (past a maximum lowered since, say).
+            original = await self._recorded(drafts) if self._accepting else None
+            if original is None:
+                raise
+            return original
         if expected_session_seq is not None:
             sids = {d.session_id for d in drafts}
             if len(sids) != 1 or None in sids:
@@ -532,6 +541,30 @@ class EventStore:
                 raise StoreClosed("the event store closed")
             await self._committed.wait()
         return self.last_seq
+
+    async def _recorded(self, drafts: Sequence[Draft]) -> AppendResult | None:
+        """The original answer (``duplicate``) for the one request id ``drafts`` carry, if the
+        log holds it; None when it does not, or they carry none, several or one that cannot be
+        stored."""
+        with_request = [d for d in drafts if d.request_id is not None]
+        if len(with_request) != 1 or with_request[0].session_id is None:
+            return None
+        d = with_request[0]
+        try:
+            _check_envelope(d)
+        except AppendRejected:
+            return None
+
+        def read() -> list[tuple[int, int | None, int]]:
+            return self._get_reader().conn.execute(
+                "SELECT seq, session_seq, ts FROM events WHERE session_id = ? AND request_id = ?",
+                (d.session_id, d.request_id)).fetchall()
+
+        rows = await trio.to_thread.run_sync(read, limiter=self._read_limiter)
+        if not rows:
+            return None
+        seq, sseq, ts = rows[0]
+        return AppendResult((seq,), (sseq,), ts, duplicate=True)
 
     # ------------------------------------------------------------------ trio side of the writer
 

@@ -621,6 +621,26 @@ async def test_a_lowered_maximum_still_reads_what_the_log_holds(data_dir: Path) 
         assert [e.seq for e in reader.events()] == [1, 2]
 
 
+async def test_a_repeat_of_a_request_id_is_a_duplicate_though_its_event_is_past_a_lowered_maximum(
+        data_dir: Path) -> None:
+    # F-LOG-4 before the size: the repeat was refused (APPEND_REJECTED) because the maximum had
+    # been lowered since its first append; the client took an event the log holds for refused.
+    async with open_store(data_dir) as s:
+        first = await s.append(Draft(sized(200_000), session_id="s1", request_id="r1"))
+    async with open_store(data_dir, max_event_bytes=64 * 1024) as s:
+        again = await s.append(Draft(sized(200_000), session_id="s1", request_id="r1"))
+        assert again == msgspec.structs.replace(first, duplicate=True)
+        for draft in [Draft(sized(70_000), session_id="s2", request_id="r1"),  # (another session's id)
+                      Draft(sized(70_000), session_id="s1", request_id="r2"),
+                      Draft(sized(70_000), session_id="s1")]:
+            with pytest.raises(AppendRejected):
+                await s.append(draft)
+        with pytest.raises(AppendRejected):  # an append that breaks the envelope rules is refused as before
+            await s.append(Draft(sized(1000), session_id="s1", request_id="r1"),
+                           Draft(sized(1000), session_id="s1", request_id="r3"))
+        assert s.last_seq == 1
+
+
 async def test_a_raised_maximum_is_recorded_so_every_reader_reads_those_events(data_dir: Path) -> None:
     # An event past the default 32 MiB, stored under a raised log.maxEventBytes, is read by a
     # reader that has no config (`lens log`, the projections) and by a store with the default.
