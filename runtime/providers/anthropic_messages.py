@@ -39,7 +39,7 @@ from events import types as t
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
-from .names import call_id_for, describe
+from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "anthropic"
@@ -67,6 +67,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
     """The ``messages.create`` keyword arguments for ``compiled`` (``stream=True`` is added when
     sending) and the cache diagnostics."""
     names = compiled.names
+    call_ids = compiled.call_ids()
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
 
@@ -90,14 +91,14 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             # Signed thinking first, exactly as received (never marked for caching: only input
             # blocks before an assistant turn and the tail are).
             blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
-            blocks += [{"type": "tool_use", "id": call_id_for(c.call_id), "name": names.native(c.name),
+            blocks += [{"type": "tool_use", "id": call_ids.wire(c.call_id), "name": names.native(c.name),
                         "input": call_input(compiled, c)} for c in e.calls]
             if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
                 blocks.append({"type": "text", "text": "(empty)"})
             add("assistant", blocks)
         elif e.kind == "result":
             content = _blocks(e) or [{"type": "text", "text": "(no output)"}]
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id_for(e.call_id), "content": content}
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_ids.wire(e.call_id), "content": content}
             if e.is_error:
                 block["is_error"] = True
             add("user", [block])  # right after its call's assistant turn (compile pairs them)

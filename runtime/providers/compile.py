@@ -43,7 +43,7 @@ from projections.session_state import Item, item_parts, text_of
 from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
-from .names import ToolNames
+from .names import CallIds, ToolNames
 
 INSTRUCTION_PREFIX = "Lens instruction update:"
 SYNTHETIC_RESULT_TEXT = (
@@ -100,6 +100,11 @@ class Compiled:
     names: ToolNames
     tools: list[dict[str, Any]]  # the request's tools, unchanged (internal names)
     diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    def call_ids(self, *, chat: bool = False) -> CallIds:
+        """The ids the request's calls and results are sent under (see :class:`CallIds`)."""
+        return CallIds([c.call_id for e in self.entries for c in e.calls]
+                       + [e.call_id for e in self.entries if e.kind == "result"], chat=chat)
 
 
 def instruction_text(entry: Entry) -> str:

@@ -21,6 +21,7 @@ alias of that form when the request is compiled; the log keeps the id as recorde
 Chat Completions refuses a ``tool_calls[].id`` past 40 characters (400 "string too long"), and
 compatible servers make longer ones (vLLM's ``chatcmpl-tool-`` and 32 hex digits):
 :func:`chat_call_id_for` sends such an id under a 40-character alias and any other as it is.
+A request's :class:`CallIds` table keeps an alias from being another call's id in that request.
 """
 
 from __future__ import annotations
@@ -70,8 +71,40 @@ def chat_call_id_for(call_id: str) -> str:
     return _digest_alias(call_id, "call", CHAT_CALL_ID_MAX - 1 - DIGEST_HEX)
 
 
-def _digest_alias(value: str, fallback: str, readable_max: int = READABLE_MAX) -> str:
-    digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:DIGEST_HEX]
+class CallIds:
+    """The ids one request's calls and results are sent under, unique within the request.
+
+    Each id goes as :func:`chat_call_id_for` (``chat``) or :func:`call_id_for` gives it, unless
+    that is a digest alias another id of the request is sent under as it is (a server may make
+    ids of any form, an alias's included): that id then takes the first free digest of
+    ``"<id>#1"``, ``"<id>#2"``…, with the same readable part and length. Ids sent as they are
+    keep themselves and aliases are given in sorted order, so the table is a pure function of
+    the request's ids: a call and its result agree, and the same history is sent the same way.
+    """
+
+    def __init__(self, call_ids: Iterable[str], *, chat: bool = False) -> None:
+        self._first = chat_call_id_for if chat else call_id_for
+        readable_max = CHAT_CALL_ID_MAX - 1 - DIGEST_HEX if chat else READABLE_MAX
+        ids = set(call_ids)
+        self._wire = {i: i for i in ids if self._first(i) == i}
+        taken = set(self._wire)
+        for i in sorted(ids - taken):
+            alias, attempt = self._first(i), 0
+            while alias in taken:
+                attempt += 1
+                alias = _digest_alias(i, "call", readable_max, attempt)
+            self._wire[i] = alias
+            taken.add(alias)
+
+    def wire(self, call_id: str) -> str:
+        """The id ``call_id`` is sent under (one the table was not built with: its plain form)."""
+        found = self._wire.get(call_id)
+        return found if found is not None else self._first(call_id)
+
+
+def _digest_alias(value: str, fallback: str, readable_max: int = READABLE_MAX, attempt: int = 0) -> str:
+    digested = f"{value}#{attempt}" if attempt else value  # (another alias of the same value and form)
+    digest = hashlib.sha256(digested.encode("utf-8")).hexdigest()[:DIGEST_HEX]
     readable = _UNSAFE.sub("_", value).strip("_")[:readable_max].rstrip("_") or fallback
     return f"{readable}_{digest}"
 

@@ -22,7 +22,7 @@ from events import types as t
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
-from .names import chat_call_id_for, describe
+from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
@@ -61,6 +61,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
 
     Chat Completions has no field for provider-native reasoning blocks: none are sent back."""
     names = compiled.names
+    call_ids = compiled.call_ids(chat=True)
     messages: list[dict[str, Any]] = []
     marks: list[tuple[caching.Candidate, dict[str, Any]]] = []  # (candidate, the part to mark)
     # tool-result images (result entry index, call id, images), sent after the tool messages
@@ -91,7 +92,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
         elif e.kind == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": e.text or None}
             if e.calls:
-                msg["tool_calls"] = [{"id": chat_call_id_for(c.call_id), "type": "function",
+                msg["tool_calls"] = [{"id": call_ids.wire(c.call_id), "type": "function",
                                       "function": {"name": names.native(c.name), "arguments": call_arguments(compiled, c)}}
                                      for c in e.calls]
             messages.append(msg)
@@ -99,10 +100,10 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             images = [p for p in e.parts if isinstance(p, Image)]
             text = e.text or ("(no output; images follow)" if images else "(no output)")
             content = [{"type": "text", "text": text}]
-            messages.append({"role": "tool", "tool_call_id": chat_call_id_for(e.call_id), "content": content})
+            messages.append({"role": "tool", "tool_call_id": call_ids.wire(e.call_id), "content": content})
             marks.append((caching.Candidate(ei), content[-1]))
             if images:
-                pending_images.append((ei, chat_call_id_for(e.call_id), images))
+                pending_images.append((ei, call_ids.wire(e.call_id), images))
     flush_images()
     diagnostics: dict[str, Any] = {}
     kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "stream": True,

@@ -27,7 +27,7 @@ from events import types as t
 from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
-from .names import call_id_for, describe
+from .names import describe
 from .sdk import MALFORMED, SdkProvider, reported, usage_dict
 
 PROTOCOL = "openai-responses"
@@ -62,6 +62,7 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
            max_output_tokens: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``responses.create`` keyword arguments for ``compiled`` and the cache diagnostics."""
     names = compiled.names
+    call_ids = compiled.call_ids()
     items: list[dict[str, Any]] = []
     # Sendable input blocks that may carry a cache breakpoint: (candidate, how to mark it).
     marks: list[tuple[caching.Candidate, Callable[[dict[str, Any]], None]]] = []
@@ -78,11 +79,11 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
             if e.text:
                 items.append({"role": "assistant", "content": e.text})
             for call in e.calls:
-                items.append({"type": "function_call", "call_id": call_id_for(call.call_id), "name": names.native(call.name),
+                items.append({"type": "function_call", "call_id": call_ids.wire(call.call_id), "name": names.native(call.name),
                               "arguments": call_arguments(compiled, call)})
         elif e.kind == "result":
             has_image = any(isinstance(p, Image) for p in e.parts)
-            item: dict[str, Any] = {"type": "function_call_output", "call_id": call_id_for(e.call_id)}
+            item: dict[str, Any] = {"type": "function_call_output", "call_id": call_ids.wire(e.call_id)}
             if has_image:
                 item["output"] = _input_parts(e)
             else:

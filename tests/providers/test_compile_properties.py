@@ -44,6 +44,7 @@ from runtime.providers.compile import INSTRUCTION_PREFIX, prepare
 from runtime.providers.names import (
     CALL_ID_RE,
     CHAT_CALL_ID_MAX,
+    CallIds,
     NATIVE_NAME_RE,
     ToolNames,
     alias_for,
@@ -381,6 +382,23 @@ def test_call_ids_go_to_chat_completions_at_most_40_characters_long(ids):
     assert len(set(sent)) == len(sent)
     assert sent == [chat_call_id_for(i) for i in ids]
     assert all((s == i) == (len(i) <= CHAT_CALL_ID_MAX) for s, i in zip(sent, ids))  # shorter ones as they are
+
+
+@given(st.lists(st.one_of(st.text(min_size=1, max_size=80), st.from_regex(CALL_ID_RE, fullmatch=True)), unique=True,
+                max_size=12), st.booleans(), st.randoms())
+def test_a_request_sends_each_call_id_under_one_of_its_own(ids, chat, rnd):
+    wire = chat_call_id_for if chat else call_id_for
+    ids = list(dict.fromkeys(ids + [wire(i) for i in ids]))  # (an alias may also be another call's id)
+    table = CallIds(ids, chat=chat)
+    sent = [table.wire(i) for i in ids]
+    assert len(set(sent)) == len(ids)
+    if chat:
+        assert all(1 <= len(s) <= CHAT_CALL_ID_MAX for s in sent)
+    else:
+        assert all(CALL_ID_RE.fullmatch(s) for s in sent)
+    assert all(s == i for s, i in zip(sent, ids) if wire(i) == i)  # ids sent as they are keep themselves
+    rnd.shuffle(ids)
+    assert [CallIds(ids, chat=chat).wire(i) for i in ids] == [table.wire(i) for i in ids]  # whatever the order
 
 
 @settings(max_examples=6)

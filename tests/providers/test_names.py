@@ -129,3 +129,43 @@ async def test_a_call_id_past_40_characters_travels_to_chat_completions_under_an
     assert calls == results == [chat_call_id_for(long_id), "functions.read_file:1"]
     assert len(calls[0]) == 40 and calls[0].startswith("chatcmpl-tool-")
     assert [it.call.call_id for it in ctx.items if it.call is not None][0] == long_id  # the items keep theirs
+
+
+def _sent_call_ids(protocol: str, body: dict) -> tuple[list[str], list[str]]:
+    """The ids a request body gives its calls and its results, in order."""
+    if protocol == "openai-chat":
+        return ([c["id"] for m in body["messages"] for c in m.get("tool_calls") or []],
+                [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"])
+    if protocol == "openai-responses":
+        return ([m["call_id"] for m in body["input"] if m.get("type") == "function_call"],
+                [m["call_id"] for m in body["input"] if m.get("type") == "function_call_output"])
+    blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    return [b["id"] for b in blocks if b["type"] == "tool_use"], [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_call_id_alias_never_equals_another_call_id_of_the_request(server, make, protocol):
+    """A digest alias was not checked against the request's other ids: a call recorded under the
+    very id another call's alias is (a server may make ids of any form) went to the provider
+    under the same id, and each result could be read as the other call's. The alias taken then
+    is another digest of the id, the same for the same ids."""
+    aliased = "chatcmpl-tool-" + "0123456789abcdef" * 2 if protocol == "openai-chat" else "functions.read_file:0"
+    wire = chat_call_id_for if protocol == "openai-chat" else call_id_for
+    taken = wire(aliased)  # (an id sent as it is: the alias of the other)
+    assert wire(taken) == taken != aliased
+    provider = make(protocol)
+    bodies = []
+    for order in [(aliased, taken), (taken, aliased)]:  # (either order: the same ids)
+        server.push(reply(protocol, text="ok"))
+        ctx = Ctx().user("go").response("", *[(i, "read_file", {"path": i}) for i in order])
+        for i in order:
+            ctx.result(i, f"result of {i}")
+        await provider.stream(ctx.request(), Deltas())
+        calls, results = _sent_call_ids(protocol, server.bodies[-1])
+        assert calls == results and len(set(calls)) == 2, calls  # one id per call, its result's
+        sent = dict(zip(order, calls))
+        assert sent[taken] == taken and sent[aliased] != wire(aliased)
+        assert (CALL_ID_RE.fullmatch(sent[aliased]) and len(sent[aliased]) == len(taken)
+                and sent[aliased].startswith(taken[:12]))  # the same form and readable part
+        bodies.append(sent)
+    assert bodies[0] == bodies[1]
