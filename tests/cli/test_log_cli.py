@@ -603,7 +603,15 @@ async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir:
     res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir), "--raw", "--from", str(seq - 1))
     old, new = decoded(res.stdout)
     assert (old["dict_id"], new["dict_id"]) == (0, dict_id) and dict_id != 0
-    assert zstandard.get_frame_parameters(base64.b64decode(new["body"])).dict_id == dict_id
+    body = base64.b64decode(new["body"])
+    assert zstandard.get_frame_parameters(body).dict_id == dict_id
+    # The bytes printed decompress elsewhere with the dictionary the row names, read from the
+    # `dictionaries` table (storage-format.md says how); without it they do not.
+    [(data,)] = db_rows(log_dir, "SELECT data FROM dictionaries WHERE dict_id = ?", (dict_id,))
+    raw = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data)).decompress(body)
+    assert len(raw) == new["raw_size"] and msgspec.msgpack.decode(raw)["text"] == "answer 99 " * 40
+    with pytest.raises(zstandard.ZstdError):
+        zstandard.ZstdDecompressor().decompress(body)
     res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir), "--from", str(seq))
     assert res.returncode == 0, res.stderr
     assert decoded(res.stdout)[0]["body"]["text"] == "answer 99 " * 40
