@@ -251,6 +251,10 @@ class FileEdited(_Event, tag="file.edited"):
     # The tool that made the edit (edit_file, patch_file; a program's call of one names it too),
     # whose workspace allowlist also judges a revert of it. None in logs from before it was kept.
     tool: str | None = None
+    # The file the edit wrote: the canonical workspace-relative path ``path`` led to, through the
+    # symlinks on its way (``path`` stays as given: revert_call restores through it). None in logs
+    # from before it was kept, or when the executor could not tell.
+    written_path: str | None = None
 
 
 class FileReverted(_Event, tag="file.reverted"):

@@ -28,7 +28,9 @@ a smaller ``depth`` or ``limit`` may answer).
 
 ``GET …/changes``: the files this session changed, derived from its log (``file.edited`` /
 ``file.reverted`` of every agent, subagents included; a fork's revert of an edit it inherited is
-listed as the fork's change, read against the source's log up to the fork point): ``{sessionId, files: [{path, status
+listed as the fork's change, read against the source's log up to the fork point), each by the
+file the edit wrote (``written_path``: where its path led through symlinks; the path as given,
+tidied as text, in logs from before that was kept): ``{sessionId, files: [{path, status
 (created|modified|deleted|reverted|unchanged), bytes, bytesBefore, agents, edits: [{callId, tool,
 agentId, taskId, seq, change (created|modified|deleted), bytesBefore, bytesAfter, reverted,
 revertedBy: {callId, agentId, seq} | null}]}], lastSeq}``, files sorted by path.
@@ -235,9 +237,10 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
         elif isinstance(ev, t.FileReverted):
             older.pop(ev.reverted_call_id, None)
 
-    def add_edit(se: Any, call_id: str, raw_path: str, before_aid: str | None, after_aid: str | None,
+    def add_edit(se: Any, call_id: str, edited: t.FileEdited, before_aid: str | None, after_aid: str | None,
                  before_sha: str | None, after_sha: str | None) -> tuple[str, int]:
-        path = _rel(raw_path, workspace)
+        # The file the edit wrote; in logs from before that was kept, the path given, tidied as text.
+        path = edited.written_path or _rel(edited.path, workspace)
         before = sizes.get(before_aid) if before_aid else None
         after = sizes.get(after_aid) if after_aid else None
         change = "created" if before_aid is None else "deleted" if after_aid is None else "modified"
@@ -257,12 +260,12 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
             sizes[ev.artifact_id] = ev.size
         elif isinstance(ev, t.FileEdited):
             by_call.setdefault(ev.call_id, []).append(add_edit(
-                se, ev.call_id, ev.path, ev.before_artifact_id, ev.after_artifact_id, ev.before_sha256,
+                se, ev.call_id, ev, ev.before_artifact_id, ev.after_artifact_id, ev.before_sha256,
                 ev.after_sha256))
         elif isinstance(ev, t.FileReverted) and ev.reverted_call_id not in by_call and ev.reverted_call_id in older:
             # (revert_call restores a call's edits last first)
             for e in reversed(older.pop(ev.reverted_call_id)):
-                add_edit(se, ev.call_id, e.path, e.after_artifact_id, e.before_artifact_id, e.after_sha256,
+                add_edit(se, ev.call_id, e, e.after_artifact_id, e.before_artifact_id, e.after_sha256,
                          e.before_sha256)
         elif isinstance(ev, t.FileReverted):
             for path, i in by_call.get(ev.reverted_call_id, []):

@@ -57,6 +57,17 @@ async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: st
                                                 f"the workspace allowlist{of} ({', '.join(prefixes) or 'empty'})")
 
 
+async def where_it_leads(client: Any, path: str) -> str | None:
+    """The canonical workspace-relative path ``path`` leads to now (see the executor's
+    ``resolve``), or None when the executor cannot tell."""
+    try:
+        out = await client.call("resolve", {"path": path or "."})
+    except Exception:
+        return None
+    real = out.result.get("path")
+    return real if isinstance(real, str) else None
+
+
 def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[ToolSpec]:
     async def executor(ctx: ToolContext) -> Any:
         if ctx.project_id is None:
@@ -72,14 +83,17 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         ex = await executor(ctx)
         lock = ex.lock.write() if write else ex.lock.read()
         async with lock:
-            if isinstance(args.get("path"), str):
-                await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
-            try:
-                return await ex.client.call(tool, args, call_id=f"{ctx.session_id}:{ctx.call_id}")
-            except Exception as exc:
-                raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
+            return await call_locked(ex, ctx, tool, args)
 
-    def edit_events(ctx: ToolContext, tool: str, path: str, before: bytes | None,
+    async def call_locked(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any:
+        if isinstance(args.get("path"), str):
+            await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
+        try:
+            return await ex.client.call(tool, args, call_id=f"{ctx.session_id}:{ctx.call_id}")
+        except Exception as exc:
+            raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
+
+    def edit_events(ctx: ToolContext, tool: str, path: str, written: str | None, before: bytes | None,
                     after: bytes | None) -> list[t._Event]:
         events: list[t._Event] = []
         ids: list[str | None] = []
@@ -93,7 +107,7 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
                                            size=len(data), source="file-history"))
         events.append(t.FileEdited(call_id=ctx.call_id, path=path, before_artifact_id=ids[0],
                                    after_artifact_id=ids[1], before_sha256=_sha(before), after_sha256=_sha(after),
-                                   tool=tool))
+                                   tool=tool, written_path=written))
         return events
 
     async def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -120,10 +134,15 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         return ToolResult.text(body, r)
 
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        out = await call(ctx, tool, args, write=True)
-        r = out.result
-        events = (edit_events(ctx, tool, r.get("path", args.get("path", "")), out.before, out.after)
-                  if r.get("changed") else [])
+        ex = await executor(ctx)
+        async with ex.lock.write():
+            out = await call_locked(ex, ctx, tool, args)
+            r = out.result
+            path = r.get("path", args.get("path", ""))
+            # Which file was written, asked before another write may move a link: "changes this
+            # session" lists it by that (the path as given may name it through symlinks).
+            written = await where_it_leads(ex.client, path) if r.get("changed") else None
+        events = edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
         return ToolResult.text(summary, r, events=events)

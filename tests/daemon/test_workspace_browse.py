@@ -228,6 +228,39 @@ async def test_changes_list_the_edits_of_every_agent_and_reverts(daemon_factory:
     assert e["revertedBy"] == {"callId": reverted["body"]["call_id"], "agentId": "main", "seq": reverted["seq"]}
 
 
+async def test_changes_name_the_file_an_edit_wrote_through_symlinks(daemon_factory: DaemonFactory):
+    # The listing named files by the path the edit was given, tidied as text: `l/../f.txt`, where
+    # `l` links to `d/e`, wrote `d/f.txt` (`..` after a link goes up from where the link leads)
+    # but was listed as `f.txt`, and one file edited by two names was listed twice.
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    (ws / "d" / "e").mkdir(parents=True)
+    (ws / "d" / "f.txt").write_text("one\n")
+    (ws / "l").symlink_to("d/e")
+    (ws / "lf").symlink_to("d/f.txt")
+    steps = [("l/../f.txt", {"mode": "rewrite", "content": "two\n"}),
+             ("d/f.txt", {"mode": "edit", "edits": [{"old_string": "two", "new_string": "three"}]}),
+             ("lf", {"mode": "rewrite", "content": "four\n"}),
+             ("l/new.txt", {"mode": "create", "content": "hi\n"}),
+             ("./l/../f.txt", {"mode": "rewrite", "content": "five\n"})]
+    for n, (path, args) in enumerate(steps):
+        await d.submit(strong, sid, f"r{n}", tool("edit_file", {"path": path, **args}))
+        await d.wait_idle(strong, sid)
+    assert (ws / "d" / "f.txt").read_text() == "five\n" and (ws / "d" / "e" / "new.txt").read_text() == "hi\n"
+    assert not (ws / "f.txt").exists() and (ws / "lf").is_symlink()
+    events = await d.events(strong, sid)
+    edited = [e["body"] for e in events if e["kind"] == "file.edited"]
+    assert [e["path"] for e in edited] == [path for path, _ in steps]  # (recorded as given: revert_call's)
+    r = await d.get(f"/sessions/{sid}/changes", reader)
+    assert r.status_code == 200, r.text
+    files = {f["path"]: f for f in r.json()["files"]}
+    assert list(files) == ["d/e/new.txt", "d/f.txt"]
+    f = files["d/f.txt"]
+    assert (f["status"], f["bytes"], f["bytesBefore"]) == ("modified", 5, 4)
+    assert [e["callId"] for e in f["edits"]] == [e["call_id"] for e in edited if e["path"] != "l/new.txt"]
+    assert files["d/e/new.txt"]["status"] == "created"
+
+
 async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon_factory: DaemonFactory):
     # A fork keeps its source's edits up to the fork point revertible (its context holds those
     # calls): reverting one changes the workspace, so the fork's changes list it (they listed

@@ -90,3 +90,21 @@ def test_a_fork_reverting_an_inherited_edit_lists_it_and_inherited_events_list_n
         ("r1", "revert_call", "modified", 21, False)]
     # without what it inherited, the fold lists no change for such a revert (the source's log has it)
     assert changes(own, WS) == []
+
+
+def test_an_edit_is_listed_by_the_file_it_wrote_when_the_log_says_which():
+    # `l/../f.txt` through a link `l` -> `d/e` wrote `d/f.txt`; tidied as text it read `f.txt`.
+    # A row from before the written path was kept is listed by its path as given, as before.
+    events = [
+        ev(1, stored("a1", 4)), ev(2, stored("a2", 5)),
+        ev(3, t.FileEdited(call_id="c1", path="l/../f.txt", before_artifact_id="a1", after_artifact_id="a2",
+                           before_sha256="a1", after_sha256="a2", written_path="d/f.txt")),
+        ev(4, stored("a3", 6)),
+        ev(5, t.FileEdited(call_id="c2", path="lf", before_artifact_id="a2", after_artifact_id="a3",
+                           before_sha256="a2", after_sha256="a3", written_path="d/f.txt")),
+        ev(6, edit("c3", "l/../g.txt", None, "a1")),
+    ]
+    files = {f["path"]: f for f in changes(events, WS)}
+    assert list(files) == ["d/f.txt", "g.txt"]
+    assert [e["callId"] for e in files["d/f.txt"]["edits"]] == ["c1", "c2"]
+    assert (files["d/f.txt"]["status"], files["d/f.txt"]["bytes"], files["d/f.txt"]["bytesBefore"]) == ("modified", 6, 4)
