@@ -55,7 +55,9 @@ class CannotListen(Exception):
 
 
 class _Guard(grpc.ServerInterceptor):
-    """Refuses calls without the token or with another protocol version, before any handler runs."""
+    """Refuses calls without the token or with another protocol version, before any handler runs;
+    the handlers of the calls it lets through read their requests themselves
+    (:func:`_reading_requests_plainly`)."""
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
@@ -82,7 +84,35 @@ class _Guard(grpc.ServerInterceptor):
             return self._deny(grpc.StatusCode.FAILED_PRECONDITION,
                               f"core-executor-rpc mismatch: this executor speaks {PROTOCOL_VERSION}, "
                               f"the caller {_printable(version, 40) if version else 'none'}")
-        return continuation(details)
+        return _reading_requests_plainly(continuation(details), details.method)
+
+
+def _reading_requests_plainly(handler: grpc.RpcMethodHandler | None, method: str) -> grpc.RpcMethodHandler | None:
+    """``handler`` reading its request in the handler: bytes that are no message of the method's
+    request type (a truncated field, invalid UTF-8 in a ``string``) are refused ``INVALID_ARGUMENT``
+    naming the method. grpc's own reading answered ``INTERNAL`` "Exception deserializing request!",
+    the status of a server fault, and logged a traceback for each such request."""
+    if handler is None or handler.request_deserializer is None:
+        return handler  # (None: an unknown method, which grpc answers UNIMPLEMENTED)
+    parse, name = handler.request_deserializer, method.rsplit("/", 1)[-1]
+
+    def reading(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        def read_then_run(raw: bytes, context: grpc.ServicerContext) -> Any:
+            try:
+                request = parse(raw)
+            except Exception:  # protobuf's DecodeError (the C parser says no more than that)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"INVALID_ARGUMENT: the {name} request is not a valid protobuf message of its type "
+                              f"(malformed bytes, or a string field that is not UTF-8)")
+            return behaviour(request, context)
+
+        return read_then_run
+
+    if handler.unary_unary is not None:
+        return handler._replace(request_deserializer=None, unary_unary=reading(handler.unary_unary))
+    if handler.unary_stream is not None:
+        return handler._replace(request_deserializer=None, unary_stream=reading(handler.unary_stream))
+    return handler
 
 
 class ExecutorService(pb_grpc.ExecutorServicer):

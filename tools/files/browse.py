@@ -41,7 +41,7 @@ import stat
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from .confine import Root, resolve
+from .confine import Root, check_path_text, resolve
 from .errors import FileToolError
 from .gitignore import MAX_GITIGNORE_BYTES, IgnoreFile, Rules
 from .ignore_cache import IgnoreCache
@@ -159,9 +159,10 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
     and entries read (a caller that went away stops the walk: ``CANCELLED``; one huge directory
     is asked about as it is read, not only after); ``ignore_cache`` keeps compiled ignore files
     between listings (None: each listing compiles those it reads)."""
-    levels = check_int("depth", depth, 1)
-    cap = check_int("max_entries", max_entries, 1)
-    assert levels is not None and cap is not None
+    check_path_text(path)  # (before anything reads it as text: a number there is INVALID_ARGUMENT)
+    # (null is the argument left out, as read_file takes it: the default)
+    levels = check_int("depth", depth, 1) or 1
+    cap = check_int("max_entries", max_entries, 1) or MAX_ENTRIES
     if levels > MAX_DEPTH:
         raise FileToolError("INVALID_ARGUMENT", f"depth must be from 1 to {MAX_DEPTH}")
     if cap > MAX_ENTRIES:
@@ -246,9 +247,9 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
 
 
 def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 1024) -> dict[str, Any]:
-    off = check_int("offset", offset, 0)
-    lim = check_int("limit", limit, 1)
-    assert off is not None and lim is not None
+    check_path_text(path)
+    off = check_int("offset", offset, 0) or 0
+    lim = check_int("limit", limit, 1) or 64 * 1024
     if lim > MAX_READ_BYTES:
         raise FileToolError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_READ_BYTES}")
     if hidden_path(path):
