@@ -1,5 +1,5 @@
-"""The config model by property testing: SPEC section 9's keys at wrong types and at the edges
-of their ranges, unknown keys at every depth.
+"""The config model by property testing: SPEC section 9's keys (and F-TOOL-5's MCP servers) at
+wrong types and at the edges of their ranges, unknown keys at every depth.
 
 Generated configs go through what ``lens serve`` runs on its file before anything is made
 (:func:`~runtime.config.load_config`, then :func:`~runtime.startcheck.check_startable`); a
@@ -75,6 +75,24 @@ KNOWN = {"server", "dataDir", "providers", "defaultModel", "host", "port", "id",
          "tools", "localPtc"}
 
 
+# F-TOOL-5: MCP servers by name, a map msgspec showed as `[...]` (which server's `command`?).
+MCP_BASE: dict[str, Any] = {**BASE, "mcpServers": {
+    "docs": {"command": "docs-server"},
+    "search": {"command": "search-server", "args": ["--stdio"], "env": {"REGION": "eu"}, "envFrom": ["HOME"]}}}
+MCP_KEYS: list[tuple[tuple[str | int, ...], str, str]] = [
+    (("mcpServers",), "object", "mcpServers"),
+    (("mcpServers", "search"), "object", "mcpServers['search']"),
+    (("mcpServers", "search", "command"), "str", "mcpServers['search'].command"),
+    (("mcpServers", "search", "args"), "list", "mcpServers['search'].args"),
+    (("mcpServers", "search", "env"), "object", "mcpServers['search'].env"),
+    (("mcpServers", "search", "env", "REGION"), "str", "mcpServers['search'].env['REGION']"),
+    (("mcpServers", "search", "envFrom"), "list", "mcpServers['search'].envFrom"),
+    (("mcpServers", "search", "enabled"), "bool", "mcpServers['search'].enabled"),
+    (("mcpServers", "search", "cwd"), "str?", "mcpServers['search'].cwd"),
+]
+MCP_RANGES = [("startupTimeoutSeconds", 0.1, 3600), ("callTimeoutSeconds", 0.1, 86400), ("maxRestarts", 0, 100)]
+
+
 def wrong_for(kind: str, value: Any) -> bool:
     if kind == "object":
         return not isinstance(value, dict)
@@ -91,8 +109,8 @@ def dotted(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
-def with_value(path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
-    cfg = copy.deepcopy(BASE)
+def with_value(path: tuple[str | int, ...], value: Any, base: dict[str, Any] = BASE) -> dict[str, Any]:
+    cfg = copy.deepcopy(base)
     node: Any = cfg
     for p in path[:-1]:
         node = node[p]
@@ -154,6 +172,36 @@ def test_numbers_load_at_their_limits_and_are_refused_one_past(case: tuple[tuple
         assert str(path[-1]) in refused(text)
 
 
+@FAST
+@given(st.sampled_from(MCP_KEYS), st.sampled_from(OTHERS))
+def test_an_mcp_server_key_of_the_wrong_type_is_refused_naming_the_server(key: tuple[tuple[str, ...], str, str],
+                                                                         value: Any) -> None:
+    path, kind, shown = key
+    text = json.dumps(with_value(path, value, MCP_BASE))
+    if wrong_for(kind, value):
+        message = refused(text)
+        assert shown in message, (path, value, message)
+    else:
+        try:
+            start_checks(text)
+        except ConfigError as exc:
+            assert "'search'" in exc.message or "mcpServers" in exc.message, exc.message
+
+
+@FAST
+@given(st.sampled_from(MCP_RANGES), st.sampled_from(["lo", "hi", "below", "above"]))
+def test_mcp_server_numbers_load_at_their_limits_and_are_refused_one_past(case: tuple[str, float, float],
+                                                                          where: str) -> None:
+    key, lo, hi = case
+    step = 1 if isinstance(lo, int) else 0.01
+    value = {"lo": lo, "hi": hi, "below": lo - step, "above": hi + step}[where]
+    text = json.dumps(with_value(("mcpServers", "search", key), value, MCP_BASE))
+    if where in ("lo", "hi"):
+        start_checks(text)
+    else:
+        assert f"mcpServers['search']: {key} must be" in refused(text)
+
+
 KEY_NAMES = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
 NESTED = st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=5)),
                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(KEY_NAMES, inner, max_size=3)),
@@ -191,7 +239,9 @@ def serve_refused(out: Any, *words: str) -> None:
     ('{"server": {"port": 1e400}}', ["1e400 is out of range at line 1, column 21"]),
     ('{"dataDir": "a",\n "dataDir": "b"}', ["duplicate key 'dataDir' at line 2, column 2"]),
     ('{"providers": ' + "[" * 200 + "]" * 200 + "}", ["nested deeper than 200"]),
-], ids=["wrong-type", "context-window-0", "port-past", "1e400", "duplicate", "too-deep"])
+    (json.dumps(with_value(("mcpServers", "search", "command"), 7, MCP_BASE)),
+     ["Expected `str`, got `int` - at `$.mcpServers['search'].command`"]),
+], ids=["wrong-type", "context-window-0", "port-past", "1e400", "duplicate", "too-deep", "mcp-server-by-name"])
 async def test_lens_serve_refuses_with_one_line_naming_the_key(tmp_path: Path, text: str, words: list[str]) -> None:
     (tmp_path / "c.jsonc").write_text(text)
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)

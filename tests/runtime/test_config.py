@@ -73,6 +73,22 @@ def test_nesting_past_the_limit_is_a_config_error() -> None:
         parse_config('{"server": ' + "[" * 5000 + "]" * 5000 + "}")
 
 
+@pytest.mark.parametrize(("body", "words"), [
+    ({"mcpServers": {"docs": {"command": "d"}, "search": {"command": 7}}}, "at `$.mcpServers['search'].command`"),
+    ({"mcpServers": {"docs": {"command": "d", "env": {"A": "1", "B": None}}}}, "at `$.mcpServers['docs'].env['B']`"),
+    ({"mcpServers": {"docs": {}}}, "Object missing required field `command` - at `$.mcpServers['docs']`"),
+    ({"tools": {"policy": {"read_file": {"approval": 3}}}},
+     "Expected `str | null`, got `int` - at `$.tools.policy['read_file'].approval`"),
+    ({"mcpServers": {"s": {"command": "d"}}, "server": {"port": "1"}}, "at `$.server.port`"),
+])
+def test_a_value_of_the_wrong_type_in_a_map_names_its_key(body: dict, words: str) -> None:
+    # msgspec shows a map's keys as `[...]`: "at `$.mcpServers[...].command`" did not say which
+    # server's command, with several configured.
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps(body))
+    assert words in info.value.message and "[...]" not in info.value.message, info.value.message
+
+
 def test_defaults_pass_their_own_check() -> None:
     assert parse_config("{}") is not None
 
