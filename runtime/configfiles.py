@@ -127,7 +127,9 @@ class ConfigFiles:
 
     def _lookup(self, name: str) -> tuple[Path, str]:
         found = self._candidates().get(name)
-        if found is None or "/" in name or "\\" in name or "\0" in name:
+        # (a name is one of the directory's entries, whose path is its own: a backslash in it is
+        # an ordinary character here, and refusing it made such a listed file unreachable)
+        if found is None or "/" in name or "\0" in name:
             raise ConfigFileNotFound(f"{name[:80]!r} is not one of the daemon's config files")
         return found
 

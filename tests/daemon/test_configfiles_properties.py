@@ -10,7 +10,8 @@ the request target is exactly what was drawn.
 - Names: the listed ones, traversal (plain, percent-encoded once and twice, with backslashes),
   NULs, other cases and normalisations, templates, other extensions, the links, and generated
   text percent-encoded. A name that is not listed is 404 for ``GET`` and ``PUT``; nothing
-  outside the listed files changes, the file behind the link least of all.
+  outside the listed files changes, the file behind the link least of all. And the other way
+  round: a file of any generated name put in the directory, once listed, is served by ``GET``.
 - Bodies: JSONC rendered from generated values with comments, trailing commas, a BOM and CRLF
   (each carrying a marker), and the same text made hostile. Text the JSONC reader refuses is
   400 ``CONFIG_INVALID`` and the file keeps its bytes; accepted text is written byte-exact and
@@ -91,6 +92,22 @@ async def test_a_file_whose_name_is_not_utf8_is_left_out_of_the_listing(daemon_f
         assert r2.status == 404, (target, r2.status, r2.body[:200])
 
 
+async def test_a_listed_file_whose_name_has_a_backslash_is_read_and_written(daemon_factory: DaemonFactory,
+                                                                           tmp_path: Path):
+    # It was listed (editable) but GET and PUT were 404: the lookup refused any name with a
+    # backslash, though a name is only ever matched against the directory's own entries.
+    d, token, outside = await make_config_dir(daemon_factory, tmp_path)
+    (d.config_dir / "a\\b.json").write_text('{"b": 1}\n')
+    names = {f["name"] for f in (await d.get("/config/files", token)).json()["files"]}
+    assert "a\\b.json" in names
+    r = await raw_http(d.port, "GET", "/api/v1/config/files/a%5Cb.json", auth(token))
+    assert r.status == 200 and r.json()["text"] == '{"b": 1}\n', (r.status, r.body[:200])
+    r = await raw_http(d.port, "PUT", "/api/v1/config/files/a%5Cb.json", auth(token), b'{"text": "{\\"b\\": 2}"}')
+    assert r.status == 200 and (d.config_dir / "a\\b.json").read_text() == '{"b": 2}', (r.status, r.body[:200])
+    r = await raw_http(d.port, "GET", "/api/v1/config/files/..%5Coutside%5Csecret.json", auth(token))
+    assert r.status == 404 and outside.read_bytes() == OUTSIDE
+
+
 NAMES = [
     "lens.jsonc", "pair.json", "extra.json", "notes.jsonc",
     "lens.example.jsonc", "other.template.json", "readme.txt", ".hidden.json", "x.json.bak", "subdir.json",
@@ -157,6 +174,30 @@ async def test_generated_names_and_bodies(daemon_factory: DaemonFactory, tmp_pat
 
     await trio.to_thread.run_sync(names)
     assert {"GET 200", "GET 404", "PUT 200", "PUT 404"} <= set(seen), seen
+
+    async def listed_case(name: str) -> None:
+        path = d.config_dir / name
+        try:
+            path.write_text('{"generated": true}\n')
+        except OSError:  # (a name too long for the file system)
+            return
+        try:
+            r = await d.get("/config/files", token)
+            assert r.status_code == 200, (name, r.text)
+            for f in r.json()["files"]:
+                if f["editable"] and f["exists"]:
+                    got = await raw_http(d.port, "GET", "/api/v1/config/files/" + quote(f["name"], safe=""), auth(token))
+                    assert got.status == 200, (f["name"], got.status, got.body[:200])
+        finally:
+            path.unlink()
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="/\0"), min_size=1,
+                   max_size=20).map(lambda s: s + ".json"))
+    def listed_names(name: str) -> None:
+        trio.from_thread.run(listed_case, name, trio_token=trio_token)
+
+    await trio.to_thread.run_sync(listed_names)
 
     async def body_case(name: str, text: str) -> None:
         path = d.config_dir / name
