@@ -32,9 +32,12 @@ class JsoncError(ValueError):
     """Raised with a message naming the line and column of the problem."""
 
 
+_LINE_BREAK = re.compile(r"\r\n?|\n")  # (JSON's whitespace has all three; old Mac files end lines in CR alone)
+
+
 def _position(text: str, index: int) -> str:
-    line = text.count("\n", 0, index) + 1
-    col = index - (text.rfind("\n", 0, index) + 1) + 1
+    line = len(_LINE_BREAK.findall(text, 0, index)) + 1
+    col = index - (max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1) + 1
     return f"line {line}, column {col}"
 
 
@@ -84,8 +87,10 @@ def strip(text: str) -> str:
             i = j + 1
             continue
         if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
+            # to the end of the line, which a CR alone ends too: reading on to the next LF took
+            # the values on lines ended by CR for comment
+            m = _LINE_BREAK.search(text, i)
+            j = n if m is None else m.start()
             for k in range(i, j):
                 out[k] = " "
             i = j
