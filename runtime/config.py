@@ -256,10 +256,15 @@ def _valid_host(host: str) -> bool:
 
 
 def _valid_base_url(url: str) -> bool:
+    import httpx2  # (here: every `lens` command loads this module, only a configured URL needs it)
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises for a port that is not one)
-    except ValueError:
+        # as the providers' SDKs parse it: a control character or a host IDNA refuses passed,
+        # and every request then raised from the SDK and crashed the session's actor
+        httpx2.URL(url)
+    except (ValueError, httpx2.InvalidURL):
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
 
