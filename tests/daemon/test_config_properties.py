@@ -202,6 +202,28 @@ def test_mcp_server_numbers_load_at_their_limits_and_are_refused_one_past(case: 
         assert f"mcpServers['search']: {key} must be" in refused(text)
 
 
+ODD = st.sampled_from(["", "", "\u200b", "\uff41", "\u0663", "%zz", " ", "\x00", "\x07", "\t", "\\", "é", "-", "_",
+                       ".", "@", "?", "#", ":"])
+URLS = st.tuples(st.sampled_from(["http://", "https://", "ftp://", ""]), ODD,
+                 st.sampled_from(["127.0.0.1", "[::1]", "[zz]", "llm.lan", "bücher.de", ""]), ODD,
+                 st.sampled_from(["", ":8080", ":99999", ":"]), st.sampled_from(["", "/", "/v1"]), ODD).map("".join)
+
+
+@FAST
+@given(URLS)
+def test_a_base_url_is_refused_naming_it_or_one_the_sdks_client_can_send_to(url: str) -> None:
+    import httpx2
+
+    text = json.dumps(with_value(("providers", 0, "baseUrl"), url))
+    try:
+        start_checks(text)
+    except ConfigError as exc:
+        assert "baseUrl" in exc.message, exc.message
+        return
+    base = httpx2.URL(url)  # as the SDKs join a route to it, and send
+    httpx2.Request("POST", base.copy_with(raw_path=base.raw_path.rstrip(b"/") + b"/chat/completions"))
+
+
 KEY_NAMES = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
 NESTED = st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=5)),
                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(KEY_NAMES, inner, max_size=3)),
