@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -173,9 +174,39 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
+        if "[...]" in str(exc):  # (msgspec does not name a map's keys: which MCP server's `command`?)
+            exc = msgspec.ValidationError(_first_refused(data, Config, "$") or str(exc))
         raise ConfigError(f"{where}: {short_reason(exc)}") from None
     check_config(cfg, where)
     return cfg
+
+
+def _first_refused(data: Any, kind: Any, path: str) -> str | None:
+    """msgspec's reason for the first value in ``data`` that ``kind`` refuses, placed at its
+    path with the keys of maps named (``$.mcpServers['docs'].command``); None if none is refused."""
+    try:
+        msgspec.convert(data, kind)
+        return None
+    except msgspec.ValidationError as exc:
+        reason = str(exc)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args and data is not None:
+        kind = next(a for a in args if a is not type(None))  # (`X | None`: what is in X; the reason stays the union's)
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+    children: list[tuple[Any, Any, str]] = []
+    if isinstance(kind, type) and issubclass(kind, msgspec.Struct) and isinstance(data, dict):
+        children = [(data[f.encode_name], f.type, f"{path}.{f.encode_name}")
+                    for f in msgspec.structs.fields(kind) if f.encode_name in data]
+    elif origin is dict and isinstance(data, dict):
+        children = [(value, args[1], f"{path}[{key[:40]!r}]") for key, value in data.items()]
+    elif origin is list and isinstance(data, list):
+        children = [(value, args[0], f"{path}[{i}]") for i, value in enumerate(data)]
+    for value, sub, sub_path in children:
+        found = _first_refused(value, sub, sub_path)
+        if found is not None:
+            return found
+    # refused here, not below: msgspec's reason, its path (`$` for this value) made whole
+    return reason.replace(" - at `$", f" - at `{path}", 1) if " - at `$" in reason else f"{reason} - at `{path}`"
 
 
 def check_size(text: str | bytes, where: str) -> None:
@@ -225,10 +256,15 @@ def _valid_host(host: str) -> bool:
 
 
 def _valid_base_url(url: str) -> bool:
+    import httpx2  # (here: every `lens` command loads this module, only a configured URL needs it)
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises for a port that is not one)
-    except ValueError:
+        # as the providers' SDKs parse it: a control character or a host IDNA refuses passed,
+        # and every request then raised from the SDK and crashed the session's actor
+        httpx2.URL(url)
+    except (ValueError, httpx2.InvalidURL):
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
 

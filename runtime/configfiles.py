@@ -1,7 +1,8 @@
 """The config-file API (F-API-4): list, read and write the daemon's own config files only.
 
 Listed: the main config, the pair file, and existing non-template ``.json``/``.jsonc`` regular
-files in the main config's directory (other symlinks are never listed). The main config and the
+files in the main config's directory (other symlinks, dotfiles and names that are not UTF-8 are
+never listed). The main config and the
 pair file are listed whatever is in their place; only a regular file is read or replaced (a
 symlink is never followed, a directory or a FIFO never opened for reading without
 ``O_NONBLOCK``): anything else is ``CONFIG_FILE_NOT_REGULAR``. A name is matched
@@ -63,6 +64,16 @@ class ConfigFileUnwritable(LensError):
     code = "CONFIG_FILE_UNWRITABLE"
 
 
+def _is_utf8(name: str) -> bool:
+    """Whether a file name from the file system is UTF-8 (one that is not comes with surrogate
+    escapes, which cannot be encoded)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ConfigFiles:
     def __init__(self, main_config: Path, pair_file: Path, max_bytes: int = 1024 * 1024) -> None:
         self.main = Path(main_config)
@@ -85,6 +96,8 @@ class ConfigFiles:
             if name in files or not name.endswith((".json", ".jsonc")) or name.endswith(TEMPLATE_SUFFIXES):
                 continue
             if name.startswith(".") or e.is_symlink() or not e.is_file(follow_symlinks=False):
+                continue
+            if not name.isascii() and not _is_utf8(name):  # (no JSON answer can name it, no URL reach it)
                 continue
             files[name] = (Path(e.path), "other")
         return files
@@ -114,7 +127,9 @@ class ConfigFiles:
 
     def _lookup(self, name: str) -> tuple[Path, str]:
         found = self._candidates().get(name)
-        if found is None or "/" in name or "\\" in name or "\0" in name:
+        # (a name is one of the directory's entries, whose path is its own: a backslash in it is
+        # an ordinary character here, and refusing it made such a listed file unreachable)
+        if found is None or "/" in name or "\0" in name:
             raise ConfigFileNotFound(f"{name[:80]!r} is not one of the daemon's config files")
         return found
 

@@ -68,9 +68,25 @@ def test_paths_and_model_ids_are_checked(body: dict, words: str) -> None:
         parse_config(json.dumps(body))
 
 
-def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="nested too deeply"):
+def test_nesting_past_the_limit_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="nested deeper than 200 arrays and objects at line 1, column 211"):
         parse_config('{"server": ' + "[" * 5000 + "]" * 5000 + "}")
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"mcpServers": {"docs": {"command": "d"}, "search": {"command": 7}}}, "at `$.mcpServers['search'].command`"),
+    ({"mcpServers": {"docs": {"command": "d", "env": {"A": "1", "B": None}}}}, "at `$.mcpServers['docs'].env['B']`"),
+    ({"mcpServers": {"docs": {}}}, "Object missing required field `command` - at `$.mcpServers['docs']`"),
+    ({"tools": {"policy": {"read_file": {"approval": 3}}}},
+     "Expected `str | null`, got `int` - at `$.tools.policy['read_file'].approval`"),
+    ({"mcpServers": {"s": {"command": "d"}}, "server": {"port": "1"}}, "at `$.server.port`"),
+])
+def test_a_value_of_the_wrong_type_in_a_map_names_its_key(body: dict, words: str) -> None:
+    # msgspec shows a map's keys as `[...]`: "at `$.mcpServers[...].command`" did not say which
+    # server's command, with several configured.
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps(body))
+    assert words in info.value.message and "[...]" not in info.value.message, info.value.message
 
 
 def test_defaults_pass_their_own_check() -> None:
@@ -144,17 +160,22 @@ def test_provider_timeout_and_retries_are_accepted_at_their_edges_and_refused_pa
         assert f"providers[1].{key} must be" in info.value.message, bad
 
 
-@pytest.mark.parametrize("url", ["", "ftp://host/v1", "127.0.0.1:11434/v1", "not a url", "http://", "http://h:99999/v1"])
+@pytest.mark.parametrize("url", ["", "ftp://host/v1", "127.0.0.1:11434/v1", "not a url", "http://", "http://h:99999/v1",
+                                 "http://127.0.0.1:9/v1\x07", "http://a\x00b/v1", "http://a\u200b.com/v1",
+                                 "http://\uff41.com/v1", "http://\u0663.com/v1"])
 def test_a_base_url_that_is_no_http_url_is_refused(url: str) -> None:
     # Accepted before: "" then meant the vendor's public API (a "local" provider's prompts went
-    # there), the others failed every request as a retried CONNECTION_FAILED.
+    # there), the others failed every request as a retried CONNECTION_FAILED. A control character
+    # or a host IDNA refuses (a zero-width space, a full-width letter) passed too, and every
+    # request then raised InvalidURL from the SDK: the session's actor crashed, then quarantined.
     with pytest.raises(ConfigError) as info:
         parse_config(cfg(providers=[{"id": "local", "protocol": "openai-chat", "baseUrl": url}]))
     assert f"provider 'local': baseUrl must be an http:// or https:// URL with a host, not {url!r}" in info.value.message
 
 
 def test_base_urls_that_are_http_urls_are_accepted() -> None:
-    for url in ("http://127.0.0.1:11434/v1", "https://api.example.com", "http://[::1]:8080/v1", "http://llm.lan/v1"):
+    for url in ("http://127.0.0.1:11434/v1", "https://api.example.com", "http://[::1]:8080/v1", "http://llm.lan/v1",
+                "http://bücher.example/v1", "http://xn--bcher-kva.example/v1"):
         assert parse_config(cfg(providers=[{"id": "p", "protocol": "openai-chat", "baseUrl": url}])).providers[0].base_url == url
 
 
