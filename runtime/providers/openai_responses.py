@@ -231,7 +231,7 @@ def _as_received(item: Any) -> dict[str, Any]:
     """An output item as the server sent it (the SDK model's set fields, JSON-shaped)."""
     to_dict = getattr(item, "to_dict", None)
     if to_dict is not None:
-        return to_dict()
+        return to_dict(warnings=False)  # (a field of another type stays as sent, unannounced on stderr)
     return dict(item) if isinstance(item, dict) else {}
 
 

@@ -263,7 +263,10 @@ def usage_dict(obj: Any) -> dict[str, Any] | None:
         return dict(obj)
     to_dict = getattr(obj, "to_dict", None)
     if to_dict is not None:
-        return to_dict()  # exclude_unset: only what came over the wire
+        # exclude_unset: only what came over the wire. A count of another type (`"12"`, a list)
+        # is left as sent (`reported` makes it unknown) without pydantic's serializer warning,
+        # which printed the server's values on stderr (and failed the answer where warnings raise).
+        return to_dict(warnings=False)
     return None
 
 
