@@ -216,7 +216,8 @@ class _StreamReader:
     call's arguments as the model sent it. Live text and thinking go to ``on_delta`` as they come.
 
     A delta for a block that never started is a malformed stream, as it was for the helper;
-    events before ``message_start`` are skipped, as the helper skips them. A ``message_start`` or
+    events before ``message_start`` are skipped, as the helper skips them, and so are events after
+    ``message_stop`` (deltas a server sent after it were added to the answer). A ``message_start`` or
     ``message_delta`` without ``usage`` (which the helper's accumulator could not take) leaves the
     counts it would have given unknown."""
 
@@ -225,6 +226,7 @@ class _StreamReader:
         self.id: str | None = None
         self.started = False
         self.stop_reason: str | None = None
+        self.stopped = False  # message_stop came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
 
@@ -243,6 +245,11 @@ class _StreamReader:
 
     def feed(self, ev: Any) -> None:
         kind = ev.type
+        if self.stopped:
+            return  # (the message is complete: what a server sends after it is no part of it)
+        if kind == "message_stop":
+            self.stopped = self.started
+            return
         if kind == "message_start":
             self.started = True
             self.id = getattr(ev.message, "id", None)

@@ -81,6 +81,22 @@ def _set_in(frames: Frames, kind: str, change: Callable[[dict], None]) -> Frames
     return frames
 
 
+async def test_what_a_server_sends_after_message_stop_is_no_part_of_the_answer(server, make):
+    # Text and thinking deltas sent after message_stop were added to the committed answer.
+    provider = make("anthropic", max_retries=0)
+    scripted = reply("anthropic", text=["Hello ", "world"], reasoning=["hm"])
+    again = [copy.deepcopy(f) for f in scripted.events if f[0] == "content_block_delta"]
+    scripted.events = scripted.events + again + [("message_start", {"type": "message_start", "message": {
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": None,
+        "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}})]
+    server.push(scripted)
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("hi").request(), deltas)
+    assert (result.text, result.reasoning, result.response_id) == ("Hello world", "hm", "r1")
+    assert (deltas.text(), deltas.text("reasoning")) == ("Hello world", "hm")
+    assert result.usage.input_tokens == 100
+
+
 @pytest.mark.parametrize("protocol", ["openai-chat", "anthropic"])
 async def test_a_usage_count_of_another_type_is_unknown_and_read_without_a_warning(protocol, server, make):
     # Reading the SDK's usage object made pydantic warn on stderr, quoting the server's values
