@@ -155,7 +155,7 @@ class AnthropicProvider(SdkProvider):
                     reader.feed(ev)
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
-            return self._result(reader, compiled, cache)
+            return self.checked(self._result(reader, compiled, cache))
         except ProviderError as exc:
             raise exc.during(reader.usage_so_far())
         except (anthropic.APIError, httpx2.HTTPError) as exc:
@@ -192,7 +192,7 @@ class AnthropicProvider(SdkProvider):
         if compiled.names.aliased:
             diagnostics["tool_aliases"] = compiled.names.aliased
         if not calls and msg.stop_reason == "tool_use":
-            raise ProviderError("PROVIDER_ERROR", "anthropic: stop_reason tool_use without a tool_use block", retryable=True)
+            raise self.malformed(ValueError("stop_reason tool_use without a tool_use block"))
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=msg.stop_reason, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics)
@@ -282,7 +282,7 @@ class _StreamReader:
                 block["thinking"].append(_text(delta.thinking, "thinking_delta.thinking"))
                 self.on_delta(Delta("reasoning", delta.thinking))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
-                block["signature"] = delta.signature
+                block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
                 block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
         elif kind == "message_delta":

@@ -220,8 +220,8 @@ class OpenAIChatProvider(SdkProvider):
             diagnostics["cache"] = cache
         if compiled.names.aliased:
             diagnostics["tool_aliases"] = compiled.names.aliased
-        return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls, stop_reason=stop,
-                           usage=usage, response_id=response_id, diagnostics=diagnostics)
+        return self.checked(ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls,
+                                        stop_reason=stop, usage=usage, response_id=response_id, diagnostics=diagnostics))
 
 
 def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:

@@ -152,6 +152,8 @@ class OpenAIResponsesProvider(SdkProvider):
                         streamed.append(ev.delta)
                         on_delta(Delta("text", ev.delta))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                        if not isinstance(ev.delta, str):  # (the SDK joins text deltas, which checks them; not these)
+                            raise TypeError(f"a {kind} that is {type(ev.delta).__name__}, not text")
                         on_delta(Delta("reasoning", ev.delta))
                     elif kind == "error":
                         raise self.map_error(_StreamError(getattr(ev, "code", None), getattr(ev, "message", "")))
@@ -176,7 +178,7 @@ class OpenAIResponsesProvider(SdkProvider):
             # Some servers (proxies) send response.completed with "output": []: the text the
             # viewer saw streaming is the answer, not an empty one.
             result = replace(result, text="".join(streamed))
-        return result
+        return self.checked(result)
 
     def _result(self, response: Any, compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []

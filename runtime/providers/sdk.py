@@ -37,7 +37,7 @@ import trio
 
 from runtime.config import ModelConfig
 
-from .base import ProviderError
+from .base import ModelResult, ProviderError
 from .redact import redact_key
 from .compile import LoadImage
 
@@ -142,6 +142,16 @@ class SdkProvider(ABC):
         detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
+    def checked(self, result: ModelResult) -> ModelResult:
+        """``result`` if every field the log records as text is text. The SDKs pass a field of
+        another type through as sent (a tool call's id that is a number, a name that is
+        ``null``): recorded, it crashed the session's actor (or was refused by the log as
+        ``RESPONSE_NOT_RECORDED``, which names no provider); it is a malformed stream instead."""
+        problem = _mistyped(result)
+        if problem is not None:
+            raise self.malformed(TypeError(problem)).during(result.usage)
+        return result
+
     def truncated(self, what: str) -> ProviderError:
         """A stream that ended before the response did (a dropped proxy, a server restart)."""
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended before {what}", retryable=True)
@@ -196,6 +206,20 @@ class HideUrlCredentials(logging.Filter):
         if isinstance(args, tuple) and any(isinstance(a, httpx2.URL) and a.userinfo for a in args):
             record.args = tuple(a.copy_with(userinfo=b"") if isinstance(a, httpx2.URL) else a for a in args)
         return True
+
+
+def _mistyped(result: ModelResult) -> str | None:
+    """What in ``result`` is not of the type its event field has, or ``None``."""
+    fields: list[tuple[str, Any, bool]] = [("text", result.text, False), ("reasoning", result.reasoning, False),
+                                           ("stop reason", result.stop_reason, True),
+                                           ("response id", result.response_id, True)]
+    for n, call in enumerate(result.tool_calls, 1):
+        fields += [(f"id of tool call {n}", call.call_id, False), (f"name of tool call {n}", call.name, False),
+                   (f"arguments of tool call {n}", call.arguments, False)]
+    for what, value, optional in fields:
+        if not isinstance(value, str) and not (optional and value is None):
+            return f"the {what} {'are' if what.startswith('arguments') else 'is'} {type(value).__name__}, not text"
+    return None
 
 
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:

@@ -13,10 +13,12 @@ from typing import Any, Callable
 
 import pytest
 
+from events import types as t
 from runtime.providers.base import ProviderError
 
 from .conftest import Ctx, Deltas
 from .scripts import reply
+from .servers import anthropic as an
 
 Frames = list[tuple[str | None, Any]]
 
@@ -81,6 +83,66 @@ def _set_in(frames: Frames, kind: str, change: Callable[[dict], None]) -> Frames
     return frames
 
 
+def _chat_call_id(frames: Frames) -> Frames:
+    frames = copy.deepcopy(frames)
+    for _, data in frames:
+        for choice in data.get("choices", []) if isinstance(data, dict) else []:
+            for call in choice["delta"].get("tool_calls", []):
+                if "id" in call:
+                    call["id"] = 5
+    return frames
+
+
+def _responses_call_name(data: dict) -> None:
+    for item in data["response"]["output"]:
+        if item["type"] == "function_call":
+            item["name"] = 7
+
+
+MISTYPED: dict[str, Callable[[Frames], Frames]] = {
+    "anthropic/a call id that is a number": lambda f: _set_in(
+        f, "content_block_start", lambda d: d["content_block"].update(id=5) if d["content_block"]["type"] == "tool_use" else None),
+    "anthropic/a call name that is null": lambda f: _set_in(
+        f, "content_block_start", lambda d: d["content_block"].update(name=None) if d["content_block"]["type"] == "tool_use" else None),
+    "anthropic/a stop reason that is a number": lambda f: _set_in(f, "message_delta", lambda d: d["delta"].update(stop_reason=5)),
+    "openai-chat/a call id that is a number": _chat_call_id,
+    "openai-responses/a call name that is a number": lambda f: _set_in(f, "response.completed", _responses_call_name),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")  # (the Responses SDK's helper, once per process)
+@pytest.mark.parametrize("case", list(MISTYPED))
+async def test_a_field_recorded_as_text_that_is_no_text_fails_the_request_not_the_session(case, server, make, tmp_path):
+    # The SDKs pass such a field through as sent. A call id that was a number crashed the actor
+    # (which asked the model again on restart, and quarantined the session after three); a name
+    # or a stop reason of another type was refused by the log, as RESPONSE_NOT_RECORDED, which
+    # named no provider and no cause.
+    from runtime.actor import GetState, Submit, WaitIdle
+
+    from .test_actor import events_of, runtime
+
+    protocol = case.split("/")[0]
+    provider = make(protocol, max_retries=0)
+    scripted = reply(protocol, text="x", calls=[("call_1", "read_file", {"path": "a"})])
+    scripted.events = MISTYPED[case](scripted.events)
+    server.push(scripted, reply(protocol, text="fine"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        for n in (1, 2):
+            await sup.call(sid, Submit(f"req{n}", [t.TextPart("hello")]))
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    answers = [e.event for e in evs if e.kind in ("model.failed", "model.responded")]
+    assert [type(a).__name__ for a in answers] == ["ModelFailed", "ModelResponded"]
+    failed = answers[0]
+    assert failed.code == "PROVIDER_ERROR" and failed.retryable
+    assert failed.message.startswith(f"provider 'p-{protocol}': malformed stream: TypeError: the ") \
+        and "not text" in failed.message, failed.message
+    assert answers[1].text == "fine" and state.status == "idle"
+    assert len(server.requests) == 2  # asked once each, never again by a restarted actor
+
+
 async def test_what_a_server_sends_after_message_stop_is_no_part_of_the_answer(server, make):
     # Text and thinking deltas sent after message_stop were added to the committed answer.
     provider = make("anthropic", max_retries=0)
@@ -112,3 +174,33 @@ async def test_a_usage_count_of_another_type_is_unknown_and_read_without_a_warni
     server.push(scripted)
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.text == "hi" and result.usage.input_tokens is None and result.usage.output_tokens == 20
+
+
+@pytest.mark.parametrize("protocol", ["openai-responses", "anthropic"])
+async def test_reasoning_that_is_no_text_is_a_malformed_stream(protocol, server, make):
+    # A Responses reasoning delta that was a number went to live viewers as such (the SDK joins
+    # text deltas, which checks them, not these); an Anthropic signature that was no text was
+    # recorded, to be sent back with every later request.
+    provider = make(protocol, max_retries=0)
+    scripted = reply(protocol, text="hi", reasoning=["hm"])
+    if protocol == "openai-responses":
+        scripted.events = _set_in(scripted.events, "response.reasoning_summary_text.delta", lambda d: d.update(delta=5))
+    else:
+        scripted.events = _set_in(scripted.events, "content_block_delta",
+                                  lambda d: d["delta"].update(signature=5) if d["delta"]["type"] == "signature_delta" else None)
+    server.push(scripted)
+    deltas = Deltas()
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), deltas)
+    assert info.value.code == "PROVIDER_ERROR" and "not text" in info.value.message
+    assert all(isinstance(d.text, str) for d in deltas)
+
+
+async def test_a_tool_use_stop_without_a_call_names_the_provider(server, make):
+    provider = make("anthropic", max_retries=0)
+    server.push(an.message_stream(text="no call", stop_reason="tool_use"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.code == "PROVIDER_ERROR" and info.value.retryable
+    assert info.value.message == ("provider 'p-anthropic': malformed stream: ValueError: "
+                                  "stop_reason tool_use without a tool_use block"), info.value.message
