@@ -28,7 +28,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import call_id_for, describe
-from .sdk import MALFORMED, SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, openai_client_class, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -125,9 +125,7 @@ class OpenAIResponsesProvider(SdkProvider):
     protocol = PROTOCOL
 
     def _make_client(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
+        return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
                                   max_retries=self.max_retries, timeout=self.timeout)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:

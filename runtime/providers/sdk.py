@@ -27,6 +27,7 @@ and authentication failures name only the environment variable.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from abc import ABC, abstractmethod
@@ -191,6 +192,28 @@ class SdkProvider(ABC):
         # (An error event inside a 200 stream is no HTTP status, whatever code it maps to.)
         label = ("stream error" + (f" ({etype})" if etype else "")) if in_stream else f"HTTP {status}"
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+
+
+@functools.cache
+def openai_client_class() -> type:
+    """``openai.AsyncOpenAI`` whose stream reader skips SSE frames without data. The SDK hands
+    every frame to its JSON parser, so a frame holding only ``retry:``, ``id:`` or a comment
+    after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
+    failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
+    first kinds, and the Anthropic SDK skips all of them."""
+    import openai
+    from openai._streaming import SSEDecoder
+
+    class Decoder(SSEDecoder):
+        def decode(self, line: str) -> Any:
+            sse = super().decode(line)
+            return sse if sse is None or sse.data else None
+
+    class Client(openai.AsyncOpenAI):
+        def _make_sse_decoder(self) -> Any:
+            return Decoder()
+
+    return Client
 
 
 class HideUrlCredentials(logging.Filter):

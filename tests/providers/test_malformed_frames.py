@@ -1,4 +1,6 @@
-"""A frame the SDK cannot read is a malformed stream (``PROVIDER_ERROR``), whatever its shape.
+"""A frame the SDK cannot read is a malformed stream (``PROVIDER_ERROR``), whatever its shape;
+a field the log records as text that is none is one too; frames without data are skipped, and
+what follows the stream's end is no part of the answer.
 
 A data frame of JSON that is no object (``null``, a list), an object without a field the SDK
 reads, or a field of another type made the SDKs raise ``AttributeError`` (or, after the stream,
@@ -9,6 +11,7 @@ again when restarted, and after three crashes the session was quarantined for go
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
 
 import pytest
@@ -19,6 +22,7 @@ from runtime.providers.base import ProviderError
 from .conftest import Ctx, Deltas
 from .scripts import reply
 from .servers import anthropic as an
+from .servers.base import Reply
 
 Frames = list[tuple[str | None, Any]]
 
@@ -141,6 +145,23 @@ async def test_a_field_recorded_as_text_that_is_no_text_fails_the_request_not_th
         and "not text" in failed.message, failed.message
     assert answers[1].text == "fine" and state.status == "idle"
     assert len(server.requests) == 2  # asked once each, never again by a restarted actor
+
+
+@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
+async def test_sse_frames_without_data_are_skipped(protocol, server, make):
+    # The OpenAI SDK hands every frame to its JSON reader: a frame of `retry:` alone, an empty
+    # `data:`, or — once the stream has given an `id:` — every keep-alive comment failed the
+    # answer as a malformed stream. (The Anthropic SDK skips them all.)
+    provider = make(protocol, max_retries=0)
+    frames = reply(protocol, text=["Hello ", "world"]).events
+    body = b"retry: 3000\n\ndata:\n\n"
+    for i, (name, data) in enumerate(frames):
+        head = f"event: {name}\n" if name else ""
+        text = data if isinstance(data, str) else json.dumps(data)
+        body += f"id: {i}\n{head}data: {text}\n\n: keep-alive\n\n".encode()
+    server.push(Reply(chunks=[body]))
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Hello world" and result.stop_reason == "end_turn"
 
 
 async def test_what_a_server_sends_after_message_stop_is_no_part_of_the_answer(server, make):
