@@ -146,6 +146,8 @@ class OpenAIResponsesProvider(SdkProvider):
             async with self.client().responses.stream(**kwargs) as stream:
                 async for ev in stream:
                     kind = ev.type
+                    if final is not None:
+                        continue  # (the response is complete: deltas after it went to live viewers as if part of it)
                     if kind in ("response.output_text.delta", "response.refusal.delta"):
                         streamed.append(ev.delta)
                         on_delta(Delta("text", ev.delta))

@@ -225,3 +225,15 @@ async def test_a_tool_use_stop_without_a_call_names_the_provider(server, make):
     assert info.value.code == "PROVIDER_ERROR" and info.value.retryable
     assert info.value.message == ("provider 'p-anthropic': malformed stream: ValueError: "
                                   "stop_reason tool_use without a tool_use block"), info.value.message
+
+
+async def test_what_a_server_sends_after_the_final_response_is_not_streamed_as_the_answer(server, make):
+    # Responses took its answer from the final event already, but text deltas sent after it
+    # still went to live viewers as part of the answer being written.
+    provider = make("openai-responses", max_retries=0)
+    scripted = reply("openai-responses", text=["Hello ", "world"])
+    scripted.events = scripted.events + [copy.deepcopy(f) for f in scripted.events if f[0] == "response.output_text.delta"]
+    server.push(scripted)
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("hi").request(), deltas)
+    assert result.text == deltas.text() == "Hello world"

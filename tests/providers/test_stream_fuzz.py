@@ -321,8 +321,9 @@ def test_a_misbehaving_stream_ends_in_an_answer_or_one_error_and_the_provider_se
     outcome, deltas, server, after = run(ask, protocol, replies, max_retries=max_retries)
     assert_well_ended(protocol, outcome)
     if kind == "after the end":  # (what comes after the stream's last event is no part of the answer)
-        whole, _, _, _ = run(ask, protocol, [Reply(chunks=[_before_the_end(protocol, replies[0])])], then=False)
+        whole, whole_deltas, _, _ = run(ask, protocol, [Reply(chunks=[_before_the_end(protocol, replies[0])])], then=False)
         assert isinstance(outcome, ModelResult) and answer(outcome) == answer(whole)
+        assert deltas.text() == whole_deltas.text()  # (nor streamed live as part of it)
     assert all(isinstance(d.text, str) for d in deltas)
     assert len(server.requests) <= max_retries + 2  # (the request, its retries, the next one)
     assert isinstance(after, ModelResult) and after.text == "next answer"
