@@ -135,7 +135,7 @@ class OpenAIChatProvider(SdkProvider):
 
     def _make_client(self) -> Any:
         return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
-                                  max_retries=self.max_retries, timeout=self.timeout)
+                                     max_retries=self.max_retries, timeout=self.timeout)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""

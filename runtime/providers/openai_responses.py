@@ -126,7 +126,7 @@ class OpenAIResponsesProvider(SdkProvider):
 
     def _make_client(self) -> Any:
         return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
-                                  max_retries=self.max_retries, timeout=self.timeout)
+                                     max_retries=self.max_retries, timeout=self.timeout)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
