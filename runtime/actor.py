@@ -880,7 +880,7 @@ class SessionActor:
             log.warning("session %s: a model response was not recorded: %s", self.session_id, exc.message)
             await self._emit([d.Scoped(t.ModelFailed(
                 code="RESPONSE_NOT_RECORDED",
-                message=f"the model's answer could not be recorded ({exc.message[:300]})",
+                message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage), agent_id, task_id)])
 
     def _tool_schemas(self, agent_id: str) -> list[dict[str, Any]]:

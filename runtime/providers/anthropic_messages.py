@@ -156,7 +156,7 @@ class AnthropicProvider(SdkProvider):
                     reader.feed(ev)
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
-            return self._result(reader, compiled, cache)
+            return self.checked(self._result(reader, compiled, cache))
         except ProviderError as exc:
             raise exc.during(reader.usage_so_far())
         except (anthropic.APIError, httpx2.HTTPError) as exc:
@@ -193,7 +193,7 @@ class AnthropicProvider(SdkProvider):
         if compiled.names.aliased:
             diagnostics["tool_aliases"] = compiled.names.aliased
         if not calls and msg.stop_reason == "tool_use":
-            raise ProviderError("PROVIDER_ERROR", "anthropic: stop_reason tool_use without a tool_use block", retryable=True)
+            raise self.malformed(ValueError("stop_reason tool_use without a tool_use block"))
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=msg.stop_reason, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics)
@@ -217,7 +217,8 @@ class _StreamReader:
     call's arguments as the model sent it. Live text and thinking go to ``on_delta`` as they come.
 
     A delta for a block that never started is a malformed stream, as it was for the helper;
-    events before ``message_start`` are skipped, as the helper skips them. A ``message_start`` or
+    events before ``message_start`` are skipped, as the helper skips them, and so are events after
+    ``message_stop`` (deltas a server sent after it were added to the answer). A ``message_start`` or
     ``message_delta`` without ``usage`` (which the helper's accumulator could not take) leaves the
     counts it would have given unknown."""
 
@@ -226,6 +227,7 @@ class _StreamReader:
         self.id: str | None = None
         self.started = False
         self.stop_reason: str | None = None
+        self.stopped = False  # message_stop came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
 
@@ -244,6 +246,11 @@ class _StreamReader:
 
     def feed(self, ev: Any) -> None:
         kind = ev.type
+        if self.stopped:
+            return  # (the message is complete: what a server sends after it is no part of it)
+        if kind == "message_stop":
+            self.stopped = self.started
+            return
         if kind == "message_start":
             self.started = True
             self.id = getattr(ev.message, "id", None)
@@ -276,7 +283,7 @@ class _StreamReader:
                 block["thinking"].append(_text(delta.thinking, "thinking_delta.thinking"))
                 self.on_delta(Delta("reasoning", delta.thinking))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
-                block["signature"] = delta.signature
+                block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
                 block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
         elif kind == "message_delta":

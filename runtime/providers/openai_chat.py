@@ -23,7 +23,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, openai_client_class, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -135,10 +135,8 @@ class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
 
     def _make_client(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
-                                  max_retries=self.max_retries, timeout=self.timeout)
+        return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
+                                     max_retries=self.max_retries, timeout=self.timeout)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""
@@ -221,8 +219,8 @@ class OpenAIChatProvider(SdkProvider):
             diagnostics["cache"] = cache
         if compiled.names.aliased:
             diagnostics["tool_aliases"] = compiled.names.aliased
-        return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls, stop_reason=stop,
-                           usage=usage, response_id=response_id, diagnostics=diagnostics)
+        return self.checked(ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls,
+                                        stop_reason=stop, usage=usage, response_id=response_id, diagnostics=diagnostics))
 
 
 def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:

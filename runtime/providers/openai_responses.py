@@ -28,7 +28,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, openai_client_class, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -126,10 +126,8 @@ class OpenAIResponsesProvider(SdkProvider):
     protocol = PROTOCOL
 
     def _make_client(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
-                                  max_retries=self.max_retries, timeout=self.timeout)
+        return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
+                                     max_retries=self.max_retries, timeout=self.timeout)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
@@ -149,10 +147,14 @@ class OpenAIResponsesProvider(SdkProvider):
             async with self.client().responses.stream(**kwargs) as stream:
                 async for ev in stream:
                     kind = ev.type
+                    if final is not None:
+                        continue  # (the response is complete: deltas after it went to live viewers as if part of it)
                     if kind in ("response.output_text.delta", "response.refusal.delta"):
                         streamed.append(ev.delta)
                         on_delta(Delta("text", ev.delta))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                        if not isinstance(ev.delta, str):  # (the SDK joins text deltas, which checks them; not these)
+                            raise TypeError(f"a {kind} that is {type(ev.delta).__name__}, not text")
                         on_delta(Delta("reasoning", ev.delta))
                     elif kind == "error":
                         raise self.map_error(_StreamError(getattr(ev, "code", None), getattr(ev, "message", "")))
@@ -177,7 +179,7 @@ class OpenAIResponsesProvider(SdkProvider):
             # Some servers (proxies) send response.completed with "output": []: the text the
             # viewer saw streaming is the answer, not an empty one.
             result = replace(result, text="".join(streamed))
-        return result
+        return self.checked(result)
 
     def _result(self, response: Any, compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []
@@ -232,7 +234,7 @@ def _as_received(item: Any) -> dict[str, Any]:
     """An output item as the server sent it (the SDK model's set fields, JSON-shaped)."""
     to_dict = getattr(item, "to_dict", None)
     if to_dict is not None:
-        return to_dict()
+        return to_dict(warnings=False)  # (a field of another type stays as sent, unannounced on stderr)
     return dict(item) if isinstance(item, dict) else {}
 
 

@@ -27,6 +27,7 @@ and authentication failures name only the environment variable.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from abc import ABC, abstractmethod
@@ -37,7 +38,7 @@ import trio
 
 from runtime.config import ModelConfig
 
-from .base import ProviderError
+from .base import ModelResult, ProviderError
 from .redact import redact_key
 from .compile import LoadImage
 
@@ -142,6 +143,16 @@ class SdkProvider(ABC):
         detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
+    def checked(self, result: ModelResult) -> ModelResult:
+        """``result`` if every field the log records as text is text. The SDKs pass a field of
+        another type through as sent (a tool call's id that is a number, a name that is
+        ``null``): recorded, it crashed the session's actor (or was refused by the log as
+        ``RESPONSE_NOT_RECORDED``, which names no provider); it is a malformed stream instead."""
+        problem = _mistyped(result)
+        if problem is not None:
+            raise self.malformed(TypeError(problem)).during(result.usage)
+        return result
+
     def truncated(self, what: str) -> ProviderError:
         """A stream that ended before the response did (a dropped proxy, a server restart)."""
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended before {what}", retryable=True)
@@ -183,6 +194,28 @@ class SdkProvider(ABC):
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
 
 
+@functools.cache
+def openai_client_class() -> type:
+    """``openai.AsyncOpenAI`` whose stream reader skips SSE frames without data. The SDK hands
+    every frame to its JSON parser, so a frame holding only ``retry:``, ``id:`` or a comment
+    after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
+    failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
+    first kinds, and the Anthropic SDK skips all of them."""
+    import openai
+    from openai._streaming import SSEDecoder
+
+    class Decoder(SSEDecoder):
+        def decode(self, line: str) -> Any:
+            sse = super().decode(line)
+            return sse if sse is None or sse.data else None
+
+    class Client(openai.AsyncOpenAI):
+        def _make_sse_decoder(self) -> Any:
+            return Decoder()
+
+    return Client
+
+
 class HideUrlCredentials(logging.Filter):
     """Takes the user name and password out of the URLs the SDKs' HTTP client logs. httpx2 logs
     every request's URL at INFO; a ``baseUrl`` that reaches a provider through a proxy may carry
@@ -196,6 +229,20 @@ class HideUrlCredentials(logging.Filter):
         if isinstance(args, tuple) and any(isinstance(a, httpx2.URL) and a.userinfo for a in args):
             record.args = tuple(a.copy_with(userinfo=b"") if isinstance(a, httpx2.URL) else a for a in args)
         return True
+
+
+def _mistyped(result: ModelResult) -> str | None:
+    """What in ``result`` is not of the type its event field has, or ``None``."""
+    fields: list[tuple[str, Any, bool]] = [("text", result.text, False), ("reasoning", result.reasoning, False),
+                                           ("stop reason", result.stop_reason, True),
+                                           ("response id", result.response_id, True)]
+    for n, call in enumerate(result.tool_calls, 1):
+        fields += [(f"id of tool call {n}", call.call_id, False), (f"name of tool call {n}", call.name, False),
+                   (f"arguments of tool call {n}", call.arguments, False)]
+    for what, value, optional in fields:
+        if not isinstance(value, str) and not (optional and value is None):
+            return f"the {what} {'are' if what.startswith('arguments') else 'is'} {type(value).__name__}, not text"
+    return None
 
 
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
@@ -263,7 +310,10 @@ def usage_dict(obj: Any) -> dict[str, Any] | None:
         return dict(obj)
     to_dict = getattr(obj, "to_dict", None)
     if to_dict is not None:
-        return to_dict()  # exclude_unset: only what came over the wire
+        # exclude_unset: only what came over the wire. A count of another type (`"12"`, a list)
+        # is left as sent (`reported` makes it unknown) without pydantic's serializer warning,
+        # which printed the server's values on stderr (and failed the answer where warnings raise).
+        return to_dict(warnings=False)
     return None
 
 

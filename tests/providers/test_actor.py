@@ -42,8 +42,8 @@ class Ids:
 
 @asynccontextmanager
 async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: Ids | None = None,
-                  snapshot_every: int = 500) -> AsyncIterator[Supervisor]:
-    store = EventStore.open(data_dir)
+                  snapshot_every: int = 500, **store_options: Any) -> AsyncIterator[Supervisor]:
+    store = EventStore.open(data_dir, **store_options)
     snapshots = SnapshotStore.open(store.data_dir)
     deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
                      tools if tools is not None else builtin_tools(), ids if ids is not None else Ids(),
@@ -326,3 +326,26 @@ async def test_a_summarizing_request_refused_as_too_long_is_sent_again_cut(proto
     assert COMPACTION_PARTIAL.strip() in sent
     assert result["summary"].startswith("SUMMARY-OF-IT")
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant", "summary"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_answers_at_and_past_the_event_size_limit(protocol, server, make, tmp_path):
+    # An answer that fits log.maxEventBytes is recorded; one past it fails its request once,
+    # as RESPONSE_NOT_RECORDED, which now names the provider (it named none); the session goes on.
+    limit = 64 * 1024  # (the least log.maxEventBytes the config takes)
+    provider = make(protocol, max_retries=0)
+    server.push(reply(protocol, text=["é" * (limit // 2 - 4096)]), reply(protocol, text=["x" * 1000] * (limit // 1000 + 1)),
+                reply(protocol, text="small"))
+    async with runtime(tmp_path / "data", provider, max_event_bytes=limit) as sup:
+        sid = await sup.create_session("p1")
+        for n in (1, 2, 3):
+            await sup.call(sid, Submit(f"req{n}", [t.TextPart(f"answer {n}")]))
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    answers = [(e.kind, getattr(e.event, "code", None)) for e in evs if e.kind in ("model.responded", "model.failed")]
+    assert answers == [("model.responded", None), ("model.failed", "RESPONSE_NOT_RECORDED"), ("model.responded", None)]
+    failed = [e.event for e in evs if e.kind == "model.failed"][0]
+    assert failed.message.startswith(f"provider {provider.id!r}: the model's answer could not be recorded ("), failed.message
+    assert failed.usage is not None and failed.usage.output_tokens == 20
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "small"

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 import trio
+import trio.testing
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 
@@ -20,8 +21,14 @@ class Reply:
 
     ``events`` set: a ``text/event-stream`` of ``(event name or None, data)`` frames (``data`` a
     dict is sent as JSON, a str as is). ``stall_after`` (with ``events``): after that many frames,
-    send nothing more and wait for the client to disconnect. Otherwise: ``status`` + ``body``
-    (JSON). ``headers`` go on either (e.g. ``retry-after-ms`` to keep SDK retries fast).
+    send nothing more and wait for the client to disconnect. ``chunks`` set: the body is these
+    bytes, each sent on its own and read by a client in the same trio run before the next is sent
+    (the server waits until every task of the run is blocked), so a test decides where the
+    client's reads end;
+    ``content_type`` is then the response's. ``close_early`` (with ``chunks``): after the last
+    chunk the connection is dropped without ending the body (a server or proxy that died
+    mid-answer). Otherwise: ``status`` + ``body`` (JSON). ``headers`` go on any of them (e.g.
+    ``retry-after-ms`` to keep SDK retries fast).
     """
 
     status: int = 200
@@ -29,6 +36,13 @@ class Reply:
     events: list[tuple[str | None, Any]] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     stall_after: int | None = None
+    chunks: list[bytes] | None = None
+    content_type: str = "text/event-stream"
+    close_early: bool = False
+
+
+class _DropConnection(Exception):
+    """Raised by the app to make hypercorn drop a connection mid-body."""
 
 
 @dataclass
@@ -103,6 +117,17 @@ class ScriptedServer:
         self.requests.append(Received(scope["method"], scope["path"], headers, body))
         reply = self.replies.popleft() if self.replies else Reply(500, {"error": {"message": "no scripted reply left", "type": "server_error"}})
         extra = [(k.encode(), v.encode()) for k, v in reply.headers.items()]
+        if reply.chunks is not None:
+            await send({"type": "http.response.start", "status": reply.status,
+                        "headers": [(b"content-type", reply.content_type.encode()), *extra]})
+            for chunk in reply.chunks:
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await trio.testing.wait_all_tasks_blocked()  # the client has read it and waits for more
+            if reply.close_early:
+                raise _DropConnection("the scripted reply drops the connection here")
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         if reply.events is None:
             data = json.dumps(reply.body if reply.body is not None else {}).encode()
             await send({"type": "http.response.start", "status": reply.status,

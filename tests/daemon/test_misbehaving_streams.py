@@ -1,0 +1,52 @@
+"""Model streams that misbehave, through a running daemon (F-MOD-1): what a loopback
+OpenAI-compatible server sends wrongly fails one request, and the session answers the next."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from ..providers.servers.base import Reply, ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from .conftest import DaemonFactory
+
+
+async def test_a_call_id_that_is_a_number_fails_the_request_and_the_session_answers_the_next(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    """The SDK passes a tool call's id through as sent. A number crashed the session's actor as
+    the answer was recorded; each restart asked the model again (and was billed again), and after
+    three the session was quarantined for good. Its stream also gives every frame an ``id:`` and
+    sends keep-alive comments, which the OpenAI SDK read as frames of JSON (a malformed stream)."""
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    bad = chat_stream(text="Checking.", calls=[("call_1", "get_system_time", {})])
+    assert bad.events is not None
+    for _, data in bad.events:
+        for choice in data.get("choices", []) if isinstance(data, dict) else []:
+            for call in choice["delta"].get("tool_calls", []):
+                if "id" in call:
+                    call["id"] = 5
+    body = b"".join(f"id: {i}\ndata: {d if isinstance(d, str) else json.dumps(d)}\n\n: keep-alive\n\n".encode()
+                    for i, (_, d) in enumerate(chat_stream(text="It is noon.").events or []))
+    server.push(bad, Reply(chunks=[body]))
+    config = {"providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
+                             "models": [{"id": "compat-model"}]}], "defaultModel": "compat/compat-model"}
+    d = await daemon_factory(config=config)
+    token = await d.pair("streams-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "what time is it?")
+    view = await d.wait_idle(token, sid)
+    assert view["status"] == "idle"
+    events = await d.events(token, sid)
+    failed = [e["body"] for e in events if e["kind"] == "model.failed"]
+    assert [(f["code"], f["retryable"]) for f in failed] == [("PROVIDER_ERROR", True)]
+    assert failed[0]["message"] == ("provider 'compat': malformed stream: TypeError: "
+                                    "the id of tool call 1 is int, not text"), failed[0]["message"]
+    assert view["agents"][0]["lastError"] == f"PROVIDER_ERROR: {failed[0]['message']}"
+    assert len(server.requests) == 1  # asked once, not again by restarted actors
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    assert view["status"] == "idle"
+    answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]
+    assert answers == ["It is noon."]
