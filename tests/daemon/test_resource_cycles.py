@@ -234,6 +234,20 @@ async def wait_kind(p: Proc, sid: str, kind: str, count: int = 1) -> list[dict[s
     return await wait_until(seen, LIMIT, f"{count} {kind} in {sid}")
 
 
+async def sse_cut(port: int, token: str, target: str) -> None:
+    """An SSE request on a raw socket: the first events read, then the socket closed mid-stream."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    with trio.fail_after(LIMIT):
+        await stream.send_all((f"GET /api/v1{target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                               f"Authorization: Bearer {token}\r\nLast-Event-ID: 0\r\n\r\n").encode())
+        data = b""
+        while data.count(b"\nid: ") < 2:
+            chunk = await stream.receive_some(65536)
+            assert chunk, data
+            data += chunk
+    await stream.aclose()
+
+
 # --------------------------------------------------------------------------- the cycles
 
 
@@ -257,22 +271,9 @@ async def test_sse_streams_read_and_dropped_abruptly_or_cleanly(lens: Any) -> No
     await p.d.submit(p.token, sid, "first", "hello")
     await p.d.wait_idle(p.token, sid)
 
-    async def abrupt(target: str) -> None:
-        # a raw socket: the request, the first events, then the socket closed mid-stream
-        stream = await trio.open_tcp_stream("127.0.0.1", p.d.port)
-        with trio.fail_after(LIMIT):
-            await stream.send_all((f"GET /api/v1{target} HTTP/1.1\r\nHost: 127.0.0.1:{p.d.port}\r\n"
-                                   f"Authorization: Bearer {p.token}\r\nLast-Event-ID: 0\r\n\r\n").encode())
-            data = b""
-            while data.count(b"\nid: ") < 2:
-                chunk = await stream.receive_some(65536)
-                assert chunk, data
-                data += chunk
-        await stream.aclose()
-
     async def one(i: int) -> None:
         target = "/events/stream" if i % 2 else f"/events/stream?session={sid}"
-        await abrupt(target)
+        await sse_cut(p.d.port, p.token, target)
         async with p.d.sse(p.token, params={"session": sid} if i % 2 else None, last_event_id=0) as s:
             for _ in range(3):
                 assert await s.next_event() is not None
@@ -440,10 +441,11 @@ def alive(cls: type) -> int:
 async def test_in_process_tasks_and_session_state_freed_once_sessions_passivate(daemon_factory: DaemonFactory) -> None:
     # The daemon in this process: its trio tasks are counted from the root task, and what a
     # passivated session leaves in memory is looked for directly. Each cycle: a fresh session runs
-    # a tool call and is deleted; a long-lived one takes an input; an SSE stream reads a few
-    # events and is closed. Once every actor has passivated (idleSeconds after its last call),
-    # the task count is the baseline's and nothing of a session's state is left: no actor, and
-    # no model request (which holds its agent's whole Working Context).
+    # a tool call, starts a background job, and is deleted inside a long command (the deletion
+    # aborts the run and stops the job); a long-lived one takes an input; an SSE stream reads a
+    # few events and is closed, another is cut off. Once every actor has passivated (idleSeconds
+    # after its last call), the task count is the baseline's and nothing of a session's state is
+    # left: no actor, and no model request (which holds its agent's whole Working Context).
     d = await daemon_factory(config=config())
     token = await d.pair("tasks", strong=True)
     project = (await d.project(token, "p"))["id"]
@@ -459,11 +461,18 @@ async def test_in_process_tasks_and_session_state_freed_once_sessions_passivate(
         inputs += 1
         await d.wait_idle(token, sid)
         await d.wait_idle(token, kept)
+        await d.submit(token, sid, f"j{i}", "/tool job " + json.dumps({"action": "start", "command": "sleep 600"}))
+        await d.wait_idle(token, sid)
+        await d.submit(token, sid, f"c{i}", '/tool run_command {"command": "sleep 600"}')
+        await d.wait_running_call(token, sid)
         r = await d.request("DELETE", f"/sessions/{sid}", token, json_body={})
         assert r.status_code == 200, r.text
+        kinds = [e["kind"] for e in await d.events(token, sid)]
+        assert kinds.count("job.started") == kinds.count("job.finished") == 1 and kinds[-1] == "session.deleted", kinds
         async with d.sse(token, params={"session": kept}, last_event_id=0) as stream:
             for _ in range(3):
                 assert await stream.next_event() is not None
+        await sse_cut(d.port, token, f"/events/stream?session={kept}")
 
     async def passivated() -> bool:
         return alive(SessionActor) == 0
@@ -483,4 +492,10 @@ async def test_in_process_tasks_and_session_state_freed_once_sessions_passivate(
     except AssertionError:
         raise AssertionError(f"{trio_tasks()} trio tasks; {base} at the baseline") from None
     assert alive(ModelRequest) == 0
+
+    async def commands_ended() -> bool:  # (the jobs and commands the deletions stopped)
+        ex = executor_of(os.getpid())
+        return ex is not None and not children(ex)
+
+    await wait_until(commands_ended, LIMIT, "no command left running")
     assert sum(e["kind"] == "task.finished" for e in await d.events(token, kept)) == inputs
