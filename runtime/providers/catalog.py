@@ -247,7 +247,9 @@ def build_catalog(
 
     env = os.environ if environ is None else environ
     load_image = store_loader(artifacts) if artifacts is not None else None
-    providers: dict[str, Provider] = {"faux": FauxProvider("faux")}
+    # (faux providers here keep no requests: nothing of the daemon reads them, and each pins a
+    # session's Working Context)
+    providers: dict[str, Provider] = {"faux": FauxProvider("faux", keep_requests=0)}
     unavailable: dict[str, tuple[str, str]] = {}
     configs: dict[str, list[ModelConfig]] = {}
     protocols: dict[str, str] = {}
@@ -274,7 +276,7 @@ def build_catalog(
             continue
         if p.protocol == "faux":
             try:
-                providers[p.id] = FauxProvider.from_config(p.id, p.script)
+                providers[p.id] = FauxProvider.from_config(p.id, p.script, keep_requests=0)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         else:

@@ -65,19 +65,22 @@ def _last_message(request: ModelRequest) -> str:
 
 
 class FauxProvider:
-    def __init__(self, id: str = "faux", script: list[FauxTurn] | None = None) -> None:
+    def __init__(self, id: str = "faux", script: list[FauxTurn] | None = None, *,
+                 keep_requests: int = REQUESTS_KEPT) -> None:
         self.id = id
         self.script = list(script or [])
-        # What was asked, for tests and demos: the latest REQUESTS_KEPT only (indexable, len,
-        # iterable, ``clear()``), so a long-running daemon on the faux provider stays bounded.
-        self.requests: deque[ModelRequest] = deque(maxlen=REQUESTS_KEPT)
+        # What was asked, for tests: the latest ``keep_requests`` only (indexable, len, iterable,
+        # ``clear()``). The daemon's faux providers keep none (see build_catalog): a request holds
+        # its agent's whole Working Context, so kept requests pinned the items of every session
+        # long after its actor passivated — a copy per wake-up.
+        self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
 
     @classmethod
-    def from_config(cls, id: str, script: Any) -> "FauxProvider":
+    def from_config(cls, id: str, script: Any, *, keep_requests: int = REQUESTS_KEPT) -> "FauxProvider":
         """From config JSON (camelCase keys: ``toolCalls``, ``delayMs`` …). Raises
         :class:`ValueError` naming what in ``script`` is wrong."""
         try:
-            return cls(id, msgspec.convert(script or [], list[FauxTurn]))
+            return cls(id, msgspec.convert(script or [], list[FauxTurn]), keep_requests=keep_requests)
         except msgspec.ValidationError as exc:
             raise ValueError(f"provider {id!r}: script: {str(exc).replace('$', 'script', 1)}") from None
 
