@@ -24,7 +24,7 @@ from tools.web.address import shown_url
 
 from . import jsonc
 from .atomicfile import FileTooLarge, read_regular_file
-from .errors import LensError, short_reason
+from .errors import MAX_REASON, LensError, short_reason, shortened
 from .mcp_config import McpServerConfig, check_mcp_servers
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
@@ -280,7 +280,7 @@ def check_config(cfg: Config, where: str) -> None:
     for key, value, lo, hi in _ranges(cfg):
         if not lo <= value <= hi:  # (also false for NaN)
             # (exact bounds: `:g` printed 1 GiB as 1.07374e+09, a number no config may hold)
-            raise ConfigError(f"{where}: {key} must be {lo} to {hi}, not {value!r}")
+            raise ConfigError(f"{where}: {key} must be {lo} to {hi}, not {shortened(repr(value))}")
     if not _valid_host(cfg.server.host):
         raise ConfigError(f"{where}: server.host {cfg.server.host[:100]!r} is not an IP address or host name")
     if not cfg.data_dir or "\0" in cfg.data_dir:
@@ -412,8 +412,22 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     cfg = parse_config(raw, str(path))
     extra = unknown_keys(raw)
     if extra:
-        notes.append(f"{path}: ignoring unknown keys {', '.join(extra)}")
+        notes.append(f"{path}: ignoring unknown keys {unknown_keys_listed(extra)}")
     return cfg, path, notes
+
+
+def unknown_keys_listed(keys: list[str]) -> str:
+    """``keys`` for the start-up note: each cut to 80 characters, and as many as fit in
+    :data:`MAX_REASON` characters, then how many more (a file may hold any number, of any length)."""
+    shown: list[str] = []
+    size = 0
+    for key in map(shortened, keys):
+        if shown and size + len(key) > MAX_REASON:
+            break
+        shown.append(key)
+        size += len(key) + 2
+    more = len(keys) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 def expand_path(value: str, key: str, where: str) -> Path:
