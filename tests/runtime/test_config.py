@@ -256,6 +256,27 @@ def test_web_keys_are_checked(body: dict, words: str) -> None:
         parse_config(json.dumps(body))
 
 
+ENV_NAME_KEYS = [
+    ("providers[].apiKeyEnv", lambda v: {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": v,
+                                                        "models": [{"id": "m"}]}]}, "provider 'p': apiKeyEnv"),
+    ("executor.tokenEnv", lambda v: {"executor": {"address": "127.0.0.1:7421", "tokenEnv": v}}, "executor.tokenEnv"),
+    ("webSearch.apiKeyEnv", lambda v: {"webSearch": {"apiKeyEnv": v}}, "webSearch.apiKeyEnv"),
+]
+
+
+@pytest.mark.parametrize(("body", "words"), [k[1:] for k in ENV_NAME_KEYS], ids=[k[0] for k in ENV_NAME_KEYS])
+def test_every_key_naming_an_environment_variable_refuses_a_name_none_can_have(body: Any, words: str) -> None:
+    # `apiKeyEnv` and `executor.tokenEnv` took `A=B` or a NUL, and then reported a missing key
+    # or token ("executor.tokenEnv A=B is not set in the environment", though `A=B=x` was):
+    # a name no variable can have is refused at once, by the check webSearch.apiKeyEnv had.
+    for name in ("A=B", "A\0B", "=", ""):
+        with pytest.raises(ConfigError) as info:
+            parse_config(json.dumps(body(name)), "c.jsonc")
+        assert f"{words} must name " in info.value.message, (name, info.value.message)
+    for name in ("MY_KEY", "lower.dotted-name", "K\u00e9Y"):
+        parse_config(json.dumps(body(name)))
+
+
 def test_the_search_key_variable_is_kept_from_executors() -> None:
     from runtime.config import secret_env_names
 
