@@ -24,7 +24,7 @@ from tools.web.address import shown_url
 
 from . import jsonc
 from .atomicfile import FileTooLarge, read_regular_file
-from .errors import LensError, short_reason
+from .errors import MAX_REASON, LensError, short_reason, shortened
 from .mcp_config import McpServerConfig, check_mcp_servers
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
@@ -275,12 +275,18 @@ def _valid_address(address: str) -> bool:
     return parts is not None and parts[1] >= 1 and _valid_host(parts[0])
 
 
+def _is_env_name(name: str) -> bool:
+    """Whether an environment variable can have ``name``: a non-empty one without ``=`` or NUL
+    (``A=B`` would be read as variable ``A``; a lookup of either finds nothing, ever)."""
+    return bool(name) and "=" not in name and "\0" not in name
+
+
 def check_config(cfg: Config, where: str) -> None:
     """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
         if not lo <= value <= hi:  # (also false for NaN)
             # (exact bounds: `:g` printed 1 GiB as 1.07374e+09, a number no config may hold)
-            raise ConfigError(f"{where}: {key} must be {lo} to {hi}, not {value!r}")
+            raise ConfigError(f"{where}: {key} must be {lo} to {hi}, not {shortened(repr(value))}")
     if not _valid_host(cfg.server.host):
         raise ConfigError(f"{where}: server.host {cfg.server.host[:100]!r} is not an IP address or host name")
     if not cfg.data_dir or "\0" in cfg.data_dir:
@@ -299,7 +305,12 @@ def check_config(cfg: Config, where: str) -> None:
                           f"not {cfg.executor.address[:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
+    if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):
+        raise ConfigError(f"{where}: executor.tokenEnv must name an environment variable (or be null)")
     for p in cfg.providers:
+        if p.api_key_env is not None and not _is_env_name(p.api_key_env):
+            raise ConfigError(f"{where}: provider {p.id!r}: apiKeyEnv must name an environment variable "
+                              f"(or be null: no key needed)")
         if p.base_url is not None and not _valid_base_url(p.base_url):
             raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must be an http:// or https:// URL with a host, "
                               f"not {shown_url(p.base_url)} (omit it for the vendor's public API)")
@@ -324,7 +335,7 @@ def check_config(cfg: Config, where: str) -> None:
     if ws.base_url is not None and (not _valid_base_url(ws.base_url) or "@" in urlsplit(ws.base_url).netloc):
         raise ConfigError(f"{where}: webSearch.baseUrl must be an http:// or https:// URL with a host and no "
                           f"credentials, not {shown_url(ws.base_url)} (null turns web_search off)")
-    if ws.api_key_env is not None and (not ws.api_key_env or "=" in ws.api_key_env or "\0" in ws.api_key_env):
+    if ws.api_key_env is not None and not _is_env_name(ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     check_mcp_servers(cfg.mcp_servers, where, ConfigError)
     native = cfg.local_ptc.native_capabilities if cfg.local_ptc is not None else None
@@ -412,8 +423,22 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     cfg = parse_config(raw, str(path))
     extra = unknown_keys(raw)
     if extra:
-        notes.append(f"{path}: ignoring unknown keys {', '.join(extra)}")
+        notes.append(f"{path}: ignoring unknown keys {unknown_keys_listed(extra)}")
     return cfg, path, notes
+
+
+def unknown_keys_listed(keys: list[str]) -> str:
+    """``keys`` for the start-up note: each cut to 80 characters, and as many as fit in
+    :data:`MAX_REASON` characters, then how many more (a file may hold any number, of any length)."""
+    shown: list[str] = []
+    size = 0
+    for key in map(shortened, keys):
+        if shown and size + len(key) > MAX_REASON:
+            break
+        shown.append(key)
+        size += len(key) + 2
+    more = len(keys) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 def expand_path(value: str, key: str, where: str) -> Path:

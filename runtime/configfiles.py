@@ -2,7 +2,8 @@
 
 Listed: the main config, the pair file, and existing non-template ``.json``/``.jsonc`` regular
 files in the main config's directory (other symlinks, dotfiles and names that are not UTF-8 are
-never listed). The main config and the
+never listed: no JSON answer can carry such a name, no URL reach it; the main config and the pair
+file are no exception). The main config and the
 pair file are listed whatever is in their place; only a regular file is read or replaced (a
 symlink is never followed, a directory or a FIFO never opened for reading without
 ``O_NONBLOCK``): anything else is ``CONFIG_FILE_NOT_REGULAR``. A name is matched
@@ -83,10 +84,13 @@ class ConfigFiles:
         self._write_lock = threading.Lock()  # this daemon's writes of the other files, one at a time
 
     def _candidates(self) -> dict[str, tuple[Path, str]]:
-        files: dict[str, tuple[Path, str]] = {self.main.name: (self.main, "main")}
+        files: dict[str, tuple[Path, str]] = {}
         # The pair file is listed wherever ``pairFile`` puts it (under its own name, which then
-        # hides a file of that name in the config directory).
-        files.setdefault(self.pair.name, (self.pair, "pair"))
+        # hides a file of that name in the config directory). Either one whose own name is not
+        # UTF-8 (``--config`` given such a path) is left out, as such a file of the directory is.
+        for path, role in ((self.main, "main"), (self.pair, "pair")):
+            if _is_utf8(path.name):
+                files.setdefault(path.name, (path, role))
         try:
             entries = sorted(os.scandir(self.dir), key=lambda e: e.name)
         except FileNotFoundError:

@@ -23,7 +23,14 @@ import re
 from typing import ClassVar
 
 _LONG_QUOTED = (re.compile(r"`([^`]{80})[^`]+`"), re.compile(r"'([^']{80})[^']+'"))
+MAX_QUOTED = 80  # characters of a name or value quoted in a message
 MAX_REASON = 400  # characters of a decoder's reason kept in a message
+
+
+def shortened(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text`` cut to ``limit`` characters with ``…``, as :func:`short_reason` cuts a name it
+    quotes (for a value or a list of names a message shows that is not a decoder's reason)."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def short_reason(exc: Exception) -> str:

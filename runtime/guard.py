@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from .errors import LensError
+from .errors import LensError, shortened
 from .pairing import PairFileInvalid, PairStore, Principal
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -104,20 +104,26 @@ class Guard:
     def check_origin(self, origin: str | None) -> None:
         if origin is None:
             return
+        shown = shortened(origin)  # (a header of kilobytes is not echoed whole)
         parts = urlsplit(origin)
         try:
             port = parts.port
         except ValueError:
-            raise OriginForbidden(f"Origin {origin!r} is not valid") from None
+            raise OriginForbidden(f"Origin {shown!r} is not valid") from None
+        # RFC 6454: scheme://host[:port] and nothing else (no path, not even "/", no query,
+        # fragment or user info), which is all a browser sends; anything more is no origin.
+        if parts.scheme in ("http", "https") and (
+                origin.lower() != f"{parts.scheme}://{parts.netloc}".lower() or "@" in parts.netloc):
+            raise OriginForbidden(f"Origin {shown!r} is not valid: an origin is scheme://host[:port] only")
         host = (parts.hostname or "").lower()
         host = f"[{host}]" if ":" in host else host
         known = host in self.allowed_hosts() or host.strip("[]") in self.allowed_hosts() or (self._wildcard() and _is_ip(host))
         if parts.scheme not in ("http", "https") or not known:
-            raise OriginForbidden(f"Origin {origin!r} is not this daemon")
+            raise OriginForbidden(f"Origin {shown!r} is not this daemon")
         if port is None:
             port = 443 if parts.scheme == "https" else 80
         if self.port and port != self.port:
-            raise OriginForbidden(f"Origin {origin!r} is not this daemon")
+            raise OriginForbidden(f"Origin {shown!r} is not this daemon")
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:

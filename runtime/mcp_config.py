@@ -12,6 +12,8 @@ import re
 
 import msgspec
 
+from .errors import shortened
+
 SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")  # whole strings only; "__" and a trailing "_" also refused
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 
@@ -52,4 +54,4 @@ def check_mcp_servers(servers: dict[str, McpServerConfig], where: str, error: ty
                                      ("callTimeoutSeconds", s.call_timeout_seconds, 0.1, 86400),
                                      ("maxRestarts", s.max_restarts, 0, 100)):
             if not lo <= value <= hi:  # (also false for NaN)
-                raise error(f"{key}: {field} must be {lo:g} to {hi:g}, not {value!r}")
+                raise error(f"{key}: {field} must be {lo:g} to {hi:g}, not {shortened(repr(value))}")

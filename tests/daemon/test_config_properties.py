@@ -258,12 +258,14 @@ def serve_refused(out: Any, *words: str) -> None:
     (json.dumps(with_value(("server", "port"), "7420")), ["server.port"]),
     (json.dumps(with_value(("providers", 0, "models", 0, "contextWindow"), 0)), ["contextWindow"]),
     (json.dumps(with_value(("server", "port"), 65536)), ["server.port must be 0 to 65535, not 65536"]),
+    # (a value is shown up to 80 characters, as a client's names are: 400 digits were echoed whole)
+    (json.dumps(with_value(("server", "port"), int("9" * 400))), ["server.port must be 0 to 65535, not " + "9" * 80 + "…"]),
     ('{"server": {"port": 1e400}}', ["1e400 is out of range at line 1, column 21"]),
     ('{"dataDir": "a",\n "dataDir": "b"}', ["duplicate key 'dataDir' at line 2, column 2"]),
     ('{"providers": ' + "[" * 200 + "]" * 200 + "}", ["nested deeper than 200"]),
     (json.dumps(with_value(("mcpServers", "search", "command"), 7, MCP_BASE)),
      ["Expected `str`, got `int` - at `$.mcpServers['search'].command`"]),
-], ids=["wrong-type", "context-window-0", "port-past", "1e400", "duplicate", "too-deep", "mcp-server-by-name"])
+], ids=["wrong-type", "context-window-0", "port-past", "port-of-400-digits", "1e400", "duplicate", "too-deep", "mcp-server-by-name"])
 async def test_lens_serve_refuses_with_one_line_naming_the_key(tmp_path: Path, text: str, words: list[str]) -> None:
     (tmp_path / "c.jsonc").write_text(text)
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)

@@ -77,6 +77,26 @@ async def test_foreign_origin_is_refused_and_same_origin_accepted(daemon: Daemon
     assert project.status_code == 201
 
 
+async def test_an_origin_with_more_than_scheme_host_and_port_is_refused_as_not_valid(daemon: Daemon, strong: str):
+    """An origin is scheme://host[:port] (RFC 6454), which is all a browser sends. This daemon's
+    own origin with a path, a query, a fragment or user info after it was accepted: no page
+    sends such a value, so it is refused as malformed, as other values that are no origin are."""
+    own = f"http://127.0.0.1:{daemon.port}"
+    for origin in [own + "/", own + "/dashboard", own + "?x=1", own + "#top", f"http://evil.example@127.0.0.1:{daemon.port}",
+                   f"http://u:p@127.0.0.1:{daemon.port}", own + "/" + "x" * 5000]:
+        for method, path, body in [("GET", "/projects", None), ("POST", "/projects", {"name": "x", "workspace": "/"}),
+                                   ("GET", "/health", None)]:
+            r = await daemon.request(method, path, strong, json_body=body, headers={"Origin": origin})
+            assert r.status_code == 403 and error_of(r) == "ORIGIN_FORBIDDEN", (origin, method, path, r.text)
+            message = r.json()["error"]["message"]
+            assert message.endswith("is not valid: an origin is scheme://host[:port] only"), message
+            assert len(message) < 200, message  # (the value shown up to 80 characters)
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []  # nothing was created
+    assert (await daemon.get("/projects", strong, headers={"Origin": own})).status_code == 200
+    r = await daemon.get("/projects", strong, headers={"Origin": "http://evil.example/" + "x" * 5000})
+    assert r.status_code == 403 and len(r.json()["error"]["message"]) < 200, r.text
+
+
 async def test_two_origin_headers_are_refused_whichever_comes_first(daemon: Daemon, strong: str):
     """The first header counted: this daemon's origin followed by a foreign one was accepted, the
     two the other way round refused. Which page a request comes from is no guess, as which

@@ -157,6 +157,15 @@ async def test_error_codes_come_through(client: ExecutorClient, workspace: Path,
     await fails("INVALID_ARGUMENT", client.call("_test_wait_cancel", {"marker": "../x"}))
 
 
+async def test_an_unknown_tools_name_is_quoted_short(client: ExecutorClient) -> None:
+    # The name was echoed whole up to the 2,000 characters every message is cut at; the HTTP
+    # routes show a client's names up to 80, and so does this refusal now.
+    err = await fails("UNKNOWN_TOOL", client.call("rm_rf", {}))
+    assert err.message == "the executor has no tool 'rm_rf'", err.message
+    err = await fails("UNKNOWN_TOOL", client.call("x" * 5000, {}))
+    assert err.message == "the executor has no tool '" + "x" * 80 + "…'", err.message[:300]
+
+
 async def test_a_path_hundreds_of_directories_deep_is_refused_and_makes_nothing(client: ExecutorClient,
                                                                                 workspace: Path, sub: str) -> None:
     # A create 25,000 levels deep made ~20,000 nested directories, then failed with IO_ERROR once

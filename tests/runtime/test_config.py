@@ -135,6 +135,37 @@ def test_unknown_keys_are_named_at_any_depth(tmp_path) -> None:
     assert "server.port" not in text
 
 
+def test_the_unknown_keys_note_lists_a_few_keys_whole_and_cuts_many_or_long_ones(tmp_path) -> None:
+    # The note listed every unknown key whole, however many and however long: a file with 3,000
+    # of them and one of 5,000 characters made one start-up line of some 25,000 characters.
+    from runtime.config import load_config
+
+    path = tmp_path / "lens.jsonc"
+    path.write_text('{"zzz": 1, "server": {"prot": 1}}')
+    assert load_config(path)[2] == [f"{path}: ignoring unknown keys server.prot, zzz"]
+    path.write_text(json.dumps({"a" + "x" * 5000: 1, **{f"k{i:04}": 1 for i in range(3000)}}))
+    (note,) = load_config(path)[2]
+    listed = note.removeprefix(f"{path}: ignoring unknown keys ")
+    assert listed.startswith("a" + "x" * 79 + "…, k0000, k0001, "), note[:200]
+    shown, _, more = listed.rpartition(" and ")
+    assert more.endswith(" more") and len(shown.split(", ")) + int(more.removesuffix(" more")) == 3001, note
+    assert len(shown) <= 400 + 80, len(shown)
+
+
+def test_a_number_out_of_range_is_shown_up_to_80_characters(tmp_path) -> None:
+    # A port of 400 digits was echoed whole in its error, and so was an MCP server's number.
+    for text, words in [
+        (cfg(server={"port": 70000}), "server.port must be 0 to 65535, not 70000"),
+        (cfg(server={"port": int("9" * 400)}), "server.port must be 0 to 65535, not " + "9" * 80 + "…"),
+        (cfg(mcpServers={"s": {"command": "x", "maxRestarts": 101}}), "maxRestarts must be 0 to 100, not 101"),
+        (cfg(mcpServers={"s": {"command": "x", "maxRestarts": int("9" * 400)}}),
+         "maxRestarts must be 0 to 100, not " + "9" * 80 + "…"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            parse_config(text, "c.jsonc")
+        assert info.value.message.endswith(words), info.value.message[:300]
+
+
 def test_a_config_link_to_nothing_is_an_error_not_the_defaults(tmp_path) -> None:
     from runtime.config import ConfigError, load_config
 
@@ -223,6 +254,27 @@ def test_web_keys_default_to_public_addresses_only_and_the_exa_backend() -> None
 def test_web_keys_are_checked(body: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         parse_config(json.dumps(body))
+
+
+ENV_NAME_KEYS = [
+    ("providers[].apiKeyEnv", lambda v: {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": v,
+                                                        "models": [{"id": "m"}]}]}, "provider 'p': apiKeyEnv"),
+    ("executor.tokenEnv", lambda v: {"executor": {"address": "127.0.0.1:7421", "tokenEnv": v}}, "executor.tokenEnv"),
+    ("webSearch.apiKeyEnv", lambda v: {"webSearch": {"apiKeyEnv": v}}, "webSearch.apiKeyEnv"),
+]
+
+
+@pytest.mark.parametrize(("body", "words"), [k[1:] for k in ENV_NAME_KEYS], ids=[k[0] for k in ENV_NAME_KEYS])
+def test_every_key_naming_an_environment_variable_refuses_a_name_none_can_have(body: Any, words: str) -> None:
+    # `apiKeyEnv` and `executor.tokenEnv` took `A=B` or a NUL, and then reported a missing key
+    # or token ("executor.tokenEnv A=B is not set in the environment", though `A=B=x` was):
+    # a name no variable can have is refused at once, by the check webSearch.apiKeyEnv had.
+    for name in ("A=B", "A\0B", "=", ""):
+        with pytest.raises(ConfigError) as info:
+            parse_config(json.dumps(body(name)), "c.jsonc")
+        assert f"{words} must name " in info.value.message, (name, info.value.message)
+    for name in ("MY_KEY", "lower.dotted-name", "K\u00e9Y"):
+        parse_config(json.dumps(body(name)))
 
 
 def test_the_search_key_variable_is_kept_from_executors() -> None:

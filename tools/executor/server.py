@@ -25,6 +25,7 @@ import grpc
 
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
+from runtime.errors import shortened  # (imports nothing: no cycle)
 from tools.files.errors import FileToolError, from_os_error
 from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import Workspace
@@ -214,7 +215,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                                                                 ensure_ascii=False),
                                 has_before=out.before is not None, before=out.before or b"", after=out.after or b"")
         else:
-            raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {tool!r}")
+            raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {shortened(tool)!r}")
         return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
                             has_before=out.before is not None, before=out.before or b"", after=out.after or b"")
 
