@@ -308,7 +308,8 @@ def check_config(cfg: Config, where: str) -> None:
     if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):
         raise ConfigError(f"{where}: executor.tokenEnv must name an environment variable (or be null)")
     for p in cfg.providers:
-        if p.api_key_env is not None and not _is_env_name(p.api_key_env):
+        # ("" is no key, as null: decided earlier, and daemons' configs say it)
+        if p.api_key_env and not _is_env_name(p.api_key_env):
             raise ConfigError(f"{where}: provider {p.id!r}: apiKeyEnv must name an environment variable "
                               f"(or be null: no key needed)")
         if p.base_url is not None and not _valid_base_url(p.base_url):
