@@ -156,6 +156,8 @@ class AnthropicProvider(SdkProvider):
                     reader.feed(ev)
                     if reader.stopped:
                         break  # (what comes after is no part of it, and a server that kept sending held the session)
+            if reader.stop_reason is None and reader.delta_came:  # (it came, saying none)
+                raise self.malformed(ValueError("the message_delta's stop_reason is null"))
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
             return self.checked(self._result(reader, compiled, cache))
@@ -231,6 +233,7 @@ class _StreamReader:
         self.started = False
         self.stop_reason: str | None = None
         self.stopped = False  # message_stop came
+        self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
 
@@ -296,6 +299,7 @@ class _StreamReader:
                 block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
                 self.size.add(delta.partial_json)
         elif kind == "message_delta":
+            self.delta_came = True
             self.stop_reason = ev.delta.stop_reason
             # Counts on a message_delta are running totals: they replace what message_start said;
             # a count left out keeps its earlier value, except output_tokens (message_start's is a

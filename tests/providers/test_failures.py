@@ -467,3 +467,21 @@ async def test_responses_final_event_without_output_keeps_the_streamed_text(serv
     server.push(r)
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.text == "Hello world" and result.stop_reason == "end_turn"
+
+
+async def test_an_anthropic_message_delta_without_a_stop_reason_says_so(server, make):
+    # It failed as "the stream ended before its stop_reason", though the event had come.
+    provider = make("anthropic", max_retries=0)
+    odd = reply("anthropic", text="Hello")
+    assert odd.events is not None
+    for name, data in odd.events:
+        if name == "message_delta":
+            data["delta"]["stop_reason"] = None
+    server.push(odd)
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("go").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == ("PROVIDER_ERROR", True)
+    assert info.value.message == ("provider 'p-anthropic': malformed stream: ValueError: "
+                                  "the message_delta's stop_reason is null"), info.value.message
+    assert info.value.usage is not None
+
