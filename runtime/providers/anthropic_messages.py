@@ -167,6 +167,8 @@ class AnthropicProvider(SdkProvider):
             raise self.map_error(exc).during(reader.usage_so_far()) from None
         except MALFORMED as exc:
             raise self.malformed(exc).during(reader.usage_so_far()) from None
+        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
+            raise self.unexpected(exc).during(reader.usage_so_far()) from None
 
     def _result(self, msg: "_StreamReader", compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []

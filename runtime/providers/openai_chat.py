@@ -201,6 +201,8 @@ class OpenAIChatProvider(SdkProvider):
             raise self.map_error(exc).during(_usage(usage_raw) if began else None) from None
         except MALFORMED as exc:
             raise self.malformed(exc).during(_usage(usage_raw) if began else None) from None
+        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
+            raise self.unexpected(exc).during(_usage(usage_raw) if began else None) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
             raise self.truncated("its finish_reason").during(_usage(usage_raw) if began else None)
         if any(not slot["name"] for slot in calls):

@@ -182,6 +182,8 @@ class OpenAIResponsesProvider(SdkProvider):
             raise self.map_error(exc).during(began) from None
         except MALFORMED as exc:
             raise self.malformed(exc).during(began) from None
+        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
+            raise self.unexpected(exc).during(began) from None
         if not result.text and not result.tool_calls and streamed:
             # Some servers (proxies) send response.completed with "output": []: the text the
             # viewer saw streaming is the answer, not an empty one.

@@ -18,6 +18,7 @@ OVERLOADED             529 / ``overloaded_error``                             ye
 TIMEOUT                408 or the client's timeout                            yes
 CONNECTION_FAILED      could not reach the server / connection dropped        yes
 PROVIDER_ERROR         5xx, an error event in the stream, a malformed stream  5xx: yes
+PROVIDER_ERROR         any other exception of the request (named)             no
 RESPONSE_NOT_RECORDED  the answer streamed is past ``log.maxEventBytes``      no
 =====================  =====================================================  =========
 
@@ -146,6 +147,15 @@ class SdkProvider(ABC):
         the model's own output)."""
         detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
+
+    def unexpected(self, exc: Exception) -> ProviderError:
+        """Any other exception of a request: one the SDKs let through untranslated (``httpx2``'s
+        ``InvalidURL`` for a base URL it cannot parse is no ``HTTPError``), or a slip of ours.
+        Out of ``stream()`` it crashed the session's actor, which asked the model again on restart
+        and, after three, was quarantined. Not retryable: nothing says the same request would
+        fare better. (``trio.Cancelled`` and ``KeyboardInterrupt`` are no ``Exception``.)"""
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)
+        return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the request failed: {detail}")
 
     def checked(self, result: ModelResult) -> ModelResult:
         """``result`` if every field the log records as text is text. The SDKs pass a field of
