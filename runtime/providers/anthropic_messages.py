@@ -40,7 +40,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, AnswerSize, SdkProvider, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -149,11 +149,15 @@ class AnthropicProvider(SdkProvider):
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
         kwargs, cache = render(compiled, request, max_tokens=model.max_output_tokens or self.max_output_tokens)
-        reader = _StreamReader(on_delta)
+        reader = _StreamReader(on_delta, self.answer_size())
         try:
             async with await self.client().messages.create(**kwargs, stream=True) as stream:
                 async for ev in stream:
                     reader.feed(ev)
+                    if reader.stopped:
+                        break  # (what comes after is no part of it, and a server that kept sending held the session)
+            if reader.stop_reason is None and reader.delta_came:  # (it came, saying none)
+                raise self.malformed(ValueError("the message_delta's stop_reason is null"))
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
             return self.checked(self._result(reader, compiled, cache))
@@ -163,6 +167,8 @@ class AnthropicProvider(SdkProvider):
             raise self.map_error(exc).during(reader.usage_so_far()) from None
         except MALFORMED as exc:
             raise self.malformed(exc).during(reader.usage_so_far()) from None
+        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
+            raise self.unexpected(exc).during(reader.usage_so_far()) from None
 
     def _result(self, msg: "_StreamReader", compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []
@@ -222,12 +228,14 @@ class _StreamReader:
     ``message_delta`` without ``usage`` (which the helper's accumulator could not take) leaves the
     counts it would have given unknown."""
 
-    def __init__(self, on_delta: Callable[[Delta], None]) -> None:
+    def __init__(self, on_delta: Callable[[Delta], None], size: AnswerSize) -> None:
         self.on_delta = on_delta
+        self.size = size  # (the answer's bytes so far, bounded)
         self.id: str | None = None
         self.started = False
         self.stop_reason: str | None = None
         self.stopped = False  # message_stop came
+        self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
 
@@ -263,11 +271,14 @@ class _StreamReader:
             block: dict[str, Any] = {"type": cb.type}
             if cb.type == "text":
                 block["text"] = [cb.text or ""]
+                self.size.add(cb.text)
             elif cb.type == "thinking":
                 block["thinking"] = [cb.thinking or ""]
                 block["signature"] = cb.signature or ""
+                self.size.add(cb.thinking)
             elif cb.type == "redacted_thinking":
                 block["data"] = cb.data
+                self.size.add(cb.data)
             elif cb.type == "tool_use":
                 block.update(id=cb.id, name=cb.name, input=getattr(cb, "input", None), json=[])
             self._blocks[ev.index] = block
@@ -278,15 +289,19 @@ class _StreamReader:
             delta = ev.delta
             if delta.type == "text_delta" and block["type"] == "text":
                 block["text"].append(_text(delta.text, "text_delta.text"))
+                self.size.add(delta.text)
                 self.on_delta(Delta("text", delta.text))
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
                 block["thinking"].append(_text(delta.thinking, "thinking_delta.thinking"))
+                self.size.add(delta.thinking)
                 self.on_delta(Delta("reasoning", delta.thinking))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
                 block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
+                self.size.add(delta.partial_json)
         elif kind == "message_delta":
+            self.delta_came = True
             self.stop_reason = ev.delta.stop_reason
             # Counts on a message_delta are running totals: they replace what message_start said;
             # a count left out keeps its earlier value, except output_tokens (message_start's is a

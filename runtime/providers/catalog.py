@@ -282,7 +282,8 @@ def build_catalog(
         else:
             providers[p.id] = _sdk_provider(p, key, load_image,
                                             max_retries=p.max_retries if max_retries is None else max_retries,
-                                            timeout=p.timeout_seconds if timeout is None else timeout)
+                                            timeout=p.timeout_seconds if timeout is None else timeout,
+                                            max_answer_bytes=cfg.log.max_event_bytes)
     ref, source = default_model(cli=cli_model, config=cfg.default_model)  # (the saved step: the catalog's)
     return ProviderCatalog(providers, ref, unavailable=unavailable, model_configs=configs, protocols=protocols,
                            default_source=source, saved_default=saved_default)

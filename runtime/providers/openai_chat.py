@@ -157,6 +157,7 @@ class OpenAIChatProvider(SdkProvider):
         usage_raw: dict[str, Any] | None = None
         response_id: str | None = None
         began = False  # a chunk came: a failure from here on records what usage was reported (or unknown)
+        size = self.answer_size()
         try:
             stream = await self.client().chat.completions.create(**kwargs)
             async with stream:
@@ -173,19 +174,24 @@ class OpenAIChatProvider(SdkProvider):
                             extra = getattr(delta, "model_extra", None) or {}
                             think = extra.get("reasoning_content") or extra.get("reasoning")
                             if isinstance(think, str) and think:
+                                size.add(think)
                                 reasoning.append(think)
                                 on_delta(Delta("reasoning", think))
                             if delta.content is not None and not isinstance(delta.content, str):
                                 raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
                             if delta.content:
+                                size.add(delta.content)
                                 text.append(delta.content)
                                 on_delta(Delta("text", delta.content))
                             refusal = getattr(delta, "refusal", None)
                             if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
                                 refused = True
+                                size.add(refusal)
                                 text.append(refusal)
                                 on_delta(Delta("text", refusal))
                             for tc in delta.tool_calls or []:
+                                if tc.function is not None:
+                                    size.add(tc.function.arguments)
                                 _tool_call_delta(calls, by_index, tc)
                         if choice.finish_reason:
                             finish = choice.finish_reason
@@ -195,6 +201,8 @@ class OpenAIChatProvider(SdkProvider):
             raise self.map_error(exc).during(_usage(usage_raw) if began else None) from None
         except MALFORMED as exc:
             raise self.malformed(exc).during(_usage(usage_raw) if began else None) from None
+        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
+            raise self.unexpected(exc).during(_usage(usage_raw) if began else None) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
             raise self.truncated("its finish_reason").during(_usage(usage_raw) if began else None)
         if any(not slot["name"] for slot in calls):

@@ -143,19 +143,26 @@ class OpenAIResponsesProvider(SdkProvider):
         streamed: list[str] = []  # the text deltas, for a final response that leaves its output out
         # What a failure after the response began records: counts unknown, or response.failed's.
         began: t.Usage | None = None
+        size = self.answer_size()
         try:
             async with self.client().responses.stream(**kwargs) as stream:
                 async for ev in stream:
                     kind = ev.type
                     if final is not None:
-                        continue  # (the response is complete: deltas after it went to live viewers as if part of it)
+                        # (the response is complete: deltas after it went to live viewers as if part of
+                        # it, and a server that kept sending them held the session)
+                        break
                     if kind in ("response.output_text.delta", "response.refusal.delta"):
+                        size.add(ev.delta)
                         streamed.append(ev.delta)
                         on_delta(Delta("text", ev.delta))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                         if not isinstance(ev.delta, str):  # (the SDK joins text deltas, which checks them; not these)
                             raise TypeError(f"a {kind} that is {type(ev.delta).__name__}, not text")
+                        size.add(ev.delta)
                         on_delta(Delta("reasoning", ev.delta))
+                    elif kind == "response.function_call_arguments.delta":
+                        size.add(ev.delta)
                     elif kind == "error":
                         raise self.map_error(_StreamError(getattr(ev, "code", None), getattr(ev, "message", "")))
                     elif kind == "response.failed":
@@ -175,6 +182,8 @@ class OpenAIResponsesProvider(SdkProvider):
             raise self.map_error(exc).during(began) from None
         except MALFORMED as exc:
             raise self.malformed(exc).during(began) from None
+        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
+            raise self.unexpected(exc).during(began) from None
         if not result.text and not result.tool_calls and streamed:
             # Some servers (proxies) send response.completed with "output": []: the text the
             # viewer saw streaming is the answer, not an empty one.

@@ -18,6 +18,8 @@ OVERLOADED             529 / ``overloaded_error``                             ye
 TIMEOUT                408 or the client's timeout                            yes
 CONNECTION_FAILED      could not reach the server / connection dropped        yes
 PROVIDER_ERROR         5xx, an error event in the stream, a malformed stream  5xx: yes
+PROVIDER_ERROR         any other exception of the request (named)             no
+RESPONSE_NOT_RECORDED  the answer streamed is past ``log.maxEventBytes``      no
 =====================  =====================================================  =========
 
 The SDKs' own retries (``max_retries``, honouring ``retry-after``) run first; a ProviderError is
@@ -36,6 +38,7 @@ from urllib.parse import urlsplit
 
 import trio
 
+from events.codec import DEFAULT_MAX_EVENT_BYTES
 from runtime.config import ModelConfig
 
 from .base import ModelResult, ProviderError
@@ -84,6 +87,7 @@ class SdkProvider(ABC):
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
         max_output_tokens: int = 8192,  # Anthropic's max_tokens when the model sets no maxOutputTokens
+        max_answer_bytes: int = DEFAULT_MAX_EVENT_BYTES,  # log.maxEventBytes: see AnswerSize
     ) -> None:
         self.id = id
         self.base_url = base_url
@@ -95,6 +99,7 @@ class SdkProvider(ABC):
         self.max_retries = max_retries
         self.timeout = timeout
         self.max_output_tokens = max_output_tokens
+        self.max_answer_bytes = max_answer_bytes
         self._client: Any = None
 
     def __repr__(self) -> str:
@@ -143,6 +148,15 @@ class SdkProvider(ABC):
         detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)  # (redacted, then cut: never part of a key)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: malformed stream: {detail}", retryable=True)
 
+    def unexpected(self, exc: Exception) -> ProviderError:
+        """Any other exception of a request: one the SDKs let through untranslated (``httpx2``'s
+        ``InvalidURL`` for a base URL it cannot parse is no ``HTTPError``), or a slip of ours.
+        Out of ``stream()`` it crashed the session's actor, which asked the model again on restart
+        and, after three, was quarantined. Not retryable: nothing says the same request would
+        fare better. (``trio.Cancelled`` and ``KeyboardInterrupt`` are no ``Exception``.)"""
+        detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)
+        return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the request failed: {detail}")
+
     def checked(self, result: ModelResult) -> ModelResult:
         """``result`` if every field the log records as text is text. The SDKs pass a field of
         another type through as sent (a tool call's id that is a number, a name that is
@@ -152,6 +166,10 @@ class SdkProvider(ABC):
         if problem is not None:
             raise self.malformed(TypeError(problem)).during(result.usage)
         return result
+
+    def answer_size(self) -> "AnswerSize":
+        """A running count of one answer's bytes, bounded by :attr:`max_answer_bytes`."""
+        return AnswerSize(self.id, self.max_answer_bytes)
 
     def truncated(self, what: str) -> ProviderError:
         """A stream that ended before the response did (a dropped proxy, a server restart)."""
@@ -192,6 +210,35 @@ class SdkProvider(ABC):
         # (An error event inside a 200 stream is no HTTP status, whatever code it maps to.)
         label = ("stream error" + (f" ({etype})" if etype else "")) if in_stream else f"HTTP {status}"
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+
+
+class AnswerSize:
+    """The bytes of an answer streamed so far, as UTF-8: its text, reasoning and tool-call
+    arguments (and Anthropic's redacted thinking), the parts that grow with it. The recorded
+    ``model.responded`` holds each of those bytes at least once, so an answer past ``limit``
+    (``log.maxEventBytes``) can never be recorded: :meth:`add` then raises the error recording it
+    would give (``RESPONSE_NOT_RECORDED``), and the caller's read ends, closing the stream. A
+    server that keeps sending deltas and never its final event (``timeoutSeconds`` bounds only a
+    silence) held the session, and the growing answer in memory, until it stopped or the user
+    aborted. Ids, names and signatures are not counted (a few bytes a call, replaced rather than
+    grown), nor what the event holds besides (reasoning blocks repeat reasoning, diagnostics): an
+    answer under the limit is read whole, and whether its event fits is decided when it is
+    recorded, as before. Counting costs one length a delta (ASCII, the usual case) or one encode of
+    that delta, never of the answer."""
+
+    def __init__(self, provider_id: str, limit: int) -> None:
+        self.provider_id = provider_id
+        self.limit = limit
+        self.bytes = 0
+
+    def add(self, piece: Any) -> None:
+        if not isinstance(piece, str):
+            return  # (no text: the reader's own checks say so)
+        self.bytes += len(piece) if piece.isascii() else len(piece.encode("utf-8", "surrogatepass"))
+        if self.bytes > self.limit:
+            raise ProviderError("RESPONSE_NOT_RECORDED", f"provider {self.provider_id!r}: the model's answer could "
+                                f"not be recorded (the answer streamed was past the maximum event size of "
+                                f"{self.limit} bytes)")
 
 
 @functools.cache

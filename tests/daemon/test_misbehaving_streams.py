@@ -50,3 +50,36 @@ async def test_a_call_id_that_is_a_number_fails_the_request_and_the_session_answ
     assert view["status"] == "idle"
     answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]
     assert answers == ["It is noon."]
+
+
+async def test_an_endless_stream_fails_the_request_and_the_session_answers_the_next(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    """A server that keeps sending text and never its final event: ``timeoutSeconds`` bounds a
+    silence, so the session stayed running (and the answer grew in memory) until the server
+    stopped or the user aborted. The read now ends once the answer is past ``log.maxEventBytes``,
+    which no event could hold."""
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    begun = chat_stream(text=["It is "]).events or []
+    piece = next(data for _, data in begun if isinstance(data, dict) and data["choices"][0]["delta"].get("content"))
+    piece = json.loads(json.dumps(piece))
+    piece["choices"][0]["delta"]["content"] = "and on " * 150
+    server.push(Reply(events=begun[:2], endless=(None, piece)), chat_stream(text="It is noon."))
+    limit = 64 * 1024
+    config = {"providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
+                             "models": [{"id": "compat-model"}]}], "defaultModel": "compat/compat-model",
+              "log": {"maxEventBytes": limit}}
+    d = await daemon_factory(config=config)
+    token = await d.pair("streams-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "what time is it?")
+    view = await d.wait_idle(token, sid)
+    assert view["status"] == "idle"
+    assert limit < server.sent < 2 * limit
+    failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert [f["code"] for f in failed] == ["RESPONSE_NOT_RECORDED"]
+    assert failed[0]["message"].startswith("provider 'compat': the model's answer could not be recorded")
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]
+    assert answers == ["It is noon."] and view["status"] == "idle"

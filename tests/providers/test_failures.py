@@ -8,10 +8,12 @@ import pytest
 import trio
 
 from events import types as t
+from runtime.actor import GetState, Submit, WaitIdle
 from runtime.providers.base import ProviderError
 
-from .conftest import PROTOCOLS, Ctx, Deltas
+from .conftest import CLASSES, PROTOCOLS, Ctx, Deltas
 from .scripts import context_too_long, error, reply
+from .test_actor import events_of, runtime
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -467,3 +469,51 @@ async def test_responses_final_event_without_output_keeps_the_streamed_text(serv
     server.push(r)
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.text == "Hello world" and result.stop_reason == "end_turn"
+
+
+async def test_an_anthropic_message_delta_without_a_stop_reason_says_so(server, make):
+    # It failed as "the stream ended before its stop_reason", though the event had come.
+    provider = make("anthropic", max_retries=0)
+    odd = reply("anthropic", text="Hello")
+    assert odd.events is not None
+    for name, data in odd.events:
+        if name == "message_delta":
+            data["delta"]["stop_reason"] = None
+    server.push(odd)
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("go").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == ("PROVIDER_ERROR", True)
+    assert info.value.message == ("provider 'p-anthropic': malformed stream: ValueError: "
+                                  "the message_delta's stop_reason is null"), info.value.message
+    assert info.value.usage is not None
+
+
+BAD_URLS = {"openai-responses": "http://127.0.0.1:9/v1\x07", "openai-chat": "http://exa\u200bmple.com/v1",
+            "anthropic": "http://127.0.0.1:9/\x00"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_an_exception_the_sdk_does_not_translate_fails_the_request(protocol, tmp_path):
+    # httpx2.InvalidURL (a base URL the SDKs' HTTP client cannot parse; the config refuses such
+    # URLs now, a provider made otherwise does not) is neither an SDK error nor an httpx2.HTTPError:
+    # it came out of stream() as itself and crashed the session's actor, which asked the model
+    # again on each restart and was quarantined after three.
+    provider = CLASSES[protocol](f"p-{protocol}", base_url=BAD_URLS[protocol], api_key="test-key", max_retries=0)
+    try:
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("go").request(), Deltas())
+        assert (info.value.code, info.value.retryable, info.value.usage) == ("PROVIDER_ERROR", False, None)
+        assert info.value.message.startswith(f"provider 'p-{protocol}': the request failed: InvalidURL: Invalid "), \
+            info.value.message
+        async with runtime(tmp_path / "data", provider) as sup:
+            sid = await sup.create_session("p1")
+            for n in (1, 2):  # failed once each, and the session takes the next input
+                await sup.call(sid, Submit(f"req{n}", [t.TextPart("hello")]))
+                await sup.call(sid, WaitIdle())
+            state = await sup.call(sid, GetState())
+            evs = await events_of(sup, sid)
+    finally:
+        await provider.aclose()
+    failed = [(e.event.code, e.event.message) for e in evs if e.kind == "model.failed"]
+    assert failed == [("PROVIDER_ERROR", info.value.message)] * 2
+    assert [e.kind for e in evs].count("model.requested") == 2 and state.status == "idle"

@@ -27,8 +27,11 @@ class Reply:
     client's reads end;
     ``content_type`` is then the response's. ``close_early`` (with ``chunks``): after the last
     chunk the connection is dropped without ending the body (a server or proxy that died
-    mid-answer). Otherwise: ``status`` + ``body`` (JSON). ``headers`` go on any of them (e.g.
-    ``retry-after-ms`` to keep SDK retries fast).
+    mid-answer). ``endless`` (with ``events``): after them, this frame again and again, each read
+    by a client in the same trio run before the next is sent, until the client goes away (the
+    server counts the bytes of the body it sent, in ``ScriptedServer.sent``). Otherwise:
+    ``status`` + ``body`` (JSON). ``headers`` go on any of them (e.g. ``retry-after-ms`` to keep
+    SDK retries fast).
     """
 
     status: int = 200
@@ -39,6 +42,7 @@ class Reply:
     chunks: list[bytes] | None = None
     content_type: str = "text/event-stream"
     close_early: bool = False
+    endless: tuple[str | None, Any] | None = None
 
 
 class _DropConnection(Exception):
@@ -67,6 +71,7 @@ class ScriptedServer:
         self.replies: deque[Reply] = deque()
         self.requests: list[Received] = []
         self.disconnected = trio.Event()  # a stalled stream saw its client go away
+        self.sent = 0  # bytes of streamed bodies sent (frames of ``events`` and ``endless``)
         self.url = ""
 
     # ------------------------------------------------------------------ scripting
@@ -139,7 +144,11 @@ class ScriptedServer:
         for i, frame in enumerate(sse(reply.events)):
             if reply.stall_after is not None and i >= reply.stall_after:
                 break
+            self.sent += len(frame)
             await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if reply.endless is not None:
+            await self._endless(sse([reply.endless])[0], send, receive)
+            return
         if reply.stall_after is not None:
             try:
                 while (await receive())["type"] != "http.disconnect":
@@ -148,3 +157,18 @@ class ScriptedServer:
                 self.disconnected.set()
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _endless(self, frame: bytes, send: Any, receive: Any) -> None:
+        """``frame`` sent until the client disconnects, each read before the next is sent."""
+        async with trio.open_nursery() as nursery:
+            async def until_disconnected() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                self.disconnected.set()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_disconnected)
+            while True:
+                self.sent += len(frame)
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                await trio.testing.wait_all_tasks_blocked()
