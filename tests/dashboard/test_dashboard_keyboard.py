@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one, texts, wait_for,
-    with_turns)
+    Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one, shown_default, texts,
+    wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
                    {"id": "2", "text": "second", "status": "in_progress"}]}
@@ -141,9 +141,25 @@ def test_dashboard_by_keyboard_keeps_the_focus_announces_once_and_is_readable(
         .map((n) => [n.textContent, n.getAttribute('role'), n.getAttribute('aria-label')])""") == [
         ["●", "img", "done"], ["◐", "img", "in_progress"]]
 
+    # Buttons disabled while their request is on its way give the focus back: Snip (its card is
+    # redrawn with Include, which gets it), Compact now, Set as default.
+    call = driver.execute_script("return document.querySelector('#timeline .tool').dataset.callId")
+    tab_to(driver, lambda f: f["row"] == call and f["text"] == "Snip", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Include"], "the Include button")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (call, "Include")
+    tab_to(driver, lambda f: f["id"] == "compact")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#context dd[data-key='compactions']") == ["1"], "the compaction")
+    wait_for(lambda: focused(driver)["id"] == "compact", "the focus back on Compact now")
+    tab_to(driver, lambda f: f["id"] == "model-set", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: (shown_default(driver) or [None, None])[1] == "saved", "the saved default")
+    wait_for(lambda: focused(driver)["id"] == "model-set", "the focus back on Set as default")
+
     # A job's output opened by the keyboard: its card is redrawn with it, and the focus stays on
     # the card's button (now "Hide output").
-    tab_to(driver, lambda f: f["id"] == "input", shift=True)
+    tab_to(driver, lambda f: f["id"] == "input")
     keys(driver, "start a job")
     chord(driver, Keys.CONTROL, Keys.ENTER)
     job = wait_for(lambda: driver.execute_script("const li = document.querySelector('#jobs li[data-job-id]');"
