@@ -1,0 +1,219 @@
+"""The dashboard (F-API-6) used without a mouse, and what assistive technology reads of it.
+
+One real daemon (``lens serve --port 0``, the faux provider, a real executor, a log in a temporary
+directory) and one headless Chromium, set up as in ``test_dashboard_browser.py`` (its helpers).
+The reader connects, makes a project and a session, sends, queues, withdraws and aborts by the
+keyboard (Tab, Shift+Tab, Enter, Ctrl+Enter); the checks are the ones a person on a keyboard or
+a screen reader depends on: the focus stays on the control they were on when the page redraws
+what holds it, live regions announce each new answer once and the status, icons have a text
+alternative, and text is readable against its background. Every wait is for a condition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one, shown_default, texts,
+    wait_for, with_turns)
+
+TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
+                   {"id": "2", "text": "second", "status": "in_progress"}]}
+
+# What a screen reader is told: nodes added (and text changed) inside a live region whose nearest
+# aria-live is not "off" (role=status and role=alert are live too).
+WATCH_ANNOUNCEMENTS = """
+window.announced = [];
+const live = (n) => {
+  const e = n.nodeType === 1 ? n : n.parentElement;
+  const r = e && e.closest('[aria-live], [role=status], [role=alert], [role=log]');
+  return r && r.getAttribute('aria-live') !== 'off' ? r : null;
+};
+new MutationObserver((records) => {
+  for (const m of records) {
+    if (m.type === 'characterData') { if (live(m.target)) window.announced.push(m.target.textContent); continue; }
+    for (const n of m.addedNodes) if (live(n)) window.announced.push(n.textContent);
+  }
+}).observe(document.body, {childList: true, subtree: true, characterData: true});
+"""
+
+# WCAG's contrast ratio of each visible element's own text against the first opaque background
+# behind it; the ones under 4.5:1 (disabled controls are exempt).
+LOW_CONTRAST = """
+const lum = (c) => { const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map(Number).map((v) => {
+  v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+const opaque = (c) => { const m = c.match(/[\\d.]+/g); return m.length < 4 || Number(m[3]) > 0; };
+const behind = (n) => { for (; n; n = n.parentElement) { const c = getComputedStyle(n).backgroundColor;
+  if (opaque(c)) return c; } return 'rgb(255, 255, 255)'; };
+const low = [];
+for (const n of document.querySelectorAll('body *')) {
+  if (!n.getClientRects().length || n.disabled || n.closest(':disabled')) continue;
+  if (![...n.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim())) continue;
+  const fg = getComputedStyle(n).color, bg = behind(n), a = lum(fg), b = lum(bg);
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < 4.5) low.push(`${n.tagName.toLowerCase()}.${n.className} "${n.textContent.trim().slice(0, 20)}" ${fg} on ${bg}: ${ratio.toFixed(2)}`);
+}
+return low;
+"""
+
+
+def keys(driver: Any, *sequence: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    ActionChains(driver).send_keys(*sequence).perform()
+
+
+def chord(driver: Any, modifier: str, key: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    ActionChains(driver).key_down(modifier).send_keys(key).key_up(modifier).perform()
+
+
+def focused(driver: Any) -> dict[str, Any]:
+    return driver.execute_script("""const a = document.activeElement, s = getComputedStyle(a);
+        const row = a.closest('[data-session-id], [data-request-id], [data-job-id], [data-call-id]');
+        return {tag: a.tagName.toLowerCase(), id: a.id, text: a.textContent.trim(), outline: s.outlineStyle,
+                row: row ? (row.dataset.sessionId || row.dataset.requestId || row.dataset.jobId || row.dataset.callId) : null}""")
+
+
+def tab_to(driver: Any, want: Callable[[dict[str, Any]], bool], shift: bool = False, limit: int = 40) -> list[dict[str, Any]]:
+    """Press Tab (or Shift+Tab) until the focused element is the one wanted; what was focused on the way."""
+    from selenium.webdriver.common.keys import Keys
+    seen: list[dict[str, Any]] = []
+    for _ in range(limit):
+        chord(driver, Keys.SHIFT, Keys.TAB) if shift else keys(driver, Keys.TAB)
+        seen.append(focused(driver))
+        if want(seen[-1]):
+            return seen
+    raise AssertionError(f"not reached by {'Shift+' if shift else ''}Tab in {limit} presses: {seen}")
+
+
+def test_dashboard_by_keyboard_keeps_the_focus_announces_once_and_is_readable(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns(
+        {"when": "make todos", "toolCalls": [{"name": "todo", "arguments": TODOS}]},
+        {"when": "start a job", "toolCalls": [
+            {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]}))
+    strong = d.pair("dash-keyboard", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    assert driver.execute_script("""return [document.documentElement.lang, document.querySelectorAll('h1').length,
+        document.querySelectorAll('main').length, document.querySelectorAll('nav').length]""") == ["en", 1, 1, 1]
+
+    # Connect, make a project and a session with the keyboard alone; the focus ring shows.
+    tab_to(driver, lambda f: f["id"] == "cred")
+    keys(driver, strong, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    assert [f["id"] for f in tab_to(driver, lambda f: f["id"] == "project-name")][-2:] == ["refresh", "project-name"]
+    assert focused(driver)["outline"] != "none"
+    keys(driver, "Keyboard project", Keys.TAB, str(workspace), Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#projects button.selected"), "the new project")
+    tab_to(driver, lambda f: f["text"] == "New session")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    sid = driver.execute_script("return document.querySelector('#sessions button.selected').dataset.sessionId")
+
+    # Every form control has an accessible name (a label, aria-label, aria-labelledby or title).
+    unnamed = driver.execute_script("""return [...document.querySelectorAll('input, select, textarea, button')]
+        .filter((n) => !(n.getAttribute('aria-label') || n.getAttribute('aria-labelledby') || (n.labels && n.labels.length)
+                         || n.title || (n.tagName === 'BUTTON' && n.textContent.trim()))).map((n) => n.outerHTML)""")
+    assert unnamed == []
+
+    # Ctrl+Enter sends from the box; the answer is announced once.
+    tab_to(driver, lambda f: f["id"] == "input")
+    keys(driver, "hello")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: "(faux) You said: hello" in committed_answers(driver), "the answer")
+    # Sent with the Send button by the keyboard: the focus stays on it (it was lost to <body> when
+    # the button was disabled while the send was on its way).
+    keys(driver, "make todos", Keys.TAB, Keys.TAB)
+    assert focused(driver)["id"] == "send"
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#todos .t") == ["first", "second"], "the todos")
+    wait_for(lambda: len(committed_answers(driver)) == 2 and body_data(driver, "sessionStatus") == "idle", "the run's end")
+    assert focused(driver)["id"] == "send"
+    # The todos' status marks are icons with a text alternative.
+    assert driver.execute_script("""return [...document.querySelectorAll('#todos li > span:first-child')]
+        .map((n) => [n.textContent, n.getAttribute('role'), n.getAttribute('aria-label')])""") == [
+        ["●", "img", "done"], ["◐", "img", "in_progress"]]
+
+    # Buttons disabled while their request is on its way give the focus back: Snip (its card is
+    # redrawn with Include, which gets it), Compact now, Set as default.
+    call = driver.execute_script("return document.querySelector('#timeline .tool').dataset.callId")
+    tab_to(driver, lambda f: f["row"] == call and f["text"] == "Snip", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Include"], "the Include button")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (call, "Include")
+    tab_to(driver, lambda f: f["id"] == "compact")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#context dd[data-key='compactions']") == ["1"], "the compaction")
+    wait_for(lambda: focused(driver)["id"] == "compact", "the focus back on Compact now")
+    tab_to(driver, lambda f: f["id"] == "model-set", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: (shown_default(driver) or [None, None])[1] == "saved", "the saved default")
+    wait_for(lambda: focused(driver)["id"] == "model-set", "the focus back on Set as default")
+
+    # A job's output opened by the keyboard: its card is redrawn with it, and the focus stays on
+    # the card's button (now "Hide output").
+    tab_to(driver, lambda f: f["id"] == "input")
+    keys(driver, "start a job")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    job = wait_for(lambda: driver.execute_script("const li = document.querySelector('#jobs li[data-job-id]');"
+                                                 "return li && li.textContent.includes('running') && li.dataset.jobId"), "the job")
+    wait_for(lambda: sum(a.startswith("The tool answered:") for a in committed_answers(driver)) == 2
+             and body_data(driver, "sessionStatus") == "idle", "the job's run's end")
+    tab_to(driver, lambda f: f["row"] == job and f["text"] == "Output", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: "job says hello" in " ".join(texts(driver, "#jobs .job-out pre")), "the job's output")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (job, "Hide output")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: not by_css(driver, "#jobs .job-out"), "the job's output hidden")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (job, "Output")
+
+    # A run that streams, and an input queued meanwhile; the queue's Withdraw reached by Shift+Tab.
+    tab_to(driver, lambda f: f["id"] == "input", shift=True)
+    keys(driver, "stream slowly please")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: any("(faux) Streaming the first half" in t for t in texts(driver, "#timeline .msg.streaming .text")),
+             "the streaming answer")
+    keys(driver, "queued one")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    first = wait_for(lambda: driver.execute_script("const li = document.querySelector('#queue li[data-request-id]');"
+                                                   "return li && li.dataset.requestId"), "the queued input")
+    tab_to(driver, lambda f: f["row"] == first and f["text"] == "Withdraw", shift=True)
+    assert focused(driver)["outline"] != "none"
+    # Another client queues an input: the queue is redrawn, and the focus stays on that Withdraw.
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "other", "content": "queued two"},
+                     token=strong)[0] == 202
+    wait_for(lambda: len(by_css(driver, "#queue li[data-request-id]")) == 2, "the second queued input")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (first, "Withdraw")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: len(by_css(driver, "#queue li[data-request-id]")) == 1, "the input withdrawn")
+
+    # The session is renamed elsewhere: the list is redrawn, and a focused row keeps the focus.
+    tab_to(driver, lambda f: f["row"] == sid and f["tag"] == "button", shift=True)
+    assert d.request("PATCH", f"/sessions/{sid}", {"name": "Renamed"}, token=strong)[0] == 200
+    wait_for(lambda: "Renamed" in " ".join(texts(driver, "#sessions button")), "the renamed row")
+    assert focused(driver)["row"] == sid
+
+    # Text is readable against its background: the page as it is (a run going, todos, a tool call,
+    # a queued input), and a pill of each status colour.
+    driver.execute_script("""for (const c of ['ok', 'warn', 'bad', 'muted'])
+        document.getElementById('session-head').append(Object.assign(document.createElement('span'),
+            {className: 'pill contrast-probe ' + c, textContent: c}));""")
+    assert driver.execute_script(LOW_CONTRAST) == []
+    driver.execute_script("document.querySelectorAll('.contrast-probe').forEach((n) => n.remove())")
+
+    # Abort by the keyboard; the status is announced (a live region), with its words.
+    tab_to(driver, lambda f: f["id"] == "abort", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run aborted")
+    announced: list[str] = driver.execute_script("return window.announced")
+    assert sum("(faux) You said: hello" in a for a in announced) == 1, announced
+    assert not [a for a in announced if "Streaming the first half" in a], announced
+    assert "running" in announced and "idle" in announced, announced
+    assert console_errors(driver) == []
