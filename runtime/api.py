@@ -36,7 +36,7 @@ from .bus import Bus
 from .config import Config
 from .configfiles import ConfigFiles
 from .errors import LensError, SessionNotFound, short_reason
-from .guard import AuthRequired, Guard, OriginForbidden
+from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -342,7 +342,7 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = 60
     # (keep_send outermost: it keeps the server's own send for SSE's direct write path)
-    app.asgi_app = keep_send(_finish_responses(app.asgi_app))  # type: ignore[method-assign]
+    app.asgi_app = keep_send(_host_checked(_finish_responses(app.asgi_app), svc))  # type: ignore[method-assign]
 
     @app.before_request
     async def guard() -> Response | None:
@@ -870,6 +870,34 @@ def _finish_responses(asgi_app: Any) -> Any:
                 await send(message)
 
         return await asgi_app(scope, receive, finish)
+
+    return app
+
+
+def _host_checked(asgi_app: Any, svc: Services) -> Any:
+    """Wrap an ASGI app so a request whose ``Host`` is refused is answered before the app sees it.
+
+    Quart binds its URL adapter to the host while it makes the request's context, before any
+    handler or ``before_request`` runs, and werkzeug IDNA-encodes it there: a host with a label
+    past 63 characters (or an empty one) raised ``BadHost`` outside every error handler, an empty
+    500 and a traceback in the log. The guard's own check answers such a request first, with the
+    error shape (the ``before_request`` guard checks it again for anything else that reaches it).
+    """
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await asgi_app(scope, receive, send)
+        host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"host"), None)
+        try:
+            svc.guard.check_host(host)
+        except HostForbidden as exc:
+            body = msgspec.json.encode({"error": {"code": exc.code, "message": exc.message}})
+            await send({"type": "http.response.start", "status": STATUS[exc.code], "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                (b"x-content-type-options", b"nosniff"), (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
+            return None
+        return await asgi_app(scope, receive, send)
 
     return app
 

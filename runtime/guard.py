@@ -65,6 +65,16 @@ def split_host(value: str) -> tuple[str, int | None]:
     return host, port
 
 
+def as_sent(value: str) -> str:
+    """A header's value as the client wrote it, for a message: the server hands headers over as
+    Latin-1 text, so a client's UTF-8 (`é`) read as `Ã©`; shown as its characters when it is
+    UTF-8, as read otherwise."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 @dataclass
 class Guard:
     pairs: PairStore
@@ -87,14 +97,15 @@ class Guard:
     def check_host(self, host_header: str | None) -> None:
         if not host_header:
             raise HostForbidden("a Host header is required")
+        shown = shortened(as_sent(host_header))  # (a header of kilobytes is not echoed whole)
         try:
             host, port = split_host(host_header)
         except ValueError:
-            raise HostForbidden(f"Host {host_header!r} is not valid") from None
+            raise HostForbidden(f"Host {shown!r} is not valid") from None
         if host not in self.allowed_hosts() and not (self._wildcard() and _is_ip(host)):
-            raise HostForbidden(f"Host {host_header!r} is not this daemon's address")
+            raise HostForbidden(f"Host {shown!r} is not this daemon's address")
         if port is not None and self.port and port != self.port:
-            raise HostForbidden(f"Host {host_header!r} is not this daemon's address")
+            raise HostForbidden(f"Host {shown!r} is not this daemon's address")
 
     def _wildcard(self) -> bool:
         """Bound to every address: any of the machine's addresses may be in ``Host`` — an IP
@@ -104,7 +115,7 @@ class Guard:
     def check_origin(self, origin: str | None) -> None:
         if origin is None:
             return
-        shown = shortened(origin)  # (a header of kilobytes is not echoed whole)
+        shown = shortened(as_sent(origin))  # (a header of kilobytes is not echoed whole)
         parts = urlsplit(origin)
         try:
             port = parts.port

@@ -59,6 +59,26 @@ async def test_foreign_host_is_refused_and_loopback_accepted(daemon: Daemon, str
         assert r.status == 200, (host, r.body)
 
 
+async def test_a_refused_host_is_answered_in_the_error_shape_short_and_as_the_client_wrote_it(
+        daemon: Daemon, strong: str):
+    """A host with a label past 63 characters or an empty one was an empty 500 (werkzeug's
+    IDNA encoding raised while Quart made the request's context, before the guard ran), and a
+    traceback in the log. The Host check also echoed the header whole (kilobytes) and showed a
+    client's UTF-8 as the Latin-1 text the server reads it as (`caf\u00c3\u00a9`)."""
+    for host, shown in [("caf\u00c3\u00a9.example", "'caf\u00e9.example'"),  # (UTF-8 bytes of "café")
+                        ("a..example", "'a..example'"), ("x" * 64 + ".example", "'" + "x" * 64 + ".example'"),
+                        ("caf\u00e9.example", "'caf\u00e9.example'"),  # (one Latin-1 byte: shown as read)
+                        ("x" * 5000 + ".example", "'" + "x" * 80 + "\u2026'")]:
+        r = await raw_http(daemon.port, "GET", "/api/v1/projects", {"Authorization": f"Bearer {strong}"}, host=host)
+        assert r.status == 403 and r.code == "HOST_FORBIDDEN", (host[:40], r.status, r.body[:200])
+        message = json.loads(r.body)["error"]["message"]
+        assert message == f"Host {shown} is not this daemon's address", message
+    r = await raw_http(daemon.port, "GET", "/api/v1/projects", {"Authorization": f"Bearer {strong}",
+                                                                "Origin": "http://caf\u00c3\u00a9.example"})
+    assert r.status == 403 and json.loads(r.body)["error"]["message"] == \
+        "Origin 'http://caf\u00e9.example' is not this daemon", r.body
+
+
 async def test_foreign_origin_is_refused_and_same_origin_accepted(daemon: Daemon, strong: str):
     p = daemon.port
     for origin in ["http://evil.example", f"http://evil.example:{p}", "null", f"http://127.0.0.1:{p + 1}",
