@@ -4,6 +4,7 @@ OpenAI-compatible server sends wrongly fails one request, and the session answer
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import trio
 
@@ -11,6 +12,16 @@ from ..providers.servers.base import Reply, ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import DaemonFactory
 
+
+async def chat_session(daemon_factory: DaemonFactory, url: str, **config: Any) -> tuple[Any, str, str]:
+    """A daemon whose default model is an OpenAI-compatible chat model at ``url`` (no retries),
+    a strong credential and a session: ``(daemon, token, session id)``."""
+    d = await daemon_factory(config={
+        "providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
+                       "models": [{"id": "compat-model"}]}], "defaultModel": "compat/compat-model", **config})
+    token = await d.pair("streams-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    return d, token, sid
 
 async def test_a_call_id_that_is_a_number_fails_the_request_and_the_session_answers_the_next(
         daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
@@ -30,11 +41,7 @@ async def test_a_call_id_that_is_a_number_fails_the_request_and_the_session_answ
     body = b"".join(f"id: {i}\ndata: {d if isinstance(d, str) else json.dumps(d)}\n\n: keep-alive\n\n".encode()
                     for i, (_, d) in enumerate(chat_stream(text="It is noon.").events or []))
     server.push(bad, Reply(chunks=[body]))
-    config = {"providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
-                             "models": [{"id": "compat-model"}]}], "defaultModel": "compat/compat-model"}
-    d = await daemon_factory(config=config)
-    token = await d.pair("streams-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    d, token, sid = await chat_session(daemon_factory, url)
     await d.submit(token, sid, "r1", "what time is it?")
     view = await d.wait_idle(token, sid)
     assert view["status"] == "idle"
@@ -66,12 +73,7 @@ async def test_an_endless_stream_fails_the_request_and_the_session_answers_the_n
     piece["choices"][0]["delta"]["content"] = "and on " * 150
     server.push(Reply(events=begun[:2], endless=(None, piece)), chat_stream(text="It is noon."))
     limit = 64 * 1024
-    config = {"providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
-                             "models": [{"id": "compat-model"}]}], "defaultModel": "compat/compat-model",
-              "log": {"maxEventBytes": limit}}
-    d = await daemon_factory(config=config)
-    token = await d.pair("streams-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    d, token, sid = await chat_session(daemon_factory, url, log={"maxEventBytes": limit})
     await d.submit(token, sid, "r1", "what time is it?")
     view = await d.wait_idle(token, sid)
     assert view["status"] == "idle"
