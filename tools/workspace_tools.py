@@ -33,6 +33,16 @@ def _sha(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
+def _recordable(path: str) -> bool:
+    """Whether the log can hold ``path`` (its text is UTF-8; a file name read from the disk
+    need not be, and comes with lone surrogates then)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str,
                                allowlists: Sequence[tuple[str, Sequence[str] | None]] | None = None) -> None:
     """Raise ``PATH_NOT_ALLOWED`` when ``path`` leads (through symlinks in the workspace) outside
@@ -142,6 +152,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             # Which file was written, asked before another write may move a link: "changes this
             # session" lists it by that (the path as given may name it through symlinks).
             written = await where_it_leads(ex.client, path) if r.get("changed") else None
+            if written is not None and not _recordable(written):
+                written = None  # (a name that is not UTF-8: the log's text cannot hold it)
         events = edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")

@@ -15,7 +15,7 @@ import trio
 from runtime import workspace_api
 from tests.procfs import processes
 
-from .conftest import Daemon, DaemonFactory, error_of, raw_http
+from .conftest import Daemon, DaemonFactory, error_of, raw_http, run_tool
 
 
 async def _setup(d: Daemon) -> tuple[str, str, str, Path]:
@@ -259,6 +259,23 @@ async def test_changes_name_the_file_an_edit_wrote_through_symlinks(daemon_facto
     assert (f["status"], f["bytes"], f["bytesBefore"]) == ("modified", 5, 4)
     assert [e["callId"] for e in f["edits"]] == [e["call_id"] for e in edited if e["path"] != "l/new.txt"]
     assert files["d/e/new.txt"]["status"] == "created"
+
+
+async def test_an_edit_through_a_link_to_a_name_that_is_not_utf8_is_recorded(daemon_factory: DaemonFactory):
+    # The file written was recorded as its name, which the log's text cannot hold: the edit was
+    # made, then answered RESULT_NOT_RECORDED, with no file history (nothing listed, no revert).
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    root = os.fsencode(ws)
+    os.makedirs(root + b"/\xff")
+    os.symlink(b"\xff", root + b"/ln")
+    body = await run_tool(d, strong, sid, "r1", "edit_file", {"path": "ln/f.txt", "mode": "create", "content": "x\n"})
+    assert body["status"] == "ok", body
+    r = await d.get(f"/sessions/{sid}/changes", reader)
+    assert [(f["path"], f["status"]) for f in r.json()["files"]] == [("ln/f.txt", "created")]  # (by the path given)
+    body = await run_tool(d, strong, sid, "r2", "revert_call", {"call_id": body["call_id"]})
+    assert body["status"] == "ok", body
+    assert not os.path.exists(root + b"/\xff/f.txt")
 
 
 async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon_factory: DaemonFactory):
