@@ -32,7 +32,7 @@ class ToolRequest(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., call_id: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class ToolReply(_message.Message):
-    __slots__ = ("ok", "error_code", "error_message", "result_json", "has_before", "before", "after", "data", "mime")
+    __slots__ = ("ok", "error_code", "error_message", "result_json", "has_before", "before", "after", "data", "mime", "written_path")
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class ToolReply(_message.Message):
     AFTER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MIME_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_PATH_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     error_code: str
     error_message: str
@@ -51,7 +52,8 @@ class ToolReply(_message.Message):
     after: bytes
     data: bytes
     mime: str
-    def __init__(self, ok: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., result_json: _Optional[str] = ..., has_before: _Optional[bool] = ..., before: _Optional[bytes] = ..., after: _Optional[bytes] = ..., data: _Optional[bytes] = ..., mime: _Optional[str] = ...) -> None: ...
+    written_path: bytes
+    def __init__(self, ok: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., result_json: _Optional[str] = ..., has_before: _Optional[bool] = ..., before: _Optional[bytes] = ..., after: _Optional[bytes] = ..., data: _Optional[bytes] = ..., mime: _Optional[str] = ..., written_path: _Optional[bytes] = ...) -> None: ...
 
 class CommandRequest(_message.Message):
     __slots__ = ("command", "timeout_ms", "max_output_bytes", "cwd")

@@ -141,6 +141,11 @@ class ToolOutcome:
     after: bytes | None = None
     data: bytes = b""
     mime: str = ""
+    # Editing tools: the file written, the canonical workspace-relative path the call's path led
+    # to (bytes that are not UTF-8 kept as lone surrogates, as resolve's JSON brings them). None
+    # when the executor did not say (one built before it did, a call replayed from a journal
+    # record older than that).
+    written_path: str | None = None
 
 
 def run_deadline_s(timeout_ms: int) -> float:
@@ -204,7 +209,9 @@ class ExecutorClient:
         editing = tool in ("edit_file", "patch_file", "restore")
         removed = tool == "restore" and bool(result.get("removed"))
         return ToolOutcome(result, reply.before if reply.has_before else None,
-                           reply.after if editing and not removed else None, reply.data, reply.mime)
+                           reply.after if editing and not removed else None, reply.data, reply.mime,
+                           reply.written_path.decode("utf-8", "surrogateescape")
+                           if editing and reply.written_path else None)
 
     async def probe(self, path: str, sha256: str) -> bool:
         reply = await self._unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), CONNECT_TIMEOUT_S)

@@ -69,7 +69,8 @@ async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: st
 
 async def where_it_leads(client: Any, path: str) -> str | None:
     """The canonical workspace-relative path ``path`` leads to now (see the executor's
-    ``resolve``), or None when the executor cannot tell."""
+    ``resolve``), or None when the executor cannot tell. (An edit's result says which file it
+    wrote; this asks for an executor built before it did.)"""
     try:
         out = await client.call("resolve", {"path": path or "."})
     except Exception:
@@ -149,11 +150,14 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             out = await call_locked(ex, ctx, tool, args)
             r = out.result
             path = r.get("path", args.get("path", ""))
-            # Which file was written, asked before another write may move a link: "changes this
-            # session" lists it by that (the path as given may name it through symlinks).
-            written = await where_it_leads(ex.client, path) if r.get("changed") else None
-            if written is not None and not _recordable(written):
-                written = None  # (a name that is not UTF-8: the log's text cannot hold it)
+            written = None
+            if r.get("changed"):
+                # Which file was written (the path as given may name it through symlinks): "changes
+                # this session" lists it by that. The executor says so with its result; one that
+                # does not is asked before another write may move a link.
+                written = out.written_path if out.written_path is not None else await where_it_leads(ex.client, path)
+                if written is not None and not _recordable(written):
+                    written = None  # (a name that is not UTF-8: the log's text cannot hold it)
         events = edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")

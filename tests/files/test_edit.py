@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -20,7 +21,7 @@ UNITS = LIMITS["MAX_UNITS"]
 def test_create_outcome_and_parents(ws: Workspace, root: Path) -> None:
     out = ws.edit_file("new/deep/f.txt", "create", content="héllo\n")
     assert out == EditOutcome({"path": "new/deep/f.txt", "changed": True, "units_applied": 1, "bytes_written": 7},
-                              None, "héllo\n".encode())
+                              None, "héllo\n".encode(), "new/deep/f.txt")
     assert (root / "new/deep/f.txt").read_bytes() == "héllo\n".encode()
     assert leftovers(root) == []
 
@@ -89,10 +90,34 @@ def test_create_loses_a_race_without_overwriting(ws: Workspace, root: Path) -> N
     assert leftovers(root) == []
 
 
+def test_the_outcome_names_the_file_written_through_symlinks(ws: Workspace, root: Path) -> None:
+    # Core records which file an edit wrote from this (it asked the executor's resolve after
+    # each edit, one more round trip); the walk that wrote the file knows.
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "f.txt").write_text("one\n")
+    (root / "l").symlink_to("d/e")           # a directory link
+    (root / "lf").symlink_to("d/f.txt")      # a file link
+    (root / "abs").symlink_to(root / "d")    # absolute, inside the root
+    (root / "chain").symlink_to("lf")        # a link to a link
+    calls = [("l/../f.txt", lambda p: ws.edit_file(p, "rewrite", content="two\n"), "d/f.txt"),
+             ("lf", lambda p: ws.edit_file(p, "edit", edits=[{"old_string": "two", "new_string": "three"}]), "d/f.txt"),
+             ("chain", lambda p: ws.patch_file(p, "@@\n-three\n+four\n"), "d/f.txt"),
+             ("abs/f.txt", lambda p: ws.edit_file(p, "rewrite", content="four\n"), "d/f.txt"),  # unchanged
+             ("./l/new.txt", lambda p: ws.edit_file(p, "create", content="hi\n"), "d/e/new.txt"),
+             ("l/made/deeper.txt", lambda p: ws.edit_file(p, "create", content="hi\n"), "d/e/made/deeper.txt"),
+             (str(root / "lf"), lambda p: ws.restore(p, b"one\n", hashlib.sha256(b"four\n").hexdigest()), "d/f.txt")]
+    for path, call, written in calls:
+        out = call(path)
+        assert out.written == written and out.structured["path"] == path, (path, out)
+    assert (root / "d" / "f.txt").read_text() == "one\n" and (root / "d" / "e" / "made" / "deeper.txt").exists()
+    assert (root / "lf").is_symlink() and (root / "chain").is_symlink()
+
+
 def test_rewrite(ws: Workspace, root: Path) -> None:
     (root / "f").write_bytes(b"old\r\n")
     out = ws.edit_file("f", "rewrite", content="new\n")
-    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 4}, b"old\r\n", b"new\n")
+    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 4}, b"old\r\n", b"new\n",
+                              "f")
     assert (root / "f").read_bytes() == b"new\n"
 
 

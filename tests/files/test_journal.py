@@ -54,7 +54,7 @@ def test_replay_does_not_apply_twice(jws: Workspace, root: Path) -> None:
     again = jws.edit_file("log.txt", "edit", edits=edits, call_id="call-1")
     assert (root / "log.txt").read_text() == "line\nline\n"
     assert again == first == EditOutcome({"path": "log.txt", "changed": True, "units_applied": 1, "bytes_written": 10},
-                                         b"line\n", b"line\nline\n")
+                                         b"line\n", b"line\nline\n", "log.txt")
     jws.edit_file("log.txt", "edit", edits=edits, call_id="call-2")  # a new id applies
     assert (root / "log.txt").read_text() == "line\n" * 4
 
@@ -139,6 +139,27 @@ def test_crash_after_the_commit_is_not_applied_again(jws: Workspace, root: Path,
     assert json.loads(rec.read_text())["state"] == "done"
 
 
+def test_a_replay_names_the_file_the_call_wrote_not_where_its_path_leads_now(jws: Workspace, root: Path,
+                                                                           tmp_path: Path) -> None:
+    (root / "a.txt").write_text("a\n")
+    (root / "b.txt").write_text("b\n")
+    (root / "l").symlink_to("a.txt")
+    out = jws.edit_file("l", "rewrite", content="x\n", call_id="c")
+    assert out.written == "a.txt"
+    (root / "l").unlink()
+    (root / "l").symlink_to("b.txt")  # retargeted before the call is replayed
+    assert jws.edit_file("l", "rewrite", content="x\n", call_id="c") == out
+    assert (root / "b.txt").read_text() == "b\n"
+    assert json.loads(_record(tmp_path, "c").read_text())["written_path"] == "a.txt"
+    # A record journaled before the written path was kept replays without one (Core then asks).
+    rec = _record(tmp_path, "c")
+    data = json.loads(rec.read_text())
+    del data["written_path"]
+    rec.write_text(json.dumps(data))
+    old = jws.edit_file("l", "rewrite", content="x\n", call_id="c")
+    assert old.written is None and (old.structured, old.before, old.after) == (out.structured, out.before, out.after)
+
+
 def test_pending_call_with_a_foreign_file_state_is_a_conflict(jws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "f").write_text("a\n")
     jws.commit_hook = _fail_before_publish
@@ -190,12 +211,13 @@ def test_restore_outcomes(ws: Workspace, root: Path) -> None:
     fails("CONFLICT", ws.restore, "f", b"before", None)  # expected absent, but it exists
     assert (root / "f").read_bytes() == b"now"
     out = ws.restore("f", b"before\n", sha(b"now"))
-    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 7}, b"now", b"before\n")
+    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 7}, b"now", b"before\n",
+                              "f")
     same = ws.restore("f", b"before\n", sha(b"now"))  # already there: nothing to do
     assert same.structured == {"path": "f", "changed": False, "units_applied": 1, "bytes_written": 0}
     removed = ws.restore("f", None, sha(b"before\n"))
     assert removed == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 0},
-                                  b"before\n", None)
+                                  b"before\n", None, "f")
     assert not (root / "f").exists()
     assert not ws.restore("f", None, sha(b"before\n")).structured["changed"]
     fails("CONFLICT", ws.restore, "f", b"x", sha(b"y"))  # expected bytes, but it is absent

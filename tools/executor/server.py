@@ -213,11 +213,14 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             # restore that removed the file says so in its result.
             return pb.ToolReply(ok=True, result_json=json.dumps({**out.structured, "removed": out.after is None},
                                                                 ensure_ascii=False),
-                                has_before=out.before is not None, before=out.before or b"", after=out.after or b"")
+                                has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
+                                written_path=_fs_bytes(out.written))
         else:
             raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {shortened(tool)!r}")
+        # (the file written travels with the result: Core records it without asking resolve)
         return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
-                            has_before=out.before is not None, before=out.before or b"", after=out.after or b"")
+                            has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
+                            written_path=_fs_bytes(out.written))
 
     def Run(self, request: pb.CommandRequest, context: grpc.ServicerContext) -> Any:
         timeout = min(request.timeout_ms or DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)
@@ -417,6 +420,16 @@ def _default_state_dir(root: Path) -> Path:
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return base / "lens" / "executor" / digest
+
+
+def _fs_bytes(path: str | None) -> bytes:
+    """A workspace-relative path as the file system's bytes (a name read from the disk need not
+    be UTF-8); empty for None, and for a name no file system has (the edit is done by then: it
+    is not failed for want of its name)."""
+    try:
+        return os.fsencode(path) if path else b""
+    except UnicodeEncodeError:
+        return b""
 
 
 def _printable(message: str, limit: int = 2000) -> str:

@@ -7,7 +7,9 @@ Layout under ``journal_dir`` (a trusted host directory of the executor, outside 
 
 Every file is written atomically (temp file in the same directory, fsync, rename, fsync of the
 directory). A record is ``{"v": 1, "call_id", "tool", "path", "args_sha256", "state",
-"before_sha256", "after_sha256", "structured"}`` where a sha of None means "the file did not exist".
+"before_sha256", "after_sha256", "structured", "written_path"}`` where a sha of None means "the file did
+not exist" and ``written_path`` is the file the call wrote (records written before it was kept have
+none: their replay says so, and Core asks where the path leads instead).
 
 Protocol of an editing call with a call id (driven by :mod:`tools.files.workspace`):
 
@@ -67,6 +69,8 @@ class CallRecord:
     after_sha256: str | None
     structured: dict[str, Any]
     v: int = 1
+    # The file the call wrote (EditOutcome.written); absent from records written before it was kept.
+    written_path: str | None = None
 
 
 class Journal:

@@ -10,10 +10,12 @@ Results::
 
     read_file  -> dict, see tools.files.read
     view_image -> (bytes, mime)
-    edit_file / patch_file / restore -> EditOutcome(structured, before, after)
+    edit_file / patch_file / restore -> EditOutcome(structured, before, after, written)
         structured = {"path": <as given>, "changed": bool, "units_applied": int, "bytes_written": int}
         before     = the file's bytes before the call, None when it did not exist
         after      = the file's bytes after the call (None only when restore removed the file)
+        written    = the file written: the canonical workspace-relative path ``path`` led to
+                     (None only for a replayed call journaled before it was kept)
 
 ``bytes_written`` is ``len(after)`` when the content changed and 0 otherwise — an unchanged call
 does not touch the file at all. All three editing methods share the atomic commit of
@@ -46,6 +48,10 @@ class EditOutcome:
     structured: dict[str, Any]
     before: bytes | None
     after: bytes | None
+    # The file the call wrote (or would have, when nothing changed): where ``path`` led, through
+    # the symlinks on its way, as the walk found it under the write. None only for a replayed
+    # call journaled before it was kept.
+    written: str | None = None
 
 
 @dataclass
@@ -250,7 +256,7 @@ class Workspace:
                                                         "unknown state; not applied again")
                 if rec.state == DONE:
                     return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256),
-                                       journal.blob(rec.after_sha256))
+                                       journal.blob(rec.after_sha256), rec.written_path)
         with self._resolve(path, follow_final=follow_final, create_parents=create_parents) as t:
             p = plan(t)
             if self.still_wanted is not None and not self.still_wanted():
@@ -262,7 +268,8 @@ class Workspace:
             rec = None
             if journal is not None and call_id:
                 rec = CallRecord(call_id, tool, path, digest, PENDING if changed else DONE,
-                                 journal.put_blob(p.before), journal.put_blob(p.after), structured)
+                                 journal.put_blob(p.before), journal.put_blob(p.after), structured,
+                                 written_path=t.rel)
                 journal.put(rec)
             if changed:
                 assert t.name is not None
@@ -274,7 +281,7 @@ class Workspace:
                 if journal is not None and rec is not None:
                     rec.state = DONE
                     journal.put(rec)
-            return EditOutcome(structured, p.before, p.after)
+            return EditOutcome(structured, p.before, p.after, t.rel)
 
     def _remove_interrupted_temps(self, path: str) -> None:
         """A pending record means the process died while writing ``path``: its temp file (up to

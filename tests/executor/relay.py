@@ -1,0 +1,72 @@
+"""A gRPC relay in front of a real executor process that records the tools Core calls.
+
+Tests that must know which calls reach the executor (how many round trips a Core tool makes)
+point Core at the relay instead of the executor: every RPC is passed on as raw bytes, token and
+protocol metadata included, and each ``Call``'s tool name is recorded on the way. ``edit_reply``
+may rewrite an editing tool's reply on its way back (an executor of an older build, say), on the
+wire: Core's code runs unchanged.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Any, Callable, Iterator
+
+import grpc
+
+from proto import executor_pb2 as pb
+
+PASSED_METADATA = ("authorization", "lens-protocol")
+
+
+class Relay(grpc.GenericRpcHandler):
+    """``with Relay(executor_address) as relay``: ``relay.address`` takes Core's calls,
+    ``relay.tools`` lists the tools called, in order."""
+
+    def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None) -> None:
+        self.target = target
+        self.edit_reply = edit_reply
+        self.tools: list[str] = []
+        self._channel = grpc.insecure_channel(target)
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[self])
+        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+
+    def __enter__(self) -> "Relay":
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop(grace=None).wait()
+        self._channel.close()
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method = details.method
+
+        def metadata(context: grpc.ServicerContext) -> list[tuple[str, str]]:
+            return [(m.key, m.value) for m in context.invocation_metadata() if m.key in PASSED_METADATA]
+
+        if method.endswith("/Run"):
+            def stream(raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+                call = self._channel.unary_stream(method)(raw, metadata=metadata(context),
+                                                          timeout=context.time_remaining())
+                try:
+                    yield from call
+                except grpc.RpcError as exc:
+                    context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
+
+            return grpc.unary_stream_rpc_method_handler(stream)
+
+        def unary(raw: bytes, context: grpc.ServicerContext) -> Any:
+            tool = pb.ToolRequest.FromString(raw).tool if method.endswith("/Call") else None
+            if tool is not None:
+                self.tools.append(tool)
+            try:
+                reply = self._channel.unary_unary(method)(raw, metadata=metadata(context),
+                                                          timeout=context.time_remaining())
+            except grpc.RpcError as exc:
+                context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
+            if tool in ("edit_file", "patch_file", "restore") and self.edit_reply is not None:
+                reply = self.edit_reply(pb.ToolReply.FromString(reply)).SerializeToString()
+            return reply
+
+        return grpc.unary_unary_rpc_method_handler(unary)

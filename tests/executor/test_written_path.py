@@ -1,0 +1,130 @@
+"""An edit's result names the file it wrote (F-EXE-5, F-HAR-3).
+
+Core reaches the module's real executor process through a gRPC relay that records the tools it
+calls (``tests/executor/relay.py``), so a test can count the round trips an edit costs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import msgspec
+import pytest
+
+from events import types as t
+from proto import executor_pb2 as pb
+from runtime.executors import RemoteExecutor
+from tools.artifacts import ArtifactStore
+from tools.workspace_tools import workspace_tools
+
+from .conftest import ExecutorProcess, running_pool
+from .relay import Relay
+from .test_tools import CoreTools
+
+_n = itertools.count()
+
+
+@pytest.fixture
+def sub(workspace: Path) -> str:
+    name = f"w{next(_n)}"
+    (workspace / name).mkdir()
+    return name
+
+
+def _older(reply: pb.ToolReply) -> pb.ToolReply:
+    """The reply as an executor built before it named the file written sends it."""
+    reply.ClearField("written_path")
+    return reply
+
+
+@asynccontextmanager
+async def _core(executor: ExecutorProcess, relay: Relay, tmp_path: Path) -> AsyncIterator[CoreTools]:
+    remote = RemoteExecutor(relay.address, executor.token)
+    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
+        artifacts = ArtifactStore(tmp_path / "artifacts")
+        yield CoreTools(workspace_tools(pool, artifacts), artifacts)
+
+
+@pytest.fixture
+async def relayed(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, Relay]]:
+    with Relay(executor.address) as relay:
+        async with _core(executor, relay, tmp_path) as core:
+            yield core, relay
+
+
+@pytest.fixture
+async def relayed_older(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, Relay]]:
+    with Relay(executor.address, edit_reply=_older) as relay:
+        async with _core(executor, relay, tmp_path) as core:
+            yield core, relay
+
+
+def _written(events: list[t._Event]) -> list[str | None]:
+    return [e.written_path for e in events if isinstance(e, t.FileEdited)]
+
+
+def _links(workspace: Path, sub: str) -> Path:
+    base = workspace / sub
+    (base / "d" / "e").mkdir(parents=True)
+    (base / "d" / "f.txt").write_text("one\n")
+    (base / "l").symlink_to("d/e")          # a directory link
+    (base / "lf").symlink_to("d/f.txt")     # a file link
+    (base / "chain").symlink_to("lf")       # a link to a link
+    return base
+
+
+async def test_an_edit_records_the_file_it_wrote_in_one_round_trip(relayed: tuple[CoreTools, Relay],
+                                                                    workspace: Path, sub: str) -> None:
+    # Each edit that changed a file cost a second call, `resolve`, to learn which file it wrote.
+    core, relay = relayed
+    base = _links(workspace, sub)
+    steps = [("edit_file", {"path": f"{sub}/l/../f.txt", "mode": "rewrite", "content": "two\n"}, f"{sub}/d/f.txt"),
+             ("edit_file", {"path": f"{sub}/lf", "mode": "edit", "edits": [{"old_string": "two", "new_string": "3"}]},
+              f"{sub}/d/f.txt"),
+             ("patch_file", {"path": f"{sub}/chain", "patch": "@@\n-3\n+four\n"}, f"{sub}/d/f.txt"),
+             ("edit_file", {"path": f"./{sub}/l/new.txt", "mode": "create", "content": "hi\n"}, f"{sub}/d/e/new.txt"),
+             ("edit_file", {"path": f"{sub}/l/made/deep.txt", "mode": "create", "content": "hi\n"},
+              f"{sub}/d/e/made/deep.txt"),
+             ("edit_file", {"path": str(base / "lf"), "mode": "rewrite", "content": "five\n"}, f"{sub}/d/f.txt")]
+    for tool, args, written in steps:
+        relay.tools.clear()
+        _, res = await core.run(tool, args)
+        assert not res.is_error, res.content
+        assert _written(res.events) == [written], (args, res.events)
+        assert res.structured_content["path"] == args["path"]  # (the spec's shape, as given)
+        assert relay.tools == [tool], (args, relay.tools)
+    relay.tools.clear()
+    _, res = await core.run("edit_file", {"path": f"{sub}/lf", "mode": "rewrite", "content": "five\n"})
+    assert not res.structured_content["changed"] and res.events == [] and relay.tools == ["edit_file"]
+    assert (base / "d" / "f.txt").read_text() == "five\n" and (base / "lf").is_symlink()
+
+
+async def test_an_older_executor_is_asked_where_the_edit_led(relayed_older: tuple[CoreTools, Relay],
+                                                             workspace: Path, sub: str) -> None:
+    core, relay = relayed_older
+    _links(workspace, sub)
+    relay.tools.clear()
+    _, res = await core.run("edit_file", {"path": f"{sub}/lf", "mode": "rewrite", "content": "two\n"})
+    assert not res.is_error and _written(res.events) == [f"{sub}/d/f.txt"]
+    assert relay.tools == ["edit_file", "resolve"]
+
+
+async def test_a_written_name_that_is_not_utf8_is_not_recorded(relayed: tuple[CoreTools, Relay],
+                                                                 workspace: Path, sub: str) -> None:
+    # The log's text cannot hold such a name: the file.edited event could not be encoded, and
+    # the edit, made, was answered RESULT_NOT_RECORDED (no file history, nothing to revert).
+    core, relay = relayed
+    base = os.fsencode(workspace / sub)
+    os.makedirs(base + b"/\xff")
+    os.symlink(b"\xff", base + b"/ln")
+    relay.tools.clear()
+    cid, res = await core.run("edit_file", {"path": f"{sub}/ln/f.txt", "mode": "create", "content": "x\n"})
+    assert not res.is_error and _written(res.events) == [None] and relay.tools == ["edit_file"]
+    msgspec.msgpack.encode(res.events)  # (recordable)
+    _, rev = await core.run("revert_call", {"call_id": cid})  # through the path as given
+    assert not rev.is_error, rev.content
+    assert not os.path.exists(base + b"/\xff/f.txt")
