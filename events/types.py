@@ -252,8 +252,9 @@ class FileEdited(_Event, tag="file.edited"):
     # whose workspace allowlist also judges a revert of it. None in logs from before it was kept.
     tool: str | None = None
     # The file the edit wrote: the canonical workspace-relative path ``path`` led to, through the
-    # symlinks on its way (``path`` stays as given: revert_call restores through it). None in logs
-    # from before it was kept, or when the executor could not tell.
+    # symlinks on its way (``path`` stays as given). revert_call restores this file; through
+    # ``path`` only when this is None: in logs from before it was kept, or when the executor
+    # could not tell.
     written_path: str | None = None
 
 

@@ -43,6 +43,13 @@ def _recordable(path: str) -> bool:
     return True
 
 
+def _restored(edit: t.FileEdited) -> str:
+    """The path ``revert_call`` restores an edit through: the file the edit wrote. The path as
+    given may lead elsewhere by now (a link retargeted since); it is used only when the log does
+    not say which file was written (written before that was kept, or the executor could not tell)."""
+    return edit.written_path or edit.path
+
+
 async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str,
                                allowlists: Sequence[tuple[str, Sequence[str] | None]] | None = None) -> None:
     """Raise ``PATH_NOT_ALLOWED`` when ``path`` leads (through symlinks in the workspace) outside
@@ -153,8 +160,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             written = None
             if r.get("changed"):
                 # Which file was written (the path as given may name it through symlinks): "changes
-                # this session" lists it by that. The executor says so with its result; one that
-                # does not is asked before another write may move a link.
+                # this session" lists it by that, and revert_call restores it. The executor says
+                # so with its result; one that does not is asked before another write may move a link.
                 written = out.written_path if out.written_path is not None else await where_it_leads(ex.client, path)
                 if written is not None and not _recordable(written):
                     written = None  # (a name that is not UTF-8: the log's text cannot hold it)
@@ -191,29 +198,31 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         async with ex.lock.write():
             # The edits were judged when they were made; a path may lead elsewhere now (a link
             # put in its place since). All are judged before any is restored: by revert_call's
-            # allowlist and by that of the tool that made the edit (a revert writes the path as
-            # the edit did; both editing tools' when the log does not say which).
+            # allowlist and by that of the tool that made the edit (a revert writes the file the
+            # edit did; both editing tools' when the log does not say which).
             for e in reversed(edits):
                 makers = [e.tool] if e.tool else list(EDITING_TOOLS)
                 others = [(m, ctx.allowlist_of(m)) for m in makers] if ctx.allowlist_of is not None else []
-                await check_where_it_leads(ctx, ex.client, "revert_call", "path", e.path,
+                await check_where_it_leads(ctx, ex.client, "revert_call", "path", _restored(e),
                                            [("revert_call", ctx.workspace_allowlist), *others])
             for e in reversed(edits):
+                where = _restored(e)
                 try:
                     before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None
                 except ArtifactError as exc:
                     raise ToolError(exc.code, exc.message) from None
                 try:
                     await ex.client.call("restore", {
-                        "path": e.path, "content_hex": before.hex() if before is not None else None,
+                        "path": where, "content_hex": before.hex() if before is not None else None,
                         "expect_sha256": e.after_sha256}, call_id=f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
                 except Exception as exc:
                     message = str(getattr(exc, "message", exc))
-                    if not message.startswith(f"{e.path}:"):  # (the executor's own messages name it)
-                        message = f"{e.path}: {message}"
+                    if message.startswith(f"{where}:"):  # (the executor's own messages name it)
+                        message = message[len(where) + 1:].lstrip()
+                    shown = where if where == e.path else f"{where} (edited as {e.path})"
                     raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"),
-                                    f"{message} (reverted so far: {', '.join(restored) or 'none'})") from None
-                restored.append(e.path)
+                                    f"{shown}: {message} (reverted so far: {', '.join(restored) or 'none'})") from None
+                restored.append(where)
         return ToolResult.text(f"reverted call {target}: restored {', '.join(restored)}",
                                {"call_id": target, "paths": restored},
                                events=[t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=restored)])

@@ -278,6 +278,41 @@ async def test_an_edit_through_a_link_to_a_name_that_is_not_utf8_is_recorded(dae
     assert not os.path.exists(root + b"/\xff/f.txt")
 
 
+async def test_a_revert_restores_the_file_the_edit_wrote_though_its_link_was_retargeted(
+        daemon_factory: DaemonFactory):
+    # revert_call restored through the path as given: `lf` retargeted from a.txt to b.txt since
+    # the edit put the old bytes into b.txt (which held the edit's bytes too) and left a.txt as
+    # the edit made it; `ld` retargeted from d1 to d2 removed d2/f.txt, not the file it created.
+    d = await daemon_factory()
+    strong, reader, sid, ws = await _setup(d)
+    (ws / "a.txt").write_text("one\n")
+    (ws / "b.txt").write_text("two\n")
+    (ws / "d1").mkdir()
+    (ws / "d2").mkdir()
+    (ws / "lf").symlink_to("a.txt")
+    (ws / "ld").symlink_to("d1")
+    calls = []
+    for n, args in enumerate(({"path": "lf", "mode": "rewrite", "content": "X\n"},
+                              {"path": "ld/f.txt", "mode": "create", "content": "Y\n"})):
+        body = await run_tool(d, strong, sid, f"r{n}", "edit_file", args)
+        assert body["status"] == "ok", body
+        calls.append(body["call_id"])
+    for link, to in (("lf", "b.txt"), ("ld", "d2")):
+        (ws / link).unlink()
+        (ws / link).symlink_to(to)
+    (ws / "b.txt").write_text("X\n")
+    (ws / "d2" / "f.txt").write_text("Y\n")
+    for n, call_id in enumerate(calls):
+        body = await run_tool(d, strong, sid, f"v{n}", "revert_call", {"call_id": call_id})
+        assert body["status"] == "ok", body
+    assert (ws / "a.txt").read_text() == "one\n" and (ws / "b.txt").read_text() == "X\n"
+    assert not (ws / "d1" / "f.txt").exists() and (ws / "d2" / "f.txt").read_text() == "Y\n"
+    reverted = [e["body"] for e in await d.events(strong, sid) if e["kind"] == "file.reverted"]
+    assert [r["paths"] for r in reverted] == [["a.txt"], ["d1/f.txt"]]
+    r = await d.get(f"/sessions/{sid}/changes", reader)
+    assert {f["path"]: f["status"] for f in r.json()["files"]} == {"a.txt": "reverted", "d1/f.txt": "reverted"}
+
+
 async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon_factory: DaemonFactory):
     # A fork keeps its source's edits up to the fork point revertible (its context holds those
     # calls): reverting one changes the workspace, so the fork's changes list it (they listed

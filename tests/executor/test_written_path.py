@@ -1,4 +1,4 @@
-"""An edit's result names the file it wrote (F-EXE-5, F-HAR-3).
+"""An edit's result names the file it wrote (F-EXE-5, F-HAR-3), and revert_call restores that file.
 
 Core reaches the module's real executor process through a gRPC relay that records the tools it
 calls (``tests/executor/relay.py``), so a test can count the round trips an edit costs.
@@ -128,3 +128,43 @@ async def test_a_written_name_that_is_not_utf8_is_not_recorded(relayed: tuple[Co
     _, rev = await core.run("revert_call", {"call_id": cid})  # through the path as given
     assert not rev.is_error, rev.content
     assert not os.path.exists(base + b"/\xff/f.txt")
+
+
+async def test_a_revert_restores_the_file_the_edit_wrote(relayed: tuple[CoreTools, Relay], workspace: Path,
+                                                         sub: str) -> None:
+    # revert_call restored through the path as given: a link retargeted since sent the restore to
+    # another file (holding the same bytes: overwritten; other bytes: CONFLICT, the edited file
+    # left as the edit made it).
+    core, _ = relayed
+    base = workspace / sub
+    (base / "a.txt").write_text("a\n")
+    (base / "b.txt").write_text("b\n")
+    (base / "c.txt").write_text("c\n")
+    (base / "l").symlink_to("a.txt")
+    (base / "m").symlink_to("c.txt")
+    edit_a, _ = await core.run("edit_file", {"path": f"{sub}/l", "mode": "rewrite", "content": "x\n"})
+    edit_c, _ = await core.run("edit_file", {"path": f"{sub}/m", "mode": "rewrite", "content": "y\n"})
+    for link, to in (("l", "b.txt"), ("m", "a.txt")):
+        (base / link).unlink()
+        (base / link).symlink_to(to)
+    (base / "b.txt").write_text("x\n")  # the same bytes as the edit left in a.txt
+    _, rev = await core.run("revert_call", {"call_id": edit_a})
+    assert not rev.is_error, rev.content
+    assert (base / "a.txt").read_text() == "a\n" and (base / "b.txt").read_text() == "x\n"
+    assert rev.structured_content["paths"] == [f"{sub}/a.txt"]
+    _, rev = await core.run("revert_call", {"call_id": edit_c})
+    assert not rev.is_error, rev.content
+    assert (base / "c.txt").read_text() == "c\n" and (base / "a.txt").read_text() == "a\n"
+    # A conflict names the file and the path the edit was given.
+    edit_d, _ = await core.run("edit_file", {"path": f"{sub}/l", "mode": "rewrite", "content": "z\n"})
+    (base / "b.txt").write_text("changed since\n")
+    _, rev = await core.run("revert_call", {"call_id": edit_d})
+    assert rev.is_error and rev.error_code == "CONFLICT"
+    message = rev.structured_content["error"]["message"]
+    assert message.startswith(f"{sub}/b.txt (edited as {sub}/l): the file changed since that call"), message
+    # A log from before the written path was kept: restored through the path as given.
+    edit_f, _ = await core.run("edit_file", {"path": f"{sub}/l", "mode": "rewrite", "content": "w\n"})
+    core.edits[edit_f] = [msgspec.structs.replace(e, written_path=None) for e in core.edits[edit_f]]
+    _, rev = await core.run("revert_call", {"call_id": edit_f})
+    assert not rev.is_error and rev.structured_content["paths"] == [f"{sub}/l"]
+    assert (base / "b.txt").read_text() == "changed since\n"
