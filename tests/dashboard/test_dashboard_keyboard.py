@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one,
+    MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one,
     open_new_session, shown_default, submit, texts, wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
@@ -370,3 +370,32 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
     assert focused(driver)["id"] == "cred"
     assert console_errors(driver) == []
 
+
+def test_dashboard_shows_earlier_items_without_announcing_each(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """"Show earlier" put up to 200 items in the timeline, a live region: a screen reader would read
+    them all. Only "N earlier items shown" is announced now, once; the button is gone, and a
+    keyboard user's focus goes to the earliest item shown, not to <body>, and nothing scrolls."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
+    strong = d.pair("dash-earlier", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    submit(driver, "many tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
+        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 30)
+    shown = len(by_css(driver, "#timeline > .tool, #timeline > .msg"))
+    hidden = MANY + 2 - shown
+    assert one(driver, "#timeline button.more").text.startswith(f"Show {hidden} earlier")
+    driver.execute_script("window.announced = []; document.querySelector('#timeline button.more').focus()")
+    before = driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: len(by_css(driver, "#timeline .tool")) == MANY, "every tool call")
+    assert driver.execute_script("return window.announced") == [f"{hidden} earlier items shown"]
+    assert driver.execute_script("""const a = document.activeElement;
+        return a.matches('#timeline > .msg.user') && a.textContent.includes('many tools')""")
+    assert driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop") == before
+    assert console_errors(driver) == []
