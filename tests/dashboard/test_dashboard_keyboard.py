@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one, shown_default, texts,
-    wait_for, with_turns)
+    MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one,
+    open_new_session, shown_default, submit, texts, wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
                    {"id": "2", "text": "second", "status": "in_progress"}]}
@@ -216,4 +216,186 @@ def test_dashboard_by_keyboard_keeps_the_focus_announces_once_and_is_readable(
     assert sum("(faux) You said: hello" in a for a in announced) == 1, announced
     assert not [a for a in announced if "Streaming the first half" in a], announced
     assert "running" in announced and "idle" in announced, announced
+    assert console_errors(driver) == []
+
+
+def queued(driver: Any) -> list[str]:
+    return driver.execute_script("return [...document.querySelectorAll('#queue li[data-request-id]')].map((li) => li.dataset.requestId)")
+
+
+def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_goes_away(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Controls that are gone, hidden or left disabled after their request (an error dismissed, the
+    saved default cleared, a question answered, an input withdrawn, the run aborted, a job stopped,
+    the credential forgotten) dropped the focus to <body>, and the next Tab started from the top of
+    the page. The focus now goes on to the next control of the same kind, else to a sensible place
+    (the message box, the model choice, the credential field); a job's card says why it stopped, and
+    the Changes panel says which edit calls changed a file (both were tooltips only)."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns(
+        ONE_QUESTION,
+        {"when": "start a job", "toolCalls": [
+            {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]},
+        {"when": "make a file", "toolCalls": [{"name": "edit_file", "arguments": {"path": "a.txt", "mode": "create", "content": "one\n"}}]},
+        {"when": "make another", "toolCalls": [{"name": "edit_file", "arguments": {"path": "b.txt", "mode": "create", "content": "two\n"}}]}))
+    strong = d.pair("dash-focus", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    tab_to(driver, lambda f: f["id"] == "cred")
+    keys(driver, strong, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+
+    # Two errors (two refused projects); Dismiss on the last gives the focus to the one before it,
+    # and the last Dismiss to what a Tab would reach next (the navigation's first control).
+    tab_to(driver, lambda f: f["id"] == "project-name")
+    keys(driver, "Focus project", Keys.TAB, "relative/one", Keys.ENTER)
+    wait_for(lambda: len(by_css(driver, "#errors li")) == 1, "the first error")
+    chord(driver, Keys.CONTROL, "a")
+    keys(driver, str(workspace / "missing"), Keys.ENTER)
+    wait_for(lambda: len(by_css(driver, "#errors li")) == 2, "the second error")
+    tab_to(driver, lambda f: f["text"] == "Dismiss", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: len(by_css(driver, "#errors li")) == 1, "an error dismissed")
+    assert focused(driver)["text"] == "Dismiss"
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: not by_css(driver, "#errors li"), "both errors dismissed")
+    assert focused(driver)["id"] == "refresh"
+
+    tab_to(driver, lambda f: f["id"] == "project-workspace")
+    chord(driver, Keys.CONTROL, "a")
+    keys(driver, str(workspace), Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#projects button.selected"), "the new project")
+    tab_to(driver, lambda f: f["text"] == "New session")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    sid = driver.execute_script("return document.querySelector('#sessions button.selected').dataset.sessionId")
+
+    # Clear saved default stays disabled once nothing is saved: the model choice gets the focus.
+    tab_to(driver, lambda f: f["id"] == "model-set")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: (shown_default(driver) or [None, None])[1] == "saved", "the saved default")
+    wait_for(lambda: focused(driver)["id"] == "model-set", "the focus back on Set as default")
+    tab_to(driver, lambda f: f["id"] == "model-clear")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: (shown_default(driver) or [None, None])[1] not in (None, "saved"), "the saved default cleared")
+    wait_for(lambda: not one(driver, "#model-clear").is_enabled(), "Clear saved default disabled")
+    assert focused(driver)["id"] == "model-choice"
+
+    # A question answered by the keyboard: once it is gone, the focus is in the message box.
+    tab_to(driver, lambda f: f["id"] == "input")
+    keys(driver, "ask one question")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question")
+    tab_to(driver, lambda f: f["text"] == "Red", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the answered question")
+    wait_for(lambda: focused(driver)["id"] == "input", "the focus in the message box")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the question's run's end")
+
+    # Withdraw on a queued input: the next one's Withdraw has the focus; Steer (the row stays, its
+    # Steer goes): that row's Withdraw; the last one withdrawn: the message box, its text back in it.
+    keys(driver, "stream slowly please")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#timeline .msg.streaming"), "the streaming answer")
+    keys(driver, "queued one")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: len(queued(driver)) == 1, "the first queued input")
+    keys(driver, "queued two")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    first, second = wait_for(lambda: len(queued(driver)) == 2 and queued(driver), "both queued inputs")
+    tab_to(driver, lambda f: f["row"] == first and f["text"] == "Withdraw", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: queued(driver) == [second], "the first input withdrawn")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (second, "Withdraw")
+    keys(driver, Keys.TAB)
+    assert (focused(driver)["row"], focused(driver)["text"]) == (second, "Steer")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#queue li[data-request-id] .pill") == ["steer"], "the input to steer")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (second, "Withdraw")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: queued(driver) == [], "the second input withdrawn")
+    wait_for(lambda: focused(driver)["id"] == "input", "the focus in the message box")
+    # (the first one's text is in the box; the second's was not put back over it)
+    assert one(driver, "#input").get_attribute("value") == "queued one"
+    chord(driver, Keys.CONTROL, "a")
+    keys(driver, Keys.DELETE)
+
+    # Abort is hidden once the run is over: the message box has the focus.
+    tab_to(driver, lambda f: f["id"] == "abort", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run aborted")
+    wait_for(lambda: focused(driver)["id"] == "input", "the focus in the message box")
+
+    # A job's Stop goes with the job: the focus stays in its card; the card says why it stopped.
+    one(driver, "#when-busy").send_keys("follow")   # (put back as "steer" with the withdrawn input)
+    tab_to(driver, lambda f: f["id"] == "input")
+    keys(driver, "start a job")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    job = wait_for(lambda: driver.execute_script("const li = document.querySelector('#jobs li[data-job-id]');"
+                                                 "return li && li.textContent.includes('running') && li.dataset.jobId"), "the job")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the job's run's end")
+    tab_to(driver, lambda f: f["row"] == job and f["text"] == "Stop", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, f"#jobs li[data-job-id='{job}'] .reason") == ["stopped by request"], "the reason shown")
+    assert "stopped" in texts(driver, f"#jobs li[data-job-id='{job}'] .pill")[0]
+    assert (focused(driver)["row"], focused(driver)["text"]) == (job, "Output")
+
+    # The edit calls that changed a file: a section of its card, opened by the keyboard, kept open
+    # (and the focus on it) when the panel is redrawn for another file.
+    tab_to(driver, lambda f: f["id"] == "input")
+    keys(driver, "make a file")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#changes li.card > .sub") == ["a.txt"], "the changed file")
+    tab_to(driver, lambda f: f["text"] == "1 edit call", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, "#changes details[open] .edits li") != [], "the edit calls shown")
+    [line] = texts(driver, "#changes details[open] .edits li")
+    assert line.startswith("edit_file ") and line.endswith(" (main)"), line
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the edit's run's end")
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "another", "content": "make another"},
+                     token=strong)[0] == 202
+    wait_for(lambda: sorted(texts(driver, "#changes li.card > .sub")) == ["a.txt", "b.txt"], "the second changed file")
+    assert texts(driver, "#changes details[open] .edits li") == [line]
+    assert focused(driver)["text"] == "1 edit call"
+    assert driver.execute_script("return document.activeElement.closest('#changes li.card').dataset.path") == "a.txt"
+    assert not driver.execute_script("return [...document.querySelectorAll('#changes li, #jobs li')].filter((n) => n.title"
+                                     " && n.title.includes('stopped')).length")
+
+    # Forget credential goes with the credential: the field to paste one has the focus.
+    tab_to(driver, lambda f: f["id"] == "disconnect", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    assert focused(driver)["id"] == "cred"
+    assert console_errors(driver) == []
+
+
+def test_dashboard_shows_earlier_items_without_announcing_each(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """"Show earlier" put up to 200 items in the timeline, a live region: a screen reader would read
+    them all. Only "N earlier items shown" is announced now, once; the button is gone, and a
+    keyboard user's focus goes to the earliest item shown, not to <body>, and nothing scrolls."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
+    strong = d.pair("dash-earlier", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    submit(driver, "many tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
+        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 30)
+    shown = len(by_css(driver, "#timeline > .tool, #timeline > .msg"))
+    hidden = MANY + 2 - shown
+    assert one(driver, "#timeline button.more").text.startswith(f"Show {hidden} earlier")
+    driver.execute_script("window.announced = []; document.querySelector('#timeline button.more').focus()")
+    before = driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop")
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: len(by_css(driver, "#timeline .tool")) == MANY, "every tool call")
+    assert driver.execute_script("return window.announced") == [f"{hidden} earlier items shown"]
+    assert driver.execute_script("""const a = document.activeElement;
+        return a.matches('#timeline > .msg.user') && a.textContent.includes('many tools')""")
+    assert driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop") == before
     assert console_errors(driver) == []
