@@ -21,6 +21,7 @@ or ``store = EventStore.open(...)`` then ``await nursery.start(store.run)``.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import queue
 import threading
@@ -72,6 +73,12 @@ AUTO_DICTIONARY_SIZE = 16 * 1024
 # Decoded body bytes (``raw_size``) one ``read_events`` page holds at most, besides its ``limit``
 # of events: a page of events near ``max_event_bytes`` stays a few events, not gigabytes.
 READ_BYTES = 16 * 1024 * 1024
+# Sessions whose last ``session_seq`` the writer keeps in memory. Past this many, the half first
+# cached is forgotten after a commit; a forgotten session's next append reads its last
+# ``session_seq`` back from the log (one lookup on the UNIQUE(session_id, session_seq) index).
+# So a daemon that writes to ever more sessions holds a few hundred kilobytes, not an entry for
+# every session it has written to since it started.
+CACHED_SESSIONS = 4096
 
 _STOP = object()  # tells the writer thread to exit
 MAX_SEQ = 2**63 - 1  # SQLite's largest integer: no seq or session_seq goes past it
@@ -246,13 +253,15 @@ class EventStore:
         codec: Codec,
         *,
         auto_dictionary_after: int | None = AUTO_DICTIONARY_AFTER,
+        cached_sessions: int = CACHED_SESSIONS,
     ) -> None:
         self.data_dir = data_dir
         self._conn = conn
         self._lock_fd = lock_fd
         self._log_fd = -1  # events.db itself, locked too (see _lock_log_file)
         self.codec = codec
-        self._session_seq: dict[str, int] = {}
+        self._session_seq: dict[str, int] = {}  # writer thread only; see CACHED_SESSIONS
+        self._cached_sessions = max(cached_sessions, 1)
         row = conn.execute("SELECT coalesce(max(seq), 0), coalesce(max(ts), 0) FROM events").fetchall()[0]
         self._next_seq: int = row[0] + 1
         self._last_ts: int = row[1] if type(row[1]) is int else 0  # (text only in an edited log)
@@ -290,12 +299,14 @@ class EventStore:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         compression_level: int = 3,
         auto_dictionary_after: int | None = AUTO_DICTIONARY_AFTER,
+        cached_sessions: int = CACHED_SESSIONS,
     ) -> "EventStore":
         """Open (creating if needed) the log in ``data_dir`` for writing.
 
         ``auto_dictionary_after``: once the log holds this many events and no zstd dictionary
         is active, the writer thread trains one (as :meth:`train_dictionary` does) between two
         groups and uses it for new rows; ``None`` never trains one automatically.
+        ``cached_sessions``: see :data:`CACHED_SESSIONS`.
 
         Raises :class:`~events.errors.StoreOpenError` subclasses: missing/unwritable directory,
         foreign or unsupported store, or another process holding the writer lock.
@@ -334,7 +345,8 @@ class EventStore:
                 )
                 for dict_id, reason in damaged.items():
                     codec.mark_damaged(dict_id, reason)
-                store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after)
+                store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after,
+                            cached_sessions=cached_sessions)
                 store._log_fd = log_fd
             except apsw.Error as exc:
                 conn.close()
@@ -628,6 +640,8 @@ class EventStore:
                 try:
                     with self._conn_lock:
                         self._write_group(group)
+                    if len(self._session_seq) > self._cached_sessions:
+                        self._forget_sessions()
                 except BaseException as exc:  # a bug, not a SQLite error: stop writing
                     self._writer_error = exc
                     self._abort = True
@@ -685,6 +699,14 @@ class EventStore:
             ).fetchall()[0][0]
             self._session_seq[session_id] = last
         return last
+
+    def _forget_sessions(self) -> None:
+        """Drop the half of the cached ``session_seq``s first cached. Called between groups only,
+        when every cached value is committed (a failed group cleared them all), so the log
+        answers a forgotten session's next append with the same number."""
+        cache = self._session_seq
+        for sid in list(itertools.islice(cache, len(cache) - self._cached_sessions // 2)):
+            del cache[sid]
 
     def _known_requests(
         self, group: list[_Pending]

@@ -172,6 +172,19 @@ class ExecutorClient:
         # Set when a call found the executor unreachable (grpc UNAVAILABLE: connection refused or
         # reset); the pool then checks whether a local child died before handing it out again.
         self.lost = False
+        # Calls and streams in progress, and when the last one ended (trio time): the pool stops
+        # a local child that nothing has used for a while.
+        self.calls = 0
+        self.used: float | None = None
+
+    @asynccontextmanager
+    async def _in_use(self) -> AsyncIterator[None]:
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
+            self.used = trio.current_time()
 
     def _note(self, exc: BaseException) -> None:
         if isinstance(exc, ExecutorUnavailable) and exc.status == "UNAVAILABLE":
@@ -179,7 +192,8 @@ class ExecutorClient:
 
     async def _unary(self, method: Any, request: Any, timeout: float) -> Any:
         try:
-            reply = await unary(method, request, metadata=self._meta, timeout=timeout)
+            async with self._in_use():
+                reply = await unary(method, request, metadata=self._meta, timeout=timeout)
         except ExecutorError as exc:
             self._note(exc)
             raise
@@ -229,7 +243,7 @@ class ExecutorClient:
         # No nursery here: an exception raised by the caller's block must come out as itself, not
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.
-        async with self._streams:  # one slot per open stream
+        async with self._streams, self._in_use():  # one slot per open stream
             call = self._stub.Run(req, metadata=self._meta, timeout=run_deadline_s(timeout_ms))
             send, recv = trio.open_memory_channel[Any](64)
             trio_token = trio.lowlevel.current_trio_token()

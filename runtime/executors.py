@@ -30,6 +30,10 @@ from .executor_client import ExecutorClient, ExecutorUnavailable
 log = logging.getLogger("lens.executors")
 SPAWN_TIMEOUT_S = 20.0
 LOST_GRACE_S = 2.0
+# A local child that has run no call or command for this long, with no session waiting for its
+# domain lock, is stopped; the project's next call spawns another. A daemon that has touched many
+# projects so keeps a process (some 50 MB, a dozen threads) only for those in use.
+IDLE_STOP_S = 600.0
 
 
 class ProjectUnknown(LensError):
@@ -50,6 +54,11 @@ class DomainLock:
         self._writer = False
         self._writers_waiting = 0
         self._changed = trio.Event()
+
+    @property
+    def idle(self) -> bool:
+        """Nobody holds the lock or waits for it (readers wait only while a writer holds or waits)."""
+        return not (self._readers or self._writer or self._writers_waiting)
 
     def _notify(self) -> None:
         ev, self._changed = self._changed, trio.Event()
@@ -108,8 +117,10 @@ class ExecutorPool:
 
     def __init__(self, state_root: Path, workspace_of: Callable[[str], Awaitable[Path | None]],
                  remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False,
-                 hidden_env: Collection[str] = (), daemon_dirs: Sequence[tuple[str, Path]] = ()) -> None:
+                 hidden_env: Collection[str] = (), daemon_dirs: Sequence[tuple[str, Path]] = (),
+                 idle_stop_s: float = IDLE_STOP_S) -> None:
         self.state_root = Path(state_root)
+        self.idle_stop_s = idle_stop_s
         # (what, path): the daemon's own directories (its data, its config), which no local
         # workspace may hold or lie in — as POST /projects checks, now for the daemon running.
         self.daemon_dirs = tuple(daemon_dirs)
@@ -148,6 +159,7 @@ class ExecutorPool:
                 await ex.process.wait()
             ex.client.lost = False
         if ex is not None and (ex.process is None or ex.process.returncode is None):
+            ex.client.used = trio.current_time()  # (handed out: about to be used)
             return ex
         lock = self._spawning.setdefault(project_id, trio.Lock())
         async with lock:
@@ -227,7 +239,8 @@ class ExecutorPool:
                 await proc.stdout.aclose()
                 await proc.stdin.aclose()
             raise
-        self._nursery.start_soon(self._reap, proc, state)  # from here on, _reap owns the child
+        gone = trio.Event()  # (set by _reap once the child is reaped)
+        self._nursery.start_soon(self._reap, proc, state, gone)  # from here on, _reap owns the child
         client = ExecutorClient(f"127.0.0.1:{port}", token)
         try:
             await client.hello()
@@ -236,8 +249,34 @@ class ExecutorPool:
             proc.terminate()
             raise
         log.info("executor for project %s on port %d (pid %d)", project_id, port, proc.pid)
-        return Executor(project_id, workspace, client, lock=self._lock(workspace), process=proc,
-                        shared_filesystem=self.local_shared_filesystem)
+        ex = Executor(project_id, workspace, client, lock=self._lock(workspace), process=proc,
+                      shared_filesystem=self.local_shared_filesystem)
+        self._nursery.start_soon(self._stop_when_idle, ex, gone)
+        return ex
+
+    async def _stop_when_idle(self, ex: Executor, gone: trio.Event) -> None:
+        """Stop ``ex``'s child once nothing has used it for :attr:`idle_stop_s` (see
+        :data:`IDLE_STOP_S`); ends when the child is gone or replaced. Checked at the deadline,
+        without an await between the check and the stop: a call cannot slip in."""
+        assert ex.process is not None
+        client, since = ex.client, trio.current_time()
+        while ex.process.returncode is None and self._executors.get(ex.project_id, ex) is ex:
+            now = trio.current_time()
+            last = since if client.used is None else max(since, client.used)
+            if client.calls or not ex.lock.idle:
+                deadline = now + self.idle_stop_s
+            elif now - last < self.idle_stop_s:
+                deadline = last + self.idle_stop_s
+            else:
+                if self._executors.get(ex.project_id) is ex:
+                    del self._executors[ex.project_id]  # (the next get() spawns another)
+                log.info("executor for project %s unused for %g s: stopping it (pid %d)", ex.project_id,
+                         self.idle_stop_s, ex.process.pid)
+                client.close()
+                ex.process.terminate()  # (_reap waits for it and ends what it left)
+                return
+            with trio.move_on_at(deadline):
+                await gone.wait()
 
     def _lock(self, workspace: Path | None) -> DomainLock:
         """The execution-domain lock of a local workspace (None: the remote executor's)."""
@@ -245,7 +284,7 @@ class ExecutorPool:
         return self._locks.setdefault(key, DomainLock())
 
     @staticmethod
-    async def _reap(proc: trio.Process, state: Path) -> None:
+    async def _reap(proc: trio.Process, state: Path, gone: trio.Event) -> None:
         try:
             assert proc.stdout is not None
             while await proc.stdout.receive_some(4096):
@@ -275,6 +314,7 @@ class ExecutorPool:
                         await trio.to_thread.run_sync(GroupRegistry(state).reap)
                     except OSError as exc:
                         log.warning("cannot end the commands executor %d left running: %s", proc.pid, exc)
+                gone.set()
 
     async def probe_shared(self, ex: Executor) -> bool:
         """``sharedFilesystem`` check: a random short-lived file Core writes must be seen by the executor."""

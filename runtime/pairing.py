@@ -41,6 +41,13 @@ POLL_SECONDS = 0.25
 # when the limit is reached, expired requests are dropped from the file to make room. So a burst
 # of unauthenticated requests can fill the list for an hour at most, not for ever.
 PENDING_TTL_MS = 60 * 60 * 1000
+# Revoked records kept, so that ``lens pair list`` shows the latest revocations. Past this many,
+# a write drops those revoked longest ago (a record revoked before ``revokedAt`` was kept counts
+# from its last request or approval). A revoked record holds no credential hash, so dropping it
+# allows nothing; that client asks again (``POST /pair/requests``) before it can be approved
+# again, as an unknown one does. So a pair file that sees fresh client ids paired and revoked
+# (one per CI run, say) does not grow for ever.
+MAX_REVOKED = 1000
 # The largest pair file read: records of at most ~400 bytes, and at most
 # ``server.maxPendingPairings`` (100,000) of them pending, fit many times over.
 MAX_PAIR_FILE_BYTES = 64 * 1024 * 1024
@@ -80,6 +87,7 @@ class ClientRecord(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=T
     credential_hash: str | None = None
     requested_at: int = 0
     approved_at: int | None = None
+    revoked_at: int | None = None  # (records revoked before it was kept have none)
 
 
 class PairFile(msgspec.Struct, kw_only=True):
@@ -184,6 +192,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _drop_oldest_revoked(data: PairFile) -> None:
+    """Keep the :data:`MAX_REVOKED` revoked records revoked last (the file's order kept)."""
+    revoked = [c for c in data.clients if c.status == "revoked"]
+    if len(revoked) <= MAX_REVOKED:
+        return
+    revoked.sort(key=lambda c: c.revoked_at or max(c.requested_at, c.approved_at or 0))
+    dropped = {id(c) for c in revoked[:len(revoked) - MAX_REVOKED]}
+    data.clients = [c for c in data.clients if id(c) not in dropped]
+
+
 class PairStore:
     """The pair file, shared by the daemon (register, authenticate) and the CLI (approve…)."""
 
@@ -271,6 +289,7 @@ class PairStore:
             except OSError as exc:
                 raise self._unwritable(exc) from None
             yield data
+            _drop_oldest_revoked(data)
             try:
                 self._write(data)
             except OSError as exc:
@@ -298,7 +317,7 @@ class PairStore:
                 if c.client_id == client_id:
                     if c.status == "revoked":
                         c.status, c.name, c.requested_at = "pending", name, _now_ms()
-                        c.credential_hash = None
+                        c.credential_hash = c.revoked_at = None
                     return c.status
             pending = sum(1 for c in data.clients if c.status == "pending")
             if pending >= max_pending:
@@ -327,6 +346,7 @@ class PairStore:
             rec.trust = "strong" if strong else "read"
             rec.credential_hash = credential_hash(client_id, rec.trust, token)
             rec.approved_at = _now_ms()
+            rec.revoked_at = None
         return token
 
     def revoke(self, client_id: str) -> None:
@@ -340,6 +360,7 @@ class PairStore:
             for rec in records:  # (one per client: the file was checked when it was read)
                 rec.status = "revoked"
                 rec.credential_hash = None
+                rec.revoked_at = _now_ms()
 
     def clients(self) -> list[ClientRecord]:
         return list(self._data.clients)

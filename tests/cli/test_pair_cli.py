@@ -8,13 +8,15 @@ daemon records it."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from runtime.pairing import PairStore
+from runtime.pairing import MAX_REVOKED, ClientNotFound, PairStore
 
 
 def lens_command() -> list[str]:
@@ -70,3 +72,38 @@ def test_an_invalid_pair_file_is_named_once_and_left_as_it_was(tmp_path: Path, c
     assert err.count("is not a valid pair file") == 1, err
     assert err.startswith("lens: PAIR_FILE_INVALID: pair file config/pair.json is not a valid pair file"), err
     assert pair.read_text() == '{"clients": 5}'
+
+
+def test_revoked_records_are_kept_up_to_a_bound_the_latest_revocations(tmp_path: Path):
+    # A client id paired and revoked left its record for ever: a pair file that saw a fresh id
+    # per CI run grew with every run. Past MAX_REVOKED, a write drops the revocations made
+    # longest ago (records from before revokedAt count from their last request or approval).
+    pair = tmp_path / "config" / "pair.json"
+    store = PairStore(pair)
+    store.register("live", "live client", max_pending=32)
+    token = store.approve("live", strong=True)
+    data = msgspec.json.decode(pair.read_bytes())
+    data["clients"][:0] = [{"clientId": f"old-{i}", "status": "revoked", "requestedAt": 1000 + i}
+                           for i in range(MAX_REVOKED)]
+    pair.write_bytes(msgspec.json.encode(data))
+
+    proc = subprocess.run([*lens_command(), "pair", "revoke", "--client", "live"], cwd=tmp_path,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    store = PairStore(pair)
+    assert store.authenticate(token) is None
+    ids = [c.client_id for c in store.clients()]
+    assert len(ids) == MAX_REVOKED and "old-0" not in ids and ids[0] == "old-1" and ids[-1] == "live"
+    listing = subprocess.run([*lens_command(), "pair", "list"], cwd=tmp_path, capture_output=True, timeout=60)
+    assert re.search(r"^live\s+revoked", listing.stdout.decode(), re.M), listing.stdout.decode()
+
+    # the next revocation drops the next oldest, never the one just made
+    store.register("second", "second client", max_pending=32)
+    store.approve("second", strong=False)
+    store.revoke("second")
+    ids = [c.client_id for c in store.clients()]
+    assert len(ids) == MAX_REVOKED and "old-1" not in ids and ids[-2:] == ["live", "second"]
+    # a client whose record went asks again, as an unknown one does
+    with pytest.raises(ClientNotFound):
+        store.approve("old-0", strong=True)
+    assert store.register("old-0", "back again", max_pending=32) == "pending"

@@ -116,13 +116,15 @@ async def client(executor: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
 @asynccontextmanager
 async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
                        remote: RemoteExecutor | None = None, shared: bool = False,
-                       hidden_env: tuple[str, ...] | frozenset[str] = ()) -> AsyncIterator[ExecutorPool]:
+                       hidden_env: tuple[str, ...] | frozenset[str] = (),
+                       idle_stop_s: float | None = None) -> AsyncIterator[ExecutorPool]:
     """The real pool in its own nursery; its children are stopped when the block ends."""
 
     async def workspace_of(project_id: str) -> Path | None:
         return workspaces.get(project_id)
 
-    pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared, hidden_env=hidden_env)
+    pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared, hidden_env=hidden_env,
+                        **({} if idle_stop_s is None else {"idle_stop_s": idle_stop_s}))
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
         try:

@@ -3,6 +3,7 @@ probe, and the execution-domain lock (unit-tested on a mock clock and through re
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -564,3 +565,44 @@ async def test_the_allowlist_judges_a_path_leading_to_a_name_that_is_not_utf8(lo
             await specs["read_file"].run({"path": "src/out/f.txt"}, dataclasses.replace(allowed, call_id="u2"))
     assert info.value.code == "PATH_NOT_ALLOWED" and "\\udcfe/f.txt" in info.value.message, info.value
     info.value.message.encode("utf-8")  # (the name is escaped: the message can be recorded)
+
+
+# ---------------------------------------------------------------------------- children nothing uses
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or not a live one (a zombie not reaped yet is not gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "X"
+    except FileNotFoundError:
+        return True
+
+
+async def test_a_child_nothing_uses_is_stopped_and_the_next_call_spawns_another(tmp_path: Path) -> None:
+    # Each project used kept its executor child (some 50 MB, a dozen threads) until the daemon
+    # stopped. Stopped after a while unused (bound small here), never while a command runs or
+    # anyone waits for its domain lock; the project's next call spawns another.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello\n")
+    async with running_pool(tmp_path / "executors", {"p": ws}, idle_stop_s=0.3) as pool:
+        ex = await pool.get("p")
+        assert ex.process is not None
+        first = ex.process.pid
+        # a command running for several bounds: its child is kept (used all along)
+        async with ex.client.run("sleep 1.2; echo done", timeout_ms=60_000) as events:
+            out = [ev async for ev in events]
+        assert out[-1].WhichOneof("event") == "exit" and out[-1].exit.exit_code == 0
+        assert not _gone(first) and await pool.get("p") is ex
+        # the domain lock held (a session waiting for it holds its executor): kept as well
+        async with ex.lock.write():
+            await trio.sleep(1.0)  # (several bounds)
+            assert not _gone(first) and ex.process.returncode is None
+        with trio.fail_after(BOUND_S):  # then unused: stopped, reaped, and no longer handed out
+            while not _gone(first):
+                await trio.sleep(0.02)
+        again = await pool.get("p")
+        assert again is not ex and again.process is not None and again.process.pid != first
+        outcome = await again.client.call("read_file", {"path": "a.txt"})
+        assert "hello" in json.dumps(outcome.result)

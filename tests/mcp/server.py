@@ -10,7 +10,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
-it starts in its process group), ``--protocol V`` (the version it answers), ``--page-size N``,
+it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
+which sleeps past the end of its parent's stdin), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
@@ -147,6 +148,7 @@ def main() -> None:
     ap.add_argument("--exit-at-start", action="store_true")
     ap.add_argument("--pidfile")
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--setsid-child", action="store_true")
     ap.add_argument("--protocol", default=None)
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
@@ -198,6 +200,10 @@ def main() -> None:
     pids = [os.getpid()]
     if opts.child:  # a child that would outlive a server stopped by its pid alone
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pids.append(child.pid)
+    if opts.setsid_child:  # one that leaves the server's group (a daemonising helper)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
         pids.append(child.pid)
     if opts.pidfile:
         with open(opts.pidfile + ".tmp", "w") as f:

@@ -381,3 +381,17 @@ async def test_a_response_whose_id_is_of_another_type_answers_no_request(start: 
     assert state["status"] == "running" and state["protocolVersion"] == "2025-11-25", state
     res = await r.call("mcp__t__echo", {"text": "hi"})
     assert not res.is_error and [c.text for c in res.content] == ["echo: hi"]
+
+
+async def test_stopping_ends_a_child_that_left_the_servers_group(start: Any, tmp_path: Path) -> None:
+    # A child started in a session of its own (setsid) escaped the group's signals and ran on
+    # after the server stopped, re-parented to init. It is found while still the server's
+    # descendant and signalled with the group; the one in the group goes as before.
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--child", "--setsid-child")})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 3 and all(alive(p) for p in pids)
+    assert os.getsid(pids[2]) == pids[2] != os.getpgid(pids[0])
+    r.cancel.cancel()
+    await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
+    await wait_for(lambda: not any(alive(p) for p in pids), "no process left")

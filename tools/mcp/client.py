@@ -24,6 +24,8 @@ from typing import Any, AsyncIterator, Callable
 import msgspec
 import trio
 
+from .escaped import Escaped
+
 # Newest first: the version asked for, then the older ones a server may answer with.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 CLIENT_INFO = {"name": "lens", "version": "0.1.0"}
@@ -320,20 +322,36 @@ async def _initialize(conn: Connection, timeout: float) -> None:
 async def stop_process(proc: trio.Process) -> None:
     """Stop a server and everything in its process group: close stdin, SIGTERM after
     :data:`STDIN_CLOSE_GRACE`, SIGKILL after :data:`TERM_GRACE`. Returns once the server is
-    reaped. Call shielded."""
-    if proc.stdin is not None:
-        try:
-            await proc.stdin.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-    pgid = proc.pid  # (start_new_session: the server leads its own group)
-    with trio.move_on_after(STDIN_CLOSE_GRACE):
+    reaped. Call shielded.
+
+    The server's descendants outside its group (a child that called ``setsid``) are found
+    before its stdin closes, while they are still its own, and signalled with the group
+    (:mod:`.escaped`)."""
+    escaped = Escaped()
+    try:
+        # (only while the server is not reaped: its pid, so its descendants, are still its own;
+        # no await between the check and the walk, so nothing reaps it meanwhile)
+        if proc.returncode is None:
+            escaped.add_from(proc.pid)
+        if proc.stdin is not None:
+            try:
+                await proc.stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        pgid = proc.pid  # (start_new_session: the server leads its own group)
+        with trio.move_on_after(STDIN_CLOSE_GRACE):
+            await proc.wait()
+        if proc.returncode is None:  # (what it started while its stdin was closing)
+            escaped.add_from(proc.pid)
+        _killpg(pgid, signal.SIGTERM)  # (also when the server left: children it started may not have)
+        escaped.signal(signal.SIGTERM)
+        with trio.move_on_after(TERM_GRACE):
+            await proc.wait()
+        _killpg(pgid, signal.SIGKILL)
+        escaped.signal(signal.SIGKILL)
         await proc.wait()
-    _killpg(pgid, signal.SIGTERM)  # (also when the server left: children it started may not have)
-    with trio.move_on_after(TERM_GRACE):
-        await proc.wait()
-    _killpg(pgid, signal.SIGKILL)
-    await proc.wait()
+    finally:
+        escaped.close()
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             await stream.aclose()

@@ -1,0 +1,99 @@
+"""The processes a server started that left its process group, found through ``/proc`` (Linux).
+
+A server leads a process group of its own, signalled whole when it is stopped. A child that calls
+``setsid`` (a daemonising helper; Node's ``detached: true``, Python's ``start_new_session``) or
+moves to another group escapes that signal. While the server lives such a child is still its
+descendant: :meth:`Escaped.add_from` walks the server's descendants (through every ``/proc/<pid>/stat``)
+and opens a *pidfd* for each one outside the group, so the process can be signalled later without
+mistaking another for it once it has exited and its pid is reused. What the server's descendants
+start after the walk, and a child whose parent exited before it (re-parented to init), are not
+found. Where pidfds or ``/proc`` are not available nothing is found, and only the group is
+signalled, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class Escaped:
+    """Open pidfds of a server's descendants outside its group; :meth:`close` when done."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}  # pid -> pidfd
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def add_from(self, leader: int) -> None:
+        """Add the descendants of ``leader`` outside its group that are not held yet."""
+        for pid, start in _outside_group(leader):
+            if pid in self._fds:
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except (OSError, AttributeError):  # gone, or no pidfds here (Linux < 5.3)
+                continue
+            if _start_time(pid) != start:  # (the pid was reused between the walk and the open)
+                os.close(fd)
+                continue
+            self._fds[pid] = fd
+
+    def signal(self, sig: int) -> None:
+        for fd in self._fds.values():
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _stat(pid: str) -> tuple[int, int, str] | None:
+    """``(ppid, pgrp, start time)`` of a process, from ``/proc/<pid>/stat``; ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold anything: split after its last ")".
+    fields = raw[raw.rfind(b")") + 2:].split()
+    if len(fields) < 20:
+        return None
+    return int(fields[1]), int(fields[2]), fields[19].decode()
+
+
+def _start_time(pid: int) -> str | None:
+    st = _stat(str(pid))
+    return st[2] if st is not None else None
+
+
+def _outside_group(leader: int) -> list[tuple[int, str]]:
+    """``(pid, start time)`` of every descendant of ``leader`` whose group is not ``leader``'s."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    children: dict[int, list[int]] = {}
+    info: dict[int, tuple[int, str]] = {}
+    for entry in entries:
+        st = _stat(entry)
+        if st is None:
+            continue
+        ppid, pgrp, start = st
+        pid = int(entry)
+        children.setdefault(ppid, []).append(pid)
+        info[pid] = (pgrp, start)
+    found: list[tuple[int, str]] = []
+    todo = list(children.get(leader, ()))
+    while todo:
+        pid = todo.pop()
+        pgrp, start = info[pid]
+        if pgrp != leader:
+            found.append((pid, start))
+        todo.extend(children.get(pid, ()))
+    return found
