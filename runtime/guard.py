@@ -116,8 +116,10 @@ class Guard:
         if origin is None:
             return
         shown = shortened(as_sent(origin))  # (a header of kilobytes is not echoed whole)
-        parts = urlsplit(origin)
         try:
+            # (urlsplit itself refuses an unclosed `[`, a stray `]`, a bracketed host that is no
+            # IP address and characters NFKC turns into delimiters: that was a 500 and a traceback)
+            parts = urlsplit(origin)
             port = parts.port
         except ValueError:
             raise OriginForbidden(f"Origin {shown!r} is not valid") from None
