@@ -3,8 +3,8 @@
 Every route but ``GET /health``, ``POST /pair/requests`` and the dashboard page needs
 ``Authorization: Bearer <credential>``. Read-only credentials may read; only strong-trust ones
 may change anything or touch raw config. Requests whose ``Host`` is not the bound address or a
-loopback name, or whose ``Origin`` is foreign, are refused (DNS-rebinding and CSRF defence), and
-state-changing requests must be ``application/json`` (a cross-site form cannot send that).
+loopback name, or whose ``Origin`` is foreign, are refused (DNS-rebinding and CSRF defence).
+Bodies are read as JSON whatever their ``Content-Type`` says (docs/decisions.md, "Daemon and HTTP").
 """
 
 from __future__ import annotations
