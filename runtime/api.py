@@ -35,6 +35,7 @@ from . import actor as a
 from .bus import Bus
 from .config import Config
 from .configfiles import ConfigFiles
+from .connection_races import guard_connection_races
 from .errors import LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
@@ -341,8 +342,9 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = 60
-    # (keep_send outermost: it keeps the server's own send for SSE's direct write path)
-    app.asgi_app = keep_send(_host_checked(_finish_responses(app.asgi_app), svc))  # type: ignore[method-assign]
+    # (keep_send outermost: it keeps the server's own send for SSE's direct write path; the
+    # connection guards next, before anything in the app can write)
+    app.asgi_app = keep_send(guard_connection_races(_host_checked(_finish_responses(app.asgi_app), svc)))  # type: ignore[method-assign]
 
     @app.before_request
     async def guard() -> Response | None:

@@ -3,8 +3,8 @@
 Every route but ``GET /health``, ``POST /pair/requests`` and the dashboard page needs
 ``Authorization: Bearer <credential>``. Read-only credentials may read; only strong-trust ones
 may change anything or touch raw config. Requests whose ``Host`` is not the bound address or a
-loopback name, or whose ``Origin`` is foreign, are refused (DNS-rebinding and CSRF defence), and
-state-changing requests must be ``application/json`` (a cross-site form cannot send that).
+loopback name, or whose ``Origin`` is foreign, are refused (DNS-rebinding and CSRF defence).
+Bodies are read as JSON whatever their ``Content-Type`` says (docs/decisions.md, "Daemon and HTTP").
 """
 
 from __future__ import annotations
@@ -116,8 +116,10 @@ class Guard:
         if origin is None:
             return
         shown = shortened(as_sent(origin))  # (a header of kilobytes is not echoed whole)
-        parts = urlsplit(origin)
         try:
+            # (urlsplit itself refuses an unclosed `[`, a stray `]`, a bracketed host that is no
+            # IP address and characters NFKC turns into delimiters: that was a 500 and a traceback)
+            parts = urlsplit(origin)
             port = parts.port
         except ValueError:
             raise OriginForbidden(f"Origin {shown!r} is not valid") from None

@@ -172,6 +172,12 @@ def _server_of(scope: dict[str, Any]) -> tuple[Any, Any] | None:
     """The protocol object (hypercorn's H11Protocol or H2Protocol) and the trio socket serving
     ``scope``, reached from the ASGI ``send`` that :func:`keep_send` put into it; ``None`` when
     any link is not the one expected."""
+    found = connection_of(scope)
+    return None if found is None else (found[0], found[1].stream.socket)
+
+
+def connection_of(scope: dict[str, Any]) -> tuple[Any, Any] | None:
+    """(protocol object, TCPServer) serving ``scope``; see :func:`_server_of`."""
     from hypercorn.protocol.h2 import H2Protocol
     from hypercorn.protocol.h11 import H11Protocol
     from hypercorn.protocol.http_stream import HTTPStream
@@ -192,4 +198,4 @@ def _server_of(scope: dict[str, Any]) -> tuple[Any, Any] | None:
     server = getattr(proto.send, "__self__", None)
     if type(server) is not TCPServer or not isinstance(server.stream, trio.SocketStream):
         return None
-    return proto, server.stream.socket
+    return proto, server

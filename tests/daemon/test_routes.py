@@ -117,6 +117,22 @@ async def test_an_origin_with_more_than_scheme_host_and_port_is_refused_as_not_v
     assert r.status_code == 403 and len(r.json()["error"]["message"]) < 200, r.text
 
 
+async def test_an_origin_whose_brackets_do_not_parse_is_refused_as_not_valid(daemon: Daemon, strong: str):
+    """An unclosed ``[``, a stray ``]`` or a bracketed host that is no IP address made the URL
+    parser raise inside the Origin check: an error answer of 500 ``INTERNAL`` and a traceback in
+    the daemon log (found by the header fuzz test)."""
+    p = daemon.port
+    for origin in ["http://[::1", f"http://[::1:{p}", "http://]", f"http://a]b:{p}", f"http://[abc]:{p}",
+                   f"http://[127.0.0.1]:{p}"]:
+        for method, path, body in [("GET", "/projects", None), ("POST", "/projects", {"name": "x", "workspace": "/"}),
+                                   ("GET", "/health", None), ("POST", "/pair/requests", {"clientId": "o", "name": ""})]:
+            r = await daemon.request(method, path, strong, json_body=body, headers={"Origin": origin})
+            assert r.status_code == 403 and error_of(r) == "ORIGIN_FORBIDDEN", (origin, method, path, r.text)
+            assert r.json()["error"]["message"] == f"Origin {origin!r} is not valid", r.text
+    assert (await daemon.get("/projects", strong)).json()["projects"] == []  # nothing was created
+    assert (await daemon.get("/projects", strong, headers={"Origin": f"http://[::1]:{p}"})).status_code == 200
+
+
 async def test_two_origin_headers_are_refused_whichever_comes_first(daemon: Daemon, strong: str):
     """The first header counted: this daemon's origin followed by a foreign one was accepted, the
     two the other way round refused. Which page a request comes from is no guess, as which

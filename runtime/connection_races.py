@@ -1,0 +1,118 @@
+"""Two races of hypercorn's HTTP/1.1 connections (0.18, trio worker) that ended the whole server.
+
+On one connection hypercorn has two tasks that write: the one reading the socket (it answers a
+request h11 finds malformed itself) and the app's. Bytes after a request the server did not
+expect — anything after ``Connection: close``, or data after a WebSocket handshake that has not
+been answered — make h11 fail while the app is answering, and then:
+
+- **A close beside a write.** The connection is closed with ``send_eof``, which holds the
+  socket's send side across a checkpoint without taking the send lock every write takes; the
+  other task's write then raised ``trio.BusyResourceError`` (hypercorn issue 203).
+- **Two answers to one WebSocket handshake.** The reading task answers the early data with a
+  400 while the app rejects the handshake (Lens serves no WebSocket route): h11 refuses the
+  second answer, and the ``LocalProtocolError`` was re-raised (hypercorn issue 225).
+
+Either exception left the connection's task and ended the server: one request from any client
+(no credential needed) stopped the daemon. :func:`guard_connection_races` sets, on the
+connection's own objects when a request reaches the app (before the app or the server can write
+or close), a close that takes the send lock and a single answer per handshake. It does nothing
+where the server's objects are not the ones expected (another server, TLS, a hypercorn whose
+internals differ).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from .sse_socket import connection_of
+
+CLOSE_WAIT_SECONDS = 5.0  # a connection's close waits this long for a write in progress to end
+
+
+def guard_connection_races(asgi_app: Any) -> Any:
+    """Wrap an ASGI app (inside :func:`runtime.sse_socket.keep_send`) with the guards above."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            close_under_send_lock(scope)
+        elif scope.get("type") == "websocket":
+            send = one_answer_per_handshake(send)
+        await asgi_app(scope, receive, send)
+
+    return app
+
+
+def close_under_send_lock(scope: dict[str, Any]) -> None:
+    """Make the connection serving ``scope`` close only while no write is on it: the answer being
+    written goes out first. A write that holds the lock for :data:`CLOSE_WAIT_SECONDS` (blocked
+    on a client that stopped reading) is ended by closing the socket, as ``send_eof`` failing
+    busy ended it at once before."""
+    try:
+        found = connection_of(scope)
+    except Exception:  # noqa: BLE001 - the server's internals differ: leave it as it is
+        return
+    if found is None or "_close" in vars(found[1]):
+        return
+    server = found[1]
+    close, lock, stream = server._close, server.send_lock, server.stream
+
+    async def locked_close() -> None:
+        if lock.statistics().owner is trio.lowlevel.current_task():
+            await stream.aclose()  # (closing from inside a failed write: nothing else writes)
+            return
+        with trio.move_on_after(CLOSE_WAIT_SECONDS):
+            async with lock:
+                await close()
+                return
+        await stream.aclose()  # a write blocked on a client that stopped reading: closing ends it
+
+    server._close = locked_close
+
+
+def one_answer_per_handshake(send: Any) -> Any:
+    """``send`` for the app of a WebSocket scope, such that the handshake gets one answer: the
+    app's or the server's own error answer, whichever began first; the other is dropped.
+    ``send`` itself when it is not hypercorn's ``WSStream.app_send`` over HTTP/1.1.
+
+    "Began" is h11's state (an answer's head is handed to h11 before its bytes are written):
+    the server's answer may have begun before this is set, when the early data is read before
+    the app's task first runs."""
+    try:
+        import h11
+        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.protocol.ws_stream import ASGIWebsocketState, WSStream
+    except Exception:  # noqa: BLE001 - another server
+        return send
+    stream = getattr(send, "__self__", None)
+    if type(stream) is not WSStream or getattr(send, "__func__", None) is not WSStream.app_send:
+        return send
+    proto = getattr(stream.send, "__self__", None)
+    if type(proto) is not H11Protocol or "_send_error_response" in vars(stream):
+        return send
+    lock = trio.Lock()
+    error_response = stream._send_error_response
+
+    def answer_begun() -> bool:
+        conn = getattr(proto.connection, "h11_connection", proto.connection)
+        return getattr(conn, "our_state", None) is not h11.SEND_RESPONSE
+
+    async def server_error_response(status_code: int) -> None:
+        if lock.statistics().owner is trio.lowlevel.current_task():  # (the app's close, through app_send)
+            if not answer_begun():
+                await error_response(status_code)
+            return
+        async with lock:
+            if not answer_begun():
+                await error_response(status_code)
+
+    async def app_send(message: dict[str, Any] | None) -> None:
+        async with lock:
+            if (stream.state is ASGIWebsocketState.HANDSHAKE and message is not None
+                    and message.get("type") != "websocket.http.response.start" and answer_begun()):
+                return  # (the server answered the handshake: the app's answer goes nowhere)
+            await send(message)
+
+    stream._send_error_response = server_error_response
+    return app_send
