@@ -151,7 +151,7 @@ class AnthropicProvider(SdkProvider):
         kwargs, cache = render(compiled, request, max_tokens=model.max_output_tokens or self.max_output_tokens)
         reader = _StreamReader(on_delta, self.answer_size())
         try:
-            async with await self.client().messages.create(**kwargs, stream=True) as stream:
+            async with reader.size.reading(await self.client().messages.create(**kwargs, stream=True)) as stream:
                 async for ev in stream:
                     reader.feed(ev)
                     if reader.stopped:

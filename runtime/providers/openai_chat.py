@@ -160,7 +160,7 @@ class OpenAIChatProvider(SdkProvider):
         size = self.answer_size()
         try:
             stream = await self.client().chat.completions.create(**kwargs)
-            async with stream:
+            async with size.reading(stream):
                 async for chunk in stream:
                     began = True
                     response_id = response_id or getattr(chunk, "id", None)

@@ -145,7 +145,7 @@ class OpenAIResponsesProvider(SdkProvider):
         began: t.Usage | None = None
         size = self.answer_size()
         try:
-            async with self.client().responses.stream(**kwargs) as stream:
+            async with size.reading(self.client().responses.stream(**kwargs)) as stream:
                 async for ev in stream:
                     kind = ev.type
                     if final is not None:
