@@ -40,7 +40,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import MALFORMED, AnswerSize, SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, AnswerSize, SdkProvider, bom_skipped, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -332,8 +332,14 @@ MAX_RETRY_AFTER = 120.0
 @functools.cache
 def _client_class() -> type:
     import anthropic
+    from anthropic._streaming import SSEDecoder
+
+    decoder = bom_skipped(SSEDecoder)
 
     class Client(anthropic.AsyncAnthropic):
+        def _make_sse_decoder(self) -> Any:
+            return decoder()
+
         def _should_retry(self, response: Any) -> bool:
             wait = self._parse_retry_after_header(response.headers)
             if wait is not None and wait > MAX_RETRY_AFTER:

@@ -271,17 +271,40 @@ class AnswerSize:
                                 f"{self.limit} bytes)")
 
 
+BOM = "\ufeff"
+
+
+def bom_skipped(decoder: type) -> type:
+    """An SDK's SSE decoder class (one instance reads one stream, line by line) that ignores a
+    byte-order mark at the stream's start, as the SSE standard says to. The SDKs read it as part
+    of the first line's field name, so that line was dropped: Anthropic lost ``message_start``
+    (and failed the answer as cut short), Chat lost its first chunk (the answer's first words,
+    where a server sends them with the role)."""
+
+    class BomSkipped(decoder):  # type: ignore[misc, valid-type]
+        _begun = False
+
+        def decode(self, line: str) -> Any:
+            if not self._begun:
+                self._begun = True
+                line = line.removeprefix(BOM)
+            return super().decode(line)
+
+    return BomSkipped
+
+
 @functools.cache
 def openai_client_class() -> type:
     """``openai.AsyncOpenAI`` whose stream reader skips SSE frames without data. The SDK hands
     every frame to its JSON parser, so a frame holding only ``retry:``, ``id:`` or a comment
     after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
     failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
-    first kinds, and the Anthropic SDK skips all of them."""
+    first kinds, and the Anthropic SDK skips all of them. A byte-order mark at the start is
+    ignored (:func:`bom_skipped`)."""
     import openai
     from openai._streaming import SSEDecoder
 
-    class Decoder(SSEDecoder):
+    class Decoder(bom_skipped(SSEDecoder)):  # type: ignore[misc]
         def decode(self, line: str) -> Any:
             sse = super().decode(line)
             return sse if sse is None or sse.data else None
