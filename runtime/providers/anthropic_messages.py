@@ -40,7 +40,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import MALFORMED, AnswerSize, SdkProvider, bom_skipped, reported, usage_dict
+from .sdk import MALFORMED, AnswerSize, SdkProvider, add_piece, bom_skipped, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -288,17 +288,17 @@ class _StreamReader:
                 raise IndexError(f"a content_block_delta for block {ev.index}, which never started")
             delta = ev.delta
             if delta.type == "text_delta" and block["type"] == "text":
-                block["text"].append(_text(delta.text, "text_delta.text"))
+                add_piece(block["text"], _text(delta.text, "text_delta.text"))
                 self.size.add(delta.text)
                 self.on_delta(Delta("text", delta.text))
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
-                block["thinking"].append(_text(delta.thinking, "thinking_delta.thinking"))
+                add_piece(block["thinking"], _text(delta.thinking, "thinking_delta.thinking"))
                 self.size.add(delta.thinking)
                 self.on_delta(Delta("reasoning", delta.thinking))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
-                block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
+                add_piece(block["json"], _text(delta.partial_json, "input_json_delta.partial_json"))
                 self.size.add(delta.partial_json)
         elif kind == "message_delta":
             self.delta_came = True
