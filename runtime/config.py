@@ -78,7 +78,8 @@ class ProviderConfig(_C):
     enabled: bool = True
     models: list[ModelConfig] = []
     script: list[Any] | None = None  # faux only: scripted turns
-    # How long a request may go without a byte from the server (each attempt), and how many times
+    # How long a request may go without a byte from the server (each attempt) — and a stream
+    # without a byte of the answer (keep-alives are none) — and how many times
     # the SDK retries a failed one: a server that accepts and never answers holds a session
     # "running" for timeoutSeconds x (maxRetries + 1).
     timeout_seconds: float = 600.0

@@ -40,7 +40,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import MALFORMED, AnswerSize, SdkProvider, reported, usage_dict
+from .sdk import MALFORMED, AnswerSize, SdkProvider, add_piece, bom_skipped, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -151,7 +151,7 @@ class AnthropicProvider(SdkProvider):
         kwargs, cache = render(compiled, request, max_tokens=model.max_output_tokens or self.max_output_tokens)
         reader = _StreamReader(on_delta, self.answer_size())
         try:
-            async with await self.client().messages.create(**kwargs, stream=True) as stream:
+            async with reader.size.reading(await self.client().messages.create(**kwargs, stream=True)) as stream:
                 async for ev in stream:
                     reader.feed(ev)
                     if reader.stopped:
@@ -288,17 +288,17 @@ class _StreamReader:
                 raise IndexError(f"a content_block_delta for block {ev.index}, which never started")
             delta = ev.delta
             if delta.type == "text_delta" and block["type"] == "text":
-                block["text"].append(_text(delta.text, "text_delta.text"))
+                add_piece(block["text"], _text(delta.text, "text_delta.text"))
                 self.size.add(delta.text)
                 self.on_delta(Delta("text", delta.text))
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
-                block["thinking"].append(_text(delta.thinking, "thinking_delta.thinking"))
+                add_piece(block["thinking"], _text(delta.thinking, "thinking_delta.thinking"))
                 self.size.add(delta.thinking)
                 self.on_delta(Delta("reasoning", delta.thinking))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
-                block["json"].append(_text(delta.partial_json, "input_json_delta.partial_json"))
+                add_piece(block["json"], _text(delta.partial_json, "input_json_delta.partial_json"))
                 self.size.add(delta.partial_json)
         elif kind == "message_delta":
             self.delta_came = True
@@ -332,8 +332,14 @@ MAX_RETRY_AFTER = 120.0
 @functools.cache
 def _client_class() -> type:
     import anthropic
+    from anthropic._streaming import SSEDecoder
+
+    decoder = bom_skipped(SSEDecoder)
 
     class Client(anthropic.AsyncAnthropic):
+        def _make_sse_decoder(self) -> Any:
+            return decoder()
+
         def _should_retry(self, response: Any) -> bool:
             wait = self._parse_retry_after_header(response.headers)
             if wait is not None and wait > MAX_RETRY_AFTER:

@@ -23,7 +23,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, openai_client_class, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, add_piece, openai_client_class, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -160,7 +160,7 @@ class OpenAIChatProvider(SdkProvider):
         size = self.answer_size()
         try:
             stream = await self.client().chat.completions.create(**kwargs)
-            async with stream:
+            async with size.reading(stream):
                 async for chunk in stream:
                     began = True
                     response_id = response_id or getattr(chunk, "id", None)
@@ -175,19 +175,19 @@ class OpenAIChatProvider(SdkProvider):
                             think = extra.get("reasoning_content") or extra.get("reasoning")
                             if isinstance(think, str) and think:
                                 size.add(think)
-                                reasoning.append(think)
+                                add_piece(reasoning, think)
                                 on_delta(Delta("reasoning", think))
                             if delta.content is not None and not isinstance(delta.content, str):
                                 raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
                             if delta.content:
                                 size.add(delta.content)
-                                text.append(delta.content)
+                                add_piece(text, delta.content)
                                 on_delta(Delta("text", delta.content))
                             refusal = getattr(delta, "refusal", None)
                             if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
                                 refused = True
                                 size.add(refusal)
-                                text.append(refusal)
+                                add_piece(text, refusal)
                                 on_delta(Delta("text", refusal))
                             for tc in delta.tool_calls or []:
                                 if tc.function is not None:
@@ -268,4 +268,4 @@ def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: 
     if name and not slot["name"]:
         slot["name"] = name
     if arguments:
-        slot["arguments"].append(arguments)
+        add_piece(slot["arguments"], arguments)

@@ -28,7 +28,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, openai_client_class, reported, usage_dict
+from .sdk import MALFORMED, SdkProvider, add_piece, openai_client_class, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -145,7 +145,7 @@ class OpenAIResponsesProvider(SdkProvider):
         began: t.Usage | None = None
         size = self.answer_size()
         try:
-            async with self.client().responses.stream(**kwargs) as stream:
+            async with size.reading(self.client().responses.stream(**kwargs)) as stream:
                 async for ev in stream:
                     kind = ev.type
                     if final is not None:
@@ -154,7 +154,7 @@ class OpenAIResponsesProvider(SdkProvider):
                         break
                     if kind in ("response.output_text.delta", "response.refusal.delta"):
                         size.add(ev.delta)
-                        streamed.append(ev.delta)
+                        add_piece(streamed, ev.delta)
                         on_delta(Delta("text", ev.delta))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                         if not isinstance(ev.delta, str):  # (the SDK joins text deltas, which checks them; not these)

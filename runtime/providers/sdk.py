@@ -15,7 +15,8 @@ BAD_REQUEST            other 400 / 422                                        no
 QUOTA_EXCEEDED         429 with ``insufficient_quota`` / 402 billing          no
 RATE_LIMITED           429                                                    yes
 OVERLOADED             529 / ``overloaded_error``                             yes
-TIMEOUT                408 or the client's timeout                            yes
+TIMEOUT                408 or the client's timeout; a stream that sends       yes
+                       nothing of the answer for ``timeoutSeconds``
 CONNECTION_FAILED      could not reach the server / connection dropped        yes
 PROVIDER_ERROR         5xx, an error event in the stream, a malformed stream  5xx: yes
 PROVIDER_ERROR         any other exception of the request (named)             no
@@ -29,11 +30,13 @@ and authentication failures name only the environment variable.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import math
 import re
 from abc import ABC, abstractmethod
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
 import trio
@@ -168,8 +171,9 @@ class SdkProvider(ABC):
         return result
 
     def answer_size(self) -> "AnswerSize":
-        """A running count of one answer's bytes, bounded by :attr:`max_answer_bytes`."""
-        return AnswerSize(self.id, self.max_answer_bytes)
+        """A running count of one answer's bytes, bounded by :attr:`max_answer_bytes`; a read
+        through it that adds nothing for :attr:`timeout` seconds ends (``TIMEOUT``)."""
+        return AnswerSize(self.id, self.max_answer_bytes, self.timeout)
 
     def truncated(self, what: str) -> ProviderError:
         """A stream that ended before the response did (a dropped proxy, a server restart)."""
@@ -224,21 +228,84 @@ class AnswerSize:
     grown), nor what the event holds besides (reasoning blocks repeat reasoning, diagnostics): an
     answer under the limit is read whole, and whether its event fits is decided when it is
     recorded, as before. Counting costs one length a delta (ASCII, the usual case) or one encode of
-    that delta, never of the answer."""
+    that delta, never of the answer.
 
-    def __init__(self, provider_id: str, limit: int) -> None:
+    A stream read through :meth:`reading` must also grow: ``stall`` seconds (the provider's
+    ``timeoutSeconds``) without a byte added end it with ``TIMEOUT``. A server that sends only
+    keep-alives, pings or empty deltas is never silent, so the SDK's read timeout never fired,
+    and it held the session until the user aborted."""
+
+    def __init__(self, provider_id: str, limit: int, stall: float = math.inf) -> None:
         self.provider_id = provider_id
         self.limit = limit
+        self.stall = stall
         self.bytes = 0
+        self._read: trio.CancelScope | None = None  # (the open read's, whose deadline a byte added moves)
+
+    @contextlib.asynccontextmanager
+    async def reading(self, stream: Any) -> AsyncIterator[Any]:
+        """``stream`` (an SDK stream, or the manager that opens one) entered; its body is
+        cancelled once ``stall`` seconds pass without :meth:`add` counting a byte, and then
+        ``TIMEOUT`` (retryable) is raised, after the stream is closed. The request itself (and the
+        SDK's retries of it) is bounded by the SDK's own timeout, before the body begins."""
+        async with stream as opened:
+            with trio.CancelScope(deadline=trio.current_time() + self.stall) as scope:
+                self._read = scope
+                try:
+                    yield opened
+                finally:
+                    self._read = None
+        if scope.cancelled_caught:
+            raise ProviderError("TIMEOUT", f"provider {self.provider_id!r}: the request timed out: the stream sent "
+                                f"nothing of the answer for {self.stall:g} s", retryable=True)
 
     def add(self, piece: Any) -> None:
         if not isinstance(piece, str):
             return  # (no text: the reader's own checks say so)
+        if piece and self._read is not None:
+            self._read.deadline = trio.current_time() + self.stall
         self.bytes += len(piece) if piece.isascii() else len(piece.encode("utf-8", "surrogatepass"))
         if self.bytes > self.limit:
             raise ProviderError("RESPONSE_NOT_RECORDED", f"provider {self.provider_id!r}: the model's answer could "
                                 f"not be recorded (the answer streamed was past the maximum event size of "
                                 f"{self.limit} bytes)")
+
+
+BOM = "\ufeff"
+
+
+def bom_skipped(decoder: type) -> type:
+    """An SDK's SSE decoder class (one instance reads one stream, line by line) that ignores a
+    byte-order mark at the stream's start, as the SSE standard says to. The SDKs read it as part
+    of the first line's field name, so that line was dropped: Anthropic lost ``message_start``
+    (and failed the answer as cut short), Chat lost its first chunk (the answer's first words,
+    where a server sends them with the role)."""
+
+    class BomSkipped(decoder):  # type: ignore[misc, valid-type]
+        _begun = False
+
+        def decode(self, line: str) -> Any:
+            if not self._begun:
+                self._begun = True
+                line = line.removeprefix(BOM)
+            return super().decode(line)
+
+    return BomSkipped
+
+
+def add_piece(parts: list[Any], piece: Any) -> None:
+    """Append ``piece`` (a delta of an answer's text, reasoning or arguments) to ``parts``,
+    joining as it goes: each part is kept under half the one before it (the last two are merged
+    otherwise), so an answer of n deltas is held as O(log n) strings and each character is copied
+    O(log n) times. A list of the deltas held a list slot and (but for ASCII and Latin-1
+    characters, which CPython shares) a string object per delta until the answer ended: an answer
+    of one-character deltas took 8 (ASCII) to 28 (CJK) times its bytes.
+    A piece that is no text is kept as it is (the reader's join or checks say so)."""
+    parts.append(piece)
+    while (len(parts) > 1 and isinstance(piece, str) and isinstance(parts[-2], str)
+           and 2 * len(parts[-1]) >= len(parts[-2])):
+        last = parts.pop()
+        parts[-1] += last
 
 
 @functools.cache
@@ -247,11 +314,12 @@ def openai_client_class() -> type:
     every frame to its JSON parser, so a frame holding only ``retry:``, ``id:`` or a comment
     after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
     failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
-    first kinds, and the Anthropic SDK skips all of them."""
+    first kinds, and the Anthropic SDK skips all of them. A byte-order mark at the start is
+    ignored (:func:`bom_skipped`)."""
     import openai
     from openai._streaming import SSEDecoder
 
-    class Decoder(SSEDecoder):
+    class Decoder(bom_skipped(SSEDecoder)):  # type: ignore[misc]
         def decode(self, line: str) -> Any:
             sse = super().decode(line)
             return sse if sse is None or sse.data else None

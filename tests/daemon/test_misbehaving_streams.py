@@ -13,11 +13,14 @@ from ..providers.servers.openai_chat import chat_stream
 from .conftest import DaemonFactory
 
 
-async def chat_session(daemon_factory: DaemonFactory, url: str, **config: Any) -> tuple[Any, str, str]:
-    """A daemon whose default model is an OpenAI-compatible chat model at ``url`` (no retries),
-    a strong credential and a session: ``(daemon, token, session id)``."""
+async def chat_session(daemon_factory: DaemonFactory, url: str, timeout_seconds: float | None = None,
+                       **config: Any) -> tuple[Any, str, str]:
+    """A daemon whose default model is an OpenAI-compatible chat model at ``url`` (no retries;
+    the provider's ``timeoutSeconds`` if given), a strong credential and a session:
+    ``(daemon, token, session id)``."""
+    timeout = {} if timeout_seconds is None else {"timeoutSeconds": timeout_seconds}
     d = await daemon_factory(config={
-        "providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
+        "providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0, **timeout,
                        "models": [{"id": "compat-model"}]}], "defaultModel": "compat/compat-model", **config})
     token = await d.pair("streams-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
@@ -81,6 +84,31 @@ async def test_an_endless_stream_fails_the_request_and_the_session_answers_the_n
     failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
     assert [f["code"] for f in failed] == ["RESPONSE_NOT_RECORDED"]
     assert failed[0]["message"].startswith("provider 'compat': the model's answer could not be recorded")
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]
+    assert answers == ["It is noon."] and view["status"] == "idle"
+
+
+async def test_a_stream_that_never_grows_fails_the_request_and_the_session_answers_the_next(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    """A server that begins an answer and then sends only keep-alive comments, for ever: it is
+    never silent (the SDK's read timeout never fired) and the answer never grows (its size bound
+    never did), so the session stayed running until the user aborted. The read now ends after
+    ``timeoutSeconds`` without a byte of the answer, as a silent server's does."""
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    begun = chat_stream(text=["It is "]).events or []
+    server.push(Reply(events=begun[:2], endless=b": keep-alive\n\n"), chat_stream(text="It is noon."))
+    d, token, sid = await chat_session(daemon_factory, url, timeout_seconds=1)
+    await d.submit(token, sid, "r1", "what time is it?")
+    view = await d.wait_idle(token, sid)
+    assert view["status"] == "idle"
+    await server.disconnected.wait()  # the stream was closed
+    failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert [(f["code"], f["retryable"]) for f in failed] == [("TIMEOUT", True)]
+    assert failed[0]["message"] == ("provider 'compat': the request timed out: the stream sent nothing of the "
+                                    "answer for 1 s"), failed[0]["message"]
     await d.submit(token, sid, "r2", "and now?")
     view = await d.wait_idle(token, sid)
     answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]

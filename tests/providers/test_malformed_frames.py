@@ -19,10 +19,10 @@ import pytest
 from events import types as t
 from runtime.providers.base import ProviderError
 
-from .conftest import Ctx, Deltas
+from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
 from .servers import anthropic as an
-from .servers.base import Reply
+from .servers.base import Reply, sse
 
 Frames = list[tuple[str | None, Any]]
 
@@ -162,6 +162,25 @@ async def test_sse_frames_without_data_are_skipped(protocol, server, make):
     server.push(Reply(chunks=[body]))
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.text == "Hello world" and result.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize("split", (False, True), ids=("whole", "split"))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_byte_order_mark_at_the_start_of_a_stream_is_ignored(protocol, split, server, make):
+    # The SSE standard ignores one leading U+FEFF; the SDKs read it as part of the first line's
+    # field name and dropped that line: Anthropic lost message_start (the answer then failed as
+    # cut short), Chat its first chunk (here the answer's first words, sent with the role).
+    provider = make(protocol, max_retries=0)
+    frames = reply(protocol, text=["Hello ", "world"]).events or []
+    if protocol == "openai-chat":
+        frames = frames[1:]  # (no chunk of the role alone: the first one holds "Hello ")
+    body = b"\xef\xbb\xbf" + b"".join(sse(frames))
+    # (split: the mark cut in two, and the first line cut after it)
+    server.push(Reply(chunks=[body[:1], body[1:5], body[5:]] if split else [body]), reply(protocol, text="again"))
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("hi").request(), deltas)
+    assert result.text == deltas.text() == "Hello world" and result.stop_reason == "end_turn"
+    assert (await provider.stream(Ctx().user("hi").request(), Deltas())).text == "again"  # (one stream's start only)
 
 
 async def test_what_a_server_sends_after_message_stop_is_no_part_of_the_answer(server, make):

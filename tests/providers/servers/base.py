@@ -29,7 +29,8 @@ class Reply:
     chunk the connection is dropped without ending the body (a server or proxy that died
     mid-answer). ``endless`` (with ``events``): after them, this frame again and again, each read
     by a client in the same trio run before the next is sent, until the client goes away (the
-    server counts the bytes of the body it sent, in ``ScriptedServer.sent``). Otherwise:
+    server counts the bytes of the body it sent, in ``ScriptedServer.sent``); ``bytes`` are sent
+    as they are (a keep-alive comment, say). Otherwise:
     ``status`` + ``body`` (JSON). ``headers`` go on any of them (e.g. ``retry-after-ms`` to keep
     SDK retries fast).
     """
@@ -42,7 +43,7 @@ class Reply:
     chunks: list[bytes] | None = None
     content_type: str = "text/event-stream"
     close_early: bool = False
-    endless: tuple[str | None, Any] | None = None
+    endless: tuple[str | None, Any] | bytes | None = None
 
 
 class _DropConnection(Exception):
@@ -147,7 +148,8 @@ class ScriptedServer:
             self.sent += len(frame)
             await send({"type": "http.response.body", "body": frame, "more_body": True})
         if reply.endless is not None:
-            await self._endless(sse([reply.endless])[0], send, receive)
+            frame = reply.endless if isinstance(reply.endless, bytes) else sse([reply.endless])[0]
+            await self._endless(frame, send, receive)
             return
         if reply.stall_after is not None:
             try:
