@@ -56,8 +56,9 @@ ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red
 
 # The kinds of step a script is made of. "edit", "cmd", "job", "read", "skill", "ask" and "plain"
 # submit an input (queued behind the running one as a follow-up; "steer" a plain one as a steer;
-# "hold" asks a question the script leaves open, so no later question is answered either); "wait" waits until the session rests (answering
-# an open question first); "compact" and "fork" wait too, then act.
+# "hold" asks a question the script leaves open, so no later question is answered either); "wait"
+# waits until the session rests (answering an open question first); "compact" and "fork" wait
+# too, then act.
 INPUT_STEPS = ("edit", "cmd", "job", "read", "skill", "ask", "hold", "plain", "steer")
 STEPS = st.lists(st.sampled_from([*INPUT_STEPS, "wait", "compact", "fork"]), min_size=2, max_size=8)
 
@@ -314,7 +315,8 @@ async def one_example(tmp: Path, steps: list[str], kill_at: int) -> None:
                 d = as_daemon(cwd, url, client)
                 for (session, rid), seq in run.acks.items():  # acknowledged: a duplicate, its seq
                     r = await d.post(f"/sessions/{session}/inputs", run.token, {"requestId": rid, "content": "again"})
-                    assert r.status_code == 202 and r.json() == {"requestId": rid, "seq": seq, "duplicate": True}, r.text
+                    assert r.status_code == 202, r.text
+                    assert r.json() == {"requestId": rid, "seq": seq, "duplicate": True}, r.text
                 for session in run.sessions:  # each rests by itself; answered, each ends idle
                     await wait_until(lambda: resting(d, run.token, session), timeout=SETTLE,
                                      what=f"session {session} resting after the restart")
