@@ -3,8 +3,8 @@
 Start order: event store writer → projector → supervisor (which wakes sessions with unfinished
 work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
-next wake), and the store drains every accepted append before closing. Nothing acknowledged is
-lost. A signal before the daemon serves ends its start-up the same way (the projections' first
+next wake), and the store drains every accepted append before closing; the projections then fold
+what it committed after their updater stopped. Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
 catch-up at the end of the chunk it is folding); a second one during the shutdown ends its wait
 for requests in progress (their connections are reset).
 """
@@ -281,6 +281,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 services.cancel_scope.cancel()
             signals.cancel()  # (the services have ended)
             store.close_writer()
+        await projections.last_catch_up()  # (the store has drained: what the stop wrote, too)
         await catalog.aclose()
         say("lens: stopped")
     finally:

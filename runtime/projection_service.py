@@ -109,6 +109,15 @@ class ProjectionService:
         if self._stopping.is_set():
             raise _CatchUpStopped
 
+    async def last_catch_up(self) -> None:
+        """Fold what was committed after the updater stopped: at a graceful stop the updater is
+        cancelled with the other services, while the store outlives them and commits what the
+        sessions write as they stop. Called once the store has drained, so ``projections.db``
+        matches the log the daemon leaves (a ``lens log rebuild`` right after gives the same
+        rows). Skipped after a stop during start-up (:meth:`stop`): that one ends at once."""
+        if not self._stopping.is_set():
+            await self._catch_up()
+
     def close(self) -> None:
         self.projector.close()
         self.projector.reader.close()

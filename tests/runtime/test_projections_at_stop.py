@@ -1,0 +1,69 @@
+"""The daemon's projections at a graceful stop (F-LOG-5 beside F-ACT-4).
+
+At SIGINT/SIGTERM the projections' updater is cancelled with the other services, while the event
+store outlives them: an actor stopping still commits its last (shielded) appends. Those were left
+unprojected until the next start, so ``projections.db`` did not match the log the daemon left (a
+``lens log rebuild`` right after the stop gave other rows). ``ProjectionService.last_catch_up``,
+which ``lens serve`` calls once the store has drained, folds them. The order of the daemon's stop
+is reproduced here with the real store and service; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from events import types as t
+from events.store import Draft, EventStore
+from runtime.projection_service import ProjectionService
+
+
+def _positions(service: ProjectionService) -> set[int]:
+    return {service.projector.position(name) for name in service.projector.projections}
+
+
+async def _stop_with_late_appends(data: Path, store: EventStore, service: ProjectionService) -> None:
+    async with trio.open_nursery() as root:
+        await root.start(store.run)
+        async with trio.open_nursery() as services:
+            await services.start(service.run)
+            await store.append(Draft(t.SessionNamed(name="before"), "p1", "s1"))
+            await service.caught_up()
+            services.cancel_scope.cancel()  # (the daemon's stop: the services end)
+        # what an actor's shielded append commits as the services end
+        for i in range(3):
+            await store.append(Draft(t.SessionNamed(name=f"late-{i}"), "p1", "s1"))
+        store.close_writer()
+
+
+async def test_what_is_committed_after_the_updater_stops_is_folded_at_the_stop(tmp_path: Path) -> None:
+    store = EventStore.open(tmp_path)
+    service = ProjectionService(tmp_path, store)
+    try:
+        await _stop_with_late_appends(tmp_path, store, service)
+        assert store.last_seq == 4
+        assert _positions(service) == {1}  # (the updater had stopped: the late ones are not folded)
+        await service.last_catch_up()
+        assert _positions(service) == {4}
+        assert service.error is None
+        rows = await service.query("SELECT kind, events FROM stats_kinds")
+        assert rows == [("session.named", 4)]
+    finally:
+        service.close()
+        store.close()
+
+
+async def test_a_stop_during_start_up_does_not_fold_at_the_end(tmp_path: Path) -> None:
+    # A stop before the daemon serves ends its start-up at once (the first catch-up of a large
+    # log can take a minute): the last catch-up does not start that fold again.
+    store = EventStore.open(tmp_path)
+    service = ProjectionService(tmp_path, store)
+    try:
+        await _stop_with_late_appends(tmp_path, store, service)
+        service.stop()
+        await service.last_catch_up()
+        assert _positions(service) == {1}
+    finally:
+        service.close()
+        store.close()
