@@ -225,6 +225,24 @@ async def raw_http(port: int, method: str, target: str, headers: dict[str, str] 
     return parse_raw_response(data)
 
 
+async def read_answer(stream: trio.SocketStream, *, head_only: bool = False) -> bytes:
+    """What the server answers on ``stream``: read until the answer is complete by its framing
+    (only its head with ``head_only``; only the head of an event stream), or until the connection
+    ends or is reset (what was read before stands)."""
+    data = b""
+    while not (b"\r\n\r\n" in data if head_only else _complete(data)):
+        if b"\r\n\r\n" in data and b"text/event-stream" in data.partition(b"\r\n\r\n")[0]:
+            break
+        try:
+            chunk = await stream.receive_some(65536)
+        except trio.BrokenResourceError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def parse_raw_response(data: bytes) -> RawResponse:
     """An HTTP/1.1 answer read off the socket: status, headers, the body (de-chunked, unless it is
     an event stream, which is returned as read)."""

@@ -43,8 +43,8 @@ from .conftest import (
     LIMIT,
     Daemon,
     RawResponse,
-    _complete,
     parse_raw_response,
+    read_answer,
     projection_dump,
     run_lens,
     stop_daemon,
@@ -82,17 +82,7 @@ async def send(port: int, method: str, target: str, headers: list[tuple[str, byt
                 for i in range(0, len(body), step):  # (a slow client's pieces: each its own send)
                     await stream.send_all(body[i:i + step])
                     await trio.lowlevel.checkpoint()
-            data = b""
-            while not _complete(data):
-                if b"\r\n\r\n" in data and b"text/event-stream" in data.partition(b"\r\n\r\n")[0]:
-                    break
-                try:
-                    chunk = await stream.receive_some(65536)
-                except trio.BrokenResourceError:  # reset after the answer: what was read stands
-                    break
-                if not chunk:
-                    break
-                data += chunk
+            data = await read_answer(stream)
     return parse_raw_response(data)
 
 
@@ -507,15 +497,7 @@ async def test_a_header_section_past_the_servers_limit_is_refused_and_the_daemon
             async with stream:
                 await stream.send_all(b"GET /api/v1/projects HTTP/1.1\r\nHost: 127.0.0.1\r\n" + name.encode() + b": "
                                       + value + b"\r\n\r\n")
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    try:
-                        chunk = await stream.receive_some(65536)
-                    except trio.BrokenResourceError:
-                        break
-                    if not chunk:
-                        break
-                    data += chunk
+                data = await read_answer(stream, head_only=True)
         assert data.split(b" ", 2)[1] in (b"400", b"431"), data[:200]
         assert (await daemon.get("/health")).status_code == 200
         assert await daemon.status_of(strong) == 200

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from runtime.api import STATUS
 
-from .conftest import LIMIT, Daemon, RawResponse, _complete, parse_raw_response
+from .conftest import LIMIT, Daemon, RawResponse, parse_raw_response, read_answer
 from .test_serve_process import ServeProcess, as_daemon
 
 EXAMPLES = 300  # requests drawn (about 20 s); HYPOTHESIS_PROFILE=explore draws fresh ones
@@ -265,17 +265,7 @@ async def send(port: int, req: Request) -> RawResponse | None:
                 await stream.send_all(raw)
             except trio.BrokenResourceError:  # (refused before it was all written: the answer stands)
                 pass
-            data = b""
-            while not _complete(data):
-                if b"\r\n\r\n" in data and b"text/event-stream" in data.partition(b"\r\n\r\n")[0]:
-                    break
-                try:
-                    chunk = await stream.receive_some(65536)
-                except trio.BrokenResourceError:
-                    break
-                if not chunk:
-                    break
-                data += chunk
+            data = await read_answer(stream)
     return parse_raw_response(data) if b"\r\n\r\n" in data else None
 
 
@@ -416,15 +406,7 @@ async def test_bytes_after_a_request_never_stop_the_daemon(daemon: Daemon, caplo
                 stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
                 async with stream:
                     await stream.send_all(raw)
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        try:
-                            chunk = await stream.receive_some(65536)
-                        except trio.BrokenResourceError:
-                            break
-                        if not chunk:
-                            break
-                        data += chunk
+                    data = await read_answer(stream, head_only=True)
             assert data.split(b" ", 2)[1:2] in ([b"400"], [b"401"], [b"403"], [b"200"]), (raw, data[:200])
             assert (await daemon.get("/health")).status_code == 200
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
