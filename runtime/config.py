@@ -302,8 +302,11 @@ def check_config(cfg: Config, where: str) -> None:
         if not p.id or "/" in p.id:
             raise ConfigError(f"{where}: provider id {p.id!r} must be non-empty and without '/'")
     if cfg.executor.address is not None and not _valid_address(cfg.executor.address):
-        raise ConfigError(f"{where}: executor.address must be 'host:port' with a port from 1 to 65535, "
-                          f"not {cfg.executor.address[:200]!r}")
+        # (quoted without what comes before an '@': `user:password@host:port` is no address, and
+        # its password is not echoed; the token comes from tokenEnv)
+        raise ConfigError(f"{where}: executor.address must be 'host:port' with a port from 1 to 65535"
+                          f"{', without a user name or password' if '@' in cfg.executor.address else ''}, "
+                          f"not {cfg.executor.address.rpartition('@')[2][:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):

@@ -222,6 +222,19 @@ def test_executor_addresses_that_can_be_dialled(address: str) -> None:
     assert parse_config(cfg(executor={"address": address, "tokenEnv": "TOK"})).executor.address == address
 
 
+@pytest.mark.parametrize("address", ["alice:S3cretPw@127.0.0.1:7421", "grpc://alice:S3cretPw@executor.example:1",
+                                     "S3cretPw@[::1]:65535", "alice:S3cretPw@host:port"])
+def test_an_executor_address_with_credentials_is_refused_without_quoting_them(address: str) -> None:
+    # The refusal quoted the address as written, the password with it (in the answer to a config
+    # write and in `lens serve`'s error); the token comes from tokenEnv.
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg(executor={"address": address, "tokenEnv": "TOK"}))
+    message = info.value.message
+    assert "executor.address must be 'host:port' with a port from 1 to 65535, without a user name or password, " \
+           f"not {address.rpartition('@')[2]!r}" in message, message
+    assert "S3cretPw" not in message and "alice" not in message
+
+
 @pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:", ":7421", "::1:7421",
                                      "host:port", "a b:1", "127.0.0.1:+80", "127.0.0.1:٣", "", "127.0.0.1:000001"])
 def test_executor_addresses_that_cannot(address: str) -> None:
