@@ -270,6 +270,15 @@ def _valid_base_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
 
 
+def _has_credentials(url: str) -> bool:
+    """Whether a URL :func:`_valid_base_url` takes carries a user name or password
+    (``user:pass@host``, ``user@host``, ``:pass@host``): the SDKs' HTTP client would send them as
+    Basic auth, in place of the key's header."""
+    import httpx2
+
+    return "@" in urlsplit(url).netloc or bool(httpx2.URL(url).userinfo)
+
+
 def _valid_address(address: str) -> bool:
     """``host:port`` (``[v6]:port``) with a host :func:`_valid_host` takes and a port 1–65535."""
     parts = split_host_port(address)
@@ -319,6 +328,11 @@ def check_config(cfg: Config, where: str) -> None:
         if p.base_url is not None and not _valid_base_url(p.base_url):
             raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must be an http:// or https:// URL with a host, "
                               f"not {shown_url(p.base_url)} (omit it for the vendor's public API)")
+        if p.base_url is not None and _has_credentials(p.base_url):
+            # (a secret in the config file, which the config-file API serves; and the SDKs' HTTP
+            # client sends it as Basic auth instead of the key: never quoted, see shown_url)
+            raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must not carry a user name or password "
+                              f"(user:pass@host): a key comes only from the environment variable apiKeyEnv names")
         model_ids = [m.id for m in p.models]
         if "" in model_ids or len(set(model_ids)) != len(model_ids):
             raise ConfigError(f"{where}: provider {p.id!r}: model ids must be non-empty and unique")
@@ -337,7 +351,7 @@ def check_config(cfg: Config, where: str) -> None:
             raise ConfigError(f"{where}: web.allowedPrivateNetworks[{i}] must be an IP network such as "
                               f"'10.0.0.0/8' or 'fd00::/8', not {net[:100]!r}") from None
     ws = cfg.web_search
-    if ws.base_url is not None and (not _valid_base_url(ws.base_url) or "@" in urlsplit(ws.base_url).netloc):
+    if ws.base_url is not None and (not _valid_base_url(ws.base_url) or _has_credentials(ws.base_url)):
         raise ConfigError(f"{where}: webSearch.baseUrl must be an http:// or https:// URL with a host and no "
                           f"credentials, not {shown_url(ws.base_url)} (null turns web_search off)")
     if ws.api_key_env is not None and not _is_env_name(ws.api_key_env):

@@ -452,7 +452,7 @@ class ListenFailed(LensError):
 
 def run(opts: ServeOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("httpx2").addFilter(HideUrlCredentials())  # (a provider's baseUrl may hold a proxy's password)
+    logging.getLogger("httpx2").addFilter(HideUrlCredentials())  # (URLs logged without user:password@)
     with FreezeSurvivors():  # full collections walk only what is new (see runtime.gcpolicy)
         try:
             trio.run(serve, opts)

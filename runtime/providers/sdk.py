@@ -137,7 +137,8 @@ class SdkProvider(ABC):
         """``text`` redacted (:func:`redact_key`), then cut to ``limit`` characters. Only the
         first ``4 * limit`` are read: a proxy's error page can be megabytes, and judging every
         word of it held the event loop for seconds. A word cut there is judged as far as it goes.
-        The password a ``baseUrl`` carries (a proxy's) is redacted as the key is."""
+        The password a ``baseUrl`` carries is redacted as the key is (a second guard: the config
+        refuses such a ``baseUrl``)."""
         text = redact_key(text[:4 * limit], self.__key)
         try:
             password = urlsplit(self.base_url).password if self.base_url else None
@@ -333,8 +334,8 @@ def openai_client_class() -> type:
 
 class HideUrlCredentials(logging.Filter):
     """Takes the user name and password out of the URLs the SDKs' HTTP client logs. httpx2 logs
-    every request's URL at INFO; a ``baseUrl`` that reaches a provider through a proxy may carry
-    the proxy's ``user:password@``, which the log would then print on every request. Installed on
+    every request's URL at INFO; a ``baseUrl`` carrying ``user:password@`` would have its password
+    printed on every request. A second guard (the config refuses such a ``baseUrl``). Installed on
     the ``httpx2`` logger by ``lens serve``."""
 
     def filter(self, record: logging.LogRecord) -> bool:

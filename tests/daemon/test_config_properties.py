@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runtime.config import ConfigError, load_config
@@ -211,6 +211,8 @@ URLS = st.tuples(st.sampled_from(["http://", "https://", "ftp://", ""]), ODD,
 
 @FAST
 @given(URLS)
+@example("http://u:p@127.0.0.1:8080/v1")
+@example("https://u@llm.lan")
 def test_a_base_url_is_refused_naming_it_or_one_the_sdks_client_can_send_to(url: str) -> None:
     import httpx2
 
@@ -221,6 +223,7 @@ def test_a_base_url_is_refused_naming_it_or_one_the_sdks_client_can_send_to(url:
         assert "baseUrl" in exc.message, exc.message
         return
     base = httpx2.URL(url)  # as the SDKs join a route to it, and send
+    assert not base.userinfo, url  # (which the client would send as Basic auth instead of the key)
     httpx2.Request("POST", base.copy_with(raw_path=base.raw_path.rstrip(b"/") + b"/chat/completions"))
 
 

@@ -3,9 +3,9 @@
 ``lens serve`` runs as a real process (its own stdout and stderr) with canary keys in its
 environment and its providers pointed at a loopback server that speaks each wire protocol and
 misbehaves as real providers do: a 401 that echoes the key (whole, or masked as OpenAI masks it),
-429 and 500 bodies quoting it, an error inside the stream, a stream cut mid-answer, frames the SDK
-cannot read, and a provider reached through a proxy whose ``baseUrl`` carries a user name and
-password. Sessions are driven over HTTP so that each failure happens; then every surface is
+429 and 500 bodies quoting it, an error inside the stream, a stream cut mid-answer and frames the
+SDK cannot read. (A ``baseUrl`` carrying a user name and password is refused by the config: see
+the last tests.) Sessions are driven over HTTP so that each failure happens; then every surface is
 searched for each canary, whole and any 8-character piece of it: the daemon's output, every HTTP
 answer (body and headers), the SSE stream, the raw bytes of every file under the data directory
 (``events.db``, ``projections.db``, artifacts, snapshots), ``lens log decode`` (also ``--raw``),
@@ -30,7 +30,7 @@ from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
 
-from .conftest import API, LIMIT, Daemon, DaemonFactory, error_of, run_lens
+from .conftest import LIMIT, Daemon, DaemonFactory, error_of, run_lens
 from .test_serve_process import ServeProcess, as_daemon
 
 # Distinctive values, no 8 characters of which occur anywhere by chance.
@@ -39,8 +39,7 @@ KEYS = {
     "LENS_TEST_RESPONSES_KEY": "sk-proj-X2cV9bN4mL7kJ1hG3fD8sCanaryRespB2",
     "ANTHROPIC_API_KEY": "sk-ant-api03-W5eR8tY2uI6oP9aS3dF7gHcanaryAnthC3",
 }
-PROXY_USER, PROXY_PASSWORD = "lensproxyuser", "Pr0xyPassw0rdCanaryD4"
-CANARIES = [*KEYS.values(), PROXY_PASSWORD]  # (a user name is no secret: a message may name it)
+CANARIES = list(KEYS.values())
 PIECE = 8  # a leak is the whole value or any piece of this many characters
 SLOW = 30.0  # seconds: a session's first turn waits for its project's executor (a bound, not a time)
 
@@ -116,7 +115,6 @@ def scenarios(protocol: str, key: str) -> list[tuple[str, Reply]]:
 
 
 def config(url: str) -> dict[str, Any]:
-    proxy = url.replace("http://", f"http://{PROXY_USER}:{PROXY_PASSWORD}@") + "/v1"
     return {
         "providers": [
             {"id": "chat", "protocol": "openai-chat", "baseUrl": url + "/v1", "apiKeyEnv": "OPENAI_API_KEY",
@@ -125,7 +123,6 @@ def config(url: str) -> dict[str, Any]:
              "apiKeyEnv": "LENS_TEST_RESPONSES_KEY", "maxRetries": 0, "models": [{"id": "m"}]},
             {"id": "anth", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": "ANTHROPIC_API_KEY",
              "maxRetries": 0, "models": [{"id": "m"}]},
-            {"id": "proxied", "protocol": "openai-chat", "baseUrl": proxy, "maxRetries": 0, "models": [{"id": "m"}]},
             {"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]},
         ],
         "defaultModel": "chat/m",
@@ -147,7 +144,7 @@ class Recorder:
         self.seen.append((f"{resp.request.method} {resp.request.url.path}", head.encode() + b"\n\n" + resp.content))
 
 
-async def test_provider_keys_and_proxy_credentials_never_leave_the_daemon(tmp_path: Path):
+async def test_provider_keys_never_leave_the_daemon(tmp_path: Path):
     server = ScriptedServer()
     recorder = Recorder()
     sse_bytes = bytearray()
@@ -195,10 +192,7 @@ async def test_provider_keys_and_proxy_credentials_never_leave_the_daemon(tmp_pa
     found += leaks("stdout", "\n".join(serve.lines))
     found += leaks("stderr", (tmp_path / serve.stderr_name).read_bytes())
     for where, data in recorder.seen:
-        # The config file as the user wrote it names the proxy's credentials (reading it is the
-        # route's purpose, for strong-trust clients only); no key is in it.
-        own_file = where == f"GET {API}/config/files/lens.jsonc"
-        found += leaks(where, data, list(KEYS.values()) if own_file else CANARIES)
+        found += leaks(where, data)
     found += leaks("SSE stream", bytes(sse_bytes))
     files = [p for p in sorted((tmp_path / "data").rglob("*")) if p.is_file()]
     with closing(sqlite3.connect(tmp_path / "data" / "projections.db")) as con:
@@ -219,7 +213,7 @@ async def watch(d: Daemon, token: str, into: bytearray) -> None:
 
 
 async def drive(d: Daemon, token: str, project: dict[str, Any], server: ScriptedServer) -> None:
-    """One session per keyed provider, each misbehaviour in turn; then one answer through the proxy."""
+    """One session per keyed provider, each misbehaviour in turn."""
     for pid, protocol, env_name in [("chat", "openai-chat", "OPENAI_API_KEY"),
                                     ("resp", "openai-responses", "LENS_TEST_RESPONSES_KEY"),
                                     ("anth", "anthropic", "ANTHROPIC_API_KEY")]:
@@ -236,19 +230,6 @@ async def drive(d: Daemon, token: str, project: dict[str, Any], server: Scripted
         # (each request sent the key: every misbehaviour answered a request that carried it)
         assert all(KEYS[env_name] in rq.headers.values() or f"Bearer {KEYS[env_name]}" in rq.headers.values()
                    for rq in server.requests[-len(scenarios(protocol, "")):])
-    # The proxied provider refuses once, quoting its credentials, then answers (httpx2 sends the
-    # URL's user name and password as Basic auth).
-    r = await d.post("/sessions", token, {"projectId": project["id"], "model": "proxied/m"})
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    server.push(orr.error(400, f"proxy: {PROXY_USER}:{PROXY_PASSWORD} may not use this model"),
-                oc.chat_stream(text="through the proxy"))
-    await d.submit(token, sid, "proxied-0", "hello?")
-    await d.wait_idle(token, sid, timeout=SLOW)
-    await d.submit(token, sid, "proxied-1", "hello")
-    await d.wait_idle(token, sid)
-    assert any(e["kind"] == "model.responded" for e in await d.events(token, sid))
-    assert server.requests[-1].headers["authorization"].startswith("Basic ")
     # A command the agent runs prints its environment (and its parent's, the executor's): the
     # result is searched with everything else.
     r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/faux-1"})
@@ -278,3 +259,39 @@ async def test_a_refused_provider_base_url_is_named_without_its_credentials(daem
         out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
         assert out.returncode == 2 and "CONFIG_INVALID" in out.stderr, out.stderr
         assert "alice" not in out.stderr + out.stdout and "hunter2" not in out.stderr + out.stdout, out.stderr
+
+
+async def test_credentials_in_a_configured_url_are_refused_without_quoting_them(daemon_factory: DaemonFactory,
+                                                                               tmp_path: Path) -> None:
+    # A provider `baseUrl` with `user:password@` was accepted: the password sat in the config file
+    # (which the config-file API serves), and the SDKs' HTTP client sent it as Basic auth in place
+    # of the key's header, so the key of `apiKeyEnv` was never sent. It is now refused when the
+    # config is written and when `lens serve` reads it, as `webSearch.baseUrl`'s was; an
+    # `executor.address` with credentials was refused quoting the password.
+    d = await daemon_factory()
+    token = await d.pair("config-client", strong=True)
+    before = (await d.get("/config/files/lens.jsonc", token)).json()["text"]
+    chat = {"protocol": "openai-chat", "apiKeyEnv": "OPENAI_API_KEY", "models": [{"id": "m"}]}
+    for body, words in [
+        ({"providers": [{"id": "via-proxy", **chat, "baseUrl": "http://alice:hunter2@proxy.example/v1"}]},
+         "provider 'via-proxy': baseUrl must not carry a user name or password"),
+        ({"providers": [{"id": "via-proxy", **chat, "protocol": "anthropic",
+                         "baseUrl": "https://:hunter2@127.0.0.1:8443"}]},
+         "provider 'via-proxy': baseUrl must not carry a user name or password"),
+        ({"executor": {"address": "alice:hunter2@127.0.0.1:7421", "tokenEnv": "EXECUTOR_TOKEN"}},
+         "executor.address must be 'host:port'"),
+        ({"webSearch": {"baseUrl": "https://alice:hunter2@search.example"}}, "webSearch.baseUrl must be"),
+    ]:
+        text = json.dumps(body)
+        r = await d.put("/config/files/lens.jsonc", token, {"text": text})
+        assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+        message = r.json()["error"]["message"]
+        assert words in message and "hunter2" not in message and "alice" not in message, message
+        if "baseUrl must not" in words:
+            assert "apiKeyEnv" in message, message
+        assert (await d.get("/config/files/lens.jsonc", token)).json()["text"] == before  # (not written)
+        (tmp_path / "c.jsonc").write_text(text)
+        out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
+        assert out.returncode == 2 and f"CONFIG_INVALID: c.jsonc: {words}" in out.stderr, out.stderr
+        assert "hunter2" not in out.stderr + out.stdout and "alice" not in out.stderr + out.stdout, out.stderr
+        assert not (tmp_path / "d").exists()

@@ -210,6 +210,22 @@ def test_base_urls_that_are_http_urls_are_accepted() -> None:
         assert parse_config(cfg(providers=[{"id": "p", "protocol": "openai-chat", "baseUrl": url}])).providers[0].base_url == url
 
 
+@pytest.mark.parametrize("url", ["https://alice:S3cretPw@api.example.com/v1", "http://alice@127.0.0.1:11434/v1",
+                                 "http://:S3cretPw@[::1]:8080/v1", "https://@api.example.com", "https://a@b:S3cretPw@x.example/v1",
+                                 "HTTPS://alice:S3cretPw@API.example.com", "http://alice:S3cretPw@b\u00fccher.example/v1"])
+@pytest.mark.parametrize("protocol", ["openai-chat", "openai-responses", "anthropic"])
+def test_a_base_url_with_credentials_is_refused_without_quoting_them(url: str, protocol: str) -> None:
+    # Accepted before: the password sat in the config file (which the config-file API serves),
+    # and the SDKs' HTTP client sent `user:password` as Basic auth in place of the key's header,
+    # so the key of `apiKeyEnv` was never sent. Keys come only from the environment (F-MOD-6).
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg(providers=[{"id": "p", "protocol": protocol, "baseUrl": url, "apiKeyEnv": "K"}]), "c.jsonc")
+    message = info.value.message
+    assert message == ("c.jsonc: provider 'p': baseUrl must not carry a user name or password (user:pass@host): "
+                       "a key comes only from the environment variable apiKeyEnv names"), message
+    assert "S3cretPw" not in message and "alice" not in message
+
+
 @pytest.mark.parametrize("models", [[{"id": ""}], [{"id": "m"}, {"id": "m"}]])
 def test_model_ids_are_non_empty_and_unique(models: list) -> None:
     with pytest.raises(ConfigError) as info:
