@@ -270,6 +270,21 @@ def _valid_base_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(ch.isspace() for ch in url)
 
 
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[/\\]*([^/\\?#]*)")
+
+
+def _quoted_url(url: str) -> str:
+    """A refused URL for the message: as :func:`shown_url` shows it (without its user name and
+    password), or not at all when it holds an ``@`` after its authority: a password with an
+    unescaped ``/``, ``?`` or ``#`` (``http://me:pa/ss@host``) ends the authority early, and
+    ``shown_url`` would show it."""
+    m = _AUTHORITY.match(url)
+    authority = m.group(1) if m else url  # (no scheme: all of it may be `user:pass@host`)
+    if url.count("@") != authority.count("@"):
+        return "the URL given (not quoted: it holds an '@' after its host, perhaps in a password)"
+    return shown_url(url)
+
+
 def _has_credentials(url: str) -> bool:
     """Whether a URL :func:`_valid_base_url` takes carries a user name or password
     (``user:pass@host``, ``user@host``, ``:pass@host``): the SDKs' HTTP client would send them as
@@ -327,7 +342,7 @@ def check_config(cfg: Config, where: str) -> None:
                               f"(or be null: no key needed)")
         if p.base_url is not None and not _valid_base_url(p.base_url):
             raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must be an http:// or https:// URL with a host, "
-                              f"not {shown_url(p.base_url)} (omit it for the vendor's public API)")
+                              f"not {_quoted_url(p.base_url)} (omit it for the vendor's public API)")
         if p.base_url is not None and _has_credentials(p.base_url):
             # (a secret in the config file, which the config-file API serves; and the SDKs' HTTP
             # client sends it as Basic auth instead of the key: never quoted, see shown_url)
@@ -353,7 +368,7 @@ def check_config(cfg: Config, where: str) -> None:
     ws = cfg.web_search
     if ws.base_url is not None and (not _valid_base_url(ws.base_url) or _has_credentials(ws.base_url)):
         raise ConfigError(f"{where}: webSearch.baseUrl must be an http:// or https:// URL with a host and no "
-                          f"credentials, not {shown_url(ws.base_url)} (null turns web_search off)")
+                          f"credentials, not {_quoted_url(ws.base_url)} (null turns web_search off)")
     if ws.api_key_env is not None and not _is_env_name(ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     check_mcp_servers(cfg.mcp_servers, where, ConfigError)

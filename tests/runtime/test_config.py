@@ -325,3 +325,20 @@ def test_the_template_parses_with_every_key_known() -> None:
     c = parse_config(text)
     assert unknown_keys(text) == []
     assert c.web.allow_private_addresses is False and c.web_search.api_key_env == "EXA_API_KEY"
+
+
+@pytest.mark.parametrize("url", ["http://alice:Pw/S3cret@proxy.example/v1", "https://alice:Pw#S3cret@proxy.example/v1",
+                                 "https://alice:Pw?S3cret@proxy.example", "http://alice:Pw\\S3cret@proxy.example",
+                                 "http://alice:Pw/S3cret@proxy.example:99999/v1"])
+@pytest.mark.parametrize(("body", "words"), [
+    (lambda url: {"providers": [{"id": "p", "protocol": "openai-chat", "baseUrl": url}]}, "provider 'p': baseUrl must"),
+    (lambda url: {"webSearch": {"baseUrl": url}}, "webSearch.baseUrl must"),
+])
+def test_a_refused_url_with_a_slash_in_its_password_is_not_quoted(url: str, body: Any, words: str) -> None:
+    # A password with an unescaped '/', '?' or '#' ends the URL's authority early (the host is
+    # `alice`, the port `Pw`): the URL is invalid, and its refusal quoted it, password and all,
+    # since only the authority's user name and password are left out of a quoted URL.
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps(body(url)), "c.jsonc")
+    message = info.value.message
+    assert words in message and "S3cret" not in message and "alice" not in message, message
