@@ -1826,7 +1826,7 @@ def test_dashboard_header_says_not_connected_when_the_projects_cannot_be_read_at
     assert body_data(driver, "conn") == "not"
     assert one(driver, "#conn").text == "not connected"
     assert not any(one(driver, sel).is_displayed() for sel in ("#disconnect", "#client", "#trust"))
-    assert driver.execute_script("return document.getElementById('client').textContent") == ""
+    assert driver.execute_script("return document.getElementById('client-id').textContent") == ""
     assert console_errors(driver) == []
 
 

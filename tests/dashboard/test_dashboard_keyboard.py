@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one,
+    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one,
     open_new_session, shown_default, submit, texts, wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
@@ -398,4 +398,79 @@ def test_dashboard_shows_earlier_items_without_announcing_each(
     assert driver.execute_script("""const a = document.activeElement;
         return a.matches('#timeline > .msg.user') && a.textContent.includes('many tools')""")
     assert driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop") == before
+    assert console_errors(driver) == []
+
+
+# Whether the focused element can hold the focus (not <body>, connected, enabled, shown), and where it is.
+HOLDER = """const a = document.activeElement;
+    const can = a && a !== document.body && a.isConnected && !a.disabled && a.getClientRects().length > 0;
+    return can ? (a.id || a.className) : null"""
+
+
+def test_dashboard_announces_its_notes_names_its_pills_and_keeps_the_focus_while_an_answer_is_on_its_way(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The notes under the message box ("Sent", "Withdrawn: …", "Not answered: …") were not a live
+    region; the client pill said only its id (its meaning was a tooltip); why the connection is
+    being retried or the stream ended was only the connection pill's tooltip; and from a
+    question's answer until the question left the timeline the focus was on <body>. The notes are
+    a polite status now, the pills' facts are text, and the question holds the focus meanwhile."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns(ONE_QUESTION))
+    strong = d.pair("dash-notes", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+
+    # The client pill says what it is to a screen reader; it shows the id.
+    assert driver.execute_script("""return [...document.getElementById('client').childNodes]
+        .filter((n) => !n.classList.contains('visually-hidden')).map((n) => n.textContent)""") == ["dash-notes"]
+    assert driver.execute_script("return document.getElementById('client').textContent") == "paired client dash-notes"
+
+    # A question answered by the keyboard while the answer is on its way: the question holds the
+    # focus (its controls are disabled); another client aborts the run meanwhile, so the answer
+    # is refused; the note saying so is announced, and the focus goes on to the message box.
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    tab_to(driver, lambda f: f["id"] == "input")
+    keys(driver, "ask one question")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question")
+    assert any(a.startswith("Sent (seq ") for a in driver.execute_script("return window.announced"))
+    driver.execute_script(HOLD_ANSWERS)
+    tab_to(driver, lambda f: f["text"] == "Red", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: driver.execute_script("return window.answerRequests") == 1, "the answer asked")
+    assert driver.execute_script(HOLDER) == "question", driver.execute_script("return document.activeElement.outerHTML")
+    assert d.request("POST", f"/sessions/{sid}/abort", {}, token=strong)[0] == 200
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the question cancelled elsewhere")
+    wait_for(lambda: focused(driver)["id"] == "input", "the focus in the message box")
+    driver.execute_script("window.releaseAnswers()")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Not answered: that question was already settled"),
+             "the note")
+    assert any(a.startswith("Not answered: that question was already settled")
+               for a in driver.execute_script("return window.announced"))
+    assert focused(driver)["id"] == "input"
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the question's run's end")
+
+    # Asked again, answered by the keyboard, and the daemon goes away before the answer reaches it:
+    # the answer fails, and the focus is back on the option pressed, to answer again. Why the page
+    # is retrying is text beside the connection pill, not only its tooltip; once live, it is gone.
+    keys(driver, "ask one question")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question again")
+    driver.execute_script(HOLD_ANSWERS)
+    tab_to(driver, lambda f: f["text"] == "Red", shift=True)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: driver.execute_script("return window.answerRequests") == 1, "the answer asked again")
+    assert driver.execute_script(HOLDER) == "question"
+    d.stop()
+    driver.execute_script("window.releaseAnswers()")
+    wait_for(lambda: by_css(driver, "#errors li"), "the answer failed")
+    wait_for(lambda: focused(driver)["text"] == "Red" and driver.execute_script(HOLDER), "the focus back on the option")
+    wait_for(lambda: (one(driver, "#conn").get_attribute("title") or "").startswith("the last attempt failed: "), "a retry")
+    why = driver.execute_script("return document.getElementById('conn-why').textContent")
+    assert why == one(driver, "#conn").get_attribute("title"), why
+    d.start()
+    wait_for(lambda: body_data(driver, "conn") == "live", "live again", 20)
+    assert driver.execute_script("return document.getElementById('conn-why').textContent") == ""
     assert console_errors(driver) == []
