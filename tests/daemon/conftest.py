@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ import pytest
 import trio
 
 from projections.registry import all_projections
-from runtime.api import create_app
+from runtime.api import STATUS, create_app
 from runtime.config import Config, parse_config
 from runtime.daemon import ServeOptions, serve
 from runtime.pairing import PairStore
@@ -259,6 +260,31 @@ def parse_raw_response(data: bytes) -> RawResponse:
             out, rest = out + rest[:size], rest[size + 2:]
         rest = out
     return RawResponse(int(status_line.split()[1]), hdrs, rest)
+
+
+ERROR_CODE_RE = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*")
+MAX_ERROR_MESSAGE = 600  # characters: a message names the problem; it does not echo a client's long value whole
+LEAK_MARKERS = ("Traceback", 'File "', " object at 0x", "<class ", "msgspec.", "quart.", "werkzeug.")
+
+
+def assert_error_shape(r: RawResponse, where: str) -> tuple[str, str]:
+    """``r`` (a 4xx/5xx) is the API's error shape: JSON ``{"error": {"code", "message"}}``, a stable
+    UPPER_SNAKE code whose status in the table is ``r.status``, a short message that leaks no
+    internals. Returns ``(code, message)``."""
+    assert r.headers.get("content-type", "").startswith("application/json"), where
+    body = json.loads(r.body)
+    assert isinstance(body, dict) and set(body) == {"error"}, where
+    error = body["error"]
+    assert isinstance(error, dict) and set(error) == {"code", "message"}, where
+    code, message = error["code"], error["message"]
+    assert isinstance(code, str) and ERROR_CODE_RE.fullmatch(code), where
+    assert isinstance(message, str) and message.strip(), where
+    assert len(message) <= MAX_ERROR_MESSAGE, f"a message of {len(message)} characters: {where}"
+    expected = STATUS.get(code, {"NOT_FOUND": 404, "METHOD_NOT_ALLOWED": 405, "BODY_TOO_LARGE": 413}.get(code))
+    assert expected == r.status, f"{code} is {expected} in the table: {where}"
+    for marker in LEAK_MARKERS:
+        assert marker not in message, where
+    return code, message
 
 
 def projection_dump(data_dir: Path) -> dict[str, Any]:

@@ -21,7 +21,6 @@ headers"), and only for a request that was malformed at that layer.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,16 +29,12 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.api import STATUS
-
-from .conftest import LIMIT, Daemon, RawResponse, parse_raw_response, read_answer
+from .conftest import LIMIT, Daemon, RawResponse, assert_error_shape, parse_raw_response, read_answer
 from .test_serve_process import ServeProcess, as_daemon
 
 EXAMPLES = 300  # requests drawn (about 20 s); HYPOTHESIS_PROFILE=explore draws fresh ones
 BODY_LIMIT = 64 * 1024
-CODE_RE = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*")
 HTTP_LAYER = {400, 431, 501}  # what h11 (through hypercorn) answers, with no body, to a malformed request
-MAX_MESSAGE = 600
 
 
 # --------------------------------------------------------------------------- what is drawn
@@ -280,17 +275,7 @@ def check(req: Request, r: RawResponse | None) -> None:
         return
     assert r.status < 500, where
     if r.status >= 400:
-        assert r.headers.get("content-type", "").startswith("application/json"), where
-        body = json.loads(r.body)
-        assert isinstance(body, dict) and set(body) == {"error"}, where
-        error = body["error"]
-        assert isinstance(error, dict) and set(error) == {"code", "message"}, where
-        code, message = error["code"], error["message"]
-        assert CODE_RE.fullmatch(code) and isinstance(message, str) and message.strip(), where
-        assert len(message) <= MAX_MESSAGE, where
-        assert STATUS.get(code, {"NOT_FOUND": 404, "METHOD_NOT_ALLOWED": 405}.get(code)) == r.status, where
-        for marker in ("Traceback", 'File "', " object at 0x", "<class "):
-            assert marker not in message, where
+        assert_error_shape(r, where)
     if req.http_malformed:
         return  # (h11 may have taken it, or refused it: either is checked above)
     # What a well-formed request with these headers must get, in the guard's order.
