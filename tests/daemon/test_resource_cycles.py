@@ -60,6 +60,11 @@ THREAD_ALLOWANCE = 2
 # cycle. A leak of what one cycle makes (a session's state, a stream's buffers, an SQLite
 # statement cache per session) is far more; allocator noise and the log's page cache are less.
 RSS_PER_CYCLE = 64 * 1024
+# Plus once, whatever the count: the allocator takes memory in steps (a glibc arena's heap grows
+# by 128 KiB and more), so a step that falls inside the second half is no leak. A test failed once
+# on a loaded machine at 644 KiB over 10 executor respawns against 640 allowed; a leak of a
+# cycle's resources still shows over the cycles, where this allowance does not grow.
+RSS_STEP_ALLOWANCE = 256 * 1024
 SETTLE = 15.0  # seconds: bound on the wait for the counts to come back
 
 
@@ -198,7 +203,7 @@ async def cycles(p: Proc, one: Callable[[int], Any], n: int = N, *, rss_check: b
     if not rss_check:
         return
     growth = end_rss - half_rss
-    assert growth <= RSS_PER_CYCLE * (n - n // 2), (
+    assert growth <= RSS_PER_CYCLE * (n - n // 2) + RSS_STEP_ALLOWANCE, (
         f"resident memory grew {growth // 1024} KiB over the last {n - n // 2} cycles "
         f"({half_rss // 1024} -> {end_rss // 1024} KiB)")
 
