@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, one,
-    open_new_session, shown_default, submit, texts, wait_for, with_turns)
+    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, connect, console_errors, make_daemon,
+    one, open_new_session, shown_default, submit, texts, wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
                    {"id": "2", "text": "second", "status": "in_progress"}]}
@@ -473,4 +473,159 @@ def test_dashboard_announces_its_notes_names_its_pills_and_keeps_the_focus_while
     d.start()
     wait_for(lambda: body_data(driver, "conn") == "live", "live again", 20)
     assert driver.execute_script("return document.getElementById('conn-why').textContent") == ""
+    assert console_errors(driver) == []
+
+
+# A redraw of the Default model panel: its choice's options are rebuilt with its note, so an option
+# marked before is gone once the panel was drawn again.
+MARK_MODEL_PANEL = "document.querySelectorAll('#model-choice option').forEach((o) => { o.dataset.old = '1'; })"
+MODEL_PANEL_REDRAWN = "return !!document.querySelector('#model-choice option:not([data-old])')"
+RETRY_REASON = """const why = document.getElementById('conn-why'), r = why.getBoundingClientRect(),
+    h = document.querySelector('header').getBoundingClientRect();
+    return {text: why.textContent, width: r.width, height: r.height,
+            inHeader: r.left >= h.left && r.right <= h.right && r.top >= h.top && r.bottom <= h.bottom}"""
+
+
+def redraw_model_panel(driver: Any) -> None:
+    """Press the lists' ↻ (it reads the models again, and the panel is drawn again) and wait for the redraw."""
+    driver.execute_script(MARK_MODEL_PANEL)
+    one(driver, "#refresh").click()
+    wait_for(lambda: driver.execute_script(MODEL_PANEL_REDRAWN), "the Default model panel redrawn")
+
+
+def selected_text(driver: Any, selector: str) -> str:
+    """Select the text of what matches, as a reader's click on it does (`user-select: all`), and return the selection."""
+    return driver.execute_script("""const n = document.querySelector(arguments[0]), r = document.createRange();
+        r.selectNodeContents(n); const s = window.getSelection(); s.removeAllRanges(); s.addRange(r);
+        return s.toString()""", selector)
+
+
+def test_dashboard_announces_its_notes_once_tells_a_lost_answer_shows_why_it_retries_and_the_ids(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The Default model panel's note and the deleted session's note were not live regions (they
+    are written again at each redraw, with the same text); an answer that lost to another client's
+    (200, `duplicate: true`) was not told; why the page retries was text for a screen reader only;
+    a session's and a project's id were only in their rows' tooltips. The notes are announced once
+    each, however often they are redrawn; the lost answer's note names the answer that won; the
+    reason shows beside the connection pill while the page retries; the ids show, to be copied."""
+    driver = browser
+    d = make_daemon(with_turns(ONE_QUESTION))
+    readonly = d.pair("dash-live-read", strong=False)
+    strong = d.pair("dash-live-strong", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    # A read-only reader: the model panel's note says why nothing can be changed, once, however
+    # often the panel is drawn again.
+    driver.get(d.base + "/")
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    connect(driver, readonly)
+    wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
+    read_only_note = "Read-only credential: changing the default needs strong trust."
+    wait_for(lambda: one(driver, "#model-note").text == read_only_note, "the model panel's note")
+    redraw_model_panel(driver)
+    redraw_model_panel(driver)
+    assert one(driver, "#model-note").get_attribute("role") == "status"
+    assert driver.execute_script("return window.announced").count(read_only_note) == 1, driver.execute_script(
+        "return window.announced")
+
+    # The session's and the project's ids show, outside their rows' buttons, to be selected and
+    # copied; a redraw for a new event keeps the reader's selection.
+    sid = open_new_session(driver, d, strong, workspace)
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    pid = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
+    for selector, want in (("#project-id", pid), ("#session-id", sid)):
+        node = one(driver, selector)
+        assert node.is_displayed() and node.text == want, (selector, node.text)
+        assert driver.execute_script("const n = document.querySelector(arguments[0]);"
+                                     " return [!!n.closest('button'), getComputedStyle(n).userSelect]", selector) == [False, "all"]
+    assert selected_text(driver, "#session-id") == sid
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "elsewhere", "content": "sent elsewhere"},
+                     token=strong)[0] == 202
+    wait_for(lambda: "(faux) You said: sent elsewhere" in committed_answers(driver), "the answer to the other client")
+    assert driver.execute_script("return window.getSelection().toString()") == sid
+
+    # An answer that came after another client's: the note names the answer that won; it is announced.
+    submit(driver, "ask one question")
+    wait_for(lambda: by_css(driver, "#timeline .question button[data-option-id='red']"), "the question")
+    qid = driver.execute_script("return document.querySelector('#timeline .question').dataset.questionId")
+    driver.execute_script(HOLD_ANSWERS)
+    one(driver, "#timeline .question button[data-option-id='red']").click()
+    wait_for(lambda: driver.execute_script("return window.answerRequests") == 1, "the answer asked")
+    assert d.request("POST", f"/sessions/{sid}/questions/{qid}/answer", {"kind": "answer", "optionIds": ["blue"]},
+                     token=strong)[0] == 200
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the question answered elsewhere")
+    driver.execute_script("window.releaseAnswers()")
+    lost = "Not answered: that question was already answered with Blue (it came first)."
+    wait_for(lambda: one(driver, "#composer-note").text == lost, "the lost answer's note")
+    assert lost in driver.execute_script("return window.announced")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the question's run's end")
+
+    # The session deleted elsewhere: its note is announced once, however often it is drawn again.
+    assert d.request("DELETE", f"/sessions/{sid}", token=strong)[0] == 200
+    wait_for(lambda: body_data(driver, "sessionStatus") == "deleted", "the session shown deleted")
+    deleted_note = wait_for(lambda: one(driver, "#closed-note").text, "the deleted session's note")
+    assert deleted_note.startswith("This session is deleted")
+    redraw_model_panel(driver)
+    redraw_model_panel(driver)
+    assert driver.execute_script("return window.announced").count(deleted_note) == 1, driver.execute_script(
+        "return window.announced")
+
+    # The daemon away: why the page retries shows beside the connection pill, in the header,
+    # readable; once live again it is gone.
+    d.stop()
+    wait_for(lambda: (one(driver, "#conn").get_attribute("title") or "").startswith("the last attempt failed: "), "a retry")
+    why = driver.execute_script(RETRY_REASON)
+    assert why["text"] == one(driver, "#conn").get_attribute("title"), why
+    assert why["width"] > 40 and why["height"] >= 10 and why["inHeader"], why
+    assert one(driver, "#conn-why").is_displayed()
+    assert [low for low in driver.execute_script(LOW_CONTRAST) if "the last attempt" in low] == []
+    d.start()
+    wait_for(lambda: body_data(driver, "conn") == "live", "live again", 20)
+    assert not one(driver, "#conn-why").is_displayed()
+    assert console_errors(driver) == []
+
+
+MORE_THAN_TWO_WINDOWS = 410   # tool calls in one answer: the page shows 200 items at once, and 200 more at each "Show earlier"
+
+
+def test_dashboard_shows_earlier_items_in_two_steps_when_more_than_a_window_is_hidden(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """"Show earlier" with more than 200 items not shown: it shows 200 and is drawn again with the
+    count left; a keyboard user's focus is on the new button, what shows does not move, and only how
+    many were shown is announced. Pressed again, it shows the rest and the earliest item has the focus."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns({"when": "many tools",
+                                "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MORE_THAN_TWO_WINDOWS}))
+    strong = d.pair("dash-earlier-twice", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    submit(driver, "many tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
+        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 60)
+    items = MORE_THAN_TWO_WINDOWS + 2
+    shown = lambda: len(by_css(driver, "#timeline > .tool, #timeline > .msg"))  # noqa: E731
+    scrolled = "const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop"
+    assert shown() == 200
+    assert one(driver, "#timeline button.more").text == f"Show 200 earlier ({items - 200} not shown)"
+
+    driver.execute_script("window.announced = []; document.querySelector('#timeline button.more').focus()")
+    before = driver.execute_script(scrolled)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: shown() == 400, "200 earlier items")
+    assert one(driver, "#timeline button.more").text == f"Show {items - 400} earlier ({items - 400} not shown)"
+    assert driver.execute_script("return document.activeElement.matches('#timeline button.more')")
+    assert driver.execute_script(scrolled) == before
+    assert driver.execute_script("return window.announced") == ["200 earlier items shown"]
+
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: shown() == items, "every item")
+    assert not by_css(driver, "#timeline button.more")
+    assert driver.execute_script("""const a = document.activeElement;
+        return a.matches('#timeline > .msg.user') && a.textContent.includes('many tools')""")
+    assert driver.execute_script(scrolled) == before
+    assert driver.execute_script("return window.announced") == ["200 earlier items shown", f"{items - 400} earlier items shown"]
     assert console_errors(driver) == []
