@@ -287,19 +287,24 @@ class _StreamReader:
             if block is None:
                 raise IndexError(f"a content_block_delta for block {ev.index}, which never started")
             delta = ev.delta
+            # (an empty delta is none: kept or streamed live, a server that sent them for
+            # timeoutSeconds gave every viewer a frame for each)
             if delta.type == "text_delta" and block["type"] == "text":
-                add_piece(block["text"], _text(delta.text, "text_delta.text"))
-                self.size.add(delta.text)
-                self.on_delta(Delta("text", delta.text))
+                if _text(delta.text, "text_delta.text"):
+                    add_piece(block["text"], delta.text)
+                    self.size.add(delta.text)
+                    self.on_delta(Delta("text", delta.text))
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
-                add_piece(block["thinking"], _text(delta.thinking, "thinking_delta.thinking"))
-                self.size.add(delta.thinking)
-                self.on_delta(Delta("reasoning", delta.thinking))
+                if _text(delta.thinking, "thinking_delta.thinking"):
+                    add_piece(block["thinking"], delta.thinking)
+                    self.size.add(delta.thinking)
+                    self.on_delta(Delta("reasoning", delta.thinking))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
-                add_piece(block["json"], _text(delta.partial_json, "input_json_delta.partial_json"))
-                self.size.add(delta.partial_json)
+                if _text(delta.partial_json, "input_json_delta.partial_json"):
+                    add_piece(block["json"], delta.partial_json)
+                    self.size.add(delta.partial_json)
         elif kind == "message_delta":
             self.delta_came = True
             self.stop_reason = ev.delta.stop_reason

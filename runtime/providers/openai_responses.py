@@ -28,7 +28,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, add_piece, openai_client_class, reported, usage_dict
+from .sdk import MALFORMED, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -139,64 +139,48 @@ class OpenAIResponsesProvider(SdkProvider):
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
         kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache,
                                ttl=getattr(model, "cache_ttl", None) or self.cache_ttl, max_output_tokens=model.max_output_tokens)
-        final: Any = None
-        streamed: list[str] = []  # the text deltas, for a final response that leaves its output out
-        # What a failure after the response began records: counts unknown, or response.failed's.
-        began: t.Usage | None = None
-        size = self.answer_size()
+        reader = _StreamReader(on_delta, self.answer_size())
         try:
-            async with size.reading(self.client().responses.stream(**kwargs)) as stream:
+            opened = await self.client().responses.create(**kwargs, stream=True)
+            async with reader.size.reading(opened) as stream:
                 async for ev in stream:
-                    kind = ev.type
-                    if final is not None:
+                    if reader.final is not None:
                         # (the response is complete: deltas after it went to live viewers as if part of
                         # it, and a server that kept sending them held the session)
                         break
-                    if kind in ("response.output_text.delta", "response.refusal.delta"):
-                        size.add(ev.delta)
-                        add_piece(streamed, ev.delta)
-                        on_delta(Delta("text", ev.delta))
-                    elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                        if not isinstance(ev.delta, str):  # (the SDK joins text deltas, which checks them; not these)
-                            raise TypeError(f"a {kind} that is {type(ev.delta).__name__}, not text")
-                        size.add(ev.delta)
-                        on_delta(Delta("reasoning", ev.delta))
-                    elif kind == "response.function_call_arguments.delta":
-                        size.add(ev.delta)
-                    elif kind == "error":
+                    reader.feed(ev)
+                    if ev.type == "error":
                         raise self.map_error(_StreamError(getattr(ev, "code", None), getattr(ev, "message", "")))
-                    elif kind == "response.failed":
+                    if ev.type == "response.failed":
                         err = getattr(ev.response, "error", None)
-                        began = _usage(usage_dict(getattr(ev.response, "usage", None)))
+                        reader.began = _usage(usage_dict(getattr(ev.response, "usage", None)))
                         raise self.map_error(_StreamError(getattr(err, "code", None), getattr(err, "message", "response failed")))
-                    elif kind in ("response.completed", "response.incomplete"):
-                        final = ev.response
-                    if began is None:  # (set after an event: an error as the first one leaves it None)
-                        began = t.Usage()
-            if final is None:
+                    if reader.began is None:  # (set after an event: an error as the first one leaves it None)
+                        reader.began = t.Usage()
+            if reader.final is None:
                 raise self.truncated("its final response")
-            result = self._result(final, compiled, cache)  # (reads the SDK's objects too)
+            result = self._result(reader.final, reader.output(), compiled, cache)  # (reads the SDK's objects too)
+            if not result.text and not result.tool_calls:
+                # Some servers (proxies) send response.completed with "output": []: the text the
+                # viewer saw streaming is the answer, not an empty one.
+                result = replace(result, text=reader.streamed_text())
         except ProviderError as exc:
-            raise exc.during(began)
+            raise exc.during(reader.began)
         except (openai.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc).during(began) from None
+            raise self.map_error(exc).during(reader.began) from None
         except MALFORMED as exc:
-            raise self.malformed(exc).during(began) from None
+            raise self.malformed(exc).during(reader.began) from None
         except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
-            raise self.unexpected(exc).during(began) from None
-        if not result.text and not result.tool_calls and streamed:
-            # Some servers (proxies) send response.completed with "output": []: the text the
-            # viewer saw streaming is the answer, not an empty one.
-            result = replace(result, text="".join(streamed))
+            raise self.unexpected(exc).during(reader.began) from None
         return self.checked(result)
 
-    def _result(self, response: Any, compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
+    def _result(self, response: Any, output: list[Any], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[t.ToolCall] = []
         native: list[dict[str, Any]] = []
         refused = False
-        for item in getattr(response, "output", None) or []:
+        for item in output:
             if item.type == "message":
                 for c in item.content:
                     kind = getattr(c, "type", "")
@@ -227,6 +211,115 @@ class OpenAIResponsesProvider(SdkProvider):
         return ModelResult(text="".join(text), reasoning="\n\n".join(reasoning), tool_calls=calls, stop_reason=stop,
                            usage=usage, response_id=getattr(response, "id", None), reasoning_blocks=native,
                            diagnostics=diagnostics)
+
+
+class _StreamReader:
+    """Puts one streamed response together from the SDK's raw events
+    (``responses.create(stream=True)``). The SDK's ``responses.stream()`` helper, read before,
+    joined each text and arguments delta to its snapshot with ``+=``, copying the text so far for
+    every delta: time quadratic in the answer's deltas, on the event loop (200,000 one-character
+    deltas held it for 2.7 s, a million for about a minute). Here the pieces are joined as they
+    come (:func:`.sdk.add_piece`), and live text and reasoning go to ``on_delta``.
+
+    The answer is the final event's response (``response.completed`` / ``response.incomplete``),
+    as before. Where that response leaves ``output`` out (or null), the output is the stream's, as
+    the helper made it: each item as its ``response.output_item.done`` sent it, else as it was
+    added, with its content parts and the text, refusal or arguments streamed into it (a response
+    cut short by ``max_output_tokens`` keeps what was streamed). The helper's consistency checks
+    (a ``response.created`` first, the response's id unchanged, a delta only for an item and part
+    added before) failed answers whose final event was whole; they are not made: a delta for an
+    item or part never added is streamed live and kept for a final response without output.
+
+    What is held grows only with the answer's bytes and with the items and parts the server adds:
+    an empty delta, a keep-alive, a frame without data and an event of another kind hold nothing,
+    and are not streamed live."""
+
+    def __init__(self, on_delta: Callable[[Delta], None], size: AnswerSize) -> None:
+        self.on_delta = on_delta
+        self.size = size  # (the answer's bytes so far, bounded; a stall ends the read)
+        self.final: Any = None  # the final event's response
+        # What a failure after the response began records: counts unknown, or response.failed's.
+        self.began: t.Usage | None = None
+        self._added: dict[Any, Any] = {}  # output index -> the item as response.output_item.added sent it
+        self._done: dict[Any, Any] = {}  # output index -> the item as response.output_item.done sent it
+        # (output index, content index) -> the text or refusal streamed into that part, in pieces;
+        # None: what was streamed for no part added (in the order streamed)
+        self._text: dict[tuple[Any, Any] | None, list[str]] = {}
+        self._arguments: dict[Any, list[str]] = {}  # output index -> a call's arguments, in pieces
+
+    def feed(self, ev: Any) -> None:
+        kind = ev.type
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            piece = _text(ev.delta, kind)
+            if piece:
+                self.size.add(piece)
+                part = (ev.output_index, ev.content_index)
+                add_piece(self._text.setdefault(part if self._part(part) is not None else None, []), piece)
+                self.on_delta(Delta("text", piece))
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            piece = _text(ev.delta, kind)  # (only streamed live: the reasoning is the final event's)
+            if piece:
+                self.size.add(piece)
+                self.on_delta(Delta("reasoning", piece))
+        elif kind == "response.function_call_arguments.delta":
+            piece = _text(ev.delta, kind)
+            if piece:
+                self.size.add(piece)
+                item = self._added.get(ev.output_index)
+                if getattr(item, "type", None) == "function_call":
+                    add_piece(self._arguments.setdefault(ev.output_index, []), piece)
+        elif kind == "response.output_item.added":
+            if getattr(ev, "item", None) is not None:
+                self._added[ev.output_index] = ev.item
+        elif kind == "response.content_part.added":
+            item = self._added.get(ev.output_index)
+            if getattr(item, "type", None) == "message":
+                item.content.append(ev.part)
+        elif kind == "response.output_item.done":
+            self._done[ev.output_index] = ev.item
+        elif kind in ("response.completed", "response.incomplete"):
+            self.final = ev.response
+
+    def _part(self, part: tuple[Any, Any]) -> Any:
+        """The content part added at ``part`` (output index, content index), or ``None``."""
+        item = self._added.get(part[0])
+        content = getattr(item, "content", None) if getattr(item, "type", None) == "message" else None
+        index = part[1]
+        if isinstance(content, list) and isinstance(index, int) and 0 <= index < len(content):
+            return content[index]
+        return None
+
+    def output(self) -> list[Any]:
+        """The final response's output items, or the stream's where it has none."""
+        given = getattr(self.final, "output", None)
+        if given is not None:
+            return given
+        out = []
+        for index in sorted(self._added.keys() | self._done.keys()):
+            item = self._done.get(index)
+            if item is None:
+                item = self._added[index]
+                if item.type == "function_call" and index in self._arguments:
+                    item.arguments = (item.arguments or "") + "".join(self._arguments[index])
+                elif item.type == "message":
+                    for ci, part in enumerate(item.content):
+                        pieces = self._text.get((index, ci))
+                        if pieces and part.type == "output_text":
+                            part.text = (part.text or "") + "".join(pieces)
+                        elif pieces and part.type == "refusal":
+                            part.refusal = (part.refusal or "") + "".join(pieces)
+            out.append(item)
+        return out
+
+    def streamed_text(self) -> str:
+        """The text and refusals streamed, part by part (in the order each part began)."""
+        return "".join("".join(pieces) for pieces in self._text.values())
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"a {what} that is {type(value).__name__}, not text")
+    return value
 
 
 def _usage(u: dict[str, Any] | None) -> t.Usage:

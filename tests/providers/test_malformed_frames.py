@@ -114,7 +114,6 @@ MISTYPED: dict[str, Callable[[Frames], Frames]] = {
 }
 
 
-@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")  # (the Responses SDK's helper, once per process)
 @pytest.mark.parametrize("case", list(MISTYPED))
 async def test_a_field_recorded_as_text_that_is_no_text_fails_the_request_not_the_session(case, server, make, tmp_path):
     # The SDKs pass such a field through as sent. A call id that was a number crashed the actor

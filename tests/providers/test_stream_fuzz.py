@@ -304,14 +304,6 @@ def _before_the_end(protocol: str, scripted: Reply) -> bytes:
     return body[:body.index(b"\n\n", end) + 2]
 
 
-# The Responses SDK's stream helper serializes each response object it is sent (`to_dict()`), and
-# pydantic warns (once per process, outside tests) about a field of another type; the answer
-# goes on. Lens's own reads pass `warnings=False` (test_malformed_frames.py,
-# test_a_usage_count_of_another_type_is_unknown_and_read_without_a_warning).
-SDK_WARNING = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
-
-
-@SDK_WARNING
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @settings(deadline=None, max_examples=60)
 @given(data=st.data())
@@ -329,7 +321,6 @@ def test_a_misbehaving_stream_ends_in_an_answer_or_one_error_and_the_provider_se
     assert isinstance(after, ModelResult) and after.text == "next answer"
 
 
-@SDK_WARNING
 @settings(deadline=None, max_examples=12)
 @given(data=st.data())
 def test_a_misbehaving_stream_fails_or_answers_one_request_of_a_session_which_answers_the_next(data, tmp_path_factory):
