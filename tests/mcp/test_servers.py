@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -394,4 +395,36 @@ async def test_stopping_ends_a_child_that_left_the_servers_group(start: Any, tmp
     assert os.getsid(pids[2]) == pids[2] != os.getpgid(pids[0])
     r.cancel.cancel()
     await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
+    await wait_for(lambda: not any(alive(p) for p in pids), "no process left")
+
+
+async def test_the_walk_for_escaped_children_leaves_the_event_loop_free(start: Any, tmp_path: Path,
+                                                                        nursery: trio.Nursery,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The walk through /proc for a stopped server's escaped children reads every process's stat:
+    # it runs in a worker thread. Here its listing of /proc is held (the real listing, made late)
+    # until a task on the event loop lets it go: a walk on the event loop would wait for that task
+    # in vain (5 s at most) and record so. The children are still found and stopped.
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--child", "--setsid-child")})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 3 and all(alive(p) for p in pids)
+    listdir, started, let_go, waited = os.listdir, threading.Event(), threading.Event(), []
+
+    def held_listdir(path: Any = ".") -> list[str]:
+        if path == "/proc":
+            started.set()
+            waited.append(let_go.wait(timeout=5.0))  # (True: the event loop ran meanwhile)
+        return listdir(path)
+
+    async def let_it_go() -> None:
+        await wait_for(started.is_set, "a walk started")
+        let_go.set()
+
+    monkeypatch.setattr(os, "listdir", held_listdir)
+    nursery.start_soon(let_it_go)
+    r.cancel.cancel()
+    await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
+    monkeypatch.undo()
+    assert waited and all(waited), f"the walk held the event loop: {waited}"
     await wait_for(lambda: not any(alive(p) for p in pids), "no process left")

@@ -330,9 +330,9 @@ async def stop_process(proc: trio.Process) -> None:
     escaped = Escaped()
     try:
         # (only while the server is not reaped: its pid, so its descendants, are still its own;
-        # no await between the check and the walk, so nothing reaps it meanwhile)
+        # no await between the check and the call, which holds the server with a pidfd at once)
         if proc.returncode is None:
-            escaped.add_from(proc.pid)
+            await escaped.add_from(proc.pid)
         if proc.stdin is not None:
             try:
                 await proc.stdin.aclose()
@@ -342,7 +342,7 @@ async def stop_process(proc: trio.Process) -> None:
         with trio.move_on_after(STDIN_CLOSE_GRACE):
             await proc.wait()
         if proc.returncode is None:  # (what it started while its stdin was closing)
-            escaped.add_from(proc.pid)
+            await escaped.add_from(proc.pid)
         _killpg(pgid, signal.SIGTERM)  # (also when the server left: children it started may not have)
         escaped.signal(signal.SIGTERM)
         with trio.move_on_after(TERM_GRACE):
