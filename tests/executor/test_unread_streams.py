@@ -39,6 +39,7 @@ RUN = "/lens.executor.v8.Executor/Run"
 STALL_S = 1.0  # the executor's send-stall bound in this module
 BOUND_S = 15.0  # the stall bound, the commands' SIGTERM and a loaded machine's margin
 FAR_S = 120.0  # the calls' deadlines and the commands' timeouts: never reached here
+SMALL_WINDOW = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 * 1024)]
 MARK_ENV = "LENS_UNREAD_STREAMS_MARK"  # carried by every process the executor starts
 
 
@@ -126,7 +127,9 @@ def test_the_production_bound_is_far_past_what_a_reading_client_takes() -> None:
 def test_streams_their_client_stopped_reading_give_back_their_slots_and_end_their_commands(
         stalling: tuple[ExecutorProcess, str]) -> None:
     ex, mark = stalling
-    with grpc.insecure_channel(ex.address) as channel:
+    # (a window that stays at 64 KiB: grpc grows it with its bandwidth estimate, and a window past
+    # the output cap would take all a command may send, leaving no send to wait)
+    with grpc.insecure_channel(ex.address, options=SMALL_WINDOW) as channel:
         streams = [endless(channel, ex) for _ in range(MAX_RUNNING_COMMANDS)]
         assert wait_for(lambda: len(commands_running(mark)) == MAX_RUNNING_COMMANDS, FAR_S / 4), \
             commands_running(mark)
@@ -138,7 +141,7 @@ def test_streams_their_client_stopped_reading_give_back_their_slots_and_end_thei
         # Within the bound, and long before the commands' timeout or the calls' deadline, the
         # slots are free again and the commands ended.
         assert wait_for(lambda: not commands_running(mark)), \
-            f"{len(commands_running(mark))} unread commands still run after {BOUND_S} s"
+            f"{len(commands_running(mark))} unread commands still run after {BOUND_S} s: {ex.output()[-2000:]}"
         assert wait_for(lambda: isinstance(run_once(ex), list)), run_once(ex)
         assert time.monotonic() - started < BOUND_S
         all_slots_free(ex)
