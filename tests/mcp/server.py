@@ -11,7 +11,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
 it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
-which sleeps past the end of its parent's stdin), ``--protocol V`` (the version it answers), ``--page-size N``,
+which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
+orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
@@ -149,6 +150,7 @@ def main() -> None:
     ap.add_argument("--pidfile")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--setsid-child", action="store_true")
+    ap.add_argument("--double-fork-child", action="store_true")
     ap.add_argument("--protocol", default=None)
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
@@ -205,6 +207,12 @@ def main() -> None:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL,
                                  start_new_session=True)
         pids.append(child.pid)
+    if opts.double_fork_child:  # one orphaned at once: a child starts it in a session of its own and exits
+        middle = subprocess.run([sys.executable, "-c", "import subprocess, sys; print(subprocess.Popen("
+                                 "[sys.executable, '-c', 'import time; time.sleep(600)'], stdin=subprocess.DEVNULL, "
+                                 "stdout=subprocess.DEVNULL, start_new_session=True).pid)"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, check=True)
+        pids.append(int(middle.stdout))
     if opts.pidfile:
         with open(opts.pidfile + ".tmp", "w") as f:
             f.write(" ".join(map(str, pids)))

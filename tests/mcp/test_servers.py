@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -395,3 +397,73 @@ async def test_stopping_ends_a_child_that_left_the_servers_group(start: Any, tmp
     r.cancel.cancel()
     await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
     await wait_for(lambda: not any(alive(p) for p in pids), "no process left")
+
+
+async def test_the_walk_for_escaped_children_leaves_the_event_loop_free(start: Any, tmp_path: Path,
+                                                                        nursery: trio.Nursery,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The walk through /proc for a stopped server's escaped children reads every process's stat:
+    # it runs in a worker thread. Here its listing of /proc is held (the real listing, made late)
+    # until a task on the event loop lets it go: a walk on the event loop would wait for that task
+    # in vain (5 s at most) and record so. The children are still found and stopped.
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--child", "--setsid-child")})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 3 and all(alive(p) for p in pids)
+    listdir, started, let_go, waited = os.listdir, threading.Event(), threading.Event(), []
+
+    def held_listdir(path: Any = ".") -> list[str]:
+        if path == "/proc":
+            started.set()
+            waited.append(let_go.wait(timeout=5.0))  # (True: the event loop ran meanwhile)
+        return listdir(path)
+
+    async def let_it_go() -> None:
+        await wait_for(started.is_set, "a walk started")
+        let_go.set()
+
+    monkeypatch.setattr(os, "listdir", held_listdir)
+    nursery.start_soon(let_it_go)
+    r.cancel.cancel()
+    await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
+    monkeypatch.undo()
+    assert waited and all(waited), f"the walk held the event loop: {waited}"
+    await wait_for(lambda: not any(alive(p) for p in pids), "no process left")
+
+
+async def test_what_a_server_killed_from_outside_leaves_is_ended(start: Any, tmp_path: Path) -> None:
+    # A server killed from outside (SIGKILL to its pid) with a child in a session of its own, and a
+    # process a double fork orphaned at once: both went to init, beyond the daemon's reach, and ran
+    # on. The server's parent (tools/mcp/reaper.py, a child subreaper) adopts them and ends them
+    # once the server is gone.
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--setsid-child", "--double-fork-child", max_restarts=0)})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    try:
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        assert os.getsid(pids[1]) == pids[1] and os.getsid(pids[2]) == pids[2]
+        os.kill(pids[0], signal.SIGKILL)
+        await wait_for(lambda: r.state("t")["status"] == "failed", "the server seen to exit")
+        assert "killed by signal 9" in r.state("t")["error"] or "SIGKILL" in r.state("t")["error"], r.state("t")
+        await wait_for(lambda: not any(alive(p) for p in pids), "no process left")
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_stopping_ends_a_process_the_server_orphaned_by_a_double_fork(start: Any, tmp_path: Path) -> None:
+    # Orphaned at once, it was never the server's descendant when the server was stopped; now it is
+    # the reaper's, and found with the server's other escaped children.
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile), "--double-fork-child")})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    try:
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+        r.cancel.cancel()
+        await wait_for(lambda: r.state("t")["status"] == "stopped", "the server stopped")
+        await wait_for(lambda: not any(alive(p) for p in pids), "no process left")
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -46,6 +46,14 @@ SERVER_THREADS = 48
 # tests can observe that a trio cancellation of a unary call reaches the server. Never set in
 # production.
 TEST_HOOKS_ENV = "LENS_EXECUTOR_TEST_HOOKS"
+# A command stream whose client has taken none of its messages for this long is cancelled: its
+# server thread, its command slot and its command are released. (A client that reads nothing
+# leaves the handler parked in grpc's send once the stream's flow-control window is full, where no
+# check of the command's timeout or of the caller's presence runs; only the call's deadline, or
+# none, ended it.) Core reads every stream it opens without waiting on anything else.
+SEND_STALL_S = 60.0
+# Test-only, read only with TEST_HOOKS_ENV set: another SEND_STALL_S, in seconds.
+TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 EXECUTOR_VERSION = "0.1.0"
 
 
@@ -118,7 +126,8 @@ def _reading_requests_plainly(handler: grpc.RpcMethodHandler | None, method: str
 
 class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
-                 test_hooks: bool = False, ignore_cache: IgnoreCache | None = None) -> None:
+                 test_hooks: bool = False, ignore_cache: IgnoreCache | None = None,
+                 send_stall_s: float = SEND_STALL_S) -> None:
         self.ws = workspace
         self.groups = groups  # records the process groups of running commands (see .groups)
         # Compiled .gitignore files kept between browse listings (tools.files.ignore_cache): a
@@ -129,6 +138,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         self._runs = threading.BoundedSemaphore(MAX_RUNNING_COMMANDS)
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
+        self.send_stall_s = send_stall_s
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
         if request.protocol_version != PROTOCOL_VERSION:
@@ -247,13 +257,26 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             self._runs.release()
 
     def _run(self, command: str, cwd: Path, timeout: int, cap: int, context: grpc.ServicerContext) -> Any:
-        for item in run_command(command, cwd, timeout_ms=timeout, max_output=cap,
-                                cancelled=lambda: not context.is_active(), groups=self.groups):
-            if isinstance(item, Chunk):
-                yield pb.CommandEvent(**{item.stream: item.data})
-            elif isinstance(item, Exit):
-                yield pb.CommandEvent(exit=pb.CommandExit(exit_code=item.exit_code, timed_out=item.timed_out,
-                                                          truncated=item.truncated, duration_ms=item.duration_ms))
+        items = run_command(command, cwd, timeout_ms=timeout, max_output=cap,
+                            cancelled=lambda: not context.is_active(), groups=self.groups)
+        watch = _SendWatch(context, self.send_stall_s)
+        try:
+            for item in items:
+                if isinstance(item, Chunk):
+                    event = pb.CommandEvent(**{item.stream: item.data})
+                elif isinstance(item, Exit):
+                    event = pb.CommandEvent(exit=pb.CommandExit(exit_code=item.exit_code, timed_out=item.timed_out,
+                                                                truncated=item.truncated, duration_ms=item.duration_ms))
+                else:
+                    continue
+                # grpc asks for the next event once this one is sent: the time in between is the
+                # time the client takes to make room for it.
+                watch.sending()
+                yield event
+                watch.sent()
+        finally:
+            watch.close()
+            items.close()  # (the command's group is ended here when the stream is given up)
 
     def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeReply:
         try:
@@ -262,6 +285,53 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             return pb.ProbeReply(seen=False)
         expected = request.sha256.encode("utf-8", "surrogatepass")  # (str comparison refuses non-ASCII)
         return pb.ProbeReply(seen=hmac.compare_digest(hashlib.sha256(data).hexdigest().encode(), expected))
+
+
+class _SendWatch:
+    """Cancels a streaming call whose client has not taken its last message for ``bound`` seconds.
+
+    The handler thread is then parked in grpc's send, where nothing it runs can notice; the watch
+    thread cancels the call, the send returns, grpc stops iterating and the handler's generator is
+    closed (which ends the command and frees its slot). One thread per stream, ended by
+    :meth:`close`."""
+
+    def __init__(self, context: grpc.ServicerContext, bound: float) -> None:
+        self._context = context
+        self._bound = bound
+        self._cond = threading.Condition()
+        self._since: float | None = None
+        self._closed = False
+        threading.Thread(target=self._watch, name="lens-executor-send-watch", daemon=True).start()
+
+    def sending(self) -> None:
+        with self._cond:
+            self._since = time.monotonic()
+            self._cond.notify()
+
+    def sent(self) -> None:
+        with self._cond:
+            self._since = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._since is None:
+                    self._cond.wait()
+                    continue
+                left = self._since + self._bound - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            else:
+                return
+        log.warning("a command stream's client took none of its output for %g s: the call is cancelled and "
+                    "its command ended", self._bound)
+        self._context.cancel()
 
 
 def build_server(service: ExecutorService, token: str) -> grpc.Server:
@@ -282,7 +352,9 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     ws = Workspace(workspace, journal_dir=state_dir)
     groups = GroupRegistry(state_dir)
     groups.reap()  # commands a killed predecessor left running
-    service = ExecutorService(ws, groups=groups, test_hooks=os.environ.get(TEST_HOOKS_ENV) == "1")
+    test_hooks = os.environ.get(TEST_HOOKS_ENV) == "1"
+    stall = float(os.environ.get(TEST_SEND_STALL_ENV) or SEND_STALL_S) if test_hooks else SEND_STALL_S
+    service = ExecutorService(ws, groups=groups, test_hooks=test_hooks, send_stall_s=stall)
     server = build_server(service, token)
     try:
         port = server.add_insecure_port(listen)

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
@@ -31,6 +32,7 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 CLIENT_INFO = {"name": "lens", "version": "0.1.0"}
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # one JSON-RPC line; a longer one ends the connection
 STDERR_TAIL_BYTES = 4096
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 STDIN_CLOSE_GRACE = 1.0  # seconds: after stdin closes, before SIGTERM
 TERM_GRACE = 2.0  # seconds: after SIGTERM, before SIGKILL
 
@@ -274,14 +276,32 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
     """Start the server and initialize it. Raises :class:`McpError` (``MCP_START_FAILED``) when it
     cannot be started, exits, or does not finish ``initialize`` within ``startup_timeout`` s."""
     stderr = stderr if stderr is not None else StderrTail()
+    # The server is started by a small parent of its own (:mod:`.reaper`) that adopts what its
+    # tree orphans, and tells on a pipe whether the server could be started.
+    status_read, status_write = os.pipe()
     try:
-        proc = await trio.lowlevel.open_process(
-            launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=launch.env, cwd=launch.cwd, start_new_session=True)
+        try:
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-I", "-S", REAPER, str(status_write), "1" if "LC_CTYPE" in launch.env else "0",
+                 *launch.argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=launch.env, cwd=launch.cwd, start_new_session=True, pass_fds=(status_write,))
+        finally:
+            os.close(status_write)
     except OSError as exc:
+        os.close(status_read)
         # (a cwd that cannot be entered fails the same way as a missing command: say which it was)
         where = f" (working directory {launch.cwd!r})" if launch.cwd is not None and exc.filename == launch.cwd else ""
         raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}{where}: {exc.strerror or exc}") from None
+    try:
+        errno = await _start_status(status_read, startup_timeout)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await stop_process(proc)
+        raise
+    if errno is not None:
+        with trio.CancelScope(shield=True):
+            await stop_process(proc)
+        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {os.strerror(errno)}")
     try:
         async with trio.open_nursery() as nursery:
             conn = Connection(proc, nursery, stderr, on_notification)
@@ -296,6 +316,20 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
     finally:
         with trio.CancelScope(shield=True):
             await stop_process(proc)
+
+
+async def _start_status(fd: int, timeout: float) -> int | None:
+    """What the reaper writes on its status pipe (and closes ``fd``): ``None`` once the server runs,
+    else the errno of why it could not be started."""
+    said = b""
+    async with trio.lowlevel.FdStream(fd) as stream:
+        with trio.move_on_after(timeout):  # (then the handshake's own deadline says so)
+            while chunk := await stream.receive_some(64):
+                said += chunk
+    try:
+        return int(said) if said.strip() else None
+    except ValueError:
+        return None
 
 
 async def _initialize(conn: Connection, timeout: float) -> None:
@@ -330,9 +364,9 @@ async def stop_process(proc: trio.Process) -> None:
     escaped = Escaped()
     try:
         # (only while the server is not reaped: its pid, so its descendants, are still its own;
-        # no await between the check and the walk, so nothing reaps it meanwhile)
+        # no await between the check and the call, which holds the server with a pidfd at once)
         if proc.returncode is None:
-            escaped.add_from(proc.pid)
+            await escaped.add_from(proc.pid)
         if proc.stdin is not None:
             try:
                 await proc.stdin.aclose()
@@ -342,7 +376,7 @@ async def stop_process(proc: trio.Process) -> None:
         with trio.move_on_after(STDIN_CLOSE_GRACE):
             await proc.wait()
         if proc.returncode is None:  # (what it started while its stdin was closing)
-            escaped.add_from(proc.pid)
+            await escaped.add_from(proc.pid)
         _killpg(pgid, signal.SIGTERM)  # (also when the server left: children it started may not have)
         escaped.signal(signal.SIGTERM)
         with trio.move_on_after(TERM_GRACE):

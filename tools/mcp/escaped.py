@@ -9,12 +9,21 @@ mistaking another for it once it has exited and its pid is reused. What the serv
 start after the walk, and a child whose parent exited before it (re-parented to init), are not
 found. Where pidfds or ``/proc`` are not available nothing is found, and only the group is
 signalled, as before.
+
+The walk reads every ``/proc/<pid>/stat`` (about 2 ms over some 100 processes, more on a host
+running thousands), so it runs in a worker thread, not on the event loop. While it runs the server
+must stay unreaped, or its pid could pass to another process whose children the walk would take
+for the server's: a pidfd of the server, opened before the walk, tells afterwards whether it was
+reaped meanwhile (``waitid`` with ``WNOWAIT`` reaps nothing), and if it was, the walk's findings
+are dropped.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+
+import trio
 
 
 class Escaped:
@@ -26,9 +35,25 @@ class Escaped:
     def __len__(self) -> int:
         return len(self._fds)
 
-    def add_from(self, leader: int) -> None:
-        """Add the descendants of ``leader`` outside its group that are not held yet."""
-        for pid, start in _outside_group(leader):
+    async def add_from(self, leader: int) -> None:
+        """Add the descendants of ``leader`` outside its group that are not held yet.
+
+        ``leader`` is a child of this process not yet reaped: call this with no await between
+        that check and the call. Cancelling it is safe: the walk holds nothing, and an abandoned
+        one ends by itself."""
+        try:
+            leader_fd = os.pidfd_open(leader)
+        except (OSError, AttributeError):  # gone, or no pidfds here: none could be held either
+            return
+        try:
+            found = await trio.to_thread.run_sync(_outside_group, leader, abandon_on_cancel=True)
+            if _unreaped(leader_fd):
+                self._hold(found)
+        finally:
+            os.close(leader_fd)
+
+    def _hold(self, found: list[tuple[int, str]]) -> None:
+        for pid, start in found:
             if pid in self._fds:
                 continue
             try:
@@ -51,6 +76,16 @@ class Escaped:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+def _unreaped(pidfd: int) -> bool:
+    """Whether the child ``pidfd`` names has not been reaped (it may have exited: a zombie keeps its
+    pid, so nothing else has it yet). Reaps nothing."""
+    try:
+        os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError, AttributeError):  # reaped (or no P_PIDFD: cannot tell)
+        return False
+    return True
 
 
 def _stat(pid: str) -> tuple[int, int, str] | None:
