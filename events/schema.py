@@ -280,7 +280,15 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
                     f"({exc}); it cannot hold any of the log's data: remove it (SQLite makes a "
                     f"new one) or fix what put it there"
                 )
-    if isinstance(exc, (apsw.CorruptError, apsw.IOError)):
+    if isinstance(exc, (apsw.IOError, apsw.FullError)):
+        # The system failed a read or a write (of the file, or of the -wal/-shm beside it, which
+        # even a reader may have to create): a full or failing disk, not damaged contents.
+        return StoreOpenError(
+            f"cannot open {path}: SQLite could not read or write it or its -wal/-shm files ({exc}); "
+            f"the disk may be full or failing. Free some space (or fix the disk) and try again; this "
+            f"is not a sign that the log is damaged"
+        )
+    if isinstance(exc, apsw.CorruptError):
         return StoreCorrupt(
             f"{path} is damaged: SQLite cannot read it ({exc}). Restore it from a backup, or start "
             f"a new data directory with --data NEW_DIR (`lens log verify` reports what it finds)."

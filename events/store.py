@@ -873,10 +873,14 @@ class EventStore:
 
     @staticmethod
     def _fail(group: list[_Pending], exc: apsw.Error) -> None:
+        storage = isinstance(exc, STORAGE_ERRORS)
+        # (SQLite names a file the system refused to grow "disk I/O error" as often as "disk is
+        # full": the message says what may be behind either)
+        why = f"{exc} (the disk may be full, read-only or failing)" if storage else str(exc)
         for pending in group:
             pending.result = None
-            pending.error = StoreWriteFailed(f"the event log could not commit this append: {exc}")
-            pending.error.storage = isinstance(exc, STORAGE_ERRORS)
+            pending.error = StoreWriteFailed(f"the event log could not commit this append: {why}")
+            pending.error.storage = storage
 
     # ------------------------------------------------------------------ reads for the daemon
 

@@ -24,7 +24,7 @@ from werkzeug.exceptions import HTTPException
 from events import types as t
 from events.errors import LogError
 from events.reader import SEQ_MAX
-from events.store import Draft, EventStore
+from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
 from tools.artifacts import ArtifactError, ArtifactStore
@@ -65,6 +65,7 @@ STATUS: dict[str, int] = {
     "SKILL_NOT_FOUND": 422, "SKILL_INVALID": 422, "NO_WORKSPACE": 422, "SKILL_UNAVAILABLE": 503,
     "PAIRING_LIMIT": 429, "CONFIG_FILE_CHANGED": 409,
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
+    "STORE_UNAVAILABLE": 503,
 }
 # The route modules of their own name their codes' statuses; a code named above keeps its own.
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
@@ -391,6 +392,11 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.errorhandler(LogError)
     async def log_error(exc: LogError) -> Response:
+        if isinstance(exc, StoreWriteFailed) and exc.storage:
+            # The file system under the log failed the commit (full, read-only, failing): nothing
+            # was recorded, and the same request may well go through later.
+            return error_response("STORE_UNAVAILABLE", f"the daemon cannot write its event log right now ({exc}); "
+                                                       f"nothing was recorded; retry later")
         # str(): a damaged event is named by its seq ("seq N: …"), as `lens log decode` names it
         return error_response(exc.code, str(exc), STATUS.get(exc.code, 500))
 
@@ -746,7 +752,14 @@ def create_app(svc: Services) -> QuartTrio:
             raise ApiError("INVALID_ARGUMENT", "expectDigest must be the digest a GET of the file gave (64 lowercase "
                                                "hex digits), or null for a file that did not exist")
         result = await trio.to_thread.run_sync(svc.config_files.write, name, body.text, body.expect_digest)
-        await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
+        try:
+            await svc.store.append(Draft(t.ConfigChanged(name=name, digest=result["digest"])))
+        except StoreWriteFailed as exc:
+            if not exc.storage:
+                raise
+            # The file is replaced already (whole): say so, rather than "nothing was recorded".
+            raise ApiError("STORE_UNAVAILABLE", f"{name} was written (digest {result['digest']}), but the event log "
+                                                f"could not record the change ({exc}); the file holds the new text") from None
         return json_response(result)
 
     # ------------------------------------------------------------------ history

@@ -373,6 +373,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
                 _err("lens: the rebuild stopped at this row and changed nothing (the projections are as they "
                      "were); restore the log, then rebuild again")
                 return 1
+            except (apsw.FullError, apsw.IOError) as exc:  # the disk's problem: 2, as other failures
+                _err(f"lens: PROJECTIONS_WRITE_FAILED: {data / PROJECTIONS_DB} could not be written ({exc}): the "
+                     f"disk may be full or failing")
+                _err("lens: the rebuild changed nothing (the projections are as they were); free some space, "
+                     "then rebuild again")
+                return 2
             finally:
                 stop()
         finally:
@@ -402,6 +408,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
                 projector.catch_up()
                 note = "projections.db is not writable here; stats computed in memory"
+            except (apsw.FullError, apsw.IOError) as exc:  # (what was folded before stays committed)
+                projector.close()
+                projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
+                projector.catch_up()
+                note = (f"projections.db could not be written ({exc}: the disk may be full or failing); "
+                        f"stats computed in memory")
             try:
                 rows = KindStats.read(projector.conn)
             except apsw.SQLError as exc:

@@ -239,10 +239,11 @@ class Supervisor:
                             storage_delay = STORAGE_RETRY_FIRST
                         log.warning("session %s: the event log failed (%s); retrying in %.0f s",
                                     handle.session_id, fault, storage_delay)
-                        actor.fail_pending(ActorUnavailable(
+                        unavailable = ActorUnavailable(
                             f"session {handle.session_id!r} cannot write its event log right now ({fault}); "
-                            f"retry later"))
-                        await trio.sleep(storage_delay)
+                            f"retry later")
+                        actor.fail_pending(unavailable)
+                        await _refuse_for(handle, storage_delay, unavailable)
                         storage_delay = min(storage_delay * 2, STORAGE_RETRY_MAX)
                         continue
                     # Consecutive crashes: a run that ended at rest since the last one (the
@@ -296,6 +297,15 @@ class Supervisor:
 # waits the first again.
 STORAGE_RETRY_FIRST = 1.0
 STORAGE_RETRY_MAX = 30.0
+
+async def _refuse_for(handle: _Handle, seconds: float, error: BaseException) -> None:
+    """Wait ``seconds`` before a session's actor is restarted, answering every call that arrives
+    meanwhile with ``error`` at once (queued, it would wait out the whole pause, up to
+    :data:`STORAGE_RETRY_MAX`, for an answer that is most likely the same)."""
+    with trio.move_on_after(seconds):
+        async for env in handle.recv:
+            env.reply(error=error)
+
 
 def _storage_fault(exc: BaseException) -> str | None:
     """What failed, when ``exc`` (or every exception it groups) is a failure of the storage under

@@ -21,7 +21,7 @@ from runtime.actor import ActorDeps, Delete, GetState, Submit, WaitIdle
 from runtime.errors import ActorUnavailable, SessionGone, SessionNotFound, SessionQuarantined
 from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
-from runtime.supervisor import Supervisor
+from runtime.supervisor import STORAGE_RETRY_MAX, Supervisor
 from tools.base import ToolSpec
 
 from conftest import text
@@ -302,6 +302,9 @@ async def test_the_storage_back_off_starts_again_once_writes_succeed(runtime_fac
                 for attempt in range(2):  # (the second meets the restarted actor: still failing)
                     with pytest.raises(ActorUnavailable, match="cannot write its event log"):
                         await rt.submit(sid, f"f{fault}.{attempt}", "during the fault")
+                    # A call during the pause before the restart is refused at once: wait it out
+                    # (the clock jumps), so that the next call meets the restarted actor.
+                    await trio.sleep(STORAGE_RETRY_MAX)
             finally:
                 _immutable(locked, False)
             st = await rt.run_to_idle(sid, f"ok{fault}", "after the fault")
