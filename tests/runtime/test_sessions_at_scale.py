@@ -10,10 +10,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import apsw
 import trio
 
 from events import types as t
-from events.store import Draft
+from events.store import Draft, EventStore
+from projections.history import HistoryIndex
+from projections.projector import open_projections_db
+from runtime.projection_service import ProjectionService
 from runtime.actor import SessionActor
 
 
@@ -79,3 +83,35 @@ async def test_a_deep_chain_of_forks_wakes_without_snapshots(runtime_factory, au
         st = await rt.run_to_idle(fork, "d1", "deep")
         assert [it.text for it in st.agents["main"].items] == [
             "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
+async def test_a_search_filtered_by_a_fork_deep_in_a_chain_is_one_statement_of_fixed_size(runtime_factory, data_dir,
+                                                                                         autojump_clock):
+    """A search filtered by a fork carried one SQL condition per source of the fork: past ~1,000
+    links SQLite refused the statement (its expression depth limit), and the route answered that
+    projections.db could not be read, telling the user to delete it. The statement is the same
+    at any depth now; checked here under a limit of 100 on a chain of 200."""
+    depth = 200
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello quokka")
+        chain = await chain_of_forks(rt, src, depth)
+    store = EventStore.open(data_dir)
+    service = ProjectionService(store.data_dir, store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            await nursery.start(service.run)  # (started once its first catch-up is done)
+            nursery.cancel_scope.cancel()
+    finally:
+        service.close()
+        store.close()
+    conn = open_projections_db(data_dir)
+    try:
+        conn.limit(apsw.SQLITE_LIMIT_EXPR_DEPTH, 100)
+        index = HistoryIndex(conn)
+        for sid in (chain[0], chain[-1]):
+            hits, _next = index.search("p1", "quokka", session_id=sid)
+            assert sorted((h.session_id, h.role) for h in hits) == [(sid, "assistant"), (sid, "user")]
+    finally:
+        conn.close()
