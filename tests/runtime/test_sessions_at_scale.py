@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import apsw
+import pytest
 import trio
 
 from events import types as t
@@ -19,6 +20,8 @@ from projections.history import HistoryIndex
 from projections.projector import open_projections_db
 from runtime.projection_service import ProjectionService
 from runtime.actor import SessionActor
+from runtime.api import STATUS
+from runtime.errors import MAX_FORK_DEPTH, ForkTooDeep
 
 
 async def chain_of_forks(rt, source: str, depth: int) -> list[str]:
@@ -115,3 +118,24 @@ async def test_a_search_filtered_by_a_fork_deep_in_a_chain_is_one_statement_of_f
             assert sorted((h.session_id, h.role) for h in hits) == [(sid, "assistant"), (sid, "user")]
     finally:
         conn.close()
+
+
+async def test_a_fork_past_the_deepest_chain_is_refused_with_nothing_created(runtime_factory, autojump_clock):
+    """There was no bound on forks of forks, while what follows a chain grows with it (the
+    history lineage with its square: 500,500 rows for 1,000 links). A fork of a session
+    MAX_FORK_DEPTH forks deep is FORK_TOO_DEEP (HTTP 409) and records nothing; one less deep
+    is made as before."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, MAX_FORK_DEPTH)
+        before = rt.store.last_seq
+        with pytest.raises(ForkTooDeep) as caught:
+            await rt.sup.fork_session(chain[-1], await rt.store.session_last_seq(chain[-1]))
+        assert caught.value.code == "FORK_TOO_DEEP" and STATUS["FORK_TOO_DEEP"] == 409
+        assert repr(chain[-1]) in str(caught.value) and str(MAX_FORK_DEPTH) in str(caught.value)
+        assert rt.store.last_seq == before
+        fork = await rt.sup.fork_session(chain[-2], await rt.store.session_last_seq(chain[-2]))
+        st = await rt.run_to_idle(fork, "d1", "deep")
+        assert [it.text for it in st.agents["main"].items] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
