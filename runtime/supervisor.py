@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from events import types as t
+from events.errors import LogError
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor, Viewed
@@ -140,10 +141,15 @@ class Supervisor:
 
     async def _fork_depth(self, session_id: str) -> int:
         """How many forks deep ``session_id`` is (0: no fork), counted up to MAX_FORK_DEPTH: each
-        link's ``session.created`` names its source."""
+        link's ``session.created`` names its source. A link whose first event cannot be read ends
+        the count there: a fork never reads it (it starts from a snapshot of the next link), and
+        a damaged event must not stop forks the log can make."""
         depth, seen = 0, {session_id}
         while depth < MAX_FORK_DEPTH:
-            first = await self.deps.store.read_events(session_id=session_id, limit=1)
+            try:
+                first = await self.deps.store.read_events(session_id=session_id, limit=1)
+            except LogError:
+                break
             ev = first[0].event if first else None
             if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or ev.forked_from_session in seen:
                 break
