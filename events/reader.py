@@ -315,10 +315,26 @@ class LogReader:
         if kinds:
             where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
             args.extend(kinds)
-        if after_session_seq is not None:  # with session_id: a range of UNIQUE(session_id, session_seq)
+        order, ss_arg = "seq", -1
+        if session_id is not None:
+            # A session's rows are read as a range of UNIQUE(session_id, session_seq), in its order
+            # (the same as seq's: both grow with each append of the session), so a page costs its
+            # rows. By seq alone, SQLite walked and sorted every row of the session after ``after``
+            # for each page: paging through a long session took the square of its length.
+            order = "session_seq"
+            if to is not None:
+                where.append("session_seq <= ?")
+                args.append(self._session_seq_upto(session_id, to))
+            if after > SEQ_MIN:
+                after_session_seq = max(after_session_seq or 0, self._session_seq_upto(session_id, after))
+            if after_session_seq is not None:
+                ss_arg = len(args)
+                where.append("session_seq > ?")
+                args.append(after_session_seq)
+        elif after_session_seq is not None:
             where.append("session_seq > ?")
             args.append(after_session_seq)
-        sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ?"
         remaining = limit
         cursor = after
         left = max_bytes or 0  # with max_bytes: the decoded body bytes the read may still hold
@@ -353,8 +369,29 @@ class LogReader:
             if len(batch) < n and not cut:
                 return  # the end, or the read's byte budget is spent
             cursor = batch[-1][0]
+            if ss_arg >= 0 and isinstance(batch[-1][4], int):
+                args[ss_arg] = batch[-1][4]
             if remaining is not None:
                 remaining -= len(batch)
+
+    def _session_seq_upto(self, session_id: str, seq: int) -> int:
+        """The largest ``session_seq`` of the session's rows with ``seq`` at most ``seq`` (0 for
+        none), found by bisection over UNIQUE(session_id, session_seq): a few index probes."""
+        def first_from(ss: int) -> tuple[Any, ...] | None:
+            found = self._query("the events table", "SELECT session_seq, seq FROM events WHERE session_id = ? "
+                                "AND session_seq >= ? ORDER BY session_seq LIMIT 1", (session_id, ss))
+            return found[0] if found else None
+
+        top = self._query("the events table", "SELECT max(session_seq) FROM events WHERE session_id = ?", (session_id,))
+        lo, hi = 0, top[0][0] if top and isinstance(top[0][0], int) else 0
+        while lo < hi:  # rows up to session_seq lo lie at or before seq; those past hi after it
+            mid = (lo + hi + 1) // 2
+            row = first_from(mid)
+            if row is None or not isinstance(row[1], int) or row[1] > seq:
+                hi = mid - 1
+            else:
+                lo = max(mid, row[0] if isinstance(row[0], int) else mid)
+        return lo
 
     def rows(
         self,

@@ -413,10 +413,14 @@ class HistoryIndex:
         else:
             # Its own items as its own; a source's up to the fork point, unless the fork (or its
             # sources before it) hid them or the fork was deleted.
-            held = " OR ".join(["(i.session_id = ? AND i.seq <= ?)"] * len(sources))
-            where.append(f"((i.session_id = ? AND i.hidden = 0) OR (({held}) AND NOT {_hidden_in('?')} "
+            # (One lookup in history_lineage, not a condition per source: the statement's size
+            # does not grow with a chain of forks, which past ~1,000 links passed SQLite's limit
+            # on the depth of an expression.)
+            held = ("EXISTS (SELECT 1 FROM history_lineage h WHERE h.session_id = ? AND h.source_id = i.session_id "
+                    "AND h.upto >= i.seq)")
+            where.append(f"((i.session_id = ? AND i.hidden = 0) OR ({held} AND NOT {_hidden_in('?')} "
                          "AND NOT EXISTS (SELECT 1 FROM history_sessions d WHERE d.session_id = ? AND d.deleted)))")
-            args += [session_id, *(x for pair in sources for x in pair), session_id, session_id, session_id]
+            args += [session_id] * 5
         for col, val in (("agent_id", agent_id), ("task_id", task_id)):
             if val is not None:
                 where.append(f"i.{col} = ?")

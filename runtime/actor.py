@@ -425,18 +425,39 @@ class SessionActor:
     async def _state_at(self, session_id: str, upto: int | None) -> SessionState:
         """``session_id``'s state as of its event ``upto`` (``None``: its last), from its latest
         snapshot that ends by then plus the tail; a fork's state without one starts from its
-        source's as of the fork point (the same way, so a chain of forks reads only tails)."""
-        state = await self._snapshot_upto(session_id, upto)
-        if state is not None:
-            await self._fold_tail(state, session_id, state.last_seq, upto, state.last_session_seq)
-            return state
-        state = SessionState(session_id)
-        first = await self.deps.store.read_events(session_id=session_id, limit=1)
-        if first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session:
+        source's as of the fork point (the same way, so a chain of forks reads only tails).
+
+        The chain is walked back in a loop, not by recursion: with no snapshots (a new snapshot
+        version, a deleted ``projections.db``) a chain of a thousand forks passed the
+        interpreter's recursion limit, and the session crashed on every wake-up until quarantined."""
+        # Back from the session to the first link that has a snapshot (or has no source): each
+        # link is (session, upto); the states are then folded forwards, each from the one before.
+        links: list[tuple[str, int | None]] = []
+        state: SessionState | None = None
+        seen: set[str] = set()
+        while True:
+            links.append((session_id, upto))
+            state = await self._snapshot_upto(session_id, upto)
+            if state is not None:
+                break
+            seen.add(session_id)
+            first = await self.deps.store.read_events(session_id=session_id, limit=1)
+            if not (first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session):
+                break
             ev = first[0].event
-            state = await self._state_at(ev.forked_from_session, ev.forked_from_seq or 0)
-            _reset_for_fork(state, session_id)
-        await self._fold_tail(state, session_id, 0, upto)
+            if ev.forked_from_session in seen:
+                break  # (only an edited log can hold a cycle: fold what this session holds)
+            session_id, upto = ev.forked_from_session, ev.forked_from_seq or 0
+        sid, until = links.pop()
+        if state is not None:
+            await self._fold_tail(state, sid, state.last_seq, until, state.last_session_seq)
+        else:
+            state = SessionState(sid)
+            await self._fold_tail(state, sid, 0, until)
+        while links:
+            sid, until = links.pop()
+            _reset_for_fork(state, sid)
+            await self._fold_tail(state, sid, 0, until)
         return state
 
     async def _fold_tail(self, state: SessionState, session_id: str, after: int, upto: int | None,

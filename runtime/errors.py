@@ -87,6 +87,17 @@ class ForkSourceUnreadable(LensError):
         self.code = code  # type: ignore[misc]
 
 
+class ForkTooDeep(LensError):
+    """A fork of a session that is already a fork :data:`MAX_FORK_DEPTH` levels deep."""
+
+    code = "FORK_TOO_DEEP"
+
+
+# Forks of forks one session may stand at the end of: what a fork's history lineage and the
+# changes route follow grows with the chain (the lineage with its square), so it is bounded.
+MAX_FORK_DEPTH = 256
+
+
 class ModelUnavailable(LensError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

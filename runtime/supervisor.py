@@ -21,10 +21,12 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from events import types as t
+from events.errors import LogError
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor, Viewed
-from .errors import ActorUnavailable, InvalidCommand, SessionGone, SessionNotFound, SessionQuarantined
+from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkTooDeep, InvalidCommand, SessionGone, SessionNotFound,
+                     SessionQuarantined)
 
 log = logging.getLogger("lens.supervisor")
 
@@ -116,7 +118,8 @@ class Supervisor:
         (its contexts, settings, model and thinking level then; idle, with nothing queued).
 
         Raises ``SESSION_NOT_FOUND`` for an unknown source, ``INVALID_ARGUMENT`` when ``seq`` is
-        not one of the source session's events, and the log's code (``EVENT_CORRUPT``) when the
+        not one of the source session's events, ``FORK_TOO_DEEP`` when the source is a fork of a
+        fork … :data:`MAX_FORK_DEPTH` levels deep, and the log's code (``EVENT_CORRUPT``) when the
         source cannot be read up to ``seq``. The source is read from its log, not woken: a
         quarantined source (one whose log is damaged after ``seq``, say) can be forked too.
         """
@@ -126,12 +129,34 @@ class Supervisor:
         rows = await store.read_events(after=seq - 1, to=seq, limit=1)
         if seq < 1 or not rows or rows[0].session_id != source_session_id:
             raise InvalidCommand(f"seq {seq} is not an event of session {source_session_id!r}")
+        if await self._fork_depth(source_session_id) >= MAX_FORK_DEPTH:
+            raise ForkTooDeep(f"session {source_session_id!r} is a fork of a fork {MAX_FORK_DEPTH} levels deep, the "
+                              "most there may be: fork a session earlier in that chain, or start a new one")
         project_id = await store.session_project(source_session_id)
         session_id = self.deps.new_id("ses")
         # (its model and thinking level are the source's as of seq: the actor reads them there)
         await self.call(session_id, Create(project_id, name=name,
                                            forked_from_session=source_session_id, forked_from_seq=seq))
         return session_id
+
+    async def _fork_depth(self, session_id: str) -> int:
+        """How many forks deep ``session_id`` is (0: no fork), counted up to MAX_FORK_DEPTH: each
+        link's ``session.created`` names its source. A link whose first event cannot be read ends
+        the count there: a fork never reads it (it starts from a snapshot of the next link), and
+        a damaged event must not stop forks the log can make."""
+        depth, seen = 0, {session_id}
+        while depth < MAX_FORK_DEPTH:
+            try:
+                first = await self.deps.store.read_events(session_id=session_id, limit=1)
+            except LogError:
+                break
+            ev = first[0].event if first else None
+            if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or ev.forked_from_session in seen:
+                break
+            depth += 1
+            session_id = ev.forked_from_session
+            seen.add(session_id)
+        return depth
 
     async def call(self, session_id: str, command: Command) -> Any:
         """Deliver ``command`` to the session's actor and return its answer.

@@ -49,7 +49,7 @@ from events import types as t
 from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
 from tools.files.sensitive import hidden_path, sensitive_path
 
-from .errors import LensError, SessionNotFound
+from .errors import MAX_FORK_DEPTH, LensError, SessionNotFound
 
 BROWSE_TIMEOUT_S = 60.0
 MAX_PATH_BYTES = 4096
@@ -171,7 +171,7 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         inherited: list[Any] = []
         first = await svc.store.read_events(session_id=sid, limit=1)
         source = first[0].event if first and isinstance(first[0].event, t.SessionCreated) else None
-        for _ in range(MAX_FORK_DEPTH):
+        for _ in range(MAX_FORK_DEPTH):  # (the whole chain: no deeper fork is made)
             if source is None or not source.forked_from_session or source.forked_from_seq is None:
                 break
             older, _last = await _edit_events(svc.store, source.forked_from_session, source.forked_from_seq)
@@ -181,7 +181,6 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         return json_response({"sessionId": sid, "files": changes(events, workspace, inherited), "lastSeq": after})
 
 
-MAX_FORK_DEPTH = 64  # forks of forks followed back for inherited edits
 # The kinds the changes fold reads: only their rows are decoded (a long session's model answers,
 # inputs and results are skipped in SQL).
 EDIT_KINDS = ("tool.started", "artifact.stored", "file.edited", "file.reverted")
