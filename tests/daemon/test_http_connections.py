@@ -1,0 +1,115 @@
+"""How long a connection to the daemon may be held by a client that sends too little (F-API-1).
+
+Each test writes HTTP/1.1 by hand on a raw socket to a real daemon (loopback, port 0) and checks
+that the server ends what the client left hanging within a bound: a connection that never sends
+a request, a request head sent a byte at a time, a request body that stops arriving (or arrives
+too slowly in all), a WebSocket handshake the server refused (Lens serves no WebSocket route).
+Bounds are made small where a test would otherwise wait for them (the daemon reads them when it
+starts, or when a body is read); every wait of the client is bounded.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from runtime import daemon as daemon_module
+
+from .conftest import API, LIMIT, Daemon, read_answer
+
+BOUND = 3.0  # seconds: the server must have ended the connection by then (bounds here are 0.5 s)
+
+
+async def closed_within(stream: trio.SocketStream, seconds: float) -> bytes:
+    """Read ``stream`` until the server ends it (EOF or reset); fail if it is still open after
+    ``seconds``. Returns what was read."""
+    data = b""
+    with trio.move_on_after(seconds):
+        while True:
+            try:
+                chunk = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                return data
+            if not chunk:
+                return data
+            data += chunk
+    raise AssertionError(f"the connection is still open {seconds} s on (read {data[:200]!r})")
+
+
+async def healthy(d: Daemon) -> None:
+    assert (await d.get("/health")).status_code == 200
+
+
+# --------------------------------------------------------------------------- no request, or a slow head
+
+
+async def test_a_connection_that_sends_no_request_is_closed(daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection opened and left silent is closed by the keep-alive timer (hypercorn starts it
+    for a new connection as for a recycled one)."""
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+        async with stream:
+            assert await closed_within(stream, BOUND) == b""
+    await healthy(d)
+
+
+async def test_a_request_head_sent_a_byte_at_a_time_is_cut_off(daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slowloris: the keep-alive timer runs until a whole request head has arrived, so a head
+    trickling in (a byte every 0.05 s, each resetting no timer) is cut off at that bound, on a
+    fresh connection and on one kept alive after an answer."""
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    head = f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n".encode() + b"X-Slow: " + b"a" * 1000
+    for kept_alive in (False, True):
+        with trio.fail_after(LIMIT):
+            stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+            async with stream:
+                if kept_alive:
+                    await stream.send_all(f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n\r\n".encode())
+                    assert (await read_answer(stream)).startswith(b"HTTP/1.1 200")
+                start = trio.current_time()
+                async with trio.open_nursery() as nursery:
+                    async def trickle() -> None:
+                        for i in range(len(head)):
+                            try:
+                                await stream.send_all(head[i:i + 1])
+                            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                                return
+                            await trio.sleep(0.05)
+
+                    nursery.start_soon(trickle)
+                    assert await closed_within(stream, BOUND) == b""  # no answer: the head never ended
+                    nursery.cancel_scope.cancel()
+                assert trio.current_time() - start < BOUND
+    await healthy(d)
+
+
+# --------------------------------------------------------------------------- WebSocket handshakes
+
+
+async def test_a_websocket_handshake_the_server_refused_ends_its_connection(daemon: Daemon) -> None:
+    """A WebSocket handshake followed by data before its answer is refused by the server itself
+    (400, ``connection: close``), and the app's own refusal is dropped; the server ended the
+    stream only through the app's last message, so the connection stayed open until the client
+    closed it (an idle socket and task each, with no timer running). It is closed after the
+    answer now, whichever answer went out."""
+    raw = (f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\nConnection: upgrade\r\n"
+           "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
+           "\r\nx\n").encode()
+    for _ in range(10):  # (which answer goes out first varies)
+        with trio.fail_after(LIMIT):
+            stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+            async with stream:
+                await stream.send_all(raw)
+                data = await closed_within(stream, BOUND)
+        assert data.startswith(b"HTTP/1.1 400 "), data
+    # and a handshake without early data is answered by the app, then closed, as before
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with stream:
+            await stream.send_all(raw[:-2])
+            data = await closed_within(stream, BOUND)
+    assert data.startswith(b"HTTP/1.1 400 "), data
+    await healthy(daemon)
