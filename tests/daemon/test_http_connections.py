@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 import trio
 
+from runtime import api
 from runtime import daemon as daemon_module
 
-from .conftest import API, LIMIT, Daemon, read_answer
+from .conftest import API, LIMIT, Daemon, assert_error_shape, parse_raw_response, read_answer
 
 BOUND = 3.0  # seconds: the server must have ended the connection by then (bounds here are 0.5 s)
 
@@ -84,6 +85,92 @@ async def test_a_request_head_sent_a_byte_at_a_time_is_cut_off(daemon_factory, m
                     nursery.cancel_scope.cancel()
                 assert trio.current_time() - start < BOUND
     await healthy(d)
+
+
+# --------------------------------------------------------------------------- a body that stops arriving
+
+
+def pair_request(port: int, body: bytes, length: int | None = None, *, chunked: bool = False) -> bytes:
+    head = f"POST {API}/pair/requests HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+    head += "Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {len(body) if length is None else length}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+async def test_a_body_that_stops_arriving_is_refused_with_408(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``Content-Length`` larger than the body sent (or a chunked body whose end never comes)
+    held the request and its connection for Quart's 60 s, then answered 408 with a code outside
+    the error table. No byte for ``BODY_STALL_SECONDS`` is now 408 ``BODY_TIMEOUT`` in the error
+    shape, and the connection is closed (the rest of the body would be read as a request)."""
+    monkeypatch.setattr(api, "BODY_STALL_SECONDS", 0.5)
+    for raw in (pair_request(daemon.port, b'{"clientId": "x"}', 100),
+                pair_request(daemon.port, b'11\r\n{"clientId": "x"}\r\n', chunked=True),
+                pair_request(daemon.port, b"", 10)):
+        with trio.fail_after(LIMIT):
+            stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+            async with stream:
+                start = trio.current_time()
+                await stream.send_all(raw)
+                data = await closed_within(stream, BOUND)
+                assert trio.current_time() - start < BOUND
+        r = parse_raw_response(data)
+        assert r.status == 408, (raw, data)
+        code, message = assert_error_shape(r, repr(raw))
+        assert code == "BODY_TIMEOUT" and "stopped arriving" in message, message
+        assert r.headers.get("connection") == "close"
+        await healthy(daemon)
+    # nothing was registered by the bodies that never ended
+    assert daemon.pairs().find("x") is None
+
+
+async def test_a_body_arriving_slowly_but_steadily_is_read(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound is on a stall, not on the pace: a body whose bytes keep coming, each within
+    the bound, is read whole even when it takes several times the bound in all."""
+    monkeypatch.setattr(api, "BODY_STALL_SECONDS", 0.5)
+    body = b'{"clientId": "slow", "name": "a slow client"}'
+    raw = pair_request(daemon.port, body)
+    head, body_at = raw[:-len(body)], 0
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with stream:
+            await stream.send_all(head)
+            start = trio.current_time()
+            while body_at < len(body):
+                await stream.send_all(body[body_at:body_at + 4])
+                body_at += 4
+                await trio.sleep(0.1)
+            assert trio.current_time() - start > 1.0  # (longer than the stall bound, in all)
+            r = parse_raw_response(await read_answer(stream))
+    assert r.status == 202, r.body
+
+
+async def test_a_body_that_takes_too_long_in_all_is_refused_with_408(daemon: Daemon,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body trickling in a byte at a time, each within the stall bound, ends at the whole
+    body's bound (``BODY_SECONDS``, Quart's 60 s before)."""
+    monkeypatch.setattr(api, "BODY_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(api, "BODY_SECONDS", 1.0)
+    raw = pair_request(daemon.port, b"", 1000)
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with stream:
+            await stream.send_all(raw)
+            async with trio.open_nursery() as nursery:
+                async def trickle() -> None:
+                    for _ in range(1000):
+                        try:
+                            await stream.send_all(b" ")
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            return
+                        await trio.sleep(0.1)
+
+                nursery.start_soon(trickle)
+                data = await closed_within(stream, BOUND)
+                nursery.cancel_scope.cancel()
+    r = parse_raw_response(data)
+    assert r.status == 408, data
+    code, message = assert_error_shape(r, "a trickling body")
+    assert code == "BODY_TIMEOUT" and "longer than 1 s" in message, message
+    await healthy(daemon)
 
 
 # --------------------------------------------------------------------------- WebSocket handshakes
