@@ -887,12 +887,15 @@ def _finish_responses(asgi_app: Any) -> Any:
     was cancelled with it. So an idle kept-alive connection was never closed (still open after
     minutes; hypercorn's ``keep_alive_timeout`` never ran). Hypercorn writes the bytes
     themselves shielded already; this only lets the recycling finish.
+
+    HTTP/2 too: its connection's idle timer starts in that send when the last stream ends, and
+    an HTTP/2 connection stayed open for ever after its requests. There the send waits for the
+    client's flow-control window, so the shield is bounded (a client granting none held
+    shutdown for ever when it was not).
     """
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # (HTTP/2 has no kept-alive connection to recycle, and its last send waits for the
-        # client's flow-control window: shielded, a client granting none held shutdown for ever)
-        if scope.get("type") != "http" or scope.get("http_version") not in ("1.0", "1.1"):
+        if scope.get("type") != "http" or scope.get("http_version") not in ("1.0", "1.1", "2"):
             return await asgi_app(scope, receive, send)
 
         async def finish(message: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 Each test writes HTTP/1.1 by hand on a raw socket to a real daemon (loopback, port 0) and checks
 that the server ends what the client left hanging within a bound: a connection that never sends
 a request, a request head sent a byte at a time, a request body that stops arriving (or arrives
-too slowly in all), a WebSocket handshake the server refused (Lens serves no WebSocket route).
+too slowly in all), a WebSocket handshake the server refused (Lens serves no WebSocket route),
+an HTTP/2 connection whose requests are answered.
 Bounds are made small where a test would otherwise wait for them (the daemon reads them when it
 starts, or when a body is read); every wait of the client is bounded.
 """
@@ -200,3 +201,44 @@ async def test_a_websocket_handshake_the_server_refused_ends_its_connection(daem
             data = await closed_within(stream, BOUND)
     assert data.startswith(b"HTTP/1.1 400 "), data
     await healthy(daemon)
+
+
+# --------------------------------------------------------------------------- HTTP/2
+
+
+async def test_an_idle_http2_connection_is_closed_after_its_requests(daemon_factory,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTTP/2 connection (prior knowledge, no TLS: no credential needed for the health route
+    or the dashboard) stayed open for ever once its requests were answered: its idle timer
+    starts in the response's last send, which was cancelled with the request's task. It is
+    closed by the keep-alive timer, as an HTTP/1.1 one is."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+    async with stream:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        for stream_id in (1, 3):  # two requests, one after the other, on the one connection
+            conn.send_headers(stream_id, [(":method", "GET"), (":path", f"{API}/health"), (":scheme", "http"),
+                                          (":authority", f"127.0.0.1:{d.port}")], end_stream=True)
+            await stream.send_all(conn.data_to_send())
+            with trio.fail_after(LIMIT):
+                ended = False
+                while not ended:
+                    data = await stream.receive_some(65536)
+                    assert data, "the connection ended before the answer"
+                    events = conn.receive_data(data)
+                    ended = any(isinstance(ev, h2.events.StreamEnded) and ev.stream_id == stream_id for ev in events)
+                    if out := conn.data_to_send():
+                        await stream.send_all(out)
+        start = trio.current_time()
+        rest = await closed_within(stream, BOUND)
+        assert trio.current_time() - start < BOUND
+        events = conn.receive_data(rest) if rest else []
+        assert not any(isinstance(ev, h2.events.DataReceived) for ev in events), events
+    await healthy(d)
