@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
-from quart import Response, g, request
+from quart import Response, current_app, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -195,7 +195,10 @@ async def receive_body() -> bytes:
     the middle of one is broken or hostile, and one that resends loses nothing (nothing was
     done)."""
     parts: list[bytes] = []
+    got = 0
     body = request.body
+    # (each piece read is taken out of the body, so Quart's own limit sees one piece: counted here)
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
     with trio.move_on_after(BODY_SECONDS):
         while True:
             with trio.move_on_after(BODY_STALL_SECONDS) as stalled:
@@ -203,8 +206,10 @@ async def receive_body() -> bytes:
                     parts.append(await body.__anext__())
                 except StopAsyncIteration:
                     return b"".join(parts)
+                got += len(parts[-1])
+                if limit is not None and got > limit:
+                    raise ApiError("BODY_TOO_LARGE", f"the body is more than {limit} bytes; the limit is {limit}")
             if stalled.cancelled_caught:
-                got = sum(map(len, parts))
                 raise ApiError("BODY_TIMEOUT", f"the request body stopped arriving: no byte for "
                                f"{BODY_STALL_SECONDS:g} s after {got} byte(s)"
                                + (f" of the {request.content_length} announced" if request.content_length else ""))
