@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
-from quart import Response, g, request
+from quart import Response, current_app, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -58,7 +58,7 @@ STATUS: dict[str, int] = {
     "QUESTION_NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "JOB_FINISHED": 409, "FORK_TOO_DEEP": 409, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404, "ARTIFACT_CORRUPT": 500,
     "METHOD_NOT_ALLOWED": 405,
     "ANSWER_INVALID": 422, "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
-    "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
+    "BODY_TIMEOUT": 408, "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
     "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
     "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422, "IMAGE_UNSUPPORTED": 422,
     "CONFIG_FILE_UNREADABLE": 422, "CONFIG_FILE_NOT_REGULAR": 422,
@@ -181,8 +181,44 @@ B = TypeVar("B")
 _HIGH_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
 
 
+BODY_STALL_SECONDS = 10.0  # a request body from which no byte arrives for this long is refused (408)
+BODY_SECONDS = 60.0  # and one that takes longer than this in all (Quart's BODY_TIMEOUT, which it replaces)
+
+
+async def receive_body() -> bytes:
+    """The request's body, as it arrives; 408 ``BODY_TIMEOUT`` when no byte of it arrives for
+    :data:`BODY_STALL_SECONDS` (a ``Content-Length`` larger than what is sent), or it all takes
+    longer than :data:`BODY_SECONDS`.
+
+    Quart's own bound was the whole body in 60 s, answered as a 408 outside the error table: a
+    client whose body stopped arriving held its request, its connection and its task for a
+    minute. On loopback a body arrives at once, whatever its size; a client pausing for 10 s in
+    the middle of one is broken or hostile, and one that resends loses nothing (nothing was
+    done)."""
+    parts: list[bytes] = []
+    got = 0
+    body = request.body
+    # (each piece read is taken out of the body, so Quart's own limit sees one piece: counted here)
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    with trio.move_on_after(BODY_SECONDS):
+        while True:
+            with trio.move_on_after(BODY_STALL_SECONDS) as stalled:
+                try:
+                    parts.append(await body.__anext__())
+                except StopAsyncIteration:
+                    return b"".join(parts)
+                got += len(parts[-1])
+                if limit is not None and got > limit:
+                    raise ApiError("BODY_TOO_LARGE", f"the body is more than {limit} bytes; the limit is {limit}")
+            if stalled.cancelled_caught:
+                raise ApiError("BODY_TIMEOUT", f"the request body stopped arriving: no byte for "
+                               f"{BODY_STALL_SECONDS:g} s after {got} byte(s)"
+                               + (f" of the {request.content_length} announced" if request.content_length else ""))
+    raise ApiError("BODY_TIMEOUT", f"the request body took longer than {BODY_SECONDS:g} s to arrive")
+
+
 async def read_body(kind: type[B]) -> B:
-    raw = await request.get_data()
+    raw = await receive_body()
     if not raw.strip() and kind is EmptyBody:
         return EmptyBody()  # type: ignore[return-value]
     try:
@@ -342,7 +378,7 @@ def create_app(svc: Services) -> QuartTrio:
     app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
-    app.config["BODY_TIMEOUT"] = 60
+    app.config["BODY_TIMEOUT"] = BODY_SECONDS  # (read_body bounds the body itself: receive_body)
     # (keep_send outermost: it keeps the server's own send for SSE's direct write path; the
     # connection guards next, before anything in the app can write)
     app.asgi_app = keep_send(guard_connection_races(_host_checked(_finish_responses(app.asgi_app), svc)))  # type: ignore[method-assign]
@@ -406,7 +442,8 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE", 400: "INVALID_ARGUMENT"}.get(
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "BODY_TIMEOUT", 413: "BODY_TOO_LARGE",
+                400: "INVALID_ARGUMENT"}.get(
             exc.code or 500, "HTTP_ERROR")
         return error_response(code, exc.description or code, exc.code)
 
@@ -868,12 +905,15 @@ def _finish_responses(asgi_app: Any) -> Any:
     was cancelled with it. So an idle kept-alive connection was never closed (still open after
     minutes; hypercorn's ``keep_alive_timeout`` never ran). Hypercorn writes the bytes
     themselves shielded already; this only lets the recycling finish.
+
+    HTTP/2 too: its connection's idle timer starts in that send when the last stream ends, and
+    an HTTP/2 connection stayed open for ever after its requests. There the send waits for the
+    client's flow-control window, so the shield is bounded (a client granting none held
+    shutdown for ever when it was not).
     """
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # (HTTP/2 has no kept-alive connection to recycle, and its last send waits for the
-        # client's flow-control window: shielded, a client granting none held shutdown for ever)
-        if scope.get("type") != "http" or scope.get("http_version") not in ("1.0", "1.1"):
+        if scope.get("type") != "http" or scope.get("http_version") not in ("1.0", "1.1", "2"):
             return await asgi_app(scope, receive, send)
 
         async def finish(message: dict[str, Any]) -> None:

@@ -10,7 +10,9 @@ been answered — make h11 fail while the app is answering, and then:
   other task's write then raised ``trio.BusyResourceError`` (hypercorn issue 203).
 - **Two answers to one WebSocket handshake.** The reading task answers the early data with a
   400 while the app rejects the handshake (Lens serves no WebSocket route): h11 refuses the
-  second answer, and the ``LocalProtocolError`` was re-raised (hypercorn issue 225).
+  second answer, and the ``LocalProtocolError`` was re-raised (hypercorn issue 225). The
+  server's own answer then left the connection open for as long as the client kept it
+  (:func:`end_refused_handshake`).
 
 Either exception left the connection's task and ended the server: one request from any client
 (no credential needed) stopped the daemon. :func:`guard_connection_races` sets, on the
@@ -38,7 +40,12 @@ def guard_connection_races(asgi_app: Any) -> Any:
         if scope.get("type") == "http":
             close_under_send_lock(scope)
         elif scope.get("type") == "websocket":
-            send = one_answer_per_handshake(send)
+            guarded = one_answer_per_handshake(send)
+            try:
+                await asgi_app(scope, receive, guarded)
+            finally:
+                await end_refused_handshake(send)
+            return
         await asgi_app(scope, receive, send)
 
     return app
@@ -116,3 +123,30 @@ def one_answer_per_handshake(send: Any) -> Any:
 
     stream._send_error_response = server_error_response
     return app_send
+
+
+async def end_refused_handshake(send: Any) -> None:
+    """End the connection of a WebSocket handshake the server itself refused (its 400 to data
+    sent before the answer), once the app is done with it.
+
+    The server answers ``connection: close`` but ends the stream only through the app's last
+    message, which it drops once it has answered: the connection stayed open until the client
+    closed it (an idle socket and task each, no timer running). Ending the stream here is what
+    the server does after an answer of the app's: the connection is closed. Nothing where
+    ``send`` is not hypercorn's ``WSStream.app_send`` over HTTP/1.1, or the stream is not the
+    one refused."""
+    try:
+        from hypercorn.protocol.events import StreamClosed
+        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.protocol.ws_stream import WSStream
+    except Exception:  # noqa: BLE001 - another server
+        return
+    stream = getattr(send, "__self__", None)
+    if type(stream) is not WSStream or getattr(send, "__func__", None) is not WSStream.app_send:
+        return
+    proto = getattr(stream.send, "__self__", None)
+    if type(proto) is not H11Protocol or proto.stream is not stream or not stream.closed:
+        return
+    with trio.CancelScope(shield=True):  # (the app's task may be ending by cancellation)
+        with trio.move_on_after(CLOSE_WAIT_SECONDS):
+            await stream.send(StreamClosed(stream_id=stream.stream_id))
