@@ -14,6 +14,9 @@ from .conftest import Daemon, DaemonFactory
 
 ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")  # what the Messages API takes as a tool_use id
 LONG_ID = "chatcmpl-tool-" + "0123456789abcdef" * 4 + "_0"  # 80 characters
+# seconds: the first turn calls a tool, so it waits for the project's executor to start (a bound,
+# not a time: on a loaded machine that start alone took most of the 10 s the other waits allow)
+FIRST_TURN = 30.0
 
 
 async def switch_after_a_call(daemon_factory: DaemonFactory, nursery: trio.Nursery, call_id: str,
@@ -35,7 +38,7 @@ async def switch_after_a_call(daemon_factory: DaemonFactory, nursery: trio.Nurse
     token = await d.pair("switch-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
     await d.submit(token, sid, "r1", "what time is it?")
-    await d.wait_idle(token, sid)
+    await d.wait_idle(token, sid, timeout=FIRST_TURN)
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": f"next/{model}"})
     assert r.status_code == 200, r.text
     second.push(answer)
