@@ -394,7 +394,11 @@ def test_dashboard_shows_earlier_items_without_announcing_each(
     before = driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop")
     keys(driver, Keys.ENTER)
     wait_for(lambda: len(by_css(driver, "#timeline .tool")) == MANY, "every tool call")
-    assert driver.execute_script("return window.announced") == [f"{hidden} earlier items shown"]
+    # (the session's status region may still say "idle" after the wait above read it from the
+    # page's data: that late status is not one of the items; what is checked is that the items
+    # are not announced each, and their count once)
+    announced = [a for a in driver.execute_script("return window.announced") if a != "idle"]
+    assert announced == [f"{hidden} earlier items shown"]
     assert driver.execute_script("""const a = document.activeElement;
         return a.matches('#timeline > .msg.user') && a.textContent.includes('many tools')""")
     assert driver.execute_script("const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop") == before
