@@ -2,7 +2,8 @@
 
 :func:`read_regular_file` never blocks (a FIFO in a config file's place held a worker thread,
 or the event loop, for ever) and never reads without bound (``--config /dev/zero``);
-:func:`replace_atomically` leaves the old bytes or the new, never a mix.
+:func:`replace_atomically` leaves the old bytes or the new, never a mix; :func:`why_not_written`
+says in words why a write failed, a full disk above all.
 """
 
 from __future__ import annotations
@@ -12,6 +13,22 @@ import os
 import secrets
 import stat
 from pathlib import Path
+
+
+# The errors of a write that found no room: a full disk, a used-up quota, and a file that may
+# not grow past a size limit (RLIMIT_FSIZE, a filesystem's largest file), which is as full
+# for that file.
+DISK_FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
+             errno.EFBIG: "the file may not grow that large"}
+
+
+def why_not_written(exc: OSError) -> str:
+    """Why a write failed, for a message: "the disk is full: no space left on the device
+    (ENOSPC)" for the errors of :data:`DISK_FULL`, the system's words (``strerror``) otherwise."""
+    detail = DISK_FULL.get(exc.errno or 0)
+    if detail is not None:
+        return f"the disk is full: {detail} ({errno.errorcode[exc.errno or 0]})"
+    return exc.strerror or str(exc)
 
 
 class NotARegularFile(OSError):

@@ -27,7 +27,8 @@ from typing import Any
 import msgspec
 
 from . import jsonc
-from .atomicfile import FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically
+from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
+                         why_not_written)
 from .config import ConfigError, check_size, parse_config
 from .errors import LensError
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
@@ -210,7 +211,7 @@ class ConfigFiles:
             with lock:
                 return self._replace(path, role, name, raw, expect_digest)
         except OSError as exc:  # (the pair file's lock could not be opened)
-            raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
+            raise ConfigFileUnwritable(f"{name} cannot be written ({why_not_written(exc)}); nothing was changed") from None
 
     def _replace(self, path: Path, role: str, name: str, raw: bytes,
                  expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:
@@ -235,7 +236,7 @@ class ConfigFiles:
         try:
             replace_atomically(path, raw, mode)
         except OSError as exc:
-            raise ConfigFileUnwritable(f"{name} cannot be written ({exc.strerror or exc}); nothing was changed") from None
+            raise ConfigFileUnwritable(f"{name} cannot be written ({why_not_written(exc)}); nothing was changed") from None
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}
 
     def _digest(self, path: Path, name: str) -> str | None:

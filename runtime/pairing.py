@@ -28,7 +28,7 @@ from typing import Any, Iterator, Literal
 import msgspec
 import trio
 
-from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
+from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, why_not_written
 from .errors import LensError, short_reason
 from .terminal import UNSHOWABLE
 
@@ -297,7 +297,7 @@ class PairStore:
         self.reload(force=True)
 
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
-        return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({exc.strerror or exc})")
+        return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({why_not_written(exc)})")
 
     def _write(self, data: PairFile) -> None:
         replace_atomically(self.path, msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n", 0o600)

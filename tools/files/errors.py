@@ -26,7 +26,8 @@ Codes::
                             holds neither the before nor the after bytes of a pending call
     CALL_ID_REUSED          a call id already journaled for a different tool, path or arguments
     PERMISSION_DENIED       the operating system refused access
-    IO_ERROR                any other operating-system failure (the errno name, no host path)
+    IO_ERROR                any other operating-system failure (the errno name, no host path; a full
+                            disk is said in words: "the disk is full: ...")
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from __future__ import annotations
 import errno
 from types import MappingProxyType
 from typing import Mapping
+
+from runtime.atomicfile import DISK_FULL, why_not_written  # (imports nothing of the daemon: no cycle)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -82,5 +85,7 @@ def from_os_error(exc: OSError, shown: str) -> FileToolError:
         return FileToolError("TOO_MANY_LINKS", f"{shown}: too many levels of symbolic links")
     if num == errno.ENAMETOOLONG:
         return FileToolError("INVALID_ARGUMENT", f"{shown}: file name too long")
+    if num in DISK_FULL:  # (the model and the user are told in words, not by an errno name)
+        return FileToolError("IO_ERROR", f"{shown}: cannot be written: {why_not_written(exc)}")
     name = errno.errorcode.get(num, "EUNKNOWN")
     return FileToolError("IO_ERROR", f"{shown}: operating-system error {name}")

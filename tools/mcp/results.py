@@ -22,6 +22,7 @@ import msgspec
 import trio
 
 from events import types as t
+from runtime.atomicfile import why_not_written
 from tools.artifacts import ArtifactStore
 from tools.base import ToolResult, _unrecordable
 from tools.files.image import sniff as sniff_image
@@ -106,7 +107,7 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str) -> To
         for block in result.get("content", []):
             await b.block(block)
     except OSError as exc:  # (a full disk fails this call, not the session)
-        return ToolResult.error("ARTIFACT_WRITE_FAILED", f"a binary {tool} returned could not be stored ({exc.strerror or exc})")
+        return ToolResult.error("ARTIFACT_WRITE_FAILED", f"a binary {tool} returned could not be stored ({why_not_written(exc)})")
     if b.cut:
         b.content.append(t.TextPart(f"[output truncated: {b.cut} more bytes of text above the {MAX_TEXT_BYTES}-byte cap]"))
     structured = result.get("structuredContent")

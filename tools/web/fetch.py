@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import trio
 
 from events import types as t
+from runtime.atomicfile import why_not_written
 
 from ..artifacts import ArtifactStore
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -278,7 +279,7 @@ async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, 
         aid = await trio.to_thread.run_sync(artifacts.put, body)
     except OSError as exc:  # (a full disk fails this call, not the session)
         raise ToolError("ARTIFACT_WRITE_FAILED", f"the fetched {mime or 'binary'} could not be stored "
-                                                 f"({exc.strerror or exc})") from None
+                                                 f"({why_not_written(exc)})") from None
     image = sniff_image(body)
     stored_mime = image or mime or "application/octet-stream"
     structured.update({"artifact_id": aid, "sha256": aid, "mime": stored_mime, "size": len(body)})
