@@ -12,7 +12,10 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import trio
+
 from events import types as t
+from runtime.atomicfile import why_not_written
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -111,15 +114,28 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         except Exception as exc:
             raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
 
-    def edit_events(ctx: ToolContext, tool: str, path: str, written: str | None, before: bytes | None,
-                    after: bytes | None) -> list[t._Event]:
+    async def store(data: bytes) -> str:
+        """``data`` put in the artifact store, off the event loop (it writes and fsyncs a file).
+        Raises ``OSError`` (a full disk); nothing is left half-written (see ArtifactStore.put)."""
+        return await trio.to_thread.run_sync(artifacts.put, data)
+
+    async def edit_events(ctx: ToolContext, tool: str, path: str, written: str | None, before: bytes | None,
+                          after: bytes | None) -> list[t._Event]:
         events: list[t._Event] = []
         ids: list[str | None] = []
         for data in (before, after):
             if data is None:
                 ids.append(None)
                 continue
-            aid = artifacts.put(data)
+            try:
+                aid = await store(data)
+            except OSError as exc:
+                # The file is written already: the call says so, and that it cannot be undone
+                # (no file.edited without the bytes revert_call restores: a missing "before"
+                # would read as "the file did not exist", and a revert would delete it).
+                raise ToolError("ARTIFACT_WRITE_FAILED", f"{path} was changed, but the copies revert_call restores "
+                                                         f"from could not be stored ({why_not_written(exc)}); "
+                                                         f"revert_call cannot undo this call") from None
             ids.append(aid)
             events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime="application/octet-stream",
                                            size=len(data), source="file-history"))
@@ -165,7 +181,7 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
                 written = out.written_path if out.written_path is not None else await where_it_leads(ex.client, path)
                 if written is not None and not _recordable(written):
                     written = None  # (a name that is not UTF-8: the log's text cannot hold it)
-        events = edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
+        events = await edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
         return ToolResult.text(summary, r, events=events)
@@ -178,7 +194,11 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
 
     async def view_image(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         out = await call(ctx, "view_image", args, write=False)
-        aid = artifacts.put(out.data)
+        try:
+            aid = await store(out.data)
+        except OSError as exc:
+            raise ToolError("ARTIFACT_WRITE_FAILED", f"the image {args.get('path')} could not be stored "
+                                                     f"({why_not_written(exc)})") from None
         structured = {"path": args.get("path"), "artifact_id": aid, "mime": out.mime, "size": len(out.data),
                       "sha256": aid}
         return ToolResult([t.TextPart(f"image {args.get('path')} ({out.mime}, {len(out.data)} bytes)"),
