@@ -44,6 +44,7 @@ from .actor import ActorDeps
 from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
+from .atomicfile import why_not_written
 from .config import Config, ConfigError, pair_file_path, secret_env_names
 from .errors import LensError, ModelUnavailable
 from .executors import ExecutorPool, RemoteExecutor
@@ -410,12 +411,18 @@ def _print_line(line: str) -> None:
     A reader of standard output that went away (``lens serve | head -n 1``) stopped the daemon at
     its next line, with exit 0 and nothing said (the CLI takes a broken pipe as the reader's
     choice). The lines report on the daemon, they are not its work: from then on they go nowhere,
-    and a warning on standard error says so."""
+    and a warning on standard error says so. So for a standard output redirected to a file on a
+    full disk: its last line ("lens: stopped") failed with ENOSPC and the daemon exited 1 (and
+    what stayed in the buffer would fail again at exit, which Python reports with exit 120)."""
     try:
         print(line, flush=True)
     except BrokenPipeError:
         silence_stdout()
         log.warning("the reader of standard output went away; the daemon's lines go nowhere from now on")
+    except OSError as exc:
+        silence_stdout()
+        log.warning("standard output cannot be written (%s); the daemon's lines go nowhere from now on",
+                    why_not_written(exc))
 
 
 def _port_of(url: str) -> int:
