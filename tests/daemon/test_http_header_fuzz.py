@@ -24,13 +24,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx2
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .conftest import LIMIT, Daemon, RawResponse, assert_error_shape, parse_raw_response, read_answer
-from .test_serve_process import ServeProcess, as_daemon
+from .test_full_disk import served
+from .test_serve_process import ServeProcess
 
 EXAMPLES = 300  # requests drawn (about 20 s); HYPOTHESIS_PROFILE=explore draws fresh ones
 BODY_LIMIT = 64 * 1024
@@ -312,22 +312,15 @@ async def test_hostile_headers_never_kill_the_daemon_nor_change_anything(tmp_pat
     cwd = tmp_path
     (cwd / "config").mkdir()
     (cwd / "config" / "lens.jsonc").write_text(json.dumps({"server": {"maxBodyBytes": BODY_LIMIT}}))
-    serve = ServeProcess(cwd)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
-                d = as_daemon(cwd, url, client)
-                strong = await d.pair("hdr-strong", strong=True, via="cli")
-                read = await d.pair("hdr-read")
-                project = await d.project(strong, "p")
-                sid = (await d.session(strong, project["id"]))["id"]
-                await d.submit(strong, sid, "r-hdr", "hello")
-                await d.wait_idle(strong, sid)
-                await fuzz(d, serve, World(d.port, strong, read, sid))
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
+    async with served(cwd) as (serve, d):
+        strong = await d.pair("hdr-strong", strong=True, via="cli")
+        read = await d.pair("hdr-read")
+        project = await d.project(strong, "p")
+        sid = (await d.session(strong, project["id"]))["id"]
+        await d.submit(strong, sid, "r-hdr", "hello")
+        await d.wait_idle(strong, sid)
+        await fuzz(d, serve, World(d.port, strong, read, sid))
+        assert await serve.terminate() == 0
     err = (cwd / "serve-0.err").read_text()
     assert "Traceback" not in err and "Error in ASGI" not in err, err[-3000:]
 
