@@ -8,9 +8,12 @@ sent before the handshake's answer). Hypercorn answered those with a status and 
 Here they carry ``{"error": {"code", "message"}}`` (``Content-Type: application/json``) with a
 code of the API's table and ``connection: close``, as any error of the app does.
 
-A WebSocket handshake over HTTP/1.1 refused before the app was left with no timer running
-(hypercorn ends such a stream only through the app, which never ran): it is now ended after
-its answer, which closes the connection.
+Two connections were left with no timer running: a WebSocket handshake over HTTP/1.1 refused
+before the app (hypercorn ends such a stream only through the app, which never ran) is now
+ended after its answer, which closes the connection; an HTTP/2 connection opened with the
+preface alone (the upgrade stopped the keep-alive timer; the HTTP/2 side starts it only when a
+stream ends) now starts that timer, so it is closed at the keep-alive bound like an idle
+HTTP/1.1 connection.
 
 The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
 :data:`SEAMS`. Each replacement acts only for a server whose config is a :class:`ServerConfig`
@@ -33,8 +36,9 @@ from typing import Any, Callable
 import h11
 import msgspec
 from hypercorn.config import Config
-from hypercorn.events import RawData
+from hypercorn.events import RawData, Updated
 from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.ws_stream import WSStream
 
@@ -127,10 +131,20 @@ def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
     return _send_error_response
 
 
+def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def initiate(self: Any, headers: Any = None, settings: Any = None) -> None:
+        await original(self, headers, settings)
+        if isinstance(self.config, ServerConfig) and headers is None and not self.streams:
+            await self.send(Updated(idle=True))  # (the keep-alive timer, stopped by the preface's "request")
+
+    return initiate
+
+
 # (class, method, its parameters as hypercorn 0.18 has them, the replacement's maker)
 SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
     (WSStream, "_send_error_response", ("self", "status_code"), _ws_error_response),
+    (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
 ]
 
 

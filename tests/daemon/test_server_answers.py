@@ -2,7 +2,8 @@
 
 Each request is written by hand on a raw socket to a real daemon (loopback, port 0): requests
 h11 cannot parse (400), a head past the server's limit (431), a transfer coding other than
-chunked (501), WebSocket handshakes hypercorn refuses before the app. The seam into hypercorn is pinned first:
+chunked (501), WebSocket handshakes hypercorn refuses before the app, and an HTTP/2 connection
+that sends its preface (and SETTINGS) and then nothing. The seam into hypercorn is pinned first:
 a hypercorn whose methods or call sites moved fails here by name, not by a changed answer.
 """
 
@@ -13,10 +14,12 @@ import inspect
 import pytest
 import trio
 from hypercorn.config import Config as HyperConfig
+from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import serve as hyper_serve
 
+from runtime import daemon as daemon_module
 from runtime import server_answers
 
 from .conftest import API, LIMIT, Daemon, assert_error_shape, parse_raw_response
@@ -43,6 +46,8 @@ def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     assert "await self._send_error_response(error.error_status_hint)" in h11_reading
     ws_handle = inspect.getsource(WSStream.handle)
     assert "elif not self.handshake.is_valid():\n                await self._send_error_response(400)" in ws_handle
+    assert "except H2ProtocolAssumedError" in inspect.getsource(ProtocolWrapper.handle)
+    assert "await self.protocol.initiate()" in inspect.getsource(ProtocolWrapper.handle)
 
 
 async def test_another_hypercorn_server_keeps_its_own_answers() -> None:
@@ -186,3 +191,31 @@ async def test_data_before_a_handshake_is_answered_in_the_error_shape(daemon: Da
                   "Sec-WebSocket-Version: 13", KEY.strip()) + b"x\n"
     for _ in range(5):
         await refused(daemon, raw, 400, "INVALID_ARGUMENT")
+
+
+# --------------------------------------------------------------------------- HTTP/2
+
+
+@pytest.mark.parametrize("settings", [False, True], ids=["preface alone", "preface and SETTINGS"])
+async def test_an_http2_connection_without_a_request_is_closed(daemon_factory, monkeypatch: pytest.MonkeyPatch,
+                                                              settings: bool) -> None:
+    """HTTP/2 with prior knowledge: the preface is read as a request by the HTTP/1.1 side, which
+    stops the keep-alive timer, and the HTTP/2 side started it only when a stream ended: a client
+    sending the preface (or a SETTINGS frame too) and nothing more held its connection for ever.
+    It is closed at the keep-alive bound now, as an HTTP/1.1 connection without a request is."""
+    import h2.config
+    import h2.connection
+
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()  # the preface and a SETTINGS frame
+    out = conn.data_to_send()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+    async with stream:
+        await stream.send_all(out if settings else out[:24])  # (the preface is 24 bytes)
+        start = trio.current_time()
+        await closed_within(stream, BOUND)
+        assert trio.current_time() - start < BOUND
+    await healthy(d)
