@@ -13,7 +13,9 @@ before the app (hypercorn ends such a stream only through the app, which never r
 ended after its answer, which closes the connection; an HTTP/2 connection opened with the
 preface alone (the upgrade stopped the keep-alive timer; the HTTP/2 side starts it only when a
 stream ends) now starts that timer, so it is closed at the keep-alive bound like an idle
-HTTP/1.1 connection.
+HTTP/1.1 connection. And an HTTP/2 stream answered before the client ended its request (a 401
+to a POST whose body is still coming) is reset (:func:`_reset_if_answered`): data the client
+sent on it afterwards made hypercorn fail, which ended the whole server.
 
 The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
 :data:`SEAMS`. Each replacement acts only for a server whose config is a :class:`ServerConfig`
@@ -33,6 +35,8 @@ from itertools import chain
 from time import time
 from typing import Any, Callable
 
+import h2.errors
+import h2.exceptions
 import h11
 import msgspec
 from hypercorn.config import Config
@@ -131,6 +135,38 @@ def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
     return _send_error_response
 
 
+def _reset_if_answered(proto: Any, stream_id: int) -> bool:
+    """Whether the stream ``stream_id`` of ``proto`` (an H2Protocol) is to be reset: its answer is
+    sent whole (END_STREAM: hypercorn's buffer for it is gone) and hypercorn has dropped it, but
+    the client's side is still open (an answer before the whole request, as RFC 9113 8.1
+    allows). Data the client still sent on such a stream made hypercorn fail (a ``KeyError``
+    reading it), which ended the whole server; RST_STREAM NO_ERROR asks the client to stop, and
+    h2 ignores what was already on its way."""
+    if not isinstance(proto.config, ServerConfig) or proto.closed:
+        return False
+    if stream_id in proto.streams or stream_id in proto.stream_buffers:
+        return False  # (the other of the two ends will look again)
+    h2_stream = proto.connection.streams.get(stream_id)
+    if h2_stream is None or h2_stream.closed:
+        return False
+    try:
+        proto.connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.NO_ERROR)
+    except h2.exceptions.ProtocolError:
+        return False
+    return True
+
+
+def _h2_after(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H2Protocol._close_stream`` (hypercorn drops the stream) or ``_send_data`` (the send task
+    ends it), each followed by the reset of :func:`_reset_if_answered` when it is the second."""
+    async def after(self: Any, stream_id: int) -> None:
+        await original(self, stream_id)
+        if _reset_if_answered(self, stream_id):
+            await self._flush()
+
+    return after
+
+
 def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
     async def initiate(self: Any, headers: Any = None, settings: Any = None) -> None:
         await original(self, headers, settings)
@@ -145,6 +181,8 @@ SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Cal
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
     (WSStream, "_send_error_response", ("self", "status_code"), _ws_error_response),
     (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
+    (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),
+    (H2Protocol, "_send_data", ("self", "stream_id"), _h2_after),
 ]
 
 

@@ -219,3 +219,46 @@ async def test_an_http2_connection_without_a_request_is_closed(daemon_factory, m
         await closed_within(stream, BOUND)
         assert trio.current_time() - start < BOUND
     await healthy(d)
+
+
+async def test_data_on_an_http2_stream_answered_before_its_request_ended_is_refused(daemon: Daemon) -> None:
+    """A POST over HTTP/2 answered before its body ended (401: no credential), then one more DATA
+    frame on the stream: hypercorn had dropped the stream and failed reading the frame (a
+    ``KeyError``), which ended the whole server. The stream is reset (NO_ERROR) after its answer
+    now; the frame is ignored, and the daemon goes on."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "POST"), (":path", f"{API}/projects"), (":scheme", "http"),
+                          (":authority", f"127.0.0.1:{daemon.port}"), ("content-type", "application/json")])
+    conn.send_data(1, b'{"name": ')
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with stream:
+            await stream.send_all(conn.data_to_send())
+            events: list = []
+            while not any(isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, f"the connection ended before the answer: {events}"
+                events += conn.receive_data(data)
+            assert any(isinstance(ev, h2.events.ResponseReceived) and (b":status", b"401") in ev.headers
+                       for ev in events), events
+            await stream.send_all(b"\x00\x00\x01\x00\x00\x00\x00\x00\x01x")  # DATA, stream 1, one byte
+            while not any(isinstance(ev, h2.events.StreamReset) for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, f"the connection ended without a reset of the stream: {events}"
+                events += conn.receive_data(data)
+            reset = next(ev for ev in events if isinstance(ev, h2.events.StreamReset))
+            assert reset.error_code == 0, reset
+            # the connection still serves
+            conn.send_headers(3, [(":method", "GET"), (":path", f"{API}/health"), (":scheme", "http"),
+                                  (":authority", f"127.0.0.1:{daemon.port}")], end_stream=True)
+            await stream.send_all(conn.data_to_send())
+            while not any(isinstance(ev, h2.events.StreamEnded) and ev.stream_id == 3 for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, "the connection ended"
+                events += conn.receive_data(data)
+    await healthy(daemon)
