@@ -66,6 +66,7 @@ STATUS: dict[str, int] = {
     "PAIRING_LIMIT": 429, "CONFIG_FILE_CHANGED": 409,
     "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
     "STORE_UNAVAILABLE": 503,
+    "HEADERS_TOO_LARGE": 431, "TRANSFER_ENCODING_UNSUPPORTED": 501,  # (answered by the server: server_answers)
 }
 # The route modules of their own name their codes' statuses; a code named above keeps its own.
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import trio
-from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hyper_serve
 
 from events import types as t
@@ -54,6 +53,7 @@ from .guard import Guard
 from .logcli import silence_stdout
 from .pairing import PairStore
 from .projection_service import ProjectionService
+from . import server_answers
 from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
 from .providers.catalog import build_catalog
@@ -196,7 +196,11 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                        ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id, mcp=mcp)
         svc.executors = executors  # (workspace browsing, F-HAR-3)
         app = create_app(svc)
-        hc = HyperConfig()
+        missing = server_answers.install()  # (hypercorn's own answers in the error shape)
+        if missing:
+            log.warning("hypercorn's own error answers keep their empty body: %s not as expected",
+                        ", ".join(missing))
+        hc = server_answers.ServerConfig()
         host = f"[{opts.host}]" if ":" in opts.host and not opts.host.startswith("[") else opts.host
         hc.bind = [f"{host}:{opts.port}"]
         hc.graceful_timeout = 5.0

@@ -1,0 +1,203 @@
+"""The answers hypercorn (0.18) gives itself, before a request reaches the app, in the API's shape.
+
+Some requests never reach the Quart app: h11 cannot parse them (a bad request line, no ``Host``
+or two, a byte a header may not hold, a bad ``Content-Length``, a bad chunk: 400; a head past
+``h11_max_incomplete_size``: 431; a transfer coding other than chunked: 501), or hypercorn refuses
+a WebSocket handshake itself (no ``Sec-WebSocket-Key``, a version other than 13, HTTP/1.0; data
+sent before the handshake's answer). Hypercorn answered those with a status and an empty body.
+Here they carry ``{"error": {"code", "message"}}`` (``Content-Type: application/json``) with a
+code of the API's table and ``connection: close``, as any error of the app does.
+
+Two connections were left with no timer running: a WebSocket handshake over HTTP/1.1 refused
+before the app (hypercorn ends such a stream only through the app, which never ran) is now
+ended after its answer, which closes the connection; an HTTP/2 connection opened with the
+preface alone (the upgrade stopped the keep-alive timer; the HTTP/2 side starts it only when a
+stream ends) now starts that timer, so it is closed at the keep-alive bound like an idle
+HTTP/1.1 connection. And an HTTP/2 stream answered before the client ended its request (a 401
+to a POST whose body is still coming) is reset (:func:`_reset_if_answered`): data the client
+sent on it afterwards made hypercorn fail, which ended the whole server.
+
+The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
+:data:`SEAMS`. Each replacement acts only for a server whose config is a :class:`ServerConfig`
+(the daemon's) and is hypercorn's own method for any other server in the process. The protocol
+objects are made by hypercorn before any request reaches the app, so no per-connection wrapper
+(as in :mod:`runtime.connection_races`) can reach them. Where a method is not the one expected,
+it is not replaced (hypercorn's own behaviour stays) and :func:`install` names it;
+``tests/daemon/test_server_answers.py`` pins each one and the call sites that make it the seam.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from itertools import chain
+from time import time
+from typing import Any, Callable
+
+import h2.errors
+import h2.exceptions
+import h11
+import msgspec
+from hypercorn.config import Config
+from hypercorn.events import RawData, Updated
+from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
+from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
+
+# Codes of the API's error table (runtime.api.STATUS) for the statuses hypercorn answers itself.
+CODES = {400: "INVALID_ARGUMENT", 403: "FORBIDDEN", 404: "NOT_FOUND", 431: "HEADERS_TOO_LARGE",
+         500: "INTERNAL", 501: "TRANSFER_ENCODING_UNSUPPORTED"}
+# Where h11's message quotes the offending bytes: cut there (a credential may be among them).
+_ECHO = re.compile(r":? (?:bytearray\()?b['\"]")
+
+
+class ServerConfig(Config):
+    """Hypercorn's config for the daemon's server: the server whose own answers get the error body."""
+
+
+def error_body(status: int, message: str) -> bytes:
+    return msgspec.json.encode({"error": {"code": CODES.get(status, "INVALID_ARGUMENT"), "message": message}})
+
+
+def h11_refusal(status: int, error: BaseException | None, head_limit: int) -> str:
+    """The message for h11's refusal of a request (``error``, h11's exception, names the problem;
+    the bytes it quotes are left out)."""
+    if status == 431:
+        return f"the request head is too large: more than {head_limit} bytes arrived before its end"
+    reason = _ECHO.split(str(error), maxsplit=1)[0].strip().rstrip(".") if isinstance(error, h11.ProtocolError) else ""
+    if status == 501:
+        return f"the request's Transfer-Encoding is not supported ({reason or 'only chunked is'})"
+    return f"the request is not valid HTTP/1.1: {reason or 'it could not be parsed'}"
+
+
+def handshake_refusal(status: int, stream: Any) -> str:
+    """The message for hypercorn's refusal of a WebSocket handshake on ``stream`` (a WSStream)."""
+    if status != 400:
+        return {403: "the WebSocket handshake was refused", 404: "no such WebSocket route"}.get(
+            status, "the WebSocket handshake could not be answered")
+    handshake = stream.handshake
+    if stream.app_put is not None:  # (the app has the handshake: data came before its answer)
+        return "data arrived before the WebSocket handshake was answered"
+    if handshake.http_version < "1.1":
+        what = f"it is HTTP/{handshake.http_version}; a WebSocket handshake needs HTTP/1.1"
+    elif handshake.http_version == "1.1" and handshake.key is None:
+        what = "Sec-WebSocket-Key is missing"
+    elif handshake.version != b"13":
+        what = "Sec-WebSocket-Version must be 13"
+    else:
+        what = "Connection must name upgrade and Upgrade must be websocket"
+    return f"the WebSocket handshake is not valid: {what}; the daemon serves no WebSocket route"
+
+
+def _h11_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def _send_error_response(self: Any, status_code: int) -> None:
+        if not isinstance(self.config, ServerConfig) or type(self.connection) is not h11.Connection:
+            return await original(self, status_code)
+        # (called from inside hypercorn's ``except h11.RemoteProtocolError``: that is the reason)
+        body = error_body(status_code, h11_refusal(status_code, sys.exc_info()[1], self.config.h11_max_incomplete_size))
+        headers = list(chain([(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                              (b"connection", b"close")], self.config.response_headers("h11")))
+        data = b""
+        # One write of the whole answer: no other writer's bytes can fall between its parts.
+        for event in (h11.Response(status_code=status_code, headers=headers), h11.Data(data=body),
+                      h11.EndOfMessage()):
+            try:
+                data += self.connection.send(event) or b""
+            except h11.LocalProtocolError:  # (an answer already begun, or a HEAD: as hypercorn's own)
+                if self.connection.their_state != h11.ERROR:
+                    raise
+        if data:
+            await self.send(RawData(data=data))
+
+    return _send_error_response
+
+
+def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def _send_error_response(self: Any, status_code: int) -> None:
+        if not isinstance(self.config, ServerConfig):
+            return await original(self, status_code)
+        body = error_body(status_code, handshake_refusal(status_code, self))
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if self.handshake.http_version < "2":  # (HTTP/2 has no connection header)
+            headers.append((b"connection", b"close"))
+        await self.send(Response(stream_id=self.stream_id, status_code=status_code, headers=headers))
+        await self.send(Body(stream_id=self.stream_id, data=body))
+        await self.send(EndBody(stream_id=self.stream_id))
+        await self.config.log.access(self.scope, {"status": status_code, "headers": []}, time() - self.start_time)
+        if self.app_put is None and self.handshake.http_version < "2":
+            # Refused before the app: nothing else would ever end the stream; ending it closes the
+            # connection. (HTTP/2 keeps hypercorn's way: the request marks the connection busy
+            # only after this answer, so ending the stream here would leave no timer running.)
+            await self.send(StreamClosed(stream_id=self.stream_id))
+
+    return _send_error_response
+
+
+def _reset_if_answered(proto: Any, stream_id: int) -> bool:
+    """Whether the stream ``stream_id`` of ``proto`` (an H2Protocol) is to be reset: its answer is
+    sent whole (END_STREAM: hypercorn's buffer for it is gone) and hypercorn has dropped it, but
+    the client's side is still open (an answer before the whole request, as RFC 9113 8.1
+    allows). Data the client still sent on such a stream made hypercorn fail (a ``KeyError``
+    reading it), which ended the whole server; RST_STREAM NO_ERROR asks the client to stop, and
+    h2 ignores what was already on its way."""
+    if not isinstance(proto.config, ServerConfig) or proto.closed:
+        return False
+    if stream_id in proto.streams or stream_id in proto.stream_buffers:
+        return False  # (the other of the two ends will look again)
+    h2_stream = proto.connection.streams.get(stream_id)
+    if h2_stream is None or h2_stream.closed:
+        return False
+    try:
+        proto.connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.NO_ERROR)
+    except h2.exceptions.ProtocolError:
+        return False
+    return True
+
+
+def _h2_after(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H2Protocol._close_stream`` (hypercorn drops the stream) or ``_send_data`` (the send task
+    ends it), each followed by the reset of :func:`_reset_if_answered` when it is the second."""
+    async def after(self: Any, stream_id: int) -> None:
+        await original(self, stream_id)
+        if _reset_if_answered(self, stream_id):
+            await self._flush()
+
+    return after
+
+
+def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def initiate(self: Any, headers: Any = None, settings: Any = None) -> None:
+        await original(self, headers, settings)
+        if isinstance(self.config, ServerConfig) and headers is None and not self.streams:
+            await self.send(Updated(idle=True))  # (the keep-alive timer, stopped by the preface's "request")
+
+    return initiate
+
+
+# (class, method, its parameters as hypercorn 0.18 has them, the replacement's maker)
+SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
+    (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
+    (WSStream, "_send_error_response", ("self", "status_code"), _ws_error_response),
+    (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
+    (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),
+    (H2Protocol, "_send_data", ("self", "stream_id"), _h2_after),
+]
+
+
+def install() -> list[str]:
+    """Replace the methods of :data:`SEAMS` (once per process; later calls change nothing).
+    Returns the seams not found as expected (each left as hypercorn has it): empty when all hold."""
+    missing = []
+    for cls, name, params, make in SEAMS:
+        current = vars(cls).get(name)
+        if getattr(current, "_lens_original", None) is not None:
+            continue  # (installed before)
+        if not inspect.iscoroutinefunction(current) or tuple(inspect.signature(current).parameters) != params:
+            missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+            continue
+        replacement = make(current)
+        replacement._lens_original = current  # type: ignore[attr-defined]
+        setattr(cls, name, replacement)
+    return missing

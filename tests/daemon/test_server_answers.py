@@ -1,0 +1,264 @@
+"""The answers the HTTP server gives itself, before a request reaches the app (runtime.server_answers).
+
+Each request is written by hand on a raw socket to a real daemon (loopback, port 0): requests
+h11 cannot parse (400), a head past the server's limit (431), a transfer coding other than
+chunked (501), WebSocket handshakes hypercorn refuses before the app, and an HTTP/2 connection
+that sends its preface (and SETTINGS) and then nothing. The seam into hypercorn is pinned first:
+a hypercorn whose methods or call sites moved fails here by name, not by a changed answer.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.trio import serve as hyper_serve
+
+from runtime import daemon as daemon_module
+from runtime import server_answers
+
+from .conftest import API, LIMIT, Daemon, assert_error_shape, parse_raw_response
+from .test_http_connections import BOUND, closed_within, healthy
+
+HEAD_LIMIT = server_answers.ServerConfig().h11_max_incomplete_size  # 16 KiB: hypercorn's default
+KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
+
+
+# --------------------------------------------------------------------------- the seam
+
+
+def test_the_seam_into_hypercorn_is_where_it_was() -> None:
+    """The three methods exist with the parameters the replacements take, are replaced, and are
+    still called where the server answers (or starts HTTP/2) itself. An upgrade of hypercorn that
+    moves any of it fails here."""
+    assert server_answers.install() == []
+    for cls, name, params, _ in server_answers.SEAMS:
+        method = vars(cls)[name]
+        assert getattr(method, "_lens_original", None) is not None, f"{cls.__name__}.{name} is not replaced"
+        assert tuple(inspect.signature(method._lens_original).parameters) == params
+    h11_reading = inspect.getsource(H11Protocol._handle_events)
+    assert "except h11.RemoteProtocolError as error:" in h11_reading
+    assert "await self._send_error_response(error.error_status_hint)" in h11_reading
+    ws_handle = inspect.getsource(WSStream.handle)
+    assert "elif not self.handshake.is_valid():\n                await self._send_error_response(400)" in ws_handle
+    assert "except H2ProtocolAssumedError" in inspect.getsource(ProtocolWrapper.handle)
+    assert "await self.protocol.initiate()" in inspect.getsource(ProtocolWrapper.handle)
+
+
+async def test_another_hypercorn_server_keeps_its_own_answers() -> None:
+    """The replacements act for the daemon's server only (its config is a ``ServerConfig``): any
+    other hypercorn server in the process answers as hypercorn does."""
+    server_answers.install()
+
+    async def app(scope, receive, send):  # noqa: ANN001 - a minimal ASGI app
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    config = HyperConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = config.errorlog = None
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: hyper_serve(app, config, task_status=task_status))
+        port = int(binds[0].rsplit(":", 1)[1])
+        with trio.fail_after(LIMIT):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(b"GARBAGE\r\n\r\n")
+                data = await closed_within(stream, BOUND)
+        nursery.cancel_scope.cancel()
+    assert data.startswith(b"HTTP/1.1 400 ") and b"content-length: 0\r\n" in data and data.endswith(b"\r\n\r\n"), data
+
+
+# --------------------------------------------------------------------------- HTTP/1.1
+
+
+async def refused(d: Daemon, raw: bytes, status: int, code: str) -> str:
+    """Send ``raw`` on a new connection: the answer is ``status`` with ``code`` in the error shape,
+    says ``connection: close``, and the connection is closed after it. Returns the message."""
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+        async with stream:
+            await stream.send_all(raw)
+            data = await closed_within(stream, BOUND)
+    r = parse_raw_response(data)
+    assert r.status == status, data
+    assert r.headers.get("connection", "").lower() == "close", data
+    assert int(r.headers["content-length"]) == len(r.body), data
+    got, message = assert_error_shape(r, repr(raw[:80]))
+    assert got == code, data
+    return message
+
+
+def request(port: int, *lines: str, method: str = "GET", body: bytes = b"") -> bytes:
+    return (f"{method} {API}/health HTTP/1.1\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode() + body
+
+
+MALFORMED = [  # (what, the request given the port, a fragment of the message)
+    ("a request line h11 cannot parse", lambda p: b"GARBAGE secret-token\r\n\r\n", "illegal request line"),
+    ("no Host", lambda p: request(p), "Missing mandatory Host: header"),
+    ("two Hosts", lambda p: request(p, f"Host: 127.0.0.1:{p}", f"Host: 127.0.0.1:{p}"), "multiple Host"),
+    ("a NUL in a value", lambda p: request(p, f"Host: 127.0.0.1:{p}", "Authorization: Bearer secret-token\0"),
+     "illegal header line"),
+    ("a bad Content-Length", lambda p: request(p, f"Host: 127.0.0.1:{p}", "Content-Length: -1", method="POST"),
+     "bad Content-Length"),
+    ("two different Content-Lengths", lambda p: request(p, f"Host: 127.0.0.1:{p}", "Content-Length: 1",
+                                                        "Content-Length: 2", method="POST", body=b"ab"),
+     "conflicting Content-Length"),
+    ("a bad chunk", lambda p: request(p, f"Host: 127.0.0.1:{p}", "Transfer-Encoding: chunked", method="POST",
+                                      body=b"zz\r\n"), "illegal chunk header"),
+]
+
+
+@pytest.mark.parametrize("what,raw,fragment", MALFORMED, ids=[m[0] for m in MALFORMED])
+async def test_a_request_h11_cannot_parse_is_400_in_the_error_shape(daemon: Daemon, what, raw, fragment) -> None:
+    """Hypercorn's 400 had an empty body; it names h11's reason now, and never the bytes h11
+    quotes (a credential may be among them)."""
+    message = await refused(daemon, raw(daemon.port), 400, "INVALID_ARGUMENT")
+    assert message.startswith("the request is not valid HTTP/1.1: ") and fragment in message, message
+    assert "secret-token" not in message and "bytearray" not in message, message
+    await healthy(daemon)
+
+
+async def test_an_unsupported_transfer_coding_is_501_in_the_error_shape(daemon: Daemon) -> None:
+    for coding in ("gzip", "chunked, chunked", "identity"):
+        raw = request(daemon.port, f"Host: 127.0.0.1:{daemon.port}", f"Transfer-Encoding: {coding}", method="POST")
+        message = await refused(daemon, raw, 501, "TRANSFER_ENCODING_UNSUPPORTED")
+        assert "Transfer-Encoding" in message, message
+    await healthy(daemon)
+
+
+async def test_a_head_past_the_limit_is_431_and_one_at_it_is_read(daemon: Daemon) -> None:
+    """h11 refuses a head of which more than ``h11_max_incomplete_size`` bytes arrived before its
+    end: exactly that many then the end is read (200); one byte more is 431 in the error shape."""
+    start = f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\nX-Pad: ".encode()
+
+    def unfinished(size: int) -> bytes:
+        return start + b"a" * (size - len(start))
+
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with stream:
+            await stream.send_all(unfinished(HEAD_LIMIT))  # (however it is read, no more is unfinished)
+            await stream.send_all(b"\r\nConnection: close\r\n\r\n")
+            data = await closed_within(stream, BOUND)
+    assert parse_raw_response(data).status == 200, data[:300]
+    message = await refused(daemon, unfinished(HEAD_LIMIT + 1), 431, "HEADERS_TOO_LARGE")
+    assert f"more than {HEAD_LIMIT} bytes" in message, message
+    await healthy(daemon)
+
+
+# --------------------------------------------------------------------------- WebSocket handshakes
+
+
+HANDSHAKES = [  # (what, the handshake's lines after Host, a fragment of the message)
+    ("no Sec-WebSocket-Key", ["Connection: upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13"],
+     "Sec-WebSocket-Key is missing"),
+    ("version 8", ["Connection: upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 8", KEY.strip()],
+     "Sec-WebSocket-Version must be 13"),
+]
+
+
+@pytest.mark.parametrize("what,lines,fragment", HANDSHAKES, ids=[h[0] for h in HANDSHAKES])
+async def test_a_handshake_refused_before_the_app_is_answered_and_closed(daemon: Daemon, what, lines,
+                                                                        fragment) -> None:
+    """Hypercorn refuses these before the app runs: its 400 had no body and, though it said
+    ``connection: close``, nothing ended the connection (no timer ran). Now the answer names
+    the problem and the connection is closed after it."""
+    raw = request(daemon.port, f"Host: 127.0.0.1:{daemon.port}", *lines)
+    message = await refused(daemon, raw, 400, "INVALID_ARGUMENT")
+    assert fragment in message and "no WebSocket route" in message, message
+    await healthy(daemon)
+
+
+async def test_a_handshake_in_http_1_0_is_answered_and_closed(daemon: Daemon) -> None:
+    raw = (f"GET {API}/health HTTP/1.0\r\nHost: 127.0.0.1:{daemon.port}\r\nConnection: upgrade\r\n"
+           f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n{KEY}\r\n").encode()
+    message = await refused(daemon, raw, 400, "INVALID_ARGUMENT")
+    assert "HTTP/1.0" in message, message
+
+
+async def test_data_before_a_handshake_is_answered_in_the_error_shape(daemon: Daemon) -> None:
+    """Data sent before the handshake's answer: the server's 400 or the app's, whichever went out
+    first (runtime.connection_races), is in the error shape either way."""
+    raw = request(daemon.port, f"Host: 127.0.0.1:{daemon.port}", "Connection: upgrade", "Upgrade: websocket",
+                  "Sec-WebSocket-Version: 13", KEY.strip()) + b"x\n"
+    for _ in range(5):
+        await refused(daemon, raw, 400, "INVALID_ARGUMENT")
+
+
+# --------------------------------------------------------------------------- HTTP/2
+
+
+@pytest.mark.parametrize("settings", [False, True], ids=["preface alone", "preface and SETTINGS"])
+async def test_an_http2_connection_without_a_request_is_closed(daemon_factory, monkeypatch: pytest.MonkeyPatch,
+                                                              settings: bool) -> None:
+    """HTTP/2 with prior knowledge: the preface is read as a request by the HTTP/1.1 side, which
+    stops the keep-alive timer, and the HTTP/2 side started it only when a stream ended: a client
+    sending the preface (or a SETTINGS frame too) and nothing more held its connection for ever.
+    It is closed at the keep-alive bound now, as an HTTP/1.1 connection without a request is."""
+    import h2.config
+    import h2.connection
+
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()  # the preface and a SETTINGS frame
+    out = conn.data_to_send()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+    async with stream:
+        await stream.send_all(out if settings else out[:24])  # (the preface is 24 bytes)
+        start = trio.current_time()
+        await closed_within(stream, BOUND)
+        assert trio.current_time() - start < BOUND
+    await healthy(d)
+
+
+async def test_data_on_an_http2_stream_answered_before_its_request_ended_is_refused(daemon: Daemon) -> None:
+    """A POST over HTTP/2 answered before its body ended (401: no credential), then one more DATA
+    frame on the stream: hypercorn had dropped the stream and failed reading the frame (a
+    ``KeyError``), which ended the whole server. The stream is reset (NO_ERROR) after its answer
+    now; the frame is ignored, and the daemon goes on."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "POST"), (":path", f"{API}/projects"), (":scheme", "http"),
+                          (":authority", f"127.0.0.1:{daemon.port}"), ("content-type", "application/json")])
+    conn.send_data(1, b'{"name": ')
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+        async with stream:
+            await stream.send_all(conn.data_to_send())
+            events: list = []
+            while not any(isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, f"the connection ended before the answer: {events}"
+                events += conn.receive_data(data)
+            assert any(isinstance(ev, h2.events.ResponseReceived) and (b":status", b"401") in ev.headers
+                       for ev in events), events
+            await stream.send_all(b"\x00\x00\x01\x00\x00\x00\x00\x00\x01x")  # DATA, stream 1, one byte
+            while not any(isinstance(ev, h2.events.StreamReset) for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, f"the connection ended without a reset of the stream: {events}"
+                events += conn.receive_data(data)
+            reset = next(ev for ev in events if isinstance(ev, h2.events.StreamReset))
+            assert reset.error_code == 0, reset
+            # the connection still serves
+            conn.send_headers(3, [(":method", "GET"), (":path", f"{API}/health"), (":scheme", "http"),
+                                  (":authority", f"127.0.0.1:{daemon.port}")], end_stream=True)
+            await stream.send_all(conn.data_to_send())
+            while not any(isinstance(ev, h2.events.StreamEnded) and ev.stream_id == 3 for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, "the connection ended"
+                events += conn.receive_data(data)
+    await healthy(daemon)
