@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 
 from events.secrets import marker
@@ -25,7 +27,7 @@ from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
-from .conftest import LIMIT, Daemon, run_lens, wait_until
+from .conftest import LIMIT, Daemon, DaemonFactory, run_lens, wait_until
 from .test_provider_keys import KEYS, SLOW, Recorder, config, leaks, unpacked, watch
 from .test_serve_process import ServeProcess, as_daemon
 
@@ -149,3 +151,24 @@ async def commands_and_jobs(d: Daemon, token: str, project: dict[str, Any]) -> s
     assert out["source"] == "memory" and marker("OPENAI_API_KEY") in out["output"], out
     await d.wait_idle(token, sid)
     return sid
+
+
+async def test_an_mcp_server_given_a_key_that_prints_it_as_it_fails_is_reported_without_it(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server's stderr tail (and its error) is in the tool inventory, which any paired client
+    # reads: a server the config hands a provider's key (envFrom) printed it there as it failed.
+    key = KEYS["OPENAI_API_KEY"]
+    monkeypatch.setenv("LENS_TEST_ECHO_KEY", key)
+    noisy = {"command": sys.executable, "maxRestarts": 0, "envFrom": ["LENS_TEST_ECHO_KEY"],
+             "args": ["-c", "import os, sys; sys.stderr.write('bad key ' + os.environ['LENS_TEST_ECHO_KEY']); sys.exit(7)"]}
+    d = await daemon_factory(config={
+        "providers": [{"id": "chat", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1",
+                       "apiKeyEnv": "LENS_TEST_ECHO_KEY", "models": [{"id": "m"}]},
+                      {"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}],
+        "defaultModel": "faux/faux-1", "mcpServers": {"noisy": noisy}})
+    token = await d.pair("mcp-client", strong=False)
+    r = await d.get("/tools/inventory", token)
+    assert r.status_code == 200, r.text
+    assert not leaks("the tool inventory", r.content, [key]), r.text
+    (noisy_state,) = r.json()["mcpServers"]
+    assert noisy_state["status"] == "failed" and noisy_state["stderrTail"] == f"bad key {marker('LENS_TEST_ECHO_KEY')}"
