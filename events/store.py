@@ -26,7 +26,7 @@ import os
 import queue
 import threading
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import AsyncIterator, Callable, Sequence
 
@@ -39,12 +39,14 @@ from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, train_dictionary, usable_dict
 from .errors import (
     AppendRejected,
     ConcurrencyConflict,
+    CorruptEvent,
     DataDirNotWritable,
     LogError,
     StoreClosed,
     StoreOpenError,
 )
 from .reader import LogReader, StoredEvent, StoredRow
+from .secrets import Secrets
 from .schema import (
     EVENTS_DB,
     LOCK_FILE,
@@ -157,6 +159,9 @@ class AppendResult(msgspec.Struct, frozen=True, gc=False):
     session_seqs: tuple[int | None, ...]
     ts: int
     duplicate: bool = False
+    # The events as stored, when they differ from those appended (a secret replaced by its
+    # marker, see ``EventStore.append``); None when they were stored as given.
+    events: tuple[_Event, ...] | None = None
 
     @property
     def seq(self) -> int:
@@ -254,8 +259,10 @@ class EventStore:
         *,
         auto_dictionary_after: int | None = AUTO_DICTIONARY_AFTER,
         cached_sessions: int = CACHED_SESSIONS,
+        secrets: Secrets | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.secrets = secrets or Secrets()
         self._conn = conn
         self._lock_fd = lock_fd
         self._log_fd = -1  # events.db itself, locked too (see _lock_log_file)
@@ -300,6 +307,7 @@ class EventStore:
         compression_level: int = 3,
         auto_dictionary_after: int | None = AUTO_DICTIONARY_AFTER,
         cached_sessions: int = CACHED_SESSIONS,
+        secrets: Secrets | None = None,
     ) -> "EventStore":
         """Open (creating if needed) the log in ``data_dir`` for writing.
 
@@ -307,6 +315,7 @@ class EventStore:
         is active, the writer thread trains one (as :meth:`train_dictionary` does) between two
         groups and uses it for new rows; ``None`` never trains one automatically.
         ``cached_sessions``: see :data:`CACHED_SESSIONS`.
+        ``secrets``: values no stored event may hold (see :meth:`append`).
 
         Raises :class:`~events.errors.StoreOpenError` subclasses: missing/unwritable directory,
         foreign or unsupported store, or another process holding the writer lock.
@@ -346,7 +355,7 @@ class EventStore:
                 for dict_id, reason in damaged.items():
                     codec.mark_damaged(dict_id, reason)
                 store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after,
-                            cached_sessions=cached_sessions)
+                            cached_sessions=cached_sessions, secrets=secrets)
                 store._log_fd = log_fd
             except apsw.Error as exc:
                 conn.close()
@@ -481,9 +490,14 @@ class EventStore:
         writes nothing. Raises :class:`AppendRejected` for bad drafts, :class:`StoreClosed` when
         the writer is not running, :class:`StoreWriteFailed` when the commit failed.
         If the caller is cancelled while waiting, the append may still be committed.
+
+        Every string of an event that holds one of :attr:`secrets` is stored with it replaced by
+        its marker; the result's ``events`` then holds the events as stored (what the caller
+        should fold), and the commit listeners see those.
         """
         try:
             raws = self.pack(drafts)
+            scrubbed = self._scrub(drafts, raws) if self.secrets else None
         except AppendRejected:
             # A repeat of a recorded request id is answered with the original (F-LOG-4) even
             # when its event could not be stored now (past a maximum lowered since, say).
@@ -504,6 +518,8 @@ class EventStore:
             await self._space.wait()
             if not self._accepting:
                 raise StoreClosed("the event store is not accepting appends")
+        if scrubbed is not None:
+            drafts = scrubbed
         pending = _Pending(drafts, raws, expected_session_seq)
         pending.task = trio.lowlevel.current_task()
         self._outstanding += 1
@@ -525,7 +541,28 @@ class EventStore:
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
+        if scrubbed is not None and not pending.result.duplicate:
+            return msgspec.structs.replace(pending.result, events=tuple(d.event for d in drafts))
         return pending.result
+
+    def _scrub(self, drafts: Sequence[Draft], raws: list[bytes]) -> list[Draft] | None:
+        """``drafts`` with the :attr:`secrets` they hold replaced by their markers (``raws``
+        rewritten to match), or None when they hold none. Raises :class:`AppendRejected` when
+        a rewritten event no longer fits the schema or the size limit."""
+        out: list[Draft] | None = None
+        for i, raw in enumerate(raws):
+            clean = self.secrets.scrub_packed(raw)
+            if clean is None:
+                continue
+            try:
+                event = self.codec.decode_raw(kind_of(drafts[i].event), clean)
+            except CorruptEvent as exc:
+                raise AppendRejected(f"{exc} (after a secret in it was replaced by its marker)") from None
+            raws[i] = self.codec.pack_checked(event)
+            if out is None:
+                out = list(drafts)
+            out[i] = replace(drafts[i], event=event)
+        return out
 
     def on_commit(self, listener: Callable[[list[StoredEvent]], None]) -> Callable[[], None]:
         """Call ``listener`` with the events of each committed group, as they are stored.

@@ -504,10 +504,11 @@ class SessionActor:
                 res = await self.deps.store.append(*drafts, expected_session_seq=state.last_session_seq)
                 if not res.duplicate:
                     self.appended = True
-                    for draft, seq, sseq in zip(drafts, res.seqs, res.session_seqs):
+                    stored = res.events or [draft.event for draft in drafts]  # (as the log holds them)
+                    for draft, event, seq, sseq in zip(drafts, stored, res.seqs, res.session_seqs):
                         apply(state, StoredEvent(
                             seq, res.ts, draft.project_id, draft.session_id, sseq, draft.agent_id,
-                            draft.task_id, t.kind_of(draft.event), draft.request_id, draft.event))
+                            draft.task_id, t.kind_of(event), draft.request_id, event))
                     self._unsnapshotted += len(drafts)
                     self._maybe_snapshot()
                 return res
@@ -876,13 +877,26 @@ class SessionActor:
             return
         request = ModelRequest(model_id, system, items, tools, thinking_level, agent_id)
         on_delta = self.deps.on_delta
+        # The deltas are scrubbed of the log's secrets as the answer they add up to will be; a
+        # secret cut between two deltas is caught by holding back what could begin one.
+        secrets = self.deps.store.secrets
+        scrubs = {"text": secrets.stream(), "reasoning": secrets.stream()}
 
         def delta_seen(delta: Delta) -> None:
             text = well_formed(delta.text)
+            if secrets:
+                text = scrubs[delta.kind].feed(text)
+                if not text:
+                    return
             on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
 
         try:
-            result = (await provider.stream(request, delta_seen)).well_formed()
+            try:
+                result = (await provider.stream(request, delta_seen)).well_formed()
+            finally:
+                for kind, scrub in scrubs.items():
+                    if held := scrub.flush():
+                        on_delta(self.session_id, agent_id, Delta(kind, held))
         except ProviderError as exc:
             # (with what the provider reported before it failed, when it had begun answering)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,

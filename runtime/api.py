@@ -767,7 +767,12 @@ def create_app(svc: Services) -> QuartTrio:
         state = await svc.supervisor.call(sid, a.GetState()) if sid is not None else None
         deps = svc.supervisor.deps
         catalog = deps.tool_catalog or ToolCatalog(deps.tools)
-        return json_response(inventory(catalog, state, svc.mcp.inventory() if svc.mcp is not None else []))
+        servers = svc.mcp.inventory() if svc.mcp is not None else []
+        for server in servers:  # (a server given a key by envFrom may print it before it fails)
+            server["stderrTail"] = svc.store.secrets.scrub_text(server["stderrTail"])
+            if server["error"] is not None:
+                server["error"] = svc.store.secrets.scrub_text(server["error"])
+        return json_response(inventory(catalog, state, servers))
 
     # ------------------------------------------------------------------ config files
 

@@ -25,6 +25,7 @@ import trio
 from hypercorn.trio import serve as hyper_serve
 
 from events import types as t
+from events.secrets import Secrets
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
@@ -120,7 +121,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                   f"(a gRPC header cannot carry other characters)")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
-                                max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level)
+                                max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
+                                secrets=Secrets.from_environ(secret_env_names(cfg), os.environ))
     except BaseException:
         await catalog.aclose()
         raise

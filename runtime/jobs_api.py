@@ -39,7 +39,9 @@ def add_job_routes(app: QuartTrio, svc: Any) -> None:
         check_id(job_id, "job id")
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
-        return json_response(_camel(await svc.supervisor.call(sid, j.ReadJob(job_id, offset, limit))))
+        job = await svc.supervisor.call(sid, j.ReadJob(job_id, offset, limit))
+        job["output"] = svc.store.secrets.scrub_text(job["output"])  # (held in memory, not from the log)
+        return json_response(_camel(job))
 
     @app.post("/api/v1/sessions/<sid>/jobs/<job_id>/stop")
     async def stop_job(sid: str, job_id: str) -> Response:

@@ -1,0 +1,174 @@
+"""F-MOD-6 when the key comes back as content: a provider (or a model) that echoes the key in
+its streamed answer, its reasoning and its tool-call arguments, a command that prints it, a
+workspace file and a background job holding it.
+
+``lens serve`` runs as a real process with the keys in its environment, each keyed provider
+pointed at a loopback server speaking its wire protocol. The key must reach none of: the log
+(``events.db`` and ``projections.db`` bytes, every zstd frame decompressed, ``lens log
+decode``), the SSE stream (the answers' ``model.delta`` frames included), any HTTP answer, the
+daemon's stdout and stderr. Where it stood, the marker naming its variable stands instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+
+from events.secrets import marker
+
+from ..providers.servers import anthropic as an
+from ..providers.servers import openai_chat as oc
+from ..providers.servers import openai_responses as orr
+from ..providers.servers.base import Reply, ScriptedServer
+from .conftest import LIMIT, Daemon, DaemonFactory, run_lens, wait_until
+from .test_provider_keys import KEYS, SLOW, Recorder, config, leaks, unpacked, watch
+from .test_serve_process import ServeProcess, as_daemon
+
+PROVIDERS = [("chat", "OPENAI_API_KEY"), ("resp", "LENS_TEST_RESPONSES_KEY"), ("anth", "ANTHROPIC_API_KEY")]
+
+
+def echoing_answer(pid: str, key: str) -> Reply:
+    """An answer that quotes ``key``: cut across text deltas, in its reasoning, and in the
+    arguments of a command that prints it and the workspace file holding every key."""
+    text = [f"Your key is {key[:10]}", key[10:25], f"{key[25:]}, keep it."]
+    # (Responses joins reasoning summary parts with a blank line: its key stays in one part.)
+    reasoning = [f"the header said {key} so"] if pid == "resp" else [f"the header said {key[:5]}", f"{key[5:]} so"]
+    calls = [("call_1", "run_command", {"command": f"echo {key}; cat notes.txt"})]
+    if pid == "chat":
+        return oc.chat_stream(text=text, reasoning=reasoning, calls=calls)
+    if pid == "resp":
+        return orr.response_stream(text=text, reasoning=reasoning, calls=calls)
+    return an.message_stream(text=text, thinking=reasoning, calls=calls)
+
+
+def plain_answer(pid: str) -> Reply:
+    return {"chat": oc.chat_stream, "resp": orr.response_stream, "anth": an.message_stream}[pid](text="done")
+
+
+async def test_a_key_echoed_as_content_is_stored_streamed_and_shown_as_its_marker(tmp_path: Path) -> None:
+    server = ScriptedServer()
+    recorder = Recorder()
+    sse_bytes = bytearray()
+    (tmp_path / "config").mkdir()
+    async with trio.open_nursery() as nursery:
+        url = await server.start(nursery)
+        (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(config(url), indent=2))
+        serve = ServeProcess(tmp_path, env={**os.environ, **KEYS})
+        try:
+            daemon_url = await serve.run(nursery)
+            async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
+                                          limits=httpx2.Limits(max_keepalive_connections=0),
+                                          event_hooks={"response": [recorder.on_response]}) as client:
+                d = as_daemon(tmp_path, daemon_url, client)
+                token = await d.pair("echo-client", strong=True, via="cli")
+                project = await d.project(token, "p")
+                Path(project["workspace"], "notes.txt").write_text(
+                    "".join(f"{name}={value}\n" for name, value in KEYS.items()))
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(watch, d, token, sse_bytes)
+                    sids = [await echoed(d, token, project, server, pid, name) for pid, name in PROVIDERS]
+                    sids.append(await commands_and_jobs(d, token, project))
+                    for sid in sids:
+                        await d.get(f"/sessions/{sid}", token)
+                        await d.get(f"/sessions/{sid}/context", token)
+                        await d.get(f"/sessions/{sid}/workspace/file", token, params={"path": "notes.txt"})
+                    await d.post("/history/search", token, {"projectId": project["id"], "query": "key"})
+                    last = (await d.get("/health")).json()["lastSeq"]
+                    with trio.fail_after(LIMIT):
+                        while f"id: {last}\n".encode() not in sse_bytes:
+                            await trio.sleep(0.02)
+                    inner.cancel_scope.cancel()
+            assert await serve.terminate() == 0
+        finally:
+            serve.kill()
+            nursery.cancel_scope.cancel()
+
+    found: list[str] = []
+    found += leaks("stdout", "\n".join(serve.lines))
+    found += leaks("stderr", (tmp_path / serve.stderr_name).read_bytes())
+    for where, data in recorder.seen:
+        found += leaks(where, data)
+    found += leaks("SSE stream", bytes(sse_bytes))
+    for path in sorted((tmp_path / "data").rglob("*")):
+        if path.is_file():
+            found += leaks(str(path.relative_to(tmp_path)), unpacked(path.read_bytes()))
+    decoded = await run_lens(tmp_path, "log", "decode", "--data", "data")
+    found += leaks("lens log decode", decoded.stdout + decoded.stderr)
+    assert not found, "\n".join(found)
+    # Where the keys stood, their markers stand: in the log, the stream's deltas and the file's page.
+    for name in KEYS:
+        assert marker(name) in decoded.stdout, name
+    deltas = "".join(json.loads(line[6:])["text"] for line in sse_bytes.decode().splitlines()
+                     if line.startswith("data: ") and '"kind": "text"' in line.replace('":"', '": "'))
+    assert marker("OPENAI_API_KEY") in deltas and marker("ANTHROPIC_API_KEY") in deltas, deltas
+    page = next(data for where, data in recorder.seen if where.endswith("/workspace/file"))
+    assert marker("LENS_TEST_RESPONSES_KEY").encode() in page
+
+
+async def echoed(d: Daemon, token: str, project: dict[str, Any], server: ScriptedServer, pid: str, name: str) -> str:
+    """A session whose provider echoes its key; what was recorded holds the marker instead."""
+    r = await d.post("/sessions", token, {"projectId": project["id"], "model": f"{pid}/m"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    server.push(echoing_answer(pid, KEYS[name]))
+    server.push(plain_answer(pid))
+    await d.submit(token, sid, f"{pid}-1", "what is my key?")
+    await d.wait_idle(token, sid, timeout=SLOW)
+    events = await d.events(token, sid)
+    answer = next(e["body"] for e in events if e["kind"] == "model.responded")
+    assert answer["text"] == f"Your key is {marker(name)}, keep it.", answer
+    assert marker(name) in answer["reasoning"], answer
+    assert json.loads(answer["tool_calls"][0]["arguments"])["command"] == f"echo {marker(name)}; cat notes.txt", answer
+    result = json.dumps(next(e["body"] for e in events if e["kind"] == "tool.finished"))
+    assert all(marker(n) in result for n in KEYS), result  # (the echo and the file's three lines)
+    # The key went back to the model as its marker: the next request holds no key in its body.
+    assert not leaks("the request after the tool call", json.dumps(server.requests[-1].body))
+    return sid
+
+
+async def commands_and_jobs(d: Daemon, token: str, project: dict[str, Any]) -> str:
+    """``env`` run by the command tool, and a background job printing the file of keys whose
+    output is read over HTTP (held in memory, not read from the log)."""
+    r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/faux-1"})
+    sid = r.json()["id"]
+    await d.submit(token, sid, "env-1", "/tool run_command " + json.dumps({"command": "env"}))
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "job-1", "/tool job " + json.dumps({"action": "start", "command": "cat notes.txt"}))
+
+    async def finished() -> dict[str, Any] | None:
+        jobs = (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
+        return jobs[0] if jobs and jobs[0]["status"] != "running" else None
+
+    job = await wait_until(finished, SLOW, "the job's end")
+    out = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token)).json()
+    assert out["source"] == "memory" and marker("OPENAI_API_KEY") in out["output"], out
+    await d.wait_idle(token, sid)
+    return sid
+
+
+async def test_an_mcp_server_given_a_key_that_prints_it_as_it_fails_is_reported_without_it(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server's stderr tail (and its error) is in the tool inventory, which any paired client
+    # reads: a server the config hands a provider's key (envFrom) printed it there as it failed.
+    key = KEYS["OPENAI_API_KEY"]
+    monkeypatch.setenv("LENS_TEST_ECHO_KEY", key)
+    noisy = {"command": sys.executable, "maxRestarts": 0, "envFrom": ["LENS_TEST_ECHO_KEY"],
+             "args": ["-c", "import os, sys; sys.stderr.write('bad key ' + os.environ['LENS_TEST_ECHO_KEY']); sys.exit(7)"]}
+    d = await daemon_factory(config={
+        "providers": [{"id": "chat", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1",
+                       "apiKeyEnv": "LENS_TEST_ECHO_KEY", "models": [{"id": "m"}]},
+                      {"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}],
+        "defaultModel": "faux/faux-1", "mcpServers": {"noisy": noisy}})
+    token = await d.pair("mcp-client", strong=False)
+    r = await d.get("/tools/inventory", token)
+    assert r.status_code == 200, r.text
+    assert not leaks("the tool inventory", r.content, [key]), r.text
+    (noisy_state,) = r.json()["mcpServers"]
+    assert noisy_state["status"] == "failed" and noisy_state["stderrTail"] == f"bad key {marker('LENS_TEST_ECHO_KEY')}"
