@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import pytest
 import trio
 
-from events.store import EventStore
+from events.store import EventStore, open_store
 from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps
 from runtime.executor_client import ExecutorClient
@@ -184,28 +184,22 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
     must come within 60 s."""
     data_dir = tmp_path / "data"
     faux = FauxProvider("faux", script)
-    store = EventStore.open(data_dir)
-    snapshots = SnapshotStore.open(store.data_dir)
-    try:
-        with trio.fail_after(60):
-            async with trio.open_nursery() as root:
-                await root.start(store.run)
-                try:
-                    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
-                        tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
-                                               *more_tools(pool)])
-                        deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools,
-                                         ids if ids is not None else IdGen(), snapshot_every=snapshot_every)
-                        sup = Supervisor(deps)
-                        async with trio.open_nursery() as actors:
-                            await actors.start(sup.run)
-                            yield sup, store, faux, pool
-                            actors.cancel_scope.cancel()
-                finally:
-                    store.close_writer()
-    finally:
-        store.close()
-        snapshots.close()
+    with trio.fail_after(60):
+        async with open_store(data_dir) as store:
+            snapshots = SnapshotStore.open(store.data_dir)
+            try:
+                async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+                    tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
+                                           *more_tools(pool)])
+                    deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools,
+                                     ids if ids is not None else IdGen(), snapshot_every=snapshot_every)
+                    sup = Supervisor(deps)
+                    async with trio.open_nursery() as actors:
+                        await actors.start(sup.run)
+                        yield sup, store, faux, pool
+                        actors.cancel_scope.cancel()
+            finally:
+                snapshots.close()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from events import types as t
-from events.store import EventStore
+from events.store import open_store
 from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
@@ -35,27 +35,21 @@ from .servers import openai_responses as orr
 @asynccontextmanager
 async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: IdGen | None = None,
                   snapshot_every: int = 500, **store_options: Any) -> AsyncIterator[Supervisor]:
-    store = EventStore.open(data_dir, **store_options)
-    snapshots = SnapshotStore.open(store.data_dir)
-    deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
-                     tools if tools is not None else builtin_tools(), ids if ids is not None else IdGen(),
-                     snapshot_every=snapshot_every)
-    sup = Supervisor(deps)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)
-            try:
-                async with trio.open_nursery() as actors:
-                    await actors.start(sup.run)
-                    try:
-                        yield sup
-                    finally:
-                        actors.cancel_scope.cancel()
-            finally:
-                store.close_writer()
-    finally:
-        store.close()
-        snapshots.close()
+    async with open_store(data_dir, **store_options) as store:
+        snapshots = SnapshotStore.open(store.data_dir)
+        try:
+            deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
+                             tools if tools is not None else builtin_tools(), ids if ids is not None else IdGen(),
+                             snapshot_every=snapshot_every)
+            sup = Supervisor(deps)
+            async with trio.open_nursery() as actors:
+                await actors.start(sup.run)
+                try:
+                    yield sup
+                finally:
+                    actors.cancel_scope.cancel()
+        finally:
+            snapshots.close()
 
 
 async def events_of(sup: Supervisor, session_id: str) -> list:
