@@ -1,4 +1,4 @@
-"""Small files read and replaced safely: the config files and the pair file.
+"""Files read and replaced safely: the config files, the pair file and the artifacts.
 
 :func:`read_regular_file` never blocks (a FIFO in a config file's place held a worker thread,
 or the event loop, for ever) and never reads without bound (``--config /dev/zero``);

@@ -1,6 +1,7 @@
 """Content-addressed artifacts: binaries stored once by SHA-256 outside the log.
 
-``put`` writes ``artifacts/<sha256>`` atomically (temp file, fsync, rename) and is idempotent;
+``put`` writes ``artifacts/<sha256>`` atomically (:func:`runtime.atomicfile.replace_atomically`:
+temp file, fsync, rename, directory fsync) and is idempotent;
 ``get`` verifies the bytes against their name before returning them, so a damaged file is
 caught before it is sent anywhere. Both read only a regular file, without blocking and up to
 :data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
@@ -11,12 +12,10 @@ once by ``get`` and replaced by ``put``.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import secrets
 from pathlib import Path
 
-from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file
+from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
 
 # Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
 # images of 5 MiB): only a bound on what is read.
@@ -41,18 +40,7 @@ class ArtifactStore:
         path = self.root / digest
         if _intact(path, digest):
             return digest  # (a damaged copy is written again: it failed every request naming it)
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{digest}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        replace_atomically(path, data)
         return digest
 
     def get(self, artifact_id: str) -> bytes:

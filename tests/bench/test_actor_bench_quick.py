@@ -5,12 +5,9 @@ Not a timed test: only the shape of the output is checked, never the figures aga
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "actor_bench.py"
+from tests.benchrun import quick_figures
 
 KEYS = {
     "wake_snapshot_ms",
@@ -22,14 +19,7 @@ KEYS = {
 
 
 def test_actor_bench_quick_prints_its_figures_as_the_last_line(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", "--data", str(tmp_path / "bench")],
-        capture_output=True, text=True, timeout=180,
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert any(line.startswith("| figure |") for line in lines)  # the Markdown table
-    figures = json.loads(lines[-1])
+    figures = quick_figures("actor_bench.py", "--quick", "--json", "--data", str(tmp_path / "bench"), timeout=180)
     assert KEYS <= figures.keys()
     for key in KEYS - {"passivated_10k_mib"}:  # RSS is unavailable without /proc
         assert isinstance(figures[key], (int, float)) and figures[key] >= 0, key

@@ -5,12 +5,9 @@ Not a timed test: only the shape of the output is checked, never the figures aga
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "executor_bench.py"
+from tests.benchrun import quick_figures
 
 KEYS = {
     "read_file_calls_per_s",
@@ -22,12 +19,7 @@ KEYS = {
 
 
 def test_executor_bench_quick_prints_its_figures_as_the_last_line(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert any(line.startswith("| figure |") for line in lines)  # the Markdown table
-    figures = json.loads(lines[-1])
+    figures = quick_figures("executor_bench.py", "--quick", "--json", timeout=120, cwd=tmp_path)
     assert KEYS <= figures.keys()
     for key in KEYS:
         assert isinstance(figures[key], (int, float)) and figures[key] > 0, key

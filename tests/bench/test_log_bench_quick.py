@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchrun import quick_figures
 from tests.unwritable import unwritable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,17 +33,7 @@ KEYS = REQUIRED + ("json_bytes_per_event", "append_ratio", "replay_ratio", "byte
 
 def test_quick_run_prints_json_figures_last(tmp_path: Path) -> None:
     data = tmp_path / "log"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", "--data", str(data)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert any(line.startswith("| figure |") for line in lines), proc.stdout
-    figures = json.loads(lines[-1])
+    figures = quick_figures("log_bench.py", "--quick", "--json", "--data", str(data), timeout=300, cwd=ROOT)
     for key in KEYS:
         assert isinstance(figures[key], (int, float)), key
         assert figures[key] > 0, (key, figures[key])

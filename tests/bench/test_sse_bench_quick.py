@@ -6,13 +6,11 @@ loopback, SSE subscribers, the HTTP writer) and reports every figure, never a sp
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.benchrun import quick_figures
+
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench" / "sse_bench.py"
 
 POSITIVE = (
     "subscribers",
@@ -27,17 +25,7 @@ POSITIVE = (
 
 
 def test_quick_run_prints_json_figures_last() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert any(line.startswith("| figure |") for line in lines), proc.stdout
-    figures = json.loads(lines[-1])
+    figures = quick_figures("sse_bench.py", "--quick", "--json", timeout=300, cwd=ROOT)
     for key in POSITIVE:
         assert isinstance(figures[key], (int, float)), key
         assert figures[key] > 0, (key, figures[key])

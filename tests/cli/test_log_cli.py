@@ -43,6 +43,7 @@ from events.types import (
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
+from tests.rawlog import body_of_row, edit_log, log_rows
 from tests.unwritable import unwritable
 
 DECODE_KEYS = {
@@ -113,28 +114,6 @@ def write_log(data_dir: Path, appends: list[list[Draft]]) -> None:
     trio.run(main)
 
 
-def db_rows(data_dir: Path, sql: str, args: tuple = ()) -> list[tuple]:
-    conn = apsw.Connection(str(data_dir / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        return list(conn.execute(sql, args))
-    finally:
-        conn.close()
-
-
-def db_exec(data_dir: Path, sql: str, args: tuple = ()) -> None:
-    """Change events.db behind Lens's back (the writer is closed)."""
-    conn = apsw.Connection(str(data_dir / "events.db"))
-    try:
-        with conn:
-            conn.execute(sql, args)
-    finally:
-        conn.close()
-
-
-def body_of_row(data_dir: Path, seq: int) -> bytes:
-    return db_rows(data_dir, "SELECT body FROM events WHERE seq = ?", (seq,))[0][0]
-
-
 def decoded(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines()]
 
@@ -170,7 +149,7 @@ def log_dir(pristine: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def expected(pristine: Path) -> list[tuple]:
     """(seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id) per row."""
-    return db_rows(
+    return log_rows(
         pristine,
         "SELECT seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, request_id "
         "FROM events ORDER BY seq",
@@ -265,7 +244,7 @@ def test_decode_raw_prints_the_stored_bytes(log_dir: Path, expected: list[tuple]
     assert [ev["seq"] for ev in lines] == list(range(1, 13))
     stored = {
         seq: (dict_id, raw_size, body)
-        for seq, dict_id, raw_size, body in db_rows(
+        for seq, dict_id, raw_size, body in log_rows(
             log_dir, "SELECT seq, dict_id, raw_size, body FROM events WHERE seq <= 12"
         )
     }
@@ -279,14 +258,14 @@ def test_decode_raw_prints_the_stored_bytes(log_dir: Path, expected: list[tuple]
 
 
 def test_decode_raw_prints_corrupt_rows_as_stored(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 4", (b"\x00not zstd",))
+    edit_log(log_dir, "UPDATE events SET body = ? WHERE seq = 4", (b"\x00not zstd",))
     res = lens("log", "decode", "--data", str(log_dir), "--raw", "--from", "4", "--to", "4")
     assert res.returncode == 0, res.stderr
     assert base64.b64decode(decoded(res.stdout)[0]["body"]) == b"\x00not zstd"
 
 
 def test_decode_reports_a_corrupt_row_and_prints_the_others(log_dir: Path, expected: list[tuple]) -> None:
-    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 7", (b"garbage, not a zstd frame",))
+    edit_log(log_dir, "UPDATE events SET body = ? WHERE seq = 7", (b"garbage, not a zstd frame",))
     res = lens("log", "decode", "--data", str(log_dir))
     assert res.returncode == 1
     seqs = [e["seq"] for e in decoded(res.stdout)]
@@ -299,7 +278,7 @@ def test_decode_reports_a_corrupt_row_and_prints_the_others(log_dir: Path, expec
 def test_decode_shows_an_unknown_kind_as_opaque(log_dir: Path, expected: list[tuple]) -> None:
     seq = expected[-1][0] + 1
     body, raw_size = zstd_msgpack({"kind": "future.kind", "shape": [1, 2], "note": "from a newer Lens"})
-    db_exec(
+    edit_log(
         log_dir,
         "INSERT INTO events(seq, ts, project_id, kind, raw_size, body) VALUES (?, ?, 'p1', 'future.kind', ?, ?)",
         (seq, expected[-1][1], raw_size, body),
@@ -391,13 +370,13 @@ def test_directory_of_another_layout_is_refused(tmp_path: Path) -> None:
 
 
 def test_other_format_and_other_version_are_refused(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE meta SET value = '2' WHERE key = 'format_version'")
+    edit_log(log_dir, "UPDATE meta SET value = '2' WHERE key = 'format_version'")
     res = lens("log", "decode", "--data", str(log_dir))
     assert res.returncode == 2
     assert res.stderr.startswith("lens: STORE_FORMAT_UNSUPPORTED: ")
     assert "version 2" in res.stderr and "--data NEW_DIR" in res.stderr
 
-    db_exec(log_dir, "UPDATE meta SET value = 'other-events' WHERE key = 'format'")
+    edit_log(log_dir, "UPDATE meta SET value = 'other-events' WHERE key = 'format'")
     res = lens("log", "decode", "--data", str(log_dir))
     assert res.returncode == 2
     assert res.stderr.startswith("lens: STORE_FOREIGN: ")
@@ -428,7 +407,7 @@ def test_console_script_and_default_data_dir(pristine: Path, tmp_path: Path) -> 
         [str(lens_script()), "log", "verify"], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
     assert res.returncode == 0, res.stderr
-    count = db_rows(pristine, "SELECT count(*) FROM events")[0][0]
+    count = log_rows(pristine, "SELECT count(*) FROM events")[0][0]
     assert res.stdout == f"ok: {count} event(s) verified\n"
 
 
@@ -463,7 +442,7 @@ CORRUPTIONS = {
 def test_verify_reports_a_damaged_body(log_dir: Path, expected: list[tuple], name: str) -> None:
     damage, words = CORRUPTIONS[name]
     seq = 11
-    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = ?", (damage(body_of_row(log_dir, seq)), seq))
+    edit_log(log_dir, "UPDATE events SET body = ? WHERE seq = ?", (damage(body_of_row(log_dir, seq)), seq))
     before = sha256(log_dir / "events.db")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
@@ -479,7 +458,7 @@ def test_verify_reports_a_body_of_another_kind(log_dir: Path, expected: list[tup
     # A valid frame, but holding a session.created body under an input.submitted row.
     target = next(r[0] for r in expected if r[7] == "input.submitted")
     other = next(r[0] for r in expected if r[7] == "session.created")
-    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = ?", (body_of_row(log_dir, other), target))
+    edit_log(log_dir, "UPDATE events SET body = ? WHERE seq = ?", (body_of_row(log_dir, other), target))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == (
@@ -489,7 +468,7 @@ def test_verify_reports_a_body_of_another_kind(log_dir: Path, expected: list[tup
 
 def test_verify_reports_every_problem_with_its_seq(log_dir: Path, expected: list[tuple]) -> None:
     for seq in (3, 30, 60):
-        db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = ?", (seq,))
+        edit_log(log_dir, "UPDATE events SET body = x'00' WHERE seq = ?", (seq,))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     lines = res.stdout.splitlines()
@@ -499,7 +478,7 @@ def test_verify_reports_every_problem_with_its_seq(log_dir: Path, expected: list
 
 def test_verify_reports_a_seq_gap(log_dir: Path, expected: list[tuple]) -> None:
     # seq 1 is project-level, so removing it leaves every session's session_seq intact.
-    db_exec(log_dir, "DELETE FROM events WHERE seq = 1")
+    edit_log(log_dir, "DELETE FROM events WHERE seq = 1")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines() == [
@@ -512,19 +491,19 @@ def test_verify_reports_a_seq_gap(log_dir: Path, expected: list[tuple]) -> None:
 def test_verify_reports_an_edited_maximum_event_size_record(log_dir: Path, expected: list[tuple], value: str) -> None:
     # Writers record only maximums from 32 MiB to 1 GiB; readers take another value as the nearest
     # they allow, which verify says rather than hiding the edit.
-    db_exec(log_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (value,))
+    edit_log(log_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (value,))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1, res.stdout + res.stderr
     (problem, summary) = res.stdout.splitlines()
     assert problem.startswith("log: meta max_event_bytes is ") and "reads take it as" in problem
     assert summary == f"FAILED: 1 problem(s) in {len(expected)} event(s)"
-    db_exec(log_dir, "UPDATE meta SET value = ? WHERE key = 'max_event_bytes'", (str(48 * 1024 * 1024),))
+    edit_log(log_dir, "UPDATE meta SET value = ? WHERE key = 'max_event_bytes'", (str(48 * 1024 * 1024),))
     assert lens("log", "verify", "--data", str(log_dir)).returncode == 0
 
 
 def test_verify_reports_a_gap_inside_a_session(log_dir: Path, expected: list[tuple]) -> None:
     victim = next(r for r in expected if r[3] == "s2" and r[4] == 3)
-    db_exec(log_dir, "DELETE FROM events WHERE seq = ?", (victim[0],))
+    edit_log(log_dir, "DELETE FROM events WHERE seq = ?", (victim[0],))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     out = res.stdout
@@ -535,7 +514,7 @@ def test_verify_reports_a_gap_inside_a_session(log_dir: Path, expected: list[tup
 def test_verify_reports_an_unknown_kind(log_dir: Path, expected: list[tuple]) -> None:
     seq = expected[-1][0] + 1
     body, raw_size = zstd_msgpack({"kind": "future.kind", "value": 1})
-    db_exec(
+    edit_log(
         log_dir,
         "INSERT INTO events(seq, ts, project_id, kind, raw_size, body) VALUES (?, ?, 'p1', 'future.kind', ?, ?)",
         (seq, expected[-1][1], raw_size, body),
@@ -552,7 +531,7 @@ def test_verify_reports_an_unknown_kind(log_dir: Path, expected: list[tuple]) ->
 
 
 def test_verify_reports_a_row_naming_the_wrong_dictionary(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE events SET dict_id = 12345 WHERE seq = 9")
+    edit_log(log_dir, "UPDATE events SET dict_id = 12345 WHERE seq = 9")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == (
@@ -561,7 +540,7 @@ def test_verify_reports_a_row_naming_the_wrong_dictionary(log_dir: Path) -> None
 
 
 def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple]) -> None:
-    db_exec(log_dir, "UPDATE events SET ts = 1000 WHERE seq = 10")
+    edit_log(log_dir, "UPDATE events SET ts = 1000 WHERE seq = 10")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == (
@@ -569,8 +548,8 @@ def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple
     )
     # a first event stamped before 1970 is not compared with a previous event it does not have
     # (it read "earlier than the previous event's 0"); a negative stamp later on is named the same
-    db_exec(log_dir, "UPDATE events SET ts = 5000 WHERE seq = 10")
-    db_exec(log_dir, "UPDATE events SET ts = -5 WHERE seq IN (1, 3)")
+    edit_log(log_dir, "UPDATE events SET ts = 5000 WHERE seq = 10")
+    edit_log(log_dir, "UPDATE events SET ts = -5 WHERE seq IN (1, 3)")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[:3] == [
@@ -607,7 +586,7 @@ async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir:
     assert zstandard.get_frame_parameters(body).dict_id == dict_id
     # The bytes printed decompress elsewhere with the dictionary the row names, read from the
     # `dictionaries` table (storage-format.md says how); without it they do not.
-    [(data,)] = db_rows(log_dir, "SELECT data FROM dictionaries WHERE dict_id = ?", (dict_id,))
+    [(data,)] = log_rows(log_dir, "SELECT data FROM dictionaries WHERE dict_id = ?", (dict_id,))
     raw = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data)).decompress(body)
     assert len(raw) == new["raw_size"] and msgspec.msgpack.decode(raw)["text"] == "answer 99 " * 40
     with pytest.raises(zstandard.ZstdError):
@@ -647,9 +626,9 @@ def log_file_digests(data_dir: Path) -> dict[str, str]:
 
 
 def test_verify_never_changes_the_database(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE events SET body = x'28b52ffd' WHERE seq = 5")
+    edit_log(log_dir, "UPDATE events SET body = x'28b52ffd' WHERE seq = 5")
     before = log_file_digests(log_dir)
-    rows = db_rows(log_dir, "SELECT * FROM events ORDER BY seq")
+    rows = log_rows(log_dir, "SELECT * FROM events ORDER BY seq")
     for _ in range(2):
         res = lens("log", "verify", "--data", str(log_dir))
         assert res.returncode == 1
@@ -659,7 +638,7 @@ def test_verify_never_changes_the_database(log_dir: Path) -> None:
         assert after[name] == digest, name
     # A reader may leave an empty WAL behind, never one with content.
     assert after.get("events.db-wal") in (None, hashlib.sha256(b"").hexdigest())
-    assert db_rows(log_dir, "SELECT * FROM events ORDER BY seq") == rows
+    assert log_rows(log_dir, "SELECT * FROM events ORDER BY seq") == rows
     assert not (log_dir / "projections.db").exists()
 
 
@@ -714,7 +693,7 @@ def direct_stats(data_dir: Path) -> list[tuple]:
     """(kind, events, stored bytes, raw bytes) computed from events.db itself."""
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     dctx = zstandard.ZstdDecompressor()
-    for kind, body in db_rows(data_dir, "SELECT kind, body FROM events"):
+    for kind, body in log_rows(data_dir, "SELECT kind, body FROM events"):
         a = acc[kind]
         a[0] += 1
         a[1] += len(body)
@@ -794,7 +773,7 @@ def test_rebuild_is_idempotent_and_equals_incremental(tmp_path: Path) -> None:
 
 def test_rebuild_of_columns_only_ignores_a_damaged_body(log_dir: Path, expected: list[tuple]) -> None:
     # stats works from stored columns only; a damaged body still counts its stored size.
-    db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
+    edit_log(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
     res = lens("log", "rebuild", "--data", str(log_dir), "--projection", "stats")
     assert res.returncode == 0, res.stderr
     stats = projection_tables(log_dir)["stats_kinds"]
@@ -807,7 +786,7 @@ def test_rebuild_reports_a_corrupt_row_a_projection_needs(log_dir: Path) -> None
         pytest.skip("no registered projection reads bodies")
     assert lens("log", "rebuild", "--data", str(log_dir)).returncode == 0
     before = projection_tables(log_dir), positions(log_dir)
-    db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
+    edit_log(log_dir, "UPDATE events SET body = x'00' WHERE seq = 2")
     res = lens("log", "rebuild", "--data", str(log_dir))
     assert res.stderr.startswith("lens: EVENT_CORRUPT: seq 2: ")
     assert "the rebuild stopped at this row and changed nothing" in res.stderr
@@ -822,10 +801,10 @@ def test_a_body_integer_sqlite_cannot_hold_is_a_corrupt_row_for_projections(log_
     # rebuild died with a traceback (OverflowError) and the daemon's catch-up without a seq.
     assert lens("log", "rebuild", "--data", str(log_dir)).returncode == 0
     before = projection_tables(log_dir), positions(log_dir)
-    assert db_rows(log_dir, "SELECT kind, session_id FROM events WHERE seq = 2") == [("session.created", "s1")]
+    assert log_rows(log_dir, "SELECT kind, session_id FROM events WHERE seq = 2") == [("session.created", "s1")]
     body, size = zstd_msgpack({"kind": "session.created", "model": "m", "forked_from_session": "s0",
                                "forked_from_seq": 2**64 - 1})
-    db_exec(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, size))
+    edit_log(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, size))
     res = lens("log", "rebuild", "--data", str(log_dir))
     assert "Traceback" not in res.stderr, res.stderr
     assert res.returncode == 1, res.stderr
@@ -855,7 +834,7 @@ def test_stats_json_matches_the_events_table(log_dir: Path, expected: list[tuple
     out = json.loads(res.stdout)
     direct = direct_stats(log_dir)
     # raw_size as recorded agrees with the decompressed size of each body.
-    recorded = db_rows(
+    recorded = log_rows(
         log_dir,
         "SELECT kind, count(*), sum(length(body)), sum(raw_size) FROM events GROUP BY kind ORDER BY kind",
     )
@@ -909,8 +888,8 @@ def test_stats_follows_new_events(log_dir: Path) -> None:
 def test_mistyped_columns_are_reported_by_every_command(log_dir: Path, expected: list[tuple]) -> None:
     # Hand edits with the sqlite3 shell can store text where a blob or an integer belongs (the
     # table is not STRICT). Each command names the row and the column; none tracebacks.
-    db_exec(log_dir, "UPDATE events SET body = 'not a blob' WHERE seq = 3")
-    db_exec(log_dir, "UPDATE events SET raw_size = 'big' WHERE seq = 5")
+    edit_log(log_dir, "UPDATE events SET body = 'not a blob' WHERE seq = 3")
+    edit_log(log_dir, "UPDATE events SET raw_size = 'big' WHERE seq = 5")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stdout.splitlines() == [
@@ -934,8 +913,8 @@ def test_mistyped_columns_are_reported_by_every_command(log_dir: Path, expected:
 def test_text_that_is_not_utf8_is_reported_by_every_command(log_dir: Path, expected: list[tuple]) -> None:
     # SQLite stores TEXT bytes as given: a flipped byte, or a hand edit, can leave a value that is
     # not UTF-8 — which failed every command with a UnicodeDecodeError traceback.
-    db_exec(log_dir, "UPDATE events SET task_id = CAST(x'ff41' AS TEXT) WHERE seq = 3")
-    db_exec(log_dir, "UPDATE events SET body = CAST(x'28b52ffd' || x'ff' AS TEXT) WHERE seq = 5")
+    edit_log(log_dir, "UPDATE events SET task_id = CAST(x'ff41' AS TEXT) WHERE seq = 3")
+    edit_log(log_dir, "UPDATE events SET body = CAST(x'28b52ffd' || x'ff' AS TEXT) WHERE seq = 5")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert res.stdout.splitlines() == [
@@ -963,7 +942,7 @@ def test_text_that_is_not_utf8_is_reported_by_every_command(log_dir: Path, expec
 
 def test_verify_reports_session_fields_on_an_event_without_a_session(log_dir: Path, expected: list[tuple]) -> None:
     (seq,) = [r[0] for r in expected if r[3] is not None][:1]
-    db_exec(log_dir, "UPDATE events SET session_id = NULL, request_id = 'req_x' WHERE seq = ?", (seq,))
+    edit_log(log_dir, "UPDATE events SET session_id = NULL, request_id = 'req_x' WHERE seq = ?", (seq,))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     lines = res.stdout.splitlines()
@@ -973,8 +952,8 @@ def test_verify_reports_session_fields_on_an_event_without_a_session(log_dir: Pa
 
 
 def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None:
-    (size,) = db_rows(log_dir, "SELECT raw_size FROM events WHERE seq = 2")[0]
-    db_exec(log_dir, "UPDATE events SET raw_size = ? WHERE seq = 2", (size + 1000,))
+    (size,) = log_rows(log_dir, "SELECT raw_size FROM events WHERE seq = 2")[0]
+    edit_log(log_dir, "UPDATE events SET raw_size = ? WHERE seq = 2", (size + 1000,))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == f"seq 2: raw_size {size + 1000}, but the frame holds {size} bytes"
@@ -986,15 +965,15 @@ def test_verify_reports_a_raw_size_that_is_not_what_a_frame_of_unknown_size_hold
     raw = zstandard.ZstdDecompressor().decompress(body_of_row(log_dir, 2))
     body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(raw)
     assert zstandard.frame_content_size(body) == -1
-    db_exec(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, len(raw) + 1000))
-    db_exec(log_dir, "UPDATE events SET body = ? WHERE seq = 3", (
+    edit_log(log_dir, "UPDATE events SET body = ?, raw_size = ? WHERE seq = 2", (body, len(raw) + 1000))
+    edit_log(log_dir, "UPDATE events SET body = ? WHERE seq = 3", (
         zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(
             zstandard.ZstdDecompressor().decompress(body_of_row(log_dir, 3))),))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1, res.stdout
     assert res.stdout.splitlines() == [
         f"seq 2: raw_size {len(raw) + 1000}, but the frame holds {len(raw)} bytes",  # seq 3 is right
-        f"FAILED: 1 problem(s) in {len(db_rows(log_dir, 'SELECT seq FROM events'))} event(s)",
+        f"FAILED: 1 problem(s) in {len(log_rows(log_dir, 'SELECT seq FROM events'))} event(s)",
     ]
 
 
@@ -1124,7 +1103,7 @@ def test_a_damaged_page_past_the_start_is_reported_by_seq(log_dir: Path) -> None
     ],
 )
 def test_a_reshaped_schema_under_a_valid_marker_is_named(log_dir: Path, edit: str, words: str) -> None:
-    db_exec(log_dir, edit)
+    edit_log(log_dir, edit)
     for command in ("decode", "verify", "stats", "rebuild"):
         res = lens("log", command, "--data", str(log_dir))
         rc = 1 if command == "verify" else 2
@@ -1142,7 +1121,7 @@ def test_events_db_that_is_a_directory_is_refused(tmp_path: Path) -> None:
 async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected: list[tuple]) -> None:
     used, dict_id = await append_one(log_dir, Draft(ModelResponded(text="with the dictionary"), session_id="s1"),
                                      train=True)
-    db_exec(log_dir, "UPDATE dictionaries SET data = ? WHERE dict_id = ?", (b"not a dictionary" * 64, dict_id))
+    edit_log(log_dir, "UPDATE dictionaries SET data = ? WHERE dict_id = ?", (b"not a dictionary" * 64, dict_id))
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     lines = res.stdout.splitlines()
@@ -1154,7 +1133,7 @@ async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected:
     # The store still opens: new bodies go without the damaged dictionary.
     new, active = await append_one(log_dir, Draft(ModelResponded(text="after"), session_id="s1"))
     assert active == 0
-    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
+    assert log_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
 
 
 async def test_a_dictionary_cut_short_fails_only_its_rows(log_dir: Path, expected: list[tuple]) -> None:
@@ -1162,7 +1141,7 @@ async def test_a_dictionary_cut_short_fails_only_its_rows(log_dir: Path, expecte
     # dictionary only when a decompressor first loads it, which was a traceback in every command.
     used, dict_id = await append_one(log_dir, Draft(ModelResponded(text="with the dictionary"), session_id="s1"),
                                      train=True)
-    db_exec(log_dir, "UPDATE dictionaries SET data = substr(data, 1, 100) WHERE dict_id = ?", (dict_id,))
+    edit_log(log_dir, "UPDATE dictionaries SET data = substr(data, 1, 100) WHERE dict_id = ?", (dict_id,))
     before = sha256(log_dir / "events.db")
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
@@ -1183,7 +1162,7 @@ async def test_a_dictionary_cut_short_fails_only_its_rows(log_dir: Path, expecte
     # The store still opens and writes: new bodies go without the damaged dictionary.
     new, active = await append_one(log_dir, Draft(ModelResponded(text="after"), session_id="s1"))
     assert active == 0
-    assert db_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
+    assert log_rows(log_dir, "SELECT dict_id FROM events WHERE seq = ?", (new,)) == [(0,)]
 
 
 def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, expected: list[tuple]) -> None:
@@ -1193,7 +1172,7 @@ def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, 
          "twins": {1: "int", "1": "str"}, "bools": {True: "bool", "true": "str"}, "floats": [float("nan"), float("inf"), -float("inf"), 1.5]}
     )
     body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
-    db_exec(
+    edit_log(
         log_dir,
         "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'future.kind', ?, ?)",
         (seq, expected[-1][1], len(raw), body),
@@ -1224,7 +1203,7 @@ def test_a_known_kind_with_msgpack_only_values_in_an_any_field_prints_as_json(
     body, size = zstd_msgpack({"kind": "tool.finished", "call_id": "c1", "name": "read_file",
                                "structured_content": {"blob": msgspec.msgpack.Ext(5, b"ab"), (1, 2): None,
                                                       None: [True], "n": 1}})
-    db_exec(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'tool.finished', ?, ?)",
+    edit_log(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'tool.finished', ?, ?)",
             (seq, expected[-1][1], size, body))
     res = lens("log", "decode", "--data", str(log_dir), "--from", str(seq))
     assert "Traceback" not in res.stderr, res.stderr
@@ -1241,7 +1220,7 @@ def test_a_known_kind_with_msgpack_only_values_in_an_any_field_prints_as_json(
     assert res.returncode == 0, res.stdout
 
 def test_session_events_without_a_session_do_not_break_rebuild(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE events SET session_id = NULL, session_seq = NULL "
+    edit_log(log_dir, "UPDATE events SET session_id = NULL, session_seq = NULL "
                      "WHERE kind IN ('session.created', 'input.submitted')")
     res = lens("log", "rebuild", "--data", str(log_dir))
     assert res.returncode == 0, res.stderr
@@ -1258,10 +1237,10 @@ def _first_line_then_close(*args: str) -> tuple[bytes, int]:
 
 
 def test_a_closed_pipe_keeps_the_exit_code_of_what_failed(log_dir: Path, expected: list[tuple]) -> None:
-    db_exec(log_dir, "DELETE FROM events WHERE seq = 2")  # a gap: verify fails
+    edit_log(log_dir, "DELETE FROM events WHERE seq = 2")  # a gap: verify fails
     first, rc = _first_line_then_close("log", "verify", "--data", str(log_dir))
     assert first.startswith(b"seq 3: seq gap") and rc == 1
-    db_exec(log_dir, "UPDATE events SET body = x'00' WHERE seq = 1")
+    edit_log(log_dir, "UPDATE events SET body = x'00' WHERE seq = 1")
     first, rc = _first_line_then_close("log", "decode", "--data", str(log_dir))
     assert json.loads(first)["seq"] == 3 and rc == 1  # seq 1 failed before the reader left
 
@@ -1281,7 +1260,7 @@ def test_output_that_cannot_be_written_is_an_error(log_dir: Path) -> None:
 
 
 def test_rows_with_a_seq_below_one_are_shown_and_named(log_dir: Path, expected: list[tuple]) -> None:
-    db_exec(log_dir, "UPDATE events SET seq = -5 WHERE seq = 1")
+    edit_log(log_dir, "UPDATE events SET seq = -5 WHERE seq = 1")
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[:2] == [
@@ -1295,7 +1274,7 @@ def test_rows_with_a_seq_below_one_are_shown_and_named(log_dir: Path, expected: 
 
 
 def test_stats_reports_a_bad_row_as_a_log_problem(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE events SET body = 'text' WHERE seq = 4")
+    edit_log(log_dir, "UPDATE events SET body = 'text' WHERE seq = 4")
     res = lens("log", "stats", "--data", str(log_dir))
     assert_clean_failure(res, 1, "EVENT_CORRUPT")
     assert "seq 4: the body is stored as text, not as a blob" in res.stderr
@@ -1358,7 +1337,7 @@ def test_an_unknown_kind_filter_is_noted_but_still_matches(log_dir: Path, expect
                           "only rows stored under exactly that name are printed\n")
     seq = expected[-1][0] + 1
     body, raw_size = zstd_msgpack({"kind": "model.response", "x": 1})
-    db_exec(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'model.response', ?, ?)",
+    edit_log(log_dir, "INSERT INTO events(seq, ts, kind, raw_size, body) VALUES (?, ?, 'model.response', ?, ?)",
             (seq, expected[-1][1], raw_size, body))
     res = lens("log", "decode", "--data", str(log_dir), "--kind", "model.response,model.responded")
     assert res.returncode == 0 and res.stderr.startswith("lens: note: 'model.response'")
@@ -1372,7 +1351,7 @@ def _insert_raw(data_dir: Path, seq: int, ts: int, kind: str, raw: bytes, **cols
     body = zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(raw)
     names = ", ".join(["seq", "ts", "kind", "raw_size", "body", *cols])
     marks = ", ".join("?" * (5 + len(cols)))
-    db_exec(data_dir, f"INSERT INTO events({names}) VALUES ({marks})", (seq, ts, kind, len(raw), body, *cols.values()))
+    edit_log(data_dir, f"INSERT INTO events({names}) VALUES ({marks})", (seq, ts, kind, len(raw), body, *cols.values()))
 
 
 @pytest.mark.parametrize("kind", ["model.responded", "future.kind"])
@@ -1393,7 +1372,7 @@ def test_a_deeply_nested_body_fails_its_row_only(log_dir: Path, expected: list[t
 
 
 def test_a_huge_raw_size_is_a_bad_row_for_stats(log_dir: Path) -> None:
-    db_exec(log_dir, "UPDATE events SET raw_size = ? WHERE seq IN (5, 9)", (2**63 - 1,))
+    edit_log(log_dir, "UPDATE events SET raw_size = ? WHERE seq IN (5, 9)", (2**63 - 1,))
     res = lens("log", "stats", "--data", str(log_dir))
     assert_clean_failure(res, 1, "EVENT_CORRUPT")
     assert f"seq 5: raw_size {2**63 - 1} is outside 1..33554432" in res.stderr
@@ -1450,9 +1429,9 @@ def test_a_fifo_beside_events_db_is_named_not_waited_on(log_dir: Path, side: str
 
 
 def test_an_events_table_rebuilt_without_an_integer_key_is_named(log_dir: Path) -> None:
-    db_exec(log_dir, "ALTER TABLE events RENAME TO old_events")
-    db_exec(log_dir, "CREATE TABLE events AS SELECT * FROM old_events")  # seq loses its key
-    db_exec(log_dir, "UPDATE events SET seq = 'x' WHERE seq = 3")
+    edit_log(log_dir, "ALTER TABLE events RENAME TO old_events")
+    edit_log(log_dir, "CREATE TABLE events AS SELECT * FROM old_events")  # seq loses its key
+    edit_log(log_dir, "UPDATE events SET seq = 'x' WHERE seq = 3")
     for command in ("decode", "verify", "stats", "rebuild"):
         res = lens("log", command, "--data", str(log_dir))
         assert_clean_failure(res, 1 if command == "verify" else 2, "STORE_CORRUPT")
@@ -1532,23 +1511,23 @@ def test_a_hot_rollback_journal_is_not_read_past(log_dir: Path) -> None:
 
 def test_meta_oddities_are_foreign_or_read_as_meant(log_dir: Path) -> None:
     # meta rebuilt by hand without column types, the version stored as a number
-    db_exec(log_dir, "ALTER TABLE meta RENAME TO old_meta")
-    db_exec(log_dir, "CREATE TABLE meta(key PRIMARY KEY, value)")
-    db_exec(log_dir, "INSERT INTO meta SELECT key, CASE key WHEN 'format_version' THEN 1 ELSE value END FROM old_meta")
-    assert db_rows(log_dir, "SELECT typeof(value) FROM meta WHERE key = 'format_version'") == [("integer",)]
+    edit_log(log_dir, "ALTER TABLE meta RENAME TO old_meta")
+    edit_log(log_dir, "CREATE TABLE meta(key PRIMARY KEY, value)")
+    edit_log(log_dir, "INSERT INTO meta SELECT key, CASE key WHEN 'format_version' THEN 1 ELSE value END FROM old_meta")
+    assert log_rows(log_dir, "SELECT typeof(value) FROM meta WHERE key = 'format_version'") == [("integer",)]
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 0, res.stdout + res.stderr
-    db_exec(log_dir, "DROP TABLE meta")
-    db_exec(log_dir, "CREATE TABLE meta(key TEXT, value TEXT)")  # no primary key: a key can repeat
-    db_exec(log_dir, "INSERT INTO meta SELECT * FROM old_meta")
-    db_exec(log_dir, "INSERT INTO meta VALUES ('format', 'other')")
+    edit_log(log_dir, "DROP TABLE meta")
+    edit_log(log_dir, "CREATE TABLE meta(key TEXT, value TEXT)")  # no primary key: a key can repeat
+    edit_log(log_dir, "INSERT INTO meta SELECT * FROM old_meta")
+    edit_log(log_dir, "INSERT INTO meta VALUES ('format', 'other')")
     res = lens("log", "verify", "--data", str(log_dir))
     assert_clean_failure(res, 2, "STORE_FOREIGN")
 
 
 def test_verify_invents_no_session_gap_after_a_mistyped_session_seq(log_dir: Path) -> None:
-    (seq, sid) = db_rows(log_dir, "SELECT seq, session_id FROM events WHERE session_id = 's2' ORDER BY seq LIMIT 1 OFFSET 2")[0]
-    db_exec(log_dir, "UPDATE events SET session_seq = 'three' WHERE seq = ?", (seq,))
+    (seq, sid) = log_rows(log_dir, "SELECT seq, session_id FROM events WHERE session_id = 's2' ORDER BY seq LIMIT 1 OFFSET 2")[0]
+    edit_log(log_dir, "UPDATE events SET session_seq = 'three' WHERE seq = ?", (seq,))
     res = lens("log", "verify", "--data", str(log_dir))
     lines = res.stdout.splitlines()
     assert res.returncode == 1 and len(lines) == 2, lines

@@ -15,6 +15,9 @@ Clients: ``httpx2.AsyncClient`` (what the provider SDKs use; it runs under trio)
 calls and SSE; :func:`raw_http` (a trio socket and hand-written HTTP/1.1) where a test needs the
 exact request target or headers an HTTP library would normalise.
 
+``lens serve`` itself, as a process: :class:`ServeProcess`, and :func:`serving`, which starts one
+and points the suite's client helpers at it.
+
 Nothing here sleeps for ordering: every wait is a poll of an observable condition with a bounded
 deadline (:func:`wait_until`).
 """
@@ -24,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -480,6 +485,94 @@ class Daemon:
             yield SseStream(resp.aiter_raw())
 
 
+# --------------------------------------------------------------------------- `lens serve` as a process
+
+
+class ServeProcess:
+    def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
+                 env: dict[str, str] | None = None) -> None:
+        self.cwd = cwd
+        self.extra = extra  # more `lens serve` arguments
+        self.stderr_name = stderr_name  # in cwd: several processes in one test keep theirs apart
+        self.env = env  # the process's whole environment (None: this one's)
+        self.lines: list[str] = []
+        self.listening = trio.Event()
+        self.stdout_closed = trio.Event()
+        self.proc: trio.Process | None = None
+
+    async def run(self, nursery: trio.Nursery) -> str:
+        """Start ``lens serve``; returns the URL it prints once it listens."""
+        self.stderr = open(self.cwd / self.stderr_name, "wb")
+        self.proc = await trio.lowlevel.open_process(
+            [*lens_command(), "serve", "--port", "0", "--data", "data", *self.extra], cwd=self.cwd,
+            stdout=subprocess.PIPE, stderr=self.stderr, env=self.env)
+        nursery.start_soon(self._read)
+        with trio.fail_after(30):
+            await self.listening.wait()
+        url = next(m.group(1) for line in self.lines if (m := re.match(r"lens: listening on (http://\S+)$", line)))
+        return url
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        buf = b""
+        async for chunk in self.proc.stdout:
+            buf += chunk
+            *done, buf = buf.split(b"\n")
+            for line in done:
+                self.lines.append(line.decode())
+                if line.startswith(b"lens: listening on "):
+                    self.listening.set()
+        self.stdout_closed.set()
+
+    async def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(8):
+            code = await self.proc.wait()
+            await self.stdout_closed.wait()
+        self.stderr.close()
+        return code
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+
+
+def as_daemon(cwd: Path, url: str, client: httpx2.AsyncClient) -> Daemon:
+    """The suite's client helpers, pointed at the process (stop/done are unused here)."""
+    port = int(url.rsplit(":", 1)[1])
+    return Daemon(cwd, cwd / "config" / "lens.jsonc", cwd / "config" / "pair.json", cwd / "data", url, port, client,
+                  trio.Event(), trio.Event())
+
+
+@asynccontextmanager
+async def serving(cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
+                  timeout: float = LIMIT) -> AsyncIterator[tuple[ServeProcess, Daemon]]:
+    """``lens serve`` started in ``cwd`` (``extra``: more arguments) and the suite's client helpers
+    pointed at it, their requests bounded by ``timeout`` seconds. The process is killed when the
+    block ends, unless the block ended it first (``serve.terminate()``, a signal)."""
+    process = ServeProcess(cwd, *extra, stderr_name=stderr_name)
+    async with trio.open_nursery() as nursery:
+        try:
+            url = await process.run(nursery)
+            async with httpx2.AsyncClient(base_url=url, timeout=timeout) as client:
+                yield process, as_daemon(cwd, url, client)
+        finally:
+            process.kill()
+            if process.proc is not None:
+                process.stderr.close()
+
+
+async def projections_caught_up(d: Daemon) -> None:
+    """Wait (bounded) until the daemon's projections have folded its whole log."""
+    last_seq = (await d.get("/health")).json()["lastSeq"]
+
+    async def caught_up() -> bool:
+        return all(seq == last_seq for _, _, seq in projection_dump(d.data_dir)["positions"])
+
+    await wait_until(caught_up, what="the projections catching up")
+
+
 def app_routes() -> list[tuple[str, str]]:
     """(method, rule) of every route the API registers, read from the app's own URL map.
 
@@ -561,6 +654,20 @@ async def strong(daemon: Daemon) -> str:
 async def reader(daemon: Daemon) -> str:
     """A read-only credential for ``daemon``."""
     return await daemon.pair("read-client", strong=False)
+
+
+async def awaiting_an_answer(d: Daemon, token: str, text: str) -> tuple[str, dict[str, Any]]:
+    """A new session in a new project, sent ``text`` as input ``r1``, which its faux script answers
+    with a question: the session's id, and its view once it awaits the answer."""
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", text)
+
+    async def awaiting() -> dict[str, Any] | None:
+        view = await d.view(token, sid)
+        return view if view["status"] == "awaiting_answer" else None
+
+    return sid, await wait_until(awaiting, what="awaiting_answer")
 
 
 async def stop_daemon(d: Daemon) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-import httpx2
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -36,8 +35,7 @@ from hypothesis import strategies as st
 from runtime import jsonc
 from tests.runtime.test_jsonc_properties import render, rendered
 
-from .conftest import Daemon, DaemonFactory, parse_raw_response, raw_http, run_lens, LIMIT
-from .test_serve_process import ServeProcess, as_daemon
+from .conftest import Daemon, DaemonFactory, parse_raw_response, raw_http, run_lens, serving
 
 MARKER = "raw-config-text-marker-7f3a"
 MAIN = '{\n  // the daemon under test\n  "server": {"host": "127.0.0.1",},\n}\n'
@@ -103,22 +101,14 @@ async def test_a_main_config_whose_name_is_not_utf8_is_left_out_of_the_listing(t
     with open(os.path.join(os.fsencode(cdir), b"lens-" + LATIN1_NAME + b"c"), "wb") as f:
         f.write(MAIN.encode())
     (cdir / "extra.json").write_text('{"a": 1}\n')
-    proc = ServeProcess(tmp_path, "--config", os.fsdecode(b"config/lens-" + LATIN1_NAME + b"c"))
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await proc.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
-                d = as_daemon(tmp_path, url, client)
-                token = await d.pair("admin", strong=True)
-                r = await d.get("/config/files", token)
-                assert r.status_code == 200, r.text
-                assert [(f["name"], f["role"]) for f in r.json()["files"]] == [("pair.json", "pair"),
-                                                                               ("extra.json", "other")]
-                r = await raw_http(d.port, "GET", "/api/v1/config/files/lens-caf%E9.jsonc", auth(token))
-                assert r.status == 404, (r.status, r.body[:200])
-            assert await proc.terminate() == 0
-        finally:
-            proc.kill()
+    async with serving(tmp_path, "--config", os.fsdecode(b"config/lens-" + LATIN1_NAME + b"c")) as (proc, d):
+        token = await d.pair("admin", strong=True)
+        r = await d.get("/config/files", token)
+        assert r.status_code == 200, r.text
+        assert [(f["name"], f["role"]) for f in r.json()["files"]] == [("pair.json", "pair"), ("extra.json", "other")]
+        r = await raw_http(d.port, "GET", "/api/v1/config/files/lens-caf%E9.jsonc", auth(token))
+        assert r.status == 404, (r.status, r.body[:200])
+        assert await proc.terminate() == 0
 
 
 async def test_a_listed_file_whose_name_has_a_backslash_is_read_and_written(daemon_factory: DaemonFactory,

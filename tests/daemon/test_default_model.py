@@ -73,6 +73,16 @@ async def default_events(d: Daemon, token: str) -> list[dict[str, Any]]:
     return out
 
 
+async def stopped_after_saving_other_x1(daemon_factory: Any) -> tuple[Daemon, str]:
+    """A daemon that saved ``other/x1`` as the default model and then stopped, and the token of
+    its strong client."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("dm-client", strong=True)
+    await put_default(d, token, "other/x1")
+    await stop_daemon(d)
+    return d, token
+
+
 async def test_set_and_clear_the_saved_default(daemon_factory):
     assert UNSET_KEY not in os.environ
     d = await daemon_factory(config=CONFIG)
@@ -171,10 +181,7 @@ async def test_the_saved_default_survives_a_restart(daemon_factory):
 
 
 async def test_an_event_past_the_projection_and_a_damaged_projection_are_read_from_the_log(daemon_factory):
-    d = await daemon_factory(config=CONFIG)
-    token = await d.pair("dm-client", strong=True)
-    await put_default(d, token, "other/x1")
-    await stop_daemon(d)
+    d, token = await stopped_after_saving_other_x1(daemon_factory)
     # Written while no daemon ran: the projection has not seen it when the daemon starts.
     async with open_store(d.data_dir) as store:
         await store.append(Draft(DefaultModelSet(model="faux/m2")))
@@ -193,10 +200,7 @@ async def test_an_event_the_projector_has_not_folded_yet_is_read_from_the_log(da
     # (`lens serve` appends nothing between the projections' first catch-up and this read, so a
     # daemon cannot be made to reach it: the service is run as the daemon runs it, its projector
     # then stopped, so that the event is past the projected position when the model is read.)
-    d = await daemon_factory(config=CONFIG)
-    token = await d.pair("dm-client", strong=True)
-    await put_default(d, token, "other/x1")
-    await stop_daemon(d)
+    d, token = await stopped_after_saving_other_x1(daemon_factory)
     async with open_store(d.data_dir) as store:
         projections = ProjectionService(d.data_dir, store)
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import API, Daemon, error_of, raw_http
+from .conftest import API, Daemon, awaiting_an_answer, error_of, raw_http, wait_until
 
 
 async def test_history_search_and_read_over_http(daemon: Daemon, strong: str, reader: str) -> None:
@@ -72,20 +72,11 @@ async def test_answering_a_question_over_http(daemon_factory) -> None:
     daemon = await daemon_factory(config)
     strong = await daemon.pair("answerer", strong=True)
     reader = await daemon.pair("watcher")
-    p = await daemon.project(strong)
-    sid = (await daemon.session(strong, p["id"]))["id"]
-    await daemon.submit(strong, sid, "r1", "please ask me")
-
-    async def awaiting():
-        view = await daemon.view(strong, sid)
-        return view if view["status"] == "awaiting_answer" else None
-
-    from .conftest import wait_until
-    view = await wait_until(awaiting, what="awaiting_answer")
+    sid, view = await awaiting_an_answer(daemon, strong, "please ask me")
     qid = view["questions"][0]["questionId"]
 
     async def listed(status: str):
-        rows = (await daemon.get("/sessions", reader, params={"project": p["id"]})).json()["sessions"]
+        rows = (await daemon.get("/sessions", reader, params={"project": view["projectId"]})).json()["sessions"]
         return rows if [r["status"] for r in rows] == [status] else None
 
     await wait_until(lambda: listed("awaiting_answer"), what="the list saying awaiting_answer too")

@@ -27,8 +27,7 @@ import apsw
 import httpx2
 import trio
 
-from .conftest import Daemon, projection_dump, run_lens, wait_until
-from .test_serve_process import ServeProcess, as_daemon
+from .conftest import Daemon, ServeProcess, projection_dump, projections_caught_up, run_lens, serving
 
 SEED = 20_261_201
 ROUNDS = 3  # kill/restart rounds
@@ -147,45 +146,24 @@ async def test_sigkill_under_concurrent_inputs_loses_no_acknowledged_input(tmp_p
     acks: dict[str, Ack] = {}
     token, sids = "", []
     for round_no in range(ROUNDS):
-        serve = ServeProcess(cwd, stderr_name=f"serve-{round_no}.err")
-        async with trio.open_nursery() as nursery:
-            try:
-                url = await serve.run(nursery)
-                async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
-                    d = as_daemon(cwd, url, client)
-                    if round_no == 0:
-                        token = await d.pair("kill9-client", strong=True)
-                        project = await d.project(token, "p")
-                        sids = [(await d.session(token, project["id"]))["id"] for _ in range(SESSIONS)]
-                    else:
-                        await check_duplicates(d, token, acks)
-                    acked = await submit_until_killed(d, token, sids, serve, round_no, rng.randint(*KILL_AFTER), acks)
-                    assert acked >= KILL_AFTER[0]
-            finally:
-                serve.kill()
-                serve.stderr.close()
+        async with serving(cwd, stderr_name=f"serve-{round_no}.err", timeout=10) as (serve, d):
+            if round_no == 0:
+                token = await d.pair("kill9-client", strong=True)
+                project = await d.project(token, "p")
+                sids = [(await d.session(token, project["id"]))["id"] for _ in range(SESSIONS)]
+            else:
+                await check_duplicates(d, token, acks)
+            acked = await submit_until_killed(d, token, sids, serve, round_no, rng.randint(*KILL_AFTER), acks)
+            assert acked >= KILL_AFTER[0]
         await check_log_after_kill(cwd, acks)
 
     # The last restart: still every acknowledged input, and the daemon works through the queue.
-    serve = ServeProcess(cwd, stderr_name="serve-last.err")
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
-                d = as_daemon(cwd, url, client)
-                await check_duplicates(d, token, acks)
-                for sid in sids:
-                    await d.wait_idle(token, sid, timeout=SETTLE)
-                last_seq = (await d.get("/health")).json()["lastSeq"]
-
-                async def caught_up() -> bool:  # the daemon's projections have folded the whole log
-                    return all(seq == last_seq for _, _, seq in projection_dump(cwd / "data")["positions"])
-
-                await wait_until(caught_up, what="the projections catching up")
-            assert await serve.terminate() == 0, (cwd / "serve-last.err").read_text()[-2000:]
-        finally:
-            serve.kill()
-            serve.stderr.close()
+    async with serving(cwd, stderr_name="serve-last.err", timeout=10) as (serve, d):
+        await check_duplicates(d, token, acks)
+        for sid in sids:
+            await d.wait_idle(token, sid, timeout=SETTLE)
+        await projections_caught_up(d)
+        assert await serve.terminate() == 0, (cwd / "serve-last.err").read_text()[-2000:]
 
     # Every input that reached the log (acknowledged or not) was answered, once, by its own task.
     events = await decode(cwd)

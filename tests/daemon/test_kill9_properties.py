@@ -42,8 +42,8 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from .conftest import Daemon, SseStream, projection_dump, run_lens, wait_until
-from .test_serve_process import ServeProcess, as_daemon
+from .conftest import (Daemon, ServeProcess, SseStream, projection_dump, projections_caught_up, run_lens, serving,
+                       wait_until)
 
 pytestmark = pytest.mark.slow
 
@@ -272,65 +272,44 @@ async def one_example(tmp: Path, steps: list[str], kill_at: int) -> None:
     (ws / "notes.txt").write_text("some notes\n")
     run = Run(cwd, steps, kill_at)
 
-    serve = ServeProcess(cwd, stderr_name="serve-0.err")
-    async with trio.open_nursery() as nursery:
+    async with serving(cwd, stderr_name="serve-0.err", timeout=20) as (serve, d):
+        run.token = await d.pair("kill9-props", strong=True)
+        r = await d.post("/projects", run.token, {"name": "p", "workspace": str(ws)})
+        assert r.status_code == 201, r.text
+        sid = (await d.session(run.token, r.json()["id"]))["id"]
+        run.sessions.append(sid)
         try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=20) as client:
-                d = as_daemon(cwd, url, client)
-                run.token = await d.pair("kill9-props", strong=True)
-                r = await d.post("/projects", run.token, {"name": "p", "workspace": str(ws)})
-                assert r.status_code == 201, r.text
-                sid = (await d.session(run.token, r.json()["id"]))["id"]
-                run.sessions.append(sid)
-                try:
-                    async with d.sse(run.token, last_event_id=0) as stream:
-                        async with trio.open_nursery() as inner:
-                            inner.start_soon(count_and_kill, d, run, serve, stream)
-                            try:
-                                await drive(d, run, sid)
-                            except (httpx2.TransportError, AssertionError, trio.TooSlowError):
-                                if not run.killed:
-                                    raise
-                            if not run.killed:  # the script ended before the count: kill now
-                                serve.proc.send_signal(signal.SIGKILL)
-                                run.killed = True
-                            inner.cancel_scope.cancel()
-                except httpx2.TransportError:
-                    assert run.killed
-            with trio.fail_after(10):
-                code = await serve.proc.wait()
-            assert code == -signal.SIGKILL, (code, (cwd / "serve-0.err").read_text()[-2000:])
-        finally:
-            serve.kill()
-            serve.stderr.close()
+            async with d.sse(run.token, last_event_id=0) as stream:
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(count_and_kill, d, run, serve, stream)
+                    try:
+                        await drive(d, run, sid)
+                    except (httpx2.TransportError, AssertionError, trio.TooSlowError):
+                        if not run.killed:
+                            raise
+                    if not run.killed:  # the script ended before the count: kill now
+                        serve.proc.send_signal(signal.SIGKILL)
+                        run.killed = True
+                    inner.cancel_scope.cancel()
+        except httpx2.TransportError:
+            assert run.killed
+        with trio.fail_after(10):
+            code = await serve.proc.wait()
+        assert code == -signal.SIGKILL, (code, (cwd / "serve-0.err").read_text()[-2000:])
 
     await check_down(run)
 
-    serve = ServeProcess(cwd, stderr_name="serve-1.err")
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=20) as client:
-                d = as_daemon(cwd, url, client)
-                for (session, rid), seq in run.acks.items():  # acknowledged: a duplicate, its seq
-                    r = await d.post(f"/sessions/{session}/inputs", run.token, {"requestId": rid, "content": "again"})
-                    assert r.status_code == 202, r.text
-                    assert r.json() == {"requestId": rid, "seq": seq, "duplicate": True}, r.text
-                for session in run.sessions:  # each rests by itself; answered, each ends idle
-                    await wait_until(lambda: resting(d, run.token, session), timeout=SETTLE,
-                                     what=f"session {session} resting after the restart")
-                    await settle(d, run.token, session, SETTLE)
-                last_seq = (await d.get("/health")).json()["lastSeq"]
-
-                async def caught_up() -> bool:
-                    return all(seq == last_seq for _, _, seq in projection_dump(cwd / "data")["positions"])
-
-                await wait_until(caught_up, what="the projections catching up")
-            assert await serve.terminate() == 0, (cwd / "serve-1.err").read_text()[-2000:]
-        finally:
-            serve.kill()
-            serve.stderr.close()
+    async with serving(cwd, stderr_name="serve-1.err", timeout=20) as (serve, d):
+        for (session, rid), seq in run.acks.items():  # acknowledged: a duplicate, its seq
+            r = await d.post(f"/sessions/{session}/inputs", run.token, {"requestId": rid, "content": "again"})
+            assert r.status_code == 202, r.text
+            assert r.json() == {"requestId": rid, "seq": seq, "duplicate": True}, r.text
+        for session in run.sessions:  # each rests by itself; answered, each ends idle
+            await wait_until(lambda: resting(d, run.token, session), timeout=SETTLE,
+                             what=f"session {session} resting after the restart")
+            await settle(d, run.token, session, SETTLE)
+        await projections_caught_up(d)
+        assert await serve.terminate() == 0, (cwd / "serve-1.err").read_text()[-2000:]
 
     events = await decode(cwd)
     check_log(run, events, ws)

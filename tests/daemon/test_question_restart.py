@@ -8,7 +8,7 @@ from __future__ import annotations
 from events.store import Draft, open_store
 from events.types import QuestionAnswered
 
-from .conftest import Daemon, stop_daemon, wait_until
+from .conftest import Daemon, awaiting_an_answer, stop_daemon, wait_until
 
 ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
                                                                        {"id": "blue", "label": "Blue"}]}]}
@@ -19,15 +19,8 @@ CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
 
 async def _asking(d: Daemon) -> tuple[str, str, dict]:
     token = await d.pair("question-client", strong=True)
-    project = await d.project(token)
-    sid = (await d.session(token, project["id"]))["id"]
-    await d.submit(token, sid, "r1", "pick a colour")
-
-    async def asking():
-        v = await d.view(token, sid)
-        return v if v["status"] == "awaiting_answer" else None
-
-    return token, sid, await wait_until(asking)
+    sid, view = await awaiting_an_answer(d, token, "pick a colour")
+    return token, sid, view
 
 
 async def test_an_answer_recorded_before_a_crash_reaches_the_model_after_the_restart(daemon_factory):

@@ -24,118 +24,47 @@ import trio
 from events import types as t
 from events.store import Draft, EventStore
 
-from .conftest import LIMIT, Daemon, lens_command, run_lens, wait_until
-
-
-class ServeProcess:
-    def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
-                 env: dict[str, str] | None = None) -> None:
-        self.cwd = cwd
-        self.extra = extra  # more `lens serve` arguments
-        self.stderr_name = stderr_name  # in cwd: several processes in one test keep theirs apart
-        self.env = env  # the process's whole environment (None: this one's)
-        self.lines: list[str] = []
-        self.listening = trio.Event()
-        self.stdout_closed = trio.Event()
-        self.proc: trio.Process | None = None
-
-    async def run(self, nursery: trio.Nursery) -> str:
-        """Start ``lens serve``; returns the URL it prints once it listens."""
-        self.stderr = open(self.cwd / self.stderr_name, "wb")
-        self.proc = await trio.lowlevel.open_process(
-            [*lens_command(), "serve", "--port", "0", "--data", "data", *self.extra], cwd=self.cwd,
-            stdout=subprocess.PIPE, stderr=self.stderr, env=self.env)
-        nursery.start_soon(self._read)
-        with trio.fail_after(30):
-            await self.listening.wait()
-        url = next(m.group(1) for line in self.lines if (m := re.match(r"lens: listening on (http://\S+)$", line)))
-        return url
-
-    async def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        buf = b""
-        async for chunk in self.proc.stdout:
-            buf += chunk
-            *done, buf = buf.split(b"\n")
-            for line in done:
-                self.lines.append(line.decode())
-                if line.startswith(b"lens: listening on "):
-                    self.listening.set()
-        self.stdout_closed.set()
-
-    async def terminate(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(8):
-            code = await self.proc.wait()
-            await self.stdout_closed.wait()
-        self.stderr.close()
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
-
-
-def as_daemon(cwd: Path, url: str, client: httpx2.AsyncClient) -> Daemon:
-    """The suite's client helpers, pointed at the process (stop/done are unused here)."""
-    port = int(url.rsplit(":", 1)[1])
-    return Daemon(cwd, cwd / "config" / "lens.jsonc", cwd / "config" / "pair.json", cwd / "data", url, port, client,
-                  trio.Event(), trio.Event())
+from .conftest import LIMIT, ServeProcess, lens_command, run_lens, serving, wait_until
+from .conftest import as_daemon  # noqa: F401  (other modules of the suite import it and ServeProcess from here)
 
 
 async def test_lens_serve_process_start_sigterm_restart(tmp_path: Path):
     cwd = tmp_path
-    first = ServeProcess(cwd)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await first.run(nursery)
-            assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
-            assert any("using built-in defaults" in line for line in first.lines), first.lines
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
-                d = as_daemon(cwd, url, client)
-                r = await d.get("/health")
-                assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["lastSeq"] == 0
-                token = await d.pair("proc-client", strong=True, via="cli")
-                project = await d.project(token, "p")
-                sid = (await d.session(token, project["id"]))["id"]
-                acks = [(await d.submit(token, sid, f"r{i}", f"message {i}"))["seq"] for i in range(3)]
-                await d.wait_idle(token, sid)
-                before = await d.events(token, sid)
-                last_seq = (await d.get("/health")).json()["lastSeq"]
-                assert set(acks) <= {e["seq"] for e in before}
-                async with d.sse(token, last_event_id=0) as stream:
-                    await stream.until(lambda m: m.id == last_seq)
-                    start = trio.current_time()
-                    first.proc.send_signal(signal.SIGTERM)
-                    end = await stream.until(lambda m: m.event == "stream.end", timeout=5.0)
-                    assert end.json() == {"reason": "shutdown", "lastEventId": last_seq}
-                    assert await stream.to_end(timeout=5.0) == []  # a clean end of the response
-            with trio.fail_after(8):
-                code = await first.proc.wait()
-                await first.stdout_closed.wait()
-            first.stderr.close()
-            assert code == 0, (cwd / "serve-0.err").read_text()[-2000:]
-            assert trio.current_time() - start < 4.0, "shutdown was not prompt"
-            assert first.lines[-1] == "lens: stopped"
-        finally:
-            first.kill()
+    async with serving(cwd) as (first, d):
+        assert d.url.startswith("http://127.0.0.1:") and not d.url.endswith(":0")
+        assert any("using built-in defaults" in line for line in first.lines), first.lines
+        r = await d.get("/health")
+        assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["lastSeq"] == 0
+        token = await d.pair("proc-client", strong=True, via="cli")
+        project = await d.project(token, "p")
+        sid = (await d.session(token, project["id"]))["id"]
+        acks = [(await d.submit(token, sid, f"r{i}", f"message {i}"))["seq"] for i in range(3)]
+        await d.wait_idle(token, sid)
+        before = await d.events(token, sid)
+        last_seq = (await d.get("/health")).json()["lastSeq"]
+        assert set(acks) <= {e["seq"] for e in before}
+        async with d.sse(token, last_event_id=0) as stream:
+            await stream.until(lambda m: m.id == last_seq)
+            start = trio.current_time()
+            first.proc.send_signal(signal.SIGTERM)
+            end = await stream.until(lambda m: m.event == "stream.end", timeout=5.0)
+            assert end.json() == {"reason": "shutdown", "lastEventId": last_seq}
+            assert await stream.to_end(timeout=5.0) == []  # a clean end of the response
+        with trio.fail_after(8):
+            code = await first.proc.wait()
+            await first.stdout_closed.wait()
+        assert code == 0, (cwd / "serve-0.err").read_text()[-2000:]
+        assert trio.current_time() - start < 4.0, "shutdown was not prompt"
+        assert first.lines[-1] == "lens: stopped"
 
     # after a restart every acknowledged event is still there
-    second = ServeProcess(cwd)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await second.run(nursery)
-            assert any(f"{last_seq} event(s)" in line for line in second.lines), second.lines
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
-                d = as_daemon(cwd, url, client)
-                assert (await d.get("/health")).json()["lastSeq"] == last_seq
-                assert await d.events(token, sid) == before  # the credential survives too
-                view = await d.view(token, sid)
-                assert [it["text"] for it in view["items"] if it["role"] == "user"] == [f"message {i}" for i in range(3)]
-            assert await second.terminate() == 0
-        finally:
-            second.kill()
+    async with serving(cwd) as (second, d):
+        assert any(f"{last_seq} event(s)" in line for line in second.lines), second.lines
+        assert (await d.get("/health")).json()["lastSeq"] == last_seq
+        assert await d.events(token, sid) == before  # the credential survives too
+        view = await d.view(token, sid)
+        assert [it["text"] for it in view["items"] if it["role"] == "user"] == [f"message {i}" for i in range(3)]
+        assert await second.terminate() == 0
     out = await run_lens(cwd, "log", "verify", "--data", "data")
     assert out.returncode == 0
     decoded = await run_lens(cwd, "log", "decode", "--data", "data")

@@ -371,6 +371,22 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
     assert console_errors(driver) == []
 
 
+def answered_after_many_tool_calls(driver: Any, make_daemon: Callable[[dict[str, Any]], Daemon], tmp_path: Path,
+                                   calls: int, client: str, timeout: float) -> None:
+    """A new session in the page, its input "many tools" answered after ``calls`` tool calls
+    (waited for at most ``timeout`` seconds); the page records what it announces in
+    ``window.announced``."""
+    d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * calls}))
+    strong = d.pair(client, strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    submit(driver, "many tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
+        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", timeout)
+
+
 def test_dashboard_shows_earlier_items_without_announcing_each(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """"Show earlier" put up to 200 items in the timeline, a live region: a screen reader would read
@@ -378,15 +394,7 @@ def test_dashboard_shows_earlier_items_without_announcing_each(
     keyboard user's focus goes to the earliest item shown, not to <body>, and nothing scrolls."""
     from selenium.webdriver.common.keys import Keys
     driver = browser
-    d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
-    strong = d.pair("dash-earlier", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
-    driver.execute_script(WATCH_ANNOUNCEMENTS)
-    submit(driver, "many tools")
-    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
-        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 30)
+    answered_after_many_tool_calls(driver, make_daemon, tmp_path, MANY, "dash-earlier", 30)
     shown = len(by_css(driver, "#timeline > .tool, #timeline > .msg"))
     hidden = MANY + 2 - shown
     assert one(driver, "#timeline button.more").text.startswith(f"Show {hidden} earlier")
@@ -600,16 +608,7 @@ def test_dashboard_shows_earlier_items_in_two_steps_when_more_than_a_window_is_h
     many were shown is announced. Pressed again, it shows the rest and the earliest item has the focus."""
     from selenium.webdriver.common.keys import Keys
     driver = browser
-    d = make_daemon(with_turns({"when": "many tools",
-                                "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MORE_THAN_TWO_WINDOWS}))
-    strong = d.pair("dash-earlier-twice", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
-    driver.execute_script(WATCH_ANNOUNCEMENTS)
-    submit(driver, "many tools")
-    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
-        a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 60)
+    answered_after_many_tool_calls(driver, make_daemon, tmp_path, MORE_THAN_TWO_WINDOWS, "dash-earlier-twice", 60)
     items = MORE_THAN_TWO_WINDOWS + 2
     shown = lambda: len(by_css(driver, "#timeline > .tool, #timeline > .msg"))  # noqa: E731
     scrolled = "const t = document.getElementById('timeline'); return t.scrollHeight - t.scrollTop"

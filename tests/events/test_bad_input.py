@@ -40,6 +40,7 @@ from events.errors import (
 from events.reader import PIPELINE_MIN_ROWS, LogReader
 from events.store import Draft, EventStore, StoreWriteFailed, open_store
 from events.types import InstructionAppended, Opaque, SessionNamed, ToolFinished
+from tests.rawlog import body_of_row, edit_log
 
 MiB = 1024 * 1024
 
@@ -67,26 +68,9 @@ def snapshot(data_dir: Path) -> dict[str, Any]:
     }
 
 
-def execute(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
-    conn = apsw.Connection(str(data_dir / "events.db"))
-    try:
-        with conn:
-            conn.execute(sql, args)
-    finally:
-        conn.close()
-
-
-def body_of_row(data_dir: Path, seq: int) -> bytes:
-    conn = apsw.Connection(str(data_dir / "events.db"))
-    try:
-        return conn.execute("SELECT body FROM events WHERE seq = ?", (seq,)).fetchall()[0][0]
-    finally:
-        conn.close()
-
-
 def set_row(data_dir: Path, seq: int, **columns: Any) -> None:
     sets = ", ".join(f"{k} = ?" for k in columns)
-    execute(data_dir, f"UPDATE events SET {sets} WHERE seq = ?", (*columns.values(), seq))
+    edit_log(data_dir, f"UPDATE events SET {sets} WHERE seq = ?", (*columns.values(), seq))
 
 
 def assert_clean(err: LogError, code: str, *words: str) -> None:
@@ -227,7 +211,7 @@ async def test_unknown_event_kind_decodes_as_opaque(data_dir: Path) -> None:
     await make_log(data_dir, 2)
     raw = msgspec.msgpack.encode({"kind": "robot.dreamed", "dream": "sheep", "count": 3})
     body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
-    execute(
+    edit_log(
         data_dir,
         "INSERT INTO events(seq, ts, session_id, session_seq, kind, dict_id, raw_size, body) "
         "VALUES (3, 1, 's1', 3, 'robot.dreamed', 0, ?, ?)",
@@ -257,7 +241,7 @@ async def test_a_row_of_unknown_kind_must_hold_a_body_tagged_with_it(data_dir: P
     this build does not know decoded as an opaque event, and a body that is no map at all too."""
     await make_log(data_dir, 2)
     raw = msgspec.msgpack.encode(body)
-    execute(
+    edit_log(
         data_dir,
         "INSERT INTO events(seq, ts, session_id, session_seq, kind, dict_id, raw_size, body) "
         "VALUES (3, 1, 's1', 3, 'robot.dreamed', 0, ?, ?)",
@@ -319,28 +303,28 @@ def test_older_layout_is_refused_and_nothing_is_created(data_dir: Path) -> None:
 
 async def test_other_format_version_or_marker(data_dir: Path) -> None:
     await make_log(data_dir)
-    execute(data_dir, "UPDATE meta SET value = '2' WHERE key = 'format_version'")
+    edit_log(data_dir, "UPDATE meta SET value = '2' WHERE key = 'format_version'")
     before = snapshot(data_dir)
     for open_ in (EventStore.open, LogReader):
         with pytest.raises(UnsupportedFormat) as info:
             open_(data_dir)
         assert_clean(info.value, "STORE_FORMAT_UNSUPPORTED", "version 2", "reads version 1")
     assert snapshot(data_dir) == before
-    execute(data_dir, "UPDATE meta SET value = 'other-log' WHERE key = 'format'")
+    edit_log(data_dir, "UPDATE meta SET value = 'other-log' WHERE key = 'format'")
     for open_ in (EventStore.open, LogReader):
         with pytest.raises(ForeignStore) as info:
             open_(data_dir)
         assert_clean(info.value, "STORE_FOREIGN", "'other-log'")
     # a marker row missing is named as missing (the messages said "format version None" and
     # "storage format None")
-    execute(data_dir, "UPDATE meta SET value = 'lens-events' WHERE key = 'format'")
-    execute(data_dir, "DELETE FROM meta WHERE key = 'format_version'")
+    edit_log(data_dir, "UPDATE meta SET value = 'lens-events' WHERE key = 'format'")
+    edit_log(data_dir, "DELETE FROM meta WHERE key = 'format_version'")
     for open_ in (EventStore.open, LogReader):
         with pytest.raises(UnsupportedFormat) as info:
             open_(data_dir)
         assert_clean(info.value, "STORE_FORMAT_UNSUPPORTED", "records no format version", "reads version 1")
         assert "None" not in str(info.value)
-    execute(data_dir, "DELETE FROM meta WHERE key = 'format'")
+    edit_log(data_dir, "DELETE FROM meta WHERE key = 'format'")
     for open_ in (EventStore.open, LogReader):
         with pytest.raises(ForeignStore) as info:
             open_(data_dir)
@@ -673,7 +657,7 @@ async def test_an_edited_maximum_record_is_held_to_what_the_config_allows(
     data_dir: Path, stored: str, limit: int
 ) -> None:
     await make_log(data_dir)
-    execute(data_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (stored,))
+    edit_log(data_dir, "INSERT INTO meta(key, value) VALUES ('max_event_bytes', ?)", (stored,))
     with LogReader(data_dir) as reader:
         assert reader.codec.max_event_bytes == limit
         assert len(list(reader.events())) == 5
@@ -793,7 +777,7 @@ async def test_forged_raw_sizes_do_not_change_a_long_read(data_dir: Path) -> Non
     # (capped per page by PAGE_DECOMPRESS_BUDGET); the frames then fail that size and every row
     # takes the checked path, which trusts only the frame: same events, bounded traced memory.
     await make_log(data_dir, PIPELINED)
-    execute(data_dir, "UPDATE events SET raw_size = ?", (DEFAULT_MAX_EVENT_BYTES,))
+    edit_log(data_dir, "UPDATE events SET raw_size = ?", (DEFAULT_MAX_EVENT_BYTES,))
     with LogReader(data_dir) as reader:
         expected = [reader.decode(row) for row in reader.rows()]  # raw_size is never trusted
         tracemalloc.start()
@@ -931,13 +915,13 @@ async def test_an_edited_log_at_the_end_of_its_numbers_refuses_appends_and_the_w
         await s.append(Draft(InstructionAppended(text="a"), session_id="s1"))
         await s.append(Draft(InstructionAppended(text="b"), session_id="s2"))
     if edit == "seq":
-        execute(data_dir, "UPDATE events SET seq = ? WHERE seq = 2", (BIGGEST,))
+        edit_log(data_dir, "UPDATE events SET seq = ? WHERE seq = 2", (BIGGEST,))
     elif edit == "session_seq":
-        execute(data_dir, "UPDATE events SET session_seq = ? WHERE seq = 1", (BIGGEST,))
+        edit_log(data_dir, "UPDATE events SET session_seq = ? WHERE seq = 1", (BIGGEST,))
     elif edit == "text session_seq":
-        execute(data_dir, "UPDATE events SET session_seq = 'x' WHERE seq = 1")
+        edit_log(data_dir, "UPDATE events SET session_seq = 'x' WHERE seq = 1")
     else:
-        execute(data_dir, "UPDATE events SET ts = 'late' WHERE seq = 2")
+        edit_log(data_dir, "UPDATE events SET ts = 'late' WHERE seq = 2")
     async with open_store(data_dir) as s:
         for attempt in range(2):  # the same answer every time: the writer is still there
             if edit == "text ts":  # (a ts is never the end of anything: appends go on)

@@ -25,10 +25,21 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import pytest
 import trio
 
+from events.store import EventStore, open_store
+from projections.snapshots import SnapshotStore
+from runtime.actor import ActorDeps
 from runtime.executor_client import ExecutorClient
 from runtime.executors import ExecutorPool, RemoteExecutor
+from runtime.providers.catalog import ProviderCatalog
+from runtime.providers.faux import FauxProvider, FauxTurn
+from runtime.supervisor import Supervisor
+from tests.idgen import IdGen
 from tests.procfs import processes
+from tools.artifacts import ArtifactStore
+from tools.base import ToolSpec
 from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
+from tools.registry import builtin_tools
+from tools.workspace_tools import workspace_tools
 
 START_TIMEOUT_S = 20.0
 
@@ -77,6 +88,35 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
         time.sleep(0.02)  # bounded poll for the readiness line
     port = int(text.strip().splitlines()[0].rsplit(":", 1)[1])
     return ExecutorProcess(proc, f"127.0.0.1:{port}", token, workspace, state, out, err)
+
+
+def processes_marked(mark_env: str, mark: str, *, skip_pid: int | None = None,
+                     argv0: bytes | None = None) -> list[int]:
+    """Live processes whose environment carries ``mark_env=mark`` (the commands an executor started
+    under that environment, and whatever they started), but ``skip_pid`` and, given ``argv0``,
+    only those running that program."""
+    found = []
+    needle = f"{mark_env}={mark}".encode()
+    for p in processes():
+        if p.pid == skip_pid or p.state in ("Z", "X") or (argv0 is not None and p.argv[:1] != [argv0]):
+            continue
+        try:
+            env = Path(f"/proc/{p.pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(p.pid)
+    return found
+
+
+def poll_until(condition: Callable[[], Any], timeout: float) -> bool:
+    """Bounded poll of an observable condition: whether it held within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -131,6 +171,35 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
             yield pool
         finally:
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
+                        more_tools: Callable[[ExecutorPool], list[ToolSpec]] = lambda pool: [],
+                        ids: IdGen | None = None, snapshot_every: int = 500
+                        ) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, ExecutorPool]]:
+    """A real supervisor over a log in ``tmp_path / "data"``, its faux model following ``script``,
+    with the workspace tools (artifacts in ``data/artifacts``) and ``more_tools(pool)`` run by
+    the real pool serving ``ws`` as project ``proj``. All of it stops when the block ends, which
+    must come within 60 s."""
+    data_dir = tmp_path / "data"
+    faux = FauxProvider("faux", script)
+    with trio.fail_after(60):
+        async with open_store(data_dir) as store:
+            snapshots = SnapshotStore.open(store.data_dir)
+            try:
+                async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+                    tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
+                                           *more_tools(pool)])
+                    deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools,
+                                     ids if ids is not None else IdGen(), snapshot_every=snapshot_every)
+                    sup = Supervisor(deps)
+                    async with trio.open_nursery() as actors:
+                        await actors.start(sup.run)
+                        yield sup, store, faux, pool
+                        actors.cancel_scope.cancel()
+            finally:
+                snapshots.close()
 
 
 @pytest.fixture

@@ -5,67 +5,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import msgspec
-import trio
 
 from events.store import EventStore
-from projections.snapshots import SnapshotStore
-from runtime.actor import ActorDeps
-from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
 from tools.artifacts import ArtifactStore
-from tools.registry import builtin_tools
-from tools.workspace_tools import workspace_tools
 
-from .conftest import run_to_idle as _run, running_pool
+from .conftest import agent_runtime, run_to_idle as _run
 
 UNTOUCHED = "UNTOUCHED-LINE-7f3a9c"  # file bytes the edit does not name: must never reach the log
 ORIGINAL = (f"{UNTOUCHED} keep me\n" * 40 + "greeting = 'hello'\n").encode()
 EDITED = ORIGINAL.replace(b"'hello'", b"'goodbye'")
 
 
-class Ids:
-    def __init__(self) -> None:
-        self.n: dict[str, int] = {}
-
-    def __call__(self, prefix: str) -> str:
-        self.n[prefix] = self.n.get(prefix, 0) + 1
-        return f"{prefix}_{self.n[prefix]:04d}"
-
-
 async def test_an_agent_edits_then_reverts_through_the_real_executor(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "app.py").write_bytes(ORIGINAL)
-    data_dir = tmp_path / "data"
-    artifacts = ArtifactStore(data_dir / "artifacts")
-    faux = FauxProvider("faux", [
+    script = [
         FauxTurn(when="please edit", tool_calls=[FauxToolCall("edit_file", {
             "path": "app.py", "mode": "edit", "edits": [{"old_string": "'hello'", "new_string": "'goodbye'"}]})]),
-    ])
-    store = EventStore.open(data_dir)
-    snapshots = SnapshotStore.open(store.data_dir)
-    try:
-        with trio.fail_after(60):
-            async with trio.open_nursery() as root:
-                await root.start(store.run)
-                try:
-                    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
-                        tools = builtin_tools(workspace_tools(pool, artifacts))
-                        deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools, Ids())
-                        sup = Supervisor(deps)
-                        async with trio.open_nursery() as actors:
-                            await actors.start(sup.run)
-                            await _scenario(sup, store, faux, ws, artifacts)
-                            actors.cancel_scope.cancel()
-                finally:
-                    store.close_writer()
-    finally:
-        store.close()
-        snapshots.close()
+    ]
+    async with agent_runtime(tmp_path, ws, script) as (sup, store, faux, _pool):
+        await _scenario(sup, store, faux, ws, ArtifactStore(tmp_path / "data" / "artifacts"))
 
 
 async def _scenario(sup: Supervisor, store: EventStore, faux: FauxProvider, ws: Path,

@@ -30,7 +30,6 @@ import os
 import re
 import secrets
 import sys
-import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,13 +42,12 @@ from hypothesis import strategies as st
 
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
-from tests.procfs import processes
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.commands import MAX_OUTPUT
 from tools.executor.server import MAX_RUNNING_COMMANDS, SERVER_THREADS
 from tools.files.errors import MAX_IMAGE_BYTES, MAX_TEXT_BYTES, MAX_UNITS
 
-from .conftest import ExecutorProcess, start_executor, stop_process
+from .conftest import ExecutorProcess, poll_until, processes_marked, start_executor, stop_process
 
 SERVICE = "/lens.executor.v8.Executor"
 MAX_RECEIVE = 64 * 1024 * 1024  # grpc.max_receive_message_length of tools/executor/server.py
@@ -125,28 +123,11 @@ def fds_of(pid: int) -> int:
 def marked_processes(fz: Fuzzed) -> list[int]:
     """Live processes (other than the executor) whose environment carries the module's mark:
     the commands the executor started, and whatever they started."""
-    found = []
-    needle = f"{MARK_ENV}={fz.mark}".encode()
-    for p in processes():
-        if p.pid == fz.ex.pid or p.state in ("Z", "X"):
-            continue
-        try:
-            env = Path(f"/proc/{p.pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(p.pid)
-    return found
+    return processes_marked(MARK_ENV, fz.mark, skip_pid=fz.ex.pid)
 
 
 def wait_for(condition: Any, timeout: float = BOUND_S) -> bool:
-    """Bounded poll of an observable condition."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return poll_until(condition, timeout)
 
 
 def snapshot(top: Path) -> dict[str, Any]:

@@ -236,7 +236,9 @@ async def test_domain_lock_readers_share_writers_exclude_and_are_not_starved(aut
     assert spans["r3"][0] >= spans["w1"][1]  # a waiting writer holds back new readers
 
 
-async def test_domain_lock_a_cancelled_waiting_writer_lets_readers_in(autojump_clock: Any) -> None:
+async def reader_around_a_writer_that_gives_up(reader_comes_at: float) -> list[Any]:
+    """A reader holds the domain from 0 s to 5 s; a writer waits for it from 0.5 s and gives up at
+    1.5 s; a second reader comes at ``reader_comes_at``. What entered, and when (virtual time)."""
     lock = DomainLock()
     entered = []
     async with trio.open_nursery() as nursery:
@@ -250,41 +252,26 @@ async def test_domain_lock_a_cancelled_waiting_writer_lets_readers_in(autojump_c
                 async with lock.write():
                     entered.append("w")
 
-        async def late_reader() -> None:
-            await trio.sleep(2)
+        async def second_reader() -> None:
+            await trio.sleep(reader_comes_at)
             async with lock.read():
                 entered.append(("r", trio.current_time()))
 
         nursery.start_soon(reader_holding)
         nursery.start_soon(writer)
-        nursery.start_soon(late_reader)
+        nursery.start_soon(second_reader)
+    return entered
+
+
+async def test_domain_lock_a_cancelled_waiting_writer_lets_readers_in(autojump_clock: Any) -> None:
+    entered = await reader_around_a_writer_that_gives_up(2)  # after the writer gave up
     assert entered == [("r", pytest.approx(2.0))]
 
 
 async def test_domain_lock_readers_held_back_by_a_writer_go_in_when_it_gives_up(autojump_clock: Any) -> None:
     # A reader that came while a writer waited was held back; when the writer's wait was
     # cancelled, nothing woke that reader, which then waited for the first reader to finish.
-    lock = DomainLock()
-    entered = []
-    async with trio.open_nursery() as nursery:
-        async def reader_holding() -> None:
-            async with lock.read():
-                await trio.sleep(5)
-
-        async def writer() -> None:
-            await trio.sleep(0.5)  # the reader holds the domain by now
-            with trio.move_on_after(1):
-                async with lock.write():
-                    entered.append("w")
-
-        async def held_back_reader() -> None:
-            await trio.sleep(1)  # the writer waits by now
-            async with lock.read():
-                entered.append(("r", trio.current_time()))
-
-        nursery.start_soon(reader_holding)
-        nursery.start_soon(writer)
-        nursery.start_soon(held_back_reader)
+    entered = await reader_around_a_writer_that_gives_up(1)  # while the writer waits
     assert entered == [("r", pytest.approx(1.5))]
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import trio
@@ -19,19 +19,15 @@ from events import types as t
 from events.store import EventStore
 from projections.session_state import working_context
 from projections.snapshots import SnapshotStore
-from runtime.actor import Abort, ActorDeps, Answer, Delete, GetState, Rename, Submit, WaitIdle, Withdraw
+from runtime.actor import Abort, Answer, Delete, GetState, Rename, Submit, WaitIdle, Withdraw
 from runtime.errors import LensError
-from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
-from tools.artifacts import ArtifactStore
-from tools.registry import builtin_tools
 from runtime.prompt import SkillMeta, build_system_prompt
+from tests.idgen import IdGen
 from tools.skills import MAX_SKILL_BYTES, discover, prompt_skills, skill_tool, workspace_reader
-from tools.workspace_tools import workspace_tools
 
-from .conftest import run_to_idle as run, running_pool, wait_path
-from .test_agent_turn import Ids
+from .conftest import agent_runtime, run_to_idle as run, running_pool, wait_path
 
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: read the diff, then the tests.\n"
 
@@ -41,33 +37,10 @@ def write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-@asynccontextmanager
-async def harness(tmp_path: Path, ws: Path, script: list[FauxTurn], *, ids: Ids | None = None,
-                  snapshot_every: int = 500) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, Any]]:
-    data_dir = tmp_path / "data"
-    faux = FauxProvider("faux", script)
-    store = EventStore.open(data_dir)
-    snapshots = SnapshotStore.open(store.data_dir)
-    try:
-        with trio.fail_after(60):
-            async with trio.open_nursery() as root:
-                await root.start(store.run)
-                try:
-                    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
-                        tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
-                                               skill_tool(pool)])
-                        deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools,
-                                         ids if ids is not None else Ids(), snapshot_every=snapshot_every)
-                        sup = Supervisor(deps)
-                        async with trio.open_nursery() as actors:
-                            await actors.start(sup.run)
-                            yield sup, store, faux, pool
-                            actors.cancel_scope.cancel()
-                finally:
-                    store.close_writer()
-    finally:
-        store.close()
-        snapshots.close()
+def harness(tmp_path: Path, ws: Path, script: list[FauxTurn], **kw: Any
+            ) -> AbstractAsyncContextManager[tuple[Supervisor, EventStore, FauxProvider, Any]]:
+    """The agent runtime with the skill tool beside the workspace tools."""
+    return agent_runtime(tmp_path, ws, script, more_tools=lambda pool: [skill_tool(pool)], **kw)
 
 
 async def events_of(store: EventStore, sid: str) -> list[Any]:
@@ -487,7 +460,7 @@ async def test_a_skill_loaded_mid_conversation_stays_after_the_summary_of_what_c
     write(ws / "skills" / "review" / "SKILL.md", REVIEW)
     script = [FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
               FauxTurn(when="Summarize the conversation so far", text="SUMMARY-OF-IT")]
-    ids = Ids()
+    ids = IdGen()
 
     def order(items: list[Any]) -> list[tuple[str, str]]:
         return [(it.role, "REVIEW-STEPS" if "REVIEW-STEPS" in it.text else it.text) for it in items]

@@ -29,11 +29,10 @@ import grpc
 import pytest
 
 from proto import executor_pb2 as pb
-from tests.procfs import processes
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.server import MAX_RUNNING_COMMANDS, SEND_STALL_S, TEST_SEND_STALL_ENV
 
-from .conftest import ExecutorProcess, start_executor, stop_process
+from .conftest import ExecutorProcess, poll_until, processes_marked, start_executor, stop_process
 
 RUN = "/lens.executor.v8.Executor/Run"
 STALL_S = 1.0  # the executor's send-stall bound in this module
@@ -64,27 +63,11 @@ def meta(ex: ExecutorProcess) -> tuple[tuple[str, str], ...]:
 
 def commands_running(mark: str) -> list[int]:
     """Live processes carrying the module's mark in their environment: the executor's commands."""
-    needle = f"{MARK_ENV}={mark}".encode()
-    found = []
-    for p in processes():
-        if p.state in ("Z", "X") or p.argv[:1] != [b"yes"]:
-            continue
-        try:
-            env = Path(f"/proc/{p.pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(p.pid)
-    return found
+    return processes_marked(MARK_ENV, mark, argv0=b"yes")
 
 
 def wait_for(condition: Any, timeout: float = BOUND_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return poll_until(condition, timeout)
 
 
 def endless(channel: grpc.Channel, ex: ExecutorProcess) -> Any:

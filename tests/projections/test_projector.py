@@ -49,6 +49,7 @@ from events.types import (
 from projections.projector import Projection, Projector, UnknownProjection, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
+from tests.rawlog import edit_log
 
 _json = msgspec.json.Encoder()
 
@@ -182,16 +183,6 @@ def close(projector: Projector) -> None:
 
 def dumps(projector: Projector) -> dict[str, list[tuple]]:
     return {name: projector.dump(name) for name in sorted(projector.projections)}
-
-
-def edit_log(data_dir: Path, sql: str, args: tuple = ()) -> None:
-    """Change events.db behind the store's back (as a hand edit or a restored backup would)."""
-    conn = apsw.Connection(str(data_dir / "events.db"))
-    try:
-        with conn:
-            conn.execute(sql, args)
-    finally:
-        conn.close()
 
 
 def corrupt(data_dir: Path, seq: int, body: bytes = b"not a zstd frame") -> None:

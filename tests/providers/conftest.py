@@ -9,8 +9,10 @@ numbers event seqs the way the session projection does, so compilation sees real
 
 from __future__ import annotations
 
+import gc
 import json
 import struct
+import tracemalloc
 import zlib
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -97,6 +99,17 @@ class Deltas(list):
 
     def text(self, kind: str = "text") -> str:
         return "".join(d.text for d in self if d.kind == kind)
+
+
+async def stream_traced(provider: Any, on_delta: Callable[[Delta], None]) -> Any:
+    """The provider's answer to "hi", streamed with tracemalloc tracing from a collected heap, so
+    that ``on_delta`` can read what is held as the deltas arrive."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        return await provider.stream(Ctx().user("hi").request(), on_delta)
+    finally:
+        tracemalloc.stop()
 
 
 @pytest.fixture

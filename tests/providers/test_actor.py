@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from events import types as t
-from events.store import EventStore
+from events.store import open_store
 from projections.snapshots import SnapshotStore
 from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
@@ -21,6 +21,7 @@ from runtime.supervisor import Supervisor
 from projections.context_budget import CUT_MARK
 from runtime.working_context import COMPACTION_INSTRUCTION, COMPACTION_PARTIAL, Compact, ContextError
 from tests.executor.conftest import running_pool
+from tests.idgen import IdGen
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
 
@@ -31,39 +32,24 @@ from .servers import openai_chat as oc
 from .servers import openai_responses as orr
 
 
-class Ids:
-    def __init__(self) -> None:
-        self.n: dict[str, int] = {}
-
-    def __call__(self, prefix: str) -> str:
-        self.n[prefix] = self.n.get(prefix, 0) + 1
-        return f"{prefix}_{self.n[prefix]:04d}"
-
-
 @asynccontextmanager
-async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: Ids | None = None,
+async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: IdGen | None = None,
                   snapshot_every: int = 500, **store_options: Any) -> AsyncIterator[Supervisor]:
-    store = EventStore.open(data_dir, **store_options)
-    snapshots = SnapshotStore.open(store.data_dir)
-    deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
-                     tools if tools is not None else builtin_tools(), ids if ids is not None else Ids(),
-                     snapshot_every=snapshot_every)
-    sup = Supervisor(deps)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)
-            try:
-                async with trio.open_nursery() as actors:
-                    await actors.start(sup.run)
-                    try:
-                        yield sup
-                    finally:
-                        actors.cancel_scope.cancel()
-            finally:
-                store.close_writer()
-    finally:
-        store.close()
-        snapshots.close()
+    async with open_store(data_dir, **store_options) as store:
+        snapshots = SnapshotStore.open(store.data_dir)
+        try:
+            deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
+                             tools if tools is not None else builtin_tools(), ids if ids is not None else IdGen(),
+                             snapshot_every=snapshot_every)
+            sup = Supervisor(deps)
+            async with trio.open_nursery() as actors:
+                await actors.start(sup.run)
+                try:
+                    yield sup
+                finally:
+                    actors.cancel_scope.cancel()
+        finally:
+            snapshots.close()
 
 
 async def events_of(sup: Supervisor, session_id: str) -> list:
@@ -175,26 +161,34 @@ def cut_off(protocol: str, text: str) -> Any:
     return an.message_stream(text=text, stop_reason="max_tokens", output_tokens=4096)
 
 
+async def a_failed_compaction(sup: Supervisor) -> tuple[str, ContextError, Any]:
+    """A session answers "hello", then is compacted: the compaction must fail (COMPACTION_FAILED)
+    and record one event, ``context.compaction_failed``. Returns the session, the error and that
+    event."""
+    sid = await sup.create_session("p1")
+    await sup.call(sid, Submit("req1", [t.TextPart("hello")]))
+    await sup.call(sid, WaitIdle())
+    before = [e.kind for e in await events_of(sup, sid)]
+    with pytest.raises(ContextError) as err:
+        await sup.call(sid, Compact())
+    assert err.value.code == "COMPACTION_FAILED"
+    evs = await events_of(sup, sid)
+    assert [e.kind for e in evs] == [*before, "context.compaction_failed"]
+    return sid, err.value, evs[-1].event
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_summary_cut_off_at_the_output_limit_is_not_recorded(protocol, server, make, tmp_path):
     provider = make(protocol)
     server.push(reply(protocol, text="Hello."), cut_off(protocol, "The user greeted and then"))
     async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("hello")]))
-        await sup.call(sid, WaitIdle())
-        before = [e.kind for e in await events_of(sup, sid)]
-        with pytest.raises(ContextError) as err:
-            await sup.call(sid, Compact())
-        assert err.value.code == "COMPACTION_FAILED" and "max_tokens" in err.value.message
+        sid, err, failed = await a_failed_compaction(sup)
+        assert "max_tokens" in err.message
         # (half a summary replaced the whole conversation): the context is unchanged, and what
         # the request used is recorded and counted.
-        evs = await events_of(sup, sid)
-        assert [e.kind for e in evs] == [*before, "context.compaction_failed"]
-        failed = evs[-1].event
         assert (failed.code, failed.trigger, failed.provider, failed.model) == ("COMPACTION_FAILED", "manual",
                                                                                 provider.id, "m1")
-        assert failed.message == err.value.message and failed.usage.output_tokens == 4096
+        assert failed.message == err.message and failed.usage.output_tokens == 4096
         state = await sup.call(sid, GetState())
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
     assert state.usage.requests == 2 and state.usage.output_tokens == 20 + 4096
@@ -210,17 +204,9 @@ async def test_a_summarizing_request_cut_part_way_records_its_usage(protocol, se
     cut.events = _before_its_end(protocol, cut.events)
     server.push(reply(protocol, text="Hello."), cut)
     async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("hello")]))
-        await sup.call(sid, WaitIdle())
-        before = [e.kind for e in await events_of(sup, sid)]
-        with pytest.raises(ContextError) as err:
-            await sup.call(sid, Compact())
-        assert err.value.code == "COMPACTION_FAILED" and "PROVIDER_ERROR" in err.value.message
-        evs = await events_of(sup, sid)
-        assert [e.kind for e in evs] == [*before, "context.compaction_failed"]
-        failed = evs[-1].event
-        assert failed.message == err.value.message and failed.usage.output_tokens is None
+        sid, err, failed = await a_failed_compaction(sup)
+        assert "PROVIDER_ERROR" in err.message
+        assert failed.message == err.message and failed.usage.output_tokens is None
         state = await sup.call(sid, GetState())
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant"]
     assert state.usage.requests == 2 and state.usage.unreported["output_tokens"] == 1
@@ -264,7 +250,7 @@ async def test_a_skill_loaded_mid_conversation_is_sent_after_the_summary(protoco
         reply(protocol, text="Done.", rid="r5"),
         reply(protocol, text="Again.", rid="r6"),
     )
-    ids = Ids()
+    ids = IdGen()
     # (Anthropic marks a later instruction and names its source; OpenAI sends its text as it is)
     instruction = f"{INSTRUCTION_PREFIX} (skill:review)" if protocol == "anthropic" else 'Skill "review" loaded.'
     async with running_pool(tmp_path / "executors", {"p1": ws}) as pool:

@@ -20,7 +20,7 @@ import pytest
 
 from runtime.providers.base import Delta
 
-from .conftest import PROTOCOLS, Ctx, Deltas
+from .conftest import PROTOCOLS, Ctx, Deltas, stream_traced
 from .scripts import reply
 from .servers.base import Reply, sse
 
@@ -82,12 +82,7 @@ async def test_a_flood_of_events_without_the_answer_holds_nothing(protocol, kind
             gc.collect()  # (cycles a read leaves are collected at times: not at both points alike)
             held[d.text] = tracemalloc.get_traced_memory()[0]
 
-    gc.collect()
-    tracemalloc.start()
-    try:
-        result = await provider.stream(Ctx().user("hi").request(), on_delta)
-    finally:
-        tracemalloc.stop()
+    result = await stream_traced(provider, on_delta)
     assert result.text == f"a{B}{C}d"
     assert (streamed, empty) == (["a", B, C, "d"], 0)  # (an empty delta is not streamed live)
     grown = held[C] - held[B]

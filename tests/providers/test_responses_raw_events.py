@@ -15,12 +15,11 @@ about a minute to parse, of which the copying was 2.7 s."""
 from __future__ import annotations
 
 import copy
-import gc
 import tracemalloc
 
 from runtime.providers.base import Delta
 
-from .conftest import Ctx, Deltas
+from .conftest import Ctx, Deltas, stream_traced
 from .scripts import reply
 from .servers import openai_responses as orr
 from .servers.base import Reply, sse
@@ -41,12 +40,7 @@ async def _work(provider, server, n: int) -> int:
         work += peak - held
         tracemalloc.reset_peak()
 
-    gc.collect()
-    tracemalloc.start()
-    try:
-        result = await provider.stream(Ctx().user("hi").request(), on_delta)
-    finally:
-        tracemalloc.stop()
+    result = await stream_traced(provider, on_delta)
     assert result.text == "x" * n
     return work
 

@@ -12,14 +12,13 @@ frames that end the stream, which repeat the whole text, are in those buffers.)"
 
 from __future__ import annotations
 
-import gc
 import tracemalloc
 
 import pytest
 
 from runtime.providers.base import Delta
 
-from .conftest import PROTOCOLS, Ctx
+from .conftest import PROTOCOLS, Ctx, stream_traced
 from .scripts import reply
 from .servers.base import Reply, sse
 
@@ -48,12 +47,7 @@ async def test_an_answer_of_one_character_deltas_is_held_in_about_its_bytes(prot
             if seen in (N // 4, 3 * N // 4):
                 held[seen] = tracemalloc.get_traced_memory()[0]
 
-    gc.collect()
-    tracemalloc.start()
-    try:
-        result = await provider.stream(Ctx().user("hi").request(), on_delta)
-    finally:
-        tracemalloc.stop()
+    result = await stream_traced(provider, on_delta)
     assert (result.text if kind == "text" else result.reasoning).count(PIECE) == N
     grown = held[3 * N // 4] - held[N // 4]
     answer = len((PIECE * (N // 2)).encode())  # 12,000 bytes of UTF-8 between the two points

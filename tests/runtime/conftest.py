@@ -40,20 +40,9 @@ from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.projection_service import ProjectionService
 from runtime.supervisor import Supervisor
+from tests.idgen import IdGen
 from tools.base import ToolRegistry, ToolSpec
 from tools.registry import builtin_tools
-
-
-class IdGen:
-    """Deterministic ids: ``<prefix>_<n>``, one counter per prefix; share it across restarts."""
-
-    def __init__(self) -> None:
-        self.counters: dict[str, int] = {}
-
-    def __call__(self, prefix: str) -> str:
-        n = self.counters.get(prefix, 0) + 1
-        self.counters[prefix] = n
-        return f"{prefix}_{n:04d}"
 
 
 @contextmanager

@@ -51,6 +51,23 @@ def test_a_damaged_artifact_is_written_again_when_stored_again(tmp_path: Path) -
     assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == [aid]  # no temp file left
 
 
+def test_a_stored_artifact_has_its_directory_synced_before_put_returns(tmp_path: Path, monkeypatch) -> None:
+    # put() synced the file but not the directory its rename wrote: after a power cut the name
+    # could be gone while the event that refers to it (committed with synchronous=FULL) stayed.
+    synced: list[os.stat_result] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = ArtifactStore(tmp_path / "artifacts")
+    aid = store.put(b"stored bytes")
+    assert {(st.st_dev, st.st_ino) for st in synced} >= {
+        (p.stat().st_dev, p.stat().st_ino) for p in (store.root, store.root / aid)}
+
+
 def test_an_artifact_that_is_not_a_regular_file_is_refused_and_replaced_by_put(tmp_path: Path) -> None:
     # get() and put()'s check opened whatever had the artifact's name: a FIFO blocked for ever,
     # a directory raised IsADirectoryError, a link to /dev/zero was read without end.

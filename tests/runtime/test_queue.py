@@ -20,6 +20,13 @@ def hold(marker: str, *calls_ms: int, **kw) -> FauxTurn:
     return FauxTurn(when=marker, tool_calls=[sleep_call(ms) for ms in calls_ms], **kw)
 
 
+async def r1_calling_a_tool(rt, sid: str, marker: str):
+    """Submit ``marker`` as input ``r1`` and wait until its turn's tool call runs (called inside
+    ``frozen``, so that the call holds). Returns the session's state then."""
+    await rt.submit(sid, "r1", marker)
+    return await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+
+
 def seq_of(events, kind, **fields) -> int:
     return one(events, kind, **fields).seq
 
@@ -74,8 +81,7 @@ async def test_follow_up_while_busy_waits_for_the_answer(rt, autojump_clock):
     rt.faux.script = [hold("long job", 60_000)]
     sid = await rt.session()
     with frozen(autojump_clock):
-        await rt.submit(sid, "r1", "long job")
-        await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        await r1_calling_a_tool(rt, sid, "long job")
         await rt.submit(sid, "r2", "and then this")
         assert (await rt.state(sid)).inputs["r2"].status == "queued"
     st = await rt.idle(sid)
@@ -97,8 +103,7 @@ async def test_steer_while_busy_goes_after_the_tool_round_and_skips_the_rest(rt,
     rt.faux.script = [hold("three naps", 5_000, 5_000, 5_000)]
     sid = await rt.session()
     with frozen(autojump_clock):
-        await rt.submit(sid, "r1", "three naps")
-        await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        await r1_calling_a_tool(rt, sid, "three naps")
         await rt.submit(sid, "s1", "stop napping", when_busy="steer")
     st = await rt.idle(sid)
     evs = await rt.events(sid)
@@ -148,8 +153,7 @@ async def test_steers_queued_together_go_into_one_model_request(rt, autojump_clo
     rt.faux.script = [hold("two naps", 5_000, 5_000)]
     sid = await rt.session()
     with frozen(autojump_clock):
-        await rt.submit(sid, "r1", "two naps")
-        await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        await r1_calling_a_tool(rt, sid, "two naps")
         await rt.submit(sid, "s1", "steer A", when_busy="steer")
         await rt.submit(sid, "s2", "steer B", when_busy="steer")
     st = await rt.idle(sid)
@@ -220,8 +224,7 @@ async def test_steer_requeues_a_queued_follow_up(rt, autojump_clock):
     rt.faux.script = [hold("long job", 60_000)]
     sid = await rt.session()
     with frozen(autojump_clock):
-        await rt.submit(sid, "r1", "long job")
-        await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        await r1_calling_a_tool(rt, sid, "long job")
         await rt.submit(sid, "r2", "actually do this")
         ans = await rt.call(sid, Steer("r2"))
         assert ans == {"requestId": "r2", "status": "queued", "whenBusy": "steer"}
@@ -247,8 +250,7 @@ async def test_abort_stops_the_run_and_withdraws_the_queue(rt, autojump_clock):
     rt.faux.script = [hold("long job", 600_000)]
     sid = await rt.session()
     with frozen(autojump_clock):
-        await rt.submit(sid, "r1", "long job")
-        st = await rt.until(sid, lambda s: s.agents["main"].running_call is not None)
+        st = await r1_calling_a_tool(rt, sid, "long job")
         running = st.agents["main"].running_call
         await rt.submit(sid, "r2", "later one")
         await rt.submit(sid, "r3", "later two", when_busy="steer")

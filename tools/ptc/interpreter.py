@@ -961,28 +961,17 @@ class _Machine:
 
     async def block(self, body: list[ast.stmt]) -> Any:
         for stmt in body:
-            sig = await self.exec(stmt)
+            sig = await self.eval(stmt)
             if sig is not None:
                 return sig
         return None
 
-    async def exec(self, node: ast.stmt) -> Any:
+    async def eval(self, node: ast.stmt | ast.expr) -> Any:
+        """Run a statement (to its control signal, or None) or evaluate an expression (to its
+        value); an error names the node's line."""
         await self.step()
         try:
-            return await _STATEMENTS[type(node)](self, node)
-        except ProgramError as exc:
-            raise exc.at(node.lineno) from None
-        except _Thrown as exc:
-            raise exc.at(node.lineno)
-        except RecursionError:
-            raise ProgramError("PTC_TOO_DEEP", "evaluation nested too deeply", node.lineno) from None
-        except _PY_ERRORS as exc:
-            raise _from_python(exc).at(node.lineno) from None
-
-    async def eval(self, node: ast.expr) -> Any:
-        await self.step()
-        try:
-            return await _EXPRESSIONS[type(node)](self, node)
+            return await _NODES[type(node)](self, node)
         except ProgramError as exc:
             raise exc.at(node.lineno) from None
         except _Thrown as exc:
@@ -1777,6 +1766,16 @@ async def _comprehension(m: _Machine, gens: list[ast.comprehension], i: int, emi
                 await emit()
 
 
+async def _comprehend(m: _Machine, gens: list[ast.comprehension], emit: Callable[[], Awaitable[None]]) -> None:
+    """Run a comprehension's loops in a scope of its own (its targets do not leak), calling
+    ``emit`` for each item they yield."""
+    m.scopes.append({})
+    try:
+        await _comprehension(m, gens, 0, emit)
+    finally:
+        m.scopes.pop()
+
+
 async def _e_listcomp(m: _Machine, node: ast.ListComp | ast.GeneratorExp) -> Any:
     out: list[Any] = []
 
@@ -1784,11 +1783,7 @@ async def _e_listcomp(m: _Machine, node: ast.ListComp | ast.GeneratorExp) -> Any
         m.check_size(len(out) + 1, "list")
         out.append(await m.eval(node.elt))
 
-    m.scopes.append({})
-    try:
-        await _comprehension(m, node.generators, 0, emit)
-    finally:
-        m.scopes.pop()
+    await _comprehend(m, node.generators, emit)
     return out
 
 
@@ -1799,11 +1794,7 @@ async def _e_setcomp(m: _Machine, node: ast.SetComp) -> Any:
         m.check_size(len(out) + 1, "set")
         out.add(m.key(await m.eval(node.elt)))
 
-    m.scopes.append({})
-    try:
-        await _comprehension(m, node.generators, 0, emit)
-    finally:
-        m.scopes.pop()
+    await _comprehend(m, node.generators, emit)
     return out
 
 
@@ -1815,11 +1806,7 @@ async def _e_dictcomp(m: _Machine, node: ast.DictComp) -> Any:
         key = m.key(await m.eval(node.key))
         out[key] = await m.eval(node.value)
 
-    m.scopes.append({})
-    try:
-        await _comprehension(m, node.generators, 0, emit)
-    finally:
-        m.scopes.pop()
+    await _comprehend(m, node.generators, emit)
     return out
 
 
@@ -1857,6 +1844,8 @@ _EXPRESSIONS: MappingProxyType[type, Callable[..., Awaitable[Any]]] = MappingPro
         ast.Slice: _e_slice,
     }
 )
+
+_NODES = MappingProxyType({**_STATEMENTS, **_EXPRESSIONS})  # (a node is a statement or an expression, never both)
 
 
 # --- builtins -----------------------------------------------------------------------------------
