@@ -373,6 +373,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
                 _err("lens: the rebuild stopped at this row and changed nothing (the projections are as they "
                      "were); restore the log, then rebuild again")
                 return 1
+            except KeyboardInterrupt:  # one transaction, rolled back: say so with the interruption
+                raise KeyboardInterrupt("the rebuild changed nothing (the projections are as they were)") from None
             except (apsw.FullError, apsw.IOError) as exc:  # the disk's problem: 2, as other failures
                 _err(f"lens: PROJECTIONS_WRITE_FAILED: {data / PROJECTIONS_DB} could not be written ({exc}): the "
                      f"disk may be full or failing")
