@@ -1054,6 +1054,21 @@ def test_an_empty_kind_is_a_usage_error(log_dir: Path) -> None:
         assert res.returncode == 2 and "an empty kind matches nothing" in res.stderr
 
 
+@pytest.mark.parametrize("flags", [
+    ("--session", "s1", "--session", "s2"),
+    ("--from", "1", "--from", "3"),
+    ("--to", "2", "--to=9"),
+    ("--session", "", "--session", ""),
+], ids=["session", "from", "to", "session-empty"])
+def test_a_single_valued_filter_given_twice_is_a_usage_error(pristine: Path, flags: tuple[str, ...]) -> None:
+    # `--session s1 --session s2` printed s2's events alone (the last one won, silently), where a
+    # reader of `--kind`'s repeats expects both sessions; the HTTP routes refuse a repeat with 400.
+    res = lens("log", "decode", "--data", str(pristine), *flags)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout[:300])
+    assert res.stderr.startswith("usage: lens log decode ") and "Traceback" not in res.stderr
+    assert f"lens log decode: error: argument {flags[0]}: given more than once (it takes one value)" in res.stderr
+
+
 def _unprivileged() -> list[str]:
     """A prefix that runs a command without root's power to ignore file permissions."""
     if os.geteuid() != 0:
