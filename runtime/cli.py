@@ -13,6 +13,7 @@ TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: importing typing is a large 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+    from typing import NoReturn
 
 # Everything else is imported inside main(), so that Ctrl-C while the (large) stack loads ends the
 # command with 130 like Ctrl-C at any later point, instead of printing an import traceback. (The
@@ -25,7 +26,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import logcli, servecli
 
-    parser = argparse.ArgumentParser(
+    class Parser(argparse.ArgumentParser):
+        """argparse's usage errors, with a stable code where its "error:" stood:
+        ``lens log decode: USAGE_ERROR: argument --from: 'x' is not a whole number`` (exit 2).
+        Every subcommand's parser is of this class (argparse makes them of their parent's)."""
+
+        def error(self, message: str) -> NoReturn:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: USAGE_ERROR: {message}\n")
+
+    parser = Parser(
         prog="lens", description="Lens: an event-sourced durable runtime for LLM coding agents."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -624,6 +624,8 @@ def test_bad_arguments_exit_2(log_dir: Path) -> None:
         res = lens("log", *args, "--data", str(log_dir))
         assert res.returncode == 2, args
         assert "usage:" in res.stderr and "Traceback" not in res.stderr
+        # the message carries a stable code where argparse wrote "error:"
+        assert res.stderr.splitlines()[-1].startswith(("lens log: USAGE_ERROR: ", "lens log decode: USAGE_ERROR: ")), res.stderr
     # an argument the command does not take is reported with that command's usage and name
     # (it was the top-level "usage: lens [-h] COMMAND ..." and "lens: error: …")
     for args, usage in ((["stats", "--raw"], "usage: lens log stats "), (["decode", "extra"], "usage: lens log decode "),
@@ -631,7 +633,7 @@ def test_bad_arguments_exit_2(log_dir: Path) -> None:
         res = lens("log", *args, "--data", str(log_dir))
         assert res.returncode == 2 and res.stdout == "", args
         assert res.stderr.startswith(usage), (args, res.stderr)
-        assert f"lens log {args[0]}: error: unrecognized arguments: {args[1]}" in res.stderr, res.stderr
+        assert res.stderr.endswith(f"\nlens log {args[0]}: USAGE_ERROR: unrecognized arguments: {args[1]}\n"), res.stderr
     for command in ("decode", "verify", "stats", "rebuild"):  # (an empty --data meant the working directory)
         res = lens("log", command, "--data", "", cwd=log_dir)
         assert res.returncode == 2 and "an empty path names no directory" in res.stderr, (command, res.stderr)
@@ -1066,7 +1068,7 @@ def test_a_single_valued_filter_given_twice_is_a_usage_error(pristine: Path, fla
     res = lens("log", "decode", "--data", str(pristine), *flags)
     assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout[:300])
     assert res.stderr.startswith("usage: lens log decode ") and "Traceback" not in res.stderr
-    assert f"lens log decode: error: argument {flags[0]}: given more than once (it takes one value)" in res.stderr
+    assert f"lens log decode: USAGE_ERROR: argument {flags[0]}: given more than once (it takes one value)" in res.stderr
 
 
 def _unprivileged() -> list[str]:
