@@ -50,7 +50,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -791,6 +791,21 @@ def prepare_dir(data: Path, overwrite: bool) -> None:
         sys.exit(f"log_bench: DATA_DIR_NOT_WRITABLE: cannot create {data}: {exc.strerror or exc}")
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # the usage, then the message with a stable code
+        self.print_usage(sys.stderr)
+        self.exit(2, f"log_bench: USAGE_ERROR: {message}\n")
+
+
+def _event_count(value: str) -> int:
+    digits = value[1:] if value[:1] in "+-" else value
+    if not (digits.isascii() and digits.isdigit()):  # (int() also takes "1_0", " 5", other scripts' digits)
+        raise argparse.ArgumentTypeError(f"must be a positive whole number of events, not {value!r}")
+    if int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of events, not {int(value)}")
+    return int(value)
+
+
 def _data_dir(value: str) -> Path:
     if not value:  # Path("") is the working directory, which no one means by an empty argument
         raise argparse.ArgumentTypeError("an empty path names no directory; pass --data DIR")
@@ -798,9 +813,9 @@ def _data_dir(value: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = _Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, type=_data_dir, help="an empty or new directory for the log")
-    ap.add_argument("--events", type=int, default=None, help=f"events per phase (default {DEFAULT_EVENTS:,})")
+    ap.add_argument("--events", type=_event_count, default=None, help=f"events per phase (default {DEFAULT_EVENTS:,})")
     ap.add_argument("--quick", action="store_true", help=f"smoke size ({QUICK_EVENTS:,} events)")
     ap.add_argument("--json", action="store_true", help="(kept for scripts) the last line is always JSON")
     ap.add_argument("--no-dictionary", action="store_true", help="skip the trained-dictionary phase")
@@ -812,8 +827,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
     n = args.events if args.events is not None else (QUICK_EVENTS if args.quick else DEFAULT_EVENTS)
-    if n < 1:
-        ap.error(f"--events must be a positive number of events, not {n}")
     data: Path = args.data
     prepare_dir(data, args.overwrite)
 

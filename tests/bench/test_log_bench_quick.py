@@ -78,7 +78,8 @@ def test_a_data_path_that_is_a_file_or_empty_is_refused_with_its_code(tmp_path: 
     proc = subprocess.run([sys.executable, str(BENCH), "--events", "1", "--overwrite", "--data", ""],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert "argument --data: an empty path names no directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.endswith("\nlog_bench: USAGE_ERROR: argument --data: an empty path names no directory; pass --data DIR\n")
+    assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
@@ -153,13 +154,16 @@ def test_any_positive_event_count_runs_and_leaves_a_log_that_verifies(tmp_path: 
     assert verify.stdout == f"ok: {events * phases} event(s) verified\n"
 
 
-@pytest.mark.parametrize("events", ["0", "-5"])
-def test_an_event_count_below_one_is_a_clear_usage_error(tmp_path: Path, events: str) -> None:
+@pytest.mark.parametrize("events", ["0", "-5", "abc", "1e3", "1_0", ""])
+def test_an_event_count_that_is_no_positive_whole_number_is_a_clear_usage_error(tmp_path: Path, events: str) -> None:
     data = tmp_path / "log"
     proc = run_bench("--events", events, "--json", "--data", str(data))
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert "--events" in proc.stderr and "Traceback" not in proc.stderr
+    what = f"a positive number of events, not {events}" if events.lstrip("-").isdigit() else \
+        f"a positive whole number of events, not {events!r}"
+    assert proc.stderr.endswith(f"\nlog_bench: USAGE_ERROR: argument --events: must be {what}\n"), proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not data.exists()
 
 
