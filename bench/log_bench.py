@@ -455,10 +455,16 @@ def run_appends(*args: Any) -> tuple[AppendFigures, int | None]:
                         nursery.cancel_scope.cancel()
 
                 nursery.start_soon(cancel_on_signal)
-                result = await store_append(*args)
+                failure: Exception | None = None
+                try:
+                    result = await store_append(*args)
+                except Exception as exc:  # (raised out of the nursery, it would come in a group)
+                    failure = exc
                 nursery.cancel_scope.cancel()
         if interrupted:
             raise KeyboardInterrupt
+        if failure is not None:
+            raise failure
         return result
 
     return trio.run(appends)
