@@ -30,6 +30,8 @@ What one run measures, side by side on the same machine (see docs/performance.md
 It prints a Markdown table and, as its last stdout line, one JSON object of the figures.
 The log is left in ``DIR``; a non-empty ``DIR`` is refused (``--overwrite`` clears an old
 Lens log there, and nothing else — never one a Lens process, such as a running daemon, has open).
+Refusals are ``log_bench: CODE: message`` on stderr, exit 1; Ctrl-C is ``log_bench: INTERRUPTED``,
+exit 130, with what was appended left committed in ``DIR``.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ import os
 import platform
 import random
 import shutil
+import signal
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -430,6 +433,43 @@ async def store_append(
     return figures, dict_id
 
 
+def run_appends(*args: Any) -> tuple[AppendFigures, int | None]:
+    """:func:`store_append` under ``trio.run``, with Ctrl-C taken as a cancellation.
+
+    Left to trio, SIGINT raises ``KeyboardInterrupt`` wherever the main thread happens to be,
+    inside the store's bookkeeping too: a run interrupted during its appends hung, the store's
+    shutdown waiting for an append the interruption had left half-recorded. Here the appends
+    are cancelled at a checkpoint, the store drains and closes, and ``KeyboardInterrupt`` is
+    raised once it has (the daemon takes its signals the same way).
+    """
+
+    async def appends() -> tuple[AppendFigures, int | None]:
+        interrupted = False
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def cancel_on_signal() -> None:
+                    nonlocal interrupted
+                    async for _ in signals:
+                        interrupted = True
+                        nursery.cancel_scope.cancel()
+
+                nursery.start_soon(cancel_on_signal)
+                failure: Exception | None = None
+                try:
+                    result = await store_append(*args)
+                except Exception as exc:  # (raised out of the nursery, it would come in a group)
+                    failure = exc
+                nursery.cancel_scope.cancel()
+        if interrupted:
+            raise KeyboardInterrupt
+        if failure is not None:
+            raise failure
+        return result
+
+    return trio.run(appends)
+
+
 def read_rows(data: Path, after: int, to: int) -> list[tuple]:
     conn = apsw.Connection(str(data / EVENTS_DB), flags=apsw.SQLITE_OPEN_READONLY)
     try:
@@ -454,15 +494,17 @@ def floor_append(floor_dir: Path, rows: list[tuple]) -> float:
         "kind, request_id, dict_id, raw_size, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     batches = [rows[i : i + FLOOR_BATCH] for i in range(0, len(rows), FLOOR_BATCH)]
-    gc.collect()
-    t0 = time.perf_counter()
-    for batch in batches:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(sql, batch)
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - t0
-    conn.close()
-    shutil.rmtree(floor_dir)
+    try:
+        gc.collect()
+        t0 = time.perf_counter()
+        for batch in batches:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(sql, batch)
+            conn.execute("COMMIT")
+        seconds = time.perf_counter() - t0
+    finally:  # (also when interrupted: DIR keeps only the log)
+        conn.close()
+        shutil.rmtree(floor_dir)
     return len(rows) / seconds
 
 
@@ -584,7 +626,7 @@ def phase(data: Path, n: int, seed: int, after: int, train: bool, auto_dictionar
     """One append + floors + replay + size measurement of ``n`` events after ``after``."""
     sessions = generate(n, seed)
     base_bytes = db_bytes(data) if (data / EVENTS_DB).exists() else None
-    appended, dict_id = trio.run(store_append, data, sessions, train, auto_dictionary)
+    appended, dict_id = run_appends(data, sessions, train, auto_dictionary)
     del sessions
     if base_bytes is None:
         # The fresh log's own pages (schema, meta) are not events: an empty log has 4-5 pages.
@@ -710,7 +752,7 @@ def _lock_held(path: Path) -> Iterator[bool]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        sys.exit(f"log_bench: cannot open {path}: {exc.strerror or exc}")
+        sys.exit(f"log_bench: DATA_DIR_NOT_WRITABLE: cannot open {path}: {exc.strerror or exc}")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -724,26 +766,26 @@ def _lock_held(path: Path) -> Iterator[bool]:
 
 def prepare_dir(data: Path, overwrite: bool) -> None:
     if data.exists() and not data.is_dir():
-        sys.exit(f"log_bench: {data} is not a directory")
+        sys.exit(f"log_bench: DATA_DIR_NOT_A_DIRECTORY: {data} is not a directory; pass a new or empty directory")
     if data.exists() and any(data.iterdir()):
         entries = sorted(p.name for p in data.iterdir())
         if not overwrite:
             sys.exit(
-                f"log_bench: {data} is not empty ({', '.join(entries[:5])}); the benchmark writes "
+                f"log_bench: DATA_DIR_NOT_EMPTY: {data} is not empty ({', '.join(entries[:5])}); the benchmark writes "
                 f"a fresh log there. Pass an empty or new directory, or --overwrite to clear an "
                 f"old Lens log."
             )
         foreign = [e for e in entries if e not in KNOWN_ENTRIES and e != "bench-floor"]
         if foreign or EVENTS_DB not in entries:
             sys.exit(
-                f"log_bench: refusing to clear {data}: it is not only a Lens log "
+                f"log_bench: STORE_FOREIGN: refusing to clear {data}: it is not only a Lens log "
                 f"(found {', '.join(entries[:5])})"
             )
         # A daemon (or any Lens process) writing this log holds its lock file: clearing the log
         # under it would lose its data. The lock is held while clearing, then let go.
         with _lock_held(data / LOCK_FILE) as held:
             if not held:
-                sys.exit(f"log_bench: refusing to clear {data}: it is in use by another Lens process "
+                sys.exit(f"log_bench: STORE_LOCKED: refusing to clear {data}: it is in use by another Lens process "
                          f"(a running `lens serve`?); stop it or pass another directory")
             for e in entries:
                 p = data / e
@@ -752,13 +794,34 @@ def prepare_dir(data: Path, overwrite: bool) -> None:
     try:
         data.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        sys.exit(f"log_bench: cannot create {data}: {exc.strerror or exc}")
+        sys.exit(f"log_bench: DATA_DIR_NOT_WRITABLE: cannot create {data}: {exc.strerror or exc}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # the usage, then the message with a stable code
+        self.print_usage(sys.stderr)
+        self.exit(2, f"log_bench: USAGE_ERROR: {message}\n")
+
+
+def _event_count(value: str) -> int:
+    digits = value[1:] if value[:1] in "+-" else value
+    if not (digits.isascii() and digits.isdigit()):  # (int() also takes "1_0", " 5", other scripts' digits)
+        raise argparse.ArgumentTypeError(f"must be a positive whole number of events, not {value!r}")
+    if int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of events, not {int(value)}")
+    return int(value)
+
+
+def _data_dir(value: str) -> Path:
+    if not value:  # Path("") is the working directory, which no one means by an empty argument
+        raise argparse.ArgumentTypeError("an empty path names no directory; pass --data DIR")
+    return Path(value)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True, type=Path, help="an empty or new directory for the log")
-    ap.add_argument("--events", type=int, default=None, help=f"events per phase (default {DEFAULT_EVENTS:,})")
+    ap = _Parser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True, type=_data_dir, help="an empty or new directory for the log")
+    ap.add_argument("--events", type=_event_count, default=None, help=f"events per phase (default {DEFAULT_EVENTS:,})")
     ap.add_argument("--quick", action="store_true", help=f"smoke size ({QUICK_EVENTS:,} events)")
     ap.add_argument("--json", action="store_true", help="(kept for scripts) the last line is always JSON")
     ap.add_argument("--no-dictionary", action="store_true", help="skip the trained-dictionary phase")
@@ -770,22 +833,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
     n = args.events if args.events is not None else (QUICK_EVENTS if args.quick else DEFAULT_EVENTS)
-    if n < 1:
-        ap.error(f"--events must be a positive number of events, not {n}")
     data: Path = args.data
     prepare_dir(data, args.overwrite)
 
     t_start = time.perf_counter()
     try:
-        plain = phase(data, n, args.seed, after=0, train=False, auto_dictionary=not args.no_auto_dictionary)
-    except LogError as exc:  # e.g. DIR cannot be written: the store's own words, not a traceback
-        sys.exit(f"log_bench: {exc.code}: {exc}")
-    with_dict = None
-    if not args.no_dictionary:
-        try:
-            with_dict = phase(data, n, args.seed + 1, after=n, train=True)
-        except TooFewToTrain as exc:
-            print(f"log_bench: the trained-dictionary phase is skipped: {exc}", file=sys.stderr)
+        plain, with_dict = measure(data, n, args)
+    except KeyboardInterrupt:
+        print(f"log_bench: INTERRUPTED: stopped by Ctrl-C (SIGINT); {data} holds the events appended so far "
+              f"(every one committed; --overwrite clears it)", file=sys.stderr)
+        return 130
     total = time.perf_counter() - t_start
 
     print(f"## Lens event log — {n:,} events per phase, {sessions_for(n)} sessions, synchronous=FULL\n")
@@ -825,6 +882,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))
     return 0
+
+
+def measure(data: Path, n: int, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Both phases' figures (the second ``None`` when skipped)."""
+    try:
+        plain = phase(data, n, args.seed, after=0, train=False, auto_dictionary=not args.no_auto_dictionary)
+    except LogError as exc:  # e.g. DIR cannot be written: the store's own words, not a traceback
+        sys.exit(f"log_bench: {exc.code}: {exc}")
+    if args.no_dictionary:
+        return plain, None
+    try:
+        return plain, phase(data, n, args.seed + 1, after=n, train=True)
+    except TooFewToTrain as exc:
+        print(f"log_bench: the trained-dictionary phase is skipped: {exc}", file=sys.stderr)
+        return plain, None
 
 
 if __name__ == "__main__":

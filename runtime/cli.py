@@ -13,6 +13,7 @@ TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: importing typing is a large 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+    from typing import NoReturn
 
 # Everything else is imported inside main(), so that Ctrl-C while the (large) stack loads ends the
 # command with 130 like Ctrl-C at any later point, instead of printing an import traceback. (The
@@ -25,7 +26,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import logcli, servecli
 
-    parser = argparse.ArgumentParser(
+    class Parser(argparse.ArgumentParser):
+        """argparse's usage errors, with a stable code where its "error:" stood:
+        ``lens log decode: USAGE_ERROR: argument --from: 'x' is not a whole number`` (exit 2).
+        Every subcommand's parser is of this class (argparse makes them of their parent's)."""
+
+        def error(self, message: str) -> NoReturn:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: USAGE_ERROR: {message}\n")
+
+    parser = Parser(
         prog="lens", description="Lens: an event-sourced durable runtime for LLM coding agents."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -55,14 +65,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # and a Ctrl-C during this line is an ordinary KeyboardInterrupt.
         import datetime  # noqa: F401
         return _main(argv)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except RuntimeError as exc:
         # Python 3.11 wraps what a descriptor's __set_name__ raises ("Error calling __set_name__"):
         # a Ctrl-C landing in a dataclass field while a class is made at import comes out so.
         if isinstance(exc.__cause__, KeyboardInterrupt):
-            return 130
+            return _interrupted(exc.__cause__)
         raise
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """Say that Ctrl-C stopped the command (and what a command raising it with a note says it
+    left: ``KeyboardInterrupt("the rebuild changed nothing")``); exit 130."""
+    note = f"; {exc.args[0]}" if exc.args else ""
+    if sys.stderr is not None:  # (started with standard error closed: nowhere to say it)
+        try:
+            print(f"lens: INTERRUPTED: stopped by Ctrl-C (SIGINT){note}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # standard error gone or closed: the exit code still says it
+            pass
+    return 130
 
 
 def _main(argv: Sequence[str] | None) -> int:

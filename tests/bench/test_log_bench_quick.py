@@ -52,9 +52,70 @@ def test_refuses_a_non_empty_data_dir(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    assert proc.returncode != 0
-    assert "not empty" in proc.stderr
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"log_bench: DATA_DIR_NOT_EMPTY: {tmp_path} is not empty (notes.txt)"), proc.stderr
     assert (tmp_path / "notes.txt").read_text() == "not a log"
+
+
+def test_a_data_path_that_is_a_file_or_empty_is_refused_with_its_code(tmp_path: Path) -> None:
+    # Every refusal carries a stable code (they were bare sentences); an empty --data was the
+    # working directory (Path("") is "."), which --overwrite would clear if it held a Lens log.
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    proc = run_bench("--events", "1", "--data", str(afile))
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"log_bench: DATA_DIR_NOT_A_DIRECTORY: {afile} is not a directory; pass a new or empty directory\n"
+    assert afile.read_text() == "x"
+    proc = subprocess.run([sys.executable, str(BENCH), "--events", "1", "--overwrite", "--data", ""],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.endswith("\nlog_bench: USAGE_ERROR: argument --data: an empty path names no directory; pass --data DIR\n")
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_ctrl_c_during_the_appends_ends_the_run_and_leaves_a_log_that_verifies(tmp_path: Path) -> None:
+    # SIGINT landed as KeyboardInterrupt wherever trio's thread was, inside the store too: the
+    # run printed a traceback, or hung for good with the store waiting on a half-recorded append.
+    import signal
+    import sqlite3
+    import time
+
+    data = tmp_path / "log"
+    proc = subprocess.Popen([sys.executable, str(BENCH), "--events", "200000", "--no-dictionary", "--json",
+                             "--data", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+
+        def appended() -> int:
+            try:
+                conn = sqlite3.connect(f"file:{data / 'events.db'}?mode=ro", uri=True, timeout=5)
+            except sqlite3.OperationalError:  # (not made yet)
+                return 0
+            try:
+                return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            except sqlite3.OperationalError:  # (no table yet)
+                return 0
+            finally:
+                conn.close()
+
+        while appended() < 1000:  # the producers are appending
+            assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, out) == (130, ""), (proc.returncode, out[-500:], err[-2000:])
+    assert err.startswith(f"log_bench: INTERRUPTED: stopped by Ctrl-C (SIGINT); {data} holds the events appended"), err
+    assert "Traceback" not in err
+    verify = subprocess.run([sys.executable, "-m", "runtime.cli", "log", "verify", "--data", str(data)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 0 and verify.stdout.startswith("ok: "), verify.stdout + verify.stderr
+    assert 1000 <= int(verify.stdout.split()[1]) < 200_000
+    assert not (data / "bench-floor").exists()
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -84,13 +145,16 @@ def test_any_positive_event_count_runs_and_leaves_a_log_that_verifies(tmp_path: 
     assert verify.stdout == f"ok: {events * phases} event(s) verified\n"
 
 
-@pytest.mark.parametrize("events", ["0", "-5"])
-def test_an_event_count_below_one_is_a_clear_usage_error(tmp_path: Path, events: str) -> None:
+@pytest.mark.parametrize("events", ["0", "-5", "abc", "1e3", "1_0", ""])
+def test_an_event_count_that_is_no_positive_whole_number_is_a_clear_usage_error(tmp_path: Path, events: str) -> None:
     data = tmp_path / "log"
     proc = run_bench("--events", events, "--json", "--data", str(data))
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert "--events" in proc.stderr and "Traceback" not in proc.stderr
+    what = f"a positive number of events, not {events}" if events.lstrip("-").isdigit() else \
+        f"a positive whole number of events, not {events!r}"
+    assert proc.stderr.endswith(f"\nlog_bench: USAGE_ERROR: argument --events: must be {what}\n"), proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not data.exists()
 
 

@@ -603,6 +603,8 @@ def test_bad_arguments_exit_2(log_dir: Path) -> None:
         res = lens("log", *args, "--data", str(log_dir))
         assert res.returncode == 2, args
         assert "usage:" in res.stderr and "Traceback" not in res.stderr
+        # the message carries a stable code where argparse wrote "error:"
+        assert res.stderr.splitlines()[-1].startswith(("lens log: USAGE_ERROR: ", "lens log decode: USAGE_ERROR: ")), res.stderr
     # an argument the command does not take is reported with that command's usage and name
     # (it was the top-level "usage: lens [-h] COMMAND ..." and "lens: error: …")
     for args, usage in ((["stats", "--raw"], "usage: lens log stats "), (["decode", "extra"], "usage: lens log decode "),
@@ -610,7 +612,7 @@ def test_bad_arguments_exit_2(log_dir: Path) -> None:
         res = lens("log", *args, "--data", str(log_dir))
         assert res.returncode == 2 and res.stdout == "", args
         assert res.stderr.startswith(usage), (args, res.stderr)
-        assert f"lens log {args[0]}: error: unrecognized arguments: {args[1]}" in res.stderr, res.stderr
+        assert res.stderr.endswith(f"\nlens log {args[0]}: USAGE_ERROR: unrecognized arguments: {args[1]}\n"), res.stderr
     for command in ("decode", "verify", "stats", "rebuild"):  # (an empty --data meant the working directory)
         res = lens("log", command, "--data", "", cwd=log_dir)
         assert res.returncode == 2 and "an empty path names no directory" in res.stderr, (command, res.stderr)
@@ -1031,6 +1033,21 @@ def test_an_empty_kind_is_a_usage_error(log_dir: Path) -> None:
     for kind in ("", ",,", " "):
         res = lens("log", "decode", "--data", str(log_dir), "--kind", kind)
         assert res.returncode == 2 and "an empty kind matches nothing" in res.stderr
+
+
+@pytest.mark.parametrize("flags", [
+    ("--session", "s1", "--session", "s2"),
+    ("--from", "1", "--from", "3"),
+    ("--to", "2", "--to=9"),
+    ("--session", "", "--session", ""),
+], ids=["session", "from", "to", "session-empty"])
+def test_a_single_valued_filter_given_twice_is_a_usage_error(pristine: Path, flags: tuple[str, ...]) -> None:
+    # `--session s1 --session s2` printed s2's events alone (the last one won, silently), where a
+    # reader of `--kind`'s repeats expects both sessions; the HTTP routes refuse a repeat with 400.
+    res = lens("log", "decode", "--data", str(pristine), *flags)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout[:300])
+    assert res.stderr.startswith("usage: lens log decode ") and "Traceback" not in res.stderr
+    assert f"lens log decode: USAGE_ERROR: argument {flags[0]}: given more than once (it takes one value)" in res.stderr
 
 
 def _unprivileged() -> list[str]:
@@ -1552,9 +1569,12 @@ def test_damage_met_midway_is_the_logs_problem_for_projections(log_dir: Path, co
     assert_clean_failure(res, 1, "STORE_CORRUPT")
 
 
+INTERRUPTED = "lens: INTERRUPTED: stopped by Ctrl-C (SIGINT)\n"
+
+
 @pytest.mark.parametrize("delay", [0.1, 0.2, 0.4])
 def test_ctrl_c_exits_130_without_a_traceback(pristine: Path, delay: float) -> None:
-    # A real SIGINT to the console script: the command ends quietly (130), or had already finished
+    # A real SIGINT to the console script: the command ends saying so (130), or had already finished
     # (0). (Earlier than ~0.05 s it may land in the interpreter's own start-up, before any code of
     # ours runs; the deterministic sweep below covers every stage of the command itself.)
     proc = subprocess.Popen([str(lens_script()), "log", "decode", "--data", str(pristine)],
@@ -1566,6 +1586,8 @@ def test_ctrl_c_exits_130_without_a_traceback(pristine: Path, delay: float) -> N
     # default handler)
     assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    if proc.returncode == 130:  # the interruption is said, with its code
+        assert err == INTERRUPTED, err
 
 
 # Runs `lens log decode` in a child interpreter and raises KeyboardInterrupt — what Python's SIGINT
@@ -1619,12 +1641,13 @@ def test_ctrl_c_at_every_stage_of_a_command_exits_130(pristine: Path) -> None:
             # ("Exception ignored in ..."): that Ctrl-C is lost and the command completes.
             assert res.stderr.startswith("Exception ignored in"), (call, res.stderr)
         else:
-            assert res.returncode == 130 and res.stderr == "", (call, res.returncode, res.stderr)
+            assert res.returncode == 130 and res.stderr == INTERRUPTED, (call, res.returncode, res.stderr)
     assert reached >= len(points) - 2, (reached, len(points))  # (the last points may lie past a shorter run)
 
 
-# Runs `lens log decode` in a child interpreter and raises KeyboardInterrupt at the first Python
-# call that WHERE (an expression of `code`, the called function's code object) selects.
+# Runs `lens log COMMAND… --data DIR` (default: decode) in a child interpreter and raises
+# KeyboardInterrupt at the first Python call that WHERE (an expression of `code`, the called
+# function's code object) selects.
 _INTERRUPT_WHERE = r"""
 import sys
 from runtime.cli import main
@@ -1636,7 +1659,7 @@ def trace(frame, event, arg):
         raise KeyboardInterrupt
     return None
 sys.settrace(trace)
-sys.exit(main(["log", "decode", "--data", sys.argv[1]]))
+sys.exit(main(["log", *(sys.argv[2:] or ["decode"]), "--data", sys.argv[1]]))
 """
 
 
@@ -1653,7 +1676,34 @@ sys.exit(main(["log", "decode", "--data", sys.argv[1]]))
 def test_ctrl_c_where_python_itself_gets_in_the_way_exits_130(pristine: Path, where: str) -> None:
     res = subprocess.run([sys.executable, "-c", _INTERRUPT_WHERE.replace("WHERE", where), str(pristine)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert res.returncode == 130 and res.stderr == "", (res.returncode, res.stderr)
+    assert res.returncode == 130 and res.stderr == INTERRUPTED, (res.returncode, res.stderr)
+
+
+def _content(db: Path) -> list[str]:
+    """Every schema entry and row of a SQLite file, as SQL text."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def test_ctrl_c_during_a_rebuild_says_so_and_changes_nothing(log_dir: Path) -> None:
+    # Ctrl-C ended every command with 130 and nothing said: a rebuild stopped that way left its
+    # user to guess whether the projections were now half-built. The rebuild is one transaction;
+    # the interruption is said, with what the rebuild left.
+    assert lens("log", "rebuild", "--data", str(log_dir)).returncode == 0
+    before = _content(log_dir / "projections.db"), _content(log_dir / "events.db")
+    # interrupted once the projections' tables are dropped and refolding has begun
+    where = 'code.co_name == "_apply" and code.co_filename.endswith("projector.py")'
+    res = subprocess.run([sys.executable, "-c", _INTERRUPT_WHERE.replace("WHERE", where), str(log_dir), "rebuild"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 130 and res.stdout == "", (res.returncode, res.stdout, res.stderr)
+    assert res.stderr == ("lens: INTERRUPTED: stopped by Ctrl-C (SIGINT); the rebuild changed nothing "
+                          "(the projections are as they were)\n"), res.stderr
+    assert (_content(log_dir / "projections.db"), _content(log_dir / "events.db")) == before
 
 
 def test_an_unreadable_wal_is_named_not_blamed_on_the_directory(log_dir: Path) -> None:
