@@ -100,18 +100,28 @@ async def test_a_websocket_handshake_past_the_limit_is_431(daemon: Daemon, write
 # --------------------------------------------------------------------------- HTTP/2
 
 
-def h2_request(conn: h2.connection.H2Connection, stream_id: int, port: int, size: int) -> None:
-    """Send a GET of ``/health`` whose head, counted as HTTP/1.1 writes it, is ``size`` bytes."""
+def h2_request(conn: h2.connection.H2Connection, stream_id: int, port: int, size: int, websocket: bool = False) -> None:
+    """Send a GET of ``/health`` (or a WebSocket's extended CONNECT, RFC 8441) whose head, counted
+    as HTTP/1.1 writes it, is ``size`` bytes."""
     authority = f"127.0.0.1:{port}"
-    fixed = len(f"GET {API}/health HTTP/2\r\n") + len(f"host: {authority}\r\n") + len("x-pad: \r\n") + 2
-    conn.send_headers(stream_id, [(":method", "GET"), (":path", f"{API}/health"), (":scheme", "http"),
-                                  (":authority", authority), ("x-pad", "a" * (size - fixed))], end_stream=True)
+    method, extra = ("CONNECT", [("sec-websocket-version", "13")]) if websocket else ("GET", [])
+    fixed = (len(f"{method} {API}/health HTTP/2\r\n") + len(f"host: {authority}\r\n")
+             + sum(len(f"{name}: {value}\r\n") for name, value in extra) + len("x-pad: \r\n") + 2)
+    pseudo = [(":method", method)] + ([(":protocol", "websocket")] if websocket else [])
+    conn.send_headers(stream_id, pseudo + [(":path", f"{API}/health"), (":scheme", "http"), (":authority", authority)]
+                      + extra + [("x-pad", "a" * (size - fixed))], end_stream=not websocket)
 
 
 async def h2_answer(stream: trio.SocketStream, conn: h2.connection.H2Connection, stream_id: int,
                     writes: str) -> tuple[dict[bytes, bytes], bytes, list]:
     """Write what ``conn`` has to send, then read until stream ``stream_id`` ends: its headers,
     its body, and every event read."""
+    with trio.fail_after(LIMIT):
+        return await _h2_exchange(stream, conn, stream_id, writes)
+
+
+async def _h2_exchange(stream: trio.SocketStream, conn: h2.connection.H2Connection, stream_id: int,
+                       writes: str) -> tuple[dict[bytes, bytes], bytes, list]:
     out = conn.data_to_send()
     if writes == "one write":
         await stream.send_all(out)
@@ -121,7 +131,8 @@ async def h2_answer(stream: trio.SocketStream, conn: h2.connection.H2Connection,
     events: list = []
     headers: dict[bytes, bytes] = {}
     body = b""
-    while not any(isinstance(ev, h2.events.StreamEnded) and ev.stream_id == stream_id for ev in events):
+    while not any(isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) and ev.stream_id == stream_id
+                  for ev in events):
         data = await stream.receive_some(65536)
         assert data, f"the connection ended before the answer: {events}"
         for ev in conn.receive_data(data):
@@ -143,23 +154,49 @@ async def test_an_http2_head_at_the_limit_is_read_and_one_byte_more_is_431(daemo
     conn.initiate_connection()
     with trio.fail_after(LIMIT):
         stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
-        async with stream:
-            h2_request(conn, 1, daemon.port, HEAD_LIMIT)
-            headers, _, events = await h2_answer(stream, conn, 1, writes)
-            assert headers[b":status"] == b"200", events
-            settings = next(ev for ev in events if isinstance(ev, h2.events.RemoteSettingsChanged))
-            # (h2's own bound on the decoded list, a connection error past it, stays above the limit)
-            advertised = settings.changed_settings[h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE].new_value
-            assert advertised == 65536 > HEAD_LIMIT, advertised
-            h2_request(conn, 3, daemon.port, HEAD_LIMIT + 1)
-            headers, body, events = await h2_answer(stream, conn, 3, writes)
-            assert headers[b":status"] == b"431", events
-            assert headers[b"content-type"] == b"application/json" and b"connection" not in headers, headers
-            r = parse_raw_response(b"HTTP/2 431 \r\ncontent-type: application/json\r\n\r\n" + body)
-            code, message = assert_error_shape(r, "an HTTP/2 head one byte past the limit")
-            assert code == "HEADERS_TOO_LARGE", body
-            assert f"the request head is {HEAD_LIMIT + 1} bytes; at most {HEAD_LIMIT} are read" in message, message
-            h2_request(conn, 5, daemon.port, 100)
-            headers, _, events = await h2_answer(stream, conn, 5, "one write")
-            assert headers[b":status"] == b"200", events
+    async with stream:
+        h2_request(conn, 1, daemon.port, HEAD_LIMIT)
+        headers, _, events = await h2_answer(stream, conn, 1, writes)
+        assert headers[b":status"] == b"200", events
+        settings = next(ev for ev in events if isinstance(ev, h2.events.RemoteSettingsChanged))
+        # (h2's own bound on the decoded list, a connection error past it, stays above the limit)
+        advertised = settings.changed_settings[h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE].new_value
+        assert advertised == 65536 > HEAD_LIMIT, advertised
+        h2_request(conn, 3, daemon.port, HEAD_LIMIT + 1)
+        headers, body, events = await h2_answer(stream, conn, 3, writes)
+        assert headers[b":status"] == b"431", events
+        assert headers[b"content-type"] == b"application/json" and b"connection" not in headers, headers
+        r = parse_raw_response(b"HTTP/2 431 \r\ncontent-type: application/json\r\n\r\n" + body)
+        code, message = assert_error_shape(r, "an HTTP/2 head one byte past the limit")
+        assert code == "HEADERS_TOO_LARGE", body
+        assert f"the request head is {HEAD_LIMIT + 1} bytes; at most {HEAD_LIMIT} are read" in message, message
+        h2_request(conn, 5, daemon.port, 100)
+        headers, _, events = await h2_answer(stream, conn, 5, "one write")
+        assert headers[b":status"] == b"200", events
+    await healthy(daemon)
+
+
+@pytest.mark.parametrize("writes", WRITES)
+async def test_an_http2_websocket_handshake_past_the_limit_is_431(daemon: Daemon, writes: str) -> None:
+    """A WebSocket over HTTP/2 (extended CONNECT, which hypercorn offers) is counted the same way:
+    at the limit it reaches the app, one byte more is 431 on its stream."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+    async with stream:
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(LIMIT):
+            while not conn.remote_settings.enable_connect_protocol:  # (the server's SETTINGS first)
+                data = await stream.receive_some(65536)
+                assert data, "the connection ended before the server's SETTINGS"
+                conn.receive_data(data)
+        h2_request(conn, 1, daemon.port, HEAD_LIMIT, websocket=True)
+        headers, _, events = await h2_answer(stream, conn, 1, writes)
+        assert headers.get(b":status") == b"400", events  # (the app's answer: no WebSocket route)
+        h2_request(conn, 3, daemon.port, HEAD_LIMIT + 1, websocket=True)
+        headers, body, events = await h2_answer(stream, conn, 3, writes)
+        assert headers.get(b":status") == b"431", events
+        r = parse_raw_response(b"HTTP/2 431 \r\ncontent-type: application/json\r\n\r\n" + body)
+        assert assert_error_shape(r, "an HTTP/2 handshake one byte past the limit")[0] == "HEADERS_TOO_LARGE"
     await healthy(daemon)
