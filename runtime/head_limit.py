@@ -33,7 +33,7 @@ def head_size(scope: dict[str, Any]) -> int:
     version = scope.get("http_version", "1.1")
     method = scope.get("method") or ("CONNECT" if version == "2" else "GET")  # (a websocket scope has none)
     query = scope.get("query_string") or b""
-    target = len(scope.get("raw_path") or scope.get("path", "").encode()) + (len(query) + 1 if query else 0)
+    target = len(scope["raw_path"]) + (len(query) + 1 if query else 0)
     line = len(method) + 1 + target + len(" HTTP/") + len(version) + 2
     return line + sum(len(name) + 2 + len(value) + 2 for name, value in scope.get("headers", [])) + 2
 
