@@ -38,6 +38,7 @@ from .configfiles import ConfigFiles
 from .connection_races import guard_connection_races
 from .errors import LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
+from .head_limit import limit_head
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -381,8 +382,8 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = BODY_SECONDS  # (read_body bounds the body itself: receive_body)
     # (keep_send outermost: it keeps the server's own send for SSE's direct write path; the
-    # connection guards next, before anything in the app can write)
-    app.asgi_app = keep_send(guard_connection_races(_host_checked(_finish_responses(app.asgi_app), svc)))  # type: ignore[method-assign]
+    # connection guards next, before anything in the app can write; then the head's limit)
+    app.asgi_app = keep_send(guard_connection_races(limit_head(_host_checked(_finish_responses(app.asgi_app), svc))))  # type: ignore[method-assign]
 
     @app.before_request
     async def guard() -> Response | None:

@@ -55,6 +55,7 @@ from .logcli import silence_stdout
 from .pairing import PairStore
 from .projection_service import ProjectionService
 from . import server_answers
+from .head_limit import UNFINISHED_HEAD_BYTES
 from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
 from .providers.catalog import build_catalog
@@ -207,6 +208,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         hc.bind = [f"{host}:{opts.port}"]
         hc.graceful_timeout = 5.0
         hc.keep_alive_timeout = KEEP_ALIVE_SECONDS
+        hc.h11_max_incomplete_size = UNFINISHED_HEAD_BYTES  # (the head's limit is the app's: head_limit)
         hc.accesslog = None  # request lines could carry ids; credentials never appear (headers not logged)
         hc.errorlog = logging.getLogger("lens.http.server")
 

@@ -14,7 +14,8 @@ invalid config text, reads), so after every request, whatever its answer: the pr
 alive, ``GET /health`` answers, ``lastSeq`` is what it was, the config and pair files hold the
 bytes they held, and the daemon's standard error holds no traceback. Every error answer is
 the error shape, the HTTP layer's own refusals of a malformed request too (400, 431, 501:
-runtime/server_answers.py); a 431 or 501 only for a request that was malformed at that layer.
+runtime/server_answers.py); a 431 or 501 only for a request that was malformed at that layer, and
+a 431 for every other one whose head is past 16 KiB (runtime/head_limit.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from runtime.head_limit import HEAD_LIMIT
 
 from .conftest import LIMIT, Daemon, RawResponse, assert_error_shape, parse_raw_response, read_answer
 from .test_full_disk import served
@@ -111,6 +114,7 @@ class Request:
     origin: str = "none"  # none | valid | hostile | generated | twice
     credential: str = "strong"  # strong | read | none | malformed | unknown | twice
     http_malformed: bool = False  # something the HTTP layer itself may refuse (runtime/server_answers.py)
+    head_too_large: bool = False  # a head past runtime.head_limit's limit: 431, however it is read
     last_event_id_bad: bool = False
 
     def describe(self) -> str:
@@ -237,8 +241,7 @@ def requests(draw: st.DrawFn, w: World) -> Request:
     elif padding == "fold":  # (obs-fold: h11 joins it to the header before; harmless after X-Pad)
         lines += [b"X-Pad: a", b" folded"]
     lines.append(b"Connection: close")
-    # h11's limit (16 KiB) holds when a read ends inside the head: past it, 431 may come first
-    req.http_malformed |= sum(len(line) + 2 for line in lines) > 16 * 1024
+    req.head_too_large = sum(len(line) + 2 for line in lines) + 2 > HEAD_LIMIT  # (each line's CRLF, the blank line's)
     req.lines = lines
     req.body = payload
     return req
@@ -269,12 +272,16 @@ def check(req: Request, r: RawResponse | None) -> None:
         return  # (h11 failed on the rest of the request while the app answered: the server closed mid-answer)
     assert r.body or r.status < 400, f"an error answer without a body: {where}"
     if r.status in (431, 501):  # the HTTP layer's own refusals (a 400 may be the app's too)
-        assert req.http_malformed, f"the HTTP layer refused a request the app should have answered: {where}"
+        assert req.http_malformed or req.head_too_large, \
+            f"the HTTP layer refused a request the app should have answered: {where}"
     assert r.status < 500 or r.status == 501, where
     if r.status >= 400:
         assert_error_shape(r, where)
     if req.http_malformed:
         return  # (h11 may have taken it, or refused it: either is checked above)
+    if req.head_too_large:
+        assert (r.status, r.code) == (431, "HEADERS_TOO_LARGE"), where
+        return
     # What a well-formed request with these headers must get, in the guard's order.
     if req.host == "hostile":
         assert (r.status, r.code) == (403, "HOST_FORBIDDEN"), where

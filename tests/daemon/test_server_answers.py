@@ -1,8 +1,8 @@
 """The answers the HTTP server gives itself, before a request reaches the app (runtime.server_answers).
 
 Each request is written by hand on a raw socket to a real daemon (loopback, port 0): requests
-h11 cannot parse (400), a head past the server's limit (431), a transfer coding other than
-chunked (501), WebSocket handshakes hypercorn refuses before the app, and an HTTP/2 connection
+h11 cannot parse (400), a head still unfinished past the server's bound (431), a transfer
+coding other than chunked (501), WebSocket handshakes hypercorn refuses before the app, and an HTTP/2 connection
 that sends its preface (and SETTINGS) and then nothing. The seam into hypercorn is pinned first:
 a hypercorn whose methods or call sites moved fails here by name, not by a changed answer.
 """
@@ -21,11 +21,11 @@ from hypercorn.trio import serve as hyper_serve
 
 from runtime import daemon as daemon_module
 from runtime import server_answers
+from runtime.head_limit import UNFINISHED_HEAD_BYTES
 
 from .conftest import API, LIMIT, Daemon, assert_error_shape, parse_raw_response
 from .test_http_connections import BOUND, closed_within, healthy
 
-HEAD_LIMIT = server_answers.ServerConfig().h11_max_incomplete_size  # 16 KiB: hypercorn's default
 KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
 
 
@@ -134,9 +134,11 @@ async def test_an_unsupported_transfer_coding_is_501_in_the_error_shape(daemon: 
     await healthy(daemon)
 
 
-async def test_a_head_past_the_limit_is_431_and_one_at_it_is_read(daemon: Daemon) -> None:
-    """h11 refuses a head of which more than ``h11_max_incomplete_size`` bytes arrived before its
-    end: exactly that many then the end is read (200); one byte more is 431 in the error shape."""
+async def test_a_head_unfinished_past_the_bound_is_431_and_one_at_it_is_read(daemon: Daemon) -> None:
+    """h11 refuses a head of which more than ``h11_max_incomplete_size`` bytes (the daemon's
+    ``UNFINISHED_HEAD_BYTES``) arrived before its end: one byte more is the server's 431 in the
+    error shape. Exactly that many then the end is read, and reaches the app, whose limit on the
+    whole head (runtime.head_limit, tests/daemon/test_head_limit.py) answers it."""
     start = f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\nX-Pad: ".encode()
 
     def unfinished(size: int) -> bytes:
@@ -145,12 +147,14 @@ async def test_a_head_past_the_limit_is_431_and_one_at_it_is_read(daemon: Daemon
     with trio.fail_after(LIMIT):
         stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
         async with stream:
-            await stream.send_all(unfinished(HEAD_LIMIT))  # (however it is read, no more is unfinished)
+            await stream.send_all(unfinished(UNFINISHED_HEAD_BYTES))  # (however it is read, no more is unfinished)
             await stream.send_all(b"\r\nConnection: close\r\n\r\n")
             data = await closed_within(stream, BOUND)
-    assert parse_raw_response(data).status == 200, data[:300]
-    message = await refused(daemon, unfinished(HEAD_LIMIT + 1), 431, "HEADERS_TOO_LARGE")
-    assert f"more than {HEAD_LIMIT} bytes" in message, message
+    r = parse_raw_response(data)
+    assert r.status == 431, data[:300]
+    assert assert_error_shape(r, "a head read whole")[1].startswith("the request head is "), data[:300]
+    message = await refused(daemon, unfinished(UNFINISHED_HEAD_BYTES + 1), 431, "HEADERS_TOO_LARGE")
+    assert f"more than {UNFINISHED_HEAD_BYTES} bytes arrived before its end" in message, message
     await healthy(daemon)
 
 

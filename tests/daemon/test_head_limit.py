@@ -1,0 +1,202 @@
+"""The request head's limit at its edge (runtime.head_limit), however the bytes arrive.
+
+Each request is written by hand on a raw socket to a real daemon (loopback, port 0), in one write
+and one byte a write: a head of exactly ``HEAD_LIMIT`` bytes is read, one byte more is 431
+``HEADERS_TOO_LARGE`` in the error shape, over HTTP/1.1, over HTTP/2 (prior knowledge), and for
+a WebSocket handshake. A 20,000-byte head sent at once was answered 200 before: h11's bound
+counted only what was unfinished after a read.
+"""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+import trio
+
+from runtime import daemon as daemon_module
+from runtime.head_limit import HEAD_LIMIT
+
+from .conftest import API, LIMIT, Daemon, assert_error_shape, parse_raw_response
+from .test_http_connections import BOUND, closed_within, healthy
+
+KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
+WRITES = ["one write", "byte by byte"]
+
+
+@pytest.fixture
+async def daemon(daemon_factory, monkeypatch: pytest.MonkeyPatch) -> Daemon:
+    """A daemon whose keep-alive bound, which also bounds the time a head takes to arrive, leaves a
+    head written one byte a write the time it needs on a loaded machine."""
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", LIMIT)
+    return await daemon_factory()
+
+
+def http1_head(port: int, size: int, *lines: str) -> bytes:
+    """A GET of ``/health`` whose head (request line to the blank line) is ``size`` bytes, padded
+    by an ``X-Pad`` header line."""
+    start = (f"GET {API}/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + "".join(line + "\r\n" for line in lines)
+             + "X-Pad: ").encode()
+    end = b"\r\n\r\n"
+    return start + b"a" * (size - len(start) - len(end)) + end
+
+
+async def exchange(port: int, raw: bytes, writes: str) -> bytes:
+    """Write ``raw`` on a new connection (at once, or one byte a write) and read until the server
+    closes it."""
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            if writes == "one write":
+                await stream.send_all(raw)
+            else:
+                for i in range(len(raw)):
+                    await stream.send_all(raw[i:i + 1])
+            return await closed_within(stream, BOUND)
+
+
+def assert_refused(data: bytes, size: int) -> None:
+    r = parse_raw_response(data)
+    assert r.status == 431, data[:300]
+    assert r.headers.get("connection", "").lower() == "close", data[:300]
+    assert int(r.headers["content-length"]) == len(r.body), data[:300]
+    code, message = assert_error_shape(r, f"a head of {size} bytes")
+    assert code == "HEADERS_TOO_LARGE", data[:300]
+    assert f"the request head is {size} bytes; at most {HEAD_LIMIT} are read" in message, message
+
+
+# --------------------------------------------------------------------------- HTTP/1.1
+
+
+@pytest.mark.parametrize("writes", WRITES)
+async def test_a_head_at_the_limit_is_read_and_one_byte_more_is_431(daemon: Daemon, writes: str) -> None:
+    raw = http1_head(daemon.port, HEAD_LIMIT, "Connection: close")
+    assert raw.index(b"\r\n\r\n") + 4 == HEAD_LIMIT
+    data = await exchange(daemon.port, raw, writes)
+    assert parse_raw_response(data).status == 200, data[:300]
+    assert_refused(await exchange(daemon.port, http1_head(daemon.port, HEAD_LIMIT + 1), writes), HEAD_LIMIT + 1)
+    await healthy(daemon)
+
+
+async def test_a_head_of_20000_bytes_in_one_write_is_431(daemon: Daemon) -> None:
+    """The case that was answered 200: the whole head in one read, never unfinished past h11's bound."""
+    assert_refused(await exchange(daemon.port, http1_head(daemon.port, 20_000), "one write"), 20_000)
+
+
+@pytest.mark.parametrize("writes", WRITES)
+async def test_a_websocket_handshake_past_the_limit_is_431(daemon: Daemon, writes: str) -> None:
+    """At the limit the handshake reaches the app (which serves no WebSocket route); one byte more
+    is 431 before it."""
+    lines = ("Connection: upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13", KEY.strip())
+    at = await exchange(daemon.port, http1_head(daemon.port, HEAD_LIMIT, *lines), writes)
+    assert parse_raw_response(at).status == 400, at[:300]  # (the app's answer: no WebSocket route)
+    past = await exchange(daemon.port, http1_head(daemon.port, HEAD_LIMIT + 1, *lines), writes)
+    assert_refused(past, HEAD_LIMIT + 1)
+    await healthy(daemon)
+
+
+# --------------------------------------------------------------------------- HTTP/2
+
+
+def h2_request(conn: h2.connection.H2Connection, stream_id: int, port: int, size: int, websocket: bool = False) -> None:
+    """Send a GET of ``/health`` (or a WebSocket's extended CONNECT, RFC 8441) whose head, counted
+    as HTTP/1.1 writes it, is ``size`` bytes."""
+    authority = f"127.0.0.1:{port}"
+    method, extra = ("CONNECT", [("sec-websocket-version", "13")]) if websocket else ("GET", [])
+    fixed = (len(f"{method} {API}/health HTTP/2\r\n") + len(f"host: {authority}\r\n")
+             + sum(len(f"{name}: {value}\r\n") for name, value in extra) + len("x-pad: \r\n") + 2)
+    pseudo = [(":method", method)] + ([(":protocol", "websocket")] if websocket else [])
+    conn.send_headers(stream_id, pseudo + [(":path", f"{API}/health"), (":scheme", "http"), (":authority", authority)]
+                      + extra + [("x-pad", "a" * (size - fixed))], end_stream=not websocket)
+
+
+async def h2_answer(stream: trio.SocketStream, conn: h2.connection.H2Connection, stream_id: int,
+                    writes: str) -> tuple[dict[bytes, bytes], bytes, list]:
+    """Write what ``conn`` has to send, then read until stream ``stream_id`` ends: its headers,
+    its body, and every event read."""
+    with trio.fail_after(LIMIT):
+        return await _h2_exchange(stream, conn, stream_id, writes)
+
+
+async def _h2_exchange(stream: trio.SocketStream, conn: h2.connection.H2Connection, stream_id: int,
+                       writes: str) -> tuple[dict[bytes, bytes], bytes, list]:
+    out = conn.data_to_send()
+    if writes == "one write":
+        await stream.send_all(out)
+    else:
+        for i in range(len(out)):
+            await stream.send_all(out[i:i + 1])
+    events: list = []
+    headers: dict[bytes, bytes] = {}
+    body = b""
+    while not any(isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) and ev.stream_id == stream_id
+                  for ev in events):
+        data = await stream.receive_some(65536)
+        assert data, f"the connection ended before the answer: {events}"
+        for ev in conn.receive_data(data):
+            events.append(ev)
+            if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == stream_id:
+                headers = dict(ev.headers)
+            elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == stream_id:
+                body += ev.data
+                conn.acknowledge_received_data(ev.flow_controlled_length, stream_id)
+        await stream.send_all(conn.data_to_send())
+    return headers, body, events
+
+
+@pytest.mark.parametrize("writes", WRITES)
+async def test_an_http2_head_at_the_limit_is_read_and_one_byte_more_is_431(daemon: Daemon, writes: str) -> None:
+    """Over HTTP/2 the same head is counted (``:authority`` as the Host line): at the limit 200,
+    one byte more 431 in the error shape, and the connection goes on serving."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+    async with stream:
+        h2_request(conn, 1, daemon.port, HEAD_LIMIT)
+        headers, _, events = await h2_answer(stream, conn, 1, writes)
+        assert headers[b":status"] == b"200", events
+        settings = next(ev for ev in events if isinstance(ev, h2.events.RemoteSettingsChanged))
+        # (h2's own bound on the decoded list, a connection error past it, stays above the limit)
+        advertised = settings.changed_settings[h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE].new_value
+        assert advertised == 65536 > HEAD_LIMIT, advertised
+        h2_request(conn, 3, daemon.port, HEAD_LIMIT + 1)
+        headers, body, events = await h2_answer(stream, conn, 3, writes)
+        assert headers[b":status"] == b"431", events
+        assert headers[b"content-type"] == b"application/json" and b"connection" not in headers, headers
+        r = parse_raw_response(b"HTTP/2 431 \r\ncontent-type: application/json\r\n\r\n" + body)
+        code, message = assert_error_shape(r, "an HTTP/2 head one byte past the limit")
+        assert code == "HEADERS_TOO_LARGE", body
+        assert f"the request head is {HEAD_LIMIT + 1} bytes; at most {HEAD_LIMIT} are read" in message, message
+        h2_request(conn, 5, daemon.port, 100)
+        headers, _, events = await h2_answer(stream, conn, 5, "one write")
+        assert headers[b":status"] == b"200", events
+    await healthy(daemon)
+
+
+@pytest.mark.parametrize("writes", WRITES)
+async def test_an_http2_websocket_handshake_past_the_limit_is_431(daemon: Daemon, writes: str) -> None:
+    """A WebSocket over HTTP/2 (extended CONNECT, which hypercorn offers) is counted the same way:
+    at the limit it reaches the app, one byte more is 431 on its stream."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+    async with stream:
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(LIMIT):
+            while not conn.remote_settings.enable_connect_protocol:  # (the server's SETTINGS first)
+                data = await stream.receive_some(65536)
+                assert data, "the connection ended before the server's SETTINGS"
+                conn.receive_data(data)
+        h2_request(conn, 1, daemon.port, HEAD_LIMIT, websocket=True)
+        headers, _, events = await h2_answer(stream, conn, 1, writes)
+        assert headers.get(b":status") == b"400", events  # (the app's answer: no WebSocket route)
+        h2_request(conn, 3, daemon.port, HEAD_LIMIT + 1, websocket=True)
+        headers, body, events = await h2_answer(stream, conn, 3, writes)
+        assert headers.get(b":status") == b"431", events
+        r = parse_raw_response(b"HTTP/2 431 \r\ncontent-type: application/json\r\n\r\n" + body)
+        assert assert_error_shape(r, "an HTTP/2 handshake one byte past the limit")[0] == "HEADERS_TOO_LARGE"
+    await healthy(daemon)
