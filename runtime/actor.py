@@ -58,8 +58,8 @@ from .errors import (
 )
 from .providers.base import Delta, ModelRequest, ProviderError, well_formed
 from .providers.catalog import ProviderCatalog
-from .views import VIEW_ITEMS_MAX, session_view
 from .skill_loads import SkillLoads, load_failed
+from .views import VIEW_ITEMS_MAX, session_view
 
 log = logging.getLogger("lens.actor")
 

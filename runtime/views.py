@@ -8,8 +8,9 @@ import msgspec
 
 from events import types as t
 from projections.context_budget import item_marks
-from .errors import InvalidCommand
 from projections.session_state import USAGE_FIELDS, MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
+
+from .errors import InvalidCommand
 
 QUEUED_PREVIEW_CHARS = 2000
 # At most this many items in one view (``itemsLimit``'s default and maximum): the main agent's
@@ -81,7 +82,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
                  items_before: int | None = None) -> dict[str, Any]:
     """The view state of ``GET /sessions/{id}``. ``items`` is a window of the main agent's
     projected items (``itemsTotal`` of them, indexed from 0, the oldest first): the last
-    ``items_limit`` before index ``items_before`` (default: all of them), starting at
+    ``items_limit`` before index ``items_before`` (default: the end), starting at
     ``itemsStart``. Only the window is built.
 
     Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal``."""
