@@ -59,6 +59,7 @@ from .errors import (
 from .providers.base import Delta, ModelRequest, ProviderError, well_formed
 from .providers.catalog import ProviderCatalog
 from .skill_loads import SkillLoads, load_failed
+from .views import VIEW_ITEMS_MAX, session_view
 
 log = logging.getLogger("lens.actor")
 
@@ -214,16 +215,11 @@ class GetState:
 
 @dataclass(frozen=True)
 class GetView:
-    """Returns what the session's view is made of (:class:`Viewed`): a private copy of the state
-    and how many ``/skill:`` inputs are being checked, as one moment of the actor's."""
-
-
-@dataclass(frozen=True)
-class Viewed:
-    state: SessionState
-    # /skill: inputs accepted for checking and neither recorded nor refused yet: the log does not
-    # hold them, and the session is not idle (one is recorded next and starts a run).
-    checking_inputs: int = 0
+    """Returns the session's view state (:func:`runtime.views.session_view`, its window of
+    items), built at one moment of the actor's. Only the window is built: the state is not
+    copied, so a view costs its window, not the session's whole life."""
+    items_limit: int = VIEW_ITEMS_MAX
+    items_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -585,7 +581,8 @@ class SessionActor:
         if isinstance(cmd, GetView):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
-            return Viewed(state_from_snapshot(snapshot_bytes(s)), self.checking_inputs)
+            return session_view(s, checking_inputs=self.checking_inputs, items_limit=cmd.items_limit,
+                                items_before=cmd.items_before)
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")

@@ -45,7 +45,7 @@ from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
 from .sse_socket import keep_send
 from .supervisor import Supervisor
-from .views import project_view, session_row_view, session_view
+from .views import VIEW_ITEMS_MAX, project_view, session_row_view, session_view
 from .working_context import ERROR_STATUS as CONTEXT_STATUS
 from .workspace_api import CODES as WORKSPACE_STATUS
 
@@ -562,8 +562,7 @@ def create_app(svc: Services) -> QuartTrio:
     @app.get("/api/v1/sessions/<sid>")
     async def get_session(sid: str) -> Response:
         check_id(sid, "session id")
-        viewed = await svc.supervisor.call(sid, a.GetView())
-        return json_response(session_view(viewed.state, checking_inputs=viewed.checking_inputs))
+        return json_response(await svc.supervisor.call(sid, _view_window()))
 
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
@@ -618,8 +617,7 @@ def create_app(svc: Services) -> QuartTrio:
                                                        settings=settings, reset=reset))
         if name is not None:
             await svc.supervisor.call(sid, a.Rename(name))
-        viewed = await svc.supervisor.call(sid, a.GetView())
-        return json_response(session_view(viewed.state, checking_inputs=viewed.checking_inputs))
+        return json_response(await svc.supervisor.call(sid, a.GetView()))
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:
@@ -995,6 +993,15 @@ def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
     if raw is None:
         return default
     return _parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)
+
+
+def _view_window() -> a.GetView:
+    """The view with the window of items a client asked for: ``itemsLimit`` items (1 to
+    ``VIEW_ITEMS_MAX``, that many when absent) ending before the item index ``itemsBefore``
+    (the end when absent; past the session's items it is 400, answered by the view)."""
+    limit = _int_arg("itemsLimit", VIEW_ITEMS_MAX, 1, VIEW_ITEMS_MAX)
+    raw = _one_arg("itemsBefore")
+    return a.GetView(items_limit=limit, items_before=None if raw is None else _parse_int("itemsBefore", raw, 0, SEQ_MAX))
 
 
 async def _check_not_past_end(svc: Services, name: str, after: int) -> None:

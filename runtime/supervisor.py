@@ -24,9 +24,10 @@ from events import types as t
 from events.errors import LogError
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
-from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor, Viewed
+from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkTooDeep, InvalidCommand, SessionGone, SessionNotFound,
                      SessionQuarantined)
+from .views import session_view
 
 log = logging.getLogger("lens.supervisor")
 
@@ -170,7 +171,8 @@ class Supervisor:
                 if isinstance(command, GetState):
                     return await self._quarantined_state(session_id)
                 if isinstance(command, GetView):
-                    return Viewed(await self._quarantined_state(session_id))
+                    return session_view(await self._quarantined_state(session_id), items_limit=command.items_limit,
+                                        items_before=command.items_before)
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
                 if session_id in self._deleted:  # (as the actor answers a deleted session)

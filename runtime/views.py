@@ -10,7 +10,12 @@ from events import types as t
 from projections.context_budget import item_marks
 from projections.session_state import USAGE_FIELDS, MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
 
+from .errors import InvalidCommand
+
 QUEUED_PREVIEW_CHARS = 2000
+# At most this many items in one view (``itemsLimit``'s default and maximum): the main agent's
+# items grow with the session's whole life (the Full Context keeps what compaction replaced).
+VIEW_ITEMS_MAX = 1000
 
 
 def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
@@ -73,17 +78,30 @@ def _checked(status: str, checking: bool) -> str:
     return "running" if status == "idle" and checking else status
 
 
-def session_view(s: SessionState, *, summary: dict[str, Any] | None = None,
-                 checking_inputs: int = 0) -> dict[str, Any]:
+def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int = VIEW_ITEMS_MAX,
+                 items_before: int | None = None) -> dict[str, Any]:
+    """The view state of ``GET /sessions/{id}``. ``items`` is a window of the main agent's
+    projected items (``itemsTotal`` of them, indexed from 0, the oldest first): the last
+    ``items_limit`` before index ``items_before`` (default: the end), starting at
+    ``itemsStart``. Only the window is built.
+
+    Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal``."""
     main = s.agents.get(MAIN_AGENT)
     items: list[dict[str, Any]] = []
     agents: list[dict[str, Any]] = []
+    shown: list[Item] = []
     if main is not None:
         results = {it.call_id: it for it in main.items if it.role == "tool_result" and it.call_id}
         called = {it.call.call_id for it in main.items if it.role == "tool_call" and it.call is not None}
         # A tool result is shown inside its call's entry; orphans (none today) stand alone.
-        items = [item_view(it, results, main.running_call) for it in main.items
-                 if it.role != "tool_result" or it.call_id not in called]
+        shown = [it for it in main.items if it.role != "tool_result" or it.call_id not in called]
+    total = len(shown)
+    before = total if items_before is None else items_before
+    if before > total:
+        raise InvalidCommand(f"itemsBefore {before} is past the session's {total} items")
+    start = max(0, before - items_limit)
+    if main is not None:
+        items = [item_view(it, results, main.running_call) for it in shown[start:before]]
         # How each item stands in the Working Context (visible, pruned, snipped, compacted…).
         marks = item_marks(main)
         for v in items:
@@ -106,6 +124,8 @@ def session_view(s: SessionState, *, summary: dict[str, Any] | None = None,
         "status": view_status(s, checking_inputs),
         "runningTaskId": s.running_task,
         "items": items,
+        "itemsTotal": total,
+        "itemsStart": start,
         "queued": [
             {"requestId": q.request_id, "text": text_of(q.content)[:QUEUED_PREVIEW_CHARS], "whenBusy": q.when_busy,
              "seq": q.seq, "images": sum(1 for p in q.content if isinstance(p, t.ImagePart))}

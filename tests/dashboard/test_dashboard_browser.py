@@ -791,6 +791,16 @@ def test_dashboard_shows_hostile_text_as_text_sends_no_request_without_the_crede
 
 
 MANY = 260  # tool calls in one answer: more than the page shows at once
+WINDOW = 200  # the items the timeline shows of the latest ones
+# Records how many items each view the page reads holds (GET /sessions/{id}, whatever its query).
+RECORD_VIEWS = """window.viewsRead = [];
+    const fetch0 = window.fetch;
+    window.fetch = async (url, init) => {
+      const resp = await fetch0(url, init);
+      if (/\\/api\\/v1\\/sessions\\/[^/?]+(\\?|$)/.test(String(url)) && init && init.method === "GET")
+        resp.clone().json().then((v) => window.viewsRead.push(v.items.length), () => {});
+      return resp;
+    };"""
 
 
 def test_dashboard_long_session_keeps_the_page_bounded_and_what_the_reader_opened(
@@ -817,7 +827,9 @@ def test_dashboard_long_session_keeps_the_page_bounded_and_what_the_reader_opene
     more = one(driver, "#timeline button.more")
     assert str(MANY + 2 - shown) in more.text
 
-    # What the reader opened stays open, and the same nodes stay, while events arrive.
+    # What the reader opened stays open, and the same nodes stay, while events arrive; each view
+    # the page reads meanwhile holds the items it shows, not the whole session.
+    driver.execute_script(RECORD_VIEWS)
     driver.execute_script("""
         const tools = document.querySelectorAll('#timeline .tool');
         const t = tools[tools.length - 3]; t.querySelector('details').open = true; window.openedTool = t;""")
@@ -831,6 +843,8 @@ def test_dashboard_long_session_keeps_the_page_bounded_and_what_the_reader_opene
         return t.isConnected && t.querySelector('details').open""")
     assert texts(driver, "#timeline .msg.user .text").count("twice, quickly") == 1
     assert len(by_css(driver, "#timeline > .tool, #timeline > .msg")) <= shown + 2
+    read = driver.execute_script("return window.viewsRead")
+    assert read and all(n <= WINDOW for n in read), read
 
     # The earlier items, on demand; the scroll position stays on what the reader was reading.
     click(driver, "#timeline button.more")
