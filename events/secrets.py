@@ -7,17 +7,26 @@ before it is stored, so that the log — and the projections, SSE frames and HTT
 from it — never carry one. Values shorter than :data:`MIN_SECRET` characters are not scrubbed:
 they cannot be told from ordinary words (and are no real key).
 
-The cost on the append path is one substring search of each event's MessagePack per secret;
-only an event that holds one is decoded, rewritten and encoded again.
+A value is caught as written and as a JSON text writes it (tool-call arguments, a JSON tool
+output): any character but a letter, a digit, ``-``, ``_`` and ``.`` may stand escaped, as
+``\\uXXXX`` or (``/``, ``"``, ``\\``) after a backslash.
+
+The cost on the append path is one substring search of each event's MessagePack per secret (for
+a value holding a character JSON may escape: of its longest run of the others); only an event
+that holds one is decoded, rewritten and encoded again. What the daemon serves from the log
+(events stored before a key was scrubbed, say) passes :meth:`Secrets.holds` and
+:meth:`Secrets.scrub` on the way out, at the same cost.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+import re
+from typing import Any, Callable, Iterable, Mapping
 
 import msgspec
 
 MIN_SECRET = 8  # values shorter than this are never scrubbed (see the module's docstring)
+_NEVER_ESCAPED = re.compile(r"[A-Za-z0-9._-]+")  # (no JSON encoder escapes these)
 
 
 def marker(name: str) -> str:
@@ -41,7 +50,12 @@ class Secrets:
                 usable[value] = name
         # Longest first: a key that holds another key is replaced whole.
         self._pairs = sorted(((v, marker(n)) for v, n in usable.items()), key=lambda p: -len(p[0]))
-        self._needles = [v.encode("utf-8") for v, _ in self._pairs]
+        # What is searched first: the value, or its longest part that JSON never escapes.
+        self._needles = [max(_NEVER_ESCAPED.findall(v) or [v], key=len) for v, _ in self._pairs]
+        self._packed_needles = [n.encode("utf-8") for n in self._needles]
+        # A value with a character JSON may escape is replaced by a pattern of both forms.
+        self._forms = [None if _NEVER_ESCAPED.fullmatch(v) else re.compile("".join(map(_either_form, v)))
+                       for v, _ in self._pairs]
 
     @classmethod
     def from_environ(cls, names: Iterable[str], environ: Mapping[str, str]) -> "Secrets":
@@ -58,33 +72,78 @@ class Secrets:
         return bool(self._pairs)
 
     def scrub_text(self, text: str) -> str:
-        """``text`` with every secret replaced by its marker."""
-        for value, mark in self._pairs:
-            if value in text:
-                text = text.replace(value, mark)
+        """``text`` with every secret, as written or JSON-escaped, replaced by its marker."""
+        for (value, mark), needle, form in zip(self._pairs, self._needles, self._forms):
+            if form is None:
+                if value in text:
+                    text = text.replace(value, mark)
+            elif needle in text:
+                text = form.sub(mark, text)
         return text
+
+    def holds(self, data: bytes) -> bool:
+        """False when ``data`` (a MessagePack or JSON encoding) holds no secret, in any form;
+        True when it may. One substring search per secret."""
+        for needle in self._packed_needles:  # (a plain loop: a generator in any() costs half again)
+            if needle in data:
+                return True
+        return False
+
+    def encode(self, value: Any, encode: Callable[[Any], bytes]) -> bytes:
+        """``encode(value)``, scrubbed when it holds a secret: for what is read back from the log
+        and shown (an event stored before its key was scrubbed)."""
+        data = encode(value)
+        return encode(self.scrub(value)) if self.holds(data) else data
 
     def scrub_packed(self, raw: bytes) -> bytes | None:
         """The MessagePack ``raw`` with every secret in its strings (keys included) and binaries
         replaced, re-encoded; None when ``raw`` holds none (the common case, one search each)."""
-        for needle in self._needles:  # (a plain loop: a generator in any() costs half again)
+        for needle in self._packed_needles:  # (inline, not holds(): the call costs as much again)
             if needle in raw:
-                return msgspec.msgpack.encode(self._scrub(msgspec.msgpack.decode(raw)))
+                clean = msgspec.msgpack.encode(self.scrub(msgspec.msgpack.decode(raw)))
+                return None if clean == raw else clean  # (only the searched part of a value was there)
         return None
 
-    def _scrub(self, value: Any) -> Any:
+    def scrub(self, value: Any) -> Any:
+        """``value`` (as MessagePack or JSON decodes) with every secret in its strings (map keys
+        included) and binaries replaced by its marker."""
         if isinstance(value, str):
             return self.scrub_text(value)
         if isinstance(value, list):
-            return [self._scrub(v) for v in value]
+            return [self.scrub(v) for v in value]
         if isinstance(value, dict):
-            return {self._scrub(k): self._scrub(v) for k, v in value.items()}
+            return {self.scrub(k): self.scrub(v) for k, v in value.items()}
         if isinstance(value, (bytes, bytearray, memoryview)):
-            data = bytes(value)
-            for (_, mark), needle in zip(self._pairs, self._needles):
-                data = data.replace(needle, mark.encode())
-            return data
+            text = bytes(value).decode("utf-8", "surrogateescape")
+            return self.scrub_text(text).encode("utf-8", "surrogateescape")
         return value
+
+    def scrub_page(self, text: str, next_offset: int, eof: bool) -> tuple[str, int, bool]:
+        """A page of a longer text (a file, a job's output) read up to the byte ``next_offset``
+        (``eof``: nothing follows), scrubbed, as ``(text, next_offset, eof)``. A page that ends
+        in what could begin a secret holds that end back for the next page (which then starts
+        with the secret), as streamed deltas do; a page that is nothing but such a beginning
+        shows its first ``MIN_SECRET - 1`` characters only, so that a reader still advances.
+        No page ends in ``MIN_SECRET`` or more characters of a secret."""
+        text = self.scrub_text(text)
+        if eof or not self._pairs:
+            return text, next_offset, eof
+        held = self.open_end(text)
+        if held == len(text):
+            held = max(0, held - (MIN_SECRET - 1))
+        if not held:
+            return text, next_offset, eof
+        return text[:-held], next_offset - len(text[-held:].encode("utf-8")), False
+
+    def open_end(self, text: str) -> int:
+        """The length of the longest end of ``text`` that is the start of some secret."""
+        best = 0
+        for value, _ in self._pairs:
+            for n in range(min(len(value) - 1, len(text)), best, -1):
+                if text.endswith(value[:n]):
+                    best = n
+                    break
+        return best
 
     def stream(self) -> "StreamScrub":
         """A scrubber for one stream of text pieces (a streamed answer's deltas)."""
@@ -103,7 +162,7 @@ class StreamScrub:
     def feed(self, piece: str) -> str:
         """What of ``piece`` (after what was held) can be shown now, scrubbed."""
         text = self._secrets.scrub_text(self._held + piece)
-        keep = self._open_prefix(text)
+        keep = self._secrets.open_end(text)
         self._held = text[len(text) - keep:] if keep else ""
         return text[:len(text) - keep]
 
@@ -112,12 +171,14 @@ class StreamScrub:
         held, self._held = self._held, ""
         return held
 
-    def _open_prefix(self, text: str) -> int:
-        """The length of the longest end of ``text`` that is the start of some secret."""
-        best = 0
-        for value, _ in self._secrets._pairs:
-            for n in range(min(len(value) - 1, len(text)), best, -1):
-                if text.endswith(value[:n]):
-                    best = n
-                    break
-        return best
+
+def _either_form(char: str) -> str:
+    """A pattern for ``char`` as written or as JSON may escape it."""
+    if _NEVER_ESCAPED.fullmatch(char):
+        return re.escape(char)
+    code = ord(char)
+    units = [code] if code < 0x10000 else [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)]
+    forms = [re.escape(char), "".join(rf"\\u(?i:{u:04x})" for u in units)]
+    if char in '/"\\':
+        forms.append(re.escape("\\" + char))
+    return "(?:" + "|".join(forms) + ")"

@@ -684,7 +684,10 @@ def create_app(svc: Services) -> QuartTrio:
             # A session is its events: none at all is a session that does not exist (asked of
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
-        return json_response({"events": [e.to_json() for e in events],
+        shown = [e.to_json() for e in events]
+        if svc.store.secrets.holds(msgspec.json.encode(shown)):  # (stored before its key was scrubbed)
+            shown = svc.store.secrets.scrub(shown)
+        return json_response({"events": shown,
                               "nextAfter": events[-1].seq if events else after})
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")

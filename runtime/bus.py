@@ -32,6 +32,7 @@ import trio
 
 from events.errors import CorruptEvent
 from events.reader import StoredEvent
+from events.secrets import Secrets
 from events.store import EventStore, TailReader
 
 from .streamed import StreamedSoFar
@@ -59,8 +60,9 @@ class Frame:
     data: bytes  # the whole SSE message, ready to write
 
 
-def event_frame(se: StoredEvent) -> Frame:
-    return Frame(se.seq, se.project_id, se.session_id, sse_message(se.kind, _json.encode(se.to_json()), se.seq))
+def event_frame(se: StoredEvent, secrets: Secrets) -> Frame:
+    """``se`` as an SSE frame, scrubbed of ``secrets`` (it may have been stored before them)."""
+    return Frame(se.seq, se.project_id, se.session_id, sse_message(se.kind, secrets.encode(se.to_json(), _json.encode), se.seq))
 
 
 def sse_message(event: str, data: bytes, id: int | None = None) -> bytes:
@@ -284,7 +286,8 @@ class Bus:
     def _offer_events(self, events: list[StoredEvent]) -> None:
         """Offer committed events (in order, past :attr:`position`) and move past them."""
         self.streamed.note_events(events)
-        self._offer_all([event_frame(se) for se in events])
+        secrets = self.store.secrets
+        self._offer_all([event_frame(se, secrets) for se in events])
         self.position = events[-1].seq
 
     def _offer_inbox_now(self) -> bool:

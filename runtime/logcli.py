@@ -25,11 +25,13 @@ import zstandard
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
 from events.schema import FORMAT, FORMAT_VERSION, MAX_EVENT_BYTES_KEY, PROJECTIONS_DB, recorded_max_event_bytes
+from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
 from projections.projector import Projector, ProjectionsDamaged, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
 
+from .config import WELL_KNOWN_KEY_ENV, ConfigError, load_config, secret_env_names
 from .terminal import shown
 
 _json = msgspec.json.Encoder()
@@ -178,9 +180,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     kinds = _kinds(args.kind)
     if len(kinds or ()) > MAX_KINDS:  # a usage error (prints the usage, exits 2)
         args.usage_error(f"at most {MAX_KINDS} different --kind values")
+    secrets = _known_secrets()
     with LogReader(Path(args.data)) as reader:
         try:
-            for _failed in _decode_rows(reader, args, after, kinds):
+            for _failed in _decode_rows(reader, args, after, kinds, secrets):
                 failures += 1
         except BrokenPipeError:  # e.g. `| head -1`: stop; what failed so far still counts
             silence_stdout()
@@ -192,9 +195,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 
 def _decode_rows(
-    reader: LogReader, args: argparse.Namespace, after: int, kinds: list[str] | None
+    reader: LogReader, args: argparse.Namespace, after: int, kinds: list[str] | None, secrets: Secrets
 ) -> Iterator[None]:
-    """Print each row's JSON line; yield once per row that failed (its error on stderr)."""
+    """Print each row's JSON line, scrubbed of ``secrets``; yield once per row that failed (its
+    error on stderr)."""
     for kind in kinds or ():
         if kind not in KIND_TO_TYPE:  # most likely a typo; a newer Lens's kind still matches
             _err(f"lens: note: {kind!r} is not an event kind this Lens knows; "
@@ -214,7 +218,21 @@ def _decode_rows(
             _err(f"lens: {exc.code}: {exc}")
             yield None
             continue
-        _out(_json.encode(event.to_json()))
+        _out(secrets.encode(event.to_json(), _json.encode))
+
+
+def _known_secrets() -> Secrets:
+    """The keys ``lens serve`` started here would know: the values this environment holds under
+    the credential variables of the config at its default place (SDKs' own ones only, with a
+    note, when that config cannot be read). Events stored before their key was scrubbed are
+    printed without it."""
+    try:
+        cfg, _, _ = load_config(None)
+        names = secret_env_names(cfg)
+    except ConfigError as exc:
+        _err(f"lens: note: {exc}; only the values of {', '.join(WELL_KNOWN_KEY_ENV)} are redacted")
+        names = frozenset(WELL_KNOWN_KEY_ENV)
+    return Secrets.from_environ(names, os.environ)
 
 
 def _raw_json(row: StoredRow) -> dict[str, Any]:

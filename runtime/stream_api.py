@@ -194,7 +194,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 last = se.seq
                 if project is not None and se.project_id != project:
                     continue
-                frame = event_frame(se).data
+                frame = event_frame(se, svc.store.secrets).data
                 if parts and size + len(frame) > REPLAY_WRITE_BYTES:
                     yield b"".join(parts)
                     parts, size = [], 0

@@ -155,7 +155,7 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
             raise ApiError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
         if sensitive_path(r["path"]):
             raise ApiError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
-        r["text"] = svc.store.secrets.scrub_text(r["text"])  # (a provider key is never shown, F-MOD-6)
+        r["text"], r["next_offset"], r["eof"] = svc.store.secrets.scrub_page(r["text"], r["next_offset"], r["eof"])
         return json_response(_camel(r))
 
     @app.get("/api/v1/sessions/<sid>/changes")

@@ -27,7 +27,7 @@ from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
-from .conftest import LIMIT, Daemon, DaemonFactory, run_lens, wait_until
+from .conftest import LIMIT, Daemon, DaemonFactory, run_lens, run_tool, wait_until
 from .test_provider_keys import KEYS, SLOW, Recorder, config, leaks, unpacked, watch
 from .test_serve_process import ServeProcess, as_daemon
 
@@ -172,3 +172,103 @@ async def test_an_mcp_server_given_a_key_that_prints_it_as_it_fails_is_reported_
     assert not leaks("the tool inventory", r.content, [key]), r.text
     (noisy_state,) = r.json()["mcpServers"]
     assert noisy_state["status"] == "failed" and noisy_state["stderrTail"] == f"bad key {marker('LENS_TEST_ECHO_KEY')}"
+
+
+SLASHED = ("LENS_TEST_SEARCH_KEY", "tvly-dev-K3jH8gF2/dS5aP9oI+uY4tR7e=CanarySlashD4")
+
+
+async def test_keys_stored_before_escaped_in_json_or_cut_by_a_page_are_not_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A session's input holds a key while the daemon does not know it (stored as written); the
+    # daemon restarted with the key known shows that event without it. With it known: a command
+    # printing JSON in which the key stands escaped, and a file and a job output read in pages,
+    # one ending inside the key.
+    name, key = "OPENAI_API_KEY", KEYS["OPENAI_API_KEY"]
+    slash_name, slashed = SLASHED
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({
+        "providers": [{"id": "chat", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1",
+                       "apiKeyEnv": name, "models": [{"id": "m"}]},
+                      {"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}],
+        "defaultModel": "faux/faux-1", "webSearch": {"apiKeyEnv": slash_name}}))
+    for n in [*KEYS, slash_name]:
+        monkeypatch.delenv(n, raising=False)
+    recorder = Recorder()
+    sse_bytes = bytearray()
+    async with trio.open_nursery() as nursery:
+        for phase in (1, 2):
+            if phase == 2:
+                monkeypatch.setenv(name, key)
+                monkeypatch.setenv(slash_name, slashed)
+            serve = ServeProcess(tmp_path, stderr_name=f"serve-{phase}.err")
+            try:
+                daemon_url = await serve.run(nursery)
+                async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
+                                              limits=httpx2.Limits(max_keepalive_connections=0),
+                                              event_hooks={"response": [recorder.on_response] if phase == 2 else []}
+                                              ) as client:
+                    d = as_daemon(tmp_path, daemon_url, client)
+                    if phase == 1:
+                        token = await d.pair("old-client", strong=True, via="cli")
+                        project = await d.project(token, "p")
+                        r = await d.post("/sessions", token, {"projectId": project["id"]})
+                        old_sid = r.json()["id"]
+                        await d.submit(token, old_sid, "old-1", f"my key is {key}, keep it")
+                        await d.wait_idle(token, old_sid)
+                    else:
+                        await stored_before_and_after(d, token, project, old_sid, sse_bytes)
+                assert await serve.terminate() == 0
+            finally:
+                serve.kill()
+        nursery.cancel_scope.cancel()
+
+    decoded = await run_lens(tmp_path, "log", "decode", "--data", "data")
+    found = leaks("lens log decode", decoded.stdout + decoded.stderr, [key, slashed])
+    found += leaks("SSE stream", bytes(sse_bytes), [key, slashed])
+    for where, data in recorder.seen:
+        found += leaks(where, data, [key, slashed])
+    assert not found, "\n".join(found)
+    assert marker(name) in decoded.stdout and marker(slash_name) in decoded.stdout
+
+
+async def stored_before_and_after(d: Daemon, token: str, project: dict[str, Any], old_sid: str,
+                                  sse_bytes: bytearray) -> None:
+    name, key = "OPENAI_API_KEY", KEYS["OPENAI_API_KEY"]
+    slash_name, slashed = SLASHED
+    # The input stored before: the events route and the stream from seq 0 show its marker.
+    (old_input,) = [e for e in await d.events(token, old_sid) if e["kind"] == "input.submitted"]
+    assert old_input["body"]["content"][0]["text"] == f"my key is {marker(name)}, keep it", old_input
+    # JSON holding the key escaped (``/`` as ``\/``, ``+`` and ``=`` as ``\u002b``, ``\u003d``).
+    escaped = json.dumps({"key": slashed}).replace("/", "\\/").replace("+", "\\u002b").replace("=", "\\u003d")
+    workspace = Path(project["workspace"])
+    (workspace / "search.json").write_text(escaped)
+    padding = "x" * 20
+    (workspace / "notes.txt").write_text(f"{padding}{key}\n")
+    r = await d.post("/sessions", token, {"projectId": project["id"]})
+    sid = r.json()["id"]
+    result = await run_tool(d, token, sid, "cat-1", "run_command", {"command": "cat search.json"})
+    assert marker(slash_name) in json.dumps(result), result
+    # A page that ends 10 characters into the key ends before it; the next page shows its marker.
+    first = (await d.get(f"/sessions/{sid}/workspace/file", token,
+                         params={"path": "notes.txt", "limit": len(padding) + 10})).json()
+    assert (first["text"], first["nextOffset"], first["eof"]) == (padding, len(padding), False), first
+    rest = (await d.get(f"/sessions/{sid}/workspace/file", token,
+                        params={"path": "notes.txt", "offset": first["nextOffset"]})).json()
+    assert rest["text"] == f"{marker(name)}\n" and rest["eof"], rest
+    await d.submit(token, sid, "job-1", "/tool job " + json.dumps({"action": "start", "command": "cat notes.txt"}))
+
+    async def finished() -> dict[str, Any] | None:
+        jobs = (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
+        return jobs[0] if jobs and jobs[0]["status"] != "running" else None
+
+    job = await wait_until(finished, SLOW, "the job's end")
+    page = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token, params={"limit": len(padding) + 10})).json()
+    assert (page["output"], page["nextOffset"], page["eof"]) == (padding, len(padding), False), page
+    await d.wait_idle(token, sid)
+    async with trio.open_nursery() as inner:
+        inner.start_soon(watch, d, token, sse_bytes)
+        last = (await d.get("/health")).json()["lastSeq"]
+        with trio.fail_after(LIMIT):
+            while f"id: {last}\n".encode() not in sse_bytes:
+                await trio.sleep(0.02)
+        inner.cancel_scope.cancel()

@@ -3,6 +3,7 @@ body before it is encoded (``events/secrets.py``), at the store's one seam."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import msgspec
@@ -70,3 +71,73 @@ async def test_an_event_the_marker_makes_too_large_is_refused_by_name(tmp_path: 
         with pytest.raises(AppendRejected, match="over the maximum event size"):
             await store.append(Draft(InputSubmitted(content=[TextPart("k" * MIN_SECRET * 100)]), session_id="s"))
         assert store.last_seq == 0
+
+
+SLASHED = "tvly-dev-Q7mZ4kT1/vB8nR3wY+6pJ0dF5h=Canary"  # (characters a JSON text may escape)
+SLASHED_SECRETS = Secrets({SLASHED: "SEARCH_KEY", KEY: "OPENAI_API_KEY"})
+
+
+@pytest.mark.parametrize("written", [
+    json.dumps({"key": SLASHED}),
+    SLASHED.replace("/", "\\/"),  # (PHP, some Java encoders)
+    json.dumps(SLASHED).replace("/", "\\/").replace("+", "\\u002b").replace("=", "\\u003D"),  # (HTML-safe ones)
+    "".join(c if c.isalnum() or c in "-_." else f"\\u{ord(c):04x}" for c in SLASHED),  # (all it may)
+])
+def test_a_secret_a_json_text_holds_escaped_is_replaced(written: str):
+    scrubbed = SLASHED_SECRETS.scrub_text(written)
+    assert marker("SEARCH_KEY") in scrubbed and "Q7mZ4kT1" not in scrubbed, scrubbed
+    if written.startswith("{"):
+        assert json.loads(scrubbed) == {"key": marker("SEARCH_KEY")}
+
+
+def test_a_part_of_a_secret_with_escapable_characters_is_left_and_not_rewritten():
+    part = SLASHED.split("/")[0]  # (the part searched for first)
+    raw = msgspec.msgpack.encode({"text": f"{part} and {SLASHED[:-1]}"})
+    assert SLASHED_SECRETS.scrub_packed(raw) is None
+
+
+async def test_tool_call_arguments_holding_a_secret_escaped_are_stored_with_its_marker(tmp_path: Path):
+    arguments = json.dumps({"command": f"echo {SLASHED}"}).replace("/", "\\/")
+    async with open_store(tmp_path, secrets=SLASHED_SECRETS) as store:
+        await store.append(Draft(ModelResponded(text="", tool_calls=[ToolCall("c1", "run_command", arguments)]),
+                                 session_id="s"))
+        (stored,) = await store.read_events(after=0)
+    assert json.loads(stored.event.tool_calls[0].arguments) == {"command": f"echo {marker('SEARCH_KEY')}"}
+
+
+def test_what_is_read_back_from_the_log_is_encoded_without_its_secrets():
+    old = StoredEvent(1, 0, "p", "s", 1, "a", None, "model.responded", None,
+                      ModelResponded(text=f"key {KEY}", tool_calls=[ToolCall("c1", "x", json.dumps({"k": SLASHED}))]))
+    shown = SLASHED_SECRETS.encode(old.to_json(), msgspec.json.encode)
+    assert b"Q7mZ4kT1" not in shown and b"vB8nR3wY" not in shown, shown
+    body = msgspec.json.decode(shown)["body"]
+    assert body["text"] == f"key {marker('OPENAI_API_KEY')}"
+    assert json.loads(body["tool_calls"][0]["arguments"]) == {"k": marker("SEARCH_KEY")}
+    clean = StoredEvent(2, 0, "p", "s", 2, "a", None, "model.responded", None, ModelResponded(text="no key"))
+    assert SLASHED_SECRETS.encode(clean.to_json(), msgspec.json.encode) == msgspec.json.encode(clean.to_json())
+
+
+def pages(text: str, limit: int, secrets: Secrets) -> list[str]:
+    """``text`` read page by page as the file and job routes read it: ``limit`` bytes from the
+    offset the previous page answered."""
+    data, out, offset = text.encode(), [], 0
+    while True:
+        body = data[offset:offset + limit]
+        shown, offset, eof = secrets.scrub_page(body.decode(), offset + len(body), offset + len(body) >= len(data))
+        out.append(shown)
+        if eof:
+            return out
+
+
+@pytest.mark.parametrize("limit", [1, 5, MIN_SECRET, 20, len(KEY), len(KEY) + 1, 64])
+def test_no_page_ends_in_the_beginning_of_a_secret(limit: int):
+    for at in range(0, 70):
+        text = "x" * at + KEY + " and " + SLASHED + ", " + KEY[:MIN_SECRET + 2]
+        shown = pages(text, limit, SLASHED_SECRETS)
+        for page in shown[:-1]:  # (the last ends the text: what it ends in is no secret)
+            for secret in (KEY, SLASHED):
+                assert not any(page.endswith(secret[:n]) for n in range(MIN_SECRET, len(secret) + 1)), (limit, at, page)
+        if limit > len(SLASHED):  # (a page can hold each whole secret: it is shown as its marker)
+            assert "".join(shown) == SLASHED_SECRETS.scrub_text(text), (limit, at, shown)
+        else:
+            assert "".join(shown).startswith("x" * at)
