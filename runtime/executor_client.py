@@ -38,6 +38,15 @@ RECONNECT_BACKOFF_MAX_MS = 2000
 # The largest gRPC message either way (the executor sets the same): a call or reply past it is
 # refused by grpc itself, and comes back as TOO_LARGE.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# What a command stream may hold in Core that its reader has not taken yet: this many events (of at
+# most 64 KiB each) between the pump thread and the reader, and a fixed HTTP/2 receive window. grpc
+# grows a window by its estimate of the bandwidth-delay product (4–14 MiB measured on loopback), and
+# a 64-event channel held 4 MiB more: a stream whose reader fell behind kept 9–18 MiB in the daemon,
+# 16 at once up to 300 MiB. With 4 events and 1 MiB the bound is about 1.5 MiB a stream; 16 MiB of
+# output still streams on loopback as fast as before (about 0.15 s), and a remote executor gets
+# 1 MiB a round trip (about 20 MB/s at 50 ms).
+STREAM_BUFFER_EVENTS = 4
+RECEIVE_WINDOW_BYTES = 1024 * 1024
 
 
 class ExecutorError(LensError):
@@ -165,7 +174,8 @@ class ExecutorClient:
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS)])
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+            ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", RECEIVE_WINDOW_BYTES)])
         self._stub = pb_grpc.ExecutorStub(self._channel)
         self._streams = stream_limiter or trio.CapacityLimiter(16)
         self.hello_reply: pb.HelloReply | None = None
@@ -245,7 +255,7 @@ class ExecutorClient:
         # call (which ends the thread's iteration) and waits for the thread to finish.
         async with self._streams, self._in_use():  # one slot per open stream
             call = self._stub.Run(req, metadata=self._meta, timeout=run_deadline_s(timeout_ms))
-            send, recv = trio.open_memory_channel[Any](64)
+            send, recv = trio.open_memory_channel[Any](STREAM_BUFFER_EVENTS)
             trio_token = trio.lowlevel.current_trio_token()
             finished = trio.Event()
 

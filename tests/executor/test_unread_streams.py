@@ -9,7 +9,8 @@ both back within a bound, and its command must end:
   cancelled once the client has taken nothing for the send-stall bound, even while the call's
   deadline and the command's timeout are far off;
 - a client that goes away (its channel closed, or its process killed): grpc sees the connection
-  end and the call is cancelled at once.
+  end and the call is cancelled at once;
+- Core's own client, whose reader falls behind: what it holds of the stream unread is bounded.
 
 Nothing here sleeps for ordering: waits are bounded polls of an observable condition.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,8 +29,10 @@ from typing import Any, Iterator
 
 import grpc
 import pytest
+import trio
 
 from proto import executor_pb2 as pb
+from runtime.executor_client import ExecutorClient
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.server import MAX_RUNNING_COMMANDS, SEND_STALL_S, TEST_SEND_STALL_ENV
 
@@ -188,3 +192,44 @@ def test_a_stream_whose_client_process_is_killed_gives_back_its_slot_at_once(
         client.stdin.close()
         client.stdout.close()
     all_slots_free(ex)
+
+
+# Writes 64 KiB at a time for as long as it can, and after each write the total written so far.
+COUNTING_WRITER = """
+import os
+n = 0
+while True:
+    n += os.write(1, b"x" * 65536)
+    with open("written.tmp", "w") as f:
+        f.write(str(n))
+    os.replace("written.tmp", "written")
+"""
+# What Core may hold of a stream it does not read (its events channel, grpc's receive window) plus
+# what the executor and the pipe hold: 1.5 MiB measured. A window grown by grpc's
+# bandwidth-delay probing and a 64-event channel held 9 MiB and more.
+UNREAD_HELD_BOUND = 2560 * 1024
+STALLED_S = 2.0  # the writer's count unchanged this long: nothing more is taken from it
+
+
+async def test_core_holds_a_bounded_part_of_a_stream_it_does_not_read(tmp_path: Path) -> None:
+    ex = start_executor(tmp_path)
+    client = ExecutorClient(ex.address, ex.token)
+    written = ex.workspace / "written"
+    try:
+        await client.hello()
+        command = f"exec {shlex.quote(sys.executable)} -c {shlex.quote(COUNTING_WRITER)}"
+        async with client.run(command, timeout_ms=int(FAR_S * 1000), max_output_bytes=16 << 20) as events:
+            first = await events.receive()  # then nothing more is read
+            assert first.WhichOneof("event") == "stdout", first
+            last, since = -1, time.monotonic()
+            with trio.fail_after(BOUND_S):
+                while time.monotonic() - since < STALLED_S:
+                    await trio.sleep(0.05)
+                    now = int(written.read_text() or 0) if written.exists() else 0
+                    if now != last:
+                        last, since = now, time.monotonic()
+        held = last - len(first.stdout)
+        assert held <= UNREAD_HELD_BOUND, f"{held} bytes of output written and not read"
+    finally:
+        client.close()
+        stop_process(ex.proc)

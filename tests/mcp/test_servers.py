@@ -8,6 +8,8 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -467,3 +469,39 @@ async def test_stopping_ends_a_process_the_server_orphaned_by_a_double_fork(star
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def private_kib(pid: int) -> int:
+    """Memory of ``pid`` that no other process shares (``Private_Dirty`` of smaps_rollup), in KiB."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Private_Dirty:"))
+
+
+# What the reaper may hold beyond a bare `python -I -S` of the same interpreter: ctypes (for
+# prctl) and its own code, about 0.9 MiB measured. Importing `signal` (its enums bring in enum,
+# functools, collections) made it 1.5 MiB; a process's private memory right after its start does
+# not depend on the machine's load.
+REAPER_OVER_BARE_KIB = 1200
+
+
+async def test_the_reaper_holds_little_more_than_a_bare_interpreter(start: Any, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    r = await start({"t": srv("--pidfile", str(pidfile))})
+    server = int(pidfile.read_text().split()[0])
+    reaper = r.state("t")["pid"]
+    with open(f"/proc/{server}/stat") as f:
+        assert int(f.read().rsplit(")", 1)[1].split()[1]) == reaper  # (the server's parent)
+    bare = await trio.lowlevel.open_process(
+        [sys.executable, "-I", "-S", "-c", "import sys; sys.stdout.write('up\\n'); sys.stdout.flush(); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert bare.stdout is not None
+        with trio.fail_after(LIMIT):
+            assert await bare.stdout.receive_some(3) == b"up\n"
+        over = private_kib(reaper) - private_kib(bare.pid)
+    finally:
+        bare.kill()
+        await bare.wait()
+        await bare.stdin.aclose()  # type: ignore[union-attr]
+        await bare.stdout.aclose()  # type: ignore[union-attr]
+    assert over <= REAPER_OVER_BARE_KIB, f"the reaper holds {over} KiB more than a bare interpreter"

@@ -22,13 +22,15 @@ when the server's environment holds ``LC_CTYPE``: else one that Python's start a
 locale coercion) is removed, so the server gets the environment it was given. Where the
 subreaper cannot be set, the server is run in place of this process, as it was before (``exec``).
 Standard library only; imports nothing of Lens, so it starts in well under a tenth of a second
-with ``-I -S``.
+with ``-I -S``. One runs beside every server for as long as the server does, so it imports as
+little as it can: :mod:`_signal`, not :mod:`signal` (whose enums bring in ``enum``,
+``functools`` and ``collections``: 0.65 MB of the 4.1 MB of private memory this process had).
 """
 
 from __future__ import annotations
 
+import _signal as signal  # (the same functions and numbers as signal's, without its enums)
 import os
-import signal
 import sys
 import time
 
