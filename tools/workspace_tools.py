@@ -227,8 +227,9 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
                                            [("revert_call", ctx.workspace_allowlist), *others])
             for e in reversed(edits):
                 where = _restored(e)
-                try:
-                    before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None
+                try:  # (off the event loop: a read of up to 8 MiB and its SHA-256)
+                    before = (await trio.to_thread.run_sync(artifacts.get, e.before_artifact_id)
+                              if e.before_artifact_id else None)
                 except ArtifactError as exc:
                     raise ToolError(exc.code, exc.message) from None
                 try:
