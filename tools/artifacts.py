@@ -1,7 +1,8 @@
 """Content-addressed artifacts: binaries stored once by SHA-256 outside the log.
 
 ``put`` writes ``artifacts/<sha256>`` atomically (:func:`runtime.atomicfile.replace_atomically`:
-temp file, fsync, rename, directory fsync) and is idempotent;
+temp file, fsync, rename, directory fsync) and is idempotent; ``put_together`` stores several
+as one: when one cannot be stored, those it wrote that nothing else was given since are removed;
 ``get`` verifies the bytes against their name before returning them, so a damaged file is
 caught before it is sent anywhere. Both read only a regular file, without blocking and up to
 :data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
@@ -32,16 +35,60 @@ class ArtifactError(Exception):
 
 
 class ArtifactStore:
+    """The files of one data directory's ``artifacts/``. ``put`` and ``put_together`` block (they
+    read, write and fsync): call them off the event loop, from any number of threads."""
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        # Artifacts a put_together still in progress wrote afresh and no other put has returned
+        # since: only these may be removed when it fails. One lock over every check and write
+        # keeps that true (otherwise a put finding a file a failing put_together is about to
+        # remove would hand out an id whose bytes are gone).
+        self._lock = threading.Lock()
+        self._provisional: set[str] = set()
 
     def put(self, data: bytes) -> str:
+        """Store ``data``; its id. Raises ``OSError`` (a full disk), leaving nothing half-written."""
+        return self._put(data)[0]
+
+    def put_together(self, items: Sequence[bytes]) -> list[str]:
+        """Store every one of ``items``, or none that this call added: their ids, in order.
+        When one fails (``OSError``, raised), the files this call wrote afresh are removed unless
+        another put has returned them since; a file that was already there is never removed
+        (ids are shared by content, and an earlier event may name it)."""
+        fresh: list[str] = []
+        try:
+            ids = []
+            for data in items:
+                digest, created = self._put(data, provisional=True)
+                ids.append(digest)
+                if created:
+                    fresh.append(digest)
+        except BaseException:
+            with self._lock:
+                for digest in fresh:
+                    if digest in self._provisional:
+                        self._provisional.discard(digest)
+                        (self.root / digest).unlink(missing_ok=True)
+            raise
+        with self._lock:
+            self._provisional.difference_update(fresh)
+        return ids
+
+    def _put(self, data: bytes, *, provisional: bool = False) -> tuple[str, bool]:
+        """``data`` stored: its id, and whether this call wrote the file (it was missing or
+        damaged). A written file is marked provisional when ``provisional``; any other put of
+        the same bytes takes that mark away."""
         digest = hashlib.sha256(data).hexdigest()
         path = self.root / digest
-        if _intact(path, digest):
-            return digest  # (a damaged copy is written again: it failed every request naming it)
-        replace_atomically(path, data)
-        return digest
+        with self._lock:
+            self._provisional.discard(digest)
+            if _intact(path, digest):
+                return digest, False  # (a damaged copy is written again: it failed every request naming it)
+            replace_atomically(path, data)
+            if provisional:
+                self._provisional.add(digest)
+            return digest, True
 
     def get(self, artifact_id: str) -> bytes:
         if not SHA_RE.fullmatch(artifact_id):

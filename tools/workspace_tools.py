@@ -121,24 +121,24 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
 
     async def edit_events(ctx: ToolContext, tool: str, path: str, written: str | None, before: bytes | None,
                           after: bytes | None) -> list[t._Event]:
+        kept = [data for data in (before, after) if data is not None]
+        try:
+            # Both or neither (off the event loop: the files are written and fsynced): a "before"
+            # left behind by a failed "after" would be a file no event names.
+            stored = iter(await trio.to_thread.run_sync(artifacts.put_together, kept))
+        except OSError as exc:
+            # The file is written already: the call says so, and that it cannot be undone
+            # (no file.edited without the bytes revert_call restores: a missing "before"
+            # would read as "the file did not exist", and a revert would delete it).
+            raise ToolError("ARTIFACT_WRITE_FAILED", f"{path} was changed, but the copies revert_call restores "
+                                                     f"from could not be stored ({why_not_written(exc)}); "
+                                                     f"revert_call cannot undo this call") from None
+        ids = [next(stored) if data is not None else None for data in (before, after)]
         events: list[t._Event] = []
-        ids: list[str | None] = []
-        for data in (before, after):
-            if data is None:
-                ids.append(None)
-                continue
-            try:
-                aid = await store(data)
-            except OSError as exc:
-                # The file is written already: the call says so, and that it cannot be undone
-                # (no file.edited without the bytes revert_call restores: a missing "before"
-                # would read as "the file did not exist", and a revert would delete it).
-                raise ToolError("ARTIFACT_WRITE_FAILED", f"{path} was changed, but the copies revert_call restores "
-                                                         f"from could not be stored ({why_not_written(exc)}); "
-                                                         f"revert_call cannot undo this call") from None
-            ids.append(aid)
-            events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime="application/octet-stream",
-                                           size=len(data), source="file-history"))
+        for aid, data in zip(ids, (before, after)):
+            if aid is not None and data is not None:
+                events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime="application/octet-stream",
+                                               size=len(data), source="file-history"))
         events.append(t.FileEdited(call_id=ctx.call_id, path=path, before_artifact_id=ids[0],
                                    after_artifact_id=ids[1], before_sha256=_sha(before), after_sha256=_sha(after),
                                    tool=tool, written_path=written))
@@ -227,8 +227,9 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
                                            [("revert_call", ctx.workspace_allowlist), *others])
             for e in reversed(edits):
                 where = _restored(e)
-                try:
-                    before = artifacts.get(e.before_artifact_id) if e.before_artifact_id else None
+                try:  # (off the event loop: a read of up to 8 MiB and its SHA-256)
+                    before = (await trio.to_thread.run_sync(artifacts.get, e.before_artifact_id)
+                              if e.before_artifact_id else None)
                 except ArtifactError as exc:
                     raise ToolError(exc.code, exc.message) from None
                 try:

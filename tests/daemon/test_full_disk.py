@@ -304,8 +304,14 @@ async def test_the_daemons_own_files_on_a_full_disk_fail_whole_and_say_so(tmp_pa
         (ws / "a.txt").write_text("old\n")
         sid = (await d.session(token, project["id"]))["id"]
         config = (await d.get("/config/files/lens.jsonc", token)).json()
-        # The executor starts before the limit (a child keeps the limit it was started with).
-        assert (await run_tool(d, token, sid, "spawn", "read_file", {"path": "a.txt"}))["status"] == "ok"
+        # The executor starts before the limit (a child keeps the limit it was started with). An
+        # edit before the fault stores "old\n" and "mid\n"; a.txt holds "mid\n", c.txt bytes stored nowhere.
+        first = await run_tool(d, token, sid, "first", "edit_file", {"path": "a.txt", "mode": "rewrite",
+                                                                      "content": "mid\n"})
+        assert first["status"] == "ok", first
+        (ws / "c.txt").write_text("fresh\n")
+        named = sorted(hashlib.sha256(b).hexdigest() for b in (b"old\n", b"mid\n"))
+        assert sorted(p.name for p in (data / "artifacts").iterdir()) == named
         # Room for the databases to go on growing; none for the files below (their text
         # compresses to little in the log).
         room = max(p.stat().st_size for p in data.iterdir() if p.is_file()) + 256 * 1024
@@ -321,6 +327,10 @@ async def test_the_daemons_own_files_on_a_full_disk_fail_whole_and_say_so(tmp_pa
             assert message.startswith("a.txt was changed, but the copies revert_call restores from could not be "
                                       "stored (the disk is full: the file may not grow that large (EFBIG))"), message
             assert "revert_call cannot undo this call" in message, message
+            # Its "before" ("fresh\n", stored afresh) went with the failed "after": no file no event names.
+            body = await run_tool(d, token, sid, "over-c", "edit_file",
+                                  {"path": "c.txt", "mode": "rewrite", "content": big})
+            assert body["status"] == "error" and body["error_code"] == "ARTIFACT_WRITE_FAILED", body
             body = await run_tool(d, token, sid, "image", "view_image", {"path": "big.png"})
             assert body["status"] == "error" and body["error_code"] == "ARTIFACT_WRITE_FAILED", body
             assert "big.png could not be stored (the disk is full:" in body["structured_content"]["error"]["message"]
@@ -329,10 +339,11 @@ async def test_the_daemons_own_files_on_a_full_disk_fail_whole_and_say_so(tmp_pa
             assert "lens.jsonc cannot be written (the disk is full:" in r.text, r.text
             assert "nothing was changed" in r.text, r.text
             assert (cwd / "config" / "lens.jsonc").read_text() == setting
-            # Nothing half-written: no temporary file, each artifact whole (the small "before" of
-            # the edit may be there), the config file as it was.
+            # Nothing half-written and nothing left over: no temporary file, no artifact but the
+            # two the first edit's event names (a.txt's "before", "mid\n", is one of them: kept), the
+            # config file as it was.
             kept = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (data / "artifacts").iterdir()}
-            assert all(name == digest for name, digest in kept.items()), kept
+            assert sorted(kept) == named and all(name == digest for name, digest in kept.items()), kept
             assert sorted(p.name for p in (cwd / "config").iterdir()) == ["lens.jsonc", "pair.json", "pair.json.lock"]
             assert (await d.get("/health")).status_code == 200
         finally:
@@ -347,6 +358,11 @@ async def test_the_daemons_own_files_on_a_full_disk_fail_whole_and_say_so(tmp_pa
         assert body["status"] == "ok", body
         assert (await run_tool(d, token, sid, "undo", "revert_call", {"call_id": body["call_id"]}))["status"] == "ok"
         assert (ws / "a.txt").read_text() == big  # (the edit made while full, which has no history to undo)
+        # The first edit's history survived the failed one that shared its bytes: it still reverts.
+        (ws / "a.txt").write_text("mid\n")
+        assert (await run_tool(d, token, sid, "undo-first", "revert_call", {"call_id": first["call_id"]}))[
+            "status"] == "ok"
+        assert (ws / "a.txt").read_text() == "old\n"
         r = await d.put("/config/files/lens.jsonc", token, {"text": text, "expectDigest": config["digest"]})
         assert r.status_code == 200, r.text
         assert await serve.terminate() == 0

@@ -10,11 +10,13 @@ import hashlib
 import itertools
 import json
 import struct
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+import trio
 
 from events import types as t
 from runtime.executor_client import ExecutorClient, ExecutorToolError
@@ -271,6 +273,39 @@ async def test_core_edit_then_revert_call_restores_exact_bytes(core: CoreTools, 
     assert [type(ev).__name__ for ev in rev.events] == ["FileReverted"]
     _, again = await core.run("revert_call", {"call_id": cid})
     assert again.is_error and again.error_code == "NOTHING_TO_REVERT"
+
+
+async def test_core_revert_call_reads_its_artifact_off_the_event_loop(core: CoreTools, workspace: Path,
+                                                                       sub: str) -> None:
+    # revert_call read the "before" (up to 8 MiB, and its SHA-256) on the event loop: every
+    # session waited. Where the file is opened, a trio task must run before the read goes on:
+    # possible only from a worker thread, while the loop is free.
+    original = b"a line of the file before the edit\n" * 30_000
+    (workspace / sub / "big.txt").write_bytes(original)
+    cid, res = await core.run("edit_file", {"path": f"{sub}/big.txt", "mode": "rewrite", "content": "small\n"})
+    assert not res.is_error, res.content
+    [edit] = [e for e in res.events if isinstance(e, t.FileEdited)]
+    watched = str(core.artifacts.root / edit.before_artifact_id)  # type: ignore[operator]
+    token = trio.lowlevel.current_trio_token()
+    seen: list[str] = []
+    armed = True
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if not armed or event != "open" or str(args[0]) != watched:
+            return
+        try:
+            trio.from_thread.run_sync(seen.append, "the loop ran a task during the read", trio_token=token)
+        except RuntimeError:  # (called on the loop's own thread)
+            seen.append("read on the event loop")
+
+    sys.addaudithook(hook)  # (hooks stay for the process: this one is disarmed below)
+    try:
+        _, rev = await core.run("revert_call", {"call_id": cid})
+    finally:
+        armed = False
+    assert not rev.is_error, rev.content
+    assert seen == ["the loop ran a task during the read"]
+    assert (workspace / sub / "big.txt").read_bytes() == original
 
 
 async def test_core_revert_of_a_create_removes_the_file_and_refuses_after_a_change(core: CoreTools, workspace: Path,

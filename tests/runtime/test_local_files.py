@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -86,6 +88,43 @@ def test_an_artifact_that_is_not_a_regular_file_is_refused_and_replaced_by_put(t
     (store.root / aid).symlink_to("/dev/zero")
     assert_damaged(store, aid, "a character device, not a regular file")
     assert store.put(data) == aid and store.get(aid) == data
+
+
+def test_artifacts_put_together_leave_none_of_a_failed_call_behind_but_what_others_hold(tmp_path: Path) -> None:
+    # An edit's "before" was stored and kept when its "after" could not be: a file no event
+    # names. (A directory in the "after"'s place makes its rename fail, as a full disk would.)
+    store = ArtifactStore(tmp_path / "artifacts")
+    store.root.mkdir()
+    before, after, shared = b"before\n", b"after\n", b"named by an earlier event\n"
+    blocked = store.root / hashlib.sha256(after).hexdigest()
+    (blocked / "x").mkdir(parents=True)
+
+    def fails(items: Any) -> None:
+        try:
+            store.put_together(items)
+        except OSError:
+            return
+        raise AssertionError("put_together stored an artifact over a directory")
+
+    fails([before, after])
+    assert sorted(p.name for p in store.root.iterdir()) == [blocked.name]  # no "before", no temp file
+    # One that was there already is kept: an earlier event may name it (ids are shared by content).
+    kept = store.put(shared)
+    fails([shared, after])
+    assert store.get(kept) == shared
+
+    class PutMeanwhile(list):  # the "before" returned to another caller while the "after" is stored
+        def __iter__(self) -> Iterator[bytes]:
+            yield before
+            assert store.put(before) == hashlib.sha256(before).hexdigest()
+            yield after
+
+    fails(PutMeanwhile())
+    assert store.get(hashlib.sha256(before).hexdigest()) == before
+    blocked.joinpath("x").rmdir()
+    blocked.rmdir()
+    assert store.put_together([b"a", after]) == [hashlib.sha256(b"a").hexdigest(), blocked.name]
+    assert store.get(blocked.name) == after
 
 
 def assert_damaged(store: ArtifactStore, aid: str, what: str) -> None:
