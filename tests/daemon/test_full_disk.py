@@ -18,33 +18,17 @@ import re
 import resource
 import signal
 import subprocess
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import apsw
 import httpx2
 import trio
 
-from .conftest import (LIMIT, Daemon, RawResponse, assert_error_shape, lens_command, projection_dump, run_lens,
-                       run_tool, wait_until)
-from .test_serve_process import ServeProcess, as_daemon
+from .conftest import (LIMIT, Daemon, RawResponse, as_daemon, assert_error_shape, lens_command,
+                       projection_dump, run_lens, run_tool, serving, wait_until)
 
 UNLIMITED = resource.RLIM_INFINITY
-
-
-@asynccontextmanager
-async def served(cwd: Path, **options: Any) -> AsyncIterator[tuple[ServeProcess, Daemon]]:
-    """A real ``lens serve`` in ``cwd`` (``options``: :class:`ServeProcess`'s) and the suite's
-    client helpers pointed at it; the process is killed on the way out unless it was stopped."""
-    serve = ServeProcess(cwd, **options)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
-                yield serve, as_daemon(cwd, url, client)
-        finally:
-            serve.kill()
 
 
 # A config under which the faux model runs a call of a few hundred kB: the body is let in, and
@@ -99,7 +83,7 @@ async def test_a_full_disk_answers_every_request_clearly_and_loses_nothing(tmp_p
     cwd = tmp_path
     data = cwd / "data"
     acks: dict[str, int] = {}
-    async with served(cwd) as (serve, d):
+    async with serving(cwd) as (serve, d):
         assert serve.proc is not None
         pid = serve.proc.pid
         token = await d.pair("strong", strong=True)
@@ -189,7 +173,7 @@ async def test_a_full_disk_answers_every_request_clearly_and_loses_nothing(tmp_p
     assert all(submitted.get(rid) == seq for rid, seq in acks.items()), (acks, submitted)
 
     # A restart after the fault recovers: every acknowledged input is answered, a new one too.
-    async with served(cwd, stderr_name="serve-1.err") as (again, d):
+    async with serving(cwd, stderr_name="serve-1.err") as (again, d):
         await d.submit(token, sid, "restarted", "after the restart")
         view = await d.wait_idle(token, sid, timeout=30)
         assert view["items"][-1]["text"] == "(faux) You said: after the restart"
@@ -208,7 +192,7 @@ async def test_executor_writes_on_a_full_disk_fail_whole(tmp_path: Path) -> None
     cwd = tmp_path
     (cwd / "config").mkdir()
     (cwd / "config" / "lens.jsonc").write_text(RUN_LARGE_CALLS)
-    async with served(cwd) as (serve, d):
+    async with serving(cwd) as (serve, d):
         token = await d.pair("strong", strong=True)
         project = await d.project(token, "p")
         ws = cwd / "workspaces" / "p"
@@ -247,7 +231,7 @@ async def test_executor_writes_on_a_full_disk_fail_whole(tmp_path: Path) -> None
 async def test_the_log_commands_on_a_full_disk_say_so_and_change_nothing(tmp_path: Path) -> None:
     cwd = tmp_path
     data = cwd / "data"
-    async with served(cwd) as (serve, d):
+    async with serving(cwd) as (serve, d):
         token = await d.pair("strong", strong=True)
         sid = (await d.session(token, (await d.project(token, "p"))["id"]))["id"]
         for i in range(5):
@@ -296,7 +280,7 @@ async def test_the_daemons_own_files_on_a_full_disk_fail_whole_and_say_so(tmp_pa
     (cwd / "config").mkdir()
     setting = RUN_LARGE_CALLS
     (cwd / "config" / "lens.jsonc").write_text(setting)
-    async with served(cwd) as (serve, d):
+    async with serving(cwd) as (serve, d):
         assert serve.proc is not None
         token = await d.pair("strong", strong=True)
         project = await d.project(token, "p")

@@ -30,9 +30,7 @@ from hypothesis import strategies as st
 
 from runtime.head_limit import HEAD_LIMIT
 
-from .conftest import LIMIT, Daemon, RawResponse, assert_error_shape, parse_raw_response, read_answer
-from .test_full_disk import served
-from .test_serve_process import ServeProcess
+from .conftest import LIMIT, Daemon, RawResponse, ServeProcess, assert_error_shape, parse_raw_response, read_answer, serving
 
 EXAMPLES = 300  # requests drawn (about 20 s); HYPOTHESIS_PROFILE=explore draws fresh ones
 BODY_LIMIT = 64 * 1024
@@ -316,7 +314,7 @@ async def test_hostile_headers_never_kill_the_daemon_nor_change_anything(tmp_pat
     cwd = tmp_path
     (cwd / "config").mkdir()
     (cwd / "config" / "lens.jsonc").write_text(json.dumps({"server": {"maxBodyBytes": BODY_LIMIT}}))
-    async with served(cwd) as (serve, d):
+    async with serving(cwd) as (serve, d):
         strong = await d.pair("hdr-strong", strong=True, via="cli")
         read = await d.pair("hdr-read")
         project = await d.project(strong, "p")
