@@ -43,6 +43,7 @@ from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
+from .server_answers import refuse
 from .sse_socket import keep_send
 from .supervisor import Supervisor
 from .views import VIEW_ITEMS_MAX, project_view, session_row_view, session_view
@@ -954,12 +955,7 @@ def _host_checked(asgi_app: Any, svc: Services) -> Any:
         try:
             svc.guard.check_host(host)
         except HostForbidden as exc:
-            body = msgspec.json.encode({"error": {"code": exc.code, "message": exc.message}})
-            await send({"type": "http.response.start", "status": STATUS[exc.code], "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"x-content-type-options", b"nosniff"), (b"connection", b"close")]})
-            await send({"type": "http.response.body", "body": body})
-            return None
+            return await refuse(scope, send, STATUS[exc.code], exc.code, exc.message)
         return await asgi_app(scope, receive, send)
 
     return app

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .server_answers import error_body
+from .server_answers import refuse
 
 HEAD_LIMIT = 16 * 1024  # bytes of a request head (see above for what counts)
 UNFINISHED_HEAD_BYTES = 64 * 1024  # h11's bound on a head still unfinished after a read
@@ -47,14 +47,8 @@ def limit_head(asgi_app: Any, limit: int = HEAD_LIMIT) -> Any:
         size = head_size(scope) if kind in ("http", "websocket") else 0
         if size <= limit:
             return await asgi_app(scope, receive, send)
-        body = error_body(431, f"the request head is {size} bytes; at most {limit} are read "
-                               f"(the request line and the header lines, with their line ends)")
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                   (b"x-content-type-options", b"nosniff")]
-        if scope.get("http_version", "1.1") < "2":  # (HTTP/2 has no connection header)
-            headers.append((b"connection", b"close"))
-        prefix = "websocket.http.response" if kind == "websocket" else "http.response"
-        await send({"type": f"{prefix}.start", "status": 431, "headers": headers})
-        await send({"type": f"{prefix}.body", "body": body})
+        await refuse(scope, send, 431, "HEADERS_TOO_LARGE",
+                     f"the request head is {size} bytes; at most {limit} are read "
+                     f"(the request line and the header lines, with their line ends)")
 
     return app

@@ -61,6 +61,20 @@ def error_body(status: int, message: str) -> bytes:
     return msgspec.json.encode({"error": {"code": CODES.get(status, "INVALID_ARGUMENT"), "message": message}})
 
 
+async def refuse(scope: dict[str, Any], send: Any, status: int, code: str, message: str) -> None:
+    """Answer the request of ``scope`` (an ASGI http or websocket scope) before the app sees it:
+    ``status`` with ``{"error": {code, message}}``, and ``connection: close`` over HTTP/1.x
+    (HTTP/2 has no connection header)."""
+    body = msgspec.json.encode({"error": {"code": code, "message": message}})
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+               (b"x-content-type-options", b"nosniff")]
+    if scope.get("http_version", "1.1") < "2":
+        headers.append((b"connection", b"close"))
+    prefix = "websocket.http.response" if scope.get("type") == "websocket" else "http.response"
+    await send({"type": f"{prefix}.start", "status": status, "headers": headers})
+    await send({"type": f"{prefix}.body", "body": body})
+
+
 def h11_refusal(status: int, error: BaseException | None, head_limit: int) -> str:
     """The message for h11's refusal of a request (``error``, h11's exception, names the problem;
     the bytes it quotes are left out)."""
