@@ -485,6 +485,36 @@ def open_new_session(driver: Any, daemon: Daemon, token: str, workspace: Path) -
         "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId"), "the session")
 
 
+def seen_then_stopped(driver: Any, daemon: Daemon, token: str, tmp_path: Path) -> tuple[str, str, int]:
+    """A new session opened in the page, the page up to date with it, then the daemon stopped:
+    (session id, project id, the last seq the page saw)."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, token, workspace)
+    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
+    seen = daemon.request("GET", f"/sessions/{sid}", token=token)[1]["lastSeq"]
+    wait_for(lambda: int(body_data(driver, "lastEventId") or seen) == seen, "the page up to date")
+    daemon.stop()
+    return sid, project, seen
+
+
+def renamed_while_stopped(daemon: Daemon, project: str, sid: str, times: int = 1) -> int:
+    """The session renamed ``times`` times through the log while its daemon is stopped; the
+    last event's seq."""
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import SessionNamed
+
+    async def write() -> int:
+        async with open_store(daemon.cwd / ".lens") as store:
+            res = await store.append(*(Draft(SessionNamed(name=f"name {i}"), project_id=project, session_id=sid)
+                                       for i in range(times)))
+            return res.seq
+
+    return trio.run(write)
+
+
 def console_errors(driver: Any) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE" and "Uncaught" in e["message"]]
 
@@ -1336,31 +1366,12 @@ def test_dashboard_backs_off_from_a_stream_that_ends_at_a_damaged_event(
     backoff and says why in the connection pill's tooltip. The `stream.end` frame itself counted as
     a healthy stream and reset the backoff, so the page asked again every half second, for ever."""
 
-    import trio
-
-    from events.store import Draft, open_store
-    from events.types import SessionNamed
-
     driver = browser
     d = make_daemon(with_turns())
     strong = d.pair("dash-damaged", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
-    seen = d.request("GET", f"/sessions/{sid}", token=strong)[1]["lastSeq"]
-    wait_for(lambda: int(body_data(driver, "lastEventId") or seen) == seen, "the page up to date")
-
     # While the daemon is away, two events are written after what the page saw; the first is damaged.
-    d.stop()
-
-    async def write() -> int:
-        async with open_store(d.cwd / ".lens") as store:
-            res = await store.append(*(Draft(SessionNamed(name=f"name {i}"), project_id=project, session_id=sid)
-                                       for i in range(2)))
-            return res.seq
-
-    last = trio.run(write)
+    sid, project, seen = seen_then_stopped(driver, d, strong, tmp_path)
+    last = renamed_while_stopped(d, project, sid, times=2)
     con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
     try:
         damaged = con.execute("SELECT min(seq) FROM events WHERE seq > ? AND session_id = ?", (seen, sid)).fetchone()[0]

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, console_errors, make_daemon, one, open_new_session, submit, wait_for,
-    with_turns)
+    Daemon, browser, by_css, console_errors, make_daemon, one, open_new_session,
+    renamed_while_stopped, seen_then_stopped, submit, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, selected_text
 
 WIDTHS = (360, 1280)
@@ -138,31 +138,15 @@ def test_dashboard_keeps_a_long_retry_reason_to_one_line_with_the_whole_text_rea
     button was pushed off it (so was the end of a 64-character client id). The reason is now one
     line cut with an ellipsis, its tooltip holds it whole, and it is a Tab stop that shows it whole
     when focused; the header wraps."""
-    import trio
-
-    from events.store import Draft, open_store
-    from events.types import SessionNamed
     from selenium.webdriver.common.keys import Keys
 
     driver = browser
     d = make_daemon(with_turns())
     strong = d.pair("c" * 64, strong=True)   # (the longest client id: it shows in the header too)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
-    seen = d.request("GET", f"/sessions/{sid}", token=strong)[1]["lastSeq"]
-    wait_for(lambda: int(body_data(driver, "lastEventId") or seen) == seen, "the page up to date")
-
     # While the daemon is away, an event is written after what the page saw, and its row's kind
     # made 300 characters long: the stream's replay cannot read it, and says so naming the kind.
-    d.stop()
-
-    async def write() -> int:
-        async with open_store(d.cwd / ".lens") as store:
-            return (await store.append(Draft(SessionNamed(name="renamed"), project_id=project, session_id=sid))).seq
-
-    damaged = trio.run(write)
+    sid, project, _ = seen_then_stopped(driver, d, strong, tmp_path)
+    damaged = renamed_while_stopped(d, project, sid)
     con = sqlite3.connect(d.cwd / ".lens" / "events.db", timeout=5)
     try:
         con.execute("UPDATE events SET kind = ? WHERE seq = ?", ("k" * 300, damaged))
