@@ -14,19 +14,22 @@ output): any character but a letter, a digit, ``-``, ``_`` and ``.`` may stand e
 The cost on the append path is one substring search of each event's MessagePack per secret (for
 a value holding a character JSON may escape: of its longest run of the others); only an event
 that holds one is decoded, rewritten and encoded again. What the daemon serves from the log
-(events stored before a key was scrubbed, say) passes :meth:`Secrets.holds` and
-:meth:`Secrets.scrub` on the way out, at the same cost.
+(events stored before a key was scrubbed, say, and everything built from them: a session's view,
+history, a model request) passes :meth:`Secrets.holds` and :meth:`Secrets.scrub` on the way out,
+at the same cost: every JSON answer (:meth:`Secrets.scrub_json`), every SSE frame, the Working
+Context sent to a provider.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import msgspec
 
 MIN_SECRET = 8  # values shorter than this are never scrubbed (see the module's docstring)
 _NEVER_ESCAPED = re.compile(r"[A-Za-z0-9._-]+")  # (no JSON encoder escapes these)
+S = TypeVar("S")
 
 
 def marker(name: str) -> str:
@@ -95,6 +98,19 @@ class Secrets:
         data = encode(value)
         return encode(self.scrub(value)) if self.holds(data) else data
 
+    def scrub_json(self, data: bytes) -> bytes | None:
+        """The JSON text ``data`` with every secret in its strings (keys included) replaced,
+        encoded again; None when ``data`` holds none (the common case, one search each). Text
+        that is not JSON is scrubbed as text."""
+        if not self.holds(data):
+            return None
+        try:
+            value = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return self.scrub_text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        clean = msgspec.json.encode(self.scrub(value))
+        return None if clean == data else clean
+
     def scrub_packed(self, raw: bytes) -> bytes | None:
         """The MessagePack ``raw`` with every secret in its strings (keys included) and binaries
         replaced, re-encoded; None when ``raw`` holds none (the common case, one search each)."""
@@ -103,6 +119,17 @@ class Secrets:
                 clean = msgspec.msgpack.encode(self.scrub(msgspec.msgpack.decode(raw)))
                 return None if clean == raw else clean  # (only the searched part of a value was there)
         return None
+
+    def scrub_structs(self, values: list[S], kind: type[S]) -> list[S]:
+        """``values`` (MessagePack structs of ``kind``) with each that holds a secret replaced by a
+        scrubbed copy; ``values`` itself when none does (one encode and one search per secret)."""
+        if not self._pairs or not self.holds(msgspec.msgpack.encode(values)):
+            return values
+        out = []
+        for value in values:
+            clean = self.scrub_packed(msgspec.msgpack.encode(value))
+            out.append(value if clean is None else msgspec.msgpack.decode(clean, type=kind))
+        return out
 
     def scrub(self, value: Any) -> Any:
         """``value`` (as MessagePack or JSON decodes) with every secret in its strings (map keys

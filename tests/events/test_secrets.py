@@ -141,3 +141,24 @@ def test_no_page_ends_in_the_beginning_of_a_secret(limit: int):
             assert "".join(shown) == SLASHED_SECRETS.scrub_text(text), (limit, at, shown)
         else:
             assert "".join(shown).startswith("x" * at)
+
+
+def test_a_json_answer_is_scrubbed_as_json_and_one_without_a_secret_is_left_as_it_is():
+    # (a value with `"` and `\`: JSON escapes them, and the answer must stay valid JSON)
+    odd = 'tvly-"quoted"\\back/slash'
+    secrets = Secrets({KEY: "A", odd: "B"})
+    data = msgspec.json.encode({"text": f"{KEY} and {odd}", KEY: [odd], "n": 1.5})
+    assert msgspec.json.decode(secrets.scrub_json(data)) == {
+        "text": f"{marker('A')} and {marker('B')}", marker("A"): [marker("B")], "n": 1.5}
+    assert secrets.scrub_json(msgspec.json.encode({"text": KEY[:-1] + " " + odd[:-1]})) is None
+    assert secrets.scrub_json(f"not json: {KEY}".encode()) == f"not json: {marker('A')}".encode()
+
+
+def test_structs_holding_a_secret_are_copied_scrubbed_and_the_others_kept():
+    from projections.session_state import Item
+
+    held = Item("c1", "user", 1, text=f"key {KEY}")
+    clean = Item("c2", "assistant", 2, text="fine")
+    assert SECRETS.scrub_structs([clean], Item)[0] is clean
+    scrubbed, kept = SECRETS.scrub_structs([held, clean], Item)
+    assert scrubbed == Item("c1", "user", 1, text=f"key {marker('OPENAI_API_KEY')}") and kept is clean
