@@ -33,6 +33,7 @@ import apsw
 
 from events import types as t
 from events.reader import SEQ_MAX, SEQ_MIN, StoredEvent, StoredRow
+from events.secrets import Secrets
 
 from .projector import Projection
 from .session_state import skill_command, text_of
@@ -60,10 +61,16 @@ def _text(parts: Sequence[t.ContentPart]) -> str:
 SCAN_BYTES = SCAN_CHARS
 
 
-def _snippet_of(prefix: bytes, longer: bool, terms: list[Term]) -> str:
+def _snippet_of(prefix: bytes, longer: bool, terms: list[Term], secrets: Secrets) -> str:
     """The snippet of an item whose text begins with the UTF-8 bytes ``prefix`` (``longer``:
-    there is more); a character the byte cut split is left out."""
+    there is more); a character the byte cut split is left out. The text is scrubbed of
+    ``secrets`` first (an item indexed before its key was known), and a prefix that ends in what
+    could begin one ends before it, so that no window shows a piece of a key."""
     text = prefix.decode("utf-8", "ignore") if longer else prefix.decode("utf-8", "replace")
+    if secrets:
+        text = secrets.scrub_text(text)
+        if longer:
+            text = text[:len(text) - secrets.open_end(text)]
     return snippet(text, terms, more=longer)
 
 
@@ -377,8 +384,11 @@ def lens_rank(api: apsw.FTS5ExtensionApi) -> float:
 class HistoryIndex:
     """Read-side queries over the history projection (synchronous; one connection)."""
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    def __init__(self, conn: apsw.Connection, secrets: Secrets | None = None) -> None:
         self.conn = conn
+        # Keys the daemon knows: snippets and pages are scrubbed of them (the index holds an
+        # item's text as stored, perhaps before its key was known).
+        self.secrets = secrets or Secrets()
         conn.register_fts5_function("lens_rank", lens_rank)
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
@@ -480,7 +490,7 @@ class HistoryIndex:
         page = page[:limit]
         # Found through a filter, an item is reported under the filter's session (a fork's inherited
         # items are its own there); else under the session that recorded it.
-        hits = [Hit(r[1], r[2], session_id or r[3], r[4], r[5], r[6], r[7], _snippet_of(r[8], bool(r[9]), matcher))
+        hits = [Hit(r[1], r[2], session_id or r[3], r[4], r[5], r[6], r[7], _snippet_of(r[8], bool(r[9]), matcher, self.secrets))
                 for r in page]
         return hits, (hits[-1].context_item_id if more and hits else None)
 
@@ -509,8 +519,11 @@ class HistoryIndex:
             end = offset + 1
             while end < size and (window[end - offset] & 0xC0) == 0x80:
                 end += 1
+        # Offsets, size and digest are the stored text's (the digest tells the item apart, whatever
+        # keys this daemon knows); the page's text is scrubbed, and one that ends in what could
+        # begin a key ends before it (Secrets.scrub_page), so the next page starts with the key.
+        text, end, eof = self.secrets.scrub_page(window[:end - offset].decode("utf-8"), end, end >= size)
         return {
             "contextItemId": item_id, "sessionId": sid, "agentId": aid, "taskId": tid, "role": role, "seq": seq,
-            "text": window[:end - offset].decode("utf-8"), "offset": offset, "nextOffset": end, "eof": end >= size,
-            "size": size, "digest": digest,
+            "text": text, "offset": offset, "nextOffset": end, "eof": eof, "size": size, "digest": digest,
         }

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Callable, Literal, Sequence, TypeVar
 import msgspec
 import trio
 from quart import Response, current_app, g, request
+from quart.wrappers.response import DataBody
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -78,6 +79,9 @@ DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as GET /config/files/{name}
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
+# Endpoints whose JSON answer is what the user wrote, given back as written (a copy with a key
+# scrubbed would lose it on the next write): the only ones not scrubbed of the daemon's keys.
+AS_WRITTEN = frozenset({"read_config"})
 
 
 class ApiError(LensError):
@@ -420,6 +424,15 @@ def create_app(svc: Services) -> QuartTrio:
         if response.status_code >= 400 and (request.content_length or "transfer-encoding" in request.headers):
             response.headers["Connection"] = "close"
         response.headers["X-Content-Type-Options"] = "nosniff"  # no answer is ever taken for another type
+        secrets = svc.store.secrets
+        # Every JSON answer leaves without the keys the daemon knows: what it shows is built from
+        # the log (views, history, jobs, changes…), and an event stored before its key was known
+        # still holds it. Streams (SSE) scrub each frame; a config file is answered as written.
+        if (secrets and response.mimetype == "application/json" and isinstance(response.response, DataBody)
+                and request.endpoint not in AS_WRITTEN):
+            clean = secrets.scrub_json(response.response.data)
+            if clean is not None:
+                response.set_data(clean)
         return response
 
     @app.errorhandler(LensError)
@@ -685,10 +698,7 @@ def create_app(svc: Services) -> QuartTrio:
             # A session is its events: none at all is a session that does not exist (asked of
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
-        shown = [e.to_json() for e in events]
-        if svc.store.secrets.holds(msgspec.json.encode(shown)):  # (stored before its key was scrubbed)
-            shown = svc.store.secrets.scrub(shown)
-        return json_response({"events": shown,
+        return json_response({"events": [e.to_json() for e in events],
                               "nextAfter": events[-1].seq if events else after})
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
@@ -771,10 +781,6 @@ def create_app(svc: Services) -> QuartTrio:
         deps = svc.supervisor.deps
         catalog = deps.tool_catalog or ToolCatalog(deps.tools)
         servers = svc.mcp.inventory() if svc.mcp is not None else []
-        for server in servers:  # (a server given a key by envFrom may print it before it fails)
-            server["stderrTail"] = svc.store.secrets.scrub_text(server["stderrTail"])
-            if server["error"] is not None:
-                server["error"] = svc.store.secrets.scrub_text(server["error"])
         return json_response(inventory(catalog, state, servers))
 
     # ------------------------------------------------------------------ config files

@@ -86,7 +86,7 @@ class ProjectionService:
         self._read_conn = open_projections_db(data_dir)
         # Made once, here: making one registers its rank function on the connection, which apsw
         # refuses while a worker thread is reading through it (a 500 under concurrent searches).
-        self._history_index = HistoryIndex(self._read_conn)
+        self._history_index = HistoryIndex(self._read_conn, store.secrets)
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(1)
         self.position = 0
