@@ -27,6 +27,7 @@ from events.reader import StoredEvent
 from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
     MAIN_AGENT,
+    Item,
     SessionState,
     SkillDue,
     apply,
@@ -872,11 +873,15 @@ class SessionActor:
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=True),
                                        agent_id, task_id)])
             return
+        # The Working Context is the log's, which may hold a key stored before the daemon knew
+        # it: no key known travels to a provider (another provider's least of all).
+        secrets = self.deps.store.secrets
+        if secrets:
+            system, items = [secrets.scrub_text(s) for s in system], secrets.scrub_structs(items, Item)
         request = ModelRequest(model_id, system, items, tools, thinking_level, agent_id)
         on_delta = self.deps.on_delta
         # The deltas are scrubbed of the log's secrets as the answer they add up to will be; a
         # secret cut between two deltas is caught by holding back what could begin one.
-        secrets = self.deps.store.secrets
         scrubs = {"text": secrets.stream(), "reasoning": secrets.stream()}
 
         def delta_seen(delta: Delta) -> None:

@@ -90,6 +90,15 @@ async def test_answers_built_from_events_stored_before_their_key_was_known_do_no
             assert SEVEN[1] in view and marker(SEVEN[0]) not in view, view
             await history_pages(d, token, project)
 
+            # The session moves to another provider: the context it sends holds no key it stored.
+            r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "chat/m"})
+            assert r.status_code == 200, r.text
+            server.push(oc.chat_stream(text="noted"))
+            await d.submit(token, sid, "new-1", "and now?")
+            await d.wait_idle(token, sid, timeout=SLOW)
+            sent = json.dumps(server.requests[-1].body)
+            assert not leaks("the request to chat", sent, keys), sent
+            assert marker(STORED[0]) in sent and marker(EIGHT[0]) in sent and SEVEN[1] in sent, sent
             assert await serve.terminate() == 0
         nursery.cancel_scope.cancel()
 
