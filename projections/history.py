@@ -490,8 +490,8 @@ class HistoryIndex:
         page = page[:limit]
         # Found through a filter, an item is reported under the filter's session (a fork's inherited
         # items are its own there); else under the session that recorded it.
-        hits = [Hit(r[1], r[2], session_id or r[3], r[4], r[5], r[6], r[7], _snippet_of(r[8], bool(r[9]), matcher, self.secrets))
-                for r in page]
+        hits = [Hit(r[1], r[2], session_id or r[3], r[4], r[5], r[6], r[7],
+                    _snippet_of(r[8], bool(r[9]), matcher, self.secrets)) for r in page]
         return hits, (hits[-1].context_item_id if more and hits else None)
 
     def read(self, item_id: str, *, project_id: str | None = None, offset: int = 0, limit: int = 16384) -> dict[str, Any]:
