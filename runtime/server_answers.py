@@ -8,14 +8,15 @@ sent before the handshake's answer). Hypercorn answered those with a status and 
 Here they carry ``{"error": {"code", "message"}}`` (``Content-Type: application/json``) with a
 code of the API's table and ``connection: close``, as any error of the app does.
 
-Two connections were left with no timer running: a WebSocket handshake over HTTP/1.1 refused
-before the app (hypercorn ends such a stream only through the app, which never ran) is now
-ended after its answer, which closes the connection; an HTTP/2 connection opened with the
-preface alone (the upgrade stopped the keep-alive timer; the HTTP/2 side starts it only when a
-stream ends) now starts that timer, so it is closed at the keep-alive bound like an idle
-HTTP/1.1 connection. And an HTTP/2 stream answered before the client ended its request (a 401
-to a POST whose body is still coming) is reset (:func:`_reset_if_answered`): data the client
-sent on it afterwards made hypercorn fail, which ended the whole server.
+Connections were left with no timer running: a WebSocket handshake refused before the app
+(hypercorn ends such a stream only through the app, which never ran) is now ended after its
+answer, which closes an HTTP/1.1 connection and restarts an HTTP/2 connection's keep-alive timer
+(:func:`_h2_events`); an HTTP/2 connection opened with the preface alone (the upgrade stopped the
+keep-alive timer; the HTTP/2 side starts it only when a stream ends) now starts that timer, so it
+is closed at the keep-alive bound like an idle HTTP/1.1 connection. An HTTP/2 stream answered
+before the client ended its request (a 401 to a POST whose body is still coming) is reset
+(:func:`_reset_if_answered`): data the client sent on it afterwards made hypercorn fail, which
+ended the whole server.
 
 The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
 :data:`SEAMS`. Each replacement acts only for a server whose config is a :class:`ServerConfig`
@@ -36,6 +37,7 @@ from time import time
 from typing import Any, Callable
 
 import h2.errors
+import h2.events
 import h2.exceptions
 import h11
 import msgspec
@@ -140,10 +142,11 @@ def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
         await self.send(Body(stream_id=self.stream_id, data=body))
         await self.send(EndBody(stream_id=self.stream_id))
         await self.config.log.access(self.scope, {"status": status_code, "headers": []}, time() - self.start_time)
-        if self.app_put is None and self.handshake.http_version < "2":
-            # Refused before the app: nothing else would ever end the stream; ending it closes the
-            # connection. (HTTP/2 keeps hypercorn's way: the request marks the connection busy
-            # only after this answer, so ending the stream here would leave no timer running.)
+        if self.app_put is None:
+            # Refused before the app: nothing else would ever end the stream. Over HTTP/1.1 ending
+            # it closes the connection; over HTTP/2 the stream is dropped (and reset, the client's
+            # side being open: _reset_if_answered) and the connection's timer restarted once the
+            # frames that opened it are handled (_h2_events).
             await self.send(StreamClosed(stream_id=self.stream_id))
 
     return _send_error_response
@@ -190,6 +193,19 @@ def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
     return initiate
 
 
+def _h2_events(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H2Protocol._handle_events``: hypercorn marks the connection busy after a request's first
+    handling, which ended the stream already when it was refused before the app; a connection
+    left with no stream then had no timer. It is marked idle again (its keep-alive timer)."""
+    async def handle_events(self: Any, events: list[Any]) -> None:
+        await original(self, events)
+        if (isinstance(self.config, ServerConfig) and not self.closed and not self.streams
+                and any(isinstance(ev, h2.events.RequestReceived) for ev in events)):
+            await self.send(Updated(idle=True))
+
+    return handle_events
+
+
 # (class, method, its parameters as hypercorn 0.18 has them, the replacement's maker)
 SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
@@ -197,6 +213,7 @@ SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Cal
     (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
     (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),
     (H2Protocol, "_send_data", ("self", "stream_id"), _h2_after),
+    (H2Protocol, "_handle_events", ("self", "events"), _h2_events),
 ]
 
 
