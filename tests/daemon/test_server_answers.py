@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import inspect
 
+import hpack
 import pytest
 import trio
+from h2.connection import H2Connection
 from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
@@ -35,13 +37,20 @@ KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
 
 def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     """The methods exist with the parameters the replacements take, are replaced, and are still
-    called where the server answers (or starts HTTP/2, or handles its frames) itself. An
-    upgrade of hypercorn that moves any of it fails here."""
+    called where the server answers (or starts HTTP/2, handles its frames, decodes a header
+    block) itself. An upgrade of hypercorn, h2 or hpack that moves any of it fails here."""
     assert server_answers.install() == []
     for cls, name, params, _ in server_answers.SEAMS:
         method = vars(cls)[name]
         assert getattr(method, "_lens_original", None) is not None, f"{cls.__name__}.{name} is not replaced"
         assert tuple(inspect.signature(method._lens_original).parameters) == params
+    for cls, name, params in server_answers.DECODER_SEAMS:  # (extended by the daemon's HPACK decoder)
+        assert tuple(inspect.signature(vars(cls)[name]).parameters) == params, f"{cls.__name__}.{name}"
+    decoding = inspect.getsource(hpack.Decoder.decode)
+    assert "header, consumed = self._decode_indexed(" in decoding and "if header:" in decoding
+    assert "return self._decode_literal(data, should_index=" in inspect.getsource(hpack.Decoder._decode_literal_index)
+    assert "_decode_headers(self.decoder, frame.data)" in inspect.getsource(H2Connection._receive_headers_frame)
+    assert "self.decoder.max_header_list_size = " in inspect.getsource(H2Connection._local_settings_acked)
     h2_events = inspect.getsource(H2Protocol._handle_events._lens_original)  # type: ignore[attr-defined]
     assert "await self._create_stream(event)\n                    await self.send(Updated(idle=False))" in h2_events
     h11_reading = inspect.getsource(H11Protocol._handle_events)
