@@ -9,10 +9,11 @@ of it), and so is a WebSocket handshake over either. A head past the limit is an
 ``HEADERS_TOO_LARGE`` in the error shape before anything of the app runs.
 
 The check is made once, on the ASGI scope, where the whole head is known whichever way it was
-read. h11's own bound (``h11_max_incomplete_size``) counts only the part of a head still
-unfinished after a read, so it held for a head dribbled in pieces and not for one that arrived
-in one read: it is set to :data:`UNFINISHED_HEAD_BYTES` (hypercorn's read size), a bound on the
-memory a head that never ends can hold, above this limit so that it never decides at its edge.
+read. h11's own bound (``h11_max_incomplete_size``) counts the part of a head still unfinished
+(runtime.server_answers makes it hold however the bytes are split): it is set to
+:data:`UNFINISHED_HEAD_BYTES` (hypercorn's read size), a bound on the memory a head that never
+ends can hold, above this limit so that it never decides at its edge. It counts the head as
+written, whitespace around values too.
 HTTP/2's bound on the decoded header list (``SETTINGS_MAX_HEADER_LIST_SIZE``, 65,536 as
 hypercorn advertises) stays above it for the same reason. Past that bound the fields are not kept
 (runtime.server_answers' decoder): they reach here as one field, ``DROPPED_FIELDS``, whose value

@@ -18,7 +18,8 @@ before the client ended its request (a 401 to a POST whose body is still coming)
 (:func:`_reset_if_answered`): data the client sent on it afterwards made hypercorn fail, which
 ended the whole server.
 
-Heads at their edges: an HTTP/2 header list past h2's bound, or with a value in surrounding
+Heads at their edges: h11's bound on an unfinished head holds however the bytes are split
+(:func:`_h11_handle`). An HTTP/2 header list past h2's bound, or with a value in surrounding
 whitespace, ended the whole connection; the first is now answered 431 on its stream by the
 head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`).
 
@@ -52,7 +53,7 @@ from hypercorn.config import Config
 from hypercorn.events import RawData, Updated
 from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
 from hypercorn.protocol.ws_stream import WSStream
 from hpack.table import table_entry_size
 
@@ -139,6 +140,32 @@ def _h11_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
             await self.send(RawData(data=data))
 
     return _send_error_response
+
+
+def _h11_handle(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H11Protocol.handle``: h11 refuses a head of which more than its bound
+    (``h11_max_incomplete_size``) is unfinished, but looks only when a read leaves the head
+    unfinished, so a head finished by the read that took it past the bound was read: 70,000
+    bytes in one write were read, the same bytes dribbled refused (a head padded with
+    whitespace, which the head's limit does not count). A read that would take a request's
+    head past the bound is fed to h11 in two parts, cut where h11 holds one byte more than the
+    bound: h11 then refuses every head longer than that as written, however its bytes arrive."""
+    async def handle(self: Any, event: Any) -> None:
+        if (not isinstance(self.config, ServerConfig) or not isinstance(event, RawData)
+                or type(self.connection) is not h11.Connection or self.connection.their_state is not h11.IDLE):
+            return await original(self, event)
+        cut = self.config.h11_max_incomplete_size + 1 - len(self.connection._receive_buffer)
+        if not 0 < cut < len(event.data):
+            return await original(self, event)
+        try:
+            await original(self, RawData(data=event.data[:cut]))
+        except (H2ProtocolAssumedError, H2CProtocolRequiredError) as switch:  # (HTTP/2 takes the rest)
+            switch.data += event.data[cut:]
+            raise
+        if self.connection.their_state is not h11.ERROR:  # (refused: the connection is closing)
+            await original(self, RawData(data=event.data[cut:]))
+
+    return handle
 
 
 def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -291,6 +318,7 @@ def _h2_events(original: Callable[..., Any]) -> Callable[..., Any]:
 # (class, method, its parameters as hypercorn 0.18 has them, the replacement's maker)
 SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
+    (H11Protocol, "handle", ("self", "event"), _h11_handle),
     (WSStream, "_send_error_response", ("self", "status_code"), _ws_error_response),
     (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
     (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 
+import h11
 import hpack
 import pytest
 import trio
@@ -37,8 +38,8 @@ KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
 
 def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     """The methods exist with the parameters the replacements take, are replaced, and are still
-    called where the server answers (or starts HTTP/2, handles its frames, decodes a header
-    block) itself. An upgrade of hypercorn, h2 or hpack that moves any of it fails here."""
+    called where the server answers (or reads, starts HTTP/2, handles its frames, decodes a
+    header block) itself. An upgrade of hypercorn, h11, h2 or hpack that moves any of it fails here."""
     assert server_answers.install() == []
     for cls, name, params, _ in server_answers.SEAMS:
         method = vars(cls)[name]
@@ -56,6 +57,11 @@ def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     h11_reading = inspect.getsource(H11Protocol._handle_events)
     assert "except h11.RemoteProtocolError as error:" in h11_reading
     assert "await self._send_error_response(error.error_status_hint)" in h11_reading
+    h11_handle = inspect.getsource(H11Protocol.handle._lens_original)  # type: ignore[attr-defined]
+    assert "self.connection.receive_data(event.data)\n            await self._handle_events()" in h11_handle
+    h11_next = inspect.getsource(h11.Connection.next_event)  # (the bound h11 checks, on the buffer the cut measures)
+    assert "if len(self._receive_buffer) > self._max_incomplete_event_size:" in h11_next
+    assert "return await self.protocol.handle(RawData(data=error.data))" in inspect.getsource(ProtocolWrapper.handle)
     ws_handle = inspect.getsource(WSStream.handle)
     assert "elif not self.handshake.is_valid():\n                await self._send_error_response(400)" in ws_handle
     assert "except H2ProtocolAssumedError" in inspect.getsource(ProtocolWrapper.handle)
