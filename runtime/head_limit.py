@@ -9,20 +9,22 @@ of it), and so is a WebSocket handshake over either. A head past the limit is an
 ``HEADERS_TOO_LARGE`` in the error shape before anything of the app runs.
 
 The check is made once, on the ASGI scope, where the whole head is known whichever way it was
-read. h11's own bound (``h11_max_incomplete_size``) counts only the part of a head still
-unfinished after a read, so it held for a head dribbled in pieces and not for one that arrived
-in one read: it is set to :data:`UNFINISHED_HEAD_BYTES` (hypercorn's read size), a bound on the
-memory a head that never ends can hold, above this limit so that it never decides at its edge.
+read. h11's own bound (``h11_max_incomplete_size``) counts the part of a head still unfinished
+(runtime.server_answers makes it hold however the bytes are split): it is set to
+:data:`UNFINISHED_HEAD_BYTES` (hypercorn's read size), a bound on the memory a head that never
+ends can hold, above this limit so that it never decides at its edge. It counts the head as
+written, whitespace around values too.
 HTTP/2's bound on the decoded header list (``SETTINGS_MAX_HEADER_LIST_SIZE``, 65,536 as
-hypercorn advertises and h2 enforces, a connection error past it) stays above it for the same
-reason.
+hypercorn advertises) stays above it for the same reason. Past that bound the fields are not kept
+(runtime.server_answers' decoder): they reach here as one field, ``DROPPED_FIELDS``, whose value
+is their bytes as header lines, and the request is refused on its stream, the connection going on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .server_answers import refuse
+from .server_answers import DROPPED_FIELDS, refuse
 
 HEAD_LIMIT = 16 * 1024  # bytes of a request head (see above for what counts)
 UNFINISHED_HEAD_BYTES = 64 * 1024  # h11's bound on a head still unfinished after a read
@@ -35,7 +37,8 @@ def head_size(scope: dict[str, Any]) -> int:
     query = scope.get("query_string") or b""
     target = len(scope["raw_path"]) + (len(query) + 1 if query else 0)
     line = len(method) + 1 + target + len(" HTTP/") + len(version) + 2
-    return line + sum(len(name) + 2 + len(value) + 2 for name, value in scope.get("headers", [])) + 2
+    return line + sum(int(value) if name == DROPPED_FIELDS else len(name) + 2 + len(value) + 2
+                      for name, value in scope.get("headers", [])) + 2
 
 
 def limit_head(asgi_app: Any, limit: int = HEAD_LIMIT) -> Any:
@@ -44,11 +47,17 @@ def limit_head(asgi_app: Any, limit: int = HEAD_LIMIT) -> Any:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope.get("type")
-        size = head_size(scope) if kind in ("http", "websocket") else 0
-        if size <= limit:
+        if kind not in ("http", "websocket"):
             return await asgi_app(scope, receive, send)
-        await refuse(scope, send, 431, "HEADERS_TOO_LARGE",
-                     f"the request head is {size} bytes; at most {limit} are read "
-                     f"(the request line and the header lines, with their line ends)")
+        size = head_size(scope)
+        if size > limit:
+            message = (f"the request head is {size} bytes; at most {limit} are read "
+                       f"(the request line and the header lines, with their line ends)")
+        elif any(name == DROPPED_FIELDS for name, _ in scope["headers"]):  # (many small fields)
+            message = ("the request's header list is larger than the SETTINGS_MAX_HEADER_LIST_SIZE "
+                       "this server sent (counted as HPACK counts it: name, value and 32 bytes a field)")
+        else:
+            return await asgi_app(scope, receive, send)
+        await refuse(scope, send, 431, "HEADERS_TOO_LARGE", message)
 
     return app

@@ -8,22 +8,30 @@ sent before the handshake's answer). Hypercorn answered those with a status and 
 Here they carry ``{"error": {"code", "message"}}`` (``Content-Type: application/json``) with a
 code of the API's table and ``connection: close``, as any error of the app does.
 
-Two connections were left with no timer running: a WebSocket handshake over HTTP/1.1 refused
-before the app (hypercorn ends such a stream only through the app, which never ran) is now
-ended after its answer, which closes the connection; an HTTP/2 connection opened with the
-preface alone (the upgrade stopped the keep-alive timer; the HTTP/2 side starts it only when a
-stream ends) now starts that timer, so it is closed at the keep-alive bound like an idle
-HTTP/1.1 connection. And an HTTP/2 stream answered before the client ended its request (a 401
-to a POST whose body is still coming) is reset (:func:`_reset_if_answered`): data the client
-sent on it afterwards made hypercorn fail, which ended the whole server.
+Connections were left with no timer running: a WebSocket handshake refused before the app
+(hypercorn ends such a stream only through the app, which never ran) is now ended after its
+answer, which closes an HTTP/1.1 connection and restarts an HTTP/2 connection's keep-alive timer
+(:func:`_h2_events`); an HTTP/2 connection opened with the preface alone (the upgrade stopped the
+keep-alive timer; the HTTP/2 side starts it only when a stream ends) now starts that timer, so it
+is closed at the keep-alive bound like an idle HTTP/1.1 connection. An HTTP/2 stream answered
+before the client ended its request (a 401 to a POST whose body is still coming) is reset
+(:func:`_reset_if_answered`): data the client sent on it afterwards made hypercorn fail, which
+ended the whole server.
+
+Heads at their edges: h11's bound on an unfinished head holds however the bytes are split
+(:func:`_h11_handle`). An HTTP/2 header list past h2's bound, or with a value in surrounding
+whitespace, ended the whole connection; the first is now answered 431 on its stream by the
+head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`).
 
 The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
-:data:`SEAMS`. Each replacement acts only for a server whose config is a :class:`ServerConfig`
-(the daemon's) and is hypercorn's own method for any other server in the process. The protocol
-objects are made by hypercorn before any request reaches the app, so no per-connection wrapper
-(as in :mod:`runtime.connection_races`) can reach them. Where a method is not the one expected,
-it is not replaced (hypercorn's own behaviour stays) and :func:`install` names it;
-``tests/daemon/test_server_answers.py`` pins each one and the call sites that make it the seam.
+:data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the daemon's HPACK decoder (which
+extends hpack's methods of :data:`DECODER_SEAMS`). Each replacement acts only for a server whose
+config is a :class:`ServerConfig` (the daemon's) and is hypercorn's own method for any other
+server in the process. The protocol objects are made by hypercorn before any request reaches the
+app, so no per-connection wrapper (as in :mod:`runtime.connection_races`) can reach them. Where
+a method is not the one expected, it is not replaced (hypercorn's own behaviour stays) and
+:func:`install` names it; ``tests/daemon/test_server_answers.py`` pins each one and the call
+sites that make it the seam.
 """
 
 from __future__ import annotations
@@ -36,21 +44,27 @@ from time import time
 from typing import Any, Callable
 
 import h2.errors
+import h2.events
 import h2.exceptions
 import h11
+import hpack
 import msgspec
 from hypercorn.config import Config
 from hypercorn.events import RawData, Updated
 from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
 from hypercorn.protocol.ws_stream import WSStream
+from hpack.table import table_entry_size
 
 # Codes of the API's error table (runtime.api.STATUS) for the statuses hypercorn answers itself.
 CODES = {400: "INVALID_ARGUMENT", 403: "FORBIDDEN", 404: "NOT_FOUND", 431: "HEADERS_TOO_LARGE",
          500: "INTERNAL", 501: "TRANSFER_ENCODING_UNSUPPORTED"}
 # Where h11's message quotes the offending bytes: cut there (a credential may be among them).
 _ECHO = re.compile(r":? (?:bytearray\()?b['\"]")
+# The field an HTTP/2 request's header list carries when fields past h2's bound were dropped
+# (:class:`_H2Decoder`): its value is their bytes as HTTP/1.1 header lines. No client can send it.
+DROPPED_FIELDS = b"lens-dropped-field-bytes"
 
 
 class ServerConfig(Config):
@@ -128,6 +142,32 @@ def _h11_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
     return _send_error_response
 
 
+def _h11_handle(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H11Protocol.handle``: h11 refuses a head of which more than its bound
+    (``h11_max_incomplete_size``) is unfinished, but looks only when a read leaves the head
+    unfinished, so a head finished by the read that took it past the bound was read: 70,000
+    bytes in one write were read, the same bytes dribbled refused (a head padded with
+    whitespace, which the head's limit does not count). A read that would take a request's
+    head past the bound is fed to h11 in two parts, cut where h11 holds one byte more than the
+    bound: h11 then refuses every head longer than that as written, however its bytes arrive."""
+    async def handle(self: Any, event: Any) -> None:
+        if (not isinstance(self.config, ServerConfig) or not isinstance(event, RawData)
+                or type(self.connection) is not h11.Connection or self.connection.their_state is not h11.IDLE):
+            return await original(self, event)
+        cut = self.config.h11_max_incomplete_size + 1 - len(self.connection._receive_buffer)
+        if not 0 < cut < len(event.data):
+            return await original(self, event)
+        try:
+            await original(self, RawData(data=event.data[:cut]))
+        except (H2ProtocolAssumedError, H2CProtocolRequiredError) as switch:  # (HTTP/2 takes the rest)
+            switch.data += event.data[cut:]
+            raise
+        if self.connection.their_state is not h11.ERROR:  # (refused: the connection is closing)
+            await original(self, RawData(data=event.data[cut:]))
+
+    return handle
+
+
 def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
     async def _send_error_response(self: Any, status_code: int) -> None:
         if not isinstance(self.config, ServerConfig):
@@ -140,10 +180,11 @@ def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
         await self.send(Body(stream_id=self.stream_id, data=body))
         await self.send(EndBody(stream_id=self.stream_id))
         await self.config.log.access(self.scope, {"status": status_code, "headers": []}, time() - self.start_time)
-        if self.app_put is None and self.handshake.http_version < "2":
-            # Refused before the app: nothing else would ever end the stream; ending it closes the
-            # connection. (HTTP/2 keeps hypercorn's way: the request marks the connection busy
-            # only after this answer, so ending the stream here would leave no timer running.)
+        if self.app_put is None:
+            # Refused before the app: nothing else would ever end the stream. Over HTTP/1.1 ending
+            # it closes the connection; over HTTP/2 the stream is dropped (and reset, the client's
+            # side being open: _reset_if_answered) and the connection's timer restarted once the
+            # frames that opened it are handled (_h2_events).
             await self.send(StreamClosed(stream_id=self.stream_id))
 
     return _send_error_response
@@ -181,8 +222,79 @@ def _h2_after(original: Callable[..., Any]) -> Callable[..., Any]:
     return after
 
 
+class _H2Decoder(hpack.Decoder):
+    """The HPACK decoder of the daemon's HTTP/2 connections.
+
+    h2's own decoder ends the whole connection (GOAWAY ``ENHANCE_YOUR_CALM``) at a header list
+    past its bound (``SETTINGS_MAX_HEADER_LIST_SIZE``, counted as RFC 7541 counts: name, value
+    and 32 per field), and at a value with surrounding whitespace (``PROTOCOL_ERROR``, from h2's
+    check of the decoded fields). This one decodes every field of the block, so the compression
+    state stays the client's (RFC 9113 10.5.1: the block must be processed if the connection is
+    to go on), but keeps fields only up to that bound: the first of each pseudo-header always,
+    the others while the list kept is within it. What it drops is counted as the bytes of its
+    HTTP/1.1 header lines in one field, :data:`DROPPED_FIELDS`, and the request reaches the
+    head's limit (runtime.head_limit), which answers 431 on its stream. A value's surrounding
+    spaces and tabs are dropped, as h11 drops them over HTTP/1.1: the same head is read the same
+    way over either. A field named :data:`DROPPED_FIELDS` sent by the client is dropped.
+    """
+
+    def __init__(self, max_header_list_size: int) -> None:
+        super().__init__(max_header_list_size)
+        self.kept = self.dropped = 0
+        self.pseudo: set[bytes] = set()
+
+    # (h2 sets the bound here from the settings it advertises; hpack's own check never fires)
+    @property
+    def max_header_list_size(self) -> int:
+        return sys.maxsize
+
+    @max_header_list_size.setter
+    def max_header_list_size(self, value: int) -> None:
+        self.bound = value
+
+    def decode(self, data: bytes, raw: bool = False) -> Any:
+        self.kept = self.dropped = 0
+        self.pseudo = set()
+        headers = super().decode(data, raw)
+        if self.dropped:
+            headers.append((DROPPED_FIELDS, b"%d" % self.dropped))
+        return headers
+
+    def _decode_indexed(self, data: bytes | memoryview) -> Any:
+        return self._keep(*super()._decode_indexed(data))
+
+    def _decode_literal(self, data: bytes | memoryview, should_index: bool) -> Any:
+        return self._keep(*super()._decode_literal(data, should_index))
+
+    def _keep(self, header: Any, consumed: int) -> tuple[Any, int]:
+        """``header`` as the list gets it (``None``: dropped, which hpack's loop skips)."""
+        name, value = header
+        if value[:1] in (b" ", b"\t") or value[-1:] in (b" ", b"\t"):
+            value = value.strip(b" \t")
+            header = type(header)(name, value)
+        size = table_entry_size(name, value)
+        first_pseudo = name[:1] == b":" and name not in self.pseudo
+        if name != DROPPED_FIELDS and (first_pseudo or self.kept + size <= self.bound):
+            if first_pseudo:
+                self.pseudo.add(name)
+            self.kept += size
+            return header, consumed
+        if name != DROPPED_FIELDS:
+            self.dropped += len(name) + 2 + len(value) + 2
+        return None, consumed
+
+
+# (hpack's methods _H2Decoder extends, with their parameters: without them h2's decoder stays)
+DECODER_SEAMS = [(hpack.Decoder, "_decode_indexed", ("self", "data")),
+                 (hpack.Decoder, "_decode_literal", ("self", "data", "should_index"))]
+_DECODER_FITS = all(name in vars(cls) and tuple(inspect.signature(vars(cls)[name]).parameters) == params
+                    for cls, name, params in DECODER_SEAMS)
+
+
 def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
     async def initiate(self: Any, headers: Any = None, settings: Any = None) -> None:
+        if isinstance(self.config, ServerConfig) and _DECODER_FITS:  # (no header block is read yet)
+            self.connection.decoder = _H2Decoder(self.connection.decoder.max_header_list_size)
         await original(self, headers, settings)
         if isinstance(self.config, ServerConfig) and headers is None and not self.streams:
             await self.send(Updated(idle=True))  # (the keep-alive timer, stopped by the preface's "request")
@@ -190,13 +302,28 @@ def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
     return initiate
 
 
+def _h2_events(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H2Protocol._handle_events``: hypercorn marks the connection busy after a request's first
+    handling, which ended the stream already when it was refused before the app; a connection
+    left with no stream then had no timer. It is marked idle again (its keep-alive timer)."""
+    async def handle_events(self: Any, events: list[Any]) -> None:
+        await original(self, events)
+        if (isinstance(self.config, ServerConfig) and not self.closed and not self.streams
+                and any(isinstance(ev, h2.events.RequestReceived) for ev in events)):
+            await self.send(Updated(idle=True))
+
+    return handle_events
+
+
 # (class, method, its parameters as hypercorn 0.18 has them, the replacement's maker)
 SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
+    (H11Protocol, "handle", ("self", "event"), _h11_handle),
     (WSStream, "_send_error_response", ("self", "status_code"), _ws_error_response),
     (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
     (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),
     (H2Protocol, "_send_data", ("self", "stream_id"), _h2_after),
+    (H2Protocol, "_handle_events", ("self", "events"), _h2_events),
 ]
 
 
@@ -214,4 +341,6 @@ def install() -> list[str]:
         replacement = make(current)
         replacement._lens_original = current  # type: ignore[attr-defined]
         setattr(cls, name, replacement)
+    if not _DECODER_FITS:
+        missing += [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in DECODER_SEAMS]
     return missing

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import inspect
 
+import h11
+import hpack
 import pytest
 import trio
+from h2.connection import H2Connection
 from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import serve as hyper_serve
@@ -33,17 +37,31 @@ KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
 
 
 def test_the_seam_into_hypercorn_is_where_it_was() -> None:
-    """The three methods exist with the parameters the replacements take, are replaced, and are
-    still called where the server answers (or starts HTTP/2) itself. An upgrade of hypercorn that
-    moves any of it fails here."""
+    """The methods exist with the parameters the replacements take, are replaced, and are still
+    called where the server answers (or reads, starts HTTP/2, handles its frames, decodes a
+    header block) itself. An upgrade of hypercorn, h11, h2 or hpack that moves any of it fails here."""
     assert server_answers.install() == []
     for cls, name, params, _ in server_answers.SEAMS:
         method = vars(cls)[name]
         assert getattr(method, "_lens_original", None) is not None, f"{cls.__name__}.{name} is not replaced"
         assert tuple(inspect.signature(method._lens_original).parameters) == params
+    for cls, name, params in server_answers.DECODER_SEAMS:  # (extended by the daemon's HPACK decoder)
+        assert tuple(inspect.signature(vars(cls)[name]).parameters) == params, f"{cls.__name__}.{name}"
+    decoding = inspect.getsource(hpack.Decoder.decode)
+    assert "header, consumed = self._decode_indexed(" in decoding and "if header:" in decoding
+    assert "return self._decode_literal(data, should_index=" in inspect.getsource(hpack.Decoder._decode_literal_index)
+    assert "_decode_headers(self.decoder, frame.data)" in inspect.getsource(H2Connection._receive_headers_frame)
+    assert "self.decoder.max_header_list_size = " in inspect.getsource(H2Connection._local_settings_acked)
+    h2_events = inspect.getsource(H2Protocol._handle_events._lens_original)  # type: ignore[attr-defined]
+    assert "await self._create_stream(event)\n                    await self.send(Updated(idle=False))" in h2_events
     h11_reading = inspect.getsource(H11Protocol._handle_events)
     assert "except h11.RemoteProtocolError as error:" in h11_reading
     assert "await self._send_error_response(error.error_status_hint)" in h11_reading
+    h11_handle = inspect.getsource(H11Protocol.handle._lens_original)  # type: ignore[attr-defined]
+    assert "self.connection.receive_data(event.data)\n            await self._handle_events()" in h11_handle
+    h11_next = inspect.getsource(h11.Connection.next_event)  # (the bound h11 checks, on the buffer the cut measures)
+    assert "if len(self._receive_buffer) > self._max_incomplete_event_size:" in h11_next
+    assert "return await self.protocol.handle(RawData(data=error.data))" in inspect.getsource(ProtocolWrapper.handle)
     ws_handle = inspect.getsource(WSStream.handle)
     assert "elif not self.handshake.is_valid():\n                await self._send_error_response(400)" in ws_handle
     assert "except H2ProtocolAssumedError" in inspect.getsource(ProtocolWrapper.handle)
@@ -266,3 +284,48 @@ async def test_data_on_an_http2_stream_answered_before_its_request_ended_is_refu
                 assert data, "the connection ended"
                 events += conn.receive_data(data)
     await healthy(daemon)
+
+
+@pytest.mark.parametrize("version", [[("sec-websocket-version", "8")], []], ids=["version 8", "no version"])
+async def test_an_http2_websocket_refused_before_the_app_ends_its_stream(daemon_factory,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        version) -> None:
+    """A WebSocket over HTTP/2 (extended CONNECT, RFC 8441) that hypercorn refuses itself got its
+    400, but its stream stayed open and the connection, marked busy by the request, had no timer:
+    it was held as long as the client kept it. The stream is ended (reset NO_ERROR, the client's
+    side being open) and the connection closed at the keep-alive bound now."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    monkeypatch.setattr(daemon_module, "KEEP_ALIVE_SECONDS", 0.5)
+    d = await daemon_factory()
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    with trio.fail_after(LIMIT):
+        stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+    async with stream:
+        with trio.fail_after(LIMIT):
+            await stream.send_all(conn.data_to_send())
+            events: list = []
+            while not conn.remote_settings.enable_connect_protocol:  # (the server's SETTINGS first)
+                data = await stream.receive_some(65536)
+                assert data, "the connection ended before the server's SETTINGS"
+                events += conn.receive_data(data)
+            conn.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"), (":path", f"{API}/health"),
+                                  (":scheme", "http"), (":authority", f"127.0.0.1:{d.port}")] + version)
+            await stream.send_all(conn.data_to_send())
+            while not any(isinstance(ev, h2.events.StreamReset) for ev in events):
+                data = await stream.receive_some(65536)
+                assert data, f"the connection ended before the stream: {events}"
+                events += conn.receive_data(data)
+        head = next(ev for ev in events if isinstance(ev, h2.events.ResponseReceived))
+        body = b"".join(ev.data for ev in events if isinstance(ev, h2.events.DataReceived))
+        assert (b":status", b"400") in head.headers, head
+        r = parse_raw_response(b"HTTP/2 400 \r\ncontent-type: application/json\r\n\r\n" + body)
+        code, message = assert_error_shape(r, "a WebSocket over HTTP/2 refused before the app")
+        assert code == "INVALID_ARGUMENT" and "Sec-WebSocket-Version must be 13" in message, message
+        assert any(isinstance(ev, h2.events.StreamEnded) for ev in events), events
+        assert next(ev for ev in events if isinstance(ev, h2.events.StreamReset)).error_code == 0
+        await closed_within(stream, BOUND)
+    await healthy(d)
