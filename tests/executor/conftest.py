@@ -33,7 +33,7 @@ from runtime.providers.faux import FauxProvider, FauxTurn
 from runtime.supervisor import Supervisor
 from tests.idgen import IdGen
 from tests.procfs import processes
-from tests.supervised import supervised
+from tests.services import started, supervised
 from tools.artifacts import ArtifactStore
 from tools.base import ToolSpec
 from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
@@ -164,12 +164,8 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
 
     pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared, hidden_env=hidden_env,
                         **({} if idle_stop_s is None else {"idle_stop_s": idle_stop_s}))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        try:
-            yield pool
-        finally:
-            nursery.cancel_scope.cancel()
+    async with started(pool.run):
+        yield pool
 
 
 @asynccontextmanager

@@ -21,7 +21,7 @@ from projections.context_budget import CUT_MARK
 from runtime.working_context import COMPACTION_INSTRUCTION, COMPACTION_PARTIAL, Compact, ContextError
 from tests.executor.conftest import running_pool
 from tests.idgen import IdGen
-from tests.supervised import supervised
+from tests.services import supervised
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
 

@@ -1,9 +1,10 @@
-"""The real supervisor over an open store, for tests that assemble their own runtime."""
+"""Lens's services run for the length of a test's block: any service that reports that it is
+ready (:func:`started`) and the real supervisor over an open store (:func:`supervised`)."""
 
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import trio
 
@@ -17,6 +18,18 @@ from tools.base import ToolRegistry
 
 
 @asynccontextmanager
+async def started(run: Callable[..., Awaitable[Any]]) -> AsyncIterator[None]:
+    """``run`` (a service that calls ``task_status.started()`` once it is ready) started in its own
+    nursery, and cancelled when the block ends."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run)
+        try:
+            yield
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def supervised(store: EventStore, catalog: ProviderCatalog, tools: ToolRegistry, ids: IdGen, *,
                      snapshot_every: int = 500) -> AsyncIterator[Supervisor]:
     """A :class:`Supervisor` over ``store`` (its writer running) with snapshots beside the log,
@@ -25,11 +38,7 @@ async def supervised(store: EventStore, catalog: ProviderCatalog, tools: ToolReg
     snapshots = SnapshotStore.open(store.data_dir)
     try:
         sup = Supervisor(ActorDeps(store, snapshots, catalog, tools, ids, snapshot_every=snapshot_every))
-        async with trio.open_nursery() as actors:
-            await actors.start(sup.run)
-            try:
-                yield sup
-            finally:
-                actors.cancel_scope.cancel()
+        async with started(sup.run):
+            yield sup
     finally:
         snapshots.close()
