@@ -103,18 +103,22 @@ async def commands_and_jobs(d: Daemon, token: str, project: dict[str, Any]) -> s
     sid = r.json()["id"]
     await d.submit(token, sid, "env-1", "/tool run_command " + json.dumps({"command": "env"}))
     await d.wait_idle(token, sid)
+    job = await notes_printed_by_a_job(d, token, sid)
+    out = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token)).json()
+    assert out["source"] == "memory" and marker("OPENAI_API_KEY") in out["output"], out
+    await d.wait_idle(token, sid)
+    return sid
+
+
+async def notes_printed_by_a_job(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    """The session's first job, ``cat notes.txt``, started by the model, once it has ended."""
     await d.submit(token, sid, "job-1", "/tool job " + json.dumps({"action": "start", "command": "cat notes.txt"}))
 
     async def finished() -> dict[str, Any] | None:
         jobs = (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
         return jobs[0] if jobs and jobs[0]["status"] != "running" else None
 
-    job = await wait_until(finished, SLOW, "the job's end")
-    out = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token)).json()
-    assert out["source"] == "memory" and marker("OPENAI_API_KEY") in out["output"], out
-    await d.wait_idle(token, sid)
-    return sid
-
+    return await wait_until(finished, SLOW, "the job's end")
 
 async def test_an_mcp_server_given_a_key_that_prints_it_as_it_fails_is_reported_without_it(
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,13 +222,7 @@ async def stored_before_and_after(d: Daemon, token: str, project: dict[str, Any]
     rest = (await d.get(f"/sessions/{sid}/workspace/file", token,
                         params={"path": "notes.txt", "offset": first["nextOffset"]})).json()
     assert rest["text"] == f"{marker(name)}\n" and rest["eof"], rest
-    await d.submit(token, sid, "job-1", "/tool job " + json.dumps({"action": "start", "command": "cat notes.txt"}))
-
-    async def finished() -> dict[str, Any] | None:
-        jobs = (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
-        return jobs[0] if jobs and jobs[0]["status"] != "running" else None
-
-    job = await wait_until(finished, SLOW, "the job's end")
+    job = await notes_printed_by_a_job(d, token, sid)
     page = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token, params={"limit": len(padding) + 10})).json()
     assert (page["output"], page["nextOffset"], page["eof"]) == (padding, len(padding), False), page
     await d.wait_idle(token, sid)
