@@ -15,7 +15,7 @@ from typing import Any
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess,
-                              check_where_it_leads)
+                              check_where_it_leads, command_cwd, int_arg)
 
 DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
 DEFAULT_READ_BYTES = 16 * 1024
@@ -29,13 +29,6 @@ _ARGS = {
 }
 USAGE = ('job takes {"action": "start", "command", "timeout_ms"?, "cwd"?}, {"action": "list"}, '
          '{"action": "read", "job_id", "offset"?, "max_bytes"?} or {"action": "stop", "job_id"}')
-
-
-def _int(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    v = args.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from {lo} to {hi}")
-    return v
 
 
 def _line(job: dict[str, Any]) -> str:
@@ -58,12 +51,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             raise ToolError("TOOL_ARGUMENTS_INVALID", "command must be a non-empty string")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
             raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
-        timeout = _int(args, "timeout_ms", DEFAULT_JOB_TIMEOUT_MS, 1, MAX_COMMAND_TIMEOUT_MS)
-        cwd = args.get("cwd", "")
-        if not isinstance(cwd, str):
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
-        if "\0" in command or "\0" in cwd:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
+        timeout = int_arg(args, "timeout_ms", DEFAULT_JOB_TIMEOUT_MS, 1, MAX_COMMAND_TIMEOUT_MS)
+        cwd = command_cwd(args, command)
         if ctx.project_id is None:
             raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
         try:
@@ -112,8 +101,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
                 text = "\n".join(_line(j) for j in jobs) if jobs else "no jobs in this session"
                 return ToolResult.text(text, {"jobs": jobs})
             if action == "read":
-                offset = _int(args, "offset", 0, 0, 2**62)
-                limit = _int(args, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
+                offset = int_arg(args, "offset", 0, 0, 2**62)
+                limit = int_arg(args, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
                 r = ctx.jobs.read(args["job_id"], offset, limit)
                 note = (f"[{_line(r)}; output bytes {r['offset']}-{r['next_offset']}"
                         + (f" (bytes before {r['dropped_before']} are no longer kept)" if r["dropped_before"] else "")

@@ -28,6 +28,25 @@ DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 
 
+def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    """The integer argument ``name`` (``default`` when absent), from ``lo`` to ``hi``."""
+    v = args.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from {lo} to {hi}")
+    return v
+
+
+def command_cwd(args: dict[str, Any], command: str) -> str:
+    """The ``cwd`` a command runs in (``run_command``, a job's start): workspace-relative text,
+    the workspace when absent. Neither it nor ``command`` may hold NUL (no process takes one)."""
+    cwd = args.get("cwd", "")
+    if not isinstance(cwd, str):
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
+    if "\0" in command or "\0" in cwd:
+        raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
+    return cwd
+
+
 class ExecutorAccess(Protocol):
     async def get(self, project_id: str) -> Any: ...
 
@@ -255,16 +274,9 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             raise ToolError("TOOL_ARGUMENTS_INVALID", "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
             raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
-        timeout = args.get("timeout_ms", 0)
-        cap = args.get("max_output_bytes", 0)
-        for name, v, hi in (("timeout_ms", timeout, MAX_COMMAND_TIMEOUT_MS), ("max_output_bytes", cap, MAX_COMMAND_OUTPUT)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
-                raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from 0 to {hi}")
-        cwd = args.get("cwd", "")
-        if not isinstance(cwd, str):
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
-        if "\0" in command or "\0" in cwd:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
+        timeout = int_arg(args, "timeout_ms", 0, 0, MAX_COMMAND_TIMEOUT_MS)
+        cap = int_arg(args, "max_output_bytes", 0, 0, MAX_COMMAND_OUTPUT)
+        cwd = command_cwd(args, command)
         ex = await executor(ctx)
         out = bytearray()
         exit_info: Any = None

@@ -40,7 +40,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import MALFORMED, AnswerSize, SdkProvider, add_piece, bom_skipped, reported, usage_dict
+from .sdk import AnswerSize, SdkProvider, add_piece, bom_skipped, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -144,7 +144,6 @@ class AnthropicProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
         import anthropic
-        import httpx2
 
         model = self.model_config(request.model)
         compiled = await prepare(request, load_image=self.load_image, images=model.images)
@@ -163,12 +162,8 @@ class AnthropicProvider(SdkProvider):
             return self.checked(self._result(reader, compiled, cache))
         except ProviderError as exc:
             raise exc.during(reader.usage_so_far())
-        except (anthropic.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc).during(reader.usage_so_far()) from None
-        except MALFORMED as exc:
-            raise self.malformed(exc).during(reader.usage_so_far()) from None
-        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
-            raise self.unexpected(exc).during(reader.usage_so_far()) from None
+        except Exception as exc:  # (see SdkProvider.failed)
+            raise self.failed(exc, anthropic.APIError).during(reader.usage_so_far()) from None
 
     def _result(self, msg: "_StreamReader", compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
         text: list[str] = []
@@ -193,11 +188,7 @@ class AnthropicProvider(SdkProvider):
                 args = "".join(block["json"]) or json.dumps(block["input"] if block["input"] is not None else {})
                 calls.append(t.ToolCall(block["id"], compiled.names.internal(block["name"]), args))
         usage = _usage(msg.usage)
-        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
-        if cache:
-            diagnostics["cache"] = cache
-        if compiled.names.aliased:
-            diagnostics["tool_aliases"] = compiled.names.aliased
+        diagnostics = self.diagnostics(compiled, cache)
         if not calls and msg.stop_reason == "tool_use":
             raise self.malformed(ValueError("stop_reason tool_use without a tool_use block"))
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,

@@ -140,7 +140,6 @@ class OpenAIChatProvider(SdkProvider):
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""
-        import httpx2
         import openai
 
         model = self.model_config(request.model)
@@ -197,12 +196,8 @@ class OpenAIChatProvider(SdkProvider):
                             finish = choice.finish_reason
         except ProviderError as exc:
             raise exc.during(_usage(usage_raw) if began else None)
-        except (openai.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc).during(_usage(usage_raw) if began else None) from None
-        except MALFORMED as exc:
-            raise self.malformed(exc).during(_usage(usage_raw) if began else None) from None
-        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
-            raise self.unexpected(exc).during(_usage(usage_raw) if began else None) from None
+        except Exception as exc:  # (see SdkProvider.failed)
+            raise self.failed(exc, openai.APIError).during(_usage(usage_raw) if began else None) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
             raise self.truncated("its finish_reason").during(_usage(usage_raw) if began else None)
         if any(not slot["name"] for slot in calls):
@@ -222,11 +217,7 @@ class OpenAIChatProvider(SdkProvider):
         elif refused and stop == "end_turn":
             stop = "refusal"
         usage = _usage(usage_raw)
-        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
-        if cache:
-            diagnostics["cache"] = cache
-        if compiled.names.aliased:
-            diagnostics["tool_aliases"] = compiled.names.aliased
+        diagnostics = self.diagnostics(compiled, cache)
         return self.checked(ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls,
                                         stop_reason=stop, usage=usage, response_id=response_id, diagnostics=diagnostics))
 

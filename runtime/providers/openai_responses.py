@@ -28,7 +28,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
+from .sdk import AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -132,7 +132,6 @@ class OpenAIResponsesProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
         trio cancellation closes the HTTP stream."""
-        import httpx2
         import openai
 
         model = self.model_config(request.model)
@@ -166,12 +165,8 @@ class OpenAIResponsesProvider(SdkProvider):
                 result = replace(result, text=reader.streamed_text())
         except ProviderError as exc:
             raise exc.during(reader.began)
-        except (openai.APIError, httpx2.HTTPError) as exc:
-            raise self.map_error(exc).during(reader.began) from None
-        except MALFORMED as exc:
-            raise self.malformed(exc).during(reader.began) from None
-        except Exception as exc:  # (not translated by the SDK: see SdkProvider.unexpected)
-            raise self.unexpected(exc).during(reader.began) from None
+        except Exception as exc:  # (see SdkProvider.failed)
+            raise self.failed(exc, openai.APIError).during(reader.began) from None
         return self.checked(result)
 
     def _result(self, response: Any, output: list[Any], compiled: Compiled, cache: dict[str, Any]) -> ModelResult:
@@ -203,11 +198,7 @@ class OpenAIResponsesProvider(SdkProvider):
             stop = "max_tokens" if reason == "max_output_tokens" else (reason or "incomplete")
         else:
             stop = "tool_use" if calls else "refusal" if refused else "end_turn"
-        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
-        if cache:
-            diagnostics["cache"] = cache
-        if compiled.names.aliased:
-            diagnostics["tool_aliases"] = compiled.names.aliased
+        diagnostics = self.diagnostics(compiled, cache)
         return ModelResult(text="".join(text), reasoning="\n\n".join(reasoning), tool_calls=calls, stop_reason=stop,
                            usage=usage, response_id=getattr(response, "id", None), reasoning_blocks=native,
                            diagnostics=diagnostics)

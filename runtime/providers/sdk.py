@@ -46,7 +46,7 @@ from runtime.config import ModelConfig
 
 from .base import ModelResult, ProviderError
 from .redact import redact_key
-from .compile import LoadImage
+from .compile import Compiled, LoadImage
 
 log = logging.getLogger("lens.providers")
 
@@ -161,6 +161,19 @@ class SdkProvider(ABC):
         detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the request failed: {detail}")
 
+    def failed(self, exc: Exception, sdk_error: type[Exception]) -> ProviderError:
+        """What an exception out of a request or its stream records, other than a
+        :class:`ProviderError` (recorded as it is): the SDK's own errors (``sdk_error``, after its
+        retries) and transport errors as :meth:`map_error` says, a stream the SDK could not read
+        (:data:`MALFORMED`) as :meth:`malformed`, anything else as :meth:`unexpected`."""
+        import httpx2
+
+        if isinstance(exc, (sdk_error, httpx2.HTTPError)):
+            return self.map_error(exc)
+        if isinstance(exc, MALFORMED):
+            return self.malformed(exc)
+        return self.unexpected(exc)
+
     def checked(self, result: ModelResult) -> ModelResult:
         """``result`` if every field the log records as text is text. The SDKs pass a field of
         another type through as sent (a tool call's id that is a number, a name that is
@@ -170,6 +183,16 @@ class SdkProvider(ABC):
         if problem is not None:
             raise self.malformed(TypeError(problem)).during(result.usage)
         return result
+
+    def diagnostics(self, compiled: Compiled, cache: dict[str, Any]) -> dict[str, Any]:
+        """A result's diagnostics: the protocol, the compiler's own, the cache breakpoints sent
+        (``cache``, when there are any) and the tool names that needed an alias (when any did)."""
+        diagnostics: dict[str, Any] = {"protocol": self.protocol, **compiled.diagnostics}
+        if cache:
+            diagnostics["cache"] = cache
+        if compiled.names.aliased:
+            diagnostics["tool_aliases"] = compiled.names.aliased
+        return diagnostics
 
     def answer_size(self) -> "AnswerSize":
         """A running count of one answer's bytes, bounded by :attr:`max_answer_bytes`; a read

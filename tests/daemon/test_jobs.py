@@ -175,6 +175,32 @@ async def test_the_model_lists_reads_and_stops_its_jobs(daemon: Daemon):
     await report_answered(daemon, token, sid, job_id)
 
 
+async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon):
+    # The command tools check their integer arguments and their cwd with the same rules.
+    token, sid = await setup(daemon)
+    calls = [
+        ("run_command", {"command": "true", "timeout_ms": -1}, "timeout_ms must be an integer from 0 to 3600000"),
+        ("run_command", {"command": "true", "max_output_bytes": True},
+         "max_output_bytes must be an integer from 0 to 16777216"),
+        ("run_command", {"command": "true", "timeout_ms": 3600001, "cwd": 5},
+         "timeout_ms must be an integer from 0 to 3600000"),
+        ("run_command", {"command": "true", "cwd": 5}, "cwd must be a workspace-relative path"),
+        ("run_command", {"command": "true", "cwd": "a\0b"}, "command and cwd cannot hold NUL characters"),
+        ("job", {"action": "start", "command": "true", "timeout_ms": 0},
+         "timeout_ms must be an integer from 1 to 3600000"),
+        ("job", {"action": "start", "command": "true", "cwd": ["."]}, "cwd must be a workspace-relative path"),
+        ("job", {"action": "start", "command": "echo \0"}, "command and cwd cannot hold NUL characters"),
+        ("job", {"action": "read", "job_id": "job_x", "max_bytes": 0},
+         "max_bytes must be an integer from 1 to 65536"),
+    ]
+    for i, (name, args, _) in enumerate(calls):
+        await daemon.submit(token, sid, f"r{i}", f"/tool {name} " + json.dumps(args))
+        await daemon.wait_idle(token, sid)
+    results = [e["body"] for e in await log_of(daemon, token, sid) if e["kind"] == "tool.finished"]
+    assert [(r["error_code"], r["content"][0]["text"]) for r in results] == \
+        [("TOOL_ARGUMENTS_INVALID", f"TOOL_ARGUMENTS_INVALID: {message}") for _, _, message in calls], results
+
+
 async def test_a_timeout_and_a_signal_end_jobs_as_stopped_and_crashed(daemon: Daemon):
     token, sid = await setup(daemon)
     slow = await start_job(daemon, token, sid, "r1", "exec sleep 600", timeout_ms=300)
@@ -315,3 +341,4 @@ async def test_a_job_at_the_executors_output_cap_is_not_called_truncated(daemon:
     fin = await finished_of(daemon, token, sid, job_id)
     assert (fin["body"]["status"], fin["body"]["reason"]) == ("exited", "")
     await report_answered(daemon, token, sid, job_id)
+

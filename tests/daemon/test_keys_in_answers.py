@@ -12,7 +12,6 @@ daemon's stdout and stderr. Where it stood, the marker naming its variable stand
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,8 @@ from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
-from .conftest import LIMIT, Daemon, DaemonFactory, run_lens, run_tool, wait_until
-from .test_provider_keys import KEYS, SLOW, Recorder, config, leaks, unpacked, watch
-from .test_serve_process import ServeProcess, as_daemon
+from .conftest import LIMIT, Daemon, DaemonFactory, ServeProcess, as_daemon, run_lens, run_tool, wait_until
+from .keyleaks import KEYS, SLOW, Recorder, leaks, leaks_everywhere, stream_caught_up, watch, watched
 
 PROVIDERS = [("chat", "OPENAI_API_KEY"), ("resp", "LENS_TEST_RESPONSES_KEY"), ("anth", "ANTHROPIC_API_KEY")]
 
@@ -53,62 +51,27 @@ def plain_answer(pid: str) -> Reply:
 
 
 async def test_a_key_echoed_as_content_is_stored_streamed_and_shown_as_its_marker(tmp_path: Path) -> None:
-    server = ScriptedServer()
-    recorder = Recorder()
-    sse_bytes = bytearray()
-    (tmp_path / "config").mkdir()
-    async with trio.open_nursery() as nursery:
-        url = await server.start(nursery)
-        (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(config(url), indent=2))
-        serve = ServeProcess(tmp_path, env={**os.environ, **KEYS})
-        try:
-            daemon_url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
-                                          limits=httpx2.Limits(max_keepalive_connections=0),
-                                          event_hooks={"response": [recorder.on_response]}) as client:
-                d = as_daemon(tmp_path, daemon_url, client)
-                token = await d.pair("echo-client", strong=True, via="cli")
-                project = await d.project(token, "p")
-                Path(project["workspace"], "notes.txt").write_text(
-                    "".join(f"{name}={value}\n" for name, value in KEYS.items()))
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(watch, d, token, sse_bytes)
-                    sids = [await echoed(d, token, project, server, pid, name) for pid, name in PROVIDERS]
-                    sids.append(await commands_and_jobs(d, token, project))
-                    for sid in sids:
-                        await d.get(f"/sessions/{sid}", token)
-                        await d.get(f"/sessions/{sid}/context", token)
-                        await d.get(f"/sessions/{sid}/workspace/file", token, params={"path": "notes.txt"})
-                    await d.post("/history/search", token, {"projectId": project["id"], "query": "key"})
-                    last = (await d.get("/health")).json()["lastSeq"]
-                    with trio.fail_after(LIMIT):
-                        while f"id: {last}\n".encode() not in sse_bytes:
-                            await trio.sleep(0.02)
-                    inner.cancel_scope.cancel()
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+    async with watched(tmp_path, "echo-client") as w:
+        d, token, project = w.d, w.token, w.project
+        Path(project["workspace"], "notes.txt").write_text(
+            "".join(f"{name}={value}\n" for name, value in KEYS.items()))
+        sids = [await echoed(d, token, project, w.server, pid, name) for pid, name in PROVIDERS]
+        sids.append(await commands_and_jobs(d, token, project))
+        for sid in sids:
+            await d.get(f"/sessions/{sid}", token)
+            await d.get(f"/sessions/{sid}/context", token)
+            await d.get(f"/sessions/{sid}/workspace/file", token, params={"path": "notes.txt"})
+        await d.post("/history/search", token, {"projectId": project["id"], "query": "key"})
 
-    found: list[str] = []
-    found += leaks("stdout", "\n".join(serve.lines))
-    found += leaks("stderr", (tmp_path / serve.stderr_name).read_bytes())
-    for where, data in recorder.seen:
-        found += leaks(where, data)
-    found += leaks("SSE stream", bytes(sse_bytes))
-    for path in sorted((tmp_path / "data").rglob("*")):
-        if path.is_file():
-            found += leaks(str(path.relative_to(tmp_path)), unpacked(path.read_bytes()))
-    decoded = await run_lens(tmp_path, "log", "decode", "--data", "data")
-    found += leaks("lens log decode", decoded.stdout + decoded.stderr)
+    found, decoded = await leaks_everywhere(w)
     assert not found, "\n".join(found)
     # Where the keys stood, their markers stand: in the log, the stream's deltas and the file's page.
     for name in KEYS:
-        assert marker(name) in decoded.stdout, name
-    deltas = "".join(json.loads(line[6:])["text"] for line in sse_bytes.decode().splitlines()
+        assert marker(name) in decoded, name
+    deltas = "".join(json.loads(line[6:])["text"] for line in w.sse.decode().splitlines()
                      if line.startswith("data: ") and '"kind": "text"' in line.replace('":"', '": "'))
     assert marker("OPENAI_API_KEY") in deltas and marker("ANTHROPIC_API_KEY") in deltas, deltas
-    page = next(data for where, data in recorder.seen if where.endswith("/workspace/file"))
+    page = next(data for where, data in w.recorder.seen if where.endswith("/workspace/file"))
     assert marker("LENS_TEST_RESPONSES_KEY").encode() in page
 
 
@@ -140,18 +103,22 @@ async def commands_and_jobs(d: Daemon, token: str, project: dict[str, Any]) -> s
     sid = r.json()["id"]
     await d.submit(token, sid, "env-1", "/tool run_command " + json.dumps({"command": "env"}))
     await d.wait_idle(token, sid)
+    job = await notes_printed_by_a_job(d, token, sid)
+    out = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token)).json()
+    assert out["source"] == "memory" and marker("OPENAI_API_KEY") in out["output"], out
+    await d.wait_idle(token, sid)
+    return sid
+
+
+async def notes_printed_by_a_job(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    """The session's first job, ``cat notes.txt``, started by the model, once it has ended."""
     await d.submit(token, sid, "job-1", "/tool job " + json.dumps({"action": "start", "command": "cat notes.txt"}))
 
     async def finished() -> dict[str, Any] | None:
         jobs = (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
         return jobs[0] if jobs and jobs[0]["status"] != "running" else None
 
-    job = await wait_until(finished, SLOW, "the job's end")
-    out = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token)).json()
-    assert out["source"] == "memory" and marker("OPENAI_API_KEY") in out["output"], out
-    await d.wait_idle(token, sid)
-    return sid
-
+    return await wait_until(finished, SLOW, "the job's end")
 
 async def test_an_mcp_server_given_a_key_that_prints_it_as_it_fails_is_reported_without_it(
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,20 +222,11 @@ async def stored_before_and_after(d: Daemon, token: str, project: dict[str, Any]
     rest = (await d.get(f"/sessions/{sid}/workspace/file", token,
                         params={"path": "notes.txt", "offset": first["nextOffset"]})).json()
     assert rest["text"] == f"{marker(name)}\n" and rest["eof"], rest
-    await d.submit(token, sid, "job-1", "/tool job " + json.dumps({"action": "start", "command": "cat notes.txt"}))
-
-    async def finished() -> dict[str, Any] | None:
-        jobs = (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
-        return jobs[0] if jobs and jobs[0]["status"] != "running" else None
-
-    job = await wait_until(finished, SLOW, "the job's end")
+    job = await notes_printed_by_a_job(d, token, sid)
     page = (await d.get(f"/sessions/{sid}/jobs/{job['jobId']}", token, params={"limit": len(padding) + 10})).json()
     assert (page["output"], page["nextOffset"], page["eof"]) == (padding, len(padding), False), page
     await d.wait_idle(token, sid)
     async with trio.open_nursery() as inner:
         inner.start_soon(watch, d, token, sse_bytes)
-        last = (await d.get("/health")).json()["lastSeq"]
-        with trio.fail_after(LIMIT):
-            while f"id: {last}\n".encode() not in sse_bytes:
-                await trio.sleep(0.02)
+        await stream_caught_up(d, sse_bytes)
         inner.cancel_scope.cancel()

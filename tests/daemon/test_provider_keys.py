@@ -15,69 +15,23 @@ the config-file API and the dashboard page.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any
-
-import httpx2
-import trio
-import zstandard
 
 from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
 
-from .conftest import LIMIT, Daemon, DaemonFactory, error_of, run_lens
-from .test_serve_process import ServeProcess, as_daemon
-
-# Distinctive values, no 8 characters of which occur anywhere by chance.
-KEYS = {
-    "OPENAI_API_KEY": "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanaryChatA1",
-    "LENS_TEST_RESPONSES_KEY": "sk-proj-X2cV9bN4mL7kJ1hG3fD8sCanaryRespB2",
-    "ANTHROPIC_API_KEY": "sk-ant-api03-W5eR8tY2uI6oP9aS3dF7gHcanaryAnthC3",
-}
-CANARIES = list(KEYS.values())
-PIECE = 8  # a leak is the whole value or any piece of this many characters
-SLOW = 30.0  # seconds: a session's first turn waits for its project's executor (a bound, not a time)
+from .conftest import Daemon, DaemonFactory, error_of, run_lens
+from .keyleaks import KEYS, SLOW, leaks_everywhere, watched
 
 
 def masked(key: str) -> str:
     """The key as OpenAI's 401 quotes it: its start, stars, its last four characters."""
     return f"{key[:8]}{'*' * 28}{key[-4:]}"
-
-
-def pieces(value: str) -> set[str]:
-    return {value[i:i + PIECE] for i in range(len(value) - PIECE + 1)}
-
-
-def leaks(where: str, data: bytes | str, canaries: list[str] = CANARIES) -> list[str]:
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    found = []
-    for canary in canaries:
-        hit = next((p for p in sorted(pieces(canary)) if p in text), None)
-        if hit is not None:
-            at = text.index(hit)
-            found.append(f"{where}: {hit!r} of {canary[:4]}…: …{text[max(0, at - 80):at + 80]!r}…")
-    return found
-
-
-def unpacked(data: bytes) -> bytes:
-    """``data`` followed by the content of every zstd frame in it (event bodies, snapshots)."""
-    out = [data]
-    at = data.find(ZSTD_MAGIC)
-    while at >= 0:
-        try:
-            out.append(zstandard.ZstdDecompressor().decompressobj().decompress(data[at:]))
-        except zstandard.ZstdError:
-            pass
-        at = data.find(ZSTD_MAGIC, at + 1)
-    return b"\n".join(out)
-
-
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def scenarios(protocol: str, key: str) -> list[tuple[str, Reply]]:
@@ -114,104 +68,25 @@ def scenarios(protocol: str, key: str) -> list[tuple[str, Reply]]:
     ]
 
 
-def config(url: str) -> dict[str, Any]:
-    return {
-        "providers": [
-            {"id": "chat", "protocol": "openai-chat", "baseUrl": url + "/v1", "apiKeyEnv": "OPENAI_API_KEY",
-             "maxRetries": 0, "models": [{"id": "m"}]},
-            {"id": "resp", "protocol": "openai-responses", "baseUrl": url + "/v1",
-             "apiKeyEnv": "LENS_TEST_RESPONSES_KEY", "maxRetries": 0, "models": [{"id": "m"}]},
-            {"id": "anth", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": "ANTHROPIC_API_KEY",
-             "maxRetries": 0, "models": [{"id": "m"}]},
-            {"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]},
-        ],
-        "defaultModel": "chat/m",
-        "sessions": {"snapshotEvery": 4},  # (snapshots are written: their files are searched too)
-    }
-
-
-class Recorder:
-    """Every answer the daemon gave a client: status line, headers and body."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, bytes]] = []
-
-    async def on_response(self, resp: httpx2.Response) -> None:
-        if resp.headers.get("content-type", "").startswith("text/event-stream"):
-            return  # (the stream's bytes are kept by the reader)
-        await resp.aread()
-        head = "\n".join(f"{k}: {v}" for k, v in resp.headers.items())
-        self.seen.append((f"{resp.request.method} {resp.request.url.path}", head.encode() + b"\n\n" + resp.content))
-
-
 async def test_provider_keys_never_leave_the_daemon(tmp_path: Path):
-    server = ScriptedServer()
-    recorder = Recorder()
-    sse_bytes = bytearray()
-    env = {**os.environ, **KEYS}
-    (tmp_path / "config").mkdir()
-    async with trio.open_nursery() as nursery:
-        url = await server.start(nursery)
-        (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(config(url), indent=2))
-        serve = ServeProcess(tmp_path, env=env)
-        try:
-            daemon_url = await serve.run(nursery)
-            # (No connection is kept alive: a request sent on an idle one just as the daemon's
-            # keep-alive timer closes it fails without an answer — the race every HTTP/1.1 client
-            # meets, which a client expiring its connections first only narrows. On a loaded
-            # machine this test met it. Keys are what it is about, not connection reuse.)
-            async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
-                                          limits=httpx2.Limits(max_keepalive_connections=0),
-                                          event_hooks={"response": [recorder.on_response]}) as client:
-                d = as_daemon(tmp_path, daemon_url, client)
-                token = await d.pair("canary-client", strong=True, via="cli")
-                project = await d.project(token, "p")
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(watch, d, token, sse_bytes)
-                    await drive(d, token, project, server)
-                    # Read every surface a client can.
-                    for path in ("/sessions", "/projects", "/models", "/config/files", "/tools/inventory",
-                                 "/config/files/lens.jsonc", "/whoami", "/health"):
-                        await d.get(path, token)
-                    for s in (await d.get("/sessions", token)).json()["sessions"]:
-                        await d.get(f"/sessions/{s['id']}", token)
-                        await d.get(f"/sessions/{s['id']}/context", token)
-                        await d.events(token, s["id"])
-                    for query in ("key", "answer", "proxy", "redacted"):
-                        await d.post("/history/search", token, {"projectId": project["id"], "query": query})
-                    assert (await client.get("/")).status_code == 200  # the dashboard
-                    last = (await d.get("/health")).json()["lastSeq"]
-                    with trio.fail_after(LIMIT):
-                        while f"id: {last}\n".encode() not in sse_bytes:
-                            await trio.sleep(0.02)
-                    inner.cancel_scope.cancel()
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
-
-    found: list[str] = []
-    found += leaks("stdout", "\n".join(serve.lines))
-    found += leaks("stderr", (tmp_path / serve.stderr_name).read_bytes())
-    for where, data in recorder.seen:
-        found += leaks(where, data)
-    found += leaks("SSE stream", bytes(sse_bytes))
-    files = [p for p in sorted((tmp_path / "data").rglob("*")) if p.is_file()]
+    async with watched(tmp_path, "canary-client") as w:
+        d, token = w.d, w.token
+        await drive(d, token, w.project, w.server)
+        # Read every surface a client can.
+        for path in ("/sessions", "/projects", "/models", "/config/files", "/tools/inventory",
+                     "/config/files/lens.jsonc", "/whoami", "/health"):
+            await d.get(path, token)
+        for s in (await d.get("/sessions", token)).json()["sessions"]:
+            await d.get(f"/sessions/{s['id']}", token)
+            await d.get(f"/sessions/{s['id']}/context", token)
+            await d.events(token, s["id"])
+        for query in ("key", "answer", "proxy", "redacted"):
+            await d.post("/history/search", token, {"projectId": w.project["id"], "query": query})
+        assert (await d.client.get("/")).status_code == 200  # the dashboard
+    found, _ = await leaks_everywhere(w, raw=True)
     with closing(sqlite3.connect(tmp_path / "data" / "projections.db")) as con:
-        assert con.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 3  # (searched below)
-    for path in files:
-        found += leaks(str(path.relative_to(tmp_path)), unpacked(path.read_bytes()))
-    for args in (["log", "decode", "--data", "data"], ["log", "decode", "--data", "data", "--raw"]):
-        out = await run_lens(tmp_path, *args)
-        found += leaks(" ".join(args), out.stdout + out.stderr)
+        assert con.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 3  # (searched above)
     assert not found, "\n".join(found)
-
-
-async def watch(d: Daemon, token: str, into: bytearray) -> None:
-    """The live stream, answers' deltas included, from the start of the log."""
-    async with d.sse(token, last_event_id=0) as stream:
-        async for chunk in stream._chunks:
-            into.extend(chunk)
 
 
 async def drive(d: Daemon, token: str, project: dict[str, Any], server: ScriptedServer) -> None:

@@ -26,8 +26,6 @@ import pytest
 import trio
 
 from events.store import EventStore, open_store
-from projections.snapshots import SnapshotStore
-from runtime.actor import ActorDeps
 from runtime.executor_client import ExecutorClient
 from runtime.executors import ExecutorPool, RemoteExecutor
 from runtime.providers.catalog import ProviderCatalog
@@ -35,6 +33,7 @@ from runtime.providers.faux import FauxProvider, FauxTurn
 from runtime.supervisor import Supervisor
 from tests.idgen import IdGen
 from tests.procfs import processes
+from tests.services import started, supervised
 from tools.artifacts import ArtifactStore
 from tools.base import ToolSpec
 from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
@@ -165,12 +164,8 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
 
     pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared, hidden_env=hidden_env,
                         **({} if idle_stop_s is None else {"idle_stop_s": idle_stop_s}))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        try:
-            yield pool
-        finally:
-            nursery.cancel_scope.cancel()
+    async with started(pool.run):
+        yield pool
 
 
 @asynccontextmanager
@@ -186,20 +181,12 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
     faux = FauxProvider("faux", script)
     with trio.fail_after(60):
         async with open_store(data_dir) as store:
-            snapshots = SnapshotStore.open(store.data_dir)
-            try:
-                async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
-                    tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
-                                           *more_tools(pool)])
-                    deps = ActorDeps(store, snapshots, ProviderCatalog({"faux": faux}), tools,
-                                     ids if ids is not None else IdGen(), snapshot_every=snapshot_every)
-                    sup = Supervisor(deps)
-                    async with trio.open_nursery() as actors:
-                        await actors.start(sup.run)
-                        yield sup, store, faux, pool
-                        actors.cancel_scope.cancel()
-            finally:
-                snapshots.close()
+            async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+                tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
+                                       *more_tools(pool)])
+                async with supervised(store, ProviderCatalog({"faux": faux}), tools,
+                                      ids if ids is not None else IdGen(), snapshot_every=snapshot_every) as sup:
+                    yield sup, store, faux, pool
 
 
 @pytest.fixture

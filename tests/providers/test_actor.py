@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
-import trio
 
 from events import types as t
 from events.store import open_store
 from projections.snapshots import SnapshotStore
-from runtime.actor import ActorDeps, GetState, Submit, WaitIdle
+from runtime.actor import GetState, Submit, WaitIdle
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.compile import INSTRUCTION_PREFIX, SUMMARY_PREFIX
 from runtime.supervisor import Supervisor
@@ -22,6 +21,7 @@ from projections.context_budget import CUT_MARK
 from runtime.working_context import COMPACTION_INSTRUCTION, COMPACTION_PARTIAL, Compact, ContextError
 from tests.executor.conftest import running_pool
 from tests.idgen import IdGen
+from tests.services import supervised
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
 
@@ -36,20 +36,10 @@ from .servers import openai_responses as orr
 async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: IdGen | None = None,
                   snapshot_every: int = 500, **store_options: Any) -> AsyncIterator[Supervisor]:
     async with open_store(data_dir, **store_options) as store:
-        snapshots = SnapshotStore.open(store.data_dir)
-        try:
-            deps = ActorDeps(store, snapshots, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
-                             tools if tools is not None else builtin_tools(), ids if ids is not None else IdGen(),
-                             snapshot_every=snapshot_every)
-            sup = Supervisor(deps)
-            async with trio.open_nursery() as actors:
-                await actors.start(sup.run)
-                try:
-                    yield sup
-                finally:
-                    actors.cancel_scope.cancel()
-        finally:
-            snapshots.close()
+        async with supervised(store, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
+                              tools if tools is not None else builtin_tools(), ids if ids is not None else IdGen(),
+                              snapshot_every=snapshot_every) as sup:
+            yield sup
 
 
 async def events_of(sup: Supervisor, session_id: str) -> list:
