@@ -24,7 +24,7 @@ from events.secrets import MIN_SECRET, marker
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
 from .conftest import Daemon, serving, wait_until
-from .test_provider_keys import KEYS, SLOW, leaks
+from .keyleaks import KEYS, SLOW, leaks
 
 STORED = ("ANTHROPIC_API_KEY", KEYS["ANTHROPIC_API_KEY"])  # the key of a provider the session never uses
 EIGHT = ("LENS_TEST_EIGHT_KEY", "Qz8vK2pL")  # the shortest value scrubbed
