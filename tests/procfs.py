@@ -29,3 +29,11 @@ def processes() -> Iterator[Proc]:
             continue
         fields = stat[stat.rindex(")") + 2:].split()  # (the command name may hold spaces and ")")
         yield Proc(int(entry), fields[0], int(fields[1]), int(fields[2]), argv)
+
+
+def executor_of(pid: int) -> int | None:
+    """The executor child (``lens executor serve``) of the daemon ``pid``, if it has one."""
+    for p in processes():
+        if p.ppid == pid and b"executor" in p.argv and b"serve" in p.argv and p.state != "Z":
+            return p.pid
+    return None

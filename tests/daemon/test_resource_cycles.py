@@ -38,7 +38,7 @@ from runtime.actor import SessionActor
 from runtime.providers.base import ModelRequest
 
 from ..mcp.conftest import SERVER
-from ..procfs import processes
+from ..procfs import executor_of, processes
 from .conftest import LIMIT, Daemon, DaemonFactory, finished, run_lens, wait_until
 from .test_serve_process import ServeProcess, as_daemon
 
@@ -92,14 +92,6 @@ def children(pid: int) -> list[int]:
 
 def zombies(pid: int) -> list[int]:
     return sorted(p.pid for p in processes() if p.ppid == pid and p.state == "Z")
-
-
-def executor_of(pid: int) -> int | None:
-    """The daemon's executor child (``lens executor serve``), if it has one."""
-    for p in processes():
-        if p.ppid == pid and b"executor" in p.argv and b"serve" in p.argv and p.state != "Z":
-            return p.pid
-    return None
 
 
 @dataclass(frozen=True)

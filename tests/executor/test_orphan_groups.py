@@ -7,8 +7,10 @@ a test starts is killed on the way out, whatever happens.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from tools.executor.groups import GroupRegistry, _boot_id, _start_time
 from .conftest import group_members, kill_group, start_executor, stop_process, wait_group_gone
 
 BOUND_S = 20.0
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (its packages, for a child interpreter)
 
 
 async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_path: Path) -> None:
@@ -49,6 +52,46 @@ async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_pat
             stop_process(second.proc)
     finally:
         stop_process(first.proc)
+        if pgid:
+            kill_group(pgid)
+
+
+# An executor of its own, killed at a chosen point: after its command's shell started, before the
+# shell's group was recorded (here, a registry that names the group and then never returns).
+KILLED_BEFORE_THE_RECORD = """
+import sys, time
+from pathlib import Path
+from tools.executor.commands import run_command
+from tools.executor.groups import GroupRegistry
+
+class Unrecorded(GroupRegistry):
+    def started(self, pgid):
+        print(pgid, flush=True)
+        time.sleep(100)
+
+next(run_command(sys.argv[1], Path.cwd(), timeout_ms=100_000, max_output=1024, cancelled=lambda: False,
+                 groups=Unrecorded(None)))
+"""
+
+
+def test_a_command_whose_executor_dies_before_recording_its_group_never_runs(tmp_path: Path) -> None:
+    # Found by the kill -9 property test with the executor as the victim: a job reported crashed
+    # (EXECUTOR_UNAVAILABLE) whose command then ran all the same. The executor was killed after
+    # starting the command's shell and before recording its group, so no reap could find it and
+    # it ran on unowned; the shell now waits until its group is recorded.
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_BEFORE_THE_RECORD, "echo ran > ran.txt; exec sleep 100"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    pgid = 0
+    try:
+        assert proc.stdout is not None
+        pgid = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=BOUND_S)
+        assert wait_group_gone(pgid) == []  # the shell ended by itself, the command unrun
+        assert not (tmp_path / "ran.txt").exists()
+    finally:
+        stop_process(proc)
+        proc.stdout.close()
         if pgid:
             kill_group(pgid)
 

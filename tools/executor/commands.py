@@ -31,6 +31,13 @@ MAX_OUTPUT = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
 # After the shell exits, output still arriving (from its background jobs) is read this long.
 DRAIN_GRACE_S = 0.5
+# The command's shell first waits for a line on its standard input (a pipe from the executor),
+# then runs the command as ``/bin/sh -c COMMAND`` in the same process (same pid and group) with
+# /dev/null as its standard input. The executor sends the line once the group is recorded (see
+# .groups): an executor killed between starting the shell and recording its group closes the pipe
+# unsent, and the shell exits without running the command, instead of running it unowned where no
+# reap can find it.
+GATED_SHELL = 'read -r _ && exec </dev/null && exec /bin/sh -c "$0"'
 
 
 @dataclass(frozen=True)
@@ -85,19 +92,29 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     :class:`CommandNotStarted` when the shell cannot be started (before anything is yielded)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
+    gate, release = os.pipe()
     try:
-        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
-    except OSError as exc:
-        # The cwd is checked by the confined walk, one component at a time, but the kernel gets
-        # it whole: a host path past PATH_MAX (ENAMETOOLONG), or one removed since the check.
-        raise CommandNotStarted(exc) from None
-    assert proc.stdout is not None and proc.stderr is not None
-    if groups is not None:
         try:
-            groups.started(proc.pid)
-        except OSError as exc:  # the command runs all the same; only a later reap would miss it
-            log.warning("cannot record command process group %s: %s", proc.pid, exc)
+            proc = subprocess.Popen(["/bin/sh", "-c", GATED_SHELL, command], cwd=cwd, stdin=gate,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
+        except OSError as exc:
+            # The cwd is checked by the confined walk, one component at a time, but the kernel gets
+            # it whole: a host path past PATH_MAX (ENAMETOOLONG), or one removed since the check.
+            raise CommandNotStarted(exc) from None
+        finally:
+            os.close(gate)
+        if groups is not None:
+            try:
+                groups.started(proc.pid)
+            except OSError as exc:  # the command runs all the same; only a later reap would miss it
+                log.warning("cannot record command process group %s: %s", proc.pid, exc)
+        try:
+            os.write(release, b"\n")
+        except BrokenPipeError:
+            pass  # the shell is gone already (killed from outside): its exit is read below
+    finally:
+        os.close(release)
+    assert proc.stdout is not None and proc.stderr is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
     sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
