@@ -191,3 +191,27 @@ async def test_no_other_write_runs_between_the_death_and_the_second_run(
     assert not edit.is_error and edit.rerun_after == "EXECUTOR_UNAVAILABLE", edit.content
     assert not command.is_error and command.rerun_after is None, command.content
     assert (ws / "seen.txt").read_text() == "new\n"
+
+
+async def test_a_call_of_a_session_aborted_before_its_executor_died_is_not_run_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from events import types as t
+    from runtime.actor import Abort, Submit, WaitIdle
+
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("a\n")
+    script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("edit_file", {
+        "path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]})])]
+    async with agent_runtime(tmp_path, ws, script) as (sup, store, _faux, _pool):
+        sid = await sup.create_session("proj")
+        await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+        await wait_path(held, timeout=30)
+        assert (await sup.call(sid, Abort()))["aborted"] is True
+        os.kill(int(held.read_text()), signal.SIGKILL)  # the held edit's child dies after the abort
+        await sup.call(sid, WaitIdle())
+        events = await events_of(store, sid)
+    assert (ws / "f.txt").read_text() == "a\n"
+    _, finished = one_call(events, "edit_file")
+    assert finished.status != "ok" and finished.rerun_after is None, finished
