@@ -237,6 +237,10 @@ class ToolFinished(_Event, tag="tool.finished"):
     content: list[ContentPart] = []
     structured_content: Any = None
     error_code: str | None = None
+    # Set when the call ran twice: the code its first run ended with (a replay-safe workspace
+    # call whose executor child died before it answered, run again on the child spawned in its
+    # place: EXECUTOR_UNAVAILABLE). This event holds the second run's result. None: ran once.
+    rerun_after: str | None = None
 
 
 class FileEdited(_Event, tag="file.edited"):

@@ -1131,7 +1131,7 @@ class SessionActor:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
                 is_error=result.is_error, content=result.content, structured_content=result.structured_content,
-                error_code=result.error_code), agent_id, task_id)]
+                error_code=result.error_code, rerun_after=result.rerun_after), agent_id, task_id)]
                 + [d.Scoped(e, agent_id, task_id) for e in events])
         except AppendRejected as exc:
             # The log cannot hold this result (larger than maxEventBytes, say): record that instead

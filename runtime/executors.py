@@ -177,6 +177,22 @@ class ExecutorPool:
             self._executors[project_id] = ex
             return ex
 
+    async def respawned(self, ex: Executor) -> Executor | None:
+        """The executor spawned in place of ``ex``, a local child that died (a call found it
+        unreachable), sharing its execution-domain lock; None when ``ex`` is remote (never
+        respawned: grpc reconnects to it), or its child still runs :data:`LOST_GRACE_S` on, or
+        another workspace's executor came instead. A caller holding ``ex``'s domain lock
+        still holds it for the new child: no other call of the domain ran in between."""
+        if ex.process is None:
+            return None
+        if ex.process.returncode is None:
+            with trio.move_on_after(LOST_GRACE_S):
+                await ex.process.wait()
+            if ex.process.returncode is None:
+                return None
+        again = await self.get(ex.project_id)
+        return again if again is not ex and again.lock is ex.lock else None
+
     def _check_apart(self, project_id: str, workspace: Path) -> None:
         """:class:`WorkspaceOverlapsDaemon` if ``workspace`` and a directory of the daemon overlap.
 

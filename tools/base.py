@@ -79,6 +79,9 @@ class ToolResult:
     is_error: bool = False
     error_code: str | None = None
     events: list[t._Event] = field(default_factory=list)
+    # The code a first run of the call ended with before it ran once more (a replay-safe
+    # workspace call whose executor child died under it: EXECUTOR_UNAVAILABLE); None: run once.
+    rerun_after: str | None = None
 
     @classmethod
     def text(cls, text: str, structured: Any = None, **kw: Any) -> "ToolResult":

@@ -9,7 +9,10 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
@@ -20,6 +23,8 @@ from runtime.atomicfile import why_not_written
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
+
+log = logging.getLogger("lens.tools")
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
@@ -49,6 +54,20 @@ def command_cwd(args: dict[str, Any], command: str) -> str:
 
 class ExecutorAccess(Protocol):
     async def get(self, project_id: str) -> Any: ...
+
+
+class Respawning(ExecutorAccess, Protocol):
+    async def respawned(self, ex: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A workspace call's outcome, the executor that gave it, and the code its first run ended
+    with when it ran twice (see ``ToolResult.rerun_after``)."""
+
+    ex: Any
+    out: Any
+    rerun_after: str | None = None
 
 
 def _sha(data: bytes | None) -> str | None:
@@ -108,7 +127,7 @@ async def where_it_leads(client: Any, path: str) -> str | None:
     return real if isinstance(real, str) else None
 
 
-def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[ToolSpec]:
+def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec]:
     async def executor(ctx: ToolContext) -> Any:
         if ctx.project_id is None:
             raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
@@ -119,13 +138,43 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         except Exception as exc:  # typed executor errors carry codes; keep them
             raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
 
-    async def call(ctx: ToolContext, tool: str, args: dict[str, Any], *, write: bool) -> Any:
+    @asynccontextmanager
+    async def locked(ctx: ToolContext, *, write: bool) -> AsyncIterator[Any]:
+        """The project's executor under its execution-domain lock (``write``: alone). Asked for
+        again once the lock is held: the child may have been replaced while this call waited
+        (it died under the call holding the lock, which ran again on the next one); a respawned
+        child keeps its domain's lock, and the old one's client is closed."""
         ex = await executor(ctx)
-        lock = ex.lock.write() if write else ex.lock.read()
-        async with lock:
+        async with ex.lock.write() if write else ex.lock.read():
+            now = await executor(ctx)
+            yield now if now.lock is ex.lock else ex
+
+    async def call(ctx: ToolContext, tool: str, args: dict[str, Any], *, write: bool) -> Reached:
+        async with locked(ctx, write=write) as ex:
             return await call_locked(ex, ctx, tool, args)
 
-    async def call_locked(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any:
+    async def call_locked(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Reached:
+        """Run a replay-safe call (every tool that comes here is one) under ``ex``'s domain lock.
+        A local child that died before it answered (EXECUTOR_UNAVAILABLE) has the call run once
+        more on the child the pool spawns in its place, under the same lock (a respawned child
+        keeps its domain's lock) and with the same call id, so the executor's call journal
+        never applies an edit twice. Never more than once; never for a remote executor (not
+        respawned: its reconnect is grpc's) or a session aborted meanwhile (cancelled)."""
+        try:
+            return Reached(ex, await attempt(ex, ctx, tool, args))
+        except ToolError as exc:
+            if exc.code != "EXECUTOR_UNAVAILABLE":
+                raise
+            first = exc
+        again = await pool.respawned(ex)
+        if again is None:
+            raise first
+        await trio.lowlevel.checkpoint()  # (aborted meanwhile: ends here, not run again)
+        log.warning("call %s:%s (%s): its executor died before it answered (%s); running it again on the "
+                    "executor spawned in its place", ctx.session_id, ctx.call_id, tool, first.message[:200])
+        return Reached(again, await attempt(again, ctx, tool, args), first.code)
+
+    async def attempt(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any:
         if isinstance(args.get("path"), str):
             await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
         try:
@@ -164,8 +213,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         return events
 
     async def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        out = await call(ctx, "read_file", args, write=False)
-        r = out.result
+        reached = await call(ctx, "read_file", args, write=False)
+        r = reached.out.result
         if r.get("kind") == "directory":
             body = "\n".join(r.get("entries", []))
         else:
@@ -184,12 +233,12 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
             unit = "entry" if r.get("kind") == "directory" else "line"
             body = (f"[nothing from {unit} {r.get('start_line')} (byte {r.get('offset')}) on: "
                     f"the end is at byte {r.get('size')}]")
-        return ToolResult.text(body, r)
+        return ToolResult.text(body, r, rerun_after=reached.rerun_after)
 
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        ex = await executor(ctx)
-        async with ex.lock.write():
-            out = await call_locked(ex, ctx, tool, args)
+        async with locked(ctx, write=True) as ex:
+            reached = await call_locked(ex, ctx, tool, args)
+            ex, out = reached.ex, reached.out
             r = out.result
             path = r.get("path", args.get("path", ""))
             written = None
@@ -203,7 +252,7 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         events = await edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
-        return ToolResult.text(summary, r, events=events)
+        return ToolResult.text(summary, r, events=events, rerun_after=reached.rerun_after)
 
     async def edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await editing("edit_file", args, ctx)
@@ -212,7 +261,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         return await editing("patch_file", args, ctx)
 
     async def view_image(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        out = await call(ctx, "view_image", args, write=False)
+        reached = await call(ctx, "view_image", args, write=False)
+        out = reached.out
         try:
             aid = await store(out.data)
         except OSError as exc:
@@ -223,7 +273,7 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         return ToolResult([t.TextPart(f"image {args.get('path')} ({out.mime}, {len(out.data)} bytes)"),
                            t.ImagePart(aid, out.mime)], structured,
                           events=[t.ArtifactStored(artifact_id=aid, sha256=aid, mime=out.mime, size=len(out.data),
-                                                   source="view_image")])
+                                                   source="view_image")], rerun_after=reached.rerun_after)
 
     async def revert_call(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         target = args.get("call_id")
@@ -232,9 +282,8 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         edits = ctx.file_edits(target) if ctx.file_edits is not None else []
         if not edits:
             raise ToolError("NOTHING_TO_REVERT", f"call {target!r} changed no file in this session (or was reverted)")
-        ex = await executor(ctx)
         restored: list[str] = []
-        async with ex.lock.write():
+        async with locked(ctx, write=True) as ex:
             # The edits were judged when they were made; a path may lead elsewhere now (a link
             # put in its place since). All are judged before any is restored: by revert_call's
             # allowlist and by that of the tool that made the edit (a revert writes the file the
@@ -277,10 +326,9 @@ def workspace_tools(pool: ExecutorAccess, artifacts: ArtifactStore) -> list[Tool
         timeout = int_arg(args, "timeout_ms", 0, 0, MAX_COMMAND_TIMEOUT_MS)
         cap = int_arg(args, "max_output_bytes", 0, 0, MAX_COMMAND_OUTPUT)
         cwd = command_cwd(args, command)
-        ex = await executor(ctx)
         out = bytearray()
         exit_info: Any = None
-        async with ex.lock.write():
+        async with locked(ctx, write=True) as ex:
             await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             try:
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd) as events:

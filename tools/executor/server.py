@@ -54,6 +54,13 @@ TEST_HOOKS_ENV = "LENS_EXECUTOR_TEST_HOOKS"
 SEND_STALL_S = 60.0
 # Test-only, read only with TEST_HOOKS_ENV set: another SEND_STALL_S, in seconds.
 TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
+# Test-only, read only with TEST_HOOKS_ENV set: the path of a file naming a point of an editing
+# call, ``before_publish`` (its journal record written, the file not yet) or ``before_reply`` (the
+# file and its record written, no reply sent). The first editing call to reach that point removes
+# the file, writes ``<file>.held`` (this process's pid) and blocks there until the process is
+# killed: tests kill an executor at an exact point of a call. An executor started later over the
+# same setting finds no file and holds nothing.
+TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
 
 
@@ -127,7 +134,7 @@ def _reading_requests_plainly(handler: grpc.RpcMethodHandler | None, method: str
 class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
                  test_hooks: bool = False, ignore_cache: IgnoreCache | None = None,
-                 send_stall_s: float = SEND_STALL_S) -> None:
+                 send_stall_s: float = SEND_STALL_S, hold: Path | None = None) -> None:
         self.ws = workspace
         self.groups = groups  # records the process groups of running commands (see .groups)
         # Compiled .gitignore files kept between browse listings (tools.files.ignore_cache): a
@@ -139,6 +146,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
         self.send_stall_s = send_stall_s
+        self.hold = hold if test_hooks else None  # (see TEST_HOLD_ENV)
+        if self.hold is not None:
+            workspace.commit_hook = self._hold
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
         if request.protocol_version != PROTOCOL_VERSION:
@@ -191,6 +201,20 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         (self.ws.root / marker).write_text("cancelled" if not context.is_active() else "timeout")
         return pb.ToolReply(ok=True, result_json="{}")
 
+    def _hold(self, point: str) -> None:
+        """Block here for good when the test-only hold file names ``point`` (see TEST_HOLD_ENV)."""
+        if self.hold is None:
+            return
+        try:
+            if self.hold.read_text().strip() != point:
+                return
+            self.hold.unlink()  # (claimed: one call holds)
+        except OSError:
+            return
+        Path(f"{self.hold}.held").write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+
     def _dispatch(self, tool: str, call_id: str | None, args: dict[str, Any]) -> pb.ToolReply:
         ws = self.ws
         if tool == "read_file":
@@ -227,6 +251,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                                 written_path=_fs_bytes(out.written))
         else:
             raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {shortened(tool)!r}")
+        self._hold("before_reply")
         # (the file written travels with the result: Core records it without asking resolve)
         return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
                             has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
@@ -354,7 +379,9 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     groups.reap()  # commands a killed predecessor left running
     test_hooks = os.environ.get(TEST_HOOKS_ENV) == "1"
     stall = float(os.environ.get(TEST_SEND_STALL_ENV) or SEND_STALL_S) if test_hooks else SEND_STALL_S
-    service = ExecutorService(ws, groups=groups, test_hooks=test_hooks, send_stall_s=stall)
+    hold = os.environ.get(TEST_HOLD_ENV) if test_hooks else None
+    service = ExecutorService(ws, groups=groups, test_hooks=test_hooks, send_stall_s=stall,
+                              hold=Path(hold) if hold else None)
     server = build_server(service, token)
     try:
         port = server.add_insecure_port(listen)
