@@ -80,6 +80,31 @@ def test_dashboard_controls_are_24_px_at_every_width(make_daemon: Callable[[dict
     assert console_errors(driver) == []
 
 
+def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layout(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """From 900 to about 1100 px the three columns left the timeline 310–510 px. Up to 1120 px the
+    side panel is now under the timeline at the session's width (the list stays beside), so the
+    timeline has at least 520 px at every width above 900; the page scrolls neither way."""
+    d = make_daemon(with_turns(WORK))
+    strong = d.pair("dash-middle", strong=True)
+    driver = browser
+    at_size(driver, 1400, 900)
+    busy_session_with_work(driver, d, strong, tmp_path)
+    for width in (901, 1000, 1120, 1121, 1400):
+        at_size(driver, width, 900)
+        box = {part: driver.execute_script(BOX, part) for part in ("nav", "#session", "#timeline", "aside", "#composer")}
+        assert box["#timeline"][4] >= 520, (width, box)
+        assert box["nav"][4] == 290 and box["nav"][2] <= box["#session"][0], (width, box)   # the list beside
+        if width <= 1120:   # the side panel under the timeline, as wide, the message box under both
+            assert box["#timeline"][3] <= box["aside"][1] <= box["#composer"][1], (width, box)
+            assert box["aside"][0] == box["#timeline"][0] and box["aside"][2] == box["#timeline"][2], (width, box)
+            assert box["aside"][3] - box["aside"][1] <= 0.38 * 900 + 0.5, (width, box)
+        else:   # the three columns
+            assert box["#timeline"][2] <= box["aside"][0] and box["aside"][4] == 300, (width, box)
+        assert driver.execute_script("return document.documentElement.scrollHeight <= innerHeight"
+                                     " && document.documentElement.scrollWidth <= innerWidth"), width
+    check_layout(driver, CONTROLS, WANT)
+    assert console_errors(driver) == []
 
 
 def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
