@@ -129,3 +129,41 @@ def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
         small = [c for c in got if c["w"] < 44 or c["h"] < 44]
         assert not small, (width, small)
     assert console_errors(driver) == []
+
+
+def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_narrow_screen(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A quarantined session whose view cannot be read (``SESSION_QUARANTINED``), opened from the
+    list at 390 px, left the list open above its head: the session, named and marked quarantined,
+    was below the fold. It closes the list as any session does, and the focus goes to the toggle.
+    The refusal's message names the session's id, a word the error bar did not break: the page
+    scrolled sideways by 138 px and Dismiss was off screen; the message now wraps."""
+    from selenium.webdriver.common.keys import Keys
+
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-narrow-quarantined", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver = browser
+    at_size(driver, 390, 844)
+    damaged = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    restart_with_its_first_input_damaged(d, damaged)
+    wait_for(lambda: d.request("GET", f"/sessions/{damaged}", token=strong)[1]["error"]["code"] == "SESSION_QUARANTINED",
+             "the session quarantined", 20)
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
+    # Back to the list, and the quarantined session picked again from it by the keyboard.
+    click(driver, "#nav-toggle")
+    wait_for(lambda: nav(driver) == OPEN, "the list open")
+    driver.execute_script("arguments[0].focus()", one(driver, f"#sessions button[data-session-id='{damaged}']"))
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: nav(driver) == CLOSED, "the list to close")
+    wait_for(lambda: focused(driver)["id"] == "nav-toggle", "the focus on the toggle")
+    assert one(driver, "#session-title").text == damaged and one(driver, "#session-status").text == "quarantined"
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    check_layout(driver, ("#nav-toggle", "#errors button"), {"#nav-toggle", "#errors button"})
+    head = driver.execute_script(BOX, "#session-head")
+    assert 0 <= head[1] and head[3] <= 844, head   # the session's head in view, not below the list
+    assert console_errors(driver) == []
