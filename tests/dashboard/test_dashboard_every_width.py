@@ -2,8 +2,8 @@
 
 The one-column layout up to 900 px (``test_dashboard_narrow.py``) left three things: above it the
 small buttons were 21 px high and a tool call's toggles and a job's id 17 px, under WCAG 2.2's
-24×24 px target size minimum; between 900 and about 1100 px the timeline was squeezed to 310–510
-px between the list and the side panel; and a touch screen (``pointer: coarse``) wider than 900 px
+24×24 px target size minimum; from 901 to 1120 px the timeline was squeezed to 311–530 px
+between the list and the side panel; and a touch screen (``pointer: coarse``) wider than 900 px
 got the small targets. Each control a session shows is now at least 24×24 px at every width (1400,
 1000, 600 and 390 px), a touch screen's at least 44×44 px, and from 900 to 1120 px the side panel
 is under the timeline, which keeps 520 px or more at every width. A quarantined session opened on
@@ -22,11 +22,12 @@ from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
 
-# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id.
+# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id
+# (each kind must be shown).
 CONTROLS = ("button", "details summary", "code.id.short")
-# Those the flow below must show (the small buttons among them: ↻, the default model's two, Abort,
-# Compact, a queued input's Withdraw and Steer, a job's Output and Stop).
-WANT = {"button", "details summary", "code.id.short"}
+WANT = set(CONTROLS)
+# The small buttons, each of which the session below must show: ↻, the default model's two, Abort,
+# Compact, a queued input's Withdraw and Steer, a job's Output and Stop.
 SMALL = ("#refresh", "#model-set", "#model-clear", "#abort", "#compact", "#queue li.card button", "#jobs li.card button")
 SIZES = ((1400, 900), (1000, 900), (600, 900), (390, 844))
 
