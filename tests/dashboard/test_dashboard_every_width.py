@@ -1,0 +1,170 @@
+"""The dashboard (F-API-6) at every width, and on a touch screen.
+
+The one-column layout up to 900 px (``test_dashboard_narrow.py``) left three things: above it the
+small buttons were 21 px high and a tool call's toggles and a job's id 17 px, under WCAG 2.2's
+24×24 px target size minimum; from 901 to 1120 px the timeline was squeezed to 311–530 px
+between the list and the side panel; and a touch screen (``pointer: coarse``) wider than 900 px
+got the small targets. Each control a session shows is now at least 24×24 px at every width (1400,
+1000, 600 and 390 px), a touch screen's at least 44×44 px, and from 900 to 1120 px the side panel
+is under the timeline, which keeps 520 px or more at every width. A quarantined session opened on
+a narrow screen closes the list as any other session does. One real daemon and one headless
+Chromium, as in ``test_dashboard_browser.py`` (its helpers); every wait is for a condition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, one, open_new_session,
+    restart_with_its_first_input_damaged, submit, texts, wait_for, with_turns)
+from tests.dashboard.test_dashboard_keyboard import focused, keys
+from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
+
+# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id
+# (each kind must be shown).
+CONTROLS = ("button", "details summary", "code.id.short")
+WANT = set(CONTROLS)
+# The small buttons, each of which the session below must show: ↻, the default model's two, Abort,
+# Compact, a queued input's Withdraw and Steer, a job's Output and Stop.
+SMALL = ("#refresh", "#model-set", "#model-clear", "#abort", "#compact", "#queue li.card button", "#jobs li.card button")
+SIZES = ((1400, 900), (1000, 900), (600, 900), (390, 844))
+
+
+def busy_session_with_work(driver: Any, d: Daemon, token: str, tmp_path: Path) -> None:
+    """A session with a todo list, a running job, three tool calls, a run that streams and waits,
+    and an input queued meanwhile: every kind of control the session shows."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, token, workspace)
+    submit(driver, "work please")
+    wait_for(lambda: len(by_css(driver, "#timeline .tool[data-status='ok']")) == 3, "the three finished tool calls")
+    wait_for(lambda: by_css(driver, "#jobs li.card .job-output"), "the job's card")
+    submit(driver, "stream slowly please")
+    wait_for(lambda: any("(faux) Streaming the first half" in t for t in texts(driver, "#timeline .msg.streaming .text")),
+             "the streaming answer")
+    submit(driver, "a follow-up while busy")
+    wait_for(lambda: "a follow-up while busy" in " ".join(texts(driver, "#queue li.card .text")), "the queued input")
+    wait_for(lambda: one(driver, "#model-clear").is_displayed(), "the default model's buttons")
+
+
+def sizes_of(driver: Any, selectors: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each shown control of ``selectors``: its selector, text, width and height."""
+    return driver.execute_script("""const out = [];
+        for (const sel of arguments[0]) for (const n of document.querySelectorAll(sel)) {
+          if (!n.getClientRects().length) continue;
+          const r = n.getBoundingClientRect();
+          out.push({sel, text: (n.textContent || '').trim().slice(0, 30), w: r.width, h: r.height});
+        }
+        return out;""", list(selectors))
+
+
+def test_dashboard_controls_are_24_px_at_every_width(make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any,
+                                                      tmp_path: Path) -> None:
+    """Above 900 px the small buttons were 21 px high, a tool call's toggles and a job's id 17 px.
+    At each of four widths every control shown (the list's, the session's, the side panel's) is on
+    screen once scrolled to, uncovered and at least 24×24 px, and the page does not scroll sideways."""
+    d = make_daemon(with_turns(WORK))
+    strong = d.pair("dash-every-width", strong=True)
+    driver = browser
+    at_size(driver, *SIZES[0])
+    busy_session_with_work(driver, d, strong, tmp_path)
+    for width, height in SIZES:
+        at_size(driver, width, height)
+        if width <= 900 and nav(driver) == CLOSED:
+            click(driver, "#nav-toggle")
+            wait_for(lambda: nav(driver) == OPEN, "the list open")
+        got = check_layout(driver, CONTROLS, WANT)
+        assert {c["sel"] for c in sizes_of(driver, SMALL)} == set(SMALL), (width, sizes_of(driver, SMALL))
+        assert len([c for c in got if c["sel"] == "details summary"]) >= 6, (width, got)   # (two per tool call)
+    assert console_errors(driver) == []
+
+
+def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layout(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """From 900 to about 1100 px the three columns left the timeline 310–510 px. Up to 1120 px the
+    side panel is now under the timeline at the session's width (the list stays beside), so the
+    timeline has at least 520 px at every width above 900; the page scrolls neither way."""
+    d = make_daemon(with_turns(WORK))
+    strong = d.pair("dash-middle", strong=True)
+    driver = browser
+    at_size(driver, 1400, 900)
+    busy_session_with_work(driver, d, strong, tmp_path)
+    for width in (901, 1000, 1120, 1121, 1400):
+        at_size(driver, width, 900)
+        box = {part: driver.execute_script(BOX, part) for part in ("nav", "#session", "#timeline", "aside", "#composer")}
+        assert box["#timeline"][4] >= 520, (width, box)
+        assert box["nav"][4] == 290 and box["nav"][2] <= box["#session"][0], (width, box)   # the list beside
+        if width <= 1120:   # the side panel under the timeline, as wide, the message box under both
+            assert box["#timeline"][3] <= box["aside"][1] <= box["#composer"][1], (width, box)
+            assert box["aside"][0] == box["#timeline"][0] and box["aside"][2] == box["#timeline"][2], (width, box)
+            assert box["aside"][3] - box["aside"][1] <= 0.38 * 900 + 0.5, (width, box)
+        else:   # the three columns
+            assert box["#timeline"][2] <= box["aside"][0] and box["aside"][4] == 300, (width, box)
+        assert driver.execute_script("return document.documentElement.scrollHeight <= innerHeight"
+                                     " && document.documentElement.scrollWidth <= innerWidth"), width
+    check_layout(driver, CONTROLS, WANT)
+    assert console_errors(driver) == []
+
+
+def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The layout was chosen by width only: a touch screen wider than 900 px had the wide layout
+    and its 21 px buttons. With a finger as the pointer (``pointer: coarse``, through Chromium's
+    touch emulation), every control is at least 44×44 px at each width, on screen and uncovered."""
+    d = make_daemon(with_turns(WORK))
+    strong = d.pair("dash-touch", strong=True)
+    driver = browser
+    at_size(driver, *SIZES[0])
+    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+    driver.get(d.base + "/")
+    assert driver.execute_script("return matchMedia('(pointer: coarse)').matches")
+    busy_session_with_work(driver, d, strong, tmp_path)
+    for width, height in SIZES:
+        at_size(driver, width, height)
+        if width <= 900 and nav(driver) == CLOSED:
+            click(driver, "#nav-toggle")
+            wait_for(lambda: nav(driver) == OPEN, "the list open")
+        got = check_layout(driver, CONTROLS + ("#nav-toggle",), WANT)
+        small = [c for c in got if c["w"] < 44 or c["h"] < 44]
+        assert not small, (width, small)
+    assert console_errors(driver) == []
+
+
+def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_narrow_screen(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A quarantined session whose view cannot be read (``SESSION_QUARANTINED``), opened from the
+    list at 390 px, left the list open above its head: the session, named and marked quarantined,
+    was below the fold. It closes the list as any session does, and the focus goes to the toggle.
+    The refusal's message names the session's id, a word the error bar did not break: the page
+    scrolled sideways by 138 px and Dismiss was off screen; the message now wraps."""
+    from selenium.webdriver.common.keys import Keys
+
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-narrow-quarantined", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver = browser
+    at_size(driver, 390, 844)
+    damaged = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to replay")
+    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    restart_with_its_first_input_damaged(d, damaged)
+    wait_for(lambda: d.request("GET", f"/sessions/{damaged}", token=strong)[1]["error"]["code"] == "SESSION_QUARANTINED",
+             "the session quarantined", 20)
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
+    # Back to the list, and the quarantined session picked again from it by the keyboard.
+    click(driver, "#nav-toggle")
+    wait_for(lambda: nav(driver) == OPEN, "the list open")
+    driver.execute_script("arguments[0].focus()", one(driver, f"#sessions button[data-session-id='{damaged}']"))
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: nav(driver) == CLOSED, "the list to close")
+    wait_for(lambda: focused(driver)["id"] == "nav-toggle", "the focus on the toggle")
+    assert one(driver, "#session-title").text == damaged and one(driver, "#session-status").text == "quarantined"
+    note = one(driver, "#closed-note")
+    assert note.is_displayed() and "quarantined" in note.text, note.text
+    check_layout(driver, ("#nav-toggle", "#errors button"), {"#nav-toggle", "#errors button"})
+    head = driver.execute_script(BOX, "#session-head")
+    assert 0 <= head[1] and head[3] <= 844, head   # the session's head in view, not below the list
+    assert console_errors(driver) == []
