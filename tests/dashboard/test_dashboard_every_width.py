@@ -60,6 +60,14 @@ def sizes_of(driver: Any, selectors: tuple[str, ...]) -> list[dict[str, Any]]:
         return out;""", list(selectors))
 
 
+def list_shown(driver: Any, width: int) -> None:
+    """At a narrow width the list is behind its toggle once a session is open: open it, so its
+    controls are measured too."""
+    if width <= 900 and nav(driver) == CLOSED:
+        click(driver, "#nav-toggle")
+        wait_for(lambda: nav(driver) == OPEN, "the list open")
+
+
 def test_dashboard_controls_are_24_px_at_every_width(make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any,
                                                       tmp_path: Path) -> None:
     """Above 900 px the small buttons were 21 px high, a tool call's toggles and a job's id 17 px.
@@ -72,9 +80,7 @@ def test_dashboard_controls_are_24_px_at_every_width(make_daemon: Callable[[dict
     busy_session_with_work(driver, d, strong, tmp_path)
     for width, height in SIZES:
         at_size(driver, width, height)
-        if width <= 900 and nav(driver) == CLOSED:
-            click(driver, "#nav-toggle")
-            wait_for(lambda: nav(driver) == OPEN, "the list open")
+        list_shown(driver, width)
         got = check_layout(driver, CONTROLS, WANT)
         assert {c["sel"] for c in sizes_of(driver, SMALL)} == set(SMALL), (width, sizes_of(driver, SMALL))
         assert len([c for c in got if c["sel"] == "details summary"]) >= 6, (width, got)   # (two per tool call)
@@ -123,9 +129,7 @@ def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
     busy_session_with_work(driver, d, strong, tmp_path)
     for width, height in SIZES:
         at_size(driver, width, height)
-        if width <= 900 and nav(driver) == CLOSED:
-            click(driver, "#nav-toggle")
-            wait_for(lambda: nav(driver) == OPEN, "the list open")
+        list_shown(driver, width)
         got = check_layout(driver, CONTROLS + ("#nav-toggle",), WANT)
         small = [c for c in got if c["w"] < 44 or c["h"] < 44]
         assert not small, (width, small)
