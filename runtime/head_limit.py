@@ -37,8 +37,18 @@ def head_size(scope: dict[str, Any]) -> int:
     query = scope.get("query_string") or b""
     target = len(scope["raw_path"]) + (len(query) + 1 if query else 0)
     line = len(method) + 1 + target + len(" HTTP/") + len(version) + 2
-    return line + sum(int(value) if name == DROPPED_FIELDS else len(name) + 2 + len(value) + 2
+    return line + sum(len(name) + 2 + len(value) + 2 if (dropped := _dropped(scope, name, value)) is None else dropped
                       for name, value in scope.get("headers", [])) + 2
+
+
+def _dropped(scope: dict[str, Any], name: bytes, value: bytes) -> int | None:
+    """The bytes of the fields runtime.server_answers' decoder dropped, when ``(name, value)`` is
+    the field it adds for them: an HTTP/2 request's, digits. A client's own field of that name
+    (over HTTP/1.1, or in an h2c upgrade's head, which h11 reads) is an ordinary field: its value
+    is no count, whatever it holds."""
+    if name == DROPPED_FIELDS and scope.get("http_version") == "2" and value.isdigit():
+        return int(value)
+    return None
 
 
 def limit_head(asgi_app: Any, limit: int = HEAD_LIMIT) -> Any:
@@ -53,7 +63,7 @@ def limit_head(asgi_app: Any, limit: int = HEAD_LIMIT) -> Any:
         if size > limit:
             message = (f"the request head is {size} bytes; at most {limit} are read "
                        f"(the request line and the header lines, with their line ends)")
-        elif any(name == DROPPED_FIELDS for name, _ in scope["headers"]):  # (many small fields)
+        elif any(_dropped(scope, name, value) is not None for name, value in scope["headers"]):  # (many small fields)
             message = ("the request's header list is larger than the SETTINGS_MAX_HEADER_LIST_SIZE "
                        "this server sent (counted as HPACK counts it: name, value and 32 bytes a field)")
         else:

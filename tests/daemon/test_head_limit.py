@@ -91,6 +91,19 @@ async def test_a_head_at_the_limit_is_read_and_one_byte_more_is_431(daemon: Daem
     await healthy(daemon)
 
 
+async def test_a_client_field_named_as_the_dropped_fields_count_is_an_ordinary_field(daemon: Daemon) -> None:
+    """The field the HTTP/2 decoder adds for the bytes it dropped is the decoder's alone: sent by a
+    client over HTTP/1.1 it was read as that count — a value that is no number ended the request
+    in a 500 with an empty body (a traceback in the log), a large one refused a small head."""
+    for value in ("abc", "99999", ""):
+        raw = http1_head(daemon.port, 200, f"Lens-Dropped-Field-Bytes: {value}", "Connection: close")
+        r = parse_raw_response(await exchange(daemon.port, raw, "one write"))
+        assert r.status == 200, (value, r)
+    assert_refused(await exchange(daemon.port, http1_head(daemon.port, HEAD_LIMIT + 1, "Lens-Dropped-Field-Bytes: 1"),
+                                  "one write"), HEAD_LIMIT + 1)
+    await healthy(daemon)
+
+
 async def test_a_head_of_20000_bytes_in_one_write_is_431(daemon: Daemon) -> None:
     """The case that was answered 200: the whole head in one read, never unfinished past h11's bound."""
     assert_refused(await exchange(daemon.port, http1_head(daemon.port, 20_000), "one write"), 20_000)
