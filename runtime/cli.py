@@ -79,6 +79,7 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     """Say that Ctrl-C stopped the command (and what a command raising it with a note says it
     left: ``KeyboardInterrupt("the rebuild changed nothing")``); exit 130."""
     note = f"; {exc.args[0]}" if exc.args else ""
+    # (not terminal.to_stderr: nothing is imported here, where a Ctrl-C may have stopped imports)
     if sys.stderr is not None:  # (started with standard error closed: nowhere to say it)
         try:
             print(f"lens: INTERRUPTED: stopped by Ctrl-C (SIGINT){note}", file=sys.stderr, flush=True)
@@ -96,7 +97,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     from .errors import LensError
     from .logcli import silence_stdout
-    from .terminal import shown
+    from .terminal import to_stderr
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -108,22 +109,22 @@ def _main(argv: Sequence[str] | None) -> int:
             sys.stdout.flush()
         return code
     except (LogError, LensError) as exc:
-        print(shown(f"lens: {exc.code}: {exc}"), file=sys.stderr)
+        to_stderr(f"lens: {exc.code}: {exc}")
         return 2
     except BrokenPipeError:
         # The reader went away (e.g. `lens log decode | head`): not an error of ours.
         silence_stdout()
         return 0
     except apsw.BusyError as exc:
-        print(shown(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
-                    f"when it is done"), file=sys.stderr)
+        to_stderr(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
+                  f"when it is done")
         return 2
     except apsw.Error as exc:  # a SQLite failure no layer below named (a last resort)
-        print(shown(f"lens: SQLITE_ERROR: {exc}"), file=sys.stderr)
+        to_stderr(f"lens: SQLITE_ERROR: {exc}")
         return 2
     except OSError as exc:  # e.g. standard output closed or on a full disk
         where = f": {exc.filename}" if exc.filename else ""
-        print(shown(f"lens: IO_ERROR: {exc.strerror or exc}{where}"), file=sys.stderr)
+        to_stderr(f"lens: IO_ERROR: {exc.strerror or exc}{where}")
         if sys.stdout is not None and exc.errno in (errno.ENOSPC, errno.EIO):
             silence_stdout()  # or the interpreter fails again flushing it at exit
         return 2

@@ -32,7 +32,7 @@ from projections.registry import all_projections
 from projections.stats import KindStats
 
 from .config import WELL_KNOWN_KEY_ENV, ConfigError, load_config, secret_env_names
-from .terminal import shown
+from .terminal import shown, to_stderr
 
 _json = msgspec.json.Encoder()
 
@@ -157,7 +157,7 @@ def silence_stdout() -> None:
 
 
 def _err(msg: str) -> None:
-    print(shown(msg), file=sys.stderr)
+    to_stderr(msg)
 
 
 MAX_KINDS = 1000  # distinct --kind values (each is one SQL parameter)

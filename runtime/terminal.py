@@ -15,3 +15,21 @@ UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 def shown(text: str) -> str:
     """``text`` with :data:`UNSHOWABLE` characters (newlines too) escaped as ``\\uXXXX``."""
     return UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def to_stderr(text: str) -> None:
+    """One line of ``text`` (:func:`shown`) on standard error, or nowhere when there is none.
+
+    Started with standard error closed (``2>&-``), Python sets ``sys.stderr`` to ``None``, and
+    ``print(…, file=None)`` writes to *standard output*: an error line would land inside
+    ``lens log decode``'s JSON lines. With no standard error (or one that fails) the line is
+    dropped; the exit code still says what happened.
+    """
+    import sys
+
+    if sys.stderr is None:
+        return
+    try:
+        print(shown(text), file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # standard error gone or closed
+        pass

@@ -1276,6 +1276,23 @@ def test_output_that_cannot_be_written_is_an_error(log_dir: Path) -> None:
         assert res.stderr.startswith("lens: IO_ERROR: standard output is closed"), (command, res.stderr)
 
 
+def test_with_standard_error_closed_no_error_lands_in_the_output(log_dir: Path, tmp_path: Path) -> None:
+    # Started with standard error closed (`2>&-`), Python's sys.stderr is None and print(file=None)
+    # writes to standard output: a bad row's error line landed inside decode's JSON lines.
+    edit_log(log_dir, "UPDATE events SET body = x'28b52ffd' WHERE seq = 2")
+    cases = [
+        (("log", "decode", "--data", str(log_dir), "--to", "3"), 1),  # a row's error
+        (("log", "decode", "--data", str(log_dir), "--to", "3", "--kind", "nope"), 0),  # a note
+        (("log", "decode", "--data", str(tmp_path / "missing")), 2),  # a refusal
+    ]
+    for args, rc in cases:
+        res = subprocess.run([sys.executable, "-m", "runtime.cli", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, timeout=60, preexec_fn=lambda: os.close(2))
+        assert res.returncode == rc, (args, res.returncode)
+        assert b"lens:" not in res.stdout, (args, res.stdout[-300:])
+        assert all(json.loads(line)["seq"] in (1, 3) for line in res.stdout.splitlines()), args
+
+
 def test_rows_with_a_seq_below_one_are_shown_and_named(log_dir: Path, expected: list[tuple]) -> None:
     edit_log(log_dir, "UPDATE events SET seq = -5 WHERE seq = 1")
     res = lens("log", "verify", "--data", str(log_dir))
