@@ -62,7 +62,7 @@ import trio  # noqa: E402
 
 from events.errors import LogError  # noqa: E402
 from events.reader import ROW_COLUMNS, LogReader  # noqa: E402
-from events.schema import EVENTS_DB, KNOWN_ENTRIES, LOCK_FILE, SCHEMA  # noqa: E402
+from events.schema import EVENTS_DB, KNOWN_ENTRIES, LOCK_FILE, SCHEMA, data_dir_problem  # noqa: E402
 from events.store import AUTO_DICTIONARY_AFTER, READ_BYTES, Draft, open_store  # noqa: E402
 from events.types import (  # noqa: E402
     InputSubmitted,
@@ -813,8 +813,9 @@ def _event_count(value: str) -> int:
 
 
 def _data_dir(value: str) -> Path:
-    if not value:  # Path("") is the working directory, which no one means by an empty argument
-        raise argparse.ArgumentTypeError("an empty path names no directory; pass --data DIR")
+    problem = data_dir_problem(value)  # empty (the working directory), or not UTF-8 (SQLite's names)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return Path(value)
 
 

@@ -132,7 +132,29 @@ def check_data_dir(data_dir: Path, *, create: bool) -> Path:
         ) from None
 
 
+def data_dir_problem(value: str) -> str | None:
+    """Why ``value`` (a ``--data`` argument) names no usable data directory, or ``None``.
+
+    An empty path meant the working directory, which no one means by an empty argument; a path
+    that is not UTF-8 (a byte such as ``\\xff`` in a name) cannot reach SQLite, which opens files
+    by UTF-8 names. The ``lens`` commands and the benchmark refuse both as usage errors, before
+    anything is made; :func:`check_data_dir` refuses the second for callers that pass a path.
+    """
+    if not value:
+        return "an empty path names no directory; pass --data DIR"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{value.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8 (SQLite opens files by "
+                f"UTF-8 names); rename the directory or pass another --data")
+    return None
+
+
 def _check_data_dir(data_dir: Path, create: bool) -> Path:
+    try:
+        str(data_dir).encode("utf-8")
+    except UnicodeEncodeError:  # before anything is made (apsw could not open it: a traceback)
+        raise StoreOpenError(f"data directory {data_dir_problem(str(data_dir))}") from None
     if data_dir.is_symlink() and not data_dir.exists():
         raise StoreOpenError(
             f"data directory {data_dir} is a symbolic link to {os.readlink(data_dir)}, which does not "

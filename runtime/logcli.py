@@ -24,7 +24,14 @@ import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
-from events.schema import FORMAT, FORMAT_VERSION, MAX_EVENT_BYTES_KEY, PROJECTIONS_DB, recorded_max_event_bytes
+from events.schema import (
+    FORMAT,
+    FORMAT_VERSION,
+    MAX_EVENT_BYTES_KEY,
+    PROJECTIONS_DB,
+    data_dir_problem,
+    recorded_max_event_bytes,
+)
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
 from projections.projector import Projector, ProjectionsDamaged, open_projections_db
@@ -65,9 +72,10 @@ def _text(value: str) -> str:
 
 
 def _path(value: str) -> str:
-    """A directory argument: UTF-8 and not empty (an empty --data meant the working directory)."""
-    if not _text(value):
-        raise argparse.ArgumentTypeError("an empty path names no directory; pass --data DIR")
+    """A directory argument: UTF-8 and not empty (see events.schema.data_dir_problem)."""
+    problem = data_dir_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 

@@ -6,6 +6,7 @@ Not a timed test: it checks the benchmark still works and reports every figure, 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -195,3 +196,17 @@ def test_overwrite_refuses_a_log_that_a_running_daemon_writes(tmp_path: Path) ->
         held.communicate("\n", timeout=30)
     proc = run_bench("--events", "1", "--overwrite", "--data", str(data))  # once it is let go: cleared
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_data_dir_that_is_not_utf8_is_a_usage_error_and_nothing_is_made(tmp_path: Path) -> None:
+    # SQLite opens files by UTF-8 names: the benchmark made the directory, then the store's open
+    # ended in a UnicodeEncodeError traceback (exit 1).
+    name = os.fsencode(tmp_path) + b"/log\xff"
+    proc = subprocess.run([sys.executable, str(BENCH), "--events", "1", "--json", "--data", name],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.endswith("is not valid UTF-8 (SQLite opens files by UTF-8 names); rename the directory "
+                                "or pass another --data\n"), proc.stderr
+    assert "log_bench: USAGE_ERROR: argument --data: b'" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -1029,6 +1029,19 @@ def test_arguments_that_are_not_utf8_are_usage_errors(log_dir: Path) -> None:
         assert f"argument {flag}: b's\\xff' is not valid UTF-8" in res.stderr
 
 
+async def test_a_data_dir_that_is_not_utf8_is_refused_by_the_writer_before_anything_is_made(tmp_path: Path) -> None:
+    # `lens log` refuses such a --data as a usage error; the writer (`lens serve`, the benchmark)
+    # made the directory, then apsw could not encode the name: a UnicodeEncodeError traceback.
+    data = Path(os.fsdecode(os.fsencode(tmp_path) + b"/data\xff"))
+    with pytest.raises(StoreOpenError, match=r"is not valid UTF-8 \(SQLite opens files by UTF-8 names\)"):
+        async with open_store(data):
+            pass
+    assert list(tmp_path.iterdir()) == []
+    res = lens_bytes("log", "verify", "--data", os.fsencode(data))
+    assert_clean_failure(res, 2, "USAGE_ERROR")
+    assert "is not valid UTF-8 (SQLite opens files by UTF-8 names)" in res.stderr
+
+
 def test_an_empty_kind_is_a_usage_error(log_dir: Path) -> None:
     for kind in ("", ",,", " "):
         res = lens("log", "decode", "--data", str(log_dir), "--kind", kind)
