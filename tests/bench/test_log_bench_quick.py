@@ -5,11 +5,13 @@ Not a timed test: it checks the benchmark still works and reports every figure, 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -210,3 +212,35 @@ def test_a_data_dir_that_is_not_utf8_is_a_usage_error_and_nothing_is_made(tmp_pa
                                 "or pass another --data\n"), proc.stderr
     assert "log_bench: USAGE_ERROR: argument --data: b'" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _bench_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("log_bench_under_test", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("past", [1, 10**20])
+def test_more_events_than_memory_holds_are_refused_at_once(tmp_path: Path, past: int) -> None:
+    # A phase generates all its events in memory first: `--events 10**26` generated until the
+    # machine ran out (on a shared machine, everyone's), with no word and no end.
+    limit = _bench_module().max_events()
+    data = tmp_path / "log"
+    proc = run_bench("--events", str(limit + past), "--json", "--data", str(data))
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr[-500:]
+    assert proc.stderr.startswith(f"log_bench: EVENTS_TOO_MANY: --events {limit + past:,} would need about "), proc.stderr
+    assert proc.stderr.endswith(f"; pass at most --events {limit}\n"), proc.stderr
+    assert not data.exists()
+
+
+def test_the_event_limit_is_exactly_what_memory_holds() -> None:
+    bench = _bench_module()
+    limit = bench.max_events()
+    assert limit * bench.MEMORY_PER_EVENT <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert limit >= bench.DEFAULT_EVENTS  # the documented full size runs on any machine of this kind
+    bench._refuse_too_many(limit)  # at the limit: taken
+    with pytest.raises(SystemExit, match=f"EVENTS_TOO_MANY: --events {limit + 1:,} "):
+        bench._refuse_too_many(limit + 1)  # one past: refused
