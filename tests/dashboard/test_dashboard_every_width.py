@@ -4,10 +4,12 @@ The one-column layout up to 900 px (``test_dashboard_narrow.py``) left three thi
 small buttons were 21 px high and a tool call's toggles and a job's id 17 px, under WCAG 2.2's
 24×24 px target size minimum; from 901 to 1120 px the timeline was squeezed to 311–530 px
 between the list and the side panel; and a touch screen (``pointer: coarse``) wider than 900 px
-got the small targets. Each control a session shows is now at least 24×24 px at every width (1400,
-1000, 600 and 390 px), a touch screen's at least 44×44 px, and from 900 to 1120 px the side panel
-is under the timeline, which keeps 520 px or more at every width. A quarantined session opened on
-a narrow screen closes the list as any other session does. One real daemon and one headless
+got the small targets. Each control a session shows (buttons, toggles, a job's id, inputs, selects,
+the message box) is now at least 24×24 px at every width (1400, 1000, 600 and 390 px), a touch
+screen's at least 44×44 px (a finger the primary pointer or one of them), and from 900 to 1120 px
+the side panel is under the timeline, which keeps 520 px or more at every width, its sections
+side by side. A quarantined session opened on a narrow screen closes the list as any other session
+does, and a read-only reader's note is shown whole at every size. One real daemon and one headless
 Chromium, as in ``test_dashboard_browser.py`` (its helpers); every wait is for a condition.
 """
 
@@ -16,20 +18,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, one, open_new_session,
-    restart_with_its_first_input_damaged, submit, texts, wait_for, with_turns)
+    reopen_read_only, restart_with_its_first_input_damaged, start_chromium, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
 
-# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id
-# (each kind must be shown).
-CONTROLS = ("button", "details summary", "code.id.short")
+# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id,
+# each input (the new project's and session's fields), select (the default model, "if busy") and
+# the message box (each kind must be shown).
+CONTROLS = ("button", "details summary", "code.id.short", "input", "select", "textarea")
 WANT = set(CONTROLS)
 # The small buttons, each of which the session below must show: ↻, the default model's two, Abort,
 # Compact, a queued input's Withdraw and Steer, a job's Output and Stop.
 SMALL = ("#refresh", "#model-set", "#model-clear", "#abort", "#compact", "#queue li.card button", "#jobs li.card button")
 SIZES = ((1400, 900), (1000, 900), (600, 900), (390, 844))
+# The pointers a device has, as media queries see them: a phone or tablet (a finger is the primary
+# pointer: CDP's touch emulation, which makes ``pointer`` and ``any-pointer`` coarse together) and
+# a laptop with a touch screen (a mouse first, a finger too: Blink's settings, as CDP's
+# ``Emulation.setEmulatedMedia`` leaves both features as they are). Bits: 2 coarse, 4 fine.
+POINTERS = {"touch screen": ("", True),
+            "mouse and touch screen": ("primaryPointerType=4,availablePointerTypes=6", False)}
 
 
 def busy_session_with_work(driver: Any, d: Daemon, token: str, tmp_path: Path) -> None:
@@ -114,26 +125,36 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
     assert console_errors(driver) == []
 
 
+@pytest.mark.parametrize("pointer", list(POINTERS))
 def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
-        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+        pointer: str, make_daemon: Callable[[dict[str, Any]], Daemon], tmp_path: Path) -> None:
     """The layout was chosen by width only: a touch screen wider than 900 px had the wide layout
     and its 21 px buttons. With a finger as the pointer (``pointer: coarse``, through Chromium's
-    touch emulation), every control is at least 44×44 px at each width, on screen and uncovered."""
+    touch emulation), every control is at least 44×44 px at each width, on screen and uncovered.
+    So on a laptop with a touch screen too (``any-pointer: coarse``, the mouse the primary
+    pointer), which had the 24 px targets; and inputs, selects and the message box (30 px high)
+    are held to it as the buttons are."""
+    blink, primary_coarse = POINTERS[pointer]
     d = make_daemon(with_turns(WORK))
     strong = d.pair("dash-touch", strong=True)
-    driver = browser
-    at_size(driver, *SIZES[0])
-    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
-    driver.get(d.base + "/")
-    assert driver.execute_script("return matchMedia('(pointer: coarse)').matches")
-    busy_session_with_work(driver, d, strong, tmp_path)
-    for width, height in SIZES:
-        at_size(driver, width, height)
-        list_shown(driver, width)
-        got = check_layout(driver, CONTROLS + ("#nav-toggle",), WANT)
-        small = [c for c in got if c["w"] < 44 or c["h"] < 44]
-        assert not small, (width, small)
-    assert console_errors(driver) == []
+    driver = start_chromium(tmp_path, blink_settings=blink)
+    try:
+        at_size(driver, *SIZES[0])
+        if not blink:
+            driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+        driver.get(d.base + "/")
+        assert driver.execute_script("return [matchMedia('(pointer: coarse)').matches, matchMedia('(any-pointer: coarse)').matches]"
+                                     ) == [primary_coarse, True]
+        busy_session_with_work(driver, d, strong, tmp_path)
+        for width, height in SIZES:
+            at_size(driver, width, height)
+            list_shown(driver, width)
+            got = check_layout(driver, CONTROLS + ("#nav-toggle",), WANT)
+            small = [c for c in got if c["w"] < 44 or c["h"] < 44]
+            assert not small, (width, small)
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
 
 
 def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_narrow_screen(
@@ -172,3 +193,4 @@ def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_nar
     head = driver.execute_script(BOX, "#session-head")
     assert 0 <= head[1] and head[3] <= 844, head   # the session's head in view, not below the list
     assert console_errors(driver) == []
+
