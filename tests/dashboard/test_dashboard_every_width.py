@@ -41,6 +41,12 @@ SIZES = ((1400, 900), (1000, 900), (600, 900), (390, 844))
 # ``Emulation.setEmulatedMedia`` leaves both features as they are). Bits: 2 coarse, 4 fine.
 POINTERS = {"touch screen": ("", True),
             "mouse and touch screen": ("primaryPointerType=4,availablePointerTypes=6", False)}
+# The side panel's sections side by side in the middle layout; each one's box and the panel's.
+SECTIONS = ("queue", "todos", "jobs")
+SECTION_BOXES = """const box = (n) => { const r = n.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+    const aside = document.querySelector('aside');
+    return {aside: box(aside), wider: aside.scrollWidth - aside.clientWidth,
+            sections: arguments[0].map((id) => box(document.getElementById(id).closest('aside > section')))};"""
 
 
 def busy_session_with_work(driver: Any, d: Daemon, token: str, tmp_path: Path) -> None:
@@ -102,7 +108,9 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """From 900 to about 1100 px the three columns left the timeline 310–510 px. Up to 1120 px the
     side panel is now under the timeline at the session's width (the list stays beside), so the
-    timeline has at least 520 px at every width above 900; the page scrolls neither way."""
+    timeline has at least 520 px at every width above 900; the page scrolls neither way. The
+    panel's sections were one long column there, of which its 38 % of the screen showed the
+    queue and a little more: the queue, todos and jobs now stand side by side, inside it."""
     d = make_daemon(with_turns(WORK))
     strong = d.pair("dash-middle", strong=True)
     driver = browser
@@ -117,6 +125,12 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
             assert box["#timeline"][3] <= box["aside"][1] <= box["#composer"][1], (width, box)
             assert box["aside"][0] == box["#timeline"][0] and box["aside"][2] == box["#timeline"][2], (width, box)
             assert box["aside"][3] - box["aside"][1] <= 0.38 * 900 + 0.5, (width, box)
+            # its first sections side by side, one row, inside the panel, which does not scroll sideways
+            got = driver.execute_script(SECTION_BOXES, list(SECTIONS))
+            tops = {round(s[1]) for s in got["sections"]}
+            assert len(tops) == 1 and got["wider"] <= 0, (width, got)
+            assert all(a[2] <= b[0] for a, b in zip(got["sections"], got["sections"][1:])), (width, got)
+            assert got["aside"][0] <= got["sections"][0][0] and got["sections"][-1][2] <= got["aside"][2], (width, got)
         else:   # the three columns
             assert box["#timeline"][2] <= box["aside"][0] and box["aside"][4] == 300, (width, box)
         assert driver.execute_script("return document.documentElement.scrollHeight <= innerHeight"
