@@ -208,3 +208,35 @@ def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_nar
     assert 0 <= head[1] and head[3] <= 844, head   # the session's head in view, not below the list
     assert console_errors(driver) == []
 
+
+def test_dashboard_shows_a_read_only_readers_note_whole_at_every_width(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A read-only credential's note (why nothing can be sent) stands where the message box would;
+    at the narrow sizes no test measured it. At each of the four sizes it is shown whole: inside
+    the window once scrolled to, not cut inside its box, not covered (by the list's toggle or
+    anything), the page not scrolling sideways; and on a narrow screen it is under the timeline,
+    as the message box is, with the list closed."""
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-read-note-strong", strong=True)
+    readonly = d.pair("dash-read-note", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver = browser
+    at_size(driver, *SIZES[-1])
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to read")
+    wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the answer")
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the session, read-only")
+    wait_for(lambda: one(driver, "#read-only-note").is_displayed(), "the read-only note")
+    for width, height in SIZES:
+        at_size(driver, width, height)
+        got = check_layout(driver, ("#read-only-note", "#nav-toggle"), {"#read-only-note"})
+        note = driver.execute_script("""const n = document.getElementById('read-only-note');
+            return {text: n.textContent.replace(/\\s+/g, ' ').trim(), cut: n.scrollWidth > n.clientWidth || n.scrollHeight > n.clientHeight,
+                    below: n.getBoundingClientRect().top - document.getElementById('timeline').getBoundingClientRect().bottom}""")
+        assert note["text"].startswith("Read-only credential") and note["text"].endswith("need a strong-trust credential."), note
+        assert not note["cut"] and note["below"] >= 0, (width, note)
+        if width <= 900:
+            assert nav(driver) == CLOSED and {c["sel"] for c in got} == {"#read-only-note", "#nav-toggle"}, (width, got)
+    assert console_errors(driver) == []
