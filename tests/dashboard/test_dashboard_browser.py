@@ -184,9 +184,11 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         driver.quit()
 
 
-def start_chromium(tmp_path: Path, password_manager: bool = False) -> Any:
+def start_chromium(tmp_path: Path, password_manager: bool = False, blink_settings: str = "") -> Any:
     """Headless Chromium under chromedriver; ``password_manager``: as a person's browser, offering
-    to save passwords (chromedriver's ``--enable-automation`` turns that off)."""
+    to save passwords (chromedriver's ``--enable-automation`` turns that off); ``blink_settings``:
+    Blink's own settings for the renderer (``--blink-settings``), such as the pointers a device
+    has, which no DevTools command emulates apart."""
     _chromium_or_skip()
     try:
         from selenium import webdriver
@@ -206,6 +208,8 @@ def start_chromium(tmp_path: Path, password_manager: bool = False) -> Any:
                  "--disable-quic", "--no-first-run", "--no-default-browser-check",
                  "--window-size=1400,900", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
         opts.add_argument(flag)
+    if blink_settings:
+        opts.add_argument(f"--blink-settings={blink_settings}")
     service = Service(executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log"))
     driver = webdriver.Chrome(options=opts, service=service)
     driver.set_page_load_timeout(WAIT)

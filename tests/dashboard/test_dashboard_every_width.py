@@ -4,10 +4,12 @@ The one-column layout up to 900 px (``test_dashboard_narrow.py``) left three thi
 small buttons were 21 px high and a tool call's toggles and a job's id 17 px, under WCAG 2.2's
 24×24 px target size minimum; from 901 to 1120 px the timeline was squeezed to 311–530 px
 between the list and the side panel; and a touch screen (``pointer: coarse``) wider than 900 px
-got the small targets. Each control a session shows is now at least 24×24 px at every width (1400,
-1000, 600 and 390 px), a touch screen's at least 44×44 px, and from 900 to 1120 px the side panel
-is under the timeline, which keeps 520 px or more at every width. A quarantined session opened on
-a narrow screen closes the list as any other session does. One real daemon and one headless
+got the small targets. Each control a session shows (buttons, toggles, a job's id, inputs, selects,
+the message box) is now at least 24×24 px at every width (1400, 1000, 600 and 390 px), a touch
+screen's at least 44×44 px (a finger the primary pointer or one of them), and from 900 to 1120 px
+the side panel is under the timeline, which keeps 520 px or more at every width, its sections
+side by side. A quarantined session opened on a narrow screen closes the list as any other session
+does, and a read-only reader's note is shown whole at every size. One real daemon and one headless
 Chromium, as in ``test_dashboard_browser.py`` (its helpers); every wait is for a condition.
 """
 
@@ -16,20 +18,35 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, one, open_new_session,
-    restart_with_its_first_input_damaged, submit, texts, wait_for, with_turns)
+    reopen_read_only, restart_with_its_first_input_damaged, start_chromium, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
 
-# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id
-# (each kind must be shown).
-CONTROLS = ("button", "details summary", "code.id.short")
+# Every control the page shows: each button, a tool call's "arguments" / "result" toggle, a job's id,
+# each input (the new project's and session's fields), select (the default model, "if busy") and
+# the message box (each kind must be shown).
+CONTROLS = ("button", "details summary", "code.id.short", "input", "select", "textarea")
 WANT = set(CONTROLS)
 # The small buttons, each of which the session below must show: ↻, the default model's two, Abort,
 # Compact, a queued input's Withdraw and Steer, a job's Output and Stop.
 SMALL = ("#refresh", "#model-set", "#model-clear", "#abort", "#compact", "#queue li.card button", "#jobs li.card button")
 SIZES = ((1400, 900), (1000, 900), (600, 900), (390, 844))
+# The pointers a device has, as media queries see them: a phone or tablet (a finger is the primary
+# pointer: CDP's touch emulation, which makes ``pointer`` and ``any-pointer`` coarse together) and
+# a laptop with a touch screen (a mouse first, a finger too: Blink's settings, as CDP's
+# ``Emulation.setEmulatedMedia`` leaves both features as they are). Bits: 2 coarse, 4 fine.
+POINTERS = {"touch screen": ("", True),
+            "mouse and touch screen": ("primaryPointerType=4,availablePointerTypes=6", False)}
+# The side panel's sections side by side in the middle layout; each one's box and the panel's.
+SECTIONS = ("queue", "todos", "jobs")
+SECTION_BOXES = """const box = (n) => { const r = n.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+    const aside = document.querySelector('aside');
+    return {aside: box(aside), wider: aside.scrollWidth - aside.clientWidth,
+            sections: arguments[0].map((id) => box(document.getElementById(id).closest('aside > section')))};"""
 
 
 def busy_session_with_work(driver: Any, d: Daemon, token: str, tmp_path: Path) -> None:
@@ -91,7 +108,9 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """From 900 to about 1100 px the three columns left the timeline 310–510 px. Up to 1120 px the
     side panel is now under the timeline at the session's width (the list stays beside), so the
-    timeline has at least 520 px at every width above 900; the page scrolls neither way."""
+    timeline has at least 520 px at every width above 900; the page scrolls neither way. The
+    panel's sections were one long column there, of which its 38 % of the screen showed the
+    queue and a little more: the queue, todos and jobs now stand side by side, inside it."""
     d = make_daemon(with_turns(WORK))
     strong = d.pair("dash-middle", strong=True)
     driver = browser
@@ -106,6 +125,12 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
             assert box["#timeline"][3] <= box["aside"][1] <= box["#composer"][1], (width, box)
             assert box["aside"][0] == box["#timeline"][0] and box["aside"][2] == box["#timeline"][2], (width, box)
             assert box["aside"][3] - box["aside"][1] <= 0.38 * 900 + 0.5, (width, box)
+            # its first sections side by side, one row, inside the panel, which does not scroll sideways
+            got = driver.execute_script(SECTION_BOXES, list(SECTIONS))
+            tops = {round(s[1]) for s in got["sections"]}
+            assert len(tops) == 1 and got["wider"] <= 0, (width, got)
+            assert all(a[2] <= b[0] for a, b in zip(got["sections"], got["sections"][1:])), (width, got)
+            assert got["aside"][0] <= got["sections"][0][0] and got["sections"][-1][2] <= got["aside"][2], (width, got)
         else:   # the three columns
             assert box["#timeline"][2] <= box["aside"][0] and box["aside"][4] == 300, (width, box)
         assert driver.execute_script("return document.documentElement.scrollHeight <= innerHeight"
@@ -114,26 +139,36 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
     assert console_errors(driver) == []
 
 
+@pytest.mark.parametrize("pointer", list(POINTERS))
 def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
-        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+        pointer: str, make_daemon: Callable[[dict[str, Any]], Daemon], tmp_path: Path) -> None:
     """The layout was chosen by width only: a touch screen wider than 900 px had the wide layout
     and its 21 px buttons. With a finger as the pointer (``pointer: coarse``, through Chromium's
-    touch emulation), every control is at least 44×44 px at each width, on screen and uncovered."""
+    touch emulation), every control is at least 44×44 px at each width, on screen and uncovered.
+    So on a laptop with a touch screen too (``any-pointer: coarse``, the mouse the primary
+    pointer), which had the 24 px targets; and inputs, selects and the message box (30 px high)
+    are held to it as the buttons are."""
+    blink, primary_coarse = POINTERS[pointer]
     d = make_daemon(with_turns(WORK))
     strong = d.pair("dash-touch", strong=True)
-    driver = browser
-    at_size(driver, *SIZES[0])
-    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
-    driver.get(d.base + "/")
-    assert driver.execute_script("return matchMedia('(pointer: coarse)').matches")
-    busy_session_with_work(driver, d, strong, tmp_path)
-    for width, height in SIZES:
-        at_size(driver, width, height)
-        list_shown(driver, width)
-        got = check_layout(driver, CONTROLS + ("#nav-toggle",), WANT)
-        small = [c for c in got if c["w"] < 44 or c["h"] < 44]
-        assert not small, (width, small)
-    assert console_errors(driver) == []
+    driver = start_chromium(tmp_path, blink_settings=blink)
+    try:
+        at_size(driver, *SIZES[0])
+        if not blink:
+            driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+        driver.get(d.base + "/")
+        assert driver.execute_script("return [matchMedia('(pointer: coarse)').matches, matchMedia('(any-pointer: coarse)').matches]"
+                                     ) == [primary_coarse, True]
+        busy_session_with_work(driver, d, strong, tmp_path)
+        for width, height in SIZES:
+            at_size(driver, width, height)
+            list_shown(driver, width)
+            got = check_layout(driver, CONTROLS + ("#nav-toggle",), WANT)
+            small = [c for c in got if c["w"] < 44 or c["h"] < 44]
+            assert not small, (width, small)
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
 
 
 def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_narrow_screen(
@@ -171,4 +206,37 @@ def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_nar
     check_layout(driver, ("#nav-toggle", "#errors button"), {"#nav-toggle", "#errors button"})
     head = driver.execute_script(BOX, "#session-head")
     assert 0 <= head[1] and head[3] <= 844, head   # the session's head in view, not below the list
+    assert console_errors(driver) == []
+
+
+def test_dashboard_shows_a_read_only_readers_note_whole_at_every_width(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A read-only credential's note (why nothing can be sent) stands where the message box would;
+    at the narrow sizes no test measured it. At each of the four sizes it is shown whole: inside
+    the window once scrolled to, not cut inside its box, not covered (by the list's toggle or
+    anything), the page not scrolling sideways; and on a narrow screen it is under the timeline,
+    as the message box is, with the list closed."""
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-read-note-strong", strong=True)
+    readonly = d.pair("dash-read-note", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver = browser
+    at_size(driver, *SIZES[-1])
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "something to read")
+    wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the answer")
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the session, read-only")
+    wait_for(lambda: one(driver, "#read-only-note").is_displayed(), "the read-only note")
+    for width, height in SIZES:
+        at_size(driver, width, height)
+        got = check_layout(driver, ("#read-only-note", "#nav-toggle"), {"#read-only-note"})
+        note = driver.execute_script("""const n = document.getElementById('read-only-note');
+            return {text: n.textContent.replace(/\\s+/g, ' ').trim(), cut: n.scrollWidth > n.clientWidth || n.scrollHeight > n.clientHeight,
+                    below: n.getBoundingClientRect().top - document.getElementById('timeline').getBoundingClientRect().bottom}""")
+        assert note["text"].startswith("Read-only credential") and note["text"].endswith("need a strong-trust credential."), note
+        assert not note["cut"] and note["below"] >= 0, (width, note)
+        if width <= 900:
+            assert nav(driver) == CLOSED and {c["sel"] for c in got} == {"#read-only-note", "#nav-toggle"}, (width, got)
     assert console_errors(driver) == []
