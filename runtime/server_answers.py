@@ -21,11 +21,14 @@ ended the whole server.
 Heads at their edges: h11's bound on an unfinished head holds however the bytes are split
 (:func:`_h11_handle`). An HTTP/2 header list past h2's bound, or with a value in surrounding
 whitespace, ended the whole connection; the first is now answered 431 on its stream by the
-head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`).
+head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`). Other
+malformed HTTP/2 fields (RFC 9113 8.2, 8.3), which h2 made a connection error too, are answered
+400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`).
 
-The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
-:data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the daemon's HPACK decoder (which
-extends hpack's methods of :data:`DECODER_SEAMS`). Each replacement acts only for a server whose
+The seam: :func:`install` replaces the methods of hypercorn's protocol classes (and h2's check
+of received fields) listed in :data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the
+daemon's HPACK decoder (which extends hpack's methods of :data:`DECODER_SEAMS`) and its handler
+of HEADERS frames. Each replacement acts only for a server whose
 config is a :class:`ServerConfig` (the daemon's) and is hypercorn's own method for any other
 server in the process. The protocol objects are made by hypercorn before any request reaches the
 app, so no per-connection wrapper (as in :mod:`runtime.connection_races`) can reach them. Where
@@ -414,9 +417,14 @@ def _fields_answered(connection: Any, original: Callable[..., Any], config: Conf
         try:
             return original(frame)
         except MalformedFields as error:
-            if trailers:
-                return [], _reset_malformed(connection, frame.stream_id, known=True)
-            _answer_malformed(connection, frame.stream_id, error, config)
+            try:
+                if trailers:
+                    return [], _reset_malformed(connection, frame.stream_id, known=True)
+                _answer_malformed(connection, frame.stream_id, error, config)
+            except h2.exceptions.ProtocolError:
+                raise
+            except Exception as failure:  # (a connection error, as before, rather than the server's end)
+                raise h2.exceptions.ProtocolError("the answer to malformed fields failed") from failure
             return [], []
 
     return receive_headers_frame
@@ -448,9 +456,8 @@ def _reset_malformed(connection: Any, stream_id: int, known: bool) -> list[Any]:
     connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
     if not known:
         return []
-    event = h2.events.StreamReset()
-    event.stream_id, event.error_code, event.remote_reset = stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR, False
-    return [event]
+    return [h2.events.StreamReset(stream_id=stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                                  remote_reset=False)]
 
 
 # (class, method, its parameters as hypercorn 0.18 and h2 4.4 have them, the replacement's maker)

@@ -10,9 +10,11 @@ a new connection is served, and the daemon's log holds no traceback and never th
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Callable
+from typing import AsyncIterator, Callable
 
+import h2.config
 import h2.connection
 import h2.errors
 import h2.events
@@ -73,6 +75,15 @@ MALFORMED = [  # (kind, the fields as sent and written correctly, the words the 
     ("no :method", without(":method"), "the :method pseudo-header field is missing"),
     ("no :path", without(":path"), "the :path pseudo-header field is missing"),
     ("no :scheme", without(":scheme"), "the :scheme pseudo-header field is missing"),
+    # (beyond RFC 9113 8.2: other fields h2 refuses, each named)
+    ("empty :path", lambda port: ([(n, "" if n == ":path" else v) for n, v in base(port)] + [("x-trace", SECRET)],
+                                  base(port)), ":path is empty"),
+    ("neither :authority nor host", without(":authority"), "the request has neither :authority nor host"),
+    (":authority and host differ", lambda port: (base(port) + [("host", SECRET)],
+                                                 base(port) + [("host", f"127.0.0.1:{port}")]),
+     ":authority and host differ"),
+    (":protocol outside CONNECT", lambda port: (base(port)[:1] + [(":protocol", SECRET)] + base(port)[1:], base(port)),
+     "a request other than CONNECT has :protocol"),
 ]
 
 
@@ -84,15 +95,18 @@ class Answer:
         self.ended = False
 
 
-async def exchange(stream: trio.SocketStream, conn: h2.connection.H2Connection,
-                   ids: list[int]) -> tuple[dict[int, Answer], list]:
+async def exchange(stream: trio.SocketStream, conn: h2.connection.H2Connection, ids: list[int],
+                   answers: dict[int, Answer] | None = None) -> tuple[dict[int, Answer], list]:
     """Write what ``conn`` has to send in one write, then read until every stream of ``ids`` is
-    ended or reset (or the server ends the connection): each stream's answer, and every event."""
-    answers = {i: Answer() for i in ids}
+    ended or reset (or the server ends the connection): each stream's answer (added to
+    ``answers``, which may hold streams read before), and every event."""
+    answers = answers if answers is not None else {}
+    for i in ids:
+        answers.setdefault(i, Answer())
     events: list = []
     await stream.send_all(conn.data_to_send())
     with trio.fail_after(LIMIT):
-        while not all(a.ended or a.reset is not None for a in answers.values()):
+        while not all(answers[i].ended or answers[i].reset is not None for i in ids):
             data = await stream.receive_some(65536)
             if not data:
                 break
@@ -156,3 +170,86 @@ async def test_a_malformed_http2_field_is_400_on_its_stream(tmp_path: Path, kind
         assert serve.proc is not None and serve.proc.returncode is None, "the daemon died"
         assert await serve.terminate() == 0
     no_traceback_nor_field(tmp_path / "serve-0.err")
+
+
+# --------------------------------------------------------------------------- at the answer's edges
+
+
+@asynccontextmanager
+async def connected(tmp_path: Path, conn: h2.connection.H2Connection) -> AsyncIterator[tuple[trio.SocketStream, int]]:
+    """A ``lens serve`` and one connection to it (for ``conn``); once the block is done, a new
+    connection is served, the daemon stops cleanly and its log holds no traceback nor the field."""
+    async with serving(tmp_path) as (serve, d):
+        with trio.fail_after(LIMIT):
+            stream = await trio.open_tcp_stream("127.0.0.1", d.port)
+        async with stream:
+            yield stream, d.port
+        await served_on_a_new_http2_connection(d.port)
+        assert await serve.terminate() == 0
+    no_traceback_nor_field(tmp_path / "serve-0.err")
+
+
+async def test_a_malformed_request_whose_body_is_still_coming_is_answered_then_reset(tmp_path: Path) -> None:
+    """Answered before its request ended (RFC 9113 8.1 allows it): 400 with END_STREAM, then
+    RST_STREAM NO_ERROR; the DATA the client had already sent on it changes nothing, and the
+    next request on the connection is served."""
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, [(":method", "POST")] + base(port)[1:] + [("X-Trace", SECRET)])
+        conn.send_data(1, b'{"clientId": "c"}')
+        answers, events = await exchange(stream, conn, [1])
+        assert answers[1].headers.get(b":status") == b"400" and answers[1].ended, events
+        assert error_of(answers[1], "a POST still sending")[0] == "INVALID_ARGUMENT"
+        conn.send_headers(3, base(port), end_stream=True)
+        answers, events = await exchange(stream, conn, [3])
+        assert answers[3].headers.get(b":status") == b"200", events
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+
+
+async def test_a_malformed_head_request_is_400_without_a_body(tmp_path: Path) -> None:
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, [(":method", "HEAD")] + base(port)[1:] + [("connection", SECRET)], end_stream=True)
+        answers, events = await exchange(stream, conn, [1])
+        assert answers[1].headers.get(b":status") == b"400" and answers[1].ended, events
+        assert answers[1].body == b"" and int(answers[1].headers[b"content-length"]) > 0, answers[1].headers
+        conn.send_headers(3, [(":method", "HEAD")] + base(port)[1:], end_stream=True)
+        answers, events = await exchange(stream, conn, [3])
+        assert answers[3].headers.get(b":status") == b"200", events
+
+
+async def test_a_malformed_request_whose_answer_the_window_cannot_hold_is_reset(tmp_path: Path) -> None:
+    """A client whose flow-control window (10 bytes a stream) cannot take the 400's body gets
+    RST_STREAM PROTOCOL_ERROR on the stream instead; a stream beside it is answered once the
+    client opens its window."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False))
+    conn.local_settings = h2.settings.Settings(client=True, initial_values={
+        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 10})
+    conn.initiate_connection()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, base(port), end_stream=True)
+        conn.send_headers(3, base(port) + [("te", SECRET)], end_stream=True)
+        answers, events = await exchange(stream, conn, [3])
+        assert answers[3].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR and not answers[3].headers, events
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        answers, events = await exchange(stream, conn, [1], answers)
+        assert answers[1].headers.get(b":status") == b"200" and answers[1].ended, events
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+
+
+async def test_malformed_trailers_reset_their_stream(tmp_path: Path) -> None:
+    """Trailers with a pseudo-header (RFC 9113 8.1) on a request the app already has: its
+    stream is reset PROTOCOL_ERROR (the app hears of it as of a reset) and the connection goes on."""
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, [(":method", "POST"), (":path", f"{API}/pair/requests")] + base(port)[2:]
+                          + [("content-type", "application/json")])
+        conn.send_data(1, b'{"clientId": ')
+        conn.send_headers(1, [(":path", SECRET)], end_stream=True)
+        answers, events = await exchange(stream, conn, [1])
+        assert answers[1].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR and not answers[1].headers, events
+        conn.send_headers(3, base(port), end_stream=True)
+        answers, events = await exchange(stream, conn, [3])
+        assert answers[3].headers.get(b":status") == b"200", events
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
