@@ -77,6 +77,12 @@ class ServerConfig(Config):
     """Hypercorn's config for the daemon's server: the server whose own answers get the error body."""
 
 
+def body_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of an error body the server answers itself (:func:`error_body`'s shape)."""
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+            (b"x-content-type-options", b"nosniff")]
+
+
 def error_body(status: int, message: str) -> bytes:
     return msgspec.json.encode({"error": {"code": CODES.get(status, "INVALID_ARGUMENT"), "message": message}})
 
@@ -86,8 +92,7 @@ async def refuse(scope: dict[str, Any], send: Any, status: int, code: str, messa
     ``status`` with ``{"error": {code, message}}``, and ``connection: close`` over HTTP/1.x
     (HTTP/2 has no connection header)."""
     body = msgspec.json.encode({"error": {"code": code, "message": message}})
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-               (b"x-content-type-options", b"nosniff")]
+    headers = body_headers(body)
     if scope.get("http_version", "1.1") < "2":
         headers.append((b"connection", b"close"))
     prefix = "websocket.http.response" if scope.get("type") == "websocket" else "http.response"
@@ -432,8 +437,7 @@ def _fields_answered(connection: Any, original: Callable[..., Any], config: Conf
 
 def _answer_malformed(connection: Any, stream_id: int, error: MalformedFields, config: Config) -> None:
     body = error_body(400, malformed_message(error.what))
-    headers = [(b":status", b"400"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-               (b"x-content-type-options", b"nosniff"), *config.response_headers("h2")]
+    headers = [(b":status", b"400"), *body_headers(body), *config.response_headers("h2")]
     fits = error.head or len(body) <= min(connection.local_flow_control_window(stream_id),
                                           connection.max_outbound_frame_size)
     if not fits:
