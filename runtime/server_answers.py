@@ -21,11 +21,14 @@ ended the whole server.
 Heads at their edges: h11's bound on an unfinished head holds however the bytes are split
 (:func:`_h11_handle`). An HTTP/2 header list past h2's bound, or with a value in surrounding
 whitespace, ended the whole connection; the first is now answered 431 on its stream by the
-head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`).
+head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`). Other
+malformed HTTP/2 fields (RFC 9113 8.2, 8.3), which h2 made a connection error too, are answered
+400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`).
 
-The seam: :func:`install` replaces the methods of hypercorn's protocol classes listed in
-:data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the daemon's HPACK decoder (which
-extends hpack's methods of :data:`DECODER_SEAMS`). Each replacement acts only for a server whose
+The seam: :func:`install` replaces the methods of hypercorn's protocol classes (and h2's check
+of received fields) listed in :data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the
+daemon's HPACK decoder (which extends hpack's methods of :data:`DECODER_SEAMS`) and its handler
+of HEADERS frames. Each replacement acts only for a server whose
 config is a :class:`ServerConfig` (the daemon's) and is hypercorn's own method for any other
 server in the process. The protocol objects are made by hypercorn before any request reaches the
 app, so no per-connection wrapper (as in :mod:`runtime.connection_races`) can reach them. Where
@@ -46,6 +49,7 @@ from typing import Any, Callable
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.utilities
 import h11
 import hpack
 import msgspec
@@ -55,7 +59,9 @@ from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
 from hypercorn.protocol.ws_stream import WSStream
+from h2.stream import H2Stream
 from hpack.table import table_entry_size
+from hyperframe.frame import HeadersFrame
 
 # Codes of the API's error table (runtime.api.STATUS) for the statuses hypercorn answers itself.
 CODES = {400: "INVALID_ARGUMENT", 403: "FORBIDDEN", 404: "NOT_FOUND", 431: "HEADERS_TOO_LARGE",
@@ -71,6 +77,12 @@ class ServerConfig(Config):
     """Hypercorn's config for the daemon's server: the server whose own answers get the error body."""
 
 
+def body_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of an error body the server answers itself (:func:`error_body`'s shape)."""
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+            (b"x-content-type-options", b"nosniff")]
+
+
 def error_body(status: int, message: str) -> bytes:
     return msgspec.json.encode({"error": {"code": CODES.get(status, "INVALID_ARGUMENT"), "message": message}})
 
@@ -80,8 +92,7 @@ async def refuse(scope: dict[str, Any], send: Any, status: int, code: str, messa
     ``status`` with ``{"error": {code, message}}``, and ``connection: close`` over HTTP/1.x
     (HTTP/2 has no connection header)."""
     body = msgspec.json.encode({"error": {"code": code, "message": message}})
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-               (b"x-content-type-options", b"nosniff")]
+    headers = body_headers(body)
     if scope.get("http_version", "1.1") < "2":
         headers.append((b"connection", b"close"))
     prefix = "websocket.http.response" if scope.get("type") == "websocket" else "http.response"
@@ -295,6 +306,9 @@ def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
     async def initiate(self: Any, headers: Any = None, settings: Any = None) -> None:
         if isinstance(self.config, ServerConfig) and _DECODER_FITS:  # (no header block is read yet)
             self.connection.decoder = _H2Decoder(self.connection.decoder.max_header_list_size)
+        table = getattr(self.connection, "_frame_dispatch_table", None)
+        if isinstance(self.config, ServerConfig) and isinstance(table, dict) and HeadersFrame in table:
+            table[HeadersFrame] = _fields_answered(self.connection, table[HeadersFrame], self.config)
         await original(self, headers, settings)
         if isinstance(self.config, ServerConfig) and headers is None and not self.streams:
             await self.send(Updated(idle=True))  # (the keep-alive timer, stopped by the preface's "request")
@@ -315,7 +329,142 @@ def _h2_events(original: Callable[..., Any]) -> Callable[..., Any]:
     return handle_events
 
 
-# (class, method, its parameters as hypercorn 0.18 has them, the replacement's maker)
+# --------------------------------------------------------------------------- malformed HTTP/2 fields
+
+
+class MalformedFields(h2.exceptions.ProtocolError):
+    """h2's refusal of a header block's fields (RFC 9113 8.2 and 8.3: an uppercase name, a
+    connection-specific field, ``te`` other than ``trailers``, a NUL, CR or LF in a value,
+    pseudo-headers out of order, twice, unknown or missing …), raised where h2 checks them
+    (``H2Stream._process_received_headers``) in its ProtocolError's place. To any other user of
+    h2 it is that ProtocolError (a connection error, PROTOCOL_ERROR); a daemon's connection
+    answers it on its stream (:func:`_fields_answered`). ``str()`` is :attr:`what`, in the
+    daemon's words: h2's own message quotes the field's bytes (a credential may be among them)."""
+
+    def __init__(self, what: str, head: bool) -> None:
+        super().__init__(what)
+        self.what = what
+        self.head = head  # (a HEAD request: its answer has no body)
+
+
+# (the start of h2's message and a part it holds, and the problem in the daemon's words; the
+# message's rest quotes the field, which is never repeated)
+_MALFORMED_WORDS = [
+    ("Received uppercase header name", "", "a field name holds an uppercase letter"),
+    ("Illegal character ':' in header name", "", "a field name other than a pseudo-header's holds a colon"),
+    ("Illegal character", "in header name", "a field name holds a control character, a space or a byte past 0x7e"),
+    ("Illegal character", "in header value", "a field value holds a NUL, CR or LF"),
+    ("Received header value surrounded by whitespace", "", "a field value begins or ends with whitespace"),
+    ("Received header name with zero length", "", "a field name is empty"),
+    ("Invalid value for TE header", "", "te may only be \"trailers\""),
+    ("Connection-specific header field present", "",
+     "a connection-specific field (connection, keep-alive, proxy-connection, transfer-encoding, upgrade) "
+     "has no place in HTTP/2"),
+    ("Received duplicate pseudo-header field", "", "a pseudo-header field appears twice"),
+    ("Received pseudo-header field out of sequence", "", "a pseudo-header field follows a regular field"),
+    ("Received custom pseudo-header field", "", "a pseudo-header field is not one HTTP/2 defines"),
+    ("Header block missing mandatory b':method'", "", "the :method pseudo-header field is missing"),
+    ("Header block missing mandatory b':scheme'", "", "the :scheme pseudo-header field is missing"),
+    ("Header block missing mandatory b':path'", "", "the :path pseudo-header field is missing"),
+    ("Ordinary CONNECT MUST NOT include", "", "a CONNECT request has :scheme or :path"),
+    ("Encountered response-only headers", "", "a request has :status"),
+    ("Encountered connect-request-only headers", "", "a request other than CONNECT has :protocol"),
+    ("Request header block has multiple Host headers", "", "host appears twice"),
+    ("Request header block does not have an :authority or Host", "", "the request has neither :authority nor host"),
+    ("Request header block has mismatched :authority and Host", "", ":authority and host differ"),
+    ("An empty :path header is forbidden", "", ":path is empty"),
+    ("Received pseudo-header in trailer", "", "the trailers hold a pseudo-header field"),
+]
+
+
+def malformed_words(h2_message: str) -> str:
+    """The problem h2's message (of its check of a header block's fields) names, in the daemon's
+    words, without the bytes it quotes."""
+    for start, part, words in _MALFORMED_WORDS:
+        if h2_message.startswith(start) and part in h2_message:
+            return words
+    return "a field is malformed"
+
+
+def malformed_message(what: str) -> str:
+    return f"the request's HTTP/2 fields are malformed (RFC 9113 8.2): {what}; the request was not read"
+
+
+def _h2_fields(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``H2Stream._process_received_headers`` (h2's checks of a received header block's fields):
+    its ProtocolError becomes :class:`MalformedFields`."""
+    def process_received_headers(self: Any, headers: Any, header_validation_flags: Any,
+                                 header_encoding: Any) -> Any:
+        try:
+            return original(self, headers, header_validation_flags, header_encoding)
+        except MalformedFields:
+            raise
+        except h2.exceptions.ProtocolError as error:
+            head = h2.utilities.extract_method_header(headers) == b"HEAD"
+            raise MalformedFields(malformed_words(str(error)), head) from None
+
+    return process_received_headers
+
+
+def _fields_answered(connection: Any, original: Callable[..., Any], config: Config) -> Callable[..., Any]:
+    """The daemon's connection's handler of a HEADERS frame (h2's ``_receive_headers_frame``, in
+    its ``_frame_dispatch_table``): a block whose fields h2 refuses (:class:`MalformedFields`)
+    ended the whole connection (GOAWAY PROTOCOL_ERROR, every other stream with it); RFC 9113
+    8.1.1 makes it an error of its stream. The block was decoded whole (the HPACK table stays
+    the client's) and the stream opened; hypercorn never hears of a request's stream. It is
+    answered 400 ``INVALID_ARGUMENT`` in the error shape and ended (then reset NO_ERROR if the
+    client's side is still open, as an answer before the whole request is); where the answer
+    cannot go (the client's flow-control window is smaller than it) the stream is reset
+    PROTOCOL_ERROR. Malformed trailers reset their stream PROTOCOL_ERROR, and hypercorn hears
+    of it as of a reset: the request is the app's already."""
+    def receive_headers_frame(frame: Any) -> tuple[list[Any], list[Any]]:
+        trailers = frame.stream_id in connection.streams
+        try:
+            return original(frame)
+        except MalformedFields as error:
+            try:
+                if trailers:
+                    return [], _reset_malformed(connection, frame.stream_id, known=True)
+                _answer_malformed(connection, frame.stream_id, error, config)
+            except h2.exceptions.ProtocolError:
+                raise
+            except Exception as failure:  # (a connection error, as before, rather than the server's end)
+                raise h2.exceptions.ProtocolError("the answer to malformed fields failed") from failure
+            return [], []
+
+    return receive_headers_frame
+
+
+def _answer_malformed(connection: Any, stream_id: int, error: MalformedFields, config: Config) -> None:
+    body = error_body(400, malformed_message(error.what))
+    headers = [(b":status", b"400"), *body_headers(body), *config.response_headers("h2")]
+    fits = error.head or len(body) <= min(connection.local_flow_control_window(stream_id),
+                                          connection.max_outbound_frame_size)
+    if not fits:
+        _reset_malformed(connection, stream_id, known=False)
+        return
+    try:
+        connection.send_headers(stream_id, headers, end_stream=error.head)
+        if not error.head:
+            connection.send_data(stream_id, body, end_stream=True)
+    except h2.exceptions.ProtocolError:  # (the connection is closing: a GOAWAY was sent)
+        _reset_malformed(connection, stream_id, known=False)
+        return
+    stream = connection.streams.get(stream_id)
+    if stream is not None and not stream.closed:  # (the client's side is open: its request goes on)
+        connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.NO_ERROR)
+
+
+def _reset_malformed(connection: Any, stream_id: int, known: bool) -> list[Any]:
+    """Reset ``stream_id`` PROTOCOL_ERROR; the event that tells hypercorn, for a stream it has (``known``)."""
+    connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
+    if not known:
+        return []
+    return [h2.events.StreamReset(stream_id=stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                                  remote_reset=False)]
+
+
+# (class, method, its parameters as hypercorn 0.18 and h2 4.4 have them, the replacement's maker)
 SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
     (H11Protocol, "handle", ("self", "event"), _h11_handle),
@@ -324,6 +473,8 @@ SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Cal
     (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),
     (H2Protocol, "_send_data", ("self", "stream_id"), _h2_after),
     (H2Protocol, "_handle_events", ("self", "events"), _h2_events),
+    (H2Stream, "_process_received_headers", ("self", "headers", "header_validation_flags", "header_encoding"),
+     _h2_fields),
 ]
 
 
@@ -335,10 +486,11 @@ def install() -> list[str]:
         current = vars(cls).get(name)
         if getattr(current, "_lens_original", None) is not None:
             continue  # (installed before)
-        if not inspect.iscoroutinefunction(current) or tuple(inspect.signature(current).parameters) != params:
+        replacement = make(current) if inspect.isfunction(current) else None
+        if (replacement is None or tuple(inspect.signature(current).parameters) != params
+                or inspect.iscoroutinefunction(current) != inspect.iscoroutinefunction(replacement)):
             missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
             continue
-        replacement = make(current)
         replacement._lens_original = current  # type: ignore[attr-defined]
         setattr(cls, name, replacement)
     if not _DECODER_FITS:

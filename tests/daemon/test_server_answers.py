@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import inspect
 
+import h2.errors
+import h2.events
+import h2.utilities
 import h11
 import hpack
 import pytest
 import trio
+from h2.config import H2Configuration
 from h2.connection import H2Connection
+from h2.stream import H2Stream
 from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
@@ -36,6 +41,10 @@ KEY = "Sec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n"
 # --------------------------------------------------------------------------- the seam
 
 
+def h2_events_source() -> str:
+    return inspect.getsource(H2Protocol._handle_events._lens_original)  # type: ignore[attr-defined]
+
+
 def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     """The methods exist with the parameters the replacements take, are replaced, and are still
     called where the server answers (or reads, starts HTTP/2, handles its frames, decodes a
@@ -52,7 +61,28 @@ def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     assert "return self._decode_literal(data, should_index=" in inspect.getsource(hpack.Decoder._decode_literal_index)
     assert "_decode_headers(self.decoder, frame.data)" in inspect.getsource(H2Connection._receive_headers_frame)
     assert "self.decoder.max_header_list_size = " in inspect.getsource(H2Connection._local_settings_acked)
-    h2_events = inspect.getsource(H2Protocol._handle_events._lens_original)  # type: ignore[attr-defined]
+    # Malformed fields answered on their stream: h2 handles a HEADERS frame through its dispatch
+    # table (the daemon's connection puts its own handler there), opens the stream, then checks
+    # the fields in _process_received_headers (replaced: MalformedFields); hypercorn flushes what
+    # h2 queued after handling a read's events, and closes a stream h2 reports reset.
+    assert "HeadersFrame: self._receive_headers_frame," in inspect.getsource(H2Connection.__init__)
+    assert "self._frame_dispatch_table[frame.__class__](frame)" in inspect.getsource(H2Connection._receive_frame)
+    assert "frames, stream_events = stream.receive_headers(" in inspect.getsource(H2Connection._receive_headers_frame)
+    assert "headers_event.headers = self._process_received_headers(" in inspect.getsource(H2Stream.receive_headers)
+    assert "headers = validate_headers(headers, header_validation_flags)" in inspect.getsource(
+        H2Stream._process_received_headers._lens_original)  # type: ignore[attr-defined]
+    assert "await self._handle_events(events)" in inspect.getsource(H2Protocol.handle)
+    assert "elif isinstance(event, h2.events.StreamReset):\n                await self._close_stream(event.stream_id)" in h2_events_source()
+    assert h2_events_source().rstrip().endswith("await self._flush()")
+    for method, params in [(H2Connection.send_headers, ("self", "stream_id", "headers", "end_stream")),
+                           (H2Connection.send_data, ("self", "stream_id", "data", "end_stream")),
+                           (H2Connection.reset_stream, ("self", "stream_id", "error_code")),
+                           (H2Connection.local_flow_control_window, ("self", "stream_id")),
+                           (h2.utilities.extract_method_header, ("headers",)),
+                           (h2.events.StreamReset, ("stream_id", "error_code", "remote_reset"))]:
+        assert tuple(inspect.signature(method).parameters)[:len(params)] == params, method
+    assert "self.max_outbound_frame_size = " in inspect.getsource(H2Connection.__init__)
+    h2_events = h2_events_source()
     assert "await self._create_stream(event)\n                    await self.send(Updated(idle=False))" in h2_events
     h11_reading = inspect.getsource(H11Protocol._handle_events)
     assert "except h11.RemoteProtocolError as error:" in h11_reading
@@ -90,8 +120,20 @@ async def test_another_hypercorn_server_keeps_its_own_answers() -> None:
             async with stream:
                 await stream.send_all(b"GARBAGE\r\n\r\n")
                 data = await closed_within(stream, BOUND)
+            # (a malformed HTTP/2 field: h2's connection error, GOAWAY PROTOCOL_ERROR, as before)
+            conn = H2Connection(H2Configuration(client_side=True, validate_outbound_headers=False,
+                                                normalize_outbound_headers=False))
+            conn.initiate_connection()
+            conn.send_headers(1, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "a"),
+                                  ("X-Upper", "1")], end_stream=True)
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(conn.data_to_send())
+                h2_events = conn.receive_data(await closed_within(stream, BOUND))
         nursery.cancel_scope.cancel()
     assert data.startswith(b"HTTP/1.1 400 ") and b"content-length: 0\r\n" in data and data.endswith(b"\r\n\r\n"), data
+    assert any(isinstance(ev, h2.events.ConnectionTerminated) and ev.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+               for ev in h2_events), h2_events
 
 
 # --------------------------------------------------------------------------- HTTP/1.1
