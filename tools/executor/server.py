@@ -58,10 +58,11 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # call, ``before_publish`` (its journal record written, the file not yet) or ``before_reply`` (the
 # file and its record written, no reply sent), or of the executor's start, ``before_listening``
 # (bound, its "listening on" line not yet printed) or ``before_hello`` (a Hello received, not yet
-# answered). The first editing call (or start, or Hello) to reach that point removes the file,
-# writes ``<file>.held`` (this process's pid) and blocks there until the process is killed: tests
-# kill an executor at an exact point of a call or of its start. An executor started later over
-# the same setting finds no file and holds nothing.
+# answered), or ``call:<tool>`` (a Call of that tool received, not yet run: a read, say). The first
+# editing call (or start, Hello, Call) to reach that point removes the file, writes ``<file>.held``
+# (this process's pid) and blocks there until the process is killed: tests kill an executor at an
+# exact point of a call or of its start. An executor started later over the same setting finds no
+# file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
 
@@ -182,6 +183,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return context is None or context.is_active()
 
     def Call(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
+        self._hold(f"call:{request.tool}")
         self._call.context = context
         try:
             return self._call_tool(request, context)
