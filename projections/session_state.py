@@ -55,6 +55,7 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     # response's provider-native reasoning blocks (``ModelResponded.reasoning_blocks``), which
     # request compilation sends back unchanged to the protocol they came from.
     reasoning_blocks: list[dict[str, Any]] = []
+    rerun_after: str | None = None  # tool_result items: ``ToolFinished.rerun_after`` (the call ran twice)
 
 
 class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
@@ -469,7 +470,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             Item(
                 _item_id(seq), "tool_result", seq, se.task_id, text, _own_parts(text, ev.content),
                 call_id=ev.call_id, status=ev.status, is_error=ev.is_error,
-                structured=ev.structured_content,
+                structured=ev.structured_content, rerun_after=ev.rerun_after,
             )
         )
         sc = ev.structured_content
@@ -685,7 +686,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 10: ``context.compacted`` counts in ``usage`` (its summarizing request) and drops the results it
 #     replaced from ``AgentState.included``.
 # 11: ``AgentState.capabilities`` (deferred tools loaded by capability_search).
-SNAPSHOT_VERSION = 11
+# 12: ``Item.rerun_after`` (a tool result's call ran twice: its executor died under the first run).
+SNAPSHOT_VERSION = 12
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

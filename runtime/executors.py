@@ -25,7 +25,7 @@ import trio
 from tools.executor.groups import GroupRegistry
 
 from .errors import LensError
-from .executor_client import ExecutorClient, ExecutorUnavailable
+from .executor_client import ExecutorClient, ExecutorTimeout, ExecutorUnavailable
 
 log = logging.getLogger("lens.executors")
 SPAWN_TIMEOUT_S = 20.0
@@ -34,6 +34,11 @@ LOST_GRACE_S = 2.0
 # domain lock, is stopped; the project's next call spawns another. A daemon that has touched many
 # projects so keeps a process (some 50 MB, a dozen threads) only for those in use.
 IDLE_STOP_S = 600.0
+
+
+class KilledWhileStarting(ExecutorUnavailable):
+    """A local child ended by a signal between its spawn and its hello (killed: SIGKILL, the OOM
+    killer), before any call reached it. Raised by ``_spawn``; ``get`` starts one more child."""
 
 
 class ProjectUnknown(LensError):
@@ -173,7 +178,16 @@ class ExecutorPool:
                 raise ProjectUnknown(f"no project {project_id!r}")
             if not self.remote:
                 self._check_apart(project_id, workspace)
-            ex = await (self._connect_remote(project_id, workspace) if self.remote else self._spawn(project_id, workspace))
+            if self.remote:
+                ex = await self._connect_remote(project_id, workspace)
+            else:
+                try:
+                    ex = await self._spawn(project_id, workspace)
+                except KilledWhileStarting as exc:
+                    # No call reached it, so asking again is safe for every call: once, never a
+                    # loop (a second death ends the call that asked, EXECUTOR_UNAVAILABLE).
+                    log.warning("%s; starting another", exc.message)
+                    ex = await self._spawn(project_id, workspace)
             self._executors[project_id] = ex
             return ex
 
@@ -245,7 +259,10 @@ class ExecutorPool:
                     line += chunk
             text = line.decode(errors="replace").strip()
             if "listening on" not in text:
-                raise ExecutorUnavailable(f"the executor for project {project_id} did not start ({text or 'no output'})")
+                why = f"the executor for project {project_id} did not start ({text or 'no output'})"
+                if not line.endswith(b"\n") and await self._killed(proc):  # (its output ended: it died)
+                    raise KilledWhileStarting(f"{why}: killed (signal {-(proc.returncode or 0)}, pid {proc.pid})")
+                raise ExecutorUnavailable(why)
             port = int(text.rsplit(":", 1)[1])
         except BaseException:
             # Not started, or we were cancelled while it started: never leave the child behind.
@@ -260,6 +277,14 @@ class ExecutorPool:
         client = ExecutorClient(f"127.0.0.1:{port}", token)
         try:
             await client.hello()
+        except ExecutorUnavailable as exc:
+            client.close()
+            if not isinstance(exc, ExecutorTimeout) and await self._killed(proc):
+                raise KilledWhileStarting(f"the executor for project {project_id} did not start: killed (signal "
+                                          f"{-(proc.returncode or 0)}, pid {proc.pid}) before its hello "
+                                          f"({exc.message[:200]})") from None
+            proc.terminate()
+            raise
         except BaseException:
             client.close()
             proc.terminate()
@@ -269,6 +294,16 @@ class ExecutorPool:
                       shared_filesystem=self.local_shared_filesystem)
         self._nursery.start_soon(self._stop_when_idle, ex, gone)
         return ex
+
+    @staticmethod
+    async def _killed(proc: trio.Process) -> bool:
+        """Whether ``proc``, whose output or connection just ended, was ended by a signal we did not
+        send (waited for up to :data:`LOST_GRACE_S`: its socket closes a moment before its exit
+        status can be collected). A child that exits with a status failed by itself: not started
+        again."""
+        with trio.move_on_after(LOST_GRACE_S):
+            await proc.wait()
+        return proc.returncode is not None and proc.returncode < 0
 
     async def _stop_when_idle(self, ex: Executor, gone: trio.Event) -> None:
         """Stop ``ex``'s child once nothing has used it for :attr:`idle_stop_s` (see

@@ -50,6 +50,8 @@ def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[s
         if res is not None:
             v["result"] = {"itemId": res.id, "status": res.status, "isError": res.is_error, "text": res.text,
                            "structuredContent": res.structured}
+            if res.rerun_after is not None:  # (omitted when the call ran once)
+                v["result"]["rerunAfter"] = res.rerun_after
         return v
     v["text"] = it.text
     parts = item_parts(it)

@@ -21,8 +21,9 @@ Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``PATH_I
 symlinks are followed only inside the workspace (403 ``PATH_OUTSIDE_WORKSPACE``). The listing and
 the read run in the project's executor (``browse_list`` / ``browse_read`` over the Call RPC), so a
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
-not wait for an agent's hour-long command; edits publish atomically). An executor that cannot be
-reached is 503 ``EXECUTOR_UNAVAILABLE``; one that did not answer within the call's deadline
+not wait for an agent's hour-long command; edits publish atomically). A read whose local
+executor child died under it runs once more on the child spawned in its place; an executor that
+cannot be reached is 503 ``EXECUTOR_UNAVAILABLE``; one that did not answer within the call's deadline
 (60 s) is 504 ``EXECUTOR_TIMEOUT`` (as a rule the executor is up and the listing took too long:
 a smaller ``depth`` or ``limit`` may answer).
 
@@ -48,6 +49,7 @@ from quart_trio import QuartTrio
 from events import types as t
 from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
 from tools.files.sensitive import hidden_path, sensitive_path
+from tools.rerun import once_more_if_died
 
 from .errors import MAX_FORK_DEPTH, LensError, SessionNotFound
 
@@ -122,11 +124,14 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
             raise ApiError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
         try:
             ex = await svc.executors.get(project_id)
-            out = await ex.client.call(tool, args, timeout=BROWSE_TIMEOUT_S)
+            # (a read: one whose local child died under it runs once more on the next)
+            reached = await once_more_if_died(svc.executors, ex,
+                                              lambda e: e.client.call(tool, args, timeout=BROWSE_TIMEOUT_S),
+                                              f"session {sid}'s {tool} of {str(args.get('path'))[:200]!r}")
         except LensError as exc:
             code = _FROM_EXECUTOR.get(exc.code, exc.code)
             raise ApiError(code, exc.message) from None
-        return out.result
+        return reached.out.result
 
     @app.get("/api/v1/sessions/<sid>/workspace/tree")
     async def workspace_tree(sid: str) -> Response:

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
-from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, ExecutorAccess,
-                              check_where_it_leads, command_cwd, int_arg)
+from .rerun import ExecutorAccess
+from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
+                              command_cwd, int_arg)
 
 DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
 DEFAULT_READ_BYTES = 16 * 1024

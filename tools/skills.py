@@ -26,11 +26,12 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable
 
 from events import types as t
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
+from .rerun import Respawning, once_more_if_died
 
 SKILL_ROOTS = ("skills", ".agents/skills", ".codex/skills")  # in precedence order
 SKILL_FILE = "SKILL.md"
@@ -307,12 +308,9 @@ def instructions_text(skill: Skill) -> str:
 # --------------------------------------------------------------------------- the tool
 
 
-class ExecutorAccess(Protocol):
-    async def get(self, project_id: str) -> Any: ...
-
-
-def workspace_reader(pool: ExecutorAccess, project_id: str | None, call_id: str) -> Read:
-    """read_file through the project's executor (under its read lock), errors as ToolError."""
+def workspace_reader(pool: Respawning, project_id: str | None, call_id: str) -> Read:
+    """read_file through the project's executor (under its read lock), errors as ToolError; a
+    read whose local child died under it runs once more on the next (:func:`once_more_if_died`)."""
 
     async def read(args: dict[str, Any]) -> dict[str, Any]:
         if project_id is None:
@@ -323,12 +321,16 @@ def workspace_reader(pool: ExecutorAccess, project_id: str | None, call_id: str)
             raise
         except Exception as exc:
             raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
-        async with ex.lock.read():
+
+        async def attempt(ex: Any) -> Any:
             try:
-                out = await ex.client.call("read_file", args, call_id=call_id)
+                return await ex.client.call("read_file", args, call_id=call_id)
             except Exception as exc:
                 raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
-        return out.result
+
+        async with ex.lock.read():
+            reached = await once_more_if_died(pool, ex, attempt, f"skill read {call_id} ({args.get('path')!r})")
+        return reached.out.result
 
     return read
 
@@ -353,7 +355,7 @@ def _list_text(skills: list[Skill], loaded: dict[str, str]) -> str:
     return "Skills (load one with skill {\"name\": ...}):\n" + "\n".join(lines)
 
 
-def skill_tool(pool: ExecutorAccess) -> ToolSpec:
+def skill_tool(pool: Respawning) -> ToolSpec:
     async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"name", "unload"}
         name, unload = args.get("name"), args.get("unload", False)
@@ -425,7 +427,7 @@ def skill_tool(pool: ExecutorAccess) -> ToolSpec:
     )
 
 
-async def prompt_skills(pool: ExecutorAccess, project_id: str) -> list[tuple[str, str, str]]:
+async def prompt_skills(pool: Respawning, project_id: str) -> list[tuple[str, str, str]]:
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
     prompt's skills section; an executor that fails leaves the section out (logged)."""
     try:

@@ -9,11 +9,9 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -23,8 +21,7 @@ from runtime.atomicfile import why_not_written
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
-
-log = logging.getLogger("lens.tools")
+from .rerun import Reached, Respawning, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
@@ -50,24 +47,6 @@ def command_cwd(args: dict[str, Any], command: str) -> str:
     if "\0" in command or "\0" in cwd:
         raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
     return cwd
-
-
-class ExecutorAccess(Protocol):
-    async def get(self, project_id: str) -> Any: ...
-
-
-class Respawning(ExecutorAccess, Protocol):
-    async def respawned(self, ex: Any) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Reached:
-    """A workspace call's outcome, the executor that gave it, and the code its first run ended
-    with when it ran twice (see ``ToolResult.rerun_after``)."""
-
-    ex: Any
-    out: Any
-    rerun_after: str | None = None
 
 
 def _sha(data: bytes | None) -> str | None:
@@ -149,30 +128,17 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             now = await executor(ctx)
             yield now if now.lock is ex.lock else ex
 
-    async def call(ctx: ToolContext, tool: str, args: dict[str, Any], *, write: bool) -> Reached:
+    async def call(ctx: ToolContext, tool: str, args: dict[str, Any], *, write: bool) -> Reached[Any]:
         async with locked(ctx, write=write) as ex:
             return await call_locked(ex, ctx, tool, args)
 
-    async def call_locked(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Reached:
-        """Run a replay-safe call (every tool that comes here is one) under ``ex``'s domain lock.
-        A local child that died before it answered (EXECUTOR_UNAVAILABLE) has the call run once
-        more on the child the pool spawns in its place, under the same lock (a respawned child
-        keeps its domain's lock) and with the same call id, so the executor's call journal
-        never applies an edit twice. Never more than once; never for a remote executor (not
-        respawned: its reconnect is grpc's) or a session aborted meanwhile (cancelled)."""
-        try:
-            return Reached(ex, await attempt(ex, ctx, tool, args))
-        except ToolError as exc:
-            if exc.code != "EXECUTOR_UNAVAILABLE":
-                raise
-            first = exc
-        again = await pool.respawned(ex)
-        if again is None:
-            raise first
-        await trio.lowlevel.checkpoint()  # (aborted meanwhile: ends here, not run again)
-        log.warning("call %s:%s (%s): its executor died before it answered (%s); running it again on the "
-                    "executor spawned in its place", ctx.session_id, ctx.call_id, tool, first.message[:200])
-        return Reached(again, await attempt(again, ctx, tool, args), first.code)
+    async def call_locked(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Reached[Any]:
+        """Run a replay-safe call (every tool that comes here is one) under ``ex``'s domain lock;
+        a local child that died before it answered has it run once more on the child spawned in
+        its place (:func:`once_more_if_died`), with the same call id, so the executor's call
+        journal never applies an edit twice."""
+        return await once_more_if_died(pool, ex, lambda e: attempt(e, ctx, tool, args),
+                                       f"call {ctx.session_id}:{ctx.call_id} ({tool})")
 
     async def attempt(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any:
         if isinstance(args.get("path"), str):

@@ -294,8 +294,9 @@ def check_log(run: Run, events: list[dict[str, Any]], workspace: Path) -> None:
     assert all(c == 1 for c in Counter(lines).values()), Counter(lines)
     # an edit_file create never failed for its own earlier write, and wrote what it was given: one
     # the executor's kill cut ran once more on the next executor (and says so), and ends ok like
-    # one cut by the daemon's kill; only a kill of the executor while it was being started for
-    # the edit (before it took the call) leaves EXECUTOR_UNAVAILABLE, the file then absent
+    # one cut by the daemon's kill; only kills of the executor while it was being started for
+    # the edit (before it took the call), of the child started once more in its place too, leave
+    # EXECUTOR_UNAVAILABLE ("did not start"), the file then absent
     for e in events:
         if e["kind"] == "tool.finished" and e["body"]["name"] == "edit_file":
             unstarted = (run.victim == "executor" and e["body"].get("error_code") == "EXECUTOR_UNAVAILABLE"

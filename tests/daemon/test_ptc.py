@@ -6,9 +6,15 @@ and the errors a program meets, each a result the model sees."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
+
+from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
 
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
@@ -304,3 +310,41 @@ async def test_the_ptc_view_agrees_with_the_request_and_a_disabled_entry_leaves_
     inv = (await d.get(f"/tools/inventory?session={sid}", token)).json()
     assert inv["ptc"] is None and set(inv["offered"]) == set(offered(loop.bodies[3]))
     assert inv["searchable"] == ["web_search"] and inv["loaded"] == ["sleep_milliseconds"]
+
+
+async def test_a_programs_call_that_ran_again_after_its_executor_died_says_so(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The program's edit_file is held by the executor once its file and journal record are
+    # written (the test hold), and its child SIGKILLed there: the call runs once more on the next
+    # child (the journal answers; the edit is applied once), and the program's record of its calls
+    # says it ran again; a call that ran once has no such key.
+    hold = tmp_path / "hold"
+    hold.write_text("before_reply")
+    held = Path(f"{hold}.held")
+    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
+    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+    ws = d.root / "workspaces" / "p"
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "f.txt").write_text("a\n")
+    program = ("edit_file(path='f.txt', mode='edit', edits=[{'old_string': 'a', 'new_string': 'ab'}])\n"
+               "print(read_file(path='f.txt')['content'].strip())")
+
+    async def kill_when_held() -> None:
+        with trio.fail_after(30):
+            while not held.exists():
+                await trio.sleep(0.01)
+        os.kill(int(held.read_text()), signal.SIGKILL)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_when_held)
+            body = await run_tool(d, token, sid, "r1", PTC, {"code": program})
+    assert body["status"] == "ok", body
+    assert body["content"][0]["text"].startswith("ab\n")
+    assert (ws / "f.txt").read_text() == "ab\n"
+    root = body["call_id"]
+    assert body["structured_content"]["calls"] == [
+        {"call_id": f"{root}.1", "name": "edit_file", "ok": True, "rerun_after": "EXECUTOR_UNAVAILABLE"},
+        {"call_id": f"{root}.2", "name": "read_file", "ok": True}]
+    assert body.get("rerun_after") is None  # (the program itself ran once)

@@ -469,3 +469,41 @@ async def test_a_file_opening_with_a_stray_continuation_byte_is_binary_not_a_bad
     (ws / "e.txt").write_bytes("a\u20acb\n".encode())  # a real split stays the offset's fault
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "e.txt", "offset": "2"})
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text
+
+
+@pytest.mark.parametrize("route, tool, params, expected", [
+    ("tree", "browse_list", {}, lambda body: tree_paths(body) == ["a.txt"]),
+    ("file", "browse_read", {"path": "a.txt"}, lambda body: body["text"] == "x\n"),
+])
+async def test_a_read_whose_executor_dies_under_it_runs_once_more(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        route: str, tool: str, params: dict[str, str], expected: Any):
+    # Browsing is a read: one whose local child is SIGKILLed as it takes the call (the executor's
+    # test hold, LENS_EXECUTOR_TEST_HOLD) answers from the child spawned in its place, not 503.
+    from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+
+    hold = tmp_path / "hold"
+    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
+    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / "a.txt").write_text("x\n")
+    assert (await d.get(f"/sessions/{sid}/workspace/tree", reader)).status_code == 200  # (its child runs)
+    first = executor_child_of_this_process(ws)
+    hold.write_text(f"call:{tool}")
+    held = Path(f"{hold}.held")
+    result: list[Any] = []
+
+    async def get() -> None:
+        result.append(await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(get)
+            while not held.exists():
+                await trio.sleep(0.01)
+            assert int(held.read_text()) == first
+            os.kill(first, signal.SIGKILL)
+    r = result[0]
+    assert r.status_code == 200 and expected(r.json()), r.text
+    assert executor_child_of_this_process(ws) != first

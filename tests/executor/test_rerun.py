@@ -215,3 +215,58 @@ async def test_a_call_of_a_session_aborted_before_its_executor_died_is_not_run_a
     assert (ws / "f.txt").read_text() == "a\n"
     _, finished = one_call(events, "edit_file")
     assert finished.status != "ok" and finished.rerun_after is None, finished
+
+
+@pytest.mark.parametrize("point", ["before_listening", "before_hello"])
+async def test_a_child_killed_while_the_pool_starts_it_is_started_once_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    # The call never reached the killed child: any call, replay-safe or not, runs on the next.
+    held = held_at(monkeypatch, tmp_path, point)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        command = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
+        killed: list[int] = []
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_when_held, held, killed)
+                result = await command.run({"command": "echo ran >> ran.txt"},
+                                           ToolContext("p", "ses_s", "main", None, "c1", True))
+        ex = await pool.get("p")
+        assert ex.process is not None and len(killed) == 1 and ex.process.pid != killed[0]
+    assert not result.is_error, result.content
+    assert result.rerun_after is None  # (ran once: only the child was started again)
+    assert (ws / "ran.txt").read_text() == "ran\n"
+
+
+async def test_a_second_child_killed_while_it_starts_ends_the_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One more start, never a loop: the second child killed at the same point ends the call, and
+    # no third is started (it would claim the hold file, written again, and hold the call).
+    held = held_at(monkeypatch, tmp_path, "before_hello")
+    hold = tmp_path / "hold"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    killed: list[int] = []
+
+    async def kill_each_held() -> None:
+        for _ in range(2):
+            await wait_path(held, timeout=30)
+            pid = int(held.read_text())
+            held.unlink()
+            hold.write_text("before_hello")  # (the next child started holds too)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        command = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_each_held)
+                with pytest.raises(ToolError) as err:
+                    await command.run({"command": "echo ran >> ran.txt"},
+                                      ToolContext("p", "ses_s", "main", None, "c1", True))
+    assert len(killed) == 2 and killed[0] != killed[1]
+    assert err.value.code == "EXECUTOR_UNAVAILABLE" and "did not start: killed" in err.value.message, err.value
+    assert hold.read_text() == "before_hello" and not held.exists()  # no third child claimed it
+    assert not (ws / "ran.txt").exists()

@@ -105,6 +105,39 @@ async def test_a_name_found_again_in_a_later_root_is_shadowed(tmp_path: Path) ->
         (".codex/skills/r2", "the name 'review' is taken by the skill in skills/review/")]
 
 
+async def test_a_skill_read_whose_executor_dies_under_it_runs_once_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A skill's SKILL.md read whose local child is SIGKILLed as it takes the call (the executor's
+    # test hold) is read from the child spawned in its place, not reported as a problem.
+    import signal
+
+    from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    hold = tmp_path / "hold"
+    hold.write_text("call:read_file")
+    held = Path(f"{hold}.held")
+    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
+    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    killed: list[int] = []
+
+    async def kill_when_held() -> None:
+        await wait_path(held, timeout=30)
+        killed.append(int(held.read_text()))
+        os.kill(killed[0], signal.SIGKILL)
+
+    async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_when_held)
+                skills = await discover(workspace_reader(pool, "proj", "test"))
+        ex = await pool.get("proj")
+        assert ex.process is not None and killed and ex.process.pid != killed[0]
+    assert [(s.base_dir, s.problem) for s in skills] == [("skills/review", None)]
+    assert "REVIEW-STEPS" in skills[0].body
+
+
 # --------------------------------------------------------------------------- the tool in a session
 
 

@@ -56,12 +56,31 @@ SEND_STALL_S = 60.0
 TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # Test-only, read only with TEST_HOOKS_ENV set: the path of a file naming a point of an editing
 # call, ``before_publish`` (its journal record written, the file not yet) or ``before_reply`` (the
-# file and its record written, no reply sent). The first editing call to reach that point removes
-# the file, writes ``<file>.held`` (this process's pid) and blocks there until the process is
-# killed: tests kill an executor at an exact point of a call. An executor started later over the
-# same setting finds no file and holds nothing.
+# file and its record written, no reply sent), or of the executor's start, ``before_listening``
+# (bound, its "listening on" line not yet printed) or ``before_hello`` (a Hello received, not yet
+# answered), or ``call:<tool>`` (a Call of that tool received, not yet run: a read, say). The first
+# editing call (or start, Hello, Call) to reach that point removes the file, writes ``<file>.held``
+# (this process's pid) and blocks there until the process is killed: tests kill an executor at an
+# exact point of a call or of its start. An executor started later over the same setting finds no
+# file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
+
+
+def hold_at(hold: Path | None, point: str) -> None:
+    """Block here for good when the test-only hold file ``hold`` names ``point`` (see
+    TEST_HOLD_ENV; ``hold`` is None unless test hooks are on)."""
+    if hold is None:
+        return
+    try:
+        if hold.read_text().strip() != point:
+            return
+        hold.unlink()  # (claimed: one call holds)
+    except OSError:
+        return
+    Path(f"{hold}.held").write_text(str(os.getpid()))
+    while True:
+        time.sleep(1)
 
 
 class CannotListen(Exception):
@@ -151,6 +170,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             workspace.commit_hook = self._hold
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
+        self._hold("before_hello")
         if request.protocol_version != PROTOCOL_VERSION:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"core-executor-rpc mismatch: this executor speaks {PROTOCOL_VERSION}, "
@@ -163,6 +183,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return context is None or context.is_active()
 
     def Call(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
+        self._hold(f"call:{request.tool}")
         self._call.context = context
         try:
             return self._call_tool(request, context)
@@ -202,18 +223,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return pb.ToolReply(ok=True, result_json="{}")
 
     def _hold(self, point: str) -> None:
-        """Block here for good when the test-only hold file names ``point`` (see TEST_HOLD_ENV)."""
-        if self.hold is None:
-            return
-        try:
-            if self.hold.read_text().strip() != point:
-                return
-            self.hold.unlink()  # (claimed: one call holds)
-        except OSError:
-            return
-        Path(f"{self.hold}.held").write_text(str(os.getpid()))
-        while True:
-            time.sleep(1)
+        hold_at(self.hold, point)
 
     def _dispatch(self, tool: str, call_id: str | None, args: dict[str, Any]) -> pb.ToolReply:
         ws = self.ws
@@ -391,6 +401,7 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
         raise CannotListen(f"cannot listen on {listen!r} (the host does not resolve to a local address, or the "
                            f"port is in use)")
     server.start()
+    hold_at(service.hold, "before_listening")
     if ready is not None:
         ready(port)
     stop = stop or threading.Event()

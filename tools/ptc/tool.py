@@ -91,6 +91,8 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
         entry["ok"] = not result.is_error
         if result.is_error:
             entry["error_code"] = result.error_code
+        if result.rerun_after is not None:  # (ran twice: its executor died under the first run)
+            entry["rerun_after"] = result.rerun_after
         for part in result.content:
             if isinstance(part, t.ImagePart) and len(images) < MAX_IMAGES:
                 images.append(part)
