@@ -25,7 +25,7 @@ from events.secrets import MIN_SECRET, marker
 
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
-from .conftest import Daemon, serving, wait_until
+from .conftest import Daemon, run_tool, serving, wait_until
 from .keyleaks import KEYS, SLOW, leaks
 
 STORED = ("ANTHROPIC_API_KEY", KEYS["ANTHROPIC_API_KEY"])  # the key of a provider the session never uses
@@ -99,6 +99,13 @@ async def test_answers_built_from_events_stored_before_their_key_was_known_do_no
             for probe in KEY_PROBES:
                 assert await searched(d, token, project, probe) == [], probe
             assert await searched(d, token, project, SEVEN[1])
+            # The tool reads the same index (the call's own input, which quotes the query, aside).
+            for query, hits in (("api03", False), ("remember", True)):
+                before = max(e["seq"] for e in await d.events(token, sid))
+                body = await run_tool(d, token, sid, f"tool-{query}", "history_search", {"query": query})
+                assert not body["is_error"], body
+                older = [r for r in body["structured_content"]["results"] if r["seq"] <= before]
+                assert bool(older) is hits, body
             await history_pages(d, token, project)
 
             # The session moves to another provider: the context it sends holds no key it stored.
