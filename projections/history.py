@@ -103,6 +103,11 @@ class HistoryProjection(Projection):
     def fingerprint(self, salt: bytes) -> str:
         return self.secrets.fingerprint(salt)
 
+    def _scrubbed(self, text: str) -> str:
+        """``text`` scrubbed of the keys this index is built with (again: a no-op on text that
+        was, as an input's held in ``history_inputs``)."""
+        return self.secrets.scrub_text(text) if self.secrets else text
+
     def create(self, conn: apsw.Connection) -> None:
         conn.execute(
             "CREATE TABLE history_items(rowid INTEGER PRIMARY KEY, item_id TEXT NOT NULL UNIQUE, "
@@ -188,9 +193,10 @@ class HistoryProjection(Projection):
                 # request id of its own (a job's report whose id was taken), and, for a
                 # ``/skill:`` command, with the text the model sees (the args), not the command.
                 command = skill_command(ev.content)
+                # (held until placed, scrubbed already: projections.db holds no key it knows)
                 conn.execute("INSERT OR REPLACE INTO history_inputs(session_id, request_id, text) VALUES (?, ?, ?)",
                              (sid, se.request_id or f"seq:{se.seq}",
-                              _text(ev.content if command is None else command[1])))
+                              self._scrubbed(_text(ev.content if command is None else command[1]))))
             elif isinstance(ev, t.InputPlaced):
                 found = conn.execute("SELECT text FROM history_inputs WHERE session_id = ? AND request_id = ?",
                                      (sid, ev.input_request_id)).fetchall()
@@ -233,11 +239,9 @@ class HistoryProjection(Projection):
     def _flush(self, conn: apsw.Connection, items: list[tuple]) -> None:
         if not items:
             return
-        scrubbing = bool(self.secrets)
         for it in items:
             item_id, project_id, session_id, agent_id, task_id, role, seq, text = it
-            if scrubbing:  # (an event stored before its key was known holds it: see the class)
-                text = self.secrets.scrub_text(text)
+            text = self._scrubbed(text)  # (an event stored before its key was known holds it)
             tags = id_tags(project_id, session_id, agent_id, task_id)
             data = text.encode("utf-8")
             conn.execute(
