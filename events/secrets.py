@@ -22,6 +22,7 @@ Context sent to a provider.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
@@ -30,6 +31,7 @@ import msgspec
 MIN_SECRET = 8  # values shorter than this are never scrubbed (see the module's docstring)
 _NEVER_ESCAPED = re.compile(r"[A-Za-z0-9._-]+")  # (no JSON encoder escapes these)
 S = TypeVar("S")
+FINGERPRINT_ROUNDS = 100_000  # of Secrets.fingerprint: tens of milliseconds, once per start or rebuild
 
 
 def marker(name: str) -> str:
@@ -73,6 +75,16 @@ class Secrets:
 
     def __bool__(self) -> bool:
         return bool(self._pairs)
+
+    def fingerprint(self, salt: bytes) -> str:
+        """A digest of the set of secrets and their markers, salted: what a projection built from
+        text scrubbed of them records, to tell whether it was built with the same set. ``""``
+        for no secrets. Never the values: a salted PBKDF2 (:data:`FINGERPRINT_ROUNDS` rounds),
+        so that a short value cannot be found again from the digest by trying candidates fast."""
+        if not self._pairs:
+            return ""
+        joined = "\0".join(f"{value}\0{mark}" for value, mark in sorted(self._pairs)).encode("utf-8")
+        return hashlib.pbkdf2_hmac("sha256", joined, salt, FINGERPRINT_ROUNDS).hex()
 
     def scrub_text(self, text: str) -> str:
         """``text`` with every secret, as written or JSON-escaped, replaced by its marker."""

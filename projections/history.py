@@ -79,6 +79,11 @@ def _iid(seq: int, n: int = 0) -> str:
 
 
 class HistoryProjection(Projection):
+    """``secrets``: the keys the daemon knows. Each item is indexed and stored scrubbed of them
+    (as :meth:`Secrets.scrub_text` gives it), so that no search for a key or a piece of it
+    finds the item; the set is recorded as a salted fingerprint, and an index built with
+    another set is rebuilt (:class:`projections.projector.Projector`)."""
+
     name = "history"
     # 3: items indexed through projections.tokens.index_text (contentless FTS)
     # 4: the text parts of an input or tool result joined by a newline (were glued: "helloworld")
@@ -91,6 +96,17 @@ class HistoryProjection(Projection):
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions", "history_lineage",
               "history_edits")
+
+    def __init__(self, secrets: Secrets | None = None) -> None:
+        self.secrets = secrets or Secrets()
+
+    def fingerprint(self, salt: bytes) -> str:
+        return self.secrets.fingerprint(salt)
+
+    def _scrubbed(self, text: str) -> str:
+        """``text`` scrubbed of the keys this index is built with (again: a no-op on text that
+        was, as an input's held in ``history_inputs``)."""
+        return self.secrets.scrub_text(text) if self.secrets else text
 
     def create(self, conn: apsw.Connection) -> None:
         conn.execute(
@@ -177,9 +193,10 @@ class HistoryProjection(Projection):
                 # request id of its own (a job's report whose id was taken), and, for a
                 # ``/skill:`` command, with the text the model sees (the args), not the command.
                 command = skill_command(ev.content)
+                # (held until placed, scrubbed already: projections.db holds no key it knows)
                 conn.execute("INSERT OR REPLACE INTO history_inputs(session_id, request_id, text) VALUES (?, ?, ?)",
                              (sid, se.request_id or f"seq:{se.seq}",
-                              _text(ev.content if command is None else command[1])))
+                              self._scrubbed(_text(ev.content if command is None else command[1]))))
             elif isinstance(ev, t.InputPlaced):
                 found = conn.execute("SELECT text FROM history_inputs WHERE session_id = ? AND request_id = ?",
                                      (sid, ev.input_request_id)).fetchall()
@@ -219,18 +236,19 @@ class HistoryProjection(Projection):
                                  [(i, se.seq, sid, int(ev.op == "hide")) for i in dict.fromkeys(ev.item_ids)])
         self._flush(conn, items)
 
-    @staticmethod
-    def _flush(conn: apsw.Connection, items: list[tuple]) -> None:
+    def _flush(self, conn: apsw.Connection, items: list[tuple]) -> None:
         if not items:
             return
         for it in items:
             item_id, project_id, session_id, agent_id, task_id, role, seq, text = it
+            text = self._scrubbed(text)  # (an event stored before its key was known holds it)
             tags = id_tags(project_id, session_id, agent_id, task_id)
             data = text.encode("utf-8")
             conn.execute(
                 "INSERT INTO history_items(item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags, "
                 "size, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*it, tags, len(data), hashlib.sha256(data).hexdigest()))
+                (item_id, project_id, session_id, agent_id, task_id, role, seq, text, tags, len(data),
+                 hashlib.sha256(data).hexdigest()))
             conn.execute("INSERT INTO history_fts(rowid, text, tags) VALUES (last_insert_rowid(), ?, ?)",
                          (index_text(text), tags))
 
@@ -386,8 +404,10 @@ class HistoryIndex:
 
     def __init__(self, conn: apsw.Connection, secrets: Secrets | None = None) -> None:
         self.conn = conn
-        # Keys the daemon knows: snippets and pages are scrubbed of them (the index holds an
-        # item's text as stored, perhaps before its key was known).
+        # Keys the daemon knows: snippets and pages are scrubbed of them again. The index holds
+        # each item's text scrubbed of the keys it was built with (HistoryProjection), the same
+        # set as a rule; another set only until the daemon's next fold rebuilds it (a
+        # `lens log rebuild` run with other keys in its environment).
         self.secrets = secrets or Secrets()
         conn.register_fts5_function("lens_rank", lens_rank)
 
@@ -519,9 +539,10 @@ class HistoryIndex:
             end = offset + 1
             while end < size and (window[end - offset] & 0xC0) == 0x80:
                 end += 1
-        # Offsets, size and digest are the stored text's (the digest tells the item apart, whatever
-        # keys this daemon knows); the page's text is scrubbed, and one that ends in what could
-        # begin a key ends before it (Secrets.scrub_page), so the next page starts with the key.
+        # Offsets, size and digest are those of the text the index holds (scrubbed of the keys it
+        # was built with: see HistoryProjection). The page is scrubbed again, and one that ends in
+        # what could begin a key ends before it (Secrets.scrub_page): no-ops for an index built
+        # with this daemon's keys, a guard for one built with others.
         text, end, eof = self.secrets.scrub_page(window[:end - offset].decode("utf-8"), end, end >= size)
         return {
             "contextItemId": item_id, "sessionId": sid, "agentId": aid, "taskId": tid, "role": role, "seq": seq,

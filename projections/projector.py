@@ -3,11 +3,15 @@
 Each projection owns its tables and a row in ``positions`` (name, version, seq) that is written
 in the same transaction as its rows, so a crash never leaves a projection ahead of or behind its
 recorded position. A projection whose code version differs from the stored one is rebuilt from
-zero. Everything here is derived: deleting ``projections.db`` is always safe.
+zero, and so is one whose rows depend on more than the events (the history index on the keys it
+scrubs) when that input differs from what it was built with: ``inputs`` holds, per projection,
+a salted digest of it (:meth:`Projection.fingerprint`; never the input itself), written in the
+same transaction as the reset. Everything here is derived: deleting ``projections.db`` is always safe.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
@@ -104,6 +108,12 @@ class Projection(ABC):
     ) -> None:
         """Fold ``rows`` (in seq order, all after this projection's position) into its tables."""
 
+    def fingerprint(self, salt: bytes) -> str:
+        """A salted digest of what, besides the events, this projection's rows depend on (the
+        keys the history index scrubs); ``""`` when they depend on the events alone. Rows built
+        with another fingerprint are rebuilt (see the module's docstring)."""
+        return ""
+
     def dump(self, conn: apsw.Connection) -> list[tuple]:
         """Every row of every table in a canonical order (for equality checks)."""
         out: list[tuple] = []
@@ -150,6 +160,11 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
             "CREATE TABLE IF NOT EXISTS positions("
             "name TEXT PRIMARY KEY, version INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID"
         )
+        # What a projection was built with besides the events (Projection.fingerprint); no row: "".
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS inputs("
+            "name TEXT PRIMARY KEY, salt BLOB NOT NULL, digest TEXT NOT NULL) WITHOUT ROWID"
+        )
         columns = [row[1] for row in conn.execute("PRAGMA table_info(positions)")]
         if columns != ["name", "version", "seq"]:
             conn.close()
@@ -179,6 +194,9 @@ class Projector:
         self.reader = reader
         self.conn = conn
         self.projections = {p.name: p for p in projections}
+        # Per projection, the (salt, digest) of its inputs row this projector found to match its
+        # own fingerprint, or wrote: a row that differs at a fold was written by another process.
+        self._inputs: dict[str, tuple[bytes, str]] = {}
         with self._damage_named():
             for p in self.projections.values():
                 self._ensure(p)
@@ -207,9 +225,23 @@ class Projector:
 
     def _ensure(self, p: Projection) -> None:
         rows = self.conn.execute("SELECT version FROM positions WHERE name = ?", (p.name,)).fetchall()
-        if rows and rows[0][0] == p.version:
+        if rows and rows[0][0] == p.version and self._built_with_ours(p):
             return
-        self._reset(p)  # new, or written by another version: start over
+        self._reset(p)  # new, written by another version, or built with other inputs: start over
+
+    def _built_with_ours(self, p: Projection) -> bool:
+        """Whether ``p``'s rows were built with the inputs it has here (its recorded fingerprint
+        is its own). Remembers the row that matched, so a fold checks it with one read."""
+        rows = self.conn.execute("SELECT salt, digest FROM inputs WHERE name = ?", (p.name,)).fetchall()
+        salt, digest = (rows[0][0], rows[0][1]) if rows else (b"", "")
+        if type(salt) is not bytes or type(digest) is not str:  # (edited by hand: never ours)
+            return False
+        if self._inputs.get(p.name) == (salt, digest):
+            return True
+        if p.fingerprint(salt) != digest:
+            return False
+        self._inputs[p.name] = (salt, digest)
+        return True
 
     def _match_log(self) -> None:
         """Start over the projections folded from another log than this one.
@@ -254,6 +286,15 @@ class Projector:
                 "INSERT OR REPLACE INTO positions(name, version, seq) VALUES (?, ?, 0)",
                 (p.name, p.version),
             )
+            salt = os.urandom(16)
+            digest = p.fingerprint(salt)
+            if digest:
+                self.conn.execute("INSERT OR REPLACE INTO inputs(name, salt, digest) VALUES (?, ?, ?)",
+                                  (p.name, salt, digest))
+            else:
+                self.conn.execute("DELETE FROM inputs WHERE name = ?", (p.name,))
+                salt = b""
+            self._inputs[p.name] = (salt, digest)
 
     def get(self, name: str) -> Projection:
         try:
@@ -359,6 +400,11 @@ class Projector:
         """
         last = rows[-1].seq
         with self._damage_named(), _write_transaction(self.conn):
+            for p in targets:
+                # Another process (`lens log rebuild` with other keys in its environment) rebuilt
+                # it with other inputs: start it over with ours (read under the write lock).
+                if not self._built_with_ours(p):
+                    self._reset(p)
             current = {p.name: self.position(p.name) for p in targets}  # under the write lock
             behind = [pos for pos in current.values() if pos < after]
             if behind:

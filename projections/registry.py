@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from events.secrets import Secrets
+
 from .catalog import ProjectsProjection, SessionsProjection
 from .history import HistoryProjection
 from .projector import Projection
@@ -9,6 +11,7 @@ from .settings import SettingsProjection
 from .stats import KindStats
 
 
-def all_projections() -> list[Projection]:
-    """Fresh instances of every projection, in the order they are built."""
-    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection(), SettingsProjection()]
+def all_projections(secrets: Secrets | None = None) -> list[Projection]:
+    """Fresh instances of every projection, in the order they are built; the history index is
+    scrubbed of ``secrets`` (the keys ``lens serve`` knows)."""
+    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection(secrets), SettingsProjection()]

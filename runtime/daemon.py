@@ -173,7 +173,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         tools.add(capability_search_tool(tool_catalog))
         if tool_catalog.ptc is not None:
             tools.add(ptc_tool(tool_catalog))
-        mcp = McpServers(cfg.mcp_servers, tools, artifacts)  # (their tools join `tools` as they start)
+        mcp = McpServers(cfg.mcp_servers, tools, artifacts,  # (their tools join `tools` as they start)
+                         secrets=store.secrets)
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None) -> list[str]:

@@ -395,7 +395,8 @@ def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Cal
 def cmd_rebuild(args: argparse.Namespace) -> int:
     data = Path(args.data)
     with LogReader(data) as reader:
-        projector = Projector(reader, open_projections_db(data), all_projections())
+        # The history index forgets the keys `lens serve` would know, as the daemon's does.
+        projector = Projector(reader, open_projections_db(data), all_projections(_known_secrets()))
         try:
             # (repeated or comma-separated like decode's --kind; each named once, in order)
             names = _kinds(args.projection) or sorted(projector.projections)

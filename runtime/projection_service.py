@@ -82,7 +82,7 @@ class ProjectionService:
     def __init__(self, data_dir: Path, store: EventStore) -> None:
         self.store = store
         reader = LogReader(data_dir, connection=open_read_connection(data_dir))
-        self.projector = Projector(reader, open_projections_db(data_dir), all_projections())
+        self.projector = Projector(reader, open_projections_db(data_dir), all_projections(store.secrets))
         self._read_conn = open_projections_db(data_dir)
         # Made once, here: making one registers its rank function on the connection, which apsw
         # refuses while a worker thread is reading through it (a 500 under concurrent searches).

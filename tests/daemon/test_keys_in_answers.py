@@ -230,3 +230,41 @@ async def stored_before_and_after(d: Daemon, token: str, project: dict[str, Any]
         inner.start_soon(watch, d, token, sse_bytes)
         await stream_caught_up(d, sse_bytes)
         inner.cancel_scope.cancel()
+
+
+async def test_an_mcp_tools_definition_quoting_a_key_reaches_neither_the_model_nor_an_answer(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server the config hands a key (envFrom) quotes it in its tool's description (once near
+    # its start, once across the 8192nd character, where descriptions are cut) and in its input
+    # schema (a description, a default, a property's name). The definitions went to the provider
+    # as reported.
+    from ..mcp.conftest import SERVER
+
+    name, key = "LENS_TEST_MCP_KEY", KEYS["OPENAI_API_KEY"]
+    monkeypatch.setenv(name, key)
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(oc.chat_stream(text="fine"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": name,
+                       "maxRetries": 0, "models": [{"id": "m"}]}],
+        "defaultModel": "loop/m",
+        "mcpServers": {"k": {"command": sys.executable, "args": [SERVER, "--keyed", name], "envFrom": [name]}}})
+    token = await d.pair("mcp-client", strong=True)
+    r = await d.get("/tools/inventory", token)
+    assert r.status_code == 200, r.text
+    assert not leaks("the tool inventory", r.content, [key]), r.text
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    view = await d.wait_idle(token, sid, timeout=SLOW)
+    assert view["status"] == "idle", view
+    sent = json.dumps(loop.bodies)
+    assert not leaks("the request to the model", sent, [key]), sent
+    (offered,) = [tool["function"] for tool in loop.bodies[0]["tools"] if tool["function"]["name"] == "mcp__k__keyed"]
+    mark = marker(name)
+    assert offered["description"].startswith(f"Calls the service with key {mark}; ppp"), offered["description"][:80]
+    cut = offered["description"].split("; ", 1)[1].lstrip("p")  # (the key across the cut: its marker, cut)
+    assert len(offered["description"]) == 8192 and cut and mark.startswith(cut), offered["description"][-40:]
+    schema = offered["parameters"]
+    assert schema["description"] == f"uses {mark}" and mark in schema["properties"], schema
+    assert schema["properties"]["token"] == {"type": "string", "default": mark, "description": f"e.g. {mark}"}, schema

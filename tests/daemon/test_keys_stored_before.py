@@ -6,11 +6,13 @@ answer quotes one, its tool calls read a file and start a job that print it, and
 all of it is stored as written. The same data directory is served again with the keys set: no
 answer (the session's view and list, its context, jobs, changes, a fork, the tool inventory,
 history's search and pages, the events route) holds a key, nor does the request the session then
-sends to another provider. A value of 8 characters is a key; one of 7 is left as it is.
+sends to another provider; the history index was rebuilt with the keys, so no search for a piece
+of one finds an item. A value of 8 characters is a key; one of 7 is left as it is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -23,13 +25,15 @@ from events.secrets import MIN_SECRET, marker
 
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
-from .conftest import Daemon, serving, wait_until
+from .conftest import Daemon, run_tool, serving, wait_until
 from .keyleaks import KEYS, SLOW, leaks
 
 STORED = ("ANTHROPIC_API_KEY", KEYS["ANTHROPIC_API_KEY"])  # the key of a provider the session never uses
 EIGHT = ("LENS_TEST_EIGHT_KEY", "Qz8vK2pL")  # the shortest value scrubbed
 SEVEN = ("LENS_TEST_SEVEN_KEY", "Wm4tR9x")  # one character short: never scrubbed
-PADDING = "the padding line: "  # begins notes.txt, so that a page can end inside the key after it
+PADDING = "the padding line: "
+# Searches for a key: a word of it, the words after it, a prefix, the whole key, the 8-character value.
+KEY_PROBES = ["api03", STORED[1].rsplit("-", 1)[1], "W5eR8*", f'"{STORED[1]}"', EIGHT[1]]  # begins notes.txt, so that a page can end inside the key after it
 
 
 def config(url: str) -> dict[str, Any]:
@@ -73,8 +77,10 @@ async def test_answers_built_from_events_stored_before_their_key_was_known_do_no
             await d.submit(token, sid, "old-1", f"remember {' '.join(['this'] * 20)} {STORED[1]}")
             job = await finished_job(d, token, sid)
             await d.wait_idle(token, sid, timeout=SLOW)
-            # Without the keys known, all of it is stored and shown as written.
+            # Without the keys known, all of it is stored and shown as written, and found by its pieces.
             assert STORED[1] in (await d.get(f"/sessions/{sid}", token)).text
+            for probe in KEY_PROBES:
+                assert await searched(d, token, project, probe), probe
             assert await serve.terminate() == 0
 
         monkeypatch.setenv("OPENAI_API_KEY", KEYS["OPENAI_API_KEY"])
@@ -88,6 +94,18 @@ async def test_answers_built_from_events_stored_before_their_key_was_known_do_no
             for name in (STORED[0], EIGHT[0]):
                 assert marker(name) in view, name
             assert SEVEN[1] in view and marker(SEVEN[0]) not in view, view
+            # The history index was rebuilt with the keys: no piece of one finds an item, key-free
+            # words of the same items do (answers_of), and so does the 7-character value.
+            for probe in KEY_PROBES:
+                assert await searched(d, token, project, probe) == [], probe
+            assert await searched(d, token, project, SEVEN[1])
+            # The tool reads the same index (the call's own input, which quotes the query, aside).
+            for query, hits in (("api03", False), ("remember", True)):
+                before = max(e["seq"] for e in await d.events(token, sid))
+                body = await run_tool(d, token, sid, f"tool-{query}", "history_search", {"query": query})
+                assert not body["is_error"], body
+                older = [r for r in body["structured_content"]["results"] if r["seq"] <= before]
+                assert bool(older) is hits, body
             await history_pages(d, token, project)
 
             # The session moves to another provider: the context it sends holds no key it stored.
@@ -142,10 +160,17 @@ async def answers_of(d: Daemon, token: str, project: dict[str, Any], sid: str, j
     return answers
 
 
+async def searched(d: Daemon, token: str, project: dict[str, Any], query: str) -> list[str]:
+    """The ids of the items the history route finds for ``query``."""
+    r = await d.post("/history/search", token, {"projectId": project["id"], "query": query, "limit": 100})
+    assert r.status_code == 200, r.text
+    return [hit["contextItemId"] for hit in r.json()["results"]]
+
+
 async def history_pages(d: Daemon, token: str, project: dict[str, Any]) -> None:
-    """The file's text read back from history in pages: one that ends 10 characters into the
-    key ends before it, the next starts with its marker; offsets, size and digest are the
-    stored text's, the same on every page."""
+    """The file's text read back from history in pages: the index holds it with the markers
+    (rebuilt with the keys known), so offsets, size and digest are those of that text, the same
+    on every page, and a page may end inside a marker."""
     hits = (await d.post("/history/search", token, {"projectId": project["id"], "query": "padding"})).json()
     pages = [(await d.get(f"/history/items/{h['contextItemId']}", token)).json() for h in hits["results"]]
     whole = next(p for p in pages if p["role"] == "tool_result" and PADDING in p["text"])
@@ -153,10 +178,12 @@ async def history_pages(d: Daemon, token: str, project: dict[str, Any]) -> None:
     at = whole["text"].index(PADDING) + len(PADDING)
     start = len(whole["text"][:at - len(PADDING)].encode())
     first = (await d.get(f"/history/items/{item}", token, params={"offset": start, "limit": len(PADDING) + 10})).json()
-    assert (first["text"], first["nextOffset"], first["eof"]) == (PADDING, start + len(PADDING), False), first
+    mark = marker(STORED[0])
+    assert (first["text"], first["nextOffset"], first["eof"]) == (PADDING + mark[:10], start + len(PADDING) + 10,
+                                                                   False), first
     rest = (await d.get(f"/history/items/{item}", token, params={"offset": first["nextOffset"]})).json()
-    assert rest["text"].startswith(marker(STORED[0])) and rest["eof"], rest
+    assert rest["text"].startswith(mark[10:]) and rest["eof"], rest
     assert first["size"] == rest["size"] == whole["size"] and first["digest"] == rest["digest"] == whole["digest"]
-    # (the size is the stored text's, which holds the key itself)
-    assert whole["size"] == len(whole["text"].encode()) - len(marker(STORED[0])) + len(STORED[1]) \
-        - len(marker(EIGHT[0])) + len(EIGHT[1]), whole
+    # (the size and digest are those of the text the index holds: with the markers)
+    text = whole["text"].encode()
+    assert (whole["size"], whole["digest"]) == (len(text), hashlib.sha256(text).hexdigest()), whole

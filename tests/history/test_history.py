@@ -11,6 +11,7 @@ import trio
 
 from events import types as t
 from events.reader import LogReader
+from events.secrets import Secrets, marker
 from events.store import Draft, open_store
 from projections.history import RANKED_LIMIT, HistoryError, HistoryIndex, HistoryProjection, fts_query
 from projections.projector import Projector, open_projections_db
@@ -297,18 +298,28 @@ async def test_read_pages_by_utf8_bytes_with_a_digest(world) -> None:
     projector.close()
 
 
-async def test_incremental_equals_rebuild(world) -> None:
+KEY = ("ANTHROPIC_API_KEY", "sk-ant-api03-Hq7Lz2Wn5Rb8Tc4Vd1Xf6Yg9")
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no keys", "a key configured"])
+async def test_incremental_equals_rebuild(world, keyed: bool) -> None:
     data, log = world
+    secrets = Secrets({KEY[1]: KEY[0]}) if keyed else None
     reader = LogReader(data)
-    inc = Projector(reader, open_projections_db(data), [HistoryProjection()])
-    # catch up in small steps while more events arrive
+    inc = Projector(reader, open_projections_db(data), [HistoryProjection(secrets)])
+    # catch up in small steps while more events arrive (some quoting the key, stored as written)
     inc.catch_up()
     await log.user("later zanzibar input", session="s2", task="t9")
+    await log.tool("read_file", {"path": f"{KEY[1]}.txt"}, f"zanzibar key={KEY[1]}", session="s2", task="t9")
+    inc.catch_up()
+    await log.assistant(f"the key {KEY[1]} again", session="s2", task="t9")
     inc.catch_up()
     incremental = inc.dump("history")
-    rebuilt = Projector(reader, open_projections_db(data, memory=True), [HistoryProjection()])
+    rebuilt = Projector(reader, open_projections_db(data, memory=True), [HistoryProjection(secrets)])
     rebuilt.rebuild()
     assert rebuilt.dump("history") == incremental
+    assert (KEY[1] in repr(incremental)) is not keyed
+    assert (marker(KEY[0]) in repr(incremental)) is keyed
     inc.close()
     rebuilt.close()
 
@@ -451,7 +462,7 @@ def test_pages_of_four_byte_characters_and_nuls_read_from_the_stored_bytes() -> 
     conn = apsw.Connection(":memory:")
     HistoryProjection().create(conn)
     text = "a😀é\0b😀"
-    HistoryProjection._flush(conn, [("c1", P1, "s1", "main", "t1", "user", 1, text)])
+    HistoryProjection()._flush(conn, [("c1", P1, "s1", "main", "t1", "user", 1, text)])
     index = HistoryIndex(conn)
     full = text.encode()
     for limit in (1, 2, 3, 4, 5, 100):

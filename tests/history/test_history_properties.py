@@ -41,7 +41,7 @@ TEXTS = st.lists(CHARS, max_size=60).map("".join) | st.text(max_size=40)
 def index_of(text: str) -> HistoryIndex:
     conn = apsw.Connection(":memory:")
     HistoryProjection().create(conn)
-    HistoryProjection._flush(conn, [("c1", "prj", "s1", "main", "t1", "user", 1, text)])
+    HistoryProjection()._flush(conn, [("c1", "prj", "s1", "main", "t1", "user", 1, text)])
     return HistoryIndex(conn)
 
 

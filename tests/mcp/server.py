@@ -20,7 +20,8 @@ and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N
 ``--odd-ids`` (answers ``initialize`` and every ``tools/call`` first with ids of other JSON types that
 Python takes as equal to the request's — ``true`` for 1, ``1.0``, ``"1"`` — carrying a wrong result, then
 with the right id), ``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
-``listings`` says how many it answered), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+``listings`` says how many it answered), ``--keyed NAME`` (adds ``keyed``, whose description, title and input schema quote the value of its
+variable ``NAME``; the description again 10 characters before its 8192nd), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
@@ -164,7 +165,17 @@ def main() -> None:
     ap.add_argument("--wide", type=int, default=0)
     ap.add_argument("--flood", action="store_true")
     ap.add_argument("--odd-ids", action="store_true")
+    ap.add_argument("--keyed")
     opts = ap.parse_args()
+    if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
+        value = os.environ.get(opts.keyed, "<unset>")
+        TOOLS.insert(0, {"name": "keyed", "title": f"Keyed {value}",
+                         # (and again across the 8192nd character, where the daemon cuts a description)
+                         "description": (head := f"Calls the service with key {value}; ") + "p" * (8182 - len(head))
+                         + value,
+                         "inputSchema": {"type": "object", "description": f"uses {value}", "properties": {
+                             "token": {"type": "string", "default": value, "description": f"e.g. {value}"},
+                             value: {"type": "string"}}}})
     if opts.flood:
         TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
     if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)

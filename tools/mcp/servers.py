@@ -25,6 +25,7 @@ from typing import Any, Callable
 import msgspec
 import trio
 
+from events.secrets import Secrets
 from runtime.mcp_config import McpServerConfig
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
@@ -101,8 +102,13 @@ def server_env(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.e
 
 class McpServers:
     def __init__(self, configs: dict[str, McpServerConfig], registry: ToolRegistry, artifacts: ArtifactStore, *,
-                 max_pages: int = MAX_PAGES, max_tools: int = MAX_TOOLS) -> None:
+                 max_pages: int = MAX_PAGES, max_tools: int = MAX_TOOLS, secrets: Secrets | None = None) -> None:
+        """``secrets``: the keys the daemon knows; a tool's description and input schema (text
+        a server reports, which a server given a key through ``envFrom`` can quote) are
+        scrubbed of them before the tool joins the registry, whence it reaches every model
+        request and every answer that lists tools."""
         self.registry = registry
+        self.secrets = secrets or Secrets()
         self.artifacts = artifacts
         self.max_pages, self.max_tools = max_pages, max_tools
         self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled")
@@ -276,10 +282,13 @@ class McpServers:
             text = [v for v in (raw.get("description"), raw.get("title")) if isinstance(v, str) and v]
             # (text a provider and the inventory send as JSON: a lone surrogate made every model
             # request of every session fail, and GET /tools/inventory answer 500)
+            # (scrubbed before the cut: a key the cut would split is replaced whole)
+            description = self.secrets.scrub_text(_clean((text or [f"{name} (MCP server {s.name})"])[0]))
+            schema = self.secrets.scrub(raw["inputSchema"]) if self.secrets else raw["inputSchema"]
             spec = ToolSpec(
                 name=tool_id(s.name, name),
-                description=_clean((text or [f"{name} (MCP server {s.name})"])[0])[:MAX_DESCRIPTION],
-                input_schema=raw["inputSchema"], run=self._runner(s.name, name),
+                description=description[:MAX_DESCRIPTION],
+                input_schema=schema, run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
                 skip(name, f"{spec.name} is already a tool")
