@@ -8,7 +8,10 @@ appending a line of their own to a file, ``read_file``, loading a workspace skil
 plain inputs and steers queued behind them, answers to questions (or one left open), a manual
 compaction and a fork from an event of the session (with an input of its own). An SSE subscriber
 counts the log's events; at the generated count N the daemon gets SIGKILL (the kill point is a
-count of committed events, never a time). In a drawn share of the examples the executor child is
+count of committed events, never a time). Or the kill point is drawn the second way: the k-th start
+of a command (a ``run_command`` call's ``tool.started`` or a ``job.started``), then D ms, so that
+the kill lands while that command runs (every command of such an example runs at least 300 ms).
+In a drawn share of the examples the executor child is
 SIGKILLed at that point instead: the daemon runs on, must bring the session to rest by itself
 through the rest of the script (the next call spawns another executor), and is SIGKILLed when the
 script ends. With the daemon down the log must verify, be intact and gap-free and hold every
@@ -25,11 +28,14 @@ each is idle), with:
 * a skill's instructions appended at most once per agent;
 * ``lens log rebuild`` producing exactly the projections the daemon kept.
 
-Each command and job a step starts may sleep first (a drawn 0, 50 or 300 ms), so that kill points
-land inside running ones; an input submitted after a "wait" must come after every job started
+Each command and job a step starts writes its name to ``started.txt`` first and may then sleep (a
+drawn 0, 50 or 300 ms), so that kill points land inside running ones; a command or job whose name
+is in ``started.txt`` but not in ``side.txt`` when the kill is sent was running then. Such a one,
+killed with its executor, is never reported ok (a command ends ``error``, a job not ``exited``),
+and no command starts twice. An input submitted after a "wait" must come after every job started
 before it has ended.
 
-Examples are few and derandomized (seven fixed ones, one drawn: about a minute on two cores;
+Examples are few and derandomized (nine fixed ones, one drawn: about a minute on two cores;
 ``LENS_KILL9_EXAMPLES`` draws more, ``LENS_KILL9_SEED`` draws others, ``LENS_KILL9_RECORD`` names a
 file each example appends where its kill fell to).
 """
@@ -48,7 +54,7 @@ import apsw
 import httpx2
 import pytest
 import trio
-from hypothesis import HealthCheck, example, given, seed, settings
+from hypothesis import HealthCheck, assume, example, given, seed, settings
 from hypothesis import strategies as st
 
 from ..procfs import executor_of
@@ -78,6 +84,21 @@ STEPS = st.lists(st.sampled_from([*INPUT_STEPS, "wait", "compact", "fork"]), min
 # past the list's end takes none): long enough that a kill point lands inside a running one.
 DELAYS = st.lists(st.sampled_from((0, 50, 300)), max_size=8)
 SLOW = ["cmd", "wait", "job", "wait", "cmd", "edit"]  # the fixed examples that kill inside a command or a job
+STARTED_MS = 300  # a command's least delay when the kill point is drawn at a command's start
+
+
+@dataclass(frozen=True)
+class AtStart:
+    """The second way to draw a kill point: D = ``after_ms`` ms after the k-th start of a command
+    (k counted from 0, modulo the script's commands and jobs)."""
+
+    k: int
+    after_ms: int
+
+
+# The kill point: a share of the script's estimated events (an int, see kill_point), or AtStart.
+POINTS = st.one_of(st.integers(min_value=0, max_value=100),
+                   st.builds(AtStart, k=st.integers(min_value=0, max_value=3), after_ms=st.sampled_from((0, 30, 100))))
 
 
 # Roughly how many events each step writes (a tool round is about eight): the kill point is drawn
@@ -98,9 +119,19 @@ def marker(kind: str, n: int) -> str:
 
 
 def command_of(kind: str, n: int, delays: list[int]) -> str:
-    """Step ``n``'s command: it appends its own line, after the step's delay if it has one."""
+    """Step ``n``'s command: it writes its name to ``started.txt``, then appends its own line to
+    ``side.txt``, after the step's delay if it has one."""
     ms = delays[n] if n < len(delays) else 0
-    return f"{f'sleep {ms / 1000}; ' if ms else ''}echo {kind}{n} >> side.txt"
+    return f"echo {kind}{n} >> started.txt; {f'sleep {ms / 1000}; ' if ms else ''}echo {kind}{n} >> side.txt"
+
+
+def is_command_start(kind: str | None, body: dict[str, Any]) -> bool:
+    """Whether an event starts a command: a ``run_command`` call's start, or a job's."""
+    return kind == "job.started" or (kind == "tool.started" and body.get("name") == "run_command")
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
 
 
 def script_for(steps: list[str], delays: list[int]) -> list[dict[str, Any]]:
@@ -130,8 +161,11 @@ def script_for(steps: list[str], delays: list[int]) -> list[dict[str, Any]]:
 class Run:
     cwd: Path
     steps: list[str]
-    kill_at: int
+    kill_at: int  # a count of events (with ``at_start``: set to the count read when the kill is sent)
     victim: str = "daemon"  # what is SIGKILLed at the kill point (one of VICTIMS)
+    at_start: AtStart | None = None  # the kill point drawn the second way
+    workspace: Path | None = None
+    running: list[str] = field(default_factory=list)  # commands started, not ended, as the kill was sent
     token: str = ""
     sessions: list[str] = field(default_factory=list)
     acks: dict[tuple[str, str], int] = field(default_factory=dict)  # (session, request id) -> seq
@@ -211,19 +245,37 @@ async def drive(d: Daemon, run: Run, sid: str) -> None:
 
 
 async def count_and_kill(d: Daemon, run: Run, serve: ServeProcess, stream: SseStream) -> None:
-    assert serve.proc is not None
-    while run.counted < run.kill_at:
+    assert serve.proc is not None and run.workspace is not None
+    starts = sum(k in ("cmd", "job") for k in run.steps)
+    target = run.at_start.k % starts if run.at_start is not None and starts else None
+    seen = 0
+    while True:
+        if run.at_start is None and run.counted >= run.kill_at:
+            break
         msg = await stream.next_event(timeout=30)
         if msg is None:
             return
         if msg.id is not None:
             run.counted += 1
+            if target is not None and is_command_start(msg.event, msg.json().get("body", {})):
+                seen += 1
+                if seen > target:
+                    break
+    if run.at_start is not None:
+        if target is None:
+            return  # no command to start: killed as the script ends
+        await trio.sleep(run.at_start.after_ms / 1000)  # the drawn D: a time by design, not an ordering
+        run.kill_at = run.counted
     run.fired = True
     if run.victim == "daemon":
         serve.proc.send_signal(signal.SIGKILL)
         run.killed = True
     elif (pid := executor_of(serve.proc.pid)) is not None:  # (none yet: no call has needed one)
         os.kill(pid, signal.SIGKILL)
+    else:
+        return
+    ended = set(lines(run.workspace / "side.txt"))
+    run.running = [name for name in lines(run.workspace / "started.txt") if name not in ended]
 
 
 async def decode(cwd: Path) -> list[dict[str, Any]]:
@@ -288,10 +340,25 @@ def check_log(run: Run, events: list[dict[str, Any]], workspace: Path) -> None:
         # a skill's instructions appended at most once per agent
         loads = Counter((e["agent_id"], e["body"].get("name")) for e in mine if e["kind"] == "skill.loaded")
         assert all(c == 1 for c in loads.values()), loads
-    # what commands and jobs appended: each call's line at most once
-    side = workspace / "side.txt"
-    lines = side.read_text().splitlines() if side.exists() else []
-    assert all(c == 1 for c in Counter(lines).values()), Counter(lines)
+    # what commands and jobs appended: each call's line at most once; none started twice
+    ended = Counter(lines(workspace / "side.txt"))
+    assert all(c == 1 for c in ended.values()), ended
+    started = Counter(lines(workspace / "started.txt"))
+    assert all(c == 1 for c in started.values()), ("a command started twice", started)
+    # a command or job that ran as its executor was killed is not reported ok
+    if run.victim == "executor":
+        for name in run.running:
+            echo = f"echo {name} >> side.txt"
+            if name.startswith("cmd"):
+                call = next(e["body"]["call_id"] for e in events if e["kind"] == "tool.started"
+                            and e["body"]["name"] == "run_command" and echo in e["body"]["arguments"])
+                end = next(e["body"] for e in events if e["kind"] == "tool.finished" and e["body"]["call_id"] == call)
+                assert end["status"] != "ok", ("a command killed with its executor reported ok", name, end)
+            else:
+                job = next(e["body"]["job_id"] for e in events if e["kind"] == "job.started"
+                           and echo in e["body"]["command"])
+                end = next(e["body"] for e in events if e["kind"] == "job.finished" and e["body"]["job_id"] == job)
+                assert end["status"] != "exited", ("a job killed with its executor reported exited", name, end)
     # an edit_file create never failed for its own earlier write, and wrote what it was given: one
     # the executor's kill cut ran once more on the next executor (and says so), and ends ok like
     # one cut by the daemon's kill; only kills of the executor while it was being started for
@@ -326,8 +393,10 @@ def kill_place(run: Run, events: list[dict[str, Any]]) -> str:
     return "elsewhere"
 
 
-async def one_example(tmp: Path, steps: list[str], delays: list[int], kill_at: int, victim: str) -> None:
+async def one_example(tmp: Path, steps: list[str], delays: list[int], point: int | AtStart, victim: str) -> None:
     cwd = tmp
+    if isinstance(point, AtStart):  # every command runs long enough for a kill D ms after its start
+        delays = [max(delays[n] if n < len(delays) else 0, STARTED_MS) for n in range(len(steps))]
     (cwd / "config").mkdir(parents=True)
     config = {"providers": [{"id": "faux", "protocol": "faux", "script": script_for(steps, delays)}],
               "defaultModel": "faux/faux-1"}
@@ -336,7 +405,8 @@ async def one_example(tmp: Path, steps: list[str], delays: list[int], kill_at: i
     (ws / "skills" / "demo").mkdir(parents=True)
     (ws / "skills" / "demo" / "SKILL.md").write_text(SKILL)
     (ws / "notes.txt").write_text("some notes\n")
-    run = Run(cwd, steps, kill_at, victim)
+    run = Run(cwd, steps, 0 if isinstance(point, AtStart) else kill_point(steps, point), victim,
+              point if isinstance(point, AtStart) else None, ws)
 
     async with serving(cwd, stderr_name="serve-0.err", timeout=20) as (serve, d):
         run.token = await d.pair("kill9-props", strong=True)
@@ -380,8 +450,9 @@ async def one_example(tmp: Path, steps: list[str], delays: list[int], kill_at: i
     events = await decode(cwd)
     if RECORD:
         with open(RECORD, "a") as f:
-            f.write(json.dumps({"steps": steps, "delays": delays, "victim": victim, "killAt": kill_at,
-                                "place": kill_place(run, events)}) + "\n")
+            f.write(json.dumps({"steps": steps, "delays": delays, "victim": victim, "point": repr(point),
+                                "killAt": run.kill_at, "place": kill_place(run, events),
+                                "running": run.running}) + "\n")
     check_log(run, events, ws)
     assert integrity(cwd / "data" / "events.db") == [("ok",)]
     assert integrity(cwd / "data" / "projections.db") == [("ok",)]
@@ -399,23 +470,27 @@ async def test_sigkill_at_generated_points_of_generated_activity(tmp_path: Path)
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=SEED is None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(steps=STEPS, delays=DELAYS, share=st.integers(min_value=0, max_value=100), victim=st.sampled_from(VICTIMS))
+    @given(steps=STEPS, delays=DELAYS, point=POINTS, victim=st.sampled_from(VICTIMS))
     # always: every kind of step, killed inside the activity, and killed with a question open (an
     # input queued behind it) after a compaction, a fork and a job; each victim killed inside a
     # running command (at its tool.started) and inside a running job (at its call's end), the
     # session going on with a command and an edit; and the executor as an edit runs (found: the
-    # cut edit was EXECUTOR_UNAVAILABLE; it now runs again on the next one)
-    @example(steps=SLOW, delays=[300, 0, 300], share=13, victim="daemon")
-    @example(steps=SLOW, delays=[300, 0, 300], share=13, victim="executor")
-    @example(steps=SLOW, delays=[300, 0, 300], share=42, victim="daemon")
-    @example(steps=SLOW, delays=[300, 0, 300], share=42, victim="executor")
-    @example(steps=["steer", "edit"], delays=[], share=47, victim="executor")
-    @example(steps=["ask", "job", "edit", "cmd", "steer", "skill", "read"], delays=[], share=35, victim="daemon")
-    @example(steps=["edit", "wait", "compact", "fork", "job", "hold", "plain"], delays=[], share=100, victim="daemon")
-    def prop(steps: list[str], delays: list[int], share: int, victim: str) -> None:
+    # cut edit was EXECUTOR_UNAVAILABLE; it now runs again on the next one); each victim killed
+    # 30 ms after a command's start and 100 ms after a job's (the kill point's second way)
+    @example(steps=["cmd", "job", "wait", "cmd"], delays=[], point=AtStart(0, 30), victim="executor")
+    @example(steps=["cmd", "job", "wait", "cmd"], delays=[], point=AtStart(1, 100), victim="daemon")
+    @example(steps=SLOW, delays=[300, 0, 300], point=13, victim="daemon")
+    @example(steps=SLOW, delays=[300, 0, 300], point=13, victim="executor")
+    @example(steps=SLOW, delays=[300, 0, 300], point=42, victim="daemon")
+    @example(steps=SLOW, delays=[300, 0, 300], point=42, victim="executor")
+    @example(steps=["steer", "edit"], delays=[], point=47, victim="executor")
+    @example(steps=["ask", "job", "edit", "cmd", "steer", "skill", "read"], delays=[], point=35, victim="daemon")
+    @example(steps=["edit", "wait", "compact", "fork", "job", "hold", "plain"], delays=[], point=100, victim="daemon")
+    def prop(steps: list[str], delays: list[int], point: int | AtStart, victim: str) -> None:
+        assume(not isinstance(point, AtStart) or any(k in ("cmd", "job") for k in steps))  # a command to kill in
         tmp = tmp_path / f"ex{next(counter)}"
         tmp.mkdir()
-        trio.from_thread.run(one_example, tmp, steps, delays, kill_point(steps, share), victim, trio_token=token)
+        trio.from_thread.run(one_example, tmp, steps, delays, point, victim, trio_token=token)
 
     if SEED is not None:
         prop = seed(int(SEED))(prop)
