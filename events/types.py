@@ -375,7 +375,7 @@ class JobStarted(_Event, tag="job.started"):
 class JobFinished(_Event, tag="job.finished"):
     """A background job ended: ``exited`` by itself (any exit code), ``crashed`` (killed by a
     signal it did not get from Lens, or its executor stream failed), ``stopped`` (by a stop or its
-    timeout) or ``lost`` (Lens restarted while it ran; its command ended with the old run)."""
+    timeout) or ``lost`` (Lens restarted while it ran; how its command ended was not recorded)."""
 
     job_id: str
     status: Literal["exited", "crashed", "stopped", "lost"] = "exited"

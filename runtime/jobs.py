@@ -248,7 +248,7 @@ class SessionJobs:
             if rec.job_id in self.live:
                 continue
             await self._record_end(rec.job_id, "lost", None,
-                                   "Lens restarted while the job ran; its command was ended with the old run",
+                                   "Lens restarted while the job ran; how its command ended was not recorded",
                                    rec.output_tail)
 
     # ------------------------------------------------------------------ reading

@@ -260,7 +260,8 @@ async def test_a_job_running_at_a_restart_is_recorded_lost_and_reported(daemon_f
     # Nobody asks for the session: the daemon wakes it because a job has no end.
     fin = await finished_of(d2, token, sid, job_id)
     assert fin["body"]["status"] == "lost"
-    assert fin["body"]["reason"].startswith("Lens restarted while the job ran")
+    # Only what the daemon knows: the command may have run to its end while no daemon watched.
+    assert fin["body"]["reason"] == "Lens restarted while the job ran; how its command ended was not recorded"
     view = await report_answered(d2, token, sid, job_id)
     assert any(it.get("text", "").startswith(f"[background job {job_id} was lost (Lens restarted")
                for it in view["items"])
