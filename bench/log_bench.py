@@ -74,6 +74,7 @@ from events.types import (  # noqa: E402
     ToolStarted,
     Usage,
 )
+from runtime.cliargs import Once  # noqa: E402
 
 SESSIONS = 64
 FLOOR_BATCH = 64
@@ -842,8 +843,8 @@ def _data_dir(value: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = _Parser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True, type=_data_dir, help="an empty or new directory for the log")
-    ap.add_argument("--events", type=_event_count, default=None, help=f"events per phase (default {DEFAULT_EVENTS:,})")
+    ap.add_argument("--data", required=True, type=_data_dir, action=Once, help="an empty or new directory for the log")
+    ap.add_argument("--events", type=_event_count, default=None, action=Once, help=f"events per phase (default {DEFAULT_EVENTS:,})")
     ap.add_argument("--quick", action="store_true", help=f"smoke size ({QUICK_EVENTS:,} events)")
     ap.add_argument("--json", action="store_true", help="(kept for scripts) the last line is always JSON")
     ap.add_argument("--no-dictionary", action="store_true", help="skip the trained-dictionary phase")
@@ -852,8 +853,10 @@ def main(argv: list[str] | None = None) -> int:
         help="phase 1 without the store's automatic dictionary (auto_dictionary_after=None)",
     )
     ap.add_argument("--overwrite", action="store_true", help="clear an old Lens log in --data first")
-    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--seed", type=int, default=None, action=Once)
     args = ap.parse_args(argv)
+    if args.seed is None:
+        args.seed = SEED
     n = args.events if args.events is not None else (QUICK_EVENTS if args.quick else DEFAULT_EVENTS)
     data: Path = args.data
     _refuse_too_many(n)  # before DIR is made or cleared

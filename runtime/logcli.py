@@ -39,6 +39,7 @@ from projections.registry import all_projections
 from projections.stats import KindStats
 
 from .config import WELL_KNOWN_KEY_ENV, ConfigError, load_config, secret_env_names
+from .cliargs import Once
 from .terminal import shown, to_stderr
 
 _json = msgspec.json.Encoder()
@@ -93,18 +94,6 @@ def _projection(value: str) -> str:
     return value
 
 
-class _Once(argparse.Action):
-    """A filter that takes one value: given again (``--session A --session B``) it is a usage
-    error, as a query parameter given twice is for the HTTP routes, rather than the last one
-    silently (which read as "A or B" beside the repeatable ``--kind``)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        if getattr(namespace, self.dest, None) is not None:
-            parser.error(f"argument {'/'.join(self.option_strings)}: given more than once (it takes one value)")
-        setattr(namespace, self.dest, values)
-
-
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     log = sub.add_parser("log", help="decode, rebuild, verify and summarise the event log")
     # --data is taken before the subcommand too (`lens log --data DIR verify`); the subcommand's
@@ -119,12 +108,12 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
     p = cmds.add_parser("decode", help="print events as JSON lines")
     data_arg(p)
-    p.add_argument("--session", type=_text, action=_Once, help="only this session's events")
+    p.add_argument("--session", type=_text, action=Once, help="only this session's events")
     p.add_argument("--kind", type=_kind, action="append",
                    help="only this kind (repeatable, or comma-separated)")
-    p.add_argument("--from", dest="from_seq", type=_seq, default=None, metavar="SEQ", action=_Once,
+    p.add_argument("--from", dest="from_seq", type=_seq, default=None, metavar="SEQ", action=Once,
                    help="first seq (inclusive)")
-    p.add_argument("--to", dest="to_seq", type=_seq, default=None, metavar="SEQ", action=_Once,
+    p.add_argument("--to", dest="to_seq", type=_seq, default=None, metavar="SEQ", action=Once,
                    help="last seq (inclusive)")
     p.add_argument("--raw", action="store_true", help="print the stored body bytes (base64) instead of decoding")
     p.set_defaults(func=cmd_decode, usage_error=p.error)

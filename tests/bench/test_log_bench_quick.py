@@ -161,6 +161,20 @@ def test_an_event_count_that_is_no_positive_whole_number_is_a_clear_usage_error(
     assert not data.exists()
 
 
+@pytest.mark.parametrize("twice", [["--events", "5", "--events", "6"], ["--seed", "1", "--seed", "2"], ["--data", "other"]])
+def test_an_option_given_twice_is_a_usage_error_not_the_last_one_silently(tmp_path: Path, twice: list[str]) -> None:
+    data = tmp_path / "log"
+    if twice == ["--data", "other"]:
+        twice = ["--data", str(tmp_path / "other")]
+    proc = run_bench("--json", "--data", str(data), *twice) if twice[0] == "--data" else \
+        run_bench(*twice, "--json", "--data", str(data))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.endswith(f"\nlog_bench: USAGE_ERROR: argument {twice[0]}: given more than once (it takes one value)\n"), \
+        proc.stderr
+    assert not data.exists() and not (tmp_path / "other").exists()
+
+
 @pytest.mark.parametrize("inside", [False, True])
 def test_a_data_dir_that_cannot_be_written_is_named_not_a_traceback(tmp_path: Path, inside: bool) -> None:
     """An empty DIR that cannot be written, or a new DIR in a parent that cannot be written."""
