@@ -23,7 +23,10 @@ Heads at their edges: h11's bound on an unfinished head holds however the bytes 
 whitespace, ended the whole connection; the first is now answered 431 on its stream by the
 head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`). Other
 malformed HTTP/2 fields (RFC 9113 8.2, 8.3), which h2 made a connection error too, are answered
-400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`).
+400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`), and so is a
+``content-length`` h2 cannot read; a body longer or shorter than its ``content-length`` resets its
+stream (:func:`_body_length_checked`, :func:`_ended_short`). A request refused before it became
+an ASGI request goes to the access log all the same (:func:`refused_scope`).
 
 The seam: :func:`install` replaces the methods of hypercorn's protocol classes (and h2's check
 of received fields) listed in :data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the
@@ -451,16 +454,25 @@ def _fields_answered(proto: Any, original: Callable[..., Any]) -> Callable[..., 
     client's side is still open, as an answer before the whole request is); where the answer
     cannot go (the client's flow-control window is smaller than it) the stream is reset
     PROTOCOL_ERROR. Malformed trailers reset their stream PROTOCOL_ERROR, and hypercorn hears
-    of it as of a reset: the request is the app's already. A refused request is given to the
-    access log (``proto._lens_refused``, logged once the read's events are handled)."""
+    of it as of a reset: the request is the app's already. A block that ends its request short
+    of its content-length (:func:`_ended_short`) is refused the same way. A refused request is
+    given to the access log (``proto._lens_refused``, logged once the read's events are handled)."""
     connection = proto.connection
 
     def receive_headers_frame(frame: Any) -> tuple[list[Any], list[Any]]:
-        trailers = frame.stream_id in connection.streams
+        stream = connection.streams.get(frame.stream_id)
+        trailers = stream is not None
+        declared = getattr(stream, "_expected_content_length", None)  # (the request's, before its trailers)
         try:
-            return original(frame)
+            frames, events = original(frame)
         except MalformedFields as error:
             return _stream_error(lambda: refused(frame, error, trailers))
+        short = _ended_short(connection, frame, declared)
+        if short is None:
+            return frames, events
+        method = next((h2.utilities.extract_method_header(ev.headers) for ev in events
+                       if isinstance(ev, h2.events.RequestReceived)), None)
+        return _stream_error(lambda: refused(frame, MalformedFields(short, method), trailers))
 
     def refused(frame: Any, error: MalformedFields, trailers: bool) -> tuple[list[Any], list[Any]]:
         if trailers:
@@ -470,6 +482,22 @@ def _fields_answered(proto: Any, original: Callable[..., Any]) -> Callable[..., 
         return [], []
 
     return receive_headers_frame
+
+
+def _ended_short(connection: Any, frame: Any, declared: int | None) -> str | None:
+    """The problem, when the HEADERS ``frame`` (h2 has taken it) ended its request short of its
+    content-length (``declared`` by the request's head, when ``frame`` holds its trailers): a
+    request whose head ends it with content-length above 0, or trailers ending a shorter body.
+    h2 checks a body's length on DATA only, so such a request reached the app with its body cut
+    (RFC 9113 8.1.1: malformed)."""
+    if "END_STREAM" not in frame.flags:
+        return None
+    stream = connection.streams.get(frame.stream_id)
+    expected = declared if declared is not None else getattr(stream, "_expected_content_length", None)
+    received = getattr(stream, "_actual_content_length", 0)
+    if expected is None or expected == received:
+        return None
+    return f"the request ended after {received} bytes of body, short of its content-length"
 
 
 def _body_length_checked(proto: Any, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -304,6 +304,37 @@ async def test_a_body_other_than_its_content_length_resets_its_stream(tmp_path: 
         assert answers[5].headers.get(b":status") in (b"200", b"201", b"202"), (answers[5].headers, answers[5].body)
 
 
+async def test_a_request_ended_short_of_its_content_length_by_headers(tmp_path: Path) -> None:
+    """h2 checks a body's length on DATA only: a request whose HEADERS end it with a
+    content-length above 0, or trailers ending a shorter body, reached the app with its body
+    cut (the app answered "not valid JSON (Input data was truncated)"). The first is answered
+    400 on its stream, never reaching the app; the second, whose request the app has, is reset
+    PROTOCOL_ERROR. At its content-length exactly, a body ended by trailers is read, and a
+    content-length of 0 ended by the HEADERS is no body at all."""
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, base(port), end_stream=True)
+        conn.send_headers(3, pair_request(port, 1), end_stream=True)
+        conn.send_headers(5, pair_request(port, len(BODY)))
+        conn.send_data(5, BODY[:-1])
+        conn.send_headers(5, [("x-trace", "1")], end_stream=True)
+        answers, events = await exchange(stream, conn, [1, 3, 5])
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+        assert answers[1].headers.get(b":status") == b"200", events
+        assert answers[3].headers.get(b":status") == b"400" and answers[3].ended, events
+        code, message = error_of(answers[3], "HEADERS ending a request short")
+        assert code == "INVALID_ARGUMENT" and "short of its content-length" in message, message
+        assert answers[5].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR and not answers[5].headers, events
+        conn.send_headers(7, pair_request(port, len(BODY)))
+        conn.send_data(7, BODY)
+        conn.send_headers(7, [("x-trace", "1")], end_stream=True)
+        conn.send_headers(9, base(port) + [("content-length", "0")], end_stream=True)
+        answers, events = await exchange(stream, conn, [7, 9])
+        assert answers[7].reset is None and answers[7].headers.get(b":status") in (b"200", b"201", b"202"), (
+            answers[7].headers, answers[7].body)
+        assert answers[9].headers.get(b":status") == b"200", events
+
+
 async def test_the_bytes_of_a_cut_body_go_back_to_the_connections_window(tmp_path: Path) -> None:
     """No one reads a cut body's last frame: its bytes are handed back to the connection's
     flow-control window. Four streams whose DATA (16,000 bytes each) runs past a content-length

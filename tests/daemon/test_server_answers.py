@@ -14,6 +14,7 @@ import logging
 
 import h2.errors
 import h2.events
+import h2.frame_buffer
 import h2.utilities
 import h11
 import hpack
@@ -95,6 +96,16 @@ def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     assert "raise InvalidBodyLengthError(expected, actual)" in inspect.getsource(H2Stream._track_content_length)
     assert tuple(inspect.signature(H2Connection.acknowledge_received_data).parameters) == (
         "self", "acknowledged_size", "stream_id")
+    # (a request ended by HEADERS short of its content-length: the stream's two counts, read
+    # after h2 has taken the frame, and h2 buffering CONTINUATION frames into the HEADERS frame)
+    stream_init = inspect.getsource(H2Stream.__init__)
+    assert "self._expected_content_length: int | None = None" in stream_init
+    assert "self._actual_content_length = 0" in stream_init
+    assert "self._actual_content_length += length" in inspect.getsource(H2Stream._track_content_length)
+    assert "self._expected_content_length = content_length" in inspect.getsource(
+        H2Stream._initialize_content_length._lens_original)  # type: ignore[attr-defined]
+    assert "f = self._headers_buffer[0]\n                f.flags.add(\"END_HEADERS\")" in inspect.getsource(
+        h2.frame_buffer.FrameBuffer._update_header_buffer)  # (END_STREAM stays on the HEADERS frame)
     h2_events = h2_events_source()
     assert "await self._create_stream(event)\n                    await self.send(Updated(idle=False))" in h2_events
     h11_reading = inspect.getsource(H11Protocol._handle_events)
