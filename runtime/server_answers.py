@@ -23,7 +23,10 @@ Heads at their edges: h11's bound on an unfinished head holds however the bytes 
 whitespace, ended the whole connection; the first is now answered 431 on its stream by the
 head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`). Other
 malformed HTTP/2 fields (RFC 9113 8.2, 8.3), which h2 made a connection error too, are answered
-400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`).
+400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`), and so is a
+``content-length`` h2 cannot read; a body longer or shorter than its ``content-length`` resets its
+stream (:func:`_body_length_checked`, :func:`_ended_short`). A request refused before it became
+an ASGI request goes to the access log all the same (:func:`refused_scope`).
 
 The seam: :func:`install` replaces the methods of hypercorn's protocol classes (and h2's check
 of received fields) listed in :data:`SEAMS`, and ``H2Protocol.initiate`` gives the connection the
@@ -61,7 +64,7 @@ from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedEr
 from hypercorn.protocol.ws_stream import WSStream
 from h2.stream import H2Stream
 from hpack.table import table_entry_size
-from hyperframe.frame import HeadersFrame
+from hyperframe.frame import DataFrame, HeadersFrame
 
 # Codes of the API's error table (runtime.api.STATUS) for the statuses hypercorn answers itself.
 CODES = {400: "INVALID_ARGUMENT", 403: "FORBIDDEN", 404: "NOT_FOUND", 431: "HEADERS_TOO_LARGE",
@@ -71,6 +74,8 @@ _ECHO = re.compile(r":? (?:bytearray\()?b['\"]")
 # The field an HTTP/2 request's header list carries when fields past h2's bound were dropped
 # (:class:`_H2Decoder`): its value is their bytes as HTTP/1.1 header lines. No client can send it.
 DROPPED_FIELDS = b"lens-dropped-field-bytes"
+# A method the access log may show for a refused request (anything else is "-").
+_METHOD = re.compile(r"[A-Z]{1,20}")
 
 
 class ServerConfig(Config):
@@ -85,6 +90,16 @@ def body_headers(body: bytes) -> list[tuple[bytes, bytes]]:
 
 def error_body(status: int, message: str) -> bytes:
     return msgspec.json.encode({"error": {"code": CODES.get(status, "INVALID_ARGUMENT"), "message": message}})
+
+
+def refused_scope(proto: Any, http_version: str, method: str = "-") -> dict[str, Any]:
+    """The scope the access log (``config.log.access``) gets for a request refused before it
+    became an ASGI request, on the connection of ``proto`` (a hypercorn protocol): its client,
+    scheme and protocol, the method when it is a plain token, and never a field's bytes (no
+    path, no headers: the refused field may be among them)."""
+    return {"type": "http", "http_version": http_version, "method": method if _METHOD.fullmatch(method) else "-",
+            "scheme": "https" if proto.ssl else "http", "path": "-", "query_string": b"", "headers": [],
+            "client": proto.client}
 
 
 async def refuse(scope: dict[str, Any], send: Any, status: int, code: str, message: str) -> None:
@@ -136,8 +151,7 @@ def _h11_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
             return await original(self, status_code)
         # (called from inside hypercorn's ``except h11.RemoteProtocolError``: that is the reason)
         body = error_body(status_code, h11_refusal(status_code, sys.exc_info()[1], self.config.h11_max_incomplete_size))
-        headers = list(chain([(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                              (b"connection", b"close")], self.config.response_headers("h11")))
+        headers = list(chain(body_headers(body), [(b"connection", b"close")], self.config.response_headers("h11")))
         data = b""
         # One write of the whole answer: no other writer's bytes can fall between its parts.
         for event in (h11.Response(status_code=status_code, headers=headers), h11.Data(data=body),
@@ -149,6 +163,7 @@ def _h11_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
                     raise
         if data:
             await self.send(RawData(data=data))
+        await self.config.log.access(refused_scope(self, "1.1"), {"status": status_code, "headers": []}, 0.0)
 
     return _send_error_response
 
@@ -184,7 +199,7 @@ def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
         if not isinstance(self.config, ServerConfig):
             return await original(self, status_code)
         body = error_body(status_code, handshake_refusal(status_code, self))
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        headers = body_headers(body)
         if self.handshake.http_version < "2":  # (HTTP/2 has no connection header)
             headers.append((b"connection", b"close"))
         await self.send(Response(stream_id=self.stream_id, status_code=status_code, headers=headers))
@@ -307,8 +322,11 @@ def _h2_initiate(original: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(self.config, ServerConfig) and _DECODER_FITS:  # (no header block is read yet)
             self.connection.decoder = _H2Decoder(self.connection.decoder.max_header_list_size)
         table = getattr(self.connection, "_frame_dispatch_table", None)
-        if isinstance(self.config, ServerConfig) and isinstance(table, dict) and HeadersFrame in table:
-            table[HeadersFrame] = _fields_answered(self.connection, table[HeadersFrame], self.config)
+        if (isinstance(self.config, ServerConfig) and isinstance(table, dict) and HeadersFrame in table
+                and DataFrame in table):
+            self._lens_refused = []  # (requests answered by h2's handlers below: logged after the read)
+            table[HeadersFrame] = _fields_answered(self, table[HeadersFrame])
+            table[DataFrame] = _body_length_checked(self, table[DataFrame])
         await original(self, headers, settings)
         if isinstance(self.config, ServerConfig) and headers is None and not self.streams:
             await self.send(Updated(idle=True))  # (the keep-alive timer, stopped by the preface's "request")
@@ -322,6 +340,11 @@ def _h2_events(original: Callable[..., Any]) -> Callable[..., Any]:
     left with no stream then had no timer. It is marked idle again (its keep-alive timer)."""
     async def handle_events(self: Any, events: list[Any]) -> None:
         await original(self, events)
+        refused = getattr(self, "_lens_refused", None)
+        if refused:
+            self._lens_refused = []
+        for method, status in refused or ():  # (the access log of requests refused before the app: _fields_answered)
+            await self.config.log.access(refused_scope(self, "2", method), {"status": status, "headers": []}, 0.0)
         if (isinstance(self.config, ServerConfig) and not self.closed and not self.streams
                 and any(isinstance(ev, h2.events.RequestReceived) for ev in events)):
             await self.send(Updated(idle=True))
@@ -341,10 +364,11 @@ class MalformedFields(h2.exceptions.ProtocolError):
     answers it on its stream (:func:`_fields_answered`). ``str()`` is :attr:`what`, in the
     daemon's words: h2's own message quotes the field's bytes (a credential may be among them)."""
 
-    def __init__(self, what: str, head: bool) -> None:
+    def __init__(self, what: str, method: bytes | None) -> None:
         super().__init__(what)
         self.what = what
-        self.head = head  # (a HEAD request: its answer has no body)
+        self.method = (method or b"-").decode("latin-1")  # (for the access log: refused_scope keeps a token only)
+        self.head = method == b"HEAD"  # (a HEAD request: its answer has no body)
 
 
 # (the start of h2's message and a part it holds, and the problem in the daemon's words; the
@@ -374,6 +398,8 @@ _MALFORMED_WORDS = [
     ("Request header block has mismatched :authority and Host", "", ":authority and host differ"),
     ("An empty :path header is forbidden", "", ":path is empty"),
     ("Received pseudo-header in trailer", "", "the trailers hold a pseudo-header field"),
+    ("Invalid content-length header", "", "content-length is not a number of bytes (digits only)"),
+    ("Conflicting content-length headers", "", "content-length is given twice with different values"),
 ]
 
 
@@ -391,22 +417,34 @@ def malformed_message(what: str) -> str:
 
 
 def _h2_fields(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``H2Stream._process_received_headers`` (h2's checks of a received header block's fields):
-    its ProtocolError becomes :class:`MalformedFields`."""
-    def process_received_headers(self: Any, headers: Any, header_validation_flags: Any,
-                                 header_encoding: Any) -> Any:
+    """``H2Stream._process_received_headers`` (h2's checks of a received header block's fields)
+    and ``H2Stream._initialize_content_length`` (its reading of ``content-length``, done before
+    those checks): their ProtocolError becomes :class:`MalformedFields`."""
+    def checked(self: Any, headers: Any, *rest: Any) -> Any:
         try:
-            return original(self, headers, header_validation_flags, header_encoding)
+            return original(self, headers, *rest)
         except MalformedFields:
             raise
         except h2.exceptions.ProtocolError as error:
-            head = h2.utilities.extract_method_header(headers) == b"HEAD"
-            raise MalformedFields(malformed_words(str(error)), head) from None
+            raise MalformedFields(malformed_words(str(error)), h2.utilities.extract_method_header(headers)) from None
 
-    return process_received_headers
+    return checked
 
 
-def _fields_answered(connection: Any, original: Callable[..., Any], config: Config) -> Callable[..., Any]:
+def _stream_error(answer: Callable[[], tuple[list[Any], list[Any]]]) -> tuple[list[Any], list[Any]]:
+    """``answer()`` (the daemon's answer to a frame h2 refused: h2's frames and events), any
+    failure of it other than h2's ProtocolError turned into the connection error h2 gave before,
+    rather than left to end the connection's task (and, as runtime.connection_races records,
+    possibly the server)."""
+    try:
+        return answer()
+    except h2.exceptions.ProtocolError:
+        raise
+    except Exception as failure:
+        raise h2.exceptions.ProtocolError("the answer to a malformed request failed") from failure
+
+
+def _fields_answered(proto: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     """The daemon's connection's handler of a HEADERS frame (h2's ``_receive_headers_frame``, in
     its ``_frame_dispatch_table``): a block whose fields h2 refuses (:class:`MalformedFields`)
     ended the whole connection (GOAWAY PROTOCOL_ERROR, every other stream with it); RFC 9113
@@ -416,43 +454,97 @@ def _fields_answered(connection: Any, original: Callable[..., Any], config: Conf
     client's side is still open, as an answer before the whole request is); where the answer
     cannot go (the client's flow-control window is smaller than it) the stream is reset
     PROTOCOL_ERROR. Malformed trailers reset their stream PROTOCOL_ERROR, and hypercorn hears
-    of it as of a reset: the request is the app's already."""
+    of it as of a reset: the request is the app's already. A block that ends its request short
+    of its content-length (:func:`_ended_short`) is refused the same way. A refused request is
+    given to the access log (``proto._lens_refused``, logged once the read's events are handled)."""
+    connection = proto.connection
+
     def receive_headers_frame(frame: Any) -> tuple[list[Any], list[Any]]:
-        trailers = frame.stream_id in connection.streams
+        stream = connection.streams.get(frame.stream_id)
+        trailers = stream is not None
+        declared = getattr(stream, "_expected_content_length", None)  # (the request's, before its trailers)
         try:
-            return original(frame)
+            frames, events = original(frame)
         except MalformedFields as error:
-            try:
-                if trailers:
-                    return [], _reset_malformed(connection, frame.stream_id, known=True)
-                _answer_malformed(connection, frame.stream_id, error, config)
-            except h2.exceptions.ProtocolError:
-                raise
-            except Exception as failure:  # (a connection error, as before, rather than the server's end)
-                raise h2.exceptions.ProtocolError("the answer to malformed fields failed") from failure
-            return [], []
+            return _stream_error(lambda: refused(frame, error, trailers))
+        short = _ended_short(connection, frame, declared)
+        if short is None:
+            return frames, events
+        method = next((h2.utilities.extract_method_header(ev.headers) for ev in events
+                       if isinstance(ev, h2.events.RequestReceived)), None)
+        return _stream_error(lambda: refused(frame, MalformedFields(short, method), trailers))
+
+    def refused(frame: Any, error: MalformedFields, trailers: bool) -> tuple[list[Any], list[Any]]:
+        if trailers:
+            return [], _reset_malformed(connection, frame.stream_id, known=True)
+        status = _answer_malformed(connection, frame.stream_id, error, proto.config)
+        proto._lens_refused.append((error.method, status))
+        return [], []
 
     return receive_headers_frame
 
 
-def _answer_malformed(connection: Any, stream_id: int, error: MalformedFields, config: Config) -> None:
+def _ended_short(connection: Any, frame: Any, declared: int | None) -> str | None:
+    """The problem, when the HEADERS ``frame`` (h2 has taken it) ended its request short of its
+    content-length (``declared`` by the request's head, when ``frame`` holds its trailers): a
+    request whose head ends it with content-length above 0, or trailers ending a shorter body.
+    h2 checks a body's length on DATA only, so such a request reached the app with its body cut
+    (RFC 9113 8.1.1: malformed)."""
+    if "END_STREAM" not in frame.flags:
+        return None
+    stream = connection.streams.get(frame.stream_id)
+    expected = declared if declared is not None else getattr(stream, "_expected_content_length", None)
+    received = getattr(stream, "_actual_content_length", 0)
+    if expected is None or expected == received:
+        return None
+    return f"the request ended after {received} bytes of body, short of its content-length"
+
+
+def _body_length_checked(proto: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """The daemon's connection's handler of a DATA frame (h2's ``_receive_data_frame``): a body
+    longer or shorter than its ``content-length`` (DATA past it, or END_STREAM before it) ended
+    the whole connection (h2's InvalidBodyLengthError, GOAWAY PROTOCOL_ERROR); RFC 9113 8.1.1
+    makes it an error of its stream. The request is the app's already (its HEADERS came before),
+    so no answer can be put in the app's place: the stream is reset PROTOCOL_ERROR and hypercorn
+    hears of it as of a client's reset (the app's request is cancelled). The frame's bytes, which
+    no one will read, are handed back to the connection's flow-control window."""
+    connection = proto.connection
+
+    def receive_data_frame(frame: Any) -> tuple[list[Any], list[Any]]:
+        try:
+            return original(frame)
+        except h2.exceptions.InvalidBodyLengthError:
+            return _stream_error(lambda: cut(frame))
+
+    def cut(frame: Any) -> tuple[list[Any], list[Any]]:
+        events = _reset_malformed(connection, frame.stream_id, known=True)
+        connection.acknowledge_received_data(frame.flow_controlled_length, frame.stream_id)
+        return [], events
+
+    return receive_data_frame
+
+
+def _answer_malformed(connection: Any, stream_id: int, error: MalformedFields, config: Config) -> int:
+    """Answer ``stream_id`` 400 (or reset it PROTOCOL_ERROR where the answer cannot go). Returns
+    the status the access log gets: 400, the refusal, whether its answer went or a reset did."""
     body = error_body(400, malformed_message(error.what))
     headers = [(b":status", b"400"), *body_headers(body), *config.response_headers("h2")]
     fits = error.head or len(body) <= min(connection.local_flow_control_window(stream_id),
                                           connection.max_outbound_frame_size)
     if not fits:
         _reset_malformed(connection, stream_id, known=False)
-        return
+        return 400
     try:
         connection.send_headers(stream_id, headers, end_stream=error.head)
         if not error.head:
             connection.send_data(stream_id, body, end_stream=True)
     except h2.exceptions.ProtocolError:  # (the connection is closing: a GOAWAY was sent)
         _reset_malformed(connection, stream_id, known=False)
-        return
+        return 400
     stream = connection.streams.get(stream_id)
     if stream is not None and not stream.closed:  # (the client's side is open: its request goes on)
         connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.NO_ERROR)
+    return 400
 
 
 def _reset_malformed(connection: Any, stream_id: int, known: bool) -> list[Any]:
@@ -475,6 +567,7 @@ SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Cal
     (H2Protocol, "_handle_events", ("self", "events"), _h2_events),
     (H2Stream, "_process_received_headers", ("self", "headers", "header_validation_flags", "header_encoding"),
      _h2_fields),
+    (H2Stream, "_initialize_content_length", ("self", "headers"), _h2_fields),
 ]
 
 

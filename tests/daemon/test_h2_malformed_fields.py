@@ -84,6 +84,14 @@ MALFORMED = [  # (kind, the fields as sent and written correctly, the words the 
      ":authority and host differ"),
     (":protocol outside CONNECT", lambda port: (base(port)[:1] + [(":protocol", SECRET)] + base(port)[1:], base(port)),
      "a request other than CONNECT has :protocol"),
+    # (RFC 9113 8.1.1: a content-length h2 cannot read; it read it before the fields' checks)
+    ("content-length not a number", extra(("content-length", SECRET), ("content-length", "0")),
+     "content-length is not a number of bytes"),
+    ("content-length negative", extra(("content-length", "-1"), ("content-length", "0")),
+     "content-length is not a number of bytes"),
+    ("content-length twice, differing", lambda port: (base(port) + [("content-length", "0"), ("content-length", "1")],
+                                                      base(port) + [("content-length", "0"), ("content-length", "0")]),
+     "content-length is given twice with different values"),
 ]
 
 
@@ -253,3 +261,104 @@ async def test_malformed_trailers_reset_their_stream(tmp_path: Path) -> None:
         answers, events = await exchange(stream, conn, [3])
         assert answers[3].headers.get(b":status") == b"200", events
         assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+
+
+# --------------------------------------------------------------------------- a body and its content-length
+
+
+def pair_request(port: int, length: int) -> Fields:
+    return [(":method", "POST"), (":path", f"{API}/pair/requests")] + base(port)[2:] + [
+        ("content-type", "application/json"), ("content-length", str(length))]
+
+
+BODY = b'{"clientId": "c-1"}'  # (19 bytes)
+
+CUT = [  # (kind, the DATA frames as (bytes, END_STREAM))
+    ("one byte past, in one frame", [(BODY + b" ", True)]),
+    ("one byte short, then END_STREAM", [(BODY[:-1], True)]),
+    ("past it in a second frame", [(BODY[:10], False), (BODY[10:] + b" ", False)]),
+    ("short, END_STREAM on an empty frame", [(BODY[:10], False), (b"", True)]),
+]
+
+
+@pytest.mark.parametrize("kind,frames", CUT, ids=[c[0] for c in CUT])
+async def test_a_body_other_than_its_content_length_resets_its_stream(tmp_path: Path, kind: str, frames) -> None:
+    """A body longer or shorter than its content-length (RFC 9113 8.1.1) ended the whole
+    connection (GOAWAY PROTOCOL_ERROR): its stream alone is reset PROTOCOL_ERROR now, the app
+    hearing of it as of a client's reset. A well-formed request sent in the same write gets its
+    200, and the same body at its exact length is then answered on the same connection."""
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, base(port), end_stream=True)
+        conn.send_headers(3, pair_request(port, len(BODY)))
+        for data, end in frames:
+            conn.send_data(3, data, end_stream=end)
+        answers, events = await exchange(stream, conn, [1, 3])
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+        assert answers[1].headers.get(b":status") == b"200" and answers[1].ended, events
+        assert answers[3].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR, (kind, events)
+        conn.send_headers(5, pair_request(port, len(BODY)))
+        conn.send_data(5, BODY, end_stream=True)  # (at its content-length exactly: read)
+        answers, events = await exchange(stream, conn, [5])
+        assert answers[5].reset is None and answers[5].ended, events
+        assert answers[5].headers.get(b":status") in (b"200", b"201", b"202"), (answers[5].headers, answers[5].body)
+
+
+async def test_a_request_ended_short_of_its_content_length_by_headers(tmp_path: Path) -> None:
+    """h2 checks a body's length on DATA only: a request whose HEADERS end it with a
+    content-length above 0, or trailers ending a shorter body, reached the app with its body
+    cut (the app answered "not valid JSON (Input data was truncated)"). The first is answered
+    400 on its stream, never reaching the app; the second, whose request the app has, is reset
+    PROTOCOL_ERROR. At its content-length exactly, a body ended by trailers is read, and a
+    content-length of 0 ended by the HEADERS is no body at all."""
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        conn.send_headers(1, base(port), end_stream=True)
+        conn.send_headers(3, pair_request(port, 1), end_stream=True)
+        conn.send_headers(5, pair_request(port, len(BODY)))
+        conn.send_data(5, BODY[:-1])
+        conn.send_headers(5, [("x-trace", "1")], end_stream=True)
+        answers, events = await exchange(stream, conn, [1, 3, 5])
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+        assert answers[1].headers.get(b":status") == b"200", events
+        assert answers[3].headers.get(b":status") == b"400" and answers[3].ended, events
+        code, message = error_of(answers[3], "HEADERS ending a request short")
+        assert code == "INVALID_ARGUMENT" and "short of its content-length" in message, message
+        assert answers[5].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR and not answers[5].headers, events
+        conn.send_headers(7, pair_request(port, len(BODY)))
+        conn.send_data(7, BODY)
+        conn.send_headers(7, [("x-trace", "1")], end_stream=True)
+        conn.send_headers(9, base(port) + [("content-length", "0")], end_stream=True)
+        answers, events = await exchange(stream, conn, [7, 9])
+        assert answers[7].reset is None and answers[7].headers.get(b":status") in (b"200", b"201", b"202"), (
+            answers[7].headers, answers[7].body)
+        assert answers[9].headers.get(b":status") == b"200", events
+
+
+async def test_the_bytes_of_a_cut_body_go_back_to_the_connections_window(tmp_path: Path) -> None:
+    """No one reads a cut body's last frame: its bytes are handed back to the connection's
+    flow-control window. Four streams whose DATA (16,000 bytes each) runs past a content-length
+    of 19 take 64,000 of the connection's 65,535 bytes; the window comes back (h2 returns it
+    once half of it is freed: 48,000 bytes here) and a fifth request of 20,000 bytes is read.
+    Without the hand-back the window stayed at 1,535 bytes for good."""
+    conn = h2_client()
+    async with connected(tmp_path, conn) as (stream, port):
+        ids = [1, 3, 5, 7]
+        for i in ids:
+            conn.send_headers(i, pair_request(port, len(BODY)))
+            conn.send_data(i, BODY + b" " * (16_000 - len(BODY)))
+        answers, events = await exchange(stream, conn, ids)
+        assert all(answers[i].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR for i in ids), events
+        with trio.fail_after(LIMIT):
+            while conn.outbound_flow_control_window < 65_535 - 16_000:
+                data = await stream.receive_some(65536)
+                assert data, ("the connection was closed", conn.outbound_flow_control_window)
+                events += conn.receive_data(data)
+        assert not any(isinstance(ev, h2.events.ConnectionTerminated) for ev in events), events
+        body = b" " * (20_000 - len(BODY)) + BODY
+        conn.send_headers(9, pair_request(port, len(body)))
+        conn.send_data(9, body[:16_000])
+        conn.send_data(9, body[16_000:], end_stream=True)
+        answers, events = await exchange(stream, conn, [9])
+        assert answers[9].reset is None and answers[9].ended, events
+        assert answers[9].headers.get(b":status") in (b"200", b"201", b"202"), (answers[9].headers, answers[9].body)

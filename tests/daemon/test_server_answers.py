@@ -10,9 +10,11 @@ a hypercorn whose methods or call sites moved fails here by name, not by a chang
 from __future__ import annotations
 
 import inspect
+import logging
 
 import h2.errors
 import h2.events
+import h2.frame_buffer
 import h2.utilities
 import h11
 import hpack
@@ -82,6 +84,28 @@ def test_the_seam_into_hypercorn_is_where_it_was() -> None:
                            (h2.events.StreamReset, ("stream_id", "error_code", "remote_reset"))]:
         assert tuple(inspect.signature(method).parameters)[:len(params)] == params, method
     assert "self.max_outbound_frame_size = " in inspect.getsource(H2Connection.__init__)
+    # The last malformed requests: content-length read (replaced: MalformedFields) before the
+    # fields' checks; a body's length checked on DATA (InvalidBodyLengthError, caught by the
+    # daemon's handler of DATA frames, which hands the frame's bytes back to the window).
+    assert "self._initialize_content_length(headers)" in inspect.getsource(H2Stream.receive_headers)
+    assert "raise ProtocolError(msg)" in inspect.getsource(
+        H2Stream._initialize_content_length._lens_original)  # type: ignore[attr-defined]
+    assert "DataFrame: self._receive_data_frame," in inspect.getsource(H2Connection.__init__)
+    assert "frames, stream_events = stream.receive_data(" in inspect.getsource(H2Connection._receive_data_frame)
+    assert "self._track_content_length(len(data), end_stream)" in inspect.getsource(H2Stream.receive_data)
+    assert "raise InvalidBodyLengthError(expected, actual)" in inspect.getsource(H2Stream._track_content_length)
+    assert tuple(inspect.signature(H2Connection.acknowledge_received_data).parameters) == (
+        "self", "acknowledged_size", "stream_id")
+    # (a request ended by HEADERS short of its content-length: the stream's two counts, read
+    # after h2 has taken the frame, and h2 buffering CONTINUATION frames into the HEADERS frame)
+    stream_init = inspect.getsource(H2Stream.__init__)
+    assert "self._expected_content_length: int | None = None" in stream_init
+    assert "self._actual_content_length = 0" in stream_init
+    assert "self._actual_content_length += length" in inspect.getsource(H2Stream._track_content_length)
+    assert "self._expected_content_length = content_length" in inspect.getsource(
+        H2Stream._initialize_content_length._lens_original)  # type: ignore[attr-defined]
+    assert "f = self._headers_buffer[0]\n                f.flags.add(\"END_HEADERS\")" in inspect.getsource(
+        h2.frame_buffer.FrameBuffer._update_header_buffer)  # (END_STREAM stays on the HEADERS frame)
     h2_events = h2_events_source()
     assert "await self._create_stream(event)\n                    await self.send(Updated(idle=False))" in h2_events
     h11_reading = inspect.getsource(H11Protocol._handle_events)
@@ -134,6 +158,75 @@ async def test_another_hypercorn_server_keeps_its_own_answers() -> None:
     assert data.startswith(b"HTTP/1.1 400 ") and b"content-length: 0\r\n" in data and data.endswith(b"\r\n\r\n"), data
     assert any(isinstance(ev, h2.events.ConnectionTerminated) and ev.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
                for ev in h2_events), h2_events
+
+
+async def test_requests_refused_before_the_app_reach_the_access_log() -> None:
+    """A request refused before it became an ASGI request (h11's 400 and 431, a malformed HTTP/2
+    field's 400 on its stream) goes to the server's access log as every request does, with its
+    status, client and protocol, and never a field's bytes (no path, no headers). The daemon
+    itself runs with no access log (``hc.accesslog = None``): a server of the daemon's config
+    class with one shows the lines."""
+    server_answers.install()
+    secret = "sk-access-log-secret-91"
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    access = logging.getLogger("lens.test.access")
+    access.addHandler(Lines())
+    access.setLevel(logging.INFO)
+    access.propagate = False
+
+    async def app(scope, receive, send):  # noqa: ANN001 - a minimal ASGI app
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    config = server_answers.ServerConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = access
+    config.errorlog = None
+    config.h11_max_incomplete_size = 1024
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: hyper_serve(app, config, task_status=task_status))
+        port = int(binds[0].rsplit(":", 1)[1])
+        with trio.fail_after(LIMIT):
+            for raw in (f"GET /{secret} HTTP/1.1\r\nHost: a\r\nx-a: {secret}\0\r\n\r\n".encode(),
+                        f"GET /{secret} HTTP/1.1\r\nHost: a\r\nx-a: {secret * 100}\r\n\r\n".encode()):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                async with stream:
+                    await stream.send_all(raw)
+                    await closed_within(stream, BOUND)
+            conn = H2Connection(H2Configuration(client_side=True, validate_outbound_headers=False,
+                                                normalize_outbound_headers=False))
+            conn.initiate_connection()
+            fields = [(":method", "GET"), (":path", "/ok"), (":scheme", "http"), (":authority", "a")]
+            conn.send_headers(1, fields, end_stream=True)
+            conn.send_headers(3, fields[:1] + [(":path", f"/{secret}")] + fields[2:] + [("X-Upper", secret)],
+                              end_stream=True)
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(conn.data_to_send())
+                ended: set[int] = set()
+                while ended != {1, 3}:
+                    data = await stream.receive_some(65536)
+                    assert data, "the connection was closed"
+                    ended |= {ev.stream_id for ev in conn.receive_data(data) if isinstance(ev, h2.events.StreamEnded)}
+                    await stream.send_all(conn.data_to_send())
+            while len(lines) < 4:  # (the refused stream is logged once its read's events are handled)
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert not any(secret in line for line in lines), lines
+    assert any('"- - 1.1" 400 ' in line and line.startswith("127.0.0.1:") for line in lines), lines
+    assert any('"- - 1.1" 431 ' in line for line in lines), lines
+    assert any('"GET - 2" 400 ' in line for line in lines), lines
+    assert any('"GET /ok 2" 200 ' in line for line in lines), lines  # (a request read: logged as ever)
 
 
 # --------------------------------------------------------------------------- HTTP/1.1
