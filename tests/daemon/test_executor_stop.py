@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from tests.procfs import processes
-from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+from tests.executor_hold import held_at
 
 from .conftest import LIMIT, DaemonFactory
 
@@ -25,11 +25,7 @@ FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux
 async def test_a_daemon_stopped_while_an_executor_starts_starts_no_other(
         daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture, point: str) -> None:
-    hold = tmp_path / "hold"
-    hold.write_text(point)
-    held = Path(f"{hold}.held")
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    held = held_at(monkeypatch, tmp_path, point)
     caplog.set_level(logging.INFO, logger="lens.executors")
     d = await daemon_factory(config=FAUX)
     token = await d.pair("stop-client", strong=True)

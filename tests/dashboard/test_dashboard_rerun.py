@@ -19,7 +19,7 @@ import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     CONFIG, Daemon, body_data, browser, by_css, console_errors, daemon, open_new_session, submit, texts, wait_for)
-from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+from tests.executor_hold import held_at
 
 NOTE = "Ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
 
@@ -28,11 +28,7 @@ NOTE = "Ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
 def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The daemon started after this (and its executors) holds the first edit before its reply;
     returns the file that names the executor holding it."""
-    hold = tmp_path / "hold"
-    hold.write_text("before_reply")
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
-    return Path(f"{hold}.held")
+    return held_at(monkeypatch, tmp_path, "before_reply")
 
 
 def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(

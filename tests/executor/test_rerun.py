@@ -25,23 +25,13 @@ from runtime.executors import ExecutorPool, KilledWhileStarting, RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError
-from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
 from .conftest import (agent_runtime, kill_group, run_to_idle, running_pool, start_executor, stop_process,
                        wait_group_gone, wait_path)
 
 BIG = "".join(f"line {i:06d} of a file written whole or not at all\n" for i in range(60_000))  # ~3 MiB
-
-
-def held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, point: str) -> Path:
-    """Executors started from here on hold the first editing call reaching ``point``; returns the
-    file that says which process holds it."""
-    hold = tmp_path / "hold"
-    hold.write_text(point)
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
-    return Path(f"{hold}.held")
 
 
 async def kill_when_held(held: Path, killed: list[int]) -> None:
