@@ -122,9 +122,9 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         # A finished subagent shows how it ended (completed / failed / aborted / interrupted, as
         # its agent.finished says), not a bare "finished" that hid an abort.
         status = a.outcome if a.status == "finished" and a.outcome else a.status
-        entry = {"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
-                 "status": status, "items": len(a.items),
-                 "lastError": a.last_error}  # "CODE: message" of its last failed model request
+        entry: dict[str, Any] = {"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
+                                 "status": status, "items": len(a.items),
+                                 "lastError": a.last_error}  # "CODE: message" of its last failed model request
         if a.agent_id != MAIN_AGENT:  # (the main agent's calls are the items, each with its own rerunAfter)
             rerun = rerun_calls(a.items)
             if rerun:  # (omitted when none ran twice)
