@@ -15,6 +15,7 @@ import os
 import secrets
 import subprocess
 import sys
+import weakref
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,18 +142,31 @@ class ExecutorPool:
         self._locks: dict[str, DomainLock] = {}
         self._spawning: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
+        # The children this pool signalled itself (its shutdown, an idle stop, a child refused):
+        # their end by a signal is the pool's doing, never a death from outside (see _killed).
+        self._ended_by_pool: weakref.WeakSet[trio.Process] = weakref.WeakSet()
+        self._starting: set[trio.Process] = set()  # spawned, their ready line not read yet
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
-                await trio.sleep_forever()
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    # Stopping: no child is started from here on, and one starting is ended (no
+                    # call reached it; a caller outside the pool waiting for it is told the
+                    # executor did not start, and _killed does not take it for a death).
+                    self._nursery = None
+                    for proc in self._starting:
+                        self._ended_by_pool.add(proc)
+                        proc.kill()
         finally:
             for ex in self._executors.values():
                 ex.client.close()
-                if ex.process is not None and ex.process.returncode is None:
-                    ex.process.terminate()
+                if ex.process is not None:
+                    self._end(ex.process)
 
     async def get(self, project_id: str) -> Executor:
         """The project's executor, connected and version-checked (spawning it if needed)."""
@@ -197,8 +211,8 @@ class ExecutorPool:
         respawned: grpc reconnects to it), or its child still runs :data:`LOST_GRACE_S` on, or
         another workspace's executor came instead. A caller holding ``ex``'s domain lock
         still holds it for the new child: no other call of the domain ran in between."""
-        if ex.process is None:
-            return None
+        if ex.process is None or ex.process in self._ended_by_pool:
+            return None  # (remote, or stopped by the pool itself: no death to make up for)
         if ex.process.returncode is None:
             with trio.move_on_after(LOST_GRACE_S):
                 await ex.process.wait()
@@ -246,6 +260,7 @@ class ExecutorPool:
         proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
                                                 start_new_session=True)
         assert proc.stdout is not None and proc.stdin is not None
+        self._starting.add(proc)
         try:
             # The token goes on standard input, never in the child's environment or argv. The pipe
             # stays open while we live: its end (however this process dies) stops the child.
@@ -260,20 +275,28 @@ class ExecutorPool:
             text = line.decode(errors="replace").strip()
             if "listening on" not in text:
                 why = f"the executor for project {project_id} did not start ({text or 'no output'})"
+                if proc in self._ended_by_pool:
+                    why += ": the executor pool is stopping"
                 if not line.endswith(b"\n") and await self._killed(proc):  # (its output ended: it died)
                     raise KilledWhileStarting(f"{why}: killed (signal {-(proc.returncode or 0)}, pid {proc.pid})")
                 raise ExecutorUnavailable(why)
             port = int(text.rsplit(":", 1)[1])
+            if self._nursery is None:  # (the pool stopped while the child started)
+                raise ExecutorUnavailable(f"the executor for project {project_id} did not start: the executor pool "
+                                          f"is stopping")
+            gone = trio.Event()  # (set by _reap once the child is reaped)
+            self._nursery.start_soon(self._reap, proc, state, gone)  # from here on, _reap owns the child
         except BaseException:
             # Not started, or we were cancelled while it started: never leave the child behind.
             with trio.CancelScope(shield=True):
+                self._ended_by_pool.add(proc)
                 proc.kill()
                 await proc.wait()
                 await proc.stdout.aclose()
                 await proc.stdin.aclose()
             raise
-        gone = trio.Event()  # (set by _reap once the child is reaped)
-        self._nursery.start_soon(self._reap, proc, state, gone)  # from here on, _reap owns the child
+        finally:
+            self._starting.discard(proc)
         client = ExecutorClient(f"127.0.0.1:{port}", token)
         try:
             await client.hello()
@@ -283,27 +306,42 @@ class ExecutorPool:
                 raise KilledWhileStarting(f"the executor for project {project_id} did not start: killed (signal "
                                           f"{-(proc.returncode or 0)}, pid {proc.pid}) before its hello "
                                           f"({exc.message[:200]})") from None
-            proc.terminate()
+            stopping = proc in self._ended_by_pool
+            self._end(proc)
+            if stopping:
+                raise ExecutorUnavailable(f"the executor for project {project_id} did not start: the executor pool "
+                                          f"is stopping ({exc.message[:200]})") from None
             raise
         except BaseException:
             client.close()
-            proc.terminate()
+            self._end(proc)
             raise
+        if self._nursery is None:  # (the pool stopped during the hello: its _reap is ending the child)
+            client.close()
+            self._end(proc)
+            raise ExecutorUnavailable(f"the executor for project {project_id} did not start: the executor pool is "
+                                      f"stopping")
         log.info("executor for project %s on port %d (pid %d)", project_id, port, proc.pid)
         ex = Executor(project_id, workspace, client, lock=self._lock(workspace), process=proc,
                       shared_filesystem=self.local_shared_filesystem)
         self._nursery.start_soon(self._stop_when_idle, ex, gone)
         return ex
 
-    @staticmethod
-    async def _killed(proc: trio.Process) -> bool:
-        """Whether ``proc``, whose output or connection just ended, was ended by a signal we did not
-        send (waited for up to :data:`LOST_GRACE_S`: its socket closes a moment before its exit
-        status can be collected). A child that exits with a status failed by itself: not started
-        again."""
+    async def _killed(self, proc: trio.Process) -> bool:
+        """Whether ``proc``, whose output or connection just ended, was ended by a signal the pool
+        did not send (waited for up to :data:`LOST_GRACE_S`: its socket closes a moment before its
+        exit status can be collected). A child that exits with a status failed by itself, and one
+        the pool stopped (its shutdown: the SIGTERM, and the SIGKILL when that did not end it), was
+        not killed: neither is started again."""
         with trio.move_on_after(LOST_GRACE_S):
             await proc.wait()
-        return proc.returncode is not None and proc.returncode < 0
+        return proc.returncode is not None and proc.returncode < 0 and proc not in self._ended_by_pool
+
+    def _end(self, proc: trio.Process) -> None:
+        """SIGTERM ``proc`` (if it runs), remembered as the pool's own doing (see :meth:`_killed`)."""
+        self._ended_by_pool.add(proc)
+        if proc.returncode is None:
+            proc.terminate()
 
     async def _stop_when_idle(self, ex: Executor, gone: trio.Event) -> None:
         """Stop ``ex``'s child once nothing has used it for :attr:`idle_stop_s` (see
@@ -324,7 +362,7 @@ class ExecutorPool:
                 log.info("executor for project %s unused for %g s: stopping it (pid %d)", ex.project_id,
                          self.idle_stop_s, ex.process.pid)
                 client.close()
-                ex.process.terminate()  # (_reap waits for it and ends what it left)
+                self._end(ex.process)  # (_reap waits for it and ends what it left)
                 return
             with trio.move_on_at(deadline):
                 await gone.wait()
@@ -334,8 +372,7 @@ class ExecutorPool:
         key = "remote" if workspace is None else "local:" + os.path.realpath(workspace)
         return self._locks.setdefault(key, DomainLock())
 
-    @staticmethod
-    async def _reap(proc: trio.Process, state: Path, gone: trio.Event) -> None:
+    async def _reap(self, proc: trio.Process, state: Path, gone: trio.Event) -> None:
         try:
             assert proc.stdout is not None
             while await proc.stdout.receive_some(4096):
@@ -345,10 +382,12 @@ class ExecutorPool:
             # Shielded: this runs when the pool is cancelled, and an unshielded wait would raise
             # Cancelled at once, leaving the child running (and never reaped).
             with trio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    self._ended_by_pool.add(proc)  # (stopped by the pool: not killed from outside)
                 if proc.stdin is not None:
                     await proc.stdin.aclose()  # the child's lifeline: it stops on its own
                 if proc.returncode is None:
-                    proc.terminate()
+                    self._end(proc)
                     with trio.move_on_after(3):
                         await proc.wait()
                 if proc.returncode is None:

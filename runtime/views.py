@@ -68,6 +68,14 @@ def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[s
     return v
 
 
+def rerun_calls(items: list[Item]) -> list[dict[str, Any]]:
+    """The calls among ``items`` (a subagent's) that ran twice, their executor dead under the first
+    run: ``[{callId, name, rerunAfter}]`` in the order they finished."""
+    names = {it.call.call_id: it.call.name for it in items if it.role == "tool_call" and it.call is not None}
+    return [{"callId": it.call_id, "name": names.get(it.call_id or ""), "rerunAfter": it.rerun_after}
+            for it in items if it.role == "tool_result" and it.rerun_after is not None]
+
+
 def view_status(s: SessionState, checking_inputs: int = 0) -> str:
     """The view's ``status``: the state's, except that an idle session with ``/skill:`` inputs
     being checked reads ``running`` (one is recorded next and starts a run, as a queued input
@@ -114,9 +122,14 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         # A finished subagent shows how it ended (completed / failed / aborted / interrupted, as
         # its agent.finished says), not a bare "finished" that hid an abort.
         status = a.outcome if a.status == "finished" and a.outcome else a.status
-        agents.append({"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
-                       "status": status, "items": len(a.items),
-                       "lastError": a.last_error})  # "CODE: message" of its last failed model request
+        entry: dict[str, Any] = {"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
+                                 "status": status, "items": len(a.items),
+                                 "lastError": a.last_error}  # "CODE: message" of its last failed model request
+        if a.agent_id != MAIN_AGENT:  # (the main agent's calls are the items, each with its own rerunAfter)
+            rerun = rerun_calls(a.items)
+            if rerun:  # (omitted when none ran twice)
+                entry["rerunCalls"] = rerun
+        agents.append(entry)
     return {
         "id": s.session_id,
         "projectId": s.project_id,

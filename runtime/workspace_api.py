@@ -22,7 +22,9 @@ symlinks are followed only inside the workspace (403 ``PATH_OUTSIDE_WORKSPACE``)
 the read run in the project's executor (``browse_list`` / ``browse_read`` over the Call RPC), so a
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
 not wait for an agent's hour-long command; edits publish atomically). A read whose local
-executor child died under it runs once more on the child spawned in its place; an executor that
+executor child died under it runs once more on the child spawned in its place, and its answer
+then says so: ``rerunAfter: "EXECUTOR_UNAVAILABLE"`` (the code the first run ended with; omitted
+when the read ran once, as in a session view's tool result); an executor that
 cannot be reached is 503 ``EXECUTOR_UNAVAILABLE``; one that did not answer within the call's deadline
 (60 s) is 504 ``EXECUTOR_TIMEOUT`` (as a rule the executor is up and the listing took too long:
 a smaller ``depth`` or ``limit`` may answer).
@@ -118,7 +120,9 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
             raise ApiError("SESSION_DELETED", f"session {sid} is deleted; its workspace is not browsed through it")
         return project_id, deleted
 
-    async def browse(sid: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def browse(sid: str, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The executor's answer, and what the route adds to its JSON: ``rerunAfter`` when the read
+        ran twice (its child died under the first run)."""
         project_id, _ = await session_project(sid, allow_deleted=False)
         if project_id is None or svc.executors is None:
             raise ApiError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
@@ -131,7 +135,7 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         except LensError as exc:
             code = _FROM_EXECUTOR.get(exc.code, exc.code)
             raise ApiError(code, exc.message) from None
-        return reached.out.result
+        return reached.out.result, ({} if reached.rerun_after is None else {"rerunAfter": reached.rerun_after})
 
     @app.get("/api/v1/sessions/<sid>/workspace/tree")
     async def workspace_tree(sid: str) -> Response:
@@ -140,10 +144,11 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         depth = _int_arg("depth", 1, 1, MAX_DEPTH)
         limit = _int_arg("limit", MAX_ENTRIES, 1, MAX_ENTRIES)
         include_ignored = _bool_arg("ignored")
-        r = await browse(sid, "browse_list", {"path": path, "depth": depth, "max_entries": limit,
-                                              "include_ignored": include_ignored})
+        r, rerun = await browse(sid, "browse_list", {"path": path, "depth": depth, "max_entries": limit,
+                                                     "include_ignored": include_ignored})
         return json_response({"path": r["path"], "ignored": r["ignored"], "entries": r["entries"],
-                              "truncated": r["truncated"], "ignoredHidden": r["ignored_hidden"], "limit": limit})
+                              "truncated": r["truncated"], "ignoredHidden": r["ignored_hidden"], "limit": limit,
+                              **rerun})
 
     @app.get("/api/v1/sessions/<sid>/workspace/file")
     async def workspace_file(sid: str) -> Response:
@@ -154,14 +159,14 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         path = check_rel_path(raw)
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", DEFAULT_FILE_LIMIT, 1, MAX_READ_BYTES)
-        r = await browse(sid, "browse_read", {"path": path, "offset": offset, "limit": limit})
+        r, rerun = await browse(sid, "browse_read", {"path": path, "offset": offset, "limit": limit})
         # (the executor refuses these itself; checked again on the path it resolved)
         if hidden_path(r["path"]):
             raise ApiError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
         if sensitive_path(r["path"]):
             raise ApiError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
         r["text"], r["next_offset"], r["eof"] = svc.store.secrets.scrub_page(r["text"], r["next_offset"], r["eof"])
-        return json_response(_camel(r))
+        return json_response({**_camel(r), **rerun})
 
     @app.get("/api/v1/sessions/<sid>/changes")
     async def session_changes(sid: str) -> Response:

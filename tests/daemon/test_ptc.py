@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+from tests.executor_hold import held_at
 
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
@@ -318,11 +318,7 @@ async def test_a_programs_call_that_ran_again_after_its_executor_died_says_so(
     # written (the test hold), and its child SIGKILLed there: the call runs once more on the next
     # child (the journal answers; the edit is applied once), and the program's record of its calls
     # says it ran again; a call that ran once has no such key.
-    hold = tmp_path / "hold"
-    hold.write_text("before_reply")
-    held = Path(f"{hold}.held")
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    held = held_at(monkeypatch, tmp_path, "before_reply")
     d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
     ws = d.root / "workspaces" / "p"
     ws.mkdir(parents=True, exist_ok=True)

@@ -479,7 +479,8 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
         daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         route: str, tool: str, params: dict[str, str], expected: Any):
     # Browsing is a read: one whose local child is SIGKILLed as it takes the call (the executor's
-    # test hold, LENS_EXECUTOR_TEST_HOLD) answers from the child spawned in its place, not 503.
+    # test hold, LENS_EXECUTOR_TEST_HOLD) answers from the child spawned in its place, not 503,
+    # and says so (rerunAfter: the code the first run ended with); a read that ran once does not.
     from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
 
     hold = tmp_path / "hold"
@@ -488,7 +489,8 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
     d = await daemon_factory()
     _, reader, sid, ws = await _setup(d)
     (ws / "a.txt").write_text("x\n")
-    assert (await d.get(f"/sessions/{sid}/workspace/tree", reader)).status_code == 200  # (its child runs)
+    before = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)  # (its child runs)
+    assert before.status_code == 200 and "rerunAfter" not in before.json(), before.text
     first = executor_child_of_this_process(ws)
     hold.write_text(f"call:{tool}")
     held = Path(f"{hold}.held")
@@ -506,4 +508,7 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
             os.kill(first, signal.SIGKILL)
     r = result[0]
     assert r.status_code == 200 and expected(r.json()), r.text
+    assert r.json()["rerunAfter"] == "EXECUTOR_UNAVAILABLE"
     assert executor_child_of_this_process(ws) != first
+    after = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)
+    assert after.status_code == 200 and expected(after.json()) and "rerunAfter" not in after.json(), after.text

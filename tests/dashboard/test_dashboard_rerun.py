@@ -1,6 +1,8 @@
 """The dashboard says when a tool call ran twice (``tool.finished``'s ``rerun_after``): its
 executor child was SIGKILLed under the first run, and the call ran again on the child spawned in
-its place. One real daemon (its executor under the executor's test hold, which blocks the edit
+its place. Said wherever the page shows a call: the main agent's card, a subagent's calls (on the
+``subagent`` call's card and the subagent's entry under Agents) and a program's calls (on the
+``programmatic_tool_run`` card). One real daemon (its executor under the executor's test hold, which blocks the edit
 once its file is written, before the reply) and one headless Chromium, as in
 ``test_dashboard_browser.py`` (its helpers). Every wait is for a condition.
 """
@@ -11,13 +13,13 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, console_errors, daemon, open_new_session, submit, texts, wait_for)
-from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+    CONFIG, Daemon, body_data, browser, by_css, console_errors, daemon, open_new_session, submit, texts, wait_for)
+from tests.executor_hold import held_at
 
 NOTE = "Ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
 
@@ -26,11 +28,7 @@ NOTE = "Ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
 def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The daemon started after this (and its executors) holds the first edit before its reply;
     returns the file that names the executor holding it."""
-    hold = tmp_path / "hold"
-    hold.write_text("before_reply")
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
-    return Path(f"{hold}.held")
+    return held_at(monkeypatch, tmp_path, "before_reply")
 
 
 def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
@@ -65,4 +63,80 @@ def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
     results = [it["result"] for it in view["items"] if it["role"] == "tool_call" and "result" in it]
     assert [r.get("rerunAfter") for r in results] == ["EXECUTOR_UNAVAILABLE", None]
     assert "rerunAfter" not in results[1]
+    assert not console_errors(driver)
+
+
+def rerun_in_the_page(driver: Any, daemon: Daemon, held: Path, workspace: Path, token: str, line: str) -> None:
+    """Submit ``line`` in the open session; SIGKILL the executor holding its edit; wait for idle."""
+    submit(driver, line)
+    wait_for(held.exists, "the edit held by its executor")
+    os.kill(int(held.read_text()), signal.SIGKILL)
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    assert (workspace / "f.txt").read_text() == "ab\n"  # (applied once)
+
+
+EDIT = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]}
+
+
+def test_dashboard_notes_a_subagents_call_that_ran_again(held: Path, daemon: Daemon, browser: Any,
+                                                          tmp_path: Path) -> None:
+    driver = browser
+    token = daemon.pair("dash-rerun-sub", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("a\n")
+    session_id = open_new_session(driver, daemon, token, workspace)
+    # (the faux model of the subagent calls the tool its prompt names)
+    prompt = "/tool edit_file " + json.dumps(EDIT)
+    rerun_in_the_page(driver, daemon, held, workspace, token, "/tool subagent " + json.dumps({"prompt": prompt}))
+    status, view = daemon.request("GET", f"/sessions/{session_id}", token=token)
+    assert status == 200
+    [sub] = [a for a in view["agents"] if a["agentId"] != "main"]
+    [call] = sub["rerunCalls"]
+    assert call["name"] == "edit_file" and call["rerunAfter"] == "EXECUTOR_UNAVAILABLE", sub
+    assert "rerunCalls" not in [a for a in view["agents"] if a["agentId"] == "main"][0]
+    note = f"The subagent's call edit_file ({call['callId']}) ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
+    wait_for(lambda: texts(driver, "#timeline .tool .rerun") == [note], "the note on the subagent's card")
+    card = driver.execute_script("return arguments[0].closest('.tool').dataset", by_css(driver, "#timeline .tool .rerun")[0])
+    assert sub["agentId"] == "sub_" + card["callId"] and card["status"] == "ok"
+    assert texts(driver, "#agents .rerun") == [
+        f"Its call edit_file ({call['callId']}) ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."]
+    assert all(n.get_attribute("role") == "note" and n.is_displayed() for n in by_css(driver, ".rerun"))
+    # (the subagent call itself ran once: its result has no rerunAfter)
+    results = [it["result"] for it in view["items"] if it["role"] == "tool_call" and "result" in it]
+    assert len(results) == 1 and "rerunAfter" not in results[0]
+    assert not console_errors(driver)
+
+
+@pytest.fixture
+def ptc_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A daemon as ``daemon``'s, with programs (``localPtc``) on."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    d = Daemon(cwd, {**CONFIG, "localPtc": {}})
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def test_dashboard_notes_a_programs_call_that_ran_again(held: Path, ptc_daemon: Daemon, browser: Any,
+                                                        tmp_path: Path) -> None:
+    driver, daemon = browser, ptc_daemon
+    token = daemon.pair("dash-rerun-ptc", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("a\n")
+    open_new_session(driver, daemon, token, workspace)
+    program = ("edit_file(path='f.txt', mode='edit', edits=[{'old_string': 'a', 'new_string': 'ab'}])\n"
+               "print(read_file(path='f.txt')['content'].strip())")
+    rerun_in_the_page(driver, daemon, held, workspace, token, "/tool programmatic_tool_run " + json.dumps({"code": program}))
+    wait_for(lambda: by_css(driver, "#timeline .tool.ok"), "the program's card")
+    [card] = by_css(driver, "#timeline .tool")
+    call_id = card.get_attribute("data-call-id")
+    # one note: the edit ran twice; the read after it, and the program itself, once
+    assert texts(driver, "#timeline .tool .rerun") == [
+        f"Its call edit_file ({call_id}.1) ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."]
+    note = by_css(driver, "#timeline .tool .rerun")[0]
+    assert note.get_attribute("role") == "note" and note.is_displayed()
     assert not console_errors(driver)

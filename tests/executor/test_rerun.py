@@ -10,6 +10,7 @@ log, the pool, executor processes over gRPC.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from pathlib import Path
@@ -19,27 +20,18 @@ import pytest
 import trio
 
 from events.store import EventStore
-from runtime.executors import RemoteExecutor
+from runtime.executor_client import ExecutorUnavailable
+from runtime.executors import ExecutorPool, KilledWhileStarting, RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError
-from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
 from .conftest import (agent_runtime, kill_group, run_to_idle, running_pool, start_executor, stop_process,
                        wait_group_gone, wait_path)
 
 BIG = "".join(f"line {i:06d} of a file written whole or not at all\n" for i in range(60_000))  # ~3 MiB
-
-
-def held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, point: str) -> Path:
-    """Executors started from here on hold the first editing call reaching ``point``; returns the
-    file that says which process holds it."""
-    hold = tmp_path / "hold"
-    hold.write_text(point)
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
-    return Path(f"{hold}.held")
 
 
 async def kill_when_held(held: Path, killed: list[int]) -> None:
@@ -270,3 +262,48 @@ async def test_a_second_child_killed_while_it_starts_ends_the_call(
     assert err.value.code == "EXECUTOR_UNAVAILABLE" and "did not start: killed" in err.value.message, err.value
     assert hold.read_text() == "before_hello" and not held.exists()  # no third child claimed it
     assert not (ws / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("point", ["before_listening", "before_hello"])
+async def test_a_child_the_pool_stops_while_it_starts_is_not_taken_for_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, point: str) -> None:
+    # The pool stops (the daemon stopping) while a caller outside it waits for a child held at a
+    # point of its start: the pool's own SIGTERM (and, the child not ending by it, the SIGKILL
+    # after it) is no death from outside. The caller is told the executor is unavailable, and no
+    # other child is started: before, the pool took it for killed and spawned one more, which
+    # its closed nursery could not own (a RuntimeError and a child left running).
+    held = held_at(monkeypatch, tmp_path, point)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    async def workspace_of(project_id: str) -> Path | None:
+        return ws if project_id == "p" else None
+
+    pool = ExecutorPool(tmp_path / "executors", workspace_of)
+    pool_scope = trio.CancelScope()
+    got: list[BaseException] = []
+
+    async def run_pool(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with pool_scope:
+            await pool.run(task_status=task_status)
+
+    async def ask() -> None:
+        try:
+            await pool.get("p")
+        except Exception as exc:
+            got.append(exc)
+
+    caplog.set_level(logging.INFO, logger="lens.executors")
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_pool)
+            nursery.start_soon(ask)
+            await wait_path(held, timeout=30)
+            pid = int(held.read_text())
+            pool_scope.cancel()  # (the caller is not cancelled: only the pool stops)
+    assert len(got) == 1 and isinstance(got[0], ExecutorUnavailable), got
+    assert not isinstance(got[0], KilledWhileStarting) and "killed" not in got[0].message, got[0]
+    assert not any("starting another" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if "on port" in r.getMessage()] == []  # no other child
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # (the held child is gone, not left behind)

@@ -111,15 +111,11 @@ async def test_a_skill_read_whose_executor_dies_under_it_runs_once_more(
     # test hold) is read from the child spawned in its place, not reported as a problem.
     import signal
 
-    from tools.executor.server import TEST_HOLD_ENV, TEST_HOOKS_ENV
+    from tests.executor_hold import held_at
 
     ws = tmp_path / "ws"
     write(ws / "skills" / "review" / "SKILL.md", REVIEW)
-    hold = tmp_path / "hold"
-    hold.write_text("call:read_file")
-    held = Path(f"{hold}.held")
-    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
-    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    held = held_at(monkeypatch, tmp_path, "call:read_file")
     killed: list[int] = []
 
     async def kill_when_held() -> None:
