@@ -66,11 +66,16 @@ def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
     assert not console_errors(driver)
 
 
-def rerun_in_the_page(driver: Any, daemon: Daemon, held: Path, workspace: Path, token: str, line: str) -> None:
-    """Submit ``line`` in the open session; SIGKILL the executor holding its edit; wait for idle."""
+def rerun_in_the_page(driver: Any, daemon: Daemon, held: Path, workspace: Path, token: str, line: str,
+                      session_id: str) -> None:
+    """Submit ``line`` in the open session; SIGKILL the executor holding its edit; wait until the
+    daemon's view and the page both say idle (the page alone may still show the idle it had
+    before the submit: its "running" comes by the stream)."""
     submit(driver, line)
     wait_for(held.exists, "the edit held by its executor")
     os.kill(int(held.read_text()), signal.SIGKILL)
+    wait_for(lambda: daemon.request("GET", f"/sessions/{session_id}", token=token)[1]["status"] == "idle",
+             "the idle session in the daemon's view")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
     assert (workspace / "f.txt").read_text() == "ab\n"  # (applied once)
 
@@ -88,7 +93,8 @@ def test_dashboard_notes_a_subagents_call_that_ran_again(held: Path, daemon: Dae
     session_id = open_new_session(driver, daemon, token, workspace)
     # (the faux model of the subagent calls the tool its prompt names)
     prompt = "/tool edit_file " + json.dumps(EDIT)
-    rerun_in_the_page(driver, daemon, held, workspace, token, "/tool subagent " + json.dumps({"prompt": prompt}))
+    rerun_in_the_page(driver, daemon, held, workspace, token, "/tool subagent " + json.dumps({"prompt": prompt}),
+                      session_id)
     status, view = daemon.request("GET", f"/sessions/{session_id}", token=token)
     assert status == 200
     [sub] = [a for a in view["agents"] if a["agentId"] != "main"]
@@ -127,10 +133,11 @@ def test_dashboard_notes_a_programs_call_that_ran_again(held: Path, ptc_daemon: 
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "f.txt").write_text("a\n")
-    open_new_session(driver, daemon, token, workspace)
+    session_id = open_new_session(driver, daemon, token, workspace)
     program = ("edit_file(path='f.txt', mode='edit', edits=[{'old_string': 'a', 'new_string': 'ab'}])\n"
                "print(read_file(path='f.txt')['content'].strip())")
-    rerun_in_the_page(driver, daemon, held, workspace, token, "/tool programmatic_tool_run " + json.dumps({"code": program}))
+    rerun_in_the_page(driver, daemon, held, workspace, token, "/tool programmatic_tool_run " + json.dumps({"code": program}),
+                      session_id)
     wait_for(lambda: by_css(driver, "#timeline .tool.ok"), "the program's card")
     [card] = by_css(driver, "#timeline .tool")
     call_id = card.get_attribute("data-call-id")
