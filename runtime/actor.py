@@ -320,7 +320,8 @@ class SessionActor:
         an actor's objects are made and freed for every session woken and passivated."""
         if self._jobs is None:
             self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
-                                       new_id=self.deps.new_id, wake=self._maybe_start_runner)
+                                       new_id=self.deps.new_id, wake=self._maybe_start_runner,
+                                       secrets=self.deps.store.secrets)
             if self._nursery is not None:
                 self._jobs.attach(self._nursery)
         return self._jobs
@@ -1094,7 +1095,7 @@ class SessionActor:
                               file_edits=file_edits, agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
-                              allowlist_of=allowlist_of)
+                              allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1120,7 +1121,7 @@ class SessionActor:
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
-                          allowlist_of=allowlist_of)
+                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)

@@ -167,8 +167,9 @@ def main() -> None:
     ap.add_argument("--odd-ids", action="store_true")
     ap.add_argument("--keyed")
     opts = ap.parse_args()
+    keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
-        value = os.environ.get(opts.keyed, "<unset>")
+        keyed = value = os.environ.get(opts.keyed, "<unset>")
         TOOLS.insert(0, {"name": "keyed", "title": f"Keyed {value}",
                          # (and again across the 8192nd character, where the daemon cuts a description)
                          "description": (head := f"Calls the service with key {value}; ") + "p" * (8182 - len(head))
@@ -176,6 +177,8 @@ def main() -> None:
                          "inputSchema": {"type": "object", "description": f"uses {value}", "properties": {
                              "token": {"type": "string", "default": value, "description": f"e.g. {value}"},
                              value: {"type": "string"}}}})
+        # (a tool left out for its name, the key across its 128th character, where names are cut)
+        TOOLS.insert(1, {"name": "bad name " + "n" * (118 - len("bad name ")) + value, "inputSchema": OBJ})
     if opts.flood:
         TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
     if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)
@@ -243,7 +246,9 @@ def main() -> None:
             version = opts.protocol or params.get("protocolVersion")
             send({"jsonrpc": "2.0", "id": rid, "result": {
                 "protocolVersion": version, "capabilities": {} if opts.no_tools else {"tools": {"listChanged": True}},
-                "serverInfo": {"name": "lens-test-server" + ("\ud800" if opts.bad_json else ""), "version": "1.0"}}})
+                "serverInfo": {"name": "lens-test-server" + ("\ud800" if opts.bad_json else ""), "version": "1.0",
+                               # (the key across the 200th character, where serverInfo's texts are cut)
+                               **({"title": "t" * 190 + keyed} if keyed else {})}}})
         elif method == "tools/list" and opts.no_tools:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
         elif method == "tools/list":
