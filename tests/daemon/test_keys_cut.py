@@ -150,3 +150,21 @@ async def test_a_project_file_cut_for_the_prompt_sends_no_piece_of_a_key(
     sent = json.dumps(loop.bodies)
     assert not leaks("the request to the model", sent, [KEY]), sent[-2000:]
     assert "r" * 100 + MARK[:INTO] + "\\n[\\u2026 truncated" in sent or "r" * 100 + MARK[:INTO] + "\\n[… truncated" in sent, sent[-2000:]
+
+
+async def test_a_program_cutting_a_tool_result_shows_no_piece_of_a_key(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A programmatic tool run gets its calls' results before any store scrubs them; what it
+    # prints is cut (by the program here, by its output cap or a repr's 200 characters) before
+    # the result is recorded.
+    monkeypatch.setenv(NAME, KEY)
+    d = await daemon_factory(config=keyed_config(localPtc={}))
+    token = await d.pair("ptc-client", strong=True)
+    project = await d.project(token)
+    Path(project["workspace"], "k.txt").write_text("a" * 100 + KEY + "\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    program = "print(read_file(path='k.txt')['content'][:110])"
+    ran = await run_tool(d, token, sid, "ptc", "programmatic_tool_run", {"code": program})
+    text = json.dumps(ran)
+    assert not leaks("the program's result", text, [KEY]), text
+    assert "a" * 100 + MARK[:INTO] in text, text
