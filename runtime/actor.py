@@ -894,12 +894,13 @@ class SessionActor:
             on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
 
         try:
-            try:
-                result = (await provider.stream(request, delta_seen)).well_formed()
-            finally:
-                for kind, scrub in scrubs.items():
-                    if held := scrub.flush():
-                        on_delta(self.session_id, agent_id, Delta(kind, held))
+            result = (await provider.stream(request, delta_seen)).well_formed()
+            # What is still held ends the answer: it is no key. An answer that failed (or was
+            # cancelled) keeps it: the stream was cut there, possibly inside a key whose first
+            # characters no scrub would recognise, and the answer is not recorded.
+            for kind, scrub in scrubs.items():
+                if held := scrub.flush():
+                    on_delta(self.session_id, agent_id, Delta(kind, held))
         except ProviderError as exc:
             # (with what the provider reported before it failed, when it had begun answering)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,

@@ -25,9 +25,9 @@ from tools.mcp.client import STDERR_TAIL_BYTES
 from tools.mcp.servers import MAX_TOOL_NAME
 
 from ..providers.servers import openai_chat as oc
-from ..providers.servers.base import ScriptedServer
+from ..providers.servers.base import Reply, ScriptedServer, sse
 from .conftest import DaemonFactory, run_tool, wait_until
-from .keyleaks import KEYS, SLOW, leaks
+from .keyleaks import KEYS, SLOW, leaks, stream_caught_up, watch
 
 NAME = "LENS_TEST_CUT_KEY"
 KEY = KEYS["OPENAI_API_KEY"]
@@ -168,3 +168,38 @@ async def test_a_program_cutting_a_tool_result_shows_no_piece_of_a_key(
     text = json.dumps(ran)
     assert not leaks("the program's result", text, [KEY]), text
     assert "a" * 100 + MARK[:INTO] in text, text
+
+
+async def test_a_key_split_between_deltas_streams_as_its_marker_and_a_stream_cut_inside_one_shows_no_piece(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The model streams the key in two deltas: the live stream shows its marker. Then an answer
+    # whose connection drops 20 characters into the key: the answer fails, and the stream shows
+    # no piece of it (what was held back at the cut is not sent).
+    monkeypatch.setenv(NAME, KEY)
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    dropped = oc.chat_stream(text=["Your key is ", KEY[:20]]).events
+    loop.push(oc.chat_stream(text=[f"Your key is {KEY[:INTO]}", f"{KEY[INTO:]}, keep it."]),
+              Reply(chunks=sse(dropped[:3]), close_early=True))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": NAME,
+                       "maxRetries": 0, "models": [{"id": "m"}]}],
+        "defaultModel": "loop/m"})
+    token = await d.pair("delta-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    stream = bytearray()
+    async with trio.open_nursery() as inner:
+        inner.start_soon(watch, d, token, stream)
+        await d.submit(token, sid, "r1", "what is my key?")
+        assert (await d.wait_idle(token, sid, timeout=SLOW))["status"] == "idle"
+        await d.submit(token, sid, "r2", "again")
+        assert (await d.wait_idle(token, sid, timeout=SLOW))["status"] == "idle"
+        await stream_caught_up(d, stream)
+        inner.cancel_scope.cancel()
+    shown = stream.decode()
+    frames = [block.split("\ndata: ", 1) for block in shown.split("\n\n") if "event: model.delta" in block]
+    deltas = "".join(json.loads(data).get("text", "") for _, data in frames)
+    assert not leaks("the live stream", shown, [KEY]), shown[-2000:]
+    assert f"Your key is {MARK}, keep it." in deltas, deltas
+    kinds = [e["kind"] for e in await d.events(token, sid)]
+    assert kinds.count("model.responded") == 1 and "model.failed" in kinds, kinds
