@@ -312,7 +312,7 @@ class SessionActor:
         return wc.WorkingContextOps(self.session_id, emit=self._emit, state=lambda: self.state,
                                     catalog=self.deps.catalog, config=self.deps.context,
                                     system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
-                                    scoped=d.Scoped)
+                                    scoped=d.Scoped, secrets=self.deps.store.secrets)
 
     @property
     def jobs(self) -> j.SessionJobs:

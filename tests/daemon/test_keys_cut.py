@@ -26,7 +26,7 @@ from tools.mcp.servers import MAX_TOOL_NAME
 
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import Reply, ScriptedServer, sse
-from .conftest import DaemonFactory, run_tool, wait_until
+from .conftest import DaemonFactory, run_tool, stop_daemon, wait_until
 from .keyleaks import KEYS, SLOW, leaks, stream_caught_up, watch
 
 NAME = "LENS_TEST_CUT_KEY"
@@ -203,3 +203,35 @@ async def test_a_key_split_between_deltas_streams_as_its_marker_and_a_stream_cut
     assert f"Your key is {MARK}, keep it." in deltas, deltas
     kinds = [e["kind"] for e in await d.events(token, sid)]
     assert kinds.count("model.responded") == 1 and "model.failed" in kinds, kinds
+
+
+async def test_a_summarizing_request_sends_no_key_stored_before_it_was_known(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # An input stored by a daemon that did not know the key holds it; the Working Context then
+    # goes to the provider as the compaction's summarizing request (its large items cut to their
+    # heads), which was built without the model request's scrub.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(oc.chat_stream(text="noted"), oc.chat_stream(text="a summary"))
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": NAME,
+                             "maxRetries": 0, "models": [{"id": "m"}]}], "defaultModel": "loop/m"}
+    monkeypatch.setenv(NAME, "other-value-of-the-key-1234")
+    d = await daemon_factory(config=config, root=tmp_path / "root")
+    token = await d.pair("compact-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "remember " + "w" * 2000 + KEY + " please")
+    assert (await d.wait_idle(token, sid, timeout=SLOW))["status"] == "idle"
+    await stop_daemon(d)
+    monkeypatch.setenv(NAME, KEY)
+    d = await daemon_factory(config=config, root=tmp_path / "root")
+    await d.wait_idle(token, sid, timeout=SLOW)
+    r = await d.post(f"/sessions/{sid}/compact", token, {})
+    assert r.status_code == 200, r.text
+    await wait_until(lambda: _answered(loop, 2), SLOW, "the summarizing request")
+    sent = json.dumps(loop.bodies[1])
+    assert not leaks("the summarizing request", sent, [KEY]), sent[:2000]
+    assert MARK in sent, sent[:2000]
+
+
+async def _answered(loop: ScriptedServer, n: int) -> bool:
+    return len(loop.bodies) >= n
