@@ -2,7 +2,7 @@
 (scrubbed before the cut), or, where the cut is made where no key is known (the executor, a ring
 of bytes), its piece left out. A piece of a key cut first reaches no scrub that could recognise it.
 
-Each test runs ``lens serve`` (the suite's daemon) with a key in its environment, the real
+Each test runs the suite's daemon (``daemon_factory``) with a key in its environment, the real
 executor, real MCP servers over stdio, and looks for 8 characters of the key in what is shown:
 the answers, the events, and (for the project file) the request a loopback provider received.
 """
