@@ -584,7 +584,7 @@ class SessionActor:
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
             return session_view(s, checking_inputs=self.checking_inputs, items_limit=cmd.items_limit,
-                                items_before=cmd.items_before)
+                                items_before=cmd.items_before, secrets=self.deps.store.secrets)
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")

@@ -235,3 +235,25 @@ async def test_a_summarizing_request_sends_no_key_stored_before_it_was_known(
 
 async def _answered(loop: ScriptedServer, n: int) -> bool:
     return len(loop.bodies) >= n
+
+
+async def test_a_view_previews_a_job_command_stored_before_its_key_without_a_piece_of_it(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A job's command stored by a daemon that did not know the key, the key across the 2,000th
+    # character where the session's view cuts it; served again with the key.
+    from runtime.views import QUEUED_PREVIEW_CHARS
+
+    monkeypatch.setenv(NAME, "other-value-of-the-key-1234")
+    d = await daemon_factory(config=keyed_config(), root=tmp_path / "root")
+    token = await d.pair("view-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    command = "true " + "c" * (QUEUED_PREVIEW_CHARS - INTO - len("true ")) + KEY
+    await run_tool(d, token, sid, "job", "job", {"action": "start", "command": command})
+    await stop_daemon(d)
+    monkeypatch.setenv(NAME, KEY)
+    d = await daemon_factory(config=keyed_config(), root=tmp_path / "root")
+    r = await d.get(f"/sessions/{sid}", token)
+    assert r.status_code == 200, r.text
+    assert not leaks("the session's view", r.content, [KEY]), r.text[-3000:]
+    (job,) = r.json()["jobs"]
+    assert job["command"] == command[:QUEUED_PREVIEW_CHARS - INTO] + MARK[:INTO], job["command"][-40:]
