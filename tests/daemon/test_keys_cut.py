@@ -257,3 +257,28 @@ async def test_a_view_previews_a_job_command_stored_before_its_key_without_a_pie
     assert not leaks("the session's view", r.content, [KEY]), r.text[-3000:]
     (job,) = r.json()["jobs"]
     assert job["command"] == command[:QUEUED_PREVIEW_CHARS - INTO] + MARK[:INTO], job["command"][-40:]
+
+
+async def test_an_mcp_tool_result_capped_inside_a_key_shows_no_piece_of_it(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tool result's text is capped at MAX_TEXT_BYTES; the server (given the key by envFrom)
+    # answers x's and the key across the cap.
+    from tools.mcp.results import MAX_TEXT_BYTES
+
+    from ..mcp.conftest import SERVER
+
+    monkeypatch.setenv(NAME, KEY)
+    d = await daemon_factory(config=keyed_config(mcpServers={
+        "k": {"command": sys.executable, "args": [SERVER], "envFrom": [NAME]}}))
+    token = await d.pair("mcp-result-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    async def running() -> bool:
+        r = await d.get("/tools/inventory", token)
+        return any(s["status"] == "running" for s in r.json()["mcpServers"])
+
+    await wait_until(running, SLOW, "the MCP server running")
+    ran = await run_tool(d, token, sid, "big", "mcp__k__big", {"bytes": MAX_TEXT_BYTES - INTO, "then": NAME})
+    text = json.dumps(ran)
+    assert not leaks("the MCP tool's result", text, [KEY]), text[-400:]
+    assert "x" * 100 + MARK[:INTO] in text and "output truncated" in text, text[-400:]

@@ -119,8 +119,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         empty = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text("")})
         send({"jsonrpc": "2.0", "id": rid, "result": text("x" * (int(args["line"]) - len(empty)))})
         return
-    elif name == "big":
-        result = text("x" * int(args.get("bytes", 0)))
+    elif name == "big":  # (``then``: a variable whose value follows the x's)
+        result = text("x" * int(args.get("bytes", 0)) + os.environ.get(str(args.get("then")), "") * ("then" in args))
     elif name == "grow":
         if not any(t["name"] == "extra.tool" for t in TOOLS):
             TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
