@@ -21,7 +21,8 @@ and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N
 Python takes as equal to the request's — ``true`` for 1, ``1.0``, ``"1"`` — carrying a wrong result, then
 with the right id), ``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
 ``listings`` says how many it answered), ``--keyed NAME`` (adds ``keyed``, whose description, title and input schema quote the value of its
-variable ``NAME``; the description again 10 characters before its 8192nd), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+variable ``NAME``; the description again 10 characters before its 8192nd; the server's title and a skipped tool's
+name with it across their 200th and 128th characters), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
