@@ -237,7 +237,7 @@ async def _answered(loop: ScriptedServer, n: int) -> bool:
     return len(loop.bodies) >= n
 
 
-async def test_a_view_previews_a_job_command_stored_before_its_key_without_a_piece_of_it(
+async def test_a_view_and_the_job_tool_preview_a_command_stored_before_its_key_without_a_piece_of_it(
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # A job's command stored by a daemon that did not know the key, the key across the 2,000th
     # character where the session's view cuts it; served again with the key.
@@ -248,15 +248,20 @@ async def test_a_view_previews_a_job_command_stored_before_its_key_without_a_pie
     token = await d.pair("view-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
     command = "true " + "c" * (QUEUED_PREVIEW_CHARS - INTO - len("true ")) + KEY
+    short = "true " + "s" * (120 - INTO - len("true ")) + KEY  # (the job tool's lines cut at 120)
     await run_tool(d, token, sid, "job", "job", {"action": "start", "command": command})
+    await run_tool(d, token, sid, "job2", "job", {"action": "start", "command": short})
     await stop_daemon(d)
     monkeypatch.setenv(NAME, KEY)
     d = await daemon_factory(config=keyed_config(), root=tmp_path / "root")
     r = await d.get(f"/sessions/{sid}", token)
     assert r.status_code == 200, r.text
     assert not leaks("the session's view", r.content, [KEY]), r.text[-3000:]
-    (job,) = r.json()["jobs"]
+    job = r.json()["jobs"][0]
     assert job["command"] == command[:QUEUED_PREVIEW_CHARS - INTO] + MARK[:INTO], job["command"][-40:]
+    listed = json.dumps(await run_tool(d, token, sid, "list", "job", {"action": "list"}))
+    assert not leaks("the job tool's list", listed, [KEY]), listed
+    assert short[:120 - INTO] + MARK[:INTO] + "\\u2026" in listed, listed
 
 
 async def test_an_mcp_tool_result_capped_inside_a_key_shows_no_piece_of_it(
