@@ -31,6 +31,7 @@ import msgspec
 MIN_SECRET = 8  # values shorter than this are never scrubbed (see the module's docstring)
 _NEVER_ESCAPED = re.compile(r"[A-Za-z0-9._-]+")  # (no JSON encoder escapes these)
 S = TypeVar("S")
+T = TypeVar("T", str, bytes)
 FINGERPRINT_ROUNDS = 100_000  # of Secrets.fingerprint: tens of milliseconds, once per start or rebuild
 
 
@@ -173,6 +174,39 @@ class Secrets:
         if not held:
             return text, next_offset, eof
         return text[:-held], next_offset - len(text[-held:].encode("utf-8")), False
+
+    def cut(self, text: T, limit: int, more: T | None = None) -> T:
+        """``text`` (a str, or bytes) scrubbed, then cut to its first ``limit`` characters (or
+        bytes; ``more`` added when it was longer). Scrubbed first: a secret across the cut is
+        replaced whole, where a cut made first would leave its first characters, which no later
+        scrub recognises. Every text the daemon cuts to a limit and may show is cut here."""
+        text = self.scrub(text)
+        return text if len(text) <= limit else text[:limit] + (more or text[:0])
+
+    def mend(self, text: str, *, cut_start: bool = False, cut_end: bool = False) -> str:
+        """``text``, a part of a longer text cut where no secret was known (the executor's cap on
+        a command's output, a tail of a ring of bytes), scrubbed: where it was cut at its end
+        (``cut_end``), what could begin a secret is left out; where at its start
+        (``cut_start``), what could end one. The pieces of a secret the cut left stay out."""
+        text = self.scrub_text(text)
+        if not self._pairs:
+            return text
+        if cut_end:
+            held = self.open_end(text)
+            text = text[:len(text) - held]
+        if cut_start:
+            text = text[self.open_start(text):]
+        return text
+
+    def open_start(self, text: str) -> int:
+        """The length of the longest start of ``text`` that is the end of some secret."""
+        best = 0
+        for value, _ in self._pairs:
+            for n in range(min(len(value) - 1, len(text)), best, -1):
+                if text.startswith(value[-n:]):
+                    best = n
+                    break
+        return best
 
     def open_end(self, text: str) -> int:
         """The length of the longest end of ``text`` that is the start of some secret."""

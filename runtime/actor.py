@@ -312,7 +312,7 @@ class SessionActor:
         return wc.WorkingContextOps(self.session_id, emit=self._emit, state=lambda: self.state,
                                     catalog=self.deps.catalog, config=self.deps.context,
                                     system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
-                                    scoped=d.Scoped)
+                                    scoped=d.Scoped, secrets=self.deps.store.secrets)
 
     @property
     def jobs(self) -> j.SessionJobs:
@@ -320,7 +320,8 @@ class SessionActor:
         an actor's objects are made and freed for every session woken and passivated."""
         if self._jobs is None:
             self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
-                                       new_id=self.deps.new_id, wake=self._maybe_start_runner)
+                                       new_id=self.deps.new_id, wake=self._maybe_start_runner,
+                                       secrets=self.deps.store.secrets)
             if self._nursery is not None:
                 self._jobs.attach(self._nursery)
         return self._jobs
@@ -583,7 +584,7 @@ class SessionActor:
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
             return session_view(s, checking_inputs=self.checking_inputs, items_limit=cmd.items_limit,
-                                items_before=cmd.items_before)
+                                items_before=cmd.items_before, secrets=self.deps.store.secrets)
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
@@ -893,12 +894,13 @@ class SessionActor:
             on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
 
         try:
-            try:
-                result = (await provider.stream(request, delta_seen)).well_formed()
-            finally:
-                for kind, scrub in scrubs.items():
-                    if held := scrub.flush():
-                        on_delta(self.session_id, agent_id, Delta(kind, held))
+            result = (await provider.stream(request, delta_seen)).well_formed()
+            # What is still held ends the answer: it is no key. An answer that failed (or was
+            # cancelled) keeps it: the stream was cut there, possibly inside a key whose first
+            # characters no scrub would recognise, and the answer is not recorded.
+            for kind, scrub in scrubs.items():
+                if held := scrub.flush():
+                    on_delta(self.session_id, agent_id, Delta(kind, held))
         except ProviderError as exc:
             # (with what the provider reported before it failed, when it had begun answering)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,
@@ -1094,7 +1096,7 @@ class SessionActor:
                               file_edits=file_edits, agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
-                              allowlist_of=allowlist_of)
+                              allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1120,7 +1122,7 @@ class SessionActor:
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
-                          allowlist_of=allowlist_of)
+                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)

@@ -571,7 +571,7 @@ def create_app(svc: Services) -> QuartTrio:
                                                   thinking_level=body.thinking_level, name=body.name,
                                                   default_model=svc.catalog.default_model)
         state = await svc.supervisor.call(sid, a.GetState())
-        return json_response(session_view(state), 201)
+        return json_response(session_view(state, secrets=svc.store.secrets), 201)
 
     @app.get("/api/v1/sessions/<sid>")
     async def get_session(sid: str) -> Response:
@@ -589,7 +589,7 @@ def create_app(svc: Services) -> QuartTrio:
         if body.name is not None:
             check_name(body.name, "name")
         new = await svc.supervisor.fork_session(sid, body.seq, name=body.name)
-        return json_response(session_view(await svc.supervisor.call(new, a.GetState())), 201)
+        return json_response(session_view(await svc.supervisor.call(new, a.GetState()), secrets=svc.store.secrets), 201)
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:

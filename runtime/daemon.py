@@ -187,7 +187,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
 
             skills = [SkillMeta(*meta) for meta in await prompt_skills(executors, project_id)] if project_id and ws else []
-            return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills)
+            return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
+                                             secrets=store.secrets)
 
         system_prompt_for = PromptCache(build_prompt).get
 

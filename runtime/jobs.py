@@ -27,6 +27,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import trio
 
 from events import types as t
+from events.secrets import Secrets
 from projections.session_state import MAIN_AGENT, JobRecord, SessionState, running_jobs
 
 from . import decide as d
@@ -145,6 +146,7 @@ class LiveJob:
     done: trio.Event = field(default_factory=trio.Event)
     stop_reason: str | None = None
     abandoned: bool = False  # the actor is going away: record nothing (its next wake says "lost")
+    truncated: bool = False  # the executor cut the output at its cap (where no key was known)
 
 
 Emit = Callable[..., Awaitable[Any]]
@@ -158,8 +160,9 @@ class SessionJobs:
     """
 
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState],
-                 new_id: Callable[[str], str], wake: Callable[[], None]) -> None:
+                 new_id: Callable[[str], str], wake: Callable[[], None], secrets: Secrets | None = None) -> None:
         self.session_id = session_id
+        self._secrets = secrets or Secrets()  # (the recorded tail is cut where no key was known)
         self._emit = emit
         self._state = state
         self._new_id = new_id
@@ -274,29 +277,35 @@ class SessionJobs:
         """The job and its output from ``offset`` (bytes of its whole output), at most ``limit``
         bytes. While the actor holds the output (running, or among the last finished): from the
         ring (``source: memory``; ``dropped_before`` is where what is kept begins). Otherwise the
-        recorded tail (``source: tail``, offsets within the tail)."""
+        recorded tail (``source: tail``, offsets within the tail). The page is scrubbed of the
+        keys the daemon knows; one that ends in what could begin a key ends before it
+        (``Secrets.scrub_page``), and one that starts where the ring dropped older output
+        leaves out what could end one: the route and the ``job`` tool show the same page."""
         rec = self._record(job_id)
         out = self.describe(rec)
         live = self.live.get(job_id) or self._finished.get(job_id)
         if live is not None:
             final = rec.status != "running"
             text, begin, nxt = live.ring.read(offset, limit, final=final)
+            text = self._secrets.mend(text, cut_start=begin == live.ring.start > 0,
+                                      cut_end=live.truncated and nxt >= live.ring.total)
+            text, nxt, eof = self._secrets.scrub_page(text, nxt, final and nxt >= live.ring.total)
             out.update(output=text, offset=begin, next_offset=nxt, dropped_before=live.ring.start,
-                       eof=final and nxt >= live.ring.total, source="memory")
+                       eof=eof, source="memory")
             return out
         data = rec.output_tail.encode()
         ring = OutputRing(max(len(data), 1))
         ring.write(data)
         text, begin, nxt = ring.read(offset, limit, final=True)
-        out.update(output=text, offset=begin, next_offset=nxt, dropped_before=0,
-                   eof=rec.status != "running" and nxt >= len(data), source="tail")
+        text, nxt, eof = self._secrets.scrub_page(text, nxt, rec.status != "running" and nxt >= len(data))
+        out.update(output=text, offset=begin, next_offset=nxt, dropped_before=0, eof=eof, source="tail")
         return out
 
     # ------------------------------------------------------------------ the job's task
 
     async def _run(self, live: LiveJob, run: JobRun) -> None:
         try:
-            status, code, reason = "crashed", None, ""
+            status, code, reason, truncated = "crashed", None, "", False
             try:
                 with live.scope:
                     ended = await run(live.ring.write)
@@ -309,6 +318,7 @@ class SessionJobs:
                     else:
                         status, code = "exited", ended.exit_code
                     if ended is not None and ended.truncated:
+                        truncated = live.truncated = True
                         dropped = "the executor kept no output past its cap per command"
                         reason = f"{reason}; {dropped}" if reason else dropped
             except LensError as exc:
@@ -317,7 +327,10 @@ class SessionJobs:
                 return
             if live.stop_reason is not None:
                 status, code, reason = "stopped", None, live.stop_reason
-            await self._record_end(live.job_id, status, code, reason, live.ring.tail())
+            # The tail may begin inside a key (older output dropped) and end inside one (the
+            # executor's cap): the pieces those cuts left are left out, the rest scrubbed.
+            tail = self._secrets.mend(live.ring.tail(), cut_start=live.ring.total > TAIL_BYTES, cut_end=truncated)
+            await self._record_end(live.job_id, status, code, reason, tail)
         finally:
             self.live.pop(live.job_id, None)
             if not live.abandoned:

@@ -39,9 +39,7 @@ def add_job_routes(app: QuartTrio, svc: Any) -> None:
         check_id(job_id, "job id")
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
-        job = await svc.supervisor.call(sid, j.ReadJob(job_id, offset, limit))
-        job["output"], job["next_offset"], job["eof"] = svc.store.secrets.scrub_page(  # (held in memory)
-            job["output"], job["next_offset"], job["eof"])
+        job = await svc.supervisor.call(sid, j.ReadJob(job_id, offset, limit))  # (scrubbed: SessionJobs.read)
         return json_response(_camel(job))
 
     @app.post("/api/v1/sessions/<sid>/jobs/<job_id>/stop")

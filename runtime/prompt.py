@@ -21,6 +21,8 @@ from typing import Awaitable, Callable, Sequence
 
 import trio
 
+from events.secrets import Secrets
+
 DEFAULT_PREAMBLE = (
     "You are a coding agent running inside Lens, a durable runtime: every message, tool call and "
     "result is recorded, and a session may be resumed after a restart. Work in the project's "
@@ -130,9 +132,15 @@ async def build_system_prompt(
     skills: Sequence[SkillMeta] = (),
     preamble: str = DEFAULT_PREAMBLE,
     rules: Sequence[str] = DEFAULT_RULES,
+    secrets: Secrets | None = None,
 ) -> list[str]:
-    """The ``ModelRequest.system`` list for one agent: one string, the assembled prompt."""
-    files = await load_project_files(read_text, workspace=workspace, home=home)
+    """The ``ModelRequest.system`` list for one agent: one string, the assembled prompt. The
+    project files are scrubbed of ``secrets`` before they are cut to
+    :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole); a file the read cut
+    at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
+    secrets = secrets or Secrets()
+    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=len(f.text.encode()) >= READ_LIMIT_BYTES - 3))
+             for f in await load_project_files(read_text, workspace=workspace, home=home)]
     text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills), cwd if cwd is not None else workspace))
     return [text]
 

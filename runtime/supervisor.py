@@ -172,7 +172,7 @@ class Supervisor:
                     return await self._quarantined_state(session_id)
                 if isinstance(command, GetView):
                     return session_view(await self._quarantined_state(session_id), items_limit=command.items_limit,
-                                        items_before=command.items_before)
+                                        items_before=command.items_before, secrets=self.deps.store.secrets)
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
                 if session_id in self._deleted:  # (as the actor answers a deleted session)

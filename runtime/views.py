@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from events import types as t
+from events.secrets import Secrets
 from projections.context_budget import item_marks
 from projections.session_state import USAGE_FIELDS, MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
 
@@ -89,13 +90,15 @@ def _checked(status: str, checking: bool) -> str:
 
 
 def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int = VIEW_ITEMS_MAX,
-                 items_before: int | None = None) -> dict[str, Any]:
+                 items_before: int | None = None, secrets: Secrets | None = None) -> dict[str, Any]:
     """The view state of ``GET /sessions/{id}``. ``items`` is a window of the main agent's
     projected items (``itemsTotal`` of them, indexed from 0, the oldest first): the last
     ``items_limit`` before index ``items_before`` (default: the end), starting at
-    ``itemsStart``. Only the window is built.
+    ``itemsStart``. Only the window is built. Previews cut to :data:`QUEUED_PREVIEW_CHARS` are
+    scrubbed of ``secrets`` before the cut (an event stored before a key was known holds it).
 
     Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal``."""
+    secrets = secrets or Secrets()
     main = s.agents.get(MAIN_AGENT)
     items: list[dict[str, Any]] = []
     agents: list[dict[str, Any]] = []
@@ -142,7 +145,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         "itemsTotal": total,
         "itemsStart": start,
         "queued": [
-            {"requestId": q.request_id, "text": text_of(q.content)[:QUEUED_PREVIEW_CHARS], "whenBusy": q.when_busy,
+            {"requestId": q.request_id, "text": secrets.cut(text_of(q.content), QUEUED_PREVIEW_CHARS), "whenBusy": q.when_busy,
              "seq": q.seq, "images": sum(1 for p in q.content if isinstance(p, t.ImagePart))}
             for q in s.queue
         ],
@@ -153,7 +156,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         ],
         "usage": usage_view(s.usage),
         # Background jobs as the log says (output: GET /sessions/{id}/jobs/{jobId}).
-        "jobs": [{"jobId": j.job_id, "command": j.command[:QUEUED_PREVIEW_CHARS], "status": j.status,
+        "jobs": [{"jobId": j.job_id, "command": secrets.cut(j.command, QUEUED_PREVIEW_CHARS), "status": j.status,
                   "exitCode": j.exit_code, "reason": j.reason} for j in s.jobs.values()],
         "agents": agents,
         "lastSeq": s.last_seq,

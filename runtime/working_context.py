@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal, Sequence
 
 from events import types as t
+from events.secrets import Secrets
 from projections.context_budget import (
     SummaryInput,
     compaction_threshold,
@@ -215,8 +216,10 @@ class WorkingContextOps:
 
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState], catalog: ProviderCatalog,
                  config: ContextConfig, system_prompt: Callable[[], Awaitable[list[str]]],
-                 tool_schemas: Callable[[str], list[dict[str, Any]]], scoped: Callable[..., Any]) -> None:
+                 tool_schemas: Callable[[str], list[dict[str, Any]]], scoped: Callable[..., Any],
+                 secrets: Secrets | None = None) -> None:
         self._session_id = session_id
+        self._secrets = secrets or Secrets()  # (the summarizing request, as every model request)
         self._emit = emit
         self._state = state
         self._catalog = catalog
@@ -287,6 +290,9 @@ class WorkingContextOps:
         provider, model_id, _ref = self._catalog.resolve(state.model)
         model = self._catalog.model_config(state.model)
         items = working_context(agent)
+        # Scrubbed before fit_summary_input cuts large items to their heads: a key stored before
+        # the daemon knew it goes to no provider, whole or as the first characters of a cut.
+        shown = self._secrets.scrub_structs(items, Item)  # (items stays what decide() compares)
         replaced = [it.id for it in replaceable(agent)]
         size = len(agent.items)
         schemas = self._tool_schemas(agent_id)
@@ -298,11 +304,11 @@ class WorkingContextOps:
                 return Item(f"compaction-{state.last_seq + 1}", "user", state.last_seq + 1, task_id, text)
 
             plain = ask(COMPACTION_INSTRUCTION)
-            fit = fit_summary_input(items, request_tokens([COMPACTION_SYSTEM], [plain], schemas), budget)
+            fit = fit_summary_input(shown, request_tokens([COMPACTION_SYSTEM], [plain], schemas), budget)
             last = plain
             if fit.cut or fit.omitted:
                 last = ask(COMPACTION_INSTRUCTION + COMPACTION_PARTIAL)
-                fit = fit_summary_input(items, request_tokens([COMPACTION_SYSTEM], [last], schemas), budget)
+                fit = fit_summary_input(shown, request_tokens([COMPACTION_SYSTEM], [last], schemas), budget)
             return ModelRequest(model_id, [COMPACTION_SYSTEM], [*fit.items, last], schemas, None, agent_id), fit
 
         request, fit = summarizing(summary_budget(model.context_window, model.max_output_tokens))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
 
 from events import types as t
+from events.secrets import Secrets
 
 from .json_values import lone_surrogate, scalars
 
@@ -70,6 +71,10 @@ class ToolContext:
     # The workspace allowlist in effect for another tool of this session (None: none), so that
     # ``revert_call`` also applies the allowlist of the tool that made an edit. Provided by the actor.
     allowlist_of: Callable[[str], Sequence[str] | None] | None = None
+    # The keys the daemon knows (F-MOD-6): text a tool cuts to a limit is scrubbed before the
+    # cut (``Secrets.cut``), or, cut where no key is known (the executor), mended after it
+    # (``Secrets.mend``). Provided by the actor.
+    secrets: Secrets = field(default_factory=Secrets)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.secrets import Secrets
+
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import ExecutorAccess
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
@@ -32,13 +34,13 @@ USAGE = ('job takes {"action": "start", "command", "timeout_ms"?, "cwd"?}, {"act
          '{"action": "read", "job_id", "offset"?, "max_bytes"?} or {"action": "stop", "job_id"}')
 
 
-def _line(job: dict[str, Any]) -> str:
+def _line(job: dict[str, Any], secrets: Secrets) -> str:
     status = job["status"]
     if status == "exited":
         status = f"exited {job['exit_code']}"
     elif job.get("reason"):
         status = f"{status} ({job['reason']})"
-    command = job["command"] if len(job["command"]) <= 120 else job["command"][:120] + "…"
+    command = secrets.cut(job["command"], 120, "…")  # (a command stored before its key was known)
     return f"{job['job_id']} {status}: {command}"
 
 
@@ -99,13 +101,13 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
                 return await start(args, ctx)
             if action == "list":
                 jobs = ctx.jobs.list()
-                text = "\n".join(_line(j) for j in jobs) if jobs else "no jobs in this session"
+                text = "\n".join(_line(j, ctx.secrets) for j in jobs) if jobs else "no jobs in this session"
                 return ToolResult.text(text, {"jobs": jobs})
             if action == "read":
                 offset = int_arg(args, "offset", 0, 0, 2**62)
                 limit = int_arg(args, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
                 r = ctx.jobs.read(args["job_id"], offset, limit)
-                note = (f"[{_line(r)}; output bytes {r['offset']}-{r['next_offset']}"
+                note = (f"[{_line(r, ctx.secrets)}; output bytes {r['offset']}-{r['next_offset']}"
                         + (f" (bytes before {r['dropped_before']} are no longer kept)" if r["dropped_before"] else "")
                         + ("" if r["eof"] else f"; to continue, read with offset {r['next_offset']}")
                         + ("; only the recorded tail is left" if r["source"] == "tail" else "") + "]")
@@ -113,7 +115,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
                 return ToolResult.text(body + ("" if not body or body.endswith("\n") else "\n") + note,
                                        {k: v for k, v in r.items() if k != "output"})
             r = await ctx.jobs.stop(args["job_id"], "stopped by the agent")
-            return ToolResult.text(_line(r), r)
+            return ToolResult.text(_line(r, ctx.secrets), r)
         except LensError as exc:
             raise ToolError(exc.code, exc.message) from None
 

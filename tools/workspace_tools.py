@@ -181,6 +181,11 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
     async def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         reached = await call(ctx, "read_file", args, write=False)
         r = reached.out.result
+        if r.get("kind") != "directory" and r.get("eof") is False and ctx.secrets and "content" in r:
+            # A page that ends inside a key holds its start back for the next page, as the
+            # workspace route's pages do: the executor cut it knowing no key.
+            r = dict(r)
+            r["content"], r["next_offset"], _ = ctx.secrets.scrub_page(r["content"], r["next_offset"], False)
         if r.get("kind") == "directory":
             body = "\n".join(r.get("entries", []))
         else:
@@ -312,7 +317,9 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
         if exit_info is None:
             raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
-        text = out.decode("utf-8", errors="replace")
+        # The executor cut the output at its cap knowing no key: a key across the cut left its
+        # first characters at the end, which are left out; the rest is scrubbed before the cap below.
+        text = ctx.secrets.mend(out.decode("utf-8", errors="replace"), cut_end=exit_info.truncated)
         truncated = exit_info.truncated
         limit = cap or DEFAULT_COMMAND_OUTPUT
         if len(text) > limit // 4:  # (no text of at most limit/4 characters can pass limit bytes)

@@ -162,3 +162,29 @@ def test_structs_holding_a_secret_are_copied_scrubbed_and_the_others_kept():
     assert SECRETS.scrub_structs([clean], Item)[0] is clean
     scrubbed, kept = SECRETS.scrub_structs([held, clean], Item)
     assert scrubbed == Item("c1", "user", 1, text=f"key {marker('OPENAI_API_KEY')}") and kept is clean
+
+
+def test_a_text_cut_at_any_limit_is_scrubbed_first_and_holds_no_piece_of_a_secret():
+    text = "x" * 5 + KEY + " and " + SLASHED + "."
+    shown = SLASHED_SECRETS.scrub_text(text)
+    for limit in range(len(text) + 2):
+        for value, more in ((text, "…"), (text.encode(), b"...")):
+            cut = SLASHED_SECRETS.cut(value, limit, more)
+            plain = cut.decode() if isinstance(cut, bytes) else cut
+            assert not any(secret[:MIN_SECRET - 1] in plain for secret in (KEY, SLASHED)), (limit, plain)
+            whole = shown if isinstance(value, str) else shown.encode()
+            assert cut == (whole if len(whole) <= limit else whole[:limit] + more), (limit, cut)
+    assert Secrets().cut(text, 10) == text[:10] and Secrets().cut("short", 10, "…") == "short"
+
+
+def test_a_text_cut_where_no_secret_was_known_leaves_out_the_pieces_at_its_cut_ends():
+    text = "x" * 5 + KEY + " and " + SLASHED + "."
+    for at in range(len(text) + 1):
+        head = SLASHED_SECRETS.mend(text[:at], cut_end=True)
+        tail = SLASHED_SECRETS.mend(text[at:], cut_start=True)
+        for secret in (KEY, SLASHED):
+            assert not any(head.endswith(secret[:n]) for n in range(1, len(secret))), (at, head)
+            assert not any(tail.startswith(secret[-n:]) for n in range(1, len(secret))), (at, tail)
+        assert SLASHED_SECRETS.scrub_text(text).startswith(head) and SLASHED_SECRETS.scrub_text(text).endswith(tail)
+    # (what is not cut at an end keeps it, and without secrets nothing changes)
+    assert SLASHED_SECRETS.mend(KEY[:12]) == KEY[:12] and Secrets().mend(KEY[:12], cut_end=True) == KEY[:12]

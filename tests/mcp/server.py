@@ -21,7 +21,8 @@ and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N
 Python takes as equal to the request's — ``true`` for 1, ``1.0``, ``"1"`` — carrying a wrong result, then
 with the right id), ``--flood`` (announces ``notifications/tools/list_changed`` after every ``tools/list``; the tool
 ``listings`` says how many it answered), ``--keyed NAME`` (adds ``keyed``, whose description, title and input schema quote the value of its
-variable ``NAME``; the description again 10 characters before its 8192nd), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
+variable ``NAME``; the description again 10 characters before its 8192nd; the server's title and a skipped tool's
+name with it across their 200th and 128th characters), ``--wide N`` (adds ``wide``, whose input schema is N bytes of compact JSON), ``--deep N`` (adds ``deep``, whose input schema nests N levels of properties), ``--bad-json`` (lone surrogates and an infinite number in its tool list, server info and errors;
 a description that is not a string).
 """
 
@@ -119,8 +120,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         empty = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text("")})
         send({"jsonrpc": "2.0", "id": rid, "result": text("x" * (int(args["line"]) - len(empty)))})
         return
-    elif name == "big":
-        result = text("x" * int(args.get("bytes", 0)))
+    elif name == "big":  # (``then``: a variable whose value follows the x's)
+        result = text("x" * int(args.get("bytes", 0)) + os.environ.get(str(args.get("then")), "") * ("then" in args))
     elif name == "grow":
         if not any(t["name"] == "extra.tool" for t in TOOLS):
             TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
@@ -167,8 +168,9 @@ def main() -> None:
     ap.add_argument("--odd-ids", action="store_true")
     ap.add_argument("--keyed")
     opts = ap.parse_args()
+    keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
-        value = os.environ.get(opts.keyed, "<unset>")
+        keyed = value = os.environ.get(opts.keyed, "<unset>")
         TOOLS.insert(0, {"name": "keyed", "title": f"Keyed {value}",
                          # (and again across the 8192nd character, where the daemon cuts a description)
                          "description": (head := f"Calls the service with key {value}; ") + "p" * (8182 - len(head))
@@ -176,6 +178,8 @@ def main() -> None:
                          "inputSchema": {"type": "object", "description": f"uses {value}", "properties": {
                              "token": {"type": "string", "default": value, "description": f"e.g. {value}"},
                              value: {"type": "string"}}}})
+        # (a tool left out for its name, the key across its 128th character, where names are cut)
+        TOOLS.insert(1, {"name": "bad name " + "n" * (118 - len("bad name ")) + value, "inputSchema": OBJ})
     if opts.flood:
         TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
     if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)
@@ -243,7 +247,9 @@ def main() -> None:
             version = opts.protocol or params.get("protocolVersion")
             send({"jsonrpc": "2.0", "id": rid, "result": {
                 "protocolVersion": version, "capabilities": {} if opts.no_tools else {"tools": {"listChanged": True}},
-                "serverInfo": {"name": "lens-test-server" + ("\ud800" if opts.bad_json else ""), "version": "1.0"}}})
+                "serverInfo": {"name": "lens-test-server" + ("\ud800" if opts.bad_json else ""), "version": "1.0",
+                               # (the key across the 200th character, where serverInfo's texts are cut)
+                               **({"title": "t" * 190 + keyed} if keyed else {})}}})
         elif method == "tools/list" and opts.no_tools:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
         elif method == "tools/list":

@@ -509,3 +509,22 @@ async def test_the_schema_lists_the_arguments(artifacts: ArtifactStore) -> None:
     props = spec.input_schema["properties"]
     assert set(props) == {"url", "format", "timeout"} and props["format"]["enum"] == ["markdown", "text", "html"]
     assert props["timeout"]["maximum"] == 120 and spec.input_schema["required"] == ["url"]
+
+
+async def test_an_error_page_quoting_a_key_across_its_excerpts_cut_shows_its_marker(full: ToolRegistry,
+                                                                                   web_server: WebServer) -> None:
+    # The excerpt of an error page is cut at 2,000 characters: scrubbed first, the key across
+    # the cut is its marker, cut; cut first, its first 10 characters reached the result.
+    import dataclasses
+    import json
+
+    from events.secrets import Secrets, marker
+
+    from .conftest import ctx
+
+    key = "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanaryFetch"
+    url = web_server.reply("/gone", "w" * 1990 + key + " and more", status=410, reason="Gone", content_type="text/plain")
+    keyed = dataclasses.replace(ctx(), secrets=Secrets({key: "LENS_TEST_KEY"}))
+    r = await full.run("web_fetch", json.dumps({"url": url, "format": "text"}), keyed)
+    assert r.error_code == "HTTP_ERROR"
+    assert "w" * 1990 + marker("LENS_TEST_KEY")[:10] + "…" in text_of(r) and key[:8] not in text_of(r), text_of(r)[-80:]

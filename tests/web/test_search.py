@@ -203,3 +203,20 @@ def test_the_schema() -> None:
     assert (props["context_max_characters"]["minimum"], props["context_max_characters"]["maximum"]) == (1, 1048576)
     assert props["livecrawl"]["enum"] == ["fallback", "preferred"] and props["type"]["enum"] == ["auto", "fast", "deep"]
     assert spec.read_only and spec.input_schema["required"] == ["query"]
+
+
+async def test_a_results_text_cut_to_the_budget_inside_a_key_shows_its_marker(web_server: WebServer) -> None:
+    # Page text is cut to context_max_characters: scrubbed first, the key across the cut is its
+    # marker, cut; cut first, its first 10 characters reached the result.
+    import dataclasses
+
+    from events.secrets import Secrets, marker
+
+    from .conftest import ctx
+
+    key = "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanarySearch"
+    reg = tool(backend(web_server, [{"url": "https://k.example/", "text": "p" * 90 + key}]))
+    keyed = dataclasses.replace(ctx(), secrets=Secrets({key: "LENS_TEST_KEY"}))
+    r = await reg.run("web_search", json.dumps({"query": "k", "context_max_characters": 100}), keyed)
+    assert not r.is_error, text_of(r)
+    assert text_of(r).endswith("p" * 90 + marker("LENS_TEST_KEY")[:10] + "…") and key[:8] not in text_of(r), text_of(r)

@@ -25,6 +25,8 @@ from typing import Any, AsyncIterator, Callable
 import msgspec
 import trio
 
+from events.secrets import Secrets
+
 from .escaped import Escaped
 
 # Newest first: the version asked for, then the older ones a server may answer with.
@@ -72,22 +74,29 @@ class _Pending:
 class StderrTail:
     """The last :data:`STDERR_TAIL_BYTES` a server wrote to stderr (reported, never logged)."""
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: Secrets | None = None) -> None:
         self._buf = b""
+        self._cut = False  # bytes were dropped before the tail's start
+        self._secrets = secrets or Secrets()
 
     def add(self, chunk: bytes) -> None:
-        self._buf = (self._buf + chunk)[-STDERR_TAIL_BYTES:]
+        self._buf += chunk
+        if len(self._buf) > STDERR_TAIL_BYTES:
+            self._buf, self._cut = self._buf[-STDERR_TAIL_BYTES:], True
 
     def text(self) -> str:
-        return self._buf.decode("utf-8", "replace")
+        """The tail, scrubbed of the keys the daemon knows; a tail that begins inside a key
+        leaves out the key's end (which no scrub recognises)."""
+        return self._secrets.mend(self._buf.decode("utf-8", "replace"), cut_start=self._cut)
 
 
 class Connection:
     """An initialized session with one server. Built by :func:`open_connection` only."""
 
     def __init__(self, proc: trio.Process, nursery: trio.Nursery, stderr: StderrTail,
-                 on_notification: Callable[[str, Any], None]) -> None:
+                 on_notification: Callable[[str, Any], None], secrets: Secrets | None = None) -> None:
         self.proc = proc
+        self.secrets = secrets or Secrets()  # (a line quoted in an error is scrubbed before its cut)
         self.stderr = stderr
         self.closed = trio.Event()
         self.close_reason = ""
@@ -209,9 +218,9 @@ class Connection:
             # (a large result is parsed off the event loop)
             msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
         except ValueError:
-            raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {line[:200]!r}") from None
+            raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {self.secrets.cut(line, 200)!r}") from None
         except RecursionError:
-            raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {line[:200]!r}") from None
+            raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {self.secrets.cut(line, 200)!r}") from None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
             raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {line[:200]!r}")
         method = msg.get("method")
@@ -272,10 +281,10 @@ class Launch:
 @asynccontextmanager
 async def open_connection(launch: Launch, *, startup_timeout: float,
                           on_notification: Callable[[str, Any], None] = lambda method, params: None,
-                          stderr: StderrTail | None = None) -> AsyncIterator[Connection]:
+                          stderr: StderrTail | None = None, secrets: Secrets | None = None) -> AsyncIterator[Connection]:
     """Start the server and initialize it. Raises :class:`McpError` (``MCP_START_FAILED``) when it
     cannot be started, exits, or does not finish ``initialize`` within ``startup_timeout`` s."""
-    stderr = stderr if stderr is not None else StderrTail()
+    stderr = stderr if stderr is not None else StderrTail(secrets)
     # The server is started by a small parent of its own (:mod:`.reaper`) that adopts what its
     # tree orphans, and tells on a pipe whether the server could be started.
     status_read, status_write = os.pipe()
@@ -304,7 +313,7 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
         raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {os.strerror(errno)}")
     try:
         async with trio.open_nursery() as nursery:
-            conn = Connection(proc, nursery, stderr, on_notification)
+            conn = Connection(proc, nursery, stderr, on_notification, secrets)
             nursery.start_soon(conn._read_stdout)
             nursery.start_soon(conn._read_stderr)
             nursery.start_soon(conn._watch_exit)

@@ -22,6 +22,7 @@ import msgspec
 import trio
 
 from events import types as t
+from events.secrets import Secrets
 from runtime.atomicfile import why_not_written
 from tools.artifacts import ArtifactStore
 from tools.base import ToolResult, _unrecordable
@@ -38,8 +39,9 @@ def _clean(text: Any) -> str:
 
 
 class _Builder:
-    def __init__(self, artifacts: ArtifactStore, tool: str) -> None:
+    def __init__(self, artifacts: ArtifactStore, tool: str, secrets: Secrets) -> None:
         self.artifacts = artifacts
+        self.secrets = secrets  # (text is scrubbed before the cap cuts it)
         self.tool = tool
         self.content: list[t.ContentPart] = []
         self.events: list[t._Event] = []
@@ -47,7 +49,7 @@ class _Builder:
         self.cut = 0  # text bytes left out
 
     def text(self, text: str) -> None:
-        data = _clean(text).encode("utf-8")
+        data = self.secrets.scrub_text(_clean(text)).encode("utf-8")
         room = MAX_TEXT_BYTES - self.text_bytes
         if len(data) > room:
             self.cut += len(data) - room
@@ -86,23 +88,24 @@ class _Builder:
             await self.binary(block.get("data", ""), block.get("mimeType"), kind)
         elif kind == "resource" and isinstance(block.get("resource"), dict):
             res = block["resource"]
-            uri = _clean(res.get("uri", ""))[:2000]
+            uri = self.secrets.cut(_clean(res.get("uri", "")), 2000)
             if "text" in res:
                 self.text(f"[resource {uri}]\n{_clean(res['text'])}")
             else:
                 await self.binary(res.get("blob", ""), res.get("mimeType"), f"resource {uri}")
         elif kind == "resource_link":
-            name = _clean(block.get("name", ""))[:200]
-            self.text(f"[resource link: {_clean(block.get('uri', ''))[:2000]}{f' ({name})' if name else ''}]")
+            name = self.secrets.cut(_clean(block.get("name", "")), 200)
+            self.text(f"[resource link: {self.secrets.cut(_clean(block.get('uri', '')), 2000)}{f' ({name})' if name else ''}]")
         else:
             self.text(f"[a content block of type {_clean(kind)[:40]!r}, not shown]")
 
 
-async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str) -> ToolResult:
+async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
+                         secrets: Secrets | None = None) -> ToolResult:
     """Map a ``tools/call`` result; a malformed one is an ``MCP_RESULT_INVALID`` error result."""
     if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
         return ToolResult.error("MCP_RESULT_INVALID", f"{tool} answered a result without a content list")
-    b = _Builder(artifacts, tool)
+    b = _Builder(artifacts, tool, secrets or Secrets())
     try:
         for block in result.get("content", []):
             await b.block(block)

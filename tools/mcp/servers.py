@@ -156,7 +156,7 @@ class McpServers:
     async def _run_once(self, s: ServerState, first: trio.Event) -> None:
         """One life of the server, from start to exit; records why it ended in ``s.error``."""
         cfg = s.config
-        stderr = StderrTail()
+        stderr = StderrTail(self.secrets)
         refresh_box = [trio.Event()]  # (replaced after each refresh)
 
         def on_notification(method: str, params: Any) -> None:
@@ -169,9 +169,10 @@ class McpServers:
         deadline = trio.current_time() + cfg.startup_timeout_seconds
         try:
             async with open_connection(launch, startup_timeout=cfg.startup_timeout_seconds,
-                                       on_notification=on_notification, stderr=stderr) as conn:
+                                       on_notification=on_notification, stderr=stderr,
+                                       secrets=self.secrets) as conn:
                 s.conn, s.pid = conn, conn.proc.pid
-                s.protocol_version, s.server_info = conn.protocol_version, _short_info(conn.server_info)
+                s.protocol_version, s.server_info = conn.protocol_version, _short_info(conn.server_info, self.secrets)
                 try:
                     with trio.fail_at(deadline):  # (one start-up timeout for initialize and tools/list)
                         tools = await self._list_tools(s, conn)
@@ -262,7 +263,7 @@ class McpServers:
         def skip(label: str, reason: str) -> None:
             nonlocal untold
             if len(s.skipped) < MAX_SKIPPED:
-                s.skipped.append({"name": _clean(label[:MAX_TOOL_NAME]), "reason": reason})
+                s.skipped.append({"name": self.secrets.cut(_clean(label), MAX_TOOL_NAME), "reason": reason})
             else:
                 untold += 1
         for i, raw in enumerate(tools):
@@ -283,11 +284,11 @@ class McpServers:
             # (text a provider and the inventory send as JSON: a lone surrogate made every model
             # request of every session fail, and GET /tools/inventory answer 500)
             # (scrubbed before the cut: a key the cut would split is replaced whole)
-            description = self.secrets.scrub_text(_clean((text or [f"{name} (MCP server {s.name})"])[0]))
+            description = self.secrets.cut(_clean((text or [f"{name} (MCP server {s.name})"])[0]), MAX_DESCRIPTION)
             schema = self.secrets.scrub(raw["inputSchema"]) if self.secrets else raw["inputSchema"]
             spec = ToolSpec(
                 name=tool_id(s.name, name),
-                description=description[:MAX_DESCRIPTION],
+                description=description,
                 input_schema=schema, run=self._runner(s.name, name),
                 replay_safe=False, read_only=annotations.get("readOnlyHint") is True, source="mcp")
             if self.registry.get(spec.name) is not None:
@@ -334,7 +335,7 @@ class McpServers:
             if exc.code == "MCP_SERVER_UNAVAILABLE":
                 return ToolResult.error(exc.code, f"MCP server {server!r} stopped during the call ({exc.message})")
             return ToolResult.error(exc.code, f"MCP server {server!r} answered {tool!r} with an error: {exc.message}")
-        return await to_tool_result(result, self.artifacts, tool_id(server, tool))
+        return await to_tool_result(result, self.artifacts, tool_id(server, tool), self.secrets)
 
     def inventory(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.servers.values()]
@@ -396,5 +397,6 @@ def _first(group: BaseExceptionGroup) -> Any:
     return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-def _short_info(info: dict[str, Any]) -> dict[str, Any]:
-    return {k: _clean(info[k])[:200] for k in ("name", "title", "version") if k in info}
+def _short_info(info: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
+    """The server's name, title and version, each scrubbed and then cut to 200 characters."""
+    return {k: secrets.cut(_clean(info[k]), 200) for k in ("name", "title", "version") if k in info}

@@ -18,6 +18,7 @@ while a program runs reports the call interrupted, as for any other such tool.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
@@ -99,6 +100,11 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
             elif isinstance(part, t.TextPart) and part.text.startswith(WARNING_PREFIX) and part.text not in warnings:
                 warnings.append(part.text)
         events.extend(result.events)  # (already under this call's id: ToolContext.call_tool)
+        # What the program sees is scrubbed first: its output and its messages are cut to
+        # limits (Limits.max_output_bytes, a repr's 200 characters) that could split a key.
+        if ctx.secrets:
+            result = dataclasses.replace(result, content=ctx.secrets.scrub_structs(result.content, t.ContentPart),
+                                         structured_content=ctx.secrets.scrub(msgspec.to_builtins(result.structured_content)))
         if result.is_error:
             raise _failure_of(result)
         return _value_of(result)

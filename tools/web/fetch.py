@@ -144,7 +144,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                 kind, mime = "binary", lied
         if resp.status >= 400:
             text = "" if kind == "binary" else (await _convert(resp.body, content_type, kind, fmt, final))[0]
-            excerpt = text[:ERROR_EXCERPT_CHARS] + ("…" if len(text) > ERROR_EXCERPT_CHARS else "")
+            excerpt = ctx.secrets.cut(text, ERROR_EXCERPT_CHARS, "…")  # (scrubbed before the cut)
             raise ToolError("HTTP_ERROR", f"{final.url[:300]} answered {resp.status} {resp.reason}".rstrip()
                             + (f"\n\n{excerpt}" if excerpt.strip() else ""))
         note = f"[redirected to {final.url}]\n\n" if redirects else ""

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 import trio
 
+from events.secrets import Secrets
 from runtime.providers.redact import redact_key
 
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -116,7 +117,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
                 f"the search backend answered {resp.status} {resp.reason}".rstrip() + (f": {excerpt}" if excerpt else ""),
                 key))
         results = _results(resp.body)[:a["num_results"]]  # (a backend may send more than asked)
-        text, listed = render(a["query"], results, a["context_max_characters"])
+        text, listed = render(a["query"], results, a["context_max_characters"], ctx.secrets)
         return ToolResult.text(text, {"query": a["query"], "results": listed})
 
     return ToolSpec(
@@ -167,9 +168,11 @@ def _field(r: dict[str, Any], name: str) -> str | None:
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def render(query: str, results: list[dict[str, Any]], budget: int) -> tuple[str, list[dict[str, Any]]]:
+def render(query: str, results: list[dict[str, Any]], budget: int,
+           secrets: Secrets | None = None) -> tuple[str, list[dict[str, Any]]]:
     """(text for the model, structured results without page text). Page text in all results
-    together is cut to ``budget`` characters."""
+    together is cut to ``budget`` characters, each scrubbed of ``secrets`` before the cut."""
+    secrets = secrets or Secrets()
     if not results:
         return f"No results for {query!r}.", []
     blocks, listed = [], []
@@ -185,7 +188,7 @@ def render(query: str, results: list[dict[str, Any]], budget: int) -> tuple[str,
             lines.append(f"Published: {published}")
         if author:
             lines.append(f"Author: {author}")
-        text = _field(r, "text") or ""
+        text = secrets.scrub_text(_field(r, "text") or "")
         if text and budget > 0:
             cut = text[:budget]
             budget -= len(cut)
