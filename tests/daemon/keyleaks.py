@@ -82,6 +82,14 @@ def config(url: str) -> dict[str, Any]:
     }
 
 
+def loop_config(url: str, key_env: str, **more: Any) -> dict[str, Any]:
+    """One Chat Completions provider at the loopback server ``url`` (its key in ``key_env``) as the
+    default model, and ``more`` of the config."""
+    return {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": key_env,
+                           "maxRetries": 0, "models": [{"id": "m"}]}],
+            "defaultModel": "loop/m", **more}
+
+
 class Recorder:
     """Every answer the daemon gave a client: status line, headers and body."""
 

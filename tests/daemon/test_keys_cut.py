@@ -27,7 +27,7 @@ from tools.mcp.servers import MAX_TOOL_NAME
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import Reply, ScriptedServer, sse
 from .conftest import DaemonFactory, run_tool, stop_daemon, wait_until
-from .keyleaks import KEYS, SLOW, leaks, stream_caught_up, watch
+from .keyleaks import KEYS, SLOW, leaks, loop_config, stream_caught_up, watch
 
 NAME = "LENS_TEST_CUT_KEY"
 KEY = KEYS["OPENAI_API_KEY"]
@@ -136,10 +136,7 @@ async def test_a_project_file_cut_for_the_prompt_sends_no_piece_of_a_key(
     loop = ScriptedServer()
     url = await loop.start(nursery)
     loop.push(oc.chat_stream(text="fine"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": NAME,
-                       "maxRetries": 0, "models": [{"id": "m"}]}],
-        "defaultModel": "loop/m"})
+    d = await daemon_factory(config=loop_config(url, NAME))
     token = await d.pair("prompt-client", strong=True)
     project = await d.project(token)
     Path(project["workspace"], "AGENTS.md").write_text("r" * (MAX_PROJECT_FILE_CHARS - INTO) + KEY + " and more rules")
@@ -181,10 +178,7 @@ async def test_a_key_split_between_deltas_streams_as_its_marker_and_a_stream_cut
     dropped = oc.chat_stream(text=["Your key is ", KEY[:20]]).events
     loop.push(oc.chat_stream(text=[f"Your key is {KEY[:INTO]}", f"{KEY[INTO:]}, keep it."]),
               Reply(chunks=sse(dropped[:3]), close_early=True))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": NAME,
-                       "maxRetries": 0, "models": [{"id": "m"}]}],
-        "defaultModel": "loop/m"})
+    d = await daemon_factory(config=loop_config(url, NAME))
     token = await d.pair("delta-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
     stream = bytearray()
@@ -213,8 +207,7 @@ async def test_a_summarizing_request_sends_no_key_stored_before_it_was_known(
     loop = ScriptedServer()
     url = await loop.start(nursery)
     loop.push(oc.chat_stream(text="noted"), oc.chat_stream(text="a summary"))
-    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": NAME,
-                             "maxRetries": 0, "models": [{"id": "m"}]}], "defaultModel": "loop/m"}
+    config = loop_config(url, NAME)
     monkeypatch.setenv(NAME, "other-value-of-the-key-1234")
     d = await daemon_factory(config=config, root=tmp_path / "root")
     token = await d.pair("compact-client", strong=True)

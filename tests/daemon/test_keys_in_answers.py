@@ -27,7 +27,7 @@ from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
 from .conftest import LIMIT, Daemon, DaemonFactory, ServeProcess, as_daemon, run_lens, run_tool, wait_until
-from .keyleaks import KEYS, SLOW, Recorder, leaks, leaks_everywhere, stream_caught_up, watch, watched
+from .keyleaks import KEYS, SLOW, Recorder, leaks, leaks_everywhere, loop_config, stream_caught_up, watch, watched
 
 PROVIDERS = [("chat", "OPENAI_API_KEY"), ("resp", "LENS_TEST_RESPONSES_KEY"), ("anth", "ANTHROPIC_API_KEY")]
 
@@ -245,11 +245,8 @@ async def test_an_mcp_tools_definition_quoting_a_key_reaches_neither_the_model_n
     loop = ScriptedServer()
     url = await loop.start(nursery)
     loop.push(oc.chat_stream(text="fine"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": name,
-                       "maxRetries": 0, "models": [{"id": "m"}]}],
-        "defaultModel": "loop/m",
-        "mcpServers": {"k": {"command": sys.executable, "args": [SERVER, "--keyed", name], "envFrom": [name]}}})
+    d = await daemon_factory(config=loop_config(url, name, mcpServers={
+        "k": {"command": sys.executable, "args": [SERVER, "--keyed", name], "envFrom": [name]}}))
     token = await d.pair("mcp-client", strong=True)
     r = await d.get("/tools/inventory", token)
     assert r.status_code == 200, r.text

@@ -31,14 +31,20 @@ def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return held_at(monkeypatch, tmp_path, "before_reply")
 
 
-def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
-        held: Path, daemon: Daemon, browser: Any, tmp_path: Path) -> None:
-    driver = browser
-    token = daemon.pair("dash-rerun", strong=True)
+def a_session_with_a_file(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> tuple[str, Path, str]:
+    """A strong credential for ``client``, a workspace holding ``f.txt`` ("a"), and a new session
+    of its project opened in the page: (token, workspace, session id)."""
+    token = daemon.pair(client, strong=True)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "f.txt").write_text("a\n")
-    session_id = open_new_session(driver, daemon, token, workspace)
+    return token, workspace, open_new_session(driver, daemon, token, workspace)
+
+
+def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
+        held: Path, daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    token, workspace, session_id = a_session_with_a_file(driver, daemon, tmp_path, "dash-rerun")
     edit = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]}
     submit(driver, "/tool edit_file " + json.dumps(edit))
     wait_for(held.exists, "the edit held by its executor")
@@ -86,11 +92,7 @@ EDIT = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_stri
 def test_dashboard_notes_a_subagents_call_that_ran_again(held: Path, daemon: Daemon, browser: Any,
                                                           tmp_path: Path) -> None:
     driver = browser
-    token = daemon.pair("dash-rerun-sub", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "f.txt").write_text("a\n")
-    session_id = open_new_session(driver, daemon, token, workspace)
+    token, workspace, session_id = a_session_with_a_file(driver, daemon, tmp_path, "dash-rerun-sub")
     # (the faux model of the subagent calls the tool its prompt names)
     prompt = "/tool edit_file " + json.dumps(EDIT)
     rerun_in_the_page(driver, daemon, held, workspace, token, "/tool subagent " + json.dumps({"prompt": prompt}),
@@ -129,11 +131,7 @@ def ptc_daemon(tmp_path: Path) -> Iterator[Daemon]:
 def test_dashboard_notes_a_programs_call_that_ran_again(held: Path, ptc_daemon: Daemon, browser: Any,
                                                         tmp_path: Path) -> None:
     driver, daemon = browser, ptc_daemon
-    token = daemon.pair("dash-rerun-ptc", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "f.txt").write_text("a\n")
-    session_id = open_new_session(driver, daemon, token, workspace)
+    token, workspace, session_id = a_session_with_a_file(driver, daemon, tmp_path, "dash-rerun-ptc")
     program = ("edit_file(path='f.txt', mode='edit', edits=[{'old_string': 'a', 'new_string': 'ab'}])\n"
                "print(read_file(path='f.txt')['content'].strip())")
     rerun_in_the_page(driver, daemon, held, workspace, token, "/tool programmatic_tool_run " + json.dumps({"code": program}),
