@@ -420,6 +420,15 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- stats
 
 
+def _in_memory(reader: LogReader, data: Path, failed: Projector | apsw.Connection) -> Projector:
+    """Stats folded in a throwaway in-memory ``projections.db``, once ``failed`` (the projector on
+    the file, or its connection when the projector could not be opened) could not write."""
+    failed.close()
+    projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
+    projector.catch_up()
+    return projector
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     data = Path(args.data)
     with LogReader(data) as reader:
@@ -429,19 +438,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
         except DataDirNotWritable:
             conn = open_projections_db(data, memory=True)
             note = "projections.db is not writable here; stats computed in memory"
-        projector = Projector(reader, conn, [KindStats()])
+        projector: Projector | None = None
         try:
             try:
+                # (Opening the projector writes too: a new file's positions, a reset projection.)
+                projector = Projector(reader, conn, [KindStats()])
                 projector.catch_up()
             except apsw.ReadOnlyError:
-                projector.close()
-                projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
-                projector.catch_up()
+                projector = _in_memory(reader, data, projector or conn)
                 note = "projections.db is not writable here; stats computed in memory"
             except (apsw.FullError, apsw.IOError) as exc:  # (what was folded before stays committed)
-                projector.close()
-                projector = Projector(reader, open_projections_db(data, memory=True), [KindStats()])
-                projector.catch_up()
+                projector = _in_memory(reader, data, projector or conn)
                 note = (f"projections.db could not be written ({exc}: the disk may be full or failing); "
                         f"stats computed in memory")
             try:
@@ -453,7 +460,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             _err("lens: stats cover the events before this row; restore the log, then run stats again")
             return 1
         finally:
-            projector.close()
+            (projector or conn).close()
     if note:
         _err(f"lens: note: {note}")
     kinds = [
