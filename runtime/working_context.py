@@ -422,7 +422,14 @@ class WorkingContextOps:
         # Only what the next request sees can be taken out of it: an item already out (snipped,
         # replaced by a summary, hidden, gone with its call) records nothing (``changed: false``).
         marks = item_marks(agent)
-        return [i for i in wanted if marks.get(i) in IN_CONTEXT]
+        ids = [i for i in wanted if marks.get(i) in IN_CONTEXT]
+        # A call whose result was re-attached (Include Result) stays in the Working Context for
+        # that result's sake: snipping the call alone would change nothing. Its result goes too.
+        calls = {by_id[i].call.call_id for i in ids if by_id[i].role == "tool_call" and by_id[i].call is not None}
+        if calls:
+            ids += [it.id for it in agent.items if it.role == "tool_result" and it.call_id in calls
+                    and it.id in agent.included and it.id not in ids]
+        return ids
 
     def _include_ids(self, cmd: EditContext) -> list[str]:
         agent = self._agent(cmd.agent_id)

@@ -132,3 +132,55 @@ async def test_saved_context_settings_are_validated_and_win_over_the_config(daem
     configured = [e["body"]["settings"] for e in await d.events(token, sid) if e["kind"] == "session.configured"]
     assert configured == [{"compaction_trigger_percent": 1}, {"compaction_trigger_percent": 100},
                           {"auto_compaction": False, "prune_tool_results": True}]
+
+
+async def test_a_snip_of_a_call_whose_result_was_included_takes_both_out_once(daemon_factory):
+    # The call of a re-attached result stays in the Working Context for that result's sake: a
+    # snip of the call alone used to record an edit (``changed: true``, every time it was sent)
+    # while the next request still held the call and its result.
+    d = await daemon_factory(config=CONFIG)
+    token, _pid, sid = await _session(d)
+    # The first call: compacted, its result included again. The second: its result snipped,
+    # then included again.
+    await d.submit(token, sid, "r1", "call a tool")
+    await d.wait_idle(token, sid)
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    await d.submit(token, sid, "r2", "call a tool")
+    await d.wait_idle(token, sid)
+    first, second = [v for v in (await d.view(token, sid))["items"] if v["role"] == "tool_call"]
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [second["result"]["itemId"]]})
+    assert r.json()["changed"] is True, r.text
+    for call in (first, second):
+        r = await d.post(f"/sessions/{sid}/context/include", token, {"callId": call["call"]["callId"]})
+        assert r.json()["changed"] is True, r.text
+    working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    for call in (first, second):
+        assert {call["id"], call["result"]["itemId"]} <= set(working), working
+
+    for call in (first, second):
+        pair = [call["id"], call["result"]["itemId"]]
+        n = len(await d.events(token, sid))
+        r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["id"]]})
+        assert r.status_code == 200, r.text
+        assert r.json()["changed"] is True and r.json()["itemIds"] == pair, r.text
+        assert [x["context"] for x in r.json()["items"]] == ["snipped", "snipped"], r.text
+        working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+        assert not set(pair) & set(working), working
+        edits = [e["body"] for e in (await d.events(token, sid))[n:]]
+        assert edits == [{"op": "snip", "item_ids": pair, "reason": "user"}], edits
+        # Twice: nothing more to take out, nothing recorded.
+        n = len(await d.events(token, sid))
+        r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["id"]]})
+        assert r.status_code == 200 and r.json()["changed"] is False and r.json()["itemIds"] == [], r.text
+        assert len(await d.events(token, sid)) == n
+        # Including the result again brings the pair back.
+        r = await d.post(f"/sessions/{sid}/context/include", token, {"callId": call["call"]["callId"]})
+        assert r.json()["changed"] is True, r.text
+        working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+        assert set(pair) <= set(working), working
+
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
