@@ -1116,6 +1116,37 @@ def test_dashboard_snips_a_tool_result_and_includes_it_again(daemon: Daemon, bro
     assert by_css(driver, "#timeline .tool .ctx-edit") == []
 
 
+def test_dashboard_marks_a_result_whose_call_was_snipped_as_out_and_includes_it(daemon: Daemon, browser: Any,
+                                                                                tmp_path: Path) -> None:
+    """A result whose call was snipped (over HTTP: the page snips results) goes out of the model's
+    context with its call (mark ``removed``). The page showed it as in context with a "Snip" that
+    changed nothing; it is marked out, counted, and has "Include", which brings the pair back."""
+    driver = browser
+    strong = daemon.pair("dash-removed", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    session_id = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "/tool get_system_time {}")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Snip"], "the result's Snip button")
+    status, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    call_id = next(i["id"] for i in described["items"] if i["role"] == "tool_call")
+    status, _ = daemon.request("POST", f"/sessions/{session_id}/context/snip", {"itemIds": [call_id]}, token=strong)
+    assert status == 200
+    status, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert [i["context"] for i in described["items"] if i["role"] == "tool_result"] == ["removed"]
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-mark") == ["removed"], "the result marked out")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Include"], "the Include button")
+    wait_for(lambda: texts(driver, "#context dd[data-key='removed']") == ["1"], "the panel's removed count")
+    click(driver, "#timeline .tool .ctx-edit")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Snip"], "Snip again")
+    assert texts(driver, "#timeline .tool .ctx-mark") == []
+    status, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert [i["context"] for i in described["items"] if i["role"] in ("tool_call", "tool_result")] == [
+        "included", "included"]
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+
 # --------------------------------------------------------------------------- the default model (F-MOD-5)
 
 
