@@ -404,13 +404,19 @@ class WorkingContextOps:
             raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"session {self._session_id!r} has no agent {agent_id!r}")
         return agent
 
-    def _snip_ids(self, cmd: EditContext) -> list[str]:
-        agent = self._agent(cmd.agent_id)
+    def _items_by_id(self, agent: Any, agent_id: str, ids: Sequence[str]) -> dict[str, Item]:
+        """The agent's Full Context items by id; ``CONTEXT_ITEM_NOT_FOUND`` names (the first ten
+        of) ``ids`` it does not hold."""
         by_id = {it.id: it for it in agent.items}
-        missing = [i for i in cmd.item_ids if i not in by_id]
+        missing = [i for i in ids if i not in by_id]
         if missing:
             raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])} in agent "
-                                                         f"{cmd.agent_id!r}")
+                                                         f"{agent_id!r}")
+        return by_id
+
+    def _snip_ids(self, cmd: EditContext) -> list[str]:
+        agent = self._agent(cmd.agent_id)
+        by_id = self._items_by_id(agent, cmd.agent_id, cmd.item_ids)
         wanted = list(dict.fromkeys(cmd.item_ids))
         if cmd.older_images:
             # Older images: the image-bearing tool results still in the Working Context, but the
@@ -441,12 +447,8 @@ class WorkingContextOps:
                                                              f"{cmd.agent_id!r}")
             ids = [found[0].id]
         else:
-            by_id = {it.id: it for it in agent.items}
             ids = list(dict.fromkeys(cmd.item_ids))
-            missing = [i for i in ids if i not in by_id]
-            if missing:
-                raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])} in agent "
-                                                             f"{cmd.agent_id!r}")
+            by_id = self._items_by_id(agent, cmd.agent_id, ids)
             wrong = [i for i in ids if by_id[i].role != "tool_result"]
             if wrong:
                 raise ContextError("CONTEXT_EDIT_INVALID", f"include re-attaches tool results; {', '.join(wrong[:10])} "
