@@ -1036,6 +1036,15 @@ class SessionActor:
         self.deps.catalog.check(self.state.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED first
         done = self._runner_done = trio.Event()
         scope = self._runner_scope = trio.CancelScope()
+        stop = env.command.stop
+        watching = trio.CancelScope()
+
+        async def cut_off_at_stop(stop: trio.Event) -> None:
+            # The daemon is stopping: a summary may take minutes, and the caller's request would
+            # hold the shutdown until its grace ran out, then lose its connection unanswered.
+            with watching:
+                await stop.wait()
+                scope.cancel()
 
         async def run() -> None:
             try:
@@ -1044,6 +1053,9 @@ class SessionActor:
                     if result is None:  # (nothing else writes items while it runs: not expected)
                         raise wc.ContextError("COMPACTION_FAILED", "the context changed while it was summarized")
                     env.reply(result)
+                if stop is not None and stop.is_set():
+                    env.reply(error=ActorUnavailable("the daemon is stopping: the compaction was cut off and nothing "
+                                                     "was recorded; compact again once it is back"))
                 env.reply(error=wc.ContextError("COMPACTION_FAILED", "the compaction was aborted"))
             except LensError as exc:
                 env.reply(error=exc)
@@ -1051,10 +1063,13 @@ class SessionActor:
                 env.reply(error=wc.ContextError("COMPACTION_FAILED", "the compaction failed"))
                 raise
             finally:
+                watching.cancel()
                 done.set()
             self._notify_idle()
             self._maybe_start_runner()
 
+        if stop is not None:
+            self._nursery.start_soon(cut_off_at_stop, stop)
         self._nursery.start_soon(run)
         return _DEFERRED
 

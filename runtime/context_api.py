@@ -7,7 +7,8 @@
   with their ``sources`` (saved > config > default).
 * ``POST …/compact`` (strong trust) — compact the main agent's Working Context now; answers
   ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
-  while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502).
+  while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502);
+  ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, nothing recorded).
 * ``POST …/context/snip {itemIds?, olderImages?, keepImages?, agentId?}`` (strong trust) — take
   items out of the Working Context; ``olderImages`` also snips the image-bearing tool results
   but the newest ``keepImages`` (default 1).
@@ -58,7 +59,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
         require_strong("compact sessions")
         check_id(sid, "session id")
         await read_body(EmptyBody)
-        return json_response(await svc.supervisor.call(sid, wc.Compact()))
+        return json_response(await svc.supervisor.call(sid, wc.Compact(stop=svc.shutting_down)))
 
     @app.post("/api/v1/sessions/<sid>/context/snip")
     async def snip(sid: str) -> Response:

@@ -37,6 +37,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal, Sequence
 
+import trio
+
 from events import types as t
 from events.secrets import Secrets
 from projections.context_budget import (
@@ -184,7 +186,11 @@ def partial_note(fit: SummaryInput) -> str:
 
 @dataclass(frozen=True)
 class Compact:
-    """Compact the main agent's Working Context now (the session must be idle)."""
+    """Compact the main agent's Working Context now (the session must be idle). ``stop``: set
+    when the caller is going away with the daemon (its shutdown): the compaction is cut off then,
+    records nothing, and is answered ``SESSION_UNAVAILABLE``."""
+
+    stop: trio.Event | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from .conftest import BUSY, Daemon, error_of, stop_daemon, wait_until
+import trio
+
+from .conftest import BUSY, LIMIT, Daemon, error_of, stop_daemon, wait_until
 
 SUMMARY = "SUMMARY: the user talked about a quokka named Pim."
 CONFIG = {
@@ -184,3 +186,50 @@ async def test_a_snip_of_a_call_whose_result_was_included_takes_both_out_once(da
     await stop_daemon(d)
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+
+
+async def test_a_stop_during_a_manual_compaction_answers_it_and_keeps_what_was_queued(daemon_factory, nursery):
+    # The summarizing request held the daemon's stop for its whole grace period (5 s), and then
+    # the client's connection was reset with no answer at all.
+    slow = {**CONFIG, "providers": [{**CONFIG["providers"][0], "script": [
+        {"when": "Summarize the conversation so far", "text": SUMMARY, "delayMs": 600000}]}]}
+    d = await daemon_factory(config=slow)
+    token, _pid, sid = await _session(d)
+    await d.submit(token, sid, "r1", "my quokka is named Pim")
+    await d.wait_idle(token, sid)
+    answered: list = []
+
+    async def compact() -> None:
+        answered.append(await d.post(f"/sessions/{sid}/compact", token))
+
+    # Two at once: the one that reaches the session second is refused (409 SESSION_BUSY), which
+    # says the other one is under way.
+    nursery.start_soon(compact)
+    nursery.start_soon(compact)
+    await wait_until(lambda: _answered(answered), what="one compaction refused")
+    assert answered[0].status_code == 409 and error_of(answered[0]) == "SESSION_BUSY", answered[0].text
+    answered.clear()
+    await d.submit(token, sid, "r2", "queued behind the compaction")
+    before = await d.events(token, sid)
+    d.stop.set()
+    await wait_until(lambda: _answered(answered), timeout=4, what="an answer to the compaction")
+    r = answered[0]
+    assert r.status_code == 503 and error_of(r) == "SESSION_UNAVAILABLE", r.text
+    assert "stopping" in r.json()["error"]["message"] and "nothing was recorded" in r.json()["error"]["message"]
+    with trio.fail_after(LIMIT):
+        await d.done.wait()
+    await d.client.aclose()
+
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    await d2.wait_idle(token, sid)
+    events = await d2.events(token, sid)
+    assert events[:len(before)] == before
+    kinds = [e["kind"] for e in events[len(before):]]
+    assert "context.compacted" not in kinds and "context.compaction_failed" not in kinds, kinds
+    assert kinds[:2] == ["task.started", "input.placed"], kinds  # the queued input ran after the restart
+    r = await d2.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200 and r.json()["summary"] == SUMMARY, r.text
+
+
+async def _answered(answered: list) -> bool:
+    return bool(answered)
