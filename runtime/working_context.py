@@ -241,7 +241,7 @@ class WorkingContextOps:
 
     async def before_request(self, agent_id: str, task_id: str | None, guard: Guard) -> bool:
         """Prune and compact as the settings say before ``agent_id``'s next model request.
-        ``guard(make)`` wraps an event decision so it is dropped when the step went stale.
+        ``guard(make)`` wraps the pruning's decision so it is dropped when the step went stale.
         True when something was recorded (the loop then decides again)."""
         state = self._state()
         agent = state.agents[agent_id]
@@ -276,15 +276,17 @@ class WorkingContextOps:
                         kept, threshold)
             return False
         try:
-            return await self.compact(agent_id, task_id, "auto", guard) is not None
+            # (Not under ``guard``: a step gone stale meanwhile, a steer queued to go in next, leaves
+            # the summary good; it is dropped only if the Working Context it summarized changed.)
+            return await self.compact(agent_id, task_id, "auto") is not None
         except LensError as exc:  # (COMPACTION_FAILED, or the model cannot be used: the request says so)
             log.warning("session %s: automatic compaction failed: %s", self._session_id, exc.message)
             return False
 
     # ------------------------------------------------------------------ compaction
 
-    async def compact(self, agent_id: str, task_id: str | None, trigger: Literal["manual", "auto"],
-                      guard: Guard | None = None) -> dict[str, Any] | None:
+    async def compact(self, agent_id: str, task_id: str | None,
+                      trigger: Literal["manual", "auto"]) -> dict[str, Any] | None:
         """Summarize ``agent_id``'s Working Context and record ``context.compacted``; its answer,
         or ``None`` when the context changed meanwhile. An answer not used (then, or no text, or
         cut off) is recorded as ``context.compaction_failed`` with its usage. Raises
@@ -375,7 +377,7 @@ class WorkingContextOps:
                 summary=summary, replaced_item_ids=replaced, trigger=trigger, usage=result.usage,
                 provider=provider.id, model=model_id), agent_id, task_id)]
 
-        res = await self._emit(guard(decide) if guard is not None else decide)
+        res = await self._emit(decide)
         if res is None:
             await unused("the context changed while it was summarized; the summary was not used")
             return None

@@ -233,3 +233,38 @@ async def test_a_stop_during_a_manual_compaction_answers_it_and_keeps_what_was_q
 
 async def _answered(answered: list) -> bool:
     return bool(answered)
+
+
+async def test_a_steer_sent_during_an_automatic_compaction_goes_in_after_its_summary(daemon_factory):
+    # The steer made the run's next step "place the steer", and the summary (of a Working Context
+    # the steer had not changed) was dropped as stale: a paid summarizing request thrown away,
+    # then a second one that summarized the steer itself before the model ever read it.
+    small = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux",
+                                      "models": [{"id": "m1", "contextWindow": 4000}],
+                                      "script": [{"when": "Summarize the conversation so far", "text": SUMMARY,
+                                                  "delayMs": 3000}]}]}
+    d = await daemon_factory(config=small)
+    token, _pid, sid = await _session(d)
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["compactionThreshold"] == 3600
+    long_input = "x" * 4 * (context["compactionThreshold"] - context["estimatedTokens"])
+    await d.submit(token, sid, "r1", long_input)
+
+    async def placed() -> bool:  # (the compaction starts right after, before any model request)
+        return any(e["kind"] == "input.placed" for e in await d.events(token, sid))
+
+    await wait_until(placed, what="the long input placed")
+    await d.submit(token, sid, "s1", "steer: answer in French", whenBusy="steer")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    kinds = [e["kind"] for e in events]
+    assert "context.compaction_failed" not in kinds, kinds
+    (compacted,) = [e for e in events if e["kind"] == "context.compacted"]
+    steer_placed = next(e for e in events if e["kind"] == "input.placed" and e["body"]["input_request_id"] == "s1")
+    steer_submitted = next(e for e in events if e["kind"] == "input.submitted" and e["request_id"] == "s1")
+    assert steer_submitted["seq"] < compacted["seq"] < steer_placed["seq"], kinds
+    assert compacted["body"]["trigger"] == "auto" and f"c{steer_placed['seq']}" not in compacted["body"]["replaced_item_ids"]
+    answer = next(e for e in events if e["kind"] == "model.responded")
+    assert answer["body"]["text"] == "(faux) You said: steer: answer in French"
+    working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert working == [f"c{compacted['seq']}", f"c{steer_placed['seq']}", f"c{answer['seq']}"]
