@@ -6,6 +6,8 @@ delete, and a daemon restart that finds a job running (recorded ``lost`` and rep
 from __future__ import annotations
 
 import json
+import os
+import signal
 from typing import Any
 
 from .conftest import BUSY, Daemon, error_of, stop_daemon, wait_until
@@ -343,3 +345,35 @@ async def test_a_job_at_the_executors_output_cap_is_not_called_truncated(daemon:
     assert (fin["body"]["status"], fin["body"]["reason"]) == ("exited", "")
     await report_answered(daemon, token, sid, job_id)
 
+
+
+async def test_stopping_a_job_ends_the_process_it_started_in_a_session_of_its_own(daemon: Daemon):
+    # `setsid` leaves the job's process group, which the executor signals; it ran on after the stop.
+    token, sid = await setup(daemon)
+    ws = daemon.root / "workspaces" / "p"
+    job_id = await start_job(daemon, token, sid, "r1", "setsid sh -c 'echo $$ > server.pid; exec sleep 600' "
+                             ">/dev/null 2>&1 </dev/null & echo started; exec sleep 600")
+
+    async def pid() -> int | None:
+        text = (ws / "server.pid").read_text() if (ws / "server.pid").exists() else ""
+        return int(text) if text.endswith("\n") else None
+
+    server = await wait_until(pid, what="the job's server started")
+    try:
+        r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+        assert r.status_code == 200 and r.json()["status"] == "stopped", r.text
+
+        async def gone() -> bool:
+            return not alive(server)
+        await wait_until(gone, timeout=10, what=f"process {server} (setsid by the job) ended with the job")
+    finally:
+        if alive(server):
+            os.kill(server, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False

@@ -7,8 +7,10 @@ whatever happens, kills the group on the way out.
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -334,3 +336,57 @@ def test_a_burst_of_signals_stops_the_executor(tmp_path: Path) -> None:
             if ex.proc.poll() is None:
                 ex.proc.kill()
                 ex.proc.wait(timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+# A process that leaves the command's process group — `setsid` (a session of its own), or a
+# double fork into one — is out of reach of the group signal. It writes its pid to a file the
+# command waits for, so it is surely running before the shell ends.
+ESCAPE = "setsid sh -c 'echo $$ > {f}; exec sleep 100' >/dev/null 2>&1 </dev/null & while [ ! -s {f} ]; do sleep 0.01; done; "
+ESCAPE_DOUBLE_FORK = ("(setsid sh -c 'echo $$ > {f}; exec sleep 100' >/dev/null 2>&1 </dev/null &); "
+                      "while [ ! -s {f} ]; do sleep 0.01; done; ")
+
+
+@pytest.mark.parametrize("escape", [ESCAPE, ESCAPE_DOUBLE_FORK], ids=["setsid", "double-fork"])
+@pytest.mark.parametrize("how", ["ends", "times-out", "cancelled"])
+async def test_a_process_that_left_the_group_ends_with_the_command(client: ExecutorClient, workspace: Path,
+                                                                     escape: str, how: str) -> None:
+    pidfile = workspace / f"escaped-{secrets.token_hex(4)}"
+    command = escape.format(f=pidfile.name) + ("echo done" if how == "ends" else "echo waiting; sleep 100")
+    escaped = 0
+    try:
+        if how == "cancelled":
+            with trio.fail_after(BOUND_S):
+                with trio.CancelScope() as scope:
+                    async with client.run(command) as events:
+                        async for ev in events:
+                            if ev.WhichOneof("event") == "stdout" and b"waiting" in ev.stdout:
+                                scope.cancel()
+                assert scope.cancelled_caught
+        else:
+            out, _, ex = await collect(client, command, timeout_ms=60_000 if how == "ends" else 1_500)
+            assert ex.timed_out == (how == "times-out"), ex
+            if how == "ends":
+                assert out == b"done\n" and ex.exit_code == 0
+        escaped = int(pidfile.read_text())
+        assert not await trio.to_thread.run_sync(lambda: poll_gone(escaped)), \
+            f"process {escaped} (left the command's group) still runs after the command"
+    finally:
+        if escaped and _alive(escaped):
+            os.kill(escaped, signal.SIGKILL)
+
+
+def poll_gone(pid: int, timeout: float = 10.0) -> bool:
+    """Bounded poll until ``pid`` no longer runs; whether it still does at the end."""
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _alive(pid)

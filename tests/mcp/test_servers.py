@@ -436,7 +436,7 @@ async def test_the_walk_for_escaped_children_leaves_the_event_loop_free(start: A
 async def test_what_a_server_killed_from_outside_leaves_is_ended(start: Any, tmp_path: Path) -> None:
     # A server killed from outside (SIGKILL to its pid) with a child in a session of its own, and a
     # process a double fork orphaned at once: both went to init, beyond the daemon's reach, and ran
-    # on. The server's parent (tools/mcp/reaper.py, a child subreaper) adopts them and ends them
+    # on. The server's parent (tools/reaper.py, a child subreaper) adopts them and ends them
     # once the server is gone.
     pidfile = tmp_path / "pids"
     r = await start({"t": srv("--pidfile", str(pidfile), "--setsid-child", "--double-fork-child", max_restarts=0)})

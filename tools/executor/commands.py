@@ -5,6 +5,10 @@ caller goes away (``cancelled()`` turns true) or the timeout passes, the whole p
 gets SIGTERM, then SIGKILL after a grace period. When the shell itself exits, what is left of
 its group (background jobs) is killed after :data:`DRAIN_GRACE_S`: the command is over, and its
 exit code is the shell's.
+
+The shell's parent is :mod:`tools.reaper` (a child subreaper, in a session of its own): a process
+that left the shell's group — ``setsid``, a double fork — is re-parented to it, not to init, and
+ended with the rest once the shell has exited, so it never runs on unowned past the command.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -38,6 +43,7 @@ DRAIN_GRACE_S = 0.5
 # unsent, and the shell exits without running the command, instead of running it unowned where no
 # reap can find it.
 GATED_SHELL = 'read -r _ && exec </dev/null && exec /bin/sh -c "$0"'
+REAPER = str(Path(__file__).resolve().parent.parent / "reaper.py")
 
 
 @dataclass(frozen=True)
@@ -54,17 +60,24 @@ class Exit:
     duration_ms: int
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
+    """SIGTERM, then SIGKILL, to the shell's group ``pgid``, until ``proc`` (its reaper, which ends
+    what left the group once the shell is gone) has exited; the reaper is killed last if it has not."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pgid, sig)
         except ProcessLookupError:
-            return
+            pass  # (the group is gone; the reaper may still be ending what left it)
         try:
             proc.wait(timeout=wait)
             return
         except subprocess.TimeoutExpired:
             continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait()
 
 
 def _end_leftovers(pgid: int) -> None:
@@ -84,6 +97,30 @@ class CommandNotStarted(Exception):
         self.error = error
 
 
+def _shell_group(proc: subprocess.Popen[bytes], status_read: int) -> int:
+    """The shell's process group (its pid), as the reaper tells it on its status pipe (which this
+    closes). Raises :class:`CommandNotStarted` when the shell could not be started."""
+    said = b""
+    try:
+        while chunk := os.read(status_read, 64):
+            said += chunk
+    finally:
+        os.close(status_read)
+    words = said.split()
+    if len(words) == 2 and words[0] == b"pid" and words[1].isdigit():
+        return int(words[1])
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    code = int(words[0]) if len(words) == 1 and words[0].isdigit() else 0
+    raise CommandNotStarted(OSError(code, os.strerror(code) if code else f"the shell's parent exited ({proc.returncode})"))
+
+
 def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
                 cancelled: Callable[[], bool], groups: GroupRegistry | None = None) -> Iterator[Chunk | Exit]:
     """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`.
@@ -94,20 +131,27 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
     gate, release = os.pipe()
     try:
+        status_read, status_write = os.pipe()
         try:
-            proc = subprocess.Popen(["/bin/sh", "-c", GATED_SHELL, command], cwd=cwd, stdin=gate,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", REAPER, str(status_write), "1" if "LC_CTYPE" in env else "0",
+                 f"own:{DRAIN_GRACE_S}", "/bin/sh", "-c", GATED_SHELL, command],
+                cwd=cwd, stdin=gate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                env=env, pass_fds=(status_write,))
         except OSError as exc:
             # The cwd is checked by the confined walk, one component at a time, but the kernel gets
             # it whole: a host path past PATH_MAX (ENAMETOOLONG), or one removed since the check.
+            os.close(status_read)
             raise CommandNotStarted(exc) from None
         finally:
             os.close(gate)
+            os.close(status_write)
+        pgid = _shell_group(proc, status_read)
         if groups is not None:
             try:
-                groups.started(proc.pid)
+                groups.started(pgid)
             except OSError as exc:  # the command runs all the same; only a later reap would miss it
-                log.warning("cannot record command process group %s: %s", proc.pid, exc)
+                log.warning("cannot record command process group %s: %s", pgid, exc)
         try:
             os.write(release, b"\n")
         except BrokenPipeError:
@@ -125,7 +169,7 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
 
     def expire() -> None:
         expired.set()
-        _kill_group(proc)
+        _kill_group(proc, pgid)
 
     watchdog = threading.Timer(timeout_ms / 1000, expire)
     watchdog.daemon = True
@@ -136,13 +180,13 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     try:
         while sel.get_map():
             if cancelled():
-                _kill_group(proc)
+                _kill_group(proc, pgid)
                 break
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
                 timed_out = True
-                _kill_group(proc)
+                _kill_group(proc, pgid)
                 break
             if shell_done_at is None and proc.poll() is not None:
                 shell_done_at = now
@@ -167,12 +211,12 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
         # executor stopping) still ends it at once.
         while proc.poll() is None:
             if cancelled():
-                _kill_group(proc)
+                _kill_group(proc, pgid)
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0 or timed_out:
                 timed_out = True
-                _kill_group(proc)
+                _kill_group(proc, pgid)
                 break
             try:
                 proc.wait(timeout=min(remaining, 0.1))
@@ -182,11 +226,11 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
     finally:
         watchdog.cancel()
         if proc.poll() is None:
-            _kill_group(proc)
+            _kill_group(proc, pgid)
         else:
-            _end_leftovers(proc.pid)
+            _end_leftovers(pgid)
         if groups is not None:
-            groups.ended(proc.pid)
+            groups.ended(pgid)
         sel.close()
         proc.stdout.close()
         proc.stderr.close()

@@ -34,7 +34,7 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 CLIENT_INFO = {"name": "lens", "version": "0.1.0"}
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # one JSON-RPC line; a longer one ends the connection
 STDERR_TAIL_BYTES = 4096
-REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+REAPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reaper.py")
 STDIN_CLOSE_GRACE = 1.0  # seconds: after stdin closes, before SIGTERM
 TERM_GRACE = 2.0  # seconds: after SIGTERM, before SIGKILL
 
@@ -285,14 +285,14 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
     """Start the server and initialize it. Raises :class:`McpError` (``MCP_START_FAILED``) when it
     cannot be started, exits, or does not finish ``initialize`` within ``startup_timeout`` s."""
     stderr = stderr if stderr is not None else StderrTail(secrets)
-    # The server is started by a small parent of its own (:mod:`.reaper`) that adopts what its
+    # The server is started by a small parent of its own (:mod:`tools.reaper`) that adopts what its
     # tree orphans, and tells on a pipe whether the server could be started.
     status_read, status_write = os.pipe()
     try:
         try:
             proc = await trio.lowlevel.open_process(
                 [sys.executable, "-I", "-S", REAPER, str(status_write), "1" if "LC_CTYPE" in launch.env else "0",
-                 *launch.argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 "same", *launch.argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=launch.env, cwd=launch.cwd, start_new_session=True, pass_fds=(status_write,))
         finally:
             os.close(status_write)

@@ -1,26 +1,34 @@
-"""The parent of one MCP server: ``python -I -S reaper.py STATUS_FD HAD_LC_CTYPE ARGV...`` (Linux).
+"""The parent of one MCP server or one executor command:
+``python -I -S reaper.py STATUS_FD HAD_LC_CTYPE GROUP ARGV...`` (Linux).
 
-:func:`tools.mcp.client.open_connection` starts this script in place of the server, as the leader
-of a session and process group of its own. It makes itself a *child subreaper*
-(``prctl(PR_SET_CHILD_SUBREAPER)``): a process the server's tree leaves behind when its parent
-exits — a double fork (fork, ``setsid``, fork, exit), the ``setsid`` children of a server killed
-from outside — is re-parented to it rather than to init. It starts the server (``ARGV``) in its own process
-group (the one the daemon signals), with its standard streams, and then holds none of them (they
-become ``/dev/null``), so the daemon sees the server's stdout end when the server's processes
-close it.
+:func:`tools.mcp.client.open_connection` and :func:`tools.executor.commands.run_command` start
+this script in place of the server or the command's shell, as the leader of a session and process
+group of its own. It makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): a
+process the child's tree leaves behind when its parent exits — a double fork (fork, ``setsid``,
+fork, exit), a ``setsid`` process whose parent ended or was killed — is re-parented to it rather
+than to init. It starts ``ARGV`` with its standard streams, and then holds none of them (they
+become ``/dev/null``), so the caller sees the child's stdout end when the child's processes close
+it. ``GROUP`` says where the child runs:
 
-While the server runs it reaps whatever is re-parented to it and ends. A SIGTERM or SIGINT it gets
+- ``same``: in this process's group (an MCP server: the daemon signals this group);
+- ``own:LINGER_S``: in a process group of its own, which the caller signals and records (an
+  executor command: the shell leads its group, as ``$$`` tells the command). The child's pid is
+  written to ``STATUS_FD`` (``pid N``). Once the child has exited, what is left of its tree may
+  run on for ``LINGER_S`` seconds (output still arriving) before it is ended.
+
+While the child runs it reaps whatever is re-parented to it and ends. A SIGTERM or SIGINT it gets
 (the daemon signals the whole group) is passed on to every child of its own, the adopted ones
-included, which may have left the group. Once the server has exited, it ends what is left of the
-server's processes — its own children and the members of its group — with SIGTERM, then SIGKILL
-after :data:`LEFTOVER_GRACE_S`, and exits as the server did (the same status, or killed by the
-same signal).
+included, which may have left the group. Once the child has exited, it ends what is left of the
+child's processes — its own children and the members of its group and of the child's group —
+with SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE_S`, and exits as the child did (the same
+status, or killed by the same signal).
 
-``STATUS_FD`` is the write end of a pipe the daemon reads: closed unwritten once the server runs,
-or given the ``errno`` (in decimal) of why it could not be started. ``HAD_LC_CTYPE`` is ``1``
-when the server's environment holds ``LC_CTYPE``: else one that Python's start added (PEP 538's
-locale coercion) is removed, so the server gets the environment it was given. Where the
-subreaper cannot be set, the server is run in place of this process, as it was before (``exec``).
+``STATUS_FD`` is the write end of a pipe the caller reads: closed once the child runs (after its
+pid, with ``own``), or given the ``errno`` (in decimal) of why it could not be started.
+``HAD_LC_CTYPE`` is ``1`` when the child's environment holds ``LC_CTYPE``: else one that Python's
+start added (PEP 538's locale coercion) is removed, so the child gets the environment it was
+given. Where the subreaper cannot be set, the child is run in place of this process, as it was
+before (``exec``; with ``own`` this process's pid, the group's, is written first).
 Standard library only; imports nothing of Lens, so it starts in well under a tenth of a second
 with ``-I -S``. One runs beside every server for as long as the server does, so it imports as
 little as it can: :mod:`_signal`, not :mod:`signal` (whose enums bring in ``enum``,
@@ -66,10 +74,10 @@ def _procs() -> list[tuple[int, int, int, str]]:
     return found
 
 
-def _leftovers(me: int) -> list[int]:
-    """Live processes that are this one's children or members of its group (itself left out)."""
+def _leftovers(me: int, groups: tuple[int, ...]) -> list[int]:
+    """Live processes that are this one's children or members of ``groups`` (itself left out)."""
     return [pid for pid, ppid, pgrp, state in _procs()
-            if pid != me and (ppid == me or pgrp == me) and state not in ("Z", "X")]
+            if pid != me and (ppid == me or pgrp in groups) and state not in ("Z", "X")]
 
 
 def _reap_ended() -> None:
@@ -82,15 +90,19 @@ def _reap_ended() -> None:
             return
 
 
-def _end_leftovers(me: int) -> None:
-    term_until = time.monotonic() + LEFTOVER_GRACE_S
+def _end_leftovers(me: int, groups: tuple[int, ...], linger_s: float = 0.0) -> None:
+    linger_until = time.monotonic() + linger_s
+    term_until = linger_until + LEFTOVER_GRACE_S
     kill_until = term_until + KILL_WAIT_S
     while True:
         _reap_ended()
-        left = _leftovers(me)
+        left = _leftovers(me, groups)
         now = time.monotonic()
         if not left or now > kill_until:
             return
+        if now < linger_until:
+            time.sleep(0.02)
+            continue
         sig = signal.SIGTERM if now < term_until else signal.SIGKILL
         for pid in left:
             try:
@@ -119,22 +131,29 @@ def _exit_as(status: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    status_fd, had_lc_ctype, command = int(argv[0]), argv[1] == "1", argv[2:]
-    os.set_inheritable(status_fd, False)  # (the server does not get it: it closes at its exec)
+    status_fd, had_lc_ctype, group, command = int(argv[0]), argv[1] == "1", argv[2], argv[3:]
+    own_group = group.startswith("own:")
+    linger_s = float(group[4:]) if own_group else 0.0
+    os.set_inheritable(status_fd, False)  # (the child does not get it: it closes at its exec)
     if not had_lc_ctype:  # (Python's start may have set it: PEP 538's locale coercion)
         os.environ.pop("LC_CTYPE", None)
     if not _subreaper():
+        if own_group:
+            os.write(status_fd, b"pid %d\n" % os.getpid())  # (the command is this process, its group's leader)
         try:
             os.execvp(command[0], command)
         except OSError as exc:
             os.write(status_fd, b"%d\n" % (exc.errno or 0))
             return 127
     try:
-        # (Python ignores SIGPIPE and SIGXFSZ; the server starts with their defaults, as subprocess does)
-        server = os.posix_spawnp(command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        # (Python ignores SIGPIPE and SIGXFSZ; the child starts with their defaults, as subprocess does)
+        server = os.posix_spawnp(command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                                 **({"setpgroup": 0} if own_group else {}))
     except OSError as exc:
         os.write(status_fd, b"%d\n" % (exc.errno or 0))
         return 127
+    if own_group:
+        os.write(status_fd, b"pid %d\n" % server)
     os.close(status_fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -163,7 +182,7 @@ def main(argv: list[str]) -> int:
             break
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # (the daemon's group signals now reach what is left)
-    _end_leftovers(me)
+    _end_leftovers(me, (me, server), linger_s)
     return _exit_as(status)
 
 
