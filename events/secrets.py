@@ -62,6 +62,13 @@ class Secrets:
         # A value with a character JSON may escape is replaced by a pattern of both forms.
         self._forms = [None if _NEVER_ESCAPED.fullmatch(v) else re.compile("".join(map(_either_form, v)))
                        for v, _ in self._pairs]
+        # Each value's pieces of MIN_SECRET characters, with where they start in it (scrub_message).
+        self._grams: list[dict[str, list[int]]] = []
+        for value, _ in self._pairs:
+            grams: dict[str, list[int]] = {}
+            for at in range(len(value) - MIN_SECRET + 1):
+                grams.setdefault(value[at:at + MIN_SECRET], []).append(at)
+            self._grams.append(grams)
 
     @classmethod
     def from_environ(cls, names: Iterable[str], environ: Mapping[str, str]) -> "Secrets":
@@ -96,6 +103,45 @@ class Secrets:
             elif needle in text:
                 text = form.sub(mark, text)
         return text
+
+    def scrub_message(self, text: str) -> str:
+        """``text``, a message or a line that may quote a value cut to a limit (an error naming
+        a bad field's value, a log line), with every secret, whole (as :meth:`scrub_text`
+        finds it) or any piece of :data:`MIN_SECRET` or more of its characters, replaced by its
+        marker. A message quoting a value cuts it before anything could scrub it, and what the
+        cut leaves of a key is no exact value; in a message, unlike content, eight characters of
+        a key are nothing but a piece of it. Linear in ``text`` per secret: for the short texts
+        of messages and log lines, not for content."""
+        text = self.scrub_text(text)
+        for (value, mark), grams in zip(self._pairs, self._grams):
+            out: list[str] = []
+            done = at = 0
+            while at <= len(text) - MIN_SECRET:
+                starts = grams.get(text[at:at + MIN_SECRET])
+                if starts is None:
+                    at += 1
+                    continue
+                longest = max(_common_length(text, at, value, start) for start in starts)
+                out += [text[done:at], mark]
+                done = at = at + longest
+            if out:
+                text = "".join(out) + text[done:]
+        return text
+
+    def scrub_message_json(self, data: bytes) -> bytes | None:
+        """The JSON text ``data`` (an error answer) with :meth:`scrub_message` applied to each of
+        its strings (keys included); None when that changes nothing. Text that is not JSON is
+        scrubbed as text."""
+        if not self._pairs:
+            return None
+        try:
+            value = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            text = data.decode("utf-8", "surrogateescape")
+            clean_text = self.scrub_message(text)
+            return None if clean_text == text else clean_text.encode("utf-8", "surrogateescape")
+        clean = msgspec.json.encode(self.scrub(value, self.scrub_message))
+        return None if clean == msgspec.json.encode(value) else clean
 
     def holds(self, data: bytes) -> bool:
         """False when ``data`` (a MessagePack or JSON encoding) holds no secret, in any form;
@@ -144,18 +190,19 @@ class Secrets:
             out.append(value if clean is None else msgspec.msgpack.decode(clean, type=kind))
         return out
 
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Any, by: Callable[[str], str] | None = None) -> Any:
         """``value`` (as MessagePack or JSON decodes) with every secret in its strings (map keys
-        included) and binaries replaced by its marker."""
+        included) and binaries replaced by its marker (by :meth:`scrub_text`, or ``by``)."""
+        by = by or self.scrub_text
         if isinstance(value, str):
-            return self.scrub_text(value)
+            return by(value)
         if isinstance(value, list):
-            return [self.scrub(v) for v in value]
+            return [self.scrub(v, by) for v in value]
         if isinstance(value, dict):
-            return {self.scrub(k): self.scrub(v) for k, v in value.items()}
+            return {self.scrub(k, by): self.scrub(v, by) for k, v in value.items()}
         if isinstance(value, (bytes, bytearray, memoryview)):
             text = bytes(value).decode("utf-8", "surrogateescape")
-            return self.scrub_text(text).encode("utf-8", "surrogateescape")
+            return by(text).encode("utf-8", "surrogateescape")
         return value
 
     def scrub_page(self, text: str, next_offset: int, eof: bool) -> tuple[str, int, bool]:
@@ -243,6 +290,15 @@ class StreamScrub:
         """What is still held (the stream ended: it is no secret)."""
         held, self._held = self._held, ""
         return held
+
+
+def _common_length(text: str, at: int, value: str, start: int) -> int:
+    """How many characters ``text`` from ``at`` and ``value`` from ``start`` have in common."""
+    n = 0
+    limit = min(len(text) - at, len(value) - start)
+    while n < limit and text[at + n] == value[start + n]:
+        n += 1
+    return n
 
 
 def _either_form(char: str) -> str:
