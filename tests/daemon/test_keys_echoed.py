@@ -22,8 +22,9 @@ import trio
 
 from events.secrets import marker
 
-from .conftest import LIMIT, ServeProcess, as_daemon, run_lens, run_tool, wait_until
-from .keyleaks import PIECE, Recorder, leaks, stream_caught_up, watch
+from ..providers.servers import openai_responses as orr
+from .conftest import LIMIT, ServeProcess, as_daemon, run_tool, wait_until
+from .keyleaks import KEYS, PIECE, SLOW, Recorder, leaks, leaks_everywhere, stream_caught_up, watch, watched
 
 KEY_ENV = "LENS_TEST_ECHO_KEY"
 KEY = "sk-proj-E4hT9wK2mQ7rV1xB5nC8zLcanaryEchoD4"  # no 8 characters of it occur by chance
@@ -183,3 +184,23 @@ async def test_a_running_daemon_quoting_a_key_in_an_error_a_log_line_or_a_note_d
     assert rc == 1 and "EVENT_CORRUPT" in err and "not valid UTF-8" in err and MARK in err, err
     no_key("lens log decode", out + err)
     assert len(KEY) > PIECE
+
+
+async def test_a_provider_error_quoting_another_providers_key_across_its_cut_is_recorded_without_it(
+        tmp_path: Path) -> None:
+    # The provider's error text is cut to 2,000 characters after its own key was redacted; the
+    # key of another provider stands across the cut, 10 characters inside it.
+    other = KEYS["ANTHROPIC_API_KEY"]
+    async with watched(tmp_path, "error-client") as w:
+        d, token = w.d, w.token
+        r = await d.post("/sessions", token, {"projectId": w.project["id"], "model": "chat/m"})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        w.server.push(orr.error(400, "x" * 1990 + other + " was refused"))
+        await d.submit(token, sid, "r1", "hello")
+        await d.wait_idle(token, sid, timeout=SLOW)
+        (failed,) = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+        assert failed["code"] == "BAD_REQUEST" and failed["message"].endswith("x" + marker("ANTHROPIC_API_KEY")), failed
+        await d.view(token, sid)
+    found, _ = await leaks_everywhere(w)
+    assert not found, "\n".join(found)
