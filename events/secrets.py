@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 import msgspec
 
 MIN_SECRET = 8  # values shorter than this are never scrubbed (see the module's docstring)
+_ANCHOR = MIN_SECRET // 2  # (any MIN_SECRET characters of a value hold one of its anchors: scrub_message)
 _NEVER_ESCAPED = re.compile(r"[A-Za-z0-9._-]+")  # (no JSON encoder escapes these)
 S = TypeVar("S")
 T = TypeVar("T", str, bytes)
@@ -62,6 +63,14 @@ class Secrets:
         # A value with a character JSON may escape is replaced by a pattern of both forms.
         self._forms = [None if _NEVER_ESCAPED.fullmatch(v) else re.compile("".join(map(_either_form, v)))
                        for v, _ in self._pairs]
+        # Each value's pieces of _ANCHOR characters at every _ANCHOR-th position, by where they
+        # stand in it: every piece of MIN_SECRET characters holds one whole (scrub_message).
+        self._anchors: list[dict[str, list[int]]] = []
+        for value, _ in self._pairs:
+            anchors: dict[str, list[int]] = {}
+            for at in range(0, len(value) - _ANCHOR + 1, _ANCHOR):
+                anchors.setdefault(value[at:at + _ANCHOR], []).append(at)
+            self._anchors.append(anchors)
 
     @classmethod
     def from_environ(cls, names: Iterable[str], environ: Mapping[str, str]) -> "Secrets":
@@ -96,6 +105,64 @@ class Secrets:
             elif needle in text:
                 text = form.sub(mark, text)
         return text
+
+    def scrub_message(self, text: str) -> str:
+        """``text``, a message or a line that may quote a value cut to a limit (an error naming
+        a bad field's value, a log line), with every secret, whole (as :meth:`scrub_text`
+        finds it) or any piece of :data:`MIN_SECRET` or more of its characters, replaced by its
+        marker. A message quoting a value cuts it before anything could scrub it, and what the
+        cut leaves of a key is no exact value; in a message, unlike content, eight characters of
+        a key are nothing but a piece of it. One substring search of ``text`` per four characters
+        of each secret (a dozen for a key of 48): for messages and lines, not for content."""
+        text = self.scrub_text(text)
+        for (value, mark), anchors in zip(self._pairs, self._anchors):
+            spans: list[tuple[int, int]] = []
+            for anchor, offsets in anchors.items():
+                at = text.find(anchor)
+                while at >= 0:
+                    for offset in offsets:  # (the piece around it: as far as it goes on as the value does)
+                        begin, first = at, offset  # (first: where in the value text[begin] stands)
+                        while begin > 0 and first > 0 and text[begin - 1] == value[first - 1]:
+                            begin, first = begin - 1, first - 1
+                        end, last = at + _ANCHOR, offset + _ANCHOR  # (last: where text[end] would)
+                        while end < len(text) and last < len(value) and text[end] == value[last]:
+                            end, last = end + 1, last + 1
+                        if end - begin >= MIN_SECRET:
+                            spans.append((begin, end))
+                    at = text.find(anchor, at + 1)
+            if not spans:
+                continue
+            # (one piece is found from each anchor it holds; two side by side, a key and then a
+            # cut copy of it, stay two)
+            spans.sort()
+            merged = [list(spans[0])]
+            for begin, end in spans[1:]:
+                if begin < merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], end)
+                else:
+                    merged.append([begin, end])
+            out: list[str] = []
+            done = 0
+            for begin, end in merged:
+                out += [text[done:begin], mark]
+                done = end
+            text = "".join(out) + text[done:]
+        return text
+
+    def scrub_message_json(self, data: bytes) -> bytes | None:
+        """The JSON text ``data`` (an error answer) with :meth:`scrub_message` applied to each of
+        its strings (keys included); None when that changes nothing. Text that is not JSON is
+        scrubbed as text."""
+        if not self._pairs:
+            return None
+        try:
+            value = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            text = data.decode("utf-8", "surrogateescape")
+            clean_text = self.scrub_message(text)
+            return None if clean_text == text else clean_text.encode("utf-8", "surrogateescape")
+        clean = msgspec.json.encode(self.scrub(value, self.scrub_message))
+        return None if clean == msgspec.json.encode(value) else clean
 
     def holds(self, data: bytes) -> bool:
         """False when ``data`` (a MessagePack or JSON encoding) holds no secret, in any form;
@@ -144,18 +211,19 @@ class Secrets:
             out.append(value if clean is None else msgspec.msgpack.decode(clean, type=kind))
         return out
 
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Any, by: Callable[[str], str] | None = None) -> Any:
         """``value`` (as MessagePack or JSON decodes) with every secret in its strings (map keys
-        included) and binaries replaced by its marker."""
+        included) and binaries replaced by its marker (by :meth:`scrub_text`, or ``by``)."""
+        by = by or self.scrub_text
         if isinstance(value, str):
-            return self.scrub_text(value)
+            return by(value)
         if isinstance(value, list):
-            return [self.scrub(v) for v in value]
+            return [self.scrub(v, by) for v in value]
         if isinstance(value, dict):
-            return {self.scrub(k): self.scrub(v) for k, v in value.items()}
+            return {self.scrub(k, by): self.scrub(v, by) for k, v in value.items()}
         if isinstance(value, (bytes, bytearray, memoryview)):
             text = bytes(value).decode("utf-8", "surrogateescape")
-            return self.scrub_text(text).encode("utf-8", "surrogateescape")
+            return by(text).encode("utf-8", "surrogateescape")
         return value
 
     def scrub_page(self, text: str, next_offset: int, eof: bool) -> tuple[str, int, bool]:

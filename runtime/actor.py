@@ -857,7 +857,8 @@ class SessionActor:
             try:
                 provider, model_id, _ref = self.deps.catalog.resolve(state.model)
             except LensError as exc:
-                return [d.Scoped(t.ModelFailed(code=exc.code, message=exc.message), agent_id, task_id)]
+                return [d.Scoped(t.ModelFailed(code=exc.code, message=self.deps.store.secrets.scrub_message(exc.message)),
+                                 agent_id, task_id)]
             chosen[:] = [provider, model_id, state.thinking_level]
             return [d.Scoped(t.ModelRequested(
                 provider=provider.id, model=model_id, attempt=attempt, thinking_level=state.thinking_level,
@@ -871,8 +872,8 @@ class SessionActor:
         try:
             system = await self._system_prompt()
         except LensError as exc:  # (the project's workspace could not be looked up, say)
-            await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=True),
-                                       agent_id, task_id)])
+            await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=self.deps.store.secrets.scrub_message(exc.message),
+                                                     retryable=True), agent_id, task_id)])
             return
         # The Working Context is the log's, which may hold a key stored before the daemon knew
         # it: no key known travels to a provider (another provider's least of all).
@@ -902,8 +903,11 @@ class SessionActor:
                 if held := scrub.flush():
                     on_delta(self.session_id, agent_id, Delta(kind, held))
         except ProviderError as exc:
-            # (with what the provider reported before it failed, when it had begun answering)
-            await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=exc.message, retryable=exc.retryable,
+            # (with what the provider reported before it failed, when it had begun answering).
+            # Its message quotes the server's text cut to a limit after its own key was redacted:
+            # another key across the cut leaves a piece no whole-key scrub recognises.
+            await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=secrets.scrub_message(exc.message),
+                                                     retryable=exc.retryable,
                                                      status=exc.status, usage=exc.usage), agent_id, task_id)])
             return
         try:

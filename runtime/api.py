@@ -428,9 +428,15 @@ def create_app(svc: Services) -> QuartTrio:
         # Every JSON answer leaves without the keys the daemon knows: what it shows is built from
         # the log (views, history, jobs, changes…), and an event stored before its key was known
         # still holds it. Streams (SSE) scrub each frame; a config file is answered as written.
-        if (secrets and response.mimetype == "application/json" and isinstance(response.response, DataBody)
-                and request.endpoint not in AS_WRITTEN):
-            clean = secrets.scrub_json(response.response.data)
+        if secrets and response.mimetype == "application/json" and isinstance(response.response, DataBody):
+            clean = None
+            if response.status_code >= 400:
+                # An error's message may quote the client's (or the config's) value cut to a
+                # limit, and what a cut leaves of a key is no whole key: an error answer loses
+                # its pieces too (a config file's route included: its errors are no file).
+                clean = secrets.scrub_message_json(response.response.data)
+            elif request.endpoint not in AS_WRITTEN:
+                clean = secrets.scrub_json(response.response.data)
             if clean is not None:
                 response.set_data(clean)
         return response

@@ -1,7 +1,9 @@
 """The ``lens`` command line.
 
 Every command reports failures as ``lens: CODE: message`` on stderr and a non-zero exit code,
-never a traceback: errors of our packages carry stable codes (see ``events.errors``).
+never a traceback: errors of our packages carry stable codes (see ``events.errors``). What it says
+there leaves without the keys of the config's credential variables, whole or in pieces (a message
+may quote a value, and a value may be a key pasted in the wrong place).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: importing typing is a large 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+    from pathlib import Path
     from typing import NoReturn
+
+    from events.secrets import Secrets
 
 # Everything else is imported inside main(), so that Ctrl-C while the (large) stack loads ends the
 # command with 130 like Ctrl-C at any later point, instead of printing an import traceback. (The
@@ -21,19 +26,23 @@ if TYPE_CHECKING:
 # this module imports nothing that is not already loaded at start-up.)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``lens`` parser; ``argv`` (default ``sys.argv[1:]``): what it will parse, whose
+    ``--config`` names the credential variables its usage errors are scrubbed of."""
     import argparse
 
     from . import logcli, servecli
 
     class Parser(argparse.ArgumentParser):
         """argparse's usage errors, with a stable code where its "error:" stood:
-        ``lens log decode: USAGE_ERROR: argument --from: 'x' is not a whole number`` (exit 2).
+        ``lens log decode: USAGE_ERROR: argument --from: 'x' is not a whole number`` (exit 2),
+        without the keys the config knows (a value quoted may be one pasted in the wrong place).
         Every subcommand's parser is of this class (argparse makes them of their parent's)."""
 
         def error(self, message: str) -> NoReturn:
             self.print_usage(sys.stderr)
-            self.exit(2, f"{self.prog}: USAGE_ERROR: {message}\n")
+            secrets = _secrets_for(_config_named(sys.argv[1:] if argv is None else argv))[0]
+            self.exit(2, f"{self.prog}: USAGE_ERROR: {secrets.scrub_message(message)}\n")
 
     parser = Parser(
         prog="lens", description="Lens: an event-sourced durable runtime for LLM coding agents."
@@ -42,6 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
     servecli.add_parsers(sub)
     logcli.add_parser(sub)
     return parser
+
+
+def _config_named(argv: Sequence[str]) -> Path | None:
+    """The path a ``--config PATH`` (or ``--config=PATH``) in ``argv`` names; None: none."""
+    from pathlib import Path
+
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--config="):
+            return Path(arg.partition("=")[2])
+    return None
+
+
+def _secrets_for(config: Path | None) -> tuple[Secrets, str | None]:
+    """The keys a command reading the config ``config`` (None: its default place) knows, and a
+    note when that config could not be read (:func:`runtime.config.configured_secrets`)."""
+    import os
+
+    from .config import configured_secrets
+
+    return configured_secrets(config, os.environ)
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -94,22 +125,29 @@ def _main(argv: Sequence[str] | None) -> int:
     import apsw
 
     from events.errors import LogError
+    from events.secrets import Secrets
 
     from .errors import LensError
     from .logcli import silence_stdout
     from .terminal import to_stderr
 
-    parser = build_parser()
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # reported by the command they were given to, with its usage (exits 2)
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    # The keys of the config's credential variables, known before the command runs: whatever it
+    # says on stderr (a config value refused, a stored value quoted) leaves without them. (The
+    # executor is started without any: it has none to know.)
+    secrets, args.secrets_note = _secrets_for(getattr(args, "config", None)) if args.command != "executor" \
+        else (Secrets(), None)
+    args.secrets = secrets
     try:
         code = int(args.func(args))
         if sys.stdout is not None:
             sys.stdout.flush()
         return code
     except (LogError, LensError) as exc:
-        to_stderr(f"lens: {exc.code}: {exc}")
+        to_stderr(f"lens: {exc.code}: {exc}", secrets)
         return 2
     except BrokenPipeError:
         # The reader went away (e.g. `lens log decode | head`): not an error of ours.
@@ -117,14 +155,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     except apsw.BusyError as exc:
         to_stderr(f"lens: STORE_BUSY: another process holds the database locked ({exc}); try again "
-                  f"when it is done")
+                  f"when it is done", secrets)
         return 2
     except apsw.Error as exc:  # a SQLite failure no layer below named (a last resort)
-        to_stderr(f"lens: SQLITE_ERROR: {exc}")
+        to_stderr(f"lens: SQLITE_ERROR: {exc}", secrets)
         return 2
     except OSError as exc:  # e.g. standard output closed or on a full disk
         where = f": {exc.filename}" if exc.filename else ""
-        to_stderr(f"lens: IO_ERROR: {exc.strerror or exc}{where}")
+        to_stderr(f"lens: IO_ERROR: {exc.strerror or exc}{where}", secrets)
         if sys.stdout is not None and exc.errno in (errno.ENOSPC, errno.EIO):
             silence_stdout()  # or the interpreter fails again flushing it at exit
         return 2

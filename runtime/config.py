@@ -13,11 +13,12 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 from urllib.parse import urlsplit
 
 import msgspec
 
+from events.secrets import Secrets
 from tools.catalog import MAX_POLICY_ENTRIES, LocalPtcConfig, PolicyError, ToolsConfig, check_policy_map
 from tools.executor import split_host_port
 from tools.web.address import shown_url
@@ -402,6 +403,53 @@ def secret_env_names(cfg: Config) -> frozenset[str]:
     if cfg.web_search.api_key_env:
         names.add(cfg.web_search.api_key_env)
     return frozenset(names | set(WELL_KNOWN_KEY_ENV))
+
+
+def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:
+    """The keys a ``lens`` process with the config at ``path`` (None: its default place, as
+    ``lens serve`` without ``--config`` reads it) knows: the values ``environ`` holds under the
+    config's credential variables (:func:`secret_env_names`), and a note (None when the config
+    was read). Built before anything else the process says, so that its errors (a bad value in
+    that very config: a key pasted into a model name or a URL) leave without the keys.
+
+    A config that cannot be read gives the SDKs' own variables and, when it is no valid config,
+    those it names anyway (``apiKeyEnv``, ``tokenEnv`` wherever they stand, read from the JSONC
+    if it parses, else from the text), with the reason in the note."""
+    try:
+        cfg, _, _ = load_config(path)
+        return Secrets.from_environ(secret_env_names(cfg), environ), None
+    except ConfigError as exc:
+        names = set(WELL_KNOWN_KEY_ENV) | _named_key_variables(path or DEFAULT_CONFIG_PATH)
+        return Secrets.from_environ(names, environ), exc.message
+
+
+_KEY_VARIABLE = re.compile(r'"(?:apiKeyEnv|tokenEnv)"\s*:\s*"([^"\\]+)"')
+
+
+def _named_key_variables(path: Path) -> set[str]:
+    """The variables an invalid config names as ``apiKeyEnv`` or ``tokenEnv`` (see
+    :func:`configured_secrets`); none when the file cannot be read."""
+    try:
+        raw = read_regular_file(path, MAX_CONFIG_BYTES)
+    except (OSError, FileTooLarge):
+        return set()
+    try:
+        data = jsonc.loads(raw)
+    except jsonc.JsoncError:
+        return set(_KEY_VARIABLE.findall(raw.decode("utf-8", "replace")))
+    found: set[str] = set()
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("apiKeyEnv", "tokenEnv") and isinstance(item, str) and item:
+                    found.add(item)
+                else:
+                    stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+    return found
 
 
 def unknown_keys(text: str | bytes) -> list[str]:

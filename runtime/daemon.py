@@ -82,6 +82,12 @@ class ServeOptions:
     port: int
     model: str | None = None
     notes: tuple[str, ...] = ()
+    # The keys to keep out of everything the daemon stores, shows and says, its start-up errors
+    # and log lines included; None: those of the config's credential variables in os.environ.
+    secrets: Secrets | None = None
+
+    def known_secrets(self) -> Secrets:
+        return self.secrets if self.secrets is not None else Secrets.from_environ(secret_env_names(self.config), os.environ)
 
 
 async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -90,9 +96,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     cfg = opts.config
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
     out = announce or _print_line
+    keys = opts.known_secrets()
 
-    def say(line: str) -> None:  # (config notes name keys of a file a client may write)
-        out(shown(line))
+    def say(line: str) -> None:  # (config notes name keys of a file a client may write, and quote values)
+        out(shown(keys.scrub_message(line)))
     for note in opts.notes:
         say(f"lens: {note}")
     # What the flags and the environment must hold is checked before anything is made on disk:
@@ -123,7 +130,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
-                                secrets=Secrets.from_environ(secret_env_names(cfg), os.environ))
+                                secrets=keys)
     except BaseException:
         await catalog.aclose()
         raise
@@ -467,8 +474,23 @@ class ListenFailed(LensError):
     code = "LISTEN_FAILED"
 
 
+class ScrubbedLines(logging.Formatter):
+    """The daemon's log lines (tracebacks included) without its keys, whole or in pieces: a line
+    may quote a client's or a config's value (a refused pairing request, a path), which may be a
+    key pasted in the wrong place."""
+
+    def __init__(self, fmt: str, secrets: Secrets) -> None:
+        super().__init__(fmt)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.secrets.scrub_message(super().format(record))
+
+
 def run(opts: ServeOptions) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    for handler in logging.getLogger().handlers:  # (basicConfig's, or one the process had)
+        handler.setFormatter(ScrubbedLines("%(levelname)s %(name)s: %(message)s", opts.known_secrets()))
     logging.getLogger("httpx2").addFilter(HideUrlCredentials())  # (URLs logged without user:password@)
     with FreezeSurvivors():  # full collections walk only what is new (see runtime.gcpolicy)
         try:

@@ -38,7 +38,7 @@ from projections.projector import Projector, ProjectionsDamaged, open_projection
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import WELL_KNOWN_KEY_ENV, ConfigError, load_config, secret_env_names
+from .config import WELL_KNOWN_KEY_ENV
 from .cliargs import Once
 from .terminal import shown, to_stderr
 
@@ -153,8 +153,9 @@ def silence_stdout() -> None:
         os.close(devnull)
 
 
-def _err(msg: str) -> None:
-    to_stderr(msg)
+def _err(msg: str, secrets: Secrets) -> None:
+    """A line on stderr, without ``secrets`` (a stored value quoted in an error may hold one)."""
+    to_stderr(msg, secrets)
 
 
 MAX_KINDS = 1000  # distinct --kind values (each is one SQL parameter)
@@ -177,7 +178,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     kinds = _kinds(args.kind)
     if len(kinds or ()) > MAX_KINDS:  # a usage error (prints the usage, exits 2)
         args.usage_error(f"at most {MAX_KINDS} different --kind values")
-    secrets = _known_secrets()
+    secrets = _known_secrets(args)
     with LogReader(Path(args.data)) as reader:
         try:
             for _failed in _decode_rows(reader, args, after, kinds, secrets):
@@ -186,7 +187,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
             silence_stdout()
         except StoreCorrupt as exc:  # damaged past some row: the rows before it are printed
             sys.stdout.flush()
-            _err(f"lens: {exc.code}: {exc}")
+            _err(f"lens: {exc.code}: {exc}", secrets)
             return 1
     return 1 if failures else 0
 
@@ -199,12 +200,12 @@ def _decode_rows(
     for kind in kinds or ():
         if kind not in KIND_TO_TYPE:  # most likely a typo; a newer Lens's kind still matches
             _err(f"lens: note: {kind!r} is not an event kind this Lens knows; "
-                 f"only rows stored under exactly that name are printed")
+                 f"only rows stored under exactly that name are printed", secrets)
     for row in reader.rows(after=after, to=args.to_seq, session_id=args.session, kinds=kinds):
         if args.raw:
             problem = row_problem(row)
             if problem is not None:  # e.g. a body stored as text: there are no bytes to show
-                _err(f"lens: EVENT_CORRUPT: seq {row.seq}: {problem}")
+                _err(f"lens: EVENT_CORRUPT: seq {row.seq}: {problem}", secrets)
                 yield None
                 continue
             _out(_json.encode(_raw_json(row)))
@@ -212,24 +213,22 @@ def _decode_rows(
         try:
             event = reader.decode(row)
         except CorruptEvent as exc:
-            _err(f"lens: {exc.code}: {exc}")
+            _err(f"lens: {exc.code}: {exc}", secrets)
             yield None
             continue
         _out(secrets.encode(event.to_json(), _json.encode))
 
 
-def _known_secrets() -> Secrets:
-    """The keys ``lens serve`` started here would know: the values this environment holds under
-    the credential variables of the config at its default place (SDKs' own ones only, with a
-    note, when that config cannot be read). Events stored before their key was scrubbed are
-    printed without it."""
-    try:
-        cfg, _, _ = load_config(None)
-        names = secret_env_names(cfg)
-    except ConfigError as exc:
-        _err(f"lens: note: {exc}; only the values of {', '.join(WELL_KNOWN_KEY_ENV)} are redacted")
-        names = frozenset(WELL_KNOWN_KEY_ENV)
-    return Secrets.from_environ(names, os.environ)
+def _known_secrets(args: argparse.Namespace) -> Secrets:
+    """The keys ``lens serve`` started here would know (built by the CLI before the command ran:
+    the values this environment holds under the credential variables of the config at its
+    default place), with its note on stderr when that config cannot be read. Events stored
+    before their key was scrubbed are printed without it."""
+    secrets: Secrets = args.secrets
+    if args.secrets_note:
+        _err(f"lens: note: {args.secrets_note}; only the values of {', '.join(WELL_KNOWN_KEY_ENV)} and of the "
+             f"credential variables it names are redacted", secrets)
+    return secrets
 
 
 def _raw_json(row: StoredRow) -> dict[str, Any]:
@@ -330,13 +329,14 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    secrets: Secrets = args.secrets  # (a reason may quote a damaged row's stored value)
     failures = 0
     count: int | str = "?"
     printing = True
     try:
         reader = LogReader(Path(args.data))
     except StoreCorrupt as exc:  # damaged past opening: that is verify's finding, not a misuse
-        _out(f"log: {exc.code}: {exc}")
+        _out(secrets.scrub_message(f"log: {exc.code}: {exc}"))
         _out("FAILED: the log cannot be read")
         return 1
     with reader:
@@ -348,7 +348,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             failures += 1
             if printing:
                 try:
-                    _out(f"seq {seq}: {reason}" if seq is not None else f"log: {reason}")
+                    _out(secrets.scrub_message(f"seq {seq}: {reason}" if seq is not None else f"log: {reason}"))
                 except BrokenPipeError:  # `| head`: keep checking, so the exit code stays true
                     silence_stdout()
                     printing = False
@@ -383,9 +383,10 @@ def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Cal
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     data = Path(args.data)
+    secrets = _known_secrets(args)
     with LogReader(data) as reader:
         # The history index forgets the keys `lens serve` would know, as the daemon's does.
-        projector = Projector(reader, open_projections_db(data), all_projections(_known_secrets()))
+        projector = Projector(reader, open_projections_db(data), all_projections(secrets))
         try:
             # (repeated or comma-separated like decode's --kind; each named once, in order)
             names = _kinds(args.projection) or sorted(projector.projections)
@@ -397,17 +398,17 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             try:
                 n = projector.rebuild(names, update)
             except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: 1
-                _err(f"lens: {exc.code}: {exc}")
+                _err(f"lens: {exc.code}: {exc}", secrets)
                 _err("lens: the rebuild stopped at this row and changed nothing (the projections are as they "
-                     "were); restore the log, then rebuild again")
+                     "were); restore the log, then rebuild again", secrets)
                 return 1
             except KeyboardInterrupt:  # one transaction, rolled back: say so with the interruption
                 raise KeyboardInterrupt("the rebuild changed nothing (the projections are as they were)") from None
             except (apsw.FullError, apsw.IOError) as exc:  # the disk's problem: 2, as other failures
                 _err(f"lens: PROJECTIONS_WRITE_FAILED: {data / PROJECTIONS_DB} could not be written ({exc}): the "
-                     f"disk may be full or failing")
+                     f"disk may be full or failing", secrets)
                 _err("lens: the rebuild changed nothing (the projections are as they were); free some space, "
-                     "then rebuild again")
+                     "then rebuild again", secrets)
                 return 2
             finally:
                 stop()
@@ -456,13 +457,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
             except apsw.SQLError as exc:
                 raise ProjectionsDamaged(data / PROJECTIONS_DB, f"SQLite: {exc}") from None
         except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: exit 1
-            _err(f"lens: {exc.code}: {exc}")
-            _err("lens: stats cover the events before this row; restore the log, then run stats again")
+            _err(f"lens: {exc.code}: {exc}", args.secrets)
+            _err("lens: stats cover the events before this row; restore the log, then run stats again", args.secrets)
             return 1
         finally:
             (projector or conn).close()
     if note:
-        _err(f"lens: note: {note}")
+        _err(f"lens: note: {note}", args.secrets)
     kinds = [
         {"kind": k, "events": n, "stored_bytes": s, "raw_bytes": r,
          "compression_ratio": round(r / s, 3) if s else None}

@@ -59,7 +59,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .daemon import ServeOptions, run
     from .undumpable import make_undumpable
 
-    make_undumpable()  # before the keys are read: agents' commands cannot read them from /proc
+    # Before any child is started: agents' commands cannot read the keys from /proc. (The CLI has
+    # read them already, to scrub what it says: nothing descends from it yet.)
+    make_undumpable()
 
     cfg, path, notes = load_config(args.config)
     check_startable(cfg, path, str(path))  # (what a config write through the API is held to, too)
@@ -80,7 +82,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise InvalidArgument(exc.message.replace("dataDir", "--data").replace("server.host", "--host")
                               .replace("server.port", "--port").replace("defaultModel", "--model")) from None
-    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes)))
+    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes),
+                            secrets=args.secrets))
 
 
 def _pairs(args: argparse.Namespace) -> PairStore:

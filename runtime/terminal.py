@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 
+TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: see runtime.cli)
+if TYPE_CHECKING:
+    from events.secrets import Secrets
+
 UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -17,8 +21,10 @@ def shown(text: str) -> str:
     return UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def to_stderr(text: str) -> None:
-    """One line of ``text`` (:func:`shown`) on standard error, or nowhere when there is none.
+def to_stderr(text: str, secrets: Secrets | None = None) -> None:
+    """One line of ``text`` (:func:`shown`) on standard error, or nowhere when there is none;
+    with ``secrets``, without them, whole or in pieces (``Secrets.scrub_message``: an error
+    quoting a value cut to a limit).
 
     Started with standard error closed (``2>&-``), Python sets ``sys.stderr`` to ``None``, and
     ``print(…, file=None)`` writes to *standard output*: an error line would land inside
@@ -29,6 +35,8 @@ def to_stderr(text: str) -> None:
 
     if sys.stderr is None:
         return
+    if secrets is not None:
+        text = secrets.scrub_message(text)
     try:
         print(shown(text), file=sys.stderr, flush=True)
     except (OSError, ValueError):  # standard error gone or closed

@@ -9,6 +9,7 @@ that the session actor records.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
@@ -97,6 +98,21 @@ class ToolResult:
         return cls([t.TextPart(f"{code}: {message}")], {"error": {"code": code, "message": message}},
                    is_error=True, error_code=code)
 
+    def message_scrubbed(self, secrets: Secrets) -> "ToolResult":
+        """This result, when it is an :meth:`error`'s, with its message without ``secrets``, whole
+        or in pieces (``Secrets.scrub_message``): a message may quote the call's arguments, a
+        path, a name, cut to a limit before any scrub, and the store finds whole keys only.
+        Any other result (a tool's output, which the store scrubs) is returned as it is."""
+        error = self.structured_content.get("error") if isinstance(self.structured_content, dict) else None
+        if not secrets or not isinstance(error, dict) or set(error) != {"code", "message"}:
+            return self
+        code, message = error["code"], error["message"]
+        if code != self.error_code or not isinstance(message, str) or self.content != [t.TextPart(f"{code}: {message}")]:
+            return self
+        clean = secrets.scrub_message(message)
+        return self if clean == message else dataclasses.replace(ToolResult.error(code, clean), events=self.events,
+                                                                 rerun_after=self.rerun_after)
+
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
@@ -170,7 +186,13 @@ class ToolRegistry:
                   check: Callable[[ToolSpec, dict[str, Any]], ToolResult | None] | None = None) -> ToolResult:
         """Run one call; every failure comes back as an error result, never as an exception.
         ``check`` (the context and execution planes, tools/catalog.py) sees the decoded arguments
-        first and may answer with an error result instead of running the tool."""
+        first and may answer with an error result instead of running the tool. An error's message
+        leaves without ``ctx.secrets`` (:meth:`ToolResult.message_scrubbed`)."""
+        result = await self._run(name, arguments, ctx, allowed=allowed, check=check)
+        return result.message_scrubbed(ctx.secrets) if result.is_error else result
+
+    async def _run(self, name: str, arguments: str, ctx: ToolContext, *, allowed: Sequence[str] | None,
+                   check: Callable[[ToolSpec, dict[str, Any]], ToolResult | None] | None) -> ToolResult:
         spec = self._specs.get(name)
         if spec is None and self.on_unknown is not None and not (allowed and name not in allowed):
             answer = self.on_unknown(name)

@@ -188,3 +188,34 @@ def test_a_text_cut_where_no_secret_was_known_leaves_out_the_pieces_at_its_cut_e
         assert SLASHED_SECRETS.scrub_text(text).startswith(head) and SLASHED_SECRETS.scrub_text(text).endswith(tail)
     # (what is not cut at an end keeps it, and without secrets nothing changes)
     assert SLASHED_SECRETS.mend(KEY[:12]) == KEY[:12] and Secrets().mend(KEY[:12], cut_end=True) == KEY[:12]
+
+
+def _pieces(secret: str) -> list[str]:
+    return [secret[i:i + MIN_SECRET] for i in range(len(secret) - MIN_SECRET + 1)]
+
+
+def test_a_message_quoting_a_value_cut_anywhere_holds_no_piece_of_a_secret():
+    # An error quoting a value cut to a limit (from either end) before anything could scrub it:
+    # every piece of MIN_SECRET or more characters is its marker; a shorter one stays.
+    value = "x" * 5 + KEY + " and " + SLASHED + "."
+    for start in range(len(value)):
+        for end in range(start, len(value) + 1, 3):
+            message = f"field {value[start:end]!r} is not valid"
+            shown = SLASHED_SECRETS.scrub_message(message)
+            assert not any(p in shown for secret in (KEY, SLASHED) for p in _pieces(secret)), (start, end, shown)
+            assert shown.startswith("field '") and shown.endswith("' is not valid")
+    piece = KEY[3:3 + MIN_SECRET]
+    assert SECRETS.scrub_message(f"a {piece} b {KEY[:MIN_SECRET - 1]}") == \
+        f"a {marker('OPENAI_API_KEY')} b {KEY[:MIN_SECRET - 1]}"
+    assert SECRETS.scrub_message(f"{KEY}{KEY[:10]}") == marker("OPENAI_API_KEY") * 2  # (a key, then a piece)
+    assert Secrets().scrub_message(f"field {KEY[:10]!r}") == f"field {KEY[:10]!r}"
+
+
+def test_an_error_answer_is_scrubbed_of_pieces_and_one_without_any_is_left():
+    body = json.dumps({"error": {"code": "X", "message": f"bad value '{'x' * 70}{KEY[:10]}…'"}}).encode()
+    clean = json.loads(SECRETS.scrub_message_json(body))
+    assert clean["error"]["message"] == f"bad value '{'x' * 70}{marker('OPENAI_API_KEY')}…'"
+    assert SECRETS.scrub_message_json(json.dumps({"error": {"message": KEY[:7]}}).encode()) is None
+    assert SECRETS.scrub_message_json(f"not json {KEY[2:12]}".encode()) == \
+        f"not json {marker('OPENAI_API_KEY')}".encode()
+    assert Secrets().scrub_message_json(body) is None

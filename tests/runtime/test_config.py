@@ -5,6 +5,7 @@ hosts, paths and model ids checked for shape. The same check runs at start-up an
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -342,3 +343,30 @@ def test_a_refused_url_with_a_slash_in_its_password_is_not_quoted(url: str, body
         parse_config(json.dumps(body(url)), "c.jsonc")
     message = info.value.message
     assert words in message and "S3cret" not in message and "alice" not in message, message
+
+
+def test_the_keys_a_config_names_are_known_also_when_it_is_no_valid_config(tmp_path: Path):
+    # (lens serve and the CLI scrub their errors with them: the error may be a key pasted into
+    # that very config)
+    from events.secrets import marker
+    from runtime.config import configured_secrets
+
+    env = {"K1": "k1-value-long", "K2": "k2-value-long", "K3": "k3-value-long", "OPENAI_API_KEY": "sdk-value-long"}
+    providers = [{"id": "a", "protocol": "openai-chat", "apiKeyEnv": "K1", "models": [{"id": "m"}]}]
+    cases = {
+        "valid": ({"providers": providers, "executor": {"address": "127.0.0.1:1", "tokenEnv": "K2"}}, False),
+        "a bad value": ({"providers": providers, "executor": {"tokenEnv": "K2"}, "server": {"port": -1}}, True),
+    }
+    for name, (config, noted) in cases.items():
+        path = tmp_path / f"{name}.jsonc"
+        path.write_text(json.dumps(config))
+        secrets, note = configured_secrets(path, env)
+        assert (note is not None) == noted, (name, note)
+        text = secrets.scrub_text("k1-value-long k2-value-long k3-value-long sdk-value-long")
+        assert text == f"{marker('K1')} {marker('K2')} k3-value-long {marker('OPENAI_API_KEY')}", name
+    path = tmp_path / "broken.jsonc"  # no JSONC at all: the names are read from its text
+    path.write_text('{"providers": [{"apiKeyEnv": "K3", "id": } // broken')
+    secrets, note = configured_secrets(path, env)
+    assert note and secrets.scrub_text("k3-value-long k1-value-long") == f"{marker('K3')} k1-value-long"
+    secrets, note = configured_secrets(tmp_path / "missing.jsonc", env)  # (only the SDKs' own)
+    assert note and "does not exist" in note and secrets.scrub_text("sdk-value-long") == marker("OPENAI_API_KEY")
