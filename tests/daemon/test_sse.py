@@ -13,8 +13,10 @@ import socket
 import sqlite3
 from typing import Any
 
+import msgspec
 import pytest
 import trio
+import zstandard
 
 from runtime import stream_api
 
@@ -322,6 +324,48 @@ async def test_a_damaged_event_in_the_replay_ends_the_stream_with_a_final_event(
     assert body["lastEventId"] == one["seq"] and str(two["seq"]) in body["reason"], body
     # the daemon serves on; a stream resumed past the damaged event streams the rest
     assert (await daemon.get("/health")).status_code == 200
+    async with daemon.sse(reader, last_event_id=two["seq"]) as stream:
+        assert (await stream.next_event()).id == three["seq"]
+
+
+def relabel_event(d: Daemon, seq: int, kind: str) -> None:
+    """Store event ``seq`` as an event of ``kind`` (its body tagged with it, as a newer Lens
+    writes one), behind the daemon's back."""
+    raw = msgspec.msgpack.encode({"kind": kind, "note": "from elsewhere"})
+    body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
+    con = sqlite3.connect(d.data_dir / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET kind = ?, body = ?, raw_size = ?, dict_id = 0 WHERE seq = ?",
+                    (kind, body, len(raw), seq))
+        con.commit()
+    finally:
+        con.close()
+
+
+async def test_a_row_whose_kind_holds_a_line_break_writes_no_frame_of_its_own(daemon: Daemon, strong: str,
+                                                                              reader: str):
+    """A kind goes out as the ``event:`` line. A row of unknown kind decoded as an event of the
+    future whatever its kind held, and one with line breaks in it wrote lines of its own into
+    every stream replaying it: here a forged ``input.submitted`` with ``id: 999999``, which a
+    client then resumed from and was refused for ever (past the last event). Such a row is
+    damaged: the stream ends at it, naming it, as for any event the log cannot read."""
+    one = await daemon.project(strong, "one")
+    two = await daemon.project(strong, "two")
+    three = await daemon.project(strong, "three")
+    relabel_event(daemon, one["seq"], "future.kind")  # a kind of the future, well formed: streamed
+    forged = 'future.kind\nid: 999999\nevent: input.submitted\ndata: {"forged": true}\n\nevent: x'
+    relabel_event(daemon, two["seq"], forged)
+    async with daemon.sse(reader, last_event_id=0) as stream:
+        await stream.until(lambda m: m.event == "stream.end" or m.id == three["seq"])
+        events = [m for m in stream.messages if m.comment is None]
+    assert [(m.id, m.event) for m in events[:-1]] == [(one["seq"], "future.kind")], events
+    assert events[0].json()["body"] == {"note": "from elsewhere"}
+    end = events[-1]
+    assert end.event == "stream.end" and end.id is None, end
+    body = end.json()
+    assert body["code"] == "EVENT_CORRUPT" and body["seq"] == two["seq"], body
+    assert body["lastEventId"] == one["seq"], body
+    # resumed past it, the stream goes on
     async with daemon.sse(reader, last_event_id=two["seq"]) as stream:
         assert (await stream.next_event()).id == three["seq"]
 
