@@ -24,7 +24,7 @@ import msgspec
 import zstandard
 
 from .errors import AppendRejected, CorruptEvent, EventTooLarge, UnknownDictionary
-from .types import KIND_TO_TYPE, Event, Opaque, _Event, kind_of
+from .types import KIND_NAME_RE, KIND_TO_TYPE, Event, Opaque, _Event, kind_of
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 _frame_parameters = zstandard.get_frame_parameters
@@ -276,6 +276,9 @@ class Codec:
     def decode_raw(self, kind: str, raw: bytes) -> _Event | Opaque:
         """Decode MessagePack ``raw`` stored under ``kind``."""
         if kind not in KIND_TO_TYPE:
+            if not KIND_NAME_RE.fullmatch(kind):
+                raise CorruptEvent(f"row kind {kind[:80]!r} is no event kind (at most 128 letters, digits, "
+                                   f"'_', '.', ':' or '-')")
             try:
                 data = self._any_decoder.decode(raw)
             except msgspec.DecodeError as exc:

@@ -16,6 +16,7 @@ A kind this build does not know (written by a newer Lens) decodes as :class:`Opa
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Union
 
 import msgspec
@@ -445,6 +446,12 @@ Event = Union[
 EVENT_TYPES: tuple[type[_Event], ...] = Event.__args__  # type: ignore[attr-defined]
 
 KIND_TO_TYPE: dict[str, type[_Event]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}
+
+# What a kind a newer Lens writes can be: a short dotted tag (ours are lowercase snake words
+# joined by dots), never whitespace or a control character. A kind goes out as it is (the SSE
+# ``event:`` line), so a row whose kind is anything else is damaged, not an event of the
+# future: a line break in it wrote fields of its own into every stream replaying it.
+KIND_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 
 
 class Opaque(msgspec.Struct, frozen=True, gc=False):

@@ -176,10 +176,17 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
         # REPLAY_WRITE_BYTES (or one event): a slow reader of a long replay still sees its
         # credential revoked, or the daemon stopping, between two writes.
         delivered = last
+        heartbeat = svc.config.server.heartbeat_seconds
+        wrote_at = trio.current_time()  # of this task's last write
         while last < sub.start:
             if (end := end_frame(delivered)) is not None:
                 yield end
                 return
+            if trio.current_time() - wrote_at >= heartbeat:
+                # A filter's replay may read long stretches of the log that it does not match
+                # (a project's events among many others'): the stream still keeps talking.
+                wrote_at = trio.current_time()
+                yield b": ping\n\n"
             page, damage = await _replay_page(svc.store, last, sub.start, session)
             if damage is not None and not page:
                 # nothing readable before it: end here, saying why (not a cut connection)
@@ -197,6 +204,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 frame = event_frame(se, svc.store.secrets).data
                 if parts and size + len(frame) > REPLAY_WRITE_BYTES:
                     yield b"".join(parts)
+                    wrote_at = trio.current_time()
                     parts, size = [], 0
                     if (end := end_frame(delivered)) is not None:
                         yield end
@@ -206,6 +214,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 delivered = se.seq
             if parts:
                 yield b"".join(parts)
+                wrote_at = trio.current_time()
             delivered = last
         if last > sub.start:
             sub.skip_through = last  # resumed past what is committed: skip up to there
@@ -213,10 +222,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
         if sub.partial:  # what the open answers had streamed when the stream joined (streamed.py)
             partial, sub.partial = sub.partial, b""
             yield partial
+            wrote_at = trio.current_time()
         sub.writer = writer
         # 2. live
-        heartbeat = svc.config.server.heartbeat_seconds
-        wrote_at = trio.current_time()  # of this task's last write
         while True:
             if sub.rest is not None:  # a write the bus started: finish it before anything else
                 rest, sub.rest = sub.rest, None

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 import sqlite3
 from typing import Any
 
+import msgspec
 import pytest
 import trio
+import zstandard
 
+from events import types as t
+from events.store import Draft, EventStore
 from runtime import stream_api
 
 from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block, raw_http
@@ -35,6 +40,9 @@ async def log_seqs(d: Daemon, token: str, *, session: str | None = None, project
     out.update(_project_seqs[project])
     return sorted(out)
 
+
+STRETCH_EVENTS = 10_000  # events of no project, ...
+STRETCH_NOTE_CHARS = 20_000  # ... each with this much text to read
 
 _project_seqs: dict[str, list[int]] = {}  # project id -> the seq of its project.created (ids are unique)
 
@@ -326,6 +334,48 @@ async def test_a_damaged_event_in_the_replay_ends_the_stream_with_a_final_event(
         assert (await stream.next_event()).id == three["seq"]
 
 
+def relabel_event(d: Daemon, seq: int, kind: str) -> None:
+    """Store event ``seq`` as an event of ``kind`` (its body tagged with it, as a newer Lens
+    writes one), behind the daemon's back."""
+    raw = msgspec.msgpack.encode({"kind": kind, "note": "from elsewhere"})
+    body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
+    con = sqlite3.connect(d.data_dir / "events.db", timeout=5)
+    try:
+        con.execute("UPDATE events SET kind = ?, body = ?, raw_size = ?, dict_id = 0 WHERE seq = ?",
+                    (kind, body, len(raw), seq))
+        con.commit()
+    finally:
+        con.close()
+
+
+async def test_a_row_whose_kind_holds_a_line_break_writes_no_frame_of_its_own(daemon: Daemon, strong: str,
+                                                                              reader: str):
+    """A kind goes out as the ``event:`` line. A row of unknown kind decoded as an event of the
+    future whatever its kind held, and one with line breaks in it wrote lines of its own into
+    every stream replaying it: here a forged ``input.submitted`` with ``id: 999999``, which a
+    client then resumed from and was refused for ever (past the last event). Such a row is
+    damaged: the stream ends at it, naming it, as for any event the log cannot read."""
+    one = await daemon.project(strong, "one")
+    two = await daemon.project(strong, "two")
+    three = await daemon.project(strong, "three")
+    relabel_event(daemon, one["seq"], "future.kind")  # a kind of the future, well formed: streamed
+    forged = 'future.kind\nid: 999999\nevent: input.submitted\ndata: {"forged": true}\n\nevent: x'
+    relabel_event(daemon, two["seq"], forged)
+    async with daemon.sse(reader, last_event_id=0) as stream:
+        await stream.until(lambda m: m.event == "stream.end" or m.id == three["seq"])
+        events = [m for m in stream.messages if m.comment is None]
+    assert [(m.id, m.event) for m in events[:-1]] == [(one["seq"], "future.kind")], events
+    assert events[0].json()["body"] == {"note": "from elsewhere"}
+    end = events[-1]
+    assert end.event == "stream.end" and end.id is None, end
+    body = end.json()
+    assert body["code"] == "EVENT_CORRUPT" and body["seq"] == two["seq"], body
+    assert body["lastEventId"] == one["seq"], body
+    # resumed past it, the stream goes on
+    async with daemon.sse(reader, last_event_id=two["seq"]) as stream:
+        assert (await stream.next_event()).id == three["seq"]
+
+
 # --------------------------------------------------------------------------- heartbeats
 
 
@@ -343,6 +393,34 @@ async def test_heartbeats_keep_an_idle_stream_alive(daemon_factory: DaemonFactor
             pings += msg.comment == "ping"
         assert trio.current_time() - start < 4.0
         assert stream.seqs == []
+
+
+async def test_a_replay_reading_a_long_stretch_its_filter_does_not_match_keeps_talking(daemon_factory: DaemonFactory,
+                                                                                         tmp_path: Path):
+    """A project's stream resumed from 0 reads the whole log to find that project's events; the
+    replay wrote nothing until it found one, and a client that takes a few heartbeats of silence
+    for a dead connection (the dashboard takes three) gave up on it, resumed from the same place,
+    and never got past the stretch. Now the replay sends a heartbeat when it has been quiet that
+    long, as the live part does. (Only lower bounds on the work: the stretch takes many heartbeats
+    to read on any machine, and at least one must come before the first event.)"""
+    store = EventStore.open(tmp_path / "data")  # the stretch: other events, written before the daemon starts
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            note = "".join(f"{i:08x}" for i in range(STRETCH_NOTE_CHARS // 8))
+            for _ in range(STRETCH_EVENTS // 500):
+                await store.append(*[Draft(t.ConfigChanged(name=note, digest="0" * 64)) for _ in range(500)])
+            store.close_writer()
+    finally:
+        store.close()
+    d = await daemon_factory(config={"server": {"heartbeatSeconds": 0.1}})
+    token = await d.pair("c", strong=True)
+    project = await d.project(token, "late")
+    async with d.sse(token, params={"project": project["id"]}, last_event_id=0) as stream:
+        first = await stream.next_event(timeout=60)
+        assert first is not None and first.id == project["seq"], first
+        comments = [m.comment for m in stream.messages if m.comment is not None]
+    assert comments[0] == "lens stream" and "ping" in comments[1:], comments
 
 
 async def test_a_delta_never_arrives_before_its_model_requested(daemon: Daemon, strong: str, reader: str):

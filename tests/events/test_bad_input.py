@@ -250,6 +250,36 @@ async def test_a_row_of_unknown_kind_must_hold_a_body_tagged_with_it(data_dir: P
     read_fails_at(data_dir, 3, CorruptEvent, "EVENT_CORRUPT", *words)
 
 
+@pytest.mark.parametrize("kind", ["robot.dreamed\nid: 9", "robot.dreamed\r", "robot dreamed", "", ".robot",
+                                  "robot.dreamed\x00", "r" * 129])
+async def test_a_row_of_unknown_kind_must_be_named_as_a_kind_is(data_dir: Path, kind: str) -> None:
+    """A kind is written out as it is (the SSE ``event:`` line): one no Lens can write (a line
+    break, a space, a control character, empty, too long) is damage, not an event of the future."""
+    await make_log(data_dir, 2)
+    raw = msgspec.msgpack.encode({"kind": kind, "dream": "sheep"})
+    edit_log(
+        data_dir,
+        "INSERT INTO events(seq, ts, session_id, session_seq, kind, dict_id, raw_size, body) "
+        "VALUES (3, 1, 's1', 3, ?, 0, ?, ?)",
+        (kind, len(raw), zstandard.ZstdCompressor(write_checksum=True).compress(raw)),
+    )
+    read_fails_at(data_dir, 3, CorruptEvent, "EVENT_CORRUPT", "is no event kind")
+
+
+async def test_the_longest_kind_name_of_the_future_still_decodes(data_dir: Path) -> None:
+    await make_log(data_dir, 2)
+    kind = "r" * 127 + "."
+    raw = msgspec.msgpack.encode({"kind": kind, "dream": "sheep"})
+    edit_log(
+        data_dir,
+        "INSERT INTO events(seq, ts, session_id, session_seq, kind, dict_id, raw_size, body) "
+        "VALUES (3, 1, 's1', 3, ?, 0, ?, ?)",
+        (kind, len(raw), zstandard.ZstdCompressor(write_checksum=True).compress(raw)),
+    )
+    with LogReader(data_dir) as reader:
+        assert [e.event for e in reader.events()][2] == Opaque(kind, {"kind": kind, "dream": "sheep"})
+
+
 # ---------------------------------------------------------------------- foreign or missing stores
 
 
