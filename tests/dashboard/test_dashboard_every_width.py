@@ -9,7 +9,9 @@ the message box) is now at least 24×24 px at every width (1400, 1000, 600 and 3
 screen's at least 44×44 px (a finger the primary pointer or one of them), and from 900 to 1120 px
 the side panel is under the timeline, which keeps 520 px or more at every width, its sections
 side by side. A quarantined session opened on a narrow screen closes the list as any other session
-does, and a read-only reader's note is shown whole at every size. One real daemon and one headless
+does, and a read-only reader's note is shown whole at every size. On a touch screen, rows of a few
+hundred characters without a space wrap or are cut with their whole text in a tooltip, and above
+900 px the page does not scroll down and the timeline keeps its height. One real daemon and one headless
 Chromium, as in ``test_dashboard_browser.py`` (its helpers); every wait is for a condition.
 """
 
@@ -21,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, one, open_new_session,
+    Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one, open_new_session,
     reopen_read_only, restart_with_its_first_input_damaged, start_chromium, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
@@ -240,3 +242,109 @@ def test_dashboard_shows_a_read_only_readers_note_whole_at_every_width(
         if width <= 900:
             assert nav(driver) == CLOSED and {c["sel"] for c in got} == {"#read-only-note", "#nav-toggle"}, (width, got)
     assert console_errors(driver) == []
+
+
+# Long rows from the daemon, none with a space: a project's name and workspace, a session's name,
+# a model id, a tool name, an edited file's path, a todo, a job's command.
+LONG = "x" * 300
+LONG_MODEL = "m" * 120
+LONG_PATH = "p" * 200 + ".txt"
+LONG_TURN = {"when": "long rows", "toolCalls": [
+    {"name": "todo", "arguments": {"items": [{"id": "1", "text": "todo" + LONG, "status": "in_progress"}]}},
+    {"name": "tool" + LONG, "arguments": {}},
+    {"name": "edit_file", "arguments": {"path": LONG_PATH, "mode": "create", "content": "x\n"}},
+    {"name": "job", "arguments": {"action": "start", "command": "sleep 30; true " + LONG}},
+]}
+# Each long row: where it is shown, and the text it must hold whole (shown, or in its tooltip).
+ROWS = {
+    "project name": ("#projects button.row > span:last-child > div:first-child", "n" * 200),
+    "workspace": ("#projects .sub", "w" * 150),
+    "session name": ("#sessions button.row > span:last-child > div:first-child", "name" + "n" * 196),
+    "session title": ("#session-title", "name" + "n" * 196),
+    "model id": ("#session-meta", LONG_MODEL),
+    "tool name": ("#timeline .tool .name", "tool" + LONG),
+    "changed path": ("#changes .sub", LONG_PATH),
+    "todo": ("#todos .t", "todo" + LONG),
+    "job command": ("#jobs li.card .sub", "true " + LONG),
+    "event line": ("#activity li", "tool" + LONG),
+}
+# Per row: its widest element's right edge, and whether it is cut (its text wider or taller than
+# its box) without its whole text in its tooltip (its own or a box's around it).
+ROW_BOXES = """
+const out = {};
+for (const [what, [sel, want]] of Object.entries(arguments[0])) {
+  const ns = [...document.querySelectorAll(sel)].filter((n) => n.getClientRects().length && n.textContent.includes(want));
+  const titled = (n) => { for (let t = n; t; t = t.parentElement) if ((t.title || '').includes(want)) return true; return false; };
+  out[what] = {shown: ns.length, right: Math.max(...ns.map((n) => n.getBoundingClientRect().right)),
+               cutUntitled: ns.filter((n) => (n.scrollWidth > n.clientWidth + 1 || n.scrollHeight > n.clientHeight + 1) && !titled(n)).length};
+}
+const box = (s) => document.querySelector(s).getBoundingClientRect();
+out.page = {wider: document.documentElement.scrollWidth - innerWidth, taller: document.documentElement.scrollHeight - innerHeight,
+            timeline: box('#timeline').height, aside: box('aside').height, vw: innerWidth, vh: innerHeight};
+return out;
+"""
+HEAD_LINES = """return ['session-title', 'session-meta'].map((id) => { const n = document.getElementById(id);
+    return {id, text: n.textContent, title: n.title, tab: n.tabIndex, focused: document.activeElement === n,
+            lines: n.getBoundingClientRect().height / parseFloat(getComputedStyle(n).lineHeight),
+            cut: n.scrollWidth > n.clientWidth + 1}; });"""
+
+
+def test_dashboard_keeps_long_rows_and_the_timeline_in_view_on_a_touch_screen(
+        make_daemon: Callable[[dict[str, Any]], Daemon], tmp_path: Path) -> None:
+    """On a touch screen (44 px targets) with rows of a few hundred characters without a space:
+    at each size every row either wraps inside the screen or is cut with its whole text in its
+    tooltip, and the page never scrolls sideways; above 900 px the page does not scroll down
+    either, and the timeline keeps at least the height the side panel may take (38 % of the
+    screen). The navigation's rows were cut with only the id in their tooltip (the name and the
+    workspace nowhere whole); a long name and model id in the session's head wrapped to six lines
+    (they are a line each now, cut, whole in the tooltip and when focused), and with the touch
+    screen's taller header and message box the middle layout left the timeline 32 px at 1024×600
+    (130 px with short names)."""
+    config = with_turns(LONG_TURN)
+    config["providers"][0]["models"].append({"id": LONG_MODEL})
+    d = make_daemon(config)
+    strong = d.pair("dash-touch-long-rows", strong=True)
+    workspace = tmp_path / ("w" * 150)
+    workspace.mkdir()
+    driver = start_chromium(tmp_path)
+    try:
+        at_size(driver, 1400, 900)
+        driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+        driver.get(d.base + "/")
+        assert driver.execute_script("return matchMedia('(pointer: coarse)').matches")
+        connect(driver, strong)
+        wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+        one(driver, "#project-name").send_keys("n" * 200)
+        one(driver, "#project-workspace").send_keys(str(workspace))
+        click(driver, "#new-project button")
+        wait_for(lambda: by_css(driver, "#projects button.selected"), "the new project")
+        one(driver, "#session-model").send_keys("faux/" + LONG_MODEL)
+        click(driver, "#new-session button")
+        sid = wait_for(lambda: driver.execute_script(
+            "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId"), "the session")
+        assert d.request("PATCH", f"/sessions/{sid}", {"name": ROWS["session name"][1]}, token=strong)[0] == 200
+        submit(driver, "long rows")
+        wait_for(lambda: by_css(driver, "#changes li.card") and by_css(driver, "#jobs li.card") and by_css(driver, "#todos .t"),
+                 "the changed file, the job and the todo")
+        wait_for(lambda: ROWS["session name"][1] in " ".join(texts(driver, "#sessions button.row")), "the session's name in the list")
+        for width, height in SIZES[:2] + ((1024, 600),) + SIZES[2:]:
+            at_size(driver, width, height)
+            list_shown(driver, width)
+            got = driver.execute_script(ROW_BOXES, ROWS)
+            page = got.pop("page")
+            assert page["wider"] <= 0, (width, page)
+            for what, row in got.items():
+                assert row["shown"] >= 1 and row["right"] <= width + 0.5, (width, what, row)
+                assert row["cutUntitled"] == 0, (width, what, row)
+            if width > 900:
+                assert page["taller"] <= 0 and page["timeline"] >= 0.38 * height - 0.5, (width, height, page)
+            # the session's name and model line: a line each, cut, a Tab stop with the whole text in its tooltip
+            for n in driver.execute_script(HEAD_LINES):
+                assert n["lines"] < 1.5 and n["cut"] and n["tab"] == 0 and n["title"] == n["text"], (width, n)
+        # focused (a tap or the keyboard), the name shows whole
+        click(driver, "#session-title")
+        name = driver.execute_script(HEAD_LINES)[0]
+        assert name["focused"] and name["lines"] > 1.5 and not name["cut"], name
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()

@@ -1,8 +1,9 @@
 """The dashboard says when a tool call ran twice (``tool.finished``'s ``rerun_after``): its
 executor child was SIGKILLed under the first run, and the call ran again on the child spawned in
 its place. Said wherever the page shows a call: the main agent's card, a subagent's calls (on the
-``subagent`` call's card and the subagent's entry under Agents) and a program's calls (on the
-``programmatic_tool_run`` card). One real daemon (its executor under the executor's test hold, which blocks the edit
+``subagent`` call's card and the subagent's entry under Agents), a program's calls (on the
+``programmatic_tool_run`` card), the call's line in Recent events and, for an edit, the edited
+file's card in Changes. One real daemon (its executor under the executor's test hold, which blocks the edit
 once its file is written, before the reply) and one headless Chromium, as in
 ``test_dashboard_browser.py`` (its helpers). Every wait is for a condition.
 """
@@ -22,6 +23,21 @@ from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
 from tests.executor_hold import held_at
 
 NOTE = "Ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
+AGAIN = "ran again after its executor stopped (EXECUTOR_UNAVAILABLE)"
+
+
+def activity_reruns(driver: Any) -> list[str]:
+    """The Recent events lines that say a call ran again, without their seq."""
+    return [line.split(" ", 1)[1] for line in texts(driver, "#activity li") if "ran again" in line]
+
+
+def changes_notes(driver: Any, path: str = "f.txt") -> list[str]:
+    """The notes on the Changes panel's card of ``path``."""
+    return texts(driver, f"#changes li.card[data-path='{path}'] .rerun")
+
+
+def check_notes_are_notes(driver: Any) -> None:
+    assert all(n.get_attribute("role") == "note" and n.is_displayed() for n in by_css(driver, ".rerun"))
 
 
 @pytest.fixture
@@ -60,8 +76,14 @@ def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
     assert status == 200
     results = [it["result"] for it in view["items"] if it["role"] == "tool_call" and "result" in it]
     assert [r.get("rerunAfter") for r in results] == ["EXECUTOR_UNAVAILABLE"]
+    [call_id] = [it["call"]["callId"] for it in view["items"] if it["role"] == "tool_call"]
+    # its line in Recent events, and the edited file's card in Changes, say so too
+    wait_for(lambda: activity_reruns(driver) == ["tool.finished · edit_file · " + AGAIN], "the mark in Recent events")
+    wait_for(lambda: changes_notes(driver) == [f"The edit call edit_file ({call_id}) {AGAIN}."], "the note in Changes")
+    check_notes_are_notes(driver)
 
-    # a call that ran once has no note, and no rerunAfter in the view
+    # a call that ran once has no note, and no rerunAfter in the view; nor a second edit of the
+    # same file in Changes, or its line in Recent events
     submit(driver, "/tool read_file " + json.dumps({"path": "f.txt"}))
     wait_for(lambda: len(by_css(driver, "#timeline .tool.ok")) == 2, "the second call's card")
     assert texts(driver, "#timeline .tool .rerun") == [NOTE]
@@ -69,6 +91,16 @@ def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(
     results = [it["result"] for it in view["items"] if it["role"] == "tool_call" and "result" in it]
     assert [r.get("rerunAfter") for r in results] == ["EXECUTOR_UNAVAILABLE", None]
     assert "rerunAfter" not in results[1]
+    again = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "ab", "new_string": "abc"}]}
+    submit(driver, "/tool edit_file " + json.dumps(again))
+    wait_for(lambda: len(by_css(driver, "#timeline .tool.ok")) == 3, "the third call's card")
+    wait_for(lambda: "2 edit calls" in " ".join(texts(driver, "#changes li.card[data-path='f.txt'] summary")),
+             "the second edit in Changes")
+    assert (workspace / "f.txt").read_text() == "abc\n"
+    assert texts(driver, "#timeline .tool .rerun") == [NOTE]
+    assert changes_notes(driver) == [f"The edit call edit_file ({call_id}) {AGAIN}."]
+    assert activity_reruns(driver) == ["tool.finished · edit_file · " + AGAIN]
+    assert len([x for x in texts(driver, "#activity li") if "tool.finished · edit_file" in x]) == 2
     assert not console_errors(driver)
 
 
@@ -109,7 +141,10 @@ def test_dashboard_notes_a_subagents_call_that_ran_again(held: Path, daemon: Dae
     assert sub["agentId"] == "sub_" + card["callId"] and card["status"] == "ok"
     assert texts(driver, "#agents .rerun") == [
         f"Its call edit_file ({call['callId']}) ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."]
-    assert all(n.get_attribute("role") == "note" and n.is_displayed() for n in by_css(driver, ".rerun"))
+    # the subagent's call's line in Recent events, and the file's card in Changes
+    wait_for(lambda: activity_reruns(driver) == ["tool.finished · edit_file · " + AGAIN], "the mark in Recent events")
+    wait_for(lambda: changes_notes(driver) == [f"The edit call edit_file ({call['callId']}) {AGAIN}."], "the note in Changes")
+    check_notes_are_notes(driver)
     # (the subagent call itself ran once: its result has no rerunAfter)
     results = [it["result"] for it in view["items"] if it["role"] == "tool_call" and "result" in it]
     assert len(results) == 1 and "rerunAfter" not in results[0]
@@ -142,6 +177,11 @@ def test_dashboard_notes_a_programs_call_that_ran_again(held: Path, ptc_daemon: 
     # one note: the edit ran twice; the read after it, and the program itself, once
     assert texts(driver, "#timeline .tool .rerun") == [
         f"Its call edit_file ({call_id}.1) ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."]
-    note = by_css(driver, "#timeline .tool .rerun")[0]
-    assert note.get_attribute("role") == "note" and note.is_displayed()
+    # the program's line in Recent events names its call; so does the file's card in Changes (a
+    # program's edit is listed under the program's call)
+    wait_for(lambda: activity_reruns(driver) == [f"tool.finished · programmatic_tool_run · its call edit_file ({call_id}.1) {AGAIN}"],
+             "the mark in Recent events")
+    wait_for(lambda: changes_notes(driver) == [f"The call edit_file ({call_id}.1) of programmatic_tool_run ({call_id}) {AGAIN}."],
+             "the note in Changes")
+    check_notes_are_notes(driver)
     assert not console_errors(driver)
