@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
+from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, sync_directory
 
 # Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
 # images of 5 MiB): only a bound on what is read.
@@ -146,11 +146,7 @@ class ArtifactStore:
                 except OSError as exc:
                     failed.append((name, exc))
             if len(failed) < len(names):
-                dir_fd = os.open(self.root, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                sync_directory(self.root)
         return failed
 
     def get(self, artifact_id: str) -> bytes:
