@@ -14,6 +14,11 @@ This measures, on the log in ``DIR``, the two ways the supervisor can ask:
 * **the sessions projection** (``ProjectionService.sessions_with_pending_work``, what the daemon
   uses): the projection's counters plus the events past its position.
 
+It also times what the start-up sweep of ``artifacts/`` reads (``runtime/artifact_sweep.py``):
+the listing of ``DIR/artifacts`` and the lookup of every artifact found in the
+``artifact_names`` projection. Nothing is removed: the figure is the sweep's cost with nothing to
+remove, which is every start but one after a crash.
+
 The projector first catches up (the first run over a fresh log builds every projection, which
 takes a while; the time is reported apart). Each question is asked ``--runs`` times; the medians
 are reported. The last stdout line is one JSON object of the figures.
@@ -36,6 +41,7 @@ from events.store import EventStore  # noqa: E402
 from runtime.actor import ActorDeps  # noqa: E402
 from runtime.projection_service import ProjectionService  # noqa: E402
 from runtime.supervisor import Supervisor  # noqa: E402
+from tools.artifacts import ArtifactStore  # noqa: E402
 
 
 async def measure(data_dir: Path, runs: int) -> dict[str, float]:
@@ -47,6 +53,9 @@ async def measure(data_dir: Path, runs: int) -> dict[str, float]:
     projection_s: list[float] = []
     scanned: list[str] = []
     found: list[str] | None = []
+    sweep_s: list[float] = []
+    listed = 0
+    artifacts = ArtifactStore(data_dir / "artifacts")
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)
@@ -62,6 +71,11 @@ async def measure(data_dir: Path, runs: int) -> dict[str, float]:
                 assert found is not None, f"projections stalled: {service.error}"
                 scan_s.append(t1 - t0)
                 projection_s.append(t2 - t1)
+                t3 = time.perf_counter()
+                leftovers = await trio.to_thread.run_sync(artifacts.leftovers, time.time_ns())
+                await service.named_artifacts(leftovers.artifacts)
+                sweep_s.append(time.perf_counter() - t3)
+                listed = len(leftovers.artifacts)
             nursery.cancel_scope.cancel()
         events = store.last_seq
     finally:
@@ -77,6 +91,8 @@ async def measure(data_dir: Path, runs: int) -> dict[str, float]:
         # such as log_bench's synthetic ones: see docs/decisions.md)
         "log_scan_sessions": len(scanned),
         "projection_sessions": len(found),
+        "artifacts": listed,
+        "artifact_sweep_ms": round(statistics.median(sweep_s) * 1000, 3),
     }
 
 
@@ -89,10 +105,11 @@ def main() -> int:
     if not (args.data / "events.db").exists():
         parser.error(f"no event log in {args.data} (make one with bench/log_bench.py --data {args.data})")
     figures = trio.run(measure, args.data, args.runs)
-    print("| events | projector catch-up | log scan | sessions projection | speed-up |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| events | projector catch-up | log scan | sessions projection | speed-up | artifacts | artifact sweep |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     print(f"| {figures['events']:,} | {figures['projector_catch_up_s']} s | {figures['log_scan_ms']} ms | "
-          f"{figures['projection_ms']} ms | {figures['speedup']}× |")
+          f"{figures['projection_ms']} ms | {figures['speedup']}× | {figures['artifacts']:,} | "
+          f"{figures['artifact_sweep_ms']} ms |")
     print(json.dumps(figures))
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from events.secrets import Secrets
 
+from .artifact_names import ArtifactNames
 from .catalog import ProjectsProjection, SessionsProjection
 from .history import HistoryProjection
 from .projector import Projection
@@ -14,4 +15,5 @@ from .stats import KindStats
 def all_projections(secrets: Secrets | None = None) -> list[Projection]:
     """Fresh instances of every projection, in the order they are built; the history index is
     scrubbed of ``secrets`` (the keys ``lens serve`` knows)."""
-    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection(secrets), SettingsProjection()]
+    return [KindStats(), ProjectsProjection(), SessionsProjection(), HistoryProjection(secrets), SettingsProjection(),
+            ArtifactNames()]

@@ -95,7 +95,13 @@ def replace_atomically(path: Path, raw: bytes, mode: int = 0o600) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    sync_directory(path.parent)
+
+
+def sync_directory(path: Path) -> None:
+    """fsync the directory ``path``: the names made, renamed or removed in it last through a
+    power cut. Raises ``OSError``."""
+    dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

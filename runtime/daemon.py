@@ -1,6 +1,7 @@
 """``lens serve``: the daemon's root nursery and its services.
 
-Start order: event store writer → projector → supervisor (which wakes sessions with unfinished
+Start order: event store writer → projector → the sweep of ``artifacts/`` (files no event names,
+see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unfinished
 work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake), and the store drains every accepted append before closing; the projections then fold
@@ -17,6 +18,7 @@ import secrets
 import signal
 import stat
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +43,7 @@ from tools.catalog import ToolCatalog, capability_search_tool
 from tools.ptc.tool import ptc_tool
 
 from .actor import ActorDeps
+from .artifact_sweep import sweep_artifacts
 from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
@@ -94,6 +97,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
     cfg = opts.config
+    started_ns = time.time_ns()  # (the start-up sweep of artifacts/ looks only at files older than this)
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
     out = announce or _print_line
     keys = opts.known_secrets()
@@ -234,6 +238,11 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 starting = trio.CancelScope()  # (cancelled once the daemon serves)
                 services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
                 await services.start(projections.run)
+                # Artifacts no event names (a kill between a file's store and its event), swept
+                # before any session wakes or request comes: nothing of ours can be storing one.
+                swept = await sweep_artifacts(artifacts, projections, store.last_seq, started_ns)
+                for line in swept.lines(str(artifacts.root)):
+                    say(line)
                 # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
                 saved, saved_seq = await read_saved_default(projections, store)
                 catalog.set_saved_default(saved, saved_seq)

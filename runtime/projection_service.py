@@ -19,6 +19,7 @@ from events.reader import LogReader
 from events.schema import open_read_connection
 from events.store import EventStore
 from events.types import DefaultModelSet
+from projections.artifact_names import ArtifactNames
 from projections.history import HistoryIndex
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
@@ -252,6 +253,15 @@ class ProjectionService:
                 return None
             saved = (ev.model, events[0].seq)
         return saved
+
+    async def named_artifacts(self, ids: list[str]) -> set[str]:
+        """Those of ``ids`` that some event projected so far names (the start-up sweep of
+        ``artifacts/`` keeps them); raises ``PROJECTIONS_UNREADABLE`` if the read fails."""
+        conn = self._read_conn
+        try:
+            return await trio.to_thread.run_sync(ArtifactNames.named, conn, ids, limiter=self._read_limiter)
+        except apsw.Error as exc:
+            raise _unreadable(exc) from None
 
     async def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple]:
         """Rows of a read of ``projections.db``; raises ``PROJECTIONS_UNREADABLE`` if it fails."""

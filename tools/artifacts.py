@@ -7,24 +7,42 @@ as one: when one cannot be stored, those it wrote that nothing else was given si
 caught before it is sent anywhere. Both read only a regular file, without blocking and up to
 :data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
 artifact's place (a FIFO, a directory, a link to a device) is a damaged artifact, refused at
-once by ``get`` and replaced by ``put``.
+once by ``get`` and replaced by ``put``. ``leftovers`` and ``remove`` serve the daemon's start-up
+sweep (:mod:`runtime.artifact_sweep`): the artifacts and the temporary files of interrupted writes
+older than a moment, and their removal.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import os
+import stat
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically
+from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, sync_directory
 
 # Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
 # images of 5 MiB): only a bound on what is read.
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
 SHA_RE = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
+# The temporary file of a write that never reached its rename (replace_atomically's name for it:
+# ".<id>.<12 hex digits>.tmp"): a killed daemon, a power cut.
+PARTIAL_RE = re.compile(r"\.[0-9a-f]{64}\.[0-9a-f]{12}\.tmp")
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What ``artifacts/`` held from before a moment: the artifacts' ids and the names of the
+    temporary files of interrupted writes. Anything else there (a directory, a file of another
+    name) is not the store's and is not listed."""
+
+    artifacts: list[str]
+    partial: list[str]
 
 
 class ArtifactError(Exception):
@@ -89,6 +107,47 @@ class ArtifactStore:
             if provisional:
                 self._provisional.add(digest)
             return digest, True
+
+    def leftovers(self, before_ns: int) -> Leftovers:
+        """The artifacts and partial files last changed before ``before_ns`` (``time_ns``).
+        A missing directory has none. Raises ``OSError`` when the directory cannot be listed
+        (not a directory, no permission, an I/O error)."""
+        artifacts: list[str] = []
+        partial: list[str] = []
+        try:
+            entries = os.scandir(self.root)
+        except FileNotFoundError:
+            return Leftovers([], [])
+        with entries:
+            for entry in entries:
+                kept = artifacts if SHA_RE.fullmatch(entry.name) else partial if PARTIAL_RE.fullmatch(entry.name) else None
+                if kept is None:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode) and st.st_mtime_ns < before_ns:
+                    kept.append(entry.name)
+        return Leftovers(sorted(artifacts), sorted(partial))
+
+    def remove(self, names: Sequence[str]) -> list[tuple[str, OSError]]:
+        """Unlink ``names`` (entries of ``artifacts/`` as :meth:`leftovers` lists them) under the
+        store's lock, then sync the directory; the names that could not go, with why (one gone
+        already is not a failure)."""
+        failed: list[tuple[str, OSError]] = []
+        with self._lock:
+            for name in names:
+                self._provisional.discard(name)
+                try:
+                    (self.root / name).unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    failed.append((name, exc))
+            if len(failed) < len(names):
+                sync_directory(self.root)
+        return failed
 
     def get(self, artifact_id: str) -> bytes:
         if not SHA_RE.fullmatch(artifact_id):

@@ -3,6 +3,7 @@ figures last, and both ways of asking find the same sessions to resume. Never a 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -24,15 +25,23 @@ async def test_startup_bench_prints_its_figures_last(tmp_path: Path) -> None:
             if i % 2:  # odd sessions took their input and finished
                 drafts += [t.InputPlaced("r"), t.TaskStarted("r"), t.TaskFinished()]
             await store.append(*[Draft(ev, project_id="p1", session_id=sid, agent_id="main") for ev in drafts])
+    (data / "artifacts").mkdir()
+    files = {}
+    for n in range(3):  # artifacts no event names: the sweep's reads are timed, nothing is removed
+        body = b"artifact %d" % n
+        files[hashlib.sha256(body).hexdigest()] = body
+        (data / "artifacts" / hashlib.sha256(body).hexdigest()).write_bytes(body)
     proc = subprocess.run([sys.executable, str(BENCH), "--data", str(data), "--runs", "2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_bytes() for p in (data / "artifacts").iterdir()} == files
     lines = proc.stdout.strip().splitlines()
     assert lines[0].startswith("| events |"), proc.stdout
     figures = json.loads(lines[-1])
     assert figures["events"] == 3 * 2 + 3 * 5
     assert figures["log_scan_sessions"] == figures["projection_sessions"] == 3
-    for key in ("log_scan_ms", "projection_ms", "speedup"):
+    assert figures["artifacts"] == 3
+    for key in ("log_scan_ms", "projection_ms", "speedup", "artifact_sweep_ms"):
         assert figures[key] > 0, (key, figures)
 
 
