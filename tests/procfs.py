@@ -37,3 +37,20 @@ def executor_of(pid: int) -> int | None:
         if p.ppid == pid and b"executor" in p.argv and b"serve" in p.argv and p.state != "Z":
             return p.pid
     return None
+
+
+def running_in(directory: Path) -> list[Proc]:
+    """The live processes whose working directory is ``directory`` or under it (a process of
+    another user, whose directory cannot be read, is not one)."""
+    root = os.path.realpath(directory)
+    found = []
+    for p in processes():
+        if p.state == "Z":
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{p.pid}/cwd")
+        except OSError:
+            continue
+        if cwd == root or cwd.startswith(root + os.sep):
+            found.append(p)
+    return found

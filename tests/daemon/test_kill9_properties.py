@@ -8,9 +8,10 @@ appending a line of their own to a file, ``read_file``, loading a workspace skil
 plain inputs and steers queued behind them, answers to questions (or one left open), a manual
 compaction and a fork from an event of the session (with an input of its own). An SSE subscriber
 counts the log's events; at the generated count N the daemon gets SIGKILL (the kill point is a
-count of committed events, never a time). Or the kill point is drawn the second way: the k-th start
-of a command (a ``run_command`` call's ``tool.started`` or a ``job.started``), then D ms, so that
-the kill lands while that command runs (every command of such an example runs at least 300 ms).
+count of committed events, never a time). Or the kill point is drawn the second way: the start of
+the k-th ``cmd`` or ``job`` step's command (the ``tool.started`` of its ``run_command`` call or its
+``job.started``), then D ms (0 to 1000), so that the kill lands while that command runs: it sleeps
+ten seconds, far past the example's end (the example's other commands at least 300 ms).
 In a drawn share of the examples the executor child is
 SIGKILLed at that point instead: the daemon runs on, must bring the session to rest by itself
 through the rest of the script (the next call spawns another executor), and is SIGKILLed when the
@@ -32,8 +33,13 @@ Each command and job a step starts writes its name to ``started.txt`` first and 
 drawn 0, 50 or 300 ms), so that kill points land inside running ones; a command or job whose name
 is in ``started.txt`` but not in ``side.txt`` when the kill is sent was running then. Such a one,
 killed with its executor, is never reported ok (a command ends ``error``, a job not ``exited``),
-and no command starts twice. An input submitted after a "wait" must come after every job started
-before it has ended.
+and no command starts twice. The command a kill point of the second way lands in never finishes
+(its line never reaches ``side.txt``), and is reported as the kill says: its call ``interrupted``
+or its job ``lost`` after the daemon's restart, ``error`` ``EXECUTOR_UNAVAILABLE`` or ``crashed``
+with the executor as victim. Once the killed daemon is down, and again once the restarted one has
+stopped, no process runs in the example's directory (bounded wait): nothing of a killed run goes
+on unowned. An input submitted after a "wait" must come after every job started before it has
+ended.
 
 Examples are few and derandomized (nine fixed ones, one drawn: about a minute on two cores;
 ``LENS_KILL9_EXAMPLES`` draws more, ``LENS_KILL9_SEED`` draws others, ``LENS_KILL9_RECORD`` names a
@@ -57,7 +63,7 @@ import trio
 from hypothesis import HealthCheck, assume, example, given, seed, settings
 from hypothesis import strategies as st
 
-from ..procfs import executor_of
+from ..procfs import executor_of, running_in
 from .conftest import (Daemon, ServeProcess, SseStream, projection_dump, projections_caught_up, run_lens, serving,
                        wait_until)
 
@@ -85,12 +91,18 @@ STEPS = st.lists(st.sampled_from([*INPUT_STEPS, "wait", "compact", "fork"]), min
 DELAYS = st.lists(st.sampled_from((0, 50, 300)), max_size=8)
 SLOW = ["cmd", "wait", "job", "wait", "cmd", "edit"]  # the fixed examples that kill inside a command or a job
 STARTED_MS = 300  # a command's least delay when the kill point is drawn at a command's start
+# The delay of the command such a point kills inside: far longer than any kill, reap or restart
+# takes, so that its line in side.txt can only mean it ran on after the kill. It costs nothing:
+# a command killed inside its run never sleeps it out (and one that did would fail the example).
+KILLED_MS = 10_000
+AFTER_MS = (0, 30, 100, 1000)  # D: early in the killed command's run, or a second into it
+GONE = 10.0  # seconds: bound on what the killed run left in the workspace ending by itself
 
 
 @dataclass(frozen=True)
 class AtStart:
-    """The second way to draw a kill point: D = ``after_ms`` ms after the k-th start of a command
-    (k counted from 0, modulo the script's commands and jobs)."""
+    """The second way to draw a kill point: D = ``after_ms`` ms after the start of the k-th ``cmd``
+    or ``job`` step's command (k counted from 0, modulo the script's commands and jobs)."""
 
     k: int
     after_ms: int
@@ -98,7 +110,7 @@ class AtStart:
 
 # The kill point: a share of the script's estimated events (an int, see kill_point), or AtStart.
 POINTS = st.one_of(st.integers(min_value=0, max_value=100),
-                   st.builds(AtStart, k=st.integers(min_value=0, max_value=3), after_ms=st.sampled_from((0, 30, 100))))
+                   st.builds(AtStart, k=st.integers(min_value=0, max_value=3), after_ms=st.sampled_from(AFTER_MS)))
 
 
 # Roughly how many events each step writes (a tool round is about eight): the kill point is drawn
@@ -125,9 +137,24 @@ def command_of(kind: str, n: int, delays: list[int]) -> str:
     return f"echo {kind}{n} >> started.txt; {f'sleep {ms / 1000}; ' if ms else ''}echo {kind}{n} >> side.txt"
 
 
-def is_command_start(kind: str | None, body: dict[str, Any]) -> bool:
-    """Whether an event starts a command: a ``run_command`` call's start, or a job's."""
-    return kind == "job.started" or (kind == "tool.started" and body.get("name") == "run_command")
+def target_of(steps: list[str], at: AtStart) -> str | None:
+    """The name of the command an ``AtStart`` point kills inside (None: the script has none)."""
+    names = [f"{kind}{n}" for n, kind in enumerate(steps) if kind in ("cmd", "job")]
+    return names[at.k % len(names)] if names else None
+
+
+def started_command(kind: str | None, body: dict[str, Any]) -> str | None:
+    """The command an event starts (a ``run_command`` call's start, or a job's), else None."""
+    if kind == "job.started":
+        return body["command"]
+    if kind == "tool.started" and body.get("name") == "run_command":
+        return body["arguments"]  # (JSON text holding the command)
+    return None
+
+
+def appends(name: str) -> str:
+    """The part of a step's command that appends its line to ``side.txt`` (see command_of)."""
+    return f"echo {name} >> side.txt"
 
 
 def lines(path: Path) -> list[str]:
@@ -164,6 +191,7 @@ class Run:
     kill_at: int  # a count of events (with ``at_start``: set to the count read when the kill is sent)
     victim: str = "daemon"  # what is SIGKILLed at the kill point (one of VICTIMS)
     at_start: AtStart | None = None  # the kill point drawn the second way
+    target: str | None = None  # with at_start: the step's command it kills inside (see target_of)
     workspace: Path | None = None
     running: list[str] = field(default_factory=list)  # commands started, not ended, as the kill was sent
     token: str = ""
@@ -246,9 +274,6 @@ async def drive(d: Daemon, run: Run, sid: str) -> None:
 
 async def count_and_kill(d: Daemon, run: Run, serve: ServeProcess, stream: SseStream) -> None:
     assert serve.proc is not None and run.workspace is not None
-    starts = sum(k in ("cmd", "job") for k in run.steps)
-    target = run.at_start.k % starts if run.at_start is not None and starts else None
-    seen = 0
     while True:
         if run.at_start is None and run.counted >= run.kill_at:
             break
@@ -257,12 +282,11 @@ async def count_and_kill(d: Daemon, run: Run, serve: ServeProcess, stream: SseSt
             return
         if msg.id is not None:
             run.counted += 1
-            if target is not None and is_command_start(msg.event, msg.json().get("body", {})):
-                seen += 1
-                if seen > target:
-                    break
+            if run.target is not None and appends(run.target) in (
+                    started_command(msg.event, msg.json().get("body", {})) or ""):
+                break
     if run.at_start is not None:
-        if target is None:
+        if run.target is None:
             return  # no command to start: killed as the script ends
         await trio.sleep(run.at_start.after_ms / 1000)  # the drawn D: a time by design, not an ordering
         run.kill_at = run.counted
@@ -348,17 +372,9 @@ def check_log(run: Run, events: list[dict[str, Any]], workspace: Path) -> None:
     # a command or job that ran as its executor was killed is not reported ok
     if run.victim == "executor":
         for name in run.running:
-            echo = f"echo {name} >> side.txt"
-            if name.startswith("cmd"):
-                call = next(e["body"]["call_id"] for e in events if e["kind"] == "tool.started"
-                            and e["body"]["name"] == "run_command" and echo in e["body"]["arguments"])
-                end = next(e["body"] for e in events if e["kind"] == "tool.finished" and e["body"]["call_id"] == call)
-                assert end["status"] != "ok", ("a command killed with its executor reported ok", name, end)
-            else:
-                job = next(e["body"]["job_id"] for e in events if e["kind"] == "job.started"
-                           and echo in e["body"]["command"])
-                end = next(e["body"] for e in events if e["kind"] == "job.finished" and e["body"]["job_id"] == job)
-                assert end["status"] != "exited", ("a job killed with its executor reported exited", name, end)
+            end = end_of(events, name)
+            assert end["status"] != ("ok" if name.startswith("cmd") else "exited"), (
+                "a command or job killed with its executor reported ok", name, end)
     # an edit_file create never failed for its own earlier write, and wrote what it was given: one
     # the executor's kill cut ran once more on the next executor (and says so), and ends ok like
     # one cut by the daemon's kill; only kills of the executor while it was being started for
@@ -375,6 +391,50 @@ def check_log(run: Run, events: list[dict[str, Any]], workspace: Path) -> None:
                 assert (workspace / f"e{n}.txt").read_text() == f"edit {n}\n"
     for path in workspace.glob("e*.txt"):
         assert path.read_text() == f"edit {path.name[1:-4]}\n", path.name
+    if run.at_start is not None and run.fired:
+        check_killed_inside(run, events, workspace)
+
+
+def end_of(events: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """How step ``name``'s command was reported ended: its call's ``tool.finished`` body (a
+    ``cmd`` step), or its job's ``job.finished`` body (a ``job`` step)."""
+    echo = appends(name)
+    if name.startswith("cmd"):
+        call = next(e["body"]["call_id"] for e in events if e["kind"] == "tool.started"
+                    and e["body"]["name"] == "run_command" and echo in e["body"]["arguments"])
+        return next(e["body"] for e in events if e["kind"] == "tool.finished" and e["body"]["call_id"] == call)
+    job = next(e["body"]["job_id"] for e in events if e["kind"] == "job.started" and echo in e["body"]["command"])
+    return next(e["body"] for e in events if e["kind"] == "job.finished" and e["body"]["job_id"] == job)
+
+
+def check_killed_inside(run: Run, events: list[dict[str, Any]], workspace: Path) -> None:
+    """The command an ``AtStart`` point killed inside (it runs KILLED_MS, far past the example's
+    end) never finished, whatever the victim; and it is reported as the victim's kill says: a
+    ``run_command`` call cut by the daemon's kill ends ``interrupted`` at the restart, by its
+    executor's ``error`` ``EXECUTOR_UNAVAILABLE``; a job ``lost`` at the restart, or ``crashed``."""
+    name = run.target
+    assert name is not None
+    assert name not in lines(workspace / "side.txt"), ("a command killed inside its run finished", name)
+    end = end_of(events, name)
+    if name.startswith("cmd"):
+        if run.victim == "daemon":
+            assert end["status"] == "interrupted", ("a command cut by the daemon's kill", name, end)
+        else:
+            assert (end["status"], end.get("error_code")) == ("error", "EXECUTOR_UNAVAILABLE"), (
+                "a command cut by its executor's kill", name, end)
+    else:
+        want = "lost" if run.victim == "daemon" else "crashed"
+        assert end["status"] == want, (f"a job cut by the {run.victim}'s kill", name, end)
+
+
+async def nothing_runs_in(directory: Path, what: str) -> None:
+    """Wait (bounded) until no process runs in ``directory``: none of the example's is left."""
+    async def gone() -> bool:
+        return not running_in(directory)
+    try:
+        await wait_until(gone, timeout=GONE, what=what)
+    except AssertionError as exc:
+        raise AssertionError(exc.args[0], [(p.pid, p.argv) for p in running_in(directory)]) from None
 
 
 def kill_place(run: Run, events: list[dict[str, Any]]) -> str:
@@ -395,8 +455,10 @@ def kill_place(run: Run, events: list[dict[str, Any]]) -> str:
 
 async def one_example(tmp: Path, steps: list[str], delays: list[int], point: int | AtStart, victim: str) -> None:
     cwd = tmp
+    target = target_of(steps, point) if isinstance(point, AtStart) else None
     if isinstance(point, AtStart):  # every command runs long enough for a kill D ms after its start
-        delays = [max(delays[n] if n < len(delays) else 0, STARTED_MS) for n in range(len(steps))]
+        delays = [KILLED_MS if f"{kind}{n}" == target else max(delays[n] if n < len(delays) else 0, STARTED_MS)
+                  for n, kind in enumerate(steps)]
     (cwd / "config").mkdir(parents=True)
     config = {"providers": [{"id": "faux", "protocol": "faux", "script": script_for(steps, delays)}],
               "defaultModel": "faux/faux-1"}
@@ -406,7 +468,7 @@ async def one_example(tmp: Path, steps: list[str], delays: list[int], point: int
     (ws / "skills" / "demo" / "SKILL.md").write_text(SKILL)
     (ws / "notes.txt").write_text("some notes\n")
     run = Run(cwd, steps, 0 if isinstance(point, AtStart) else kill_point(steps, point), victim,
-              point if isinstance(point, AtStart) else None, ws)
+              point if isinstance(point, AtStart) else None, target, ws)
 
     async with serving(cwd, stderr_name="serve-0.err", timeout=20) as (serve, d):
         run.token = await d.pair("kill9-props", strong=True)
@@ -434,6 +496,9 @@ async def one_example(tmp: Path, steps: list[str], delays: list[int], point: int
         assert code == -signal.SIGKILL, (code, (cwd / "serve-0.err").read_text()[-2000:])
 
     await check_down(run)
+    # the killed daemon's executor ends itself and its commands (its lifeline closed), so nothing
+    # of that run goes on in the workspace, not even until a restart
+    await nothing_runs_in(cwd, "the killed daemon's run ending")
 
     async with serving(cwd, stderr_name="serve-1.err", timeout=20) as (serve, d):
         for (session, rid), seq in run.acks.items():  # acknowledged: a duplicate, its seq
@@ -446,13 +511,15 @@ async def one_example(tmp: Path, steps: list[str], delays: list[int], point: int
             await settle(d, run.token, session, SETTLE)
         await projections_caught_up(d)
         assert await serve.terminate() == 0, (cwd / "serve-1.err").read_text()[-2000:]
+    await nothing_runs_in(cwd, "the restarted daemon's run ending")
 
     events = await decode(cwd)
     if RECORD:
         with open(RECORD, "a") as f:
             f.write(json.dumps({"steps": steps, "delays": delays, "victim": victim, "point": repr(point),
                                 "killAt": run.kill_at, "place": kill_place(run, events),
-                                "running": run.running}) + "\n")
+                                "running": run.running, "target": run.target,
+                                "finished": sorted(set(run.running) & set(lines(ws / "side.txt")))}) + "\n")
     check_log(run, events, ws)
     assert integrity(cwd / "data" / "events.db") == [("ok",)]
     assert integrity(cwd / "data" / "projections.db") == [("ok",)]
