@@ -379,6 +379,24 @@ async def test_a_character_split_across_stdout_chunks_stays_whole_when_stderr_co
     assert done["content"][0]["text"] == "ERR€\n\n[exit 0]"
 
 
+async def test_output_that_is_not_utf8_read_in_pages_adds_up_to_the_whole(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "printf 'ab\\200\\200\\200cd\\303\\251'")
+    await finished_of(daemon, token, sid, job_id)
+    whole = (await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)).json()
+    assert (whole["output"], whole["nextOffset"]) == ("ab\ufffd\ufffd\ufffdcdé", 9)
+    pages, offset = [], 0
+    while True:
+        page = (await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token, params={"offset": offset, "limit": 2})).json()
+        assert page["offset"] == offset, page
+        pages.append(page["output"])
+        offset = page["nextOffset"]
+        if page["eof"]:
+            break
+    assert "".join(pages) == whole["output"]
+    await report_answered(daemon, token, sid, job_id)
+
+
 async def test_stopping_a_job_ends_the_process_it_started_in_a_session_of_its_own(daemon: Daemon):
     # `setsid` leaves the job's process group, which the executor signals; it ran on after the stop.
     token, sid = await setup(daemon)
