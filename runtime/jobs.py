@@ -97,9 +97,7 @@ class OutputRing:
         begin = max(offset, self.start)
         if begin >= self.total:
             return "", self.total, self.total
-        i = begin - self.start
-        while i < len(self.buf) and i - (begin - self.start) < 3 and _is_continuation(self.buf[i]):
-            i += 1
+        i = self._char_start(begin - self.start)
         end = min(i + limit, len(self.buf))
         if end < len(self.buf) or not final:
             end = _complete_end(self.buf, i, end)
@@ -109,11 +107,25 @@ class OutputRing:
         return bytes(self.buf[i:end]).decode("utf-8", errors="replace"), self.start + i, self.start + end
 
     def tail(self, n: int = TAIL_BYTES) -> str:
-        data = self.buf[-n:] if n < len(self.buf) else self.buf
-        i = 0
-        while i < len(data) and i < 3 and _is_continuation(data[i]):
-            i += 1
-        return bytes(data[i:]).decode("utf-8", errors="replace")
+        return bytes(self.buf[self._char_start(max(len(self.buf) - n, 0)):]).decode("utf-8", errors="replace")
+
+    def _char_start(self, i: int) -> int:
+        """``i``, or past the continuation bytes there when they end a character that began
+        before ``i`` (or before what is kept). Stray continuation bytes (output that is not
+        UTF-8) are no character's middle: they stay, so pages add up to the whole output."""
+        if i >= len(self.buf) or not _is_continuation(self.buf[i]):
+            return i
+        j = i - 1
+        while j >= 0 and j > i - 4 and _is_continuation(self.buf[j]):
+            j -= 1
+        inside = (j + _char_len(self.buf[j]) > i and not _is_continuation(self.buf[j])) if j >= 0 and j > i - 4 \
+            else (j < 0 and self.start > 0 and i < 3)  # (a lead dropped from the ring may reach i)
+        if not inside:
+            return i
+        k = i
+        while k < len(self.buf) and k - i < 3 and _is_continuation(self.buf[k]):
+            k += 1
+        return k
 
 
 def _is_continuation(b: int) -> bool:

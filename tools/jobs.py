@@ -16,6 +16,7 @@ from typing import Any
 from events.secrets import Secrets
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
+from .command_output import StreamJoin
 from .rerun import ExecutorAccess
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
                               command_cwd, int_arg)
@@ -68,17 +69,21 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         async def run(write: Any) -> JobExit | None:
             # No execution-domain lock: a job runs for minutes or hours, and holding the write
             # lock that long would stop every edit (run_command holds it for its whole run).
-            async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=MAX_COMMAND_OUTPUT,
-                                     cwd=cwd) as events:
-                async for ev in events:
-                    if isinstance(ev, Exception):
-                        raise ev
-                    which = ev.WhichOneof("event")
-                    if which in ("stdout", "stderr"):
-                        write(getattr(ev, which))
-                    elif which == "exit":
-                        return JobExit(ev.exit.exit_code, ev.exit.timed_out, timeout, ev.exit.truncated)
-            return None
+            join = StreamJoin(write)
+            try:
+                async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=MAX_COMMAND_OUTPUT,
+                                         cwd=cwd) as events:
+                    async for ev in events:
+                        if isinstance(ev, Exception):
+                            raise ev
+                        which = ev.WhichOneof("event")
+                        if which in ("stdout", "stderr"):
+                            join.write(which, getattr(ev, which))
+                        elif which == "exit":
+                            return JobExit(ev.exit.exit_code, ev.exit.timed_out, timeout, ev.exit.truncated)
+                return None
+            finally:
+                join.flush()  # (also when stopped: what the command wrote is kept)
 
         out = await ctx.jobs.start(command, run, call_id=ctx.call_id, agent_id=ctx.agent_id, task_id=ctx.task_id)
         return ToolResult.text(f"started background job {out['job_id']}; when it ends you get a message saying so. "

@@ -21,6 +21,7 @@ from runtime.atomicfile import why_not_written
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
+from .command_output import StreamJoin
 from .rerun import Reached, Respawning, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
@@ -298,6 +299,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         cap = int_arg(args, "max_output_bytes", 0, 0, MAX_COMMAND_OUTPUT)
         cwd = command_cwd(args, command)
         out = bytearray()
+        join = StreamJoin(out.extend)
         exit_info: Any = None
         async with locked(ctx, write=True) as ex:
             await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
@@ -308,9 +310,10 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                             raise ev
                         which = ev.WhichOneof("event")
                         if which in ("stdout", "stderr"):
-                            out += getattr(ev, which)
+                            join.write(which, getattr(ev, which))
                         elif which == "exit":
                             exit_info = ev.exit
+                join.flush()
             except ToolError:
                 raise
             except Exception as exc:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import shlex
 from typing import Any
 
-from .conftest import BUSY, Daemon, error_of, stop_daemon, wait_until
+from .conftest import BUSY, Daemon, error_of, run_tool, stop_daemon, wait_until
 
 
 async def log_of(d: Daemon, token: str, sid: str) -> list[dict[str, Any]]:
@@ -345,6 +346,55 @@ async def test_a_job_at_the_executors_output_cap_is_not_called_truncated(daemon:
     assert (fin["body"]["status"], fin["body"]["reason"]) == ("exited", "")
     await report_answered(daemon, token, sid, job_id)
 
+
+# Writes "€\n" to stdout in two pieces with "ERR" on stderr between them, each write read by the
+# executor before the next is made (the pipe polled empty with FIONREAD, bounded): the executor
+# passes on a stdout chunk that ends inside a character, then a stderr chunk.
+SPLIT_CHARACTER = shlex.quote("""
+import fcntl, os, struct, termios, time
+def drained(fd):
+    end = time.monotonic() + 30
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\\0\\0\\0\\0"))[0]:
+        if time.monotonic() > end:
+            raise SystemExit(3)
+        time.sleep(0.005)
+os.write(1, b"\\xe2\\x82"); drained(1)
+os.write(2, b"ERR"); drained(2)
+os.write(1, b"\\xac\\n")
+""")
+
+
+async def test_a_character_split_across_stdout_chunks_stays_whole_when_stderr_comes_between(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", f"python3 -c {SPLIT_CHARACTER}")
+    fin = await finished_of(daemon, token, sid, job_id)
+    assert (fin["body"]["status"], fin["body"]["exit_code"]) == ("exited", 0), fin
+    assert fin["body"]["output_tail"] == "ERR€\n"
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)
+    assert (r.json()["output"], r.json()["nextOffset"], r.json()["eof"]) == ("ERR€\n", 7, True)
+    await report_answered(daemon, token, sid, job_id)
+    # run_command joins the two streams the same way
+    done = await run_tool(daemon, token, sid, "r2", "run_command", {"command": f"python3 -c {SPLIT_CHARACTER}"})
+    assert done["status"] == "ok", done
+    assert done["content"][0]["text"] == "ERR€\n\n[exit 0]"
+
+
+async def test_output_that_is_not_utf8_read_in_pages_adds_up_to_the_whole(daemon: Daemon):
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "printf 'ab\\200\\200\\200cd\\303\\251'")
+    await finished_of(daemon, token, sid, job_id)
+    whole = (await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)).json()
+    assert (whole["output"], whole["nextOffset"]) == ("ab\ufffd\ufffd\ufffdcdé", 9)
+    pages, offset = [], 0
+    while True:
+        page = (await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token, params={"offset": offset, "limit": 2})).json()
+        assert page["offset"] == offset, page
+        pages.append(page["output"])
+        offset = page["nextOffset"]
+        if page["eof"]:
+            break
+    assert "".join(pages) == whole["output"]
+    await report_answered(daemon, token, sid, job_id)
 
 
 async def test_stopping_a_job_ends_the_process_it_started_in_a_session_of_its_own(daemon: Daemon):

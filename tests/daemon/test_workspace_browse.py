@@ -512,3 +512,19 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
     assert executor_child_of_this_process(ws) != first
     after = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)
     assert after.status_code == 200 and expected(after.json()) and "rerunAfter" not in after.json(), after.text
+
+
+async def test_gitignore_lines_with_posix_classes_and_reversed_ranges_apply_as_git_reads_them(
+        daemon_factory: DaemonFactory):
+    # "[z-a]" made the listing fail (the line's expression did not compile) and "[[:digit:]]"
+    # matched nothing, so files git ignores were shown (git's answers: tests/files/test_gitignore.py).
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (ws / ".gitignore").write_text("[[:digit:]]*.log\n[z-a]\nx[[:upper:][:space:]]y\nunclosed[x\n")
+    for name in ("1.log", "a.log", "z", "m", "xAy", "x y", "xay", "unclosed[x"):
+        (ws / name).write_text("x")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    assert r.status_code == 200, r.text
+    # (git: a class it cannot close makes the line match nothing, "[" included)
+    assert tree_paths(r.json()) == [".gitignore", "a.log", "m", "unclosed[x", "xay"]
+    assert r.json()["ignoredHidden"] == 4

@@ -74,7 +74,21 @@ def test_wildcards_never_cross_a_slash_and_classes():
     assert ignored(r, "xyz") and not ignored(r, "x/z", False)
     assert ignored(r, "b.txt") and not ignored(r, "d.txt")
     assert ignored(r, "an.md") and not ignored(r, "1n.md")
-    assert parse_line("[unclosed") is not None and ignored(rules(("", "[unclosed\n")), "[unclosed")
+    # as git's wildmatch: a class it cannot close (or an unknown [:name:], a trailing backslash)
+    # makes the line match nothing, "[" included
+    for line in ("[unclosed", "a[!]b", "[[:bogus:]]x", "x\\"):
+        assert parse_line(line) is not None and not ignored(rules(("", line + "\n")), line.replace("\\", ""))
+    assert not ignored(rules(("", "[unclosed\n")), "[unclosed")
+
+
+def test_posix_classes_and_ranges_as_git_reads_them():
+    r = rules(("", "[[:digit:]]*.log\n[z-a]\nx[[:upper:][:space:]]y\n[a-c-e]z\n[]-a]m\nq[[:digit]]\n"))
+    assert ignored(r, "1.log") and not ignored(r, "a.log")
+    assert ignored(r, "z") and not ignored(r, "m")  # a reversed range holds its first character only
+    assert ignored(r, "xAy") and ignored(r, "x y") and not ignored(r, "xay")
+    assert [n for n in ("az", "bz", "dz", "ez", "-z") if ignored(r, n)] == ["az", "bz", "ez", "-z"]
+    assert [n for n in ("]m", "^m", "am", "bm") if ignored(r, n)] == ["]m", "^m", "am"]
+    assert ignored(r, "q:]") and ignored(r, "q[]") and not ignored(r, "q1")  # no ":]": "[" is itself
 
 
 def test_nested_files_apply_below_their_directory_and_override_those_above():
@@ -105,6 +119,12 @@ tmp*
 a?c.txt
 [xy]z.txt
 weird\\ name
+[[:digit:]]*.dat
+[z-a]q
+x[[:upper:][:space:]]y
+[a-c-e]w
+open[x
+[!]v
 """
 NESTED = "!*.log\nlocal.txt\n/anchored.txt\n"
 PATHS = [
@@ -116,6 +136,8 @@ PATHS = [
     ("a/c.txt", False), ("xz.txt", False), ("zz.txt", False), ("weird name", False), ("weird", False),
     ("sub/local.txt", False), ("local.txt", False), ("sub/anchored.txt", False), ("sub/deeper/anchored.txt", False),
     ("sub/deeper/x.log", False), ("plain.txt", False),
+    ("1a.dat", False), ("a1.dat", False), ("zq", False), ("mq", False), ("xAy", False), ("x y", False),
+    ("xay", False), ("bw", False), ("dw", False), ("-w", False), ("open[x", False), ("]v", False), ("kv", False),
 ]
 
 

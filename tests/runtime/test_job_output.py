@@ -49,3 +49,55 @@ def test_the_report_names_the_job_its_end_and_its_last_output():
     assert text.endswith("last output (up to 4096 bytes):\nerror: it broke\n")
     assert report_text(rec, "lost", None, "Lens restarted", "").splitlines()[::2] == [
         "[background job job_1 was lost (Lens restarted)]", "(no output)"]
+
+
+def test_streams_joined_keep_each_streams_characters_whole():
+    from tools.command_output import StreamJoin, incomplete_tail
+
+    out = bytearray()
+    join = StreamJoin(out.extend)
+    join.write("stdout", "a€".encode()[:3])  # "a" and two bytes of €
+    assert bytes(out) == b"a"
+    join.write("stderr", b"ERR")
+    join.write("stdout", "€".encode()[2:] + "😀".encode()[:1])
+    join.write("stderr", "😀".encode()[:3])
+    join.write("stdout", "😀".encode()[1:])
+    assert bytes(out).decode() == "aERR€😀"
+    join.write("stderr", "😀".encode()[3:])
+    assert bytes(out).decode() == "aERR€😀😀"
+    # bytes that are not UTF-8 pass as they come; only a cut-short lead sequence is held
+    out.clear()
+    join.write("stdout", b"\x80\x80\x80\x80")
+    join.write("stdout", b"x\xff")
+    assert bytes(out) == b"\x80\x80\x80\x80x\xff"
+    join.write("stdout", b"\xe2\x82")
+    join.write("stdout", b"y")  # not the continuation it waited for: passed on with it
+    join.write("stderr", b"\xf0\x9f")
+    assert bytes(out) == b"\x80\x80\x80\x80x\xff\xe2\x82y"
+    join.flush()  # a character the command never finished is written at the end
+    assert bytes(out).endswith(b"\xf0\x9f")
+    assert [incomplete_tail(b) for b in (b"", b"a", b"\xc3", b"\xc3\xa9", b"\xf0\x9f\x98", b"\xf0\x9f\x98\x80",
+                                         b"\x80\x80\x80\x80", b"a\xe2")] == [0, 1, 0, 2, 0, 4, 4, 1]
+
+
+def test_pages_of_output_that_is_not_utf8_add_up_to_the_whole():
+    # Stray continuation bytes are no character's middle: a page that starts at them shows them
+    # (as U+FFFD), as a read of the whole output does, rather than moving past them.
+    data = b"ab\x80\x80\x80cd\xbf\xbfe" + "é".encode()
+    ring = OutputRing(100)
+    ring.write(data)
+    whole = ring.read(0, 100, final=True)
+    assert whole == (data.decode("utf-8", "replace"), 0, len(data))
+    for limit in range(1, len(data) + 1):
+        pages, offset = [], 0
+        while True:
+            text, begin, nxt = ring.read(offset, limit, final=True)
+            if not text:
+                break
+            assert begin == offset, (limit, offset)
+            pages.append(text)
+            offset = nxt
+        assert "".join(pages) == whole[0], limit
+    # an offset inside a real character still moves to the next one
+    assert ring.read(len(data) - 1, 10, final=True) == ("", len(data), len(data))
+    assert ring.tail(4) == "\ufffde" + "é"  # the tail starts at a stray byte: it is shown too

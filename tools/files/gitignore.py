@@ -9,7 +9,10 @@ A small stdlib implementation: each pattern is translated to a regular expressio
   callers pass that down (:meth:`Rules.ignored` takes ``parent_ignored``).
 * A trailing ``/`` matches directories only. A ``/`` at the start or in the middle anchors the
   pattern to the directory of its ``.gitignore``; without one it matches a name at any depth below.
-* ``*`` and ``?`` never match ``/``; ``[...]`` is a class (``!`` or ``^`` negates it);
+* ``*`` and ``?`` never match ``/``; ``[...]`` is a class (``!`` or ``^`` negates it), read as
+  git's wildmatch reads it: ranges (a reversed one holds its first character only), POSIX classes
+  (``[[:digit:]]``), ``\\`` escapes; a class git cannot close, an unknown ``[:name:]`` or a
+  trailing lone backslash make the line match nothing (git abandons such a pattern);
   ``**/`` at the start or ``/**/`` in the middle matches zero or more directories, a trailing
   ``/**`` everything inside; other ``**`` are ``*``.
 * Precedence: the last matching pattern wins; files deeper in the tree come after (override)
@@ -45,32 +48,75 @@ class Pattern:
         return self.regex.fullmatch(path) is not None
 
 
+# POSIX classes as git's wildmatch reads them (ASCII only, as git's own ctype table).
+_POSIX = {
+    "alnum": "A-Za-z0-9", "alpha": "A-Za-z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9",
+    "graph": "\\x21-\\x7e", "lower": "a-z", "print": "\\x20-\\x7e",
+    "punct": "".join(re.escape(c) for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
+    "space": " \\t\\n\\r", "upper": "A-Z", "xdigit": "0-9A-Fa-f",
+}
+_NEVER = "(?!)"  # a pattern git abandons (an unclosed class, an unknown [:name:]) matches nothing
+
+
 def _class(body: str, i: int) -> tuple[str, int] | None:
-    """A ``[...]`` class starting at ``body[i] == "["``: (regex, index after it), or None when
-    it is not closed (then ``[`` is literal)."""
+    """A ``[...]`` class starting at ``body[i] == "["``, read as git's wildmatch reads it: (regex,
+    index after it), or None when git abandons the pattern (the class is not closed, a
+    ``[:name:]`` is unknown, a backslash ends it): then the line matches nothing.
+
+    The first member may be ``]``; ``\\`` escapes a member; ``a-z`` is a range (a reversed one
+    holds its first character only, as in git); a ``-`` first, last or right after a range is
+    itself; ``[:alpha:]`` and the other POSIX classes; a ``[`` not starting one is itself."""
+    n = len(body)
     j = i + 1
-    negate = j < len(body) and body[j] in "!^"
+    negate = j < n and body[j] in "!^"
     if negate:
         j += 1
-    start = j
-    if j < len(body) and body[j] == "]":  # a leading "]" is a member
+    parts: list[str] = []
+    prev: str | None = None  # the member before, for a range ("-" after a range or class is itself)
+    first = True
+    while True:
+        if j >= n:
+            return None
+        ch = body[j]
+        if ch == "]" and not first:
+            break
+        first = False
+        if ch == "\\":
+            j += 1
+            if j >= n:
+                return None
+            prev = body[j]
+            parts.append(re.escape(prev))
+        elif ch == "-" and prev is not None and j + 1 < n and body[j + 1] != "]":
+            j += 1
+            end = body[j]
+            if end == "\\":
+                j += 1
+                if j >= n:
+                    return None
+                end = body[j]
+            if prev <= end:
+                parts.append(f"{re.escape(prev)}-{re.escape(end)}")
+            prev = None
+        elif ch == "[" and body.startswith(":", j + 1):
+            k = body.find("]", j + 2)
+            if k < 0:
+                return None
+            if k - 1 >= j + 2 and body[k - 1] == ":":  # "[:name:]"
+                members = _POSIX.get(body[j + 2:k - 1])
+                if members is None:
+                    return None
+                parts.append(members)
+                prev = None
+                j = k
+            else:  # no ":]" before the next "]": "[" is itself
+                parts.append(re.escape(ch))
+                prev = ch
+        else:
+            parts.append(re.escape(ch))
+            prev = ch
         j += 1
-    while j < len(body) and body[j] != "]":
-        j += 2 if body[j] == "\\" else 1
-    if j >= len(body):
-        return None
-    members = body[start:j]
-    out = []
-    k = 0
-    while k < len(members):
-        ch = members[k]
-        if ch == "\\" and k + 1 < len(members):
-            out.append(re.escape(members[k + 1]))
-            k += 2
-            continue
-        out.append("-" if ch == "-" and 0 < k < len(members) - 1 else re.escape(ch))
-        k += 1
-    inner = "".join(out)
+    inner = "".join(parts)
     return (f"(?!/)[^{inner}]" if negate else f"(?!/)[{inner}]"), j + 1
 
 
@@ -97,12 +143,14 @@ def _translate(body: str) -> str:
             out.append("[^/]")
         elif ch == "[":
             cls = _class(body, i)
-            if cls is not None:
-                out.append(cls[0])
-                i = cls[1]
-                continue
-            out.append(re.escape(ch))
-        elif ch == "\\" and i + 1 < n:
+            if cls is None:
+                return _NEVER
+            out.append(cls[0])
+            i = cls[1]
+            continue
+        elif ch == "\\":
+            if i + 1 == n:  # a backslash with nothing to escape: git matches nothing
+                return _NEVER
             out.append(re.escape(body[i + 1]))
             i += 2
             continue

@@ -1,0 +1,50 @@
+"""A command's stdout and stderr joined into one output without splitting a UTF-8 character.
+
+The executor passes on each stream's bytes as it reads them (at most 64 KiB a read), so a
+chunk may end inside a character, and the next chunk may be the other stream's. Appending the
+chunks as they come put the other stream's bytes inside the character: valid UTF-8 output read
+back as two U+FFFD around the other stream's text. :class:`StreamJoin` holds back, per stream,
+an incomplete character at a chunk's end (at most 3 bytes) until that stream's next chunk, and
+writes what is left at :meth:`StreamJoin.flush` (the command ended, or its reader stopped).
+Bytes that are not UTF-8 are passed on as they come; only a lead byte whose sequence the chunk
+cuts short is held. Used by ``run_command`` and by background jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def incomplete_tail(data: bytes) -> int:
+    """Where a UTF-8 character that ``data`` cuts short at its end begins (``len(data)``: none)."""
+    n = len(data)
+    for back in range(1, min(n, 4) + 1):
+        b = data[n - back]
+        if b & 0xC0 == 0x80:
+            continue  # a continuation byte: its lead, if any, comes before
+        need = 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 1
+        return n - back if need > back else n
+    return n
+
+
+class StreamJoin:
+    """Writes chunks of named streams to ``sink`` in the order they come, each stream's
+    characters whole. Call :meth:`flush` once the streams ended (or their reader stops)."""
+
+    def __init__(self, sink: Callable[[bytes], object]) -> None:
+        self._sink = sink
+        self._held: dict[str, bytes] = {}
+
+    def write(self, stream: str, data: bytes) -> None:
+        data = self._held.pop(stream, b"") + data
+        cut = incomplete_tail(data)
+        if cut < len(data):
+            self._held[stream] = data[cut:]
+        if cut:
+            self._sink(data[:cut])
+
+    def flush(self) -> None:
+        """Write what is held (characters the command never finished: they read as U+FFFD)."""
+        held, self._held = self._held, {}
+        for data in held.values():
+            self._sink(data)
