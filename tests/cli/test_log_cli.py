@@ -1870,3 +1870,40 @@ def test_rebuild_shows_a_progress_bar_on_a_terminal_only(log_dir: Path, expected
     assert piped.returncode == 0
     assert "rebuilding" not in piped.stdout and "\x1b" not in piped.stdout and "\r" not in piped.stdout
     assert piped.stderr == ""
+
+
+# ---------------------------------------------------------------------------- a session's numbering
+
+
+def test_a_session_event_without_session_seq_is_reported_never_left_out(log_dir: Path, expected: list[tuple]) -> None:
+    """F-LOG-6: a session's reads walk UNIQUE(session_id, session_seq), where a row whose
+    session_seq was edited to NULL lies outside every range: `decode --session` left it out with
+    exit 0 (and so did a session's replay and its events route), while `decode` printed it."""
+    s1 = [r for r in expected if r[3] == "s1"]
+    victim = s1[2][0]
+    edit_log(log_dir, "UPDATE events SET session_seq = NULL WHERE seq = ?", (victim,))
+    reason = "the event belongs to session 's1' but has no session_seq (the session's numbering was edited)"
+    for filters in ([], ["--session", "s1"], ["--session", "s1", "--from", str(victim), "--to", str(victim)],
+                    ["--session", "s1", "--raw"]):
+        res = lens("log", "decode", "--data", str(log_dir), *filters)
+        assert res.returncode == 1, (filters, res.stderr)
+        assert res.stderr.splitlines() == [f"lens: EVENT_CORRUPT: seq {victim}: {reason}"], filters
+        want = [r[0] for r in (s1 if filters else expected) if r[0] != victim]
+        if "--from" in filters:
+            want = []
+        assert [e["seq"] for e in decoded(res.stdout)] == want, filters
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines() == [f"seq {victim}: EVENT_CORRUPT: {reason}",
+                                       f"FAILED: 1 problem(s) in {len(expected)} event(s)"]
+    for command in ("rebuild", "stats"):
+        res = lens("log", command, "--data", str(log_dir))
+        assert res.returncode == 1 and res.stderr.startswith(f"lens: EVENT_CORRUPT: seq {victim}: {reason}\n")
+    with LogReader(log_dir) as reader:  # the replay path: a session's wake-up, from its start or a snapshot
+        for filters in ({}, {"after_session_seq": 1, "after": s1[0][0]}, {"limit": 5}):
+            with pytest.raises(CorruptEvent) as info:
+                list(reader.events(session_id="s1", **filters))
+            assert info.value.seq == victim, filters
+        assert [e.seq for e in reader.events(session_id="s1", to=victim - 1)] == [r[0] for r in s1[:2]]
+        assert [e.seq for e in reader.events(session_id="s1", after=victim)] == [r[0] for r in s1[3:]]
+        assert [e.seq for e in reader.events(session_id="s2")] == [r[0] for r in expected if r[3] == "s2"]
