@@ -1907,3 +1907,26 @@ def test_a_session_event_without_session_seq_is_reported_never_left_out(log_dir:
         assert [e.seq for e in reader.events(session_id="s1", to=victim - 1)] == [r[0] for r in s1[:2]]
         assert [e.seq for e in reader.events(session_id="s1", after=victim)] == [r[0] for r in s1[3:]]
         assert [e.seq for e in reader.events(session_id="s2")] == [r[0] for r in expected if r[3] == "s2"]
+
+
+# ---------------------------------------------------------------------------- a damaged format marker
+
+
+@pytest.mark.parametrize("value", ["' 1'", "'1.0'", "'v1'", "x'31'", "''"])
+def test_a_damaged_format_version_is_damage_not_another_release(log_dir: Path, value: str) -> None:
+    """F-LOG-5: a version no release writes (' 1', '1.0', bytes) was `STORE_FORMAT_UNSUPPORTED`
+    "of format version  1; this Lens reads version 1. Use the Lens release that wrote it": the
+    found value unreadable, and advice no release can follow. It is damage to the marker."""
+    edit_log(log_dir, f"UPDATE meta SET value = {value} WHERE key = 'format_version'")
+    before = sha256(log_dir / "events.db")
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert_clean_failure(res, 2, "STORE_CORRUPT")
+    assert "format version is " in res.stderr and "which no Lens release writes" in res.stderr, res.stderr
+    assert "Use the Lens release" not in res.stderr
+    res = lens("log", "verify", "--data", str(log_dir))  # damage is verify's finding: 1
+    assert res.returncode == 1 and res.stdout.splitlines()[-1] == "FAILED: the log cannot be read"
+    assert "log: STORE_CORRUPT: " in res.stdout and "which no Lens release writes" in res.stdout
+    with pytest.raises(StoreOpenError) as info:  # the writer (`lens serve`) refuses it the same way
+        EventStore.open(log_dir)
+    assert info.value.code == "STORE_CORRUPT"
+    assert sha256(log_dir / "events.db") == before
