@@ -591,3 +591,28 @@ def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, 
         raise ValueError(f"need at least 8 events to train a dictionary, have {len(samples)}")
     d = zstandard.train_dictionary(size, samples)
     return d.dict_id(), d.as_bytes()
+
+
+# Dictionary ids zstd leaves to trained dictionaries (RFC 8878: below 32768 and from 2**31 on are reserved).
+_TRAINED_IDS = (32768, 2**31)
+
+
+def free_dictionary_id(dict_id: int, data: bytes, taken: Mapping[int, Any]) -> tuple[int, bytes]:
+    """``(dict_id, data)``, or the same dictionary under the next id ``taken`` does not hold when
+    ``dict_id`` is held there with other bytes (the header's Dictionary_ID is rewritten; nothing
+    else in a dictionary depends on it).
+
+    A trained dictionary's id is a hash of its content: training again on the same events (after
+    the stored one was damaged, say) gives the same id, and a row written under it would name a
+    stored dictionary it was not compressed with."""
+    if taken.get(dict_id, data) == data:
+        return dict_id, data
+    low, high = _TRAINED_IDS
+    new_id = dict_id
+    while new_id in taken:
+        new_id = low + (new_id - low + 1) % (high - low)
+    new = data[:4] + new_id.to_bytes(4, "little") + data[8:]
+    if zstandard.ZstdCompressionDict(new).dict_id() != new_id:  # (not a zstd-format dictionary)
+        raise ValueError(f"dictionary {dict_id} cannot be given another id")
+    return new_id, new
+

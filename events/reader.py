@@ -150,6 +150,9 @@ def row_problem(row: StoredRow | tuple[Any, ...]) -> str | None:
             if name == "body":
                 return f"the body is stored as {_SQL_TYPE.get(type(value), type(value).__name__)}, not as a blob"
             return f"column {name} holds {value!r}, which is not {'an integer' if int in types else 'text'}"
+    if values[4] is None and values[3] is not None:  # the writer numbers every event of a session
+        return (f"the event belongs to session {values[3]!r} but has no session_seq (the session's "
+                f"numbering was edited)")
     return None
 
 
@@ -315,8 +318,16 @@ class LogReader:
         if kinds:
             where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
             args.extend(kinds)
-        order, ss_arg = "seq", -1
-        if session_id is not None:
+        order, ss_arg, careful = "seq", -1, False
+        if session_id is not None and self._unnumbered_in(session_id, after, to):
+            # A row of the session without a session_seq (an edited log) lies outside every range
+            # of UNIQUE(session_id, session_seq): read this session by seq instead, every row
+            # checked (careful pages), so that row is reported rather than silently left out.
+            careful = True
+            if after_session_seq is not None:
+                where.append("(session_seq > ? OR session_seq IS NULL)")
+                args.append(after_session_seq)
+        elif session_id is not None:
             # A session's rows are read as a range of UNIQUE(session_id, session_seq), in its order
             # (the same as seq's: both grow with each append of the session), so a page costs its
             # rows. By seq alone, SQLite walked and sorted every row of the session after ``after``
@@ -365,7 +376,7 @@ class LogReader:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
                 raise self._damaged(where, exc) from None
             if batch:
-                yield batch
+                yield _CarefulPage(batch) if careful and type(batch) is not _CarefulPage else batch
             if len(batch) < n and not cut:
                 return  # the end, or the read's byte budget is spent
             cursor = batch[-1][0]
@@ -373,6 +384,14 @@ class LogReader:
                 args[ss_arg] = batch[-1][4]
             if remaining is not None:
                 remaining -= len(batch)
+
+    def _unnumbered_in(self, session_id: str, after: int, to: int | None) -> bool:
+        """Whether the session has a row without a ``session_seq`` with ``after < seq <= to``:
+        one probe of the start of its ``(session_id, session_seq)`` index, where NULLs sort."""
+        return bool(self._query(
+            "the events table",
+            "SELECT 1 FROM events WHERE session_id = ? AND session_seq IS NULL AND seq > ? AND seq <= ? LIMIT 1",
+            (session_id, after, SEQ_MAX if to is None else to)))
 
     def _session_seq_upto(self, session_id: str, seq: int) -> int:
         """The largest ``session_seq`` of the session's rows with ``seq`` at most ``seq`` (0 for

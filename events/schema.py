@@ -246,6 +246,12 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
             f"{where} records {found}; it is not a Lens event "
             f"log. Start a new data directory with --data NEW_DIR."
         )
+    if version is not None and not (isinstance(version, str) and version.isascii() and version.isdigit()):
+        raise StoreCorrupt(  # a version is a whole number: what else is there was damaged or edited
+            f"{where} carries the {FORMAT} marker, but its format version is {version!r}, which no "
+            f"Lens release writes; the file was damaged or edited. Restore it from a backup, or "
+            f"start a new data directory with --data NEW_DIR."
+        )
     if version != str(FORMAT_VERSION):
         found = "that records no format version" if version is None else f"of format version {version}"
         raise UnsupportedFormat(

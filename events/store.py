@@ -35,7 +35,7 @@ import msgspec
 import trio
 import zstandard
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, train_dictionary, usable_dictionaries
+from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, free_dictionary_id, train_dictionary, usable_dictionaries
 from .errors import (
     AppendRejected,
     ConcurrencyConflict,
@@ -998,8 +998,7 @@ class EventStore:
     def _train_locked(self, max_samples: int, size: int) -> int:
         samples = self._samples(self._conn, max_samples)
         dict_id, data = train_dictionary(samples, size)
-        self._record_dictionary(dict_id, data, len(samples))
-        return dict_id
+        return self._record_dictionary(dict_id, data, len(samples))
 
     def _samples(self, conn: apsw.Connection, max_samples: int) -> list[bytes]:
         """The raw MessagePack of the log's latest ``max_samples`` events."""
@@ -1013,9 +1012,13 @@ class EventStore:
             )
         ]
 
-    def _record_dictionary(self, dict_id: int, data: bytes, sample_count: int) -> None:
+    def _record_dictionary(self, dict_id: int, data: bytes, sample_count: int) -> int:
+        """Store the trained dictionary and compress new rows with it; returns its id (another
+        than ``dict_id`` when the log holds that id with other bytes, see ``free_dictionary_id``)."""
         conn = self._conn
         with conn:
+            stored = dict(conn.execute("SELECT dict_id, data FROM dictionaries"))
+            dict_id, data = free_dictionary_id(dict_id, data, stored)
             conn.execute(
                 "INSERT OR IGNORE INTO dictionaries(dict_id, data, created_ts, sample_count) "
                 "VALUES (?, ?, ?, ?)",
@@ -1029,6 +1032,7 @@ class EventStore:
         if dict_id not in self.codec.dictionary_ids:
             self.codec.add_dictionary(dict_id, data)
         self.codec.use_dictionary(dict_id)
+        return dict_id
 
 
 class TailReader:

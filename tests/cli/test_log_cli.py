@@ -1870,3 +1870,63 @@ def test_rebuild_shows_a_progress_bar_on_a_terminal_only(log_dir: Path, expected
     assert piped.returncode == 0
     assert "rebuilding" not in piped.stdout and "\x1b" not in piped.stdout and "\r" not in piped.stdout
     assert piped.stderr == ""
+
+
+# ---------------------------------------------------------------------------- a session's numbering
+
+
+def test_a_session_event_without_session_seq_is_reported_never_left_out(log_dir: Path, expected: list[tuple]) -> None:
+    """F-LOG-6: a session's reads walk UNIQUE(session_id, session_seq), where a row whose
+    session_seq was edited to NULL lies outside every range: `decode --session` left it out with
+    exit 0 (and so did a session's replay and its events route), while `decode` printed it."""
+    s1 = [r for r in expected if r[3] == "s1"]
+    victim = s1[2][0]
+    edit_log(log_dir, "UPDATE events SET session_seq = NULL WHERE seq = ?", (victim,))
+    reason = "the event belongs to session 's1' but has no session_seq (the session's numbering was edited)"
+    for filters in ([], ["--session", "s1"], ["--session", "s1", "--from", str(victim), "--to", str(victim)],
+                    ["--session", "s1", "--raw"]):
+        res = lens("log", "decode", "--data", str(log_dir), *filters)
+        assert res.returncode == 1, (filters, res.stderr)
+        assert res.stderr.splitlines() == [f"lens: EVENT_CORRUPT: seq {victim}: {reason}"], filters
+        want = [r[0] for r in (s1 if filters else expected) if r[0] != victim]
+        if "--from" in filters:
+            want = []
+        assert [e["seq"] for e in decoded(res.stdout)] == want, filters
+    res = lens("log", "verify", "--data", str(log_dir))
+    assert res.returncode == 1
+    assert res.stdout.splitlines() == [f"seq {victim}: EVENT_CORRUPT: {reason}",
+                                       f"FAILED: 1 problem(s) in {len(expected)} event(s)"]
+    for command in ("rebuild", "stats"):
+        res = lens("log", command, "--data", str(log_dir))
+        assert res.returncode == 1 and res.stderr.startswith(f"lens: EVENT_CORRUPT: seq {victim}: {reason}\n")
+    with LogReader(log_dir) as reader:  # the replay path: a session's wake-up, from its start or a snapshot
+        for filters in ({}, {"after_session_seq": 1, "after": s1[0][0]}, {"limit": 5}):
+            with pytest.raises(CorruptEvent) as info:
+                list(reader.events(session_id="s1", **filters))
+            assert info.value.seq == victim, filters
+        assert [e.seq for e in reader.events(session_id="s1", to=victim - 1)] == [r[0] for r in s1[:2]]
+        assert [e.seq for e in reader.events(session_id="s1", after=victim)] == [r[0] for r in s1[3:]]
+        assert [e.seq for e in reader.events(session_id="s2")] == [r[0] for r in expected if r[3] == "s2"]
+
+
+# ---------------------------------------------------------------------------- a damaged format marker
+
+
+@pytest.mark.parametrize("value", ["' 1'", "'1.0'", "'v1'", "x'31'", "''"])
+def test_a_damaged_format_version_is_damage_not_another_release(log_dir: Path, value: str) -> None:
+    """F-LOG-5: a version no release writes (' 1', '1.0', bytes) was `STORE_FORMAT_UNSUPPORTED`
+    "of format version  1; this Lens reads version 1. Use the Lens release that wrote it": the
+    found value unreadable, and advice no release can follow. It is damage to the marker."""
+    edit_log(log_dir, f"UPDATE meta SET value = {value} WHERE key = 'format_version'")
+    before = sha256(log_dir / "events.db")
+    res = lens("log", "decode", "--data", str(log_dir))
+    assert_clean_failure(res, 2, "STORE_CORRUPT")
+    assert "format version is " in res.stderr and "which no Lens release writes" in res.stderr, res.stderr
+    assert "Use the Lens release" not in res.stderr
+    res = lens("log", "verify", "--data", str(log_dir))  # damage is verify's finding: 1
+    assert res.returncode == 1 and res.stdout.splitlines()[-1] == "FAILED: the log cannot be read"
+    assert "log: STORE_CORRUPT: " in res.stdout and "which no Lens release writes" in res.stdout
+    with pytest.raises(StoreOpenError) as info:  # the writer (`lens serve`) refuses it the same way
+        EventStore.open(log_dir)
+    assert info.value.code == "STORE_CORRUPT"
+    assert sha256(log_dir / "events.db") == before

@@ -810,6 +810,30 @@ async def test_an_events_page_that_meets_a_damaged_event_names_its_seq(daemon: D
     assert r.status_code == 200 and [e["seq"] for e in r.json()["events"]] == [e["seq"] for e in events[2:]]
 
 
+
+async def test_an_events_page_over_a_session_event_without_session_seq_names_its_seq(
+        daemon: Daemon, strong: str, reader: str):
+    """F-LOG-6: a session's events are read along UNIQUE(session_id, session_seq); a row whose
+    session_seq was edited to NULL lay outside it, and the page left that event out with 200."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "hello")
+    await daemon.wait_idle(strong, sid)
+    events = (await daemon.get(f"/sessions/{sid}/events", reader)).json()["events"]
+    bad = events[1]["seq"]
+    conn = apsw.Connection(str(daemon.data_dir / "events.db"))
+    try:
+        conn.execute("UPDATE events SET session_seq = NULL WHERE seq = ?", (bad,))
+    finally:
+        conn.close()
+    r = await daemon.get(f"/sessions/{sid}/events", reader)
+    assert r.status_code == 500 and error_of(r) == "EVENT_CORRUPT", r.text
+    assert r.json()["error"]["message"].startswith(f"seq {bad}: "), r.text
+    assert "has no session_seq" in r.json()["error"]["message"], r.text
+    r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": bad})
+    assert r.status_code == 200 and [e["seq"] for e in r.json()["events"]] == [e["seq"] for e in events[2:]]
+
+
 # --------------------------------------------------------------------------- tools and answers
 
 

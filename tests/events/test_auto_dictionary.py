@@ -1,11 +1,15 @@
-"""The store trains a zstd dictionary by itself once the log is long enough (auto_dictionary_after)."""
+"""The store trains a zstd dictionary by itself once the log is long enough (auto_dictionary_after),
+and a dictionary trained again never takes an id the log holds with other bytes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
 import trio
+import zstandard
 
+from events.codec import free_dictionary_id, train_dictionary
 from events.reader import LogReader
 from events.store import Draft, open_store
 from events.types import InstructionAppended
@@ -48,3 +52,59 @@ async def test_auto_dictionary_off(data_dir: Path) -> None:
         for i in range(300):
             await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
         assert not store.codec.active_dict_id
+
+
+async def _train(store) -> int:  # type: ignore[no-untyped-def]
+    return await trio.to_thread.run_sync(store.train_dictionary)
+
+
+async def test_a_dictionary_trained_again_never_takes_the_id_of_a_damaged_one(data_dir: Path) -> None:
+    """A trained dictionary's id is a hash of its content, so training again on the same events
+    gives the same id. With that id's stored row damaged, the store used the new bytes under it
+    while the row kept the damaged ones: every event appended after that was acknowledged, read
+    back fine until the restart, and could never be decoded again."""
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        for i in range(300):
+            await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
+        first = await _train(store)
+        assert await _train(store) == first  # intact: the same dictionary, the same id, one row
+    with LogReader(data_dir) as reader:
+        assert list(reader.dictionaries()) == [first]
+        original = reader.dictionaries()[first]
+    conn = apsw.Connection(str(data_dir / "events.db"))
+    with conn:
+        conn.execute("UPDATE dictionaries SET data = x'00' WHERE dict_id = ?", (first,))
+    conn.close()
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        assert not store.codec.active_dict_id  # the damaged one is not used
+        second = await _train(store)
+        after = await store.append(Draft(InstructionAppended(text=text(10_000)), session_id="s1"))
+    with LogReader(data_dir) as reader:
+        (row,) = reader.rows(after=after.seq - 1)
+        assert reader.decode(row).event.text == text(10_000)  # after the restart too
+        assert second != first
+        stored = reader.dictionaries()
+        assert stored[first] == b"\x00"  # the damage stays for verify to report
+        assert stored[second][8:] == original[8:]  # the same dictionary under a free id
+        assert reader.meta()["active_dict_id"] == str(second)
+        assert row.dict_id == second
+        assert reader.damaged_dictionaries.keys() == {first}
+
+
+def test_a_free_dictionary_id_wraps_inside_the_range_zstd_leaves_to_trained_dictionaries() -> None:
+    samples = [text(i).encode() for i in range(200)]
+    dict_id, data = train_dictionary(samples, 4096)
+    assert free_dictionary_id(dict_id, data, {dict_id: data}) == (dict_id, data)  # the same bytes
+    assert free_dictionary_id(dict_id, data, {}) == (dict_id, data)
+    for taken, want in (({dict_id: b"x"}, dict_id + 1 if dict_id + 1 < 2**31 else 32768),
+                        ({dict_id: b"x", dict_id + 1: b"y"}, dict_id + 2 if dict_id + 2 < 2**31 else None)):
+        if want is None:
+            continue
+        new_id, new = free_dictionary_id(dict_id, data, taken)
+        assert new_id == want and zstandard.ZstdCompressionDict(new).dict_id() == want
+    top = 2**31 - 1  # the last id zstd leaves to trained dictionaries; past it, the first
+    at_top = data[:4] + top.to_bytes(4, "little") + data[8:]
+    assert free_dictionary_id(top - 1, data[:4] + (top - 1).to_bytes(4, "little") + data[8:],
+                              {top - 1: b"x"})[0] == top
+    assert free_dictionary_id(top, at_top, {top: b"x"})[0] == 32768
+    assert free_dictionary_id(top, at_top, {top: b"x", 32768: b"y"})[0] == 32769
