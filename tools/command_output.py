@@ -12,7 +12,7 @@ cuts short is held. Used by ``run_command`` and by background jobs.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, AsyncIterable, Callable
 
 
 def incomplete_tail(data: bytes) -> int:
@@ -48,3 +48,18 @@ class StreamJoin:
         held, self._held = self._held, {}
         for data in held.values():
             self._sink(data)
+
+
+async def drain(events: AsyncIterable[Any], join: StreamJoin) -> Any | None:
+    """Read an executor run's stream: its stdout and stderr chunks through ``join``, an error in
+    the stream raised; its ``exit`` message once it comes (None: the stream ended without one).
+    The caller flushes ``join``."""
+    async for ev in events:
+        if isinstance(ev, Exception):
+            raise ev
+        which = ev.WhichOneof("event")
+        if which in ("stdout", "stderr"):
+            join.write(which, getattr(ev, which))
+        elif which == "exit":
+            return ev.exit
+    return None

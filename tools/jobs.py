@@ -16,7 +16,7 @@ from typing import Any
 from events.secrets import Secrets
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
-from .command_output import StreamJoin
+from .command_output import StreamJoin, drain
 from .rerun import ExecutorAccess
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
                               command_cwd, int_arg)
@@ -73,15 +73,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             try:
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=MAX_COMMAND_OUTPUT,
                                          cwd=cwd) as events:
-                    async for ev in events:
-                        if isinstance(ev, Exception):
-                            raise ev
-                        which = ev.WhichOneof("event")
-                        if which in ("stdout", "stderr"):
-                            join.write(which, getattr(ev, which))
-                        elif which == "exit":
-                            return JobExit(ev.exit.exit_code, ev.exit.timed_out, timeout, ev.exit.truncated)
-                return None
+                    end = await drain(events, join)
+                return None if end is None else JobExit(end.exit_code, end.timed_out, timeout, end.truncated)
             finally:
                 join.flush()  # (also when stopped: what the command wrote is kept)
 

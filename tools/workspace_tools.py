@@ -21,7 +21,7 @@ from runtime.atomicfile import why_not_written
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
-from .command_output import StreamJoin
+from .command_output import StreamJoin, drain
 from .rerun import Reached, Respawning, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
@@ -305,14 +305,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             try:
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd) as events:
-                    async for ev in events:
-                        if isinstance(ev, Exception):
-                            raise ev
-                        which = ev.WhichOneof("event")
-                        if which in ("stdout", "stderr"):
-                            join.write(which, getattr(ev, which))
-                        elif which == "exit":
-                            exit_info = ev.exit
+                    exit_info = await drain(events, join)
                 join.flush()
             except ToolError:
                 raise
