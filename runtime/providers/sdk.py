@@ -332,6 +332,32 @@ def add_piece(parts: list[Any], piece: Any) -> None:
         parts[-1] += last
 
 
+# What the SDK clients take from the environment when they are built, besides what Lens passes:
+# credentials and identities that would be sent as headers (the custom headers of
+# ``OPENAI_CUSTOM_HEADERS`` / ``ANTHROPIC_CUSTOM_HEADERS`` first among them), each reset to
+# "none". The base URL and the key are always passed, so the SDKs read no variable for them.
+_ENVIRONMENT_FIELDS = ("organization", "project", "admin_api_key", "webhook_secret", "webhook_key", "auth_token")
+
+
+def environment_dropped(client: Any) -> Any:
+    """``client`` (an SDK client just built with Lens's arguments) without what the SDK read from
+    environment variables of its own (F-MOD-6: a provider sends the key its config names, from
+    the variable it names, and nothing else). The SDKs send the headers of
+    ``OPENAI_CUSTOM_HEADERS`` and ``ANTHROPIC_CUSTOM_HEADERS`` on every request, after the key:
+    an ``Authorization`` or ``x-api-key`` there replaced the configured key, and reached a
+    provider that needs none (a local server) too; ``OPENAI_ORG_ID`` and ``OPENAI_PROJECT_ID``
+    went to every OpenAI-protocol server, whatever its base URL. Lens passes no custom headers,
+    so every one the client holds came from the environment. A value no scrub knew could then
+    also come back in an error body and be stored."""
+    client._custom_headers = {}
+    for name in _ENVIRONMENT_FIELDS:
+        if getattr(client, name, None) is not None:
+            setattr(client, name, None)
+    if getattr(client, "_ambient_authorizations", None):
+        client._ambient_authorizations = frozenset()
+    return client
+
+
 @functools.cache
 def openai_client_class() -> type:
     """``openai.AsyncOpenAI`` whose stream reader skips SSE frames without data. The SDK hands
@@ -339,7 +365,8 @@ def openai_client_class() -> type:
     after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
     failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
     first kinds, and the Anthropic SDK skips all of them. A byte-order mark at the start is
-    ignored (:func:`bom_skipped`)."""
+    ignored (:func:`bom_skipped`). What the SDK reads from environment variables of its own is
+    dropped (:func:`environment_dropped`)."""
     import openai
     from openai._streaming import SSEDecoder
 
@@ -349,6 +376,10 @@ def openai_client_class() -> type:
             return sse if sse is None or sse.data else None
 
     class Client(openai.AsyncOpenAI):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            environment_dropped(self)
+
         def _make_sse_decoder(self) -> Any:
             return Decoder()
 
