@@ -225,19 +225,25 @@ class SdkProvider(ABC):
         ecode = str(err.get("code") or "")
         detail = self.redact(_error_text(exc, body, err), MAX_MESSAGE)
         in_stream = status == 200 or status is None  # an error event inside the stream
+        # An error event inside a 200 stream has no HTTP status, whatever code it maps to: the
+        # status its type stands for picks the code, and nothing is recorded as ``status`` (a
+        # model.failed said 529, 429 or 401 for a status no server sent). Its label names what the
+        # server sent (a Responses event's ``code``, else the error's ``type``).
+        recorded = None if in_stream else status
         if in_stream:
             status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
                       "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
                       "invalid_request_error": 400, "api_error": 500}.get(etype, status)
+        said = str(getattr(exc, "server_code", None) or etype)
+        label = ("stream error" + (f" ({said})" if said else "")) if in_stream else f"HTTP {status}"
         if status == 401 or etype == "authentication_error":
             env = f" from {self.api_key_env}" if self.api_key_env else ""
-            return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} (HTTP 401)", status=401)
+            return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} ({label})", status=recorded)
         if _CONTEXT_PATTERNS.search(detail) or ecode == "context_length_exceeded":
-            return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window: {detail}", status=status)
+            return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window "
+                                                     f"({label}): {detail}", status=recorded)
         code, retryable = _by_status(status, etype, ecode)
-        # (An error event inside a 200 stream is no HTTP status, whatever code it maps to.)
-        label = ("stream error" + (f" ({etype})" if etype else "")) if in_stream else f"HTTP {status}"
-        return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+        return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=recorded)
 
 
 class AnswerSize:
