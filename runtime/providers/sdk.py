@@ -381,15 +381,25 @@ def openai_client_class() -> type:
             sse = super().decode(line)
             return sse if sse is None or sse.data else None
 
-    class Client(openai.AsyncOpenAI):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            environment_dropped(self)
-
-        def _make_sse_decoder(self) -> Any:
-            return Decoder()
+    class Client(LensClient, openai.AsyncOpenAI):
+        decoder = Decoder
 
     return Client
+
+
+class LensClient:
+    """What Lens changes in both SDKs' async clients (mixed in before the SDK's class): the SSE
+    decoder (:attr:`decoder`, built per stream) and, once built, none of what the SDK read from
+    environment variables of its own (:func:`environment_dropped`)."""
+
+    decoder: type
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[call-arg]
+        environment_dropped(self)
+
+    def _make_sse_decoder(self) -> Any:
+        return self.decoder()
 
 
 class HideUrlCredentials(logging.Filter):
