@@ -40,7 +40,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import AnswerSize, SdkProvider, add_piece, bom_skipped, reported, usage_dict
+from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -330,11 +330,8 @@ def _client_class() -> type:
     import anthropic
     from anthropic._streaming import SSEDecoder
 
-    decoder = bom_skipped(SSEDecoder)
-
-    class Client(anthropic.AsyncAnthropic):
-        def _make_sse_decoder(self) -> Any:
-            return decoder()
+    class Client(LensClient, anthropic.AsyncAnthropic):
+        decoder = bom_skipped(SSEDecoder)
 
         def _should_retry(self, response: Any) -> bool:
             wait = self._parse_retry_after_header(response.headers)

@@ -337,6 +337,7 @@ class _StreamError(Exception):
     def __init__(self, code: Any, message: Any) -> None:
         super().__init__(str(message))
         self.status_code = None
+        self.server_code = code if isinstance(code, str) else None  # (named in the message; the type is ours)
         self.message = str(message or "stream error")
         self.body = {"error": {"code": code, "message": self.message, "type": _type_of(code)}}
 

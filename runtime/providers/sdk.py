@@ -225,19 +225,25 @@ class SdkProvider(ABC):
         ecode = str(err.get("code") or "")
         detail = self.redact(_error_text(exc, body, err), MAX_MESSAGE)
         in_stream = status == 200 or status is None  # an error event inside the stream
+        # An error event inside a 200 stream has no HTTP status, whatever code it maps to: the
+        # status its type stands for picks the code, and nothing is recorded as ``status`` (a
+        # model.failed said 529, 429 or 401 for a status no server sent). Its label names what the
+        # server sent (a Responses event's ``code``, else the error's ``type``).
+        recorded = None if in_stream else status
         if in_stream:
             status = {"overloaded_error": 529, "rate_limit_error": 429, "authentication_error": 401,
                       "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
                       "invalid_request_error": 400, "api_error": 500}.get(etype, status)
+        said = str(getattr(exc, "server_code", None) or etype)
+        label = ("stream error" + (f" ({said})" if said else "")) if in_stream else f"HTTP {status}"
         if status == 401 or etype == "authentication_error":
             env = f" from {self.api_key_env}" if self.api_key_env else ""
-            return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} (HTTP 401)", status=401)
+            return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} ({label})", status=recorded)
         if _CONTEXT_PATTERNS.search(detail) or ecode == "context_length_exceeded":
-            return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window: {detail}", status=status)
+            return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window "
+                                                     f"({label}): {detail}", status=recorded)
         code, retryable = _by_status(status, etype, ecode)
-        # (An error event inside a 200 stream is no HTTP status, whatever code it maps to.)
-        label = ("stream error" + (f" ({etype})" if etype else "")) if in_stream else f"HTTP {status}"
-        return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=status)
+        return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=recorded)
 
 
 class AnswerSize:
@@ -332,6 +338,32 @@ def add_piece(parts: list[Any], piece: Any) -> None:
         parts[-1] += last
 
 
+# What the SDK clients take from the environment when they are built, besides what Lens passes:
+# credentials and identities that would be sent as headers (the custom headers of
+# ``OPENAI_CUSTOM_HEADERS`` / ``ANTHROPIC_CUSTOM_HEADERS`` first among them), each reset to
+# "none". The base URL and the key are always passed, so the SDKs read no variable for them.
+_ENVIRONMENT_FIELDS = ("organization", "project", "admin_api_key", "webhook_secret", "webhook_key", "auth_token")
+
+
+def environment_dropped(client: Any) -> Any:
+    """``client`` (an SDK client just built with Lens's arguments) without what the SDK read from
+    environment variables of its own (F-MOD-6: a provider sends the key its config names, from
+    the variable it names, and nothing else). The SDKs send the headers of
+    ``OPENAI_CUSTOM_HEADERS`` and ``ANTHROPIC_CUSTOM_HEADERS`` on every request, after the key:
+    an ``Authorization`` or ``x-api-key`` there replaced the configured key, and reached a
+    provider that needs none (a local server) too; ``OPENAI_ORG_ID`` and ``OPENAI_PROJECT_ID``
+    went to every OpenAI-protocol server, whatever its base URL. Lens passes no custom headers,
+    so every one the client holds came from the environment. A value no scrub knew could then
+    also come back in an error body and be stored."""
+    client._custom_headers = {}
+    for name in _ENVIRONMENT_FIELDS:
+        if getattr(client, name, None) is not None:
+            setattr(client, name, None)
+    if getattr(client, "_ambient_authorizations", None):
+        client._ambient_authorizations = frozenset()
+    return client
+
+
 @functools.cache
 def openai_client_class() -> type:
     """``openai.AsyncOpenAI`` whose stream reader skips SSE frames without data. The SDK hands
@@ -339,7 +371,8 @@ def openai_client_class() -> type:
     after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
     failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
     first kinds, and the Anthropic SDK skips all of them. A byte-order mark at the start is
-    ignored (:func:`bom_skipped`)."""
+    ignored (:func:`bom_skipped`). What the SDK reads from environment variables of its own is
+    dropped (:func:`environment_dropped`)."""
     import openai
     from openai._streaming import SSEDecoder
 
@@ -348,11 +381,25 @@ def openai_client_class() -> type:
             sse = super().decode(line)
             return sse if sse is None or sse.data else None
 
-    class Client(openai.AsyncOpenAI):
-        def _make_sse_decoder(self) -> Any:
-            return Decoder()
+    class Client(LensClient, openai.AsyncOpenAI):
+        decoder = Decoder
 
     return Client
+
+
+class LensClient:
+    """What Lens changes in both SDKs' async clients (mixed in before the SDK's class): the SSE
+    decoder (:attr:`decoder`, built per stream) and, once built, none of what the SDK read from
+    environment variables of its own (:func:`environment_dropped`)."""
+
+    decoder: type
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[call-arg]
+        environment_dropped(self)
+
+    def _make_sse_decoder(self) -> Any:
+        return self.decoder()
 
 
 class HideUrlCredentials(logging.Filter):

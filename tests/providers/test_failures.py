@@ -517,3 +517,41 @@ async def test_an_exception_the_sdk_does_not_translate_fails_the_request(protoco
     failed = [(e.event.code, e.event.message) for e in evs if e.kind == "model.failed"]
     assert failed == [("PROVIDER_ERROR", info.value.message)] * 2
     assert [e.kind for e in evs].count("model.requested") == 2 and state.status == "idle"
+
+
+STREAM_ERRORS = {
+    # (the error frame's type, or a Responses code) -> (the code it maps to, retryable)
+    "anthropic": {"overloaded_error": ("OVERLOADED", True), "rate_limit_error": ("RATE_LIMITED", True),
+                  "api_error": ("PROVIDER_ERROR", True), "invalid_request_error": ("BAD_REQUEST", False),
+                  "authentication_error": ("AUTH_FAILED", False)},
+    "openai-responses": {"rate_limit_exceeded": ("RATE_LIMITED", True), "server_error": ("PROVIDER_ERROR", True),
+                         "invalid_prompt": ("BAD_REQUEST", False),
+                         "context_length_exceeded": ("CONTEXT_TOO_LONG", False)},
+    "openai-chat": {"rate_limit_error": ("RATE_LIMITED", True), "authentication_error": ("AUTH_FAILED", False)},
+}
+
+
+@pytest.mark.parametrize("protocol,kind", [(p, k) for p, kinds in STREAM_ERRORS.items() for k in kinds])
+async def test_an_error_inside_a_stream_records_no_http_status(protocol, kind, server, make):
+    """The answer came with HTTP 200: an error event in its stream picks the code as its status
+    would, but no HTTP status is recorded (``model.failed`` said 529, 429, 500, 400 or 401 for a
+    status no server sent) and the message does not name one."""
+    from .servers.base import Reply
+
+    provider = make(protocol, max_retries=0)
+    events = reply(protocol, text="x").events[:2]
+    if protocol == "anthropic":
+        events.append(("error", {"type": "error", "error": {"type": kind, "message": "It went wrong"}}))
+    elif protocol == "openai-responses":
+        events.append(("error", {"type": "error", "sequence_number": 2, "code": kind, "message": "It went wrong",
+                                 "param": None}))
+    else:
+        events.append((None, {"error": {"message": "It went wrong", "type": kind}}))
+    server.push(Reply(events=events))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == STREAM_ERRORS[protocol][kind]
+    assert info.value.status is None, info.value.status
+    assert "HTTP" not in info.value.message and "stream error" in info.value.message, info.value.message
+    assert f"({kind})" in info.value.message, info.value.message  # what the server said, not a type made up for it
+    assert len(server.requests) == 1
