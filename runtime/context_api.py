@@ -4,7 +4,9 @@
   request sees, in order), every Full Context item with its ``context`` mark (``visible``,
   ``included``, ``pruned``, ``snipped``, ``compacted``, ``hidden``, ``removed``),
   ``estimatedTokens``, ``contextWindow``, ``compactionThreshold`` and the resolved ``settings``
-  with their ``sources`` (saved > config > default).
+  with their ``sources`` (saved > config > default). A quarantined session's is read from its
+  log without an actor, as its view is; when even that read fails both answer 409
+  ``SESSION_QUARANTINED`` naming what failed (a damaged event, with its seq).
 * ``POST …/compact`` (strong trust) — compact the main agent's Working Context now; answers
   ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
   while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502);
