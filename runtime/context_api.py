@@ -54,7 +54,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
     async def describe_context(sid: str) -> Response:
         check_id(sid, "session id")
         agent_id = _id_arg("agentId", "agentId") or MAIN_AGENT
-        return json_response(await svc.supervisor.call(sid, wc.DescribeContext(agent_id)))
+        return json_response(await svc.call(sid, wc.DescribeContext(agent_id)))
 
     @app.post("/api/v1/sessions/<sid>/compact")
     async def compact(sid: str) -> Response:
@@ -73,7 +73,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
             check_id(item_id, "itemIds[]")
         if not body.item_ids and not body.older_images:
             raise ApiError("VALIDATION_FAILED", "give itemIds, olderImages or both")
-        return json_response(await svc.supervisor.call(sid, wc.EditContext(
+        return json_response(await svc.call(sid, wc.EditContext(
             "snip", tuple(body.item_ids), older_images=body.older_images, keep_images=body.keep_images,
             agent_id=body.agent_id)))
 
@@ -92,7 +92,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
             assert body.item_id is not None
             check_id(body.item_id, "itemId")
             cmd = wc.EditContext("include", (body.item_id,), agent_id=body.agent_id)
-        return json_response(await svc.supervisor.call(sid, cmd))
+        return json_response(await svc.call(sid, cmd))
 
 
 def context_settings(body: object) -> dict[str, object]:
