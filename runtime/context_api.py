@@ -10,7 +10,8 @@
 * ``POST …/compact`` (strong trust) — compact the main agent's Working Context now; answers
   ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
   while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502);
-  ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, nothing recorded).
+  ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, no summary recorded;
+  the request's usage is, when the provider had begun answering).
 * ``POST …/context/snip {itemIds?, olderImages?, keepImages?, agentId?}`` (strong trust) — take
   items out of the Working Context; ``olderImages`` also snips the image-bearing tool results
   but the newest ``keepImages`` (default 1).
