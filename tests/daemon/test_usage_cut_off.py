@@ -169,3 +169,30 @@ async def test_the_faux_provider_reports_its_input_counts_once_it_began_answerin
         assert (await d.post(f"/sessions/{sid}/abort", token)).status_code == 200
     (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
     assert failed["body"]["usage"] == {**CUT, "input_tokens": 77}, failed
+
+
+async def test_an_abort_during_an_automatic_compaction_records_its_usage(daemon_factory, nursery):
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    server.push(_stalled())
+    config = _config(url)
+    config["providers"][0]["models"][0]["contextWindow"] = 4000
+    config["context"] = {"compaction": {"triggerPercent": 90}}
+    d = await daemon_factory(config=config)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "word " * 4000)  # past the threshold: compacted before it is sent
+
+    async def asked() -> bool:
+        return len(server.requests) == 1
+
+    await wait_until(asked, what="the summarizing request")
+    assert "Summarize the conversation so far" in str(server.requests[0].body["messages"][-1])
+    with trio.fail_after(LIMIT):
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+    assert (await d.post(f"/sessions/{sid}/abort", token)).status_code == 200
+    events = await d.events(token, sid)
+    (failed,) = [e for e in events if e["kind"] == "context.compaction_failed"]
+    assert failed["body"]["code"] == "COMPACTION_CUT_OFF" and failed["body"]["trigger"] == "auto", failed
+    assert failed["body"]["usage"] == CUT
+    assert "model.requested" not in [e["kind"] for e in events]
+    assert (await d.view(token, sid))["usage"]["inputTokens"] == 321
