@@ -1,6 +1,6 @@
-"""``GET /sessions/{id}/context`` of a quarantined session answers as its view does: from the log
-without an actor while the log reads whole; a clear 409 naming the damaged event (its seq) when it
-does not, the same answer as the view's."""
+"""``GET /sessions/{id}/context`` of a quarantined session answers as its view does: what the log
+holds while it reads whole; a clear 409 naming the damaged event (its seq) when it does not, the
+same answer as the view's."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ async def _answered(daemon_factory):
 
 
 async def test_a_quarantined_session_whose_log_reads_whole_describes_its_context(daemon_factory):
-    # It answered 409 SESSION_QUARANTINED while its view (with each item's mark) and its events
-    # were readable: the context was the one read model of it a client could not see.
+    # After a restart a recorded quarantine is read by a woken actor, the context as the view: the
+    # same answer a session quarantined in this process now gives (tests/runtime/test_supervisor.py).
     d, token, reader, project_id, sid, context = await _answered(daemon_factory)
     async with open_store(d.data_dir) as store:
         await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=project_id,
