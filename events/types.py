@@ -191,6 +191,10 @@ class ModelRequested(_Event, tag="model.requested"):
     model: str
     attempt: int = 1
     thinking_level: str | None = None
+    # Declared from the first version and left empty by every producer (see "What the context
+    # audit left, done" in docs/decisions.md): which items a request was compiled from is the
+    # agent's Working Context as of this event, which replay rebuilds exactly; ``diagnostics``
+    # holds their count. Kept so rows that carry it decode as they did.
     context_item_ids: list[str] = []
     diagnostics: dict[str, Any] = {}
 

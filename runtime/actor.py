@@ -57,7 +57,7 @@ from .errors import (
     SessionQuarantined,
     SettingsInvalid,
 )
-from .providers.base import Delta, ModelRequest, ProviderError, well_formed
+from .providers.base import Delta, ModelRequest, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
 from .skill_loads import SkillLoads, load_failed
 from .views import VIEW_ITEMS_MAX, session_view
@@ -271,6 +271,9 @@ class SessionActor:
         self._runner_done = trio.Event()
         self._runner_done.set()
         self._aborting = False
+        # By agent: what the provider had reported for a model request an abort cut off (the
+        # abort's model.failed carries it: a request answered in part was paid for).
+        self._cut_usage: dict[str, t.Usage] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -735,12 +738,13 @@ class SessionActor:
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason, skill_loads)
+                return d.abort_events(self.state, reason, skill_loads, self._cut_usage)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None
         finally:
             self._aborting = False
+            self._cut_usage.clear()
         self._notify_idle()
         return {"aborted": aborted, "withdrawn": withdrawn}
 
@@ -894,8 +898,15 @@ class SessionActor:
                     return
             on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
 
+        meter = UsageMeter()
+        self._cut_usage.pop(agent_id, None)
         try:
-            result = (await provider.stream(request, delta_seen)).well_formed()
+            try:
+                result = (await provider.stream(request, delta_seen, meter)).well_formed()
+            except trio.Cancelled:
+                if meter.usage is not None:
+                    self._cut_usage[agent_id] = meter.usage
+                raise
             # What is still held ends the answer: it is no key. An answer that failed (or was
             # cancelled) keeps it: the stream was cut there, possibly inside a key whose first
             # characters no scrub would recognise, and the answer is not recorded.
@@ -1058,8 +1069,8 @@ class SessionActor:
                         raise wc.ContextError("COMPACTION_FAILED", "the context changed while it was summarized")
                     env.reply(result)
                 if stop is not None and stop.is_set():
-                    env.reply(error=ActorUnavailable("the daemon is stopping: the compaction was cut off and nothing "
-                                                     "was recorded; compact again once it is back"))
+                    env.reply(error=ActorUnavailable("the daemon is stopping: the compaction was cut off and its "
+                                                     "summary was not recorded; compact again once it is back"))
                 env.reply(error=wc.ContextError("COMPACTION_FAILED", "the compaction was aborted"))
             except LensError as exc:
                 env.reply(error=exc)

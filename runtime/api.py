@@ -13,7 +13,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Sequence, TypeVar
+from typing import Annotated, Any, Awaitable, Callable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
@@ -37,7 +37,7 @@ from .bus import Bus
 from .config import Config
 from .configfiles import ConfigFiles
 from .connection_races import guard_connection_races
-from .errors import LensError, SessionNotFound, short_reason
+from .errors import ActorUnavailable, LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
 from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
@@ -351,6 +351,51 @@ class Services:
     mcp: Any = None  # tools.mcp.McpServers: the MCP servers and their state, for the inventory
     default_model_lock: trio.Lock = field(default_factory=trio.Lock)  # one saved-default change at a time
 
+    async def call(self, session_id: str, command: Any) -> Any:
+        """``supervisor.call`` for a request: answered ``SESSION_UNAVAILABLE`` at a stop (see
+        :func:`before_stop`)."""
+        return await before_stop(self.shutting_down, lambda: self.supervisor.call(session_id, command))
+
+
+STOPPING = ("the daemon is stopping: the session did not answer before it stopped; what it recorded is kept "
+            "(an input is recorded at most once by its requestId): read the session, or send the request again, "
+            "once the daemon is back")
+
+# How long a request in progress at a stop may still take before it is answered 503: a session's
+# quick answer (an input recorded) still comes as it would; a long wait is cut off.
+STOP_SETTLE_SECONDS = 1.0
+_T = TypeVar("_T")
+
+
+async def before_stop(stop: trio.Event, work: Callable[[], Awaitable[_T]]) -> _T:
+    """``work()``'s answer, or ``SESSION_UNAVAILABLE`` (503) once the daemon has been stopping for
+    :data:`STOP_SETTLE_SECONDS` (a fraction of its grace period).
+
+    A request waiting on a session (a ``/skill:`` input's check behind another session's command,
+    a withdraw waiting for that check, a fork reading a long source) held the shutdown for its
+    whole grace period, then lost its connection unanswered. Cut off here, the session's command
+    still ends as it would (or is cut off with the actors): what it recorded is kept, and a
+    repeat after the restart is answered from the log."""
+    answered: list[_T] = []
+    failed: list[Exception] = []
+    async with trio.open_nursery() as nursery:
+        async def cut_off() -> None:
+            await stop.wait()
+            await trio.sleep(STOP_SETTLE_SECONDS)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(cut_off)
+        try:
+            answered.append(await work())
+        except Exception as exc:  # (raised as it is below, not inside the nursery's group)
+            failed.append(exc)
+        nursery.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    if not answered:
+        raise ActorUnavailable(STOPPING)
+    return answered[0]
+
 
 def default_view(catalog: ProviderCatalog) -> dict[str, Any]:
     """``{effective, source, saved}``: the default model of new sessions, the step of the chain
@@ -576,13 +621,13 @@ def create_app(svc: Services) -> QuartTrio:
         sid = await svc.supervisor.create_session(body.project_id, model=body.model,
                                                   thinking_level=body.thinking_level, name=body.name,
                                                   default_model=svc.catalog.default_model)
-        state = await svc.supervisor.call(sid, a.GetState())
+        state = await svc.call(sid, a.GetState())
         return json_response(session_view(state, secrets=svc.store.secrets), 201)
 
     @app.get("/api/v1/sessions/<sid>")
     async def get_session(sid: str) -> Response:
         check_id(sid, "session id")
-        return json_response(await svc.supervisor.call(sid, _view_window()))
+        return json_response(await svc.call(sid, _view_window()))
 
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
@@ -594,8 +639,8 @@ def create_app(svc: Services) -> QuartTrio:
         body = await read_body(ForkBody)
         if body.name is not None:
             check_name(body.name, "name")
-        new = await svc.supervisor.fork_session(sid, body.seq, name=body.name)
-        return json_response(session_view(await svc.supervisor.call(new, a.GetState()), secrets=svc.store.secrets), 201)
+        new = await before_stop(svc.shutting_down, lambda: svc.supervisor.fork_session(sid, body.seq, name=body.name))
+        return json_response(session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets), 201)
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:
@@ -633,11 +678,11 @@ def create_app(svc: Services) -> QuartTrio:
         if name is not None:
             check_name(name, "name")
         if model is not None or thinking_level is not None or reset or settings:
-            await svc.supervisor.call(sid, a.Configure(model=model, thinking_level=thinking_level,
+            await svc.call(sid, a.Configure(model=model, thinking_level=thinking_level,
                                                        settings=settings, reset=reset))
         if name is not None:
-            await svc.supervisor.call(sid, a.Rename(name))
-        return json_response(await svc.supervisor.call(sid, a.GetView()))
+            await svc.call(sid, a.Rename(name))
+        return json_response(await svc.call(sid, a.GetView()))
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:
@@ -648,7 +693,7 @@ def create_app(svc: Services) -> QuartTrio:
         require_strong("delete sessions")
         check_id(sid, "session id")
         await read_body(EmptyBody)
-        return json_response(await svc.supervisor.call(sid, a.Delete()))
+        return json_response(await svc.call(sid, a.Delete()))
 
     @app.post("/api/v1/sessions/<sid>/inputs")
     async def submit(sid: str) -> Response:
@@ -667,7 +712,7 @@ def create_app(svc: Services) -> QuartTrio:
             for part in content:
                 if isinstance(part, t.ImagePart):
                     await check_image(part)
-        result = await svc.supervisor.call(sid, a.Submit(body.request_id, content, body.when_busy))
+        result = await svc.call(sid, a.Submit(body.request_id, content, body.when_busy))
         return json_response(result, 202)
 
     @app.post("/api/v1/sessions/<sid>/inputs/<rid>/withdraw")
@@ -676,7 +721,7 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         check_id(rid, "requestId")
         await read_body(EmptyBody)
-        return json_response(await svc.supervisor.call(sid, a.Withdraw(rid)))
+        return json_response(await svc.call(sid, a.Withdraw(rid)))
 
     @app.post("/api/v1/sessions/<sid>/inputs/<rid>/steer")
     async def steer(sid: str, rid: str) -> Response:
@@ -684,14 +729,14 @@ def create_app(svc: Services) -> QuartTrio:
         check_id(sid, "session id")
         check_id(rid, "requestId")
         await read_body(EmptyBody)
-        return json_response(await svc.supervisor.call(sid, a.Steer(rid)))
+        return json_response(await svc.call(sid, a.Steer(rid)))
 
     @app.post("/api/v1/sessions/<sid>/abort")
     async def abort(sid: str) -> Response:
         require_strong("abort runs")
         check_id(sid, "session id")
         await read_body(EmptyBody)
-        return json_response(await svc.supervisor.call(sid, a.Abort("user")))
+        return json_response(await svc.call(sid, a.Abort("user")))
 
     @app.get("/api/v1/sessions/<sid>/events")
     async def session_events(sid: str) -> Response:
@@ -717,7 +762,7 @@ def create_app(svc: Services) -> QuartTrio:
             answer_data["optionIds"] = body.option_ids
         if body.text is not None:
             answer_data["text"] = body.text
-        return json_response(await svc.supervisor.call(sid, a.Answer(check_id(qid, "question id"), answer_data)))
+        return json_response(await svc.call(sid, a.Answer(check_id(qid, "question id"), answer_data)))
 
     # ------------------------------------------------------------------ artifacts, tools
 
@@ -783,7 +828,7 @@ def create_app(svc: Services) -> QuartTrio:
         from .tool_inventory import inventory
 
         sid = _id_filter("session", "sessionId", "session")
-        state = await svc.supervisor.call(sid, a.GetState()) if sid is not None else None
+        state = await svc.call(sid, a.GetState()) if sid is not None else None
         deps = svc.supervisor.deps
         catalog = deps.tool_catalog or ToolCatalog(deps.tools)
         servers = svc.mcp.inventory() if svc.mcp is not None else []

@@ -4,11 +4,14 @@
   request sees, in order), every Full Context item with its ``context`` mark (``visible``,
   ``included``, ``pruned``, ``snipped``, ``compacted``, ``hidden``, ``removed``),
   ``estimatedTokens``, ``contextWindow``, ``compactionThreshold`` and the resolved ``settings``
-  with their ``sources`` (saved > config > default).
+  with their ``sources`` (saved > config > default). A quarantined session's is read from its
+  log without an actor, as its view is; when even that read fails both answer 409
+  ``SESSION_QUARANTINED`` naming what failed (a damaged event, with its seq).
 * ``POST …/compact`` (strong trust) — compact the main agent's Working Context now; answers
   ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
   while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502);
-  ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, nothing recorded).
+  ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, no summary recorded;
+  the request's usage is, when the provider had begun answering).
 * ``POST …/context/snip {itemIds?, olderImages?, keepImages?, agentId?}`` (strong trust) — take
   items out of the Working Context; ``olderImages`` also snips the image-bearing tool results
   but the newest ``keepImages`` (default 1).
@@ -52,7 +55,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
     async def describe_context(sid: str) -> Response:
         check_id(sid, "session id")
         agent_id = _id_arg("agentId", "agentId") or MAIN_AGENT
-        return json_response(await svc.supervisor.call(sid, wc.DescribeContext(agent_id)))
+        return json_response(await svc.call(sid, wc.DescribeContext(agent_id)))
 
     @app.post("/api/v1/sessions/<sid>/compact")
     async def compact(sid: str) -> Response:
@@ -71,7 +74,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
             check_id(item_id, "itemIds[]")
         if not body.item_ids and not body.older_images:
             raise ApiError("VALIDATION_FAILED", "give itemIds, olderImages or both")
-        return json_response(await svc.supervisor.call(sid, wc.EditContext(
+        return json_response(await svc.call(sid, wc.EditContext(
             "snip", tuple(body.item_ids), older_images=body.older_images, keep_images=body.keep_images,
             agent_id=body.agent_id)))
 
@@ -90,7 +93,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
             assert body.item_id is not None
             check_id(body.item_id, "itemId")
             cmd = wc.EditContext("include", (body.item_id,), agent_id=body.agent_id)
-        return json_response(await svc.supervisor.call(sid, cmd))
+        return json_response(await svc.call(sid, cmd))
 
 
 def context_settings(body: object) -> dict[str, object]:

@@ -196,13 +196,17 @@ ABORTED_TEXT = "The run was aborted by the user before this tool call finished."
 
 
 def abort_events(state: SessionState, reason: str = "user",
-                 skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None) -> list[Scoped]:
+                 skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
+                 cut_usage: dict[str, t.Usage] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
     snapshots, :meth:`runtime.skill_loads.SkillLoads.due_events`). An aborted round ends with its
     interrupted and skipped results, so a skill call's instructions go right after them; left due,
-    they were appended after the next input. They are left out unless exactly those loads are due."""
+    they were appended after the next input. They are left out unless exactly those loads are due.
+
+    ``cut_usage``: by agent, what the provider had reported for the model request the abort cut
+    off (it had begun answering): that request's ``model.failed`` records it, as it counts."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -223,7 +227,8 @@ def abort_events(state: SessionState, reason: str = "user",
         if agent.skills_due and tuple(agent.skills_due) == due and (task is not None or agent.agent_id != MAIN_AGENT):
             out.extend(Scoped(e, agent.agent_id, tid) for e in loads)
         if agent.open_request_seq is not None:
-            out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user"), agent.agent_id, tid))
+            out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user",
+                                            usage=(cut_usage or {}).get(agent.agent_id)), agent.agent_id, tid))
         if agent.agent_id != MAIN_AGENT:
             out.append(Scoped(t.AgentFinished(status="aborted", result=""), agent.agent_id, tid))
     if task is not None:

@@ -30,7 +30,7 @@ def add_job_routes(app: QuartTrio, svc: Any) -> None:
     @app.get("/api/v1/sessions/<sid>/jobs")
     async def list_jobs(sid: str) -> Response:
         check_id(sid, "session id")
-        jobs = await svc.supervisor.call(sid, j.ListJobs())
+        jobs = await svc.call(sid, j.ListJobs())
         return json_response({"jobs": [_camel(x) for x in jobs]})
 
     @app.get("/api/v1/sessions/<sid>/jobs/<job_id>")
@@ -39,7 +39,7 @@ def add_job_routes(app: QuartTrio, svc: Any) -> None:
         check_id(job_id, "job id")
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
-        job = await svc.supervisor.call(sid, j.ReadJob(job_id, offset, limit))  # (scrubbed: SessionJobs.read)
+        job = await svc.call(sid, j.ReadJob(job_id, offset, limit))  # (scrubbed: SessionJobs.read)
         return json_response(_camel(job))
 
     @app.post("/api/v1/sessions/<sid>/jobs/<job_id>/stop")
@@ -48,4 +48,4 @@ def add_job_routes(app: QuartTrio, svc: Any) -> None:
         check_id(sid, "session id")
         check_id(job_id, "job id")
         await read_body(EmptyBody)
-        return json_response(_camel(await svc.supervisor.call(sid, j.StopJob(job_id))))
+        return json_response(_camel(await svc.call(sid, j.StopJob(job_id))))

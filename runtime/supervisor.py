@@ -28,6 +28,7 @@ from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetVi
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkTooDeep, InvalidCommand, SessionGone, SessionNotFound,
                      SessionQuarantined)
 from .views import session_view
+from .working_context import DescribeContext
 
 log = logging.getLogger("lens.supervisor")
 
@@ -173,6 +174,8 @@ class Supervisor:
                 if isinstance(command, GetView):
                     return session_view(await self._quarantined_state(session_id), items_limit=command.items_limit,
                                         items_before=command.items_before, secrets=self.deps.store.secrets)
+                if isinstance(command, DescribeContext):  # (as the view: what the log holds, no actor)
+                    return await (await self._quarantined_reader(session_id)).context.describe(command.agent_id)
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
                 if session_id in self._deleted:  # (as the actor answers a deleted session)
@@ -196,19 +199,26 @@ class Supervisor:
     async def _quarantined_state(self, session_id: str) -> Any:
         """A quarantined session's view, read from its log without an actor (as a restarted
         daemon shows it: status ``quarantined``); if even that read fails, SESSION_QUARANTINED."""
+        return (await self._quarantined_reader(session_id)).state
+
+    async def _quarantined_reader(self, session_id: str) -> SessionActor:
+        """An actor of a quarantined session that holds its state as read from its log and
+        serves nothing (its mailbox is closed, it runs nothing): for the reads a client may
+        still make (the view, the context). SESSION_QUARANTINED if even that read fails: the
+        quarantine's reason names what failed (a damaged event, with its seq)."""
         reason = self._quarantined[session_id]
         send, recv = trio.open_memory_channel[Envelope](0)
         send.close()
+        recv.close()
+        reader = SessionActor(session_id, self.deps, recv)
         try:
-            state = await SessionActor(session_id, self.deps, recv).load_state()
+            state = reader.state = await reader.load_state()
         except Exception as exc:
             log.debug("cannot read quarantined session %s: %r", session_id, exc)
             raise SessionQuarantined(f"session {session_id!r} is quarantined: {reason}") from None
-        finally:
-            recv.close()
         if state.quarantined is None:  # the quarantine event could not be recorded
             state.quarantined = reason
-        return state
+        return reader
 
     async def _delete_quarantined(self, session_id: str) -> dict[str, bool]:
         """Soft-delete a quarantined session (F-ACT-6) without an actor: ``session.deleted`` is

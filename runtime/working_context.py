@@ -56,7 +56,7 @@ from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts
 
 from .config import ContextConfig
 from .errors import LensError
-from .providers.base import ModelRequest, ProviderError
+from .providers.base import ModelRequest, ProviderError, UsageMeter
 from .providers.catalog import ProviderCatalog
 
 log = logging.getLogger("lens.context")
@@ -320,9 +320,10 @@ class WorkingContextOps:
             return ModelRequest(model_id, [COMPACTION_SYSTEM], [*fit.items, last], schemas, None, agent_id), fit
 
         request, fit = summarizing(summary_budget(model.context_window, model.max_output_tokens))
+        meter = UsageMeter()
         try:
             try:
-                result = (await provider.stream(request, lambda _delta: None)).well_formed()
+                result = (await provider.stream(request, lambda _delta: None, meter)).well_formed()
             except ProviderError as exc:
                 if exc.code != "CONTEXT_TOO_LONG":
                     raise
@@ -334,7 +335,15 @@ class WorkingContextOps:
                 log.info("session %s: the summarizing request was too long for the model; retrying with less of "
                          "the context", self._session_id)
                 request, fit = smaller, smaller_fit
-                result = (await provider.stream(request, lambda _delta: None)).well_formed()
+                result = (await provider.stream(request, lambda _delta: None, meter)).well_formed()
+        except trio.Cancelled:
+            # Cut off (an abort, a stop) after the provider began answering: nothing of the
+            # summary is used, and what the request used is recorded all the same.
+            if meter.usage is not None:
+                await self._emit([self._scoped(t.ContextCompactionFailed(
+                    code="COMPACTION_CUT_OFF", message="the summarizing request was cut off before it ended",
+                    trigger=trigger, usage=meter.usage, provider=provider.id, model=model_id), agent_id, task_id)])
+            raise
         except ProviderError as exc:
             message = f"the summarizing request failed: {exc.code}: {exc.message}"
             if exc.usage is not None:  # it failed part-way: what it had reported is recorded all the same

@@ -34,10 +34,12 @@ import functools
 import json
 from typing import Any, Callable
 
+import trio
+
 from events import types as t
 
 from . import caching
-from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, usage_dict
@@ -141,7 +143,8 @@ class AnthropicProvider(SdkProvider):
         return _client_class()(api_key=self._key, base_url=self.base_url or "https://api.anthropic.com",
                                max_retries=self.max_retries, timeout=self.timeout)
 
-    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
+                     meter: UsageMeter | None = None) -> ModelResult:
         """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
         import anthropic
 
@@ -160,6 +163,10 @@ class AnthropicProvider(SdkProvider):
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
                 raise self.truncated("its stop_reason")
             return self.checked(self._result(reader, compiled, cache))
+        except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
+            if meter is not None:
+                meter.usage = reader.usage_so_far()
+            raise
         except ProviderError as exc:
             raise exc.during(reader.usage_so_far())
         except Exception as exc:  # (see SdkProvider.failed)

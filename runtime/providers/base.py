@@ -4,7 +4,8 @@
 of text or reasoning as it arrives (for live viewers; nothing is persisted from deltas) and
 returns the complete :class:`ModelResult`, which the actor records as ``model.responded``.
 Failures raise :class:`ProviderError` with a stable code; the actor records ``model.failed``.
-Cancellation (abort) is trio cancellation of the call.
+Cancellation (abort) is trio cancellation of the call; a :class:`UsageMeter` passed along is
+then left holding what the provider had reported, for the caller to record.
 """
 
 from __future__ import annotations
@@ -112,8 +113,21 @@ class ProviderError(Exception):
         return self
 
 
+class UsageMeter:
+    """What a request's provider had reported when the request was cut off by trio cancellation
+    (an abort, a stop): ``usage`` stays ``None`` until the provider began answering, then holds
+    the counts reported by then (the others unknown). A request the provider answered was paid
+    for, cut off or not: the caller records this usage (F-CTX-5)."""
+
+    __slots__ = ("usage",)
+
+    def __init__(self) -> None:
+        self.usage: t.Usage | None = None
+
+
 class Provider(Protocol):
     id: str
 
-    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
+                     meter: UsageMeter | None = None) -> ModelResult:
         ...

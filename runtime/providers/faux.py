@@ -18,7 +18,7 @@ import trio
 
 from events import types as t
 
-from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 
 REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
 MAX_DELAY_MS = 86_400_000  # a scripted delay: at most a day
@@ -110,13 +110,22 @@ class FauxProvider:
         prompt = last.text if last is not None else ""
         return FauxTurn(text=f"(faux) You said: {prompt[:500]}")
 
-    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
+                     meter: UsageMeter | None = None) -> ModelResult:
         self.requests.append(request)
         turn = self.pick(request)
         if turn.delay_ms:
             await trio.sleep(turn.delay_ms / 1000)
         if turn.error is not None:
             raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable)
+        words = sum(len(it.text.split()) for it in request.items)
+        input_tokens = turn.input_tokens if turn.input_tokens is not None else words
+        if meter is not None:
+            # It has begun answering: the input counts are known from here on, the output's at
+            # the end (as an Anthropic ``message_start`` reports them); an answer cut off between
+            # its chunks leaves these.
+            meter.usage = t.Usage(input_tokens=input_tokens, cache_read_tokens=turn.cache_read_tokens,
+                                  cache_write_tokens=turn.cache_write_tokens)
         if turn.reasoning:
             on_delta(Delta("reasoning", turn.reasoning))
         chunks = turn.chunks if turn.chunks is not None else ([turn.text] if turn.text else [])
@@ -134,14 +143,13 @@ class FauxProvider:
             for i, c in enumerate(turn.tool_calls)
         ]
         text = "".join(chunks)
-        words = sum(len(it.text.split()) for it in request.items)
         return ModelResult(
             text=text,
             reasoning=turn.reasoning,
             tool_calls=calls,
             stop_reason="tool_use" if calls else "end_turn",
             usage=t.Usage(
-                input_tokens=turn.input_tokens if turn.input_tokens is not None else words,
+                input_tokens=input_tokens,
                 output_tokens=turn.output_tokens if turn.output_tokens is not None else len(text.split()),
                 cache_read_tokens=turn.cache_read_tokens,
                 cache_write_tokens=turn.cache_write_tokens,

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import trio
+
 from events import types as t
 
 from . import caching
-from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import MALFORMED, SdkProvider, add_piece, openai_client_class, reported, usage_dict
@@ -138,7 +140,8 @@ class OpenAIChatProvider(SdkProvider):
         return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
                                      max_retries=self.max_retries, timeout=self.timeout)
 
-    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
+                     meter: UsageMeter | None = None) -> ModelResult:
         """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""
         import openai
 
@@ -194,6 +197,10 @@ class OpenAIChatProvider(SdkProvider):
                                 _tool_call_delta(calls, by_index, tc)
                         if choice.finish_reason:
                             finish = choice.finish_reason
+        except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
+            if meter is not None:
+                meter.usage = _usage(usage_raw) if began else None
+            raise
         except ProviderError as exc:
             raise exc.during(_usage(usage_raw) if began else None)
         except Exception as exc:  # (see SdkProvider.failed)

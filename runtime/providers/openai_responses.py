@@ -22,10 +22,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
+import trio
+
 from events import types as t
 
 from . import caching
-from .base import Delta, ModelRequest, ModelResult, ProviderError
+from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
@@ -129,7 +131,8 @@ class OpenAIResponsesProvider(SdkProvider):
         return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
                                      max_retries=self.max_retries, timeout=self.timeout)
 
-    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None]) -> ModelResult:
+    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
+                     meter: UsageMeter | None = None) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
         trio cancellation closes the HTTP stream."""
         import openai
@@ -163,6 +166,10 @@ class OpenAIResponsesProvider(SdkProvider):
                 # Some servers (proxies) send response.completed with "output": []: the text the
                 # viewer saw streaming is the answer, not an empty one.
                 result = replace(result, text=reader.streamed_text())
+        except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
+            if meter is not None:
+                meter.usage = reader.began
+            raise
         except ProviderError as exc:
             raise exc.during(reader.began)
         except Exception as exc:  # (see SdkProvider.failed)

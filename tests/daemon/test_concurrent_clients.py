@@ -175,6 +175,8 @@ async def call(http: httpx2.AsyncClient, token: str, tracker: Tracker, calls: li
             r = await http.post("/api/v1" + path, json={} if body is None else body, headers=headers)
     except httpx2.TransportError:
         raise Stopped(c) from None  # the daemon stopped under the call: no answer
+    if r.status_code == 503 and "stopping" in r.json()["error"]["message"]:
+        raise Stopped(c)  # answered at the stop, with no answer of the session's: as a call cut off
     c.status, c.body = r.status_code, r.json()
     try:
         c.l1 = await tracker.refresh(http, token, sid)

@@ -215,7 +215,7 @@ async def test_a_stop_during_a_manual_compaction_answers_it_and_keeps_what_was_q
     await wait_until(lambda: _answered(answered), timeout=4, what="an answer to the compaction")
     r = answered[0]
     assert r.status_code == 503 and error_of(r) == "SESSION_UNAVAILABLE", r.text
-    assert "stopping" in r.json()["error"]["message"] and "nothing was recorded" in r.json()["error"]["message"]
+    assert "stopping" in r.json()["error"]["message"] and "summary was not recorded" in r.json()["error"]["message"]
     with trio.fail_after(LIMIT):
         await d.done.wait()
     await d.client.aclose()

@@ -22,6 +22,7 @@ from runtime.errors import ActorUnavailable, SessionGone, SessionNotFound, Sessi
 from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.supervisor import STORAGE_RETRY_MAX, Supervisor
+from runtime.working_context import Compact, ContextError, DescribeContext
 from tools.base import ToolSpec
 
 from conftest import text
@@ -251,6 +252,34 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
         assert sid not in rt.sup.live_sessions
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
     assert len(crashes) == 3
+
+
+async def test_a_quarantined_session_describes_its_context_as_its_view_reads(runtime_factory, autojump_clock):
+    """``GET …/context`` of a session quarantined in this process was SESSION_QUARANTINED while
+    its view, read from the log without an actor, was not: it is read the same way now."""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        while True:
+            try:
+                await rt.call(sid, WaitIdle())
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined:
+                break
+        described = await rt.call(sid, DescribeContext("main"))
+        st = await rt.call(sid, GetState())
+        main = st.agents["main"]
+        assert [i["id"] for i in described["items"]] == [it.id for it in main.items]
+        assert described["workingItemIds"] == [it.id for it in main.items]
+        assert described["estimatedTokens"] > 0
+        with pytest.raises(ContextError) as err:
+            await rt.call(sid, DescribeContext("agent_nope"))
+        assert err.value.code == "CONTEXT_ITEM_NOT_FOUND"
+        with pytest.raises(SessionQuarantined):
+            await rt.call(sid, Compact())
+        assert sid not in rt.sup.live_sessions
 
 
 @pytest.mark.parametrize("passivating", [False, True])

@@ -1,0 +1,76 @@
+"""``GET /sessions/{id}/context`` of a quarantined session answers as its view does: what the log
+holds while it reads whole; a clear 409 naming the damaged event (its seq) when it does not, the
+same answer as the view's."""
+
+from __future__ import annotations
+
+from events.store import Draft, open_store
+from events.types import SessionQuarantined
+
+from ..rawlog import edit_log
+from .conftest import error_of, stop_daemon, wait_until
+
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1", "contextWindow": 50000}],
+                         "script": [{"when": "call a tool",
+                                     "toolCalls": [{"name": "get_system_time", "arguments": {}}]}]}],
+          "defaultModel": "faux/m1"}
+
+
+async def _answered(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("quarantine-client", strong=True)
+    reader = await d.pair("quarantine-reader")
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello; call a tool")
+    await d.wait_idle(token, sid)
+    r = await d.post(f"/sessions/{sid}/context/snip", token,
+                     {"itemIds": [(await d.view(token, sid))["items"][0]["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    context = (await d.get(f"/sessions/{sid}/context", reader)).json()
+    await stop_daemon(d)
+    return d, token, reader, project["id"], sid, context
+
+
+async def test_a_quarantined_session_whose_log_reads_whole_describes_its_context(daemon_factory):
+    # After a restart a recorded quarantine is read by a woken actor, the context as the view: the
+    # same answer a session quarantined in this process now gives (tests/runtime/test_supervisor.py).
+    d, token, reader, project_id, sid, context = await _answered(daemon_factory)
+    async with open_store(d.data_dir) as store:
+        await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=project_id,
+                                 session_id=sid))
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    assert (await d2.view(reader, sid))["status"] == "quarantined"
+    r = await d2.get(f"/sessions/{sid}/context", reader)
+    assert r.status_code == 200, r.text
+    assert r.json() == context
+    assert r.json()["items"][0]["context"] == "snipped"
+    # An agent the session does not have: the same 404 as a live session's.
+    r = await d2.get(f"/sessions/{sid}/context", reader, params={"agentId": "agent_nope"})
+    live = (await d2.get(f"/sessions/{sid}/context", reader)).status_code
+    assert live == 200 and r.status_code == 404, r.text
+    # Still no actor: nothing to run, nothing recorded.
+    r = await d2.post(f"/sessions/{sid}/compact", token)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+
+
+async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes(daemon_factory):
+    d, token, reader, _project_id, sid, _context = await _answered(daemon_factory)
+    d0 = await daemon_factory(config=CONFIG, root=d.root)
+    events = await d0.events(token, sid)
+    await stop_daemon(d0)
+    bad = next(e["seq"] for e in events if e["kind"] == "model.responded")
+    edit_log(d.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+
+    async def quarantined():
+        r = await d2.get(f"/sessions/{sid}", reader)
+        return r if r.status_code == 409 else None
+
+    view = await wait_until(quarantined, what="the session quarantined")
+    assert error_of(view) == "SESSION_QUARANTINED"
+    message = view.json()["error"]["message"]
+    assert f"seq {bad}" in message, message
+    r = await d2.get(f"/sessions/{sid}/context", reader)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    assert r.json()["error"]["message"] == message
