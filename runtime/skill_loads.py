@@ -109,6 +109,11 @@ class SkillLoads:
         message = text_of(result.content) or f"skill {name!r} cannot be loaded"
         if refuse:
             code = result.error_code or "SKILL_NOT_FOUND"
+            # The HTTP error carries the code in its own field: its message is the tool error's
+            # message alone, not the tool result's text ("CODE: message"), which would repeat it.
+            error = result.structured_content.get("error") if isinstance(result.structured_content, dict) else None
+            if isinstance(error, dict) and error.get("code") == result.error_code and isinstance(error.get("message"), str):
+                message = error["message"]
             raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE", message)
         return load_failed(name, None, message)[0]
 

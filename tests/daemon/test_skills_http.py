@@ -54,11 +54,13 @@ async def test_a_skill_command_loads_the_skill_and_sends_the_args(daemon_factory
 
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:nope hello"})
     assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND"
-    assert "available: review" in r.json()["error"]["message"]
+    # the message names the problem once; the code is the `code` field's, not repeated before it
+    assert r.json()["error"]["message"] == "no skill named 'nope'; available: review", r.text
     (ws / "skills" / "bad").mkdir()
     (ws / "skills" / "bad" / "SKILL.md").write_text("---\nname: bad\n")
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": "/skill:bad hello"})
     assert r.status_code == 422 and error_of(r) == "SKILL_INVALID"
+    assert r.json()["error"]["message"].startswith("skill 'bad' (skills/bad/) cannot be loaded: "), r.text
     # nothing was recorded for the refused inputs
     assert [e["kind"] for e in await d.events(token, sid)].count("input.submitted") == 1
 
