@@ -913,7 +913,10 @@ class SessionActor:
                 result = (await provider.stream(request, delta_seen, meter)).well_formed()
             except trio.Cancelled:
                 if meter.usage is not None:
-                    self._cut_usage[agent_id] = meter.usage
+                    self._cut_usage[agent_id] = meter.usage  # (an abort's model.failed records it)
+                    stopping = self.deps.stopping
+                    if stopping is not None and stopping.is_set() and not self._aborting:
+                        await self._record_cut_off(agent_id, task_id, meter.usage)
                 raise
             # What is still held ends the answer: it is no key. An answer that failed (or was
             # cancelled) keeps it: the stream was cut there, possibly inside a key whose first
@@ -944,6 +947,21 @@ class SessionActor:
                 code="RESPONSE_NOT_RECORDED",
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage), agent_id, task_id)])
+
+    async def _record_cut_off(self, agent_id: str, task_id: str | None, usage: t.Usage) -> None:
+        """At a graceful stop: record what the provider had reported for the request the stop cut
+        off, bounded in time (a stalled disk leaves it unrecorded, as a kill -9 does). The request
+        stays open, so the next start asks it again."""
+        try:
+            res = await self._emit([d.Scoped(t.ModelCutOff(usage=usage), agent_id, task_id)],
+                                   within=j.STOP_RECORD_SECONDS)
+        except Exception as exc:  # (the store refused or failed: the daemon is stopping anyway)
+            log.warning("session %s: the usage of a model request cut off by the stop was not recorded: %r",
+                        self.session_id, exc)
+            return
+        if res is None:
+            log.warning("session %s: the usage of a model request cut off by the stop was not recorded within %.0f s",
+                        self.session_id, j.STOP_RECORD_SECONDS)
 
     def _tool_schemas(self, agent_id: str) -> list[dict[str, Any]]:
         """The tools ``agent_id``'s model requests offer."""
