@@ -224,6 +224,16 @@ class ModelFailed(_Event, tag="model.failed"):
     usage: Usage | None = None
 
 
+class ModelCutOff(_Event, tag="model.cut_off"):
+    """A model request that a graceful stop of the daemon cut off after the provider had begun
+    answering: what the provider had reported by then (that much was paid for; the counts not
+    reported are unknown). The request stays open: the next start asks it again, as after any
+    restart. It counts in the session's usage and changes nothing else."""
+
+    usage: Usage
+    reason: str = "Lens was stopped while the model answered"
+
+
 # --------------------------------------------------------------------------- tools
 
 
@@ -425,6 +435,7 @@ Event = Union[
     ModelRequested,
     ModelResponded,
     ModelFailed,
+    ModelCutOff,
     ToolStarted,
     ToolFinished,
     FileEdited,

@@ -457,6 +457,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a.last_error = f"{ev.code}: {ev.message}"
         if ev.usage is not None:
             _add_usage(state.usage, ev.usage)
+    elif isinstance(ev, t.ModelCutOff):
+        _add_usage(state.usage, ev.usage)  # (the request stays open: asked again at the next start)
     elif isinstance(ev, t.ToolStarted):
         state.agent(agent_id).running_call = ev.call_id
     elif isinstance(ev, t.ToolFinished):

@@ -143,6 +143,9 @@ class ActorDeps:
     context: ContextConfig = field(default_factory=ContextConfig)
     # The tool planes over ``tools`` (deferral, execution policy); None: defaults over ``tools``.
     tool_catalog: ToolCatalog | None = None
+    # Set when the daemon begins a graceful stop (SIGINT/SIGTERM): what a cancellation then ends
+    # is recorded as stopped by it (a running job) rather than left to the next start.
+    stopping: trio.Event | None = None
 
     def __post_init__(self) -> None:
         if self.tool_catalog is None:  # (one for every actor, not one each)
@@ -324,7 +327,7 @@ class SessionActor:
         if self._jobs is None:
             self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
                                        new_id=self.deps.new_id, wake=self._maybe_start_runner,
-                                       secrets=self.deps.store.secrets)
+                                       secrets=self.deps.store.secrets, stopping=self.deps.stopping)
             if self._nursery is not None:
                 self._jobs.attach(self._nursery)
         return self._jobs
@@ -481,15 +484,20 @@ class SessionActor:
     # ------------------------------------------------------------------ writing
 
     async def _emit(self, scoped: Sequence[d.Scoped] | Callable[[], Sequence[d.Scoped]],
-                    request_id: str | None = None) -> AppendResult | None:
+                    request_id: str | None = None, *, within: float | None = None) -> AppendResult | None:
         """Append ``scoped`` atomically and fold them into the state (shielded from cancel).
 
         ``scoped`` may be a function of the state: it is called once the write lock is held, so
         a decision and its append are atomic (the runner and the command loop both write; a
         decision taken before waiting for the lock could be stale by the time it is written).
         When it returns no events nothing is appended and the result is ``None``.
+
+        ``within``: give up after that many seconds (the result is then ``None``, and the append
+        may still be committed without being folded: only for an actor that is going away, the
+        records of a daemon's stop).
         """
-        with trio.CancelScope(shield=True):
+        deadline = trio.current_time() + within if within is not None else float("inf")
+        with trio.CancelScope(shield=True, deadline=deadline):
             async with self._write_lock:
                 state = self.state
                 if callable(scoped):
@@ -905,7 +913,10 @@ class SessionActor:
                 result = (await provider.stream(request, delta_seen, meter)).well_formed()
             except trio.Cancelled:
                 if meter.usage is not None:
-                    self._cut_usage[agent_id] = meter.usage
+                    self._cut_usage[agent_id] = meter.usage  # (an abort's model.failed records it)
+                    stopping = self.deps.stopping
+                    if stopping is not None and stopping.is_set() and not self._aborting:
+                        await self._record_cut_off(agent_id, task_id, meter.usage)
                 raise
             # What is still held ends the answer: it is no key. An answer that failed (or was
             # cancelled) keeps it: the stream was cut there, possibly inside a key whose first
@@ -936,6 +947,21 @@ class SessionActor:
                 code="RESPONSE_NOT_RECORDED",
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage), agent_id, task_id)])
+
+    async def _record_cut_off(self, agent_id: str, task_id: str | None, usage: t.Usage) -> None:
+        """At a graceful stop: record what the provider had reported for the request the stop cut
+        off, bounded in time (a stalled disk leaves it unrecorded, as a kill -9 does). The request
+        stays open, so the next start asks it again."""
+        try:
+            res = await self._emit([d.Scoped(t.ModelCutOff(usage=usage), agent_id, task_id)],
+                                   within=j.STOP_RECORD_SECONDS)
+        except Exception as exc:  # (the store refused or failed: the daemon is stopping anyway)
+            log.warning("session %s: the usage of a model request cut off by the stop was not recorded: %r",
+                        self.session_id, exc)
+            return
+        if res is None:
+            log.warning("session %s: the usage of a model request cut off by the stop was not recorded within %.0f s",
+                        self.session_id, j.STOP_RECORD_SECONDS)
 
     def _tool_schemas(self, agent_id: str) -> list[dict[str, Any]]:
         """The tools ``agent_id``'s model requests offer."""

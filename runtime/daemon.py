@@ -4,7 +4,7 @@ Start order: event store writer → projector → the sweep of ``artifacts/`` (f
 see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unfinished
 work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
-next wake), and the store drains every accepted append before closing; the projections then fold
+next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and the store drains every accepted append before closing; the projections then fold
 what it committed after their updater stopped. Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
 catch-up at the end of the chunk it is folding); a second one during the shutdown ends its wait
 for requests in progress (their connections are reset).
@@ -205,7 +205,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
-                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog)
+                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog, stopping=stop)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,

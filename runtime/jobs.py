@@ -9,9 +9,13 @@ agent and so starts a new round. The output itself is kept in memory only, in a 
 :data:`OUTPUT_RING_BYTES`, readable while the job runs and, for the last :data:`FINISHED_KEPT`
 jobs, after it ended (until the session's actor passivates).
 
-An actor that wakes up (a daemon restart, an actor restart) and finds jobs the log shows running
+A graceful stop of the daemon (SIGINT/SIGTERM) ends each running job's command and records the
+job ``stopped`` with the output it had, within :data:`STOP_RECORD_SECONDS` (the store still takes
+appends while the services stop); the report waits in the log for the session's next run. An
+actor that wakes up (a daemon restart, an actor restart) and finds jobs the log shows running
 records them ``lost`` and reports that: their commands ended with the run that owned them (the
 executor kills a command whose caller went away; a local executor child dies with the daemon).
+That is what a kill -9 leaves, and a stop whose record could not be made in time (a disk stall).
 
 Errors (``LensError`` codes): ``JOB_NOT_FOUND``, ``JOB_FINISHED`` (stop of a job that ended),
 ``JOB_LIMIT`` (more than :data:`MAX_RUNNING_JOBS` at once), ``SESSION_DELETED``.
@@ -40,6 +44,10 @@ OUTPUT_RING_BYTES = 1024 * 1024  # the output kept in memory per job (the latest
 TAIL_BYTES = 4096  # recorded in job.finished and shown in the report
 FINISHED_KEPT = 8  # finished jobs whose full ring stays readable while the actor lives
 REPORT_COMMAND_CHARS = 200  # of the command, in the report
+# How long a graceful stop waits for a running job's end to be recorded (all jobs at once);
+# past it the record is given up and the next start records the job ``lost``.
+STOP_RECORD_SECONDS = 3.0
+STOPPED_BY_DAEMON = "Lens was stopped while the job ran; its command was ended with it"
 
 
 class JobLimit(LensError):
@@ -172,8 +180,12 @@ class SessionJobs:
     """
 
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState],
-                 new_id: Callable[[str], str], wake: Callable[[], None], secrets: Secrets | None = None) -> None:
+                 new_id: Callable[[str], str], wake: Callable[[], None], secrets: Secrets | None = None,
+                 stopping: trio.Event | None = None) -> None:
         self.session_id = session_id
+        # The daemon's stop: set, a cancellation of a job is the daemon stopping gracefully (its
+        # end is recorded); unset, it is the actor crashing or going away (nothing is recorded).
+        self._stopping = stopping
         self._secrets = secrets or Secrets()  # (the recorded tail is cut where no key was known)
         self._emit = emit
         self._state = state
@@ -317,7 +329,7 @@ class SessionJobs:
 
     async def _run(self, live: LiveJob, run: JobRun) -> None:
         try:
-            status, code, reason, truncated = "crashed", None, "", False
+            status, code, reason = "crashed", None, ""
             try:
                 with live.scope:
                     ended = await run(live.ring.write)
@@ -330,19 +342,33 @@ class SessionJobs:
                     else:
                         status, code = "exited", ended.exit_code
                     if ended is not None and ended.truncated:
-                        truncated = live.truncated = True
+                        live.truncated = True
                         dropped = "the executor kept no output past its cap per command"
                         reason = f"{reason}; {dropped}" if reason else dropped
             except LensError as exc:
                 reason = f"{exc.code}: {exc.message}"[:2000]
+            except trio.Cancelled:
+                if self._stopping is not None and self._stopping.is_set() and not live.abandoned:
+                    # The daemon stops gracefully: its store takes appends until the services
+                    # have ended, so the end is recorded now, bounded (a stalled disk leaves it
+                    # to the next start, which records the job lost). No wake: the report waits
+                    # in the log, and the next start runs the session for it.
+                    with trio.CancelScope(deadline=trio.current_time() + STOP_RECORD_SECONDS, shield=True) as cs:
+                        try:
+                            await self._record_end(live.job_id, "stopped", None, STOPPED_BY_DAEMON,
+                                                   self._tail(live), wake=False, within=STOP_RECORD_SECONDS)
+                        except Exception as exc:  # (the store refused or failed: the next start says lost)
+                            log.warning("session %s: job %s's end at the stop was not recorded: %r",
+                                        self.session_id, live.job_id, exc)
+                    if cs.cancelled_caught:
+                        log.warning("session %s: job %s's end at the stop was not recorded within %.0f s",
+                                    self.session_id, live.job_id, STOP_RECORD_SECONDS)
+                raise
             if live.abandoned:
                 return
             if live.stop_reason is not None:
                 status, code, reason = "stopped", None, live.stop_reason
-            # The tail may begin inside a key (older output dropped) and end inside one (the
-            # executor's cap): the pieces those cuts left are left out, the rest scrubbed.
-            tail = self._secrets.mend(live.ring.tail(), cut_start=live.ring.total > TAIL_BYTES, cut_end=truncated)
-            await self._record_end(live.job_id, status, code, reason, tail)
+            await self._record_end(live.job_id, status, code, reason, self._tail(live))
         finally:
             self.live.pop(live.job_id, None)
             if not live.abandoned:
@@ -351,7 +377,16 @@ class SessionJobs:
                     self._finished.popitem(last=False)
             live.done.set()
 
-    async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str) -> None:
+    def _tail(self, live: LiveJob) -> str:
+        """The output recorded in ``job.finished``: the ring's last :data:`TAIL_BYTES`. The tail may
+        begin inside a key (older output dropped) and end inside one (the executor's cap): the
+        pieces those cuts left are left out, the rest scrubbed."""
+        return self._secrets.mend(live.ring.tail(), cut_start=live.ring.total > TAIL_BYTES, cut_end=live.truncated)
+
+    async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str, *,
+                          wake: bool = True, within: float | None = None) -> None:
+        """Record the job's end and its report (one append); ``within``: give up after that many
+        seconds, the append possibly still committed (a stop: the actor is going away)."""
         def decide_end() -> Sequence[d.Scoped]:
             state = self._state()
             rec = state.jobs.get(job_id)
@@ -367,12 +402,13 @@ class SessionJobs:
             # agent runs); it comes first in the append because only the first carries the id.
             return [d.Scoped(report), finished]
 
-        res = await self._emit(decide_end, request_id=f"job:{job_id}")
+        res = await self._emit(decide_end, request_id=f"job:{job_id}", within=within)
         if res is not None and res.duplicate:
             # A client's own input took that id first: nothing was written; the report goes
             # without an id of its own (``seq:<n>``) rather than never.
-            await self._emit(decide_end)
-        self._wake()
+            await self._emit(decide_end, within=within)
+        if wake:
+            self._wake()
 
 
 def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail: str) -> str:

@@ -1,7 +1,8 @@
 """F-HAR-2: background jobs, end to end — the ``job`` tool called by the (faux) model, the command
 run by a real executor process over gRPC, the end recorded and reported back as an input that
 starts a new round, the HTTP routes (list, read, stop; auth), the per-session limit, a session
-delete, and a daemon restart that finds a job running (recorded ``lost`` and reported)."""
+delete, and a daemon stop while a job runs (recorded ``stopped`` and reported after the restart;
+a kill -9 and the ``lost`` it leaves: test_jobs_at_stop.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import os
 import signal
 import shlex
 from typing import Any
+
+from runtime.jobs import STOPPED_BY_DAEMON
 
 from .conftest import BUSY, Daemon, error_of, run_tool, stop_daemon, wait_until
 
@@ -253,23 +256,29 @@ async def test_at_most_eight_jobs_run_at_once_and_a_delete_stops_them_without_re
     assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
 
 
-async def test_a_job_running_at_a_restart_is_recorded_lost_and_reported(daemon_factory):
+async def test_a_job_running_at_a_stop_is_recorded_stopped_and_reported_after_the_restart(daemon_factory):
+    # A graceful stop records the job's end with the output it had; the report waits in the log.
+    # (A kill -9 leaves it to the restart, which records it lost: test_jobs_at_stop.py.)
     d = await daemon_factory()
     token, sid = await setup(d)
     job_id = await start_job(d, token, sid, "r1", "echo before; exec sleep 600")
     await d.wait_idle(token, sid)
+
+    async def printed() -> bool:
+        return (await d.get(f"/sessions/{sid}/jobs/{job_id}", token)).json()["output"] == "before\n"
+
+    await wait_until(printed, what="the job's output")
     await stop_daemon(d)
     d2 = await daemon_factory(root=d.root)
-    # Nobody asks for the session: the daemon wakes it because a job has no end.
+    # Nobody asks for the session: the daemon wakes it because its report waits.
     fin = await finished_of(d2, token, sid, job_id)
-    assert fin["body"]["status"] == "lost"
-    # Only what the daemon knows: the command may have run to its end while no daemon watched.
-    assert fin["body"]["reason"] == "Lens restarted while the job ran; how its command ended was not recorded"
+    assert (fin["body"]["status"], fin["body"]["output_tail"]) == ("stopped", "before\n")
+    assert fin["body"]["reason"] == STOPPED_BY_DAEMON
     view = await report_answered(d2, token, sid, job_id)
-    assert any(it.get("text", "").startswith(f"[background job {job_id} was lost (Lens restarted")
+    assert any(it.get("text", "").startswith(f"[background job {job_id} was stopped (Lens was stopped")
                for it in view["items"])
     r = await d2.get(f"/sessions/{sid}/jobs/{job_id}", token)
-    assert (r.json()["status"], r.json()["source"], r.json()["output"]) == ("lost", "tail", "")
+    assert (r.json()["status"], r.json()["source"], r.json()["output"]) == ("stopped", "tail", "before\n")
     r = await d2.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
     assert (r.status_code, error_of(r)) == (409, "JOB_FINISHED")
 

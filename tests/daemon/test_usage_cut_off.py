@@ -1,17 +1,24 @@
 """F-CTX-5: a request the provider began answering was paid for, also when an abort or a stop cut
-it off: what the provider had reported by then is recorded and counts in the session's usage.
+it off: what the provider had reported by then is recorded and counts in the session's usage. A
+model request a stop cut off stays open (``model.cut_off`` records its usage) and is asked again
+after the restart.
 
 An Anthropic Messages server on loopback (the official SDK, the real wire protocol) reports the
 input counts in its ``message_start`` and then stalls, as a long answer does."""
 
 from __future__ import annotations
 
+import json
+import signal
+from pathlib import Path
+
+import pytest
 import trio
 import trio.testing
 
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import ScriptedServer
-from .conftest import LIMIT, Daemon, error_of, wait_until
+from .conftest import LIMIT, Daemon, error_of, run_lens, serving, wait_until
 
 START_USAGE = {"input_tokens": 321, "output_tokens": 1, "cache_read_tokens": None}
 CUT = {"input_tokens": 321, "output_tokens": None, "cache_read_tokens": None, "cache_write_tokens": None,
@@ -196,3 +203,46 @@ async def test_an_abort_during_an_automatic_compaction_records_its_usage(daemon_
     assert failed["body"]["usage"] == CUT
     assert "model.requested" not in [e["kind"] for e in events]
     assert (await d.view(token, sid))["usage"]["inputTokens"] == 321
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stop_during_a_model_answer_records_its_usage_and_the_request_is_asked_again(
+        tmp_path: Path, nursery, sig: int):
+    # A real `lens serve` stopped by a signal while the provider answers: what it had reported is
+    # recorded (model.cut_off), the request stays open, and the restarted daemon asks it again.
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    server.push(_stalled(), message_stream(text="hello again", usage={"input_tokens": 400, "output_tokens": 1},
+                                           output_tokens=5))
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(_config(url)))
+    with trio.fail_after(4 * LIMIT):
+        async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+            token, sid = await _session(d)
+            async with d.sse(token, params={"session": sid}) as stream:
+                await d.submit(token, sid, "r1", "a long answer, please")
+                await stream.until(lambda m: m.event == "model.delta")
+            assert serve.proc is not None
+            serve.proc.send_signal(sig)
+            with trio.fail_after(LIMIT):
+                assert await serve.proc.wait() == 0, (tmp_path / "serve-0.err").read_text()[-2000:]
+
+        events = [json.loads(line) for line in (await run_lens(tmp_path, "log", "decode", "--data", "data")).stdout.splitlines()]
+        model = [e for e in events if e["kind"].startswith("model.")]
+        assert [e["kind"] for e in model] == ["model.requested", "model.cut_off"], model
+        assert model[1]["body"]["usage"] == CUT and model[1]["agent_id"] == model[0]["agent_id"]
+
+        async with serving(tmp_path, stderr_name="serve-1.err") as (serve, d2):
+            await d2.wait_idle(token, sid)  # (woken by the daemon: its task was open)
+            model = [e for e in await d2.events(token, sid) if e["kind"].startswith("model.")]
+            assert [e["kind"] for e in model] == ["model.requested", "model.cut_off", "model.requested",
+                                                 "model.responded"], model
+            assert [e["body"]["attempt"] for e in model if e["kind"] == "model.requested"] == [1, 2]
+            assert len(server.requests) == 2
+            view = await d2.view(token, sid)
+            assert any(it.get("text") == "hello again" for it in view["items"]), view["items"]
+            usage = view["usage"]
+            assert (usage["requests"], usage["inputTokens"], usage["outputTokens"]) == (2, 321 + 400, 5), usage
+            assert await serve.terminate() == 0
+        verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+        assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -1,0 +1,102 @@
+"""F-HAR-2, F-API-1: a background job running when ``lens serve`` is stopped.
+
+A graceful stop (SIGTERM or SIGINT to the process) ends the job's command and records the job
+``stopped`` with the output it had, its report waiting in the log; the restarted daemon runs the
+session for that report, so the model is told. A kill -9 records nothing: the restart records the
+job ``lost``, as before. Real ``lens serve`` processes on one data directory, the real executor,
+and ``lens log verify`` over the log they leave."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.jobs import STOPPED_BY_DAEMON
+
+from .conftest import LIMIT, Daemon, run_lens, serving, wait_until
+from .test_jobs import finished_of, log_of, report_answered, setup, start_job
+
+COMMAND = "echo before stop; exec sleep 600"
+
+
+async def _job_with_output(d: Daemon, token: str, sid: str) -> str:
+    """Start the job and wait until its first line is in the daemon's memory (not in the log)."""
+    job_id = await start_job(d, token, sid, "r1", COMMAND)
+    await d.wait_idle(token, sid)
+
+    async def printed() -> bool:
+        r = await d.get(f"/sessions/{sid}/jobs/{job_id}", token)
+        return r.status_code == 200 and r.json()["output"] == "before stop\n"
+
+    await wait_until(printed, what="the job's first line")
+    return job_id
+
+
+async def _decode(cwd: Path) -> list[dict[str, Any]]:
+    out = await run_lens(cwd, "log", "decode", "--data", "data")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_graceful_stop_records_a_running_job_stopped_with_its_output(tmp_path: Path, sig: int):
+    with trio.fail_after(4 * LIMIT):
+        async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+            token, sid = await setup(d)
+            job_id = await _job_with_output(d, token, sid)
+            assert serve.proc is not None
+            serve.proc.send_signal(sig)
+            with trio.fail_after(LIMIT):
+                code = await serve.proc.wait()
+            assert code == 0, (tmp_path / "serve-0.err").read_text()[-2000:]
+
+        # Recorded by the stopping daemon itself, before any restart: its end, with the output it
+        # had, and the report (an input not yet placed: the next run places it).
+        events = [e for e in await _decode(tmp_path) if e["session_id"] == sid]
+        (fin,) = [e for e in events if e["kind"] == "job.finished"]
+        assert fin["body"]["job_id"] == job_id
+        assert (fin["body"]["status"], fin["body"]["exit_code"]) == ("stopped", None)
+        assert fin["body"]["reason"] == STOPPED_BY_DAEMON
+        assert fin["body"]["output_tail"] == "before stop\n"
+        (report,) = [e for e in events if e["kind"] == "input.submitted" and e["request_id"] == f"job:{job_id}"]
+        assert report["seq"] == fin["seq"] - 1
+        assert not [e for e in events if e["kind"] == "input.placed" and e["body"]["input_request_id"] == f"job:{job_id}"]
+
+        async with serving(tmp_path, stderr_name="serve-1.err") as (serve, d2):
+            # Nobody asks for the session: the daemon wakes it for the waiting report.
+            view = await report_answered(d2, token, sid, job_id)
+            assert any(it.get("text", "").startswith(f"[background job {job_id} was stopped (Lens was stopped")
+                       for it in view["items"]), view["items"]
+            ends = [e for e in await log_of(d2, token, sid) if e["kind"] == "job.finished"]
+            assert [e["body"]["status"] for e in ends] == ["stopped"]  # not recorded lost as well
+            r = await d2.get(f"/sessions/{sid}/jobs/{job_id}", token)
+            assert (r.json()["status"], r.json()["source"], r.json()["output"]) == ("stopped", "tail", "before stop\n")
+            assert await serve.terminate() == 0
+        verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+async def test_a_kill_9_leaves_a_running_job_to_be_recorded_lost_at_the_next_start(tmp_path: Path):
+    with trio.fail_after(4 * LIMIT):
+        async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+            token, sid = await setup(d)
+            job_id = await _job_with_output(d, token, sid)
+            assert serve.proc is not None
+            serve.proc.send_signal(signal.SIGKILL)
+            with trio.fail_after(LIMIT):
+                assert await serve.proc.wait() == -signal.SIGKILL
+        assert not [e for e in await _decode(tmp_path) if e["kind"] == "job.finished"]
+
+        async with serving(tmp_path, stderr_name="serve-1.err") as (serve, d2):
+            fin = await finished_of(d2, token, sid, job_id)
+            assert fin["body"]["status"] == "lost"
+            assert fin["body"]["reason"] == "Lens restarted while the job ran; how its command ended was not recorded"
+            assert fin["body"]["output_tail"] == ""  # the output was in the killed daemon's memory only
+            await report_answered(d2, token, sid, job_id)
+            assert await serve.terminate() == 0
+        verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
