@@ -31,7 +31,7 @@ from events.secrets import Secrets
 from events.store import EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
-from tools.executor import token_fits_a_header
+from tools.executor import token_fault
 from tools.history import history_tools
 from tools.jobs import job_tool
 from tools.mcp import McpServers
@@ -128,9 +128,9 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             token = os.environ.get(cfg.executor.token_env or "", "")
             if not token:
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} is not set in the environment")
-            if not token_fits_a_header(token):
-                raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} must hold printable ASCII only "
-                                  f"(a gRPC header cannot carry other characters)")
+            fault = token_fault(token)
+            if fault is not None:
+                raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} {fault}")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,

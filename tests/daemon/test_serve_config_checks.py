@@ -101,6 +101,20 @@ async def test_an_executor_token_no_grpc_header_can_carry_is_refused_at_start(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
+async def test_an_executor_token_past_4096_characters_is_refused_at_start(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    # The daemon started, and its calls to the remote executor then failed by chance (grpc
+    # refuses headers past 8 KiB) as "EXECUTOR_ERROR: ... RESOURCE_EXHAUSTED: received metadata
+    # size exceeds soft limit".
+    monkeypatch.setenv("LENS_TEST_TOKEN_LONG", "k" * 4097)
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
+                                                                "tokenEnv": "LENS_TEST_TOKEN_LONG"}}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
+    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_LONG", "at most 4096 characters")
+    assert "kkkkkkkk" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+
+
 async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path):
     from .test_serve_process import ServeProcess
 

@@ -62,9 +62,9 @@ class ExecutorProcess:
 
 
 def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = True,
-                   listen: str = "127.0.0.1:0") -> ExecutorProcess:
+                   listen: str = "127.0.0.1:0", state: Path | None = None) -> ExecutorProcess:
     workspace = root / "workspace"
-    state = root / "state"
+    state = state if state is not None else root / "state"
     workspace.mkdir(parents=True, exist_ok=True)
     token = token or secrets.token_urlsafe(32)
     env = {**os.environ, TOKEN_ENV: token}

@@ -180,3 +180,24 @@ def test_no_state_directory_records_nothing() -> None:
     groups.started(1)
     groups.ended(1)
     assert groups.reap() == []
+
+
+async def test_an_entry_that_cannot_be_read_or_removed_does_not_keep_the_executor_from_starting(tmp_path: Path) -> None:
+    # A directory named like a group id under <state>/commands made the reap's clean-up raise
+    # (unlink of a directory), and `lens executor serve` exited "lens: IO_ERROR: Is a directory":
+    # the project's executor never started again until someone removed it by hand.
+    commands = tmp_path / "state" / "commands"
+    (commands / "12345").mkdir(parents=True)
+    (commands / "4444").write_bytes(b"\xff\xfe")  # (a record that is not text: forgotten, as before)
+    ex = start_executor(tmp_path)
+    try:
+        with trio.fail_after(BOUND_S):
+            client = ExecutorClient(ex.address, ex.token)
+            try:
+                await client.hello()
+            finally:
+                client.close()
+    finally:
+        stop_process(ex.proc)
+    assert "cannot" in ex.output() and "12345" in ex.output()  # (said, as a warning)
+    assert sorted(p.name for p in commands.iterdir()) == ["12345"]

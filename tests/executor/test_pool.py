@@ -15,13 +15,15 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.executor_client import ExecutorUnavailable
+from runtime.executor_client import ExecutorClient, ExecutorUnavailable
 from runtime.executors import DomainLock, ExecutorPool, ProjectUnknown, RemoteExecutor
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolResult
+from tools.executor import PROTOCOL_VERSION
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, group_members, kill_group, running_pool, wait_group_gone
+from .conftest import (ExecutorProcess, group_members, kill_group, running_pool, start_executor, stop_process,
+                       wait_group_gone)
 
 BOUND_S = 30.0
 
@@ -450,6 +452,38 @@ def test_an_executor_token_no_grpc_header_can_carry_refuses_to_start(tmp_path: P
     assert proc.stderr.startswith(b"lens executor: EXECUTOR_TOKEN_INVALID: "), proc.stderr
     assert b"printable ASCII" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
     assert b"listening on" not in proc.stdout
+
+
+def test_an_executor_token_is_at_most_4096_characters(tmp_path: Path) -> None:
+    # A longer token started the executor, and its calls then failed by chance (grpc refuses
+    # headers past 8 KiB with a probability that grows to 16 KiB, then always) as "EXECUTOR_ERROR:
+    # executor call failed (RESOURCE_EXHAUSTED: received metadata size exceeds soft limit ...)".
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LENS_EXECUTOR_TOKEN"}
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(tmp_path),
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path.parent / "state"), "--token-stdin"],
+                          input=b"t" * (4096 + 1) + b"\n", env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(b"lens executor: EXECUTOR_TOKEN_INVALID: the token on standard input must be at "
+                                  b"most 4096 characters"), proc.stderr
+    assert b"Traceback" not in proc.stderr and b"listening on" not in proc.stdout
+
+
+async def test_a_token_of_4096_characters_is_carried_by_every_call(tmp_path: Path) -> None:
+    ex = start_executor(tmp_path, token="t" * 4096)
+    try:
+        with trio.fail_after(30):
+            client = ExecutorClient(ex.address, ex.token)
+            try:
+                for _ in range(20):  # (past 8 KiB grpc refuses only some calls: many are tried)
+                    assert (await client.hello()).protocol_version == PROTOCOL_VERSION
+                    await client.call("read_file", {"path": "."})
+            finally:
+                client.close()
+    finally:
+        stop_process(ex.proc)
 
 
 KILLED_DAEMON = """

@@ -234,3 +234,27 @@ def test_restore_keeps_the_mode(ws: Workspace, root: Path) -> None:
     os.chmod(f, 0o700)
     ws.restore("tool.sh", b"v1", sha(b"v2"))
     assert f.read_bytes() == b"v1" and (f.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_record_names_its_workspace_and_one_journaled_before_it_was_kept_replays(jws: Workspace, root: Path,
+                                                                                    tmp_path: Path) -> None:
+    (root / "f.txt").write_text("x")
+    edits = [{"old_string": "x", "new_string": "xy"}]
+    out = jws.edit_file("f.txt", "edit", edits=edits, call_id="c")
+    rec = _record(tmp_path, "c")
+    data = json.loads(rec.read_text())
+    assert data["workspace"] == os.path.realpath(root)
+    del data["workspace"]  # (as a record written before the workspace was kept)
+    rec.write_text(json.dumps(data))
+    assert jws.edit_file("f.txt", "edit", edits=edits, call_id="c") == out
+    assert (root / "f.txt").read_text() == "xy"
+    # The same state directory under another workspace: that record is not this workspace's call.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "f.txt").write_text("x")
+    data["workspace"] = os.path.realpath(root)
+    rec.write_text(json.dumps(data))
+    err = fails("CALL_ID_REUSED", lambda: Workspace(other, journal_dir=tmp_path / "journal")
+                .edit_file("f.txt", "edit", edits=edits, call_id="c"))
+    assert "another workspace" in err.message and str(root) not in err.message
+    assert (other / "f.txt").read_text() == "x"

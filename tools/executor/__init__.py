@@ -3,10 +3,21 @@
 PROTOCOL_VERSION = 8
 
 
-def token_fits_a_header(token: str) -> bool:
-    """Whether grpc can send ``authorization: Bearer <token>``: printable ASCII only (it refuses
-    to send any other header value, so every call would fail)."""
-    return all(" " <= ch <= "~" for ch in token)
+# grpc refuses a call whose headers pass 8 KiB (by chance up to 16 KiB, then always): a token of at
+# most 4 KiB leaves room for the rest of a call's headers (about 600 bytes).
+MAX_TOKEN_CHARS = 4096
+
+
+def token_fault(token: str) -> str | None:
+    """Why grpc could not carry ``authorization: Bearer <token>`` on every call (completing "the
+    token …"), or None. Only printable ASCII can be sent at all (grpc refuses any other header
+    value), and a token past :data:`MAX_TOKEN_CHARS` would fail some calls, then all."""
+    if not all(" " <= ch <= "~" for ch in token):
+        return "must be printable ASCII (a gRPC header cannot carry other characters)"
+    if len(token) > MAX_TOKEN_CHARS:
+        return (f"must be at most {MAX_TOKEN_CHARS} characters (gRPC refuses a call whose headers pass 8 KiB); "
+                f"it has {len(token)}")
+    return None
 
 
 def split_host_port(address: str) -> tuple[str, int] | None:

@@ -49,6 +49,15 @@ def _start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def _forget(path: Path) -> None:
+    """Remove the record ``path``; one that cannot be removed (a directory in its place, a
+    state directory made read-only) is said and left, never keeps an executor from starting."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("cannot remove %s: %s", path, exc.strerror or exc)
+
+
 class GroupRegistry:
     """Records the groups of running commands under ``state_dir`` (``None``: records nothing)."""
 
@@ -103,7 +112,7 @@ class GroupRegistry:
                 log.warning("cannot read %s: %s", path, exc)
             finally:
                 if not keep:
-                    path.unlink(missing_ok=True)
+                    _forget(path)
         if killed:
             log.warning("killed %d command process group(s) left running by an earlier executor: %s",
                         len(killed), killed)

@@ -30,7 +30,7 @@ from tools.files.errors import FileToolError, from_os_error
 from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import Workspace
 
-from . import PROTOCOL_VERSION, split_host_port, token_fits_a_header
+from . import PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, CommandNotStarted, Exit,
                        run_command)
 from .groups import GroupRegistry
@@ -418,9 +418,10 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         where = "the first line of standard input" if token_stdin else TOKEN_ENV
         _fail("EXECUTOR_TOKEN_MISSING", f"set {where} to the shared secret (at least 16 characters)")
         return 2
-    if not token_fits_a_header(token):
+    fault = token_fault(token)
+    if fault is not None:
         where = "the token on standard input" if token_stdin else TOKEN_ENV
-        _fail("EXECUTOR_TOKEN_INVALID", f"{where} must be printable ASCII (a gRPC header cannot carry other characters)")
+        _fail("EXECUTOR_TOKEN_INVALID", f"{where} {fault}")
         return 2
     _not_dumpable()
     if not _is_host_port(listen):

@@ -7,9 +7,15 @@ Layout under ``journal_dir`` (a trusted host directory of the executor, outside 
 
 Every file is written atomically (temp file in the same directory, fsync, rename, fsync of the
 directory). A record is ``{"v": 1, "call_id", "tool", "path", "args_sha256", "state",
-"before_sha256", "after_sha256", "structured", "written_path"}`` where a sha of None means "the file did
-not exist" and ``written_path`` is the file the call wrote (records written before it was kept have
-none: their replay says so, and Core asks where the path leads instead).
+"before_sha256", "after_sha256", "structured", "written_path", "workspace"}`` where a sha of None means
+"the file did not exist", ``written_path`` is the file the call wrote (records written before it was
+kept have none: their replay says so, and Core asks where the path leads instead) and ``workspace``
+the real path of the workspace the call was made in (records written before it was kept have none,
+and are taken as this workspace's). A record is checked field by field when it is read: one that is
+not what this module writes (damaged on disk, of another version) is ``IO_ERROR``, never taken for
+a call not yet made. A record of another workspace (an executor of another workspace once used this
+state directory) is ``CALL_ID_REUSED``: its file here was never written, and the record is left as
+it was for its own workspace.
 
 Protocol of an editing call with a call id (driven by :mod:`tools.files.workspace`):
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +47,8 @@ from .errors import FileToolError
 
 PENDING = "pending"
 DONE = "done"
+VERSION = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 
 
 def sha256_hex(data: bytes | None) -> str | None:
@@ -71,13 +80,43 @@ class CallRecord:
     v: int = 1
     # The file the call wrote (EditOutcome.written); absent from records written before it was kept.
     written_path: str | None = None
+    # The real path of the workspace the call was made in (set by Journal.put); absent from records
+    # written before it was kept.
+    workspace: str | None = None
+
+
+def _digest_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, str) and _SHA256.fullmatch(value) is not None)
+
+
+def _record(data: object) -> CallRecord | None:
+    """``data`` as a record, or None when it is not one this module writes."""
+    if not isinstance(data, dict) or type(data.get("v")) is not int or data["v"] != VERSION:
+        return None
+    try:
+        rec = CallRecord(**data)
+    except TypeError:  # (a field missing, or one no record has)
+        return None
+    if not all(isinstance(text, str) for text in (rec.call_id, rec.tool, rec.path)):
+        return None
+    if rec.state not in (PENDING, DONE) or not isinstance(rec.structured, dict):
+        return None
+    if not (isinstance(rec.args_sha256, str) and _SHA256.fullmatch(rec.args_sha256)
+            and _digest_or_none(rec.before_sha256) and _digest_or_none(rec.after_sha256)):
+        return None
+    if not all(v is None or isinstance(v, str) for v in (rec.written_path, rec.workspace)):
+        return None
+    return rec
 
 
 class Journal:
-    """One directory of call records and blobs; safe for one executor process at a time."""
+    """One directory of call records and blobs; safe for one executor process at a time.
+    ``workspace`` (the real path of the workspace its calls edit) is stamped on every record put
+    and checked on every record got."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, workspace: str | None = None) -> None:
         self.dir = Path(directory)
+        self.workspace = workspace
         self.calls = self.dir / "calls"
         self.blobs = self.dir / "blobs"
         self.calls.mkdir(parents=True, exist_ok=True)
@@ -92,15 +131,22 @@ class Journal:
         except FileNotFoundError:
             return None
         try:
-            data = json.loads(raw)
-            rec = CallRecord(**data)
-        except (ValueError, TypeError):
-            raise FileToolError("IO_ERROR", "the call journal holds an unreadable record for this call id") from None
+            rec = _record(json.loads(raw))
+        except ValueError:  # (not JSON, not UTF-8: a record cut short or overwritten)
+            rec = None
+        if rec is None:
+            raise FileToolError("IO_ERROR", "the call journal holds an unreadable record for this call id")
         if rec.call_id != call_id:
             raise FileToolError("IO_ERROR", "the call journal holds a record of another call id under this name")
+        if rec.workspace is not None and self.workspace is not None and rec.workspace != self.workspace:
+            raise FileToolError("CALL_ID_REUSED", "call id already used for a call in another workspace (an "
+                                                  "executor of another workspace used this state directory); "
+                                                  "not applied here")
         return rec
 
     def put(self, record: CallRecord) -> None:
+        if self.workspace is not None:
+            record.workspace = self.workspace
         data = json.dumps(asdict(record), ensure_ascii=False).encode("utf-8", "surrogatepass")
         _write_atomic(self._record_path(record.call_id), data)
 

@@ -71,7 +71,7 @@ class Workspace:
     def __init__(self, root: Path, journal_dir: Path | None = None) -> None:
         self._root = Root(Path(root))
         self.root = self._root.path
-        self.journal = Journal(Path(journal_dir)) if journal_dir is not None else None
+        self.journal = Journal(Path(journal_dir), str(self._root.real)) if journal_dir is not None else None
         # Whether the caller still wants the call's result, asked after an edit is computed and
         # before anything is written (the executor asks grpc: a call whose caller gave up — a
         # deadline, a cancel — must not write later over what was written since).

@@ -1,0 +1,115 @@
+"""The call journal (call replay, F-EXE-5) through the real executor process: a record damaged on
+disk, and a state directory an executor of another workspace journaled into.
+
+A replayed call id must never apply an edit twice, and a record it cannot trust is an
+``IO_ERROR`` naming the journal (never a message about the caller's arguments, nor an edit
+applied afresh over the one already made).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import trio
+
+from runtime.executor_client import ExecutorClient, ExecutorToolError
+
+from .conftest import start_executor, stop_process
+
+BOUND_S = 20.0
+
+
+def record_path(state: Path, call_id: str) -> Path:
+    return state / "calls" / (hashlib.sha256(call_id.encode()).hexdigest() + ".json")
+
+
+async def refused(code: str, call: Any) -> ExecutorToolError:
+    with pytest.raises(ExecutorToolError) as info:
+        await call
+    assert info.value.code == code, str(info.value)
+    return info.value
+
+
+DAMAGE: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "an unknown state": lambda r: {**r, "state": "half-done"},
+    "a result that is no object": lambda r: {**r, "structured": "changed"},
+    "a result that is a list": lambda r: {**r, "structured": [1, 2]},
+    "a digest that is a number": lambda r: {**r, "before_sha256": 5},
+    "a digest that is a path": lambda r: {**r, "after_sha256": "../calls/x"},
+    "a written path that is a number": lambda r: {**r, "written_path": 7},
+    "a tool that is a number": lambda r: {**r, "tool": 5},
+    "another record version": lambda r: {**r, "v": 2},
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+async def test_a_damaged_record_is_an_io_error_and_the_edit_is_not_applied_again(tmp_path: Path, damage: str) -> None:
+    ex = start_executor(tmp_path)
+    try:
+        with trio.fail_after(BOUND_S):
+            client = ExecutorClient(ex.address, ex.token)
+            try:
+                await client.hello()
+                (ex.workspace / "f.txt").write_text("x")
+                args = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "x", "new_string": "xy"}]}
+                await client.call("edit_file", args, call_id="s:1")
+                rec = record_path(ex.state, "s:1")
+                rec.write_text(json.dumps(DAMAGE[damage](json.loads(rec.read_text()))))
+                err = await refused("IO_ERROR", client.call("edit_file", args, call_id="s:1"))
+                assert "call journal" in str(err) and "unreadable record" in str(err)
+                assert (ex.workspace / "f.txt").read_text() == "xy"  # applied once, not "xyy"
+            finally:
+                client.close()
+    finally:
+        stop_process(ex.proc)
+
+
+async def test_a_journal_of_another_workspace_replays_nothing_here(tmp_path: Path) -> None:
+    """Two executors, one after the other, over one ``--state`` with two workspaces: a call id the
+    first journaled is not answered in the second as done (its file there was never written)."""
+    state = tmp_path / "state"
+    args = {"path": "new.txt", "mode": "create", "content": "hello"}
+    first = start_executor(tmp_path / "a", state=state)
+    try:
+        with trio.fail_after(BOUND_S):
+            client = ExecutorClient(first.address, first.token)
+            try:
+                await client.hello()
+                await client.call("edit_file", args, call_id="s:1")
+            finally:
+                client.close()
+    finally:
+        stop_process(first.proc)
+    assert (first.workspace / "new.txt").read_text() == "hello"
+    second = start_executor(tmp_path / "b", state=state)
+    try:
+        with trio.fail_after(BOUND_S):
+            client = ExecutorClient(second.address, second.token)
+            try:
+                await client.hello()
+                err = await refused("CALL_ID_REUSED", client.call("edit_file", args, call_id="s:1"))
+                assert "another workspace" in str(err)
+                assert not (second.workspace / "new.txt").exists()
+                # The first workspace's record is left as it was: replayed there, it still answers.
+                fresh = await client.call("edit_file", args, call_id="s:2")
+                assert fresh.result["changed"] is True and (second.workspace / "new.txt").read_text() == "hello"
+            finally:
+                client.close()
+    finally:
+        stop_process(second.proc)
+    again = start_executor(tmp_path / "a", state=state)
+    try:
+        with trio.fail_after(BOUND_S):
+            client = ExecutorClient(again.address, again.token)
+            try:
+                await client.hello()
+                replay = await client.call("edit_file", args, call_id="s:1")
+                assert replay.result == {"path": "new.txt", "changed": True, "units_applied": 1, "bytes_written": 5}
+            finally:
+                client.close()
+    finally:
+        stop_process(again.proc)
