@@ -111,8 +111,11 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
 
     outcome = await run_program(code, call, names, limits, deadline=trio.current_time() + timeout / 1000,
                                 limiter=checking)
-    structured: dict[str, Any] = {"calls": calls, "steps": outcome.steps, "output_truncated": outcome.truncated}
     error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
+    for entry in calls:  # (a call the run's end cut off, its time limit: it never returned)
+        if "ok" not in entry:
+            entry.update(ok=False, error_code=error[0] if error is not None else "CANCELLED")
+    structured: dict[str, Any] = {"calls": calls, "steps": outcome.steps, "output_truncated": outcome.truncated}
     if error is not None and error[0] == "PTC_TIMEOUT":
         error = (error[0], f"{error[1]} (timeout_ms {timeout})")
     lines = [outcome.output if outcome.output else "(the program printed nothing)"]
