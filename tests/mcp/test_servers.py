@@ -505,3 +505,26 @@ async def test_the_reaper_holds_little_more_than_a_bare_interpreter(start: Any, 
         await bare.stdin.aclose()  # type: ignore[union-attr]
         await bare.stdout.aclose()  # type: ignore[union-attr]
     assert over <= REAPER_OVER_BARE_KIB, f"the reaper holds {over} KiB more than a bare interpreter"
+
+
+async def test_a_listing_the_server_refuses_after_list_changed_keeps_the_server_and_its_tools(start: Any) -> None:
+    # A list that changes between two pages of a listing makes the next page's cursor stale, and
+    # the server refuses it (-32602, as the MCP spec says of an invalid cursor), then announces the
+    # change. That is no reason to stop the server: its tools stay as they were listed, calls in
+    # flight go on, and the change it announces is listed.
+    r = await start({"t": srv("--stale-cursor")})
+    pid = r.state("t")["pid"]
+    assert "mcp__t__extra.tool" not in r.state("t")["tools"]
+    res = await r.call("mcp__t__change_mid_list")
+    assert res.content[0].text == "changing"
+    await wait_for(lambda: r.state("t")["error"] is not None or r.state("t")["status"] != "running",
+                   "the refused listing being seen")
+    state = r.state("t")
+    assert state["status"] == "running" and state["pid"] == pid and state["restarts"] == 0, state
+    assert "invalid cursor: the tool list changed" in state["error"] and "kept" in state["error"]
+    assert "mcp__t__echo" in state["tools"]
+    assert (await r.call("mcp__t__echo", {"text": "still here"})).content[0].text == "echo: still here"
+    await wait_for(lambda: "mcp__t__extra.tool" in r.state("t")["tools"], "the change announced after it listed")
+    state = r.state("t")
+    assert state["pid"] == pid and state["error"] is None and state["restarts"] == 0
+    assert (await r.call("mcp__t__extra.tool")).content[0].text == "extra!"
