@@ -9,7 +9,10 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``),
 ``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
 next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
-again, as a server whose list changed between two pages of a listing).
+again, as a server whose list changed between two pages of a listing),
+``odd_requests`` (with ``--reply-log PATH``: sends requests of its own — ``ping`` — whose ids are a lone surrogate, a fraction,
+null, an object and ``true``, then one with the id ``"p1"``, then answers; every answer it gets to them is
+written to PATH, a JSON line each).
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
@@ -139,6 +142,10 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         stale[0] = True
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result = text("changing")
+    elif name == "odd_requests":
+        for odd in ("\ud800", 1.5, None, {"a": 1}, True, "p1"):
+            send({"jsonrpc": "2.0", "id": odd, "method": "ping"})
+        result = text("asked")
     elif name == "extra.tool":
         result = text("extra!")
     elif name == "some.tool":
@@ -176,6 +183,7 @@ def main() -> None:
     ap.add_argument("--odd-ids", action="store_true")
     ap.add_argument("--keyed")
     ap.add_argument("--stale-cursor", action="store_true")
+    ap.add_argument("--reply-log")
     opts = ap.parse_args()
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -189,6 +197,8 @@ def main() -> None:
                              value: {"type": "string"}}}})
         # (a tool left out for its name, the key across its 128th character, where names are cut)
         TOOLS.insert(1, {"name": "bad name " + "n" * (118 - len("bad name ")) + value, "inputSchema": OBJ})
+    if opts.reply_log:
+        TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
     if opts.stale_cursor:
         TOOLS.append({"name": "change_mid_list", "description": "Changes the list between two pages", "inputSchema": OBJ})
     if opts.flood:
@@ -248,6 +258,11 @@ def main() -> None:
             continue
         msg = json.loads(line)
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        if method is None:  # an answer to a request of ours (odd_requests)
+            if opts.reply_log:
+                with open(opts.reply_log, "a") as f:
+                    f.write(json.dumps(msg) + "\n")
+            continue
         if opts.hang:
             continue
         if opts.odd_ids and method in ("initialize", "tools/call"):

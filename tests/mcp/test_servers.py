@@ -528,3 +528,26 @@ async def test_a_listing_the_server_refuses_after_list_changed_keeps_the_server_
     state = r.state("t")
     assert state["pid"] == pid and state["error"] is None and state["restarts"] == 0
     assert (await r.call("mcp__t__extra.tool")).content[0].text == "extra!"
+
+
+async def test_requests_of_the_server_with_ids_no_answer_can_carry_are_refused_not_crashed_on(
+        start: Any, tmp_path: Path) -> None:
+    # A server's own request (ping) whose id is a lone surrogate (an escape JSON allows, UTF-8
+    # cannot carry) made the reply unencodable: the reader died, the server was reported an
+    # internal error, and the call in flight waited for its timeout. Ids MCP allows (a string, an
+    # integer) are answered; any other is refused as JSON-RPC says, with the id null.
+    log = tmp_path / "replies.log"
+    r = await start({"t": srv("--reply-log", str(log))})
+    pid = r.state("t")["pid"]
+    res = await r.call("mcp__t__odd_requests")
+    assert not res.is_error and res.content[0].text == "asked"
+
+    def replies() -> list[Any]:
+        return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    await wait_for(lambda: len(replies()) == 6, "six answers")
+    invalid = {"code": -32600, "message": "Invalid Request: a request id is a string or an integer"}
+    assert replies() == [{"jsonrpc": "2.0", "id": None, "error": invalid}] * 5 + [
+        {"jsonrpc": "2.0", "id": "p1", "result": {}}]
+    state = r.state("t")
+    assert state["status"] == "running" and state["pid"] == pid and state["error"] is None
+    assert (await r.call("mcp__t__echo", {"text": "on"})).content[0].text == "echo: on"
