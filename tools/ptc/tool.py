@@ -10,8 +10,8 @@ syntax tree over plain data).
 Each call goes through the actor (``ToolContext.call_tool``): the same registry, catalog planes
 (a deferred tool must be loaded first) and execution policy as a native call, with its own call
 id ``<call_id>.<n>``. What the calls record is recorded under this call's id, so ``revert_call``
-of the program's call reverts every edit its calls made, last first: file edits and the
-artifacts they keep as each call returns (an abort or a crash mid-program loses none), the rest
+of the program's call reverts every edit its calls made, last first: file edits, reverts and
+the artifacts they keep as each call returns (an abort or a crash mid-program loses none), the rest
 (a loaded capability) with this call's ``tool.finished``. The tool is not replay-safe: a crash
 while a program runs reports the call interrupted, as for any other such tool.
 """
