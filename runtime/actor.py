@@ -1278,8 +1278,10 @@ class SessionActor:
 _DEFERRED = object()
 
 # Events of a program's call that the actor records as the call returns (not with the program's
-# result): the workspace changes and the artifacts holding what they replaced.
-_RECORDED_AT_ONCE = (t.FileEdited, t.ArtifactStored)
+# result): the workspace changes (edits and reverts) and the artifacts holding what they replaced.
+# (A revert recorded with the result came after the program's later edits, which the fold then
+# took for reverted too, and an abort lost it.)
+_RECORDED_AT_ONCE = (t.FileEdited, t.FileReverted, t.ArtifactStored)
 
 
 def _under_call(event: t._Event, sub_id: str, root_id: str) -> t._Event:

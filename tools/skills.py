@@ -232,15 +232,32 @@ def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
     return Skill(name, base_dir, description, problem, body.strip("\n"), digest)
 
 
-async def discover(read: Read) -> list[Skill]:
+@dataclass(frozen=True)
+class Discovery:
+    """The skills found, and how many directories of the roots were past :data:`MAX_SKILLS` and
+    so not looked at (a skill among them is neither listed nor loadable)."""
+
+    skills: list[Skill]
+    unread_dirs: int = 0
+
+    def unread_note(self) -> str:
+        """What a listing or a failed load says of the directories not looked at ("" if none)."""
+        if not self.unread_dirs:
+            return ""
+        return (f"{self.unread_dirs} more skill director{'y was' if self.unread_dirs == 1 else 'ies were'} "
+                f"not looked at: at most {MAX_SKILLS} are, per discovery, in root and name order")
+
+
+async def discover(read: Read) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
     A name found again in a later directory is listed with a problem (the first one wins).
+    Directories past the first :data:`MAX_SKILLS` are counted, not read.
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
     """
     found: list[Skill] = []
     seen: dict[str, str] = {}
-    looked = 0
+    looked = unread = 0
     for root in SKILL_ROOTS:
         try:
             entries = await _listing(read, root)
@@ -252,7 +269,8 @@ async def discover(read: Read) -> list[Skill]:
             if not entry.endswith("/"):
                 continue  # a file, or a symlink (listed without "/"): not a skill directory
             if looked >= MAX_SKILLS:
-                break
+                unread += 1  # (it used to be dropped unsaid: "no skill named …" for a skill it held)
+                continue
             looked += 1
             dir_name = entry[:-1]
             base = f"{root}/{dir_name}"
@@ -266,7 +284,7 @@ async def discover(read: Read) -> list[Skill]:
             else:
                 seen[skill.name] = base
             found.append(skill)
-    return found
+    return Discovery(found, unread)
 
 
 async def resource_samples(read: Read, base_dir: str) -> tuple[list[str], bool]:
@@ -335,8 +353,9 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str) -> 
     return read
 
 
-def _list_text(skills: list[Skill], loaded: dict[str, str]) -> str:
-    if not skills and not loaded:
+def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
+    skills = found.skills
+    if not skills and not loaded and not found.unread_dirs:
         return ("No skills in this workspace (a skill is a directory with a SKILL.md under "
                 + ", ".join(f"{r}/" for r in SKILL_ROOTS) + ").")
     lines = []
@@ -350,8 +369,12 @@ def _list_text(skills: list[Skill], loaded: dict[str, str]) -> str:
         if s.name in loaded and loaded[s.name] and loaded[s.name] != s.digest:
             state += f", {SKILL_FILE} changed since"
         lines.append(f"- {s.name} [{state}]{': ' + s.description if s.description else ''} ({s.base_dir}/)")
+    gone = (f"not among the {MAX_SKILLS} skill directories looked at" if found.unread_dirs
+            else "no longer in the workspace")
     for name in sorted(set(loaded) - names):
-        lines.append(f"- {name} [loaded; no longer in the workspace]")
+        lines.append(f"- {name} [loaded; {gone}]")
+    if found.unread_dirs:
+        lines.append(f"({found.unread_note()})")
     return "Skills (load one with skill {\"name\": ...}):\n" + "\n".join(lines)
 
 
@@ -377,21 +400,27 @@ def skill_tool(pool: Respawning) -> ToolSpec:
                 "Loading it again takes its current text.",
                 {"name": name, "status": "unloaded"}, events=[t.SkillUnloaded(name=name, call_id=ctx.call_id)])
         read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
-        skills = await discover(read)
+        discovery = await discover(read)
+        skills = discovery.skills
         if name is None:
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
                        "loaded": s.name in loaded, **({"problem": s.problem} if s.problem else {})} for s in skills]
-            return ToolResult.text(_list_text(skills, loaded), {"skills": listed})
+            return ToolResult.text(_list_text(discovery, loaded), {
+                "skills": listed, **({"unread_dirs": discovery.unread_dirs} if discovery.unread_dirs else {})})
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         if found is None:
             bad = next((s for s in skills if s.name == name), None)
             if bad is not None:
                 raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
+            where = (f"not among the {MAX_SKILLS} skill directories looked at" if discovery.unread_dirs
+                     else "it is no longer in the workspace")
             if name in loaded:
-                return ToolResult.text(f"Skill \"{name}\" is already loaded (it is no longer in the workspace); "
+                return ToolResult.text(f"Skill \"{name}\" is already loaded ({where}); "
                                        "nothing was appended.", {"name": name, "status": "already_loaded"})
             usable = [s.name for s in skills if s.problem is None]
-            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}; available: "
+            past = (f" among the first {MAX_SKILLS} skill directories, which are all that are looked at "
+                    f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")
+            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}; available: "
                             f"{', '.join(usable[:50]) if usable else 'none'}")
         samples, more = await resource_samples(read, found.base_dir)
         structured = {"name": found.name, "base_dir": found.base_dir, "resources": samples,
@@ -431,8 +460,8 @@ async def prompt_skills(pool: Respawning, project_id: str) -> list[tuple[str, st
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
     prompt's skills section; an executor that fails leaves the section out (logged)."""
     try:
-        skills = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills"))
+        found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills"))
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []
-    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in skills if s.problem is None]
+    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills if s.problem is None]

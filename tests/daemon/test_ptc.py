@@ -155,6 +155,53 @@ async def test_a_programs_edits_survive_an_abort_and_a_restart_mid_program(daemo
     assert not (ws / "a.txt").exists()  # (both edits undone, last first)
 
 
+async def test_a_programs_reverts_are_recorded_as_they_return_like_its_edits(daemon_factory: DaemonFactory) -> None:
+    # A revert_call from a program changes the workspace as an edit does, so it is recorded when
+    # it returns, not with the program's result. Recorded at the end, a program's revert of its own
+    # call was placed after the edits it made later, which the log then called reverted (the
+    # changed files said so, and revert_call of the program found nothing) while they were on
+    # disk; and an abort after a revert lost it (the log kept the reverted call's edits).
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})
+    ws = d.root / "workspaces" / "p"
+
+    async def next_call_id() -> str:  # (the faux model's ids: call_<agent>_<answers so far>_<index>)
+        answers = [e for e in await d.events(token, sid) if e["kind"] == "model.responded"]
+        return f"call_main_{len(answers)}_0"
+
+    me = await next_call_id()
+    program = (f"edit_file(path='a.txt', mode='create', content='first')\n"
+               f"revert_call(call_id='{me}')\n"
+               f"edit_file(path='a.txt', mode='create', content='second')\n"
+               f"edit_file(path='b.txt', mode='create', content='b')")
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": program})
+    assert body["call_id"] == me and body["status"] == "ok", body
+    assert (ws / "a.txt").read_text() == "second" and (ws / "b.txt").exists()
+    changes = (await d.get(f"/sessions/{sid}/changes", token)).json()
+    assert {f["path"]: f["status"] for f in changes["files"]} == {"a.txt": "created", "b.txt": "created"}
+    reverted = await run_tool(d, token, sid, "r2", "revert_call", {"call_id": me})
+    assert reverted["status"] == "ok", reverted  # (the edits made after its own revert)
+    assert not (ws / "a.txt").exists() and not (ws / "b.txt").exists()
+
+    earlier = (await run_tool(d, token, sid, "r3", "edit_file", {"path": "c.txt", "mode": "create",
+                                                                  "content": "c"}))["call_id"]
+    program = f"revert_call(call_id='{earlier}')\nsleep_milliseconds(milliseconds=600000)"
+    await d.submit(token, sid, "r4", f"/tool {PTC} {json.dumps({'code': program})}")
+
+    async def revert_recorded() -> bool:  # (while the program runs: it sleeps after the revert)
+        return any(e["kind"] == "file.reverted" and e["body"]["reverted_call_id"] == earlier
+                   for e in await d.events(token, sid))
+    await wait_until(revert_recorded, what="the program's revert in the log while it runs")
+    assert not (ws / "c.txt").exists()
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "tool.finished" and e["body"]["name"] == PTC
+                and e["body"]["call_id"] != me]
+    assert (await d.post(f"/sessions/{sid}/abort", token)).status_code == 200
+    await d.wait_idle(token, sid)
+    changes = (await d.get(f"/sessions/{sid}/changes", token)).json()
+    assert {f["path"]: f["status"] for f in changes["files"]}["c.txt"] == "reverted"
+    again = await run_tool(d, token, sid, "r5", "revert_call", {"call_id": earlier})
+    assert again["error_code"] == "NOTHING_TO_REVERT", again
+
+
 async def test_what_a_program_gets_wrong_comes_back_as_an_error_result_with_what_it_printed(
         daemon_factory: DaemonFactory) -> None:
     d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {}})

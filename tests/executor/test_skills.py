@@ -25,7 +25,7 @@ from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
 from runtime.prompt import SkillMeta, build_system_prompt
 from tests.idgen import IdGen
-from tools.skills import MAX_SKILL_BYTES, discover, prompt_skills, skill_tool, workspace_reader
+from tools.skills import MAX_SKILL_BYTES, MAX_SKILLS, discover, prompt_skills, skill_tool, workspace_reader
 
 from .conftest import agent_runtime, run_to_idle as run, running_pool, wait_path
 
@@ -78,7 +78,7 @@ async def test_discovery_roots_problems_symlinks_and_the_size_cap(tmp_path: Path
     (ws / ".codex" / "skills").rename(ws / "codex-real")
     os.symlink("../codex-real", ws / ".codex" / "skills")
     async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
-        skills = await discover(workspace_reader(pool, "proj", "test"))
+        skills = (await discover(workspace_reader(pool, "proj", "test"))).skills
     by_dir = {s.base_dir: s for s in skills}
     readable = os.access(ws / "skills" / "unreadable" / "SKILL.md", os.R_OK)  # (root reads anything)
     assert list(by_dir) == ["skills/at-cap", "skills/broken", "skills/linked-file", "skills/past-cap",
@@ -99,7 +99,7 @@ async def test_a_name_found_again_in_a_later_root_is_shadowed(tmp_path: Path) ->
     write(ws / "skills" / "review" / "SKILL.md", REVIEW)
     write(ws / ".codex" / "skills" / "r2" / "SKILL.md", "---\nname: review\n---\nshadowed\n")
     async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
-        skills = await discover(workspace_reader(pool, "proj", "test"))
+        skills = (await discover(workspace_reader(pool, "proj", "test"))).skills
     assert [(s.base_dir, s.problem) for s in skills] == [
         ("skills/review", None),
         (".codex/skills/r2", "the name 'review' is taken by the skill in skills/review/")]
@@ -127,11 +127,44 @@ async def test_a_skill_read_whose_executor_dies_under_it_runs_once_more(
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kill_when_held)
-                skills = await discover(workspace_reader(pool, "proj", "test"))
+                skills = (await discover(workspace_reader(pool, "proj", "test"))).skills
         ex = await pool.get("proj")
         assert ex.process is not None and killed and ex.process.pid != killed[0]
     assert [(s.base_dir, s.problem) for s in skills] == [("skills/review", None)]
     assert "REVIEW-STEPS" in skills[0].body
+
+
+async def test_skill_directories_past_the_discovery_limit_are_said_not_taken_for_missing(tmp_path: Path) -> None:
+    # MAX_SKILLS directories are looked at per discovery: the last of them loads; one past it is
+    # not "no skill named …" (nor a loaded one "no longer in the workspace"): the limit is named.
+    ws = tmp_path / "ws"
+    last = f"s{MAX_SKILLS - 1:03d}"
+    write(ws / "skills" / last / "SKILL.md", f"Skill {last}.\n")
+    script = [
+        FauxTurn(when="LOAD-LAST", tool_calls=[FauxToolCall("skill", {"name": last})]),
+        FauxTurn(when="LIST-THEM", tool_calls=[FauxToolCall("skill", {})]),
+        FauxTurn(when="LOAD-PAST", tool_calls=[FauxToolCall("skill", {"name": f"s{MAX_SKILLS:03d}"})]),
+    ]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LOAD-LAST")
+        assert results_of(await events_of(store, sid))[-1].structured_content["status"] == "loaded"
+        for i in range(MAX_SKILLS + 1):  # (the loaded one is now the limit's last, then one more past it)
+            write(ws / "skills" / f"s{i:03d}" / "SKILL.md", f"Skill s{i:03d}.\n")
+        (ws / "skills" / "a-dir-without-skill").mkdir()  # (looked at too: it takes a place)
+        await run(sup, sid, "r2", "LIST-THEM")
+        listed = results_of(await events_of(store, sid))[-1]
+        names = [s["name"] for s in listed.structured_content["skills"]]
+        assert len(names) == MAX_SKILLS - 1 and last not in names
+        assert listed.structured_content["unread_dirs"] == 2
+        text = listed.content[0].text
+        assert "no longer in the workspace" not in text
+        assert f"- {last} [loaded; not among the {MAX_SKILLS} skill directories looked at]" in text
+        assert f"(2 more skill directories were not looked at: at most {MAX_SKILLS} are" in text
+        await run(sup, sid, "r3", "LOAD-PAST")
+        past = results_of(await events_of(store, sid))[-1]
+        assert past.error_code == "SKILL_NOT_FOUND"
+        assert f"among the first {MAX_SKILLS} skill directories, which are all that are looked at" in past.content[0].text
 
 
 # --------------------------------------------------------------------------- the tool in a session

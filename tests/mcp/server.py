@@ -6,7 +6,13 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
 ``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``),
-``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``).
+``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``),
+``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
+next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
+again, as a server whose list changed between two pages of a listing),
+``odd_requests`` (with ``--reply-log PATH``: sends requests of its own — ``ping`` — whose ids are a lone surrogate, a fraction,
+null, an object and ``true``, then one with the id ``"p1"``, then answers; every answer it gets to them is
+written to PATH, a JSON line each).
 
 Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
@@ -69,6 +75,7 @@ TOOLS = [
 out_lock = threading.Lock()
 cancelled: dict[object, threading.Event] = {}
 listings: list[object] = []  # the tools/list requests answered
+stale: list[bool] = [False]  # (--stale-cursor: the next tools/list with a cursor is refused)
 
 
 DEEP = "__deep__"  # (stands for a schema nested deeper than json.dumps writes: replaced as text)
@@ -131,6 +138,14 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         del TOOLS[4:]
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result = text("shrunk")
+    elif name == "change_mid_list":
+        stale[0] = True
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result = text("changing")
+    elif name == "odd_requests":
+        for odd in ("\ud800", 1.5, None, {"a": 1}, True, "p1"):
+            send({"jsonrpc": "2.0", "id": odd, "method": "ping"})
+        result = text("asked")
     elif name == "extra.tool":
         result = text("extra!")
     elif name == "some.tool":
@@ -167,6 +182,8 @@ def main() -> None:
     ap.add_argument("--flood", action="store_true")
     ap.add_argument("--odd-ids", action="store_true")
     ap.add_argument("--keyed")
+    ap.add_argument("--stale-cursor", action="store_true")
+    ap.add_argument("--reply-log")
     opts = ap.parse_args()
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -180,6 +197,10 @@ def main() -> None:
                              value: {"type": "string"}}}})
         # (a tool left out for its name, the key across its 128th character, where names are cut)
         TOOLS.insert(1, {"name": "bad name " + "n" * (118 - len("bad name ")) + value, "inputSchema": OBJ})
+    if opts.reply_log:
+        TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
+    if opts.stale_cursor:
+        TOOLS.append({"name": "change_mid_list", "description": "Changes the list between two pages", "inputSchema": OBJ})
     if opts.flood:
         TOOLS.append({"name": "listings", "description": "How many tools/list were answered", "inputSchema": OBJ})
     if opts.wide:  # a tool whose input schema is about --wide bytes of JSON (its text in a description)
@@ -237,6 +258,11 @@ def main() -> None:
             continue
         msg = json.loads(line)
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        if method is None:  # an answer to a request of ours (odd_requests)
+            if opts.reply_log:
+                with open(opts.reply_log, "a") as f:
+                    f.write(json.dumps(msg) + "\n")
+            continue
         if opts.hang:
             continue
         if opts.odd_ids and method in ("initialize", "tools/call"):
@@ -252,6 +278,11 @@ def main() -> None:
                                **({"title": "t" * 190 + keyed} if keyed else {})}}})
         elif method == "tools/list" and opts.no_tools:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
+        elif method == "tools/list" and stale[0] and params.get("cursor") is not None:
+            stale[0] = False
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "invalid cursor: the tool list changed"}})
+            TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif method == "tools/list":
             start = int(params.get("cursor") or 0)
             page = TOOLS[start:start + opts.page_size]

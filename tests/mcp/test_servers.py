@@ -505,3 +505,49 @@ async def test_the_reaper_holds_little_more_than_a_bare_interpreter(start: Any, 
         await bare.stdin.aclose()  # type: ignore[union-attr]
         await bare.stdout.aclose()  # type: ignore[union-attr]
     assert over <= REAPER_OVER_BARE_KIB, f"the reaper holds {over} KiB more than a bare interpreter"
+
+
+async def test_a_listing_the_server_refuses_after_list_changed_keeps_the_server_and_its_tools(start: Any) -> None:
+    # A list that changes between two pages of a listing makes the next page's cursor stale, and
+    # the server refuses it (-32602, as the MCP spec says of an invalid cursor), then announces the
+    # change. That is no reason to stop the server: its tools stay as they were listed, calls in
+    # flight go on, and the change it announces is listed.
+    r = await start({"t": srv("--stale-cursor")})
+    pid = r.state("t")["pid"]
+    assert "mcp__t__extra.tool" not in r.state("t")["tools"]
+    res = await r.call("mcp__t__change_mid_list")
+    assert res.content[0].text == "changing"
+    await wait_for(lambda: r.state("t")["error"] is not None or r.state("t")["status"] != "running",
+                   "the refused listing being seen")
+    state = r.state("t")
+    assert state["status"] == "running" and state["pid"] == pid and state["restarts"] == 0, state
+    assert "invalid cursor: the tool list changed" in state["error"] and "kept" in state["error"]
+    assert "mcp__t__echo" in state["tools"]
+    assert (await r.call("mcp__t__echo", {"text": "still here"})).content[0].text == "echo: still here"
+    await wait_for(lambda: "mcp__t__extra.tool" in r.state("t")["tools"], "the change announced after it listed")
+    state = r.state("t")
+    assert state["pid"] == pid and state["error"] is None and state["restarts"] == 0
+    assert (await r.call("mcp__t__extra.tool")).content[0].text == "extra!"
+
+
+async def test_requests_of_the_server_with_ids_no_answer_can_carry_are_refused_not_crashed_on(
+        start: Any, tmp_path: Path) -> None:
+    # A server's own request (ping) whose id is a lone surrogate (an escape JSON allows, UTF-8
+    # cannot carry) made the reply unencodable: the reader died, the server was reported an
+    # internal error, and the call in flight waited for its timeout. Ids MCP allows (a string, an
+    # integer) are answered; any other is refused as JSON-RPC says, with the id null.
+    log = tmp_path / "replies.log"
+    r = await start({"t": srv("--reply-log", str(log))})
+    pid = r.state("t")["pid"]
+    res = await r.call("mcp__t__odd_requests")
+    assert not res.is_error and res.content[0].text == "asked"
+
+    def replies() -> list[Any]:
+        return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    await wait_for(lambda: len(replies()) == 6, "six answers")
+    invalid = {"code": -32600, "message": "Invalid Request: a request id is a string or an integer"}
+    assert replies() == [{"jsonrpc": "2.0", "id": None, "error": invalid}] * 5 + [
+        {"jsonrpc": "2.0", "id": "p1", "result": {}}]
+    state = r.state("t")
+    assert state["status"] == "running" and state["pid"] == pid and state["error"] is None
+    assert (await r.call("mcp__t__echo", {"text": "on"})).content[0].text == "echo: on"

@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from events.secrets import Secrets
+from tools.json_values import lone_surrogate
 
 from .escaped import Escaped
 
@@ -226,7 +227,14 @@ class Connection:
         method = msg.get("method")
         if isinstance(method, str):
             if "id" in msg:  # a request from the server: answer the ones a client must
-                if method == "ping":
+                rid = msg["id"]
+                # (MCP ids are strings or integers. Another one is refused with the id null, as
+                # JSON-RPC says of an invalid request: a lone surrogate, which a JSON escape can
+                # write, made the echoed id unencodable and ended the reader, calls in flight waiting)
+                if not ((type(rid) is str and lone_surrogate(rid) is None) or type(rid) is int):
+                    await self._reply(None, error={"code": -32600, "message":
+                                                   "Invalid Request: a request id is a string or an integer"})
+                elif method == "ping":
                     await self._reply(msg["id"], result={})
                 else:
                     await self._reply(msg["id"], error={"code": -32601, "message": f"method {method!r} is not supported"})

@@ -209,8 +209,18 @@ class McpServers:
                     except trio.TooSlowError:
                         raise McpError("MCP_SERVER_UNAVAILABLE", "tools/list (after list_changed) not answered "
                                        f"within {cfg.call_timeout_seconds:g} s") from None
+                    except RequestFailed as exc:
+                        # (an answer, not a broken connection: a cursor gone stale as the list
+                        # changed between two pages is refused so, and the server announces the
+                        # change again. Stopping it would end every call in flight and spend a
+                        # restart; its tools stay as last listed until a listing succeeds.)
+                        s.error = (f"tools/list after list_changed failed: {exc.message[:500]}; the tools "
+                                   "listed before are kept")
+                        log.warning("MCP server %s: %s", s.name, s.error)
+                        continue
                     self._withdraw(s)
                     self._register(s, tools)
+                    s.error = None
                     log.info("MCP server %s changed its tools: %d tool(s)", s.name, len(s.tools))
         except* McpError as group:  # (raised inside the connection's nursery: grouped)
             s.error = _first(group).message

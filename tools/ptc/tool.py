@@ -10,8 +10,8 @@ syntax tree over plain data).
 Each call goes through the actor (``ToolContext.call_tool``): the same registry, catalog planes
 (a deferred tool must be loaded first) and execution policy as a native call, with its own call
 id ``<call_id>.<n>``. What the calls record is recorded under this call's id, so ``revert_call``
-of the program's call reverts every edit its calls made, last first: file edits and the
-artifacts they keep as each call returns (an abort or a crash mid-program loses none), the rest
+of the program's call reverts every edit its calls made, last first: file edits, reverts and
+the artifacts they keep as each call returns (an abort or a crash mid-program loses none), the rest
 (a loaded capability) with this call's ``tool.finished``. The tool is not replay-safe: a crash
 while a program runs reports the call interrupted, as for any other such tool.
 """
@@ -111,8 +111,11 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
 
     outcome = await run_program(code, call, names, limits, deadline=trio.current_time() + timeout / 1000,
                                 limiter=checking)
-    structured: dict[str, Any] = {"calls": calls, "steps": outcome.steps, "output_truncated": outcome.truncated}
     error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
+    for entry in calls:  # (a call the run's end cut off, its time limit: it never returned)
+        if "ok" not in entry:
+            entry.update(ok=False, error_code=error[0] if error is not None else "CANCELLED")
+    structured: dict[str, Any] = {"calls": calls, "steps": outcome.steps, "output_truncated": outcome.truncated}
     if error is not None and error[0] == "PTC_TIMEOUT":
         error = (error[0], f"{error[1]} (timeout_ms {timeout})")
     lines = [outcome.output if outcome.output else "(the program printed nothing)"]

@@ -1,0 +1,81 @@
+"""Programmatic tool runs calling MCP tools in a running daemon (F-TOOL-3 with F-TOOL-5): a
+program calls a real stdio MCP server's tools (tests/mcp/server.py) through the faux model's
+session, gets their text, structured results, images and failures, and a program cut off by its
+time limit or by an abort cancels the call in flight at the server and says which call it was."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..mcp.conftest import SERVER
+from .conftest import DaemonFactory, run_tool, wait_until
+
+PTC = "programmatic_tool_run"
+
+
+def server(*flags: str, **extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [SERVER, *flags], **extra}
+
+
+async def test_a_program_calls_many_mcp_tools_and_sees_their_results_and_failures(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory(config={"localPtc": {}, "mcpServers": {"t": server()}})
+    token = await d.pair("ptc-mcp", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    program = ("print(mcp__t__echo(text='hi'))\n"
+               "print(mcp__t__add(a=1, b=2)['sum'])\n"
+               "print(mcp__t__image())\n"
+               "for name in ['mcp__t__fail', 'mcp__t__rpc_error']:\n"
+               "    try:\n"
+               "        call_tool(name, {})\n"
+               "    except ToolError as e:\n"
+               "        print(name, e.code)\n")
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": program})
+    assert body["status"] == "ok", body
+    assert body["content"][0]["text"] == ("echo: hi\n3\na pixel\nmcp__t__fail MCP_TOOL_ERROR\n"
+                                          "mcp__t__rpc_error MCP_REQUEST_FAILED\n")
+    image = body["content"][1]
+    assert image["type"] == "image" and image["mime"] == "image/png"  # (the image goes with the result)
+    r = await d.get(f"/artifacts/{image['artifact_id']}", token)
+    assert r.status_code == 200 and r.content.startswith(b"\x89PNG")
+    assert [(c["name"], c["ok"], c.get("error_code")) for c in body["structured_content"]["calls"]] == [
+        ("mcp__t__echo", True, None), ("mcp__t__add", True, None), ("mcp__t__image", True, None),
+        ("mcp__t__fail", False, "MCP_TOOL_ERROR"), ("mcp__t__rpc_error", False, "MCP_REQUEST_FAILED")]
+
+
+async def test_a_program_past_its_time_limit_cancels_its_mcp_call_and_lists_it_as_cut_off(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    log = tmp_path / "cancelled.log"
+    d = await daemon_factory(config={"localPtc": {}, "mcpServers": {"t": server("--cancel-log", str(log))}})
+    token = await d.pair("ptc-mcp", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": "print(mcp__t__echo(text='a'))\nmcp__t__slow()",
+                                                     "timeout_ms": 1000})
+    assert body["error_code"] == "PTC_TIMEOUT" and body["content"][0]["text"].startswith("echo: a\n")
+    root = body["call_id"]
+    # every call is listed with ok and error_code, also the one the time limit cut off
+    assert body["structured_content"]["calls"] == [
+        {"call_id": f"{root}.1", "name": "mcp__t__echo", "ok": True},
+        {"call_id": f"{root}.2", "name": "mcp__t__slow", "ok": False, "error_code": "PTC_TIMEOUT"}]
+
+    async def cancelled() -> bool:
+        return log.exists() and bool(log.read_text().strip())
+    await wait_until(cancelled, what="the server seeing notifications/cancelled")
+
+    # an abort mid-call cancels it at the server too, and the server serves the next program
+    await d.submit(token, sid, "r2", f"/tool {PTC} " + json.dumps({"code": "mcp__t__slow()"}))
+    await d.wait_running_call(token, sid)
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
+
+    async def both() -> bool:
+        return len(log.read_text().split()) == 2
+    await wait_until(both, what="the second cancel at the server")
+    finished = [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"]
+    assert finished[-1]["status"] == "interrupted" and finished[-1]["error_code"] == "ABORTED"
+    body = await run_tool(d, token, sid, "r3", PTC, {"code": "print(mcp__t__echo(text='after'))"})
+    assert body["content"][0]["text"] == "echo: after\n"
