@@ -87,7 +87,42 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser = subs[0].choices[name]
 
 
+def _on_ctrl_c(signum: int, frame: object) -> None:
+    """SIGINT's handler while the command starts (and SIGALRM's, its re-delivery): Python's own,
+    raising ``KeyboardInterrupt``, except inside importlib's module-lock callback (``cb``, which
+    the garbage collector runs in the middle of any import): Python drops what a callback raises
+    ("Exception ignored in …", a traceback on stderr) and the command would run on. There the
+    Ctrl-C is delivered again 10 ms later, out of it."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and code.co_name == "cb" and code.co_filename == "<frozen importlib._bootstrap>":
+        import _signal
+
+        _signal.setitimer(_signal.ITIMER_REAL, 0.01)
+        return
+    raise KeyboardInterrupt
+
+
+def _ctrl_c_as_python_does() -> None:
+    """Python's own SIGINT handler back (trio, which runs the daemon and the executor, guards
+    its own state against ``KeyboardInterrupt`` only under that handler); a Ctrl-C waiting for
+    its re-delivery is raised now."""
+    import _signal
+
+    if _signal.getsignal(_signal.SIGINT) is not _on_ctrl_c:
+        return
+    pending = _signal.setitimer(_signal.ITIMER_REAL, 0)[0] > 0
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
+    if pending:
+        raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import _signal  # (built in: no Python code runs to import it)
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # (not when ignored)
+        _signal.signal(_signal.SIGALRM, _on_ctrl_c)
+        _signal.signal(_signal.SIGINT, _on_ctrl_c)
     try:
         # First of all: msgspec's C module imports `datetime` when it loads and does not check
         # that import; a Ctrl-C landing inside it is swallowed and leaves msgspec with no datetime
@@ -141,6 +176,8 @@ def _main(argv: Sequence[str] | None) -> int:
     secrets, args.secrets_note = _secrets_for(getattr(args, "config", None)) if args.command != "executor" \
         else (Secrets(), None)
     args.secrets = secrets
+    if args.command != "log":  # (the daemon and the executor run under trio; pair is quick)
+        _ctrl_c_as_python_does()
     try:
         code = int(args.func(args))
         if sys.stdout is not None:

@@ -1675,6 +1675,38 @@ def test_ctrl_c_at_every_stage_of_a_command_exits_130(pristine: Path) -> None:
     assert reached >= len(points) - 2, (reached, len(points))  # (the last points may lie past a shorter run)
 
 
+# A command whose run sends Ctrl-C to its own process while importlib's module-lock callback runs
+# (a callback of that code's name and file, as the garbage collector runs it in any import):
+# Python drops what a callback raises, so Python's own handler lost this Ctrl-C ("Exception
+# ignored in …" on stderr, and the command ran on to its end).
+_CTRL_C_IN_A_CALLBACK = r"""
+import os, sys, time, weakref
+import runtime.logcli
+from runtime.cli import main
+ns = {"os": os}
+exec(compile("def cb(ref):\n    os.kill(os.getpid(), 2)\n    n = 0\n    while n < 200000:\n        n += 1\n",
+             "<frozen importlib._bootstrap>", "exec"), ns)
+class Held: pass
+def command(args):
+    held = Held()
+    ref = weakref.ref(held, ns["cb"])
+    del held  # (the callback runs here, and the Ctrl-C arrives inside it)
+    until = time.monotonic() + 5
+    while time.monotonic() < until:
+        time.sleep(0.001)
+    print("RAN ON", file=sys.stderr)
+    return 0
+runtime.logcli.cmd_stats = command
+sys.exit(main(["log", "stats", "--data", sys.argv[1]]))
+"""
+
+
+def test_ctrl_c_inside_importlibs_lock_callback_is_not_lost(pristine: Path) -> None:
+    res = subprocess.run([sys.executable, "-c", _CTRL_C_IN_A_CALLBACK, str(pristine)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (res.returncode, res.stderr) == (130, INTERRUPTED)
+
+
 # Runs `lens log COMMAND… --data DIR` (default: decode) in a child interpreter and raises
 # KeyboardInterrupt at the first Python call that WHERE (an expression of `code`, the called
 # function's code object) selects.
