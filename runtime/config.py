@@ -286,6 +286,20 @@ def _quoted_url(url: str) -> str:
     return shown_url(url)
 
 
+def check_base_url(url: str, what: str, instead: str, key_from: str) -> None:
+    """:class:`ConfigError` ``"<what> must …"`` for a provider's base URL that is no http(s) URL
+    with a host (quoted without credentials, ``instead`` says what to do) or that carries a user
+    name or password (never quoted; ``key_from`` says where the key comes from). A configured
+    ``baseUrl`` and the built-in providers' ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` alike."""
+    if not _valid_base_url(url):
+        raise ConfigError(f"{what} must be an http:// or https:// URL with a host, not {_quoted_url(url)} ({instead})")
+    if _has_credentials(url):
+        # (a secret in the config file, which the config-file API serves; and the SDKs' HTTP
+        # client sends it as Basic auth instead of the key: never quoted, see shown_url)
+        raise ConfigError(f"{what} must not carry a user name or password (user:pass@host): "
+                          f"a key comes only from {key_from}")
+
+
 def _has_credentials(url: str) -> bool:
     """Whether a URL :func:`_valid_base_url` takes carries a user name or password
     (``user:pass@host``, ``user@host``, ``:pass@host``): the SDKs' HTTP client would send them as
@@ -341,14 +355,9 @@ def check_config(cfg: Config, where: str) -> None:
         if p.api_key_env and not _is_env_name(p.api_key_env):
             raise ConfigError(f"{where}: provider {p.id!r}: apiKeyEnv must name an environment variable "
                               f"(or be null: no key needed)")
-        if p.base_url is not None and not _valid_base_url(p.base_url):
-            raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must be an http:// or https:// URL with a host, "
-                              f"not {_quoted_url(p.base_url)} (omit it for the vendor's public API)")
-        if p.base_url is not None and _has_credentials(p.base_url):
-            # (a secret in the config file, which the config-file API serves; and the SDKs' HTTP
-            # client sends it as Basic auth instead of the key: never quoted, see shown_url)
-            raise ConfigError(f"{where}: provider {p.id!r}: baseUrl must not carry a user name or password "
-                              f"(user:pass@host): a key comes only from the environment variable apiKeyEnv names")
+        if p.base_url is not None:
+            check_base_url(p.base_url, f"{where}: provider {p.id!r}: baseUrl", "omit it for the vendor's public API",
+                           "the environment variable apiKeyEnv names")
         model_ids = [m.id for m in p.models]
         if "" in model_ids or len(set(model_ids)) != len(model_ids):
             raise ConfigError(f"{where}: provider {p.id!r}: model ids must be non-empty and unique")

@@ -61,7 +61,7 @@ from . import server_answers
 from .head_limit import UNFINISHED_HEAD_BYTES
 from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
-from .providers.catalog import build_catalog
+from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .sse_socket import reset_connection
 from .supervisor import Supervisor
@@ -69,6 +69,12 @@ from .terminal import shown
 
 log = logging.getLogger("lens.daemon")
 KEEP_ALIVE_SECONDS = 5.0  # an idle kept-alive HTTP connection is closed after this long
+
+
+def _default_why(catalog: ProviderCatalog, config_path: Path) -> str:
+    """Where the effective default model comes from, for the start-up line (F-MOD-5's chain)."""
+    return {"cli": "from --model", "saved": "the saved default (PUT /api/v1/models/default)",
+            "config": f"defaultModel of {config_path}"}.get(catalog.default_source, catalog.builtin_reason)
 
 
 def new_id(prefix: str) -> str:
@@ -252,6 +258,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                     except ModelUnavailable as exc:
                         say(f"lens: note: the saved default model cannot serve ({exc.code}: {exc.message}); "
                             f"sessions need a model that can")
+                say(f"lens: default model {catalog.default_model} ({_default_why(catalog, opts.config_path)})")
                 await services.start(executors.run)
                 await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
                 await services.start(supervisor.run)

@@ -37,6 +37,19 @@ settings.register_profile("explore", deadline=None, database=None, max_examples=
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lens"))
 
 
+# The variables that give the built-in providers a key or a base URL (runtime/providers/builtin.py):
+# a daemon started on embedded defaults with the key of whoever runs the suite would take a real
+# provider as its default model and send it requests. Cleared for the whole run, so that every
+# daemon the suite starts (in process, or as a child inheriting this environment) has none unless
+# a test gives it one.
+BUILTIN_PROVIDER_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in BUILTIN_PROVIDER_ENV:
+        os.environ.pop(name, None)
+
+
 class SqliteStoreHarness:
     """The real store: ``events.db`` (apsw, WAL, synchronous=FULL) in a temporary directory."""
 

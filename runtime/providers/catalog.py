@@ -1,7 +1,8 @@
 """The provider catalog (F-MOD-5/6): which provider serves ``"<provider id>/<model id>"``.
 
 Providers are registered from config (``openai-responses``, ``openai-chat`` with any base URL,
-``anthropic``, ``faux``); the built-in ``faux`` is there unless config replaces it. Every
+``anthropic``, ``faux``); the built-in ``faux``, ``openai`` and ``anthropic`` (:mod:`.builtin`)
+are there unless config replaces them. Every
 configured provider is *listed*; only enabled ones with their key present are *selectable*.
 Resolving a model of a disabled provider fails with ``PROVIDER_DISABLED``, then (enabled but the
 environment variable named by ``apiKeyEnv`` unset or empty) ``PROVIDER_KEY_REQUIRED``. A default
@@ -11,7 +12,8 @@ Keys are read only from the environment variable a provider names, once, when th
 built; they are never read from config, printed, logged, stored or put in an error message.
 
 Default model chain (:func:`default_model`): session explicit > CLI ``--model`` > saved default >
-config ``defaultModel`` > built-in ``faux/faux-1``. A saved default whose provider was disabled
+config ``defaultModel`` > built-in (:func:`.builtin.builtin_default`: ``anthropic`` or ``openai``
+when its key is in the environment, else ``faux/faux-1``). A saved default whose provider was disabled
 later is not skipped: sessions take it and fail with ``PROVIDER_DISABLED`` when they submit.
 """
 
@@ -26,22 +28,24 @@ from runtime.errors import ModelUnavailable
 
 from . import caching
 from .base import Provider, ProviderError
+from .builtin import FAUX_DEFAULT_MODEL, builtin_default, builtin_providers
 from .faux import FauxProvider
 
 if TYPE_CHECKING:
     from runtime.config import Config, ProviderConfig
 
-BUILTIN_DEFAULT_MODEL = "faux/faux-1"
+BUILTIN_DEFAULT_MODEL = FAUX_DEFAULT_MODEL  # (without a built-in real provider's key)
 DEFAULT_SOURCES = ("session", "cli", "saved", "config", "default")
 
 
 def default_model(*, session: str | None = None, cli: str | None = None, saved: str | None = None,
-                  config: str | None = None) -> tuple[str, str]:
-    """(model reference, where it came from: session | cli | saved | config | default)."""
+                  config: str | None = None, builtin: str = BUILTIN_DEFAULT_MODEL) -> tuple[str, str]:
+    """(model reference, where it came from: session | cli | saved | config | default);
+    ``builtin`` is the last link (see :func:`.builtin.builtin_default`)."""
     for source, ref in (("session", session), ("cli", cli), ("saved", saved), ("config", config)):
         if ref:
             return ref, source
-    return BUILTIN_DEFAULT_MODEL, "default"
+    return builtin, "default"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class ProviderCatalog:
         protocols: Mapping[str, str] | None = None,
         default_source: str = "default",
         saved_default: str | None = None,
+        builtin_reason: str = "built in",
     ) -> None:
         self.providers: dict[str, Provider] = dict(providers or {"faux": FauxProvider()})
         # The chain without its saved step (session aside): --model, defaultModel or built-in.
@@ -87,6 +92,7 @@ class ProviderCatalog:
         self.saved_seq = 0  # the seq of the default_model.set that set saved_default (0: none read)
         self.default_model = default_model
         self.default_source = default_source
+        self.builtin_reason = builtin_reason  # why the built-in default is what it is (variables named, no value)
         self.set_saved_default(saved_default)
         # provider id -> (error code, message) for configured providers that cannot serve now
         self.unavailable = dict(unavailable or {})
@@ -253,7 +259,8 @@ def build_catalog(
     unavailable: dict[str, tuple[str, str]] = {}
     configs: dict[str, list[ModelConfig]] = {}
     protocols: dict[str, str] = {}
-    for p in cfg.providers:
+    builtin = builtin_providers({p.id for p in cfg.providers}, env)
+    for p in [*cfg.providers, *builtin]:
         providers.pop(p.id, None)
         configs[p.id] = list(p.models)
         protocols[p.id] = p.protocol
@@ -284,6 +291,8 @@ def build_catalog(
                                             max_retries=p.max_retries if max_retries is None else max_retries,
                                             timeout=p.timeout_seconds if timeout is None else timeout,
                                             max_answer_bytes=cfg.log.max_event_bytes)
-    ref, source = default_model(cli=cli_model, config=cfg.default_model)  # (the saved step: the catalog's)
+    fallback, reason = builtin_default(builtin, {p.id for p in builtin if p.id not in unavailable})
+    # (the saved step: the catalog's)
+    ref, source = default_model(cli=cli_model, config=cfg.default_model, builtin=fallback)
     return ProviderCatalog(providers, ref, unavailable=unavailable, model_configs=configs, protocols=protocols,
-                           default_source=source, saved_default=saved_default)
+                           default_source=source, saved_default=saved_default, builtin_reason=reason)

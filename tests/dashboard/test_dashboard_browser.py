@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from runtime.providers.builtin import BUILTINS
+
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -1151,6 +1153,9 @@ def test_dashboard_marks_a_result_whose_call_was_snipped_as_out_and_includes_it(
 
 
 MODEL_KEY_ENV = "LENS_TEST_DASHBOARD_MODEL_UNSET_KEY"
+# The built-in real providers' models, listed after the config's and without their keys (the
+# suite clears OPENAI_API_KEY and ANTHROPIC_API_KEY): choosable, marked "no key".
+BUILTIN_REFS = [f"{b.id}/{m}" for b in BUILTINS for m, _ in b.models]
 
 
 def model_config(other_enabled: bool = True) -> dict[str, Any]:
@@ -1212,12 +1217,13 @@ def test_dashboard_model_panel_shows_sets_and_clears_the_default_and_shows_a_ref
         ["other/x1", "other/x1", False],
         ["off/c2", "off/c2 — provider disabled", True],
         ["keyed/k1", "keyed/k1 — no key", False],
+        *[[ref, f"{ref} — no key", False] for ref in BUILTIN_REFS],
     ]
     assert one(driver, "#model-choice").get_attribute("value") == "faux/faux-1"
     # The new-session Model field suggests the models that can be chosen (not a disabled provider's).
     assert driver.execute_script(
         "return Array.from(document.querySelectorAll('#session-models option'), o => o.value)") == [
-        "faux/faux-1", "other/x1", "keyed/k1"]
+        "faux/faux-1", "other/x1", "keyed/k1", *BUILTIN_REFS]
     assert one(driver, "#session-model").get_attribute("list") == "session-models"
     assert one(driver, "#model-set").is_enabled()
     assert not one(driver, "#model-clear").is_enabled()  # nothing is saved while the config's is in effect
@@ -1278,7 +1284,7 @@ def test_dashboard_model_panel_is_read_only_without_strong_trust(
     connect(driver, readonly)
     wait_for(lambda: body_data(driver, "trust") == "read", "read-only trust")
     wait_for(lambda: shown_default(driver) == ["faux/faux-1", "config", "config (defaultModel)"], "the effective default")
-    assert [o[0] for o in model_options(driver)] == ["faux/faux-1", "other/x1", "off/c2", "keyed/k1"]
+    assert [o[0] for o in model_options(driver)] == ["faux/faux-1", "other/x1", "off/c2", "keyed/k1", *BUILTIN_REFS]
     choice = one(driver, "#model-choice")
     assert choice.is_displayed() and not choice.is_enabled()
     for sel in ("#model-set", "#model-clear"):

@@ -11,6 +11,7 @@ import pytest
 from runtime.config import ConfigError, parse_config
 from runtime.errors import ModelUnavailable
 from runtime.providers.anthropic_messages import AnthropicProvider
+from runtime.providers.builtin import BUILTINS
 from runtime.providers.catalog import BUILTIN_DEFAULT_MODEL, build_catalog, default_model
 from runtime.providers.faux import FauxProvider
 from runtime.providers.openai_chat import OpenAIChatProvider
@@ -78,7 +79,10 @@ def test_keys_come_from_the_process_environment(monkeypatch):
 def test_models_listing_for_clients():
     cat = build_catalog(parse_config(config(defaultModel="local/qwen3")), environ={"LENS_TEST_OA_KEY": SECRET})
     listing = {m.ref: m for m in cat.models()}
-    assert set(listing) == {"oa/m1", "local/qwen3", "claude/c1", "off/c2", "script/f", "faux/faux-1"}
+    # (and the built-in real providers' models, listed without their keys: not selectable)
+    builtin = {f"{b.id}/{m}" for b in BUILTINS for m, _ in b.models}
+    assert set(listing) == {"oa/m1", "local/qwen3", "claude/c1", "off/c2", "script/f", "faux/faux-1", *builtin}
+    assert all(listing[ref].reason == "PROVIDER_KEY_REQUIRED" for ref in builtin)
     oa = listing["oa/m1"].to_json()
     assert oa == {"id": "oa/m1", "provider": "oa", "model": "m1", "protocol": "openai-responses", "contextWindow": 200000,
                   "images": True, "explicitCache": True, "enabled": True, "available": True, "reason": None, "default": False}
