@@ -585,12 +585,21 @@ def usable_dictionaries(stored: Mapping[int, Any]) -> tuple[dict[int, bytes], di
     return good, damaged
 
 
+# fastCover with fixed parameters instead of zstd's search over them: a quarter of the CPU (about
+# 0.06 s instead of 0.24 s for 5,000 events of ~1 KB, on a core the writer and the event loop
+# share while the automatic dictionary trains), and on held-out events (the benchmark's, and
+# source code) frames as small or a little smaller than the searched dictionary gave.
+_TRAIN_SEGMENT = 256
+_TRAIN_DMER = 8
+
+
 def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, bytes]:
     """Train a zstd dictionary from raw (uncompressed) event bodies; returns (dict_id, bytes)."""
     if len(samples) < 8:
         raise ValueError(f"need at least 8 events to train a dictionary, have {len(samples)}")
-    d = zstandard.train_dictionary(size, samples)
+    d = zstandard.train_dictionary(size, samples, k=_TRAIN_SEGMENT, d=_TRAIN_DMER)
     return d.dict_id(), d.as_bytes()
+
 
 
 # Dictionary ids zstd leaves to trained dictionaries (RFC 8878: below 32768 and from 2**31 on are reserved).
