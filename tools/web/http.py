@@ -76,7 +76,8 @@ class _Decoder:
                                                             f"only one of gzip or deflate is supported")
         self.encoding = codings[0] if codings else ""
         self.z: zlib._Decompress | None = None
-        self.pending = b""  # deflate: the first bytes, until they tell zlib-wrapped from raw
+        self.pending = b""  # deflate: the first bytes, until they tell zlib-wrapped from raw; gzip: a next member's
+        self.trailing_ignored = False  # bytes after the last gzip member that start none
         self.fed = False
 
     def feed(self, data: bytes) -> None:
@@ -96,12 +97,34 @@ class _Decoder:
                 zlib_wrapped = (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
                 self.z = zlib.decompressobj(zlib.MAX_WBITS if zlib_wrapped else -zlib.MAX_WBITS)
         try:
-            while data and not self.z.eof:
+            while data:
+                if self.z.eof:
+                    data = self._after_end(data)
+                    if not data:
+                        return
                 # At most one byte past the limit is asked for: enough to know the limit is passed.
                 self._add(self.z.decompress(data, self.limit - len(self.out) + 1))
-                data = self.z.unconsumed_tail
+                data = self.z.unused_data if self.z.eof else self.z.unconsumed_tail
         except zlib.error as exc:
             raise ToolError("HTTP_PROTOCOL_ERROR", f"the {self.encoding} body cannot be decoded ({exc})") from None
+
+    def _after_end(self, data: bytes) -> bytes:
+        """What to decode of ``data``, which follows the end of the stream: a gzip body may be
+        several members (RFC 1952; what ``cat a.gz b.gz`` makes), each decoded in turn into the
+        same output (a fresh decoder is started, and ``data`` returned); bytes that start no
+        member (padding) are ignored to the end of the body, as ``gzip -d`` ignores them, and so
+        is anything after a deflate stream (``b""`` returned)."""
+        data, self.pending = self.pending + data, b""
+        if self.encoding == "deflate" or self.trailing_ignored:
+            return b""
+        if len(data) < 2:  # (a member's magic number may come split over two reads)
+            self.pending = data
+            return b""
+        if not data.startswith(b"\x1f\x8b"):
+            self.trailing_ignored = True
+            return b""
+        self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return data
 
     def finish(self) -> bytes:
         if self.encoding and self.fed:  # (an empty body is empty, whatever its declared encoding)
