@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,8 +22,17 @@ def every_tool(path: str) -> list[tuple[str, Callable[[Workspace], Any]]]:
         ("patch", lambda ws: ws.patch_file(path, "@@\n-top secret\n+x\n")),
         ("restore", lambda ws: ws.restore(path, b"x", None)),
         ("read_bytes", lambda ws: ws.read_bytes(path)),
-        ("directory", lambda ws: ws.directory(path)),
+        ("open_directory", lambda ws: os.close(ws.open_directory(path))),
     ]
+
+
+def held(ws: Workspace, path: str) -> Path:
+    """The directory ``open_directory`` holds open for ``path`` (a command's cwd)."""
+    fd = ws.open_directory(path)
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def assert_refused(ws: Workspace, path: str, tmp_path: Path, code: str = "PATH_OUTSIDE_WORKSPACE") -> None:
@@ -74,7 +84,7 @@ def test_root_given_through_a_symlink(root: Path, tmp_path: Path) -> None:
     ws = Workspace(link)
     assert ws.read_file(str(link / "f"))["content"] == "via link"
     assert ws.read_file(str(root / "f"))["content"] == "via link"
-    assert ws.directory(".") == root.resolve()
+    assert held(ws, ".") == root.resolve()
 
 
 @pytest.mark.parametrize("relative", [True, False])
@@ -251,11 +261,11 @@ def test_messages_use_the_callers_path(ws: Workspace, root: Path, tmp_path: Path
 def test_directory_helper(ws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "d").mkdir()
     (root / "f").write_text("x")
-    assert ws.directory("d") == root.resolve() / "d"
-    assert ws.directory(".") == root.resolve()
-    fails("NOT_A_DIRECTORY", ws.directory, "f")
-    fails("NOT_FOUND", ws.directory, "nope")
-    fails("PATH_OUTSIDE_WORKSPACE", ws.directory, "..")
+    assert held(ws, "d") == root.resolve() / "d"
+    assert held(ws, ".") == root.resolve()
+    fails("NOT_A_DIRECTORY", ws.open_directory, "f")
+    fails("NOT_FOUND", ws.open_directory, "nope")
+    fails("PATH_OUTSIDE_WORKSPACE", ws.open_directory, "..")
     assert ws.read_bytes("f")[0] == b"x"
 
 
