@@ -72,6 +72,17 @@ async def test_a_charset_that_is_no_character_set_is_read_as_utf8(full: ToolRegi
     assert text_of(await call(full, "web_fetch", {"url": meta})) == "caf\xe9 \\u0041"
 
 
+async def test_a_meta_charset_of_utf16_or_utf32_is_ignored(full: ToolRegistry, web_server: WebServer) -> None:
+    # A <meta> found by reading the bytes as ASCII shows they are not UTF-16/32; decoding the
+    # page as the tag says gave the model a line of CJK noise (browsers read it as UTF-8).
+    for charset in ("utf-16", "UTF-16LE", "utf-32", "ucs-2"):
+        url = web_server.reply(f"/wide-{charset}", f"<meta charset='{charset}'><p>caf\xe9</p>".encode(), "text/html")
+        assert text_of(await call(full, "web_fetch", {"url": url})) == "caf\xe9", charset
+    # the header's charset still wins, as in browsers (a real UTF-16 page)
+    wide = web_server.reply("/wide-header", "<p>caf\xe9</p>".encode("utf-16-le"), "text/html; charset=utf-16le")
+    assert text_of(await call(full, "web_fetch", {"url": wide})) == "caf\xe9"
+
+
 async def test_every_member_of_a_gzip_body_is_decoded(full: ToolRegistry, web_server: WebServer) -> None:
     # RFC 1952: a gzip file is a series of members (what `cat a.gz b.gz` makes); the first
     # alone is a page cut short with nothing to say so.

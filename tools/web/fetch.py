@@ -249,7 +249,9 @@ def decode(body: bytes, content_type: str | None, is_html: bool) -> str:
         candidates.append(m.group(1))
     if is_html:
         m2 = _META_CHARSET.search(body[:4096])
-        if m2:
+        if m2 and not _WIDE_CHARSET.search("charset=" + m2.group(1).decode("ascii")):
+            # (a <meta> read as ASCII proves the bytes are no UTF-16/32: such a one is ignored, as
+            # browsers ignore it — WHATWG's prescan takes UTF-8 then)
             candidates.append(m2.group(1).decode("ascii"))
     for encoding in candidates:
         try:
