@@ -351,3 +351,25 @@ def test_a_path_ending_with_slash_dot_names_a_directory(ws: Workspace, root: Pat
     fails("ALREADY_EXISTS", ws.edit_file, "d/.", "create", content="y")
     assert ws.read_file("d/.")["kind"] == "directory" and ws.read_file(".")["kind"] == "directory"
     assert (root / "f").read_text() == "x" and sorted(p.name for p in root.iterdir()) == ["d", "f"]
+
+
+def test_paths_through_proc_magic_links_are_refused(ws: Workspace, root: Path, outside: Path, tmp_path: Path) -> None:
+    # /proc/self/root, /proc/self/cwd and /proc/self/fd/N are links the kernel resolves by itself;
+    # the walk never goes through them: absolute ones are judged by their text, and a link in
+    # the workspace to one leads outside (even one that ends inside the workspace again).
+    real = os.path.realpath(root)
+    (root / "f").write_text("top secret")
+    for path in (f"/proc/self/root{real}/f", f"/proc/self/root{outside}/secret.txt", "/proc/self/cwd/f",
+                 "/proc/thread-self/root/etc/hostname"):
+        assert_refused(ws, path, tmp_path)
+    fd = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        (root / "l_fd").symlink_to(f"/proc/self/fd/{fd}")
+        (root / "l_root").symlink_to(f"/proc/self/root{outside}")
+        (root / "l_back").symlink_to(f"/proc/self/root{real}")
+        (root / "l_rel").symlink_to(os.path.relpath("/proc/self/root", root) + str(outside))
+        for link in ("l_fd", "l_root", "l_back", "l_rel"):
+            assert_refused(ws, f"{link}/secret.txt", tmp_path)
+            assert_refused(ws, f"{link}/f", tmp_path)
+    finally:
+        os.close(fd)
