@@ -10,6 +10,7 @@ fetches the same page again).
 from __future__ import annotations
 
 import gzip
+import os
 import time
 
 import trio
@@ -17,6 +18,8 @@ import trio
 from tools.artifacts import ArtifactStore
 from tools.base import ToolRegistry
 from tools.web import web_fetch_tool
+from tools.web.fetch import MAX_BODY_BYTES
+from tools.web.http import WIRE_SLACK
 
 from .conftest import call, text_of
 from .server import WebServer
@@ -91,3 +94,24 @@ async def test_every_member_of_a_gzip_body_is_decoded(full: ToolRegistry, web_se
                                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
     r = await call(full, "web_fetch", {"url": url})
     assert not r.is_error and text_of(r) == "first half, second half"
+
+
+async def test_an_encoded_body_is_held_to_the_cap_and_a_slack_as_sent(full: ToolRegistry, web_server: WebServer) -> None:
+    # Padding after the last gzip member decodes to nothing; without a bound on the bytes as
+    # sent it was read until the server stopped or the call's time ran out.
+    member = gzip.compress(b"ok")
+    room = MAX_BODY_BYTES + WIRE_SLACK - len(member)
+    for name, padding, ok in (("at", room, True), ("past", room + 1, False)):
+        body = member + b"\0" * padding
+        url = web_server.raw(f"/pad-{name}", b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip\r\n"
+                                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        r = await call(full, "web_fetch", {"url": url})
+        if ok:
+            assert not r.is_error and text_of(r) == "ok", text_of(r)
+        else:
+            assert r.error_code == "RESPONSE_TOO_LARGE" and "as sent" in text_of(r), text_of(r)
+    # a real body at the cap that does not compress stays within the slack
+    data = os.urandom(MAX_BODY_BYTES)
+    url = web_server.gzip("/random", data, "application/octet-stream")
+    r = await call(full, "web_fetch", {"url": url})
+    assert not r.is_error and r.structured_content["size"] == MAX_BODY_BYTES

@@ -12,7 +12,8 @@ own clock. Errors are :class:`~tools.base.ToolError` with stable codes:
     CONNECTION_FAILED  no address accepted the connection
     TLS_FAILED         the TLS handshake failed (certificate, protocol)
     HTTP_PROTOCOL_ERROR  the server's bytes are not HTTP/1.x (or it closed mid-message)
-    RESPONSE_TOO_LARGE   the decoded body passed ``max_body`` bytes
+    RESPONSE_TOO_LARGE   the decoded body passed ``max_body`` bytes (an encoded one: or its
+                         encoded bytes passed ``max_body`` + :data:`WIRE_SLACK`)
     CONTENT_ENCODING_UNSUPPORTED  a Content-Encoding other than gzip, deflate or identity
 """
 
@@ -33,6 +34,11 @@ USER_AGENT = "lens-web/0.1"
 READ_CHUNK = 65536
 ATTEMPT_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
 MAX_HEADER_BYTES = 64 * 1024  # a response head larger than this is HTTP_PROTOCOL_ERROR
+# How many more bytes an encoded (gzip/deflate) body may have on the wire than ``max_body``.
+# Compression adds a few bytes per block to data it cannot shrink (5 MiB of random bytes: about
+# 2 KiB); more is padding after the last member or a stream of empty members, which would
+# otherwise be read (and thrown away) until the call's time ran out.
+WIRE_SLACK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,12 +85,18 @@ class _Decoder:
         self.pending = b""  # deflate: the first bytes, until they tell zlib-wrapped from raw; gzip: a next member's
         self.trailing_ignored = False  # bytes after the last gzip member that start none
         self.fed = False
+        self.wire = 0  # encoded bytes fed
 
     def feed(self, data: bytes) -> None:
         if not self.encoding:
             self._add(data)
             return
         self.fed = self.fed or bool(data)
+        self.wire += len(data)
+        if self.wire > self.limit + WIRE_SLACK:
+            raise ToolError("RESPONSE_TOO_LARGE", f"the {self.encoding} response body is larger than "
+                                                  f"{self.limit + WIRE_SLACK} bytes as sent ({len(self.out)} "
+                                                  f"decoded so far)")
         if self.z is None:
             if self.encoding != "deflate":
                 self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
