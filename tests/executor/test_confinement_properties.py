@@ -503,3 +503,33 @@ async def test_a_commands_cwd_swapped_for_a_link_out_is_never_entered(confined: 
     # every command that started, started in the workspace's directory (wherever it stood then)
     assert set(seen) <= {"refused", inside, moved}, seen
     assert seen.get(inside, 0) + seen.get(moved, 0) > 0, seen
+
+
+async def test_a_workspace_given_as_a_symlink_stays_the_directory_it_named_at_start(tmp_path: Path) -> None:
+    # `--workspace` names a link; the executor serves the directory it led to when it started,
+    # through the link's path and the real one, and keeps serving it when the link is turned
+    # to another tree (the canary) meanwhile.
+    real, canary = tmp_path / "real", tmp_path / "canary"
+    real.mkdir()
+    (real / "f.txt").write_text("inside\n")
+    canary_tree(canary)
+    (tmp_path / "workspace").symlink_to(real)
+    ex = start_executor(tmp_path)
+    client = ExecutorClient(ex.address, ex.token)
+    try:
+        await client.hello()
+        for path in ("f.txt", str(tmp_path / "workspace" / "f.txt"), str(real / "f.txt")):
+            assert (await client.call("read_file", {"path": path})).result["content"] == "inside\n", path
+        os.replace(tmp_path / "workspace", tmp_path / "old-link")
+        (tmp_path / "workspace").symlink_to(canary)
+        for path in ("f.txt", str(tmp_path / "workspace" / "f.txt")):
+            assert (await client.call("read_file", {"path": path})).result["content"] == "inside\n", path
+        with pytest.raises(ExecutorToolError) as info:
+            await client.call("read_file", {"path": "c.txt"})
+        assert info.value.code == "NOT_FOUND" and CANARY not in str(info.value)
+        assert (await run_pwd(client, ".")).result["pwd"].strip() == os.path.realpath(real)
+        await client.call("edit_file", {"path": "new.txt", "mode": "create", "content": "n\n"})
+        assert (real / "new.txt").read_text() == "n\n" and not (canary / "new.txt").exists()
+    finally:
+        client.close()
+        stop_process(ex.proc)
