@@ -31,7 +31,9 @@ through it replaces the link and leaves the outside file as it was.
 
 Then a bounded race: a thread swaps a workspace directory for a symlink to the canary tree (and
 a workspace file for a symlink to a canary file) and back while the executor serves reads and
-writes under them; the same oracle holds.
+writes under them; the same oracle holds. A second race swaps a command's ``cwd`` the same way
+while commands run ``pwd -P`` in it: each starts in the directory the walk reached, never in the
+canary tree.
 """
 
 from __future__ import annotations
@@ -447,3 +449,87 @@ async def test_a_directory_swapped_for_a_link_out_during_calls(confined: tuple[E
     if (ws / "swf.txt").is_symlink():
         exchange(ws / "swf.txt", ws / "swf.link")
     assert outside_state(ws, canary) == before
+
+
+CWD_RUNS = 120
+
+
+async def test_a_commands_cwd_swapped_for_a_link_out_is_never_entered(confined: tuple[ExecutorProcess, Path]) -> None:
+    # The cwd passes the confined walk; the command must start in the directory the walk
+    # reached, not in whatever its host path names when the shell is spawned a moment later.
+    ex, canary = confined
+    ws = ex.workspace
+    build(ws, canary, [], False)
+    (ws / "cw").mkdir()
+    os.symlink(canary, ws / "cw.link")
+    inside = os.path.join(os.path.realpath(ws), "cw")
+    moved = os.path.join(os.path.realpath(ws), "cw.link")  # (the same directory, exchanged with the link)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def swapper() -> None:
+        try:
+            for _ in range(CWD_RUNS * 1_000_000):  # (until the commands are done; bounded all the same)
+                if stop.is_set():
+                    return
+                exchange(ws / "cw", ws / "cw.link")
+        except BaseException as exc:
+            failures.append(exc)
+
+    client = ExecutorClient(ex.address, ex.token)
+    seen: dict[str, int] = {}
+    try:
+        await client.hello()
+        thread = threading.Thread(target=swapper)
+        thread.start()
+        try:
+            for _ in range(CWD_RUNS):
+                try:
+                    out = await run_pwd(client, "cw")
+                except ExecutorToolError as exc:  # (the walk met the link: refused)
+                    assert exc.code == "PATH_OUTSIDE_WORKSPACE" and CANARY not in str(exc), (exc.code, str(exc))
+                    seen["refused"] = seen.get("refused", 0) + 1
+                    continue
+                pwd = out.result["pwd"].strip()
+                seen[pwd] = seen.get(pwd, 0) + 1
+        finally:
+            stop.set()
+            await trio.to_thread.run_sync(thread.join)
+    finally:
+        client.close()
+    assert not failures, failures
+    if (ws / "cw").is_symlink():
+        exchange(ws / "cw", ws / "cw.link")
+    # every command that started, started in the workspace's directory (wherever it stood then)
+    assert set(seen) <= {"refused", inside, moved}, seen
+    assert seen.get(inside, 0) + seen.get(moved, 0) > 0, seen
+
+
+async def test_a_workspace_given_as_a_symlink_stays_the_directory_it_named_at_start(tmp_path: Path) -> None:
+    # `--workspace` names a link; the executor serves the directory it led to when it started,
+    # through the link's path and the real one, and keeps serving it when the link is turned
+    # to another tree (the canary) meanwhile.
+    real, canary = tmp_path / "real", tmp_path / "canary"
+    real.mkdir()
+    (real / "f.txt").write_text("inside\n")
+    canary_tree(canary)
+    (tmp_path / "workspace").symlink_to(real)
+    ex = start_executor(tmp_path)
+    client = ExecutorClient(ex.address, ex.token)
+    try:
+        await client.hello()
+        for path in ("f.txt", str(tmp_path / "workspace" / "f.txt"), str(real / "f.txt")):
+            assert (await client.call("read_file", {"path": path})).result["content"] == "inside\n", path
+        os.replace(tmp_path / "workspace", tmp_path / "old-link")
+        (tmp_path / "workspace").symlink_to(canary)
+        for path in ("f.txt", str(tmp_path / "workspace" / "f.txt")):
+            assert (await client.call("read_file", {"path": path})).result["content"] == "inside\n", path
+        with pytest.raises(ExecutorToolError) as info:
+            await client.call("read_file", {"path": "c.txt"})
+        assert info.value.code == "NOT_FOUND" and CANARY not in str(info.value)
+        assert (await run_pwd(client, ".")).result["pwd"].strip() == os.path.realpath(real)
+        await client.call("edit_file", {"path": "new.txt", "mode": "create", "content": "n\n"})
+        assert (real / "new.txt").read_text() == "n\n" and not (canary / "new.txt").exists()
+    finally:
+        client.close()
+        stop_process(ex.proc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,8 +22,17 @@ def every_tool(path: str) -> list[tuple[str, Callable[[Workspace], Any]]]:
         ("patch", lambda ws: ws.patch_file(path, "@@\n-top secret\n+x\n")),
         ("restore", lambda ws: ws.restore(path, b"x", None)),
         ("read_bytes", lambda ws: ws.read_bytes(path)),
-        ("directory", lambda ws: ws.directory(path)),
+        ("open_directory", lambda ws: os.close(ws.open_directory(path))),
     ]
+
+
+def held(ws: Workspace, path: str) -> Path:
+    """The directory ``open_directory`` holds open for ``path`` (a command's cwd)."""
+    fd = ws.open_directory(path)
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def assert_refused(ws: Workspace, path: str, tmp_path: Path, code: str = "PATH_OUTSIDE_WORKSPACE") -> None:
@@ -74,7 +84,7 @@ def test_root_given_through_a_symlink(root: Path, tmp_path: Path) -> None:
     ws = Workspace(link)
     assert ws.read_file(str(link / "f"))["content"] == "via link"
     assert ws.read_file(str(root / "f"))["content"] == "via link"
-    assert ws.directory(".") == root.resolve()
+    assert held(ws, ".") == root.resolve()
 
 
 @pytest.mark.parametrize("relative", [True, False])
@@ -251,11 +261,11 @@ def test_messages_use_the_callers_path(ws: Workspace, root: Path, tmp_path: Path
 def test_directory_helper(ws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "d").mkdir()
     (root / "f").write_text("x")
-    assert ws.directory("d") == root.resolve() / "d"
-    assert ws.directory(".") == root.resolve()
-    fails("NOT_A_DIRECTORY", ws.directory, "f")
-    fails("NOT_FOUND", ws.directory, "nope")
-    fails("PATH_OUTSIDE_WORKSPACE", ws.directory, "..")
+    assert held(ws, "d") == root.resolve() / "d"
+    assert held(ws, ".") == root.resolve()
+    fails("NOT_A_DIRECTORY", ws.open_directory, "f")
+    fails("NOT_FOUND", ws.open_directory, "nope")
+    fails("PATH_OUTSIDE_WORKSPACE", ws.open_directory, "..")
     assert ws.read_bytes("f")[0] == b"x"
 
 
@@ -341,3 +351,25 @@ def test_a_path_ending_with_slash_dot_names_a_directory(ws: Workspace, root: Pat
     fails("ALREADY_EXISTS", ws.edit_file, "d/.", "create", content="y")
     assert ws.read_file("d/.")["kind"] == "directory" and ws.read_file(".")["kind"] == "directory"
     assert (root / "f").read_text() == "x" and sorted(p.name for p in root.iterdir()) == ["d", "f"]
+
+
+def test_paths_through_proc_magic_links_are_refused(ws: Workspace, root: Path, outside: Path, tmp_path: Path) -> None:
+    # /proc/self/root, /proc/self/cwd and /proc/self/fd/N are links the kernel resolves by itself;
+    # the walk never goes through them: absolute ones are judged by their text, and a link in
+    # the workspace to one leads outside (even one that ends inside the workspace again).
+    real = os.path.realpath(root)
+    (root / "f").write_text("top secret")
+    for path in (f"/proc/self/root{real}/f", f"/proc/self/root{outside}/secret.txt", "/proc/self/cwd/f",
+                 "/proc/thread-self/root/etc/hostname"):
+        assert_refused(ws, path, tmp_path)
+    fd = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        (root / "l_fd").symlink_to(f"/proc/self/fd/{fd}")
+        (root / "l_root").symlink_to(f"/proc/self/root{outside}")
+        (root / "l_back").symlink_to(f"/proc/self/root{real}")
+        (root / "l_rel").symlink_to(os.path.relpath("/proc/self/root", root) + str(outside))
+        for link in ("l_fd", "l_root", "l_back", "l_rel"):
+            assert_refused(ws, f"{link}/secret.txt", tmp_path)
+            assert_refused(ws, f"{link}/f", tmp_path)
+    finally:
+        os.close(fd)

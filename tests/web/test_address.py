@@ -21,9 +21,12 @@ NOT_PUBLIC = [
     "2002:7f00:1::1", "2002:a00:1::1",  # 6to4 of 127.0.0.1 and 10.0.0.1
     "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::1",  # NAT64 of private addresses; local-use NAT64
     "::7f00:1",  # IPv4-compatible (deprecated)
+    "3fff::1", "3fff:fff:ffff::1",  # IPv6 documentation (RFC 9637, 3fff::/20)
+    "2001::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo (2001::/32)
 ]
 PUBLIC = ["1.1.1.1", "8.8.8.8", "93.184.215.14", "100.63.255.255", "100.128.0.0", "172.32.0.1", "2606:4700::1111",
-          "::ffff:8.8.8.8", "2002:808:808::1", "64:ff9b::808:808"]
+          "::ffff:8.8.8.8", "2002:808:808::1", "64:ff9b::808:808",
+          "3fff:1000::1"]  # (just past the documentation prefix 3fff::/20)
 
 
 @pytest.mark.parametrize("address", NOT_PUBLIC)

@@ -343,7 +343,9 @@ async def test_loopback_and_names_of_it_are_refused_without_full_access(public_o
 LOOPBACK_SPELLINGS = ["2130706433", "0177.0.0.1", "0x7f.1", "0x7f000001", "127.1", "[::ffff:127.0.0.1]",
                       "[::ffff:7f00:1]"]
 NOT_PUBLIC_SPELLINGS = ["[64:ff9b::7f00:1]", "[2002:7f00:1::]", "0.0.0.0", "0", "[::]", "[::1]", "[fe80::1%25eth0]",
-                        "[fe80::1%25lo]", "[fe80::a9fe:a9fe%251]"]
+                        "[fe80::1%25lo]", "[fe80::a9fe:a9fe%251]", "[::127.0.0.1]", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]",
+                        "[fd00::1]", "[fec0::1]", "100.64.0.1", "0x64.0x40.0.1", "1681915905", "[::ffff:100.64.0.1]",
+                        "[64:ff9b::a9fe:a9fe]", "[2002:a9fe:a9fe::1]", "[3fff::1]", "169.254.169.254", "0251.0376.0251.0376"]
 
 
 @pytest.mark.parametrize("host", LOOPBACK_SPELLINGS + NOT_PUBLIC_SPELLINGS)
@@ -383,6 +385,18 @@ async def test_a_redirect_from_an_allowed_server_to_loopback_is_refused(artifact
         r = await call(tool, "web_fetch", {"url": hop})
         assert r.error_code == "ADDRESS_NOT_PUBLIC", text_of(r)
     assert web_server.requests == []  # the redirect target was never connected to
+
+
+@pytest.mark.parametrize("host", LOOPBACK_SPELLINGS + NOT_PUBLIC_SPELLINGS)
+async def test_a_redirect_to_any_spelling_of_a_non_public_address_is_refused(artifacts: ArtifactStore,
+                                                                            web_server: WebServer,
+                                                                            other_server: WebServer, host: str) -> None:
+    tool = ToolRegistry([web_fetch_tool(artifacts, networks=[ipaddress.ip_network("127.0.0.2/32")])])
+    web_server.reply("/secret", "internal", "text/plain")
+    hop = other_server.redirect("/hop", f"http://{host}:{web_server.port}/secret")
+    r = await call(tool, "web_fetch", {"url": hop})
+    assert r.error_code == "ADDRESS_NOT_PUBLIC", text_of(r)
+    assert web_server.requests == [] and len(other_server.requests) == 1
 
 
 async def test_the_connection_goes_to_the_checked_address_with_the_name_as_host(full: ToolRegistry,

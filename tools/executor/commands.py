@@ -121,11 +121,19 @@ def _shell_group(proc: subprocess.Popen[bytes], status_read: int) -> int:
     raise CommandNotStarted(OSError(code, os.strerror(code) if code else f"the shell's parent exited ({proc.returncode})"))
 
 
-def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
+def _where(cwd: Path | int) -> Path | str:
+    """The path the child changes into: an fd as ``/proc/self/fd/<fd>``, which the kernel
+    resolves to the directory the fd holds. (The child changes directory before it closes the
+    fds it does not keep, so the fd need not be passed on: the command never sees it.)"""
+    return f"/proc/self/fd/{cwd}" if isinstance(cwd, int) else cwd
+
+
+def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: int,
                 cancelled: Callable[[], bool], groups: GroupRegistry | None = None) -> Iterator[Chunk | Exit]:
     """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`.
 
-    ``groups`` records the command's process group while it runs (see :mod:`.groups`). Raises
+    ``cwd``: a directory, or an open fd of one (the caller keeps and closes it): the shell then
+    starts in that very directory, whatever its path names by then. ``groups`` records the command's process group while it runs (see :mod:`.groups`). Raises
     :class:`CommandNotStarted` when the shell cannot be started (before anything is yielded)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
@@ -136,7 +144,7 @@ def run_command(command: str, cwd: Path, *, timeout_ms: int, max_output: int,
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", REAPER, str(status_write), "1" if "LC_CTYPE" in env else "0",
                  f"own:{DRAIN_GRACE_S}", "/bin/sh", "-c", GATED_SHELL, command],
-                cwd=cwd, stdin=gate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                cwd=_where(cwd), stdin=gate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 env=env, pass_fds=(status_write,))
         except OSError as exc:
             # The cwd is checked by the confined walk, one component at a time, but the kernel gets

@@ -273,25 +273,30 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         if "\0" in request.command or "\0" in request.cwd:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT: command and cwd cannot hold NUL characters")
         try:
-            cwd = self.ws.directory(request.cwd or ".")
+            # (the directory the walk reached, held open: the shell starts in it, not in whatever
+            # its host path names by then)
+            cwd = self.ws.open_directory(request.cwd or ".")
         except FileToolError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {_printable(exc.message)}")
-        # Each running command holds a server thread: a cap leaves threads for every other call.
-        if not self._runs.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"TOO_MANY_COMMANDS: at most {MAX_RUNNING_COMMANDS} commands run at once on this executor")
         try:
-            yield from self._run(request.command, cwd, timeout, cap, context)
-        except CommandNotStarted as exc:  # (its OSError names the host path: never sent)
-            code = from_os_error(exc.error, "cwd").code
-            shown = request.cwd or "."
-            shown = shown if len(shown) <= 80 else shown[:80] + "…"
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"{code}: cannot start the command in cwd {_printable(shown)!r}: {str(exc).lower()}")
+            # Each running command holds a server thread: a cap leaves threads for every other call.
+            if not self._runs.acquire(blocking=False):
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"TOO_MANY_COMMANDS: at most {MAX_RUNNING_COMMANDS} commands run at once on this executor")
+            try:
+                yield from self._run(request.command, cwd, timeout, cap, context)
+            except CommandNotStarted as exc:  # (its OSError names the host path: never sent)
+                code = from_os_error(exc.error, "cwd").code
+                shown = request.cwd or "."
+                shown = shown if len(shown) <= 80 else shown[:80] + "…"
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{code}: cannot start the command in cwd {_printable(shown)!r}: {str(exc).lower()}")
+            finally:
+                self._runs.release()
         finally:
-            self._runs.release()
+            os.close(cwd)
 
-    def _run(self, command: str, cwd: Path, timeout: int, cap: int, context: grpc.ServicerContext) -> Any:
+    def _run(self, command: str, cwd: int, timeout: int, cap: int, context: grpc.ServicerContext) -> Any:
         items = run_command(command, cwd, timeout_ms=timeout, max_output=cap,
                             cancelled=lambda: not context.is_active(), groups=self.groups)
         watch = _SendWatch(context, self.send_stall_s)

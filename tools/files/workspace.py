@@ -26,6 +26,7 @@ does not touch the file at all. All three editing methods share the atomic commi
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,18 +144,21 @@ class Workspace:
             data = commit.read_all(self._regular(t), limit, shown=t.shown)
             return data, sha256_hex(data) or ""
 
-    def directory(self, path: str = ".") -> Path:
-        """The host path of a workspace directory (a command's cwd); NOT_A_DIRECTORY otherwise.
+    def open_directory(self, path: str = ".") -> int:
+        """An open fd of a workspace directory (a command's cwd), which the caller closes;
+        NOT_FOUND or NOT_A_DIRECTORY otherwise.
 
-        The check is made now; the caller uses the returned path later (commands are not confined
-        by this library)."""
+        The command is to start in this very directory (``/proc/self/fd/<fd>``), the one the
+        confined walk reached: its host path, used a moment later, could by then lead through a
+        symlink swapped in (commands themselves are not confined by this library)."""
         with self._boundary(path), self._resolve(path) as t:
             shown = t.shown
             if not t.exists:
                 raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
             if not t.is_dir:
                 raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory")
-            return self._root.real if t.rel == "." else self._root.real / t.rel
+            assert t.fd is not None
+            return os.dup(t.fd)  # (O_CLOEXEC, as every fd os.dup makes)
 
     def resolve_path(self, path: str) -> dict[str, Any]:
         """Where ``path`` leads: ``{"path": its canonical workspace-relative path}`` after every

@@ -38,6 +38,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
 _IETF = ipaddress.ip_network("192.0.0.0/24")  # protocol assignments (Python counts only parts as private)
+_DOC6 = ipaddress.ip_network("3fff::/20")  # IPv6 documentation, RFC 9637 (2024: Python 3.11 calls it global)
 # Characters kept as they are in a request target; everything else (spaces, non-ASCII) is
 # percent-encoded as UTF-8. '%' is kept: a URL's existing escapes are not escaped twice.
 _SAFE_PATH = "/%:@!$&'()*+,;=-._~"
@@ -174,7 +175,7 @@ def is_public(ip: IPAddress) -> bool:
             return is_public(ip.sixtofour)
         if ip in _NAT64:
             return is_public(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-        if ip in _NAT64_LOCAL or ip.is_site_local:
+        if ip in _NAT64_LOCAL or ip in _DOC6 or ip.is_site_local:
             return False
     elif ip in _SHARED or ip in _IETF:
         return False

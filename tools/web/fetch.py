@@ -29,6 +29,7 @@ from __future__ import annotations
 import codecs
 import re
 import ssl
+import time
 from typing import Any, Sequence
 
 import trio
@@ -50,6 +51,10 @@ MAX_TIMEOUT = 120
 FORMATS = ("markdown", "text", "html")
 REDIRECTS = (301, 302, 303, 307, 308)
 ERROR_EXCERPT_CHARS = 2000
+# Seconds the conversion of a body to text may take (after the fetch, whose time is the call's
+# timeout). A real 5 MiB page takes about 10 s here; a page built to make the parser quadratic
+# would take hours (tools/web/html.py).
+CONVERT_LIMIT = 60.0
 
 ACCEPT = {
     "markdown": "text/markdown;q=1.0, text/html;q=0.9, text/plain;q=0.8, */*;q=0.1",
@@ -64,6 +69,10 @@ TEXT_TYPES = frozenset({
     "application/x-www-form-urlencoded", "application/x-tex", "application/x-latex", "application/x-python",
 })
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
+# Codecs Python counts as text encodings that are no character set: they rewrite escapes or
+# host names (and punycode decodes in quadratic time: 512 KiB took 8 s). A page declaring one is
+# read as UTF-8, as one declaring an unknown charset is.
+_NOT_CHARSETS = frozenset({"punycode", "idna", "unicode-escape", "raw-unicode-escape", "undefined"})
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
@@ -87,11 +96,13 @@ def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
 
 
 def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, networks: Sequence[IPNetwork] = (),
-                   tls: ssl.SSLContext | None = None, resolver: Resolver | None = None) -> ToolSpec:
+                   tls: ssl.SSLContext | None = None, resolver: Resolver | None = None,
+                   convert_limit: float = CONVERT_LIMIT) -> ToolSpec:
     """The ``web_fetch`` tool. ``full_access``: every call may reach non-public addresses;
     ``networks``: non-public networks every call may reach. ``tls``: the certificate store for
     https (default: the system's). ``resolver``: looks host names up (default: a
-    :class:`~tools.web.address.SystemResolver` of its own)."""
+    :class:`~tools.web.address.SystemResolver` of its own). ``convert_limit``: seconds a body's
+    conversion to text may take (``CONVERSION_FAILED`` past them)."""
     networks = tuple(networks)
     tls_store = TlsOnDemand(tls)
     lookup = resolver or SystemResolver()
@@ -143,7 +154,8 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
             if lied is not None:  # (a Content-Type that says text over an image, a PDF, an archive)
                 kind, mime = "binary", lied
         if resp.status >= 400:
-            text = "" if kind == "binary" else (await _convert(resp.body, content_type, kind, fmt, final))[0]
+            text = "" if kind == "binary" else await _excerpt_text(resp.body, content_type, kind, fmt, final,
+                                                                   convert_limit)
             excerpt = ctx.secrets.cut(text, ERROR_EXCERPT_CHARS, "…")  # (scrubbed before the cut)
             raise ToolError("HTTP_ERROR", f"{final.url[:300]} answered {resp.status} {resp.reason}".rstrip()
                             + (f"\n\n{excerpt}" if excerpt.strip() else ""))
@@ -153,7 +165,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                                    structured)
         if kind == "binary":
             return await _binary(artifacts, resp.body, mime, final, note, structured)
-        text, title = await _convert(resp.body, content_type, kind, fmt, final)
+        text, title = await _convert(resp.body, content_type, kind, fmt, final, convert_limit)
         structured["title"] = title or None
         if not text.strip() and kind == "html" and fmt != "html":
             # (a page drawn by scripts: the model would see nothing and not know why)
@@ -237,10 +249,14 @@ def decode(body: bytes, content_type: str | None, is_html: bool) -> str:
         candidates.append(m.group(1))
     if is_html:
         m2 = _META_CHARSET.search(body[:4096])
-        if m2:
+        if m2 and not _WIDE_CHARSET.search("charset=" + m2.group(1).decode("ascii")):
+            # (a <meta> read as ASCII proves the bytes are no UTF-16/32: such a one is ignored, as
+            # browsers ignore it — WHATWG's prescan takes UTF-8 then)
             candidates.append(m2.group(1).decode("ascii"))
     for encoding in candidates:
         try:
+            if codecs.lookup(encoding).name in _NOT_CHARSETS:
+                continue
             return _recordable(body.decode(encoding, errors="replace"))
         except (LookupError, UnicodeError):  # unknown, not a text encoding ("base64"), strict only ("idna")
             continue
@@ -256,21 +272,40 @@ def _recordable(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # (as providers' well_formed)
 
 
-async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url) -> tuple[str, str | None]:
+async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url,
+                   limit: float) -> tuple[str, str | None]:
+    """``body`` as the text the model gets, and the page's title. Raises ``CONVERSION_FAILED``
+    for a page the converter fails on or takes more than ``limit`` seconds over."""
     def work() -> tuple[str, str | None]:
+        deadline = time.monotonic() + limit  # (the thread's own clock: it ends itself at the limit)
         text = decode(body, content_type, kind == "html")
         if kind != "html" or fmt == "html":
             return text, None
-        return html.to_markdown(text, final.url) if fmt == "markdown" else html.to_text(text)
+        return (html.to_markdown(text, final.url, deadline) if fmt == "markdown"
+                else html.to_text(text, deadline))
 
     # (html.parser on 5 MiB takes seconds: off the event loop)
     try:
         return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-    except (ValueError, LookupError, RecursionError, MemoryError) as exc:
+    except html.ConversionTooSlow:
+        raise ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt}: it did not finish within "
+                                             f"{limit:g} s; format \"html\" returns it as sent") from None
+    except Exception as exc:
         # A page the converter cannot handle fails this call, not the session (the page is
-        # anyone's input; a crash would restart the actor and fetch it again).
+        # anyone's input; a crash would restart the actor and fetch it again). Python 3.11's
+        # parser raises AssertionError on some markup ("<![<!["), so no exception type is trusted.
         raise ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt} ({type(exc).__name__}: "
                                              f"{str(exc)[:200]}); format \"html\" returns it as sent") from None
+
+
+async def _excerpt_text(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url,
+                        limit: float) -> str:
+    """The text an ``HTTP_ERROR`` quotes from: the converted body, or nothing when the body
+    cannot be converted (the status is the error; the page's own failure would hide it)."""
+    try:
+        return (await _convert(body, content_type, kind, fmt, final, limit))[0]
+    except ToolError:
+        return ""
 
 
 async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, note: str,

@@ -13,11 +13,20 @@ The page is parsed into a small tree (forgiving, as browsers are: unclosed ``<p>
 Both drop what a reader never sees: ``script``, ``style``, ``noscript``, ``template``, ``head``
 (its ``<title>`` is returned apart), ``svg``, ``iframe`` and the like. Whitespace is collapsed
 outside ``pre``.
+
+A page is anyone's input, and the stdlib parser has slow paths: it scans from a ``<`` to the end of
+the page whenever no ``>`` closes the construct, so a page of ``<a<a<a…`` costs one scan per
+``<`` (1 MiB took minutes, 5 MiB hours). The work therefore takes a ``deadline``
+(``time.monotonic()``), looked at wherever the parser starts a construct and wherever the
+renderer starts a node; past it, :class:`ConversionTooSlow` is raised and the work ends (it runs
+in a thread, which nothing else could stop).
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
@@ -40,6 +49,15 @@ _SLOT = re.compile("\x00(\\d+)\x00")
 _BAD_SCHEMES = ("javascript:", "vbscript:", "data:")
 
 
+class ConversionTooSlow(Exception):
+    """The conversion passed its deadline (a page that makes the parser slow)."""
+
+
+def _check(deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise ConversionTooSlow()
+
+
 @dataclass
 class Node:
     tag: str
@@ -48,8 +66,9 @@ class Node:
 
 
 class _TreeBuilder(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, deadline: float = math.inf) -> None:
         super().__init__(convert_charrefs=True)
+        self.deadline = deadline
         self.root = Node("#root")
         self.stack: list[Node] = [self.root]
         self.title: list[str] = []
@@ -65,6 +84,28 @@ class _TreeBuilder(HTMLParser):
                 return
             if name in stop:
                 return
+
+    # Every construct the parser reads starts in one of these; each may scan to the end of the
+    # page (see the module's docstring), so the deadline is looked at before each.
+    def parse_starttag(self, i: int) -> int:
+        _check(self.deadline)
+        return super().parse_starttag(i)
+
+    def parse_endtag(self, i: int) -> int:
+        _check(self.deadline)
+        return super().parse_endtag(i)
+
+    def parse_html_declaration(self, i: int) -> int:
+        _check(self.deadline)
+        return super().parse_html_declaration(i)
+
+    def parse_pi(self, i: int) -> int:
+        _check(self.deadline)
+        return super().parse_pi(i)
+
+    def parse_comment(self, i: int, report: int = 1) -> int:
+        _check(self.deadline)
+        return super().parse_comment(i, report)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
@@ -107,6 +148,7 @@ class _TreeBuilder(HTMLParser):
                 return
 
     def handle_data(self, data: str) -> None:
+        _check(self.deadline)
         data = data.replace("\x00", "\ufffd")  # (NUL marks the renderer's slots)
         if self._in_title:
             self.title.append(data)
@@ -120,23 +162,25 @@ class Page:
     base: str | None
 
 
-def parse(html: str) -> Page:
-    builder = _TreeBuilder()
+def parse(html: str, deadline: float = math.inf) -> Page:
+    """The page's tree. Raises :class:`ConversionTooSlow` past ``deadline``."""
+    builder = _TreeBuilder(deadline)
     builder.feed(html)
     builder.close()
     return Page(builder.root, _WS.sub(" ", "".join(builder.title)).strip(), builder.base)
 
 
-def to_markdown(html: str, url: str) -> tuple[str, str]:
-    """(markdown, title) of ``html`` fetched from ``url`` (the final URL, after redirects)."""
-    page = parse(html)
-    return _Renderer(True, _base_url(page, url)).document(page.root), page.title
+def to_markdown(html: str, url: str, deadline: float = math.inf) -> tuple[str, str]:
+    """(markdown, title) of ``html`` fetched from ``url`` (the final URL, after redirects).
+    Raises :class:`ConversionTooSlow` past ``deadline`` (``time.monotonic()``)."""
+    page = parse(html, deadline)
+    return _Renderer(True, _base_url(page, url), deadline).document(page.root), page.title
 
 
-def to_text(html: str) -> tuple[str, str]:
-    """(plain text, title) of ``html``."""
-    page = parse(html)
-    return _Renderer(False, "").document(page.root), page.title
+def to_text(html: str, deadline: float = math.inf) -> tuple[str, str]:
+    """(plain text, title) of ``html``. Raises :class:`ConversionTooSlow` past ``deadline``."""
+    page = parse(html, deadline)
+    return _Renderer(False, "", deadline).document(page.root), page.title
 
 
 def _base_url(page: Page, url: str) -> str:
@@ -154,9 +198,10 @@ class _Renderer:
     """Renders a tree; finished blocks (lists, quotes, pre, tables) are kept in ``slots`` and
     stand in the text as ``\\0<n>\\0`` until the end, so whitespace clean-up never touches them."""
 
-    def __init__(self, markdown: bool, base: str) -> None:
+    def __init__(self, markdown: bool, base: str, deadline: float = math.inf) -> None:
         self.md = markdown
         self.base = base
+        self.deadline = deadline
         self.slots: list[str] = []
 
     def document(self, root: Node) -> str:
@@ -186,6 +231,7 @@ class _Renderer:
         return "".join(self.render(c) for c in node.children)
 
     def render(self, node: Node | str) -> str:
+        _check(self.deadline)
         if isinstance(node, str):
             return _WS.sub(" ", node)
         tag = node.tag

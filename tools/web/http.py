@@ -12,7 +12,8 @@ own clock. Errors are :class:`~tools.base.ToolError` with stable codes:
     CONNECTION_FAILED  no address accepted the connection
     TLS_FAILED         the TLS handshake failed (certificate, protocol)
     HTTP_PROTOCOL_ERROR  the server's bytes are not HTTP/1.x (or it closed mid-message)
-    RESPONSE_TOO_LARGE   the decoded body passed ``max_body`` bytes
+    RESPONSE_TOO_LARGE   the decoded body passed ``max_body`` bytes (an encoded one: or its
+                         encoded bytes passed ``max_body`` + :data:`WIRE_SLACK`)
     CONTENT_ENCODING_UNSUPPORTED  a Content-Encoding other than gzip, deflate or identity
 """
 
@@ -33,6 +34,11 @@ USER_AGENT = "lens-web/0.1"
 READ_CHUNK = 65536
 ATTEMPT_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
 MAX_HEADER_BYTES = 64 * 1024  # a response head larger than this is HTTP_PROTOCOL_ERROR
+# How many more bytes an encoded (gzip/deflate) body may have on the wire than ``max_body``.
+# Compression adds a few bytes per block to data it cannot shrink (5 MiB of random bytes: about
+# 2 KiB); more is padding after the last member or a stream of empty members, which would
+# otherwise be read (and thrown away) until the call's time ran out.
+WIRE_SLACK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -76,14 +82,21 @@ class _Decoder:
                                                             f"only one of gzip or deflate is supported")
         self.encoding = codings[0] if codings else ""
         self.z: zlib._Decompress | None = None
-        self.pending = b""  # deflate: the first bytes, until they tell zlib-wrapped from raw
+        self.pending = b""  # deflate: the first bytes, until they tell zlib-wrapped from raw; gzip: a next member's
+        self.trailing_ignored = False  # bytes after the last gzip member that start none
         self.fed = False
+        self.wire = 0  # encoded bytes fed
 
     def feed(self, data: bytes) -> None:
         if not self.encoding:
             self._add(data)
             return
         self.fed = self.fed or bool(data)
+        self.wire += len(data)
+        if self.wire > self.limit + WIRE_SLACK:
+            raise ToolError("RESPONSE_TOO_LARGE", f"the {self.encoding} response body is larger than "
+                                                  f"{self.limit + WIRE_SLACK} bytes as sent ({len(self.out)} "
+                                                  f"decoded so far)")
         if self.z is None:
             if self.encoding != "deflate":
                 self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -96,12 +109,34 @@ class _Decoder:
                 zlib_wrapped = (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
                 self.z = zlib.decompressobj(zlib.MAX_WBITS if zlib_wrapped else -zlib.MAX_WBITS)
         try:
-            while data and not self.z.eof:
+            while data:
+                if self.z.eof:
+                    data = self._after_end(data)
+                    if not data:
+                        return
                 # At most one byte past the limit is asked for: enough to know the limit is passed.
                 self._add(self.z.decompress(data, self.limit - len(self.out) + 1))
-                data = self.z.unconsumed_tail
+                data = self.z.unused_data if self.z.eof else self.z.unconsumed_tail
         except zlib.error as exc:
             raise ToolError("HTTP_PROTOCOL_ERROR", f"the {self.encoding} body cannot be decoded ({exc})") from None
+
+    def _after_end(self, data: bytes) -> bytes:
+        """What to decode of ``data``, which follows the end of the stream: a gzip body may be
+        several members (RFC 1952; what ``cat a.gz b.gz`` makes), each decoded in turn into the
+        same output (a fresh decoder is started, and ``data`` returned); bytes that start no
+        member (padding) are ignored to the end of the body, as ``gzip -d`` ignores them, and so
+        is anything after a deflate stream (``b""`` returned)."""
+        data, self.pending = self.pending + data, b""
+        if self.encoding == "deflate" or self.trailing_ignored:
+            return b""
+        if len(data) < 2:  # (a member's magic number may come split over two reads)
+            self.pending = data
+            return b""
+        if not data.startswith(b"\x1f\x8b"):
+            self.trailing_ignored = True
+            return b""
+        self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return data
 
     def finish(self) -> bytes:
         if self.encoding and self.fed:  # (an empty body is empty, whatever its declared encoding)
