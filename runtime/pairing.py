@@ -313,12 +313,11 @@ class PairStore:
         if existing is not None and existing.status != "revoked":
             return existing.status
         with self._locked() as data:
-            for c in data.clients:
-                if c.client_id == client_id:
-                    if c.status == "revoked":
-                        c.status, c.name, c.requested_at = "pending", name, _now_ms()
-                        c.credential_hash = c.revoked_at = None
-                    return c.status
+            rec = next((c for c in data.clients if c.client_id == client_id), None)
+            if rec is not None and rec.status != "revoked":
+                return rec.status
+            # A revoked client asking again takes a pending place as a new one does (it escaped
+            # the limit: each revoked record kept was one more request past it).
             pending = sum(1 for c in data.clients if c.status == "pending")
             if pending >= max_pending:
                 cutoff = _now_ms() - PENDING_TTL_MS
@@ -329,7 +328,11 @@ class PairStore:
                     f"too many pending pairing requests ({pending}); approve or revoke some first, "
                     f"or ask again once the oldest is an hour old"
                 )
-            data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
+            if rec is not None:
+                rec.status, rec.name, rec.requested_at = "pending", name, _now_ms()
+                rec.credential_hash = rec.revoked_at = None
+            else:
+                data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
             return "pending"
 
     def approve(self, client_id: str, *, strong: bool) -> str:
@@ -371,15 +374,15 @@ class PairStore:
     def authenticate(self, token: str) -> Principal | None:
         """The principal holding ``token``, or ``None``. Compares every hash in constant time.
 
-        A miss re-checks the file first, so a credential works the moment ``lens pair approve``
-        has written it (not only after the next poll).
+        Every check looks at the file first (one ``stat``; it is read again only when it
+        changed): a credential works the moment ``lens pair approve`` has written it, and one
+        ``lens pair revoke`` or a re-issue replaced is refused from the next request on — on a
+        connection already authenticated too — not only after the watcher's next poll.
         """
         if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
             return None
-        found = self._match(token)
-        if found is None and self.reload():
-            found = self._match(token)
-        return found
+        self.reload()
+        return self._match(token)
 
     def _match(self, token: str) -> Principal | None:
         if not self.valid:
