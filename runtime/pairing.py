@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -172,6 +173,22 @@ def ignored_record_fields(raw: bytes) -> list[str]:
             for key in c if key not in known]
 
 
+def check_private(st: os.stat_result, path: Path) -> None:
+    """:class:`PairFileInvalid` for a pair file that is not its owner's alone: writable by the
+    group or by others, or owned by a user other than this process's (or root). Whoever can
+    write the file can add a record whose hash matches a credential of their own, with strong
+    trust; so such a file grants nothing (as sshd ignores an ``authorized_keys`` others can
+    write). Readable by others is fine: it holds only hashes of 256-bit credentials."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise PairFileInvalid(f"pair file {path} is owned by another user (uid {st.st_uid}), who could give "
+                              f"themselves a credential; check its records, then give it to the daemon's user "
+                              f"(chown); every credential is refused until it is fixed")
+    if st.st_mode & 0o022:
+        raise PairFileInvalid(f"pair file {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}), "
+                              f"who could give themselves a credential; check its records, then make it private "
+                              f"(chmod 600 {path}); every credential is refused until it is fixed")
+
+
 @contextmanager
 def pair_lock(path: Path) -> Iterator[None]:
     """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
@@ -219,14 +236,22 @@ class PairStore:
 
     # ------------------------------------------------------------------ file I/O
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self) -> tuple[int, ...] | None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return None
         except OSError as exc:  # cannot even look: reading it fails too, and says why
             return (-1, exc.errno or 0, 0)
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        # (mode and owner too: a `chmod 600` that makes the file private again changes neither
+        # its bytes nor its mtime, and must be taken without a restart)
+        return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
+
+    def _read(self) -> tuple[bytes, PairFile]:
+        """The file's bytes and what they say; raises ``OSError`` (``FileNotFoundError``…) or
+        :class:`PairFileInvalid` (a file other users can write, or that another user owns)."""
+        raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES, check=lambda st: check_private(st, self.path))
+        return raw, self._parse(raw)
 
     def reload(self, force: bool = False) -> bool:
         """Re-read the file if it changed; returns whether it did. A bad file denies everyone."""
@@ -240,8 +265,7 @@ class PairStore:
             return True
         try:
             # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
-            raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES)
-            self._data = self._parse(raw)
+            raw, self._data = self._read()
             self.valid, self.problem = True, None
             self._note_ignored(ignored_record_fields(raw))
         except (PairFileInvalid, OSError) as exc:
@@ -281,7 +305,7 @@ class PairStore:
             except OSError as exc:
                 raise self._unwritable(exc) from None
             try:
-                data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
+                data = self._read()[1]
             except FileNotFoundError:
                 data = PairFile()
             except (NotARegularFile, FileTooLarge) as exc:

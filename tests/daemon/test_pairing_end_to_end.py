@@ -99,3 +99,47 @@ async def test_a_revoked_client_asking_again_counts_against_the_pending_limit(da
     await d.register("old-laptop")
     records = {c["clientId"]: c.get("status", "pending") for c in json.loads(d.pair_path.read_text())["clients"]}
     assert records == {"old-laptop": "pending", "new-phone": "revoked"}
+
+
+def _mode(path: Any) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+async def test_a_pair_file_other_users_can_write_grants_nothing(daemon: Daemon) -> None:
+    # Whoever can write the pair file can add a record whose hash matches a credential of their
+    # own, with strong trust: it is as secret as an SSH authorized_keys file. One a careless
+    # `chmod` (or an editor under umask 0) left writable by the group or by everyone is refused.
+    token = await daemon.pair("owner", strong=True)
+    for mode in (0o666, 0o620, 0o602):
+        os.chmod(daemon.pair_path, mode)
+        r = await daemon.get("/projects", token)
+        assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID", (oct(mode), r.text)
+        out = await run_lens(daemon.root, "pair", "list", check=False)
+        assert out.returncode == 2 and "writable by other users" in out.stderr and "chmod 600" in out.stderr, out.stderr
+        before = daemon.pair_path.read_bytes()
+        out = await run_lens(daemon.root, "pair", "approve", "--client", "owner", check=False)
+        assert out.returncode == 2 and "PAIR_FILE_INVALID" in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert daemon.pair_path.read_bytes() == before and _mode(daemon.pair_path) == mode  # not made private by it
+        r = await daemon.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
+        assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID", r.text
+    os.chmod(daemon.pair_path, 0o600)  # the owner's fix: the daemon takes it without a restart
+    r = await daemon.get("/projects", token)
+    assert r.status_code == 200, r.text
+    os.chmod(daemon.pair_path, 0o644)  # readable by others holds only hashes: still fine
+    assert (await daemon.get("/projects", token)).status_code == 200
+
+
+async def test_a_pair_file_another_user_owns_grants_nothing(daemon: Daemon) -> None:
+    if os.geteuid() != 0:  # (only root may give a file away)
+        import pytest
+        pytest.skip("needs root to chown the pair file")
+    token = await daemon.pair("owner", strong=True)
+    os.chown(daemon.pair_path, 65534, -1)
+    try:
+        r = await daemon.get("/projects", token)
+        assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID", r.text
+        out = await run_lens(daemon.root, "pair", "list", check=False)
+        assert out.returncode == 2 and "owned by another user" in out.stderr, out.stderr
+    finally:
+        os.chown(daemon.pair_path, os.geteuid(), -1)
+    assert (await daemon.get("/projects", token)).status_code == 200
