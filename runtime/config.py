@@ -414,11 +414,44 @@ def secret_env_names(cfg: Config) -> frozenset[str]:
     return frozenset(names | set(WELL_KNOWN_KEY_ENV))
 
 
+# The parts of a variable's name (split at `_`, `-`…) that make it a credential's, and the
+# endings of a part that do (`APIKEY`, `ACCESSTOKEN`, `PGPASSWORD`).
+_CREDENTIAL_WORDS = frozenset({"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "AUTH",
+                               "CREDENTIAL", "CREDENTIALS", "PAT", "COOKIE"})
+_CREDENTIAL_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether a variable's name says it holds a credential (``GH_TOKEN``, ``NOTION_API_KEY``,
+    ``DB_PASSWORD``; not ``PATH``, ``DATA_DIR``, ``TOKENIZERS_PARALLELISM``)."""
+    parts = [part for part in re.split(r"[^A-Z0-9]+", name.upper()) if part]
+    return any(part in _CREDENTIAL_WORDS or part.endswith(_CREDENTIAL_ENDINGS)
+               for part in parts)
+
+
+def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
+    """The keys a daemon with ``cfg`` knows, to keep out of all it stores, shows and says: the
+    values ``environ`` holds under :func:`secret_env_names`, and the literal values of an MCP
+    server's ``env`` whose variable is named as a credential (:func:`is_credential_name`), each
+    shown as ``[redacted NAME]``. Other literals (a path, a mode) are not: scrubbing every value
+    of eight characters or more would blank ordinary words and paths out of that server's
+    answers."""
+    values: dict[str, str] = {}
+    for name in sorted(secret_env_names(cfg)):
+        if value := environ.get(name):
+            values.setdefault(value, name)
+    for _server, server_cfg in sorted(cfg.mcp_servers.items()):
+        for name, value in sorted(server_cfg.env.items()):
+            if value and is_credential_name(name):
+                values.setdefault(value, name)
+    return Secrets(values)
+
+
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:
     """The keys a ``lens`` process with the config at ``path`` (None: its default place, as
     ``lens serve`` without ``--config`` reads it) knows: the values ``environ`` holds under the
-    config's credential variables (:func:`secret_env_names`), and a note (None when the config
-    was read). Built before anything else the process says, so that its errors (a bad value in
+    config's credential variables and its MCP servers' credential literals
+    (:func:`config_secrets`), and a note (None when the config was read). Built before anything else the process says, so that its errors (a bad value in
     that very config: a key pasted into a model name or a URL) leave without the keys.
 
     A config that cannot be read gives the SDKs' own variables and, when it is no valid config,
@@ -426,7 +459,7 @@ def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[S
     if it parses, else from the text), with the reason in the note."""
     try:
         cfg, _, _ = load_config(path)
-        return Secrets.from_environ(secret_env_names(cfg), environ), None
+        return config_secrets(cfg, environ), None
     except ConfigError as exc:
         names = set(WELL_KNOWN_KEY_ENV) | _named_key_variables(path or DEFAULT_CONFIG_PATH)
         return Secrets.from_environ(names, environ), exc.message
