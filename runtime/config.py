@@ -431,17 +431,18 @@ def is_credential_name(name: str) -> bool:
 
 def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     """The keys a daemon with ``cfg`` knows, to keep out of all it stores, shows and says: the
-    values ``environ`` holds under :func:`secret_env_names`, and the literal values of an MCP
-    server's ``env`` whose variable is named as a credential (:func:`is_credential_name`), each
-    shown as ``[redacted NAME]``. Other literals (a path, a mode) are not: scrubbing every value
-    of eight characters or more would blank ordinary words and paths out of that server's
-    answers."""
+    values ``environ`` holds under :func:`secret_env_names`, then, for each MCP server, the
+    values of its ``envFrom`` variables and its ``env`` literals whose name is a credential's
+    (:func:`is_credential_name`), each shown as ``[redacted NAME]``. Other values an MCP server
+    is given (a path, a mode) are not: scrubbing every value of eight characters or more would
+    blank ordinary words and paths out of that server's answers."""
     values: dict[str, str] = {}
     for name in sorted(secret_env_names(cfg)):
         if value := environ.get(name):
             values.setdefault(value, name)
     for _server, server_cfg in sorted(cfg.mcp_servers.items()):
-        for name, value in sorted(server_cfg.env.items()):
+        passed_on = [(name, environ.get(name)) for name in sorted(server_cfg.env_from)]
+        for name, value in passed_on + sorted(server_cfg.env.items()):
             if value and is_credential_name(name):
                 values.setdefault(value, name)
     return Secrets(values)

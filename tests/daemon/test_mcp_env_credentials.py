@@ -1,5 +1,6 @@
-"""An MCP server's ``env`` literal named as a credential (``GH_TOKEN``, ``NOTION_API_KEY``…) is
-one of the keys the daemon knows: what the server says with it (its stderr, a tool's result)
+"""An MCP server's ``env`` literal named as a credential (``GH_TOKEN``, ``NOTION_API_KEY``…), and
+the value of an ``envFrom`` variable so named (``GITHUB_PERSONAL_ACCESS_TOKEN``, as the example
+config passes one), is one of the keys the daemon knows: what the server says with it (its stderr, a tool's result)
 reaches no answer, no event and no log line with the value, read-only clients above all.
 Values of other variables (a path, a mode) are shown as they are. Real daemon, port 0, real
 MCP servers over stdio (``tests/mcp/server.py`` and a one-line one that fails at start)."""
@@ -18,18 +19,22 @@ from ..mcp.conftest import SERVER
 from .conftest import DaemonFactory, run_lens, run_tool, wait_until
 
 TOKEN = "ghp_LiteralMcpToken0123456789abcdef"
+PASSED = "ghp_PassedOnMcpToken9876543210fedcba"
+PASSED_NAME = "LENS_TEST_MCP_ACCESS_TOKEN"
 PLAIN = "/srv/mcp-data/plain-value"
 
 
 async def test_an_mcp_env_credential_is_scrubbed_from_answers_events_and_logs(
-        daemon_factory: DaemonFactory, caplog: pytest.LogCaptureFixture) -> None:
+        daemon_factory: DaemonFactory, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.DEBUG)
-    says = ("import os, sys; sys.stderr.write('auth failed for ' + os.environ['GH_TOKEN'] + ' in ' "
-            "+ os.environ['DATA_DIR'] + chr(10)); sys.exit(3)")
+    monkeypatch.setenv(PASSED_NAME, PASSED)  # (the daemon's environment; `lens log decode` inherits it)
+    says = ("import os, sys; sys.stderr.write('auth failed for ' + os.environ['GH_TOKEN'] + ' and ' "
+            f"+ os.environ['{PASSED_NAME}'] + ' in ' + os.environ['DATA_DIR'] + chr(10)); sys.exit(3)")
     env = {"GH_TOKEN": TOKEN, "DATA_DIR": PLAIN}
     d = await daemon_factory(config={"mcpServers": {
-        "failing": {"command": sys.executable, "args": ["-c", says], "env": env, "maxRestarts": 0},
-        "t": {"command": sys.executable, "args": [SERVER], "env": env}}})
+        "failing": {"command": sys.executable, "args": ["-c", says], "env": env, "envFrom": [PASSED_NAME],
+                    "maxRestarts": 0},
+        "t": {"command": sys.executable, "args": [SERVER], "env": env, "envFrom": [PASSED_NAME]}}})
     strong = await d.pair("owner", strong=True)
     reader = await d.pair("reader")
 
@@ -42,19 +47,22 @@ async def test_an_mcp_env_credential_is_scrubbed_from_answers_events_and_logs(
     servers = await wait_until(failed, what="the failing server reported")
     tail = servers["failing"]["stderrTail"]
     assert TOKEN not in tail and "[redacted GH_TOKEN]" in tail and PLAIN in tail, tail
+    assert PASSED not in tail and f"[redacted {PASSED_NAME}]" in tail, tail
 
     sid = (await d.session(strong, (await d.project(strong))["id"]))["id"]
     body = await run_tool(d, strong, sid, "r1", "mcp__t__env", {"name": "GH_TOKEN"})
     assert body["content"][0]["text"] == "[redacted GH_TOKEN]", body
+    body = await run_tool(d, strong, sid, "r3", "mcp__t__env", {"name": PASSED_NAME})
+    assert body["content"][0]["text"] == f"[redacted {PASSED_NAME}]", body
     body = await run_tool(d, strong, sid, "r2", "mcp__t__env", {"name": "DATA_DIR"})
     assert body["content"][0]["text"] == PLAIN, body
     r = await d.get(f"/sessions/{sid}/events", reader)
-    assert r.status_code == 200 and TOKEN not in r.text
+    assert r.status_code == 200 and TOKEN not in r.text and PASSED not in r.text
     # (`lens log decode` beside the daemon reads the config at its default place, as the daemon does)
     decoded = await run_lens(d.root, "log", "decode", "--data", str(d.data_dir), check=False)
     assert decoded.returncode == 0 and "[redacted GH_TOKEN]" in decoded.stdout, decoded.stderr
-    assert TOKEN not in decoded.stdout + decoded.stderr
-    assert TOKEN not in caplog.text
+    assert TOKEN not in decoded.stdout + decoded.stderr and PASSED not in decoded.stdout + decoded.stderr
+    assert TOKEN not in caplog.text and PASSED not in caplog.text
 
 
 @pytest.mark.parametrize("name", ["GH_TOKEN", "GITHUB_PERSONAL_ACCESS_TOKEN", "NOTION_API_KEY", "APIKEY",
