@@ -437,15 +437,23 @@ def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     is given (a path, a mode) are not: scrubbing every value of eight characters or more would
     blank ordinary words and paths out of that server's answers."""
     values: dict[str, str] = {}
-    for name in sorted(secret_env_names(cfg)):
+    for name in sorted(withheld_env_names(cfg)):
         if value := environ.get(name):
             values.setdefault(value, name)
     for _server, server_cfg in sorted(cfg.mcp_servers.items()):
-        passed_on = [(name, environ.get(name)) for name in sorted(server_cfg.env_from)]
-        for name, value in passed_on + sorted(server_cfg.env.items()):
+        for name, value in sorted(server_cfg.env.items()):
             if value and is_credential_name(name):
                 values.setdefault(value, name)
     return Secrets(values)
+
+
+def withheld_env_names(cfg: Config) -> frozenset[str]:
+    """The daemon's variables no executor (nor any command it runs) is started with: those of
+    :func:`secret_env_names`, and those an MCP server's ``envFrom`` passes on to it whose name
+    is a credential's — the config hands those to that server, not to the agent's commands.
+    (Others an ``envFrom`` names, ``PATH`` say, stay in the executor's environment.)"""
+    passed_on = {name for s in cfg.mcp_servers.values() for name in s.env_from if is_credential_name(name)}
+    return secret_env_names(cfg) | passed_on
 
 
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:

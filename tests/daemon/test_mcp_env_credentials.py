@@ -77,3 +77,24 @@ def test_credential_variable_names(name: str) -> None:
                                   "TOKENIZERS_PARALLELISM", "AUTHOR_NAME", "BYPASS_CACHE"])
 def test_other_variable_names(name: str) -> None:
     assert not is_credential_name(name)
+
+
+async def test_an_mcp_servers_credential_is_withheld_from_the_executor(daemon_factory: DaemonFactory,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # `envFrom` hands a variable of the daemon's environment to that MCP server; the executor
+    # (and so every command an agent runs) was started with it all the same, as with any other
+    # variable not among the configured key variables. A credential's goes where the config says.
+    monkeypatch.setenv(PASSED_NAME, PASSED)
+    monkeypatch.setenv("LENS_TEST_MCP_PLAIN", PLAIN)
+    d = await daemon_factory(config={"mcpServers": {
+        "t": {"command": sys.executable, "args": [SERVER], "envFrom": [PASSED_NAME, "LENS_TEST_MCP_PLAIN"]}}})
+    token = await d.pair("owner", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "run_command",
+                          {"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"})
+    text = json.dumps(body)
+    assert not body["is_error"] and "PATH=" in text, body
+    assert PASSED_NAME not in text and PASSED not in text, text  # not even its marker: withheld
+    assert f"LENS_TEST_MCP_PLAIN={PLAIN}" in text  # (other variables are passed on as before)
+    body = await run_tool(d, token, sid, "r2", "mcp__t__env", {"name": PASSED_NAME})
+    assert body["content"][0]["text"] == f"[redacted {PASSED_NAME}]", body  # the server has it
