@@ -7,7 +7,10 @@ copied to another record, or a trust level edited by hand, matches nothing; flag
 ``isVerified`` are not read at all (a record's unknown fields are ignored and logged, never
 fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
-daemon and the CLI. The daemon re-reads the file when it changes (checked every 250 ms).
+daemon and the CLI. The daemon re-reads the file when it changes: each credential check looks
+first (one ``stat``), so a revocation counts from the next request; open streams learn of it
+from a watcher that looks every 250 ms. A file other users can write, or that another user owns,
+grants nothing (:func:`check_private`).
 """
 
 from __future__ import annotations
