@@ -440,11 +440,15 @@ def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     for name in sorted(withheld_env_names(cfg)):
         if value := environ.get(name):
             values.setdefault(value, name)
-    for _server, server_cfg in sorted(cfg.mcp_servers.items()):
-        for name, value in sorted(server_cfg.env.items()):
-            if value and is_credential_name(name):
-                values.setdefault(value, name)
+    for _server, name, value in _credential_env(cfg):
+        values.setdefault(value, name)
     return Secrets(values)
+
+
+def _credential_env(cfg: Config) -> list[tuple[str, str, str]]:
+    """(server, variable, value) of each MCP server's ``env`` literal named as a credential."""
+    return [(server, name, value) for server, s in sorted(cfg.mcp_servers.items())
+            for name, value in sorted(s.env.items()) if value and is_credential_name(name)]
 
 
 def withheld_env_names(cfg: Config) -> frozenset[str]:
@@ -547,8 +551,10 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
             raise ConfigError(f"config file {path} does not exist")
         notes.append(f"no config file at {path}; using built-in defaults")
         return Config(), path, notes
+    modes: list[int] = []
     try:
-        raw = read_regular_file(path, MAX_CONFIG_BYTES)  # (a FIFO or /dev/zero: refused, never read)
+        # (a FIFO or /dev/zero: refused, never read; the mode of the file read, for the note below)
+        raw = read_regular_file(path, MAX_CONFIG_BYTES, check=lambda st: modes.append(st.st_mode))
     except FileTooLarge:
         raise ConfigError(f"{path}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)") from None
     except OSError as exc:
@@ -557,7 +563,18 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     extra = unknown_keys(raw)
     if extra:
         notes.append(f"{path}: ignoring unknown keys {unknown_keys_listed(extra)}")
+    held = credential_literals(cfg)
+    if held and modes and modes[0] & 0o044:
+        shown_held = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        notes.append(f"{path}: other users can read it (mode {modes[0] & 0o777:04o}), and it holds credentials "
+                     f"({shown_held}); make it private (chmod 600 {path}), or pass them with envFrom")
     return cfg, path, notes
+
+
+def credential_literals(cfg: Config) -> list[str]:
+    """Where ``cfg`` holds a credential's value itself: an MCP server's ``env`` literal named as
+    one (``mcpServers['gh'].env['GH_TOKEN']``), as :func:`config_secrets` takes them."""
+    return [f"mcpServers[{server!r}].env[{name!r}]" for server, name, _value in _credential_env(cfg)]
 
 
 def unknown_keys_listed(keys: list[str]) -> str:

@@ -98,3 +98,23 @@ async def test_an_mcp_servers_credential_is_withheld_from_the_executor(daemon_fa
     assert f"LENS_TEST_MCP_PLAIN={PLAIN}" in text  # (other variables are passed on as before)
     body = await run_tool(d, token, sid, "r2", "mcp__t__env", {"name": PASSED_NAME})
     assert body["content"][0]["text"] == f"[redacted {PASSED_NAME}]", body  # the server has it
+
+
+async def test_a_config_others_can_read_with_a_credential_in_it_is_named_at_start(tmp_path) -> None:
+    from .conftest import serving
+
+    config = tmp_path / "config" / "lens.jsonc"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"mcpServers": {"gh": {"command": sys.executable, "args": [SERVER],
+                                                        "env": {"GH_TOKEN": TOKEN, "DATA_DIR": PLAIN}}}}))
+    config.chmod(0o644)
+    async with serving(tmp_path) as (serve, d):
+        notes = [line for line in serve.lines if "other users can read" in line]
+        assert len(notes) == 1, serve.lines
+        assert "mcpServers['gh'].env['GH_TOKEN']" in notes[0] and "chmod 600" in notes[0], notes
+        assert TOKEN not in "\n".join(serve.lines) and "DATA_DIR" not in notes[0]
+        assert await serve.terminate() == 0
+    config.chmod(0o600)  # private: nothing to say
+    async with serving(tmp_path, stderr_name="serve-1.err") as (serve, d):
+        assert not [line for line in serve.lines if "other users can read" in line], serve.lines
+        assert await serve.terminate() == 0
