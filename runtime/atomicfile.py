@@ -13,6 +13,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Callable
 
 
 # The errors of a write that found no room: a full disk, a used-up quota, and a file that may
@@ -48,14 +49,17 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True,
+                      check: Callable[[os.stat_result], None] | None = None) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
 
     Opened without blocking (``O_NONBLOCK``: opening a FIFO waits for a writer otherwise) and
     checked with ``fstat`` on the open descriptor, which is always closed. Raises ``OSError``:
     the ``open`` error itself (``FileNotFoundError``, ``ELOOP`` for a link when
     ``follow_symlinks`` is false…), :class:`NotARegularFile` or :class:`FileTooLarge`, each with a
-    ``strerror`` fit for a message."""
+    ``strerror`` fit for a message. ``check``, if given, is called with the open file's
+    ``fstat`` before anything is read (what it raises is raised: the pair file's ownership and
+    mode are judged on the file read, never on a name another user may swap in between)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
@@ -64,6 +68,8 @@ def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
             raise NotARegularFile(errno.EINVAL, f"it is {kind_of(st.st_mode)}, not a regular file")
         if st.st_size > max_bytes:
             raise FileTooLarge(errno.EFBIG, f"it is larger than {max_bytes} bytes")
+        if check is not None:
+            check(st)
         chunks, total = [], 0
         while total <= max_bytes:  # (a file growing while it is read is still held to the limit)
             chunk = os.read(fd, max_bytes + 1 - total)

@@ -414,11 +414,57 @@ def secret_env_names(cfg: Config) -> frozenset[str]:
     return frozenset(names | set(WELL_KNOWN_KEY_ENV))
 
 
+# The parts of a variable's name (split at `_`, `-`…) that make it a credential's, and the
+# endings of a part that do (`APIKEY`, `ACCESSTOKEN`, `PGPASSWORD`).
+_CREDENTIAL_WORDS = frozenset({"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "AUTH",
+                               "CREDENTIAL", "CREDENTIALS", "PAT", "COOKIE"})
+_CREDENTIAL_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether a variable's name says it holds a credential (``GH_TOKEN``, ``NOTION_API_KEY``,
+    ``DB_PASSWORD``; not ``PATH``, ``DATA_DIR``, ``TOKENIZERS_PARALLELISM``)."""
+    parts = [part for part in re.split(r"[^A-Z0-9]+", name.upper()) if part]
+    return any(part in _CREDENTIAL_WORDS or part.endswith(_CREDENTIAL_ENDINGS)
+               for part in parts)
+
+
+def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
+    """The keys a daemon with ``cfg`` knows, to keep out of all it stores, shows and says: the
+    values ``environ`` holds under :func:`secret_env_names`, then, for each MCP server, the
+    values of its ``envFrom`` variables and its ``env`` literals whose name is a credential's
+    (:func:`is_credential_name`), each shown as ``[redacted NAME]``. Other values an MCP server
+    is given (a path, a mode) are not: scrubbing every value of eight characters or more would
+    blank ordinary words and paths out of that server's answers."""
+    values: dict[str, str] = {}
+    for name in sorted(withheld_env_names(cfg)):
+        if value := environ.get(name):
+            values.setdefault(value, name)
+    for _server, name, value in _credential_env(cfg):
+        values.setdefault(value, name)
+    return Secrets(values)
+
+
+def _credential_env(cfg: Config) -> list[tuple[str, str, str]]:
+    """(server, variable, value) of each MCP server's ``env`` literal named as a credential."""
+    return [(server, name, value) for server, s in sorted(cfg.mcp_servers.items())
+            for name, value in sorted(s.env.items()) if value and is_credential_name(name)]
+
+
+def withheld_env_names(cfg: Config) -> frozenset[str]:
+    """The daemon's variables no executor (nor any command it runs) is started with: those of
+    :func:`secret_env_names`, and those an MCP server's ``envFrom`` passes on to it whose name
+    is a credential's — the config hands those to that server, not to the agent's commands.
+    (Others an ``envFrom`` names, ``PATH`` say, stay in the executor's environment.)"""
+    passed_on = {name for s in cfg.mcp_servers.values() for name in s.env_from if is_credential_name(name)}
+    return secret_env_names(cfg) | passed_on
+
+
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:
     """The keys a ``lens`` process with the config at ``path`` (None: its default place, as
     ``lens serve`` without ``--config`` reads it) knows: the values ``environ`` holds under the
-    config's credential variables (:func:`secret_env_names`), and a note (None when the config
-    was read). Built before anything else the process says, so that its errors (a bad value in
+    config's credential variables and its MCP servers' credential literals
+    (:func:`config_secrets`), and a note (None when the config was read). Built before anything else the process says, so that its errors (a bad value in
     that very config: a key pasted into a model name or a URL) leave without the keys.
 
     A config that cannot be read gives the SDKs' own variables and, when it is no valid config,
@@ -426,7 +472,7 @@ def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[S
     if it parses, else from the text), with the reason in the note."""
     try:
         cfg, _, _ = load_config(path)
-        return Secrets.from_environ(secret_env_names(cfg), environ), None
+        return config_secrets(cfg, environ), None
     except ConfigError as exc:
         names = set(WELL_KNOWN_KEY_ENV) | _named_key_variables(path or DEFAULT_CONFIG_PATH)
         return Secrets.from_environ(names, environ), exc.message
@@ -505,8 +551,10 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
             raise ConfigError(f"config file {path} does not exist")
         notes.append(f"no config file at {path}; using built-in defaults")
         return Config(), path, notes
+    modes: list[int] = []
     try:
-        raw = read_regular_file(path, MAX_CONFIG_BYTES)  # (a FIFO or /dev/zero: refused, never read)
+        # (a FIFO or /dev/zero: refused, never read; the mode of the file read, for the note below)
+        raw = read_regular_file(path, MAX_CONFIG_BYTES, check=lambda st: modes.append(st.st_mode))
     except FileTooLarge:
         raise ConfigError(f"{path}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)") from None
     except OSError as exc:
@@ -515,7 +563,18 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     extra = unknown_keys(raw)
     if extra:
         notes.append(f"{path}: ignoring unknown keys {unknown_keys_listed(extra)}")
+    held = credential_literals(cfg)
+    if held and modes and modes[0] & 0o044:
+        shown_held = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        notes.append(f"{path}: other users can read it (mode {modes[0] & 0o777:04o}), and it holds credentials "
+                     f"({shown_held}); make it private (chmod 600 {path}), or pass them with envFrom")
     return cfg, path, notes
+
+
+def credential_literals(cfg: Config) -> list[str]:
+    """Where ``cfg`` holds a credential's value itself: an MCP server's ``env`` literal named as
+    one (``mcpServers['gh'].env['GH_TOKEN']``), as :func:`config_secrets` takes them."""
+    return [f"mcpServers[{server!r}].env[{name!r}]" for server, name, _value in _credential_env(cfg)]
 
 
 def unknown_keys_listed(keys: list[str]) -> str:

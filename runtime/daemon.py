@@ -48,7 +48,7 @@ from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
 from .atomicfile import why_not_written
-from .config import Config, ConfigError, pair_file_path, secret_env_names
+from .config import Config, ConfigError, config_secrets, pair_file_path, withheld_env_names
 from .errors import LensError, ModelUnavailable
 from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
@@ -96,7 +96,7 @@ class ServeOptions:
     secrets: Secrets | None = None
 
     def known_secrets(self) -> Secrets:
-        return self.secrets if self.secrets is not None else Secrets.from_environ(secret_env_names(self.config), os.environ)
+        return self.secrets if self.secrets is not None else config_secrets(self.config, os.environ)
 
 
 async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -176,7 +176,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=secret_env_names(cfg),
+                                 hidden_env=withheld_env_names(cfg),
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])

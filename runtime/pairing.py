@@ -7,7 +7,10 @@ copied to another record, or a trust level edited by hand, matches nothing; flag
 ``isVerified`` are not read at all (a record's unknown fields are ignored and logged, never
 fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
-daemon and the CLI. The daemon re-reads the file when it changes (checked every 250 ms).
+daemon and the CLI. The daemon re-reads the file when it changes: each credential check looks
+first (one ``stat``), so a revocation counts from the next request; open streams learn of it
+from a watcher that looks every 250 ms. A file other users can write, or that another user owns,
+grants nothing (:func:`check_private`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -172,6 +176,22 @@ def ignored_record_fields(raw: bytes) -> list[str]:
             for key in c if key not in known]
 
 
+def check_private(st: os.stat_result, path: Path) -> None:
+    """:class:`PairFileInvalid` for a pair file that is not its owner's alone: writable by the
+    group or by others, or owned by a user other than this process's (or root). Whoever can
+    write the file can add a record whose hash matches a credential of their own, with strong
+    trust; so such a file grants nothing (as sshd ignores an ``authorized_keys`` others can
+    write). Readable by others is fine: it holds only hashes of 256-bit credentials."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise PairFileInvalid(f"pair file {path} is owned by another user (uid {st.st_uid}), who could give "
+                              f"themselves a credential; check its records, then give it to the daemon's user "
+                              f"(chown); every credential is refused until it is fixed")
+    if st.st_mode & 0o022:
+        raise PairFileInvalid(f"pair file {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}), "
+                              f"who could give themselves a credential; check its records, then make it private "
+                              f"(chmod 600 {path}); every credential is refused until it is fixed")
+
+
 @contextmanager
 def pair_lock(path: Path) -> Iterator[None]:
     """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
@@ -219,14 +239,22 @@ class PairStore:
 
     # ------------------------------------------------------------------ file I/O
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self) -> tuple[int, ...] | None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return None
         except OSError as exc:  # cannot even look: reading it fails too, and says why
             return (-1, exc.errno or 0, 0)
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        # (mode and owner too: a `chmod 600` that makes the file private again changes neither
+        # its bytes nor its mtime, and must be taken without a restart)
+        return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
+
+    def _read(self) -> tuple[bytes, PairFile]:
+        """The file's bytes and what they say; raises ``OSError`` (``FileNotFoundError``…) or
+        :class:`PairFileInvalid` (a file other users can write, or that another user owns)."""
+        raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES, check=lambda st: check_private(st, self.path))
+        return raw, self._parse(raw)
 
     def reload(self, force: bool = False) -> bool:
         """Re-read the file if it changed; returns whether it did. A bad file denies everyone."""
@@ -240,8 +268,7 @@ class PairStore:
             return True
         try:
             # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
-            raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES)
-            self._data = self._parse(raw)
+            raw, self._data = self._read()
             self.valid, self.problem = True, None
             self._note_ignored(ignored_record_fields(raw))
         except (PairFileInvalid, OSError) as exc:
@@ -281,7 +308,7 @@ class PairStore:
             except OSError as exc:
                 raise self._unwritable(exc) from None
             try:
-                data = self._parse(read_regular_file(self.path, MAX_PAIR_FILE_BYTES))
+                data = self._read()[1]
             except FileNotFoundError:
                 data = PairFile()
             except (NotARegularFile, FileTooLarge) as exc:
@@ -313,12 +340,11 @@ class PairStore:
         if existing is not None and existing.status != "revoked":
             return existing.status
         with self._locked() as data:
-            for c in data.clients:
-                if c.client_id == client_id:
-                    if c.status == "revoked":
-                        c.status, c.name, c.requested_at = "pending", name, _now_ms()
-                        c.credential_hash = c.revoked_at = None
-                    return c.status
+            rec = next((c for c in data.clients if c.client_id == client_id), None)
+            if rec is not None and rec.status != "revoked":
+                return rec.status
+            # A revoked client asking again takes a pending place as a new one does (it escaped
+            # the limit: each revoked record kept was one more request past it).
             pending = sum(1 for c in data.clients if c.status == "pending")
             if pending >= max_pending:
                 cutoff = _now_ms() - PENDING_TTL_MS
@@ -329,7 +355,11 @@ class PairStore:
                     f"too many pending pairing requests ({pending}); approve or revoke some first, "
                     f"or ask again once the oldest is an hour old"
                 )
-            data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
+            if rec is not None:
+                rec.status, rec.name, rec.requested_at = "pending", name, _now_ms()
+                rec.credential_hash = rec.revoked_at = None
+            else:
+                data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
             return "pending"
 
     def approve(self, client_id: str, *, strong: bool) -> str:
@@ -371,15 +401,15 @@ class PairStore:
     def authenticate(self, token: str) -> Principal | None:
         """The principal holding ``token``, or ``None``. Compares every hash in constant time.
 
-        A miss re-checks the file first, so a credential works the moment ``lens pair approve``
-        has written it (not only after the next poll).
+        Every check looks at the file first (one ``stat``; it is read again only when it
+        changed): a credential works the moment ``lens pair approve`` has written it, and one
+        ``lens pair revoke`` or a re-issue replaced is refused from the next request on — on a
+        connection already authenticated too — not only after the watcher's next poll.
         """
         if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
             return None
-        found = self._match(token)
-        if found is None and self.reload():
-            found = self._match(token)
-        return found
+        self.reload()
+        return self._match(token)
 
     def _match(self, token: str) -> Principal | None:
         if not self.valid:
