@@ -85,6 +85,9 @@ class Guard:
         # (HEAD is a GET without the body: it may be public wherever GET is)
         {("GET", "/api/v1/health"), ("HEAD", "/api/v1/health"), ("POST", "/api/v1/pair/requests")}
     )
+    # The paths of those routes: another method on them needs no credential either (it is 405,
+    # as the route answers it; "this route needs a credential" told the client something false).
+    PUBLIC_PATHS: ClassVar[frozenset[str]] = frozenset(path for _, path in PUBLIC)
 
     def allowed_hosts(self) -> set[str]:
         hosts = set(LOOPBACK_NAMES)
