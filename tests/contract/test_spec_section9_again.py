@@ -293,3 +293,27 @@ async def test_a_content_encoded_body_is_415_naming_the_coding(daemon: Daemon, s
     r = await raw_http(daemon.port, "GET", API + "/projects",  # (no body: nothing to decode)
                        {"Authorization": f"Bearer {strong}", "Content-Encoding": "gzip"})
     assert r.status == 200
+
+
+async def test_a_config_write_names_the_keys_the_daemon_will_ignore(daemon: Daemon, strong: str) -> None:
+    """F-API-4: "a write is validated before it replaces the file". Unknown keys stay allowed (a
+    newer config must not stop an older daemon), but a misspelt ``server.prot`` was answered 200
+    with nothing more: the writer learns only at the next start, from the daemon's log, that the
+    key did nothing. The answer now lists them (each cut to 80 characters, at most 100, and how
+    many in all); the file holds what was written."""
+    text = ('{\n  // hand-written\n  "server": {"prot": 7420, "heartbeatSeconds": 15},\n'
+            '  "providers": [{"id": "local", "protocol": "faux", "modles": []}],\n  "x' + "k" * 100 + '": 1,\n}\n')
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"text": text})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["unknownKeys"] == ["providers[0].modles", "server.prot", "x" + "k" * 79 + "\u2026"]
+    assert body["unknownKeysTotal"] == 3
+    assert (await daemon.get("/config/files/lens.jsonc", strong)).json()["text"] == text
+    many = "{" + ", ".join(f'"k{i:03}": {i}' for i in range(150)) + "}"
+    body = (await daemon.put("/config/files/lens.jsonc", strong, {"text": many})).json()
+    assert len(body["unknownKeys"]) == 100 and body["unknownKeysTotal"] == 150
+    body = (await daemon.put("/config/files/lens.jsonc", strong, {"text": '{"server": {"heartbeatSeconds": 15}}'})).json()
+    assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0
+    pair = (await daemon.get("/config/files/pair.json", strong)).json()
+    body = (await daemon.put("/config/files/pair.json", strong, {"text": pair["text"], "expectDigest": pair["digest"]})).json()
+    assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0
