@@ -45,7 +45,7 @@ from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
-from .server_answers import refuse
+from .server_answers import error_json, refuse
 from .sse_socket import keep_send
 from .supervisor import Supervisor
 from .views import VIEW_ITEMS_MAX, project_view, session_row_view, session_view
@@ -417,7 +417,7 @@ def default_view(catalog: ProviderCatalog) -> dict[str, Any]:
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:
-    body = msgspec.json.encode({"error": {"code": code, "message": message}})
+    body = error_json(code, message)
     return Response(body, status=status or STATUS.get(code, 500), content_type="application/json")
 
 
