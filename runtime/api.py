@@ -246,6 +246,7 @@ async def read_body(kind: type[B]) -> B:
         reason = str(exc)
         if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
             reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
+        reason = _not_utf8(raw) or reason
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
@@ -255,6 +256,22 @@ async def read_body(kind: type[B]) -> B:
         raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+
+
+_UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
+
+
+def _not_utf8(raw: bytes) -> str | None:
+    """Why a body that failed to decode is no UTF-8, when the request says so: a UTF-16 or UTF-32
+    byte order mark, or a ``Content-Type`` charset other than UTF-8 (JSON between systems is
+    UTF-8, RFC 8259 8.1). msgspec's reason for those ("invalid character (byte 0)") named no cause."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        return "JSON is sent as UTF-8, and this body starts with a UTF-16 or UTF-32 byte order mark"
+    charset = request.mimetype_params.get("charset", "").strip().strip('"')
+    if charset and charset.lower() not in _UTF8_NAMES:
+        shown = charset if len(charset) <= 40 else charset[:40] + "…"
+        return f"JSON is sent as UTF-8, and the Content-Type says charset={shown}"
+    return None
 
 
 # Never a workspace: the whole filesystem, the system's own top-level directories, and anything

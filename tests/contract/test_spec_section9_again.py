@@ -317,3 +317,28 @@ async def test_a_config_write_names_the_keys_the_daemon_will_ignore(daemon: Daem
     pair = (await daemon.get("/config/files/pair.json", strong)).json()
     body = (await daemon.put("/config/files/pair.json", strong, {"text": pair["text"], "expectDigest": pair["digest"]})).json()
     assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0
+
+
+async def test_a_body_in_another_charset_is_named_as_such(daemon: Daemon, strong: str) -> None:
+    """A UTF-16 body (a UTF-16 byte order mark, or ``charset=utf-16``) was "not valid JSON (JSON
+    is malformed: invalid character (byte 0))". JSON between systems is UTF-8 (RFC 8259 8.1): the
+    message now says that, and what the request said instead. A charset that is no UTF-8 but
+    whose body is plain ASCII is read (nothing in it differs)."""
+    project = await daemon.project(strong)
+    text = json.dumps({"projectId": project["id"]})
+    h = {"Authorization": f"Bearer {strong}"}
+    for body, ctype, expected in [
+            (text.encode("utf-16"), "application/json",
+             "JSON is sent as UTF-8, and this body starts with a UTF-16 or UTF-32 byte order mark"),
+            (text.encode("utf-16-le"), "application/json; charset=utf-16",
+             "JSON is sent as UTF-8, and the Content-Type says charset=utf-16"),
+            (text.encode("utf-32"), "application/json",
+             "JSON is sent as UTF-8, and this body starts with a UTF-16 or UTF-32 byte order mark"),
+            (text[:-1].encode() + b', "name": "caf\xe9"}', 'application/json; charset="ISO-8859-1"',
+             "JSON is sent as UTF-8, and the Content-Type says charset=ISO-8859-1")]:
+        r = await raw_http(daemon.port, "POST", API + "/sessions", {**h, "Content-Type": ctype}, body)
+        assert r.status == 400 and r.code == "INVALID_JSON", (ctype, r.status, r.body)
+        assert message_of(r.body) == f"the request body is not valid JSON ({expected})", r.body
+    r = await raw_http(daemon.port, "POST", API + "/sessions", {**h, "Content-Type": "application/json; charset=latin-1"},
+                       text.encode())
+    assert r.status == 201, r.body
