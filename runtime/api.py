@@ -483,14 +483,11 @@ def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
     message = f"no route {method} {_shown_path(path)}"
     bare = path.rstrip("/")
     if bare != path and bare:
-        try:
+        try:  # (the same method: `PUT /config/files/` means a file's route with no name, not the list)
             current_app.url_map.bind("lens").match(bare, method=request.method)
-            meant = True
-        except MethodNotAllowed:
-            meant = True
         except HTTPException:
-            meant = False
-        if meant:
+            pass
+        else:
             message += f"; routes take no trailing slash: {_shown_path(bare)}"
     return message, {}
 

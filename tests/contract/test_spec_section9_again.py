@@ -217,6 +217,8 @@ async def test_an_unknown_route_names_itself_and_a_trailing_slash_names_the_rout
     assert message_of(r.body) == f"no route GET '{API}/projects/'; routes take no trailing slash: '{API}/projects'"
     r = await raw_http(daemon.port, "POST", API + "/sessions/s1/inputs/", h, b"{}")
     assert r.status == 404 and message_of(r.body).endswith(f"no trailing slash: '{API}/sessions/s1/inputs'")
+    r = await raw_http(daemon.port, "PUT", API + "/config/files/", h, b"{}")  # (the list takes no PUT: no hint)
+    assert r.status == 404 and message_of(r.body) == f"no route PUT '{API}/config/files/'"
     r = await raw_http(daemon.port, "GET", API + "/nothing", h)
     assert r.status == 404 and message_of(r.body) == f"no route GET '{API}/nothing'"
     r = await raw_http(daemon.port, "GET", API + "/nothing/", h)  # (no route without the slash either)
