@@ -41,7 +41,7 @@ from .connection_races import guard_connection_races
 from .errors import ActorUnavailable, LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
-from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
+from .pairing import PairFileInvalid, PairFileUnwritable, PairingLimit, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
@@ -564,6 +564,8 @@ def create_app(svc: Services) -> QuartTrio:
             resp.headers["WWW-Authenticate"] = 'Bearer realm="lens"'
         if exc.code == "CONTENT_ENCODING_UNSUPPORTED":
             resp.headers["Accept-Encoding"] = "identity"  # (RFC 9110 15.5.16)
+        if isinstance(exc, PairingLimit):
+            resp.headers["Retry-After"] = str(exc.retry_after)  # (RFC 6585 4: when a place frees up)
         return resp
 
     @app.errorhandler(LogError)

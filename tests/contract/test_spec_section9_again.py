@@ -344,3 +344,21 @@ async def test_a_body_in_another_charset_is_named_as_such(daemon: Daemon, strong
     r = await raw_http(daemon.port, "POST", API + "/sessions", {**h, "Content-Type": "application/json; charset=latin-1"},
                        text.encode())
     assert r.status == 201, r.body
+
+
+async def test_too_many_pending_pairings_says_when_to_ask_again(daemon_factory) -> None:
+    """429 ``PAIRING_LIMIT`` said "ask again once the oldest is an hour old" and nothing more: a
+    client cannot know when that is. ``Retry-After`` (RFC 6585 4) and the message now give the
+    seconds until the oldest pending request gives up its place."""
+    d = await daemon_factory(config={"server": {"maxPendingPairings": 1}})
+    await d.register("first")
+    r = await d.post("/pair/requests", body={"clientId": "second"})
+    assert r.status_code == 429 and error_of(r) == "PAIRING_LIMIT"
+    wait = int(r.headers["retry-after"])
+    assert 3500 <= wait <= 3600, wait
+    assert r.json()["error"]["message"].endswith(f"(in {wait} s)")
+    data = json.loads(d.pair_path.read_text())
+    data["clients"][0]["requestedAt"] -= 60 * 60 * 1000 - 30_000  # asked 59 min 30 s ago
+    d.pair_path.write_text(json.dumps(data))
+    r = await d.post("/pair/requests", body={"clientId": "second"})
+    assert r.status_code == 429 and 1 <= int(r.headers["retry-after"]) <= 30, r.headers
