@@ -18,9 +18,9 @@ from typing import Annotated, Any, Awaitable, Callable, Literal, Sequence, TypeV
 import msgspec
 import trio
 from quart import Response, current_app, g, request
+from quart.globals import request_ctx
 from quart.wrappers.response import DataBody
 from quart_trio import QuartTrio
-from quart.globals import request_ctx
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from events import types as t

@@ -30,8 +30,7 @@ from . import jsonc
 from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
                          why_not_written)
 from .config import ConfigError, check_size, parse_config, unknown_keys
-from .errors import shortened
-from .errors import LensError
+from .errors import LensError, shortened
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
 from .startcheck import check_startable
 
