@@ -18,9 +18,10 @@ from typing import Annotated, Any, Awaitable, Callable, Literal, Sequence, TypeV
 import msgspec
 import trio
 from quart import Response, current_app, g, request
+from quart.globals import request_ctx
 from quart.wrappers.response import DataBody
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from events import types as t
 from events.errors import LogError
@@ -40,11 +41,11 @@ from .connection_races import guard_connection_races
 from .errors import ActorUnavailable, LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
-from .pairing import PairFileInvalid, PairFileUnwritable, PairStore, Principal
+from .pairing import PairFileInvalid, PairFileUnwritable, PairingLimit, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
 from .providers.compile import IMAGE_MIMES
-from .server_answers import refuse
+from .server_answers import error_json, refuse
 from .sse_socket import keep_send
 from .supervisor import Supervisor
 from .views import VIEW_ITEMS_MAX, project_view, session_row_view, session_view
@@ -61,7 +62,7 @@ STATUS: dict[str, int] = {
     "QUESTION_NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "JOB_FINISHED": 409, "FORK_TOO_DEEP": 409, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404, "ARTIFACT_CORRUPT": 500,
     "METHOD_NOT_ALLOWED": 405,
     "ANSWER_INVALID": 422, "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
-    "BODY_TIMEOUT": 408, "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413,
+    "BODY_TIMEOUT": 408, "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413, "CONTENT_ENCODING_UNSUPPORTED": 415,
     "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
     "PROVIDER_UNSUPPORTED": 422, "WORKSPACE_INVALID": 422, "IMAGE_UNSUPPORTED": 422,
     "CONFIG_FILE_UNREADABLE": 422, "CONFIG_FILE_NOT_REGULAR": 422,
@@ -224,16 +225,28 @@ async def receive_body() -> bytes:
     raise ApiError("BODY_TIMEOUT", f"the request body took longer than {BODY_SECONDS:g} s to arrive")
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 async def read_body(kind: type[B]) -> B:
+    """The request's JSON body as ``kind``: 400 ``INVALID_JSON`` when it is no JSON (an empty
+    body is named as such), 422 ``VALIDATION_FAILED`` when its shape does not match. A body of a
+    route that takes none (:class:`EmptyBody`) may be empty. A leading UTF-8 byte order mark is
+    skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one)."""
     raw = await receive_body()
-    if not raw.strip() and kind is EmptyBody:
-        return EmptyBody()  # type: ignore[return-value]
+    if raw.startswith(UTF8_BOM):
+        raw = raw[len(UTF8_BOM):]
+    if not raw.strip():
+        if kind is EmptyBody:
+            return EmptyBody()  # type: ignore[return-value]
+        raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
     try:
         msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         reason = str(exc)
         if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
             reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
+        reason = _not_utf8(raw) or reason
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
@@ -243,6 +256,22 @@ async def read_body(kind: type[B]) -> B:
         raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+
+
+_UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
+
+
+def _not_utf8(raw: bytes) -> str | None:
+    """Why a body that failed to decode is no UTF-8, when the request says so: a UTF-16 or UTF-32
+    byte order mark, or a ``Content-Type`` charset other than UTF-8 (JSON between systems is
+    UTF-8, RFC 8259 8.1). msgspec's reason for those ("invalid character (byte 0)") named no cause."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        return "JSON is sent as UTF-8, and this body starts with a UTF-16 or UTF-32 byte order mark"
+    charset = request.mimetype_params.get("charset", "").strip().strip('"')
+    if charset and charset.lower() not in _UTF8_NAMES:
+        shown = charset if len(charset) <= 40 else charset[:40] + "…"
+        return f"JSON is sent as UTF-8, and the Content-Type says charset={shown}"
+    return None
 
 
 # Never a workspace: the whole filesystem, the system's own top-level directories, and anything
@@ -405,7 +434,7 @@ def default_view(catalog: ProviderCatalog) -> dict[str, Any]:
 
 
 def error_response(code: str, message: str, status: int | None = None) -> Response:
-    body = msgspec.json.encode({"error": {"code": code, "message": message}})
+    body = error_json(code, message)
     return Response(body, status=status or STATUS.get(code, 500), content_type="application/json")
 
 
@@ -424,8 +453,47 @@ def require_strong(what: str) -> None:
 # --------------------------------------------------------------------------- the app
 
 
+class _App(QuartTrio):
+    async def make_default_options_response(self) -> Response:
+        """``OPTIONS`` on a route: 204 with ``Allow`` (Quart's own answer was a 200 with an empty
+        ``text/html`` body, a type no route of the API answers)."""
+        resp = self.response_class(b"", status=204)
+        resp.headers["Allow"] = ", ".join(sorted(request_ctx.url_adapter.allowed_methods()))
+        del resp.headers["Content-Type"]
+        del resp.headers["Content-Length"]  # (RFC 9110 8.6: a 204 carries none)
+        return resp
+
+
+def _shown_path(path: str) -> str:
+    """A request path for a message: quoted (a control character shows escaped) and cut to 120
+    characters (a client's long path is not echoed whole)."""
+    return repr(path if len(path) <= 120 else path[:120] + "…")
+
+
+def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
+    """The message (and headers) of a request no route takes: 404 names the method and path,
+    and the route the client may have meant when the path only has a trailing slash more; 405
+    names the methods the route takes, also in ``Allow`` (RFC 9110 15.5.6: a 405 carries it)."""
+    method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
+    path = request.path
+    if isinstance(exc, MethodNotAllowed):
+        allowed = sorted(exc.valid_methods or ())
+        return (f"{method} is not allowed on {_shown_path(path)}; it takes {', '.join(allowed)}",
+                {"Allow": ", ".join(allowed)})
+    message = f"no route {method} {_shown_path(path)}"
+    bare = path.rstrip("/")
+    if bare != path and bare:
+        try:  # (the same method: `PUT /config/files/` means a file's route with no name, not the list)
+            current_app.url_map.bind("lens").match(bare, method=request.method)
+        except HTTPException:
+            pass
+        else:
+            message += f"; routes take no trailing slash: {_shown_path(bare)}"
+    return message, {}
+
+
 def create_app(svc: Services) -> QuartTrio:
-    app = QuartTrio(__name__, static_folder=None)
+    app = _App(__name__, static_folder=None)
     # `/sessions//events` is no route (an empty id), not a redirect to `/sessions/events`.
     app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
@@ -445,7 +513,9 @@ def create_app(svc: Services) -> QuartTrio:
         svc.guard.check_origin(origins[0] if origins else None)
         if not path.startswith("/api/"):
             return None
-        if (request.method, path) in Guard.PUBLIC:
+        if path in Guard.PUBLIC_PATHS:
+            # (any method: a wrong one is 405, not "this route needs a credential" — it does not)
+            _check_content_encoding()
             return None
         # (the pair file's generation the credential was checked against, read first: a stream
         # re-checks its credential once the file has changed since, even before it starts)
@@ -459,6 +529,7 @@ def create_app(svc: Services) -> QuartTrio:
         length = request.content_length
         if length is not None and length > svc.config.server.max_body_bytes:
             raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
+        _check_content_encoding()
         return None
 
     @app.after_request
@@ -491,6 +562,10 @@ def create_app(svc: Services) -> QuartTrio:
         resp = error_response(exc.code, exc.message)
         if exc.code in ("AUTH_REQUIRED", "AUTH_INVALID"):
             resp.headers["WWW-Authenticate"] = 'Bearer realm="lens"'
+        if exc.code == "CONTENT_ENCODING_UNSUPPORTED":
+            resp.headers["Accept-Encoding"] = "identity"  # (RFC 9110 15.5.16)
+        if isinstance(exc, PairingLimit):
+            resp.headers["Retry-After"] = str(exc.retry_after)  # (RFC 6585 4: when a place frees up)
         return resp
 
     @app.errorhandler(LogError)
@@ -512,7 +587,12 @@ def create_app(svc: Services) -> QuartTrio:
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "BODY_TIMEOUT", 413: "BODY_TOO_LARGE",
                 400: "INVALID_ARGUMENT"}.get(
             exc.code or 500, "HTTP_ERROR")
-        return error_response(code, exc.description or code, exc.code)
+        message, headers = exc.description or code, {}
+        if isinstance(exc, (NotFound, MethodNotAllowed)) and request.routing_exception is exc:
+            message, headers = _route_message(exc)
+        resp = error_response(code, message, exc.code)
+        resp.headers.update(headers)
+        return resp
 
     @app.errorhandler(Exception)
     async def unexpected(exc: Exception) -> Response:
@@ -1016,6 +1096,20 @@ def _host_checked(asgi_app: Any, svc: Services) -> Any:
         return await asgi_app(scope, receive, send)
 
     return app
+
+
+def _check_content_encoding() -> None:
+    """A request body in a content coding (``Content-Encoding: gzip``…) is 415
+    ``CONTENT_ENCODING_UNSUPPORTED``: the daemon decodes none (a small gzip body can inflate past
+    any limit), and read as JSON it was "not valid JSON (invalid character)", which names no
+    cause. ``identity`` is no coding; a request without a body is not concerned."""
+    codings = [c.strip() for value in request.headers.getlist("Content-Encoding") for c in value.split(",")]
+    coded = [c for c in codings if c and c.lower() != "identity"]
+    if coded and (request.content_length or "transfer-encoding" in request.headers):
+        shown = ", ".join(coded)
+        shown = shown if len(shown) <= 80 else shown[:80] + "…"
+        raise ApiError("CONTENT_ENCODING_UNSUPPORTED", f"the request body is sent with Content-Encoding {shown!r}; "
+                                                       f"send it unencoded (the daemon decodes no content coding)")
 
 
 def _one_arg(name: str) -> str | None:

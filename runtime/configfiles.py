@@ -29,8 +29,8 @@ import msgspec
 from . import jsonc
 from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
                          why_not_written)
-from .config import ConfigError, check_size, parse_config
-from .errors import LensError
+from .config import ConfigError, check_size, parse_config, unknown_keys
+from .errors import LensError, shortened
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
 from .startcheck import check_startable
 
@@ -74,6 +74,9 @@ def _is_utf8(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+MAX_UNKNOWN_KEYS_SHOWN = 100  # unknown keys a write's answer lists (each cut to 80 characters); the total is given too
 
 
 class ConfigFiles:
@@ -209,9 +212,16 @@ class ConfigFiles:
         try:
             lock: AbstractContextManager[Any] = pair_lock(path) if role == "pair" else self._write_lock
             with lock:
-                return self._replace(path, role, name, raw, expect_digest)
+                written = self._replace(path, role, name, raw, expect_digest)
         except OSError as exc:  # (the pair file's lock could not be opened)
             raise ConfigFileUnwritable(f"{name} cannot be written ({why_not_written(exc)}); nothing was changed") from None
+        # Keys the daemon does not know are written (a newer config must not stop an older
+        # daemon) but will be ignored: the writer is told which, as `lens serve` tells at start
+        # (a misspelt `server.prot` was answered 200 and nothing more).
+        unknown = unknown_keys(text) if role == "main" else []
+        written["unknownKeys"] = [shortened(key) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
+        written["unknownKeysTotal"] = len(unknown)
+        return written
 
     def _replace(self, path: Path, role: str, name: str, raw: bytes,
                  expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:

@@ -81,10 +81,10 @@ class Guard:
     bound_host: str
     port: int = 0  # set once the server is bound
 
-    PUBLIC: ClassVar[frozenset[tuple[str, str]]] = frozenset(
-        # (HEAD is a GET without the body: it may be public wherever GET is)
-        {("GET", "/api/v1/health"), ("HEAD", "/api/v1/health"), ("POST", "/api/v1/pair/requests")}
-    )
+    # The routes that need no credential (health, and pairing registration), by path: every
+    # method on them, so that one they do not take is 405 as the route answers it ("this route
+    # needs a credential" told the client something false), and OPTIONS says what they take.
+    PUBLIC_PATHS: ClassVar[frozenset[str]] = frozenset({"/api/v1/health", "/api/v1/pair/requests"})
 
     def allowed_hosts(self) -> set[str]:
         hosts = set(LOOPBACK_NAMES)

@@ -72,6 +72,10 @@ class PairFileUnwritable(LensError):
 class PairingLimit(LensError):
     code = "PAIRING_LIMIT"
 
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after  # seconds until the oldest pending request gives up its place
+
 
 class ClientNotFound(LensError):
     code = "CLIENT_NOT_FOUND"
@@ -351,9 +355,11 @@ class PairStore:
                 data.clients = [c for c in data.clients if c.status != "pending" or c.requested_at > cutoff]
                 pending = sum(1 for c in data.clients if c.status == "pending")
             if pending >= max_pending:
+                oldest = min(c.requested_at for c in data.clients if c.status == "pending")
+                wait = max(1, -(-(oldest + PENDING_TTL_MS - _now_ms()) // 1000))  # (whole seconds, rounded up)
                 raise PairingLimit(
                     f"too many pending pairing requests ({pending}); approve or revoke some first, "
-                    f"or ask again once the oldest is an hour old"
+                    f"or ask again once the oldest is an hour old (in {wait} s)", retry_after=wait
                 )
             if rec is not None:
                 rec.status, rec.name, rec.requested_at = "pending", name, _now_ms()

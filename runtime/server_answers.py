@@ -89,7 +89,13 @@ def body_headers(body: bytes) -> list[tuple[bytes, bytes]]:
 
 
 def error_body(status: int, message: str) -> bytes:
-    return msgspec.json.encode({"error": {"code": CODES.get(status, "INVALID_ARGUMENT"), "message": message}})
+    return error_json(CODES.get(status, "INVALID_ARGUMENT"), message)
+
+
+def error_json(code: str, message: str) -> bytes:
+    """``{"error": {"code", "message"}}``, the one shape of every error the daemon answers (the
+    server's own refusals here, the app's in ``runtime.api.error_response``)."""
+    return msgspec.json.encode({"error": {"code": code, "message": message}})
 
 
 def refused_scope(proto: Any, http_version: str, method: str = "-") -> dict[str, Any]:
@@ -106,7 +112,7 @@ async def refuse(scope: dict[str, Any], send: Any, status: int, code: str, messa
     """Answer the request of ``scope`` (an ASGI http or websocket scope) before the app sees it:
     ``status`` with ``{"error": {code, message}}``, and ``connection: close`` over HTTP/1.x
     (HTTP/2 has no connection header)."""
-    body = msgspec.json.encode({"error": {"code": code, "message": message}})
+    body = error_json(code, message)
     headers = body_headers(body)
     if scope.get("http_version", "1.1") < "2":
         headers.append((b"connection", b"close"))
