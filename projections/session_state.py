@@ -81,7 +81,7 @@ class AgentState(msgspec.Struct):
     tools: list[str] = []
     status: Literal["idle", "running", "finished"] = "idle"
     # How a finished subagent ended, as its agent.finished says: completed / failed / aborted /
-    # interrupted (None while it runs, and for a fork's subagents, which the fork did not run).
+    # interrupted (None while it runs; a fork's subagent under way at the fork point: interrupted).
     outcome: str | None = None
     result: str = ""
     items: list[Item] = []
@@ -689,7 +689,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     replaced from ``AgentState.included``.
 # 11: ``AgentState.capabilities`` (deferred tools loaded by capability_search).
 # 12: ``Item.rerun_after`` (a tool result's call ran twice: its executor died under the first run).
-SNAPSHOT_VERSION = 12
+# 13: a fork's subagent under way at the fork point is ``interrupted`` (``AgentState.outcome``).
+SNAPSHOT_VERSION = 13
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -59,3 +59,34 @@ async def test_an_abort_ends_a_running_subagent_and_a_restart_keeps_it_ended(dae
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     assert await d2.events(token, sid) == before  # nothing re-run, nothing written twice
     assert (await d2.view(token, sid))["agents"] == view["agents"]
+
+
+async def test_a_fork_made_while_a_subagent_ran_shows_it_and_its_call_interrupted(daemon_factory):
+    # The fork does not run what was under way at its seq: the model is told the parent's call has
+    # no result (interrupted), and the view says so of the call and of its subagent, instead of a
+    # call "pending" for ever and a subagent "finished" with no result.
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "wait")
+
+    async def sub_sleeping():
+        return [e for e in await d.events(token, sid)
+                if e["kind"] == "tool.started" and e["agent_id"].startswith("sub_")]
+
+    [started] = await wait_until(sub_sleeping)
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": started["seq"]})
+    assert r.status_code == 201, r.text
+    fork = r.json()
+    assert fork["status"] == "idle"
+    assert [(a["role"], a["status"]) for a in fork["agents"]] == [("main", "idle"), ("subagent", "interrupted")]
+    [call] = [it["call"] for it in fork["items"] if it["role"] == "tool_call"]
+    assert (call["name"], call["status"]) == ("subagent", "interrupted")
+    # The source still runs both; the fork's view of itself stays as it was made after a restart.
+    source = await d.view(token, sid)
+    assert [a["status"] for a in source["agents"]] == ["running", "running"]
+    assert [it["call"]["status"] for it in source["items"] if it["role"] == "tool_call"] == ["running"]
+    await d.post(f"/sessions/{sid}/abort", token)
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    again = await d2.view(token, fork["id"])
+    assert (again["agents"], again["items"]) == (fork["agents"], fork["items"])
