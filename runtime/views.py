@@ -134,7 +134,8 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         status = a.outcome if a.status == "finished" and a.outcome else a.status
         entry: dict[str, Any] = {"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
                                  "status": status, "items": len(a.items),
-                                 "lastError": a.last_error}  # "CODE: message" of its last failed model request
+                                 "lastError": a.last_error,  # "CODE: message" of its last failed model request
+                                 "usage": usage_view(a.usage)}  # its own requests (the session's is their sum)
         if a.agent_id != MAIN_AGENT:  # (the main agent's calls are the items, each with its own rerunAfter)
             rerun = rerun_calls(a.items)
             if rerun:  # (omitted when none ran twice)
