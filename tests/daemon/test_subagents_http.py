@@ -90,3 +90,25 @@ async def test_a_fork_made_while_a_subagent_ran_shows_it_and_its_call_interrupte
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     again = await d2.view(token, fork["id"])
     assert (again["agents"], again["items"]) == (fork["agents"], fork["items"])
+
+
+async def test_subagents_of_two_sessions_run_at_once_and_an_abort_ends_only_its_own(daemon_factory):
+    # A session's tool calls run one at a time (so its subagents do); sessions run side by side.
+    d = await daemon_factory(config=CONFIG)
+    token, first = await _session(d)
+    second = (await d.session(token, (await d.project(token, "q"))["id"]))["id"]
+    for sid in (first, second):
+        await d.submit(token, sid, "r1", "wait")
+
+    async def both_sleeping():
+        views = [await d.view(token, sid) for sid in (first, second)]
+        return views if all([a["status"] for a in v["agents"]] == ["running", "running"] for v in views) else None
+
+    await wait_until(both_sleeping)
+    r = await d.post(f"/sessions/{first}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True
+    assert [a["status"] for a in (await d.view(token, first))["agents"]] == ["idle", "aborted"]
+    assert [a["status"] for a in (await d.view(token, second))["agents"]] == ["running", "running"]
+    assert not [e for e in await d.events(token, second) if e["kind"] in ("agent.finished", "run.aborted")]
+    await d.post(f"/sessions/{second}/abort", token)
+    assert [a["status"] for a in (await d.view(token, second))["agents"]] == ["idle", "aborted"]
