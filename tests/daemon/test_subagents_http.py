@@ -19,6 +19,15 @@ async def _session(d):
     return token, (await d.session(token, (await d.project(token))["id"]))["id"]
 
 
+async def _subagent_calling(d, token: str, sid: str) -> list:
+    """Wait until a subagent of ``sid`` started a tool call; its ``tool.started`` events."""
+    async def started():
+        return [e for e in await d.events(token, sid)
+                if e["kind"] == "tool.started" and e["agent_id"].startswith("sub_")]
+
+    return await wait_until(started, what="a subagent's tool call")
+
+
 async def test_a_tool_list_is_recorded_with_each_name_once(daemon_factory):
     d = await daemon_factory(config=CONFIG)
     token, sid = await _session(d)
@@ -36,11 +45,7 @@ async def test_an_abort_ends_a_running_subagent_and_a_restart_keeps_it_ended(dae
     token, sid = await _session(d)
     await d.submit(token, sid, "r1", "wait")
 
-    async def sub_sleeping():
-        return [e for e in await d.events(token, sid)
-                if e["kind"] == "tool.started" and e["agent_id"].startswith("sub_")]
-
-    await wait_until(sub_sleeping)
+    await _subagent_calling(d, token, sid)
     r = await d.post(f"/sessions/{sid}/abort", token)
     assert r.status_code == 200 and r.json()["aborted"] is True
     # The subagent ends (its open call, then agent.finished) before its parent's call is
@@ -69,11 +74,7 @@ async def test_a_fork_made_while_a_subagent_ran_shows_it_and_its_call_interrupte
     token, sid = await _session(d)
     await d.submit(token, sid, "r1", "wait")
 
-    async def sub_sleeping():
-        return [e for e in await d.events(token, sid)
-                if e["kind"] == "tool.started" and e["agent_id"].startswith("sub_")]
-
-    [started] = await wait_until(sub_sleeping)
+    [started] = await _subagent_calling(d, token, sid)
     r = await d.post(f"/sessions/{sid}/fork", token, {"seq": started["seq"]})
     assert r.status_code == 201, r.text
     fork = r.json()
