@@ -73,6 +73,25 @@ class SkillDue(msgspec.Struct, array_like=True, gc=False):
     name: str
 
 
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+class UsageTotals(msgspec.Struct):
+    """Sums of provider-reported counts; a field stays ``None`` until some request reports it.
+
+    ``unreported`` counts, per field, the answered requests whose provider did not report that
+    count: a sum is complete only while its field is absent there (an unreported count is
+    unknown, never taken as 0)."""
+
+    requests: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    unreported: dict[str, int] = {}
+
+
 class AgentState(msgspec.Struct):
     agent_id: str
     role: Literal["main", "subagent"] = "main"
@@ -81,7 +100,7 @@ class AgentState(msgspec.Struct):
     tools: list[str] = []
     status: Literal["idle", "running", "finished"] = "idle"
     # How a finished subagent ended, as its agent.finished says: completed / failed / aborted /
-    # interrupted (None while it runs, and for a fork's subagents, which the fork did not run).
+    # interrupted (None while it runs; a fork's subagent under way at the fork point: interrupted).
     outcome: str | None = None
     result: str = ""
     items: list[Item] = []
@@ -99,6 +118,9 @@ class AgentState(msgspec.Struct):
     request_attempt: int = 0  # ``attempt`` of the last model.requested
     task_id: str | None = None
     requests: int = 0
+    # What this agent's own requests cost (its model requests and compactions); the session's
+    # ``usage`` is the sum over its agents, subagents included.
+    usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
     skills: dict[str, LoadedSkill] = {}  # loaded skills by name
     skills_due: list[SkillDue] = []
     # Deferred tools this agent loaded with capability_search (``capability.loaded``), in order.
@@ -128,25 +150,6 @@ class InputRecord(msgspec.Struct, array_like=True, gc=False):  # one per input: 
     status: InputStatus
     text: str
     task_id: str | None = None
-
-
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-
-
-class UsageTotals(msgspec.Struct):
-    """Sums of provider-reported counts; a field stays ``None`` until some request reports it.
-
-    ``unreported`` counts, per field, the answered requests whose provider did not report that
-    count: a sum is complete only while its field is absent there (an unreported count is
-    unknown, never taken as 0)."""
-
-    requests: int = 0
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    unreported: dict[str, int] = {}
 
 
 class Question(msgspec.Struct):
@@ -295,14 +298,16 @@ def _item_id(seq: int, n: int = 0) -> str:
     return f"c{seq}" if n == 0 else f"c{seq}.{n}"
 
 
-def _add_usage(total: UsageTotals, u: t.Usage) -> None:
-    total.requests += 1
-    for name in USAGE_FIELDS:
-        v = getattr(u, name)
-        if v is not None:
-            setattr(total, name, (getattr(total, name) or 0) + v)
-        else:
-            total.unreported[name] = total.unreported.get(name, 0) + 1
+def _add_usage(state: SessionState, agent_id: str, u: t.Usage) -> None:
+    """Count one answered (or cut-off) request's usage in its agent's totals and the session's."""
+    for total in (state.usage, state.agent(agent_id).usage):
+        total.requests += 1
+        for name in USAGE_FIELDS:
+            v = getattr(u, name)
+            if v is not None:
+                setattr(total, name, (getattr(total, name) or 0) + v)
+            else:
+                total.unreported[name] = total.unreported.get(name, 0) + 1
 
 
 def apply(state: SessionState, se: StoredEvent) -> SessionState:
@@ -450,15 +455,15 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a.pending_calls = list(ev.tool_calls)
         a.last_response_final = not ev.tool_calls
         a.round_results = 0
-        _add_usage(state.usage, ev.usage)
+        _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelFailed):
         a = state.agent(agent_id)
         a.open_request_seq = None
         a.last_error = f"{ev.code}: {ev.message}"
         if ev.usage is not None:
-            _add_usage(state.usage, ev.usage)
+            _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelCutOff):
-        _add_usage(state.usage, ev.usage)  # (the request stays open: asked again at the next start)
+        _add_usage(state, agent_id, ev.usage)  # (the request stays open: asked again at the next start)
     elif isinstance(ev, t.ToolStarted):
         state.agent(agent_id).running_call = ev.call_id
     elif isinstance(ev, t.ToolFinished):
@@ -531,9 +536,9 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         if a.included:
             replaced = set(ev.replaced_item_ids)
             a.included = [i for i in a.included if i not in replaced]
-        _add_usage(state.usage, ev.usage)
+        _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ContextCompactionFailed):
-        _add_usage(state.usage, ev.usage)  # (a request answered and not used still counts)
+        _add_usage(state, agent_id, ev.usage)  # (a request answered and not used still counts)
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
@@ -689,7 +694,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     replaced from ``AgentState.included``.
 # 11: ``AgentState.capabilities`` (deferred tools loaded by capability_search).
 # 12: ``Item.rerun_after`` (a tool result's call ran twice: its executor died under the first run).
-SNAPSHOT_VERSION = 12
+# 13: a fork's subagent under way at the fork point is ``interrupted`` (``AgentState.outcome``).
+# 14: ``AgentState.usage`` (each agent's own requests; the session's ``usage`` is their sum).
+SNAPSHOT_VERSION = 14
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

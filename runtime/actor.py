@@ -1312,4 +1312,9 @@ def _reset_for_fork(state: SessionState, new_session_id: str) -> None:
         a.pending_calls = []
         a.running_call = None
         a.open_request_seq = None
+        a.usage = type(a.usage)()  # (a fork counts its own requests, as its session's usage does)
+        if a.role != "main" and a.status != "finished":
+            # A subagent under way at the fork point never ends in the fork: its parent's call has
+            # no result there (the model is told it was interrupted), and so it ended, interrupted.
+            a.outcome = "interrupted"
         a.status = "idle" if a.role == "main" else "finished"

@@ -95,7 +95,14 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
         if state.questions:
             return None  # queued inputs wait until the question is settled
         if state.running_task is None:
-            return StartTask(state.queue[0]) if state.queue else None
+            if not state.queue:
+                return None
+            if agent is not None and agent.skills_due and not agent.pending_calls:
+                # A fork made inside a round whose skill calls had their results: the fork runs
+                # nothing of that round, which ends there, so the instructions due after it go
+                # in before the fork's first input, as an abort puts them (never after it).
+                return AppendSkills(tuple(agent.skills_due))
+            return StartTask(state.queue[0])
     if agent is None:
         return None
     if not main and agent.status == "finished":

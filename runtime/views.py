@@ -42,11 +42,17 @@ def usage_view(u: UsageTotals | t.Usage) -> dict[str, Any]:
     return out
 
 
-def item_view(it: Item, results: dict[str, Item], running: str | None) -> dict[str, Any]:
+def item_view(it: Item, results: dict[str, Item], running: str | None, pending: frozenset[str]) -> dict[str, Any]:
+    """One item as the view shows it; a call's status is its result's, else ``running`` /
+    ``pending`` while the agent has it to run (``pending``: the call ids it has), else
+    ``interrupted``: a call a fork inherited without its result never runs, and the model is told
+    it has no result (``interrupted``) — see ``runtime.providers.compile``."""
     v: dict[str, Any] = {"id": it.id, "role": it.role, "seq": it.seq, "taskId": it.task_id}
     if it.role == "tool_call" and it.call is not None:
         res = results.get(it.call.call_id)
-        status = res.status if res is not None else ("running" if running == it.call.call_id else "pending")
+        cid = it.call.call_id
+        status = (res.status if res is not None else "running" if running == cid
+                  else "pending" if cid in pending else "interrupted")
         v["call"] = {"callId": it.call.call_id, "name": it.call.name, "arguments": it.call.arguments, "status": status}
         if res is not None:
             v["result"] = {"itemId": res.id, "status": res.status, "isError": res.is_error, "text": res.text,
@@ -114,7 +120,8 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         raise InvalidCommand(f"itemsBefore {before} is past the session's {total} items")
     start = max(0, before - items_limit)
     if main is not None:
-        items = [item_view(it, results, main.running_call) for it in shown[start:before]]
+        pending = frozenset(c.call_id for c in main.pending_calls)
+        items = [item_view(it, results, main.running_call, pending) for it in shown[start:before]]
         # How each item stands in the Working Context (visible, pruned, snipped, compacted…).
         marks = item_marks(main)
         for v in items:
@@ -127,7 +134,8 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         status = a.outcome if a.status == "finished" and a.outcome else a.status
         entry: dict[str, Any] = {"agentId": a.agent_id, "role": a.role, "parentAgentId": a.parent_agent_id,
                                  "status": status, "items": len(a.items),
-                                 "lastError": a.last_error}  # "CODE: message" of its last failed model request
+                                 "lastError": a.last_error,  # "CODE: message" of its last failed model request
+                                 "usage": usage_view(a.usage)}  # its own requests (the session's is their sum)
         if a.agent_id != MAIN_AGENT:  # (the main agent's calls are the items, each with its own rerunAfter)
             rerun = rerun_calls(a.items)
             if rerun:  # (omitted when none ran twice)

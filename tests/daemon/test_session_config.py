@@ -312,3 +312,29 @@ async def test_a_quarantined_session_can_be_deleted(daemon_factory):
     assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
     r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
     assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+
+
+async def test_each_setting_is_taken_at_its_limit_and_refused_one_past(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _session(d)
+    for body, code in [
+        ({"compactionTriggerPercent": 1}, None), ({"compactionTriggerPercent": 100}, None),
+        ({"compactionTriggerPercent": 0}, "VALIDATION_FAILED"), ({"compactionTriggerPercent": 101}, "VALIDATION_FAILED"),
+        ({"name": "n" * 200}, None), ({"name": "n" * 201}, "VALIDATION_FAILED"),
+        ({"thinkingLevel": "xhigh"}, None), ({"thinkingLevel": "XHIGH"}, "VALIDATION_FAILED"),
+        ({"model": "faux/" + "m" * 195}, "MODEL_UNKNOWN"),  # 200 characters: checked, and not listed
+        ({"model": "faux/" + "m" * 196}, "MODEL_UNKNOWN"),  # 201: refused at the door
+        ({"toolPolicy": {f"t{i}": {"approval": "warn"} for i in range(1000)}}, None),
+        ({"toolPolicy": {"one_more": {"approval": "warn"}}}, "VALIDATION_FAILED"),  # 1,001 once merged
+        ({"toolPolicy": {"t0": None, "one_more": {"approval": "warn"}}}, None),  # still 1,000
+        ({"toolPolicy": {f"u{i}": {"approval": "warn"} for i in range(1001)}}, "VALIDATION_FAILED"),
+    ]:
+        before = await d.events(token, sid)
+        r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=body)
+        if code is None:
+            assert r.status_code == 200, (str(body)[:80], r.text[:300])
+        else:
+            assert (r.status_code, error_of(r)) == (422, code), (str(body)[:80], r.text[:300])
+            assert await d.events(token, sid) == before
+    view = await d.view(token, sid)
+    assert (view["name"], view["thinkingLevel"]) == ("n" * 200, "xhigh")

@@ -269,3 +269,30 @@ async def test_a_withdraw_or_steer_of_a_skill_input_being_checked_waits_for_the_
     kinds = [(e["kind"], e["body"].get("input_request_id")) for e in await d.events(token, sid)]
     assert ("input.withdrawn", "s1") in kinds and ("input.placed", "s1") not in kinds
     assert kinds.index(("input.requeued", "s2")) < kinds.index(("input.placed", "s2"))
+
+
+async def test_a_fork_made_after_a_skill_call_appends_its_instructions_before_its_first_input(daemon_factory):
+    # Forked in the round [skill, sleep] while it sleeps: the skill call has its result ("its
+    # instructions follow") and its instructions were due after the round. The fork runs nothing
+    # of that round; its instructions go where the round ends in the fork -- before the fork's
+    # first input, as an abort puts them, not after it.
+    d = await daemon_factory(config=BUSY_CONFIG)
+    token, sid, ws = await _session(d)
+    await d.submit(token, sid, "r1", "LOAD-BUSY")
+
+    async def sleeping() -> list[dict[str, Any]]:
+        return [e for e in await d.events(token, sid)
+                if e["kind"] == "tool.started" and e["body"]["name"] == "sleep_milliseconds"]
+
+    [started] = await wait_until(sleeping, what="the round's sleep running")
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": started["seq"]})
+    assert r.status_code == 201, r.text
+    fork = r.json()["id"]
+    await d.post(f"/sessions/{sid}/abort", token, {})
+    await d.submit(token, fork, "f1", "hello")
+    view = await d.wait_idle(token, fork)
+    assert [e["kind"] for e in await d.events(token, fork)].count("skill.loaded") == 1
+    roles = [it["role"] for it in view["items"]]
+    assert roles == ["user", "tool_call", "tool_call", "system", "user", "assistant"], roles
+    assert "REVIEW-STEPS" in view["items"][3]["text"]
+    assert [it["role"] for it in (await d.view(token, sid))["items"]].count("system") == 1  # the source's own

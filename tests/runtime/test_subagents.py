@@ -166,3 +166,23 @@ async def test_the_view_shows_how_each_subagent_ended(rt, autojump_clock):
     shown = {a["agentId"]: a["status"] for a in view["agents"] if a["role"] == "subagent"}
     assert shown == ends
     assert next(a["status"] for a in view["agents"] if a["agentId"] == "main") == "idle"
+
+
+async def test_a_prompt_is_taken_up_to_its_limit_exactly(rt, autojump_clock):
+    from tools.subagent import MAX_PROMPT_CHARS
+
+    at = "SUBJOB " + "x" * (MAX_PROMPT_CHARS - 7)
+    rt.faux.script = [
+        FauxTurn(when="two prompts", tool_calls=[FauxToolCall("subagent", {"prompt": at}),
+                                                 FauxToolCall("subagent", {"prompt": at + "x"})]),
+        FauxTurn(when="SUBJOB", text="took it"),
+    ]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "two prompts")
+    evs = await rt.events(sid)
+    started = one(evs, "agent.started")
+    assert len(started.event.prompt) == MAX_PROMPT_CHARS
+    first, second = by_kind(evs, "tool.finished")
+    assert (first.event.status, first.event.content[0].text) == ("ok", "took it")
+    assert (second.event.status, second.event.error_code) == ("error", "TOOL_ARGUMENTS_INVALID")
+    assert f"over {MAX_PROMPT_CHARS} characters" in second.event.content[0].text
