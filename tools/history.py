@@ -85,7 +85,8 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     return [
         ToolSpec("history_search",
                  "Search the Full Context history of every session of this project (all agents, tasks and "
-                 "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*; Chinese, Japanese and "
+                 "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*; a OR b for either; "
+                 "a NOT b for a without b (OR, AND, NOT in capitals); Chinese, Japanese and "
                  "Korean text matches any run of its characters. Filters: agent_id, "
                  "session_id, task_id. Page with after_context_item_id.",
                  {"type": "object", "properties": {
