@@ -28,7 +28,7 @@ from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
-from tools.artifacts import ArtifactError, ArtifactStore
+from tools.artifacts import SHA_RE, ArtifactError, ArtifactStore
 from tools.files.errors import MAX_IMAGE_BYTES
 from tools.files.image import sniff as sniff_image
 
@@ -325,6 +325,14 @@ def check_session_settings(model: str | None, thinking_level: str | None) -> Non
 def check_id(value: str, what: str) -> str:
     if not ID_RE.fullmatch(value):  # (`$` of a match also took "id\n")
         raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
+    return value
+
+
+def check_artifact_id(value: str, what: str) -> str:
+    """An artifact is named by the SHA-256 of its bytes: any other name is malformed (400), never
+    an artifact that is not stored (404)."""
+    if not SHA_RE.fullmatch(value):
+        raise ApiError("INVALID_ARGUMENT", f"{what} must be 64 lowercase hex digits (the SHA-256 of the artifact's bytes)")
     return value
 
 
@@ -779,7 +787,7 @@ def create_app(svc: Services) -> QuartTrio:
         """An image input must name a stored, intact artifact of a type models take, as what it
         is: checked before the input enters the log, where a bad part would fail every later
         model request of the session (images are loaded afresh for each)."""
-        check_id(part.artifact_id, "artifactId")  # (malformed is 400, as in GET /artifacts/{id}: not 404)
+        check_artifact_id(part.artifact_id, "artifactId")  # (malformed is 400, as in GET /artifacts/{id}: not 404)
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
@@ -794,7 +802,7 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
-        check_id(aid, "artifact id")
+        check_artifact_id(aid, "artifact id")
         data = await load_artifact(aid)
         return Response(data, content_type=sniff_image(data) or "application/octet-stream")
 

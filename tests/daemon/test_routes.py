@@ -615,6 +615,20 @@ def store_artifact(daemon: Daemon, data: bytes) -> str:
     return aid
 
 
+async def test_an_artifact_id_is_a_sha256_in_lowercase_hex(daemon: Daemon, reader: str):
+    """An artifact is named by the SHA-256 of its bytes: any other name is malformed (400), not
+    unknown (404), in GET /artifacts/{id} as in an image part; only a well-formed id that names
+    nothing is 404."""
+    aid = store_artifact(daemon, b"some bytes")
+    assert (await daemon.get(f"/artifacts/{aid}", reader)).content == b"some bytes"
+    for bad in ("abc", aid.upper(), aid[:63], aid + "0", "g" * 64, "sha256:" + aid, aid[:32] + "-" + aid[33:]):
+        r = await daemon.get(f"/artifacts/{bad}", reader)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (bad, r.text)
+        assert "64 lowercase hex digits" in r.json()["error"]["message"], r.text
+    r = await daemon.get("/artifacts/" + "0" * 64, reader)
+    assert r.status_code == 404 and error_of(r) == "ARTIFACT_NOT_FOUND", r.text
+
+
 async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemon, strong: str):
     # Checked at submit: a bad image part in the log would fail every later model request of the
     # session (each loads its images afresh), so it never gets there.
@@ -639,6 +653,8 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
         ({"artifactId": "", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": "a b", "mime": "text/html"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": "a" * 201, "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "abc", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),  # (was 404: no SHA-256)
+        ({"artifactId": png.upper(), "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": damaged, "mime": "image/jpeg"}, 500, "ARTIFACT_CORRUPT"),  # was "not found"
         ({"artifactId": too_big, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),  # was sent, 7.5 MB
     ]
