@@ -24,6 +24,7 @@ from werkzeug.exceptions import HTTPException
 
 from events import types as t
 from events.errors import LogError
+from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
@@ -74,7 +75,6 @@ STATUS: dict[str, int] = {
 # The route modules of their own name their codes' statuses; a code named above keeps its own.
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
 
-ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
 DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as GET /config/files/{name} gives it (fullmatch)
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
@@ -323,8 +323,8 @@ def check_session_settings(model: str | None, thinking_level: str | None) -> Non
 
 
 def check_id(value: str, what: str) -> str:
-    if not ID_RE.fullmatch(value):  # (`$` of a match also took "id\n")
-        raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
+    if not is_id(value):
+        raise ApiError("INVALID_ARGUMENT", id_rule(what))
     return value
 
 

@@ -68,3 +68,30 @@ async def test_the_history_search_tool_takes_the_same_operators(daemon: Daemon, 
     # (the input asking for the call holds the query: "NOT history_search" leaves it out)
     found = {r["context_item_id"] for r in body["structured_content"]["results"] if r["role"] == "user"}
     assert found == {ids["garden"], ids["wombat"], ids["both"]}
+
+
+async def test_the_history_tools_refuse_malformed_ids_as_the_routes_do(daemon: Daemon, strong: str) -> None:
+    """``session_id: ""`` (models fill optional arguments so) found nothing, silently, where ``POST
+    /history/search`` answers 400 ``INVALID_ARGUMENT``; ``history_read`` of ``bad id!`` was "no
+    visible history item" where the route says the id is malformed."""
+    _pid, sid, ids = await _world(daemon, strong)
+    n = 0
+    for name, args, field in [
+        ("history_search", {"query": "quokka", "session_id": ""}, "session_id"),
+        ("history_search", {"query": "quokka", "agent_id": "a b"}, "agent_id"),
+        ("history_search", {"query": "quokka", "task_id": "x" * 201}, "task_id"),
+        ("history_search", {"query": "quokka", "after_context_item_id": "c1!"}, "after_context_item_id"),
+        ("history_read", {"context_item_id": "bad id!"}, "context_item_id"),
+    ]:
+        n += 1
+        body = await run_tool(daemon, strong, sid, f"bad{n}", name, args)
+        text = body["content"][0]["text"]
+        assert body["status"] == "error" and text.startswith("INVALID_ARGUMENT: "), (args, body)
+        assert field in text and "1 to 200 characters" in text and len(text) < 300, text
+    # well formed, they work as before: a filter naming nothing finds nothing, an unknown item is not found
+    body = await run_tool(daemon, strong, sid, "ok1", "history_search", {"query": "quokka", "session_id": "ses_none"})
+    assert body["status"] == "ok" and body["structured_content"]["results"] == [], body
+    body = await run_tool(daemon, strong, sid, "ok2", "history_read", {"context_item_id": ids["garden"]})
+    assert body["status"] == "ok" and body["structured_content"]["eof"] is True, body
+    body = await run_tool(daemon, strong, sid, "ok3", "history_read", {"context_item_id": "c999999"})
+    assert body["content"][0]["text"].startswith("HISTORY_ITEM_NOT_FOUND: "), body
