@@ -328,6 +328,29 @@ def check_id(value: str, what: str) -> str:
     return value
 
 
+UNSATISFIABLE = (-1, -1)
+_BYTE_RANGE = re.compile(r"bytes=([0-9]{0,19})-([0-9]{0,19})")  # one range (ASCII digits, at most 19)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The ``[begin, end)`` of ``size`` bytes a ``Range`` header asks for (RFC 9110 §14.1.2), or
+    :data:`UNSATISFIABLE` (it starts past the end, or asks for none of the last bytes), or None for
+    the whole body: no header, or one this does not serve (several ranges, another unit,
+    malformed, first past last), which HTTP lets a server ignore."""
+    m = _BYTE_RANGE.fullmatch(header.strip()) if header else None
+    if m is None or not (m[1] or m[2]):
+        return None
+    if not m[1]:  # the last N bytes
+        n = int(m[2])
+        return UNSATISFIABLE if n == 0 or size == 0 else (max(0, size - n), size)
+    begin = int(m[1])
+    if m[2] and int(m[2]) < begin:
+        return None
+    if begin >= size:
+        return UNSATISFIABLE
+    return begin, size if not m[2] else min(size, int(m[2]) + 1)
+
+
 def check_artifact_id(value: str, what: str) -> str:
     """An artifact is named by the SHA-256 of its bytes: any other name is malformed (400), never
     an artifact that is not stored (404)."""
@@ -804,7 +827,23 @@ def create_app(svc: Services) -> QuartTrio:
     async def artifact(aid: str) -> Response:
         check_artifact_id(aid, "artifact id")
         data = await load_artifact(aid)
-        return Response(data, content_type=sniff_image(data) or "application/octet-stream")
+        headers = {"Content-Type": sniff_image(data) or "application/octet-stream", "ETag": f'"{aid}"',
+                   "Accept-Ranges": "bytes"}
+        # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
+        # range (206) for a client resuming or showing part of a large binary.
+        if request.if_none_match.contains_weak(aid):
+            return Response(b"", 304, {"ETag": f'"{aid}"'})
+        if_range = request.headers.get("If-Range")
+        wanted = byte_range(request.headers.get("Range"), len(data)) if if_range in (None, f'"{aid}"') else None
+        if wanted is None:
+            return Response(data, 200, headers)
+        if wanted == UNSATISFIABLE:
+            refused = error_response("RANGE_NOT_SATISFIABLE", f"the range {request.headers['Range'][:80]!r} holds "
+                                                              f"none of the artifact's {len(data)} bytes", 416)
+            refused.headers["Content-Range"] = f"bytes */{len(data)}"
+            return refused
+        begin, end = wanted
+        return Response(data[begin:end], 206, {**headers, "Content-Range": f"bytes {begin}-{end - 1}/{len(data)}"})
 
     @app.get("/api/v1/models")
     async def models() -> Response:

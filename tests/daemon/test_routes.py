@@ -629,6 +629,43 @@ async def test_an_artifact_id_is_a_sha256_in_lowercase_hex(daemon: Daemon, reade
     assert r.status_code == 404 and error_of(r) == "ARTIFACT_NOT_FOUND", r.text
 
 
+async def test_an_artifact_is_served_in_byte_ranges_and_by_its_etag(daemon: Daemon, reader: str):
+    """An artifact's bytes never change under its id: it carries its id as a strong ETag (a
+    revalidation is 304) and is served in byte ranges (206), as a client resuming or showing part
+    of a large binary asks; a range past its end is 416 with a clear code. Range was ignored."""
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    aid = store_artifact(daemon, data)
+    r = await daemon.get(f"/artifacts/{aid}", reader)
+    assert r.status_code == 200 and r.content == data
+    assert r.headers["accept-ranges"] == "bytes" and r.headers["etag"] == f'"{aid}"', r.headers
+    for header, status, part, content_range in [
+        ("bytes=0-9", 206, data[:10], "bytes 0-9/10240"),
+        ("bytes=10230-", 206, data[10230:], "bytes 10230-10239/10240"),
+        ("bytes=-4", 206, data[-4:], "bytes 10236-10239/10240"),
+        ("bytes=10239-99999", 206, data[10239:], "bytes 10239-10239/10240"),  # (the end is cut to the size)
+        ("bytes=0-", 206, data, "bytes 0-10239/10240"),
+        ("bytes=-20000", 206, data, "bytes 0-10239/10240"),  # (more than it has: all of it)
+    ]:
+        r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+        assert r.status_code == status and r.content == part, (header, r.status_code, r.headers)
+        assert r.headers["content-range"] == content_range, (header, r.headers)
+    for header in ("bytes=10240-", "bytes=20000-30000", "bytes=-0"):
+        r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+        assert r.status_code == 416 and error_of(r) == "RANGE_NOT_SATISFIABLE", (header, r.text)
+        assert r.headers["content-range"] == "bytes */10240" and "10240 bytes" in r.text, r.headers
+        assert r.headers["content-type"].startswith("application/json"), r.headers
+    # not a range this route serves: the whole artifact, as HTTP allows
+    for header in ("bytes=x", "lines=1-2", "bytes=5-1", "bytes=0-1,4-5", "bytes=-", "bytes=" + "9" * 5000 + "-"):
+        r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+        assert r.status_code == 200 and r.content == data, (header, r.status_code)
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-None-Match": f'"{aid}"'})
+    assert r.status_code == 304 and r.content == b"", r.status_code
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-Range": '"other"', "Range": "bytes=0-9"})
+    assert r.status_code == 200 and r.content == data, r.status_code  # (another version: all of it)
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-Range": f'"{aid}"', "Range": "bytes=0-9"})
+    assert r.status_code == 206 and r.content == data[:10], r.status_code
+
+
 async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemon, strong: str):
     # Checked at submit: a bad image part in the log would fail every later model request of the
     # session (each loads its images afresh), so it never gets there.
