@@ -66,6 +66,17 @@ async def test_search_answers_the_same_after_a_rebuild_from_the_log(daemon_facto
     await d.submit(strong, fork, "f0", "the fork's own quokka")
     await d.wait_idle(strong, fork)
     sessions = [a, b, fork]
+    # What left the Working Context (the snipped result, everything the compaction replaced) and a
+    # subagent's items are still the Full Context's: found and read whole.
+    events = await d.events(strong, a)
+    sub = next(e for e in events if e["kind"] == "agent.started")
+    compacted = next(e for e in events if e["kind"] == "context.compacted")["body"]["replaced_item_ids"]
+    assert result in compacted
+    for item, agent in [(result, "main"), (compacted[0], "main"), (f"c{sub['seq']}", sub["agent_id"])]:
+        page = (await d.get(f"/history/items/{item}", strong)).json()
+        assert page["agentId"] == agent and page["eof"] and page["text"], page
+    found = await d.post("/history/search", strong, {"projectId": pid, "query": "wombat", "agentId": sub["agent_id"]})
+    assert {r["role"] for r in found.json()["results"]} == {"user", "assistant"}, found.text
     before = await _answers(d, strong, pid, sessions)
     assert len(before[("quokka OR wombat", None)]) >= 8 and before[("SUMMARY", a)], before
     await stop_daemon(d)
