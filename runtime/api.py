@@ -24,12 +24,12 @@ from werkzeug.exceptions import HTTPException
 
 from events import types as t
 from events.errors import LogError
-from events.ids import id_rule, is_id
+from events.ids import SHA256_RE, id_rule, is_id
 from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
-from tools.artifacts import SHA_RE, ArtifactError, ArtifactStore
+from tools.artifacts import ArtifactError, ArtifactStore
 from tools.files.errors import MAX_IMAGE_BYTES
 from tools.files.image import sniff as sniff_image
 
@@ -75,7 +75,6 @@ STATUS: dict[str, int] = {
 # The route modules of their own name their codes' statuses; a code named above keeps its own.
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
 
-DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as GET /config/files/{name} gives it (fullmatch)
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
@@ -354,7 +353,7 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
 def check_artifact_id(value: str, what: str) -> str:
     """An artifact is named by the SHA-256 of its bytes: any other name is malformed (400), never
     an artifact that is not stored (404)."""
-    if not SHA_RE.fullmatch(value):
+    if not SHA256_RE.fullmatch(value):
         raise ApiError("INVALID_ARGUMENT", f"{what} must be 64 lowercase hex digits (the SHA-256 of the artifact's bytes)")
     return value
 
@@ -897,7 +896,7 @@ def create_app(svc: Services) -> QuartTrio:
     async def write_config(name: str) -> Response:
         require_strong("write raw config")
         body = await read_body(ConfigWriteBody)
-        if isinstance(body.expect_digest, str) and not DIGEST_RE.fullmatch(body.expect_digest):
+        if isinstance(body.expect_digest, str) and not SHA256_RE.fullmatch(body.expect_digest):
             # (malformed is 400: "changed since it was read" sent the client to read again for nothing)
             raise ApiError("INVALID_ARGUMENT", "expectDigest must be the digest a GET of the file gave (64 lowercase "
                                                "hex digits), or null for a file that did not exist")
