@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import apsw
 
@@ -50,6 +50,8 @@ MAX_QUERY_TERMS = 32
 # with the words (1,300 CJK characters took 7 s over 30k items; 64 took 0.17 s).
 MAX_QUERY_WORDS = 64
 MAX_LIMIT = 100
+# The index's tokenizer, as the FTS table is made with it and as queries are checked against it.
+TOKENIZER = ("unicode61", ("remove_diacritics", "2"))
 
 
 def _text(parts: Sequence[t.ContentPart]) -> str:
@@ -121,7 +123,7 @@ class HistoryProjection(Projection):
             # Contentless: it indexes index_text() of an item, which differs from the stored text
             # (history_items.text) wherever the item holds unspaced scripts or compatibility forms.
             "CREATE VIRTUAL TABLE history_fts USING fts5(text, tags, content='', "
-            "tokenize='unicode61 remove_diacritics 2')"
+            f"tokenize='{TOKENIZER[0]} {' '.join(TOKENIZER[1])}')"
         )
         conn.execute(
             "CREATE TABLE history_inputs(session_id TEXT NOT NULL, request_id TEXT NOT NULL, text TEXT NOT NULL, "
@@ -324,8 +326,16 @@ class Query:
         return list(dict.fromkeys([*(term for group in self.groups for term in group), *self.excluded]))
 
 
-def _parse(query: str) -> Query:
-    """The query's terms: ``"phrases"`` whole, ``word*`` prefixes, grouped by the operators."""
+def _regex_words(text: str) -> int:
+    """The words of ``text`` as the index cuts it, by Python's reading of what a letter is (the
+    tokenizer's own count, :meth:`HistoryIndex._words`, where a connection is at hand)."""
+    return len(_INDEX_WORD.findall(index_text(text)))
+
+
+def _parse(query: str, count_words: Callable[[str], int] = _regex_words) -> Query:
+    """The query's terms: ``"phrases"`` whole, ``word*`` prefixes, grouped by the operators.
+    ``count_words``: how many of the index's tokens a term's text holds; a term of none is left
+    out (it would be an empty phrase, which no item holds)."""
     if not isinstance(query, str):
         raise HistoryError("INVALID_ARGUMENT", "query must be a string")
     if "\0" in query:
@@ -337,7 +347,7 @@ def _parse(query: str) -> Query:
         phrase, word = m.group(1), m.group(2)
         if phrase is not None:
             words = phrase.split()
-            if words and _has_token_chars(phrase):  # ("!!!" holds no word: it would match nothing)
+            if words and count_words(phrase):  # ("!!!" holds no word: it would match nothing)
                 items.append(("term", (" ".join(words), False)))
             continue
         if word in OPERATORS:
@@ -346,7 +356,7 @@ def _parse(query: str) -> Query:
         prefix = word.endswith("*") and len(word.rstrip("*")) > 0
         core = word.rstrip("*") if prefix else word
         core = core.replace('"', "")
-        if not _has_token_chars(core):
+        if not count_words(core):
             continue
         items.append(("term", (core, prefix)))
     for i, (kind, value) in enumerate(items):  # an operator needs a term on both sides
@@ -374,7 +384,7 @@ def _parse(query: str) -> Query:
     terms = parsed.terms()
     if len(terms) > MAX_QUERY_TERMS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {len(terms)} distinct terms; at most {MAX_QUERY_TERMS}")
-    words = sum(len(_INDEX_WORD.findall(index_text(text))) for text, _prefix in terms)
+    words = sum(count_words(text) for text, _prefix in terms)
     if words > MAX_QUERY_WORDS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {words} words; at most {MAX_QUERY_WORDS} (a character of "
                                              "Chinese, Japanese, Korean, Thai, Lao, Khmer or Burmese text is a word)")
@@ -424,10 +434,6 @@ def _shown(value: str | None) -> str:
     return repr(value) if len(value) <= 80 else repr(value[:80]) + f"… ({len(value)} characters)"
 
 
-def _has_token_chars(s: str) -> bool:
-    return any(ch.isalnum() for ch in s)
-
-
 @dataclass(frozen=True)
 class Hit:
     context_item_id: str
@@ -464,6 +470,12 @@ class HistoryIndex:
         # `lens log rebuild` run with other keys in its environment).
         self.secrets = secrets or Secrets()
         conn.register_fts5_function("lens_rank", lens_rank)
+        # Python takes some characters for letters that the tokenizer (an older Unicode table)
+        # finds no token in once NFKC has been applied (U+FF9E, U+037A, U+FE70…): it decides.
+        self._tokenizer = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1]))
+
+    def _words(self, text: str) -> int:
+        return len(self._tokenizer(index_text(text).encode(), apsw.FTS5_TOKENIZE_QUERY, None))
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
                task_id: str | None = None, after_item_id: str | None = None, limit: int = 20,
@@ -472,7 +484,7 @@ class HistoryIndex:
         JSON field)."""
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
-        parsed = _parse(query)
+        parsed = _parse(query, self._words)
         terms, matcher = _fts_expression(parsed), _snippet_terms(parsed)
         # A fork's sources, whose items up to the fork points its Full Context holds too.
         sources: list[tuple[str, int]] = []

@@ -95,3 +95,18 @@ async def test_the_history_tools_refuse_malformed_ids_as_the_routes_do(daemon: D
     assert body["status"] == "ok" and body["structured_content"]["eof"] is True, body
     body = await run_tool(daemon, strong, sid, "ok3", "history_read", {"context_item_id": "c999999"})
     assert body["content"][0]["text"].startswith("HISTORY_ITEM_NOT_FOUND: "), body
+
+
+async def test_a_letter_the_index_holds_no_token_for_is_left_out_like_punctuation(daemon: Daemon, strong: str,
+                                                                                  reader: str) -> None:
+    """Python counts U+FF9E (a half-width voiced mark), U+037A or U+FE70 (an Arabic harakah's
+    isolated form) as letters; SQLite's tokenizer finds no token in them (after NFKC). As a word
+    of a query each was an empty phrase every result had to hold: ``quokka ﾞ`` found nothing.
+    Now such a word is left out as ``!!!`` is, and a query of nothing else has no searchable words."""
+    pid, _sid, ids = await _world(daemon, strong)
+    for odd in ("\uff9e", "\u037a", "\ufe70", "\u19b0"):
+        assert await _users(daemon, reader, pid, f"quokka {odd}") == {ids["garden"], ids["both"]}, hex(ord(odd))
+        assert await _users(daemon, reader, pid, f'quokka "{odd}"') == {ids["garden"], ids["both"]}, hex(ord(odd))
+        resp = await daemon.post("/history/search", reader, {"projectId": pid, "query": odd})
+        assert resp.status_code == 400 and error_of(resp) == "INVALID_ARGUMENT", resp.text
+        assert "no searchable words" in resp.json()["error"]["message"]
