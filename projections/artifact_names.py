@@ -22,7 +22,7 @@ from events.reader import StoredEvent, StoredRow
 
 from .projector import Projection
 
-# An id's shape (tools.artifacts.SHA_RE), found inside the encoded body: MessagePack keeps a
+# An id's shape (events.ids.SHA256_RE), found inside the encoded body: MessagePack keeps a
 # string's UTF-8 bytes whole, so a run of hex digits in a string is a run in the encoding.
 _ID_RUN = re.compile(rb"[0-9a-f]{64}")
 

@@ -13,7 +13,8 @@ and its own after it). A search filtered by a session finds what that session ho
 under it; an unfiltered one reports each item under its owner. Either way an item is one result.
 
 Search (:class:`HistoryIndex`) is scoped to one project. Query syntax: words (all must match),
-``"exact phrases"`` and ``prefix*``; user text is always quoted into the FTS grammar, so
+``"exact phrases"``, ``prefix*``, and ``OR``, ``AND`` and ``NOT`` in capitals between two terms
+(:data:`OPERATORS`); user text is always quoted into the FTS grammar, so
 operators and quotes in it are plain text. Items and queries are tokenized alike
 (:mod:`projections.tokens`): Chinese, Japanese and Korean text is found by any run of its
 characters, and full-width or other compatibility forms match their plain letters. Order: relevance (:func:`lens_rank`) then recency when
@@ -27,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import apsw
 
@@ -49,6 +50,8 @@ MAX_QUERY_TERMS = 32
 # with the words (1,300 CJK characters took 7 s over 30k items; 64 took 0.17 s).
 MAX_QUERY_WORDS = 64
 MAX_LIMIT = 100
+# The index's tokenizer, as the FTS table is made with it and as queries are checked against it.
+TOKENIZER = ("unicode61", ("remove_diacritics", "2"))
 
 
 def _text(parts: Sequence[t.ContentPart]) -> str:
@@ -120,7 +123,7 @@ class HistoryProjection(Projection):
             # Contentless: it indexes index_text() of an item, which differs from the stored text
             # (history_items.text) wherever the item holds unspaced scripts or compatibility forms.
             "CREATE VIRTUAL TABLE history_fts USING fts5(text, tags, content='', "
-            "tokenize='unicode61 remove_diacritics 2')"
+            f"tokenize='{TOKENIZER[0]} {' '.join(TOKENIZER[1])}')"
         )
         conn.execute(
             "CREATE TABLE history_inputs(session_id TEXT NOT NULL, request_id TEXT NOT NULL, text TEXT NOT NULL, "
@@ -302,40 +305,90 @@ class HistoryError(Exception):
 
 
 _TOKEN = re.compile(r'"([^"]*)"|(\S+)')
+# Written in capitals between two terms: ``a OR b`` either, ``a AND b`` both (as ``a b``),
+# ``a NOT b`` a without b. Elsewhere (first, last, beside another operator, quoted, lower case)
+# they are words. Models write these to search tools, and read as words they matched nothing.
+OPERATORS = frozenset({"AND", "OR", "NOT"})
+
+QueryTerm = tuple[str, bool]  # (text, prefix)
 
 
-def _parse(query: str) -> list[tuple[str, bool]]:
-    """The query's distinct terms as (text, prefix): ``"phrases"`` whole, ``word*`` prefixes."""
+@dataclass(frozen=True)
+class Query:
+    """A parsed query: every group of ``groups`` must match (one of its terms), no term of
+    ``excluded`` may. ``groups`` is never empty."""
+
+    groups: tuple[tuple[QueryTerm, ...], ...]
+    excluded: tuple[QueryTerm, ...] = ()
+
+    def terms(self) -> list[QueryTerm]:
+        """The distinct terms, excluded ones included."""
+        return list(dict.fromkeys([*(term for group in self.groups for term in group), *self.excluded]))
+
+
+def _regex_words(text: str) -> int:
+    """The words of ``text`` as the index cuts it, by Python's reading of what a letter is (the
+    tokenizer's own count, :meth:`HistoryIndex._words`, where a connection is at hand)."""
+    return len(_INDEX_WORD.findall(index_text(text)))
+
+
+def _parse(query: str, count_words: Callable[[str], int] = _regex_words) -> Query:
+    """The query's terms: ``"phrases"`` whole, ``word*`` prefixes, grouped by the operators.
+    ``count_words``: how many of the index's tokens a term's text holds; a term of none is left
+    out (it would be an empty phrase, which no item holds)."""
     if not isinstance(query, str):
         raise HistoryError("INVALID_ARGUMENT", "query must be a string")
     if "\0" in query:
         raise HistoryError("INVALID_ARGUMENT", "query must not contain NUL characters")
     if len(query.encode()) > MAX_QUERY_BYTES:
         raise HistoryError("QUERY_TOO_LONG", f"query is over {MAX_QUERY_BYTES} bytes")
-    terms: list[tuple[str, bool]] = []
+    items: list[tuple[str, Any]] = []  # ("op", "OR") or ("term", (text, prefix)), in the query's order
     for m in _TOKEN.finditer(query):
         phrase, word = m.group(1), m.group(2)
         if phrase is not None:
             words = phrase.split()
-            if words and _has_token_chars(phrase):  # ("!!!" holds no word: it would match nothing)
-                terms.append((" ".join(words), False))
+            if words and count_words(phrase):  # ("!!!" holds no word: it would match nothing)
+                items.append(("term", (" ".join(words), False)))
+            continue
+        if word in OPERATORS:
+            items.append(("op", word))
             continue
         prefix = word.endswith("*") and len(word.rstrip("*")) > 0
         core = word.rstrip("*") if prefix else word
         core = core.replace('"', "")
-        if not _has_token_chars(core):
+        if not count_words(core):
             continue
-        terms.append((core, prefix))
-    if not terms:
+        items.append(("term", (core, prefix)))
+    for i, (kind, value) in enumerate(items):  # an operator needs a term on both sides
+        if kind == "op" and not (0 < i < len(items) - 1 and items[i - 1][0] == "term" and items[i + 1][0] == "term"):
+            items[i] = ("term", (value, False))
+    groups: list[list[QueryTerm]] = []
+    negated: list[bool] = []
+    op = None
+    for kind, value in items:
+        if kind == "op":
+            op = value
+            continue
+        if op == "OR":
+            groups[-1].append(value)
+        else:
+            groups.append([value])
+            negated.append(op == "NOT")
+        op = None
+    if not groups:
         raise HistoryError("INVALID_ARGUMENT", "query has no searchable words")
-    terms = list(dict.fromkeys(terms))  # a repeated term narrows nothing
+    # (a repeated term or group narrows nothing)
+    alternatives = [tuple(dict.fromkeys(g)) for g in groups]
+    parsed = Query(tuple(dict.fromkeys(g for g, no in zip(alternatives, negated) if not no)),
+                   tuple(dict.fromkeys(t for g, no in zip(alternatives, negated) if no for t in g)))
+    terms = parsed.terms()
     if len(terms) > MAX_QUERY_TERMS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {len(terms)} distinct terms; at most {MAX_QUERY_TERMS}")
-    words = sum(len(_INDEX_WORD.findall(index_text(text))) for text, _prefix in terms)
+    words = sum(count_words(text) for text, _prefix in terms)
     if words > MAX_QUERY_WORDS:
         raise HistoryError("QUERY_TOO_LONG", f"query has {words} words; at most {MAX_QUERY_WORDS} (a character of "
                                              "Chinese, Japanese, Korean, Thai, Lao, Khmer or Burmese text is a word)")
-    return terms
+    return parsed
 
 
 # A word as the index's tokenizer (unicode61) cuts text that went through index_text: a run of
@@ -344,34 +397,41 @@ _INDEX_WORD = re.compile(r"[^\W_]+")
 
 
 def fts_query(query: str) -> str:
-    """User text -> a safe FTS5 expression: every term quoted; ``"phrases"``; ``word*`` prefixes."""
+    """User text -> a safe FTS5 expression: every term quoted; ``"phrases"``; ``word*`` prefixes;
+    the operators as FTS5 writes them."""
     return _fts_expression(_parse(query))
 
 
-def _fts_expression(terms: list[tuple[str, bool]]) -> str:
+def _fts_term(term: QueryTerm) -> str:
     # Each term as the index saw its text (projections.tokens): a word of an unspaced script is
     # then the phrase of its characters.
-    return " AND ".join('"' + index_text(text).replace('"', '""') + '"' + ("*" if prefix else "")
-                        for text, prefix in terms)
+    text, prefix = term
+    return '"' + index_text(text).replace('"', '""') + '"' + ("*" if prefix else "")
+
+
+def _fts_expression(parsed: Query) -> str:
+    expr = " AND ".join(_fts_term(g[0]) if len(g) == 1 else "(" + " OR ".join(map(_fts_term, g)) + ")"
+                        for g in parsed.groups)
+    if parsed.excluded:
+        expr = f"({expr}) NOT ({' OR '.join(map(_fts_term, parsed.excluded))})"
+    return expr
 
 
 def snippet_terms(query: str) -> list[Term]:
-    """The query's terms as :func:`projections.snippets.snippet` matches them."""
+    """The query's terms as :func:`projections.snippets.snippet` matches them (an excluded term
+    is not shown: no result holds it)."""
     return _snippet_terms(_parse(query))
 
 
-def _snippet_terms(terms: list[tuple[str, bool]]) -> list[Term]:
-    return [t for t in (snippet_term(text, prefix) for text, prefix in terms) if t is not None]
+def _snippet_terms(parsed: Query) -> list[Term]:
+    shown = dict.fromkeys(term for group in parsed.groups for term in group)
+    return [t for t in (snippet_term(text, prefix) for text, prefix in shown) if t is not None]
 
 
 def _shown(value: str | None) -> str:
     """A client's value as an error message echoes it: quoted, at most 80 characters of it."""
     value = value or ""
     return repr(value) if len(value) <= 80 else repr(value[:80]) + f"… ({len(value)} characters)"
-
-
-def _has_token_chars(s: str) -> bool:
-    return any(ch.isalnum() for ch in s)
 
 
 @dataclass(frozen=True)
@@ -410,6 +470,12 @@ class HistoryIndex:
         # `lens log rebuild` run with other keys in its environment).
         self.secrets = secrets or Secrets()
         conn.register_fts5_function("lens_rank", lens_rank)
+        # Python takes some characters for letters that the tokenizer (an older Unicode table)
+        # finds no token in once NFKC has been applied (U+FF9E, U+037A, U+FE70…): it decides.
+        self._tokenizer = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1]))
+
+    def _words(self, text: str) -> int:
+        return len(self._tokenizer(index_text(text).encode(), apsw.FTS5_TOKENIZE_QUERY, None))
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
                task_id: str | None = None, after_item_id: str | None = None, limit: int = 20,
@@ -418,7 +484,7 @@ class HistoryIndex:
         JSON field)."""
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
-        parsed = _parse(query)
+        parsed = _parse(query, self._words)
         terms, matcher = _fts_expression(parsed), _snippet_terms(parsed)
         # A fork's sources, whose items up to the fork points its Full Context holds too.
         sources: list[tuple[str, int]] = []

@@ -25,6 +25,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from events import types as t
 from events.errors import LogError
+from events.ids import SHA256_RE, id_rule, is_id
 from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
@@ -75,8 +76,6 @@ STATUS: dict[str, int] = {
 # The route modules of their own name their codes' statuses; a code named above keeps its own.
 STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
 
-ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # whole strings only: fullmatch
-DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as GET /config/files/{name} gives it (fullmatch)
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
 STATIC_DIR = Path(__file__).parent / "static"
@@ -352,8 +351,39 @@ def check_session_settings(model: str | None, thinking_level: str | None) -> Non
 
 
 def check_id(value: str, what: str) -> str:
-    if not ID_RE.fullmatch(value):  # (`$` of a match also took "id\n")
-        raise ApiError("INVALID_ARGUMENT", f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'")
+    if not is_id(value):
+        raise ApiError("INVALID_ARGUMENT", id_rule(what))
+    return value
+
+
+UNSATISFIABLE = (-1, -1)
+_BYTE_RANGE = re.compile(r"bytes=([0-9]{0,19})-([0-9]{0,19})")  # one range (ASCII digits, at most 19)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The ``[begin, end)`` of ``size`` bytes a ``Range`` header asks for (RFC 9110 §14.1.2), or
+    :data:`UNSATISFIABLE` (it starts past the end, or asks for none of the last bytes), or None for
+    the whole body: no header, or one this does not serve (several ranges, another unit,
+    malformed, first past last), which HTTP lets a server ignore."""
+    m = _BYTE_RANGE.fullmatch(header.strip()) if header else None
+    if m is None or not (m[1] or m[2]):
+        return None
+    if not m[1]:  # the last N bytes
+        n = int(m[2])
+        return UNSATISFIABLE if n == 0 or size == 0 else (max(0, size - n), size)
+    begin = int(m[1])
+    if m[2] and int(m[2]) < begin:
+        return None
+    if begin >= size:
+        return UNSATISFIABLE
+    return begin, size if not m[2] else min(size, int(m[2]) + 1)
+
+
+def check_artifact_id(value: str, what: str) -> str:
+    """An artifact is named by the SHA-256 of its bytes: any other name is malformed (400), never
+    an artifact that is not stored (404)."""
+    if not SHA256_RE.fullmatch(value):
+        raise ApiError("INVALID_ARGUMENT", f"{what} must be 64 lowercase hex digits (the SHA-256 of the artifact's bytes)")
     return value
 
 
@@ -859,7 +889,7 @@ def create_app(svc: Services) -> QuartTrio:
         """An image input must name a stored, intact artifact of a type models take, as what it
         is: checked before the input enters the log, where a bad part would fail every later
         model request of the session (images are loaded afresh for each)."""
-        check_id(part.artifact_id, "artifactId")  # (malformed is 400, as in GET /artifacts/{id}: not 404)
+        check_artifact_id(part.artifact_id, "artifactId")  # (malformed is 400, as in GET /artifacts/{id}: not 404)
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
@@ -874,9 +904,25 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
-        check_id(aid, "artifact id")
+        check_artifact_id(aid, "artifact id")
         data = await load_artifact(aid)
-        return Response(data, content_type=sniff_image(data) or "application/octet-stream")
+        headers = {"Content-Type": sniff_image(data) or "application/octet-stream", "ETag": f'"{aid}"',
+                   "Accept-Ranges": "bytes"}
+        # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
+        # range (206) for a client resuming or showing part of a large binary.
+        if request.if_none_match.contains_weak(aid):
+            return Response(b"", 304, {"ETag": f'"{aid}"'})
+        if_range = request.headers.get("If-Range")
+        wanted = byte_range(request.headers.get("Range"), len(data)) if if_range in (None, f'"{aid}"') else None
+        if wanted is None:
+            return Response(data, 200, headers)
+        if wanted == UNSATISFIABLE:
+            refused = error_response("RANGE_NOT_SATISFIABLE", f"the range {request.headers['Range'][:80]!r} holds "
+                                                              f"none of the artifact's {len(data)} bytes", 416)
+            refused.headers["Content-Range"] = f"bytes */{len(data)}"
+            return refused
+        begin, end = wanted
+        return Response(data[begin:end], 206, {**headers, "Content-Range": f"bytes {begin}-{end - 1}/{len(data)}"})
 
     @app.get("/api/v1/models")
     async def models() -> Response:
@@ -930,7 +976,7 @@ def create_app(svc: Services) -> QuartTrio:
     async def write_config(name: str) -> Response:
         require_strong("write raw config")
         body = await read_body(ConfigWriteBody)
-        if isinstance(body.expect_digest, str) and not DIGEST_RE.fullmatch(body.expect_digest):
+        if isinstance(body.expect_digest, str) and not SHA256_RE.fullmatch(body.expect_digest):
             # (malformed is 400: "changed since it was read" sent the client to read again for nothing)
             raise ApiError("INVALID_ARGUMENT", "expectDigest must be the digest a GET of the file gave (64 lowercase "
                                                "hex digits), or null for a file that did not exist")

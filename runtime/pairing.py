@@ -32,6 +32,8 @@ from typing import Any, Iterator, Literal
 import msgspec
 import trio
 
+from events.ids import SHA256_RE
+
 from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, why_not_written
 from .errors import LensError, short_reason
 from .terminal import UNSHOWABLE
@@ -132,7 +134,6 @@ def validate_client_id(client_id: Any) -> str:
     return client_id
 
 
-HASH_RE = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 PAIR_FILE_VERSION = 1
 
 
@@ -161,7 +162,7 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
         if c.client_id in seen:
             raise PairFileInvalid(f"{where}: client {c.client_id!r} has more than one record")
         seen.add(c.client_id)
-        if c.credential_hash is not None and not HASH_RE.fullmatch(c.credential_hash):
+        if c.credential_hash is not None and not SHA256_RE.fullmatch(c.credential_hash):
             raise PairFileInvalid(f"{where}: clients[{i}].credentialHash is not 64 lowercase hex digits")
         if len(c.name) > 200:
             raise PairFileInvalid(f"{where}: clients[{i}].name is longer than 200 characters")

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from events.ids import SHA256_RE
 from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, sync_directory
 
 # Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
 # images of 5 MiB): only a bound on what is read.
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
-SHA_RE = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 # The temporary file of a write that never reached its rename (replace_atomically's name for it:
 # ".<id>.<12 hex digits>.tmp"): a killed daemon, a power cut.
 PARTIAL_RE = re.compile(r"\.[0-9a-f]{64}\.[0-9a-f]{12}\.tmp")
@@ -120,7 +120,7 @@ class ArtifactStore:
             return Leftovers([], [])
         with entries:
             for entry in entries:
-                kept = artifacts if SHA_RE.fullmatch(entry.name) else partial if PARTIAL_RE.fullmatch(entry.name) else None
+                kept = artifacts if SHA256_RE.fullmatch(entry.name) else partial if PARTIAL_RE.fullmatch(entry.name) else None
                 if kept is None:
                     continue
                 try:
@@ -150,7 +150,7 @@ class ArtifactStore:
         return failed
 
     def get(self, artifact_id: str) -> bytes:
-        if not SHA_RE.fullmatch(artifact_id):
+        if not SHA256_RE.fullmatch(artifact_id):
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}")
         try:
             data = read_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)

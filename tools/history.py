@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from events.ids import id_rule, is_id
 from projections.history import HistoryError
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -27,6 +28,15 @@ def _opt_str(args: dict[str, Any], key: str) -> str | None:
     v = args.get(key)
     if v is not None and not isinstance(v, str):
         raise ToolError("TOOL_ARGUMENTS_INVALID", f"{key} must be a string")
+    return v
+
+
+def _opt_id(args: dict[str, Any], key: str) -> str | None:
+    """An id argument, checked as the HTTP routes check ids: a malformed one (``""`` included,
+    which models send for an optional argument) is refused, never a filter that finds nothing."""
+    v = _opt_str(args, key)
+    if v is not None and not is_id(v):
+        raise ToolError("INVALID_ARGUMENT", id_rule(key))
     return v
 
 
@@ -49,8 +59,8 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
             raise ToolError("HISTORY_UNAVAILABLE", "this session belongs to no project")
         try:
             hits, nxt = await backend.history_search(
-                ctx.project_id, query, session_id=_opt_str(args, "session_id"), agent_id=_opt_str(args, "agent_id"),
-                task_id=_opt_str(args, "task_id"), after_item_id=_opt_str(args, "after_context_item_id"),
+                ctx.project_id, query, session_id=_opt_id(args, "session_id"), agent_id=_opt_id(args, "agent_id"),
+                task_id=_opt_id(args, "task_id"), after_item_id=_opt_id(args, "after_context_item_id"),
                 limit=_opt_int(args, "limit", 20))
         except HistoryError as exc:
             raise ToolError(exc.code, exc.message) from None
@@ -67,6 +77,8 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
         item = args.get("context_item_id")
         if not isinstance(item, str) or not item:
             raise ToolError("TOOL_ARGUMENTS_INVALID", "history_read needs a 'context_item_id' string")
+        if not is_id(item):
+            raise ToolError("INVALID_ARGUMENT", id_rule("context_item_id"))
         if ctx.project_id is None:
             raise ToolError("HISTORY_UNAVAILABLE", "this session belongs to no project")
         try:
@@ -85,7 +97,8 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     return [
         ToolSpec("history_search",
                  "Search the Full Context history of every session of this project (all agents, tasks and "
-                 "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*; Chinese, Japanese and "
+                 "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*; a OR b for either; "
+                 "a NOT b for a without b (OR, AND, NOT in capitals); Chinese, Japanese and "
                  "Korean text matches any run of its characters. Filters: agent_id, "
                  "session_id, task_id. Page with after_context_item_id.",
                  {"type": "object", "properties": {

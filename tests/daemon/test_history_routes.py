@@ -236,5 +236,5 @@ async def test_malformed_ids_of_history_and_artifacts_are_invalid_arguments(daem
     assert resp.status_code == 404 and error_of(resp) == "HISTORY_ITEM_NOT_FOUND"
     resp = await daemon.get("/artifacts/" + "0" * 64, reader)
     assert resp.status_code == 404 and error_of(resp) == "ARTIFACT_NOT_FOUND"
-    resp = await daemon.get("/artifacts/abc", reader)
-    assert resp.status_code == 404 and error_of(resp) == "ARTIFACT_NOT_FOUND"
+    resp = await daemon.get("/artifacts/abc", reader)  # (no SHA-256: malformed)
+    assert resp.status_code == 400 and error_of(resp) == "INVALID_ARGUMENT"

@@ -615,6 +615,57 @@ def store_artifact(daemon: Daemon, data: bytes) -> str:
     return aid
 
 
+async def test_an_artifact_id_is_a_sha256_in_lowercase_hex(daemon: Daemon, reader: str):
+    """An artifact is named by the SHA-256 of its bytes: any other name is malformed (400), not
+    unknown (404), in GET /artifacts/{id} as in an image part; only a well-formed id that names
+    nothing is 404."""
+    aid = store_artifact(daemon, b"some bytes")
+    assert (await daemon.get(f"/artifacts/{aid}", reader)).content == b"some bytes"
+    for bad in ("abc", aid.upper(), aid[:63], aid + "0", "g" * 64, "sha256:" + aid, aid[:32] + "-" + aid[33:]):
+        r = await daemon.get(f"/artifacts/{bad}", reader)
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (bad, r.text)
+        assert "64 lowercase hex digits" in r.json()["error"]["message"], r.text
+    r = await daemon.get("/artifacts/" + "0" * 64, reader)
+    assert r.status_code == 404 and error_of(r) == "ARTIFACT_NOT_FOUND", r.text
+
+
+async def test_an_artifact_is_served_in_byte_ranges_and_by_its_etag(daemon: Daemon, reader: str):
+    """An artifact's bytes never change under its id: it carries its id as a strong ETag (a
+    revalidation is 304) and is served in byte ranges (206), as a client resuming or showing part
+    of a large binary asks; a range past its end is 416 with a clear code. Range was ignored."""
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    aid = store_artifact(daemon, data)
+    r = await daemon.get(f"/artifacts/{aid}", reader)
+    assert r.status_code == 200 and r.content == data
+    assert r.headers["accept-ranges"] == "bytes" and r.headers["etag"] == f'"{aid}"', r.headers
+    for header, status, part, content_range in [
+        ("bytes=0-9", 206, data[:10], "bytes 0-9/10240"),
+        ("bytes=10230-", 206, data[10230:], "bytes 10230-10239/10240"),
+        ("bytes=-4", 206, data[-4:], "bytes 10236-10239/10240"),
+        ("bytes=10239-99999", 206, data[10239:], "bytes 10239-10239/10240"),  # (the end is cut to the size)
+        ("bytes=0-", 206, data, "bytes 0-10239/10240"),
+        ("bytes=-20000", 206, data, "bytes 0-10239/10240"),  # (more than it has: all of it)
+    ]:
+        r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+        assert r.status_code == status and r.content == part, (header, r.status_code, r.headers)
+        assert r.headers["content-range"] == content_range, (header, r.headers)
+    for header in ("bytes=10240-", "bytes=20000-30000", "bytes=-0"):
+        r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+        assert r.status_code == 416 and error_of(r) == "RANGE_NOT_SATISFIABLE", (header, r.text)
+        assert r.headers["content-range"] == "bytes */10240" and "10240 bytes" in r.text, r.headers
+        assert r.headers["content-type"].startswith("application/json"), r.headers
+    # not a range this route serves: the whole artifact, as HTTP allows
+    for header in ("bytes=x", "lines=1-2", "bytes=5-1", "bytes=0-1,4-5", "bytes=-", "bytes=" + "9" * 5000 + "-"):
+        r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+        assert r.status_code == 200 and r.content == data, (header, r.status_code)
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-None-Match": f'"{aid}"'})
+    assert r.status_code == 304 and r.content == b"", r.status_code
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-Range": '"other"', "Range": "bytes=0-9"})
+    assert r.status_code == 200 and r.content == data, r.status_code  # (another version: all of it)
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-Range": f'"{aid}"', "Range": "bytes=0-9"})
+    assert r.status_code == 206 and r.content == data[:10], r.status_code
+
+
 async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemon, strong: str):
     # Checked at submit: a bad image part in the log would fail every later model request of the
     # session (each loads its images afresh), so it never gets there.
@@ -639,6 +690,8 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
         ({"artifactId": "", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": "a b", "mime": "text/html"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": "a" * 201, "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
+        ({"artifactId": "abc", "mime": "image/png"}, 400, "INVALID_ARGUMENT"),  # (was 404: no SHA-256)
+        ({"artifactId": png.upper(), "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": damaged, "mime": "image/jpeg"}, 500, "ARTIFACT_CORRUPT"),  # was "not found"
         ({"artifactId": too_big, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),  # was sent, 7.5 MB
     ]

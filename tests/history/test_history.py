@@ -208,6 +208,24 @@ def test_fts_query_quotes_everything() -> None:
     assert fts_query('a"b OR') == '"ab" AND "OR"'
 
 
+def test_or_and_not_in_capitals_between_two_terms_are_operators() -> None:
+    assert fts_query("a OR b c") == '("a" OR "b") AND "c"'
+    assert fts_query("a AND b") == fts_query("a b") == '"a" AND "b"'
+    assert fts_query('a NOT b OR "c d"') == '("a") NOT ("b" OR "c d")'
+    assert fts_query("a OR b OR a") == '("a" OR "b")'  # (a repeated alternative counts once)
+    # first, last, beside another operator, quoted or in lower case: words
+    assert fts_query("NOT a") == '"NOT" AND "a"'
+    assert fts_query("a OR") == '"a" AND "OR"'
+    assert fts_query("a OR OR b") == '"a" AND ("OR" OR "b")'
+    assert fts_query('a "OR" b or c') == '"a" AND "OR" AND "b" AND "or" AND "c"'
+    assert fts_query("AND") == '"AND"'
+    # every term counts towards the limit, excluded ones too
+    fts_query(" OR ".join(f"w{i}" for i in range(32)))
+    with pytest.raises(HistoryError) as info:
+        fts_query(" NOT ".join(f"w{i}" for i in range(33)))
+    assert info.value.code == "QUERY_TOO_LONG"
+
+
 def test_a_quoted_term_without_a_word_is_ignored_like_an_unquoted_one() -> None:
     # `wombat "🎉"` matched nothing (an empty phrase ANDed in), while `wombat 🎉` found wombats.
     for query in ('wombat "🎉"', 'wombat "!!!"', 'wombat "-"', 'wombat " "'):

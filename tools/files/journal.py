@@ -37,18 +37,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from events.ids import SHA256_RE
 
 from .errors import FileToolError
 
 PENDING = "pending"
 DONE = "done"
 VERSION = 1
-_SHA256 = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 
 
 def sha256_hex(data: bytes | None) -> str | None:
@@ -86,7 +86,7 @@ class CallRecord:
 
 
 def _digest_or_none(value: object) -> bool:
-    return value is None or (isinstance(value, str) and _SHA256.fullmatch(value) is not None)
+    return value is None or (isinstance(value, str) and SHA256_RE.fullmatch(value) is not None)
 
 
 def _record(data: object) -> CallRecord | None:
@@ -101,7 +101,7 @@ def _record(data: object) -> CallRecord | None:
         return None
     if rec.state not in (PENDING, DONE) or not isinstance(rec.structured, dict):
         return None
-    if not (isinstance(rec.args_sha256, str) and _SHA256.fullmatch(rec.args_sha256)
+    if not (isinstance(rec.args_sha256, str) and SHA256_RE.fullmatch(rec.args_sha256)
             and _digest_or_none(rec.before_sha256) and _digest_or_none(rec.after_sha256)):
         return None
     if not all(v is None or isinstance(v, str) for v in (rec.written_path, rec.workspace)):

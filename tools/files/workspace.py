@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from events.ids import SHA256_RE
 
 from . import browse, commit, edit, image, read
 from . import patch as _patch
@@ -39,7 +40,6 @@ from .errors import MAX_IMAGE_BYTES, MAX_TEXT_BYTES, FileToolError, from_os_erro
 from .ignore_cache import IgnoreCache
 from .journal import DONE, PENDING, CallRecord, Journal, args_digest, sha256_hex
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")  # whole strings only: fullmatch
 
 
 @dataclass
@@ -219,7 +219,7 @@ class Workspace:
             shown = self._shown(path)
             if content is not None and not isinstance(content, (bytes, bytearray)):
                 raise FileToolError("INVALID_ARGUMENT", "content must be bytes or None")
-            if expect_sha256 is not None and (not isinstance(expect_sha256, str) or not _SHA256.fullmatch(expect_sha256)):
+            if expect_sha256 is not None and (not isinstance(expect_sha256, str) or not SHA256_RE.fullmatch(expect_sha256)):
                 raise FileToolError("INVALID_ARGUMENT", "expect_sha256 must be 64 lowercase hex digits or None")
             wanted = bytes(content) if content is not None else None
 
