@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from events import types as t
 from events.store import Draft
-from projections.session_state import SessionState, fold, snapshot_bytes, working_context
+from projections.session_state import SNAPSHOT_VERSION, SessionState, fold, snapshot_bytes, working_context
 from projections.snapshots import decode_snapshot, encode_snapshot
 from runtime.actor import SessionActor, _reset_for_fork
 from session_events import Recorder, session_events
@@ -127,3 +127,62 @@ def test_a_session_and_its_fork_woken_through_the_store_equal_their_full_replays
     woken = trio.run(_wake, data_dir, source, fork, cuts, clock=trio.testing.MockClock(autojump_threshold=0))
     assert_same_state(woken["s1"], source.state)
     assert_same_state(woken["s2"], fork.state)
+
+
+def _planted(rec: Recorder, cut: int) -> dict[str, tuple[int, bytes]]:
+    """Snapshot rows (version, stored blob) a wake-up must not trust, each with a state that
+    differs from the log's, keyed by what is wrong with them."""
+    c = zstandard.ZstdCompressor(level=1)
+    head = fold(SessionState("s1"), rec.events[:cut])
+    wrong = stored_copy(head)
+    wrong.todos = [t.TodoItem("x", "not in the log")]
+    good = encode_snapshot(head, c)
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 0x10
+    past = stored_copy(rec.state)  # as of events the log no longer holds (cut back by a restore)
+    past.last_seq += 5
+    past.last_session_seq += 5
+    past.todos = [t.TodoItem("y", "from a longer log")]
+    other = stored_copy(head)  # the right seq in another numbering: another timeline's log
+    other.last_session_seq += 1
+    other.todos = [t.TodoItem("z", "another timeline")]
+    return {
+        "older version": (SNAPSHOT_VERSION - 1, encode_snapshot(wrong, c)),
+        "a flipped bit": (SNAPSHOT_VERSION, bytes(flipped)),
+        "cut short": (SNAPSHOT_VERSION, good[: len(good) // 2]),
+        "empty": (SNAPSHOT_VERSION, b""),
+        "not a snapshot": (SNAPSHOT_VERSION, b"\x00garbage\xff" * 3),
+        "newer than the log": (SNAPSHOT_VERSION, encode_snapshot(past, c)),
+        "another timeline": (SNAPSHOT_VERSION, encode_snapshot(other, c)),
+    }
+
+
+async def _wake_with(data_dir: Path, rec: Recorder, rows: dict[str, tuple[int, bytes]]) -> dict[str, SessionState]:
+    async with open_runtime(data_dir) as rt:
+        for draft in _appended(rec):
+            await rt.store.append(draft)
+        out = {}
+        for what, (version, blob) in rows.items():
+            with rt.snapshots.conn:
+                rt.snapshots.conn.execute("INSERT OR REPLACE INTO snapshots(session_id, seq, version, state) "
+                                          "VALUES (?, ?, ?, ?)", ("s1", 1, version, blob))
+            send, recv = trio.open_memory_channel(0)
+            out[what] = await SessionActor("s1", rt.deps, recv).load_state()
+        return out
+
+
+@settings(max_examples=8, deadline=timedelta(seconds=30),
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_snapshot_of_another_version_damaged_newer_than_the_log_or_of_another_timeline_is_replayed_past(
+        tmp_path_factory, data):
+    rec = session_events(data, max_steps=25)
+    cut = data.draw(st.integers(1, len(rec.events)))
+    data_dir = tmp_path_factory.mktemp("planted") / "data"
+    woken = trio.run(_wake_with, data_dir, rec, _planted(rec, cut), clock=trio.testing.MockClock(autojump_threshold=0))
+    for what, state in woken.items():
+        try:
+            assert_same_state(state, rec.state)
+        except AssertionError as exc:
+            raise AssertionError(f"a snapshot {what} was trusted") from exc
