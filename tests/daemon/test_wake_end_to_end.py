@@ -10,6 +10,7 @@ import logging
 import os
 from typing import Any
 
+import apsw
 import pytest
 
 from runtime.actor import SessionActor
@@ -123,3 +124,63 @@ async def test_projections_deleted_while_the_daemon_runs_go_on_and_are_rebuilt_a
     kept = projection_dump(d2.data_dir)
     await run_lens(d2.root, "log", "rebuild", "--data", str(d2.data_dir))
     assert projection_dump(d2.data_dir) == kept  # (what the start rebuilt is what a rebuild makes)
+
+
+SCRIPTED = {
+    "providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1", "contextWindow": 50000}],
+                   "script": [{"when": "Summarize the conversation so far", "text": "SUMMARY so far",
+                               "inputTokens": 40, "outputTokens": 5},
+                              {"when": "call a tool", "toolCalls": [{"name": "get_system_time", "arguments": {}}],
+                               "inputTokens": 10, "outputTokens": 2, "cacheReadTokens": 3},
+                              {"when": "delegate", "toolCalls": [{"name": "subagent",
+                                                                  "arguments": {"prompt": "SUB call a tool"}}]}]}],
+    "defaultModel": "faux/m1",
+    "sessions": {"idleSeconds": 0.1, "snapshotEvery": 3},
+}
+
+
+async def test_a_session_woken_from_its_snapshots_reads_as_its_full_replay_after_every_step(daemon_factory):
+    """Each step of a session (tool rounds, a subagent, todos, a snip, an include, a compaction,
+    usage with counts reported and not) is followed by a passivation and a wake-up from the latest
+    snapshot plus its tail; what the client reads then — the view and the Working Context — is
+    what a daemon that replays the whole log (projections.db deleted) reads."""
+    d = await daemon_factory(config=SCRIPTED)
+    token, _project_id, sid = await setup(d)
+
+    async def read(daemon: Daemon) -> dict[str, Any]:
+        ctx = await daemon.get(f"/sessions/{sid}/context", token)
+        assert ctx.status_code == 200, ctx.text
+        return {"view": await daemon.view(token, sid), "context": ctx.json()}
+
+    async def step(request_id: str | None = None, text: str | None = None, edit: tuple[str, Any] | None = None) -> None:
+        if request_id is not None:
+            await d.submit(token, sid, request_id, text)
+        if edit is not None:
+            r = await d.post(f"/sessions/{sid}/{edit[0]}", token, edit[1])
+            assert r.status_code == 200, r.text
+        await d.wait_idle(token, sid)
+        await passivated(sid)
+
+    await step("r1", "call a tool")
+    await step("r2", '/tool todo {"items": [{"id": "a", "text": "step one", "status": "in_progress"}]}')
+    await step("r3", "delegate it")
+    await step("r4", "hello there")
+    view = await d.view(token, sid)
+    call = next(v for v in view["items"] if v["role"] == "tool_call")
+    await step(edit=("context/snip", {"itemIds": [call["result"]["itemId"]]}))
+    await step(edit=("context/include", {"callId": call["call"]["callId"]}))
+    await step(edit=("compact", None))
+    await step("r5", "after the summary")
+    woken = await read(d)
+    assert woken["view"]["todos"] and woken["view"]["usage"]
+    assert any(it["role"] == "summary" for it in woken["view"]["items"])
+    conn = apsw.Connection(str(d.data_dir / "projections.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:  # (the wake-ups above had snapshots to start from)
+        assert conn.execute("SELECT seq FROM snapshots WHERE session_id = ?", (sid,)).fetchall()
+    finally:
+        conn.close()
+    await stop_daemon(d)
+    for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+        (d.data_dir / name).unlink(missing_ok=True)
+    d2 = await daemon_factory(config=SCRIPTED)
+    assert await read(d2) == woken
