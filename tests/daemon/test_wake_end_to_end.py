@@ -73,7 +73,9 @@ async def test_a_session_passivated_under_a_watching_sse_client_wakes_and_its_st
         "(faux) You said: hello", "(faux) You said: after the passivation"]
 
 
-async def test_projections_deleted_while_the_daemon_is_stopped_are_rebuilt_the_same(daemon_factory):
+@pytest.mark.parametrize("deleted", [("projections.db",), ("projections.db", "projections.db-wal", "projections.db-shm")],
+                         ids=["the file alone", "with its -wal and -shm"])
+async def test_projections_deleted_while_the_daemon_is_stopped_are_rebuilt_the_same(daemon_factory, deleted):
     d = await daemon_factory(config=IDLE)
     token, project_id, sid = await setup(d)
     for i, word in enumerate(("alpha", "bravo")):
@@ -81,7 +83,7 @@ async def test_projections_deleted_while_the_daemon_is_stopped_are_rebuilt_the_s
         await d.wait_idle(token, sid)
     before = await seen(d, token, project_id, sid)
     await stop_daemon(d)
-    for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+    for name in deleted:
         (d.data_dir / name).unlink(missing_ok=True)
     d2 = await daemon_factory(config=IDLE)
     assert await seen(d2, token, project_id, sid) == before
