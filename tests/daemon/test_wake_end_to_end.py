@@ -118,6 +118,9 @@ async def test_projections_deleted_while_the_daemon_runs_go_on_and_are_rebuilt_a
     assert "PROJECTIONS_DELETED_WHILE_OPEN" in out.stderr and "Stop that daemon" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and "disk I/O error" not in out.stderr
     assert not (d.data_dir / "projections.db").exists()
+    out = await run_lens(d.root, "log", "stats", "--data", str(d.data_dir))  # (stats need no file: in memory)
+    assert "deleted while a daemon still has it open" in out.stderr and "computed in memory" in out.stderr
+    assert not (d.data_dir / "projections.db").exists()
     assert await seen(d, token, project_id, sid, file=False) == answers  # (the daemon's copy is untouched)
 
     await stop_daemon(d)
