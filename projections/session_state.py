@@ -203,6 +203,9 @@ class SessionState(msgspec.Struct):
     jobs: dict[str, JobRecord] = {}  # background jobs, in start order
     last_seq: int = 0
     last_session_seq: int = 0
+    # ``ts`` of the last event folded: with ``last_seq`` and ``last_session_seq``, what a wake-up
+    # checks the log still holds before it trusts a snapshot (see SessionActor._log_holds).
+    last_ts: int = 0
     events: int = 0
 
     @property
@@ -309,6 +312,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     """Fold one stored event of this session into ``state`` (in place) and return it."""
     ev = se.event
     state.last_seq = se.seq
+    state.last_ts = se.ts
     state.events += 1
     if se.session_seq is not None:
         state.last_session_seq = se.session_seq
@@ -689,7 +693,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     replaced from ``AgentState.included``.
 # 11: ``AgentState.capabilities`` (deferred tools loaded by capability_search).
 # 12: ``Item.rerun_after`` (a tool result's call ran twice: its executor died under the first run).
-SNAPSHOT_VERSION = 12
+# 13: ``SessionState.last_ts`` (the last event's ts, checked against the log at wake-up).
+SNAPSHOT_VERSION = 13
 
 
 def snapshot_bytes(state: SessionState) -> bytes:
