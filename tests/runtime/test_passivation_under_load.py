@@ -5,15 +5,15 @@ answered, every woken state equal to its full replay)."""
 from __future__ import annotations
 
 import trio
+import trio.testing
 
-from conftest import by_kind, frozen
+from conftest import by_kind, frozen, text
 from events import types as t
 from events.store import Draft
 from projections.session_state import SessionState, fold
-from runtime.actor import GetState, Submit
+from runtime.actor import Submit
 from runtime.supervisor import MAILBOX
 
-from conftest import text
 from test_supervisor import full_replay, passivate
 
 IDLE = 5.0

@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import trio
 import trio.testing
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,8 +26,6 @@ from projections.session_state import SNAPSHOT_VERSION, SessionState, fold, snap
 from projections.snapshots import decode_snapshot, encode_snapshot
 from runtime.actor import SessionActor, _reset_for_fork
 from session_events import Recorder, session_events
-
-import zstandard
 
 from conftest import open_runtime
 
