@@ -82,6 +82,21 @@ class ProjectionsDamaged(StoreOpenError):
         )
 
 
+class ProjectionsDeletedWhileOpen(StoreOpenError):
+    """``projections.db`` was deleted while another process (a running daemon) still had it open:
+    the ``-wal`` and ``-shm`` files beside the path belong to that process's copy, and SQLite
+    refuses a new file there with a bare "disk I/O error"."""
+
+    code = "PROJECTIONS_DELETED_WHILE_OPEN"
+
+    def __init__(self, path: object) -> None:
+        super().__init__(
+            f"{path} was deleted while another process (a running `lens serve`) still has it open; "
+            f"its -wal and -shm files belong to that process's copy. Stop that daemon (it rebuilds "
+            f"{PROJECTIONS_DB} from the log when it starts again), then run this again"
+        )
+
+
 class Projection(ABC):
     """One read model. ``apply`` must be deterministic: the same events give the same rows.
 
@@ -144,8 +159,10 @@ def _wal_mode(conn: apsw.Connection) -> None:
 def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connection:
     """Open (creating) ``projections.db``; ``memory=True`` gives a throwaway in-memory one."""
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
+    made = not memory and not (data_dir / PROJECTIONS_DB).exists()
     if not memory:
         create_private(data_dir / PROJECTIONS_DB)
+    conn: apsw.Connection | None = None
     try:
         conn = apsw.Connection(path)
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
@@ -176,8 +193,26 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise ProjectionsDamaged(path, f"SQLite: {exc}") from None
     except apsw.Error as exc:
+        if made and isinstance(exc, apsw.IOError) and _held_elsewhere(data_dir):
+            if conn is not None:
+                conn.close()
+            # The file this open made holds nothing (SQLite may have written its first page):
+            # removed, so the path stays as the deletion left it. The -wal and -shm are the
+            # other process's and stay.
+            try:
+                (data_dir / PROJECTIONS_DB).unlink(missing_ok=True)
+            except OSError:
+                pass
+            raise ProjectionsDeletedWhileOpen(path) from None
         raise StoreOpenError(f"cannot open {path}: {exc}") from None
     return conn
+
+
+def _held_elsewhere(data_dir: Path) -> bool:
+    """Whether ``projections.db``'s ``-shm`` file is there while the database file was not: what
+    a deletion of ``projections.db`` under a process that still has it open leaves."""
+    return (data_dir / f"{PROJECTIONS_DB}-shm").exists()
+
 
 
 class Projector:

@@ -206,6 +206,9 @@ class SessionState(msgspec.Struct):
     jobs: dict[str, JobRecord] = {}  # background jobs, in start order
     last_seq: int = 0
     last_session_seq: int = 0
+    # ``ts`` of the last event folded: with ``last_seq`` and ``last_session_seq``, what a wake-up
+    # checks the log still holds before it trusts a snapshot (see SessionActor._log_holds).
+    last_ts: int = 0
     events: int = 0
 
     @property
@@ -314,6 +317,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     """Fold one stored event of this session into ``state`` (in place) and return it."""
     ev = se.event
     state.last_seq = se.seq
+    state.last_ts = se.ts
     state.events += 1
     if se.session_seq is not None:
         state.last_session_seq = se.session_seq
@@ -696,7 +700,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 12: ``Item.rerun_after`` (a tool result's call ran twice: its executor died under the first run).
 # 13: a fork's subagent under way at the fork point is ``interrupted`` (``AgentState.outcome``).
 # 14: ``AgentState.usage`` (each agent's own requests; the session's ``usage`` is their sum).
-SNAPSHOT_VERSION = 14
+# 15: ``SessionState.last_ts`` (the last event's ts, checked against the log at wake-up).
+SNAPSHOT_VERSION = 15
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -405,13 +405,19 @@ class SessionActor:
 
     async def _log_holds(self, state: SessionState, session_id: str) -> bool:
         """Whether the log holds the event a snapshot ends at: the same ``seq``, this session,
-        the same ``session_seq``. The log only grows, so then it holds everything folded."""
+        the same ``session_seq`` and ``ts``. The log only grows, so then it holds everything folded.
+
+        The ``ts`` tells a log put back from a backup that grew again to the same numbering (the
+        session went on writing as many events as before) from the log the snapshot folded: the
+        snapshots past the log's end are deleted at start-up, but only if projections.db can be
+        written then."""
         if not state.last_seq:
             return True
         page = await self.deps.store.read_events(session_id=session_id, after=state.last_seq - 1,
                                                  to=state.last_seq, limit=1,
                                                  after_session_seq=max(state.last_session_seq - 1, 0) or None)
-        return bool(page) and page[0].seq == state.last_seq and page[0].session_seq == state.last_session_seq
+        return (bool(page) and page[0].seq == state.last_seq and page[0].session_seq == state.last_session_seq
+                and page[0].ts == state.last_ts)
 
     async def _snapshot_upto(self, session_id: str, upto: int | None) -> SessionState | None:
         """The latest snapshot of ``session_id`` if it ends at or before ``upto`` (any, for

@@ -34,7 +34,7 @@ from events.schema import (
 )
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
-from projections.projector import Projector, ProjectionsDamaged, open_projections_db
+from projections.projector import Projector, ProjectionsDamaged, ProjectionsDeletedWhileOpen, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
 
@@ -439,6 +439,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         except DataDirNotWritable:
             conn = open_projections_db(data, memory=True)
             note = "projections.db is not writable here; stats computed in memory"
+        except ProjectionsDeletedWhileOpen:
+            conn = open_projections_db(data, memory=True)
+            note = ("projections.db was deleted while a daemon still has it open (it is rebuilt when the daemon "
+                    "starts again); stats computed in memory")
         projector: Projector | None = None
         try:
             try:

@@ -7,6 +7,7 @@ projector has caught up with the log's last committed ``seq`` (:meth:`caught_up`
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import trio
 
 from events.errors import StoreClosed
 from events.reader import LogReader
-from events.schema import open_read_connection
+from events.schema import PROJECTIONS_DB, open_read_connection
 from events.store import EventStore
 from events.types import DefaultModelSet
 from projections.artifact_names import ArtifactNames
@@ -85,6 +86,9 @@ class ProjectionService:
         reader = LogReader(data_dir, connection=open_read_connection(data_dir))
         self.projector = Projector(reader, open_projections_db(data_dir), all_projections(store.secrets))
         self._read_conn = open_projections_db(data_dir)
+        # The file these connections hold, to notice it deleted (or replaced) under the daemon.
+        self._path = data_dir / PROJECTIONS_DB
+        self._file: tuple[int, int] | None = _identity(self._path)
         # Made once, here: making one registers its rank function on the connection, which apsw
         # refuses while a worker thread is reading through it (a 500 under concurrent searches).
         self._history_index = HistoryIndex(self._read_conn, store.secrets)
@@ -128,7 +132,11 @@ class ProjectionService:
         target = self.store.last_seq
         self._busy = False
         try:
-            await trio.to_thread.run_sync(self.projector.catch_up, None, self._stop_point, limiter=self._write_limiter)
+            def work() -> tuple[int, int] | None:
+                self.projector.catch_up(None, self._stop_point)
+                return _identity(self._path)  # (a stat, off the event loop with the catch-up)
+
+            found = await trio.to_thread.run_sync(work, limiter=self._write_limiter)
         except _CatchUpStopped:
             await trio.lowlevel.checkpoint()  # (cancelled by now: the daemon is stopping)
             return
@@ -143,8 +151,22 @@ class ProjectionService:
         else:
             self.error = None
             self.position = max(self.position, target)
+            self._check_file(found)
         ev, self._advanced = self._advanced, trio.Event()
         ev.set()  # readers waiting see the new position, or the error, now
+
+    def _check_file(self, found: tuple[int, int] | None) -> None:
+        """Say once, in the daemon's log, that ``projections.db`` was deleted (or replaced) while
+        the daemon runs. Its connections keep the file they opened: the projections and snapshots
+        go on there, correct and complete, and the next start rebuilds ``projections.db`` from
+        the log. Until then ``lens log`` commands cannot open it (PROJECTIONS_DELETED_WHILE_OPEN)."""
+        if self._file is None or found == self._file:
+            return
+        self._file = None
+        log.warning("%s was deleted or replaced while the daemon runs: the daemon goes on with the copy it "
+                    "holds open (nothing is lost: it derives from the event log); at its next start it rebuilds "
+                    "the projections from the log if the file is gone, and `lens log` commands cannot open a "
+                    "deleted one until then", self._path)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._first_done = first_done = trio.Event()
@@ -300,3 +322,12 @@ class ProjectionService:
             return await trio.to_thread.run_sync(fn, limiter=self._read_limiter)
         except apsw.Error as exc:
             raise _unreadable(exc) from None
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``; ``None`` when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
