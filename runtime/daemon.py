@@ -2,7 +2,7 @@
 
 Start order: event store writer → projector → the sweep of ``artifacts/`` (files no event names,
 see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unfinished
-work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
+work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM/SIGHUP: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and the store drains every accepted append before closing; the projections then fold
 what it committed after their updater stopped. Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
@@ -101,7 +101,7 @@ class ServeOptions:
 
 async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
                 stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> None:
-    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
+    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM/SIGHUP); ``task_status`` gets the bound URLs."""
     cfg = opts.config
     started_ns = time.time_ns()  # (the start-up sweep of artifacts/ looks only at files older than this)
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
@@ -299,7 +299,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
                 # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
                 # once nothing is in progress HTTP is stopped outright.
-                # A second SIGINT or SIGTERM cuts that wait short ("stop now").
+                # A second stop signal cuts that wait short ("stop now").
                 began = trio.current_time()
                 grace.deadline = began + hc.graceful_timeout
                 with grace:
@@ -472,13 +472,21 @@ async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services:
         services.cancel()
 
 
+# The signals that stop the daemon gracefully. SIGHUP is among them: it is what a closed terminal
+# (or an ssh session that ended) sends, and by default it killed the daemon outright, as a kill -9
+# does (a running job recorded `lost` at the next start, the projections behind the log). Lens has
+# nothing to reload on it: the pair file is watched, the config is read at start. SIGQUIT keeps
+# Python's default (quit at once, no core: the process is not dumpable), as the operator's "now".
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
                    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
-    """The first SIGINT or SIGTERM sets ``stop``; any later one cancels ``grace``, the shutdown's
-    wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open until the
-    services end (the caller cancels the scope it is started with then): a second signal was a
-    traceback (SIGINT) or a kill (SIGTERM)."""
-    with trio.CancelScope() as scope, trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """The first of :data:`STOP_SIGNALS` sets ``stop``; any later one cancels ``grace``, the
+    shutdown's wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open
+    until the services end (the caller cancels the scope it is started with then): a second signal
+    was a traceback (SIGINT) or a kill (SIGTERM)."""
+    with trio.CancelScope() as scope, trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
             if stop.is_set():

@@ -142,7 +142,7 @@ def projected_positions(data: Path) -> list[int]:
         con.close()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path, sig: signal.Signals):
     # The projections' first catch-up refolds the whole log when projections.db is new (after an
     # upgrade that changes a projection, a minute for a large log), before the daemon listens.
@@ -191,7 +191,7 @@ async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path,
     assert set(projected_positions(tmp_path / "data")) == {events}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig: signal.Signals):
     # A request in progress holds the shutdown up to its grace period (5 s). A second signal
     # meanwhile (a second Ctrl-C: stop now) was a traceback and exit 1 (SIGINT) or a kill
@@ -236,7 +236,7 @@ async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig
             daemon.kill()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_a_second_signal_while_the_services_stop_is_the_daemons(tmp_path: Path, sig: signal.Signals):
     # Once the services were cancelled, the signal receiver was gone with them, yet stopping them
     # can take seconds: an MCP server that outlives its closed stdin and SIGTERM is waited for
