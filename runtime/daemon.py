@@ -475,18 +475,24 @@ async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services:
 # The signals that stop the daemon gracefully. SIGHUP is among them: it is what a closed terminal
 # (or an ssh session that ended) sends, and by default it killed the daemon outright, as a kill -9
 # does (a running job recorded `lost` at the next start, the projections behind the log). Lens has
-# nothing to reload on it: the pair file is watched, the config is read at start. SIGQUIT keeps
-# Python's default (quit at once, no core: the process is not dumpable), as the operator's "now".
+# nothing to reload on it: the pair file is watched, the config is read at start. A SIGHUP the
+# daemon was started ignoring (`nohup lens serve`) stays ignored: that is what was asked for.
+# SIGQUIT keeps its default (quit at once, like a kill -9; no core: the process is not dumpable).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_signals() -> tuple[int, ...]:
+    """:data:`STOP_SIGNALS` but SIGHUP when this process was started ignoring it."""
+    return tuple(s for s in STOP_SIGNALS if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN)
 
 
 async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
                    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
-    """The first of :data:`STOP_SIGNALS` sets ``stop``; any later one cancels ``grace``, the
+    """The first of :func:`stop_signals` sets ``stop``; any later one cancels ``grace``, the
     shutdown's wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open
     until the services end (the caller cancels the scope it is started with then): a second signal
     was a traceback (SIGINT) or a kill (SIGTERM)."""
-    with trio.CancelScope() as scope, trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+    with trio.CancelScope() as scope, trio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
             if stop.is_set():

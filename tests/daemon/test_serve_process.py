@@ -303,3 +303,48 @@ async def test_a_reader_of_standard_output_that_goes_away_does_not_stop_the_daem
             proc.kill()
     assert code == 0 and b"Traceback" not in err, err.decode()
     assert b"the reader of standard output went away" in err
+
+
+def _signal_mask(pid: int, field: str) -> int:
+    """The ``SigIgn`` or ``SigCgt`` mask of ``pid`` (Linux ``/proc``): its signals ignored or caught."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1], 16)
+
+
+@pytest.mark.parametrize("nohup", [False, True], ids=["plain", "nohup"])
+async def test_sighup_stops_the_daemon_gracefully_unless_it_was_started_ignoring_it(tmp_path: Path, nohup: bool):
+    # SIGHUP (a closed terminal, an ended ssh session) killed the daemon outright, as a kill -9
+    # does; it is now a graceful stop like SIGTERM. Under `nohup` it was asked to be ignored, and
+    # stays so: the daemon keeps serving.
+    hup = 1 << (signal.SIGHUP - 1)
+    with open(tmp_path / "serve.err", "wb") as err:
+        proc = await trio.lowlevel.open_process(
+            [*(["nohup"] if nohup else []), *lens_command(), "serve", "--port", "0", "--data", "data"],
+            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        try:
+            assert proc.stdout is not None
+            out = b""
+            with trio.fail_after(30):
+                while b"lens: listening on " not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+            url = re.search(rb"lens: listening on (http://\S+)", out).group(1).decode()  # type: ignore[union-attr]
+            if nohup:
+                assert _signal_mask(proc.pid, "SigIgn") & hup and not _signal_mask(proc.pid, "SigCgt") & hup
+            else:
+                assert _signal_mask(proc.pid, "SigCgt") & hup and not _signal_mask(proc.pid, "SigIgn") & hup
+            proc.send_signal(signal.SIGHUP)
+            if nohup:
+                async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
+                    assert (await client.get("/api/v1/health")).status_code == 200
+                proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(LIMIT):
+                out += b"".join([chunk async for chunk in proc.stdout])
+                code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    stderr = (tmp_path / "serve.err").read_text()
+    assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
+    assert out.decode().splitlines()[-1] == "lens: stopped", out
