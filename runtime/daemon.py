@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import stat
 import sys
 import time
@@ -138,6 +139,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             if fault is not None:
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} {fault}")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
+        await trio.to_thread.run_sync(check_listenable, opts.host, opts.port)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
                                 secrets=keys)
@@ -502,6 +504,23 @@ async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
 
 class ListenFailed(LensError):
     code = "LISTEN_FAILED"
+
+
+def check_listenable(host: str, port: int) -> None:
+    """Bind ``host:port`` as the HTTP server will (hypercorn: an IPv6 socket for a host with a
+    colon, ``SO_REUSEADDR``), then let it go: a port in use, an address this machine does not
+    have, a name that does not resolve are ``LISTEN_FAILED`` before the data directory is made or
+    opened (a refused start left an initialised one behind). The server binds again once its
+    services run; a port taken in between is still ``LISTEN_FAILED``, from there."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bare, port))
+    except OSError as exc:
+        raise ListenFailed(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    finally:
+        sock.close()
 
 
 class ScrubbedLines(logging.Formatter):

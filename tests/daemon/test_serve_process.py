@@ -94,18 +94,22 @@ async def test_lens_serve_refuses_a_bad_faux_script_cleanly(tmp_path: Path):
 
 async def test_lens_serve_names_an_address_it_cannot_listen_on(tmp_path: Path):
     # A port another socket holds, an address this machine does not have, a name that does not
-    # resolve: `lens: LISTEN_FAILED: …`, exit 2, no traceback (it was a tree of exception groups).
+    # resolve: `lens: LISTEN_FAILED: …`, exit 2, no traceback (it was a tree of exception groups),
+    # and no data directory made (an initialised one was left wherever --data pointed).
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
         port = taken.getsockname()[1]
-        for host, port_arg, reason in [("127.0.0.1", str(port), "in use"),
-                                       ("192.0.2.1", "0", "Cannot assign requested address")]:
-            out = await run_lens(tmp_path, "serve", "--host", host, "--port", port_arg, check=False)
+        for i, (host, port_arg, reason) in enumerate([("127.0.0.1", str(port), "in use"),
+                                                      ("192.0.2.1", "0", "Cannot assign requested address"),
+                                                      ("no-such-host.invalid", "0", "")]):
+            out = await run_lens(tmp_path, "serve", "--host", host, "--port", port_arg, "--data", f"data{i}",
+                                 check=False)
             assert out.returncode == 2, out.stderr
             assert f"lens: LISTEN_FAILED: cannot listen on {host}:{port_arg}" in out.stderr, out.stderr
             assert reason in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert not (tmp_path / f"data{i}").exists(), out.stderr
     finally:
         taken.close()
 
