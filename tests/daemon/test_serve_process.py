@@ -352,3 +352,49 @@ async def test_sighup_stops_the_daemon_gracefully_unless_it_was_started_ignoring
     stderr = (tmp_path / "serve.err").read_text()
     assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
     assert out.decode().splitlines()[-1] == "lens: stopped", out
+
+
+def _serve_on_a_terminal_then_hang_it_up(cwd: Path) -> tuple[int, bytes]:
+    """``lens serve`` with a pseudo-terminal as its controlling terminal (and standard streams),
+    which is then closed as a terminal window is: the kernel sends SIGHUP. Its exit code and what it
+    printed before."""
+    import fcntl
+    import select
+    import termios
+    import time
+
+    master, slave = os.openpty()
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([*lens_command(), "serve", "--port", "0", "--data", "data"], cwd=cwd, stdin=slave,
+                            stdout=slave, stderr=slave, preexec_fn=own_terminal)
+    os.close(slave)
+    try:
+        shown, deadline = b"", time.monotonic() + 30
+        while b"lens: listening on " not in shown and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                shown += os.read(master, 4096)
+        assert b"lens: listening on " in shown, shown
+        os.close(master)
+        master = -1
+        return proc.wait(LIMIT), shown
+    finally:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_a_closed_terminal_stops_the_daemon_gracefully(tmp_path: Path):
+    # The daemon's terminal went away (a closed window, an ended ssh session): SIGHUP, which by
+    # default killed it outright. It is a graceful stop now: exit 0, the log and its projections
+    # closed as at any stop (the lines it prints meanwhile go nowhere: the terminal is gone).
+    code, shown = await trio.to_thread.run_sync(_serve_on_a_terminal_then_hang_it_up, tmp_path)
+    assert code == 0, (code, shown)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["events.db", "lock", "projections.db"]
+    verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
