@@ -12,6 +12,7 @@ for requests in progress (their connections are reset).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import secrets
@@ -139,7 +140,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             if fault is not None:
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} {fault}")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
-        await trio.to_thread.run_sync(check_listenable, opts.host, opts.port)
+        await trio.to_thread.run_sync(check_listenable, opts.host, opts.port, opts.data_dir)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
                                 secrets=keys)
@@ -506,21 +507,40 @@ class ListenFailed(LensError):
     code = "LISTEN_FAILED"
 
 
-def check_listenable(host: str, port: int) -> None:
+def check_listenable(host: str, port: int, data_dir: Path) -> None:
     """Bind ``host:port`` as the HTTP server will (hypercorn: an IPv6 socket for a host with a
     colon, ``SO_REUSEADDR``), then let it go: a port in use, an address this machine does not
     have, a name that does not resolve are ``LISTEN_FAILED`` before the data directory is made or
     opened (a refused start left an initialised one behind). The server binds again once its
-    services run; a port taken in between is still ``LISTEN_FAILED``, from there."""
+    services run; a port taken in between is still ``LISTEN_FAILED``, from there. When another
+    process holds ``data_dir`` (a second `lens serve` of the same daemon, which holds the port
+    too), nothing is raised here: the store's ``STORE_LOCKED`` names that cause."""
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((bare, port))
     except OSError as exc:
-        raise ListenFailed(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+        if not _held_by_another(data_dir):
+            raise ListenFailed(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
     finally:
         sock.close()
+
+
+def _held_by_another(data_dir: Path) -> bool:
+    """Whether another process holds the ``flock`` of ``data_dir``'s lock file (opened read-only:
+    nothing is made; a lock taken here is let go with the descriptor)."""
+    try:
+        fd = os.open(data_dir / "lock", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class ScrubbedLines(logging.Formatter):

@@ -114,6 +114,26 @@ async def test_lens_serve_names_an_address_it_cannot_listen_on(tmp_path: Path):
         taken.close()
 
 
+async def test_a_second_lens_serve_of_the_same_daemon_is_told_the_data_directory_is_in_use(tmp_path: Path):
+    # Started twice as it was (same data directory, same port): the data directory is the cause
+    # to name, not the port it also cannot have; on another port, the same. A port another
+    # program holds is LISTEN_FAILED, without a data directory made (the test above).
+    first = ServeProcess(tmp_path)
+    async with trio.open_nursery() as nursery:
+        try:
+            url = await first.run(nursery)
+            port = url.rsplit(":", 1)[1]
+            for port_arg in (port, "0"):
+                out = await run_lens(tmp_path, "serve", "--port", port_arg, "--data", "data", check=False)
+                assert out.returncode == 2, out.stderr
+                assert out.stderr.splitlines()[-1] == ("lens: STORE_LOCKED: data directory data is in use by another "
+                                                       "Lens process; stop it or choose another --data directory"), \
+                    out.stderr
+            assert await first.terminate() == 0
+        finally:
+            first.kill()
+
+
 async def test_lens_serve_holds_its_flags_to_the_configs_checks(tmp_path: Path):
     # A port past 65535 was a traceback from bind() (after the data directory was made); an
     # empty --host bound every interface, an empty --data made the working directory the log.
