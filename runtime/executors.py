@@ -394,7 +394,7 @@ class ExecutorPool:
             if proc not in self._ended_by_pool:
                 # Killed from outside (kill -9, the OOM killer) or failed by itself: the operator
                 # reads it here, once, not only as the EXECUTOR_UNAVAILABLE of the calls it cut.
-                log.warning("executor for project %s (pid %d) ended by itself (%s); the project's next call "
+                log.warning("executor for project %s (pid %d) ended without Lens stopping it (%s); the project's next call "
                             "starts another", project_id, proc.pid, ended_how(proc.returncode))
         finally:
             # Shielded: this runs when the pool is cancelled, and an unshielded wait would raise

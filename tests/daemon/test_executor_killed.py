@@ -32,7 +32,7 @@ async def test_an_executor_killed_from_outside_is_named_in_the_log_and_replaced(
             ((project, pid),) = SPAWNED.findall(err.read_text())
             os.kill(int(pid), signal.SIGKILL)
 
-            expected = (f"WARNING lens.executors: executor for project {project} (pid {pid}) ended by itself "
+            expected = (f"WARNING lens.executors: executor for project {project} (pid {pid}) ended without Lens stopping it "
                         f"(killed by SIGKILL); the project's next call starts another")
 
             async def said() -> bool:
@@ -49,5 +49,5 @@ async def test_an_executor_killed_from_outside_is_named_in_the_log_and_replaced(
             assert len(spawned) == 2 and spawned[1][0] == project and spawned[1][1] != pid, spawned
             assert await serve.terminate() == 0
     text = err.read_text()
-    assert text.count("ended by itself") == 1, text  # the pool's own stop of the second is not one
+    assert text.count("ended without Lens stopping it") == 1, text  # the pool's own stop of the second is not one
     assert "Traceback" not in text, text
