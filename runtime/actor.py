@@ -143,7 +143,7 @@ class ActorDeps:
     context: ContextConfig = field(default_factory=ContextConfig)
     # The tool planes over ``tools`` (deferral, execution policy); None: defaults over ``tools``.
     tool_catalog: ToolCatalog | None = None
-    # Set when the daemon begins a graceful stop (SIGINT/SIGTERM): what a cancellation then ends
+    # Set when the daemon begins a graceful stop (SIGINT/SIGTERM/SIGHUP): what a cancellation then ends
     # is recorded as stopped by it (a running job) rather than left to the next start.
     stopping: trio.Event | None = None
 

@@ -1,4 +1,5 @@
-"""Argument handling shared by Lens's command lines (``lens log`` and the benchmarks)."""
+"""Argument handling shared by Lens's command lines (``lens log``, ``serve``, ``pair``, ``executor serve`` and
+the benchmarks)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Start order: event store writer → projector → the sweep of ``artifacts/`` (files no event names,
 see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unfinished
-work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM: SSE streams end themselves
+work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM/SIGHUP: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and the store drains every accepted append before closing; the projections then fold
 what it committed after their updater stopped. Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
@@ -12,10 +12,12 @@ for requests in progress (their connections are reset).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import secrets
 import signal
+import socket
 import stat
 import sys
 import time
@@ -101,7 +103,7 @@ class ServeOptions:
 
 async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
                 stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> None:
-    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM); ``task_status`` gets the bound URLs."""
+    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM/SIGHUP); ``task_status`` gets the bound URLs."""
     cfg = opts.config
     started_ns = time.time_ns()  # (the start-up sweep of artifacts/ looks only at files older than this)
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
@@ -138,6 +140,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             if fault is not None:
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} {fault}")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
+        await trio.to_thread.run_sync(check_listenable, opts.host, opts.port, opts.data_dir)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
                                 secrets=keys)
@@ -299,7 +302,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
                 # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
                 # once nothing is in progress HTTP is stopped outright.
-                # A second SIGINT or SIGTERM cuts that wait short ("stop now").
+                # A second stop signal cuts that wait short ("stop now").
                 began = trio.current_time()
                 grace.deadline = began + hc.graceful_timeout
                 with grace:
@@ -472,13 +475,27 @@ async def _stop_starting(stop: trio.Event, starting: trio.CancelScope, services:
         services.cancel()
 
 
+# The signals that stop the daemon gracefully. SIGHUP is among them: it is what a closed terminal
+# (or an ssh session that ended) sends, and by default it killed the daemon outright, as a kill -9
+# does (a running job recorded `lost` at the next start, the projections behind the log). Lens has
+# nothing to reload on it: the pair file is watched, the config is read at start. A SIGHUP the
+# daemon was started ignoring (`nohup lens serve`) stays ignored: that is what was asked for.
+# SIGQUIT keeps its default (quit at once, like a kill -9; no core: the process is not dumpable).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_signals() -> tuple[int, ...]:
+    """:data:`STOP_SIGNALS` but SIGHUP when this process was started ignoring it."""
+    return tuple(s for s in STOP_SIGNALS if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN)
+
+
 async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
                    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
-    """The first SIGINT or SIGTERM sets ``stop``; any later one cancels ``grace``, the shutdown's
-    wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open until the
-    services end (the caller cancels the scope it is started with then): a second signal was a
-    traceback (SIGINT) or a kill (SIGTERM)."""
-    with trio.CancelScope() as scope, trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """The first of :func:`stop_signals` sets ``stop``; any later one cancels ``grace``, the
+    shutdown's wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open
+    until the services end (the caller cancels the scope it is started with then): a second signal
+    was a traceback (SIGINT) or a kill (SIGTERM)."""
+    with trio.CancelScope() as scope, trio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
         async for _ in signals:
             if stop.is_set():
@@ -488,6 +505,42 @@ async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
 
 class ListenFailed(LensError):
     code = "LISTEN_FAILED"
+
+
+def check_listenable(host: str, port: int, data_dir: Path) -> None:
+    """Bind ``host:port`` as the HTTP server will (hypercorn: an IPv6 socket for a host with a
+    colon, ``SO_REUSEADDR``), then let it go: a port in use, an address this machine does not
+    have, a name that does not resolve are ``LISTEN_FAILED`` before the data directory is made or
+    opened (a refused start left an initialised one behind). The server binds again once its
+    services run; a port taken in between is still ``LISTEN_FAILED``, from there. When another
+    process holds ``data_dir`` (a second `lens serve` of the same daemon, which holds the port
+    too), nothing is raised here: the store's ``STORE_LOCKED`` names that cause."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bare, port))
+    except OSError as exc:
+        if not _held_by_another(data_dir):
+            raise ListenFailed(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    finally:
+        sock.close()
+
+
+def _held_by_another(data_dir: Path) -> bool:
+    """Whether another process holds the ``flock`` of ``data_dir``'s lock file (opened read-only:
+    nothing is made; a lock taken here is let go with the descriptor)."""
+    try:
+        fd = os.open(data_dir / "lock", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class ScrubbedLines(logging.Formatter):

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import weakref
@@ -35,6 +36,18 @@ LOST_GRACE_S = 2.0
 # domain lock, is stopped; the project's next call spawns another. A daemon that has touched many
 # projects so keeps a process (some 50 MB, a dozen threads) only for those in use.
 IDLE_STOP_S = 600.0
+
+
+def ended_how(returncode: int | None) -> str:
+    """A child's end as an operator reads it: ``killed by SIGKILL``, ``exit status 1``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
 
 
 class KilledWhileStarting(ExecutorUnavailable):
@@ -285,7 +298,7 @@ class ExecutorPool:
                 raise ExecutorUnavailable(f"the executor for project {project_id} did not start: the executor pool "
                                           f"is stopping")
             gone = trio.Event()  # (set by _reap once the child is reaped)
-            self._nursery.start_soon(self._reap, proc, state, gone)  # from here on, _reap owns the child
+            self._nursery.start_soon(self._reap, proc, project_id, state, gone)  # from here on, _reap owns the child
         except BaseException:
             # Not started, or we were cancelled while it started: never leave the child behind.
             with trio.CancelScope(shield=True):
@@ -372,12 +385,17 @@ class ExecutorPool:
         key = "remote" if workspace is None else "local:" + os.path.realpath(workspace)
         return self._locks.setdefault(key, DomainLock())
 
-    async def _reap(self, proc: trio.Process, state: Path, gone: trio.Event) -> None:
+    async def _reap(self, proc: trio.Process, project_id: str, state: Path, gone: trio.Event) -> None:
         try:
             assert proc.stdout is not None
             while await proc.stdout.receive_some(4096):
                 pass  # drain so the child never blocks on a full pipe
             await proc.wait()
+            if proc not in self._ended_by_pool:
+                # Killed from outside (kill -9, the OOM killer) or failed by itself: the operator
+                # reads it here, once, not only as the EXECUTOR_UNAVAILABLE of the calls it cut.
+                log.warning("executor for project %s (pid %d) ended without Lens stopping it (%s); the project's next call "
+                            "starts another", project_id, proc.pid, ended_how(proc.returncode))
         finally:
             # Shielded: this runs when the pool is cancelled, and an unshielded wait would raise
             # Cancelled at once, leaving the child running (and never reaped).

@@ -9,7 +9,7 @@ agent and so starts a new round. The output itself is kept in memory only, in a 
 :data:`OUTPUT_RING_BYTES`, readable while the job runs and, for the last :data:`FINISHED_KEPT`
 jobs, after it ended (until the session's actor passivates).
 
-A graceful stop of the daemon (SIGINT/SIGTERM) ends each running job's command and records the
+A graceful stop of the daemon (SIGINT/SIGTERM/SIGHUP) ends each running job's command and records the
 job ``stopped`` with the output it had, within :data:`STOP_RECORD_SECONDS` (the store still takes
 appends while the services stop); the report waits in the log for the session's next run. An
 actor that wakes up (a daemon restart, an actor restart) and finds jobs the log shows running

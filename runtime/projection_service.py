@@ -18,7 +18,7 @@ import trio
 from events.errors import StoreClosed
 from events.reader import LogReader
 from events.schema import PROJECTIONS_DB, open_read_connection
-from events.store import EventStore
+from events.store import STORAGE_ERRORS, EventStore
 from events.types import DefaultModelSet
 from projections.artifact_names import ArtifactNames
 from projections.history import HistoryIndex
@@ -130,7 +130,7 @@ class ProjectionService:
 
     async def _catch_up(self) -> None:
         target = self.store.last_seq
-        self._busy = False
+        before, self._busy = self.error, False
         try:
             def work() -> tuple[int, int] | None:
                 self.projector.catch_up(None, self._stop_point)
@@ -144,14 +144,23 @@ class ProjectionService:
             self.error = ("projections.db is held by another process (a `lens log rebuild`?); "
                           "the projections go on once it lets go")
             self._busy = True
-            log.warning("projector waiting: %s", self.error)
+            # (said once while it lasts, as below: it is tried again every BUSY_RETRY_SECONDS)
+            log.log(logging.DEBUG if self.error == before else logging.WARNING, "projector waiting: %s", self.error)
         except (LensError, apsw.Error, Exception) as exc:  # contained: lists report it, the daemon lives
             self.error = f"{type(exc).__name__}: {exc}"
-            log.error("projector stopped: %s", self.error)
+            if isinstance(exc, STORAGE_ERRORS):  # (SQLite's "disk I/O error" says nothing of which file)
+                self.error = (f"projections.db could not be updated ({self.error}; the disk may be full, read-only "
+                              f"or failing); tried again until it can be")
+            # Said once while it fails the same way: the retries (every 30 s at most) repeated it
+            # to the daemon's log for as long as the fault lasted, and nothing said when it ended.
+            log.log(logging.DEBUG if self.error == before else logging.ERROR, "projections behind the log: %s",
+                    self.error)
         else:
             self.error = None
             self.position = max(self.position, target)
             self._check_file(found)
+            if before is not None:
+                log.info("projections caught up with the log again (at seq %d)", self.position)
         ev, self._advanced = self._advanced, trio.Event()
         ev.set()  # readers waiting see the new position, or the error, now
 

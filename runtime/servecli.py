@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 
+from .cliargs import Once
 from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
@@ -17,21 +18,28 @@ from .startcheck import check_startable
 from .terminal import shown
 
 
+# `lens executor serve --listen`'s default (docs/executor.md).
+DEFAULT_LISTEN = "127.0.0.1:7421"
+
+
 def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("serve", help="run the daemon (HTTP API, SSE, dashboard)")
-    p.add_argument("--config", type=Path, default=None, help="config file (default config/lens.jsonc if present)")
-    p.add_argument("--data", default=None, metavar="DIR", help="data directory (default: config dataDir, else .lens)")
-    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default 7420; 0 picks a free one)")
-    p.add_argument("--model", default=None, help="default model '<provider>/<model>' for new sessions")
+    # Each option takes one value: given twice it is a usage error (cliargs.Once), not the last one
+    # winning silently (`lens pair approve --client a --client b` approved b alone).
+    p.add_argument("--config", type=Path, default=None, action=Once, metavar="PATH",
+                   help="config file (default config/lens.jsonc if present)")
+    p.add_argument("--data", default=None, action=Once, metavar="DIR", help="data directory (default: config dataDir, else .lens)")
+    p.add_argument("--host", default=None, action=Once, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, action=Once, help="port (default 7420; 0 picks a free one)")
+    p.add_argument("--model", default=None, action=Once, help="default model '<provider>/<model>' for new sessions")
     p.set_defaults(func=cmd_serve)
 
     ex = sub.add_parser("executor", help="run an executor process for one workspace")
     ex_cmds = ex.add_subparsers(dest="executor_command", required=True, metavar="COMMAND")
     es = ex_cmds.add_parser("serve", help="serve the workspace over gRPC (token from LENS_EXECUTOR_TOKEN)")
-    es.add_argument("--workspace", required=True, metavar="DIR")
-    es.add_argument("--listen", default="127.0.0.1:7421", metavar="HOST:PORT")
-    es.add_argument("--state", default=None, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
+    es.add_argument("--workspace", required=True, action=Once, metavar="DIR")
+    es.add_argument("--listen", default=None, action=Once, metavar="HOST:PORT", help=f"address to listen on (default {DEFAULT_LISTEN})")
+    es.add_argument("--state", default=None, action=Once, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
     es.add_argument("--token-stdin", action="store_true",
                     help="read the token from the first line of standard input instead of the environment")
     es.add_argument("--exit-with-stdin", action="store_true",
@@ -42,17 +50,22 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     pair = sub.add_parser("pair", help="approve, list and revoke paired clients")
     cmds = pair.add_subparsers(dest="pair_command", required=True, metavar="COMMAND")
     a = cmds.add_parser("approve", help="issue a credential for a client (printed once, on the last line)")
-    a.add_argument("--client", required=True, help="the clientId of its pairing request")
+    a.add_argument("--client", required=True, action=Once, help="the clientId of its pairing request")
     a.add_argument("--strong-trust", action="store_true", help="may submit, steer, abort and edit config")
-    a.add_argument("--config", type=Path, default=None)
+    _pair_config(a)
     a.set_defaults(func=cmd_pair_approve)
     ls = cmds.add_parser("list", help="list clients (no secrets)")
-    ls.add_argument("--config", type=Path, default=None)
+    _pair_config(ls)
     ls.set_defaults(func=cmd_pair_list)
     r = cmds.add_parser("revoke", help="revoke a client's credential")
-    r.add_argument("--client", required=True)
-    r.add_argument("--config", type=Path, default=None)
+    r.add_argument("--client", required=True, action=Once)
+    _pair_config(r)
     r.set_defaults(func=cmd_pair_revoke)
+
+
+def _pair_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=None, action=Once, metavar="PATH",
+                   help="config file naming the pair file (default config/lens.jsonc)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -141,5 +154,6 @@ def cmd_pair_revoke(args: argparse.Namespace) -> int:
 def cmd_executor_serve(args: argparse.Namespace) -> int:
     from tools.executor.server import main
 
-    return main(args.workspace, args.listen, args.state, token_stdin=args.token_stdin,
+    listen = args.listen if args.listen is not None else DEFAULT_LISTEN
+    return main(args.workspace, listen, args.state, token_stdin=args.token_stdin,
                 exit_with_stdin=args.exit_with_stdin)

@@ -1,6 +1,6 @@
 """F-HAR-2, F-API-1: a background job running when ``lens serve`` is stopped.
 
-A graceful stop (SIGTERM or SIGINT to the process) ends the job's command and records the job
+A graceful stop (SIGTERM, SIGINT or SIGHUP to the process) ends the job's command and records the job
 ``stopped`` with the output it had, its report waiting in the log; the restarted daemon runs the
 session for that report, so the model is told. A kill -9 records nothing: the restart records the
 job ``lost``, as before. Real ``lens serve`` processes on one data directory, the real executor,
@@ -42,7 +42,7 @@ async def _decode(cwd: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 async def test_a_graceful_stop_records_a_running_job_stopped_with_its_output(tmp_path: Path, sig: int):
     with trio.fail_after(4 * LIMIT):
         async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):

@@ -94,20 +94,44 @@ async def test_lens_serve_refuses_a_bad_faux_script_cleanly(tmp_path: Path):
 
 async def test_lens_serve_names_an_address_it_cannot_listen_on(tmp_path: Path):
     # A port another socket holds, an address this machine does not have, a name that does not
-    # resolve: `lens: LISTEN_FAILED: …`, exit 2, no traceback (it was a tree of exception groups).
+    # resolve: `lens: LISTEN_FAILED: …`, exit 2, no traceback (it was a tree of exception groups),
+    # and no data directory made (an initialised one was left wherever --data pointed).
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
         port = taken.getsockname()[1]
-        for host, port_arg, reason in [("127.0.0.1", str(port), "in use"),
-                                       ("192.0.2.1", "0", "Cannot assign requested address")]:
-            out = await run_lens(tmp_path, "serve", "--host", host, "--port", port_arg, check=False)
+        for i, (host, port_arg, reason) in enumerate([("127.0.0.1", str(port), "in use"),
+                                                      ("192.0.2.1", "0", "Cannot assign requested address"),
+                                                      ("no-such-host.invalid", "0", "")]):
+            out = await run_lens(tmp_path, "serve", "--host", host, "--port", port_arg, "--data", f"data{i}",
+                                 check=False)
             assert out.returncode == 2, out.stderr
             assert f"lens: LISTEN_FAILED: cannot listen on {host}:{port_arg}" in out.stderr, out.stderr
             assert reason in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert not (tmp_path / f"data{i}").exists(), out.stderr
     finally:
         taken.close()
+
+
+async def test_a_second_lens_serve_of_the_same_daemon_is_told_the_data_directory_is_in_use(tmp_path: Path):
+    # Started twice as it was (same data directory, same port): the data directory is the cause
+    # to name, not the port it also cannot have; on another port, the same. A port another
+    # program holds is LISTEN_FAILED, without a data directory made (the test above).
+    first = ServeProcess(tmp_path)
+    async with trio.open_nursery() as nursery:
+        try:
+            url = await first.run(nursery)
+            port = url.rsplit(":", 1)[1]
+            for port_arg in (port, "0"):
+                out = await run_lens(tmp_path, "serve", "--port", port_arg, "--data", "data", check=False)
+                assert out.returncode == 2, out.stderr
+                assert out.stderr.splitlines()[-1] == ("lens: STORE_LOCKED: data directory data is in use by another "
+                                                       "Lens process; stop it or choose another --data directory"), \
+                    out.stderr
+            assert await first.terminate() == 0
+        finally:
+            first.kill()
 
 
 async def test_lens_serve_holds_its_flags_to_the_configs_checks(tmp_path: Path):
@@ -142,7 +166,7 @@ def projected_positions(data: Path) -> list[int]:
         con.close()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path, sig: signal.Signals):
     # The projections' first catch-up refolds the whole log when projections.db is new (after an
     # upgrade that changes a projection, a minute for a large log), before the daemon listens.
@@ -191,7 +215,7 @@ async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path,
     assert set(projected_positions(tmp_path / "data")) == {events}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig: signal.Signals):
     # A request in progress holds the shutdown up to its grace period (5 s). A second signal
     # meanwhile (a second Ctrl-C: stop now) was a traceback and exit 1 (SIGINT) or a kill
@@ -236,7 +260,7 @@ async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig
             daemon.kill()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_a_second_signal_while_the_services_stop_is_the_daemons(tmp_path: Path, sig: signal.Signals):
     # Once the services were cancelled, the signal receiver was gone with them, yet stopping them
     # can take seconds: an MCP server that outlives its closed stdin and SIGTERM is waited for
@@ -303,3 +327,94 @@ async def test_a_reader_of_standard_output_that_goes_away_does_not_stop_the_daem
             proc.kill()
     assert code == 0 and b"Traceback" not in err, err.decode()
     assert b"the reader of standard output went away" in err
+
+
+def _signal_mask(pid: int, field: str) -> int:
+    """The ``SigIgn`` or ``SigCgt`` mask of ``pid`` (Linux ``/proc``): its signals ignored or caught."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1], 16)
+
+
+@pytest.mark.parametrize("nohup", [False, True], ids=["plain", "nohup"])
+async def test_sighup_stops_the_daemon_gracefully_unless_it_was_started_ignoring_it(tmp_path: Path, nohup: bool):
+    # SIGHUP (a closed terminal, an ended ssh session) killed the daemon outright, as a kill -9
+    # does; it is now a graceful stop like SIGTERM. Under `nohup` it was asked to be ignored, and
+    # stays so: the daemon keeps serving.
+    hup = 1 << (signal.SIGHUP - 1)
+    with open(tmp_path / "serve.err", "wb") as err:
+        proc = await trio.lowlevel.open_process(
+            [*(["nohup"] if nohup else []), *lens_command(), "serve", "--port", "0", "--data", "data"],
+            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        try:
+            assert proc.stdout is not None
+            out = b""
+            with trio.fail_after(30):
+                while b"lens: listening on " not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+            url = re.search(rb"lens: listening on (http://\S+)", out).group(1).decode()  # type: ignore[union-attr]
+            if nohup:
+                assert _signal_mask(proc.pid, "SigIgn") & hup and not _signal_mask(proc.pid, "SigCgt") & hup
+            else:
+                assert _signal_mask(proc.pid, "SigCgt") & hup and not _signal_mask(proc.pid, "SigIgn") & hup
+            proc.send_signal(signal.SIGHUP)
+            if nohup:
+                async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
+                    assert (await client.get("/api/v1/health")).status_code == 200
+                proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(LIMIT):
+                out += b"".join([chunk async for chunk in proc.stdout])
+                code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    stderr = (tmp_path / "serve.err").read_text()
+    assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
+    assert out.decode().splitlines()[-1] == "lens: stopped", out
+
+
+def _serve_on_a_terminal_then_hang_it_up(cwd: Path) -> tuple[int, bytes]:
+    """``lens serve`` with a pseudo-terminal as its controlling terminal (and standard streams),
+    which is then closed as a terminal window is: the kernel sends SIGHUP. Its exit code and what it
+    printed before."""
+    import fcntl
+    import select
+    import termios
+    import time
+
+    master, slave = os.openpty()
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([*lens_command(), "serve", "--port", "0", "--data", "data"], cwd=cwd, stdin=slave,
+                            stdout=slave, stderr=slave, preexec_fn=own_terminal)
+    os.close(slave)
+    try:
+        shown, deadline = b"", time.monotonic() + 30
+        while b"lens: listening on " not in shown and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                shown += os.read(master, 4096)
+        assert b"lens: listening on " in shown, shown
+        os.close(master)
+        master = -1
+        return proc.wait(LIMIT), shown
+    finally:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_a_closed_terminal_stops_the_daemon_gracefully(tmp_path: Path):
+    # The daemon's terminal went away (a closed window, an ended ssh session): SIGHUP, which by
+    # default killed it outright. It is a graceful stop now: exit 0, the log and its projections
+    # closed as at any stop (the lines it prints meanwhile go nowhere: the terminal is gone).
+    code, shown = await trio.to_thread.run_sync(_serve_on_a_terminal_then_hang_it_up, tmp_path)
+    assert code == 0, (code, shown)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["events.db", "lock", "projections.db"]
+    verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+    assert verify.returncode == 0, verify.stdout + verify.stderr

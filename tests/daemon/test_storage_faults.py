@@ -4,6 +4,7 @@ answer with a stable code, and everything works again once the fault is gone."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -97,7 +98,7 @@ async def test_an_event_log_that_cannot_be_written_is_retried_not_quarantined(da
 
 
 async def test_projections_held_by_another_process_answer_stalled_then_recover_with_no_new_event(
-        daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+        daemon_factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # `lens log rebuild` holds projections.db's write lock for as long as it runs. The daemon's
     # projector then failed its catch-up and tried again only at the next commit: with no new
     # event after the rebuild, every list and history search answered "stalled" for good.
@@ -122,6 +123,13 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
 
         r = await wait_until(stalled, what="the session list answering stalled")
         assert error_of(r) == "PROJECTION_STALLED" and "held by another process" in r.json()["error"]["message"]
+        caplog.set_level(logging.DEBUG, logger="lens.projections")
+
+        async def tried_again() -> bool:  # (a retry of the same wait is logged at DEBUG only)
+            return any(r.levelno == logging.DEBUG and r.getMessage().startswith("projector waiting: ")
+                       for r in caplog.records)
+
+        await wait_until(tried_again, what="the projector trying again")
         # a project created meanwhile is in the log: an error here was retried, and made a second one
         ws = d.root / "workspaces" / "two"
         ws.mkdir(parents=True)
@@ -140,9 +148,63 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
     r = await wait_until(listed, what="the session list once projections.db is let go")
     assert [(s["id"], s["status"]) for s in r.json()["sessions"]] == [(sid, "idle")]
     assert len(await d.events(strong, sid)) == last  # recovered with no event written meanwhile
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.DEBUG]
+    assert [m[0] for m in said if m[1].startswith("projector waiting: ")] == ["WARNING"], said  # once, not per retry
+    health = (await d.get("/health")).json()["lastSeq"]
+    assert [m for m in said if "caught up with the log again" in m[1]] == [
+        ("INFO", f"projections caught up with the log again (at seq {health})")], said
     projects = (await d.get("/projects", strong)).json()["projects"]
     assert sorted((q["id"], q["name"]) for q in projects) == sorted([(p["id"], "one"), (two, "two")])
 
+
+async def test_projections_that_cannot_be_written_say_so_once_and_when_they_go_on(
+        daemon_factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A projections.db that cannot be written (a full or read-only disk) was logged as "projector
+    # stopped: IOError: disk I/O error" (no file named, and it had not stopped: it is tried again)
+    # at every retry for as long as the fault lasted, and its end was not logged at all.
+    monkeypatch.setattr(projection_service, "RETRY_FIRST_SECONDS", 0.05)
+    monkeypatch.setattr(projection_service, "RETRY_MAX_SECONDS", 0.2)
+    caplog.set_level(logging.DEBUG, logger="lens.projections")
+    d = await daemon_factory()
+    strong = await d.pair("strong", strong=True)
+    p = await d.project(strong, "one")
+    sid = (await d.session(strong, p["id"]))["id"]
+    await d.submit(strong, sid, "a", "before")
+    await d.wait_idle(strong, sid)
+    # Not projections.db-shm: a write to a mapped page of an immutable file is a SIGBUS.
+    locked = [d.data_dir / n for n in ("projections.db", "projections.db-wal")]
+    assert all(q.exists() for q in locked), sorted(d.data_dir.iterdir())
+    if not _immutable(locked, True):
+        _immutable(locked, False)
+        pytest.skip("chattr +i is not available here: cannot make projections.db unwritable")
+    try:
+        await d.submit(strong, sid, "b", "while it cannot be written")
+        await d.wait_idle(strong, sid)  # (sessions go on: only the read models wait)
+
+        def behind(level: int) -> list[str]:
+            return [r.getMessage() for r in caplog.records
+                    if r.levelno == level and r.getMessage().startswith("projections behind the log: ")]
+
+        async def failed_three_times() -> bool:
+            return len(behind(logging.DEBUG)) >= 2
+
+        await wait_until(failed_three_times, what="the projector failing again")
+        (said,) = behind(logging.ERROR)
+        assert said.startswith("projections behind the log: projections.db could not be updated (")
+        assert said.endswith("the disk may be full, read-only or failing); tried again until it can be")
+        r = await d.get("/sessions", strong)
+        assert r.status_code == 503 and error_of(r) == "PROJECTION_STALLED", r.text
+        assert "projections.db could not be updated" in r.json()["error"]["message"]
+    finally:
+        _immutable(locked, False)
+
+    async def listed() -> httpx2.Response | None:
+        r = await d.get("/sessions", strong)
+        return r if r.status_code == 200 else None
+
+    await wait_until(listed, what="the session list once projections.db can be written")
+    again = [r.getMessage() for r in caplog.records if "caught up with the log again" in r.getMessage()]
+    assert len(again) == 1 and len(behind(logging.ERROR)) == 1, caplog.text
 
 
 async def test_projections_go_on_soon_after_a_long_hold_ends(daemon_factory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -208,8 +208,10 @@ async def test_cancelling_a_command_that_closed_its_output_kills_it(client: Exec
         assert wait_group_gone(groups[0], timeout=10) == []
 
 
-def test_stopping_the_executor_ends_a_command_that_closed_its_output(tmp_path: Path) -> None:
-    # SIGTERM left the executor running (and the command after a SIGKILL of it).
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_stopping_the_executor_ends_a_command_that_closed_its_output(tmp_path: Path, sig: int) -> None:
+    # SIGTERM left the executor running (and the command after a SIGKILL of it). SIGHUP (a remote
+    # executor's terminal closed) killed the executor outright, and the command ran on.
     ex = start_executor(tmp_path)
     pgid: list[int] = []
 
@@ -228,7 +230,7 @@ def test_stopping_the_executor_ends_a_command_that_closed_its_output(tmp_path: P
                 with trio.fail_after(BOUND_S):
                     while not pgid:
                         await trio.sleep(0.02)
-                ex.proc.send_signal(signal.SIGTERM)
+                ex.proc.send_signal(sig)
                 with trio.fail_after(BOUND_S):
                     await trio.to_thread.run_sync(ex.proc.wait, abandon_on_cancel=True)
                 nursery.cancel_scope.cancel()
@@ -239,7 +241,7 @@ def test_stopping_the_executor_ends_a_command_that_closed_its_output(tmp_path: P
         with reaping() as groups:
             trio.run(start_command)
             groups.extend(pgid)
-            assert ex.proc.returncode is not None
+            assert ex.proc.returncode == 0  # (a graceful stop, not the signal's default)
             assert wait_group_gone(pgid[0], timeout=10) == []
     finally:
         stop_process(ex.proc)

@@ -388,7 +388,7 @@ def build_server(service: ExecutorService, token: str) -> grpc.Server:
 
 def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = None,
           ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT when run as the CLI)."""
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT/SIGHUP when run as the CLI)."""
     ws = Workspace(workspace, journal_dir=state_dir)
     groups = GroupRegistry(state_dir)
     groups.reap()  # commands a killed predecessor left running
@@ -474,11 +474,13 @@ def _is_host_port(listen: str) -> bool:
     return parts is not None and bool(parts[0]) and not any(ch.isspace() or ch in "\0/" for ch in parts[0])
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP too (a remote executor's terminal closed): by default it killed the executor outright,
+# leaving its commands running. One it was started ignoring (`nohup`) stays ignored, as the daemon's.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
-    """Set ``stop`` on SIGTERM or SIGINT, from a thread, never from a signal handler.
+    """Set ``stop`` on SIGTERM, SIGINT or SIGHUP, from a thread, never from a signal handler.
 
     A handler that set the event ran in the main thread, which waits on that event: a signal
     landing while the main thread held the event's lock (it had just been woken by the stdin
@@ -490,7 +492,8 @@ def _stop_on_signals(stop: threading.Event) -> None:
     os.set_blocking(write_end, False)  # (the interpreter requires it: a full pipe drops a byte)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda *_: None)
+        if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda *_: None)
 
     def watch() -> None:
         while True:
