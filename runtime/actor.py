@@ -1139,6 +1139,14 @@ class SessionActor:
         def file_edits(cid: str) -> list[t.FileEdited]:
             return list(self.state.file_edits.get(cid, []))
 
+        def call_running(cid: str) -> bool:
+            return any(a.running_call == cid for a in self.state.agents.values())
+
+        def other_call_running(cid: str) -> bool:
+            # (a program may revert its own call: what it edited so far, recorded as each call
+            # returned; its later edits stay)
+            return cid != call.call_id and call_running(cid)
+
         def loaded_capabilities() -> list[str]:
             return list(self.state.agents[agent_id].capabilities)
 
@@ -1149,7 +1157,8 @@ class SessionActor:
             """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
-                              file_edits=file_edits, agent_tools=list(current.tools) or None,
+                              file_edits=file_edits, call_running=other_call_running,
+                              agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
                               allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
@@ -1173,7 +1182,7 @@ class SessionActor:
 
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           is_main, start_subagent,
-                          file_edits=file_edits, ask=ask, jobs=self.jobs,
+                          file_edits=file_edits, call_running=call_running, ask=ask, jobs=self.jobs,
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,
