@@ -54,6 +54,7 @@ from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
+from .terminal import ScrubbedLines
 from .logcli import silence_stdout
 from .pairing import PairStore
 from .projection_service import ProjectionService
@@ -176,7 +177,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=secret_env_names(cfg),
+                                 hidden_env=secret_env_names(cfg), secrets=keys,
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])
@@ -488,19 +489,6 @@ async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
 
 class ListenFailed(LensError):
     code = "LISTEN_FAILED"
-
-
-class ScrubbedLines(logging.Formatter):
-    """The daemon's log lines (tracebacks included) without its keys, whole or in pieces: a line
-    may quote a client's or a config's value (a refused pairing request, a path), which may be a
-    key pasted in the wrong place."""
-
-    def __init__(self, fmt: str, secrets: Secrets) -> None:
-        super().__init__(fmt)
-        self.secrets = secrets
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self.secrets.scrub_message(super().format(record))
 
 
 def run(opts: ServeOptions) -> int:
