@@ -39,6 +39,7 @@ from projections.session_state import (
     working_context,
 )
 from projections.snapshots import SnapshotStore
+from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
 from tools.catalog import MAX_POLICY_ENTRIES, REFUSALS, ToolCatalog
 
@@ -146,6 +147,8 @@ class ActorDeps:
     # Set when the daemon begins a graceful stop (SIGINT/SIGTERM): what a cancellation then ends
     # is recorded as stopped by it (a running job) rather than left to the next start.
     stopping: trio.Event | None = None
+    # The artifact store: where a graceful stop saves a running job's output (None: the tail only).
+    artifacts: ArtifactStore | None = None
 
     def __post_init__(self) -> None:
         if self.tool_catalog is None:  # (one for every actor, not one each)
@@ -327,7 +330,8 @@ class SessionActor:
         if self._jobs is None:
             self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
                                        new_id=self.deps.new_id, wake=self._maybe_start_runner,
-                                       secrets=self.deps.store.secrets, stopping=self.deps.stopping)
+                                       secrets=self.deps.store.secrets, stopping=self.deps.stopping,
+                                       artifacts=self.deps.artifacts)
             if self._nursery is not None:
                 self._jobs.attach(self._nursery)
         return self._jobs

@@ -212,7 +212,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
-                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog, stopping=stop)
+                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog, stopping=stop,
+                         artifacts=artifacts)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
