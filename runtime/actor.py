@@ -736,7 +736,11 @@ class SessionActor:
         try:
             if self._runner_scope is not None:
                 self._runner_scope.cancel()
-            await self._runner_done.wait()
+            try:
+                await self._runner_done.wait()
+            except trio.Cancelled:
+                await self._cut_off_at_stop()
+                raise
             withdrawn: list[str] = []
             # Skill loads due in an aborted round are recorded with the abort, after its results
             # (from the snapshots their calls took; one lost to a restart is dropped, not read).
@@ -951,6 +955,24 @@ class SessionActor:
                 code="RESPONSE_NOT_RECORDED",
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage), agent_id, task_id)])
+
+    async def _cut_off_at_stop(self) -> None:
+        """An abort cut by a graceful stop while it waited for the runner: the abort records
+        nothing, so what the provider had reported for the requests the abort cut off (its
+        ``model.failed`` would have carried it) is recorded as ``model.cut_off``, as for a request
+        the stop cut itself; the requests stay open and are asked again at the next start. The
+        runner was cancelled: it is waited for (shielded, bounded), so that it has said what it
+        had. (While the abort runs, the runner leaves the record to it: ``_aborting``.)"""
+        stopping = self.deps.stopping
+        if stopping is None or not stopping.is_set():
+            return  # (an actor crashing or passivating: the next start asks the requests again)
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + j.STOP_RECORD_SECONDS):
+            await self._runner_done.wait()
+            for agent_id, usage in list(self._cut_usage.items()):
+                agent = self.state.agents.get(agent_id)
+                if agent is not None and agent.open_request_seq is not None:
+                    await self._record_cut_off(agent_id, agent.task_id, usage)
+            self._cut_usage.clear()
 
     async def _record_cut_off(self, agent_id: str, task_id: str | None, usage: t.Usage) -> None:
         """At a graceful stop: record what the provider had reported for the request the stop cut
