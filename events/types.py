@@ -397,6 +397,11 @@ class JobFinished(_Event, tag="job.finished"):
     exit_code: int | None = None
     output_tail: str = ""
     reason: str = ""  # why it was stopped, crashed or lost (empty when it exited by itself)
+    # A job a graceful stop ended: its output as the daemon held it (at most the last 1 MiB,
+    # scrubbed, UTF-8), saved as an artifact when it is longer than the tail; and how many bytes
+    # of output came before what was saved (no longer held by then).
+    output_artifact_id: str | None = None
+    output_dropped: int = 0
 
 
 class ConfigChanged(_Event, tag="config.changed"):

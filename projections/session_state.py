@@ -173,6 +173,8 @@ class JobRecord(msgspec.Struct):
     reason: str = ""
     output_tail: str = ""
     finished_seq: int | None = None
+    output_artifact_id: str | None = None  # the output a graceful stop saved (job.finished)
+    output_dropped: int = 0
 
 
 class SessionState(msgspec.Struct):
@@ -570,6 +572,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         job.reason = ev.reason
         job.output_tail = ev.output_tail
         job.finished_seq = seq
+        job.output_artifact_id = ev.output_artifact_id
+        job.output_dropped = ev.output_dropped
     return state
 
 

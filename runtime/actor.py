@@ -39,6 +39,7 @@ from projections.session_state import (
     working_context,
 )
 from projections.snapshots import SnapshotStore
+from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
 from tools.catalog import MAX_POLICY_ENTRIES, REFUSALS, ToolCatalog
 
@@ -146,6 +147,8 @@ class ActorDeps:
     # Set when the daemon begins a graceful stop (SIGINT/SIGTERM/SIGHUP): what a cancellation then ends
     # is recorded as stopped by it (a running job) rather than left to the next start.
     stopping: trio.Event | None = None
+    # The artifact store: where a graceful stop saves a running job's output (None: the tail only).
+    artifacts: ArtifactStore | None = None
 
     def __post_init__(self) -> None:
         if self.tool_catalog is None:  # (one for every actor, not one each)
@@ -327,7 +330,8 @@ class SessionActor:
         if self._jobs is None:
             self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
                                        new_id=self.deps.new_id, wake=self._maybe_start_runner,
-                                       secrets=self.deps.store.secrets, stopping=self.deps.stopping)
+                                       secrets=self.deps.store.secrets, stopping=self.deps.stopping,
+                                       artifacts=self.deps.artifacts)
             if self._nursery is not None:
                 self._jobs.attach(self._nursery)
         return self._jobs
@@ -738,7 +742,11 @@ class SessionActor:
         try:
             if self._runner_scope is not None:
                 self._runner_scope.cancel()
-            await self._runner_done.wait()
+            try:
+                await self._runner_done.wait()
+            except trio.Cancelled:
+                await self._cut_off_at_stop()
+                raise
             withdrawn: list[str] = []
             # Skill loads due in an aborted round are recorded with the abort, after its results
             # (from the snapshots their calls took; one lost to a restart is dropped, not read).
@@ -954,6 +962,24 @@ class SessionActor:
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage), agent_id, task_id)])
 
+    async def _cut_off_at_stop(self) -> None:
+        """An abort cut by a graceful stop while it waited for the runner: the abort records
+        nothing, so what the provider had reported for the requests the abort cut off (its
+        ``model.failed`` would have carried it) is recorded as ``model.cut_off``, as for a request
+        the stop cut itself; the requests stay open and are asked again at the next start. The
+        runner was cancelled: it is waited for (shielded, bounded), so that it has said what it
+        had. (While the abort runs, the runner leaves the record to it: ``_aborting``.)"""
+        stopping = self.deps.stopping
+        if stopping is None or not stopping.is_set():
+            return  # (an actor crashing or passivating: the next start asks the requests again)
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + j.STOP_RECORD_SECONDS):
+            await self._runner_done.wait()
+            for agent_id, usage in list(self._cut_usage.items()):
+                agent = self.state.agents.get(agent_id)
+                if agent is not None and agent.open_request_seq is not None:
+                    await self._record_cut_off(agent_id, agent.task_id, usage)
+            self._cut_usage.clear()
+
     async def _record_cut_off(self, agent_id: str, task_id: str | None, usage: t.Usage) -> None:
         """At a graceful stop: record what the provider had reported for the request the stop cut
         off, bounded in time (a stalled disk leaves it unrecorded, as a kill -9 does). The request
@@ -1145,6 +1171,14 @@ class SessionActor:
         def file_edits(cid: str) -> list[t.FileEdited]:
             return list(self.state.file_edits.get(cid, []))
 
+        def call_running(cid: str) -> bool:
+            return any(a.running_call == cid for a in self.state.agents.values())
+
+        def other_call_running(cid: str) -> bool:
+            # (a program may revert its own call: what it edited so far, recorded as each call
+            # returned; its later edits stay)
+            return cid != call.call_id and call_running(cid)
+
         def loaded_capabilities() -> list[str]:
             return list(self.state.agents[agent_id].capabilities)
 
@@ -1155,7 +1189,8 @@ class SessionActor:
             """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
-                              file_edits=file_edits, agent_tools=list(current.tools) or None,
+                              file_edits=file_edits, call_running=other_call_running,
+                              agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
                               allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
@@ -1179,7 +1214,7 @@ class SessionActor:
 
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           is_main, start_subagent,
-                          file_edits=file_edits, ask=ask, jobs=self.jobs,
+                          file_edits=file_edits, call_running=call_running, ask=ask, jobs=self.jobs,
                           loaded_skills=lambda: loaded_skill_digests(self.state.agents[agent_id]),
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,

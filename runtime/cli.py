@@ -75,6 +75,26 @@ def _secrets_for(config: Path | None) -> tuple[Secrets, str | None]:
     return configured_secrets(config, os.environ)
 
 
+def _executor_secrets() -> Secrets:
+    """The keys ``lens executor serve`` knows: those of its own environment (a remote executor
+    started by hand in a shell that holds the SDKs' keys or its token). One the daemon starts has
+    none of them (it is started without credential variables); the daemon scrubs what it prints
+    (``runtime.executors``). Its log lines go out scrubbed with these."""
+    import logging
+    import os
+
+    from events.secrets import Secrets
+
+    from .config import WELL_KNOWN_KEY_ENV
+    from .terminal import ScrubbedLines
+
+    known = Secrets.from_environ([*WELL_KNOWN_KEY_ENV, "LENS_EXECUTOR_TOKEN"], os.environ)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(ScrubbedLines("%(levelname)s %(name)s: %(message)s", known))
+    return known
+
+
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     """The parser of the (sub)command ``args`` ran: ``lens log stats``'s for ``lens log stats …``."""
     import argparse
@@ -164,7 +184,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     from .errors import LensError
     from .logcli import silence_stdout
-    from .terminal import to_stderr
+    from .terminal import scrub_uncaught, to_stderr, traceback_to_stderr
 
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
@@ -174,8 +194,9 @@ def _main(argv: Sequence[str] | None) -> int:
     # says on stderr (a config value refused, a stored value quoted) leaves without them. (The
     # executor is started without any: it has none to know.)
     secrets, args.secrets_note = _secrets_for(getattr(args, "config", None)) if args.command != "executor" \
-        else (Secrets(), None)
+        else (_executor_secrets(), None)
     args.secrets = secrets
+    scrub_uncaught(secrets)
     if args.command != "log":  # (the daemon and the executor run under trio; pair is quick)
         _ctrl_c_as_python_does()
     try:
@@ -203,6 +224,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if sys.stdout is not None and exc.errno in (errno.ENOSPC, errno.EIO):
             silence_stdout()  # or the interpreter fails again flushing it at exit
         return 2
+    except Exception as exc:  # a defect: its traceback, as Python prints it, but without the keys
+        traceback_to_stderr(exc, secrets)
+        return 1
 
 
 if __name__ == "__main__":

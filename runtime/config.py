@@ -173,6 +173,9 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         raise ConfigError(f"{where}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level must be an object")
+    literal = _literal_key(data)
+    if literal is not None:
+        raise ConfigError(f"{where}: {literal}")
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
@@ -181,6 +184,35 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         raise ConfigError(f"{where}: {short_reason(exc)}") from None
     check_config(cfg, where)
     return cfg
+
+
+def _is_literal_key(name: Any) -> bool:
+    """Whether a config key names a credential given as a value (``apiKey``, ``api_key``,
+    ``API-KEY``…), not the variable holding one (``apiKeyEnv``)."""
+    return isinstance(name, str) and name.lower().replace("_", "").replace("-", "") == "apikey"
+
+
+def _literal_key(data: dict[str, Any]) -> str | None:
+    """Why a config that writes a key itself is refused, or None. Keys come only from environment
+    variables (F-MOD-6): a literal one was ignored as an unknown key, and the provider then failed
+    at its first request (``AUTH_FAILED``), with the key left in a file meant to be shared. The
+    value is never quoted."""
+    places: list[tuple[str, Any, str]] = []
+    providers = data.get("providers")
+    if isinstance(providers, list):
+        for i, p in enumerate(providers):
+            pid = p.get("id") if isinstance(p, dict) else None
+            named = f"provider {shortened(pid)!r}" if isinstance(pid, str) else f"providers[{i}]"
+            places.append((named, p, "apiKeyEnv"))
+    places.append(("webSearch", data.get("webSearch"), "webSearch.apiKeyEnv"))
+    for named, section, env_key in places:
+        if isinstance(section, dict):
+            for name in section:
+                if _is_literal_key(name):
+                    return (f"{named}: {shortened(name)!r} holds a key, and keys are read only from environment "
+                            f"variables: put it in one and name that variable with {env_key.rpartition('.')[2]!r} "
+                            f"(remove {shortened(name)!r} from the file)")
+    return None
 
 
 def _first_refused(data: Any, kind: Any, path: str) -> str | None:

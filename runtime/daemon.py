@@ -56,6 +56,7 @@ from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
+from .terminal import ScrubbedLines
 from .logcli import silence_stdout
 from .pairing import PairStore
 from .projection_service import ProjectionService
@@ -179,7 +180,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=withheld_env_names(cfg),
+                                 hidden_env=withheld_env_names(cfg), secrets=keys,
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])
@@ -214,7 +215,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
-                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog, stopping=stop)
+                         on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog, stopping=stop,
+                         artifacts=artifacts)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
@@ -541,19 +543,6 @@ def _held_by_another(data_dir: Path) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-class ScrubbedLines(logging.Formatter):
-    """The daemon's log lines (tracebacks included) without its keys, whole or in pieces: a line
-    may quote a client's or a config's value (a refused pairing request, a path), which may be a
-    key pasted in the wrong place."""
-
-    def __init__(self, fmt: str, secrets: Secrets) -> None:
-        super().__init__(fmt)
-        self.secrets = secrets
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self.secrets.scrub_message(super().format(record))
 
 
 def run(opts: ServeOptions) -> int:

@@ -24,6 +24,8 @@ from typing import AsyncIterator, Awaitable, Callable, Collection, Sequence
 
 import trio
 
+from events.secrets import Secrets
+
 from tools.executor.groups import GroupRegistry
 
 from .errors import LensError
@@ -131,14 +133,50 @@ class RemoteExecutor:
     shared_filesystem: bool = False
 
 
+RELAY_LINE_MAX = 64 * 1024  # a longer line of a child's standard error is relayed in pieces
+
+
+async def relay_lines(stream: trio.abc.ReceiveStream, secrets: Secrets) -> None:
+    """Copy a child's standard error to ours, a line at a time, each without ``secrets`` (whole
+    or in pieces: ``Secrets.scrub_message``), until the child's end closes. A line is held until
+    its newline (a key split between two reads is still whole) or :data:`RELAY_LINE_MAX` bytes."""
+    held = b""
+    try:
+        async with stream:
+            while chunk := await stream.receive_some(RELAY_LINE_MAX):
+                held += chunk
+                *lines, held = held.split(b"\n")
+                while len(held) >= RELAY_LINE_MAX:
+                    lines.append(held[:RELAY_LINE_MAX])
+                    held = held[RELAY_LINE_MAX:]
+                for line in lines:
+                    _write_stderr(secrets.scrub_message(line.decode("utf-8", "replace")) + "\n")
+    finally:
+        if held:
+            _write_stderr(secrets.scrub_message(held.decode("utf-8", "replace")) + "\n")
+
+
+def _write_stderr(text: str) -> None:
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):  # standard error gone or closed
+        pass
+
+
 class ExecutorPool:
     """Owns executor children (run it in the daemon's nursery); hands out connected executors."""
 
     def __init__(self, state_root: Path, workspace_of: Callable[[str], Awaitable[Path | None]],
                  remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False,
                  hidden_env: Collection[str] = (), daemon_dirs: Sequence[tuple[str, Path]] = (),
-                 idle_stop_s: float = IDLE_STOP_S) -> None:
+                 idle_stop_s: float = IDLE_STOP_S, secrets: Secrets | None = None) -> None:
         self.state_root = Path(state_root)
+        # The daemon's keys: a local child's standard error is relayed without them (it is
+        # started without any, so it cannot scrub what it prints: a path, a name it quotes).
+        self.secrets = secrets if secrets is not None else Secrets()
         self.idle_stop_s = idle_stop_s
         # (what, path): the daemon's own directories (its data, its config), which no local
         # workspace may hold or lie in — as POST /projects checks, now for the daemon running.
@@ -271,8 +309,10 @@ class ExecutorPool:
         cmd = [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
                "--listen", "127.0.0.1:0", "--state", str(state), "--token-stdin", "--exit-with-stdin"]
         proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
-                                                start_new_session=True)
-        assert proc.stdout is not None and proc.stdin is not None
+                                                stderr=subprocess.PIPE, start_new_session=True)
+        assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+        # (relayed from the first byte: a child that fails to start says why there)
+        self._nursery.start_soon(relay_lines, proc.stderr, self.secrets)
         self._starting.add(proc)
         try:
             # The token goes on standard input, never in the child's environment or argv. The pipe

@@ -35,6 +35,8 @@ from events.secrets import Secrets
 from projections.session_state import MAIN_AGENT, JobRecord, SessionState, running_jobs
 
 from . import decide as d
+from tools.artifacts import ArtifactError, ArtifactStore
+
 from .errors import JobNotFound, JobNotRunning, LensError, SessionGone
 
 log = logging.getLogger("lens.jobs")
@@ -48,6 +50,7 @@ REPORT_COMMAND_CHARS = 200  # of the command, in the report
 # past it the record is given up and the next start records the job ``lost``.
 STOP_RECORD_SECONDS = 3.0
 STOPPED_BY_DAEMON = "Lens was stopped while the job ran; its command was ended with it"
+SAVED_OUTPUT_MIME = "text/plain; charset=utf-8"  # a job's output saved at a stop (an artifact)
 
 
 class JobLimit(LensError):
@@ -181,8 +184,10 @@ class SessionJobs:
 
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState],
                  new_id: Callable[[str], str], wake: Callable[[], None], secrets: Secrets | None = None,
-                 stopping: trio.Event | None = None) -> None:
+                 stopping: trio.Event | None = None, artifacts: ArtifactStore | None = None) -> None:
         self.session_id = session_id
+        # Where a graceful stop saves a job's output (None: only the tail is recorded).
+        self._artifacts = artifacts
         # The daemon's stop: set, a cancellation of a job is the daemon stopping gracefully (its
         # end is recorded); unset, it is the actor crashing or going away (nothing is recorded).
         self._stopping = stopping
@@ -297,11 +302,14 @@ class SessionJobs:
     def list(self) -> list[dict[str, Any]]:
         return [self.describe(rec) for rec in self._state().jobs.values()]
 
-    def read(self, job_id: str, offset: int = 0, limit: int = 65536) -> dict[str, Any]:
+    async def read(self, job_id: str, offset: int = 0, limit: int = 65536) -> dict[str, Any]:
         """The job and its output from ``offset`` (bytes of its whole output), at most ``limit``
         bytes. While the actor holds the output (running, or among the last finished): from the
-        ring (``source: memory``; ``dropped_before`` is where what is kept begins). Otherwise the
-        recorded tail (``source: tail``, offsets within the tail). The page is scrubbed of the
+        ring (``source: memory``; ``dropped_before`` is where what is kept begins). Otherwise,
+        for a job a graceful stop ended, the output it saved (``source: saved``, offsets of the
+        whole output as in memory; an artifact that cannot be read falls back to the tail, with
+        a warning in the daemon's log); else the recorded tail (``source: tail``, offsets within
+        the tail). The page is scrubbed of the
         keys the daemon knows; one that ends in what could begin a key ends before it
         (``Secrets.scrub_page``), and one that starts where the ring dropped older output
         leaves out what could end one: the route and the ``job`` tool show the same page."""
@@ -317,12 +325,20 @@ class SessionJobs:
             out.update(output=text, offset=begin, next_offset=nxt, dropped_before=live.ring.start,
                        eof=eof, source="memory")
             return out
-        data = rec.output_tail.encode()
+        source, data, dropped = "tail", rec.output_tail.encode(), 0
+        if rec.output_artifact_id and self._artifacts is not None:
+            try:  # (off the event loop: up to OUTPUT_RING_BYTES and their SHA-256)
+                data = await trio.to_thread.run_sync(self._artifacts.get, rec.output_artifact_id)
+                source, dropped = "saved", rec.output_dropped
+            except ArtifactError as exc:
+                log.warning("session %s: the saved output of job %s cannot be read (%s); its tail is read instead",
+                            self.session_id, job_id, exc.message)
         ring = OutputRing(max(len(data), 1))
+        ring.start = dropped  # (absolute offsets: the output before it was no longer held)
         ring.write(data)
         text, begin, nxt = ring.read(offset, limit, final=True)
-        text, nxt, eof = self._secrets.scrub_page(text, nxt, rec.status != "running" and nxt >= len(data))
-        out.update(output=text, offset=begin, next_offset=nxt, dropped_before=0, eof=eof, source="tail")
+        text, nxt, eof = self._secrets.scrub_page(text, nxt, rec.status != "running" and nxt >= ring.total)
+        out.update(output=text, offset=begin, next_offset=nxt, dropped_before=dropped, eof=eof, source=source)
         return out
 
     # ------------------------------------------------------------------ the job's task
@@ -355,8 +371,10 @@ class SessionJobs:
                     # in the log, and the next start runs the session for it.
                     with trio.CancelScope(deadline=trio.current_time() + STOP_RECORD_SECONDS, shield=True) as cs:
                         try:
+                            saved = await self._save_output(live)
                             await self._record_end(live.job_id, "stopped", None, STOPPED_BY_DAEMON,
-                                                   self._tail(live), wake=False, within=STOP_RECORD_SECONDS)
+                                                   self._tail(live), wake=False, within=STOP_RECORD_SECONDS,
+                                                   saved=saved)
                         except Exception as exc:  # (the store refused or failed: the next start says lost)
                             log.warning("session %s: job %s's end at the stop was not recorded: %r",
                                         self.session_id, live.job_id, exc)
@@ -377,6 +395,24 @@ class SessionJobs:
                     self._finished.popitem(last=False)
             live.done.set()
 
+    async def _save_output(self, live: LiveJob) -> tuple[str, int, int] | None:
+        """At a graceful stop: the output the ring holds (at most :data:`OUTPUT_RING_BYTES`, the
+        last of it), scrubbed as the tail is, stored as an artifact when it is longer than the
+        tail; ``(artifact id, its size, bytes of output before it)`` or None. A store that fails
+        (a full disk) leaves the tail alone, with a warning."""
+        if self._artifacts is None or live.ring.total <= TAIL_BYTES:
+            return None
+        text = self._secrets.mend(bytes(live.ring.buf).decode("utf-8", errors="replace"),
+                                  cut_start=live.ring.start > 0, cut_end=live.truncated)
+        data = text.encode()
+        try:
+            aid = await trio.to_thread.run_sync(self._artifacts.put, data)
+        except OSError as exc:
+            log.warning("session %s: job %s's output was not saved at the stop (%s); its tail is recorded",
+                        self.session_id, live.job_id, exc.strerror or exc)
+            return None
+        return aid, len(data), live.ring.start
+
     def _tail(self, live: LiveJob) -> str:
         """The output recorded in ``job.finished``: the ring's last :data:`TAIL_BYTES`. The tail may
         begin inside a key (older output dropped) and end inside one (the executor's cap): the
@@ -384,23 +420,34 @@ class SessionJobs:
         return self._secrets.mend(live.ring.tail(), cut_start=live.ring.total > TAIL_BYTES, cut_end=live.truncated)
 
     async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str, *,
-                          wake: bool = True, within: float | None = None) -> None:
+                          wake: bool = True, within: float | None = None,
+                          saved: tuple[str, int, int] | None = None) -> None:
         """Record the job's end and its report (one append); ``within``: give up after that many
-        seconds, the append possibly still committed (a stop: the actor is going away)."""
+        seconds, the append possibly still committed (a stop: the actor is going away);
+        ``saved``: the output :meth:`_save_output` stored (with its ``artifact.stored``)."""
         def decide_end() -> Sequence[d.Scoped]:
             state = self._state()
             rec = state.jobs.get(job_id)
             if rec is None or rec.status != "running":
                 return []
             finished = d.Scoped(t.JobFinished(job_id=job_id, status=status, exit_code=code,  # type: ignore[arg-type]
-                                              output_tail=tail, reason=reason))
+                                              output_tail=tail, reason=reason,
+                                              output_artifact_id=saved[0] if saved else None,
+                                              output_dropped=saved[2] if saved else 0))
+            if saved is not None:
+                stored = d.Scoped(t.ArtifactStored(artifact_id=saved[0], sha256=saved[0], mime=SAVED_OUTPUT_MIME,
+                                                   size=saved[1], source="job_output"))
+                finished = [stored, finished]  # type: ignore[assignment]
+            else:
+                finished = [finished]  # type: ignore[assignment]
             if state.deleted or reason == "session deleted":
-                return [finished]
-            report = t.InputSubmitted(content=[t.TextPart(report_text(rec, status, code, reason, tail))],
+                return finished  # type: ignore[return-value]
+            report = t.InputSubmitted(content=[t.TextPart(report_text(rec, status, code, reason, tail,
+                                                                      saved=saved is not None))],
                                       when_busy="followUp")
             # The report is an input like any other (withdrawable by its id, queued while the
             # agent runs); it comes first in the append because only the first carries the id.
-            return [d.Scoped(report), finished]
+            return [d.Scoped(report), *finished]  # type: ignore[misc]
 
         res = await self._emit(decide_end, request_id=f"job:{job_id}", within=within)
         if res is not None and res.duplicate:
@@ -411,12 +458,16 @@ class SessionJobs:
             self._wake()
 
 
-def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail: str) -> str:
-    """The input that tells the agent a job ended."""
+def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail: str, *,
+                saved: bool = False) -> str:
+    """The input that tells the agent a job ended (``saved``: its whole output was saved at a stop)."""
     command = rec.command if len(rec.command) <= REPORT_COMMAND_CHARS else rec.command[:REPORT_COMMAND_CHARS] + "…"
     how = {"exited": f"exited with code {code}", "crashed": "crashed", "stopped": "was stopped",
            "lost": "was lost"}.get(status, status)
     lines = [f"[background job {rec.job_id} {how}{f' ({reason})' if reason else ''}]", f"command: {command}"]
+    if saved:
+        lines.append(f"(its output, up to the last {OUTPUT_RING_BYTES // 1024} KiB, was saved: "
+                     f"job read {rec.job_id} reads it)")
     if tail:
         lines += [f"last output (up to {TAIL_BYTES} bytes):", tail]
     else:
@@ -457,5 +508,5 @@ async def serve_command(jobs: SessionJobs, cmd: JobCommand) -> Any:
     if isinstance(cmd, ListJobs):
         return jobs.list()
     if isinstance(cmd, ReadJob):
-        return jobs.read(cmd.job_id, cmd.offset, cmd.limit)
+        return await jobs.read(cmd.job_id, cmd.offset, cmd.limit)
     return await jobs.stop(cmd.job_id)

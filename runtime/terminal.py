@@ -7,6 +7,7 @@ value rewrite what the terminal shows (a forged ``ok: … verified`` line, a hid
 
 from __future__ import annotations
 
+import logging
 import re
 
 TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: see runtime.cli)
@@ -41,3 +42,55 @@ def to_stderr(text: str, secrets: Secrets | None = None) -> None:
         print(shown(text), file=sys.stderr, flush=True)
     except (OSError, ValueError):  # standard error gone or closed
         pass
+
+
+def traceback_to_stderr(exc: BaseException, secrets: Secrets | None = None) -> None:
+    """A defect's traceback (an exception no layer turned into ``lens: CODE: message``) on
+    standard error as Python prints one, but without ``secrets``, whole or in pieces: the
+    exception's message may quote a value (a path, a config's text) that holds a key. Then
+    ``lens: INTERNAL_ERROR: …``, the line every failure of the CLI ends with."""
+    import sys
+    import traceback
+
+    if sys.stderr is None:
+        return
+    text = "".join(traceback.format_exception(exc))
+    if secrets is not None:
+        text = secrets.scrub_message(text)
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):  # standard error gone or closed
+        return
+    to_stderr(f"lens: INTERNAL_ERROR: {type(exc).__name__} (a defect of Lens; the traceback is above)", secrets)
+
+
+def scrub_uncaught(secrets: Secrets) -> None:
+    """Tracebacks Python prints itself (an uncaught exception in the main thread or another
+    one) go through :func:`traceback_to_stderr` with ``secrets``."""
+    import sys
+    import threading
+
+    def main_hook(kind: type[BaseException], exc: BaseException, tb: object) -> None:
+        traceback_to_stderr(exc, secrets)
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit or args.exc_value is None:
+            return
+        traceback_to_stderr(args.exc_value, secrets)
+
+    sys.excepthook = main_hook
+    threading.excepthook = thread_hook
+
+
+class ScrubbedLines(logging.Formatter):
+    """Log lines (tracebacks included) without ``secrets``, whole or in pieces: a line may quote a
+    client's or a config's value (a refused pairing request, a path), which may be a key pasted in
+    the wrong place. The daemon's and ``lens executor serve``'s."""
+
+    def __init__(self, fmt: str, secrets: Secrets) -> None:
+        super().__init__(fmt)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.secrets.scrub_message(super().format(record))

@@ -43,6 +43,9 @@ class ToolContext:
     start_subagent: Callable[[str, Sequence[str] | None], Awaitable[tuple[str, str]]] | None = None
     # The file.edited records of an earlier call of this session not yet reverted (for revert_call).
     file_edits: Callable[[str], list[t.FileEdited]] | None = None
+    # Whether a call of this session is still running (``tool.started`` without
+    # ``tool.finished``), for revert_call: its edits are not all made yet. Provided by the actor.
+    call_running: Callable[[str], bool] | None = None
     # Asks the user (ask_user); returns the settled record {question_id, status, answer | reason}.
     ask: Callable[[list[t.Question]], Awaitable[dict[str, Any]]] | None = None
     # The session's background jobs (runtime.jobs.SessionJobs), for the ``job`` tool.

@@ -104,11 +104,12 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             if action == "read":
                 offset = int_arg(args, "offset", 0, 0, 2**62)
                 limit = int_arg(args, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
-                r = ctx.jobs.read(args["job_id"], offset, limit)
+                r = await ctx.jobs.read(args["job_id"], offset, limit)
                 note = (f"[{_line(r, ctx.secrets)}; output bytes {r['offset']}-{r['next_offset']}"
                         + (f" (bytes before {r['dropped_before']} are no longer kept)" if r["dropped_before"] else "")
                         + ("" if r["eof"] else f"; to continue, read with offset {r['next_offset']}")
-                        + ("; only the recorded tail is left" if r["source"] == "tail" else "") + "]")
+                        + ("; only the recorded tail is left" if r["source"] == "tail" else "")
+                        + ("; the output saved when Lens was stopped" if r["source"] == "saved" else "") + "]")
                 body = r["output"]
                 return ToolResult.text(body + ("" if not body or body.endswith("\n") else "\n") + note,
                                        {k: v for k, v in r.items() if k != "output"})

@@ -251,6 +251,10 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         target = args.get("call_id")
         if set(args) - {"call_id"} or not isinstance(target, str) or not target:
             raise ToolError("TOOL_ARGUMENTS_INVALID", "revert_call takes {\"call_id\": \"...\"}")
+        if ctx.call_running is not None and ctx.call_running(target):
+            # (its edits are not all made: a revert now would undo some, and the call would go on
+            # editing after it, or find its files changed under it)
+            raise ToolError("CALL_STILL_RUNNING", f"call {target!r} is still running; revert it once it has finished")
         edits = ctx.file_edits(target) if ctx.file_edits is not None else []
         if not edits:
             raise ToolError("NOTHING_TO_REVERT", f"call {target!r} changed no file in this session (or was reverted)")

@@ -386,3 +386,20 @@ async def test_an_unknown_name_is_quoted_short(daemon: Daemon, strong: str) -> N
               await daemon.put(f"/config/files/{name}", strong, {"text": "{}"})]:
         assert r.status_code == 404 and error_of(r) == "CONFIG_FILE_NOT_FOUND", r.text[:300]
         assert r.json()["error"]["message"] == f"{'a' * 80!r} is not one of the daemon's config files"
+
+
+async def test_a_config_write_with_a_key_written_in_it_is_refused_and_the_file_kept(setup):
+    # Keys come only from environment variables (F-MOD-6): a literal key in a provider is refused
+    # as it is at start-up, before the file is replaced, and the answer does not quote it.
+    d, token, _ = setup
+    path = d.config_dir / "lens.jsonc"
+    before = path.read_bytes()
+    secret = "sk-written-Hq4Zr8Lm2Ty6Nv"
+    text = json.dumps({"providers": [{"id": "oa", "protocol": "openai-chat", "apiKey": secret,
+                                      "models": [{"id": "m"}]}]})
+    r = await d.put("/config/files/lens.jsonc", token, {"text": text})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+    message = r.json()["error"]["message"]
+    assert "provider 'oa'" in message and "'apiKey'" in message and "'apiKeyEnv'" in message, message
+    assert secret[:8] not in r.text
+    assert path.read_bytes() == before

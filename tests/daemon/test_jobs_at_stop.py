@@ -100,3 +100,80 @@ async def test_a_kill_9_leaves_a_running_job_to_be_recorded_lost_at_the_next_sta
             assert await serve.terminate() == 0
         verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+async def _read_all(d: Daemon, token: str, sid: str, job_id: str) -> tuple[dict[str, Any], str]:
+    """The first page's answer and the whole output, read page by page from offset 0."""
+    first, text, offset = None, "", 0
+    for _ in range(100):
+        r = await d.get(f"/sessions/{sid}/jobs/{job_id}?offset={offset}&limit=1048576", token)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        first = first or page
+        text += page["output"]
+        if page["eof"]:
+            return first, text
+        offset = page["nextOffset"]
+    raise AssertionError("the output never ended")
+
+
+MIB = 1024 * 1024
+
+
+async def test_a_graceful_stop_saves_a_running_jobs_output_up_to_its_bound_and_the_restart_reads_it(tmp_path: Path):
+    # The tail in job.finished holds the last 4096 bytes; the daemon holds the last 1 MiB in
+    # memory. At a graceful stop that memory was lost: after the restart a job's output was its
+    # tail. Now output longer than the tail is saved as an artifact (the last 1 MiB, as held),
+    # named by job.finished, and read after the restart (`source: saved`, offsets of the whole
+    # output). At the tail's size and one past it, at the ring's size and one past it.
+    sizes = {"tail": 4096, "tail+1": 4097, "ring": MIB, "ring+1": MIB + 1}
+    jobs: dict[str, str] = {}
+    with trio.fail_after(6 * LIMIT):
+        async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+            token, sid = await setup(d)
+            for i, (name, size) in enumerate(sizes.items()):
+                # (one "x" per byte past the first, and a first byte of its own: the start shows)
+                command = f"printf S; head -c {size - 1} /dev/zero | tr '\\0' x; exec sleep 600"
+                jobs[name] = await start_job(d, token, sid, f"r{i}", command)
+                await d.wait_idle(token, sid)
+            for name, job_id in jobs.items():
+                async def printed(job_id: str = job_id, size: int = sizes[name]) -> bool:
+                    r = await d.get(f"/sessions/{sid}/jobs/{job_id}", token)
+                    return r.status_code == 200 and r.json()["outputBytes"] == size
+                await wait_until(printed, what=f"all of job {name}'s output in memory")
+            assert serve.proc is not None
+            serve.proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(LIMIT):
+                code = await serve.proc.wait()
+            assert code == 0, (tmp_path / "serve-0.err").read_text()[-2000:]
+
+        events = [e for e in await _decode(tmp_path) if e["session_id"] == sid]
+        finished = {e["body"]["job_id"]: e for e in events if e["kind"] == "job.finished"}
+        stored = {e["body"]["artifact_id"]: e for e in events if e["kind"] == "artifact.stored"}
+        for name, job_id in jobs.items():
+            body = finished[job_id]["body"]
+            assert body["status"] == "stopped" and len(body["output_tail"]) == 4096, (name, body)
+            if name == "tail":
+                assert body.get("output_artifact_id") is None  # (the tail holds it all: nothing saved)
+                continue
+            aid = body["output_artifact_id"]
+            assert stored[aid]["body"]["source"] == "job_output" and stored[aid]["seq"] == finished[job_id]["seq"] - 1
+            kept = min(sizes[name], MIB)
+            assert stored[aid]["body"]["size"] == kept and body.get("output_dropped", 0) == sizes[name] - kept
+            assert (tmp_path / "data" / "artifacts" / aid).stat().st_size == kept
+
+        async with serving(tmp_path, stderr_name="serve-1.err") as (serve, d2):
+            for name, job_id in jobs.items():
+                first, text = await _read_all(d2, token, sid, job_id)
+                size = sizes[name]
+                if name == "tail":
+                    assert first["source"] == "tail" and text == "S" + "x" * (size - 1)
+                    continue
+                assert first["source"] == "saved", (name, first)
+                dropped = size - min(size, MIB)
+                assert first["droppedBefore"] == dropped and first["offset"] == dropped, (name, first)
+                expected = ("S" + "x" * (size - 1))[dropped:]
+                assert text == expected, (name, len(text), len(expected))
+            assert await serve.terminate() == 0
+        verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+        assert verify.returncode == 0, verify.stdout + verify.stderr

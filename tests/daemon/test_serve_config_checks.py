@@ -144,3 +144,39 @@ async def test_an_empty_config_file_is_refused_saying_it_is_empty(tmp_path: Path
         refused(out, "CONFIG_INVALID", "c.jsonc: ", "no JSON value: the text is empty")
         assert "truncated" not in out.stderr, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+
+
+LITERAL_KEY = "sk-literal-Qw7Lx2Vb9Zt4Kp"
+
+
+@pytest.mark.parametrize(("section", "words"), [
+    ({"providers": [{"id": "oa", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1",
+                     "apiKey": LITERAL_KEY, "models": [{"id": "m"}]}]}, ["provider 'oa'", "'apiKey'", "'apiKeyEnv'"]),
+    ({"providers": [{"id": "oa", "protocol": "openai-chat", "api_key": LITERAL_KEY, "models": [{"id": "m"}]}]},
+     ["provider 'oa'", "'api_key'", "'apiKeyEnv'"]),
+    ({"webSearch": {"apiKey": LITERAL_KEY}}, ["webSearch", "'apiKey'", "'apiKeyEnv'"]),
+], ids=["provider-apiKey", "provider-api_key", "webSearch-apiKey"])
+async def test_a_key_written_in_the_config_is_refused_at_start_without_quoting_it(tmp_path: Path, section: dict,
+                                                                                   words: list[str]):
+    # Keys come only from environment variables (F-MOD-6). A literal key was ignored as an unknown
+    # key and the provider failed at its first request; now the start refuses it, naming the key
+    # to use instead, and never quotes the value.
+    (tmp_path / "c.jsonc").write_text(json.dumps(section))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d1", check=False)
+    refused(out, "CONFIG_INVALID", "c.jsonc", "environment variable", *words)
+    assert LITERAL_KEY[:8] not in out.stderr + out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # refused before the data directory is made
+    # The same file is refused by `lens pair`, which reads the config too.
+    out = await run_lens(tmp_path, "pair", "list", "--config", "c.jsonc", check=False)
+    refused(out, "CONFIG_INVALID", "'apiKeyEnv'")
+    assert LITERAL_KEY[:8] not in out.stderr + out.stdout
+
+
+async def test_a_variable_named_by_apikeyenv_is_still_the_way_a_key_is_given(tmp_path: Path):
+    # (`apiKeyEnv` and the provider's other keys are not taken for a literal key)
+    config = {"providers": [{"id": "oa", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1",
+                             "apiKeyEnv": "LENS_TEST_LITERAL_KEY", "models": [{"id": "m"}]}],
+              "webSearch": {"apiKeyEnv": "LENS_TEST_LITERAL_KEY"}}
+    (tmp_path / "c.jsonc").write_text(json.dumps(config))
+    out = await run_lens(tmp_path, "pair", "list", "--config", "c.jsonc", check=False)
+    assert out.returncode == 0, (out.stdout, out.stderr)

@@ -2165,3 +2165,36 @@ def test_dashboard_credential_field_is_not_offered_to_the_password_manager(daemo
         assert "Decision: ASK the user" not in decided and "Show password prompt" not in decided, decided[-3000:]
     finally:
         driver.quit()
+
+
+def test_dashboard_shows_a_model_request_a_stop_cut_off_with_its_reason_and_usage(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A graceful stop mid-answer records `model.cut_off` (what the provider had reported; the
+    request is asked again at the next start). The page, resuming after the restart, listed it as a
+    bare kind; it now says why, the tokens reported and that it is asked again, as a failed request
+    names its code, and counts it in the usage it shows."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "cut me off", "inputTokens": 4321, "chunks": ["Part one. ", "Part two."],
+                                "chunkDelayMs": 60000}))
+    strong = d.pair("dash-cut-off", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "cut me off please")
+    wait_for(lambda: texts(driver, "#timeline .msg.streaming .text") == ["Part one. "], "the first half", WAIT)
+    d.restart()
+    wait_for(lambda: body_data(driver, "conn") == "live", "the session watched again", 20)
+    status, page = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)
+    [cut] = [e for e in page["events"] if e["kind"] == "model.cut_off"]
+    assert cut["body"]["usage"]["input_tokens"] == 4321, cut
+    line = f"{cut['seq']} model.cut_off · Lens was stopped while the model answered · tokens 4321 in · asked again"
+
+    def listed() -> bool:
+        next_frame(driver)  # (the list is repainted once per animation frame)
+        return line in texts(driver, "#activity li")
+    wait_for(listed, "the cut-off request in the recent events")
+    # (the request asked again streams on: its usage is recorded once it ends)
+    wait_for(lambda: re.search(r"\b4,?321\b", " ".join(texts(driver, "#usage dd"))),
+             "the usage counting the cut-off request", 20)
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []

@@ -150,12 +150,16 @@ async def open_runtime(
     projections: bool = False,
     context: ContextConfig | None = None,
     model_configs: dict[str, list[ModelConfig]] | None = None,
+    catalog: ProviderCatalog | None = None,
+    stopping: trio.Event | None = None,
 ) -> AsyncIterator[Runtime]:
     """A running store + supervisor over ``data_dir``; everything is stopped and closed on exit.
 
     ``projections``: also run the daemon's projection service, and let the supervisor find
     sessions with unfinished work in the sessions projection (as ``lens serve`` does) instead of
-    scanning the log."""
+    scanning the log. ``catalog``: the providers, instead of the faux ones (``build_catalog`` of a
+    config: the SDK providers against loopback servers); ``stopping``: the daemon's stop event
+    (``ActorDeps.stopping``)."""
     store = EventStore.open(data_dir)
     snapshots = SnapshotStore.open(store.data_dir)
     faux = faux if faux is not None else FauxProvider("faux", list(script or []))
@@ -164,12 +168,13 @@ async def open_runtime(
     deps = ActorDeps(
         store,
         snapshots,
-        ProviderCatalog(dict(providers), model_configs=model_configs),
+        catalog if catalog is not None else ProviderCatalog(dict(providers), model_configs=model_configs),
         tools if tools is not None else builtin_tools(list(extra_tools)),
         ids,
         snapshot_every=snapshot_every,
         idle_seconds=idle_seconds,
         context=context or ContextConfig(),
+        stopping=stopping,
     )
     service = ProjectionService(store.data_dir, store) if projections else None
     sup = Supervisor(deps, max_restarts=max_restarts,
