@@ -492,7 +492,7 @@ class ServeProcess:
     def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
                  env: dict[str, str] | None = None) -> None:
         self.cwd = cwd
-        self.extra = extra  # more `lens serve` arguments
+        self.extra = extra  # more `lens serve` arguments (a `--data` of its own replaces "data")
         self.stderr_name = stderr_name  # in cwd: several processes in one test keep theirs apart
         self.env = env  # the process's whole environment (None: this one's)
         self.lines: list[str] = []
@@ -504,11 +504,20 @@ class ServeProcess:
         """Start ``lens serve``; returns the URL it prints once it listens."""
         self.stderr = open(self.cwd / self.stderr_name, "wb")
         self.proc = await trio.lowlevel.open_process(
-            [*lens_command(), "serve", "--port", "0", "--data", "data", *self.extra], cwd=self.cwd,
+            [*lens_command(), "serve", "--port", "0",
+             *(() if "--data" in self.extra else ("--data", "data")), *self.extra], cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=self.stderr, env=self.env)
         nursery.start_soon(self._read)
         with trio.fail_after(30):
-            await self.listening.wait()
+            async with trio.open_nursery() as race:  # listening, or ended without (a refused start)
+                async def until(ev: trio.Event) -> None:
+                    await ev.wait()
+                    race.cancel_scope.cancel()
+                race.start_soon(until, self.listening)
+                race.start_soon(until, self.stdout_closed)
+        if not self.listening.is_set():
+            err = (self.cwd / self.stderr_name).read_text(errors="replace")
+            raise AssertionError(f"lens serve ended before it listened: {self.lines}\n{err}")
         url = next(m.group(1) for line in self.lines if (m := re.match(r"lens: listening on (http://\S+)$", line)))
         return url
 
