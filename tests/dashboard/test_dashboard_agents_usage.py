@@ -34,8 +34,11 @@ def test_the_agents_pane_shows_each_agents_usage(daemon: Daemon, browser: Any, t
     session_id = open_new_session(driver, daemon, token, workspace)
     # (the faux model of the subagent calls the tool its prompt names, then answers)
     submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
-    wait_for(lambda: daemon.request("GET", f"/sessions/{session_id}", token=token)[1]["status"] == "idle",
-             "the idle session in the daemon's view")
+    # (idle alone is also what the session is before the input reaches it: wait for its round's end)
+    def round_done() -> bool:
+        v = daemon.request("GET", f"/sessions/{session_id}", token=token)[1]
+        return v["status"] == "idle" and not v["queued"] and len(v["agents"]) > 1
+    wait_for(round_done, "the idle session with its subagent in the daemon's view")
     status, view = daemon.request("GET", f"/sessions/{session_id}", token=token)
     assert status == 200
     assert [a["role"] for a in view["agents"]] == ["main", "subagent"]
