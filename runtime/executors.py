@@ -311,10 +311,17 @@ class ExecutorPool:
         proc = await trio.lowlevel.open_process(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, start_new_session=True)
         assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
-        # (relayed from the first byte: a child that fails to start says why there)
-        self._nursery.start_soon(relay_lines, proc.stderr, self.secrets)
         self._starting.add(proc)
+        relayed = False
         try:
+            if self._nursery is None:
+                # The pool stopped while the child was being started (open_process forks in a
+                # thread, and a cancel does not interrupt it): ended below, never left running.
+                raise ExecutorUnavailable(f"the executor for project {project_id} did not start: the executor pool "
+                                          f"is stopping")
+            # (relayed from the first byte: a child that fails to start says why there)
+            self._nursery.start_soon(relay_lines, proc.stderr, self.secrets)
+            relayed = True
             # The token goes on standard input, never in the child's environment or argv. The pipe
             # stays open while we live: its end (however this process dies) stops the child.
             await proc.stdin.send_all(token.encode() + b"\n")
@@ -347,6 +354,8 @@ class ExecutorPool:
                 await proc.wait()
                 await proc.stdout.aclose()
                 await proc.stdin.aclose()
+                if not relayed:
+                    await proc.stderr.aclose()
             raise
         finally:
             self._starting.discard(proc)

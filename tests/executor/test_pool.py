@@ -627,3 +627,43 @@ async def test_a_child_nothing_uses_is_stopped_and_the_next_call_spawns_another(
         assert again is not ex and again.process is not None and again.process.pid != first
         outcome = await again.client.call("read_file", {"path": "a.txt"})
         assert "hello" in json.dumps(outcome.result)
+
+
+async def test_a_child_started_while_the_pool_stops_is_ended_not_left_running(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # open_process forks in a thread, which a cancel does not interrupt: the pool could stop
+    # meanwhile, and the spawn then called start_soon on the nursery it no longer had (an
+    # AttributeError, reported to the caller as EXECUTOR_UNAVAILABLE), leaving the child running
+    # and unreaped (a ResourceWarning once collected). It is now ended, and the caller told why.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    async def workspace_of(project_id: str) -> Path | None:
+        return ws
+
+    pool = ExecutorPool(tmp_path / "executors", workspace_of, None)
+    real_open = trio.lowlevel.open_process
+    spawned: list[trio.Process] = []
+    pool_scope = trio.CancelScope()
+
+    async def the_pool_stops_meanwhile(*args: Any, **kwargs: Any) -> trio.Process:
+        pool_scope.cancel()
+        with trio.CancelScope(shield=True):
+            await trio.testing.wait_all_tasks_blocked()  # (the pool's run has ended)
+            proc = await real_open(*args, **kwargs)
+        spawned.append(proc)
+        return proc
+
+    async def run_pool(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with pool_scope:
+            await pool.run(task_status=task_status)
+
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_pool)
+            monkeypatch.setattr(trio.lowlevel, "open_process", the_pool_stops_meanwhile)
+            with pytest.raises(ExecutorUnavailable) as caught:
+                await pool.get("p")
+    assert "the executor pool is stopping" in caught.value.message, caught.value.message
+    assert len(spawned) == 1 and spawned[0].returncode is not None  # ended and reaped, not left behind
+    assert _gone(spawned[0].pid)
