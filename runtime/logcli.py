@@ -38,7 +38,7 @@ from projections.projector import Projector, ProjectionsDamaged, ProjectionsDele
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import WELL_KNOWN_KEY_ENV
+from .config import WELL_KNOWN_KEY_ENV, ConfigError, expand_path, load_config
 from .cliargs import Once
 from .terminal import shown, to_stderr
 
@@ -80,6 +80,35 @@ def _path(value: str) -> str:
     return value
 
 
+def _config_path(value: str) -> Path:
+    """A config file argument: UTF-8 and not empty."""
+    value = _text(value)
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path names no config file")
+    return Path(value)
+
+
+def resolve_data_dir(data: str | None, config: Path | None) -> Path:
+    """The data directory a ``lens log`` command reads, found as ``lens serve`` finds it:
+    ``--data`` if given, else the ``dataDir`` of the config (``--config``, else
+    ``config/lens.jsonc`` when present), else ``.lens``; ``~`` expanded in either.
+
+    Raises :class:`ConfigError` (``CONFIG_INVALID``, exit 2) for a config that cannot be read
+    when it is needed: an explicit ``--config`` always is (as ``lens serve`` reads it), the
+    default one only without ``--data`` (the message says ``--data`` bypasses it)."""
+    if data is None or config is not None:
+        try:
+            cfg, path, _notes = load_config(config)
+        except ConfigError as exc:
+            if config is not None:
+                raise
+            raise ConfigError(f"{exc.message}; the data directory is its dataDir (pass --data DIR to read "
+                              f"a log without it)") from None
+    if data is not None:
+        return expand_path(data, "--data", "the command line")
+    return expand_path(cfg.data_dir, "dataDir", str(path))
+
+
 def _kind(value: str) -> str:
     value = _text(value)
     if not any(k.strip() for k in value.split(",")):
@@ -98,13 +127,20 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     log = sub.add_parser("log", help="decode, rebuild, verify and summarise the event log")
     # --data is taken before the subcommand too (`lens log --data DIR verify`); the subcommand's
     # own has no default, so that it replaces this one only when given (the later one wins).
-    log.add_argument("--data", type=_path, default=".lens", metavar="DIR",
-                     help="data directory (default .lens), also accepted after the subcommand")
+    # --config likewise: the data directory is found as `lens serve` finds it (resolve_data_dir).
+    log.add_argument("--data", type=_path, default=None, metavar="DIR",
+                     help="data directory (default: the config's dataDir, else .lens), also accepted after "
+                          "the subcommand")
+    log.add_argument("--config", type=_config_path, default=None, metavar="PATH",
+                     help="config file whose dataDir is read (default config/lens.jsonc if present), also "
+                          "accepted after the subcommand")
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
 
     def data_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data", type=_path, default=argparse.SUPPRESS, metavar="DIR",
-                       help="data directory (default .lens)")
+                       help="data directory (default: the config's dataDir, else .lens)")
+        p.add_argument("--config", type=_config_path, default=argparse.SUPPRESS, metavar="PATH",
+                       help="config file whose dataDir is read (default config/lens.jsonc if present)")
 
     p = cmds.add_parser("decode", help="print events as JSON lines")
     data_arg(p)
@@ -116,22 +152,22 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--to", dest="to_seq", type=_seq, default=None, metavar="SEQ", action=Once,
                    help="last seq (inclusive)")
     p.add_argument("--raw", action="store_true", help="print the stored body bytes (base64) instead of decoding")
-    p.set_defaults(func=cmd_decode, usage_error=p.error)
+    p.set_defaults(func=run, command_func=cmd_decode, usage_error=p.error)
 
     p = cmds.add_parser("rebuild", help="rebuild projections from the log")
     data_arg(p)
     p.add_argument("--projection", type=_projection, action="append", metavar="NAME",
                    help="only this projection (repeatable, or comma-separated)")
-    p.set_defaults(func=cmd_rebuild)
+    p.set_defaults(func=run, command_func=cmd_rebuild)
 
     p = cmds.add_parser("verify", help="check every row; never changes data")
     data_arg(p)
-    p.set_defaults(func=cmd_verify)
+    p.set_defaults(func=run, command_func=cmd_verify)
 
     p = cmds.add_parser("stats", help="counts, sizes and compression ratio per kind")
     data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=cmd_stats)
+    p.set_defaults(func=run, command_func=cmd_stats)
 
 
 def _out(line: bytes | str) -> None:
@@ -491,7 +527,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    func: Callable[[argparse.Namespace], int] = args.func
+    """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
+    func: Callable[[argparse.Namespace], int] = args.command_func
+    args.data = str(resolve_data_dir(args.data, args.config))
     return func(args)
 
 
