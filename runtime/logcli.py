@@ -221,7 +221,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 failures += 1
         except BrokenPipeError:  # e.g. `| head -1`: stop; what failed so far still counts
             silence_stdout()
-        except StoreCorrupt as exc:  # damaged past some row: the rows before it are printed
+        except (StoreCorrupt, CorruptEvent) as exc:  # damaged past some row (or a session's numbering out
+            # of step with seq, met by a read of that session): the rows before it are printed
             sys.stdout.flush()
             _err(f"lens: {exc.code}: {exc}", secrets)
             return 1
@@ -289,23 +290,25 @@ def _raw_json(row: StoredRow) -> dict[str, Any]:
 
 
 def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
-    """Yield ``(seq, reason)`` for every problem found; reads only."""
+    """Yield ``(seq, reason)`` for every problem found; reads only. Each reason starts with a
+    stable code (``SEQ_GAP: …``, ``SESSION_SEQ_OUT_OF_ORDER: …``, ``EVENT_CORRUPT: …``; the
+    list is in docs/storage-format.md), so scripts can tell the findings apart."""
     meta = reader.meta()
     if meta.get("format") != FORMAT or str(meta.get("format_version")) != str(FORMAT_VERSION):
-        yield None, f"format marker is {meta.get('format')!r} v{meta.get('format_version')}"
+        yield None, f"FORMAT_MARKER: format marker is {meta.get('format')!r} v{meta.get('format_version')}"
     recorded = meta.get(MAX_EVENT_BYTES_KEY)
     if recorded is not None and str(recorded) != str(recorded_max_event_bytes(meta)):  # edited
-        yield None, (f"meta {MAX_EVENT_BYTES_KEY} is {str(recorded)[:40]!r}, not a maximum event size a "
+        yield None, (f"META_INVALID: meta {MAX_EVENT_BYTES_KEY} is {str(recorded)[:40]!r}, not a maximum event size a "
                      f"writer records; reads take it as {recorded_max_event_bytes(meta)}")
     try:
         for (text,) in reader.conn.execute("PRAGMA integrity_check"):
             for line in str(text).splitlines():  # one result row may hold several lines
                 if line not in ("ok", "*** in database main ***"):
-                    yield None, f"sqlite integrity_check: {line}"
+                    yield None, f"SQLITE_INTEGRITY: sqlite integrity_check: {line}"
     except apsw.Error as exc:
-        yield None, f"sqlite integrity_check could not finish: {exc}"
+        yield None, f"SQLITE_INTEGRITY: sqlite integrity_check could not finish: {exc}"
     for dict_id, reason in sorted(reader.damaged_dictionaries.items()):
-        yield None, f"dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
+        yield None, f"DICTIONARY_DAMAGED: dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
     try:
         yield from _verify_rows(reader)
     except StoreCorrupt as exc:  # SQLite cannot read on from some row: report, stop there
@@ -318,50 +321,57 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     session_seq: dict[str, int] = defaultdict(int)
     for row in reader.rows(after=SEQ_MIN):  # every row, also one whose seq was edited below 1
         if row.seq < 1:
-            yield row.seq, f"seq {row.seq} is not positive (seqs start at 1)"
+            yield row.seq, f"SEQ_NOT_POSITIVE: seq {row.seq} is not positive (seqs start at 1)"
         elif row.seq != expected:
-            yield row.seq, f"seq gap: expected {expected}, found {row.seq}"
+            yield row.seq, f"SEQ_GAP: seq gap: expected {expected}, found {row.seq}"
         expected = max(expected, row.seq + 1)
         problem = row_problem(row)  # a mistyped column (the table is not STRICT)
         if type(row.ts) is int:
             if row.ts < 0:
-                yield row.seq, f"ts {row.ts} is negative (UTC milliseconds count from 1970)"
+                yield row.seq, f"TS_NEGATIVE: ts {row.ts} is negative (UTC milliseconds count from 1970)"
             elif row.ts < last_ts:
-                yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
+                yield row.seq, f"TS_OUT_OF_ORDER: ts {row.ts} is earlier than the previous event's {last_ts}"
             last_ts = max(last_ts, row.ts)
         if type(row.session_id) is str:
             want = session_seq[row.session_id] + 1
             if type(row.session_seq) not in (int, type(None)):
                 session_seq[row.session_id] = want  # mistyped (reported below): take it as the next
             else:
-                if row.session_seq != want and row.session_seq is not None:  # (None: a row problem)
+                if row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
+                    session_seq[row.session_id] = want
+                elif row.session_seq < want:  # e.g. two rows' numbers swapped: each is reported
                     yield row.seq, (
-                        f"session {row.session_id}: session_seq {row.session_seq}, expected {want}"
+                        f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq {row.session_seq} comes "
+                        f"after the session's session_seq {want - 1} (its numbering is out of step with seq)"
                     )
-                session_seq[row.session_id] = row.session_seq or want
+                else:
+                    if row.session_seq != want:
+                        yield row.seq, (f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq "
+                                        f"{row.session_seq}, expected {want}")
+                    session_seq[row.session_id] = row.session_seq
         if problem is not None:
             yield row.seq, f"EVENT_CORRUPT: {problem}"
             continue
         if row.session_id is None:  # the envelope rules appends enforce
             if row.session_seq is not None:
-                yield row.seq, f"session_seq {row.session_seq} on an event that belongs to no session"
+                yield row.seq, f"ENVELOPE_INVALID: session_seq {row.session_seq} on an event that belongs to no session"
             if row.request_id is not None:
-                yield row.seq, f"request_id {row.request_id!r} on an event that belongs to no session"
+                yield row.seq, f"ENVELOPE_INVALID: request_id {row.request_id!r} on an event that belongs to no session"
         try:
             reader.decode(row)
         except CorruptEvent as exc:
             yield row.seq, f"{exc.code}: {exc.message}"
             continue
         if row.kind not in KIND_TO_TYPE:
-            yield row.seq, f"unknown event kind {row.kind!r} (decoded as opaque; written by a newer Lens?)"
+            yield row.seq, f"EVENT_KIND_UNKNOWN: unknown event kind {row.kind!r} (decoded as opaque; written by a newer Lens?)"
         if len(row.body) and row.raw_size <= 0:
-            yield row.seq, f"raw_size {row.raw_size} is not positive"
+            yield row.seq, f"RAW_SIZE_INVALID: raw_size {row.raw_size} is not positive"
         else:
             declared = zstandard.frame_content_size(row.body)  # decoded: a well-formed frame
             if declared < 0:  # a frame of unknown size holds what it decompresses to (bounded)
                 declared = len(reader.codec.decompress(row.body, row.dict_id))
             if declared != row.raw_size:
-                yield row.seq, f"raw_size {row.raw_size}, but the frame holds {declared} bytes"
+                yield row.seq, f"RAW_SIZE_INVALID: raw_size {row.raw_size}, but the frame holds {declared} bytes"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
