@@ -399,9 +399,9 @@ class LogReader:
                         yield type(batch)(batch[:back])
                     row, before = batch[back], batch[back - 1] if back else prev_row
                     raise CorruptEvent(
-                        f"the event is session {session_id!r}'s session_seq {row[4]!r}, but its seq is before "
-                        f"that of its session_seq {before[4]!r} (seq {before[0]}): the session's numbering is "
-                        f"out of step with seq (edited)").at(row[0])
+                        f"the event holds session_seq {row[4]!r} of session {session_id!r}, but its seq is below "
+                        f"that of session_seq {before[4]!r} (seq {before[0]}): the session's numbering is out of "
+                        f"step with seq (edited)").at(row[0])
                 prev_row = batch[-1]
                 prev_seq = prev_row[0]
             if batch:
