@@ -70,6 +70,23 @@ def _careful_row(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(row)
 
 
+def _seq_back(batch: list[tuple[Any, ...]], prev_seq: int) -> int | None:
+    """Where in ``batch`` (a session's rows in ``session_seq`` order, after a row at
+    ``prev_seq``) a row's ``seq`` is not above the one before it, or None. The writer numbers a
+    session's events in the order it gives them seqs, so the two orders agree in every log it
+    wrote; rows whose numbers were swapped would be read, and replayed, out of seq order. One
+    comparison of the page against its sorted self, in C; the loop only on an edited log."""
+    seqs = [r[0] for r in batch]
+    if seqs[0] > prev_seq and seqs == sorted(seqs):
+        return None
+    last = prev_seq
+    for i, seq in enumerate(seqs):
+        if seq <= last:
+            return i
+        last = seq
+    return None
+
+
 class _CarefulPage(list):  # type: ignore[type-arg]
     """A page read through :data:`_CAREFUL_COLUMNS`: some row may hold :class:`BadText`."""
 
@@ -351,6 +368,7 @@ class LogReader:
         left = max_bytes or 0  # with max_bytes: the decoded body bytes the read may still hold
         execute = self.conn.execute
         careful_sql = sql.replace(ROW_COLUMNS, _CAREFUL_COLUMNS, 1)
+        prev_seq, prev_row = SEQ_MIN - 1, None  # (a session read in session_seq order: the last row so far)
 
         def fetch(rows: apsw.Cursor) -> tuple[list[tuple[Any, ...]], bool]:
             """The page's rows, and whether page_bytes cut it short."""
@@ -365,7 +383,6 @@ class LogReader:
 
         while remaining is None or remaining > 0:
             n = page if remaining is None else min(page, remaining)
-            args[0] = cursor
             try:
                 try:
                     batch, cut = fetch(execute(sql, (*args, n)))
@@ -375,13 +392,29 @@ class LogReader:
             except _DAMAGE as exc:
                 where = f"the events after seq {cursor}" if cursor > 0 else "the events table"
                 raise self._damaged(where, exc) from None
+            if order == "session_seq" and batch:
+                back = _seq_back(batch, prev_seq)
+                if back is not None:  # the rows before it, then the row whose seq went back
+                    if back:
+                        yield type(batch)(batch[:back])
+                    row, before = batch[back], batch[back - 1] if back else prev_row
+                    raise CorruptEvent(
+                        f"the event holds session_seq {row[4]!r} of session {session_id!r}, but its seq is below "
+                        f"that of session_seq {before[4]!r} (seq {before[0]}): the session's numbering is out of "
+                        f"step with seq (edited)").at(row[0])
+                prev_row = batch[-1]
+                prev_seq = prev_row[0]
             if batch:
                 yield _CarefulPage(batch) if careful and type(batch) is not _CarefulPage else batch
             if len(batch) < n and not cut:
                 return  # the end, or the read's byte budget is spent
             cursor = batch[-1][0]
             if ss_arg >= 0 and isinstance(batch[-1][4], int):
+                # A session's range: its numbering pages the read, and seq stays the caller's
+                # bound, so a row numbered out of step with seq is met (and reported), not skipped.
                 args[ss_arg] = batch[-1][4]
+            else:
+                args[0] = cursor
             if remaining is not None:
                 remaining -= len(batch)
 
@@ -471,6 +504,9 @@ class LogReader:
                     problem = row_problem(row)
                     if problem is not None:
                         raise CorruptEvent(problem).at(row[0])
+                elif row[4] is None and row[3] is not None:  # a session's event without its number,
+                    # met by a read of the whole log (a session's read finds it with one probe)
+                    raise CorruptEvent(row_problem(row) or "no session_seq").at(row[0])
                 # Columns by index, not unpacked: unpacking touches every column object
                 # (the compressed body too), which costs a cache miss per row on long reads.
                 event = None

@@ -38,7 +38,7 @@ from projections.projector import Projector, ProjectionsDamaged, ProjectionsDele
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import WELL_KNOWN_KEY_ENV
+from .config import WELL_KNOWN_KEY_ENV, ConfigError, expand_path, load_config
 from .cliargs import Once
 from .terminal import shown, to_stderr
 
@@ -80,6 +80,35 @@ def _path(value: str) -> str:
     return value
 
 
+def _config_path(value: str) -> Path:
+    """A config file argument: UTF-8 and not empty."""
+    value = _text(value)
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path names no config file")
+    return Path(value)
+
+
+def resolve_data_dir(data: str | None, config: Path | None) -> Path:
+    """The data directory a ``lens log`` command reads, found as ``lens serve`` finds it:
+    ``--data`` if given, else the ``dataDir`` of the config (``--config``, else
+    ``config/lens.jsonc`` when present), else ``.lens``; ``~`` expanded in either.
+
+    Raises :class:`ConfigError` (``CONFIG_INVALID``, exit 2) for a config that cannot be read
+    when it is needed: an explicit ``--config`` always is (as ``lens serve`` reads it), the
+    default one only without ``--data`` (the message says ``--data`` bypasses it)."""
+    if data is None or config is not None:
+        try:
+            cfg, path, _notes = load_config(config)
+        except ConfigError as exc:
+            if config is not None:
+                raise
+            raise ConfigError(f"{exc.message}; the data directory is its dataDir (pass --data DIR to read "
+                              f"a log without it)") from None
+    if data is not None:
+        return expand_path(data, "--data", "the command line")
+    return expand_path(cfg.data_dir, "dataDir", str(path))
+
+
 def _kind(value: str) -> str:
     value = _text(value)
     if not any(k.strip() for k in value.split(",")):
@@ -98,13 +127,20 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     log = sub.add_parser("log", help="decode, rebuild, verify and summarise the event log")
     # --data is taken before the subcommand too (`lens log --data DIR verify`); the subcommand's
     # own has no default, so that it replaces this one only when given (the later one wins).
-    log.add_argument("--data", type=_path, default=".lens", metavar="DIR",
-                     help="data directory (default .lens), also accepted after the subcommand")
+    # --config likewise: the data directory is found as `lens serve` finds it (resolve_data_dir).
+    log.add_argument("--data", type=_path, default=None, metavar="DIR",
+                     help="data directory (default: the config's dataDir, else .lens), also accepted after "
+                          "the subcommand")
+    log.add_argument("--config", type=_config_path, default=None, metavar="PATH",
+                     help="config file whose dataDir is read (default config/lens.jsonc if present), also "
+                          "accepted after the subcommand")
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
 
     def data_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data", type=_path, default=argparse.SUPPRESS, metavar="DIR",
-                       help="data directory (default .lens)")
+                       help="data directory (default: the config's dataDir, else .lens)")
+        p.add_argument("--config", type=_config_path, default=argparse.SUPPRESS, metavar="PATH",
+                       help="config file whose dataDir is read (default config/lens.jsonc if present)")
 
     p = cmds.add_parser("decode", help="print events as JSON lines")
     data_arg(p)
@@ -116,22 +152,22 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--to", dest="to_seq", type=_seq, default=None, metavar="SEQ", action=Once,
                    help="last seq (inclusive)")
     p.add_argument("--raw", action="store_true", help="print the stored body bytes (base64) instead of decoding")
-    p.set_defaults(func=cmd_decode, usage_error=p.error)
+    p.set_defaults(func=run, command_func=cmd_decode, usage_error=p.error)
 
     p = cmds.add_parser("rebuild", help="rebuild projections from the log")
     data_arg(p)
     p.add_argument("--projection", type=_projection, action="append", metavar="NAME",
                    help="only this projection (repeatable, or comma-separated)")
-    p.set_defaults(func=cmd_rebuild)
+    p.set_defaults(func=run, command_func=cmd_rebuild)
 
     p = cmds.add_parser("verify", help="check every row; never changes data")
     data_arg(p)
-    p.set_defaults(func=cmd_verify)
+    p.set_defaults(func=run, command_func=cmd_verify)
 
     p = cmds.add_parser("stats", help="counts, sizes and compression ratio per kind")
     data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=cmd_stats)
+    p.set_defaults(func=run, command_func=cmd_stats)
 
 
 def _out(line: bytes | str) -> None:
@@ -185,7 +221,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 failures += 1
         except BrokenPipeError:  # e.g. `| head -1`: stop; what failed so far still counts
             silence_stdout()
-        except StoreCorrupt as exc:  # damaged past some row: the rows before it are printed
+        except (StoreCorrupt, CorruptEvent) as exc:  # damaged past some row (or a session's numbering out
+            # of step with seq, met by a read of that session): the rows before it are printed
             sys.stdout.flush()
             _err(f"lens: {exc.code}: {exc}", secrets)
             return 1
@@ -253,23 +290,25 @@ def _raw_json(row: StoredRow) -> dict[str, Any]:
 
 
 def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
-    """Yield ``(seq, reason)`` for every problem found; reads only."""
+    """Yield ``(seq, reason)`` for every problem found; reads only. Each reason starts with a
+    stable code (``SEQ_GAP: …``, ``SESSION_SEQ_OUT_OF_ORDER: …``, ``EVENT_CORRUPT: …``; the
+    list is in docs/storage-format.md), so scripts can tell the findings apart."""
     meta = reader.meta()
     if meta.get("format") != FORMAT or str(meta.get("format_version")) != str(FORMAT_VERSION):
-        yield None, f"format marker is {meta.get('format')!r} v{meta.get('format_version')}"
+        yield None, f"FORMAT_MARKER: format marker is {meta.get('format')!r} v{meta.get('format_version')}"
     recorded = meta.get(MAX_EVENT_BYTES_KEY)
     if recorded is not None and str(recorded) != str(recorded_max_event_bytes(meta)):  # edited
-        yield None, (f"meta {MAX_EVENT_BYTES_KEY} is {str(recorded)[:40]!r}, not a maximum event size a "
+        yield None, (f"META_INVALID: meta {MAX_EVENT_BYTES_KEY} is {str(recorded)[:40]!r}, not a maximum event size a "
                      f"writer records; reads take it as {recorded_max_event_bytes(meta)}")
     try:
         for (text,) in reader.conn.execute("PRAGMA integrity_check"):
             for line in str(text).splitlines():  # one result row may hold several lines
                 if line not in ("ok", "*** in database main ***"):
-                    yield None, f"sqlite integrity_check: {line}"
+                    yield None, f"SQLITE_INTEGRITY: sqlite integrity_check: {line}"
     except apsw.Error as exc:
-        yield None, f"sqlite integrity_check could not finish: {exc}"
+        yield None, f"SQLITE_INTEGRITY: sqlite integrity_check could not finish: {exc}"
     for dict_id, reason in sorted(reader.damaged_dictionaries.items()):
-        yield None, f"dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
+        yield None, f"DICTIONARY_DAMAGED: dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
     try:
         yield from _verify_rows(reader)
     except StoreCorrupt as exc:  # SQLite cannot read on from some row: report, stop there
@@ -282,50 +321,57 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     session_seq: dict[str, int] = defaultdict(int)
     for row in reader.rows(after=SEQ_MIN):  # every row, also one whose seq was edited below 1
         if row.seq < 1:
-            yield row.seq, f"seq {row.seq} is not positive (seqs start at 1)"
+            yield row.seq, f"SEQ_NOT_POSITIVE: seq {row.seq} is not positive (seqs start at 1)"
         elif row.seq != expected:
-            yield row.seq, f"seq gap: expected {expected}, found {row.seq}"
+            yield row.seq, f"SEQ_GAP: seq gap: expected {expected}, found {row.seq}"
         expected = max(expected, row.seq + 1)
         problem = row_problem(row)  # a mistyped column (the table is not STRICT)
         if type(row.ts) is int:
             if row.ts < 0:
-                yield row.seq, f"ts {row.ts} is negative (UTC milliseconds count from 1970)"
+                yield row.seq, f"TS_NEGATIVE: ts {row.ts} is negative (UTC milliseconds count from 1970)"
             elif row.ts < last_ts:
-                yield row.seq, f"ts {row.ts} is earlier than the previous event's {last_ts}"
+                yield row.seq, f"TS_OUT_OF_ORDER: ts {row.ts} is earlier than the previous event's {last_ts}"
             last_ts = max(last_ts, row.ts)
         if type(row.session_id) is str:
             want = session_seq[row.session_id] + 1
             if type(row.session_seq) not in (int, type(None)):
                 session_seq[row.session_id] = want  # mistyped (reported below): take it as the next
             else:
-                if row.session_seq != want and row.session_seq is not None:  # (None: a row problem)
+                if row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
+                    session_seq[row.session_id] = want
+                elif row.session_seq < want:  # e.g. two rows' numbers swapped: each is reported
                     yield row.seq, (
-                        f"session {row.session_id}: session_seq {row.session_seq}, expected {want}"
+                        f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq {row.session_seq} comes "
+                        f"after the session's session_seq {want - 1} (its numbering is out of step with seq)"
                     )
-                session_seq[row.session_id] = row.session_seq or want
+                else:
+                    if row.session_seq != want:
+                        yield row.seq, (f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq "
+                                        f"{row.session_seq}, expected {want}")
+                    session_seq[row.session_id] = row.session_seq
         if problem is not None:
             yield row.seq, f"EVENT_CORRUPT: {problem}"
             continue
         if row.session_id is None:  # the envelope rules appends enforce
             if row.session_seq is not None:
-                yield row.seq, f"session_seq {row.session_seq} on an event that belongs to no session"
+                yield row.seq, f"ENVELOPE_INVALID: session_seq {row.session_seq} on an event that belongs to no session"
             if row.request_id is not None:
-                yield row.seq, f"request_id {row.request_id!r} on an event that belongs to no session"
+                yield row.seq, f"ENVELOPE_INVALID: request_id {row.request_id!r} on an event that belongs to no session"
         try:
             reader.decode(row)
         except CorruptEvent as exc:
             yield row.seq, f"{exc.code}: {exc.message}"
             continue
         if row.kind not in KIND_TO_TYPE:
-            yield row.seq, f"unknown event kind {row.kind!r} (decoded as opaque; written by a newer Lens?)"
+            yield row.seq, f"EVENT_KIND_UNKNOWN: unknown event kind {row.kind!r} (decoded as opaque; written by a newer Lens?)"
         if len(row.body) and row.raw_size <= 0:
-            yield row.seq, f"raw_size {row.raw_size} is not positive"
+            yield row.seq, f"RAW_SIZE_INVALID: raw_size {row.raw_size} is not positive"
         else:
             declared = zstandard.frame_content_size(row.body)  # decoded: a well-formed frame
             if declared < 0:  # a frame of unknown size holds what it decompresses to (bounded)
                 declared = len(reader.codec.decompress(row.body, row.dict_id))
             if declared != row.raw_size:
-                yield row.seq, f"raw_size {row.raw_size}, but the frame holds {declared} bytes"
+                yield row.seq, f"RAW_SIZE_INVALID: raw_size {row.raw_size}, but the frame holds {declared} bytes"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -491,7 +537,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    func: Callable[[argparse.Namespace], int] = args.func
+    """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
+    func: Callable[[argparse.Namespace], int] = args.command_func
+    args.data = str(resolve_data_dir(args.data, args.config))
     return func(args)
 
 

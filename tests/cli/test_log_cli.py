@@ -482,7 +482,7 @@ def test_verify_reports_a_seq_gap(log_dir: Path, expected: list[tuple]) -> None:
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines() == [
-        "seq 2: seq gap: expected 1, found 2",
+        "seq 2: SEQ_GAP: seq gap: expected 1, found 2",
         f"FAILED: 1 problem(s) in {len(expected) - 1} event(s)",
     ]
 
@@ -495,7 +495,7 @@ def test_verify_reports_an_edited_maximum_event_size_record(log_dir: Path, expec
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1, res.stdout + res.stderr
     (problem, summary) = res.stdout.splitlines()
-    assert problem.startswith("log: meta max_event_bytes is ") and "reads take it as" in problem
+    assert problem.startswith("log: META_INVALID: meta max_event_bytes is ") and "reads take it as" in problem
     assert summary == f"FAILED: 1 problem(s) in {len(expected)} event(s)"
     edit_log(log_dir, "UPDATE meta SET value = ? WHERE key = 'max_event_bytes'", (str(48 * 1024 * 1024),))
     assert lens("log", "verify", "--data", str(log_dir)).returncode == 0
@@ -507,8 +507,8 @@ def test_verify_reports_a_gap_inside_a_session(log_dir: Path, expected: list[tup
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     out = res.stdout
-    assert f"seq {victim[0] + 1}: seq gap: expected {victim[0]}, found {victim[0] + 1}" in out
-    assert "session s2: session_seq 4, expected 3" in out
+    assert f"seq {victim[0] + 1}: SEQ_GAP: seq gap: expected {victim[0]}, found {victim[0] + 1}" in out
+    assert "SESSION_SEQ_OUT_OF_ORDER: session s2: session_seq 4, expected 3" in out
 
 
 def test_verify_reports_an_unknown_kind(log_dir: Path, expected: list[tuple]) -> None:
@@ -522,7 +522,7 @@ def test_verify_reports_an_unknown_kind(log_dir: Path, expected: list[tuple]) ->
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     lines = res.stdout.splitlines()
-    assert lines[0].startswith(f"seq {seq}: unknown event kind 'future.kind'")
+    assert lines[0].startswith(f"seq {seq}: EVENT_KIND_UNKNOWN: unknown event kind 'future.kind'")
     assert lines[1] == f"FAILED: 1 problem(s) in {seq} event(s)"
     # decode prints the very same row as an opaque event, without failing.
     res = lens("log", "decode", "--data", str(log_dir), "--from", str(seq))
@@ -544,7 +544,7 @@ def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[0] == (
-        f"seq 10: ts 1000 is earlier than the previous event's {expected[8][1]}"
+        f"seq 10: TS_OUT_OF_ORDER: ts 1000 is earlier than the previous event's {expected[8][1]}"
     )
     # a first event stamped before 1970 is not compared with a previous event it does not have
     # (it read "earlier than the previous event's 0"); a negative stamp later on is named the same
@@ -553,9 +553,9 @@ def test_verify_reports_time_going_backwards(log_dir: Path, expected: list[tuple
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[:3] == [
-        "seq 1: ts -5 is negative (UTC milliseconds count from 1970)",
-        "seq 3: ts -5 is negative (UTC milliseconds count from 1970)",
-        f"seq 10: ts 5000 is earlier than the previous event's {expected[8][1]}",
+        "seq 1: TS_NEGATIVE: ts -5 is negative (UTC milliseconds count from 1970)",
+        "seq 3: TS_NEGATIVE: ts -5 is negative (UTC milliseconds count from 1970)",
+        f"seq 10: TS_OUT_OF_ORDER: ts 5000 is earlier than the previous event's {expected[8][1]}",
     ]
 
 
@@ -949,8 +949,8 @@ def test_verify_reports_session_fields_on_an_event_without_a_session(log_dir: Pa
     assert res.returncode == 1
     lines = res.stdout.splitlines()
     sseq = [r[4] for r in expected if r[0] == seq][0]
-    assert f"seq {seq}: session_seq {sseq} on an event that belongs to no session" in lines
-    assert f"seq {seq}: request_id 'req_x' on an event that belongs to no session" in lines
+    assert f"seq {seq}: ENVELOPE_INVALID: session_seq {sseq} on an event that belongs to no session" in lines
+    assert f"seq {seq}: ENVELOPE_INVALID: request_id 'req_x' on an event that belongs to no session" in lines
 
 
 def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None:
@@ -958,7 +958,7 @@ def test_verify_reports_a_raw_size_that_is_not_the_frames(log_dir: Path) -> None
     edit_log(log_dir, "UPDATE events SET raw_size = ? WHERE seq = 2", (size + 1000,))
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
-    assert res.stdout.splitlines()[0] == f"seq 2: raw_size {size + 1000}, but the frame holds {size} bytes"
+    assert res.stdout.splitlines()[0] == f"seq 2: RAW_SIZE_INVALID: raw_size {size + 1000}, but the frame holds {size} bytes"
 
 
 def test_verify_reports_a_raw_size_that_is_not_what_a_frame_of_unknown_size_holds(log_dir: Path) -> None:
@@ -974,7 +974,7 @@ def test_verify_reports_a_raw_size_that_is_not_what_a_frame_of_unknown_size_hold
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1, res.stdout
     assert res.stdout.splitlines() == [
-        f"seq 2: raw_size {len(raw) + 1000}, but the frame holds {len(raw)} bytes",  # seq 3 is right
+        f"seq 2: RAW_SIZE_INVALID: raw_size {len(raw) + 1000}, but the frame holds {len(raw)} bytes",  # seq 3 is right
         f"FAILED: 1 problem(s) in {len(log_rows(log_dir, 'SELECT seq FROM events'))} event(s)",
     ]
 
@@ -1117,7 +1117,7 @@ def test_a_damaged_page_past_the_start_is_reported_by_seq(log_dir: Path) -> None
         f.write(b"\xff" * 64)
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    assert any(line.startswith("log: sqlite integrity_check") for line in res.stdout.splitlines())
+    assert any(line.startswith("log: SQLITE_INTEGRITY: sqlite integrity_check") for line in res.stdout.splitlines())
     res = lens("log", "decode", "--data", str(log_dir))
     assert "Traceback" not in res.stderr
     if res.returncode == 1:  # the damaged page held rows (not only index entries)
@@ -1155,7 +1155,7 @@ async def test_a_damaged_dictionary_fails_only_its_rows(log_dir: Path, expected:
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     lines = res.stdout.splitlines()
-    assert f"log: dictionary {dict_id} is damaged (the bytes carry dictionary id 0); bodies that need it cannot be decoded" in lines
+    assert f"log: DICTIONARY_DAMAGED: dictionary {dict_id} is damaged (the bytes carry dictionary id 0); bodies that need it cannot be decoded" in lines
     assert any(line.startswith(f"seq {used}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
     res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr
@@ -1176,7 +1176,7 @@ async def test_a_dictionary_cut_short_fails_only_its_rows(log_dir: Path, expecte
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     lines = res.stdout.splitlines()
-    assert any(line.startswith(f"log: dictionary {dict_id} is damaged (") for line in lines), lines
+    assert any(line.startswith(f"log: DICTIONARY_DAMAGED: dictionary {dict_id} is damaged (") for line in lines), lines
     assert any(line.startswith(f"seq {used}: EVENT_UNKNOWN_DICTIONARY:") and "damaged" in line for line in lines)
     res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(log_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
@@ -1219,7 +1219,7 @@ def test_an_unknown_kind_with_msgpack_only_values_prints_as_json(log_dir: Path, 
         "floats": [{"msgpack_float": "NaN"}, {"msgpack_float": "Infinity"}, {"msgpack_float": "-Infinity"}, 1.5],
     }
     res = lens("log", "verify", "--data", str(log_dir))
-    assert res.stdout.splitlines()[0] == f"seq {seq}: unknown event kind 'future.kind' (decoded as opaque; written by a newer Lens?)"
+    assert res.stdout.splitlines()[0] == f"seq {seq}: EVENT_KIND_UNKNOWN: unknown event kind 'future.kind' (decoded as opaque; written by a newer Lens?)"
 
 
 
@@ -1269,7 +1269,7 @@ def _first_line_then_close(*args: str) -> tuple[bytes, int]:
 def test_a_closed_pipe_keeps_the_exit_code_of_what_failed(log_dir: Path, expected: list[tuple]) -> None:
     edit_log(log_dir, "DELETE FROM events WHERE seq = 2")  # a gap: verify fails
     first, rc = _first_line_then_close("log", "verify", "--data", str(log_dir))
-    assert first.startswith(b"seq 3: seq gap") and rc == 1
+    assert first.startswith(b"seq 3: SEQ_GAP: seq gap") and rc == 1
     edit_log(log_dir, "UPDATE events SET body = x'00' WHERE seq = 1")
     first, rc = _first_line_then_close("log", "decode", "--data", str(log_dir))
     assert json.loads(first)["seq"] == 3 and rc == 1  # seq 1 failed before the reader left
@@ -1311,8 +1311,8 @@ def test_rows_with_a_seq_below_one_are_shown_and_named(log_dir: Path, expected: 
     res = lens("log", "verify", "--data", str(log_dir))
     assert res.returncode == 1
     assert res.stdout.splitlines()[:2] == [
-        "seq -5: seq -5 is not positive (seqs start at 1)",
-        "seq 2: seq gap: expected 1, found 2",
+        "seq -5: SEQ_NOT_POSITIVE: seq -5 is not positive (seqs start at 1)",
+        "seq 2: SEQ_GAP: seq gap: expected 1, found 2",
     ]
     res = lens("log", "decode", "--data", str(log_dir), "--to", "2")
     assert [e["seq"] for e in decoded(res.stdout)] == [-5, 2]
