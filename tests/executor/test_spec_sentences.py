@@ -1,0 +1,70 @@
+"""F-EXE sentences proven end to end through the real executor process and the Core tools:
+view_image's 5 MiB edge (an artifact at the limit, ``TOO_LARGE`` one byte past), and arguments a
+file tool does not take, or needs and lacks, refused naming them."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from events import types as t
+from tools.artifacts import ArtifactError
+from tools.files import LIMITS
+
+from .test_tools import CoreTools, core, png, sub  # noqa: F401  (fixtures)
+
+MAX_IMAGE = LIMITS["MAX_IMAGE_BYTES"]
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_view_image_at_5_mib_is_an_artifact_and_one_byte_past_is_too_large(core: CoreTools, workspace: Path,
+                                                                                  sub: str, extra: int) -> None:
+    head = png(1, 1)
+    data = head + b"\x00" * (MAX_IMAGE - len(head) + extra)  # (the magic bytes decide; the tail is padding)
+    (workspace / sub / "big.png").write_bytes(data)
+    _, res = await core.run("view_image", {"path": f"{sub}/big.png"})
+    aid = hashlib.sha256(data).hexdigest()
+    if extra:
+        assert res.is_error and res.error_code == "TOO_LARGE"
+        assert f"{MAX_IMAGE + 1} bytes; images are at most {MAX_IMAGE}" in res.structured_content["error"]["message"]
+        assert res.events == []
+        with pytest.raises(ArtifactError):
+            core.artifacts.get(aid)
+        return
+    assert not res.is_error, res.content
+    assert res.structured_content["artifact_id"] == aid and res.structured_content["mime"] == "image/png"
+    assert core.artifacts.get(aid) == data  # all 5 MiB, through gRPC and into the artifact store
+    [stored] = [e for e in res.events if isinstance(e, t.ArtifactStored)]
+    assert (stored.artifact_id, stored.mime, stored.size) == (aid, "image/png", MAX_IMAGE)
+
+
+ARGUMENT_CASES = [
+    ("read_file", {"path": "f.txt", "bogus": 1},
+     "read_file does not take 'bogus' (its arguments: path, start_line, max_lines, offset, follow_symlinks)"),
+    ("read_file", {"start_line": 1}, "read_file needs 'path'"),
+    ("view_image", {"path": "f.txt", "x": 1}, "view_image does not take 'x' (its arguments: path)"),
+    ("view_image", {}, "view_image needs 'path'"),
+    # call_id is the executor's own keyword: a caller's was "got multiple values for keyword argument"
+    ("edit_file", {"path": "f.txt", "mode": "rewrite", "content": "x", "call_id": "c9"},
+     "edit_file does not take 'call_id' (its arguments: path, mode, content, edits)"),
+    ("edit_file", {"path": "f.txt", "content": "x"}, "edit_file needs 'mode'"),
+    ("edit_file", {"content": "x"}, "edit_file needs 'path', 'mode'"),
+    ("patch_file", {"path": "f.txt", "patch": "@@\n-a\n+A\n", "call_id": "c9", "dry_run": True},
+     "patch_file does not take 'call_id', 'dry_run' (its arguments: path, patch)"),
+    ("patch_file", {"path": "f.txt"}, "patch_file needs 'patch'"),
+]
+
+
+@pytest.mark.parametrize("tool, args, message", ARGUMENT_CASES)
+async def test_an_argument_a_file_tool_does_not_take_or_lacks_is_named(core: CoreTools, workspace: Path, sub: str,
+                                                                       tool: str, args: dict, message: str) -> None:
+    f = workspace / sub / "f.txt"
+    f.write_bytes(b"a\nb\n")
+    if "path" in args:
+        args = {**args, "path": f"{sub}/{args['path']}"}
+    _, res = await core.run(tool, args)
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    assert res.structured_content["error"]["message"] == message
+    assert f.read_bytes() == b"a\nb\n" and not [e for e in res.events if isinstance(e, t.FileEdited)]
