@@ -1,6 +1,7 @@
 """F-EXE sentences proven end to end through the real executor process and the Core tools:
-view_image's 5 MiB edge (an artifact at the limit, ``TOO_LARGE`` one byte past), and arguments a
-file tool does not take, or needs and lacks, refused naming them."""
+view_image's 5 MiB edge (an artifact at the limit, ``TOO_LARGE`` one byte past), arguments a
+file tool does not take, or needs and lacks, refused naming them, and run_command's limits at
+their edges."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from events import types as t
 from tools.artifacts import ArtifactError
 from tools.files import LIMITS
+from tools.workspace_tools import MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS
 
 from .test_tools import CoreTools, core, png, sub  # noqa: F401  (fixtures)
 
@@ -68,3 +70,39 @@ async def test_an_argument_a_file_tool_does_not_take_or_lacks_is_named(core: Cor
     assert res.is_error and res.error_code == "INVALID_ARGUMENT"
     assert res.structured_content["error"]["message"] == message
     assert f.read_bytes() == b"a\nb\n" and not [e for e in res.events if isinstance(e, t.FileEdited)]
+
+
+# ---------------------------------------------------------------------------- F-EXE-7 commands
+
+
+async def test_run_command_limits_at_their_edges_and_one_past(core: CoreTools, workspace: Path, sub: str) -> None:
+    """Each limit of run_command is accepted exactly at its value and refused one past (the
+    daemon's test checked only past ones: a limit off by one inward would have passed it)."""
+    at = "true #" + "x" * (MAX_COMMAND_BYTES - len("true #"))
+    assert len(at.encode()) == MAX_COMMAND_BYTES
+    ok = {"command": at, "timeout_ms": MAX_COMMAND_TIMEOUT_MS, "max_output_bytes": MAX_COMMAND_OUTPUT, "cwd": sub}
+    _, res = await core.run("run_command", ok)
+    assert not res.is_error, res.content
+    assert res.structured_content["exit_code"] == 0 and res.structured_content["timed_out"] is False
+    past = [({**ok, "command": at + "x"}, "COMMAND_TOO_LONG", f"longer than {MAX_COMMAND_BYTES} bytes"),
+            ({**ok, "command": "é" * (MAX_COMMAND_BYTES // 2) + "x"}, "COMMAND_TOO_LONG", "bytes"),  # counted in UTF-8
+            ({**ok, "timeout_ms": MAX_COMMAND_TIMEOUT_MS + 1}, "TOOL_ARGUMENTS_INVALID",
+             f"timeout_ms must be an integer from 0 to {MAX_COMMAND_TIMEOUT_MS}"),
+            ({**ok, "max_output_bytes": MAX_COMMAND_OUTPUT + 1}, "TOOL_ARGUMENTS_INVALID",
+             f"max_output_bytes must be an integer from 0 to {MAX_COMMAND_OUTPUT}")]
+    for args, code, words in past:
+        _, res = await core.run("run_command", args)
+        assert res.is_error and res.error_code == code and words in res.structured_content["error"]["message"], \
+            (code, res.structured_content)
+
+
+@pytest.mark.parametrize("size, truncated", [(64, False), (65, True)])
+async def test_run_command_output_cap_at_its_edge(core: CoreTools, workspace: Path, sub: str, size: int,
+                                                  truncated: bool) -> None:
+    _, res = await core.run("run_command", {"command": f"head -c {size} /dev/zero | tr '\\0' a",
+                                            "max_output_bytes": 64, "cwd": sub})
+    assert not res.is_error, res.content
+    assert res.structured_content["truncated"] is truncated
+    text = res.content[0].text
+    assert text.startswith("a" * 64) and not text.startswith("a" * 65)
+    assert ("output truncated" in text) is truncated
