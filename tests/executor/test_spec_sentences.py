@@ -1,18 +1,21 @@
 """F-EXE sentences proven end to end through the real executor process and the Core tools:
 view_image's 5 MiB edge (an artifact at the limit, ``TOO_LARGE`` one byte past), arguments a
 file tool does not take, or needs and lacks, refused naming them, and run_command's limits at
-their edges."""
+their edges; and a skill's resource samples at their limit of 10."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from events import types as t
+from runtime.executor_client import ExecutorClient
 from tools.artifacts import ArtifactError
 from tools.files import LIMITS
+from tools.skills import MAX_SAMPLES, resource_samples
 from tools.workspace_tools import MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS
 
 from .test_tools import CoreTools, core, png, sub  # noqa: F401  (fixtures)
@@ -106,3 +109,25 @@ async def test_run_command_output_cap_at_its_edge(core: CoreTools, workspace: Pa
     text = res.content[0].text
     assert text.startswith("a" * 64) and not text.startswith("a" * 65)
     assert ("output truncated" in text) is truncated
+
+
+# ---------------------------------------------------------------------------- F-TOOL-6 samples
+
+
+@pytest.mark.parametrize("files, more", [(10, False), (11, True)])
+async def test_a_skill_shows_at_most_10_resource_samples_and_says_when_there_are_more(
+        client: ExecutorClient, workspace: Path, sub: str, files: int, more: bool) -> None:
+    """At the limit all are shown and none is said to be left out; one past, 10 and "more"
+    (the session test has 12 files, far from the edge)."""
+    base = workspace / sub / "skills" / "review"
+    (base / "refs").mkdir(parents=True)
+    (base / "SKILL.md").write_text("---\nname: review\n---\nsteps\n")
+    for i in range(files):
+        (base / "refs" / f"r{i:02d}.md").write_text("ref\n")
+
+    async def read(args: dict[str, Any]) -> dict[str, Any]:
+        return (await client.call("read_file", args)).result
+
+    samples, more_left = await resource_samples(read, f"{sub}/skills/review")
+    assert samples == [f"refs/r{i:02d}.md" for i in range(min(files, MAX_SAMPLES))]
+    assert more_left is more and MAX_SAMPLES == 10
