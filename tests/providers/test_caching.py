@@ -86,9 +86,10 @@ async def test_openai_12h_is_sent_per_breakpoint(protocol, server, make):
     assert {b["ttl"] for b in result.diagnostics["cache"]["breakpoints"]} == {"12h"}
 
 
+@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
 @pytest.mark.parametrize("ttl", ["1h", "5m", "24h", ""])
-async def test_openai_unsupported_ttl_is_refused_before_sending(ttl, server, make):
-    provider = make("openai-responses", models={"m1": ModelConfig(id="m1", explicit_cache=True)}, cache_ttl=ttl or "bogus")
+async def test_openai_unsupported_ttl_is_refused_before_sending(ttl, protocol, server, make):
+    provider = make(protocol, models={"m1": ModelConfig(id="m1", explicit_cache=True)}, cache_ttl=ttl or "bogus")
     with pytest.raises(ProviderError) as info:
         await provider.stream(long_history(1).request(), Deltas())
     assert info.value.code == "CACHE_TTL_UNSUPPORTED" and "30m" in info.value.message

@@ -150,6 +150,38 @@ def _reading_requests_plainly(handler: grpc.RpcMethodHandler | None, method: str
     return handler
 
 
+# Each tool's argument names: (required, optional). Checked before the call: Python's own
+# TypeError for an unknown or missing keyword named our functions ("tools.files.workspace.
+# edit_file() got multiple values for keyword argument 'call_id'") and, caught broadly, would
+# have passed a defect inside a tool off as the caller's bad argument.
+ARGUMENT_NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "read_file": (("path",), ("start_line", "max_lines", "offset", "follow_symlinks")),
+    "browse_list": ((), ("path", "depth", "max_entries", "include_ignored")),
+    "browse_read": (("path",), ("offset", "limit")),
+    "resolve": (("path",), ()),
+    "view_image": (("path",), ()),
+    "edit_file": (("path", "mode"), ("content", "edits")),
+    "patch_file": (("path", "patch"), ()),
+}
+
+
+def check_argument_names(tool: str, args: dict[str, Any]) -> None:
+    """``FileToolError(INVALID_ARGUMENT)`` naming an argument ``tool`` does not take, or the first
+    it needs and lacks; tools without an entry (``restore``, unknown ones) check their own."""
+    names = ARGUMENT_NAMES.get(tool)
+    if names is None:
+        return
+    required, optional = names
+    unknown = sorted(k for k in args if k not in required and k not in optional)
+    if unknown:
+        listed = ", ".join(repr(shortened(k)) for k in unknown[:5]) + (", …" if len(unknown) > 5 else "")
+        raise FileToolError("INVALID_ARGUMENT", f"{tool} does not take {listed} "
+                                                f"(its arguments: {', '.join(required + optional)})")
+    missing = [k for k in required if k not in args]
+    if missing:
+        raise FileToolError("INVALID_ARGUMENT", f"{tool} needs {', '.join(map(repr, missing))}")
+
+
 class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
                  test_hooks: bool = False, ignore_cache: IgnoreCache | None = None,
@@ -207,9 +239,6 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                                 error_message=f"arguments are not usable JSON ({_printable(str(exc))})")
         except RecursionError:
             return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT", error_message="arguments are nested too deeply")
-        except TypeError as exc:  # unexpected or missing keyword arguments
-            return pb.ToolReply(ok=False, error_code="INVALID_ARGUMENT",
-                                error_message=_printable(str(exc).replace("Workspace.", "")))
 
     def _test_wait_cancel(self, args: dict[str, Any], context: grpc.ServicerContext) -> pb.ToolReply:
         marker = str(args.get("marker", ""))
@@ -227,6 +256,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
 
     def _dispatch(self, tool: str, call_id: str | None, args: dict[str, Any]) -> pb.ToolReply:
         ws = self.ws
+        check_argument_names(tool, args)
         if tool == "read_file":
             return pb.ToolReply(ok=True, result_json=json.dumps(ws.read_file(**args), ensure_ascii=False))
         if tool in ("browse_list", "browse_read"):  # workspace browsing (F-HAR-3), read-only
