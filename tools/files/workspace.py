@@ -109,6 +109,7 @@ class Workspace:
                 return {"path": path, "kind": "directory", "content": content, "entries": entries, **res}
             if not t.is_file:
                 raise FileToolError("NOT_A_FILE", f"{shown}: not a regular file or directory")
+            self._one_name(t)
             assert t.fd is not None
             res = read.page(self._abandonable(read.fd_reader(t.fd), shown), t.st.st_size, shown=shown,
                             start_line=start_line, max_lines=max_lines, offset=offset)
@@ -334,7 +335,21 @@ class Workspace:
             raise FileToolError("NOT_FOUND", f"{t.shown}: no such file")
         if not t.is_file or t.fd is None:
             raise FileToolError("NOT_A_FILE", f"{t.shown}: not a regular file")
+        Workspace._one_name(t)
         return t.fd
+
+    @staticmethod
+    def _one_name(t: Target) -> None:
+        """``HARD_LINKED`` for a regular file with more than one name (judged on the ``fstat`` of
+        the fd that would be read). Its other names cannot be found without searching every
+        directory of the file system, and one may be outside the workspace (``ln ~/.ssh/id_rsa
+        notes.txt``): the file tools neither read nor edit such a file through a workspace name.
+        Every read of a file's bytes (a read, an image, an edit's or a restore's original)
+        passes here."""
+        if t.st is not None and t.st.st_nlink > 1:
+            raise FileToolError("HARD_LINKED", f"{t.shown}: a file with more than one name (hard links); another "
+                                               "name may be outside the workspace, so the file tools neither read "
+                                               "nor edit it (a copy of it, made by a command, has one name)")
 
     def _original(self, t: Target) -> bytes:
         """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
@@ -352,6 +367,7 @@ class Workspace:
             return None
         if not t.is_file or t.fd is None or (t.st is not None and t.st.st_size > MAX_TEXT_BYTES):
             raise FileToolError("CONFLICT", f"{t.shown}: no longer a regular file of at most {MAX_TEXT_BYTES} bytes")
+        self._one_name(t)
         return commit.read_all(t.fd, MAX_TEXT_BYTES, shown=t.shown)
 
     def _current_for_replay(self, path: str) -> str | None:
