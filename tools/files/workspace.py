@@ -145,19 +145,26 @@ class Workspace:
             data = commit.read_all(self._regular(t), limit, shown=t.shown)
             return data, sha256_hex(data) or ""
 
-    def open_directory(self, path: str = ".") -> int:
+    def open_directory(self, path: str = ".", leads_to: str | None = None) -> int:
         """An open fd of a workspace directory (a command's cwd), which the caller closes;
         NOT_FOUND or NOT_A_DIRECTORY otherwise.
 
         The command is to start in this very directory (``/proc/self/fd/<fd>``), the one the
         confined walk reached: its host path, used a moment later, could by then lead through a
-        symlink swapped in (commands themselves are not confined by this library)."""
+        symlink swapped in (commands themselves are not confined by this library).
+        ``leads_to``: the canonical workspace-relative path (:meth:`resolve_path`'s) the caller
+        judged ``path`` by; a walk that reaches another directory is ``CWD_MOVED``. Judged in
+        the walk that opens the directory, it closes the gap between a caller's ``resolve`` and
+        the command's start."""
         with self._boundary(path), self._resolve(path) as t:
             shown = t.shown
             if not t.exists:
                 raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
             if not t.is_dir:
                 raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory")
+            if leads_to is not None and t.rel != leads_to:
+                raise FileToolError("CWD_MOVED", f"{shown}: leads to {t.rel!r} now, not to {leads_to!r} as it did when "
+                                                 "it was judged (a symlink on it changed); the command was not started")
             assert t.fd is not None
             return os.dup(t.fd)  # (O_CLOEXEC, as every fd os.dup makes)
 
