@@ -86,10 +86,9 @@ async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: st
     if not judged:
         return ""
     try:
-        out = await client.call("resolve", {"path": path or "."})
+        real = await _resolved(client, path)
     except Exception as exc:
         raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
-    real = out.result.get("path")
     for prefixes, whose in judged:
         if not isinstance(real, str) or not within_allowlist(real, prefixes):
             shown = path or "."
@@ -105,11 +104,16 @@ async def where_it_leads(client: Any, path: str) -> str | None:
     ``resolve``), or None when the executor cannot tell. (An edit's result says which file it
     wrote; this asks for an executor built before it did.)"""
     try:
-        out = await client.call("resolve", {"path": path or "."})
+        real = await _resolved(client, path)
     except Exception:
         return None
-    real = out.result.get("path")
     return real if isinstance(real, str) else None
+
+
+async def _resolved(client: Any, path: str) -> Any:
+    """The executor's ``resolve`` answer for ``path`` (the root for ""), as it came."""
+    out = await client.call("resolve", {"path": path or "."})
+    return out.result.get("path")
 
 
 def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec]:
