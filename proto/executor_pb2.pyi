@@ -56,16 +56,18 @@ class ToolReply(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., result_json: _Optional[str] = ..., has_before: _Optional[bool] = ..., before: _Optional[bytes] = ..., after: _Optional[bytes] = ..., data: _Optional[bytes] = ..., mime: _Optional[str] = ..., written_path: _Optional[bytes] = ...) -> None: ...
 
 class CommandRequest(_message.Message):
-    __slots__ = ("command", "timeout_ms", "max_output_bytes", "cwd")
+    __slots__ = ("command", "timeout_ms", "max_output_bytes", "cwd", "cwd_leads_to")
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
+    CWD_LEADS_TO_FIELD_NUMBER: _ClassVar[int]
     command: str
     timeout_ms: int
     max_output_bytes: int
     cwd: str
-    def __init__(self, command: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., cwd: _Optional[str] = ...) -> None: ...
+    cwd_leads_to: str
+    def __init__(self, command: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., cwd: _Optional[str] = ..., cwd_leads_to: _Optional[str] = ...) -> None: ...
 
 class CommandEvent(_message.Message):
     __slots__ = ("stdout", "stderr", "exit")

@@ -243,13 +243,16 @@ class ExecutorClient:
 
     @asynccontextmanager
     async def run(self, command: str, *, timeout_ms: int = 0, max_output_bytes: int = 0,
-                  cwd: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
+                  cwd: str = "", cwd_leads_to: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
         """Stream a command's events; leaving the block (or cancellation) cancels it on the executor.
+        ``cwd_leads_to``: where ``cwd`` was judged to lead (``resolve``); the executor refuses
+        to start the command (``CWD_MOVED``) when its walk reaches another directory.
 
         A failure of the stream arrives in-band as an :class:`ExecutorError` item: raise it (it
         comes out of the block as itself; the block opens no nursery).
         """
-        req = pb.CommandRequest(command=command, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, cwd=cwd)
+        req = pb.CommandRequest(command=command, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, cwd=cwd,
+                                cwd_leads_to=cwd_leads_to)
         # No nursery here: an exception raised by the caller's block must come out as itself, not
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.

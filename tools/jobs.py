@@ -64,7 +64,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         except Exception as exc:  # typed executor errors carry codes; keep them
             raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
         # (no lock is held while a job runs, so a link may change later: checked as it starts)
-        await check_where_it_leads(ctx, ex.client, "job", "cwd", cwd)
+        judged = await check_where_it_leads(ctx, ex.client, "job", "cwd", cwd)
 
         async def run(write: Any) -> JobExit | None:
             # No execution-domain lock: a job runs for minutes or hours, and holding the write
@@ -72,7 +72,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             join = StreamJoin(write)
             try:
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=MAX_COMMAND_OUTPUT,
-                                         cwd=cwd) as events:
+                                         cwd=cwd, cwd_leads_to=judged) as events:
                     end = await drain(events, join)
                 return None if end is None else JobExit(end.exit_code, end.timed_out, timeout, end.truncated)
             finally:

@@ -72,27 +72,31 @@ def _restored(edit: t.FileEdited) -> str:
 
 
 async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str,
-                               allowlists: Sequence[tuple[str, Sequence[str] | None]] | None = None) -> None:
+                               allowlists: Sequence[tuple[str, Sequence[str] | None]] | None = None) -> str:
     """Raise ``PATH_NOT_ALLOWED`` when ``path`` leads (through symlinks in the workspace) outside
     the call's workspace allowlist. The execution plane has checked the path's text already; the
     executor says where it leads now, so the caller holds the execution-domain lock across this
     check and the call (no command of this session changes a link in between). ``allowlists``:
-    (whose, prefixes) pairs to judge by instead, each of which must hold the path."""
+    (whose, prefixes) pairs to judge by instead, each of which must hold the path. Returns where
+    the path was judged to lead ("" when no allowlist applies): a command passes it with its
+    ``cwd`` (``cwd_leads_to``), so that a link changed in between by anything else (a background
+    job, another process) cannot start it in a directory that was not judged."""
     judged = [(p, whose) for whose, p in (allowlists if allowlists is not None else [(tool, ctx.workspace_allowlist)])
               if p is not None]
     if not judged:
-        return
+        return ""
     try:
-        out = await client.call("resolve", {"path": path or "."})
+        real = await _resolved(client, path)
     except Exception as exc:
         raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
-    real = out.result.get("path")
     for prefixes, whose in judged:
         if not isinstance(real, str) or not within_allowlist(real, prefixes):
             shown = path or "."
             of = "" if whose == tool else f" of {whose}"
             raise ToolError("PATH_NOT_ALLOWED", f"{tool}: {arg} {shown[:200]!r} leads to {str(real)[:200]!r}, outside "
                                                 f"the workspace allowlist{of} ({', '.join(prefixes) or 'empty'})")
+    assert isinstance(real, str)
+    return real
 
 
 async def where_it_leads(client: Any, path: str) -> str | None:
@@ -100,11 +104,16 @@ async def where_it_leads(client: Any, path: str) -> str | None:
     ``resolve``), or None when the executor cannot tell. (An edit's result says which file it
     wrote; this asks for an executor built before it did.)"""
     try:
-        out = await client.call("resolve", {"path": path or "."})
+        real = await _resolved(client, path)
     except Exception:
         return None
-    real = out.result.get("path")
     return real if isinstance(real, str) else None
+
+
+async def _resolved(client: Any, path: str) -> Any:
+    """The executor's ``resolve`` answer for ``path`` (the root for ""), as it came."""
+    out = await client.call("resolve", {"path": path or "."})
+    return out.result.get("path")
 
 
 def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec]:
@@ -306,9 +315,10 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         join = StreamJoin(out.extend)
         exit_info: Any = None
         async with locked(ctx, write=True) as ex:
-            await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
+            judged = await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             try:
-                async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd) as events:
+                async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
+                                         cwd_leads_to=judged) as events:
                     exit_info = await drain(events, join)
                 join.flush()
             except ToolError:

@@ -4,7 +4,8 @@ Tests that must know which calls reach the executor (how many round trips a Core
 point Core at the relay instead of the executor: every RPC is passed on as raw bytes, token and
 protocol metadata included, and each ``Call``'s tool name is recorded on the way. ``edit_reply``
 may rewrite an editing tool's reply on its way back (an executor of an older build, say), on the
-wire: Core's code runs unchanged.
+wire: Core's code runs unchanged. ``before_run`` is called with each ``Run`` request before it
+is passed on (a test changes the workspace exactly between Core's calls).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ class Relay(grpc.GenericRpcHandler):
     """``with Relay(executor_address) as relay``: ``relay.address`` takes Core's calls,
     ``relay.tools`` lists the tools called, in order."""
 
-    def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None) -> None:
+    def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None,
+                 before_run: Callable[[pb.CommandRequest], None] | None = None) -> None:
         self.target = target
         self.edit_reply = edit_reply
+        self.before_run = before_run
         self.tools: list[str] = []
         self._channel = grpc.insecure_channel(target)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[self])
@@ -47,6 +50,8 @@ class Relay(grpc.GenericRpcHandler):
 
         if method.endswith("/Run"):
             def stream(raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+                if self.before_run is not None:
+                    self.before_run(pb.CommandRequest.FromString(raw))
                 call = self._channel.unary_stream(method)(raw, metadata=metadata(context),
                                                           timeout=context.time_remaining())
                 try:

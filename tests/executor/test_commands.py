@@ -392,3 +392,29 @@ def poll_gone(pid: int, timeout: float = 10.0) -> bool:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     return _alive(pid)
+
+
+async def test_a_cwd_judged_by_resolve_and_swapped_before_the_start_is_not_entered(
+        client: ExecutorClient, workspace: Path) -> None:
+    # The workspace allowlist judges a command's cwd by where `resolve` says it leads, then the
+    # command starts in a second call: a directory swapped for a symlink in between (by a
+    # background job, another process) started it in a directory nobody judged. The race is
+    # forced: the swap is made exactly between the two calls. With `cwd_leads_to`, the walk that
+    # opens the directory compares it with what was judged, and nothing starts.
+    base = workspace / "judged_cwd"
+    (base / "other").mkdir(parents=True, exist_ok=True)
+    (base / "allowed").mkdir(exist_ok=True)
+    judged = (await client.call("resolve", {"path": "judged_cwd/allowed"})).result["path"]
+    assert judged == "judged_cwd/allowed"
+    (base / "allowed").rename(base / "allowed.old")
+    (base / "allowed").symlink_to("other")  # the swap, after the judgement, before the start
+    async with client.run("touch started", cwd="judged_cwd/allowed", cwd_leads_to=judged) as events:
+        item = await events.receive()
+    assert isinstance(item, ExecutorToolError) and item.code == "CWD_MOVED", item
+    assert "leads to 'judged_cwd/other' now, not to 'judged_cwd/allowed'" in item.message
+    assert not (base / "other" / "started").exists() and not (base / "allowed.old" / "started").exists()
+    # where the cwd leads to what was judged (through a link too), the command starts there
+    out, _, ex = await collect(client, "pwd -P", cwd="judged_cwd/allowed", cwd_leads_to="judged_cwd/other")
+    assert ex.exit_code == 0 and Path(out.decode().strip()) == (base / "other").resolve()
+    out, _, ex = await collect(client, "pwd -P", cwd="", cwd_leads_to=".")
+    assert ex.exit_code == 0 and Path(out.decode().strip()) == workspace.resolve()

@@ -25,9 +25,9 @@ The oracle, after every call:
   POSIX resolution of the path reaches, and that lies inside the workspace.
 
 A hard link in the workspace to an outside file is a name *inside* the workspace (F-EXE-9 speaks
-of paths: ``..``, absolute and symlink escapes), so ``read_file`` may read it (it holds its own
-marker, not the canary); browsing refuses it (a file with more than one name), and an edit
-through it replaces the link and leaves the outside file as it was.
+of paths: ``..``, absolute and symlink escapes), but its other name is outside: no file tool
+reads or edits a file with more than one name (``HARD_LINKED``; browsing: ``SENSITIVE_FILE``),
+and the outside file stays as it was (it holds its own marker, not the canary).
 
 Then a bounded race: a thread swaps a workspace directory for a symlink to the canary tree (and
 a workspace file for a symlink to a canary file) and back while the executor serves reads and

@@ -208,12 +208,13 @@ class CoreTools:
         self._n = itertools.count(1)
         self.session_id = f"ses_core{next(_n)}"  # the executor's journal outlives one test
 
-    async def run(self, name: str, args: dict[str, Any], *, call_id: str | None = None) -> tuple[str, ToolResult]:
+    async def run(self, name: str, args: dict[str, Any], *, call_id: str | None = None,
+                  allowlist: list[str] | None = None) -> tuple[str, ToolResult]:
         from tools.base import ToolError
 
         call_id = call_id or f"call_{next(self._n)}"
         ctx = ToolContext("p1", self.session_id, "main", None, call_id, True,
-                          file_edits=lambda cid: list(self.edits.get(cid, [])))
+                          file_edits=lambda cid: list(self.edits.get(cid, [])), workspace_allowlist=allowlist)
         try:
             result = await self.specs[name].run(args, ctx)
         except ToolError as exc:

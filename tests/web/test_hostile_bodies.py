@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
+from typing import Any
 
 import trio
 
@@ -19,7 +20,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolRegistry
 from tools.web import web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES
-from tools.web.http import WIRE_SLACK
+from tools.web.http import MAX_INFORMATIONAL, WIRE_SLACK
 
 from .conftest import call, text_of
 from .server import WebServer
@@ -41,25 +42,95 @@ async def test_a_page_the_html_parser_fails_on_is_a_conversion_failure(full: Too
     assert r.error_code == "HTTP_ERROR" and "404" in text_of(r)
 
 
-async def test_a_page_that_makes_the_parser_quadratic_ends_at_the_conversion_limit(
-        artifacts: ArtifactStore, web_server: WebServer) -> None:
+async def test_a_page_that_makes_the_parser_quadratic_ends_at_the_calls_timeout(
+        full: ToolRegistry, web_server: WebServer) -> None:
     # Each "<a" with no ">" after it makes html.parser scan to the end of the page: 1 MiB of
     # them takes minutes (5 MiB, hours), in a thread nothing can stop.
-    registry = ToolRegistry([web_fetch_tool(artifacts, full_access=True, convert_limit=0.5)])
     url = web_server.reply("/slow", "<p>x</p>" + "<a" * (512 * 1024))
     for fmt in ("markdown", "text"):
         started = time.monotonic()
         with trio.fail_after(60):
-            r = await call(registry, "web_fetch", {"url": url, "format": fmt})
+            r = await call(full, "web_fetch", {"url": url, "format": fmt, "timeout": 0.5})
         assert r.error_code == "CONVERSION_FAILED", text_of(r)
-        assert "did not finish within 0.5 s" in text_of(r)
+        assert "did not finish within the call's timeout of 0.5 s" in text_of(r)
         assert time.monotonic() - started < 10
-    r = await call(registry, "web_fetch", {"url": url, "format": "html"})
+    r = await call(full, "web_fetch", {"url": url, "format": "html", "timeout": 0.5})
     assert not r.is_error and r.structured_content["bytes"] == 8 + 1024 * 1024
     # a plain page of the same size is converted well within the limit
     page = web_server.reply("/fine", "<p>" + "word " * (200 * 1024) + "</p>")
-    r = await call(registry, "web_fetch", {"url": page})
+    r = await call(full, "web_fetch", {"url": page, "timeout": 5})
     assert not r.is_error and text_of(r).startswith("word word")
+
+
+def trickled(head: bytes, body: bytes, pieces: int, every: float) -> Any:
+    """A handler sending ``head`` at once, then ``body`` in ``pieces`` parts ``every`` seconds
+    apart (the last part ``pieces * every`` seconds after the head)."""
+    async def handler(req: Any, stream: trio.SocketStream) -> None:
+        await stream.send_all(head)
+        step = -(-len(body) // pieces)
+        for i in range(pieces):
+            await trio.sleep(every)  # (pacing the server, not ordering the test)
+            await stream.send_all(body[i * step:(i + 1) * step])
+    return handler
+
+
+async def test_one_wall_clock_limit_covers_the_trickled_body_and_its_conversion(
+        full: ToolRegistry, web_server: WebServer) -> None:
+    # The call's timeout is one limit from its start: a body that trickles in over most of it
+    # leaves its conversion only the rest. (The conversion had 60 s of its own after the fetch:
+    # a call given 3 s took a minute.)
+    slow_page = ("<p>x</p>" + "<a" * (512 * 1024)).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(slow_page)
+    url = web_server.route("/trickle-slow", trickled(head, slow_page, 10, 0.2))  # in full at 2.0 s
+    started = time.monotonic()
+    with trio.fail_after(30):
+        r = await call(full, "web_fetch", {"url": url, "timeout": 3})
+    took = time.monotonic() - started
+    assert r.error_code == "CONVERSION_FAILED", text_of(r)
+    assert "within the call's timeout of 3 s" in text_of(r)
+    assert 2.0 <= took < 3.5, took
+    # a page that converts in no time, in full 0.5 s before the limit: the call succeeds
+    page = b"<p>" + b"word " * 1000 + b"</p>"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(page)
+    url = web_server.route("/trickle-fine", trickled(head, page, 10, 0.25))  # in full at 2.5 s
+    with trio.fail_after(30):
+        r = await call(full, "web_fetch", {"url": url, "timeout": 3})
+    assert not r.is_error and text_of(r).startswith("word word"), text_of(r)
+    # the same body, in full 0.5 s after the limit: FETCH_TIMEOUT at the limit
+    url = web_server.route("/trickle-late", trickled(head, page, 10, 0.35))  # in full at 3.5 s
+    started = time.monotonic()
+    with trio.fail_after(30):
+        r = await call(full, "web_fetch", {"url": url, "timeout": 3})
+    assert r.error_code == "FETCH_TIMEOUT", text_of(r)
+    assert 3.0 <= time.monotonic() - started < 3.4
+
+
+async def test_informational_responses_without_end_are_refused_after_the_limit(
+        full: ToolRegistry, web_server: WebServer) -> None:
+    # A server may send 1xx responses before its answer (100 Continue, 103 Early Hints); one
+    # that sends them forever was read (64 KiB a head) until the call's timeout.
+    hint = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+    final = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+    async def endless(req: Any, stream: trio.SocketStream) -> None:
+        while True:
+            await stream.send_all(hint)
+            await trio.sleep(0.001)  # (pacing: a head every millisecond)
+
+    url = web_server.route("/endless-1xx", endless)
+    started = time.monotonic()
+    with trio.fail_after(30):
+        r = await call(full, "web_fetch", {"url": url, "timeout": 20})
+    assert r.error_code == "HTTP_PROTOCOL_ERROR", text_of(r)
+    assert f"more than {MAX_INFORMATIONAL} informational (1xx) responses" in text_of(r)
+    assert time.monotonic() - started < 5
+    # at the limit the answer is read; one past it is refused
+    at = web_server.raw("/at", hint * MAX_INFORMATIONAL + final)
+    r = await call(full, "web_fetch", {"url": at, "timeout": 10})
+    assert not r.is_error and text_of(r) == "ok", text_of(r)
+    past = web_server.raw("/past", hint * (MAX_INFORMATIONAL + 1) + final)
+    r = await call(full, "web_fetch", {"url": past, "timeout": 10})
+    assert r.error_code == "HTTP_PROTOCOL_ERROR", text_of(r)
 
 
 async def test_a_charset_that_is_no_character_set_is_read_as_utf8(full: ToolRegistry,

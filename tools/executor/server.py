@@ -300,12 +300,12 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     def Run(self, request: pb.CommandRequest, context: grpc.ServicerContext) -> Any:
         timeout = min(request.timeout_ms or DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)
         cap = min(request.max_output_bytes or DEFAULT_MAX_OUTPUT, MAX_OUTPUT)
-        if "\0" in request.command or "\0" in request.cwd:
+        if "\0" in request.command or "\0" in request.cwd or "\0" in request.cwd_leads_to:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT: command and cwd cannot hold NUL characters")
         try:
             # (the directory the walk reached, held open: the shell starts in it, not in whatever
             # its host path names by then)
-            cwd = self.ws.open_directory(request.cwd or ".")
+            cwd = self.ws.open_directory(request.cwd or ".", request.cwd_leads_to or None)
         except FileToolError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {_printable(exc.message)}")
         try:

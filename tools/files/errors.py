@@ -17,6 +17,9 @@ Codes::
     TOO_MANY_UNITS          more than MAX_UNITS edits or hunks
     TOO_MANY_LINKS          more than MAX_SYMLINK_HOPS symlinks while resolving one path
     SYMLINK_NOT_FOLLOWED    read_file with follow_symlinks false met a symlink on the path
+    CWD_MOVED               a command's cwd leads elsewhere than the directory its caller judged
+    HARD_LINKED             the regular file has more than one name (hard links): one may be
+                            outside the workspace, so it is neither read nor edited
     NO_MATCH                an edit's old_string / a hunk / an anchor matches nothing
     NOT_UNIQUE              ... matches more than once (and replace_all is not set)
     OVERLAP                 two hunks cover overlapping lines of the original

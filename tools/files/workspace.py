@@ -109,6 +109,7 @@ class Workspace:
                 return {"path": path, "kind": "directory", "content": content, "entries": entries, **res}
             if not t.is_file:
                 raise FileToolError("NOT_A_FILE", f"{shown}: not a regular file or directory")
+            self._one_name(t)
             assert t.fd is not None
             res = read.page(self._abandonable(read.fd_reader(t.fd), shown), t.st.st_size, shown=shown,
                             start_line=start_line, max_lines=max_lines, offset=offset)
@@ -144,19 +145,26 @@ class Workspace:
             data = commit.read_all(self._regular(t), limit, shown=t.shown)
             return data, sha256_hex(data) or ""
 
-    def open_directory(self, path: str = ".") -> int:
+    def open_directory(self, path: str = ".", leads_to: str | None = None) -> int:
         """An open fd of a workspace directory (a command's cwd), which the caller closes;
         NOT_FOUND or NOT_A_DIRECTORY otherwise.
 
         The command is to start in this very directory (``/proc/self/fd/<fd>``), the one the
         confined walk reached: its host path, used a moment later, could by then lead through a
-        symlink swapped in (commands themselves are not confined by this library)."""
+        symlink swapped in (commands themselves are not confined by this library).
+        ``leads_to``: the canonical workspace-relative path (:meth:`resolve_path`'s) the caller
+        judged ``path`` by; a walk that reaches another directory is ``CWD_MOVED``. Judged in
+        the walk that opens the directory, it closes the gap between a caller's ``resolve`` and
+        the command's start."""
         with self._boundary(path), self._resolve(path) as t:
             shown = t.shown
             if not t.exists:
                 raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
             if not t.is_dir:
                 raise FileToolError("NOT_A_DIRECTORY", f"{shown}: not a directory")
+            if leads_to is not None and t.rel != leads_to:
+                raise FileToolError("CWD_MOVED", f"{shown}: leads to {t.rel!r} now, not to {leads_to!r} as it did when "
+                                                 "it was judged (a symlink on it changed); the command was not started")
             assert t.fd is not None
             return os.dup(t.fd)  # (O_CLOEXEC, as every fd os.dup makes)
 
@@ -334,7 +342,21 @@ class Workspace:
             raise FileToolError("NOT_FOUND", f"{t.shown}: no such file")
         if not t.is_file or t.fd is None:
             raise FileToolError("NOT_A_FILE", f"{t.shown}: not a regular file")
+        Workspace._one_name(t)
         return t.fd
+
+    @staticmethod
+    def _one_name(t: Target) -> None:
+        """``HARD_LINKED`` for a regular file with more than one name (judged on the ``fstat`` of
+        the fd that would be read). Its other names cannot be found without searching every
+        directory of the file system, and one may be outside the workspace (``ln ~/.ssh/id_rsa
+        notes.txt``): the file tools neither read nor edit such a file through a workspace name.
+        Every read of a file's bytes (a read, an image, an edit's or a restore's original)
+        passes here."""
+        if t.st is not None and t.st.st_nlink > 1:
+            raise FileToolError("HARD_LINKED", f"{t.shown}: a file with more than one name (hard links); another "
+                                               "name may be outside the workspace, so the file tools neither read "
+                                               "nor edit it (a copy of it, made by a command, has one name)")
 
     def _original(self, t: Target) -> bytes:
         """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
@@ -352,6 +374,7 @@ class Workspace:
             return None
         if not t.is_file or t.fd is None or (t.st is not None and t.st.st_size > MAX_TEXT_BYTES):
             raise FileToolError("CONFLICT", f"{t.shown}: no longer a regular file of at most {MAX_TEXT_BYTES} bytes")
+        self._one_name(t)
         return commit.read_all(t.fd, MAX_TEXT_BYTES, shown=t.shown)
 
     def _current_for_replay(self, path: str) -> str | None:

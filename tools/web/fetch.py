@@ -1,8 +1,9 @@
 """``web_fetch(url, format?, timeout?)`` (F-TOOL-8).
 
 One GET, following at most :data:`MAX_REDIRECTS` redirects, all within ``timeout`` seconds
-(default 30, at most 120): the time covers DNS, every redirect, the headers and the body, and
-ends the call with ``FETCH_TIMEOUT``. Before each request (the first and every redirect's) the
+(default 30, at most 120): one wall-clock limit, from the call's start, covers DNS, every
+redirect, the connection, the headers, the body (past it: ``FETCH_TIMEOUT``) and the conversion
+of the body to text (past it: ``CONVERSION_FAILED``; the conversion has what the fetch left). Before each request (the first and every redirect's) the
 URL is checked (:func:`~tools.web.address.parse_url`: http/https, no credentials) and its host
 resolved; without full access only public addresses pass, and the connection is made to the
 address that passed (:mod:`tools.web.http`), never to the name again. Full access is granted to
@@ -30,6 +31,7 @@ import codecs
 import re
 import ssl
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import trio
@@ -51,10 +53,6 @@ MAX_TIMEOUT = 120
 FORMATS = ("markdown", "text", "html")
 REDIRECTS = (301, 302, 303, 307, 308)
 ERROR_EXCERPT_CHARS = 2000
-# Seconds the conversion of a body to text may take (after the fetch, whose time is the call's
-# timeout). A real 5 MiB page takes about 10 s here; a page built to make the parser quadratic
-# would take hours (tools/web/html.py).
-CONVERT_LIMIT = 60.0
 
 ACCEPT = {
     "markdown": "text/markdown;q=1.0, text/html;q=0.9, text/plain;q=0.8, */*;q=0.1",
@@ -96,23 +94,21 @@ def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
 
 
 def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, networks: Sequence[IPNetwork] = (),
-                   tls: ssl.SSLContext | None = None, resolver: Resolver | None = None,
-                   convert_limit: float = CONVERT_LIMIT) -> ToolSpec:
+                   tls: ssl.SSLContext | None = None, resolver: Resolver | None = None) -> ToolSpec:
     """The ``web_fetch`` tool. ``full_access``: every call may reach non-public addresses;
     ``networks``: non-public networks every call may reach. ``tls``: the certificate store for
     https (default: the system's). ``resolver``: looks host names up (default: a
-    :class:`~tools.web.address.SystemResolver` of its own). ``convert_limit``: seconds a body's
-    conversion to text may take (``CONVERSION_FAILED`` past them)."""
+    :class:`~tools.web.address.SystemResolver` of its own)."""
     networks = tuple(networks)
     tls_store = TlsOnDemand(tls)
     lookup = resolver or SystemResolver()
 
-    async def fetch(url: Url, fmt: str, timeout: float) -> tuple[Url, list[str], Any]:
+    async def fetch(url: Url, fmt: str, timeout: float, deadline: float) -> tuple[Url, list[str], Any]:
         redirects: list[str] = []
         current = url
         looking_up = False
         try:
-            with trio.fail_after(timeout):
+            with trio.fail_at(deadline):
                 while True:
                     looking_up = True
                     addresses = await resolve(current, full_access=full_access, networks=networks, resolver=lookup)
@@ -141,8 +137,10 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
 
     async def web_fetch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raw_url, fmt, timeout = check_arguments(args)
+        deadline = trio.current_time() + timeout  # (the whole call's: fetch and conversion)
         url = parse_url(raw_url)
-        final, redirects, resp = await fetch(url, fmt, timeout)
+        final, redirects, resp = await fetch(url, fmt, timeout, deadline)
+        limit = _Limit(deadline, timeout)
         content_type = resp.header("content-type")
         mime = (content_type or "").split(";", 1)[0].strip().lower()
         structured: dict[str, Any] = {"url": url.url, "final_url": final.url, "status": resp.status,
@@ -154,8 +152,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
             if lied is not None:  # (a Content-Type that says text over an image, a PDF, an archive)
                 kind, mime = "binary", lied
         if resp.status >= 400:
-            text = "" if kind == "binary" else await _excerpt_text(resp.body, content_type, kind, fmt, final,
-                                                                   convert_limit)
+            text = "" if kind == "binary" else await _excerpt_text(resp.body, content_type, kind, fmt, final, limit)
             excerpt = ctx.secrets.cut(text, ERROR_EXCERPT_CHARS, "…")  # (scrubbed before the cut)
             raise ToolError("HTTP_ERROR", f"{final.url[:300]} answered {resp.status} {resp.reason}".rstrip()
                             + (f"\n\n{excerpt}" if excerpt.strip() else ""))
@@ -165,7 +162,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                                    structured)
         if kind == "binary":
             return await _binary(artifacts, resp.body, mime, final, note, structured)
-        text, title = await _convert(resp.body, content_type, kind, fmt, final, convert_limit)
+        text, title = await _convert(resp.body, content_type, kind, fmt, final, limit)
         structured["title"] = title or None
         if not text.strip() and kind == "html" and fmt != "html":
             # (a page drawn by scripts: the model would see nothing and not know why)
@@ -176,7 +173,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
         "web_fetch",
         "Fetch a public http(s) URL: HTML comes back as markdown (default), text or html; other text as is; "
         f"binaries (images, PDF…) are saved as artifacts. timeout in seconds (default {DEFAULT_TIMEOUT}, at most "
-        f"{MAX_TIMEOUT}) covers DNS, up to {MAX_REDIRECTS} redirects and the body (at most 5 MiB).",
+        f"{MAX_TIMEOUT}) covers DNS, up to {MAX_REDIRECTS} redirects, the body (at most 5 MiB) and its conversion.",
         {"type": "object", "properties": {
             "url": {"type": "string", "description": "an http:// or https:// URL without credentials"},
             "format": {"enum": list(FORMATS), "default": "markdown"},
@@ -272,24 +269,46 @@ def _recordable(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # (as providers' well_formed)
 
 
+@dataclass(frozen=True)
+class _Limit:
+    """The call's one wall-clock limit: ``deadline`` on trio's clock, ``timeout`` seconds after
+    the call started."""
+    deadline: float
+    timeout: float
+
+
 async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url,
-                   limit: float) -> tuple[str, str | None]:
+                   limit: _Limit) -> tuple[str, str | None]:
     """``body`` as the text the model gets, and the page's title. Raises ``CONVERSION_FAILED``
-    for a page the converter fails on or takes more than ``limit`` seconds over."""
+    for a page the converter fails on or does not finish before the call's deadline."""
+    too_slow = ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt}: it did not finish within "
+                                              f"the call's timeout of {limit.timeout:g} s; format \"html\" returns it "
+                                              f"as sent (or a longer timeout leaves the conversion more time)")
+    if kind != "html" or fmt == "html":
+        # (decoding alone is linear, milliseconds for 5 MiB; the codecs that are not are never used)
+        return decode(body, content_type, kind == "html"), None
+    left = limit.deadline - trio.current_time()
+    if left <= 0:
+        raise too_slow
+
     def work() -> tuple[str, str | None]:
-        deadline = time.monotonic() + limit  # (the thread's own clock: it ends itself at the limit)
-        text = decode(body, content_type, kind == "html")
-        if kind != "html" or fmt == "html":
-            return text, None
+        # (the thread's own clock: it ends itself at the deadline, at its next look)
+        deadline = time.monotonic() + left
+        text = decode(body, content_type, True)
         return (html.to_markdown(text, final.url, deadline) if fmt == "markdown"
                 else html.to_text(text, deadline))
 
-    # (html.parser on 5 MiB takes seconds: off the event loop)
+    # (html.parser on 5 MiB takes seconds: off the event loop.) The parser looks at the deadline
+    # between its steps only, so the call does not wait past the deadline for one step to end:
+    # the thread is abandoned there, and ends itself at its next look.
     try:
-        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        with trio.move_on_at(limit.deadline):
+            return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        raise too_slow
     except html.ConversionTooSlow:
-        raise ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt}: it did not finish within "
-                                             f"{limit:g} s; format \"html\" returns it as sent") from None
+        raise too_slow from None
+    except ToolError:
+        raise
     except Exception as exc:
         # A page the converter cannot handle fails this call, not the session (the page is
         # anyone's input; a crash would restart the actor and fetch it again). Python 3.11's
@@ -299,7 +318,7 @@ async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, f
 
 
 async def _excerpt_text(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url,
-                        limit: float) -> str:
+                        limit: _Limit) -> str:
     """The text an ``HTTP_ERROR`` quotes from: the converted body, or nothing when the body
     cannot be converted (the status is the error; the page's own failure would hide it)."""
     try:

@@ -11,7 +11,9 @@ own clock. Errors are :class:`~tools.base.ToolError` with stable codes:
 
     CONNECTION_FAILED  no address accepted the connection
     TLS_FAILED         the TLS handshake failed (certificate, protocol)
-    HTTP_PROTOCOL_ERROR  the server's bytes are not HTTP/1.x (or it closed mid-message)
+    HTTP_PROTOCOL_ERROR  the server's bytes are not HTTP/1.x (or it closed mid-message), or
+                         more than :data:`MAX_INFORMATIONAL` informational (1xx) responses
+                         came before the final one
     RESPONSE_TOO_LARGE   the decoded body passed ``max_body`` bytes (an encoded one: or its
                          encoded bytes passed ``max_body`` + :data:`WIRE_SLACK`)
     CONTENT_ENCODING_UNSUPPORTED  a Content-Encoding other than gzip, deflate or identity
@@ -34,6 +36,10 @@ USER_AGENT = "lens-web/0.1"
 READ_CHUNK = 65536
 ATTEMPT_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
 MAX_HEADER_BYTES = 64 * 1024  # a response head larger than this is HTTP_PROTOCOL_ERROR
+# Informational (1xx) responses taken before the final one: a real server sends one or two
+# (100 Continue, 103 Early Hints); one that sends them without end would otherwise be read (up
+# to 64 KiB each) until the caller's time ran out. One more is HTTP_PROTOCOL_ERROR.
+MAX_INFORMATIONAL = 16
 # How many more bytes an encoded (gzip/deflate) body may have on the wire than ``max_body``.
 # Compression adds a few bytes per block to data it cannot shrink (5 MiB of random bytes: about
 # 2 KiB); more is padding after the last member or a stream of empty members, which would
@@ -234,6 +240,7 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
 
     response: h11.Response | None = None
     decoder: _Decoder | None = None
+    informational = 0
     while True:
         try:
             event = conn.next_event()
@@ -247,7 +254,11 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
             conn.receive_data(data)
             continue
         if isinstance(event, h11.InformationalResponse):
-            continue  # 100 Continue, 103 Early Hints: the real answer follows
+            informational += 1  # 100 Continue, 103 Early Hints: the real answer follows
+            if informational > MAX_INFORMATIONAL:
+                raise ToolError("HTTP_PROTOCOL_ERROR", f"{url.host} sent more than {MAX_INFORMATIONAL} informational "
+                                                       f"(1xx) responses and no final response")
+            continue
         if isinstance(event, h11.Response):
             response = event
             decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body)
