@@ -131,6 +131,8 @@ async def test_an_artifact_is_served_as_text_or_image_or_bytes_never_sniffed(dae
         (b'{"a": [1, 2, "\xc3\xa9"]}', "text/plain; charset=utf-8", "inline"),
         (b"<html><script>alert(1)</script></html>", "text/plain; charset=utf-8", "inline"),
         (b"", "text/plain; charset=utf-8", "inline"),
+        (("é" * (1 << 19) + "!").encode(), "text/plain; charset=utf-8", "inline"),  # (1 MiB + 1: read off the loop)
+        (b"x" * (1 << 20) + b"\xff", "application/octet-stream", "attachment"),
         (png, "image/png", "inline"),
         (b"caf\xe9", "application/octet-stream", "attachment"),  # (Latin-1: no UTF-8)
         (b"text\0with a NUL", "application/octet-stream", "attachment"),
