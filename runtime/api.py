@@ -13,7 +13,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Awaitable, Callable, Literal, Sequence, TypeVar
+from typing import Annotated, Any, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
@@ -463,9 +463,44 @@ def default_view(catalog: ProviderCatalog) -> dict[str, Any]:
     return {"effective": catalog.default_model, "source": catalog.default_source, "saved": catalog.saved_default}
 
 
+# The 503s a retry can help, and the seconds their ``Retry-After`` asks a client to wait (RFC 9110
+# 10.2.3): a session's actor restarting or backing off a failed write, a daemon stopping (back once
+# restarted), a log that cannot write (a full or read-only disk: nothing was recorded), projections
+# catching up, an executor reconnecting (at most 2 s apart). One value: none of them knows when it
+# ends, and 5 s is short beside a person's wait and long beside a busy loop. The 503s that need
+# an operator (a pair file that is invalid or unwritable, projections that cannot be read, an
+# executor of another version or token) carry none: waiting changes nothing.
+RETRY_AFTER_SECONDS = 5
+RETRY_AFTER_CODES = frozenset({"SESSION_UNAVAILABLE", "STORE_CLOSED", "STORE_UNAVAILABLE", "PROJECTION_STALLED",
+                               "EXECUTOR_UNAVAILABLE", "SKILL_UNAVAILABLE"})
+
+
+def artifact_type(data: bytes, aid: str) -> dict[str, str]:
+    """``Content-Type`` and ``Content-Disposition`` of an artifact, from its bytes (an artifact
+    is named by its digest alone): the four image types models take, inline; UTF-8 text without
+    NUL (a job's output, a fetched JSON document, source), ``text/plain; charset=utf-8`` inline,
+    never HTML or script whatever it holds; anything else bytes, as an attachment. With
+    ``nosniff`` (on every answer) nothing is rendered as another type in the dashboard's origin."""
+    image = sniff_image(data)
+    name = aid[:16]
+    if image is not None:
+        return {"Content-Type": image, "Content-Disposition": f'inline; filename="{name}.{image.split("/")[1]}"'}
+    if b"\0" not in data:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return {"Content-Type": "text/plain; charset=utf-8", "Content-Disposition": f'inline; filename="{name}.txt"'}
+    return {"Content-Type": "application/octet-stream", "Content-Disposition": f'attachment; filename="{name}.bin"'}
+
+
 def error_response(code: str, message: str, status: int | None = None) -> Response:
     body = error_json(code, message)
-    return Response(body, status=status or STATUS.get(code, 500), content_type="application/json")
+    resp = Response(body, status=status or STATUS.get(code, 500), content_type="application/json")
+    if code in RETRY_AFTER_CODES:
+        resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return resp
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -483,15 +518,34 @@ def require_strong(what: str) -> None:
 # --------------------------------------------------------------------------- the app
 
 
+# Every method some route takes: what ``OPTIONS *`` answers (RFC 9110 9.3.7, the server itself).
+ALLOWED_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def options_response(allowed: Iterable[str]) -> Response:
+    """204 with ``Allow`` and no body, type or length (RFC 9110 8.6: a 204 carries none)."""
+    resp = Response(b"", status=204)
+    resp.headers["Allow"] = ", ".join(sorted(allowed))
+    del resp.headers["Content-Type"]
+    del resp.headers["Content-Length"]
+    return resp
+
+
 class _App(QuartTrio):
     async def make_default_options_response(self) -> Response:
         """``OPTIONS`` on a route: 204 with ``Allow`` (Quart's own answer was a 200 with an empty
         ``text/html`` body, a type no route of the API answers)."""
-        resp = self.response_class(b"", status=204)
-        resp.headers["Allow"] = ", ".join(sorted(request_ctx.url_adapter.allowed_methods()))
-        del resp.headers["Content-Type"]
-        del resp.headers["Content-Length"]  # (RFC 9110 8.6: a 204 carries none)
-        return resp
+        return options_response(request_ctx.url_adapter.allowed_methods())
+
+
+def _check_body(limit: int) -> None:
+    """A declared ``Content-Length`` past ``server.maxBodyBytes`` is 413 ``BODY_TOO_LARGE`` naming
+    both (before the body is read: the connection is closed after the answer); then the body's
+    content coding (:func:`_check_content_encoding`). The public routes' bodies as the others'."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {limit}")
+    _check_content_encoding()
 
 
 def _shown_path(path: str) -> str:
@@ -541,11 +595,13 @@ def create_app(svc: Services) -> QuartTrio:
         if len(origins) > 1:  # (the first one counted, as for Authorization below)
             raise OriginForbidden(f"Origin is given {len(origins)} times; a request comes from one page")
         svc.guard.check_origin(origins[0] if origins else None)
+        if request.method == "OPTIONS" and request.scope.get("raw_path") == b"*":  # (the asterisk form: no route, no credential)
+            return options_response(ALLOWED_METHODS)
         if not path.startswith("/api/"):
             return None
         if path in Guard.PUBLIC_PATHS:
             # (any method: a wrong one is 405, not "this route needs a credential" — it does not)
-            _check_content_encoding()
+            _check_body(svc.config.server.max_body_bytes)
             return None
         # (the pair file's generation the credential was checked against, read first: a stream
         # re-checks its credential once the file has changed since, even before it starts)
@@ -556,10 +612,7 @@ def create_app(svc: Services) -> QuartTrio:
         g.principal = svc.guard.authenticate(authorizations[0] if authorizations else None)
         # The credential first, as for a body that is read: a client without one was told its
         # body was too large (413), and then, once it had made it smaller, that it needs one.
-        length = request.content_length
-        if length is not None and length > svc.config.server.max_body_bytes:
-            raise ApiError("BODY_TOO_LARGE", f"the body is {length} bytes; the limit is {svc.config.server.max_body_bytes}")
-        _check_content_encoding()
+        _check_body(svc.config.server.max_body_bytes)
         return None
 
     @app.after_request
@@ -618,6 +671,9 @@ def create_app(svc: Services) -> QuartTrio:
                 400: "INVALID_ARGUMENT"}.get(
             exc.code or 500, "HTTP_ERROR")
         message, headers = exc.description or code, {}
+        if exc.code == 413:  # (Quart's own limit: werkzeug's words named no limit)
+            limit = svc.config.server.max_body_bytes
+            message = f"the body is more than {limit} bytes; the limit is {limit}"
         if isinstance(exc, (NotFound, MethodNotAllowed)) and request.routing_exception is exc:
             message, headers = _route_message(exc)
         resp = error_response(code, message, exc.code)
@@ -906,8 +962,9 @@ def create_app(svc: Services) -> QuartTrio:
     async def artifact(aid: str) -> Response:
         check_artifact_id(aid, "artifact id")
         data = await load_artifact(aid)
-        headers = {"Content-Type": sniff_image(data) or "application/octet-stream", "ETag": f'"{aid}"',
-                   "Accept-Ranges": "bytes"}
+        # (a large artifact's bytes are read as UTF-8 off the event loop)
+        kind = artifact_type(data, aid) if len(data) <= 1 << 20 else await trio.to_thread.run_sync(artifact_type, data, aid)
+        headers = {**kind, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
         # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
         # range (206) for a client resuming or showing part of a large binary.
         if request.if_none_match.contains_weak(aid):

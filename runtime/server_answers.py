@@ -345,7 +345,23 @@ def _h2_events(original: Callable[..., Any]) -> Callable[..., Any]:
     handling, which ended the stream already when it was refused before the app; a connection
     left with no stream then had no timer. It is marked idle again (its keep-alive timer)."""
     async def handle_events(self: Any, events: list[Any]) -> None:
-        await original(self, events)
+        # Data for a stream already answered and dropped (a 413 before the whole body, RFC 9113
+        # 8.1) that arrived with the data before it, in one read: hypercorn's lookup of the stream
+        # failed (a KeyError) and ended the whole connection, every other stream on it unanswered.
+        # Such data is dropped, its window given back, and the stream reset once it is answered.
+        # (what comes before each piece of data is handled first: that may be what answered it)
+        run: list[Any] = []
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                if run:
+                    await original(self, run)
+                    run = []
+                if event.stream_id not in self.streams and not self.closed:
+                    self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    _reset_if_answered(self, event.stream_id)
+                    continue
+            run.append(event)
+        await original(self, run)
         refused = getattr(self, "_lens_refused", None)
         if refused:
             self._lens_refused = []

@@ -9,7 +9,7 @@ import msgspec
 from events import types as t
 from events.secrets import Secrets
 from projections.context_budget import item_marks
-from projections.session_state import USAGE_FIELDS, MAIN_AGENT, Item, SessionState, UsageTotals, item_parts, text_of
+from projections.session_state import USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts, text_of
 
 from .errors import InvalidCommand
 
@@ -17,6 +17,10 @@ QUEUED_PREVIEW_CHARS = 2000
 # At most this many items in one view (``itemsLimit``'s default and maximum): the main agent's
 # items grow with the session's whole life (the Full Context keeps what compaction replaced).
 VIEW_ITEMS_MAX = 1000
+# At most this many agents in one view: the main agent, every agent not finished (subagents run
+# one at a time, so these are its chain of parents), then the latest to finish. A session that
+# ran thousands of subagents answered each read with an entry (and its reruns) for every one.
+VIEW_AGENTS_MAX = 100
 
 
 def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
@@ -128,7 +132,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
             v["context"] = marks.get(v["id"])
             if "result" in v:
                 v["result"]["context"] = marks.get(v["result"]["itemId"])
-    for a in s.agents.values():
+    for a in shown_agents(s):
         # A finished subagent shows how it ended (completed / failed / aborted / interrupted, as
         # its agent.finished says), not a bare "finished" that hid an abort.
         status = a.outcome if a.status == "finished" and a.outcome else a.status
@@ -167,10 +171,26 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         "jobs": [{"jobId": j.job_id, "command": secrets.cut(j.command, QUEUED_PREVIEW_CHARS), "status": j.status,
                   "exitCode": j.exit_code, "reason": j.reason} for j in s.jobs.values()],
         "agents": agents,
+        "agentsTotal": len(s.agents),
         "lastSeq": s.last_seq,
         "deleted": s.deleted,
         "forkedFrom": {"sessionId": s.forked_from_session, "seq": s.forked_from_seq} if s.forked_from_session else None,
     }
+
+
+def shown_agents(s: SessionState) -> list[AgentState]:
+    """The agents a view lists, at most :data:`VIEW_AGENTS_MAX`, in the order they started: the
+    main agent and every agent not finished always, then as many of the latest finished as fit
+    (the view's ``agentsTotal`` counts them all)."""
+    agents = list(s.agents.values())
+    if len(agents) <= VIEW_AGENTS_MAX:
+        return agents
+    kept = {id(a) for a in agents if a.agent_id == MAIN_AGENT or a.status != "finished"}
+    for a in reversed(agents):
+        if len(kept) >= VIEW_AGENTS_MAX:
+            break
+        kept.add(id(a))
+    return [a for a in agents if id(a) in kept]
 
 
 def session_row_view(row: tuple, *, checking: bool = False) -> dict[str, Any]:

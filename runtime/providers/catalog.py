@@ -291,6 +291,10 @@ def build_catalog(
                                             max_retries=p.max_retries if max_retries is None else max_retries,
                                             timeout=p.timeout_seconds if timeout is None else timeout,
                                             max_answer_bytes=cfg.log.max_event_bytes)
+    if "faux" in providers and "faux" not in configs:
+        # The built-in faux serves the model it lists (GET /models, --model and the saved default
+        # are checked against it): `faux/anything` was a session of an unlisted model.
+        configs["faux"] = [ModelConfig(id=FAUX_DEFAULT_MODEL.partition("/")[2])]
     fallback, reason = builtin_default(builtin, {p.id for p in builtin if p.id not in unavailable})
     # (the saved step: the catalog's)
     ref, source = default_model(cli=cli_model, config=cfg.default_model, builtin=fallback)

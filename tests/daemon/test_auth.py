@@ -557,6 +557,7 @@ async def test_an_invalid_pair_file_denies_everyone_and_does_not_crash(daemon: D
         assert (await daemon.get("/health")).status_code == 200
         r = await daemon.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
         assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID", r.text  # the daemon lives
+        assert "retry-after" not in r.headers, r.headers  # (the operator mends the file: waiting does not)
         assert str(daemon.pair_path) not in r.text and "pair.json" not in r.text
         assert daemon.pair_path.read_bytes() == garbage  # and the bad file is not overwritten
         tmp.write_bytes(good)

@@ -25,6 +25,8 @@ import apsw
 import httpx2
 import trio
 
+from runtime.api import RETRY_AFTER_SECONDS
+
 from .conftest import (LIMIT, Daemon, RawResponse, as_daemon, assert_error_shape, lens_command,
                        projection_dump, run_lens, run_tool, serving, wait_until)
 
@@ -104,12 +106,14 @@ async def test_a_full_disk_answers_every_request_clearly_and_loses_nothing(tmp_p
                 for i in range(6):
                     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": f"during{i}", "content": "x"})
                     assert refused(r, "an input on a full disk") == "SESSION_UNAVAILABLE", r.text
+                    assert r.headers.get("retry-after") == str(RETRY_AFTER_SECONDS), r.headers
             assert not waited.cancelled_caught, "calls waited out the storage back-off"
             # A project: the log cannot record it. 503, not 500 STORE_WRITE_FAILED.
             ws = cwd / "workspaces" / "q"
             ws.mkdir(parents=True)
             r = await d.post("/projects", token, {"name": "q", "workspace": str(ws)})
             assert refused(r, "a project on a full disk") == "STORE_UNAVAILABLE", r.text
+            assert r.headers.get("retry-after") == str(RETRY_AFTER_SECONDS), r.headers  # (a retry may go through)
             assert "nothing was recorded" in r.text and "disk may be full" in r.text, r.text
             # A config write replaces the (small) file whole, then the log cannot record it:
             # the answer says the file was written, rather than 500 "could not commit".

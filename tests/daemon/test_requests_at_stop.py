@@ -15,6 +15,8 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from runtime.api import RETRY_AFTER_SECONDS
+
 from .conftest import LIMIT, error_of, wait_until
 
 REVIEW = "---\nname: review\ndescription: Review code.\n---\nREVIEW-STEPS\n"
@@ -64,6 +66,7 @@ async def test_requests_waiting_on_a_session_are_answered_at_a_stop(daemon_facto
     assert time.monotonic() - began < GRACE - 1
     for name, r in answers.items():
         assert (r.status_code, error_of(r)) == (503, "SESSION_UNAVAILABLE"), (name, r.text)
+        assert r.headers.get("retry-after") == str(RETRY_AFTER_SECONDS), (name, r.headers)  # (back once restarted)
         assert "stopping" in r.json()["error"]["message"], r.text
     with trio.fail_after(LIMIT):
         await d.done.wait()

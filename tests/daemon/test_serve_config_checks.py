@@ -70,7 +70,8 @@ async def test_a_model_flag_its_provider_does_not_list_is_model_unknown(tmp_path
     # The built-in faux provider lists faux/faux-1 only; `--model faux/nonexistent` started
     # without a word, though decisions.md promises MODEL_UNKNOWN for a --model typo.
     out = await run_lens(tmp_path, "serve", "--port", "0", "--data", "d", "--model", "faux/nonexistent", check=False)
-    refused(out, "MODEL_UNKNOWN", "provider 'faux' lists no model 'nonexistent' (listed: faux-1)")
+    # (the built-in faux's model is the catalog's own: refused as a configured provider's typo is)
+    refused(out, "MODEL_UNKNOWN", "provider 'faux' has no model 'nonexistent' (configured: faux-1)")
     (tmp_path / "c.jsonc").write_text(json.dumps({"providers": [
         {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": [{"id": "m1"}]}]}))
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", "--model", "a/m2",

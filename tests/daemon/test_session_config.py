@@ -338,3 +338,26 @@ async def test_each_setting_is_taken_at_its_limit_and_refused_one_past(daemon_fa
             assert await d.events(token, sid) == before
     view = await d.view(token, sid)
     assert (view["name"], view["thinkingLevel"]) == ("n" * 200, "xhigh")
+
+
+async def test_the_built_in_faux_serves_only_the_model_it_lists(daemon_factory):
+    """On built-in defaults ``GET /models`` lists ``faux/faux-1``, ``--model faux/x`` is refused at
+    start and a saved default must be listed; yet ``POST /sessions`` and ``PATCH`` took
+    ``faux/anything``. The listed model is the one it serves; another is ``MODEL_UNKNOWN``
+    naming it, and nothing is recorded."""
+    d = await daemon_factory()
+    token = await d.pair("faux-client", strong=True)
+    project = await d.project(token)
+    assert [m["model"] for m in (await d.get("/models", token)).json()["models"] if m["provider"] == "faux"] == ["faux-1"]
+    before = (await d.get("/health")).json()["lastSeq"]
+    for model in ("faux/faux-2", "faux/anything", "faux/Faux-1"):
+        r = await d.post("/sessions", token, {"projectId": project["id"], "model": model})
+        assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), (model, r.text)
+        assert "faux-1" in r.json()["error"]["message"], r.text
+    assert (await d.get("/health")).json()["lastSeq"] == before
+    r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/faux-1"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/faux-2"})
+    assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), r.text
+    assert (await d.view(token, sid))["model"] == "faux/faux-1"

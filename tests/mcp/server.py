@@ -10,7 +10,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
 next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
 again, as a server whose list changed between two pages of a listing),
-``odd_requests`` (with ``--reply-log PATH``: sends requests of its own — ``ping`` — whose ids are a lone surrogate, a fraction,
+``ping_flood {n}`` (with ``--reply-log PATH``: sends ``n`` pings with the ids ``"f0"`` … while it reads nothing, then
+answers), ``odd_requests`` (with ``--reply-log PATH``: sends requests of its own — ``ping`` — whose ids are a lone surrogate, a fraction,
 null, an object and ``true``, then one with the id ``"p1"``, then answers; every answer it gets to them is
 written to PATH, a JSON line each).
 
@@ -76,6 +77,8 @@ out_lock = threading.Lock()
 cancelled: dict[object, threading.Event] = {}
 listings: list[object] = []  # the tools/list requests answered
 stale: list[bool] = [False]  # (--stale-cursor: the next tools/list with a cursor is refused)
+reading = threading.Event()  # (cleared while ping_flood sends: the main loop reads nothing)
+reading.set()
 
 
 DEEP = "__deep__"  # (stands for a schema nested deeper than json.dumps writes: replaced as text)
@@ -142,6 +145,14 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         stale[0] = True
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result = text("changing")
+    elif name == "ping_flood":  # (reads nothing meanwhile: its stdin fills with the answers)
+        reading.clear()
+        try:
+            for i in range(int(args.get("n", 0))):
+                send({"jsonrpc": "2.0", "id": f"f{i}", "method": "ping"})
+        finally:
+            reading.set()
+        result = text("flooded")
     elif name == "odd_requests":
         for odd in ("\ud800", 1.5, None, {"a": 1}, True, "p1"):
             send({"jsonrpc": "2.0", "id": odd, "method": "ping"})
@@ -199,6 +210,7 @@ def main() -> None:
         TOOLS.insert(1, {"name": "bad name " + "n" * (118 - len("bad name ")) + value, "inputSchema": OBJ})
     if opts.reply_log:
         TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
+        TOOLS.append({"name": "ping_flood", "description": "Sends n pings, reading nothing", "inputSchema": OBJ})
     if opts.stale_cursor:
         TOOLS.append({"name": "change_mid_list", "description": "Changes the list between two pages", "inputSchema": OBJ})
     if opts.flood:
@@ -254,6 +266,7 @@ def main() -> None:
             f.write(" ".join(map(str, pids)))
         os.replace(opts.pidfile + ".tmp", opts.pidfile)
     for line in sys.stdin:
+        reading.wait()
         if not line.strip():
             continue
         msg = json.loads(line)

@@ -20,6 +20,7 @@ import trio
 
 from runtime.config import parse_config
 from runtime.mcp_config import McpServerConfig
+from tools.mcp.client import MAX_ANSWERS_QUEUED
 
 from .conftest import LIMIT, alive, srv, wait_for
 
@@ -551,3 +552,29 @@ async def test_requests_of_the_server_with_ids_no_answer_can_carry_are_refused_n
     state = r.state("t")
     assert state["status"] == "running" and state["pid"] == pid and state["error"] is None
     assert (await r.call("mcp__t__echo", {"text": "on"})).content[0].text == "echo: on"
+
+
+async def test_a_flood_of_pings_from_a_server_reading_nothing_leaves_its_call_answered(
+        start: Any, tmp_path: Path) -> None:
+    # A server sending pings while it reads nothing (its stdin fills with the answers) held the
+    # reader in the answer's write: the server, blocked in turn on its full stdout, never sent
+    # the call's result, and both waited for ever. Answers to a server's requests now leave from
+    # a queue of their own, bounded: those past it are dropped, and the reader goes on.
+    log = tmp_path / "replies.log"
+    r = await start({"t": srv("--reply-log", str(log))})
+    pid = r.state("t")["pid"]
+    n = 20_000  # (answers of about 40 bytes each: far past a pipe's 64 KiB)
+    with trio.fail_after(LIMIT):
+        res = await r.call("mcp__t__ping_flood", {"n": n})
+    assert not res.is_error and res.content[0].text == "flooded"
+    assert (await r.call("mcp__t__echo", {"text": "after"})).content[0].text == "echo: after"
+
+    def replies() -> list[Any]:
+        return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    await wait_for(lambda: len(replies()) >= MAX_ANSWERS_QUEUED, "the answers the server had not read")
+    got = replies()
+    assert all(x == {"jsonrpc": "2.0", "id": x["id"], "result": {}} for x in got), got[:3]
+    ids = [int(x["id"][1:]) for x in got]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) and len(ids) <= n  # (in order, each once)
+    state = r.state("t")
+    assert state["status"] == "running" and state["pid"] == pid and state["error"] is None

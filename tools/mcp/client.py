@@ -35,6 +35,10 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 CLIENT_INFO = {"name": "lens", "version": "0.1.0"}
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # one JSON-RPC line; a longer one ends the connection
 STDERR_TAIL_BYTES = 4096
+# Answers to a server's own requests (ping) waiting to be written: a server that floods them while
+# it reads nothing has the rest dropped (each is a line it wrote; a pipe's worth is already on
+# its way), and the reader goes on reading the results of calls.
+MAX_ANSWERS_QUEUED = 64
 REAPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reaper.py")
 STDIN_CLOSE_GRACE = 1.0  # seconds: after stdin closes, before SIGTERM
 TERM_GRACE = 2.0  # seconds: after SIGTERM, before SIGKILL
@@ -109,6 +113,10 @@ class Connection:
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
         self._send_lock = trio.Lock()
+        # Answers to the server's own requests (ping), written by _write_answers: the reader never
+        # waits on the server's stdin (see MAX_ANSWERS_QUEUED).
+        self._answers, self._answers_out = trio.open_memory_channel[dict[str, Any]](MAX_ANSWERS_QUEUED)
+        self.answers_dropped = 0
 
     # ------------------------------------------------------------------ requests
 
@@ -255,10 +263,21 @@ class Connection:
         pending.done.set()
 
     async def _reply(self, rid: Any, **body: Any) -> None:
+        """Queue the answer to a request of the server's; past :data:`MAX_ANSWERS_QUEUED` waiting
+        to be written it is dropped (counted in ``answers_dropped``)."""
         try:
-            await self._send({"jsonrpc": "2.0", "id": rid, **body})
-        except ServerUnavailable:
+            self._answers.send_nowait({"jsonrpc": "2.0", "id": rid, **body})
+        except trio.WouldBlock:
+            self.answers_dropped += 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+    async def _write_answers(self) -> None:
+        async for answer in self._answers_out:
+            try:
+                await self._send(answer)
+            except ServerUnavailable:
+                return
 
     async def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -324,6 +343,7 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
             conn = Connection(proc, nursery, stderr, on_notification, secrets)
             nursery.start_soon(conn._read_stdout)
             nursery.start_soon(conn._read_stderr)
+            nursery.start_soon(conn._write_answers)
             nursery.start_soon(conn._watch_exit)
             try:
                 await _initialize(conn, startup_timeout)
