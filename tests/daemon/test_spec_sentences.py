@@ -1,0 +1,101 @@
+"""Sentences of SPEC F-ACT, F-API, F-CTX, F-HAR and F-LOG that no test proved end to end before
+(see "The spec proven sentence by sentence" in docs/decisions.md), each through the daemon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from .conftest import error_of, wait_until
+from .test_question_restart import CONFIG as ASKING, _asking
+
+
+async def test_of_answers_sent_at_once_the_first_valid_one_wins_and_every_client_is_told_it(daemon_factory):
+    # F-HAR-1 "first valid answer wins": twelve clients answer one open question at the same
+    # moment, with different answers and some invalid ones among them. One valid answer is
+    # recorded; every other valid one is told it came second and shown the winner; the invalid
+    # ones are refused as such; the model reads the winner alone.
+    d = await daemon_factory(config=ASKING)
+    token, sid, view = await _asking(d)
+    qid = view["questions"][0]["questionId"]
+    path = f"/sessions/{sid}/questions/{qid}/answer"
+    bodies: list[dict[str, Any]] = []
+    for i in range(12):
+        bodies.append([{"kind": "answer", "optionIds": ["red"]}, {"kind": "answer", "optionIds": ["blue"]},
+                       {"kind": "skip"}, {"kind": "answer", "optionIds": ["green"]}][i % 4])
+    answers: list[tuple[dict[str, Any], Any]] = []
+    start = trio.Event()
+
+    async def answer(body: dict[str, Any]) -> None:
+        await start.wait()
+        answers.append((body, await d.post(path, token, body)))
+
+    async with trio.open_nursery() as nursery:
+        for body in bodies:
+            nursery.start_soon(answer, body)
+        start.set()
+    invalid = [r for body, r in answers if body.get("optionIds") == ["green"]]
+    assert all(r.status_code == 422 and error_of(r) == "ANSWER_INVALID" for r in invalid), [r.text for r in invalid]
+    valid = [(body, r) for body, r in answers if body.get("optionIds") != ["green"]]
+    assert all(r.status_code == 200 for _, r in valid), [r.text for _, r in valid]
+    first = [(body, r.json()) for body, r in valid if r.json()["duplicate"] is False]
+    assert len(first) == 1, [r.json() for _, r in valid]
+    winner = first[0][1]["answer"]
+    assert winner == first[0][0]
+    assert all(r.json()["answer"] == winner for _, r in valid)
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    assert [e["body"]["answer"] for e in events if e["kind"] == "question.answered"] == [winner]
+    [finished] = [e for e in events if e["kind"] == "tool.finished" and e["body"]["name"] == "ask_user"]
+    assert finished["body"]["structured_content"] == {"question_id": qid, "answer": winner}
+
+
+def _append_future_event(data_dir, session_id: str, project_id: str) -> int:
+    """Append, behind the daemon's back, one event of a kind this build does not know to
+    ``session_id``, as a newer Lens would have written it: its seq."""
+    import sqlite3
+
+    import msgspec
+    import zstandard
+
+    raw = msgspec.msgpack.encode({"kind": "future.kind", "note": "from a newer Lens"})
+    body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
+    con = sqlite3.connect(data_dir / "events.db", timeout=5)
+    try:
+        seq, ts = con.execute("SELECT max(seq) + 1, max(ts) FROM events").fetchone()
+        (sseq,) = con.execute("SELECT max(session_seq) + 1 FROM events WHERE session_id = ?", (session_id,)).fetchone()
+        con.execute("INSERT INTO events(seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, "
+                    "request_id, dict_id, raw_size, body) VALUES (?, ?, ?, ?, ?, 'main', NULL, 'future.kind', NULL, 0, ?, ?)",
+                    (seq, ts, project_id, session_id, sseq, len(raw), body))
+        con.commit()
+    finally:
+        con.close()
+    return seq
+
+
+async def test_a_session_holding_an_event_of_a_future_kind_wakes_and_runs(daemon_factory):
+    # F-LOG-2 "Unknown future kinds decode as opaque events rather than crashing the decoder":
+    # a session that holds one (a newer Lens wrote it, the operator went back) is read, shown
+    # and run on; the event is carried as it is.
+    from .conftest import stop_daemon
+
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    await stop_daemon(d)
+    seq = _append_future_event(d.data_dir, sid, project["id"])
+    d2 = await daemon_factory(root=d.root)
+    view = await d2.view(token, sid)
+    assert view["status"] == "idle", view
+    page = (await d2.get(f"/sessions/{sid}/events", token, params={"after": seq - 1})).json()
+    assert [(e["seq"], e["kind"], e["body"]) for e in page["events"]] == [
+        (seq, "future.kind", {"note": "from a newer Lens"})]
+    await d2.submit(token, sid, "r2", "again")
+    view = await d2.wait_idle(token, sid)
+    assert [i["role"] for i in view["items"]][-2:] == ["user", "assistant"]
+    listed = (await d2.get("/sessions", token)).json()["sessions"]
+    assert [s["status"] for s in listed if s["id"] == sid] == ["idle"]
