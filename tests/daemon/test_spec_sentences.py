@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import trio
@@ -99,3 +100,79 @@ async def test_a_session_holding_an_event_of_a_future_kind_wakes_and_runs(daemon
     assert [i["role"] for i in view["items"]][-2:] == ["user", "assistant"]
     listed = (await d2.get("/sessions", token)).json()["sessions"]
     assert [s["status"] for s in listed if s["id"] == sid] == ["idle"]
+
+
+async def test_with_a_remote_executor_configured_the_daemon_runs_tools_there_and_spawns_none(
+        daemon_factory, tmp_path, monkeypatch):
+    # F-API-1 "by default spawns a local executor child for a local workspace, or connects to a
+    # configured remote one": `executor.address` names a `lens executor serve` started by hand;
+    # the project's tools run in that executor's workspace, and no child is spawned.
+    from tests.executor.conftest import start_executor, stop_process
+
+    remote = start_executor(tmp_path / "remote")
+    try:
+        (remote.workspace / "where.txt").write_text("on the remote executor\n")
+        local = tmp_path / "local-workspace"
+        local.mkdir()
+        (local / "where.txt").write_text("on this machine\n")
+        monkeypatch.setenv("LENS_TEST_REMOTE_TOKEN", remote.token)
+        d = await daemon_factory(config={"executor": {"address": remote.address, "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}})
+        token = await d.pair("c", strong=True)
+        r = await d.post("/projects", token, {"name": "far", "workspace": str(local)})
+        assert r.status_code == 201, r.text
+        sid = (await d.session(token, r.json()["id"]))["id"]
+        from .conftest import run_tool
+
+        done = await run_tool(d, token, sid, "read", "read_file", {"path": "where.txt"})
+        assert done["status"] == "ok", done
+        assert "on the remote executor" in json.dumps(done) and "on this machine" not in json.dumps(done)
+        assert not (d.data_dir / "executors").exists() or not any((d.data_dir / "executors").iterdir())
+    finally:
+        stop_process(remote.proc)
+
+
+async def test_the_model_reads_the_prompt_in_its_sections_from_both_agents_md_files_and_no_other(
+        daemon_factory, nursery, tmp_path, monkeypatch):
+    # F-CTX-4 "Prompt assembly in sections: preamble, rules, project context (~/.agents/AGENTS.md
+    # and <workspace>/AGENTS.md, no upward walk), skills metadata, cwd", as the provider receives
+    # it over the wire (Chat Completions, the official SDK against a loopback server).
+    from pathlib import Path
+
+    from ..providers.servers import openai_chat as oc
+    from ..providers.servers.base import ScriptedServer
+    from .keyleaks import loop_config
+
+    home = tmp_path / "home"
+    (home / ".agents").mkdir(parents=True)
+    (home / ".agents" / "AGENTS.md").write_text("HOME-RULE: prefer tabs.\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LENS_TEST_PROMPT_KEY", "sk-test-prompt-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(oc.chat_stream(text="fine"))
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_PROMPT_KEY"))
+    token = await d.pair("prompt-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws.parent / "AGENTS.md").write_text("PARENT-RULE: never read.\n")  # above the workspace
+    (ws / "sub").mkdir()
+    (ws / "sub" / "AGENTS.md").write_text("SUB-RULE: never read either.\n")  # below it
+    (ws / "AGENTS.md").write_text("WORKSPACE-RULE: run make test.\n")
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-SKILL-DESC\n---\nsteps\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    view = await d.wait_idle(token, sid)
+    assert view["status"] == "idle", view
+    (body,) = loop.bodies
+    system = [m for m in body["messages"] if m["role"] in ("system", "developer")]
+    assert len(system) == 1 and body["messages"][0] is system[0]  # one leading system prompt
+    text = system[0]["content"] if isinstance(system[0]["content"], str) else "".join(
+        p["text"] for p in system[0]["content"])
+    assert "PARENT-RULE" not in text and "SUB-RULE" not in text
+    marks = ["# Rules", "# Project context", "## ~/.agents/AGENTS.md", "HOME-RULE: prefer tabs.",
+             "## <workspace>/AGENTS.md", "WORKSPACE-RULE: run make test.", "# Skills", "review: REVIEW-SKILL-DESC",
+             "# Environment\nCurrent working directory: " + str(ws)]
+    at = [text.find(m) for m in marks]
+    assert all(i > 0 for i in at) and at == sorted(at), list(zip(marks, at))  # the preamble first, in order
+    assert str(home) not in text  # the home shown as ~
