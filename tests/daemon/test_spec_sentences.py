@@ -176,3 +176,32 @@ async def test_the_model_reads_the_prompt_in_its_sections_from_both_agents_md_fi
     at = [text.find(m) for m in marks]
     assert all(i > 0 for i in at) and at == sorted(at), list(zip(marks, at))  # the preamble first, in order
     assert str(home) not in text  # the home shown as ~
+
+
+async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it(daemon_factory):
+    # F-HAR-1 "`todo` (model replaces the whole list; user read-only)": a second call's list is
+    # the list, whatever the first held (not merged by id); the view and each `todo.updated` say
+    # so, after a restart too; no route writes it, even with a strong credential.
+    from .conftest import run_tool, stop_daemon
+
+    d = await daemon_factory()
+    token = await d.pair("todo-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    first = [{"id": "a", "text": "read the code", "status": "done"}, {"id": "b", "text": "fix it", "status": "pending"}]
+    second = [{"id": "c", "text": "write the test", "status": "in_progress"}]
+    for i, items in enumerate((first, second, [])):
+        done = await run_tool(d, token, sid, f"t{i}", "todo", {"items": items})
+        assert done["status"] == "ok", done
+        assert [t for t in (await d.view(token, sid))["todos"]] == items
+        if i == 1:
+            r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"todos": first})
+            assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+            for method, path in (("POST", f"/sessions/{sid}/todos"), ("PUT", f"/sessions/{sid}/todos")):
+                r = await d.request(method, path, token, json_body={"items": first})
+                assert r.status_code in (404, 405), (method, r.status_code, r.text)
+            assert (await d.view(token, sid))["todos"] == second
+    updated = [e["body"]["items"] for e in await d.events(token, sid) if e["kind"] == "todo.updated"]
+    assert updated == [first, second, []]
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root)
+    assert (await d2.view(token, sid))["todos"] == []
