@@ -205,3 +205,49 @@ async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it
     await stop_daemon(d)
     d2 = await daemon_factory(root=d.root)
     assert (await d2.view(token, sid))["todos"] == []
+
+
+def _dictionaries(data_dir) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{data_dir / 'events.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT count(*) FROM dictionaries").fetchone()[0]
+    finally:
+        con.close()
+
+
+async def test_the_automatic_dictionary_is_optional(daemon_factory, tmp_path):
+    # F-LOG-7 "Optional zstd dictionary trained from the log's own events": the daemon trains one
+    # once the log holds AUTO_DICTIONARY_AFTER events, unless `log.autoDictionary` is false.
+    from events.store import AUTO_DICTIONARY_AFTER, Draft, open_store
+    from events.types import InstructionAppended
+    from runtime.config import unknown_keys
+
+    from .conftest import stop_daemon
+
+    for root, setting in ((tmp_path / "off", False), (tmp_path / "on", None)):
+        async with open_store(root / "data", auto_dictionary_after=None) as store:
+            for i in range(0, AUTO_DICTIONARY_AFTER, 1000):
+                await store.append(*[Draft(InstructionAppended(text=f"note {j} of the log's own events"),
+                                           session_id=f"s{j % 50}") for j in range(i, i + 1000)])
+        config = {} if setting is None else {"log": {"autoDictionary": setting}}
+        d = await daemon_factory(config=config, root=root)
+        assert unknown_keys(json.dumps(config)) == []  # (a key the daemon knows, not one it ignores)
+        token = await d.pair("c", strong=True)
+        await d.project(token)  # an append past the count: the writer trains now, if it may
+
+        async def trained() -> int:
+            await d.project(token, "next")  # (a trained dictionary is recorded between two groups)
+            return await trio.to_thread.run_sync(_dictionaries, d.data_dir)
+
+        if setting is None:
+            await wait_until(trained, what="a dictionary trained")
+        else:
+            # As long as the default took at most (a few tenths of a second here), and longer:
+            # no dictionary, and new rows are written without one.
+            with trio.move_on_after(5):
+                await wait_until(trained, timeout=6, what="a dictionary trained")
+                raise AssertionError("a dictionary was trained with log.autoDictionary false")
+            await stop_daemon(d)
+            assert _dictionaries(d.data_dir) == 0
