@@ -251,3 +251,42 @@ async def test_the_automatic_dictionary_is_optional(daemon_factory, tmp_path):
                 raise AssertionError("a dictionary was trained with log.autoDictionary false")
             await stop_daemon(d)
             assert _dictionaries(d.data_dir) == 0
+
+
+async def test_relative_paths_of_a_config_elsewhere_resolve_against_the_process_cwd(tmp_path):
+    # Section 9: "relative paths resolve against the process cwd" — the config's `dataDir` and
+    # `pairFile` too, when the config itself lies in another directory (not against that one).
+    cwd, elsewhere = tmp_path / "cwd", tmp_path / "elsewhere" / "conf"
+    cwd.mkdir()
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "lens.jsonc").write_text(json.dumps({"dataDir": "rel-data", "pairFile": "rel-pairs/pair.json"}))
+    import subprocess
+
+    from .conftest import lens_command
+
+    proc = await trio.lowlevel.open_process([*lens_command(), "serve", "--port", "0", "--config",
+                                             str(elsewhere / "lens.jsonc")], cwd=cwd,
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        out = b""
+        with trio.fail_after(30):
+            while b"lens: listening on " not in out:
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, out
+                out += chunk
+        url = out.split(b"lens: listening on ", 1)[1].split(b"\n", 1)[0].decode()
+        import httpx2
+
+        async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
+            r = await client.post("/api/v1/pair/requests", json={"clientId": "cwd-client", "name": "n"})
+            assert r.status_code == 202, r.text
+        assert (cwd / "rel-data" / "events.db").is_file()
+        assert (cwd / "rel-pairs" / "pair.json").is_file()
+        assert not (elsewhere / "rel-data").exists() and not (elsewhere / "rel-pairs").exists()
+    finally:
+        proc.terminate()
+        with trio.fail_after(10):
+            await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()
