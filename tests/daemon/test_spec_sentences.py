@@ -290,3 +290,65 @@ async def test_relative_paths_of_a_config_elsewhere_resolve_against_the_process_
             await proc.wait()
         if proc.stdout is not None:
             await proc.stdout.aclose()
+
+
+async def test_snipping_older_images_over_http_takes_them_out_of_what_the_model_receives(
+        daemon_factory, nursery, monkeypatch):
+    # F-CTX-3 "Snip removes items (including older images) from the Working Context; Include
+    # Result re-attaches a tool result (and its images) by id", through `POST …/context/snip
+    # {olderImages, keepImages}` and `…/context/include {callId}`, as the provider receives the
+    # requests that follow (Chat Completions over the wire), and `keepImages` at its edges.
+    import base64
+    from pathlib import Path
+
+    from ..providers.conftest import tiny_png
+    from ..providers.servers import openai_chat as oc
+    from ..providers.servers.base import ScriptedServer
+
+    monkeypatch.setenv("LENS_TEST_SNIP_KEY", "sk-test-snip-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "apiKeyEnv": "LENS_TEST_SNIP_KEY",
+                       "maxRetries": 0, "models": [{"id": "m", "images": True}]}], "defaultModel": "loop/m"})
+    token = await d.pair("snip-client", strong=True)
+    project = await d.project(token)
+    for shade in range(3):
+        Path(project["workspace"], f"shot{shade}.png").write_bytes(tiny_png(shade * 100))
+    sid = (await d.session(token, project["id"]))["id"]
+    loop.push(oc.chat_stream(calls=[(f"call_{i}", "view_image", {"path": f"shot{i}.png"}) for i in range(3)]),
+              oc.chat_stream(text="three shots seen"))
+    await d.submit(token, sid, "r1", "look at the shots")
+    await d.wait_idle(token, sid)
+
+    def images(body: dict) -> list[str]:
+        found = []
+        for m in body["messages"]:
+            if isinstance(m.get("content"), list):
+                found += [p["image_url"]["url"] for p in m["content"] if p.get("type") == "image_url"]
+        return found
+
+    def shade_of(data_url: str) -> bytes:
+        return base64.b64decode(data_url.split(",", 1)[1])
+
+    assert [shade_of(u) for u in images(loop.bodies[-1])] == [tiny_png(0), tiny_png(100), tiny_png(200)]
+    path = f"/sessions/{sid}/context/snip"
+    for bad in ({}, {"olderImages": False}, {"olderImages": True, "keepImages": -1},
+                {"olderImages": True, "keepImages": 1_000_001}, {"olderImages": True, "keepImages": 1.5}):
+        r = await d.post(path, token, bad)
+        assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", (bad, r.text)
+    r = await d.post(path, token, {"olderImages": True, "keepImages": 1_000_000})  # (at its limit: keeps all)
+    assert r.status_code == 200 and r.json()["itemIds"] == [], r.text
+    r = await d.post(path, token, {"olderImages": True})  # keepImages defaults to 1
+    assert r.status_code == 200, r.text
+    assert [x["context"] for x in r.json()["items"]] == ["snipped", "snipped"]
+    loop.push(oc.chat_stream(text="one shot left"))
+    await d.submit(token, sid, "r2", "and now?")
+    await d.wait_idle(token, sid)
+    assert [shade_of(u) for u in images(loop.bodies[-1])] == [tiny_png(200)]
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"callId": "call_0"})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    loop.push(oc.chat_stream(text="two shots"))
+    await d.submit(token, sid, "r3", "and the first?")
+    await d.wait_idle(token, sid)
+    assert [shade_of(u) for u in images(loop.bodies[-1])] == [tiny_png(0), tiny_png(200)]
