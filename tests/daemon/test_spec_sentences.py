@@ -3,12 +3,28 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import sqlite3
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import httpx2
+import msgspec
 import trio
+import zstandard
 
-from .conftest import error_of, wait_until
+from events.store import AUTO_DICTIONARY_AFTER, Draft, open_store
+from events.types import InstructionAppended
+from runtime.config import unknown_keys
+
+from ..executor.conftest import start_executor, stop_process
+from ..providers.conftest import tiny_png
+from ..providers.servers import openai_chat as oc
+from ..providers.servers.base import ScriptedServer
+from .conftest import error_of, lens_command, run_tool, stop_daemon, wait_until
+from .keyleaks import loop_config
 from .test_question_restart import CONFIG as ASKING, _asking
 
 
@@ -55,11 +71,6 @@ async def test_of_answers_sent_at_once_the_first_valid_one_wins_and_every_client
 def _append_future_event(data_dir, session_id: str, project_id: str) -> int:
     """Append, behind the daemon's back, one event of a kind this build does not know to
     ``session_id``, as a newer Lens would have written it: its seq."""
-    import sqlite3
-
-    import msgspec
-    import zstandard
-
     raw = msgspec.msgpack.encode({"kind": "future.kind", "note": "from a newer Lens"})
     body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
     con = sqlite3.connect(data_dir / "events.db", timeout=5)
@@ -79,8 +90,6 @@ async def test_a_session_holding_an_event_of_a_future_kind_wakes_and_runs(daemon
     # F-LOG-2 "Unknown future kinds decode as opaque events rather than crashing the decoder":
     # a session that holds one (a newer Lens wrote it, the operator went back) is read, shown
     # and run on; the event is carried as it is.
-    from .conftest import stop_daemon
-
     d = await daemon_factory()
     token = await d.pair("c", strong=True)
     project = await d.project(token)
@@ -107,8 +116,6 @@ async def test_with_a_remote_executor_configured_the_daemon_runs_tools_there_and
     # F-API-1 "by default spawns a local executor child for a local workspace, or connects to a
     # configured remote one": `executor.address` names a `lens executor serve` started by hand;
     # the project's tools run in that executor's workspace, and no child is spawned.
-    from tests.executor.conftest import start_executor, stop_process
-
     remote = start_executor(tmp_path / "remote")
     try:
         (remote.workspace / "where.txt").write_text("on the remote executor\n")
@@ -121,8 +128,6 @@ async def test_with_a_remote_executor_configured_the_daemon_runs_tools_there_and
         r = await d.post("/projects", token, {"name": "far", "workspace": str(local)})
         assert r.status_code == 201, r.text
         sid = (await d.session(token, r.json()["id"]))["id"]
-        from .conftest import run_tool
-
         done = await run_tool(d, token, sid, "read", "read_file", {"path": "where.txt"})
         assert done["status"] == "ok", done
         assert "on the remote executor" in json.dumps(done) and "on this machine" not in json.dumps(done)
@@ -136,12 +141,6 @@ async def test_the_model_reads_the_prompt_in_its_sections_from_both_agents_md_fi
     # F-CTX-4 "Prompt assembly in sections: preamble, rules, project context (~/.agents/AGENTS.md
     # and <workspace>/AGENTS.md, no upward walk), skills metadata, cwd", as the provider receives
     # it over the wire (Chat Completions, the official SDK against a loopback server).
-    from pathlib import Path
-
-    from ..providers.servers import openai_chat as oc
-    from ..providers.servers.base import ScriptedServer
-    from .keyleaks import loop_config
-
     home = tmp_path / "home"
     (home / ".agents").mkdir(parents=True)
     (home / ".agents" / "AGENTS.md").write_text("HOME-RULE: prefer tabs.\n")
@@ -182,8 +181,6 @@ async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it
     # F-HAR-1 "`todo` (model replaces the whole list; user read-only)": a second call's list is
     # the list, whatever the first held (not merged by id); the view and each `todo.updated` say
     # so, after a restart too; no route writes it, even with a strong credential.
-    from .conftest import run_tool, stop_daemon
-
     d = await daemon_factory()
     token = await d.pair("todo-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
@@ -208,8 +205,6 @@ async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it
 
 
 def _dictionaries(data_dir) -> int:
-    import sqlite3
-
     con = sqlite3.connect(f"file:{data_dir / 'events.db'}?mode=ro", uri=True, timeout=5)
     try:
         return con.execute("SELECT count(*) FROM dictionaries").fetchone()[0]
@@ -220,12 +215,6 @@ def _dictionaries(data_dir) -> int:
 async def test_the_automatic_dictionary_is_optional(daemon_factory, tmp_path):
     # F-LOG-7 "Optional zstd dictionary trained from the log's own events": the daemon trains one
     # once the log holds AUTO_DICTIONARY_AFTER events, unless `log.autoDictionary` is false.
-    from events.store import AUTO_DICTIONARY_AFTER, Draft, open_store
-    from events.types import InstructionAppended
-    from runtime.config import unknown_keys
-
-    from .conftest import stop_daemon
-
     for root, setting in ((tmp_path / "off", False), (tmp_path / "on", None)):
         async with open_store(root / "data", auto_dictionary_after=None) as store:
             for i in range(0, AUTO_DICTIONARY_AFTER, 1000):
@@ -260,10 +249,6 @@ async def test_relative_paths_of_a_config_elsewhere_resolve_against_the_process_
     cwd.mkdir()
     elsewhere.mkdir(parents=True)
     (elsewhere / "lens.jsonc").write_text(json.dumps({"dataDir": "rel-data", "pairFile": "rel-pairs/pair.json"}))
-    import subprocess
-
-    from .conftest import lens_command
-
     proc = await trio.lowlevel.open_process([*lens_command(), "serve", "--port", "0", "--config",
                                              str(elsewhere / "lens.jsonc")], cwd=cwd,
                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -276,8 +261,6 @@ async def test_relative_paths_of_a_config_elsewhere_resolve_against_the_process_
                 assert chunk, out
                 out += chunk
         url = out.split(b"lens: listening on ", 1)[1].split(b"\n", 1)[0].decode()
-        import httpx2
-
         async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
             r = await client.post("/api/v1/pair/requests", json={"clientId": "cwd-client", "name": "n"})
             assert r.status_code == 202, r.text
@@ -298,13 +281,6 @@ async def test_snipping_older_images_over_http_takes_them_out_of_what_the_model_
     # Result re-attaches a tool result (and its images) by id", through `POST …/context/snip
     # {olderImages, keepImages}` and `…/context/include {callId}`, as the provider receives the
     # requests that follow (Chat Completions over the wire), and `keepImages` at its edges.
-    import base64
-    from pathlib import Path
-
-    from ..providers.conftest import tiny_png
-    from ..providers.servers import openai_chat as oc
-    from ..providers.servers.base import ScriptedServer
-
     monkeypatch.setenv("LENS_TEST_SNIP_KEY", "sk-test-snip-0123456789")
     loop = ScriptedServer()
     url = await loop.start(nursery)
