@@ -23,7 +23,7 @@ from ..executor.conftest import start_executor, stop_process
 from ..providers.conftest import tiny_png
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
-from .conftest import error_of, lens_command, run_tool, stop_daemon, wait_until
+from .conftest import BUSY, error_of, lens_command, run_tool, stop_daemon, wait_until
 from .keyleaks import loop_config
 from .test_question_restart import CONFIG as ASKING, _asking
 
@@ -328,3 +328,25 @@ async def test_snipping_older_images_over_http_takes_them_out_of_what_the_model_
     await d.submit(token, sid, "r3", "and the first?")
     await d.wait_idle(token, sid)
     assert [shade_of(u) for u in images(loop.bodies[-1])] == [tiny_png(0), tiny_png(200)]
+
+
+async def test_a_withdraw_of_the_input_the_run_is_serving_answers_placed_and_changes_nothing(daemon_factory):
+    # F-ACT-3 "`withdraw(request_id)` answers `withdrawn` (with the original text), `placed`,
+    # `settled` or `unknown`": `placed` was seen only among the random interleavings of the
+    # concurrent clients' test. The input the run serves is placed: the withdraw says so, writes
+    # nothing, and the run goes on until it is aborted (only `withdrawn` carries a text).
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "busy", BUSY)
+    await d.wait_running_call(token, sid)
+    before = await d.events(token, sid)
+    r = await d.post(f"/sessions/{sid}/inputs/busy/withdraw", token)
+    assert r.status_code == 200 and r.json() == {"requestId": "busy", "status": "placed", "text": None}, r.text
+    assert await d.events(token, sid) == before
+    assert (await d.view(token, sid))["status"] == "running"
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json() == {"aborted": True, "withdrawn": []}, r.text
+    await d.wait_idle(token, sid)
+    r = await d.post(f"/sessions/{sid}/inputs/busy/withdraw", token)
+    assert r.status_code == 200 and r.json() == {"requestId": "busy", "status": "settled", "text": None}, r.text
