@@ -92,6 +92,9 @@ class LogConfig(_C):
     synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "FULL"
     max_event_bytes: int = 32 * 1024 * 1024
     compression_level: int = 3
+    # Train a zstd dictionary from the log's own events once it holds AUTO_DICTIONARY_AFTER
+    # events (F-LOG-7: optional). False: never train one; one already in use stays in use.
+    auto_dictionary: bool = True
 
 
 class SessionsConfig(_C):

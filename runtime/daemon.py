@@ -30,7 +30,7 @@ from hypercorn.trio import serve as hyper_serve
 
 from events import types as t
 from events.secrets import Secrets
-from events.store import EventStore
+from events.store import AUTO_DICTIONARY_AFTER, EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
 from tools.executor import token_fault
@@ -144,6 +144,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         await trio.to_thread.run_sync(check_listenable, opts.host, opts.port, opts.data_dir)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
+                                auto_dictionary_after=AUTO_DICTIONARY_AFTER if cfg.log.auto_dictionary else None,
                                 secrets=keys)
     except BaseException:
         await catalog.aclose()

@@ -179,3 +179,37 @@ async def test_repeated_request_id_after_reopen_returns_original(store_harness: 
         events = list(reader.events())
     assert [e.request_id for e in events] == ["r1", None, "r2"]
     assert events[0].event == InputSubmitted(content=[TextPart("hi")])
+
+
+async def test_concurrent_appends_share_transactions_and_are_acknowledged_once_committed(store_harness: Any) -> None:
+    """F-LOG-3: "A single writer batches concurrent appends into one transaction (group
+    commit)" and "acknowledged only after their transaction commits". 64 appends queued at once
+    go in far fewer groups than appends, each group one transaction (one timestamp); every
+    append, when acknowledged, is already readable by another connection."""
+    groups: list[list[Any]] = []
+    seen_on_ack: dict[int, bool] = {}
+    async with store_harness.open() as store:
+        stop = store.on_commit(groups.append)
+        go = trio.Event()
+        reader = store_harness.reader()
+        try:
+            async def one(i: int) -> None:
+                await go.wait()
+                ack = await store.append(note(f"g{i}", f"s{i % 8}"))
+                # (a reader of its own: what it sees is what SQLite committed)
+                seen_on_ack[ack.seqs[0]] = any(True for _ in reader.rows(after=ack.seqs[0] - 1, limit=1))
+
+            async with trio.open_nursery() as nursery:
+                for i in range(64):
+                    nursery.start_soon(one, i)
+                await trio.testing.wait_all_tasks_blocked()
+                go.set()
+        finally:
+            reader.close()
+        stop()
+    sizes = [len(g) for g in groups]
+    assert sum(sizes) == 64 and sorted(seen_on_ack) == list(range(1, 65))
+    assert all(seen_on_ack.values())
+    assert len(groups) < 64 and max(sizes) > 1, sizes  # batched: not one transaction per append
+    for g in groups:
+        assert len({se.ts for se in g}) == 1  # one transaction, one timestamp

@@ -577,3 +577,19 @@ class TestSqliteDictionary:
         with LogReader(data_dir) as reader:
             assert reader.dictionaries() == {}
             assert {r.dict_id for r in reader.rows()} == {0}
+
+
+@pytest.mark.parametrize("setting, level", [(None, 2), ("OFF", 0), ("NORMAL", 1), ("FULL", 2), ("EXTRA", 3)])
+async def test_the_writer_commits_with_the_configured_synchronous_level(data_dir: Path, setting: str | None,
+                                                                      level: int) -> None:
+    # F-LOG-3 "synchronous=FULL by default, configurable": the level is a property of the writing
+    # connection (SQLite keeps it nowhere in the file), so it is read there; the config's default
+    # and the daemon's passing of `log.synchronous` to the store are the same word.
+    from runtime.config import parse_config
+
+    assert parse_config(b"{}", "lens.jsonc").log.synchronous == "FULL"
+    options = {} if setting is None else {"synchronous": setting}
+    async with open_store(data_dir, **options) as s:
+        await s.append(Draft(InstructionAppended(text="x"), session_id="s1"))
+        with s._conn_lock:
+            assert s._conn.execute("PRAGMA synchronous").fetchall()[0][0] == level
