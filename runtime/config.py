@@ -9,6 +9,7 @@ See ``config/lens.example.jsonc`` for every key with its meaning.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import types
 import typing
@@ -24,7 +25,7 @@ from tools.executor import split_host_port
 from tools.web.address import shown_url
 
 from . import jsonc
-from .atomicfile import FileTooLarge, read_regular_file
+from .atomicfile import FileTooLarge, others_can_change, read_regular_file
 from .errors import MAX_REASON, LensError, short_reason, shortened
 from .mcp_config import McpServerConfig, check_mcp_servers
 
@@ -570,10 +571,12 @@ def _unknown(data: Any, cls: type, path: str) -> list[str]:
     return out
 
 
-def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
+def load_config(path: Path | None, *, private: bool = False) -> tuple[Config, Path, list[str]]:
     """(config, main config path, notes). ``path=None``: ``config/lens.jsonc`` if it exists.
 
     An explicit path that does not exist is an error; the default one may be absent.
+    ``private`` (``lens serve``): :class:`ConfigError` for a config file, or a directory holding
+    it, that another local user can change (:func:`check_private_config`).
     """
     notes: list[str] = []
     explicit = path is not None
@@ -584,9 +587,15 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
         notes.append(f"no config file at {path}; using built-in defaults")
         return Config(), path, notes
     modes: list[int] = []
+
+    def look(st: os.stat_result) -> None:
+        modes.append(st.st_mode)
+        if private:
+            check_private_config(path, st)
+
     try:
         # (a FIFO or /dev/zero: refused, never read; the mode of the file read, for the note below)
-        raw = read_regular_file(path, MAX_CONFIG_BYTES, check=lambda st: modes.append(st.st_mode))
+        raw = read_regular_file(path, MAX_CONFIG_BYTES, check=look)
     except FileTooLarge:
         raise ConfigError(f"{path}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)") from None
     except OSError as exc:
@@ -601,6 +610,33 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
         notes.append(f"{path}: other users can read it (mode {modes[0] & 0o777:04o}), and it holds credentials "
                      f"({shown_held}); make it private (chmod 600 {path}), or pass them with envFrom")
     return cfg, path, notes
+
+
+def check_private_config(path: Path, st: os.stat_result) -> None:
+    """:class:`ConfigError` for a config file (``st``: the ``fstat`` of the file read) or a
+    directory holding it (its own, and its link target's) that a user other than the daemon's
+    (or root) can change: writable by the group or by others, or another user's
+    (:func:`~runtime.atomicfile.others_can_change`). Such a user could point a provider's
+    ``baseUrl`` at a server of theirs, which is then sent the key, name another variable as
+    ``apiKeyEnv``, or start an MCP server of their choosing as the daemon's user; in a
+    directory they can write they can put such a file in the config's place. Readable by
+    others is not refused (see the note about credentials it holds)."""
+    why = others_can_change(st)
+    if why is not None:
+        fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"chmod go-w {path}"
+        raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
+                          f"theirs or run commands as this user; check it, then {fix}")
+    for folder in dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]):
+        try:
+            why = others_can_change(os.stat(folder))
+        except OSError as exc:
+            raise ConfigError(f"cannot check the config directory {folder}: {exc.strerror}") from None
+        if why is not None:
+            fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"chmod go-w {folder}"
+            raise ConfigError(f"the config directory {folder} is {why}, who could put a config of theirs in "
+                              f"place of {path.name} (and send the providers' keys to a server of theirs); "
+                              f"check what it holds, then {fix}, or move the config to a directory of the "
+                              f"daemon's user alone")
 
 
 def credential_literals(cfg: Config) -> list[str]:

@@ -34,7 +34,8 @@ import trio
 
 from events.ids import SHA256_RE
 
-from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, why_not_written
+from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_atomically,
+                         why_not_written)
 from .errors import LensError, short_reason
 from .terminal import UNSHOWABLE
 
@@ -187,14 +188,12 @@ def check_private(st: os.stat_result, path: Path) -> None:
     write the file can add a record whose hash matches a credential of their own, with strong
     trust; so such a file grants nothing (as sshd ignores an ``authorized_keys`` others can
     write). Readable by others is fine: it holds only hashes of 256-bit credentials."""
-    if st.st_uid not in (os.geteuid(), 0):
-        raise PairFileInvalid(f"pair file {path} is owned by another user (uid {st.st_uid}), who could give "
-                              f"themselves a credential; check its records, then give it to the daemon's user "
-                              f"(chown); every credential is refused until it is fixed")
-    if st.st_mode & 0o022:
-        raise PairFileInvalid(f"pair file {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}), "
-                              f"who could give themselves a credential; check its records, then make it private "
-                              f"(chmod 600 {path}); every credential is refused until it is fixed")
+    why = others_can_change(st)
+    if why is None:
+        return
+    fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"make it private (chmod 600 {path})"
+    raise PairFileInvalid(f"pair file {path} is {why}, who could give themselves a credential; check its records, "
+                          f"then {fix}; every credential is refused until it is fixed")
 
 
 @contextmanager
