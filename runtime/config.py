@@ -107,6 +107,9 @@ class ExecutorConfig(_C):
     address: str | None = None  # "host:port" of a remote `lens executor serve`; None: spawn locally
     token_env: str | None = None  # environment variable holding the remote executor's token
     shared_filesystem: bool = False  # verified by a probe file before local skills/LSP use paths
+    # Variables of the daemon's environment named as credentials (GITHUB_TOKEN…) that a local
+    # executor, and so the agent's commands, is given all the same (never the configured keys).
+    pass_env: list[str] = []
 
 
 class WebConfig(_C):
@@ -381,6 +384,8 @@ def check_config(cfg: Config, where: str) -> None:
                           f"not {cfg.executor.address.rpartition('@')[2][:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
+    if any(not _is_env_name(name) for name in cfg.executor.pass_env):
+        raise ConfigError(f"{where}: executor.passEnv must list environment variable names")
     if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):
         raise ConfigError(f"{where}: executor.tokenEnv must name an environment variable (or be null)")
     for p in cfg.providers:
@@ -491,6 +496,23 @@ def withheld_env_names(cfg: Config) -> frozenset[str]:
     (Others an ``envFrom`` names, ``PATH`` say, stay in the executor's environment.)"""
     passed_on = {name for s in cfg.mcp_servers.values() for name in s.env_from if is_credential_name(name)}
     return secret_env_names(cfg) | passed_on
+
+
+# Variables that grant access without their name saying so: an ssh or gpg agent's socket, a
+# Kerberos ticket cache. (SSH_AUTH_SOCK's name says it too: AUTH.)
+AGENT_ENV = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "KRB5CCNAME"})
+
+
+def executor_hidden_env(cfg: Config, environ: Mapping[str, str]) -> frozenset[str]:
+    """The variables of ``environ`` (the daemon's) a local executor is started without, and so
+    every command and job an agent runs: :func:`withheld_env_names`, and every other variable
+    named as a credential (:func:`is_credential_name`: ``AWS_SECRET_ACCESS_KEY``,
+    ``GITHUB_TOKEN``, ``NPM_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_CLIENT_SECRET``)
+    or among :data:`AGENT_ENV` — the operator's shell's credentials, which the config never gave
+    the agent — but those ``executor.passEnv`` names (a command run to publish or to open a pull
+    request needs its token); the configured keys are withheld whatever it says."""
+    ambient = {name for name in environ if name in AGENT_ENV or is_credential_name(name)}
+    return withheld_env_names(cfg) | (ambient - set(cfg.executor.pass_env))
 
 
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:

@@ -50,7 +50,7 @@ from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
 from .atomicfile import why_not_written
-from .config import Config, ConfigError, config_secrets, pair_file_path, withheld_env_names
+from .config import Config, ConfigError, config_secrets, executor_hidden_env, pair_file_path
 from .errors import LensError, ModelUnavailable
 from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
@@ -180,7 +180,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=withheld_env_names(cfg), secrets=keys,
+                                 hidden_env=executor_hidden_env(cfg, os.environ), secrets=keys,
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])
