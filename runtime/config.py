@@ -467,26 +467,67 @@ def is_credential_name(name: str) -> bool:
                for part in parts)
 
 
+# Tokens whose shape says what they are, whatever the variable or argument holding them is
+# called: GitHub, GitLab, Slack, OpenAI/Anthropic-style, Stripe, AWS access key ids, npm, Hugging
+# Face, PyPI and Lens's own credentials.
+TOKEN_SHAPE = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|xox[abprs]-|xapp-|sk-|sk_live_|"
+                         r"rk_live_|AKIA|ASIA|npm_|hf_|pypi-|lens_)[A-Za-z0-9_\-]{12,}")
+# An argument that is a credential's flag (`--token`, `--api-key`, `--password=…`).
+_FLAG = re.compile(r"--?([A-Za-z][A-Za-z0-9_-]*)(=(.*))?", re.S)
+# An argument that is an Authorization header (`Authorization: Bearer …`, as MCP proxies take).
+_AUTH_HEADER = re.compile(r"\s*(?:proxy-)?authorization\s*:\s*(?:[A-Za-z][A-Za-z0-9_-]*\s+)?(\S+)\s*$", re.I)
+
+
 def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     """The keys a daemon with ``cfg`` knows, to keep out of all it stores, shows and says: the
-    values ``environ`` holds under :func:`secret_env_names`, then, for each MCP server, the
-    values of its ``envFrom`` variables and its ``env`` literals whose name is a credential's
-    (:func:`is_credential_name`), each shown as ``[redacted NAME]``. Other values an MCP server
-    is given (a path, a mode) are not: scrubbing every value of eight characters or more would
-    blank ordinary words and paths out of that server's answers."""
+    values ``environ`` holds under :func:`secret_env_names`, then what the config gives an MCP
+    server that is a credential (:func:`mcp_credentials`), and the values of its ``envFrom``
+    variables that are (by name, or by :data:`TOKEN_SHAPE`). Each is shown as
+    ``[redacted NAME]``. Other values an MCP server is given (a path, a mode) are not:
+    scrubbing every value of eight characters or more would blank ordinary words and paths out
+    of that server's answers."""
     values: dict[str, str] = {}
     for name in sorted(withheld_env_names(cfg)):
         if value := environ.get(name):
             values.setdefault(value, name)
-    for _server, name, value in _credential_env(cfg):
+    for _where, name, value in mcp_credentials(cfg):
         values.setdefault(value, name)
+    for name in sorted({name for s in cfg.mcp_servers.values() for name in s.env_from}):
+        if (value := environ.get(name)) and TOKEN_SHAPE.search(value):
+            values.setdefault(value, name)
     return Secrets(values)
 
 
-def _credential_env(cfg: Config) -> list[tuple[str, str, str]]:
-    """(server, variable, value) of each MCP server's ``env`` literal named as a credential."""
-    return [(server, name, value) for server, s in sorted(cfg.mcp_servers.items())
-            for name, value in sorted(s.env.items()) if value and is_credential_name(name)]
+def mcp_credentials(cfg: Config) -> list[tuple[str, str, str]]:
+    """(where in the config, marker name, value) of each credential the config hands an MCP
+    server itself: an ``env`` literal whose name is a credential's (:func:`is_credential_name`)
+    or whose value has a token's shape (:data:`TOKEN_SHAPE`: ``"GH": "ghp_…"``); in its ``args``,
+    the value of a credential's flag (``--token X``, ``--api-key=X``), of an ``Authorization``
+    header, a URL's password (``postgres://u:PASSWORD@h/db``) and any token-shaped word."""
+    found: list[tuple[str, str, str]] = []
+    for server, s in sorted(cfg.mcp_servers.items()):
+        for name, value in sorted(s.env.items()):
+            if value and (is_credential_name(name) or TOKEN_SHAPE.search(value)):
+                found.append((f"mcpServers[{server!r}].env[{name!r}]", name, value))
+        for i, arg in enumerate(s.args):
+            where, name = f"mcpServers[{server!r}].args[{i}]", f"mcpServers.{server}.args"
+            values: list[str] = []
+            if (flag := _FLAG.fullmatch(arg)) and is_credential_name(flag.group(1)):
+                if flag.group(2) is not None:
+                    values.append(flag.group(3))
+                elif i + 1 < len(s.args) and not s.args[i + 1].startswith("-"):  # (`--no-auth --port …`)
+                    values.append(s.args[i + 1])
+                    where = f"mcpServers[{server!r}].args[{i + 1}]"
+            if header := _AUTH_HEADER.match(arg):
+                values.append(header.group(1))
+            if "://" in arg:
+                try:
+                    values.append(urlsplit(arg.strip()).password or "")
+                except ValueError:
+                    pass
+            values += TOKEN_SHAPE.findall(arg)
+            found += [(where, name, value) for value in values if value]
+    return found
 
 
 def withheld_env_names(cfg: Config) -> frozenset[str]:
@@ -507,11 +548,12 @@ def executor_hidden_env(cfg: Config, environ: Mapping[str, str]) -> frozenset[st
     """The variables of ``environ`` (the daemon's) a local executor is started without, and so
     every command and job an agent runs: :func:`withheld_env_names`, and every other variable
     named as a credential (:func:`is_credential_name`: ``AWS_SECRET_ACCESS_KEY``,
-    ``GITHUB_TOKEN``, ``NPM_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_CLIENT_SECRET``)
-    or among :data:`AGENT_ENV` — the operator's shell's credentials, which the config never gave
+    ``GITHUB_TOKEN``, ``NPM_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_CLIENT_SECRET``),
+    holding a token-shaped value (:data:`TOKEN_SHAPE`) or among :data:`AGENT_ENV` — the operator's shell's credentials, which the config never gave
     the agent — but those ``executor.passEnv`` names (a command run to publish or to open a pull
     request needs its token); the configured keys are withheld whatever it says."""
-    ambient = {name for name in environ if name in AGENT_ENV or is_credential_name(name)}
+    ambient = {name for name, value in environ.items()
+               if name in AGENT_ENV or is_credential_name(name) or TOKEN_SHAPE.search(value)}
     return withheld_env_names(cfg) | (ambient - set(cfg.executor.pass_env))
 
 
@@ -662,9 +704,9 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
 
 
 def credential_literals(cfg: Config) -> list[str]:
-    """Where ``cfg`` holds a credential's value itself: an MCP server's ``env`` literal named as
-    one (``mcpServers['gh'].env['GH_TOKEN']``), as :func:`config_secrets` takes them."""
-    return [f"mcpServers[{server!r}].env[{name!r}]" for server, name, _value in _credential_env(cfg)]
+    """Where ``cfg`` holds a credential's value itself (``mcpServers['gh'].env['GH_TOKEN']``,
+    ``mcpServers['gh'].args[3]``), as :func:`config_secrets` takes them (:func:`mcp_credentials`)."""
+    return list(dict.fromkeys(where for where, _name, _value in mcp_credentials(cfg)))
 
 
 def unknown_keys_listed(keys: list[str]) -> str:
