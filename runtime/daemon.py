@@ -268,7 +268,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
                 await services.start(supervisor.run)
                 await services.start(bus.run)
-                services.start_soon(pairs.watch)
+                services.start_soon(pairs.watch, bus.poke_all)  # (a revocation ends open streams at once)
                 services.start_soon(watch_streams, svc)
                 http_done = trio.Event()
                 http_scope = trio.CancelScope()

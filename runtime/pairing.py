@@ -9,7 +9,7 @@ fatal: they grant nothing, and must not lock the other clients out either). Re-i
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
 daemon and the CLI. The daemon re-reads the file when it changes: each credential check looks
 first (one ``stat``), so a revocation counts from the next request; open streams learn of it
-from a watcher that looks every 250 ms. A file other users can write, or that another user owns,
+from a watcher that the change itself wakes (inotify), or that looks every 250 ms. A file other users can write, or that another user owns,
 grants nothing (:func:`check_private`).
 """
 
@@ -27,7 +27,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import msgspec
 import trio
@@ -37,6 +37,7 @@ from events.ids import SHA256_RE
 from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_atomically,
                          why_not_written)
 from .errors import LensError, short_reason
+from .filewatch import DirectoryWatch
 from .terminal import UNSHOWABLE
 
 log = logging.getLogger("lens.pairing")
@@ -428,8 +429,17 @@ class PairStore:
                 found = Principal(c.client_id, c.trust)
         return found
 
-    async def watch(self) -> None:
-        """Poll the file for changes (run in the daemon's nursery)."""
-        while True:
-            await trio.sleep(POLL_SECONDS)
-            self.reload()
+    async def watch(self, changed: Callable[[], None] = lambda: None) -> None:
+        """Re-read the file when it changes (run in the daemon's nursery), and call ``changed``
+        after each re-read, by this task or by a credential check (``generation``): open streams
+        re-check their credential then. A change in the file's directory (inotify: a rename,
+        a ``chmod``) wakes it at once; it also looks every :data:`POLL_SECONDS` (where inotify
+        cannot be had, and for what it does not see: a file system mounted over the network)."""
+        seen = self.generation
+        with DirectoryWatch(self.path.parent) as changes:
+            while True:
+                await changes.wait(POLL_SECONDS)
+                self.reload()
+                if self.generation != seen:
+                    seen = self.generation
+                    changed()

@@ -1,6 +1,6 @@
 """The daemon's own credentials stay out of the agent's commands: a local executor (and so every
 command it runs) is started without any variable of the daemon's environment named as a
-credential (the cloud SDKs', GITHUB_TOKEN, NPM_TOKEN…) nor an agent's socket or ticket
+credential (the cloud SDKs', GITHUB_TOKEN, NPM_TOKEN…) or holding a token-shaped value, nor an agent's socket or ticket
 (SSH_AUTH_SOCK, GPG_AGENT_INFO, KRB5CCNAME), but those ``executor.passEnv`` names; the
 configured keys are withheld whatever it says. Real daemon on port 0, real executor, real shell."""
 
@@ -21,6 +21,7 @@ WITHHELD = {
     "GOOGLE_APPLICATION_CREDENTIALS": "/home/op/.config/gcloud/withheld.json",
     "AZURE_CLIENT_SECRET": "azure-secret-withheld-0123456789",
     "NPM_TOKEN": "npm_withheld0123456789abcdef",
+    "GH": "ghp_TokenShapedUnderAPlainName0123",  # (no credential's name, but a token's shape)
     "SSH_AUTH_SOCK": "/run/user/0/withheld-agent.sock",
     "GPG_AGENT_INFO": "/run/user/0/gnupg/withheld:0:1",
     "KRB5CCNAME": "FILE:/tmp/krb5cc_withheld",
