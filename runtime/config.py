@@ -469,9 +469,19 @@ def is_credential_name(name: str) -> bool:
 
 # Tokens whose shape says what they are, whatever the variable or argument holding them is
 # called: GitHub, GitLab, Slack, OpenAI/Anthropic-style, Stripe, AWS access key ids, npm, Hugging
-# Face, PyPI and Lens's own credentials.
-TOKEN_SHAPE = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|xox[abprs]-|xapp-|sk-|sk_live_|"
+# Face, PyPI and Lens's own credentials. Matched against a whole value or a whole word
+# (:func:`token_words`), never inside one: `PATH=/opt/npm_global_tools/bin` is no token.
+_WORD_BREAK = re.compile(r"[\s=:,;&?'\"]+")
+TOKEN_SHAPE = re.compile(r"(?:gh[pousr]_|github_pat_|glpat-|xox[abprs]-|xapp-|sk-|sk_live_|"
                          r"rk_live_|AKIA|ASIA|npm_|hf_|pypi-|lens_)[A-Za-z0-9_\-]{12,}")
+
+
+def token_words(text: str) -> list[str]:
+    """The words of ``text`` (split at blanks, ``=``, ``:``, ``,``, ``;``, ``&``, ``?``, quotes)
+    that are token-shaped (:data:`TOKEN_SHAPE`) as a whole."""
+    return [word for word in _WORD_BREAK.split(text) if TOKEN_SHAPE.fullmatch(word)]
+
+
 # An argument that is a credential's flag (`--token`, `--api-key`, `--password=…`).
 _FLAG = re.compile(r"--?([A-Za-z][A-Za-z0-9_-]*)(=(.*))?", re.S)
 # An argument that is an Authorization header (`Authorization: Bearer …`, as MCP proxies take).
@@ -493,7 +503,7 @@ def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     for _where, name, value in mcp_credentials(cfg):
         values.setdefault(value, name)
     for name in sorted({name for s in cfg.mcp_servers.values() for name in s.env_from}):
-        if (value := environ.get(name)) and TOKEN_SHAPE.search(value):
+        if (value := environ.get(name)) and TOKEN_SHAPE.fullmatch(value.strip()):
             values.setdefault(value, name)
     return Secrets(values)
 
@@ -507,7 +517,7 @@ def mcp_credentials(cfg: Config) -> list[tuple[str, str, str]]:
     found: list[tuple[str, str, str]] = []
     for server, s in sorted(cfg.mcp_servers.items()):
         for name, value in sorted(s.env.items()):
-            if value and (is_credential_name(name) or TOKEN_SHAPE.search(value)):
+            if value and (is_credential_name(name) or token_words(value)):
                 found.append((f"mcpServers[{server!r}].env[{name!r}]", name, value))
         for i, arg in enumerate(s.args):
             where, name = f"mcpServers[{server!r}].args[{i}]", f"mcpServers.{server}.args"
@@ -525,7 +535,7 @@ def mcp_credentials(cfg: Config) -> list[tuple[str, str, str]]:
                     values.append(urlsplit(arg.strip()).password or "")
                 except ValueError:
                     pass
-            values += TOKEN_SHAPE.findall(arg)
+            values += token_words(arg)
             found += [(where, name, value) for value in values if value]
     return found
 
@@ -549,11 +559,12 @@ def executor_hidden_env(cfg: Config, environ: Mapping[str, str]) -> frozenset[st
     every command and job an agent runs: :func:`withheld_env_names`, and every other variable
     named as a credential (:func:`is_credential_name`: ``AWS_SECRET_ACCESS_KEY``,
     ``GITHUB_TOKEN``, ``NPM_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_CLIENT_SECRET``),
-    holding a token-shaped value (:data:`TOKEN_SHAPE`) or among :data:`AGENT_ENV` — the operator's shell's credentials, which the config never gave
+    holding a token-shaped value (:data:`TOKEN_SHAPE`) or among :data:`AGENT_ENV` — the
+    operator's shell's credentials, which the config never gave
     the agent — but those ``executor.passEnv`` names (a command run to publish or to open a pull
     request needs its token); the configured keys are withheld whatever it says."""
     ambient = {name for name, value in environ.items()
-               if name in AGENT_ENV or is_credential_name(name) or TOKEN_SHAPE.search(value)}
+               if name in AGENT_ENV or is_credential_name(name) or TOKEN_SHAPE.fullmatch(value.strip())}
     return withheld_env_names(cfg) | (ambient - set(cfg.executor.pass_env))
 
 

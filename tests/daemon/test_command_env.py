@@ -31,6 +31,7 @@ PASSED = {
     "GITHUB_TOKEN": "ghp_passedOnPurpose0123456789abcdef",  # named by executor.passEnv
     "AWS_REGION": "eu-west-3",  # no credential
     "LENS_TEST_PLAIN_SETTING": "plain-value-passed",
+    "LENS_TEST_PATHS": "/opt/npm_global_tools/bin:/srv/sk-project-directory",  # (tokens' prefixes inside)
 }
 
 

@@ -81,7 +81,8 @@ def test_which_arguments_are_credentials() -> None:
 
 @pytest.mark.parametrize("args", [["--port", "8080"], ["--no-auth", "--port", "8080"], ["--token-file", "-"],
                                   ["--name", "sk-"], ["--auth"], ["https://example.com/path?q=1"],
-                                  ["task-runner_0123456789abcdef"]])
+                                  ["task-runner_0123456789abcdef"], ["/srv/npm_packages_directory/x"],
+                                  ["--cache=/home/u/hf_models_cache_dir"]])
 def test_plain_arguments_are_not(args: list[str]) -> None:
     cfg = parse_config(json.dumps({"mcpServers": {"t": {"command": "x", "args": args}}}), "t")
     assert mcp_credentials(cfg) == []
