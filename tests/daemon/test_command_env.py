@@ -24,7 +24,7 @@ WITHHELD = {
     "GH": "ghp_TokenShapedUnderAPlainName0123",  # (no credential's name, but a token's shape)
     "SSH_AUTH_SOCK": "/run/user/0/withheld-agent.sock",
     "GPG_AGENT_INFO": "/run/user/0/gnupg/withheld:0:1",
-    "KRB5CCNAME": "FILE:/tmp/krb5cc_withheld",
+    "KRB5CCNAME": "FILE:/run/user/0/krb5cc_withheld",
     "EXA_API_KEY": "exa-configured-key-withheld-0123456789",  # (webSearch.apiKeyEnv: passEnv names it in vain)
 }
 PASSED = {
