@@ -50,7 +50,8 @@ from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
 from .atomicfile import why_not_written
-from .config import Config, ConfigError, config_secrets, executor_hidden_env, pair_file_path
+from .config import Config, ConfigError, pair_file_path
+from .credentials import config_secrets, executor_hidden_env
 from .errors import LensError, ModelUnavailable
 from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors

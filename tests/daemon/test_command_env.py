@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from runtime.config import AGENT_ENV, is_credential_name
+from runtime.credentials import AGENT_ENV, is_credential_name
 
 from .conftest import DaemonFactory, run_tool
 

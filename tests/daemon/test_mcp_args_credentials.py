@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import credential_literals, mcp_credentials, parse_config
+from runtime.config import parse_config
+from runtime.credentials import credential_literals, mcp_credentials
 
 from ..mcp.conftest import SERVER
 from .conftest import run_lens, run_tool, serving
