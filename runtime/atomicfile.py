@@ -112,3 +112,16 @@ def sync_directory(path: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def others_can_change(st: os.stat_result) -> str | None:
+    """Why a file or directory with ``st`` is not its owner's alone, in words for a message
+    ("writable by other users (mode 0664)", "owned by another user (uid 1001)"), or ``None``.
+    Writable by the group or by others, or owned by a user other than this process's or root,
+    as sshd's ``StrictModes`` judges an ``authorized_keys`` and the directories above it (a
+    sticky bit makes no exception). Readable by others is not judged here."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"owned by another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None

@@ -85,7 +85,7 @@ def _executor_secrets() -> Secrets:
 
     from events.secrets import Secrets
 
-    from .config import WELL_KNOWN_KEY_ENV
+    from .credentials import WELL_KNOWN_KEY_ENV
     from .terminal import ScrubbedLines
 
     known = Secrets.from_environ([*WELL_KNOWN_KEY_ENV, "LENS_EXECUTOR_TOKEN"], os.environ)

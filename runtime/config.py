@@ -9,6 +9,7 @@ See ``config/lens.example.jsonc`` for every key with its meaning.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import types
 import typing
@@ -24,8 +25,9 @@ from tools.executor import split_host_port
 from tools.web.address import shown_url
 
 from . import jsonc
-from .atomicfile import FileTooLarge, read_regular_file
+from .atomicfile import FileTooLarge, others_can_change, read_regular_file
 from .errors import MAX_REASON, LensError, short_reason, shortened
+from .credentials import WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
 from .mcp_config import McpServerConfig, check_mcp_servers
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
@@ -109,6 +111,9 @@ class ExecutorConfig(_C):
     address: str | None = None  # "host:port" of a remote `lens executor serve`; None: spawn locally
     token_env: str | None = None  # environment variable holding the remote executor's token
     shared_filesystem: bool = False  # verified by a probe file before local skills/LSP use paths
+    # Variables of the daemon's environment named as credentials (GITHUB_TOKEN…) that a local
+    # executor, and so the agent's commands, is given all the same (never the configured keys).
+    pass_env: list[str] = []
 
 
 class WebConfig(_C):
@@ -383,6 +388,8 @@ def check_config(cfg: Config, where: str) -> None:
                           f"not {cfg.executor.address.rpartition('@')[2][:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
+    if any(not _is_env_name(name) for name in cfg.executor.pass_env):
+        raise ConfigError(f"{where}: executor.passEnv must list environment variable names")
     if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):
         raise ConfigError(f"{where}: executor.tokenEnv must name an environment variable (or be null)")
     for p in cfg.providers:
@@ -431,68 +438,6 @@ def check_config(cfg: Config, where: str) -> None:
     provider, _, model = (cfg.default_model or "x/x").partition("/")
     if not provider or not model:
         raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
-
-
-# Read by the provider SDKs themselves when given no key: never passed on to tools either.
-WELL_KNOWN_KEY_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-
-
-def secret_env_names(cfg: Config) -> frozenset[str]:
-    """Environment variables holding credentials: every provider's ``apiKeyEnv``, the remote
-    executor's ``tokenEnv``, the web search backend's ``apiKeyEnv`` and the SDKs' own key variables. Executors (and so the commands
-    tools run) are started without them."""
-    names = {p.api_key_env for p in cfg.providers if p.api_key_env}
-    if cfg.executor.token_env:
-        names.add(cfg.executor.token_env)
-    if cfg.web_search.api_key_env:
-        names.add(cfg.web_search.api_key_env)
-    return frozenset(names | set(WELL_KNOWN_KEY_ENV))
-
-
-# The parts of a variable's name (split at `_`, `-`…) that make it a credential's, and the
-# endings of a part that do (`APIKEY`, `ACCESSTOKEN`, `PGPASSWORD`).
-_CREDENTIAL_WORDS = frozenset({"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "AUTH",
-                               "CREDENTIAL", "CREDENTIALS", "PAT", "COOKIE"})
-_CREDENTIAL_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
-
-
-def is_credential_name(name: str) -> bool:
-    """Whether a variable's name says it holds a credential (``GH_TOKEN``, ``NOTION_API_KEY``,
-    ``DB_PASSWORD``; not ``PATH``, ``DATA_DIR``, ``TOKENIZERS_PARALLELISM``)."""
-    parts = [part for part in re.split(r"[^A-Z0-9]+", name.upper()) if part]
-    return any(part in _CREDENTIAL_WORDS or part.endswith(_CREDENTIAL_ENDINGS)
-               for part in parts)
-
-
-def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
-    """The keys a daemon with ``cfg`` knows, to keep out of all it stores, shows and says: the
-    values ``environ`` holds under :func:`secret_env_names`, then, for each MCP server, the
-    values of its ``envFrom`` variables and its ``env`` literals whose name is a credential's
-    (:func:`is_credential_name`), each shown as ``[redacted NAME]``. Other values an MCP server
-    is given (a path, a mode) are not: scrubbing every value of eight characters or more would
-    blank ordinary words and paths out of that server's answers."""
-    values: dict[str, str] = {}
-    for name in sorted(withheld_env_names(cfg)):
-        if value := environ.get(name):
-            values.setdefault(value, name)
-    for _server, name, value in _credential_env(cfg):
-        values.setdefault(value, name)
-    return Secrets(values)
-
-
-def _credential_env(cfg: Config) -> list[tuple[str, str, str]]:
-    """(server, variable, value) of each MCP server's ``env`` literal named as a credential."""
-    return [(server, name, value) for server, s in sorted(cfg.mcp_servers.items())
-            for name, value in sorted(s.env.items()) if value and is_credential_name(name)]
-
-
-def withheld_env_names(cfg: Config) -> frozenset[str]:
-    """The daemon's variables no executor (nor any command it runs) is started with: those of
-    :func:`secret_env_names`, and those an MCP server's ``envFrom`` passes on to it whose name
-    is a credential's — the config hands those to that server, not to the agent's commands.
-    (Others an ``envFrom`` names, ``PATH`` say, stay in the executor's environment.)"""
-    passed_on = {name for s in cfg.mcp_servers.values() for name in s.env_from if is_credential_name(name)}
-    return secret_env_names(cfg) | passed_on
 
 
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:
@@ -573,10 +518,12 @@ def _unknown(data: Any, cls: type, path: str) -> list[str]:
     return out
 
 
-def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
+def load_config(path: Path | None, *, private: bool = False) -> tuple[Config, Path, list[str]]:
     """(config, main config path, notes). ``path=None``: ``config/lens.jsonc`` if it exists.
 
     An explicit path that does not exist is an error; the default one may be absent.
+    ``private`` (``lens serve``): :class:`ConfigError` for a config file, or a directory holding
+    it, that another local user can change (:func:`check_private_config`).
     """
     notes: list[str] = []
     explicit = path is not None
@@ -587,9 +534,15 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
         notes.append(f"no config file at {path}; using built-in defaults")
         return Config(), path, notes
     modes: list[int] = []
+
+    def look(st: os.stat_result) -> None:
+        modes.append(st.st_mode)
+        if private:
+            check_private_config(path, st)
+
     try:
         # (a FIFO or /dev/zero: refused, never read; the mode of the file read, for the note below)
-        raw = read_regular_file(path, MAX_CONFIG_BYTES, check=lambda st: modes.append(st.st_mode))
+        raw = read_regular_file(path, MAX_CONFIG_BYTES, check=look)
     except FileTooLarge:
         raise ConfigError(f"{path}: the config is larger than {MAX_CONFIG_BYTES} bytes (the limit for a config file)") from None
     except OSError as exc:
@@ -606,10 +559,31 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     return cfg, path, notes
 
 
-def credential_literals(cfg: Config) -> list[str]:
-    """Where ``cfg`` holds a credential's value itself: an MCP server's ``env`` literal named as
-    one (``mcpServers['gh'].env['GH_TOKEN']``), as :func:`config_secrets` takes them."""
-    return [f"mcpServers[{server!r}].env[{name!r}]" for server, name, _value in _credential_env(cfg)]
+def check_private_config(path: Path, st: os.stat_result) -> None:
+    """:class:`ConfigError` for a config file (``st``: the ``fstat`` of the file read) or a
+    directory holding it (its own, and its link target's) that a user other than the daemon's
+    (or root) can change: writable by the group or by others, or another user's
+    (:func:`~runtime.atomicfile.others_can_change`). Such a user could point a provider's
+    ``baseUrl`` at a server of theirs, which is then sent the key, name another variable as
+    ``apiKeyEnv``, or start an MCP server of their choosing as the daemon's user; in a
+    directory they can write they can put such a file in the config's place. Readable by
+    others is not refused (see the note about credentials it holds)."""
+    why = others_can_change(st)
+    if why is not None:
+        fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"chmod go-w {path}"
+        raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
+                          f"theirs or run commands as this user; check it, then {fix}")
+    for folder in dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]):
+        try:
+            why = others_can_change(os.stat(folder))
+        except OSError as exc:
+            raise ConfigError(f"cannot check the config directory {folder}: {exc.strerror}") from None
+        if why is not None:
+            fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"chmod go-w {folder}"
+            raise ConfigError(f"the config directory {folder} is {why}, who could put a config of theirs in "
+                              f"place of {path.name} (and send the providers' keys to a server of theirs); "
+                              f"check what it holds, then {fix}, or move the config to a directory of the "
+                              f"daemon's user alone")
 
 
 def unknown_keys_listed(keys: list[str]) -> str:

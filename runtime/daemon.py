@@ -50,7 +50,8 @@ from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
 from .atomicfile import why_not_written
-from .config import Config, ConfigError, config_secrets, pair_file_path, withheld_env_names
+from .config import Config, ConfigError, pair_file_path
+from .credentials import config_secrets, executor_hidden_env
 from .errors import LensError, ModelUnavailable
 from .executors import ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
@@ -181,7 +182,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=withheld_env_names(cfg), secrets=keys,
+                                 hidden_env=executor_hidden_env(cfg, os.environ), secrets=keys,
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])
@@ -269,7 +270,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
                 await services.start(supervisor.run)
                 await services.start(bus.run)
-                services.start_soon(pairs.watch)
+                services.start_soon(pairs.watch, bus.poke_all)  # (a revocation ends open streams at once)
                 services.start_soon(watch_streams, svc)
                 http_done = trio.Event()
                 http_scope = trio.CancelScope()

@@ -38,7 +38,8 @@ from projections.projector import Projector, ProjectionsDamaged, ProjectionsDele
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import WELL_KNOWN_KEY_ENV, ConfigError, expand_path, load_config
+from .config import ConfigError, expand_path, load_config
+from .credentials import WELL_KNOWN_KEY_ENV
 from .cliargs import Once
 from .terminal import shown, to_stderr
 

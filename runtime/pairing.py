@@ -9,7 +9,7 @@ fatal: they grant nothing, and must not lock the other clients out either). Re-i
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
 daemon and the CLI. The daemon re-reads the file when it changes: each credential check looks
 first (one ``stat``), so a revocation counts from the next request; open streams learn of it
-from a watcher that looks every 250 ms. A file other users can write, or that another user owns,
+from a watcher that the change itself wakes (inotify), or that looks every 250 ms. A file other users can write, or that another user owns,
 grants nothing (:func:`check_private`).
 """
 
@@ -27,15 +27,17 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import msgspec
 import trio
 
 from events.ids import SHA256_RE
 
-from .atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, why_not_written
+from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_atomically,
+                         why_not_written)
 from .errors import LensError, short_reason
+from .filewatch import DirectoryWatch
 from .terminal import UNSHOWABLE
 
 log = logging.getLogger("lens.pairing")
@@ -187,14 +189,12 @@ def check_private(st: os.stat_result, path: Path) -> None:
     write the file can add a record whose hash matches a credential of their own, with strong
     trust; so such a file grants nothing (as sshd ignores an ``authorized_keys`` others can
     write). Readable by others is fine: it holds only hashes of 256-bit credentials."""
-    if st.st_uid not in (os.geteuid(), 0):
-        raise PairFileInvalid(f"pair file {path} is owned by another user (uid {st.st_uid}), who could give "
-                              f"themselves a credential; check its records, then give it to the daemon's user "
-                              f"(chown); every credential is refused until it is fixed")
-    if st.st_mode & 0o022:
-        raise PairFileInvalid(f"pair file {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}), "
-                              f"who could give themselves a credential; check its records, then make it private "
-                              f"(chmod 600 {path}); every credential is refused until it is fixed")
+    why = others_can_change(st)
+    if why is None:
+        return
+    fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"make it private (chmod 600 {path})"
+    raise PairFileInvalid(f"pair file {path} is {why}, who could give themselves a credential; check its records, "
+                          f"then {fix}; every credential is refused until it is fixed")
 
 
 @contextmanager
@@ -429,8 +429,17 @@ class PairStore:
                 found = Principal(c.client_id, c.trust)
         return found
 
-    async def watch(self) -> None:
-        """Poll the file for changes (run in the daemon's nursery)."""
-        while True:
-            await trio.sleep(POLL_SECONDS)
-            self.reload()
+    async def watch(self, changed: Callable[[], None] = lambda: None) -> None:
+        """Re-read the file when it changes (run in the daemon's nursery), and call ``changed``
+        after each re-read, by this task or by a credential check (``generation``): open streams
+        re-check their credential then. A change in the file's directory (inotify: a rename,
+        a ``chmod``) wakes it at once; it also looks every :data:`POLL_SECONDS` (where inotify
+        cannot be had, and for what it does not see: a file system mounted over the network)."""
+        seen = self.generation
+        with DirectoryWatch(self.path.parent) as changes:
+            while True:
+                await changes.wait(POLL_SECONDS)
+                self.reload()
+                if self.generation != seen:
+                    seen = self.generation
+                    changed()

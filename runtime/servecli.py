@@ -76,7 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # read them already, to scrub what it says: nothing descends from it yet.)
     make_undumpable()
 
-    cfg, path, notes = load_config(args.config)
+    # (a config other users can change is refused: see check_private_config)
+    cfg, path, notes = load_config(args.config, private=True)
     check_startable(cfg, path, str(path))  # (what a config write through the API is held to, too)
     if args.model == "":
         raise InvalidArgument("--model must be '<provider id>/<model id>', not empty")

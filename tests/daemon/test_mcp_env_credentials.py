@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from runtime.config import is_credential_name
+from runtime.credentials import is_credential_name
 
 from ..mcp.conftest import SERVER
 from .conftest import DaemonFactory, run_lens, run_tool, wait_until

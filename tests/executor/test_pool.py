@@ -386,7 +386,8 @@ async def test_commands_never_see_the_credentials_in_the_daemons_environment(tmp
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # Provider keys (a provider's apiKeyEnv, the SDKs' own variables, the web search key) stay with the daemon: a
     # model (or text it read) asking a command for `env` must not find them.
-    from runtime.config import parse_config, secret_env_names
+    from runtime.config import parse_config
+    from runtime.credentials import secret_env_names
 
     cfg = parse_config('{"providers": [{"id": "oa", "protocol": "openai-chat", "apiKeyEnv": "LENS_TEST_KEY"}],'
                        ' "executor": {"address": "127.0.0.1:1", "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}}')

@@ -163,6 +163,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text("some.tool ran")
     elif name == "listings":
         result = text(str(len(listings)))
+    elif name == "env" and args.get("name") == "*argv":  # the arguments it was started with
+        result = text(" ".join(sys.argv[1:]))
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
     else:
@@ -195,7 +197,7 @@ def main() -> None:
     ap.add_argument("--keyed")
     ap.add_argument("--stale-cursor", action="store_true")
     ap.add_argument("--reply-log")
-    opts = ap.parse_args()
+    opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
         keyed = value = os.environ.get(opts.keyed, "<unset>")

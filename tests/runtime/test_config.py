@@ -311,7 +311,7 @@ def test_every_key_naming_an_environment_variable_refuses_a_name_none_can_have(b
 
 
 def test_the_search_key_variable_is_kept_from_executors() -> None:
-    from runtime.config import secret_env_names
+    from runtime.credentials import secret_env_names
 
     assert "EXA_API_KEY" in secret_env_names(parse_config("{}"))
     assert "MY_SEARCH_KEY" in secret_env_names(parse_config(cfg(webSearch={"apiKeyEnv": "MY_SEARCH_KEY"})))
