@@ -36,6 +36,12 @@ settings.register_profile(
 settings.register_profile("explore", deadline=None, database=None, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lens"))
 
+# The files tests write (configs, workspaces) take their modes from the umask, and `lens serve`
+# refuses a config file or directory others can change: a runner whose umask is 002 (a
+# user-private-group default) would see every such start refused. The suite runs under 022, the
+# usual default, whatever the runner's (its subprocesses inherit it).
+os.umask(0o022)
+
 
 # The variables that give the built-in providers a key or a base URL (runtime/providers/builtin.py):
 # a daemon started on embedded defaults with the key of whoever runs the suite would take a real
