@@ -288,7 +288,7 @@ class Supervisor:
                     # count afresh, as a passivation between them does.
                     failures = 1 if actor.rested else failures + 1
                     log.error("session %s actor crashed (%d/%d): %r", handle.session_id, failures,
-                              self.max_restarts, exc)
+                              self.max_restarts, exc, exc_info=exc)  # (a defect: where it was raised)
                     actor.fail_pending(ActorUnavailable(
                         f"session {handle.session_id!r} failed while serving this call; retry it"))
                     if failures >= self.max_restarts:

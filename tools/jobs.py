@@ -17,7 +17,7 @@ from events.secrets import Secrets
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .command_output import StreamJoin, drain
-from .rerun import ExecutorAccess
+from .rerun import ExecutorAccess, executor_failures
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
                               command_cwd, int_arg)
 
@@ -59,10 +59,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         cwd = command_cwd(args, command)
         if ctx.project_id is None:
             raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
-        try:
+        with executor_failures("EXECUTOR_UNAVAILABLE"):  # (typed executor errors keep their codes)
             ex = await pool.get(ctx.project_id)
-        except Exception as exc:  # typed executor errors carry codes; keep them
-            raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
         # (no lock is held while a job runs, so a link may change later: checked as it starts)
         judged = await check_where_it_leads(ctx, ex.client, "job", "cwd", cwd)
 

@@ -11,11 +11,16 @@ whose second run the executor's call journal answers when the first one had writ
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
+
+from runtime.errors import LensError  # (imports nothing: no cycle)
+
+from .base import ToolError
 
 log = logging.getLogger("lens.tools")
 
@@ -29,6 +34,27 @@ class ExecutorAccess(Protocol):
 
 class Respawning(ExecutorAccess, Protocol):
     async def respawned(self, ex: Any) -> Any: ...
+
+
+# What asking for a project's executor, or calling it, may fail with: the pool's and the client's
+# typed errors (EXECUTOR_UNAVAILABLE, EXECUTOR_TIMEOUT, PROJECT_NOT_FOUND, a tool's own code...)
+# and the system's (a child that cannot be started: its state directory, its fork). Anything else
+# (an AttributeError, a TypeError) is a defect of Lens and is left to surface as one.
+EXECUTOR_FAILURES: tuple[type[Exception], ...] = (LensError, OSError)
+
+
+@contextmanager
+def executor_failures(default: str) -> Iterator[None]:
+    """Turn what a call of the executor (or the pool's ``get``) is expected to fail with into a
+    :class:`ToolError`: a typed error keeps its code and message, an ``OSError`` gets ``default``
+    (``EXECUTOR_UNAVAILABLE``, ``EXECUTOR_ERROR``). A :class:`ToolError` passes as it is, and any
+    other exception too: a programming error must not read as "the executor is unavailable"."""
+    try:
+        yield
+    except ToolError:
+        raise
+    except EXECUTOR_FAILURES as exc:
+        raise ToolError(getattr(exc, "code", default), getattr(exc, "message", None) or str(exc)) from None
 
 
 @dataclass(frozen=True)

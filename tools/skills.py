@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable
 from events import types as t
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
-from .rerun import Respawning, once_more_if_died
+from .rerun import Respawning, executor_failures, once_more_if_died
 
 SKILL_ROOTS = ("skills", ".agents/skills", ".codex/skills")  # in precedence order
 SKILL_FILE = "SKILL.md"
@@ -333,18 +333,12 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str) -> 
     async def read(args: dict[str, Any]) -> dict[str, Any]:
         if project_id is None:
             raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace skills")
-        try:
+        with executor_failures("EXECUTOR_UNAVAILABLE"):
             ex = await pool.get(project_id)
-        except ToolError:
-            raise
-        except Exception as exc:
-            raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
 
         async def attempt(ex: Any) -> Any:
-            try:
+            with executor_failures("EXECUTOR_ERROR"):
                 return await ex.client.call("read_file", args, call_id=call_id)
-            except Exception as exc:
-                raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
 
         async with ex.lock.read():
             reached = await once_more_if_died(pool, ex, attempt, f"skill read {call_id} ({args.get('path')!r})")

@@ -22,7 +22,7 @@ from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
 from .command_output import StreamJoin, drain
-from .rerun import Reached, Respawning, once_more_if_died
+from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
@@ -85,10 +85,8 @@ async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: st
               if p is not None]
     if not judged:
         return ""
-    try:
+    with executor_failures("EXECUTOR_ERROR"):
         real = await _resolved(client, path)
-    except Exception as exc:
-        raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
     for prefixes, whose in judged:
         if not isinstance(real, str) or not within_allowlist(real, prefixes):
             shown = path or "."
@@ -105,7 +103,7 @@ async def where_it_leads(client: Any, path: str) -> str | None:
     wrote; this asks for an executor built before it did.)"""
     try:
         real = await _resolved(client, path)
-    except Exception:
+    except EXECUTOR_FAILURES:
         return None
     return real if isinstance(real, str) else None
 
@@ -120,12 +118,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
     async def executor(ctx: ToolContext) -> Any:
         if ctx.project_id is None:
             raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
-        try:
+        with executor_failures("EXECUTOR_UNAVAILABLE"):  # (typed executor errors keep their codes)
             return await pool.get(ctx.project_id)
-        except ToolError:
-            raise
-        except Exception as exc:  # typed executor errors carry codes; keep them
-            raise ToolError(getattr(exc, "code", "EXECUTOR_UNAVAILABLE"), str(exc)) from None
 
     @asynccontextmanager
     async def locked(ctx: ToolContext, *, write: bool) -> AsyncIterator[Any]:
@@ -153,10 +147,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
     async def attempt(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any:
         if isinstance(args.get("path"), str):
             await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
-        try:
+        with executor_failures("EXECUTOR_ERROR"):
             return await ex.client.call(tool, args, call_id=f"{ctx.session_id}:{ctx.call_id}")
-        except Exception as exc:
-            raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
 
     async def store(data: bytes) -> str:
         """``data`` put in the artifact store, off the event loop (it writes and fsyncs a file).
@@ -289,7 +281,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                     await ex.client.call("restore", {
                         "path": where, "content_hex": before.hex() if before is not None else None,
                         "expect_sha256": e.after_sha256}, call_id=f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
-                except Exception as exc:
+                except EXECUTOR_FAILURES as exc:
                     message = str(getattr(exc, "message", exc))
                     if message.startswith(f"{where}:"):  # (the executor's own messages name it)
                         message = message[len(where) + 1:].lstrip()
@@ -316,15 +308,11 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         exit_info: Any = None
         async with locked(ctx, write=True) as ex:
             judged = await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
-            try:
+            with executor_failures("EXECUTOR_ERROR"):
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
                                          cwd_leads_to=judged) as events:
                     exit_info = await drain(events, join)
                 join.flush()
-            except ToolError:
-                raise
-            except Exception as exc:
-                raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"), getattr(exc, "message", str(exc))) from None
         if exit_info is None:
             raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
         # The executor cut the output at its cap knowing no key: a key across the cut left its

@@ -40,6 +40,7 @@ from typing import Any, Awaitable, Callable, Literal
 
 from events import types as t
 from projections.session_state import Item, item_parts, text_of
+from tools.artifacts import ArtifactError
 from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
@@ -211,7 +212,7 @@ async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image:
         data = await load_image(part.artifact_id)
     except ProviderError:
         raise
-    except Exception as exc:  # ArtifactError (code + message) or an OSError from the store
+    except (ArtifactError, OSError) as exc:  # (anything else is a defect, not a missing artifact)
         code = getattr(exc, "code", None) or "ARTIFACT_NOT_FOUND"
         raise ProviderError(code, getattr(exc, "message", None) or str(exc)) from None
     # Checked here too (the store checks on read): nothing damaged is ever sent.

@@ -97,3 +97,24 @@ async def test_missing_artifact_and_models_without_images(server, make, artifact
     content = server.bodies[0]["messages"][1]["content"]
     assert images_in("openai-chat", server.bodies[0]) == []
     assert "omitted" in content[1]["text"]
+
+
+async def test_a_loader_that_fails_reads_as_a_missing_artifact_and_a_defect_as_itself(server, make, artifacts):
+    # The store's failures (its typed ArtifactError, an OSError of the disk) say the image cannot
+    # be loaded; anything else out of the loader is a defect, not a missing artifact.
+    part = image_part(artifacts.store)
+
+    async def failing_disk(artifact_id: str) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    with pytest.raises(ProviderError) as info:
+        await make("openai-chat", load_image=failing_disk).stream(Ctx().user("see", part).request(), Deltas())
+    assert info.value.code == "ARTIFACT_NOT_FOUND" and "Input/output error" in info.value.message
+    assert server.requests == []
+
+    async def defect(artifact_id: str) -> bytes:
+        raise TypeError("a bug in the loader")
+
+    with pytest.raises(TypeError, match="a bug in the loader"):
+        await make("openai-chat", load_image=defect).stream(Ctx().user("see", part).request(), Deltas())
+    assert server.requests == []

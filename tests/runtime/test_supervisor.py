@@ -222,6 +222,10 @@ async def test_a_crashing_actor_restarts_from_the_log(runtime_factory, autojump_
         assert st == await full_replay(rt, sid)
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
     assert len(crashes) == 1 and crashes[0].levelno == logging.ERROR
+    # A crash is a defect: logged with its traceback (the daemon's log formatter scrubs keys from
+    # it), not only its repr, so whoever reads the log finds the line that raised.
+    assert crashes[0].exc_info is not None
+    assert "RuntimeError: the tool blew up" in logging.Formatter().formatException(crashes[0].exc_info)
 
 
 async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump_clock, caplog):

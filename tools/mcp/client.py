@@ -323,8 +323,12 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
                 env=launch.env, cwd=launch.cwd, start_new_session=True, pass_fds=(status_write,))
         finally:
             os.close(status_write)
-    except OSError as exc:
+    except BaseException as exc:
+        # (also when cancelled at open_process's first checkpoint, or a defect: the status pipe's
+        # other end is ours to close whatever failed; only an OSError is the server's failure)
         os.close(status_read)
+        if not isinstance(exc, OSError):
+            raise
         # (a cwd that cannot be entered fails the same way as a missing command: say which it was)
         where = f" (working directory {launch.cwd!r})" if launch.cwd is not None and exc.filename == launch.cwd else ""
         raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}{where}: {exc.strerror or exc}") from None
