@@ -20,6 +20,7 @@ what is asserted, never an exact log.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -200,14 +201,10 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                 async with trio.open_nursery() as readers:
                     for c in clients:
                         readers.start_soon(follow, c, current, token, random.Random(rng.random()))
-                    n = 0
 
-                    async def submit(sid: str, content: str, **kw: Any) -> str:
+                    async def submit_as(rid: str, sid: str, content: str, **kw: Any) -> str:
                         """Submit as a client does: an answer lost to a stopping daemon (no answer,
                         a 503) is asked again, with the same ``requestId``, of the next one."""
-                        nonlocal n
-                        n += 1
-                        rid = f"r{n}"
                         for attempt in range(3):
                             d = current.d
                             assert d is not None
@@ -239,6 +236,12 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
 
                     async def run_op(dd: Daemon, op: str, sid: str, step: int, orng: random.Random,
                                      repeatable: list[tuple[str, str]], forks: dict[int, str], index: int) -> None:
+                        counter = itertools.count()
+
+                        async def submit(sid: str, content: str, **kw: Any) -> str:
+                            # (request ids named by the schedule, not by the order trio runs the ops in)
+                            return await submit_as(f"r{step}.{index}.{next(counter)}", sid, content, **kw)
+
                         if sid in asking and op.startswith(("busy-", "wait", "ask")):
                             asking.discard(sid)  # (a question left open is answered by the user first)
                             await answer_open(dd, sid)
@@ -266,6 +269,13 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             deleted.add(sid)
                             left_busy.discard(sid)
                             asking.discard(sid)
+                            mine = [rid for s_, rid in repeatable if s_ == sid]
+                            if mine:  # a client retrying an input it sent before the delete
+                                rid = orng.choice(mine)
+                                r = await dd.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": "again"})
+                                if r.status_code != 202 or not r.json()["duplicate"]:
+                                    violations.append(f"a repeated requestId {rid} of a deleted session: "
+                                                      f"{r.status_code} {r.text}")
                         elif op == "ask":  # a question, answered now or left open (the restart may meet it)
                             await dd.wait_idle(token, sid)
                             await submit(sid, "/tool ask_user " + json.dumps(ASK))
@@ -337,7 +347,8 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             assert serve.proc is not None
                             async with trio.open_nursery() as inflight:
                                 for i, sid in enumerate(sessions):
-                                    inflight.start_soon(submit, sid, f"note {step}.{i}: sent as the daemon stops")
+                                    inflight.start_soon(submit_as, f"r{step}.stop.{i}", sid,
+                                                        f"note {step}.{i}: sent as the daemon stops")
                                 await trio.sleep(0)
                                 serve.proc.send_signal(signal.SIGTERM)
                                 with trio.fail_after(LIMIT):
@@ -357,7 +368,7 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                         # a batch of operations at once, on distinct sessions; all drawn before any runs
                         batch = [(rng.choice(OPS), sid, random.Random(rng.random()))
                                  for sid in rng.sample(sessions, min(len(sessions), rng.randint(1, BATCH)))]
-                        repeatable = sorted(accepted, key=lambda a: int(a[1][1:]))
+                        repeatable = sorted(accepted, key=lambda a: a[1])
                         forks: dict[int, str] = {}
                         if serve.proc is not None:
                             children |= descendants(serve.proc.pid)
