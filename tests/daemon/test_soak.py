@@ -517,5 +517,6 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
             if not serve.stderr.closed:
                 serve.stderr.close()
     print(f"{trio.current_time() - t0:.1f} s; ops: {sorted(ops_seen.items())}; events {len(log)}; sessions {len(project_of)}, deleted {len(deleted)}; "
-          f"connections {[c.connects for c in clients]}; retried {len(retried)}")
+          f"connections {[c.connects for c in clients]}; dropped {[c.dropped for c in clients]}; "
+          f"retried {len(retried)}")
     assert not violations, "\n".join(violations)
