@@ -625,6 +625,11 @@ class SessionActor:
             # (a quarantined session runs nothing: it is only marked deleted, so it leaves the list)
             await self._emit([d.Scoped(t.SessionDeleted())])
             return {"deleted": True}
+        if isinstance(cmd, Submit) and s.created and cmd.request_id in s.inputs:
+            # A retry of an input already recorded is answered as its first try was (F-LOG-4),
+            # also once the session was deleted or quarantined: a 409 would tell the client its
+            # input never landed, though the log holds it. The store writes nothing.
+            return await self._record_input(cmd)
         self._require_live()
         if isinstance(cmd, wc.EditContext):
             return await self.context.edit(cmd)
@@ -1035,13 +1040,17 @@ class SessionActor:
     async def _record_input(self, cmd: Submit) -> dict[str, Any]:
         """Record ``cmd``'s ``input.submitted`` (a request id recorded already writes nothing and
         is answered as a duplicate) and start the runner."""
+        retry = cmd.request_id in self.state.inputs
+
         def decide() -> list[d.Scoped]:
-            self._require_live()  # (a /skill: input is recorded later: the session may be gone by then)
+            if not retry:  # (a retry is the store's duplicate, live or not)
+                self._require_live()  # (a /skill: input is recorded later: the session may be gone by then)
             return [d.Scoped(t.InputSubmitted(content=cmd.content, when_busy=cmd.when_busy))]
 
         res = await self._emit(decide, request_id=cmd.request_id)
         assert res is not None
-        self._maybe_start_runner()
+        if not (self.state.deleted or self.state.quarantined):  # (a retry there starts nothing)
+            self._maybe_start_runner()
         return {"requestId": cmd.request_id, "seq": res.seq, "duplicate": res.duplicate}
 
     def _submit_skill_input(self, cmd: Submit, name: str, env: Envelope) -> Any:

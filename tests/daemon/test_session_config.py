@@ -340,6 +340,7 @@ async def test_each_setting_is_taken_at_its_limit_and_refused_one_past(daemon_fa
     assert (view["name"], view["thinkingLevel"]) == ("n" * 200, "xhigh")
 
 
+<<<<<<< HEAD
 async def test_the_built_in_faux_serves_only_the_model_it_lists(daemon_factory):
     """On built-in defaults ``GET /models`` lists ``faux/faux-1``, ``--model faux/x`` is refused at
     start and a saved default must be listed; yet ``POST /sessions`` and ``PATCH`` took
@@ -361,3 +362,33 @@ async def test_the_built_in_faux_serves_only_the_model_it_lists(daemon_factory):
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/faux-2"})
     assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), r.text
     assert (await d.view(token, sid))["model"] == "faux/faux-1"
+=======
+async def test_a_retried_input_is_answered_as_its_first_try_after_the_session_was_deleted(daemon_factory):
+    # F-ACT-3 / F-LOG-4: a client whose submit timed out asks again with the same requestId. If
+    # another client deleted the session meanwhile, the retry was refused 409 SESSION_DELETED, as
+    # a new input is: the client was told its input never landed, though the log holds it. (Found
+    # by the soak, tests/daemon/test_soak.py.) A new requestId is still refused.
+    d = await daemon_factory()
+    token, sid = await _session(d)
+    first = await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    r = await d.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200, r.text
+    before = await d.events(token, sid)
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "hello"})
+    assert r.status_code == 202, r.text
+    assert r.json() == {"requestId": "r1", "seq": first["seq"], "duplicate": True}
+    assert await d.events(token, sid) == before  # nothing written
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+
+
+async def test_a_retried_input_is_answered_as_its_first_try_after_the_session_was_quarantined(daemon_factory):
+    d2, token, sid = await quarantined_session(daemon_factory)
+    submitted = next(e for e in await d2.events(token, sid) if e["kind"] == "input.submitted")
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "hello"})
+    assert r.status_code == 202, r.text
+    assert r.json() == {"requestId": "r1", "seq": submitted["seq"], "duplicate": True}
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED")
+>>>>>>> b3a42db65686626ffcd9f9dcf4187e833222e8a8

@@ -1,0 +1,522 @@
+"""Many things at once: a bounded soak of a real ``lens serve`` process, driven by a seeded schedule,
+and the invariants a user relies on checked at its end.
+
+Several projects and sessions; inputs submitted (followUp and steer), repeated, withdrawn and
+aborted; forks; tool runs in the real executor (the faux model calls them: ``/tool NAME {json}``);
+background jobs; three SSE clients (everything, one project, one session) that disconnect at
+random points and resume with ``Last-Event-ID``; one graceful restart (SIGTERM, then a new
+``lens serve`` on the same data directory) in the middle. Then:
+
+- ``lens log verify`` passes; every accepted ``requestId`` is one ``input.submitted`` in its session;
+- every SSE client saw every event of its filter once, in ``seq`` order, across its reconnects and
+  the restart (against ``lens log decode`` and ``GET /sessions/{id}/events``);
+- the daemon's answers (session views, the session list, ``history_search`` pages) equal those of a
+  daemon on a copy of the data rebuilt by ``lens log rebuild``;
+- every session ends idle (or awaiting an answer); no executor or job command outlives the daemon.
+
+The schedule is a pure function of :data:`SEED`; the daemon's timing is not, so the invariants are
+what is asserted, never an exact log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+
+from tests.procfs import processes, running_in
+
+from ..mcp.conftest import SERVER, alive
+
+from .conftest import BUSY, LIMIT, Daemon, ServeProcess, as_daemon, projections_caught_up, run_lens, wait_until
+
+SEED = int(os.environ.get("LENS_SOAK_SEED", "20261203"))  # another seed: another schedule
+STEPS = int(os.environ.get("LENS_SOAK_STEPS", "24"))  # the restart comes after half of them
+BATCH = 4  # at most this many operations at once
+OPS = ["chat", "chat", "steer", "tool", "edit", "busy-withdraw", "busy-abort", "busy-steer", "busy-left", "fork",
+       "job", "repeat", "wait", "ask", "delete"]
+ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
+                                                                       {"id": "blue", "label": "Blue"}]}]}
+QUERIES = ["quokka", "note", "unix_ms", "job", "echo", "nothing_at_all"]
+# an MCP server: a child of the daemon, like the executors
+CONFIG = {"mcpServers": {"t": {"command": sys.executable, "args": [SERVER]}}}
+
+
+@dataclass
+class Client:
+    """One SSE client: its filter, and every event (``seq``, kind) it read, over all connections."""
+
+    name: str
+    params: dict[str, str]
+    seen: list[tuple[int, str]] = field(default_factory=list)
+    connects: int = 0
+    dropped: int = 0
+    refusals: list[str] = field(default_factory=list)
+
+    @property
+    def last(self) -> int | None:
+        return self.seen[-1][0] if self.seen else None
+
+
+@dataclass
+class Current:
+    """The daemon now serving (replaced at the restart); ``up`` is set while it serves."""
+
+    d: Daemon | None = None
+    up: trio.Event = field(default_factory=trio.Event)
+
+
+async def follow(client: Client, current: Current, token: str, rng: random.Random) -> None:
+    """Read ``client``'s stream until cancelled: leave after a random number of events and resume
+    from the last ``id`` read; after the daemon's end (or a refused connection) wait for the next."""
+    while True:
+        await current.up.wait()
+        d = current.d
+        assert d is not None
+        budget = rng.randint(2, 25)
+        try:
+            # (the first connection from 0: a client that saw nothing asks for everything)
+            resume = client.last if client.last is not None else 0
+            async with d.sse(token, params=client.params, last_event_id=resume) as stream:
+                client.connects += 1
+                while budget > 0:
+                    msg = await stream.next_event(timeout=3600)
+                    if msg is None:  # the daemon ended the stream (stream.end at its stop)
+                        await trio.sleep(0.05)  # (not ordering: a daemon stopping is not yet marked down)
+                        break
+                    if msg.event == "stream.dropped":
+                        client.dropped += 1
+                    if msg.id is not None:
+                        client.seen.append((msg.id, msg.event or ""))
+                        budget -= 1
+
+        except httpx2.TransportError:  # the daemon stopping or stopped: resume at the next one
+            await trio.sleep(0.05)
+        except AssertionError as exc:  # refused (by a stopping daemon only: checked at the end)
+            client.refusals.append(str(exc)[:300])
+            await trio.sleep(0.05)
+
+
+async def start(cwd: Path, nursery: trio.Nursery, n: int, started: list[ServeProcess],
+                data: str = "data") -> tuple[ServeProcess, Daemon]:
+    serve = ServeProcess(cwd, "--data", data, stderr_name=f"serve-{n}.err")
+    started.append(serve)
+    url = await serve.run(nursery)
+    return serve, as_daemon(cwd, url, httpx2.AsyncClient(base_url=url, timeout=LIMIT))
+
+
+async def _none(pending: Any) -> bool:
+    return not await pending
+
+
+def descendants(pid: int) -> set[int]:
+    """The live processes under ``pid`` (its executors, MCP servers, their commands)."""
+    children: dict[int, list[int]] = {}
+    for p in processes():
+        if p.state != "Z":
+            children.setdefault(p.ppid, []).append(p.pid)
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+async def answers(d: Daemon, token: str, project_of: dict[str, str]) -> dict[Any, Any]:
+    """What a user reads: every session's view, the session and project lists, every query's
+    every page of history search per project (and per session)."""
+    out: dict[Any, Any] = {}
+    for sid in project_of:
+        out[("view", sid)] = await d.view(token, sid)
+    out["sessions"] = (await d.get("/sessions", token)).json()
+    out["projects"] = (await d.get("/projects", token)).json()
+    for pid in sorted(set(project_of.values())):
+        for query in QUERIES:
+            for sid in [None, *(s for s, p in project_of.items() if p == pid)]:
+                results, after = [], None
+                for _ in range(200):
+                    body: dict[str, Any] = {"projectId": pid, "query": query, "limit": 7}
+                    if sid is not None:
+                        body["sessionId"] = sid
+                    if after is not None:
+                        body["afterContextItemId"] = after
+                    r = await d.post("/history/search", token, body)
+                    assert r.status_code == 200, r.text
+                    results += r.json()["results"]
+                    after = r.json()["nextAfterContextItemId"]
+                    if after is None:
+                        break
+                out[("search", pid, query, sid)] = results
+    return out
+
+
+async def decode(cwd: Path, data: str = "data") -> list[dict[str, Any]]:
+    out = await run_lens(cwd, "log", "decode", "--data", data)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp_path: Path):
+    rng = random.Random(SEED)
+    violations: list[str] = []
+    current = Current()
+    accepted: list[tuple[str, str]] = []  # (session, requestId) answered 202, not duplicate
+    project_of: dict[str, str] = {}  # session -> project
+    ops_seen: dict[str, int] = {}
+    left_busy: set[str] = set()
+    deleted: set[str] = set()  # sessions deleted (no more operations on them)
+    asking: set[str] = set()  # sessions left with a question open
+    retried: list[str] = []  # requestIds asked again of the restarted daemon
+    started: list[ServeProcess] = []
+    t0 = trio.current_time()
+    try:
+        with trio.fail_after(85):
+            async with trio.open_nursery() as nursery:
+                (tmp_path / "config").mkdir()
+                (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(CONFIG))
+                serve, d = await start(tmp_path, nursery, 0, started)
+                children: set[int] = set()
+                token = await d.pair("soak", strong=True)
+                projects = [(await d.project(token, f"p{i}"))["id"] for i in range(2)]
+                for pid in projects:
+                    for _ in range(2):
+                        project_of[(await d.session(token, pid))["id"]] = pid
+                sessions = list(project_of)
+                current.d = d
+                current.up.set()
+                clients = [Client("all", {}), Client("project", {"project": projects[0]}),
+                           Client("session", {"session": sessions[0]})]
+                async with trio.open_nursery() as readers:
+                    for c in clients:
+                        readers.start_soon(follow, c, current, token, random.Random(rng.random()))
+
+                    async def submit_as(rid: str, sid: str, content: str, **kw: Any) -> str:
+                        """Submit as a client does: an answer lost to a stopping daemon (no answer,
+                        a 503) is asked again, with the same ``requestId``, of the next one."""
+                        for attempt in range(3):
+                            d = current.d
+                            assert d is not None
+                            try:
+                                r = await d.post(f"/sessions/{sid}/inputs", token,
+                                                 {"requestId": rid, "content": content, **kw})
+                            except httpx2.TransportError:
+                                r = None
+                            if r is not None and r.status_code == 202:
+                                if r.json()["duplicate"] and attempt == 0:
+                                    violations.append(f"a new requestId {rid} answered duplicate: {r.text}")
+                                accepted.append((sid, rid))
+                                return rid
+                            if r is not None and r.status_code != 503:
+                                violations.append(f"submit {rid}: {r.status_code} {r.text}")
+                                return rid
+                            retried.append(rid)
+                            await current.up.wait()  # (the restart replaced it before its SIGTERM)
+                        violations.append(f"submit {rid}: refused three times")
+                        return rid
+
+                    async def answer_open(dd: Daemon, sid: str) -> None:
+                        """Answer the questions ``sid`` waits on (the first valid answer wins)."""
+                        for q in (await dd.view(token, sid))["questions"]:
+                            r = await dd.post(f"/sessions/{sid}/questions/{q['questionId']}/answer", token,
+                                              {"kind": "answer", "optionIds": ["blue"]})
+                            if r.status_code != 200:
+                                violations.append(f"answer of an open question: {r.status_code} {r.text}")
+
+                    async def run_op(dd: Daemon, op: str, sid: str, step: int, orng: random.Random,
+                                     repeatable: list[tuple[str, str]], forks: dict[int, str], index: int) -> None:
+                        counter = itertools.count()
+
+                        async def submit(sid: str, content: str, **kw: Any) -> str:
+                            # (request ids named by the schedule, not by the order trio runs the ops in)
+                            return await submit_as(f"r{step}.{index}.{next(counter)}", sid, content, **kw)
+
+                        if sid in asking and op.startswith(("busy-", "wait", "ask")):
+                            asking.discard(sid)  # (a question left open is answered by the user first)
+                            await answer_open(dd, sid)
+                        if sid in left_busy and op.startswith(("busy-", "wait", "ask")):
+                            left_busy.discard(sid)  # (a run left busy is stopped by the user first)
+                            r = await dd.post(f"/sessions/{sid}/abort", token)
+                            if r.status_code != 200:
+                                violations.append(f"abort of a run left busy: {r.status_code} {r.text}")
+                        if op == "chat":
+                            await submit(sid, f"note {step}: the quokka number {orng.randint(0, 99)}")
+                        elif op == "steer":
+                            await submit(sid, f"note {step}: steer", whenBusy="steer")
+                        elif op == "tool":
+                            await submit(sid, orng.choice(['/tool get_system_time {}', '/tool read_file {"path": "."}',
+                                                           '/tool mcp__t__echo {"text": "quokka"}']))
+                        elif op == "edit":
+                            await submit(sid, "/tool edit_file " + json.dumps(
+                                {"path": f"f{step}-{index}.txt", "mode": "create", "content": f"quokka {step}\n"}))
+                        elif op == "delete":  # soft: its run aborted, its queue withdrawn, its view kept
+                            if sid == sessions[0]:  # (the session an SSE client follows stays)
+                                return
+                            r = await dd.request("DELETE", f"/sessions/{sid}", token)
+                            if r.status_code != 200 or not r.json().get("deleted"):
+                                violations.append(f"delete of {sid}: {r.status_code} {r.text}")
+                            deleted.add(sid)
+                            left_busy.discard(sid)
+                            asking.discard(sid)
+                            mine = [rid for s_, rid in repeatable if s_ == sid]
+                            if mine:  # a client retrying an input it sent before the delete
+                                rid = orng.choice(mine)
+                                r = await dd.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": "again"})
+                                if r.status_code != 202 or not r.json()["duplicate"]:
+                                    violations.append(f"a repeated requestId {rid} of a deleted session: "
+                                                      f"{r.status_code} {r.text}")
+                        elif op == "ask":  # a question, answered now or left open (the restart may meet it)
+                            await dd.wait_idle(token, sid)
+                            await submit(sid, "/tool ask_user " + json.dumps(ASK))
+
+                            async def awaiting() -> bool:
+                                v = await dd.view(token, sid)
+                                return v["status"] == "awaiting_answer" and bool(v["questions"])
+                            await wait_until(awaiting, what=f"{sid} awaiting an answer")
+                            if orng.random() < 0.5:
+                                await answer_open(dd, sid)
+                            else:
+                                asking.add(sid)
+                        elif op == "busy-left":  # a run inside a tool call, left so (the restart may meet it)
+                            left_busy.add(sid)
+                            await submit(sid, BUSY)
+                            await submit(sid, f"note {step}: queued behind a run left busy")
+                        elif op in ("busy-withdraw", "busy-abort", "busy-steer"):
+                            await dd.wait_idle(token, sid)
+                            await submit(sid, BUSY)
+                            await dd.wait_running_call(token, sid)
+                            queued = await submit(sid, f"note {step}: queued behind a busy run")
+                            if op == "busy-withdraw":
+                                r = await dd.post(f"/sessions/{sid}/inputs/{queued}/withdraw", token)
+                                if r.status_code != 200 or r.json().get("status") != "withdrawn":
+                                    violations.append(f"withdraw of a queued input: {r.status_code} {r.text}")
+                            if op == "busy-steer":
+                                r = await dd.post(f"/sessions/{sid}/inputs/{queued}/steer", token)
+                                if r.status_code != 200:
+                                    violations.append(f"steer of a queued input: {r.status_code} {r.text}")
+                            r = await dd.post(f"/sessions/{sid}/abort", token)
+                            if r.status_code != 200:
+                                violations.append(f"abort: {r.status_code} {r.text}")
+                            elif op == "busy-abort" and queued not in r.json().get("withdrawn", []):
+                                violations.append(f"abort did not withdraw the queued input: {r.text}")
+                        elif op == "fork":
+                            events = await dd.events(token, sid)
+                            at = orng.choice(events)["seq"]
+                            r = await dd.post(f"/sessions/{sid}/fork", token, {"seq": at})
+                            if r.status_code != 201:
+                                violations.append(f"fork at {at}: {r.status_code} {r.text}")
+                            else:
+                                project_of[r.json()["id"]] = project_of[sid]
+                                forks[index] = r.json()["id"]
+                        elif op == "job":
+                            await submit(sid, "/tool job " + json.dumps(
+                                {"action": "start", "command": f"echo job {step}; sleep {orng.choice(['0', '0.3', '2'])}"}))
+                        elif op == "repeat" and repeatable:
+                            old_sid, old_rid = orng.choice(repeatable)
+                            r = await dd.post(f"/sessions/{old_sid}/inputs", token,
+                                              {"requestId": old_rid, "content": "again"})
+                            if r.status_code != 202 or not r.json()["duplicate"]:
+                                violations.append(f"a repeated requestId {old_rid}: {r.status_code} {r.text}")
+                        elif op == "wait":
+                            await dd.wait_idle(token, sid)
+                            mine = [rid for s_, rid in repeatable if s_ == sid]
+                            if mine:  # an accepted input is never unknown to a withdraw
+                                rid = orng.choice(mine)
+                                r = await dd.post(f"/sessions/{sid}/inputs/{rid}/withdraw", token)
+                                if r.status_code != 200 or r.json().get("status") not in ("withdrawn", "settled"):
+                                    violations.append(f"withdraw of {rid} in an idle session: {r.status_code} {r.text}")
+
+                    for step in range(STEPS):
+                        dd = current.d
+                        assert dd is not None
+                        if step == STEPS // 2:
+                            # the graceful restart, with whatever runs then still running and an
+                            # input to every session sent as the SIGTERM is
+                            current.up = trio.Event()
+                            assert serve.proc is not None
+                            async with trio.open_nursery() as inflight:
+                                for i, sid in enumerate(sessions):
+                                    inflight.start_soon(submit_as, f"r{step}.stop.{i}", sid,
+                                                        f"note {step}.{i}: sent as the daemon stops")
+                                await trio.sleep(0)
+                                serve.proc.send_signal(signal.SIGTERM)
+                                with trio.fail_after(LIMIT):
+                                    code = await serve.proc.wait()
+                                    await serve.stdout_closed.wait()
+                                serve.stderr.close()
+                                if code != 0:
+                                    violations.append(f"SIGTERM: lens serve exited {code}")
+                                left = {p for p in children if alive(p)}
+                                if left:
+                                    violations.append(f"left running after the first stop: {sorted(left)}")
+                                serve, new = await start(tmp_path, nursery, 1, started)
+                                current.d = new
+                                current.up.set()
+                            await dd.client.aclose()
+                            dd = new
+                        # a batch of operations at once, on distinct sessions; all drawn before any runs
+                        batch = [(rng.choice(OPS), sid, random.Random(rng.random()))
+                                 for sid in rng.sample(sessions, min(len(sessions), rng.randint(1, BATCH)))]
+                        repeatable = sorted(accepted, key=lambda a: a[1])
+                        forks: dict[int, str] = {}
+                        if serve.proc is not None:
+                            children |= descendants(serve.proc.pid)
+                        async with trio.open_nursery() as ops:
+                            for index, (op, sid, orng) in enumerate(batch):
+                                ops_seen[op] = ops_seen.get(op, 0) + 1
+                                ops.start_soon(run_op, dd, op, sid, step, orng, repeatable, forks, index)
+                        sessions[:] = [s for s in sessions if s not in deleted]
+                        sessions.extend(forks[i] for i in sorted(forks))  # (in the batch's order, not the answers')
+
+                    d = current.d
+                    assert d is not None
+                    for sid in sorted(asking):
+                        await answer_open(d, sid)
+                    for sid in sorted(left_busy):
+                        r = await d.post(f"/sessions/{sid}/abort", token)
+                        if r.status_code != 200:
+                            violations.append(f"abort of a run left busy: {r.status_code} {r.text}")
+                    # every session ends idle (or awaiting an answer), nothing queued
+                    async def unsettled() -> dict[str, str]:
+                        """The sessions not yet idle (or awaiting an answer) with nothing queued and
+                        every job ended, and why (events first: a job's end queues its report)."""
+                        out = {}
+                        for sid in project_of:
+                            events = await d.events(token, sid)
+                            jobs = {e["body"]["job_id"] for e in events if e["kind"] == "job.started"}
+                            jobs -= {e["body"]["job_id"] for e in events if e["kind"] == "job.finished"}
+                            v = await d.view(token, sid)
+                            ends = ("idle", "awaiting_answer") if sid not in deleted else ("deleted",)
+                            if jobs or v["status"] not in ends or v["queued"]:
+                                out[sid] = (f"status {v['status']}, queued {v['queued']}, jobs running {sorted(jobs)}, "
+                                            f"deleted {sid in deleted}, last events "
+                                            f"{[(e['seq'], e['kind']) for e in events[-4:]]}")
+                        return out
+
+                    try:
+                        await wait_until(lambda: _none(unsettled()), timeout=20, what="every session settled")
+                    except AssertionError:
+                        violations.extend(f"{sid} did not settle: {why}" for sid, why in (await unsettled()).items())
+
+                    # every client caught up with the log's end for its filter, then stopped
+                    log = await decode(tmp_path)
+                    expected = {
+                        "all": [(e["seq"], e["kind"]) for e in log],
+                            "project": [(e["seq"], e["kind"]) for e in log if e["project_id"] == projects[0]],
+                        "session": [(e["seq"], e["kind"]) for e in log if e["session_id"] == sessions[0]],
+                    }
+                    for c in clients:
+                        want = expected[c.name]
+
+                        async def caught_up(c: Client = c, want: list[int] = want) -> bool:
+                            return not want or (c.last is not None and c.last >= want[-1][0])
+                        try:
+                            await wait_until(caught_up, what=f"SSE client {c.name} at the log's end")
+                        except AssertionError as exc:
+                            violations.append(str(exc))
+                    readers.cancel_scope.cancel()
+
+                for c in clients:
+                    got = [s for s, _ in c.seen]
+                    want = [s for s, _ in expected[c.name]]
+                    if got == want and c.seen != expected[c.name]:
+                        violations.append(f"SSE client {c.name}: the kinds differ from the log's")
+                    if got != want:
+                        dup = sorted({s for s in got if got.count(s) > 1})
+                        missing = sorted(set(want) - set(got))
+                        extra = sorted(set(got) - set(want))
+                        disorder = [b for a, b in zip(got, got[1:]) if b <= a]
+                        violations.append(f"SSE client {c.name} ({c.connects} connections): duplicates {dup[:10]}, "
+                                          f"missing {missing[:10]}, not in its filter {extra[:10]}, "
+                                          f"out of order {disorder[:10]}")
+                    if any("UNAVAILABLE" not in r for r in c.refusals):
+                        violations.append(f"SSE client {c.name} refused: {c.refusals}")
+                    if c.connects < 3:
+                        violations.append(f"SSE client {c.name} connected only {c.connects} times")
+                for sid in project_of:
+                    got = [e["seq"] for e in await d.events(token, sid)]
+                    if got != [e["seq"] for e in log if e["session_id"] == sid]:
+                        violations.append(f"GET /sessions/{sid}/events differs from lens log decode")
+
+                # every accepted requestId is one submission in its session
+                for sid, rid in accepted:
+                    count = sum(1 for e in log if e["kind"] == "input.submitted"
+                                and e["session_id"] == sid and e["request_id"] == rid)
+                    if count != 1:
+                        violations.append(f"requestId {rid} of {sid}: {count} submissions")
+
+                # every call, job and input that began ended once: a call finished, a job finished, an input
+                # placed or withdrawn (whatever the restart met)
+                for sid in project_of:
+                    own = [e for e in log if e["session_id"] == sid]
+                    for begin, end, key in [("tool.started", "tool.finished", "call_id"),
+                                            ("job.started", "job.finished", "job_id")]:
+                        ends = [e["body"][key] for e in own if e["kind"] == end]
+                        for e in own:
+                            if e["kind"] == begin and ends.count(e["body"][key]) != 1:
+                                violations.append(f"{sid}: {begin} {e['body'][key]} (seq {e['seq']}) has "
+                                                  f"{ends.count(e['body'][key])} {end}")
+                    settled_inputs = [e["body"]["input_request_id"] for e in own
+                                      if e["kind"] in ("input.placed", "input.withdrawn")]
+                    for e in own:
+                        if e["kind"] == "input.submitted" and settled_inputs.count(e["request_id"]) != 1:
+                            violations.append(f"{sid}: input {e['request_id']} (seq {e['seq']}) was placed or "
+                                              f"withdrawn {settled_inputs.count(e['request_id'])} times")
+
+                await projections_caught_up(d)
+                live = await answers(d, token, project_of)
+                assert serve.proc is not None
+                children |= descendants(serve.proc.pid)
+                mcp = [p for p in processes() if p.pid in children and SERVER.encode() in p.argv]
+                executors = [p for p in processes() if p.pid in children and b"executor" in p.argv]
+                if not mcp or not executors:  # (a project's executor starts with its first tool call)
+                    violations.append(f"the daemon's children were not all seen: mcp {mcp}, executors {executors}")
+                code = await serve.terminate()
+                await d.client.aclose()
+                if code != 0:
+                    violations.append(f"the last stop: lens serve exited {code}")
+                # no executor or command left running (bounded: a child's own exit follows its parent's)
+                async def all_gone() -> bool:
+                    return not running_in(tmp_path) and not [p for p in children if alive(p)]
+                try:
+                    await wait_until(all_gone, timeout=5, what="no process left")
+                except AssertionError:
+                    violations.append(f"left running after the stop: {[p for p in children if alive(p)]} "
+                                      f"{[(p.pid, p.argv) for p in running_in(tmp_path)]}")
+                verify = await run_lens(tmp_path, "log", "verify", "--data", "data", check=False)
+                if verify.returncode != 0:
+                    violations.append(f"lens log verify: {verify.stdout[-500:]} {verify.stderr[-500:]}")
+
+                # the projections equal a rebuild from the log, as a user reads them
+                shutil.copytree(tmp_path / "data", tmp_path / "rebuilt")
+                await run_lens(tmp_path, "log", "rebuild", "--data", "rebuilt")
+                serve2, d2 = await start(tmp_path, nursery, 2, started, data="rebuilt")
+                d2.data_dir = tmp_path / "rebuilt"
+                await projections_caught_up(d2)
+                rebuilt = await answers(d2, token, project_of)
+                for key in live:
+                    if live[key] != rebuilt.get(key):
+                        violations.append(f"after a rebuild {key} differs: {live[key]!r:.300} != {rebuilt.get(key)!r:.300}")
+                await serve2.terminate()
+                await d2.client.aclose()
+                nursery.cancel_scope.cancel()
+    finally:  # (a failed run leaves no daemon behind)
+        for serve in started:
+            serve.kill()
+            if not serve.stderr.closed:
+                serve.stderr.close()
+    print(f"{trio.current_time() - t0:.1f} s; ops: {sorted(ops_seen.items())}; events {len(log)}; sessions {len(project_of)}, deleted {len(deleted)}; "
+          f"connections {[c.connects for c in clients]}; dropped {[c.dropped for c in clients]}; "
+          f"retried {len(retried)}")
+    assert not violations, "\n".join(violations)
