@@ -340,7 +340,6 @@ async def test_each_setting_is_taken_at_its_limit_and_refused_one_past(daemon_fa
     assert (view["name"], view["thinkingLevel"]) == ("n" * 200, "xhigh")
 
 
-<<<<<<< HEAD
 async def test_the_built_in_faux_serves_only_the_model_it_lists(daemon_factory):
     """On built-in defaults ``GET /models`` lists ``faux/faux-1``, ``--model faux/x`` is refused at
     start and a saved default must be listed; yet ``POST /sessions`` and ``PATCH`` took
@@ -362,7 +361,8 @@ async def test_the_built_in_faux_serves_only_the_model_it_lists(daemon_factory):
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/faux-2"})
     assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), r.text
     assert (await d.view(token, sid))["model"] == "faux/faux-1"
-=======
+
+
 async def test_a_retried_input_is_answered_as_its_first_try_after_the_session_was_deleted(daemon_factory):
     # F-ACT-3 / F-LOG-4: a client whose submit timed out asks again with the same requestId. If
     # another client deleted the session meanwhile, the retry was refused 409 SESSION_DELETED, as
@@ -391,4 +391,3 @@ async def test_a_retried_input_is_answered_as_its_first_try_after_the_session_wa
     assert r.json() == {"requestId": "r1", "seq": submitted["seq"], "duplicate": True}
     r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED")
->>>>>>> b3a42db65686626ffcd9f9dcf4187e833222e8a8
