@@ -1,0 +1,116 @@
+"""The dashboard shows what the daemon's answers now say (docs/decisions.md, "The dashboard
+catches up with this round"): a view's agents cut to ``VIEW_AGENTS_MAX`` with ``agentsTotal``,
+a 503's ``Retry-After``, and artifacts by their served type. One real daemon and one headless
+Chromium, as in ``test_dashboard_browser.py`` (its helpers); every wait is for a condition."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from events.store import Draft, open_store
+from events.types import AgentFinished, AgentStarted, ProjectCreated, SessionCreated
+from runtime.views import VIEW_AGENTS_MAX
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_new_session, texts, wait_for)
+
+
+def write_sessions_with_agents(cwd: Path, workspace: Path, subagents: dict[str, int]) -> None:
+    """A log of one project whose sessions (id -> how many) ran that many subagents, all finished."""
+
+    async def write() -> None:
+        async with open_store(cwd / ".lens") as store:
+            await store.append(Draft(ProjectCreated(name="Agents", workspace=str(workspace)), project_id="prj_ag"))
+            for sid, n in subagents.items():
+                await store.append(Draft(SessionCreated(model="faux/faux-1"), project_id="prj_ag", session_id=sid,
+                                         agent_id="main"))
+                for i in range(n):
+                    aid = f"sub_call_{i}"
+                    await store.append(Draft(AgentStarted(parent_agent_id="main", parent_call_id=f"call_{i}",
+                                                          prompt=f"job {i}"),
+                                             project_id="prj_ag", session_id=sid, agent_id=aid))
+                    await store.append(Draft(AgentFinished(status="completed", result="ok"),
+                                             project_id="prj_ag", session_id=sid, agent_id=aid))
+
+    trio.run(write)
+
+
+def test_the_agents_pane_says_when_earlier_agents_are_left_out(browser: Any, tmp_path: Path) -> None:
+    """At the bound (the main agent and 99 subagents) the pane lists them all and says nothing
+    more; one past it and far past it, it says how many of how many it shows."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sessions = {"ses_at": VIEW_AGENTS_MAX - 1, "ses_past": VIEW_AGENTS_MAX, "ses_many": 136}
+    write_sessions_with_agents(cwd, workspace, sessions)
+    d = Daemon(cwd)
+    try:
+        token = d.pair("dash-agents-bound", strong=False)
+        driver = browser
+        driver.get(d.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        for sid, total, note in [("ses_past", VIEW_AGENTS_MAX + 1, "showing 100 of 101 agents"),
+                                 ("ses_at", VIEW_AGENTS_MAX, None),
+                                 ("ses_many", 137, "showing 100 of 137 agents")]:
+            status, view = d.request("GET", f"/sessions/{sid}", token=token)
+            assert status == 200 and view["agentsTotal"] == total and len(view["agents"]) == VIEW_AGENTS_MAX
+            click(driver, f"#sessions button[data-session-id='{sid}']")
+            wait_for(lambda: texts(driver, "#session-id") == [sid]
+                     and len(by_css(driver, "#agents li.card")) == VIEW_AGENTS_MAX, f"the agents of {sid}")
+            # (the latest to finish are listed: the oldest are the ones left out)
+            cards = texts(driver, "#agents li.card > span:first-child")
+            assert cards[0].startswith("main ") and cards[-1].startswith(f"sub_call_{total - 2} ")
+            if note is None:
+                assert not by_css(driver, "#agents li.more"), texts(driver, "#agents li.more")
+            else:
+                wait_for(lambda: texts(driver, "#agents li.more") and texts(driver, "#agents li.more")[0].startswith(note),
+                         f"the note on {sid}'s agents left out")
+                # (said where the list begins: the ones left out are the earliest)
+                assert by_css(driver, "#agents > li")[0].get_attribute("class") == "more"
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
+
+
+# Answers the page's stream requests with the daemon's own 503 (what ``error_response`` sends for
+# SESSION_UNAVAILABLE) while ``window.unavailable`` is true, and records when each was asked.
+STREAM_UNAVAILABLE = """
+    window.unavailable = true; window.streamAsked = [];
+    const real = window.fetch;
+    window.fetch = (url, init) => {
+      if (!String(url).includes('/events/stream')) return real(url, init);
+      window.streamAsked.push(performance.now());
+      if (!window.unavailable) return real(url, init);
+      return Promise.resolve(new Response(JSON.stringify({error: {code: "SESSION_UNAVAILABLE",
+          message: "the session's actor is restarting"}}),
+        {status: 503, headers: {"Content-Type": "application/json", "Retry-After": arguments[0]}}));
+    };
+    window.lensDashboard.dropStream();
+"""
+
+
+def test_the_live_stream_waits_as_long_as_a_503s_retry_after_says(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """A 503 with ``Retry-After: 3`` is asked again 3 s later, not after the page's own half a
+    second; the pill says when; once the daemon answers, the page is live again."""
+    driver = browser
+    token = daemon.pair("dash-retry-after", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, token, workspace)
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    driver.execute_script(STREAM_UNAVAILABLE, "3")
+    wait_for(lambda: len(driver.execute_script("return window.streamAsked")) >= 2, "two refused tries", timeout=20)
+    asked = driver.execute_script("return window.streamAsked")
+    assert asked[1] - asked[0] >= 2900, asked  # (ms: the page's own backoff would be 500)
+    assert "3s" in texts(driver, "#conn")[0] or body_data(driver, "conn") == "reconnecting"
+    driver.execute_script("window.unavailable = false")
+    started = time.monotonic()
+    wait_for(lambda: body_data(driver, "conn") == "live", "live again once the daemon answers", timeout=20)
+    assert time.monotonic() - started < 10
+    assert not console_errors(driver)
