@@ -5,6 +5,8 @@ Chromium, as in ``test_dashboard_browser.py`` (its helpers); every wait is for a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ from events.store import Draft, open_store
 from events.types import AgentFinished, AgentStarted, ProjectCreated, SessionCreated
 from runtime.views import VIEW_AGENTS_MAX
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_new_session, texts, wait_for)
+    COUNT_STREAMS, Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_new_session,
+    stream_requests, texts, wait_for)
 
 
 def write_sessions_with_agents(cwd: Path, workspace: Path, subagents: dict[str, int]) -> None:
@@ -115,4 +118,34 @@ def test_the_live_stream_waits_as_long_as_a_503s_retry_after_says(daemon: Daemon
     started = time.monotonic()
     wait_for(lambda: body_data(driver, "conn") == "live", "live again once the daemon answers", timeout=20)
     assert time.monotonic() - started < 10
+    assert not console_errors(driver)
+
+
+def test_a_revoked_credential_ends_the_live_stream_with_a_clear_message_and_no_retry(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The real ``lens pair revoke`` while the page watches an idle session (no request of its own
+    due: the list poll is far off): the stream's own end tells the page, which says the credential
+    was revoked, asks for a new one, and never tries the stream again."""
+    driver = browser
+    token = daemon.pair("dash-revoked", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, token, workspace)
+    wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+    reconnects = body_data(driver, "reconnects")
+    driver.execute_script(COUNT_STREAMS)
+    subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-revoked"],
+                   cwd=daemon.cwd, capture_output=True, text=True, timeout=30, check=True)
+    revoked = time.monotonic()
+    wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the revocation shown")
+    # (from the stream's end, at once: the list poll, 5 s apart, would have been later)
+    assert time.monotonic() - revoked < 3
+    said = " ".join(texts(driver, "#errors li"))
+    assert "revoked" in said and "paste a new one" in said, said
+    assert body_data(driver, "conn") == "offline" and body_data(driver, "reconnects") == reconnects
+    wait_for(lambda: by_css(driver, "#cred") and by_css(driver, "#cred")[0].is_displayed(), "the credential form")
+    deadline = time.monotonic() + 1.5  # an observation window: the stream is not asked again
+    while time.monotonic() < deadline:
+        assert stream_requests(driver) == 0
+        time.sleep(0.1)
     assert not console_errors(driver)
