@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import struct
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from events.store import Draft, open_store
-from events.types import AgentFinished, AgentStarted, ProjectCreated, SessionCreated
+from events.types import (AgentFinished, AgentStarted, ArtifactStored, ModelResponded, ProjectCreated, SessionCreated,
+                          TextPart, ToolCall, ToolFinished, ToolStarted)
 from runtime.views import VIEW_AGENTS_MAX
+from tools.artifacts import ArtifactStore
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     COUNT_STREAMS, Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_new_session,
     stream_requests, texts, wait_for)
@@ -149,3 +153,79 @@ def test_a_revoked_credential_ends_the_live_stream_with_a_clear_message_and_no_r
         assert stream_requests(driver) == 0
         time.sleep(0.1)
     assert not console_errors(driver)
+
+
+HTML_TEXT = "<h1 id=injected-h1>not a heading</h1><img src=x onerror=\"window.injected=1\"><script>window.injected=2</script> é ✓\n"
+BINARY = bytes(range(256)) * 4
+
+
+def png_1x1() -> bytes:
+    """A valid 1×1 RGB PNG."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0\xff\0\0")) + chunk(b"IEND", b""))
+
+
+def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path: Path) -> None:
+    """A result naming an artifact offers it: text (HTML markup included) is shown as text in the
+    card, an image as an image, bytes are downloaded under the served file name; nothing of them
+    runs or renders as markup in the page."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    store = ArtifactStore(cwd / ".lens" / "artifacts")
+    kinds = {"text": HTML_TEXT.encode(), "binary": BINARY, "image": png_1x1()}
+    aids = {k: store.put(v) for k, v in kinds.items()}
+
+    async def write() -> None:
+        ids = {"project_id": "prj_art", "session_id": "ses_art", "agent_id": "main"}
+        async with open_store(cwd / ".lens") as log:
+            await log.append(Draft(ProjectCreated(name="Artifacts", workspace=str(workspace)), project_id="prj_art"))
+            await log.append(Draft(SessionCreated(model="faux/faux-1"), **ids))
+            calls = [ToolCall(call_id=f"call_{k}", name="web_fetch", arguments="{}") for k in kinds]
+            await log.append(Draft(ModelResponded(tool_calls=calls, stop_reason="tool_use"), **ids))
+            for k, data in kinds.items():
+                aid, mime = aids[k], {"text": "application/x-page", "binary": "application/pdf", "image": "image/png"}[k]
+                await log.append(Draft(ToolStarted(call_id=f"call_{k}", name="web_fetch", arguments="{}"), **ids))
+                await log.append(Draft(ArtifactStored(artifact_id=aid, sha256=aid, mime=mime, size=len(data),
+                                                      source="web_fetch"), **ids))
+                await log.append(Draft(ToolFinished(call_id=f"call_{k}", name="web_fetch", content=[TextPart(f"saved as artifact {aid}")],
+                                                    structured_content={"artifact_id": aid, "sha256": aid, "mime": mime,
+                                                                        "size": len(data)}), **ids))
+
+    trio.run(write)
+    d = Daemon(cwd)
+    try:
+        token = d.pair("dash-artifacts", strong=False)
+        driver = browser
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        driver.get(d.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_art']")
+        card = "#timeline .tool[data-call-id='call_{}']"
+        wait_for(lambda: all(by_css(driver, card.format(k) + " button.artifact") for k in kinds), "each result's artifact")
+
+        click(driver, card.format("text") + " button.artifact")
+        wait_for(lambda: driver.execute_script(
+            f"return Array.from(document.querySelectorAll(\"{card.format('text')} pre.artifact-text\"), (n) => n.textContent)")
+            == [HTML_TEXT], "the text artifact shown as text, whole")
+        click(driver, card.format("image") + " button.artifact")
+        wait_for(lambda: driver.execute_script(
+            f"const i = document.querySelector(\"{card.format('image')} img.artifact-image\");"
+            "return !!i && i.complete && i.naturalWidth === 1 && i.src.startsWith('blob:')"), "the image artifact shown")
+        click(driver, card.format("binary") + " button.artifact")
+        name = aids["binary"][:16] + ".bin"
+        wait_for(lambda: (downloads / name).is_file() and (downloads / name).read_bytes() == BINARY, "the binary downloaded")
+        assert not list(downloads.glob("*.crdownload"))
+
+        assert driver.execute_script("return window.injected ?? null") is None
+        assert not by_css(driver, "#injected-h1, #timeline script, #timeline img:not(.artifact-image)")
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
