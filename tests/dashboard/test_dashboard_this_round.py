@@ -157,6 +157,7 @@ def test_a_revoked_credential_ends_the_live_stream_with_a_clear_message_and_no_r
 
 HTML_TEXT = "<h1 id=injected-h1>not a heading</h1><img src=x onerror=\"window.injected=1\"><script>window.injected=2</script> é ✓\n"
 BINARY = bytes(range(256)) * 4
+TEXT_SHOWN = 256 * 1024  # the bytes of a text artifact the page shows
 
 
 def png_1x1() -> bytes:
@@ -178,7 +179,8 @@ def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     store = ArtifactStore(cwd / ".lens" / "artifacts")
-    kinds = {"text": HTML_TEXT.encode(), "binary": BINARY, "image": png_1x1()}
+    kinds = {"text": HTML_TEXT.encode(), "binary": BINARY, "image": png_1x1(),
+             "at": b"a" * TEXT_SHOWN, "past": b"a" * TEXT_SHOWN + b"b"}  # (the text shown: at its limit, one past)
     aids = {k: store.put(v) for k, v in kinds.items()}
 
     async def write() -> None:
@@ -189,7 +191,7 @@ def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path
             calls = [ToolCall(call_id=f"call_{k}", name="web_fetch", arguments="{}") for k in kinds]
             await log.append(Draft(ModelResponded(tool_calls=calls, stop_reason="tool_use"), **ids))
             for k, data in kinds.items():
-                aid, mime = aids[k], {"text": "application/x-page", "binary": "application/pdf", "image": "image/png"}[k]
+                aid, mime = aids[k], {"binary": "application/pdf", "image": "image/png"}.get(k, "application/x-page")
                 await log.append(Draft(ToolStarted(call_id=f"call_{k}", name="web_fetch", arguments="{}"), **ids))
                 await log.append(Draft(ArtifactStored(artifact_id=aid, sha256=aid, mime=mime, size=len(data),
                                                       source="web_fetch"), **ids))
@@ -214,6 +216,13 @@ def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path
         wait_for(lambda: driver.execute_script(
             f"return Array.from(document.querySelectorAll(\"{card.format('text')} pre.artifact-text\"), (n) => n.textContent)")
             == [HTML_TEXT], "the text artifact shown as text, whole")
+        for k in ("at", "past"):
+            click(driver, card.format(k) + " button.artifact")
+        shown = f"return Array.from(document.querySelectorAll(\"{card}  pre.artifact-text\"), (n) => n.textContent.length)"
+        wait_for(lambda: driver.execute_script(shown.format("at")) == [TEXT_SHOWN]
+                 and driver.execute_script(shown.format("past")) == [TEXT_SHOWN], "the long texts shown")
+        assert not by_css(driver, card.format("at") + " .artifact-note")
+        assert texts(driver, card.format("past") + " .artifact-note") == [f"the first {TEXT_SHOWN} of {TEXT_SHOWN + 1} bytes"]
         click(driver, card.format("image") + " button.artifact")
         wait_for(lambda: driver.execute_script(
             f"const i = document.querySelector(\"{card.format('image')} img.artifact-image\");"
