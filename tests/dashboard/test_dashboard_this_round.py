@@ -211,6 +211,9 @@ def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path
         click(driver, "#sessions button[data-session-id='ses_art']")
         card = "#timeline .tool[data-call-id='call_{}']"
         wait_for(lambda: all(by_css(driver, card.format(k) + " button.artifact") for k in kinds), "each result's artifact")
+        # (a control as every other: at least 24×24 px)
+        assert driver.execute_script("""return Array.from(document.querySelectorAll('button.artifact'))
+            .every((b) => { const r = b.getBoundingClientRect(); return r.width >= 24 && r.height >= 24; })""")
 
         click(driver, card.format("text") + " button.artifact")
         wait_for(lambda: driver.execute_script(
