@@ -518,12 +518,13 @@ def _unknown(data: Any, cls: type, path: str) -> list[str]:
     return out
 
 
-def load_config(path: Path | None, *, private: bool = False) -> tuple[Config, Path, list[str]]:
+def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     """(config, main config path, notes). ``path=None``: ``config/lens.jsonc`` if it exists.
 
     An explicit path that does not exist is an error; the default one may be absent.
-    ``private`` (``lens serve``): :class:`ConfigError` for a config file, or a directory holding
-    it, that another local user can change (:func:`check_private_config`).
+    :class:`ConfigError` for a config file, or a directory holding it, that another local user
+    can change (:func:`check_private_config`): every command reading the config (``lens serve``,
+    ``lens pair …``, ``lens log …``) judges it here, the same way.
     """
     notes: list[str] = []
     explicit = path is not None
@@ -537,8 +538,7 @@ def load_config(path: Path | None, *, private: bool = False) -> tuple[Config, Pa
 
     def look(st: os.stat_result) -> None:
         modes.append(st.st_mode)
-        if private:
-            check_private_config(path, st)
+        check_private_config(path, st)
 
     try:
         # (a FIFO or /dev/zero: refused, never read; the mode of the file read, for the note below)

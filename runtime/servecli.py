@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     make_undumpable()
 
     # (a config other users can change is refused: see check_private_config)
-    cfg, path, notes = load_config(args.config, private=True)
+    cfg, path, notes = load_config(args.config)
     check_startable(cfg, path, str(path))  # (what a config write through the API is held to, too)
     if args.model == "":
         raise InvalidArgument("--model must be '<provider id>/<model id>', not empty")
