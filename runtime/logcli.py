@@ -38,7 +38,7 @@ from projections.projector import Projector, ProjectionsDamaged, ProjectionsDele
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import ConfigError, expand_path, load_config
+from .config import ConfigError, check_private_data_dir, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
 from .cliargs import Once
 from .terminal import shown, to_stderr
@@ -540,7 +540,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
     func: Callable[[argparse.Namespace], int] = args.command_func
-    args.data = str(resolve_data_dir(args.data, args.config))
+    data_dir = resolve_data_dir(args.data, args.config)
+    check_private_data_dir(data_dir)
+    args.data = str(data_dir)
     return func(args)
 
 
