@@ -89,14 +89,17 @@ def _config_path(value: str) -> Path:
     return Path(value)
 
 
-def resolve_data_dir(data: str | None, config: Path | None) -> Path:
+def resolve_data_dir(data: str | None, config: Path | None) -> tuple[Path, Path | None]:
     """The data directory a ``lens log`` command reads, found as ``lens serve`` finds it:
     ``--data`` if given, else the ``dataDir`` of the config (``--config``, else
     ``config/lens.jsonc`` when present), else ``.lens``; ``~`` expanded in either.
 
     Raises :class:`ConfigError` (``CONFIG_INVALID``, exit 2) for a config that cannot be read
     when it is needed: an explicit ``--config`` always is (as ``lens serve`` reads it), the
-    default one only without ``--data`` (the message says ``--data`` bypasses it)."""
+    default one only without ``--data`` (the message says ``--data`` bypasses it).
+
+    Returns the directory and the config file it was taken from (None: ``--data``, or no config
+    file), which :func:`run` names in one line on stderr."""
     if data is None or config is not None:
         try:
             cfg, path, _notes = load_config(config)
@@ -106,8 +109,9 @@ def resolve_data_dir(data: str | None, config: Path | None) -> Path:
             raise ConfigError(f"{exc.message}; the data directory is its dataDir (pass --data DIR to read "
                               f"a log without it)") from None
     if data is not None:
-        return expand_path(data, "--data", "the command line")
-    return expand_path(cfg.data_dir, "dataDir", str(path))
+        return expand_path(data, "--data", "the command line"), None
+    # (the config file it came from; None: the built-in default, there being no config file)
+    return expand_path(cfg.data_dir, "dataDir", str(path)), path if path.exists() else None
 
 
 def _kind(value: str) -> str:
@@ -540,7 +544,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
     func: Callable[[argparse.Namespace], int] = args.command_func
-    data_dir = resolve_data_dir(args.data, args.config)
+    data_dir, source = resolve_data_dir(args.data, args.config)
+    if source is not None:  # one line on stderr, never on stdout (which scripts parse)
+        _err(f"lens: data directory {data_dir} (the dataDir of {source})", args.secrets)
     check_private_data_dir(data_dir)
     args.data = str(data_dir)
     return func(args)
