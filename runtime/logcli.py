@@ -30,7 +30,9 @@ from events.schema import (
     MAX_EVENT_BYTES_KEY,
     PROJECTIONS_DB,
     data_dir_problem,
+    now_ms,
     recorded_max_event_bytes,
+    ts_ahead,
 )
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
@@ -323,6 +325,7 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
 def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     expected = 1
     last_ts = 0
+    last_ts_seq = 0  # (the row holding it)
     session_seq: dict[str, int] = defaultdict(int)
     for row in reader.rows(after=SEQ_MIN):  # every row, also one whose seq was edited below 1
         if row.seq < 1:
@@ -336,7 +339,8 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
                 yield row.seq, f"TS_NEGATIVE: ts {row.ts} is negative (UTC milliseconds count from 1970)"
             elif row.ts < last_ts:
                 yield row.seq, f"TS_OUT_OF_ORDER: ts {row.ts} is earlier than the previous event's {last_ts}"
-            last_ts = max(last_ts, row.ts)
+            if row.ts >= last_ts:
+                last_ts, last_ts_seq = row.ts, row.seq
         if type(row.session_id) is str:
             want = session_seq[row.session_id] + 1
             if type(row.session_seq) not in (int, type(None)):
@@ -377,6 +381,8 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
                 declared = len(reader.codec.decompress(row.body, row.dict_id))
             if declared != row.raw_size:
                 yield row.seq, f"RAW_SIZE_INVALID: raw_size {row.raw_size}, but the frame holds {declared} bytes"
+    if (ahead := ts_ahead(last_ts, now_ms())) is not None:
+        yield last_ts_seq, ahead
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
