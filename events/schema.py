@@ -120,6 +120,28 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# How far the log's last ts may stand ahead of this machine's clock before it is reported. The
+# writer stamps each event with the larger of the clock and the last ts written (so that stamps
+# never go back), so a ts far ahead (an edited row, a clock once set years ahead) is stamped on
+# every later event until the clock passes it. A day: well past any clock correction (NTP,
+# time zones set wrong), well short of a clock set a year ahead.
+TS_AHEAD_LIMIT_MS = 24 * 3600 * 1000
+
+
+def ts_ahead(ts: int, now: int) -> str | None:
+    """``TS_AHEAD_OF_CLOCK: …`` when ``ts`` (the log's last) is more than
+    :data:`TS_AHEAD_LIMIT_MS` ahead of ``now`` (both UTC milliseconds), else ``None``. Reported
+    (by ``lens serve`` at start, by ``lens log verify``), never rewritten: the log is not cut or
+    edited, and a ts is when the log took an event, not a clock to measure by."""
+    if ts - now <= TS_AHEAD_LIMIT_MS:
+        return None
+    ahead = ts - now
+    days, hours = divmod(ahead // 3_600_000, 24)
+    return (f"TS_AHEAD_OF_CLOCK: ts {ts} is {days} day(s) {hours} hour(s) ahead of this machine's clock ({now}); "
+            f"every event appended is stamped {ts} until the clock passes it. Check the clock (date -u); a ts "
+            f"edited into the log stays as it is (the log is never rewritten)")
+
+
 def check_data_dir(data_dir: Path, *, create: bool) -> Path:
     """Return ``data_dir`` resolved, creating it when ``create``; refuse foreign contents."""
     data_dir = Path(data_dir)

@@ -273,6 +273,7 @@ class EventStore:
         self._next_seq: int = row[0] + 1
         self._last_ts: int = row[1] if type(row[1]) is int else 0  # (text only in an edited log)
         self.last_seq: int = row[0]
+        self.opened_last_ts: int = self._last_ts  # (the log's largest ts when opened: see schema.ts_ahead)
         self._committed = trio.Event()
         self._listeners: list[Callable[[list[StoredEvent]], None]] = []
         self._reader: LogReader | None = None

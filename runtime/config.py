@@ -41,6 +41,12 @@ class ConfigError(LensError):
     code = "CONFIG_INVALID"
 
 
+class DataDirNotPrivate(LensError):
+    """A data directory another local user can change (:func:`check_private_data_dir`)."""
+
+    code = "DATA_DIR_NOT_PRIVATE"
+
+
 class _C(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
@@ -518,12 +524,13 @@ def _unknown(data: Any, cls: type, path: str) -> list[str]:
     return out
 
 
-def load_config(path: Path | None, *, private: bool = False) -> tuple[Config, Path, list[str]]:
+def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     """(config, main config path, notes). ``path=None``: ``config/lens.jsonc`` if it exists.
 
     An explicit path that does not exist is an error; the default one may be absent.
-    ``private`` (``lens serve``): :class:`ConfigError` for a config file, or a directory holding
-    it, that another local user can change (:func:`check_private_config`).
+    :class:`ConfigError` for a config file, or a directory holding it, that another local user
+    can change (:func:`check_private_config`): every command reading the config (``lens serve``,
+    ``lens pair …``, ``lens log …``) judges it here, the same way.
     """
     notes: list[str] = []
     explicit = path is not None
@@ -537,8 +544,7 @@ def load_config(path: Path | None, *, private: bool = False) -> tuple[Config, Pa
 
     def look(st: os.stat_result) -> None:
         modes.append(st.st_mode)
-        if private:
-            check_private_config(path, st)
+        check_private_config(path, st)
 
     try:
         # (a FIFO or /dev/zero: refused, never read; the mode of the file read, for the note below)
@@ -584,6 +590,29 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
                               f"place of {path.name} (and send the providers' keys to a server of theirs); "
                               f"check what it holds, then {fix}, or move the config to a directory of the "
                               f"daemon's user alone")
+
+
+def check_private_data_dir(data_dir: Path) -> None:
+    """:class:`DataDirNotPrivate` for an existing data directory (the one a symbolic link leads
+    to) that a user other than this process's (or root) can change: writable by the group or by
+    others, or another user's (:func:`~runtime.atomicfile.others_can_change`, the rule the
+    config and the pair file are held to). Such a user could put a log of theirs in place of
+    ``events.db`` (whose events a replay turns into what the agent does next), or artifacts and
+    projections Lens serves as its own. Lens makes the directory ``0700``; one made by hand with
+    looser modes is refused by every command that opens it. A directory that does not exist yet
+    is not judged (``lens serve`` makes it ``0700``)."""
+    try:
+        st = os.stat(data_dir)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DataDirNotPrivate(f"cannot check the data directory {data_dir}: {exc.strerror}") from None
+    why = others_can_change(st)
+    if why is not None:
+        fix = "give it to this user (chown)" if why.startswith("owned") else f"chmod go-w {data_dir}"
+        raise DataDirNotPrivate(f"data directory {data_dir} is {why}, who could replace the event log, the "
+                                f"projections or the artifacts in it; check what it holds, then {fix} "
+                                f"(Lens makes it 0700)")
 
 
 def unknown_keys_listed(keys: list[str]) -> str:

@@ -63,6 +63,21 @@ def token_words(text: str) -> list[str]:
     return [word for word in _WORD_BREAK.split(text) if TOKEN_SHAPE.fullmatch(word)]
 
 
+def url_passwords(text: str) -> list[str]:
+    """The passwords of the URLs among the words of ``text`` (split at blanks):
+    ``PW`` of ``postgres://u:PW@h/db`` or ``redis://:PW@h``; none of ``https://h/p``."""
+    found: list[str] = []
+    for word in text.split():
+        if "://" in word:
+            try:
+                password = urlsplit(word).password
+            except ValueError:
+                continue
+            if password:
+                found.append(password)
+    return found
+
+
 # An argument that is a credential's flag (`--token`, `--api-key`, `--password=…`).
 _FLAG = re.compile(r"--?([A-Za-z][A-Za-z0-9_-]*)(=(.*))?", re.S)
 # An argument that is an Authorization header (`Authorization: Bearer …`, as MCP proxies take).
@@ -111,11 +126,7 @@ def mcp_credentials(cfg: Config) -> list[tuple[str, str, str]]:
                     where = f"mcpServers[{server!r}].args[{i + 1}]"
             if header := _AUTH_HEADER.match(arg):
                 values.append(header.group(1))
-            if "://" in arg:
-                try:
-                    values.append(urlsplit(arg.strip()).password or "")
-                except ValueError:
-                    pass
+            values += url_passwords(arg)
             values += token_words(arg)
             found += [(where, name, value) for value in values if value]
     return found
@@ -140,12 +151,15 @@ def executor_hidden_env(cfg: Config, environ: Mapping[str, str]) -> frozenset[st
     every command and job an agent runs: :func:`withheld_env_names`, and every other variable
     named as a credential (:func:`is_credential_name`: ``AWS_SECRET_ACCESS_KEY``,
     ``GITHUB_TOKEN``, ``NPM_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_CLIENT_SECRET``),
-    holding a token-shaped value (:data:`TOKEN_SHAPE`) or among :data:`AGENT_ENV` — the
+    holding a token-shaped value (:data:`TOKEN_SHAPE`) or a URL with a password
+    (``DATABASE_URL=postgres://u:PW@h/db``: :func:`url_passwords`; the whole variable, not the
+    URL without its password, which would fail as a wrong password does), or among :data:`AGENT_ENV` — the
     operator's shell's credentials, which the config never gave
     the agent — but those ``executor.passEnv`` names (a command run to publish or to open a pull
     request needs its token); the configured keys are withheld whatever it says."""
     ambient = {name for name, value in environ.items()
-               if name in AGENT_ENV or is_credential_name(name) or TOKEN_SHAPE.fullmatch(value.strip())}
+               if name in AGENT_ENV or is_credential_name(name) or TOKEN_SHAPE.fullmatch(value.strip())
+               or url_passwords(value)}
     return withheld_env_names(cfg) | (ambient - set(cfg.executor.pass_env))
 
 

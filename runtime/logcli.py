@@ -30,7 +30,9 @@ from events.schema import (
     MAX_EVENT_BYTES_KEY,
     PROJECTIONS_DB,
     data_dir_problem,
+    now_ms,
     recorded_max_event_bytes,
+    ts_ahead,
 )
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
@@ -38,7 +40,7 @@ from projections.projector import Projector, ProjectionsDamaged, ProjectionsDele
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import ConfigError, expand_path, load_config
+from .config import ConfigError, check_private_data_dir, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
 from .cliargs import Once
 from .terminal import shown, to_stderr
@@ -89,14 +91,17 @@ def _config_path(value: str) -> Path:
     return Path(value)
 
 
-def resolve_data_dir(data: str | None, config: Path | None) -> Path:
+def resolve_data_dir(data: str | None, config: Path | None) -> tuple[Path, Path | None]:
     """The data directory a ``lens log`` command reads, found as ``lens serve`` finds it:
     ``--data`` if given, else the ``dataDir`` of the config (``--config``, else
     ``config/lens.jsonc`` when present), else ``.lens``; ``~`` expanded in either.
 
     Raises :class:`ConfigError` (``CONFIG_INVALID``, exit 2) for a config that cannot be read
     when it is needed: an explicit ``--config`` always is (as ``lens serve`` reads it), the
-    default one only without ``--data`` (the message says ``--data`` bypasses it)."""
+    default one only without ``--data`` (the message says ``--data`` bypasses it).
+
+    Returns the directory and the config file it was taken from (None: ``--data``, or no config
+    file), which :func:`run` names in one line on stderr."""
     if data is None or config is not None:
         try:
             cfg, path, _notes = load_config(config)
@@ -106,8 +111,9 @@ def resolve_data_dir(data: str | None, config: Path | None) -> Path:
             raise ConfigError(f"{exc.message}; the data directory is its dataDir (pass --data DIR to read "
                               f"a log without it)") from None
     if data is not None:
-        return expand_path(data, "--data", "the command line")
-    return expand_path(cfg.data_dir, "dataDir", str(path))
+        return expand_path(data, "--data", "the command line"), None
+    # (the config file it came from; None: the built-in default, there being no config file)
+    return expand_path(cfg.data_dir, "dataDir", str(path)), path if path.exists() else None
 
 
 def _kind(value: str) -> str:
@@ -319,6 +325,7 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
 def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     expected = 1
     last_ts = 0
+    last_ts_seq = 0  # (the row holding it)
     session_seq: dict[str, int] = defaultdict(int)
     for row in reader.rows(after=SEQ_MIN):  # every row, also one whose seq was edited below 1
         if row.seq < 1:
@@ -332,7 +339,8 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
                 yield row.seq, f"TS_NEGATIVE: ts {row.ts} is negative (UTC milliseconds count from 1970)"
             elif row.ts < last_ts:
                 yield row.seq, f"TS_OUT_OF_ORDER: ts {row.ts} is earlier than the previous event's {last_ts}"
-            last_ts = max(last_ts, row.ts)
+            if row.ts >= last_ts:
+                last_ts, last_ts_seq = row.ts, row.seq
         if type(row.session_id) is str:
             want = session_seq[row.session_id] + 1
             if type(row.session_seq) not in (int, type(None)):
@@ -373,6 +381,8 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
                 declared = len(reader.codec.decompress(row.body, row.dict_id))
             if declared != row.raw_size:
                 yield row.seq, f"RAW_SIZE_INVALID: raw_size {row.raw_size}, but the frame holds {declared} bytes"
+    if (ahead := ts_ahead(last_ts, now_ms())) is not None:
+        yield last_ts_seq, ahead
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -540,7 +550,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
     func: Callable[[argparse.Namespace], int] = args.command_func
-    args.data = str(resolve_data_dir(args.data, args.config))
+    data_dir, source = resolve_data_dir(args.data, args.config)
+    if source is not None:  # one line on stderr, never on stdout (which scripts parse)
+        _err(f"lens: data directory {data_dir} (the dataDir of {source})", args.secrets)
+    check_private_data_dir(data_dir)
+    args.data = str(data_dir)
     return func(args)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from .cliargs import Once
-from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
+from .config import ConfigError, check_config, check_private_data_dir, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
 from .logcli import silence_stdout
@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     make_undumpable()
 
     # (a config other users can change is refused: see check_private_config)
-    cfg, path, notes = load_config(args.config, private=True)
+    cfg, path, notes = load_config(args.config)
     check_startable(cfg, path, str(path))  # (what a config write through the API is held to, too)
     if args.model == "":
         raise InvalidArgument("--model must be '<provider id>/<model id>', not empty")
@@ -96,6 +96,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise InvalidArgument(exc.message.replace("dataDir", "--data").replace("server.host", "--host")
                               .replace("server.port", "--port").replace("defaultModel", "--model")) from None
+    check_private_data_dir(data_dir)
     return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes),
                             secrets=args.secrets))
 

@@ -56,7 +56,9 @@ def test_the_default_configs_data_dir_is_read(tmp_path: Path, logs: tuple[Path, 
     place(tmp_path, logs[1], ".lens")  # (what was read before: the wrong log)
     config(tmp_path / "config" / "lens.jsonc", '{"dataDir": "store"} // as lens serve reads it')
     res = lens(tmp_path, "log", "verify")
-    assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 3 event(s) verified\n", "")
+    # the directory taken from the config is named on stderr, one line; stdout is the report alone
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "ok: 3 event(s) verified\n", "lens: data directory store (the dataDir of config/lens.jsonc)\n")
     res = lens(tmp_path, "log", "decode")
     assert res.returncode == 0 and len(res.stdout.splitlines()) == 3, res.stderr
 
@@ -71,6 +73,7 @@ def test_an_explicit_config_is_read_before_or_after_the_subcommand(
     args = ["log", "--config", str(cfg), "verify"] if before else ["log", "verify", "--config", str(cfg)]
     res = lens(tmp_path, *args)
     assert (res.returncode, res.stdout) == (0, "ok: 3 event(s) verified\n"), res.stderr
+    assert res.stderr == f"lens: data directory elsewhere (the dataDir of {cfg})\n"
 
 
 def test_rebuild_writes_the_projections_of_the_configured_dir(tmp_path: Path, logs: tuple[Path, Path]) -> None:
@@ -90,6 +93,8 @@ def test_a_tilde_in_data_dir_is_the_home_directory(tmp_path: Path, logs: tuple[P
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
     res = lens(tmp_path, "log", "stats", "--json", env=env)
     assert res.returncode == 0, res.stderr
+    assert res.stderr == f"lens: data directory {home / 'lensdata'} (the dataDir of config/lens.jsonc)\n"
+    assert res.stdout.startswith("{")  # (the JSON alone on stdout)
     assert '"events":3' in res.stdout.replace(" ", "").split('"total"')[1]
     res = lens(tmp_path, "log", "verify", "--data", "~/lensdata", env=env)  # --data as lens serve's
     assert (res.returncode, res.stdout) == (0, "ok: 3 event(s) verified\n"), res.stderr
@@ -100,13 +105,13 @@ def test_data_wins_over_the_config(tmp_path: Path, logs: tuple[Path, Path]) -> N
     place(tmp_path, logs[1], "other")
     config(tmp_path / "config" / "lens.jsonc", '{"dataDir": "store"}')
     res = lens(tmp_path, "log", "verify", "--data", "other")
-    assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), res.stderr
+    assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 1 event(s) verified\n", "")  # (no line: --data)
 
 
 def test_without_a_config_the_default_is_dot_lens(tmp_path: Path, logs: tuple[Path, Path]) -> None:
     place(tmp_path, logs[1], ".lens")
     res = lens(tmp_path, "log", "verify")
-    assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), res.stderr
+    assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 1 event(s) verified\n", "")  # (no config: no line)
 
 
 def test_a_default_config_that_cannot_be_read_is_named_with_the_way_around_it(

@@ -25,12 +25,15 @@ WITHHELD = {
     "SSH_AUTH_SOCK": "/run/user/0/withheld-agent.sock",
     "GPG_AGENT_INFO": "/run/user/0/gnupg/withheld:0:1",
     "KRB5CCNAME": "FILE:/run/user/0/krb5cc_withheld",
+    "DATABASE_URL": "postgres://app:dbpassword-withheld@db.internal:5432/app",  # (a URL's password)
+    "CACHE": "redis://:redispass-withheld@cache.internal:6379/0",
     "EXA_API_KEY": "exa-configured-key-withheld-0123456789",  # (webSearch.apiKeyEnv: passEnv names it in vain)
 }
 PASSED = {
     "GITHUB_TOKEN": "ghp_passedOnPurpose0123456789abcdef",  # named by executor.passEnv
     "AWS_REGION": "eu-west-3",  # no credential
     "LENS_TEST_PLAIN_SETTING": "plain-value-passed",
+    "LENS_TEST_PLAIN_URL": "postgres://app@db.internal:5432/app https://example.invalid/a:b",  # (no password)
     "LENS_TEST_PATHS": "/opt/npm_global_tools/bin:/srv/sk-project-directory",  # (tokens' prefixes inside)
 }
 
