@@ -14,6 +14,12 @@ random points and resume with ``Last-Event-ID``; one graceful restart (SIGTERM, 
   daemon on a copy of the data rebuilt by ``lens log rebuild``;
 - every session ends idle (or awaiting an answer); no executor or job command outlives the daemon.
 
+A second variant (``kill9``, same seed) kills the daemon with SIGKILL instead, and adds subagents
+(answering at once, or held in a call), manual compaction, snips, ``PATCH /sessions/{id}`` changes
+and config-file rewrites while sessions run; besides the above it checks that every task finished
+once, that a subagent's calls and usage are its own, and that the Working Context of every agent
+of a settled session reads the same before and after the kill.
+
 The schedule is a pure function of :data:`SEED`; the daemon's timing is not, so the invariants are
 what is asserted, never an exact log.
 """
@@ -67,8 +73,10 @@ SCRIPT = [
     {"when": "SUBHOLD", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}],
      "inputTokens": 33, "outputTokens": 3},
 ]
-KILL9_CONFIG = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux", "script": SCRIPT}],
-                "defaultModel": "faux/faux-1"}
+# (a small context window: the tool schemas alone are near 2,400 tokens, so automatic compaction
+# comes after a few rounds at the default 80 %, and never below the schemas' share)
+KILL9_CONFIG = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux", "script": SCRIPT, "models": [
+    {"id": "faux-1", "contextWindow": 4000}, {"id": "faux-2", "contextWindow": 4000}]}], "defaultModel": "faux/faux-1"}
 VARIANTS = {"sigterm": (signal.SIGTERM, OPS, CONFIG), "kill9": (signal.SIGKILL, KILL9_OPS, KILL9_CONFIG)}
 
 
@@ -220,6 +228,7 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
     compared: list[str] = []  # sessions whose Working Contexts were compared across the kill -9
     started: list[ServeProcess] = []
     t0 = trio.current_time()
+    log: list[dict[str, Any]] = []
     try:
         with trio.fail_after(85):
             async with trio.open_nursery() as nursery:
@@ -410,13 +419,16 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             if r.status_code != 200:
                                 violations.append(f"PATCH {body} of {sid}: {r.status_code} {r.text}")
                         elif op == "config-file":  # read by the next daemon (the restart), not this one
-                            r = await dd.get("/config/files/lens.jsonc", token)
                             new = {**config, "context": {
                                 "compaction": {"auto": orng.random() < 0.5, "triggerPercent": orng.randint(1, 100)},
                                 "pruneToolResults": {"enabled": orng.random() < 0.5, "keepRecentRounds": 1,
                                                      "minTokens": 1}}}
-                            r = await dd.put("/config/files/lens.jsonc", token,
-                                             {"text": json.dumps(new, indent=1), "expectDigest": r.json().get("digest")})
+                            for _ in range(BATCH):  # (another writer in the batch: read again, as told)
+                                r = await dd.get("/config/files/lens.jsonc", token)
+                                r = await dd.put("/config/files/lens.jsonc", token, {
+                                    "text": json.dumps(new, indent=1), "expectDigest": r.json().get("digest")})
+                                if r.status_code != 409 or error_of(r) != "CONFIG_FILE_CHANGED":
+                                    break
                             if r.status_code != 200:
                                 violations.append(f"PUT lens.jsonc: {r.status_code} {r.text}")
                         elif op == "wait":
@@ -654,5 +666,9 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                 serve.stderr.close()
     print(f"{trio.current_time() - t0:.1f} s; ops: {sorted(ops_seen.items())}; events {len(log)}; sessions {len(project_of)}, deleted {len(deleted)}; "
           f"connections {[c.connects for c in clients]}; dropped {[c.dropped for c in clients]}; "
-          f"retried {len(retried)}; contexts compared across the kill {len(compared)}")
+          f"retried {len(retried)}; contexts compared across the kill {len(compared)}; "
+          f"compactions {sorted(e['body']['trigger'] for e in log if e['kind'] == 'context.compacted')}; "
+          f"edits {sorted(e['body']['op'] for e in log if e['kind'] == 'context.edited')}; "
+          f"subagents {[e['body']['status'] for e in log if e['kind'] == 'agent.finished']}; "
+          f"calls interrupted {sum(1 for e in log if e['kind'] == 'tool.finished' and e['body']['status'] == 'interrupted')}")
     assert not violations, "\n".join(violations)
