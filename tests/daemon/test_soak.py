@@ -147,6 +147,10 @@ async def _none(pending: Any) -> bool:
     return not await pending
 
 
+# the events whose (provider-reported) usage counts in their agent's usage and its session's
+USAGE_KINDS = ("model.responded", "model.failed", "model.cut_off", "context.compacted", "context.compaction_failed")
+
+
 def strip_config(ctx: dict[str, Any]) -> dict[str, Any]:
     """``contexts`` without what the config file resolves (the restart reads it anew)."""
     return {agent: (status, {k: v for k, v in body.items() if k not in ("settings", "compactionThreshold")})
@@ -606,7 +610,7 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                     view = await d.view(token, sid)
                     for agent in view["agents"]:
                         answered = [e["body"]["usage"] for e in own if e["agent_id"] == agent["agentId"]
-                                    and e["kind"] in ("model.responded", "context.compacted")]
+                                    and e["kind"] in USAGE_KINDS and e["body"].get("usage") is not None]
                         want = (len(answered), sum(u.get("input_tokens") or 0 for u in answered))
                         got = (agent["usage"]["requests"], agent["usage"]["inputTokens"] or 0)
                         if got != want:
