@@ -76,7 +76,10 @@ SCRIPT = [
 # (a small context window: the tool schemas alone are near 2,400 tokens, so automatic compaction
 # comes after a few rounds at the default 80 %, and never below the schemas' share)
 KILL9_CONFIG = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux", "script": SCRIPT, "models": [
-    {"id": "faux-1", "contextWindow": 4000}, {"id": "faux-2", "contextWindow": 4000}]}], "defaultModel": "faux/faux-1"}
+    {"id": "faux-1", "contextWindow": 4000}, {"id": "faux-2", "contextWindow": 4000}]}], "defaultModel": "faux/faux-1",
+                # a snapshot every few events, actors passivated after a second idle: the restart and
+                # every wake-up fold a snapshot and a tail, not the whole log
+                "sessions": {"snapshotEvery": 2, "idleSeconds": 1}}
 VARIANTS = {"sigterm": (signal.SIGTERM, OPS, CONFIG), "kill9": (signal.SIGKILL, KILL9_OPS, KILL9_CONFIG)}
 
 
