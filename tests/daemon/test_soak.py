@@ -45,7 +45,8 @@ from tests.procfs import processes, running_in
 
 from ..mcp.conftest import SERVER, alive
 
-from .conftest import BUSY, LIMIT, Daemon, error_of, ServeProcess, as_daemon, projections_caught_up, run_lens, wait_until
+from .conftest import (BUSY, LIMIT, Daemon, ServeProcess, as_daemon, error_of, projections_caught_up, run_lens,
+                       wait_until)
 
 SEED = int(os.environ.get("LENS_SOAK_SEED", "20261203"))  # another seed: another schedule
 STEPS = int(os.environ.get("LENS_SOAK_STEPS", "24"))  # the restart comes after half of them
