@@ -14,6 +14,12 @@ random points and resume with ``Last-Event-ID``; one graceful restart (SIGTERM, 
   daemon on a copy of the data rebuilt by ``lens log rebuild``;
 - every session ends idle (or awaiting an answer); no executor or job command outlives the daemon.
 
+A second variant (``kill9``, same seed) kills the daemon with SIGKILL instead, and adds subagents
+(answering at once, or held in a call), manual compaction, snips, ``PATCH /sessions/{id}`` changes
+and config-file rewrites while sessions run; besides the above it checks that every task finished
+once, that a subagent's calls and usage are its own, and that the Working Context of every agent
+of a settled session reads the same before and after the kill.
+
 The schedule is a pure function of :data:`SEED`; the daemon's timing is not, so the invariants are
 what is asserted, never an exact log.
 """
@@ -39,7 +45,8 @@ from tests.procfs import processes, running_in
 
 from ..mcp.conftest import SERVER, alive
 
-from .conftest import BUSY, LIMIT, Daemon, ServeProcess, as_daemon, projections_caught_up, run_lens, wait_until
+from .conftest import (BUSY, LIMIT, Daemon, ServeProcess, as_daemon, error_of, projections_caught_up, run_lens,
+                       wait_until)
 
 SEED = int(os.environ.get("LENS_SOAK_SEED", "20261203"))  # another seed: another schedule
 STEPS = int(os.environ.get("LENS_SOAK_STEPS", "24"))  # the restart comes after half of them
@@ -51,6 +58,30 @@ ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red
 QUERIES = ["quokka", "note", "unix_ms", "job", "echo", "nothing_at_all"]
 # an MCP server: a child of the daemon, like the executors
 CONFIG = {"mcpServers": {"t": {"command": sys.executable, "args": [SERVER]}}}
+# The widened soak: the daemon killed with SIGKILL (not SIGTERM) half-way, and besides the
+# operations above subagents (one answering at once, one held in a call), manual compaction,
+# snips and configuration changes (``PATCH /sessions/{id}``, and the config file rewritten through
+# ``PUT /config/files/lens.jsonc``, which the restart reads) while other sessions run. A scripted
+# faux provider: what it answers a subagent reports usage, so its attribution can be checked.
+KILL9_OPS = OPS + ["delegate", "delegate", "delegate-left", "compact", "snip", "snip", "configure", "configure",
+                   "config-file"]
+SCRIPT = [
+    {"when": "DELEGATE", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBTASK: name a quokka"}}],
+     "inputTokens": 11, "outputTokens": 1},
+    {"when": "ENTRUST", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBHOLD: wait"}}],
+     "inputTokens": 13, "outputTokens": 1},
+    {"when": "SUBTASK", "text": "the quokka is called Q", "inputTokens": 22, "outputTokens": 2},
+    {"when": "SUBHOLD", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}],
+     "inputTokens": 33, "outputTokens": 3},
+]
+# (a small context window: the tool schemas alone are near 2,400 tokens, so automatic compaction
+# comes after a few rounds at the default 80 %, and never below the schemas' share)
+KILL9_CONFIG = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux", "script": SCRIPT, "models": [
+    {"id": "faux-1", "contextWindow": 4000}, {"id": "faux-2", "contextWindow": 4000}]}], "defaultModel": "faux/faux-1",
+                # a snapshot every few events, actors passivated after a second idle: the restart and
+                # every wake-up fold a snapshot and a tail, not the whole log
+                "sessions": {"snapshotEvery": 2, "idleSeconds": 1}}
+VARIANTS = {"sigterm": (signal.SIGTERM, OPS, CONFIG), "kill9": (signal.SIGKILL, KILL9_OPS, KILL9_CONFIG)}
 
 
 @dataclass
@@ -120,6 +151,16 @@ async def _none(pending: Any) -> bool:
     return not await pending
 
 
+# the events whose (provider-reported) usage counts in their agent's usage and its session's
+USAGE_KINDS = ("model.responded", "model.failed", "model.cut_off", "context.compacted", "context.compaction_failed")
+
+
+def strip_config(ctx: dict[str, Any]) -> dict[str, Any]:
+    """``contexts`` without what the config file resolves (the restart reads it anew)."""
+    return {agent: (status, {k: v for k, v in body.items() if k not in ("settings", "compactionThreshold")})
+            for agent, (status, body) in ctx.items()}
+
+
 def descendants(pid: int) -> set[int]:
     """The live processes under ``pid`` (its executors, MCP servers, their commands)."""
     children: dict[int, list[int]] = {}
@@ -134,12 +175,23 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+async def contexts(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    """The Working Context of every agent of ``sid``, as ``GET …/context`` shows it."""
+    out = {}
+    for agent in (await d.view(token, sid))["agents"]:
+        r = await d.get(f"/sessions/{sid}/context", token, params={"agentId": agent["agentId"]})
+        out[agent["agentId"]] = (r.status_code, r.json())
+    return out
+
+
 async def answers(d: Daemon, token: str, project_of: dict[str, str]) -> dict[Any, Any]:
-    """What a user reads: every session's view, the session and project lists, every query's
-    every page of history search per project (and per session)."""
+    """What a user reads: every session's view and every agent's Working Context, the session and
+    project lists, every query's every page of history search per project (and per session)."""
     out: dict[Any, Any] = {}
     for sid in project_of:
         out[("view", sid)] = await d.view(token, sid)
+        # (without the settings the config file resolves: each daemon read the file as it was at its start)
+        out[("context", sid)] = strip_config(await contexts(d, token, sid))
     out["sessions"] = (await d.get("/sessions", token)).json()
     out["projects"] = (await d.get("/projects", token)).json()
     for pid in sorted(set(project_of.values())):
@@ -168,7 +220,9 @@ async def decode(cwd: Path, data: str = "data") -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp_path: Path):
+@pytest.mark.parametrize("variant", list(VARIANTS))
+async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp_path: Path, variant: str):
+    stop_signal, ops_drawn, config = VARIANTS[variant]
     rng = random.Random(SEED)
     violations: list[str] = []
     current = Current()
@@ -179,13 +233,15 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
     deleted: set[str] = set()  # sessions deleted (no more operations on them)
     asking: set[str] = set()  # sessions left with a question open
     retried: list[str] = []  # requestIds asked again of the restarted daemon
+    compared: list[str] = []  # sessions whose Working Contexts were compared across the kill -9
     started: list[ServeProcess] = []
     t0 = trio.current_time()
+    log: list[dict[str, Any]] = []
     try:
         with trio.fail_after(85):
             async with trio.open_nursery() as nursery:
                 (tmp_path / "config").mkdir()
-                (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(CONFIG))
+                (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(config))
                 serve, d = await start(tmp_path, nursery, 0, started)
                 children: set[int] = set()
                 token = await d.pair("soak", strong=True)
@@ -234,6 +290,15 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             if r.status_code != 200:
                                 violations.append(f"answer of an open question: {r.status_code} {r.text}")
 
+                    async def settled(dd: Daemon, sid: str) -> bool:
+                        """Nothing under way in ``sid``: idle (or awaiting an answer), nothing queued,
+                        every job ended (a job's end queues its report)."""
+                        events = await dd.events(token, sid)
+                        jobs = {e["body"]["job_id"] for e in events if e["kind"] == "job.started"}
+                        jobs -= {e["body"]["job_id"] for e in events if e["kind"] == "job.finished"}
+                        v = await dd.view(token, sid)
+                        return not jobs and not v["queued"] and v["status"] in ("idle", "awaiting_answer")
+
                     async def run_op(dd: Daemon, op: str, sid: str, step: int, orng: random.Random,
                                      repeatable: list[tuple[str, str]], forks: dict[int, str], index: int) -> None:
                         counter = itertools.count()
@@ -242,10 +307,10 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             # (request ids named by the schedule, not by the order trio runs the ops in)
                             return await submit_as(f"r{step}.{index}.{next(counter)}", sid, content, **kw)
 
-                        if sid in asking and op.startswith(("busy-", "wait", "ask")):
+                        if sid in asking and op.startswith(("busy-", "wait", "ask", "compact")):
                             asking.discard(sid)  # (a question left open is answered by the user first)
                             await answer_open(dd, sid)
-                        if sid in left_busy and op.startswith(("busy-", "wait", "ask")):
+                        if sid in left_busy and op.startswith(("busy-", "wait", "ask", "compact")):
                             left_busy.discard(sid)  # (a run left busy is stopped by the user first)
                             r = await dd.post(f"/sessions/{sid}/abort", token)
                             if r.status_code != 200:
@@ -328,6 +393,52 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                               {"requestId": old_rid, "content": "again"})
                             if r.status_code != 202 or not r.json()["duplicate"]:
                                 violations.append(f"a repeated requestId {old_rid}: {r.status_code} {r.text}")
+                        elif op == "delegate":  # a subagent that answers at once (its usage reported)
+                            await submit(sid, f"note {step}: DELEGATE")
+                        elif op == "delegate-left":  # a subagent held in a call, left so (the kill may meet it)
+                            left_busy.add(sid)
+                            await submit(sid, f"note {step}: ENTRUST")
+                            await submit(sid, f"note {step}: queued behind a subagent left busy")
+                        elif op == "compact":
+                            await dd.wait_idle(token, sid)
+                            r = await dd.post(f"/sessions/{sid}/compact", token)
+                            # (busy: a job's report started a round meanwhile)
+                            if r.status_code != 200 and error_of(r) not in ("NOTHING_TO_COMPACT", "SESSION_BUSY"):
+                                violations.append(f"compact of {sid}: {r.status_code} {r.text}")
+                        elif op == "snip":  # one item of the main agent's Working Context, running or not
+                            r = await dd.get(f"/sessions/{sid}/context", token)
+                            working = r.json().get("workingItemIds", []) if r.status_code == 200 else []
+                            if r.status_code != 200:
+                                violations.append(f"context of {sid}: {r.status_code} {r.text}")
+                            elif working:
+                                r = await dd.post(f"/sessions/{sid}/context/snip", token,
+                                                  {"itemIds": [orng.choice(working)]})
+                                if r.status_code != 200:
+                                    violations.append(f"snip in {sid}: {r.status_code} {r.text}")
+                        elif op == "configure":  # while it runs or not: applies from its next request
+                            body = orng.choice([
+                                {"thinkingLevel": orng.choice(["low", "high", None])},
+                                {"autoCompaction": orng.random() < 0.5, "compactionTriggerPercent": orng.randint(1, 100)},
+                                {"pruneToolResults": orng.random() < 0.5},
+                                {"model": orng.choice(["faux/faux-1", "faux/faux-2", None])},
+                                {"toolPolicy": {"mcp__t__echo": orng.choice([{"enabled": False}, None])}},
+                            ])
+                            r = await dd.request("PATCH", f"/sessions/{sid}", token, json_body=body)
+                            if r.status_code != 200:
+                                violations.append(f"PATCH {body} of {sid}: {r.status_code} {r.text}")
+                        elif op == "config-file":  # read by the next daemon (the restart), not this one
+                            new = {**config, "context": {
+                                "compaction": {"auto": orng.random() < 0.5, "triggerPercent": orng.randint(1, 100)},
+                                "pruneToolResults": {"enabled": orng.random() < 0.5, "keepRecentRounds": 1,
+                                                     "minTokens": 1}}}
+                            for _ in range(BATCH):  # (another writer in the batch: read again, as told)
+                                r = await dd.get("/config/files/lens.jsonc", token)
+                                r = await dd.put("/config/files/lens.jsonc", token, {
+                                    "text": json.dumps(new, indent=1), "expectDigest": r.json().get("digest")})
+                                if r.status_code != 409 or error_of(r) != "CONFIG_FILE_CHANGED":
+                                    break
+                            if r.status_code != 200:
+                                violations.append(f"PUT lens.jsonc: {r.status_code} {r.text}")
                         elif op == "wait":
                             await dd.wait_idle(token, sid)
                             mine = [rid for s_, rid in repeatable if s_ == sid]
@@ -341,32 +452,47 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                         dd = current.d
                         assert dd is not None
                         if step == STEPS // 2:
-                            # the graceful restart, with whatever runs then still running and an
-                            # input to every session sent as the SIGTERM is
+                            # the restart (graceful, or a kill -9), with whatever runs then still
+                            # running and an input sent to every session (kill -9: to half of them)
+                            # as the signal is
                             current.up = trio.Event()
                             assert serve.proc is not None
+                            sent_to = sessions
+                            kept: dict[str, Any] = {}  # the Working Contexts of the settled others
+                            if stop_signal == signal.SIGKILL:
+                                sent_to = rng.sample(sessions, len(sessions) // 2)
+                                for sid in sessions:
+                                    if sid not in sent_to and sid not in left_busy and await settled(dd, sid):
+                                        kept[sid] = await contexts(dd, token, sid)
                             async with trio.open_nursery() as inflight:
-                                for i, sid in enumerate(sessions):
+                                for i, sid in enumerate(sent_to):
                                     inflight.start_soon(submit_as, f"r{step}.stop.{i}", sid,
                                                         f"note {step}.{i}: sent as the daemon stops")
                                 await trio.sleep(0)
-                                serve.proc.send_signal(signal.SIGTERM)
+                                serve.proc.send_signal(stop_signal)
                                 with trio.fail_after(LIMIT):
                                     code = await serve.proc.wait()
                                     await serve.stdout_closed.wait()
                                 serve.stderr.close()
-                                if code != 0:
-                                    violations.append(f"SIGTERM: lens serve exited {code}")
-                                left = {p for p in children if alive(p)}
-                                if left:
-                                    violations.append(f"left running after the first stop: {sorted(left)}")
+                                if code != (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL):
+                                    violations.append(f"{stop_signal.name}: lens serve exited {code}")
+                                if stop_signal == signal.SIGTERM:
+                                    left = {p for p in children if alive(p)}
+                                    if left:
+                                        violations.append(f"left running after the first stop: {sorted(left)}")
                                 serve, new = await start(tmp_path, nursery, 1, started)
                                 current.d = new
                                 current.up.set()
+                                compared.extend(kept)
+                                for sid, before in kept.items():  # a restart replays context edits the same
+                                    after = await contexts(new, token, sid)
+                                    if strip_config(after) != strip_config(before):
+                                        violations.append(f"{sid}: the Working Context differs after the restart: "
+                                                          f"{before!r:.600} != {after!r:.600}")
                             await dd.client.aclose()
                             dd = new
                         # a batch of operations at once, on distinct sessions; all drawn before any runs
-                        batch = [(rng.choice(OPS), sid, random.Random(rng.random()))
+                        batch = [(rng.choice(ops_drawn), sid, random.Random(rng.random()))
                                  for sid in rng.sample(sessions, min(len(sessions), rng.randint(1, BATCH)))]
                         repeatable = sorted(accepted, key=lambda a: a[1])
                         forks: dict[int, str] = {}
@@ -467,6 +593,36 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             if e["kind"] == begin and ends.count(e["body"][key]) != 1:
                                 violations.append(f"{sid}: {begin} {e['body'][key]} (seq {e['seq']}) has "
                                                   f"{ends.count(e['body'][key])} {end}")
+                    tasks = [e["task_id"] for e in own if e["kind"] == "task.finished"]
+                    for e in own:  # (a run the kill met: recorded as interrupted by the restart)
+                        if e["kind"] == "task.started" and tasks.count(e["task_id"]) != 1:
+                            violations.append(f"{sid}: task {e['task_id']} (seq {e['seq']}) finished "
+                                              f"{tasks.count(e['task_id'])} times")
+                    # a subagent's events and usage are its own: each call runs under the agent whose
+                    # answer asked for it; each agent's usage is its answers', the session's their sum
+                    caller = {c["call_id"]: e["agent_id"] for e in own if e["kind"] == "model.responded"
+                              for c in e["body"]["tool_calls"]}
+                    for e in own:
+                        if e["kind"] == "tool.started" and caller.get(e["body"]["call_id"], e["agent_id"]) != e["agent_id"]:
+                            violations.append(f"{sid}: call {e['body']['call_id']} asked by "
+                                              f"{caller[e['body']['call_id']]} ran as {e['agent_id']}")
+                    for e in own:
+                        if e["kind"] == "agent.started" and e["body"]["role"] == "subagent" and (
+                                e["agent_id"] != f"sub_{e['body']['parent_call_id']}"
+                                or caller.get(e["body"]["parent_call_id"]) != e["body"]["parent_agent_id"]):
+                            violations.append(f"{sid}: subagent {e['agent_id']} of call {e['body']['parent_call_id']}")
+                    view = await d.view(token, sid)
+                    for agent in view["agents"]:
+                        answered = [e["body"]["usage"] for e in own if e["agent_id"] == agent["agentId"]
+                                    and e["kind"] in USAGE_KINDS and e["body"].get("usage") is not None]
+                        want = (len(answered), sum(u.get("input_tokens") or 0 for u in answered))
+                        got = (agent["usage"]["requests"], agent["usage"]["inputTokens"] or 0)
+                        if got != want:
+                            violations.append(f"{sid}: usage of {agent['agentId']} is {got}, its answers' {want}")
+                    total = (sum(a["usage"]["requests"] for a in view["agents"]),
+                             sum(a["usage"]["inputTokens"] or 0 for a in view["agents"]))
+                    if (view["usage"]["requests"], view["usage"]["inputTokens"] or 0) != total:
+                        violations.append(f"{sid}: session usage {view['usage']} is not its agents' sum {total}")
                     settled_inputs = [e["body"]["input_request_id"] for e in own
                                       if e["kind"] in ("input.placed", "input.withdrawn")]
                     for e in own:
@@ -518,5 +674,9 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                 serve.stderr.close()
     print(f"{trio.current_time() - t0:.1f} s; ops: {sorted(ops_seen.items())}; events {len(log)}; sessions {len(project_of)}, deleted {len(deleted)}; "
           f"connections {[c.connects for c in clients]}; dropped {[c.dropped for c in clients]}; "
-          f"retried {len(retried)}")
+          f"retried {len(retried)}; contexts compared across the kill {len(compared)}; "
+          f"compactions {sorted(e['body']['trigger'] for e in log if e['kind'] == 'context.compacted')}; "
+          f"edits {sorted(e['body']['op'] for e in log if e['kind'] == 'context.edited')}; "
+          f"subagents {[e['body']['status'] for e in log if e['kind'] == 'agent.finished']}; "
+          f"calls interrupted {sum(1 for e in log if e['kind'] == 'tool.finished' and e['body']['status'] == 'interrupted')}")
     assert not violations, "\n".join(violations)
