@@ -37,7 +37,8 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     ex = sub.add_parser("executor", help="run an executor process for one workspace")
     ex_cmds = ex.add_subparsers(dest="executor_command", required=True, metavar="COMMAND")
     es = ex_cmds.add_parser("serve", help="serve the workspace over gRPC (token from LENS_EXECUTOR_TOKEN)")
-    es.add_argument("--workspace", required=True, action=Once, metavar="DIR")
+    es.add_argument("--workspace", required=True, action=Once, metavar="DIR",
+                    help="the workspace directory its tools and commands are confined to")
     es.add_argument("--listen", default=None, action=Once, metavar="HOST:PORT", help=f"address to listen on (default {DEFAULT_LISTEN})")
     es.add_argument("--state", default=None, action=Once, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
     es.add_argument("--token-stdin", action="store_true",
@@ -58,7 +59,7 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     _pair_config(ls)
     ls.set_defaults(func=cmd_pair_list)
     r = cmds.add_parser("revoke", help="revoke a client's credential")
-    r.add_argument("--client", required=True, action=Once)
+    r.add_argument("--client", required=True, action=Once, help="the clientId whose credential to revoke")
     _pair_config(r)
     r.set_defaults(func=cmd_pair_revoke)
 
