@@ -4,7 +4,20 @@ the benchmarks)."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
+
+_WHOLE_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def whole_number(value: str) -> int:
+    """An integer argument (a seq, a port): ASCII decimal digits with an optional sign only.
+    ``int()`` also takes ``1_0``, `` 5`` and other scripts' digits (``lens serve --port 8_0``
+    listened on port 80), which the HTTP routes and the config refuse. The range is the caller's
+    to check."""
+    if not _WHOLE_RE.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number")
+    return int(value)
 
 
 class Once(argparse.Action):

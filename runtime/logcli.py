@@ -12,7 +12,6 @@ import argparse
 import base64
 import errno
 import os
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -40,7 +39,7 @@ from projections.stats import KindStats
 
 from .config import ConfigError, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
-from .cliargs import Once
+from .cliargs import Once, whole_number
 from .terminal import shown, to_stderr
 
 _json = msgspec.json.Encoder()
@@ -48,15 +47,8 @@ _json = msgspec.json.Encoder()
 
 
 
-_SEQ_RE = re.compile(r"[+-]?[0-9]+")
-
-
 def _seq(value: str) -> int:
-    # ASCII digits with an optional sign only: int() also takes "1_0", " 5" and other scripts'
-    # digits, which the HTTP routes refuse for a seq
-    if not _SEQ_RE.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number")
-    n = int(value)
+    n = whole_number(value)  # (ASCII digits: as the HTTP routes read a seq)
     if not SEQ_MIN <= n <= SEQ_MAX:
         raise argparse.ArgumentTypeError(f"{value} is outside the range of a seq ({SEQ_MIN}..{SEQ_MAX})")
     return n

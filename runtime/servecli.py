@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from .cliargs import Once
+from .cliargs import Once, whole_number
 from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
@@ -30,7 +30,7 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
                    help="config file (default config/lens.jsonc if present)")
     p.add_argument("--data", default=None, action=Once, metavar="DIR", help="data directory (default: config dataDir, else .lens)")
     p.add_argument("--host", default=None, action=Once, help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, action=Once, help="port (default 7420; 0 picks a free one)")
+    p.add_argument("--port", type=whole_number, default=None, action=Once, help="port (default 7420; 0 picks a free one)")
     p.add_argument("--model", default=None, action=Once, help="default model '<provider>/<model>' for new sessions")
     p.set_defaults(func=cmd_serve)
 

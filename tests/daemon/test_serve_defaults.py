@@ -193,3 +193,35 @@ async def test_the_spec_example_config_is_read_as_written_and_flags_take_its_pla
         finally:
             serve.kill()
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("port", ["8_0", " 80", "80 ", "\u0668\u0660", "\uff18\uff10", "0x50", "", "80.0"])
+async def test_a_port_flag_is_ascii_decimal_digits(tmp_path: Path, port: str):
+    # int() took "8_0", " 80" and other scripts' digits: `lens serve --port 8_0` listened on
+    # port 80. The port is read as `lens log decode --from` reads a seq: ASCII digits (and a sign,
+    # refused by the range check).
+    out = await run_lens(tmp_path, "serve", "--port", port, "--data", "d", check=False)
+    assert out.returncode == 2, out.stderr
+    assert f"lens serve: USAGE_ERROR: argument --port: {port!r} is not a whole number" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("port", ["65535", "+65535", "0065535"])
+async def test_a_port_flag_at_the_limit_is_taken_and_one_past_is_refused(tmp_path: Path, port: str):
+    # 65535 passes the checks and reaches bind() (held here, so the command names the address it
+    # tried); 65536 is refused before anything is made.
+    held = socket.socket()
+    try:
+        try:
+            held.bind(("127.0.0.1", 65535))
+            held.listen()
+        except OSError:
+            pass  # in use already: the command cannot have it either
+        out = await run_lens(tmp_path, "serve", "--port", port, "--data", "d", check=False)
+    finally:
+        held.close()
+    assert out.returncode == 2, out.stderr
+    assert "lens: LISTEN_FAILED: cannot listen on 127.0.0.1:65535" in out.stderr, out.stderr
+    out = await run_lens(tmp_path, "serve", "--port", "65536", "--data", "d", check=False)
+    assert out.returncode == 2 and "--port must be 0 to 65535, not 65536" in out.stderr, out.stderr
+    assert not (tmp_path / "d").exists()
