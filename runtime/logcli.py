@@ -39,7 +39,7 @@ from projections.stats import KindStats
 
 from .config import ConfigError, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
-from .cliargs import Once, whole_number
+from .cliargs import Once, config_path, text as _text, whole_number
 from .terminal import shown, to_stderr
 
 _json = msgspec.json.Encoder()
@@ -54,17 +54,6 @@ def _seq(value: str) -> int:
     return n
 
 
-def _text(value: str) -> str:
-    """A text argument: it must be UTF-8 (ids and paths are stored and opened as UTF-8)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(
-            f"{value.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8"
-        ) from None
-    return value
-
-
 def _path(value: str) -> str:
     """A directory argument: UTF-8 and not empty (see events.schema.data_dir_problem)."""
     problem = data_dir_problem(value)
@@ -74,11 +63,8 @@ def _path(value: str) -> str:
 
 
 def _config_path(value: str) -> Path:
-    """A config file argument: UTF-8 and not empty."""
-    value = _text(value)
-    if not value:
-        raise argparse.ArgumentTypeError("an empty path names no config file")
-    return Path(value)
+    """A ``lens log`` config argument: UTF-8 and not empty."""
+    return config_path(_text(value))
 
 
 def resolve_data_dir(data: str | None, config: Path | None) -> Path:

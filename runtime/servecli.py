@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from .cliargs import Once, whole_number
+from .cliargs import Once, config_path, whole_number
 from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
@@ -26,7 +26,7 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     p = sub.add_parser("serve", help="run the daemon (HTTP API, SSE, dashboard)")
     # Each option takes one value: given twice it is a usage error (cliargs.Once), not the last one
     # winning silently (`lens pair approve --client a --client b` approved b alone).
-    p.add_argument("--config", type=Path, default=None, action=Once, metavar="PATH",
+    p.add_argument("--config", type=config_path, default=None, action=Once, metavar="PATH",
                    help="config file (default config/lens.jsonc if present)")
     p.add_argument("--data", default=None, action=Once, metavar="DIR", help="data directory (default: config dataDir, else .lens)")
     p.add_argument("--host", default=None, action=Once, help="address to bind (default 127.0.0.1)")
@@ -65,7 +65,7 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
 
 
 def _pair_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=None, action=Once, metavar="PATH",
+    p.add_argument("--config", type=config_path, default=None, action=Once, metavar="PATH",
                    help="config file naming the pair file (default config/lens.jsonc)")
 
 

@@ -49,3 +49,16 @@ def test_lens_alone_lists_every_command_of_the_spec(tmp_path: Path):
     assert out.returncode == 0, out.stderr
     for name in ("serve", "executor", "pair", "log"):
         assert re.search(rf"^    {name}\s+\S", out.stdout, re.M), out.stdout
+
+
+@pytest.mark.parametrize("command", [("serve", "--port", "0"), ("pair", "list"), ("pair", "approve", "--client", "c"),
+                                     ("pair", "revoke", "--client", "c")], ids=" ".join)
+def test_an_empty_config_path_is_a_usage_error_for_every_command(tmp_path: Path, command: tuple[str, ...]):
+    # `lens log` refused it already; `lens serve` and `lens pair` read it as the working directory
+    # ("CONFIG_INVALID: cannot read config file .: it is a directory").
+    out = subprocess.run([*lens_command(), *command, "--config", ""], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    name = " ".join(command[:2] if command[0] == "pair" else command[:1])
+    assert out.stderr.splitlines()[-1] == f"lens {name}: USAGE_ERROR: argument --config: an empty path names no config file"
+    assert list(tmp_path.iterdir()) == []
