@@ -12,7 +12,6 @@ import argparse
 import base64
 import errno
 import os
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -42,7 +41,7 @@ from projections.stats import KindStats
 
 from .config import ConfigError, check_private_data_dir, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
-from .cliargs import Once
+from .cliargs import Once, config_path, text as _text, whole_number
 from .terminal import shown, to_stderr
 
 _json = msgspec.json.Encoder()
@@ -50,29 +49,11 @@ _json = msgspec.json.Encoder()
 
 
 
-_SEQ_RE = re.compile(r"[+-]?[0-9]+")
-
-
 def _seq(value: str) -> int:
-    # ASCII digits with an optional sign only: int() also takes "1_0", " 5" and other scripts'
-    # digits, which the HTTP routes refuse for a seq
-    if not _SEQ_RE.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number")
-    n = int(value)
+    n = whole_number(value)  # (ASCII digits: as the HTTP routes read a seq)
     if not SEQ_MIN <= n <= SEQ_MAX:
         raise argparse.ArgumentTypeError(f"{value} is outside the range of a seq ({SEQ_MIN}..{SEQ_MAX})")
     return n
-
-
-def _text(value: str) -> str:
-    """A text argument: it must be UTF-8 (ids and paths are stored and opened as UTF-8)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(
-            f"{value.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8"
-        ) from None
-    return value
 
 
 def _path(value: str) -> str:
@@ -84,11 +65,8 @@ def _path(value: str) -> str:
 
 
 def _config_path(value: str) -> Path:
-    """A config file argument: UTF-8 and not empty."""
-    value = _text(value)
-    if not value:
-        raise argparse.ArgumentTypeError("an empty path names no config file")
-    return Path(value)
+    """A ``lens log`` config argument: UTF-8 and not empty."""
+    return config_path(_text(value))
 
 
 def resolve_data_dir(data: str | None, config: Path | None) -> tuple[Path, Path | None]:

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import msgspec
 
+<<<<<<< HEAD
 from .cliargs import Once
 from .config import ConfigError, check_config, check_private_data_dir, expand_path, load_config, pair_file_path
+=======
+from .cliargs import Once, config_path, whole_number
+from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
+>>>>>>> c82cf1c161dff47ca9bca7230f7b04b9779ab567
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
 from .logcli import silence_stdout
@@ -26,18 +31,19 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     p = sub.add_parser("serve", help="run the daemon (HTTP API, SSE, dashboard)")
     # Each option takes one value: given twice it is a usage error (cliargs.Once), not the last one
     # winning silently (`lens pair approve --client a --client b` approved b alone).
-    p.add_argument("--config", type=Path, default=None, action=Once, metavar="PATH",
+    p.add_argument("--config", type=config_path, default=None, action=Once, metavar="PATH",
                    help="config file (default config/lens.jsonc if present)")
     p.add_argument("--data", default=None, action=Once, metavar="DIR", help="data directory (default: config dataDir, else .lens)")
     p.add_argument("--host", default=None, action=Once, help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, action=Once, help="port (default 7420; 0 picks a free one)")
+    p.add_argument("--port", type=whole_number, default=None, action=Once, help="port (default 7420; 0 picks a free one)")
     p.add_argument("--model", default=None, action=Once, help="default model '<provider>/<model>' for new sessions")
     p.set_defaults(func=cmd_serve)
 
     ex = sub.add_parser("executor", help="run an executor process for one workspace")
     ex_cmds = ex.add_subparsers(dest="executor_command", required=True, metavar="COMMAND")
     es = ex_cmds.add_parser("serve", help="serve the workspace over gRPC (token from LENS_EXECUTOR_TOKEN)")
-    es.add_argument("--workspace", required=True, action=Once, metavar="DIR")
+    es.add_argument("--workspace", required=True, action=Once, metavar="DIR",
+                    help="the workspace directory its tools and commands are confined to")
     es.add_argument("--listen", default=None, action=Once, metavar="HOST:PORT", help=f"address to listen on (default {DEFAULT_LISTEN})")
     es.add_argument("--state", default=None, action=Once, metavar="DIR", help="call journal directory (default under XDG_STATE_HOME)")
     es.add_argument("--token-stdin", action="store_true",
@@ -58,13 +64,13 @@ def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     _pair_config(ls)
     ls.set_defaults(func=cmd_pair_list)
     r = cmds.add_parser("revoke", help="revoke a client's credential")
-    r.add_argument("--client", required=True, action=Once)
+    r.add_argument("--client", required=True, action=Once, help="the clientId whose credential to revoke")
     _pair_config(r)
     r.set_defaults(func=cmd_pair_revoke)
 
 
 def _pair_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=None, action=Once, metavar="PATH",
+    p.add_argument("--config", type=config_path, default=None, action=Once, metavar="PATH",
                    help="config file naming the pair file (default config/lens.jsonc)")
 
 

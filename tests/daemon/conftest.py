@@ -490,9 +490,10 @@ class Daemon:
 
 class ServeProcess:
     def __init__(self, cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, default_data: bool = False) -> None:
         self.cwd = cwd
         self.extra = extra  # more `lens serve` arguments (a `--data` of its own replaces "data")
+        self.default_data = default_data  # True: no `--data` at all (the default, `.lens` in cwd)
         self.stderr_name = stderr_name  # in cwd: several processes in one test keep theirs apart
         self.env = env  # the process's whole environment (None: this one's)
         self.lines: list[str] = []
@@ -505,7 +506,7 @@ class ServeProcess:
         self.stderr = open(self.cwd / self.stderr_name, "wb")
         self.proc = await trio.lowlevel.open_process(
             [*lens_command(), "serve", "--port", "0",
-             *(() if "--data" in self.extra else ("--data", "data")), *self.extra], cwd=self.cwd,
+             *(() if "--data" in self.extra or self.default_data else ("--data", "data")), *self.extra], cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=self.stderr, env=self.env)
         nursery.start_soon(self._read)
         with trio.fail_after(30):

@@ -298,6 +298,23 @@ async def test_cli_approve_prints_the_credential_alone_on_the_last_line(daemon: 
     assert file_mode(daemon.pair_path) == 0o600
 
 
+async def test_cli_approve_without_strong_trust_gives_a_read_only_credential(daemon: Daemon, strong: str):
+    # F-API-2 "Without --strong-trust the credential is read-only", through the real command: it
+    # reads (projects, a session's view and events, the stream) and may not submit or create.
+    project = await daemon.project(strong, "ro")
+    sid = (await daemon.session(strong, project["id"]))["id"]
+    reader = await daemon.pair("reader-cli", via="cli")
+    rec = next(c for c in json.loads(daemon.pair_path.read_text())["clients"] if c["clientId"] == "reader-cli")
+    assert rec["credentialHash"] == credential_hash("reader-cli", "read", reader)
+    for path in ("/projects", f"/sessions/{sid}", f"/sessions/{sid}/events"):
+        assert (await daemon.get(path, reader)).status_code == 200, path
+    r = await daemon.post(f"/sessions/{sid}/inputs", reader, {"requestId": "ro-1", "content": "hi"})
+    assert r.status_code == 403, r.text
+    r = await daemon.post("/projects", reader, {"name": "no", "workspace": str(daemon.root)})
+    assert r.status_code == 403, r.text
+    assert [e for e in await daemon.events(strong, sid) if e["kind"] == "input.submitted"] == []
+
+
 async def test_cli_approve_of_an_unknown_client_fails_cleanly(daemon: Daemon):
     for command in ("approve", "revoke"):
         out = await run_lens(daemon.root, "pair", command, "--client", "stranger", check=False)
