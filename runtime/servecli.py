@@ -8,13 +8,8 @@ from pathlib import Path
 
 import msgspec
 
-<<<<<<< HEAD
-from .cliargs import Once
-from .config import ConfigError, check_config, check_private_data_dir, expand_path, load_config, pair_file_path
-=======
 from .cliargs import Once, config_path, whole_number
-from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
->>>>>>> c82cf1c161dff47ca9bca7230f7b04b9779ab567
+from .config import ConfigError, check_config, check_private_data_dir, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
 from .logcli import silence_stdout
