@@ -22,7 +22,7 @@ import apsw
 import msgspec
 import zstandard
 
-from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
+from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
 from events.schema import (
     FORMAT,
@@ -97,6 +97,12 @@ def resolve_data_dir(data: str | None, config: Path | None) -> Path:
     Raises :class:`ConfigError` (``CONFIG_INVALID``, exit 2) for a config that cannot be read
     when it is needed: an explicit ``--config`` always is (as ``lens serve`` reads it), the
     default one only without ``--data`` (the message says ``--data`` bypasses it)."""
+    return _data_dir_and_source(data, config)[0]
+
+
+def _data_dir_and_source(data: str | None, config: Path | None) -> tuple[Path, str | None]:
+    """:func:`resolve_data_dir`, and the config file whose ``dataDir`` named the directory
+    (None: ``--data`` named it, or no config file exists and it is the built-in ``.lens``)."""
     if data is None or config is not None:
         try:
             cfg, path, _notes = load_config(config)
@@ -106,8 +112,9 @@ def resolve_data_dir(data: str | None, config: Path | None) -> Path:
             raise ConfigError(f"{exc.message}; the data directory is its dataDir (pass --data DIR to read "
                               f"a log without it)") from None
     if data is not None:
-        return expand_path(data, "--data", "the command line")
-    return expand_path(cfg.data_dir, "dataDir", str(path))
+        return expand_path(data, "--data", "the command line"), None
+    named_by = str(path) if path.exists() or path.is_symlink() else None
+    return expand_path(cfg.data_dir, "dataDir", str(path)), named_by
 
 
 def _kind(value: str) -> str:
@@ -540,8 +547,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
     func: Callable[[argparse.Namespace], int] = args.command_func
-    args.data = str(resolve_data_dir(args.data, args.config))
-    return func(args)
+    data_dir, named_by = _data_dir_and_source(args.data, args.config)
+    args.data = str(data_dir)
+    try:
+        return func(args)
+    except DataDirMissing as exc:
+        if named_by is None:
+            raise
+        # (the directory came from a config the user may not have meant: say which, and that
+        # --data reads another)
+        raise DataDirMissing(f"{exc.message}; {data_dir} is the dataDir of {named_by}") from None
 
 
 __all__ = ["add_parser", "run", "verify_log", "LogError"]
