@@ -21,7 +21,7 @@ import apsw
 import msgspec
 import zstandard
 
-from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt
+from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
 from events.schema import (
     FORMAT,
@@ -91,7 +91,7 @@ def resolve_data_dir(data: str | None, config: Path | None) -> tuple[Path, Path 
     if data is not None:
         return expand_path(data, "--data", "the command line"), None
     # (the config file it came from; None: the built-in default, there being no config file)
-    return expand_path(cfg.data_dir, "dataDir", str(path)), path if path.exists() else None
+    return expand_path(cfg.data_dir, "dataDir", str(path)), path if path.exists() or path.is_symlink() else None
 
 
 def _kind(value: str) -> str:
@@ -533,7 +533,14 @@ def run(args: argparse.Namespace) -> int:
         _err(f"lens: data directory {data_dir} (the dataDir of {source})", args.secrets)
     check_private_data_dir(data_dir)
     args.data = str(data_dir)
-    return func(args)
+    try:
+        return func(args)
+    except DataDirMissing as exc:
+        if source is None:
+            raise
+        # (the directory came from a config the user may not have meant: say which, and that
+        # --data reads another)
+        raise DataDirMissing(f"{exc.message}; {data_dir} is the dataDir of {source}") from None
 
 
 __all__ = ["add_parser", "run", "verify_log", "LogError"]

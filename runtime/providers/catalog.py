@@ -186,7 +186,10 @@ class ProviderCatalog:
         seen: set[str] = set()
         pids = list(dict.fromkeys([*self._configs, *self.providers, *self.unavailable]))
         for pid in pids:
-            configs = self._configs.get(pid) or ([ModelConfig(id="faux-1")] if isinstance(self.providers.get(pid), FauxProvider) else [])
+            # (a faux provider of no known list, as in a catalog built without a config, serves
+            # faux-1; one of the config keeps its own list, and one listing none lists nothing)
+            configs = self._configs[pid] if pid in self._configs else (
+                [ModelConfig(id="faux-1")] if isinstance(self.providers.get(pid), FauxProvider) else [])
             reason = self.unavailable.get(pid, (None, ""))[0]
             enabled = reason != "PROVIDER_DISABLED"
             protocol = self._protocols.get(pid) or getattr(self.providers.get(pid), "protocol", None) or "faux"

@@ -139,3 +139,30 @@ def test_an_empty_config_path_is_a_usage_error(tmp_path: Path) -> None:
     res = lens(tmp_path, "log", "verify", "--config", "")
     assert res.returncode == 2
     assert "USAGE_ERROR: argument --config: an empty path names no config file" in res.stderr
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("made", [False, True])
+def test_a_missing_data_dir_named_by_a_config_says_which_config(tmp_path: Path, explicit: bool, made: bool) -> None:
+    # The directory comes from a file the user may not have in mind (the default config/lens.jsonc
+    # is read without being named): the refusal names that file, so the user knows where "d2" came
+    # from and that --data reads another.
+    cfg = config(tmp_path / "config" / "lens.jsonc", '{"dataDir": "d2"}')
+    if made:
+        (tmp_path / "d2").mkdir()  # (there, but holding no events.db)
+    args = ["log", "verify", "--config", str(cfg)] if explicit else ["log", "verify"]
+    res = lens(tmp_path, *args)
+    assert res.returncode == 2 and res.stdout == "", res
+    assert res.stderr.startswith("lens: DATA_DIR_MISSING: data directory d2 "), res.stderr
+    assert res.stderr.endswith(f"; d2 is the dataDir of {cfg if explicit else 'config/lens.jsonc'}\n"), res.stderr
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
+def test_a_missing_data_dir_given_with_data_names_no_config(tmp_path: Path) -> None:
+    config(tmp_path / "config" / "lens.jsonc", '{"dataDir": "d2"}')
+    res = lens(tmp_path, "log", "verify", "--data", "other")
+    assert res.returncode == 2 and "data directory other does not exist" in res.stderr, res.stderr
+    assert "dataDir" not in res.stderr, res.stderr
+    res = lens(tmp_path / "config", "log", "verify")  # (no config here: the built-in .lens)
+    assert res.returncode == 2 and "data directory .lens does not exist" in res.stderr, res.stderr
+    assert "dataDir" not in res.stderr, res.stderr

@@ -116,12 +116,18 @@ async def test_an_executor_token_past_4096_characters_is_refused_at_start(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
-async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path):
+@pytest.mark.parametrize("provider", [
+    {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": []},
+    # (a faux provider of the config, as the template's "demo", takes any model id too: its
+    # model was checked against the built-in faux's `faux-1` and refused at start)
+    {"id": "a", "protocol": "faux", "script": [{"text": "Hello!"}]},
+], ids=["openai-chat", "faux"])
+async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path,
+                                                                                   provider: dict[str, object]):
     from .test_serve_process import ServeProcess
 
     (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({"providers": [
-        {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": []}]}))
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({"providers": [provider]}))
     serve = ServeProcess(tmp_path, "--model", "a/anything")
     async with trio.open_nursery() as nursery:
         try:

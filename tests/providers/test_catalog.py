@@ -238,3 +238,22 @@ def test_a_default_to_save_is_a_listed_model_of_an_enabled_provider():
         with pytest.raises(ModelUnavailable) as info:
             cat.check_default(ref)
         assert info.value.code == code, ref
+
+
+def test_a_faux_provider_of_the_config_listing_no_models_takes_any_model_and_lists_none():
+    # The built-in faux lists (and serves) faux-1 alone; a faux provider of the config keeps its
+    # own list, and one listing none takes any id, as a provider of every other protocol does.
+    # Its models were shown as `demo/faux-1` while `demo/anything` served sessions and `--model
+    # demo/anything` was refused at start (MODEL_UNKNOWN … listed: faux-1).
+    cat = build_catalog(parse_config(json.dumps({"providers": [
+        {"id": "demo", "protocol": "faux", "script": [{"text": "Hello!"}]},
+        {"id": "listed", "protocol": "faux", "models": [{"id": "m1"}]}]})), environ={})
+    assert cat.check("demo/anything") == "demo/anything"
+    assert cat.check_listed("demo/anything") == ("provider 'demo' lists no models, so --model demo/anything "
+                                                 "cannot be checked before a session uses it")
+    refs = {m.ref for m in cat.models()}
+    assert "faux/faux-1" in refs and "listed/m1" in refs and not any(r.startswith("demo/") for r in refs), refs
+    for ref in ("faux/other", "listed/m2"):
+        with pytest.raises(ModelUnavailable) as info:
+            cat.check(ref)
+        assert info.value.code == "MODEL_UNKNOWN", ref

@@ -370,3 +370,39 @@ def test_the_keys_a_config_names_are_known_also_when_it_is_no_valid_config(tmp_p
     assert note and secrets.scrub_text("k3-value-long k1-value-long") == f"{marker('K3')} k1-value-long"
     secrets, note = configured_secrets(tmp_path / "missing.jsonc", env)  # (only the SDKs' own)
     assert note and "does not exist" in note and secrets.scrub_text("sdk-value-long") == marker("OPENAI_API_KEY")
+
+
+def _template() -> str:
+    return (Path(__file__).resolve().parents[2] / "config" / "lens.example.jsonc").read_text()
+
+
+def test_the_template_shows_the_built_in_defaults() -> None:
+    # Its first line says every key it sets shows its built-in default: loading it changes nothing.
+    import msgspec
+
+    assert msgspec.to_builtins(parse_config(_template())) == msgspec.to_builtins(parse_config("{}"))
+
+
+def test_the_templates_commented_examples_load_with_every_key_known() -> None:
+    # The template's commented-out entries (a provider, a faux script, an MCP server, tool
+    # policies, localPtc) are what a user uncomments: each must load as shown, with no key the
+    # daemon would ignore. A comment line whose text is JSON (it opens with a brace, a bracket or
+    # a quoted key and its value) is uncommented; prose (`"enabled": false disables one`) stays.
+    import re
+
+    from runtime.config import unknown_keys
+
+    scalar = r'(?:true|false|null|-?\d[\d.]*|"[^"]*")\s*(?:[,}\]]|$|//)'
+    json_like = re.compile(r'^(\s*)//\s*(?=[{}\]]|"[^"]+":\s*(?:[{\[]|' + scalar + r'))')
+    lines = [json_like.sub(r"\1", line) for line in _template().splitlines()]
+    text = "\n".join(lines)
+    assert sum(a != b for a, b in zip(lines, _template().splitlines())) >= 30  # (the examples were found)
+    assert unknown_keys(text) == []
+    c = parse_config(text, "the template, uncommented")
+    assert [p.id for p in c.providers] == ["local", "demo"]
+    assert c.providers[0].api_key_env == "LOCAL_API_KEY" and c.providers[0].models[0].id == "qwen3"
+    assert c.providers[1].script and c.providers[1].protocol == "faux"
+    assert list(c.mcp_servers) == ["github"] and c.mcp_servers["github"].env_from == ["GITHUB_PERSONAL_ACCESS_TOKEN"]
+    assert sorted(c.tools.policy) == ["mcp__*", "run_command"]
+    assert c.tools.policy["run_command"].workspace_allowlist == ["src", "tests"]
+    assert c.local_ptc is not None and c.local_ptc.native_capabilities == ["read_file", "edit_file", "run_command"]
