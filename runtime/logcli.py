@@ -24,6 +24,7 @@ import zstandard
 from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
 from events.schema import (
+    EVENTS_DB,
     FORMAT,
     FORMAT_VERSION,
     MAX_EVENT_BYTES_KEY,
@@ -529,7 +530,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the ``lens log`` subcommand ``args`` names, on the data directory it resolves to."""
     func: Callable[[argparse.Namespace], int] = args.command_func
     data_dir, source = resolve_data_dir(args.data, args.config)
-    if source is not None:  # one line on stderr, never on stdout (which scripts parse)
+    if source is not None and (data_dir / EVENTS_DB).exists():  # one line on stderr, never on stdout (which
+        # scripts parse; a missing log's error names the config itself, in its one line)
         _err(f"lens: data directory {data_dir} (the dataDir of {source})", args.secrets)
     check_private_data_dir(data_dir)
     args.data = str(data_dir)
