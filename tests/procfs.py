@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
 
 class Proc(NamedTuple):
     pid: int
@@ -16,6 +18,7 @@ class Proc(NamedTuple):
     ppid: int
     pgrp: int
     argv: list[bytes]
+    started: float  # seconds since boot (CLOCK_BOOTTIME), to a clock tick
 
 
 def read_proc(pid: int | str) -> Proc | None:
@@ -26,7 +29,7 @@ def read_proc(pid: int | str) -> Proc | None:
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()  # (the command name may hold spaces and ")")
-    return Proc(int(pid), fields[0], int(fields[1]), int(fields[2]), argv)
+    return Proc(int(pid), fields[0], int(fields[1]), int(fields[2]), argv, int(fields[19]) / CLOCK_TICKS)
 
 
 def processes() -> Iterator[Proc]:
@@ -67,10 +70,16 @@ def children(*, zombies: bool = False) -> dict[int, Proc]:
     the thread that forked it)."""
     pids: set[int] = set()
     for tid in os.listdir("/proc/self/task"):
-        try:
-            pids.update(int(p) for p in Path(f"/proc/self/task/{tid}/children").read_text().split())
+        try:  # (os.open and one os.read: half the time of a Path.read_text, per thread)
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY)
         except OSError:
             continue  # (the thread ended meanwhile)
+        try:
+            pids.update(map(int, os.read(fd, 1 << 20).split()))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
     return {pid: p for pid in pids if (p := read_proc(pid)) is not None and (zombies or p.state not in ("Z", "X"))}
 
 
