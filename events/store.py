@@ -295,6 +295,7 @@ class EventStore:
         self._writer_error: BaseException | None = None
         self._auto_dictionary_after = auto_dictionary_after
         self._trained: tuple[int, bytes, int] | None = None  # from the background trainer
+        self._trainer: threading.Thread | None = None  # joined by close()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -444,10 +445,15 @@ class EventStore:
             self._wake.set()
 
     def close(self) -> None:
-        """Release the connection and the lock. Call after :meth:`run` returned."""
+        """Release the connection and the lock. Call after :meth:`run` returned. Waits for the
+        writer thread and for the dictionary trainer (which reads on a connection of its own and
+        trains for at most a few seconds), so that no thread of this store outlives it."""
         if self._thread is not None:
             self._queue.put(_STOP)  # harmless if run() already sent one
             self._thread.join()
+        if self._trainer is not None:
+            self._trainer.join()
+            self._trainer = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -699,9 +705,10 @@ class EventStore:
                 and self.last_seq >= self._auto_dictionary_after
             ):
                 self._auto_dictionary_after = None  # once per run
-                threading.Thread(
+                self._trainer = threading.Thread(
                     target=self._train_in_background, name="lens-dictionary-trainer", daemon=True
-                ).start()
+                )
+                self._trainer.start()
 
     def _train_in_background(self) -> None:
         """Read samples on a connection of its own and train; the writer installs the result."""
@@ -711,6 +718,8 @@ class EventStore:
                 samples = self._samples(conn, AUTO_DICTIONARY_SAMPLES)
             finally:
                 conn.close()
+            if self._closed:
+                return  # the store is closing (close() waits for this thread): nothing would install it
             dict_id, data = train_dictionary(samples, AUTO_DICTIONARY_SIZE)
         except (ValueError, zstandard.ZstdError, apsw.Error, LogError):
             return  # not trainable (too few or too uniform samples): keep going without one

@@ -35,6 +35,7 @@ import functools
 import logging
 import math
 import re
+import traceback
 from abc import ABC, abstractmethod
 from typing import Any, AsyncIterator, Mapping
 from urllib.parse import urlsplit
@@ -54,6 +55,7 @@ DEFAULT_MAX_RETRIES = 2
 DEFAULT_TIMEOUT = 600.0
 NO_KEY = "lens-no-key"  # sent when a provider needs no key (local servers); never an env fallback
 MAX_MESSAGE = 2000
+MAX_TRACE = 20_000  # the characters of an unexpected exception's logged traceback (its end kept)
 # What the SDKs' stream parsers (and reading their objects) raise on a stream they cannot make
 # sense of: a frame of JSON that is no object (`null`, a list), an object missing a field the SDK
 # reads (an Anthropic `message_delta` without `usage`), a field of the wrong type. Each is a
@@ -157,8 +159,15 @@ class SdkProvider(ABC):
         ``InvalidURL`` for a base URL it cannot parse is no ``HTTPError``), or a slip of ours.
         Out of ``stream()`` it crashed the session's actor, which asked the model again on restart
         and, after three, was quarantined. Not retryable: nothing says the same request would
-        fare better. (``trio.Cancelled`` and ``KeyboardInterrupt`` are no ``Exception``.)"""
+        fare better. (``trio.Cancelled`` and ``KeyboardInterrupt`` are no ``Exception``.)
+
+        Logged with its traceback (an error: it may be a defect, and the event names only its
+        type and message), redacted as the message is, whatever handler formats it: the daemon's
+        also scrubs every key it knows. The traceback's end is kept, redacted before the cut."""
         detail = self.redact(f"{type(exc).__name__}: {str(exc)}", 500)
+        trace = "".join(traceback.format_exception(exc))[-4 * MAX_TRACE:]
+        log.error("provider %r: a request failed with an exception no provider error names "
+                  "(recorded as PROVIDER_ERROR):\n%s", self.id, self.redact(trace, len(trace))[-MAX_TRACE:])
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the request failed: {detail}")
 
     def failed(self, exc: Exception, sdk_error: type[Exception]) -> ProviderError:

@@ -3,6 +3,7 @@ and a dictionary trained again never takes an id the log holds with other bytes.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import apsw
@@ -11,7 +12,7 @@ import zstandard
 
 from events.codec import free_dictionary_id, train_dictionary
 from events.reader import LogReader
-from events.store import Draft, open_store
+from events.store import Draft, EventStore, open_store
 from events.types import InstructionAppended
 
 WORDS = "alpha beta gamma delta event store codec frame replay session commit durable".split()
@@ -108,3 +109,33 @@ def test_a_free_dictionary_id_wraps_inside_the_range_zstd_leaves_to_trained_dict
                               {top - 1: b"x"})[0] == top
     assert free_dictionary_id(top, at_top, {top: b"x"})[0] == 32768
     assert free_dictionary_id(top, at_top, {top: b"x", 32768: b"y"})[0] == 32769
+
+
+async def test_a_store_closed_while_its_dictionary_trains_waits_for_the_trainer(data_dir: Path,
+                                                                             monkeypatch) -> None:
+    """The trainer is a thread of the store's: a store closed while it trains waits for it, so no
+    thread of a closed store reads on (its connection, the data directory) after ``close``."""
+    training, closed = threading.Event(), threading.Event()
+    real = zstandard.train_dictionary
+
+    def held_train(*args, **kwargs):  # type: ignore[no-untyped-def]
+        training.set()
+        closed.wait(2.0)  # held until the store is closed (or, when close waits for it, 2 s)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zstandard, "train_dictionary", held_train)
+    store = EventStore.open(data_dir, auto_dictionary_after=20)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        for i in range(40):
+            await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
+        assert await trio.to_thread.run_sync(training.wait, 10.0), "the trainer did not start"
+        store.close_writer()
+    trainers = [t for t in threading.enumerate() if t.name == "lens-dictionary-trainer"]
+    assert trainers
+    store.close()
+    left = [t for t in trainers if t.is_alive()]
+    closed.set()
+    for t in trainers:
+        t.join(10.0)
+    assert not left, "the dictionary trainer outlived the closed store"

@@ -33,7 +33,9 @@ async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_pat
         client = ExecutorClient(first.address, first.token)
         try:
             with trio.fail_after(BOUND_S):
-                async with client.run("echo $$; sleep 100 & sleep 100") as events:
+                # (the pid is printed once both sleeps are forked: printed first, the executor was
+                # sometimes killed before the shell had forked the second)
+                async with client.run("sleep 100 & sleep 100 & echo $$; wait") as events:
                     pgid = int((await events.receive()).stdout)
                     record = first.state / "commands" / str(pgid)
                     assert record.read_text().split() == [_boot_id(), _start_time(pgid), str(first.pid),

@@ -99,16 +99,37 @@ class CommandNotStarted(Exception):
 
 def _shell_group(proc: subprocess.Popen[bytes], status_read: int) -> int:
     """The shell's process group (its pid), as the reaper tells it on its status pipe (which this
-    closes). Raises :class:`CommandNotStarted` when the shell could not be started."""
+    closes). Raises :class:`CommandNotStarted` when the shell could not be started, or its status
+    could not be read; the reaper is then ended and waited for, and its pipes closed."""
     said = b""
     try:
         while chunk := os.read(status_read, 64):
             said += chunk
+    except OSError as exc:
+        _end_unstarted(proc, terminate=True)
+        raise CommandNotStarted(exc) from None
+    except BaseException:
+        _end_unstarted(proc, terminate=True)
+        raise
     finally:
         os.close(status_read)
     words = said.split()
     if len(words) == 2 and words[0] == b"pid" and words[1].isdigit():
         return int(words[1])
+    _end_unstarted(proc, terminate=False)
+    code = int(words[0]) if len(words) == 1 and words[0].isdigit() else 0
+    raise CommandNotStarted(OSError(code, os.strerror(code) if code else f"the shell's parent exited ({proc.returncode})"))
+
+
+def _end_unstarted(proc: subprocess.Popen[bytes], *, terminate: bool) -> None:
+    """End the reaper of a command that did not start, wait for it and close its pipes.
+    ``terminate``: it is sent SIGTERM first (it passes it on to the gated shell, which has run
+    nothing yet); otherwise it is on its way out and only waited for. SIGKILL after 5 s."""
+    if terminate:
+        try:
+            proc.terminate()
+        except ProcessLookupError:
+            pass
     try:
         proc.wait(timeout=5.0)
     except subprocess.TimeoutExpired:
@@ -117,8 +138,6 @@ def _shell_group(proc: subprocess.Popen[bytes], status_read: int) -> int:
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
-    code = int(words[0]) if len(words) == 1 and words[0].isdigit() else 0
-    raise CommandNotStarted(OSError(code, os.strerror(code) if code else f"the shell's parent exited ({proc.returncode})"))
 
 
 def _where(cwd: Path | int) -> Path | str:

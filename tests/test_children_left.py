@@ -1,0 +1,52 @@
+"""The suite's check that a test leaves no child process running (``tests/conftest.py``,
+``_no_child_left_running``), run on a small suite of its own in a child pytest."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.procfs import read_proc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFTEST = "from tests.conftest import _no_child_left_running  # noqa: F401\n"
+TESTS = '''
+import subprocess
+
+LEFT = []
+
+
+def test_leaves_a_child():
+    LEFT.append(subprocess.Popen(["sleep", "60"]))
+
+
+def test_ends_its_child():
+    proc = subprocess.Popen(["sleep", "60"])
+    proc.kill()
+    proc.wait()
+
+
+def test_a_child_that_is_ending_is_waited_for():
+    subprocess.Popen(["sh", "-c", "sleep 0.2"])
+'''
+
+
+def test_a_child_left_running_fails_the_test_that_left_it_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_children.py").write_text(TESTS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "-W", "ignore::ResourceWarning", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "3 passed, 1 error" in out, out  # (the leaking test passes, its teardown fails)
+    assert "ERROR at teardown of test_leaves_a_child" in out, out
+    found = re.search(r"a child process was left running: pid (\d+): sleep 60", out)
+    assert found, out
+    left = read_proc(found.group(1))  # ended by the check, so the tests after it start clean
+    assert left is None or left.argv[:2] != [b"sleep", b"60"] or left.state in ("Z", "X")
