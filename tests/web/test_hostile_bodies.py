@@ -20,7 +20,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolRegistry
 from tools.web import web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES
-from tools.web.http import MAX_INFORMATIONAL, WIRE_SLACK
+from tools.web.http import MAX_INFORMATIONAL, MAX_INFORMATIONAL_BYTES, WIRE_SLACK
 
 from .conftest import call, text_of
 from .server import WebServer
@@ -131,6 +131,45 @@ async def test_informational_responses_without_end_are_refused_after_the_limit(
     past = web_server.raw("/past", hint * (MAX_INFORMATIONAL + 1) + final)
     r = await call(full, "web_fetch", {"url": past, "timeout": 10})
     assert r.error_code == "HTTP_PROTOCOL_ERROR", text_of(r)
+
+
+def hints_of(total: int, count: int) -> bytes:
+    """``count`` 103 heads of ``total`` bytes together (a ``Link`` header padded to fit)."""
+    frame = b"HTTP/1.1 103 Early Hints\r\nLink: </%s>; rel=preload\r\n\r\n"
+    heads = []
+    for i in range(count):
+        size = total // count + (total % count if i == 0 else 0)
+        head = frame % (b"x" * (size - len(frame % b"")))
+        assert len(head) == size
+        heads.append(head)
+    return b"".join(heads)
+
+
+async def test_informational_heads_are_bounded_in_bytes_too(full: ToolRegistry, web_server: WebServer) -> None:
+    # Sixteen heads were taken, each up to h11's 64 KiB: a server read for 1 MiB of hints
+    # before the seventeenth was refused. Their bytes together are bounded now.
+    final = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+    for count in (4, MAX_INFORMATIONAL):
+        at = web_server.raw(f"/at-{count}", hints_of(MAX_INFORMATIONAL_BYTES, count) + final)
+        r = await call(full, "web_fetch", {"url": at, "timeout": 10})
+        assert not r.is_error and text_of(r) == "ok", text_of(r)
+        past = web_server.raw(f"/past-{count}", hints_of(MAX_INFORMATIONAL_BYTES + 1, count) + final)
+        r = await call(full, "web_fetch", {"url": past, "timeout": 10})
+        assert r.error_code == "HTTP_PROTOCOL_ERROR", text_of(r)
+        assert text_of(r).endswith(f"127.0.0.1 sent informational (1xx) responses of {MAX_INFORMATIONAL_BYTES + 1} "
+                              f"bytes together, more than {MAX_INFORMATIONAL_BYTES}, and no final response")
+    # a server sending 60 KiB heads without end: refused at the second, not the seventeenth
+
+    async def endless(req: Any, stream: trio.SocketStream) -> None:
+        head = hints_of(60 * 1024, 1)
+        while True:
+            await stream.send_all(head)
+
+    url = web_server.route("/endless-big-1xx", endless)
+    with trio.fail_after(30):
+        r = await call(full, "web_fetch", {"url": url, "timeout": 20})
+    assert r.error_code == "HTTP_PROTOCOL_ERROR", text_of(r)
+    assert f"bytes together, more than {MAX_INFORMATIONAL_BYTES}" in text_of(r), text_of(r)
 
 
 async def test_a_charset_that_is_no_character_set_is_read_as_utf8(full: ToolRegistry,

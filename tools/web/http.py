@@ -12,8 +12,9 @@ own clock. Errors are :class:`~tools.base.ToolError` with stable codes:
     CONNECTION_FAILED  no address accepted the connection
     TLS_FAILED         the TLS handshake failed (certificate, protocol)
     HTTP_PROTOCOL_ERROR  the server's bytes are not HTTP/1.x (or it closed mid-message), or
-                         more than :data:`MAX_INFORMATIONAL` informational (1xx) responses
-                         came before the final one
+                         more than :data:`MAX_INFORMATIONAL` informational (1xx) responses, or
+                         more than :data:`MAX_INFORMATIONAL_BYTES` of them, came before the
+                         final one
     RESPONSE_TOO_LARGE   the decoded body passed ``max_body`` bytes (an encoded one: or its
                          encoded bytes passed ``max_body`` + :data:`WIRE_SLACK`)
     CONTENT_ENCODING_UNSUPPORTED  a Content-Encoding other than gzip, deflate or identity
@@ -40,6 +41,10 @@ MAX_HEADER_BYTES = 64 * 1024  # a response head larger than this is HTTP_PROTOCO
 # (100 Continue, 103 Early Hints); one that sends them without end would otherwise be read (up
 # to 64 KiB each) until the caller's time ran out. One more is HTTP_PROTOCOL_ERROR.
 MAX_INFORMATIONAL = 16
+# Their heads together, in bytes as sent: no more than one head may be. Each head is held to
+# MAX_HEADER_BYTES by h11, so a series bounded by count alone was up to 17 x 64 KiB read before
+# the refusal; now at most this, plus the head being read when it is passed (and one read).
+MAX_INFORMATIONAL_BYTES = MAX_HEADER_BYTES
 # How many more bytes an encoded (gzip/deflate) body may have on the wire than ``max_body``.
 # Compression adds a few bytes per block to data it cannot shrink (5 MiB of random bytes: about
 # 2 KiB); more is padding after the last member or a stream of empty members, which would
@@ -241,6 +246,7 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
     response: h11.Response | None = None
     decoder: _Decoder | None = None
     informational = 0
+    received = 0  # bytes handed to h11
     while True:
         try:
             event = conn.next_event()
@@ -252,12 +258,19 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
             except trio.BrokenResourceError as exc:
                 raise ToolError("HTTP_PROTOCOL_ERROR", f"the connection to {url.host} broke ({exc.__cause__ or exc})") from None
             conn.receive_data(data)
+            received += len(data)
             continue
         if isinstance(event, h11.InformationalResponse):
             informational += 1  # 100 Continue, 103 Early Hints: the real answer follows
             if informational > MAX_INFORMATIONAL:
                 raise ToolError("HTTP_PROTOCOL_ERROR", f"{url.host} sent more than {MAX_INFORMATIONAL} informational "
                                                        f"(1xx) responses and no final response")
+            # (what h11 has not parsed yet is the rest: the bytes parsed are the heads so far, exactly)
+            heads = received - len(conn.trailing_data[0])
+            if heads > MAX_INFORMATIONAL_BYTES:
+                raise ToolError("HTTP_PROTOCOL_ERROR", f"{url.host} sent informational (1xx) responses of {heads} "
+                                                       f"bytes together, more than {MAX_INFORMATIONAL_BYTES}, and no "
+                                                       f"final response")
             continue
         if isinstance(event, h11.Response):
             response = event
