@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ import trio
 
 from tools.artifacts import ArtifactStore
 from tools.base import ToolRegistry
-from tools.web import web_fetch_tool
+from tools.web import html, web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES
 from tools.web.http import MAX_INFORMATIONAL, MAX_INFORMATIONAL_BYTES, WIRE_SLACK
 
@@ -59,6 +60,44 @@ async def test_a_page_that_makes_the_parser_quadratic_ends_at_the_calls_timeout(
     # a plain page of the same size is converted well within the limit
     page = web_server.reply("/fine", "<p>" + "word " * (200 * 1024) + "</p>")
     r = await call(full, "web_fetch", {"url": page, "timeout": 5})
+    assert not r.is_error and text_of(r).startswith("word word")
+
+
+def converting() -> list[int]:
+    """The threads whose stack is in the HTML converter now."""
+    return [tid for tid, frame in sys._current_frames().items()
+            if any(f.f_code.co_filename == html.__file__ for f in _stack(frame))]
+
+
+def _stack(frame: Any) -> Any:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+async def test_the_conversions_thread_has_ended_when_the_call_returns(full: ToolRegistry,
+                                                                       web_server: WebServer) -> None:
+    # The thread was abandoned at the deadline and ended at its own next look at it: one step
+    # of the parser later, a regex scan of 0.6 s for 5 MiB of "<a x"; a call cancelled from
+    # outside (the turn aborted) left it converting until the call's whole timeout had passed.
+    page = "<a x" * (MAX_BODY_BYTES // 4)
+    url = web_server.reply("/steps", page)
+    started = time.monotonic()
+    with trio.fail_after(30):
+        r = await call(full, "web_fetch", {"url": url, "timeout": 1})
+    returned = time.monotonic() - started
+    assert converting() == []
+    assert r.error_code == "CONVERSION_FAILED", text_of(r)
+    assert "did not finish within the call's timeout of 1 s" in text_of(r)
+    assert 1 <= returned < 1.5, returned  # (the thread ends within a step of the deadline: a millisecond)
+    # cancelled from outside long before its timeout: the thread ends with the call
+    with trio.move_on_after(1) as outside:
+        await call(full, "web_fetch", {"url": url, "timeout": 60})
+    assert outside.cancelled_caught
+    assert converting() == []
+    # a page of the same size that converts is not held back by the checks
+    fine = web_server.reply("/fine-steps", "<p>" + "word " * ((MAX_BODY_BYTES - 7) // 5) + "</p>")
+    r = await call(full, "web_fetch", {"url": fine, "timeout": 30})
     assert not r.is_error and text_of(r).startswith("word word")
 
 

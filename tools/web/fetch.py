@@ -30,7 +30,6 @@ from __future__ import annotations
 import codecs
 import re
 import ssl
-import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -287,26 +286,22 @@ async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, f
     if kind != "html" or fmt == "html":
         # (decoding alone is linear, milliseconds for 5 MiB; the codecs that are not are never used)
         return decode(body, content_type, kind == "html"), None
-    left = limit.deadline - trio.current_time()
-    if left <= 0:
+    if limit.deadline <= trio.current_time():
         raise too_slow
 
     def work() -> tuple[str, str | None]:
-        # (the thread's own clock: it ends itself at the deadline, at its next look)
-        deadline = time.monotonic() + left
+        check = trio.from_thread.check_cancelled  # (raises Cancelled once the call's scope is cancelled)
         text = decode(body, content_type, True)
-        return (html.to_markdown(text, final.url, deadline) if fmt == "markdown"
-                else html.to_text(text, deadline))
+        return html.to_markdown(text, final.url, check) if fmt == "markdown" else html.to_text(text, check)
 
-    # (html.parser on 5 MiB takes seconds: off the event loop.) The parser looks at the deadline
-    # between its steps only, so the call does not wait past the deadline for one step to end:
-    # the thread is abandoned there, and ends itself at its next look.
+    # (html.parser on 5 MiB takes seconds: off the event loop.) The thread is not abandoned: at
+    # the deadline, or when the call is cancelled, the scope's cancel reaches the thread at its
+    # next check (one step of the parser), and the call returns once the thread has ended, so
+    # no thread is left converting a page nobody waits for.
     try:
         with trio.move_on_at(limit.deadline):
-            return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+            return await trio.to_thread.run_sync(work, abandon_on_cancel=False)
         raise too_slow
-    except html.ConversionTooSlow:
-        raise too_slow from None
     except ToolError:
         raise
     except Exception as exc:

@@ -15,20 +15,23 @@ Both drop what a reader never sees: ``script``, ``style``, ``noscript``, ``templ
 outside ``pre``.
 
 A page is anyone's input, and the stdlib parser has slow paths: it scans from a ``<`` to the end of
-the page whenever no ``>`` closes the construct, so a page of ``<a<a<a…`` costs one scan per
-``<`` (1 MiB took minutes, 5 MiB hours). The work therefore takes a ``deadline``
-(``time.monotonic()``), looked at wherever the parser starts a construct and wherever the
-renderer starts a node; past it, :class:`ConversionTooSlow` is raised and the work ends (it runs
-in a thread, which nothing else could stop).
+the page whenever no ``>`` closes the construct, so a page of ``<!<!<!…`` costs one scan per
+``<`` (1 MiB took minutes, 5 MiB hours). (A start tag with no ``>`` after it anywhere is known
+incomplete without the regex's scan, 0.6 s for 5 MiB of ``<a x``: what is left of such a step is
+the parser's ``find`` of the next ``>``, under a millisecond.) The work therefore takes a ``check``, a
+function called wherever the parser starts a construct and wherever the renderer starts a node,
+which raises to end the work: ``web_fetch`` passes ``trio.from_thread.check_cancelled``, so the
+thread the conversion runs in ends at its next check once the call's scope is cancelled (its
+deadline, or the call itself cancelled), and the call waits for it. Between two checks is one
+step of the parser: at most a scan of the page.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from typing import Callable
 from urllib.parse import urlsplit
 
 from .address import join
@@ -49,13 +52,11 @@ _SLOT = re.compile("\x00(\\d+)\x00")
 _BAD_SCHEMES = ("javascript:", "vbscript:", "data:")
 
 
-class ConversionTooSlow(Exception):
-    """The conversion passed its deadline (a page that makes the parser slow)."""
+Check = Callable[[], None]  # raises to stop the conversion; returns to let it go on
 
 
-def _check(deadline: float) -> None:
-    if time.monotonic() > deadline:
-        raise ConversionTooSlow()
+def _go_on() -> None:
+    """The check of a conversion nothing stops."""
 
 
 @dataclass
@@ -66,9 +67,10 @@ class Node:
 
 
 class _TreeBuilder(HTMLParser):
-    def __init__(self, deadline: float = math.inf) -> None:
+    def __init__(self, check: Check = _go_on) -> None:
         super().__init__(convert_charrefs=True)
-        self.deadline = deadline
+        self.check = check
+        self._last_gt = -1  # where the last ">" of what is still to parse is
         self.root = Node("#root")
         self.stack: list[Node] = [self.root]
         self.title: list[str] = []
@@ -85,26 +87,38 @@ class _TreeBuilder(HTMLParser):
             if name in stop:
                 return
 
+    def goahead(self, end: bool) -> None:  # (feed and close: the text still to parse is rawdata)
+        self._last_gt = self.rawdata.rfind(">")
+        super().goahead(end)  # type: ignore[misc]
+
     # Every construct the parser reads starts in one of these; each may scan to the end of the
-    # page (see the module's docstring), so the deadline is looked at before each.
+    # page (see the module's docstring), so the check is made before each.
     def parse_starttag(self, i: int) -> int:
-        _check(self.deadline)
+        self.check()
         return super().parse_starttag(i)
 
+    def check_for_whole_start_tag(self, i: int) -> int:
+        # With no ">" after it, a start tag is incomplete (-1) whatever its regex finds, or it
+        # ends at a character that ends no attribute and is read as text: the page's end reads
+        # it as text up to the next "<" either way. The regex's scan to the page's end is skipped.
+        if self._last_gt < i:
+            return -1
+        return super().check_for_whole_start_tag(i)
+
     def parse_endtag(self, i: int) -> int:
-        _check(self.deadline)
+        self.check()
         return super().parse_endtag(i)
 
     def parse_html_declaration(self, i: int) -> int:
-        _check(self.deadline)
+        self.check()
         return super().parse_html_declaration(i)
 
     def parse_pi(self, i: int) -> int:
-        _check(self.deadline)
+        self.check()
         return super().parse_pi(i)
 
     def parse_comment(self, i: int, report: int = 1) -> int:
-        _check(self.deadline)
+        self.check()
         return super().parse_comment(i, report)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -148,7 +162,7 @@ class _TreeBuilder(HTMLParser):
                 return
 
     def handle_data(self, data: str) -> None:
-        _check(self.deadline)
+        self.check()
         data = data.replace("\x00", "\ufffd")  # (NUL marks the renderer's slots)
         if self._in_title:
             self.title.append(data)
@@ -162,25 +176,25 @@ class Page:
     base: str | None
 
 
-def parse(html: str, deadline: float = math.inf) -> Page:
-    """The page's tree. Raises :class:`ConversionTooSlow` past ``deadline``."""
-    builder = _TreeBuilder(deadline)
+def parse(html: str, check: Check = _go_on) -> Page:
+    """The page's tree. Raises what ``check`` raises."""
+    builder = _TreeBuilder(check)
     builder.feed(html)
     builder.close()
     return Page(builder.root, _WS.sub(" ", "".join(builder.title)).strip(), builder.base)
 
 
-def to_markdown(html: str, url: str, deadline: float = math.inf) -> tuple[str, str]:
+def to_markdown(html: str, url: str, check: Check = _go_on) -> tuple[str, str]:
     """(markdown, title) of ``html`` fetched from ``url`` (the final URL, after redirects).
-    Raises :class:`ConversionTooSlow` past ``deadline`` (``time.monotonic()``)."""
-    page = parse(html, deadline)
-    return _Renderer(True, _base_url(page, url), deadline).document(page.root), page.title
+    Raises what ``check`` raises."""
+    page = parse(html, check)
+    return _Renderer(True, _base_url(page, url), check).document(page.root), page.title
 
 
-def to_text(html: str, deadline: float = math.inf) -> tuple[str, str]:
-    """(plain text, title) of ``html``. Raises :class:`ConversionTooSlow` past ``deadline``."""
-    page = parse(html, deadline)
-    return _Renderer(False, "", deadline).document(page.root), page.title
+def to_text(html: str, check: Check = _go_on) -> tuple[str, str]:
+    """(plain text, title) of ``html``. Raises what ``check`` raises."""
+    page = parse(html, check)
+    return _Renderer(False, "", check).document(page.root), page.title
 
 
 def _base_url(page: Page, url: str) -> str:
@@ -198,10 +212,10 @@ class _Renderer:
     """Renders a tree; finished blocks (lists, quotes, pre, tables) are kept in ``slots`` and
     stand in the text as ``\\0<n>\\0`` until the end, so whitespace clean-up never touches them."""
 
-    def __init__(self, markdown: bool, base: str, deadline: float = math.inf) -> None:
+    def __init__(self, markdown: bool, base: str, check: Check = _go_on) -> None:
         self.md = markdown
         self.base = base
-        self.deadline = deadline
+        self.check = check
         self.slots: list[str] = []
 
     def document(self, root: Node) -> str:
@@ -231,7 +245,7 @@ class _Renderer:
         return "".join(self.render(c) for c in node.children)
 
     def render(self, node: Node | str) -> str:
-        _check(self.deadline)
+        self.check()
         if isinstance(node, str):
             return _WS.sub(" ", node)
         tag = node.tag
