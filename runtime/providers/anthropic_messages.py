@@ -140,8 +140,7 @@ class AnthropicProvider(SdkProvider):
     protocol = PROTOCOL
 
     def _make_client(self) -> Any:
-        return _client_class()(api_key=self._key, base_url=self.base_url or "https://api.anthropic.com",
-                               max_retries=self.max_retries, timeout=self.timeout)
+        return self._sdk_client(_client_class(), "https://api.anthropic.com")
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:

@@ -25,7 +25,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import MALFORMED, SdkProvider, add_piece, openai_client_class, reported, usage_dict
+from .sdk import MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, openai_client_class, reported, usage_dict
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -137,8 +137,7 @@ class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
 
     def _make_client(self) -> Any:
-        return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
-                                     max_retries=self.max_retries, timeout=self.timeout)
+        return self._sdk_client(openai_client_class(), OPENAI_BASE_URL)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:

@@ -30,7 +30,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
+from .sdk import OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -128,8 +128,7 @@ class OpenAIResponsesProvider(SdkProvider):
     protocol = PROTOCOL
 
     def _make_client(self) -> Any:
-        return openai_client_class()(api_key=self._key, base_url=self.base_url or "https://api.openai.com/v1",
-                                     max_retries=self.max_retries, timeout=self.timeout)
+        return self._sdk_client(openai_client_class(), OPENAI_BASE_URL)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:

@@ -127,6 +127,13 @@ class SdkProvider(ABC):
     def _make_client(self) -> Any:
         """The SDK's async client for this provider (openai.AsyncOpenAI / anthropic.AsyncAnthropic)."""
 
+    def _sdk_client(self, client_class: type, default_base_url: str) -> Any:
+        """An SDK client of ``client_class`` with this provider's settings: its key, its base URL
+        (``default_base_url`` where none is configured), retries and timeout. Every SDK provider
+        builds its client here, so a setting reaches each SDK alike."""
+        return client_class(api_key=self._key, base_url=self.base_url or default_base_url,
+                            max_retries=self.max_retries, timeout=self.timeout)
+
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
@@ -371,6 +378,9 @@ def environment_dropped(client: Any) -> Any:
     if getattr(client, "_ambient_authorizations", None):
         client._ambient_authorizations = frozenset()
     return client
+
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"  # (both OpenAI protocols, where no baseUrl is configured)
 
 
 @functools.cache

@@ -9,32 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import trio
 
-from events.store import Draft, open_store
-from events.types import ProjectCreated
 from runtime.pairing import PairStore
+from tests.cli.lens_script import lens, write_log
 
 NOBODY = 65534
 
 
-def lens(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "lens"
-    return subprocess.run([str(script), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
-
-
 def setup(root: Path) -> Path:
     """A config naming a data directory that holds a log, and a pair file with one client."""
-    async def write() -> None:
-        async with open_store(root / "store", synchronous="OFF") as store:
-            await store.append(Draft(ProjectCreated(name="p", workspace="/ws"), project_id="p"))
-
-    trio.run(write)
+    write_log(root / "store")
     config = root / "config" / "lens.jsonc"
     config.parent.mkdir()
     config.write_text(json.dumps({"dataDir": "store"}))

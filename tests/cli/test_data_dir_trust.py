@@ -7,30 +7,13 @@ serves as its own. The installed ``lens`` script, run in a temp working director
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import trio
 
-from events.store import Draft, open_store
-from events.types import ProjectCreated
+from tests.cli.lens_script import lens, write_log
 
 NOBODY = 65534
-
-
-def lens(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "lens"
-    return subprocess.run([str(script), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
-
-
-def write_log(data: Path) -> None:
-    async def write() -> None:
-        async with open_store(data, synchronous="OFF") as store:
-            await store.append(Draft(ProjectCreated(name="p", workspace="/ws"), project_id="p"))
-
-    trio.run(write)
 
 
 @pytest.mark.parametrize("mode", [0o770, 0o702, 0o777, 0o1777, 0o720])

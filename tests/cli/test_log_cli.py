@@ -43,6 +43,7 @@ from events.types import (
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
+from tests.cli.lens_script import lens_script
 from tests.rawlog import body_of_row, edit_log, log_rows
 from tests.unwritable import unwritable
 
@@ -66,14 +67,6 @@ def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
         cwd=cwd,
         timeout=60,
     )
-
-
-def lens_script() -> Path:
-    """The installed ``lens`` console script next to this interpreter (never one on PATH, which
-    may belong to another checkout)."""
-    script = Path(sys.executable).parent / "lens"
-    assert script.exists(), f"the `lens` console script is not installed next to {sys.executable}"
-    return script
 
 
 def build_drafts() -> list[list[Draft]]:

@@ -5,8 +5,6 @@ runs the installed ``lens`` console script in a temp working directory."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +13,7 @@ import trio
 from events.store import Draft, open_store
 from events.types import ProjectCreated
 from events.schema import PROJECTIONS_DB
-
-
-def lens(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "lens"
-    assert script.exists(), f"the `lens` console script is not installed next to {sys.executable}"
-    return subprocess.run([str(script), *args], capture_output=True, text=True, cwd=cwd, timeout=60, env=env)
+from tests.cli.lens_script import lens
 
 
 def write_log(data: Path, events: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import PROTOCOLS, Ctx, Deltas
+from .conftest import CLASSES, PROTOCOLS, Ctx, Deltas
 from .scripts import reply
 
 # What a developer's shell may hold for other tools. No 8 characters of a value occur by chance.
@@ -51,3 +51,25 @@ async def test_the_sdks_environment_variables_are_not_sent(protocol, key, server
     assert "openai-organization" not in headers and "openai-project" not in headers, headers
     sent = "\n".join(f"{k}: {v}" for k, v in headers.items())
     assert [v for v in env_values() if v in sent] == [], sent
+
+
+VENDOR_URLS = {"openai-responses": "https://api.openai.com/v1", "openai-chat": "https://api.openai.com/v1",
+               "anthropic": "https://api.anthropic.com"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:9/v1", None], ids=["configured-url", "no-url"])
+async def test_the_sdk_client_is_built_from_the_providers_settings(protocol, base_url, monkeypatch):
+    """The key, the retries and the timeout the config names reach the SDK's client, with the
+    configured base URL, or the vendor's own where the config names none (never one the SDK would
+    take from its own environment variable)."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/env-openai")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/env-anthropic")
+    provider = CLASSES[protocol](f"p-{protocol}", base_url=base_url, api_key="cfg-key-Hs5Rb2", max_retries=3,
+                                 timeout=7.5)
+    try:
+        client = provider.client()
+        assert (client.api_key, client.max_retries, client.timeout) == ("cfg-key-Hs5Rb2", 3, 7.5)
+        assert str(client.base_url).rstrip("/") == (base_url or VENDOR_URLS[protocol])
+    finally:
+        await provider.aclose()
