@@ -22,7 +22,7 @@ import msgspec
 import zstandard
 
 from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
-from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
+from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, numbering_step, row_problem
 from events.schema import (
     EVENTS_DB,
     FORMAT,
@@ -324,19 +324,12 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
             want = session_seq[row.session_id] + 1
             if type(row.session_seq) not in (int, type(None)):
                 session_seq[row.session_id] = want  # mistyped (reported below): take it as the next
-            else:
-                if row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
-                    session_seq[row.session_id] = want
-                elif row.session_seq < want:  # e.g. two rows' numbers swapped: each is reported
-                    yield row.seq, (
-                        f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq {row.session_seq} comes "
-                        f"after the session's session_seq {want - 1} (its numbering is out of step with seq)"
-                    )
-                else:
-                    if row.session_seq != want:
-                        yield row.seq, (f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq "
-                                        f"{row.session_seq}, expected {want}")
-                    session_seq[row.session_id] = row.session_seq
+            elif row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
+                session_seq[row.session_id] = want
+            else:  # (e.g. two rows' numbers swapped: each is reported)
+                session_seq[row.session_id], wrong = numbering_step(row.session_id, want - 1, row.session_seq)
+                if wrong is not None:
+                    yield row.seq, f"SESSION_SEQ_OUT_OF_ORDER: {wrong}"
         if problem is not None:
             yield row.seq, f"EVENT_CORRUPT: {problem}"
             continue
