@@ -15,7 +15,9 @@ from events.store import Draft, EventStore, open_store
 from events.types import ImagePart, InputSubmitted, TextPart
 from runtime.artifact_sweep import ArtifactSweeper, sweep_artifacts, sweep_live
 from runtime.projection_service import ProjectionService
+from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
+from tools.base import ToolResult, ToolSpec
 
 
 async def name_in_log(log: EventStore, aid: str, n: int) -> None:
@@ -162,3 +164,65 @@ def test_a_put_outside_a_lease_or_after_it_ended_is_held_for_good(tmp_path: Path
     kept, failed = artifacts.remove([outside, inside, late])
     assert (sorted(kept), failed) == (sorted([outside, late]), [])
     assert files(artifacts) == {outside, late}
+
+
+# ---------------------------------------------------------------- the actor holds its calls' artifacts
+
+
+class Parked:
+    """A tool that stores an artifact and waits for the test before it returns it, and one that
+    stores one and returns more than an event may hold (its result is not recorded)."""
+
+    def __init__(self) -> None:
+        self.artifacts: ArtifactStore | None = None
+        self.stored, self.go = trio.Event(), trio.Event()
+        self.ids: list[str] = []
+
+    async def shot(self, args, ctx):  # type: ignore[no-untyped-def]
+        assert self.artifacts is not None
+        aid = await trio.to_thread.run_sync(self.artifacts.put, b"\x89PNG parked")
+        self.ids.append(aid)
+        self.stored.set()
+        await self.go.wait()
+        return ToolResult([TextPart("shot"), ImagePart(aid, "image/png")])
+
+    async def huge(self, args, ctx):  # type: ignore[no-untyped-def]
+        assert self.artifacts is not None
+        aid = await trio.to_thread.run_sync(self.artifacts.put, b"\x89PNG not recorded")
+        self.ids.append(aid)
+        return ToolResult.text(f"saved as artifact {aid} " + "x" * (33 * 1024 * 1024))  # past maxEventBytes
+
+
+async def test_the_actor_holds_a_calls_artifacts_until_its_result_is_recorded(runtime_factory) -> None:  # type: ignore[no-untyped-def]
+    parked = Parked()
+    tools = [ToolSpec("shot", "Stores an image.", {"type": "object"}, parked.shot),
+             ToolSpec("huge", "Stores an image, returns too much.", {"type": "object"}, parked.huge)]
+    script = [FauxTurn(when="look", tool_calls=[FauxToolCall("shot")]),
+              FauxTurn(when="big", tool_calls=[FauxToolCall("huge")])]
+    async with runtime_factory(script=script, extra_tools=tools, projections=True) as rt:
+        artifacts = parked.artifacts = rt.deps.artifacts = ArtifactStore(rt.data_dir / "artifacts")
+        projections = ProjectionService(rt.data_dir, rt.store)
+        poked: list[int] = []
+        artifacts.on_orphans(lambda: poked.append(1))
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(projections.run)
+                sid = await rt.session()
+                await rt.submit(sid, "r1", "look")
+                with trio.fail_after(30):
+                    await parked.stored.wait()
+                    assert artifacts.in_flight() == {parked.ids[0]}
+                    swept = await sweep_live(artifacts, projections, lambda: rt.store.last_seq)
+                assert (swept.artifacts, swept.notes) == (0, [])
+                parked.go.set()
+                await rt.idle(sid)
+                assert artifacts.in_flight() == set() and poked == []
+                await rt.run_to_idle(sid, "r2", "big")
+                assert artifacts.in_flight() == set() and poked == [1]
+                with trio.fail_after(30):
+                    swept = await sweep_live(artifacts, projections, lambda: rt.store.last_seq)
+                assert (swept.artifacts, swept.notes) == (1, [])
+                assert files(artifacts) == {parked.ids[0]}  # the recorded one stays; the other went
+                nursery.cancel_scope.cancel()
+        finally:
+            projections.close()
