@@ -30,7 +30,7 @@ from hypercorn.trio import serve as hyper_serve
 
 from events import types as t
 from events.secrets import Secrets
-from events.schema import now_ms, ts_ahead
+from events.schema import ts_ahead
 from events.store import AUTO_DICTIONARY_AFTER, EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
@@ -151,7 +151,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     except BaseException:
         await catalog.aclose()
         raise
-    if (ahead := ts_ahead(store.opened_last_ts, now_ms())) is not None:  # reported, never rewritten
+    if (ahead := ts_ahead(store.opened_last_ts, store.opened_clock, store.ts_ahead_seq)) is not None:  # (never rewritten)
         say(f"lens: warning: {ahead}")
     projections: ProjectionService | None = None
     snapshots: SnapshotStore | None = None
