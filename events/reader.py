@@ -87,6 +87,22 @@ def _seq_back(batch: list[tuple[Any, ...]], prev_seq: int) -> int | None:
     return None
 
 
+def numbering_step(session_id: object, last: int, session_seq: int) -> tuple[int, str | None]:
+    """One row of a session met in ``seq`` order, after its rows numbered up to ``last`` (0
+    before its first): the number to go on from, and what is wrong with this row's
+    ``session_seq`` (None when it is ``last + 1``). The writer numbers a session 1, 2, … in seq
+    order; this is the rule ``lens log verify`` reports by and a read names the edited row by. A
+    number below the next (two rows swapped, say) does not move the count, so the correct row
+    after it is not made a third, invented problem."""
+    want = last + 1
+    if session_seq == want:
+        return session_seq, None
+    if session_seq < want:
+        return last, (f"session {session_id}: session_seq {session_seq} comes after the session's session_seq "
+                      f"{last} (its numbering is out of step with seq)")
+    return session_seq, f"session {session_id}: session_seq {session_seq}, expected {want}"
+
+
 class _CarefulPage(list):  # type: ignore[type-arg]
     """A page read through :data:`_CAREFUL_COLUMNS`: some row may hold :class:`BadText`."""
 
@@ -353,8 +369,10 @@ class LogReader:
             if to is not None:
                 where.append("session_seq <= ?")
                 args.append(self._session_seq_upto(session_id, to))
-            if after > SEQ_MIN:
+            if after > 0:
                 after_session_seq = max(after_session_seq or 0, self._session_seq_upto(session_id, after))
+            elif after_session_seq is None:  # (from the start a number below 1 is read too: met and named)
+                after_session_seq = SEQ_MIN
             if after_session_seq is not None:
                 ss_arg = len(args)
                 where.append("session_seq > ?")
@@ -394,14 +412,11 @@ class LogReader:
                 raise self._damaged(where, exc) from None
             if order == "session_seq" and batch:
                 back = _seq_back(batch, prev_seq)
-                if back is not None:  # the rows before it, then the row whose seq went back
+                if back is not None:  # the rows before it, then the row that was edited
                     if back:
                         yield type(batch)(batch[:back])
                     row, before = batch[back], batch[back - 1] if back else prev_row
-                    raise CorruptEvent(
-                        f"the event holds session_seq {row[4]!r} of session {session_id!r}, but its seq is below "
-                        f"that of session_seq {before[4]!r} (seq {before[0]}): the session's numbering is out of "
-                        f"step with seq (edited)").at(row[0])
+                    raise self._misnumbered_in(session_id, row, before)
                 prev_row = batch[-1]
                 prev_seq = prev_row[0]
             if batch:
@@ -417,6 +432,28 @@ class LogReader:
                 args[0] = cursor
             if remaining is not None:
                 remaining -= len(batch)
+
+    def _misnumbered_in(self, session_id: str, row: tuple[Any, ...], before: tuple[Any, ...]) -> CorruptEvent:
+        """The error for a session read in ``session_seq`` order that met ``row`` at a seq below
+        that of the row ``before`` it. That row need not be the edited one (two rows' numbers
+        swapped far apart: the row read after the first of them is correct), so the session's
+        numbers are walked in seq order, as ``lens log verify`` walks them, and the first row
+        out of step is named; only a corrupt log takes this path."""
+        last = 0
+        for seq, number in self._query("the events table", "SELECT seq, session_seq FROM events WHERE session_id = ? "
+                                       "AND session_seq IS NOT NULL ORDER BY seq", (session_id,)):
+            if type(number) is not int:
+                continue  # (a mistyped number is its row's own problem, reported when that row is read)
+            last, problem = numbering_step(repr(session_id), last, number)
+            if problem is not None:
+                if "out of step" not in problem:
+                    problem += " (its numbering is out of step with seq"
+                    problem += f": session_seq {before[4]!r} is at seq {before[0]}, session_seq {row[4]!r} at seq {row[0]})"
+                return CorruptEvent(problem).at(seq)
+        return CorruptEvent(  # (not reached: two orders that disagree hold a row out of step)
+            f"the event holds session_seq {row[4]!r} of session {session_id!r}, but its seq is below that of "
+            f"session_seq {before[4]!r} (seq {before[0]}): the session's numbering is out of step with seq "
+            f"(edited)").at(row[0])
 
     def _unnumbered_in(self, session_id: str, after: int, to: int | None) -> bool:
         """Whether the session has a row without a ``session_seq`` with ``after < seq <= to``:
@@ -497,6 +534,14 @@ class LogReader:
         decode_raw = codec.raw_decoder.decode
         tag_of = TAG_OF.get
         not_typed = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
+        # A read across sessions goes by seq, not by a session's numbers, so each session's
+        # number is checked against the one before it in this read: from the log's start, every
+        # row in full (1, 2, …: the edited row is named, as verify names it); from a later seq or
+        # with kinds left out, where a session's count before the read is not known, only that
+        # its numbers rise. None: a session's read, which checks its order page by page (_pages).
+        numbers: dict[str, int] | None = None if filters.get("session_id") is not None else {}
+        exact = filters.get("after", 0) <= 0 and not filters.get("kinds") and filters.get("after_session_seq") is None
+        fresh = 0 if exact else None
         for page_rows, raws in _decompressed_pages(codec, self._pages(**filters)):
             careful = type(page_rows) is _CarefulPage
             for row, raw in zip(page_rows, raws):
@@ -504,9 +549,13 @@ class LogReader:
                     problem = row_problem(row)
                     if problem is not None:
                         raise CorruptEvent(problem).at(row[0])
-                elif row[4] is None and row[3] is not None:  # a session's event without its number,
-                    # met by a read of the whole log (a session's read finds it with one probe)
-                    raise CorruptEvent(row_problem(row) or "no session_seq").at(row[0])
+                if row[3] is not None and numbers is not None:
+                    number = row[4]
+                    last = numbers.get(row[3], fresh)
+                    if type(number) is not int or (last is not None and (number != last + 1 if exact
+                                                                         else number <= last)):
+                        raise _misnumbered(row, last)
+                    numbers[row[3]] = number
                 # Columns by index, not unpacked: unpacking touches every column object
                 # (the compressed body too), which costs a cache miss per row on long reads.
                 event = None
@@ -534,6 +583,15 @@ class LogReader:
 
     def event_count(self) -> int:
         return self._query("the events table", "SELECT count(*) FROM events")[0][0]
+
+
+def _misnumbered(row: tuple[Any, ...], last: int | None) -> CorruptEvent:
+    """The error for a session's event met by a read across sessions whose ``session_seq`` is
+    missing, mistyped or not the next after ``last`` (the session's number before it here)."""
+    problem = row_problem(row)
+    if problem is None:
+        problem = numbering_step(repr(row[3]), last or 0, row[4])[1] or f"session_seq {row[4]!r}"
+    return CorruptEvent(problem).at(row[0])
 
 
 def _fetch_within(rows: apsw.Cursor, left: int, *, first: bool) -> tuple[list[tuple[Any, ...]], int]:

@@ -120,26 +120,47 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-# How far the log's last ts may stand ahead of this machine's clock before it is reported. The
-# writer stamps each event with the larger of the clock and the last ts written (so that stamps
-# never go back), so a ts far ahead (an edited row, a clock once set years ahead) is stamped on
-# every later event until the clock passes it. A day: well past any clock correction (NTP,
-# time zones set wrong), well short of a clock set a year ahead.
+# How far the log's last ts may stand ahead of this machine's clock. The writer stamps each
+# event with the larger of the clock and the last ts written, so that a clock stepped back a
+# little never makes stamps go back. A ts further ahead than this when the store opens (an
+# edited row, a clock once set years ahead) is not carried on: the writer stamps from the clock
+# again and records the step back in the meta table (TS_STEP_BACK_KEY), and it is reported. A
+# day: well past any clock correction (NTP, time zones set wrong), well short of a clock set a
+# year ahead.
 TS_AHEAD_LIMIT_MS = 24 * 3600 * 1000
 
+# The meta key recording a step back of the stamps: ``ts_step_back:<seq>`` = ``"<ts before> <ts>"``,
+# written with the event at ``seq``, the first stamped from the clock again.
+TS_STEP_BACK_KEY = "ts_step_back:"
 
-def ts_ahead(ts: int, now: int) -> str | None:
-    """``TS_AHEAD_OF_CLOCK: …`` when ``ts`` (the log's last) is more than
-    :data:`TS_AHEAD_LIMIT_MS` ahead of ``now`` (both UTC milliseconds), else ``None``. Reported
-    (by ``lens serve`` at start, by ``lens log verify``), never rewritten: the log is not cut or
-    edited, and a ts is when the log took an event, not a clock to measure by."""
+
+def ts_ahead(ts: int, now: int, seq: int | None = None) -> str | None:
+    """``TS_AHEAD_OF_CLOCK: …`` when ``ts`` (the log's last, at ``seq`` when known) is more
+    than :data:`TS_AHEAD_LIMIT_MS` ahead of ``now`` (both UTC milliseconds), else ``None``.
+    Said by ``lens serve`` at start and by ``lens log verify``; the row is never rewritten."""
     if ts - now <= TS_AHEAD_LIMIT_MS:
         return None
     ahead = ts - now
     days, hours = divmod(ahead // 3_600_000, 24)
-    return (f"TS_AHEAD_OF_CLOCK: ts {ts} is {days} day(s) {hours} hour(s) ahead of this machine's clock ({now}); "
-            f"every event appended is stamped {ts} until the clock passes it. Check the clock (date -u); a ts "
-            f"edited into the log stays as it is (the log is never rewritten)")
+    where = f" (seq {seq})" if seq is not None else ""
+    return (f"TS_AHEAD_OF_CLOCK: ts {ts}{where} is {days} day(s) {hours} hour(s) ahead of this machine's clock "
+            f"({now}); the daemon stamps the events it appends from the clock, a step back it records in the "
+            f"log's meta. Check the clock (date -u); the row stays as it is (the log is never rewritten)")
+
+
+def ts_steps_back(meta: dict[str, str]) -> dict[int, tuple[int, int]]:
+    """The steps back the writer recorded (see :data:`TS_STEP_BACK_KEY`): seq -> (ts before, ts).
+    A key or value of another shape is left out (``lens log verify`` then reports the step)."""
+    out: dict[int, tuple[int, int]] = {}
+    for key, value in meta.items():
+        if not key.startswith(TS_STEP_BACK_KEY):
+            continue
+        try:
+            before, ts = (int(v) for v in str(value).split(" "))
+            out[int(key[len(TS_STEP_BACK_KEY):])] = (before, ts)
+        except ValueError:
+            continue
+    return out
 
 
 def check_data_dir(data_dir: Path, *, create: bool) -> Path:

@@ -51,6 +51,8 @@ from .schema import (
     EVENTS_DB,
     LOCK_FILE,
     MAX_EVENT_BYTES_KEY,
+    TS_AHEAD_LIMIT_MS,
+    TS_STEP_BACK_KEY,
     Synchronous,
     check_data_dir,
     now_ms,
@@ -58,6 +60,7 @@ from .schema import (
     open_write_connection,
     recorded_max_event_bytes,
     translate_open_error,
+    ts_steps_back,
 )
 from .types import _Event, kind_of
 
@@ -270,10 +273,26 @@ class EventStore:
         self._session_seq: dict[str, int] = {}  # writer thread only; see CACHED_SESSIONS
         self._cached_sessions = max(cached_sessions, 1)
         row = conn.execute("SELECT coalesce(max(seq), 0), coalesce(max(ts), 0) FROM events").fetchall()[0]
+        steps = ts_steps_back(dict(conn.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                                                (TS_STEP_BACK_KEY, TS_STEP_BACK_KEY[:-1] + ";"))))
+        if steps:  # stamps went on from the clock at the last recorded step: the ts far ahead is behind it
+            row = (row[0], conn.execute("SELECT coalesce(max(ts), 0) FROM events WHERE seq >= ?",
+                                        (max(steps),)).fetchall()[0][0])
         self._next_seq: int = row[0] + 1
         self._last_ts: int = row[1] if type(row[1]) is int else 0  # (text only in an edited log)
         self.last_seq: int = row[0]
         self.opened_last_ts: int = self._last_ts  # (the log's largest ts when opened: see schema.ts_ahead)
+        self.opened_clock: int = now_ms()
+        # A largest ts more than TS_AHEAD_LIMIT_MS ahead of the clock (an edited row, a clock once
+        # set far ahead) is not carried on to every later event: the writer stamps from the clock
+        # again, and records the step back (TS_STEP_BACK_KEY) with the first event it stamps so.
+        self.ts_ahead_seq: int | None = None  # (the row holding it, when it is so)
+        self._step_back_from: int | None = None
+        if self._last_ts - self.opened_clock > TS_AHEAD_LIMIT_MS:
+            self._step_back_from, self._last_ts = self._last_ts, 0
+            found = conn.execute("SELECT seq FROM events WHERE ts = ? AND seq >= ? LIMIT 1",
+                                 (self.opened_last_ts, max(steps, default=0))).fetchall()
+            self.ts_ahead_seq = found[0][0] if found else None
         self._committed = trio.Event()
         self._listeners: list[Callable[[list[StoredEvent]], None]] = []
         self._reader: LogReader | None = None
@@ -898,17 +917,22 @@ class EventStore:
         for pending in group:
             self._plan(pending, now, out, known, look_up_requests)
         if out:
-            if len(out) <= MAX_STATEMENT_ROWS:
+            step_back = self._step_back_from
+            if len(out) <= MAX_STATEMENT_ROWS and step_back is None:
                 conn.execute(_insert_sql(len(out)), [v for row in out for v in row])
             else:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     conn.executemany(_insert_sql(1), out)
+                    if step_back is not None:  # (the step back, in the transaction of its first event)
+                        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                                     (f"{TS_STEP_BACK_KEY}{out[0][0]}", f"{step_back} {now}"))
                     conn.execute("COMMIT")
                 except BaseException:
                     if not conn.getautocommit():
                         conn.execute("ROLLBACK")
                     raise
+                self._step_back_from = None
             self.last_seq = out[-1][0]
         self._last_ts = now
 

@@ -11,6 +11,7 @@ in-memory state never diverges from what was committed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -39,7 +40,7 @@ from projections.session_state import (
     working_context,
 )
 from projections.snapshots import SnapshotStore
-from tools.artifacts import ArtifactStore
+from tools.artifacts import ArtifactStore, Lease
 from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
 from tools.catalog import MAX_POLICY_ENTRIES, REFUSALS, ToolCatalog
 
@@ -1231,6 +1232,16 @@ class SessionActor:
                           allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
+        # The artifacts the call stores are held in flight until its result commits or fails: a
+        # sweep while the daemon serves must not take bytes its event is about to name.
+        with self.deps.artifacts.lease() if self.deps.artifacts is not None else contextlib.nullcontext() as lease:
+            await self._run_and_record(call, agent_id, task_id, ctx, check, tool_policy, lease)
+
+    async def _run_and_record(self, call: t.ToolCall, agent_id: str, task_id: str | None, ctx: ToolContext,
+                              check: Any, tool_policy: dict[str, Any] | None, lease: Lease | None) -> None:
+        """Run the call and append its result (``lease.recorded()`` once it committed)."""
+        tools = self.deps.tools
+        agent = self.state.agents[agent_id]
         result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)
         result = self._with_warning(call.name, result, tool_policy)
         # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
@@ -1241,6 +1252,8 @@ class SessionActor:
                 is_error=result.is_error, content=result.content, structured_content=result.structured_content,
                 error_code=result.error_code, rerun_after=result.rerun_after), agent_id, task_id)]
                 + [d.Scoped(e, agent_id, task_id) for e in events])
+            if lease is not None:
+                lease.recorded()
         except AppendRejected as exc:
             # The log cannot hold this result (larger than maxEventBytes, say): record that instead
             # of crashing the actor, which would re-run the call (or report it interrupted) and lose

@@ -1,4 +1,4 @@
-"""The start-up sweep of ``artifacts/``: the files no event names go.
+"""The sweeps of ``artifacts/``: the files no event names go, at start and while serving.
 
 An artifact is stored before the event that names it is appended (a tool stores what it
 returns, then the actor records the call's result). When that append never happens (the log
@@ -12,11 +12,21 @@ looked at, and only once the projections have folded the whole log, whose
 not read again. An id any event names stays, whatever its session's state (artifacts are shared
 by content). When the directory cannot be read, the projections are behind or a removal fails,
 nothing more is removed and the operator is told; the daemon starts all the same.
+
+While the daemon serves, :class:`ArtifactSweeper` sweeps again every :data:`LIVE_SWEEP_SECONDS`
+and soon after a tool call whose stored artifacts were not recorded (a refused or failed
+append), at most once every :data:`LIVE_SWEEP_GAP_SECONDS`. Calls are storing artifacts then,
+so a live sweep (:func:`sweep_live`) keeps every id the store holds in flight (stored by work
+whose event has not committed or failed yet) and every id put or released since it began; it
+reads the log's last seq after it began, waits for the projections to fold up to it, and only
+then asks which ids are named, so an event committed before that seq is seen and one committed
+after it had its id held or touched while the sweep ran.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -28,6 +38,13 @@ from .errors import LensError
 from .projection_service import ProjectionService
 
 log = logging.getLogger("lens.artifacts")
+
+# A live sweep lists the directory and looks every id up (7 to 20 µs an artifact): every ten
+# minutes, and after a failed append at most once a minute, it costs nothing a user sees.
+LIVE_SWEEP_SECONDS = 600.0
+LIVE_SWEEP_GAP_SECONDS = 60.0
+# How long a live sweep waits for the projections to fold the log up to where it began.
+LIVE_SWEEP_CATCH_UP_SECONDS = 30.0
 
 
 @dataclass
@@ -76,12 +93,12 @@ async def sweep_artifacts(artifacts: ArtifactStore, projections: ProjectionServi
     if not unnamed and not found.partial:
         return swept
     try:
-        failed = await trio.to_thread.run_sync(artifacts.remove, [*unnamed, *found.partial])
+        kept, failed = await trio.to_thread.run_sync(artifacts.remove, [*unnamed, *found.partial])
     except OSError as exc:  # (the directory's sync: the files are unlinked, their removal may not last)
-        failed = []
+        kept, failed = [], []
         swept.notes.append(f"{where}: removing files no event names could not be made durable "
                            f"({why_not_written(exc)})")
-    gone = {name for name, _ in failed}
+    gone = {name for name, _ in failed} | set(kept)  # (kept: in flight, their event still to come)
     swept.artifacts = sum(a not in gone for a in unnamed)
     swept.partial = sum(p not in gone for p in found.partial)
     if failed:
@@ -91,3 +108,61 @@ async def sweep_artifacts(artifacts: ArtifactStore, projections: ProjectionServi
     log.info("artifact sweep: %d artifact(s), %d partial file(s) removed, %d failed",
              swept.artifacts, swept.partial, len(failed))
     return swept
+
+
+async def sweep_live(artifacts: ArtifactStore, projections: ProjectionService, last_seq: Callable[[], int]) -> Swept:
+    """A sweep while the daemon serves (see the module's docstring): ``last_seq`` answers the
+    log's last committed seq. Raises nothing but ``trio.Cancelled``."""
+    with artifacts.sweeping() as began_ns:
+        log_seq = last_seq()  # (read after the sweep began: see ArtifactStore.sweeping)
+        try:
+            await projections.caught_up(log_seq, timeout=LIVE_SWEEP_CATCH_UP_SECONDS)
+        except LensError as exc:
+            return Swept(notes=[f"{artifacts.root} was not swept: {exc.message}"])
+        return await sweep_artifacts(artifacts, projections, log_seq, began_ns)
+
+
+class ArtifactSweeper:
+    """The live sweeps of one daemon: every :data:`LIVE_SWEEP_SECONDS`, and when a lease ended
+    with artifacts its event did not record, at once unless the last sweep for such a lease
+    was less than :data:`LIVE_SWEEP_GAP_SECONDS` ago (then at that gap's end). ``say`` gets the lines of a sweep that
+    removed something or has a note. :meth:`run` is a service for the daemon's nursery."""
+
+    def __init__(self, artifacts: ArtifactStore, projections: ProjectionService, last_seq: Callable[[], int],
+                 say: Callable[[str], None], *, every: float = LIVE_SWEEP_SECONDS,
+                 gap: float = LIVE_SWEEP_GAP_SECONDS) -> None:
+        self.artifacts = artifacts
+        self.projections = projections
+        self.last_seq = last_seq
+        self.say = say
+        self.every = every
+        self.gap = gap
+        self.sweeps = 0  # (finished: what a test waits on)
+        self.swept = trio.Event()  # set after each sweep, then replaced
+        self._poke = trio.Event()
+
+    def poke(self) -> None:
+        """Ask for a sweep soon (a lease ended holding artifacts its event did not record)."""
+        self._poke.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        remove = self.artifacts.on_orphans(self.poke)
+        try:
+            task_status.started()
+            last = trio.current_time()  # (the start's sweep)
+            after_failure = -float("inf")  # (the first result not recorded is swept at once)
+            while True:
+                with trio.move_on_at(last + self.every):
+                    await self._poke.wait()
+                    await trio.sleep_until(after_failure + self.gap)  # (a burst of failures: one sweep)
+                    after_failure = trio.current_time()
+                self._poke = trio.Event()
+                swept = await sweep_live(self.artifacts, self.projections, self.last_seq)
+                for line in swept.lines(str(self.artifacts.root)):
+                    self.say(line)
+                last = trio.current_time()
+                self.sweeps += 1
+                self.swept.set()
+                self.swept = trio.Event()
+        finally:
+            remove()

@@ -30,7 +30,7 @@ from hypercorn.trio import serve as hyper_serve
 
 from events import types as t
 from events.secrets import Secrets
-from events.schema import now_ms, ts_ahead
+from events.schema import ts_ahead
 from events.store import AUTO_DICTIONARY_AFTER, EventStore
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore
@@ -46,7 +46,7 @@ from tools.catalog import ToolCatalog, capability_search_tool
 from tools.ptc.tool import ptc_tool
 
 from .actor import ActorDeps
-from .artifact_sweep import sweep_artifacts
+from .artifact_sweep import ArtifactSweeper, sweep_artifacts
 from .api import Services, create_app
 from .stream_api import watch_streams
 from .bus import Bus
@@ -151,7 +151,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     except BaseException:
         await catalog.aclose()
         raise
-    if (ahead := ts_ahead(store.opened_last_ts, now_ms())) is not None:  # reported, never rewritten
+    if (ahead := ts_ahead(store.opened_last_ts, store.opened_clock, store.ts_ahead_seq)) is not None:  # (never rewritten)
         say(f"lens: warning: {ahead}")
     projections: ProjectionService | None = None
     snapshots: SnapshotStore | None = None
@@ -259,6 +259,9 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 swept = await sweep_artifacts(artifacts, projections, store.last_seq, started_ns)
                 for line in swept.lines(str(artifacts.root)):
                     say(line)
+                # ... and again while serving: on a schedule and after a result that was not
+                # recorded, keeping every artifact whose event is still to come.
+                await services.start(ArtifactSweeper(artifacts, projections, lambda: store.last_seq, say).run)
                 # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
                 saved, saved_seq = await read_saved_default(projections, store)
                 catalog.set_saved_default(saved, saved_seq)

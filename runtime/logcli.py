@@ -22,7 +22,7 @@ import msgspec
 import zstandard
 
 from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
-from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, row_problem
+from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, numbering_step, row_problem
 from events.schema import (
     EVENTS_DB,
     FORMAT,
@@ -33,6 +33,7 @@ from events.schema import (
     now_ms,
     recorded_max_event_bytes,
     ts_ahead,
+    ts_steps_back,
 )
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
@@ -306,6 +307,7 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     last_ts = 0
     last_ts_seq = 0  # (the row holding it)
     session_seq: dict[str, int] = defaultdict(int)
+    steps = ts_steps_back(reader.meta())  # (the writer's recorded steps back from a ts far ahead)
     for row in reader.rows(after=SEQ_MIN):  # every row, also one whose seq was edited below 1
         if row.seq < 1:
             yield row.seq, f"SEQ_NOT_POSITIVE: seq {row.seq} is not positive (seqs start at 1)"
@@ -317,26 +319,22 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
             if row.ts < 0:
                 yield row.seq, f"TS_NEGATIVE: ts {row.ts} is negative (UTC milliseconds count from 1970)"
             elif row.ts < last_ts:
-                yield row.seq, f"TS_OUT_OF_ORDER: ts {row.ts} is earlier than the previous event's {last_ts}"
+                if steps.get(row.seq) == (last_ts, row.ts):
+                    last_ts = row.ts  # a step back the writer recorded: stamps go on from here
+                else:
+                    yield row.seq, f"TS_OUT_OF_ORDER: ts {row.ts} is earlier than the previous event's {last_ts}"
             if row.ts >= last_ts:
                 last_ts, last_ts_seq = row.ts, row.seq
         if type(row.session_id) is str:
             want = session_seq[row.session_id] + 1
             if type(row.session_seq) not in (int, type(None)):
                 session_seq[row.session_id] = want  # mistyped (reported below): take it as the next
-            else:
-                if row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
-                    session_seq[row.session_id] = want
-                elif row.session_seq < want:  # e.g. two rows' numbers swapped: each is reported
-                    yield row.seq, (
-                        f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq {row.session_seq} comes "
-                        f"after the session's session_seq {want - 1} (its numbering is out of step with seq)"
-                    )
-                else:
-                    if row.session_seq != want:
-                        yield row.seq, (f"SESSION_SEQ_OUT_OF_ORDER: session {row.session_id}: session_seq "
-                                        f"{row.session_seq}, expected {want}")
-                    session_seq[row.session_id] = row.session_seq
+            elif row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
+                session_seq[row.session_id] = want
+            else:  # (e.g. two rows' numbers swapped: each is reported)
+                session_seq[row.session_id], wrong = numbering_step(row.session_id, want - 1, row.session_seq)
+                if wrong is not None:
+                    yield row.seq, f"SESSION_SEQ_OUT_OF_ORDER: {wrong}"
         if problem is not None:
             yield row.seq, f"EVENT_CORRUPT: {problem}"
             continue

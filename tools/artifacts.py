@@ -7,9 +7,19 @@ as one: when one cannot be stored, those it wrote that nothing else was given si
 caught before it is sent anywhere. Both read only a regular file, without blocking and up to
 :data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
 artifact's place (a FIFO, a directory, a link to a device) is a damaged artifact, refused at
-once by ``get`` and replaced by ``put``. ``leftovers`` and ``remove`` serve the daemon's start-up
-sweep (:mod:`runtime.artifact_sweep`): the artifacts and the temporary files of interrupted writes
+once by ``get`` and replaced by ``put``. ``leftovers`` and ``remove`` serve the daemon's sweeps
+(:mod:`runtime.artifact_sweep`): the artifacts and the temporary files of interrupted writes
 older than a moment, and their removal.
+
+**Ids in flight.** An artifact is stored before the event naming it is appended, so a sweep
+while the daemon runs must not take a file whose event is still to come. Every id a put
+returns is held until that event has committed or failed: the caller opens a :meth:`lease`
+around the work that stores and the append that records (the actor around a tool call and its
+result); a put inside it (in a thread too: ``trio.to_thread`` carries the context) holds its id
+until the lease ends. A put outside any lease, or after its lease ended (a thread a cancel left
+running), holds its id for good: such a file waits for the next start. :meth:`remove` never
+takes an id held, nor one put or released since the sweep's :meth:`sweeping` began (its
+event may have committed after the sweep read the log's position).
 """
 
 from __future__ import annotations
@@ -19,8 +29,12 @@ import re
 import os
 import stat
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.ids import SHA256_RE
@@ -45,6 +59,26 @@ class Leftovers:
     partial: list[str]
 
 
+@dataclass
+class Lease:
+    """The ids put while a :meth:`ArtifactStore.lease` is open, held until it ends. ``recorded()``
+    says the event naming them committed; a lease that ends holding ids without it (the append
+    failed or never came) tells the store's listeners that orphans may be left."""
+
+    store: "ArtifactStore"
+    ids: list[str] = field(default_factory=list)
+    ended: bool = False
+    committed: bool = False
+
+    def recorded(self) -> None:
+        self.committed = True
+
+
+# The lease of the work now running (a trio task and the threads it starts), if any: the seam
+# through which every tool's put is held without each tool passing it on.
+_LEASE: ContextVar[Lease | None] = ContextVar("lens_artifact_lease", default=None)
+
+
 class ArtifactError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -64,6 +98,71 @@ class ArtifactStore:
         # remove would hand out an id whose bytes are gone).
         self._lock = threading.Lock()
         self._provisional: set[str] = set()
+        # Ids in flight (see the module's docstring), all under _lock: held by open leases (a
+        # count each), held for good (put outside a lease), and put or released since a sweep
+        # began (None when no sweep runs).
+        self._held: Counter[str] = Counter()
+        self._kept: set[str] = set()
+        self._touched: set[str] | None = None
+        self._orphan_listeners: list[Callable[[], None]] = []
+
+    @contextmanager
+    def lease(self) -> Iterator[Lease]:
+        """Hold every id put inside the block (in this context and the threads it starts) until
+        the block ends; call ``recorded()`` on the lease once the event naming them committed.
+        Ending without it while holding ids calls the :meth:`on_orphans` listeners."""
+        lease = Lease(self)
+        token = _LEASE.set(lease)
+        try:
+            yield lease
+        finally:
+            _LEASE.reset(token)
+            with self._lock:
+                lease.ended = True
+                for digest in lease.ids:
+                    self._held[digest] -= 1
+                    if self._held[digest] <= 0:
+                        del self._held[digest]
+                    if self._touched is not None:
+                        self._touched.add(digest)
+            if lease.ids and not lease.committed:
+                for listener in list(self._orphan_listeners):
+                    listener()
+
+    def on_orphans(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (in the task ending the lease) when a lease ends holding ids whose
+        event was not recorded; returns a function removing it."""
+        self._orphan_listeners.append(listener)
+        return lambda: self._orphan_listeners.remove(listener) if listener in self._orphan_listeners else None
+
+    @contextmanager
+    def sweeping(self) -> Iterator[int]:
+        """A sweep's span: ids put or released from now until it ends are not removed by
+        :meth:`remove`. Yields the moment it began (``time_ns``): files changed later are not
+        the sweep's to judge."""
+        with self._lock:
+            self._touched = set()
+        try:
+            yield time.time_ns()
+        finally:
+            with self._lock:
+                self._touched = None
+
+    def in_flight(self) -> set[str]:
+        """The ids held now (by leases, or for good)."""
+        with self._lock:
+            return set(self._held) | self._kept
+
+    def _hold(self, digest: str) -> None:
+        """Hold ``digest`` for the current lease, or for good without one (under _lock)."""
+        lease = _LEASE.get()
+        if lease is not None and lease.store is self and not lease.ended:
+            lease.ids.append(digest)
+            self._held[digest] += 1
+        else:
+            self._kept.add(digest)
+        if self._touched is not None:
+            self._touched.add(digest)
 
     def put(self, data: bytes) -> str:
         """Store ``data``; its id. Raises ``OSError`` (a full disk), leaving nothing half-written."""
@@ -101,6 +200,7 @@ class ArtifactStore:
         path = self.root / digest
         with self._lock:
             self._provisional.discard(digest)
+            self._hold(digest)  # (before the file is looked at: a sweep's removal waits for this lock)
             if _intact(path, digest):
                 return digest, False  # (a damaged copy is written again: it failed every request naming it)
             replace_atomically(path, data)
@@ -131,13 +231,18 @@ class ArtifactStore:
                     kept.append(entry.name)
         return Leftovers(sorted(artifacts), sorted(partial))
 
-    def remove(self, names: Sequence[str]) -> list[tuple[str, OSError]]:
+    def remove(self, names: Sequence[str]) -> tuple[list[str], list[tuple[str, OSError]]]:
         """Unlink ``names`` (entries of ``artifacts/`` as :meth:`leftovers` lists them) under the
-        store's lock, then sync the directory; the names that could not go, with why (one gone
-        already is not a failure)."""
+        store's lock, then sync the directory, except the ids in flight: held, or put or
+        released since :meth:`sweeping` began. The names kept so, and the names that could not
+        go, with why (one gone already is not a failure)."""
         failed: list[tuple[str, OSError]] = []
+        kept: list[str] = []
         with self._lock:
             for name in names:
+                if name in self._held or name in self._kept or (self._touched is not None and name in self._touched):
+                    kept.append(name)
+                    continue
                 self._provisional.discard(name)
                 try:
                     (self.root / name).unlink()
@@ -145,9 +250,9 @@ class ArtifactStore:
                     pass
                 except OSError as exc:
                     failed.append((name, exc))
-            if len(failed) < len(names):
+            if len(failed) + len(kept) < len(names):
                 sync_directory(self.root)
-        return failed
+        return kept, failed
 
     def get(self, artifact_id: str) -> bytes:
         if not SHA256_RE.fullmatch(artifact_id):

@@ -1,7 +1,8 @@
 """A log whose last ``ts`` stands far ahead of the clock (an edited row, a clock once set years
-ahead) is reported, never rewritten: the writer stamps every later event with that ``ts`` until
-the clock passes it (stamps never go back), so ``lens serve`` says so at start and ``lens log
-verify`` reports it as ``TS_AHEAD_OF_CLOCK`` (exit 1), naming the row. Real logs in temp
+ahead) is reported and never rewritten, and it is not carried on: the writer stamps later events
+from the clock again and records that step back in the log's meta, so ``lens serve`` says so at
+start, naming the row, and ``lens log verify`` reports the row as ``TS_AHEAD_OF_CLOCK`` (exit 1)
+until a daemon has stamped past it, and the recorded step back never. Real logs in temp
 directories, edited with apsw behind the writer's back; the installed ``lens`` script."""
 
 from __future__ import annotations
@@ -87,13 +88,19 @@ async def test_serve_says_so_at_start_and_leaves_the_log(tmp_path: Path) -> None
         assert (await d.get("/health")).status_code == 200
         warned = [line for line in serve.lines if "TS_AHEAD_OF_CLOCK" in line]
         assert len(warned) == 1, serve.lines
-        assert warned[0].startswith((f"lens: warning: TS_AHEAD_OF_CLOCK: ts {far} is 399 day(s) 23 hour(s) ahead",
-                                     f"lens: warning: TS_AHEAD_OF_CLOCK: ts {far} is 400 day(s) 0 hour(s) ahead")), \
+        assert warned[0].startswith((f"lens: warning: TS_AHEAD_OF_CLOCK: ts {far} (seq 3) is 399 day(s) 23 hour(s) ahead",
+                                     f"lens: warning: TS_AHEAD_OF_CLOCK: ts {far} (seq 3) is 400 day(s) 0 hour(s) ahead")), \
             serve.lines  # (399 days 23 hours, or 400 days 0 hours had no millisecond passed)
+        assert "the daemon stamps the events it appends from the clock" in warned[0]
+        token = await d.pair("strong", strong=True)
+        await d.project(token)  # (an event the daemon appends)
         assert await serve.terminate() == 0
     after = stamps(data)
     assert after[2] == far  # the edited row stays as it is
-    assert all(ts >= far for ts in after[3:])  # (what the daemon appended: never below it)
+    assert len(after) > 3  # (the daemon appended: from the clock, not from the row far ahead)
+    assert all(ts <= time.time_ns() // 1_000_000 for ts in after[3:]) and after[3:] == sorted(after[3:])
+    out = await run_lens(tmp_path, "log", "verify", "--data", "data", check=False)
+    assert (out.returncode, out.stdout) == (0, f"ok: {len(after)} event(s) verified\n"), out.stdout
 
     # a log within the limit: no such line
     set_ts(data, 3, time.time_ns() // 1_000_000)

@@ -68,9 +68,16 @@ def test_a_session_read_names_a_row_whose_number_was_swapped(data: Path, page: i
         assert read == [r[0] for r in rows[:4]] + [rows[5][0]]  # in order, up to the row named
         with pytest.raises(CorruptEvent):
             list(reader.rows(session_id="a", page=page))
-        # the other session, and the whole log in seq order, read as before
+        # the other session reads as before; a read of the whole log names the same row
         assert [e.seq for e in reader.events(session_id="b", page=page)] == [r[0] for r in session_rows(data, "b")]
-        assert len(list(reader.events())) == 1 + 2 * EVENTS_PER_SESSION
+        read = []
+        with pytest.raises(CorruptEvent) as info:
+            for event in reader.events(page=page):
+                read.append(event.seq)
+        assert info.value.seq == rows[4][0] and "session_seq 6, expected 5" in info.value.message
+        assert read == list(range(1, rows[4][0]))
+        # past the row named, the read goes on (each session's count starts at the first met)
+        assert len(list(reader.events(after=rows[4][0], page=page))) == 1 + 2 * EVENTS_PER_SESSION - rows[4][0]
 
 
 def test_decode_of_the_session_prints_the_rows_before_it_and_exits_1(data: Path) -> None:
@@ -81,8 +88,11 @@ def test_decode_of_the_session_prints_the_rows_before_it_and_exits_1(data: Path)
     # read in session_seq order: 1, 2, then 3 (now at rows[7]'s seq), then 4 at a seq before it
     printed = [int(line.split('"seq":')[1].split(",")[0]) for line in res.stdout.splitlines()]
     assert printed == [rows[0][0], rows[1][0], rows[7][0]]
-    assert res.stderr.startswith(f"lens: EVENT_CORRUPT: seq {rows[3][0]}: "), res.stderr
-    assert f"(seq {rows[7][0]})" in res.stderr
+    # the row named is an edited one (the first in seq order, as verify names it), not the
+    # correct row whose seq the read found going back
+    assert res.stderr.startswith(f"lens: EVENT_CORRUPT: seq {rows[2][0]}: session 'a': session_seq 8, "
+                                 f"expected 3 (its numbering is out of step with seq: session_seq 3 is at "
+                                 f"seq {rows[7][0]}, session_seq 4 at seq {rows[3][0]})"), res.stderr
     assert "Traceback" not in res.stderr
 
 
@@ -116,3 +126,53 @@ def test_a_null_session_seq_is_named_by_a_read_of_the_whole_log(data: Path) -> N
     assert res.stdout.splitlines()[0] == (f"seq {victim}: EVENT_CORRUPT: the event belongs to session 'b' but has "
                                           f"no session_seq (the session's numbering was edited)")
     assert len(res.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("page", [2000, 3])
+def test_one_number_moved_below_the_first_is_named_by_every_read(data: Path, page: int) -> None:
+    """Row 7's session_seq made 0 (free, below the first): read in the session's order it comes
+    first, and the correct row numbered 1 is the one whose seq goes back; that row was named."""
+    rows = session_rows(data, "a")
+    edit_log(data, "UPDATE events SET session_seq = 0 WHERE seq = ?", (rows[6][0],))
+    with LogReader(data) as reader:
+        with pytest.raises(CorruptEvent) as info:
+            list(reader.events(session_id="a", page=page))
+        assert info.value.seq == rows[6][0], info.value.message
+        assert "session_seq 0 comes after the session's session_seq 6" in info.value.message
+        with pytest.raises(CorruptEvent) as info:
+            list(reader.events(page=page))
+        assert info.value.seq == rows[6][0], info.value.message
+    res = lens("log", "verify", "--data", str(data))
+    assert res.stdout.splitlines()[0] == (f"seq {rows[6][0]}: SESSION_SEQ_OUT_OF_ORDER: session a: session_seq 0 "
+                                          f"comes after the session's session_seq 6 (its numbering is out of step "
+                                          f"with seq)")
+
+
+@pytest.mark.parametrize("page", [2000, 4])
+def test_a_read_of_the_whole_log_names_a_number_moved_ahead(data: Path, page: int) -> None:
+    """Row 4's session_seq made 50: a read across sessions checked no session's numbering."""
+    rows = session_rows(data, "b")
+    edit_log(data, "UPDATE events SET session_seq = 50 WHERE seq = ?", (rows[3][0],))
+    with LogReader(data) as reader:
+        read: list[int] = []
+        with pytest.raises(CorruptEvent) as info:
+            for event in reader.events(page=page):
+                read.append(event.seq)
+        assert info.value.seq == rows[3][0]
+        assert info.value.message == "session 'b': session_seq 50, expected 4"
+        assert read == list(range(1, rows[3][0]))
+        with pytest.raises(CorruptEvent) as info:  # the session's own read names it too
+            list(reader.events(session_id="b", page=page))
+        assert info.value.seq == rows[3][0]
+        # reads that leave rows out (kinds, a later start) check only what they can
+        assert [e.seq for e in reader.events(kinds=["session.created"])] == [2, 3]
+        assert len(list(reader.events(after=rows[3][0]))) == 1 + 2 * EVENTS_PER_SESSION - rows[3][0]
+
+
+def test_reads_of_a_whole_log_as_written_name_nothing(data: Path) -> None:
+    with LogReader(data) as reader:
+        every = list(reader.events(page=5))
+        assert [e.seq for e in every] == list(range(1, 2 + 2 * EVENTS_PER_SESSION))
+        for after in range(0, 2 * EVENTS_PER_SESSION, 5):
+            assert [e.seq for e in reader.events(after=after, page=3)] == [e.seq for e in every[after:]]
+        assert len(list(reader.events(kinds=["session.named"], page=2))) == 2 * (EVENTS_PER_SESSION - 1)

@@ -37,7 +37,8 @@ async def sweep_once(data: Path, artifacts: ArtifactStore, started: int | None =
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(service.run)
-                swept = await sweep_artifacts(artifacts, service, log.last_seq, started)
+                # (a fresh store, as a start has: the test's own holds its puts outside a lease in flight)
+                swept = await sweep_artifacts(ArtifactStore(artifacts.root), service, log.last_seq, started)
                 nursery.cancel_scope.cancel()
         finally:
             service.close()
