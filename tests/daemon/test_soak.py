@@ -20,6 +20,16 @@ and config-file rewrites while sessions run; besides the above it checks that ev
 once, that a subagent's calls and usage are its own, and that the Working Context of every agent
 of a settled session reads the same before and after the kill.
 
+A third variant (``restarts``, same seed) restarts the daemon three times in one run, a SIGTERM
+and two kill -9s in an order and at steps the schedule draws, each aimed (as the schedule draws)
+at a session held in a model stream, in a tool call, in a subagent's call or in a compaction's
+summarizing request, or at none; before each, one settled session has an item snipped, then
+enough events for a snapshot (read from ``projections.db``), and its Working Context must read the
+same from the next daemon, which wakes it from that snapshot. Between two daemons ``lens log
+verify`` passes, seqs are gap-free and every accepted input is in the log once. Subagents are
+asked to start subagents of their own (``subagent`` is main-only: refused, and the refusal is
+the nested call's one result).
+
 The schedule is a pure function of :data:`SEED`; the daemon's timing is not, so the invariants are
 what is asserted, never an exact log.
 """
@@ -96,9 +106,15 @@ KILL9_CONFIG = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux", "scri
 # back; and subagents asked to start subagents of their own.
 RESTARTS_OPS = KILL9_OPS + ["delegate-nested", "delegate-nested"]
 RESTART_KINDS = [signal.SIGTERM, signal.SIGKILL, signal.SIGKILL]
-AIMS = ["between", "stream", "call", "subagent"]
+AIMS = ["between", "stream", "call", "subagent", "compaction"]
+# (a model whose summarizing requests never answer: a session switched to it and compacted is held
+# in the summarizing request; its window is large, so that it never compacts by itself)
+HOLD_MODEL = "hold/hold-1"
+RESTARTS_CONFIG = {**KILL9_CONFIG, "providers": [*KILL9_CONFIG["providers"], {
+    "id": "hold", "protocol": "faux", "models": [{"id": "hold-1", "contextWindow": 1000000}],
+    "script": [{"when": "Summarize the conversation so far", "text": "never", "delayMs": 600000}]}]}
 VARIANTS = {"sigterm": (signal.SIGTERM, OPS, CONFIG), "kill9": (signal.SIGKILL, KILL9_OPS, KILL9_CONFIG),
-            "restarts": (None, RESTARTS_OPS, KILL9_CONFIG)}
+            "restarts": (None, RESTARTS_OPS, RESTARTS_CONFIG)}
 
 
 @dataclass
@@ -271,6 +287,7 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
     compared: list[str] = []  # sessions whose Working Contexts were compared across a restart
     snips: list[str] = []  # sessions snipped, then snapshotted, before a restart (compared across it)
     aims: list[tuple[int, str, str]] = []  # (restart, signal, what it was aimed at)
+    holding: set[str] = set()  # sessions switched to HOLD_MODEL, compacting as the restart lands
     started: list[ServeProcess] = []
     t0 = trio.current_time()
     log: list[dict[str, Any]] = []
@@ -560,10 +577,42 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                         await wait_until(inside, what=f"{sid} inside a {how} (input {rid})")
                         return outcome[-1]
 
+                    async def compacting(dd: Daemon, sid: str) -> bool:
+                        """Hold ``sid`` in a manual compaction's summarizing request (the hold model
+                        never answers it): two compactions asked at once, until one is answered
+                        ``SESSION_BUSY`` — the other is then under way. Their requests end with the
+                        daemon (a SIGTERM cuts the summary off; a kill -9 leaves no answer)."""
+                        r = await dd.request("PATCH", f"/sessions/{sid}", token, json_body={"model": HOLD_MODEL})
+                        if r.status_code != 200:
+                            violations.append(f"PATCH model of {sid}: {r.status_code} {r.text}")
+                            return False
+                        holding.add(sid)
+                        busy = trio.Event()
+
+                        async def compact() -> None:
+                            try:
+                                r = await dd.post(f"/sessions/{sid}/compact", token)
+                            except httpx2.TransportError:  # (the kill -9 met it)
+                                return
+                            if error_of(r) == "SESSION_BUSY":
+                                busy.set()
+                            elif r.status_code != 503 or error_of(r) != "SESSION_UNAVAILABLE":  # (a SIGTERM: cut off)
+                                violations.append(f"a compaction the restart met: {r.status_code} {r.text}")
+                        for _ in range(2):
+                            readers.start_soon(compact)
+                        with trio.move_on_after(LIMIT) as waited:
+                            await busy.wait()
+                        if waited.cancelled_caught:
+                            violations.append(f"{sid}: neither of two compactions at once was answered SESSION_BUSY")
+                            return False
+                        return True
+
                     async def aim(dd: Daemon, how: str, sid: str, step: int) -> bool:
                         """Hold ``sid`` inside a model stream, a tool call or a subagent's call, so
                         that the restart lands in the middle of it (left busy: aborted later). False
                         when its run ended first (see :func:`held`)."""
+                        if how == "compaction":
+                            return await compacting(dd, sid)
                         left_busy.add(sid)
                         rid = await submit_as(f"r{step}.aim", sid, BUSY if how == "call" else f"note {step}: " + (
                             "STREAMHOLD" if how == "stream" else "ENTRUST"))
@@ -592,7 +641,8 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                 held = await aim(dd, how, calm.pop(0), step)
                                 aims.append((n, stop_signal.name, how if held else f"{how} (ended first)"))
                             for sid in sessions:
-                                if sid not in sent_to and sid not in left_busy and await settled(dd, sid):
+                                if (sid not in sent_to and sid not in left_busy and sid not in holding
+                                        and await settled(dd, sid)):
                                     kept[sid] = await contexts(dd, token, sid)
                         async with trio.open_nursery() as inflight:
                             for i, sid in enumerate(sent_to):
@@ -625,6 +675,11 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             serve, new = await start(tmp_path, nursery, n + 1, started)
                             current.d = new
                             current.up.set()
+                            for sid in sorted(holding):  # (its later compactions answer again)
+                                r = await new.request("PATCH", f"/sessions/{sid}", token, json_body={"model": None})
+                                if r.status_code != 200:
+                                    violations.append(f"PATCH model of {sid}: {r.status_code} {r.text}")
+                            holding.clear()
                             compared.extend(kept)
                             for sid, before in kept.items():  # a restart replays context edits the same
                                 after = await contexts(new, token, sid)
