@@ -20,6 +20,16 @@ and config-file rewrites while sessions run; besides the above it checks that ev
 once, that a subagent's calls and usage are its own, and that the Working Context of every agent
 of a settled session reads the same before and after the kill.
 
+A third variant (``restarts``, same seed) restarts the daemon three times in one run, a SIGTERM
+and two kill -9s in an order and at steps the schedule draws, each aimed (as the schedule draws)
+at a session held in a model stream, in a tool call, in a subagent's call or in a compaction's
+summarizing request, or at none; before each, one settled session has an item snipped, then
+enough events for a snapshot (read from ``projections.db``), and its Working Context must read the
+same from the next daemon, which wakes it from that snapshot. Between two daemons ``lens log
+verify`` passes, seqs are gap-free and every accepted input is in the log once. Subagents are
+asked to start subagents of their own (``subagent`` is main-only: refused, and the refusal is
+the nested call's one result).
+
 The schedule is a pure function of :data:`SEED`; the daemon's timing is not, so the invariants are
 what is asserted, never an exact log.
 """
@@ -37,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
 import httpx2
 import pytest
 import trio
@@ -73,6 +84,13 @@ SCRIPT = [
     {"when": "SUBTASK", "text": "the quokka is called Q", "inputTokens": 22, "outputTokens": 2},
     {"when": "SUBHOLD", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}],
      "inputTokens": 33, "outputTokens": 3},
+    # a subagent asked to start one of its own (``subagent`` is main-only: it is told so, and answers)
+    {"when": "SUBNEST", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBTASK: name a quokka"}}],
+     "inputTokens": 44, "outputTokens": 4},
+    {"when": "NEST", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBNEST: delegate further"}}],
+     "inputTokens": 15, "outputTokens": 1},
+    # an answer held in the middle of its stream (a restart aimed at a model stream meets it)
+    {"when": "STREAMHOLD", "chunks": ["a partial ", "answer"], "chunkDelayMs": 600000},
 ]
 # (a small context window: the tool schemas alone are near 2,400 tokens, so automatic compaction
 # comes after a few rounds at the default 80 %, and never below the schemas' share)
@@ -81,7 +99,22 @@ KILL9_CONFIG = {**CONFIG, "providers": [{"id": "faux", "protocol": "faux", "scri
                 # a snapshot every few events, actors passivated after a second idle: the restart and
                 # every wake-up fold a snapshot and a tail, not the whole log
                 "sessions": {"snapshotEvery": 2, "idleSeconds": 1}}
-VARIANTS = {"sigterm": (signal.SIGTERM, OPS, CONFIG), "kill9": (signal.SIGKILL, KILL9_OPS, KILL9_CONFIG)}
+# Widened again: several restarts in one run (a SIGTERM and kill -9s, in an order and at steps the
+# schedule draws), each aimed at a session held in a model stream, in a tool call or in a
+# subagent's call (or at none: between batches); before each, a snip followed by enough events for
+# a snapshot in a settled session, whose Working Context the wake-up after the restart must give
+# back; and subagents asked to start subagents of their own.
+RESTARTS_OPS = KILL9_OPS + ["delegate-nested", "delegate-nested"]
+RESTART_KINDS = [signal.SIGTERM, signal.SIGKILL, signal.SIGKILL]
+AIMS = ["between", "stream", "call", "subagent", "compaction"]
+# (a model whose summarizing requests never answer: a session switched to it and compacted is held
+# in the summarizing request; its window is large, so that it never compacts by itself)
+HOLD_MODEL = "hold/hold-1"
+RESTARTS_CONFIG = {**KILL9_CONFIG, "providers": [*KILL9_CONFIG["providers"], {
+    "id": "hold", "protocol": "faux", "models": [{"id": "hold-1", "contextWindow": 1000000}],
+    "script": [{"when": "Summarize the conversation so far", "text": "never", "delayMs": 600000}]}]}
+VARIANTS = {"sigterm": (signal.SIGTERM, OPS, CONFIG), "kill9": (signal.SIGKILL, KILL9_OPS, KILL9_CONFIG),
+            "restarts": (None, RESTARTS_OPS, RESTARTS_CONFIG)}
 
 
 @dataclass
@@ -161,6 +194,24 @@ def strip_config(ctx: dict[str, Any]) -> dict[str, Any]:
             for agent, (status, body) in ctx.items()}
 
 
+def context_diff(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Where two ``strip_config``-ed reads of a session's Working Contexts differ (agent, field)."""
+    out = []
+    for agent in sorted(set(before) | set(after)):
+        b, a = before.get(agent, (None, {})), after.get(agent, (None, {}))
+        if b[0] != a[0]:
+            out.append(f"{agent}: status {b[0]} != {a[0]}")
+        for key in sorted(set(b[1]) | set(a[1])):
+            if b[1].get(key) != a[1].get(key):
+                bv, av = b[1].get(key), a[1].get(key)
+                if isinstance(bv, list) and isinstance(av, list):
+                    out.append(f"{agent}.{key}: only before {[x for x in bv if x not in av]!r:.400}, "
+                               f"only after {[x for x in av if x not in bv]!r:.400}")
+                else:
+                    out.append(f"{agent}.{key}: {bv!r:.300} != {av!r:.300}")
+    return "; ".join(out)
+
+
 def descendants(pid: int) -> set[int]:
     """The live processes under ``pid`` (its executors, MCP servers, their commands)."""
     children: dict[int, list[int]] = {}
@@ -233,12 +284,15 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
     deleted: set[str] = set()  # sessions deleted (no more operations on them)
     asking: set[str] = set()  # sessions left with a question open
     retried: list[str] = []  # requestIds asked again of the restarted daemon
-    compared: list[str] = []  # sessions whose Working Contexts were compared across the kill -9
+    compared: list[str] = []  # sessions whose Working Contexts were compared across a restart
+    snips: list[str] = []  # sessions snipped, then snapshotted, before a restart (compared across it)
+    aims: list[tuple[int, str, str]] = []  # (restart, signal, what it was aimed at)
+    holding: set[str] = set()  # sessions switched to HOLD_MODEL, compacting as the restart lands
     started: list[ServeProcess] = []
     t0 = trio.current_time()
     log: list[dict[str, Any]] = []
     try:
-        with trio.fail_after(85):
+        with trio.fail_after(110 if variant == "restarts" else 85):
             async with trio.open_nursery() as nursery:
                 (tmp_path / "config").mkdir()
                 (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(config))
@@ -291,13 +345,14 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                 violations.append(f"answer of an open question: {r.status_code} {r.text}")
 
                     async def settled(dd: Daemon, sid: str) -> bool:
-                        """Nothing under way in ``sid``: idle (or awaiting an answer), nothing queued,
-                        every job ended (a job's end queues its report)."""
+                        """Nothing under way in ``sid``, and nothing a restart changes: idle, nothing
+                        queued, every job ended (a job's end queues its report). (Not a session
+                        awaiting an answer: a restart cancels its question, and the model is told.)"""
                         events = await dd.events(token, sid)
                         jobs = {e["body"]["job_id"] for e in events if e["kind"] == "job.started"}
                         jobs -= {e["body"]["job_id"] for e in events if e["kind"] == "job.finished"}
                         v = await dd.view(token, sid)
-                        return not jobs and not v["queued"] and v["status"] in ("idle", "awaiting_answer")
+                        return not jobs and not v["queued"] and v["status"] == "idle"
 
                     async def run_op(dd: Daemon, op: str, sid: str, step: int, orng: random.Random,
                                      repeatable: list[tuple[str, str]], forks: dict[int, str], index: int) -> None:
@@ -359,8 +414,9 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             await submit(sid, f"note {step}: queued behind a run left busy")
                         elif op in ("busy-withdraw", "busy-abort", "busy-steer"):
                             await dd.wait_idle(token, sid)
-                            await submit(sid, BUSY)
-                            await dd.wait_running_call(token, sid)
+                            busy = await submit(sid, BUSY)
+                            if not await held(dd, sid, busy, "call"):
+                                return  # (compacted into a summary before it ran: nothing held)
                             queued = await submit(sid, f"note {step}: queued behind a busy run")
                             if op == "busy-withdraw":
                                 r = await dd.post(f"/sessions/{sid}/inputs/{queued}/withdraw", token)
@@ -399,6 +455,8 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                             left_busy.add(sid)
                             await submit(sid, f"note {step}: ENTRUST")
                             await submit(sid, f"note {step}: queued behind a subagent left busy")
+                        elif op == "delegate-nested":  # a subagent asked to start one of its own
+                            await submit(sid, f"note {step}: NEST")
                         elif op == "compact":
                             await dd.wait_idle(token, sid)
                             r = await dd.post(f"/sessions/{sid}/compact", token)
@@ -448,49 +506,200 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                 if r.status_code != 200 or r.json().get("status") not in ("withdrawn", "settled"):
                                     violations.append(f"withdraw of {rid} in an idle session: {r.status_code} {r.text}")
 
+                    async def snapshot_seq(sid: str) -> int:
+                        """The ``seq`` the session's stored snapshot ends at (0: none), read from
+                        ``projections.db`` beside the daemon (a reader of its own)."""
+                        def read() -> int:
+                            conn = apsw.Connection(str(tmp_path / "data" / "projections.db"),
+                                                   flags=apsw.SQLITE_OPEN_READONLY)
+                            try:
+                                conn.setbusytimeout(5000)
+                                rows = conn.execute("SELECT seq FROM snapshots WHERE session_id = ?", (sid,)).fetchall()
+                                return rows[0][0] if rows else 0
+                            finally:
+                                conn.close()
+                        return await trio.to_thread.run_sync(read)
+
+                    async def snip_across_a_snapshot(dd: Daemon, sid: str, step: int) -> bool:
+                        """Snip one item of ``sid``'s main Working Context, then add enough events for
+                        a snapshot, and wait until the stored snapshot holds the snip: the wake-up after
+                        the restart folds that snapshot (and its tail), not the snip's event."""
+                        r = await dd.get(f"/sessions/{sid}/context", token)
+                        working = r.json().get("workingItemIds", []) if r.status_code == 200 else []
+                        if len(working) < 2:
+                            return False
+                        r = await dd.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [working[0]]})
+                        if r.status_code != 200:
+                            violations.append(f"snip in {sid}: {r.status_code} {r.text}")
+                            return False
+                        await submit_as(f"r{step}.snipped", sid, f"note {step}: after a snip")
+                        await dd.wait_idle(token, sid)
+                        events = await dd.events(token, sid)
+                        edit = max(e["seq"] for e in events if e["kind"] == "context.edited")
+
+                        async def held() -> bool:
+                            return await snapshot_seq(sid) >= edit
+                        try:
+                            await wait_until(held, what=f"a snapshot of {sid} past its snip at {edit}")
+                        except AssertionError as exc:
+                            violations.append(str(exc))
+                            return False
+                        snips.append(sid)
+                        return True
+
+                    async def held(dd: Daemon, sid: str, rid: str, how: str) -> bool:
+                        """Wait until the run of input ``rid`` is held in a model stream (``stream``),
+                        in its ``sleep_milliseconds`` call (``call``) or its subagent's (``subagent``):
+                        True; or until it ended first: False. (An automatic compaction before its first
+                        request puts the input into the summary, and the faux model, which reads the
+                        summary, holds nothing: see docs/decisions.md on the newest input summarized.)"""
+                        outcome: list[bool] = []
+
+                        async def inside() -> bool:
+                            events = await dd.events(token, sid)
+                            task = next((e["task_id"] for e in events if e["kind"] == "input.placed"
+                                         and e["body"]["input_request_id"] == rid), None)
+                            if task is not None and any(e["kind"] == "task.finished" and e["task_id"] == task
+                                                        for e in events):
+                                outcome.append(False)
+                                return True
+                            ended = {e["body"]["call_id"] for e in events if e["kind"] == "tool.finished"}
+                            if how == "stream":  # (the first chunk streamed, the second held)
+                                now = task is not None and events[-1]["kind"] == "model.requested"
+                            else:
+                                now = any(e["kind"] == "tool.started" and e["task_id"] == task
+                                          and e["agent_id"].startswith("sub_" if how == "subagent" else "main")
+                                          and e["body"]["name"] == "sleep_milliseconds"
+                                          and e["body"]["call_id"] not in ended for e in events)
+                            if now:
+                                outcome.append(True)
+                            return now
+                        await wait_until(inside, what=f"{sid} inside a {how} (input {rid})")
+                        return outcome[-1]
+
+                    async def compacting(dd: Daemon, sid: str) -> bool:
+                        """Hold ``sid`` in a manual compaction's summarizing request (the hold model
+                        never answers it): two compactions asked at once, until one is answered
+                        ``SESSION_BUSY`` — the other is then under way. Their requests end with the
+                        daemon (a SIGTERM cuts the summary off; a kill -9 leaves no answer)."""
+                        r = await dd.request("PATCH", f"/sessions/{sid}", token, json_body={"model": HOLD_MODEL})
+                        if r.status_code != 200:
+                            violations.append(f"PATCH model of {sid}: {r.status_code} {r.text}")
+                            return False
+                        holding.add(sid)
+                        busy = trio.Event()
+
+                        async def compact() -> None:
+                            try:
+                                r = await dd.post(f"/sessions/{sid}/compact", token)
+                            except httpx2.TransportError:  # (the kill -9 met it)
+                                return
+                            if error_of(r) == "SESSION_BUSY":
+                                busy.set()
+                            elif r.status_code != 503 or error_of(r) != "SESSION_UNAVAILABLE":  # (a SIGTERM: cut off)
+                                violations.append(f"a compaction the restart met: {r.status_code} {r.text}")
+                        for _ in range(2):
+                            readers.start_soon(compact)
+                        with trio.move_on_after(LIMIT) as waited:
+                            await busy.wait()
+                        if waited.cancelled_caught:
+                            violations.append(f"{sid}: neither of two compactions at once was answered SESSION_BUSY")
+                            return False
+                        return True
+
+                    async def aim(dd: Daemon, how: str, sid: str, step: int) -> bool:
+                        """Hold ``sid`` inside a model stream, a tool call or a subagent's call, so
+                        that the restart lands in the middle of it (left busy: aborted later). False
+                        when its run ended first (see :func:`held`)."""
+                        if how == "compaction":
+                            return await compacting(dd, sid)
+                        left_busy.add(sid)
+                        rid = await submit_as(f"r{step}.aim", sid, BUSY if how == "call" else f"note {step}: " + (
+                            "STREAMHOLD" if how == "stream" else "ENTRUST"))
+                        if not await held(dd, sid, rid, how):
+                            left_busy.discard(sid)
+                            return False
+                        return True
+
+                    async def restart(dd: Daemon, step: int, stop_signal: signal.Signals, n: int) -> Daemon:
+                        """The restart (graceful, or a kill -9), with whatever runs then still running
+                        and an input sent to every session (kill -9, or several restarts: to half of
+                        them) as the signal is; then the checks the log allows while no daemon runs."""
+                        nonlocal serve, children
+                        current.up = trio.Event()
+                        assert serve.proc is not None
+                        sent_to = sessions
+                        kept: dict[str, Any] = {}  # the Working Contexts of the settled others
+                        if stop_signal == signal.SIGKILL or variant == "restarts":
+                            sent_to = rng.sample(sessions, len(sessions) // 2)
+                            how = rng.choice(AIMS) if variant == "restarts" else "between"
+                            calm = [sid for sid in sessions if sid not in sent_to and sid not in left_busy
+                                    and await settled(dd, sid)]
+                            if variant == "restarts" and calm:  # (compared across the restart below)
+                                await snip_across_a_snapshot(dd, calm.pop(0), step)
+                            if how != "between" and calm:
+                                held = await aim(dd, how, calm.pop(0), step)
+                                aims.append((n, stop_signal.name, how if held else f"{how} (ended first)"))
+                            for sid in sessions:
+                                if (sid not in sent_to and sid not in left_busy and sid not in holding
+                                        and await settled(dd, sid)):
+                                    kept[sid] = await contexts(dd, token, sid)
+                        async with trio.open_nursery() as inflight:
+                            for i, sid in enumerate(sent_to):
+                                inflight.start_soon(submit_as, f"r{step}.stop.{i}", sid,
+                                                    f"note {step}.{i}: sent as the daemon stops")
+                            await trio.sleep(0)
+                            serve.proc.send_signal(stop_signal)
+                            with trio.fail_after(LIMIT):
+                                code = await serve.proc.wait()
+                                await serve.stdout_closed.wait()
+                            serve.stderr.close()
+                            if code != (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL):
+                                violations.append(f"{stop_signal.name} (restart {n}): lens serve exited {code}")
+                            if stop_signal == signal.SIGTERM:
+                                left = {p for p in children if alive(p)}
+                                if left:
+                                    violations.append(f"left running after the stop {n}: {sorted(left)}")
+                            if variant == "restarts":  # what the log says between two daemons
+                                verify = await run_lens(tmp_path, "log", "verify", "--data", "data", check=False)
+                                if verify.returncode != 0:
+                                    violations.append(f"lens log verify after stop {n}: {verify.stdout[-300:]}")
+                                now = await decode(tmp_path)
+                                if [e["seq"] for e in now] != list(range(1, len(now) + 1)):
+                                    violations.append(f"seqs not gap-free after stop {n}")
+                                for sid, rid in list(accepted):
+                                    count = sum(1 for e in now if e["kind"] == "input.submitted"
+                                                and e["session_id"] == sid and e["request_id"] == rid)
+                                    if count != 1:
+                                        violations.append(f"after stop {n}: requestId {rid} of {sid}: {count} submissions")
+                            serve, new = await start(tmp_path, nursery, n + 1, started)
+                            current.d = new
+                            current.up.set()
+                            for sid in sorted(holding):  # (its later compactions answer again)
+                                r = await new.request("PATCH", f"/sessions/{sid}", token, json_body={"model": None})
+                                if r.status_code != 200:
+                                    violations.append(f"PATCH model of {sid}: {r.status_code} {r.text}")
+                            holding.clear()
+                            compared.extend(kept)
+                            for sid, before in kept.items():  # a restart replays context edits the same
+                                after = await contexts(new, token, sid)
+                                if strip_config(after) != strip_config(before):
+                                    violations.append(f"{sid}: the Working Context differs after restart {n} "
+                                                      f"({'snipped before it' if sid in snips else 'settled'}): "
+                                                      f"{context_diff(strip_config(before), strip_config(after))}")
+                        await dd.client.aclose()
+                        return new
+
+                    if variant == "restarts":  # which steps, and which signal at each (both kinds)
+                        stops = dict(zip(sorted(rng.sample(range(2, STEPS), len(RESTART_KINDS))),
+                                         rng.sample(RESTART_KINDS, len(RESTART_KINDS))))
+                    else:
+                        stops = {STEPS // 2: stop_signal}
                     for step in range(STEPS):
                         dd = current.d
                         assert dd is not None
-                        if step == STEPS // 2:
-                            # the restart (graceful, or a kill -9), with whatever runs then still
-                            # running and an input sent to every session (kill -9: to half of them)
-                            # as the signal is
-                            current.up = trio.Event()
-                            assert serve.proc is not None
-                            sent_to = sessions
-                            kept: dict[str, Any] = {}  # the Working Contexts of the settled others
-                            if stop_signal == signal.SIGKILL:
-                                sent_to = rng.sample(sessions, len(sessions) // 2)
-                                for sid in sessions:
-                                    if sid not in sent_to and sid not in left_busy and await settled(dd, sid):
-                                        kept[sid] = await contexts(dd, token, sid)
-                            async with trio.open_nursery() as inflight:
-                                for i, sid in enumerate(sent_to):
-                                    inflight.start_soon(submit_as, f"r{step}.stop.{i}", sid,
-                                                        f"note {step}.{i}: sent as the daemon stops")
-                                await trio.sleep(0)
-                                serve.proc.send_signal(stop_signal)
-                                with trio.fail_after(LIMIT):
-                                    code = await serve.proc.wait()
-                                    await serve.stdout_closed.wait()
-                                serve.stderr.close()
-                                if code != (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL):
-                                    violations.append(f"{stop_signal.name}: lens serve exited {code}")
-                                if stop_signal == signal.SIGTERM:
-                                    left = {p for p in children if alive(p)}
-                                    if left:
-                                        violations.append(f"left running after the first stop: {sorted(left)}")
-                                serve, new = await start(tmp_path, nursery, 1, started)
-                                current.d = new
-                                current.up.set()
-                                compared.extend(kept)
-                                for sid, before in kept.items():  # a restart replays context edits the same
-                                    after = await contexts(new, token, sid)
-                                    if strip_config(after) != strip_config(before):
-                                        violations.append(f"{sid}: the Working Context differs after the restart: "
-                                                          f"{before!r:.600} != {after!r:.600}")
-                            await dd.client.aclose()
-                            dd = new
+                        if step in stops:
+                            dd = await restart(dd, step, stops[step], sorted(stops).index(step))
                         # a batch of operations at once, on distinct sessions; all drawn before any runs
                         batch = [(rng.choice(ops_drawn), sid, random.Random(rng.random()))
                                  for sid in rng.sample(sessions, min(len(sessions), rng.randint(1, BATCH)))]
@@ -611,6 +820,26 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                 e["agent_id"] != f"sub_{e['body']['parent_call_id']}"
                                 or caller.get(e["body"]["parent_call_id"]) != e["body"]["parent_agent_id"]):
                             violations.append(f"{sid}: subagent {e['agent_id']} of call {e['body']['parent_call_id']}")
+                    # a subagent ends once, and its parent's call (ended once, above) carries its
+                    # answer; a subagent's own ``subagent`` call is refused (main-only), never nested
+                    for e in own:
+                        if e["kind"] != "agent.started" or e["body"]["role"] != "subagent":
+                            continue
+                        sub = e["agent_id"]
+                        ends = [f for f in own if f["kind"] == "agent.finished" and f["agent_id"] == sub]
+                        if len(ends) != 1:
+                            violations.append(f"{sid}: subagent {sub} finished {len(ends)} times")
+                        results = [f["body"] for f in own if f["kind"] == "tool.finished"
+                                   and f["body"]["call_id"] == e["body"]["parent_call_id"]]
+                        if (len(ends) == 1 and len(results) == 1 and ends[0]["body"]["status"] == "completed"
+                                and (results[0].get("structured_content") or {}).get("result") != ends[0]["body"]["result"]):
+                            violations.append(f"{sid}: subagent {sub}'s answer is not its parent's call's result")
+                        if e["body"]["parent_agent_id"] != "main":
+                            violations.append(f"{sid}: subagent {sub} started by {e['body']['parent_agent_id']}")
+                    for e in own:
+                        if (e["kind"] == "tool.finished" and e["body"]["name"] == "subagent"
+                                and e["agent_id"] != "main" and e["body"].get("error_code") != "TOOL_MAIN_ONLY"):
+                            violations.append(f"{sid}: a subagent's subagent call ended {e['body']}"[:400])
                     view = await d.view(token, sid)
                     for agent in view["agents"]:
                         answered = [e["body"]["usage"] for e in own if e["agent_id"] == agent["agentId"]
@@ -674,9 +903,11 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                 serve.stderr.close()
     print(f"{trio.current_time() - t0:.1f} s; ops: {sorted(ops_seen.items())}; events {len(log)}; sessions {len(project_of)}, deleted {len(deleted)}; "
           f"connections {[c.connects for c in clients]}; dropped {[c.dropped for c in clients]}; "
-          f"retried {len(retried)}; contexts compared across the kill {len(compared)}; "
+          f"retried {len(retried)}; contexts compared across a restart {len(compared)}; "
+          f"snipped then snapshotted {len(snips)}; restarts aimed {aims}; "
           f"compactions {sorted(e['body']['trigger'] for e in log if e['kind'] == 'context.compacted')}; "
           f"edits {sorted(e['body']['op'] for e in log if e['kind'] == 'context.edited')}; "
           f"subagents {[e['body']['status'] for e in log if e['kind'] == 'agent.finished']}; "
+          f"nested refused {sum(1 for e in log if e['kind'] == 'tool.finished' and e['body'].get('error_code') == 'TOOL_MAIN_ONLY')}; "
           f"calls interrupted {sum(1 for e in log if e['kind'] == 'tool.finished' and e['body']['status'] == 'interrupted')}")
     assert not violations, "\n".join(violations)
