@@ -13,7 +13,7 @@ when to compact, never a count reported as usage (F-CTX-5).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 import msgspec
 
@@ -59,17 +59,36 @@ def compaction_threshold(context_window: int, trigger_percent: int) -> int:
     return -(-context_window * trigger_percent // 100)
 
 
-def replaceable(agent: AgentState) -> list[Item]:
+def unanswered_inputs(agent: AgentState) -> list[Item]:
+    """The user items at the end of the Working Context that no model response has followed yet:
+    the input a task starts with and the steers placed since (system instructions among them are
+    passed over). A compaction keeps them as written, after its summary: the model answers the
+    user's words, not a summary of them."""
+    out: list[Item] = []
+    for it in reversed(working_context(agent)):
+        if it.role == "system":
+            continue
+        if it.role != "user":
+            break
+        out.append(it)
+    out.reverse()
+    return out
+
+
+def replaceable(agent: AgentState, keep: Collection[str] = ()) -> list[Item]:
     """The Working Context items a compaction replaces: all of them but system instructions
-    (skill instructions and instruction updates keep their effect; they are not conversation)."""
-    return [it for it in working_context(agent) if it.role != "system"]
+    (skill instructions and instruction updates keep their effect; they are not conversation)
+    and the ids in ``keep`` (the inputs not answered yet, :func:`unanswered_inputs`, when they
+    fit beside a summary)."""
+    return [it for it in working_context(agent) if it.role != "system" and it.id not in keep]
 
 
-def worth_compacting(agent: AgentState) -> bool:
+def worth_compacting(agent: AgentState, keep: Collection[str] = ()) -> bool:
     """Whether a compaction would shrink anything: the Working Context holds conversation beyond
-    one summary. (After a compaction it holds just that summary: an automatic compaction is not
-    repeated however large the summary is, so it can never loop.)"""
-    items = replaceable(agent)
+    one summary (and the items in ``keep``). (After a compaction it holds just that summary and
+    the items it kept: an automatic compaction is not repeated however large the summary is, so
+    it can never loop.)"""
+    items = replaceable(agent, keep)
     return bool(items) and not (len(items) == 1 and items[0].role == "summary")
 
 

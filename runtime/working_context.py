@@ -10,8 +10,10 @@ Every operation is recorded, so replay rebuilds the same Working Context
   request only, see :func:`projections.context_budget.fit_summary_input`, and a context-length
   refusal is asked once more at half the size) and
   records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
-  Context item but system instructions is replaced by the summary, which stands where the first
-  of them stood (instructions added later keep their place after it). The summarizing request is
+  Context item but system instructions and the inputs not answered yet is replaced by the
+  summary, which stands where the first of them stood (instructions added later keep their place
+  after it; the unanswered inputs, which the summarizing request does not see, follow it as
+  written). The summarizing request is
   not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
   the conversation); its usage is in the event and counts in the session's usage. A compaction
   that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
@@ -50,6 +52,7 @@ from projections.context_budget import (
     replaceable,
     request_tokens,
     summary_budget,
+    unanswered_inputs,
     worth_compacting,
 )
 from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts, working_context
@@ -258,18 +261,22 @@ class WorkingContextOps:
         if not settings.auto_compaction or not worth_compacting(agent):
             return False
         try:
-            window = self._catalog.model_config(state.model).context_window
+            model = self._catalog.model_config(state.model)
             system = await self._system_prompt()
         except LensError:
             return False  # the request itself records why it cannot be made
+        window = model.context_window
         items, schemas = working_context(agent), self._tool_schemas(agent_id)
+        if not worth_compacting(agent, self._kept_inputs(agent, system, schemas, model)):
+            return False
         threshold = compaction_threshold(window, settings.trigger_percent)
         if request_tokens(system, items, schemas) < threshold:
             return False
         kept = request_tokens(system, [it for it in items if it.role == "system"], schemas)
         if kept >= threshold:
             # What a compaction keeps (system prompt, system instructions, tool schemas) reaches
-            # the threshold alone: compacting cannot bring the request below it, and would
+            # the threshold alone (the inputs not answered yet, kept too, are not counted: a large
+            # input is answered after this request and can be summarized with the rest next time): compacting cannot bring the request below it, and would
             # summarize the conversation away before every request.
             log.info("session %s: not compacting automatically: the system prompt, instructions and tool "
                         "schemas alone are estimated at %d tokens, the threshold is %d", self._session_id,
@@ -285,6 +292,22 @@ class WorkingContextOps:
 
     # ------------------------------------------------------------------ compaction
 
+    @staticmethod
+    def _kept_inputs(agent: Any, system: Sequence[str], schemas: Sequence[dict[str, Any]],
+                     model: Any) -> frozenset[str]:
+        """The ids of the inputs not answered yet that a compaction keeps as written: all of them
+        when they fit, with the system prompt, instructions and tool schemas, in the window less
+        the room for a summary (what a summarizing request may use); else none, and they are
+        summarized with the rest (an input larger than the window could not be sent as written)."""
+        inputs = unanswered_inputs(agent)
+        if not inputs:
+            return frozenset()
+        instructions = [it for it in working_context(agent) if it.role == "system"]
+        if request_tokens(system, [*instructions, *inputs], schemas) > summary_budget(
+                model.context_window, model.max_output_tokens):
+            return frozenset()
+        return frozenset(it.id for it in inputs)
+
     async def compact(self, agent_id: str, task_id: str | None,
                       trigger: Literal["manual", "auto"]) -> dict[str, Any] | None:
         """Summarize ``agent_id``'s Working Context and record ``context.compacted``; its answer,
@@ -298,12 +321,22 @@ class WorkingContextOps:
         provider, model_id, _ref = self._catalog.resolve(state.model)
         model = self._catalog.model_config(state.model)
         items = working_context(agent)
+        schemas = self._tool_schemas(agent_id)
+        try:
+            system = await self._system_prompt()
+        except LensError:
+            system = []  # (the next request says why it cannot be made; the inputs are judged without it)
+        # The inputs not answered yet stay as written after the summary, which is of the rest.
+        keep = self._kept_inputs(agent, system, schemas, model)
+        if not worth_compacting(agent, keep):
+            raise ContextError("NOTHING_TO_COMPACT", "the working context holds nothing to compact but the "
+                               "inputs not answered yet, which a compaction keeps as written")
         # Scrubbed before fit_summary_input cuts large items to their heads: a key stored before
         # the daemon knew it goes to no provider, whole or as the first characters of a cut.
-        shown = self._secrets.scrub_structs(items, Item)  # (items stays what decide() compares)
-        replaced = [it.id for it in replaceable(agent)]
+        shown = self._secrets.scrub_structs([it for it in items if it.id not in keep], Item)
+        # (items stays what decide() compares)
+        replaced = [it.id for it in replaceable(agent, keep)]
         size = len(agent.items)
-        schemas = self._tool_schemas(agent_id)
 
         def summarizing(budget: int) -> tuple[ModelRequest, SummaryInput]:
             # The Working Context as it is when it fits the budget; else cut to fit, with the

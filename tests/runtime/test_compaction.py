@@ -22,11 +22,15 @@ from projections.context_budget import (
     item_tokens,
     prunable_results,
     request_tokens,
+    replaceable,
     summary_budget,
     text_tokens,
+    unanswered_inputs,
+    worth_compacting,
 )
 from events.reader import StoredEvent
 from projections.session_state import (
+    AgentState,
     PRUNED_PLACEHOLDER,
     REMOVED_PLACEHOLDER,
     Item,
@@ -51,6 +55,7 @@ from runtime.working_context import (
     ContextError,
     DescribeContext,
     EditContext,
+    WorkingContextOps,
     check_setting,
     resolve_settings,
 )
@@ -263,9 +268,14 @@ async def test_automatic_compaction_starts_at_exactly_the_threshold_and_not_one_
         assert compacted.event.trigger == "auto"
         summarizing, after = rt.faux.requests[-2], rt.faux.requests[-1]
         # (what the estimate saw: the agent's own system prompt, as its first request had it)
-        assert request_tokens(rt.faux.requests[-3].system, summarizing.items[:-1], summarizing.tools) == threshold
-        assert summarizing.items[-2].text == message and summarizing.items[-1].text == COMPACTION_INSTRUCTION
-        assert [(it.role, it.text) for it in after.items] == [("summary", SUMMARY_TEXT)]
+        # The input the request answers is not summarized: the summarizing request sees what came
+        # before it, and the request after the compaction reads it as written, after the summary.
+        assert [it.text for it in summarizing.items[:-1]][0] == "hello"
+        assert message not in [it.text for it in summarizing.items]
+        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION
+        assert [(it.role, it.text) for it in after.items] == [("summary", SUMMARY_TEXT), ("user", message)]
+        assert request_tokens(rt.faux.requests[-3].system, [*summarizing.items[:-1], after.items[-1]],
+                              summarizing.tools) == threshold
         kinds = await rt.kinds(at)
         assert kinds.index("context.compacted") < len(kinds) - 1 - kinds[::-1].index("model.requested")
 
@@ -275,6 +285,56 @@ async def test_automatic_compaction_starts_at_exactly_the_threshold_and_not_one_
         await rt.run_to_idle(below, "r2", message)
         assert not by_kind(await rt.events(below), "context.compacted")
         assert rt.faux.requests[-1].items[-1].text == message
+
+
+async def test_the_input_an_automatic_compaction_meets_unanswered_is_read_as_written(
+        runtime_factory, autojump_clock):
+    # The newest input was summarized with the rest when the compaction came before its first
+    # request, so the model read a summary of "/tool …" and never called the tool.
+    threshold = compaction_threshold(WINDOW, 50)
+    async with runtime_factory(script=[SUMMARY], context=FIFTY, model_configs=MODELS) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        await rt.run_to_idle(sid, "r2", (await _filler(rt, sid, threshold))[4 * 100:])  # below it
+        assert not by_kind(await rt.events(sid), "context.compacted")
+        await rt.run_to_idle(sid, "r3", "/tool get_system_time {}")
+        compacted = one(await rt.events(sid), "context.compacted")
+        st = await rt.state(sid)
+        newest = [it for it in st.agents["main"].items if it.role == "user"][-1]
+        assert newest.text == "/tool get_system_time {}" and newest.id not in compacted.event.replaced_item_ids
+        after = next(r for r in rt.faux.requests if r.items and r.items[0].role == "summary")
+        assert [(it.role, it.text) for it in after.items] == [("summary", SUMMARY_TEXT),
+                                                              ("user", "/tool get_system_time {}")]
+        started = [e for e in by_kind(await rt.events(sid), "tool.started") if e.seq > compacted.seq]
+        assert [e.event.name for e in started] == ["get_system_time"]
+
+
+def test_the_unanswered_inputs_are_kept_exactly_while_they_fit_beside_a_summary():
+    model = ModelConfig(id="faux-1", context_window=1000, max_output_tokens=200)
+    budget = summary_budget(model.context_window, model.max_output_tokens)
+    system, schemas = ["SYSTEM PROMPT"], [{"name": "t", "description": "d"}]
+
+    def agent(text: str) -> AgentState:
+        return AgentState("main", items=[
+            Item("c1", "user", 1, None, "hello"), Item("c2", "assistant", 2, None, "hi"),
+            Item("c3", "user", 3, None, text), Item("c4", "system", 4, None, "SKILL"),
+            Item("c5", "user", 5, None, "a steer")])
+
+    fixed = request_tokens(system, [Item("c4", "system", 4, None, "SKILL"), Item("c5", "user", 5, None, "a steer"),
+                                    Item("c3", "user", 3, None, "")], schemas)
+    at = "x" * (4 * (budget - fixed))
+    assert request_tokens(system, [*agent(at).items[2:]], schemas) == budget
+    kept = WorkingContextOps._kept_inputs(agent(at), system, schemas, model)
+    assert kept == {"c3", "c5"}  # the system instruction between them is passed over, not a stop
+    assert [it.id for it in replaceable(agent(at), kept)] == ["c1", "c2"]
+    assert worth_compacting(agent(at), kept)
+    # One token past the budget: they could not stand beside a summary, and are summarized too.
+    assert WorkingContextOps._kept_inputs(agent(at + "xxxx"), system, schemas, model) == frozenset()
+    # Nothing answered since the last user item: nothing to keep; only inputs: nothing to compact.
+    answered = AgentState("main", items=[Item("c1", "user", 1, None, "hello"), Item("c2", "assistant", 2, None, "hi")])
+    assert unanswered_inputs(answered) == []
+    only = AgentState("main", items=[Item("c1", "user", 1, None, "hello")])
+    assert not worth_compacting(only, WorkingContextOps._kept_inputs(only, system, schemas, model))
 
 
 async def test_no_automatic_compaction_when_what_it_cannot_replace_reaches_the_threshold_alone(
