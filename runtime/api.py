@@ -475,16 +475,43 @@ RETRY_AFTER_CODES = frozenset({"SESSION_UNAVAILABLE", "STORE_CLOSED", "STORE_UNA
                                "EXECUTOR_UNAVAILABLE", "SKILL_UNAVAILABLE"})
 
 
-def artifact_type(data: bytes, aid: str) -> dict[str, str]:
+# The types an artifact is served as when its ``artifact.stored`` says so and its bytes agree (a
+# fetched PDF): each with its file name's extension and the bytes it must begin with. All are
+# documents a browser does not run in the page that fetched them, served as an attachment; any
+# other stored type (``text/html``, ``image/svg+xml``…) is never served as itself.
+STORED_TYPES: dict[str, tuple[str, tuple[bytes, ...]]] = {
+    "application/pdf": ("pdf", (b"%PDF-",)),
+    "application/zip": ("zip", (b"PK\x03\x04", b"PK\x05\x06")),
+    "application/gzip": ("gz", (b"\x1f\x8b",)),
+}
+# On every artifact answer: were it ever opened as a page (a download's preview, a link pasted
+# with a credential some proxy adds), it runs nothing, loads nothing and has no origin of its own
+# to act in; and no other site may embed it.
+ARTIFACT_GUARD = {"Content-Security-Policy": "sandbox; default-src 'none'",
+                  "Cross-Origin-Resource-Policy": "same-origin"}
+
+
+def stored_type_claimed(data: bytes) -> bool:
+    """Whether ``data`` begins as one of :data:`STORED_TYPES` does (so its stored type is asked)."""
+    return any(data.startswith(magic) for _, magics in STORED_TYPES.values() for magic in magics)
+
+
+def artifact_type(data: bytes, aid: str, stored: str | None = None) -> dict[str, str]:
     """``Content-Type`` and ``Content-Disposition`` of an artifact, from its bytes (an artifact
-    is named by its digest alone): the four image types models take, inline; UTF-8 text without
-    NUL (a job's output, a fetched JSON document, source), ``text/plain; charset=utf-8`` inline,
-    never HTML or script whatever it holds; anything else bytes, as an attachment. With
-    ``nosniff`` (on every answer) nothing is rendered as another type in the dashboard's origin."""
+    is named by its digest alone) and the type its ``artifact.stored`` gave (``stored``): the four
+    image types models take, inline; a type of :data:`STORED_TYPES` the bytes agree with, as an
+    attachment; UTF-8 text without NUL (a job's output, a fetched JSON document, source),
+    ``text/plain; charset=utf-8`` inline, never HTML or script whatever it holds; anything else
+    bytes, as an attachment. With ``nosniff`` (on every answer) nothing is rendered as another
+    type in the dashboard's origin."""
     image = sniff_image(data)
     name = aid[:16]
     if image is not None:
         return {"Content-Type": image, "Content-Disposition": f'inline; filename="{name}.{image.split("/")[1]}"'}
+    if stored in STORED_TYPES:
+        ext, magics = STORED_TYPES[stored]
+        if data.startswith(magics):
+            return {"Content-Type": stored, "Content-Disposition": f'attachment; filename="{name}.{ext}"'}
     if b"\0" not in data:
         try:
             data.decode("utf-8")
@@ -962,9 +989,13 @@ def create_app(svc: Services) -> QuartTrio:
     async def artifact(aid: str) -> Response:
         check_artifact_id(aid, "artifact id")
         data = await load_artifact(aid)
+        # (the type it was stored with is asked only of bytes that may be one of those served as
+        # stored: every other answer is the same whether the projections are up to date or not)
+        stored = await svc.projections.artifact_type(aid) if stored_type_claimed(data) else None
         # (a large artifact's bytes are read as UTF-8 off the event loop)
-        kind = artifact_type(data, aid) if len(data) <= 1 << 20 else await trio.to_thread.run_sync(artifact_type, data, aid)
-        headers = {**kind, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
+        kind = (artifact_type(data, aid, stored) if len(data) <= 1 << 20
+                else await trio.to_thread.run_sync(artifact_type, data, aid, stored))
+        headers = {**kind, **ARTIFACT_GUARD, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
         # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
         # range (206) for a client resuming or showing part of a large binary.
         if request.if_none_match.contains_weak(aid):

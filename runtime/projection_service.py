@@ -21,6 +21,7 @@ from events.schema import PROJECTIONS_DB, open_read_connection
 from events.store import STORAGE_ERRORS, EventStore
 from events.types import DefaultModelSet
 from projections.artifact_names import ArtifactNames
+from projections.artifact_types import ArtifactTypes
 from projections.history import HistoryIndex
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
@@ -291,6 +292,17 @@ class ProjectionService:
         conn = self._read_conn
         try:
             return await trio.to_thread.run_sync(ArtifactNames.named, conn, ids, limiter=self._read_limiter)
+        except apsw.Error as exc:
+            raise _unreadable(exc) from None
+
+    async def artifact_type(self, aid: str) -> str | None:
+        """The type ``aid`` was first stored with (``artifact.stored``), once the projections
+        have caught up with the log; ``None`` if no event stored it. Raises
+        ``PROJECTION_STALLED`` or ``PROJECTIONS_UNREADABLE``."""
+        await self.caught_up()
+        conn = self._read_conn
+        try:
+            return await trio.to_thread.run_sync(ArtifactTypes.type_of, conn, aid, limiter=self._read_limiter)
         except apsw.Error as exc:
             raise _unreadable(exc) from None
 

@@ -658,7 +658,7 @@ def test_a_log_written_under_a_raised_maximum_event_size_is_read_whole(tmp_path:
     assert res.returncode == 0 and res.stderr == "", res.stderr
     assert json.loads(res.stdout)["total"]["events"] == 1
     res = lens("log", "rebuild", "--data", str(data))
-    assert (res.returncode, res.stdout.strip()) == (0, "rebuilt artifact_names, history, projects, sessions, settings, stats from 1 event(s)"), \
+    assert (res.returncode, res.stdout.strip()) == (0, "rebuilt artifact_names, artifact_types, history, projects, sessions, settings, stats from 1 event(s)"), \
         res.stdout + res.stderr
 
 
@@ -1247,7 +1247,7 @@ def test_session_events_without_a_session_do_not_break_rebuild(log_dir: Path) ->
                      "WHERE kind IN ('session.created', 'input.submitted')")
     res = lens("log", "rebuild", "--data", str(log_dir))
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("rebuilt artifact_names, history, projects, sessions, settings, stats from ")
+    assert res.stdout.startswith("rebuilt artifact_names, artifact_types, history, projects, sessions, settings, stats from ")
 
 
 def _first_line_then_close(*args: str) -> tuple[bytes, int]:
