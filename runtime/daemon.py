@@ -164,6 +164,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         store.close()
         await catalog.aclose()
         raise ListenFailed(f"cannot listen on {opts.host}:{opts.port} (Address already in use)")
+    listening: socket.socket = listener  # (the server's, from here on)
     if (ahead := ts_ahead(store.opened_last_ts, now_ms())) is not None:  # reported, never rewritten
         say(f"lens: warning: {ahead}")
     projections: ProjectionService | None = None
@@ -295,10 +296,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                             # Serving the socket bound above (listen_socket): hypercorn's `serve`
                             # binds its own from `bind`, and the one it is built on takes sockets.
                             await worker_serve(wrap_app(inflight, hc.wsgi_max_body_size, "asgi"), hc,
-                                               sockets=Sockets([], [listener], []),
+                                               sockets=Sockets([], [listening], []),
                                                shutdown_trigger=stop.wait, task_status=task_status)
                     finally:
-                        listener.close()  # (closed by the server's listener already, unless it never ran)
+                        listening.close()  # (closed by the server's listener already, unless it never ran)
                         http_done.set()
 
                 binds: list[str] = await services.start(run_http)
@@ -334,6 +335,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         await catalog.aclose()
         say("lens: stopped")
     finally:
+        listening.close()  # (a start that failed before the server took it; else closed already)
         if projections is not None:
             projections.close()
         if snapshots is not None:
