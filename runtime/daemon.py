@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import trio
-from hypercorn.trio import serve as hyper_serve
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 
 from events import types as t
 from events.secrets import Secrets
@@ -99,6 +101,8 @@ class ServeOptions:
     # The keys to keep out of everything the daemon stores, shows and says, its start-up errors
     # and log lines included; None: those of the config's credential variables in os.environ.
     secrets: Secrets | None = None
+    # The stop signals taken before the daemon's receiver opens (see HeldSignals); None: none are.
+    held: "HeldSignals | None" = None
 
     def known_secrets(self) -> Secrets:
         return self.secrets if self.secrets is not None else config_secrets(self.config, os.environ)
@@ -122,6 +126,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
     # directory behind, wherever a mistyped --data pointed.
     artifacts = ArtifactStore(opts.data_dir / "artifacts")  # (makes nothing until an artifact is put)
     catalog = build_catalog(cfg, cli_model=opts.model, artifacts=artifacts)
+    listener: socket.socket | None = None
     try:
         try:
             catalog.check(None)
@@ -143,14 +148,23 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             if fault is not None:
                 raise ConfigError(f"executor.tokenEnv {cfg.executor.token_env} {fault}")
             remote = RemoteExecutor(cfg.executor.address, token, cfg.executor.shared_filesystem)
-        await trio.to_thread.run_sync(check_listenable, opts.host, opts.port, opts.data_dir)
+        hc = server_answers.ServerConfig()
+        # (in a worker thread: a name is resolved)
+        listener = await trio.to_thread.run_sync(listen_socket, opts.host, opts.port, opts.data_dir, hc.backlog)
         store = EventStore.open(opts.data_dir, synchronous=cfg.log.synchronous,
                                 max_event_bytes=cfg.log.max_event_bytes, compression_level=cfg.log.compression_level,
                                 auto_dictionary_after=AUTO_DICTIONARY_AFTER if cfg.log.auto_dictionary else None,
                                 secrets=keys)
     except BaseException:
+        if listener is not None:
+            listener.close()
         await catalog.aclose()
         raise
+    if listener is None:  # the port was held, the data directory not (any more): the bind's own error
+        store.close()
+        await catalog.aclose()
+        raise ListenFailed(f"cannot listen on {opts.host}:{opts.port} (Address already in use)")
+    listening: socket.socket = listener  # (the server's, from here on)
     if (ahead := ts_ahead(store.opened_last_ts, store.opened_clock, store.ts_ahead_seq)) is not None:  # (never rewritten)
         say(f"lens: warning: {ahead}")
     projections: ProjectionService | None = None
@@ -232,9 +246,6 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         if missing:
             log.warning("hypercorn's own error answers keep their empty body: %s not as expected",
                         ", ".join(missing))
-        hc = server_answers.ServerConfig()
-        host = f"[{opts.host}]" if ":" in opts.host and not opts.host.startswith("[") else opts.host
-        hc.bind = [f"{host}:{opts.port}"]
         hc.graceful_timeout = 5.0
         hc.keep_alive_timeout = KEEP_ALIVE_SECONDS
         hc.h11_max_incomplete_size = UNFINISHED_HEAD_BYTES  # (the head's limit is the app's: head_limit)
@@ -249,7 +260,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             # once that catch-up was done) or a kill (SIGTERM). The receiver is not one of the
             # services: it stays while they stop (an MCP server slow to exit is waited for).
             grace = trio.CancelScope()  # the wait for requests in progress at shutdown
-            signals: trio.CancelScope = await root.start(_signals, stop, grace)
+            signals: trio.CancelScope = await root.start(_signals, stop, grace, opts.held)
             async with trio.open_nursery() as services:
                 starting = trio.CancelScope()  # (cancelled once the daemon serves)
                 services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
@@ -285,21 +296,16 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
                     try:
                         with http_scope:
-                            await hyper_serve(inflight, hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+                            # Serving the socket bound above (listen_socket): hypercorn's `serve`
+                            # binds its own from `bind`, and the one it is built on takes sockets.
+                            await worker_serve(wrap_app(inflight, hc.wsgi_max_body_size, "asgi"), hc,
+                                               sockets=Sockets([], [listening], []),
+                                               shutdown_trigger=stop.wait, task_status=task_status)
                     finally:
+                        listening.close()  # (closed by the server's listener already, unless it never ran)
                         http_done.set()
 
-                try:
-                    binds: list[str] = await services.start(run_http)
-                except (OSError, BaseExceptionGroup) as exc:  # (hypercorn's nursery wraps it)
-                    errors = _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
-                    if not all(isinstance(e, OSError) for e in errors):
-                        raise
-                    # an address this machine does not have, a name that does not resolve, a
-                    # port in use: the daemon cannot serve, and says so
-                    first = errors[0]
-                    reason = first.strerror if isinstance(first, OSError) and first.strerror else str(first)
-                    raise ListenFailed(f"cannot listen on {opts.host}:{opts.port} ({reason})") from None
+                binds: list[str] = await services.start(run_http)
                 guard.port = _port_of(binds[0]) if binds else opts.port
                 say(f"lens: event log at {opts.data_dir}; {store.last_seq} event(s)")
                 for b in binds:
@@ -332,6 +338,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         await catalog.aclose()
         say("lens: stopped")
     finally:
+        listening.close()  # (a start that failed before the server took it; else closed already)
         if projections is not None:
             projections.close()
         if snapshots is not None:
@@ -499,42 +506,86 @@ def stop_signals() -> tuple[int, ...]:
     return tuple(s for s in STOP_SIGNALS if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN)
 
 
-async def _signals(stop: trio.Event, grace: trio.CancelScope, *,
+async def _signals(stop: trio.Event, grace: trio.CancelScope, held: "HeldSignals | None", *,
                    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
     """The first of :func:`stop_signals` sets ``stop``; any later one cancels ``grace``, the
     shutdown's wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open
     until the services end (the caller cancels the scope it is started with then): a second signal
-    was a traceback (SIGINT) or a kill (SIGTERM)."""
+    was a traceback (SIGINT) or a kill (SIGTERM). A signal ``held`` took before the receiver opened
+    sets ``stop`` as soon as it is open."""
     with trio.CancelScope() as scope, trio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
+        if held is not None and held.received:  # one came while the daemon started: a stop, as here
+            stop.set()
         async for _ in signals:
             if stop.is_set():
                 grace.cancel()
             stop.set()
 
 
+class HeldSignals:
+    """The daemon's stop signals, taken from the moment ``lens serve`` begins (a context manager:
+    the handlers it found are put back on exit).
+
+    The receiver of :func:`_signals` opens once the store is open; before it, a SIGTERM or SIGHUP
+    killed the process outright (a large log being opened, a slow name to resolve) and a SIGINT
+    was a ``KeyboardInterrupt`` traceback wherever it fell. Held here, a signal is recorded and
+    the receiver, once open, takes it for a stop: the start-up is ended as a stop while it starts
+    is (exit 0, ``lens: stopped``, the store closed). After the receiver closes (the services
+    have ended, the store drains) one is recorded and changes nothing: the daemon is stopping.
+    The handler only appends to a list: it may run between any two bytecodes of the main thread,
+    inside trio's run loop too (and trio leaves SIGINT alone when a handler of ours is set).
+    A signal before ``lens serve``'s code runs at all (the interpreter's start, its imports) keeps
+    the system's default."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "HeldSignals":
+        for sig in stop_signals():  # (before any is replaced: a SIGHUP ignored under nohup stays so)
+            self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 class ListenFailed(LensError):
     code = "LISTEN_FAILED"
 
 
-def check_listenable(host: str, port: int, data_dir: Path) -> None:
-    """Bind ``host:port`` as the HTTP server will (hypercorn: an IPv6 socket for a host with a
-    colon, ``SO_REUSEADDR``), then let it go: a port in use, an address this machine does not
-    have, a name that does not resolve are ``LISTEN_FAILED`` before the data directory is made or
-    opened (a refused start left an initialised one behind). The server binds again once its
-    services run; a port taken in between is still ``LISTEN_FAILED``, from there. When another
-    process holds ``data_dir`` (a second `lens serve` of the same daemon, which holds the port
-    too), nothing is raised here: the store's ``STORE_LOCKED`` names that cause."""
+def listen_socket(host: str, port: int, data_dir: Path, backlog: int) -> socket.socket | None:
+    """The HTTP server's listening socket, bound to ``host:port`` as hypercorn binds (an IPv6
+    socket for a host with a colon, ``SO_REUSEADDR``, ``TCP_NODELAY``) and listening: the one bind
+    the daemon makes, before the data directory is made or opened. A port in use, an address this
+    machine does not have, a name that does not resolve are ``LISTEN_FAILED`` from that bind (a
+    refused start left an initialised data directory behind; with a check that let its socket go
+    and a second bind by the server, a port taken in between failed after the store was open).
+    When the bind fails and another process holds ``data_dir`` (a second `lens serve` of the same
+    daemon, which holds the port too), ``None`` is returned: the store's ``STORE_LOCKED`` names
+    that cause. The caller owns the socket (the server closes it when it stops serving)."""
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((bare, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
     except OSError as exc:
-        if not _held_by_another(data_dir):
-            raise ListenFailed(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-    finally:
         sock.close()
+        if _held_by_another(data_dir):
+            return None
+        raise ListenFailed(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _held_by_another(data_dir: Path) -> bool:

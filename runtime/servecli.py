@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -16,6 +17,9 @@ from .logcli import silence_stdout
 from .pairing import PairFileInvalid, PairStore
 from .startcheck import check_startable
 from .terminal import shown
+
+if TYPE_CHECKING:
+    from .daemon import HeldSignals
 
 
 # `lens executor serve --listen`'s default (docs/executor.md).
@@ -70,6 +74,15 @@ def _pair_config(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .daemon import HeldSignals
+
+    # The stop signals are the daemon's from here on (see HeldSignals): one that comes while the
+    # config is read or the store opened stops the daemon as it would once it serves.
+    with HeldSignals() as held:
+        return _serve(args, held)
+
+
+def _serve(args: argparse.Namespace, held: "HeldSignals") -> int:
     from .daemon import ServeOptions, run
     from .undumpable import make_undumpable
 
@@ -99,7 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               .replace("server.port", "--port").replace("defaultModel", "--model")) from None
     check_private_data_dir(data_dir)
     return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes),
-                            secrets=args.secrets))
+                            secrets=args.secrets, held=held))
 
 
 def _pairs(args: argparse.Namespace) -> PairStore:

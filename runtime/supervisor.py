@@ -34,6 +34,12 @@ log = logging.getLogger("lens.supervisor")
 
 MAILBOX = 64
 
+# What reading a broken session's log raises: its damage (a body that does not decode, damaged
+# pages: the log's own errors, with their seq) or a failure of the storage under it. Anything
+# else out of such a read is a defect of ours, and is let through (a route answers 500 INTERNAL
+# and logs its traceback) rather than passed off as the session's quarantine.
+READ_FAILURES = (LogError, *STORAGE_ERRORS)
+
 
 @dataclass
 class _Handle:
@@ -213,7 +219,7 @@ class Supervisor:
         reader = SessionActor(session_id, self.deps, recv)
         try:
             state = reader.state = await reader.load_state()
-        except Exception as exc:
+        except READ_FAILURES as exc:
             log.debug("cannot read quarantined session %s: %r", session_id, exc)
             raise SessionQuarantined(f"session {session_id!r} is quarantined: {reason}") from None
         if state.quarantined is None:  # the quarantine event could not be recorded
@@ -236,11 +242,12 @@ class Supervisor:
         return {"deleted": True}
 
     async def _recorded_quarantine(self, session_id: str) -> bool:
-        """Whether the log holds a ``session.quarantined`` of ``session_id`` (False if it cannot tell)."""
+        """Whether the log holds a ``session.quarantined`` of ``session_id`` (False if its read
+        fails as a broken log's does, :data:`READ_FAILURES`; anything else is raised)."""
         try:
             return bool(await self.deps.store.read_events(session_id=session_id, kinds=["session.quarantined"],
                                                           limit=1))
-        except Exception:
+        except READ_FAILURES:
             return False
 
     def _ensure(self, session_id: str) -> _Handle:
@@ -307,18 +314,22 @@ class Supervisor:
         with trio.CancelScope(shield=True):
             # Once is enough: a session the log shows quarantined already (its replay failing again
             # after a restart) is not recorded again each time.
-            if not await self._recorded_quarantine(handle.session_id):
-                try:
+            try:
+                if not await self._recorded_quarantine(handle.session_id):
                     try:
                         project_id = await self.deps.store.session_project(handle.session_id)
-                    except Exception as exc:
+                    except READ_FAILURES as exc:
                         log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
                         project_id = None
                     await self.deps.store.append(Draft(
                         t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
                         session_id=handle.session_id))
-                except Exception as exc:  # the log itself may be what fails; the status stays in memory
-                    log.error("could not record quarantine of %s: %r", handle.session_id, exc)
+            except Exception as exc:
+                # The log itself may be what fails (the status stays in memory). The session is
+                # quarantined for its crashes whatever fails here; a defect of ours in the
+                # recording is logged with its traceback, not taken for "not recorded".
+                log.error("could not record quarantine of %s: %r", handle.session_id, exc,
+                          exc_info=not isinstance(exc, READ_FAILURES + (StoreWriteFailed,)))
         self._quarantined[handle.session_id] = reason
         err = SessionQuarantined(f"session {handle.session_id!r} is quarantined: {reason}")
         while True:  # answer what is queued, then close (no checkpoint in between)

@@ -85,3 +85,40 @@ def children(*, zombies: bool = False) -> dict[int, Proc]:
 
 def command_line(p: Proc) -> str:
     return " ".join(a.decode(errors="replace") for a in p.argv if a) or f"pid {p.pid}"
+
+
+def blocked_writing_a_pipe(pid: int) -> bool:
+    """Whether ``pid`` sleeps in a write to a full pipe (its kernel wait channel: ``pipe_write``,
+    ``anon_pipe_write`` on newer kernels). Reading another process's wait channel needs ptrace
+    access to it (the suite's user, or root for a process that is not dumpable, as `lens serve` is)."""
+    try:
+        return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports ``pid`` holds a listening socket on (IPv4 and IPv6), from its descriptors
+    and ``/proc/<pid>/net/tcp*``."""
+    inodes: set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        return set()
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # (state LISTEN)
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports

@@ -8,6 +8,15 @@ an incomplete character at a chunk's end (at most 3 bytes) until that stream's n
 writes what is left at :meth:`StreamJoin.flush` (the command ended, or its reader stopped).
 Bytes that are not UTF-8 are passed on as they come; only a lead byte whose sequence the chunk
 cuts short is held. Used by ``run_command`` and by background jobs.
+
+``run_command`` also keeps each stream's *lines* whole (``whole_lines``): a line the command
+writes in several pieces, or one longer than a read (a 100 KiB JSON line, a minified file
+printed), came in several chunks, and a line of the other stream that arrived between them was
+put in its middle. Its result is read once the command has ended, so holding a stream's
+unfinished line until its end (or the command's) delays nothing; the hold is bounded by the
+output cap. A background job's output is read while it runs, so it is written as it comes:
+a line held back would hide a prompt or a progress line without its newline for as long as
+it stays unfinished. There the other stream's output may come inside a line, as in a terminal.
 """
 
 from __future__ import annotations
@@ -29,13 +38,27 @@ def incomplete_tail(data: bytes) -> int:
 
 class StreamJoin:
     """Writes chunks of named streams to ``sink`` in the order they come, each stream's
-    characters whole. Call :meth:`flush` once the streams ended (or their reader stops)."""
+    characters whole (and with ``whole_lines``, each stream's lines: a stream's bytes after its
+    last newline wait for the next one). Call :meth:`flush` once the streams ended (or their
+    reader stops)."""
 
-    def __init__(self, sink: Callable[[bytes], object]) -> None:
+    def __init__(self, sink: Callable[[bytes], object], *, whole_lines: bool = False) -> None:
         self._sink = sink
         self._held: dict[str, bytes] = {}
+        self._whole_lines = whole_lines
+        self._lines: dict[str, bytearray] = {}  # (with whole_lines: each stream's unfinished line)
 
     def write(self, stream: str, data: bytes) -> None:
+        if self._whole_lines:  # (a line in many chunks is gathered in place, not copied at each)
+            line = self._lines.setdefault(stream, bytearray())
+            end = data.rfind(b"\n")
+            if end < 0:
+                line += data
+                return
+            line += data[:end + 1]
+            self._sink(bytes(line))
+            self._lines[stream] = bytearray(data[end + 1:])
+            return
         data = self._held.pop(stream, b"") + data
         cut = incomplete_tail(data)
         if cut < len(data):
@@ -46,7 +69,8 @@ class StreamJoin:
     def flush(self) -> None:
         """Write what is held (characters the command never finished: they read as U+FFFD)."""
         held, self._held = self._held, {}
-        for data in held.values():
+        lines, self._lines = self._lines, {}
+        for data in [*held.values(), *(bytes(line) for line in lines.values() if line)]:
             self._sink(data)
 
 

@@ -304,7 +304,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         cap = int_arg(args, "max_output_bytes", 0, 0, MAX_COMMAND_OUTPUT)
         cwd = command_cwd(args, command)
         out = bytearray()
-        join = StreamJoin(out.extend)
+        join = StreamJoin(out.extend, whole_lines=True)  # (lines kept whole: tools.command_output)
         exit_info: Any = None
         async with locked(ctx, write=True) as ex:
             judged = await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)

@@ -382,10 +382,11 @@ async def test_a_character_split_across_stdout_chunks_stays_whole_when_stderr_co
     r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token)
     assert (r.json()["output"], r.json()["nextOffset"], r.json()["eof"]) == ("ERR€\n", 7, True)
     await report_answered(daemon, token, sid, job_id)
-    # run_command joins the two streams the same way
+    # run_command keeps the characters whole too, and each stream's lines: stdout's line is
+    # written whole, stderr's "ERR" (which no newline ended) at the end
     done = await run_tool(daemon, token, sid, "r2", "run_command", {"command": f"python3 -c {SPLIT_CHARACTER}"})
     assert done["status"] == "ok", done
-    assert done["content"][0]["text"] == "ERR€\n\n[exit 0]"
+    assert done["content"][0]["text"] == "€\nERR\n[exit 0]"
 
 
 async def test_output_that_is_not_utf8_read_in_pages_adds_up_to_the_whole(daemon: Daemon):

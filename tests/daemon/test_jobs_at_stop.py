@@ -9,6 +9,7 @@ and ``lens log verify`` over the log they leave."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,53 @@ async def test_a_graceful_stop_saves_a_running_jobs_output_up_to_its_bound_and_t
             assert await serve.terminate() == 0
         verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+# Three ways a command leaves processes behind: a background job of its shell (in its process
+# group), a `setsid` one (a session and group of its own) and a daemonizing double fork (setsid,
+# then its parent exits: re-parented). Each writes its pid once it runs.
+ESCAPERS = ("sleep 1000 & echo $! > bg.pid; "
+            "setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000' >/dev/null 2>&1 </dev/null & "
+            "(setsid sh -c 'echo $$ > forked.pid; exec sleep 1000' >/dev/null 2>&1 </dev/null &); "
+            "echo started; exec sleep 1000")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_graceful_stop_ends_every_process_a_running_job_started(tmp_path: Path, sig: int):
+    # What the job's stop and a command's timeout or cancel end (tests/daemon/test_jobs.py,
+    # tests/executor/test_commands.py), the daemon's own stop ends too: the executor, stopping,
+    # cancels the command, whose reaper (a child subreaper) ends its group and what left it.
+    from tests.procfs import read_proc
+
+    pids: dict[str, int] = {}
+    with trio.fail_after(4 * LIMIT):
+        try:
+            async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+                token, sid = await setup(d)
+                ws = d.root / "workspaces" / "p"
+                await start_job(d, token, sid, "r1", ESCAPERS)
+
+                async def all_started() -> bool:
+                    for name in ("bg", "setsid", "forked"):
+                        text = (ws / f"{name}.pid").read_text() if (ws / f"{name}.pid").exists() else ""
+                        if text.endswith("\n"):
+                            pids[name] = int(text)
+                    return len(pids) == 3
+
+                await wait_until(all_started, what="the job's three processes running")
+                assert serve.proc is not None
+                serve.proc.send_signal(sig)
+                with trio.fail_after(LIMIT):
+                    code = await serve.proc.wait()
+                assert code == 0, (tmp_path / "serve-0.err").read_text()[-2000:]
+
+            async def all_gone() -> bool:
+                return all((p := read_proc(pid)) is None or p.state in ("Z", "X") for pid in pids.values())
+
+            await wait_until(all_gone, timeout=15, what=f"the job's processes {pids} ended with the daemon")
+        finally:
+            for pid in pids.values():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass

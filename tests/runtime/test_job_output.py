@@ -101,3 +101,37 @@ def test_pages_of_output_that_is_not_utf8_add_up_to_the_whole():
     # an offset inside a real character still moves to the next one
     assert ring.read(len(data) - 1, 10, final=True) == ("", len(data), len(data))
     assert ring.tail(4) == "\ufffde" + "é"  # the tail starts at a stray byte: it is shown too
+
+
+def test_run_commands_output_keeps_each_streams_lines_whole():
+    """A line longer than a read of the executor (64 KiB), or written in pieces, came in several
+    chunks; a stderr line arriving between them was put inside it in ``run_command``'s result.
+    With ``whole_lines`` each stream's lines are written whole, the other stream's between them."""
+    from tools.command_output import StreamJoin
+
+    long_line = b"a" * 100_000 + b"\n"
+    out = bytearray()
+    join = StreamJoin(out.extend, whole_lines=True)
+    join.write("stdout", b"first\n" + long_line[:65536])  # (a read ends inside the long line)
+    join.write("stderr", b"warning: something\n")
+    join.write("stdout", long_line[65536:] + b"last, unfinished")
+    join.write("stderr", b"partial err")
+    assert bytes(out) == b"first\n" + b"warning: something\n" + long_line
+    join.flush()  # what no newline ended is written at the end, each stream's whole
+    assert bytes(out) == b"first\nwarning: something\n" + long_line + b"last, unfinishedpartial err"
+    # a line in many small chunks (a character cut between them too) comes out once, whole
+    out.clear()
+    join = StreamJoin(out.extend, whole_lines=True)
+    word = "é😀".encode()
+    for i in range(len(word)):
+        join.write("stdout", word[i:i + 1])
+        join.write("stderr", b"e%d\n" % i)
+    join.write("stdout", b"\n")
+    assert bytes(out).decode() == "".join(f"e{i}\n" for i in range(len(word))) + "é😀\n"
+    # without it (a job's live output) bytes go on as they come: the stderr line inside the line
+    out.clear()
+    join = StreamJoin(out.extend)
+    join.write("stdout", long_line[:65536])
+    join.write("stderr", b"warning\n")
+    join.write("stdout", long_line[65536:])
+    assert bytes(out) == long_line[:65536] + b"warning\n" + long_line[65536:]

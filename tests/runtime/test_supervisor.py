@@ -585,3 +585,38 @@ async def test_a_job_without_its_end_is_pending_work_both_ways(tmp_path):
                 nursery.cancel_scope.cancel()
         finally:
             service.close()
+
+
+async def test_a_defect_reading_a_quarantined_session_is_not_its_quarantine(runtime_factory, autojump_clock,
+                                                                              monkeypatch):
+    """A quarantined session's reads (its view) caught any exception as SESSION_QUARANTINED, so a
+    slip of ours in that read was passed off as the session's state. Only what a broken log's read
+    raises (the log's errors, a failing storage) is the quarantine; a defect is raised as itself.
+    (That a real corruption still quarantines is test_repeated_failed_replays_quarantine_the_session.)"""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        for _ in range(100):  # each ActorUnavailable is a restarted actor that crashed again
+            try:
+                await rt.call(sid, WaitIdle())
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined:
+                break
+        st = await rt.call(sid, GetState())  # read from the log: it reads whole
+        assert st.status == "quarantined"
+
+        # trio's worker-thread hop, through which the store reads, fails as a defect would.
+        real = trio.to_thread.run_sync
+
+        async def failing(fn, *args, **kwargs):
+            if getattr(fn, "__qualname__", "").startswith("EventStore.read_events"):
+                raise AttributeError("a slip of ours")
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(trio.to_thread, "run_sync", failing)
+        with pytest.raises(AttributeError, match="a slip of ours"):
+            await rt.call(sid, GetState())
+        monkeypatch.setattr(trio.to_thread, "run_sync", real)
+        assert (await rt.call(sid, GetState())).status == "quarantined"
