@@ -9,13 +9,14 @@ from pathlib import Path
 import msgspec
 
 from .cliargs import Once, config_path, whole_number
-from .config import ConfigError, check_config, check_private_data_dir, expand_path, load_config, pair_file_path
+from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
 from .logcli import silence_stdout
 from .pairing import PairFileInvalid, PairStore
 from .startcheck import check_startable
 from .terminal import shown
+from .trust import check_private_data_dir
 
 
 # `lens executor serve --listen`'s default (docs/executor.md).
@@ -97,8 +98,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise InvalidArgument(exc.message.replace("dataDir", "--data").replace("server.host", "--host")
                               .replace("server.port", "--port").replace("defaultModel", "--model")) from None
-    check_private_data_dir(data_dir)
-    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes),
+    repaired = check_private_data_dir(data_dir)  # (files inside it others could write: made private, said)
+    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model,
+                            tuple(notes + repaired),
                             secrets=args.secrets))
 
 
