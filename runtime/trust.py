@@ -112,20 +112,21 @@ def repair_data_files(data_dir: Path) -> list[str]:
     may write theirs no longer (``chmod go-w``, the other bits kept), and return a note for
     each: Lens made them (``0600`` files, ``0700`` directories) and owns them, so a looser mode
     is a leftover (a file made by hand, copied or restored under another umask), not a choice
-    to keep. A symbolic link is judged by what it leads to (a dangling one is skipped).
+    to keep. A symbolic link is judged by what it leads to (a dangling one is skipped, as is
+    what this user cannot list or ``stat``: Lens cannot read it either).
     :class:`DataDirNotPrivate` for one owned by another user (root's pass): its owner can
     write it whatever its mode, and only ``chown`` (as root) can fix that."""
     notes: list[str] = []
-    for folder, dirs, files in os.walk(data_dir, onerror=_walk_error(data_dir)):
+    # (a directory this user cannot list, or a name it cannot stat, is passed over: Lens cannot
+    # read it either, and the store names what it cannot read with its own code)
+    for folder, dirs, files in os.walk(data_dir):
         dirs.sort()
         for name in sorted(dirs) + sorted(files):
             path = Path(folder) / name
             try:
                 st = os.stat(path)
-            except FileNotFoundError:
-                continue  # (a dangling link, or removed since it was listed)
-            except OSError as exc:
-                raise DataDirNotPrivate(f"cannot check {path} in the data directory: {exc.strerror}") from None
+            except OSError:
+                continue  # (a dangling link or a loop, removed since it was listed, out of this user's reach)
             why = others_can_change(st)
             if why is None:
                 continue
@@ -141,8 +142,3 @@ def repair_data_files(data_dir: Path) -> list[str]:
             notes.append(f"{path} was {why}; made {mode & ~0o022:04o} (chmod go-w), as Lens makes it")
     return notes
 
-
-def _walk_error(data_dir: Path):  # type: ignore[no-untyped-def]
-    def fail(exc: OSError) -> None:
-        raise DataDirNotPrivate(f"cannot check {exc.filename} in the data directory {data_dir}: {exc.strerror}")
-    return fail
