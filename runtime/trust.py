@@ -30,9 +30,9 @@ def the_fix(why: str, path: Path | str, owner: str = "this user") -> str:
 def others_can_swap(st: os.stat_result) -> str | None:
     """Why a directory *above* the one Lens reads (with ``st``) lets another user swap what is
     below it, or ``None``: :func:`~runtime.atomicfile.others_can_change`, except that a sticky
-    directory owned by this user or root (the temporary directory, mode ``1777``) passes, since in it no user
-    can rename or remove a name another owns (and the next directory down, which is this user's
-    or root's, is judged itself)."""
+    directory owned by this user or root (the temporary directory, mode ``1777``) passes, since
+    in it no user can rename or remove a name another owns (and the next directory down, which
+    is this user's or root's, is judged itself)."""
     why = others_can_change(st)
     if why is not None and not why.startswith("owned") and st.st_mode & stat.S_ISVTX:
         return None
@@ -40,8 +40,8 @@ def others_can_swap(st: os.stat_result) -> str | None:
 
 
 def directories_above(directory: Path) -> list[Path]:
-    """The directories above ``directory``, nearest first, up to ``/``: those of its absolute
-    path as named and those of the path its symbolic links lead to (a link on the way is
+    """The directories above ``directory``, up to ``/``: those of its absolute path as named
+    (nearest first), then those of the path its symbolic links lead to (a link on the way is
     judged by the directory holding it, and what it leads to by the directories above that)."""
     named = Path(os.path.abspath(directory))
     real = Path(os.path.realpath(directory))
@@ -75,8 +75,8 @@ def check_private_data_dir(data_dir: Path) -> list[str]:
     (or root) can change, or swap: the directory (the one a symbolic link leads to) writable by
     the group or by others, or another user's (:func:`~runtime.atomicfile.others_can_change`,
     the rule the config and the pair file are held to), or a directory above it that is
-    (:func:`loose_directory_above`; a sticky one of root's or this user's passes). Such a user could put
-    a log of theirs in place of ``events.db`` (whose events a replay turns into what the agent
+    (:func:`loose_directory_above`; a sticky one of root's or this user's passes). Such a user
+    could put a log of theirs in place of ``events.db`` (whose events a replay turns into what the agent
     does next), or artifacts and projections Lens serves as its own. A directory that does not
     exist yet is not judged itself (``lens serve`` makes it ``0700``), the ones above it are.
 
