@@ -29,6 +29,7 @@ from .atomicfile import FileTooLarge, others_can_change, read_regular_file
 from .errors import MAX_REASON, LensError, short_reason, shortened
 from .credentials import WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
 from .mcp_config import McpServerConfig, check_mcp_servers
+from .trust import loose_directory_above, swap_fix, the_fix
 
 DEFAULT_CONFIG_PATH = Path("config/lens.jsonc")
 DEFAULT_PAIR_FILE = "pair.json"
@@ -39,12 +40,6 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 class ConfigError(LensError):
     code = "CONFIG_INVALID"
-
-
-class DataDirNotPrivate(LensError):
-    """A data directory another local user can change (:func:`check_private_data_dir`)."""
-
-    code = "DATA_DIR_NOT_PRIVATE"
 
 
 class _C(msgspec.Struct, rename="camel", kw_only=True):
@@ -565,54 +560,47 @@ def load_config(path: Path | None) -> tuple[Config, Path, list[str]]:
     return cfg, path, notes
 
 
+_DAEMON_USER = "the daemon's user"
+
+
 def check_private_config(path: Path, st: os.stat_result) -> None:
-    """:class:`ConfigError` for a config file (``st``: the ``fstat`` of the file read) or a
-    directory holding it (its own, and its link target's) that a user other than the daemon's
-    (or root) can change: writable by the group or by others, or another user's
-    (:func:`~runtime.atomicfile.others_can_change`). Such a user could point a provider's
-    ``baseUrl`` at a server of theirs, which is then sent the key, name another variable as
-    ``apiKeyEnv``, or start an MCP server of their choosing as the daemon's user; in a
-    directory they can write they can put such a file in the config's place. Readable by
-    others is not refused (see the note about credentials it holds)."""
+    """:class:`ConfigError` for a config file (``st``: the ``fstat`` of the file read), a
+    directory holding it (its own, and its link target's), or a directory above those up to
+    ``/``, that a user other than the daemon's (or root) can change: writable by the group or
+    by others, or another user's (:func:`~runtime.atomicfile.others_can_change`; above, a
+    sticky directory owned by root or this user passes: :func:`~runtime.trust.others_can_swap`).
+    Such a user could point a provider's ``baseUrl`` at a server of theirs, which is then sent
+    the key, name another variable as ``apiKeyEnv``, or start an MCP server of their choosing as
+    the daemon's user; in a directory they can write, or above it, they can put such a file
+    (or a directory holding one) in the config's place. Readable by others is not refused (see
+    the note about credentials it holds)."""
     why = others_can_change(st)
     if why is not None:
-        fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"chmod go-w {path}"
         raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
-                          f"theirs or run commands as this user; check it, then {fix}")
-    for folder in dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]):
+                          f"theirs or run commands as this user; check it, then "
+                          f"{the_fix(why, path, _DAEMON_USER)}")
+    folders = list(dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]))
+    for folder in folders:
         try:
             why = others_can_change(os.stat(folder))
         except OSError as exc:
             raise ConfigError(f"cannot check the config directory {folder}: {exc.strerror}") from None
         if why is not None:
-            fix = "give it to the daemon's user (chown)" if why.startswith("owned") else f"chmod go-w {folder}"
             raise ConfigError(f"the config directory {folder} is {why}, who could put a config of theirs in "
                               f"place of {path.name} (and send the providers' keys to a server of theirs); "
-                              f"check what it holds, then {fix}, or move the config to a directory of the "
-                              f"daemon's user alone")
-
-
-def check_private_data_dir(data_dir: Path) -> None:
-    """:class:`DataDirNotPrivate` for an existing data directory (the one a symbolic link leads
-    to) that a user other than this process's (or root) can change: writable by the group or by
-    others, or another user's (:func:`~runtime.atomicfile.others_can_change`, the rule the
-    config and the pair file are held to). Such a user could put a log of theirs in place of
-    ``events.db`` (whose events a replay turns into what the agent does next), or artifacts and
-    projections Lens serves as its own. Lens makes the directory ``0700``; one made by hand with
-    looser modes is refused by every command that opens it. A directory that does not exist yet
-    is not judged (``lens serve`` makes it ``0700``)."""
-    try:
-        st = os.stat(data_dir)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise DataDirNotPrivate(f"cannot check the data directory {data_dir}: {exc.strerror}") from None
-    why = others_can_change(st)
-    if why is not None:
-        fix = "give it to this user (chown)" if why.startswith("owned") else f"chmod go-w {data_dir}"
-        raise DataDirNotPrivate(f"data directory {data_dir} is {why}, who could replace the event log, the "
-                                f"projections or the artifacts in it; check what it holds, then {fix} "
-                                f"(Lens makes it 0700)")
+                              f"check what it holds, then {the_fix(why, folder, _DAEMON_USER)}, "
+                              f"or move the config to a directory of the daemon's user alone")
+    for folder in folders:
+        try:
+            above = loose_directory_above(folder)
+        except OSError as exc:
+            raise ConfigError(f"cannot check the directories above the config directory {folder}: "
+                              f"{exc.strerror}") from None
+        if above is not None:
+            raise ConfigError(f"the directory {above[0]} above the config directory {folder} is {above[1]}, who "
+                              f"could put a directory of theirs, and a config in it, in place of {folder}; "
+                              f"check what it holds, then {swap_fix(above[1], above[0])}, or move the config "
+                              f"to a directory of the daemon's user alone")
 
 
 def unknown_keys_listed(keys: list[str]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from events.secrets import Secrets
 
@@ -78,6 +78,40 @@ def url_passwords(text: str) -> list[str]:
     return found
 
 
+# The keys of a connection string whose value is a password or an account's key: libpq's keyword
+# DSN (`host=h password=PW`), ODBC and ADO.NET (`Uid=u;Pwd=PW;`, `Password=PW;`), JDBC and URL
+# query strings (`?password=PW`), Azure's storage and Service Bus strings (`AccountKey=…;`,
+# `SharedAccessKey=…;`). Not `passfile` (a path), `password_reset`, `sslmode`.
+DSN_PASSWORD_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "accountkey", "sharedaccesskey")
+# A `key=value` pair whose key is one of them: at the start, after a blank, `;`, `?` or `&`
+# (never inside a word: `bypass=1`, `--password=…` is a flag's, judged as one); `=` may have
+# blanks around it (libpq); the value single-quoted (libpq, `\'` inside), braced (ODBC, `}}`
+# inside), double-quoted (ADO.NET) or bare up to a blank, `;` or `&`.
+_DSN_PAIR = re.compile(r"(?:^|(?<=[\s;?&]))(?:" + "|".join(DSN_PASSWORD_KEYS) + r")\s*=\s*"
+                       r"(?:'((?:[^'\\]|\\.)*)'|\{((?:[^}]|\}\})*)\}|\"([^\"]*)\"|([^\s;&'\"{][^\s;&]*))",
+                       re.IGNORECASE)
+
+
+def dsn_passwords(text: str) -> list[str]:
+    """The passwords ``text`` holds in a data source name or connection string, as written and
+    unquoted: a URL's (:func:`url_passwords`), and the value of each ``password=``-like pair
+    (:data:`DSN_PASSWORD_KEYS`) of a URL's query string (``?password=PW``), a libpq keyword DSN
+    (``host=h password=PW``, ``password='P W'``), an ODBC or ADO.NET connection string
+    (``Pwd={PW};``, ``Password=PW;``). An empty value is none."""
+    found = url_passwords(text)
+    for match in _DSN_PAIR.finditer(text):
+        quoted, braced, double, bare = match.groups()
+        if quoted is not None:
+            found += [quoted, re.sub(r"\\(.)", r"\1", quoted)]
+        elif braced is not None:
+            found += [braced, braced.replace("}}", "}")]
+        elif double is not None:
+            found.append(double)
+        elif bare:
+            found += [bare, unquote(bare)]
+    return [value for value in dict.fromkeys(found) if value]
+
+
 # An argument that is a credential's flag (`--token`, `--api-key`, `--password=…`).
 _FLAG = re.compile(r"--?([A-Za-z][A-Za-z0-9_-]*)(=(.*))?", re.S)
 # An argument that is an Authorization header (`Authorization: Bearer …`, as MCP proxies take).
@@ -88,7 +122,8 @@ def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     """The keys a daemon with ``cfg`` knows, to keep out of all it stores, shows and says: the
     values ``environ`` holds under :func:`secret_env_names`, then what the config gives an MCP
     server that is a credential (:func:`mcp_credentials`), and the values of its ``envFrom``
-    variables that are (by name, or by :data:`TOKEN_SHAPE`). Each is shown as
+    variables that are (by name, or by :data:`TOKEN_SHAPE`), and the passwords their
+    connection strings hold (:func:`dsn_passwords`). Each is shown as
     ``[redacted NAME]``. Other values an MCP server is given (a path, a mode) are not:
     scrubbing every value of eight characters or more would blank ordinary words and paths out
     of that server's answers."""
@@ -101,6 +136,8 @@ def config_secrets(cfg: Config, environ: Mapping[str, str]) -> Secrets:
     for name in sorted({name for s in cfg.mcp_servers.values() for name in s.env_from}):
         if (value := environ.get(name)) and TOKEN_SHAPE.fullmatch(value.strip()):
             values.setdefault(value, name)
+        for password in dsn_passwords(value or ""):
+            values.setdefault(password, name)
     return Secrets(values)
 
 
@@ -109,12 +146,16 @@ def mcp_credentials(cfg: Config) -> list[tuple[str, str, str]]:
     server itself: an ``env`` literal whose name is a credential's (:func:`is_credential_name`)
     or whose value has a token's shape (:data:`TOKEN_SHAPE`: ``"GH": "ghp_…"``); in its ``args``,
     the value of a credential's flag (``--token X``, ``--api-key=X``), of an ``Authorization``
-    header, a URL's password (``postgres://u:PASSWORD@h/db``) and any token-shaped word."""
+    header, a URL's or a connection string's password (``postgres://u:PASSWORD@h/db``,
+    ``host=h password=PW``: :func:`dsn_passwords`) and any token-shaped word; in an ``env``
+    literal under a plain name, the password of such a string (``"DSN": "…;Password=PW;"``)."""
     found: list[tuple[str, str, str]] = []
     for server, s in sorted(cfg.mcp_servers.items()):
         for name, value in sorted(s.env.items()):
             if value and (is_credential_name(name) or token_words(value)):
                 found.append((f"mcpServers[{server!r}].env[{name!r}]", name, value))
+            elif value:  # (`"DSN": "host=h password=PW"`: the password, not the whole string)
+                found += [(f"mcpServers[{server!r}].env[{name!r}]", name, pw) for pw in dsn_passwords(value)]
         for i, arg in enumerate(s.args):
             where, name = f"mcpServers[{server!r}].args[{i}]", f"mcpServers.{server}.args"
             values: list[str] = []
@@ -126,7 +167,7 @@ def mcp_credentials(cfg: Config) -> list[tuple[str, str, str]]:
                     where = f"mcpServers[{server!r}].args[{i + 1}]"
             if header := _AUTH_HEADER.match(arg):
                 values.append(header.group(1))
-            values += url_passwords(arg)
+            values += dsn_passwords(arg)
             values += token_words(arg)
             found += [(where, name, value) for value in values if value]
     return found
@@ -152,14 +193,14 @@ def executor_hidden_env(cfg: Config, environ: Mapping[str, str]) -> frozenset[st
     named as a credential (:func:`is_credential_name`: ``AWS_SECRET_ACCESS_KEY``,
     ``GITHUB_TOKEN``, ``NPM_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_CLIENT_SECRET``),
     holding a token-shaped value (:data:`TOKEN_SHAPE`) or a URL with a password
-    (``DATABASE_URL=postgres://u:PW@h/db``: :func:`url_passwords`; the whole variable, not the
-    URL without its password, which would fail as a wrong password does), or among :data:`AGENT_ENV` — the
+    (``DATABASE_URL=postgres://u:PW@h/db``, ``PGDSN=host=h password=PW``, ``Password=PW;``:
+    :func:`dsn_passwords`; the whole variable, not the URL without its password, which would fail as a wrong password does), or among :data:`AGENT_ENV` — the
     operator's shell's credentials, which the config never gave
     the agent — but those ``executor.passEnv`` names (a command run to publish or to open a pull
     request needs its token); the configured keys are withheld whatever it says."""
     ambient = {name for name, value in environ.items()
                if name in AGENT_ENV or is_credential_name(name) or TOKEN_SHAPE.fullmatch(value.strip())
-               or url_passwords(value)}
+               or dsn_passwords(value)}
     return withheld_env_names(cfg) | (ambient - set(cfg.executor.pass_env))
 
 

@@ -41,10 +41,11 @@ from projections.projector import Projector, ProjectionsDamaged, ProjectionsDele
 from projections.registry import all_projections
 from projections.stats import KindStats
 
-from .config import ConfigError, check_private_data_dir, expand_path, load_config
+from .config import ConfigError, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
 from .cliargs import Once, config_path, text as _text, whole_number
 from .terminal import shown, to_stderr
+from .trust import check_private_data_dir
 
 _json = msgspec.json.Encoder()
 
@@ -531,7 +532,8 @@ def run(args: argparse.Namespace) -> int:
     if source is not None and (data_dir / EVENTS_DB).exists():  # one line on stderr, never on stdout (which
         # scripts parse; a missing log's error names the config itself, in its one line)
         _err(f"lens: data directory {data_dir} (the dataDir of {source})", args.secrets)
-    check_private_data_dir(data_dir)
+    for note in check_private_data_dir(data_dir):  # (files inside it others could write: made private, said)
+        _err(f"lens: {note}", args.secrets)
     args.data = str(data_dir)
     try:
         return func(args)

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .cliargs import Once, config_path, whole_number
-from .config import ConfigError, check_config, check_private_data_dir, expand_path, load_config, pair_file_path
+from .config import ConfigError, check_config, expand_path, load_config, pair_file_path
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
 from .logcli import silence_stdout
 from .pairing import PairFileInvalid, PairStore
 from .startcheck import check_startable
 from .terminal import shown
+from .trust import check_private_data_dir
 
 if TYPE_CHECKING:
     from .daemon import HeldSignals
@@ -110,9 +111,9 @@ def _serve(args: argparse.Namespace, held: "HeldSignals") -> int:
     except ConfigError as exc:
         raise InvalidArgument(exc.message.replace("dataDir", "--data").replace("server.host", "--host")
                               .replace("server.port", "--port").replace("defaultModel", "--model")) from None
-    check_private_data_dir(data_dir)
-    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model, tuple(notes),
-                            secrets=args.secrets, held=held))
+    repaired = check_private_data_dir(data_dir)  # (files inside it others could write: made private, said)
+    return run(ServeOptions(cfg, path, data_dir, flagged.server.host, flagged.server.port, args.model,
+                            tuple(notes + repaired), secrets=args.secrets, held=held))
 
 
 def _pairs(args: argparse.Namespace) -> PairStore:
