@@ -47,8 +47,10 @@ class StreamJoin:
         self._held: dict[str, bytes] = {}
         self._whole_lines = whole_lines
         self._lines: dict[str, bytearray] = {}  # (with whole_lines: each stream's unfinished line)
+        self._last: str | None = None  # the stream of the last chunk written
 
     def write(self, stream: str, data: bytes) -> None:
+        self._last = stream
         if self._whole_lines:  # (a line in many chunks is gathered in place, not copied at each)
             line = self._lines.setdefault(stream, bytearray())
             end = data.rfind(b"\n")
@@ -67,11 +69,17 @@ class StreamJoin:
             self._sink(data[:cut])
 
     def flush(self) -> None:
-        """Write what is held (characters the command never finished: they read as U+FFFD)."""
+        """Write what is held (characters the command never finished: they read as U+FFFD),
+        the stream of the last chunk last: where a cap cut the output (in its last chunk), the
+        text still ends at the cut, so the piece of a key before it is found at the end
+        (``Secrets.mend``), not followed by another stream's unfinished line."""
         held, self._held = self._held, {}
         lines, self._lines = self._lines, {}
-        for data in [*held.values(), *(bytes(line) for line in lines.values() if line)]:
-            self._sink(data)
+        streams = sorted({*held, *lines}, key=lambda s: s == self._last)  # (stable: the others in order)
+        for stream in streams:
+            for data in (held.get(stream, b""), bytes(lines.get(stream, b""))):
+                if data:
+                    self._sink(data)
 
 
 async def drain(events: AsyncIterable[Any], join: StreamJoin) -> Any | None:

@@ -128,6 +128,40 @@ async def test_command_output_file_pages_and_job_output_cut_inside_a_key_show_no
     assert not leaks("the session's events", everything, [KEY]), everything[:400]
 
 
+# A command that leaves a line of stdout unfinished, then one of stderr, then writes the key on
+# stdout past the cap: each write waits until the executor has read the one before (its pipe
+# empty, FIONREAD), so the chunks come in this order.
+INTERLEAVED = """import fcntl, os, struct, sys, termios, time
+def drained(fd):
+    end = time.monotonic() + 30
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"0000"))[0] and time.monotonic() < end:
+        time.sleep(0.001)
+os.write(1, b"out "); drained(1)
+os.write(2, b"err "); drained(2)
+os.write(1, open("key.txt", "rb").read())
+"""
+
+
+async def test_command_output_cut_inside_a_key_shows_no_piece_of_it_when_another_streams_line_is_unfinished(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # run_command keeps each stream's lines whole, writing what no newline ended at the end: the
+    # cut (in stdout's line) must still be where the result ends, or its piece of the key is
+    # followed by stderr's unfinished line and is not left out.
+    monkeypatch.setenv(NAME, KEY)
+    d = await daemon_factory(config=keyed_config())
+    token = await d.pair("cut-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "interleaved.py").write_text(INTERLEAVED)
+    (ws / "key.txt").write_text(KEY + "\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    ran = await run_tool(d, token, sid, "cmd", "run_command",
+                         {"command": "python3 interleaved.py", "max_output_bytes": 8 + INTO})
+    text = json.dumps(ran)
+    assert not leaks("run_command's result", text, [KEY]), text
+    assert ran["content"][0]["text"] == "err out \n[exit 0, output truncated]", text
+
+
 async def test_a_project_file_cut_for_the_prompt_sends_no_piece_of_a_key(
         daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
     # <workspace>/AGENTS.md is cut at MAX_PROJECT_FILE_CHARS for the system prompt, 10
