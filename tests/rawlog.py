@@ -1,5 +1,11 @@
-"""``events.db`` read and changed behind Lens's back (its writer closed), as a hand edit, a
-restored backup or a damaged disk would: for tests of what Lens makes of such a log."""
+"""``events.db`` read and changed behind Lens's back, as a hand edit, a restored backup or a
+damaged disk would: for tests of what Lens makes of such a log.
+
+Always through apsw, the SQLite library Lens itself uses, never the standard ``sqlite3``: a store
+or daemon may hold the same file open in the test's own process, and POSIX locks belong to the
+process, so a second SQLite library closing its descriptor of the file drops the locks the first
+one holds (SQLite's own warning); the WAL index can then be shrunk under a reader that has it
+mapped (a SIGBUS, seen once in CI)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import apsw
 def edit_log(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
     """Run one statement on ``data_dir``'s events.db in a transaction of its own."""
     conn = apsw.Connection(str(data_dir / "events.db"))
+    conn.set_busy_timeout(5000)  # (a daemon may be writing)
     try:
         with conn:
             conn.execute(sql, args)
@@ -22,6 +29,7 @@ def edit_log(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
 def log_rows(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple]:
     """The rows of one query on ``data_dir``'s events.db, opened read-only."""
     conn = apsw.Connection(str(data_dir / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(5000)
     try:
         return list(conn.execute(sql, args))
     finally:

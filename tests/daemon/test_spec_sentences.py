@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import json
 
-import apsw
-import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from ..executor.conftest import start_executor, stop_process
 from ..providers.conftest import tiny_png
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
+from ..rawlog import edit_log, log_rows
 from .conftest import BUSY, error_of, lens_command, run_tool, stop_daemon, wait_until
 from .keyleaks import loop_config
 from .test_question_restart import CONFIG as ASKING, _asking
@@ -75,16 +74,11 @@ def _append_future_event(data_dir, session_id: str, project_id: str) -> int:
     ``session_id``, as a newer Lens would have written it: its seq."""
     raw = msgspec.msgpack.encode({"kind": "future.kind", "note": "from a newer Lens"})
     body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
-    con = sqlite3.connect(data_dir / "events.db", timeout=5)
-    try:
-        seq, ts = con.execute("SELECT max(seq) + 1, max(ts) FROM events").fetchone()
-        (sseq,) = con.execute("SELECT max(session_seq) + 1 FROM events WHERE session_id = ?", (session_id,)).fetchone()
-        con.execute("INSERT INTO events(seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, "
-                    "request_id, dict_id, raw_size, body) VALUES (?, ?, ?, ?, ?, 'main', NULL, 'future.kind', NULL, 0, ?, ?)",
-                    (seq, ts, project_id, session_id, sseq, len(raw), body))
-        con.commit()
-    finally:
-        con.close()
+    (seq, ts), = log_rows(data_dir, "SELECT max(seq) + 1, max(ts) FROM events")
+    (sseq,), = log_rows(data_dir, "SELECT max(session_seq) + 1 FROM events WHERE session_id = ?", (session_id,))
+    edit_log(data_dir, "INSERT INTO events(seq, ts, project_id, session_id, session_seq, agent_id, task_id, kind, "
+             "request_id, dict_id, raw_size, body) VALUES (?, ?, ?, ?, ?, 'main', NULL, 'future.kind', NULL, 0, ?, ?)",
+             (seq, ts, project_id, session_id, sseq, len(raw), body))
     return seq
 
 
@@ -207,16 +201,8 @@ async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it
 
 
 def _dictionaries(data_dir) -> int:
-    # Through apsw, the library the daemon in this process uses: a second SQLite library (the
-    # standard sqlite3) closing its descriptor of the same file drops the other's POSIX locks,
-    # and its WAL index could be shrunk under the daemon's mapped view of it (a SIGBUS in the
-    # dictionary trainer's read, seen once in CI).
-    con = apsw.Connection(str(data_dir / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        con.set_busy_timeout(5000)
-        return con.execute("SELECT count(*) FROM dictionaries").fetchall()[0][0]
-    finally:
-        con.close()
+    # (through apsw, as every read of a log a daemon in this process holds: tests/rawlog.py)
+    return log_rows(data_dir, "SELECT count(*) FROM dictionaries")[0][0]
 
 
 async def test_the_automatic_dictionary_is_optional(daemon_factory, tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-import sqlite3
 from typing import Any
 
 import msgspec
@@ -23,6 +22,7 @@ from events import types as t
 from events.store import Draft, EventStore
 from runtime import stream_api
 
+from ..rawlog import edit_log
 from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block, raw_http
 
 
@@ -300,12 +300,7 @@ async def test_after_query_parameter_and_bad_last_event_id(daemon: Daemon, stron
 def damage_event(d: Daemon, seq: int) -> None:
     """Replace the stored body of event ``seq`` with a zstd frame that does not decode (as a
     damaged disk would), behind the daemon's back."""
-    con = sqlite3.connect(d.data_dir / "events.db", timeout=5)
-    try:
-        con.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (seq,))
-        con.commit()
-    finally:
-        con.close()
+    edit_log(d.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (seq,))
 
 
 @pytest.mark.parametrize("by", ["all", "project"])
@@ -339,13 +334,8 @@ def relabel_event(d: Daemon, seq: int, kind: str) -> None:
     writes one), behind the daemon's back."""
     raw = msgspec.msgpack.encode({"kind": kind, "note": "from elsewhere"})
     body = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
-    con = sqlite3.connect(d.data_dir / "events.db", timeout=5)
-    try:
-        con.execute("UPDATE events SET kind = ?, body = ?, raw_size = ?, dict_id = 0 WHERE seq = ?",
-                    (kind, body, len(raw), seq))
-        con.commit()
-    finally:
-        con.close()
+    edit_log(d.data_dir, "UPDATE events SET kind = ?, body = ?, raw_size = ?, dict_id = 0 WHERE seq = ?",
+             (kind, body, len(raw), seq))
 
 
 async def test_a_row_whose_kind_holds_a_line_break_writes_no_frame_of_its_own(daemon: Daemon, strong: str,
