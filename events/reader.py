@@ -332,6 +332,7 @@ class LogReader:
         after_session_seq: int | None = None,
         max_bytes: int | None = None,
         page_bytes: int | None = None,
+        project_id: str | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
         """Pages of row tuples in :data:`ROW_COLUMNS` order (filters as in :meth:`rows`), one
         read transaction each. ``page_bytes`` ends each page (not the read) before its rows pass
@@ -351,6 +352,9 @@ class LogReader:
         if kinds:
             where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
             args.extend(kinds)
+        if project_id is not None:
+            where.append("project_id = ?")
+            args.append(project_id)
         order, ss_arg, careful = "seq", -1, False
         if session_id is not None and self._unnumbered_in(session_id, after, to):
             # A row of the session without a session_seq (an edited log) lies outside every range
@@ -494,6 +498,7 @@ class LogReader:
         after_session_seq: int | None = None,
         max_bytes: int | None = None,
         page_bytes: int | None = PAGE_BYTES,
+        project_id: str | None = None,
     ) -> Iterator[StoredRow]:
         """Stored rows with ``after < seq <= to`` in ``seq`` order, optionally filtered.
 
@@ -503,11 +508,13 @@ class LogReader:
         but never before its first row: a page of a few huge events stays a few events.
         Reads in pages so no read transaction is held for long; ``page_bytes`` bounds what one
         page holds (stored bodies or declared sizes, whichever is larger), so a long read of
-        large events runs in bounded memory.
+        large events runs in bounded memory. ``project_id`` keeps the rows of one project (the
+        others are skipped in SQL, never decoded; no index: bound the read with ``to``).
         """
         for page_rows in self._pages(
             after=after, to=to, session_id=session_id, kinds=kinds, limit=limit, page=page,
             after_session_seq=after_session_seq, max_bytes=max_bytes, page_bytes=page_bytes,
+            project_id=project_id,
         ):
             for r in page_rows:
                 yield StoredRow(*r)

@@ -974,11 +974,13 @@ class EventStore:
         after_session_seq: int | None = None,
         max_bytes: int = READ_BYTES,
         kinds: Sequence[str] | None = None,
+        project_id: str | None = None,
     ) -> list[StoredEvent]:
         """Decoded events with ``seq > after`` (at most ``limit``), off the trio thread.
 
         ``after_session_seq``: only events with a ``session_seq`` above it (see ``LogReader.rows``).
-        ``kinds``: only events of these kinds (the others are skipped in SQL, never decoded).
+        ``kinds``: only events of these kinds (the others are skipped in SQL, never decoded);
+        ``project_id``: only events of this project (likewise; no index, so bound it with ``to``).
         A page also ends before its decoded bodies would pass ``max_bytes`` (but holds at least
         one event), so a page shorter than ``limit`` is not the end: read on until one is empty.
         """
@@ -986,7 +988,8 @@ class EventStore:
         def read() -> list[StoredEvent]:
             reader = self._get_reader()
             return list(reader.events(after=after, to=to, session_id=session_id, limit=limit,
-                                      after_session_seq=after_session_seq, max_bytes=max_bytes, kinds=kinds))
+                                      after_session_seq=after_session_seq, max_bytes=max_bytes, kinds=kinds,
+                                      project_id=project_id))
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 

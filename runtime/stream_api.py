@@ -73,21 +73,24 @@ async def _no_body() -> AsyncIterator[bytes]:
     yield  # (an async generator)
 
 
-async def _replay_page(store: EventStore, after: int, to: int, session: str | None,
+async def _replay_page(store: EventStore, after: int, to: int, session: str | None, project: str | None,
                        ) -> tuple[list[StoredEvent], LogError | None]:
     """The next page of a stream's replay, and the log error that cut it short (``None``: none).
+    Only the filters' events are read and decoded (a damaged event of another project does not
+    end a project's stream).
 
     A damaged event fails the whole read; the reader names its seq, so the events before it are
     read again up to it. A stream delivers those, reads again (and gets the error with no event
     before it), and then ends saying which event it could not read.
     """
     try:
-        return await store.read_events(after=after, to=to, session_id=session, limit=500), None
+        return await store.read_events(after=after, to=to, session_id=session, project_id=project, limit=500), None
     except CorruptEvent as exc:
         if exc.seq is None or exc.seq - 1 <= after:
             return [], exc
         try:
-            return await store.read_events(after=after, to=exc.seq - 1, session_id=session, limit=500), exc
+            return await store.read_events(after=after, to=exc.seq - 1, session_id=session, project_id=project,
+                                           limit=500), exc
         except LogError as again:
             return [], again
     except LogError as exc:
@@ -107,6 +110,9 @@ def _damage_end(exc: LogError, delivered: int) -> bytes:
 
 REVALIDATE_SECONDS = 0.5  # without watch_streams, each stream re-checks on a timer this often
 REPLAY_WRITE_BYTES = 64 * 1024  # a stream's log replay is written in pieces of about this size
+# A project's replay (no index on project_id) reads the log in stretches of this many seqs, so one
+# read stays short (tens of ms) and the stream checks its credential and pings between them.
+PROJECT_SCAN_SEQS = 50_000
 # A live stream whose client takes no byte of a write for this long is reset (see sse_socket).
 WRITE_STALL_SECONDS = 30.0
 WATCH_SECONDS = 0.25
@@ -187,20 +193,25 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 # (a project's events among many others'): the stream still keeps talking.
                 wrote_at = trio.current_time()
                 yield b": ping\n\n"
-            page, damage = await _replay_page(svc.store, last, sub.start, session)
+            upto = sub.start if project is None else min(sub.start, last + PROJECT_SCAN_SEQS)
+            page, damage = await _replay_page(svc.store, last, upto, session, project)
             if damage is not None and not page:
                 # nothing readable before it: end here, saying why (not a cut connection)
                 log.warning("an SSE stream's replay ends where the log cannot be read: %s (%s)", damage, damage.code)
+                damaged = getattr(damage, "seq", None)
+                if isinstance(damaged, int):  # every event of the filter before it is out
+                    delivered = max(delivered, damaged - 1)
                 yield _damage_end(damage, delivered)
                 return
             if not page:
-                break
+                if upto >= sub.start:
+                    break
+                last = delivered = upto  # nothing of the project in this stretch
+                continue
             parts: list[bytes] = []
             size = 0
             for se in page:
                 last = se.seq
-                if project is not None and se.project_id != project:
-                    continue
                 frame = event_frame(se, svc.store.secrets).data
                 if parts and size + len(frame) > REPLAY_WRITE_BYTES:
                     yield b"".join(parts)

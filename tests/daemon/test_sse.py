@@ -329,6 +329,37 @@ async def test_a_damaged_event_in_the_replay_ends_the_stream_with_a_final_event(
         assert (await stream.next_event()).id == three["seq"]
 
 
+async def test_a_project_stream_reads_only_its_project_in_stretches(daemon: Daemon, strong: str, reader: str,
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    """A project's replay reads only that project's rows (the filter is in the SQL; the others
+    are never decoded), the log in stretches of ``PROJECT_SCAN_SEQS`` seqs: every event of the
+    project arrives once, in order, across stretches with none of its events, and a damaged event
+    of another project does not end the stream (it used to: every event was decoded, then
+    filtered)."""
+    monkeypatch.setattr(stream_api, "PROJECT_SCAN_SEQS", 3)
+    mine = await make_project(daemon, strong, "mine")
+    other = await make_project(daemon, strong, "other")
+    sid = (await daemon.session(strong, mine["id"]))["id"]
+    noise = (await daemon.session(strong, other["id"]))["id"]
+    for i in range(3):
+        for n in range(3):  # stretches of other events longer than a scan's
+            await daemon.submit(strong, noise, f"n{i}-{n}", f"noise {i} {n}")
+            await daemon.wait_idle(strong, noise)
+        await daemon.submit(strong, sid, f"r{i}", f"message {i}")
+        await daemon.wait_idle(strong, sid)
+    theirs = await log_seqs(daemon, reader, project=other["id"])
+    damage_event(daemon, theirs[len(theirs) // 2])
+    want = await log_seqs(daemon, reader, project=mine["id"])
+    async with daemon.sse(reader, params={"project": mine["id"]}, last_event_id=0) as stream:
+        await read_until_seq(stream, want[-1])
+        assert [m.id for m in stream.messages if m.id is not None] == want
+        assert not any(m.event == "stream.end" for m in stream.messages)
+    # the damaged event still ends a stream that must read it
+    async with daemon.sse(reader, params={"project": other["id"]}, last_event_id=0) as stream:
+        events = await stream.to_end()
+    assert events[-1].event == "stream.end" and events[-1].json()["seq"] == theirs[len(theirs) // 2]
+
+
 def relabel_event(d: Daemon, seq: int, kind: str) -> None:
     """Store event ``seq`` as an event of ``kind`` (its body tagged with it, as a newer Lens
     writes one), behind the daemon's back."""
@@ -385,14 +416,16 @@ async def test_heartbeats_keep_an_idle_stream_alive(daemon_factory: DaemonFactor
         assert stream.seqs == []
 
 
-async def test_a_replay_reading_a_long_stretch_its_filter_does_not_match_keeps_talking(daemon_factory: DaemonFactory,
-                                                                                         tmp_path: Path):
+async def test_a_replay_reading_a_long_stretch_its_filter_does_not_match_keeps_talking(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A project's stream resumed from 0 reads the whole log to find that project's events; the
     replay wrote nothing until it found one, and a client that takes a few heartbeats of silence
     for a dead connection (the dashboard takes three) gave up on it, resumed from the same place,
     and never got past the stretch. Now the replay sends a heartbeat when it has been quiet that
-    long, as the live part does. (Only lower bounds on the work: the stretch takes many heartbeats
-    to read on any machine, and at least one must come before the first event.)"""
+    long, as the live part does. The other projects' events are skipped in SQL, in stretches of
+    ``PROJECT_SCAN_SEQS`` seqs; here one seq a stretch, so that the 10,000 reads take many
+    heartbeats on any machine (at least one must come before the first event)."""
+    monkeypatch.setattr(stream_api, "PROJECT_SCAN_SEQS", 1)
     store = EventStore.open(tmp_path / "data")  # the stretch: other events, written before the daemon starts
     try:
         async with trio.open_nursery() as nursery:

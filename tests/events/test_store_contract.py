@@ -114,6 +114,19 @@ class TestStoreContract:
         assert len(await store.read_events(kinds=None)) == 5
         assert [e.seq for e in await store.read_events(after=1, limit=1, kinds=["instruction.appended"])] == [3]
 
+    async def test_read_events_of_one_project_only(self, store: Any) -> None:
+        await store.append(Draft(InstructionAppended(text="a"), project_id="p1", session_id="s1"),
+                           Draft(InstructionAppended(text="b"), project_id="p2", session_id="s2"),
+                           Draft(InstructionAppended(text="c")))
+        await store.append(Draft(InstructionAppended(text="d"), project_id="p1", session_id="s1"))
+        assert texts(await store.read_events(project_id="p1")) == ["a", "d"]
+        assert texts(await store.read_events(project_id="p1", after=1)) == ["d"]
+        assert texts(await store.read_events(project_id="p1", to=3)) == ["a"]
+        assert texts(await store.read_events(project_id="p2", session_id="s2")) == ["b"]
+        assert await store.read_events(project_id="p1", session_id="s2") == []
+        assert await store.read_events(project_id="nowhere") == []
+        assert len(await store.read_events(project_id=None)) == 4
+
     async def test_a_sessions_last_seq(self, store: Any) -> None:
         assert await store.session_last_seq("s1") == 0
         await store.append(note("a"), note("b", session="s2"), note("c"))
