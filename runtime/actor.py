@@ -25,6 +25,7 @@ import trio
 from events import types as t
 from events.errors import AppendRejected, LogError
 from events.reader import StoredEvent
+from events.secrets import Secrets
 from events.store import AppendResult, Draft, EventStore
 from projections.session_state import (
     MAIN_AGENT,
@@ -62,7 +63,7 @@ from .errors import (
 from .providers.base import Delta, ModelRequest, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
 from .skill_loads import SkillLoads, load_failed
-from .views import VIEW_ITEMS_MAX, session_view
+from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, session_view
 
 log = logging.getLogger("lens.actor")
 
@@ -228,6 +229,14 @@ class GetView:
     copied, so a view costs its window, not the session's whole life."""
     items_limit: int = VIEW_ITEMS_MAX
     items_before: int | None = None
+    agents_start: int | None = None  # (None: the agents a view lists by default)
+    agents_limit: int = VIEW_AGENTS_MAX
+
+    def view(self, s: SessionState, secrets: Secrets, checking_inputs: int = 0) -> dict[str, Any]:
+        """The view of ``s`` this command asks for (the actor's and a quarantined session's)."""
+        return session_view(s, checking_inputs=checking_inputs, items_limit=self.items_limit,
+                            items_before=self.items_before, agents_start=self.agents_start,
+                            agents_limit=self.agents_limit, secrets=secrets)
 
 
 @dataclass(frozen=True)
@@ -605,8 +614,7 @@ class SessionActor:
         if isinstance(cmd, GetView):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
-            return session_view(s, checking_inputs=self.checking_inputs, items_limit=cmd.items_limit,
-                                items_before=cmd.items_before, secrets=self.deps.store.secrets)
+            return cmd.view(s, self.deps.store.secrets, self.checking_inputs)
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")

@@ -42,6 +42,7 @@ from .connection_races import guard_connection_races
 from .errors import ActorUnavailable, LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
+from .list_pages import LIST_LIMIT_MAX, PROJECTS, SESSIONS, ListOrder, split_page
 from .pairing import PairFileInvalid, PairFileUnwritable, PairingLimit, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -49,7 +50,7 @@ from .providers.compile import IMAGE_MIMES
 from .server_answers import error_json, refuse
 from .sse_socket import keep_send
 from .supervisor import Supervisor
-from .views import VIEW_ITEMS_MAX, project_view, session_row_view, session_view
+from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, project_view, session_row_view, session_view
 from .working_context import ERROR_STATUS as CONTEXT_STATUS
 from .workspace_api import CODES as WORKSPACE_STATUS
 
@@ -748,9 +749,11 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/projects")
     async def list_projects() -> Response:
+        limit, after = _list_page_args("project")
         await svc.projections.caught_up()
-        rows = await svc.projections.query("SELECT id, name, workspace, created_ts, seq FROM projects ORDER BY created_ts, id")
-        return json_response({"projects": [project_view(r) for r in rows]})
+        rows, more = await read_list(PROJECTS, "SELECT id, name, workspace, created_ts, seq FROM projects", [], [],
+                                     limit, after)
+        return json_response({"projects": [project_view(r) for r in rows]} | _next_after(rows, more, limit))
 
     @app.post("/api/v1/projects")
     async def create_project() -> Response:
@@ -783,21 +786,35 @@ def create_app(svc: Services) -> QuartTrio:
         if flag not in (None, "", "0", "1", "false", "true"):
             raise ApiError("INVALID_ARGUMENT", "includeDeleted must be true, false, 1 or 0")
         include_deleted = flag in ("1", "true")
+        limit, after = _list_page_args("session")
         await svc.projections.caught_up()
-        sql = f"SELECT {SESSION_COLUMNS} FROM sessions"
         where, args = [], []
         if project:
             where.append("project_id = ?")
             args.append(project)
         if not include_deleted:
             where.append("deleted = 0")
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        rows = await svc.projections.query(sql + " ORDER BY created_ts DESC, id", tuple(args))
+        rows, more = await read_list(SESSIONS, f"SELECT {SESSION_COLUMNS} FROM sessions", where, args, limit, after)
         # A session with /skill: inputs being checked reads running, as its view does. Asked once
         # the rows are read: such an input is recorded after each row's lastSeq (or refused).
         checking = svc.supervisor.sessions_checking_inputs()
-        return json_response({"sessions": [session_row_view(r, checking=r[0] in checking) for r in rows]})
+        return json_response({"sessions": [session_row_view(r, checking=r[0] in checking) for r in rows]}
+                             | _next_after(rows, more, limit))
+
+    async def read_list(order: ListOrder, select: str, where: list[str], args: list[Any], limit: int | None,
+                        after: str | None) -> tuple[list[tuple], bool]:
+        """The rows of a list (whole, or the page ``limit`` / ``after`` asks for: see
+        :mod:`runtime.list_pages`) and whether more follow. ``after`` naming no row of the list's
+        table is 400: a cursor the daemon never gave (a row deleted between pages stays a row)."""
+        key = None
+        if after is not None:
+            found = await svc.projections.query(order.cursor_sql(), (after,))
+            if not found:
+                raise ApiError("INVALID_ARGUMENT", f"after names no {order.table[:-1]} ({after!r}); "
+                               f"give an id a page's nextAfter gave, or leave after out to start at the first")
+            key = found[0]
+        tail, tail_args = order.page(where, args, key, limit)
+        return split_page(await svc.projections.query(select + tail, tail_args), limit)
 
     @app.post("/api/v1/sessions")
     async def create_session() -> Response:
@@ -1282,10 +1299,46 @@ def _int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
 def _view_window() -> a.GetView:
     """The view with the window of items a client asked for: ``itemsLimit`` items (1 to
     ``VIEW_ITEMS_MAX``, that many when absent) ending before the item index ``itemsBefore``
-    (the end when absent; past the session's items it is 400, answered by the view)."""
+    (the end when absent; past the session's items it is 400, answered by the view). With
+    ``agentsStart``, its agents are a page of all of them in the order they started:
+    ``agentsLimit`` (1 to ``VIEW_AGENTS_MAX``, that many when absent) from that index (past
+    ``agentsTotal`` it is 400, answered by the view); ``agentsLimit`` alone is 400."""
     limit = _int_arg("itemsLimit", VIEW_ITEMS_MAX, 1, VIEW_ITEMS_MAX)
     raw = _one_arg("itemsBefore")
-    return a.GetView(items_limit=limit, items_before=None if raw is None else _parse_int("itemsBefore", raw, 0, SEQ_MAX))
+    agents_start = _optional_int("agentsStart", "agentsLimit")
+    return a.GetView(items_limit=limit, items_before=None if raw is None else _parse_int("itemsBefore", raw, 0, SEQ_MAX),
+                     agents_start=agents_start, agents_limit=_int_arg("agentsLimit", VIEW_AGENTS_MAX, 1, VIEW_AGENTS_MAX))
+
+
+def _optional_int(name: str, needs_it: str) -> int | None:
+    """The integer ``name`` (0 to ``SEQ_MAX``), or ``None`` when absent; ``needs_it`` (a
+    parameter that means something only beside ``name``) given without it is 400."""
+    raw = _one_arg(name)
+    if raw is None:
+        if _one_arg(needs_it) is not None:
+            raise ApiError("INVALID_ARGUMENT", f"{needs_it} sizes a page that {name} begins; give {name} too")
+        return None
+    return _parse_int(name, raw, 0, SEQ_MAX)
+
+
+def _list_page_args(what: str) -> tuple[int | None, str | None]:
+    """A list's ``limit`` (1 to ``LIST_LIMIT_MAX``; absent: the whole list, as the spec's
+    answer) and ``after`` (a ``what`` id: the page begins after it); ``after`` alone is 400."""
+    raw = _one_arg("limit")
+    after = _id_arg("after", f"after ({what} id)")
+    if raw is None:
+        if after is not None:
+            raise ApiError("INVALID_ARGUMENT", "after continues a page that limit sizes; give limit too")
+        return None, None
+    return _parse_int("limit", raw, 1, LIST_LIMIT_MAX), after
+
+
+def _next_after(rows: list[tuple], more: bool, limit: int | None) -> dict[str, Any]:
+    """``nextAfter`` of a paged list (the last row's id while more follow, else ``None``); a
+    list asked for whole answers without it, as before."""
+    if limit is None:
+        return {}
+    return {"nextAfter": rows[-1][0] if more else None}
 
 
 async def _check_not_past_end(svc: Services, name: str, after: int) -> None:

@@ -27,7 +27,6 @@ from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkTooDeep, InvalidCommand, SessionGone, SessionNotFound,
                      SessionQuarantined)
-from .views import session_view
 from .working_context import DescribeContext
 
 log = logging.getLogger("lens.supervisor")
@@ -178,8 +177,7 @@ class Supervisor:
                 if isinstance(command, GetState):
                     return await self._quarantined_state(session_id)
                 if isinstance(command, GetView):
-                    return session_view(await self._quarantined_state(session_id), items_limit=command.items_limit,
-                                        items_before=command.items_before, secrets=self.deps.store.secrets)
+                    return command.view(await self._quarantined_state(session_id), self.deps.store.secrets)
                 if isinstance(command, DescribeContext):  # (as the view: what the log holds, no actor)
                     return await (await self._quarantined_reader(session_id)).context.describe(command.agent_id)
                 if isinstance(command, Delete):

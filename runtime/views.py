@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import msgspec
@@ -100,14 +101,21 @@ def _checked(status: str, checking: bool) -> str:
 
 
 def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int = VIEW_ITEMS_MAX,
-                 items_before: int | None = None, secrets: Secrets | None = None) -> dict[str, Any]:
+                 items_before: int | None = None, agents_start: int | None = None,
+                 agents_limit: int = VIEW_AGENTS_MAX, secrets: Secrets | None = None) -> dict[str, Any]:
     """The view state of ``GET /sessions/{id}``. ``items`` is a window of the main agent's
     projected items (``itemsTotal`` of them, indexed from 0, the oldest first): the last
     ``items_limit`` before index ``items_before`` (default: the end), starting at
     ``itemsStart``. Only the window is built. Previews cut to :data:`QUEUED_PREVIEW_CHARS` are
     scrubbed of ``secrets`` before the cut (an event stored before a key was known holds it).
 
-    Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal``."""
+    ``agents`` is :func:`shown_agents` by default; with ``agents_start`` it is a page of every
+    agent in the order they started (``agentsTotal`` of them, indexed from 0, the main agent
+    first): ``agents_limit`` of them from index ``agents_start``, which the answer repeats as
+    ``agentsStart`` (a key only a paged view has, so the default answer is as it was).
+
+    Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal`` or
+    ``agents_start`` past ``agentsTotal``."""
     secrets = secrets or Secrets()
     main = s.agents.get(MAIN_AGENT)
     items: list[dict[str, Any]] = []
@@ -123,6 +131,8 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
     if before > total:
         raise InvalidCommand(f"itemsBefore {before} is past the session's {total} items")
     start = max(0, before - items_limit)
+    if agents_start is not None and agents_start > len(s.agents):
+        raise InvalidCommand(f"agentsStart {agents_start} is past the session's {len(s.agents)} agents")
     if main is not None:
         pending = frozenset(c.call_id for c in main.pending_calls)
         items = [item_view(it, results, main.running_call, pending) for it in shown[start:before]]
@@ -132,7 +142,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
             v["context"] = marks.get(v["id"])
             if "result" in v:
                 v["result"]["context"] = marks.get(v["result"]["itemId"])
-    for a in shown_agents(s):
+    for a in shown_agents(s) if agents_start is None else agents_page(s, agents_start, agents_limit):
         # A finished subagent shows how it ended (completed / failed / aborted / interrupted, as
         # its agent.finished says), not a bare "finished" that hid an abort.
         status = a.outcome if a.status == "finished" and a.outcome else a.status
@@ -175,7 +185,13 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         "lastSeq": s.last_seq,
         "deleted": s.deleted,
         "forkedFrom": {"sessionId": s.forked_from_session, "seq": s.forked_from_seq} if s.forked_from_session else None,
-    }
+    } | ({} if agents_start is None else {"agentsStart": agents_start})
+
+
+def agents_page(s: SessionState, start: int, limit: int) -> list[AgentState]:
+    """At most ``limit`` agents from index ``start`` of every agent in the order they started
+    (the order of ``s.agents``: an agent is added when it starts and never removed)."""
+    return list(islice(s.agents.values(), start, start + limit))
 
 
 def shown_agents(s: SessionState) -> list[AgentState]:

@@ -1,0 +1,203 @@
+"""The lists at scale (docs/decisions.md, "The dashboard and its lists at scale").
+
+A session's view lists at most ``VIEW_AGENTS_MAX`` agents by default; ``agentsStart`` /
+``agentsLimit`` page through all of them in the order they started. ``GET /projects`` and
+``GET /sessions`` answer whole as the spec writes them; ``limit`` / ``after`` page them, with
+``nextAfter``. The agents are real subagents run by the daemon (the scripted faux provider asks
+for that many ``subagent`` calls in one answer); the lists' 2,000 sessions over 50 projects are
+appended through the real store before the daemon starts, as a long-lived daemon's log holds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from events.store import Draft, open_store
+from events.types import ProjectCreated, SessionCreated, SessionDeleted
+from runtime.list_pages import LIST_LIMIT_MAX
+from runtime.views import VIEW_AGENTS_MAX
+
+from .conftest import LIMIT, error_of
+
+# ``fanout-N`` asks for N subagents in one answer; each subagent answers at once.
+FANOUTS = (VIEW_AGENTS_MAX - 1, VIEW_AGENTS_MAX, VIEW_AGENTS_MAX + 1)
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}], "script": [
+    *({"when": f"fanout-{n}.", "toolCalls": [{"name": "subagent", "arguments": {"prompt": f"SUBJOB {i}"}}
+                                             for i in range(n)]} for n in FANOUTS),
+    {"when": "SUBJOB", "text": "sub done"}]}], "defaultModel": "faux/faux-1"}
+
+
+async def test_every_agent_of_a_session_past_the_bound_is_read_by_paging(daemon_factory, tmp_path: Path):
+    """The main agent and 98, 99 and 100 subagents (the bound less one, at it, one past it): the
+    default view is as it was (at most 100, no ``agentsStart``); pages of any size give every
+    agent once, in the order they started; a page at the end is empty; past it is 400."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("lists", strong=True)
+    project = await d.project(token)
+    for n in FANOUTS:
+        sid = (await d.session(token, project["id"]))["id"]
+        await d.submit(token, sid, "r1", f"fanout-{n}.")
+        await d.wait_idle(token, sid, timeout=6 * LIMIT)
+        total = n + 1
+        view = await d.view(token, sid)
+        assert view["agentsTotal"] == total and "agentsStart" not in view
+        assert len(view["agents"]) == min(total, VIEW_AGENTS_MAX)
+        for size in (VIEW_AGENTS_MAX, 7, 1):
+            seen: list[dict[str, Any]] = []
+            while True:
+                r = await d.get(f"/sessions/{sid}", token, params={"agentsStart": len(seen), "agentsLimit": size,
+                                                                   "itemsLimit": 1})
+                assert r.status_code == 200, r.text[:300]
+                page = r.json()
+                assert page["agentsStart"] == len(seen) and page["agentsTotal"] == total
+                if not page["agents"]:
+                    break
+                assert len(page["agents"]) == min(size, total - len(seen))
+                seen += page["agents"]
+            ids = [a["agentId"] for a in seen]
+            assert len(ids) == len(set(ids)) == total and ids[0] == "main"
+            assert all(a["status"] == "completed" for a in seen[1:]), {a["status"] for a in seen}
+            # (the default view's agents are among them, as it shows them)
+            assert all(a in seen for a in view["agents"][1:])
+            if size == VIEW_AGENTS_MAX:
+                # the order they started: each subagent's prompt names its place
+                prompts = [await first_prompt(d, token, sid, aid) for aid in ids[1:4]]
+                assert prompts == ["SUBJOB 0", "SUBJOB 1", "SUBJOB 2"]
+        at_end = (await d.get(f"/sessions/{sid}", token, params={"agentsStart": total})).json()
+        assert at_end["agents"] == [] and at_end["agentsStart"] == total
+        r = await d.get(f"/sessions/{sid}", token, params={"agentsStart": total + 1})
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
+        assert f"agentsStart {total + 1} is past the session's {total} agents" in r.json()["error"]["message"]
+
+
+async def first_prompt(d, token: str, sid: str, agent_id: str) -> str:
+    events = await d.events(token, sid)
+    return next(e["body"]["prompt"] for e in events if e["kind"] == "agent.started" and e["agent_id"] == agent_id)
+
+
+@pytest.mark.parametrize("query, says", [
+    ("agentsStart=-1", "agentsStart must be from 0"), ("agentsStart=x", "agentsStart must be an integer"),
+    ("agentsStart=", "agentsStart must be an integer"), ("agentsStart=0&agentsStart=1", "agentsStart is given 2 times"),
+    ("agentsStart=0&agentsLimit=0", "agentsLimit must be from 1 to 100"),
+    (f"agentsStart=0&agentsLimit={VIEW_AGENTS_MAX + 1}", "agentsLimit must be from 1 to 100"),
+    ("agentsLimit=5", "agentsLimit sizes a page that agentsStart begins; give agentsStart too"),
+])
+async def test_a_bad_agents_page_is_400_naming_its_parameter(daemon, strong: str, query: str, says: str):
+    project = await daemon.project(strong)
+    sid = (await daemon.session(strong, project["id"]))["id"]
+    r = await daemon.get(f"/sessions/{sid}?{query}", strong)
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text[:300]
+    assert says in r.json()["error"]["message"]
+    ok = await daemon.get(f"/sessions/{sid}?agentsStart=0&agentsLimit={VIEW_AGENTS_MAX}", strong)
+    assert ok.status_code == 200 and [a["agentId"] for a in ok.json()["agents"]] == ["main"]
+
+
+PROJECTS, SESSIONS = 50, 2000
+
+
+@pytest.fixture
+async def many(daemon_factory, tmp_path: Path):
+    """A daemon over a log of 50 projects and 2,000 sessions (40 each, every 10th deleted), plus one
+    project without sessions; yields (daemon, read-only token)."""
+    async with open_store(tmp_path / "data") as store:
+        for p in range(PROJECTS + 1):
+            await store.append(Draft(ProjectCreated(name=f"Project {p}", workspace=str(tmp_path)),
+                                     project_id=f"prj_{p:03d}"))
+        for first in range(0, SESSIONS, 500):  # (in batches: many share a millisecond, so ties are met)
+            await store.append(*[Draft(SessionCreated(model="faux/faux-1"), project_id=f"prj_{i % PROJECTS:03d}",
+                                       session_id=f"ses_{i:05d}", agent_id="main")
+                                 for i in range(first, min(SESSIONS, first + 500))])
+        await store.append(*[Draft(SessionDeleted(), project_id=f"prj_{i % PROJECTS:03d}", session_id=f"ses_{i:05d}",
+                                   agent_id="main") for i in range(0, SESSIONS, 10)])
+    d = await daemon_factory(root=tmp_path)
+    yield d, await d.pair("reader", strong=False)
+
+
+async def paged(d, token: str, path: str, key: str, limit: int, **params: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    after = None
+    for _ in range(SESSIONS + 2):
+        r = await d.get(path, token, params={**params, "limit": limit, **({} if after is None else {"after": after})})
+        assert r.status_code == 200, r.text[:300]
+        body = r.json()
+        assert len(body[key]) <= limit
+        rows += body[key]
+        after = body["nextAfter"]
+        if after is None:
+            return rows
+        assert after == body[key][-1]["id"] and len(body[key]) == limit
+    raise AssertionError("the pages did not end")
+
+
+async def test_the_lists_answer_whole_by_default_and_their_pages_hold_the_same_rows(many):
+    d, token = many
+    projects = (await d.get("/projects", token)).json()
+    assert list(projects) == ["projects"] and len(projects["projects"]) == PROJECTS + 1
+    whole = (await d.get("/sessions", token)).json()
+    assert list(whole) == ["sessions"] and len(whole["sessions"]) == SESSIONS - SESSIONS // 10
+    assert await paged(d, token, "/projects", "projects", 7) == projects["projects"]
+    assert await paged(d, token, "/projects", "projects", LIST_LIMIT_MAX) == projects["projects"]
+    for limit in (1000, 333, 1):
+        assert await paged(d, token, "/sessions", "sessions", limit) == whole["sessions"]
+    every = (await d.get("/sessions", token, params={"includeDeleted": "true"})).json()["sessions"]
+    assert len(every) == SESSIONS
+    assert await paged(d, token, "/sessions", "sessions", 300, includeDeleted="true") == every
+    one = (await d.get("/sessions", token, params={"project": "prj_007"})).json()["sessions"]
+    assert len(one) == sum(1 for i in range(SESSIONS) if i % PROJECTS == 7 and i % 10)
+    assert await paged(d, token, "/sessions", "sessions", 10, project="prj_007") == one
+    # an empty project: an empty page, and no next one
+    r = await d.get("/sessions", token, params={"project": f"prj_{PROJECTS:03d}", "limit": 1})
+    assert r.status_code == 200 and r.json() == {"sessions": [], "nextAfter": None}
+    # exactly the rows there are: the page is full and says there is no next
+    r = await d.get("/sessions", token, params={"project": "prj_007", "limit": len(one)})
+    assert r.json() == {"sessions": one, "nextAfter": None}
+    r = await d.get("/sessions", token, params={"project": "prj_007", "limit": len(one) - 1})
+    assert r.json() == {"sessions": one[:-1], "nextAfter": one[-2]["id"]}
+
+
+async def test_a_page_goes_on_from_a_session_deleted_or_made_between_pages(many, tmp_path: Path):
+    d, token = many
+    strong = await d.pair("writer", strong=True)
+    first = (await d.get("/sessions", token, params={"project": "prj_003", "limit": 5})).json()
+    cursor = first["nextAfter"]
+    r = await d.request("DELETE", f"/sessions/{cursor}", strong)
+    assert r.status_code in (200, 204), r.text[:300]
+    made = (await d.session(strong, "prj_003"))["id"]
+    rest = await paged_from(d, token, cursor, project="prj_003")
+    before = (await d.get("/sessions", token, params={"project": "prj_003"})).json()["sessions"]
+    assert before[0]["id"] == made  # (the newest first: before any page's cursor)
+    assert first["sessions"][:4] + rest == [s for s in before[1:] if s["id"] != cursor]
+
+
+async def paged_from(d, token: str, after: str, **params: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    while after is not None:
+        body = (await d.get("/sessions", token, params={**params, "limit": 4, "after": after})).json()
+        rows += body["sessions"]
+        after = body["nextAfter"]
+    return rows
+
+
+@pytest.mark.parametrize("path, query, says", [
+    ("/sessions", "limit=0", "limit must be from 1 to 1000"),
+    ("/sessions", f"limit={LIST_LIMIT_MAX + 1}", "limit must be from 1 to 1000"),
+    ("/projects", "limit=x", "limit must be an integer"),
+    ("/projects", "limit=", "limit must be an integer"),
+    ("/sessions", "limit=1&limit=2", "limit is given 2 times"),
+    ("/sessions", "after=ses_00001", "after continues a page that limit sizes; give limit too"),
+    ("/sessions", "limit=1&after=ses_nowhere", "after names no session ('ses_nowhere')"),
+    ("/projects", "limit=1&after=prj_nowhere", "after names no project ('prj_nowhere')"),
+    ("/projects", "limit=1&after=", "after (project id)"),
+])
+async def test_a_bad_page_of_a_list_is_400_naming_its_parameter(many, path: str, query: str, says: str):
+    d, token = many
+    r = await d.get(f"{path}?{query}", token)
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text[:300]
+    assert says in r.json()["error"]["message"], r.json()
+    with trio.fail_after(LIMIT):
+        ok = await d.get(f"{path}?limit={LIST_LIMIT_MAX}", token)
+    assert ok.status_code == 200 and len(ok.json()[path[1:]]) == (PROJECTS + 1 if path == "/projects" else LIST_LIMIT_MAX)

@@ -1,0 +1,207 @@
+"""The dashboard at scale (docs/decisions.md, "The dashboard and its lists at scale"): every agent
+of a session past the view's bound is reached from the Agents pane ("Show N more", pages of the
+view's ``agentsStart``), and a project's session list shows its newest sessions with "Show more
+sessions", read in pages (``limit`` / ``after``), never whole. One real daemon (``lens serve``)
+and one headless Chromium, as in ``test_dashboard_browser.py`` (its helpers); the subagents are
+run by the daemon from the scripted faux provider, the large logs appended through the real store;
+every wait is for a condition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+from selenium.webdriver.common.keys import Keys
+
+from events.store import Draft, open_store
+from events.types import ProjectCreated, SessionCreated, SessionDeleted
+from runtime.views import VIEW_AGENTS_MAX
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, browser, by_css, click, connect, console_errors, texts, wait_for)
+from tests.dashboard.test_dashboard_this_round import write_sessions_with_agents
+
+FANOUTS = (VIEW_AGENTS_MAX - 1, VIEW_AGENTS_MAX)  # with the main agent: exactly the bound, one past
+CONFIG = {"server": {"heartbeatSeconds": 1}, "providers": [{
+    "id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}], "script": [
+        *({"when": f"fanout-{n}.", "toolCalls": [{"name": "subagent", "arguments": {"prompt": f"SUBJOB {i}"}}
+                                                 for i in range(n)]} for n in FANOUTS),
+        {"when": "SUBJOB", "text": "sub done"}]}], "defaultModel": "faux/faux-1"}
+
+
+def agent_ids(driver: Any) -> list[str]:
+    return [t.split(" ")[0] for t in texts(driver, "#agents li.card > span:first-child")]
+
+
+def wait_idle(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    def idle() -> dict[str, Any] | None:
+        status, view = d.request("GET", f"/sessions/{sid}?itemsLimit=1", token=token)
+        return view if status == 200 and view["status"] == "idle" and view["agentsTotal"] > 1 else None
+    return wait_for(idle, f"{sid} idle after its subagents", timeout=60)
+
+
+def session_events(d: Daemon, token: str, sid: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        status, page = d.request("GET", f"/sessions/{sid}/events?after={after}&limit=1000", token=token)
+        assert status == 200, page
+        events += page["events"]
+        if not page["events"]:
+            return events
+        after = page["nextAfter"]
+
+
+def test_every_agent_of_a_real_session_is_reached_from_the_page(browser: Any, tmp_path: Path) -> None:
+    """The main agent and 98 subagents (100 agents, the bound): all listed, nothing more offered.
+    The main agent and 100 (101, one past): 100 listed and "Show 1 more", which reads the page
+    of the first agents and lists all 101 once, in the order they started."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    (tmp_path / "ws").mkdir()
+    d = Daemon(cwd, CONFIG)
+    try:
+        token = d.pair("dash-agents-real", strong=True)
+        _, project = d.request("POST", "/projects", {"name": "Fan-out", "workspace": str(tmp_path / "ws")}, token)
+        sids = {}
+        for n in FANOUTS:
+            _, session = d.request("POST", "/sessions", {"projectId": project["id"]}, token)
+            sids[n] = session["id"]
+            status, _ = d.request("POST", f"/sessions/{session['id']}/inputs",
+                                  {"requestId": "r1", "content": f"fanout-{n}."}, token)
+            assert status == 202
+        for n in FANOUTS:
+            assert wait_idle(d, token, sids[n])["agentsTotal"] == n + 1
+        started = ["main"] + [e["agent_id"] for e in session_events(d, token, sids[VIEW_AGENTS_MAX])
+                              if e["kind"] == "agent.started"]
+        assert len(started) == VIEW_AGENTS_MAX + 1
+        driver = browser
+        driver.get(d.base + "/")
+        connect(driver, token)
+        click(driver, f"#sessions button[data-session-id='{sids[VIEW_AGENTS_MAX - 1]}']")
+        wait_for(lambda: len(agent_ids(driver)) == VIEW_AGENTS_MAX, "the 100 agents at the bound")
+        assert not by_css(driver, "#agents li.more") and not by_css(driver, "#agents button.more")
+        click(driver, f"#sessions button[data-session-id='{sids[VIEW_AGENTS_MAX]}']")
+        wait_for(lambda: texts(driver, "#session-id") == [sids[VIEW_AGENTS_MAX]]
+                 and len(agent_ids(driver)) == VIEW_AGENTS_MAX and by_css(driver, "#agents button.more"),
+                 "100 of the 101 agents and the button for the rest")
+        assert texts(driver, "#agents li.more")[0].startswith("showing 100 of 101 agents: the 1 earliest")
+        assert texts(driver, "#agents button.more") == ["Show 1 more"]
+        assert started[1] not in agent_ids(driver)  # (the earliest to finish is the one left out)
+        click(driver, "#agents button.more")
+        wait_for(lambda: len(agent_ids(driver)) == VIEW_AGENTS_MAX + 1, "all 101 agents")
+        assert agent_ids(driver) == started
+        assert not by_css(driver, "#agents li.more")
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
+
+
+def test_a_session_of_hundreds_of_agents_is_read_a_page_at_a_time_with_the_focus_kept(browser: Any,
+                                                                                       tmp_path: Path) -> None:
+    """251 agents: 100 shown; "Show 100 more" (pressed from the keyboard) reads the first 100 and
+    puts them before the view's, the note and the button standing between, where the 51 left out
+    are; the focus stays on the button; the next press shows the rest, each agent once in the order
+    they started, and the focus goes on to the first agent after those just shown."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    (tmp_path / "ws").mkdir()
+    write_sessions_with_agents(cwd, tmp_path / "ws", {"ses_wide": 250})
+    d = Daemon(cwd)
+    try:
+        token = d.pair("dash-agents-wide", strong=False)
+        driver = browser
+        driver.get(d.base + "/")
+        connect(driver, token)
+        click(driver, "#sessions button[data-session-id='ses_wide']")
+        wait_for(lambda: len(agent_ids(driver)) == VIEW_AGENTS_MAX and by_css(driver, "#agents button.more"),
+                 "the first 100")
+        every = ["main"] + [f"sub_call_{i}" for i in range(250)]
+        assert agent_ids(driver) == ["main"] + every[-99:]
+        by_css(driver, "#agents button.more")[0].send_keys(Keys.ENTER)
+        wait_for(lambda: len(agent_ids(driver)) == 199, "the first page read")
+        assert agent_ids(driver) == every[:100] + every[-99:]
+        items = by_css(driver, "#agents > li")
+        assert items[100].get_attribute("class") == "more"  # (between the two runs: where the left out are)
+        assert texts(driver, "#agents li.more")[0].startswith("showing 199 of 251 agents: the 52 that finished after")
+        assert driver.execute_script("return document.activeElement.matches('#agents button.more')")
+        driver.switch_to.active_element.send_keys(Keys.ENTER)
+        wait_for(lambda: len(agent_ids(driver)) == 251, "every agent")
+        assert agent_ids(driver) == every
+        assert not by_css(driver, "#agents li.more")
+        assert driver.execute_script("return document.activeElement.textContent").startswith("sub_call_199 ")
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
+
+
+def write_projects(cwd: Path, workspace: Path, sessions: int) -> None:
+    """One project of ``sessions`` sessions (every 50th deleted) and one with none."""
+
+    async def write() -> None:
+        async with open_store(cwd / ".lens") as store:
+            await store.append(Draft(ProjectCreated(name="Many", workspace=str(workspace)), project_id="prj_many"))
+            await store.append(*[Draft(SessionCreated(model="faux/faux-1", name=f"session {i}"), project_id="prj_many",
+                                       session_id=f"ses_{i:05d}", agent_id="main") for i in range(sessions)])
+            await store.append(*[Draft(SessionDeleted(), project_id="prj_many", session_id=f"ses_{i:05d}",
+                                       agent_id="main") for i in range(0, sessions, 50)])
+            await store.append(Draft(ProjectCreated(name="Empty", workspace=str(workspace)), project_id="prj_empty"))
+
+    trio.run(write)
+
+
+# Records each list read the page sends (its query), then passes it on.
+RECORD_LIST_READS = """
+    window.listReads = [];
+    const real = window.fetch;
+    window.fetch = (url, init) => {
+      if (/\\/api\\/v1\\/sessions\\?/.test(String(url))) window.listReads.push(String(url).split("?")[1]);
+      return real(url, init);
+    };
+"""
+
+
+def test_a_project_of_many_sessions_lists_its_newest_and_reads_more_on_demand(browser: Any, tmp_path: Path) -> None:
+    """450 sessions (9 deleted): the list shows the newest 200 and "Show more sessions"; each
+    press adds 200 (the last press the 41 left), then no button; every read has a ``limit``; the
+    rows are the daemon's own list in its order. An empty project says so, with no button."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    (tmp_path / "ws").mkdir()
+    write_projects(cwd, tmp_path / "ws", 450)
+    d = Daemon(cwd)
+    try:
+        token = d.pair("dash-lists", strong=False)
+        _, whole = d.request("GET", "/sessions?project=prj_many", token=token)
+        listed = [s["id"] for s in whole["sessions"]]
+        assert len(listed) == 441
+        driver = browser
+        driver.get(d.base + "/")
+        driver.execute_script(RECORD_LIST_READS)
+        connect(driver, token)
+        click(driver, "#projects button[data-project-id='prj_many']")
+
+        def shown() -> list[str]:
+            return driver.execute_script("return Array.from(document.querySelectorAll('#sessions button[data-session-id]'),"
+                                         " b => b.dataset.sessionId)")
+
+        wait_for(lambda: len(shown()) == 200 and by_css(driver, "#sessions button.more"), "the newest 200")
+        assert shown() == listed[:200]
+        click(driver, "#sessions button.more")
+        wait_for(lambda: len(shown()) == 400, "200 more")
+        assert shown() == listed[:400] and by_css(driver, "#sessions button.more")
+        click(driver, "#sessions button.more")
+        wait_for(lambda: len(shown()) == 441, "the rest")
+        assert shown() == listed and not by_css(driver, "#sessions button.more")
+        reads = driver.execute_script("return window.listReads")
+        assert reads and all("limit=" in q for q in reads), reads
+        assert "project=prj_many&limit=200" in reads and "project=prj_many&limit=600" in reads, reads
+        click(driver, "#projects button[data-project-id='prj_empty']")
+        wait_for(lambda: texts(driver, "#sessions li") == ["No sessions yet."], "the empty project")
+        assert not by_css(driver, "#sessions button.more")
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
