@@ -30,9 +30,10 @@ from typing import ClassVar
 
 
 class LogError(Exception):
-    """Base of every event-log error; ``code`` is stable, ``str(err)`` is for people."""
+    """Base of every event-log error; ``code`` is stable, ``str(err)`` is for people. The base has
+    no code of its own: each subclass names one (docs/errors.md)."""
 
-    code: ClassVar[str] = "LOG_ERROR"
+    code: ClassVar[str]
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -1215,7 +1215,7 @@ class SessionActor:
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments are not JSON data ({exc})")
+                return ToolResult.error("INVALID_ARGUMENT", f"{name} arguments are not JSON data ({exc})")
             check = self.tool_catalog.check(loaded=current.capabilities, allowed=current.tools or None,
                                             session=tool_policy, is_main_agent=is_main, from_program=True)
             result = await tools.run(name, arguments, sub, allowed=current.tools or None, check=check)
@@ -1335,7 +1335,7 @@ class SessionActor:
                 unknown = sorted(set(allowed) - known)
                 if unknown or not set(allowed) & set(offered):
                     named = f"there is no tool {', '.join(unknown[:10])}; " if unknown else ""
-                    raise ToolError("TOOL_ARGUMENTS_INVALID", f"{named}'tools' must name at least one of "
+                    raise ToolError("INVALID_ARGUMENT", f"{named}'tools' must name at least one of "
                                     f"{', '.join(offered)} (omit it to allow them all)")
             await self._emit([d.Scoped(t.AgentStarted(
                 parent_agent_id=parent, parent_call_id=call.call_id, role="subagent", prompt=prompt,

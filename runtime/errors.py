@@ -44,7 +44,11 @@ def short_reason(exc: Exception) -> str:
 
 
 class LensError(Exception):
-    code: ClassVar[str] = "LENS_ERROR"
+    """Base of the runtime's errors. It has no code of its own: each subclass names one (or takes
+    it as its first argument), so every error that leaves carries a documented code
+    (docs/errors.md; tests/contract/test_error_codes.py checks both ways)."""
+
+    code: ClassVar[str]
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

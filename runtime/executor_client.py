@@ -88,6 +88,14 @@ class ExecutorToolError(ExecutorError):
 
 
 _TOOL_CODE = re.compile(r"^([A-Z][A-Z0-9_]+): (.*)$", re.S)
+# Codes an executor built before a rename still sends, as Core names them (one code per meaning:
+# a tool nobody has is TOOL_UNKNOWN whether Core or the executor finds it so).
+_RENAMED = {"UNKNOWN_TOOL": "TOOL_UNKNOWN"}
+
+
+def translated_code(code: str) -> str:
+    """An executor's error code as Core passes it on (``EXECUTOR_ERROR`` when it sent none)."""
+    return _RENAMED.get(code, code) or "EXECUTOR_ERROR"
 
 
 def translate(exc: grpc.RpcError) -> ExecutorError:
@@ -107,7 +115,7 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
         # "CODE: message".
         m = _TOOL_CODE.match(detail or "")
         if m:
-            return ExecutorToolError(m.group(1), m.group(2))
+            return ExecutorToolError(translated_code(m.group(1)), m.group(2))
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         # (reached, as a rule, and working: a listing of a huge tree, a long search; "not
         # reachable" sent operators looking for a dead executor)
@@ -228,7 +236,7 @@ class ExecutorClient:
         req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments))
         reply = await self._unary(self._stub.Call, req, timeout)
         if not reply.ok:
-            raise ExecutorToolError(reply.error_code or "EXECUTOR_ERROR", reply.error_message)
+            raise ExecutorToolError(translated_code(reply.error_code), reply.error_message)
         result = json.loads(reply.result_json or "{}")
         editing = tool in ("edit_file", "patch_file", "restore")
         removed = tool == "restore" and bool(result.get("removed"))

@@ -18,7 +18,8 @@ executor kills a command whose caller went away; a local executor child dies wit
 That is what a kill -9 leaves, and a stop whose record could not be made in time (a disk stall).
 
 Errors (``LensError`` codes): ``JOB_NOT_FOUND``, ``JOB_FINISHED`` (stop of a job that ended),
-``JOB_LIMIT`` (more than :data:`MAX_RUNNING_JOBS` at once), ``SESSION_DELETED``.
+``JOB_LIMIT`` (more than :data:`MAX_RUNNING_JOBS` at once), ``JOBS_UNAVAILABLE`` (a start while the
+session's jobs are not running), ``SESSION_DELETED``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ SAVED_OUTPUT_MIME = "text/plain; charset=utf-8"  # a job's output saved at a sto
 
 class JobLimit(LensError):
     code = "JOB_LIMIT"
+
+
+class JobsUnavailable(LensError):
+    """A start while the session's jobs are not running (before ``run`` or after it ended): the
+    code the ``job`` tool gives a session that cannot run background jobs."""
+
+    code = "JOBS_UNAVAILABLE"
 
 
 @dataclass(frozen=True)
@@ -218,7 +226,7 @@ class SessionJobs:
         Raises ``JOB_LIMIT`` when :data:`MAX_RUNNING_JOBS` run already (checked under the write
         lock, so two starts at once cannot both pass it)."""
         if self._nursery is None:
-            raise LensError("the session is not running")
+            raise JobsUnavailable("this session cannot run background jobs: its jobs are not running")
         job_id = self._new_id("job")
 
         def decide_start() -> list[d.Scoped]:

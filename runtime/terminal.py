@@ -48,7 +48,7 @@ def traceback_to_stderr(exc: BaseException, secrets: Secrets | None = None) -> N
     """A defect's traceback (an exception no layer turned into ``lens: CODE: message``) on
     standard error as Python prints one, but without ``secrets``, whole or in pieces: the
     exception's message may quote a value (a path, a config's text) that holds a key. Then
-    ``lens: INTERNAL_ERROR: …``, the line every failure of the CLI ends with."""
+    ``lens: INTERNAL: …``, the line every failure of the CLI ends with."""
     import sys
     import traceback
 
@@ -62,7 +62,7 @@ def traceback_to_stderr(exc: BaseException, secrets: Secrets | None = None) -> N
         sys.stderr.flush()
     except (OSError, ValueError):  # standard error gone or closed
         return
-    to_stderr(f"lens: INTERNAL_ERROR: {type(exc).__name__} (a defect of Lens; the traceback is above)", secrets)
+    to_stderr(f"lens: INTERNAL: {type(exc).__name__} (a defect of Lens; the traceback is above)", secrets)
 
 
 def scrub_uncaught(secrets: Secrets) -> None:

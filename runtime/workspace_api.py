@@ -17,7 +17,7 @@ are listed but never read: 403 ``SENSITIVE_FILE``, also through a symlink, and s
 with more than one name (a hard link: its other name may be a credential file's); ``.git`` is 403
 ``PATH_HIDDEN``; a binary file is 422 ``BINARY_FILE``.
 
-Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``PATH_INVALID``;
+Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``INVALID_ARGUMENT``;
 symlinks are followed only inside the workspace (403 ``PATH_OUTSIDE_WORKSPACE``). The listing and
 the read run in the project's executor (``browse_list`` / ``browse_read`` over the Call RPC), so a
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
@@ -61,36 +61,36 @@ DEFAULT_FILE_LIMIT = 64 * 1024
 
 # This module's codes and their statuses, added to the API's table (kept here: one place).
 CODES = {
-    "PATH_INVALID": 400, "PATH_NOT_FOUND": 404, "PATH_OUTSIDE_WORKSPACE": 403, "SENSITIVE_FILE": 403,
-    "PATH_HIDDEN": 403, "PERMISSION_DENIED": 403, "NOT_A_FILE": 422, "NOT_A_DIRECTORY": 422,
+    "PATH_NOT_FOUND": 404, "PATH_OUTSIDE_WORKSPACE": 403, "SENSITIVE_FILE": 403,
+    "PATH_HIDDEN": 403, "HARD_LINKED": 403, "PERMISSION_DENIED": 403, "NOT_A_FILE": 422, "NOT_A_DIRECTORY": 422,
     "BINARY_FILE": 422, "TOO_MANY_LINKS": 422, "BROWSING_UNSUPPORTED": 501,
     "EXECUTOR_UNAVAILABLE": 503, "EXECUTOR_VERSION_MISMATCH": 503, "EXECUTOR_UNAUTHENTICATED": 503,
     "EXECUTOR_TIMEOUT": 504,
 }
 # The executor's codes as this API names them (others keep their own).
-_FROM_EXECUTOR = {"NOT_FOUND": "PATH_NOT_FOUND", "UNKNOWN_TOOL": "BROWSING_UNSUPPORTED"}
+_FROM_EXECUTOR = {"NOT_FOUND": "PATH_NOT_FOUND", "TOOL_UNKNOWN": "BROWSING_UNSUPPORTED"}
 
 
 def check_rel_path(raw: str | None) -> str:
     """A workspace-relative path as given in a query (absent: the root), normalised ("a//./b" is
-    "a/b"); 400 ``PATH_INVALID`` for anything that is not one."""
+    "a/b"); 400 ``INVALID_ARGUMENT`` for anything that is not one."""
     from .api import ApiError
 
     if raw is None:
         return "."
     if raw == "":
-        raise ApiError("PATH_INVALID", "path is empty (leave it out, or give \".\", for the workspace root)")
+        raise ApiError("INVALID_ARGUMENT", "path is empty (leave it out, or give \".\", for the workspace root)")
     if "\0" in raw:
-        raise ApiError("PATH_INVALID", "path contains a NUL character")
+        raise ApiError("INVALID_ARGUMENT", "path contains a NUL character")
     if "\\" in raw:
-        raise ApiError("PATH_INVALID", "path contains a backslash; separate directories with \"/\"")
+        raise ApiError("INVALID_ARGUMENT", "path contains a backslash; separate directories with \"/\"")
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
-        raise ApiError("PATH_INVALID", f"path is longer than {MAX_PATH_BYTES} bytes")
+        raise ApiError("INVALID_ARGUMENT", f"path is longer than {MAX_PATH_BYTES} bytes")
     if raw.startswith("/"):
-        raise ApiError("PATH_INVALID", "path must be relative to the workspace root, not absolute")
+        raise ApiError("INVALID_ARGUMENT", "path must be relative to the workspace root, not absolute")
     parts = [c for c in raw.split("/") if c not in ("", ".")]
     if ".." in parts:
-        raise ApiError("PATH_INVALID", "path must not contain \"..\"")
+        raise ApiError("INVALID_ARGUMENT", "path must not contain \"..\"")
     return "/".join(parts) or "."
 
 
@@ -155,7 +155,7 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
         check_id(sid, "session id")
         raw = _one_arg("path")
         if raw is None:
-            raise ApiError("PATH_INVALID", "path is required")
+            raise ApiError("INVALID_ARGUMENT", "path is required")
         path = check_rel_path(raw)
         offset = _int_arg("offset", 0, 0, None)
         limit = _int_arg("limit", DEFAULT_FILE_LIMIT, 1, MAX_READ_BYTES)

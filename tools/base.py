@@ -254,7 +254,7 @@ def _json_kind(value: Any) -> str:
 
 
 def _invalid(name: str, arguments: str, problem: str, pos: int | None = None) -> ToolResult:
-    """``TOOL_ARGUMENTS_INVALID``: the problem, then the arguments quoted (at most
+    """``INVALID_ARGUMENT``: the problem, then the arguments quoted (at most
     :data:`QUOTE_CHARS` characters, around ``pos`` when given: where a parser stopped)."""
     n = len(arguments)
     if n <= QUOTE_CHARS:
@@ -266,7 +266,7 @@ def _invalid(name: str, arguments: str, problem: str, pos: int | None = None) ->
     # (a lone surrogate from a program's call cannot be recorded: it becomes U+FFFD here)
     piece = arguments[start:end].encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     quoted = ("…" if start else "") + json.dumps(piece, ensure_ascii=False) + ("…" if end < n else "")
-    return ToolResult.error("TOOL_ARGUMENTS_INVALID", f"{name} arguments {problem}; received{where}: {quoted}")
+    return ToolResult.error("INVALID_ARGUMENT", f"{name} arguments {problem}; received{where}: {quoted}")
 
 
 def _unrecordable(value: Any) -> str | None:

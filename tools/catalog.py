@@ -498,16 +498,16 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         unknown = set(args) - {"query", "limit", "load"}
         if unknown:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"unknown argument(s): {', '.join(sorted(unknown))[:200]}")
+            raise ToolError("INVALID_ARGUMENT", f"unknown argument(s): {', '.join(sorted(unknown))[:200]}")
         query = args.get("query")
         if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"query must be a non-blank string of at most {MAX_QUERY_CHARS} characters")
+            raise ToolError("INVALID_ARGUMENT", f"query must be a non-blank string of at most {MAX_QUERY_CHARS} characters")
         limit = args.get("limit", DEFAULT_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"limit must be an integer from 1 to {MAX_LIMIT}")
+            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}")
         load = args.get("load", True)
         if not isinstance(load, bool):
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "load must be true or false")
+            raise ToolError("INVALID_ARGUMENT", "load must be true or false")
         loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
         _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
                                               loaded=loaded, session=ctx.tool_policy)

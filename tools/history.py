@@ -27,7 +27,7 @@ class HistoryBackend(Protocol):
 def _opt_str(args: dict[str, Any], key: str) -> str | None:
     v = args.get(key)
     if v is not None and not isinstance(v, str):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{key} must be a string")
+        raise ToolError("INVALID_ARGUMENT", f"{key} must be a string")
     return v
 
 
@@ -43,7 +43,7 @@ def _opt_id(args: dict[str, Any], key: str) -> str | None:
 def _opt_int(args: dict[str, Any], key: str, default: int) -> int:
     v = args.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{key} must be an integer")
+        raise ToolError("INVALID_ARGUMENT", f"{key} must be an integer")
     return v
 
 
@@ -51,10 +51,10 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     async def search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"query", "agent_id", "session_id", "task_id", "after_context_item_id", "limit"}
         if extra:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"history_search does not take {', '.join(sorted(extra))}")
+            raise ToolError("INVALID_ARGUMENT", f"history_search does not take {', '.join(sorted(extra))}")
         query = args.get("query")
         if not isinstance(query, str):
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "history_search needs a 'query' string")
+            raise ToolError("INVALID_ARGUMENT", "history_search needs a 'query' string")
         if ctx.project_id is None:
             raise ToolError("HISTORY_UNAVAILABLE", "this session belongs to no project")
         try:
@@ -73,10 +73,10 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     async def read(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"context_item_id", "offset", "limit"}
         if extra:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"history_read does not take {', '.join(sorted(extra))}")
+            raise ToolError("INVALID_ARGUMENT", f"history_read does not take {', '.join(sorted(extra))}")
         item = args.get("context_item_id")
         if not isinstance(item, str) or not item:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "history_read needs a 'context_item_id' string")
+            raise ToolError("INVALID_ARGUMENT", "history_read needs a 'context_item_id' string")
         if not is_id(item):
             raise ToolError("INVALID_ARGUMENT", id_rule("context_item_id"))
         if ctx.project_id is None:

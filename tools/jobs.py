@@ -52,7 +52,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
     async def start(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         command = args.get("command")
         if not isinstance(command, str) or not command.strip():
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "command must be a non-empty string")
+            raise ToolError("INVALID_ARGUMENT", "command must be a non-empty string")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
             raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
         timeout = int_arg(args, "timeout_ms", DEFAULT_JOB_TIMEOUT_MS, 1, MAX_COMMAND_TIMEOUT_MS)
@@ -83,15 +83,15 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
     async def job(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         action = args.get("action")
         if action not in _ARGS:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", USAGE)
+            raise ToolError("INVALID_ARGUMENT", USAGE)
         required, optional = _ARGS[action]
         given = set(args) - {"action"}
         if not required <= given or given - required - optional:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", USAGE)
+            raise ToolError("INVALID_ARGUMENT", USAGE)
         if ctx.jobs is None:
             raise ToolError("JOBS_UNAVAILABLE", "this session cannot run background jobs")
         if "job_id" in args and (not isinstance(args["job_id"], str) or not args["job_id"]):
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "job_id must be a job id from job start or job list")
+            raise ToolError("INVALID_ARGUMENT", "job_id must be a job id from job start or job list")
         try:
             if action == "start":
                 return await start(args, ctx)

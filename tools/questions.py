@@ -27,43 +27,43 @@ OPTION_FIELDS = frozenset({"id", "label"})
 
 async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if set(args) != {"questions"} or not isinstance(args["questions"], list):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "ask_user takes {\"questions\": [{id, text, options?, allow_text?}]}")
+        raise ToolError("INVALID_ARGUMENT", "ask_user takes {\"questions\": [{id, text, options?, allow_text?}]}")
     raw = args["questions"]
     if not 1 <= len(raw) <= MAX_QUESTIONS:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"ask 1 to {MAX_QUESTIONS} questions at a time")
+        raise ToolError("INVALID_ARGUMENT", f"ask 1 to {MAX_QUESTIONS} questions at a time")
     for i, rq in enumerate(raw):
         if not isinstance(rq, dict):
             continue  # (convert names the wrong type)
         extra = set(rq) - QUESTION_FIELDS
         if extra:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions[{i}]: unknown field(s) {', '.join(sorted(extra))}")
+            raise ToolError("INVALID_ARGUMENT", f"questions[{i}]: unknown field(s) {', '.join(sorted(extra))}")
         options = rq.get("options")
         for j, ro in enumerate(options if isinstance(options, list) else []):
             if isinstance(ro, dict) and set(ro) - OPTION_FIELDS:
-                raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions[{i}].options[{j}]: unknown field(s) "
+                raise ToolError("INVALID_ARGUMENT", f"questions[{i}].options[{j}]: unknown field(s) "
                                 f"{', '.join(sorted(set(ro) - OPTION_FIELDS))}")
     try:
         questions = msgspec.convert(raw, list[t.Question])
     except msgspec.ValidationError as exc:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"questions: {exc}") from None
+        raise ToolError("INVALID_ARGUMENT", f"questions: {exc}") from None
     for q in questions:
         for what, value in [("question id", q.id), *(("option id", o.id) for o in q.options)]:
             if not value.strip() or len(value) > MAX_ID:
-                raise ToolError("TOOL_ARGUMENTS_INVALID", f"question {q.id[:40]!r}: each {what} must be 1 to "
+                raise ToolError("INVALID_ARGUMENT", f"question {q.id[:40]!r}: each {what} must be 1 to "
                                 f"{MAX_ID} characters, not blank")
         for o in q.options:
             if not o.label.strip() or len(o.label) > MAX_LABEL:
-                raise ToolError("TOOL_ARGUMENTS_INVALID", f"question {q.id!r}: option {o.id!r} needs a label of 1 to "
+                raise ToolError("INVALID_ARGUMENT", f"question {q.id!r}: option {o.id!r} needs a label of 1 to "
                                 f"{MAX_LABEL} characters, not blank")
     ids = [q.id for q in questions] + [o.id for q in questions for o in q.options]
     if len(set(ids)) != len(ids):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "question and option ids must be unique")
+        raise ToolError("INVALID_ARGUMENT", "question and option ids must be unique")
     for q in questions:
         if not q.text.strip() or len(q.text) > MAX_TEXT or len(q.options) > MAX_OPTIONS:
-            raise ToolError("TOOL_ARGUMENTS_INVALID",
+            raise ToolError("INVALID_ARGUMENT",
                             f"question {q.id!r}: text 1 to {MAX_TEXT} characters, at most {MAX_OPTIONS} options")
         if not q.options and not q.allow_text:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"question {q.id!r} has no options and allows no text")
+            raise ToolError("INVALID_ARGUMENT", f"question {q.id!r} has no options and allows no text")
     if ctx.ask is None:
         raise ToolError("ASK_UNAVAILABLE", "this caller cannot ask the user")
     record = await ctx.ask(questions)

@@ -378,7 +378,7 @@ def skill_tool(pool: Respawning) -> ToolSpec:
         name, unload = args.get("name"), args.get("unload", False)
         if extra or (name is not None and not isinstance(name, str)) or not isinstance(unload, bool) or (
                 unload and name is None):
-            raise ToolError("TOOL_ARGUMENTS_INVALID",
+            raise ToolError("INVALID_ARGUMENT",
                             'skill takes {} (list), {"name": "..."} (load) or {"name": "...", "unload": true}')
         if name is not None and len(name) > MAX_NAME_CHARS:
             raise ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "

@@ -17,13 +17,13 @@ async def subagent(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     prompt = args.get("prompt")
     tools = args.get("tools")
     if set(args) - {"prompt", "tools"}:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "subagent takes only 'prompt' and 'tools'")
+        raise ToolError("INVALID_ARGUMENT", "subagent takes only 'prompt' and 'tools'")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "subagent needs a non-empty 'prompt' string")
+        raise ToolError("INVALID_ARGUMENT", "subagent needs a non-empty 'prompt' string")
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"prompt is over {MAX_PROMPT_CHARS} characters")
+        raise ToolError("INVALID_ARGUMENT", f"prompt is over {MAX_PROMPT_CHARS} characters")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(x, str) for x in tools)):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "'tools' must be a list of tool names")
+        raise ToolError("INVALID_ARGUMENT", "'tools' must be a list of tool names")
     if tools is not None:
         tools = list(dict.fromkeys(tools))  # each name once (the list is recorded and checked per request)
     if ctx.start_subagent is None:

@@ -16,7 +16,7 @@ MAX_SLEEP_MS = 2_147_483_647
 def _no_extra(args: dict[str, Any], allowed: set[str], tool: str) -> None:
     extra = sorted(set(args) - allowed)
     if extra:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{tool} does not take {', '.join(map(repr, extra))}")
+        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {', '.join(map(repr, extra))}")
 
 
 def time_fields(unix_ns: int) -> dict[str, Any]:
@@ -42,15 +42,15 @@ async def get_system_time(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 async def sleep_milliseconds(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     _no_extra(args, {"milliseconds"}, "sleep_milliseconds")
     if "milliseconds" not in args:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "sleep_milliseconds needs 'milliseconds'")
+        raise ToolError("INVALID_ARGUMENT", "sleep_milliseconds needs 'milliseconds'")
     ms = args["milliseconds"]
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ToolError(
-            "TOOL_ARGUMENTS_INVALID",
+            "INVALID_ARGUMENT",
             f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {ms!r}",
         )
     if not 0 <= ms <= MAX_SLEEP_MS:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")
+        raise ToolError("INVALID_ARGUMENT", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")
     start = time.time_ns() // 1_000_000
     await trio.sleep(ms / 1000)  # cancellable: an abort ends it at once
     end = max(time.time_ns() // 1_000_000, start)

@@ -19,26 +19,26 @@ ITEM_FIELDS = frozenset({"id", "text", "status"})
 async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     extra = set(args) - {"items"}
     if extra or not isinstance(args.get("items"), list):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "todo takes {\"items\": [{id, text, status}]} and nothing else")
+        raise ToolError("INVALID_ARGUMENT", "todo takes {\"items\": [{id, text, status}]} and nothing else")
     if len(args["items"]) > MAX_TODOS:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"at most {MAX_TODOS} todo items, got {len(args['items'])}")
+        raise ToolError("INVALID_ARGUMENT", f"at most {MAX_TODOS} todo items, got {len(args['items'])}")
     for i, raw in enumerate(args["items"]):
         extra = set(raw) - ITEM_FIELDS if isinstance(raw, dict) else set()
         if extra:  # (a misspelt "state" was dropped in silence: the item stayed pending)
-            raise ToolError("TOOL_ARGUMENTS_INVALID",
+            raise ToolError("INVALID_ARGUMENT",
                             f"todo items[{i}]: unknown field(s) {', '.join(sorted(extra))}; an item is {{id, text, status}}")
     try:
         items = msgspec.convert(args["items"], list[t.TodoItem])
     except msgspec.ValidationError as exc:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo items: {exc}") from None
+        raise ToolError("INVALID_ARGUMENT", f"todo items: {exc}") from None
     for i, it in enumerate(items):
         if not it.id.strip() or len(it.id) > MAX_TODO_ID:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"todo items[{i}]: id must be 1 to {MAX_TODO_ID} characters, not blank")
+            raise ToolError("INVALID_ARGUMENT", f"todo items[{i}]: id must be 1 to {MAX_TODO_ID} characters, not blank")
         if not it.text.strip() or len(it.text) > MAX_TODO_TEXT:
-            raise ToolError("TOOL_ARGUMENTS_INVALID",
+            raise ToolError("INVALID_ARGUMENT",
                             f"todo {it.id!r}: text must be 1 to {MAX_TODO_TEXT} characters, not blank")
     if len({it.id for it in items}) != len(items):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "todo item ids must be unique")
+        raise ToolError("INVALID_ARGUMENT", "todo item ids must be unique")
     done = sum(1 for it in items if it.status == "done")
     return ToolResult.text(
         f"todo list updated: {len(items)} item(s), {done} done",

@@ -35,7 +35,7 @@ def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> 
     """The integer argument ``name`` (``default`` when absent), from ``lo`` to ``hi``."""
     v = args.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from {lo} to {hi}")
+        raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from {lo} to {hi}")
     return v
 
 
@@ -44,9 +44,9 @@ def command_cwd(args: dict[str, Any], command: str) -> str:
     the workspace when absent. Neither it nor ``command`` may hold NUL (no process takes one)."""
     cwd = args.get("cwd", "")
     if not isinstance(cwd, str):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "cwd must be a workspace-relative path")
+        raise ToolError("INVALID_ARGUMENT", "cwd must be a workspace-relative path")
     if "\0" in command or "\0" in cwd:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "command and cwd cannot hold NUL characters")
+        raise ToolError("INVALID_ARGUMENT", "command and cwd cannot hold NUL characters")
     return cwd
 
 
@@ -251,7 +251,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
     async def revert_call(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         target = args.get("call_id")
         if set(args) - {"call_id"} or not isinstance(target, str) or not target:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "revert_call takes {\"call_id\": \"...\"}")
+            raise ToolError("INVALID_ARGUMENT", "revert_call takes {\"call_id\": \"...\"}")
         if ctx.call_running is not None and ctx.call_running(target):
             # (its edits are not all made: a revert now would undo some, and the call would go on
             # editing after it, or find its files changed under it)
@@ -297,7 +297,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         extra = set(args) - {"command", "timeout_ms", "max_output_bytes", "cwd"}
         command = args.get("command")
         if extra or not isinstance(command, str) or not command.strip():
-            raise ToolError("TOOL_ARGUMENTS_INVALID", "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}")
+            raise ToolError("INVALID_ARGUMENT", "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
             raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
         timeout = int_arg(args, "timeout_ms", 0, 0, MAX_COMMAND_TIMEOUT_MS)

@@ -16,7 +16,7 @@ messages of one role are merged, and the conversation starts with a user message
 Streaming reads the SDK's raw events (``messages.create(stream=True)``), not its
 ``messages.stream()`` helper, which parses tool input as it arrives and fails the whole answer
 on arguments that are not JSON: here a call's streamed input is joined, unparsed, and recorded
-as the model sent it (the tool runner answers it with ``TOOL_ARGUMENTS_INVALID``).
+as the model sent it (the tool runner answers it with ``INVALID_ARGUMENT``).
 
 Thinking: ``thinking_level`` low/medium/high → ``thinking: {type: enabled, budget_tokens}``
 (``max_tokens`` — the model's ``maxOutputTokens``, else the provider default — grows by the
@@ -189,7 +189,7 @@ class AnthropicProvider(SdkProvider):
                 native.append({"protocol": self.protocol, "block": {"type": "redacted_thinking", "data": block["data"]}})
             elif kind == "tool_use":
                 # The arguments exactly as the model streamed them, JSON or not: the tool runner
-                # answers arguments that are no JSON object with TOOL_ARGUMENTS_INVALID, and later
+                # answers arguments that are no JSON object with INVALID_ARGUMENT, and later
                 # requests send such a call with an empty input (see compile.call_input).
                 args = "".join(block["json"]) or json.dumps(block["input"] if block["input"] is not None else {})
                 calls.append(t.ToolCall(block["id"], compiled.names.internal(block["name"]), args))

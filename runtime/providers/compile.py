@@ -267,7 +267,7 @@ def call_arguments(compiled: Compiled, call: t.ToolCall) -> str:
     else ``"{}"``. OpenAI takes any text there, but OpenAI-compatible servers (vLLM's chat
     templates, llama.cpp, others) parse it and refuse the whole request, which would fail every
     later request of the session. The model is not left guessing: such a call was answered with a
-    ``TOOL_ARGUMENTS_INVALID`` result that says what was wrong and quotes what it sent, and the
+    ``INVALID_ARGUMENT`` result that says what was wrong and quotes what it sent, and the
     log keeps the arguments as the model sent them."""
     if arguments_object(call.arguments) is None:
         _count_replaced(compiled)

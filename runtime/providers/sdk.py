@@ -466,7 +466,10 @@ def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
     return str(getattr(exc, "message", exc))
 
 
-def _by_status(status: int | None, etype: str, ecode: str) -> tuple[str, bool]:
+Code = str  # an error code of docs/errors.md (a function returning one says so: the docs' test reads it)
+
+
+def _by_status(status: int | None, etype: str, ecode: str) -> tuple[Code, bool]:
     if ecode == "insufficient_quota" or status == 402:
         return "QUOTA_EXCEEDED", False
     if status == 429 or etype == "rate_limit_error":

@@ -197,7 +197,7 @@ async def test_read_only_credential_may_read(daemon: Daemon, strong: str, reader
         body = {"projectId": project["id"], "query": "hello"} if rule.endswith("/history/search") else None
         r = await call(daemon, method, rule, reader, body, sid=sid, aid=ARTIFACT_ID)
         ok = r.status_code == 200 or (rule.endswith(("<item_id>", "<job_id>")) and r.status_code == 404) or (
-            rule.endswith("/workspace/file") and r.status_code == 400 and error_of(r) == "PATH_INVALID")  # (no path)
+            rule.endswith("/workspace/file") and r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT")  # (no path)
         if not ok:
             wrong.append((method, rule, r.status_code, r.text[:200]))
     assert not wrong, wrong

@@ -177,7 +177,7 @@ async def test_the_model_lists_reads_and_stops_its_jobs(daemon: Daemon):
     assert stopped["status"] == "ok" and stopped["structured_content"]["status"] == "stopped"
     assert stopped["structured_content"]["reason"] == "stopped by the agent"
     assert (again["error_code"], unknown["error_code"], invalid["error_code"]) == \
-        ("JOB_FINISHED", "JOB_NOT_FOUND", "TOOL_ARGUMENTS_INVALID")
+        ("JOB_FINISHED", "JOB_NOT_FOUND", "INVALID_ARGUMENT")
     await report_answered(daemon, token, sid, job_id)
 
 
@@ -204,7 +204,7 @@ async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon
         await daemon.wait_idle(token, sid)
     results = [e["body"] for e in await log_of(daemon, token, sid) if e["kind"] == "tool.finished"]
     assert [(r["error_code"], r["content"][0]["text"]) for r in results] == \
-        [("TOOL_ARGUMENTS_INVALID", f"TOOL_ARGUMENTS_INVALID: {message}") for _, _, message in calls], results
+        [("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {message}") for _, _, message in calls], results
 
 
 async def test_a_timeout_and_a_signal_end_jobs_as_stopped_and_crashed(daemon: Daemon):

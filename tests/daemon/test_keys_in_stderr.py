@@ -106,5 +106,5 @@ def test_a_traceback_python_prints_for_a_defect_holds_no_key(tmp_path: Path) -> 
     assert out.returncode == 1, out.stderr
     assert "Traceback" in out.stderr and "KeyError" in out.stderr and "ValueError" in out.stderr, out.stderr
     assert out.stderr.count(MARK) == 2, out.stderr
-    assert "lens: INTERNAL_ERROR: ValueError" in out.stderr
+    assert "lens: INTERNAL: ValueError" in out.stderr
     assert leaks("stderr", out.stderr, [KEY]) == [], out.stderr

@@ -228,9 +228,9 @@ async def test_what_a_program_gets_wrong_comes_back_as_an_error_result_with_what
     edits = [e["body"] for e in await d.events(token, sid) if e["kind"] == "file.edited"]
     assert [(e["call_id"], e["path"]) for e in edits] == [(body["call_id"], "t.txt")]  # (kept on a timeout)
     body = await run("r6", {"code": "print(1)", "timeout_ms": 0})
-    assert body["error_code"] == "TOOL_ARGUMENTS_INVALID"
+    assert body["error_code"] == "INVALID_ARGUMENT"
     body = await run("r7", {"code": "x = 1", "extra": True})
-    assert body["error_code"] == "TOOL_ARGUMENTS_INVALID" and "extra" in body["content"][0]["text"]
+    assert body["error_code"] == "INVALID_ARGUMENT" and "extra" in body["content"][0]["text"]
     # the session goes on: a later plain call runs
     body = await run_tool(d, token, sid, "r8", "get_system_time", {})
     assert body["status"] == "ok"

@@ -1,5 +1,5 @@
 """F-HAR-1 over HTTP: what ``todo`` and ``ask_user`` accept, at the edges of their limits. A
-refused call is an error result the model sees (``TOOL_ARGUMENTS_INVALID``, naming the problem),
+refused call is an error result the model sees (``INVALID_ARGUMENT``, naming the problem),
 and changes nothing: no todo list, no question."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def test_todo_and_ask_user_refuse_past_their_limits(session, marker):
     await d.wait_idle(token, sid)
     events = await d.events(token, sid)
     [result] = [e for e in events if e["kind"] == "tool.finished"]
-    assert (result["body"]["status"], result["body"]["error_code"]) == ("error", "TOOL_ARGUMENTS_INVALID")
+    assert (result["body"]["status"], result["body"]["error_code"]) == ("error", "INVALID_ARGUMENT")
     assert REFUSED[marker][1] in result["body"]["content"][0]["text"]
     assert not [e for e in events if e["kind"] in ("todo.updated", "question.asked")]
     assert view["todos"] == [] and view["questions"] == []

@@ -83,7 +83,8 @@ async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFact
         for bad in ("/etc/passwd", str(ws / "ok.txt"), "..", "../outside.txt", "a/../../x", "a\\..\\x", "ok\\txt",
                     "a\x00b", "", "x" * 4097):
             r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params={"path": bad})
-            assert r.status_code == 400 and error_of(r) == "PATH_INVALID", (route, bad[:20], r.text)
+            # (INVALID_ARGUMENT, as every other malformed argument: it was PATH_INVALID, a second code)
+            assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, bad[:20], r.text)
         r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=[("path", "ok.txt"), ("path", "x")])
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
     for path in ("escape.txt", "escape_dir/outside.txt"):
@@ -93,11 +94,11 @@ async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFact
     r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "escape_dir"})
     assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE"
     r = await d.get(f"/sessions/{sid}/workspace/file", reader)
-    assert r.status_code == 400 and error_of(r) == "PATH_INVALID"
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
     for target in ("path=%2e%2e%2fx", "path=%2Fetc%2Fpasswd", "path=a%5C..%5Cx", "path=ok.txt%00"):  # (encoded)
         r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?{target}",
                            {"Authorization": f"Bearer {reader}"})
-        assert r.status == 400 and r.code == "PATH_INVALID", (target, r.body[:200])
+        assert r.status == 400 and r.code == "INVALID_ARGUMENT", (target, r.body[:200])
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "missing.txt"})
     assert r.status_code == 404 and error_of(r) == "PATH_NOT_FOUND"
     r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "ok.txt"})
@@ -382,12 +383,13 @@ async def test_a_hard_link_to_a_credential_file_is_not_read(daemon_factory: Daem
     r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
     assert {e["path"]: e["sensitive"] for e in r.json()["entries"]} == {
         ".env": True, "notes.txt": True, "plain.txt": False}
+    # (HARD_LINKED, as the file tools say of it: SENSITIVE_FILE is a credential file's name)
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "notes.txt"})
-    assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text, r.text
+    assert (r.status_code, error_of(r)) == (403, "HARD_LINKED") and "SECRET" not in r.text, r.text
     assert "more than one name" in r.json()["error"]["message"]
     os.symlink("notes.txt", ws / "link.txt")  # (a symlink to it: the same file, refused the same way)
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "link.txt"})
-    assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text, r.text
+    assert (r.status_code, error_of(r)) == (403, "HARD_LINKED") and "SECRET" not in r.text, r.text
     os.unlink(ws / ".env")  # (one name left: an ordinary file again)
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "notes.txt"})
     assert r.status_code == 200 and r.json()["text"] == "API_KEY=SECRET\n"

@@ -26,7 +26,7 @@ The oracle, after every call:
 
 A hard link in the workspace to an outside file is a name *inside* the workspace (F-EXE-9 speaks
 of paths: ``..``, absolute and symlink escapes), but its other name is outside: no file tool
-reads or edits a file with more than one name (``HARD_LINKED``; browsing: ``SENSITIVE_FILE``),
+reads or edits a file with more than one name (``HARD_LINKED``, browsing too),
 and the outside file stays as it was (it holds its own marker, not the canary).
 
 Then a bounded race: a thread swaps a workspace directory for a symlink to the canary tree (and

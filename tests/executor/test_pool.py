@@ -360,7 +360,7 @@ async def test_command_output_that_is_not_utf8_stays_within_the_cap_as_text(loca
     for bad in [{"command": "echo a\u0000b"}, {"command": "ls", "cwd": "x\u0000"}]:
         with pytest.raises(ToolError) as info:
             await specs["run_command"].run(bad, ctx("u3"))
-        assert info.value.code == "TOOL_ARGUMENTS_INVALID" and "NUL" in info.value.message
+        assert info.value.code == "INVALID_ARGUMENT" and "NUL" in info.value.message
 
 
 async def test_a_command_is_at_most_16_kib_as_a_jobs_is(local: tuple[ExecutorPool, Path], tmp_path: Path) -> None:

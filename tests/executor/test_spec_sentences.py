@@ -89,9 +89,9 @@ async def test_run_command_limits_at_their_edges_and_one_past(core: CoreTools, w
     assert res.structured_content["exit_code"] == 0 and res.structured_content["timed_out"] is False
     past = [({**ok, "command": at + "x"}, "COMMAND_TOO_LONG", f"longer than {MAX_COMMAND_BYTES} bytes"),
             ({**ok, "command": "é" * (MAX_COMMAND_BYTES // 2) + "x"}, "COMMAND_TOO_LONG", "bytes"),  # counted in UTF-8
-            ({**ok, "timeout_ms": MAX_COMMAND_TIMEOUT_MS + 1}, "TOOL_ARGUMENTS_INVALID",
+            ({**ok, "timeout_ms": MAX_COMMAND_TIMEOUT_MS + 1}, "INVALID_ARGUMENT",
              f"timeout_ms must be an integer from 0 to {MAX_COMMAND_TIMEOUT_MS}"),
-            ({**ok, "max_output_bytes": MAX_COMMAND_OUTPUT + 1}, "TOOL_ARGUMENTS_INVALID",
+            ({**ok, "max_output_bytes": MAX_COMMAND_OUTPUT + 1}, "INVALID_ARGUMENT",
              f"max_output_bytes must be an integer from 0 to {MAX_COMMAND_OUTPUT}")]
     for args, code, words in past:
         _, res = await core.run("run_command", args)

@@ -153,18 +153,18 @@ async def test_error_codes_come_through(client: ExecutorClient, workspace: Path,
     await fails("PATH_OUTSIDE_WORKSPACE", client.call("edit_file", {"path": "../x", "mode": "create", "content": ""}))
     await fails("NOT_FOUND", client.call("read_file", {"path": f"{sub}/missing"}))
     await fails("INVALID_ARGUMENT", client.call("read_file", {"path": f"{sub}/e.txt", "bogus": 1}))
-    await fails("UNKNOWN_TOOL", client.call("rm_rf", {"path": "."}))
+    await fails("TOOL_UNKNOWN", client.call("rm_rf", {"path": "."}))
     # The test-only hook is a tool name like any other: without the hook variable it would be
-    # UNKNOWN_TOOL; its own argument check shows it is reachable here only because tests enable it.
+    # TOOL_UNKNOWN; its own argument check shows it is reachable here only because tests enable it.
     await fails("INVALID_ARGUMENT", client.call("_test_wait_cancel", {"marker": "../x"}))
 
 
 async def test_an_unknown_tools_name_is_quoted_short(client: ExecutorClient) -> None:
     # The name was echoed whole up to the 2,000 characters every message is cut at; the HTTP
     # routes show a client's names up to 80, and so does this refusal now.
-    err = await fails("UNKNOWN_TOOL", client.call("rm_rf", {}))
+    err = await fails("TOOL_UNKNOWN", client.call("rm_rf", {}))
     assert err.message == "the executor has no tool 'rm_rf'", err.message
-    err = await fails("UNKNOWN_TOOL", client.call("x" * 5000, {}))
+    err = await fails("TOOL_UNKNOWN", client.call("x" * 5000, {}))
     assert err.message == "the executor has no tool '" + "x" * 80 + "…'", err.message[:300]
 
 

@@ -1,7 +1,7 @@
 """Tool calls whose arguments are not a JSON object, over the wire, for each protocol.
 
 The model's answer stands: the call is recorded with its arguments exactly as streamed, the tool
-runner answers it with ``TOOL_ARGUMENTS_INVALID`` (quoting what was sent), and the session goes
+runner answers it with ``INVALID_ARGUMENT`` (quoting what was sent), and the session goes
 on. What later requests send back for such a call is a JSON object every server reads (Anthropic
 ``tool_use.input`` ``{}``, OpenAI ``arguments`` ``"{}"``), never the text as it came: Anthropic's
 stream helper failed the whole answer on such arguments, and OpenAI-compatible servers that parse
@@ -116,7 +116,7 @@ async def test_recorded_arguments_no_server_reads_are_never_sent_back(protocol, 
     calls = [(f"call_{i}", "read_file", args) for i, args in enumerate(HOSTILE.values())]
     ctx = Ctx().user("go").response("", *calls, ("call_big", "read_file", big))
     for call_id, _, _ in calls:
-        ctx.result(call_id, "TOOL_ARGUMENTS_INVALID", is_error=True)
+        ctx.result(call_id, "INVALID_ARGUMENT", is_error=True)
     ctx.result("call_big", "fine")
     await provider.stream(ctx.request(), Deltas())
     body = server.requests[0].body
@@ -144,7 +144,7 @@ async def test_a_session_answers_such_a_call_and_goes_on(protocol, server, make,
     assert responded[0].tool_calls == [t.ToolCall("call_t1", "get_system_time", bad)]
     assert [e.event.arguments for e in evs if e.kind == "tool.started"] == [bad]
     finished = [e.event for e in evs if e.kind == "tool.finished"]
-    assert [(f.status, f.error_code) for f in finished] == [("error", "TOOL_ARGUMENTS_INVALID")]
+    assert [(f.status, f.error_code) for f in finished] == [("error", "INVALID_ARGUMENT")]
     told = finished[0].content[0].text
     # The result says what is wrong and quotes what was sent (the call itself goes back empty).
     assert "not valid JSON" in told and json.dumps(bad) in told, told

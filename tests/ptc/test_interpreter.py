@@ -36,7 +36,7 @@ class FakeTools:
             return {"entries": [{"name": n, "size": len(c)} for n, c in sorted(self.files.items())]}
         if name == "open":
             return "opened"
-        raise ToolCallFailed("UNKNOWN_TOOL", f"no tool named {name}")
+        raise ToolCallFailed("TOOL_UNKNOWN", f"no tool named {name}")
 
 
 async def run(code: str, limits: Limits = Limits(), tools: FakeTools | None = None) -> Outcome:

@@ -76,8 +76,8 @@ async def test_bad_tool_calls_come_back_as_error_results(rt, autojump_clock, cap
     finished = by_kind(evs, "tool.finished")
     assert [(f.event.status, f.event.is_error, f.event.error_code) for f in finished] == [
         ("error", True, "TOOL_UNKNOWN"),
-        ("error", True, "TOOL_ARGUMENTS_INVALID"),
-        ("error", True, "TOOL_ARGUMENTS_INVALID"),
+        ("error", True, "INVALID_ARGUMENT"),
+        ("error", True, "INVALID_ARGUMENT"),
         ("ok", False, None),
     ]
     assert structured(finished[0])["error"]["code"] == "TOOL_UNKNOWN"
@@ -100,8 +100,8 @@ async def test_arguments_that_are_no_json_object_are_quoted_in_the_error(rt, aut
     sid = await rt.session()
     await rt.run_to_idle(sid, "r1", "odd")
     finished = by_kind(await rt.events(sid), "tool.finished")
-    assert [f.event.error_code for f in finished] == ["TOOL_ARGUMENTS_INVALID"] * 3
-    told = [f.event.content[0].text.removeprefix("TOOL_ARGUMENTS_INVALID: ") for f in finished]
+    assert [f.event.error_code for f in finished] == ["INVALID_ARGUMENT"] * 3
+    told = [f.event.content[0].text.removeprefix("INVALID_ARGUMENT: ") for f in finished]
     # NaN is Python's, not JSON: it never reaches the tool (which said "must be an integer")
     assert told[0] == ('sleep_milliseconds arguments are not usable JSON (NaN is not JSON); '
                        'received: "{\\"milliseconds\\": NaN}"'), told[0]
@@ -132,7 +132,7 @@ async def test_argument_values_the_log_cannot_hold_are_error_results_not_crashes
     await rt.run_to_idle(sid, "r1", "hostile")
     finished = by_kind(await rt.events(sid), "tool.finished")
     codes = [f.event.error_code for f in finished]
-    assert codes == ["TOOL_ARGUMENTS_INVALID"] * 10, codes
+    assert codes == ["INVALID_ARGUMENT"] * 10, codes
     # 2**63 - 1 is recordable: the last call reaches the tool, whose own check refuses "note"
     assert "outside 64 bits" not in structured(finished[9])["error"]["message"]
     assert "lone surrogate" in structured(finished[0])["error"]["message"]
@@ -251,7 +251,7 @@ async def test_lone_surrogates_in_an_answer_are_replaced_not_fatal(rt, autojump_
     # and the actor crashed until the session was quarantined.
     rt.faux.script = [FauxTurn(when="odd", text="x\ud800y \ud83d\ude00", chunks=["x\ud800", "y \ud83d\ude00"],
                                tool_calls=[FauxToolCall("get_system_time", '{"\udfff": 1}')]),
-                      FauxTurn(when="TOOL_ARGUMENTS_INVALID", text="ok")]
+                      FauxTurn(when="INVALID_ARGUMENT", text="ok")]
     seen: list[str] = []
     rt.deps.on_delta = lambda sid, agent, delta: seen.append(delta.text)
     sid = await rt.session()

@@ -130,7 +130,7 @@ async def test_a_tool_list_naming_no_usable_tool_is_refused(rt, autojump_clock):
     await rt.run_to_idle(sid, "r1", "bad lists")
     evs = await rt.events(sid)
     finished = by_kind(evs, "tool.finished")
-    assert [f.event.error_code for f in finished] == ["TOOL_ARGUMENTS_INVALID"] * 3
+    assert [f.event.error_code for f in finished] == ["INVALID_ARGUMENT"] * 3
     assert "there is no tool nope" in finished[1].event.content[0].text
     assert "get_system_time" in finished[0].event.content[0].text
     assert not by_kind(evs, "agent.started")  # no subagent was started
@@ -184,5 +184,5 @@ async def test_a_prompt_is_taken_up_to_its_limit_exactly(rt, autojump_clock):
     assert len(started.event.prompt) == MAX_PROMPT_CHARS
     first, second = by_kind(evs, "tool.finished")
     assert (first.event.status, first.event.content[0].text) == ("ok", "took it")
-    assert (second.event.status, second.event.error_code) == ("error", "TOOL_ARGUMENTS_INVALID")
+    assert (second.event.status, second.event.error_code) == ("error", "INVALID_ARGUMENT")
     assert f"over {MAX_PROMPT_CHARS} characters" in second.event.content[0].text

@@ -55,7 +55,7 @@ def test_time_fields_agree_at_fixed_instants(unix_ms):
 async def test_get_system_time_refuses_arguments():
     for arguments in ('{"tz": "UTC"}', '{"x": 1}'):
         res = await run("get_system_time", arguments)
-        assert res.is_error and res.error_code == "TOOL_ARGUMENTS_INVALID"
+        assert res.is_error and res.error_code == "INVALID_ARGUMENT"
 
 
 async def test_sleep_zero_returns_start_and_end(autojump_clock):
@@ -108,8 +108,8 @@ async def test_sleep_is_cancellable_from_outside(autojump_clock):
 async def test_sleep_refuses_bad_arguments(arguments, autojump_clock):
     before = trio.current_time()
     res = await run("sleep_milliseconds", arguments)
-    assert res.is_error and res.error_code == "TOOL_ARGUMENTS_INVALID", arguments
-    assert res.structured_content["error"]["code"] == "TOOL_ARGUMENTS_INVALID"
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT", arguments
+    assert res.structured_content["error"]["code"] == "INVALID_ARGUMENT"
     assert trio.current_time() == before  # refused before sleeping
 
 

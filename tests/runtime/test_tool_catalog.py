@@ -228,7 +228,7 @@ async def test_capability_search_argument_limits(args: dict[str, Any], ok: bool)
     res = await search(catalog(MCP, {"deferred": ["mcp__*"]}), args)
     assert res.is_error is (not ok), res.content
     if not ok:
-        assert res.error_code == "TOOL_ARGUMENTS_INVALID"
+        assert res.error_code == "INVALID_ARGUMENT"
 
 
 # --------------------------------------------------------------------------- execution plane

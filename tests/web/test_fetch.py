@@ -508,7 +508,7 @@ async def test_the_longest_timeout_is_120_seconds(full: ToolRegistry, web_server
 ])
 async def test_invalid_arguments(public_only: ToolRegistry, args: dict) -> None:
     r = await call(public_only, "web_fetch", args)
-    assert r.error_code == "TOOL_ARGUMENTS_INVALID", text_of(r)
+    assert r.error_code == "INVALID_ARGUMENT", text_of(r)
 
 
 async def test_timeout_edges_are_accepted(full: ToolRegistry, web_server: WebServer) -> None:

@@ -84,9 +84,10 @@ def hold_at(hold: Path | None, point: str) -> None:
 
 
 class CannotListen(Exception):
-    """``--listen`` is not ``host:port`` (port 0-65535; an IPv6 host in brackets) or cannot be bound."""
+    """``--listen`` cannot be bound (the host is not a local address, the port is taken): the
+    daemon's code for its own bind (a ``--listen`` that is no ``host:port`` is ``INVALID_ARGUMENT``)."""
 
-    code = "CANNOT_LISTEN"
+    code = "LISTEN_FAILED"
 
 
 class _Guard(grpc.ServerInterceptor):
@@ -290,7 +291,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                                 has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
                                 written_path=_fs_bytes(out.written))
         else:
-            raise FileToolError("UNKNOWN_TOOL", f"the executor has no tool {shortened(tool)!r}")
+            raise FileToolError("TOOL_UNKNOWN", f"the executor has no tool {shortened(tool)!r}")
         self._hold("before_reply")
         # (the file written travels with the result: Core records it without asking resolve)
         return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
@@ -460,7 +461,7 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         return 2
     _not_dumpable()
     if not _is_host_port(listen):
-        _fail(CannotListen.code, f"cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a "
+        _fail("INVALID_ARGUMENT", f"cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a "
               f"port from 0 (any free one) to 65535, an IPv6 address in brackets")
         return 2
     root = Path(workspace)

@@ -266,8 +266,8 @@ def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 10
         if not t.is_file or t.fd is None or t.st is None:
             raise FileToolError("NOT_A_FILE", f"{path}: not a regular file")
         if t.st.st_nlink > 1:  # (its other name may be a credential file's: see the module's docstring)
-            raise FileToolError("SENSITIVE_FILE", f"{path}: a file with more than one name (hard links); it may be a "
-                                                  f"credential file under another name, so it is listed but never read")
+            raise FileToolError("HARD_LINKED", f"{path}: a file with more than one name (hard links); it may be a "
+                                               f"credential file under another name, so it is listed but never read")
         fd, size = t.fd, t.st.st_size
         if b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
             raise FileToolError("BINARY_FILE", f"{path}: a binary file ({size} bytes); only text is shown")

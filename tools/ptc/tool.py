@@ -65,11 +65,11 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     extra = set(args) - {"code", "timeout_ms"}
     code = args.get("code")
     if extra or not isinstance(code, str):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"{PTC} takes {{code, timeout_ms?}}"
+        raise ToolError("INVALID_ARGUMENT", f"{PTC} takes {{code, timeout_ms?}}"
                         + (f" (unknown: {', '.join(sorted(extra))[:200]})" if extra else ""))
     timeout = args.get("timeout_ms", DEFAULT_TIMEOUT_MS)
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_TIMEOUT_MS:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}")
+        raise ToolError("INVALID_ARGUMENT", f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}")
     if ctx.call_tool is None:
         raise ToolError("PTC_UNAVAILABLE", f"{PTC} cannot run here (no tool runner was given to it)")
     # (every registered tool is a function of the program, also one the agent cannot call — a

@@ -74,20 +74,20 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codec
 
 
 def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
-    """(url, format, timeout) of a web_fetch call, or ``TOOL_ARGUMENTS_INVALID``."""
+    """(url, format, timeout) of a web_fetch call, or ``INVALID_ARGUMENT``."""
     extra = sorted(set(args) - {"url", "format", "timeout"})
     if extra:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"web_fetch does not take {', '.join(map(repr, extra))}")
+        raise ToolError("INVALID_ARGUMENT", f"web_fetch does not take {', '.join(map(repr, extra))}")
     if "url" not in args:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "web_fetch needs 'url'")
+        raise ToolError("INVALID_ARGUMENT", "web_fetch needs 'url'")
     if not isinstance(args["url"], str):
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"url must be a string, got {type(args['url']).__name__}")
+        raise ToolError("INVALID_ARGUMENT", f"url must be a string, got {type(args['url']).__name__}")
     fmt = args.get("format", "markdown")
     if fmt not in FORMATS:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"format must be one of {', '.join(FORMATS)}, got {fmt!r}"[:300])
+        raise ToolError("INVALID_ARGUMENT", f"format must be one of {', '.join(FORMATS)}, got {fmt!r}"[:300])
     timeout = args.get("timeout", DEFAULT_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
-        raise ToolError("TOOL_ARGUMENTS_INVALID",
+        raise ToolError("INVALID_ARGUMENT",
                         f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT}, got {timeout!r}"[:300])
     return args["url"], fmt, float(timeout)
 

@@ -49,24 +49,24 @@ ERROR_EXCERPT_CHARS = 500
 
 
 def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments with their defaults, or ``TOOL_ARGUMENTS_INVALID``."""
+    """The call's arguments with their defaults, or ``INVALID_ARGUMENT``."""
     extra = sorted(set(args) - {"query", "num_results", "livecrawl", "type", "context_max_characters"})
     if extra:
-        raise ToolError("TOOL_ARGUMENTS_INVALID", f"web_search does not take {', '.join(map(repr, extra))}")
+        raise ToolError("INVALID_ARGUMENT", f"web_search does not take {', '.join(map(repr, extra))}")
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
-        raise ToolError("TOOL_ARGUMENTS_INVALID", "web_search needs 'query', a non-empty string")
+        raise ToolError("INVALID_ARGUMENT", "web_search needs 'query', a non-empty string")
     out: dict[str, Any] = {"query": query}
     for name, default, hi in (("num_results", DEFAULT_RESULTS, MAX_RESULTS),
                               ("context_max_characters", DEFAULT_CONTEXT_CHARS, MAX_CONTEXT_CHARS)):
         value = args.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be an integer from 1 to {hi}, got {value!r}"[:300])
+            raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from 1 to {hi}, got {value!r}"[:300])
         out[name] = value
     for name, default, allowed in (("livecrawl", "fallback", LIVECRAWL), ("type", "auto", TYPES)):
         value = args.get(name, default)
         if value not in allowed:
-            raise ToolError("TOOL_ARGUMENTS_INVALID", f"{name} must be one of {', '.join(allowed)}, got {value!r}"[:300])
+            raise ToolError("INVALID_ARGUMENT", f"{name} must be one of {', '.join(allowed)}, got {value!r}"[:300])
         out[name] = value
     return out
 
