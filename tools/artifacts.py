@@ -38,11 +38,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.ids import SHA256_RE
-from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, sync_directory
+from runtime.atomicfile import FileTooLarge, NotARegularFile, open_regular_file, replace_atomically, sync_directory
 
 # Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
 # images of 5 MiB): only a bound on what is read.
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
+
+# How much of an artifact's start is read to tell the type it is served as (``runtime.api.
+# artifact_type``: the magic bytes of images and archives, and whether it reads as UTF-8 text):
+# a range, or a one-byte probe, of a large artifact reads this and the range, never the file.
+HEAD_BYTES = 8192
+# The pieces in which an artifact is hashed and served whole: what a read holds in memory at once.
+CHUNK_BYTES = 256 * 1024
 
 # The temporary file of a write that never reached its rename (replace_atomically's name for it:
 # ".<id>.<12 hex digits>.tmp"): a killed daemon, a power cut.
@@ -57,6 +64,15 @@ class Leftovers:
 
     artifacts: list[str]
     partial: list[str]
+
+
+@dataclass(frozen=True)
+class ArtifactHead:
+    """An artifact's size and its first bytes (at most :data:`HEAD_BYTES`), read without reading
+    the rest of it (nor checking its digest: see :meth:`ArtifactStore.head`)."""
+
+    size: int
+    head: bytes
 
 
 @dataclass
@@ -254,25 +270,112 @@ class ArtifactStore:
                 sync_directory(self.root)
         return kept, failed
 
-    def get(self, artifact_id: str) -> bytes:
+    def _open(self, artifact_id: str) -> tuple[int, int]:
+        """The artifact's file opened for reading (a descriptor the caller closes) and its size.
+        Raises ``ArtifactError``: ``ARTIFACT_NOT_FOUND`` (no such id, or a name that is no id),
+        ``ARTIFACT_CORRUPT`` (something else than a regular file of at most
+        :data:`MAX_ARTIFACT_BYTES` in its place)."""
         if not SHA256_RE.fullmatch(artifact_id):
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}")
         try:
-            data = read_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)
+            fd, st = open_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)
         except FileNotFoundError:
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}") from None
         except (NotARegularFile, FileTooLarge) as exc:
             raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: {exc.strerror}") from None
+        return fd, st.st_size
+
+    def get(self, artifact_id: str) -> bytes:
+        """The artifact's bytes, checked against its id (``ARTIFACT_CORRUPT`` when they no longer
+        match it); raises as :meth:`_open` does. Holds the whole artifact: for the images sent to
+        a model and the copies an edit's revert restores, not for serving (see :meth:`head`)."""
+        fd, size = self._open(artifact_id)
+        try:
+            data = _read_at(fd, 0, MAX_ARTIFACT_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_ARTIFACT_BYTES:  # (a file growing while it is read is still held to the limit)
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
+                                                  f"than {MAX_ARTIFACT_BYTES} bytes")
         if hashlib.sha256(data).hexdigest() != artifact_id:
-            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk (its bytes no longer "
-                                                  "match its SHA-256)")
+            raise _mismatch(artifact_id)
         return data
+
+    def head(self, artifact_id: str) -> ArtifactHead:
+        """The artifact's size and first :data:`HEAD_BYTES` bytes, the rest unread; raises as
+        :meth:`_open` does. Its digest is not checked (that reads all of it): a whole answer
+        calls :meth:`verify` before it sends anything."""
+        fd, size = self._open(artifact_id)
+        try:
+            return ArtifactHead(size, _read_at(fd, 0, min(size, HEAD_BYTES)))
+        finally:
+            os.close(fd)
+
+    def read_at(self, artifact_id: str, offset: int, length: int) -> bytes:
+        """At most ``length`` bytes of the artifact from ``offset`` (fewer only at its end):
+        opened, sought and read, nothing else of it. Raises as :meth:`_open` does."""
+        fd, _ = self._open(artifact_id)
+        try:
+            return _read_at(fd, offset, length)
+        finally:
+            os.close(fd)
+
+    def verify(self, artifact_id: str) -> int:
+        """Check the artifact's bytes against its id, read in pieces of :data:`CHUNK_BYTES` (no
+        more is held at once); its size. Raises as :meth:`get` does."""
+        fd, _ = self._open(artifact_id)
+        try:
+            digest, size = _digest(fd)
+        finally:
+            os.close(fd)
+        if size > MAX_ARTIFACT_BYTES:
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
+                                                  f"than {MAX_ARTIFACT_BYTES} bytes")
+        if digest != artifact_id:
+            raise _mismatch(artifact_id)
+        return size
+
+
+def _mismatch(artifact_id: str) -> ArtifactError:
+    return ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk (its bytes no longer "
+                                             "match its SHA-256)")
+
+
+def _read_at(fd: int, offset: int, length: int) -> bytes:
+    """At most ``length`` bytes of ``fd`` from ``offset`` (``pread``: fewer only at the end)."""
+    chunks, total = [], 0
+    while total < length:
+        chunk = os.pread(fd, min(length - total, CHUNK_BYTES * 16), offset + total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _digest(fd: int) -> tuple[str, int]:
+    """The SHA-256 (hex) of what ``fd`` holds from its start, read in pieces of
+    :data:`CHUNK_BYTES` up to one byte past :data:`MAX_ARTIFACT_BYTES`, and how many bytes."""
+    h, offset = hashlib.sha256(), 0
+    while offset <= MAX_ARTIFACT_BYTES:
+        chunk = os.pread(fd, CHUNK_BYTES, offset)
+        if not chunk:
+            break
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest(), offset
 
 
 def _intact(path: Path, digest: str) -> bool:
-    """Whether ``path`` exists and holds the bytes of ``digest``."""
+    """Whether ``path`` exists and holds the bytes of ``digest`` (read in pieces)."""
     try:
-        data = read_regular_file(path, MAX_ARTIFACT_BYTES)
+        fd, _ = open_regular_file(path, MAX_ARTIFACT_BYTES)
     except OSError:  # missing, not a regular file, too large, unreadable: written afresh
         return False
-    return hashlib.sha256(data).hexdigest() == digest
+    try:
+        found, size = _digest(fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return found == digest and size <= MAX_ARTIFACT_BYTES
