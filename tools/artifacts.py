@@ -5,7 +5,7 @@ temp file, fsync, rename, directory fsync) and is idempotent; ``put_together`` s
 as one: when one cannot be stored, those it wrote that nothing else was given since are removed;
 ``get`` verifies the bytes against their name before returning them, so a damaged file is
 caught before it is sent anywhere. Both read only a regular file, without blocking and up to
-:data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
+:data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.open_regular_file`): something else in an
 artifact's place (a FIFO, a directory, a link to a device) is a damaged artifact, refused at
 once by ``get`` and replaced by ``put``. ``leftovers`` and ``remove`` serve the daemon's sweeps
 (:mod:`runtime.artifact_sweep`): the artifacts and the temporary files of interrupted writes
@@ -16,10 +16,20 @@ while the daemon runs must not take a file whose event is still to come. Every i
 returns is held until that event has committed or failed: the caller opens a :meth:`lease`
 around the work that stores and the append that records (the actor around a tool call and its
 result); a put inside it (in a thread too: ``trio.to_thread`` carries the context) holds its id
-until the lease ends. A put outside any lease, or after its lease ended (a thread a cancel left
-running), holds its id for good: such a file waits for the next start. :meth:`remove` never
-takes an id held, nor one put or released since the sweep's :meth:`sweeping` began (its
-event may have committed after the sweep read the log's position).
+until the lease ends. A put outside any lease, or after its lease ended (a task that inherited
+the lease's context and outlived it: a background job saving its output at a daemon's stop, its
+append given up on after a bound and possibly still committed), holds its id for good: its event
+may come at any time, so nothing but that event can end the hold. The live sweep ends it once the log names the
+id (:meth:`release_named`: a named artifact is never removed), so the ids held for good are only
+those whose event has not been folded yet, not every such id since the start; one whose event
+never comes stays held, and its file waits for the next start. :meth:`remove` never takes an id
+held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
+committed after the sweep read the log's position).
+
+**Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies); the
+daemon's route reads less: ``head`` (the size and :data:`HEAD_BYTES`, what its type is told
+from), ``read_at`` (a range: opened, sought, read) and ``verify`` (the digest, in pieces of
+:data:`CHUNK_BYTES`), so no answer holds a large artifact in memory or reads it for a range.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -168,6 +178,21 @@ class ArtifactStore:
         """The ids held now (by leases, or for good)."""
         with self._lock:
             return set(self._held) | self._kept
+
+    def held_for_good(self) -> set[str]:
+        """The ids held for good now: put outside a lease or after it ended, and not yet found
+        named."""
+        with self._lock:
+            return set(self._kept)
+
+    def release_named(self, named: Iterable[str]) -> None:
+        """Stop holding for good the ids of ``named``, ids some event in the log names: a named
+        artifact is never removed (no sweep takes an id an event names), so a hold on it guards
+        nothing any more. The live sweep calls it with what its projections found named, which
+        is what keeps the set of ids held for good from growing for as long as the daemon runs.
+        (Ids held by an open lease are counted apart and stay held until it ends.)"""
+        with self._lock:
+            self._kept.difference_update(named)
 
     def _hold(self, digest: str) -> None:
         """Hold ``digest`` for the current lease, or for good without one (under _lock)."""
