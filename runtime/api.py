@@ -975,9 +975,6 @@ def create_app(svc: Services) -> QuartTrio:
                 raise ApiError("ARTIFACT_CORRUPT", exc.message) from None
             raise ApiError("ARTIFACT_NOT_FOUND", f"no artifact {aid[:80]!r}") from None
 
-    async def load_artifact(aid: str) -> bytes:
-        return await artifact_io(aid, artifacts.get)
-
     async def check_image(part: t.ImagePart) -> None:
         """An image input must name a stored, intact artifact of a type models take, as what it
         is: checked before the input enters the log, where a bad part would fail every later
@@ -986,14 +983,16 @@ def create_app(svc: Services) -> QuartTrio:
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
-        data = await load_artifact(part.artifact_id)
-        if len(data) > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
-            raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {len(data)} bytes; an image "
+        # (its size and type from its head: an artifact of 60 MiB is refused without reading it)
+        found = await artifact_io(part.artifact_id, artifacts.head)
+        if found.size > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
+            raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {found.size} bytes; an image "
                                                 f"may be at most {MAX_IMAGE_BYTES}")
-        actual = sniff_image(data)
+        actual = sniff_image(found.head)
         if actual != part.mime:
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
                                                 f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
+        await artifact_io(part.artifact_id, artifacts.verify)  # (damaged: 500, before it enters the log)
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:

@@ -132,3 +132,31 @@ async def test_the_edges_of_a_byte_range(daemon: Daemon, reader: str) -> None:
     assert r.status_code == 416 and r.headers["content-range"] == "bytes */0", r.headers
     r = await daemon.get(f"/artifacts/{empty}", reader)
     assert r.status_code == 200 and r.content == b"" and r.headers["content-length"] == "0", r.headers
+
+
+async def test_an_image_input_naming_a_large_artifact_is_refused_without_reading_it(daemon: Daemon,
+                                                                                   strong: str) -> None:
+    """An image part is at most 5 MiB: one naming an artifact of 40 MiB that begins as a PNG is
+    refused (422) from the artifact's size, having read its head; it was read whole first."""
+    size = 40 * MIB
+    h = hashlib.sha256(b"\x89PNG\r\n\x1a\n")
+    zeros = bytes(MIB)
+    for _ in range(size // MIB - 1):
+        h.update(zeros)
+    h.update(zeros[:MIB - 8])
+    aid = h.hexdigest()
+    root = daemon.data_dir / "artifacts"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / aid, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n")
+        f.truncate(size)  # (the rest zeros)
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.get("/health")
+    before = bytes_read()
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {
+        "requestId": "big", "content": [{"type": "image", "artifactId": aid, "mime": "image/png"}]})
+    read = bytes_read() - before
+    assert r.status_code == 422 and error_of(r) == "IMAGE_UNSUPPORTED", r.text
+    assert f"is {size} bytes; an image may be at most {5 * MIB}" in r.text, r.text
+    assert read < 4 * MIB, read
