@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from tests.daemon.conftest import Daemon, error_of
+from tests.daemon.conftest import API, Daemon, auth, error_of
 from tools.artifacts import HEAD_BYTES
 
 MIB = 1024 * 1024
@@ -92,6 +93,26 @@ async def test_a_large_artifact_whole_is_checked_then_sent_in_pieces(daemon: Dae
     assert "no longer match its SHA-256" in r.text, r.text
     r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": "bytes=0-9"})
     assert r.status_code == 206 and r.content == block[:10], r.status_code
+
+
+async def test_a_large_artifact_whole_is_sent_holding_a_piece_at_a_time(daemon: Daemon, reader: str) -> None:
+    """The whole of a 48 MiB artifact, read by a client as it streams: what the process allocates
+    at its peak (tracemalloc: the daemon runs in this process, its worker threads included) stays
+    a few pieces of 256 KiB, where the artifact was read whole into one bytes object."""
+    aid, _, _ = store_large(daemon, LARGE)
+    h, got = hashlib.sha256(), 0
+    tracemalloc.start()
+    try:
+        async with daemon.client.stream("GET", f"{API}/artifacts/{aid}", headers=auth(reader)) as r:
+            assert r.status_code == 200 and r.headers["content-length"] == str(LARGE), r.headers
+            async for piece in r.aiter_raw():
+                h.update(piece)
+                got += len(piece)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == LARGE and h.hexdigest() == aid
+    assert peak < 8 * MIB, peak  # (measured: about 1.2 MiB; 100 MiB before)
 
 
 async def test_the_edges_of_a_byte_range(daemon: Daemon, reader: str) -> None:
