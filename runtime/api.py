@@ -8,7 +8,6 @@ Every error leaves as ``{"error": {"code", "message"}}`` with the status of :dat
 from __future__ import annotations
 
 import base64
-import codecs
 import hashlib
 import logging
 import re
@@ -31,7 +30,7 @@ from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
-from tools.artifacts import CHUNK_BYTES, ArtifactError, ArtifactStore
+from tools.artifacts import CHUNK_BYTES, ArtifactError, ArtifactStore, reads_as_text
 from tools.files.errors import MAX_IMAGE_BYTES
 from tools.files.image import sniff as sniff_image
 
@@ -517,13 +516,8 @@ def artifact_type(head: bytes, aid: str, stored: str | None = None, *, whole: bo
         ext, magics = STORED_TYPES[stored]
         if head.startswith(magics):
             return {"Content-Type": stored, "Content-Disposition": f'attachment; filename="{name}.{ext}"'}
-    if b"\0" not in head:
-        try:
-            codecs.getincrementaldecoder("utf-8")().decode(head, final=whole)
-        except UnicodeDecodeError:
-            pass
-        else:
-            return {"Content-Type": "text/plain; charset=utf-8", "Content-Disposition": f'inline; filename="{name}.txt"'}
+    if reads_as_text(head, whole=whole):
+        return {"Content-Type": "text/plain; charset=utf-8", "Content-Disposition": f'inline; filename="{name}.txt"'}
     return {"Content-Type": "application/octet-stream", "Content-Disposition": f'attachment; filename="{name}.bin"'}
 
 

@@ -34,6 +34,7 @@ from), ``read_at`` (a range: opened, sought, read) and ``verify`` (the digest, i
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 import os
@@ -58,6 +59,24 @@ MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 # artifact_type``: the magic bytes of images and archives, and whether it reads as UTF-8 text):
 # a range, or a one-byte probe, of a large artifact reads this and the range, never the file.
 HEAD_BYTES = 8192
+
+
+def reads_as_text(data: bytes, *, whole: bool) -> bool:
+    """Whether ``data`` reads as UTF-8 text by its first :data:`HEAD_BYTES`: no NUL among them,
+    and they decode (a character cut at their end is no reason to doubt it, unless ``whole``
+    says ``data`` is all there is and it is no longer than the window). One judgment for an
+    artifact served (``runtime.api.artifact_type``, from its head) and a fetched body without a
+    type (``tools.web.fetch``)."""
+    window = data[:HEAD_BYTES]
+    if b"\0" in window:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(window, final=whole and len(data) <= HEAD_BYTES)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 # The pieces in which an artifact is hashed and served whole: what a read holds in memory at once.
 CHUNK_BYTES = 256 * 1024
 
