@@ -27,8 +27,10 @@ from .projector import Projection
 # the run may begin before the string does: a string's length is written just before it, and a
 # length byte can be a hex digit in ASCII (a text of 99 bytes beginning with an id is
 # ``\xd9c<id>…``: the run is "c" and the id). So each run is cut into ids from its start and
-# from its end: one hex byte or two of a length before an id, or hex text after it, still name it.
+# from its end, and also read from each of its first :data:`_LENGTH_BYTES` + 1 digits: up to four
+# hex bytes of a length (str32's) before an id, hex text after it, or both, still name it.
 _HEX_RUN = re.compile(rb"[0-9a-f]{64,}")
+_LENGTH_BYTES = 4
 
 
 def named_ids(event: object) -> set[str]:
@@ -38,6 +40,7 @@ def named_ids(event: object) -> set[str]:
         run = m.group().decode()
         found.update(run[i:i + 64] for i in range(0, len(run) - 63, 64))
         found.update(run[len(run) - i - 64:len(run) - i] for i in range(0, len(run) - 63, 64))
+        found.update(run[i:i + 64] for i in range(1, min(_LENGTH_BYTES, len(run) - 64) + 1))
     return found
 
 

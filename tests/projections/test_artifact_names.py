@@ -68,6 +68,8 @@ def test_an_id_after_a_length_byte_that_is_a_hex_digit_is_named(tmp_path: Path) 
         assert {i for i in ids if i in text} <= named_ids(event), text[:70]
     event = InputSubmitted(content=[TextPart(ids[2] + " " + "z" * 37)])  # 102 bytes: "f" before the id
     assert ids[2] in named_ids(event)
+    event = InputSubmitted(content=[TextPart(ids[3] + "cafe " + "z" * 30)])  # 99: hex on both sides of it
+    assert ids[3] in named_ids(event)
     write(tmp_path, [Draft(InputSubmitted(content=[TextPart(" ".join(ids))]), project_id="p", session_id="s",
                            agent_id="main")])
     projector = make_projector(tmp_path, [ArtifactNames()])
