@@ -1038,9 +1038,12 @@ def create_app(svc: Services) -> QuartTrio:
         while offset < end:
             try:
                 piece = await trio.to_thread.run_sync(artifacts.read_at, aid, offset, min(CHUNK_BYTES, end - offset))
-            except ArtifactError:
+            except (ArtifactError, OSError) as exc:  # (the head is sent: no status can say it any more)
+                log.warning("artifact %s: its answer ended at byte %d of %d: %s", aid, offset, end,
+                            exc.message if isinstance(exc, ArtifactError) else exc.strerror or exc)
                 return
             if not piece:
+                log.warning("artifact %s: its answer ended at byte %d of %d: the file is shorter", aid, offset, end)
                 return
             yield piece
             offset += len(piece)

@@ -12,6 +12,7 @@ import os
 import tracemalloc
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from tests.daemon.conftest import API, Daemon, auth, error_of
@@ -113,6 +114,26 @@ async def test_a_large_artifact_whole_is_sent_holding_a_piece_at_a_time(daemon: 
         tracemalloc.stop()
     assert got == LARGE and h.hexdigest() == aid
     assert peak < 8 * MIB, peak  # (measured: about 1.2 MiB; 100 MiB before)
+
+
+async def test_an_artifact_removed_while_it_is_sent_ends_its_body_short(daemon: Daemon, reader: str,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The file gone after the answer's head was sent (a live sweep taking an orphan being
+    downloaded): the body ends short of its ``Content-Length`` (the client sees the length
+    broken, never other bytes), and the daemon says where it ended; it goes on serving."""
+    aid, path, block = store_large(daemon, LARGE)
+    got = b""
+    with pytest.raises(httpx2.RemoteProtocolError):
+        async with daemon.client.stream("GET", f"{API}/artifacts/{aid}", headers=auth(reader)) as r:
+            assert r.status_code == 200 and r.headers["content-length"] == str(LARGE), r.headers
+            async for piece in r.aiter_raw():
+                if not got:
+                    path.unlink()
+                got += piece
+    assert 0 < len(got) < LARGE and got == (block * (len(got) // MIB + 1))[:len(got)]
+    assert any(f"artifact {aid}: its answer ended at byte" in m for m in caplog.messages), caplog.messages
+    r = await daemon.get(f"/artifacts/{aid}", reader)
+    assert r.status_code == 404 and error_of(r) == "ARTIFACT_NOT_FOUND", r.text
 
 
 async def test_the_edges_of_a_byte_range(daemon: Daemon, reader: str) -> None:
