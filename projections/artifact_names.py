@@ -23,18 +23,30 @@ from events.reader import StoredEvent, StoredRow
 from .projector import Projection
 
 # An id's shape (events.ids.SHA256_RE), found inside the encoded body: MessagePack keeps a
-# string's UTF-8 bytes whole, so a run of hex digits in a string is a run in the encoding.
-_ID_RUN = re.compile(rb"[0-9a-f]{64}")
+# string's UTF-8 bytes whole, so a run of hex digits in a string is a run in the encoding. But
+# the run may begin before the string does: a string's length is written just before it, and a
+# length byte can be a hex digit in ASCII (a text of 99 bytes beginning with an id is
+# ``\xd9c<id>…``: the run is "c" and the id). So each run is cut into ids from its start and
+# from its end, and also read from each of its first :data:`_LENGTH_BYTES` + 1 digits: up to four
+# hex bytes of a length (str32's) before an id, hex text after it, or both, still name it.
+_HEX_RUN = re.compile(rb"[0-9a-f]{64,}")
+_LENGTH_BYTES = 4
 
 
 def named_ids(event: object) -> set[str]:
     """The artifact ids ``event`` (a decoded event body) may name."""
-    return {m.decode() for m in _ID_RUN.findall(msgspec.msgpack.encode(event))}
+    found: set[str] = set()
+    for m in _HEX_RUN.finditer(msgspec.msgpack.encode(event)):
+        run = m.group().decode()
+        found.update(run[i:i + 64] for i in range(0, len(run) - 63, 64))
+        found.update(run[len(run) - i - 64:len(run) - i] for i in range(0, len(run) - 63, 64))
+        found.update(run[i:i + 64] for i in range(1, min(_LENGTH_BYTES, len(run) - 64) + 1))
+    return found
 
 
 class ArtifactNames(Projection):
     name = "artifact_names"
-    version = 1
+    version = 2  # (2: ids after a length byte that is a hex digit; an older table is folded again)
     needs_body = True
     tables = ("artifact_names",)
 

@@ -13,7 +13,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar
+from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar
 
 import msgspec
 import trio
@@ -30,7 +30,7 @@ from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
-from tools.artifacts import ArtifactError, ArtifactStore
+from tools.artifacts import CHUNK_BYTES, ArtifactError, ArtifactStore, reads_as_text
 from tools.files.errors import MAX_IMAGE_BYTES
 from tools.files.image import sniff as sniff_image
 
@@ -492,34 +492,33 @@ ARTIFACT_GUARD = {"Content-Security-Policy": "sandbox; default-src 'none'",
                   "Cross-Origin-Resource-Policy": "same-origin"}
 
 
-def stored_type_claimed(data: bytes) -> bool:
-    """Whether ``data`` begins as one of :data:`STORED_TYPES` does (so its stored type is asked)."""
-    return any(data.startswith(magic) for _, magics in STORED_TYPES.values() for magic in magics)
+def stored_type_claimed(head: bytes) -> bool:
+    """Whether ``head`` (an artifact's first bytes) begins as one of :data:`STORED_TYPES` does (so
+    its stored type is asked)."""
+    return any(head.startswith(magic) for _, magics in STORED_TYPES.values() for magic in magics)
 
 
-def artifact_type(data: bytes, aid: str, stored: str | None = None) -> dict[str, str]:
-    """``Content-Type`` and ``Content-Disposition`` of an artifact, from its bytes (an artifact
+def artifact_type(head: bytes, aid: str, stored: str | None = None, *, whole: bool = True) -> dict[str, str]:
+    """``Content-Type`` and ``Content-Disposition`` of an artifact, from its first bytes
+    (``head``: :data:`tools.artifacts.HEAD_BYTES` of them, all of it when ``whole``; an artifact
     is named by its digest alone) and the type its ``artifact.stored`` gave (``stored``): the four
     image types models take, inline; a type of :data:`STORED_TYPES` the bytes agree with, as an
-    attachment; UTF-8 text without NUL (a job's output, a fetched JSON document, source),
-    ``text/plain; charset=utf-8`` inline, never HTML or script whatever it holds; anything else
-    bytes, as an attachment. With ``nosniff`` (on every answer) nothing is rendered as another
-    type in the dashboard's origin."""
-    image = sniff_image(data)
+    attachment; UTF-8 text without NUL in its head (a job's output, a fetched JSON document,
+    source; a character cut at the head's end is no reason to doubt it),
+    ``text/plain; charset=utf-8`` inline, never HTML, SVG or script whatever it holds; anything
+    else bytes, as an attachment. With ``nosniff`` (on every answer) nothing is rendered as
+    another type in the dashboard's origin. The type depends on the head alone, so a range of an
+    artifact is typed as the whole is, without reading the rest."""
+    image = sniff_image(head)
     name = aid[:16]
     if image is not None:
         return {"Content-Type": image, "Content-Disposition": f'inline; filename="{name}.{image.split("/")[1]}"'}
     if stored in STORED_TYPES:
         ext, magics = STORED_TYPES[stored]
-        if data.startswith(magics):
+        if head.startswith(magics):
             return {"Content-Type": stored, "Content-Disposition": f'attachment; filename="{name}.{ext}"'}
-    if b"\0" not in data:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            return {"Content-Type": "text/plain; charset=utf-8", "Content-Disposition": f'inline; filename="{name}.txt"'}
+    if reads_as_text(head, whole=whole):
+        return {"Content-Type": "text/plain; charset=utf-8", "Content-Disposition": f'inline; filename="{name}.txt"'}
     return {"Content-Type": "application/octet-stream", "Content-Disposition": f'attachment; filename="{name}.bin"'}
 
 
@@ -976,10 +975,12 @@ def create_app(svc: Services) -> QuartTrio:
 
     # ------------------------------------------------------------------ artifacts, tools
 
-    async def load_artifact(aid: str) -> bytes:
-        artifacts = ArtifactStore(svc.data_dir / "artifacts")  # the store the tools write (a path)
+    artifacts = ArtifactStore(svc.data_dir / "artifacts")  # the store the tools write (a path: it holds nothing)
+
+    async def artifact_io(aid: str, read: Callable[[str], _T]) -> _T:
+        """``read(aid)`` of the artifact store, in a worker thread; its errors as the API's."""
         try:
-            return await trio.to_thread.run_sync(artifacts.get, aid)
+            return await trio.to_thread.run_sync(read, aid)
         except ArtifactError as exc:
             if exc.code == "ARTIFACT_CORRUPT":
                 raise ApiError("ARTIFACT_CORRUPT", exc.message) from None
@@ -993,41 +994,76 @@ def create_app(svc: Services) -> QuartTrio:
         if part.mime not in IMAGE_MIMES:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
-        data = await load_artifact(part.artifact_id)
-        if len(data) > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
-            raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {len(data)} bytes; an image "
+        # (its size and type from its head: an artifact of 60 MiB is refused without reading it)
+        found = await artifact_io(part.artifact_id, artifacts.head)
+        if found.size > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
+            raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {found.size} bytes; an image "
                                                 f"may be at most {MAX_IMAGE_BYTES}")
-        actual = sniff_image(data)
+        actual = sniff_image(found.head)
         if actual != part.mime:
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
                                                 f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
+        await artifact_io(part.artifact_id, artifacts.verify)  # (damaged: 500, before it enters the log)
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
         check_artifact_id(aid, "artifact id")
-        data = await load_artifact(aid)
-        # (the type it was stored with is asked only of bytes that may be one of those served as
-        # stored: every other answer is the same whether the projections are up to date or not)
-        stored = await svc.projections.artifact_type(aid) if stored_type_claimed(data) else None
-        # (a large artifact's bytes are read as UTF-8 off the event loop)
-        kind = (artifact_type(data, aid, stored) if len(data) <= 1 << 20
-                else await trio.to_thread.run_sync(artifact_type, data, aid, stored))
-        headers = {**kind, **ARTIFACT_GUARD, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
+        # Only the artifact's size and first bytes are read to answer its type, a 304 or a
+        # range: a range of a large artifact reads that range, never the whole file.
+        found = await artifact_io(aid, artifacts.head)
+        size, head = found.size, found.head
         # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
         # range (206) for a client resuming or showing part of a large binary.
         if request.if_none_match.contains_weak(aid):
             return Response(b"", 304, {"ETag": f'"{aid}"'})
+        # (the type it was stored with is asked only of bytes that may be one of those served as
+        # stored: every other answer is the same whether the projections are up to date or not)
+        stored = await svc.projections.artifact_type(aid) if stored_type_claimed(head) else None
+        kind = artifact_type(head, aid, stored, whole=size <= len(head))
+        headers = {**kind, **ARTIFACT_GUARD, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
         if_range = request.headers.get("If-Range")
-        wanted = byte_range(request.headers.get("Range"), len(data)) if if_range in (None, f'"{aid}"') else None
-        if wanted is None:
-            return Response(data, 200, headers)
+        wanted = byte_range(request.headers.get("Range"), size) if if_range in (None, f'"{aid}"') else None
         if wanted == UNSATISFIABLE:
             refused = error_response("RANGE_NOT_SATISFIABLE", f"the range {request.headers['Range'][:80]!r} holds "
-                                                              f"none of the artifact's {len(data)} bytes", 416)
-            refused.headers["Content-Range"] = f"bytes */{len(data)}"
+                                                              f"none of the artifact's {size} bytes", 416)
+            refused.headers["Content-Range"] = f"bytes */{size}"
             return refused
-        begin, end = wanted
-        return Response(data[begin:end], 206, {**headers, "Content-Range": f"bytes {begin}-{end - 1}/{len(data)}"})
+        if wanted is None:
+            # The whole artifact is checked against its id before a byte of it is sent (a damaged
+            # one is a 500, never served whole), in pieces; then sent in pieces.
+            size = await artifact_io(aid, artifacts.verify)
+            begin, end, status = 0, size, 200
+        else:
+            # A range is cut from the file as it is, unchecked: checking it means reading all of
+            # it. Its id is its SHA-256, so a client that puts the ranges together can check them.
+            (begin, end), status = wanted, 206
+            headers["Content-Range"] = f"bytes {begin}-{end - 1}/{size}"
+        if request.method == "HEAD":  # (the same head, no body to read)
+            resp = Response(b"", status, headers)
+            resp.headers["Content-Length"] = str(end - begin)
+            return resp
+        if end <= len(head):  # (all of it in the head already read)
+            return Response(head[begin:end], status, headers)
+        return Response(artifact_pieces(aid, begin, end), status, {**headers, "Content-Length": str(end - begin)})
+
+    async def artifact_pieces(aid: str, begin: int, end: int) -> AsyncIterator[bytes]:
+        """Bytes ``begin``–``end`` of an artifact, read in worker threads a piece at a time (so an
+        answer of 64 MiB holds 256 KiB at once). A file that is shorter than it was when the
+        answer began (removed or damaged since) ends the body short: the client sees the length
+        it was promised broken, never other bytes."""
+        offset = begin
+        while offset < end:
+            try:
+                piece = await trio.to_thread.run_sync(artifacts.read_at, aid, offset, min(CHUNK_BYTES, end - offset))
+            except (ArtifactError, OSError) as exc:  # (the head is sent: no status can say it any more)
+                log.warning("artifact %s: its answer ended at byte %d of %d: %s", aid, offset, end,
+                            exc.message if isinstance(exc, ArtifactError) else exc.strerror or exc)
+                return
+            if not piece:
+                log.warning("artifact %s: its answer ended at byte %d of %d: the file is shorter", aid, offset, end)
+                return
+            yield piece
+            offset += len(piece)
 
     @app.get("/api/v1/models")
     async def models() -> Response:

@@ -20,7 +20,9 @@ so a live sweep (:func:`sweep_live`) keeps every id the store holds in flight (s
 whose event has not committed or failed yet) and every id put or released since it began; it
 reads the log's last seq after it began, waits for the projections to fold up to it, and only
 then asks which ids are named, so an event committed before that seq is seen and one committed
-after it had its id held or touched while the sweep ran.
+after it had its id held or touched while the sweep ran. It also ends the holds "for good"
+(``ArtifactStore.release_named``) of the ids the log now names, so that set stays as small as
+the events still to come.
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ async def sweep_live(artifacts: ArtifactStore, projections: ProjectionService, l
             await projections.caught_up(log_seq, timeout=LIVE_SWEEP_CATCH_UP_SECONDS)
         except LensError as exc:
             return Swept(notes=[f"{artifacts.root} was not swept: {exc.message}"])
+        # The ids held for good whose event has come need no hold: named, they are never taken.
+        # (What the lookup fails on, the sweep's own lookup below says.)
+        held = artifacts.held_for_good()
+        if held:
+            try:
+                artifacts.release_named(await projections.named_artifacts(sorted(held)))
+            except LensError:
+                pass
         return await sweep_artifacts(artifacts, projections, log_seq, began_ns)
 
 

@@ -1,6 +1,6 @@
 """Files read and replaced safely: the config files, the pair file and the artifacts.
 
-:func:`read_regular_file` never blocks (a FIFO in a config file's place held a worker thread,
+:func:`read_regular_file` (and :func:`open_regular_file`, for a reader of parts) never blocks (a FIFO in a config file's place held a worker thread,
 or the event loop, for ever) and never reads without bound (``--config /dev/zero``);
 :func:`replace_atomically` leaves the old bytes or the new, never a mix; :func:`why_not_written`
 says in words why a write failed, a full disk above all.
@@ -49,17 +49,16 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True,
-                      check: Callable[[os.stat_result], None] | None = None) -> bytes:
-    """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
-
-    Opened without blocking (``O_NONBLOCK``: opening a FIFO waits for a writer otherwise) and
-    checked with ``fstat`` on the open descriptor, which is always closed. Raises ``OSError``:
-    the ``open`` error itself (``FileNotFoundError``, ``ELOOP`` for a link when
-    ``follow_symlinks`` is false…), :class:`NotARegularFile` or :class:`FileTooLarge`, each with a
-    ``strerror`` fit for a message. ``check``, if given, is called with the open file's
-    ``fstat`` before anything is read (what it raises is raised: the pair file's ownership and
-    mode are judged on the file read, never on a name another user may swap in between)."""
+def open_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True,
+                      check: Callable[[os.stat_result], None] | None = None) -> tuple[int, os.stat_result]:
+    """``path`` opened for reading (a descriptor the caller closes) and its ``fstat``: a regular
+    file of at most ``max_bytes``. Opened without blocking (``O_NONBLOCK``: opening a FIFO waits
+    for a writer otherwise) and judged on the open descriptor, which is closed when this raises.
+    Raises ``OSError``: the ``open`` error itself (``FileNotFoundError``, ``ELOOP`` for a link
+    when ``follow_symlinks`` is false…), :class:`NotARegularFile` or :class:`FileTooLarge`, each
+    with a ``strerror`` fit for a message, or what ``check`` raises: called with the ``fstat``
+    before anything is read (the pair file's ownership and mode are judged on the file read,
+    never on a name another user may swap in between)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
@@ -70,6 +69,19 @@ def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
             raise FileTooLarge(errno.EFBIG, f"it is larger than {max_bytes} bytes")
         if check is not None:
             check(st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True,
+                      check: Callable[[os.stat_result], None] | None = None) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` of them, opened and judged
+    as :func:`open_regular_file` does (which says what is raised); the descriptor is always
+    closed."""
+    fd, _ = open_regular_file(path, max_bytes, follow_symlinks=follow_symlinks, check=check)
+    try:
         chunks, total = [], 0
         while total <= max_bytes:  # (a file growing while it is read is still held to the limit)
             chunk = os.read(fd, max_bytes + 1 - total)

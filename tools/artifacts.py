@@ -5,7 +5,7 @@ temp file, fsync, rename, directory fsync) and is idempotent; ``put_together`` s
 as one: when one cannot be stored, those it wrote that nothing else was given since are removed;
 ``get`` verifies the bytes against their name before returning them, so a damaged file is
 caught before it is sent anywhere. Both read only a regular file, without blocking and up to
-:data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.read_regular_file`): something else in an
+:data:`MAX_ARTIFACT_BYTES` (:func:`runtime.atomicfile.open_regular_file`): something else in an
 artifact's place (a FIFO, a directory, a link to a device) is a damaged artifact, refused at
 once by ``get`` and replaced by ``put``. ``leftovers`` and ``remove`` serve the daemon's sweeps
 (:mod:`runtime.artifact_sweep`): the artifacts and the temporary files of interrupted writes
@@ -16,14 +16,25 @@ while the daemon runs must not take a file whose event is still to come. Every i
 returns is held until that event has committed or failed: the caller opens a :meth:`lease`
 around the work that stores and the append that records (the actor around a tool call and its
 result); a put inside it (in a thread too: ``trio.to_thread`` carries the context) holds its id
-until the lease ends. A put outside any lease, or after its lease ended (a thread a cancel left
-running), holds its id for good: such a file waits for the next start. :meth:`remove` never
-takes an id held, nor one put or released since the sweep's :meth:`sweeping` began (its
-event may have committed after the sweep read the log's position).
+until the lease ends. A put outside any lease, or after its lease ended (a task that inherited
+the lease's context and outlived it: a background job saving its output at a daemon's stop, its
+append given up on after a bound and possibly still committed), holds its id for good: its event
+may come at any time, so nothing but that event can end the hold. The live sweep ends it once the log names the
+id (:meth:`release_named`: a named artifact is never removed), so the ids held for good are only
+those whose event has not been folded yet, not every such id since the start; one whose event
+never comes stays held, and its file waits for the next start. :meth:`remove` never takes an id
+held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
+committed after the sweep read the log's position).
+
+**Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies); the
+daemon's route reads less: ``head`` (the size and :data:`HEAD_BYTES`, what its type is told
+from), ``read_at`` (a range: opened, sought, read) and ``verify`` (the digest, in pieces of
+:data:`CHUNK_BYTES`), so no answer holds a large artifact in memory or reads it for a range.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 import os
@@ -31,18 +42,43 @@ import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.ids import SHA256_RE
-from runtime.atomicfile import FileTooLarge, NotARegularFile, read_regular_file, replace_atomically, sync_directory
+from runtime.atomicfile import FileTooLarge, NotARegularFile, open_regular_file, replace_atomically, sync_directory
 
 # Far above any artifact the tools store (a file edit keeps files of at most 8 MiB, view_image
 # images of 5 MiB): only a bound on what is read.
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
+
+# How much of an artifact's start is read to tell the type it is served as (``runtime.api.
+# artifact_type``: the magic bytes of images and archives, and whether it reads as UTF-8 text):
+# a range, or a one-byte probe, of a large artifact reads this and the range, never the file.
+HEAD_BYTES = 8192
+
+
+def reads_as_text(data: bytes, *, whole: bool) -> bool:
+    """Whether ``data`` reads as UTF-8 text by its first :data:`HEAD_BYTES`: no NUL among them,
+    and they decode (a character cut at their end is no reason to doubt it, unless ``whole``
+    says ``data`` is all there is and it is no longer than the window). One judgment for an
+    artifact served (``runtime.api.artifact_type``, from its head) and a fetched body without a
+    type (``tools.web.fetch``)."""
+    window = data[:HEAD_BYTES]
+    if b"\0" in window:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(window, final=whole and len(data) <= HEAD_BYTES)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# The pieces in which an artifact is hashed and served whole: what a read holds in memory at once.
+CHUNK_BYTES = 256 * 1024
 
 # The temporary file of a write that never reached its rename (replace_atomically's name for it:
 # ".<id>.<12 hex digits>.tmp"): a killed daemon, a power cut.
@@ -57,6 +93,15 @@ class Leftovers:
 
     artifacts: list[str]
     partial: list[str]
+
+
+@dataclass(frozen=True)
+class ArtifactHead:
+    """An artifact's size and its first bytes (at most :data:`HEAD_BYTES`), read without reading
+    the rest of it (nor checking its digest: see :meth:`ArtifactStore.head`)."""
+
+    size: int
+    head: bytes
 
 
 @dataclass
@@ -152,6 +197,21 @@ class ArtifactStore:
         """The ids held now (by leases, or for good)."""
         with self._lock:
             return set(self._held) | self._kept
+
+    def held_for_good(self) -> set[str]:
+        """The ids held for good now: put outside a lease or after it ended, and not yet found
+        named."""
+        with self._lock:
+            return set(self._kept)
+
+    def release_named(self, named: Iterable[str]) -> None:
+        """Stop holding for good the ids of ``named``, ids some event in the log names: a named
+        artifact is never removed (no sweep takes an id an event names), so a hold on it guards
+        nothing any more. The live sweep calls it with what its projections found named, which
+        is what keeps the set of ids held for good from growing for as long as the daemon runs.
+        (Ids held by an open lease are counted apart and stay held until it ends.)"""
+        with self._lock:
+            self._kept.difference_update(named)
 
     def _hold(self, digest: str) -> None:
         """Hold ``digest`` for the current lease, or for good without one (under _lock)."""
@@ -254,25 +314,112 @@ class ArtifactStore:
                 sync_directory(self.root)
         return kept, failed
 
-    def get(self, artifact_id: str) -> bytes:
+    def _open(self, artifact_id: str) -> tuple[int, int]:
+        """The artifact's file opened for reading (a descriptor the caller closes) and its size.
+        Raises ``ArtifactError``: ``ARTIFACT_NOT_FOUND`` (no such id, or a name that is no id),
+        ``ARTIFACT_CORRUPT`` (something else than a regular file of at most
+        :data:`MAX_ARTIFACT_BYTES` in its place)."""
         if not SHA256_RE.fullmatch(artifact_id):
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}")
         try:
-            data = read_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)
+            fd, st = open_regular_file(self.root / artifact_id, MAX_ARTIFACT_BYTES)
         except FileNotFoundError:
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}") from None
         except (NotARegularFile, FileTooLarge) as exc:
             raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: {exc.strerror}") from None
+        return fd, st.st_size
+
+    def get(self, artifact_id: str) -> bytes:
+        """The artifact's bytes, checked against its id (``ARTIFACT_CORRUPT`` when they no longer
+        match it); raises as :meth:`_open` does. Holds the whole artifact: for the images sent to
+        a model and the copies an edit's revert restores, not for serving (see :meth:`head`)."""
+        fd, size = self._open(artifact_id)
+        try:
+            data = _read_at(fd, 0, MAX_ARTIFACT_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_ARTIFACT_BYTES:  # (a file growing while it is read is still held to the limit)
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
+                                                  f"than {MAX_ARTIFACT_BYTES} bytes")
         if hashlib.sha256(data).hexdigest() != artifact_id:
-            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk (its bytes no longer "
-                                                  "match its SHA-256)")
+            raise _mismatch(artifact_id)
         return data
+
+    def head(self, artifact_id: str) -> ArtifactHead:
+        """The artifact's size and first :data:`HEAD_BYTES` bytes, the rest unread; raises as
+        :meth:`_open` does. Its digest is not checked (that reads all of it): a whole answer
+        calls :meth:`verify` before it sends anything."""
+        fd, size = self._open(artifact_id)
+        try:
+            return ArtifactHead(size, _read_at(fd, 0, min(size, HEAD_BYTES)))
+        finally:
+            os.close(fd)
+
+    def read_at(self, artifact_id: str, offset: int, length: int) -> bytes:
+        """At most ``length`` bytes of the artifact from ``offset`` (fewer only at its end):
+        opened, sought and read, nothing else of it. Raises as :meth:`_open` does."""
+        fd, _ = self._open(artifact_id)
+        try:
+            return _read_at(fd, offset, length)
+        finally:
+            os.close(fd)
+
+    def verify(self, artifact_id: str) -> int:
+        """Check the artifact's bytes against its id, read in pieces of :data:`CHUNK_BYTES` (no
+        more is held at once); its size. Raises as :meth:`get` does."""
+        fd, _ = self._open(artifact_id)
+        try:
+            digest, size = _digest(fd)
+        finally:
+            os.close(fd)
+        if size > MAX_ARTIFACT_BYTES:
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
+                                                  f"than {MAX_ARTIFACT_BYTES} bytes")
+        if digest != artifact_id:
+            raise _mismatch(artifact_id)
+        return size
+
+
+def _mismatch(artifact_id: str) -> ArtifactError:
+    return ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk (its bytes no longer "
+                                             "match its SHA-256)")
+
+
+def _read_at(fd: int, offset: int, length: int) -> bytes:
+    """At most ``length`` bytes of ``fd`` from ``offset`` (``pread``: fewer only at the end)."""
+    chunks, total = [], 0
+    while total < length:
+        chunk = os.pread(fd, min(length - total, CHUNK_BYTES * 16), offset + total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _digest(fd: int) -> tuple[str, int]:
+    """The SHA-256 (hex) of what ``fd`` holds from its start, read in pieces of
+    :data:`CHUNK_BYTES` up to one byte past :data:`MAX_ARTIFACT_BYTES`, and how many bytes."""
+    h, offset = hashlib.sha256(), 0
+    while offset <= MAX_ARTIFACT_BYTES:
+        chunk = os.pread(fd, CHUNK_BYTES, offset)
+        if not chunk:
+            break
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest(), offset
 
 
 def _intact(path: Path, digest: str) -> bool:
-    """Whether ``path`` exists and holds the bytes of ``digest``."""
+    """Whether ``path`` exists and holds the bytes of ``digest`` (read in pieces)."""
     try:
-        data = read_regular_file(path, MAX_ARTIFACT_BYTES)
+        fd, _ = open_regular_file(path, MAX_ARTIFACT_BYTES)
     except OSError:  # missing, not a regular file, too large, unreadable: written afresh
         return False
-    return hashlib.sha256(data).hexdigest() == digest
+    try:
+        found, size = _digest(fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return found == digest and size <= MAX_ARTIFACT_BYTES

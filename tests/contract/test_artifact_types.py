@@ -75,3 +75,52 @@ async def test_a_stored_type_is_served_where_the_bytes_bear_it_out(daemon_factor
         assert part.headers["content-security-policy"] == "sandbox; default-src 'none'", part.headers
     with trio.fail_after(10):
         assert (await daemon.get(f"/artifacts/{ids[PDF]}", reader)).headers["content-type"] == "application/pdf"
+
+
+PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"\0" * 32
+JPEG = b"\xff\xd8\xff\xe0\0\x10JFIF\0" + b"\0" * 32
+GIF = b"GIF89a\x01\0\x01\0\x80\0\0" + b"<html><script>window.ran = 1</script></html>"  # (a GIF that is also HTML)
+WEBP = b"RIFF\x24\0\0\0WEBPVP8 " + b"\0" * 32
+WAVE = b"RIFF\x24\0\0\0WAVEfmt " + b"\0" * 32  # (RIFF, but no WebP)
+SHORT_RIFF = b"RIFF\x24\0\0\0WEB"  # (11 bytes: too short to say WebP)
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg" onload="window.ran = 1"><script>window.ran = 1</script></svg>'
+TEXT = "a job's output: ✓ done\n".encode()
+BIG_TEXT = b"line\n" * 4000  # (20,000 bytes: typed by its head)
+
+
+async def test_each_type_by_its_bytes_whatever_its_event_claims(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """The four image types by their magic bytes (inline, named with their extension), UTF-8 text
+    as ``text/plain`` (inline), and neither SVG nor HTML ever as themselves: served as text, with
+    the sandbox, ``nosniff`` and ``Cross-Origin-Resource-Policy``. What an ``artifact.stored``
+    claims never wins over the bytes: a PNG claimed a PDF is a PNG, HTML claimed a PNG or SVG
+    claimed ``image/svg+xml`` is text, a WAVE claimed ``image/webp`` is bytes, a zip claimed
+    gzip is bytes. A range (past the head too) keeps the whole artifact's type."""
+    root = tmp_path
+    claims = [(PNG, "image/png"), (JPEG, "application/pdf"), (GIF, "text/html"), (WEBP, "image/webp"),
+              (WAVE, "image/webp"), (SHORT_RIFF, "image/webp"), (SVG, "image/svg+xml"), (HTML, "image/png"),
+              (TEXT, "image/png"), (BIG_TEXT, "text/html"), (ZIP, "application/gzip")]
+    ids = await write_log(root, claims, b"named by text")
+    daemon: Daemon = await daemon_factory(root=root)
+    reader = await daemon.pair("types-reader", strong=False)
+    expected = [(PNG, "image/png", "inline", "png"), (JPEG, "image/jpeg", "inline", "jpeg"),
+                (GIF, "image/gif", "inline", "gif"), (WEBP, "image/webp", "inline", "webp"),
+                (WAVE, "application/octet-stream", "attachment", "bin"),
+                (SHORT_RIFF, "application/octet-stream", "attachment", "bin"),
+                (SVG, "text/plain; charset=utf-8", "inline", "txt"), (HTML, "text/plain; charset=utf-8", "inline", "txt"),
+                (TEXT, "text/plain; charset=utf-8", "inline", "txt"),
+                (BIG_TEXT, "text/plain; charset=utf-8", "inline", "txt"),
+                (ZIP, "application/octet-stream", "attachment", "bin")]
+    with trio.fail_after(30):
+        for data, mime, disposition, ext in expected:
+            aid = ids[data]
+            r = await daemon.get(f"/artifacts/{aid}", reader)
+            assert r.status_code == 200 and r.content == data, (data[:12], r.status_code)
+            assert r.headers["content-type"] == mime, (data[:12], r.headers)
+            assert r.headers["content-disposition"] == f'{disposition}; filename="{aid[:16]}.{ext}"', r.headers
+            assert r.headers["content-security-policy"] == "sandbox; default-src 'none'", r.headers
+            assert r.headers["cross-origin-resource-policy"] == "same-origin", r.headers
+            assert r.headers["x-content-type-options"] == "nosniff", r.headers
+            for header in ("bytes=0-0", f"bytes={len(data) - 1}-"):
+                part = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": header})
+                assert part.status_code == 206 and part.headers["content-type"] == mime, (data[:12], header)
+                assert part.content == data[int(header[6:].split("-")[0]):][:1], (data[:12], header)

@@ -131,8 +131,14 @@ async def test_an_artifact_is_served_as_text_or_image_or_bytes_never_sniffed(dae
         (b'{"a": [1, 2, "\xc3\xa9"]}', "text/plain; charset=utf-8", "inline"),
         (b"<html><script>alert(1)</script></html>", "text/plain; charset=utf-8", "inline"),
         (b"", "text/plain; charset=utf-8", "inline"),
-        (("é" * (1 << 19) + "!").encode(), "text/plain; charset=utf-8", "inline"),  # (1 MiB + 1: read off the loop)
-        (b"x" * (1 << 20) + b"\xff", "application/octet-stream", "attachment"),
+        (("é" * (1 << 19) + "!").encode(), "text/plain; charset=utf-8", "inline"),  # (1 MiB + 1: served in pieces)
+        # typed by its first 8 KiB (HEAD_BYTES) alone, so a range is typed without reading the
+        # rest: what comes after does not change it ("Artifacts at scale")
+        (b"x" * (1 << 20) + b"\xff", "text/plain; charset=utf-8", "inline"),
+        (b"x" * 8192 + b"\0", "text/plain; charset=utf-8", "inline"),
+        (b"x" * 8191 + b"\0", "application/octet-stream", "attachment"),  # (a NUL inside the head)
+        (b"x" * 8191 + "é".encode() + b"more", "text/plain; charset=utf-8", "inline"),  # (é cut at the head's end)
+        (b"x" * 100 + "é".encode()[:1], "application/octet-stream", "attachment"),  # (cut at the artifact's end)
         (png, "image/png", "inline"),
         (b"caf\xe9", "application/octet-stream", "attachment"),  # (Latin-1: no UTF-8)
         (b"text\0with a NUL", "application/octet-stream", "attachment"),

@@ -52,3 +52,29 @@ def test_every_id_an_event_carries_is_named_in_any_session(tmp_path: Path) -> No
 def test_a_kind_this_build_does_not_know_names_what_it_carries() -> None:
     assert named_ids(Opaque("future.kind", {"kind": "future.kind", "blob": {"ref": aid(8)}})) == {aid(8)}
     assert named_ids(InputSubmitted(content=[TextPart(aid(9).upper() + " " + aid(9)[:63])])) == set()
+
+
+def test_an_id_after_a_length_byte_that_is_a_hex_digit_is_named(tmp_path: Path) -> None:
+    """A string's length is written just before its bytes: a text of 99 bytes (str8, length
+    0x63, "c") or of 6,499 (str16, 0x1963) that begins with an id put one hex digit before the
+    id, and the id read from the run's start was off by one: named by no row, so a sweep could
+    take an artifact an event names. Found by naming many ids in one text."""
+    ids = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(100)]
+    for text in [ids[0] + " " + "x" * 34,  # 99 bytes
+                 ids[1] + " " + "y" * 38,  # 0x67 is "g", not hex; 0x66 is "f": 102 bytes
+                 " ".join(ids)]:  # 6,499 bytes
+        assert len(text) in (99, 103, 6499), len(text)
+        event = InputSubmitted(content=[TextPart(text)])
+        assert {i for i in ids if i in text} <= named_ids(event), text[:70]
+    event = InputSubmitted(content=[TextPart(ids[2] + " " + "z" * 37)])  # 102 bytes: "f" before the id
+    assert ids[2] in named_ids(event)
+    event = InputSubmitted(content=[TextPart(ids[3] + "cafe " + "z" * 30)])  # 99: hex on both sides of it
+    assert ids[3] in named_ids(event)
+    write(tmp_path, [Draft(InputSubmitted(content=[TextPart(" ".join(ids))]), project_id="p", session_id="s",
+                           agent_id="main")])
+    projector = make_projector(tmp_path, [ArtifactNames()])
+    try:
+        projector.catch_up()
+        assert ArtifactNames.named(projector.conn, ids) == set(ids)
+    finally:
+        close(projector)

@@ -166,6 +166,52 @@ def test_a_put_outside_a_lease_or_after_it_ended_is_held_for_good(tmp_path: Path
     assert files(artifacts) == {outside, late}
 
 
+async def test_ids_held_for_good_are_let_go_once_the_log_names_them(tmp_path: Path) -> None:
+    """Ids held for good (put outside a lease, or after it ended) were held until the daemon
+    stopped: a set that only grew. A live sweep now lets go of those the log names (a named
+    artifact is never removed), so after many artifacts only the ones whose event is still to
+    come are held, and their files stay; round after round, the set never grows past one round."""
+    data = tmp_path / "data"
+    artifacts = ArtifactStore(data / "artifacts")
+    async with open_store(data) as log:
+        service = ProjectionService(data, log)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                outside = [artifacts.put(f"outside {i}".encode()) for i in range(300)]
+                with artifacts.lease():
+                    context = contextvars.copy_context()
+                late = [context.run(artifacts.put, f"late {i}".encode()) for i in range(100)]
+                assert artifacts.held_for_good() == set(outside) | set(late)
+                waiting = outside[-5:] + late[-5:]  # (their event still to come)
+                named = outside[:-5] + late[:-5]
+                await log.append(Draft(InputSubmitted(content=[TextPart(" ".join(named))]), project_id="p1",
+                                       session_id="s1", agent_id="main", request_id="many"))
+                with trio.fail_after(20):
+                    swept = await sweep_live(artifacts, service, lambda: log.last_seq)
+                assert (swept.artifacts, swept.notes) == (0, [])
+                assert artifacts.held_for_good() == set(waiting) == artifacts.in_flight()
+                assert files(artifacts) == set(outside) | set(late)  # (nothing named or held went)
+                await log.append(Draft(InputSubmitted(content=[TextPart(" ".join(waiting))]), project_id="p1",
+                                       session_id="s1", agent_id="main", request_id="rest"))
+                with trio.fail_after(20):
+                    await sweep_live(artifacts, service, lambda: log.last_seq)
+                assert artifacts.held_for_good() == set()
+                largest = 0
+                for round_ in range(5):
+                    ids = [artifacts.put(f"round {round_} {i}".encode()) for i in range(100)]
+                    largest = max(largest, len(artifacts.held_for_good()))
+                    await log.append(Draft(InputSubmitted(content=[TextPart(" ".join(ids))]), project_id="p1",
+                                           session_id="s1", agent_id="main", request_id=f"round{round_}"))
+                    with trio.fail_after(20):
+                        await sweep_live(artifacts, service, lambda: log.last_seq)
+                    assert artifacts.held_for_good() == set(), round_
+                assert largest == 100 and len(files(artifacts)) == 900
+                nursery.cancel_scope.cancel()
+        finally:
+            service.close()
+
+
 # ---------------------------------------------------------------- the actor holds its calls' artifacts
 
 

@@ -38,7 +38,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 
-from ..artifacts import ArtifactStore
+from ..artifacts import ArtifactStore, reads_as_text
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..files.image import sniff as sniff_image
 from . import html
@@ -202,13 +202,8 @@ def _kind(mime: str, body: bytes) -> str:
     head = body[:1024].lstrip().lower()
     if head.startswith((b"<!doctype html", b"<html")):
         return "html"
-    if b"\x00" in body[:8192] or sniff_image(body):
+    if sniff_image(body) or not reads_as_text(body, whole=False):  # (a body may end inside a character)
         return "binary"
-    try:
-        body[:8192].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(body[:8192]) - 3:  # (not just a character cut at the window's end)
-            return "binary"
     return "text"
 
 
