@@ -42,7 +42,7 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, usage_dict
+from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, sdks_imported, usage_dict
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -145,6 +145,7 @@ class AnthropicProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
         """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
+        await sdks_imported()  # (in a worker thread: the loop runs meanwhile)
         import anthropic
 
         model = self.model_config(request.model)

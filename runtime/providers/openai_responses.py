@@ -30,7 +30,8 @@ from . import caching
 from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, usage_dict
+from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
+                  usage_dict)
 
 PROTOCOL = "openai-responses"
 REASONING_EFFORTS = {"minimal", "low", "medium", "high", "xhigh"}
@@ -134,6 +135,7 @@ class OpenAIResponsesProvider(SdkProvider):
                      meter: UsageMeter | None = None) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
         trio cancellation closes the HTTP stream."""
+        await sdks_imported()  # (in a worker thread: the loop runs meanwhile)
         import openai
 
         model = self.model_config(request.model)

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import math
 import re
+import sys
 import traceback
 from abc import ABC, abstractmethod
 from typing import Any, AsyncIterator, Mapping
@@ -50,6 +52,33 @@ from .redact import redact_key
 from .compile import Compiled, LoadImage
 
 log = logging.getLogger("lens.providers")
+
+# The SDK modules a request of any SDK-backed provider may import (its own SDK, its stream
+# parser, and the other SDK's errors, which :meth:`SdkProvider.map_error` reads): imported by
+# :func:`sdks_imported` in a worker thread, never on the thread that runs the daemon's loop.
+SDK_MODULES = ("httpx2", "openai", "openai._streaming", "anthropic", "anthropic._streaming")
+
+
+def _import_sdks() -> None:
+    for name in SDK_MODULES:
+        importlib.import_module(name)
+
+
+async def sdks_imported() -> None:
+    """Import the SDKs (:data:`SDK_MODULES`) in a worker thread, if they are not yet; every
+    SDK-backed request awaits it before its first ``import``.
+
+    The SDKs are imported on first use, so that a daemon whose providers never ask one does not
+    pay for it. Imported on the loop's thread, as they were, the first request of a process held
+    the whole daemon for as long as the import took (2.6 s for ``anthropic`` on an idle 2-core
+    machine, more under load): no request answered, no stream written, no other session served,
+    and a kept-alive connection that a client had just sent a request on was closed under it
+    once its keep-alive timeout (5 s) passed meanwhile (the client read a reset, or no answer).
+    In a worker thread the loop runs beside it. Raises what the import raises; cancelled, the
+    import goes on in its thread and the next request waits for it (Python's module locks)."""
+    if all(name in sys.modules for name in SDK_MODULES):
+        return
+    await trio.to_thread.run_sync(_import_sdks, abandon_on_cancel=True)
 
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_TIMEOUT = 600.0

@@ -26,7 +26,9 @@ at a session held in a model stream, in a tool call, in a subagent's call or in 
 summarizing request, or at none; before each, one settled session has an item snipped, then
 enough events for a snapshot (read from ``projections.db``), and its Working Context must read the
 same from the next daemon, which wakes it from that snapshot. Between two daemons ``lens log
-verify`` passes, seqs are gap-free and every accepted input is in the log once. Subagents are
+verify`` passes, seqs are gap-free, every accepted input is in the log once and every projection
+equals a rebuild from zero (``tests/daemon/rebuild_check.py``; also once while a daemon runs, in
+every variant, and between the two daemons of ``sigterm`` and ``kill9``). Subagents are
 asked to start subagents of their own (``subagent`` is main-only: refused, and the refusal is
 the nested call's one result).
 
@@ -58,6 +60,7 @@ from ..mcp.conftest import SERVER, alive
 
 from .conftest import (BUSY, LIMIT, Daemon, ServeProcess, as_daemon, error_of, projections_caught_up, run_lens,
                        wait_until)
+from .rebuild_check import projections_against_a_rebuild
 
 SEED = int(os.environ.get("LENS_SOAK_SEED", "20261203"))  # another seed: another schedule
 STEPS = int(os.environ.get("LENS_SOAK_STEPS", "24"))  # the restart comes after half of them
@@ -288,6 +291,7 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
     snips: list[str] = []  # sessions snipped, then snapshotted, before a restart (compared across it)
     aims: list[tuple[int, str, str]] = []  # (restart, signal, what it was aimed at)
     holding: set[str] = set()  # sessions switched to HOLD_MODEL, compacting as the restart lands
+    rebuilds_compared: list[str] = []  # where the projections were compared with a rebuild mid-run
     started: list[ServeProcess] = []
     t0 = trio.current_time()
     log: list[dict[str, Any]] = []
@@ -672,6 +676,9 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                                 and e["session_id"] == sid and e["request_id"] == rid)
                                     if count != 1:
                                         violations.append(f"after stop {n}: requestId {rid} of {sid}: {count} submissions")
+                            # every projection against a rebuild from zero, here and not only at the end
+                            violations.extend(await projections_against_a_rebuild(tmp_path, "data", f"stop-{n}"))
+                            rebuilds_compared.append(f"stop {n}")
                             serve, new = await start(tmp_path, nursery, n + 1, started)
                             current.d = new
                             current.up.set()
@@ -695,11 +702,17 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                          rng.sample(RESTART_KINDS, len(RESTART_KINDS))))
                     else:
                         stops = {STEPS // 2: stop_signal}
+                    # once with the daemon running, at a step no restart is at (the copies are read
+                    # transactions of their own, the projections' copy caught up to the log's)
+                    live_check = next(s for s in range(STEPS // 4, STEPS) if s not in stops)
                     for step in range(STEPS):
                         dd = current.d
                         assert dd is not None
                         if step in stops:
                             dd = await restart(dd, step, stops[step], sorted(stops).index(step))
+                        if step == live_check:
+                            violations.extend(await projections_against_a_rebuild(tmp_path, "data", f"step-{step}"))
+                            rebuilds_compared.append(f"step {step} (running)")
                         # a batch of operations at once, on distinct sessions; all drawn before any runs
                         batch = [(rng.choice(ops_drawn), sid, random.Random(rng.random()))
                                  for sid in rng.sample(sessions, min(len(sessions), rng.randint(1, BATCH)))]
@@ -904,7 +917,7 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
     print(f"{trio.current_time() - t0:.1f} s; ops: {sorted(ops_seen.items())}; events {len(log)}; sessions {len(project_of)}, deleted {len(deleted)}; "
           f"connections {[c.connects for c in clients]}; dropped {[c.dropped for c in clients]}; "
           f"retried {len(retried)}; contexts compared across a restart {len(compared)}; "
-          f"snipped then snapshotted {len(snips)}; restarts aimed {aims}; "
+          f"snipped then snapshotted {len(snips)}; restarts aimed {aims}; rebuilt mid-run {rebuilds_compared}; "
           f"compactions {sorted(e['body']['trigger'] for e in log if e['kind'] == 'context.compacted')}; "
           f"edits {sorted(e['body']['op'] for e in log if e['kind'] == 'context.edited')}; "
           f"subagents {[e['body']['status'] for e in log if e['kind'] == 'agent.finished']}; "

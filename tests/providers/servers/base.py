@@ -7,7 +7,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 import trio
 import trio.testing
@@ -30,7 +30,9 @@ class Reply:
     mid-answer). ``endless`` (with ``events``): after them, this frame again and again, each read
     by a client in the same trio run before the next is sent, until the client goes away (the
     server counts the bytes of the body it sent, in ``ScriptedServer.sent``); ``bytes`` are sent
-    as they are (a keep-alive comment, say). Otherwise:
+    as they are (a keep-alive comment, say). ``gate`` (with any of them): nothing is sent until it
+    is set, and nothing at all when the client goes away first (an answer held until a test
+    releases it, or until the client is stopped). Otherwise:
     ``status`` + ``body`` (JSON). ``headers`` go on any of them (e.g. ``retry-after-ms`` to keep
     SDK retries fast).
     """
@@ -44,6 +46,7 @@ class Reply:
     content_type: str = "text/event-stream"
     close_early: bool = False
     endless: tuple[str | None, Any] | bytes | None = None
+    gate: trio.Event | None = None
 
 
 class _DropConnection(Exception):
@@ -68,7 +71,8 @@ def sse(events: list[tuple[str | None, Any]]) -> list[bytes]:
 
 
 class ScriptedServer:
-    def __init__(self) -> None:
+    def __init__(self, answer: Callable[[Received], Reply] | None = None) -> None:
+        self.answer = answer  # set: each request's reply is made by it, not taken from ``replies``
         self.replies: deque[Reply] = deque()
         self.requests: list[Received] = []
         self.disconnected = trio.Event()  # a stalled stream saw its client go away
@@ -120,8 +124,14 @@ class ScriptedServer:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        self.requests.append(Received(scope["method"], scope["path"], headers, body))
-        reply = self.replies.popleft() if self.replies else Reply(500, {"error": {"message": "no scripted reply left", "type": "server_error"}})
+        received = Received(scope["method"], scope["path"], headers, body)
+        self.requests.append(received)
+        if self.answer is not None:
+            reply = self.answer(received)
+        else:
+            reply = self.replies.popleft() if self.replies else Reply(500, {"error": {"message": "no scripted reply left", "type": "server_error"}})
+        if reply.gate is not None and not await self._opened(reply.gate, receive):
+            return
         extra = [(k.encode(), v.encode()) for k, v in reply.headers.items()]
         if reply.chunks is not None:
             await send({"type": "http.response.start", "status": reply.status,
@@ -159,6 +169,24 @@ class ScriptedServer:
                 self.disconnected.set()
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _opened(self, gate: trio.Event, receive: Any) -> bool:
+        """Wait until ``gate`` is set (True) or the client disconnects first (False)."""
+        opened: list[bool] = []
+        async with trio.open_nursery() as nursery:
+            async def until_set() -> None:
+                await gate.wait()
+                opened.append(True)
+                nursery.cancel_scope.cancel()
+
+            async def until_disconnected() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_set)
+            nursery.start_soon(until_disconnected)
+        return bool(opened)
 
     async def _endless(self, frame: bytes, send: Any, receive: Any) -> None:
         """``frame`` sent until the client disconnects, each read before the next is sent."""

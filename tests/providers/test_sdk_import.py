@@ -1,0 +1,87 @@
+"""The SDKs are imported off the thread that runs the loop (``runtime.providers.sdk.sdks_imported``).
+
+The first request of an SDK-backed provider in a process imported its SDK on the loop's thread:
+2.6 s for ``anthropic`` on an idle 2-core machine, during which the daemon answered nothing,
+and under load long enough for hypercorn's keep-alive timeout to close a connection a client had
+just sent a request on (the client read a reset). Each case runs in a fresh interpreter (the
+SDKs not yet imported, as in a daemon just started) against a loopback server speaking the
+protocol, and records, with an import hook, which thread imported each SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import importlib.abc, json, sys, threading
+
+first = {}  # SDK -> whether the loop's (main) thread imported it
+
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name in ("anthropic", "openai") and name not in first:
+            first[name] = threading.current_thread() is threading.main_thread()
+        return None
+
+
+sys.meta_path.insert(0, Watch())
+
+import trio
+
+from runtime.config import ModelConfig
+from runtime.providers.anthropic_messages import AnthropicProvider
+from runtime.providers.base import ModelRequest
+from runtime.providers.openai_chat import OpenAIChatProvider
+from runtime.providers.openai_responses import OpenAIResponsesProvider
+from projections.session_state import Item
+from events import types as t
+from tests.providers.servers.anthropic import message_stream
+from tests.providers.servers.base import ScriptedServer
+from tests.providers.servers.openai_chat import chat_stream
+from tests.providers.servers.openai_responses import response_stream
+
+PROTOCOL = sys.argv[1]
+CLASSES = {"anthropic": AnthropicProvider, "openai-chat": OpenAIChatProvider,
+           "openai-responses": OpenAIResponsesProvider}
+REPLIES = {"anthropic": lambda: message_stream(text="noon"), "openai-chat": lambda: chat_stream(text="noon"),
+           "openai-responses": lambda: response_stream(text="noon")}
+
+
+async def main():
+    assert "anthropic" not in sys.modules and "openai" not in sys.modules, "imported before the request"
+    async with trio.open_nursery() as nursery:
+        server = ScriptedServer()
+        url = await server.start(nursery)
+        server.push(REPLIES[PROTOCOL]())
+        provider = CLASSES[PROTOCOL]("p", base_url=url if PROTOCOL == "anthropic" else url + "/v1", api_key="k",
+                                     max_retries=0, models={"m1": ModelConfig(id="m1")})
+        item = Item("c1", "user", 1, text="what time is it?", parts=[t.TextPart("what time is it?")])
+        with trio.fail_after(60):
+            result = await provider.stream(ModelRequest("m1", ["You are a test agent."], [item], [], None),
+                                           lambda delta: None)
+        await provider.aclose()
+        nursery.cancel_scope.cancel()
+    print(json.dumps({"text": result.text, "first": first}))
+
+
+trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat", "openai-responses"])
+def test_a_first_request_imports_the_sdks_off_the_loops_thread(protocol: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, protocol], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["text"] == "noon"
+    # both SDKs (a request's errors are read with either's classes), neither on the loop's thread
+    assert out["first"] == {"anthropic": False, "openai": False}, out
