@@ -24,6 +24,7 @@ deadline (:func:`wait_until`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -290,6 +291,19 @@ def assert_error_shape(r: RawResponse, where: str) -> tuple[str, str]:
     for marker in LEAK_MARKERS:
         assert marker not in message, where
     return code, message
+
+
+def lock_is_free(data_dir: Path) -> bool:
+    """Whether the data directory's lock can be taken: no process holds it (a daemon that
+    stopped, or a child of its that inherited the descriptor and outlived it)."""
+    fd = os.open(data_dir / "lock", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def projection_dump(data_dir: Path) -> dict[str, Any]:

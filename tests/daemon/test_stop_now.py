@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+from tests.executor_hold import held_at
 from tests.procfs import executor_of, read_proc
 
-from .conftest import LIMIT, run_lens, serving, wait_until
+from .conftest import LIMIT, lens_command, lock_is_free, run_lens, serving, wait_until
 from .test_jobs import setup
 
 # Ignores SIGTERM, its `sleep` too (an ignored signal stays ignored across exec): ends only by SIGKILL.
@@ -109,3 +111,48 @@ async def test_a_second_signal_during_a_long_drain_stops_the_daemon_now(tmp_path
 
             await wait_until(interrupted, LIMIT, "the cut call recorded interrupted")
             assert await again.terminate() == 0
+
+
+@pytest.mark.parametrize("twice", [False, True], ids=["one signal", "two signals"])
+async def test_a_stop_while_a_woken_session_spawns_its_executor_leaves_no_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, twice: bool):
+    # A start wakes the sessions with unfinished work, and their first model request spawns the
+    # project's executor (its AGENTS.md is read through it). A stop while that child starts (held
+    # after its listening line, before the daemon's hello) ends the child with the daemon: no
+    # traceback, no executor left running, the data directory's lock free, the log verifying.
+    async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+        assert serve.proc is not None
+        token, sid = await setup(d)
+        await d.submit(token, sid, "r1", "/tool run_command " + json.dumps({"command": "exec sleep 600"}))
+        await d.wait_running_call(token, sid)
+        await d.submit(token, sid, "r2", "queued behind the call")
+        serve.proc.send_signal(signal.SIGKILL)  # (the next start finds the session's work unfinished)
+        with trio.fail_after(LIMIT):
+            await serve.proc.wait()
+    held = held_at(monkeypatch, tmp_path, "before_hello")
+    with open(tmp_path / "serve-1.err", "wb") as err:
+        proc = await trio.lowlevel.open_process([*lens_command(), "serve", "--port", "0", "--data", "data"],
+                                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=err)
+    try:
+        async def holding() -> int | None:
+            text = held.read_text().strip() if held.exists() else ""
+            return int(text) if text.isdigit() else None
+
+        child = await wait_until(holding, 30, "the woken session's executor held in its start")
+        proc.send_signal(signal.SIGINT)
+        if twice:
+            proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(LIMIT):
+            assert proc.stdout is not None
+            lines = b"".join([chunk async for chunk in proc.stdout]).decode().splitlines()
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    stderr = (tmp_path / "serve-1.err").read_text()
+    assert code == (128 + signal.SIGTERM if twice else 0) and "Traceback" not in stderr, (code, stderr[-3000:])
+    assert lines[-1] == "lens: stopped", lines
+    await wait_until(lambda: trio.to_thread.run_sync(_gone, child), LIMIT, "the held executor child gone")
+    assert lock_is_free(tmp_path / "data")
+    verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
