@@ -17,13 +17,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 import trio
 
 from tests.executor_hold import held_at
 from tests.procfs import executor_of, read_proc
 
-from .conftest import LIMIT, lens_command, lock_is_free, run_lens, serving, wait_until
+from .conftest import LIMIT, lens_command, lock_is_free, projections_caught_up, run_lens, serving, wait_until
 from .test_jobs import setup
 
 # Ignores SIGTERM, its `sleep` too (an ignored signal stays ignored across exec): ends only by SIGKILL.
@@ -156,3 +157,54 @@ async def test_a_stop_while_a_woken_session_spawns_its_executor_leaves_no_child(
     assert lock_is_free(tmp_path / "data")
     verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_process_holds(tmp_path: Path):
+    # Another process holding projections.db (a `lens log rebuild` beside the daemon) kept the
+    # projector in SQLite's busy wait, in a worker thread no cancellation reaches: a graceful stop
+    # waited out the busy timeout (10 s) for the updater, then again for its last catch-up, and a
+    # second signal then was recorded and ignored. It now ends that wait: the projections stay
+    # behind (derived data: the next start folds the rest), the log keeps every acknowledged event.
+    with trio.fail_after(6 * LIMIT):
+        async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+            assert serve.proc is not None
+            token, sid = await setup(d)
+            holder = apsw.Connection(str(tmp_path / "data" / "projections.db"))
+            try:
+                holder.execute("BEGIN IMMEDIATE")  # (held: the projector's next write waits)
+                acked = (await d.submit(token, sid, "r1", "written while projections.db is held"))["seq"]
+                serve.proc.send_signal(signal.SIGTERM)
+                port = int(d.url.rsplit(":", 1)[1])
+
+                async def not_listening() -> bool:
+                    try:
+                        await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+                    except OSError:
+                        return True
+                    return False
+
+                await wait_until(not_listening, LIMIT, "the daemon to stop listening")
+                assert serve.proc.returncode is None  # (the drain: the projector waits for the file)
+                serve.proc.send_signal(signal.SIGTERM)
+                second = trio.current_time()
+                code = await serve.proc.wait()
+                took = trio.current_time() - second
+            finally:
+                if not holder.getautocommit():
+                    holder.execute("ROLLBACK")
+                holder.close()
+            with trio.fail_after(LIMIT):
+                await serve.stdout_closed.wait()
+            serve.stderr.close()
+            stderr = (tmp_path / "serve-0.err").read_text()
+            assert took < STOP_NOW_BOUND, (took, serve.lines, stderr[-3000:])
+            assert code == 128 + signal.SIGTERM and "Traceback" not in stderr, (code, stderr[-3000:])
+            assert serve.lines[-1] == "lens: stopped"
+        verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert [e["seq"] for e in await _decode(tmp_path) if e["request_id"] == "r1"
+                and e["kind"] == "input.submitted"] == [acked]
+        # The next start folds what the projections had not.
+        async with serving(tmp_path, stderr_name="serve-1.err") as (again, d2):
+            await projections_caught_up(d2)
+            assert await again.terminate() == 0
