@@ -68,6 +68,19 @@ async def wait_until(predicate: Callable[[], Awaitable[Any]], timeout: float = L
     raise AssertionError(f"{what} did not hold within {timeout} s")
 
 
+async def stopped_listening(port: int) -> None:
+    """Wait (bounded) until nothing accepts connections on ``port`` of 127.0.0.1: a daemon's stop
+    has begun (its HTTP server is closed; the rest of its stop may still be under way)."""
+    async def refused() -> bool:
+        try:
+            await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+        except OSError:
+            return True
+        return False
+
+    await wait_until(refused, LIMIT, "the daemon to stop listening")
+
+
 def auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token is not None else {}
 

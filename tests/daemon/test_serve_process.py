@@ -24,7 +24,7 @@ import trio
 from events import types as t
 from events.store import Draft, EventStore
 
-from .conftest import LIMIT, ServeProcess, lens_command, run_lens, serving, wait_until
+from .conftest import LIMIT, ServeProcess, lens_command, run_lens, serving, stopped_listening, wait_until
 from .conftest import as_daemon  # noqa: F401  (other modules of the suite import it and ServeProcess from here)
 
 
@@ -234,15 +234,7 @@ async def test_a_second_signal_cuts_the_shutdowns_wait_short(tmp_path: Path, sig
                 assert (await stalled.receive_some(1024)).startswith(b"HTTP/1.1 100 ")
             assert daemon.proc is not None
             daemon.proc.send_signal(sig)
-
-            async def not_listening() -> bool:  # the shutdown has begun (and waits for the request)
-                try:
-                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
-                except OSError:
-                    return True
-                return False
-
-            await wait_until(not_listening, LIMIT, "the daemon to stop listening")
+            await stopped_listening(port)  # the shutdown has begun (and waits for the request)
             daemon.proc.send_signal(sig)
             with trio.fail_after(LIMIT):
                 code = await daemon.proc.wait()

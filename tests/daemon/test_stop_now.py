@@ -24,7 +24,8 @@ import trio
 from tests.executor_hold import held_at
 from tests.procfs import executor_of, read_proc
 
-from .conftest import LIMIT, lens_command, lock_is_free, projections_caught_up, run_lens, serving, wait_until
+from .conftest import (LIMIT, lens_command, lock_is_free, projections_caught_up, run_lens, serving,
+                       stopped_listening, wait_until)
 from .test_jobs import setup
 
 # Ignores SIGTERM, its `sleep` too (an ignored signal stays ignored across exec): ends only by SIGKILL.
@@ -64,19 +65,9 @@ async def test_a_second_signal_during_a_long_drain_stops_the_daemon_now(tmp_path
             acked = {f"f{i}": (await d.submit(token, sid, f"f{i}", f"follow-up {i}"))["seq"] for i in range(5)}
 
             serve.proc.send_signal(sig)
-            # The graceful stop is under way once the executor child got its SIGTERM: the pool
-            # closes its stdin then, and the child's lifeline ends it... but for its call's
-            # command, which ignores SIGTERM: the child waits for it, and the pool for the child.
-            port = int(d.url.rsplit(":", 1)[1])
-
-            async def not_listening() -> bool:
-                try:
-                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
-                except OSError:
-                    return True
-                return False
-
-            await wait_until(not_listening, LIMIT, "the daemon to stop listening")
+            # Not listening: the graceful stop is under way. The executor child waits for its
+            # call's command, which ignores SIGTERM, and the pool waits 3 s for the child.
+            await stopped_listening(d.port)
             assert serve.proc.returncode is None and not _gone(executor)  # (held: the drain)
             serve.proc.send_signal(sig)
             second = trio.current_time()
@@ -103,7 +94,7 @@ async def test_a_second_signal_during_a_long_drain_stops_the_daemon_now(tmp_path
         submitted = {e["request_id"]: e["seq"] for e in events if e["kind"] == "input.submitted"}
         assert {rid: submitted.get(rid) for rid in acked} == acked
 
-        # The next start takes over: the cut call is recorded interrupted, the inputs run.
+        # The next start takes over: the cut call is recorded interrupted.
         async with serving(tmp_path, stderr_name="serve-1.err") as (again, d2):
             async def interrupted() -> bool:
                 evs = await d2.events(token, sid)
@@ -174,16 +165,7 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
                 holder.execute("BEGIN IMMEDIATE")  # (held: the projector's next write waits)
                 acked = (await d.submit(token, sid, "r1", "written while projections.db is held"))["seq"]
                 serve.proc.send_signal(signal.SIGTERM)
-                port = int(d.url.rsplit(":", 1)[1])
-
-                async def not_listening() -> bool:
-                    try:
-                        await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
-                    except OSError:
-                        return True
-                    return False
-
-                await wait_until(not_listening, LIMIT, "the daemon to stop listening")
+                await stopped_listening(d.port)
                 assert serve.proc.returncode is None  # (the drain: the projector waits for the file)
                 serve.proc.send_signal(signal.SIGTERM)
                 second = trio.current_time()
