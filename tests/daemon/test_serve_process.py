@@ -278,13 +278,27 @@ async def test_a_second_signal_while_the_services_stop_is_the_daemons(tmp_path: 
 
             await wait_until(services_stopping, LIMIT, "the MCP server's SIGTERM")
             daemon.proc.send_signal(sig)
+            second = trio.current_time()
             with trio.fail_after(LIMIT):
                 code = await daemon.proc.wait()
+                took = trio.current_time() - second
                 await daemon.stdout_closed.wait()
             daemon.stderr.close()
             stderr = (tmp_path / "serve-0.err").read_text()
             assert code == 128 + sig and "Traceback" not in stderr, (code, stderr[-3000:])
             assert daemon.lines[-1] == "lens: stopped"
+            # A stop now: the server is killed at once, not after the 2 s its SIGTERM is given.
+            assert took < 1.5, (took, daemon.lines)
+            group = int(pidfile.read_text())
+
+            async def group_gone() -> bool:
+                try:
+                    os.killpg(group, 0)
+                except ProcessLookupError:
+                    return True
+                return False
+
+            await wait_until(group_gone, LIMIT, "the MCP server's process group gone")
         finally:
             daemon.kill()
             if pidfile.exists() and pidfile.read_text().strip().isdigit():
