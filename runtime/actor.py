@@ -63,6 +63,7 @@ from .errors import (
 from .providers.base import Delta, ModelRequest, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
 from .skill_loads import SkillLoads, load_failed
+from .stop_now import StopNow
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, session_view
 
 log = logging.getLogger("lens.actor")
@@ -149,6 +150,8 @@ class ActorDeps:
     # Set when the daemon begins a graceful stop (SIGINT/SIGTERM/SIGHUP): what a cancellation then ends
     # is recorded as stopped by it (a running job) rather than left to the next start.
     stopping: trio.Event | None = None
+    # Set by a second stop signal: the stop's own bounded records (above) are given up at once.
+    stop_now: StopNow = field(default_factory=StopNow)
     # The artifact store: where a graceful stop saves a running job's output (None: the tail only).
     artifacts: ArtifactStore | None = None
 
@@ -341,7 +344,7 @@ class SessionActor:
             self._jobs = j.SessionJobs(self.session_id, emit=self._emit, state=lambda: self.state,
                                        new_id=self.deps.new_id, wake=self._maybe_start_runner,
                                        secrets=self.deps.store.secrets, stopping=self.deps.stopping,
-                                       artifacts=self.deps.artifacts)
+                                       stop_now=self.deps.stop_now, artifacts=self.deps.artifacts)
             if self._nursery is not None:
                 self._jobs.attach(self._nursery)
         return self._jobs
@@ -516,8 +519,8 @@ class SessionActor:
         may still be committed without being folded: only for an actor that is going away, the
         records of a daemon's stop).
         """
-        deadline = trio.current_time() + within if within is not None else float("inf")
-        with trio.CancelScope(shield=True, deadline=deadline):
+        # (a bound ``within`` is a stop's record: a second stop signal gives it up at once)
+        with self.deps.stop_now.grace(within, shield=True) if within is not None else trio.CancelScope(shield=True):
             async with self._write_lock:
                 state = self.state
                 if callable(scoped):
@@ -986,7 +989,7 @@ class SessionActor:
         stopping = self.deps.stopping
         if stopping is None or not stopping.is_set():
             return  # (an actor crashing or passivating: the next start asks the requests again)
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + j.STOP_RECORD_SECONDS):
+        with self.deps.stop_now.grace(j.STOP_RECORD_SECONDS, shield=True):
             await self._runner_done.wait()
             for agent_id, usage in list(self._cut_usage.items()):
                 agent = self.state.agents.get(agent_id)

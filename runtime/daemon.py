@@ -6,8 +6,11 @@ work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM/SIGHUP: SSE 
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and the store drains every accepted append before closing; the projections then fold
 what it committed after their updater stopped. Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
-catch-up at the end of the chunk it is folding); a second one during the shutdown ends its wait
-for requests in progress (their connections are reset).
+catch-up at the end of the chunk it is folding). A second one, at any point of the stop until
+the store has drained, stops now (:mod:`runtime.stop_now`): the stop's bounded waits end at once
+(requests in progress are reset, executors and MCP servers killed, a job's last record given up,
+the projections' last catch-up ended after its chunk), the store still writes what it accepted,
+and the exit status is 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_promp
 from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .sse_socket import reset_connection
+from .stop_now import StopNow
 from .supervisor import Supervisor
 from .terminal import shown
 
@@ -109,11 +113,16 @@ class ServeOptions:
 
 
 async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-                stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> None:
-    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM/SIGHUP); ``task_status`` gets the bound URLs."""
+                stop: trio.Event | None = None, announce: Callable[[str], None] | None = None) -> int:
+    """Run the daemon until ``stop`` is set (or SIGINT/SIGTERM/SIGHUP); ``task_status`` gets the bound URLs.
+
+    Returns the exit status: 0 after a graceful stop, ``128 + N`` when a second stop signal ``N``
+    made it a stop now (:func:`_signals`)."""
     cfg = opts.config
     started_ns = time.time_ns()  # (the start-up sweep of artifacts/ looks only at files older than this)
     stop = stop if stop is not None else trio.Event()  # trio.Event has no truth value
+    stop_now = StopNow()  # a second stop signal: the graceful stop's waits end at once
+    second: list[int] = []  # (the signal that set it)
     out = announce or _print_line
     keys = opts.known_secrets()
 
@@ -199,7 +208,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
         executors = ExecutorPool(opts.data_dir / "executors", workspace_of, remote,
                                  local_shared_filesystem=cfg.executor.shared_filesystem,
-                                 hidden_env=executor_hidden_env(cfg, os.environ), secrets=keys,
+                                 hidden_env=executor_hidden_env(cfg, os.environ), secrets=keys, stop_now=stop_now,
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])
@@ -214,7 +223,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         if tool_catalog.ptc is not None:
             tools.add(ptc_tool(tool_catalog))
         mcp = McpServers(cfg.mcp_servers, tools, artifacts,  # (their tools join `tools` as they start)
-                         secrets=store.secrets)
+                         secrets=store.secrets, stop_now=stop_now)
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None) -> list[str]:
@@ -235,7 +244,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
                          on_delta=on_delta, context=cfg.context, tool_catalog=tool_catalog, stopping=stop,
-                         artifacts=artifacts)
+                         stop_now=stop_now, artifacts=artifacts)
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
@@ -252,91 +261,103 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         hc.accesslog = None  # request lines could carry ids; credentials never appear (headers not logged)
         hc.errorlog = logging.getLogger("lens.http.server")
 
-        async with trio.open_nursery() as root:
-            await root.start(store.run)  # outlives the services: drains their last appends
-            # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
-            # projections' first catch-up refolds the whole log after an upgrade: a minute for
-            # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT,
-            # once that catch-up was done) or a kill (SIGTERM). The receiver is not one of the
-            # services: it stays while they stop (an MCP server slow to exit is waited for).
-            grace = trio.CancelScope()  # the wait for requests in progress at shutdown
-            signals: trio.CancelScope = await root.start(_signals, stop, grace, opts.held)
-            async with trio.open_nursery() as services:
-                starting = trio.CancelScope()  # (cancelled once the daemon serves)
-                services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
-                await services.start(projections.run)
-                # Artifacts no event names (a kill between a file's store and its event), swept
-                # before any session wakes or request comes: nothing of ours can be storing one.
-                swept = await sweep_artifacts(artifacts, projections, store.last_seq, started_ns)
-                for line in swept.lines(str(artifacts.root)):
-                    say(line)
-                # ... and again while serving: on a schedule and after a result that was not
-                # recorded, keeping every artifact whose event is still to come.
-                await services.start(ArtifactSweeper(artifacts, projections, lambda: store.last_seq, say).run)
-                # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
-                saved, saved_seq = await read_saved_default(projections, store)
-                catalog.set_saved_default(saved, saved_seq)
-                if catalog.default_source == "saved":
-                    try:
-                        catalog.check(None)
-                    except ModelUnavailable as exc:
-                        say(f"lens: note: the saved default model cannot serve ({exc.code}: {exc.message}); "
-                            f"sessions need a model that can")
-                say(f"lens: default model {catalog.default_model} ({_default_why(catalog, opts.config_path)})")
-                await services.start(executors.run)
-                await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
-                await services.start(supervisor.run)
-                await services.start(bus.run)
-                services.start_soon(pairs.watch, bus.poke_all)  # (a revocation ends open streams at once)
-                services.start_soon(watch_streams, svc)
-                http_done = trio.Event()
-                http_scope = trio.CancelScope()
-                inflight = _InFlight(app)
+        def stop_at_once(signum: int) -> None:
+            second.append(signum)
+            say(f"lens: {signal.Signals(signum).name} again: stopping now; requests, tool calls and model "
+                f"requests in progress are cut, executors and MCP servers killed; the event log still writes "
+                f"what it accepted (exit {128 + signum})")
+            stop_now.set()
+            projections.stop()  # (its last catch-up ends after its chunk: the next start goes on)
 
-                async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
-                    try:
-                        with http_scope:
-                            # Serving the socket bound above (listen_socket): hypercorn's `serve`
-                            # binds its own from `bind`, and the one it is built on takes sockets.
-                            await worker_serve(wrap_app(inflight, hc.wsgi_max_body_size, "asgi"), hc,
-                                               sockets=Sockets([], [listening], []),
-                                               shutdown_trigger=stop.wait, task_status=task_status)
-                    finally:
-                        listening.close()  # (closed by the server's listener already, unless it never ran)
-                        http_done.set()
+        # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
+        # projections' first catch-up refolds the whole log after an upgrade: a minute for
+        # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT, once
+        # that catch-up was done) or a kill (SIGTERM). The receiver is not one of the services:
+        # it stays while they stop (an MCP server slow to exit is waited for), while the store
+        # drains and the projections fold what it wrote last; a second signal meanwhile is a stop
+        # now (it was recorded and ignored once the services had ended).
+        async with trio.open_nursery() as receiving:
+            signals: trio.CancelScope = await receiving.start(_signals, stop, stop_at_once, opts.held)
+            try:
+                async with trio.open_nursery() as root:
+                    await root.start(store.run)  # outlives the services: drains their last appends
+                    async with trio.open_nursery() as services:
+                        starting = trio.CancelScope()  # (cancelled once the daemon serves)
+                        services.start_soon(_stop_starting, stop, starting, services.cancel_scope, projections)
+                        await services.start(projections.run)
+                        # Artifacts no event names (a kill between a file's store and its event), swept
+                        # before any session wakes or request comes: nothing of ours can be storing one.
+                        swept = await sweep_artifacts(artifacts, projections, store.last_seq, started_ns)
+                        for line in swept.lines(str(artifacts.root)):
+                            say(line)
+                        # ... and again while serving: on a schedule and after a result that was not
+                        # recorded, keeping every artifact whose event is still to come.
+                        await services.start(ArtifactSweeper(artifacts, projections, lambda: store.last_seq, say).run)
+                        # The saved default model (F-MOD-5), before sessions wake and HTTP answers.
+                        saved, saved_seq = await read_saved_default(projections, store)
+                        catalog.set_saved_default(saved, saved_seq)
+                        if catalog.default_source == "saved":
+                            try:
+                                catalog.check(None)
+                            except ModelUnavailable as exc:
+                                say(f"lens: note: the saved default model cannot serve ({exc.code}: {exc.message}); "
+                                    f"sessions need a model that can")
+                        say(f"lens: default model {catalog.default_model} ({_default_why(catalog, opts.config_path)})")
+                        await services.start(executors.run)
+                        await services.start(mcp.run)  # (each server's first start: tools in before sessions wake)
+                        await services.start(supervisor.run)
+                        await services.start(bus.run)
+                        services.start_soon(pairs.watch, bus.poke_all)  # (a revocation ends open streams at once)
+                        services.start_soon(watch_streams, svc)
+                        http_done = trio.Event()
+                        http_scope = trio.CancelScope()
+                        inflight = _InFlight(app)
 
-                binds: list[str] = await services.start(run_http)
-                guard.port = _port_of(binds[0]) if binds else opts.port
-                say(f"lens: event log at {opts.data_dir}; {store.last_seq} event(s)")
-                for b in binds:
-                    say(f"lens: listening on {b}")
-                task_status.started(binds)
-                starting.cancel()  # (from here a stop is the graceful shutdown below)
-                await stop.wait()
-                svc.shutting_down.set()  # SSE generators end themselves
-                bus.poke_all()
-                # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
-                # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
-                # once nothing is in progress HTTP is stopped outright.
-                # A second stop signal cuts that wait short ("stop now").
-                began = trio.current_time()
-                grace.deadline = began + hc.graceful_timeout
-                with grace:
-                    while inflight.active:
-                        await inflight.drained.wait()
-                if inflight.active:
-                    reset = inflight.reset_all()
-                    log.warning("%d request(s) still in progress after %.0f s of shutdown; %d connection(s) reset",
-                                inflight.active, trio.current_time() - began, reset)
-                http_scope.cancel()
-                with trio.move_on_after(1):
-                    await http_done.wait()
-                services.cancel_scope.cancel()
-            signals.cancel()  # (the services have ended)
-            store.close_writer()
-        await projections.last_catch_up()  # (the store has drained: what the stop wrote, too)
-        await catalog.aclose()
+                        async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+                            try:
+                                with http_scope:
+                                    # Serving the socket bound above (listen_socket): hypercorn's `serve`
+                                    # binds its own from `bind`, and the one it is built on takes sockets.
+                                    await worker_serve(wrap_app(inflight, hc.wsgi_max_body_size, "asgi"), hc,
+                                                       sockets=Sockets([], [listening], []),
+                                                       shutdown_trigger=stop.wait, task_status=task_status)
+                            finally:
+                                listening.close()  # (closed by the server's listener already, unless it never ran)
+                                http_done.set()
+
+                        binds: list[str] = await services.start(run_http)
+                        guard.port = _port_of(binds[0]) if binds else opts.port
+                        say(f"lens: event log at {opts.data_dir}; {store.last_seq} event(s)")
+                        for b in binds:
+                            say(f"lens: listening on {b}")
+                        task_status.started(binds)
+                        starting.cancel()  # (from here a stop is the graceful shutdown below)
+                        await stop.wait()
+                        svc.shutting_down.set()  # SSE generators end themselves
+                        bus.poke_all()
+                        # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
+                        # hold hypercorn's own shutdown for all of it (measured: 5 s for one idle client), so
+                        # once nothing is in progress HTTP is stopped outright.
+                        # A second stop signal cuts that wait short ("stop now").
+                        began = trio.current_time()
+                        with stop_now.grace(hc.graceful_timeout):
+                            while inflight.active:
+                                await inflight.drained.wait()
+                        if inflight.active:
+                            reset = inflight.reset_all()
+                            log.warning("%d request(s) still in progress after %.0f s of shutdown; "
+                                        "%d connection(s) reset", inflight.active, trio.current_time() - began, reset)
+                        http_scope.cancel()
+                        with stop_now.grace(1):
+                            await http_done.wait()
+                        services.cancel_scope.cancel()
+                    store.close_writer()
+                await projections.last_catch_up()  # (the store has drained: what the stop wrote, too)
+                await catalog.aclose()
+            finally:
+                signals.cancel()
         say("lens: stopped")
+        return 128 + second[0] if second else 0
     finally:
         listening.close()  # (a start that failed before the server took it; else closed already)
         if projections is not None:
@@ -506,21 +527,31 @@ def stop_signals() -> tuple[int, ...]:
     return tuple(s for s in STOP_SIGNALS if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN)
 
 
-async def _signals(stop: trio.Event, grace: trio.CancelScope, held: "HeldSignals | None", *,
+async def _signals(stop: trio.Event, stop_at_once: Callable[[int], None], held: "HeldSignals | None", *,
                    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
-    """The first of :func:`stop_signals` sets ``stop``; any later one cancels ``grace``, the
-    shutdown's wait for requests in progress (a second Ctrl-C: stop now). The receiver stays open
-    until the services end (the caller cancels the scope it is started with then): a second signal
-    was a traceback (SIGINT) or a kill (SIGTERM). A signal ``held`` took before the receiver opened
-    sets ``stop`` as soon as it is open."""
+    """The first of :func:`stop_signals` sets ``stop`` (a graceful stop); the second calls
+    ``stop_at_once`` with its number (a second Ctrl-C: stop now, see :mod:`runtime.stop_now`);
+    later ones change nothing. The receiver stays open until the store has drained and the
+    projections have folded what it wrote (the caller cancels the scope it is started with then):
+    a second signal was a traceback (SIGINT) or a kill (SIGTERM) once it had closed. A signal
+    ``held`` took before the receiver opened counts as the first, as soon as it is open (a second
+    one held too counts as the second)."""
     with trio.CancelScope() as scope, trio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
-        if held is not None and held.received:  # one came while the daemon started: a stop, as here
-            stop.set()
-        async for _ in signals:
-            if stop.is_set():
-                grace.cancel()
-            stop.set()
+        at_once = False
+
+        def take(signum: int) -> None:
+            nonlocal at_once
+            if not stop.is_set():
+                stop.set()
+            elif not at_once:
+                at_once = True
+                stop_at_once(signum)
+
+        for signum in list(held.received) if held is not None else ():  # (came while the daemon started)
+            take(signum)
+        async for signum in signals:
+            take(signum)
 
 
 class HeldSignals:
@@ -531,8 +562,9 @@ class HeldSignals:
     killed the process outright (a large log being opened, a slow name to resolve) and a SIGINT
     was a ``KeyboardInterrupt`` traceback wherever it fell. Held here, a signal is recorded and
     the receiver, once open, takes it for a stop: the start-up is ended as a stop while it starts
-    is (exit 0, ``lens: stopped``, the store closed). After the receiver closes (the services
-    have ended, the store drains) one is recorded and changes nothing: the daemon is stopping.
+    is (exit 0, ``lens: stopped``, the store closed); a second one held as well is a stop now.
+    After the receiver closes (the store has drained, the projections have folded what it wrote,
+    the providers are closed) one is recorded and changes nothing: the daemon is ending.
     The handler only appends to a list: it may run between any two bytecodes of the main thread,
     inside trio's run loop too (and trio leaves SIGINT alone when a handler of ours is set).
     A signal before ``lens serve``'s code runs at all (the interpreter's start, its imports) keeps
@@ -611,7 +643,7 @@ def run(opts: ServeOptions) -> int:
     logging.getLogger("httpx2").addFilter(HideUrlCredentials())  # (URLs logged without user:password@)
     with FreezeSurvivors():  # full collections walk only what is new (see runtime.gcpolicy)
         try:
-            trio.run(serve, opts)
+            status: int = trio.run(serve, opts)
         except BaseExceptionGroup as group:
             # A failure of ours with a stable code, alone in the nurseries' groups, is reported as
             # itself (the CLI prints `lens: CODE: message`), not as a traceback of nested groups.
@@ -619,7 +651,7 @@ def run(opts: ServeOptions) -> int:
             if len(leaves) == 1 and isinstance(leaves[0], LensError):
                 raise leaves[0] from None
             raise
-    return 0
+    return status
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

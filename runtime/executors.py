@@ -30,6 +30,7 @@ from tools.executor.groups import GroupRegistry
 
 from .errors import LensError
 from .executor_client import ExecutorClient, ExecutorTimeout, ExecutorUnavailable
+from .stop_now import StopNow
 
 log = logging.getLogger("lens.executors")
 SPAWN_TIMEOUT_S = 20.0
@@ -172,8 +173,12 @@ class ExecutorPool:
     def __init__(self, state_root: Path, workspace_of: Callable[[str], Awaitable[Path | None]],
                  remote: RemoteExecutor | None = None, *, local_shared_filesystem: bool = False,
                  hidden_env: Collection[str] = (), daemon_dirs: Sequence[tuple[str, Path]] = (),
-                 idle_stop_s: float = IDLE_STOP_S, secrets: Secrets | None = None) -> None:
+                 idle_stop_s: float = IDLE_STOP_S, secrets: Secrets | None = None,
+                 stop_now: StopNow | None = None) -> None:
         self.state_root = Path(state_root)
+        # The daemon's second stop signal: a child still running after its SIGTERM is killed at
+        # once, not 3 s later (its commands' groups are ended all the same, below in _reap).
+        self.stop_now = stop_now if stop_now is not None else StopNow()
         # The daemon's keys: a local child's standard error is relayed without them (it is
         # started without any, so it cannot scrub what it prints: a path, a name it quotes).
         self.secrets = secrets if secrets is not None else Secrets()
@@ -455,7 +460,7 @@ class ExecutorPool:
                     await proc.stdin.aclose()  # the child's lifeline: it stops on its own
                 if proc.returncode is None:
                     self._end(proc)
-                    with trio.move_on_after(3):
+                    with self.stop_now.grace(3):
                         await proc.wait()
                 if proc.returncode is None:
                     proc.kill()

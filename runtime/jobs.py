@@ -39,6 +39,7 @@ from . import decide as d
 from tools.artifacts import ArtifactError, ArtifactStore
 
 from .errors import JobNotFound, JobNotRunning, LensError, SessionGone
+from .stop_now import StopNow
 
 log = logging.getLogger("lens.jobs")
 
@@ -192,13 +193,16 @@ class SessionJobs:
 
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState],
                  new_id: Callable[[str], str], wake: Callable[[], None], secrets: Secrets | None = None,
-                 stopping: trio.Event | None = None, artifacts: ArtifactStore | None = None) -> None:
+                 stopping: trio.Event | None = None, artifacts: ArtifactStore | None = None,
+                 stop_now: StopNow | None = None) -> None:
         self.session_id = session_id
         # Where a graceful stop saves a job's output (None: only the tail is recorded).
         self._artifacts = artifacts
         # The daemon's stop: set, a cancellation of a job is the daemon stopping gracefully (its
         # end is recorded); unset, it is the actor crashing or going away (nothing is recorded).
         self._stopping = stopping
+        # A second stop signal: the end's record is given up at once (the next start says lost).
+        self._stop_now = stop_now if stop_now is not None else StopNow()
         self._secrets = secrets or Secrets()  # (the recorded tail is cut where no key was known)
         self._emit = emit
         self._state = state
@@ -377,7 +381,7 @@ class SessionJobs:
                     # have ended, so the end is recorded now, bounded (a stalled disk leaves it
                     # to the next start, which records the job lost). No wake: the report waits
                     # in the log, and the next start runs the session for it.
-                    with trio.CancelScope(deadline=trio.current_time() + STOP_RECORD_SECONDS, shield=True) as cs:
+                    with self._stop_now.grace(STOP_RECORD_SECONDS, shield=True) as cs:
                         try:
                             saved = await self._save_output(live)
                             await self._record_end(live.job_id, "stopped", None, STOPPED_BY_DAEMON,
@@ -387,8 +391,10 @@ class SessionJobs:
                             log.warning("session %s: job %s's end at the stop was not recorded: %r",
                                         self.session_id, live.job_id, exc)
                     if cs.cancelled_caught:
-                        log.warning("session %s: job %s's end at the stop was not recorded within %.0f s",
-                                    self.session_id, live.job_id, STOP_RECORD_SECONDS)
+                        why = ("a second stop signal came first" if self._stop_now.is_set()
+                               else f"not within {STOP_RECORD_SECONDS:.0f} s")
+                        log.warning("session %s: job %s's end at the stop was not recorded (%s); the next start "
+                                    "records it lost", self.session_id, live.job_id, why)
                 raise
             if live.abandoned:
                 return

@@ -76,6 +76,9 @@ RETRY_MAX_SECONDS = 30.0
 # timeout for it), the next try comes after this short pause, not the growing one: the
 # projections go on within about this long after the holder (a `lens log rebuild`) lets go.
 BUSY_RETRY_SECONDS = 0.5
+# The projector's busy wait (for a projections.db another process holds) looks this often whether
+# the daemon is stopping now.
+BUSY_POLL_SECONDS = 0.01
 
 # default_model.set events the settings projection has not seen yet (a range of the seq key).
 UNPROJECTED_DEFAULT_MODEL_SQL = "SELECT seq FROM events WHERE seq > ? AND kind = 'default_model.set'"
@@ -101,6 +104,13 @@ class ProjectionService:
         self._advanced = trio.Event()
         self._first_done = trio.Event()  # the first catch-up ended (caught up, or failed)
         self._stopping = threading.Event()  # read by the projector's thread between two chunks
+        # SQLite's busy wait for a projections.db another process holds (a `lens log rebuild`)
+        # runs in the projector's worker thread, which no cancellation reaches: a daemon stopping
+        # then waited the busy timeout (10 s) for its updater and again for its last catch-up.
+        # The same wait (the busy timeout the connection was opened with), given up once stop()
+        # is called (a second stop signal: stop now).
+        (self._busy_timeout_ms,) = self.projector.conn.execute("PRAGMA busy_timeout").fetchone()
+        self.projector.conn.setbusyhandler(self._busy_wait)
 
     def stop(self) -> None:
         """Have a catch-up in progress end after the chunk it is folding (the daemon is stopping).
@@ -109,6 +119,13 @@ class ProjectionService:
         large log at start-up (a minute for 800,000 events) held a SIGINT or SIGTERM until it
         was done. What it committed stays; the next start goes on from there."""
         self._stopping.set()
+
+    def _busy_wait(self, tries: int) -> bool:
+        """apsw's busy handler for the projector's connection: wait and try again, as SQLite's
+        busy timeout does (the connection's), unless :meth:`stop` was called."""
+        if tries * BUSY_POLL_SECONDS * 1000 >= self._busy_timeout_ms:
+            return False
+        return not self._stopping.wait(BUSY_POLL_SECONDS)
 
     def _stop_point(self, done: int, total: int) -> None:
         """The projector's progress callback: called between chunks, in its thread."""
@@ -142,6 +159,9 @@ class ProjectionService:
             await trio.lowlevel.checkpoint()  # (cancelled by now: the daemon is stopping)
             return
         except apsw.BusyError:  # (after the busy timeout)
+            if self._stopping.is_set():  # (given up by stop(): the next start goes on from here)
+                await trio.lowlevel.checkpoint()
+                return
             self.error = ("projections.db is held by another process (a `lens log rebuild`?); "
                           "the projections go on once it lets go")
             self._busy = True

@@ -24,6 +24,7 @@ deadline (:func:`wait_until`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -65,6 +66,19 @@ async def wait_until(predicate: Callable[[], Awaitable[Any]], timeout: float = L
                 return value
             await trio.sleep(interval)
     raise AssertionError(f"{what} did not hold within {timeout} s")
+
+
+async def stopped_listening(port: int) -> None:
+    """Wait (bounded) until nothing accepts connections on ``port`` of 127.0.0.1: a daemon's stop
+    has begun (its HTTP server is closed; the rest of its stop may still be under way)."""
+    async def refused() -> bool:
+        try:
+            await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+        except OSError:
+            return True
+        return False
+
+    await wait_until(refused, LIMIT, "the daemon to stop listening")
 
 
 def auth(token: str | None) -> dict[str, str]:
@@ -290,6 +304,19 @@ def assert_error_shape(r: RawResponse, where: str) -> tuple[str, str]:
     for marker in LEAK_MARKERS:
         assert marker not in message, where
     return code, message
+
+
+def lock_is_free(data_dir: Path) -> bool:
+    """Whether the data directory's lock can be taken: no process holds it (a daemon that
+    stopped, or a child of its that inherited the descriptor and outlived it)."""
+    fd = os.open(data_dir / "lock", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def projection_dump(data_dir: Path) -> dict[str, Any]:

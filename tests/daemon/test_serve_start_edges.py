@@ -25,7 +25,7 @@ import trio
 
 from tests.procfs import blocked_writing_a_pipe, listening_ports
 
-from .conftest import LIMIT, lens_command, run_lens, wait_until
+from .conftest import LIMIT, ServeProcess, lens_command, lock_is_free, run_lens, wait_until
 
 
 def full_pipe() -> tuple[int, int]:
@@ -154,3 +154,44 @@ async def test_a_port_in_use_is_refused_by_the_one_bind(tmp_path: Path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines()[-1] == f"lens: LISTEN_FAILED: cannot listen on 127.0.0.1:{port} (Address already in use)"
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("second", [False, True], ids=["one signal", "two signals"])
+@pytest.mark.parametrize("store_open", [False, True], ids=["before the store opens", "with the store open"])
+async def test_stop_signals_while_the_daemon_starts_leave_nothing_behind(tmp_path: Path, store_open: bool,
+                                                                       second: bool):
+    # One signal while the daemon starts stops it as a stop while it serves does (exit 0); a
+    # second one (SIGTERM after SIGINT: two kinds, so the kernel cannot merge them while the
+    # daemon sleeps) makes it a stop now, with its line and exit 143. Either way: no traceback,
+    # the store closed and its lock free, the log verifying, and a next start serving.
+    if store_open:
+        (tmp_path / "config").mkdir()
+        (tmp_path / "config" / "lens.jsonc").write_text("{}")  # (held at a line written once the store is open)
+    proc, stream = await held_serve(tmp_path, "--port", "0")
+    try:
+        assert (tmp_path / "data" / "events.db").exists() == store_open
+        proc.send_signal(signal.SIGINT)
+        if second:
+            proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            lines = await drained_lines(stream)
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await stream.aclose()
+    stderr = (tmp_path / "serve.err").read_text()
+    assert code == (128 + signal.SIGTERM if second else 0) and "Traceback" not in stderr, (code, stderr[-3000:])
+    assert lines[-1] == "lens: stopped" and not any(line.startswith("lens: listening on") for line in lines), lines
+    assert [line for line in lines if "again: stopping now" in line] == (
+        ["lens: SIGTERM again: stopping now; requests, tool calls and model requests in progress are cut, "
+         "executors and MCP servers killed; the event log still writes what it accepted (exit 143)"] if second else [])
+    assert lock_is_free(tmp_path / "data")
+    assert (await run_lens(tmp_path, "log", "verify", "--data", "data", check=False)).returncode == 0
+    again = ServeProcess(tmp_path, stderr_name="serve-1.err")
+    async with trio.open_nursery() as nursery:
+        try:
+            await again.run(nursery)  # (not STORE_LOCKED)
+            assert await again.terminate() == 0
+        finally:
+            again.kill()

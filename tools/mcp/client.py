@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from events.secrets import Secrets
+from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.json_values import lone_surrogate
 
 from .escaped import Escaped
@@ -308,9 +309,11 @@ class Launch:
 @asynccontextmanager
 async def open_connection(launch: Launch, *, startup_timeout: float,
                           on_notification: Callable[[str, Any], None] = lambda method, params: None,
-                          stderr: StderrTail | None = None, secrets: Secrets | None = None) -> AsyncIterator[Connection]:
+                          stderr: StderrTail | None = None, secrets: Secrets | None = None,
+                          stop_now: StopNow | None = None) -> AsyncIterator[Connection]:
     """Start the server and initialize it. Raises :class:`McpError` (``MCP_START_FAILED``) when it
-    cannot be started, exits, or does not finish ``initialize`` within ``startup_timeout`` s."""
+    cannot be started, exits, or does not finish ``initialize`` within ``startup_timeout`` s.
+    ``stop_now``: its stop's graces end at once once set (see :func:`stop_process`)."""
     stderr = stderr if stderr is not None else StderrTail(secrets)
     # The server is started by a small parent of its own (:mod:`tools.reaper`) that adopts what its
     # tree orphans, and tells on a pipe whether the server could be started.
@@ -336,11 +339,11 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
         errno = await _start_status(status_read, startup_timeout)
     except BaseException:
         with trio.CancelScope(shield=True):
-            await stop_process(proc)
+            await stop_process(proc, stop_now)
         raise
     if errno is not None:
         with trio.CancelScope(shield=True):
-            await stop_process(proc)
+            await stop_process(proc, stop_now)
         raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {os.strerror(errno)}")
     try:
         async with trio.open_nursery() as nursery:
@@ -356,7 +359,7 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await stop_process(proc)
+            await stop_process(proc, stop_now)
 
 
 async def _start_status(fd: int, timeout: float) -> int | None:
@@ -394,15 +397,17 @@ async def _initialize(conn: Connection, timeout: float) -> None:
     await conn.notify("notifications/initialized")
 
 
-async def stop_process(proc: trio.Process) -> None:
+async def stop_process(proc: trio.Process, stop_now: StopNow | None = None) -> None:
     """Stop a server and everything in its process group: close stdin, SIGTERM after
-    :data:`STDIN_CLOSE_GRACE`, SIGKILL after :data:`TERM_GRACE`. Returns once the server is
+    :data:`STDIN_CLOSE_GRACE`, SIGKILL after :data:`TERM_GRACE`; both graces end at once when
+    ``stop_now`` is set (the daemon's second stop signal). Returns once the server is
     reaped. Call shielded.
 
     The server's descendants outside its group (a child that called ``setsid``) are found
     before its stdin closes, while they are still its own, and signalled with the group
     (:mod:`.escaped`)."""
     escaped = Escaped()
+    stop_now = stop_now if stop_now is not None else StopNow()
     try:
         # (only while the server is not reaped: its pid, so its descendants, are still its own;
         # no await between the check and the call, which holds the server with a pidfd at once)
@@ -414,13 +419,13 @@ async def stop_process(proc: trio.Process) -> None:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
         pgid = proc.pid  # (start_new_session: the server leads its own group)
-        with trio.move_on_after(STDIN_CLOSE_GRACE):
+        with stop_now.grace(STDIN_CLOSE_GRACE):
             await proc.wait()
         if proc.returncode is None:  # (what it started while its stdin was closing)
             await escaped.add_from(proc.pid)
         _killpg(pgid, signal.SIGTERM)  # (also when the server left: children it started may not have)
         escaped.signal(signal.SIGTERM)
-        with trio.move_on_after(TERM_GRACE):
+        with stop_now.grace(TERM_GRACE):
             await proc.wait()
         _killpg(pgid, signal.SIGKILL)
         escaped.signal(signal.SIGKILL)

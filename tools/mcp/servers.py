@@ -27,6 +27,7 @@ import trio
 
 from events.secrets import Secrets
 from runtime.mcp_config import McpServerConfig
+from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.json_values import lone_surrogate, nesting, scalars
@@ -102,13 +103,16 @@ def server_env(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.e
 
 class McpServers:
     def __init__(self, configs: dict[str, McpServerConfig], registry: ToolRegistry, artifacts: ArtifactStore, *,
-                 max_pages: int = MAX_PAGES, max_tools: int = MAX_TOOLS, secrets: Secrets | None = None) -> None:
+                 max_pages: int = MAX_PAGES, max_tools: int = MAX_TOOLS, secrets: Secrets | None = None,
+                 stop_now: StopNow | None = None) -> None:
         """``secrets``: the keys the daemon knows; a tool's description and input schema (text
         a server reports, which a server given a key through ``envFrom`` can quote) are
         scrubbed of them before the tool joins the registry, whence it reaches every model
         request and every answer that lists tools."""
         self.registry = registry
         self.secrets = secrets or Secrets()
+        # The daemon's second stop signal: a server still running at it is killed at once.
+        self.stop_now = stop_now if stop_now is not None else StopNow()
         self.artifacts = artifacts
         self.max_pages, self.max_tools = max_pages, max_tools
         self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled")
@@ -170,7 +174,7 @@ class McpServers:
         try:
             async with open_connection(launch, startup_timeout=cfg.startup_timeout_seconds,
                                        on_notification=on_notification, stderr=stderr,
-                                       secrets=self.secrets) as conn:
+                                       secrets=self.secrets, stop_now=self.stop_now) as conn:
                 s.conn, s.pid = conn, conn.proc.pid
                 s.protocol_version, s.server_info = conn.protocol_version, _short_info(conn.server_info, self.secrets)
                 try:
