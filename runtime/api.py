@@ -975,7 +975,9 @@ def create_app(svc: Services) -> QuartTrio:
 
     # ------------------------------------------------------------------ artifacts, tools
 
-    artifacts = ArtifactStore(svc.data_dir / "artifacts")  # the store the tools write (a path: it holds nothing)
+    def artifacts() -> ArtifactStore:
+        """The store the tools write (a path: it holds nothing; made when a route needs it)."""
+        return ArtifactStore(svc.data_dir / "artifacts")
 
     async def artifact_io(aid: str, read: Callable[[str], _T]) -> _T:
         """``read(aid)`` of the artifact store, in a worker thread; its errors as the API's."""
@@ -995,7 +997,7 @@ def create_app(svc: Services) -> QuartTrio:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
         # (its size and type from its head: an artifact of 60 MiB is refused without reading it)
-        found = await artifact_io(part.artifact_id, artifacts.head)
+        found = await artifact_io(part.artifact_id, artifacts().head)
         if found.size > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {found.size} bytes; an image "
                                                 f"may be at most {MAX_IMAGE_BYTES}")
@@ -1003,14 +1005,14 @@ def create_app(svc: Services) -> QuartTrio:
         if actual != part.mime:
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
                                                 f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
-        await artifact_io(part.artifact_id, artifacts.verify)  # (damaged: 500, before it enters the log)
+        await artifact_io(part.artifact_id, artifacts().verify)  # (damaged: 500, before it enters the log)
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
         check_artifact_id(aid, "artifact id")
         # Only the artifact's size and first bytes are read to answer its type, a 304 or a
         # range: a range of a large artifact reads that range, never the whole file.
-        found = await artifact_io(aid, artifacts.head)
+        found = await artifact_io(aid, artifacts().head)
         size, head = found.size, found.head
         # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
         # range (206) for a client resuming or showing part of a large binary.
@@ -1031,7 +1033,7 @@ def create_app(svc: Services) -> QuartTrio:
         if wanted is None:
             # The whole artifact is checked against its id before a byte of it is sent (a damaged
             # one is a 500, never served whole), in pieces; then sent in pieces.
-            size = await artifact_io(aid, artifacts.verify)
+            size = await artifact_io(aid, artifacts().verify)
             begin, end, status = 0, size, 200
         else:
             # A range is cut from the file as it is, unchecked: checking it means reading all of
@@ -1052,9 +1054,10 @@ def create_app(svc: Services) -> QuartTrio:
         answer began (removed or damaged since) ends the body short: the client sees the length
         it was promised broken, never other bytes."""
         offset = begin
+        read_at = artifacts().read_at
         while offset < end:
             try:
-                piece = await trio.to_thread.run_sync(artifacts.read_at, aid, offset, min(CHUNK_BYTES, end - offset))
+                piece = await trio.to_thread.run_sync(read_at, aid, offset, min(CHUNK_BYTES, end - offset))
             except (ArtifactError, OSError) as exc:  # (the head is sent: no status can say it any more)
                 log.warning("artifact %s: its answer ended at byte %d of %d: %s", aid, offset, end,
                             exc.message if isinstance(exc, ArtifactError) else exc.strerror or exc)
