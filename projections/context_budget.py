@@ -75,6 +75,57 @@ def unanswered_inputs(agent: AgentState) -> list[Item]:
     return out
 
 
+def keep_recent_budget(keep_recent_tokens: int, threshold: int) -> int:
+    """The estimated tokens of the newest rounds a compaction keeps as written: the configured
+    ``keepRecentTokens``, at most half the automatic threshold (what is kept then never brings the
+    next request to the threshold by itself, so automatic compaction does not follow every
+    request)."""
+    return max(0, min(keep_recent_tokens, threshold // 2))
+
+
+def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
+    """The newest rounds of the Working Context a compaction keeps as written: the longest tail of
+    its conversation (system instructions passed over: they are never replaced) that begins at a
+    user input, holds the call of every tool result in it, is estimated at most ``budget`` tokens
+    (exactly at it is kept, one token past it is not), and leaves something before it worth
+    summarizing (more than one earlier summary). Empty when even the newest round from its input
+    is over the budget: then nothing of it is kept but the inputs not answered yet."""
+    conv = [it for it in working_context(agent) if it.role != "system"]
+    best: list[Item] = []
+    tokens = 0
+    calls: set[str] = set()
+    results: set[str] = set()
+    for i in range(len(conv) - 1, -1, -1):
+        it = conv[i]
+        tokens += item_tokens(it)
+        if tokens > budget:
+            break
+        if it.role == "tool_call" and it.call is not None:
+            calls.add(it.call.call_id)
+        elif it.role == "tool_result":
+            results.add(it.call_id or "")
+        if it.role == "user" and results <= calls:
+            before = conv[:i]
+            if len(before) > 1 or (len(before) == 1 and before[0].role != "summary"):
+                best = conv[i:]
+    return best
+
+
+def kept_items(agent: AgentState, system: Iterable[str], tools: Iterable[dict[str, Any]], budget: int,
+               rounds: list[Item]) -> frozenset[str]:
+    """The ids a compaction keeps as written: ``rounds`` (:func:`recent_rounds`) together with
+    the inputs not answered yet (both are tails of the conversation: the longer holds the
+    other) when they fit, with the system prompt and instructions, in a summarizing request's
+    ``budget``; else the unanswered inputs alone when they fit; else none."""
+    system, tools = list(system), list(tools)
+    instructions = [it for it in working_context(agent) if it.role == "system"]
+    inputs = unanswered_inputs(agent)
+    for kept in (rounds if len(rounds) >= len(inputs) else inputs, inputs):
+        if kept and request_tokens(system, [*instructions, *kept], tools) <= budget:
+            return frozenset(it.id for it in kept)
+    return frozenset()
+
+
 def replaceable(agent: AgentState, keep: Collection[str] = ()) -> list[Item]:
     """The Working Context items a compaction replaces: all of them but system instructions
     (skill instructions and instruction updates keep their effect; they are not conversation)

@@ -139,6 +139,9 @@ class CompactionConfig(_C):
 
     auto: bool = True  # compact before a model request whose estimate reaches triggerPercent
     trigger_percent: int = 80  # of the model's contextWindow, 1 to 100
+    # The newest rounds kept as written after the summary, in estimated tokens (at most half the
+    # threshold); 0 keeps only the inputs not answered yet.
+    keep_recent_tokens: int = 20_000
 
 
 class PruneToolResultsConfig(_C):
@@ -276,6 +279,7 @@ def _ranges(cfg: Config) -> list[tuple[str, float, float, float]]:
         ("sessions.snapshotEvery", ss.snapshot_every, 1, 10_000_000),
         ("sessions.maxRestarts", ss.max_restarts, 0, 1000),
         ("context.compaction.triggerPercent", cfg.context.compaction.trigger_percent, 1, 100),
+        ("context.compaction.keepRecentTokens", cfg.context.compaction.keep_recent_tokens, 0, 1_000_000_000),
         ("context.pruneToolResults.keepRecentRounds", cfg.context.prune_tool_results.keep_recent_rounds, 0, 1_000_000),
         ("tools.mcpDeferAbove", cfg.tools.mcp_defer_above, 0, 1_000_000),
         ("context.pruneToolResults.minTokens", cfg.context.prune_tool_results.min_tokens, 1, 1_000_000_000),

@@ -10,10 +10,10 @@ Every operation is recorded, so replay rebuilds the same Working Context
   request only, see :func:`projections.context_budget.fit_summary_input`, and a context-length
   refusal is asked once more at half the size) and
   records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
-  Context item but system instructions and the inputs not answered yet is replaced by the
-  summary, which stands where the first of them stood (instructions added later keep their place
-  after it; the unanswered inputs, which the summarizing request does not see, follow it as
-  written). The summarizing request is
+  Context item but system instructions, the newest rounds up to ``keepRecentTokens`` and the
+  inputs not answered yet is replaced by the summary, which stands where the first of them stood
+  (instructions added later keep their place after it; the kept rounds and inputs, which the
+  summarizing request does not see, follow it as written). The summarizing request is
   not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
   the conversation); its usage is in the event and counts in the session's usage. A compaction
   that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
@@ -48,11 +48,13 @@ from projections.context_budget import (
     compaction_threshold,
     fit_summary_input,
     item_marks,
+    keep_recent_budget,
+    kept_items,
     prunable_results,
+    recent_rounds,
     replaceable,
     request_tokens,
     summary_budget,
-    unanswered_inputs,
     worth_compacting,
 )
 from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts, working_context
@@ -267,7 +269,7 @@ class WorkingContextOps:
             return False  # the request itself records why it cannot be made
         window = model.context_window
         items, schemas = working_context(agent), self._tool_schemas(agent_id)
-        if not worth_compacting(agent, self._kept_inputs(agent, system, schemas, model)):
+        if not worth_compacting(agent, self._kept(agent, system, schemas, model)):
             return False
         threshold = compaction_threshold(window, settings.trigger_percent)
         if request_tokens(system, items, schemas) < threshold:
@@ -292,21 +294,19 @@ class WorkingContextOps:
 
     # ------------------------------------------------------------------ compaction
 
-    @staticmethod
-    def _kept_inputs(agent: Any, system: Sequence[str], schemas: Sequence[dict[str, Any]],
-                     model: Any) -> frozenset[str]:
-        """The ids of the inputs not answered yet that a compaction keeps as written: all of them
-        when they fit, with the system prompt, instructions and tool schemas, in the window less
-        the room for a summary (what a summarizing request may use); else none, and they are
-        summarized with the rest (an input larger than the window could not be sent as written)."""
-        inputs = unanswered_inputs(agent)
-        if not inputs:
-            return frozenset()
-        instructions = [it for it in working_context(agent) if it.role == "system"]
-        if request_tokens(system, [*instructions, *inputs], schemas) > summary_budget(
-                model.context_window, model.max_output_tokens):
-            return frozenset()
-        return frozenset(it.id for it in inputs)
+    def _kept(self, agent: Any, system: Sequence[str], schemas: Sequence[dict[str, Any]], model: Any) -> frozenset[str]:
+        """The ids of the Working Context items a compaction keeps as written after its summary:
+        the newest rounds up to the keep budget (:func:`projections.context_budget.recent_rounds`,
+        ``context.compaction.keepRecentTokens`` at most half the threshold) and, whatever that
+        budget, the inputs not answered yet; all of them only while they fit, with the system
+        prompt, instructions and tool schemas, in the window less the room for a summary (what a
+        summarizing request may use). Past that the newest rounds are not kept, and past it with
+        the unanswered inputs alone nothing is: they are summarized with the rest (an input
+        larger than the window could not be sent as written)."""
+        threshold = compaction_threshold(model.context_window, self.settings().trigger_percent)
+        rounds = recent_rounds(agent, keep_recent_budget(self._config.compaction.keep_recent_tokens, threshold))
+        return kept_items(agent, system, schemas, summary_budget(model.context_window, model.max_output_tokens),
+                          rounds)
 
     async def compact(self, agent_id: str, task_id: str | None,
                       trigger: Literal["manual", "auto"]) -> dict[str, Any] | None:
@@ -327,7 +327,7 @@ class WorkingContextOps:
         except LensError:
             system = []  # (the next request says why it cannot be made; the inputs are judged without it)
         # The inputs not answered yet stay as written after the summary, which is of the rest.
-        keep = self._kept_inputs(agent, system, schemas, model)
+        keep = self._kept(agent, system, schemas, model)
         if not worth_compacting(agent, keep):
             raise ContextError("NOTHING_TO_COMPACT", "the working context holds nothing to compact but the "
                                "inputs not answered yet, which a compaction keeps as written")

@@ -31,13 +31,14 @@ async def started(run: Callable[..., Awaitable[Any]]) -> AsyncIterator[None]:
 
 @asynccontextmanager
 async def supervised(store: EventStore, catalog: ProviderCatalog, tools: ToolRegistry, ids: IdGen, *,
-                     snapshot_every: int = 500) -> AsyncIterator[Supervisor]:
+                     snapshot_every: int = 500, context: Any = None) -> AsyncIterator[Supervisor]:
     """A :class:`Supervisor` over ``store`` (its writer running) with snapshots beside the log,
     its actors in their own nursery. When the block ends the actors are cancelled and the
     snapshots closed; the store stays open."""
     snapshots = SnapshotStore.open(store.data_dir)
     try:
-        sup = Supervisor(ActorDeps(store, snapshots, catalog, tools, ids, snapshot_every=snapshot_every))
+        extra = {} if context is None else {"context": context}  # (config ``context``; default when None)
+        sup = Supervisor(ActorDeps(store, snapshots, catalog, tools, ids, snapshot_every=snapshot_every, **extra))
         async with started(sup.run):
             yield sup
     finally:

@@ -14,7 +14,9 @@ CONFIG = {"providers": [{"id": "faux", "protocol": "faux",
     {"when": "delegate", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBJOB find the wombat"}}]},
     {"when": "SUBJOB", "text": "the subagent saw a wombat near the quokka"},
     {"when": "the time", "toolCalls": [{"name": "get_system_time", "arguments": {}}]},
-]}], "defaultModel": "faux/m1"}
+]}], "defaultModel": "faux/m1",
+    # (everything the compaction meets is replaced, the snipped result too: no round kept as written)
+    "context": {"compaction": {"keepRecentTokens": 0}}}
 
 QUERIES = ["quokka", "wombat", "quokka OR wombat", "quokka NOT wombat", "quo*", '"the quokka"', "数据库",
            "SUMMARY", "unix_ms", "nothing_at_all"]

@@ -171,7 +171,7 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
 @asynccontextmanager
 async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                         more_tools: Callable[[ExecutorPool], list[ToolSpec]] = lambda pool: [],
-                        ids: IdGen | None = None, snapshot_every: int = 500
+                        ids: IdGen | None = None, snapshot_every: int = 500, context: Any = None
                         ) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, ExecutorPool]]:
     """A real supervisor over a log in ``tmp_path / "data"``, its faux model following ``script``,
     with the workspace tools (artifacts in ``data/artifacts``) and ``more_tools(pool)`` run by
@@ -185,7 +185,8 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                 tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
                                        *more_tools(pool)])
                 async with supervised(store, ProviderCatalog({"faux": faux}), tools,
-                                      ids if ids is not None else IdGen(), snapshot_every=snapshot_every) as sup:
+                                      ids if ids is not None else IdGen(), snapshot_every=snapshot_every,
+                                      context=context) as sup:
                     yield sup, store, faux, pool
 
 

@@ -516,6 +516,7 @@ async def test_a_skill_loaded_mid_conversation_stays_after_the_summary_of_what_c
     so a skill loaded in the middle of it comes after the summary (it came before it, and so
     joined the leading system prompt). The same after a restart (a replay of the log), from a
     snapshot, and in a fork."""
+    from runtime.config import CompactionConfig, ContextConfig
     from runtime.working_context import Compact
 
     ws = tmp_path / "ws"
@@ -527,7 +528,9 @@ async def test_a_skill_loaded_mid_conversation_stays_after_the_summary_of_what_c
     def order(items: list[Any]) -> list[tuple[str, str]]:
         return [(it.role, "REVIEW-STEPS" if "REVIEW-STEPS" in it.text else it.text) for it in items]
 
-    async with harness(tmp_path, ws, script, ids=ids) as (sup, store, faux, _pool):
+    # (no round kept as written: what is tested is where the summary and the instruction stand)
+    no_kept = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0))
+    async with harness(tmp_path, ws, script, ids=ids, context=no_kept) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
         await run(sup, sid, "r1", "hello")
         await run(sup, sid, "r2", "LOAD-IT")

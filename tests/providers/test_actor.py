@@ -14,6 +14,7 @@ from events import types as t
 from events.store import open_store
 from projections.snapshots import SnapshotStore
 from runtime.actor import GetState, Submit, WaitIdle
+from runtime.config import CompactionConfig, ContextConfig
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.compile import INSTRUCTION_PREFIX, SUMMARY_PREFIX
 from runtime.supervisor import Supervisor
@@ -34,12 +35,15 @@ from .servers import openai_responses as orr
 
 @asynccontextmanager
 async def runtime(data_dir: Path, provider: Any, *, tools: Any = None, ids: IdGen | None = None,
-                  snapshot_every: int = 500, **store_options: Any) -> AsyncIterator[Supervisor]:
+                  snapshot_every: int = 500, context: Any = None, **store_options: Any) -> AsyncIterator[Supervisor]:
     async with open_store(data_dir, **store_options) as store:
         async with supervised(store, ProviderCatalog({provider.id: provider}, f"{provider.id}/m1"),
                               tools if tools is not None else builtin_tools(), ids if ids is not None else IdGen(),
-                              snapshot_every=snapshot_every) as sup:
+                              snapshot_every=snapshot_every, context=context) as sup:
             yield sup
+
+
+NO_KEPT_ROUNDS = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0))
 
 
 async def events_of(sup: Supervisor, session_id: str) -> list:
@@ -245,7 +249,9 @@ async def test_a_skill_loaded_mid_conversation_is_sent_after_the_summary(protoco
     instruction = f"{INSTRUCTION_PREFIX} (skill:review)" if protocol == "anthropic" else 'Skill "review" loaded.'
     async with running_pool(tmp_path / "executors", {"p1": ws}) as pool:
         tools = builtin_tools([skill_tool(pool)])
-        async with runtime(tmp_path / "data", provider, tools=tools, ids=ids, snapshot_every=1) as sup:
+        # (no round kept as written: what is tested is where the summary and the instruction stand)
+        async with runtime(tmp_path / "data", provider, tools=tools, ids=ids, snapshot_every=1,
+                           context=NO_KEPT_ROUNDS) as sup:
             sid = await sup.create_session("p1")
             for rid, text in (("req1", "hello"), ("req2", "load the review skill")):
                 await sup.call(sid, Submit(rid, [t.TextPart(text)]))
@@ -275,7 +281,7 @@ async def test_a_skill_loaded_mid_conversation_is_sent_after_the_summary(protoco
             assert snaps.load(sid) is not None
         finally:
             snaps.close()
-        async with runtime(tmp_path / "data", provider, tools=tools, ids=ids) as sup:
+        async with runtime(tmp_path / "data", provider, tools=tools, ids=ids, context=NO_KEPT_ROUNDS) as sup:
             await sup.call(sid, Submit("req4", [t.TextPart("once more")]))
             await sup.call(sid, WaitIdle())
         again_system, again = _conversation(protocol, server.bodies[-1])

@@ -20,6 +20,7 @@ from projections.context_budget import (
     fit_summary_input,
     item_marks,
     item_tokens,
+    kept_items,
     prunable_results,
     request_tokens,
     replaceable,
@@ -85,31 +86,36 @@ async def test_manual_compaction_replaces_the_working_context_and_the_full_conte
         before = [it.id for it in st.agents["main"].items]
         usage = st.usage
         res = await rt.call(sid, Compact())
-        assert res["replacedItemIds"] == before and res["summary"] == SUMMARY_TEXT and res["trigger"] == "manual"
+        # The newest round (the second question and its answer) is kept as written: everything
+        # before it is replaced (see "What a compaction keeps, read against the seeds").
+        older, newest = before[:2], before[2:]
+        assert res["replacedItemIds"] == older and res["summary"] == SUMMARY_TEXT and res["trigger"] == "manual"
 
-        # The summarizing request saw the Working Context, then the fixed instruction.
+        # The summarizing request saw what it replaces, then the fixed instruction.
         ask = rt.faux.requests[-1]
         assert ask.system == [COMPACTION_SYSTEM]
-        assert [it.id for it in ask.items[:-1]] == before
+        assert [it.id for it in ask.items[:-1]] == older
         assert (ask.items[-1].role, ask.items[-1].text) == ("user", COMPACTION_INSTRUCTION)
 
         st = await rt.state(sid)
         main = st.agents["main"]
         assert [it.id for it in main.items] == [*before, res["itemId"]]  # the Full Context keeps everything
-        assert [(it.role, it.text) for it in working_context(main)] == [("summary", SUMMARY_TEXT)]
+        assert [(it.role, it.text) for it in working_context(main)] == [
+            ("summary", SUMMARY_TEXT), ("user", "second question"), ("assistant", main.items[3].text)]
         assert set(item_marks(main).values()) == {"compacted", "visible"}
         # Its usage counts: one request more, its reported tokens added.
         assert st.usage.requests == usage.requests + 1
         assert st.usage.input_tokens == usage.input_tokens + 123
         assert st.usage.output_tokens == usage.output_tokens + 9
         ev = one(await rt.events(sid), "context.compacted")
-        assert ev.event.trigger == "manual" and ev.event.replaced_item_ids == before
+        assert ev.event.trigger == "manual" and ev.event.replaced_item_ids == older
         assert (ev.event.provider, ev.event.model, ev.event.usage.input_tokens) == ("faux", "faux-1", 123)
 
-        # The next model request holds the summary in place of the replaced items.
+        # The next model request holds the summary in place of the replaced items, then the kept round.
         await rt.run_to_idle(sid, "r3", "third question")
         assert [(it.role, it.text) for it in rt.faux.requests[-1].items] == [
-            ("summary", SUMMARY_TEXT), ("user", "third question")]
+            ("summary", SUMMARY_TEXT), ("user", "second question"), ("assistant", main.items[3].text),
+            ("user", "third question")]
 
 
 async def test_compaction_is_refused_while_running_and_when_there_is_nothing_to_compact(
@@ -324,17 +330,17 @@ def test_the_unanswered_inputs_are_kept_exactly_while_they_fit_beside_a_summary(
                                     Item("c3", "user", 3, None, "")], schemas)
     at = "x" * (4 * (budget - fixed))
     assert request_tokens(system, [*agent(at).items[2:]], schemas) == budget
-    kept = WorkingContextOps._kept_inputs(agent(at), system, schemas, model)
+    kept = kept_items(agent(at), system, schemas, budget, [])
     assert kept == {"c3", "c5"}  # the system instruction between them is passed over, not a stop
     assert [it.id for it in replaceable(agent(at), kept)] == ["c1", "c2"]
     assert worth_compacting(agent(at), kept)
     # One token past the budget: they could not stand beside a summary, and are summarized too.
-    assert WorkingContextOps._kept_inputs(agent(at + "xxxx"), system, schemas, model) == frozenset()
+    assert kept_items(agent(at + "xxxx"), system, schemas, budget, []) == frozenset()
     # Nothing answered since the last user item: nothing to keep; only inputs: nothing to compact.
     answered = AgentState("main", items=[Item("c1", "user", 1, None, "hello"), Item("c2", "assistant", 2, None, "hi")])
     assert unanswered_inputs(answered) == []
     only = AgentState("main", items=[Item("c1", "user", 1, None, "hello")])
-    assert not worth_compacting(only, WorkingContextOps._kept_inputs(only, system, schemas, model))
+    assert not worth_compacting(only, kept_items(only, system, schemas, budget, []))
 
 
 async def test_no_automatic_compaction_when_what_it_cannot_replace_reaches_the_threshold_alone(
@@ -743,7 +749,8 @@ async def test_a_summary_stands_where_the_first_item_it_replaced_stood(agent_id)
 BIG_WINDOW = 100_000
 OUT = 4_000  # the model's maxOutputTokens: the room kept for the summary
 BUDGET = BIG_WINDOW - OUT
-NO_AUTO = ContextConfig(compaction=CompactionConfig(auto=False))
+# (these test what the summarizing request holds: no round is kept as written)
+NO_AUTO = ContextConfig(compaction=CompactionConfig(auto=False, keep_recent_tokens=0))
 SMALL_OUT = {"faux": [ModelConfig(id="faux-1", context_window=BIG_WINDOW, max_output_tokens=OUT)]}
 FILL = FauxTurn(when="FILL", text="ok")
 PARTIAL = FauxTurn(when=COMPACTION_PARTIAL.strip(), text=SUMMARY_TEXT, input_tokens=50, output_tokens=9)
@@ -906,3 +913,70 @@ def test_fitting_the_summarizing_request_keeps_calls_with_their_results_and_the_
     fit = fit_summary_input(large, 10, total + 200)
     assert fit.cut == ["c3"] and not fit.omitted and CUT_MARK in fit.items[2].text
     assert fit_summary_input(large, 10, 20).items == large
+
+
+# --------------------------------------------------------------------------- the newest rounds kept as written
+
+BULK = FauxTurn(when="BULK", text="ok")
+
+
+async def test_an_automatic_compaction_keeps_the_newest_rounds_as_written_up_to_the_budget(
+        runtime_factory, autojump_clock):
+    # Default keepRecentTokens (20,000; the threshold halved is 25,000): the newest round and the
+    # input that reached the threshold are kept as written; the round of 30,000 tokens before them
+    # passes the budget, so it and everything older are summarized.
+    threshold = compaction_threshold(WINDOW, 50)
+    async with runtime_factory(script=[SUMMARY, BULK], context=FIFTY, model_configs=MODELS) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        await rt.run_to_idle(sid, "r2", "BULK " + "y" * (4 * 30_000))
+        await rt.run_to_idle(sid, "r3", "the newest question")
+        assert not by_kind(await rt.events(sid), "context.compacted")
+        newest = [(it.role, it.text) for it in working_context((await rt.state(sid)).agents["main"])][-2:]
+        message = await _filler(rt, sid, threshold)
+        await rt.run_to_idle(sid, "r4", message)
+        compacted = one(await rt.events(sid), "context.compacted")
+        assert compacted.event.trigger == "auto"
+        summarizing, after = rt.faux.requests[-2], rt.faux.requests[-1]
+        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION
+        assert [it.text[:5] for it in summarizing.items[:-1] if it.role == "user"] == ["hello", "BULK "]
+        assert all(it.text not in ("the newest question", message) for it in summarizing.items)
+        assert [(it.role, it.text) for it in after.items] == [
+            ("summary", SUMMARY_TEXT), *newest, ("user", message)]
+        main = (await rt.state(sid)).agents["main"]
+        assert len(compacted.event.replaced_item_ids) == 4
+        assert working_context(fold(SessionState(sid), await rt.events(sid)).agents["main"]) == working_context(main)
+
+
+def _rounds_agent(newest: str) -> AgentState:
+    call = t.ToolCall(call_id="k1", name="get_system_time", arguments="{}")
+    return AgentState("main", items=[
+        Item("c1", "user", 1, None, "hello"), Item("c2", "assistant", 2, None, "hi"),
+        Item("c3", "user", 3, None, newest), Item("c4", "system", 4, None, "SKILL"),
+        Item("c5", "tool_call", 5, None, call=call), Item("c6", "tool_result", 6, None, "12:00", call_id="k1"),
+        Item("c7", "assistant", 7, None, "done")])
+
+
+def test_the_newest_rounds_are_kept_exactly_at_the_budget_and_not_one_token_past_it():
+    from projections.context_budget import keep_recent_budget, recent_rounds
+
+    agent = _rounds_agent("x" * 40)
+    tail = [it for it in agent.items[2:] if it.role != "system"]
+    at = sum(item_tokens(it) for it in tail)
+    # The round from the newest input, with its call and result (the instruction in it not counted).
+    assert [it.id for it in recent_rounds(agent, at)] == ["c3", "c5", "c6", "c7"]
+    assert recent_rounds(agent, at - 1) == []  # one token past: the newest round is summarized
+    # A tail never starts past its calls (c6's call is c5) nor anywhere but at a user input.
+    assert recent_rounds(agent, at + 1000) == tail  # c1 is never kept: something must be summarized
+    assert recent_rounds(agent, 0) == []
+    # What stays after a compaction (a summary, then the kept round) is not compacted again.
+    after = AgentState("main", items=[Item("s", "summary", 9, None, "S", replaced_ids=("c1", "c2")), *agent.items[2:]])
+    assert recent_rounds(after, at + 1000) == []
+    # The budget is keepRecentTokens, at most half the automatic threshold.
+    assert keep_recent_budget(20_000, 50_000) == 20_000 and keep_recent_budget(20_000, 30_001) == 15_000
+    assert keep_recent_budget(0, 50_000) == 0
+    # Kept rounds must fit a summarizing request with what it always carries; else only the
+    # unanswered inputs are judged (here there are none).
+    budget = request_tokens(["SYSTEM"], [agent.items[3], *tail], [])
+    assert kept_items(agent, ["SYSTEM"], [], budget, tail) == {"c3", "c5", "c6", "c7"}
+    assert kept_items(agent, ["SYSTEM"], [], budget - 1, tail) == frozenset()

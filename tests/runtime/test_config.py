@@ -406,3 +406,17 @@ def test_the_templates_commented_examples_load_with_every_key_known() -> None:
     assert sorted(c.tools.policy) == ["mcp__*", "run_command"]
     assert c.tools.policy["run_command"].workspace_allowlist == ["src", "tests"]
     assert c.local_ptc is not None and c.local_ptc.native_capabilities == ["read_file", "edit_file", "run_command"]
+
+
+def test_keep_recent_tokens_is_accepted_exactly_at_its_edges_and_refused_one_past() -> None:
+    def parsed(value: Any) -> Any:
+        return parse_config(cfg(context={"compaction": {"keepRecentTokens": value}}))
+
+    assert parsed(0).context.compaction.keep_recent_tokens == 0
+    assert parsed(1_000_000_000).context.compaction.keep_recent_tokens == 1_000_000_000
+    assert parse_config(cfg()).context.compaction.keep_recent_tokens == 20_000
+    for bad in (-1, 1_000_000_001):
+        with pytest.raises(ConfigError) as info:
+            parsed(bad)
+        assert info.value.code == "CONFIG_INVALID"
+        assert f"context.compaction.keepRecentTokens must be 0 to 1000000000, not {bad!r}" in info.value.message
