@@ -75,14 +75,13 @@ async def drained_lines(stream: trio.lowlevel.FdStream) -> list[str]:
     return data.lstrip(b"x").decode().splitlines()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
-async def test_a_stop_signal_before_the_receiver_opens_stops_the_daemon_cleanly(tmp_path: Path, sig: signal.Signals):
-    # The daemon's signal receiver opened once the store was open: a SIGTERM or SIGHUP before it
-    # killed the process outright, a SIGINT was a KeyboardInterrupt traceback. Held here before
-    # the port is bound and the store opened, it stops the daemon as a stop while it starts does.
-    proc, stream = await held_serve(tmp_path, "--port", "0")
+async def stopped_by(proc: trio.Process, stream: trio.lowlevel.FdStream,
+                     *signals: signal.Signals) -> tuple[list[str], int]:
+    """Send ``signals`` to a held ``lens serve`` in turn; its output lines and exit status (the
+    process is killed and the stream closed whatever happens)."""
     try:
-        proc.send_signal(sig)
+        for sig in signals:
+            proc.send_signal(sig)
         with trio.fail_after(30):
             lines = await drained_lines(stream)
             code = await proc.wait()
@@ -90,6 +89,16 @@ async def test_a_stop_signal_before_the_receiver_opens_stops_the_daemon_cleanly(
         if proc.returncode is None:
             proc.kill()
         await stream.aclose()
+    return lines, code
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+async def test_a_stop_signal_before_the_receiver_opens_stops_the_daemon_cleanly(tmp_path: Path, sig: signal.Signals):
+    # The daemon's signal receiver opened once the store was open: a SIGTERM or SIGHUP before it
+    # killed the process outright, a SIGINT was a KeyboardInterrupt traceback. Held here before
+    # the port is bound and the store opened, it stops the daemon as a stop while it starts does.
+    proc, stream = await held_serve(tmp_path, "--port", "0")
+    lines, code = await stopped_by(proc, stream, sig)
     stderr = (tmp_path / "serve.err").read_text()
     assert code == 0 and "Traceback" not in stderr, (code, stderr[-3000:])
     assert "using built-in defaults" in lines[0] and lines[-1] == "lens: stopped", lines
@@ -168,18 +177,9 @@ async def test_stop_signals_while_the_daemon_starts_leave_nothing_behind(tmp_pat
         (tmp_path / "config").mkdir()
         (tmp_path / "config" / "lens.jsonc").write_text("{}")  # (held at a line written once the store is open)
     proc, stream = await held_serve(tmp_path, "--port", "0")
-    try:
-        assert (tmp_path / "data" / "events.db").exists() == store_open
-        proc.send_signal(signal.SIGINT)
-        if second:
-            proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(30):
-            lines = await drained_lines(stream)
-            code = await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await stream.aclose()
+    opened = (tmp_path / "data" / "events.db").exists()
+    lines, code = await stopped_by(proc, stream, signal.SIGINT, *([signal.SIGTERM] if second else []))
+    assert opened == store_open
     stderr = (tmp_path / "serve.err").read_text()
     assert code == (128 + signal.SIGTERM if second else 0) and "Traceback" not in stderr, (code, stderr[-3000:])
     assert lines[-1] == "lens: stopped" and not any(line.startswith("lens: listening on") for line in lines), lines
