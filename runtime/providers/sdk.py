@@ -39,7 +39,7 @@ import re
 import sys
 import traceback
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import trio
@@ -59,12 +59,21 @@ log = logging.getLogger("lens.providers")
 SDK_MODULES = ("httpx2", "openai", "openai._streaming", "anthropic", "anthropic._streaming")
 
 
-def _import_sdks() -> None:
-    for name in SDK_MODULES:
+def _imported(name: str) -> bool:
+    """Whether module ``name`` is imported and its code has run to its end. A module is in
+    ``sys.modules`` from the start of its import, and its ``__spec__._initializing`` is true until
+    its code has run: what CPython's own ``import`` reads to know it must wait on the module's
+    lock (tests/providers/test_sdk_import.py pins it)."""
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+def _import_all(modules: Sequence[str]) -> None:
+    for name in modules:
         importlib.import_module(name)
 
 
-async def sdks_imported() -> None:
+async def sdks_imported(modules: Sequence[str] = SDK_MODULES) -> None:
     """Import the SDKs (:data:`SDK_MODULES`) in a worker thread, if they are not yet; every
     SDK-backed request awaits it before its first ``import``.
 
@@ -75,10 +84,13 @@ async def sdks_imported() -> None:
     and a kept-alive connection that a client had just sent a request on was closed under it
     once its keep-alive timeout (5 s) passed meanwhile (the client read a reset, or no answer).
     In a worker thread the loop runs beside it. Raises what the import raises; cancelled, the
-    import goes on in its thread and the next request waits for it (Python's module locks)."""
-    if all(name in sys.modules for name in SDK_MODULES):
+    import goes on in its thread and the next request waits for it, in a thread of its own
+    (Python's module locks): a module another thread is still importing is in ``sys.modules``
+    already, and only one whose import has ended is taken as imported (:func:`_imported`), else
+    the next request went on to import it on the loop's thread, which waited there for the lock."""
+    if all(_imported(name) for name in modules):
         return
-    await trio.to_thread.run_sync(_import_sdks, abandon_on_cancel=True)
+    await trio.to_thread.run_sync(_import_all, modules, abandon_on_cancel=True)
 
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_TIMEOUT = 600.0

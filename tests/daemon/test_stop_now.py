@@ -30,7 +30,11 @@ from .test_jobs import setup
 
 # Ignores SIGTERM, its `sleep` too (an ignored signal stays ignored across exec): ends only by SIGKILL.
 STUBBORN = "trap '' TERM; echo $$ > command.pid; exec sleep 600"
-STOP_NOW_BOUND = 1.5  # seconds from the second signal to the exit (measured: 0.1-0.35 s; without the stop now, 2.3 s)
+STOP_NOW_BOUND = 1.5  # seconds from the second signal to what it ends (measured: 0.1-0.35 s to the exit; without
+# the stop now, 2.3 s)
+# Seconds from the second signal to the exit when the projector was in SQLite's busy wait: the
+# whole stop is in it, so a wide bound (without the stop now the busy timeout alone is 10 s).
+BUSY_STOP_BOUND = 5.0
 
 
 def _gone(pid: int) -> bool:
@@ -71,9 +75,14 @@ async def test_a_second_signal_during_a_long_drain_stops_the_daemon_now(tmp_path
             assert serve.proc.returncode is None and not _gone(executor)  # (held: the drain)
             serve.proc.send_signal(sig)
             second = trio.current_time()
-            code = await serve.proc.wait()
+            # Timed to the executor child's end, the step the stop now cuts short, not to the
+            # process's exit: that also holds the store's drain and the interpreter's teardown,
+            # which a loaded machine stretches past any bound below the 2.3 s it tells apart.
+            await wait_until(lambda: trio.to_thread.run_sync(_gone, executor), LIMIT, "the executor child gone",
+                             interval=0.01)
             took = trio.current_time() - second
             with trio.fail_after(LIMIT):
+                code = await serve.proc.wait()
                 await serve.stdout_closed.wait()
             serve.stderr.close()
             stderr = (tmp_path / "serve-0.err").read_text()
@@ -179,7 +188,7 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
                 await serve.stdout_closed.wait()
             serve.stderr.close()
             stderr = (tmp_path / "serve-0.err").read_text()
-            assert took < STOP_NOW_BOUND, (took, serve.lines, stderr[-3000:])
+            assert took < BUSY_STOP_BOUND, (took, serve.lines, stderr[-3000:])
             assert code == 128 + signal.SIGTERM and "Traceback" not in stderr, (code, stderr[-3000:])
             assert serve.lines[-1] == "lens: stopped"
         verify = await run_lens(tmp_path, "log", "verify", "--data", "data")

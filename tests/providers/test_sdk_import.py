@@ -85,3 +85,62 @@ def test_a_first_request_imports_the_sdks_off_the_loops_thread(protocol: str) ->
     assert out["text"] == "noon"
     # both SDKs (a request's errors are read with either's classes), neither on the loop's thread
     assert out["first"] == {"anthropic": False, "openai": False}, out
+
+
+# A package whose import the test holds half done: its submodule is in, its __init__ waits for
+# the test (a gate module both import) and marks itself finished last.
+GATE = """import threading
+started, release = threading.Event(), threading.Event()
+"""
+HELD_INIT = """from {gate} import release, started
+from . import part
+started.set()
+release.wait(60)
+finished = True
+"""
+
+
+async def test_a_request_waits_for_an_import_another_request_began(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # While a first request's thread is still running an SDK's __init__, every name the check
+    # looks for is in sys.modules already (a module is entered there before its code runs). A
+    # second request that took that for "imported" went on to `import` it on the loop's thread,
+    # which then waited on the module's lock for the rest of the import: the daemon held again.
+    import uuid
+
+    import trio.testing
+
+    from runtime.providers.sdk import sdks_imported
+
+    tag = uuid.uuid4().hex[:12]
+    gate_name, pkg_name = f"held_gate_{tag}", f"held_sdk_{tag}"
+    (tmp_path / f"{gate_name}.py").write_text(GATE)
+    (tmp_path / pkg_name).mkdir()
+    (tmp_path / pkg_name / "__init__.py").write_text(HELD_INIT.format(gate=gate_name))
+    (tmp_path / pkg_name / "part.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in (gate_name, pkg_name, f"{pkg_name}.part"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import importlib
+
+    gate = importlib.import_module(gate_name)
+    modules = (pkg_name, f"{pkg_name}.part")
+    finished_when_returned: list[bool] = []
+
+    async def second() -> None:
+        await sdks_imported(modules)
+        finished_when_returned.append(getattr(sys.modules[pkg_name], "finished", False))
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sdks_imported, modules)
+                assert await trio.to_thread.run_sync(gate.started.wait, 30)
+                assert all(name in sys.modules for name in modules)  # (the state the check misread)
+                nursery.start_soon(second)
+                await trio.testing.wait_all_tasks_blocked()
+                assert finished_when_returned == []  # still waiting: the import is not done
+                gate.release.set()
+    finally:
+        gate.release.set()  # (the importing thread ends whatever happened)
+    assert finished_when_returned == [True]
