@@ -269,17 +269,18 @@ class WorkingContextOps:
             return False  # the request itself records why it cannot be made
         window = model.context_window
         items, schemas = working_context(agent), self._tool_schemas(agent_id)
-        if not worth_compacting(agent, self._kept(agent, system, schemas, model)):
-            return False
         threshold = compaction_threshold(window, settings.trigger_percent)
         if request_tokens(system, items, schemas) < threshold:
+            return False  # (the common case, judged first: what a compaction would keep is not asked)
+        if not worth_compacting(agent, self._kept(agent, system, schemas, model)):
             return False
         kept = request_tokens(system, [it for it in items if it.role == "system"], schemas)
         if kept >= threshold:
             # What a compaction keeps (system prompt, system instructions, tool schemas) reaches
             # the threshold alone (the inputs not answered yet, kept too, are not counted: a large
-            # input is answered after this request and can be summarized with the rest next time): compacting cannot bring the request below it, and would
-            # summarize the conversation away before every request.
+            # input is answered after this request and can be summarized with the rest next
+            # time): compacting cannot bring the request below it, and would summarize the
+            # conversation away before every request.
             log.info("session %s: not compacting automatically: the system prompt, instructions and tool "
                         "schemas alone are estimated at %d tokens, the threshold is %d", self._session_id,
                         kept, threshold)

@@ -339,8 +339,7 @@ class ArtifactStore:
         finally:
             os.close(fd)
         if len(data) > MAX_ARTIFACT_BYTES:  # (a file growing while it is read is still held to the limit)
-            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
-                                                  f"than {MAX_ARTIFACT_BYTES} bytes")
+            raise _too_large(artifact_id)
         if hashlib.sha256(data).hexdigest() != artifact_id:
             raise _mismatch(artifact_id)
         return data
@@ -373,11 +372,15 @@ class ArtifactStore:
         finally:
             os.close(fd)
         if size > MAX_ARTIFACT_BYTES:
-            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
-                                                  f"than {MAX_ARTIFACT_BYTES} bytes")
+            raise _too_large(artifact_id)
         if digest != artifact_id:
             raise _mismatch(artifact_id)
         return size
+
+
+def _too_large(artifact_id: str) -> ArtifactError:
+    return ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: it is larger "
+                                             f"than {MAX_ARTIFACT_BYTES} bytes")
 
 
 def _mismatch(artifact_id: str) -> ArtifactError:
