@@ -597,6 +597,9 @@ async def serving(cwd: Path, *extra: str, stderr_name: str = "serve-0.err",
         finally:
             process.kill()
             if process.proc is not None:
+                with trio.move_on_after(10) as reaped:  # (reaped: no "still running" at collection)
+                    reaped.shield = True
+                    await process.proc.wait()
                 process.stderr.close()
 
 

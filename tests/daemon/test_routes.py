@@ -13,7 +13,6 @@ import json
 import os
 from pathlib import Path
 
-import apsw
 import pytest
 import trio
 
@@ -23,6 +22,7 @@ from runtime import api
 from runtime import daemon as daemon_module
 from tools.artifacts import ArtifactError, ArtifactStore
 
+from ..rawlog import edit_log
 from .conftest import API, BUSY, LIMIT, Daemon, error_of, raw_http, run_lens, stop_daemon
 
 DECODE_KEYS = {"seq", "ts", "project_id", "session_id", "agent_id", "task_id", "kind", "request_id", "body"}
@@ -850,11 +850,7 @@ async def test_an_events_page_that_meets_a_damaged_event_names_its_seq(daemon: D
     await daemon.wait_idle(strong, sid)
     events = (await daemon.get(f"/sessions/{sid}/events", reader)).json()["events"]
     bad = events[1]["seq"]
-    conn = apsw.Connection(str(daemon.data_dir / "events.db"))
-    try:
-        conn.execute("UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
-    finally:
-        conn.close()
+    edit_log(daemon.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
     r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": events[0]["seq"]})
     assert r.status_code == 500 and error_of(r) == "EVENT_CORRUPT", r.text
     assert r.json()["error"]["message"].startswith(f"seq {bad}: "), r.text
@@ -874,11 +870,7 @@ async def test_an_events_page_over_a_session_event_without_session_seq_names_its
     await daemon.wait_idle(strong, sid)
     events = (await daemon.get(f"/sessions/{sid}/events", reader)).json()["events"]
     bad = events[1]["seq"]
-    conn = apsw.Connection(str(daemon.data_dir / "events.db"))
-    try:
-        conn.execute("UPDATE events SET session_seq = NULL WHERE seq = ?", (bad,))
-    finally:
-        conn.close()
+    edit_log(daemon.data_dir, "UPDATE events SET session_seq = NULL WHERE seq = ?", (bad,))
     r = await daemon.get(f"/sessions/{sid}/events", reader)
     assert r.status_code == 500 and error_of(r) == "EVENT_CORRUPT", r.text
     assert r.json()["error"]["message"].startswith(f"seq {bad}: "), r.text
@@ -1200,12 +1192,8 @@ async def test_a_position_committed_but_not_yet_counted_by_the_writer_is_not_ref
     sid = (await daemon.session(strong, p["id"]))["id"]
     await daemon.wait_idle(strong, sid)
     last = (await daemon.get("/health")).json()["lastSeq"]
-    conn = apsw.Connection(str(daemon.data_dir / "events.db"))
-    try:
-        conn.execute("INSERT INTO events SELECT seq + 1, ts, project_id, session_id, session_seq + 1, agent_id, "
-                     "task_id, kind, NULL, dict_id, raw_size, body FROM events WHERE seq = ?", (last,))
-    finally:
-        conn.close()
+    edit_log(daemon.data_dir, "INSERT INTO events SELECT seq + 1, ts, project_id, session_id, session_seq + 1, agent_id, "
+                              "task_id, kind, NULL, dict_id, raw_size, body FROM events WHERE seq = ?", (last,))
     page = (await daemon.get(f"/sessions/{sid}/events", reader, params={"after": last})).json()
     assert [e["seq"] for e in page["events"]] == [last + 1] and page["nextAfter"] == last + 1
     r = await daemon.get(f"/sessions/{sid}/events", reader, params={"after": last + 1})

@@ -170,6 +170,7 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
             assert serve.proc is not None
             token, sid = await setup(d)
             holder = apsw.Connection(str(tmp_path / "data" / "projections.db"))
+            holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, then hold
             try:
                 holder.execute("BEGIN IMMEDIATE")  # (held: the projector's next write waits)
                 acked = (await d.submit(token, sid, "r1", "written while projections.db is held"))["seq"]
