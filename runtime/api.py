@@ -30,7 +30,7 @@ from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
 from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
-from tools.artifacts import CHUNK_BYTES, ArtifactError, ArtifactStore, reads_as_text
+from tools.artifacts import CHUNK_BYTES, HEAD_BYTES, ArtifactError, ArtifactStore, OpenArtifact, reads_as_text
 from tools.files.errors import MAX_IMAGE_BYTES
 from tools.files.image import sniff as sniff_image
 
@@ -408,6 +408,9 @@ class Services:
     streams_watched: bool = False  # watch_streams runs: SSE tasks need no revalidation timer
     version: str = "0.1.0"
     executors: Any = None  # the ExecutorPool (workspace browsing); None in apps built without one
+    # The data directory's artifact store, the one the tools write (it remembers which files were
+    # checked against their ids); an app built without one makes its own at its first artifact.
+    artifacts: ArtifactStore | None = None
     mcp: Any = None  # tools.mcp.McpServers: the MCP servers and their state, for the inventory
     default_model_lock: trio.Lock = field(default_factory=trio.Lock)  # one saved-default change at a time
 
@@ -976,13 +979,16 @@ def create_app(svc: Services) -> QuartTrio:
     # ------------------------------------------------------------------ artifacts, tools
 
     def artifacts() -> ArtifactStore:
-        """The store the tools write (a path: it holds nothing; made when a route needs it)."""
-        return ArtifactStore(svc.data_dir / "artifacts")
+        """The store the tools write: the daemon's own (its verdicts are shared)."""
+        if svc.artifacts is None:
+            svc.artifacts = ArtifactStore(svc.data_dir / "artifacts")
+        return svc.artifacts
 
-    async def artifact_io(aid: str, read: Callable[[str], _T]) -> _T:
-        """``read(aid)`` of the artifact store, in a worker thread; its errors as the API's."""
+    async def artifact_io(aid: str, read: Callable[..., _T], *args: Any) -> _T:
+        """``read(*args)`` (of the artifact store or an artifact it opened), in a worker thread;
+        its errors as the API's."""
         try:
-            return await trio.to_thread.run_sync(read, aid)
+            return await trio.to_thread.run_sync(read, *args)
         except ArtifactError as exc:
             if exc.code == "ARTIFACT_CORRUPT":
                 raise ApiError("ARTIFACT_CORRUPT", exc.message) from None
@@ -997,7 +1003,7 @@ def create_app(svc: Services) -> QuartTrio:
             raise ApiError("IMAGE_UNSUPPORTED", f"an image must be one of {', '.join(sorted(IMAGE_MIMES))}, "
                                                 f"not {part.mime[:80]!r}")
         # (its size and type from its head: an artifact of 60 MiB is refused without reading it)
-        found = await artifact_io(part.artifact_id, artifacts().head)
+        found = await artifact_io(part.artifact_id, artifacts().head, part.artifact_id)
         if found.size > MAX_IMAGE_BYTES:  # as view_image: an image a model is sent is at most 5 MiB
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} is {found.size} bytes; an image "
                                                 f"may be at most {MAX_IMAGE_BYTES}")
@@ -1005,68 +1011,82 @@ def create_app(svc: Services) -> QuartTrio:
         if actual != part.mime:
             raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
                                                 f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
-        await artifact_io(part.artifact_id, artifacts().verify)  # (damaged: 500, before it enters the log)
+        await artifact_io(part.artifact_id, artifacts().verify, part.artifact_id)  # (damaged: 500, before the log)
 
     @app.get("/api/v1/artifacts/<aid>")
     async def artifact(aid: str) -> Response:
         check_artifact_id(aid, "artifact id")
-        # Only the artifact's size and first bytes are read to answer its type, a 304 or a
-        # range: a range of a large artifact reads that range, never the whole file.
-        found = await artifact_io(aid, artifacts().head)
-        size, head = found.size, found.head
-        # Its bytes never change under its id: a strong ETag (a revalidation is 304), and one byte
-        # range (206) for a client resuming or showing part of a large binary.
-        if request.if_none_match.contains_weak(aid):
-            return Response(b"", 304, {"ETag": f'"{aid}"'})
-        # (the type it was stored with is asked only of bytes that may be one of those served as
-        # stored: every other answer is the same whether the projections are up to date or not)
-        stored = await svc.projections.artifact_type(aid) if stored_type_claimed(head) else None
-        kind = artifact_type(head, aid, stored, whole=size <= len(head))
-        headers = {**kind, **ARTIFACT_GUARD, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
-        if_range = request.headers.get("If-Range")
-        wanted = byte_range(request.headers.get("Range"), size) if if_range in (None, f'"{aid}"') else None
-        if wanted == UNSATISFIABLE:
-            refused = error_response("RANGE_NOT_SATISFIABLE", f"the range {request.headers['Range'][:80]!r} holds "
-                                                              f"none of the artifact's {size} bytes", 416)
-            refused.headers["Content-Range"] = f"bytes */{size}"
-            return refused
-        if wanted is None:
-            # The whole artifact is checked against its id before a byte of it is sent (a damaged
-            # one is a 500, never served whole), in pieces; then sent in pieces.
-            size = await artifact_io(aid, artifacts().verify)
-            begin, end, status = 0, size, 200
-        else:
-            # A range is cut from the file as it is, unchecked: checking it means reading all of
-            # it. Its id is its SHA-256, so a client that puts the ranges together can check them.
-            (begin, end), status = wanted, 206
-            headers["Content-Range"] = f"bytes {begin}-{end - 1}/{size}"
-        if request.method == "HEAD":  # (the same head, no body to read)
-            resp = Response(b"", status, headers)
-            resp.headers["Content-Length"] = str(end - begin)
-            return resp
-        if end <= len(head):  # (all of it in the head already read)
-            return Response(head[begin:end], status, headers)
-        return Response(artifact_pieces(aid, begin, end), status, {**headers, "Content-Length": str(end - begin)})
+        # The file is opened once: its size, its first bytes (its type, a 304, a range), its check
+        # against the id and every byte sent come from that one descriptor, so a file swapped in
+        # after the check is never what is sent.
+        store = artifacts()
+        opened = await artifact_io(aid, store.open, aid)
+        sending = False  # (once the body is made, it owns the descriptor and closes it)
+        try:
+            size = opened.size
+            head = await trio.to_thread.run_sync(opened.read_at, 0, min(size, HEAD_BYTES))
+            # Its bytes never change under its id: a strong ETag (a revalidation is 304, which sends
+            # no byte and is not checked), and one byte range (206) for a client resuming or showing
+            # part of a large binary.
+            if request.if_none_match.contains_weak(aid):
+                return Response(b"", 304, {"ETag": f'"{aid}"'})
+            # (the type it was stored with is asked only of bytes that may be one of those served as
+            # stored: every other answer is the same whether the projections are up to date or not)
+            stored = await svc.projections.artifact_type(aid) if stored_type_claimed(head) else None
+            kind = artifact_type(head, aid, stored, whole=size <= len(head))
+            headers = {**kind, **ARTIFACT_GUARD, "ETag": f'"{aid}"', "Accept-Ranges": "bytes"}
+            if_range = request.headers.get("If-Range")
+            wanted = byte_range(request.headers.get("Range"), size) if if_range in (None, f'"{aid}"') else None
+            if wanted == UNSATISFIABLE:
+                refused = error_response("RANGE_NOT_SATISFIABLE", f"the range {request.headers['Range'][:80]!r} holds "
+                                                                  f"none of the artifact's {size} bytes", 416)
+                refused.headers["Content-Range"] = f"bytes */{size}"
+                return refused
+            # Every answer that sends bytes or says they can be had (whole, a range, a HEAD) is
+            # checked against the id first: read whole the first time this file is answered, then
+            # by the verdict the store remembers for it (damaged: 500, before a byte is sent).
+            await artifact_io(aid, store.check, opened)
+            if wanted is None:
+                begin, end, status = 0, size, 200
+            else:
+                (begin, end), status = wanted, 206
+                headers["Content-Range"] = f"bytes {begin}-{end - 1}/{size}"
+            if request.method == "HEAD":  # (the same head, no body to read)
+                resp = Response(b"", status, headers)
+                resp.headers["Content-Length"] = str(end - begin)
+                return resp
+            if end <= len(head):  # (all of it in the head already read)
+                return Response(head[begin:end], status, headers)
+            sending = True
+            return Response(artifact_pieces(opened, begin, end), status, {**headers, "Content-Length": str(end - begin)})
+        finally:
+            if not sending:
+                opened.close()
 
-    async def artifact_pieces(aid: str, begin: int, end: int) -> AsyncIterator[bytes]:
-        """Bytes ``begin``–``end`` of an artifact, read in worker threads a piece at a time (so an
-        answer of 64 MiB holds 256 KiB at once). A file that is shorter than it was when the
-        answer began (removed or damaged since) ends the body short: the client sees the length
-        it was promised broken, never other bytes."""
+    async def artifact_pieces(opened: OpenArtifact, begin: int, end: int) -> AsyncIterator[bytes]:
+        """Bytes ``begin``–``end`` of an open artifact, read in worker threads a piece at a time
+        (so an answer of 64 MiB holds 256 KiB at once); the descriptor is closed when the body
+        ends (one never started: when the answer is dropped). A file that is shorter than it was
+        when the answer began (truncated since) ends the body short: the client sees the length
+        it was promised broken, never other bytes. One removed meanwhile is still read whole: the
+        descriptor holds it."""
         offset = begin
-        read_at = artifacts().read_at
-        while offset < end:
-            try:
-                piece = await trio.to_thread.run_sync(read_at, aid, offset, min(CHUNK_BYTES, end - offset))
-            except (ArtifactError, OSError) as exc:  # (the head is sent: no status can say it any more)
-                log.warning("artifact %s: its answer ended at byte %d of %d: %s", aid, offset, end,
-                            exc.message if isinstance(exc, ArtifactError) else exc.strerror or exc)
-                return
-            if not piece:
-                log.warning("artifact %s: its answer ended at byte %d of %d: the file is shorter", aid, offset, end)
-                return
-            yield piece
-            offset += len(piece)
+        try:
+            while offset < end:
+                try:
+                    piece = await trio.to_thread.run_sync(opened.read_at, offset, min(CHUNK_BYTES, end - offset))
+                except OSError as exc:  # (the head is sent: no status can say it any more)
+                    log.warning("artifact %s: its answer ended at byte %d of %d: %s", opened.id, offset, end,
+                                exc.strerror or exc)
+                    return
+                if not piece:
+                    log.warning("artifact %s: its answer ended at byte %d of %d: the file is shorter", opened.id,
+                                offset, end)
+                    return
+                yield piece
+                offset += len(piece)
+        finally:
+            opened.close()
 
     @app.get("/api/v1/models")
     async def models() -> Response:

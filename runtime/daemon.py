@@ -248,7 +248,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
-                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id, mcp=mcp)
+                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id, mcp=mcp,
+                       artifacts=artifacts)
         svc.executors = executors  # (workspace browsing, F-HAR-3)
         app = create_app(svc)
         missing = server_answers.install()  # (hypercorn's own answers in the error shape)

@@ -27,9 +27,20 @@ held, nor one put or released since the sweep's :meth:`sweeping` began (its even
 committed after the sweep read the log's position).
 
 **Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies); the
-daemon's route reads less: ``head`` (the size and :data:`HEAD_BYTES`, what its type is told
-from), ``read_at`` (a range: opened, sought, read) and ``verify`` (the digest, in pieces of
-:data:`CHUNK_BYTES`), so no answer holds a large artifact in memory or reads it for a range.
+daemon's route reads less: it opens the file once (:meth:`~ArtifactStore.open`) and answers
+from that descriptor (its size, the :data:`HEAD_BYTES` its type is told from, a range by
+``pread``) once :meth:`~ArtifactStore.check` has judged the same descriptor against the id.
+``head`` and ``verify`` are the two steps for a caller that needs one of them.
+
+**Verified once per file.** Checking an artifact against its id reads all of it. The store
+remembers each verdict (intact, or damaged and why) by the artifact's id and the identity of
+the file it read: device, inode, size, ``mtime_ns`` and ``ctime_ns``, from one ``fstat`` of the
+descriptor read. A later read of the same file (same identity) trusts the verdict; a file
+changed on disk in any of those (rewritten in place, even with its ``mtime`` put back, since
+that sets ``ctime``; replaced by a rename; truncated) is read and judged again. Verdicts live in
+the store (one per daemon, shared by the route, the tools' puts and the sweep), at most
+:data:`VERIFIED_FILES` of them, the least recently used forgotten first; a removed id's verdict
+goes with its file.
 """
 
 from __future__ import annotations
@@ -41,7 +52,8 @@ import os
 import stat
 import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -80,6 +92,10 @@ def reads_as_text(data: bytes, *, whole: bool) -> bool:
 # The pieces in which an artifact is hashed and served whole: what a read holds in memory at once.
 CHUNK_BYTES = 256 * 1024
 
+# How many artifacts' verdicts a store remembers (a few hundred bytes each: about 2 MiB at most);
+# past it, the least recently used is forgotten and read whole again at its next answer.
+VERIFIED_FILES = 4096
+
 # The temporary file of a write that never reached its rename (replace_atomically's name for it:
 # ".<id>.<12 hex digits>.tmp"): a killed daemon, a power cut.
 PARTIAL_RE = re.compile(r"\.[0-9a-f]{64}\.[0-9a-f]{12}\.tmp")
@@ -102,6 +118,51 @@ class ArtifactHead:
 
     size: int
     head: bytes
+
+
+# What identifies the file an artifact's verdict was reached on: (device, inode, size,
+# mtime_ns, ctime_ns) of the descriptor read.
+FileIdentity = tuple[int, int, int, int, int]
+
+
+def file_identity(st: os.stat_result) -> FileIdentity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class OpenArtifact:
+    """An artifact's file held open: its ``id``, its ``size`` and ``identity`` (from the
+    ``fstat`` of the descriptor when it was opened), and :meth:`read_at`. Whatever is read from
+    it is read from the file :meth:`ArtifactStore.check` judged, even if the name is removed or
+    given another file meanwhile. ``close()`` (or the ``with`` block's end) lets the descriptor
+    go; one left open is closed when the object is collected."""
+
+    def __init__(self, artifact_id: str, fd: int, st: os.stat_result) -> None:
+        self.id = artifact_id
+        self.size = st.st_size
+        self.identity = file_identity(st)
+        self._fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """At most ``length`` bytes from ``offset`` (``pread``: fewer only at the file's end).
+        Raises ``OSError``."""
+        return _read_at(self._fd, offset, length)
+
+    def digest(self) -> tuple[str, FileIdentity]:
+        """The SHA-256 (hex) of the file read whole through the descriptor (in pieces of
+        :data:`CHUNK_BYTES`, up to one byte past :data:`MAX_ARTIFACT_BYTES`), and the file's
+        identity once read. Raises ``OSError``."""
+        found, _ = _digest(self._fd)
+        return found, file_identity(os.fstat(self._fd))
+
+    def close(self) -> None:
+        self._closer()
+
+    def __enter__(self) -> "OpenArtifact":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass
@@ -135,7 +196,7 @@ class ArtifactStore:
     """The files of one data directory's ``artifacts/``. ``put`` and ``put_together`` block (they
     read, write and fsync): call them off the event loop, from any number of threads."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, verified_files: int = VERIFIED_FILES) -> None:
         self.root = Path(root)
         # Artifacts a put_together still in progress wrote afresh and no other put has returned
         # since: only these may be removed when it fails. One lock over every check and write
@@ -150,6 +211,15 @@ class ArtifactStore:
         self._kept: set[str] = set()
         self._touched: set[str] | None = None
         self._orphan_listeners: list[Callable[[], None]] = []
+        # Verdicts by id (see the module's docstring): the identity of the file judged, and None
+        # (intact) or the damage found; least recently used first. Under a lock of their own:
+        # _lock is held across a put's writes and fsyncs.
+        self._verdicts: OrderedDict[str, tuple[FileIdentity, str | None]] = OrderedDict()
+        self._verdicts_lock = threading.Lock()
+        self.verified_files = verified_files
+        # How many times a file was read whole to be judged against its id (what the verdicts
+        # save): a number for tests and measurements, never an answer's.
+        self.verifications = 0
 
     @contextmanager
     def lease(self) -> Iterator[Lease]:
@@ -261,7 +331,7 @@ class ArtifactStore:
         with self._lock:
             self._provisional.discard(digest)
             self._hold(digest)  # (before the file is looked at: a sweep's removal waits for this lock)
-            if _intact(path, digest):
+            if self._intact(digest):
                 return digest, False  # (a damaged copy is written again: it failed every request naming it)
             replace_atomically(path, data)
             if provisional:
@@ -304,6 +374,7 @@ class ArtifactStore:
                     kept.append(name)
                     continue
                 self._provisional.discard(name)
+                self._forget(name)
                 try:
                     (self.root / name).unlink()
                 except FileNotFoundError:
@@ -314,8 +385,8 @@ class ArtifactStore:
                 sync_directory(self.root)
         return kept, failed
 
-    def _open(self, artifact_id: str) -> tuple[int, int]:
-        """The artifact's file opened for reading (a descriptor the caller closes) and its size.
+    def open(self, artifact_id: str) -> OpenArtifact:
+        """The artifact's file opened for reading (the caller closes it), unchecked.
         Raises ``ArtifactError``: ``ARTIFACT_NOT_FOUND`` (no such id, or a name that is no id),
         ``ARTIFACT_CORRUPT`` (something else than a regular file of at most
         :data:`MAX_ARTIFACT_BYTES` in its place)."""
@@ -327,17 +398,60 @@ class ArtifactStore:
             raise ArtifactError("ARTIFACT_NOT_FOUND", f"no artifact {artifact_id!r}") from None
         except (NotARegularFile, FileTooLarge) as exc:
             raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {artifact_id} is damaged on disk: {exc.strerror}") from None
-        return fd, st.st_size
+        return OpenArtifact(artifact_id, fd, st)
+
+    def check(self, opened: OpenArtifact) -> None:
+        """Judge the open file against its id: by the verdict remembered for its identity, else
+        by reading it whole through the same descriptor (in pieces of :data:`CHUNK_BYTES`) and
+        remembering the verdict. Raises ``ArtifactError`` ``ARTIFACT_CORRUPT`` when its bytes do
+        not match the id, it grew past :data:`MAX_ARTIFACT_BYTES`, or it changed while it was
+        read (a file is never changed in place under its id: that is damage too); ``OSError``
+        when it cannot be read. Blocks: call it off the event loop."""
+        with self._verdicts_lock:
+            known = self._verdicts.get(opened.id)
+            if known is not None and known[0] == opened.identity:
+                self._verdicts.move_to_end(opened.id)
+                damage = known[1]
+                if damage is not None:
+                    raise ArtifactError("ARTIFACT_CORRUPT", damage)
+                return
+            self.verifications += 1
+        # (read outside the lock: two first answers of one file may both read it, never wrongly)
+        digest, identity = opened.digest()
+        if identity != opened.identity:
+            self._forget(opened.id)
+            raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {opened.id} is damaged on disk: it changed "
+                                                    "while it was checked against its id")
+        # (the size is the descriptor's, unchanged while it was read: at most the limit)
+        damage = _mismatch(opened.id) if digest != opened.id else None
+        with self._verdicts_lock:
+            self._verdicts[opened.id] = (identity, damage.message if damage is not None else None)
+            self._verdicts.move_to_end(opened.id)
+            while len(self._verdicts) > self.verified_files:
+                self._verdicts.popitem(last=False)
+        if damage is not None:
+            raise damage
+
+    def _forget(self, artifact_id: str) -> None:
+        with self._verdicts_lock:
+            self._verdicts.pop(artifact_id, None)
+
+    def _intact(self, artifact_id: str) -> bool:
+        """Whether the artifact's file is there and holds the bytes of its id (missing, not a
+        regular file, too large, unreadable or damaged: no)."""
+        try:
+            with self.open(artifact_id) as opened:
+                self.check(opened)
+        except (ArtifactError, OSError):
+            return False
+        return True
 
     def get(self, artifact_id: str) -> bytes:
         """The artifact's bytes, checked against its id (``ARTIFACT_CORRUPT`` when they no longer
-        match it); raises as :meth:`_open` does. Holds the whole artifact: for the images sent to
-        a model and the copies an edit's revert restores, not for serving (see :meth:`head`)."""
-        fd, size = self._open(artifact_id)
-        try:
-            data = _read_at(fd, 0, MAX_ARTIFACT_BYTES + 1)
-        finally:
-            os.close(fd)
+        match it); raises as :meth:`open` does. Holds the whole artifact: for the images sent to
+        a model and the copies an edit's revert restores, not for serving (see :meth:`open`)."""
+        with self.open(artifact_id) as opened:
+            data = opened.read_at(0, MAX_ARTIFACT_BYTES + 1)
         if len(data) > MAX_ARTIFACT_BYTES:  # (a file growing while it is read is still held to the limit)
             raise _too_large(artifact_id)
         if hashlib.sha256(data).hexdigest() != artifact_id:
@@ -346,36 +460,16 @@ class ArtifactStore:
 
     def head(self, artifact_id: str) -> ArtifactHead:
         """The artifact's size and first :data:`HEAD_BYTES` bytes, the rest unread; raises as
-        :meth:`_open` does. Its digest is not checked (that reads all of it): a whole answer
-        calls :meth:`verify` before it sends anything."""
-        fd, size = self._open(artifact_id)
-        try:
-            return ArtifactHead(size, _read_at(fd, 0, min(size, HEAD_BYTES)))
-        finally:
-            os.close(fd)
-
-    def read_at(self, artifact_id: str, offset: int, length: int) -> bytes:
-        """At most ``length`` bytes of the artifact from ``offset`` (fewer only at its end):
-        opened, sought and read, nothing else of it. Raises as :meth:`_open` does."""
-        fd, _ = self._open(artifact_id)
-        try:
-            return _read_at(fd, offset, length)
-        finally:
-            os.close(fd)
+        :meth:`open` does. Its digest is not checked (:meth:`check` is)."""
+        with self.open(artifact_id) as opened:
+            return ArtifactHead(opened.size, opened.read_at(0, min(opened.size, HEAD_BYTES)))
 
     def verify(self, artifact_id: str) -> int:
-        """Check the artifact's bytes against its id, read in pieces of :data:`CHUNK_BYTES` (no
-        more is held at once); its size. Raises as :meth:`get` does."""
-        fd, _ = self._open(artifact_id)
-        try:
-            digest, size = _digest(fd)
-        finally:
-            os.close(fd)
-        if size > MAX_ARTIFACT_BYTES:
-            raise _too_large(artifact_id)
-        if digest != artifact_id:
-            raise _mismatch(artifact_id)
-        return size
+        """Check the artifact against its id (:meth:`check`: once per file on disk); its size.
+        Raises as :meth:`open` and :meth:`check` do."""
+        with self.open(artifact_id) as opened:
+            self.check(opened)
+            return opened.size
 
 
 def _too_large(artifact_id: str) -> ArtifactError:
@@ -411,18 +505,3 @@ def _digest(fd: int) -> tuple[str, int]:
         h.update(chunk)
         offset += len(chunk)
     return h.hexdigest(), offset
-
-
-def _intact(path: Path, digest: str) -> bool:
-    """Whether ``path`` exists and holds the bytes of ``digest`` (read in pieces)."""
-    try:
-        fd, _ = open_regular_file(path, MAX_ARTIFACT_BYTES)
-    except OSError:  # missing, not a regular file, too large, unreadable: written afresh
-        return False
-    try:
-        found, size = _digest(fd)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return found == digest and size <= MAX_ARTIFACT_BYTES

@@ -1,0 +1,141 @@
+"""``GET /artifacts/{id}`` checks an artifact's file against its id once per file on disk
+(docs/decisions.md, "An artifact checked against its id once per file"): a range, a HEAD and the
+whole of a damaged file are refused alike (``ARTIFACT_CORRUPT``); a file checked once is not
+read whole again by a HEAD, a range or the whole (read once, no longer twice); a file changed on
+disk after its check is checked again; a file swapped in while an answer is sent is not what is
+sent. A real daemon on loopback, read over HTTP; what its process read is measured from
+``/proc/self/io`` (it runs in this process)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.conftest import API, Daemon, auth, error_of
+from tests.daemon.test_artifacts_at_scale import MIB, bytes_read, store_large
+from tools.artifacts import HEAD_BYTES, ArtifactStore
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io (Linux)")
+
+# What a process reads besides the file while an answer is made (the head, SQLite, the client):
+# far below any artifact here.
+SLACK = 512 * 1024
+
+
+def damage(path: Path, offset: int, *, keep_mtime: bool = False) -> None:
+    """One byte of ``path`` changed in place (its size kept); with ``keep_mtime``, its
+    modification time put back as it was (which the kernel answers with a new ``ctime``)."""
+    st = path.stat()
+    fd = os.open(path, os.O_RDWR)
+    try:
+        old = os.pread(fd, 1, offset)
+        os.pwrite(fd, bytes([old[0] ^ 0xFF]), offset)
+    finally:
+        os.close(fd)
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+async def refused(daemon: Daemon, token: str, url: str) -> None:
+    """A range (past the head and within it), the one-byte probe, a HEAD with and without a
+    range, and the whole: each 500 ``ARTIFACT_CORRUPT``, saying why."""
+    for method, headers in [("GET", {"Range": f"bytes={HEAD_BYTES + 10}-{HEAD_BYTES + 19}"}),
+                            ("GET", {"Range": "bytes=0-0"}), ("GET", {"Range": "bytes=-10"}),
+                            ("HEAD", {"Range": "bytes=0-9"}), ("HEAD", {}), ("GET", {})]:
+        r = await daemon.request(method, url, token, headers=headers)
+        assert r.status_code == 500, (method, headers, r.status_code)
+        if method == "GET":
+            assert error_of(r) == "ARTIFACT_CORRUPT" and "no longer match its SHA-256" in r.text, (headers, r.text)
+
+
+async def test_a_range_of_a_damaged_artifact_is_refused(daemon: Daemon, reader: str) -> None:
+    """A file whose bytes do not match its id: a range of it, even the one-byte probe, was cut
+    from the file unchecked (206); now every answer is 500 ``ARTIFACT_CORRUPT``, as the whole
+    was. The damage is remembered: asked again, it is not read whole again."""
+    data = bytes(range(256)) * 256  # 64 KiB, past the head
+    aid = hashlib.sha256(data).hexdigest()
+    root = daemon.data_dir / "artifacts"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / aid).write_bytes(data[:-1] + b"!")
+    await refused(daemon, reader, f"/artifacts/{aid}")
+    # a 304 sends no byte: the client's copy, by its strong ETag, is still the artifact's
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"If-None-Match": f'"{aid}"'})
+    assert r.status_code == 304, r.status_code
+
+
+async def test_a_verified_artifact_is_not_read_whole_again(daemon: Daemon, reader: str) -> None:
+    """A 16 MiB artifact: its first whole answer reads it at most twice (checked, then sent);
+    then a HEAD, a HEAD of a range and a range read about nothing of it (a HEAD read all of it),
+    and the whole is read once (it was read twice: hashed, then sent, on every answer)."""
+    size = 16 * MIB
+    aid, _, block = store_large(daemon, size)
+    url = f"/artifacts/{aid}"
+    await daemon.get("/health")  # (the client's connection made before the count starts)
+    before = bytes_read()
+    r = await daemon.get(url, reader)
+    assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == aid
+    assert bytes_read() - before < 2 * size + SLACK, bytes_read() - before
+    for method, headers, status in [("HEAD", {}, 200), ("HEAD", {"Range": "bytes=-10"}, 206),
+                                    ("GET", {"Range": f"bytes={9 * MIB}-{9 * MIB + 99}"}, 206)]:
+        before = bytes_read()
+        r = await daemon.request(method, url, reader, headers=headers)
+        read = bytes_read() - before
+        assert r.status_code == status, (method, headers, r.status_code)
+        assert read < SLACK, (method, headers, read)
+    assert r.content == block[9 * MIB % MIB:9 * MIB % MIB + 100]
+    before = bytes_read()
+    r = await daemon.get(url, reader)
+    assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == aid
+    assert bytes_read() - before < size + SLACK, bytes_read() - before
+
+
+async def test_an_artifact_changed_after_it_was_verified_is_verified_again(daemon: Daemon, reader: str) -> None:
+    """A file checked and served, then damaged in place (one byte past the head, its size kept,
+    its mtime put back): every answer, a range first, is 500 ``ARTIFACT_CORRUPT`` (a range was
+    served from it). Mended in place, it is served again; damaged by a rename of another file
+    onto its name (a new inode), refused again; written again by a put, served."""
+    size = 2 * MIB
+    aid, path, block = store_large(daemon, size)
+    url = f"/artifacts/{aid}"
+    assert (await daemon.request("HEAD", url, reader)).status_code == 200
+    r = await daemon.get(url, reader, headers={"Range": f"bytes={MIB}-{MIB + 9}"})
+    assert r.status_code == 206 and r.content == block[:10]
+    damage(path, MIB + 3, keep_mtime=True)
+    await refused(daemon, reader, url)
+    damage(path, MIB + 3)  # (the same byte changed back: the bytes are the id's again)
+    r = await daemon.get(url, reader, headers={"Range": f"bytes={MIB}-{MIB + 9}"})
+    assert r.status_code == 206 and r.content == block[:10], r.status_code
+    assert (await daemon.request("HEAD", url, reader)).status_code == 200
+    swapped = path.with_name("swapped")
+    swapped.write_bytes(block + block[:-1] + b"\0")
+    swapped.replace(path)
+    await refused(daemon, reader, url)
+    assert ArtifactStore(path.parent).put(block * 2) == aid  # (a damaged copy is written again)
+    r = await daemon.get(url, reader)
+    assert r.status_code == 200 and r.content == block * 2
+
+
+async def test_a_file_swapped_in_while_an_answer_is_sent_is_not_what_is_sent(daemon: Daemon, reader: str) -> None:
+    """The file checked is the file sent: another of the same size renamed onto the artifact's
+    name after the answer's first piece reached the client does not reach it (each piece opened
+    the name again, so the rest of the answer came from the other file); the next answer judges
+    the new file and refuses it."""
+    size = 16 * MIB
+    aid, path, block = store_large(daemon, size)
+    other = path.with_name("other")
+    other.write_bytes(bytes(size))
+    h, got = hashlib.sha256(), 0
+    async with daemon.client.stream("GET", f"{API}/artifacts/{aid}", headers=auth(reader)) as r:
+        assert r.status_code == 200 and r.headers["content-length"] == str(size), r.headers
+        async for piece in r.aiter_raw():
+            if not got:
+                other.replace(path)
+            h.update(piece)
+            got += len(piece)
+    assert got == size and h.hexdigest() == aid
+    r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": "bytes=0-9"})
+    assert r.status_code == 500 and error_of(r) == "ARTIFACT_CORRUPT", r.text

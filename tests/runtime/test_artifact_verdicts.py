@@ -1,0 +1,84 @@
+"""The artifact store's verdicts (docs/decisions.md, "An artifact checked against its id once per
+file"): a file is read whole against its id once per identity on disk, the verdict remembered
+for at most :data:`tools.artifacts.VERIFIED_FILES` artifacts, the least recently used forgotten
+first. Real files in a temporary directory; ``ArtifactStore.verifications`` counts the files the
+store read whole to judge them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from tools.artifacts import VERIFIED_FILES, ArtifactError, ArtifactStore
+
+
+def stored(root: Path, count: int) -> list[str]:
+    """``count`` small artifacts written straight to ``root`` (no put: nothing judged yet)."""
+    root.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for i in range(count):
+        data = b"artifact %d" % i
+        aid = hashlib.sha256(data).hexdigest()
+        (root / aid).write_bytes(data)
+        ids.append(aid)
+    return ids
+
+
+def test_verdicts_are_kept_for_the_bound_exactly_and_one_past_forgets_the_oldest(tmp_path: Path) -> None:
+    """``VERIFIED_FILES`` artifacts judged once each are all remembered (judged again: no file is
+    read); one more forgets the least recently used, which alone is read again."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    ids = stored(store.root, VERIFIED_FILES + 1)
+    at_limit, past = ids[:VERIFIED_FILES], ids[VERIFIED_FILES]
+    for i, aid in enumerate(at_limit):
+        assert store.verify(aid) == len(b"artifact %d" % i)
+    assert store.verifications == VERIFIED_FILES
+    for aid in at_limit:
+        store.verify(aid)
+    assert store.verifications == VERIFIED_FILES  # (every one remembered at the bound)
+    store.verify(past)
+    assert store.verifications == VERIFIED_FILES + 1
+    for aid in at_limit[1:]:  # (the first was the least recently used: the one forgotten)
+        store.verify(aid)
+    assert store.verifications == VERIFIED_FILES + 1
+    store.verify(at_limit[0])
+    assert store.verifications == VERIFIED_FILES + 2
+
+
+def test_a_changed_file_is_judged_again_and_a_damaged_one_is_remembered(tmp_path: Path) -> None:
+    """A verdict holds for one file: a write in place (even with the mtime put back), a rename
+    onto the name, a truncation each make the next read judge it again; a damaged file's
+    verdict is remembered too (asked again, not read again), until a put writes it again."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    data = os.urandom(100_000)
+    aid = store.put(data)
+    path = store.root / aid
+    store.verify(aid)
+    store.verify(aid)
+    assert store.verifications == 1
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(50_000)
+        f.write(b"\0" if data[50_000] else b"\1")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for _ in range(2):
+        with pytest.raises(ArtifactError) as caught:
+            store.verify(aid)
+        assert caught.value.code == "ARTIFACT_CORRUPT"
+    assert store.verifications == 2  # (the damage judged once, then remembered)
+    assert store.put(data) == aid  # (written again: a new file)
+    assert store.verify(aid) == len(data)
+    assert store.verifications == 3  # (the put trusted the damage remembered; the read judged the new file)
+    other = path.with_name("other")
+    other.write_bytes(data)
+    other.replace(path)
+    store.verify(aid)
+    assert store.verifications == 4
+    os.truncate(path, 10)
+    with pytest.raises(ArtifactError):
+        store.verify(aid)
+    assert store.verifications == 5
+
