@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.daemon.conftest import API, Daemon, auth, error_of
 from tests.daemon.test_artifacts_at_scale import MIB, bytes_read, store_large
@@ -23,6 +24,28 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="need
 # What a process reads besides the file while an answer is made (the head, SQLite, the client):
 # far below any artifact here.
 SLACK = 512 * 1024
+
+
+def descriptors_on(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path`` (or on the file that was
+    there, since removed or replaced)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target in (str(path), f"{path} (deleted)")
+    return count
+
+
+async def all_closed(path: Path) -> bool:
+    """Whether every descriptor on ``path`` closes within a bound (an answer's descriptor is
+    closed by the daemon's task once the client has gone, which the client does not wait for)."""
+    with trio.move_on_after(5):
+        while descriptors_on(path):
+            await trio.sleep(0.01)
+    return descriptors_on(path) == 0
 
 
 def damage(path: Path, offset: int, *, keep_mtime: bool = False) -> None:
@@ -123,7 +146,8 @@ async def test_a_file_swapped_in_while_an_answer_is_sent_is_not_what_is_sent(dae
     """The file checked is the file sent: another of the same size renamed onto the artifact's
     name after the answer's first piece reached the client does not reach it (each piece opened
     the name again, so the rest of the answer came from the other file); the next answer judges
-    the new file and refuses it."""
+    the new file and refuses it. The answer's descriptor is closed when its body ends, and when
+    the client leaves in the middle."""
     size = 16 * MIB
     aid, path, block = store_large(daemon, size)
     other = path.with_name("other")
@@ -137,5 +161,13 @@ async def test_a_file_swapped_in_while_an_answer_is_sent_is_not_what_is_sent(dae
             h.update(piece)
             got += len(piece)
     assert got == size and h.hexdigest() == aid
+    assert await all_closed(path)  # (the answer's descriptor, on the file replaced, is let go)
     r = await daemon.get(f"/artifacts/{aid}", reader, headers={"Range": "bytes=0-9"})
     assert r.status_code == 500 and error_of(r) == "ARTIFACT_CORRUPT", r.text
+    # a client that leaves after the first piece: the body's descriptor is closed all the same
+    aid, path, _ = store_large(daemon, size)
+    async with daemon.client.stream("GET", f"{API}/artifacts/{aid}", headers=auth(reader)) as r:
+        async for _ in r.aiter_raw():
+            assert descriptors_on(path) == 1
+            break
+    assert await all_closed(path)
