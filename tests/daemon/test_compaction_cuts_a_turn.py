@@ -1,6 +1,6 @@
 """A compaction that cuts inside a long turn (F-CTX-1, F-CTX-2), on the real daemon against an
-Anthropic Messages and an OpenAI Chat Completions server on loopback (the official SDKs, the real
-wire protocols): one input, then a loop of ``read_file`` calls whose results are large, until the
+Anthropic Messages, an OpenAI Chat Completions and an OpenAI Responses server on loopback (the
+official SDKs, the real wire protocols): one input, then a loop of ``read_file`` calls whose results are large, until the
 automatic threshold is met. No round fits ``keepRecentTokens``, so the cut falls inside this one:
 the input and the newest step (the call just made and its result) stay as written, the earlier
 steps are summarized, and the request that continues the task — also the first one a restarted
@@ -17,8 +17,9 @@ from runtime.working_context import COMPACTION_KEPT, COMPACTION_SYSTEM
 
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import Received, Reply, ScriptedServer
+from ..providers.servers import openai_responses
 from ..providers.servers.openai_chat import chat_stream, usage
-from ..providers.wire import check_anthropic_turns, check_chat_turns
+from ..providers.wire import check_anthropic_turns, check_chat_turns, check_responses_turns
 from .conftest import stop_daemon
 
 KEEP = 5000  # keepRecentTokens: one step (about 4,100 tokens) fits, two do not
@@ -41,15 +42,21 @@ class Model:
         self.summarizing: list[Received] = []
 
     def is_summarizing(self, body: dict[str, Any]) -> bool:
-        system = body.get("system") if self.protocol == "anthropic" else [
-            m for m in body["messages"] if m["role"] == "system"]
+        if self.protocol == "anthropic":
+            system = body.get("system")
+        elif self.protocol == "openai-chat":
+            system = [m for m in body["messages"] if m["role"] == "system"]
+        else:
+            system = [m for m in body["input"] if m.get("role") == "developer"]
         return COMPACTION_SYSTEM in json.dumps(system)
 
     def reply(self, *, text: str = "", call: tuple[str, str, Any] | None = None) -> Reply:
         calls = [call] if call else []
         if self.protocol == "anthropic":
             return message_stream(text=text, calls=calls, usage={"input_tokens": 10, "output_tokens": 1})
-        return chat_stream(text=text, calls=calls, usage=usage(10, 1))
+        if self.protocol == "openai-chat":
+            return chat_stream(text=text, calls=calls, usage=usage(10, 1))
+        return openai_responses.response_stream(text=text, calls=calls, usage=openai_responses.usage(10, 1))
 
     def __call__(self, received: Received) -> Reply:
         if self.is_summarizing(received.body):
@@ -67,7 +74,7 @@ class Model:
 def _config(protocol: str, url: str) -> dict:
     provider = ({"id": "claude", "protocol": "anthropic", "baseUrl": url,
                  "models": [{"id": "claude-test", "contextWindow": WINDOW}]} if protocol == "anthropic" else
-                {"id": "gpt", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                {"id": "gpt", "protocol": protocol, "baseUrl": f"{url}/v1",
                  "models": [{"id": "gpt-test", "contextWindow": WINDOW}]})
     return {"providers": [provider],
             "defaultModel": "claude/claude-test" if protocol == "anthropic" else "gpt/gpt-test",
@@ -89,6 +96,18 @@ def _turns(protocol: str, body: dict[str, Any]) -> list[tuple[str, str]]:
                 elif b["type"] == "tool_result":
                     out.append(("result", b["tool_use_id"]))
         return out
+    if protocol == "openai-responses":
+        check_responses_turns(body)
+        for m in body["input"]:
+            if m.get("type") == "function_call":
+                out.append(("call", m["call_id"]))
+            elif m.get("type") == "function_call_output":
+                out.append(("result", m["call_id"]))
+            elif m.get("role") in ("user", "assistant"):
+                content = m["content"]
+                texts = [content] if isinstance(content, str) else [p["text"] for p in content if "text" in p]
+                out += [(m["role"], x) for x in texts if x]
+        return out
     check_chat_turns(body)
     for m in body["messages"]:
         if m["role"] == "system":
@@ -103,7 +122,7 @@ def _turns(protocol: str, body: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat"])
+@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat", "openai-responses"])
 async def test_a_task_deep_in_a_tool_loop_keeps_its_input_and_newest_step_across_a_restart(
         daemon_factory, nursery, protocol):
     model = Model(protocol)
