@@ -13,7 +13,7 @@ when to compact, never a count reported as usage (F-CTX-5).
 
 from __future__ import annotations
 
-from typing import Any, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 import msgspec
 
@@ -88,24 +88,16 @@ def _worth_summarizing(before: list[Item]) -> bool:
     return len(before) > 1 or (len(before) == 1 and before[0].role != "summary")
 
 
-def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
-    """The newest conversation a compaction keeps as written, estimated at most ``budget`` tokens
-    (exactly at it is kept, one token past it is not), leaving something before it worth
-    summarizing (more than one earlier summary). System instructions are passed over: they are
-    never replaced.
-
-    Whole rounds first: the longest tail of the conversation that begins at a user input and holds
-    the call of every tool result in it. When not even the newest round can be kept whole (a task
-    deep in a long tool loop), the cut falls inside it (:func:`turn_tail`): its input and its
-    newest steps. Empty when neither fits: then nothing of it is kept but the inputs not answered
-    yet."""
-    conv = [it for it in working_context(agent) if it.role != "system"]
-    best: list[Item] = []
+def _tails(items: list[Item], budget: int, begins: Callable[[int], bool]) -> list[tuple[int, int]]:
+    """Where a kept tail of ``items`` may begin, newest first, with its estimate: the indexes ``k``
+    for which ``begins(k)``, ``items[k:]`` is estimated at most ``budget`` tokens and holds the
+    call of every tool result in it."""
+    out: list[tuple[int, int]] = []
     tokens = 0
     calls: set[str] = set()
     results: set[str] = set()
-    for i in range(len(conv) - 1, -1, -1):
-        it = conv[i]
+    for k in range(len(items) - 1, -1, -1):
+        it = items[k]
         tokens += item_tokens(it)
         if tokens > budget:
             break
@@ -113,9 +105,25 @@ def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
             calls.add(it.call.call_id)
         elif it.role == "tool_result":
             results.add(it.call_id or "")
-        if it.role == "user" and results <= calls and _worth_summarizing(conv[:i]):
-            best = conv[i:]
-    return best or turn_tail(conv, budget)
+        if results <= calls and begins(k):
+            out.append((k, tokens))
+    return out
+
+
+def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
+    """The newest conversation a compaction keeps as written, estimated at most ``budget`` tokens
+    (exactly at it is kept, one token past it is not), leaving something before it worth
+    summarizing (more than one earlier summary). System instructions are passed over: they are
+    never replaced.
+
+    Whole rounds first: the longest tail of the conversation that begins at a user input and holds
+    the call of every tool result in it. When not even the newest round fits whole (a task deep in
+    a long tool loop), the cut falls inside it (:func:`turn_tail`): its input and its newest
+    steps. Empty when neither fits: then nothing of it is kept but the inputs not answered yet."""
+    conv = [it for it in working_context(agent) if it.role != "system"]
+    rounds = [k for k, _tokens in _tails(conv, budget, lambda k: conv[k].role == "user")
+              if _worth_summarizing(conv[:k])]
+    return conv[rounds[-1]:] if rounds else turn_tail(conv, budget)
 
 
 def turn_tail(conv: list[Item], budget: int) -> list[Item]:
@@ -136,34 +144,20 @@ def turn_tail(conv: list[Item], budget: int) -> list[Item]:
     inputs, steps = conv[start:last + 1], conv[last + 1:]
     if sum(item_tokens(it) for it in conv[start:]) <= budget:
         return []  # the round fits whole: kept whole by recent_rounds, or summarized whole (nothing else is)
-    # Where the kept steps may begin, newest first, with the estimate of the steps from there.
-    cuts: list[tuple[int, int]] = []
-    tokens = 0
-    calls: set[str] = set()
-    results: set[str] = set()
-    for k in range(len(steps) - 1, -1, -1):
-        it = steps[k]
-        tokens += item_tokens(it)
-        if tokens > budget:
-            break
-        if it.role == "tool_call" and it.call is not None:
-            calls.add(it.call.call_id)
-        elif it.role == "tool_result":
-            results.add(it.call_id or "")
-        begins = it.role in ("assistant", "tool_call") and (
-            k == 0 or steps[k - 1].seq != it.seq or steps[k - 1].role not in ("assistant", "tool_call"))
-        if begins and results <= calls:
-            cuts.append((k, tokens))
+
+    def begins(k: int) -> bool:  # a model response begins at steps[k]
+        it, prev = steps[k], steps[k - 1] if k else None
+        return it.role in ("assistant", "tool_call") and (
+            prev is None or prev.seq != it.seq or prev.role not in ("assistant", "tool_call"))
+
+    cuts = _tails(steps, budget, begins)
     with_input = sum(item_tokens(it) for it in inputs)
     for keep_input in (True, False):
         room = budget - (with_input if keep_input else 0)
-        best = None
-        for k, used in cuts:
-            before = conv[:start] + ([] if keep_input else inputs) + steps[:k]
-            if used <= room and _worth_summarizing(before):
-                best = k
-        if best is not None:
-            return [*inputs, *steps[best:]] if keep_input else steps[best:]
+        fit = [k for k, used in cuts if used <= room
+               and _worth_summarizing(conv[:start] + ([] if keep_input else inputs) + steps[:k])]
+        if fit:
+            return [*inputs, *steps[fit[-1]:]] if keep_input else steps[fit[-1]:]
     return []
 
 

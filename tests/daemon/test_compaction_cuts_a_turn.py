@@ -4,7 +4,8 @@ official SDKs, the real wire protocols): one input, then a loop of ``read_file``
 automatic threshold is met. No round fits ``keepRecentTokens``, so the cut falls inside this one:
 the input and the newest step (the call just made and its result) stay as written, the earlier
 steps are summarized, and the request that continues the task — also the first one a restarted
-daemon sends, from the log — is one its provider's wire format accepts."""
+daemon sends, from the log — is one its provider's wire format accepts; a fork rebuilds the same
+Working Context."""
 
 from __future__ import annotations
 
@@ -169,6 +170,12 @@ async def test_a_task_deep_in_a_tool_loop_keeps_its_input_and_newest_step_across
     await stop_daemon(d)
     d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
     assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    # A fork as of the session's last event rebuilds the same Working Context from the log.
+    last_seq = (await d2.events(token, sid))[-1]["seq"]
+    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last_seq})
+    assert r.status_code == 201, r.text
+    forked = (await d2.get(f"/sessions/{r.json()['id']}/context", token)).json()
+    assert (forked["workingItemIds"], forked["items"]) == (context["workingItemIds"], context["items"])
     before = len(server.requests)
     await d2.submit(token, sid, "r2", NEXT)
     await d2.wait_idle(token, sid)
