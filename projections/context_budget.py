@@ -173,8 +173,9 @@ def kept_items(agent: AgentState, system: Iterable[str], tools: Iterable[dict[st
                rounds: list[Item]) -> frozenset[str]:
     """The ids a compaction keeps as written: ``rounds`` (:func:`recent_rounds`) together with
     the inputs not answered yet (a round cut inside has none: its newest item is a response or a
-    result; else both are tails of the conversation and the longer holds the other) when they fit, with the system prompt and instructions, in a summarizing request's
-    ``budget``; else the unanswered inputs alone when they fit; else none."""
+    result; else both are tails of the conversation and the longer holds the other) when they
+    fit, with the system prompt and instructions, in a summarizing request's ``budget``; else the
+    unanswered inputs alone when they fit; else none."""
     system, tools = list(system), list(tools)
     instructions = [it for it in working_context(agent) if it.role == "system"]
     inputs = unanswered_inputs(agent)
