@@ -13,7 +13,7 @@ when to compact, never a count reported as usage (F-CTX-5).
 
 from __future__ import annotations
 
-from typing import Any, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 import msgspec
 
@@ -83,20 +83,21 @@ def keep_recent_budget(keep_recent_tokens: int, threshold: int) -> int:
     return max(0, min(keep_recent_tokens, threshold // 2))
 
 
-def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
-    """The newest rounds of the Working Context a compaction keeps as written: the longest tail of
-    its conversation (system instructions passed over: they are never replaced) that begins at a
-    user input, holds the call of every tool result in it, is estimated at most ``budget`` tokens
-    (exactly at it is kept, one token past it is not), and leaves something before it worth
-    summarizing (more than one earlier summary). Empty when even the newest round from its input
-    is over the budget: then nothing of it is kept but the inputs not answered yet."""
-    conv = [it for it in working_context(agent) if it.role != "system"]
-    best: list[Item] = []
+def _worth_summarizing(before: list[Item]) -> bool:
+    """Whether what a compaction would replace is more than nothing or one earlier summary."""
+    return len(before) > 1 or (len(before) == 1 and before[0].role != "summary")
+
+
+def _tails(items: list[Item], budget: int, begins: Callable[[int], bool]) -> list[tuple[int, int]]:
+    """Where a kept tail of ``items`` may begin, newest first, with its estimate: the indexes ``k``
+    for which ``begins(k)``, ``items[k:]`` is estimated at most ``budget`` tokens and holds the
+    call of every tool result in it."""
+    out: list[tuple[int, int]] = []
     tokens = 0
     calls: set[str] = set()
     results: set[str] = set()
-    for i in range(len(conv) - 1, -1, -1):
-        it = conv[i]
+    for k in range(len(items) - 1, -1, -1):
+        it = items[k]
         tokens += item_tokens(it)
         if tokens > budget:
             break
@@ -104,19 +105,77 @@ def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
             calls.add(it.call.call_id)
         elif it.role == "tool_result":
             results.add(it.call_id or "")
-        if it.role == "user" and results <= calls:
-            before = conv[:i]
-            if len(before) > 1 or (len(before) == 1 and before[0].role != "summary"):
-                best = conv[i:]
-    return best
+        if results <= calls and begins(k):
+            out.append((k, tokens))
+    return out
+
+
+def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
+    """The newest conversation a compaction keeps as written, estimated at most ``budget`` tokens
+    (exactly at it is kept, one token past it is not), leaving something before it worth
+    summarizing (more than one earlier summary). System instructions are passed over: they are
+    never replaced.
+
+    Whole rounds first: the longest tail of the conversation that begins at a user input and holds
+    the call of every tool result in it. When not even the newest round fits whole (a task deep in
+    a long tool loop), the cut falls inside it (:func:`turn_tail`): its input and its newest
+    steps. Empty when neither fits: then nothing of it is kept but the inputs not answered yet."""
+    conv = [it for it in working_context(agent) if it.role != "system"]
+    rounds = [k for k, _tokens in _tails(conv, budget, lambda k: conv[k].role == "user")
+              if _worth_summarizing(conv[:k])]
+    return conv[rounds[-1]:] if rounds else turn_tail(conv, budget)
+
+
+def turn_tail(conv: list[Item], budget: int) -> list[Item]:
+    """The part of the newest round of ``conv`` (the conversation, system instructions left out)
+    a compaction keeps when the round is over the budget: its input (the user items it begins
+    with), then its newest steps from where a model response begins — never at a tool result, nor
+    between a response's text and its calls, and with the call of every tool result kept — all
+    estimated at most ``budget`` tokens, leaving something before the steps worth summarizing.
+    The input is kept while it fits beside at least the newest response; else the steps alone.
+    Empty when not even the newest response (with the results of its calls) fits, or when the
+    round has no response yet (its inputs are the unanswered ones)."""
+    last = next((i for i in range(len(conv) - 1, -1, -1) if conv[i].role == "user"), None)
+    if last is None or last == len(conv) - 1:
+        return []
+    start = last
+    while start > 0 and conv[start - 1].role == "user":
+        start -= 1
+    inputs, steps = conv[start:last + 1], conv[last + 1:]
+    if sum(item_tokens(it) for it in conv[start:]) <= budget:
+        return []  # the round fits whole: kept whole by recent_rounds, or summarized whole (nothing else is)
+
+    def begins(k: int) -> bool:  # a model response begins at steps[k]
+        it, prev = steps[k], steps[k - 1] if k else None
+        return it.role in ("assistant", "tool_call") and (
+            prev is None or prev.seq != it.seq or prev.role not in ("assistant", "tool_call"))
+
+    cuts = _tails(steps, budget, begins)
+    with_input = sum(item_tokens(it) for it in inputs)
+    for keep_input in (True, False):
+        room = budget - (with_input if keep_input else 0)
+        fit = [k for k, used in cuts if used <= room
+               and _worth_summarizing(conv[:start] + ([] if keep_input else inputs) + steps[:k])]
+        if fit:
+            return [*inputs, *steps[fit[-1]:]] if keep_input else steps[fit[-1]:]
+    return []
+
+
+def summarized(items: list[Item], keep: Collection[str]) -> list[Item]:
+    """The Working Context ``items`` a summarizing request carries: all but those a compaction
+    keeps, except a kept input that stands before what is replaced (the input of a round cut
+    inside, :func:`turn_tail`): the summary of its first steps is read with what they answered."""
+    last = max((i for i, it in enumerate(items) if it.id not in keep and it.role != "system"), default=-1)
+    return [it for i, it in enumerate(items) if it.id not in keep or i < last]
 
 
 def kept_items(agent: AgentState, system: Iterable[str], tools: Iterable[dict[str, Any]], budget: int,
                rounds: list[Item]) -> frozenset[str]:
     """The ids a compaction keeps as written: ``rounds`` (:func:`recent_rounds`) together with
-    the inputs not answered yet (both are tails of the conversation: the longer holds the
-    other) when they fit, with the system prompt and instructions, in a summarizing request's
-    ``budget``; else the unanswered inputs alone when they fit; else none."""
+    the inputs not answered yet (a round cut inside has none: its newest item is a response or a
+    result; else both are tails of the conversation and the longer holds the other) when they
+    fit, with the system prompt and instructions, in a summarizing request's ``budget``; else the
+    unanswered inputs alone when they fit; else none."""
     system, tools = list(system), list(tools)
     instructions = [it for it in working_context(agent) if it.role == "system"]
     inputs = unanswered_inputs(agent)

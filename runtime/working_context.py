@@ -10,12 +10,14 @@ Every operation is recorded, so replay rebuilds the same Working Context
   request only, see :func:`projections.context_budget.fit_summary_input`, and a context-length
   refusal is asked once more at half the size) and
   records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
-  Context item but system instructions, the newest rounds up to ``keepRecentTokens`` and the
-  inputs not answered yet is replaced by the summary, which stands where the first of them stood
-  (instructions added later keep their place after it; the kept rounds and inputs, which the
-  summarizing request does not see, follow it as written). The summarizing request is
-  not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant message of
-  the conversation); its usage is in the event and counts in the session's usage. A compaction
+  Context item but system instructions, the newest rounds up to ``keepRecentTokens`` (or, when
+  the newest round is over it, that round's input and newest steps) and the inputs not answered
+  yet is replaced by the summary, which stands where the first of them stood: instructions added
+  later keep their place after it, and the kept items follow it as written (but a cut round's
+  input that was the conversation's first item, which stays before it). The summarizing request
+  does not see the kept items but a cut round's input, and its instruction says newer messages
+  follow (:data:`COMPACTION_KEPT`). It is not a ``model.requested`` / ``model.responded`` pair
+  (its answer is no assistant message of the conversation); its usage is in the event and counts in the session's usage. A compaction
   that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
   off at the output limit or refused, or the context moved on meanwhile) one
   ``context.compaction_failed`` records why and what the request used.
@@ -54,6 +56,7 @@ from projections.context_budget import (
     recent_rounds,
     replaceable,
     request_tokens,
+    summarized,
     summary_budget,
     worth_compacting,
 )
@@ -74,6 +77,11 @@ COMPACTION_INSTRUCTION = (
     "and the current goal, decisions made, what was done (files read or changed, commands run and "
     "their outcomes), open questions, and what remains to do next. Keep identifiers, paths and "
     "error messages exact. Answer with the summary only."
+)
+# Added to the instruction when a compaction keeps its newest items as written after the summary.
+COMPACTION_KEPT = (
+    " The newest messages are not shown here: they stay after your summary as written. Do not "
+    "restate the last steps above as things still to do; the newer messages may have done them."
 )
 # Added to the instruction when the Working Context did not fit the summarizing request.
 COMPACTION_PARTIAL = (
@@ -298,10 +306,11 @@ class WorkingContextOps:
     def _kept(self, agent: Any, system: Sequence[str], schemas: Sequence[dict[str, Any]], model: Any) -> frozenset[str]:
         """The ids of the Working Context items a compaction keeps as written after its summary:
         the newest rounds up to the keep budget (:func:`projections.context_budget.recent_rounds`,
-        ``context.compaction.keepRecentTokens`` at most half the threshold) and, whatever that
-        budget, the inputs not answered yet; all of them only while they fit, with the system
-        prompt, instructions and tool schemas, in the window less the room for a summary (what a
-        summarizing request may use). Past that the newest rounds are not kept, and past it with
+        ``context.compaction.keepRecentTokens`` at most half the threshold; when the newest round
+        is over it, that round's input and newest steps, :func:`projections.context_budget.turn_tail`)
+        and, whatever that budget, the inputs not answered yet; all of them only while they fit,
+        with the system prompt, instructions and tool schemas, in the window less the room for a
+        summary (what a summarizing request may use). Past that the newest rounds are not kept, and past it with
         the unanswered inputs alone nothing is: they are summarized with the rest (an input
         larger than the window could not be sent as written)."""
         threshold = compaction_threshold(model.context_window, self.settings().trigger_percent)
@@ -334,7 +343,8 @@ class WorkingContextOps:
                                "inputs not answered yet, which a compaction keeps as written")
         # Scrubbed before fit_summary_input cuts large items to their heads: a key stored before
         # the daemon knew it goes to no provider, whole or as the first characters of a cut.
-        shown = self._secrets.scrub_structs([it for it in items if it.id not in keep], Item)
+        # (A kept input whose round is cut inside is shown too: the steps summarized answer it.)
+        shown = self._secrets.scrub_structs(summarized(items, keep), Item)
         # (items stays what decide() compares)
         replaced = [it.id for it in replaceable(agent, keep)]
         size = len(agent.items)
@@ -345,11 +355,12 @@ class WorkingContextOps:
             def ask(text: str) -> Item:
                 return Item(f"compaction-{state.last_seq + 1}", "user", state.last_seq + 1, task_id, text)
 
-            plain = ask(COMPACTION_INSTRUCTION)
+            instruction = COMPACTION_INSTRUCTION + (COMPACTION_KEPT if keep else "")
+            plain = ask(instruction)
             fit = fit_summary_input(shown, request_tokens([COMPACTION_SYSTEM], [plain], schemas), budget)
             last = plain
             if fit.cut or fit.omitted:
-                last = ask(COMPACTION_INSTRUCTION + COMPACTION_PARTIAL)
+                last = ask(instruction + COMPACTION_PARTIAL)
                 fit = fit_summary_input(shown, request_tokens([COMPACTION_SYSTEM], [last], schemas), budget)
             return ModelRequest(model_id, [COMPACTION_SYSTEM], [*fit.items, last], schemas, None, agent_id), fit
 

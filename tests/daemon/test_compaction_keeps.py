@@ -2,7 +2,8 @@
 Messages server on loopback (the official SDK, the real wire protocol): the newest round, up to
 ``context.compaction.keepRecentTokens``, is not in the summarizing request and reaches the next
 model request word for word after the summary — also after a restart, from the log; exactly at
-the budget it is kept, one token past it it is summarized with the rest."""
+the budget it is kept, one token past it it is cut inside (its answer kept, its input summarized
+with the rest)."""
 
 from __future__ import annotations
 
@@ -68,16 +69,19 @@ async def test_the_newest_round_is_kept_as_written_up_to_the_budget_and_across_a
     summarizing = _texts(server.requests[2].body)
     assert "Summarize the conversation so far" in summarizing[-1][1]
     if past:
-        # Over the budget: everything is summarized, as before the budget existed.
-        assert compacted["replacedItemIds"] == items
-        assert ("user", second) in summarizing and ("assistant", SECOND_ANSWER) in summarizing
+        # Over the budget: the round is not kept whole. It is cut inside (see "A compaction that
+        # cuts inside a long turn"): its input does not fit beside its answer, so the input is
+        # summarized with the rest and the answer alone is kept.
+        assert compacted["replacedItemIds"] == items[:3]
+        assert ("user", second) in summarizing
+        assert all(SECOND_ANSWER not in text for _role, text in summarizing)
     else:
         # The newest round is kept: not in the summarizing request, not replaced.
         assert compacted["replacedItemIds"] == items[:2]
         assert ("user", "my quokka is named Pim") in summarizing and ("assistant", FIRST_ANSWER) in summarizing
         assert all(second not in text and SECOND_ANSWER not in text for _role, text in summarizing)
     view = await d.view(token, sid)
-    kept = [] if past else items[2:]
+    kept = items[3:] if past else items[2:]
     assert [v["context"] for v in view["items"]] == [
         "visible" if i in kept else "compacted" for i in items] + ["visible"]
     context = (await d.get(f"/sessions/{sid}/context", token)).json()
@@ -92,6 +96,6 @@ async def test_the_newest_round_is_kept_as_written_up_to_the_budget_and_across_a
     await d2.wait_idle(token, sid)
     after = _texts(server.requests[3].body)
     assert after[0][1].find(SUMMARY) >= 0
-    assert after[1:] == ([] if past else [("user", second), ("assistant", SECOND_ANSWER)]) + [
-        ("user", "what is my quokka called?")]
+    assert after[1:] == ([] if past else [("user", second)]) + [
+        ("assistant", SECOND_ANSWER), ("user", "what is my quokka called?")]
     assert len(server.requests) == 4

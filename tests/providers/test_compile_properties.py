@@ -55,6 +55,7 @@ from runtime.providers.names import (
 from .conftest import CLASSES, PROTOCOLS, Deltas, base_url
 from .scripts import reply
 from .servers.base import ScriptedServer
+from .wire import check_anthropic_turns, check_chat_turns, check_responses_turns
 
 # --------------------------------------------------------------------------- generated contexts
 
@@ -227,8 +228,7 @@ def check_anthropic(kw: dict[str, Any], items: list[Item], system: list[str]) ->
     assert marks(kw.get("system", [])) == leading
     assert marks(kw["messages"]) == rest
     msgs = kw["messages"]
-    assert msgs and msgs[0]["role"] == "user"
-    assert all(a["role"] != b["role"] for a, b in zip(msgs, msgs[1:]))  # alternating
+    check_anthropic_turns(kw)  # alternating, every call answered first in the next user turn
     for block in kw.get("system", []):
         assert block["type"] == "text" and block["text"].strip()
 
@@ -241,7 +241,7 @@ def check_anthropic(kw: dict[str, Any], items: list[Item], system: list[str]) ->
                 blocks(b["content"])
 
     seen_ids: set[str] = set()
-    for k, m in enumerate(msgs):
+    for m in msgs:
         blocks(m["content"])
         if m["role"] != "assistant":
             continue
@@ -252,16 +252,6 @@ def check_anthropic(kw: dict[str, Any], items: list[Item], system: list[str]) ->
             assert u["id"] not in seen_ids
             seen_ids.add(u["id"])
             assert isinstance(u["input"], dict)
-        if uses:  # the results: first in the very next user turn, one per call, in call order
-            nxt = msgs[k + 1]["content"]
-            head = [b for b in nxt[:len(uses)] if b["type"] == "tool_result"]
-            assert [b["tool_use_id"] for b in head] == [u["id"] for u in uses]
-            assert all(b["type"] != "tool_result" for b in nxt[len(uses):])
-    for k, m in enumerate(msgs):  # and no result anywhere else
-        for b in m["content"]:
-            if b["type"] == "tool_result":
-                prev = [u["id"] for u in msgs[k - 1]["content"] if u["type"] == "tool_use"] if k else []
-                assert b["tool_use_id"] in prev
     assert json.dumps(kw).count('"cache_control"') <= 4  # (the API takes at most four breakpoints)
     # Later system instructions: one marked user block each, in place; leading ones only in system.
     marked = [b["text"] for m in msgs for b in m["content"] if b["type"] == "text" and b["text"].startswith(INSTRUCTION_PREFIX)]
@@ -277,17 +267,10 @@ def check_chat(kw: dict[str, Any], items: list[Item], system: list[str]) -> None
     assert INSTRUCTION_PREFIX not in json.dumps(msgs)
     assert json.dumps(msgs).count("prompt_cache_breakpoint") <= 4
     assert sum(m["role"] == "system" for m in msgs) == sum(1 for s in system if s) + sum(it.role == "system" for it in items)
-    seen: set[str] = set()
-    for k, m in enumerate(msgs):
-        if m["role"] == "assistant":
-            assert m["content"] is not None or m.get("tool_calls"), "an assistant message with neither content nor calls"
-            calls = [c["id"] for c in m.get("tool_calls", [])]
-            assert all(1 <= len(c) <= CHAT_CALL_ID_MAX for c in calls)  # (OpenAI refuses a longer id)
-            assert [x.get("tool_call_id") for x in msgs[k + 1:k + 1 + len(calls)]] == calls
-            assert not seen & set(calls)
-            seen |= set(calls)
-        elif m["role"] == "tool":
-            assert m["tool_call_id"] in seen
+    check_chat_turns(kw)  # every call answered right after it, no result without its call
+    for m in msgs:
+        calls = [c["id"] for c in m.get("tool_calls", [])] if m["role"] == "assistant" else []
+        assert all(1 <= len(c) <= CHAT_CALL_ID_MAX for c in calls)  # (OpenAI refuses a longer id)
         content = m.get("content")
         if isinstance(content, list):
             assert content
@@ -301,12 +284,8 @@ def check_responses(kw: dict[str, Any], items: list[Item], system: list[str]) ->
     assert json.dumps(inp).count("prompt_cache_breakpoint") <= 4
     assert sum(m.get("role") == "developer" for m in inp) == sum(1 for s in system if s) + sum(it.role == "system" for it in items)
     calls = [m["call_id"] for m in inp if m.get("type") == "function_call"]
-    outputs = [m["call_id"] for m in inp if m.get("type") == "function_call_output"]
     assert all(1 <= len(c) <= 64 for c in calls)  # (the API refuses a longer call_id)
-    assert len(set(calls)) == len(calls) and sorted(calls) == sorted(outputs)
-    for k, m in enumerate(inp):
-        if m.get("type") == "function_call_output":
-            assert any(p.get("call_id") == m["call_id"] for p in inp[:k] if p.get("type") == "function_call")
+    check_responses_turns(kw)  # one output per call, after it
 
 
 def wire_names(protocol: str, kw: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -50,6 +50,7 @@ from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.working_context import (
     COMPACTION_INSTRUCTION,
+    COMPACTION_KEPT,
     COMPACTION_PARTIAL,
     COMPACTION_SYSTEM,
     Compact,
@@ -95,7 +96,8 @@ async def test_manual_compaction_replaces_the_working_context_and_the_full_conte
         ask = rt.faux.requests[-1]
         assert ask.system == [COMPACTION_SYSTEM]
         assert [it.id for it in ask.items[:-1]] == older
-        assert (ask.items[-1].role, ask.items[-1].text) == ("user", COMPACTION_INSTRUCTION)
+        # (the instruction says that newer items, not shown, follow the summary)
+        assert (ask.items[-1].role, ask.items[-1].text) == ("user", COMPACTION_INSTRUCTION + COMPACTION_KEPT)
 
         st = await rt.state(sid)
         main = st.agents["main"]
@@ -278,7 +280,7 @@ async def test_automatic_compaction_starts_at_exactly_the_threshold_and_not_one_
         # before it, and the request after the compaction reads it as written, after the summary.
         assert [it.text for it in summarizing.items[:-1]][0] == "hello"
         assert message not in [it.text for it in summarizing.items]
-        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION
+        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_KEPT
         assert [(it.role, it.text) for it in after.items] == [("summary", SUMMARY_TEXT), ("user", message)]
         assert request_tokens(rt.faux.requests[-3].system, [*summarizing.items[:-1], after.items[-1]],
                               summarizing.tools) == threshold
@@ -938,7 +940,7 @@ async def test_an_automatic_compaction_keeps_the_newest_rounds_as_written_up_to_
         compacted = one(await rt.events(sid), "context.compacted")
         assert compacted.event.trigger == "auto"
         summarizing, after = rt.faux.requests[-2], rt.faux.requests[-1]
-        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION
+        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_KEPT
         assert [it.text[:5] for it in summarizing.items[:-1] if it.role == "user"] == ["hello", "BULK "]
         assert all(it.text not in ("the newest question", message) for it in summarizing.items)
         assert [(it.role, it.text) for it in after.items] == [
@@ -965,7 +967,9 @@ def test_the_newest_rounds_are_kept_exactly_at_the_budget_and_not_one_token_past
     at = sum(item_tokens(it) for it in tail)
     # The round from the newest input, with its call and result (the instruction in it not counted).
     assert [it.id for it in recent_rounds(agent, at)] == ["c3", "c5", "c6", "c7"]
-    assert recent_rounds(agent, at - 1) == []  # one token past: the newest round is summarized
+    # One token past: the round is not kept whole; its input and newest response are (the call
+    # and its result are summarized, see test_a_round_over_the_budget_keeps_its_input_and_newest_steps).
+    assert [it.id for it in recent_rounds(agent, at - 1)] == ["c3", "c7"]
     # A tail never starts past its calls (c6's call is c5) nor anywhere but at a user input.
     assert recent_rounds(agent, at + 1000) == tail  # c1 is never kept: something must be summarized
     assert recent_rounds(agent, 0) == []
@@ -980,3 +984,159 @@ def test_the_newest_rounds_are_kept_exactly_at_the_budget_and_not_one_token_past
     budget = request_tokens(["SYSTEM"], [agent.items[3], *tail], [])
     assert kept_items(agent, ["SYSTEM"], [], budget, tail) == {"c3", "c5", "c6", "c7"}
     assert kept_items(agent, ["SYSTEM"], [], budget - 1, tail) == frozenset()
+
+
+# --------------------------------------------------------------------------- a round over the budget, cut inside
+
+STEP = 100  # estimated tokens of each step below: a response (text and call) and its result
+
+
+def _loop_agent(steps: int, *, older: bool = True, input_text: str = "fix the failing test") -> AgentState:
+    """An agent deep in a tool loop: (an older round,) one input, then ``steps`` responses of a
+    text and a call, each followed by its result (the third with two calls and two results), each
+    step estimated at :data:`STEP` tokens; it ends with a result (the model's next request is due).
+    Ids: ``s{n}t`` text, ``s{n}c`` call(s), ``s{n}r`` result(s)."""
+    items = [Item("o1", "user", 1, None, "hello"), Item("o2", "assistant", 2, None, "hi")] if older else []
+    items.append(Item("in", "user", 3, None, input_text))
+    for n in range(steps):
+        seq = 10 + 2 * n
+        items.append(Item(f"s{n}t", "assistant", seq, None, "t" * 4 * 10))
+        calls = ["a", "b"] if n == 2 else [""]
+        for c in calls:
+            call = t.ToolCall(call_id=f"k{n}{c}", name="get_system_time", arguments="{}")
+            items.append(Item(f"s{n}c{c}", "tool_call", seq, None, call=call))
+        size = STEP - 10 - len(calls) * item_tokens(items[-1])
+        for i, c in enumerate(calls):
+            part = size // len(calls) + (size % len(calls) if i == 0 else 0)
+            items.append(Item(f"s{n}r{c}", "tool_result", seq + 1, None, "r" * 4 * part, call_id=f"k{n}{c}"))
+    return AgentState("main", items=items)
+
+
+def _step_ids(agent: AgentState, n: int) -> list[str]:
+    return [it.id for it in agent.items if it.id.startswith(f"s{n}")]
+
+
+def test_a_round_over_the_budget_keeps_its_input_and_newest_steps():
+    from projections.context_budget import recent_rounds, summarized
+
+    agent = _loop_agent(6)
+    assert all(sum(item_tokens(it) for it in agent.items if it.id.startswith(f"s{n}")) == STEP for n in range(6))
+    inp = item_tokens(agent.items[2])
+    # The round (input and six steps) is over the budget: its input and the newest steps that fit
+    # beside it are kept, exactly at the budget; one token past, one step fewer.
+    assert [it.id for it in recent_rounds(agent, inp + 2 * STEP)] == ["in", *_step_ids(agent, 4), *_step_ids(agent, 5)]
+    assert [it.id for it in recent_rounds(agent, inp + 2 * STEP - 1)] == ["in", *_step_ids(agent, 5)]
+    # The cut never lands on a tool result, nor between a response's text and its call: room for
+    # step 4's result, or its result and call, keeps nothing of step 4.
+    s4 = {it.id: item_tokens(it) for it in agent.items if it.id.startswith("s4")}
+    assert [it.id for it in recent_rounds(agent, inp + STEP + s4["s4r"])] == ["in", *_step_ids(agent, 5)]
+    assert [it.id for it in recent_rounds(agent, inp + STEP + s4["s4r"] + s4["s4c"])] == ["in", *_step_ids(agent, 5)]
+    # Nor between the two results of one response (step 2 called two tools).
+    kept = recent_rounds(agent, inp + 3 * STEP + STEP - 1)
+    assert [it.id for it in kept] == ["in", *_step_ids(agent, 3), *_step_ids(agent, 4), *_step_ids(agent, 5)]
+    # The input is kept while it fits beside the newest step; else the steps alone.
+    assert [it.id for it in recent_rounds(agent, STEP + inp)] == ["in", *_step_ids(agent, 5)]
+    assert [it.id for it in recent_rounds(agent, STEP + inp - 1)] == _step_ids(agent, 5)
+    assert recent_rounds(agent, STEP - 1) == []  # not even the newest step fits: all is summarized
+    # Every kept result keeps its call, and what is kept begins where a response begins.
+    for budget in range(0, 7 * STEP + inp, 7):
+        kept = recent_rounds(agent, budget)
+        steps = [it for it in kept if it.role != "user"]
+        assert sum(item_tokens(it) for it in kept) <= budget
+        assert not steps or (steps[0].role == "assistant" and steps[0].id.endswith("t"))
+        calls = {it.call.call_id for it in steps if it.call is not None}
+        assert {it.call_id for it in steps if it.role == "tool_result"} == calls
+
+    # Something is always left to summarize: a round that is the whole conversation keeps its
+    # first step out; one that fits whole is summarized whole (nothing else would be).
+    alone = _loop_agent(6, older=False)
+    assert [it.id for it in recent_rounds(alone, inp + 5 * STEP)] == ["in", *sum((_step_ids(alone, n) for n in range(1, 6)), [])]
+    assert recent_rounds(alone, inp + 6 * STEP) == []
+    # After an earlier compaction of the same round (its summary and the kept steps), one summary
+    # alone is never what is left.
+    summary = Item("sum", "summary", 50, None, "S", replaced_ids=("s0t", "s0c", "s0r"))
+    after = AgentState("main", items=[*alone.items, summary])
+    assert [it.id for it in working_context(after)][:3] == ["in", "sum", "s1t"]
+    # (room for all but the summary: the next step goes with the summary, which is not left alone)
+    newest4 = ["in", *sum((_step_ids(after, n) for n in range(2, 6)), [])]
+    assert [it.id for it in recent_rounds(after, inp + 5 * STEP)] == newest4
+    assert [it.id for it in recent_rounds(after, inp + 4 * STEP)] == newest4
+    assert [it.id for it in recent_rounds(after, inp + 4 * STEP - 1)] == ["in", *newest4[len(_step_ids(after, 2)) + 1:]]
+    # A round whose input is not answered yet has no step to keep: the inputs are judged as before.
+    waiting = AgentState("main", items=[*agent.items, Item("next", "user", 99, None, "x" * 4 * (STEP + 1))])
+    assert recent_rounds(waiting, STEP) == []
+
+    # The summarizing request sees the cut round's input with the steps it summarizes, not the
+    # kept steps; the Working Context after the compaction reads the summary, the input, the kept steps.
+    keep = frozenset(it.id for it in recent_rounds(agent, inp + STEP))
+    items = working_context(agent)
+    assert [it.id for it in summarized(items, keep)] == ["o1", "o2", "in", *sum((_step_ids(agent, n) for n in range(5)), [])]
+    replaced = tuple(it.id for it in replaceable(agent, keep))
+    compacted = AgentState("main", items=[*agent.items, Item("c", "summary", 60, None, "S", replaced_ids=replaced)])
+    assert [it.id for it in working_context(compacted)] == ["c", "in", *_step_ids(agent, 5)]
+    assert worth_compacting(agent, keep)
+    # A round that was the whole conversation: the summary stands where its first summarized step
+    # stood, after the input (the reducer's rule, unchanged): the input, the summary, the kept steps.
+    keep = frozenset(it.id for it in recent_rounds(alone, inp + STEP))
+    replaced = tuple(it.id for it in replaceable(alone, keep))
+    assert replaced[0] == "s0t"
+    compacted = AgentState("main", items=[*alone.items, Item("c", "summary", 60, None, "S", replaced_ids=replaced)])
+    assert [it.id for it in working_context(compacted)] == ["in", "c", *_step_ids(alone, 5)]
+
+
+HUGE = 13_000  # estimated tokens of each result of the tool below
+
+
+async def _huge(args, ctx):
+    text = f"output of {ctx.call_id} "
+    return ToolResult.text(text + "H" * (4 * HUGE - len(text)))
+
+
+LOOP = [SUMMARY, *[FauxTurn(when=f"output of call_main_{n}_0", text=f"step {n + 1}", tool_calls=[FauxToolCall("huge")])
+                   for n in range(3)],
+        FauxTurn(when="output of call_main_3_0", text="all done"),
+        FauxTurn(when="LOOP", text="step 0", tool_calls=[FauxToolCall("huge")])]
+
+
+async def test_an_automatic_compaction_deep_in_a_tool_loop_keeps_the_input_and_the_newest_step(
+        runtime_factory, autojump_clock):
+    # One input, then a loop of calls whose results are 13,000 tokens each: before the fifth
+    # request the estimate passes the threshold (50,000). No round fits the budget (20,000), so the
+    # cut falls inside this one: its input and its newest step (the call just made and its result)
+    # are kept as written; the three steps before are summarized.
+    spec = ToolSpec("huge", "Returns a very large text.", {"type": "object"}, _huge)
+    async with runtime_factory(script=LOOP, context=FIFTY, model_configs=MODELS, extra_tools=[spec]) as rt:
+        sid = await rt.session()
+        st = await rt.run_to_idle(sid, "r1", "LOOP: read the four files")
+        compacted = one(await rt.events(sid), "context.compacted").event
+        assert compacted.trigger == "auto"
+        main = st.agents["main"]
+        calls = [it for it in main.items if it.role == "tool_call"]
+        assert len(calls) == 4 and len(compacted.replaced_item_ids) == 9  # three texts, calls and results
+        last_call = calls[-1]
+        last_result = _result(main.items, last_call.call.call_id)
+        summarizing = next(r for r in rt.faux.requests if r.system == [COMPACTION_SYSTEM])
+        after = rt.faux.requests[-1]
+        # The summarizing request: the input, the three earlier steps, then the instruction, which
+        # says that newer messages follow the summary.
+        assert summarizing.items[0].text == "LOOP: read the four files"
+        assert [it.call.call_id for it in summarizing.items if it.role == "tool_call"] == [
+            c.call.call_id for c in calls[:3]]
+        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_KEPT
+        assert "stay after your summary" in summarizing.items[-1].text
+        # The request after it: the input, the summary, the newest step word for word (the
+        # response's text and call, then its result).
+        assert [(it.role, it.text) for it in after.items] == [
+            ("user", "LOOP: read the four files"), ("summary", SUMMARY_TEXT),
+            ("assistant", "step 3"), ("tool_call", ""), ("tool_result", last_result.text)]
+        assert after.items[3].call == last_call.call
+        kept = {"LOOP: read the four files", "step 3"}
+        assert not {it.id for it in main.items if it.text in kept or it.id in (last_call.id, last_result.id)} & set(
+            compacted.replaced_item_ids)
+        assert request_tokens(after.system, after.items, after.tools) < compaction_threshold(WINDOW, 50)
+        # Replay: the log folded again, and a snapshot plus its tail, rebuild the same Working Context.
+        events = await rt.events(sid)
+        assert working_context(fold(SessionState(sid), events).agents["main"]) == working_context(main)
+        at = next(i for i, e in enumerate(events) if e.kind == "context.compacted")
+        snap = state_from_snapshot(snapshot_bytes(fold(SessionState(sid), events[:at])))
+        assert working_context(fold(snap, events[at:]).agents["main"]) == working_context(main)
