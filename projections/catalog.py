@@ -14,8 +14,11 @@ from .projector import Projection
 
 
 class ProjectsProjection(Projection):
+    """One row per project (version 2 added the index of the list's order, ``projects_created``:
+    a page of thousands of projects, oldest or newest first, is read from it, not sorted)."""
+
     name = "projects"
-    version = 1
+    version = 2
     needs_body = True
     tables = ("projects",)
 
@@ -24,6 +27,8 @@ class ProjectsProjection(Projection):
             "CREATE TABLE projects(id TEXT PRIMARY KEY, name TEXT NOT NULL, workspace TEXT NOT NULL, "
             "created_ts INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID"
         )
+        # (read forwards for the list's own order, backwards for order=newest: see runtime.list_pages)
+        conn.execute("CREATE INDEX projects_created ON projects(created_ts, id)")
 
     def apply(self, conn: apsw.Connection, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
         assert events is not None
@@ -46,10 +51,12 @@ class SessionsProjection(Projection):
     answer cheaply (version 2 added the open questions: the list said `running` where the view
     said `awaiting_answer`; version 3 the quarantine: the list said `idle` or `running` where the
     view said `quarantined`; version 4 the background jobs without their end, so a restart wakes
-    their sessions to record them lost)."""
+    their sessions to record them lost; version 5 the indexes of the list's order, newest first
+    then by id, ``sessions_created`` for every session and ``sessions_project`` within a project:
+    a page is read from them, where the whole table was sorted to find the newest)."""
 
     name = "sessions"
-    version = 4
+    version = 5
     needs_body = True
     tables = ("sessions", "session_questions", "session_jobs")
 
@@ -61,7 +68,9 @@ class SessionsProjection(Projection):
             "forked_from_seq INTEGER, open_tasks INTEGER NOT NULL DEFAULT 0, queued INTEGER NOT NULL DEFAULT 0, "
             "open_questions INTEGER NOT NULL DEFAULT 0, quarantined INTEGER NOT NULL DEFAULT 0)"
         )
-        conn.execute("CREATE INDEX sessions_project ON sessions(project_id, created_ts)")
+        # (the order of the list, runtime.list_pages.SESSIONS: a page is read from the index)
+        conn.execute("CREATE INDEX sessions_created ON sessions(created_ts DESC, id)")
+        conn.execute("CREATE INDEX sessions_project ON sessions(project_id, created_ts DESC, id)")
         # The questions asked and not yet answered or cancelled (a count alone would go wrong on
         # an answer recorded twice).
         conn.execute("CREATE TABLE session_questions(session_id TEXT NOT NULL, question_id TEXT NOT NULL, "

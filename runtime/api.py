@@ -28,7 +28,6 @@ from events.errors import LogError
 from events.ids import SHA256_RE, id_rule, is_id
 from events.reader import SEQ_MAX
 from events.store import Draft, EventStore, StoreWriteFailed
-from projections.catalog import SESSION_COLUMNS
 from projections.history import HistoryError
 from tools.artifacts import CHUNK_BYTES, HEAD_BYTES, ArtifactError, ArtifactStore, OpenArtifact, reads_as_text
 from tools.files.errors import MAX_IMAGE_BYTES
@@ -42,7 +41,7 @@ from .connection_races import guard_connection_races
 from .errors import ActorUnavailable, LensError, SessionNotFound, short_reason
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
-from .list_pages import LIST_LIMIT_MAX, PROJECTS, SESSIONS, ListOrder, split_page
+from .list_pages import LIST_LIMIT_MAX, PROJECTS, PROJECTS_NEWEST, SESSIONS, ListOrder, split_page
 from .pairing import PairFileInvalid, PairFileUnwritable, PairingLimit, PairStore, Principal
 from .projection_service import ProjectionService, ProjectionStalled
 from .providers.catalog import ProviderCatalog
@@ -751,10 +750,13 @@ def create_app(svc: Services) -> QuartTrio:
 
     @app.get("/api/v1/projects")
     async def list_projects() -> Response:
+        # (oldest first, as the spec's answer; order=newest: the reverse, so the newest come first)
+        order = _one_arg("order")
+        if order not in (None, "oldest", "newest"):
+            raise ApiError("INVALID_ARGUMENT", "order must be oldest (the default) or newest")
         limit, after = _list_page_args("project")
         await svc.projections.caught_up()
-        rows, more = await read_list(PROJECTS, "SELECT id, name, workspace, created_ts, seq FROM projects", [], [],
-                                     limit, after)
+        rows, more = await read_list(PROJECTS_NEWEST if order == "newest" else PROJECTS, [], [], limit, after)
         return json_response({"projects": [project_view(r) for r in rows]} | _next_after(rows, more, limit))
 
     @app.post("/api/v1/projects")
@@ -796,14 +798,14 @@ def create_app(svc: Services) -> QuartTrio:
             args.append(project)
         if not include_deleted:
             where.append("deleted = 0")
-        rows, more = await read_list(SESSIONS, f"SELECT {SESSION_COLUMNS} FROM sessions", where, args, limit, after)
+        rows, more = await read_list(SESSIONS, where, args, limit, after)
         # A session with /skill: inputs being checked reads running, as its view does. Asked once
         # the rows are read: such an input is recorded after each row's lastSeq (or refused).
         checking = svc.supervisor.sessions_checking_inputs()
         return json_response({"sessions": [session_row_view(r, checking=r[0] in checking) for r in rows]}
                              | _next_after(rows, more, limit))
 
-    async def read_list(order: ListOrder, select: str, where: list[str], args: list[Any], limit: int | None,
+    async def read_list(order: ListOrder, where: list[str], args: list[Any], limit: int | None,
                         after: str | None) -> tuple[list[tuple], bool]:
         """The rows of a list (whole, or the page ``limit`` / ``after`` asks for: see
         :mod:`runtime.list_pages`) and whether more follow. ``after`` naming no row of the list's
@@ -816,7 +818,7 @@ def create_app(svc: Services) -> QuartTrio:
                                f"give an id a page's nextAfter gave, or leave after out to start at the first")
             key = found[0]
         tail, tail_args = order.page(where, args, key, limit)
-        return split_page(await svc.projections.query(select + tail, tail_args), limit)
+        return split_page(await svc.projections.query(order.select + tail, tail_args), limit)
 
     @app.post("/api/v1/sessions")
     async def create_session() -> Response:

@@ -168,7 +168,8 @@ NUMBERS = ["-1", "0", "1", "2", "100", "1000", "1001", "1048576", "1048577", "92
 
 
 def query_values(w: World) -> st.SearchStrategy[str]:
-    ids = [w.project, w.other_project, w.idle, w.ran, "unknown", "", "a%2Fb", "%00", "x" * 201, "%C3%A9"]
+    ids = [w.project, w.other_project, w.idle, w.ran, "unknown", "", "a%2Fb", "%00", "x" * 201, "%C3%A9",
+           "newest", "oldest"]  # (and the values of `order`)
     return (st.sampled_from(NUMBERS) | st.sampled_from(ids)
             | st.integers(-(2**70), 2**70).map(str) | st.text(max_size=12).map(lambda s: quote(s, safe="")))
 
@@ -271,7 +272,7 @@ def routes(w: World) -> list[tuple[str, str, list[str], dict[str, list[Any]] | N
     return [
         ("GET", "/health", [], None, False),
         ("POST", "/pair/requests", [], {"clientId": ["fuzz-client", "", "a b", "x" * 201], "name": ["n", ""]}, False),
-        ("GET", "/projects", ["limit", "after"], None, False),
+        ("GET", "/projects", ["order", "limit", "after"], None, False),
         ("POST", "/projects", [], {"name": ["p2", "", " ", "a\nb", "x" * 200, "x" * 201],
                                    "workspace": [ws, "", "relative", "/", "/etc", "/nonexistent", ws + "\u0000",
                                                  ws + "/..", "~"]}, True),

@@ -13,12 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 import trio
 
 from events.store import Draft, open_store
 from events.types import ProjectCreated, SessionCreated, SessionDeleted
-from runtime.list_pages import LIST_LIMIT_MAX
+from projections.catalog import ProjectsProjection, SessionsProjection
+from runtime import list_pages
+from runtime.list_pages import LIST_LIMIT_MAX, ListOrder
 from runtime.views import VIEW_AGENTS_MAX
 
 from .conftest import LIMIT, error_of
@@ -192,6 +195,10 @@ async def paged_from(d, token: str, after: str, **params: Any) -> list[dict[str,
     ("/sessions", "limit=1&after=ses_nowhere", "after names no session ('ses_nowhere')"),
     ("/projects", "limit=1&after=prj_nowhere", "after names no project ('prj_nowhere')"),
     ("/projects", "limit=1&after=", "after (project id)"),
+    ("/projects", "order=new", "order must be oldest (the default) or newest"),
+    ("/projects", "order=", "order must be oldest (the default) or newest"),
+    ("/projects", "limit=1&order=NEWEST", "order must be oldest (the default) or newest"),
+    ("/projects", "order=newest&order=oldest", "order is given 2 times"),
 ])
 async def test_a_bad_page_of_a_list_is_400_naming_its_parameter(many, path: str, query: str, says: str):
     d, token = many
@@ -201,3 +208,92 @@ async def test_a_bad_page_of_a_list_is_400_naming_its_parameter(many, path: str,
     with trio.fail_after(LIMIT):
         ok = await d.get(f"{path}?limit={LIST_LIMIT_MAX}", token)
     assert ok.status_code == 200 and len(ok.json()[path[1:]]) == (PROJECTS + 1 if path == "/projects" else LIST_LIMIT_MAX)
+
+
+async def test_the_projects_newest_first_are_the_whole_list_reversed(many):
+    """``order=newest`` reads the project list from its end: its pages, of any size, hold the
+    whole list's rows reversed (ties in one millisecond too), so the first page is the newest;
+    ``order=oldest`` is the list as the spec answers it."""
+    d, token = many
+    whole = (await d.get("/projects", token)).json()["projects"]
+    assert len({p["createdTs"] for p in whole}) < len(whole)  # (rows made in one millisecond: the ties)
+    assert (await d.get("/projects", token, params={"order": "oldest"})).json() == {"projects": whole}
+    assert (await d.get("/projects", token, params={"order": "newest"})).json() == {"projects": whole[::-1]}
+    for limit in (7, 1, LIST_LIMIT_MAX):
+        assert await paged(d, token, "/projects", "projects", limit, order="newest") == whole[::-1]
+        assert await paged(d, token, "/projects", "projects", limit, order="oldest") == whole
+    r = await d.get("/projects", token, params={"order": "newest", "limit": 3})
+    assert r.json() == {"projects": whole[:-4:-1], "nextAfter": whole[-3]["id"]}
+
+
+def plan(db: Path, order: ListOrder, where: list[str], args: list[Any], after_key: tuple[int, str] | None) -> str:
+    """SQLite's plan of the read a route makes of ``order``'s list (the same SQL: its select, its tail)."""
+    tail, tail_args = order.page(where, args, after_key, 50)
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + order.select + tail, tail_args))
+    finally:
+        conn.close()
+
+
+async def test_a_page_of_a_list_is_read_from_its_index_never_sorted(many):
+    """Each list's page (the first, and one after a cursor) is read from the index of its order:
+    ``sessions_created`` without a project, ``sessions_project`` within one, ``projects_created``
+    either way; SQLite never sorts the table (no temporary B-tree) to find a page."""
+    d, _ = many
+    db = d.data_dir / "projections.db"
+    cursor = (1, "ses_00001")
+    for order, where, args, index in (
+            (list_pages.SESSIONS, ["deleted = 0"], [], "sessions_created"),
+            (list_pages.SESSIONS, [], [], "sessions_created"),
+            (list_pages.SESSIONS, ["project_id = ?", "deleted = 0"], ["prj_007"], "sessions_project"),
+            (list_pages.PROJECTS, [], [], "projects_created"),
+            (list_pages.PROJECTS_NEWEST, [], [], "projects_created")):
+        for after_key in (None, cursor):
+            found = plan(db, order, where, args, after_key)
+            assert f"INDEX {index}" in found and "TEMP B-TREE" not in found, (order, where, after_key, found)
+            if after_key is not None:  # (the cursor bounds the index's range: a seek, not a scan from the start)
+                assert found.startswith(f"SEARCH {order.table} USING"), found
+
+
+async def test_an_old_projections_db_is_rebuilt_with_the_indexes_when_the_daemon_starts(daemon_factory,
+                                                                                       tmp_path: Path):
+    """A ``projections.db`` written by the versions before the indexes (projects 1, sessions 4:
+    the same tables, ``sessions_project`` on ``(project_id, created_ts)``, no other index) is
+    rebuilt when the daemon starts: its projections are of another version. The lists then answer
+    as before, and read from the indexes."""
+    async with open_store(tmp_path / "data") as store:
+        for p in range(3):
+            await store.append(Draft(ProjectCreated(name=f"Project {p}", workspace=str(tmp_path)), project_id=f"prj_{p}"))
+        await store.append(*[Draft(SessionCreated(model="faux/faux-1"), project_id=f"prj_{i % 3}",
+                                   session_id=f"ses_{i:03d}", agent_id="main") for i in range(300)])
+    d = await daemon_factory(root=tmp_path)
+    token = await d.pair("reader", strong=False)
+    before = [(await d.get(path, token)).json() for path in ("/projects", "/sessions", "/sessions?project=prj_1")]
+    d.stop.set()
+    with trio.fail_after(LIMIT):
+        await d.done.wait()
+    db = tmp_path / "data" / "projections.db"
+    conn = apsw.Connection(str(db))
+    with conn:  # (the file as the earlier versions left it)
+        for index in ("sessions_created", "projects_created", "sessions_project"):
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
+        conn.execute("CREATE INDEX sessions_project ON sessions(project_id, created_ts)")
+        conn.execute("UPDATE positions SET version = 4 WHERE name = 'sessions'")
+        conn.execute("UPDATE positions SET version = 1 WHERE name = 'projects'")
+    conn.close()
+    assert "TEMP B-TREE" in plan(db, list_pages.SESSIONS, ["deleted = 0"], [], None)
+    d = await daemon_factory(root=tmp_path)
+    token = await d.pair("reader-again", strong=False)
+    assert [(await d.get(path, token)).json() for path in ("/projects", "/sessions", "/sessions?project=prj_1")] == before
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        versions = dict(conn.execute("SELECT name, version FROM positions WHERE name IN ('projects', 'sessions')"))
+        indexes = {name: sql for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'")}
+    finally:
+        conn.close()
+    assert versions == {"projects": ProjectsProjection.version, "sessions": SessionsProjection.version}
+    assert "created_ts DESC, id" in indexes["sessions_project"] and "sessions_created" in indexes
+    assert "projects_created" in indexes
+    found = plan(db, list_pages.SESSIONS, ["deleted = 0"], [], None)
+    assert "INDEX sessions_created" in found and "TEMP B-TREE" not in found, found

@@ -19,13 +19,13 @@ from tools.artifacts import ArtifactStore
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, texts, wait_for)
 
-# Answers the page's reads of the project list with the daemon's own 503 (what ``error_response``
-# sends for PROJECTION_STALLED) while ``window.unavailable`` is true, and records when each was asked.
+# Answers the page's reads of the project list (whole or a page) with the daemon's own 503 (what
+# ``error_response`` sends for PROJECTION_STALLED) while ``window.unavailable`` is true, and records when each was asked.
 LISTS_UNAVAILABLE = """
     window.unavailable = true; window.listsAsked = [];
     const real = window.fetch, after = arguments[0];
     window.fetch = (url, init) => {
-      if (!/\\/api\\/v1\\/projects$/.test(String(url))) return real(url, init);
+      if (!/\\/api\\/v1\\/projects(\\?|$)/.test(String(url))) return real(url, init);
       window.listsAsked.push(performance.now());
       if (!window.unavailable) return real(url, init);
       return Promise.resolve(new Response(JSON.stringify({error: {code: "PROJECTION_STALLED",

@@ -18,7 +18,7 @@ from events.store import Draft, open_store
 from events.types import ProjectCreated, SessionCreated, SessionDeleted
 from runtime.views import VIEW_AGENTS_MAX
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, browser, by_css, click, connect, console_errors, texts, wait_for)
+    Daemon, browser, by_css, click, connect, console_errors, network_requests, texts, wait_for)
 from tests.dashboard.test_dashboard_this_round import write_sessions_with_agents
 
 FANOUTS = (VIEW_AGENTS_MAX - 1, VIEW_AGENTS_MAX)  # with the main agent: exactly the bound, one past
@@ -201,6 +201,90 @@ def test_a_project_of_many_sessions_lists_its_newest_and_reads_more_on_demand(br
         click(driver, "#projects button[data-project-id='prj_empty']")
         wait_for(lambda: texts(driver, "#sessions li") == ["No sessions yet."], "the empty project")
         assert not by_css(driver, "#sessions button.more")
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
+
+
+def write_many_projects(cwd: Path, workspace: Path, projects: int) -> None:
+    """``projects`` projects (in batches: many share a millisecond), the newest with one session."""
+
+    async def write() -> None:
+        async with open_store(cwd / ".lens") as store:
+            for first in range(0, projects, 100):
+                await store.append(*[Draft(ProjectCreated(name=f"Project {p}", workspace=str(workspace)),
+                                           project_id=f"prj_{p:04d}") for p in range(first, min(projects, first + 100))])
+            await store.append(Draft(SessionCreated(model="faux/faux-1", name="the newest's"),
+                                     project_id=f"prj_{projects - 1:04d}", session_id="ses_newest", agent_id="main"))
+
+    trio.run(write)
+
+
+def project_reads(driver: Any, base: str) -> list[str]:
+    """The query of each read of the project list the page made since the last call."""
+    return [path.split("?", 1)[1] if "?" in path else "" for method, path, _ in network_requests(driver, base)
+            if method == "GET" and path.split("?")[0] == "/api/v1/projects"]
+
+
+def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones(browser: Any,
+                                                                                   tmp_path: Path) -> None:
+    """450 projects: the list shows the newest 200 (oldest first, as the daemon lists them) and
+    "Show more projects" above them; the 5 s poll reads that page (``order=newest&limit=200``),
+    never the whole list; a project made by another client after the page loaded appears within a
+    poll; two presses show all 451, each once, in the daemon's order, and the poll then reads as
+    many as are shown, still a page."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    (tmp_path / "ws").mkdir()
+    write_many_projects(cwd, tmp_path / "ws", 450)
+    d = Daemon(cwd)
+    try:
+        strong = d.pair("dash-projects-writer", strong=True)
+        token = d.pair("dash-projects", strong=False)
+        driver = browser
+
+        def shown() -> list[str]:
+            return driver.execute_script("return Array.from(document.querySelectorAll('#projects button[data-project-id]'),"
+                                         " b => b.dataset.projectId)")
+
+        def listed() -> list[str]:
+            return [p["id"] for p in d.request("GET", "/projects", token=token)[1]["projects"]]
+
+        whole = listed()
+        assert len(whole) == 450
+        driver.get(d.base + "/")
+        network_requests(driver, d.base)
+        connect(driver, token)
+        wait_for(lambda: len(shown()) == 200 and by_css(driver, "#projects button.more"), "the newest 200")
+        assert shown() == whole[-200:]
+        items = by_css(driver, "#projects > li")
+        assert items[0].get_attribute("class") != "empty" and by_css(items[0], "button.more")  # (above: where the older are)
+        # the newest project is selected, its session listed
+        wait_for(lambda: texts(driver, "#sessions button[data-session-id]") != [], "the newest project's session")
+        assert by_css(driver, "#projects button.selected")[0].get_attribute("data-project-id") == whole[-1]
+        # the poll: at least two more reads after the first, each of the newest page alone
+        reads: list[str] = []
+        wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 3, "two polls", timeout=20)
+        assert all(q == "order=newest&limit=200" for q in reads), reads
+        # a project made after the page loaded appears within a poll, at the end (the newest)
+        status, made = d.request("POST", "/projects", {"name": "Made later", "workspace": str(tmp_path / "ws")}, strong)
+        assert status == 201, made
+        wait_for(lambda: shown()[-1:] == [made["id"]], "the new project", timeout=15)
+        whole = listed()
+        assert shown() == whole[-200:]
+        # every project is reachable: 200 older, then the 51 left
+        click(driver, "#projects button.more")
+        wait_for(lambda: len(shown()) == 400, "200 older projects")
+        assert shown() == whole[-400:] and by_css(driver, "#projects button.more")
+        assert driver.execute_script("return document.activeElement.matches('#projects button.more')")
+        click(driver, "#projects button.more")
+        wait_for(lambda: len(shown()) == 451, "every project")
+        assert shown() == whole and not by_css(driver, "#projects button.more")
+        project_reads(driver, d.base)
+        reads = []
+        wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 1, "a poll", timeout=15)
+        assert all(q.startswith("order=newest&limit=") and int(q.rsplit("=", 1)[1]) <= 1000 for q in reads), reads
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
         assert not console_errors(driver)
     finally:

@@ -1878,7 +1878,7 @@ def test_dashboard_header_says_not_connected_when_the_projects_cannot_be_read_at
         let release; const gate = new Promise((r) => { release = r; });
         window.releaseProjectsRead = () => release();
         window.fetch = async (...args) => {
-          if (String(args[0]).endsWith('/projects') && !window.projectsReadHeld) { window.projectsReadHeld = true; await gate; }
+          if (/\\/projects(\\?|$)/.test(String(args[0])) && !window.projectsReadHeld) { window.projectsReadHeld = true; await gate; }
           return real(...args);
         };""")
     connect(driver, strong)
