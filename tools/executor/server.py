@@ -41,6 +41,11 @@ TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
 # at least SERVER_THREADS - MAX_RUNNING_COMMANDS are always left for file tools, probes and hellos.
 MAX_RUNNING_COMMANDS = 16
 SERVER_THREADS = 48
+# The server's threads by name in the kernel's thread list (/proc/<pid>/task/*/comm, `top -H`; at
+# most 15 bytes). The pool keeps every thread it started (a ThreadPoolExecutor ends no idle
+# thread), so their count is the most calls served at once, at most SERVER_THREADS: named, they
+# are told apart from the threads a call starts and must end.
+CALL_THREAD_NAME = "lens-ex-call"
 # Test-only: with this variable set to "1" the executor also answers the tool ``_test_wait_cancel``
 # (writes ``<marker>.started``, blocks until the caller cancels, then writes ``<marker>``), so
 # tests can observe that a trio cancellation of a unary call reaches the server. Never set in
@@ -407,7 +412,9 @@ class _SendWatch:
 
 def build_server(service: ExecutorService, token: str) -> grpc.Server:
     """A grpc server (not yet listening nor started) serving ``service`` to callers with ``token``."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=SERVER_THREADS), interceptors=[_Guard(token)],
+    pool = futures.ThreadPoolExecutor(max_workers=SERVER_THREADS, thread_name_prefix=CALL_THREAD_NAME,
+                                      initializer=name_this_thread, initargs=(CALL_THREAD_NAME,))
+    server = grpc.server(pool, interceptors=[_Guard(token)],
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024),
                                   # (grpc's default is SO_REUSEPORT: a second executor would share
@@ -545,6 +552,19 @@ def _stop_at_end_of_stdin(stop: threading.Event) -> None:
     except OSError:
         pass
     stop.set()
+
+
+def name_this_thread(name: str) -> None:
+    """Give the calling thread ``name`` (cut to 15 bytes) in the kernel's thread list
+    (``PR_SET_NAME``). Best effort, never raises: Linux only, and it runs as a pool's initializer,
+    where an exception would break the pool."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # PR_SET_NAME = 15
+    except Exception:  # noqa: BLE001 (a name is worth no failed call)
+        pass
 
 
 def _not_dumpable() -> None:
