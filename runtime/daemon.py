@@ -5,7 +5,9 @@ see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unf
 work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM/SIGHUP: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
 next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and the store drains every accepted append before closing; the projections then fold
-what it committed after their updater stopped. Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
+what it committed after their updater stopped (waiting at most 2 s from the signal for a
+``projections.db`` another process holds, then left behind the log with a line on stderr:
+:meth:`ProjectionService.stopping`). Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
 catch-up at the end of the chunk it is folding). A second one, at any point of the stop until
 the store has drained, stops now (:mod:`runtime.stop_now`): the stop's bounded waits end at once
 (requests in progress are reset, executors and MCP servers killed, a job's last record given up,
@@ -76,7 +78,7 @@ from .providers.sdk import HideUrlCredentials
 from .sse_socket import reset_connection
 from .stop_now import StopNow
 from .supervisor import Supervisor
-from .terminal import shown
+from .terminal import shown, to_stderr
 
 log = logging.getLogger("lens.daemon")
 KEEP_ALIVE_SECONDS = 5.0  # an idle kept-alive HTTP connection is closed after this long
@@ -334,6 +336,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                         task_status.started(binds)
                         starting.cancel()  # (from here a stop is the graceful shutdown below)
                         await stop.wait()
+                        projections.stopping()  # (a projections.db another process holds: waited for briefly)
                         svc.shutting_down.set()  # SSE generators end themselves
                         bus.poke_all()
                         # Requests in progress get up to graceful_timeout. Idle keep-alive connections would
@@ -353,7 +356,9 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                             await http_done.wait()
                         services.cancel_scope.cancel()
                     store.close_writer()
-                await projections.last_catch_up()  # (the store has drained: what the stop wrote, too)
+                # (the store has drained: what the stop wrote, too)
+                if (behind := await projections.last_catch_up()) is not None:
+                    to_stderr(behind, keys)
                 await catalog.aclose()
             finally:
                 signals.cancel()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,11 @@ BUSY_RETRY_SECONDS = 0.5
 # The projector's busy wait (for a projections.db another process holds) looks this often whether
 # the daemon is stopping now.
 BUSY_POLL_SECONDS = 0.01
+# A graceful stop waits at most this long, from its signal, for a projections.db another process
+# holds (the updater's wait and the last catch-up's together); the projections are then left
+# behind the log, which the next start folds. Waiting is for a short hold (a `lens log stats`
+# creating its tables); a `lens log rebuild` holds the file for as long as it folds.
+STOP_BUSY_WAIT_SECONDS = 2.0
 
 # default_model.set events the settings projection has not seen yet (a range of the seq key).
 UNPROJECTED_DEFAULT_MODEL_SQL = "SELECT seq FROM events WHERE seq > ? AND kind = 'default_model.set'"
@@ -108,8 +114,10 @@ class ProjectionService:
         # runs in the projector's worker thread, which no cancellation reaches: a daemon stopping
         # then waited the busy timeout (10 s) for its updater and again for its last catch-up.
         # The same wait (the busy timeout the connection was opened with), given up once stop()
-        # is called (a second stop signal: stop now).
+        # is called (a second stop signal: stop now), and cut to a bound once stopping() is (the
+        # graceful stop).
         (self._busy_timeout_ms,) = self.projector.conn.execute("PRAGMA busy_timeout").fetchone()
+        self._give_up_at: float | None = None  # (time.monotonic(): the graceful stop's bound)
         self.projector.conn.setbusyhandler(self._busy_wait)
 
     def stop(self) -> None:
@@ -120,26 +128,49 @@ class ProjectionService:
         was done. What it committed stays; the next start goes on from there."""
         self._stopping.set()
 
+    def stopping(self) -> None:
+        """The daemon began a graceful stop: a wait for a ``projections.db`` another process holds
+        (the updater's, in progress or to come, and the last catch-up's) ends
+        :data:`STOP_BUSY_WAIT_SECONDS` from now at the latest, and the catch-up then fails as it does after the busy timeout
+        (:meth:`last_catch_up` says so). Folding itself is not cut: only the wait for the file."""
+        self._give_up_at = time.monotonic() + STOP_BUSY_WAIT_SECONDS
+
     def _busy_wait(self, tries: int) -> bool:
         """apsw's busy handler for the projector's connection: wait and try again, as SQLite's
-        busy timeout does (the connection's), unless :meth:`stop` was called."""
+        busy timeout does (the connection's), unless :meth:`stop` was called or the bound of
+        :meth:`stopping` is reached. Runs in the projector's thread."""
         if tries * BUSY_POLL_SECONDS * 1000 >= self._busy_timeout_ms:
             return False
-        return not self._stopping.wait(BUSY_POLL_SECONDS)
+        pause = BUSY_POLL_SECONDS
+        if (give_up_at := self._give_up_at) is not None:
+            pause = min(pause, give_up_at - time.monotonic())
+            if pause <= 0:
+                return False
+        return not self._stopping.wait(pause)
 
     def _stop_point(self, done: int, total: int) -> None:
         """The projector's progress callback: called between chunks, in its thread."""
         if self._stopping.is_set():
             raise _CatchUpStopped
 
-    async def last_catch_up(self) -> None:
+    async def last_catch_up(self) -> str | None:
         """Fold what was committed after the updater stopped: at a graceful stop the updater is
         cancelled with the other services, while the store outlives them and commits what the
         sessions write as they stop. Called once the store has drained, so ``projections.db``
         matches the log the daemon leaves (a ``lens log rebuild`` right after gives the same
-        rows). Skipped after a stop during start-up (:meth:`stop`): that one ends at once."""
-        if not self._stopping.is_set():
-            await self._catch_up()
+        rows). Skipped after a stop during start-up (:meth:`stop`): that one ends at once.
+
+        Returns the line to tell the user when the projections stay behind the log because
+        another process held ``projections.db`` past the bound of :meth:`stopping`; else ``None``."""
+        if self._stopping.is_set():
+            return None
+        await self._catch_up()
+        if not self._busy:
+            return None
+        waited = f"{STOP_BUSY_WAIT_SECONDS:g} s" if self._give_up_at is not None else "the busy timeout"
+        return (f"lens: the projections were left behind the log: projections.db is held by another process "
+                f"(a `lens log rebuild`?) and the stop waited {waited} for it; the next start folds the rest "
+                f"(the log has every event)")
 
     def close(self) -> None:
         self.projector.close()

@@ -31,11 +31,11 @@ import re
 import signal
 import subprocess
 import sys
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import apsw
 import httpx2
@@ -317,6 +317,21 @@ def lock_is_free(data_dir: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+@contextmanager
+def holding_projections(data_dir: Path) -> Iterator[None]:
+    """``projections.db`` held in a write transaction by another process's connection (as a
+    `lens log rebuild` beside the daemon holds it): the projector's next write waits for it."""
+    holder = apsw.Connection(str(data_dir / "projections.db"))
+    holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, then hold
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        if not holder.getautocommit():
+            holder.execute("ROLLBACK")
+        holder.close()
 
 
 def projection_dump(data_dir: Path) -> dict[str, Any]:

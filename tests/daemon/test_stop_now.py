@@ -17,15 +17,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 import trio
 
 from tests.executor_hold import held_at
 from tests.procfs import executor_of, read_proc
 
-from .conftest import (LIMIT, lens_command, lock_is_free, projections_caught_up, run_lens, serving,
-                       stopped_listening, wait_until)
+from .conftest import (LIMIT, holding_projections, lens_command, lock_is_free, projections_caught_up, run_lens,
+                       serving, stopped_listening, wait_until)
 from .test_jobs import setup
 
 # Ignores SIGTERM, its `sleep` too (an ignored signal stays ignored across exec): ends only by SIGKILL.
@@ -169,10 +168,7 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
         async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
             assert serve.proc is not None
             token, sid = await setup(d)
-            holder = apsw.Connection(str(tmp_path / "data" / "projections.db"))
-            holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, then hold
-            try:
-                holder.execute("BEGIN IMMEDIATE")  # (held: the projector's next write waits)
+            with holding_projections(tmp_path / "data"):  # (the projector's next write waits)
                 acked = (await d.submit(token, sid, "r1", "written while projections.db is held"))["seq"]
                 serve.proc.send_signal(signal.SIGTERM)
                 await stopped_listening(d.port)
@@ -181,10 +177,6 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
                 second = trio.current_time()
                 code = await serve.proc.wait()
                 took = trio.current_time() - second
-            finally:
-                if not holder.getautocommit():
-                    holder.execute("ROLLBACK")
-                holder.close()
             with trio.fail_after(LIMIT):
                 await serve.stdout_closed.wait()
             serve.stderr.close()

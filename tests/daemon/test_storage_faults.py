@@ -9,7 +9,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import apsw
 import httpx2
 import pytest
 
@@ -17,7 +16,7 @@ import projections.projector as projector_module
 import runtime.prompt as prompt_module
 from runtime import projection_service
 
-from .conftest import LIMIT, Daemon, error_of, wait_until
+from .conftest import Daemon, error_of, holding_projections, wait_until
 
 
 def _damage(path: Path) -> None:
@@ -110,10 +109,7 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
     sid = (await d.session(strong, p["id"]))["id"]
     await d.submit(strong, sid, "a", "before")
     await d.wait_idle(strong, sid)
-    holder = apsw.Connection(str(d.data_dir / "projections.db"))
-    holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, as a rebuild does
-    try:
-        holder.execute("BEGIN IMMEDIATE")  # as a rebuild does, for all of its run
+    with holding_projections(d.data_dir):  # as a rebuild does, for all of its run
         await d.submit(strong, sid, "b", "while held")
         await d.wait_idle(strong, sid)  # (sessions go on: only the read models wait)
 
@@ -136,9 +132,6 @@ async def test_projections_held_by_another_process_answer_stalled_then_recover_w
         r = await d.post("/projects", strong, {"name": "two", "workspace": str(ws)})
         assert r.status_code == 201, r.text
         two = r.json()["id"]
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     last = len(await d.events(strong, sid))
 
     async def listed() -> httpx2.Response | None:
@@ -219,10 +212,7 @@ async def test_projections_go_on_soon_after_a_long_hold_ends(daemon_factory, mon
     strong = await d.pair("strong", strong=True)
     p = await d.project(strong, "one")
     sid = (await d.session(strong, p["id"]))["id"]
-    holder = apsw.Connection(str(d.data_dir / "projections.db"))
-    holder.setbusytimeout(int(LIMIT * 1000))  # the projector may be mid-write: wait for it, as a rebuild does
-    try:
-        holder.execute("BEGIN IMMEDIATE")
+    with holding_projections(d.data_dir):  # as a rebuild does, for all of its run
         await d.submit(strong, sid, "b", "while held")
         await d.wait_idle(strong, sid)
 
@@ -230,9 +220,6 @@ async def test_projections_go_on_soon_after_a_long_hold_ends(daemon_factory, mon
             return (await d.get("/sessions", strong)).status_code == 503
 
         await wait_until(stalled, what="the session list answering stalled")
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
 
     async def listed() -> httpx2.Response | None:
         r = await d.get("/sessions", strong)

@@ -10,13 +10,16 @@ is reproduced here with the real store and service; nothing is mocked.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import apsw
 import trio
 
 from events import types as t
+from events.schema import PROJECTIONS_DB
 from events.store import Draft, EventStore
-from runtime.projection_service import ProjectionService
+from runtime.projection_service import STOP_BUSY_WAIT_SECONDS, ProjectionService
 
 
 def _positions(service: ProjectionService) -> set[int]:
@@ -65,5 +68,32 @@ async def test_a_stop_during_start_up_does_not_fold_at_the_end(tmp_path: Path) -
         await service.last_catch_up()
         assert _positions(service) == {1}
     finally:
+        service.close()
+        store.close()
+
+
+async def test_a_graceful_stop_waits_briefly_for_a_projections_db_another_process_holds(tmp_path: Path) -> None:
+    # A `lens log rebuild` beside the daemon holds projections.db in a write transaction: the last
+    # catch-up waited SQLite's busy timeout (10 s) for it. Once the stop began (stopping()) it
+    # waits at most STOP_BUSY_WAIT_SECONDS, then leaves the projections behind and says so.
+    store = EventStore.open(tmp_path)
+    service = ProjectionService(tmp_path, store)
+    holder = apsw.Connection(str(tmp_path / PROJECTIONS_DB))
+    try:
+        await _stop_with_late_appends(tmp_path, store, service)
+        holder.execute("BEGIN IMMEDIATE")
+        service.stopping()
+        began = time.monotonic()
+        said = await service.last_catch_up()
+        took = time.monotonic() - began
+        assert STOP_BUSY_WAIT_SECONDS - 0.1 <= took < STOP_BUSY_WAIT_SECONDS + 1.5, took
+        assert said is not None and "projections.db is held by another process" in said, said
+        assert _positions(service) == {1}
+        holder.execute("ROLLBACK")
+        # Let go: nothing is waited for, the projections catch up, nothing to say.
+        assert await service.last_catch_up() is None
+        assert _positions(service) == {4}
+    finally:
+        holder.close()
         service.close()
         store.close()
