@@ -131,8 +131,9 @@ class ProjectionService:
     def stopping(self) -> None:
         """The daemon began a graceful stop: a wait for a ``projections.db`` another process holds
         (the updater's, in progress or to come, and the last catch-up's) ends
-        :data:`STOP_BUSY_WAIT_SECONDS` from now at the latest, and the catch-up then fails as it does after the busy timeout
-        (:meth:`last_catch_up` says so). Folding itself is not cut: only the wait for the file."""
+        :data:`STOP_BUSY_WAIT_SECONDS` from now at the latest, and the catch-up then fails as it
+        does after the busy timeout (:meth:`last_catch_up` says so). Folding itself is not cut:
+        only the wait for the file."""
         self._give_up_at = time.monotonic() + STOP_BUSY_WAIT_SECONDS
 
     def _busy_wait(self, tries: int) -> bool:
