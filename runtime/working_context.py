@@ -16,7 +16,8 @@ Every operation is recorded, so replay rebuilds the same Working Context
   later keep their place after it, and the kept items follow it as written (but a cut round's
   input that was the conversation's first item, which stays before it). The summarizing request
   does not see the kept items but a cut round's input, and its instruction says newer messages
-  follow (:data:`COMPACTION_KEPT`). It is not a ``model.requested`` / ``model.responded`` pair
+  follow (:func:`kept_note`: that they may have done the last steps only when the model's steps
+  are kept, not when the user's unanswered inputs alone are). It is not a ``model.requested`` / ``model.responded`` pair
   (its answer is no assistant message of the conversation); its usage is in the event and counts in the session's usage. A compaction
   that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
   off at the output limit or refused, or the context moved on meanwhile) one
@@ -58,6 +59,7 @@ from projections.context_budget import (
     request_tokens,
     summarized,
     summary_budget,
+    unanswered_inputs,
     worth_compacting,
 )
 from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts, working_context
@@ -78,10 +80,16 @@ COMPACTION_INSTRUCTION = (
     "their outcomes), open questions, and what remains to do next. Keep identifiers, paths and "
     "error messages exact. Answer with the summary only."
 )
-# Added to the instruction when a compaction keeps its newest items as written after the summary.
+# Added to the instruction when a compaction keeps its newest steps (whole rounds, or a round cut
+# inside) as written after the summary.
 COMPACTION_KEPT = (
     " The newest messages are not shown here: they stay after your summary as written. Do not "
     "restate the last steps above as things still to do; the newer messages may have done them."
+)
+# Added instead when it keeps only the inputs not answered yet: they did nothing, so the last
+# steps above are still what was about to be done.
+COMPACTION_KEPT_INPUTS = (
+    " The user's newest messages are not shown here: they stay after your summary as written."
 )
 # Added to the instruction when the Working Context did not fit the summarizing request.
 COMPACTION_PARTIAL = (
@@ -179,6 +187,17 @@ def changed_settings(state: SessionState, settings: dict[str, Any]) -> dict[str,
     """The part of ``settings`` that differs from what the session has saved."""
     return {k: v for k, v in settings.items() if k not in state.settings or state.settings[k] != v
             or type(state.settings[k]) is not type(v)}
+
+
+def kept_note(agent: Any, keep: frozenset[str]) -> str:
+    """What the summarizing instruction adds of the items a compaction ``keep``s after its
+    summary: nothing when none is kept; :data:`COMPACTION_KEPT` when the model's newest steps
+    are (they may have done what the last summarized steps set out to do);
+    :data:`COMPACTION_KEPT_INPUTS` when only the inputs not answered yet are (nothing was done
+    since the summarized steps: what they set out to do is still to do)."""
+    if not keep:
+        return ""
+    return COMPACTION_KEPT if keep - {it.id for it in unanswered_inputs(agent)} else COMPACTION_KEPT_INPUTS
 
 
 def partial_note(fit: SummaryInput) -> str:
@@ -355,7 +374,7 @@ class WorkingContextOps:
             def ask(text: str) -> Item:
                 return Item(f"compaction-{state.last_seq + 1}", "user", state.last_seq + 1, task_id, text)
 
-            instruction = COMPACTION_INSTRUCTION + (COMPACTION_KEPT if keep else "")
+            instruction = COMPACTION_INSTRUCTION + kept_note(agent, keep)
             plain = ask(instruction)
             fit = fit_summary_input(shown, request_tokens([COMPACTION_SYSTEM], [plain], schemas), budget)
             last = plain

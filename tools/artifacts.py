@@ -37,7 +37,11 @@ remembers each verdict (intact, or damaged and why) by the artifact's id and the
 the file it read: device, inode, size, ``mtime_ns`` and ``ctime_ns``, from one ``fstat`` of the
 descriptor read. A later read of the same file (same identity) trusts the verdict; a file
 changed on disk in any of those (rewritten in place, even with its ``mtime`` put back, since
-that sets ``ctime``; replaced by a rename; truncated) is read and judged again. Verdicts live in
+that sets ``ctime``; replaced by a rename; truncated) is read and judged again. The identity
+is asked of the descriptor again when it is checked (a verdict holds for a file unchanged since
+it was opened), and once more after it is read: a size or ``mtime`` changed meanwhile is damage;
+a ``ctime`` alone (a link added or removed, a sweep's removal among them) has it read once more,
+judged as it is now, so an intact file removed while an answer checks it is not called damaged. Verdicts live in
 the store (one per daemon, shared by the route, the tools' puts and the sweep), at most
 :data:`VERIFIED_FILES` of them, the least recently used forgotten first; a removed id's verdict
 goes with its file.
@@ -129,6 +133,12 @@ def file_identity(st: os.stat_result) -> FileIdentity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _metadata_changed(before: FileIdentity, after: FileIdentity) -> bool:
+    """Whether the file changed between two identities in its ``ctime`` alone (its device,
+    inode, size and ``mtime`` the same): its bytes may be the same, or may not."""
+    return before[:4] == after[:4] and before[4] != after[4]
+
+
 class OpenArtifact:
     """An artifact's file held open: its ``id``, its ``size`` and ``identity`` (from the
     ``fstat`` of the descriptor when it was opened), and :meth:`read_at`. Whatever is read from
@@ -147,6 +157,10 @@ class OpenArtifact:
         """At most ``length`` bytes from ``offset`` (``pread``: fewer only at the file's end).
         Raises ``OSError``."""
         return _read_at(self._fd, offset, length)
+
+    def identity_now(self) -> FileIdentity:
+        """The file's identity as it is now (``fstat`` of the descriptor). Raises ``OSError``."""
+        return file_identity(os.fstat(self._fd))
 
     def digest(self) -> tuple[str, FileIdentity]:
         """The SHA-256 (hex) of the file read whole through the descriptor (in pieces of
@@ -404,21 +418,34 @@ class ArtifactStore:
         """Judge the open file against its id: by the verdict remembered for its identity, else
         by reading it whole through the same descriptor (in pieces of :data:`CHUNK_BYTES`) and
         remembering the verdict. Raises ``ArtifactError`` ``ARTIFACT_CORRUPT`` when its bytes do
-        not match the id, it grew past :data:`MAX_ARTIFACT_BYTES`, or it changed while it was
-        read (a file is never changed in place under its id: that is damage too); ``OSError``
+        not match the id, it grew past :data:`MAX_ARTIFACT_BYTES`, or its size or ``mtime``
+        changed since it was opened, or it changed twice while it was read (a file is never
+        changed in place under its id: that is damage too); ``OSError``
         when it cannot be read. Blocks: call it off the event loop."""
+        # (the identity is asked of the descriptor again: a verdict for the file as it was opened
+        # holds only while nothing changed it since)
+        now = opened.identity_now()
         with self._verdicts_lock:
             known = self._verdicts.get(opened.id)
-            if known is not None and known[0] == opened.identity:
+            if known is not None and known[0] == opened.identity == now:
                 self._verdicts.move_to_end(opened.id)
                 damage = known[1]
                 if damage is not None:
                     raise ArtifactError("ARTIFACT_CORRUPT", damage)
                 return
-            self.verifications += 1
         # (read outside the lock: two first answers of one file may both read it, never wrongly)
-        digest, identity = opened.digest()
-        if identity != opened.identity:
+        before, digest, identity = opened.identity, "", None
+        for _ in range(2):
+            with self._verdicts_lock:
+                self.verifications += 1
+            digest, identity = opened.digest()
+            if identity == before or not _metadata_changed(before, identity):
+                break
+            # Only its ctime moved while it was read: a link added or removed (a sweep's removal),
+            # its mode, or a write with its mtime put back. Read once more from the same
+            # descriptor, judged as it is now (a second change meanwhile is damage).
+            before = identity
+        if identity != before:
             self._forget(opened.id)
             raise ArtifactError("ARTIFACT_CORRUPT", f"artifact {opened.id} is damaged on disk: it changed "
                                                     "while it was checked against its id")

@@ -82,3 +82,50 @@ def test_a_changed_file_is_judged_again_and_a_damaged_one_is_remembered(tmp_path
         store.verify(aid)
     assert store.verifications == 5
 
+
+
+def test_a_file_whose_name_is_removed_or_linked_while_it_is_checked_is_judged_by_its_bytes(tmp_path: Path) -> None:
+    """A link removed (a sweep's removal) or added to an artifact's file after an answer opened it
+    changes the file's ``ctime``, not its bytes: the check reads it once more from the same
+    descriptor and judges the bytes (it called an intact artifact damaged, "it changed while it
+    was checked"). A write in place with its mtime put back changes ``ctime`` alone too: read
+    again, it is judged damaged. A size or mtime changed is damage at once, as before."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    data = os.urandom(300_000)
+    aid = store.put(data)
+    path = store.root / aid
+
+    with store.open(aid) as opened:
+        os.link(path, tmp_path / "a-second-name")
+        store.check(opened)  # (intact: read twice, the second time as the file now is)
+        assert store.verifications == 2
+    with store.open(aid) as opened:  # (the verdict is for the file as it is now: not read again)
+        store.check(opened)
+    assert store.verifications == 2
+
+    removed = os.urandom(200_000)
+    rid = store.put(removed)
+    with store.open(rid) as opened:
+        (store.root / rid).unlink()  # (the descriptor still holds the file: its bytes are the id's)
+        store.check(opened)
+        assert opened.read_at(0, len(removed) + 1) == removed
+    assert store.verifications == 4
+    os.unlink(tmp_path / "a-second-name")
+
+    aid = store.put(data)
+    with store.open(aid) as opened:
+        st = path.stat()
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, bytes([data[1000] ^ 1]), 1000)
+        finally:
+            os.close(fd)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        with pytest.raises(ArtifactError) as caught:
+            store.check(opened)
+        assert caught.value.code == "ARTIFACT_CORRUPT" and "SHA-256" in caught.value.message, caught.value.message
+    with store.open(aid) as opened:
+        os.truncate(path, 10)
+        with pytest.raises(ArtifactError) as caught:
+            store.check(opened)
+        assert "changed while it was checked" in caught.value.message

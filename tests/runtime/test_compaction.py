@@ -51,6 +51,7 @@ from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.working_context import (
     COMPACTION_INSTRUCTION,
     COMPACTION_KEPT,
+    COMPACTION_KEPT_INPUTS,
     COMPACTION_PARTIAL,
     COMPACTION_SYSTEM,
     Compact,
@@ -280,7 +281,11 @@ async def test_automatic_compaction_starts_at_exactly_the_threshold_and_not_one_
         # before it, and the request after the compaction reads it as written, after the summary.
         assert [it.text for it in summarizing.items[:-1]][0] == "hello"
         assert message not in [it.text for it in summarizing.items]
-        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_KEPT
+        # Only the user's input is kept: the instruction says it follows, and not that newer
+        # messages may have done the last steps (none of the model's steps follow the summary:
+        # what it was about to do next is still to do).
+        assert summarizing.items[-1].text == COMPACTION_INSTRUCTION + COMPACTION_KEPT_INPUTS
+        assert "may have done" not in summarizing.items[-1].text
         assert [(it.role, it.text) for it in after.items] == [("summary", SUMMARY_TEXT), ("user", message)]
         assert request_tokens(rt.faux.requests[-3].system, [*summarizing.items[:-1], after.items[-1]],
                               summarizing.tools) == threshold

@@ -46,6 +46,9 @@ SERVER_THREADS = 48
 # thread), so their count is the most calls served at once, at most SERVER_THREADS: named, they
 # are told apart from the threads a call starts and must end.
 CALL_THREAD_NAME = "lens-ex-call"
+# A command stream's send watch (:class:`_SendWatch`), started by a call: named on its own, or it
+# would read as a pool thread (a thread inherits its starter's kernel name).
+SEND_WATCH_THREAD_NAME = "lens-ex-watch"
 # Test-only: with this variable set to "1" the executor also answers the tool ``_test_wait_cancel``
 # (writes ``<marker>.started``, blocks until the caller cancels, then writes ``<marker>``), so
 # tests can observe that a trio cancellation of a unary call reaches the server. Never set in
@@ -377,7 +380,7 @@ class _SendWatch:
         self._cond = threading.Condition()
         self._since: float | None = None
         self._closed = False
-        threading.Thread(target=self._watch, name="lens-executor-send-watch", daemon=True).start()
+        start_named_thread(self._watch, SEND_WATCH_THREAD_NAME)
 
     def sending(self) -> None:
         with self._cond:
@@ -485,8 +488,7 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     stop = threading.Event()
     _stop_on_signals(stop)
     if exit_with_stdin:
-        threading.Thread(target=_stop_at_end_of_stdin, args=(stop,), name="lens-executor-lifeline",
-                         daemon=True).start()
+        start_named_thread(_stop_at_end_of_stdin, "lens-ex-stdin", stop)
     host = listen.rsplit(":", 1)[0]
 
     def ready(port: int) -> None:
@@ -540,7 +542,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
                 stop.set()
                 return
 
-    threading.Thread(target=watch, name="lens-executor-signals", daemon=True).start()
+    start_named_thread(watch, "lens-ex-signals")
 
 
 def _stop_at_end_of_stdin(stop: threading.Event) -> None:
@@ -552,6 +554,18 @@ def _stop_at_end_of_stdin(stop: threading.Event) -> None:
     except OSError:
         pass
     stop.set()
+
+
+def start_named_thread(target: Callable[..., object], name: str, *args: object) -> None:
+    """Start a daemon thread running ``target(*args)``, named ``name`` (at most 15 bytes) in
+    Python and in the kernel's thread list: a thread inherits the kernel name of the one that
+    starts it, so one started by a call would otherwise read as a pool thread
+    (:data:`CALL_THREAD_NAME`)."""
+    def run() -> None:
+        name_this_thread(name)
+        target(*args)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
 
 
 def name_this_thread(name: str) -> None:
