@@ -1,18 +1,19 @@
 """``lens serve``: the daemon's root nursery and its services.
 
 Start order: event store writer → projector → the sweep of ``artifacts/`` (files no event names,
-see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unfinished
-work) → SSE bus → pair-file watcher → HTTP. On SIGINT/SIGTERM/SIGHUP: SSE streams end themselves
+see :mod:`runtime.artifact_sweep`) → supervisor (which wakes sessions with unfinished work) → SSE
+bus → pair-file watcher → HTTP. On SIGINT/SIGTERM/SIGHUP: SSE streams end themselves
 (``stream.end``), HTTP stops, actors are cancelled (an interrupted tool call is recorded on the
-next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and the store drains every accepted append before closing; the projections then fold
-what it committed after their updater stopped (waiting at most 2 s from the signal for a
-``projections.db`` another process holds, then left behind the log with a line on stderr:
-:meth:`ProjectionService.stopping`). Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the projections' first
-catch-up at the end of the chunk it is folding). A second one, at any point of the stop until
-the store has drained, stops now (:mod:`runtime.stop_now`): the stop's bounded waits end at once
-(requests in progress are reset, executors and MCP servers killed, a job's last record given up,
-the projections' last catch-up ended after its chunk), the store still writes what it accepted,
-and the exit status is 128 + the signal's number.
+next wake; a running background job's end is recorded now, bounded, see :mod:`runtime.jobs`), and
+the store drains every accepted append before closing; the projections then fold what it committed
+after their updater stopped (waiting at most 2 s from the signal for a ``projections.db`` another
+process holds, then left behind the log with a line on stderr: :meth:`ProjectionService.stopping`).
+Nothing acknowledged is lost. A signal before the daemon serves ends its start-up the same way (the
+projections' first catch-up at the end of the chunk it is folding). A second one, at any point of
+the stop until the store has drained, stops now (:mod:`runtime.stop_now`): the stop's bounded waits
+end at once (requests in progress are reset, executors and MCP servers killed, a job's last record
+given up, the projections' last catch-up ended after its chunk), the store still writes what it
+accepted, and the exit status is 128 + the signal's number.
 """
 
 from __future__ import annotations

@@ -8,19 +8,19 @@ Every operation is recorded, so replay rebuilds the same Working Context
   sees the items as the agent's next request would, then :data:`COMPACTION_INSTRUCTION`; a
   context that would not fit the model's window with room for the summary is cut to fit in that
   request only, see :func:`projections.context_budget.fit_summary_input`, and a context-length
-  refusal is asked once more at half the size) and
-  records one ``context.compacted`` {summary, replaced item ids, trigger, usage}: every Working
-  Context item but system instructions, the newest rounds up to ``keepRecentTokens`` (or, when
-  the newest round is over it, that round's input and newest steps) and the inputs not answered
-  yet is replaced by the summary, which stands where the first of them stood: instructions added
-  later keep their place after it, and the kept items follow it as written (but a cut round's
-  input that was the conversation's first item, which stays before it). The summarizing request
-  does not see the kept items but a cut round's input, and its instruction says newer messages
-  follow (:func:`kept_note`: that they may have done the last steps only when the model's steps
-  are kept, not when the user's unanswered inputs alone are). It is not a ``model.requested`` / ``model.responded`` pair
-  (its answer is no assistant message of the conversation); its usage is in the event and counts in the session's usage. A compaction
-  that fails or is cut off changes nothing; when the provider answered (no text, a summary cut
-  off at the output limit or refused, or the context moved on meanwhile) one
+  refusal is asked once more at half the size) and records one ``context.compacted`` {summary,
+  replaced item ids, trigger, usage}: every Working Context item but system instructions, the
+  newest rounds up to ``keepRecentTokens`` (or, when the newest round is over it, that round's
+  input and newest steps) and the inputs not answered yet is replaced by the summary, which stands
+  where the first of them stood: instructions added later keep their place after it, and the kept
+  items follow it as written (but a cut round's input that was the conversation's first item, which
+  stays before it). The summarizing request does not see the kept items but a cut round's input,
+  and its instruction says newer messages follow (:func:`kept_note`: that they may have done the
+  last steps only when the model's steps are kept, not when the user's unanswered inputs alone
+  are). It is not a ``model.requested`` / ``model.responded`` pair (its answer is no assistant
+  message of the conversation); its usage is in the event and counts in the session's usage. A
+  compaction that fails or is cut off changes nothing; when the provider answered (no text, a
+  summary cut off at the output limit or refused, or the context moved on meanwhile) one
   ``context.compaction_failed`` records why and what the request used.
 * **Automatic compaction**: before a model request, when the estimated request
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
@@ -326,12 +326,13 @@ class WorkingContextOps:
         """The ids of the Working Context items a compaction keeps as written after its summary:
         the newest rounds up to the keep budget (:func:`projections.context_budget.recent_rounds`,
         ``context.compaction.keepRecentTokens`` at most half the threshold; when the newest round
-        is over it, that round's input and newest steps, :func:`projections.context_budget.turn_tail`)
-        and, whatever that budget, the inputs not answered yet; all of them only while they fit,
-        with the system prompt, instructions and tool schemas, in the window less the room for a
-        summary (what a summarizing request may use). Past that the newest rounds are not kept, and past it with
-        the unanswered inputs alone nothing is: they are summarized with the rest (an input
-        larger than the window could not be sent as written)."""
+        is over it, that round's input and newest steps,
+        :func:`projections.context_budget.turn_tail`) and, whatever that budget, the inputs not
+        answered yet; all of them only while they fit, with the system prompt, instructions and
+        tool schemas, in the window less the room for a summary (what a summarizing request may
+        use). Past that the newest rounds are not kept, and past it with the unanswered inputs
+        alone nothing is: they are summarized with the rest (an input larger than the window could
+        not be sent as written)."""
         threshold = compaction_threshold(model.context_window, self.settings().trigger_percent)
         rounds = recent_rounds(agent, keep_recent_budget(self._config.compaction.keep_recent_tokens, threshold))
         return kept_items(agent, system, schemas, summary_budget(model.context_window, model.max_output_tokens),

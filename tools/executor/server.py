@@ -26,6 +26,7 @@ import grpc
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
 from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.undumpable import make_undumpable  # (imports nothing of ours)
 from tools.files.errors import FileToolError, from_os_error
 from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import Workspace
@@ -469,7 +470,9 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         where = "the token on standard input" if token_stdin else TOKEN_ENV
         _fail("EXECUTOR_TOKEN_INVALID", f"{where} {fault}")
         return 2
-    _not_dumpable()
+    # (its /proc files closed to the commands it runs, where the token may still be in the environment:
+    # a remote executor started with LENS_EXECUTOR_TOKEN; best effort, Linux only)
+    make_undumpable()
     if not _is_host_port(listen):
         _fail("INVALID_ARGUMENT", f"cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a "
               f"port from 0 (any free one) to 65535, an IPv6 address in brackets")
@@ -578,20 +581,6 @@ def name_this_thread(name: str) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # PR_SET_NAME = 15
     except Exception:  # noqa: BLE001 (a name is worth no failed call)
-        pass
-
-
-def _not_dumpable() -> None:
-    """Make this process's /proc files (environ, memory) unreadable to other processes of its user
-    — the commands it runs included — where the token may still be in the environment (a
-    remote executor started with LENS_EXECUTOR_TOKEN). Best effort: Linux only; root reads
-    them regardless."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4, value 0
-    except (OSError, AttributeError):
         pass
 
 
