@@ -1127,6 +1127,10 @@ def test_a_cut_inside_a_steered_task_keeps_the_tasks_first_input():
     large = _steered_agent(input_text="x" * 4 * 3 * STEP)
     assert [it.id for it in recent_rounds(large, whole_steer)] == ["st", *steps(3, 4, 5)]
     assert [it.id for it in recent_rounds(large, 2 * STEP)] == steps(4, 5)
+    # A steer not answered yet ends the round: kept after the newest step, with the input.
+    waiting = AgentState("main", items=[*agent.items, Item("st2", "user", 99, "T", STEER)])
+    assert [it.id for it in recent_rounds(waiting, inp + STEP + steer)] == ["in", *steps(5), "st2"]
+    assert [it.id for it in recent_rounds(waiting, STEP + steer)] == [*steps(5), "st2"]
     # At every budget: what is kept begins with the task's input or a step, never with the steer
     # while the input is summarized and fits; the order is the Full Context's; every result with its call.
     order = [it.id for it in conv]
