@@ -110,18 +110,32 @@ def _tails(items: list[Item], budget: int, begins: Callable[[int], bool]) -> lis
     return out
 
 
+def goes_on(conv: list[Item], k: int) -> bool:
+    """Whether the user item ``conv[k]`` goes on a task already begun rather than beginning a
+    round: the item before it in ``conv`` (the conversation, system instructions left out;
+    summaries passed over, they stand for what they replaced) belongs to the same task — a steer
+    placed in the middle of the task's loop, or one placed with its input. Items of no task
+    (``task_id`` None) each begin a round."""
+    task = conv[k].task_id
+    if task is None:
+        return False
+    prev = next((conv[j] for j in range(k - 1, -1, -1) if conv[j].role != "summary"), None)
+    return prev is not None and prev.task_id == task
+
+
 def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
     """The newest conversation a compaction keeps as written, estimated at most ``budget`` tokens
     (exactly at it is kept, one token past it is not), leaving something before it worth
     summarizing (more than one earlier summary). System instructions are passed over: they are
     never replaced.
 
-    Whole rounds first: the longest tail of the conversation that begins at a user input and holds
-    the call of every tool result in it. When not even the newest round fits whole (a task deep in
-    a long tool loop), the cut falls inside it (:func:`turn_tail`): its input and its newest
-    steps. Empty when neither fits: then nothing of it is kept but the inputs not answered yet."""
+    Whole rounds first: the longest tail of the conversation that begins at a round's input (a
+    user input that begins a task, not a steer placed in it, :func:`goes_on`) and holds the call
+    of every tool result in it. When not even the newest round fits whole (a task deep in a long
+    tool loop), the cut falls inside it (:func:`turn_tail`): its input and its newest steps. Empty
+    when neither fits: then nothing of it is kept but the inputs not answered yet."""
     conv = [it for it in working_context(agent) if it.role != "system"]
-    rounds = [k for k, _tokens in _tails(conv, budget, lambda k: conv[k].role == "user")
+    rounds = [k for k, _tokens in _tails(conv, budget, lambda k: conv[k].role == "user" and not goes_on(conv, k))
               if _worth_summarizing(conv[:k])]
     return conv[rounds[-1]:] if rounds else turn_tail(conv, budget)
 
@@ -129,24 +143,34 @@ def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
 def turn_tail(conv: list[Item], budget: int) -> list[Item]:
     """The part of the newest round of ``conv`` (the conversation, system instructions left out)
     a compaction keeps when the round is over the budget: its input (the user items it begins
-    with), then its newest steps from where a model response begins — never at a tool result, nor
-    between a response's text and its calls, and with the call of every tool result kept — all
-    estimated at most ``budget`` tokens, leaving something before the steps worth summarizing.
-    The input is kept while it fits beside at least the newest response; else the steps alone.
-    Empty when not even the newest response (with the results of its calls) fits, or when the
-    round has no response yet (its inputs are the unanswered ones)."""
-    last = next((i for i in range(len(conv) - 1, -1, -1) if conv[i].role == "user"), None)
-    if last is None or last == len(conv) - 1:
+    with: the task's first input, and a steer placed with it), then its newest steps from where
+    a model response or a steer placed in the loop begins — never at a tool result, nor between
+    a response's text and its calls, and with the call of every tool result kept — all estimated
+    at most ``budget`` tokens, leaving something before the steps worth summarizing. A steer
+    placed in the loop is one of the round's steps (:func:`goes_on`): kept in its place when the
+    cut falls before it, summarized with the steps before the cut otherwise; the round's input
+    is the task's, whatever was steered since. The input is kept while it fits beside at least
+    the newest response; else the steps alone. Empty when not even the newest response (with
+    the results of its calls) fits, or when the round has no response yet (its inputs are the
+    unanswered ones)."""
+    start = next((k for k in range(len(conv) - 1, -1, -1) if conv[k].role == "user" and not goes_on(conv, k)), None)
+    if start is None:
         return []
-    start = last
     while start > 0 and conv[start - 1].role == "user":
         start -= 1
-    inputs, steps = conv[start:last + 1], conv[last + 1:]
+    end = start
+    while end + 1 < len(conv) and conv[end + 1].role == "user":
+        end += 1
+    inputs, steps = conv[start:end + 1], conv[end + 1:]
+    if not steps:
+        return []
     if sum(item_tokens(it) for it in conv[start:]) <= budget:
         return []  # the round fits whole: kept whole by recent_rounds, or summarized whole (nothing else is)
 
-    def begins(k: int) -> bool:  # a model response begins at steps[k]
+    def begins(k: int) -> bool:  # a model response, or a steer a response follows, begins at steps[k]
         it, prev = steps[k], steps[k - 1] if k else None
+        if it.role == "user":
+            return prev is not None and prev.role != "user" and any(s.role != "user" for s in steps[k:])
         return it.role in ("assistant", "tool_call") and (
             prev is None or prev.seq != it.seq or prev.role not in ("assistant", "tool_call"))
 

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+import trio
 
 from runtime.working_context import COMPACTION_KEPT, COMPACTION_SYSTEM
 
@@ -21,7 +22,7 @@ from ..providers.servers.base import Received, Reply, ScriptedServer
 from ..providers.servers import openai_responses
 from ..providers.servers.openai_chat import chat_stream, usage
 from ..providers.wire import check_anthropic_turns, check_chat_turns, check_responses_turns
-from .conftest import stop_daemon
+from .conftest import LIMIT, stop_daemon
 
 KEEP = 5000  # keepRecentTokens: one step (about 4,100 tokens) fits, two do not
 WINDOW = 40000  # the automatic threshold at 50% is 20,000
@@ -171,6 +172,98 @@ async def test_a_task_deep_in_a_tool_loop_keeps_its_input_and_newest_step_across
     d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
     assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
     # A fork as of the session's last event rebuilds the same Working Context from the log.
+    last_seq = (await d2.events(token, sid))[-1]["seq"]
+    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last_seq})
+    assert r.status_code == 201, r.text
+    forked = (await d2.get(f"/sessions/{r.json()['id']}/context", token)).json()
+    assert (forked["workingItemIds"], forked["items"]) == (context["workingItemIds"], context["items"])
+    before = len(server.requests)
+    await d2.submit(token, sid, "r2", NEXT)
+    await d2.wait_idle(token, sid)
+    assert len(server.requests) == before + 1
+    resumed = _turns(protocol, server.requests[-1].body)
+    assert resumed[0] == ("user", TASK) and SUMMARY in resumed[1][1]
+    assert resumed[2:] == [*newest, ("assistant", DONE), ("user", NEXT)]
+
+
+STEER = "Skip the files after f4.txt; say which letters you saw."
+
+
+class SteeredModel(Model):
+    """:class:`Model`, whose answer making the second call is held until the test has queued a
+    steer: the steer is placed after that call's result, in the middle of the loop."""
+
+    def __init__(self, protocol: str) -> None:
+        super().__init__(protocol)
+        self.held = trio.Event()  # the held answer was asked for
+        self.gate = trio.Event()
+
+    def __call__(self, received: Received) -> Reply:
+        reply = super().__call__(received)
+        if len(self.calls) == 2 and not self.held.is_set() and not self.summarizing:
+            reply.gate = self.gate
+            self.held.set()
+        return reply
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat", "openai-responses"])
+async def test_a_cut_inside_a_steered_task_keeps_the_tasks_first_input_across_a_restart(
+        daemon_factory, nursery, protocol):
+    # The user steers the task after its second step; the loop goes on until the automatic
+    # threshold compacts. The cut falls inside the task's turn after the steer: the task's own
+    # input is kept word for word before the newest step, and the steer is summarized with the
+    # steps before the cut (not kept as the turn's input, the task's input summarized).
+    model = SteeredModel(protocol)
+    server = ScriptedServer(answer=model)
+    url = await server.start(nursery)
+    d = await daemon_factory(config=_config(protocol, url))
+    token = await d.pair("steer-client", strong=True)
+    project = await d.project(token)
+    workspace = d.root / "workspaces" / "p"
+    for n in range(MAX_CALLS):
+        (workspace / f"f{n}.txt").write_text("".join(chr(ord("a") + n) * 399 + "\n" for _ in range(FILE_LINES)))
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", TASK)
+    with trio.fail_after(LIMIT):
+        await model.held.wait()
+    await d.submit(token, sid, "r-steer", STEER, whenBusy="steer")
+    assert [q["whenBusy"] for q in (await d.view(token, sid))["queued"]] == ["steer"]
+    model.gate.set()
+    await d.wait_idle(token, sid)
+
+    assert len(model.summarizing) == 1
+    at = server.requests.index(model.summarizing[0])
+    last = model.calls[-1]
+    assert 3 <= len(model.calls) < MAX_CALLS  # (the steer came before the newest step)
+    # The steer was placed after the second call's result, before the third call.
+    placed = _turns(protocol, server.requests[2].body)
+    assert placed[-2:] == [("result", model.calls[1]), ("user", STEER)]
+    # The summarizing request saw the input, every step but the newest, and the steer in its place.
+    summarizing = _turns(protocol, model.summarizing[0].body)
+    assert summarizing[0] == ("user", TASK)
+    steer = summarizing.index(("user", STEER))
+    assert summarizing[steer - 1] == ("result", model.calls[1]) and summarizing[steer + 2] == ("call", model.calls[2])
+    assert [x for kind, x in summarizing if kind == "call"] == model.calls[:-1]
+    assert summarizing[-1][0] == "user" and summarizing[-1][1].endswith(COMPACTION_KEPT)
+    # The request after it: the task's input word for word, the summary, the newest step — the
+    # same cut for each wire format; the steer only in the summary.
+    after = _turns(protocol, server.requests[at + 1].body)
+    newest = [("assistant", f"Reading f{len(model.calls) - 1}.txt."), ("call", last), ("result", last)]
+    assert after[0] == ("user", TASK) and after[1][0] == "user" and SUMMARY in after[1][1]
+    assert after[2:] == newest
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    marks = {i["role"]: [] for i in context["items"]}
+    for i in context["items"]:
+        marks[i["role"]].append(i["context"])
+    assert marks["user"] == ["visible", "compacted"]  # the task's input, the steer
+    assert [i["context"] for i in context["items"]].count("compacted") == 3 * (len(model.calls) - 1) + 1
+    assert context["compactions"] == 1 and len(context["workingItemIds"]) == 1 + 1 + 3 + 1  # (and the answer)
+
+    # After a restart the log rebuilds the same Working Context, a fork as of the last event too,
+    # and the restarted daemon's first request still begins with the task's input.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
     last_seq = (await d2.events(token, sid))[-1]["seq"]
     r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last_seq})
     assert r.status_code == 201, r.text

@@ -1089,6 +1089,79 @@ def test_a_round_over_the_budget_keeps_its_input_and_newest_steps():
     assert [it.id for it in working_context(compacted)] == ["in", "c", *_step_ids(alone, 5)]
 
 
+STEER = "use the other config file instead"
+
+
+def _steered_agent(*, older: bool = True, input_text: str = "fix the failing test") -> AgentState:
+    """:func:`_loop_agent` with six steps as a task's items (task ``T``; the older round task
+    ``O``), and a steer placed in the loop after step 2's results (``st``), as the actor places
+    one: a user item of the running task after a tool round."""
+    items = [msgspec.structs.replace(it, task_id="O" if it.id.startswith("o") else "T")
+             for it in _loop_agent(6, older=older, input_text=input_text).items]
+    at = max(i for i, it in enumerate(items) if it.id.startswith("s2r")) + 1
+    items.insert(at, Item("st", "user", 15, "T", STEER))
+    return AgentState("main", items=items)
+
+
+def test_a_cut_inside_a_steered_task_keeps_the_tasks_first_input():
+    from projections.context_budget import goes_on, recent_rounds, summarized
+
+    agent = _steered_agent()
+    inp, steer = item_tokens(agent.items[2]), item_tokens(Item("x", "user", 0, None, STEER))
+    steps = lambda *ns: sum((_step_ids(agent, n) for n in ns), [])  # noqa: E731
+    conv = working_context(agent)
+    # The steer goes on the task; the task's input and the older round's begin rounds.
+    assert [it.id for k, it in enumerate(conv) if it.role == "user" and not goes_on(conv, k)] == ["o1", "in"]
+    # A cut after the steer keeps the task's input, not the steer (summarized with the steps before
+    # the cut); exactly at the budget and one step fewer one token past it.
+    assert [it.id for it in recent_rounds(agent, inp + 2 * STEP)] == ["in", *steps(4, 5)]
+    assert [it.id for it in recent_rounds(agent, inp + 2 * STEP - 1)] == ["in", *steps(5)]
+    # A cut at the steer keeps it in its place, after the input, before the steps that followed it
+    # (the round from the steer on fits the budget whole: it is still not kept as a round of its own).
+    whole_steer = steer + 3 * STEP
+    assert [it.id for it in recent_rounds(agent, inp + whole_steer)] == ["in", "st", *steps(3, 4, 5)]
+    assert [it.id for it in recent_rounds(agent, inp + whole_steer - 1)] == ["in", *steps(3, 4, 5)]
+    assert [it.id for it in recent_rounds(agent, inp + whole_steer + STEP)] == ["in", *steps(2), "st", *steps(3, 4, 5)]
+    # An input too large to keep beside the newest step: the steps alone, as for a round with no
+    # steer (a steer among them is kept where it stands).
+    large = _steered_agent(input_text="x" * 4 * 3 * STEP)
+    assert [it.id for it in recent_rounds(large, whole_steer)] == ["st", *steps(3, 4, 5)]
+    assert [it.id for it in recent_rounds(large, 2 * STEP)] == steps(4, 5)
+    # A steer not answered yet ends the round: kept after the newest step, with the input.
+    waiting = AgentState("main", items=[*agent.items, Item("st2", "user", 99, "T", STEER)])
+    assert [it.id for it in recent_rounds(waiting, inp + STEP + steer)] == ["in", *steps(5), "st2"]
+    assert [it.id for it in recent_rounds(waiting, STEP + steer)] == [*steps(5), "st2"]
+    # At every budget: what is kept begins with the task's input or a step, never with the steer
+    # while the input is summarized and fits; the order is the Full Context's; every result with its call.
+    order = [it.id for it in conv]
+    for budget in range(0, inp + 8 * STEP, 7):
+        kept = [it.id for it in recent_rounds(agent, budget)]
+        assert sum(item_tokens(it) for it in conv if it.id in kept) <= budget
+        assert kept == [i for i in order if i in kept]
+        if kept and budget >= inp + STEP:
+            assert kept[0] == "in"
+        assert {i for i in kept if "r" in i[2:]} <= {i.replace("c", "r") for i in kept if "c" in i[2:]} | {"st"}
+
+    # The summarizing request sees the input, the steps before the cut and the steer among them.
+    keep = frozenset(it.id for it in recent_rounds(agent, inp + 2 * STEP))
+    assert [it.id for it in summarized(conv, keep)] == ["o1", "o2", "in", *steps(0, 1, 2), "st", *steps(3)]
+    replaced = tuple(it.id for it in replaceable(agent, keep))
+    compacted = AgentState("main", items=[*agent.items, Item("c", "summary", 60, "T", "S", replaced_ids=replaced)])
+    assert [it.id for it in working_context(compacted)] == ["c", "in", *steps(4, 5)]
+    # The task alone in the conversation, cut at the steer: the input, the summary, the steer, the
+    # steps after it. A second compaction of it keeps the task's input again (the summary between
+    # the input and the steer does not make the steer a round of its own).
+    alone = _steered_agent(older=False)
+    keep = frozenset(it.id for it in recent_rounds(alone, inp + whole_steer))
+    assert [it.id for it in working_context(alone) if it.id in keep] == ["in", "st", *steps(3, 4, 5)]
+    replaced = tuple(it.id for it in replaceable(alone, keep))
+    once = AgentState("main", items=[*alone.items, Item("c", "summary", 60, "T", "S", replaced_ids=replaced)])
+    assert [it.id for it in working_context(once)] == ["in", "c", "st", *steps(3, 4, 5)]
+    assert [it.id for it in recent_rounds(once, inp + 2 * STEP)] == ["in", *steps(4, 5)]
+    # (Something is left to summarize there: the summary and step 3.)
+    assert worth_compacting(once, frozenset(it.id for it in recent_rounds(once, inp + 2 * STEP)))
+
+
 HUGE = 13_000  # estimated tokens of each result of the tool below
 
 
