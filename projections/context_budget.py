@@ -135,8 +135,10 @@ def recent_rounds(agent: AgentState, budget: int) -> list[Item]:
     tool loop), the cut falls inside it (:func:`turn_tail`): its input and its newest steps. Empty
     when neither fits: then nothing of it is kept but the inputs not answered yet."""
     conv = [it for it in working_context(agent) if it.role != "system"]
-    rounds = [k for k, _tokens in _tails(conv, budget, lambda k: conv[k].role == "user" and not goes_on(conv, k))
-              if _worth_summarizing(conv[:k])]
+    def begins(k: int) -> bool:  # a round's input, not a steer placed in its task
+        return conv[k].role == "user" and not goes_on(conv, k)
+
+    rounds = [k for k, _tokens in _tails(conv, budget, begins) if _worth_summarizing(conv[:k])]
     return conv[rounds[-1]:] if rounds else turn_tail(conv, budget)
 
 
@@ -153,7 +155,8 @@ def turn_tail(conv: list[Item], budget: int) -> list[Item]:
     the newest response; else the steps alone. Empty when not even the newest response (with
     the results of its calls) fits, or when the round has no response yet (its inputs are the
     unanswered ones)."""
-    start = next((k for k in range(len(conv) - 1, -1, -1) if conv[k].role == "user" and not goes_on(conv, k)), None)
+    start = next((k for k in range(len(conv) - 1, -1, -1)
+                  if conv[k].role == "user" and not goes_on(conv, k)), None)
     if start is None:
         return []
     while start > 0 and conv[start - 1].role == "user":
