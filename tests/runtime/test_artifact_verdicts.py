@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -129,3 +132,64 @@ def test_a_file_whose_name_is_removed_or_linked_while_it_is_checked_is_judged_by
         with pytest.raises(ArtifactError) as caught:
             store.check(opened)
         assert "changed while it was checked" in caught.value.message
+
+
+def sha256_calls(action: Callable[[], object]) -> tuple[int, object]:
+    """How many times ``action`` (run in this thread) called ``hashlib.sha256`` (each a hash of
+    an artifact's bytes begun: ``get``'s of the bytes it holds, ``check``'s of the file it
+    reads), seen by the interpreter's profiler; and what it returned, or the error it raised."""
+    calls = 0
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "c_call" and arg is hashlib.sha256:
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        result: object = action()
+    except ArtifactError as exc:
+        result = exc
+    finally:
+        sys.setprofile(None)
+    return calls, result
+
+
+def test_get_hashes_a_file_once_and_shares_its_verdict_with_check(tmp_path: Path) -> None:
+    """``get`` (an image sent to a model with every request, an edit's copies, a job's output)
+    hashed the whole artifact at every call; it now judges by the verdict as ``check`` does:
+    hashed once per file on disk, the verdict shared both ways with ``check``, a file changed
+    since it was judged hashed again, a damaged one refused with the same error as before."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    data = os.urandom(4 * 1024 * 1024)
+    aid = store.put(data)
+    path = store.root / aid
+    reads = [sha256_calls(lambda: store.get(aid)) for _ in range(3)]
+    assert [calls for calls, _ in reads] == [1, 0, 0] and all(got == data for _, got in reads)
+    assert sha256_calls(lambda: store.verify(aid)) == (0, len(data))  # (get's verdict, trusted by check)
+    assert store.verifications == 1
+
+    other = os.urandom(1024 * 1024)
+    oid = store.put(other)
+    assert sha256_calls(lambda: store.verify(oid)) == (1, len(other))
+    calls, got = sha256_calls(lambda: store.get(oid))
+    assert calls == 0 and got == other  # (check's verdict, trusted by get)
+
+    st = path.stat()
+    with open(path, "r+b") as f:  # (one byte changed in place, its mtime put back)
+        f.seek(3_000_000)
+        f.write(bytes([data[3_000_000] ^ 1]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    refusals = [sha256_calls(lambda: store.get(aid)) for _ in range(2)] + [sha256_calls(lambda: store.verify(aid))]
+    assert [calls for calls, _ in refusals] == [1, 0, 0]  # (judged once, then the damage remembered)
+    for _, refused in refusals:
+        assert isinstance(refused, ArtifactError) and refused.code == "ARTIFACT_CORRUPT", refused
+        assert refused.message == (f"artifact {aid} is damaged on disk (its bytes no longer match its "
+                                   "SHA-256)"), refused.message
+    replacement = path.with_name("replacement")
+    replacement.write_bytes(data)
+    replacement.replace(path)  # (a new file: judged again, intact)
+    calls, got = sha256_calls(lambda: store.get(aid))
+    assert calls == 1 and got == data
+    assert store.verifications == 4
+
