@@ -48,7 +48,7 @@ identity was the same from its open to the end of the read; otherwise they are h
 verdict remembered only when that identity held). Verdicts live in the store (one per daemon,
 shared by the route, ``get``, the tools' puts and the sweep), at most :data:`VERIFIED_FILES` of
 them, the least recently used forgotten first; a removed id's verdict goes with its file (the
-sweep's removal).
+sweep's removal and a failed ``put_together``'s).
 """
 
 from __future__ import annotations
@@ -335,6 +335,7 @@ class ArtifactStore:
                 for digest in fresh:
                     if digest in self._provisional:
                         self._provisional.discard(digest)
+                        self._forget(digest)  # (as the sweep's removal: its verdict goes with its file)
                         (self.root / digest).unlink(missing_ok=True)
             raise
         with self._lock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -193,3 +193,29 @@ def test_get_hashes_a_file_once_and_shares_its_verdict_with_check(tmp_path: Path
     assert calls == 1 and got == data
     assert store.verifications == 4
 
+
+def test_a_failed_put_together_forgets_the_verdicts_of_the_files_it_removes(tmp_path: Path) -> None:
+    """A fresh file of a failed ``put_together``, judged before the call failed (an answer for
+    its id), was removed with its verdict kept, holding a place among the ``verified_files``:
+    with a bound of two, it pushed out a verdict still of use, whose file was read again."""
+    store = ArtifactStore(tmp_path / "artifacts", verified_files=2)
+    kept = store.put(b"an artifact an event names\n")
+    store.verify(kept)
+    before, after = b"before\n", b"after\n"
+    blocked = store.root / hashlib.sha256(after).hexdigest()
+    (blocked / "x").mkdir(parents=True)  # (its rename fails, as on a full disk)
+
+    class JudgedMeanwhile(list):  # the "before" answered while the "after" is stored
+        def __iter__(self) -> Iterator[bytes]:
+            yield before
+            assert store.verify(hashlib.sha256(before).hexdigest()) == len(before)
+            yield after
+
+    with pytest.raises(OSError):
+        store.put_together(JudgedMeanwhile())
+    assert not (store.root / hashlib.sha256(before).hexdigest()).exists()
+    assert store.verifications == 2
+    store.verify(store.put(b"another artifact\n"))  # (the third verdict: past the bound of two)
+    assert store.verifications == 3
+    store.verify(kept)  # (its verdict kept: not read again)
+    assert store.verifications == 3
