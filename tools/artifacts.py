@@ -48,7 +48,9 @@ identity was the same from its open to the end of the read; otherwise they are h
 verdict remembered only when that identity held). Verdicts live in the store (one per daemon,
 shared by the route, ``get``, the tools' puts and the sweep), at most :data:`VERIFIED_FILES` of
 them, the least recently used forgotten first; a removed id's verdict goes with its file (the
-sweep's removal and a failed ``put_together``'s).
+sweep's removal and a failed ``put_together``'s). One judgment of a file at a time: a second
+caller judging the same file (same id and identity) while another does waits for that verdict
+instead of hashing the file too, and judges it itself when none came (the first failed).
 """
 
 from __future__ import annotations
@@ -234,6 +236,9 @@ class ArtifactStore:
         # _lock is held across a put's writes and fsyncs.
         self._verdicts: OrderedDict[str, tuple[FileIdentity, str | None]] = OrderedDict()
         self._verdicts_lock = threading.Lock()
+        # The files being judged now, by (id, identity at open): a caller judging the same file
+        # waits for the first's verdict instead of reading it too (see _judging).
+        self._judged_now: dict[tuple[str, FileIdentity], threading.Event] = {}
         self.verified_files = verified_files
         # How many times a file's bytes were hashed to be judged against its id (read whole by
         # check, or held by get: what the verdicts save): a number for tests and measurements,
@@ -463,19 +468,39 @@ class ArtifactStore:
         """Whether the open file is still to be judged (the block reads and judges it): not when
         a verdict remembered for its id holds for it, reached on a file of the identity it was
         opened with, which ``now`` (the identity of what is judged; None: not the file opened)
-        still is; a damaged one is raised (``ARTIFACT_CORRUPT``) instead. (Judged outside the
-        lock: two first reads of one file may both judge it, never wrongly.)"""
-        current = now()
-        with self._verdicts_lock:
-            known = self._verdicts.get(opened.id)
-            trusted = known is not None and known[0] == opened.identity == current
-            if trusted:
-                self._verdicts.move_to_end(opened.id)
-        if not trusted:
-            yield True
+        still is; a damaged one is raised (``ARTIFACT_CORRUPT``) instead. One judgment of a file
+        at a time: while another caller judges the same id on a file of the same identity, this
+        one waits for it to end and then looks again (a verdict it remembered holds; a check
+        that failed remembered none, so this caller judges the file itself). The wait holds no
+        lock (a judge takes none but the verdicts' for a moment, so none waits on a waiter), and
+        the judge wakes its waiters however its block ends."""
+        key = (opened.id, opened.identity)
+        while True:
+            current = now()
+            with self._verdicts_lock:
+                known = self._verdicts.get(opened.id)
+                if known is not None and known[0] == opened.identity == current:
+                    self._verdicts.move_to_end(opened.id)
+                    damage = known[1]
+                    break
+                if current != opened.identity:  # (changed since opened: no verdict to share)
+                    running, done = None, None
+                else:
+                    running = self._judged_now.get(key)
+                    done = None if running is not None else self._judged_now.setdefault(key, threading.Event())
+            if running is not None:
+                running.wait()
+                continue
+            try:
+                yield True
+            finally:
+                if done is not None:
+                    with self._verdicts_lock:
+                        del self._judged_now[key]
+                    done.set()
             return
-        if known[1] is not None:
-            raise ArtifactError("ARTIFACT_CORRUPT", known[1])
+        if damage is not None:
+            raise ArtifactError("ARTIFACT_CORRUPT", damage)
         yield False
 
     def _remember(self, artifact_id: str, identity: FileIdentity, damage: ArtifactError | None) -> None:

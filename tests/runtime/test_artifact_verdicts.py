@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -192,6 +194,112 @@ def test_get_hashes_a_file_once_and_shares_its_verdict_with_check(tmp_path: Path
     calls, got = sha256_calls(lambda: store.get(aid))
     assert calls == 1 and got == data
     assert store.verifications == 4
+
+
+def test_a_second_judge_of_a_file_being_judged_waits_for_its_verdict(tmp_path: Path) -> None:
+    """Two first reads of one file at once hashed it twice; the second now waits for the first's
+    verdict (a ``check`` and a ``get`` alike). The first is held at the start of its hash until
+    the second has begun waiting (or, without the wait, ended), seen by the profiler."""
+    for second_reader in ("verify", "get"):
+        store = ArtifactStore(tmp_path / second_reader)
+        data = os.urandom(2 * 1024 * 1024)
+        aid = store.put(data)
+        second_waits_or_ended = threading.Event()
+        hashes = Counter[str]()
+        results: dict[str, object] = {}
+
+        def second() -> None:
+            def profile(frame: FrameType, event: str, arg: object) -> None:
+                if event == "call" and frame.f_code is threading.Event.wait.__code__:
+                    second_waits_or_ended.set()
+                elif event == "c_call" and arg is hashlib.sha256:
+                    hashes["second"] += 1
+
+            sys.setprofile(profile)
+            try:
+                results["second"] = getattr(store, second_reader)(aid)
+            finally:
+                sys.setprofile(None)
+                second_waits_or_ended.set()
+
+        second_thread = threading.Thread(target=second)
+
+        def first() -> None:
+            def profile(frame: FrameType, event: str, arg: object) -> None:
+                if event == "c_call" and arg is hashlib.sha256:
+                    hashes["first"] += 1
+                    if not second_thread.is_alive() and second_thread.ident is None:
+                        second_thread.start()
+                        assert second_waits_or_ended.wait(30)
+
+            sys.setprofile(profile)
+            try:
+                results["first"] = store.verify(aid)
+            finally:
+                sys.setprofile(None)
+
+        first_thread = threading.Thread(target=first)
+        first_thread.start()
+        first_thread.join(60)
+        second_thread.join(60)
+        assert not first_thread.is_alive() and not second_thread.is_alive()
+        assert hashes == {"first": 1}, (second_reader, hashes)
+        assert results["first"] == len(data)
+        assert results["second"] == (len(data) if second_reader == "verify" else data)
+        assert store.verifications == 1
+
+
+def test_a_waiting_judge_does_not_trust_a_check_that_failed(tmp_path: Path) -> None:
+    """A check that fails without a verdict (its file cut while it was read) leaves nothing for
+    the check waiting on it to trust: that one judges the file itself, and refuses it."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    data = os.urandom(2 * 1024 * 1024)
+    aid = store.put(data)
+    second_waits = threading.Event()
+    results: dict[str, object] = {}
+    opened_second = store.open(aid)  # (opened before the cut: the identity the first was opened with)
+
+    def second() -> None:
+        def profile(frame: FrameType, event: str, arg: object) -> None:
+            if event == "call" and frame.f_code is threading.Event.wait.__code__:
+                second_waits.set()
+
+        sys.setprofile(profile)
+        try:
+            store.check(opened_second)
+        except ArtifactError as exc:
+            results["second"] = exc
+        finally:
+            sys.setprofile(None)
+            second_waits.set()
+
+    second_thread = threading.Thread(target=second)
+
+    def first() -> None:
+        def profile(frame: FrameType, event: str, arg: object) -> None:
+            if event == "c_call" and arg is hashlib.sha256 and second_thread.ident is None:
+                second_thread.start()
+                assert second_waits.wait(30)
+                os.truncate(store.root / aid, len(data) // 2)  # (cut while the first reads it)
+
+        sys.setprofile(profile)
+        try:
+            store.verify(aid)
+        except ArtifactError as exc:
+            results["first"] = exc
+        finally:
+            sys.setprofile(None)
+
+    first_thread = threading.Thread(target=first)
+    first_thread.start()
+    first_thread.join(60)
+    second_thread.join(60)
+    opened_second.close()
+    assert not first_thread.is_alive() and not second_thread.is_alive()
+    for who in ("first", "second"):
+        refused = results.get(who)
+        assert isinstance(refused, ArtifactError) and "changed while it was checked" in refused.message, (who, refused)
+    assert store.verifications == 2  # (each read the file: the failed check's outcome was not shared)
 
 
 def test_a_failed_put_together_forgets_the_verdicts_of_the_files_it_removes(tmp_path: Path) -> None:
