@@ -164,6 +164,17 @@ class OpenArtifact:
         Raises ``OSError``."""
         return _read_at(self._fd, offset, length)
 
+    def read_whole(self) -> bytes:
+        """The file from its start, up to one byte past :data:`MAX_ARTIFACT_BYTES`: in one read
+        of its size as opened and one byte more (a byte there says it grew since), so the bytes
+        are held once, not in pieces joined into a copy; a file grown since is read on in pieces.
+        Raises ``OSError``."""
+        data = os.pread(self._fd, self.size + 1, 0)
+        if len(data) == self.size:
+            return data
+        rest = _read_at(self._fd, len(data), MAX_ARTIFACT_BYTES + 1 - len(data))
+        return data + rest if rest else data
+
     def identity_now(self) -> FileIdentity:
         """The file's identity as it is now (``fstat`` of the descriptor). Raises ``OSError``."""
         return file_identity(os.fstat(self._fd))
@@ -531,7 +542,7 @@ class ArtifactStore:
         they no longer match it. Holds the whole artifact: for the images sent to a model, the
         copies an edit's revert restores and a job's output, not for serving (see :meth:`open`)."""
         with self.open(artifact_id) as opened:
-            data = opened.read_at(0, MAX_ARTIFACT_BYTES + 1)
+            data = opened.read_whole()
             read_as = opened.identity_now()
         if len(data) > MAX_ARTIFACT_BYTES:  # (a file growing while it is read is still held to the limit)
             raise _too_large(artifact_id)
