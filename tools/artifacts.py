@@ -26,25 +26,31 @@ never comes stays held, and its file waits for the next start. :meth:`remove` ne
 held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
 committed after the sweep read the log's position).
 
-**Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies); the
-daemon's route reads less: it opens the file once (:meth:`~ArtifactStore.open`) and answers
-from that descriptor (its size, the :data:`HEAD_BYTES` its type is told from, a range by
-``pread``) once :meth:`~ArtifactStore.check` has judged the same descriptor against the id.
-``head`` and ``verify`` are the two steps for a caller that needs one of them.
+**Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies, a job's
+output) and judges the bytes it holds by the same verdicts; the daemon's route reads less: it
+opens the file once (:meth:`~ArtifactStore.open`) and answers from that descriptor (its size,
+the :data:`HEAD_BYTES` its type is told from, a range by ``pread``) once
+:meth:`~ArtifactStore.check` has judged the same descriptor against the id. ``head`` and
+``verify`` are the two steps for a caller that needs one of them.
 
 **Verified once per file.** Checking an artifact against its id reads all of it. The store
-remembers each verdict (intact, or damaged and why) by the artifact's id and the identity of
-the file it read: device, inode, size, ``mtime_ns`` and ``ctime_ns``, from one ``fstat`` of the
+remembers each verdict (intact, or damaged and why) by the artifact's id and the identity of the
+file it read: device, inode, size, ``mtime_ns`` and ``ctime_ns``, from one ``fstat`` of the
 descriptor read. A later read of the same file (same identity) trusts the verdict; a file
 changed on disk in any of those (rewritten in place, even with its ``mtime`` put back, since
-that sets ``ctime``; replaced by a rename; truncated) is read and judged again. The identity
-is asked of the descriptor again when it is checked (a verdict holds for a file unchanged since
-it was opened), and once more after it is read: a size or ``mtime`` changed meanwhile is damage;
-a ``ctime`` alone (a link added or removed, a sweep's removal among them) has it read once more,
-judged as it is now, so an intact file removed while an answer checks it is not called damaged. Verdicts live in
-the store (one per daemon, shared by the route, the tools' puts and the sweep), at most
-:data:`VERIFIED_FILES` of them, the least recently used forgotten first; a removed id's verdict
-goes with its file.
+that sets ``ctime``; replaced by a rename; truncated) is read and judged again. The identity is
+asked of the descriptor again when it is checked (a verdict holds for a file unchanged since it
+was opened), and once more after it is read: a size or ``mtime`` changed meanwhile is damage; a
+``ctime`` alone (a link added or removed, a sweep's removal among them) has it read once more,
+judged as it is now, so an intact file removed while an answer checks it is not called damaged.
+``get`` follows the same rule for the bytes it read: a verdict holds for them when the file's
+identity was the same from its open to the end of the read; otherwise they are hashed (and the
+verdict remembered only when that identity held). Verdicts live in the store (one per daemon,
+shared by the route, ``get``, the tools' puts and the sweep), at most :data:`VERIFIED_FILES` of
+them, the least recently used forgotten first; a removed id's verdict goes with its file (the
+sweep's removal and a failed ``put_together``'s). One judgment of a file at a time: a second
+caller judging the same file (same id and identity) while another does waits for that verdict
+instead of hashing the file too, and judges it itself when none came (the first failed).
 """
 
 from __future__ import annotations
@@ -158,6 +164,17 @@ class OpenArtifact:
         Raises ``OSError``."""
         return _read_at(self._fd, offset, length)
 
+    def read_whole(self) -> bytes:
+        """The file from its start, up to one byte past :data:`MAX_ARTIFACT_BYTES`: in one read
+        of its size as opened and one byte more (a byte there says it grew since), so the bytes
+        are held once, not in pieces joined into a copy; a file grown since is read on in pieces.
+        Raises ``OSError``."""
+        data = os.pread(self._fd, self.size + 1, 0)
+        if len(data) == self.size:
+            return data
+        rest = _read_at(self._fd, len(data), MAX_ARTIFACT_BYTES + 1 - len(data))
+        return data + rest if rest else data
+
     def identity_now(self) -> FileIdentity:
         """The file's identity as it is now (``fstat`` of the descriptor). Raises ``OSError``."""
         return file_identity(os.fstat(self._fd))
@@ -230,9 +247,13 @@ class ArtifactStore:
         # _lock is held across a put's writes and fsyncs.
         self._verdicts: OrderedDict[str, tuple[FileIdentity, str | None]] = OrderedDict()
         self._verdicts_lock = threading.Lock()
+        # The files being judged now, by (id, identity at open): a caller judging the same file
+        # waits for the first's verdict instead of reading it too (see _judging).
+        self._judged_now: dict[tuple[str, FileIdentity], threading.Event] = {}
         self.verified_files = verified_files
-        # How many times a file was read whole to be judged against its id (what the verdicts
-        # save): a number for tests and measurements, never an answer's.
+        # How many times a file's bytes were hashed to be judged against its id (read whole by
+        # check, or held by get: what the verdicts save): a number for tests and measurements,
+        # never an answer's.
         self.verifications = 0
 
     @contextmanager
@@ -330,6 +351,7 @@ class ArtifactStore:
                 for digest in fresh:
                     if digest in self._provisional:
                         self._provisional.discard(digest)
+                        self._forget(digest)  # (as the sweep's removal: its verdict goes with its file)
                         (self.root / digest).unlink(missing_ok=True)
             raise
         with self._lock:
@@ -424,16 +446,13 @@ class ArtifactStore:
         when it cannot be read. Blocks: call it off the event loop."""
         # (the identity is asked of the descriptor again: a verdict for the file as it was opened
         # holds only while nothing changed it since)
-        now = opened.identity_now()
-        with self._verdicts_lock:
-            known = self._verdicts.get(opened.id)
-            if known is not None and known[0] == opened.identity == now:
-                self._verdicts.move_to_end(opened.id)
-                damage = known[1]
-                if damage is not None:
-                    raise ArtifactError("ARTIFACT_CORRUPT", damage)
-                return
-        # (read outside the lock: two first answers of one file may both read it, never wrongly)
+        with self._judging(opened, opened.identity_now) as judge:
+            if judge:
+                self._read_and_judge(opened)
+
+    def _read_and_judge(self, opened: OpenArtifact) -> None:
+        """``check``'s reading: the file hashed whole through its descriptor, the verdict
+        remembered for the identity it was read at."""
         before, digest, identity = opened.identity, "", None
         for _ in range(2):
             with self._verdicts_lock:
@@ -451,13 +470,56 @@ class ArtifactStore:
                                                     "while it was checked against its id")
         # (the size is the descriptor's, unchanged while it was read: at most the limit)
         damage = _mismatch(opened.id) if digest != opened.id else None
-        with self._verdicts_lock:
-            self._verdicts[opened.id] = (identity, damage.message if damage is not None else None)
-            self._verdicts.move_to_end(opened.id)
-            while len(self._verdicts) > self.verified_files:
-                self._verdicts.popitem(last=False)
+        self._remember(opened.id, identity, damage)
         if damage is not None:
             raise damage
+
+    @contextmanager
+    def _judging(self, opened: OpenArtifact, now: Callable[[], FileIdentity | None]) -> Iterator[bool]:
+        """Whether the open file is still to be judged (the block reads and judges it): not when
+        a verdict remembered for its id holds for it, reached on a file of the identity it was
+        opened with, which ``now`` (the identity of what is judged; None: not the file opened)
+        still is; a damaged one is raised (``ARTIFACT_CORRUPT``) instead. One judgment of a file
+        at a time: while another caller judges the same id on a file of the same identity, this
+        one waits for it to end and then looks again (a verdict it remembered holds; a check
+        that failed remembered none, so this caller judges the file itself). The wait holds no
+        lock (a judge takes none but the verdicts' for a moment, so none waits on a waiter), and
+        the judge wakes its waiters however its block ends."""
+        key = (opened.id, opened.identity)
+        while True:
+            current = now()
+            with self._verdicts_lock:
+                known = self._verdicts.get(opened.id)
+                if known is not None and known[0] == opened.identity == current:
+                    self._verdicts.move_to_end(opened.id)
+                    damage = known[1]
+                    break
+                if current != opened.identity:  # (changed since opened: no verdict to share)
+                    running, done = None, None
+                else:
+                    running = self._judged_now.get(key)
+                    done = None if running is not None else self._judged_now.setdefault(key, threading.Event())
+            if running is not None:
+                running.wait()
+                continue
+            try:
+                yield True
+            finally:
+                if done is not None:
+                    with self._verdicts_lock:
+                        del self._judged_now[key]
+                    done.set()
+            return
+        if damage is not None:
+            raise ArtifactError("ARTIFACT_CORRUPT", damage)
+        yield False
+
+    def _remember(self, artifact_id: str, identity: FileIdentity, damage: ArtifactError | None) -> None:
+        with self._verdicts_lock:
+            self._verdicts[artifact_id] = (identity, damage.message if damage is not None else None)
+            self._verdicts.move_to_end(artifact_id)
+            while len(self._verdicts) > self.verified_files:
+                self._verdicts.popitem(last=False)
 
     def _forget(self, artifact_id: str) -> None:
         with self._verdicts_lock:
@@ -474,15 +536,28 @@ class ArtifactStore:
         return True
 
     def get(self, artifact_id: str) -> bytes:
-        """The artifact's bytes, checked against its id (``ARTIFACT_CORRUPT`` when they no longer
-        match it); raises as :meth:`open` does. Holds the whole artifact: for the images sent to
-        a model and the copies an edit's revert restores, not for serving (see :meth:`open`)."""
+        """The artifact's bytes, checked against its id as :meth:`check` judges a file (once per
+        file on disk: the bytes of a file whose verdict holds are not hashed again; a file
+        changed since it was judged is); raises as :meth:`open` does, ``ARTIFACT_CORRUPT`` when
+        they no longer match it. Holds the whole artifact: for the images sent to a model, the
+        copies an edit's revert restores and a job's output, not for serving (see :meth:`open`)."""
         with self.open(artifact_id) as opened:
-            data = opened.read_at(0, MAX_ARTIFACT_BYTES + 1)
+            data = opened.read_whole()
+            read_as = opened.identity_now()
         if len(data) > MAX_ARTIFACT_BYTES:  # (a file growing while it is read is still held to the limit)
             raise _too_large(artifact_id)
-        if hashlib.sha256(data).hexdigest() != artifact_id:
-            raise _mismatch(artifact_id)
+        # (the bytes held are the file's as it was opened only when its identity did not change
+        # while they were read: only then is a verdict for that file theirs, or theirs its file's)
+        unchanged = read_as == opened.identity and len(data) == opened.size
+        with self._judging(opened, lambda: read_as if unchanged else None) as judge:
+            if judge:
+                with self._verdicts_lock:
+                    self.verifications += 1
+                damage = _mismatch(artifact_id) if hashlib.sha256(data).hexdigest() != artifact_id else None
+                if unchanged:
+                    self._remember(artifact_id, read_as, damage)
+                if damage is not None:
+                    raise damage
         return data
 
     def head(self, artifact_id: str) -> ArtifactHead:

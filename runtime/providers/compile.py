@@ -21,7 +21,9 @@ module renders into its SDK's request shape. What happens here, once for all pro
   back only its own (:func:`native_reasoning`), unchanged; blocks from another protocol (the
   session switched models) are left out.
 * **Images.** Each :class:`~events.types.ImagePart` is loaded by artifact id, its SHA-256
-  checked against the id, and base64-encoded in memory only (never written back anywhere).
+  checked against the id (by the artifact store's ``get`` for a :class:`StoreImages` loader,
+  once per file on disk; here for any other), and base64-encoded in memory only (never written
+  back anywhere).
   A damaged artifact raises ``ProviderError("ARTIFACT_CORRUPT")`` before anything is sent.
   A model configured without image input gets a short text placeholder instead.
 
@@ -38,9 +40,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
+import trio
+
 from events import types as t
 from projections.session_state import Item, item_parts, text_of
-from tools.artifacts import ArtifactError
+from tools.artifacts import ArtifactError, ArtifactStore
 from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
@@ -56,6 +60,19 @@ IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 IMAGE_OMITTED = "[image {id} omitted: the selected model does not accept image input]"
 
 LoadImage = Callable[[str], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class StoreImages:
+    """The image loader over an artifact store: ``get`` in a worker thread. The store checks the
+    bytes against their id (``ARTIFACT_CORRUPT`` otherwise) and does so once per file on disk,
+    so :func:`prepare` does not hash them again, as it does a loader's of any other kind: an
+    image a long session sends with every request is not hashed for every request."""
+
+    store: ArtifactStore
+
+    async def __call__(self, artifact_id: str) -> bytes:
+        return await trio.to_thread.run_sync(self.store.get, artifact_id)
 
 
 @dataclass(frozen=True)
@@ -215,8 +232,9 @@ async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image:
     except (ArtifactError, OSError) as exc:  # (anything else is a defect, not a missing artifact)
         code = getattr(exc, "code", None) or "ARTIFACT_NOT_FOUND"
         raise ProviderError(code, getattr(exc, "message", None) or str(exc)) from None
-    # Checked here too (the store checks on read): nothing damaged is ever sent.
-    if hashlib.sha256(data).hexdigest() != part.artifact_id:
+    # Checked here for a loader that is not the store (the store checks what it reads): nothing
+    # damaged is ever sent.
+    if not isinstance(load_image, StoreImages) and hashlib.sha256(data).hexdigest() != part.artifact_id:
         raise ProviderError("ARTIFACT_CORRUPT", f"artifact {part.artifact_id} does not match its SHA-256; the request was not sent")
     return Image(part.artifact_id, part.mime, base64.b64encode(data).decode("ascii"))
 

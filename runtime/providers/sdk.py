@@ -49,7 +49,7 @@ from runtime.config import ModelConfig
 
 from .base import ModelResult, ProviderError
 from .redact import redact_key
-from .compile import Compiled, LoadImage
+from .compile import Compiled, LoadImage, StoreImages
 
 log = logging.getLogger("lens.providers")
 
@@ -567,9 +567,6 @@ def usage_dict(obj: Any) -> dict[str, Any] | None:
 
 
 def store_loader(store: Any) -> LoadImage:
-    """An image loader over an :class:`~tools.artifacts.ArtifactStore` (file read off the loop)."""
-
-    async def load(artifact_id: str) -> bytes:
-        return await trio.to_thread.run_sync(store.get, artifact_id)
-
-    return load
+    """An image loader over an :class:`~tools.artifacts.ArtifactStore` (file read off the loop,
+    checked by the store: see :class:`~runtime.providers.compile.StoreImages`)."""
+    return StoreImages(store)

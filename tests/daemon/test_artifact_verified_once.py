@@ -8,6 +8,7 @@ sent. A real daemon on loopback, read over HTTP; what its process read is measur
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 from pathlib import Path
@@ -15,7 +16,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.daemon.conftest import API, Daemon, auth, error_of
+from tests.daemon.conftest import API, Daemon, DaemonFactory, auth, error_of
+from tests.providers.conftest import tiny_png
+from tests.providers.servers import openai_chat as oc
+from tests.providers.servers.base import ScriptedServer
 from tests.daemon.test_artifacts_at_scale import MIB, bytes_read, store_large
 from tools.artifacts import HEAD_BYTES, ArtifactStore
 
@@ -171,3 +175,38 @@ async def test_a_file_swapped_in_while_an_answer_is_sent_is_not_what_is_sent(dae
             assert descriptors_on(path) == 1
             break
     assert await all_closed(path)
+
+
+async def test_an_image_judged_when_loaded_for_the_model_is_not_read_whole_again_by_the_route(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's one store judges an artifact once whichever path reads it first: an image a
+    tool stored is loaded for each model request that follows (``get``, which kept no verdict:
+    the route's first answer read the image whole again), and the route's answers then trust
+    the verdict that load reached."""
+    monkeypatch.setenv("LENS_TEST_IMAGE_KEY", "sk-test-image-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                       "apiKeyEnv": "LENS_TEST_IMAGE_KEY", "maxRetries": 0, "models": [{"id": "m", "images": True}]}],
+        "defaultModel": "loop/m"})
+    token = await d.pair("image-client", strong=True)
+    project = await d.project(token)
+    image = tiny_png(7) + os.urandom(4 * MIB)  # (a PNG's bytes, 4 MiB: under view_image's 5 MiB)
+    Path(project["workspace"], "shot.png").write_bytes(image)
+    aid = hashlib.sha256(image).hexdigest()
+    sid = (await d.session(token, project["id"]))["id"]
+    loop.push(oc.chat_stream(calls=[("call_0", "view_image", {"path": "shot.png"})]),
+              oc.chat_stream(text="a shot"), oc.chat_stream(text="the same shot"))
+    await d.submit(token, sid, "r1", "look at the shot")
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "r2", "and again?")
+    await d.wait_idle(token, sid)
+    sent = [part["image_url"]["url"] for body in loop.bodies for m in body["messages"]
+            if isinstance(m.get("content"), list) for part in m["content"] if part.get("type") == "image_url"]
+    assert [base64.b64decode(u.split(",", 1)[1]) for u in sent] == [image, image]  # (the two requests after it)
+    await d.get("/health")  # (the client's connection made before the count starts)
+    before = bytes_read()
+    r = await d.request("HEAD", f"/artifacts/{aid}", token)
+    assert r.status_code == 200 and r.headers["Content-Length"] == str(len(image))
+    assert bytes_read() - before < SLACK, bytes_read() - before

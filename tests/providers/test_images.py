@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import os
+import sys
+from types import FrameType
 
 import msgspec
 import pytest
@@ -118,3 +122,42 @@ async def test_a_loader_that_fails_reads_as_a_missing_artifact_and_a_defect_as_i
     with pytest.raises(TypeError, match="a bug in the loader"):
         await make("openai-chat", load_image=defect).stream(Ctx().user("see", part).request(), Deltas())
     assert server.requests == []
+
+
+async def test_an_image_sent_with_every_request_is_hashed_once(server, make, artifacts):
+    # An image of a long session is loaded again for every model request: the store's get hashed
+    # it, then the compile step hashed it again, at every request. Now the store judges the file
+    # once (its verdict holds while the file is unchanged) and the compile step trusts the
+    # store's loader; a file damaged since is still refused before anything is sent.
+    provider = make("anthropic", load_image=artifacts.load)
+    data = b"\x89PNG\r\n\x1a\n" + os.urandom(3 * 1024 * 1024)
+    part = t.ImagePart(artifacts.store.put(data), "image/png")
+    ctx = Ctx().user("what is this?", part)
+    compile_hashes = 0
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal compile_hashes
+        if event == "c_call" and arg is hashlib.sha256:  # (this thread: get runs in a worker thread)
+            compile_hashes += 1
+
+    for _ in range(3):
+        server.push(reply("anthropic", text="a picture"))
+        sys.setprofile(profile)
+        try:
+            result = await provider.stream(ctx.request(), Deltas())
+        finally:
+            sys.setprofile(None)
+        assert result.text == "a picture" and result.diagnostics["images"] == 1
+    assert [base64.b64decode(s) for b in server.bodies for s in images_in("anthropic", b)] == [data] * 3
+    assert (artifacts.store.verifications, compile_hashes) == (1, 0)
+
+    path = artifacts.store.root / part.artifact_id
+    st = path.stat()
+    with open(path, "r+b") as f:  # (one byte changed in place, its mtime put back)
+        f.seek(1000)
+        f.write(bytes([data[1000] ^ 1]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert info.value.code == "ARTIFACT_CORRUPT" and len(server.requests) == 3
+    assert artifacts.store.verifications == 2
