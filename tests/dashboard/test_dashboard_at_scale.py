@@ -232,8 +232,8 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
     """450 projects: the list shows the newest 200 (oldest first, as the daemon lists them) and
     "Show more projects" above them; the 5 s poll reads that page (``order=newest&limit=200``),
     never the whole list; a project made by another client after the page loaded appears within a
-    poll; two presses show all 451, each once, in the daemon's order, and the poll then reads as
-    many as are shown, still a page."""
+    poll; two presses show all 451, each once, in the daemon's order, and the poll then reads the newest
+    page, never what is shown."""
     cwd = tmp_path / "daemon"
     cwd.mkdir()
     (tmp_path / "ws").mkdir()
