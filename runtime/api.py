@@ -790,6 +790,10 @@ def create_app(svc: Services) -> QuartTrio:
         if flag not in (None, "", "0", "1", "false", "true"):
             raise ApiError("INVALID_ARGUMENT", "includeDeleted must be true, false, 1 or 0")
         include_deleted = flag in ("1", "true")
+        # (newest first, its one order: `order` names it, as the project list's does; another is
+        # refused, not ignored, so a client asking the oldest first is not answered the newest)
+        if _one_arg("order") not in (None, "newest"):
+            raise ApiError("INVALID_ARGUMENT", "the session list is newest first: order must be newest (the default)")
         limit, after = _list_page_args("session")
         await svc.projections.caught_up()
         where, args = [], []

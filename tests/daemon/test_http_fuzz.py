@@ -276,7 +276,7 @@ def routes(w: World) -> list[tuple[str, str, list[str], dict[str, list[Any]] | N
         ("POST", "/projects", [], {"name": ["p2", "", " ", "a\nb", "x" * 200, "x" * 201],
                                    "workspace": [ws, "", "relative", "/", "/etc", "/nonexistent", ws + "\u0000",
                                                  ws + "/..", "~"]}, True),
-        ("GET", "/sessions", ["project", "projectId", "includeDeleted", "limit", "after"], None, False),
+        ("GET", "/sessions", ["project", "projectId", "includeDeleted", "order", "limit", "after"], None, False),
         ("POST", "/sessions", [], {"projectId": [w.project, w.other_project, "", "unknown", "x" * 201],
                                    "model": [None, "faux/echo", "unknown/model", "", " x", "x" * 201]}, True),
         ("GET", "/sessions/{sid}", ["itemsLimit", "itemsBefore", "agentsStart", "agentsLimit"], None, False),

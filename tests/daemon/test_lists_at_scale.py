@@ -199,6 +199,9 @@ async def paged_from(d, token: str, after: str, **params: Any) -> list[dict[str,
     ("/projects", "order=", "order must be oldest (the default) or newest"),
     ("/projects", "limit=1&order=NEWEST", "order must be oldest (the default) or newest"),
     ("/projects", "order=newest&order=oldest", "order is given 2 times"),
+    ("/sessions", "order=oldest", "the session list is newest first: order must be newest (the default)"),
+    ("/sessions", "project=prj_001&limit=5&order=", "order must be newest (the default)"),
+    ("/sessions", "order=newest&order=newest", "order is given 2 times"),
 ])
 async def test_a_bad_page_of_a_list_is_400_naming_its_parameter(many, path: str, query: str, says: str):
     d, token = many
@@ -224,6 +227,16 @@ async def test_the_projects_newest_first_are_the_whole_list_reversed(many):
         assert await paged(d, token, "/projects", "projects", limit, order="oldest") == whole
     r = await d.get("/projects", token, params={"order": "newest", "limit": 3})
     assert r.json() == {"projects": whole[:-4:-1], "nextAfter": whole[-3]["id"]}
+
+
+async def test_the_session_list_takes_order_newest_its_only_order(many):
+    """The session list is newest first; ``order=newest`` names that order (the same rows, pages
+    and ``nextAfter`` as without it) and any other order is refused above, not silently ignored."""
+    d, token = many
+    whole = (await d.get("/sessions", token)).json()
+    assert (await d.get("/sessions", token, params={"order": "newest"})).json() == whole
+    one = (await d.get("/sessions", token, params={"project": "prj_007"})).json()["sessions"]
+    assert await paged(d, token, "/sessions", "sessions", 9, project="prj_007", order="newest") == one
 
 
 def plan(db: Path, order: ListOrder, where: list[str], args: list[Any], after_key: tuple[int, str] | None) -> str:

@@ -232,8 +232,8 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
     """450 projects: the list shows the newest 200 (oldest first, as the daemon lists them) and
     "Show more projects" above them; the 5 s poll reads that page (``order=newest&limit=200``),
     never the whole list; a project made by another client after the page loaded appears within a
-    poll; two presses show all 451, each once, in the daemon's order, and the poll then reads as
-    many as are shown, still a page."""
+    poll; two presses show all 451, each once, in the daemon's order, and the poll then reads the newest
+    page, never what is shown."""
     cwd = tmp_path / "daemon"
     cwd.mkdir()
     (tmp_path / "ws").mkdir()
@@ -285,6 +285,94 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
         reads = []
         wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 1, "a poll", timeout=15)
         assert all(q.startswith("order=newest&limit=") and int(q.rsplit("=", 1)[1]) <= 1000 for q in reads), reads
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert not console_errors(driver)
+    finally:
+        d.stop()
+
+
+def selected_project(driver: Any) -> list[str]:
+    return [b.get_attribute("data-project-id") for b in by_css(driver, "#projects button.row.selected")]
+
+
+def test_the_selected_project_keeps_its_row_and_more_projects_go_on_from_the_oldest_shown(browser: Any,
+                                                                                          tmp_path: Path) -> None:
+    """450 projects; the oldest of the newest 200 selected, with a session of its own. Three
+    projects made by another client push it out of the newest 200: its row stays, above "Show
+    more projects" (older than the rows after it), still selected, its session still listed. A
+    press reads the 200 older than the oldest row of the window (``after`` it), the selected one
+    among them, shown once; two projects made then are added at the end and nothing leaves the
+    list; the next press goes on from the oldest shown, each project once, in the daemon's order.
+    After the presses the poll reads the newest page alone, not the 455 shown."""
+    cwd = tmp_path / "daemon"
+    cwd.mkdir()
+    (tmp_path / "ws").mkdir()
+    write_many_projects(cwd, tmp_path / "ws", 450)
+
+    async def one_more_session() -> None:
+        async with open_store(cwd / ".lens") as store:
+            await store.append(Draft(SessionCreated(model="faux/faux-1", name="kept's"), project_id="prj_0250",
+                                     session_id="ses_kept", agent_id="main"))
+
+    trio.run(one_more_session)
+    d = Daemon(cwd)
+    try:
+        strong = d.pair("dash-kept-writer", strong=True)
+        token = d.pair("dash-kept", strong=False)
+        driver = browser
+
+        def shown() -> list[str]:
+            return driver.execute_script("return Array.from(document.querySelectorAll('#projects button[data-project-id]'),"
+                                         " b => b.dataset.projectId)")
+
+        def listed() -> list[str]:
+            return [p["id"] for p in d.request("GET", "/projects", token=token)[1]["projects"]]
+
+        def make(name: str) -> str:
+            status, made = d.request("POST", "/projects", {"name": name, "workspace": str(tmp_path / "ws")}, strong)
+            assert status == 201, made
+            return made["id"]
+
+        whole = listed()
+        assert whole[-200] == "prj_0250"
+        driver.get(d.base + "/")
+        connect(driver, token)
+        wait_for(lambda: len(shown()) == 200 and by_css(driver, "#projects button.more"), "the newest 200")
+        click(driver, "#projects button[data-project-id='prj_0250']")
+        wait_for(lambda: texts(driver, "#sessions button[data-session-id]") != []
+                 and selected_project(driver) == ["prj_0250"], "the selected project's session")
+        made = [make(f"Made later {i}") for i in range(3)]
+        wait_for(lambda: shown()[-3:] == made, "the three new projects", timeout=15)
+        whole = listed()
+        assert "prj_0250" not in whole[-200:]
+        # its row stays, first (the oldest shown), the button after it (the projects between are left out)
+        assert shown() == ["prj_0250"] + whole[-200:]
+        items = by_css(driver, "#projects > li")
+        assert by_css(items[0], "button[data-project-id='prj_0250']") and by_css(items[1], "button.more")
+        assert selected_project(driver) == ["prj_0250"]
+        assert texts(driver, "#project-id") == ["prj_0250"]
+        assert [b.get_attribute("data-session-id") for b in by_css(driver, "#sessions button[data-session-id]")] \
+            == ["ses_kept"]
+        # "Show more" goes on from the oldest row of the window: the selected row is among the 200 read, once
+        network_requests(driver, d.base)
+        click(driver, "#projects button.more")
+        wait_for(lambda: len(shown()) == 400, "200 older projects")
+        assert shown() == whole[-400:] and selected_project(driver) == ["prj_0250"]
+        assert f"order=newest&limit=200&after={whole[-200]}" in project_reads(driver, d.base)
+        # projects made between presses are added; nothing leaves the list
+        later = [make(f"Made between {i}") for i in range(2)]
+        wait_for(lambda: shown()[-2:] == later, "the two made between presses", timeout=15)
+        whole = listed()
+        assert shown() == whole[-402:]
+        click(driver, "#projects button.more")
+        wait_for(lambda: len(shown()) == len(whole), "every project")
+        assert shown() == whole and not by_css(driver, "#projects button.more")
+        # the poll after the presses reads the newest page alone, never what is shown
+        project_reads(driver, d.base)
+        reads: list[str] = []
+        wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 2, "two polls", timeout=20)
+        assert all(q == "order=newest&limit=200" for q in reads), reads
+        assert shown() == whole and selected_project(driver) == ["prj_0250"]
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
         assert not console_errors(driver)
     finally:
