@@ -185,6 +185,11 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
             assert took < BUSY_STOP_BOUND, (took, serve.lines, stderr[-3000:])
             assert code == 128 + signal.SIGTERM and "Traceback" not in stderr, (code, stderr[-3000:])
             assert serve.lines[-1] == "lens: stopped"
+            # The projections it left behind are said, as after a graceful stop's bound.
+            left = "lens: the projections were left behind"
+            (said,) = [line for line in stderr.splitlines() if line.startswith(left)]
+            assert "projections.db is held by another process" in said and "stop now ended the wait" in said, said
+            assert "(folded to seq " in said and "; the log ends at seq " in said, said
         verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
         assert verify.returncode == 0, verify.stdout + verify.stderr
         assert [e["seq"] for e in await _decode(tmp_path) if e["request_id"] == "r1"
