@@ -550,12 +550,12 @@ async def _signals(stop: trio.Event, stop_at_once: Callable[[int], None], alread
     """The first of :func:`stop_signals` sets ``stop`` (a graceful stop); the second calls
     ``stop_at_once`` with its number (a second Ctrl-C: stop now, see :mod:`runtime.stop_now`);
     each later one calls ``already`` with its number, which says so and changes nothing (a third
-    Ctrl-C was dropped without a word: the stop now's one wait left is the store's commit). The
-    receiver stays open until the store has drained and the projections have folded what it wrote
-    (the caller cancels the scope it is started with then): a second signal was a traceback
-    (SIGINT) or a kill (SIGTERM) once it had closed. A signal ``held`` took before the receiver
-    opened counts as the first, as soon as it is open (a second one held too counts as the second,
-    a third as a later one)."""
+    Ctrl-C was dropped without a word: what a stop now waits for then is mostly the store's
+    commit). The receiver stays open until the store has drained and the projections have folded
+    what it wrote (the caller cancels the scope it is started with then): a second signal was a
+    traceback (SIGINT) or a kill (SIGTERM) once it had closed. A signal ``held`` took before the
+    receiver opened counts as the first, as soon as it is open (a second one held too counts as
+    the second, a third as a later one)."""
     with trio.CancelScope() as scope, trio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
         at_once = False

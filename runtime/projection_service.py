@@ -159,27 +159,29 @@ class ProjectionService:
         cancelled with the other services, while the store outlives them and commits what the
         sessions write as they stop. Called once the store has drained, so ``projections.db``
         matches the log the daemon leaves (a ``lens log rebuild`` right after gives the same
-        rows). Skipped after :meth:`stop` (a stop during start-up, a stop now): those end at once.
+        rows). Not folded after :meth:`stop` (a stop during start-up, a stop now): those end at once.
 
         Returns the line to tell the user when the projections stay behind the log because
         another process holds ``projections.db`` (the stop waited the bound of :meth:`stopping`
         for it, or after :meth:`stop` did not wait), with how far behind; else ``None``."""
-        if self._stopping.is_set():
-            # A stop during start-up gave the first catch-up up at once (a start held behind the
-            # file ended with `lens: stopped` and no word of why the projections stayed behind),
-            # a stop now ended the graceful stop's wait: the same line, when the file is held.
-            lowest, held = await self._behind_and_held(look_for_holder=True)
-            if not held:
+        if not self._stopping.is_set():
+            await self._catch_up()
+            if not self._busy:
                 return None
-            waited = "stop now ended the wait for it" if self._give_up_at is not None else \
-                "stop, before the daemon served, did not wait for it"
-            return self._left_behind(lowest, waited)
-        await self._catch_up()
-        if not self._busy:
+        # After stop() nothing is folded: a stop during start-up gave the first catch-up up at once
+        # (a start held behind the file ended with `lens: stopped` and no word of why the
+        # projections stayed behind), a stop now ended the graceful stop's wait. The same line
+        # then, when the file is held; whether it is, is looked at too (the stop may have come
+        # before any catch-up met the file).
+        lowest, held = await self._behind_and_held(look_for_holder=self._stopping.is_set())
+        if not held:
             return None
-        waited = f"{STOP_BUSY_WAIT_SECONDS:g} s" if self._give_up_at is not None else "the busy timeout"
-        lowest, held = await self._behind_and_held(look_for_holder=False)
-        return self._left_behind(lowest, f"stop waited {waited} for it") if held else None
+        if not self._stopping.is_set():
+            waited = f"{STOP_BUSY_WAIT_SECONDS:g} s" if self._give_up_at is not None else "the busy timeout"
+            return self._left_behind(lowest, f"stop waited {waited} for it")
+        if self._give_up_at is not None:
+            return self._left_behind(lowest, "stop now ended the wait for it")
+        return self._left_behind(lowest, "stop, before the daemon served, did not wait for it")
 
     def _left_behind(self, lowest: int | None, waited: str) -> str:
         """The line :meth:`last_catch_up` returns: the projections are behind the log because
@@ -210,11 +212,11 @@ class ProjectionService:
                 return lowest, busy
             try:
                 projector.conn.execute("BEGIN IMMEDIATE")
+                projector.conn.execute("ROLLBACK")  # (nothing written: only whether it could begin)
             except apsw.BusyError:
                 return lowest, True
             except apsw.Error:
                 return lowest, False
-            projector.conn.execute("ROLLBACK")
             return lowest, False
 
         return await trio.to_thread.run_sync(look, limiter=self._write_limiter)
