@@ -13,7 +13,9 @@ projections' first catch-up at the end of the chunk it is folding). A second one
 the stop until the store has drained, stops now (:mod:`runtime.stop_now`): the stop's bounded waits
 end at once (requests in progress are reset, executors and MCP servers killed, a job's last record
 given up, the projections' last catch-up ended after its chunk), the store still writes what it
-accepted, and the exit status is 128 + the signal's number.
+accepted, and the exit status is 128 + the signal's number. A third one is answered with a line
+and changes nothing (SIGQUIT and SIGKILL end the daemon outright). Projections left behind because
+another process holds ``projections.db`` are said on stderr after any of these stops, with how far.
 """
 
 from __future__ import annotations
@@ -273,6 +275,13 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             stop_now.set()
             projections.stop()  # (its last catch-up ends after its chunk: the next start goes on)
 
+        def already_stopping_now(signum: int) -> None:
+            # What is left of a stop now is the event log writing what it accepted (and a few
+            # short bounded waits); a signal does not cut that commit, SIGQUIT and SIGKILL do.
+            say(f"lens: {signal.Signals(signum).name} again: already stopping now; the event log is writing what "
+                f"it accepted. SIGQUIT (Ctrl-\\) or SIGKILL ends the daemon outright (nothing acknowledged is "
+                f"lost; the next start records what was cut)")
+
         # SIGINT and SIGTERM are the daemon's from the start: a stop before it serves (the
         # projections' first catch-up refolds the whole log after an upgrade: a minute for
         # 800,000 events) ends it as a stop while serving does. It was a traceback (SIGINT, once
@@ -281,7 +290,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         # drains and the projections fold what it wrote last; a second signal meanwhile is a stop
         # now (it was recorded and ignored once the services had ended).
         async with trio.open_nursery() as receiving:
-            signals: trio.CancelScope = await receiving.start(_signals, stop, stop_at_once, opts.held)
+            signals: trio.CancelScope = await receiving.start(_signals, stop, stop_at_once, already_stopping_now,
+                                                              opts.held)
             try:
                 async with trio.open_nursery() as root:
                     await root.start(store.run)  # outlives the services: drains their last appends
@@ -534,15 +544,18 @@ def stop_signals() -> tuple[int, ...]:
     return tuple(s for s in STOP_SIGNALS if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN)
 
 
-async def _signals(stop: trio.Event, stop_at_once: Callable[[int], None], held: "HeldSignals | None", *,
+async def _signals(stop: trio.Event, stop_at_once: Callable[[int], None], already: Callable[[int], None],
+                   held: "HeldSignals | None", *,
                    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
     """The first of :func:`stop_signals` sets ``stop`` (a graceful stop); the second calls
     ``stop_at_once`` with its number (a second Ctrl-C: stop now, see :mod:`runtime.stop_now`);
-    later ones change nothing. The receiver stays open until the store has drained and the
-    projections have folded what it wrote (the caller cancels the scope it is started with then):
-    a second signal was a traceback (SIGINT) or a kill (SIGTERM) once it had closed. A signal
-    ``held`` took before the receiver opened counts as the first, as soon as it is open (a second
-    one held too counts as the second)."""
+    each later one calls ``already`` with its number, which says so and changes nothing (a third
+    Ctrl-C was dropped without a word: what a stop now waits for then is mostly the store's
+    commit). The receiver stays open until the store has drained and the projections have folded
+    what it wrote (the caller cancels the scope it is started with then): a second signal was a
+    traceback (SIGINT) or a kill (SIGTERM) once it had closed. A signal ``held`` took before the
+    receiver opened counts as the first, as soon as it is open (a second one held too counts as
+    the second, a third as a later one)."""
     with trio.CancelScope() as scope, trio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started(scope)  # (before the daemon says it listens: a SIGTERM right after is ours)
         at_once = False
@@ -554,6 +567,8 @@ async def _signals(stop: trio.Event, stop_at_once: Callable[[int], None], held: 
             elif not at_once:
                 at_once = True
                 stop_at_once(signum)
+            else:
+                already(signum)
 
         for signum in list(held.received) if held is not None else ():  # (came while the daemon started)
             take(signum)

@@ -16,7 +16,7 @@ from typing import Any
 import apsw
 import trio
 
-from events.errors import StoreClosed
+from events.errors import LogError, StoreClosed
 from events.reader import LogReader
 from events.schema import PROJECTIONS_DB, open_read_connection
 from events.store import STORAGE_ERRORS, EventStore
@@ -159,19 +159,67 @@ class ProjectionService:
         cancelled with the other services, while the store outlives them and commits what the
         sessions write as they stop. Called once the store has drained, so ``projections.db``
         matches the log the daemon leaves (a ``lens log rebuild`` right after gives the same
-        rows). Skipped after a stop during start-up (:meth:`stop`): that one ends at once.
+        rows). Not folded after :meth:`stop` (a stop during start-up, a stop now): those end at once.
 
         Returns the line to tell the user when the projections stay behind the log because
-        another process held ``projections.db`` past the bound of :meth:`stopping`; else ``None``."""
-        if self._stopping.is_set():
+        another process holds ``projections.db`` (the stop waited the bound of :meth:`stopping`
+        for it, or after :meth:`stop` did not wait), with how far behind; else ``None``."""
+        if not self._stopping.is_set():
+            await self._catch_up()
+            if not self._busy:
+                return None
+        # After stop() nothing is folded: a stop during start-up gave the first catch-up up at once
+        # (a start held behind the file ended with `lens: stopped` and no word of why the
+        # projections stayed behind), a stop now ended the graceful stop's wait. The same line
+        # then, when the file is held; whether it is, is looked at too (the stop may have come
+        # before any catch-up met the file).
+        lowest, held = await self._behind_and_held(look_for_holder=self._stopping.is_set())
+        if not held:
             return None
-        await self._catch_up()
-        if not self._busy:
-            return None
-        waited = f"{STOP_BUSY_WAIT_SECONDS:g} s" if self._give_up_at is not None else "the busy timeout"
-        return (f"lens: the projections were left behind the log: projections.db is held by another process "
-                f"(a `lens log rebuild`?) and the stop waited {waited} for it; the next start folds the rest "
-                f"(the log has every event)")
+        if not self._stopping.is_set():
+            waited = f"{STOP_BUSY_WAIT_SECONDS:g} s" if self._give_up_at is not None else "the busy timeout"
+            return self._left_behind(lowest, f"stop waited {waited} for it")
+        if self._give_up_at is not None:
+            return self._left_behind(lowest, "stop now ended the wait for it")
+        return self._left_behind(lowest, "stop, before the daemon served, did not wait for it")
+
+    def _left_behind(self, lowest: int | None, waited: str) -> str:
+        """The line :meth:`last_catch_up` returns: the projections are behind the log because
+        another process holds ``projections.db``, and how far when that could be read."""
+        far = f" (folded to seq {lowest}; the log ends at seq {self.store.last_seq})" if lowest is not None else ""
+        return (f"lens: the projections were left behind the log{far}: projections.db is held by another process "
+                f"(a `lens log rebuild`?) and the {waited}; the next start folds the rest (the log has every event)")
+
+    async def _behind_and_held(self, *, look_for_holder: bool) -> tuple[int | None, bool]:
+        """The projections' lowest position as committed (``None``: it could not be read), and
+        whether they are behind the log because another process holds ``projections.db``: the last
+        catch-up failed for that, or (``look_for_holder``) a write transaction cannot be begun now.
+
+        Neither waits for the held file: a read of a WAL file takes no lock the holder's write
+        transaction has, and once the stop gave up waiting the busy handler answers at once
+        (:meth:`_busy_wait`), so a ``BEGIN IMMEDIATE`` fails at once while another process holds it."""
+        projector, busy, last = self.projector, self._busy, self.store.last_seq
+
+        def look() -> tuple[int | None, bool]:
+            try:
+                lowest = min(projector.position(name) for name in projector.projections)
+            except (LogError, apsw.Error, ValueError) as exc:  # (damaged, unreadable, no projection)
+                log.debug("projections' positions not read at the stop: %r", exc)
+                lowest = None
+            if lowest is not None and lowest >= last:
+                return lowest, False  # (caught up: nothing was left behind)
+            if busy or not look_for_holder:
+                return lowest, busy
+            try:
+                projector.conn.execute("BEGIN IMMEDIATE")
+                projector.conn.execute("ROLLBACK")  # (nothing written: only whether it could begin)
+            except apsw.BusyError:
+                return lowest, True
+            except apsw.Error:
+                return lowest, False
+            return lowest, False
+
+        return await trio.to_thread.run_sync(look, limiter=self._write_limiter)
 
     def close(self) -> None:
         self.projector.close()
@@ -192,6 +240,7 @@ class ProjectionService:
             return
         except apsw.BusyError:  # (after the busy timeout)
             if self._stopping.is_set():  # (given up by stop(): the next start goes on from here)
+                self._busy = True  # (last_catch_up says what the stop left behind, and why)
                 await trio.lowlevel.checkpoint()
                 return
             self.error = ("projections.db is held by another process (a `lens log rebuild`?); "

@@ -185,6 +185,11 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
             assert took < BUSY_STOP_BOUND, (took, serve.lines, stderr[-3000:])
             assert code == 128 + signal.SIGTERM and "Traceback" not in stderr, (code, stderr[-3000:])
             assert serve.lines[-1] == "lens: stopped"
+            # The projections it left behind are said, as after a graceful stop's bound.
+            left = "lens: the projections were left behind"
+            (said,) = [line for line in stderr.splitlines() if line.startswith(left)]
+            assert "projections.db is held by another process" in said and "stop now ended the wait" in said, said
+            assert "(folded to seq " in said and "; the log ends at seq " in said, said
         verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
         assert verify.returncode == 0, verify.stdout + verify.stderr
         assert [e["seq"] for e in await _decode(tmp_path) if e["request_id"] == "r1"
@@ -193,3 +198,46 @@ async def test_a_second_signal_ends_the_projections_wait_for_a_file_another_proc
         async with serving(tmp_path, stderr_name="serve-1.err") as (again, d2):
             await projections_caught_up(d2)
             assert await again.terminate() == 0
+
+
+async def test_a_third_signal_while_the_daemon_stops_now_is_answered_and_changes_nothing(tmp_path: Path):
+    # A third signal, once the second made the stop a stop now, was taken and dropped without a
+    # word: a user pressing Ctrl-C again saw nothing happen. It now gets one line saying the
+    # daemon is already stopping now and what ends it outright; the stop goes on as the second
+    # made it (its exit status, the event log writing what it accepted).
+    with trio.fail_after(6 * LIMIT):
+        async with serving(tmp_path, stderr_name="serve-0.err") as (serve, d):
+            assert serve.proc is not None
+            token, sid = await setup(d)
+            with holding_projections(tmp_path / "data"):  # (the stop waits for the file: it is held)
+                acked = (await d.submit(token, sid, "r1", "written while projections.db is held"))["seq"]
+                serve.proc.send_signal(signal.SIGTERM)
+                await stopped_listening(d.port)
+                assert serve.proc.returncode is None  # (the graceful stop waits for the file)
+                # Two kinds, sent while the daemon is stopped (SIGSTOP): both are pending when it
+                # goes on, so the second is taken while the stop now the first starts is under
+                # way, however loaded the machine. (Pending signals are taken lowest number first:
+                # SIGINT, 2, before SIGTERM, 15; two kinds, so the kernel cannot merge them.)
+                serve.proc.send_signal(signal.SIGSTOP)
+                try:
+                    serve.proc.send_signal(signal.SIGINT)
+                    serve.proc.send_signal(signal.SIGTERM)
+                finally:
+                    serve.proc.send_signal(signal.SIGCONT)
+                with trio.fail_after(LIMIT):
+                    code = await serve.proc.wait()
+            with trio.fail_after(LIMIT):
+                await serve.stdout_closed.wait()
+            serve.stderr.close()
+            stderr = (tmp_path / "serve-0.err").read_text()
+            assert code == 128 + signal.SIGINT and "Traceback" not in stderr, (code, stderr[-3000:])
+            (now,) = [i for i, line in enumerate(serve.lines) if line.startswith("lens: SIGINT again: stopping now")]
+            (third,) = [i for i, line in enumerate(serve.lines) if line.startswith("lens: SIGTERM again: already")]
+            assert now < third, serve.lines
+            assert "SIGQUIT" in serve.lines[third] and "SIGKILL" in serve.lines[third], serve.lines[third]
+            assert serve.lines[-1] == "lens: stopped"
+        assert lock_is_free(tmp_path / "data")
+        verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert [e["seq"] for e in await _decode(tmp_path) if e["request_id"] == "r1"
+                and e["kind"] == "input.submitted"] == [acked]

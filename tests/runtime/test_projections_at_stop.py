@@ -65,9 +65,34 @@ async def test_a_stop_during_start_up_does_not_fold_at_the_end(tmp_path: Path) -
     try:
         await _stop_with_late_appends(tmp_path, store, service)
         service.stop()
-        await service.last_catch_up()
+        assert await service.last_catch_up() is None  # (behind, but no other process holds the file)
         assert _positions(service) == {1}
     finally:
+        service.close()
+        store.close()
+
+
+async def test_a_stop_during_start_up_while_another_process_holds_projections_db_says_how_far_behind(
+        tmp_path: Path) -> None:
+    # A start held behind projections.db (a `lens log rebuild` beside it) and stopped before it
+    # served: the catch-up is given up at once, as before, and the projections stay behind. It
+    # said nothing of that; it now returns the graceful stop's line, with how far behind they are.
+    store = EventStore.open(tmp_path)
+    service = ProjectionService(tmp_path, store)
+    holder = apsw.Connection(str(tmp_path / PROJECTIONS_DB))
+    try:
+        await _stop_with_late_appends(tmp_path, store, service)
+        holder.execute("BEGIN IMMEDIATE")
+        service.stop()
+        began = time.monotonic()
+        said = await service.last_catch_up()
+        assert time.monotonic() - began < 1.0  # (nothing waited for: the busy handler gives up at once)
+        assert said is not None and said.startswith("lens: the projections were left behind the log"), said
+        assert "(folded to seq 1; the log ends at seq 4)" in said, said
+        assert "projections.db is held by another process" in said and "did not wait for it" in said, said
+        assert _positions(service) == {1}
+    finally:
+        holder.close()
         service.close()
         store.close()
 
@@ -88,6 +113,7 @@ async def test_a_graceful_stop_waits_briefly_for_a_projections_db_another_proces
         took = time.monotonic() - began
         assert STOP_BUSY_WAIT_SECONDS - 0.1 <= took < STOP_BUSY_WAIT_SECONDS + 1.5, took
         assert said is not None and "projections.db is held by another process" in said, said
+        assert "(folded to seq 1; the log ends at seq 4)" in said, said  # (how far behind)
         assert _positions(service) == {1}
         holder.execute("ROLLBACK")
         # Let go: nothing is waited for, the projections catch up, nothing to say.
