@@ -124,19 +124,49 @@ def _turns(protocol: str, body: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat", "openai-responses"])
-async def test_a_task_deep_in_a_tool_loop_keeps_its_input_and_newest_step_across_a_restart(
-        daemon_factory, nursery, protocol):
-    model = Model(protocol)
+async def _started(daemon_factory, nursery, protocol: str, model, client: str):
+    """A daemon whose provider is ``model`` behind a loopback wire server, a paired client, a
+    project whose workspace holds the files the loop reads, and a session: (server, its url,
+    the daemon, the client's token, the session id)."""
     server = ScriptedServer(answer=model)
     url = await server.start(nursery)
     d = await daemon_factory(config=_config(protocol, url))
-    token = await d.pair("turn-client", strong=True)
+    token = await d.pair(client, strong=True)
     project = await d.project(token)
     workspace = d.root / "workspaces" / "p"
     for n in range(MAX_CALLS):
         (workspace / f"f{n}.txt").write_text("".join(chr(ord("a") + n) * 399 + "\n" for _ in range(FILE_LINES)))
     sid = (await d.session(token, project["id"]))["id"]
+    return server, url, d, token, sid
+
+
+async def _restarted_alike(daemon_factory, protocol: str, url: str, d, token: str, sid: str, server,
+                           context: dict, newest: list) -> None:
+    """After a restart the Working Context rebuilt from the log is ``context``, a fork as of the
+    session's last event rebuilds the same, and the restarted daemon's first request holds the
+    task's input, the summary, the ``newest`` step and the answer, then the new input."""
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    last_seq = (await d2.events(token, sid))[-1]["seq"]
+    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last_seq})
+    assert r.status_code == 201, r.text
+    forked = (await d2.get(f"/sessions/{r.json()['id']}/context", token)).json()
+    assert (forked["workingItemIds"], forked["items"]) == (context["workingItemIds"], context["items"])
+    before = len(server.requests)
+    await d2.submit(token, sid, "r2", NEXT)
+    await d2.wait_idle(token, sid)
+    assert len(server.requests) == before + 1
+    resumed = _turns(protocol, server.requests[-1].body)
+    assert resumed[0] == ("user", TASK) and SUMMARY in resumed[1][1]
+    assert resumed[2:] == [*newest, ("assistant", DONE), ("user", NEXT)]
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat", "openai-responses"])
+async def test_a_task_deep_in_a_tool_loop_keeps_its_input_and_newest_step_across_a_restart(
+        daemon_factory, nursery, protocol):
+    model = Model(protocol)
+    server, url, d, token, sid = await _started(daemon_factory, nursery, protocol, model, "turn-client")
     await d.submit(token, sid, "r1", TASK)
     await d.wait_idle(token, sid)
 
@@ -168,22 +198,7 @@ async def test_a_task_deep_in_a_tool_loop_keeps_its_input_and_newest_step_across
     # After a restart the Working Context rebuilt from the log is the same, and the first request
     # the restarted daemon sends holds the summary, the input, the newest step and the answer,
     # then the new input: accepted by the wire format too.
-    await stop_daemon(d)
-    d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
-    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
-    # A fork as of the session's last event rebuilds the same Working Context from the log.
-    last_seq = (await d2.events(token, sid))[-1]["seq"]
-    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last_seq})
-    assert r.status_code == 201, r.text
-    forked = (await d2.get(f"/sessions/{r.json()['id']}/context", token)).json()
-    assert (forked["workingItemIds"], forked["items"]) == (context["workingItemIds"], context["items"])
-    before = len(server.requests)
-    await d2.submit(token, sid, "r2", NEXT)
-    await d2.wait_idle(token, sid)
-    assert len(server.requests) == before + 1
-    resumed = _turns(protocol, server.requests[-1].body)
-    assert resumed[0] == ("user", TASK) and SUMMARY in resumed[1][1]
-    assert resumed[2:] == [*newest, ("assistant", DONE), ("user", NEXT)]
+    await _restarted_alike(daemon_factory, protocol, url, d, token, sid, server, context, newest)
 
 
 STEER = "Skip the files after f4.txt; say which letters you saw."
@@ -214,15 +229,7 @@ async def test_a_cut_inside_a_steered_task_keeps_the_tasks_first_input_across_a_
     # input is kept word for word before the newest step, and the steer is summarized with the
     # steps before the cut (not kept as the turn's input, the task's input summarized).
     model = SteeredModel(protocol)
-    server = ScriptedServer(answer=model)
-    url = await server.start(nursery)
-    d = await daemon_factory(config=_config(protocol, url))
-    token = await d.pair("steer-client", strong=True)
-    project = await d.project(token)
-    workspace = d.root / "workspaces" / "p"
-    for n in range(MAX_CALLS):
-        (workspace / f"f{n}.txt").write_text("".join(chr(ord("a") + n) * 399 + "\n" for _ in range(FILE_LINES)))
-    sid = (await d.session(token, project["id"]))["id"]
+    server, url, d, token, sid = await _started(daemon_factory, nursery, protocol, model, "steer-client")
     await d.submit(token, sid, "r1", TASK)
     with trio.fail_after(LIMIT):
         await model.held.wait()
@@ -261,18 +268,4 @@ async def test_a_cut_inside_a_steered_task_keeps_the_tasks_first_input_across_a_
 
     # After a restart the log rebuilds the same Working Context, a fork as of the last event too,
     # and the restarted daemon's first request still begins with the task's input.
-    await stop_daemon(d)
-    d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
-    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
-    last_seq = (await d2.events(token, sid))[-1]["seq"]
-    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last_seq})
-    assert r.status_code == 201, r.text
-    forked = (await d2.get(f"/sessions/{r.json()['id']}/context", token)).json()
-    assert (forked["workingItemIds"], forked["items"]) == (context["workingItemIds"], context["items"])
-    before = len(server.requests)
-    await d2.submit(token, sid, "r2", NEXT)
-    await d2.wait_idle(token, sid)
-    assert len(server.requests) == before + 1
-    resumed = _turns(protocol, server.requests[-1].body)
-    assert resumed[0] == ("user", TASK) and SUMMARY in resumed[1][1]
-    assert resumed[2:] == [*newest, ("assistant", DONE), ("user", NEXT)]
+    await _restarted_alike(daemon_factory, protocol, url, d, token, sid, server, context, newest)
