@@ -59,3 +59,36 @@ async def test_a_name_refuses_c1_controls_and_bidirectional_overrides(daemon: Da
     for name in ("caf\u00e9 \U0001f600", "\u05e9\u05dc\u05d5\u05dd", "a\u00a0b"):  # (ordinary letters: kept)
         r = await daemon.post("/projects", strong, {"name": name, "workspace": str(ws)})
         assert r.status_code == 201 and r.json()["name"] == name, r.text
+
+
+async def test_the_documented_bounds_hold_at_and_one_past_them(daemon: Daemon, strong: str):
+    """The bounds the README states for the event page, history search and history reads, at
+    the limit (answered) and one past it (400, nothing else changed)."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    text = "caf\u00e9 \U0001f600 end"  # (bytes: 3 + 2, 1, 4, 1, 3)
+    await daemon.submit(strong, sid, "r1", text)
+    view = await daemon.wait_idle(strong, sid)
+    item = view["items"][0]["id"]
+    for limit, status in ((1000, 200), (1001, 400), (1, 200), (0, 400)):
+        r = await daemon.get(f"/sessions/{sid}/events", strong, params={"limit": limit})
+        assert r.status_code == status, (limit, r.text)
+    history = {"projectId": p["id"], "query": "caf\u00e9"}
+    for body, status, code in [({"limit": 100}, 200, None), ({"limit": 101}, 400, "INVALID_ARGUMENT"),
+                               ({"limit": 0}, 400, "INVALID_ARGUMENT"),
+                               ({"query": "\u00e9" * 2048}, 200, None),  # 4096 bytes of UTF-8
+                               ({"query": "\u00e9" * 2048 + "e"}, 400, "QUERY_TOO_LONG")]:
+        r = await daemon.post("/history/search", strong, {**history, **body})
+        assert r.status_code == status and (code is None or error_of(r) == code), (body.keys(), r.text[:200])
+    r = await daemon.post("/history/search", strong, history)
+    assert [h["contextItemId"] for h in r.json()["results"]][:1] == [item], r.text
+    size = len(text.encode())
+    for params, status, got in [({"limit": 1048576}, 200, text), ({"limit": 1048577}, 400, None),
+                                ({"offset": size}, 200, ""), ({"offset": size + 1}, 400, None),
+                                ({"offset": 4}, 400, None),  # (inside "é")
+                                ({"offset": 6, "limit": 1}, 200, "\U0001f600"),  # (smaller than one: it whole)
+                                ({"offset": 5, "limit": 4}, 200, " ")]:  # (ends before the one it would cut)
+        r = await daemon.get(f"/history/items/{item}", strong, params=params)
+        assert r.status_code == status, (params, r.text)
+        if got is not None:
+            assert r.json()["text"] == got, (params, r.json())
