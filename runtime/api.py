@@ -49,6 +49,7 @@ from .providers.compile import IMAGE_MIMES
 from .server_answers import error_json, refuse
 from .sse_socket import keep_send
 from .supervisor import Supervisor
+from .terminal import UNSHOWABLE
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, project_view, session_row_view, session_view
 from .working_context import ERROR_STATUS as CONTEXT_STATUS
 from .workspace_api import CODES as WORKSPACE_STATUS
@@ -331,13 +332,14 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Pat
 
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_name(value: str, what: str) -> str:
-    """A display name: 1 to 200 characters, not all blank, no control characters."""
-    if not value.strip() or len(value) > 200 or _CONTROL.search(value):
-        raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control characters")
+    """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1)
+    nor bidirectional overrides, as a pairing name (:data:`runtime.terminal.UNSHOWABLE`)."""
+    if not value.strip() or len(value) > 200 or UNSHOWABLE.search(value):
+        raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control "
+                                            f"characters or bidirectional overrides")
     return value
 
 
@@ -1035,7 +1037,7 @@ def create_app(svc: Services) -> QuartTrio:
             # no byte and is not checked), and one byte range (206) for a client resuming or showing
             # part of a large binary.
             if request.if_none_match.contains_weak(aid):
-                return Response(b"", 304, {"ETag": f'"{aid}"'})
+                return not_modified(aid)
             # (the type it was stored with is asked only of bytes that may be one of those served as
             # stored: every other answer is the same whether the projections are up to date or not)
             stored = await svc.projections.artifact_type(aid) if stored_type_claimed(head) else None
@@ -1068,6 +1070,16 @@ def create_app(svc: Services) -> QuartTrio:
         finally:
             if not sending:
                 opened.close()
+
+    def not_modified(aid: str) -> Response:
+        """A 304: the artifact the client holds is still this one. Its ETag alone: the empty
+        body's own ``Content-Type`` (Quart's ``text/html``) and ``Content-Length: 0`` were
+        taken by a cache updating its stored answer from a 304 (RFC 9111 4.3.4) for the
+        artifact's, and a length other than a 200's is forbidden there (RFC 9110 8.6)."""
+        resp = Response(b"", 304, {"ETag": f'"{aid}"'})
+        del resp.headers["Content-Type"]
+        del resp.headers["Content-Length"]
+        return resp
 
     async def artifact_pieces(opened: OpenArtifact, begin: int, end: int) -> AsyncIterator[bytes]:
         """Bytes ``begin``–``end`` of an open artifact, read in worker threads a piece at a time
