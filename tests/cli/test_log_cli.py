@@ -1339,6 +1339,22 @@ def test_a_damaged_projections_db_says_it_can_be_deleted(log_dir: Path, command:
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_a_projections_db_that_is_a_directory_is_named_as_such(log_dir: Path, command: str) -> None:
+    # Before: `rebuild` said DATA_DIR_NOT_WRITABLE "cannot write …/projections.db (unable to open
+    # database file); projections need a writable data directory" of a directory it could write,
+    # and `stats` printed its figures with the note "projections.db is not writable here".
+    (log_dir / "projections.db").mkdir()
+    res = lens("log", command, "--data", str(log_dir))
+    assert_clean_failure(res, 2, "PROJECTIONS_DAMAGED")
+    assert res.stdout == ""
+    assert res.stderr.splitlines() == [
+        f"lens: PROJECTIONS_DAMAGED: {log_dir}/projections.db does not match the projections of this Lens "
+        f"(it is a directory or another special file, not a database file); it holds only data derived from "
+        f"the event log: delete it (with its -wal and -shm files) and run `lens log rebuild`"]
+    assert list((log_dir / "projections.db").iterdir()) == []
+
+
 def test_a_reshaped_projection_table_says_it_can_be_deleted(log_dir: Path) -> None:
     assert lens("log", "stats", "--data", str(log_dir)).returncode == 0
     conn = apsw.Connection(str(log_dir / "projections.db"))
