@@ -798,7 +798,7 @@ def prepare_dir(data: Path, overwrite: bool) -> None:
                 if e != LOCK_FILE:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)  # (a data directory Lens makes is 0700)
     except OSError as exc:
         sys.exit(f"log_bench: DATA_DIR_NOT_WRITABLE: cannot create {data}: {exc.strerror or exc}")
 

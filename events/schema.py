@@ -244,6 +244,12 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
             )
     if create and not os.access(data_dir, os.W_OK):
         raise DataDirNotWritable(f"data directory {data_dir} is not writable")
+    if create and events_db.exists() and not os.access(events_db, os.W_OK):
+        # SQLite would open it read-only without a word, and every append would then fail.
+        raise DataDirNotWritable(
+            f"{events_db} is not writable (a read-only file); the daemon appends to it. Make it "
+            f"writable (chmod u+w), or read it with `lens log …`, which never writes it"
+        )
     return data_dir
 
 
@@ -415,15 +421,17 @@ def create_private(path: Path) -> None:
         pass
 
 
-def _refuse_foreign_early(path: Path) -> None:
-    """Refuse a SQLite file that is certainly not a Lens log before SQLite opens it for real.
+def refuse_foreign_early(path: Path) -> None:
+    """Refuse a SQLite file that is certainly not a Lens log of this version before SQLite opens
+    it for real, and before the writer makes its ``lock`` file beside it.
 
     Opening a database in WAL mode makes SQLite create its ``-wal`` and ``-shm`` files beside it,
-    so a foreign one would be refused with two new files left in the user's directory. An
-    immutable read of the main file creates nothing: tables there without ``meta`` are not a Lens
-    log (its tables are made in one transaction, so a checkpointed Lens log has all or none). Any
-    other finding (no tables yet, a file SQLite cannot read) is left to the real open, which
-    names it.
+    so a foreign one would be refused with two new files left in the user's directory (and the
+    writer's ``lock`` before them). An immutable read of the main file creates nothing: tables
+    there without ``meta`` are not a Lens log (its tables are made in one transaction, so a
+    checkpointed Lens log has all or none), and a ``meta`` of another format or version is
+    written once, when the log is made. Any other finding (no tables yet, a file SQLite cannot
+    read, damage) is left to the real open, which names it.
     """
     if not path.is_file():
         return
@@ -433,10 +441,11 @@ def _refuse_foreign_early(path: Path) -> None:
     except apsw.Error:
         return
     try:
-        tables = _tables(probe)
-        if tables and "meta" not in tables:
-            check_format(probe, path)  # raises ForeignStore naming the tables found
-    except apsw.Error:
+        if _tables(probe):
+            check_format(probe, path)  # raises ForeignStore / UnsupportedFormat naming what it found
+    except apsw.NotADBError:
+        raise not_sqlite(path) from None
+    except (apsw.Error, StoreCorrupt):
         return
     finally:
         probe.close()
@@ -447,7 +456,7 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
-    _refuse_foreign_early(path)
+    refuse_foreign_early(path)
     create_private(path)
     try:
         conn = apsw.Connection(str(path))
@@ -468,6 +477,8 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
                 )
         else:
             check_format(conn, path)
+            if conn.readonly("main"):  # (opened read-only: the file or its mount refuses writes)
+                raise DataDirNotWritable(f"{path} can only be opened read-only; the daemon appends to it")
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
         conn.execute(f"PRAGMA synchronous={synchronous}")
     except apsw.Error as exc:
@@ -499,7 +510,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
             f"{path} is empty: no event log has been written to it yet; start the daemon with "
             f"--data {data_dir} to create one"
         )
-    _refuse_foreign_early(path)
+    refuse_foreign_early(path)
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     uri = "file:" + urllib.parse.quote(str(path.absolute()))  # `%`, `?`, `#` are URI syntax
     try:

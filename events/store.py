@@ -59,6 +59,7 @@ from .schema import (
     open_read_connection,
     open_write_connection,
     recorded_max_event_bytes,
+    refuse_foreign_early,
     translate_open_error,
     ts_steps_back,
 )
@@ -342,6 +343,7 @@ class EventStore:
         foreign or unsupported store, or another process holding the writer lock.
         """
         data_dir = check_data_dir(Path(data_dir), create=True)
+        refuse_foreign_early(data_dir / EVENTS_DB)  # (a refusal leaves nothing, not even `lock`)
         fd = _lock_exclusively(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, (
             f"data directory {data_dir} is in use by another Lens process; stop it or "
             f"choose another --data directory"))

@@ -161,6 +161,9 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
     made = not memory and not (data_dir / PROJECTIONS_DB).exists()
     if not memory:
+        if (data_dir / PROJECTIONS_DB).exists() and not (data_dir / PROJECTIONS_DB).is_file():
+            # (SQLite says "unable to open database file", which read as a directory not writable)
+            raise ProjectionsDamaged(path, "it is a directory or another special file, not a database file")
         create_private(data_dir / PROJECTIONS_DB)
     conn: apsw.Connection | None = None
     try:

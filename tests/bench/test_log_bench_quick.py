@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,20 @@ def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(BENCH), *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
+
+
+@pytest.mark.parametrize("parents", [False, True])
+def test_the_data_dir_the_benchmark_makes_is_its_owners_alone(tmp_path: Path, parents: bool) -> None:
+    """A data directory Lens makes is 0700 (docs/storage-format.md): the benchmark made its own
+    with the umask's mode (0755), and `lens serve --data` of it later kept it so."""
+    data = tmp_path / "a" / "b" / "log" if parents else tmp_path / "log"
+    old = os.umask(0o022)
+    try:
+        proc = run_bench("--events", "1", "--json", "--data", str(data))
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
 
 
 @pytest.mark.parametrize("events", [1, 7, 63, 64, 65])

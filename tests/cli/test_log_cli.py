@@ -335,9 +335,9 @@ def test_a_foreign_wal_database_is_refused_without_files_made_beside_it(tmp_path
         assert res.stderr.startswith("lens: STORE_FOREIGN: "), res.stderr
     assert sorted(p.name for p in data.iterdir()) == ["events.db"]
     with pytest.raises(StoreOpenError) as caught:
-        EventStore.open(data)  # (the writer takes its lock file first, as for any data directory)
+        EventStore.open(data)  # (refused before the writer makes its lock file)
     assert caught.value.code == "STORE_FOREIGN"
-    assert sorted(p.name for p in data.iterdir()) == ["events.db", "lock"]
+    assert sorted(p.name for p in data.iterdir()) == ["events.db"]
     assert sha256(data / "events.db") == before
 
 
@@ -1337,6 +1337,22 @@ def test_a_damaged_projections_db_says_it_can_be_deleted(log_dir: Path, command:
     proj.unlink()
     res = lens("log", command, "--data", str(log_dir))
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_a_projections_db_that_is_a_directory_is_named_as_such(log_dir: Path, command: str) -> None:
+    # Before: `rebuild` said DATA_DIR_NOT_WRITABLE "cannot write …/projections.db (unable to open
+    # database file); projections need a writable data directory" of a directory it could write,
+    # and `stats` printed its figures with the note "projections.db is not writable here".
+    (log_dir / "projections.db").mkdir()
+    res = lens("log", command, "--data", str(log_dir))
+    assert_clean_failure(res, 2, "PROJECTIONS_DAMAGED")
+    assert res.stdout == ""
+    assert res.stderr.splitlines() == [
+        f"lens: PROJECTIONS_DAMAGED: {log_dir}/projections.db does not match the projections of this Lens "
+        f"(it is a directory or another special file, not a database file); it holds only data derived from "
+        f"the event log: delete it (with its -wal and -shm files) and run `lens log rebuild`"]
+    assert list((log_dir / "projections.db").iterdir()) == []
 
 
 def test_a_reshaped_projection_table_says_it_can_be_deleted(log_dir: Path) -> None:

@@ -30,6 +30,7 @@ from events.errors import (
     AppendRejected,
     CorruptEvent,
     DataDirMissing,
+    DataDirNotWritable,
     EventTooLarge,
     ForeignStore,
     LogError,
@@ -41,6 +42,7 @@ from events.reader import PIPELINE_MIN_ROWS, LogReader
 from events.store import Draft, EventStore, StoreWriteFailed, open_store
 from events.types import InstructionAppended, Opaque, SessionNamed, ToolFinished
 from tests.rawlog import body_of_row, edit_log
+from tests.unwritable import unwritable
 
 MiB = 1024 * 1024
 
@@ -360,6 +362,52 @@ async def test_other_format_version_or_marker(data_dir: Path) -> None:
             open_(data_dir)
         assert_clean(info.value, "STORE_FOREIGN", "records no storage format", "not a Lens event log")
         assert "None" not in str(info.value)
+
+
+FOREIGN_LOGS = {
+    "another program's database": ("STORE_FOREIGN", lambda d: foreign_sqlite(d / "events.db")),
+    "not a database": ("STORE_FOREIGN", lambda d: (d / "events.db").write_bytes(b"not a database\n" * 300)),
+    "another format version": ("STORE_FORMAT_UNSUPPORTED",
+                               lambda d: edit_log(d, "UPDATE meta SET value = '0' WHERE key = 'format_version'")),
+    "another format marker": ("STORE_FOREIGN",
+                              lambda d: edit_log(d, "UPDATE meta SET value = 'other-log' WHERE key = 'format'")),
+}
+
+
+@pytest.mark.parametrize("what", FOREIGN_LOGS)
+async def test_the_writer_refusing_a_log_leaves_no_lock_file_beside_it(data_dir: Path, tmp_path: Path,
+                                                                      what: str) -> None:
+    """A directory holding only an events.db the writer refuses is left holding only it: the
+    refusal came after the writer had made its ``lock`` file there (and, for a database in WAL
+    mode, SQLite's ``-wal`` and ``-shm``), in a directory that may be another program's."""
+    code, make = FOREIGN_LOGS[what]
+    made = tmp_path / "made"
+    await make_log(made, 2)
+    data_dir.mkdir(mode=0o700)
+    if "format" in what:
+        shutil.copyfile(made / "events.db", data_dir / "events.db")  # (a Lens log, in WAL mode)
+    make(data_dir)
+    before = hashlib.sha256((data_dir / "events.db").read_bytes()).hexdigest()
+    with pytest.raises(StoreOpenError) as info:
+        EventStore.open(data_dir)
+    assert info.value.code == code, str(info.value)
+    assert sorted(p.name for p in data_dir.iterdir()) == ["events.db"]
+    assert hashlib.sha256((data_dir / "events.db").read_bytes()).hexdigest() == before
+
+
+async def test_a_read_only_events_db_in_a_writable_directory_is_refused_by_the_writer(data_dir: Path) -> None:
+    """SQLite opens a file it may not write read-only, without a word: the writer opened such a
+    log, and every append then failed (`lens serve` started, and answered each write 503)."""
+    await make_log(data_dir, 2)
+    (data_dir / "lock").unlink()
+    before = snapshot(data_dir)
+    with unwritable(data_dir / "events.db"):
+        with pytest.raises(DataDirNotWritable) as info:
+            EventStore.open(data_dir)
+        assert_clean(info.value, "DATA_DIR_NOT_WRITABLE", str(data_dir / "events.db"), "not writable")
+        assert snapshot(data_dir) == before  # (no lock file either)
+        with LogReader(data_dir) as reader:  # readers still read it
+            assert [r.seq for r in reader.rows()] == [1, 2]
 
 
 async def test_a_data_dir_that_is_a_file(data_dir: Path, tmp_path: Path) -> None:

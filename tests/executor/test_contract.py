@@ -290,6 +290,50 @@ def test_a_listen_port_in_use_is_refused_plainly(tmp_path: Path) -> None:
     assert f"lens executor: LISTEN_FAILED: cannot listen on {listen!r}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_listen_address_that_cannot_be_bound_is_one_line_naming_why(tmp_path: Path, taken: bool) -> None:
+    # Before: grpc's own log line came first (`E1204 … add_port.cc:83] Failed to add port to
+    # server: …`), then a line guessing at two causes ("the host does not resolve to a local
+    # address, or the port is in use").
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        # 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this machine
+        listen = f"127.0.0.1:{holder.getsockname()[1]}" if taken else "192.0.2.1:0"
+        proc = _serve_briefly(tmp_path, listen)
+    reason = "Address already in use" if taken else "Cannot assign requested address"
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stderr == f"lens executor: LISTEN_FAILED: cannot listen on {listen!r} ({reason})\n"
+    assert "listening on" not in proc.stdout
+
+
+@pytest.mark.parametrize("fault", ["state-is-a-file", "calls-is-a-file", "commands-is-a-file", "under-a-file"])
+def test_a_state_directory_that_cannot_be_made_is_refused_with_its_code(tmp_path: Path, fault: str) -> None:
+    # Before: `lens: IO_ERROR: Not a directory: …/calls` (or `File exists: …`), the generic last
+    # resort, with another prefix than the executor's other refusals.
+    state = tmp_path / "state"
+    bad = {"state-is-a-file": state, "calls-is-a-file": state / "calls",
+           "commands-is-a-file": state / "commands", "under-a-file": tmp_path / "file"}[fault]
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text("x")
+    if fault == "under-a-file":
+        state = bad / "state"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
+                           "--listen", "127.0.0.1:0", "--state", str(state)],
+                          env={**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("lens executor: STATE_DIR_INVALID: cannot ") and str(state) in line, line
+    assert (f"{bad} is not a directory" if fault != "under-a-file" else "Not a directory") in line, line
+    assert line.endswith("pass --state with a directory it can create and write"), line
+    assert bad.read_text() == "x"
+
+
 @pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:0", "localhost:0"])
 def test_a_good_listen_address_prints_the_bound_one(tmp_path: Path, listen: str) -> None:
     if listen.startswith("[::1]"):

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -440,6 +441,9 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     service = ExecutorService(ws, groups=groups, test_hooks=test_hooks, send_stall_s=stall,
                               hold=Path(hold) if hold else None)
     server = build_server(service, token)
+    bind_problem = _bind_problem(listen)
+    if bind_problem is not None:  # (before grpc tries: it prints a log line of its own, and no reason)
+        raise CannotListen(f"cannot listen on {listen!r} ({bind_problem})")
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError:  # grpc: the host does not resolve, the port is taken, ...
@@ -488,6 +492,10 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         _fail("STATE_DIR_INVALID", f"the state directory {state_dir} lies inside the workspace or holds it; "
               f"pass --state with a directory outside {workspace}")
         return 2
+    problem = _state_dir_problem(state_dir)
+    if problem is not None:
+        _fail("STATE_DIR_INVALID", problem)
+        return 2
     stop = threading.Event()
     _stop_on_signals(stop)
     if exit_with_stdin:
@@ -503,6 +511,46 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         _fail(exc.code, str(exc))
         return 2
     return 0
+
+
+def _bind_problem(listen: str) -> str | None:
+    """Why ``listen`` (a ``host:port`` :func:`_is_host_port` took) cannot be bound, as the system
+    says it (the host does not resolve, is no address of this machine, the port is in use), or
+    None when some address it resolves to can be bound now: then grpc binds it (a port taken in
+    between is still refused, by grpc's own bind)."""
+    parts = split_host_port(listen)
+    if parts is None:
+        return None
+    host, port = parts[0].removeprefix("[").removesuffix("]"), parts[1]
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"the host does not resolve: {getattr(exc, 'strerror', None) or exc}"
+    problem = "the host resolves to no address"
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds)
+                probe.bind(address)
+            return None
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+    return problem
+
+
+def _state_dir_problem(state_dir: Path) -> str | None:
+    """Why the state directory cannot hold the call journal and the command records, or None."""
+    fix = "pass --state with a directory it can create and write"
+    for directory in (state_dir, *(state_dir / name for name in ("calls", "blobs", "commands"))):
+        if os.path.lexists(directory) and not directory.is_dir():
+            return f"cannot use the state directory {state_dir}: {directory} is not a directory; {fix}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"cannot make the state directory {state_dir}: {directory}: {exc.strerror or exc}; {fix}"
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        return f"the state directory {state_dir} cannot be written; pass --state with one it can write"
+    return None
 
 
 def _fail(code: str, message: str) -> None:
