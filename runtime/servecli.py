@@ -95,7 +95,7 @@ def _serve(args: argparse.Namespace, held: "HeldSignals") -> int:
     cfg, path, notes = load_config(args.config)
     check_startable(cfg, path, str(path))  # (what a config write through the API is held to, too)
     if args.model == "":
-        raise InvalidArgument("--model must be '<provider id>/<model id>', not empty")
+        raise InvalidArgument("the command line: --model must be '<provider id>/<model id>', not empty")
     # The flags take the config's place, so they are held to the same checks (a port past 65535
     # was a traceback from bind(), an empty --host bound every interface).
     flagged = msgspec.structs.replace(

@@ -62,7 +62,8 @@ async def test_an_empty_model_flag_is_an_invalid_argument(tmp_path: Path):
     # `--model ''` fell back to the config's or the built-in default model, silently (an empty
     # --host or --data is refused too).
     out = await run_lens(tmp_path, "serve", "--port", "0", "--model", "", check=False)
-    refused(out, "INVALID_ARGUMENT", "--model")
+    # (named as every flag's refusal is: "the command line: --model …")
+    refused(out, "INVALID_ARGUMENT", "the command line: --model must be '<provider id>/<model id>', not empty")
     assert list(tmp_path.iterdir()) == []
 
 
