@@ -536,7 +536,11 @@ class EventStore:
         if expected_session_seq is not None:
             sids = {d.session_id for d in drafts}
             if len(sids) != 1 or None in sids:
-                raise AppendRejected("expected_session_seq needs all events in one session")
+                # A repeat is answered before expected_session_seq is looked at, also this check.
+                original = await self._recorded(drafts) if self._accepting else None
+                if original is None:
+                    raise AppendRejected("expected_session_seq needs all events in one session")
+                return original
         if not self._accepting:
             raise StoreClosed("the event store is not accepting appends")
         await trio.lowlevel.checkpoint_if_cancelled()

@@ -242,6 +242,22 @@ class TestStoreContract:
         assert again.seqs == (first.seqs[1],)
         assert store.last_seq == 3
 
+    async def test_a_repeat_whose_expected_session_seq_spans_sessions_is_still_a_duplicate(
+        self, store: Any
+    ) -> None:
+        # The duplicate check comes before expected_session_seq's: a retry of a recorded request
+        # id is answered with the original, also when the retry's events span sessions (which
+        # expected_session_seq alone would refuse), as it is when its event cannot be stored now.
+        first = await store.append(note("a", request_id="r1"))
+        again = await store.append(note("b", session=None), note("a", request_id="r1"), expected_session_seq=0)
+        assert again.duplicate is True
+        assert (again.seqs, again.session_seqs, again.ts) == (first.seqs, first.session_seqs, first.ts)
+        assert store.last_seq == 1
+        with pytest.raises(AppendRejected) as info:  # not recorded: refused as before
+            await store.append(note("b", session=None), note("c", request_id="r2"), expected_session_seq=0)
+        assert_log_error(info.value, "APPEND_REJECTED", "one session")
+        assert store.last_seq == 1
+
     # ------------------------------------------------------------------ lifecycle
 
     async def test_append_after_close_raises_store_closed(self, store_harness: Any) -> None:
