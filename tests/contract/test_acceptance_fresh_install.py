@@ -8,16 +8,8 @@ README or the daemon's own words, and changed.
 
 from __future__ import annotations
 
-import hashlib
-
 from tests.daemon.conftest import Daemon, error_of
-
-
-def store_artifact(daemon: Daemon, data: bytes) -> str:
-    aid = hashlib.sha256(data).hexdigest()
-    (daemon.data_dir / "artifacts").mkdir(parents=True, exist_ok=True)
-    (daemon.data_dir / "artifacts" / aid).write_bytes(data)
-    return aid
+from tests.daemon.test_routes import store_artifact
 
 
 async def test_a_revalidated_artifact_is_answered_without_a_type_or_length_of_its_own(daemon: Daemon, reader: str):
