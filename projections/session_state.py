@@ -46,7 +46,9 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     parts: tuple[t.ContentPart, ...] = ()  # empty: one TextPart of ``text`` (none if ``text`` is empty)
     call: t.ToolCall | None = None  # tool_call items
     call_id: str | None = None  # tool_result items
-    status: str | None = None  # tool_result items: ok / error / interrupted / skipped / denied
+    # tool_result items: ok / error / interrupted / skipped / denied; assistant items: ``aborted``
+    # for the text an answer had streamed when the user aborted it (``ModelFailed.partial_text``)
+    status: str | None = None
     is_error: bool = False
     structured: Any = None
     replaced_ids: tuple[str, ...] = ()  # summary items: what the compaction replaced
@@ -466,6 +468,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a = state.agent(agent_id)
         a.open_request_seq = None
         a.last_error = f"{ev.code}: {ev.message}"
+        if ev.partial_text:
+            # What the user saw of an answer they aborted stays in the conversation: the next
+            # request sends it as the assistant's (its reasoning and unfinished calls are not kept).
+            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.partial_text, status="aborted"))
         if ev.usage is not None:
             _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelCutOff):
@@ -705,7 +711,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 13: a fork's subagent under way at the fork point is ``interrupted`` (``AgentState.outcome``).
 # 14: ``AgentState.usage`` (each agent's own requests; the session's ``usage`` is their sum).
 # 15: ``SessionState.last_ts`` (the last event's ts, checked against the log at wake-up).
-SNAPSHOT_VERSION = 15
+# 16: a ``model.failed`` with ``partial_text`` (an answer aborted while it streamed) adds an
+#     assistant item of status ``aborted``.
+SNAPSHOT_VERSION = 16
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -77,6 +77,9 @@ INTERRUPTED_TEXT = (
     "taken effect. Check the current state before retrying."
 )
 READ_PAGE = 5000
+# Room left in an event for what an aborted request's ``model.failed`` holds besides its
+# ``partial_text`` (code, message, usage): the text kept is cut to the log's event limit less this.
+PARTIAL_TEXT_ROOM = 4096
 
 
 def used_call_ids(state: SessionState) -> set[str]:
@@ -293,6 +296,8 @@ class SessionActor:
         # By agent: what the provider had reported for a model request an abort cut off (the
         # abort's model.failed carries it: a request answered in part was paid for).
         self._cut_usage: dict[str, t.Usage] = {}
+        # By agent: the visible text that request had streamed (the abort's model.failed keeps it).
+        self._cut_text: dict[str, str] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -777,13 +782,14 @@ class SessionActor:
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason, skill_loads, self._cut_usage)
+                return d.abort_events(self.state, reason, skill_loads, self._cut_usage, self._cut_text)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None
         finally:
             self._aborting = False
             self._cut_usage.clear()
+            self._cut_text.clear()
         self._notify_idle()
         return {"aborted": aborted, "withdrawn": withdrawn}
 
@@ -928,6 +934,8 @@ class SessionActor:
         # The deltas are scrubbed of the log's secrets as the answer they add up to will be; a
         # secret cut between two deltas is caught by holding back what could begin one.
         scrubs = {"text": secrets.stream(), "reasoning": secrets.stream()}
+        # The answer's text as it went out to viewers, scrubbed: what an abort keeps of it.
+        shown: list[str] = []
 
         def delta_seen(delta: Delta) -> None:
             text = well_formed(delta.text)
@@ -935,14 +943,19 @@ class SessionActor:
                 text = scrubs[delta.kind].feed(text)
                 if not text:
                     return
+            if delta.kind == "text":
+                shown.append(text)
             on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
 
         meter = UsageMeter()
         self._cut_usage.pop(agent_id, None)
+        self._cut_text.pop(agent_id, None)
         try:
             try:
                 result = (await provider.stream(request, delta_seen, meter)).well_formed()
             except trio.Cancelled:
+                if shown:  # (an abort's model.failed keeps it; a stop's cut-off does not)
+                    self._cut_text[agent_id] = self._fitting("".join(shown))
                 if meter.usage is not None:
                     self._cut_usage[agent_id] = meter.usage  # (an abort's model.failed records it)
                     stopping = self.deps.stopping
@@ -978,6 +991,16 @@ class SessionActor:
                 code="RESPONSE_NOT_RECORDED",
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage), agent_id, task_id)])
+
+    def _fitting(self, text: str) -> str:
+        """``text`` cut (at a character) so that a ``model.failed`` holding it fits in one event of
+        the log: a stream is read up to the limit itself (``RESPONSE_NOT_RECORDED`` past it), and
+        an abort whose record the log refused would record nothing of the abort."""
+        room = max(0, self.deps.store.codec.max_append_bytes - PARTIAL_TEXT_ROOM)
+        if len(text) <= room // 4:  # (at most 4 UTF-8 bytes a character: it fits, no encoding needed)
+            return text
+        data = text.encode("utf-8")
+        return text if len(data) <= room else data[:room].decode("utf-8", "ignore")
 
     async def _cut_off_at_stop(self) -> None:
         """An abort cut by a graceful stop while it waited for the runner: the abort records

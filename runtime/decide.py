@@ -204,7 +204,8 @@ ABORTED_TEXT = "The run was aborted by the user before this tool call finished."
 
 def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
-                 cut_usage: dict[str, t.Usage] | None = None) -> list[Scoped]:
+                 cut_usage: dict[str, t.Usage] | None = None,
+                 cut_text: dict[str, str] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
@@ -213,7 +214,11 @@ def abort_events(state: SessionState, reason: str = "user",
     they were appended after the next input. They are left out unless exactly those loads are due.
 
     ``cut_usage``: by agent, what the provider had reported for the model request the abort cut
-    off (it had begun answering): that request's ``model.failed`` records it, as it counts."""
+    off (it had begun answering): that request's ``model.failed`` records it, as it counts.
+
+    ``cut_text``: by agent, the visible text that request had streamed (what the user saw of the
+    answer): its ``model.failed`` keeps it as ``partial_text`` when it is more than white space,
+    so the answer's beginning stays in the conversation (see :func:`kept_partial_text`)."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -235,7 +240,9 @@ def abort_events(state: SessionState, reason: str = "user",
             out.extend(Scoped(e, agent.agent_id, tid) for e in loads)
         if agent.open_request_seq is not None:
             out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user",
-                                            usage=(cut_usage or {}).get(agent.agent_id)), agent.agent_id, tid))
+                                            usage=(cut_usage or {}).get(agent.agent_id),
+                                            partial_text=kept_partial_text((cut_text or {}).get(agent.agent_id, ""))),
+                              agent.agent_id, tid))
         if agent.agent_id != MAIN_AGENT:
             out.append(Scoped(t.AgentFinished(status="aborted", result=""), agent.agent_id, tid))
     if task is not None:
@@ -248,6 +255,13 @@ def abort_events(state: SessionState, reason: str = "user",
         out.append(Scoped(t.QuestionCancelled(question_id=qid, reason="run aborted"), agent_id,
                           question_task(state, agent_id)))
     return out
+
+
+def kept_partial_text(text: str) -> str:
+    """What an aborted request keeps of the ``text`` its answer had streamed: all of it when some
+    of it is visible, nothing when it is empty or white space alone (no provider takes an
+    assistant message of white space, and the user saw nothing)."""
+    return text if text.strip() else ""
 
 
 def question_task(state: SessionState, agent_id: str) -> str | None:

@@ -73,6 +73,8 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
         v["parts"] = _parts(parts)
     if it.role == "tool_result":
         v.update(callId=it.call_id, status=it.status, isError=it.is_error)
+    elif it.role == "assistant" and it.status:  # (``aborted``: the text an aborted answer had streamed)
+        v["status"] = it.status
     if it.role == "summary":
         v["replacedIds"] = list(it.replaced_ids)
     if it.role == "system" and it.source:

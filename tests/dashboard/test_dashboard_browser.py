@@ -439,6 +439,8 @@ def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) ->
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run to end")
     wait_for(lambda: not by_css(driver, "#timeline .msg.streaming"), "the streaming bubble to go")
+    # What streamed of the aborted answer stays, as the assistant's message.
+    wait_for(lambda: committed_answers(driver)[-1:] == first_half, "the aborted answer's text kept")
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
 
     width, height, colours = check_png(shot)

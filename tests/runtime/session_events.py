@@ -1,14 +1,14 @@
 """Generated event sequences of one session, shaped as the actor records them.
 
 :func:`session_events` draws (through Hypothesis' ``data``) a run of a session's life — inputs
-queued, placed, withdrawn and steered; model requests answered, failed and cut off, with tool
-calls, usage with counts reported or not, and reasoning blocks; tool calls started and finished
-(skill loads among them); subagents started and finished; aborts; context edits of every op on
-items that exist (and on ids that do not), compactions and failed ones; todos, questions, jobs,
-file edits and reverts, skills and capabilities, configuration and names — one event at a time,
-each chosen from what the state folded so far allows, so the sequence is one a session could
-have recorded. The events carry the envelope the log would give them (``seq``, ``session_seq``,
-agent, task, request id).
+queued, placed, withdrawn and steered; model requests answered, failed (aborted ones keeping
+the text they had streamed) and cut off, with tool calls, usage with counts reported or not, and
+reasoning blocks; tool calls started and finished (skill loads among them); subagents started
+and finished; aborts; context edits of every op on items that exist (and on ids that do not),
+compactions and failed ones; todos, questions, jobs, file edits and reverts, skills and
+capabilities, configuration and names — one event at a time, each chosen from what the state
+folded so far allows, so the sequence is one a session could have recorded. The events carry the
+envelope the log would give them (``seq``, ``session_seq``, agent, task, request id).
 """
 
 from __future__ import annotations
@@ -140,8 +140,12 @@ def step(rec: Recorder, data: st.DataObject) -> None:
         rec.add(t.ModelResponded(text=data.draw(TEXTS), tool_calls=calls, usage=_usage(data), reasoning_blocks=blocks),
                 agent_id=agent_id, task_id=task)
     elif kind == "fail":
-        rec.add(t.ModelFailed(code="RATE_LIMITED", message="slow down",
-                              usage=_usage(data) if data.draw(st.booleans()) else None),
+        # (or an abort's, which keeps the text its answer had streamed: an assistant item)
+        aborted = data.draw(st.booleans())
+        rec.add(t.ModelFailed(code="ABORTED" if aborted else "RATE_LIMITED",
+                              message="aborted by the user" if aborted else "slow down",
+                              usage=_usage(data) if data.draw(st.booleans()) else None,
+                              partial_text=data.draw(TEXTS) if aborted else ""),
                 agent_id=agent_id, task_id=task)
     elif kind == "cut_off":
         rec.add(t.ModelCutOff(usage=_usage(data)), agent_id=agent_id, task_id=task)
