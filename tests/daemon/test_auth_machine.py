@@ -6,7 +6,8 @@ process, on a loopback port 0) and its pair file. Its rules: a pairing request (
 with or without ``--strong-trust`` (a re-approve re-issues); revoke; an outside edit of the pair
 file, each an atomic replace (a record copied under another id, another record's fields copied
 into one, ``isVerified`` and device fields added, a trust level edited by hand, a record removed,
-a record duplicated — an invalid file — and its repair, the file rewritten as it was); a read
+a record duplicated — an invalid file — and its repair, the file rewritten as it was); a client
+revoked or removed that asks again at once, before any other request; a read
 route (``GET /projects``), a write route (``POST /projects``) and the SSE stream with a credential
 drawn from every one ever issued in the example (current, re-issued away, revoked, read-only,
 strong, tampered with) or a malformed or missing one. Approve and revoke run the real ``lens
@@ -427,6 +428,23 @@ class AuthMachine(RuleBasedStateMachine):
     @rule()
     def rewrite_as_it_was(self) -> None:
         self._write_file(self._read_file())
+
+    @precondition(lambda self: self.valid and self.records)
+    @rule(i=st.integers(0, 100), remove=st.booleans())
+    def asks_again_at_once(self, i: int, remove: bool) -> None:
+        """A client revoked (``lens pair revoke``'s function) or removed by hand asks to pair again
+        at once, before any other request: it is recorded as pending."""
+        cid = pick(list(self.records), i)
+        if remove:
+            self._edit(lambda clients: clients.remove(self._record_of(clients, cid)))
+        else:
+            PairStore(self.pair_path).revoke(cid)
+        r = self.host.run(self.host.request, "POST", "/pair/requests", None, {"clientId": cid, "name": "again"})
+        assert r.status_code == 202, r.text
+        if remove:  # (a new record, at the end; a revoked one keeps its place)
+            del self.records[cid]
+        self.records[cid] = Rec(name="again")
+        self._drop_extra()
 
     # ------------------------------------------------------------------ rules: requests
 
