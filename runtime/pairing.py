@@ -341,10 +341,8 @@ class PairStore:
         validate_client_id(client_id)
         if not isinstance(name, str) or len(name) > 200 or UNSHOWABLE.search(name):
             raise PairingError("name must be a string of at most 200 characters without control characters")
-        # (the file as it is now, one `stat`, as a credential check looks: a client revoked by
-        # `lens pair revoke`, or removed by hand, a moment ago was still "approved" here until the
-        # watcher's next look, and its request was answered "pending" with nothing recorded)
-        self.reload()
+        # (as last read: the daemon's route looks at the file first, on its event loop, as a
+        # credential check does; see api.pair_request)
         existing = self.find(client_id)
         if existing is not None and existing.status != "revoked":
             return existing.status
