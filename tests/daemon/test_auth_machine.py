@@ -4,31 +4,31 @@ A Hypothesis ``RuleBasedStateMachine`` over the daemon of this suite's ``daemon_
 process, on a loopback port 0) and its pair file. Its rules: a pairing request (``POST
 /pair/requests``) from a new or a known client id, with ids and names valid and invalid; approve
 with or without ``--strong-trust`` (a re-approve re-issues); revoke; an outside edit of the pair
-file, each an atomic replace (a record copied under another id, another record's fields copied
-into one, ``isVerified`` and device fields added, a trust level edited by hand, a record removed,
-a record duplicated — an invalid file — and its repair, the file rewritten as it was); a client
-revoked or removed that asks again at once, before any other request; a read
-route (``GET /projects``), a write route (``POST /projects``) and the SSE stream with every
-credential issued in the example (current, re-issued away, revoked, read-only, strong, tampered
-with) and malformed and missing ones. Approve and revoke run the real ``lens
-pair`` command (another process) or :class:`~runtime.pairing.PairStore`, which that command
-calls, as drawn; ``lens pair list`` runs at the end of each example.
+file, each an atomic replace (a record copied under another id, another record's fields copied into
+one, ``isVerified`` and device fields added, a trust level edited by hand, a record removed, a
+record duplicated — an invalid file — and its repair, the file rewritten as it was); a client
+revoked or removed that asks again at once, before any other request; a read route (``GET
+/projects``), a write route (``POST /projects``) and the SSE stream with every credential issued in
+the example (current, re-issued away, revoked, read-only, strong, tampered with) and malformed and
+missing ones. Approve and revoke run the real ``lens pair`` command (another process) or
+:class:`~runtime.pairing.PairStore`, which that command calls, as drawn; ``lens pair list`` runs as
+a process at the end of every third example, and its own function in this process after every rule.
 
-The machine keeps its own model of the file (each record's status, trust, and which credential
-its hash was issued for, if any) and of who holds which right: a credential is good while its
-client's record is approved, with the trust it was issued with and the hash issued with it, in a
-valid file. After every rule: each credential's answer on the read route (``/whoami``: who it is,
-and its trust) is the model's, status and error code; every stream held open by a credential the
-model says is no longer good has ended with ``stream.end`` and the reason (revoked, or the pair
-file invalid), waited for by a bounded poll; the pair file and everything beside it hold no
-credential or piece of one, only hashes; the records a fresh ``PairStore`` reads (what ``lens
-pair list`` prints) are the model's; no answer and no log line of the daemon holds a credential
-or a piece of one. A write with a strong credential is read back on every stream still open.
+The machine keeps its own model of the file (each record's status, trust, and which credential its
+hash was issued for, if any) and of who holds which right: a credential is good while its client's
+record is approved, with the trust it was issued with and the hash issued with it, in a valid file.
+After every rule: each credential's answer on the read route (``/whoami``: who it is, and its
+trust) is the model's, status and error code; every stream held open by a credential the model says
+is no longer good has ended with ``stream.end`` and the reason (revoked, or the pair file invalid),
+waited for by a bounded poll; the pair file and everything beside it hold no credential or piece of
+one, only hashes; what ``lens pair list`` prints is the model's records; no answer and no log line
+of the daemon holds a credential or a piece of one. A write with a strong credential is read back
+on every stream still open.
 
-The draws never depend on the state (an index, taken modulo what the state offers), so
-Hypothesis can replay them. Three rules (pairing, an outside edit, requests), each drawing what it
-does, so that each takes about a third of the steps. See docs/decisions.md, "A state machine over pairing, credentials
-and trust".
+The draws never depend on the state (an index, taken modulo what the state offers), so Hypothesis
+can replay them. Three rules (pairing, an outside edit, requests), each drawing what it does, so
+that each takes about a third of the steps. See docs/decisions.md, "A state machine over pairing,
+credentials and trust".
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -50,11 +49,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from runtime.atomicfile import replace_atomically
 from runtime.pairing import PairFileInvalid, PairStore
 from runtime.servecli import cmd_pair_list
 
-from .conftest import API, LIMIT, Daemon, DaemonFactory, SseMessage, SseStream, auth, run_lens, wait_until
+from .conftest import API, LIMIT, Daemon, DaemonFactory, SseMessage, SseStream, run_lens, wait_until
 
 MAX_EXAMPLES = int(os.environ.get("LENS_MACHINE_EXAMPLES", 20))
 STEPS = int(os.environ.get("LENS_MACHINE_STEPS", 16))
@@ -239,7 +237,11 @@ class AuthMachine(RuleBasedStateMachine):
         return json.loads(self.pair_path.read_bytes())
 
     def _write_file(self, data: dict[str, Any]) -> None:
-        replace_atomically(self.pair_path, json.dumps(data, indent=2).encode(), 0o600)
+        """As an editor saves: a new file beside it, renamed over it."""
+        tmp = self.pair_path.with_name("pair.json.edit~")
+        tmp.write_bytes(json.dumps(data, indent=2).encode())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, self.pair_path)
 
     def _edit(self, change: Any) -> None:
         data = self._read_file()
@@ -313,6 +315,7 @@ class AuthMachine(RuleBasedStateMachine):
         if cli:
             out = self.host.run(lambda: run_lens(self.d.root, "pair", "revoke", "--client", cid, check=False))
             ok, stderr = out.returncode == 0, out.stderr
+            self.host.answers += [out.stdout, out.stderr]
         else:
             try:
                 PairStore(self.pair_path).revoke(cid)
