@@ -7,8 +7,8 @@ copied to another record, or a trust level edited by hand, matches nothing; flag
 ``isVerified`` are not read at all (a record's unknown fields are ignored and logged, never
 fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
-daemon and the CLI. The daemon re-reads the file when it changes: each credential check looks
-first (one ``stat``), so a revocation counts from the next request; open streams learn of it
+daemon and the CLI. The daemon re-reads the file when it changes: each credential check and each
+pairing request looks first (one ``stat``), so a revocation counts from the next request; open streams learn of it
 from a watcher that the change itself wakes (inotify), or that looks every 250 ms. A file other users can write, or that another user owns,
 grants nothing (:func:`check_private`).
 """
@@ -341,6 +341,8 @@ class PairStore:
         validate_client_id(client_id)
         if not isinstance(name, str) or len(name) > 200 or UNSHOWABLE.search(name):
             raise PairingError("name must be a string of at most 200 characters without control characters")
+        # (as last read: the daemon's route looks at the file first, on its event loop, as a
+        # credential check does; see api.pair_request)
         existing = self.find(client_id)
         if existing is not None and existing.status != "revoked":
             return existing.status

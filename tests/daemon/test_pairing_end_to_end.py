@@ -5,6 +5,8 @@ meet them: the real daemon on a loopback port 0, real HTTP/1.1 and HTTP/2, the p
   connection (HTTP/1.1 kept alive or HTTP/2) that was already authenticated too.
 - A revoked client asking again holds a place under ``server.maxPendingPairings`` as a new
   one does.
+- A client revoked (or removed by hand) that asks again before the daemon's watcher has seen
+  the change is recorded as pending, not answered "pending" with nothing recorded.
 - A pair file other users can write (or that another user owns) grants nothing: every
   credential is refused (503 ``PAIR_FILE_INVALID``) until its owner makes it private again.
 """
@@ -143,3 +145,31 @@ async def test_a_pair_file_another_user_owns_grants_nothing(daemon: Daemon) -> N
     finally:
         os.chown(daemon.pair_path, os.geteuid(), -1)
     assert (await daemon.get("/projects", token)).status_code == 200
+
+
+async def test_a_pairing_request_right_after_a_revocation_or_an_edit_is_recorded(
+        monkeypatch: Any, daemon_factory: Any) -> None:
+    # The daemon learns of `lens pair revoke` (another process) or a hand edit by watching the
+    # file: at once with inotify, within a poll without it (a network file system, the watch
+    # limit reached). A client revoked or removed that asks again in between was answered
+    # "pending", and nothing was recorded: `lens pair list` showed it revoked, or not at all, and
+    # `lens pair approve` answered CLIENT_NOT_FOUND. No inotify here, and polls an hour apart.
+    import runtime.filewatch
+    import runtime.pairing
+
+    monkeypatch.setattr(runtime.filewatch, "_libc", lambda: None)
+    monkeypatch.setattr(runtime.pairing, "POLL_SECONDS", 3600.0)
+    d = await daemon_factory()
+    await d.pair("revoked")
+    await d.pair("removed")
+    await run_lens(d.root, "pair", "revoke", "--client", "revoked")
+    data = json.loads(d.pair_path.read_text())
+    data["clients"] = [c for c in data["clients"] if c["clientId"] != "removed"]
+    d.pair_path.write_text(json.dumps(data))
+    for cid in ("revoked", "removed"):
+        r = await d.post("/pair/requests", body={"clientId": cid, "name": "again"})
+        assert r.status_code == 202 and r.json() == {"clientId": cid, "status": "pending"}, r.text
+    records = {c["clientId"]: c.get("status", "pending") for c in json.loads(d.pair_path.read_text())["clients"]}
+    assert records == {"revoked": "pending", "removed": "pending"}
+    out = await run_lens(d.root, "pair", "approve", "--client", "removed")
+    assert (await d.get("/projects", out.stdout.strip().splitlines()[-1])).status_code == 200
