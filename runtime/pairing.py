@@ -262,29 +262,38 @@ class PairStore:
         return raw, self._parse(raw)
 
     def reload(self, force: bool = False) -> bool:
-        """Re-read the file if it changed; returns whether it did. A bad file denies everyone."""
+        """Re-read the file if it changed; returns whether it did. A bad file denies everyone.
+
+        The new records are in place before the new stamp is: the daemon re-reads on a worker
+        thread after each pairing write it makes, and a credential check on the event loop
+        during that read must not find the file's stamp already taken with the old records still
+        in place (it would match a credential just revoked). A check that still sees the old
+        stamp reads the file itself."""
         stamp = self._stat()
         if not force and stamp == self._stamp:
             return False
+        if stamp is None:
+            data, valid, problem = PairFile(), True, None
+        else:
+            try:
+                # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
+                raw, data = self._read()
+                valid, problem = True, None
+                self._note_ignored(ignored_record_fields(raw))
+            except (PairFileInvalid, OSError) as exc:
+                # Unreadable (a directory, no permission: written by another user with mode 0600)
+                # is as good as invalid: everyone is refused, and the daemon keeps serving.
+                problem = exc.message if isinstance(exc, PairFileInvalid) else (
+                    f"pair file {self.path} cannot be read ({exc.strerror or exc}); every credential is refused "
+                    f"until it is fixed")
+                if self._log_problems:
+                    log.warning("%s", problem)
+                data, valid = PairFile(), False
+        # (the records first: a check between these stores matches against the new ones, and an
+        # invalid file's are empty)
+        self._data, self.valid, self.problem = data, valid, problem
         self._stamp = stamp
         self.generation += 1
-        if stamp is None:
-            self._data, self.valid, self.problem = PairFile(), True, None
-            return True
-        try:
-            # (never blocks, on the event loop: a FIFO in the pair file's place froze the daemon)
-            raw, self._data = self._read()
-            self.valid, self.problem = True, None
-            self._note_ignored(ignored_record_fields(raw))
-        except (PairFileInvalid, OSError) as exc:
-            # Unreadable (a directory, no permission: written by another user with mode 0600)
-            # is as good as invalid: everyone is refused, and the daemon keeps serving.
-            self.problem = exc.message if isinstance(exc, PairFileInvalid) else (
-                f"pair file {self.path} cannot be read ({exc.strerror or exc}); every credential is refused "
-                f"until it is fixed")
-            if self._log_problems:
-                log.warning("%s", self.problem)
-            self._data, self.valid = PairFile(), False
         return True
 
     def _note_ignored(self, fields: list[str]) -> None:

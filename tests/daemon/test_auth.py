@@ -732,3 +732,32 @@ async def test_two_authorization_headers_are_refused_whichever_comes_first(daemo
             assert r.status_code == 401 and error_of(r) == "AUTH_REQUIRED", (method, path, r.text)
             assert r.json()["error"]["message"] == "Authorization is given 2 times; give one credential"
     assert await daemon.status_of(strong) == 200
+
+
+def test_a_check_made_while_the_pair_file_is_reread_uses_the_new_records(tmp_path):
+    # The daemon re-reads the pair file on a worker thread after each pairing write it makes. The
+    # re-read took the file's new stamp before reading it, so a credential check on the event
+    # loop in the middle of that read saw the stamp unchanged and matched the old records: a
+    # credential `lens pair revoke` had just revoked passed once. The check is made here at that
+    # very point of the read (the real read, with the check run inside it).
+    from runtime.pairing import PairStore
+
+    pair = tmp_path / "pair.json"
+    daemon = PairStore(pair)
+    daemon.register("c1", "client", max_pending=32)
+    token = PairStore(pair).approve("c1", strong=True)  # (as `lens pair approve` does)
+    assert daemon.authenticate(token) is not None
+    PairStore(pair).revoke("c1")  # (as `lens pair revoke` does; the daemon has not looked yet)
+
+    real_read, checks = daemon._read, []
+
+    def read_with_a_check_inside():
+        if not checks:  # (the check's own re-read, if it makes one, is the plain read)
+            checks.append("made")
+            checks.append(daemon.authenticate(token))
+        return real_read()
+
+    daemon._read = read_with_a_check_inside
+    assert daemon.reload(force=True)
+    assert checks == ["made", None]
+    assert daemon.authenticate(token) is None
