@@ -73,6 +73,7 @@ class Runtime:
     faux: FauxProvider
     ids: IdGen
     providers: dict[str, FauxProvider] = field(default_factory=dict)
+    service: ProjectionService | None = None  # (``open_runtime(projections=True)``: the daemon's)
 
     async def call(self, session_id: str, command: Any) -> Any:
         return await self.sup.call(session_id, command)
@@ -188,7 +189,7 @@ async def open_runtime(
                         await actors.start(service.run)
                     await actors.start(sup.run)
                     try:
-                        yield Runtime(data_dir, store, snapshots, deps, sup, faux, ids, providers)
+                        yield Runtime(data_dir, store, snapshots, deps, sup, faux, ids, providers, service)
                     finally:
                         actors.cancel_scope.cancel()
             finally:

@@ -12,7 +12,7 @@ directory (``projections.db`` kept or deleted: a wake-up from a snapshot or from
 an operation and the restart at once, a manual compaction left running while the other rules go
 on, and two or three operations sent at the same moment.
 
-The model is :class:`HeldModel`: every request waits until a rule lets the model answer, with the
+The model is :class:`machine_parts.HeldModel`: every request waits until a rule lets the model answer, with the
 turn that rule drew (answered through :class:`FauxProvider`, so usage and call ids are the faux
 provider's). The mock clock stands still, moved only to pass the idle timeout; tool sleeps are of
 0 ms. So between two rules nothing runs: after each rule the machine polls the actor (a
@@ -42,9 +42,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import msgspec
 import trio
 import trio.testing
 from hypothesis import settings
@@ -52,19 +51,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from conftest import Runtime, open_runtime, text
+from conftest import text
 from events import types as t
-from events.reader import LogReader, StoredEvent
+from events.reader import StoredEvent
 from events.schema import PROJECTIONS_DB
-from projections.projector import Projector, open_projections_db
-from projections.registry import all_projections
+from machine_parts import (Errors, Host, Pending, log_is_gap_free, pick, projections_equal_a_rebuild,
+                           trio_sync)
 from projections.session_state import SessionState, fold
 from runtime.actor import Abort, Answer, GetView, Steer, Submit, Withdraw
 from runtime.errors import LensError
-from runtime.providers.base import Delta, ModelRequest, ModelResult, UsageMeter
-from runtime.providers.faux import FauxError, FauxProvider, FauxToolCall, FauxTurn
+from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.views import session_view
-from runtime.working_context import Compact
 from tests.idgen import IdGen
 
 # About 20 s on two cores. LENS_MACHINE_EXAMPLES / LENS_MACHINE_STEPS (with
@@ -86,105 +83,6 @@ CALLS = {
 VALID_ANSWERS = [{"kind": "answer", "optionIds": ["y"]}, {"kind": "answer", "text": "later"}, {"kind": "skip"}]
 INVALID_ANSWERS = [{"kind": "answer", "optionIds": ["zz"]}, {"kind": "skip", "text": "why"}, {"kind": "maybe"}]
 VIEW_KEYS = ("status", "queued", "items", "todos", "usage")
-
-
-class HeldModel:
-    """The machine's model: a request waits until :meth:`answer` lets it go with a turn."""
-
-    def __init__(self, id: str = "faux") -> None:
-        self.id = id
-        self._waiting: list[tuple[trio.Event, list[FauxTurn]]] = []
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
-                     meter: UsageMeter | None = None) -> ModelResult:
-        slot: tuple[trio.Event, list[FauxTurn]] = (trio.Event(), [])
-        self._waiting.append(slot)
-        try:
-            await slot[0].wait()
-        finally:
-            if slot in self._waiting:
-                self._waiting.remove(slot)
-        (turn,) = slot[1]
-        return await FauxProvider(self.id, [turn]).stream(request, on_delta, meter)
-
-    def answer(self, turn: FauxTurn) -> None:
-        """Let the oldest waiting request go, answered with ``turn`` (its ``when`` matches all)."""
-        event, turns = self._waiting.pop(0)
-        turns.append(msgspec.structs.replace(turn, when=""))
-        event.set()
-
-
-@dataclass
-class Host:
-    """Opens, restarts and closes the machine's runtime from a task of the test's nursery (the
-    machine runs in a worker thread; a runtime's nurseries are entered and left by one task)."""
-
-    nursery: trio.Nursery
-    clock: trio.testing.MockClock
-    token: trio.lowlevel.TrioToken
-    root: Path  # (each example's data directory is made in it)
-    rt: Runtime | None = None
-    model: HeldModel | None = None
-    errors: list[logging.LogRecord] = field(default_factory=list)  # what the runtime logged as an error
-    stopping: trio.Event = field(default_factory=trio.Event)
-    _stop: trio.Event = field(default_factory=trio.Event)
-    _done: trio.Event = field(default_factory=trio.Event)
-
-    async def open(self, data_dir: Path, ids: IdGen) -> Runtime:
-        """``ids``: the example's, shared across its restarts (as the daemon's ids never repeat)."""
-        self._stop, self._done, self.stopping = trio.Event(), trio.Event(), trio.Event()
-        self.model = HeldModel()
-        stop, done, model = self._stop, self._done, self.model
-
-        async def own(task_status: trio.TaskStatus[Runtime] = trio.TASK_STATUS_IGNORED) -> None:
-            try:
-                async with open_runtime(data_dir, faux=model, ids=ids,  # type: ignore[arg-type]
-                                        snapshot_every=SNAPSHOT_EVERY, idle_seconds=IDLE_SECONDS,
-                                        stopping=self.stopping, projections=True) as rt:
-                    task_status.started(rt)
-                    await stop.wait()
-            finally:
-                done.set()
-
-        self.rt = await self.nursery.start(own)
-        return self.rt
-
-    async def close(self) -> None:
-        """A graceful stop: the daemon's stop event first (a compaction under way is cut off and
-        answered), then the runtime closed."""
-        self.stopping.set()
-        self._stop.set()
-        await self._done.wait()
-        self.rt = None
-
-    async def start_compaction(self, session_id: str) -> "Pending":
-        """``Compact`` sent from a task of its own, answered into the :class:`Pending` returned."""
-        assert self.rt is not None
-        rt, pending = self.rt, Pending()
-
-        async def compact() -> None:
-            try:
-                pending.answer = await rt.call(session_id, Compact(stop=self.stopping))
-            except LensError as exc:
-                pending.answer = exc
-            pending.done = True
-
-        self.nursery.start_soon(compact)
-        await trio.testing.wait_all_tasks_blocked()  # (refused at once, or its request sent)
-        return pending
-
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return trio.from_thread.run(fn, *args, trio_token=self.token)
-
-
-@dataclass
-class Pending:
-    done: bool = False
-    answer: Any = None
 
 
 @dataclass
@@ -258,15 +156,7 @@ class SessionMachine(RuleBasedStateMachine):
         try:
             if self.host.rt is not None:
                 self.host.run(self.host.close)
-                with LogReader(self.data_dir) as reader:
-                    projector = Projector(reader, open_projections_db(self.data_dir), all_projections())
-                    try:
-                        projector.catch_up()
-                        kept = {name: projector.dump(name) for name in projector.projections}
-                        projector.rebuild()
-                        assert kept == {name: projector.dump(name) for name in projector.projections}
-                    finally:
-                        projector.close()
+                projections_equal_a_rebuild(self.data_dir)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -664,17 +554,12 @@ class SessionMachine(RuleBasedStateMachine):
         assert not self.host.errors, [r.getMessage() for r in self.host.errors]  # (a crash the supervisor contained)
         events = self.events()
         view, st_ = self.host.run(self.view_and_state)
-        self.log_is_gap_free(events)
+        log_is_gap_free(events, [self.sid])
         self.view_is_a_fresh_replay(view, events)
         self.every_input_ends_once(Ledger.of([e for e in events if e.session_id == self.sid]), st_)
 
     async def view_and_state(self) -> tuple[dict[str, Any], SessionState]:
         return await self.rt.call(self.sid, GetView()), await self.rt.state(self.sid)
-
-    def log_is_gap_free(self, events: list[StoredEvent]) -> None:
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        mine = [e.session_seq for e in events if e.session_id == self.sid]
-        assert mine == list(range(1, len(mine) + 1))
 
     def view_is_a_fresh_replay(self, view: dict[str, Any], events: list[StoredEvent]) -> None:
         replayed = session_view(fold(SessionState(self.sid), [e for e in events if e.session_id == self.sid]))
@@ -698,33 +583,12 @@ class SessionMachine(RuleBasedStateMachine):
         assert starts == sorted(starts), "queued inputs started out of submission order"
 
 
-def pick(data: st.DataObject, choices: list[Any]) -> Any:
-    """One of ``choices`` (which depend on the runtime's state), drawn the same way whatever they
-    are: Hypothesis replays a run's draws and must meet the same kinds of draw."""
-    return choices[data.draw(st.integers(0, 255), label="index") % len(choices)]
-
-
-def trio_sync(fn: Callable[..., Any]) -> Callable[..., Any]:
-    async def run(*args: Any) -> Any:
-        return fn(*args)
-
-    return run
-
-
-class Errors(logging.Handler):
-    def __init__(self, into: list[logging.LogRecord]) -> None:
-        super().__init__(logging.ERROR)
-        self.into = into
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.into.append(record)
-
-
 async def test_one_session_through_its_operations_in_any_order(tmp_path: Path,
                                                                 autojump_clock: trio.testing.MockClock) -> None:
     autojump_clock.autojump_threshold = math.inf  # (the machine moves it: see the module docstring)
     async with trio.open_nursery() as nursery:
-        host = Host(nursery, autojump_clock, trio.lowlevel.current_trio_token(), tmp_path)
+        host = Host(nursery, autojump_clock, trio.lowlevel.current_trio_token(), tmp_path,
+                    lambda model: {"snapshot_every": SNAPSHOT_EVERY, "idle_seconds": IDLE_SECONDS})
         machine = type("Machine", (SessionMachine,), {"host": host})
         handler = Errors(host.errors)
         logging.getLogger("lens").addHandler(handler)

@@ -1,0 +1,636 @@
+"""F-ACT-5..7, F-TOOL-6, F-TOOL-7, F-CTX-1..3: several sessions of one runtime driven through
+their operations in any order.
+
+A Hypothesis ``RuleBasedStateMachine`` over the real runtime of this suite (``open_runtime``: the
+event store, the supervisor and its actors, snapshots, the daemon's projection service, the
+``skill`` tool reading two workspaces through a real executor pool) with three sessions to start
+with, two in project ``p1`` and one in ``p2``, and forks of them (five sessions at most). Its
+rules: an input to any session (a plain one or ``/skill:review args``); the model answering one
+of the requests waiting (text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill``
+load, each from the main agent or from a subagent, where ``subagent`` and ``todo`` are main-only
+and refused at execution); a fork of a session from a drawn ``seq`` of it; a configuration change
+(``model``, ``thinking_level``); a rename; a soft delete; a snip of a Working Context item, an
+Include Result, a manual compaction left running; the idle timeout (idle actors passivate and
+wake from their snapshot and tail); a restart of the runtime on the same data directory
+(``projections.db`` kept or deleted).
+
+The model is :class:`machine_parts.HeldModel`; every session has a model of its own name
+(``faux/<tag>-<variant>``: a fork is given its own at once), so a waiting request says whose it
+is, and the rule that answers draws among them in a fixed order. Between two rules nothing runs
+(see test_session_machine.py): after each rule the machine polls the actors until every session
+is idle or waits for the model.
+
+Checked after every rule: ``seq`` gap-free, each session's ``session_seq`` gap-free; every
+session's state (each agent's Full Context, its snips, includes, skills...) and view equal a
+fresh fold of the log (a fork's from its source's events up to the fork point, then its own);
+every model request a session recorded was made with the configuration in force at its ``seq``,
+and the model received exactly the requests recorded since the runtime opened, in order, with
+that model and thinking level; no agent's Working Context holds a skill's instructions twice,
+nor did a request; ``history_search`` in a project returns only that project's items, none
+hidden; the runtime logged no error. The rules check their own answers: a fork's contexts at its
+creation equal its source's as of the ``seq``; a deleted session refuses inputs, configuration,
+renames and edits with ``SESSION_DELETED`` and writes nothing, and its events stay; a main-only
+tool asked by a subagent is refused with ``TOOL_MAIN_ONLY``. At the end of each example the
+projections kept up to date equal a rebuild. See docs/decisions.md, "A state machine over
+several sessions".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, rule,
+                                 run_state_machine_as_test)
+
+from conftest import text
+from events import types as t
+from events.reader import StoredEvent
+from events.schema import PROJECTIONS_DB
+from machine_parts import Errors, Host, Pending, log_is_gap_free, pick, projections_equal_a_rebuild, trio_sync
+from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
+                                       working_context)
+from runtime.actor import Configure, Delete, GetView, Rename, Submit, _reset_for_fork
+from runtime.config import CompactionConfig, ContextConfig
+from runtime.errors import LensError
+from runtime.providers.base import ModelRequest
+from runtime.providers.faux import FauxToolCall, FauxTurn
+from runtime.views import session_view
+from runtime.working_context import COMPACTION_SYSTEM, EditContext
+from tests.executor.conftest import running_pool
+from tests.idgen import IdGen
+from tools.registry import builtin_tools
+from tools.skills import skill_tool
+
+# About 35 s on two cores shared with other runs (28 s of CPU). LENS_MACHINE_EXAMPLES /
+# LENS_MACHINE_STEPS (with HYPOTHESIS_PROFILE=explore for fresh examples) search further.
+MAX_EXAMPLES = int(os.environ.get("LENS_MACHINE_EXAMPLES", 30))
+STEPS = int(os.environ.get("LENS_MACHINE_STEPS", 40))
+IDLE_SECONDS = 300.0
+SNAPSHOT_EVERY = 7
+SETTLE_SECONDS = 60.0  # a bound on real time for the runtime to reach a resting state (a failure)
+MAX_SESSIONS = 5
+PROJECTS = {"p1": ("A", "B"), "p2": ("C",)}
+SKILL = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS for {project}\n"
+LEVELS = ["low", "high"]
+TOOLS = {
+    "time": FauxToolCall("get_system_time", {}),
+    "subagent": FauxToolCall("subagent", {"prompt": "SUB look around marker"}),
+    "todo": FauxToolCall("todo", {"items": [{"id": "a", "text": "step one"}]}),
+    "skill": FauxToolCall("skill", {"name": "review"}),
+}
+MAIN_ONLY = ("subagent", "todo")
+# (no round kept as written: a manual compaction of a short conversation has something to replace)
+NO_KEPT_ROUNDS = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0))
+
+
+@dataclass
+class Session:
+    tag: str
+    sid: str
+    project: str
+    deleted: bool = False
+
+
+def tag_of(request: ModelRequest) -> str:
+    return request.model.rsplit("-", 1)[0]
+
+
+def is_compaction(request: ModelRequest) -> bool:
+    return COMPACTION_SYSTEM in request.system
+
+
+def skill_items(items: list[Any]) -> list[str]:
+    return [it.source for it in items if it.role == "system" and it.source.startswith("skill:")]
+
+
+def copied(state: SessionState) -> SessionState:
+    """``state`` as the actor hands it out (through its snapshot encoding)."""
+    return state_from_snapshot(snapshot_bytes(state))
+
+
+class SessionsMachine(RuleBasedStateMachine):
+    host: Host  # (set on the subclass the test makes)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="example-", dir=self.host.root))
+        self.data_dir = self.dir / "data"
+        self.ids = IdGen()
+        self.host.errors.clear()
+        self.rt = self.host.run(self.host.open, self.data_dir, self.ids)
+        self.opened_at = 0  # the log's last seq when the runtime (and its model) opened
+        self.sessions: list[Session] = []
+        self.compactions: dict[str, Pending] = {}  # session id -> a manual compaction under way
+        self.n = 0
+        self.forks = 0
+        self._events: list[StoredEvent] = []
+        for project, tags in PROJECTS.items():
+            for tag in tags:
+                sid = self.host.run(self.create, project, tag)
+                self.sessions.append(Session(tag, sid, project))
+
+    async def create(self, project: str, tag: str) -> str:
+        return await self.rt.session(project, model=f"faux/{tag}-1")
+
+    def teardown(self) -> None:
+        try:
+            if self.host.rt is not None:
+                self.host.run(self.host.close)
+                projections_equal_a_rebuild(self.data_dir)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ helpers
+
+    def events(self) -> list[StoredEvent]:
+        """The whole log (read on from what was read before: it only grows)."""
+
+        async def go() -> list[StoredEvent]:
+            while True:
+                after = self._events[-1].seq if self._events else 0
+                page = await self.rt.store.read_events(after=after, limit=1000)
+                if not page:
+                    return list(self._events)
+                self._events.extend(page)
+
+        return self.host.run(go)
+
+    def of(self, sid: str) -> list[StoredEvent]:
+        return [e for e in self.events() if e.session_id == sid]
+
+    def call(self, sid: str, command: Any) -> Any:
+        async def go() -> Any:
+            try:
+                return await self.rt.call(sid, command)
+            except LensError as exc:
+                return exc
+
+        return self.host.run(go)
+
+    def state(self, sid: str) -> SessionState:
+        return self.host.run(self.rt.state, sid)
+
+    def fresh_id(self) -> str:
+        self.n += 1
+        return f"r{self.n}"
+
+    def target(self, data: st.DataObject) -> Session:
+        """A drawn session: a live one, or now and then a deleted one (when there is)."""
+        gone = [s for s in self.sessions if s.deleted]
+        live = [s for s in self.sessions if not s.deleted]
+        rarely = data.draw(st.integers(0, 4), label="a deleted one") == 4
+        return pick(data, gone if rarely and gone else live or gone)
+
+    def by_tag(self, tag: str) -> Session:
+        return next(s for s in self.sessions if s.tag == tag)
+
+    def fresh_state(self, sid: str, upto: int | None = None) -> SessionState:
+        """A fold of the log alone: a fork's from its source's state as of the fork point."""
+        events = [e for e in self.of(sid) if upto is None or e.seq <= upto]
+        first = events[0].event if events else None
+        if isinstance(first, t.SessionCreated) and first.forked_from_session:
+            state = self.fresh_state(first.forked_from_session, first.forked_from_seq)
+            _reset_for_fork(state, sid)
+        else:
+            state = SessionState(sid)
+        for e in events:
+            apply(state, e)
+        return state
+
+    def settle(self) -> None:
+        """Wait until nothing runs without the machine: every session idle with nothing queued,
+        or one of its agents (or its compaction) waiting for the model."""
+        model = self.host.model
+        assert model is not None
+
+        async def go() -> None:
+            deadline = time.monotonic() + SETTLE_SECONDS
+            while True:
+                waiting = {(tag_of(r), r.agent_id, is_compaction(r)) for r in model.requests}
+                resting = True
+                for s in self.sessions:
+                    pending = self.compactions.get(s.sid)
+                    if pending is not None and not pending.done:
+                        resting = resting and (s.tag, MAIN_AGENT, True) in waiting
+                        continue
+                    st_ = await self.rt.state(s.sid)
+                    if st_.running_task is None and not st_.queue:
+                        continue
+                    asking = [a for a in st_.agents.values() if a.open_request_seq is not None]
+                    if not any((s.tag, a.agent_id, False) in waiting for a in asking):
+                        resting = False
+                if resting:
+                    return
+                assert time.monotonic() < deadline, "the sessions never came to rest"
+                await trio.sleep(0)
+
+        self.host.run(go)
+        for sid, pending in list(self.compactions.items()):
+            if pending.done:
+                del self.compactions[sid]
+                if isinstance(pending.answer, LensError):
+                    assert pending.answer.code in ("NOTHING_TO_COMPACT", "COMPACTION_FAILED",
+                                                   "SESSION_UNAVAILABLE", "SESSION_DELETED"), pending.answer
+                else:
+                    compacted = [e for e in self.of(sid) if e.kind == "context.compacted"]
+                    assert compacted and compacted[-1].seq == pending.answer["seq"], pending.answer
+
+    def refused(self, answer: Any, code: str, before: int) -> None:
+        assert isinstance(answer, LensError), f"expected {code}, got {answer!r}"
+        assert answer.code == code and str(answer), (answer.code, str(answer))
+        self.settle()
+        assert len(self.events()) == before, f"a refused operation ({code}) wrote events"
+
+    # ------------------------------------------------------------------ rules: inputs
+
+    @initialize()
+    def start(self) -> None:
+        self.settle()
+
+    # (Three rules, each taking ``data`` alone and drawing the rest. Hypothesis turns a drawn part
+    # of the rules off in each example (swarm testing): inputs, the model's answers and the context
+    # edits are one rule so that no example has the one without the others.)
+
+    @rule(data=st.data())
+    def converse(self, data: st.DataObject) -> None:
+        """The model's answer to a request waiting (one time in two), an input to a session, or an
+        edit of a session's Working Context."""
+        what = data.draw(st.integers(0, 3), label="answer, input or edit")
+        if what < 2:
+            self.answer(data)
+        elif what == 2:
+            self.ask(data)
+        else:
+            self.edit_context(data)
+
+    def ask(self, data: st.DataObject) -> None:
+        """An input to a drawn session: a plain one, or ``/skill:review args`` (F-TOOL-6)."""
+        words = data.draw(st.sampled_from(["hello", "plan it", "go on"]))
+        skill = data.draw(st.booleans())
+        s = self.target(data)
+        rid = self.fresh_id()
+        message = f"/skill:review {words} marker {rid}" if skill else f"{words} marker {s.tag} {rid}"
+        before = len(self.events())
+        answer = self.call(s.sid, Submit(rid, text(message)))
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        assert not isinstance(answer, Exception), answer
+        assert answer["requestId"] == rid and answer["duplicate"] is False, answer
+        self.settle()
+
+    # ------------------------------------------------------------------ rules: the model
+
+    def answer(self, data: st.DataObject) -> None:
+        """The model answers one of the requests waiting (drawn in a fixed order), or ``all`` of
+        them with text, one after the other."""
+        kind = data.draw(st.sampled_from(["text", "all", "time", "all", "subagent", "todo", "skill"]))
+        model = self.host.model
+        assert model is not None
+        if kind != "all":
+            self.answer_one(data, kind)
+            return
+        for request in sorted(model.requests, key=lambda r: (tag_of(r), r.agent_id, is_compaction(r))):
+            if any(r is request for r in model.requests):
+                self.host.run(trio_sync(model.answer), FauxTurn(text=f"done marker {tag_of(request)}"), request)
+                self.settle()
+
+    def answer_one(self, data: st.DataObject, kind: str) -> None:
+        model = self.host.model
+        assert model is not None
+        waiting = sorted(model.requests, key=lambda r: (tag_of(r), r.agent_id, is_compaction(r)))
+        if not waiting:
+            return
+        request = pick(data, waiting)
+        s = self.by_tag(tag_of(request))
+        if kind == "text" or is_compaction(request):
+            turn = FauxTurn(text=f"done marker {s.tag}")
+        else:
+            turn = FauxTurn(tool_calls=[TOOLS[kind]])
+        before = len(self.events())
+        self.host.run(trio_sync(model.answer), turn, request)
+        self.settle()
+        if kind in MAIN_ONLY and request.agent_id != MAIN_AGENT and not is_compaction(request):
+            ends = [e for e in self.of(s.sid)[before:] if e.kind == "tool.finished" and e.agent_id == request.agent_id
+                    and e.event.name == TOOLS[kind].name]  # type: ignore[union-attr]
+            if ends:  # (none when the session was stopped first)
+                assert [(e.event.status, e.event.error_code) for e in ends] == [  # type: ignore[union-attr]
+                    ("error", "TOOL_MAIN_ONLY")], ends
+            assert not [e for e in self.of(s.sid)[before:] if e.agent_id == request.agent_id
+                        and e.kind in ("todo.updated", "agent.started") and e.agent_id != MAIN_AGENT]
+
+    # ------------------------------------------------------------------ rules: sessions
+
+    @rule(data=st.data())
+    def session_op(self, data: st.DataObject) -> None:
+        """A fork, a configuration change, a rename or a soft delete of a drawn session (one rule,
+        so that these come as often as inputs and answers, not four times as often)."""
+        op = data.draw(st.sampled_from(["fork", "configure", "configure", "rename", "delete"]))
+        if op == "fork":
+            self.fork(data)
+        elif op == "configure":
+            self.configure(data, data.draw(st.sampled_from(["1", "2"])), data.draw(st.sampled_from(LEVELS + [None])))
+        elif op == "rename":
+            self.rename(data, data.draw(st.sampled_from(["first", "second"])))
+        else:
+            self.delete(data)
+
+    def fork(self, data: st.DataObject) -> None:
+        """A fork from a drawn ``seq`` of a session (F-ACT-7): its contexts, model and thinking
+        level are the source's as of that event; it is then given a model of its own name."""
+        source = pick(data, self.sessions)
+        events = self.of(source.sid)
+        seq = pick(data, events).seq
+        if len(self.sessions) >= MAX_SESSIONS:
+            return
+        expected = self.fresh_state(source.sid, seq)
+        fork_sid = self.host.run(self.rt.sup.fork_session, source.sid, seq)
+        got = self.state(fork_sid)
+        assert got.forked_from_session == source.sid and got.forked_from_seq == seq
+        assert got.project_id == source.project and not got.deleted
+        assert (got.model, got.thinking_level) == (expected.model, expected.thinking_level)
+        assert set(got.agents) == set(expected.agents)
+        for aid, agent in copied(expected).agents.items():
+            mine = got.agents[aid]
+            assert mine.items == agent.items, aid  # the Full Context as of the seq
+            assert working_context(mine) == working_context(agent), aid
+            assert mine.skills == agent.skills, aid
+        self.forks += 1
+        tag = f"F{self.forks}"
+        self.sessions.append(Session(tag, fork_sid, source.project))
+        answer = self.call(fork_sid, Configure(model=f"faux/{tag}-1"))
+        assert not isinstance(answer, Exception), answer
+        self.settle()
+
+    def configure(self, data: st.DataObject, variant: str, level: str | None) -> None:
+        """F-ACT-6: a change of model and thinking level, from the next model request on (the
+        invariant :meth:`requests_as_configured` checks which requests had which)."""
+        s = self.target(data)
+        before = len(self.events())
+        answer = self.call(s.sid, Configure(model=f"faux/{s.tag}-{variant}", thinking_level=level))
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        assert not isinstance(answer, Exception), answer
+        got = self.state(s.sid)
+        assert got.model == f"faux/{s.tag}-{variant}" and (level is None or got.thinking_level == level)
+        self.settle()
+
+    def rename(self, data: st.DataObject, name: str) -> None:
+        s = self.target(data)
+        before = len(self.events())
+        answer = self.call(s.sid, Rename(name))
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        assert answer == {"name": name}, answer
+        assert self.state(s.sid).name == name
+        self.settle()
+
+    def delete(self, data: st.DataObject) -> None:
+        """A soft delete: the session's events stay, what it ran is stopped, and it refuses what
+        would change it with ``SESSION_DELETED`` from then on (two sessions at most are deleted:
+        the others go on)."""
+        s = self.target(data)
+        if not s.deleted and sum(x.deleted for x in self.sessions) >= 2:
+            return
+        kept = self.of(s.sid)
+        before = len(self.events())
+        answer = self.call(s.sid, Delete())
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        assert answer == {"deleted": True}, answer
+        s.deleted = True
+        self.settle()
+        after = self.of(s.sid)
+        assert after[:len(kept)] == kept and after[-1].kind == "session.deleted"
+        got = self.state(s.sid)
+        assert got.deleted and got.running_task is None and not got.queue
+
+    # ------------------------------------------------------------------ rules: context edits
+
+    def talked(self, data: st.DataObject) -> Session:
+        """A session whose main agent has a conversation, when there is one (the longest first:
+        a manual compaction has something to replace from the second round on)."""
+        sizes = {s.tag: len(working_context(self.state(s.sid).agents[MAIN_AGENT])) for s in self.sessions}
+        talked = sorted((s for s in self.sessions if sizes[s.tag]), key=lambda s: (-sizes[s.tag], s.tag))
+        if data.draw(st.integers(0, 4), label="a deleted one") == 4:
+            talked = [s for s in talked if s.deleted]
+        return pick(data, talked or self.sessions)
+
+    def edit_context(self, data: st.DataObject) -> None:
+        """A Working Context edit of a drawn session's main agent (F-CTX-1/3) or a manual
+        compaction (F-CTX-2)."""
+        op = data.draw(st.sampled_from(["snip", "include", "compact"]))
+        {"snip": self.snip, "include": self.include, "compact": self.compact}[op](data)
+
+    def snip(self, data: st.DataObject) -> None:
+        s = self.talked(data)
+        main = self.state(s.sid).agents[MAIN_AGENT]
+        items = working_context(main)
+        item_id = pick(data, [it.id for it in items] or ["ci_never"])
+        before = len(self.events())
+        answer = self.call(s.sid, EditContext("snip", (item_id,)))
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        if isinstance(answer, LensError):  # (busy, an unknown id...: refused, nothing written)
+            self.refused(answer, answer.code, before)
+            return
+        self.settle()
+        # Out of the Working Context (a tool result: its placeholder stays beside its call).
+        shown = {it.id: it for it in working_context(self.state(s.sid).agents[MAIN_AGENT])}
+        assert item_id not in shown or shown[item_id].text == REMOVED_PLACEHOLDER, shown.get(item_id)
+
+    def include(self, data: st.DataObject) -> None:
+        s = self.talked(data)
+        main = self.state(s.sid).agents[MAIN_AGENT]
+        calls = [it.call_id for it in main.items if it.role == "tool_result" and it.call_id]
+        call_id = pick(data, calls or ["call_never"])
+        before = len(self.events())
+        answer = self.call(s.sid, EditContext("include", call_id=call_id))
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        if isinstance(answer, LensError):
+            self.refused(answer, answer.code, before)
+            return
+        self.settle()
+        shown = [it.call_id for it in working_context(self.state(s.sid).agents[MAIN_AGENT]) if it.role == "tool_result"]
+        assert call_id in shown, (call_id, answer)
+
+    def compact(self, data: st.DataObject) -> None:
+        """A manual compaction (F-CTX-2), left running until the model answers it (drawn among
+        the sessions with a conversation, when there are)."""
+        s = self.talked(data)
+        if s.sid in self.compactions:
+            return
+        before = len(self.events())
+        pending = self.host.run(self.host.start_compaction, s.sid)
+        if pending.done and isinstance(pending.answer, LensError):
+            code = pending.answer.code
+            assert code in ("SESSION_BUSY", "NOTHING_TO_COMPACT", "SESSION_DELETED"), pending.answer
+            assert code != "SESSION_DELETED" or s.deleted
+            self.refused(pending.answer, code, before)
+            return
+        self.compactions[s.sid] = pending
+        self.settle()
+
+    # ------------------------------------------------------------------ rules: the actors' life
+
+    @rule(data=st.data())
+    def time_passes(self, data: st.DataObject) -> None:
+        """The idle timeout, or a restart of the runtime (``projections.db`` kept, or deleted: every
+        session woken from its whole log)."""
+        op = data.draw(st.sampled_from(["passivate", "passivate", "restart", "restart from the log"]))
+        if op == "passivate":
+            self.passivate()
+        else:
+            self.restart(op != "restart")
+
+    def passivate(self) -> None:
+        """The idle timeout passes: idle actors passivate, and wake with the same view."""
+        views = {s.sid: self.view(s.sid) for s in self.sessions}
+        idle = [s.sid for s in self.sessions
+                if views[s.sid]["status"] == "idle" and not views[s.sid]["queued"] and s.sid not in self.compactions]
+
+        async def go() -> None:
+            self.host.clock.jump(IDLE_SECONDS + 1)
+            deadline = time.monotonic() + SETTLE_SECONDS
+            while set(idle) & set(self.rt.sup.live_sessions):
+                assert time.monotonic() < deadline, "an idle actor never passivated"
+                await trio.sleep(0)
+
+        self.host.run(go)
+        for sid in idle:
+            assert self.view(sid) == views[sid], "a view changed across the idle timeout"
+        self.settle()
+
+    def restart(self, drop_snapshots: bool) -> None:
+        """Stop the runtime and open it again on the same data directory."""
+        views = {s.sid: self.view(s.sid) for s in self.sessions}
+        busy = {s.sid for s in self.sessions if views[s.sid]["status"] != "idle" or s.sid in self.compactions}
+        self.host.run(self.host.close)
+        if drop_snapshots:
+            for path in self.data_dir.glob(PROJECTIONS_DB + "*"):
+                path.unlink()
+        self.opened_at = len(self.events())
+        self.rt = self.host.run(self.host.open, self.data_dir, self.ids)
+        self.settle()
+        for s in self.sessions:
+            if s.sid not in busy:
+                assert self.view(s.sid) == views[s.sid], "an idle session's view changed across a restart"
+
+    # ------------------------------------------------------------------ invariants
+
+    def view(self, sid: str) -> dict[str, Any]:
+        return self.host.run(self.rt.call, sid, GetView())
+
+    @invariant()
+    def holds_after_every_step(self) -> None:
+        assert not self.host.errors, [r.getMessage() for r in self.host.errors]
+        events = self.events()
+        log_is_gap_free(events, [s.sid for s in self.sessions])
+        for s in self.sessions:
+            self.state_is_a_fresh_fold(s)
+        self.requests_as_configured()
+        self.history_stays_in_its_project()
+
+    def state_is_a_fresh_fold(self, s: Session) -> None:
+        fresh = self.fresh_state(s.sid)
+        live = self.state(s.sid)
+        copy = copied(fresh)
+        assert set(live.agents) == set(copy.agents), s.tag
+        for aid, agent in copy.agents.items():
+            assert live.agents[aid] == agent, (s.tag, aid)
+            names = skill_items(working_context(agent))
+            assert len(names) == len(set(names)), f"{s.tag}/{aid}: a skill's instructions twice: {names}"
+        assert live.deleted == s.deleted
+        assert (live.model, live.thinking_level, live.name) == (copy.model, copy.thinking_level, copy.name)
+        assert self.view(s.sid) == session_view(fresh)
+
+    def requests_as_configured(self) -> None:
+        """Each ``model.requested`` carries the configuration in force at its seq; the model got
+        exactly the requests recorded since it opened, in order, with that configuration (a
+        change never reaches a request already sent)."""
+        model = self.host.model
+        assert model is not None
+        received: dict[tuple[str, str], list[ModelRequest]] = {}
+        for r in model.received:
+            assert len(skill_items(r.items)) == len(set(skill_items(r.items))), "a request saw a skill twice"
+            if not is_compaction(r):
+                received.setdefault((tag_of(r), r.agent_id), []).append(r)
+        recorded: dict[tuple[str, str], list[t.ModelRequested]] = {}
+        for s in self.sessions:
+            config: tuple[str | None, str | None] = (None, None)
+            state = self.fresh_state(s.sid, self.of(s.sid)[0].seq)
+            config = (state.model, state.thinking_level)
+            for e in self.of(s.sid)[1:]:
+                ev = e.event
+                if isinstance(ev, t.ModelRequested):
+                    assert (f"{ev.provider}/{ev.model}", ev.thinking_level) == config, (s.tag, e.seq, ev, config)
+                    if e.seq > self.opened_at:
+                        recorded.setdefault((s.tag, e.agent_id or MAIN_AGENT), []).append(ev)
+                elif isinstance(ev, t.SessionConfigured):
+                    config = (ev.model or config[0], ev.thinking_level or config[1])
+        assert set(received) == set(recorded), (sorted(received), sorted(recorded))
+        for key, sent in received.items():
+            assert [(r.model, r.thinking_level) for r in sent] == [
+                (ev.model, ev.thinking_level) for ev in recorded[key]], key
+
+    def history_stays_in_its_project(self) -> None:
+        service = self.rt.service
+        assert service is not None
+        for project in PROJECTS:
+            mine = {s.sid for s in self.sessions if s.project == project}
+
+            async def go() -> list[Any]:
+                hits, _next = await service.history_search(project, "marker", limit=100)
+                return hits
+
+            hits = self.host.run(go)
+            states = {sid: self.fresh_state(sid) for sid in mine}
+            for hit in hits:
+                assert hit.project_id == project and hit.session_id in mine, (project, hit)
+                agent = states[hit.session_id].agents[hit.agent_id or MAIN_AGENT]
+                assert hit.context_item_id not in agent.hidden, hit
+
+
+async def test_several_sessions_through_their_operations_in_any_order(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = math.inf  # (the machine moves it)
+    workspaces = {}
+    for project in PROJECTS:
+        ws = workspaces[project] = tmp_path / "ws" / project
+        (ws / "skills" / "review").mkdir(parents=True)
+        (ws / "skills" / "review" / "SKILL.md").write_text(SKILL.format(project=project))
+    # One executor pool for every example (its children never stop for idleness here: the
+    # machine's clock jumps past the idle timeout).
+    async with running_pool(tmp_path / "executors", workspaces, idle_stop_s=1e12) as pool:
+        tools = builtin_tools([skill_tool(pool)])
+        async with trio.open_nursery() as nursery:
+            host = Host(nursery, autojump_clock, trio.lowlevel.current_trio_token(), tmp_path / "examples",
+                        lambda model: {"snapshot_every": SNAPSHOT_EVERY, "idle_seconds": IDLE_SECONDS,
+                                       "tools": tools, "context": NO_KEPT_ROUNDS})
+            host.root.mkdir()
+            machine = type("Machine", (SessionsMachine,), {"host": host})
+            handler = Errors(host.errors)
+            logging.getLogger("lens").addHandler(handler)
+            try:
+                await trio.to_thread.run_sync(lambda: run_state_machine_as_test(
+                    machine, settings=settings(max_examples=MAX_EXAMPLES, stateful_step_count=STEPS)))
+            finally:
+                logging.getLogger("lens").removeHandler(handler)
