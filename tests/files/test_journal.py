@@ -228,6 +228,24 @@ def test_restore_outcomes(ws: Workspace, root: Path) -> None:
     fails("INVALID_ARGUMENT", ws.restore, "f", "text", None)
 
 
+def test_a_restore_refused_for_a_file_whose_directory_is_gone_makes_no_directory(ws: Workspace,
+                                                                                  root: Path) -> None:
+    # A revert of a rewrite of d/e/f after d was removed: the file is not the edit's result, so
+    # CONFLICT, and the directories on its way are not made for a file that is not written.
+    err = fails("CONFLICT", ws.restore, "d/e/f", b"before\n", sha(b"after\n"))
+    assert "changed since" in err.message
+    assert list(root.iterdir()) == []
+
+
+def test_a_restore_that_removes_a_file_whose_directory_is_gone_succeeds(ws: Workspace, root: Path) -> None:
+    # A revert of the create of d/e/f after d was removed: the file is absent, as the revert
+    # wants it, which is success with nothing changed (as for an absent file in a directory).
+    out = ws.restore("d/e/f", None, sha(b"created\n"))
+    assert out == EditOutcome({"path": "d/e/f", "changed": False, "units_applied": 1, "bytes_written": 0},
+                              None, None, "d/e/f")
+    assert list(root.iterdir()) == []
+
+
 def test_restore_keeps_the_mode(ws: Workspace, root: Path) -> None:
     f = root / "tool.sh"
     f.write_bytes(b"v2")

@@ -221,7 +221,10 @@ class Workspace:
         bytes hashing to ``expect_sha256`` (None: it must not exist); otherwise CONFLICT.
 
         Already holding ``content`` (or already absent) is success with ``changed`` false.
-        Recreating a missing file creates its parent directories; removing a file leaves them.
+        Recreating a missing file (``expect_sha256`` None) creates its parent directories;
+        removing a file leaves them. A missing directory on the way means the file is absent:
+        nothing is made for a restore that expects the file (CONFLICT), and one that removes it
+        has nothing to do.
         """
         with self._boundary(path):
             shown = self._shown(path)
@@ -241,13 +244,15 @@ class Workspace:
                              exclusive=current is None)
 
             args = {"path": path, "content": wanted, "expect_sha256": expect_sha256}
-            return self._editing("restore", path, shown, args, call_id, plan, create_parents=wanted is not None)
+            recreate = wanted is not None and expect_sha256 is None
+            return self._editing("restore", path, shown, args, call_id, plan, create_parents=recreate,
+                                 missing_parents=not recreate)
 
     # ---------------------------------------------------------------- internals
 
     def _editing(self, tool: str, path: str, shown: str, args: dict[str, Any], call_id: str | None,
                  plan: Callable[[Target], _Plan], *, follow_final: bool = True,
-                 create_parents: bool = False) -> EditOutcome:
+                 create_parents: bool = False, missing_parents: bool = False) -> EditOutcome:
         if call_id is not None and not isinstance(call_id, str):
             raise FileToolError("INVALID_ARGUMENT", "call_id must be a string")
         journal = self.journal if call_id else None
@@ -269,7 +274,8 @@ class Workspace:
                 if rec.state == DONE:
                     return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256),
                                        journal.blob(rec.after_sha256), rec.written_path)
-        with self._resolve(path, follow_final=follow_final, create_parents=create_parents) as t:
+        with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
+                           missing_parents=missing_parents) as t:
             p = plan(t)
             if self.still_wanted is not None and not self.still_wanted():
                 raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
