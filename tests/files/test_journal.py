@@ -126,6 +126,32 @@ def test_replaying_an_interrupted_call_removes_the_temp_file_it_left(jws: Worksp
     assert not left.exists() and all(other.exists() for other in others)
 
 
+def test_replaying_an_interrupted_create_whose_directories_went_since_makes_it(jws: Workspace, root: Path,
+                                                                              tmp_path: Path) -> None:
+    # The replay looked at the file through its directories and answered NOT_FOUND when another
+    # process had removed them since the interruption: a missing directory means the file is
+    # absent, as the create found it, so the call is made again (its directories with it).
+    jws.commit_hook = _fail_before_publish
+    fails("IO_ERROR", jws.edit_file, "d/e/f", "create", content="new\n", call_id="c")
+    jws.commit_hook = None
+    assert json.loads(_record(tmp_path, "c").read_text())["state"] == "pending"
+    for entry in sorted(root.rglob("*"), reverse=True):  # (another process removes d/)
+        entry.rmdir() if entry.is_dir() else entry.unlink()
+    out = jws.edit_file("d/e/f", "create", content="new\n", call_id="c")
+    assert (root / "d" / "e" / "f").read_text() == "new\n" and out.structured["changed"] is True
+    # A rewrite replayed the same way finds the file absent, which is not what it left: CONFLICT,
+    # as when the file alone was removed, and nothing is made.
+    (root / "g").mkdir()
+    (root / "g" / "f").write_text("old\n")
+    jws.commit_hook = _fail_before_publish
+    fails("IO_ERROR", jws.edit_file, "g/f", "rewrite", content="b\n", call_id="r")
+    jws.commit_hook = None
+    (root / "g" / "f").unlink()
+    (root / "g").rmdir()
+    fails("CONFLICT", jws.edit_file, "g/f", "rewrite", content="b\n", call_id="r")
+    assert not (root / "g").exists()
+
+
 def test_crash_after_the_commit_is_not_applied_again(jws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "f").write_text("n=1\n")
     edits = [{"old_string": "\n", "new_string": "+1\n", "replace_all": True}]

@@ -384,7 +384,9 @@ class Workspace:
         return commit.read_all(t.fd, MAX_TEXT_BYTES, shown=t.shown)
 
     def _current_for_replay(self, path: str) -> str | None:
-        with self._resolve(path) as t:
+        # (a missing directory on the way means the file is absent, as for a restore: a create
+        # whose directories went since it was interrupted is made again, with them)
+        with self._resolve(path, missing_parents=True) as t:
             return sha256_hex(self._current(t))
 
     @contextlib.contextmanager
