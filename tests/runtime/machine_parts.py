@@ -3,7 +3,9 @@
 
 :class:`HeldModel` is the machines' model: every request waits until a rule lets it go with the
 turn that rule drew. :class:`Host` opens, restarts and closes the machine's runtime from a task of
-the test's nursery (the machine runs in a worker thread). :func:`pick` draws one of a list that
+the test's nursery (the machine runs in a worker thread). :class:`RuntimeMachine` is the machines'
+common base: an example's data directory and runtime, the log read as it grows, the teardown that
+checks the projections. :func:`pick` draws one of a list that
 depends on the runtime's state the same way whatever it holds. The checks: :func:`log_is_gap_free`
 and :func:`projections_equal_a_rebuild`.
 """
@@ -11,6 +13,8 @@ and :func:`projections_equal_a_rebuild`.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -19,6 +23,7 @@ import msgspec
 import trio
 import trio.testing
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine
 
 from conftest import Runtime, open_runtime
 from events.reader import LogReader, StoredEvent
@@ -185,3 +190,42 @@ def projections_equal_a_rebuild(data_dir: Path) -> None:
             assert kept == {name: projector.dump(name) for name in projector.projections}
         finally:
             projector.close()
+
+
+class RuntimeMachine(RuleBasedStateMachine):
+    """What both machines begin with: an example's own data directory and the runtime the host
+    opened on it (``ids`` shared across its restarts), the log read on as it grows
+    (:meth:`events`), and a teardown that stops the runtime and checks that the projections it
+    kept up to date equal a rebuild from the log."""
+
+    host: Host  # (set on the subclass the test makes)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="example-", dir=self.host.root))
+        self.data_dir = self.dir / "data"
+        self.ids = IdGen()
+        self.host.errors.clear()
+        self.rt = self.host.run(self.host.open, self.data_dir, self.ids)
+        self._events: list[StoredEvent] = []
+
+    def teardown(self) -> None:
+        try:
+            if self.host.rt is not None:
+                self.host.run(self.host.close)
+                projections_equal_a_rebuild(self.data_dir)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def events(self) -> list[StoredEvent]:
+        """The whole log (read on from what was read before: it only grows)."""
+
+        async def go() -> list[StoredEvent]:
+            while True:
+                after = self._events[-1].seq if self._events else 0
+                page = await self.rt.store.read_events(after=after, limit=1000)
+                if not page:  # (a page may be cut short by its byte budget)
+                    return list(self._events)
+                self._events.extend(page)
+
+        return self.host.run(go)

@@ -37,8 +37,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,21 +46,19 @@ import trio
 import trio.testing
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
+from hypothesis.stateful import (initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
 from conftest import text
 from events import types as t
 from events.reader import StoredEvent
 from events.schema import PROJECTIONS_DB
-from machine_parts import (Errors, Host, Pending, log_is_gap_free, pick, projections_equal_a_rebuild,
-                           trio_sync)
+from machine_parts import Errors, Host, Pending, RuntimeMachine, log_is_gap_free, pick, trio_sync
 from projections.session_state import SessionState, fold
 from runtime.actor import Abort, Answer, GetView, Steer, Submit, Withdraw
 from runtime.errors import LensError
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.views import session_view
-from tests.idgen import IdGen
 
 # About 20 s on two cores. LENS_MACHINE_EXAMPLES / LENS_MACHINE_STEPS (with
 # HYPOTHESIS_PROFILE=explore for fresh examples) search further.
@@ -135,45 +131,15 @@ class Ledger:
         return "steer" if rid in self.requeued else self.submitted[rid].event.when_busy  # type: ignore[union-attr]
 
 
-class SessionMachine(RuleBasedStateMachine):
-    host: Host  # (set on the subclass the test makes)
-
+class SessionMachine(RuntimeMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="example-", dir=self.host.root))
-        self.data_dir = self.dir / "data"
-        self.ids = IdGen()
-        self.rt = self.host.run(self.host.open, self.data_dir, self.ids)
         self.sid = self.host.run(self.rt.session)
         self.texts: dict[str, str] = {}
         self.n = 0
-        self.host.errors.clear()
         self.compaction: Pending | None = None  # a manual compaction under way
-        self._events: list[StoredEvent] = []
-
-    def teardown(self) -> None:
-        """Stop the runtime; the projections it kept up to date equal a rebuild from the log."""
-        try:
-            if self.host.rt is not None:
-                self.host.run(self.host.close)
-                projections_equal_a_rebuild(self.data_dir)
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ helpers (run in trio)
-
-    def events(self) -> list[StoredEvent]:
-        """The whole log (read on from what was read before: it only grows)."""
-
-        async def go() -> list[StoredEvent]:
-            while True:
-                after = self._events[-1].seq if self._events else 0
-                page = await self.rt.store.read_events(after=after, limit=1000)
-                if not page:  # (a page may be cut short by its byte budget)
-                    return list(self._events)
-                self._events.extend(page)
-
-        return self.host.run(go)
 
     def ledger(self) -> Ledger:
         return Ledger.of([e for e in self.events() if e.session_id == self.sid])

@@ -40,8 +40,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,14 +49,14 @@ import trio
 import trio.testing
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, rule,
+from hypothesis.stateful import (initialize, invariant, rule,
                                  run_state_machine_as_test)
 
 from conftest import text
 from events import types as t
 from events.reader import StoredEvent
 from events.schema import PROJECTIONS_DB
-from machine_parts import Errors, Host, Pending, log_is_gap_free, pick, projections_equal_a_rebuild, trio_sync
+from machine_parts import Errors, Host, Pending, RuntimeMachine, log_is_gap_free, pick, trio_sync
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
                                        working_context)
 from runtime.actor import Configure, Delete, GetView, Rename, Submit, _reset_for_fork
@@ -69,7 +67,6 @@ from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.views import session_view
 from runtime.working_context import COMPACTION_SYSTEM, EditContext
 from tests.executor.conftest import running_pool
-from tests.idgen import IdGen
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
 
@@ -120,22 +117,14 @@ def copied(state: SessionState) -> SessionState:
     return state_from_snapshot(snapshot_bytes(state))
 
 
-class SessionsMachine(RuleBasedStateMachine):
-    host: Host  # (set on the subclass the test makes)
-
+class SessionsMachine(RuntimeMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="example-", dir=self.host.root))
-        self.data_dir = self.dir / "data"
-        self.ids = IdGen()
-        self.host.errors.clear()
-        self.rt = self.host.run(self.host.open, self.data_dir, self.ids)
         self.opened_at = 0  # the log's last seq when the runtime (and its model) opened
         self.sessions: list[Session] = []
         self.compactions: dict[str, Pending] = {}  # session id -> a manual compaction under way
         self.n = 0
         self.forks = 0
-        self._events: list[StoredEvent] = []
         for project, tags in PROJECTS.items():
             for tag in tags:
                 sid = self.host.run(self.create, project, tag)
@@ -144,28 +133,7 @@ class SessionsMachine(RuleBasedStateMachine):
     async def create(self, project: str, tag: str) -> str:
         return await self.rt.session(project, model=f"faux/{tag}-1")
 
-    def teardown(self) -> None:
-        try:
-            if self.host.rt is not None:
-                self.host.run(self.host.close)
-                projections_equal_a_rebuild(self.data_dir)
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
     # ------------------------------------------------------------------ helpers
-
-    def events(self) -> list[StoredEvent]:
-        """The whole log (read on from what was read before: it only grows)."""
-
-        async def go() -> list[StoredEvent]:
-            while True:
-                after = self._events[-1].seq if self._events else 0
-                page = await self.rt.store.read_events(after=after, limit=1000)
-                if not page:
-                    return list(self._events)
-                self._events.extend(page)
-
-        return self.host.run(go)
 
     def of(self, sid: str) -> list[StoredEvent]:
         return [e for e in self.events() if e.session_id == sid]
