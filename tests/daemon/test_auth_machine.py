@@ -280,10 +280,26 @@ class AuthMachine(RuleBasedStateMachine):
         elif rec.status == "revoked":
             rec.status, rec.name, rec.issued, rec.extra = "pending", name, None, {}
 
-    def approve(self, i: int, strong: bool, cli: bool, unknown: bool) -> None:
+    def _client(self, i: int, unknown: bool) -> str:
+        """A client id the file holds, or (``unknown``, or none held) one it does not."""
         known = list(self.records)
-        cid = pick([c for c in CLIENTS + ["stranger"] if c not in known] or ["stranger"], i) \
-            if unknown or not known else pick(known, i)
+        if unknown or not known:
+            return pick([c for c in CLIENTS + ["stranger"] if c not in known] or ["stranger"], i)
+        return pick(known, i)
+
+    def _refused(self, cid: str, ok: bool, stderr: str) -> bool:
+        """Whether an approve or revoke of ``cid`` had to be refused: an invalid file is named
+        (PAIR_FILE_INVALID) before a client the file does not hold (CLIENT_NOT_FOUND)."""
+        if not self.valid:
+            assert not ok and "PAIR_FILE_INVALID" in stderr, stderr
+            return True
+        if cid not in self.records:
+            assert not ok and "CLIENT_NOT_FOUND" in stderr, stderr
+            return True
+        return False
+
+    def approve(self, i: int, strong: bool, cli: bool, unknown: bool) -> None:
+        cid = self._client(i, unknown)
         if cli:
             args = ["pair", "approve", "--client", cid] + (["--strong-trust"] if strong else [])
             out = self.host.run(lambda: run_lens(self.d.root, *args, check=False))
@@ -294,11 +310,7 @@ class AuthMachine(RuleBasedStateMachine):
                 value, ok, stderr = [PairStore(self.pair_path).approve(cid, strong=strong)], True, ""
             except Exception as exc:  # noqa: BLE001 - the code is checked below
                 ok, stderr, value = False, f"{getattr(exc, 'code', type(exc).__name__)}: {exc}", []
-        if not self.valid:
-            assert not ok and "PAIR_FILE_INVALID" in stderr, stderr
-            return
-        if cid not in self.records:
-            assert not ok and "CLIENT_NOT_FOUND" in stderr, stderr
+        if self._refused(cid, ok, stderr):
             return
         assert ok and value and value[0].startswith("lens_"), stderr
         tok = Token(value[0], cid, "strong" if strong else "read", len(self.tokens))
@@ -309,9 +321,7 @@ class AuthMachine(RuleBasedStateMachine):
         self._drop_extra()
 
     def revoke(self, i: int, cli: bool, unknown: bool) -> None:
-        known = list(self.records)
-        cid = pick([c for c in CLIENTS + ["stranger"] if c not in known] or ["stranger"], i) \
-            if unknown or not known else pick(known, i)
+        cid = self._client(i, unknown)
         if cli:
             out = self.host.run(lambda: run_lens(self.d.root, "pair", "revoke", "--client", cid, check=False))
             ok, stderr = out.returncode == 0, out.stderr
@@ -322,11 +332,7 @@ class AuthMachine(RuleBasedStateMachine):
                 ok, stderr = True, ""
             except Exception as exc:  # noqa: BLE001 - the code is checked below
                 ok, stderr = False, f"{getattr(exc, 'code', type(exc).__name__)}: {exc}"
-        if not self.valid:
-            assert not ok and "PAIR_FILE_INVALID" in stderr, stderr
-            return
-        if cid not in self.records:
-            assert not ok and "CLIENT_NOT_FOUND" in stderr, stderr
+        if self._refused(cid, ok, stderr):
             return
         assert ok, stderr
         rec = self.records[cid]

@@ -22,8 +22,9 @@ from typing import Any, Callable, Iterable
 import msgspec
 import trio
 import trio.testing
+from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from conftest import Runtime, open_runtime
 from events.reader import LogReader, StoredEvent
@@ -229,3 +230,16 @@ class RuntimeMachine(RuleBasedStateMachine):
                 self._events.extend(page)
 
         return self.host.run(go)
+
+
+async def run_machine(machine: type[RuntimeMachine], host: Host, max_examples: int, steps: int) -> None:
+    """Run ``machine`` over ``host`` in a worker thread (its rules call into trio through the
+    host), with what the runtime logs as an error collected into ``host.errors``."""
+    bound = type("Machine", (machine,), {"host": host})
+    handler = Errors(host.errors)
+    logging.getLogger("lens").addHandler(handler)
+    try:
+        await trio.to_thread.run_sync(lambda: run_state_machine_as_test(
+            bound, settings=settings(max_examples=max_examples, stateful_step_count=steps)))
+    finally:
+        logging.getLogger("lens").removeHandler(handler)

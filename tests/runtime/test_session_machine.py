@@ -34,7 +34,6 @@ session's life".
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -44,16 +43,14 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (initialize, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from conftest import text
 from events import types as t
 from events.reader import StoredEvent
 from events.schema import PROJECTIONS_DB
-from machine_parts import Errors, Host, Pending, RuntimeMachine, log_is_gap_free, pick, trio_sync
+from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, run_machine, trio_sync
 from projections.session_state import SessionState, fold
 from runtime.actor import Abort, Answer, GetView, Steer, Submit, Withdraw
 from runtime.errors import LensError
@@ -555,11 +552,4 @@ async def test_one_session_through_its_operations_in_any_order(tmp_path: Path,
     async with trio.open_nursery() as nursery:
         host = Host(nursery, autojump_clock, trio.lowlevel.current_trio_token(), tmp_path,
                     lambda model: {"snapshot_every": SNAPSHOT_EVERY, "idle_seconds": IDLE_SECONDS})
-        machine = type("Machine", (SessionMachine,), {"host": host})
-        handler = Errors(host.errors)
-        logging.getLogger("lens").addHandler(handler)
-        try:
-            await trio.to_thread.run_sync(lambda: run_state_machine_as_test(
-                machine, settings=settings(max_examples=MAX_EXAMPLES, stateful_step_count=STEPS)))
-        finally:
-            logging.getLogger("lens").removeHandler(handler)
+        await run_machine(SessionMachine, host, MAX_EXAMPLES, STEPS)

@@ -37,7 +37,6 @@ several sessions".
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -47,16 +46,14 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (initialize, invariant, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import initialize, invariant, rule
 
 from conftest import text
 from events import types as t
 from events.reader import StoredEvent
 from events.schema import PROJECTIONS_DB
-from machine_parts import Errors, Host, Pending, RuntimeMachine, log_is_gap_free, pick, trio_sync
+from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, run_machine, trio_sync
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
                                        working_context)
 from runtime.actor import Configure, Delete, GetView, Rename, Submit, _reset_for_fork
@@ -594,11 +591,4 @@ async def test_several_sessions_through_their_operations_in_any_order(
                         lambda model: {"snapshot_every": SNAPSHOT_EVERY, "idle_seconds": IDLE_SECONDS,
                                        "tools": tools, "context": NO_KEPT_ROUNDS})
             host.root.mkdir()
-            machine = type("Machine", (SessionsMachine,), {"host": host})
-            handler = Errors(host.errors)
-            logging.getLogger("lens").addHandler(handler)
-            try:
-                await trio.to_thread.run_sync(lambda: run_state_machine_as_test(
-                    machine, settings=settings(max_examples=MAX_EXAMPLES, stateful_step_count=STEPS)))
-            finally:
-                logging.getLogger("lens").removeHandler(handler)
+            await run_machine(SessionsMachine, host, MAX_EXAMPLES, STEPS)
