@@ -441,6 +441,13 @@ def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) ->
     wait_for(lambda: not by_css(driver, "#timeline .msg.streaming"), "the streaming bubble to go")
     # What streamed of the aborted answer stays, as the assistant's message.
     wait_for(lambda: committed_answers(driver)[-1:] == first_half, "the aborted answer's text kept")
+    # ... and says that it was cut by the abort (the view's status "aborted").
+    assert texts(driver, "#timeline .msg.assistant.aborted .who") == ["assistant · aborted"]
+    # The Working Context panel counts the kept text at once (not at the next input).
+    status, ctx = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert status == 200 and ctx["items"][-1]["role"] == "assistant" and ctx["workingItemIds"][-1] == ctx["items"][-1]["id"], ctx
+    counted = f"{len(ctx['workingItemIds'])} in context of {len(ctx['items'])}"
+    wait_for(lambda: texts(driver, "#context dd[data-key='items']") == [counted], "the panel counting the kept text")
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
 
     width, height, colours = check_png(shot)
