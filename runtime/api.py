@@ -728,8 +728,7 @@ def create_app(svc: Services) -> QuartTrio:
         # The file as it is now (one `stat`), as a credential check looks: a client revoked by
         # `lens pair revoke`, or removed by hand, a moment ago was still "approved" to the daemon
         # until its watcher's next look, and its request was answered "pending" with nothing
-        # recorded. (Here, on the event loop, where every other such look is made: a look from
-        # the worker thread publishes the file's new stamp before its new records.)
+        # recorded. (Here, on the event loop, where the credential checks look too.)
         svc.pairs.reload()
         try:
             await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
