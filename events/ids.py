@@ -1,7 +1,7 @@
 """The shapes of ids. An id a client names (a project, session, agent, task, request, context
 item, question, job…): 1 to 200 characters of ``A–Z a–z 0–9 . _ : -``, one rule for every door
-in: the HTTP routes (:func:`runtime.api.check_id`) and the tools that take ids as arguments. A
-SHA-256 as this project writes it (an artifact's id, a file's or a config file's digest, a
+in: the HTTP routes (:func:`runtime.http_parts.check_id`) and the tools that take ids as
+arguments. A SHA-256 as this project writes it (an artifact's id, a file's or a config file's digest, a
 credential's hash): 64 lowercase hex digits."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ MCP block's ``mimeType``, ``application/octet-stream`` for a file's copies). Byt
 their digest alone, so the same bytes may be stored more than once, by sources that disagree:
 the first type recorded for an id is kept (a rebuild folds the log in the same order, so it keeps
 the same one). The daemon serves the type only where the bytes agree with it
-(``runtime.api.artifact_type``); this table is what was claimed, never trusted alone.
+(``runtime.artifacts_api.artifact_type``); this table is what was claimed, never trusted alone.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ of what is no tool result: ``CONTEXT_EDIT_INVALID`` (400); of an item the user h
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from quart import Response
@@ -35,18 +35,18 @@ from quart_trio import QuartTrio
 from projections.session_state import MAIN_AGENT
 
 from . import working_context as wc
+from .http_parts import ApiError, Body, EmptyBody, check_id, id_arg, json_response, read_body, require_strong
+from .services import Services
 
 
-def add_context_routes(app: QuartTrio, svc: Any) -> None:
-    from .api import ApiError, EmptyBody, _B, _id_arg, check_id, json_response, read_body, require_strong
-
-    class SnipBody(_B):
+def add_context_routes(app: QuartTrio, svc: Services) -> None:
+    class SnipBody(Body):
         item_ids: Annotated[list[str], msgspec.Meta(max_length=wc.MAX_EDIT_IDS)] = []
         older_images: bool = False
         keep_images: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1
         agent_id: str = MAIN_AGENT
 
-    class IncludeBody(_B):
+    class IncludeBody(Body):
         call_id: str | None = None
         item_id: str | None = None
         agent_id: str = MAIN_AGENT
@@ -54,7 +54,7 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
     @app.get("/api/v1/sessions/<sid>/context")
     async def describe_context(sid: str) -> Response:
         check_id(sid, "session id")
-        agent_id = _id_arg("agentId", "agentId") or MAIN_AGENT
+        agent_id = id_arg("agentId", "agentId") or MAIN_AGENT
         return json_response(await svc.call(sid, wc.DescribeContext(agent_id)))
 
     @app.post("/api/v1/sessions/<sid>/compact")
@@ -99,8 +99,6 @@ def add_context_routes(app: QuartTrio, svc: Any) -> None:
 def context_settings(body: object) -> dict[str, object]:
     """The saved context settings a ``PATCH /sessions/{id}`` body gives (``session.configured``
     settings keys), checked: ``VALIDATION_FAILED`` names the field out of range."""
-    from .api import ApiError
-
     out: dict[str, object] = {}
     for key, _field, _kind, _lo, _hi in wc.SETTINGS:
         value = getattr(body, key, None)

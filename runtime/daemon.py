@@ -57,7 +57,7 @@ from tools.ptc.tool import ptc_tool
 
 from .actor import ActorDeps
 from .artifact_sweep import ArtifactSweeper, sweep_artifacts
-from .api import Services, create_app
+from .api import create_app
 from .stream_api import watch_streams
 from .bus import Bus
 from .atomicfile import why_not_written
@@ -78,6 +78,7 @@ from .providers.base import Delta
 from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
 from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
+from .services import Services
 from .sse_socket import reset_connection
 from .stop_now import StopNow
 from .supervisor import Supervisor

@@ -15,6 +15,8 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from . import jobs as j
+from .http_parts import EmptyBody, check_id, int_arg, json_response, read_body, require_strong
+from .services import Services
 
 MAX_READ_LIMIT = 1024 * 1024
 DEFAULT_READ_LIMIT = 64 * 1024
@@ -24,9 +26,7 @@ def _camel(d: dict[str, Any]) -> dict[str, Any]:
     return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
 
 
-def add_job_routes(app: QuartTrio, svc: Any) -> None:
-    from .api import EmptyBody, _int_arg, check_id, json_response, read_body, require_strong
-
+def add_job_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/sessions/<sid>/jobs")
     async def list_jobs(sid: str) -> Response:
         check_id(sid, "session id")
@@ -37,8 +37,8 @@ def add_job_routes(app: QuartTrio, svc: Any) -> None:
     async def read_job(sid: str, job_id: str) -> Response:
         check_id(sid, "session id")
         check_id(job_id, "job id")
-        offset = _int_arg("offset", 0, 0, None)
-        limit = _int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
+        offset = int_arg("offset", 0, 0, None)
+        limit = int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
         job = await svc.call(sid, j.ReadJob(job_id, offset, limit))  # (scrubbed: SessionJobs.read)
         return json_response(_camel(job))
 

@@ -351,7 +351,7 @@ class PairStore:
         if not isinstance(name, str) or len(name) > 200 or UNSHOWABLE.search(name):
             raise PairingError("name must be a string of at most 200 characters without control characters")
         # (as last read: the daemon's route looks at the file first, on its event loop, as a
-        # credential check does; see api.pair_request)
+        # credential check does; see pairing_api.pair_request)
         existing = self.find(client_id)
         if existing is not None and existing.status != "revoked":
             return existing.status

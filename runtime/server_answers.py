@@ -66,7 +66,7 @@ from h2.stream import H2Stream
 from hpack.table import table_entry_size
 from hyperframe.frame import DataFrame, HeadersFrame
 
-# Codes of the API's error table (runtime.api.STATUS) for the statuses hypercorn answers itself.
+# Codes of the API's error table (runtime.http_parts.STATUS) for the statuses hypercorn answers itself.
 CODES = {400: "INVALID_ARGUMENT", 403: "FORBIDDEN", 404: "NOT_FOUND", 431: "HEADERS_TOO_LARGE",
          500: "INTERNAL", 501: "TRANSFER_ENCODING_UNSUPPORTED"}
 # Where h11's message quotes the offending bytes: cut there (a credential may be among them).
@@ -94,7 +94,7 @@ def error_body(status: int, message: str) -> bytes:
 
 def error_json(code: str, message: str) -> bytes:
     """``{"error": {"code", "message"}}``, the one shape of every error the daemon answers (the
-    server's own refusals here, the app's in ``runtime.api.error_response``)."""
+    server's own refusals here, the app's in ``runtime.http_parts.error_response``)."""
     return msgspec.json.encode({"error": {"code": code, "message": message}})
 
 

@@ -12,7 +12,7 @@ bus (sse_socket.py).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 import msgspec
 import trio
@@ -25,34 +25,31 @@ from events.store import EventStore
 
 from .bus import event_frame, sse_message
 from .errors import LensError
+from .http_parts import ApiError, check_not_past_end, id_filter, one_arg, parse_int
 from .pairing import PairFileInvalid
+from .services import Services
 from .sse_socket import direct_writer
-
-if TYPE_CHECKING:
-    from .api import Services
 
 log = logging.getLogger("lens.http")
 
 
-def add_stream_routes(app: QuartTrio, svc: Any) -> None:
-    from .api import ApiError, _check_not_past_end, _id_filter, _one_arg, _parse_int
-
+def add_stream_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/events/stream")
     async def stream() -> Response:
-        session = _id_filter("session", "sessionId", "session filter")
-        project = _id_filter("project", "projectId", "project filter")
+        session = id_filter("session", "sessionId", "session filter")
+        project = id_filter("project", "projectId", "project filter")
         # A browser's EventSource reconnects to the same URL with Last-Event-ID: the header,
         # when present and not blank, wins over ?after= (which must still be well-formed).
         headers = request.headers.getlist("Last-Event-ID")
         if len(headers) > 1:
             raise ApiError("INVALID_ARGUMENT", f"Last-Event-ID is given {len(headers)} times; give it once")
-        raw_after = _one_arg("after")
-        after = None if raw_after is None else _parse_int("after", raw_after, 0, SEQ_MAX)
+        raw_after = one_arg("after")
+        after = None if raw_after is None else parse_int("after", raw_after, 0, SEQ_MAX)
         name = "after"
         if headers and headers[0].strip():
-            after, name = _parse_int("Last-Event-ID", headers[0].strip(), 0, SEQ_MAX), "Last-Event-ID"
+            after, name = parse_int("Last-Event-ID", headers[0].strip(), 0, SEQ_MAX), "Last-Event-ID"
         if after is not None:
-            await _check_not_past_end(svc, name, after)
+            await check_not_past_end(svc, name, after)
         if request.method == "HEAD":
             # The headers a GET would have, and no body: quart would still run the body (it
             # never ends), holding a bus subscription and the kept-alive connection for ever.

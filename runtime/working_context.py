@@ -121,7 +121,7 @@ class ContextError(LensError):
         self.code = code  # type: ignore[misc]
 
 
-# HTTP status of each code (registered in runtime.api.STATUS by runtime/context_api.py).
+# HTTP status of each code (added to runtime.http_parts.STATUS).
 ERROR_STATUS = {
     "CONTEXT_ITEM_NOT_FOUND": 404, "CONTEXT_ITEM_HIDDEN": 409, "CONTEXT_EDIT_INVALID": 400,
     "SESSION_BUSY": 409, "NOTHING_TO_COMPACT": 409, "COMPACTION_FAILED": 502,

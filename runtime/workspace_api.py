@@ -54,19 +54,14 @@ from tools.files.sensitive import hidden_path, sensitive_path
 from tools.rerun import once_more_if_died
 
 from .errors import MAX_FORK_DEPTH, LensError, SessionNotFound
+from .http_parts import ApiError, check_id, int_arg, json_response, one_arg
+from .services import Services
 
 BROWSE_TIMEOUT_S = 60.0
 MAX_PATH_BYTES = 4096
 DEFAULT_FILE_LIMIT = 64 * 1024
 
-# This module's codes and their statuses, added to the API's table (kept here: one place).
-CODES = {
-    "PATH_NOT_FOUND": 404, "PATH_OUTSIDE_WORKSPACE": 403, "SENSITIVE_FILE": 403,
-    "PATH_HIDDEN": 403, "HARD_LINKED": 403, "PERMISSION_DENIED": 403, "NOT_A_FILE": 422, "NOT_A_DIRECTORY": 422,
-    "BINARY_FILE": 422, "TOO_MANY_LINKS": 422, "BROWSING_UNSUPPORTED": 501,
-    "EXECUTOR_UNAVAILABLE": 503, "EXECUTOR_VERSION_MISMATCH": 503, "EXECUTOR_UNAUTHENTICATED": 503,
-    "EXECUTOR_TIMEOUT": 504,
-}
+# This module's codes have their statuses in the API's table (http_parts.WORKSPACE_STATUS).
 # The executor's codes as this API names them (others keep their own).
 _FROM_EXECUTOR = {"NOT_FOUND": "PATH_NOT_FOUND", "TOOL_UNKNOWN": "BROWSING_UNSUPPORTED"}
 
@@ -74,8 +69,6 @@ _FROM_EXECUTOR = {"NOT_FOUND": "PATH_NOT_FOUND", "TOOL_UNKNOWN": "BROWSING_UNSUP
 def check_rel_path(raw: str | None) -> str:
     """A workspace-relative path as given in a query (absent: the root), normalised ("a//./b" is
     "a/b"); 400 ``INVALID_ARGUMENT`` for anything that is not one."""
-    from .api import ApiError
-
     if raw is None:
         return "."
     if raw == "":
@@ -95,9 +88,7 @@ def check_rel_path(raw: str | None) -> str:
 
 
 def _bool_arg(name: str) -> bool:
-    from .api import ApiError, _one_arg
-
-    raw = _one_arg(name)
+    raw = one_arg(name)
     if raw not in (None, "", "0", "1", "false", "true"):
         raise ApiError("INVALID_ARGUMENT", f"{name} must be true, false, 1 or 0")
     return raw in ("1", "true")
@@ -107,9 +98,7 @@ def _camel(d: dict[str, Any]) -> dict[str, Any]:
     return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
 
 
-def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
-    from .api import ApiError, _int_arg, _one_arg, check_id, json_response
-
+def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
     async def session_project(sid: str, *, allow_deleted: bool) -> tuple[str | None, bool]:
         await svc.projections.caught_up()
         rows = await svc.projections.query("SELECT project_id, deleted FROM sessions WHERE id = ?", (sid,))
@@ -140,9 +129,9 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
     @app.get("/api/v1/sessions/<sid>/workspace/tree")
     async def workspace_tree(sid: str) -> Response:
         check_id(sid, "session id")
-        path = check_rel_path(_one_arg("path"))
-        depth = _int_arg("depth", 1, 1, MAX_DEPTH)
-        limit = _int_arg("limit", MAX_ENTRIES, 1, MAX_ENTRIES)
+        path = check_rel_path(one_arg("path"))
+        depth = int_arg("depth", 1, 1, MAX_DEPTH)
+        limit = int_arg("limit", MAX_ENTRIES, 1, MAX_ENTRIES)
         include_ignored = _bool_arg("ignored")
         r, rerun = await browse(sid, "browse_list", {"path": path, "depth": depth, "max_entries": limit,
                                                      "include_ignored": include_ignored})
@@ -153,12 +142,12 @@ def add_workspace_routes(app: QuartTrio, svc: Any) -> None:
     @app.get("/api/v1/sessions/<sid>/workspace/file")
     async def workspace_file(sid: str) -> Response:
         check_id(sid, "session id")
-        raw = _one_arg("path")
+        raw = one_arg("path")
         if raw is None:
             raise ApiError("INVALID_ARGUMENT", "path is required")
         path = check_rel_path(raw)
-        offset = _int_arg("offset", 0, 0, None)
-        limit = _int_arg("limit", DEFAULT_FILE_LIMIT, 1, MAX_READ_BYTES)
+        offset = int_arg("offset", 0, 0, None)
+        limit = int_arg("limit", DEFAULT_FILE_LIMIT, 1, MAX_READ_BYTES)
         r, rerun = await browse(sid, "browse_read", {"path": path, "offset": offset, "limit": limit})
         # (the executor refuses these itself; checked again on the path it resolved)
         if hidden_path(r["path"]):

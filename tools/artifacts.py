@@ -77,8 +77,8 @@ from runtime.atomicfile import FileTooLarge, NotARegularFile, open_regular_file,
 # images of 5 MiB): only a bound on what is read.
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
-# How much of an artifact's start is read to tell the type it is served as (``runtime.api.
-# artifact_type``: the magic bytes of images and archives, and whether it reads as UTF-8 text):
+# How much of an artifact's start is read to tell the type it is served as (``runtime.
+# artifacts_api.artifact_type``: the magic bytes of images and archives, and whether it reads as UTF-8 text):
 # a range, or a one-byte probe, of a large artifact reads this and the range, never the file.
 HEAD_BYTES = 8192
 
@@ -87,8 +87,8 @@ def reads_as_text(data: bytes, *, whole: bool) -> bool:
     """Whether ``data`` reads as UTF-8 text by its first :data:`HEAD_BYTES`: no NUL among them,
     and they decode (a character cut at their end is no reason to doubt it, unless ``whole``
     says ``data`` is all there is and it is no longer than the window). One judgment for an
-    artifact served (``runtime.api.artifact_type``, from its head) and a fetched body without a
-    type (``tools.web.fetch``)."""
+    artifact served (``runtime.artifacts_api.artifact_type``, from its head) and a fetched body
+    without a type (``tools.web.fetch``)."""
     window = data[:HEAD_BYTES]
     if b"\0" in window:
         return False

@@ -17,7 +17,7 @@ import re
 import pytest
 import trio
 
-from runtime.api import STATUS
+from runtime.http_parts import STATUS
 from runtime.errors import LensError
 from events.errors import LogError
 
@@ -86,7 +86,7 @@ def test_each_documented_http_status_is_the_apis() -> None:
     cells = dict(_STATUS_CELL.findall(DOC.read_text(encoding="utf-8")))
     assert len(cells) == len(documented_codes())
     wrong = {code: (cells.get(code), status) for code, status in STATUS.items() if cells.get(code) != str(status)}
-    assert not wrong, f"docs status vs runtime.api.STATUS: {wrong}"
+    assert not wrong, f"docs status vs runtime.http_parts.STATUS: {wrong}"
     # a status in the docs for a code the table lacks is one the route gives itself
     assert {c for c, s in cells.items() if s != "–" and c not in STATUS} == {"RANGE_NOT_SATISFIABLE"}
 

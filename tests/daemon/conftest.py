@@ -43,7 +43,8 @@ import pytest
 import trio
 
 from projections.registry import all_projections
-from runtime.api import STATUS, create_app
+from runtime.api import create_app
+from runtime.http_parts import STATUS
 from runtime.config import Config, parse_config
 from runtime.daemon import ServeOptions, serve
 from runtime.pairing import PairStore

@@ -25,7 +25,7 @@ import apsw
 import httpx2
 import trio
 
-from runtime.api import RETRY_AFTER_SECONDS
+from runtime.http_parts import RETRY_AFTER_SECONDS
 
 from .conftest import (LIMIT, Daemon, RawResponse, as_daemon, assert_error_shape, lens_command,
                        projection_dump, run_lens, run_tool, serving, wait_until)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime import api
+from runtime import http_parts
 from runtime import daemon as daemon_module
 
 from .conftest import API, LIMIT, Daemon, assert_error_shape, parse_raw_response, read_answer
@@ -102,7 +102,7 @@ async def test_a_body_that_stops_arriving_is_refused_with_408(daemon: Daemon, mo
     held the request and its connection for Quart's 60 s, then answered 408 with a code outside
     the error table. No byte for ``BODY_STALL_SECONDS`` is now 408 ``BODY_TIMEOUT`` in the error
     shape, and the connection is closed (the rest of the body would be read as a request)."""
-    monkeypatch.setattr(api, "BODY_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(http_parts, "BODY_STALL_SECONDS", 0.5)
     for raw in (pair_request(daemon.port, b'{"clientId": "x"}', 100),
                 pair_request(daemon.port, b'11\r\n{"clientId": "x"}\r\n', chunked=True),
                 pair_request(daemon.port, b"", 10)):
@@ -126,7 +126,7 @@ async def test_a_body_that_stops_arriving_is_refused_with_408(daemon: Daemon, mo
 async def test_a_body_arriving_slowly_but_steadily_is_read(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bound is on a stall, not on the pace: a body whose bytes keep coming, each within
     the bound, is read whole even when it takes several times the bound in all."""
-    monkeypatch.setattr(api, "BODY_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(http_parts, "BODY_STALL_SECONDS", 0.5)
     body = b'{"clientId": "slow", "name": "a slow client"}'
     raw = pair_request(daemon.port, body)
     head, body_at = raw[:-len(body)], 0
@@ -148,8 +148,8 @@ async def test_a_body_that_takes_too_long_in_all_is_refused_with_408(daemon: Dae
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A body trickling in a byte at a time, each within the stall bound, ends at the whole
     body's bound (``BODY_SECONDS``, Quart's 60 s before)."""
-    monkeypatch.setattr(api, "BODY_STALL_SECONDS", 0.5)
-    monkeypatch.setattr(api, "BODY_SECONDS", 1.0)
+    monkeypatch.setattr(http_parts, "BODY_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(http_parts, "BODY_SECONDS", 1.0)
     raw = pair_request(daemon.port, b"", 1000)
     with trio.fail_after(LIMIT):
         stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)

@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from runtime.api import RETRY_AFTER_SECONDS
+from runtime.http_parts import RETRY_AFTER_SECONDS
 
 from .conftest import LIMIT, error_of, wait_until
 

@@ -20,7 +20,7 @@ from projections.history import HistoryIndex
 from projections.projector import open_projections_db
 from runtime.projection_service import ProjectionService
 from runtime.actor import SessionActor
-from runtime.api import STATUS
+from runtime.http_parts import STATUS
 from runtime.errors import MAX_FORK_DEPTH, ForkTooDeep
 
 

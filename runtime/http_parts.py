@@ -1,0 +1,346 @@
+"""The parts every HTTP route module shares: the error table and the answers (JSON, errors), the
+request body (read, bounded, decoded into a :class:`Body`), the caller (:func:`principal`,
+:func:`require_strong`), the checks of ids and names, and the query's arguments (one value each;
+integers, ids, a list's page).
+
+Route modules (``*_api.py``, each with its ``add_…_routes(app, svc)``) import these; the app
+(``runtime/api.py``) registers them. Every error leaves as ``{"error": {"code", "message"}}`` with
+the status of :data:`STATUS`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import msgspec
+import trio
+from quart import Response, current_app, g, request
+
+from events.ids import id_rule, is_id
+from events.reader import SEQ_MAX
+
+from .errors import LensError, short_reason
+from .guard import Guard
+from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
+from .pairing import Principal
+from .projection_service import ProjectionService
+from .server_answers import error_json
+from .services import Services
+from .terminal import UNSHOWABLE
+from .working_context import ERROR_STATUS as CONTEXT_STATUS
+
+# --------------------------------------------------------------------------- errors and answers
+
+# The codes of the workspace routes (workspace_api.py) and their statuses.
+WORKSPACE_STATUS: dict[str, int] = {
+    "PATH_NOT_FOUND": 404, "PATH_OUTSIDE_WORKSPACE": 403, "SENSITIVE_FILE": 403,
+    "PATH_HIDDEN": 403, "HARD_LINKED": 403, "PERMISSION_DENIED": 403, "NOT_A_FILE": 422, "NOT_A_DIRECTORY": 422,
+    "BINARY_FILE": 422, "TOO_MANY_LINKS": 422, "BROWSING_UNSUPPORTED": 501,
+    "EXECUTOR_UNAVAILABLE": 503, "EXECUTOR_VERSION_MISMATCH": 503, "EXECUTOR_UNAUTHENTICATED": 503,
+    "EXECUTOR_TIMEOUT": 504,
+}
+STATUS: dict[str, int] = {
+    "INVALID_JSON": 400, "INVALID_ARGUMENT": 400, "PAIRING_INVALID": 400, "CONFIG_INVALID": 400,
+    "AUTH_REQUIRED": 401, "AUTH_INVALID": 401,
+    "FORBIDDEN": 403, "HOST_FORBIDDEN": 403, "ORIGIN_FORBIDDEN": 403,
+    "NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "PROJECT_NOT_FOUND": 404, "CLIENT_NOT_FOUND": 404,
+    "QUESTION_NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "JOB_FINISHED": 409, "FORK_TOO_DEEP": 409, "HISTORY_ITEM_NOT_FOUND": 404, "QUERY_TOO_LONG": 400, "CONFIG_FILE_NOT_FOUND": 404, "ARTIFACT_NOT_FOUND": 404, "ARTIFACT_CORRUPT": 500,
+    "METHOD_NOT_ALLOWED": 405,
+    "ANSWER_INVALID": 422, "SESSION_DELETED": 409, "SESSION_QUARANTINED": 409, "INPUT_NOT_QUEUED": 409, "QUESTION_SETTLED": 409,
+    "BODY_TIMEOUT": 408, "BODY_TOO_LARGE": 413, "APPEND_REJECTED": 413, "CONTENT_ENCODING_UNSUPPORTED": 415,
+    "VALIDATION_FAILED": 422, "MODEL_UNKNOWN": 422, "PROVIDER_DISABLED": 422, "PROVIDER_KEY_REQUIRED": 422,
+    "WORKSPACE_INVALID": 422, "IMAGE_UNSUPPORTED": 422,
+    "CONFIG_FILE_UNREADABLE": 422, "CONFIG_FILE_NOT_REGULAR": 422,
+    "SKILL_NOT_FOUND": 422, "SKILL_INVALID": 422, "NO_WORKSPACE": 422, "SKILL_UNAVAILABLE": 503,
+    "PAIRING_LIMIT": 429, "CONFIG_FILE_CHANGED": 409,
+    "SESSION_UNAVAILABLE": 503, "PAIR_FILE_INVALID": 503, "PAIR_FILE_UNWRITABLE": 503, "CONFIG_FILE_UNWRITABLE": 503, "PROJECTION_STALLED": 503, "PROJECTIONS_UNREADABLE": 503, "STORE_CLOSED": 503,
+    "STORE_UNAVAILABLE": 503,
+    "HEADERS_TOO_LARGE": 431, "TRANSFER_ENCODING_UNSUPPORTED": 501,  # (answered by the server: server_answers)
+}
+# With the workspace routes' codes and the Working Context's (working_context.py, its routes in
+# context_api.py); a code named above keeps its own status.
+STATUS = {**WORKSPACE_STATUS, **CONTEXT_STATUS, **STATUS}
+
+
+# The 503s a retry can help, and the seconds their ``Retry-After`` asks a client to wait (RFC 9110
+# 10.2.3): a session's actor restarting or backing off a failed write, a daemon stopping (back once
+# restarted), a log that cannot write (a full or read-only disk: nothing was recorded), projections
+# catching up, an executor reconnecting (at most 2 s apart). One value: none of them knows when it
+# ends, and 5 s is short beside a person's wait and long beside a busy loop. The 503s that need
+# an operator (a pair file that is invalid or unwritable, projections that cannot be read, an
+# executor of another version or token) carry none: waiting changes nothing.
+RETRY_AFTER_SECONDS = 5
+RETRY_AFTER_CODES = frozenset({"SESSION_UNAVAILABLE", "STORE_CLOSED", "STORE_UNAVAILABLE", "PROJECTION_STALLED",
+                               "EXECUTOR_UNAVAILABLE", "SKILL_UNAVAILABLE"})
+
+
+class ApiError(LensError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+def error_response(code: str, message: str, status: int | None = None) -> Response:
+    body = error_json(code, message)
+    resp = Response(body, status=status or STATUS.get(code, 500), content_type="application/json")
+    if code in RETRY_AFTER_CODES:
+        resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return resp
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(data), status=status, content_type="application/json")
+
+
+def principal() -> Principal:
+    return g.principal  # set by the before_request guard
+
+
+def require_strong(what: str) -> None:
+    Guard.require_strong(principal(), what)
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+class Body(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """A JSON body of a route: camelCase keys, unknown fields refused (422), keyword fields."""
+
+
+class EmptyBody(msgspec.Struct, forbid_unknown_fields=False):
+    pass
+
+
+B = TypeVar("B")
+
+
+_HIGH_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
+
+
+BODY_STALL_SECONDS = 10.0  # a request body from which no byte arrives for this long is refused (408)
+BODY_SECONDS = 60.0  # and one that takes longer than this in all (Quart's BODY_TIMEOUT, which it replaces)
+
+
+async def receive_body() -> bytes:
+    """The request's body, as it arrives; 408 ``BODY_TIMEOUT`` when no byte of it arrives for
+    :data:`BODY_STALL_SECONDS` (a ``Content-Length`` larger than what is sent), or it all takes
+    longer than :data:`BODY_SECONDS`.
+
+    Quart's own bound was the whole body in 60 s, answered as a 408 outside the error table: a
+    client whose body stopped arriving held its request, its connection and its task for a
+    minute. On loopback a body arrives at once, whatever its size; a client pausing for 10 s in
+    the middle of one is broken or hostile, and one that resends loses nothing (nothing was
+    done)."""
+    parts: list[bytes] = []
+    got = 0
+    body = request.body
+    # (each piece read is taken out of the body, so Quart's own limit sees one piece: counted here)
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    with trio.move_on_after(BODY_SECONDS):
+        while True:
+            with trio.move_on_after(BODY_STALL_SECONDS) as stalled:
+                try:
+                    parts.append(await body.__anext__())
+                except StopAsyncIteration:
+                    return b"".join(parts)
+                got += len(parts[-1])
+                if limit is not None and got > limit:
+                    raise ApiError("BODY_TOO_LARGE", f"the body is more than {limit} bytes; the limit is {limit}")
+            if stalled.cancelled_caught:
+                raise ApiError("BODY_TIMEOUT", f"the request body stopped arriving: no byte for "
+                               f"{BODY_STALL_SECONDS:g} s after {got} byte(s)"
+                               + (f" of the {request.content_length} announced" if request.content_length else ""))
+    raise ApiError("BODY_TIMEOUT", f"the request body took longer than {BODY_SECONDS:g} s to arrive")
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+async def read_body(kind: type[B]) -> B:
+    """The request's JSON body as ``kind``: 400 ``INVALID_JSON`` when it is no JSON (an empty
+    body is named as such), 422 ``VALIDATION_FAILED`` when its shape does not match. A body of a
+    route that takes none (:class:`EmptyBody`) may be empty. A leading UTF-8 byte order mark is
+    skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one)."""
+    raw = await receive_body()
+    if raw.startswith(UTF8_BOM):
+        raw = raw[len(UTF8_BOM):]
+    if not raw.strip():
+        if kind is EmptyBody:
+            return EmptyBody()  # type: ignore[return-value]
+        raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        reason = str(exc)
+        if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
+            reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
+        reason = _not_utf8(raw) or reason
+        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
+    except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
+        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
+    except RecursionError:
+        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+
+
+_UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
+
+
+def _not_utf8(raw: bytes) -> str | None:
+    """Why a body that failed to decode is no UTF-8, when the request says so: a UTF-16 or UTF-32
+    byte order mark, or a ``Content-Type`` charset other than UTF-8 (JSON between systems is
+    UTF-8, RFC 8259 8.1). msgspec's reason for those ("invalid character (byte 0)") named no cause."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        return "JSON is sent as UTF-8, and this body starts with a UTF-16 or UTF-32 byte order mark"
+    charset = request.mimetype_params.get("charset", "").strip().strip('"')
+    if charset and charset.lower() not in _UTF8_NAMES:
+        shown = charset if len(charset) <= 40 else charset[:40] + "…"
+        return f"JSON is sent as UTF-8, and the Content-Type says charset={shown}"
+    return None
+
+
+# --------------------------------------------------------------------------- ids and names
+
+
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+
+
+def check_name(value: str, what: str) -> str:
+    """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1)
+    nor bidirectional overrides, as a pairing name (:data:`runtime.terminal.UNSHOWABLE`)."""
+    if not value.strip() or len(value) > 200 or UNSHOWABLE.search(value):
+        raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control "
+                                            f"characters or bidirectional overrides")
+    return value
+
+
+def check_session_settings(model: str | None, thinking_level: str | None) -> None:
+    """A session's ``model`` and ``thinkingLevel`` as given, checked at the door (whether a
+    provider serves the model is the actor's check: ``MODEL_UNKNOWN``)."""
+    if thinking_level is not None and thinking_level not in THINKING_LEVELS:
+        raise ApiError("VALIDATION_FAILED", f"thinkingLevel must be one of {', '.join(THINKING_LEVELS)}")
+    if model is not None and not (0 < len(model) <= 200 and model.strip() == model):
+        raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters")
+
+
+def check_id(value: str, what: str) -> str:
+    if not is_id(value):
+        raise ApiError("INVALID_ARGUMENT", id_rule(what))
+    return value
+
+
+# --------------------------------------------------------------------------- query arguments
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")  # ASCII digits only (int() also takes '1_000', '٣', ' 5')
+MAX_DIGITS = 20  # more significant digits than this are past any bound (SQLite's are 19)
+
+
+def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
+    """``raw`` as an integer from ``lo`` to ``hi``; anything else is 400 saying which rule it
+    breaks (a number of many digits is out of range, not "not an integer"). ``-0`` is 0."""
+    if not _DECIMAL.fullmatch(raw):
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer (decimal digits)")
+    digits = raw.lstrip("-").lstrip("0") or "0"
+    if len(digits) > MAX_DIGITS:  # (never int() of thousands of digits: slow, then refused)
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
+    v = -int(digits) if raw.startswith("-") else int(digits)
+    if not lo <= v <= hi:
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be from {lo} to {hi}")
+    return v
+
+
+def one_arg(name: str) -> str | None:
+    """The query parameter ``name`` (``None`` when absent); given twice it is 400."""
+    values = request.args.getlist(name)
+    if len(values) > 1:
+        raise ApiError("INVALID_ARGUMENT", f"{name} is given {len(values)} times; give it once")
+    return values[0] if values else None
+
+
+def id_arg(name: str, what: str) -> str | None:
+    """An id filter: absent is ``None``; present it must be a well-formed id (an empty one would
+    silently filter nothing, or match nothing)."""
+    value = one_arg(name)
+    return None if value is None else check_id(value, what)
+
+
+def id_filter(name: str, alias: str, what: str) -> str | None:
+    """An id filter written ``name`` (as the spec writes it) or ``alias`` (the camelCase of the
+    JSON bodies: ``?sessionId=`` used to be ignored, and a stream meant for one session carried
+    every session's events); both naming different ids is 400."""
+    value, other = id_arg(name, what), id_arg(alias, what)
+    if value is not None and other is not None and value != other:
+        raise ApiError("INVALID_ARGUMENT", f"{name} and {alias} name different ids; give one")
+    return value if value is not None else other
+
+
+def int_arg(name: str, default: int, lo: int, hi: int | None) -> int:
+    """An integer query parameter: absent is ``default``; empty, twice or malformed is 400."""
+    raw = one_arg(name)
+    if raw is None:
+        return default
+    return parse_int(name, raw, lo, SEQ_MAX if hi is None else hi)
+
+
+def optional_int(name: str, needs_it: str) -> int | None:
+    """The integer ``name`` (0 to ``SEQ_MAX``), or ``None`` when absent; ``needs_it`` (a
+    parameter that means something only beside ``name``) given without it is 400."""
+    raw = one_arg(name)
+    if raw is None:
+        if one_arg(needs_it) is not None:
+            raise ApiError("INVALID_ARGUMENT", f"{needs_it} sizes a page that {name} begins; give {name} too")
+        return None
+    return parse_int(name, raw, 0, SEQ_MAX)
+
+
+def list_page_args(what: str) -> tuple[int | None, str | None]:
+    """A list's ``limit`` (1 to ``LIST_LIMIT_MAX``; absent: the whole list, as the spec's
+    answer) and ``after`` (a ``what`` id: the page begins after it); ``after`` alone is 400."""
+    raw = one_arg("limit")
+    after = id_arg("after", f"after ({what} id)")
+    if raw is None:
+        if after is not None:
+            raise ApiError("INVALID_ARGUMENT", "after continues a page that limit sizes; give limit too")
+        return None, None
+    return parse_int("limit", raw, 1, LIST_LIMIT_MAX), after
+
+
+def next_after(rows: list[tuple], more: bool, limit: int | None) -> dict[str, Any]:
+    """``nextAfter`` of a paged list (the last row's id while more follow, else ``None``); a
+    list asked for whole answers without it, as before."""
+    if limit is None:
+        return {}
+    return {"nextAfter": rows[-1][0] if more else None}
+
+
+async def read_list(projections: ProjectionService, order: ListOrder, where: list[str], args: list[Any],
+                    limit: int | None, after: str | None) -> tuple[list[tuple], bool]:
+    """The rows of a list (whole, or the page ``limit`` / ``after`` asks for: see
+    :mod:`runtime.list_pages`) and whether more follow. ``after`` naming no row of the list's
+    table is 400: a cursor the daemon never gave (a row deleted between pages stays a row)."""
+    key = None
+    if after is not None:
+        found = await projections.query(order.cursor_sql(), (after,))
+        if not found:
+            raise ApiError("INVALID_ARGUMENT", f"after names no {order.table[:-1]} ({after!r}); "
+                           f"give an id a page's nextAfter gave, or leave after out to start at the first")
+        key = found[0]
+    tail, tail_args = order.page(where, args, key, limit)
+    return split_page(await projections.query(order.select + tail, tail_args), limit)
+
+
+async def check_not_past_end(svc: Services, name: str, after: int) -> None:
+    """A position past the log's last event was never one a client saw (every seq it saw is
+    committed): reading "after" it would silently skip the events up to it once they exist.
+
+    The writer records ``last_seq`` just after its commit returns, and a reader may already have
+    read (and a client been given) that commit's events: a position past ``last_seq`` is asked
+    of the log itself before it is refused."""
+    if after > svc.store.last_seq and not await svc.store.read_rows(after=after - 1, limit=1):
+        raise ApiError("INVALID_ARGUMENT", f"{name} {after} is past the last event of this log "
+                       f"({svc.store.last_seq}); start again without it")
