@@ -15,7 +15,7 @@ from projections.session_state import (
     state_from_snapshot,
     working_context,
 )
-from runtime.decide import abort_events
+from runtime.decide import CutRequest, abort_events
 
 SID = "ses_abort"
 
@@ -59,11 +59,27 @@ def test_a_failed_request_without_partial_text_adds_no_item():
 def test_the_abort_keeps_only_text_that_is_visible():
     state = _fold(*ASKED)
 
-    def failed(cut_text: dict[str, str]) -> t.ModelFailed:
-        (ev,) = [s.event for s in abort_events(state, cut_text=cut_text) if isinstance(s.event, t.ModelFailed)]
+    def failed(cut: dict[str, CutRequest]) -> t.ModelFailed:
+        (ev,) = [s.event for s in abort_events(state, cut=cut) if isinstance(s.event, t.ModelFailed)]
         return ev
 
-    assert failed({MAIN_AGENT: "Quokkas are "}).partial_text == "Quokkas are "  # (as streamed, spaces kept)
-    assert failed({MAIN_AGENT: " \n\t"}).partial_text == ""
+    assert failed({MAIN_AGENT: CutRequest(text="Quokkas are ")}).partial_text == "Quokkas are "  # (as streamed, spaces kept)
+    assert failed({MAIN_AGENT: CutRequest(text=" \n\t")}).partial_text == ""
     assert failed({}).partial_text == ""
-    assert failed({"sub_other": "not this agent's"}).partial_text == ""
+    assert failed({"sub_other": CutRequest(text="not this agent's")}).partial_text == ""
+
+
+def test_the_abort_records_the_usage_and_the_text_of_its_own_agent_together():
+    state = _fold(*ASKED)
+    usage = t.Usage(input_tokens=12, output_tokens=3)
+
+    def failed(cut: dict[str, CutRequest]) -> t.ModelFailed:
+        (ev,) = [s.event for s in abort_events(state, cut=cut) if isinstance(s.event, t.ModelFailed)]
+        return ev
+
+    ev = failed({MAIN_AGENT: CutRequest(usage, "Quokkas are"), "sub_other": CutRequest(t.Usage(input_tokens=99), "no")})
+    assert (ev.usage, ev.partial_text) == (usage, "Quokkas are")
+    ev = failed({MAIN_AGENT: CutRequest(usage=usage)})  # (reported usage, nothing visible yet)
+    assert (ev.usage, ev.partial_text) == (usage, "")
+    ev = failed({})
+    assert (ev.usage, ev.partial_text) == (None, "")
