@@ -969,10 +969,12 @@ class SessionActor:
         except ProviderError as exc:
             # (with what the provider reported before it failed, when it had begun answering).
             # Its message quotes the server's text cut to a limit after its own key was redacted:
-            # another key across the cut leaves a piece no whole-key scrub recognises.
+            # another key across the cut leaves a piece no whole-key scrub recognises. The visible
+            # text streamed before the failure is kept, as an abort keeps it: the user saw it.
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=secrets.scrub_message(exc.message),
-                                                     retryable=exc.retryable,
-                                                     status=exc.status, usage=exc.usage), agent_id, task_id)])
+                                                     retryable=exc.retryable, status=exc.status, usage=exc.usage,
+                                                     partial_text=d.kept_partial_text(self._fitting("".join(shown)))),
+                                       agent_id, task_id)])
             return
         try:
             # (Decided under the write lock: two agents answered at once still get distinct ids.)

@@ -1,7 +1,7 @@
-"""An aborted answer's text in the fold and in the abort's decision: ``model.failed`` with
-``partial_text`` adds an assistant item marked ``aborted`` that the Working Context keeps (the
-next request sends it); the abort keeps the text only when some of it is visible; a log without
-the field folds as before."""
+"""An aborted or failed answer's text in the fold and in the abort's decision: ``model.failed``
+with ``partial_text`` adds an assistant item marked ``aborted`` (code ``ABORTED``) or ``failed``
+(any other code) that the Working Context keeps (the next request sends it); the abort keeps the
+text only when some of it is visible; a log without the field folds as before."""
 
 from __future__ import annotations
 
@@ -46,6 +46,19 @@ def test_an_aborted_request_keeps_its_text_as_an_assistant_item_in_the_working_c
                                                                  ("assistant", "Quokkas are")]
     assert a.open_request_seq is None and a.last_error == "ABORTED: aborted by the user"
     assert state.usage.requests == 0  # (no usage recorded: none counted, as before)
+    assert state_from_snapshot(snapshot_bytes(state)) == state
+
+
+def test_a_request_that_failed_while_it_streamed_keeps_its_text_marked_failed():
+    state = _fold(*ASKED, t.ModelFailed(code="OVERLOADED", message="Overloaded", retryable=True,
+                                        usage=t.Usage(input_tokens=50), partial_text="Quokkas are"))
+    a = state.agents[MAIN_AGENT]
+    kept = a.items[-1]
+    assert (kept.id, kept.role, kept.text, kept.status, kept.seq) == ("c6", "assistant", "Quokkas are", "failed", 6)
+    assert [(it.role, it.text) for it in working_context(a)] == [("user", "tell me about quokkas"),
+                                                                 ("assistant", "Quokkas are")]
+    assert a.open_request_seq is None and a.last_error == "OVERLOADED: Overloaded"
+    assert state.usage.input_tokens == 50  # (its usage counts, as before)
     assert state_from_snapshot(snapshot_bytes(state)) == state
 
 
