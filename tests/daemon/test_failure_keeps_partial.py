@@ -234,3 +234,25 @@ async def test_a_kept_text_near_the_event_limit_is_cut_so_that_the_failure_is_re
     assert [(it["role"], it.get("status")) for it in view["items"]] == [("user", None), ("assistant", "failed")]
     assert view["items"][1]["text"] == failed["partial_text"] and view["status"] == "idle"
     assert len(server.requests) == 1  # (recorded once: not asked again)
+
+
+async def test_a_faux_turn_with_text_and_an_error_streams_the_text_then_fails(daemon_factory):
+    # The faux provider plays a stream that fails part-way (for demos and the dashboard's tests):
+    # a turn with text and an error streams the text, then fails with what it reported by then.
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "quokkas", "chunks": SEEN, "inputTokens": 40,
+         "error": {"code": "OVERLOADED", "message": "try later", "retryable": True}},
+        {"when": "at once", "text": "", "error": {"code": "RATE_LIMITED", "message": "slow down"}},
+    ]}], "defaultModel": "faux/faux-1"}
+    d = await daemon_factory(config=config)
+    token = await d.pair("failure-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "r2", "fail at once")
+    view = await d.wait_idle(token, sid)
+    failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert [(f["code"], f["partial_text"], (f["usage"] or {}).get("input_tokens")) for f in failed] == [
+        ("OVERLOADED", PARTIAL, 40), ("RATE_LIMITED", "", None)], failed
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [
+        ("user", None), ("assistant", "failed"), ("user", None)], view["items"]
