@@ -222,10 +222,12 @@ class ModelFailed(_Event, tag="model.failed"):
     # not hold: RESPONSE_NOT_RECORDED) or in part (a stream cut or failed after it began: the
     # counts reported by then, the others unknown); it counts in the session's usage.
     usage: Usage | None = None
-    # A request the user aborted while its answer streamed (code ABORTED): the answer's visible
-    # text streamed by then, as the user saw it ("": none, or only white space, reasoning or tool
-    # calls had streamed; and in every other failure). The fold keeps it as an assistant item
-    # marked ``aborted``: it stays in the conversation and the next request sends it.
+    # A request the user aborted (code ABORTED), or that failed (the provider's error, a stream
+    # dropped or stalled, any ProviderError), while its answer streamed: the answer's visible text
+    # streamed by then, as the user saw it ("": none, or only white space, reasoning or tool
+    # calls had streamed; and for a failure before the answer began). The fold keeps it as an
+    # assistant item marked ``aborted`` (ABORTED) or ``failed`` (any other code): it stays in
+    # the conversation and the next request sends it.
     partial_text: str = ""
 
 

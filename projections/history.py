@@ -220,7 +220,7 @@ class HistoryProjection(Projection):
                     items.append((_iid(se.seq, n), *base, "tool_call", se.seq, f"{call.name} {call.arguments}"))
                     n += 1
             elif isinstance(ev, t.ModelFailed):
-                if ev.partial_text:  # (an answer aborted while it streamed: what the user saw of it)
+                if ev.partial_text:  # (an answer aborted or failed while it streamed: what the user saw of it)
                     items.append((_iid(se.seq), *base, "assistant", se.seq, ev.partial_text))
             elif isinstance(ev, t.ToolFinished):
                 items.append((_iid(se.seq), *base, "tool_result", se.seq, _text(ev.content)))

@@ -47,7 +47,8 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     call: t.ToolCall | None = None  # tool_call items
     call_id: str | None = None  # tool_result items
     # tool_result items: ok / error / interrupted / skipped / denied; assistant items: ``aborted``
-    # for the text an answer had streamed when the user aborted it (``ModelFailed.partial_text``)
+    # for the text an answer had streamed when the user aborted it, ``failed`` when the request
+    # failed (the provider's error, a dropped stream) after it began (``ModelFailed.partial_text``)
     status: str | None = None
     is_error: bool = False
     structured: Any = None
@@ -469,9 +470,11 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a.open_request_seq = None
         a.last_error = f"{ev.code}: {ev.message}"
         if ev.partial_text:
-            # What the user saw of an answer they aborted stays in the conversation: the next
-            # request sends it as the assistant's (its reasoning and unfinished calls are not kept).
-            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.partial_text, status="aborted"))
+            # What the user saw of an answer that was aborted, or failed, while it streamed stays
+            # in the conversation: the next request sends it as the assistant's (its reasoning and
+            # unfinished calls are not kept). Its status says which ended it.
+            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.partial_text,
+                                status="aborted" if ev.code == "ABORTED" else "failed"))
         if ev.usage is not None:
             _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelCutOff):
@@ -713,7 +716,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 15: ``SessionState.last_ts`` (the last event's ts, checked against the log at wake-up).
 # 16: a ``model.failed`` with ``partial_text`` (an answer aborted while it streamed) adds an
 #     assistant item of status ``aborted``.
-SNAPSHOT_VERSION = 16
+# 17: ... and of status ``failed`` when the request failed otherwise (an item an earlier build
+#     folded from such a row says ``aborted``).
+SNAPSHOT_VERSION = 17
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -293,11 +293,10 @@ class SessionActor:
         self._runner_done = trio.Event()
         self._runner_done.set()
         self._aborting = False
-        # By agent: what the provider had reported for a model request an abort cut off (the
-        # abort's model.failed carries it: a request answered in part was paid for).
-        self._cut_usage: dict[str, t.Usage] = {}
-        # By agent: the visible text that request had streamed (the abort's model.failed keeps it).
-        self._cut_text: dict[str, str] = {}
+        # By agent: what a model request an abort cut off had given — the usage the provider had
+        # reported (the abort's model.failed carries it: a request answered in part was paid for)
+        # and the visible text it had streamed (the abort's model.failed keeps it).
+        self._cut: dict[str, d.CutRequest] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -782,14 +781,13 @@ class SessionActor:
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason, skill_loads, self._cut_usage, self._cut_text)
+                return d.abort_events(self.state, reason, skill_loads, self._cut)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None
         finally:
             self._aborting = False
-            self._cut_usage.clear()
-            self._cut_text.clear()
+            self._cut.clear()
         self._notify_idle()
         return {"aborted": aborted, "withdrawn": withdrawn}
 
@@ -948,16 +946,16 @@ class SessionActor:
             on_delta(self.session_id, agent_id, delta if text is delta.text else Delta(delta.kind, text))
 
         meter = UsageMeter()
-        self._cut_usage.pop(agent_id, None)
-        self._cut_text.pop(agent_id, None)
+        self._cut.pop(agent_id, None)
         try:
             try:
                 result = (await provider.stream(request, delta_seen, meter)).well_formed()
             except trio.Cancelled:
-                if shown:  # (an abort's model.failed keeps it; a stop's cut-off does not)
-                    self._cut_text[agent_id] = self._fitting("".join(shown))
+                if shown or meter.usage is not None:
+                    # (an abort's model.failed records the usage and keeps the text; a stop's
+                    # cut-off records the usage alone)
+                    self._cut[agent_id] = d.CutRequest(meter.usage, self._fitting("".join(shown)))
                 if meter.usage is not None:
-                    self._cut_usage[agent_id] = meter.usage  # (an abort's model.failed records it)
                     stopping = self.deps.stopping
                     if stopping is not None and stopping.is_set() and not self._aborting:
                         await self._record_cut_off(agent_id, task_id, meter.usage)
@@ -971,10 +969,12 @@ class SessionActor:
         except ProviderError as exc:
             # (with what the provider reported before it failed, when it had begun answering).
             # Its message quotes the server's text cut to a limit after its own key was redacted:
-            # another key across the cut leaves a piece no whole-key scrub recognises.
+            # another key across the cut leaves a piece no whole-key scrub recognises. The visible
+            # text streamed before the failure is kept, as an abort keeps it: the user saw it.
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=secrets.scrub_message(exc.message),
-                                                     retryable=exc.retryable,
-                                                     status=exc.status, usage=exc.usage), agent_id, task_id)])
+                                                     retryable=exc.retryable, status=exc.status, usage=exc.usage,
+                                                     partial_text=d.kept_partial_text(self._fitting("".join(shown)))),
+                                       agent_id, task_id)])
             return
         try:
             # (Decided under the write lock: two agents answered at once still get distinct ids.)
@@ -1014,11 +1014,11 @@ class SessionActor:
             return  # (an actor crashing or passivating: the next start asks the requests again)
         with self.deps.stop_now.grace(j.STOP_RECORD_SECONDS, shield=True):
             await self._runner_done.wait()
-            for agent_id, usage in list(self._cut_usage.items()):
+            for agent_id, cut in list(self._cut.items()):
                 agent = self.state.agents.get(agent_id)
-                if agent is not None and agent.open_request_seq is not None:
-                    await self._record_cut_off(agent_id, agent.task_id, usage)
-            self._cut_usage.clear()
+                if cut.usage is not None and agent is not None and agent.open_request_seq is not None:
+                    await self._record_cut_off(agent_id, agent.task_id, cut.usage)
+            self._cut.clear()
 
     async def _record_cut_off(self, agent_id: str, task_id: str | None, usage: t.Usage) -> None:
         """At a graceful stop: record what the provider had reported for the request the stop cut

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Union
 
-from typing import Any
+from typing import Any, Mapping
 
 from events import types as t
 from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
@@ -202,10 +202,19 @@ class Scoped:
 ABORTED_TEXT = "The run was aborted by the user before this tool call finished."
 
 
+@dataclass(frozen=True)
+class CutRequest:
+    """What a model request cut off while its answer streamed had given by then: the usage the
+    provider had reported (``None``: none yet) and the visible text that had gone out to viewers,
+    scrubbed (``""``: none)."""
+
+    usage: t.Usage | None = None
+    text: str = ""
+
+
 def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
-                 cut_usage: dict[str, t.Usage] | None = None,
-                 cut_text: dict[str, str] | None = None) -> list[Scoped]:
+                 cut: Mapping[str, CutRequest] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
@@ -213,12 +222,11 @@ def abort_events(state: SessionState, reason: str = "user",
     interrupted and skipped results, so a skill call's instructions go right after them; left due,
     they were appended after the next input. They are left out unless exactly those loads are due.
 
-    ``cut_usage``: by agent, what the provider had reported for the model request the abort cut
-    off (it had begun answering): that request's ``model.failed`` records it, as it counts.
-
-    ``cut_text``: by agent, the visible text that request had streamed (what the user saw of the
-    answer): its ``model.failed`` keeps it as ``partial_text`` when it is more than white space,
-    so the answer's beginning stays in the conversation (see :func:`kept_partial_text`)."""
+    ``cut``: by agent, what the model request the abort cut off had given (it had begun
+    answering): that request's ``model.failed`` records the usage the provider had reported, as
+    it counts, and keeps the visible text it had streamed (what the user saw of the answer) as
+    ``partial_text`` when it is more than white space, so the answer's beginning stays in the
+    conversation (see :func:`kept_partial_text`)."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -239,9 +247,9 @@ def abort_events(state: SessionState, reason: str = "user",
         if agent.skills_due and tuple(agent.skills_due) == due and (task is not None or agent.agent_id != MAIN_AGENT):
             out.extend(Scoped(e, agent.agent_id, tid) for e in loads)
         if agent.open_request_seq is not None:
-            out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user",
-                                            usage=(cut_usage or {}).get(agent.agent_id),
-                                            partial_text=kept_partial_text((cut_text or {}).get(agent.agent_id, ""))),
+            got = (cut or {}).get(agent.agent_id, CutRequest())
+            out.append(Scoped(t.ModelFailed(code="ABORTED", message="aborted by the user", usage=got.usage,
+                                            partial_text=kept_partial_text(got.text)),
                               agent.agent_id, tid))
         if agent.agent_id != MAIN_AGENT:
             out.append(Scoped(t.AgentFinished(status="aborted", result=""), agent.agent_id, tid))

@@ -39,7 +39,9 @@ class FauxError(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
-    """One scripted response; ``chunks`` (if given) are streamed one delta each."""
+    """One scripted response; ``chunks`` (if given) are streamed one delta each. ``error``: the
+    request fails with it — at once, or, when the turn has text (``text`` or ``chunks``), after
+    that text streamed (a stream that fails part-way)."""
 
     when: str | None = None
     text: str = ""
@@ -116,23 +118,26 @@ class FauxProvider:
         turn = self.pick(request)
         if turn.delay_ms:
             await trio.sleep(turn.delay_ms / 1000)
-        if turn.error is not None:
+        chunks = turn.chunks if turn.chunks is not None else ([turn.text] if turn.text else [])
+        if turn.error is not None and not chunks:
             raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable)
         words = sum(len(it.text.split()) for it in request.items)
         input_tokens = turn.input_tokens if turn.input_tokens is not None else words
+        # It has begun answering: the input counts are known from here on, the output's at the
+        # end (as an Anthropic ``message_start`` reports them); an answer cut off between its
+        # chunks, or failing after them, leaves these.
+        begun = t.Usage(input_tokens=input_tokens, cache_read_tokens=turn.cache_read_tokens,
+                        cache_write_tokens=turn.cache_write_tokens)
         if meter is not None:
-            # It has begun answering: the input counts are known from here on, the output's at
-            # the end (as an Anthropic ``message_start`` reports them); an answer cut off between
-            # its chunks leaves these.
-            meter.usage = t.Usage(input_tokens=input_tokens, cache_read_tokens=turn.cache_read_tokens,
-                                  cache_write_tokens=turn.cache_write_tokens)
+            meter.usage = begun
         if turn.reasoning:
             on_delta(Delta("reasoning", turn.reasoning))
-        chunks = turn.chunks if turn.chunks is not None else ([turn.text] if turn.text else [])
         for i, chunk in enumerate(chunks):
             if i and turn.chunk_delay_ms:
                 await trio.sleep(turn.chunk_delay_ms / 1000)
             on_delta(Delta("text", chunk))
+        if turn.error is not None:  # (a stream that fails part-way: its text streamed, then the error)
+            raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable, usage=begun)
         n = _responses_so_far(request)
         calls = [
             t.ToolCall(

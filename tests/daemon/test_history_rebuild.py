@@ -4,9 +4,15 @@ order, snippets and pages, for sessions with a subagent, a compaction, a snip an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+from events import types as t
+from events.reader import LogReader, StoredEvent, StoredRow
+from projections.history import HistoryProjection
+from projections.projector import Projector, open_projections_db
 
 from .conftest import Daemon, run_lens, stop_daemon
+from .test_abort_keeps_partial import _abort_after_seeing
 
 CONFIG = {"providers": [{"id": "faux", "protocol": "faux",
                          "models": [{"id": "m1", "contextWindow": 50000}], "script": [
@@ -95,3 +101,76 @@ async def test_search_answers_the_same_after_a_rebuild_from_the_log(daemon_facto
     assert out.returncode == 0, out.stderr
     d3 = await daemon_factory(config=CONFIG, root=d.root)
     assert await _answers(d3, strong, pid, sessions) == before
+
+
+class _BeforeKeptText(HistoryProjection):
+    """The history index as a build before ``partial_text`` filled it: the same rows, but no item
+    for a ``model.failed`` (msgspec skipped the field it did not know)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__()
+        self.version = version
+
+    def apply(self, conn: Any, rows: Sequence[StoredRow], events: Sequence[StoredEvent] | None) -> None:
+        assert events is not None
+        super().apply(conn, rows, [se for se in events if not isinstance(se.event, t.ModelFailed)])
+
+
+async def test_an_index_of_another_version_is_rebuilt_at_start_and_finds_the_kept_texts(daemon_factory) -> None:
+    """History's version (7) is not raised for the kept texts: no log written before them holds
+    one, so an index built then is what a rebuild gives, and the daemon indexes new ones as they
+    come. An index of another version is rebuilt at start (and then finds them); one of the same
+    version that a build before them filled from a log holding them (a downgrade, then back)
+    lacks them until ``lens log rebuild --projection history``."""
+    config = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1"}], "script": [
+        {"when": "fail midway", "chunks": ["quokkas failing "], "error": {"code": "OVERLOADED", "message": "later"}},
+        {"when": "slowly", "chunks": ["quokkas aborted ", "never seen"], "chunkDelayMs": 600000},
+    ]}], "defaultModel": "faux/m1"}
+    d = await daemon_factory(config=config)
+    strong = await d.pair("rebuilder", strong=True)
+    pid = (await d.project(strong, "p"))["id"]
+    sid = (await d.session(strong, pid))["id"]
+    await d.submit(strong, sid, "r0", "fail midway please")
+    await d.wait_idle(strong, sid)
+    async with d.sse(strong, params={"session": sid}) as stream:
+        await d.submit(strong, sid, "r1", "go on slowly")
+        await stream.until(lambda m: m.event == "model.delta" and m.json()["text"] == "quokkas aborted ")
+        assert (await d.post(f"/sessions/{sid}/abort", strong)).json()["aborted"] is True
+    await d.wait_idle(strong, sid)
+
+    async def kept(daemon: Daemon) -> list[tuple[str, str]]:
+        resp = await daemon.post("/history/search", strong, {"projectId": pid, "query": "quokkas"})
+        assert resp.status_code == 200, resp.text
+        return sorted((r["role"], r["contextItemId"]) for r in resp.json()["results"])
+
+    failed = [f"c{e['seq']}" for e in await d.events(strong, sid) if e["kind"] == "model.failed"]
+    assert len(failed) == 2 and await kept(d) == sorted(("assistant", i) for i in failed)
+    await stop_daemon(d)
+
+    def index_as_before(version: int) -> None:
+        """projections.db's history as a build before the kept texts left it, at ``version``."""
+        for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+            (d.data_dir / name).unlink(missing_ok=True)
+        projector = Projector(LogReader(d.data_dir), open_projections_db(d.data_dir), [_BeforeKeptText(version)])
+        try:
+            projector.catch_up()
+        finally:
+            projector.close()
+            projector.reader.close()
+
+    # Of an older version: rebuilt at the next start, the kept texts found.
+    index_as_before(HistoryProjection.version - 1)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert await kept(d2) == sorted(("assistant", i) for i in failed)
+    await stop_daemon(d2)
+
+    # Of the same version, filled without them: kept as it is (nothing says it differs) ...
+    index_as_before(HistoryProjection.version)
+    d3 = await daemon_factory(config=config, root=d.root)
+    assert await kept(d3) == []
+    await stop_daemon(d3)
+    # ... until the history projection is rebuilt.
+    out = await run_lens(d.root, "log", "rebuild", "--data", str(d.data_dir), "--projection", "history")
+    assert out.returncode == 0, out.stderr
+    d4 = await daemon_factory(config=config, root=d.root)
+    assert await kept(d4) == sorted(("assistant", i) for i in failed)

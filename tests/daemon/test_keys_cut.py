@@ -229,8 +229,15 @@ async def test_a_key_split_between_deltas_streams_as_its_marker_and_a_stream_cut
     deltas = "".join(json.loads(data).get("text", "") for _, data in frames)
     assert not leaks("the live stream", shown, [KEY]), shown[-2000:]
     assert f"Your key is {MARK}, keep it." in deltas, deltas
-    kinds = [e["kind"] for e in await d.events(token, sid)]
+    events = await d.events(token, sid)
+    kinds = [e["kind"] for e in events]
     assert kinds.count("model.responded") == 1 and "model.failed" in kinds, kinds
+    # The failed answer keeps what the stream had shown of it, and no more: not the held piece.
+    (failed,) = [e["body"] for e in events if e["kind"] == "model.failed"]
+    assert failed["partial_text"] == "Your key is ", failed
+    view = await d.view(token, sid)
+    assert ("assistant", "Your key is ", "failed") in [(it["role"], it["text"], it.get("status")) for it in view["items"]]
+    assert not leaks("the view", json.dumps(view), [KEY])
 
 
 async def test_a_summarizing_request_sends_no_key_stored_before_it_was_known(

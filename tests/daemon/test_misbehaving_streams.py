@@ -84,6 +84,11 @@ async def test_an_endless_stream_fails_the_request_and_the_session_answers_the_n
     failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
     assert [f["code"] for f in failed] == ["RESPONSE_NOT_RECORDED"]
     assert failed[0]["message"].startswith("provider 'compat': the model's answer could not be recorded")
+    # What had streamed is kept, cut (at a character) to the event limit less the room the
+    # failure's other fields take (actor.PARTIAL_TEXT_ROOM), as an abort's is.
+    kept = failed[0]["partial_text"]
+    assert kept.startswith("It is and on and on ") and len(kept.encode()) == limit - 4096, len(kept)
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [("user", None), ("assistant", "failed")]
     await d.submit(token, sid, "r2", "and now?")
     view = await d.wait_idle(token, sid)
     answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]
@@ -109,6 +114,7 @@ async def test_a_stream_that_never_grows_fails_the_request_and_the_session_answe
     assert [(f["code"], f["retryable"]) for f in failed] == [("TIMEOUT", True)]
     assert failed[0]["message"] == ("provider 'compat': the request timed out: the stream sent nothing of the "
                                     "answer for 1 s"), failed[0]["message"]
+    assert failed[0]["partial_text"] == "It is "  # (what had streamed before the silence)
     await d.submit(token, sid, "r2", "and now?")
     view = await d.wait_idle(token, sid)
     answers = [e["body"]["text"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]

@@ -57,6 +57,8 @@ CONFIG = {
         "script": [{"when": "stream slowly", "chunks": ["(faux) Streaming the first half… ", "and the rest."],
                     "chunkDelayMs": 60000},
                    {"when": "fail now", "error": {"code": "PROVIDER_ERROR", "message": "scripted failure"}},
+                   {"when": "fail midway", "chunks": ["(faux) Half an answer… "],
+                    "error": {"code": "OVERLOADED", "message": "scripted overload", "retryable": True}},
                    {"when": "ask two questions", "toolCalls": [{"name": "ask_user", "arguments": QUESTIONS}]}],
     }],
     "defaultModel": "faux/faux-1",
@@ -589,6 +591,17 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     wait_for(lambda: by_css(driver, "#timeline .msg.failed[data-code='PROVIDER_ERROR']"), "the failure after a reload")
     assert "scripted failure" in one(driver, "#timeline .msg.failed .text").text
     wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
+
+    # An answer whose request failed while it streamed keeps what had streamed, as the
+    # assistant's message saying that it failed (the view's status "failed"), and the failure's
+    # own notice follows it.
+    submit(driver, "fail midway please")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed[data-code='OVERLOADED']"), "the failure midway")
+    wait_for(lambda: committed_answers(driver)[-1:] == ["(faux) Half an answer… "], "the failed answer's text kept")
+    assert texts(driver, "#timeline .msg.assistant.failed-answer .who") == ["assistant · failed"]
+    assert not by_css(driver, "#timeline .msg.assistant.failed")  # (not styled as the failure's notice)
+    assert one(driver, "#timeline .msg.assistant.failed-answer .who").get_attribute("title").startswith(
+        "the model request failed while this answer streamed")
 
     # A stream gone silent (the daemon stopped, the socket open) is given up and resumed; a
     # dropped stream leaves no uncaught error in the console.

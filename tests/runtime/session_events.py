@@ -140,12 +140,13 @@ def step(rec: Recorder, data: st.DataObject) -> None:
         rec.add(t.ModelResponded(text=data.draw(TEXTS), tool_calls=calls, usage=_usage(data), reasoning_blocks=blocks),
                 agent_id=agent_id, task_id=task)
     elif kind == "fail":
-        # (or an abort's, which keeps the text its answer had streamed: an assistant item)
+        # (an abort's or a failure's, each keeping the text its answer had streamed, or none:
+        # an assistant item marked aborted or failed)
         aborted = data.draw(st.booleans())
         rec.add(t.ModelFailed(code="ABORTED" if aborted else "RATE_LIMITED",
                               message="aborted by the user" if aborted else "slow down",
                               usage=_usage(data) if data.draw(st.booleans()) else None,
-                              partial_text=data.draw(TEXTS) if aborted else ""),
+                              partial_text=data.draw(TEXTS)),
                 agent_id=agent_id, task_id=task)
     elif kind == "cut_off":
         rec.add(t.ModelCutOff(usage=_usage(data)), agent_id=agent_id, task_id=task)

@@ -1,7 +1,7 @@
-"""An aborted answer's text in the fold and in the abort's decision: ``model.failed`` with
-``partial_text`` adds an assistant item marked ``aborted`` that the Working Context keeps (the
-next request sends it); the abort keeps the text only when some of it is visible; a log without
-the field folds as before."""
+"""An aborted or failed answer's text in the fold and in the abort's decision: ``model.failed``
+with ``partial_text`` adds an assistant item marked ``aborted`` (code ``ABORTED``) or ``failed``
+(any other code) that the Working Context keeps (the next request sends it); the abort keeps the
+text only when some of it is visible; a log without the field folds as before."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from projections.session_state import (
     state_from_snapshot,
     working_context,
 )
-from runtime.decide import abort_events
+from runtime.decide import CutRequest, abort_events
 
 SID = "ses_abort"
 
@@ -49,6 +49,19 @@ def test_an_aborted_request_keeps_its_text_as_an_assistant_item_in_the_working_c
     assert state_from_snapshot(snapshot_bytes(state)) == state
 
 
+def test_a_request_that_failed_while_it_streamed_keeps_its_text_marked_failed():
+    state = _fold(*ASKED, t.ModelFailed(code="OVERLOADED", message="Overloaded", retryable=True,
+                                        usage=t.Usage(input_tokens=50), partial_text="Quokkas are"))
+    a = state.agents[MAIN_AGENT]
+    kept = a.items[-1]
+    assert (kept.id, kept.role, kept.text, kept.status, kept.seq) == ("c6", "assistant", "Quokkas are", "failed", 6)
+    assert [(it.role, it.text) for it in working_context(a)] == [("user", "tell me about quokkas"),
+                                                                 ("assistant", "Quokkas are")]
+    assert a.open_request_seq is None and a.last_error == "OVERLOADED: Overloaded"
+    assert state.usage.input_tokens == 50  # (its usage counts, as before)
+    assert state_from_snapshot(snapshot_bytes(state)) == state
+
+
 def test_a_failed_request_without_partial_text_adds_no_item():
     for failed in (t.ModelFailed(code="ABORTED", message="aborted by the user"),
                    t.ModelFailed(code="RATE_LIMITED", message="slow down")):
@@ -59,11 +72,27 @@ def test_a_failed_request_without_partial_text_adds_no_item():
 def test_the_abort_keeps_only_text_that_is_visible():
     state = _fold(*ASKED)
 
-    def failed(cut_text: dict[str, str]) -> t.ModelFailed:
-        (ev,) = [s.event for s in abort_events(state, cut_text=cut_text) if isinstance(s.event, t.ModelFailed)]
+    def failed(cut: dict[str, CutRequest]) -> t.ModelFailed:
+        (ev,) = [s.event for s in abort_events(state, cut=cut) if isinstance(s.event, t.ModelFailed)]
         return ev
 
-    assert failed({MAIN_AGENT: "Quokkas are "}).partial_text == "Quokkas are "  # (as streamed, spaces kept)
-    assert failed({MAIN_AGENT: " \n\t"}).partial_text == ""
+    assert failed({MAIN_AGENT: CutRequest(text="Quokkas are ")}).partial_text == "Quokkas are "  # (as streamed, spaces kept)
+    assert failed({MAIN_AGENT: CutRequest(text=" \n\t")}).partial_text == ""
     assert failed({}).partial_text == ""
-    assert failed({"sub_other": "not this agent's"}).partial_text == ""
+    assert failed({"sub_other": CutRequest(text="not this agent's")}).partial_text == ""
+
+
+def test_the_abort_records_the_usage_and_the_text_of_its_own_agent_together():
+    state = _fold(*ASKED)
+    usage = t.Usage(input_tokens=12, output_tokens=3)
+
+    def failed(cut: dict[str, CutRequest]) -> t.ModelFailed:
+        (ev,) = [s.event for s in abort_events(state, cut=cut) if isinstance(s.event, t.ModelFailed)]
+        return ev
+
+    ev = failed({MAIN_AGENT: CutRequest(usage, "Quokkas are"), "sub_other": CutRequest(t.Usage(input_tokens=99), "no")})
+    assert (ev.usage, ev.partial_text) == (usage, "Quokkas are")
+    ev = failed({MAIN_AGENT: CutRequest(usage=usage)})  # (reported usage, nothing visible yet)
+    assert (ev.usage, ev.partial_text) == (usage, "")
+    ev = failed({})
+    assert (ev.usage, ev.partial_text) == (None, "")

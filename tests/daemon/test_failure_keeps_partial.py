@@ -1,0 +1,258 @@
+"""F-MOD-1 with F-CTX-1: an answer whose request fails while it streams keeps the text the user saw.
+
+The provider's stream fails part-way on its own — an error event in the stream, a dropped
+connection, a failed response — after some of the answer's text went out to viewers. The
+request's ``model.failed`` (its code and usage as before) carries that visible text
+(``partial_text``), as an abort's does; the fold makes it an assistant item marked ``failed``, so
+it stays in the session view's ``items``, in ``lens log decode``, in history search and after a
+restart, and the next model request sends it as the assistant's message. A failure before any
+visible text keeps nothing; reasoning and a tool call begun are never kept.
+
+Loopback servers speak the real wire protocols (Anthropic Messages, OpenAI Chat Completions and
+Responses) to the official SDKs; the daemon runs on loopback port 0."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ..providers.servers.anthropic import message_stream
+from ..providers.servers.base import Reply, ScriptedServer, sse
+from ..providers.servers.openai_chat import chat_stream
+from ..providers.servers.openai_responses import response_stream
+from .conftest import run_lens, stop_daemon, wait_until
+
+SEEN = ["Quokkas are ", "small marsupials"]
+PARTIAL = "".join(SEEN)
+
+
+def _anthropic_failing() -> Reply:
+    # message_start, ping, the text block's start, both deltas; then the server's error event
+    events = message_stream(text=[*SEEN, " never seen"], usage={"input_tokens": 50, "output_tokens": 1}).events or []
+    return Reply(events=[*events[:5], ("error", {"type": "error", "error": {"type": "overloaded_error",
+                                                                              "message": "Overloaded"}})])
+
+
+def _chat_failing() -> Reply:
+    # the role chunk and both text chunks; then the connection drops
+    events = chat_stream(text=[*SEEN, " never seen"]).events or []
+    return Reply(chunks=sse(events[:3]), close_early=True)
+
+
+def _responses_failing() -> Reply:
+    # created, in_progress, the message item and its part added, both text deltas; then the
+    # response fails (it reports what it used)
+    events = response_stream(text=[*SEEN, " never seen"]).events or []
+    failed = {"id": "resp_1", "object": "response", "created_at": 1, "model": "gpt-test", "status": "failed",
+              "output": [], "error": {"code": "server_error", "message": "the model crashed"},
+              "usage": {"input_tokens": 50, "output_tokens": 2, "total_tokens": 52,
+                        "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
+    return Reply(events=[*events[:6], ("response.failed", {"type": "response.failed", "sequence_number": 6,
+                                                           "response": failed})])
+
+
+# protocol -> (model id, the failing stream, the next answer, the request's message list, the
+# failure's code, the usage it records: input, output)
+PROTOCOLS = {
+    "anthropic": ("claude-test", _anthropic_failing, lambda: message_stream(text="From Western Australia."),
+                  "messages", "OVERLOADED", (50, None)),
+    "openai-chat": ("compat-model", _chat_failing, lambda: chat_stream(text="From Western Australia."),
+                    "messages", "CONNECTION_FAILED", (None, None)),
+    "openai-responses": ("gpt-test", _responses_failing, lambda: response_stream(text="From Western Australia."),
+                         "input", "PROVIDER_ERROR", (50, 2)),
+}
+
+
+def _config(protocol: str, url: str) -> dict[str, Any]:
+    model = PROTOCOLS[protocol][0]
+    base = url if protocol == "anthropic" else f"{url}/v1"
+    return {"providers": [{"id": "p", "protocol": protocol, "baseUrl": base, "maxRetries": 0,
+                           "models": [{"id": model, "contextWindow": 50000}]}],
+            "defaultModel": f"p/{model}"}
+
+
+def _roles_and_texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A request's messages as (role, text), leaving out system and developer messages."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+        if m.get("role") not in ("system", "developer"):
+            out.append((m["role"], content or ""))
+    return out
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+async def test_an_answer_whose_stream_failed_keeps_the_text_it_had_streamed(daemon_factory, nursery, protocol):
+    _model, failing, answer, key, code, (input_tokens, output_tokens) = PROTOCOLS[protocol]
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    server.push(failing())
+    d = await daemon_factory(config=_config(protocol, url))
+    token = await d.pair("failure-client", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    async with d.sse(token, params={"session": sid}) as stream:
+        await d.submit(token, sid, "r1", "tell me about quokkas")
+        seen: list[str] = []
+
+        def whole(m: Any) -> bool:
+            if m.event == "model.delta" and m.json()["kind"] == "text":
+                seen.append(m.json()["text"])
+            return m.event == "model.failed"
+
+        await stream.until(whole)
+    assert "".join(seen) == PARTIAL  # (what a viewer was shown: what is kept)
+    view = await d.wait_idle(token, sid)
+
+    events = await d.events(token, sid)
+    (failed,) = [e for e in events if e["kind"] == "model.failed"]
+    body = failed["body"]
+    assert (body["code"], body["retryable"], body["partial_text"]) == (code, True, PARTIAL), body
+    usage = body["usage"] or {}  # (unchanged: what the provider had reported by then)
+    assert (usage.get("input_tokens"), usage.get("output_tokens")) == (input_tokens, output_tokens), body
+    assert [(e["kind"], e["body"]["status"]) for e in events if e["kind"] == "task.finished"] == [("task.finished", "failed")]
+    items = [(it["role"], it["text"], it.get("status")) for it in view["items"]]
+    assert items == [("user", "tell me about quokkas", None), ("assistant", PARTIAL, "failed")], items
+    assert view["items"][1]["context"] == "visible" and view["items"][1]["id"] == f"c{failed['seq']}"
+    assert view["agents"][0]["lastError"].startswith(f"{code}: "), view["agents"][0]
+
+    decoded = [json.loads(line) for line in
+               (await run_lens(d.root, "log", "decode", "--data", str(d.data_dir), "--session", sid)).stdout.splitlines()]
+    (row,) = [e for e in decoded if e["kind"] == "model.failed"]
+    assert row["body"]["partial_text"] == PARTIAL and row == failed
+
+    async def found() -> list[dict[str, Any]]:
+        r = await d.post("/history/search", token, {"projectId": pid, "query": "marsupials"})
+        assert r.status_code == 200, r.text
+        return r.json()["results"]
+
+    (hit,) = await wait_until(found, what="the kept text in history")
+    assert (hit["contextItemId"], hit["role"], hit["sessionId"]) == (f"c{failed['seq']}", "assistant", sid)
+
+    # Nothing asks again by itself (a failure ends the task); the next input's request carries
+    # the kept text as the assistant's message, between the two user turns, without any call.
+    assert len(server.requests) == 1
+    server.push(answer())
+    await d.submit(token, sid, "r2", "go on")
+    await d.wait_idle(token, sid)
+    assert len(server.requests) == 2
+    sent = server.requests[1].body[key]
+    assert _roles_and_texts(sent) == [("user", "tell me about quokkas"), ("assistant", PARTIAL), ("user", "go on")]
+    assert "never seen" not in json.dumps(sent)
+    assert not [m for m in sent if m.get("type") in ("function_call", "reasoning") or m.get("tool_calls")]
+
+    # Replay after a restart gives the same view.
+    view = await d.view(token, sid)
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
+    again = await d2.view(token, sid)
+    assert again["items"] == view["items"] and again["usage"] == view["usage"]
+    assert [it.get("status") for it in again["items"]] == [None, "failed", None, None]
+
+
+async def test_a_failure_before_any_visible_text_keeps_nothing(daemon_factory, nursery):
+    # Reasoning streamed and a tool call begun (half its arguments), then the server's error:
+    # neither is kept, and nothing of the answer is sent again.
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    # message_start, ping, the thinking block (start, delta, signature, stop), the tool_use block's
+    # start and the first half of its arguments; then the error event
+    begun = message_stream(thinking=["pondering quokkas"], calls=[("toolu_1", "get_system_time", {"zone": "UTC"})]).events
+    server.push(Reply(events=[*(begun or [])[:8], ("error", {"type": "error", "error": {"type": "api_error",
+                                                                                        "message": "Internal"}})]))
+    d = await daemon_factory(config=_config("anthropic", url))
+    token = await d.pair("failure-client", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    view = await d.wait_idle(token, sid)
+
+    (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert (failed["body"]["code"], failed["body"]["partial_text"]) == ("PROVIDER_ERROR", ""), failed
+    assert [it["role"] for it in view["items"]] == ["user"], view["items"]
+    r = await d.post("/history/search", token, {"projectId": pid, "query": "pondering"})
+    assert r.status_code == 200 and r.json()["results"] == [], r.text
+
+    server.push(message_stream(text="Small marsupials."))
+    await d.submit(token, sid, "r2", "go on")
+    await d.wait_idle(token, sid)
+    assert [m["role"] for m in server.requests[1].body["messages"]] == ["user"]  # (two user turns, merged)
+    assert "pondering" not in json.dumps(server.requests[1].body)
+
+
+async def test_a_subagent_whose_stream_failed_keeps_its_text_in_its_own_items(daemon_factory, nursery):
+    # The main agent starts a subagent; the subagent's answer streams, then its connection drops.
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    sub = message_stream(text=[*SEEN, " never seen"]).events or []
+    server.push(message_stream(calls=[("toolu_1", "subagent", {"prompt": "SUBSTREAM"})]),
+                Reply(chunks=sse(sub[:5]), close_early=True),
+                message_stream(text="The subagent failed."))
+    d = await daemon_factory(config=_config("anthropic", url))
+    token = await d.pair("failure-client", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    view = await d.wait_idle(token, sid)
+
+    events = await d.events(token, sid)
+    (failed,) = [e for e in events if e["kind"] == "model.failed"]
+    assert failed["agent_id"].startswith("sub_"), failed
+    assert (failed["body"]["code"], failed["body"]["partial_text"]) == ("CONNECTION_FAILED", PARTIAL), failed
+    assert [e["body"]["status"] for e in events if e["kind"] == "agent.finished"] == ["failed"]
+    subagent = next(a for a in view["agents"] if a["role"] == "subagent")
+    assert (subagent["status"], subagent["items"]) == ("failed", 2)  # its prompt and the text kept
+    r = await d.post("/history/search", token, {"projectId": pid, "query": "marsupials",
+                                                "agentId": subagent["agentId"]})
+    assert [(h["role"], h["contextItemId"]) for h in r.json()["results"]] == [("assistant", f"c{failed['seq']}")], r.text
+    # The main agent's items are its own: the subagent's text is not among them.
+    assert PARTIAL not in json.dumps(view["items"])
+    assert view["items"][-1]["text"] == "The subagent failed."
+
+
+async def test_a_kept_text_near_the_event_limit_is_cut_so_that_the_failure_is_recorded(daemon_factory, nursery):
+    # A stream is read up to log.maxEventBytes of answer; the failure's model.failed holds the
+    # text and its code, message and usage besides, which could take it past the limit: the log
+    # would refuse the failure's record. The text kept is cut (at a character) to leave room.
+    limit = 64 * 1024
+    streamed = "é" * 32750  # 65,500 bytes: under the limit, as a stream may be
+    events = chat_stream(text=[streamed, "never"]).events or []
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    server.push(Reply(chunks=sse(events[:2]), close_early=True))
+    d = await daemon_factory(config={**_config("openai-chat", url), "log": {"maxEventBytes": limit}})
+    token = await d.pair("failure-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    view = await d.wait_idle(token, sid)
+    (failed,) = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert failed["code"] == "CONNECTION_FAILED" and failed["partial_text"] == "é" * ((limit - 4096) // 2), failed["code"]
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [("user", None), ("assistant", "failed")]
+    assert view["items"][1]["text"] == failed["partial_text"] and view["status"] == "idle"
+    assert len(server.requests) == 1  # (recorded once: not asked again)
+
+
+async def test_a_faux_turn_with_text_and_an_error_streams_the_text_then_fails(daemon_factory):
+    # The faux provider plays a stream that fails part-way (for demos and the dashboard's tests):
+    # a turn with text and an error streams the text, then fails with what it reported by then.
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "quokkas", "chunks": SEEN, "inputTokens": 40,
+         "error": {"code": "OVERLOADED", "message": "try later", "retryable": True}},
+        {"when": "at once", "text": "", "error": {"code": "RATE_LIMITED", "message": "slow down"}},
+    ]}], "defaultModel": "faux/faux-1"}
+    d = await daemon_factory(config=config)
+    token = await d.pair("failure-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "r2", "fail at once")
+    view = await d.wait_idle(token, sid)
+    failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert [(f["code"], f["partial_text"], (f["usage"] or {}).get("input_tokens")) for f in failed] == [
+        ("OVERLOADED", PARTIAL, 40), ("RATE_LIMITED", "", None)], failed
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [
+        ("user", None), ("assistant", "failed"), ("user", None)], view["items"]
