@@ -262,6 +262,20 @@ def one_arg(name: str) -> str | None:
     return values[0] if values else None
 
 
+def bool_arg(name: str) -> bool:
+    """The query flag ``name``: absent, empty, ``0`` or ``false`` is false; ``1`` or ``true`` is
+    true; any other value is 400."""
+    raw = one_arg(name)
+    if raw not in (None, "", "0", "1", "false", "true"):
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be true, false, 1 or 0")
+    return raw in ("1", "true")
+
+
+def camel_keys(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with its snake_case keys in camelCase, as the HTTP answers spell them."""
+    return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
+
+
 def id_arg(name: str, what: str) -> str | None:
     """An id filter: absent is ``None``; present it must be a well-formed id (an empty one would
     silently filter nothing, or match nothing)."""

@@ -9,21 +9,15 @@ record once its end is recorded. Errors: ``JOB_NOT_FOUND`` 404, ``JOB_FINISHED``
 
 from __future__ import annotations
 
-from typing import Any
-
 from quart import Response
 from quart_trio import QuartTrio
 
 from . import jobs as j
-from .http_parts import EmptyBody, check_id, int_arg, json_response, read_body, require_strong
+from .http_parts import EmptyBody, camel_keys, check_id, int_arg, json_response, read_body, require_strong
 from .services import Services
 
 MAX_READ_LIMIT = 1024 * 1024
 DEFAULT_READ_LIMIT = 64 * 1024
-
-
-def _camel(d: dict[str, Any]) -> dict[str, Any]:
-    return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
 
 
 def add_job_routes(app: QuartTrio, svc: Services) -> None:
@@ -31,7 +25,7 @@ def add_job_routes(app: QuartTrio, svc: Services) -> None:
     async def list_jobs(sid: str) -> Response:
         check_id(sid, "session id")
         jobs = await svc.call(sid, j.ListJobs())
-        return json_response({"jobs": [_camel(x) for x in jobs]})
+        return json_response({"jobs": [camel_keys(x) for x in jobs]})
 
     @app.get("/api/v1/sessions/<sid>/jobs/<job_id>")
     async def read_job(sid: str, job_id: str) -> Response:
@@ -40,7 +34,7 @@ def add_job_routes(app: QuartTrio, svc: Services) -> None:
         offset = int_arg("offset", 0, 0, None)
         limit = int_arg("limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT)
         job = await svc.call(sid, j.ReadJob(job_id, offset, limit))  # (scrubbed: SessionJobs.read)
-        return json_response(_camel(job))
+        return json_response(camel_keys(job))
 
     @app.post("/api/v1/sessions/<sid>/jobs/<job_id>/stop")
     async def stop_job(sid: str, job_id: str) -> Response:
@@ -48,4 +42,4 @@ def add_job_routes(app: QuartTrio, svc: Services) -> None:
         check_id(sid, "session id")
         check_id(job_id, "job id")
         await read_body(EmptyBody)
-        return json_response(_camel(await svc.call(sid, j.StopJob(job_id))))
+        return json_response(camel_keys(await svc.call(sid, j.StopJob(job_id))))

@@ -36,7 +36,7 @@ from . import actor as a
 from .artifacts_api import check_image
 from .context_api import context_settings
 from .errors import SessionNotFound
-from .http_parts import (ApiError, Body, EmptyBody, check_id, check_name, check_not_past_end, check_session_settings,
+from .http_parts import (ApiError, Body, EmptyBody, bool_arg, check_id, check_name, check_not_past_end, check_session_settings,
                          id_filter, int_arg, json_response, list_page_args, next_after, one_arg, optional_int,
                          parse_int, read_body, read_list, require_strong)
 from .list_pages import SESSIONS
@@ -128,10 +128,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/sessions")
     async def list_sessions() -> Response:
         project = id_filter("project", "projectId", "project filter")
-        flag = one_arg("includeDeleted")
-        if flag not in (None, "", "0", "1", "false", "true"):
-            raise ApiError("INVALID_ARGUMENT", "includeDeleted must be true, false, 1 or 0")
-        include_deleted = flag in ("1", "true")
+        include_deleted = bool_arg("includeDeleted")
         # (newest first, its one order: `order` names it, as the project list's does; another is
         # refused, not ignored, so a client asking the oldest first is not answered the newest)
         if one_arg("order") not in (None, "newest"):

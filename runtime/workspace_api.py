@@ -54,7 +54,7 @@ from tools.files.sensitive import hidden_path, sensitive_path
 from tools.rerun import once_more_if_died
 
 from .errors import MAX_FORK_DEPTH, LensError, SessionNotFound
-from .http_parts import ApiError, check_id, int_arg, json_response, one_arg
+from .http_parts import ApiError, bool_arg, camel_keys, check_id, int_arg, json_response, one_arg
 from .services import Services
 
 BROWSE_TIMEOUT_S = 60.0
@@ -85,17 +85,6 @@ def check_rel_path(raw: str | None) -> str:
     if ".." in parts:
         raise ApiError("INVALID_ARGUMENT", "path must not contain \"..\"")
     return "/".join(parts) or "."
-
-
-def _bool_arg(name: str) -> bool:
-    raw = one_arg(name)
-    if raw not in (None, "", "0", "1", "false", "true"):
-        raise ApiError("INVALID_ARGUMENT", f"{name} must be true, false, 1 or 0")
-    return raw in ("1", "true")
-
-
-def _camel(d: dict[str, Any]) -> dict[str, Any]:
-    return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in d.items()}
 
 
 def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
@@ -132,7 +121,7 @@ def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
         path = check_rel_path(one_arg("path"))
         depth = int_arg("depth", 1, 1, MAX_DEPTH)
         limit = int_arg("limit", MAX_ENTRIES, 1, MAX_ENTRIES)
-        include_ignored = _bool_arg("ignored")
+        include_ignored = bool_arg("ignored")
         r, rerun = await browse(sid, "browse_list", {"path": path, "depth": depth, "max_entries": limit,
                                                      "include_ignored": include_ignored})
         return json_response({"path": r["path"], "ignored": r["ignored"], "entries": r["entries"],
@@ -155,7 +144,7 @@ def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
         if sensitive_path(r["path"]):
             raise ApiError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
         r["text"], r["next_offset"], r["eof"] = svc.store.secrets.scrub_page(r["text"], r["next_offset"], r["eof"])
-        return json_response({**_camel(r), **rerun})
+        return json_response({**camel_keys(r), **rerun})
 
     @app.get("/api/v1/sessions/<sid>/changes")
     async def session_changes(sid: str) -> Response:
