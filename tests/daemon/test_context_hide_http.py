@@ -227,3 +227,44 @@ async def test_a_forks_hide_of_an_inherited_item_is_its_own(daemon: Daemon, stro
     r = await daemon.post(f"/sessions/{f.fork}/context/unhide", strong, {"itemIds": [item]})
     assert r.json()["changed"] is True, r.text
     assert item in {r["contextItemId"] for r in await search(daemon, reader, f.project, "quokka", sessionId=f.fork)}
+
+
+async def test_a_hidden_summary_and_a_subagents_hidden_item(daemon_factory):
+    # A summary hidden leaves what it replaced compacted (a hide is no undoing of a compaction);
+    # a subagent's items are hidden through its agentId, in its Working Context and in history.
+    config = {**CONFIG, "providers": [{**CONFIG["providers"][0], "script": [
+        {"when": "Summarize the conversation so far", "text": "SUMMARY: a wombat was mentioned."},
+        {"when": "delegate", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBJOB numbat"}}]},
+        {"when": "SUBJOB", "text": "the numbat is fine"}]}]}
+    d = await daemon_factory(config=config)
+    token, pid, sid, view = await _answered(d)
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    summary, replaced = r.json()["itemId"], r.json()["replacedItemIds"]
+    working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert summary in working and replaced
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [summary]})
+    assert r.json()["items"] == [{"id": summary, "context": "hidden"}], r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["workingItemIds"] == [i for i in working if i != summary]  # (what it kept stays)
+    assert {x["context"] for x in context["items"] if x["id"] in replaced} == {"compacted"}
+    assert summary not in await _found(d, token, pid)
+    r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [summary]})
+    assert r.json()["items"] == [{"id": summary, "context": "visible"}], r.text
+    assert (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"] == working
+    assert summary in await _found(d, token, pid)
+
+    await d.submit(token, sid, "r3", "delegate")
+    await d.wait_idle(token, sid)
+    sub = next(a["agentId"] for a in (await d.view(token, sid))["agents"] if a["role"] == "subagent")
+    sub_items = (await d.get(f"/sessions/{sid}/context", token, params={"agentId": sub})).json()["items"]
+    first = sub_items[0]["id"]
+    found = {r["contextItemId"] for r in await search(d, token, pid, "numbat", agentId=sub)}
+    assert first in found
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [first]})  # (the main agent's: none)
+    assert (r.status_code, error_of(r)) == (404, "CONTEXT_ITEM_NOT_FOUND"), r.text
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [first], "agentId": sub})
+    assert r.status_code == 200 and r.json()["agentId"] == sub and r.json()["changed"] is True, r.text
+    sub_context = (await d.get(f"/sessions/{sid}/context", token, params={"agentId": sub})).json()
+    assert first not in sub_context["workingItemIds"]
+    assert first not in {r["contextItemId"] for r in await search(d, token, pid, "numbat", agentId=sub)}
