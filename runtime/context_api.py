@@ -17,6 +17,20 @@
   but the newest ``keepImages`` (default 1).
 * ``POST …/context/include {callId | itemId, agentId?}`` (strong trust) — re-attach a tool
   result (with its images, and its call) that was pruned, snipped or compacted.
+* ``POST …/context/unsnip {itemIds, agentId?}`` (strong trust) — put snipped items back; a tool
+  call and its result come back together (naming either is enough). An item the user hid:
+  ``CONTEXT_ITEM_HIDDEN`` (409); the instructions of a skill unloaded or loaded again since:
+  ``CONTEXT_EDIT_INVALID`` (400).
+* ``POST …/context/hide {itemIds, agentId?}`` and ``…/context/unhide`` (strong trust) — the
+  user's hide: the items leave the Working Context and history (``POST /history/search``,
+  ``GET /history/items/{id}``, the ``history_search``/``history_read`` tools), while the Full
+  Context (the view, marked ``hidden``) keeps them; unhide brings them back. A tool call takes its
+  result with it; a result hidden alone leaves its call a placeholder result. Allowed while the
+  session runs (from the next request on). Unhiding a skill's instructions that are not its
+  loaded copy any more also snips them (they stay out of the Working Context).
+
+``itemIds`` hold 1 to ``MAX_EDIT_IDS`` (1000) ids. Every edit is refused on a deleted session
+(``SESSION_DELETED``) and a quarantined one (``SESSION_QUARANTINED``), both 409.
 
 Edits answer ``{op, changed, seq, itemIds, items: [{id, context}]}``; one that changes nothing
 records nothing (``changed: false``). Unknown ids: ``CONTEXT_ITEM_NOT_FOUND`` (404); an include
@@ -26,7 +40,7 @@ of what is no tool result: ``CONTEXT_EDIT_INVALID`` (400); of an item the user h
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from quart import Response
@@ -44,6 +58,10 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
         item_ids: Annotated[list[str], msgspec.Meta(max_length=wc.MAX_EDIT_IDS)] = []
         older_images: bool = False
         keep_images: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1
+        agent_id: str = MAIN_AGENT
+
+    class ItemsBody(Body):
+        item_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=wc.MAX_EDIT_IDS)]
         agent_id: str = MAIN_AGENT
 
     class IncludeBody(Body):
@@ -94,6 +112,23 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
             check_id(body.item_id, "itemId")
             cmd = wc.EditContext("include", (body.item_id,), agent_id=body.agent_id)
         return json_response(await svc.call(sid, cmd))
+
+    def items_edit(op: str) -> Any:
+        async def route(sid: str) -> Response:
+            require_strong("edit the working context")
+            check_id(sid, "session id")
+            body = await read_body(ItemsBody)
+            check_id(body.agent_id, "agentId")
+            for item_id in body.item_ids:
+                check_id(item_id, "itemIds[]")
+            return json_response(await svc.call(sid, wc.EditContext(op, tuple(body.item_ids),  # type: ignore[arg-type]
+                                                                    agent_id=body.agent_id)))
+
+        route.__name__ = f"context_{op}"
+        return route
+
+    for op in ("unsnip", "hide", "unhide"):
+        app.post(f"/api/v1/sessions/<sid>/context/{op}")(items_edit(op))
 
 
 def context_settings(body: object) -> dict[str, object]:

@@ -228,9 +228,10 @@ class Compact:
 @dataclass(frozen=True)
 class EditContext:
     """Snip items (``item_ids``, and/or ``older_images``: image-bearing tool results but the
-    newest ``keep_images``) or include a tool result (``call_id`` or its result's ``item_ids``)."""
+    newest ``keep_images``), include a tool result (``call_id`` or its result's ``item_ids``),
+    unsnip, hide or unhide items (``item_ids``)."""
 
-    op: Literal["snip", "include"]
+    op: Literal["snip", "include", "unsnip", "hide", "unhide"]
     item_ids: tuple[str, ...] = ()
     call_id: str | None = None
     older_images: bool = False
@@ -458,20 +459,26 @@ class WorkingContextOps:
         return {"agentId": agent_id, "itemId": f"c{res.seq}", "seq": res.seq, "trigger": trigger,
                 "replacedItemIds": replaced, "summary": summary}
 
-    # ------------------------------------------------------------------ snip / include
+    # ------------------------------------------------------------------ snip / include / hide
 
     async def edit(self, cmd: EditContext) -> dict[str, Any]:
-        """Record a snip or include (nothing when it changes nothing). Raises
-        ``CONTEXT_ITEM_NOT_FOUND``, ``CONTEXT_ITEM_HIDDEN``, ``CONTEXT_EDIT_INVALID``."""
+        """Record a snip, include, unsnip, hide or unhide (nothing when it changes nothing).
+        Raises ``CONTEXT_ITEM_NOT_FOUND``, ``CONTEXT_ITEM_HIDDEN``, ``CONTEXT_EDIT_INVALID``."""
         out: dict[str, Any] = {}
 
         def decide() -> list[Any]:
-            ids = self._snip_ids(cmd) if cmd.op == "snip" else self._include_ids(cmd)
+            ids, also_snip = self._edit_ids(cmd), []
+            if cmd.op == "unhide":
+                agent = self._agent(cmd.agent_id)
+                also_snip = [i for i in self._stale_skill_copies(agent, ids) if i not in agent.snipped]
             out["itemIds"] = ids
             if not ids:
                 return []
-            op = "snip" if cmd.op == "snip" else "include_result"
-            return [self._scoped(t.ContextEdited(op=op, item_ids=ids, reason="user"), cmd.agent_id, None)]
+            op = "include_result" if cmd.op == "include" else cmd.op
+            events = [self._scoped(t.ContextEdited(op=op, item_ids=ids, reason="user"), cmd.agent_id, None)]
+            if also_snip:
+                events.append(self._scoped(t.ContextEdited(op="snip", item_ids=also_snip, reason="user"), cmd.agent_id, None))
+            return events
 
         res = await self._emit(decide)
         agent = self._state().agents[cmd.agent_id]
@@ -479,6 +486,60 @@ class WorkingContextOps:
         return {"op": cmd.op, "agentId": cmd.agent_id, "changed": res is not None,
                 "seq": res.seq if res is not None else None, "itemIds": out["itemIds"],
                 "items": [{"id": i, "context": marks.get(i)} for i in out["itemIds"]]}
+
+    def _edit_ids(self, cmd: EditContext) -> list[str]:
+        if cmd.op == "snip":
+            return self._snip_ids(cmd)
+        if cmd.op == "include":
+            return self._include_ids(cmd)
+        return self._pair_ids(cmd)
+
+    def _pair_ids(self, cmd: EditContext) -> list[str]:
+        """The ids an unsnip, hide or unhide changes: the items named and, for a tool call, its
+        result (a call and its result go together), in Full Context order. A hide of a result
+        alone leaves its call with a placeholder result; a hidden call takes its result out of
+        the Working Context and of history with it."""
+        agent = self._agent(cmd.agent_id)
+        wanted = list(dict.fromkeys(cmd.item_ids))
+        by_id = self._items_by_id(agent, cmd.agent_id, wanted)
+        calls = {by_id[i].call.call_id for i in wanted if by_id[i].role == "tool_call" and by_id[i].call is not None}
+        if cmd.op == "unsnip":
+            # A result comes back with its call too (a lone result would be left out).
+            calls |= {by_id[i].call_id for i in wanted if by_id[i].role == "tool_result" and by_id[i].call_id}
+        want = set(wanted)
+        ids = [it.id for it in agent.items if it.id in want or (
+            it.role == "tool_result" and it.call_id in calls) or (
+            cmd.op == "unsnip" and it.role == "tool_call" and it.call is not None and it.call.call_id in calls)]
+        if cmd.op == "hide":
+            return [i for i in ids if i not in agent.hidden]
+        if cmd.op == "unhide":
+            return [i for i in ids if i in agent.hidden]
+        # unsnip: only what was snipped; what the user hid stays out until unhidden, and the
+        # instructions of a skill unloaded (or loaded again since) are not put back twice.
+        hidden = [i for i in wanted if i in agent.hidden]
+        if hidden:
+            raise ContextError("CONTEXT_ITEM_HIDDEN", f"{', '.join(hidden[:10])} was hidden by the user; unhide it first")
+        stale = self._stale_skill_copies(agent, wanted)
+        if stale:
+            raise ContextError("CONTEXT_EDIT_INVALID", f"{', '.join(stale[:10])} holds the instructions of a skill "
+                                                       "unloaded or loaded again since; load the skill to use them")
+        return [i for i in ids if i in agent.snipped]
+
+    @staticmethod
+    def _stale_skill_copies(agent: Any, ids: Sequence[str]) -> list[str]:
+        """Of ``ids``, the skill instruction items that are not their skill's loaded copy any more
+        (the skill was unloaded, or loaded again after a snip or hide): back in the Working
+        Context they would repeat (or outlive) the skill's instructions."""
+        by_id = {it.id: it for it in agent.items}
+        out = []
+        for i in ids:
+            it = by_id.get(i)
+            if it is None or it.role != "system" or not (it.source or "").startswith("skill:"):
+                continue
+            loaded = agent.skills.get(it.source[len("skill:"):])
+            if loaded is None or loaded.item_id != i:
+                out.append(i)
+        return out
 
     def _agent(self, agent_id: str) -> Any:
         agent = self._state().agents.get(agent_id)

@@ -48,6 +48,9 @@ ROUTE_TRUST: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/sessions/<sid>/compact"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/context/snip"): STRONG,
     ("POST", "/api/v1/sessions/<sid>/context/include"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/context/unsnip"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/context/hide"): STRONG,
+    ("POST", "/api/v1/sessions/<sid>/context/unhide"): STRONG,
     ("GET", "/api/v1/sessions/<sid>/workspace/tree"): READ,
     ("GET", "/api/v1/sessions/<sid>/workspace/file"): READ,
     ("GET", "/api/v1/sessions/<sid>/changes"): READ,
@@ -267,7 +270,9 @@ async def test_strong_credential_succeeds_on_every_mutating_route(daemon: Daemon
     compacted = await ok("POST", "/api/v1/sessions/<sid>/compact", 200, sid=sid)
     assert compacted["trigger"] == "manual"
     for rule, body in [("/api/v1/sessions/<sid>/context/snip", {"itemIds": ["c999999"]}),
-                       ("/api/v1/sessions/<sid>/context/include", {"callId": "call_nope"})]:
+                       ("/api/v1/sessions/<sid>/context/include", {"callId": "call_nope"}),
+                       *((f"/api/v1/sessions/<sid>/context/{op}", {"itemIds": ["c999999"]})
+                         for op in ("unsnip", "hide", "unhide"))]:
         r = await call(daemon, "POST", rule, strong, body, sid=sid)
         assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND"
         done.add(("POST", rule))

@@ -1180,6 +1180,81 @@ MODEL_KEY_ENV = "LENS_TEST_DASHBOARD_MODEL_UNSET_KEY"
 BUILTIN_REFS = [f"{b.id}/{m}" for b in BUILTINS for m, _ in b.models]
 
 
+def test_dashboard_hides_snips_and_puts_back_messages_and_tool_calls(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """F-CTX-3 and F-TOOL-7 from the page: each message has a "context" disclosure with Snip /
+    Unsnip and Hide / Unhide (POST …/context/snip | unsnip | hide | unhide), a tool call card a
+    Hide / Unhide for the call and its result; the item's mark is a label, redrawn as the edits'
+    events arrive (an edit made elsewhere too); a keyboard user's focus stays on the item's new
+    button. A read-only credential sees the marks and no control."""
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+    strong = daemon.pair("dash-hide", strong=True)
+    readonly = daemon.pair("dash-hide-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    session_id = open_new_session(driver, daemon, strong, workspace)
+    submit(driver, "my zorilla pasted by mistake")
+    wait_for(lambda: len(committed_answers(driver)) == 1 and body_data(driver, "sessionStatus") == "idle", "the answer")
+    user = "#timeline .msg.user"
+    assert by_css(driver, f"{user} .ctx-mark") == [] and by_css(driver, f"{user} .ctx-edits button") == []
+    click(driver, f"{user} .ctx-edits summary")
+    wait_for(lambda: texts(driver, f"{user} .ctx-edits button") == ["Snip", "Hide"], "the message's edits")
+    click(driver, f"{user} .ctx-edits button.ctx-hide")
+    wait_for(lambda: texts(driver, f"{user} .ctx-mark") == ["hidden"], "the message marked hidden")
+    wait_for(lambda: texts(driver, f"{user} .ctx-edits button") == ["Unhide"], "Unhide (its disclosure kept open)")
+    _, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    user_id = described["items"][0]["id"]
+    assert described["items"][0]["context"] == "hidden" and user_id not in described["workingItemIds"]
+    assert daemon.request("GET", f"/history/items/{user_id}", token=strong)[0] == 404
+
+    # Unhidden by the keyboard: the focus goes to the message's new Hide.
+    driver.execute_script("arguments[0].focus()", one(driver, f"{user} .ctx-edits button.ctx-hide"))
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(lambda: texts(driver, f"{user} .ctx-edits button") == ["Snip", "Hide"], "Snip and Hide again")
+    assert texts(driver, f"{user} .ctx-mark") == []
+    wait_for(lambda: driver.execute_script("const a = document.activeElement; return a.matches('.msg.user button.ctx-hide')"
+                                           " && a.textContent"), "the focus on the new Hide")
+    assert daemon.request("GET", f"/history/items/{user_id}", token=strong)[0] == 200
+
+    # The answer: snipped, then unsnipped.
+    answer = "#timeline .msg.assistant"
+    click(driver, f"{answer} .ctx-edits summary")
+    wait_for(lambda: texts(driver, f"{answer} .ctx-edits button") == ["Snip", "Hide"], "the answer's edits")
+    click(driver, f"{answer} .ctx-edits button.ctx-edit")
+    wait_for(lambda: texts(driver, f"{answer} .ctx-mark") == ["snipped"], "the answer marked snipped")
+    wait_for(lambda: texts(driver, f"{answer} .ctx-edits button") == ["Unsnip", "Hide"], "Unsnip")
+    wait_for(lambda: texts(driver, "#context dd[data-key='snipped']") == ["1"], "the panel's snipped count")
+    click(driver, f"{answer} .ctx-edits button.ctx-edit")
+    wait_for(lambda: texts(driver, f"{answer} .ctx-mark") == [], "the answer back")
+
+    # A tool call and its result: hidden and unhidden together.
+    submit(driver, "/tool get_system_time {}")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-hide") == ["Hide"] and body_data(driver, "sessionStatus") == "idle",
+             "the call's Hide")
+    assert texts(driver, "#timeline .tool .ctx-edit") == ["Snip"]
+    click(driver, "#timeline .tool .ctx-hide")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-mark") == ["hidden"], "the call marked hidden")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-hide") == ["Unhide"], "the call's Unhide")
+    assert by_css(driver, "#timeline .tool .ctx-edit") == []  # (no Include of a hidden result)
+    _, described = daemon.request("GET", f"/sessions/{session_id}/context", token=strong)
+    assert [i["context"] for i in described["items"] if i["role"] in ("tool_call", "tool_result")] == ["hidden", "hidden"]
+    click(driver, "#timeline .tool .ctx-hide")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-hide") == ["Hide"], "the call's Hide again")
+    assert texts(driver, "#timeline .tool .ctx-mark") == [] and texts(driver, "#timeline .tool .ctx-edit") == ["Snip"]
+
+    # An edit made elsewhere: the page shows it as its event arrives.
+    status, _ = daemon.request("POST", f"/sessions/{session_id}/context/hide", {"itemIds": [user_id]}, token=strong)
+    assert status == 200
+    wait_for(lambda: texts(driver, f"{user} .ctx-mark") == ["hidden"], "the hide made elsewhere")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+    reopen_read_only(driver, readonly, session_id)
+    wait_for(lambda: texts(driver, f"{user} .ctx-mark") == ["hidden"], "the mark, read-only")
+    assert by_css(driver, "#timeline .ctx-edits") == [] and by_css(driver, "#timeline .ctx-hide") == []
+
+
 def model_config(other_enabled: bool = True) -> dict[str, Any]:
     """CONFIG with more providers: another faux one, a disabled one and one whose key is not set."""
     config = json.loads(json.dumps(CONFIG))

@@ -351,7 +351,8 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
     keys(driver, "make a file")
     chord(driver, Keys.CONTROL, Keys.ENTER)
     wait_for(lambda: texts(driver, "#changes li.card > .sub") == ["a.txt"], "the changed file")
-    tab_to(driver, lambda f: f["text"] == "1 edit call", shift=True)
+    # (back across the timeline, whose items each have their context controls)
+    tab_to(driver, lambda f: f["text"] == "1 edit call", shift=True, limit=80)
     keys(driver, Keys.ENTER)
     wait_for(lambda: texts(driver, "#changes details[open] .edits li") != [], "the edit calls shown")
     [line] = texts(driver, "#changes details[open] .edits li")
@@ -367,7 +368,7 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
                                      " && n.title.includes('stopped')).length")
 
     # Forget credential goes with the credential: the field to paste one has the focus.
-    tab_to(driver, lambda f: f["id"] == "disconnect", shift=True)
+    tab_to(driver, lambda f: f["id"] == "disconnect", shift=True, limit=80)
     keys(driver, Keys.ENTER)
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
     assert focused(driver)["id"] == "cred"

@@ -572,3 +572,50 @@ async def test_a_skill_loaded_mid_conversation_stays_after_the_summary_of_what_c
         sent = faux.requests[-1].items
         assert [it.id for it in sent][:3] == kept and order(sent)[-1] == ("user", "once more")
         assert [it.role for it in sent] == ["summary", "system", "user", "assistant", "user", "assistant", "user"]
+
+
+async def test_a_hidden_skill_loaded_again_is_not_repeated_by_an_unhide_nor_an_unsnip(tmp_path: Path) -> None:
+    """A user's hide takes a skill's instructions out as a snip does, so a load appends them again.
+    Unhiding the first copy then brings it back to history, not to the Working Context (it stays
+    snipped: the instructions are there once), and the instructions of an unloaded skill are not
+    unsnipped (``CONTEXT_EDIT_INVALID``: load it again)."""
+    from projections.context_budget import item_marks
+    from runtime.working_context import ContextError, EditContext
+
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    script = [
+        FauxTurn(when="LOAD-IT", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+        FauxTurn(when="DROP-IT", tool_calls=[FauxToolCall("skill", {"name": "review", "unload": True})]),
+    ]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        state = await run(sup, sid, "r1", "LOAD-IT")
+        first = state.agents["main"].skills["review"].item_id
+        assert (await sup.call(sid, EditContext("hide", (first,))))["changed"] is True
+        # Hidden and not loaded again yet: unhiding puts it back as it was.
+        out = await sup.call(sid, EditContext("unhide", (first,)))
+        assert out["items"] == [{"id": first, "context": "visible"}]
+        assert (await sup.call(sid, EditContext("hide", (first,))))["changed"] is True
+        state = await run(sup, sid, "r2", "LOAD-IT")
+        second = state.agents["main"].skills["review"].item_id
+        assert second != first and len(skill_texts(working_context(state.agents["main"]))) == 1
+        n = len(await events_of(store, sid))
+        out = await sup.call(sid, EditContext("unhide", (first,)))
+        assert out["changed"] is True and out["items"] == [{"id": first, "context": "snipped"}]
+        edits = [(e.event.op, e.event.item_ids) for e in (await events_of(store, sid))[n:]]
+        assert edits == [("unhide", [first]), ("snip", [first])]
+        state = await sup.call(sid, GetState())
+        assert len(skill_texts(working_context(state.agents["main"]))) == 1
+        with pytest.raises(ContextError) as err:
+            await sup.call(sid, EditContext("unsnip", (first,)))
+        assert err.value.code == "CONTEXT_EDIT_INVALID" and "load the skill" in str(err.value)
+        # Unloaded: its instructions stay out, whatever is asked.
+        state = await run(sup, sid, "r3", "DROP-IT")
+        assert skill_texts(working_context(state.agents["main"])) == []
+        n = len(await events_of(store, sid))
+        with pytest.raises(ContextError) as err:
+            await sup.call(sid, EditContext("unsnip", (second,)))
+        assert err.value.code == "CONTEXT_EDIT_INVALID"
+        assert len(await events_of(store, sid)) == n
+        assert item_marks(state.agents["main"])[second] == "snipped"

@@ -1,0 +1,270 @@
+"""F-CTX-3 and F-TOOL-7 over HTTP: ``POST /sessions/{id}/context/hide``, ``…/unhide`` and
+``…/unsnip``. A hidden item leaves the Working Context and history (``POST /history/search``,
+``GET /history/items/{id}``, the ``history_search`` and ``history_read`` tools) and comes back
+when unhidden — as the daemon keeps it, after a restart and after ``lens log rebuild``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.store import Draft, open_store
+from events.types import SessionQuarantined
+from runtime.working_context import MAX_EDIT_IDS
+
+from .conftest import BUSY, Daemon, error_of, run_tool, stop_daemon
+from .rebuild_check import projections_against_a_rebuild
+from .test_history_forks import forked, search
+
+CONFIG = {
+    "providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1", "contextWindow": 50000}],
+                   "script": [{"when": "call a tool", "toolCalls": [{"name": "get_system_time", "arguments": {}}]}]}],
+    "defaultModel": "faux/m1",
+}
+
+
+async def _answered(d: Daemon) -> tuple[str, str, str, dict[str, Any]]:
+    """A strong credential, a project and a session with an input saying ``wombat`` and one that
+    made a tool call; the view."""
+    token = await d.pair("hide-client", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "my wombat pasted by mistake")
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "r2", "call a tool")
+    await d.wait_idle(token, sid)
+    return token, pid, sid, await d.view(token, sid)
+
+
+async def _found(d: Daemon, token: str, pid: str) -> set[str]:
+    return {r["contextItemId"] for r in await search(d, token, pid, "wombat")}
+
+
+async def _marks(d: Daemon, token: str, sid: str) -> dict[str, str]:
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    return {x["id"]: x["context"] for x in context["items"]}
+
+
+async def test_hide_and_unhide_leave_and_rejoin_the_context_and_history(daemon_factory, tmp_path):
+    d = await daemon_factory(config=CONFIG)
+    token, pid, sid, view = await _answered(d)
+    reader = await d.pair("hide-reader")
+    user = view["items"][0]
+    assert user["role"] == "user"
+    call = next(v for v in view["items"] if v["role"] == "tool_call")
+    result_id = call["result"]["itemId"]
+    assert user["id"] in await _found(d, reader, pid)
+
+    # Read-only credentials may not edit.
+    for op in ("hide", "unhide", "unsnip"):
+        r = await d.post(f"/sessions/{sid}/context/{op}", reader, {"itemIds": [user["id"]]})
+        assert (r.status_code, error_of(r)) == (403, "FORBIDDEN"), op
+
+    # Hide the user's input: out of the Working Context, of the view's marks and of history.
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [user["id"]]})
+    assert r.status_code == 200, r.text
+    hid = r.json()
+    assert (hid["op"], hid["changed"], hid["itemIds"]) == ("hide", True, [user["id"]])
+    assert hid["items"] == [{"id": user["id"], "context": "hidden"}] and isinstance(hid["seq"], int)
+    edits = [e["body"] for e in await d.events(token, sid) if e["kind"] == "context.edited"]
+    assert edits == [{"op": "hide", "item_ids": [user["id"]], "reason": "user"}]
+    assert user["id"] not in (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert (await d.view(token, sid))["items"][0]["context"] == "hidden"
+    assert user["id"] not in await _found(d, reader, pid)
+    r = await d.get(f"/history/items/{user['id']}", reader)
+    assert (r.status_code, error_of(r)) == (404, "HISTORY_ITEM_NOT_FOUND")
+    # Twice: nothing more to hide, nothing recorded.
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [user["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is False and r.json()["seq"] is None, r.text
+    assert r.json()["itemIds"] == [] and len(await d.events(token, sid)) == n
+
+    # The model's own tools do not find it either (a new run: its own input says wombat too).
+    body = await run_tool(d, token, sid, "t1", "history_search", {"query": "pasted"})
+    assert user["id"] not in {x["context_item_id"] for x in body["structured_content"]["results"]}
+    body = await run_tool(d, token, sid, "t2", "history_read", {"context_item_id": user["id"]})
+    assert body["status"] == "error" and "HISTORY_ITEM_NOT_FOUND" in str(body), body
+
+    # Hiding a tool call takes its result with it (a lone result would be malformed anyway, and
+    # hidden from history it is not to be found through its result).
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [call["id"]]})
+    assert r.status_code == 200, r.text
+    assert r.json()["items"] == [{"id": call["id"], "context": "hidden"}, {"id": result_id, "context": "hidden"}]
+    working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert call["id"] not in working and result_id not in working
+    # An include of the hidden result: refused, nothing recorded.
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"itemId": result_id})
+    assert (r.status_code, error_of(r)) == (409, "CONTEXT_ITEM_HIDDEN"), r.text
+    r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [result_id]})
+    assert (r.status_code, error_of(r)) == (409, "CONTEXT_ITEM_HIDDEN"), r.text
+    assert len(await d.events(token, sid)) == n
+    # Unhiding the result alone: it is back in history; in the Working Context it waits for its call.
+    r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [result_id]})
+    assert r.json()["items"] == [{"id": result_id, "context": "removed"}], r.text
+    marks = await _marks(d, token, sid)
+    assert (marks[call["id"]], marks[result_id]) == ("hidden", "removed")
+
+    # Hiding a result alone keeps its call, with a placeholder result (well formed).
+    r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [call["id"]]})
+    assert r.json()["itemIds"] == [call["id"]], r.text
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [result_id]})
+    assert r.json()["itemIds"] == [result_id], r.text
+    working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert call["id"] in working and result_id in working  # (the placeholder's place)
+    marks = await _marks(d, token, sid)
+    assert (marks[call["id"]], marks[result_id]) == ("visible", "hidden")
+
+    # Unsnip: a snipped pair comes back whole from either side.
+    r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [result_id]})
+    assert r.json()["changed"] is True, r.text
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["id"], result_id]})
+    assert r.json()["changed"] is True, r.text
+    r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [result_id]})
+    assert r.status_code == 200, r.text
+    assert r.json()["op"] == "unsnip" and r.json()["items"] == [{"id": call["id"], "context": "visible"},
+                                                                 {"id": result_id, "context": "visible"}]
+    r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [result_id]})
+    assert r.json()["changed"] is False, r.text
+
+    # Bad requests: stable codes, nothing recorded; the id limit is snip's.
+    n = len(await d.events(token, sid))
+    for op in ("hide", "unhide", "unsnip"):
+        for body, status, code in [
+            ({"itemIds": ["c999999"]}, 404, "CONTEXT_ITEM_NOT_FOUND"),
+            ({"itemIds": [user["id"], "c999999"]}, 404, "CONTEXT_ITEM_NOT_FOUND"),
+            ({"itemIds": [user["id"]], "agentId": "agent_nope"}, 404, "CONTEXT_ITEM_NOT_FOUND"),
+            ({"itemIds": []}, 422, "VALIDATION_FAILED"),
+            ({}, 422, "VALIDATION_FAILED"),
+            ({"itemIds": ["bad id"]}, 400, "INVALID_ARGUMENT"),
+            ({"itemIds": [user["id"]], "extra": 1}, 422, "VALIDATION_FAILED"),
+            ({"itemIds": [user["id"]] * (MAX_EDIT_IDS + 1)}, 422, "VALIDATION_FAILED"),
+            ({"itemIds": ["c999999"] * MAX_EDIT_IDS}, 404, "CONTEXT_ITEM_NOT_FOUND"),  # (at the limit: read)
+        ]:
+            r = await d.post(f"/sessions/{sid}/context/{op}", token, body)
+            assert (r.status_code, error_of(r)) == (status, code), (op, str(body)[:80], r.text)
+        r = await d.post(f"/sessions/ses_nope/context/{op}", token, {"itemIds": ["c1"]})
+        assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND")
+    assert len(await d.events(token, sid)) == n
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [user["id"]] * MAX_EDIT_IDS})
+    assert r.status_code == 200 and r.json()["changed"] is False, r.text  # (at the limit; already hidden)
+
+    # Unhide: back in the Working Context and in history, the route and the tools alike.
+    r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [user["id"]]})
+    assert r.json()["items"] == [{"id": user["id"], "context": "visible"}], r.text
+    assert user["id"] in (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert user["id"] in await _found(d, reader, pid)
+    assert (await d.get(f"/history/items/{user['id']}", reader)).json()["text"].startswith("my wombat")
+    body = await run_tool(d, token, sid, "t3", "history_read", {"context_item_id": user["id"]})
+    assert body["status"] == "ok" and body["structured_content"]["context_item_id"] == user["id"], body
+
+    # Hidden again: so it stays after a rebuild from zero and after a restart.
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [user["id"]]})
+    assert r.json()["changed"] is True, r.text
+    assert user["id"] not in await _found(d, reader, pid)
+    assert await projections_against_a_rebuild(tmp_path, d.data_dir.relative_to(tmp_path), "hidden") == []
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    assert user["id"] not in await _found(d2, reader, pid)
+    r = await d2.get(f"/history/items/{user['id']}", reader)
+    assert (r.status_code, error_of(r)) == (404, "HISTORY_ITEM_NOT_FOUND")
+    r = await d2.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [user["id"]]})
+    assert r.json()["changed"] is True, r.text
+    assert user["id"] in await _found(d2, reader, pid)
+    assert await projections_against_a_rebuild(tmp_path, d2.data_dir.relative_to(tmp_path), "unhidden") == []
+
+
+async def test_hide_while_running_and_on_deleted_or_quarantined_sessions(daemon_factory):
+    d = await daemon_factory(config=CONFIG)
+    token, pid, sid, view = await _answered(d)
+    user = view["items"][0]
+    # While the session runs: recorded at once, as a snip is (it applies from the next request).
+    await d.submit(token, sid, "busy", BUSY)
+    await d.wait_running_call(token, sid)
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [user["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    await d.post(f"/sessions/{sid}/abort", token)
+    await d.wait_idle(token, sid)
+    assert (await _marks(d, token, sid))[user["id"]] == "hidden"
+
+    # A quarantined session runs nothing and records nothing.
+    other = (await d.session(token, pid))["id"]
+    await d.submit(token, other, "r1", "my wombat again")
+    await d.wait_idle(token, other)
+    other_user = (await d.view(token, other))["items"][0]["id"]
+    await stop_daemon(d)
+    async with open_store(d.data_dir) as store:
+        await store.append(Draft(SessionQuarantined(reason="replay failed 3 times"), project_id=pid, session_id=other))
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    for op in ("hide", "unhide", "unsnip"):
+        r = await d2.post(f"/sessions/{other}/context/{op}", token, {"itemIds": [other_user]})
+        assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+
+    # A deleted session: its items are hidden already; no edit is recorded.
+    r = await d2.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200, r.text
+    n = len(await d2.events(token, sid))
+    for op in ("hide", "unhide", "unsnip"):
+        r = await d2.post(f"/sessions/{sid}/context/{op}", token, {"itemIds": [user["id"]]})
+        assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED"), r.text
+    assert len(await d2.events(token, sid)) == n
+
+
+async def test_a_forks_hide_of_an_inherited_item_is_its_own(daemon: Daemon, strong: str, reader: str) -> None:
+    # "A fork's inherited items in history": a fork hides an item it holds of its source's for
+    # itself; the source (and its other forks made before) still show it.
+    f = await forked(daemon, strong, reader)
+    item = sorted(f.inherited)[0]
+    r = await daemon.post(f"/sessions/{f.fork}/context/hide", strong, {"itemIds": [item]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    under = {r["contextItemId"] for r in await search(daemon, reader, f.project, "quokka", sessionId=f.fork)}
+    assert item not in under and (f.inherited - {item}) <= under
+    assert item in {r["contextItemId"] for r in await search(daemon, reader, f.project, "quokka", sessionId=f.src)}
+    assert item in {r["contextItemId"] for r in await search(daemon, reader, f.project, "quokka")}
+    assert (await _marks(daemon, strong, f.src))[item] == "visible"
+    assert (await _marks(daemon, strong, f.fork))[item] == "hidden"
+    r = await daemon.post(f"/sessions/{f.fork}/context/unhide", strong, {"itemIds": [item]})
+    assert r.json()["changed"] is True, r.text
+    assert item in {r["contextItemId"] for r in await search(daemon, reader, f.project, "quokka", sessionId=f.fork)}
+
+
+async def test_a_hidden_summary_and_a_subagents_hidden_item(daemon_factory):
+    # A summary hidden leaves what it replaced compacted (a hide is no undoing of a compaction);
+    # a subagent's items are hidden through its agentId, in its Working Context and in history.
+    config = {**CONFIG, "providers": [{**CONFIG["providers"][0], "script": [
+        {"when": "Summarize the conversation so far", "text": "SUMMARY: a wombat was mentioned."},
+        {"when": "delegate", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBJOB numbat"}}]},
+        {"when": "SUBJOB", "text": "the numbat is fine"}]}]}
+    d = await daemon_factory(config=config)
+    token, pid, sid, view = await _answered(d)
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    summary, replaced = r.json()["itemId"], r.json()["replacedItemIds"]
+    working = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert summary in working and replaced
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [summary]})
+    assert r.json()["items"] == [{"id": summary, "context": "hidden"}], r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["workingItemIds"] == [i for i in working if i != summary]  # (what it kept stays)
+    assert {x["context"] for x in context["items"] if x["id"] in replaced} == {"compacted"}
+    assert summary not in await _found(d, token, pid)
+    r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [summary]})
+    assert r.json()["items"] == [{"id": summary, "context": "visible"}], r.text
+    assert (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"] == working
+    assert summary in await _found(d, token, pid)
+
+    await d.submit(token, sid, "r3", "delegate")
+    await d.wait_idle(token, sid)
+    sub = next(a["agentId"] for a in (await d.view(token, sid))["agents"] if a["role"] == "subagent")
+    sub_items = (await d.get(f"/sessions/{sid}/context", token, params={"agentId": sub})).json()["items"]
+    first = sub_items[0]["id"]
+    found = {r["contextItemId"] for r in await search(d, token, pid, "numbat", agentId=sub)}
+    assert first in found
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [first]})  # (the main agent's: none)
+    assert (r.status_code, error_of(r)) == (404, "CONTEXT_ITEM_NOT_FOUND"), r.text
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [first], "agentId": sub})
+    assert r.status_code == 200 and r.json()["agentId"] == sub and r.json()["changed"] is True, r.text
+    sub_context = (await d.get(f"/sessions/{sid}/context", token, params={"agentId": sub})).json()
+    assert first not in sub_context["workingItemIds"]
+    assert first not in {r["contextItemId"] for r in await search(d, token, pid, "numbat", agentId=sub)}
