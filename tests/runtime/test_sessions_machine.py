@@ -5,32 +5,47 @@ A Hypothesis ``RuleBasedStateMachine`` over the real runtime of this suite (``op
 event store, the supervisor and its actors, snapshots, the daemon's projection service, the
 ``skill`` tool reading two workspaces through a real executor pool) with three sessions to start
 with, two in project ``p1`` and one in ``p2``, and forks of them (five sessions at most). Its
-rules: an input to any session (a plain one or ``/skill:review args``); the model answering one
-of the requests waiting (text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill``
-load, each from the main agent or from a subagent, where ``subagent`` and ``todo`` are main-only
-and refused at execution); a fork of a session from a drawn ``seq`` of it; a configuration change
-(``model``, ``thinking_level``); a rename; a soft delete; a snip of a Working Context item, an
-Include Result, a manual compaction left running; the idle timeout (idle actors passivate and
-wake from their snapshot and tail); a restart of the runtime on the same data directory
-(``projections.db`` kept or deleted).
+rules: an input to any session (a plain one or ``/skill:review args``, a follow-up or a steer,
+mostly to a session with a run under way); a steer or a withdrawal of an input (mostly a queued
+one), an abort (mostly of a running session); the model answering one of the requests waiting
+(text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill`` load, each from the main
+agent or from a subagent, where ``subagent`` and ``todo`` are main-only and refused at execution;
+or a failure, which fails a task, a subagent or a compaction); a fork of a session from a drawn
+``seq`` of it; a configuration change (``model``, ``thinking_level``); a saved context setting
+(automatic compaction, its trigger percent, tool-result pruning) or its reset to the config's; a
+rename; a soft delete; a snip of a Working Context item, an Include Result, a manual compaction
+left running; the idle timeout (idle actors passivate and wake from their snapshot and tail); a
+restart of the runtime on the same data directory (``projections.db`` kept or deleted). The
+config turns pruning and automatic compaction on, over a small context window, so both happen
+before model requests, of main agents and of subagents.
 
 The model is :class:`machine_parts.HeldModel`; every session has a model of its own name
 (``faux/<tag>-<variant>``: a fork is given its own at once), so a waiting request says whose it
 is, and the rule that answers draws among them in a fixed order. Between two rules nothing runs
 (see test_session_machine.py): after each rule the machine polls the actors until every session
-is idle or waits for the model.
+is idle or waits for the model (a request, or an automatic compaction's summarizing request).
 
 Checked after every rule: ``seq`` gap-free, each session's ``session_seq`` gap-free; every
 session's state (each agent's Full Context, its snips, includes, skills...) and view equal a
 fresh fold of the log (a fork's from its source's events up to the fork point, then its own);
 every model request a session recorded was made with the configuration in force at its ``seq``,
 and the model received exactly the requests recorded since the runtime opened, in order, with
-that model and thinking level; no agent's Working Context holds a skill's instructions twice,
-nor did a request; ``history_search`` in a project returns only that project's items, none
+that model and thinking level, each holding exactly the agent's Working Context as of its
+``model.requested`` (a pruned result as its placeholder, a summary in place of what it replaced,
+a steer placed); the log event by event: a pruning (of exactly the results prunable then) and an
+automatic compaction only with the setting in force on (saved value > config > default), no
+request (but one asked again) with a result left to prune while pruning is on, no main-agent
+request with a steer still queued, an input placed or withdrawn only while queued (so never
+both, never twice); no agent's Working Context holds a skill's instructions twice, nor did a
+request; ``history_search`` in a project returns only that project's items, none
 hidden; the runtime logged no error. The rules check their own answers: a fork's contexts at its
 creation equal its source's as of the ``seq``; a deleted session refuses inputs, configuration,
 renames and edits with ``SESSION_DELETED`` and writes nothing, and its events stay; a main-only
-tool asked by a subagent is refused with ``TOOL_MAIN_ONLY``. At the end of each example the
+tool asked by a subagent is refused with ``TOOL_MAIN_ONLY``; a steer of an input not queued is
+``INPUT_NOT_QUEUED`` naming its state, a withdrawal answers the input's state (its text when
+withdrawn) and writes only for a queued one; an abort withdraws exactly the queued inputs and
+leaves nothing running, queued or asked, and writes nothing for an idle session; a saved setting
+is in the state at once, and saving it as it was writes nothing. At the end of each example the
 projections kept up to date equal a rebuild. See docs/decisions.md, "A state machine over
 several sessions".
 """
@@ -101,9 +116,10 @@ CONTEXT = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0),
 WINDOW = 850
 TAGS = ("A", "B", "C", *(f"F{i}" for i in range(1, MAX_SESSIONS - 2)))
 MODELS = {"faux": [ModelConfig(id=f"{tag}-{v}", context_window=WINDOW) for tag in TAGS for v in ("1", "2")]}
-# Saved settings a rule draws (each with the other values of its key, or a reset to the config's).
-SETTINGS = {"auto_compaction": [True, False], "compaction_trigger_percent": [35, 80, 100],
-            "prune_tool_results": [True, False]}
+# Saved settings a rule draws (or a reset to the config's), off more often than on: the config
+# has both on.
+SETTINGS = {"auto_compaction": [False, False, True], "compaction_trigger_percent": [35, 80, 100],
+            "prune_tool_results": [False, False, True]}
 
 
 @dataclass
@@ -402,7 +418,7 @@ class SessionsMachine(RuntimeMachine):
     def session_op(self, data: st.DataObject) -> None:
         """A fork, a configuration change, a rename or a soft delete of a drawn session (one rule,
         so that these come as often as inputs and answers, not four times as often)."""
-        op = data.draw(st.sampled_from(["fork", "configure", "configure", "settings", "rename", "delete"]))
+        op = data.draw(st.sampled_from(["fork", "configure", "settings", "settings", "rename", "delete"]))
         if op == "fork":
             self.fork(data)
         elif op == "settings":
@@ -459,7 +475,7 @@ class SessionsMachine(RuntimeMachine):
         """A saved context setting (automatic compaction, its trigger, pruning) or its reset to
         the config's: in force from the session's next model request (saved value > config >
         default; the invariant :meth:`context_rules_hold` checks what each request met)."""
-        s = self.target(data)
+        s = self.talked(data)  # (a session with a conversation first: the settings' effects show)
         key = data.draw(st.sampled_from(sorted(SETTINGS)))
         value = data.draw(st.sampled_from([*SETTINGS[key], None]), label="value (None: reset)")
         before = len(self.events())
