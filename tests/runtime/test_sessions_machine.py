@@ -354,10 +354,10 @@ class SessionsMachine(RuntimeMachine):
         queued = [q.request_id for q in st_.queue]
         before = len(self.events())
         answer = self.call(s.sid, Abort())
-        if isinstance(answer, LensError):
-            assert s.deleted and answer.code == "SESSION_DELETED", answer
+        if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)
             return
+        assert not isinstance(answer, Exception), answer
         assert answer["withdrawn"] == queued, (answer, queued)
         if st_.running_task is not None or queued:
             assert answer["aborted"] is True, answer
