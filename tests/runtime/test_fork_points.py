@@ -17,8 +17,7 @@ import logging
 import math
 from pathlib import Path
 
-from conftest import open_runtime, text
-from events import types as t
+from conftest import open_runtime
 from machine_parts import Errors
 from projections.session_state import MAIN_AGENT, SessionState, apply, working_context
 from runtime.actor import Answer, Configure
@@ -117,7 +116,7 @@ async def fork_and_check(rt, src: str, seq: int, faux: FauxProvider) -> set[str]
     await rt.submit(fork, "f1", "FORK-INPUT")
     after = await rt.idle(fork)
     where = f"a fork at seq {seq}"
-    mine = [e for e in await rt.events(fork)]
+    mine = await rt.events(fork)
     new = [e for e in mine if e.kind != "session.created"]
     # Nothing of the source's round runs in the fork: its own task alone, in the main agent.
     assert {e.agent_id or MAIN_AGENT for e in new} == {MAIN_AGENT}, (where, [(e.kind, e.agent_id) for e in new])
@@ -146,7 +145,7 @@ async def fork_and_check(rt, src: str, seq: int, faux: FauxProvider) -> set[str]
     assert compiled.diagnostics.get("synthetic_results", 0) == len(set(calls) - set(results)), where
     assert after.running_task is None and not after.queue and not after.questions, where
     assert [x for x in mine if x.kind == "input.placed"] == [placed], where
-    assert text("FORK-INPUT")[0].text in [it.text for it in wc if it.role == "user"], where
+    assert "FORK-INPUT" in [it.text for it in wc if it.role == "user"], where
     return met
 
 
