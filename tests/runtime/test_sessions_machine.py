@@ -5,32 +5,47 @@ A Hypothesis ``RuleBasedStateMachine`` over the real runtime of this suite (``op
 event store, the supervisor and its actors, snapshots, the daemon's projection service, the
 ``skill`` tool reading two workspaces through a real executor pool) with three sessions to start
 with, two in project ``p1`` and one in ``p2``, and forks of them (five sessions at most). Its
-rules: an input to any session (a plain one or ``/skill:review args``); the model answering one
-of the requests waiting (text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill``
-load, each from the main agent or from a subagent, where ``subagent`` and ``todo`` are main-only
-and refused at execution); a fork of a session from a drawn ``seq`` of it; a configuration change
-(``model``, ``thinking_level``); a rename; a soft delete; a snip of a Working Context item, an
-Include Result, a manual compaction left running; the idle timeout (idle actors passivate and
-wake from their snapshot and tail); a restart of the runtime on the same data directory
-(``projections.db`` kept or deleted).
+rules: an input to any session (a plain one or ``/skill:review args``, a follow-up or a steer,
+mostly to a session with a run under way); a steer or a withdrawal of an input (mostly a queued
+one), an abort (mostly of a running session); the model answering one of the requests waiting
+(text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill`` load, each from the main
+agent or from a subagent, where ``subagent`` and ``todo`` are main-only and refused at execution;
+or a failure, which fails a task, a subagent or a compaction); a fork of a session from a drawn
+``seq`` of it; a configuration change (``model``, ``thinking_level``); a saved context setting
+(automatic compaction, its trigger percent, tool-result pruning) or its reset to the config's; a
+rename; a soft delete; a snip of a Working Context item, an Include Result, a manual compaction
+left running; the idle timeout (idle actors passivate and wake from their snapshot and tail); a
+restart of the runtime on the same data directory (``projections.db`` kept or deleted). The
+config turns pruning and automatic compaction on, over a small context window, so both happen
+before model requests, of main agents and of subagents.
 
 The model is :class:`machine_parts.HeldModel`; every session has a model of its own name
 (``faux/<tag>-<variant>``: a fork is given its own at once), so a waiting request says whose it
 is, and the rule that answers draws among them in a fixed order. Between two rules nothing runs
 (see test_session_machine.py): after each rule the machine polls the actors until every session
-is idle or waits for the model.
+is idle or waits for the model (a request, or an automatic compaction's summarizing request).
 
 Checked after every rule: ``seq`` gap-free, each session's ``session_seq`` gap-free; every
 session's state (each agent's Full Context, its snips, includes, skills...) and view equal a
 fresh fold of the log (a fork's from its source's events up to the fork point, then its own);
 every model request a session recorded was made with the configuration in force at its ``seq``,
 and the model received exactly the requests recorded since the runtime opened, in order, with
-that model and thinking level; no agent's Working Context holds a skill's instructions twice,
-nor did a request; ``history_search`` in a project returns only that project's items, none
+that model and thinking level, each holding exactly the agent's Working Context as of its
+``model.requested`` (a pruned result as its placeholder, a summary in place of what it replaced,
+a steer placed); the log event by event: a pruning (of exactly the results prunable then) and an
+automatic compaction only with the setting in force on (saved value > config > default), no
+request (but one asked again) with a result left to prune while pruning is on, no main-agent
+request with a steer still queued, an input placed or withdrawn only while queued (so never
+both, never twice); no agent's Working Context holds a skill's instructions twice, nor did a
+request; ``history_search`` in a project returns only that project's items, none
 hidden; the runtime logged no error. The rules check their own answers: a fork's contexts at its
 creation equal its source's as of the ``seq``; a deleted session refuses inputs, configuration,
 renames and edits with ``SESSION_DELETED`` and writes nothing, and its events stay; a main-only
-tool asked by a subagent is refused with ``TOOL_MAIN_ONLY``. At the end of each example the
+tool asked by a subagent is refused with ``TOOL_MAIN_ONLY``; a steer of an input not queued is
+``INPUT_NOT_QUEUED`` naming its state, a withdrawal answers the input's state (its text when
+withdrawn) and writes only for a queued one; an abort withdraws exactly the queued inputs and
+leaves nothing running, queued or asked, and writes nothing for an idle session; a saved setting
+is in the state at once, and saving it as it was writes nothing. At the end of each example the
 projections kept up to date equal a rebuild. See docs/decisions.md, "A state machine over
 several sessions".
 """
@@ -56,13 +71,14 @@ from events.schema import PROJECTIONS_DB
 from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, run_machine, trio_sync
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
                                        working_context)
-from runtime.actor import Configure, Delete, GetView, Rename, Submit, _reset_for_fork
-from runtime.config import CompactionConfig, ContextConfig
+from projections.context_budget import prunable_results
+from runtime.actor import Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
+from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
 from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
-from runtime.providers.faux import FauxToolCall, FauxTurn
+from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.views import session_view
-from runtime.working_context import COMPACTION_SYSTEM, EditContext
+from runtime.working_context import COMPACTION_SYSTEM, EditContext, resolve_settings
 from tests.executor.conftest import running_pool
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
@@ -80,13 +96,30 @@ SKILL = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS for 
 LEVELS = ["low", "high"]
 TOOLS = {
     "time": FauxToolCall("get_system_time", {}),
-    "subagent": FauxToolCall("subagent", {"prompt": "SUB look around marker"}),
+    # (a long prompt: a subagent's context reaches the window's 80 % after one round of its own)
+    "subagent": FauxToolCall("subagent", {"prompt": "SUB look around marker" + " and look again" * 105}),
     "todo": FauxToolCall("todo", {"items": [{"id": "a", "text": "step one"}]}),
     "skill": FauxToolCall("skill", {"name": "review"}),
 }
 MAIN_ONLY = ("subagent", "todo")
-# (no round kept as written: a manual compaction of a short conversation has something to replace)
-NO_KEPT_ROUNDS = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0))
+# No round kept as written (a manual compaction of a short conversation has something to
+# replace); automatic compaction on at the default 80 % of a window the conversations reach in a
+# few rounds; pruning on, of every result older than the last response. A session's saved
+# settings turn either off (or on again), and a reset brings the config's back.
+CONTEXT = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0),
+                        prune_tool_results=PruneToolResultsConfig(enabled=True, keep_recent_rounds=1, min_tokens=1))
+# Every session's models (``faux/<tag>-<variant>``), with a small window. The system prompt and
+# the tool schemas alone are estimated at about 600 tokens for a main agent, 260 for a subagent
+# (a compaction keeps them): 80 % (the config's) and 100 % are reached by a main agent's context in
+# two or three rounds, 35 % by a subagent's only (a main agent's fixed part is over it: nothing is
+# compacted, and the request goes as it is).
+WINDOW = 850
+TAGS = ("A", "B", "C", *(f"F{i}" for i in range(1, MAX_SESSIONS - 2)))
+MODELS = {"faux": [ModelConfig(id=f"{tag}-{v}", context_window=WINDOW) for tag in TAGS for v in ("1", "2")]}
+# Saved settings a rule draws (or a reset to the config's), off more often than on: the config
+# has both on.
+SETTINGS = {"auto_compaction": [False, False, True], "compaction_trigger_percent": [35, 80, 100],
+            "prune_tool_results": [False, False, True]}
 
 
 @dataclass
@@ -120,6 +153,8 @@ class SessionsMachine(RuntimeMachine):
         self.opened_at = 0  # the log's last seq when the runtime (and its model) opened
         self.sessions: list[Session] = []
         self.compactions: dict[str, Pending] = {}  # session id -> a manual compaction under way
+        self.inputs: dict[str, tuple[Session, str]] = {}  # request id -> its session and text
+        self.requests_checked: dict[tuple[str, str], int] = {}  # (tag, agent) -> requests compared so far
         self.n = 0
         self.forks = 0
         for project, tags in PROJECTS.items():
@@ -194,7 +229,10 @@ class SessionsMachine(RuntimeMachine):
                     if st_.running_task is None and not st_.queue:
                         continue
                     asking = [a for a in st_.agents.values() if a.open_request_seq is not None]
-                    if not any((s.tag, a.agent_id, False) in waiting for a in asking):
+                    # (an agent's automatic compaction waits before its model.requested)
+                    running = [a for a in st_.agents.values() if a.status == "running"]
+                    if not any((s.tag, a.agent_id, False) in waiting for a in asking) and not any(
+                            (s.tag, a.agent_id, True) in waiting for a in running):
                         resting = False
                 if resting:
                     return
@@ -230,38 +268,114 @@ class SessionsMachine(RuntimeMachine):
 
     @rule(data=st.data())
     def converse(self, data: st.DataObject) -> None:
-        """The model's answer to a request waiting (one time in two), an input to a session, or an
-        edit of a session's Working Context."""
-        what = data.draw(st.integers(0, 3), label="answer, input or edit")
-        if what < 2:
+        """The model's answer to a request waiting (one time in two), an input to a session, an
+        edit of a session's Working Context, or a steer, withdrawal or abort."""
+        what = data.draw(st.integers(0, 5), label="answer, input, edit or intervention")
+        if what < 3:
             self.answer(data)
-        elif what == 2:
+        elif what == 3:
             self.ask(data)
-        else:
+        elif what == 4:
             self.edit_context(data)
+        else:
+            self.intervene(data)
 
     def ask(self, data: st.DataObject) -> None:
         """An input to a drawn session: a plain one, or ``/skill:review args`` (F-TOOL-6)."""
         words = data.draw(st.sampled_from(["hello", "plan it", "go on"]))
         skill = data.draw(st.booleans())
-        s = self.target(data)
+        when_busy = data.draw(st.sampled_from(["followUp", "followUp", "steer"]))
+        s = self.busy(data)  # (inputs queue, and are steered, withdrawn and aborted)
         rid = self.fresh_id()
         message = f"/skill:review {words} marker {rid}" if skill else f"{words} marker {s.tag} {rid}"
         before = len(self.events())
-        answer = self.call(s.sid, Submit(rid, text(message)))
+        answer = self.call(s.sid, Submit(rid, text(message), when_busy))
         if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)
             return
         assert not isinstance(answer, Exception), answer
         assert answer["requestId"] == rid and answer["duplicate"] is False, answer
+        self.inputs[rid] = (s, message)
         self.settle()
+
+    def intervene(self, data: st.DataObject) -> None:
+        """A steer or a withdrawal of an input (queued, placed, settled, withdrawn, or one the
+        session never had), or an abort of a drawn session's run (F-ACT-3)."""
+        op = data.draw(st.sampled_from(["steer", "withdraw", "withdraw", "abort"]))
+        if op == "abort":
+            self.abort(data)
+            return
+        inputs = sorted(self.inputs, key=lambda r: int(r[1:]))
+        queued = [rid for rid in inputs if rid in self.queued_ids()]
+        rid = pick(data, (queued if data.draw(st.integers(0, 3), label="a queued one") and queued else inputs)
+                   + ["never-sent"])
+        s = self.inputs[rid][0] if rid in self.inputs else self.target(data)
+        record = self.state(s.sid).inputs.get(rid)
+        status = "unknown" if record is None else record.status
+        before = len(self.events())
+        answer = self.call(s.sid, Steer(rid) if op == "steer" else Withdraw(rid))
+        if s.deleted:  # (its queue was withdrawn by the delete)
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        if op == "steer":
+            if status != "queued":
+                self.refused(answer, "INPUT_NOT_QUEUED", before)
+                assert status in str(answer), answer
+                return
+            assert answer == {"requestId": rid, "status": "queued", "whenBusy": "steer"}, answer
+            self.settle()
+            return
+        expected = "withdrawn" if status in ("queued", "withdrawn") else status
+        assert answer == {"requestId": rid, "status": expected,
+                          "text": self.inputs[rid][1] if expected == "withdrawn" else None}, (status, answer)
+        self.settle()
+        if status != "queued":
+            assert len(self.events()) == before, f"a withdrawal of a {status} input wrote events"
+        else:
+            assert [e.kind for e in self.of(s.sid) if e.request_id == rid or getattr(e.event, "input_request_id", None) == rid
+                    ] == ["input.submitted", "input.withdrawn"], rid
+
+    def queued_ids(self) -> set[str]:
+        return {q.request_id for s in self.sessions for q in self.state(s.sid).queue}
+
+    def busy(self, data: st.DataObject) -> Session:
+        """A drawn session, one with a run under way three times in four when there is one."""
+        busy = [s for s in self.sessions if not s.deleted and self.state(s.sid).running_task is not None]
+        if data.draw(st.integers(0, 3), label="a busy one") and busy:
+            return pick(data, busy)
+        return self.target(data)
+
+    def abort(self, data: st.DataObject) -> None:
+        """An abort: what runs stops (its calls skipped or interrupted, an open request failed,
+        subagents aborted), every queued input is withdrawn and none placed; an idle session's
+        abort writes nothing; a manual compaction under way is cut off."""
+        s = self.busy(data)
+        st_ = self.state(s.sid)
+        queued = [q.request_id for q in st_.queue]
+        before = len(self.events())
+        answer = self.call(s.sid, Abort())
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        assert not isinstance(answer, Exception), answer
+        assert answer["withdrawn"] == queued, (answer, queued)
+        if st_.running_task is not None or queued:
+            assert answer["aborted"] is True, answer
+        self.settle()
+        after = self.state(s.sid)
+        assert after.running_task is None and not after.queue and not after.questions, s.tag
+        assert all(a.status != "running" for a in after.agents.values()), s.tag
+        for rid in queued:
+            assert after.inputs[rid].status == "withdrawn", rid
+        if not answer["aborted"]:
+            assert len(self.events()) == before, "an abort of an idle session wrote events"
 
     # ------------------------------------------------------------------ rules: the model
 
     def answer(self, data: st.DataObject) -> None:
         """The model answers one of the requests waiting (drawn in a fixed order), or ``all`` of
         them with text, one after the other."""
-        kind = data.draw(st.sampled_from(["text", "all", "time", "all", "subagent", "todo", "skill"]))
+        kind = data.draw(st.sampled_from(["text", "all", "time", "all", "subagent", "todo", "skill", "error"]))
         model = self.host.model
         assert model is not None
         if kind != "all":
@@ -280,7 +394,9 @@ class SessionsMachine(RuntimeMachine):
             return
         request = pick(data, waiting)
         s = self.by_tag(tag_of(request))
-        if kind == "text" or is_compaction(request):
+        if kind == "error":  # (a compaction's request too: a manual one fails, an automatic one lets the request go)
+            turn = FauxTurn(error=FauxError("RATE_LIMITED", "slow down", retryable=data.draw(st.booleans())))
+        elif kind == "text" or is_compaction(request):
             turn = FauxTurn(text=f"done marker {s.tag}")
         else:
             turn = FauxTurn(tool_calls=[TOOLS[kind]])
@@ -302,9 +418,11 @@ class SessionsMachine(RuntimeMachine):
     def session_op(self, data: st.DataObject) -> None:
         """A fork, a configuration change, a rename or a soft delete of a drawn session (one rule,
         so that these come as often as inputs and answers, not four times as often)."""
-        op = data.draw(st.sampled_from(["fork", "configure", "configure", "rename", "delete"]))
+        op = data.draw(st.sampled_from(["fork", "configure", "settings", "settings", "rename", "delete"]))
         if op == "fork":
             self.fork(data)
+        elif op == "settings":
+            self.save_setting(data)
         elif op == "configure":
             self.configure(data, data.draw(st.sampled_from(["1", "2"])), data.draw(st.sampled_from(LEVELS + [None])))
         elif op == "rename":
@@ -351,6 +469,28 @@ class SessionsMachine(RuntimeMachine):
         assert not isinstance(answer, Exception), answer
         got = self.state(s.sid)
         assert got.model == f"faux/{s.tag}-{variant}" and (level is None or got.thinking_level == level)
+        self.settle()
+
+    def save_setting(self, data: st.DataObject) -> None:
+        """A saved context setting (automatic compaction, its trigger, pruning) or its reset to
+        the config's: in force from the session's next model request (saved value > config >
+        default; the invariant :meth:`context_rules_hold` checks what each request met)."""
+        s = self.talked(data)  # (a session with a conversation first: the settings' effects show)
+        key = data.draw(st.sampled_from(sorted(SETTINGS)))
+        value = data.draw(st.sampled_from([*SETTINGS[key], None]), label="value (None: reset)")
+        before = len(self.events())
+        saved = dict(self.state(s.sid).settings)
+        command = Configure(reset=(key,)) if value is None else Configure(settings={key: value})
+        answer = self.call(s.sid, command)
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        assert not isinstance(answer, Exception), answer
+        got = self.state(s.sid).settings
+        assert (key not in got) if value is None else (got[key] == value and type(got[key]) is type(value)), got
+        if (value is None and key not in saved) or (value is not None and saved.get(key) == value
+                                                    and type(saved[key]) is type(value)):
+            assert len(self.events()) == before, "a setting saved as it was wrote events"
         self.settle()
 
     def rename(self, data: st.DataObject, name: str) -> None:
@@ -493,6 +633,7 @@ class SessionsMachine(RuntimeMachine):
             for path in self.data_dir.glob(PROJECTIONS_DB + "*"):
                 path.unlink()
         self.opened_at = len(self.events())
+        self.requests_checked.clear()  # (a new model: it has received nothing yet)
         self.rt = self.host.run(self.host.open, self.data_dir, self.ids)
         self.settle()
         for s in self.sessions:
@@ -511,6 +652,7 @@ class SessionsMachine(RuntimeMachine):
         log_is_gap_free(events, [s.sid for s in self.sessions])
         for s in self.sessions:
             self.state_is_a_fresh_fold(s)
+            self.context_rules_hold(s)
         self.requests_as_configured()
         self.history_stays_in_its_project()
 
@@ -538,7 +680,8 @@ class SessionsMachine(RuntimeMachine):
             assert len(skill_items(r.items)) == len(set(skill_items(r.items))), "a request saw a skill twice"
             if not is_compaction(r):
                 received.setdefault((tag_of(r), r.agent_id), []).append(r)
-        recorded: dict[tuple[str, str], list[t.ModelRequested]] = {}
+        recorded: dict[tuple[str, str], list[StoredEvent]] = {}
+        sids = {s.tag: s.sid for s in self.sessions}
         for s in self.sessions:
             config: tuple[str | None, str | None] = (None, None)
             state = self.fresh_state(s.sid, self.of(s.sid)[0].seq)
@@ -548,13 +691,55 @@ class SessionsMachine(RuntimeMachine):
                 if isinstance(ev, t.ModelRequested):
                     assert (f"{ev.provider}/{ev.model}", ev.thinking_level) == config, (s.tag, e.seq, ev, config)
                     if e.seq > self.opened_at:
-                        recorded.setdefault((s.tag, e.agent_id or MAIN_AGENT), []).append(ev)
+                        recorded.setdefault((s.tag, e.agent_id or MAIN_AGENT), []).append(e)
                 elif isinstance(ev, t.SessionConfigured):
                     config = (ev.model or config[0], ev.thinking_level or config[1])
         assert set(received) == set(recorded), (sorted(received), sorted(recorded))
         for key, sent in received.items():
             assert [(r.model, r.thinking_level) for r in sent] == [
-                (ev.model, ev.thinking_level) for ev in recorded[key]], key
+                (e.event.model, e.event.thinking_level) for e in recorded[key]], key  # type: ignore[union-attr]
+            # Each request held the agent's Working Context as of its model.requested: a pruned
+            # result as its placeholder, a summary in place of what it replaced, a steer placed.
+            for r, e in list(zip(sent, recorded[key]))[self.requests_checked.get(key, 0):]:
+                agent = self.fresh_state(sids[key[0]], e.seq).agents[key[1]]
+                assert [(it.id, it.role, it.text) for it in r.items] == [
+                    (it.id, it.role, it.text) for it in working_context(agent)], (key, e.seq)
+            self.requests_checked[key] = len(sent)
+
+    def context_rules_hold(self, s: Session) -> None:
+        """The session's log event by event, against the state just before each (F-CTX-2,
+        F-ACT-3): a pruning or an automatic compaction only with it on in the settings then in
+        force (saved value > config > default), pruning exactly the results prunable then; no
+        model request (but one asked again) with a result left to prune while pruning is on; no
+        main-agent request of a task with a steer still queued; an input placed or withdrawn
+        only while queued (so once, and never both)."""
+        events = self.of(s.sid)
+        first = events[0].event
+        if isinstance(first, t.SessionCreated) and first.forked_from_session:
+            state = self.fresh_state(first.forked_from_session, first.forked_from_seq)
+            _reset_for_fork(state, s.sid)
+        else:
+            state = SessionState(s.sid)
+        for e in events:
+            ev, aid = e.event, e.agent_id or MAIN_AGENT
+            where = (s.tag, e.seq, e.kind)
+            settings = resolve_settings(state.settings, CONTEXT)
+            agent = state.agents.get(aid)
+            if isinstance(ev, t.ContextEdited) and ev.op == "prune":
+                assert settings.prune_tool_results and ev.reason == "auto", where
+                assert agent is not None and list(ev.item_ids) == prunable_results(
+                    agent, settings.keep_recent_rounds, settings.min_tokens), where
+            elif isinstance(ev, t.ContextCompacted) and ev.trigger == "auto":
+                assert settings.auto_compaction, where
+            elif isinstance(ev, t.ModelRequested) and agent is not None and agent.open_request_seq is None:
+                if settings.prune_tool_results:
+                    assert not prunable_results(agent, settings.keep_recent_rounds, settings.min_tokens), where
+                if aid == MAIN_AGENT:
+                    assert not [q.request_id for q in state.queue if q.when_busy == "steer"], where
+            elif isinstance(ev, (t.InputPlaced, t.InputWithdrawn)):
+                record = state.inputs.get(ev.input_request_id)
+                assert record is not None and record.status == "queued", (where, record)
+            apply(state, e)
 
     def history_stays_in_its_project(self) -> None:
         service = self.rt.service
@@ -589,6 +774,6 @@ async def test_several_sessions_through_their_operations_in_any_order(
         async with trio.open_nursery() as nursery:
             host = Host(nursery, autojump_clock, trio.lowlevel.current_trio_token(), tmp_path / "examples",
                         lambda model: {"snapshot_every": SNAPSHOT_EVERY, "idle_seconds": IDLE_SECONDS,
-                                       "tools": tools, "context": NO_KEPT_ROUNDS})
+                                       "tools": tools, "context": CONTEXT, "model_configs": MODELS})
             host.root.mkdir()
             await run_machine(SessionsMachine, host, MAX_EXAMPLES, STEPS)
