@@ -35,11 +35,12 @@ def roles_and_texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 async def check_kept_text(d: Daemon, daemon_factory: Callable[..., Any], server: ScriptedServer, *,
                           token: str, pid: str, sid: str, config: dict[str, Any], text: str, status: str,
-                          key: str, query: str, answer: Reply) -> dict[str, Any]:
+                          key: str, query: str, answer: Reply, asked: int = 1) -> dict[str, Any]:
     """Check that session ``sid``'s first answer was kept as ``text`` with ``status`` (``aborted``
     or ``failed``) everywhere (see the module docstring); ``key``: the protocol's list of messages
     in a request body (``messages``, ``input``); ``query``: a word of ``text`` found nowhere else
-    in the project; ``answer``: what the server answers the next input. Returns the
+    in the project; ``answer``: what the server answers the next input; ``asked``: the requests
+    the server had by then (the session's one, and any other sessions' before it). Returns the
     ``model.failed`` event (``lens log decode``'s row equals it). ``d`` is stopped: the restart
     runs on ``d.root`` with ``config``."""
     view = await d.wait_idle(token, sid)
@@ -64,12 +65,12 @@ async def check_kept_text(d: Daemon, daemon_factory: Callable[..., Any], server:
 
     # Nothing asks again by itself; the next input's request carries the kept text as the
     # assistant's message, between the two user turns, without any call or reasoning.
-    assert len(server.requests) == 1
+    assert len(server.requests) == asked
     server.push(answer)
     await d.submit(token, sid, "r2", "go on")
     await d.wait_idle(token, sid)
-    assert len(server.requests) == 2
-    sent = server.requests[1].body[key]
+    assert len(server.requests) == asked + 1
+    sent = server.requests[asked].body[key]
     assert roles_and_texts(sent) == [("user", "tell me about quokkas"), ("assistant", text), ("user", "go on")]
     assert NEVER_SEEN not in json.dumps(sent)
     assert not [m for m in sent if m.get("type") in ("function_call", "reasoning") or m.get("tool_calls")]

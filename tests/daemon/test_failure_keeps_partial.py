@@ -16,7 +16,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
+
+from events.codec import Codec
+from events.types import ModelResponded
+from runtime.actor import PARTIAL_TEXT_ROOM
 
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import Reply, ScriptedServer, sse
@@ -209,3 +214,63 @@ async def test_a_faux_turn_with_text_and_an_error_streams_the_text_then_fails(da
         ("OVERLOADED", PARTIAL, 40), ("RATE_LIMITED", "", None)], failed
     assert [(it["role"], it.get("status")) for it in view["items"]] == [
         ("user", None), ("assistant", "failed"), ("user", None)], view["items"]
+
+
+def _responded_bytes(body: dict[str, Any], text: str) -> int:
+    """The stored size of a ``model.responded`` like ``body`` (from the events route) holding ``text``."""
+    return len(Codec().pack(msgspec.convert({**body, "text": text}, ModelResponded)))
+
+
+async def test_an_answer_the_log_refused_keeps_its_text_cut_to_fit(daemon_factory, nursery):
+    # A whole answer streamed, then the log refused its model.responded (past log.maxEventBytes
+    # with what the event holds besides its text): the request failed RESPONSE_NOT_RECORDED and
+    # kept nothing, though the user had seen all of it stream. It keeps its visible text now, cut
+    # (at a character) as every kept text is, so that the failure's own event fits.
+    limit = 64 * 1024
+    config = {**_config("anthropic", "URL"), "log": {"maxEventBytes": limit}}
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    config["providers"][0]["baseUrl"] = url
+    d = await daemon_factory(config=config)
+    token = await d.pair("failure-client", strong=True)
+    pid = (await d.project(token))["id"]
+
+    async def answered(text: str, input_text: str) -> tuple[str, list[dict[str, Any]]]:
+        server.push(message_stream(text=text))
+        sid = (await d.session(token, pid))["id"]
+        await d.submit(token, sid, "r1", input_text)
+        await d.wait_idle(token, sid)
+        return sid, await d.events(token, sid)
+
+    # What a model.responded holds besides its text, read from one the log took.
+    _sid, events = await answered("a probe", "a first question")
+    (probe,) = [e["body"] for e in events if e["kind"] == "model.responded"]
+    assert _responded_bytes(probe, "a probe") < 1024
+
+    def text_of(n: int, head: str) -> str:
+        """``head`` padded so that its model.responded is exactly ``n`` bytes."""
+        # (MessagePack's string header grows past 65,535 bytes: try both of its sizes)
+        texts = [head + "x" * (n - (_responded_bytes(probe, head + "x" * k) - k)) for k in (300, 70_000)]
+        return next(text for text in texts if _responded_bytes(probe, text) == n)
+
+    # Exactly at the limit: recorded whole, nothing kept besides.
+    at = text_of(limit, "Wombats dig burrows. ")
+    sid, events = await answered(at, "tell me about wombats")
+    assert [e["body"]["text"] for e in events if e["kind"] == "model.responded"] == [at]
+    assert [e for e in events if e["kind"] == "model.failed"] == []
+    view = await d.view(token, sid)
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [("user", None), ("assistant", None)]
+
+    # One byte past it: refused; the failure keeps the text cut to the limit less the room.
+    past = text_of(limit + 1, "Quokkas are small marsupials. ")
+    assert len(past.encode()) < limit  # (a stream of it is read whole: the log refuses its event)
+    server.push(message_stream(text=past))
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    kept = past[:limit - PARTIAL_TEXT_ROOM]
+    failed = await check_kept_text(d, daemon_factory, server, token=token, pid=pid, sid=sid, config=config,
+                                   text=kept, status="failed", key="messages", query="marsupials",
+                                   answer=message_stream(text="From Western Australia."), asked=3)
+    body = failed["body"]
+    assert body["code"] == "RESPONSE_NOT_RECORDED" and f"{limit + 1} bytes" in body["message"], body["message"]
+    assert (body["usage"]["input_tokens"], body["usage"]["output_tokens"]) == (10, 7)  # (the whole answer's)
