@@ -223,9 +223,10 @@ class ModelFailed(_Event, tag="model.failed"):
     # counts reported by then, the others unknown); it counts in the session's usage.
     usage: Usage | None = None
     # A request the user aborted (code ABORTED), or that failed (the provider's error, a stream
-    # dropped or stalled, any ProviderError), while its answer streamed: the answer's visible text
-    # streamed by then, as the user saw it ("": none, or only white space, reasoning or tool
-    # calls had streamed; and for a failure before the answer began). The fold keeps it as an
+    # dropped or stalled, any ProviderError), while its answer streamed, or whose whole answer the
+    # log refused (RESPONSE_NOT_RECORDED): the answer's visible text streamed by then, as the user
+    # saw it ("": none, or only white space, reasoning or tool calls had streamed; and for a
+    # failure before the answer began), cut to fit the event. The fold keeps it as an
     # assistant item marked ``aborted`` (ABORTED) or ``failed`` (any other code): it stays in
     # the conversation and the next request sends it.
     partial_text: str = ""

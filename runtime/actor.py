@@ -932,7 +932,8 @@ class SessionActor:
         # The deltas are scrubbed of the log's secrets as the answer they add up to will be; a
         # secret cut between two deltas is caught by holding back what could begin one.
         scrubs = {"text": secrets.stream(), "reasoning": secrets.stream()}
-        # The answer's text as it went out to viewers, scrubbed: what an abort keeps of it.
+        # The answer's text as it went out to viewers, scrubbed: what an abort, a failure or
+        # the log's refusal of the whole answer keeps of it.
         shown: list[str] = []
 
         def delta_seen(delta: Delta) -> None:
@@ -965,6 +966,8 @@ class SessionActor:
             # characters no scrub would recognise, and the answer is not recorded.
             for kind, scrub in scrubs.items():
                 if held := scrub.flush():
+                    if kind == "text":
+                        shown.append(held)
                     on_delta(self.session_id, agent_id, Delta(kind, held))
         except ProviderError as exc:
             # (with what the provider reported before it failed, when it had begun answering).
@@ -985,12 +988,15 @@ class SessionActor:
                 agent_id, task_id)])
         except AppendRejected as exc:
             # The log cannot hold this answer (larger than log.maxEventBytes, say). A crash would
-            # ask the model again, and again, then quarantine the session: record why instead.
+            # ask the model again, and again, then quarantine the session: record why instead. The
+            # answer streamed whole to viewers: its visible text is kept, cut to fit, as a failed
+            # stream's is (not its reasoning nor its calls, which no later request could send).
             log.warning("session %s: a model response was not recorded: %s", self.session_id, exc.message)
             await self._emit([d.Scoped(t.ModelFailed(
                 code="RESPONSE_NOT_RECORDED",
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
-                usage=result.usage), agent_id, task_id)])
+                usage=result.usage, partial_text=d.kept_partial_text(self._fitting("".join(shown)))),
+                agent_id, task_id)])
 
     def _fitting(self, text: str) -> str:
         """``text`` cut (at a character) so that a ``model.failed`` holding it fits in one event of

@@ -18,8 +18,8 @@
 * ``POST …/context/include {callId | itemId, agentId?}`` (strong trust) — re-attach a tool
   result (with its images, and its call) that was pruned, snipped or compacted.
 * ``POST …/context/unsnip {itemIds, agentId?}`` (strong trust) — put snipped items back; a tool
-  call and its result come back together (naming either is enough). An item the user hid:
-  ``CONTEXT_ITEM_HIDDEN`` (409); the instructions of a skill unloaded or loaded again since:
+  call and its result come back together (naming either is enough). An item the user hid, or a
+  result whose call the user hid: ``CONTEXT_ITEM_HIDDEN`` (409); the instructions of a skill unloaded or loaded again since:
   ``CONTEXT_EDIT_INVALID`` (400).
 * ``POST …/context/hide {itemIds, agentId?}`` and ``…/context/unhide`` (strong trust) — the
   user's hide: the items leave the Working Context and history (``POST /history/search``,
@@ -27,15 +27,17 @@
   Context (the view, marked ``hidden``) keeps them; unhide brings them back. A tool call takes its
   result with it; a result hidden alone leaves its call a placeholder result. Allowed while the
   session runs (from the next request on). Unhiding a skill's instructions that are not its
-  loaded copy any more also snips them (they stay out of the Working Context).
+  loaded copy any more also snips them (they stay out of the Working Context). A compaction
+  replaces the hidden items among what it replaces (its ``replacedItemIds`` name them): the
+  summary never saw them, so unhidden they stay out, ``compacted``.
 
 ``itemIds`` hold 1 to ``MAX_EDIT_IDS`` (1000) ids. Every edit is refused on a deleted session
 (``SESSION_DELETED``) and a quarantined one (``SESSION_QUARANTINED``), both 409.
 
 Edits answer ``{op, changed, seq, itemIds, items: [{id, context}]}``; one that changes nothing
 records nothing (``changed: false``). Unknown ids: ``CONTEXT_ITEM_NOT_FOUND`` (404); an include
-of what is no tool result: ``CONTEXT_EDIT_INVALID`` (400); of an item the user hid:
-``CONTEXT_ITEM_HIDDEN`` (409).
+of what is no tool result: ``CONTEXT_EDIT_INVALID`` (400); of an item the user hid, or of a
+result whose call the user hid: ``CONTEXT_ITEM_HIDDEN`` (409), naming the hidden item.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Every operation is recorded, so replay rebuilds the same Working Context
   refusal is asked once more at half the size) and records one ``context.compacted`` {summary,
   replaced item ids, trigger, usage}: every Working Context item but system instructions, the
   newest rounds up to ``keepRecentTokens`` (or, when the newest round is over it, that round's
-  input and newest steps) and the inputs not answered yet is replaced by the summary, which stands
+  input and newest steps) and the inputs not answered yet is replaced by the summary (with the
+  items the user hid among them, :func:`projections.context_budget.replaced_ids`), which stands
   where the first of them stood: instructions added later keep their place after it, and the kept
   items follow it as written (but a cut round's input that was the conversation's first item, which
   stays before it). The summarizing request does not see the kept items but a cut round's input,
@@ -55,7 +56,7 @@ from projections.context_budget import (
     kept_items,
     prunable_results,
     recent_rounds,
-    replaceable,
+    replaced_ids,
     request_tokens,
     summarized,
     summary_budget,
@@ -367,7 +368,7 @@ class WorkingContextOps:
         # (A kept input whose round is cut inside is shown too: the steps summarized answer it.)
         shown = self._secrets.scrub_structs(summarized(items, keep), Item)
         # (items stays what decide() compares)
-        replaced = [it.id for it in replaceable(agent, keep)]
+        replaced = replaced_ids(agent, keep)  # (with the hidden items among them: see there)
         size = len(agent.items)
 
         def summarizing(budget: int) -> tuple[ModelRequest, SummaryInput]:
@@ -516,14 +517,29 @@ class WorkingContextOps:
             return [i for i in ids if i in agent.hidden]
         # unsnip: only what was snipped; what the user hid stays out until unhidden, and the
         # instructions of a skill unloaded (or loaded again since) are not put back twice.
-        hidden = [i for i in wanted if i in agent.hidden]
-        if hidden:
-            raise ContextError("CONTEXT_ITEM_HIDDEN", f"{', '.join(hidden[:10])} was hidden by the user; unhide it first")
+        self._refuse_hidden(agent, wanted)
         stale = self._stale_skill_copies(agent, wanted)
         if stale:
             raise ContextError("CONTEXT_EDIT_INVALID", f"{', '.join(stale[:10])} holds the instructions of a skill "
                                                        "unloaded or loaded again since; load the skill to use them")
         return [i for i in ids if i in agent.snipped]
+
+    @staticmethod
+    def _refuse_hidden(agent: Any, ids: Sequence[str]) -> None:
+        """``CONTEXT_ITEM_HIDDEN`` when an include or unsnip of ``ids`` would bring back what the
+        user hid: one of them, or the call of a tool result among them (a result cannot be in the
+        Working Context without its call, so the edit would change nothing there)."""
+        hidden = set(agent.hidden)
+        named = [i for i in ids if i in hidden]
+        if named:
+            raise ContextError("CONTEXT_ITEM_HIDDEN", f"{', '.join(named[:10])} was hidden by the user; unhide it first")
+        wanted = set(ids)
+        results = {it.call_id: it.id for it in agent.items if it.id in wanted and it.role == "tool_result" and it.call_id}
+        calls = [(it.id, results[it.call.call_id]) for it in agent.items if it.role == "tool_call" and it.id in hidden
+                 and it.call is not None and it.call.call_id in results]
+        if calls:
+            raise ContextError("CONTEXT_ITEM_HIDDEN", "; ".join(
+                f"the call {call} of {result} was hidden by the user; unhide it first" for call, result in calls[:10]))
 
     @staticmethod
     def _stale_skill_copies(agent: Any, ids: Sequence[str]) -> list[str]:
@@ -596,9 +612,7 @@ class WorkingContextOps:
             if wrong:
                 raise ContextError("CONTEXT_EDIT_INVALID", f"include re-attaches tool results; {', '.join(wrong[:10])} "
                                                            "is not one (snip is undone by including its result)")
-        hidden = [i for i in ids if i in agent.hidden]
-        if hidden:
-            raise ContextError("CONTEXT_ITEM_HIDDEN", f"{', '.join(hidden[:10])} was hidden by the user; unhide it first")
+        self._refuse_hidden(agent, ids)
         marks = item_marks(agent)
         return [i for i in ids if marks.get(i) != "visible" and i not in agent.included]
 

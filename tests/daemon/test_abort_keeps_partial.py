@@ -24,7 +24,8 @@ from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from ..providers.servers.openai_responses import response_stream
-from .conftest import LIMIT, Daemon, run_lens, stop_daemon, wait_until
+from .conftest import LIMIT, Daemon
+from .kept_text import NEVER_SEEN, check_kept_text, roles_and_texts
 
 SEEN = ["Quokkas are ", "small marsupials"]
 PARTIAL = "".join(SEEN)
@@ -60,22 +61,11 @@ async def _abort_after_seeing(d: Daemon, token: str, sid: str, text: str, *, age
         assert r.status_code == 200 and r.json()["aborted"] is True, r.text
 
 
-def _roles_and_texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """A request's messages as (role, text): Anthropic's content blocks and Chat's strings alike."""
-    out = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-        out.append((m["role"], content or ""))
-    return out
-
-
 async def test_an_answer_aborted_while_it_streamed_keeps_its_text_anthropic(daemon_factory, nursery):
     server = ScriptedServer()
     url = await server.start(nursery)
     # message_start, ping, the text block's start, both deltas; then nothing more
-    server.push(message_stream(text=[*SEEN, " never seen"], usage={"input_tokens": 50, "output_tokens": 1},
+    server.push(message_stream(text=[*SEEN, f" {NEVER_SEEN}"], usage={"input_tokens": 50, "output_tokens": 1},
                                stall_after=5))
     d = await daemon_factory(config=_anthropic(url))
     token, pid, sid = await _session(d)
@@ -85,48 +75,18 @@ async def test_an_answer_aborted_while_it_streamed_keeps_its_text_anthropic(daem
     assert (failed["body"]["code"], failed["body"]["partial_text"]) == ("ABORTED", PARTIAL), failed
     # usage unchanged: the input count message_start reported, the output count unknown
     assert failed["body"]["usage"]["input_tokens"] == 50 and failed["body"]["usage"]["output_tokens"] is None
-    view = await d.view(token, sid)
-    items = [(it["role"], it["text"], it.get("status")) for it in view["items"]]
-    assert items == [("user", "tell me about quokkas", None), ("assistant", PARTIAL, "aborted")], items
-    assert view["items"][1]["context"] == "visible" and view["items"][1]["id"] == f"c{failed['seq']}"
-
-    decoded = [json.loads(line) for line in
-               (await run_lens(d.root, "log", "decode", "--data", str(d.data_dir), "--session", sid)).stdout.splitlines()]
-    (row,) = [e for e in decoded if e["kind"] == "model.failed"]
-    assert row["body"]["partial_text"] == PARTIAL and row == failed
-
-    async def found() -> list[dict[str, Any]]:
-        r = await d.post("/history/search", token, {"projectId": pid, "query": "marsupials"})
-        assert r.status_code == 200, r.text
-        return r.json()["results"]
-
-    (hit,) = await wait_until(found, what="the kept text in history")
-    assert (hit["contextItemId"], hit["role"], hit["sessionId"]) == (f"c{failed['seq']}", "assistant", sid)
-
-    # The next request carries it as the assistant's message, between the two user turns.
-    server.push(message_stream(text="Yes, from Western Australia."))
-    await d.submit(token, sid, "r2", "go on")
-    await d.wait_idle(token, sid)
-    assert len(server.requests) == 2
-    assert _roles_and_texts(server.requests[1].body["messages"]) == [
-        ("user", "tell me about quokkas"), ("assistant", PARTIAL), ("user", "go on")]
-
-    # Replay after a restart gives the same view.
-    view = await d.view(token, sid)
-    await stop_daemon(d)
-    d2 = await daemon_factory(config=_anthropic(url), root=d.root)
-    again = await d2.view(token, sid)
-    assert again["items"] == view["items"] and again["usage"] == view["usage"]
-    assert [it.get("status") for it in again["items"]] == [None, "aborted", None, None]
+    await check_kept_text(d, daemon_factory, server, token=token, pid=pid, sid=sid, config=_anthropic(url),
+                          text=PARTIAL, status="aborted", key="messages", query="marsupials",
+                          answer=message_stream(text="Yes, from Western Australia."))
 
 
 # (protocol, model id, the stream cut after both text deltas, the next answer, the request's message list)
 OPENAI = {
     # the role chunk and both text chunks; then nothing more
-    "openai-chat": ("compat-model", chat_stream(text=[*SEEN, " never seen"], stall_after=3),
+    "openai-chat": ("compat-model", chat_stream(text=[*SEEN, f" {NEVER_SEEN}"], stall_after=3),
                     chat_stream(text="They live on Rottnest Island."), "messages"),
     # created, in_progress, the message item and its part added, both text deltas; then nothing more
-    "openai-responses": ("gpt-test", response_stream(text=[*SEEN, " never seen"], stall_after=6),
+    "openai-responses": ("gpt-test", response_stream(text=[*SEEN, f" {NEVER_SEEN}"], stall_after=6),
                          response_stream(text="They live on Rottnest Island."), "input"),
 }
 
@@ -152,7 +112,7 @@ async def test_an_answer_aborted_while_it_streamed_keeps_its_text_openai(daemon_
     await d.submit(token, sid, "r2", "go on")
     await d.wait_idle(token, sid)
     sent = server.requests[1].body[key]
-    assert [(role, text) for role, text in _roles_and_texts(sent) if role not in ("system", "developer")] == [
+    assert roles_and_texts(sent) == [
         ("user", "tell me about quokkas"), ("assistant", PARTIAL), ("user", "go on")]
     (assistant,) = [m for m in sent if m.get("role") == "assistant"]
     assert assistant["content"] == PARTIAL and "tool_calls" not in assistant
@@ -216,7 +176,7 @@ async def test_an_abort_before_any_visible_text_keeps_nothing(daemon_factory, nu
 async def test_a_subagent_aborted_while_its_answer_streamed_keeps_its_text(daemon_factory):
     config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
         {"when": "quokkas", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBSTREAM"}}]},
-        {"when": "SUBSTREAM", "chunks": [*SEEN, " never seen"], "chunkDelayMs": 600000},
+        {"when": "SUBSTREAM", "chunks": [*SEEN, f" {NEVER_SEEN}"], "chunkDelayMs": 600000},
     ]}], "defaultModel": "faux/faux-1"}
     d = await daemon_factory(config=config)
     token, pid, sid = await _session(d)
@@ -242,7 +202,7 @@ async def test_a_stop_while_an_answer_streamed_keeps_nothing_and_asks_again(daem
     # restart asks it again; what had streamed is not kept (the answer comes whole).
     server = ScriptedServer()
     url = await server.start(nursery)
-    server.push(message_stream(text=[*SEEN, " never seen"], stall_after=5))
+    server.push(message_stream(text=[*SEEN, f" {NEVER_SEEN}"], stall_after=5))
     d = await daemon_factory(config=_anthropic(url))
     token, _pid, sid = await _session(d)
     async with d.sse(token, params={"session": sid}) as stream:

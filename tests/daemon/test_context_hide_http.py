@@ -103,6 +103,15 @@ async def test_hide_and_unhide_leave_and_rejoin_the_context_and_history(daemon_f
     assert r.json()["items"] == [{"id": result_id, "context": "removed"}], r.text
     marks = await _marks(d, token, sid)
     assert (marks[call["id"]], marks[result_id]) == ("hidden", "removed")
+    # Its include (by item or by call id) and its unsnip would change nothing in the Working
+    # Context (the result waits for its call): refused naming the hidden call, nothing recorded.
+    n = len(await d.events(token, sid))
+    for op, body in [("include", {"itemId": result_id}), ("include", {"callId": call["call"]["callId"]}),
+                     ("unsnip", {"itemIds": [result_id]})]:
+        r = await d.post(f"/sessions/{sid}/context/{op}", token, body)
+        assert (r.status_code, error_of(r)) == (409, "CONTEXT_ITEM_HIDDEN"), (op, r.text)
+        assert f"the call {call['id']} of {result_id} was hidden" in r.json()["error"]["message"], r.text
+    assert len(await d.events(token, sid)) == n
 
     # Hiding a result alone keeps its call, with a placeholder result (well formed).
     r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [call["id"]]})
@@ -268,3 +277,50 @@ async def test_a_hidden_summary_and_a_subagents_hidden_item(daemon_factory):
     sub_context = (await d.get(f"/sessions/{sid}/context", token, params={"agentId": sub})).json()
     assert first not in sub_context["workingItemIds"]
     assert first not in {r["contextItemId"] for r in await search(d, token, pid, "numbat", agentId=sub)}
+
+
+async def test_an_item_hidden_before_a_compaction_stays_compacted_when_unhidden(daemon_factory):
+    # The summary is written without what the user had hidden: an item hidden among what a
+    # compaction replaces is replaced with the rest, so that unhidden it stays out of the Working
+    # Context (marked compacted) instead of coming back before the summary, which never saw it.
+    # One hidden among the items the compaction keeps comes back in its place.
+    config = {**CONFIG, "providers": [{**CONFIG["providers"][0], "script": [
+        {"when": "Summarize the conversation so far", "text": "SUMMARY: a tool was called."},
+        *CONFIG["providers"][0]["script"]]}]}
+    d = await daemon_factory(config=config)
+    token, pid, sid, _view = await _answered(d)
+    await d.submit(token, sid, "r3", "and a third")
+    view = await d.wait_idle(token, sid)
+    first, first_answer = view["items"][0]["id"], view["items"][1]["id"]
+    call = next(v for v in view["items"] if v["role"] == "tool_call")
+    result_id = call["result"]["itemId"]
+    third = next(v["id"] for v in view["items"] if v["role"] == "user" and v["text"] == "and a third")
+    for i in (first, call["id"], third):
+        r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [i]})
+        assert r.json()["changed"] is True, r.text
+
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    summary, replaced = r.json()["itemId"], r.json()["replacedItemIds"]
+    # (the first round is summarized, its hidden input with it; the two newest rounds are kept)
+    assert replaced == [first, first_answer], replaced
+    [compacted] = [e["body"] for e in await d.events(token, sid) if e["kind"] == "context.compacted"]
+    assert compacted["replaced_item_ids"] == replaced
+    assert (await _marks(d, token, sid))[first] == "hidden"  # (a hide still wins while it lasts)
+
+    for i in (first, call["id"], third):
+        r = await d.post(f"/sessions/{sid}/context/unhide", token, {"itemIds": [i]})
+        assert r.json()["changed"] is True, r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    marks = {x["id"]: x["context"] for x in context["items"]}
+    assert (marks[first], marks[first_answer]) == ("compacted", "compacted"), marks
+    assert (marks[call["id"]], marks[result_id], marks[third]) == ("visible", "visible", "visible"), marks
+    working = context["workingItemIds"]
+    assert working[0] == summary and first not in working and [call["id"], result_id] == working[2:4], working
+    assert {it["id"]: it["context"] for it in (await d.view(token, sid))["items"]}[first] == "compacted"
+    assert first in await _found(d, token, pid)  # (back in history: a compaction is no hide)
+
+    # The same after a restart (replay).
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context

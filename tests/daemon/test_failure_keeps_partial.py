@@ -16,13 +16,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
+
+from events.codec import Codec
+from events.types import ModelResponded
+from runtime.actor import PARTIAL_TEXT_ROOM
 
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import Reply, ScriptedServer, sse
 from ..providers.servers.openai_chat import chat_stream
 from ..providers.servers.openai_responses import response_stream
-from .conftest import run_lens, stop_daemon, wait_until
+from .kept_text import NEVER_SEEN, check_kept_text
 
 SEEN = ["Quokkas are ", "small marsupials"]
 PARTIAL = "".join(SEEN)
@@ -30,21 +35,21 @@ PARTIAL = "".join(SEEN)
 
 def _anthropic_failing() -> Reply:
     # message_start, ping, the text block's start, both deltas; then the server's error event
-    events = message_stream(text=[*SEEN, " never seen"], usage={"input_tokens": 50, "output_tokens": 1}).events or []
+    events = message_stream(text=[*SEEN, f" {NEVER_SEEN}"], usage={"input_tokens": 50, "output_tokens": 1}).events or []
     return Reply(events=[*events[:5], ("error", {"type": "error", "error": {"type": "overloaded_error",
                                                                               "message": "Overloaded"}})])
 
 
 def _chat_failing() -> Reply:
     # the role chunk and both text chunks; then the connection drops
-    events = chat_stream(text=[*SEEN, " never seen"]).events or []
+    events = chat_stream(text=[*SEEN, f" {NEVER_SEEN}"]).events or []
     return Reply(chunks=sse(events[:3]), close_early=True)
 
 
 def _responses_failing() -> Reply:
     # created, in_progress, the message item and its part added, both text deltas; then the
     # response fails (it reports what it used)
-    events = response_stream(text=[*SEEN, " never seen"]).events or []
+    events = response_stream(text=[*SEEN, f" {NEVER_SEEN}"]).events or []
     failed = {"id": "resp_1", "object": "response", "created_at": 1, "model": "gpt-test", "status": "failed",
               "output": [], "error": {"code": "server_error", "message": "the model crashed"},
               "usage": {"input_tokens": 50, "output_tokens": 2, "total_tokens": 52,
@@ -73,18 +78,6 @@ def _config(protocol: str, url: str) -> dict[str, Any]:
             "defaultModel": f"p/{model}"}
 
 
-def _roles_and_texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """A request's messages as (role, text), leaving out system and developer messages."""
-    out = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-        if m.get("role") not in ("system", "developer"):
-            out.append((m["role"], content or ""))
-    return out
-
-
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 async def test_an_answer_whose_stream_failed_keeps_the_text_it_had_streamed(daemon_factory, nursery, protocol):
     _model, failing, answer, key, code, (input_tokens, output_tokens) = PROTOCOLS[protocol]
@@ -107,7 +100,6 @@ async def test_an_answer_whose_stream_failed_keeps_the_text_it_had_streamed(daem
         await stream.until(whole)
     assert "".join(seen) == PARTIAL  # (what a viewer was shown: what is kept)
     view = await d.wait_idle(token, sid)
-
     events = await d.events(token, sid)
     (failed,) = [e for e in events if e["kind"] == "model.failed"]
     body = failed["body"]
@@ -115,43 +107,9 @@ async def test_an_answer_whose_stream_failed_keeps_the_text_it_had_streamed(daem
     usage = body["usage"] or {}  # (unchanged: what the provider had reported by then)
     assert (usage.get("input_tokens"), usage.get("output_tokens")) == (input_tokens, output_tokens), body
     assert [(e["kind"], e["body"]["status"]) for e in events if e["kind"] == "task.finished"] == [("task.finished", "failed")]
-    items = [(it["role"], it["text"], it.get("status")) for it in view["items"]]
-    assert items == [("user", "tell me about quokkas", None), ("assistant", PARTIAL, "failed")], items
-    assert view["items"][1]["context"] == "visible" and view["items"][1]["id"] == f"c{failed['seq']}"
     assert view["agents"][0]["lastError"].startswith(f"{code}: "), view["agents"][0]
-
-    decoded = [json.loads(line) for line in
-               (await run_lens(d.root, "log", "decode", "--data", str(d.data_dir), "--session", sid)).stdout.splitlines()]
-    (row,) = [e for e in decoded if e["kind"] == "model.failed"]
-    assert row["body"]["partial_text"] == PARTIAL and row == failed
-
-    async def found() -> list[dict[str, Any]]:
-        r = await d.post("/history/search", token, {"projectId": pid, "query": "marsupials"})
-        assert r.status_code == 200, r.text
-        return r.json()["results"]
-
-    (hit,) = await wait_until(found, what="the kept text in history")
-    assert (hit["contextItemId"], hit["role"], hit["sessionId"]) == (f"c{failed['seq']}", "assistant", sid)
-
-    # Nothing asks again by itself (a failure ends the task); the next input's request carries
-    # the kept text as the assistant's message, between the two user turns, without any call.
-    assert len(server.requests) == 1
-    server.push(answer())
-    await d.submit(token, sid, "r2", "go on")
-    await d.wait_idle(token, sid)
-    assert len(server.requests) == 2
-    sent = server.requests[1].body[key]
-    assert _roles_and_texts(sent) == [("user", "tell me about quokkas"), ("assistant", PARTIAL), ("user", "go on")]
-    assert "never seen" not in json.dumps(sent)
-    assert not [m for m in sent if m.get("type") in ("function_call", "reasoning") or m.get("tool_calls")]
-
-    # Replay after a restart gives the same view.
-    view = await d.view(token, sid)
-    await stop_daemon(d)
-    d2 = await daemon_factory(config=_config(protocol, url), root=d.root)
-    again = await d2.view(token, sid)
-    assert again["items"] == view["items"] and again["usage"] == view["usage"]
-    assert [it.get("status") for it in again["items"]] == [None, "failed", None, None]
+    await check_kept_text(d, daemon_factory, server, token=token, pid=pid, sid=sid, config=_config(protocol, url),
+                          text=PARTIAL, status="failed", key=key, query="marsupials", answer=answer())
 
 
 async def test_a_failure_before_any_visible_text_keeps_nothing(daemon_factory, nursery):
@@ -188,7 +146,7 @@ async def test_a_subagent_whose_stream_failed_keeps_its_text_in_its_own_items(da
     # The main agent starts a subagent; the subagent's answer streams, then its connection drops.
     server = ScriptedServer()
     url = await server.start(nursery)
-    sub = message_stream(text=[*SEEN, " never seen"]).events or []
+    sub = message_stream(text=[*SEEN, f" {NEVER_SEEN}"]).events or []
     server.push(message_stream(calls=[("toolu_1", "subagent", {"prompt": "SUBSTREAM"})]),
                 Reply(chunks=sse(sub[:5]), close_early=True),
                 message_stream(text="The subagent failed."))
@@ -256,3 +214,63 @@ async def test_a_faux_turn_with_text_and_an_error_streams_the_text_then_fails(da
         ("OVERLOADED", PARTIAL, 40), ("RATE_LIMITED", "", None)], failed
     assert [(it["role"], it.get("status")) for it in view["items"]] == [
         ("user", None), ("assistant", "failed"), ("user", None)], view["items"]
+
+
+def _responded_bytes(body: dict[str, Any], text: str) -> int:
+    """The stored size of a ``model.responded`` like ``body`` (from the events route) holding ``text``."""
+    return len(Codec().pack(msgspec.convert({**body, "text": text}, ModelResponded)))
+
+
+async def test_an_answer_the_log_refused_keeps_its_text_cut_to_fit(daemon_factory, nursery):
+    # A whole answer streamed, then the log refused its model.responded (past log.maxEventBytes
+    # with what the event holds besides its text): the request failed RESPONSE_NOT_RECORDED and
+    # kept nothing, though the user had seen all of it stream. It keeps its visible text now, cut
+    # (at a character) as every kept text is, so that the failure's own event fits.
+    limit = 64 * 1024
+    config = {**_config("anthropic", "URL"), "log": {"maxEventBytes": limit}}
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    config["providers"][0]["baseUrl"] = url
+    d = await daemon_factory(config=config)
+    token = await d.pair("failure-client", strong=True)
+    pid = (await d.project(token))["id"]
+
+    async def answered(text: str, input_text: str) -> tuple[str, list[dict[str, Any]]]:
+        server.push(message_stream(text=text))
+        sid = (await d.session(token, pid))["id"]
+        await d.submit(token, sid, "r1", input_text)
+        await d.wait_idle(token, sid)
+        return sid, await d.events(token, sid)
+
+    # What a model.responded holds besides its text, read from one the log took.
+    _sid, events = await answered("a probe", "a first question")
+    (probe,) = [e["body"] for e in events if e["kind"] == "model.responded"]
+    assert _responded_bytes(probe, "a probe") < 1024
+
+    def text_of(n: int, head: str) -> str:
+        """``head`` padded so that its model.responded is exactly ``n`` bytes."""
+        # (MessagePack's string header grows past 65,535 bytes: try both of its sizes)
+        texts = [head + "x" * (n - (_responded_bytes(probe, head + "x" * k) - k)) for k in (300, 70_000)]
+        return next(text for text in texts if _responded_bytes(probe, text) == n)
+
+    # Exactly at the limit: recorded whole, nothing kept besides.
+    at = text_of(limit, "Wombats dig burrows. ")
+    sid, events = await answered(at, "tell me about wombats")
+    assert [e["body"]["text"] for e in events if e["kind"] == "model.responded"] == [at]
+    assert [e for e in events if e["kind"] == "model.failed"] == []
+    view = await d.view(token, sid)
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [("user", None), ("assistant", None)]
+
+    # One byte past it: refused; the failure keeps the text cut to the limit less the room.
+    past = text_of(limit + 1, "Quokkas are small marsupials. ")
+    assert len(past.encode()) < limit  # (a stream of it is read whole: the log refuses its event)
+    server.push(message_stream(text=past))
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "tell me about quokkas")
+    kept = past[:limit - PARTIAL_TEXT_ROOM]
+    failed = await check_kept_text(d, daemon_factory, server, token=token, pid=pid, sid=sid, config=config,
+                                   text=kept, status="failed", key="messages", query="marsupials",
+                                   answer=message_stream(text="From Western Australia."), asked=3)
+    body = failed["body"]
+    assert body["code"] == "RESPONSE_NOT_RECORDED" and f"{limit + 1} bytes" in body["message"], body["message"]
+    assert (body["usage"]["input_tokens"], body["usage"]["output_tokens"]) == (10, 7)  # (the whole answer's)

@@ -321,3 +321,26 @@ async def test_an_mcp_tool_result_capped_inside_a_key_shows_no_piece_of_it(
     text = json.dumps(ran)
     assert not leaks("the MCP tool's result", text, [KEY]), text[-400:]
     assert "x" * 100 + MARK[:INTO] in text and "output truncated" in text, text[-400:]
+
+
+async def test_an_answer_the_log_refused_keeps_the_end_the_scrub_held_until_it_ended(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A whole answer whose text ends with what could begin the key ("sk-"), held back while it
+    # streamed and shown when the answer ended (it is no key); its call's arguments take its
+    # model.responded past log.maxEventBytes. What the refused answer keeps is all the text the
+    # viewers were shown, its held end too, and no piece of the key.
+    monkeypatch.setenv(NAME, KEY)
+    limit = 64 * 1024
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(oc.chat_stream(text=["Your key begins with ", KEY[:3]],
+                             calls=[("call_1", "write_file", {"path": "a.txt", "content": "z" * (limit - 200)})]))
+    d = await daemon_factory(config=loop_config(url, NAME, log={"maxEventBytes": limit}))
+    token = await d.pair("refused-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "what does my key begin with?")
+    view = await d.wait_idle(token, sid, timeout=SLOW)
+    (failed,) = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert (failed["code"], failed["partial_text"]) == ("RESPONSE_NOT_RECORDED", f"Your key begins with {KEY[:3]}"), failed
+    assert [(it["role"], it.get("status")) for it in view["items"]] == [("user", None), ("assistant", "failed")]
+    assert not leaks("the view", json.dumps(view), [KEY])

@@ -24,6 +24,7 @@ from projections.context_budget import (
     prunable_results,
     request_tokens,
     replaceable,
+    replaced_ids,
     summary_budget,
     text_tokens,
     unanswered_inputs,
@@ -348,6 +349,27 @@ def test_the_unanswered_inputs_are_kept_exactly_while_they_fit_beside_a_summary(
     assert unanswered_inputs(answered) == []
     only = AgentState("main", items=[Item("c1", "user", 1, None, "hello")])
     assert not worth_compacting(only, kept_items(only, system, schemas, budget, []))
+
+
+def test_a_compaction_replaces_the_hidden_items_among_what_it_replaces_and_not_those_it_keeps():
+    # A cut round (its input u2 and newest answer a3 kept; a2, a step between them, replaced):
+    # the hidden items before a2 are replaced too (a hidden input, a call hidden alone and its
+    # result, which left with it), not a hidden system instruction, nor h2 hidden after a2 among
+    # what is kept. With nothing hidden, what a compaction replaces is replaceable()'s items.
+    call = t.ToolCall("k1", "get_system_time", "{}")
+    agent = AgentState("main", items=[
+        Item("s0", "system", 1, None, "SKILL"), Item("u1", "user", 2, None, "hidden first"),
+        Item("a1", "assistant", 3, None, "hi"), Item("s1", "system", 4, None, "SKILL 2"),
+        Item("u2", "user", 5, None, "long turn"), Item("c1", "tool_call", 6, None, call=call),
+        Item("r1", "tool_result", 7, None, "noon", call_id="k1"), Item("a2", "assistant", 8, None, "step"),
+        Item("h2", "user", 9, None, "a steer, hidden"), Item("a3", "assistant", 10, None, "done")],
+        hidden=["u1", "s1", "c1", "h2"])
+    keep = {"u2", "a3"}
+    assert [it.id for it in replaceable(agent, keep)] == ["a1", "a2"]
+    assert replaced_ids(agent, keep) == ["u1", "a1", "c1", "r1", "a2"]
+    assert item_marks(agent)["r1"] == "removed"
+    agent.hidden = []
+    assert replaced_ids(agent, keep) == [it.id for it in replaceable(agent, keep)] == ["u1", "a1", "c1", "r1", "a2", "h2"]
 
 
 async def test_no_automatic_compaction_when_what_it_cannot_replace_reaches_the_threshold_alone(

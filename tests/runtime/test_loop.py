@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from conftest import by_kind, one, sleep_call
-from runtime.actor import DEFAULT_SYSTEM_PROMPT
+from events.codec import DEFAULT_MAX_EVENT_BYTES
+from runtime.actor import DEFAULT_SYSTEM_PROMPT, PARTIAL_TEXT_ROOM
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from tools.base import ToolResult, ToolSpec
 
@@ -236,6 +237,9 @@ async def test_an_answer_the_log_cannot_hold_fails_the_request_once(rt, autojump
     assert len(by_kind(evs, "model.requested")) == 1 and by_kind(evs, "model.responded") == []
     failed = one(evs, "model.failed").event
     assert failed.code == "RESPONSE_NOT_RECORDED" and "could not be recorded" in failed.message
+    # the text it streamed is kept, cut so that the failure's own event fits
+    assert failed.partial_text == "y" * (DEFAULT_MAX_EVENT_BYTES - PARTIAL_TEXT_ROOM)
+    assert [(it.role, it.status) for it in st.agents["main"].items] == [("user", None), ("assistant", "failed")]
     # what the unrecorded answer used still counts in the session's usage
     assert failed.usage is not None and failed.usage.output_tokens == 9_000_000
     assert st.usage.requests == 1 and st.usage.input_tokens == 120 and st.usage.output_tokens == 9_000_000
