@@ -342,7 +342,9 @@ class ContextEdited(_Event, tag="context.edited"):
 
 class ContextCompacted(_Event, tag="context.compacted"):
     """A summary that replaces ``replaced_item_ids`` in the Working Context (the Full Context keeps
-    them); ``usage`` is the summarizing request's, counted in the session's usage."""
+    them). The ids include the items the user hid or snipped that stand among the rest, which stay
+    replaced when put back (older events may name only the Working Context's). ``usage`` is the
+    summarizing request's, counted in the session's usage."""
 
     summary: str
     replaced_item_ids: list[str]

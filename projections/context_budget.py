@@ -222,20 +222,21 @@ def replaceable(agent: AgentState, keep: Collection[str] = ()) -> list[Item]:
 
 def replaced_ids(agent: AgentState, keep: Collection[str] = ()) -> list[str]:
     """The ids a compaction records as replaced: :func:`replaceable`'s, and the items out of the
-    Working Context only because the user hid them that stand among those (before the newest of
-    them, in the order the Working Context would have without the hides; not system
-    instructions). The summary is written without a hidden item, and stands for the conversation
-    it was part of: unhidden later, such an item stays out of the Working Context, ``compacted``
-    like its neighbours, instead of coming back before (or inside) a summary that never saw it.
-    A hidden item among the kept items is not replaced: unhidden, it is back in its place. With
-    nothing hidden this is :func:`replaceable`'s ids, in their order."""
+    Working Context only because the user hid or snipped them that stand among those (before the
+    newest of them, in the order the Working Context would have without the hides and snips; not
+    system instructions, which a compaction never replaces). The summary is written without such
+    an item, and stands for the conversation it was part of: unhidden or unsnipped later, it stays
+    out of the Working Context, ``compacted`` like its neighbours (Include Result still re-attaches
+    a tool result), instead of coming back before (or inside) a summary that never saw it. One
+    among the kept items is not replaced: put back, it is back in its place. With nothing hidden
+    or snipped this is :func:`replaceable`'s ids, in their order."""
     replaced = {it.id for it in replaceable(agent, keep)}
-    if not agent.hidden:
+    if not agent.hidden and not agent.snipped:
         return [it.id for it in working_context(agent) if it.id in replaced]
     shown = {it.id for it in working_context(agent)}
-    unhidden = working_context(msgspec.structs.replace(agent, hidden=[]))
-    last = max((i for i, it in enumerate(unhidden) if it.id in replaced), default=-1)
-    return [it.id for i, it in enumerate(unhidden) if it.id in replaced or (
+    unedited = working_context(msgspec.structs.replace(agent, hidden=[], snipped=[]))
+    last = max((i for i, it in enumerate(unedited) if it.id in replaced), default=-1)
+    return [it.id for i, it in enumerate(unedited) if it.id in replaced or (
         i < last and it.id not in shown and it.role != "system")]
 
 

@@ -20,7 +20,10 @@
 * ``POST …/context/unsnip {itemIds, agentId?}`` (strong trust) — put snipped items back; a tool
   call and its result come back together (naming either is enough). An item the user hid, or a
   result whose call the user hid: ``CONTEXT_ITEM_HIDDEN`` (409); the instructions of a skill unloaded or loaded again since:
-  ``CONTEXT_EDIT_INVALID`` (400).
+  ``CONTEXT_EDIT_INVALID`` (400). A compaction replaces the snipped items among what it
+  replaces (its ``replacedItemIds`` name them; not skill instructions, never replaced): the
+  summary never saw them, so unsnipped they stay out, ``compacted`` (an include still re-attaches
+  a tool result); one snipped among the kept newest rounds comes back in its place.
 * ``POST …/context/hide {itemIds, agentId?}`` and ``…/context/unhide`` (strong trust) — the
   user's hide: the items leave the Working Context and history (``POST /history/search``,
   ``GET /history/items/{id}``, the ``history_search``/``history_read`` tools), while the Full

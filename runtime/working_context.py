@@ -12,7 +12,7 @@ Every operation is recorded, so replay rebuilds the same Working Context
   replaced item ids, trigger, usage}: every Working Context item but system instructions, the
   newest rounds up to ``keepRecentTokens`` (or, when the newest round is over it, that round's
   input and newest steps) and the inputs not answered yet is replaced by the summary (with the
-  items the user hid among them, :func:`projections.context_budget.replaced_ids`), which stands
+  items the user hid or snipped among them, :func:`projections.context_budget.replaced_ids`), which stands
   where the first of them stood: instructions added later keep their place after it, and the kept
   items follow it as written (but a cut round's input that was the conversation's first item, which
   stays before it). The summarizing request does not see the kept items but a cut round's input,
@@ -368,7 +368,7 @@ class WorkingContextOps:
         # (A kept input whose round is cut inside is shown too: the steps summarized answer it.)
         shown = self._secrets.scrub_structs(summarized(items, keep), Item)
         # (items stays what decide() compares)
-        replaced = replaced_ids(agent, keep)  # (with the hidden items among them: see there)
+        replaced = replaced_ids(agent, keep)  # (with the hidden and snipped items among them: see there)
         size = len(agent.items)
 
         def summarizing(budget: int) -> tuple[ModelRequest, SummaryInput]:

@@ -324,3 +324,63 @@ async def test_an_item_hidden_before_a_compaction_stays_compacted_when_unhidden(
     await stop_daemon(d)
     d2 = await daemon_factory(config=config, root=d.root)
     assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+
+
+async def test_an_item_snipped_before_a_compaction_stays_compacted_when_unsnipped(daemon_factory):
+    # As for a hide: the summary is written without what the user had snipped, so a snipped item
+    # among what a compaction replaces is replaced with the rest and, unsnipped, stays out of the
+    # Working Context (compacted) instead of coming back before the summary. Include Result still
+    # re-attaches a tool result among them; one snipped among the kept rounds comes back in place.
+    config = {**CONFIG, "providers": [{**CONFIG["providers"][0], "script": [
+        {"when": "Summarize the conversation so far", "text": "SUMMARY: a tool was called."},
+        *CONFIG["providers"][0]["script"]]}]}
+    d = await daemon_factory(config=config)
+    token = await d.pair("snip-client", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    for n, text in enumerate(("call a tool, wombat", "a second", "and a third")):
+        await d.submit(token, sid, f"r{n}", text)
+        await d.wait_idle(token, sid)
+    view = await d.view(token, sid)
+    first = view["items"][0]["id"]
+    call = next(v for v in view["items"] if v["role"] == "tool_call")
+    result_id = call["result"]["itemId"]
+    first_answer = next(v["id"] for v in view["items"] if v["role"] == "assistant")
+    second, third = (next(v["id"] for v in view["items"] if v["role"] == "user" and v["text"] == text)
+                     for text in ("a second", "and a third"))
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [first, call["id"], third]})
+    assert r.json()["changed"] is True, r.text
+
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    summary, replaced = r.json()["itemId"], r.json()["replacedItemIds"]
+    # (the first round is summarized, its snipped input and call, and the result that left with
+    # the call, with it; the newest rounds are kept)
+    assert replaced == [first, call["id"], result_id, first_answer], replaced
+    [compacted] = [e["body"] for e in await d.events(token, sid) if e["kind"] == "context.compacted"]
+    assert compacted["replaced_item_ids"] == replaced
+    assert (await _marks(d, token, sid))[first] == "snipped"  # (the snip still says why while it lasts)
+
+    r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [first, call["id"], third]})
+    assert r.status_code == 200, r.text
+    assert r.json()["changed"] is True and r.json()["items"] == [
+        {"id": first, "context": "compacted"}, {"id": call["id"], "context": "compacted"},
+        {"id": third, "context": "visible"}], r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    marks = {x["id"]: x["context"] for x in context["items"]}
+    assert [marks[i] for i in (first, call["id"], result_id, first_answer)] == ["compacted"] * 4, marks
+    assert marks[third] == "visible", marks
+    working = context["workingItemIds"]
+    assert working[:2] == [summary, second] and third in working, working
+    assert not {first, call["id"], result_id, first_answer} & set(working), working
+    assert {it["id"]: it["context"] for it in (await d.view(token, sid))["items"]}[first] == "compacted"
+    assert first in await _found(d, token, pid)  # (replaced items stay in history)
+
+    # The same after a restart (replay); then Include Result re-attaches the result, with its call.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    r = await d2.post(f"/sessions/{sid}/context/include", token, {"callId": call["call"]["callId"]})
+    assert r.json()["changed"] is True, r.text
+    working = (await d2.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+    assert working[:4] == [summary, call["id"], result_id, second], working

@@ -372,6 +372,51 @@ def test_a_compaction_replaces_the_hidden_items_among_what_it_replaces_and_not_t
     assert replaced_ids(agent, keep) == [it.id for it in replaceable(agent, keep)] == ["u1", "a1", "c1", "r1", "a2", "h2"]
 
 
+def test_a_compaction_replaces_the_snipped_items_among_what_it_replaces_so_unsnipped_they_stay_compacted():
+    # The same cut round with snips instead of hides: the snipped first input and a call snipped
+    # alone (its result left with it) before a2, the newest replaced step, are replaced with it;
+    # the snipped instructions of an unloaded skill are not (a compaction never replaces system
+    # items), nor the snipped steer h2 among what is kept.
+    call = t.ToolCall("k1", "get_system_time", "{}")
+    items = [
+        Item("s0", "system", 1, None, "SKILL"), Item("u1", "user", 2, None, "snipped first"),
+        Item("a1", "assistant", 3, None, "hi"), Item("u2", "user", 5, None, "long turn"),
+        Item("c1", "tool_call", 6, None, call=call), Item("r1", "tool_result", 7, None, "noon", call_id="k1"),
+        Item("a2", "assistant", 8, None, "step"), Item("h2", "user", 9, None, "a steer, snipped"),
+        Item("a3", "assistant", 10, None, "done")]
+    agent = AgentState("main", items=list(items), snipped=["s0", "u1", "c1", "h2"])
+    keep = {"u2", "a3"}
+    assert [it.id for it in replaceable(agent, keep)] == ["a1", "a2"]
+    replaced = replaced_ids(agent, keep)
+    assert replaced == ["u1", "a1", "c1", "r1", "a2"]
+
+    # Recorded, then unsnipped: the summary stands for the conversation the snipped items were
+    # part of (they stay out, compacted), the kept steer is back in its place, the unloaded
+    # skill's instructions stay snipped, and Include Result still re-attaches the result.
+    summary = Item("sum", "summary", 11, None, "S", replaced_ids=tuple(replaced))
+    after = AgentState("main", items=[*items, summary], snipped=["s0"])
+    assert [it.id for it in working_context(after)] == ["sum", "u2", "h2", "a3"]
+    marks = item_marks(after)
+    assert [marks[i] for i in ("s0", "u1", "a1", "c1", "r1", "a2", "h2")] == [
+        "snipped", "compacted", "compacted", "compacted", "compacted", "compacted", "visible"]
+    after.included = ["r1"]
+    assert [it.id for it in working_context(after)] == ["sum", "u2", "c1", "r1", "h2", "a3"]
+    assert (item_marks(after)["c1"], item_marks(after)["r1"]) == ("included", "included")
+
+    # A compaction recorded before snipped items were named (only replaceable()'s) keeps to what
+    # it says: unsnipped, the first input comes back in its place, before the summary.
+    older = AgentState("main", items=[*items, Item("sum", "summary", 11, None, "S", replaced_ids=("a1", "a2"))],
+                       snipped=["s0"])
+    assert [it.id for it in working_context(older)] == ["u1", "sum", "u2", "c1", "r1", "h2", "a3"]
+
+    # Hidden and snipped items together; with nothing hidden or snipped, replaceable()'s list.
+    both = AgentState("main", items=list(items), snipped=["u1", "h2"], hidden=["c1"])
+    assert replaced_ids(both, keep) == ["u1", "a1", "c1", "r1", "a2"]
+    plain = AgentState("main", items=list(items))
+    assert replaced_ids(plain, keep) == [it.id for it in replaceable(plain, keep)] == [
+        "u1", "a1", "c1", "r1", "a2", "h2"]
+
+
 async def test_no_automatic_compaction_when_what_it_cannot_replace_reaches_the_threshold_alone(
         runtime_factory, autojump_clock):
     # The system prompt, system instructions (skills) and tool schemas stay whatever a compaction
