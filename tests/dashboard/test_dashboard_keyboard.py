@@ -351,8 +351,7 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
     keys(driver, "make a file")
     chord(driver, Keys.CONTROL, Keys.ENTER)
     wait_for(lambda: texts(driver, "#changes li.card > .sub") == ["a.txt"], "the changed file")
-    # (back across the timeline, whose items each have their context controls)
-    tab_to(driver, lambda f: f["text"] == "1 edit call", shift=True, limit=80)
+    tab_to(driver, lambda f: f["text"] == "1 edit call", shift=True)
     keys(driver, Keys.ENTER)
     wait_for(lambda: texts(driver, "#changes details[open] .edits li") != [], "the edit calls shown")
     [line] = texts(driver, "#changes details[open] .edits li")
@@ -368,7 +367,8 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
                                      " && n.title.includes('stopped')).length")
 
     # Forget credential goes with the credential: the field to paste one has the focus.
-    tab_to(driver, lambda f: f["id"] == "disconnect", shift=True, limit=80)
+    # (back across the timeline: 30 presses, its messages one stop among them, each tool card four)
+    tab_to(driver, lambda f: f["id"] == "disconnect", shift=True)
     keys(driver, Keys.ENTER)
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
     assert focused(driver)["id"] == "cred"
@@ -635,4 +635,95 @@ def test_dashboard_shows_earlier_items_in_two_steps_when_more_than_a_window_is_h
         return a.matches('#timeline > .msg.user') && a.textContent.includes('many tools')""")
     assert driver.execute_script(scrolled) == before
     assert driver.execute_script("return window.announced") == ["200 earlier items shown", f"{items - 400} earlier items shown"]
+    assert console_errors(driver) == []
+
+
+# Where the focus is, against the timeline: in it (and in which message), or before it in the page.
+WHERE = """const a = document.activeElement, tl = document.getElementById('timeline'), m = a.closest('.msg');
+    return {in: tl.contains(a), before: !!(a.compareDocumentPosition(tl) & Node.DOCUMENT_POSITION_FOLLOWING),
+            tag: a.tagName.toLowerCase(), text: a.textContent.trim(), item: m ? m.dataset.itemId : null}"""
+
+
+def timeline_stops(driver: Any) -> list[tuple[str, str, str | None]]:
+    """Shift+Tab from the message box back across the timeline: the stops in it (tag, text, message)."""
+    from selenium.webdriver.common.keys import Keys
+    driver.execute_script("document.getElementById('input').focus()")
+    stops: list[tuple[str, str, str | None]] = []
+    for _ in range(60):
+        chord(driver, Keys.SHIFT, Keys.TAB)
+        f = driver.execute_script(WHERE)
+        if f["before"]:
+            return stops
+        if f["in"]:
+            stops.append((f["tag"], f["text"], f["item"]))
+    raise AssertionError(f"not across the timeline in 60 presses: {stops}")
+
+
+def test_dashboard_timeline_messages_are_one_tab_stop_and_the_arrows_move_between_them(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Each message's "context" disclosure was a tab stop of its own: crossing a long conversation
+    by Tab cost a press per message. The messages are now one stop (a roving tabindex): the newest
+    message's disclosure until the reader moves it; Up / Down go to the next and previous message's,
+    Home / End to the first and last; its buttons, once open, follow it in the Tab order; the stop
+    stays where the reader left it; a message redrawn under the focus (an edit made elsewhere)
+    keeps it on its disclosure."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-rove", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    for n in range(1, 5):
+        submit(driver, f"message {n}")
+        wait_for(lambda: len(committed_answers(driver)) == n and body_data(driver, "sessionStatus") == "idle", f"answer {n}")
+    messages = driver.execute_script("return [...document.querySelectorAll('#timeline .msg')].map((m) => m.dataset.itemId)")
+    assert len(messages) == 8
+
+    # Eight messages, one stop: the newest's disclosure (its buttons not made until it opens).
+    assert timeline_stops(driver) == [("summary", "", messages[-1])]
+    keys(driver, Keys.TAB)
+    assert driver.execute_script(WHERE)["item"] == messages[-1]
+    assert driver.execute_script("return document.activeElement.getAttribute('aria-describedby')") == "timeline-keys"
+    assert "Up and Down arrows" in driver.execute_script("return document.getElementById('timeline-keys').textContent")
+
+    def at() -> tuple[str, str | None]:
+        f = driver.execute_script(WHERE)
+        return f["tag"], f["item"]
+
+    keys(driver, Keys.ARROW_UP)
+    assert at() == ("summary", messages[-2])
+    keys(driver, Keys.ARROW_DOWN, Keys.ARROW_DOWN)   # (the last stays the last)
+    assert at() == ("summary", messages[-1])
+    keys(driver, Keys.HOME)
+    assert at() == ("summary", messages[0])
+    keys(driver, Keys.END)
+    assert at() == ("summary", messages[-1])
+    keys(driver, Keys.HOME, Keys.ARROW_DOWN)
+    assert at() == ("summary", messages[1])
+
+    # Opened, its buttons come next in the Tab order; Hide by the keyboard: the focus on Unhide.
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: texts(driver, f"#timeline .msg[data-item-id='{messages[1]}'] .ctx-edits button") == ["Snip", "Hide"],
+             "the message's edits")
+    keys(driver, Keys.TAB)
+    assert (focused(driver)["text"], at()) == ("Snip", ("button", messages[1]))
+    keys(driver, Keys.TAB, Keys.ENTER)
+    wait_for(lambda: texts(driver, f"#timeline .msg[data-item-id='{messages[1]}'] .ctx-mark") == ["hidden"], "the hidden mark")
+    wait_for(lambda: focused(driver)["text"] == "Unhide", "the focus on Unhide")
+    assert at() == ("button", messages[1])
+
+    # The stop stays on that message, its open disclosure's button with it; no other message's.
+    assert timeline_stops(driver) == [("button", "Unhide", messages[1]), ("summary", "", messages[1])]
+    keys(driver, Keys.TAB)
+    assert at() == ("summary", messages[1])
+
+    # Unhidden elsewhere: the message is redrawn, and the focus stays on its disclosure.
+    assert d.request("POST", f"/sessions/{sid}/context/unhide", {"itemIds": [messages[1]]}, token=strong)[0] == 200
+    wait_for(lambda: texts(driver, f"#timeline .msg[data-item-id='{messages[1]}'] .ctx-mark") == [], "the unhide made elsewhere")
+    wait_for(lambda: texts(driver, f"#timeline .msg[data-item-id='{messages[1]}'] .ctx-edits button") == ["Snip", "Hide"],
+             "Snip and Hide (kept open)")
+    assert at() == ("summary", messages[1])
+    keys(driver, Keys.ARROW_UP)
+    assert at() == ("summary", messages[0])
     assert console_errors(driver) == []
