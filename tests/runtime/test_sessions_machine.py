@@ -52,8 +52,10 @@ several sessions".
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,11 +73,12 @@ from events.schema import PROJECTIONS_DB
 from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, run_machine, trio_sync
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
                                        working_context)
-from projections.context_budget import prunable_results
+from projections.context_budget import item_marks, prunable_results
 from runtime.actor import Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
 from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
+from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.views import session_view
 from runtime.working_context import COMPACTION_SYSTEM, EditContext, resolve_settings
@@ -332,8 +335,9 @@ class SessionsMachine(RuntimeMachine):
         if status != "queued":
             assert len(self.events()) == before, f"a withdrawal of a {status} input wrote events"
         else:
-            assert [e.kind for e in self.of(s.sid) if e.request_id == rid or getattr(e.event, "input_request_id", None) == rid
-                    ] == ["input.submitted", "input.withdrawn"], rid
+            # (an input steered while queued was requeued as a steer, still queued)
+            assert [e.kind for e in self.of(s.sid) if (e.request_id == rid or getattr(e.event, "input_request_id", None) == rid)
+                    and e.kind != "input.requeued"] == ["input.submitted", "input.withdrawn"], rid
 
     def queued_ids(self) -> set[str]:
         return {q.request_id for s in self.sessions for q in self.state(s.sid).queue}
@@ -539,7 +543,10 @@ class SessionsMachine(RuntimeMachine):
     def edit_context(self, data: st.DataObject) -> None:
         """A Working Context edit of a drawn session's main agent (F-CTX-1/3) or a manual
         compaction (F-CTX-2)."""
-        op = data.draw(st.sampled_from(["snip", "include", "compact"]))
+        op = data.draw(st.sampled_from(["snip", "include", "compact", "hide", "hide", "unhide", "unsnip"]))
+        if op in ("hide", "unhide", "unsnip"):
+            self.user_edit(data, op)
+            return
         {"snip": self.snip, "include": self.include, "compact": self.compact}[op](data)
 
     def snip(self, data: st.DataObject) -> None:
@@ -576,6 +583,93 @@ class SessionsMachine(RuntimeMachine):
         self.settle()
         shown = [it.call_id for it in working_context(self.state(s.sid).agents[MAIN_AGENT]) if it.role == "tool_result"]
         assert call_id in shown, (call_id, answer)
+
+    def user_edit(self, data: st.DataObject, op: str) -> None:
+        """The user's hide, unhide or unsnip (F-CTX-3, F-TOOL-7) of an item of any kind (a user
+        message, an answer, a tool call or result, a summary, a skill's instructions; a fork's
+        own or one it inherited) of a drawn session's main agent or of one of its subagents,
+        through the command the HTTP routes send. Checked against the rules: a call takes its
+        result with it (an unsnip of a result brings its call back too); an unsnip of a hidden
+        item is ``CONTEXT_ITEM_HIDDEN``, of a skill's instructions no longer its loaded copy
+        ``CONTEXT_EDIT_INVALID``; an unhide of such instructions snips them as well; the answer
+        names exactly the items changed and their new marks; one ``context.edited`` (two for
+        that unhide) in the session's own log when it changes something, nothing otherwise or
+        when refused."""
+        s = self.talked(data)
+        state = self.state(s.sid)
+        subagents = sorted(a for a in state.agents if a != MAIN_AGENT)
+        aid = pick(data, subagents) if data.draw(st.integers(0, 2), label="a subagent's") == 0 and subagents else MAIN_AGENT
+        agent = state.agents[aid]
+        marked = {"hide": [], "unhide": agent.hidden, "unsnip": [*agent.snipped, *agent.hidden]}[op]
+        if data.draw(st.integers(0, 9), label="an unknown id") == 0:
+            item_id = "ci_never"
+        else:
+            # (a kind first, then an item of it: calls, summaries and instructions are few)
+            marked_first = data.draw(st.integers(0, 3), label="a marked one") and marked
+            role = pick(data, sorted({it.role for it in agent.items}) or ["user"])
+            item_id = pick(data, list(marked) if marked_first else [it.id for it in agent.items if it.role == role]
+                           or ["ci_never"])
+        by_id = {it.id: it for it in agent.items}
+        hidden, snipped = set(agent.hidden), set(agent.snipped)
+        before = len(self.events())
+        answer = self.call(s.sid, EditContext(op, (item_id,), agent_id=aid))  # type: ignore[arg-type]
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        if item_id not in by_id:
+            self.refused(answer, "CONTEXT_ITEM_NOT_FOUND", before)
+            assert item_id in str(answer), answer
+            return
+        item = by_id[item_id]
+        stale = item.role == "system" and item.source.startswith("skill:") and getattr(
+            agent.skills.get(item.source[len("skill:"):]), "item_id", None) != item_id
+        if op == "unsnip" and item_id in hidden:
+            self.refused(answer, "CONTEXT_ITEM_HIDDEN", before)
+            assert item_id in str(answer), answer
+            return
+        if op == "unsnip" and stale:
+            self.refused(answer, "CONTEXT_EDIT_INVALID", before)
+            return
+        assert not isinstance(answer, Exception), (op, item.role, answer)
+        # The items the edit covers, in Full Context order: a call's result goes with it (and an
+        # unsnipped result's call with it).
+        calls = {item.call.call_id} if item.role == "tool_call" and item.call is not None else set()
+        if op == "unsnip" and item.role == "tool_result" and item.call_id:
+            calls.add(item.call_id)
+        pair = [it.id for it in agent.items if it.id == item_id or (it.role == "tool_result" and it.call_id in calls)
+                or (op == "unsnip" and it.role == "tool_call" and it.call is not None and it.call.call_id in calls)]
+        expected = [i for i in pair if (i not in hidden if op == "hide" else i in hidden if op == "unhide" else i in snipped)]
+        also_snip = [item_id] if op == "unhide" and stale and item_id in expected and item_id not in snipped else []
+        new = self.events()[before:]
+        assert (answer["op"], answer["agentId"], answer["itemIds"]) == (op, aid, expected), (item.role, answer)
+        assert answer["changed"] is bool(expected), answer
+        assert [(e.session_id, e.agent_id or MAIN_AGENT, e.kind, e.event.op, list(e.event.item_ids))  # type: ignore[union-attr]
+                for e in new] == [(s.sid, aid, "context.edited", o, ids) for o, ids in
+                                  ((op, expected), ("snip", also_snip)) if ids], (op, item.role, new)
+        assert answer["seq"] == (new[0].seq if new else None), answer
+        after = self.state(s.sid).agents[aid]
+        marks = item_marks(after)
+        assert answer["items"] == [{"id": i, "context": marks[i]} for i in expected], answer
+        shown = {it.id: it for it in working_context(after)}
+        for i in pair:
+            if op == "hide":
+                assert i in after.hidden and marks[i] == "hidden", (i, marks[i])
+                assert i not in shown or (shown[i].role == "tool_result" and shown[i].text == REMOVED_PLACEHOLDER), i
+            elif op == "unhide":
+                assert i not in after.hidden, i
+            else:
+                assert i not in after.snipped, i
+        if op == "unhide" and item_id in expected and not stale:
+            # Back where it stood unless something else keeps it out (a snip, a summary, its call hidden).
+            replaced = {r for it in after.items if it.role == "summary" for r in it.replaced_ids} - set(after.included)
+            call_hidden = item.role == "tool_result" and any(
+                it.role == "tool_call" and it.call is not None and it.call.call_id == item.call_id and it.id in after.hidden
+                for it in after.items)
+            if item_id not in after.snipped and item_id not in replaced and not call_hidden:
+                assert item_id in shown, (item.role, marks[item_id])
+        if stale and op == "unhide":
+            assert item_id in after.snipped and item_id not in shown, "an unhide put a skill's stale instructions back"
+        self.settle()
 
     def compact(self, data: st.DataObject) -> None:
         """A manual compaction (F-CTX-2), left running until the model answers it (drawn among
@@ -663,6 +757,7 @@ class SessionsMachine(RuntimeMachine):
         assert set(live.agents) == set(copy.agents), s.tag
         for aid, agent in copy.agents.items():
             assert live.agents[aid] == agent, (s.tag, aid)
+            self.well_formed(working_context(agent), agent, (s.tag, aid))
             names = skill_items(working_context(agent))
             assert len(names) == len(set(names)), f"{s.tag}/{aid}: a skill's instructions twice: {names}"
         assert live.deleted == s.deleted
@@ -704,6 +799,12 @@ class SessionsMachine(RuntimeMachine):
                 agent = self.fresh_state(sids[key[0]], e.seq).agents[key[1]]
                 assert [(it.id, it.role, it.text) for it in r.items] == [
                     (it.id, it.role, it.text) for it in working_context(agent)], (key, e.seq)
+                self.well_formed(r.items, agent, (key, e.seq))
+                compiled = self.host.run(functools.partial(prepare, r, load_image=None, images=False))
+                calls = {it.call.call_id for it in r.items if it.role == "tool_call" and it.call is not None}
+                results = {it.call_id for it in r.items if it.role == "tool_result"}
+                assert compiled.diagnostics.get("dropped_results", 0) == 0, (key, e.seq)
+                assert compiled.diagnostics.get("synthetic_results", 0) == len(calls - results), (key, e.seq)
             self.requests_checked[key] = len(sent)
 
     def context_rules_hold(self, s: Session) -> None:
@@ -720,17 +821,22 @@ class SessionsMachine(RuntimeMachine):
             _reset_for_fork(state, s.sid)
         else:
             state = SessionState(s.sid)
+        # Per agent: whether automatic compaction was on at some point since the agent's last
+        # event of its own (its compaction is decided there, and its summarizing request may wait
+        # for the model while the setting is saved off: the compaction already under way goes on).
+        auto_since: dict[str, bool] = {}
         for e in events:
             ev, aid = e.event, e.agent_id or MAIN_AGENT
             where = (s.tag, e.seq, e.kind)
             settings = resolve_settings(state.settings, CONTEXT)
+            auto_since = {a: on or settings.auto_compaction for a, on in auto_since.items()}
             agent = state.agents.get(aid)
             if isinstance(ev, t.ContextEdited) and ev.op == "prune":
                 assert settings.prune_tool_results and ev.reason == "auto", where
                 assert agent is not None and list(ev.item_ids) == prunable_results(
                     agent, settings.keep_recent_rounds, settings.min_tokens), where
             elif isinstance(ev, t.ContextCompacted) and ev.trigger == "auto":
-                assert settings.auto_compaction, where
+                assert settings.auto_compaction or auto_since.get(aid), where
             elif isinstance(ev, t.ModelRequested) and agent is not None and agent.open_request_seq is None:
                 if settings.prune_tool_results:
                     assert not prunable_results(agent, settings.keep_recent_rounds, settings.min_tokens), where
@@ -739,25 +845,81 @@ class SessionsMachine(RuntimeMachine):
             elif isinstance(ev, (t.InputPlaced, t.InputWithdrawn)):
                 record = state.inputs.get(ev.input_request_id)
                 assert record is not None and record.status == "queued", (where, record)
+            if not isinstance(ev, t.SessionConfigured) and not (isinstance(ev, t.ContextEdited) and ev.reason == "user"):
+                auto_since[aid] = settings.auto_compaction
             apply(state, e)
 
+    @staticmethod
+    def well_formed(items: list[Any], agent: Any, where: Any) -> None:
+        """A Working Context (or a request's items): each item once, no tool result without its
+        call before it, each call answered at most once (a call left without a result is the
+        request compilation's to answer, see :meth:`requests_as_configured`), and nothing the
+        user hid, but a hidden result's placeholder beside its call."""
+        ids = [it.id for it in items]
+        assert len(ids) == len(set(ids)), (where, "an item twice")
+        seen: set[str] = set()
+        answered: set[str] = set()
+        for it in items:
+            if it.role == "tool_call" and it.call is not None:
+                assert it.call.call_id not in seen, (where, "a call twice")
+                seen.add(it.call.call_id)
+            elif it.role == "tool_result":
+                assert it.call_id in seen and it.call_id not in answered, (where, it.id, "a result without its call")
+                answered.add(it.call_id)
+            if it.id in agent.hidden:
+                assert it.role == "tool_result" and it.text == REMOVED_PLACEHOLDER, (where, it.id, it.role, "a hidden item")
+
     def history_stays_in_its_project(self) -> None:
+        """``history_search`` in a project finds exactly the items a live session of it holds
+        unhidden (by any agent; a fork's inherited items are held by the fork too, hidden or not
+        by its own hides), each once, under the session that recorded it; filtered by a session,
+        exactly what that session holds unhidden, under it. So a hidden item is never found, and
+        an unhidden one is found again."""
         service = self.rt.service
         assert service is not None
+        owner = {e.seq: e.session_id for e in self.events()}
         for project in PROJECTS:
-            mine = {s.sid for s in self.sessions if s.project == project}
-
-            async def go() -> list[Any]:
-                hits, _next = await service.history_search(project, "marker", limit=100)
-                return hits
-
-            hits = self.host.run(go)
-            states = {sid: self.fresh_state(sid) for sid in mine}
+            mine = [s for s in self.sessions if s.project == project]
+            held = {s.sid: self.findable(self.fresh_state(s.sid)) for s in mine if not s.deleted}
+            hits = self.search(project, None)
+            found = [h.context_item_id for h in hits]
+            assert len(found) == len(set(found)), (project, "an item found twice", found)
+            assert set(found) == {i for ids in held.values() for i in ids}, (project, sorted(found), held)
             for hit in hits:
-                assert hit.project_id == project and hit.session_id in mine, (project, hit)
-                agent = states[hit.session_id].agents[hit.agent_id or MAIN_AGENT]
-                assert hit.context_item_id not in agent.hidden, hit
+                assert hit.project_id == project and hit.session_id == owner[hit.seq], (project, hit)
+            for s in mine:
+                hits = self.search(project, s.sid)
+                assert {h.context_item_id for h in hits} == held.get(s.sid, set()), (s.tag, hits, held.get(s.sid))
+                assert {h.session_id for h in hits} <= {s.sid}, (s.tag, hits)
 
+    @staticmethod
+    def findable(state: SessionState) -> set[str]:
+        """The ids of the items of ``state`` (every agent's) a search for ``marker`` finds: its
+        word in their text (a tool call's: its name and arguments), and not hidden."""
+        out = set()
+        for agent in state.agents.values():
+            for it in agent.items:
+                words = f"{it.call.name} {it.call.arguments}" if it.role == "tool_call" and it.call is not None else it.text
+                if re.search(r"\bmarker\b", words, re.IGNORECASE) and it.id not in agent.hidden:
+                    out.add(it.id)
+        return out
+
+    def search(self, project: str, session_id: str | None) -> list[Any]:
+        """Every hit of ``marker`` in ``project`` (page after page)."""
+        service = self.rt.service
+        assert service is not None
+
+        async def go() -> list[Any]:
+            hits: list[Any] = []
+            after = None
+            while True:
+                page, after = await service.history_search(project, "marker", session_id=session_id,
+                                                           after_item_id=after, limit=100)
+                hits += page
+                if after is None:
+                    return hits
+
+        return self.host.run(go)
 
 async def test_several_sessions_through_their_operations_in_any_order(
         tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
