@@ -14,46 +14,58 @@ or a failure, which fails a task, a subagent or a compaction); a fork of a sessi
 ``seq`` of it; a configuration change (``model``, ``thinking_level``); a saved context setting
 (automatic compaction, its trigger percent, tool-result pruning) or its reset to the config's; a
 rename; a soft delete; a snip of a Working Context item, an Include Result, a manual compaction
-left running; the idle timeout (idle actors passivate and wake from their snapshot and tail); a
-restart of the runtime on the same data directory (``projections.db`` kept or deleted). The
-config turns pruning and automatic compaction on, over a small context window, so both happen
-before model requests, of main agents and of subagents.
+left running, the user's hide, unhide or unsnip of an item of any kind (of the main agent or of a
+subagent, a fork's own or inherited); the idle timeout (idle actors passivate and wake from their
+snapshot and tail); a restart of the runtime on the same data directory (``projections.db`` kept or
+deleted). The config turns pruning and automatic compaction on, over a small context window, so
+both happen before model requests, of main agents and of subagents.
 
 The model is :class:`machine_parts.HeldModel`; every session has a model of its own name
-(``faux/<tag>-<variant>``: a fork is given its own at once), so a waiting request says whose it
-is, and the rule that answers draws among them in a fixed order. Between two rules nothing runs
-(see test_session_machine.py): after each rule the machine polls the actors until every session
-is idle or waits for the model (a request, or an automatic compaction's summarizing request).
+(``faux/<tag>-<variant>``: a fork is given its own at once), so a waiting request says whose it is,
+and the rule that answers draws among them in a fixed order. Between two rules nothing runs (see
+test_session_machine.py): after each rule the machine polls the actors until every session is idle
+or waits for the model (a request, or an automatic compaction's summarizing request).
 
 Checked after every rule: ``seq`` gap-free, each session's ``session_seq`` gap-free; every
-session's state (each agent's Full Context, its snips, includes, skills...) and view equal a
-fresh fold of the log (a fork's from its source's events up to the fork point, then its own);
-every model request a session recorded was made with the configuration in force at its ``seq``,
-and the model received exactly the requests recorded since the runtime opened, in order, with
-that model and thinking level, each holding exactly the agent's Working Context as of its
-``model.requested`` (a pruned result as its placeholder, a summary in place of what it replaced,
-a steer placed); the log event by event: a pruning (of exactly the results prunable then) and an
-automatic compaction only with the setting in force on (saved value > config > default), no
+session's state (each agent's Full Context, its snips, includes, skills...) and view equal a fresh
+fold of the log (a fork's from its source's events up to the fork point, then its own); every model
+request a session recorded was made with the configuration in force at its ``seq``, and the model
+received exactly the requests recorded since the runtime opened, in order, with that model and
+thinking level, each holding exactly the agent's Working Context as of its ``model.requested`` (a
+pruned result as its placeholder, a summary in place of what it replaced, a steer placed), well
+formed (no result without its call; a call left without one gets the compilation's synthetic
+result) and with no hidden item (a hidden result only as its placeholder beside its call), as is
+every agent's Working Context; the log event by event: a pruning (of exactly the results prunable
+then) and an automatic compaction only with the setting in force on (saved value > config >
+default; or on when the agent's compaction began, its summarizing request answered after), no
 request (but one asked again) with a result left to prune while pruning is on, no main-agent
-request with a steer still queued, an input placed or withdrawn only while queued (so never
-both, never twice); no agent's Working Context holds a skill's instructions twice, nor did a
-request; ``history_search`` in a project returns only that project's items, none
-hidden; the runtime logged no error. The rules check their own answers: a fork's contexts at its
-creation equal its source's as of the ``seq``; a deleted session refuses inputs, configuration,
-renames and edits with ``SESSION_DELETED`` and writes nothing, and its events stay; a main-only
-tool asked by a subagent is refused with ``TOOL_MAIN_ONLY``; a steer of an input not queued is
-``INPUT_NOT_QUEUED`` naming its state, a withdrawal answers the input's state (its text when
-withdrawn) and writes only for a queued one; an abort withdraws exactly the queued inputs and
-leaves nothing running, queued or asked, and writes nothing for an idle session; a saved setting
-is in the state at once, and saving it as it was writes nothing. At the end of each example the
-projections kept up to date equal a rebuild. See docs/decisions.md, "A state machine over
-several sessions".
+request with a steer still queued, an input placed or withdrawn only while queued (so never both,
+never twice); no agent's Working Context holds a skill's instructions twice, nor did a request;
+``history_search`` in a project returns exactly the items its live sessions hold unhidden, each
+once under the session that recorded it (filtered by a session, exactly what that session holds),
+so a hidden item never and an unhidden one again; the runtime logged no error. The rules check
+their own answers: a fork's contexts at its creation equal its source's as of the ``seq``; a
+deleted session refuses inputs, configuration, renames and edits with ``SESSION_DELETED`` and
+writes nothing, and its events stay; a main-only tool asked by a subagent is refused with
+``TOOL_MAIN_ONLY``; a steer of an input not queued is ``INPUT_NOT_QUEUED`` naming its state, a
+withdrawal answers the input's state (its text when withdrawn) and writes only for a queued one; an
+abort withdraws exactly the queued inputs and leaves nothing running, queued or asked, and writes
+nothing for an idle session; a saved setting is in the state at once, and saving it as it was
+writes nothing; a hide or unhide takes a call's result with it, an unsnip a result's call, the
+answer names exactly the items changed and their marks, and one ``context.edited`` (an unhide of a
+skill's stale instructions: and a snip) is written in the session's own log only when something
+changed; an unsnip of a hidden item is ``CONTEXT_ITEM_HIDDEN``, of a skill's stale instructions
+``CONTEXT_EDIT_INVALID``, an unknown id ``CONTEXT_ITEM_NOT_FOUND``, with nothing written. At the
+end of each example the projections kept up to date equal a rebuild. See docs/decisions.md, "A
+state machine over several sessions".
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,11 +83,12 @@ from events.schema import PROJECTIONS_DB
 from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, run_machine, trio_sync
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
                                        working_context)
-from projections.context_budget import prunable_results
+from projections.context_budget import item_marks, prunable_results
 from runtime.actor import Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
 from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
+from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.views import session_view
 from runtime.working_context import COMPACTION_SYSTEM, EditContext, resolve_settings
@@ -83,7 +96,7 @@ from tests.executor.conftest import running_pool
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
 
-# About 35 s on two cores shared with other runs (28 s of CPU). LENS_MACHINE_EXAMPLES /
+# About 20 to 40 s on two cores shared with other runs (20 s of CPU). LENS_MACHINE_EXAMPLES /
 # LENS_MACHINE_STEPS (with HYPOTHESIS_PROFILE=explore for fresh examples) search further.
 MAX_EXAMPLES = int(os.environ.get("LENS_MACHINE_EXAMPLES", 30))
 STEPS = int(os.environ.get("LENS_MACHINE_STEPS", 40))
@@ -269,13 +282,13 @@ class SessionsMachine(RuntimeMachine):
     @rule(data=st.data())
     def converse(self, data: st.DataObject) -> None:
         """The model's answer to a request waiting (one time in two), an input to a session, an
-        edit of a session's Working Context, or a steer, withdrawal or abort."""
-        what = data.draw(st.integers(0, 5), label="answer, input, edit or intervention")
+        edit of a session's Working Context (two times in seven), or a steer, withdrawal or abort."""
+        what = data.draw(st.integers(0, 6), label="answer, input, edit or intervention")
         if what < 3:
             self.answer(data)
         elif what == 3:
             self.ask(data)
-        elif what == 4:
+        elif what < 6:
             self.edit_context(data)
         else:
             self.intervene(data)
@@ -332,8 +345,9 @@ class SessionsMachine(RuntimeMachine):
         if status != "queued":
             assert len(self.events()) == before, f"a withdrawal of a {status} input wrote events"
         else:
-            assert [e.kind for e in self.of(s.sid) if e.request_id == rid or getattr(e.event, "input_request_id", None) == rid
-                    ] == ["input.submitted", "input.withdrawn"], rid
+            # (an input steered while queued was requeued as a steer, still queued)
+            assert [e.kind for e in self.of(s.sid) if (e.request_id == rid or getattr(e.event, "input_request_id", None) == rid)
+                    and e.kind != "input.requeued"] == ["input.submitted", "input.withdrawn"], rid
 
     def queued_ids(self) -> set[str]:
         return {q.request_id for s in self.sessions for q in self.state(s.sid).queue}
@@ -539,7 +553,10 @@ class SessionsMachine(RuntimeMachine):
     def edit_context(self, data: st.DataObject) -> None:
         """A Working Context edit of a drawn session's main agent (F-CTX-1/3) or a manual
         compaction (F-CTX-2)."""
-        op = data.draw(st.sampled_from(["snip", "include", "compact"]))
+        op = data.draw(st.sampled_from(["snip", "include", "compact", "hide", "unhide", "unhide", "unsnip"]))
+        if op in ("hide", "unhide", "unsnip"):
+            self.user_edit(data, op)
+            return
         {"snip": self.snip, "include": self.include, "compact": self.compact}[op](data)
 
     def snip(self, data: st.DataObject) -> None:
@@ -576,6 +593,105 @@ class SessionsMachine(RuntimeMachine):
         self.settle()
         shown = [it.call_id for it in working_context(self.state(s.sid).agents[MAIN_AGENT]) if it.role == "tool_result"]
         assert call_id in shown, (call_id, answer)
+
+    def user_edit(self, data: st.DataObject, op: str) -> None:
+        """The user's hide, unhide or unsnip (F-CTX-3, F-TOOL-7) of an item of any kind (a user
+        message, an answer, a tool call or result, a summary, a skill's instructions; a fork's
+        own or one it inherited) of a drawn session's main agent or of one of its subagents,
+        through the command the HTTP routes send. Checked against the rules: a call takes its
+        result with it (an unsnip of a result brings its call back too); an unsnip of a hidden
+        item is ``CONTEXT_ITEM_HIDDEN``, of a skill's instructions no longer its loaded copy
+        ``CONTEXT_EDIT_INVALID``; an unhide of such instructions snips them as well; the answer
+        names exactly the items changed and their new marks; one ``context.edited`` (two for
+        that unhide) in the session's own log when it changes something, nothing otherwise or
+        when refused."""
+        # An agent of a session (a subagent one time in three, when one has items), one with items
+        # hidden (to unhide) or snipped or hidden (to unsnip) three times in four; a hide while no
+        # agent has any.
+        states = {s.sid: self.state(s.sid) for s in self.sessions}
+
+        def marked_of(agent: Any) -> list[str]:
+            return {"hide": [], "unhide": list(agent.hidden), "unsnip": [*agent.snipped, *agent.hidden]}[op]
+
+        if op != "hide" and not any(marked_of(a) for st_ in states.values() for a in st_.agents.values()):
+            op = "hide"  # (nothing to put back yet)
+        subagent = data.draw(st.integers(0, 2), label="a subagent's") == 0
+        marked_first = op != "hide" and data.draw(st.integers(0, 3), label="a marked one") > 0
+        agents = [(s, aid) for s in self.sessions for aid, a in sorted(states[s.sid].agents.items())
+                  if (aid != MAIN_AGENT) == subagent and a.items and (not marked_first or marked_of(a))]
+        s, aid = pick(data, agents) if agents else (self.talked(data), MAIN_AGENT)
+        state = states[s.sid] if agents else self.state(s.sid)
+        agent = state.agents[aid]
+        marked = marked_of(agent)
+        if data.draw(st.integers(0, 9), label="an unknown id") == 0:
+            item_id = "ci_never"
+        else:
+            # (a kind first, then an item of it: calls, summaries and instructions are few)
+            role = pick(data, sorted({it.role for it in agent.items}) or ["user"])
+            item_id = pick(data, marked if marked_first and marked else [it.id for it in agent.items if it.role == role]
+                           or ["ci_never"])
+        by_id = {it.id: it for it in agent.items}
+        hidden, snipped = set(agent.hidden), set(agent.snipped)
+        before = len(self.events())
+        answer = self.call(s.sid, EditContext(op, (item_id,), agent_id=aid))  # type: ignore[arg-type]
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        if item_id not in by_id:
+            self.refused(answer, "CONTEXT_ITEM_NOT_FOUND", before)
+            assert item_id in str(answer), answer
+            return
+        item = by_id[item_id]
+        stale = item.role == "system" and item.source.startswith("skill:") and getattr(
+            agent.skills.get(item.source[len("skill:"):]), "item_id", None) != item_id
+        if op == "unsnip" and item_id in hidden:
+            self.refused(answer, "CONTEXT_ITEM_HIDDEN", before)
+            assert item_id in str(answer), answer
+            return
+        if op == "unsnip" and stale:
+            self.refused(answer, "CONTEXT_EDIT_INVALID", before)
+            return
+        assert not isinstance(answer, Exception), (op, item.role, answer)
+        # The items the edit covers, in Full Context order: a call's result goes with it (and an
+        # unsnipped result's call with it).
+        calls = {item.call.call_id} if item.role == "tool_call" and item.call is not None else set()
+        if op == "unsnip" and item.role == "tool_result" and item.call_id:
+            calls.add(item.call_id)
+        pair = [it.id for it in agent.items if it.id == item_id or (it.role == "tool_result" and it.call_id in calls)
+                or (op == "unsnip" and it.role == "tool_call" and it.call is not None and it.call.call_id in calls)]
+        expected = [i for i in pair if (i not in hidden if op == "hide" else i in hidden if op == "unhide"
+                                        else i in snipped)]
+        also_snip = [item_id] if op == "unhide" and stale and item_id in expected and item_id not in snipped else []
+        new = self.events()[before:]
+        assert (answer["op"], answer["agentId"], answer["itemIds"]) == (op, aid, expected), (item.role, answer)
+        assert answer["changed"] is bool(expected), answer
+        assert [(e.session_id, e.agent_id or MAIN_AGENT, e.kind, e.event.op, list(e.event.item_ids))  # type: ignore[union-attr]
+                for e in new] == [(s.sid, aid, "context.edited", o, ids) for o, ids in
+                                  ((op, expected), ("snip", also_snip)) if ids], (op, item.role, new)
+        assert answer["seq"] == (new[-1].seq if new else None), answer  # (the last event written)
+        after = self.state(s.sid).agents[aid]
+        marks = item_marks(after)
+        assert answer["items"] == [{"id": i, "context": marks[i]} for i in expected], answer
+        shown = {it.id: it for it in working_context(after)}
+        for i in pair:
+            if op == "hide":
+                assert i in after.hidden and marks[i] == "hidden", (i, marks[i])
+                assert i not in shown or (shown[i].role == "tool_result" and shown[i].text == REMOVED_PLACEHOLDER), i
+            elif op == "unhide":
+                assert i not in after.hidden, i
+            else:
+                assert i not in after.snipped, i
+        if op == "unhide" and item_id in expected and not stale:
+            # Back where it stood unless something else keeps it out (a snip, a summary, its call
+            # out of the Working Context).
+            replaced = {r for it in after.items if it.role == "summary" for r in it.replaced_ids} - set(after.included)
+            call_out = item.role == "tool_result" and not any(
+                it.role == "tool_call" and it.call is not None and it.call.call_id == item.call_id for it in shown.values())
+            if item_id not in after.snipped and item_id not in replaced and not call_out:
+                assert item_id in shown, (item.role, marks[item_id])
+        if stale and op == "unhide":
+            assert item_id in after.snipped and item_id not in shown, "an unhide put a skill's stale instructions back"
+        self.settle()
 
     def compact(self, data: st.DataObject) -> None:
         """A manual compaction (F-CTX-2), left running until the model answers it (drawn among
@@ -663,6 +779,7 @@ class SessionsMachine(RuntimeMachine):
         assert set(live.agents) == set(copy.agents), s.tag
         for aid, agent in copy.agents.items():
             assert live.agents[aid] == agent, (s.tag, aid)
+            self.well_formed(working_context(agent), agent, (s.tag, aid))
             names = skill_items(working_context(agent))
             assert len(names) == len(set(names)), f"{s.tag}/{aid}: a skill's instructions twice: {names}"
         assert live.deleted == s.deleted
@@ -704,6 +821,12 @@ class SessionsMachine(RuntimeMachine):
                 agent = self.fresh_state(sids[key[0]], e.seq).agents[key[1]]
                 assert [(it.id, it.role, it.text) for it in r.items] == [
                     (it.id, it.role, it.text) for it in working_context(agent)], (key, e.seq)
+                self.well_formed(r.items, agent, (key, e.seq))
+                compiled = self.host.run(functools.partial(prepare, r, load_image=None, images=False))
+                calls = {it.call.call_id for it in r.items if it.role == "tool_call" and it.call is not None}
+                results = {it.call_id for it in r.items if it.role == "tool_result"}
+                assert compiled.diagnostics.get("dropped_results", 0) == 0, (key, e.seq)
+                assert compiled.diagnostics.get("synthetic_results", 0) == len(calls - results), (key, e.seq)
             self.requests_checked[key] = len(sent)
 
     def context_rules_hold(self, s: Session) -> None:
@@ -720,17 +843,22 @@ class SessionsMachine(RuntimeMachine):
             _reset_for_fork(state, s.sid)
         else:
             state = SessionState(s.sid)
+        # Per agent: whether automatic compaction was on at some point since the agent's last
+        # event of its own (its compaction is decided there, and its summarizing request may wait
+        # for the model while the setting is saved off: the compaction already under way goes on).
+        auto_since: dict[str, bool] = {}
         for e in events:
             ev, aid = e.event, e.agent_id or MAIN_AGENT
             where = (s.tag, e.seq, e.kind)
             settings = resolve_settings(state.settings, CONTEXT)
+            auto_since = {a: on or settings.auto_compaction for a, on in auto_since.items()}
             agent = state.agents.get(aid)
             if isinstance(ev, t.ContextEdited) and ev.op == "prune":
                 assert settings.prune_tool_results and ev.reason == "auto", where
                 assert agent is not None and list(ev.item_ids) == prunable_results(
                     agent, settings.keep_recent_rounds, settings.min_tokens), where
             elif isinstance(ev, t.ContextCompacted) and ev.trigger == "auto":
-                assert settings.auto_compaction, where
+                assert settings.auto_compaction or auto_since.get(aid), where
             elif isinstance(ev, t.ModelRequested) and agent is not None and agent.open_request_seq is None:
                 if settings.prune_tool_results:
                     assert not prunable_results(agent, settings.keep_recent_rounds, settings.min_tokens), where
@@ -739,25 +867,81 @@ class SessionsMachine(RuntimeMachine):
             elif isinstance(ev, (t.InputPlaced, t.InputWithdrawn)):
                 record = state.inputs.get(ev.input_request_id)
                 assert record is not None and record.status == "queued", (where, record)
+            if not isinstance(ev, t.SessionConfigured) and not (isinstance(ev, t.ContextEdited) and ev.reason == "user"):
+                auto_since[aid] = settings.auto_compaction
             apply(state, e)
 
+    @staticmethod
+    def well_formed(items: list[Any], agent: Any, where: Any) -> None:
+        """A Working Context (or a request's items): each item once, no tool result without its
+        call before it, each call answered at most once (a call left without a result is the
+        request compilation's to answer, see :meth:`requests_as_configured`), and nothing the
+        user hid, but a hidden result's placeholder beside its call."""
+        ids = [it.id for it in items]
+        assert len(ids) == len(set(ids)), (where, "an item twice")
+        seen: set[str] = set()
+        answered: set[str] = set()
+        for it in items:
+            if it.role == "tool_call" and it.call is not None:
+                assert it.call.call_id not in seen, (where, "a call twice")
+                seen.add(it.call.call_id)
+            elif it.role == "tool_result":
+                assert it.call_id in seen and it.call_id not in answered, (where, it.id, "a result without its call")
+                answered.add(it.call_id)
+            if it.id in agent.hidden:
+                assert it.role == "tool_result" and it.text == REMOVED_PLACEHOLDER, (where, it.id, it.role, "a hidden item")
+
     def history_stays_in_its_project(self) -> None:
+        """``history_search`` in a project finds exactly the items a live session of it holds
+        unhidden (by any agent; a fork's inherited items are held by the fork too, hidden or not
+        by its own hides), each once, under the session that recorded it; filtered by a session,
+        exactly what that session holds unhidden, under it. So a hidden item is never found, and
+        an unhidden one is found again."""
         service = self.rt.service
         assert service is not None
+        owner = {e.seq: e.session_id for e in self.events()}
         for project in PROJECTS:
-            mine = {s.sid for s in self.sessions if s.project == project}
-
-            async def go() -> list[Any]:
-                hits, _next = await service.history_search(project, "marker", limit=100)
-                return hits
-
-            hits = self.host.run(go)
-            states = {sid: self.fresh_state(sid) for sid in mine}
+            mine = [s for s in self.sessions if s.project == project]
+            held = {s.sid: self.findable(self.fresh_state(s.sid)) for s in mine if not s.deleted}
+            hits = self.search(project, None)
+            found = [h.context_item_id for h in hits]
+            assert len(found) == len(set(found)), (project, "an item found twice", found)
+            assert set(found) == {i for ids in held.values() for i in ids}, (project, sorted(found), held)
             for hit in hits:
-                assert hit.project_id == project and hit.session_id in mine, (project, hit)
-                agent = states[hit.session_id].agents[hit.agent_id or MAIN_AGENT]
-                assert hit.context_item_id not in agent.hidden, hit
+                assert hit.project_id == project and hit.session_id == owner[hit.seq], (project, hit)
+            for s in mine:
+                hits = self.search(project, s.sid)
+                assert {h.context_item_id for h in hits} == held.get(s.sid, set()), (s.tag, hits, held.get(s.sid))
+                assert {h.session_id for h in hits} <= {s.sid}, (s.tag, hits)
 
+    @staticmethod
+    def findable(state: SessionState) -> set[str]:
+        """The ids of the items of ``state`` (every agent's) a search for ``marker`` finds: its
+        word in their text (a tool call's: its name and arguments), and not hidden."""
+        out = set()
+        for agent in state.agents.values():
+            for it in agent.items:
+                words = f"{it.call.name} {it.call.arguments}" if it.role == "tool_call" and it.call is not None else it.text
+                if re.search(r"\bmarker\b", words, re.IGNORECASE) and it.id not in agent.hidden:
+                    out.add(it.id)
+        return out
+
+    def search(self, project: str, session_id: str | None) -> list[Any]:
+        """Every hit of ``marker`` in ``project`` (page after page)."""
+        service = self.rt.service
+        assert service is not None
+
+        async def go() -> list[Any]:
+            hits: list[Any] = []
+            after = None
+            while True:
+                page, after = await service.history_search(project, "marker", session_id=session_id,
+                                                           after_item_id=after, limit=100)
+                hits += page
+                if after is None:
+                    return hits
+
+        return self.host.run(go)
 
 async def test_several_sessions_through_their_operations_in_any_order(
         tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
