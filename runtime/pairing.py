@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import secrets
-import stat
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 import msgspec
-import trio
 
 from events.ids import SHA256_RE
 
