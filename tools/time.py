@@ -8,6 +8,8 @@ from typing import Any
 
 import trio
 
+from runtime.errors import shortened  # (imports nothing: no cycle)
+
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
 MAX_SLEEP_MS = 2_147_483_647
@@ -16,7 +18,7 @@ MAX_SLEEP_MS = 2_147_483_647
 def _no_extra(args: dict[str, Any], allowed: set[str], tool: str) -> None:
     extra = sorted(set(args) - allowed)
     if extra:
-        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {', '.join(map(repr, extra))}")
+        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {shortened(', '.join(map(repr, extra)))}")
 
 
 def time_fields(unix_ns: int) -> dict[str, Any]:
@@ -47,7 +49,7 @@ async def sleep_milliseconds(args: dict[str, Any], ctx: ToolContext) -> ToolResu
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ToolError(
             "INVALID_ARGUMENT",
-            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {ms!r}",
+            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {shortened(repr(ms))}",
         )
     if not 0 <= ms <= MAX_SLEEP_MS:
         raise ToolError("INVALID_ARGUMENT", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")
