@@ -178,3 +178,25 @@ async def test_sleep_refuses_more_non_integers_and_out_of_range_values_naming_th
     res = await run("sleep_milliseconds", arguments)
     assert res.is_error and res.error_code == "INVALID_ARGUMENT"
     assert f"from 0 to {MAX_SLEEP_MS}" in res.structured_content["error"]["message"]
+
+
+@pytest.mark.parametrize("tz, unix_ms, local", [
+    ("Africa/Monrovia", 0, "1969-12-31T23:16:00-00:44"),  # -00:44:30 until 1972: to the nearest minute
+    ("Europe/Amsterdam", -1_000_000_000_000, "1938-04-24T22:33:20+00:20"),  # +00:19:32 then
+    ("ABC-5:30:15", 1_700_000_000_123, "2023-11-15T03:43:20+05:30"),  # a POSIX TZ naming seconds
+    ("UTC", -1_000_000_000_000, "1938-04-24T22:13:20+00:00"),
+])
+def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(tz, unix_ms, local, monkeypatch):
+    # ±HH:mm cannot carry an offset's seconds (it was "-00:4430"): the offset is rounded to the
+    # minute and the wall-clock time is the instant's at that offset.
+    import time
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        fields = time_fields(unix_ms * 1_000_000)
+        assert fields["local"] == local
+        check_one_instant(fields)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
