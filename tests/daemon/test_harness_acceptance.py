@@ -221,3 +221,18 @@ async def test_an_answers_text_is_taken_at_20000_characters_and_refused_past_the
             if e["kind"] == "tool.finished" and e["body"]["name"] == "ask_user"]
     assert [(a["status"], a["structured_content"]["answer"]) for a in asks] == [
         ("ok", {"kind": "answer", "optionIds": ["r"], "text": "é" * 20_000}), ("ok", {"kind": "skip"})]
+
+
+async def test_the_job_tool_checks_a_job_id_as_the_job_routes_do(daemon: Daemon):
+    # A malformed or 5,000-character job_id was looked up and answered JOB_NOT_FOUND, echoing it
+    # whole; it is INVALID_ARGUMENT naming the rule, as GET …/jobs/{jobId} answers it.
+    token, sid = await _setup(daemon)
+    n = 0
+    for action in ("read", "stop"):
+        for job_id in ("x" * 5000, "bad id", "", 5, None):
+            n += 1
+            body = await run_tool(daemon, token, sid, f"r{n}", "job", {"action": action, "job_id": job_id})
+            code, message = _error(body)
+            assert code == "INVALID_ARGUMENT" and "job_id" in message and len(message) < 300, (job_id, message)
+    body = await run_tool(daemon, token, sid, "r-last", "job", {"action": "read", "job_id": "job_nope"})
+    assert _error(body)[0] == "JOB_NOT_FOUND"
