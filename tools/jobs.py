@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.ids import id_rule, is_id
 from events.secrets import Secrets
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -90,8 +91,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             raise ToolError("INVALID_ARGUMENT", USAGE)
         if ctx.jobs is None:
             raise ToolError("JOBS_UNAVAILABLE", "this session cannot run background jobs")
-        if "job_id" in args and (not isinstance(args["job_id"], str) or not args["job_id"]):
-            raise ToolError("INVALID_ARGUMENT", "job_id must be a job id from job start or job list")
+        if "job_id" in args and not is_id(args["job_id"]):  # (as the job routes check it)
+            raise ToolError("INVALID_ARGUMENT", id_rule("job_id") + "; it is a job id from job start or job list")
         try:
             if action == "start":
                 return await start(args, ctx)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import trio
+
+from runtime.errors import shortened  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
@@ -16,20 +18,28 @@ MAX_SLEEP_MS = 2_147_483_647
 def _no_extra(args: dict[str, Any], allowed: set[str], tool: str) -> None:
     extra = sorted(set(args) - allowed)
     if extra:
-        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {', '.join(map(repr, extra))}")
+        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {shortened(', '.join(map(repr, extra)))}")
 
 
 def time_fields(unix_ns: int) -> dict[str, Any]:
-    """The three renderings of one instant."""
+    """The three renderings of one instant.
+
+    ``local`` is in the process's time zone with its offset to the minute: ``±HH:mm`` cannot
+    carry the seconds of an offset such as a historical local mean time (Monrovia's -00:44:30
+    until 1972) or a POSIX ``TZ`` that names seconds, so such an offset is rounded to its nearest
+    minute and the wall-clock time is the instant's at that offset (the three still agree).
+    """
     unix_ms = unix_ns // 1_000_000
     seconds = unix_ms // 1000
     utc = datetime.fromtimestamp(seconds, timezone.utc)
-    local = datetime.fromtimestamp(seconds).astimezone()
-    offset = local.strftime("%z")  # +HHMM
+    offset = utc.astimezone().utcoffset() or timedelta(0)
+    minutes = round(offset.total_seconds() / 60)
+    local = utc.astimezone(timezone(timedelta(minutes=minutes)))
+    hours, mins = divmod(abs(minutes), 60)
     return {
         "unix_ms": unix_ms,
         "utc": utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "local": local.strftime("%Y-%m-%dT%H:%M:%S") + f"{offset[:3]}:{offset[3:]}",
+        "local": local.strftime("%Y-%m-%dT%H:%M:%S") + f"{'-' if minutes < 0 else '+'}{hours:02d}:{mins:02d}",
     }
 
 
@@ -47,7 +57,7 @@ async def sleep_milliseconds(args: dict[str, Any], ctx: ToolContext) -> ToolResu
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ToolError(
             "INVALID_ARGUMENT",
-            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {ms!r}",
+            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {shortened(repr(ms))}",
         )
     if not 0 <= ms <= MAX_SLEEP_MS:
         raise ToolError("INVALID_ARGUMENT", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")

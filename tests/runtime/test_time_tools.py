@@ -140,3 +140,63 @@ def test_local_time_carries_the_zone_offset(tz, offset, monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+@pytest.mark.parametrize("tool, arguments", [
+    ("sleep_milliseconds", json.dumps({"milliseconds": "9" * 5000})),
+    ("sleep_milliseconds", json.dumps({"milliseconds": ["x" * 5000]})),
+    ("sleep_milliseconds", json.dumps({"milliseconds": 5, "x" * 5000: 1})),
+    ("get_system_time", json.dumps({"y" * 5000: 1})),
+])
+async def test_a_long_bad_value_is_named_short(tool, arguments, autojump_clock):
+    # The message names the argument and the rule and quotes the value cut short: a model's
+    # 5,000-character string is not echoed whole into its context and the log.
+    res = await run(tool, arguments)
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    message = res.structured_content["error"]["message"]
+    assert len(message) < 300, len(message)
+    assert ("milliseconds" in message) if tool == "sleep_milliseconds" else ("does not take" in message)
+    assert "…" in message
+
+
+@pytest.mark.parametrize("ms", [0, 1, MAX_SLEEP_MS - 1, MAX_SLEEP_MS])
+async def test_sleep_accepts_every_edge_and_waits_that_long(ms, autojump_clock):
+    before = trio.current_time()
+    with trio.move_on_after(10) as scope:
+        res = await run("sleep_milliseconds", json.dumps({"milliseconds": ms}))
+    waited = trio.current_time() - before
+    if ms <= 10_000:
+        assert not res.is_error and not scope.cancelled_caught
+        assert waited == pytest.approx(ms / 1000)
+    else:  # (cut off by the caller: accepted, and sleeping)
+        assert scope.cancelled_caught and waited == pytest.approx(10)
+
+
+@pytest.mark.parametrize("arguments", ['{"milliseconds": 1.5}', '{"milliseconds": -2147483648}',
+                                       '{"milliseconds": 4294967296}', '{"milliseconds": {"ms": 5}}'])
+async def test_sleep_refuses_more_non_integers_and_out_of_range_values_naming_the_range(arguments, autojump_clock):
+    res = await run("sleep_milliseconds", arguments)
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    assert f"from 0 to {MAX_SLEEP_MS}" in res.structured_content["error"]["message"]
+
+
+@pytest.mark.parametrize("tz, unix_ms, local", [
+    ("Africa/Monrovia", 0, "1969-12-31T23:16:00-00:44"),  # -00:44:30 until 1972: to the nearest minute
+    ("Europe/Amsterdam", -1_000_000_000_000, "1938-04-24T22:33:20+00:20"),  # +00:19:32 then
+    ("ABC-5:30:15", 1_700_000_000_123, "2023-11-15T03:43:20+05:30"),  # a POSIX TZ naming seconds
+    ("UTC", -1_000_000_000_000, "1938-04-24T22:13:20+00:00"),
+])
+def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(tz, unix_ms, local, monkeypatch):
+    # ±HH:mm cannot carry an offset's seconds (it was "-00:4430"): the offset is rounded to the
+    # minute and the wall-clock time is the instant's at that offset.
+    import time
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        fields = time_fields(unix_ms * 1_000_000)
+        assert fields["local"] == local
+        check_one_instant(fields)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
