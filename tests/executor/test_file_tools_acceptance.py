@@ -166,6 +166,19 @@ async def test_read_file_lines_and_listings_at_their_ends(client: ExecutorClient
     assert (r["entries"], r["start_line"], r["eof"]) == (["three.txt"], 4, True)
 
 
+async def test_read_file_of_text_that_is_not_utf8(client: ExecutorClient, workspace: Path, sub: str) -> None:
+    d = workspace / sub
+    (d / "latin1.txt").write_bytes(b"caf\xe9\n")
+    (d / "later.txt").write_bytes(b"ok\nok\n\xff\n")
+    err = await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/latin1.txt"}))
+    assert str(err) == f"{sub}/latin1.txt: not valid UTF-8 (byte 3)"
+    # UTF-8 is judged on the page read: the lines before the bad byte can be read
+    r = (await client.call("read_file", {"path": f"{sub}/later.txt", "max_lines": 2})).result
+    assert (r["content"], r["next_offset"], r["eof"]) == ("ok\nok\n", 6, False)
+    err = await fails("NOT_UTF8", client.call("read_file", {"path": f"{sub}/later.txt", "offset": 6}))
+    assert str(err) == f"{sub}/later.txt: not valid UTF-8 (byte 6)"
+
+
 # ---------------------------------------------------------------------------- edit_file (F-EXE-3)
 
 
@@ -234,6 +247,30 @@ async def test_calls_that_change_nothing_write_nothing(client: ExecutorClient, w
         out = await client.call(tool, {"path": f"{sub}/f.txt", **args})
         assert out.result == {"path": f"{sub}/f.txt", "changed": False, "units_applied": units, "bytes_written": 0}
     assert f.read_bytes() == b"a\r\nb\r\n" and f.stat().st_ino == inode
+
+
+async def test_edits_apply_in_order_in_memory_and_refusals_write_nothing(client: ExecutorClient, workspace: Path,
+                                                                         sub: str) -> None:
+    f = workspace / sub / "f.txt"
+    f.write_bytes(b"one two one\n")
+    edit = lambda *e: client.call("edit_file", {"path": f"{sub}/f.txt", "mode": "edit", "edits": list(e)})  # noqa: E731
+    refusals = [
+        (("NOT_UNIQUE", "edit 0: old_string matches more than once"), [{"old_string": "one", "new_string": "1"}]),
+        (("NO_MATCH", "edit 1: old_string not found"),  # edit 0 was applied in memory only
+         [{"old_string": "two", "new_string": "2"}, {"old_string": "two", "new_string": "x"}]),
+        (("INVALID_ARGUMENT", "edit 1: old_string is empty"),
+         [{"old_string": "two", "new_string": "2"}, {"old_string": "", "new_string": "x"}]),
+        (("NOT_UNIQUE", "edit 1: old_string matches more than once"),  # "two" is unique until edit 0 makes two
+         [{"old_string": "one two", "new_string": "two two"}, {"old_string": "two", "new_string": "x"}]),
+    ]
+    for (code, words), edits in refusals:
+        err = await fails(code, edit(*edits))
+        assert words in str(err), str(err)
+        assert f.read_bytes() == b"one two one\n"
+    out = await edit({"old_string": "one", "new_string": "1", "replace_all": True},
+                     {"old_string": "1 two 1", "new_string": "done"})  # the second sees the first's result
+    assert out.result == {"path": f"{sub}/f.txt", "changed": True, "units_applied": 2, "bytes_written": 5}
+    assert f.read_bytes() == b"done\n"
 
 
 # ---------------------------------------------------------------------------- patch_file (F-EXE-4)
