@@ -9,7 +9,8 @@ Codes::
     INVALID_ARGUMENT        a bad argument or combination (NUL in a path, offset inside a character, ...)
     PATH_OUTSIDE_WORKSPACE  the path (or a symlink on the way) leads out of the workspace root
     NOT_FOUND               the path (or a parent directory) does not exist
-    ALREADY_EXISTS          edit_file create: the target exists (in any form, even a dangling symlink)
+    ALREADY_EXISTS          edit_file create: the target exists (in any form, even a dangling symlink
+                            inside; a final symlink leading out is PATH_OUTSIDE_WORKSPACE)
     NOT_A_FILE              a directory, FIFO, device or socket where a regular file is needed
     NOT_A_DIRECTORY         a parent component (or a command cwd) is not a directory
     NOT_UTF8                the file (or the requested page of it) is not valid UTF-8

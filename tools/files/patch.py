@@ -133,7 +133,9 @@ def parse(patch: object) -> list[Hunk]:
             continue
         op = chr(line[0])
         if op not in " +-":
-            raise FileToolError("INVALID_PATCH", f"line {no}: a body line starts with ' ', '+' or '-'")
+            hint = (" ('\\ No newline at end of file' is no part of the grammar: leave it out; a file "
+                    "without a final newline keeps none)") if line.startswith(b"\\") else ""
+            raise FileToolError("INVALID_PATCH", f"line {no}: a body line starts with ' ', '+' or '-'{hint}")
         current["ops"].append((op, line[1:]))
     close()
     if not hunks:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -188,6 +189,8 @@ class Workspace:
 
             def plan(t: Target) -> _Plan:
                 if req.mode == "create":
+                    if t.st is not None and stat.S_ISLNK(t.st.st_mode):
+                        self._confined_link(path)
                     if t.exists or t.name is None:
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites")
                     assert req.content is not None
@@ -300,6 +303,18 @@ class Workspace:
                     rec.state = DONE
                     journal.put(rec)
             return EditOutcome(structured, p.before, p.after, t.rel)
+
+    def _confined_link(self, path: str) -> None:
+        """``PATH_OUTSIDE_WORKSPACE`` when the final symlink a create met (and left unfollowed:
+        it never writes through one) leads out of the workspace, dangling or not. Every other
+        tool answers that for such a path; "already exists" was true too, but hid the escape.
+        A link that stays inside (dangling, a loop) is left to the caller: the entry exists."""
+        try:
+            with self._resolve(path, missing_parents=True):
+                pass
+        except FileToolError as exc:
+            if exc.code == "PATH_OUTSIDE_WORKSPACE":
+                raise
 
     def _remove_interrupted_temps(self, path: str) -> None:
         """A pending record means the process died while writing ``path``: its temp file (up to
