@@ -70,6 +70,16 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     assert status == 200
     wait_for(lambda: texts(driver, SUB_USER + " .ctx-mark") == [], "the unhide made elsewhere")
 
+    # A call of the subagent's: hidden with its result from its card, then unhidden.
+    sub_tool = CONVO + " .sub-items > .tool"
+    click(driver, sub_tool + " .head > button.ctx-hide")
+    wait_for(lambda: texts(driver, sub_tool + " .ctx-mark") == ["hidden"], "the subagent's call marked hidden")
+    _, after = daemon.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)
+    assert (after["items"][1]["context"], after["items"][1]["result"]["context"]) == ("hidden", "hidden")
+    wait_for(lambda: texts(driver, sub_tool + " .head > button.ctx-hide") == ["Unhide"], "the call's Unhide")
+    click(driver, sub_tool + " .head > button.ctx-hide")
+    wait_for(lambda: texts(driver, sub_tool + " .ctx-mark") == [], "the subagent's call back")
+
     # Closed, its items leave the page.
     click(driver, CONVO + " > summary")
     wait_for(lambda: by_css(driver, CONVO + " .sub-items > *") == [], "the closed conversation emptied")
@@ -77,21 +87,24 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     # A conversation opened while its subagent runs shows its items as they change.
     submit(driver, "/tool subagent " + json.dumps({"prompt": BUSY}))
     wait_for(lambda: len(by_css(driver, "#timeline > .tool")) == 2, "the second subagent call")
-    second = f"#timeline > .tool[data-call-id='{by_css(driver, '#timeline > .tool')[1].get_attribute('data-call-id')}'] > details.sub-convo"
+    second_id = by_css(driver, "#timeline > .tool")[1].get_attribute("data-call-id")
+    second = f"#timeline > .tool[data-call-id='{second_id}'] > details.sub-convo"
     click(driver, second + " > summary")
     running = second + " .sub-items > .tool[data-status='running'] .name"
     wait_for(lambda: texts(driver, running) == ["sleep_milliseconds"], "the subagent's call, running")
     assert texts(driver, second + " .sub-items > .msg.user .text") == [BUSY]
     click(driver, "#abort")
-    wait_for(lambda: texts(driver, running) == [] and texts(driver, second + " .sub-items > .tool .name") == ["sleep_milliseconds"]
-             and body_data(driver, "sessionStatus") == "idle", "the subagent's call ended by the abort")
-    assert texts(driver, CONVO.replace(".tool[data-call-id]", f".tool[data-call-id='{call_id}']") + " .sub-items > *") == []
+    wait_for(lambda: texts(driver, running) == [] and body_data(driver, "sessionStatus") == "idle"
+             and texts(driver, second + " .sub-items > .tool .name") == ["sleep_milliseconds"],
+             "the subagent's call ended by the abort")
+    first = f"#timeline > .tool[data-call-id='{call_id}'] > details.sub-convo"
+    assert texts(driver, first + " .sub-items > *") == []  # (the first stays closed)
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
 
     # Read-only: the conversation, no control.
     reopen_read_only(driver, readonly, sid)
-    first = f"#timeline > .tool[data-call-id='{call_id}'] > details.sub-convo"
     click(driver, first + " > summary")
-    wait_for(lambda: texts(driver, first + " .sub-items > .msg.user .text") == ["/tool get_system_time {}"], "the prompt, read-only")
+    wait_for(lambda: texts(driver, first + " .sub-items > .msg.user .text") == ["/tool get_system_time {}"],
+             "the prompt, read-only")
     assert by_css(driver, first + " .ctx-edits") == [] and by_css(driver, first + " .ctx-hide") == []
