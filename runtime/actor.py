@@ -237,12 +237,13 @@ class GetView:
     items_before: int | None = None
     agents_start: int | None = None  # (None: the agents a view lists by default)
     agents_limit: int = VIEW_AGENTS_MAX
+    agent_id: str | None = None  # (None: the main agent's items, and no agentId in the answer)
 
     def view(self, s: SessionState, secrets: Secrets, checking_inputs: int = 0) -> dict[str, Any]:
         """The view of ``s`` this command asks for (the actor's and a quarantined session's)."""
         return session_view(s, checking_inputs=checking_inputs, items_limit=self.items_limit,
                             items_before=self.items_before, agents_start=self.agents_start,
-                            agents_limit=self.agents_limit, secrets=secrets)
+                            agents_limit=self.agents_limit, secrets=secrets, agent_id=self.agent_id)
 
 
 @dataclass(frozen=True)

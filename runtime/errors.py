@@ -4,6 +4,7 @@
 
     LensError
     ├── SessionNotFound        SESSION_NOT_FOUND (404)
+    ├── AgentNotFound          AGENT_NOT_FOUND (404): no agent of that id in the session
     ├── SessionGone            SESSION_DELETED (409)
     ├── SessionQuarantined     SESSION_QUARANTINED (409)
     ├── InputNotQueued         INPUT_NOT_QUEUED (409)
@@ -57,6 +58,12 @@ class LensError(Exception):
 
 class SessionNotFound(LensError):
     code = "SESSION_NOT_FOUND"
+
+
+class AgentNotFound(LensError):
+    """A session's view asked for an agent (``agentId``) the session does not have."""
+
+    code = "AGENT_NOT_FOUND"
 
 
 class SessionGone(LensError):

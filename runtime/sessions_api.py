@@ -3,8 +3,9 @@
 * ``GET /sessions?project=&includeDeleted=&order=newest&limit=&after=`` — ``{sessions: [...]}``,
   newest first; with ``limit`` a page of them and ``nextAfter``.
 * ``POST /sessions {projectId, model?, thinkingLevel?, name?}`` (strong trust) — 201, its view.
-* ``GET /sessions/{id}?itemsLimit=&itemsBefore=&agentsStart=&agentsLimit=`` — its view, with a
-  window of its items (and a page of its agents).
+* ``GET /sessions/{id}?itemsLimit=&itemsBefore=&agentsStart=&agentsLimit=&agentId=`` — its view,
+  with a window of its items (and a page of its agents); with ``agentId`` the items are that
+  agent's (a subagent's conversation; ``AGENT_NOT_FOUND``, 404, for an agent it does not have).
 * ``POST /sessions/{id}/fork {seq, name?}`` (strong trust) — 201, the new session's view.
 * ``PATCH /sessions/{id}`` (strong trust) — change its model, thinking level, name, context
   settings or tool policy (null: back to the default); answers its view.
@@ -37,7 +38,7 @@ from .artifacts_api import check_image
 from .context_api import context_settings
 from .errors import SessionNotFound
 from .http_parts import (ApiError, Body, EmptyBody, bool_arg, check_id, check_name, check_not_past_end, check_session_settings,
-                         id_filter, int_arg, json_response, list_page_args, next_after, one_arg, optional_int,
+                         id_arg, id_filter, int_arg, json_response, list_page_args, next_after, one_arg, optional_int,
                          parse_int, read_body, read_list, require_strong)
 from .list_pages import SESSIONS
 from .projects_api import project_exists
@@ -116,12 +117,15 @@ def _view_window() -> a.GetView:
     (the end when absent; past the session's items it is 400, answered by the view). With
     ``agentsStart``, its agents are a page of all of them in the order they started:
     ``agentsLimit`` (1 to ``VIEW_AGENTS_MAX``, that many when absent) from that index (past
-    ``agentsTotal`` it is 400, answered by the view); ``agentsLimit`` alone is 400."""
+    ``agentsTotal`` it is 400, answered by the view); ``agentsLimit`` alone is 400. With
+    ``agentId`` (an id: empty or malformed is 400) the items are that agent's (one the session
+    does not have is 404 ``AGENT_NOT_FOUND``, answered by the view)."""
     limit = int_arg("itemsLimit", VIEW_ITEMS_MAX, 1, VIEW_ITEMS_MAX)
     raw = one_arg("itemsBefore")
     agents_start = optional_int("agentsStart", "agentsLimit")
     return a.GetView(items_limit=limit, items_before=None if raw is None else parse_int("itemsBefore", raw, 0, SEQ_MAX),
-                     agents_start=agents_start, agents_limit=int_arg("agentsLimit", VIEW_AGENTS_MAX, 1, VIEW_AGENTS_MAX))
+                     agents_start=agents_start, agents_limit=int_arg("agentsLimit", VIEW_AGENTS_MAX, 1, VIEW_AGENTS_MAX),
+                     agent_id=id_arg("agentId", "agentId"))
 
 
 def add_session_routes(app: QuartTrio, svc: Services) -> None:

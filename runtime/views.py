@@ -12,7 +12,7 @@ from events.secrets import Secrets
 from projections.context_budget import item_marks
 from projections.session_state import USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts, text_of
 
-from .errors import InvalidCommand
+from .errors import AgentNotFound, InvalidCommand
 
 QUEUED_PREVIEW_CHARS = 2000
 # At most this many items in one view (``itemsLimit``'s default and maximum): the main agent's
@@ -104,12 +104,18 @@ def _checked(status: str, checking: bool) -> str:
 
 def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int = VIEW_ITEMS_MAX,
                  items_before: int | None = None, agents_start: int | None = None,
-                 agents_limit: int = VIEW_AGENTS_MAX, secrets: Secrets | None = None) -> dict[str, Any]:
+                 agents_limit: int = VIEW_AGENTS_MAX, secrets: Secrets | None = None,
+                 agent_id: str | None = None) -> dict[str, Any]:
     """The view state of ``GET /sessions/{id}``. ``items`` is a window of the main agent's
     projected items (``itemsTotal`` of them, indexed from 0, the oldest first): the last
     ``items_limit`` before index ``items_before`` (default: the end), starting at
     ``itemsStart``. Only the window is built. Previews cut to :data:`QUEUED_PREVIEW_CHARS` are
     scrubbed of ``secrets`` before the cut (an event stored before a key was known holds it).
+
+    With ``agent_id`` the items (their window, total and ``context`` marks) are that agent's
+    instead of the main agent's (a subagent's conversation), and the answer repeats ``agentId``
+    (a key only such a view has, so the default answer is as it was); the rest of the view is the
+    session's, as always.
 
     ``agents`` is :func:`shown_agents` by default; with ``agents_start`` it is a page of every
     agent in the order they started (``agentsTotal`` of them, indexed from 0, the main agent
@@ -117,29 +123,33 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
     ``agentsStart`` (a key only a paged view has, so the default answer is as it was).
 
     Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal`` or
-    ``agents_start`` past ``agentsTotal``."""
+    ``agents_start`` past ``agentsTotal``, :class:`AgentNotFound` when the session has no agent
+    ``agent_id``."""
     secrets = secrets or Secrets()
-    main = s.agents.get(MAIN_AGENT)
+    agent = s.agents.get(MAIN_AGENT if agent_id is None else agent_id)
+    if agent_id is not None and agent is None:
+        raise AgentNotFound(f"session {s.session_id!r} has no agent {agent_id!r}")
     items: list[dict[str, Any]] = []
     agents: list[dict[str, Any]] = []
     shown: list[Item] = []
-    if main is not None:
-        results = {it.call_id: it for it in main.items if it.role == "tool_result" and it.call_id}
-        called = {it.call.call_id for it in main.items if it.role == "tool_call" and it.call is not None}
+    if agent is not None:
+        results = {it.call_id: it for it in agent.items if it.role == "tool_result" and it.call_id}
+        called = {it.call.call_id for it in agent.items if it.role == "tool_call" and it.call is not None}
         # A tool result is shown inside its call's entry; orphans (none today) stand alone.
-        shown = [it for it in main.items if it.role != "tool_result" or it.call_id not in called]
+        shown = [it for it in agent.items if it.role != "tool_result" or it.call_id not in called]
     total = len(shown)
     before = total if items_before is None else items_before
     if before > total:
-        raise InvalidCommand(f"itemsBefore {before} is past the session's {total} items")
+        whose = "the session's" if agent_id is None else f"agent {agent_id!r}'s"
+        raise InvalidCommand(f"itemsBefore {before} is past {whose} {total} items")
     start = max(0, before - items_limit)
     if agents_start is not None and agents_start > len(s.agents):
         raise InvalidCommand(f"agentsStart {agents_start} is past the session's {len(s.agents)} agents")
-    if main is not None:
-        pending = frozenset(c.call_id for c in main.pending_calls)
-        items = [item_view(it, results, main.running_call, pending) for it in shown[start:before]]
+    if agent is not None:
+        pending = frozenset(c.call_id for c in agent.pending_calls)
+        items = [item_view(it, results, agent.running_call, pending) for it in shown[start:before]]
         # How each item stands in the Working Context (visible, pruned, snipped, compacted…).
-        marks = item_marks(main)
+        marks = item_marks(agent)
         for v in items:
             v["context"] = marks.get(v["id"])
             if "result" in v:
@@ -187,7 +197,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         "lastSeq": s.last_seq,
         "deleted": s.deleted,
         "forkedFrom": {"sessionId": s.forked_from_session, "seq": s.forked_from_seq} if s.forked_from_session else None,
-    } | ({} if agents_start is None else {"agentsStart": agents_start})
+    } | ({} if agents_start is None else {"agentsStart": agents_start}) | ({} if agent_id is None else {"agentId": agent_id})
 
 
 def agents_page(s: SessionState, start: int, limit: int) -> list[AgentState]:

@@ -279,7 +279,7 @@ def routes(w: World) -> list[tuple[str, str, list[str], dict[str, list[Any]] | N
         ("GET", "/sessions", ["project", "projectId", "includeDeleted", "order", "limit", "after"], None, False),
         ("POST", "/sessions", [], {"projectId": [w.project, w.other_project, "", "unknown", "x" * 201],
                                    "model": [None, "faux/echo", "unknown/model", "", " x", "x" * 201]}, True),
-        ("GET", "/sessions/{sid}", ["itemsLimit", "itemsBefore", "agentsStart", "agentsLimit"], None, False),
+        ("GET", "/sessions/{sid}", ["itemsLimit", "itemsBefore", "agentsStart", "agentsLimit", "agentId"], None, False),
         ("POST", "/sessions/{sid}/inputs", [], {"requestId": ["r-fuzz", w.request_id, "", "a b", "x" * 201],
                                                 "content": content, "whenBusy": ["followUp", "steer", "later", ""]}, True),
         ("POST", "/sessions/{sid}/inputs/{rid}/withdraw", [], {}, True),
