@@ -217,3 +217,58 @@ async def test_a_fork_from_the_deletion_or_the_first_event_starts_live_idle_and_
         r = await daemon.post(f"/sessions/{sid}/fork", token, {"seq": seq})
         assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), (seq, r.text)
         assert "seq" in r.json()["error"]["message"]
+
+
+# --------------------------------------------------------------------------- F-CTX-5
+
+UNREPORTED = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "silent", "text": "nothing counted", "inputTokens": None, "outputTokens": None},
+    {"when": "counted", "text": "all counted", "inputTokens": 40, "outputTokens": 2, "cacheReadTokens": 0,
+     "cacheWriteTokens": 0, "reasoningTokens": 0},
+]}], "defaultModel": "faux/faux-1"}
+ALL_UNKNOWN = {"input_tokens": None, "output_tokens": None, "cache_read_tokens": None, "cache_write_tokens": None,
+               "reasoning_tokens": None}
+
+
+async def test_counts_a_faux_turn_scripts_as_null_stay_unknown_never_zero(daemon_factory):
+    # A faux turn reports word counts for input and output unless scripted; one scripted with
+    # null reported them all the same, so no script could play a provider that leaves them out.
+    d = await daemon_factory(config=UNREPORTED)
+    token, sid = await _session(d)
+    await d.submit(token, sid, "r1", "silent")
+    await d.wait_idle(token, sid)
+    [usage] = [e["body"]["usage"] for e in await d.events(token, sid) if e["kind"] == "model.responded"]
+    assert usage == ALL_UNKNOWN
+    assert (await d.view(token, sid))["usage"] == {
+        "requests": 1, "inputTokens": None, "outputTokens": None, "cacheReadTokens": None, "cacheWriteTokens": None,
+        "reasoningTokens": None, "unreported": dict.fromkeys(
+            ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens"), 1)}
+    # A count of 0 that is reported is 0, and the totals say one request did not report.
+    await d.submit(token, sid, "r2", "counted")
+    await d.wait_idle(token, sid)
+    totals = (await d.view(token, sid))["usage"]
+    assert {k: totals[k] for k in ("requests", "inputTokens", "outputTokens", "cacheReadTokens")} == {
+        "requests": 2, "inputTokens": 40, "outputTokens": 2, "cacheReadTokens": 0}
+    assert set(totals["unreported"].values()) == {1}
+    # The same from the log after a restart.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=UNREPORTED, root=d.root)
+    assert (await d2.view(token, sid))["usage"] == totals
+    # Left out, the two counts are the faux provider's word counts, as documented.
+    await d2.submit(token, sid, "r3", "plain words here")
+    await d2.wait_idle(token, sid)
+    last = [e["body"]["usage"] for e in await d2.events(token, sid) if e["kind"] == "model.responded"][-1]
+    assert isinstance(last["input_tokens"], int) and last["output_tokens"] == len("(faux) You said: plain words here".split())
+
+
+def test_a_script_count_that_is_no_count_is_refused_naming_it():
+    # (the script is read with the config: a negative or non-integer count names itself)
+    from runtime.providers.faux import FauxProvider
+
+    for bad in ({"inputTokens": -1}, {"outputTokens": 1.5}, {"inputTokens": "3"}):
+        try:
+            FauxProvider.from_config("faux", [{"text": "x", **bad}])
+        except ValueError as exc:
+            assert next(iter(bad)) in str(exc), exc
+        else:
+            raise AssertionError(f"{bad} was taken")
