@@ -51,8 +51,10 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     error: FauxError | None = None
     delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # before the first delta
     chunk_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # between deltas
-    input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
-    output_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    # Left out: the answer reports word counts (of the request's items, of the answer's text);
+    # null: it reports none, as a provider that leaves a count out (F-CTX-5: it stays unknown).
+    input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None | msgspec.UnsetType = msgspec.UNSET
+    output_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None | msgspec.UnsetType = msgspec.UNSET
     # Reported only when scripted (None: the answer does not report the count).
     cache_read_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     cache_write_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
@@ -121,8 +123,8 @@ class FauxProvider:
         chunks = turn.chunks if turn.chunks is not None else ([turn.text] if turn.text else [])
         if turn.error is not None and not chunks:
             raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable)
-        words = sum(len(it.text.split()) for it in request.items)
-        input_tokens = turn.input_tokens if turn.input_tokens is not None else words
+        input_tokens = (sum(len(it.text.split()) for it in request.items)
+                        if turn.input_tokens is msgspec.UNSET else turn.input_tokens)
         # It has begun answering: the input counts are known from here on, the output's at the
         # end (as an Anthropic ``message_start`` reports them); an answer cut off between its
         # chunks, or failing after them, leaves these.
@@ -155,7 +157,7 @@ class FauxProvider:
             stop_reason="tool_use" if calls else "end_turn",
             usage=t.Usage(
                 input_tokens=input_tokens,
-                output_tokens=turn.output_tokens if turn.output_tokens is not None else len(text.split()),
+                output_tokens=len(text.split()) if turn.output_tokens is msgspec.UNSET else turn.output_tokens,
                 cache_read_tokens=turn.cache_read_tokens,
                 cache_write_tokens=turn.cache_write_tokens,
                 reasoning_tokens=turn.reasoning_tokens,
