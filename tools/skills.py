@@ -290,10 +290,13 @@ async def discover(read: Read) -> Discovery:
 async def resource_samples(read: Read, base_dir: str) -> tuple[list[str], bool]:
     """Up to :data:`MAX_SAMPLES` files of the skill directory other than SKILL.md, as paths
     relative to it, in sorted (depth-first) order; and whether there are more. Symlinked
-    directories are not entered (they are listed without "/")."""
+    directories are not entered (they are listed without "/"). A directory :data:`MAX_SAMPLE_DEPTH`
+    levels down is not entered either; its entries count as more (unseen, so perhaps none)."""
     out: list[str] = []
+    below = False  # a directory past the depth limit was met
 
     async def walk(rel: str, depth: int) -> bool:
+        nonlocal below
         try:
             entries = await _listing(read, f"{base_dir}/{rel}" if rel else base_dir)
         except ToolError as exc:
@@ -303,7 +306,9 @@ async def resource_samples(read: Read, base_dir: str) -> tuple[list[str], bool]:
         for entry in entries:
             path = f"{rel}{entry}"
             if entry.endswith("/"):
-                if depth < MAX_SAMPLE_DEPTH and await walk(path, depth + 1):
+                if depth >= MAX_SAMPLE_DEPTH:
+                    below = True
+                elif await walk(path, depth + 1):
                     return True
                 continue
             if path == SKILL_FILE:
@@ -314,7 +319,7 @@ async def resource_samples(read: Read, base_dir: str) -> tuple[list[str], bool]:
         return False
 
     more = await walk("", 1)
-    return out, more
+    return out, more or below
 
 
 def instructions_text(skill: Skill) -> str:

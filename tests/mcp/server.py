@@ -20,7 +20,8 @@ with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid o
 it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
-``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
+``--dotted`` (adds ``some.tool``), ``--named NAME`` (repeatable: adds a tool of that name answering
+``NAME: {text}``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
@@ -159,6 +160,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text("asked")
     elif name == "extra.tool":
         result = text("extra!")
+    elif name in opts.named:
+        result = text(f"{name}: {args.get('text', '')}")
     elif name == "some.tool":
         result = text("some.tool ran")
     elif name == "listings":
@@ -197,6 +200,7 @@ def main() -> None:
     ap.add_argument("--keyed")
     ap.add_argument("--stale-cursor", action="store_true")
     ap.add_argument("--reply-log")
+    ap.add_argument("--named", action="append", default=[])
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -225,6 +229,8 @@ def main() -> None:
         deep_text = '{"type": "object", "properties": {"x": ' * opts.deep + "{}" + "}}" * opts.deep
         TOOLS.insert(0, {"name": "deep", "description": "A deep schema", "inputSchema": {
             "type": "object", "properties": {"x": DEEP}}})
+    for named in opts.named:  # (a tool of that name, answering as echo does, with its name)
+        TOOLS.append({"name": named, "description": f"Echoes as {named}", "inputSchema": OBJ})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:
