@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, connect, console_errors, make_daemon,
+    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon,
     one, open_new_session, reopen_read_only, shown_default, submit, texts, wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
@@ -829,15 +829,34 @@ def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a
     assert at() == ("Snip", cards[1])
     assert console_errors(driver) == []
 
-    # Read-only (no message box): a card's disclosures alone, one stop a card; walked by Tab from
-    # the first card's.
+    def walked() -> list[tuple[str, str | None]]:
+        """Tab from the first card's stop until the focus leaves the timeline: the stops in cards."""
+        started = driver.execute_script("""const n = [...document.querySelectorAll('#timeline .tool :is(summary, button)')]
+            .find((c) => c.tabIndex === 0 && !c.disabled); if (n) n.focus(); return !!n""")
+        assert started, "no card has a stop that takes the focus"
+        stops = [at()]
+        for _ in range(20):
+            keys(driver, Keys.TAB)
+            if not driver.execute_script(CARD_WHERE)["in"]:
+                return [s for s in stops if s[1]]
+            stops.append(at())
+        raise AssertionError(stops)
+
+    # Read-only: a card's disclosures alone, one stop a card.
     reopen_read_only(driver, readonly, sid)
     wait_for(lambda: len(by_css(driver, "#timeline .tool")) == 3 and not by_css(driver, "#timeline .tool button"), "the cards, read-only")
-    driver.execute_script("[...document.querySelectorAll('#timeline .tool summary')].find((n) => n.tabIndex === 0).focus()")
-    stops = [at()]
-    for _ in range(20):
-        keys(driver, Keys.TAB)
-        if not driver.execute_script(CARD_WHERE)["in"]:
-            break
-        stops.append(at())
-    assert stops == [("arguments", c) for c in cards], stops
+    assert walked() == [("arguments", c) for c in cards]
+
+    # Back with the strong credential, the session deleted: the cards' Snip and Hide are disabled;
+    # each card's stop moves on to its first control that takes the focus.
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, strong)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    click(driver, f"#sessions button[data-session-id='{sid}']")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-hide") == ["Hide"] * 3, "the cards, strong")
+    assert d.request("DELETE", f"/sessions/{sid}", token=strong)[0] == 200
+    wait_for(lambda: body_data(driver, "sessionStatus") == "deleted", "the session shown deleted")
+    wait_for(lambda: not [n for n in by_css(driver, "#timeline .tool button") if n.is_enabled()], "the cards' buttons disabled")
+    assert walked() == [("arguments", c) for c in cards]
+
