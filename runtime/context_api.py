@@ -93,8 +93,7 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
         check_id(sid, "session id")
         body = await read_body(SnipBody)
         check_id(body.agent_id, "agentId")
-        for item_id in body.item_ids:
-            check_id(item_id, "itemIds[]")
+        check_item_ids(body)
         if not body.item_ids and not body.older_images:
             raise ApiError("VALIDATION_FAILED", "give itemIds, olderImages or both")
         return json_response(await svc.call(sid, wc.EditContext(
@@ -124,8 +123,7 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
             check_id(sid, "session id")
             body = await read_body(ItemsBody)
             check_id(body.agent_id, "agentId")
-            for item_id in body.item_ids:
-                check_id(item_id, "itemIds[]")
+            check_item_ids(body)
             return json_response(await svc.call(sid, wc.EditContext(op, tuple(body.item_ids),  # type: ignore[arg-type]
                                                                     agent_id=body.agent_id)))
 
@@ -134,6 +132,13 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
 
     for op in ("unsnip", "hide", "unhide"):
         app.post(f"/api/v1/sessions/<sid>/context/{op}")(items_edit(op))
+
+
+def check_item_ids(body: Any) -> None:
+    """Check each of a context edit's ``itemIds`` (a body with ``item_ids``) as an id:
+    ``INVALID_ARGUMENT``, naming ``itemIds[]``, at the first that is not."""
+    for item_id in body.item_ids:
+        check_id(item_id, "itemIds[]")
 
 
 def context_settings(body: object) -> dict[str, object]:

@@ -7,9 +7,7 @@ these with its folded :class:`SessionState` and performs the effects they name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
-
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Union
 
 from events import types as t
 from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue

@@ -7,17 +7,29 @@ such an answer, from a loopback server of a real wire protocol (``server``), and
 ``model.failed`` carries the text; the view's items are the input and the text marked ``status``;
 ``lens log decode`` gives the same row as the events route; history search finds it under its id;
 the next input's request (the server asked once before) sends it as the assistant's message between
-the two user turns, and nothing of what never streamed; the view is the same after a restart."""
+the two user turns, and nothing of what never streamed; the view is the same after a restart.
+:func:`check_nothing_kept` holds the opposite case: an answer that ended before any visible text
+(reasoning streamed, a tool call begun) keeps nothing. :func:`new_session` makes the session both
+start from."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
 
+from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import Reply, ScriptedServer
 from .conftest import Daemon, run_lens, stop_daemon, wait_until
 
 NEVER_SEEN = "never seen"  # (the tests' streams end with it after the cut: no request may carry it)
+
+
+async def new_session(d: Daemon, client: str) -> tuple[str, str, str]:
+    """A strong credential paired as ``client``, a project and a session in it: (token, project id,
+    session id)."""
+    token = await d.pair(client, strong=True)
+    pid = (await d.project(token))["id"]
+    return token, pid, (await d.session(token, pid))["id"]
 
 
 def roles_and_texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -83,3 +95,22 @@ async def check_kept_text(d: Daemon, daemon_factory: Callable[..., Any], server:
     assert again["items"] == view["items"] and again["usage"] == view["usage"]
     assert [it.get("status") for it in again["items"]] == [None, status, None, None]
     return failed
+
+
+async def check_nothing_kept(d: Daemon, server: ScriptedServer, *, token: str, pid: str, sid: str, code: str) -> None:
+    """Check that session ``sid``'s first answer, which ended with ``code`` after reasoning
+    (``pondering quokkas``) and a tool call begun but before any visible text, kept nothing: its
+    ``model.failed`` holds no text, the view holds the input alone, history search finds no
+    reasoning, and the next input's request (the server's second) sends the user's turns only."""
+    view = await d.wait_idle(token, sid)
+    (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+    assert (failed["body"]["code"], failed["body"]["partial_text"]) == (code, ""), failed
+    assert [it["role"] for it in view["items"]] == ["user"], view["items"]
+    r = await d.post("/history/search", token, {"projectId": pid, "query": "pondering"})
+    assert r.status_code == 200 and r.json()["results"] == [], r.text
+
+    server.push(message_stream(text="Small marsupials."))
+    await d.submit(token, sid, "r2", "go on")
+    await d.wait_idle(token, sid)
+    assert [m["role"] for m in server.requests[1].body["messages"]] == ["user"]  # (two user turns, merged)
+    assert "pondering" not in json.dumps(server.requests[1].body)

@@ -25,7 +25,7 @@ from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from ..providers.servers.openai_responses import response_stream
 from .conftest import LIMIT, Daemon
-from .kept_text import NEVER_SEEN, check_kept_text, roles_and_texts
+from .kept_text import NEVER_SEEN, check_kept_text, check_nothing_kept, new_session, roles_and_texts
 
 SEEN = ["Quokkas are ", "small marsupials"]
 PARTIAL = "".join(SEEN)
@@ -35,12 +35,6 @@ def _anthropic(url: str) -> dict[str, Any]:
     return {"providers": [{"id": "claude", "protocol": "anthropic", "baseUrl": url, "maxRetries": 0,
                            "models": [{"id": "claude-test", "contextWindow": 50000}]}],
             "defaultModel": "claude/claude-test"}
-
-
-async def _session(d: Daemon) -> tuple[str, str, str]:
-    token = await d.pair("abort-client", strong=True)
-    pid = (await d.project(token))["id"]
-    return token, pid, (await d.session(token, pid))["id"]
 
 
 async def _abort_after_seeing(d: Daemon, token: str, sid: str, text: str, *, agent: str = "main") -> None:
@@ -68,7 +62,7 @@ async def test_an_answer_aborted_while_it_streamed_keeps_its_text_anthropic(daem
     server.push(message_stream(text=[*SEEN, f" {NEVER_SEEN}"], usage={"input_tokens": 50, "output_tokens": 1},
                                stall_after=5))
     d = await daemon_factory(config=_anthropic(url))
-    token, pid, sid = await _session(d)
+    token, pid, sid = await new_session(d, "abort-client")
     await _abort_after_seeing(d, token, sid, PARTIAL)
 
     (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
@@ -100,7 +94,7 @@ async def test_an_answer_aborted_while_it_streamed_keeps_its_text_openai(daemon_
     d = await daemon_factory(config={"providers": [{"id": "oa", "protocol": protocol, "baseUrl": f"{url}/v1",
                                                     "maxRetries": 0, "models": [{"id": model}]}],
                                      "defaultModel": f"oa/{model}"})
-    token, _pid, sid = await _session(d)
+    token, _pid, sid = await new_session(d, "abort-client")
     await _abort_after_seeing(d, token, sid, PARTIAL)
 
     (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
@@ -131,7 +125,7 @@ async def test_a_kept_text_near_the_event_limit_is_cut_so_that_the_abort_is_reco
     d = await daemon_factory(config={"providers": [{"id": "oa", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
                                                     "maxRetries": 0, "models": [{"id": "compat-model"}]}],
                                      "defaultModel": "oa/compat-model", "log": {"maxEventBytes": limit}})
-    token, _pid, sid = await _session(d)
+    token, _pid, sid = await new_session(d, "abort-client")
     await _abort_after_seeing(d, token, sid, streamed)
     (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
     kept = failed["body"]["partial_text"]
@@ -151,7 +145,7 @@ async def test_an_abort_before_any_visible_text_keeps_nothing(daemon_factory, nu
     server.push(message_stream(thinking=["pondering quokkas"], calls=[("toolu_1", "get_system_time", {"zone": "UTC"})],
                                stall_after=8))
     d = await daemon_factory(config=_anthropic(url))
-    token, pid, sid = await _session(d)
+    token, pid, sid = await new_session(d, "abort-client")
     async with d.sse(token, params={"session": sid}) as stream:
         await d.submit(token, sid, "r1", "tell me about quokkas")
         await stream.until(lambda m: m.event == "model.delta" and m.json()["kind"] == "reasoning")
@@ -159,18 +153,7 @@ async def test_an_abort_before_any_visible_text_keeps_nothing(daemon_factory, nu
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
         assert (await d.post(f"/sessions/{sid}/abort", token)).status_code == 200
 
-    (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
-    assert (failed["body"]["code"], failed["body"]["partial_text"]) == ("ABORTED", ""), failed
-    view = await d.view(token, sid)
-    assert [it["role"] for it in view["items"]] == ["user"], view["items"]
-    r = await d.post("/history/search", token, {"projectId": pid, "query": "pondering"})
-    assert r.status_code == 200 and r.json()["results"] == [], r.text
-
-    server.push(message_stream(text="Small marsupials."))
-    await d.submit(token, sid, "r2", "go on")
-    await d.wait_idle(token, sid)
-    assert [m["role"] for m in server.requests[1].body["messages"]] == ["user"]  # (two user turns, merged)
-    assert "pondering" not in json.dumps(server.requests[1].body)
+    await check_nothing_kept(d, server, token=token, pid=pid, sid=sid, code="ABORTED")
 
 
 async def test_a_subagent_aborted_while_its_answer_streamed_keeps_its_text(daemon_factory):
@@ -179,7 +162,7 @@ async def test_a_subagent_aborted_while_its_answer_streamed_keeps_its_text(daemo
         {"when": "SUBSTREAM", "chunks": [*SEEN, f" {NEVER_SEEN}"], "chunkDelayMs": 600000},
     ]}], "defaultModel": "faux/faux-1"}
     d = await daemon_factory(config=config)
-    token, pid, sid = await _session(d)
+    token, pid, sid = await new_session(d, "abort-client")
     # (faux streams a chunk, then waits chunkDelayMs before the next: one chunk is seen)
     await _abort_after_seeing(d, token, sid, SEEN[0], agent="sub_")
 
@@ -204,7 +187,7 @@ async def test_a_stop_while_an_answer_streamed_keeps_nothing_and_asks_again(daem
     url = await server.start(nursery)
     server.push(message_stream(text=[*SEEN, f" {NEVER_SEEN}"], stall_after=5))
     d = await daemon_factory(config=_anthropic(url))
-    token, _pid, sid = await _session(d)
+    token, _pid, sid = await new_session(d, "abort-client")
     async with d.sse(token, params={"session": sid}) as stream:
         await d.submit(token, sid, "r1", "tell me about quokkas")
         await stream.until(lambda m: m.event == "model.delta" and m.json()["text"] == SEEN[1])

@@ -27,7 +27,7 @@ from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import Reply, ScriptedServer, sse
 from ..providers.servers.openai_chat import chat_stream
 from ..providers.servers.openai_responses import response_stream
-from .kept_text import NEVER_SEEN, check_kept_text
+from .kept_text import NEVER_SEEN, check_kept_text, check_nothing_kept, new_session
 
 SEEN = ["Quokkas are ", "small marsupials"]
 PARTIAL = "".join(SEEN)
@@ -85,9 +85,7 @@ async def test_an_answer_whose_stream_failed_keeps_the_text_it_had_streamed(daem
     url = await server.start(nursery)
     server.push(failing())
     d = await daemon_factory(config=_config(protocol, url))
-    token = await d.pair("failure-client", strong=True)
-    pid = (await d.project(token))["id"]
-    sid = (await d.session(token, pid))["id"]
+    token, pid, sid = await new_session(d, "failure-client")
     async with d.sse(token, params={"session": sid}) as stream:
         await d.submit(token, sid, "r1", "tell me about quokkas")
         seen: list[str] = []
@@ -123,23 +121,9 @@ async def test_a_failure_before_any_visible_text_keeps_nothing(daemon_factory, n
     server.push(Reply(events=[*(begun or [])[:8], ("error", {"type": "error", "error": {"type": "api_error",
                                                                                         "message": "Internal"}})]))
     d = await daemon_factory(config=_config("anthropic", url))
-    token = await d.pair("failure-client", strong=True)
-    pid = (await d.project(token))["id"]
-    sid = (await d.session(token, pid))["id"]
+    token, pid, sid = await new_session(d, "failure-client")
     await d.submit(token, sid, "r1", "tell me about quokkas")
-    view = await d.wait_idle(token, sid)
-
-    (failed,) = [e for e in await d.events(token, sid) if e["kind"] == "model.failed"]
-    assert (failed["body"]["code"], failed["body"]["partial_text"]) == ("PROVIDER_ERROR", ""), failed
-    assert [it["role"] for it in view["items"]] == ["user"], view["items"]
-    r = await d.post("/history/search", token, {"projectId": pid, "query": "pondering"})
-    assert r.status_code == 200 and r.json()["results"] == [], r.text
-
-    server.push(message_stream(text="Small marsupials."))
-    await d.submit(token, sid, "r2", "go on")
-    await d.wait_idle(token, sid)
-    assert [m["role"] for m in server.requests[1].body["messages"]] == ["user"]  # (two user turns, merged)
-    assert "pondering" not in json.dumps(server.requests[1].body)
+    await check_nothing_kept(d, server, token=token, pid=pid, sid=sid, code="PROVIDER_ERROR")
 
 
 async def test_a_subagent_whose_stream_failed_keeps_its_text_in_its_own_items(daemon_factory, nursery):
@@ -151,9 +135,7 @@ async def test_a_subagent_whose_stream_failed_keeps_its_text_in_its_own_items(da
                 Reply(chunks=sse(sub[:5]), close_early=True),
                 message_stream(text="The subagent failed."))
     d = await daemon_factory(config=_config("anthropic", url))
-    token = await d.pair("failure-client", strong=True)
-    pid = (await d.project(token))["id"]
-    sid = (await d.session(token, pid))["id"]
+    token, pid, sid = await new_session(d, "failure-client")
     await d.submit(token, sid, "r1", "tell me about quokkas")
     view = await d.wait_idle(token, sid)
 
@@ -183,8 +165,7 @@ async def test_a_kept_text_near_the_event_limit_is_cut_so_that_the_failure_is_re
     url = await server.start(nursery)
     server.push(Reply(chunks=sse(events[:2]), close_early=True))
     d = await daemon_factory(config={**_config("openai-chat", url), "log": {"maxEventBytes": limit}})
-    token = await d.pair("failure-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    token, _pid, sid = await new_session(d, "failure-client")
     await d.submit(token, sid, "r1", "tell me about quokkas")
     view = await d.wait_idle(token, sid)
     (failed,) = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
@@ -203,8 +184,7 @@ async def test_a_faux_turn_with_text_and_an_error_streams_the_text_then_fails(da
         {"when": "at once", "text": "", "error": {"code": "RATE_LIMITED", "message": "slow down"}},
     ]}], "defaultModel": "faux/faux-1"}
     d = await daemon_factory(config=config)
-    token = await d.pair("failure-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    token, _pid, sid = await new_session(d, "failure-client")
     await d.submit(token, sid, "r1", "tell me about quokkas")
     await d.wait_idle(token, sid)
     await d.submit(token, sid, "r2", "fail at once")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, committed_answers, connect, console_errors, make_daemon,
-    one, open_new_session, shown_default, submit, texts, wait_for, with_turns)
+    HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon,
+    one, open_new_session, reopen_read_only, shown_default, submit, texts, wait_for, with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
                    {"id": "2", "text": "second", "status": "in_progress"}]}
@@ -367,7 +367,7 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
                                      " && n.title.includes('stopped')).length")
 
     # Forget credential goes with the credential: the field to paste one has the focus.
-    # (back across the timeline: 30 presses, its messages one stop among them, each tool card four)
+    # (back across the timeline: 18 presses, its messages one stop among them, each tool card one)
     tab_to(driver, lambda f: f["id"] == "disconnect", shift=True)
     keys(driver, Keys.ENTER)
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
@@ -727,3 +727,136 @@ def test_dashboard_timeline_messages_are_one_tab_stop_and_the_arrows_move_betwee
     keys(driver, Keys.ARROW_UP)
     assert at() == ("summary", messages[0])
     assert console_errors(driver) == []
+
+
+# Where the focus is, against the timeline's tool cards: in the timeline (and in which card), or before it.
+CARD_WHERE = """const a = document.activeElement, tl = document.getElementById('timeline'), c = a.closest('.tool');
+    return {in: tl.contains(a), before: !!(a.compareDocumentPosition(tl) & Node.DOCUMENT_POSITION_FOLLOWING),
+            tag: a.tagName.toLowerCase(), text: a.textContent.trim(), card: c ? c.dataset.itemId : null}"""
+
+
+def card_stops(driver: Any) -> list[tuple[str, str, str | None]]:
+    """Shift+Tab from the message box back across the timeline: the stops in it (tag, text, tool card)."""
+    from selenium.webdriver.common.keys import Keys
+    driver.execute_script("document.getElementById('input').focus()")
+    stops: list[tuple[str, str, str | None]] = []
+    for _ in range(60):
+        chord(driver, Keys.SHIFT, Keys.TAB)
+        f = driver.execute_script(CARD_WHERE)
+        if f["before"]:
+            return stops
+        if f["in"]:
+            stops.append((f["tag"], f["text"], f["card"]))
+    raise AssertionError(f"not across the timeline in 60 presses: {stops}")
+
+
+def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a_card(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A tool call's card was four tab stops (Snip, Hide, its arguments, its result): crossing a
+    conversation of many calls by Tab cost four presses a call. Each card is now one stop (a roving
+    tabindex, as a toolbar's): its first control until the reader moves it; Left / Right go to the
+    card's next and previous control, Home / End to its first and last; the stop stays where the
+    reader left it; a card redrawn under the focus (it changed by an edit made elsewhere) keeps it on
+    the same control; every control is reached and named. A read-only card is one stop too."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns({"when": "three tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * 3}))
+    strong = d.pair("dash-cards", strong=True)
+    readonly = d.pair("dash-cards-read", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "three tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
+        a.startswith("The tool answered") for a in committed_answers(driver))
+        and texts(driver, "#timeline .tool .ctx-edit") == ["Snip"] * 3, "the answer after three tool calls")
+    cards = driver.execute_script("return [...document.querySelectorAll('#timeline .tool')].map((c) => c.dataset.itemId)")
+    assert len(cards) == 3
+
+    # Three cards, three stops (each card's first control), and the messages' one.
+    stops = card_stops(driver)
+    assert [s for s in stops if s[2]] == [("button", "Snip", c) for c in reversed(cards)], stops
+    assert len(stops) == 4, stops
+    keys(driver, Keys.TAB)   # (forward again: the first card's stop)
+    assert driver.execute_script(CARD_WHERE)["card"] == cards[0]
+    assert driver.execute_script("return document.activeElement.getAttribute('aria-describedby')") == "tool-keys"
+    assert "Left and Right arrows" in driver.execute_script("return document.getElementById('tool-keys').textContent")
+
+    def at() -> tuple[str, str | None]:
+        f = driver.execute_script(CARD_WHERE)
+        return f["text"], f["card"]
+
+    # Every control of a card reached by the arrows, each named; the ends stay the ends.
+    controls = ["Snip", "Hide", "arguments", "result"]
+    seen = [at()[0]]
+    for _ in controls[1:]:
+        keys(driver, Keys.ARROW_RIGHT)
+        seen.append(at()[0])
+    assert seen == controls
+    keys(driver, Keys.ARROW_RIGHT)
+    assert at() == ("result", cards[0])
+    keys(driver, Keys.HOME)
+    assert at() == ("Snip", cards[0])
+    keys(driver, Keys.ARROW_LEFT)
+    assert at() == ("Snip", cards[0])
+    keys(driver, Keys.END, Keys.ARROW_LEFT)
+    assert at() == ("arguments", cards[0])
+    assert driver.execute_script("""return [...document.querySelectorAll('#timeline .tool :is(summary, button)')]
+        .filter((n) => !(n.textContent.trim() || n.getAttribute('aria-label'))).length""") == 0
+    # (Enter still opens a disclosure; the arrows do not scroll or toggle it)
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: driver.execute_script(f"return document.querySelector(\"#timeline .tool[data-item-id='{cards[0]}'] details\").open"),
+             "the arguments open")
+
+    # The stop stays where the reader left it; the other cards' stops are their first control.
+    stops = card_stops(driver)
+    assert [s for s in stops if s[2]] == [("button", "Snip", cards[2]), ("button", "Snip", cards[1]),
+                                          ("summary", "arguments", cards[0])], stops
+
+    # A card redrawn under the focus (its result snipped elsewhere: Snip becomes Include) keeps it
+    # on the same control, and its stop.
+    result = driver.execute_script(f"return document.querySelector(\"#timeline .tool[data-item-id='{cards[1]}'] .ctx-edit\").dataset.itemId")
+    driver.execute_script(f"document.querySelector(\"#timeline .tool[data-item-id='{cards[1]}'] .ctx-edit\").focus()")
+    keys(driver, Keys.END)
+    assert at() == ("result", cards[1])
+    assert d.request("POST", f"/sessions/{sid}/context/snip", {"itemIds": [result]}, token=strong)[0] == 200
+    wait_for(lambda: texts(driver, f"#timeline .tool[data-item-id='{cards[1]}'] .ctx-edit") == ["Include"], "Include")
+    assert at() == ("result", cards[1])
+    keys(driver, Keys.HOME)
+    assert at() == ("Include", cards[1])
+    assert d.request("POST", f"/sessions/{sid}/context/include", {"itemId": result}, token=strong)[0] == 200
+    wait_for(lambda: texts(driver, f"#timeline .tool[data-item-id='{cards[1]}'] .ctx-edit") == ["Snip"], "Snip again")
+    assert at() == ("Snip", cards[1])
+    assert console_errors(driver) == []
+
+    def walked() -> list[tuple[str, str | None]]:
+        """Tab from the first card's stop until the focus leaves the timeline: the stops in cards."""
+        started = driver.execute_script("""const n = [...document.querySelectorAll('#timeline .tool :is(summary, button)')]
+            .find((c) => c.tabIndex === 0 && !c.disabled); if (n) n.focus(); return !!n""")
+        assert started, "no card has a stop that takes the focus"
+        stops = [at()]
+        for _ in range(20):
+            keys(driver, Keys.TAB)
+            if not driver.execute_script(CARD_WHERE)["in"]:
+                return [s for s in stops if s[1]]
+            stops.append(at())
+        raise AssertionError(stops)
+
+    # Read-only: a card's disclosures alone, one stop a card.
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: len(by_css(driver, "#timeline .tool")) == 3 and not by_css(driver, "#timeline .tool button"), "the cards, read-only")
+    assert walked() == [("arguments", c) for c in cards]
+
+    # Back with the strong credential, the session deleted: the cards' Snip and Hide are disabled;
+    # each card's stop moves on to its first control that takes the focus.
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    connect(driver, strong)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    click(driver, f"#sessions button[data-session-id='{sid}']")
+    wait_for(lambda: texts(driver, "#timeline .tool .ctx-hide") == ["Hide"] * 3, "the cards, strong")
+    assert d.request("DELETE", f"/sessions/{sid}", token=strong)[0] == 200
+    wait_for(lambda: body_data(driver, "sessionStatus") == "deleted", "the session shown deleted")
+    wait_for(lambda: not [n for n in by_css(driver, "#timeline .tool button") if n.is_enabled()], "the cards' buttons disabled")
+    assert walked() == [("arguments", c) for c in cards]
+
