@@ -161,7 +161,7 @@ class AnthropicProvider(SdkProvider):
             if reader.stop_reason is None and reader.delta_came:  # (it came, saying none)
                 raise self.malformed(ValueError("the message_delta's stop_reason is null"))
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
-                raise self.truncated("its stop_reason")
+                raise self.truncated("its stop_reason", reader.size)
             return self.checked(self._result(reader, compiled, cache))
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
             if meter is not None:
