@@ -13,8 +13,10 @@ from runtime.providers.base import ProviderError
 from runtime.startcheck import check_default_model
 
 from ..daemon.conftest import run_lens
+from ..daemon.keyleaks import KEYS, SLOW, leaks_everywhere, watched
 
 from .conftest import PROTOCOLS, Ctx, Deltas
+from .scripts import reply
 from .servers.base import Reply
 
 # What each protocol answers to a request that does not ask for a stream: one JSON document.
@@ -115,3 +117,55 @@ async def test_lens_serve_refuses_a_default_model_no_provider_serves_before_maki
     for w in words:
         assert w in out.stderr, (w, out.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # no data directory made
+
+
+# --------------------------------------------------------------------------- through `lens serve`
+
+
+async def test_each_protocol_answers_and_runs_a_tool_round_through_lens_serve(tmp_path: Path):
+    """SPEC section 9's config as a client author writes it: ``lens serve`` as a process, one
+    provider of each protocol at a loopback server speaking its wire protocol, each key in the
+    variable its ``apiKeyEnv`` names. Each session streams a tool call (``read_file`` of a
+    workspace file, run by the executor), then an answer; then the server answers a whole JSON
+    document instead of a stream, which fails the turn once, naming it. No key anywhere after."""
+    async with watched(tmp_path, "stranger") as w:
+        d, token, server = w.d, w.token, w.server
+        (Path(w.project["workspace"]) / "hello.txt").write_text("hello from the workspace\n")
+        for pid, protocol, key_env in [("chat", "openai-chat", "OPENAI_API_KEY"),
+                                       ("resp", "openai-responses", "LENS_TEST_RESPONSES_KEY"),
+                                       ("anth", "anthropic", "ANTHROPIC_API_KEY")]:
+            r = await d.post("/sessions", token, {"projectId": w.project["id"], "model": f"{pid}/m"})
+            assert r.status_code == 201, r.text
+            sid = r.json()["id"]
+            server.push(reply(protocol, text=["Reading."], calls=[(f"call_{pid}", "read_file", {"path": "hello.txt"})],
+                              rid=f"{pid}1"),
+                        reply(protocol, text=["It says ", "hello."], rid=f"{pid}2"))
+            before = len(server.requests)
+            await d.submit(token, sid, f"{pid}-1", "what does hello.txt say?")
+            view = await d.wait_idle(token, sid, timeout=SLOW)
+            sent = server.requests[before:]
+            assert len(sent) == 2, (pid, [rq.body for rq in sent])
+            key = KEYS[key_env]
+            for rq in sent:
+                assert rq.body["stream"] is True and rq.body["model"] == "m", (pid, rq.body)
+                sent_key = rq.headers.get("authorization", "").removeprefix("Bearer ") or rq.headers.get("x-api-key")
+                assert sent_key == key, pid  # (the variable apiKeyEnv names)
+            assert "hello from the workspace" in json.dumps(sent[1].body), (pid, sent[1].body)  # the tool's result
+            events = await d.events(token, sid)
+            kinds = [e["kind"] for e in events]
+            assert kinds.count("model.responded") == 2 and "model.failed" not in kinds, (pid, kinds)
+            finished = [e["body"] for e in events if e["kind"] == "tool.finished"]
+            assert len(finished) == 1 and not finished[0]["is_error"], (pid, finished)
+            assert "It says hello." in json.dumps(view["items"]), (pid, view["items"])
+
+            # A server that ignores "stream": true: one request, one model.failed naming it.
+            server.push(Reply(200, WHOLE[protocol]))
+            before = len(server.requests)
+            await d.submit(token, sid, f"{pid}-2", "again")
+            await d.wait_idle(token, sid, timeout=SLOW)
+            assert len(server.requests) == before + 1, pid
+            failed = [e["body"] for e in await d.events(token, sid) if e["kind"] == "model.failed"]
+            assert len(failed) == 1 and failed[0]["code"] == "PROVIDER_ERROR", (pid, failed)
+            assert "answered with application/json, not an event stream" in failed[0]["message"], (pid, failed)
+    found, _ = await leaks_everywhere(w)
+    assert not found, "\n".join(found)
