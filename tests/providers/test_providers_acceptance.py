@@ -12,12 +12,12 @@ from runtime.config import Config, ConfigError, parse_config
 from runtime.providers.base import ProviderError
 from runtime.startcheck import check_default_model
 
-from ..daemon.conftest import run_lens
+from ..daemon.conftest import run_lens, serving
 from ..daemon.keyleaks import KEYS, SLOW, leaks_everywhere, watched
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
-from .servers.base import Reply
+from .servers.base import Reply, ScriptedServer
 
 # What each protocol answers to a request that does not ask for a stream: one JSON document.
 WHOLE = {
@@ -169,3 +169,70 @@ async def test_each_protocol_answers_and_runs_a_tool_round_through_lens_serve(tm
             assert "answered with application/json, not an event stream" in failed[0]["message"], (pid, failed)
     found, _ = await leaks_everywhere(w)
     assert not found, "\n".join(found)
+
+
+async def test_disabled_and_keyless_providers_refuse_a_submission_with_the_specs_codes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nursery):
+    """F-MOD-5 through ``lens serve``: a model of a disabled provider, or of one whose
+    ``apiKeyEnv`` names a variable unset, empty or only white space, is not selectable (422
+    ``PROVIDER_DISABLED`` / ``PROVIDER_KEY_REQUIRED`` on ``POST /sessions`` and ``PATCH``); a
+    session that took such a default is created and its input refused with the same code (no
+    event recorded); ``apiKeyEnv`` omitted or null needs no key and answers. ``GET /models``
+    says which can serve and why, naming the variable to set."""
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    monkeypatch.delenv("LENS_ACC_UNSET", raising=False)
+    monkeypatch.setenv("LENS_ACC_EMPTY", "")
+    monkeypatch.setenv("LENS_ACC_BLANK", " \t")
+    chat = {"protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0, "models": [{"id": "m"}]}
+    config = {"providers": [{"id": "off", "enabled": False, "apiKeyEnv": "LENS_ACC_UNSET", **chat},
+                            {"id": "unset", "apiKeyEnv": "LENS_ACC_UNSET", **chat},
+                            {"id": "empty", "apiKeyEnv": "LENS_ACC_EMPTY", **chat},
+                            {"id": "blank", "apiKeyEnv": "LENS_ACC_BLANK", **chat},
+                            {"id": "null", "apiKeyEnv": None, **chat},
+                            {"id": "omitted", **chat}],
+              "defaultModel": "off/m"}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(config))
+    async with serving(tmp_path) as (serve, d):
+        assert any("default model cannot serve (PROVIDER_DISABLED" in line for line in serve.lines), serve.lines
+        token = await d.pair("c1", strong=True, via="cli")
+        project = await d.project(token)
+        models = {m["id"]: m for m in (await d.get("/models", token)).json()["models"]}
+        expected = {"off/m": "PROVIDER_DISABLED", "unset/m": "PROVIDER_KEY_REQUIRED",
+                    "empty/m": "PROVIDER_KEY_REQUIRED", "blank/m": "PROVIDER_KEY_REQUIRED",
+                    "null/m": None, "omitted/m": None}
+        assert {ref: models[ref]["reason"] for ref in expected} == expected
+        for ref, code in [*expected.items(), (None, "PROVIDER_DISABLED")]:  # (None: the default model)
+            before = (await d.get("/health")).json()["lastSeq"]
+            r = await d.post("/sessions", token, {"projectId": project["id"], **({"model": ref} if ref else {})})
+            if ref is not None and code is not None:  # (a model named that cannot be selected: refused at once)
+                assert r.status_code == 422 and r.json()["error"]["code"] == code, (ref, r.text)
+                message = r.json()["error"]["message"]
+                assert f"provider {ref.partition('/')[0]!r}" in message, message
+                if code == "PROVIDER_KEY_REQUIRED":
+                    assert f"LENS_ACC_{ref.partition('/')[0].upper()}" in message, message  # the variable to set
+                assert (await d.get("/health")).json()["lastSeq"] == before, ref  # nothing recorded
+                r = await d.post("/sessions", token, {"projectId": project["id"], "model": "null/m"})
+                sid = r.json()["id"]
+                r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": ref})
+                assert r.status_code == 422 and r.json()["error"]["code"] == code, (ref, r.text)
+                continue
+            assert r.status_code == 201, (ref, r.text)
+            sid = r.json()["id"]
+            before = (await d.get("/health")).json()["lastSeq"]
+            if code is None:
+                server.push(reply("openai-chat", text=["fine"]))
+                await d.submit(token, sid, "r1", "hi")
+                view = await d.wait_idle(token, sid)
+                assert "fine" in json.dumps(view["items"]), (ref, view)
+                assert server.requests[-1].headers.get("authorization") == "Bearer lens-no-key", ref
+                continue
+            r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "hi"})
+            assert r.status_code == 422 and r.json()["error"]["code"] == code, (ref, r.text)
+            message = r.json()["error"]["message"]
+            provider = (ref or "off/m").partition("/")[0]
+            assert f"provider {provider!r}" in message, message
+            if code == "PROVIDER_KEY_REQUIRED":
+                assert "LENS_ACC_" in message, message  # the variable to set, named
+            assert (await d.get("/health")).json()["lastSeq"] == before, ref  # nothing recorded
