@@ -20,7 +20,7 @@ with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid o
 it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
-``--dotted`` (adds ``some.tool``), ``--i18n`` (adds tools named and described in Chinese, Russian
+``--dotted`` (adds ``some.tool``), ``--long-name`` (adds a tool of a 44-character name), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
@@ -44,6 +44,9 @@ import sys
 import threading
 import zlib
 
+
+
+LONG_NAME = "read_the_weather_forecast_for_the_whole_week"  # 44 characters
 
 
 def _png() -> bytes:
@@ -161,6 +164,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text("extra!")
     elif name == "some.tool":
         result = text("some.tool ran")
+    elif name == LONG_NAME:
+        result = text("the long-named tool ran")
     elif name == "listings":
         result = text(str(len(listings)))
     elif name == "env" and args.get("name") == "*argv":  # the arguments it was started with
@@ -185,6 +190,7 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
     ap.add_argument("--dotted", action="store_true")
+    ap.add_argument("--long-name", action="store_true")
     ap.add_argument("--no-tools", action="store_true")
     ap.add_argument("--bad-json", action="store_true")
     ap.add_argument("--i18n", action="store_true")
@@ -225,6 +231,8 @@ def main() -> None:
         deep_text = '{"type": "object", "properties": {"x": ' * opts.deep + "{}" + "}}" * opts.deep
         TOOLS.insert(0, {"name": "deep", "description": "A deep schema", "inputSchema": {
             "type": "object", "properties": {"x": DEEP}}})
+    if opts.long_name:  # with a server name of 20 or more characters, past the 64 a provider takes
+        TOOLS.insert(0, {"name": LONG_NAME, "description": "A long name", "inputSchema": OBJ})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:
