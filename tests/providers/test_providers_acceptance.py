@@ -236,3 +236,32 @@ async def test_disabled_and_keyless_providers_refuse_a_submission_with_the_specs
             if code == "PROVIDER_KEY_REQUIRED":
                 assert "LENS_ACC_" in message, message  # the variable to set, named
             assert (await d.get("/health")).json()["lastSeq"] == before, ref  # nothing recorded
+
+
+# --------------------------------------------------------------------------- cacheTtl (F-MOD-4)
+
+
+@pytest.mark.parametrize(("protocol", "ttl", "accepted"), [
+    ("openai-responses", "30m", True), ("openai-responses", "12h", True), ("openai-chat", "12h", True),
+    ("openai-responses", "1h", False), ("openai-chat", "5m", False),
+    ("anthropic", "1h", False), ("anthropic", "5m", False), ("faux", "1h", False),
+])
+def test_an_unsupported_cache_ttl_is_refused_saying_whose_lifetimes_these_are(protocol, ttl, accepted):
+    """F-MOD-4: ``30m`` or ``12h``, anything else refused when the config is read. An Anthropic
+    user's ``"1h"`` (Anthropic's own lifetime) was told "must be '30m' or '12h'", lifetimes its
+    provider has not got; the message now says they are OpenAI's and that its protocol does not use
+    the key."""
+    for where in ("provider", "model"):
+        entry: dict = {"id": "p", "protocol": protocol, "models": [{"id": "m"}]}
+        (entry if where == "provider" else entry["models"][0])["cacheTtl"] = ttl
+        text = json.dumps({"providers": [entry]}).encode()
+        if accepted:
+            parse_config(text, "c.jsonc")
+            continue
+        with pytest.raises(ConfigError) as info:
+            parse_config(text, "c.jsonc")
+        message = info.value.message
+        assert info.value.code == "CONFIG_INVALID"
+        assert f"cacheTtl must be '30m' or '12h', not {ttl!r}" in message, message
+        unused = f"(the lifetime of OpenAI explicit cache breakpoints: the {protocol} protocol does not use it)"
+        assert (unused in message) == (not protocol.startswith("openai-")), message
