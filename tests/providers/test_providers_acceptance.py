@@ -265,3 +265,56 @@ def test_an_unsupported_cache_ttl_is_refused_saying_whose_lifetimes_these_are(pr
         assert f"cacheTtl must be '30m' or '12h', not {ttl!r}" in message, message
         unused = f"(the lifetime of OpenAI explicit cache breakpoints: the {protocol} protocol does not use it)"
         assert (unused in message) == (not protocol.startswith("openai-")), message
+
+
+# --------------------------------------------------------------------------- F-MOD-2 on the wire
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai-chat"])
+async def test_a_skill_loaded_mid_session_reaches_the_wire_as_each_protocol_says(tmp_path: Path, nursery, protocol):
+    """``lens serve`` with one provider at a loopback server; a first turn, then a ``/skill:``
+    input, whose instructions are a system instruction added later. Anthropic: the leading
+    system prompt stays in ``system``, the skill's text arrives as a user content block beginning
+    ``Lens instruction update:`` at its place in the history; Chat Completions: a ``system``
+    message at its place. Either way the log keeps the instructions as they were, unmarked."""
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    server.push(reply(protocol, text=["first answer"], rid="r1"), reply(protocol, text=["second answer"], rid="r2"))
+    base = url if protocol == "anthropic" else f"{url}/v1"
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({
+        "providers": [{"id": "loop", "protocol": protocol, "baseUrl": base, "maxRetries": 0, "models": [{"id": "m"}]}],
+        "defaultModel": "loop/m"}))
+    async with serving(tmp_path) as (_, d):
+        token = await d.pair("c1", strong=True, via="cli")
+        project = await d.project(token)
+        skill = Path(project["workspace"]) / "skills" / "review"
+        skill.mkdir(parents=True)
+        (skill / "SKILL.md").write_text("---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS: diff first.\n")
+        sid = (await d.session(token, project["id"]))["id"]
+        await d.submit(token, sid, "r1", "hello")
+        await d.wait_idle(token, sid)
+        await d.submit(token, sid, "r2", "/skill:review look at main.py")
+        await d.wait_idle(token, sid)
+        events = await d.events(token, sid)
+    [loaded] = [e["body"] for e in events if e["kind"] == "skill.loaded"]
+    assert "REVIEW-STEPS: diff first." in loaded["instructions"] and "Lens instruction update:" not in json.dumps(events)
+    assert len(server.requests) == 2
+    body = server.requests[1].body
+    if protocol == "anthropic":
+        system = json.dumps(body["system"])
+        assert "REVIEW-STEPS" not in system and "Lens instruction update:" not in system, system
+        blocks = [(m["role"], b.get("text", "")) for m in body["messages"] for b in
+                  (m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}])]
+        texts = [text for _, text in blocks]
+        update = next(i for i, text in enumerate(texts) if "REVIEW-STEPS" in text)
+        assert blocks[update][0] == "user" and texts[update].startswith("Lens instruction update:"), blocks
+        # at its place: after the first exchange, before the input it came with
+        assert texts.index("hello") < texts.index("first answer") < update < texts.index("look at main.py"), texts
+    else:
+        roles = [(m["role"], m["content"] if isinstance(m["content"], str) else json.dumps(m["content"]))
+                 for m in body["messages"]]
+        update = next(i for i, (_, text) in enumerate(roles) if "REVIEW-STEPS" in text)
+        assert roles[update][0] == "system" and "Lens instruction update:" not in roles[update][1], roles
+        texts = [text for _, text in roles]
+        assert texts.index("hello") < texts.index("first answer") < update < texts.index("look at main.py"), roles
