@@ -168,11 +168,11 @@ class SdkProvider(ABC):
     def _make_client(self) -> Any:
         """The SDK's async client for this provider (openai.AsyncOpenAI / anthropic.AsyncAnthropic)."""
 
-    def _sdk_client(self, client_class: type, default_base_url: str) -> Any:
+    def _sdk_client(self, client_class: type, default_base_url: str, base_url: str | None = None) -> Any:
         """An SDK client of ``client_class`` with this provider's settings: its key, its base URL
-        (``default_base_url`` where none is configured), retries and timeout. Every SDK provider
-        builds its client here, so a setting reaches each SDK alike."""
-        return client_class(api_key=self._key, base_url=self.base_url or default_base_url,
+        (``base_url`` when given, else the configured one, else ``default_base_url``), retries and
+        timeout. Every SDK provider builds its client here, so a setting reaches each SDK alike."""
+        return client_class(api_key=self._key, base_url=base_url or self.base_url or default_base_url,
                             max_retries=self.max_retries, timeout=self.timeout)
 
     async def aclose(self) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import Config, ConfigError, parse_config
+from runtime.config import Config, ConfigError, ModelConfig, parse_config
+from runtime.providers.anthropic_messages import AnthropicProvider, sdk_base_url
 from runtime.providers.base import ProviderError
 from runtime.startcheck import check_default_model
 
@@ -318,3 +319,30 @@ async def test_a_skill_loaded_mid_session_reaches_the_wire_as_each_protocol_says
         assert roles[update][0] == "system" and "Lens instruction update:" not in roles[update][1], roles
         texts = [text for _, text in roles]
         assert texts.index("hello") < texts.index("first answer") < update < texts.index("look at main.py"), roles
+
+
+# --------------------------------------------------------------------------- an Anthropic baseUrl
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+async def test_an_anthropic_base_url_with_or_without_v1_reaches_v1_messages(server, suffix):
+    """The SDK appends ``/v1/messages`` to the base URL. One written as the OpenAI protocols' are
+    (SPEC section 9's example ends in ``/v1``) sent every request to ``/v1/v1/messages``: a 404
+    from any server that speaks the protocol. Both forms reach ``/v1/messages``."""
+    provider = AnthropicProvider("p", base_url=server.url + suffix, api_key="k", max_retries=0,
+                                 models={"m1": ModelConfig(id="m1")})
+    server.push(reply("anthropic", text=["hi"]))
+    try:
+        result = await provider.stream(Ctx().user("hello").request(), Deltas())
+    finally:
+        await provider.aclose()
+    assert result.text == "hi"
+    assert server.requests[0].path == "/v1/messages"
+
+
+def test_only_a_last_v1_segment_is_left_out():
+    assert sdk_base_url(None) is None
+    assert sdk_base_url("https://gateway.example/anthropic/v1") == "https://gateway.example/anthropic"
+    assert sdk_base_url("https://gateway.example/v1/anthropic") == "https://gateway.example/v1/anthropic"
+    assert sdk_base_url("https://gateway.example/xv1") == "https://gateway.example/xv1"
+    assert sdk_base_url("https://gateway.example/v10") == "https://gateway.example/v10"
