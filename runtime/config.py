@@ -410,7 +410,11 @@ def check_config(cfg: Config, where: str) -> None:
             raise ConfigError(f"{where}: provider {p.id!r}: model ids must be non-empty and unique")
         for key, ttl in [(f"provider {p.id!r}", p.cache_ttl), *[(f"provider {p.id!r} model {m.id!r}", m.cache_ttl) for m in p.models]]:
             if ttl is not None and ttl not in CACHE_TTLS:
-                raise ConfigError(f"{where}: {key}: cacheTtl must be {' or '.join(map(repr, CACHE_TTLS))}, not {ttl[:40]!r}")
+                # (an Anthropic user writes Anthropic's own lifetimes, "5m" or "1h": say whose these are)
+                unused = "" if p.protocol.startswith("openai-") else \
+                    f" (the lifetime of OpenAI explicit cache breakpoints: the {p.protocol} protocol does not use it)"
+                raise ConfigError(f"{where}: {key}: cacheTtl must be {' or '.join(map(repr, CACHE_TTLS))}, "
+                                  f"not {ttl[:40]!r}{unused}")
         for m in p.models:
             if m.max_output_tokens is not None and m.max_output_tokens < 1:
                 raise ConfigError(f"{where}: provider {p.id!r} model {m.id!r}: maxOutputTokens must be a positive integer")

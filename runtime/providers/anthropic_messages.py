@@ -26,6 +26,10 @@ budget); thinking deltas stream as reasoning. The response's ``thinking`` (with 
 content on every later request (the API requires them for a turn that used tools while thinking);
 blocks recorded under another protocol are left out.
 Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`).
+
+A ``baseUrl`` ending in ``/v1`` is used without it (:func:`sdk_base_url`): the SDK adds
+``/v1/messages`` itself, and a base URL written as the OpenAI protocols' are
+(``http://127.0.0.1:8080/v1``) sent every request to ``/v1/v1/messages``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import functools
 import json
 from typing import Any, Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import trio
 
@@ -140,7 +145,7 @@ class AnthropicProvider(SdkProvider):
     protocol = PROTOCOL
 
     def _make_client(self) -> Any:
-        return self._sdk_client(_client_class(), "https://api.anthropic.com")
+        return self._sdk_client(_client_class(), "https://api.anthropic.com", sdk_base_url(self.base_url))
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
@@ -161,7 +166,7 @@ class AnthropicProvider(SdkProvider):
             if reader.stop_reason is None and reader.delta_came:  # (it came, saying none)
                 raise self.malformed(ValueError("the message_delta's stop_reason is null"))
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
-                raise self.truncated("its stop_reason")
+                raise self.truncated("its stop_reason", reader.size)
             return self.checked(self._result(reader, compiled, cache))
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
             if meter is not None:
@@ -347,3 +352,15 @@ def _client_class() -> type:
             return bool(super()._should_retry(response))
 
     return Client
+
+
+def sdk_base_url(base_url: str | None) -> str | None:
+    """``base_url`` without a last path segment ``v1`` (and its slash), as the Anthropic SDK
+    wants it: it appends ``/v1/messages``. ``None`` stays ``None`` (the public API)."""
+    if base_url is None:
+        return None
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if path != "/v1" and not path.endswith("/v1"):
+        return base_url
+    return urlunsplit(parts._replace(path=path[:-3]))

@@ -207,7 +207,7 @@ class OpenAIChatProvider(SdkProvider):
         except Exception as exc:  # (see SdkProvider.failed)
             raise self.failed(exc, openai.APIError).during(_usage(usage_raw) if began else None) from None
         if finish is None:  # (what came may be cut anywhere: a call's arguments, a sentence)
-            raise self.truncated("its finish_reason").during(_usage(usage_raw) if began else None)
+            raise self.truncated("its finish_reason", size).during(_usage(usage_raw) if began else None)
         if any(not slot["name"] for slot in calls):
             raise self.malformed(ValueError("a tool call without a name")).during(_usage(usage_raw))
         try:

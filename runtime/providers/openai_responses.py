@@ -161,7 +161,7 @@ class OpenAIResponsesProvider(SdkProvider):
                     if reader.began is None:  # (set after an event: an error as the first one leaves it None)
                         reader.began = t.Usage()
             if reader.final is None:
-                raise self.truncated("its final response")
+                raise self.truncated("its final response", reader.size)
             result = self._result(reader.final, reader.output(), compiled, cache)  # (reads the SDK's objects too)
             if not result.text and not result.tool_calls:
                 # Some servers (proxies) send response.completed with "output": []: the text the

@@ -168,11 +168,11 @@ class SdkProvider(ABC):
     def _make_client(self) -> Any:
         """The SDK's async client for this provider (openai.AsyncOpenAI / anthropic.AsyncAnthropic)."""
 
-    def _sdk_client(self, client_class: type, default_base_url: str) -> Any:
+    def _sdk_client(self, client_class: type, default_base_url: str, base_url: str | None = None) -> Any:
         """An SDK client of ``client_class`` with this provider's settings: its key, its base URL
-        (``default_base_url`` where none is configured), retries and timeout. Every SDK provider
-        builds its client here, so a setting reaches each SDK alike."""
-        return client_class(api_key=self._key, base_url=self.base_url or default_base_url,
+        (``base_url`` when given, else the configured one, else ``default_base_url``), retries and
+        timeout. Every SDK provider builds its client here, so a setting reaches each SDK alike."""
+        return client_class(api_key=self._key, base_url=base_url or self.base_url or default_base_url,
                             max_retries=self.max_retries, timeout=self.timeout)
 
     async def aclose(self) -> None:
@@ -256,8 +256,18 @@ class SdkProvider(ABC):
         through it that adds nothing for :attr:`timeout` seconds ends (``TIMEOUT``)."""
         return AnswerSize(self.id, self.max_answer_bytes, self.timeout)
 
-    def truncated(self, what: str) -> ProviderError:
-        """A stream that ended before the response did (a dropped proxy, a server restart)."""
+    def truncated(self, what: str, size: "AnswerSize | None" = None) -> ProviderError:
+        """A stream that ended before the response did (a dropped proxy, a server restart), or,
+        when ``size`` read a body that was no event stream (a server that ignores ``"stream":
+        true`` and answers one JSON document), an error that says so: that server will never
+        stream, so it is not retryable."""
+        media = (size.content_type if size is not None else None) or ""
+        kind = media.partition(",")[0].partition(";")[0].strip().lower()  # (a header sent twice is joined by ", ")
+        if kind and kind != "text/event-stream":
+            shown = self.redact(kind, 100)
+            return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the server answered with {shown}, not an "
+                                 f"event stream (text/event-stream): Lens asks for a streamed answer (\"stream\": "
+                                 f"true) and reads only that; use a server or endpoint that streams")
         return ProviderError("PROVIDER_ERROR", f"provider {self.id!r}: the stream ended before {what}", retryable=True)
 
     def map_error(self, exc: BaseException) -> ProviderError:
@@ -327,6 +337,7 @@ class AnswerSize:
         self.limit = limit
         self.stall = stall
         self.bytes = 0
+        self.content_type: str | None = None  # the Content-Type of the body read (None: not known)
         self._read: trio.CancelScope | None = None  # (the open read's, whose deadline a byte added moves)
 
     @contextlib.asynccontextmanager
@@ -336,6 +347,9 @@ class AnswerSize:
         ``TIMEOUT`` (retryable) is raised, after the stream is closed. The request itself (and the
         SDK's retries of it) is bounded by the SDK's own timeout, before the body begins."""
         async with stream as opened:
+            headers = getattr(getattr(opened, "response", None), "headers", None)
+            if headers is not None:
+                self.content_type = headers.get("content-type")
             with trio.CancelScope(deadline=trio.current_time() + self.stall) as scope:
                 self._read = scope
                 try:

@@ -222,6 +222,10 @@ INVALID_WRITES = [
     ("lens.jsonc", "[1, 2]"),
     ("lens.jsonc", '{"providers": [{"id": "a", "protocol": "carrier-pigeon"}]}'),
     ("lens.jsonc", '{"defaultModel": "no-slash"}'),
+    # a default model no provider serves: the next start would refuse it (F-MOD-5)
+    ("lens.jsonc", '{"defaultModel": "nope/m"}'),
+    ("lens.jsonc", '{"providers": [{"id": "local", "protocol": "openai-chat", "models": [{"id": "qwen3"}]}], '
+                   '"defaultModel": "local/qwen4"}'),
     ("lens.jsonc", "/* unterminated"),
     ("lens.jsonc", ""),
     ("extra.json", "{ nope"),

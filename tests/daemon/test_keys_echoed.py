@@ -68,6 +68,9 @@ START_CASES = {
     "JSONC that does not parse": (json.dumps({"providers": PROVIDERS})[:-1] + f', "{DUPLICATE}": 1, "{DUPLICATE}": 2}}',
                                   (), "CONFIG_INVALID", "duplicate key"),
     "model flag": ({"providers": PROVIDERS}, ("--model", "chat/" + KEY), "MODEL_UNKNOWN", "provider 'chat'"),
+    # (it was a start-up note, quoted by the running daemon's test below)
+    "default model": ({"providers": PROVIDERS, "defaultModel": "faux/" + KEY}, (), "CONFIG_INVALID",
+                      "defaultModel 'faux/"),
 }
 
 
@@ -104,9 +107,11 @@ async def wait_for_line(path: Path, words: str) -> str:
 async def test_a_running_daemon_quoting_a_key_in_an_error_a_log_line_or_a_note_does_not_show_it(
         tmp_path: Path) -> None:
     cwd = tmp_path
-    # A config whose default model names the key (a note on stdout), whose read_file may reach
-    # `src` only, and a pair file whose client id holds the key past the 80 characters quoted.
-    write_config(cwd, {"providers": PROVIDERS, "defaultModel": "faux/" + KEY,
+    # A config whose default model cannot serve and names the key (a note on stdout: the
+    # provider is disabled), whose read_file may reach `src` only, and a pair file whose client
+    # id holds the key past the 80 characters quoted.
+    off = {"id": "off" + KEY, "protocol": "openai-chat", "enabled": False}
+    write_config(cwd, {"providers": [*PROVIDERS, off], "defaultModel": f"off{KEY}/m",
                        "tools": {"policy": {"read_file": {"workspaceAllowlist": ["src"]}}}})
     pair_file = cwd / "config" / "pair.json"
     pair_file.write_text(json.dumps({"version": 1, "clients": [{"clientId": "x" * 70 + KEY}]}))
@@ -155,7 +160,7 @@ async def test_a_running_daemon_quoting_a_key_in_an_error_a_log_line_or_a_note_d
             serve.kill()
             nursery.cancel_scope.cancel()
     stdout = "\n".join(serve.lines)
-    assert "the default model cannot serve (MODEL_UNKNOWN" in stdout and MARK in stdout, stdout
+    assert "the default model cannot serve (PROVIDER_DISABLED" in stdout and MARK in stdout, stdout
     err_log = (cwd / serve.stderr_name).read_text(errors="replace")
     assert "clients[0].clientId 'xxx" in err_log and MARK in err_log, err_log
     found = leaks("stdout", stdout, [KEY]) + leaks("stderr", err_log, [KEY])

@@ -7,6 +7,7 @@ at the server, and stopping the daemon leaves no server process."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import trio
 from runtime.providers.names import alias_for, is_native
 
 from ..mcp.conftest import SERVER, alive
+from ..providers.scripts import reply
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import Daemon, DaemonFactory, finished, run_lens, run_tool, stop_daemon, wait_until
@@ -176,6 +178,57 @@ async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_
     assert finished(events)[-1]["content"] == [{"type": "text", "text": "some.tool ran"}]
     history_calls = [c["function"]["name"] for m in loop.bodies[1]["messages"] for c in m.get("tool_calls") or []]
     assert history_calls == [alias]
+
+
+NATIVE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def offered_names(protocol: str, body: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] if protocol == "openai-chat" else tool["name"] for tool in body["tools"]]
+
+
+@pytest.mark.parametrize("protocol", ["openai-chat", "openai-responses", "anthropic"])
+async def test_mcp_tools_of_a_long_or_non_ascii_name_are_offered_as_aliases_on_every_protocol(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, protocol: str) -> None:
+    # F-MOD-3 as a stranger tests it: an MCP tool whose id is past 64 characters, and one named
+    # in Chinese. Every name each protocol is offered is native ([A-Za-z0-9_-], at most 64, all
+    # different); the model's calls under the aliases reach the server under the tool's own name;
+    # the log keeps the internal ids, and the history sent back keeps the aliases.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    long_id = "mcp__weather-station-server__read_the_weather_forecast_for_the_whole_week"
+    i18n_id = "mcp__weather-station-server__天气查询"
+    assert len(long_id) > 64
+    aliases = [alias_for(long_id), alias_for(i18n_id)]
+    loop.push(reply(protocol, calls=[("call_1", aliases[0], {}), ("call_2", aliases[1], {})]),
+              reply(protocol, text=["done"], rid="r2"))
+    base = f"{url}/v1" if protocol != "anthropic" else url
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": protocol, "baseUrl": base, "maxRetries": 0,
+                       "models": [{"id": "m"}]}],
+        "defaultModel": "loop/m",
+        "mcpServers": {"weather-station-server": server("--long-name", "--i18n")},
+        "tools": {"mcpDeferAbove": 100}})  # (all offered eagerly: more than 16 are deferred by default)
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    offered = offered_names(protocol, loop.bodies[0])
+    assert all(NATIVE.fullmatch(n) for n in offered) and len(set(offered)) == len(offered), offered
+    assert set(aliases) <= set(offered) and long_id not in offered and i18n_id not in offered, (aliases, offered)
+    events = await d.events(token, sid)
+    assert [e["body"]["name"] for e in events if e["kind"] == "tool.started"] == [long_id, i18n_id]
+    results = finished(events)
+    assert results[0]["content"] == [{"type": "text", "text": "the long-named tool ran"}], results[0]
+    # (the test server knows no tool of that name: its refusal quotes the name it was called by)
+    assert "unknown tool 天气查询" in json.dumps(results[1], ensure_ascii=False), results[1]
+    # (the tools' descriptions name the capability id, on purpose: the history is what is checked)
+    history = json.dumps({k: v for k, v in loop.bodies[1].items() if k != "tools"}, ensure_ascii=False)
+    for internal in (long_id, i18n_id):
+        at = history.find(internal)
+        assert at < 0, history[max(0, at - 300):at + 200]
+    assert all(a in history for a in aliases)
+    assert offered_names(protocol, loop.bodies[1]) == offered  # the same names on the next request
 
 
 async def test_a_daemon_stopped_during_an_mcp_call_reports_it_interrupted_at_the_next_start(

@@ -20,7 +20,7 @@ with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid o
 it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
-``--dotted`` (adds ``some.tool``), ``--named NAME`` (repeatable: adds a tool of that name answering
+``--dotted`` (adds ``some.tool``), ``--long-name`` (adds a tool of a 44-character name), ``--named NAME`` (repeatable: adds a tool of that name answering
 ``NAME: {text}``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
@@ -45,6 +45,9 @@ import sys
 import threading
 import zlib
 
+
+
+LONG_NAME = "read_the_weather_forecast_for_the_whole_week"  # 44 characters
 
 
 def _png() -> bytes:
@@ -164,6 +167,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text(f"{name}: {args.get('text', '')}")
     elif name == "some.tool":
         result = text("some.tool ran")
+    elif name == LONG_NAME:
+        result = text("the long-named tool ran")
     elif name == "listings":
         result = text(str(len(listings)))
     elif name == "env" and args.get("name") == "*argv":  # the arguments it was started with
@@ -188,6 +193,7 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
     ap.add_argument("--dotted", action="store_true")
+    ap.add_argument("--long-name", action="store_true")
     ap.add_argument("--no-tools", action="store_true")
     ap.add_argument("--bad-json", action="store_true")
     ap.add_argument("--i18n", action="store_true")
@@ -231,6 +237,8 @@ def main() -> None:
             "type": "object", "properties": {"x": DEEP}}})
     for named in opts.named:  # (a tool of that name, answering as echo does, with its name)
         TOOLS.append({"name": named, "description": f"Echoes as {named}", "inputSchema": OBJ})
+    if opts.long_name:  # with a server name of 20 or more characters, past the 64 a provider takes
+        TOOLS.insert(0, {"name": LONG_NAME, "description": "A long name", "inputSchema": OBJ})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:
