@@ -70,3 +70,76 @@ async def test_an_agents_md_not_utf8_or_not_openable_is_named_in_the_prompt_and_
     text = await prompt("past-limit", (body + "Y").encode())
     assert (body + "\n[… truncated: the file has 65537 characters; read it for the rest]") in text
     assert body + "Y" not in text
+
+
+
+async def test_the_next_request_holds_the_summary_and_what_followed_while_history_keeps_everything(
+        daemon_factory, nursery, monkeypatch):
+    # F-CTX-1 as the provider receives it (Chat Completions over the wire): a pruned result goes
+    # as its placeholder, an included one whole again, a snipped item not at all; after a
+    # compaction the request holds the system prompt, the summary and the later items exactly,
+    # while every replaced item stays readable by `GET /history/items/{id}` and by the model's
+    # `history_read`, and the log keeps the events.
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_CTX_KEY", context={
+        "compaction": {"keepRecentTokens": 0},  # (the summary replaces every round; none kept as written)
+        "pruneToolResults": {"enabled": True, "minTokens": 1, "keepRecentRounds": 1}}))
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    (Path(project["workspace"]) / "a.txt").write_text("ALPHA-CONTENT " * 50)
+    sid = (await d.session(token, project["id"]))["id"]
+
+    async def turn(rid: str, text: str, *replies: Any) -> list[dict[str, Any]]:
+        loop.push(*replies)
+        await d.submit(token, sid, rid, text)
+        view = await d.wait_idle(token, sid)
+        assert view["status"] == "idle", view
+        return loop.bodies[-1]["messages"][1:]  # (after the system prompt)
+
+    await turn("r1", "my quokka is Pim; read a.txt", oc.chat_stream(calls=[("call_a", "read_file", {"path": "a.txt"})]),
+               oc.chat_stream(text="read it"))
+    sent = await turn("r2", "SNIP-ME please", oc.chat_stream(text="second answer"))
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'}}]}
+    placeholder = "[tool result pruned from the working context; include it again by id]"
+    assert sent == [{"role": "user", "content": "my quokka is Pim; read a.txt"}, call,
+                    {"role": "tool", "tool_call_id": "call_a", "content": placeholder},
+                    {"role": "assistant", "content": "read it"}, {"role": "user", "content": "SNIP-ME please"}]
+    items = {i["role"] + ":" + (i.get("text") or ""): i for i in (await d.view(token, sid))["items"]}
+    snip_id = items["user:SNIP-ME please"]["id"]
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [snip_id]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"callId": "call_a"})
+    assert r.status_code == 200 and r.json()["items"][0]["context"] == "included", r.text
+    sent = await turn("r3", "third question", oc.chat_stream(text="third answer"))
+    assert [m.get("content") for m in sent if m["role"] == "user"] == ["my quokka is Pim; read a.txt", "third question"]
+    [result] = [m for m in sent if m["role"] == "tool"]
+    assert result["content"].count("ALPHA-CONTENT") == 50  # included: whole again
+    assert {"role": "assistant", "content": "second answer"} in sent  # (only the snipped item went)
+
+    before = [i["id"] for i in (await d.view(token, sid))["items"]]
+    loop.push(oc.chat_stream(text="SUMMARY: the user's quokka is Pim; a.txt holds ALPHA."))
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    summary = r.json()["summary"]
+    sent = await turn("r4", "what is my quokka called?", oc.chat_stream(text="Pim"))
+    assert len(sent) == 2 and sent[1] == {"role": "user", "content": "what is my quokka called?"}, sent
+    assert summary in str(sent[0]["content"]) and "ALPHA-CONTENT" not in str(sent)
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    marks = {c["id"]: c["context"] for c in context["items"] if c["id"] in before}
+    assert marks == {i: "snipped" if i == snip_id else "compacted" for i in before}, marks
+
+    # The Full Context keeps them: each replaced item reads back whole, over HTTP and by the model.
+    result_id = next(i["result"]["itemId"] for i in items.values() if i["role"] == "tool_call")
+    r = await d.get(f"/history/items/{result_id}", token)
+    assert r.status_code == 200 and r.json()["text"].count("ALPHA-CONTENT") == 50, r.text[:300]
+    r = await d.get(f"/history/items/{snip_id}", token)
+    assert r.status_code == 200 and "SNIP-ME please" in r.json()["text"], r.text[:300]
+    sent = await turn("r5", "read the old result", oc.chat_stream(calls=[
+        ("call_h", "history_read", {"context_item_id": result_id})]), oc.chat_stream(text="done"))
+    [read] = [m for m in sent if m["role"] == "tool" and m["tool_call_id"] == "call_h"]
+    assert "ALPHA-CONTENT" in read["content"], read
+    kinds = [e["kind"] for e in await d.events(token, sid)]
+    assert {"tool.finished", "context.edited", "context.compacted"} <= set(kinds), kinds
