@@ -3,6 +3,7 @@ left out (see "Context as a stranger tests it over HTTP" in docs/decisions.md)."
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from runtime.prompt import MAX_PROJECT_FILE_CHARS
 
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
+from .conftest import error_of, stop_daemon
 from .keyleaks import loop_config
 
 
@@ -143,3 +145,44 @@ async def test_the_next_request_holds_the_summary_and_what_followed_while_histor
     assert "ALPHA-CONTENT" in read["content"], read
     kinds = [e["kind"] for e in await d.events(token, sid)]
     assert {"tool.finished", "context.edited", "context.compacted"} <= set(kinds), kinds
+
+
+async def test_trigger_percent_is_taken_from_1_to_100_and_resolves_saved_then_config_then_default(daemon_factory):
+    # F-CTX-2: `context.compaction.triggerPercent` through the config-file API at its limits and
+    # one past each (the message names the key and its range); then each level of "saved value
+    # > config > default" as `GET …/context` shows it and as the threshold follows it: nothing
+    # configured (80, the default), the config file's value after a restart, the session's PATCH.
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    name = "lens.jsonc"
+    for value, ok in ((0, False), (1, True), (101, False), (100, True), (-1, False), (50.5, False), ("80", False)):
+        r = await d.put(f"/config/files/{name}", token, {"text": json.dumps({"context": {"compaction": {"triggerPercent": value}}})})
+        if ok:
+            assert r.status_code == 200 and r.json()["unknownKeys"] == [], (value, r.text)
+        else:
+            assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", (value, r.text)
+            assert "context.compaction.triggerPercent" in r.json()["error"]["message"], (value, r.text)
+            if value in (0, 101, -1):
+                assert f"must be 1 to 100, not {value}" in r.json()["error"]["message"], r.text
+    r = await d.put(f"/config/files/{name}", token, {"text": "{}"})
+    assert r.status_code == 200, r.text
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    async def resolved() -> tuple[int, str, int, int]:
+        c = (await d.get(f"/sessions/{sid}/context", token)).json()
+        return (c["settings"]["compactionTriggerPercent"], c["settings"]["sources"]["compactionTriggerPercent"],
+                c["compactionThreshold"], c["contextWindow"])
+
+    percent, source, threshold, window = await resolved()
+    assert (percent, source) == (80, "default") and threshold == -(-window * 80 // 100), (percent, source, threshold)
+    r = await d.put(f"/config/files/{name}", token, {"text": json.dumps({"context": {"compaction": {"triggerPercent": 100}}})})
+    assert r.status_code == 200, r.text
+    await stop_daemon(d)
+    d = await daemon_factory(root=d.root)
+    assert await resolved() == (100, "config", window, window)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"compactionTriggerPercent": 1})
+    assert r.status_code == 200, r.text
+    assert await resolved() == (1, "saved", -(-window // 100), window)  # (rounded up)
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"compactionTriggerPercent": None})
+    assert r.status_code == 200, r.text
+    assert await resolved() == (100, "config", window, window)
