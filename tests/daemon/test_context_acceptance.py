@@ -8,9 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtime.prompt import MAX_PROJECT_FILE_CHARS
 
+from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
+from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import ScriptedServer
 from .conftest import error_of, stop_daemon
 from .keyleaks import loop_config
@@ -186,3 +190,56 @@ async def test_trigger_percent_is_taken_from_1_to_100_and_resolves_saved_then_co
     r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"compactionTriggerPercent": None})
     assert r.status_code == 200, r.text
     assert await resolved() == (100, "config", window, window)
+
+
+def _wire(protocol: str, body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, text) of each message after the system prompt, as ``protocol`` carries them."""
+    def text_of(content: Any) -> str:
+        if isinstance(content, str):
+            return content
+        return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+
+    if protocol == "anthropic":  # (one message may carry several blocks: one entry per block)
+        return [(m["role"], m["content"]) if isinstance(m["content"], str) else (m["role"], text_of([b]))
+                for m in body["messages"] for b in ([m["content"]] if isinstance(m["content"], str) else m["content"])]
+    if protocol == "openai-responses":
+        return [(m.get("role", m.get("type", "")), text_of(m.get("content"))) for m in body["input"]][1:]
+    return [(m["role"], text_of(m.get("content"))) for m in body["messages"]][1:]
+
+
+@pytest.mark.parametrize("protocol", ["openai-chat", "openai-responses", "anthropic"])
+async def test_a_skill_loaded_later_stays_at_its_real_position_on_each_protocols_wire(
+        daemon_factory, nursery, monkeypatch, protocol):
+    # F-CTX-4 "System instructions added later (skill loads, instruction updates) stay at their
+    # real position in history": a skill loaded in the second turn goes between the first turn and
+    # the input it came with, in that request and every later one, never into the system prompt.
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    reply = {"openai-chat": lambda t: oc.chat_stream(text=t), "openai-responses": lambda t: orr.response_stream(text=t),
+             "anthropic": lambda t: an.message_stream(text=t)}[protocol]
+    d = await daemon_factory(config={"providers": [
+        {"id": "loop", "protocol": protocol, "baseUrl": url if protocol == "anthropic" else f"{url}/v1",
+         "apiKeyEnv": "LENS_TEST_CTX_KEY", "maxRetries": 0, "models": [{"id": "m"}]}], "defaultModel": "loop/m"})
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    skill = Path(project["workspace"], "skills", "review")
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-DESC\n---\nREVIEW-STEPS: read twice.\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    for rid, text, answer in (("r1", "first question", "one"), ("r2", "/skill:review second question", "two"),
+                              ("r3", "third question", "three")):
+        loop.push(reply(answer))
+        await d.submit(token, sid, rid, text)
+        view = await d.wait_idle(token, sid)
+        assert view["status"] == "idle", view
+    second, third = (_wire(protocol, b) for b in loop.bodies[1:])
+    instruction_role = {"anthropic": "user", "openai-chat": "system", "openai-responses": "system"}[protocol]
+    [(role, instruction)] = [(r, t) for r, t in second if "REVIEW-STEPS" in t]
+    assert role in (instruction_role, "developer") and 'Skill "review" loaded' in instruction, second
+    assert second == [("user", "first question"), ("assistant", "one"), (role, instruction), ("user", "second question")]
+    assert third == [*second, ("assistant", "two"), ("user", "third question")], third
+    for body in loop.bodies:  # the system prompt holds the skill's metadata only, in every request
+        prompt = json.dumps({"anthropic": lambda: body["system"], "openai-chat": lambda: body["messages"][0],
+                             "openai-responses": lambda: [body.get("instructions"), body["input"][0]]}[protocol]())
+        assert "REVIEW-DESC" in prompt and "REVIEW-STEPS" not in prompt, prompt[:300]
