@@ -85,7 +85,7 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
         out.append(("rules", "# Rules\n" + "\n".join(f"- {r}" for r in rules)))
     files = [f for f in inputs.project_files if f.text.strip() or f.unusable]
     if files:
-        body = "\n\n".join(f"## {f.label}\n{_note(f.unusable) if f.unusable else _clip(f.text.strip())}"
+        body = "\n\n".join(f"## {f.label}\n{_note(f.unusable) if f.unusable else _clip(f.text.strip(), f.label)}"
                            for f in files)
         out.append(("project_context", "# Project context\nInstructions from AGENTS.md files (user-level first, "
                                         "then the workspace's; the later one wins where they conflict).\n\n" + body))
@@ -109,11 +109,13 @@ def assemble(inputs: PromptInputs) -> str:
     return "\n\n".join(text for _, text in sections(inputs))
 
 
-def _clip(text: str) -> str:
+def _clip(text: str, label: str) -> str:
     if len(text) <= MAX_PROJECT_FILE_CHARS:
         return text
     size = f"at least {len(text)}" if len(text.encode()) >= READ_LIMIT_BYTES - 3 else str(len(text))
-    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; read it for the rest]"
+    # The workspace's file can be read with the file tools; the user's own lies outside any workspace.
+    rest = "the rest is not shown" if label == HOME_AGENTS else "read it for the rest"
+    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; {rest}]"
 
 
 def _note(reason: str) -> str:

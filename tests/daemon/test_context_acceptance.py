@@ -76,6 +76,11 @@ async def test_an_agents_md_not_utf8_or_not_openable_is_named_in_the_prompt_and_
     text = await prompt("past-limit", (body + "Y").encode())
     assert (body + "\n[… truncated: the file has 65537 characters; read it for the rest]") in text
     assert body + "Y" not in text
+    # The user's own file is cut so too, but lies outside the workspace: no tool reads the rest.
+    home_md.write_text("h" * (MAX_PROJECT_FILE_CHARS + 1))
+    text = await prompt("home-past-limit", None)
+    assert ("h" * MAX_PROJECT_FILE_CHARS + "\n[… truncated: the file has 65537 characters; the rest is not shown]"
+            ) in text, text[-300:]
 
 
 
