@@ -248,3 +248,43 @@ async def test_a_skill_loaded_later_stays_at_its_real_position_on_each_protocols
         prompt = json.dumps({"anthropic": lambda: body["system"], "openai-chat": lambda: body["messages"][0],
                              "openai-responses": lambda: [body.get("instructions"), body["input"][0]]}[protocol]())
         assert "REVIEW-DESC" in prompt and "REVIEW-STEPS" not in prompt, prompt[:300]
+
+
+async def test_pruning_is_off_by_default_so_an_old_large_result_goes_whole_rounds_later(
+        daemon_factory, nursery, monkeypatch):
+    # F-CTX-2 "tool-result pruning (off by default …)": nothing configured, nothing saved, an old
+    # result far past the pruning size still goes whole, four rounds on; switched on by the
+    # session's PATCH, the next request carries the placeholder, and the log keeps the result.
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_CTX_KEY"))
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    (Path(project["workspace"]) / "big.txt").write_text("BIG-LINE of the old result\n" * 2000)  # ~10k tokens
+    sid = (await d.session(token, project["id"]))["id"]
+    settings = (await d.get(f"/sessions/{sid}/context", token)).json()["settings"]
+    assert (settings["pruneToolResults"], settings["sources"]["pruneToolResults"]) == (False, "default")
+    loop.push(oc.chat_stream(calls=[("call_big", "read_file", {"path": "big.txt"})]), oc.chat_stream(text="read"))
+    await d.submit(token, sid, "r0", "read big.txt")
+    await d.wait_idle(token, sid)
+
+    def result(body: dict[str, Any]) -> str:
+        [m] = [m for m in body["messages"] if m.get("tool_call_id") == "call_big"]
+        return m["content"]
+
+    whole = result(loop.bodies[-1])
+    assert whole.count("BIG-LINE") > 1000
+    for i in range(1, 5):
+        loop.push(oc.chat_stream(text=f"answer {i}"))
+        await d.submit(token, sid, f"r{i}", f"question {i}")
+        await d.wait_idle(token, sid)
+        assert result(loop.bodies[-1]) == whole, i
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"pruneToolResults": True})
+    assert r.status_code == 200, r.text
+    loop.push(oc.chat_stream(text="answer 5"))
+    await d.submit(token, sid, "r5", "question 5")
+    await d.wait_idle(token, sid)
+    assert result(loop.bodies[-1]) == "[tool result pruned from the working context; include it again by id]"
+    [finished] = [e for e in await d.events(token, sid) if e["kind"] == "tool.finished"]
+    assert "BIG-LINE" in json.dumps(finished["body"])
