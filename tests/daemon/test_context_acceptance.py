@@ -288,3 +288,25 @@ async def test_pruning_is_off_by_default_so_an_old_large_result_goes_whole_round
     assert result(loop.bodies[-1]) == "[tool result pruned from the working context; include it again by id]"
     [finished] = [e for e in await d.events(token, sid) if e["kind"] == "tool.finished"]
     assert "BIG-LINE" in json.dumps(finished["body"])
+
+
+async def test_compact_takes_an_empty_body_or_an_empty_object_and_refuses_any_field(daemon_factory):
+    # F-CTX-2 manual compaction, `POST /sessions/{id}/compact`: a body field was ignored, so
+    # `{"agentId": "sub_…"}` compacted the main agent while the client meant a subagent. Any field
+    # is now 422 naming it, nothing written; no body and `{}` compact as before.
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    path = f"/sessions/{sid}/compact"
+    for rid in ("r1", "r2"):
+        await d.submit(token, sid, rid, f"hello {rid}")
+        await d.wait_idle(token, sid)
+        before = await d.events(token, sid)
+        for body in ({"agentId": "sub_call_1"}, {"agentId": "main"}, {"x": 1}):
+            r = await d.post(path, token, body)
+            assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", (body, r.text)
+            assert f"unknown field `{next(iter(body))}`" in r.json()["error"]["message"], r.text
+        assert await d.events(token, sid) == before
+        # `{}`, then no body at all
+        r = await (d.post(path, token, {}) if rid == "r1" else d.request("POST", path, token))
+        assert r.status_code == 200 and r.json()["trigger"] == "manual", r.text
