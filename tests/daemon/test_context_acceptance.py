@@ -1,5 +1,5 @@
 """SPEC §3 F-CTX-1 … F-CTX-4 as a client author tests them over HTTP: the edges earlier tests
-left out (see "Context as a stranger tests it over HTTP" in docs/decisions.md)."""
+left out (see "Context as a stranger tests it over HTTP (F-CTX-1 to F-CTX-4)" in docs/decisions.md)."""
 
 from __future__ import annotations
 
