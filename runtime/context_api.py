@@ -7,7 +7,8 @@
   with their ``sources`` (saved > config > default). A quarantined session's is read from its
   log without an actor, as its view is; when even that read fails both answer 409
   ``SESSION_QUARANTINED`` naming what failed (a damaged event, with its seq).
-* ``POST …/compact`` (strong trust) — compact the main agent's Working Context now; answers
+* ``POST …/compact`` (strong trust; no body or ``{}``, a field is ``VALIDATION_FAILED``) — compact
+  the main agent's Working Context now; answers
   ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
   while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502);
   ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, no summary recorded;
@@ -54,7 +55,7 @@ from quart_trio import QuartTrio
 from projections.session_state import MAIN_AGENT
 
 from . import working_context as wc
-from .http_parts import ApiError, Body, EmptyBody, check_id, id_arg, json_response, read_body, require_strong
+from .http_parts import ApiError, Body, check_id, id_arg, json_response, read_body, require_strong
 from .services import Services
 
 
@@ -80,11 +81,15 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
         agent_id = id_arg("agentId", "agentId") or MAIN_AGENT
         return json_response(await svc.call(sid, wc.DescribeContext(agent_id)))
 
+    class CompactBody(Body):
+        """No fields: an empty body or ``{}``. A field is refused, not ignored: ``{"agentId": …}``
+        compacted the main agent while the client meant another."""
+
     @app.post("/api/v1/sessions/<sid>/compact")
     async def compact(sid: str) -> Response:
         require_strong("compact sessions")
         check_id(sid, "session id")
-        await read_body(EmptyBody)
+        await read_body(CompactBody)
         return json_response(await svc.supervisor.call(sid, wc.Compact(stop=svc.shutting_down)))
 
     @app.post("/api/v1/sessions/<sid>/context/snip")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -75,7 +76,7 @@ from .projection_service import ProjectionService
 from . import server_answers
 from .head_limit import UNFINISHED_HEAD_BYTES
 from .providers.base import Delta
-from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, build_system_prompt
+from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, Unusable, build_system_prompt
 from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .services import Services
@@ -236,7 +237,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             ws = await workspace_of(project_id) if project_id else None
             workspace_file = str(ws / "AGENTS.md") if ws else None
 
-            async def read_text(path: str) -> str | None:
+            async def read_text(path: str) -> str | Unusable | None:
                 if project_id is not None and path == workspace_file:
                     return await read_workspace_agents_md(executors, project_id)
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
@@ -436,17 +437,22 @@ async def read_saved_default(projections: ProjectionService, store: EventStore) 
     return saved
 
 
-def read_home_agents_md(path: str) -> str | None:
+def read_home_agents_md(path: str) -> str | Unusable | None:
     """``~/.agents/AGENTS.md`` (the Core user's own file): a regular file's first
-    :data:`READ_LIMIT_BYTES`, ``None`` when it is missing, not a regular file or not UTF-8.
+    :data:`READ_LIMIT_BYTES`; ``None`` when it is missing or not a regular file; :class:`Unusable`
+    (the prompt names the reason in the file's place) when it cannot be opened or read or is
+    not UTF-8.
 
     Opened without blocking and checked before reading: a FIFO there held every model request
     of every project (and the aborts waiting behind them), and a 300 MB file was read whole on
     each refresh."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):  # (no such file, or no such directory)
         return None
+    except OSError as exc:
+        log.warning("%s cannot be opened (%s); left out of the system prompt", path, exc.strerror)
+        return Unusable(f"it cannot be opened ({exc.strerror or 'error ' + str(exc.errno)})")
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             log.warning("%s is not a regular file; left out of the system prompt", path)
@@ -457,8 +463,9 @@ def read_home_agents_md(path: str) -> str | None:
             if not chunk:
                 break
             data += chunk
-    except OSError:
-        return None
+    except OSError as exc:
+        log.warning("%s cannot be read (%s); left out of the system prompt", path, exc.strerror)
+        return Unusable(f"it cannot be read ({exc.strerror or 'error ' + str(exc.errno)})")
     finally:
         os.close(fd)
     try:
@@ -467,15 +474,16 @@ def read_home_agents_md(path: str) -> str | None:
         if len(data) == READ_LIMIT_BYTES and exc.start >= len(data) - 3:  # a character cut by the cap
             return data[:exc.start].decode("utf-8")
         log.warning("%s is not UTF-8 (byte %d); left out of the system prompt", path, exc.start)
-        return None
+        return Unusable(f"it is not UTF-8 text (byte {exc.start})")
 
 
-async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> str | None:
+async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> str | Unusable | None:
     """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote).
 
     Missing file: ``None``; so is an ``AGENTS.md`` that is no file (a directory's listing is no
-    instructions). An executor that cannot be reached leaves the section out (logged); the model
-    request goes ahead without it rather than failing.
+    instructions). A file that is not UTF-8 is :class:`Unusable` (the prompt says so in its place).
+    An executor that cannot be reached leaves the section out (logged); the model request goes
+    ahead without it rather than failing.
     """
     try:
         ex = await executors.get(project_id)
@@ -492,6 +500,10 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
                 offset = out.result["next_offset"]
         return text
     except LensError as exc:
+        if exc.code == "NOT_UTF8":
+            log.warning("project %s: AGENTS.md is not UTF-8; left out of the system prompt", project_id)
+            at = re.search(r"\(byte (\d+)\)", exc.message)
+            return Unusable("it is not UTF-8 text" + (f" (byte {at.group(1)})" if at else ""))
         if exc.code not in ("NOT_FOUND", "NOT_A_FILE"):
             log.warning("project %s: AGENTS.md not read through the executor (%s)", project_id, exc.code)
         return None

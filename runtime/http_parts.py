@@ -160,14 +160,15 @@ UTF8_BOM = b"\xef\xbb\xbf"
 async def read_body(kind: type[B]) -> B:
     """The request's JSON body as ``kind``: 400 ``INVALID_JSON`` when it is no JSON (an empty
     body is named as such), 422 ``VALIDATION_FAILED`` when its shape does not match. A body of a
-    route that takes none (:class:`EmptyBody`) may be empty. A leading UTF-8 byte order mark is
+    route that takes none (:class:`EmptyBody`, or a :class:`Body` without fields, which refuses
+    any field given) may be empty. A leading UTF-8 byte order mark is
     skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one)."""
     raw = await receive_body()
     if raw.startswith(UTF8_BOM):
         raw = raw[len(UTF8_BOM):]
     if not raw.strip():
-        if kind is EmptyBody:
-            return EmptyBody()  # type: ignore[return-value]
+        if kind is EmptyBody or (issubclass(kind, Body) and not kind.__struct_fields__):
+            return kind()
         raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
     try:
         msgspec.json.decode(raw)

@@ -10,7 +10,9 @@
 :func:`assemble` is pure (same inputs, same text: the prompt is a stable cache prefix).
 :func:`load_project_files` reads the two files through an injected ``read_text(path)``
 coroutine, so the reading can go through the executor (the workspace may be remote); it returns
-``None`` for a missing file. System instructions added later (skill loads, instruction updates)
+``None`` for a missing file, and :class:`Unusable` for one that is there but cannot be used (not
+UTF-8, not openable): the prompt then says so in the file's place, so the model, and the user
+through it, learn why its instructions are missing. System instructions added later (skill loads, instruction updates)
 are not part of this prompt: they are context items at their real position in history.
 """
 
@@ -40,13 +42,21 @@ MAX_PROJECT_FILE_CHARS = 64 * 1024
 READ_LIMIT_BYTES = 256 * 1024
 HOME_AGENTS = "~/.agents/AGENTS.md"
 
-ReadText = Callable[[str], Awaitable[str | None]]
+@dataclass(frozen=True)
+class Unusable:
+    """An AGENTS.md that exists but whose text cannot be used; ``reason`` is shown in its place."""
+
+    reason: str  # e.g. "it is not UTF-8 text (byte 6)"
+
+
+ReadText = Callable[[str], Awaitable["str | Unusable | None"]]
 
 
 @dataclass(frozen=True)
 class ProjectFile:
     label: str  # as shown in the prompt: "~/.agents/AGENTS.md" or "<workspace>/AGENTS.md"
     text: str
+    unusable: str = ""  # why the file's text is left out (its note replaces the text), or ""
 
 
 @dataclass(frozen=True)
@@ -73,9 +83,10 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
     rules = [r.strip() for r in inputs.rules if r.strip()]
     if rules:
         out.append(("rules", "# Rules\n" + "\n".join(f"- {r}" for r in rules)))
-    files = [f for f in inputs.project_files if f.text.strip()]
+    files = [f for f in inputs.project_files if f.text.strip() or f.unusable]
     if files:
-        body = "\n\n".join(f"## {f.label}\n{_clip(f.text.strip())}" for f in files)
+        body = "\n\n".join(f"## {f.label}\n{_note(f.unusable) if f.unusable else _clip(f.text.strip(), f.label)}"
+                           for f in files)
         out.append(("project_context", "# Project context\nInstructions from AGENTS.md files (user-level first, "
                                         "then the workspace's; the later one wins where they conflict).\n\n" + body))
     if inputs.skills:
@@ -98,11 +109,17 @@ def assemble(inputs: PromptInputs) -> str:
     return "\n\n".join(text for _, text in sections(inputs))
 
 
-def _clip(text: str) -> str:
+def _clip(text: str, label: str) -> str:
     if len(text) <= MAX_PROJECT_FILE_CHARS:
         return text
     size = f"at least {len(text)}" if len(text.encode()) >= READ_LIMIT_BYTES - 3 else str(len(text))
-    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; read it for the rest]"
+    # The workspace's file can be read with the file tools; the user's own lies outside any workspace.
+    rest = "the rest is not shown" if label == HOME_AGENTS else "read it for the rest"
+    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; {rest}]"
+
+
+def _note(reason: str) -> str:
+    return f"[left out: {reason}; fix the file for its instructions to apply]"
 
 
 def _join(root: str, name: str) -> str:
@@ -112,14 +129,15 @@ def _join(root: str, name: str) -> str:
 async def load_project_files(read_text: ReadText, *, workspace: str | None, home: str | None) -> list[ProjectFile]:
     """``~/.agents/AGENTS.md`` and ``<workspace>/AGENTS.md`` (those that exist), in that order."""
     out: list[ProjectFile] = []
-    if home:
-        text = await read_text(_join(_join(home, ".agents"), "AGENTS.md"))
-        if text is not None:
-            out.append(ProjectFile(HOME_AGENTS, text))
-    if workspace:
-        text = await read_text(_join(workspace, "AGENTS.md"))
-        if text is not None:
-            out.append(ProjectFile("<workspace>/AGENTS.md", text))
+    for label, path in ((HOME_AGENTS, _join(_join(home, ".agents"), "AGENTS.md") if home else None),
+                        ("<workspace>/AGENTS.md", _join(workspace, "AGENTS.md") if workspace else None)):
+        if path is None:
+            continue
+        text = await read_text(path)
+        if isinstance(text, Unusable):
+            out.append(ProjectFile(label, "", text.reason))
+        elif text is not None:
+            out.append(ProjectFile(label, text))
     return out
 
 
@@ -139,7 +157,8 @@ async def build_system_prompt(
     :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole); a file the read cut
     at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
     secrets = secrets or Secrets()
-    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=len(f.text.encode()) >= READ_LIMIT_BYTES - 3))
+    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=len(f.text.encode()) >= READ_LIMIT_BYTES - 3),
+                         f.unusable)
              for f in await load_project_files(read_text, workspace=workspace, home=home)]
     text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills), cwd if cwd is not None else workspace))
     return [text]
