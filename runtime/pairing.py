@@ -327,8 +327,11 @@ class PairStore:
                 raise PairFileInvalid(f"pair file {self.path} cannot be read ({exc.strerror}); fix it first") from None
             except OSError as exc:
                 raise self._unwritable(exc) from None
+            before = msgspec.json.encode(data)
             yield data
             _drop_oldest_revoked(data)
+            if msgspec.json.encode(data) == before:  # nothing changed: the file is left as it was
+                return
             try:
                 self._write(data)
             except OSError as exc:
@@ -395,7 +398,10 @@ class PairStore:
             rec.revoked_at = None
         return token
 
-    def revoke(self, client_id: str) -> None:
+    def revoke(self, client_id: str) -> bool:
+        """Revoke ``client_id``'s credential (or decline its pending request); returns whether
+        that changed anything: a client revoked already is left as it was (its ``revokedAt`` too,
+        which orders the revoked records kept). Raises :class:`ClientNotFound` for an unknown one."""
         validate_client_id(client_id)
         if not self.path.exists():
             raise ClientNotFound(f"no client {client_id!r} in {self.path}")
@@ -403,10 +409,13 @@ class PairStore:
             records = [c for c in data.clients if c.client_id == client_id]
             if not records:
                 raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+            if all(rec.status == "revoked" for rec in records):
+                return False
             for rec in records:  # (one per client: the file was checked when it was read)
                 rec.status = "revoked"
                 rec.credential_hash = None
                 rec.revoked_at = _now_ms()
+        return True
 
     def clients(self) -> list[ClientRecord]:
         return list(self._data.clients)
