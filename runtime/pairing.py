@@ -145,6 +145,9 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     changes nothing; so two records of one client (one revoked, one still approved, say) can
     never both be in force.
     """
+    if not raw.strip():  # (msgspec says "Input data was truncated", which names nothing a writer did)
+        raise PairFileInvalid(f'{where} is not a valid pair file (it is empty; a pair file without clients is '
+                              f'{{"version": {PAIR_FILE_VERSION}, "clients": []}})')
     try:
         text = msgspec.json.decode(raw, type=_PairFileText)
         data = PairFile(version=text.version, clients=text.clients)

@@ -177,3 +177,21 @@ async def test_config_text_is_in_no_output_of_a_serving_process(tmp_path: Path) 
     output = "\n".join(serve.lines) + (tmp_path / "serve-0.err").read_text()
     assert marker not in output and token not in output
     assert "listening on" in output  # (the output was read)
+
+
+async def test_an_empty_pair_file_is_named_as_empty(daemon: Daemon) -> None:
+    token = await daemon.pair("admin", strong=True)
+    before = daemon.pair_path.read_bytes()
+    for text in ("", " \n"):
+        r = await daemon.put("/config/files/pair.json", token, {"text": text})
+        assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+        assert r.json()["error"]["message"] == ('pair.json is not a valid pair file (it is empty; a pair file without '
+                                                'clients is {"version": 1, "clients": []})'), r.text
+    assert daemon.pair_path.read_bytes() == before
+    # one emptied on disk: the command line names it so too (and refuses every credential, 503)
+    daemon.pair_path.write_bytes(b"")
+    out = await run_lens(daemon.root, "pair", "list", check=False)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "PAIR_FILE_INVALID" in out.stderr and "(it is empty;" in out.stderr, out.stderr
+    r = await daemon.get("/whoami", token)
+    assert r.status_code == 503 and error_of(r) == "PAIR_FILE_INVALID"
