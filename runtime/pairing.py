@@ -313,7 +313,8 @@ class PairStore:
 
     @contextmanager
     def _locked(self) -> Iterator[PairFile]:
-        """Read-modify-write under the lock file; the yielded data is written back atomically.
+        """Read-modify-write under the lock file; the yielded data is written back atomically (when
+        it changed: a revocation of a client revoked already, say, leaves the file untouched).
 
         A file-system failure (no permission, a full or read-only disk) is
         :class:`PairFileUnwritable`, and the file is left as it was."""
@@ -333,12 +334,11 @@ class PairStore:
             before = msgspec.json.encode(data)
             yield data
             _drop_oldest_revoked(data)
-            if msgspec.json.encode(data) == before:  # nothing changed: the file is left as it was
-                return
-            try:
-                self._write(data)
-            except OSError as exc:
-                raise self._unwritable(exc) from None
+            if msgspec.json.encode(data) != before:  # (nothing changed: the file is left as it was)
+                try:
+                    self._write(data)
+                except OSError as exc:
+                    raise self._unwritable(exc) from None
         self.reload(force=True)
 
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
