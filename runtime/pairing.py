@@ -145,6 +145,9 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     changes nothing; so two records of one client (one revoked, one still approved, say) can
     never both be in force.
     """
+    if not raw.strip():  # (msgspec says "Input data was truncated", which names nothing a writer did)
+        raise PairFileInvalid(f'{where} is not a valid pair file (it is empty; a pair file without clients is '
+                              f'{{"version": {PAIR_FILE_VERSION}, "clients": []}})')
     try:
         text = msgspec.json.decode(raw, type=_PairFileText)
         data = PairFile(version=text.version, clients=text.clients)
@@ -310,7 +313,8 @@ class PairStore:
 
     @contextmanager
     def _locked(self) -> Iterator[PairFile]:
-        """Read-modify-write under the lock file; the yielded data is written back atomically.
+        """Read-modify-write under the lock file; the yielded data is written back atomically (when
+        it changed: a revocation of a client revoked already, say, leaves the file untouched).
 
         A file-system failure (no permission, a full or read-only disk) is
         :class:`PairFileUnwritable`, and the file is left as it was."""
@@ -327,12 +331,14 @@ class PairStore:
                 raise PairFileInvalid(f"pair file {self.path} cannot be read ({exc.strerror}); fix it first") from None
             except OSError as exc:
                 raise self._unwritable(exc) from None
+            before = msgspec.json.encode(data)
             yield data
             _drop_oldest_revoked(data)
-            try:
-                self._write(data)
-            except OSError as exc:
-                raise self._unwritable(exc) from None
+            if msgspec.json.encode(data) != before:  # (nothing changed: the file is left as it was)
+                try:
+                    self._write(data)
+                except OSError as exc:
+                    raise self._unwritable(exc) from None
         self.reload(force=True)
 
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
@@ -395,7 +401,10 @@ class PairStore:
             rec.revoked_at = None
         return token
 
-    def revoke(self, client_id: str) -> None:
+    def revoke(self, client_id: str) -> bool:
+        """Revoke ``client_id``'s credential (or decline its pending request); returns whether
+        that changed anything: a client revoked already is left as it was (its ``revokedAt`` too,
+        which orders the revoked records kept). Raises :class:`ClientNotFound` for an unknown one."""
         validate_client_id(client_id)
         if not self.path.exists():
             raise ClientNotFound(f"no client {client_id!r} in {self.path}")
@@ -403,10 +412,13 @@ class PairStore:
             records = [c for c in data.clients if c.client_id == client_id]
             if not records:
                 raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+            if all(rec.status == "revoked" for rec in records):
+                return False
             for rec in records:  # (one per client: the file was checked when it was read)
                 rec.status = "revoked"
                 rec.credential_hash = None
                 rec.revoked_at = _now_ms()
+        return True
 
     def clients(self) -> list[ClientRecord]:
         return list(self._data.clients)

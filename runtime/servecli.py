@@ -153,17 +153,22 @@ def cmd_pair_list(args: argparse.Namespace) -> int:
     if not clients:
         print(f"no clients in {store.path}")
         return 0
-    print(f"{'clientId':<32} {'status':<9} {'trust':<7} name")
+    # (as wide as the longest id: a client id may have 64 characters, and one past 32 pushed the
+    # columns of its line out of line with the heading's)
+    width = max(32, *(len(c.client_id) for c in clients))
+    print(f"{'clientId':<{width}} {'status':<9} {'trust':<7} name".rstrip())
     for c in clients:
         trust = c.trust if c.status == "approved" else "-"
-        print(f"{c.client_id:<32} {c.status:<9} {trust:<7} {shown(c.name)}")
+        print(f"{c.client_id:<{width}} {c.status:<9} {trust:<7} {shown(c.name)}".rstrip())
     return 0
 
 
 def cmd_pair_revoke(args: argparse.Namespace) -> int:
     store = _pairs(args)
-    store.revoke(args.client)
-    print(f"revoked client {args.client}")
+    if store.revoke(args.client):
+        print(f"revoked client {args.client}")
+    else:  # (exit 0 all the same: what was asked for holds)
+        print(f"client {args.client} is revoked already; nothing was changed")
     return 0
 
 

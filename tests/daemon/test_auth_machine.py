@@ -336,6 +336,8 @@ class AuthMachine(RuleBasedStateMachine):
             return
         assert ok, stderr
         rec = self.records[cid]
+        if rec.status == "revoked":  # (revoked already: nothing changes, the file is not written)
+            return
         rec.status, rec.issued, rec.extra = "revoked", None, {}
         self._drop_extra()
 
