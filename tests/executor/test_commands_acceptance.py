@@ -4,18 +4,26 @@ What a model sees when a command exits by itself, is killed by a signal or times
 signal named, not only ``exit -9``); a command that reads its standard input (it gets an empty
 one at once, never a hang); bytes that are not UTF-8; a command that closes its output and runs
 on until its timeout; and the default output cap (1 MiB) exactly at it and one byte past.
+F-EXE-1: ``lens executor serve --workspace ""`` is refused, not read as the current directory.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import trio
 
+from tools.executor.server import TOKEN_ENV
 from tools.workspace_tools import DEFAULT_COMMAND_OUTPUT, signal_name
 
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("command, code, note, signal", [
@@ -77,3 +85,19 @@ def test_signal_names_for_numbers_with_and_without_a_name() -> None:
     assert signal_name(0) is None and signal_name(1) is None and signal_name(-2) == "SIGINT"
     assert signal_name(-200) == "SIG200"
 
+
+# ---------------------------------------------------------------------------- F-EXE-1 the command line
+
+
+def test_an_empty_workspace_argument_is_refused_not_taken_for_the_current_directory(tmp_path: Path) -> None:
+    # Before: `--workspace ""` (a `--workspace "$WS"` with WS unset) served the directory the
+    # executor was started in; with --state beside it, it listened on the port.
+    (tmp_path / "cwd").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", "",
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path / "state"), "--exit-with-stdin"],
+                          cwd=tmp_path / "cwd", env={**os.environ, TOKEN_ENV: secrets.token_urlsafe(32),
+                                                     "PYTHONPATH": str(ROOT)},
+                          input="", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "listening on" not in proc.stdout
+    assert proc.stderr == "lens executor: WORKSPACE_INVALID: workspace is empty: --workspace needs a directory\n"
