@@ -5,6 +5,7 @@ signal named, not only ``exit -9``); a command that reads its standard input (it
 one at once, never a hang); bytes that are not UTF-8; a command that closes its output and runs
 on until its timeout; and the default output cap (1 MiB) exactly at it and one byte past.
 F-EXE-1: ``lens executor serve --workspace ""`` is refused, not read as the current directory.
+F-EXE-8: a read goes in beside a read through the real tools and pool, a command waits for it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from runtime.executors import RemoteExecutor
+from tools.artifacts import ArtifactStore
 from tools.executor.server import TOKEN_ENV
-from tools.workspace_tools import DEFAULT_COMMAND_OUTPUT, signal_name
+from tools.workspace_tools import DEFAULT_COMMAND_OUTPUT, signal_name, workspace_tools
 
+from .conftest import ExecutorProcess, running_pool
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,3 +105,37 @@ def test_an_empty_workspace_argument_is_refused_not_taken_for_the_current_direct
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "listening on" not in proc.stdout
     assert proc.stderr == "lens executor: WORKSPACE_INVALID: workspace is empty: --workspace needs a directory\n"
+
+
+# ---------------------------------------------------------------------------- F-EXE-8 the domain lock
+
+
+async def test_a_read_goes_in_beside_a_read_and_a_command_waits_for_both(executor: ExecutorProcess, tmp_path: Path,
+                                                                         sub: str) -> None:
+    """Through the real tools and the pool's own lock: with a read holding the execution domain,
+    read_file still runs (reads are concurrent), run_command waits until the read ends (a
+    command is a write), then runs."""
+    (executor.workspace / sub / "f.txt").write_text("x\n")
+    remote = RemoteExecutor(executor.address, executor.token)
+    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
+        tools = CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")), ArtifactStore(tmp_path / "a"))
+        ex = await pool.get("p1")
+        marker = executor.workspace / sub / "ran"
+        with trio.fail_after(15):
+            async with trio.open_nursery() as nursery:
+                async with ex.lock.read():
+                    _, res = await tools.run("read_file", {"path": f"{sub}/f.txt"})
+                    assert not res.is_error and "x" in res.content[0].text  # beside the held read
+                    done = trio.Event()
+
+                    async def command() -> None:
+                        _, ran = await tools.run("run_command", {"command": "touch ran", "cwd": sub})
+                        assert not ran.is_error, ran.content
+                        done.set()
+
+                    nursery.start_soon(command)
+                    while ex.lock._writers_waiting == 0:  # (the command is at the lock, waiting)
+                        await trio.sleep(0.01)
+                    assert not marker.exists() and not done.is_set()
+                await done.wait()
+        assert marker.exists()
