@@ -29,7 +29,8 @@ from events.secrets import Secrets
 from tools.executor.groups import GroupRegistry
 
 from .errors import LensError
-from .executor_client import ExecutorClient, ExecutorTimeout, ExecutorUnavailable
+from .executor_client import (ExecutorClient, ExecutorTimeout, ExecutorUnauthenticated, ExecutorUnavailable,
+                              ExecutorVersionMismatch)
 from .stop_now import StopNow
 
 log = logging.getLogger("lens.executors")
@@ -198,6 +199,9 @@ class ExecutorPool:
         self._locks: dict[str, DomainLock] = {}
         self._spawning: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
+        # The last refusal of the remote executor's handshake said in the log (another version,
+        # a wrong token): said once when it starts, not at every call it refuses.
+        self._remote_refusal: str | None = None
         # The children this pool signalled itself (its shutdown, an idle stop, a child refused):
         # their end by a signal is the pool's doing, never a death from outside (see _killed).
         self._ended_by_pool: weakref.WeakSet[trio.Process] = weakref.WeakSet()
@@ -298,9 +302,19 @@ class ExecutorPool:
         client = ExecutorClient(self.remote.address, self.remote.token)
         try:
             await client.hello()
-        except BaseException:
+        except (ExecutorVersionMismatch, ExecutorUnauthenticated) as exc:
             client.close()  # (not left to the garbage collector: its connection stays open until then)
+            # What a client sees in its error, the operator reads in the log: which executor
+            # refused and why (the calls' own warnings carry the code alone).
+            said = f"{exc.code}: {exc}"
+            if said != self._remote_refusal:
+                self._remote_refusal = said
+                log.warning("the remote executor at %s refused the connection: %s", self.remote.address, said)
             raise
+        except BaseException:
+            client.close()
+            raise
+        self._remote_refusal = None
         return Executor(project_id, workspace, client, lock=self._lock(None),
                         shared_filesystem=self.remote.shared_filesystem)
 

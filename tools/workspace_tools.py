@@ -9,6 +9,7 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
+import signal
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,6 +38,18 @@ def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> 
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from {lo} to {hi}")
     return v
+
+
+def signal_name(exit_code: int) -> str | None:
+    """The signal that ended a command whose exit code is ``exit_code`` (the executor reports
+    one killed by signal N as -N): its name (``SIGKILL``), ``SIG<N>`` for a number with no name
+    here; None for a command that exited by itself."""
+    if exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"SIG{-exit_code}"
 
 
 def command_cwd(args: dict[str, Any], command: str) -> str:
@@ -324,9 +337,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             encoded = text.encode()
             if len(encoded) > limit:  # invalid bytes became U+FFFD, 3 bytes each: cap the text too
                 text, truncated = encoded[:limit].decode("utf-8", errors="ignore"), True
-        structured = {"exit_code": exit_info.exit_code, "timed_out": exit_info.timed_out,
+        killed_by = signal_name(exit_info.exit_code)
+        structured = {"exit_code": exit_info.exit_code, "signal": killed_by, "timed_out": exit_info.timed_out,
                       "truncated": truncated, "duration_ms": exit_info.duration_ms}
-        note = f"\n[exit {exit_info.exit_code}{', timed out' if exit_info.timed_out else ''}{', output truncated' if truncated else ''}]"
+        ended = (f"killed by signal {-exit_info.exit_code} ({killed_by})" if killed_by
+                 else f"exit {exit_info.exit_code}")
+        note = f"\n[{ended}{', timed out' if exit_info.timed_out else ''}{', output truncated' if truncated else ''}]"
         failed = exit_info.exit_code != 0 or exit_info.timed_out
         return ToolResult.text(text + note, structured, is_error=failed,
                                error_code=("COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED") if failed else None)

@@ -481,6 +481,11 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         _fail("INVALID_ARGUMENT", f"cannot listen on {_printable(listen, 200)!r}: --listen must be HOST:PORT with a "
               f"port from 0 (any free one) to 65535, an IPv6 address in brackets")
         return 2
+    if not workspace:
+        # (Path("") is the current directory: `--workspace "$WS"` with WS unset would serve
+        # wherever the executor was started, a home directory as readily as a project.)
+        _fail("WORKSPACE_INVALID", "workspace is empty: --workspace needs a directory")
+        return 2
     root = Path(workspace)
     if not root.is_dir():
         _fail("WORKSPACE_INVALID", f"workspace {_printable(workspace, 500)} is not a directory")
