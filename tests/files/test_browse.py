@@ -121,6 +121,29 @@ def test_credential_files_are_marked_and_never_read(ws: Workspace, root: Path):
     assert not sensitive_name("environment.txt") and not sensitive_name("keys") and sensitive_name("A.Pem")
 
 
+def test_credential_stores_of_common_tools_and_their_directories_are_never_read(ws: Workspace, root: Path):
+    # A home directory's credential directories copied or linked into a workspace, and the files
+    # cloud and infrastructure tools keep their secrets in: listed, marked, never read.
+    for d in (".ssh", ".aws", ".gnupg", ".docker", ".kube", ".AWS"):
+        (root / d).mkdir()
+    files = {".ssh/config": "Host x\n", ".aws/config": "[default]\n", ".AWS/other": "x\n", ".gnupg/trustdb.txt": "x\n",
+             ".docker/config.json": "{}\n", ".kube/config": "apiVersion: v1\n", "credentials": "[default]\n",
+             "credentials.json": "{}\n", "Credentials.JSON": "{}\n", "prod.tfvars": "x = 1\n",
+             "terraform.tfstate": "{}\n", "terraform.tfstate.backup": "{}\n"}
+    for n, text in files.items():
+        (root / n).write_text("SECRET " + text)
+    marks = {e["path"]: e["sensitive"] for e in ws.browse_list(".", depth=2)["entries"]}
+    for n in [".ssh", ".aws", ".gnupg", ".docker", ".kube", *files]:
+        if n != "terraform.tfstate.backup":
+            assert marks[n] is True, n
+    for n in files:
+        if n != "terraform.tfstate.backup":
+            assert "SECRET" not in fails("SENSITIVE_FILE", ws.browse_read, n).message
+    # (the rule is by name: a backup's name ends otherwise, and near names are not credentials)
+    assert ws.browse_read("terraform.tfstate.backup")["text"].startswith("SECRET")
+    assert not any(sensitive_name(n) for n in ("credentials.py", "my_credentials", "aws", "ssh", "kube.yaml", "docs.tf"))
+
+
 def test_text_pages_by_bytes_never_split_a_character(ws: Workspace, root: Path):
     (root / "t.txt").write_bytes("a€b\n".encode())  # € is 3 bytes: offsets 1..3
     assert ws.browse_read("t.txt") == {"path": "t.txt", "size": 6, "offset": 0, "next_offset": 6, "eof": True,

@@ -9,15 +9,20 @@ same files on a case-insensitive file system, and the same secrets anywhere):
   ``*.keystore``, ``*.kdbx``, and ``id_rsa``, ``id_dsa``, ``id_ecdsa``, ``id_ed25519`` with any
   suffix but ``.pub`` (a public key is not a secret)
 * credential stores of common tools: ``.netrc``, ``_netrc``, ``.npmrc``, ``.pypirc``,
-  ``.pgpass``, ``.git-credentials``, ``.htpasswd``
+  ``.pgpass``, ``.git-credentials``, ``.htpasswd``, ``credentials`` and ``credentials.json``
+  (AWS's, Google's client secrets and others), Terraform's ``*.tfvars`` and ``*.tfstate``
+* directories that hold them, so everything under one is: ``.ssh``, ``.aws``, ``.gnupg``,
+  ``.docker``, ``.kube`` (a home directory's, copied or linked into a workspace)
 
 (The agent's own ``read_file`` is not limited by this: it works in the workspace it was given.)
 """
 
 from __future__ import annotations
 
-SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx")
-NAMES = frozenset({".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".htpasswd"})
+SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".tfvars", ".tfstate")
+NAMES = frozenset({".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".htpasswd",
+                   "credentials", "credentials.json",
+                   ".ssh", ".aws", ".gnupg", ".docker", ".kube"})  # (directories: every path under one)
 KEY_PREFIXES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519")
 
 
