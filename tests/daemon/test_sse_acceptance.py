@@ -13,12 +13,13 @@ any stream, and the code of the final event that ends a revoked client's stream.
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import trio
 from openai._streaming import SSEDecoder
 
-from .conftest import API, LIMIT, Daemon, DaemonFactory, error_of, parse_raw_response, read_answer, run_lens
+from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, error_of, parse_raw_response, read_answer, run_lens
 
 TRICKY = ("one\ntwo\r\nthree\rfour\n\ndata: forged\n\nid: 999999\nevent: input.submitted\n"
           "\u2028\u2029\u0085 end: ok")
@@ -200,3 +201,61 @@ async def test_a_revoked_credential_ends_its_stream_with_the_code_it_would_now_g
         assert await stream.to_end() == []
     r = await daemon.get("/events/stream", token, headers={"Last-Event-ID": str(p["seq"])})
     assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+
+
+# --------------------------------------------------------------------------- a slow client on the ordinary path
+
+
+async def test_a_slow_http_1_0_client_is_dropped_and_resumes_without_a_gap(daemon_factory: DaemonFactory):
+    """``test_sse.py`` drops a slow HTTP/1.1 client, whose live frames the bus writes to the socket
+    itself. An HTTP/1.0 client (no chunked body: the stream is written through the server, the
+    ordinary path) that stops reading must not hold up the writer or a reader that keeps up
+    either; once it reads again it gets a gap-free prefix, then ``stream.dropped`` naming the
+    last seq it got, and resumes from there."""
+    d = await daemon_factory(config={"server": {"sseBufferEvents": 8}})
+    token = await d.pair("c", strong=True)
+    p = await d.project(token)
+    sid = (await d.session(token, p["id"]))["id"]
+    await d.submit(token, sid, "busy", BUSY)  # the run holds: each input below is one event
+    await d.wait_running_call(token, sid)
+    start = (await d.get("/health")).json()["lastSeq"]
+    slow = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    with slow:
+        await slow.connect(("127.0.0.1", d.port))
+        await slow.send(f"GET {API}/events/stream?session={sid} HTTP/1.0\r\nHost: 127.0.0.1:{d.port}\r\n"
+                        f"Authorization: Bearer {token}\r\n\r\n".encode())
+        data = b""
+        with trio.fail_after(LIMIT):
+            while b": lens stream\n\n" not in data:
+                chunk = await slow.recv(4096)
+                assert chunk, data
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in data.lower(), data
+        acks: list[int] = []
+        async with d.sse(token, params={"session": sid}) as fast:
+            await fast.next()
+
+            async def follow() -> None:  # (a reader that keeps up reads as the events come)
+                while not fast.seqs or fast.seqs[-1] < start + 40:
+                    assert await fast.next(timeout=LIMIT * 2) is not None, "the stream ended"
+
+            with trio.fail_after(LIMIT * 2):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(follow)
+                    for i in range(40):
+                        acks.append((await d.submit(token, sid, f"big{i}", f"{i:04d}" + "x" * 64 * 1024))["seq"])
+        assert acks == list(range(start + 1, start + 41)) and fast.seqs == acks
+        with trio.fail_after(LIMIT):  # now read what it was sent: the response ends with the connection
+            while chunk := await slow.recv(1 << 20):
+                data += chunk
+    events = standard_parse(data.partition(b"\r\n\r\n")[2])
+    assert events[-1].event == "stream.dropped", [e.event for e in events][-3:]
+    got = [int(e.id) for e in events[:-1]]
+    assert got == acks[:len(got)] and len(got) < 40
+    dropped = json.loads(events[-1].data)
+    assert dropped["lastEventId"] == (got[-1] if got else start)
+    async with d.sse(token, params={"session": sid}, last_event_id=dropped["lastEventId"]) as again:
+        await again.until(lambda m: m.id == acks[-1])
+    assert got + again.seqs == acks
+    await d.post(f"/sessions/{sid}/abort", token)
