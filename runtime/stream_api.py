@@ -154,7 +154,8 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
     last = sub.start if after is None else after
 
     def end_frame(delivered: int) -> bytes | None:
-        """The ``stream.end`` frame if the daemon is stopping, the credential was revoked, or the
+        """The ``stream.end`` frame if the daemon is stopping, the credential was revoked (with
+        the code a request with it now gets, so a client knows not to resume with it), or the
         pair file became invalid (no credential can be checked: the stream ends as ordinary
         requests are refused, but as the daemon's fault, which a client retries)."""
         nonlocal gen_seen
@@ -167,9 +168,9 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             except PairFileInvalid:
                 return sse_message("stream.end", msgspec.json.encode(
                     {"reason": "pair file invalid", "code": PairFileInvalid.code, "lastEventId": delivered}))
-            except LensError:
+            except LensError as exc:  # the code a request with it now gets (AUTH_INVALID)
                 return sse_message("stream.end", msgspec.json.encode(
-                    {"reason": "credential revoked", "lastEventId": delivered}))
+                    {"reason": "credential revoked", "code": exc.code, "lastEventId": delivered}))
         return None
 
     try:

@@ -442,7 +442,8 @@ async def test_a_revocation_between_authentication_and_the_streams_start_ends_th
         await daemon.project(strong, "after")
         msg = await stream.until(lambda m: m.event is not None, timeout=LIMIT)
         assert msg.event == "stream.end", msg  # not the project.created of either project
-        assert msg.json() == {"reason": "credential revoked", "lastEventId": 0 if resume else before["seq"]}
+        assert msg.json() == {"reason": "credential revoked", "code": "AUTH_INVALID",
+                              "lastEventId": 0 if resume else before["seq"]}
         assert await stream.to_end() == []
 
 
