@@ -15,7 +15,9 @@ SIGKILLed as a process where a kill is the point).
 from __future__ import annotations
 
 import gc
+import json
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ import trio
 
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import ScriptedServer
-from .conftest import Daemon, stop_daemon, wait_until
+from .conftest import Daemon, error_of, serving, stop_daemon, wait_until
 
 from runtime.actor import SessionActor
 
@@ -152,3 +154,88 @@ async def _snapshotted(d: Daemon, sid: str) -> None:
         return await trio.to_thread.run_sync(has)
 
     await wait_until(check, what=f"a snapshot of {sid}")
+
+
+# --------------------------------------------------------------------------- F-ACT-4: kill -9
+
+ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
+                                                                       {"id": "blue", "label": "Blue"}]}]}
+
+
+def _last_message(received: Any) -> str:
+    return json.dumps(received.body["messages"][-1])
+
+
+def _answer(received: Any) -> Any:
+    """The model, by what it was last told (two sessions ask it in no fixed order)."""
+    last = _last_message(received)
+    if "run the slow one" in last:
+        return message_stream(calls=[("toolu_cmd", "run_command", {"command": "sleep 30 && echo done > done.txt"})])
+    if "ask me" in last:
+        return message_stream(calls=[("toolu_ask", "ask_user", ASK)])
+    if "tool_result" in last:
+        return message_stream(text="Noted the interruption.")
+    return message_stream(text="Queued input answered.")
+
+
+async def test_kill9_inside_a_tool_call_reports_it_interrupted_keeps_the_queue_and_cancels_the_question(
+        nursery, tmp_path):
+    server = ScriptedServer(answer=_answer)
+    url = await server.start(nursery)
+    cwd = tmp_path / "serve"
+    (cwd / "config").mkdir(parents=True)
+    (cwd / "config" / "lens.jsonc").write_text(json.dumps(_claude(url)))
+
+    async with serving(cwd, stderr_name="serve-0.err", timeout=10) as (serve, d):
+        token = await d.pair("kill9-acceptance", strong=True)
+        project = await d.project(token)
+        busy = (await d.session(token, project["id"]))["id"]
+        # (in a project of its own: another workspace, whose domain lock the command does not hold)
+        asking = (await d.session(token, (await d.project(token, "q"))["id"]))["id"]
+        await d.submit(token, busy, "r1", "run the slow one")
+        await d.wait_running_call(token, busy)
+        queued = await d.submit(token, busy, "r2", "and then the next thing")
+        await d.submit(token, asking, "q1", "ask me something")
+        question = await wait_until(lambda: _awaiting(d, token, asking), what="awaiting_answer")
+        qid = question["questions"][0]["questionId"]
+        view = await d.view(token, busy)
+        assert [q["requestId"] for q in view["queued"]] == ["r2"]
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGKILL)
+        with trio.fail_after(10):
+            assert await serve.proc.wait() == -signal.SIGKILL
+    before = len(server.requests)
+
+    async with serving(cwd, stderr_name="serve-1.err", timeout=10) as (serve, d):
+        view = await d.wait_idle(token, busy)
+        events = await d.events(token, busy)
+        [call] = [e for e in events if e["kind"] == "tool.finished"]
+        assert (call["body"]["name"], call["body"]["status"], call["body"]["error_code"]) == (
+            "run_command", "interrupted", "INTERRUPTED")
+        # The queued input survived with its seq, and ran after the interruption was told.
+        [submitted] = [e for e in events if e["kind"] == "input.submitted" and e["request_id"] == "r2"]
+        assert submitted["seq"] == queued["seq"]
+        assert [it.get("text") for it in view["items"] if it["role"] == "assistant"] == [
+            "Noted the interruption.", "Queued input answered."]
+        # What the model read next: the call's result, an error, saying it was interrupted.
+        told = [r for r in server.requests[before:] if "toolu_cmd" in _last_message(r)]
+        assert len(told) == 1, [_last_message(r) for r in server.requests[before:]]
+        [result] = [b for b in told[0].body["messages"][-1]["content"] if b.get("type") == "tool_result"]
+        assert result["tool_use_id"] == "toolu_cmd" and result["is_error"] is True
+        assert json.dumps(result["content"]).count("This tool call was interrupted: Lens stopped before it finished") == 1
+        assert not (cwd / "workspaces" / "p" / "done.txt").exists()  # not re-run: it is not replay-safe
+
+        # The question open at the kill: cancelled at the restart, its call interrupted; a late
+        # answer is refused with a code and a message saying why.
+        await d.wait_idle(token, asking)
+        events = await d.events(token, asking)
+        assert [e["body"]["reason"] for e in events if e["kind"] == "question.cancelled"] == ["session restarted"]
+        r = await d.post(f"/sessions/{asking}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["red"]})
+        assert r.status_code == 409 and error_of(r) == "QUESTION_SETTLED", r.text
+        assert "cancelled (session restarted)" in r.text, r.text
+        assert await d.events(token, asking) == events  # nothing recorded for it
+
+
+async def _awaiting(d: Daemon, token: str, sid: str) -> dict[str, Any] | None:
+    view = await d.view(token, sid)
+    return view if view["status"] == "awaiting_answer" else None
