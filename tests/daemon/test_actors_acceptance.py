@@ -239,3 +239,45 @@ async def test_kill9_inside_a_tool_call_reports_it_interrupted_keeps_the_queue_a
 async def _awaiting(d: Daemon, token: str, sid: str) -> dict[str, Any] | None:
     view = await d.view(token, sid)
     return view if view["status"] == "awaiting_answer" else None
+
+
+# --------------------------------------------------------------------------- F-ACT-1: sessions apart
+
+
+def _answer_slow_or_hello(received: Any) -> Any:
+    last = _last_message(received)
+    if "run the slow one" in last:
+        return message_stream(calls=[("toolu_slow", "run_command", {"command": "sleep 60"})])
+    return message_stream(text="Hello back.")
+
+
+async def test_a_command_running_in_one_session_does_not_hold_another_sessions_model_requests(
+        daemon_factory, nursery, monkeypatch):
+    # Every model request rebuilds the system prompt (no 2 s of reuse to wait out): the rebuild
+    # reads the workspace's AGENTS.md, under the execution-domain lock the command holds.
+    monkeypatch.setattr("runtime.prompt.PROMPT_REFRESH_SECONDS", 0.0)
+    server = ScriptedServer(answer=_answer_slow_or_hello)
+    d = await daemon_factory(config=_claude(await server.start(nursery)))
+    token = await d.pair("apart-client", strong=True)
+    project = await d.project(token)
+    agents_md = d.root / "workspaces" / "p" / "AGENTS.md"
+    agents_md.write_text("Rule one: answer briefly.\n")
+    busy = (await d.session(token, project["id"]))["id"]
+    other = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, busy, "r1", "run the slow one")
+    await d.wait_running_call(token, busy)
+
+    await d.submit(token, other, "h1", "hello")
+    view = await d.wait_idle(token, other)  # (bounded: the command sleeps for far longer)
+    assert view["items"][-1]["text"] == "Hello back."
+    assert "Rule one: answer briefly." in json.dumps(server.requests[-1].body["system"])
+    assert (await d.view(token, busy))["status"] == "running"  # the command still runs
+
+    # Once the command ends, the next request reads the workspace again.
+    r = await d.post(f"/sessions/{busy}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await d.wait_idle(token, busy)
+    agents_md.write_text("Rule two: answer at length.\n")
+    await d.submit(token, other, "h2", "hello again")
+    await d.wait_idle(token, other)
+    assert "Rule two: answer at length." in json.dumps(server.requests[-1].body["system"])
