@@ -65,7 +65,7 @@ from .atomicfile import why_not_written
 from .config import Config, ConfigError, pair_file_path
 from .credentials import config_secrets, executor_hidden_env
 from .errors import LensError, ModelUnavailable
-from .executors import ExecutorPool, RemoteExecutor
+from .executors import DomainBusy, ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
@@ -233,20 +233,29 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                          secrets=store.secrets, stop_now=stop_now)
         home = os.path.expanduser("~")
 
-        async def build_prompt(project_id: str | None) -> list[str]:
+        async def build_prompt(project_id: str | None, wait: bool = True) -> list[str]:
             ws = await workspace_of(project_id) if project_id else None
             workspace_file = str(ws / "AGENTS.md") if ws else None
 
             async def read_text(path: str) -> str | Unusable | None:
                 if project_id is not None and path == workspace_file:
-                    return await read_workspace_agents_md(executors, project_id)
+                    return await read_workspace_agents_md(executors, project_id, wait=wait)
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
 
-            skills = [SkillMeta(*meta) for meta in await prompt_skills(executors, project_id)] if project_id and ws else []
+            skills = ([SkillMeta(*meta) for meta in await prompt_skills(executors, project_id, wait=wait)]
+                      if project_id and ws else [])
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
                                              secrets=store.secrets)
 
-        system_prompt_for = PromptCache(build_prompt).get
+        async def build_prompt_now(project_id: str | None) -> list[str] | None:
+            # A command of any session holding the project's workspace must not hold every other
+            # session's model requests for as long as it runs: the prompt built before it serves.
+            try:
+                return await build_prompt(project_id, wait=False)
+            except DomainBusy:
+                return None
+
+        system_prompt_for = PromptCache(build_prompt, build_now=build_prompt_now).get
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,
@@ -477,8 +486,10 @@ def read_home_agents_md(path: str) -> str | Unusable | None:
         return Unusable(f"it is not UTF-8 text (byte {exc.start})")
 
 
-async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> str | Unusable | None:
+async def read_workspace_agents_md(executors: ExecutorPool, project_id: str, *,
+                                   wait: bool = True) -> str | Unusable | None:
     """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote).
+    ``wait=False``: :class:`DomainBusy` instead of waiting while a command holds the workspace.
 
     Missing file: ``None``; so is an ``AGENTS.md`` that is no file (a directory's listing is no
     instructions). A file that is not UTF-8 is :class:`Unusable` (the prompt says so in its place).
@@ -488,7 +499,7 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str) -> 
     try:
         ex = await executors.get(project_id)
         text, offset = "", 0
-        async with ex.lock.read():
+        async with ex.lock.read(wait=wait):
             while len(text.encode()) < READ_LIMIT_BYTES:
                 out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
                 if out.result.get("kind") != "file":

@@ -69,6 +69,11 @@ class WorkspaceOverlapsDaemon(LensError):
     code = "WORKSPACE_INVALID"
 
 
+class DomainBusy(Exception):
+    """A read that was asked not to wait found a writer holding or waiting for the domain lock
+    (raised by ``DomainLock.read(wait=False)``; its callers fall back on what they read before)."""
+
+
 class DomainLock:
     """Many readers or one writer; writers are not starved (a waiting writer blocks new readers)."""
 
@@ -88,7 +93,11 @@ class DomainLock:
         ev.set()
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[None]:
+    async def read(self, *, wait: bool = True) -> AsyncIterator[None]:
+        """Hold the lock for reading; ``wait=False``: raise :class:`DomainBusy` at once instead of
+        waiting while a writer holds the lock or waits for it."""
+        if not wait and (self._writer or self._writers_waiting):
+            raise DomainBusy("a write holds the execution domain")
         while self._writer or self._writers_waiting:
             await self._changed.wait()
         self._readers += 1

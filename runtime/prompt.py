@@ -177,6 +177,12 @@ class PromptCache:
     reaches the model requests that start ``refresh`` seconds later at the latest. Concurrent
     requests for one project share one build; a build that fails or is cancelled leaves nothing
     behind. Keys are project ids (``None``: no project).
+
+    ``build_now`` (optional) is a build that does not wait for the project's workspace: it returns
+    ``None`` when a command holds it (the workspace's files are read under the execution-domain
+    read lock, which a running command holds for writing). It is used when a prompt was built
+    before, which then serves until the workspace can be read again: another session's command
+    must not hold this session's model requests for as long as it runs. The first build waits.
     """
 
     def __init__(
@@ -184,8 +190,10 @@ class PromptCache:
         build: Callable[[str | None], Awaitable[list[str]]],
         *,
         refresh: float | None = None,
+        build_now: Callable[[str | None], Awaitable[list[str] | None]] | None = None,
     ) -> None:
         self._build = build
+        self._build_now = build_now
         self._refresh = PROMPT_REFRESH_SECONDS if refresh is None else refresh  # (read now: tests set it)
         self._entries: dict[str | None, tuple[float, list[str]]] = {}
         self._locks: dict[str | None, trio.Lock] = {}
@@ -208,6 +216,13 @@ class PromptCache:
             if hit is not None:
                 return hit
             started = trio.current_time()
-            value = await self._build(key)
+            before = self._entries.get(key)
+            if before is not None and self._build_now is not None:
+                now = await self._build_now(key)
+                if now is None:  # the workspace is being written: the last prompt serves meanwhile
+                    return list(before[1])
+                value = now
+            else:
+                value = await self._build(key)
             self._entries[key] = (started, list(value))
             return list(value)

@@ -331,9 +331,10 @@ def instructions_text(skill: Skill) -> str:
 # --------------------------------------------------------------------------- the tool
 
 
-def workspace_reader(pool: Respawning, project_id: str | None, call_id: str) -> Read:
+def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, wait: bool = True) -> Read:
     """read_file through the project's executor (under its read lock), errors as ToolError; a
-    read whose local child died under it runs once more on the next (:func:`once_more_if_died`)."""
+    read whose local child died under it runs once more on the next (:func:`once_more_if_died`).
+    ``wait=False``: ``DomainBusy`` (runtime.executors) instead of waiting while a write holds the lock."""
 
     async def read(args: dict[str, Any]) -> dict[str, Any]:
         if project_id is None:
@@ -345,7 +346,7 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str) -> 
             with executor_failures("EXECUTOR_ERROR"):
                 return await ex.client.call("read_file", args, call_id=call_id)
 
-        async with ex.lock.read():
+        async with ex.lock.read(wait=wait):
             reached = await once_more_if_died(pool, ex, attempt, f"skill read {call_id} ({args.get('path')!r})")
         return reached.out.result
 
@@ -455,11 +456,12 @@ def skill_tool(pool: Respawning) -> ToolSpec:
     )
 
 
-async def prompt_skills(pool: Respawning, project_id: str) -> list[tuple[str, str, str]]:
+async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True) -> list[tuple[str, str, str]]:
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
-    prompt's skills section; an executor that fails leaves the section out (logged)."""
+    prompt's skills section; an executor that fails leaves the section out (logged).
+    ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace."""
     try:
-        found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills"))
+        found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills", wait=wait))
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []

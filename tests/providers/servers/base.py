@@ -59,6 +59,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: Any  # parsed JSON (or the raw text if it was not JSON)
+    raw: bytes = b""  # the body as sent, byte for byte
 
 
 def sse(events: list[tuple[str | None, Any]]) -> list[bytes]:
@@ -124,7 +125,7 @@ class ScriptedServer:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        received = Received(scope["method"], scope["path"], headers, body)
+        received = Received(scope["method"], scope["path"], headers, body, raw)
         self.requests.append(received)
         if self.answer is not None:
             reply = self.answer(received)
