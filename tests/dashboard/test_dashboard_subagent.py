@@ -233,12 +233,21 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
     press(in_pane + " > summary", Keys.ENTER)
     wait_for(lambda: not by_css(driver, "#agent-convos > *"), "the pane's conversation gone")
     assert active(button)
-    # Its card back in the page: its conversation there, its message hidden.
+    # The pane redrawn (an event of the session) keeps the focus on the agent's new button.
+    driver.execute_script("window.oldButton = document.activeElement")
+    status, _ = d.request("POST", f"/sessions/{sid}/context/unhide", {"itemIds": [after["items"][0]["id"]], "agentId": sub},
+                          token=strong)
+    assert status == 200
+    wait_for(lambda: driver.execute_script("return document.querySelector(arguments[0]) !== window.oldButton", button),
+             "the Agents pane redrawn")
+    assert active(button)
+    # Its card back in the page: its conversation there, as it is now.
     click(driver, "#timeline button.more")
     wait_for(lambda: by_css(driver, in_card + " > summary"), "the card back in the window")
     assert texts(driver, in_card + " > summary") == ["subagent's conversation"]
     click(driver, in_card + " > summary")
-    wait_for(lambda: texts(driver, in_card + " .sub-items > .msg.user .ctx-mark") == ["hidden"], "the hidden mark in the card")
+    wait_for(lambda: texts(driver, in_card + " .sub-items > .msg.user .text") == [prompt], "the conversation in its card again")
+    assert texts(driver, in_card + " .sub-items > .msg.user .ctx-mark") == []  # (the unhide made over HTTP)
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
 
