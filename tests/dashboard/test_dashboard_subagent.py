@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, console_errors, daemon, one, open_new_session, reopen_read_only,
-    submit, texts, wait_for)
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one,
+    open_new_session, reopen_read_only, submit, texts, wait_for, with_turns)
 
 CONVO = "#timeline .tool[data-call-id] > details.sub-convo"
 SUB_USER = CONVO + " .sub-items > .msg.user"
 BUSY = '/tool sleep_milliseconds {"milliseconds": 600000}'
+MANY = 210  # tool calls in one answer: enough to take an earlier card out of the timeline's window (200)
 
 
 def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
@@ -108,3 +109,185 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     wait_for(lambda: texts(driver, first + " .sub-items > .msg.user .text") == ["/tool get_system_time {}"],
              "the prompt, read-only")
     assert by_css(driver, first + " .ctx-edits") == [] and by_css(driver, first + " .ctx-hide") == []
+
+
+FIRST_HALF = ["(faux) Streaming the first half… "]
+# Records the reads of a subagent's conversation the page makes (GET /sessions/{id}?agentId=…).
+COUNT_AGENT_READS = """window.agentReads = [];
+    const fetch0 = window.fetch;
+    window.fetch = (url, init) => {
+      const m = /[?&]agentId=([^&]+)/.exec(String(url));
+      if (m && /\\/api\\/v1\\/sessions\\/[^/?]+\\?/.test(String(url))) window.agentReads.push(decodeURIComponent(m[1]));
+      return fetch0(url, init);
+    };"""
+
+
+def test_a_subagents_streaming_answer_shows_in_its_open_conversation(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    strong = daemon.pair("dash-sub-stream", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, daemon, strong, workspace)
+    # (the prompt escaped in the call's arguments: the main agent's own message does not match the
+    # faux script's "stream slowly" turn, its subagent's prompt does)
+    submit(driver, '/tool subagent {"prompt": "stre\\u0061m slowly please"}')
+    # Closed: the answer streams at the end of the timeline, named by its agent.
+    wait_for(lambda: texts(driver, "#timeline > .msg.streaming .text") == FIRST_HALF and by_css(driver, "#timeline > .tool"),
+             "the subagent's answer streaming")
+    sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
+    assert texts(driver, "#timeline > .msg.streaming .who") == [sub + " · streaming…"]
+
+    # Open: at the end of its conversation, after its prompt, and no longer in the timeline.
+    click(driver, CONVO + " > summary")
+    stream_in = CONVO + " .sub-items > .msg.streaming"
+    wait_for(lambda: texts(driver, stream_in + " .text") == FIRST_HALF and not by_css(driver, "#timeline > .msg.streaming"),
+             "the streaming answer inside the conversation")
+    assert texts(driver, stream_in + " .who") == ["assistant · streaming…"]
+    assert one(driver, stream_in).get_attribute("aria-live") == "off"
+    assert driver.execute_script("return arguments[0].lastElementChild.classList.contains('streaming')",
+                                 one(driver, CONVO + " .sub-items"))
+    assert texts(driver, SUB_USER + " .text") == ["stream slowly please"]
+
+    # Closed again: back at the end of the timeline.
+    click(driver, CONVO + " > summary")
+    wait_for(lambda: texts(driver, "#timeline > .msg.streaming .text") == FIRST_HALF and not by_css(driver, stream_in),
+             "the streaming answer back in the timeline")
+
+    # Open, then the run aborted: the bubble goes, the kept text is the subagent's message.
+    click(driver, CONVO + " > summary")
+    wait_for(lambda: by_css(driver, stream_in), "the streaming answer inside the conversation again")
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and not by_css(driver, ".msg.streaming")
+             and texts(driver, CONVO + " .sub-items > .msg.assistant .text") == FIRST_HALF, "the aborted answer kept")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pane(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+    d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
+    strong = d.pair("dash-sub-pane", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    prompt = "/tool get_system_time {}"
+    submit(driver, "/tool subagent " + json.dumps({"prompt": prompt}))
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#agents > li.card")) == 2
+             and by_css(driver, "#timeline > .tool .pill.ok"), "the subagent, finished")
+    sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
+    buttons = by_css(driver, "#agents button.show-convo")
+    # (the main agent's entry has none: its conversation is the timeline)
+    assert [b.get_attribute("data-agent-id") for b in buttons] == [sub]
+    assert buttons[0].text == "Show conversation" and buttons[0].get_attribute("aria-label") == "Show conversation of " + sub
+    button = f"#agents button.show-convo[data-agent-id='{sub}']"
+    in_card = f"#timeline > .tool > details.sub-convo[data-agent-id='{sub}']"
+
+    def active(selector: str) -> bool:
+        return driver.execute_script("return document.activeElement === document.querySelector(arguments[0])", selector)
+
+    def press(selector: str, key: str) -> None:
+        driver.execute_script("arguments[0].focus()", one(driver, selector))
+        driver.switch_to.active_element.send_keys(key)
+
+    # Its card in the page: opened there (by the keyboard: Enter on the button), its summary focused.
+    press(button, Keys.ENTER)
+    wait_for(lambda: texts(driver, in_card + " > .sub-items > .msg.user .text") == [prompt], "the conversation in its card")
+    assert active(in_card + " > summary")
+    assert not by_css(driver, "#agent-convos > *")
+    press(in_card + " > summary", Keys.ENTER)
+    wait_for(lambda: by_css(driver, in_card + " > .sub-items > *") == [], "the conversation, closed")
+
+    # Its card out of the timeline's window: the button shows the conversation in the Agents pane.
+    submit(driver, "many tools")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and not by_css(driver, in_card)
+             and any(a.startswith("The tool answered") for a in committed_answers(driver)), "the card out of the window", 30)
+    press(button, Keys.ENTER)
+    in_pane = f"#agent-convos > details.sub-convo[data-agent-id='{sub}']"
+    wait_for(lambda: texts(driver, in_pane + " .sub-items > .msg.user .text") == [prompt]
+             and texts(driver, in_pane + " .sub-items > .tool .name") == ["get_system_time"], "the conversation in the pane")
+    assert texts(driver, in_pane + " > summary") == ["conversation of " + sub]
+    assert active(in_pane + " > summary")
+    # Its messages' disclosures are one stop there, Up and Down move between them; a hide from it
+    # is sent with its agentId; its call's card is one stop whose arrows move within it.
+    stops = driver.execute_script("""return [...document.querySelectorAll(
+        '#agent-convos .msg > .ctx-row > details.ctx-edits > summary')].map((s) => s.tabIndex)""")
+    assert sorted(stops) == [-1, 0], stops
+    user_msg = in_pane + " .sub-items > .msg.user"
+    press(user_msg + " .ctx-edits > summary", Keys.ARROW_DOWN)
+    assert active(in_pane + " .sub-items > .msg.assistant .ctx-edits > summary")
+    click(driver, user_msg + " .ctx-edits summary")
+    wait_for(lambda: texts(driver, user_msg + " .ctx-edits button") == ["Snip", "Hide"], "its edits")
+    click(driver, user_msg + " .ctx-edits button.ctx-hide")
+    wait_for(lambda: texts(driver, user_msg + " .ctx-mark") == ["hidden"], "the message hidden from the pane")
+    _, after = d.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)
+    assert after["items"][0]["context"] == "hidden"
+    card_stops = driver.execute_script("""return [...document.querySelectorAll(
+        '#agent-convos .tool :is(summary, button)')].map((n) => n.tabIndex)""")
+    assert sorted(card_stops)[-1] == 0 and card_stops.count(0) == 1, card_stops
+    press(in_pane + " .sub-items > .tool .head button.ctx-edit", Keys.ARROW_RIGHT)
+    assert active(in_pane + " .sub-items > .tool .head button.ctx-hide")
+    # Closed there: it leaves the pane, the focus back on its entry's button.
+    press(in_pane + " > summary", Keys.ENTER)
+    wait_for(lambda: not by_css(driver, "#agent-convos > *"), "the pane's conversation gone")
+    assert active(button)
+    # The pane redrawn (an event of the session) keeps the focus on the agent's new button.
+    driver.execute_script("window.oldButton = document.activeElement")
+    status, _ = d.request("POST", f"/sessions/{sid}/context/unhide", {"itemIds": [after["items"][0]["id"]], "agentId": sub},
+                          token=strong)
+    assert status == 200
+    wait_for(lambda: driver.execute_script("return document.querySelector(arguments[0]) !== window.oldButton", button),
+             "the Agents pane redrawn")
+    assert active(button)
+    # Its card back in the page: its conversation there, as it is now.
+    click(driver, "#timeline button.more")
+    wait_for(lambda: by_css(driver, in_card + " > summary"), "the card back in the window")
+    assert texts(driver, in_card + " > summary") == ["subagent's conversation"]
+    click(driver, in_card + " > summary")
+    wait_for(lambda: texts(driver, in_card + " .sub-items > .msg.user .text") == [prompt], "the conversation in its card again")
+    assert texts(driver, in_card + " .sub-items > .msg.user .ctx-mark") == []  # (the unhide made over HTTP)
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_an_open_conversation_is_read_again_only_when_its_agent_had_events(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    strong = daemon.pair("dash-sub-reads", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, daemon, strong, workspace)
+    for n in range(2):
+        submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
+        wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#timeline > .tool .pill.ok")) == n + 1,
+                 "the subagent call, finished")
+    subs = ["sub_" + t.get_attribute("data-call-id") for t in by_css(driver, "#timeline > .tool")]
+    driver.execute_script(COUNT_AGENT_READS)
+    for sub in subs:
+        click(driver, f"details.sub-convo[data-agent-id='{sub}'] > summary")
+    for sub in subs:
+        wait_for(lambda: texts(driver, f"details.sub-convo[data-agent-id='{sub}'] .sub-items > .msg.assistant"),
+                 "the conversation, open")
+    assert sorted(driver.execute_script("return window.agentReads")) == sorted(subs)  # (one read each, on opening)
+
+    # Events of the main agent alone: the view is read again, the conversations are not.
+    lines = []
+    for word in ("one", "two", "three"):
+        submit(driver, "only the main agent " + word)
+        lines.append("(faux) You said: only the main agent " + word)
+        wait_for(lambda: texts(driver, "#timeline > .msg.assistant .text")[-len(lines):] == lines
+                 and body_data(driver, "sessionStatus") == "idle", "the main agent's answer")
+    assert sorted(driver.execute_script("return window.agentReads")) == sorted(subs)
+
+    # An event of one subagent (an unhide made elsewhere): that conversation alone is read again.
+    _, view = daemon.request("GET", f"/sessions/{sid}?agentId={subs[0]}", token=strong)
+    item = view["items"][0]["id"]
+    status, _ = daemon.request("POST", f"/sessions/{sid}/context/hide", {"itemIds": [item], "agentId": subs[0]}, token=strong)
+    assert status == 200
+    first_user = f"details.sub-convo[data-agent-id='{subs[0]}'] .sub-items > .msg.user .ctx-mark"
+    wait_for(lambda: texts(driver, first_user) == ["hidden"], "the hide made elsewhere")
+    reads = driver.execute_script("return window.agentReads")[len(subs):]
+    assert reads and set(reads) == {subs[0]}, reads
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
