@@ -512,7 +512,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 raise ProjectionsDamaged(data / PROJECTIONS_DB, f"SQLite: {exc}") from None
         except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: exit 1
             _err(f"lens: {exc.code}: {exc}", args.secrets)
-            _err("lens: stats cover the events before this row; restore the log, then run stats again", args.secrets)
+            _err("lens: no figures printed: the stats projection cannot count this row; restore the log, "
+                 "then run stats again", args.secrets)
             return 1
         finally:
             (projector or conn).close()

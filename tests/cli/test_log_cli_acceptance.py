@@ -215,6 +215,19 @@ def test_verify_on_a_damaged_copy_names_each_seq_and_changes_nothing(copy: Path)
     assert digests(copy) == before
 
 
+def test_stats_that_meet_a_row_they_cannot_count_print_no_figures_and_say_so(copy: Path) -> None:
+    for name in ("projections.db", "projections.db-wal", "projections.db-shm"):
+        (copy / name).unlink(missing_ok=True)
+    edit_log(copy, "UPDATE events SET raw_size = 0 WHERE seq = 3")
+    for flags in ((), ("--json",)):
+        res = lens("log", "stats", "--data", str(copy), *flags)
+        assert (res.returncode, res.stdout) == (1, ""), flags
+        assert res.stderr.splitlines() == [
+            "lens: EVENT_CORRUPT: seq 3: raw_size 0 is outside 1..33554432 (the maximum event size)",
+            "lens: no figures printed: the stats projection cannot count this row; restore the log, then run stats "
+            "again"], res.stderr
+
+
 def test_stats_of_an_empty_log_shows_no_ratio(tmp_path: Path) -> None:
     async def make() -> None:
         async with open_store(tmp_path / "data", synchronous="OFF"):
