@@ -316,3 +316,20 @@ def test_rebuild_shows_a_progress_bar_on_a_terminal_only(copy: Path) -> None:
     assert out.endswith(f"rebuilt stats from {count} event(s)\r\n".encode()), out
     res = lens("log", "rebuild", "--data", str(copy), "--projection", "stats")  # piped: the summary alone
     assert (res.returncode, res.stdout, res.stderr) == (0, f"rebuilt stats from {count} event(s)\n", "")
+
+
+def test_stats_folded_before_a_hand_edit_are_recounted_by_a_rebuild(copy: Path) -> None:
+    """The daemon's stats projection counted every row; a row deleted afterwards is still counted
+    (figures are folded once per row, as documented) until `rebuild --projection stats`."""
+    def total() -> dict[str, Any]:
+        res = lens("log", "stats", "--data", str(copy), "--json")
+        assert res.returncode == 0, res.stderr
+        return lines_of(res)[0]["total"]
+
+    count = log_rows(copy, "SELECT count(*) FROM events")[0][0]
+    assert total()["events"] == count
+    edit_log(copy, "DELETE FROM events WHERE seq = 5")
+    assert total()["events"] == count
+    res = lens("log", "rebuild", "--data", str(copy), "--projection", "stats")
+    assert (res.returncode, res.stdout) == (0, f"rebuilt stats from {count - 1} event(s)\n"), res.stderr
+    assert total()["events"] == count - 1
