@@ -159,7 +159,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 
 # U+0085, U+2028 and U+2029 may stand unescaped in a JSON string (msgspec writes them so), but
-# they end a line for Python's str.splitlines and the line readers built like it (httpx's): one
+# they end a line for Python's str.splitlines and the line readers built like it: one
 # event would come out as two broken lines. Escaped, the JSON means the same and stays one line.
 _LINE_BREAKS_JSON_ALLOWS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
