@@ -158,11 +158,26 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.set_defaults(func=run, command_func=cmd_stats)
 
 
+# U+0085, U+2028 and U+2029 may stand unescaped in a JSON string (msgspec writes them so), but
+# they end a line for Python's str.splitlines and the line readers built like it: one
+# event would come out as two broken lines. Escaped, the JSON means the same and stays one line.
+_LINE_BREAKS_JSON_ALLOWS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def json_line(data: bytes) -> bytes:
+    """``data`` (UTF-8 JSON) with the line breaks JSON lets stand in a string escaped: every
+    reader of lines, ``str.splitlines`` included, finds it one line. (In UTF-8 those byte
+    sequences encode those characters and nothing else, and JSON has them only in strings.)"""
+    for raw, escaped in _LINE_BREAKS_JSON_ALLOWS:
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return data
+
+
 def _out(line: bytes | str) -> None:
-    """One line to standard output: JSON lines as given (JSON escapes control characters),
-    text with what a terminal would act on escaped (see runtime.terminal)."""
-    if isinstance(line, str):
-        line = shown(line).encode()
+    """One line to standard output: JSON lines with every line break escaped (see
+    :func:`json_line`), text with what a terminal would act on escaped (see runtime.terminal)."""
+    line = shown(line).encode() if isinstance(line, str) else json_line(line)
     if sys.stdout is None:  # started with standard output closed
         raise OSError(errno.EBADF, "standard output is closed")
     sys.stdout.buffer.write(line + b"\n")
@@ -497,7 +512,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 raise ProjectionsDamaged(data / PROJECTIONS_DB, f"SQLite: {exc}") from None
         except (CorruptEvent, StoreCorrupt) as exc:  # the log's problem, met on the way: exit 1
             _err(f"lens: {exc.code}: {exc}", args.secrets)
-            _err("lens: stats cover the events before this row; restore the log, then run stats again", args.secrets)
+            _err("lens: no figures printed: the stats projection cannot count this row; restore the log, "
+                 "then run stats again", args.secrets)
             return 1
         finally:
             (projector or conn).close()
