@@ -35,6 +35,7 @@ from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import EventStore, TailReader
 
+from .json_lines import json_line
 from .streamed import StreamedSoFar
 
 _json = msgspec.json.Encoder()
@@ -66,8 +67,10 @@ def event_frame(se: StoredEvent, secrets: Secrets) -> Frame:
 
 
 def sse_message(event: str, data: bytes, id: int | None = None) -> bytes:
+    """One SSE message; ``data`` is JSON, written as one line for any reader of lines (its
+    U+0085, U+2028 and U+2029 escaped, as ``lens log decode`` prints them: see json_lines)."""
     head = f"id: {id}\n" if id is not None else ""
-    return f"{head}event: {event}\n".encode() + b"data: " + data + b"\n\n"
+    return f"{head}event: {event}\n".encode() + b"data: " + json_line(data) + b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from projections.stats import KindStats
 from .config import ConfigError, expand_path, load_config
 from .credentials import WELL_KNOWN_KEY_ENV
 from .cliargs import Once, config_path, text as _text, whole_number
+from .json_lines import json_line
 from .terminal import shown, to_stderr
 from .trust import check_private_data_dir
 
@@ -156,22 +157,6 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run, command_func=cmd_stats)
-
-
-# U+0085, U+2028 and U+2029 may stand unescaped in a JSON string (msgspec writes them so), but
-# they end a line for Python's str.splitlines and the line readers built like it: one
-# event would come out as two broken lines. Escaped, the JSON means the same and stays one line.
-_LINE_BREAKS_JSON_ALLOWS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
-
-
-def json_line(data: bytes) -> bytes:
-    """``data`` (UTF-8 JSON) with the line breaks JSON lets stand in a string escaped: every
-    reader of lines, ``str.splitlines`` included, finds it one line. (In UTF-8 those byte
-    sequences encode those characters and nothing else, and JSON has them only in strings.)"""
-    for raw, escaped in _LINE_BREAKS_JSON_ALLOWS:
-        if raw in data:
-            data = data.replace(raw, escaped)
-    return data
 
 
 def _out(line: bytes | str) -> None:

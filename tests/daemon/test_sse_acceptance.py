@@ -74,8 +74,9 @@ def standard_parse(payload: bytes) -> list[Any]:
 
 async def test_text_with_line_breaks_is_one_data_line_and_equals_lens_log_decode_byte_for_byte(
         daemon: Daemon, strong: str, reader: str):
-    """A text holding every SSE line terminator (LF, CRLF, CR) and lines that look like SSE
-    fields travels escaped in one ``data:`` line of JSON: no forged field, and a standard parser
+    """A text holding every SSE line terminator (LF, CRLF, CR), the line breaks ``str.splitlines``
+    adds (U+0085, U+2028, U+2029) and lines that look like SSE fields travels escaped in one
+    ``data:`` line of JSON: no forged field, and a standard parser
     gets back the very bytes ``lens log decode`` prints for that seq, which parse to what
     ``GET /sessions/{id}/events`` answers."""
     p = await daemon.project(strong, "p")
@@ -91,6 +92,9 @@ async def test_text_with_line_breaks_is_one_data_line_and_equals_lens_log_decode
     body = body[:body.index(b"\n\n", body.index(end)) + 2]  # up to the last event's frame
     blocks = [b for b in body.split(b"\n\n") if b and not b.startswith(b":")]
     assert len(blocks) == len(logged)
+    # (a reader of lines built like str.splitlines — requests' iter_lines, httpx's — finds the
+    # same three lines per frame: U+0085, U+2028 and U+2029 are escaped in the JSON, as decode's)
+    assert [ln for ln in body.decode().splitlines() if ln] == [ln for ln in body.decode().split("\n") if ln]
     for block, event in zip(blocks, logged):
         lines = block.split(b"\n")
         assert [ln.split(b":", 1)[0] for ln in lines] == [b"id", b"event", b"data"], block
