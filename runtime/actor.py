@@ -298,6 +298,9 @@ class SessionActor:
         # reported (the abort's model.failed carries it: a request answered in part was paid for)
         # and the visible text it had streamed (the abort's model.failed keeps it).
         self._cut: dict[str, d.CutRequest] = {}
+        # By call id: the output a running command had printed when the abort cut it off (its
+        # tool.finished keeps it), handed over by the tool as it is cancelled.
+        self._cut_calls: dict[str, d.CutCall] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -782,13 +785,14 @@ class SessionActor:
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason, skill_loads, self._cut)
+                return d.abort_events(self.state, reason, skill_loads, self._cut, self._cut_calls)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None
         finally:
             self._aborting = False
             self._cut.clear()
+            self._cut_calls.clear()
         self._notify_idle()
         return {"aborted": aborted, "withdrawn": withdrawn}
 
@@ -1263,6 +1267,13 @@ class SessionActor:
                 result = dataclasses.replace(result, events=[e for e in events if not isinstance(e, _RECORDED_AT_ONCE)])
             return self._with_warning(name, result, tool_policy)
 
+        def cut_output(text: str, truncated: bool) -> None:
+            # (cut to fit one event with the abort's note: a record the log refused would lose the
+            # whole abort; a cut there is a truncation too)
+            fitting = self._fitting(text)
+            self._cut_calls[call.call_id] = d.CutCall(fitting, truncated or fitting != text)
+
+        self._cut_calls.pop(call.call_id, None)
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           is_main, start_subagent,
                           file_edits=file_edits, call_running=call_running, ask=ask, jobs=self.jobs,
@@ -1270,7 +1281,7 @@ class SessionActor:
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
-                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
+                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a

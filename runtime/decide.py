@@ -210,9 +210,29 @@ class CutRequest:
     text: str = ""
 
 
+@dataclass(frozen=True)
+class CutCall:
+    """What a running call the abort cut off had produced (``run_command``: the output printed
+    before the abort, after the scrub and the cap) and whether the cap had cut it."""
+
+    output: str
+    truncated: bool = False
+
+
+def aborted_call_content(got: CutCall | None) -> tuple[list[t.ContentPart], Any]:
+    """The content and structured content of the running call an abort interrupts: the abort's
+    note alone, or, for a call that had produced output, that output, the kill and the note."""
+    if got is None:
+        return [t.TextPart(ABORTED_TEXT)], None
+    note = f"[killed by the abort{', output truncated' if got.truncated else ''}]"
+    text = f"{got.output}\n{note}\n{ABORTED_TEXT}" if got.output else f"{note}\n{ABORTED_TEXT}"
+    return [t.TextPart(text)], {"aborted": True, "truncated": got.truncated}
+
+
 def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
-                 cut: Mapping[str, CutRequest] | None = None) -> list[Scoped]:
+                 cut: Mapping[str, CutRequest] | None = None,
+                 cut_calls: Mapping[str, CutCall] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
@@ -224,7 +244,11 @@ def abort_events(state: SessionState, reason: str = "user",
     answering): that request's ``model.failed`` records the usage the provider had reported, as
     it counts, and keeps the visible text it had streamed (what the user saw of the answer) as
     ``partial_text`` when it is more than white space, so the answer's beginning stays in the
-    conversation (see :func:`kept_partial_text`)."""
+    conversation (see :func:`kept_partial_text`).
+
+    ``cut_calls``: by call id, what a running call the abort cut off had produced (a command's
+    output so far): its ``tool.finished`` keeps it before the abort's note
+    (:func:`aborted_call_content`), as a timed-out command's result keeps its output."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -236,10 +260,12 @@ def abort_events(state: SessionState, reason: str = "user",
         tid = agent.task_id
         for call in agent.pending_calls:
             running = call.call_id == agent.running_call
+            content, structured = (aborted_call_content((cut_calls or {}).get(call.call_id)) if running
+                                   else ([t.TextPart("Skipped: the run was aborted.")], None))
             out.append(Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name,
                 status="interrupted" if running else "skipped", is_error=True,
-                content=[t.TextPart(ABORTED_TEXT if running else "Skipped: the run was aborted.")],
+                content=content, structured_content=structured,
                 error_code="ABORTED"), agent.agent_id, tid))
         due, loads = (skill_loads or {}).get(agent.agent_id, ((), []))
         if agent.skills_due and tuple(agent.skills_due) == due and (task is not None or agent.agent_id != MAIN_AGENT):

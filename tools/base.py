@@ -79,6 +79,10 @@ class ToolContext:
     # cut (``Secrets.cut``), or, cut where no key is known (the executor), mended after it
     # (``Secrets.mend``). Provided by the actor.
     secrets: Secrets = field(default_factory=Secrets)
+    # Takes what a call cut off by an abort had produced: ``run_command`` hands it the output
+    # printed before the abort (its text, and whether it was truncated) as it is cancelled, and
+    # the abort's ``tool.finished`` keeps it. Provided by the actor; None: nothing is kept.
+    cut_output: Callable[[str, bool], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -95,3 +95,17 @@ async def drain(events: AsyncIterable[Any], join: StreamJoin) -> Any | None:
         elif which == "exit":
             return ev.exit
     return None
+
+
+async def drain_rest(events: AsyncIterable[Any], join: StreamJoin) -> None:
+    """Read what is left of an executor run's stream, as :func:`drain` does, until its exit, an
+    error or its end, which all end it quietly: a reader an abort cancelled keeps the output
+    still on its way for as long as the caller's (shielded, bounded) scope lets it."""
+    async for ev in events:
+        if isinstance(ev, Exception):
+            return
+        which = ev.WhichOneof("event")
+        if which in ("stdout", "stderr"):
+            join.write(which, getattr(ev, which))
+        elif which == "exit":
+            return

@@ -22,7 +22,7 @@ from runtime.atomicfile import why_not_written
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
-from .command_output import StreamJoin, drain
+from .command_output import StreamJoin, drain, drain_rest
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
@@ -30,6 +30,9 @@ MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
+# How long an aborted run_command waits for the output still on its way from the executor
+# before its stream is cancelled (and the command's group killed): the abort stays prompt.
+ABORT_OUTPUT_WAIT_S = 0.25
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
@@ -50,6 +53,23 @@ def signal_name(exit_code: int) -> str | None:
         return signal.Signals(-exit_code).name
     except ValueError:
         return f"SIG{-exit_code}"
+
+
+def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
+                 cut_end: bool | None = None) -> tuple[str, bool]:
+    """A command's joined output as the text its result holds, and whether it was truncated.
+    ``truncated``: the executor cut it at its cap. ``cut_end`` (default ``truncated``): the output
+    ends where it was cut (the cap, or an abort), which ``Secrets.mend`` needs. The text is capped
+    to ``cap`` bytes (0: the executor's default) too: invalid bytes became U+FFFD, 3 bytes each."""
+    limit = cap or DEFAULT_COMMAND_OUTPUT
+    # The executor cut the output at its cap knowing no key: a key across the cut left its
+    # first characters at the end, which are left out; the rest is scrubbed before the cap below.
+    text = ctx.secrets.mend(out.decode("utf-8", errors="replace"), cut_end=truncated if cut_end is None else cut_end)
+    if len(text) > limit // 4:  # (no text of at most limit/4 characters can pass limit bytes)
+        encoded = text.encode()
+        if len(encoded) > limit:
+            text, truncated = encoded[:limit].decode("utf-8", errors="ignore"), True
+    return text, truncated
 
 
 def command_cwd(args: dict[str, Any], command: str) -> str:
@@ -324,19 +344,27 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             with executor_failures("EXECUTOR_ERROR"):
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
                                          cwd_leads_to=judged) as events:
-                    exit_info = await drain(events, join)
+                    try:
+                        exit_info = await drain(events, join)
+                    except trio.Cancelled:
+                        if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
+                            # The output printed just before the abort may still be on its way
+                            # (the executor's read, gRPC, the pump): waited for, at most
+                            # ABORT_OUTPUT_WAIT_S, so the abort stays prompt; the stream is then
+                            # cancelled, which ends the command's group on the executor.
+                            with trio.CancelScope(shield=True) as waiting:
+                                waiting.deadline = trio.current_time() + ABORT_OUTPUT_WAIT_S
+                                await drain_rest(events, join)
+                            join.flush()
+                            # (no exit, so no ``truncated`` from the executor: the output was cut
+                            # at the cap when it reached it, as the executor sends no byte past it)
+                            reached = len(out) >= (cap or DEFAULT_COMMAND_OUTPUT)
+                            ctx.cut_output(*command_text(out, ctx, cap, truncated=reached, cut_end=True))
+                        raise
                 join.flush()
         if exit_info is None:
             raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
-        # The executor cut the output at its cap knowing no key: a key across the cut left its
-        # first characters at the end, which are left out; the rest is scrubbed before the cap below.
-        text = ctx.secrets.mend(out.decode("utf-8", errors="replace"), cut_end=exit_info.truncated)
-        truncated = exit_info.truncated
-        limit = cap or DEFAULT_COMMAND_OUTPUT
-        if len(text) > limit // 4:  # (no text of at most limit/4 characters can pass limit bytes)
-            encoded = text.encode()
-            if len(encoded) > limit:  # invalid bytes became U+FFFD, 3 bytes each: cap the text too
-                text, truncated = encoded[:limit].decode("utf-8", errors="ignore"), True
+        text, truncated = command_text(out, ctx, cap, truncated=exit_info.truncated)
         killed_by = signal_name(exit_info.exit_code)
         structured = {"exit_code": exit_info.exit_code, "signal": killed_by, "timed_out": exit_info.timed_out,
                       "truncated": truncated, "duration_ms": exit_info.duration_ms}

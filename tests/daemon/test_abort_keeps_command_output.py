@@ -1,0 +1,199 @@
+"""An abort while ``run_command`` runs keeps the output the command printed before it (as a
+timed-out command's result keeps its output): one ``tool.finished``, still ``interrupted`` /
+``ABORTED``, holds the output, the kill and the abort's note — in the events route, the view's
+call result, the next model request's tool result, and the same after a restart (replay).
+
+The daemon on loopback port 0, a real executor process, the ``faux`` provider calling the tool
+(``/tool run_command …``), and an Anthropic Messages server on loopback (the official SDK) for
+what the next request holds. The command prints a marker, then writes a file, then sleeps: the
+test aborts once the file exists, so the marker was printed before the abort.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.decide import ABORTED_TEXT
+from tests.procfs import read_proc
+from tools.workspace_tools import ABORT_OUTPUT_WAIT_S
+
+from ..providers.servers.anthropic import message_stream
+from ..providers.servers.base import ScriptedServer
+from .conftest import Daemon, DaemonFactory, finished, stop_daemon, wait_until
+
+MARKER = "MARKER-before-the-abort-7f3a"
+# (printed in two pieces, so the command's own text, which the call's arguments show, holds no marker)
+PRINT_MARKER = "printf '%s%s\\n' MARKER- before-the-abort-7f3a"
+
+
+async def _abort_once_printed(d: Daemon, token: str, sid: str, ws: Path) -> None:
+    await d.wait_running_call(token, sid)
+
+    async def printed() -> bool:
+        return (ws / "printed").exists()
+
+    await wait_until(printed, what="the command's marker printed")
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await d.wait_idle(token, sid)
+
+
+def _call_result(view: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """The result shown in the view's item of call ``call_id``."""
+    [item] = [it for it in view["items"] if it.get("call", {}).get("callId") == call_id]
+    return item["result"]
+
+
+async def test_an_aborted_command_keeps_what_it_printed_in_its_result_view_and_after_a_restart(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory()
+    token = await d.pair("abort-output", strong=True)
+    project = await d.project(token, "abort-output")
+    sid = (await d.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    command = f"{PRINT_MARKER}; touch printed; sleep 600"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await _abort_once_printed(d, token, sid, ws)
+
+    [body] = finished(await d.events(token, sid))
+    assert (body["name"], body["status"], body["error_code"], body["is_error"]) == (
+        "run_command", "interrupted", "ABORTED", True), body
+    # Before: the abort's note alone; the marker the command had printed was lost.
+    assert body["content"] == [{"type": "text", "text": f"{MARKER}\n\n[killed by the abort]\n{ABORTED_TEXT}"}], body
+    assert body["structured_content"] == {"aborted": True, "truncated": False}, body
+    shown = _call_result(await d.view(token, sid), body["call_id"])
+    assert (shown["status"], shown["text"], shown["structuredContent"]) == (
+        "interrupted", body["content"][0]["text"], body["structured_content"]), shown
+
+    # Replay after a restart: the same record and the same view.
+    view = await d.view(token, sid)
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root)
+    assert finished(await d2.events(token, sid)) == [body]
+    assert (await d2.view(token, sid))["items"] == view["items"]
+
+
+@pytest.mark.parametrize("printed, kept, truncated", [
+    (63, 63, False),   # under the cap: whole, no note of a cut
+    (64, 64, True),    # at the cap: the executor sends no more and no exit says whether more came
+    (65, 64, True),    # one past: cut at the cap, as a timed-out command's output is
+], ids=["under the cap", "at the cap", "one past the cap"])
+async def test_an_aborted_command_s_output_is_cut_at_its_cap(
+        daemon_factory: DaemonFactory, printed: int, kept: int, truncated: bool) -> None:
+    d = await daemon_factory()
+    token = await d.pair("abort-cap", strong=True)
+    project = await d.project(token, "abort-cap")
+    sid = (await d.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    command = f"head -c {printed} /dev/zero | tr '\\0' x; touch printed; sleep 600"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command, "max_output_bytes": 64}))
+    await _abort_once_printed(d, token, sid, ws)
+    [body] = finished(await d.events(token, sid))
+    note = "[killed by the abort, output truncated]" if truncated else "[killed by the abort]"
+    assert body["content"][0]["text"] == "x" * kept + f"\n{note}\n{ABORTED_TEXT}", body
+    assert body["structured_content"] == {"aborted": True, "truncated": truncated}, body
+
+
+def _config(url: str) -> dict[str, Any]:
+    return {"providers": [{"id": "claude", "protocol": "anthropic", "baseUrl": url,
+                           "models": [{"id": "claude-test", "contextWindow": 50000}]}],
+            "defaultModel": "claude/claude-test"}
+
+
+def _tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b for m in body["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_result"]
+
+
+async def test_the_next_request_holds_what_the_aborted_command_printed_also_after_a_restart(
+        daemon_factory: DaemonFactory, nursery: Any) -> None:
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    command = f"{PRINT_MARKER}; touch printed; sleep 600"
+    server.push(message_stream(calls=[("toolu_1", "run_command", {"command": command})], stop_reason="tool_use"),
+                message_stream(text="Seen."), message_stream(text="Seen again."))
+    d = await daemon_factory(config=_config(url))
+    token = await d.pair("abort-next", strong=True)
+    project = await d.project(token, "abort-next")
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "run it")
+    await _abort_once_printed(d, token, sid, Path(project["workspace"]))
+    expected = f"{MARKER}\n\n[killed by the abort]\n{ABORTED_TEXT}"
+
+    await d.submit(token, sid, "r2", "what did it print?")
+    await d.wait_idle(token, sid)
+    [result] = _tool_results(server.requests[1].body)
+    assert json.dumps(result).find(json.dumps(expected)[1:-1]) >= 0, result
+
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=_config(url), root=d.root)
+    await d2.submit(token, sid, "r3", "and now?")
+    await d2.wait_idle(token, sid)
+    assert _tool_results(server.requests[2].body) == [result]
+    assert len(server.requests) == 3
+
+
+async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_factory: DaemonFactory) -> None:
+    """The executor stopped (SIGSTOP) while the command runs: the abort waits for the output on
+    its way at most ``ABORT_OUTPUT_WAIT_S``, then records the call with what had arrived."""
+    d = await daemon_factory()
+    token = await d.pair("abort-stalled", strong=True)
+    project = await d.project(token, "abort-stalled")
+    sid = (await d.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    command = f"{PRINT_MARKER}; echo $PPID > reaper.pid; touch printed; sleep 600"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await d.wait_running_call(token, sid)
+
+    async def printed() -> bool:
+        return (ws / "printed").exists()
+
+    await wait_until(printed, what="the command's marker printed")
+    reaper = read_proc(int((ws / "reaper.pid").read_text()))
+    assert reaper is not None
+    executor = read_proc(reaper.ppid)
+    assert executor is not None and b"executor" in executor.argv, executor
+    os.kill(reaper.ppid, signal.SIGSTOP)
+    try:
+        began = trio.current_time()
+        r = await d.post(f"/sessions/{sid}/abort", token)
+        took = trio.current_time() - began
+        assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+        assert took < ABORT_OUTPUT_WAIT_S + 2, took
+        [body] = finished(await d.events(token, sid))
+        assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+        # (the marker, when it had arrived before the executor stopped, comes first)
+        assert body["content"][0]["text"].endswith(f"[killed by the abort]\n{ABORTED_TEXT}"), body
+    finally:
+        os.kill(reaper.ppid, signal.SIGCONT)
+    await d.wait_idle(token, sid)
+
+
+async def test_an_aborted_command_s_output_past_the_log_s_event_limit_is_cut_to_fit(
+        daemon_factory: DaemonFactory) -> None:
+    """70,000 bytes printed under ``log.maxEventBytes`` 65,536: the abort is still recorded, its
+    output cut to fit one event (and said truncated), not refused by the log with everything
+    else the abort records."""
+    d = await daemon_factory(config={"log": {"maxEventBytes": 65536}})
+    token = await d.pair("abort-fit", strong=True)
+    project = await d.project(token, "abort-fit")
+    sid = (await d.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    command = "head -c 70000 /dev/zero | tr '\\0' x; touch printed; sleep 600"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await _abort_once_printed(d, token, sid, ws)
+    events = await d.events(token, sid)
+    [body] = finished(events)
+    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    text = body["content"][0]["text"]
+    kept = text.split("\n", 1)[0]
+    assert 0 < len(kept) < 65536 and set(kept) == {"x"}, len(kept)
+    assert text == kept + f"\n[killed by the abort, output truncated]\n{ABORTED_TEXT}"
+    assert [e["kind"] for e in events][-2:] == ["run.aborted", "task.finished"], [e["kind"] for e in events]
