@@ -33,13 +33,13 @@ from projections.context_budget import (
 from events.reader import StoredEvent
 from projections.session_state import (
     AgentState,
-    PRUNED_PLACEHOLDER,
     REMOVED_PLACEHOLDER,
     Item,
     SessionState,
     apply,
     fold,
     item_parts,
+    pruned_placeholder,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
@@ -545,7 +545,7 @@ async def test_pruning_replaces_old_large_results_in_the_working_context_only_an
         assert (edited.event.op, edited.event.item_ids, edited.event.reason) == ("prune", [first.id], "auto")
         # The third request (after the second round) saw a placeholder for the first result only.
         last = rt.faux.requests[-1].items
-        assert _result(last, "call_main_0_0").text == PRUNED_PLACEHOLDER
+        assert _result(last, "call_main_0_0").text == pruned_placeholder(first.id)
         assert _result(last, "call_main_1_0").text.startswith("output of call_main_1_0")
         assert item_marks(main)[first.id] == "pruned"
         # The first is never pruned twice; the second is old too now that "done" answered after it.
