@@ -600,8 +600,15 @@ def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:
 # --------------------------------------------------------------------------- Working Context
 
 
-PRUNED_PLACEHOLDER = "[tool result pruned from the working context; include it again by id]"
 REMOVED_PLACEHOLDER = "[tool result removed from the working context]"
+
+
+def pruned_placeholder(item_id: str) -> str:
+    """What a pruned tool result becomes in the Working Context: a note naming the call that reads
+    it back. Every agent has ``history_read`` unless a tool policy takes it away, and the result
+    stays in history; Include Result, the other way back, is the user's, not the model's."""
+    return ("[tool result pruned from the working context; history_read "
+            f'{{"context_item_id": "{item_id}"}} reads it again]')
 
 
 def working_context(agent: AgentState) -> list[Item]:
@@ -655,7 +662,7 @@ def working_context(agent: AgentState) -> list[Item]:
                 out.append(msgspec.structs.replace(it, text=REMOVED_PLACEHOLDER, parts=(), structured=None))
             continue
         if it.id in pruned and it.role == "tool_result":
-            out.append(msgspec.structs.replace(it, text=PRUNED_PLACEHOLDER, parts=(), structured=None))
+            out.append(msgspec.structs.replace(it, text=pruned_placeholder(it.id), parts=(), structured=None))
             continue
         out.append(it)
     if len(out) > 1 and any(it.role == "summary" for it in out):

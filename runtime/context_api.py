@@ -39,7 +39,9 @@
 (``SESSION_DELETED``) and a quarantined one (``SESSION_QUARANTINED``), both 409.
 
 Edits answer ``{op, changed, seq, itemIds, items: [{id, context}]}``; one that changes nothing
-records nothing (``changed: false``). Unknown ids: ``CONTEXT_ITEM_NOT_FOUND`` (404); an include
+records nothing (``changed: false``). An ``agentId`` the session does not have:
+``AGENT_NOT_FOUND`` (404, as the view answers; also for ``GET …/context``); unknown item or call
+ids in an agent it has: ``CONTEXT_ITEM_NOT_FOUND`` (404); an include
 of what is no tool result: ``CONTEXT_EDIT_INVALID`` (400); of an item the user hid, or of a
 result whose call the user hid: ``CONTEXT_ITEM_HIDDEN`` (409), naming the hidden item.
 """

@@ -13,6 +13,7 @@
     ├── JobNotFound            JOB_NOT_FOUND (404); JobNotRunning JOB_FINISHED (409)
     ├── InvalidCommand         INVALID_ARGUMENT (400)
     ├── SettingsInvalid        VALIDATION_FAILED (422): a session setting the merge would break
+    ├── ForkPointInvalid       VALIDATION_FAILED (422): a fork's seq that is no event of its source
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
     ├── SkillUnavailable       SKILL_NOT_FOUND / SKILL_INVALID / NO_WORKSPACE (422), SKILL_UNAVAILABLE (503)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
@@ -61,7 +62,7 @@ class SessionNotFound(LensError):
 
 
 class AgentNotFound(LensError):
-    """A session's view asked for an agent (``agentId``) the session does not have."""
+    """A session's view or context route (``agentId``) named an agent the session does not have."""
 
     code = "AGENT_NOT_FOUND"
 
@@ -85,6 +86,14 @@ class InvalidCommand(LensError):
 class SettingsInvalid(LensError):
     """A session configuration change that is well-formed alone but not with what the session
     already holds (a ``toolPolicy`` patch that would take the map past its entry limit)."""
+
+    code = "VALIDATION_FAILED"
+
+
+class ForkPointInvalid(LensError):
+    """A fork's ``seq`` that is no event of its source session (another session's, one past its
+    last, past the log's end): ``VALIDATION_FAILED`` (422), the answer a ``seq`` below 1 gets
+    from the body's own rule, so a client meets one code for one mistake."""
 
     code = "VALIDATION_FAILED"
 

@@ -6,7 +6,9 @@
 * ``GET /sessions/{id}?itemsLimit=&itemsBefore=&agentsStart=&agentsLimit=&agentId=`` — its view,
   with a window of its items (and a page of its agents); with ``agentId`` the items are that
   agent's (a subagent's conversation; ``AGENT_NOT_FOUND``, 404, for an agent it does not have).
-* ``POST /sessions/{id}/fork {seq, name?}`` (strong trust) — 201, the new session's view.
+* ``POST /sessions/{id}/fork {seq, name?}`` (strong trust) — 201, the new session's view; a
+  ``seq`` that is no event of the session (below 1, another session's, past its last) is 422
+  ``VALIDATION_FAILED`` naming it, whichever check finds it.
 * ``PATCH /sessions/{id}`` (strong trust) — change its model, thinking level, name, context
   settings or tool policy (null: back to the default); answers its view.
 * ``DELETE /sessions/{id}`` (strong trust) — soft-delete it.

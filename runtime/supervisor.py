@@ -25,7 +25,7 @@ from events.errors import LogError
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
-from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkTooDeep, InvalidCommand, SessionGone, SessionNotFound,
+from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, SessionGone, SessionNotFound,
                      SessionQuarantined)
 from .working_context import DescribeContext
 
@@ -124,8 +124,8 @@ class Supervisor:
         """Start a new session whose state is ``source_session_id``'s as of its event ``seq``
         (its contexts, settings, model and thinking level then; idle, with nothing queued).
 
-        Raises ``SESSION_NOT_FOUND`` for an unknown source, ``INVALID_ARGUMENT`` when ``seq`` is
-        not one of the source session's events, ``FORK_TOO_DEEP`` when the source is a fork of a
+        Raises ``SESSION_NOT_FOUND`` for an unknown source, :class:`ForkPointInvalid`
+        (``VALIDATION_FAILED``) when ``seq`` is not one of the source session's events, ``FORK_TOO_DEEP`` when the source is a fork of a
         fork … :data:`MAX_FORK_DEPTH` levels deep, and the log's code (``EVENT_CORRUPT``) when the
         source cannot be read up to ``seq``. The source is read from its log, not woken: a
         quarantined source (one whose log is damaged after ``seq``, say) can be forked too.
@@ -135,7 +135,7 @@ class Supervisor:
             raise SessionNotFound(f"no session {source_session_id!r}")
         rows = await store.read_events(after=seq - 1, to=seq, limit=1)
         if seq < 1 or not rows or rows[0].session_id != source_session_id:
-            raise InvalidCommand(f"seq {seq} is not an event of session {source_session_id!r}")
+            raise ForkPointInvalid(f"seq {seq} is not an event of session {source_session_id!r}")
         if await self._fork_depth(source_session_id) >= MAX_FORK_DEPTH:
             raise ForkTooDeep(f"session {source_session_id!r} is a fork of a fork {MAX_FORK_DEPTH} levels deep, the "
                               "most there may be: fork a session earlier in that chain, or start a new one")

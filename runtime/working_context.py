@@ -66,7 +66,7 @@ from projections.context_budget import (
 from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts, working_context
 
 from .config import ContextConfig
-from .errors import LensError
+from .errors import AgentNotFound, LensError
 from .providers.base import ModelRequest, ProviderError, UsageMeter
 from .providers.catalog import ProviderCatalog
 
@@ -464,7 +464,8 @@ class WorkingContextOps:
 
     async def edit(self, cmd: EditContext) -> dict[str, Any]:
         """Record a snip, include, unsnip, hide or unhide (nothing when it changes nothing).
-        Raises ``CONTEXT_ITEM_NOT_FOUND``, ``CONTEXT_ITEM_HIDDEN``, ``CONTEXT_EDIT_INVALID``."""
+        Raises ``AGENT_NOT_FOUND``, ``CONTEXT_ITEM_NOT_FOUND``, ``CONTEXT_ITEM_HIDDEN``,
+        ``CONTEXT_EDIT_INVALID``."""
         out: dict[str, Any] = {}
 
         def decide() -> list[Any]:
@@ -558,9 +559,11 @@ class WorkingContextOps:
         return out
 
     def _agent(self, agent_id: str) -> Any:
+        """The agent; :class:`AgentNotFound` (``AGENT_NOT_FOUND``, as the session view answers)
+        when the session has none of that id."""
         agent = self._state().agents.get(agent_id)
         if agent is None:
-            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"session {self._session_id!r} has no agent {agent_id!r}")
+            raise AgentNotFound(f"session {self._session_id!r} has no agent {agent_id!r}")
         return agent
 
     def _items_by_id(self, agent: Any, agent_id: str, ids: Sequence[str]) -> dict[str, Item]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from projections.session_state import pruned_placeholder
 from runtime.prompt import MAX_PROJECT_FILE_CHARS
 
 from ..providers.servers import anthropic as an
@@ -114,7 +115,8 @@ async def test_the_next_request_holds_the_summary_and_what_followed_while_histor
     sent = await turn("r2", "SNIP-ME please", oc.chat_stream(text="second answer"))
     call = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'}}]}
-    placeholder = "[tool result pruned from the working context; include it again by id]"
+    [read] = [it for it in (await d.view(token, sid))["items"] if it["role"] == "tool_call"]
+    placeholder = pruned_placeholder(read["result"]["itemId"])
     assert sent == [{"role": "user", "content": "my quokka is Pim; read a.txt"}, call,
                     {"role": "tool", "tool_call_id": "call_a", "content": placeholder},
                     {"role": "assistant", "content": "read it"}, {"role": "user", "content": "SNIP-ME please"}]
@@ -285,7 +287,8 @@ async def test_pruning_is_off_by_default_so_an_old_large_result_goes_whole_round
     loop.push(oc.chat_stream(text="answer 5"))
     await d.submit(token, sid, "r5", "question 5")
     await d.wait_idle(token, sid)
-    assert result(loop.bodies[-1]) == "[tool result pruned from the working context; include it again by id]"
+    [call] = [it for it in (await d.view(token, sid))["items"] if it["role"] == "tool_call"]
+    assert result(loop.bodies[-1]) == pruned_placeholder(call["result"]["itemId"])
     [finished] = [e for e in await d.events(token, sid) if e["kind"] == "tool.finished"]
     assert "BIG-LINE" in json.dumps(finished["body"])
 
@@ -310,3 +313,35 @@ async def test_compact_takes_an_empty_body_or_an_empty_object_and_refuses_any_fi
         # `{}`, then no body at all
         r = await (d.post(path, token, {}) if rid == "r1" else d.request("POST", path, token))
         assert r.status_code == 200 and r.json()["trigger"] == "manual", r.text
+
+
+async def test_a_pruned_result_names_the_history_read_call_that_brings_it_back(daemon_factory, nursery, monkeypatch):
+    # F-CTX-2 pruning: the placeholder said "include it again by id", naming no id and an edit the
+    # model cannot make (Include is the user's). It now names the model's own tool, history_read,
+    # with the item's context_item_id; called as it says, the tool reads the result back whole.
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_CTX_KEY", context={
+        "pruneToolResults": {"enabled": True, "minTokens": 1, "keepRecentRounds": 1}}))
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    (Path(project["workspace"]) / "big.txt").write_text("BIG-LINE of the old result\n" * 200)
+    sid = (await d.session(token, project["id"]))["id"]
+    loop.push(oc.chat_stream(calls=[("call_big", "read_file", {"path": "big.txt"})]), oc.chat_stream(text="read"))
+    await d.submit(token, sid, "r0", "read big.txt")
+    await d.wait_idle(token, sid)
+    [call] = [it for it in (await d.view(token, sid))["items"] if it["role"] == "tool_call"]
+    item_id = call["result"]["itemId"]
+
+    loop.push(oc.chat_stream(calls=[("call_back", "history_read", {"context_item_id": item_id})]),
+              oc.chat_stream(text="read it back"))
+    await d.submit(token, sid, "r1", "what did big.txt hold?")
+    await d.wait_idle(token, sid)
+    asked, answered = loop.bodies[-2], loop.bodies[-1]
+    [pruned] = [m["content"] for m in asked["messages"] if m.get("tool_call_id") == "call_big"]
+    assert pruned == ('[tool result pruned from the working context; history_read {"context_item_id": "'
+                      + item_id + '"} reads it again]'), pruned
+    assert "history_read" in {t["function"]["name"] for t in asked["tools"]}  # (the model has the tool)
+    [back] = [m["content"] for m in answered["messages"] if m.get("tool_call_id") == "call_back"]
+    assert back.count("BIG-LINE") == 200 and item_id in back, back[:300]

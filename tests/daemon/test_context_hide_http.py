@@ -141,7 +141,7 @@ async def test_hide_and_unhide_leave_and_rejoin_the_context_and_history(daemon_f
         for body, status, code in [
             ({"itemIds": ["c999999"]}, 404, "CONTEXT_ITEM_NOT_FOUND"),
             ({"itemIds": [user["id"], "c999999"]}, 404, "CONTEXT_ITEM_NOT_FOUND"),
-            ({"itemIds": [user["id"]], "agentId": "agent_nope"}, 404, "CONTEXT_ITEM_NOT_FOUND"),
+            ({"itemIds": [user["id"]], "agentId": "agent_nope"}, 404, "AGENT_NOT_FOUND"),  # (as the view answers)
             ({"itemIds": []}, 422, "VALIDATION_FAILED"),
             ({}, 422, "VALIDATION_FAILED"),
             ({"itemIds": ["bad id"]}, 400, "INVALID_ARGUMENT"),

@@ -45,10 +45,10 @@ async def test_a_quarantined_session_whose_log_reads_whole_describes_its_context
     assert r.status_code == 200, r.text
     assert r.json() == context
     assert r.json()["items"][0]["context"] == "snipped"
-    # An agent the session does not have: the same 404 as a live session's.
+    # An agent the session does not have: the same 404 as a live session's (and the view's).
     r = await d2.get(f"/sessions/{sid}/context", reader, params={"agentId": "agent_nope"})
     live = (await d2.get(f"/sessions/{sid}/context", reader)).status_code
-    assert live == 200 and r.status_code == 404, r.text
+    assert live == 200 and (r.status_code, error_of(r)) == (404, "AGENT_NOT_FOUND"), r.text
     # Still no actor: nothing to run, nothing recorded.
     r = await d2.post(f"/sessions/{sid}/compact", token)
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text

@@ -258,11 +258,11 @@ async def test_a_session_is_forked_from_one_of_its_events(daemon_factory):
     # Bad input: a clear code naming the problem, nothing created.
     other = (await d.session(token, project["id"]))["id"]
     other_seq = (await d.events(token, other))[0]["seq"]
-    for body, status, code in (({"seq": other_seq}, 400, "INVALID_ARGUMENT"),  # an event of another session
+    for body, status, code in (({"seq": other_seq}, 422, "VALIDATION_FAILED"),  # an event of another session
                                ({"seq": 0}, 422, "VALIDATION_FAILED"), ({"seq": 2**63}, 422, "VALIDATION_FAILED"),
                                ({"seq": "1"}, 422, "VALIDATION_FAILED"), ({}, 422, "VALIDATION_FAILED"),
                                ({"seq": 1, "extra": 1}, 422, "VALIDATION_FAILED"),
-                               ({"seq": 2**63 - 1}, 400, "INVALID_ARGUMENT")):  # the edge: valid, not an event
+                               ({"seq": 2**63 - 1}, 422, "VALIDATION_FAILED")):  # the edge: in range, not an event
         r = await d.post(f"/sessions/{sid}/fork", token, body)
         assert (r.status_code, error_of(r)) == (status, code), (body, r.text)
     r = await d.post("/sessions/ses_nope/fork", token, {"seq": first_answer})

@@ -1,7 +1,7 @@
 """``GET /sessions/{id}?agentId=``: the view with a subagent's items (its conversation) instead of
 the main agent's — the same shape, its window parameters and Working Context marks; the answer
 repeats ``agentId`` only when asked. An agent the session does not have is 404
-``AGENT_NOT_FOUND``; a malformed id is 400. A real daemon; the faux model starts the subagent
+``AGENT_NOT_FOUND``, there and on the context routes; a malformed id is 400. A real daemon; the faux model starts the subagent
 (``/tool subagent {...}``) whose own faux model calls a tool and answers."""
 
 from __future__ import annotations
@@ -103,3 +103,39 @@ async def test_a_malformed_agent_id_is_400_naming_it(daemon: Daemon, query: str)
     r = await daemon.get(f"/sessions/{sid}?{query}", token)
     assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text[:300]
     assert "agentId" in r.json()["error"]["message"]
+
+
+async def test_the_context_routes_answer_an_unknown_agent_as_the_view_does(daemon: Daemon) -> None:
+    # The context routes answered an agent the session does not have with CONTEXT_ITEM_NOT_FOUND
+    # (an edit's code for an item), the view with AGENT_NOT_FOUND: one mistake, one code now. An
+    # item unknown within an agent the session has stays CONTEXT_ITEM_NOT_FOUND.
+    strong, reader, sid, sub = await _delegated(daemon)
+    sub_items = (await _view(daemon, reader, sid, agentId=sub))["items"]
+    first, call = sub_items[0]["id"], sub_items[1]
+    n = len(await daemon.events(strong, sid))
+    edits = [("snip", {"itemIds": [first]}), ("snip", {"olderImages": True}),
+             ("include", {"callId": call["call"]["callId"]}), ("include", {"itemId": call["result"]["itemId"]}),
+             *((op, {"itemIds": [first]}) for op in ("unsnip", "hide", "unhide"))]
+    for agent in ("sub_nope", "a" * 200):  # (a well-formed id at the length limit: looked for, not found)
+        for op, body in edits:
+            r = await daemon.post(f"/sessions/{sid}/context/{op}", strong, body | {"agentId": agent})
+            assert (r.status_code, error_of(r)) == (404, "AGENT_NOT_FOUND"), (op, body, r.text[:300])
+            message = r.json()["error"]["message"]
+            assert sid in message and agent[:20] in message, message
+        r = await daemon.get(f"/sessions/{sid}/context", reader, params={"agentId": agent})
+        assert (r.status_code, error_of(r)) == (404, "AGENT_NOT_FOUND"), r.text[:300]
+    for op, body in edits:  # (one past the limit: malformed, 400 naming agentId)
+        r = await daemon.post(f"/sessions/{sid}/context/{op}", strong, body | {"agentId": "a" * 201})
+        assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), (op, r.text[:300])
+        assert "agentId" in r.json()["error"]["message"]
+    # An agent the session has, an item or call it does not hold.
+    for op, body in [("snip", {"itemIds": ["c999999"]}), ("include", {"callId": "call_nope"}),
+                     ("include", {"itemId": "c999999"}),
+                     *((op, {"itemIds": ["c999999"]}) for op in ("unsnip", "hide", "unhide"))]:
+        for agent in (sub, "main"):
+            r = await daemon.post(f"/sessions/{sid}/context/{op}", strong, body | {"agentId": agent})
+            assert (r.status_code, error_of(r)) == (404, "CONTEXT_ITEM_NOT_FOUND"), (op, agent, r.text[:300])
+    # The session first; nothing written by any of it.
+    r = await daemon.post("/sessions/ses_nope/context/hide", strong, {"itemIds": [first], "agentId": "sub_nope"})
+    assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND"), r.text[:300]
+    assert len(await daemon.events(strong, sid)) == n

@@ -2,7 +2,8 @@
 reads them, over HTTP only, with the built-in ``faux`` provider: the answers of withdraw, steer and
 abort in every state of an input, ``whenBusy`` and its refusals, the events page at its limit and
 one past, a request id as one session's own, a deleted session on every route, forks from a
-deletion and from a session's first event, and usage counts a (faux) provider leaves unreported.
+deletion and from a session's first event (and a ``seq`` that is no event of the session refused
+as one below 1 is), and usage counts a (faux) provider leaves unreported.
 
 What earlier modules already pin (the 202 shape, duplicates across a restart, the body limit, the
 bounds of the view's windows, usage totals) is not repeated here. Every wait is bounded
@@ -211,12 +212,40 @@ async def test_a_fork_from_the_deletion_or_the_first_event_starts_live_idle_and_
     # one past the source's last event, and past the log's end: not an event of this session
     for seq in (events[-1]["seq"] + 1, await _last_seq(daemon) + 1):
         r = await daemon.post(f"/sessions/{sid}/fork", token, {"seq": seq})
-        assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text
+        assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), r.text
         assert str(seq) in r.json()["error"]["message"] and sid in r.json()["error"]["message"]
     for seq in (-1, 0, 1.5, "3", None):
         r = await daemon.post(f"/sessions/{sid}/fork", token, {"seq": seq})
         assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), (seq, r.text)
         assert "seq" in r.json()["error"]["message"]
+
+
+async def test_a_fork_seq_no_event_of_the_session_is_refused_as_one_below_1_is(daemon: Daemon):
+    # One mistake, one answer: a seq below 1 was 422 VALIDATION_FAILED (the body's own rule), one
+    # that is no event of the session 400 INVALID_ARGUMENT. Both are 422 naming `seq` now.
+    token, sid = await _session(daemon)
+    await daemon.submit(token, sid, "r1", "hello")
+    await daemon.wait_idle(token, sid)
+    events = await daemon.events(token, sid)
+    first, last = events[0]["seq"], events[-1]["seq"]
+    assert first > 1 and last == await _last_seq(daemon)  # (seq 1 is the log's, not this session's)
+
+    async def sessions() -> int:
+        return len((await daemon.get("/sessions", token)).json()["sessions"])
+
+    before = await sessions()
+    for seq in (0, 1, first - 1, last + 1):  # below 1, the log's first event, just before, just after
+        r = await daemon.post(f"/sessions/{sid}/fork", token, {"seq": seq})
+        assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), (seq, r.text)
+        message = r.json()["error"]["message"]
+        assert "seq" in message, message
+        if seq >= 1:
+            assert f"seq {seq} " in message and sid in message, message
+    assert await sessions() == before  # nothing created
+    for seq in (first, last):  # the session's own edges fork
+        r = await daemon.post(f"/sessions/{sid}/fork", token, {"seq": seq})
+        assert r.status_code == 201 and r.json()["forkedFrom"] == {"sessionId": sid, "seq": seq}, (seq, r.text)
+    assert await sessions() == before + 2
 
 
 # --------------------------------------------------------------------------- F-CTX-5

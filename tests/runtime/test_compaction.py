@@ -33,19 +33,20 @@ from projections.context_budget import (
 from events.reader import StoredEvent
 from projections.session_state import (
     AgentState,
-    PRUNED_PLACEHOLDER,
     REMOVED_PLACEHOLDER,
     Item,
     SessionState,
     apply,
     fold,
     item_parts,
+    pruned_placeholder,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
 )
 from runtime.actor import Abort, Configure
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
+from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
 from runtime.providers.compile import prepare
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
@@ -544,7 +545,7 @@ async def test_pruning_replaces_old_large_results_in_the_working_context_only_an
         assert (edited.event.op, edited.event.item_ids, edited.event.reason) == ("prune", [first.id], "auto")
         # The third request (after the second round) saw a placeholder for the first result only.
         last = rt.faux.requests[-1].items
-        assert _result(last, "call_main_0_0").text == PRUNED_PLACEHOLDER
+        assert _result(last, "call_main_0_0").text == pruned_placeholder(first.id)
         assert _result(last, "call_main_1_0").text.startswith("output of call_main_1_0")
         assert item_marks(main)[first.id] == "pruned"
         # The first is never pruned twice; the second is old too now that "done" answered after it.
@@ -629,10 +630,10 @@ async def test_snip_by_id_and_bad_ids(runtime_factory, autojump_clock):
             (EditContext("include", call_id="call_unknown"), "CONTEXT_ITEM_NOT_FOUND"),
             (EditContext("include", ("c999999",)), "CONTEXT_ITEM_NOT_FOUND"),
             (EditContext("include", (call.id,)), "CONTEXT_EDIT_INVALID"),
-            (EditContext("snip", (user.id,), agent_id="sub_nope"), "CONTEXT_ITEM_NOT_FOUND"),
+            (EditContext("snip", (user.id,), agent_id="sub_nope"), "AGENT_NOT_FOUND"),  # (as the view answers)
         ]:
             kinds = await rt.kinds(sid)
-            with pytest.raises(ContextError) as err:
+            with pytest.raises(LensError) as err:
                 await rt.call(sid, cmd)
             assert err.value.code == code, cmd
             assert await rt.kinds(sid) == kinds  # nothing recorded

@@ -9,7 +9,7 @@ import trio
 from conftest import by_kind, frozen, one, sleep_call
 from projections.session_state import SessionState, apply
 from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
-from runtime.errors import ForkSourceUnreadable, InvalidCommand, ModelUnavailable, SessionGone, SessionNotFound
+from runtime.errors import ForkPointInvalid, ForkSourceUnreadable, ModelUnavailable, SessionGone, SessionNotFound
 from runtime.providers.faux import FauxTurn
 from conftest import text
 from test_supervisor import corrupt, passivate
@@ -78,11 +78,11 @@ async def test_fork_refuses_a_seq_of_another_session(rt, autojump_clock):
     b = await rt.session()
     await rt.run_to_idle(a, "r1", "hello")
     seq_of_a = (await rt.events(a))[-1].seq
-    with pytest.raises(InvalidCommand) as err:
+    with pytest.raises(ForkPointInvalid) as err:
         await rt.sup.fork_session(b, seq_of_a)
-    assert err.value.code == "INVALID_ARGUMENT"
+    assert err.value.code == "VALIDATION_FAILED"  # (as the HTTP body's rule answers a seq below 1)
     for bad in (0, -3, seq_of_a + 1000):
-        with pytest.raises(InvalidCommand):
+        with pytest.raises(ForkPointInvalid):
             await rt.sup.fork_session(a, bad)
     with pytest.raises(SessionNotFound):
         await rt.sup.fork_session("ses_missing", seq_of_a)

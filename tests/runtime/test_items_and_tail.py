@@ -12,11 +12,11 @@ from events.reader import LogReader, StoredEvent
 from events.store import Draft, open_store
 from projections import snapshots
 from projections.session_state import (
-    PRUNED_PLACEHOLDER,
     AgentState,
     SessionState,
     apply,
     item_parts,
+    pruned_placeholder,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
@@ -79,7 +79,7 @@ def test_pure_text_items_carry_their_text_once_and_parts_read_the_same() -> None
     agent = state.agents["main"]
     agent.pruned = [items[4].id]
     placeholder = next(it for it in working_context(agent) if it.id == items[4].id)
-    assert item_parts(placeholder) == [t.TextPart(PRUNED_PLACEHOLDER)]
+    assert item_parts(placeholder) == [t.TextPart(pruned_placeholder(items[4].id))]
 
 
 async def test_the_tail_read_by_session_seq_matches_the_read_by_seq(tmp_path: Path) -> None:

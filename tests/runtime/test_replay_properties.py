@@ -28,11 +28,11 @@ from events.reader import StoredEvent
 from events.store import Draft, open_store
 from projections.projector import open_projections_db
 from projections.session_state import (
-    PRUNED_PLACEHOLDER,
     REMOVED_PLACEHOLDER,
     SessionState,
     apply,
     fold,
+    pruned_placeholder,
     snapshot_bytes,
     state_from_snapshot,
     working_context,
@@ -286,7 +286,7 @@ def check_working_context(state: SessionState, agent_id: str, ops: list[tuple[st
             elif hidden(it.id):
                 assert by_id[it.id].text == REMOVED_PLACEHOLDER and by_id[it.id].structured is None, (it.id, ops)
             elif it.id in pruned and not included(it.id):
-                assert by_id[it.id].text == PRUNED_PLACEHOLDER and by_id[it.id].structured is None, (it.id, ops)
+                assert by_id[it.id].text == pruned_placeholder(it.id) and by_id[it.id].structured is None, (it.id, ops)
             else:
                 assert by_id[it.id] == it, (it.id, ops)
             continue

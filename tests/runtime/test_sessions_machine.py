@@ -55,9 +55,9 @@ writes nothing; a hide or unhide takes a call's result with it, an unsnip a resu
 answer names exactly the items changed and their marks, and one ``context.edited`` (an unhide of a
 skill's stale instructions: and a snip) is written in the session's own log only when something
 changed; an unsnip of a hidden item is ``CONTEXT_ITEM_HIDDEN``, of a skill's stale instructions
-``CONTEXT_EDIT_INVALID``, an unknown id ``CONTEXT_ITEM_NOT_FOUND``, with nothing written. At the
-end of each example the projections kept up to date equal a rebuild. See docs/decisions.md, "A
-state machine over several sessions".
+``CONTEXT_EDIT_INVALID``, an unknown id ``CONTEXT_ITEM_NOT_FOUND``, an agent the session does not
+have ``AGENT_NOT_FOUND``, with nothing written. At the end of each example the projections kept up
+to date equal a rebuild. See docs/decisions.md, "A state machine over several sessions".
 """
 
 from __future__ import annotations
@@ -633,6 +633,11 @@ class SessionsMachine(RuntimeMachine):
         by_id = {it.id: it for it in agent.items}
         hidden, snipped = set(agent.hidden), set(agent.snipped)
         before = len(self.events())
+        if data.draw(st.integers(0, 19), label="an agent the session does not have") == 0:
+            answer = self.call(s.sid, EditContext(op, (item_id,), agent_id="sub_never"))  # type: ignore[arg-type]
+            self.refused(answer, "SESSION_DELETED" if s.deleted else "AGENT_NOT_FOUND", before)
+            assert s.deleted or "sub_never" in str(answer), answer
+            return
         answer = self.call(s.sid, EditContext(op, (item_id,), agent_id=aid))  # type: ignore[arg-type]
         if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)

@@ -18,11 +18,11 @@ from events.schema import EVENTS_DB
 from events.store import Draft, open_store
 from projections.session_state import SessionState, fold
 from runtime.actor import ActorDeps, Delete, GetState, Submit, WaitIdle
-from runtime.errors import ActorUnavailable, SessionGone, SessionNotFound, SessionQuarantined
+from runtime.errors import ActorUnavailable, AgentNotFound, SessionGone, SessionNotFound, SessionQuarantined
 from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.supervisor import STORAGE_RETRY_MAX, Supervisor
-from runtime.working_context import Compact, ContextError, DescribeContext
+from runtime.working_context import Compact, DescribeContext
 from tools.base import ToolSpec
 
 from conftest import text
@@ -278,9 +278,9 @@ async def test_a_quarantined_session_describes_its_context_as_its_view_reads(run
         assert [i["id"] for i in described["items"]] == [it.id for it in main.items]
         assert described["workingItemIds"] == [it.id for it in main.items]
         assert described["estimatedTokens"] > 0
-        with pytest.raises(ContextError) as err:
+        with pytest.raises(AgentNotFound) as err:
             await rt.call(sid, DescribeContext("agent_nope"))
-        assert err.value.code == "CONTEXT_ITEM_NOT_FOUND"
+        assert err.value.code == "AGENT_NOT_FOUND"
         with pytest.raises(SessionQuarantined):
             await rt.call(sid, Compact())
         assert sid not in rt.sup.live_sessions
