@@ -135,12 +135,18 @@ class SkillLoads:
         await self._for_input(state, name, request_id, refuse=True)
 
     async def placing(self, state: SessionState, agent_id: str, inputs: Sequence[QueuedInput]) -> dict[str, t._Event]:
-        """The skill loads that go right before placing ``inputs`` (``/skill:`` ones), by request id."""
+        """The skill loads that go right before placing ``inputs`` (``/skill:`` ones), by request id.
+
+        Only the first input naming a skill not loaded gets its load: inputs placed together (the
+        steers of one ``PlaceSteer``) naming the same skill load it once, before the first of them."""
         out: dict[str, t._Event] = {}
+        loading: set[str] = set()
         for q in inputs:
             command = skill_command(q.content)
-            if command is not None and command[0] not in loaded_skill_digests(state.agent(agent_id)):
-                out[q.request_id] = await self._for_input(state, command[0], q.request_id, refuse=False)
+            if command is None or command[0] in loading or command[0] in loaded_skill_digests(state.agent(agent_id)):
+                continue
+            loading.add(command[0])
+            out[q.request_id] = await self._for_input(state, command[0], q.request_id, refuse=False)
         return out
 
     @staticmethod
