@@ -18,22 +18,13 @@ from ..mcp.conftest import SERVER
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import Daemon, DaemonFactory, error_of, run_tool
+from .test_tool_catalog_http import inventory, offered
 
 FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}], "defaultModel": "faux/faux-1"}
 
 
 def mcp_server(*flags: str, **kw: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [SERVER, *flags], **kw}
-
-
-def offered(body: dict[str, Any]) -> list[str]:
-    return [tool["function"]["name"] for tool in body.get("tools") or []]
-
-
-async def inventory(d: Daemon, token: str, sid: str | None = None) -> dict[str, Any]:
-    r = await d.get("/tools/inventory", token, params={"session": sid} if sid else None)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 async def test_mcp_names_of_64_characters_are_sent_as_they_are_and_one_past_under_an_alias(

@@ -638,20 +638,22 @@ def test_dashboard_shows_earlier_items_in_two_steps_when_more_than_a_window_is_h
     assert console_errors(driver) == []
 
 
-# Where the focus is, against the timeline: in it (and in which message), or before it in the page.
-WHERE = """const a = document.activeElement, tl = document.getElementById('timeline'), m = a.closest('.msg');
+# Where the focus is, against the timeline: in it (and in which element matching the selector
+# passed: a tool card; a message when none), or before it in the page.
+WHERE = """const a = document.activeElement, tl = document.getElementById('timeline'), m = a.closest(arguments[0] || '.msg');
     return {in: tl.contains(a), before: !!(a.compareDocumentPosition(tl) & Node.DOCUMENT_POSITION_FOLLOWING),
             tag: a.tagName.toLowerCase(), text: a.textContent.trim(), item: m ? m.dataset.itemId : null}"""
 
 
-def timeline_stops(driver: Any) -> list[tuple[str, str, str | None]]:
-    """Shift+Tab from the message box back across the timeline: the stops in it (tag, text, message)."""
+def timeline_stops(driver: Any, within: str = ".msg") -> list[tuple[str, str, str | None]]:
+    """Shift+Tab from the message box back across the timeline: the stops in it (tag, text, and
+    the item id of the message — or of what ``within`` selects, e.g. a tool card — holding it)."""
     from selenium.webdriver.common.keys import Keys
     driver.execute_script("document.getElementById('input').focus()")
     stops: list[tuple[str, str, str | None]] = []
     for _ in range(60):
         chord(driver, Keys.SHIFT, Keys.TAB)
-        f = driver.execute_script(WHERE)
+        f = driver.execute_script(WHERE, within)
         if f["before"]:
             return stops
         if f["in"]:
@@ -729,27 +731,6 @@ def test_dashboard_timeline_messages_are_one_tab_stop_and_the_arrows_move_betwee
     assert console_errors(driver) == []
 
 
-# Where the focus is, against the timeline's tool cards: in the timeline (and in which card), or before it.
-CARD_WHERE = """const a = document.activeElement, tl = document.getElementById('timeline'), c = a.closest('.tool');
-    return {in: tl.contains(a), before: !!(a.compareDocumentPosition(tl) & Node.DOCUMENT_POSITION_FOLLOWING),
-            tag: a.tagName.toLowerCase(), text: a.textContent.trim(), card: c ? c.dataset.itemId : null}"""
-
-
-def card_stops(driver: Any) -> list[tuple[str, str, str | None]]:
-    """Shift+Tab from the message box back across the timeline: the stops in it (tag, text, tool card)."""
-    from selenium.webdriver.common.keys import Keys
-    driver.execute_script("document.getElementById('input').focus()")
-    stops: list[tuple[str, str, str | None]] = []
-    for _ in range(60):
-        chord(driver, Keys.SHIFT, Keys.TAB)
-        f = driver.execute_script(CARD_WHERE)
-        if f["before"]:
-            return stops
-        if f["in"]:
-            stops.append((f["tag"], f["text"], f["card"]))
-    raise AssertionError(f"not across the timeline in 60 presses: {stops}")
-
-
 def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a_card(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """A tool call's card was four tab stops (Snip, Hide, its arguments, its result): crossing a
@@ -774,17 +755,17 @@ def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a
     assert len(cards) == 3
 
     # Three cards, three stops (each card's first control), and the messages' one.
-    stops = card_stops(driver)
+    stops = timeline_stops(driver, ".tool")
     assert [s for s in stops if s[2]] == [("button", "Snip", c) for c in reversed(cards)], stops
     assert len(stops) == 4, stops
     keys(driver, Keys.TAB)   # (forward again: the first card's stop)
-    assert driver.execute_script(CARD_WHERE)["card"] == cards[0]
+    assert driver.execute_script(WHERE, ".tool")["item"] == cards[0]
     assert driver.execute_script("return document.activeElement.getAttribute('aria-describedby')") == "tool-keys"
     assert "Left and Right arrows" in driver.execute_script("return document.getElementById('tool-keys').textContent")
 
     def at() -> tuple[str, str | None]:
-        f = driver.execute_script(CARD_WHERE)
-        return f["text"], f["card"]
+        f = driver.execute_script(WHERE, ".tool")
+        return f["text"], f["item"]
 
     # Every control of a card reached by the arrows, each named; the ends stay the ends.
     controls = ["Snip", "Hide", "arguments", "result"]
@@ -809,7 +790,7 @@ def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a
              "the arguments open")
 
     # The stop stays where the reader left it; the other cards' stops are their first control.
-    stops = card_stops(driver)
+    stops = timeline_stops(driver, ".tool")
     assert [s for s in stops if s[2]] == [("button", "Snip", cards[2]), ("button", "Snip", cards[1]),
                                           ("summary", "arguments", cards[0])], stops
 
@@ -837,7 +818,7 @@ def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a
         stops = [at()]
         for _ in range(20):
             keys(driver, Keys.TAB)
-            if not driver.execute_script(CARD_WHERE)["in"]:
+            if not driver.execute_script(WHERE, ".tool")["in"]:
                 return [s for s in stops if s[1]]
             stops.append(at())
         raise AssertionError(stops)
