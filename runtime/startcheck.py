@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config, ConfigError, data_dir_path, pair_file_path
-from .providers.builtin import BUILTINS, FAUX_DEFAULT_MODEL
+from .providers.builtin import listed_models
 from .providers.faux import FauxProvider
 
 
@@ -46,11 +46,7 @@ def check_default_model(cfg: Config, where: str) -> None:
     fail ``MODEL_UNKNOWN`` otherwise; it was a start-up note."""
     if not cfg.default_model:
         return
-    listed: dict[str, list[str]] = {p.id: [m.id for m in p.models] for p in cfg.providers}
-    for b in BUILTINS:
-        listed.setdefault(b.id, [m for m, _ in b.models])
-    faux_provider, _, faux_model = FAUX_DEFAULT_MODEL.partition("/")
-    listed.setdefault(faux_provider, [faux_model])
+    listed = {pid: [m.id for m in models] for pid, models in listed_models(cfg.providers).items()}
     ref = cfg.default_model
     provider, _, model = ref.partition("/")
     if provider not in listed:

@@ -21,7 +21,7 @@ embedded defaults").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from runtime.config import ModelConfig, ProviderConfig, check_base_url
 
@@ -48,6 +48,25 @@ BUILTINS = (
 BASE_URL_ENV = tuple(b.base_url_env for b in BUILTINS)
 
 
+def _model_configs(b: Builtin) -> list[ModelConfig]:
+    return [ModelConfig(id=m, context_window=w, images=True) for m, w in b.models]
+
+
+def listed_models(configured: Sequence[ProviderConfig]) -> dict[str, list[ModelConfig]]:
+    """The models each provider lists in a config whose provider entries are ``configured``, in
+    the order ``GET /models`` shows them: each entry's own list, then each built-in real provider
+    no entry replaces, then the built-in ``faux`` (serving ``faux-1``) unless an entry replaces
+    it. Pure: reads no environment (a base URL variable changes where a built-in is reached, not
+    what it lists). The catalog is built from it at start, and ``defaultModel`` is checked
+    against it before a start or a config write (:mod:`runtime.startcheck`)."""
+    listed = {p.id: list(p.models) for p in configured}
+    for b in BUILTINS:
+        listed.setdefault(b.id, _model_configs(b))
+    faux_provider, _, faux_model = FAUX_DEFAULT_MODEL.partition("/")
+    listed.setdefault(faux_provider, [ModelConfig(id=faux_model)])
+    return listed
+
+
 def builtin_providers(configured: set[str], environ: Mapping[str, str]) -> list[ProviderConfig]:
     """The built-in real providers that no configured id (``configured``) replaces, as provider
     entries. Raises :class:`~runtime.config.ConfigError` for a base URL variable set to what a
@@ -63,7 +82,7 @@ def builtin_providers(configured: set[str], environ: Mapping[str, str]) -> list[
                            b.key_env)
         out.append(ProviderConfig(id=b.id, protocol=b.protocol, base_url=base_url,  # type: ignore[arg-type]
                                   api_key_env=b.key_env,
-                                  models=[ModelConfig(id=m, context_window=w, images=True) for m, w in b.models]))
+                                  models=_model_configs(b)))
     return out
 
 

@@ -28,7 +28,7 @@ from runtime.errors import ModelUnavailable
 
 from . import caching
 from .base import Provider, ProviderError
-from .builtin import FAUX_DEFAULT_MODEL, builtin_default, builtin_providers
+from .builtin import FAUX_DEFAULT_MODEL, builtin_default, builtin_providers, listed_models
 from .faux import FauxProvider
 
 if TYPE_CHECKING:
@@ -260,12 +260,13 @@ def build_catalog(
     # session's Working Context)
     providers: dict[str, Provider] = {"faux": FauxProvider("faux", keep_requests=0)}
     unavailable: dict[str, tuple[str, str]] = {}
-    configs: dict[str, list[ModelConfig]] = {}
+    # (what each provider lists, the built-in faux's faux-1 included: GET /models, --model and
+    # the saved default are checked against it, as defaultModel is before a start)
+    configs = listed_models(cfg.providers)
     protocols: dict[str, str] = {}
     builtin = builtin_providers({p.id for p in cfg.providers}, env)
     for p in [*cfg.providers, *builtin]:
         providers.pop(p.id, None)
-        configs[p.id] = list(p.models)
         protocols[p.id] = p.protocol
         if p.protocol != "faux":
             for m in p.models:
@@ -294,10 +295,6 @@ def build_catalog(
                                             max_retries=p.max_retries if max_retries is None else max_retries,
                                             timeout=p.timeout_seconds if timeout is None else timeout,
                                             max_answer_bytes=cfg.log.max_event_bytes)
-    if "faux" in providers and "faux" not in configs:
-        # The built-in faux serves the model it lists (GET /models, --model and the saved default
-        # are checked against it): `faux/anything` was a session of an unlisted model.
-        configs["faux"] = [ModelConfig(id=FAUX_DEFAULT_MODEL.partition("/")[2])]
     fallback, reason = builtin_default(builtin, {p.id for p in builtin if p.id not in unavailable})
     # (the saved step: the catalog's)
     ref, source = default_model(cli=cli_model, config=cfg.default_model, builtin=fallback)

@@ -10,7 +10,9 @@ import pytest
 
 from runtime.config import Config, ConfigError, ModelConfig, parse_config
 from runtime.providers.anthropic_messages import AnthropicProvider, sdk_base_url
+from runtime.errors import ModelUnavailable
 from runtime.providers.base import ProviderError
+from runtime.providers.catalog import build_catalog
 from runtime.startcheck import check_default_model
 
 from ..daemon.conftest import run_lens, serving
@@ -101,6 +103,32 @@ def test_a_default_model_no_provider_serves_is_a_config_error_naming_it(ref, pro
     assert message.startswith(f"c.jsonc: defaultModel {ref!r}"), message
     for w in words:
         assert w in message, (w, message)
+
+
+@pytest.mark.parametrize("providers", [None, [], [{"id": "faux", "protocol": "faux", "models": [{"id": "mine"}]}],
+                                       [{"id": "openai", "protocol": "openai-chat", "models": [{"id": "mine"}]},
+                                        {"id": "anthropic", "protocol": "anthropic", "enabled": False}]])
+def test_the_start_check_accepts_exactly_what_the_catalog_lists(providers):
+    """One derivation of "what each provider lists" serves both: every model ``GET /models``
+    lists passes the ``defaultModel`` check and ``--model``'s, and the same id of another
+    provider, or past the list, fails both."""
+    cfg = _config("faux/faux-1", providers)
+    catalog = build_catalog(cfg, environ={})
+    entries = catalog.models()
+    assert entries
+    listing = {e.provider for e in entries}
+    for e in entries:
+        check_default_model(_config(e.ref, providers), "c.jsonc")
+        assert catalog.check_listed(e.ref) is None
+        wrong = f"{e.provider}/{e.model}-x"
+        with pytest.raises(ConfigError):
+            check_default_model(_config(wrong, providers), "c.jsonc")
+        with pytest.raises(ModelUnavailable):
+            catalog.check_listed(wrong)
+    # a provider listing nothing is a provider of both, and checks nothing in either
+    for pid in {p["id"] for p in providers or []} - listing:
+        check_default_model(_config(f"{pid}/any", providers), "c.jsonc")
+        assert catalog.check_listed(f"{pid}/any") is not None
 
 
 @pytest.mark.parametrize(("ref", "words"), [
