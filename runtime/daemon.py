@@ -76,7 +76,7 @@ from .projection_service import ProjectionService
 from . import server_answers
 from .head_limit import UNFINISHED_HEAD_BYTES
 from .providers.base import Delta
-from .prompt import READ_LIMIT_BYTES, PromptCache, SkillMeta, Unusable, build_system_prompt
+from .prompt import READ_LIMIT_BYTES, WORKSPACE_BUSY, NotRead, PromptCache, SkillMeta, Unusable, build_system_prompt
 from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .services import Services
@@ -233,17 +233,21 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                          secrets=store.secrets, stop_now=stop_now)
         home = os.path.expanduser("~")
 
-        async def build_prompt(project_id: str | None, wait: bool = True) -> list[str]:
+        async def build_prompt(project_id: str | None, wait: bool = True, busy: bool = False) -> list[str]:
+            """``busy``: the workspace's files are not read (a command holds them): a note stands in
+            for its AGENTS.md, and its skills are left out."""
             ws = await workspace_of(project_id) if project_id else None
             workspace_file = str(ws / "AGENTS.md") if ws else None
 
-            async def read_text(path: str) -> str | Unusable | None:
+            async def read_text(path: str) -> str | Unusable | NotRead | None:
                 if project_id is not None and path == workspace_file:
+                    if busy:
+                        return NotRead(WORKSPACE_BUSY)
                     return await read_workspace_agents_md(executors, project_id, wait=wait)
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
 
             skills = ([SkillMeta(*meta) for meta in await prompt_skills(executors, project_id, wait=wait)]
-                      if project_id and ws else [])
+                      if project_id and ws and not busy else [])
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
                                              secrets=store.secrets)
 
@@ -255,7 +259,13 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             except DomainBusy:
                 return None
 
-        system_prompt_for = PromptCache(build_prompt, build_now=build_prompt_now).get
+        async def build_prompt_busy(project_id: str | None) -> list[str]:
+            # A project's first prompt while a command holds its workspace (another project's, when
+            # they share the domain): nothing built before can serve, and waiting held the request
+            # for as long as the command ran. The files are never read in the middle of a write.
+            return await build_prompt(project_id, busy=True)
+
+        system_prompt_for = PromptCache(build_prompt, build_now=build_prompt_now, build_busy=build_prompt_busy).get
 
         deps = ActorDeps(store, snapshots, catalog, tools, new_id, system_prompt_for=system_prompt_for,
                          snapshot_every=cfg.sessions.snapshot_every, idle_seconds=cfg.sessions.idle_seconds,

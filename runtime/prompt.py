@@ -12,7 +12,8 @@
 coroutine, so the reading can go through the executor (the workspace may be remote); it returns
 ``None`` for a missing file, and :class:`Unusable` for one that is there but cannot be used (not
 UTF-8, not openable): the prompt then says so in the file's place, so the model, and the user
-through it, learn why its instructions are missing. System instructions added later (skill loads, instruction updates)
+through it, learn why its instructions are missing; and :class:`NotRead` for one that was not read
+this time (a command held the workspace): the prompt says so in its place too. System instructions added later (skill loads, instruction updates)
 are not part of this prompt: they are context items at their real position in history.
 """
 
@@ -49,7 +50,21 @@ class Unusable:
     reason: str  # e.g. "it is not UTF-8 text (byte 6)"
 
 
-ReadText = Callable[[str], Awaitable["str | Unusable | None"]]
+@dataclass(frozen=True)
+class NotRead:
+    """An AGENTS.md not read for this prompt (a command held the workspace: see
+    :data:`WORKSPACE_BUSY`); ``note`` is shown in its place, and the next build reads it."""
+
+    note: str
+
+
+# In place of ``<workspace>/AGENTS.md`` in a project's first prompt built while a command holds
+# the workspace (the daemon's ``PromptCache(build_busy=…)``): the files are never read in the middle
+# of a write, and no earlier prompt of the project is there to serve instead.
+WORKSPACE_BUSY = ("not read: a command was running in the workspace when this prompt was built; this file and "
+                  "the workspace's skills are read for the first request after it ends")
+
+ReadText = Callable[[str], Awaitable["str | Unusable | NotRead | None"]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,7 @@ class ProjectFile:
     label: str  # as shown in the prompt: "~/.agents/AGENTS.md" or "<workspace>/AGENTS.md"
     text: str
     unusable: str = ""  # why the file's text is left out (its note replaces the text), or ""
+    not_read: str = ""  # a file not read this time: this note replaces the text, or ""
 
 
 @dataclass(frozen=True)
@@ -83,10 +99,9 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
     rules = [r.strip() for r in inputs.rules if r.strip()]
     if rules:
         out.append(("rules", "# Rules\n" + "\n".join(f"- {r}" for r in rules)))
-    files = [f for f in inputs.project_files if f.text.strip() or f.unusable]
+    files = [f for f in inputs.project_files if f.text.strip() or f.unusable or f.not_read]
     if files:
-        body = "\n\n".join(f"## {f.label}\n{_note(f.unusable) if f.unusable else _clip(f.text.strip(), f.label)}"
-                           for f in files)
+        body = "\n\n".join(f"## {f.label}\n{_body(f)}" for f in files)
         out.append(("project_context", "# Project context\nInstructions from AGENTS.md files (user-level first, "
                                         "then the workspace's; the later one wins where they conflict).\n\n" + body))
     if inputs.skills:
@@ -107,6 +122,14 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
 def assemble(inputs: PromptInputs) -> str:
     """The system prompt text: the sections joined by blank lines."""
     return "\n\n".join(text for _, text in sections(inputs))
+
+
+def _body(f: ProjectFile) -> str:
+    if f.unusable:
+        return _note(f.unusable)
+    if f.not_read:
+        return f"[{f.not_read}]"
+    return _clip(f.text.strip(), f.label)
 
 
 def _clip(text: str, label: str) -> str:
@@ -136,6 +159,8 @@ async def load_project_files(read_text: ReadText, *, workspace: str | None, home
         text = await read_text(path)
         if isinstance(text, Unusable):
             out.append(ProjectFile(label, "", text.reason))
+        elif isinstance(text, NotRead):
+            out.append(ProjectFile(label, "", not_read=text.note))
         elif text is not None:
             out.append(ProjectFile(label, text))
     return out
@@ -158,7 +183,7 @@ async def build_system_prompt(
     at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
     secrets = secrets or Secrets()
     files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=len(f.text.encode()) >= READ_LIMIT_BYTES - 3),
-                         f.unusable)
+                         f.unusable, f.not_read)
              for f in await load_project_files(read_text, workspace=workspace, home=home)]
     text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills), cwd if cwd is not None else workspace))
     return [text]
@@ -182,7 +207,12 @@ class PromptCache:
     ``None`` when a command holds it (the workspace's files are read under the execution-domain
     read lock, which a running command holds for writing). It is used when a prompt was built
     before, which then serves until the workspace can be read again: another session's command
-    must not hold this session's model requests for as long as it runs. The first build waits.
+    must not hold this session's model requests for as long as it runs.
+
+    ``build_busy`` (optional, with ``build_now``) builds a project's first prompt when a command
+    holds its workspace and no prompt was built before to serve: one without the workspace's
+    files, saying so (:data:`WORKSPACE_BUSY`). It is not kept: the next request tries the
+    workspace again. Without it, the first build waits for the workspace.
     """
 
     def __init__(
@@ -191,9 +221,11 @@ class PromptCache:
         *,
         refresh: float | None = None,
         build_now: Callable[[str | None], Awaitable[list[str] | None]] | None = None,
+        build_busy: Callable[[str | None], Awaitable[list[str]]] | None = None,
     ) -> None:
         self._build = build
         self._build_now = build_now
+        self._build_busy = build_busy
         self._refresh = PROMPT_REFRESH_SECONDS if refresh is None else refresh  # (read now: tests set it)
         self._entries: dict[str | None, tuple[float, list[str]]] = {}
         self._locks: dict[str | None, trio.Lock] = {}
@@ -217,10 +249,12 @@ class PromptCache:
                 return hit
             started = trio.current_time()
             before = self._entries.get(key)
-            if before is not None and self._build_now is not None:
+            if self._build_now is not None and (before is not None or self._build_busy is not None):
                 now = await self._build_now(key)
-                if now is None:  # the workspace is being written: the last prompt serves meanwhile
-                    return list(before[1])
+                if now is None:  # the workspace is being written
+                    if before is not None:  # the last prompt serves meanwhile
+                        return list(before[1])
+                    return list(await self._build_busy(key))  # (offered: nothing to serve, one without its files)
                 value = now
             else:
                 value = await self._build(key)

@@ -1,9 +1,9 @@
 """The supervisor: one :class:`SessionActor` per live session, started on demand.
 
 Callers talk to sessions only through :meth:`Supervisor.call`. An actor that passivated is woken
-by the next call (replay); one that crashed is restarted from the log, and after
-``max_restarts`` consecutive failures the session is quarantined (a ``session.quarantined``
-event and a clear status) instead of crash-looping. Crashes are consecutive while no run of the
+by the next call (replay); one that crashed is restarted from the log, up to ``max_restarts``
+times in a row: the crash that would need one more restart quarantines the session (a
+``session.quarantined`` event and a clear status) instead of crash-looping (0: the first crash). Crashes are consecutive while no run of the
 session ends at rest between them (a crash loop never does; a session that recovered and is set
 going again by a call counts afresh). At start the supervisor wakes every session
 the log shows with unfinished work (a running task, queued inputs or a background job without its
@@ -292,11 +292,11 @@ class Supervisor:
                     # session recovered; only an outside call sets it going again) starts the
                     # count afresh, as a passivation between them does.
                     failures = 1 if actor.rested else failures + 1
-                    log.error("session %s actor crashed (%d/%d): %r", handle.session_id, failures,
-                              self.max_restarts, exc, exc_info=exc)  # (a defect: where it was raised)
+                    log.error("session %s actor crashed (%d in a row; at most %d restarts): %r", handle.session_id,
+                              failures, self.max_restarts, exc, exc_info=exc)  # (a defect: where it was raised)
                     actor.fail_pending(ActorUnavailable(
                         f"session {handle.session_id!r} failed while serving this call; retry it"))
-                    if failures >= self.max_restarts:
+                    if failures > self.max_restarts:  # (restarted ``failures - 1`` times so far)
                         await self._quarantine(handle, _describe(exc))
                         return
         finally:

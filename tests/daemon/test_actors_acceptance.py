@@ -281,3 +281,45 @@ async def test_a_command_running_in_one_session_does_not_hold_another_sessions_m
     await d.submit(token, other, "h2", "hello again")
     await d.wait_idle(token, other)
     assert "Rule two: answer at length." in json.dumps(server.requests[-1].body["system"])
+
+
+async def test_a_first_system_prompt_does_not_wait_behind_a_command_holding_the_workspace(
+        daemon_factory, nursery):
+    """Two projects on one workspace share its execution-domain lock (as every project of a remote
+    executor does). The second project has never sent a model request when the first one's command
+    starts, so it has no prompt built before to serve: its first prompt waited for the command
+    (60 s here). It is built now without the workspace's files, saying why, and the first request
+    after the command reads them."""
+    server = ScriptedServer(answer=_answer_slow_or_hello)
+    d = await daemon_factory(config=_claude(await server.start(nursery)))
+    token = await d.pair("first-client", strong=True)
+    first = await d.project(token)
+    ws = Path(first["workspace"])
+    (ws / "AGENTS.md").write_text("Rule one: answer briefly.\n")
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: Review a change\n---\nSTEPS\n")
+    r = await d.post("/projects", token, {"name": "second", "workspace": str(ws)})
+    assert r.status_code == 201, r.text
+    second = r.json()
+    busy = (await d.session(token, first["id"]))["id"]
+    other = (await d.session(token, second["id"]))["id"]
+    await d.submit(token, busy, "r1", "run the slow one")
+    await d.wait_running_call(token, busy)
+
+    await d.submit(token, other, "h1", "hello")
+    view = await d.wait_idle(token, other, timeout=10)  # (bounded: the command sleeps for 60 s)
+    assert view["items"][-1]["text"] == "Hello back."
+    system = json.dumps(server.requests[-1].body["system"])
+    assert "Rule one" not in system and "Review a change" not in system  # (never read under the command)
+    assert "not read: a command was running in the workspace" in system
+    assert (await d.view(token, busy))["status"] == "running"  # the command still runs
+
+    # Once the command ends, the next request reads the workspace.
+    r = await d.post(f"/sessions/{busy}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await d.wait_idle(token, busy)
+    await d.submit(token, other, "h2", "hello again")
+    await d.wait_idle(token, other)
+    system = json.dumps(server.requests[-1].body["system"])
+    assert "Rule one: answer briefly." in system and "Review a change" in system
+    assert "not read" not in system

@@ -23,7 +23,7 @@ from runtime.projection_service import ProjectionService
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.supervisor import STORAGE_RETRY_MAX, Supervisor
 from runtime.working_context import Compact, DescribeContext
-from tools.base import ToolSpec
+from tools.base import ToolResult, ToolSpec
 
 from conftest import text
 
@@ -255,7 +255,58 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
         assert st.status == "quarantined" and "the tool blew up" in (st.quarantined or "")
         assert sid not in rt.sup.live_sessions
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
-    assert len(crashes) == 3
+    assert len(crashes) == 4  # three restarts (max_restarts), then the crash needing a fourth
+
+
+def _crashing(times: int) -> ToolSpec:
+    """A replay-safe tool that crashes the actor on its first ``times`` runs, then answers: each
+    restarted actor runs it again, so ``times`` crashes in a row need ``times`` restarts."""
+    runs = [0]
+
+    async def run(args, ctx):
+        runs[0] += 1
+        if runs[0] <= times:
+            raise RuntimeError(f"crash {runs[0]}")
+        return ToolResult(content=[t.TextPart("survived")])
+
+    return ToolSpec("crash_then_answer", "Crashes the actor a given number of times.", {"type": "object"}, run,
+                    replay_safe=True)
+
+
+@pytest.mark.parametrize("max_restarts, crashes, quarantined", [
+    (2, 2, False),  # at the limit: two restarts, the third actor finishes the call
+    (2, 3, True),   # one past: a third restart would be needed
+    (0, 1, True),   # none: the first crash quarantines
+    (1, 1, False),
+])
+async def test_max_restarts_counts_restarts(runtime_factory, autojump_clock, caplog, max_restarts, crashes,
+                                            quarantined):
+    """``sessions.maxRestarts`` is how many times a crashing actor is restarted in a row; the crash
+    that would need one more quarantines the session. It counted crashes: 2 quarantined at the
+    second crash (one restart), and 0 and 1 both at the first."""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("crash_then_answer")])]
+    async with runtime_factory(script=script, extra_tools=[_crashing(crashes)], max_restarts=max_restarts) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        for _ in range(100):  # each ActorUnavailable is an actor that crashed (restarted, or quarantined next)
+            try:
+                st = await rt.call(sid, WaitIdle())
+                break
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined:
+                break
+        st = await rt.call(sid, GetState())
+        evs = await rt.events(sid)
+        if quarantined:
+            assert st.status == "quarantined" and f"crash {crashes}" in (st.quarantined or "")
+            assert len(by_kind(evs, "session.quarantined")) == 1
+        else:
+            assert st.status == "idle" and not by_kind(evs, "session.quarantined")
+            assert st.agents["main"].items[-1].text == "The tool answered: survived"
+    crashed = [r.getMessage() for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
+    assert len(crashed) == crashes
+    assert f"crashed ({crashes} in a row; at most {max_restarts} restarts)" in crashed[-1]
 
 
 async def test_a_quarantined_session_describes_its_context_as_its_view_reads(runtime_factory, autojump_clock):
@@ -309,7 +360,7 @@ async def test_crashes_the_session_recovered_from_between_are_not_consecutive(ru
         assert not by_kind(evs, "session.quarantined")
         assert [e.event.status for e in by_kind(evs, "tool.finished")] == ["interrupted"] * 4
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
-    assert len(crashes) == 4 and all("crashed (1/3)" in r.getMessage() for r in crashes)
+    assert len(crashes) == 4 and all("crashed (1 in a row; at most 3 restarts)" in r.getMessage() for r in crashes)
 
 
 def _immutable(paths: list, on: bool) -> bool:
@@ -418,7 +469,7 @@ async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, a
         st = await rt2.run_to_idle(healthy, "h2", "still fine")
         assert st.agents["main"].items[-1].text == "(faux) You said: still fine"
     crashes = [r for r in caplog.records if r.name == "lens.supervisor" and sid in r.getMessage()]
-    assert len(crashes) == 3
+    assert len(crashes) == 4  # three restarts, then the failed replay needing a fourth
     with LogReader(rt.data_dir) as reader:
         (row,) = list(reader.rows(session_id=sid, kinds=["session.quarantined"]))
         q = reader.decode(row)
