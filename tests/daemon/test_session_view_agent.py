@@ -139,3 +139,42 @@ async def test_the_context_routes_answer_an_unknown_agent_as_the_view_does(daemo
     r = await daemon.post("/sessions/ses_nope/context/hide", strong, {"itemIds": [first], "agentId": "sub_nope"})
     assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND"), r.text[:300]
     assert len(await daemon.events(strong, sid)) == n
+
+
+# A subagent whose conversation is its prompt, ``calls`` tool calls (each result inside its call's
+# entry) and its answer: ``calls`` + 2 items. Its prompt is quoted in the main agent's input as
+# JSON (``\"``), so the turn ``when`` it (with its quotes) answers the subagent alone.
+def _long_subagent_script(calls: int) -> dict[str, Any]:
+    return {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": f'"{calls} calls"', "toolCalls": [{"name": "get_system_time", "arguments": {}}] * calls},
+    ]}], "defaultModel": "faux/faux-1"}
+
+
+@pytest.mark.parametrize("total", [200, 201])
+async def test_a_subagents_items_are_paged_back_to_the_first_at_the_dashboards_window(daemon_factory: Any, total: int) -> None:
+    # The dashboard reads a conversation's latest 200 items, then the pages before its first by
+    # index (itemsBefore): at exactly 200 there is no earlier item, at 201 one, and the pages
+    # joined are the whole conversation once each, as one read of it.
+    d = await daemon_factory(config=_long_subagent_script(total - 2))
+    token = await d.pair("view-agent-pages", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "/tool subagent " + json.dumps({"prompt": f'"{total - 2} calls"'}))
+    v = await d.wait_idle(token, sid)
+    (sub,) = [a["agentId"] for a in v["agents"] if a["agentId"] != "main"]
+    whole = await _view(d, token, sid, agentId=sub)
+    assert (whole["itemsTotal"], whole["itemsStart"], len(whole["items"])) == (total, 0, total)
+    roles = [it["role"] for it in whole["items"]]
+    assert roles == ["user"] + ["tool_call"] * (total - 2) + ["assistant"]
+
+    latest = await _view(d, token, sid, agentId=sub, itemsLimit=200)
+    assert (latest["itemsStart"], latest["items"]) == (total - 200, whole["items"][total - 200:])
+    if total == 200:
+        return
+    before = await _view(d, token, sid, agentId=sub, itemsLimit=200, itemsBefore=latest["itemsStart"])
+    assert (before["itemsStart"], before["items"]) == (0, whole["items"][:1])
+    assert [it["id"] for it in before["items"] + latest["items"]] == [it["id"] for it in whole["items"]]
+    # itemsBefore at the agent's total and one past it.
+    assert (await _view(d, token, sid, agentId=sub, itemsLimit=200, itemsBefore=total))["items"] == latest["items"]
+    r = await d.get(f"/sessions/{sid}", token, params={"agentId": sub, "itemsLimit": 200, "itemsBefore": total + 1})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text[:300]
+    assert f"itemsBefore {total + 1}" in r.json()["error"]["message"]

@@ -291,3 +291,131 @@ def test_an_open_conversation_is_read_again_only_when_its_agent_had_events(
     reads = driver.execute_script("return window.agentReads")[len(subs):]
     assert reads and set(reads) == {subs[0]}, reads
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+
+# Holds the page's reads of a conversation (GET /sessions/{id}?agentId=…) from now on until
+# window.releaseEarlier() is called: events arrive while one is on its way.
+HOLD_AGENT_READS = """window.earlierReads = 0;
+    let release; const held = new Promise((r) => { release = r; });
+    window.releaseEarlier = () => release();
+    const fetch1 = window.fetch;
+    window.fetch = async (url, init) => {
+      if (/[?&]agentId=/.test(String(url))) { window.earlierReads++; await held; }
+      return fetch1(url, init);
+    };"""
+
+
+def test_a_subagents_conversation_shows_its_earlier_items(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    # Its latest 200 items, then "Show earlier" as the timeline's: by the keyboard (one of its
+    # card's controls), its items read from the earlier ones on while an event of its agent comes in
+    # (no item twice), the focus on the earliest item once the button is gone. Its prompt is
+    # quoted in the main agent's input as JSON (\"): the turn `when` it answers the subagent alone.
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+    calls = lambda n: {"when": f'"{n} calls"', "toolCalls": [{"name": "get_system_time", "arguments": {}}] * n}  # noqa: E731
+    d = make_daemon(with_turns(calls(198), calls(199)))
+    strong = d.pair("dash-sub-earlier", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    for n, total in enumerate((200, 201)):
+        submit(driver, "/tool subagent " + json.dumps({"prompt": f'"{total - 2} calls"'}))
+        wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#timeline > .tool .pill.ok")) == n + 1,
+                 "the subagent call, finished", 60)
+    subs = ["sub_" + t.get_attribute("data-call-id") for t in by_css(driver, "#timeline > .tool")]
+    convo = [f"#timeline > .tool > details.sub-convo[data-agent-id='{sub}']" for sub in subs]
+    views = [d.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)[1] for sub in subs]
+    assert [v["itemsTotal"] for v in views] == [200, 201]
+
+    def shown(i: int) -> list[str]:
+        return driver.execute_script("""return [...document.querySelectorAll(arguments[0] + ' > .sub-items > :is(.msg, .tool)')]
+            .map((n) => n.dataset.itemId)""", convo[i])
+
+    def active(selector: str) -> bool:
+        return driver.execute_script("return document.activeElement === document.querySelector(arguments[0])", selector)
+
+    # Exactly 200: all of them, no button.
+    click(driver, convo[0] + " > summary")
+    wait_for(lambda: len(shown(0)) == 200, "the 200 items")
+    assert shown(0) == [it["id"] for it in views[0]["items"]]
+    assert by_css(driver, convo[0] + " button.sub-more") == []
+
+    # 201: the latest 200 and a button for the one before them, reached from its summary by Right.
+    click(driver, convo[1] + " > summary")
+    wait_for(lambda: len(shown(1)) == 200, "the latest 200 items")
+    assert shown(1) == [it["id"] for it in views[1]["items"][1:]]
+    more = convo[1] + " > .sub-items > button.sub-more"
+    assert texts(driver, more) == ["Show 1 earlier (1 not shown)"]
+    driver.execute_script(HOLD_AGENT_READS)
+    driver.execute_script("arguments[0].focus()", one(driver, convo[1] + " > summary"))
+    driver.switch_to.active_element.send_keys(Keys.ARROW_RIGHT)
+    assert active(more)
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(lambda: driver.execute_script("return window.earlierReads") == 1, "the earlier items asked for")
+    # An event of its agent while they are on their way: its last item hidden elsewhere.
+    last = views[1]["items"][-1]["id"]
+    status, _ = d.request("POST", f"/sessions/{sid}/context/hide", {"itemIds": [last], "agentId": subs[1]}, token=strong)
+    assert status == 200
+    driver.execute_script("window.releaseEarlier()")
+    last_mark = f"{convo[1]} > .sub-items > [data-item-id='{last}'] .ctx-mark"
+    wait_for(lambda: len(shown(1)) == 201 and texts(driver, last_mark) == ["hidden"], "all 201 items, the hide shown")
+    assert shown(1) == [it["id"] for it in views[1]["items"]]  # (each once, in order)
+    assert by_css(driver, more) == []
+    assert active(convo[1] + " > .sub-items > .msg.user")  # (the earliest item: where the reader goes on)
+    assert one(driver, "#timeline-status").get_attribute("textContent") == "1 earlier item shown of " + subs[1]
+    assert shown(0) == [it["id"] for it in views[0]["items"]]  # (the other conversation as it was)
+
+    # Closed and opened again: its latest 200 again.
+    click(driver, convo[1] + " > summary")
+    wait_for(lambda: shown(1) == [], "the conversation, closed")
+    click(driver, convo[1] + " > summary")
+    wait_for(lambda: len(shown(1)) == 200 and texts(driver, more) == ["Show 1 earlier (1 not shown)"], "its latest 200 again")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_a_subagents_earlier_items_come_in_two_steps_when_more_than_a_window_is_hidden(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    # 410 items: 200 shown, then 200 more with the button drawn again (the focus on it), then the
+    # rest (the focus on the earliest item); only how many were shown is announced, each time.
+    from selenium.webdriver.common.keys import Keys
+    from tests.dashboard.test_dashboard_keyboard import WATCH_ANNOUNCEMENTS
+
+    driver = browser
+    d = make_daemon(with_turns({"when": '"408 calls"', "toolCalls": [{"name": "get_system_time", "arguments": {}}] * 408}))
+    strong = d.pair("dash-sub-earlier-twice", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "/tool subagent " + json.dumps({"prompt": '"408 calls"'}))
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and by_css(driver, "#timeline > .tool .pill.ok"),
+             "the subagent call, finished", 60)
+    sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
+    convo = f"#timeline > .tool > details.sub-convo[data-agent-id='{sub}']"
+    more = convo + " > .sub-items > button.sub-more"
+    _, view = d.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)
+    ids = [it["id"] for it in view["items"]]
+    assert len(ids) == 410
+
+    def shown() -> list[str]:
+        return driver.execute_script("""return [...document.querySelectorAll(arguments[0] + ' > .sub-items > :is(.msg, .tool)')]
+            .map((n) => n.dataset.itemId)""", convo)
+
+    click(driver, convo + " > summary")
+    wait_for(lambda: shown() == ids[210:], "the latest 200 items")
+    assert texts(driver, more) == ["Show 200 earlier (210 not shown)"]
+    driver.execute_script(WATCH_ANNOUNCEMENTS)
+    driver.execute_script("arguments[0].focus()", one(driver, more))
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(lambda: shown() == ids[10:], "200 earlier items")
+    assert texts(driver, more) == ["Show 10 earlier (10 not shown)"]
+    assert driver.execute_script("return document.activeElement === document.querySelector(arguments[0])", more)
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(lambda: shown() == ids, "every item")
+    assert by_css(driver, more) == []
+    assert driver.execute_script("return document.activeElement.matches(arguments[0])", convo + " > .sub-items > .msg.user")
+    announced = [a for a in driver.execute_script("return window.announced") if a != "idle"]
+    assert announced == [f"200 earlier items shown of {sub}", f"10 earlier items shown of {sub}"]
+    assert console_errors(driver) == []
