@@ -211,11 +211,12 @@ THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
 
 def check_name(value: str, what: str) -> str:
-    """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1)
-    nor bidirectional overrides, as a pairing name (:data:`runtime.terminal.UNSHOWABLE`)."""
+    """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1),
+    line or paragraph separators (U+2028, U+2029) nor bidirectional overrides, as a pairing
+    name (:data:`runtime.terminal.UNSHOWABLE`): it is shown on one line."""
     if not value.strip() or len(value) > 200 or UNSHOWABLE.search(value):
         raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control "
-                                            f"characters or bidirectional overrides")
+                                            f"characters, line separators or bidirectional overrides")
     return value
 
 
