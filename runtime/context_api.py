@@ -57,7 +57,7 @@ from quart_trio import QuartTrio
 from projections.session_state import MAIN_AGENT
 
 from . import working_context as wc
-from .http_parts import ApiError, Body, check_id, id_arg, json_response, read_body, require_strong
+from .http_parts import ApiError, Body, EmptyBody, check_id, id_arg, json_response, read_body, require_strong
 from .services import Services
 
 
@@ -83,15 +83,12 @@ def add_context_routes(app: QuartTrio, svc: Services) -> None:
         agent_id = id_arg("agentId", "agentId") or MAIN_AGENT
         return json_response(await svc.call(sid, wc.DescribeContext(agent_id)))
 
-    class CompactBody(Body):
-        """No fields: an empty body or ``{}``. A field is refused, not ignored: ``{"agentId": …}``
-        compacted the main agent while the client meant another."""
-
     @app.post("/api/v1/sessions/<sid>/compact")
     async def compact(sid: str) -> Response:
         require_strong("compact sessions")
         check_id(sid, "session id")
-        await read_body(CompactBody)
+        # (no field: ``{"agentId": …}`` compacted the main agent while the client meant another)
+        await read_body(EmptyBody)
         return json_response(await svc.supervisor.call(sid, wc.Compact(stop=svc.shutting_down)))
 
     @app.post("/api/v1/sessions/<sid>/context/snip")

@@ -108,8 +108,10 @@ class Body(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=T
     """A JSON body of a route: camelCase keys, unknown fields refused (422), keyword fields."""
 
 
-class EmptyBody(msgspec.Struct, forbid_unknown_fields=False):
-    pass
+class EmptyBody(Body):
+    """The body of a route that takes none (abort, withdraw, steer, compact, a job's stop, a
+    session's delete): empty or ``{}``; any field is 422 ``VALIDATION_FAILED`` naming it, never
+    ignored (a client that sends one means something the route would not do)."""
 
 
 B = TypeVar("B")
@@ -160,14 +162,14 @@ UTF8_BOM = b"\xef\xbb\xbf"
 async def read_body(kind: type[B]) -> B:
     """The request's JSON body as ``kind``: 400 ``INVALID_JSON`` when it is no JSON (an empty
     body is named as such), 422 ``VALIDATION_FAILED`` when its shape does not match. A body of a
-    route that takes none (:class:`EmptyBody`, or a :class:`Body` without fields, which refuses
-    any field given) may be empty. A leading UTF-8 byte order mark is
+    route that takes none (:class:`EmptyBody`, or another :class:`Body` without fields: any field
+    given is refused) may be empty. A leading UTF-8 byte order mark is
     skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one)."""
     raw = await receive_body()
     if raw.startswith(UTF8_BOM):
         raw = raw[len(UTF8_BOM):]
     if not raw.strip():
-        if kind is EmptyBody or (issubclass(kind, Body) and not kind.__struct_fields__):
+        if issubclass(kind, Body) and not kind.__struct_fields__:
             return kind()
         raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
     try:
@@ -211,11 +213,12 @@ THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
 
 def check_name(value: str, what: str) -> str:
-    """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1)
-    nor bidirectional overrides, as a pairing name (:data:`runtime.terminal.UNSHOWABLE`)."""
+    """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1),
+    line or paragraph separators (U+2028, U+2029) nor bidirectional overrides, as a pairing
+    name (:data:`runtime.terminal.UNSHOWABLE`): it is shown on one line."""
     if not value.strip() or len(value) > 200 or UNSHOWABLE.search(value):
         raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control "
-                                            f"characters or bidirectional overrides")
+                                            f"characters, line separators or bidirectional overrides")
     return value
 
 

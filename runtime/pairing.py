@@ -353,7 +353,8 @@ class PairStore:
         """Record a pairing request; returns the client's status (never a credential)."""
         validate_client_id(client_id)
         if not isinstance(name, str) or len(name) > 200 or UNSHOWABLE.search(name):
-            raise PairingError("name must be a string of at most 200 characters without control characters")
+            raise PairingError("name must be a string of at most 200 characters without control characters, "
+                               "line separators or bidirectional overrides")
         # (as last read: the daemon's route looks at the file first, on its event loop, as a
         # credential check does; see pairing_api.pair_request)
         existing = self.find(client_id)

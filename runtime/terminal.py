@@ -14,16 +14,16 @@ TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: see runtime.cli)
 if TYPE_CHECKING:
     from events.secrets import Secrets
 
-UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-# What shown() escapes: those, and the line and paragraph separators, which end a line for
-# str.splitlines (a reader of `lens log verify`'s lines would see one problem as two).
-_ESCAPED = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Controls (C0, DEL, C1: U+0085 among them), the line and paragraph separators (U+2028, U+2029:
+# they end a line for str.splitlines, and a browser breaks the line there) and bidirectional
+# overrides. A name holding none of them is shown on one line as written.
+UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def shown(text: str) -> str:
-    """``text`` with :data:`UNSHOWABLE` characters and line breaks of any kind (U+2028 and
-    U+2029 too) escaped as ``\\uXXXX``: one line of text stays one line."""
-    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """``text`` with :data:`UNSHOWABLE` characters (line breaks of any kind among them)
+    escaped as ``\\uXXXX``: one line of text stays one line."""
+    return UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def to_stderr(text: str, secrets: Secrets | None = None) -> None:

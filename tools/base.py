@@ -227,6 +227,7 @@ class ToolRegistry:
         problem = _unrecordable(args)
         if problem is not None:
             return _invalid(name, arguments, problem)
+        args = integers_as_int(spec.input_schema, args)
         if check is not None:
             refused = check(spec, dict(args))
             if refused is not None:
@@ -240,6 +241,32 @@ class ToolRegistry:
 
 
 INT64 = (-(2**63), 2**63 - 1)
+
+
+def _is_integer_type(schema: Any) -> bool:
+    kind = schema.get("type") if isinstance(schema, Mapping) else None
+    return kind == "integer" or (isinstance(kind, list) and "integer" in kind)
+
+
+def integers_as_int(schema: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``args`` with each top-level argument the tool's schema types ``"integer"`` given as a
+    number with a zero fraction (``5.0``, ``1e3``) taken as that ``int``: JSON Schema counts such
+    a number as an integer (draft 2019-09 on), and models often send one. Anything else is left
+    for the tool's own check to refuse: ``5.5``, a boolean, a string, an infinity (``1e999``
+    parses as one) and a whole number past 64 bits (no tool's limit reaches them)."""
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return args
+    out: dict[str, Any] | None = None
+    for key, value in args.items():
+        if (type(value) is float and value.is_integer() and INT64[0] <= value < 2.0 ** 63
+                and _is_integer_type(props.get(key))):
+            if out is None:
+                out = dict(args)
+            out[key] = int(value)
+    return args if out is None else out
+
+
 QUOTE_CHARS = 300  # how many characters of unusable arguments an error result quotes
 
 

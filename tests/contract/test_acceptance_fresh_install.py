@@ -40,7 +40,7 @@ async def test_a_name_refuses_c1_controls_and_bidirectional_overrides(daemon: Da
     p = await daemon.project(strong)
     sid = (await daemon.session(strong, p["id"]))["id"]
     before = (await daemon.get("/health")).json()["lastSeq"]
-    for name in ("a\u0085b", "\u0080", "x\u009f", "a\u202eb", "\u2066x\u2069", "a\x1bb", "a\x7fb"):
+    for name in ("a\u0085b", "\u0080", "x\u009f", "a\u202eb", "\u2066x\u2069", "a\x1bb", "a\x7fb", "a\u2028b", "\u2029"):
         for method, path, body in [("POST", "/projects", {"name": name, "workspace": str(ws)}),
                                    ("POST", "/sessions", {"projectId": p["id"], "name": name}),
                                    ("PATCH", f"/sessions/{sid}", {"name": name})]:

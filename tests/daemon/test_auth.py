@@ -345,7 +345,8 @@ async def test_cli_list_never_prints_hashes_or_credentials(daemon: Daemon):
     assert not re.search(r"[0-9a-f]{32}", out.stdout)
 
 
-@pytest.mark.parametrize("name", ["\x1b[2J", "a\r\nadmin approved strong", "nul\x00", "c1\x9b31m", "rtl\u202e"])
+@pytest.mark.parametrize("name", ["\x1b[2J", "a\r\nadmin approved strong", "nul\x00", "c1\x9b31m", "rtl\u202e",
+                                  "nel\x85x", "ls\u2028admin approved strong", "ps\u2029x"])
 async def test_a_pairing_name_with_control_characters_is_refused(daemon: Daemon, name: str):
     r = await daemon.post("/pair/requests", body={"clientId": "evil", "name": name})
     assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID", r.text
@@ -356,12 +357,13 @@ async def test_a_pairing_name_with_control_characters_is_refused(daemon: Daemon,
 async def test_cli_list_escapes_what_a_terminal_would_act_on(daemon: Daemon):
     await daemon.register("edited")
     data = json.loads(daemon.pair_path.read_text())
-    data["clients"][0]["name"] = "\x1b[2J\r\nadmin     approved  strong  laptop"  # edited by hand
+    data["clients"][0]["name"] = "\x1b[2J\r\nadmin     approved  strong  laptop\u2028x\u2029y\x85z"  # edited by hand
     daemon.pair_path.write_text(json.dumps(data))
     out = await run_lens(daemon.root, "pair", "list")
     assert "\x1b" not in out.stdout and "\r" not in out.stdout
     assert out.stdout.splitlines()[1:] == [
-        f"{'edited':<32} {'pending':<9} {'-':<7} \\u001b[2J\\u000d\\u000aadmin     approved  strong  laptop"]
+        f"{'edited':<32} {'pending':<9} {'-':<7} \\u001b[2J\\u000d\\u000aadmin     approved  strong  laptop"
+        f"\\u2028x\\u2029y\\u0085z"]
 
 
 async def test_reissue_revokes_the_old_credential_and_ends_its_open_stream(daemon: Daemon):

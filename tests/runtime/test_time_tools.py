@@ -98,7 +98,7 @@ async def test_sleep_is_cancellable_from_outside(autojump_clock):
     '{"milliseconds": -1}',
     '{"milliseconds": 2147483648}',
     '{"milliseconds": "5"}',
-    '{"milliseconds": 5.0}',
+    '{"milliseconds": 5.5}',
     '{"milliseconds": true}',
     '{"milliseconds": null}',
     '{}',
@@ -159,11 +159,13 @@ async def test_a_long_bad_value_is_named_short(tool, arguments, autojump_clock):
     assert "…" in message
 
 
+@pytest.mark.parametrize("as_float", [False, True])
 @pytest.mark.parametrize("ms", [0, 1, MAX_SLEEP_MS - 1, MAX_SLEEP_MS])
-async def test_sleep_accepts_every_edge_and_waits_that_long(ms, autojump_clock):
+async def test_sleep_accepts_every_edge_and_waits_that_long(ms, as_float, autojump_clock):
+    # (as a float too: 5.0 is an integer to JSON Schema, and models send such numbers)
     before = trio.current_time()
     with trio.move_on_after(10) as scope:
-        res = await run("sleep_milliseconds", json.dumps({"milliseconds": ms}))
+        res = await run("sleep_milliseconds", json.dumps({"milliseconds": float(ms) if as_float else ms}))
     waited = trio.current_time() - before
     if ms <= 10_000:
         assert not res.is_error and not scope.cancelled_caught
@@ -173,11 +175,25 @@ async def test_sleep_accepts_every_edge_and_waits_that_long(ms, autojump_clock):
 
 
 @pytest.mark.parametrize("arguments", ['{"milliseconds": 1.5}', '{"milliseconds": -2147483648}',
-                                       '{"milliseconds": 4294967296}', '{"milliseconds": {"ms": 5}}'])
+                                       '{"milliseconds": 4294967296}', '{"milliseconds": {"ms": 5}}',
+                                       '{"milliseconds": -1.0}', '{"milliseconds": 2147483648.0}',
+                                       '{"milliseconds": 2.147483648e9}', '{"milliseconds": 0.5}',
+                                       '{"milliseconds": 1e999}', '{"milliseconds": -1e999}',
+                                       '{"milliseconds": 1e20}', '{"milliseconds": 1e300}'])
 async def test_sleep_refuses_more_non_integers_and_out_of_range_values_naming_the_range(arguments, autojump_clock):
     res = await run("sleep_milliseconds", arguments)
     assert res.is_error and res.error_code == "INVALID_ARGUMENT"
     assert f"from 0 to {MAX_SLEEP_MS}" in res.structured_content["error"]["message"]
+
+
+@pytest.mark.parametrize("arguments, ms", [('{"milliseconds": 5.0}', 5), ('{"milliseconds": -0.0}', 0),
+                                           ('{"milliseconds": 1e3}', 1000), ('{"milliseconds": 2.5E1}', 25)])
+async def test_sleep_takes_a_number_with_a_zero_fraction_as_its_integer(arguments, ms, autojump_clock):
+    before = trio.current_time()
+    res = await run("sleep_milliseconds", arguments)
+    assert not res.is_error, res.content
+    assert res.content[0].text == f"slept {ms} ms"
+    assert trio.current_time() - before == pytest.approx(ms / 1000)
 
 
 @pytest.mark.parametrize("tz, unix_ms, local", [

@@ -220,6 +220,10 @@ async def test_capability_search_ranks_only_what_is_assigned_to_the_agent():
     ({"query": "x", "limit": 1}, True), ({"query": "x", "limit": MAX_LIMIT}, True),
     ({"query": "x", "limit": 0}, False), ({"query": "x", "limit": MAX_LIMIT + 1}, False),
     ({"query": "x", "limit": True}, False), ({"query": "x", "limit": 2.5}, False),
+    # (a number with a zero fraction is an integer, at each limit and one past it too)
+    ({"query": "x", "limit": 1.0}, True), ({"query": "x", "limit": float(MAX_LIMIT)}, True),
+    ({"query": "x", "limit": 0.0}, False), ({"query": "x", "limit": MAX_LIMIT + 1.0}, False),
+    ({"query": "x", "limit": 1e20}, False),
     ({"query": "q" * MAX_QUERY_CHARS}, True), ({"query": "q" * (MAX_QUERY_CHARS + 1)}, False),
     ({"query": "   "}, False), ({}, False), ({"query": 3}, False), ({"query": "x", "load": "yes"}, False),
     ({"query": "x", "other": 1}, False),

@@ -176,6 +176,9 @@ async def test_the_whole_search_has_25_seconds(web_server: WebServer, autojump_c
     {"query": "q", "num_results": 1}, {"query": "q", "num_results": MAX_RESULTS},
     {"query": "q", "context_max_characters": 1}, {"query": "q", "context_max_characters": MAX_CONTEXT_CHARS},
     {"query": "q", "livecrawl": "fallback"}, {"query": "q", "type": "fast"},
+    # (a number with a zero fraction is an integer to JSON Schema: at each edge as a float too)
+    {"query": "q", "num_results": 1.0}, {"query": "q", "num_results": float(MAX_RESULTS)}, {"query": "q", "num_results": 2.0},
+    {"query": "q", "context_max_characters": 1.0}, {"query": "q", "context_max_characters": float(MAX_CONTEXT_CHARS)},
 ])
 async def test_arguments_at_their_edges_are_accepted(web_server: WebServer, args: dict) -> None:
     assert MAX_RESULTS == 50 and MAX_CONTEXT_CHARS == 1048576
@@ -184,8 +187,10 @@ async def test_arguments_at_their_edges_are_accepted(web_server: WebServer, args
 
 @pytest.mark.parametrize("args", [
     {}, {"query": ""}, {"query": "   "}, {"query": 5}, {"query": "q", "num_results": 0},
-    {"query": "q", "num_results": 51}, {"query": "q", "num_results": 2.0}, {"query": "q", "num_results": True},
+    {"query": "q", "num_results": 51}, {"query": "q", "num_results": 2.5}, {"query": "q", "num_results": True},
+    {"query": "q", "num_results": 0.0}, {"query": "q", "num_results": 51.0},
     {"query": "q", "context_max_characters": 0}, {"query": "q", "context_max_characters": 1048577},
+    {"query": "q", "context_max_characters": 0.0}, {"query": "q", "context_max_characters": 1048577.0},
     {"query": "q", "livecrawl": "always"}, {"query": "q", "type": "neural"}, {"query": "q", "type": None},
     {"query": "q", "domains": ["x"]},
 ])
