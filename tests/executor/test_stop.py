@@ -15,10 +15,13 @@ import pytest
 import trio
 
 from proto import executor_pb2 as pb
-from runtime.executor_client import ExecutorClient, ExecutorToolError
+from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
+from tools.command_output import StreamJoin
 from tools.executor.runs import MAX_RUN_ID_CHARS
+from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, stop_and_drain
 
 from .conftest import wait_group_gone
+from .relay import Relay
 from .test_commands import BOUND_S, collect, reaping
 
 
@@ -117,3 +120,28 @@ async def test_a_run_id_in_use_is_refused_and_nothing_starts(client: ExecutorCli
                 assert not (workspace / "second-ran").exists()
         assert wait_group_gone(groups[0]) == []
 
+
+async def test_an_executor_without_stop_leaves_the_abort_as_it_was(executor: Any) -> None:
+    """An executor built before ``Stop`` (a relay without it: UNIMPLEMENTED): Core's stop-and-read
+    reads the output on its way for the abort's wait and knows no exit; leaving the stream ends
+    the command, as before."""
+    with Relay(executor.address, missing=("Stop",)) as relay, reaping() as groups:
+        client = ExecutorClient(relay.address, executor.token)
+        with contextlib.closing(client):
+            await client.hello()
+            with pytest.raises(ExecutorError) as caught:
+                await client.stop("old", BOUND_S)
+            assert "UNIMPLEMENTED" in str(caught.value), caught.value
+            out = bytearray()
+            join = StreamJoin(out.extend, whole_lines=True)
+            with trio.fail_after(BOUND_S):
+                async with client.run("echo $$; echo ready; sleep 600", run_id="old") as events:
+                    while b"ready\n" not in out:
+                        ev = await events.receive()
+                        join.write(ev.WhichOneof("event"), ev.stdout or ev.stderr)
+                    groups.append(int(out.split(b"\n", 1)[0]))
+                    began = trio.current_time()
+                    with trio.move_on_after(ABORT_OUTPUT_WAIT_S):
+                        assert await stop_and_drain(client, "old", events, join) is None
+                    assert trio.current_time() - began < ABORT_OUTPUT_WAIT_S + 1
+            assert wait_group_gone(groups[0]) == []
