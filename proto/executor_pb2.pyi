@@ -56,18 +56,20 @@ class ToolReply(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., result_json: _Optional[str] = ..., has_before: _Optional[bool] = ..., before: _Optional[bytes] = ..., after: _Optional[bytes] = ..., data: _Optional[bytes] = ..., mime: _Optional[str] = ..., written_path: _Optional[bytes] = ...) -> None: ...
 
 class CommandRequest(_message.Message):
-    __slots__ = ("command", "timeout_ms", "max_output_bytes", "cwd", "cwd_leads_to")
+    __slots__ = ("command", "timeout_ms", "max_output_bytes", "cwd", "cwd_leads_to", "run_id")
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
     CWD_LEADS_TO_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     command: str
     timeout_ms: int
     max_output_bytes: int
     cwd: str
     cwd_leads_to: str
-    def __init__(self, command: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., cwd: _Optional[str] = ..., cwd_leads_to: _Optional[str] = ...) -> None: ...
+    run_id: str
+    def __init__(self, command: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., cwd: _Optional[str] = ..., cwd_leads_to: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class CommandEvent(_message.Message):
     __slots__ = ("stdout", "stderr", "exit")
@@ -80,16 +82,30 @@ class CommandEvent(_message.Message):
     def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., exit: _Optional[_Union[CommandExit, _Mapping]] = ...) -> None: ...
 
 class CommandExit(_message.Message):
-    __slots__ = ("exit_code", "timed_out", "truncated", "duration_ms")
+    __slots__ = ("exit_code", "timed_out", "truncated", "duration_ms", "stopped")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     timed_out: bool
     truncated: bool
     duration_ms: int
-    def __init__(self, exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., truncated: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+    stopped: bool
+    def __init__(self, exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., truncated: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., stopped: _Optional[bool] = ...) -> None: ...
+
+class StopRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class StopReply(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class ProbeRequest(_message.Message):
     __slots__ = ("path", "sha256")

@@ -54,6 +54,11 @@ class ExecutorStub:
                 request_serializer=proto_dot_executor__pb2.ProbeRequest.SerializeToString,
                 response_deserializer=proto_dot_executor__pb2.ProbeReply.FromString,
                 _registered_method=True)
+        self.Stop = channel.unary_unary(
+                '/lens.executor.v8.Executor/Stop',
+                request_serializer=proto_dot_executor__pb2.StopRequest.SerializeToString,
+                response_deserializer=proto_dot_executor__pb2.StopReply.FromString,
+                _registered_method=True)
 
 
 class ExecutorServicer:
@@ -88,6 +93,15 @@ class ExecutorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stop(self, request, context):
+        """Stop the running command a Run named with `run_id`: its group gets SIGTERM (SIGKILL after a
+        grace), and its stream ends with the exit as usual, `stopped` set. Added within protocol 8:
+        an executor built before it answers UNIMPLEMENTED (Core then cancels the stream, as before).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +124,11 @@ def add_ExecutorServicer_to_server(servicer, server):
                     servicer.Probe,
                     request_deserializer=proto_dot_executor__pb2.ProbeRequest.FromString,
                     response_serializer=proto_dot_executor__pb2.ProbeReply.SerializeToString,
+            ),
+            'Stop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stop,
+                    request_deserializer=proto_dot_executor__pb2.StopRequest.FromString,
+                    response_serializer=proto_dot_executor__pb2.StopReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +239,33 @@ class Executor:
             '/lens.executor.v8.Executor/Probe',
             proto_dot_executor__pb2.ProbeRequest.SerializeToString,
             proto_dot_executor__pb2.ProbeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lens.executor.v8.Executor/Stop',
+            proto_dot_executor__pb2.StopRequest.SerializeToString,
+            proto_dot_executor__pb2.StopReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1267,11 +1267,13 @@ class SessionActor:
                 result = dataclasses.replace(result, events=[e for e in events if not isinstance(e, _RECORDED_AT_ONCE)])
             return self._with_warning(name, result, tool_policy)
 
-        def cut_output(text: str, truncated: bool) -> None:
+        def cut_output(text: str, truncated: bool, ended: Any = None) -> None:
             # (cut to fit one event with the abort's note: a record the log refused would lose the
             # whole abort; a cut there is a truncation too)
             fitting = self._fitting(text)
-            self._cut_calls[call.call_id] = d.CutCall(fitting, truncated or fitting != text)
+            self._cut_calls[call.call_id] = d.CutCall(
+                fitting, truncated or fitting != text,
+                *((ended.exit_code, ended.signal, ended.stopped) if ended is not None else ()))
 
         self._cut_calls.pop(call.call_id, None)
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,

@@ -217,16 +217,40 @@ class CutCall:
 
     output: str
     truncated: bool = False
+    # How the command ended, from its exit (None: no exit came within the abort's wait):
+    # its exit code (-N: signal N), the signal's name, and whether the abort's stop ended it.
+    exit_code: int | None = None
+    signal: str | None = None
+    stopped: bool = False
+
+
+def command_end_note(got: CutCall) -> str:
+    """How an aborted command ended, as its result's note says it: killed (or stopped) by the
+    abort, with the signal or exit code when its exit came; or its own exit, when it ended by
+    itself before the abort's stop reached it."""
+    truncated = ", output truncated" if got.truncated else ""
+    if got.exit_code is None:
+        return f"[killed by the abort{truncated}]"
+    how = (f"signal {-got.exit_code} ({got.signal})" if got.signal is not None else f"exit {got.exit_code}")
+    if got.stopped:
+        verb = "killed" if got.signal is not None else "stopped"
+        return f"[{verb} by the abort: {how}{truncated}]"
+    ended = f"killed by {how}" if got.signal is not None else how
+    return f"[{ended}: the command ended by itself during the abort{truncated}]"
 
 
 def aborted_call_content(got: CutCall | None) -> tuple[list[t.ContentPart], Any]:
     """The content and structured content of the running call an abort interrupts: the abort's
-    note alone, or, for a call that had produced output, that output, the kill and the note."""
+    note alone, or, for a call that had produced output, that output, how it ended and the note
+    (``structured_content``: ``exit_code``, ``signal`` and ``killed_by_abort`` are null when no
+    exit came)."""
     if got is None:
         return [t.TextPart(ABORTED_TEXT)], None
-    note = f"[killed by the abort{', output truncated' if got.truncated else ''}]"
+    note = command_end_note(got)
     text = f"{got.output}\n{note}\n{ABORTED_TEXT}" if got.output else f"{note}\n{ABORTED_TEXT}"
-    return [t.TextPart(text)], {"aborted": True, "truncated": got.truncated}
+    known = got.exit_code is not None
+    return [t.TextPart(text)], {"aborted": True, "truncated": got.truncated, "exit_code": got.exit_code,
+                                "signal": got.signal, "killed_by_abort": got.stopped if known else None}
 
 
 def abort_events(state: SessionState, reason: str = "user",

@@ -249,18 +249,27 @@ class ExecutorClient:
         reply = await self._unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), CONNECT_TIMEOUT_S)
         return bool(reply.seen)
 
+    async def stop(self, run_id: str, timeout: float) -> bool:
+        """Ask the executor to stop the command it runs under ``run_id`` (see :meth:`run`): its
+        stream then ends with the exit, ``stopped`` set. False when it runs none by that id.
+        Raises :class:`ExecutorError` (an executor built before ``Stop``: UNIMPLEMENTED)."""
+        reply = await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
+        return bool(reply.found)
+
     @asynccontextmanager
     async def run(self, command: str, *, timeout_ms: int = 0, max_output_bytes: int = 0,
-                  cwd: str = "", cwd_leads_to: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
+                  cwd: str = "", cwd_leads_to: str = "",
+                  run_id: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
         """Stream a command's events; leaving the block (or cancellation) cancels it on the executor.
         ``cwd_leads_to``: where ``cwd`` was judged to lead (``resolve``); the executor refuses
         to start the command (``CWD_MOVED``) when its walk reaches another directory.
+        ``run_id``: the id :meth:`stop` names the command by (empty: none).
 
         A failure of the stream arrives in-band as an :class:`ExecutorError` item: raise it (it
         comes out of the block as itself; the block opens no nursery).
         """
         req = pb.CommandRequest(command=command, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, cwd=cwd,
-                                cwd_leads_to=cwd_leads_to)
+                                cwd_leads_to=cwd_leads_to, run_id=run_id)
         # No nursery here: an exception raised by the caller's block must come out as itself, not
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.

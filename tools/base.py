@@ -80,9 +80,10 @@ class ToolContext:
     # (``Secrets.mend``). Provided by the actor.
     secrets: Secrets = field(default_factory=Secrets)
     # Takes what a call cut off by an abort had produced: ``run_command`` hands it the output
-    # printed before the abort (its text, and whether it was truncated) as it is cancelled, and
-    # the abort's ``tool.finished`` keeps it. Provided by the actor; None: nothing is kept.
-    cut_output: Callable[[str, bool], None] | None = None
+    # printed before the abort (its text, whether it was truncated, and how the command ended:
+    # a ``tools.command_output.CommandEnd``, None when no exit came) as it is cancelled, and the
+    # abort's ``tool.finished`` keeps it. Provided by the actor; None: nothing is kept.
+    cut_output: Callable[[str, bool, Any], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ it stays unfinished. There the other stream's output may come inside a line, as 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, AsyncIterable, Callable
 
 
@@ -97,15 +98,28 @@ async def drain(events: AsyncIterable[Any], join: StreamJoin) -> Any | None:
     return None
 
 
-async def drain_rest(events: AsyncIterable[Any], join: StreamJoin) -> None:
+async def drain_rest(events: AsyncIterable[Any], join: StreamJoin) -> Any | None:
     """Read what is left of an executor run's stream, as :func:`drain` does, until its exit, an
     error or its end, which all end it quietly: a reader an abort cancelled keeps the output
-    still on its way for as long as the caller's (shielded, bounded) scope lets it."""
+    still on its way for as long as the caller's (shielded, bounded) scope lets it. Returns the
+    ``exit`` message when it came (None: an error, the end without one)."""
     async for ev in events:
         if isinstance(ev, Exception):
-            return
+            return None
         which = ev.WhichOneof("event")
         if which in ("stdout", "stderr"):
             join.write(which, getattr(ev, which))
         elif which == "exit":
-            return
+            return ev.exit
+    return None
+
+
+@dataclass(frozen=True)
+class CommandEnd:
+    """How a command an abort cut off ended, from its exit: ``exit_code`` (-N: signal N),
+    ``signal`` its name (None: it exited), ``stopped``: the abort's stop ended it (False: it
+    had ended by itself before the stop reached it)."""
+
+    exit_code: int
+    signal: str | None
+    stopped: bool

@@ -9,6 +9,7 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
+import secrets
 import signal
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -22,7 +23,7 @@ from runtime.atomicfile import why_not_written
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
-from .command_output import StreamJoin, drain, drain_rest
+from .command_output import CommandEnd, StreamJoin, drain, drain_rest
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
@@ -30,8 +31,10 @@ MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
-# How long an aborted run_command waits for the output still on its way from the executor
-# before its stream is cancelled (and the command's group killed): the abort stays prompt.
+# How long an aborted run_command waits for its command's end: it asks the executor to stop the
+# command (``Stop``) and reads the output still on its way until the exit, which says how the
+# command ended; past this the stream is cancelled (and the group killed) with no exit known.
+# The abort stays prompt.
 ABORT_OUTPUT_WAIT_S = 0.25
 
 
@@ -53,6 +56,25 @@ def signal_name(exit_code: int) -> str | None:
         return signal.Signals(-exit_code).name
     except ValueError:
         return f"SIG{-exit_code}"
+
+
+async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin) -> Any | None:
+    """Ask the executor to stop the command run under ``run_id`` and read its stream to the
+    exit, which is returned (None: the stream ended or failed first). An executor that cannot
+    stop it (built before ``Stop``, unreachable) changes nothing: the output on its way is read
+    all the same, for as long as the caller's scope lets it."""
+    got: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        async def ask() -> None:
+            try:
+                await client.stop(run_id, ABORT_OUTPUT_WAIT_S)
+            except EXECUTOR_FAILURES:
+                pass
+
+        nursery.start_soon(ask)
+        got.append(await drain_rest(events, join))
+        nursery.cancel_scope.cancel()
+    return got[0]
 
 
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
@@ -339,27 +361,33 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         out = bytearray()
         join = StreamJoin(out.extend, whole_lines=True)  # (lines kept whole: tools.command_output)
         exit_info: Any = None
+        run_id = secrets.token_hex(16)  # (what the abort's Stop names the command by)
         async with locked(ctx, write=True) as ex:
             judged = await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             with executor_failures("EXECUTOR_ERROR"):
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
-                                         cwd_leads_to=judged) as events:
+                                         cwd_leads_to=judged, run_id=run_id) as events:
                     try:
                         exit_info = await drain(events, join)
                     except trio.Cancelled:
                         if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
-                            # The output printed just before the abort may still be on its way
-                            # (the executor's read, gRPC, the pump): waited for, at most
-                            # ABORT_OUTPUT_WAIT_S, so the abort stays prompt; the stream is then
-                            # cancelled, which ends the command's group on the executor.
+                            # The executor is asked to stop the command, and the output still on
+                            # its way (the executor's read, gRPC, the pump) is read up to the exit,
+                            # which says how it ended: waited for, at most ABORT_OUTPUT_WAIT_S, so
+                            # the abort stays prompt; the stream is then cancelled, which ends the
+                            # command's group on the executor if the stop did not.
+                            ended = None
                             with trio.CancelScope(shield=True) as waiting:
                                 waiting.deadline = trio.current_time() + ABORT_OUTPUT_WAIT_S
-                                await drain_rest(events, join)
+                                ended = await stop_and_drain(ex.client, run_id, events, join)
                             join.flush()
-                            # (no exit, so no ``truncated`` from the executor: the output was cut
-                            # at the cap when it reached it, as the executor sends no byte past it)
-                            reached = len(out) >= (cap or DEFAULT_COMMAND_OUTPUT)
-                            ctx.cut_output(*command_text(out, ctx, cap, truncated=reached, cut_end=True))
+                            # (no exit: no ``truncated`` from the executor; the output was cut at
+                            # the cap when it reached it, as the executor sends no byte past it)
+                            reached = (ended.truncated if ended is not None
+                                       else len(out) >= (cap or DEFAULT_COMMAND_OUTPUT))
+                            text, cut = command_text(out, ctx, cap, truncated=reached, cut_end=ended is None or reached)
+                            ctx.cut_output(text, cut, None if ended is None else CommandEnd(
+                                ended.exit_code, signal_name(ended.exit_code), ended.stopped))
                         raise
                 join.flush()
         if exit_info is None:

@@ -31,6 +31,7 @@ from .conftest import Daemon, DaemonFactory, finished, stop_daemon, wait_until
 MARKER = "MARKER-before-the-abort-7f3a"
 # (printed in two pieces, so the command's own text, which the call's arguments show, holds no marker)
 PRINT_MARKER = "printf '%s%s\\n' MARKER- before-the-abort-7f3a"
+KILLED = "[killed by the abort: signal 15 (SIGTERM)]"
 
 
 async def _abort_once_printed(d: Daemon, token: str, sid: str, ws: Path) -> None:
@@ -65,9 +66,12 @@ async def test_an_aborted_command_keeps_what_it_printed_in_its_result_view_and_a
     [body] = finished(await d.events(token, sid))
     assert (body["name"], body["status"], body["error_code"], body["is_error"]) == (
         "run_command", "interrupted", "ABORTED", True), body
-    # Before: the abort's note alone; the marker the command had printed was lost.
-    assert body["content"] == [{"type": "text", "text": f"{MARKER}\n\n[killed by the abort]\n{ABORTED_TEXT}"}], body
-    assert body["structured_content"] == {"aborted": True, "truncated": False}, body
+    # Before: the abort's note alone; the marker the command had printed was lost. Then: no
+    # exit status, "[killed by the abort]" alone. The executor's Stop sends the group SIGTERM
+    # and the command's exit comes back with it.
+    assert body["content"] == [{"type": "text", "text": f"{MARKER}\n\n{KILLED}\n{ABORTED_TEXT}"}], body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": -15,
+                                          "signal": "SIGTERM", "killed_by_abort": True}, body
     shown = _call_result(await d.view(token, sid), body["call_id"])
     assert (shown["status"], shown["text"], shown["structuredContent"]) == (
         "interrupted", body["content"][0]["text"], body["structured_content"]), shown
@@ -82,7 +86,7 @@ async def test_an_aborted_command_keeps_what_it_printed_in_its_result_view_and_a
 
 @pytest.mark.parametrize("printed, kept, truncated", [
     (63, 63, False),   # under the cap: whole, no note of a cut
-    (64, 64, True),    # at the cap: the executor sends no more and no exit says whether more came
+    (64, 64, False),   # at the cap: the command's exit says no byte more came
     (65, 64, True),    # one past: cut at the cap, as a timed-out command's output is
 ], ids=["under the cap", "at the cap", "one past the cap"])
 async def test_an_aborted_command_s_output_is_cut_at_its_cap(
@@ -96,9 +100,10 @@ async def test_an_aborted_command_s_output_is_cut_at_its_cap(
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command, "max_output_bytes": 64}))
     await _abort_once_printed(d, token, sid, ws)
     [body] = finished(await d.events(token, sid))
-    note = "[killed by the abort, output truncated]" if truncated else "[killed by the abort]"
+    note = "[killed by the abort: signal 15 (SIGTERM), output truncated]" if truncated else KILLED
     assert body["content"][0]["text"] == "x" * kept + f"\n{note}\n{ABORTED_TEXT}", body
-    assert body["structured_content"] == {"aborted": True, "truncated": truncated}, body
+    assert body["structured_content"] == {"aborted": True, "truncated": truncated, "exit_code": -15,
+                                          "signal": "SIGTERM", "killed_by_abort": True}, body
 
 
 def _config(url: str) -> dict[str, Any]:
@@ -125,7 +130,7 @@ async def test_the_next_request_holds_what_the_aborted_command_printed_also_afte
     sid = (await d.session(token, project["id"]))["id"]
     await d.submit(token, sid, "r1", "run it")
     await _abort_once_printed(d, token, sid, Path(project["workspace"]))
-    expected = f"{MARKER}\n\n[killed by the abort]\n{ABORTED_TEXT}"
+    expected = f"{MARKER}\n\n{KILLED}\n{ABORTED_TEXT}"
 
     await d.submit(token, sid, "r2", "what did it print?")
     await d.wait_idle(token, sid)
@@ -169,8 +174,11 @@ async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_fact
         assert took < ABORT_OUTPUT_WAIT_S + 2, took
         [body] = finished(await d.events(token, sid))
         assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
-        # (the marker, when it had arrived before the executor stopped, comes first)
+        # (the marker, when it had arrived before the executor stopped, comes first; no exit
+        # came, so how the command ended is not known)
         assert body["content"][0]["text"].endswith(f"[killed by the abort]\n{ABORTED_TEXT}"), body
+        assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": None,
+                                              "signal": None, "killed_by_abort": None}, body
     finally:
         os.kill(reaper.ppid, signal.SIGCONT)
     await d.wait_idle(token, sid)
@@ -195,5 +203,58 @@ async def test_an_aborted_command_s_output_past_the_log_s_event_limit_is_cut_to_
     text = body["content"][0]["text"]
     kept = text.split("\n", 1)[0]
     assert 0 < len(kept) < 65536 and set(kept) == {"x"}, len(kept)
-    assert text == kept + f"\n[killed by the abort, output truncated]\n{ABORTED_TEXT}"
+    assert text == kept + f"\n[killed by the abort: signal 15 (SIGTERM), output truncated]\n{ABORTED_TEXT}"
     assert [e["kind"] for e in events][-2:] == ["run.aborted", "task.finished"], [e["kind"] for e in events]
+
+
+async def test_an_aborted_command_that_ends_with_its_own_code_is_recorded_with_it(
+        daemon_factory: DaemonFactory) -> None:
+    """The command traps the abort's SIGTERM, prints a last line and exits 3: its result says the
+    abort stopped it with exit 3, and keeps the line it printed while it ended."""
+    d = await daemon_factory()
+    token = await d.pair("abort-trap", strong=True)
+    project = await d.project(token, "abort-trap")
+    sid = (await d.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    # (``wait``: a SIGTERM before a foreground sleep started would run the trap only after it)
+    command = f"trap 'echo cleaning up; exit 3' TERM; {PRINT_MARKER}; sleep 600 & touch printed; wait"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await _abort_once_printed(d, token, sid, ws)
+    [body] = finished(await d.events(token, sid))
+    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    assert body["content"][0]["text"] == (
+        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
+                                          "killed_by_abort": True}, body
+
+
+async def test_a_command_that_had_ended_by_itself_when_the_abort_came_is_not_said_killed(
+        daemon_factory: DaemonFactory) -> None:
+    """The command's shell exits 3 by itself, leaving a background job that holds its output
+    (the executor reads on for a moment, and the call is still running): an abort then records
+    the command's own exit, not a kill."""
+    d = await daemon_factory()
+    token = await d.pair("abort-ended", strong=True)
+    project = await d.project(token, "abort-ended")
+    sid = (await d.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    command = f"{PRINT_MARKER}; echo $$ > shell.pid; (sleep 600 &); exit 3"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await d.wait_running_call(token, sid)
+
+    async def shell_exited() -> bool:
+        if not (ws / "shell.pid").exists() or not (ws / "shell.pid").read_text().strip():
+            return False
+        proc = read_proc(int((ws / "shell.pid").read_text()))
+        return proc is None or proc.state == "Z"
+
+    await wait_until(shell_exited, what="the command's shell exited", interval=0.005)
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await d.wait_idle(token, sid)
+    [body] = finished(await d.events(token, sid))
+    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    assert body["content"][0]["text"] == (
+        f"{MARKER}\n\n[exit 3: the command ended by itself during the abort]\n{ABORTED_TEXT}"), body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
+                                          "killed_by_abort": False}, body

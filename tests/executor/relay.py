@@ -5,7 +5,8 @@ point Core at the relay instead of the executor: every RPC is passed on as raw b
 protocol metadata included, and each ``Call``'s tool name is recorded on the way. ``edit_reply``
 may rewrite an editing tool's reply on its way back (an executor of an older build, say), on the
 wire: Core's code runs unchanged. ``before_run`` is called with each ``Run`` request before it
-is passed on (a test changes the workspace exactly between Core's calls).
+is passed on (a test changes the workspace exactly between Core's calls). ``missing`` names
+methods the relay does not have, which grpc answers UNIMPLEMENTED (an executor built before them).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ class Relay(grpc.GenericRpcHandler):
     ``relay.tools`` lists the tools called, in order."""
 
     def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None,
-                 before_run: Callable[[pb.CommandRequest], None] | None = None) -> None:
+                 before_run: Callable[[pb.CommandRequest], None] | None = None,
+                 missing: tuple[str, ...] = ()) -> None:
         self.target = target
         self.edit_reply = edit_reply
         self.before_run = before_run
+        self.missing = missing
         self.tools: list[str] = []
         self._channel = grpc.insecure_channel(target)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[self])
@@ -42,8 +45,10 @@ class Relay(grpc.GenericRpcHandler):
         self._server.stop(grace=None).wait()
         self._channel.close()
 
-    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = details.method
+        if method.rsplit("/", 1)[-1] in self.missing:
+            return None
 
         def metadata(context: grpc.ServicerContext) -> list[tuple[str, str]]:
             return [(m.key, m.value) for m in context.invocation_metadata() if m.key in PASSED_METADATA]
@@ -54,6 +59,7 @@ class Relay(grpc.GenericRpcHandler):
                     self.before_run(pb.CommandRequest.FromString(raw))
                 call = self._channel.unary_stream(method)(raw, metadata=metadata(context),
                                                           timeout=context.time_remaining())
+                context.add_callback(call.cancel)  # (Core leaving the stream ends it on the executor)
                 try:
                     yield from call
                 except grpc.RpcError as exc:

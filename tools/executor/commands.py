@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Literal
 
 from .groups import GroupRegistry
+from .runs import StopLatch
 
 log = logging.getLogger("lens.executor.commands")
 
@@ -58,6 +59,7 @@ class Exit:
     timed_out: bool
     truncated: bool
     duration_ms: int
+    stopped: bool = False  # ended by ``Stop`` (see .runs); False: it had exited by itself
 
 
 def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
@@ -87,6 +89,18 @@ def _end_leftovers(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # nothing left
+
+
+def _shell_alive(pid: int) -> bool:
+    """Whether the command's shell (``pid``, its group's leader) still runs: its parent, the
+    reaper, reaps it as soon as it exits (the pid of a group's leader is not reused while the
+    group has members). A zombie not yet reaped counts as exited."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
 
 
 class CommandNotStarted(Exception):
@@ -148,11 +162,14 @@ def _where(cwd: Path | int) -> Path | str:
 
 
 def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: int,
-                cancelled: Callable[[], bool], groups: GroupRegistry | None = None) -> Iterator[Chunk | Exit]:
+                cancelled: Callable[[], bool], groups: GroupRegistry | None = None,
+                stop: StopLatch | None = None) -> Iterator[Chunk | Exit]:
     """Run ``command`` with ``sh -c`` in ``cwd``; yields output chunks, then one :class:`Exit`.
 
     ``cwd``: a directory, or an open fd of one (the caller keeps and closes it): the shell then
-    starts in that very directory, whatever its path names by then. ``groups`` records the command's process group while it runs (see :mod:`.groups`). Raises
+    starts in that very directory, whatever its path names by then. ``groups`` records the command's process group while it runs (see :mod:`.groups`).
+    ``stop``, once set, ends the group as a cancel does, but the output read by then and the
+    :class:`Exit` (``stopped``, with the status the group ended with) are still yielded. Raises
     :class:`CommandNotStarted` when the shell cannot be started (before anything is yielded)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
@@ -189,6 +206,9 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
     sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+    if stop is not None:
+        sel.register(stop, selectors.EVENT_READ, "stop")
+    pipes = 2
     deadline = start + timeout_ms / 1000
     # The deadline holds even while this generator is suspended (a caller that stops reading
     # leaves it parked in a send): a timer thread ends the group then, whatever the reader does.
@@ -202,10 +222,10 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
     watchdog.daemon = True
     watchdog.start()
     sent = 0
-    truncated = timed_out = False
+    truncated = timed_out = stopped = False
     shell_done_at: float | None = None
     try:
-        while sel.get_map():
+        while pipes:
             if cancelled():
                 _kill_group(proc, pgid)
                 break
@@ -219,10 +239,21 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                 shell_done_at = now
             if shell_done_at is not None and now - shell_done_at > DRAIN_GRACE_S:
                 break  # the shell is done; background jobs still hold its pipes (ended below)
-            for key, _ in sel.select(timeout=min(remaining, 0.1)):
+            ready = sel.select(timeout=min(remaining, 0.1))
+            if stop is not None and stop.is_set():
+                # (a command whose shell had exited by itself is not said stopped, even when its
+                # leftovers are ended now: its exit is its own)
+                stopped = _shell_alive(pgid)
+                _kill_group(proc, pgid)
+                ready = sel.select(timeout=0)  # what the group wrote while it ended
+                pipes = -1  # (the loop ends after this read)
+            for key, _ in ready:
+                if key.data == "stop":
+                    continue
                 data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
                 if not data:
                     sel.unregister(key.fileobj)
+                    pipes -= 1 if pipes > 0 else 0
                     continue
                 if sent >= max_output:
                     if not truncated:
@@ -233,11 +264,14 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                     data, truncated = data[:room], True
                 sent += len(data)
                 yield Chunk(key.data, data)
+            if pipes < 0:
+                break
         # Both pipes closed while the shell runs on (``exec >/dev/null 2>&1; sleep 600``): wait
         # for it as the read loop does, a tenth of a second at a time, so a cancel (or the
         # executor stopping) still ends it at once.
         while proc.poll() is None:
-            if cancelled():
+            if cancelled() or (stop is not None and stop.is_set()):
+                stopped = not cancelled() and _shell_alive(pgid)
                 _kill_group(proc, pgid)
                 break
             remaining = deadline - time.monotonic()
@@ -262,4 +296,4 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
         proc.stdout.close()
         proc.stderr.close()
     code = proc.returncode if proc.returncode is not None else -9
-    yield Exit(code, timed_out, truncated, int((time.monotonic() - start) * 1000))
+    yield Exit(code, timed_out, truncated, int((time.monotonic() - start) * 1000), stopped)

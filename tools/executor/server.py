@@ -36,6 +36,7 @@ from . import PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, CommandNotStarted, Exit,
                        run_command)
 from .groups import GroupRegistry
+from .runs import RunIdRefused, RunRegistry, StopLatch
 
 log = logging.getLogger("lens.executor")
 TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
@@ -205,6 +206,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         workspace.ignore_cache = self.ignore_cache
         self._call = threading.local()  # the grpc context of the call this handler thread serves
         self._runs = threading.BoundedSemaphore(MAX_RUNNING_COMMANDS)
+        self.running = RunRegistry()  # the commands a Stop can name (CommandRequest.run_id)
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
         self.send_stall_s = send_stall_s
@@ -325,7 +327,10 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"TOO_MANY_COMMANDS: at most {MAX_RUNNING_COMMANDS} commands run at once on this executor")
             try:
-                yield from self._run(request.command, cwd, timeout, cap, context)
+                with self.running.running(request.run_id) as latch:
+                    yield from self._run(request.command, cwd, timeout, cap, context, latch)
+            except RunIdRefused as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {exc.message}")
             except CommandNotStarted as exc:  # (its OSError names the host path: never sent)
                 code = from_os_error(exc.error, "cwd").code
                 shown = request.cwd or "."
@@ -337,9 +342,10 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         finally:
             os.close(cwd)
 
-    def _run(self, command: str, cwd: int, timeout: int, cap: int, context: grpc.ServicerContext) -> Any:
+    def _run(self, command: str, cwd: int, timeout: int, cap: int, context: grpc.ServicerContext,
+             stop: StopLatch | None) -> Any:
         items = run_command(command, cwd, timeout_ms=timeout, max_output=cap,
-                            cancelled=lambda: not context.is_active(), groups=self.groups)
+                            cancelled=lambda: not context.is_active(), groups=self.groups, stop=stop)
         watch = _SendWatch(context, self.send_stall_s)
         try:
             for item in items:
@@ -347,7 +353,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                     event = pb.CommandEvent(**{item.stream: item.data})
                 elif isinstance(item, Exit):
                     event = pb.CommandEvent(exit=pb.CommandExit(exit_code=item.exit_code, timed_out=item.timed_out,
-                                                                truncated=item.truncated, duration_ms=item.duration_ms))
+                                                                truncated=item.truncated, duration_ms=item.duration_ms,
+                                                                stopped=item.stopped))
                 else:
                     continue
                 # grpc asks for the next event once this one is sent: the time in between is the
@@ -358,6 +365,10 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         finally:
             watch.close()
             items.close()  # (the command's group is ended here when the stream is given up)
+
+    def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopReply:
+        # (the command's own Run ends its group and sends its exit: this only asks it to)
+        return pb.StopReply(found=self.running.stop(request.run_id))
 
     def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeReply:
         try:

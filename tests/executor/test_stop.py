@@ -1,0 +1,147 @@
+"""``Stop`` through the real executor process: a command run under a ``run_id`` is ended, and its
+stream still ends with its exit, which says how it ended (``stopped``, the signal or its own exit
+code). Every command prints its process group id first; what is left of the group is killed on
+the way out, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from proto import executor_pb2 as pb
+from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
+from tools.command_output import StreamJoin
+from tools.executor.runs import MAX_RUN_ID_CHARS
+from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, stop_and_drain
+
+from .conftest import wait_group_gone
+from .relay import Relay
+from .test_commands import BOUND_S, collect, reaping
+
+
+async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, groups: list[int], *,
+                        before_stop: Any = None) -> tuple[bytes, pb.CommandExit, bool]:
+    """Run ``command`` (which prints ``$$`` then ``ready``), stop it once ``ready`` came, and read
+    its stream to the end: the output, the exit, and what ``Stop`` answered."""
+    out, exit_, found = bytearray(), None, None
+    with trio.fail_after(BOUND_S):
+        async with client.run(command, run_id=run_id) as events:
+            async for ev in events:
+                if isinstance(ev, Exception):
+                    raise ev
+                which = ev.WhichOneof("event")
+                if which == "stdout":
+                    out += ev.stdout
+                    if not groups and b"\n" in out:
+                        groups.append(int(out.split(b"\n", 1)[0]))
+                    if found is None and b"ready\n" in out:
+                        if before_stop is not None:
+                            await before_stop(groups[0])
+                        found = await client.stop(run_id, BOUND_S)
+                elif which == "exit":
+                    exit_ = ev.exit
+    assert exit_ is not None and found is not None, (out, exit_, found)
+    return bytes(out), exit_, found
+
+
+async def test_a_stopped_command_s_stream_ends_with_its_exit_killed_by_sigterm(client: ExecutorClient) -> None:
+    with reaping() as groups:
+        out, exit_, found = await _run_and_stop(client, "echo $$; echo ready; sleep 600", "stop-1", groups)
+        assert found is True
+        assert (exit_.exit_code, exit_.stopped, exit_.timed_out) == (-15, True, False), exit_
+        assert out.endswith(b"ready\n"), out
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_a_stopped_command_that_traps_the_signal_ends_with_its_own_code_and_last_output(
+        client: ExecutorClient) -> None:
+    # (``wait``, not a foreground ``sleep``: a SIGTERM that came before the shell started a
+    # foreground sleep would run the trap only once that sleep ended)
+    with reaping() as groups:
+        out, exit_, found = await _run_and_stop(
+            client, "trap 'echo cleaning up; exit 3' TERM; echo $$; sleep 600 & echo ready; wait", "stop-2", groups)
+        assert found is True
+        assert (exit_.exit_code, exit_.stopped) == (3, True), (exit_, out)
+        assert out.endswith(b"ready\ncleaning up\n"), out
+
+
+async def test_a_command_whose_shell_had_exited_by_itself_is_not_said_stopped(client: ExecutorClient) -> None:
+    """The shell exited 3 and left a background job holding its output: the stop ends the job,
+    but the command's end is its own."""
+    async def shell_gone(pid: int) -> None:
+        with trio.fail_after(BOUND_S):
+            while os.path.exists(f"/proc/{pid}") and b") Z" not in Path(f"/proc/{pid}/stat").read_bytes():
+                await trio.sleep(0.005)
+
+    with reaping() as groups:
+        out, exit_, found = await _run_and_stop(client, "echo $$; echo ready; (sleep 600 &); exit 3", "stop-3",
+                                                groups, before_stop=shell_gone)
+        assert found is True
+        assert (exit_.exit_code, exit_.stopped) == (3, False), exit_
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_stop_of_no_running_command_finds_none(client: ExecutorClient) -> None:
+    assert await client.stop("never-ran", BOUND_S) is False
+    _, _, exit_ = await collect(client, "exit 0", run_id="ran-and-ended")
+    assert (exit_.exit_code, exit_.stopped) == (0, False)
+    assert await client.stop("ran-and-ended", BOUND_S) is False
+
+
+@pytest.mark.parametrize("length", [MAX_RUN_ID_CHARS, MAX_RUN_ID_CHARS + 1])
+async def test_a_run_id_of_at_most_128_characters_is_taken(client: ExecutorClient, length: int) -> None:
+    if length <= MAX_RUN_ID_CHARS:
+        _, _, exit_ = await collect(client, "exit 0", run_id="r" * length)
+        assert exit_.exit_code == 0
+        return
+    with pytest.raises(ExecutorToolError) as caught:
+        await collect(client, "touch should-not-run", run_id="r" * length)
+    assert caught.value.code == "INVALID_ARGUMENT", caught.value
+    assert str(caught.value) == f"run_id must be at most {MAX_RUN_ID_CHARS} characters; it has {length}"
+
+
+async def test_a_run_id_in_use_is_refused_and_nothing_starts(client: ExecutorClient, executor: Any,
+                                                              workspace: Path) -> None:
+    other = ExecutorClient(executor.address, executor.token)  # (one stream per task and client)
+    with reaping() as groups, contextlib.closing(other):
+        with trio.fail_after(BOUND_S):
+            async with client.run("echo $$; sleep 600", run_id="twice") as events:
+                ev = await events.receive()
+                groups.append(int(ev.stdout.split(b"\n", 1)[0]))
+                with pytest.raises(ExecutorToolError) as caught:
+                    await collect(other, "touch second-ran", run_id="twice")
+                assert caught.value.code == "RUN_ID_IN_USE", caught.value
+                assert not (workspace / "second-ran").exists()
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_an_executor_without_stop_leaves_the_abort_as_it_was(executor: Any) -> None:
+    """An executor built before ``Stop`` (a relay without it: UNIMPLEMENTED): Core's stop-and-read
+    reads the output on its way for the abort's wait and knows no exit; leaving the stream ends
+    the command, as before."""
+    with Relay(executor.address, missing=("Stop",)) as relay, reaping() as groups:
+        client = ExecutorClient(relay.address, executor.token)
+        with contextlib.closing(client):
+            await client.hello()
+            with pytest.raises(ExecutorError) as caught:
+                await client.stop("old", BOUND_S)
+            assert "UNIMPLEMENTED" in str(caught.value), caught.value
+            out = bytearray()
+            join = StreamJoin(out.extend, whole_lines=True)
+            with trio.fail_after(BOUND_S):
+                async with client.run("echo $$; echo ready; sleep 600", run_id="old") as events:
+                    while b"ready\n" not in out:
+                        ev = await events.receive()
+                        join.write(ev.WhichOneof("event"), ev.stdout or ev.stderr)
+                    groups.append(int(out.split(b"\n", 1)[0]))
+                    began = trio.current_time()
+                    with trio.move_on_after(ABORT_OUTPUT_WAIT_S):
+                        assert await stop_and_drain(client, "old", events, join) is None
+                    assert trio.current_time() - began < ABORT_OUTPUT_WAIT_S + 1
+            assert wait_group_gone(groups[0]) == []
