@@ -79,12 +79,20 @@ async def test_a_command_whose_shell_had_exited_by_itself_is_not_said_stopped(cl
             while os.path.exists(f"/proc/{pid}") and b") Z" not in Path(f"/proc/{pid}/stat").read_bytes():
                 await trio.sleep(0.005)
 
-    with reaping() as groups:
-        out, exit_, found = await _run_and_stop(client, "echo $$; echo ready; (sleep 600 &); exit 3", "stop-3",
-                                                groups, before_stop=shell_gone)
-        assert found is True
-        assert (exit_.exit_code, exit_.stopped) == (3, False), exit_
-        assert wait_group_gone(groups[0]) == []
+    # The executor ends what is left of a group DRAIN_GRACE_S (0.5 s) after its shell exited: a
+    # Stop later than that (a loaded machine) finds the command over, with the same exit. Each
+    # try checks the exit; the Stop must have found the command running in one of three.
+    founds = []
+    for attempt in range(3):
+        with reaping() as groups:
+            out, exit_, found = await _run_and_stop(client, "echo $$; echo ready; (sleep 600 &); exit 3",
+                                                    f"stop-3-{attempt}", groups, before_stop=shell_gone)
+            assert (exit_.exit_code, exit_.stopped) == (3, False), exit_
+            assert wait_group_gone(groups[0]) == []
+        founds.append(found)
+        if found:
+            break
+    assert founds[-1] is True, founds
 
 
 async def test_stop_of_no_running_command_finds_none(client: ExecutorClient) -> None:
