@@ -1,0 +1,260 @@
+"""Long stories that cross several SPEC sections, told as a client tells them: over HTTP, SSE and
+the ``lens log`` command line, against ``lens serve`` processes (loopback port 0, temp
+directories, a real executor child) whose model is a loopback server speaking the OpenAI Chat
+Completions wire protocol, scripted by what each request's last message says (as the ``faux``
+provider is), so a replay gets the same answers.
+
+- A session with a subagent, a file read, a question answered, a skill load and a compaction;
+  a fork at a seq in the middle; then the daemon killed with SIGKILL and started again, and a copy
+  of the log restarted cleanly: the next model request is the live one byte for byte, the SSE
+  stream resumed from ``Last-Event-ID`` has no gap and no duplicate across the restart, both
+  sessions go on, ``lens log decode`` prints what the events route gives, and ``lens log
+  rebuild`` answers ``history_search``/``history_read`` as the live index did (F-ACT-2, F-ACT-4,
+  F-ACT-5, F-ACT-7, F-CTX-2, F-TOOL-6, F-TOOL-7, F-HAR-1, F-API-5, F-API-7).
+- Work racing across sessions and routes: a steer and a withdrawal while a model call streams,
+  two sessions editing files while a third runs a command, an abort inside a tool call and the
+  session going on, a session deleted while its SSE stream is open, and the same ``requestId``
+  retried across a restart (F-ACT-3, F-ACT-6, F-EXE-7, F-EXE-8, F-API-5, F-LOG-4).
+
+Every wait is bounded (conftest ``wait_until``); nothing sleeps for ordering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import apsw
+import trio
+
+from ..providers.servers.base import Received, Reply, ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from .conftest import Daemon, error_of, run_lens, serving, wait_until
+
+ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
+                                                                       {"id": "blue", "label": "Blue"}]}]}
+SKILL = "---\nname: review\ndescription: how to review\n---\nREVIEW-STEPS: read twice, then answer.\n"
+SLOW_GATE: dict[str, trio.Event] = {}
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def _call(name: str, args: dict[str, Any], seed: str) -> Reply:
+    # (the call id is a function of what the model answers: the same in a replayed session)
+    return chat_stream(calls=[(f"call_{hashlib.sha256(seed.encode()).hexdigest()[:10]}", name, args)])
+
+
+def answer(received: Received) -> Reply:
+    """The scripted model: what it answers depends on the request's last message only."""
+    messages = received.body["messages"]
+    last = messages[-1]
+    text = _text(last)
+    if "Summarize the conversation so far" in text:
+        return chat_stream(text="SUMMARY: the quokka talk, the wombat found, blue chosen")
+    if last["role"] == "tool":
+        return chat_stream(text=f"noted: {text[:48]}")
+    if last["role"] != "user":
+        return chat_stream(text="ok")
+    if "SUBJOB" in text:
+        return chat_stream(text="the wombat sleeps under the quokka tree")
+    for trigger, name, args in (("delegate", "subagent", {"prompt": "SUBJOB find the wombat"}),
+                                ("read the notes", "read_file", {"path": "notes.txt"}),
+                                ("ask me", "ask_user", ASK),
+                                ("load review", "skill", {"name": "review"}),
+                                ("take a nap", "sleep_milliseconds", {"milliseconds": 600000}),
+                                ("write ", "edit_file", {"path": text.split()[-1], "mode": "create",
+                                                         "content": f"{text}\n"}),
+                                ("run the build", "run_command", {"command": "echo built; echo done"})):
+        if trigger in text:
+            return _call(name, args, text)
+    return chat_stream(text=f"echo: {text[:60]}")
+
+
+def _config(url: str) -> dict[str, Any]:
+    return {"providers": [{"id": "chat", "protocol": "openai-chat", "baseUrl": url + "/v1",
+                           "models": [{"id": "chat-test", "contextWindow": 100000}]}],
+            "defaultModel": "chat/chat-test",
+            "context": {"compaction": {"keepRecentTokens": 0}}}
+
+
+def _write_config(root: Path, url: str) -> None:
+    (root / "config").mkdir(parents=True, exist_ok=True)
+    (root / "config" / "lens.jsonc").write_text(json.dumps(_config(url), indent=2))
+
+
+def _copy_log(root: Path, into: Path) -> None:
+    """A consistent copy of a running daemon's log (SQLite's online backup), as a new root."""
+    (into / "data").mkdir(parents=True)
+    shutil.copy(root / "config" / "pair.json", into / "pair.json")
+    src = apsw.Connection(str(root / "data" / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    dst = apsw.Connection(str(into / "data" / "events.db"))
+    try:
+        with dst.backup("main", src, "main") as backup:
+            while not backup.done:
+                backup.step(-1)
+    finally:
+        dst.close()
+        src.close()
+
+
+async def _history(d: Daemon, token: str, pid: str, sessions: list[str]) -> dict[Any, Any]:
+    """Every query's results (2 a page), unfiltered and by session, and the first page of each item."""
+    out: dict[Any, Any] = {}
+    for query in ("quokka", "wombat", "SUMMARY", "REVIEW-STEPS", "blue", "alpha"):
+        for sid in [None, *sessions]:
+            results, after = [], None
+            while True:
+                body: dict[str, Any] = {"projectId": pid, "query": query, "limit": 2}
+                if sid is not None:
+                    body["sessionId"] = sid
+                if after is not None:
+                    body["afterContextItemId"] = after
+                r = await d.post("/history/search", token, body)
+                assert r.status_code == 200, r.text
+                results += r.json()["results"]
+                after = r.json()["nextAfterContextItemId"]
+                if after is None:
+                    break
+            out[(query, sid)] = results
+            for hit in results:
+                page = await d.get(f"/history/items/{hit['contextItemId']}", token, params={"limit": 64})
+                out[hit["contextItemId"]] = (page.status_code, page.json())
+    return out
+
+
+async def _decoded(root: Path, sid: str) -> list[dict[str, Any]]:
+    out = await run_lens(root, "log", "decode", "--data", "data", "--session", sid)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+async def _awaiting(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    async def asked() -> dict[str, Any] | None:
+        v = await d.view(token, sid)
+        return v if v["status"] == "awaiting_answer" else None
+    return await wait_until(asked, what="the question")
+
+
+async def test_a_long_session_survives_a_fork_a_kill_and_a_restart_as_a_client_sees_it(nursery, tmp_path):
+    server = ScriptedServer(answer)
+    url = await server.start(nursery)
+    root = tmp_path / "live"
+    _write_config(root, url)
+    ws = root / "workspaces" / "p"
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text(SKILL)
+    (ws / "notes.txt").write_text("alpha and the quokka\n")
+
+    async with serving(root) as (proc, d):
+        token = await d.pair("story", strong=True)
+        pid = (await d.project(token))["id"]
+        sid = (await d.session(token, pid))["id"]
+
+        # One input after another; each step's view is what the client reads.
+        await d.submit(token, sid, "r1", "please delegate the search")
+        view = await d.wait_idle(token, sid)
+        assert view["items"][-1]["text"].startswith("noted: "), view["items"][-1]
+        await d.submit(token, sid, "r2", "read the notes")
+        view = await d.wait_idle(token, sid)
+        assert "alpha and the quokka" in view["items"][-1]["text"]
+        await d.submit(token, sid, "r3", "ask me a colour")
+        view = await _awaiting(d, token, sid)
+        qid = view["questions"][0]["questionId"]
+        r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["blue"]})
+        assert r.status_code == 200, r.text
+        view = await d.wait_idle(token, sid)
+        assert "Blue" in view["items"][-1]["text"]
+        await d.submit(token, sid, "r4", "load review")
+        await d.wait_idle(token, sid)
+        events = await d.events(token, sid)
+        assert [e["kind"] for e in events].count("skill.loaded") == 1
+        fork_at = events[-1]["seq"]  # the middle: after the skill load, before the compaction
+        r = await d.post(f"/sessions/{sid}/compact", token)
+        assert r.status_code == 200, r.text
+        view = await d.wait_idle(token, sid)
+        fork = await d.post(f"/sessions/{sid}/fork", token, {"seq": fork_at})
+        assert fork.status_code == 201, fork.text
+        fid = fork.json()["id"]
+        await d.submit(token, fid, "f1", "the fork's own quokka")
+        fork_view = await d.wait_idle(token, fid)
+        assert fork_view["items"][-1]["text"] == "echo: the fork's own quokka"
+        # The fork saw the skill's instructions and not the compaction; the source saw both.
+        fork_request = server.requests[-1].body["messages"]
+        assert any("REVIEW-STEPS" in _text(m) for m in fork_request)
+        assert not any("SUMMARY" in _text(m) for m in fork_request)
+
+        # The SSE stream of the source session, read to its current end.
+        seen: list[int] = []
+        async with d.sse(token, params={"session": sid}, last_event_id=0) as stream:
+            while not seen or seen[-1] < events[-1]["seq"]:
+                msg = await stream.next_event()
+                assert msg is not None
+                seen.append(msg.id)
+        source_events = await d.events(token, sid)
+        assert seen == [e["seq"] for e in source_events if e["seq"] <= seen[-1]]
+        live_history = await _history(d, token, pid, [sid, fid])
+        assert live_history[("wombat", None)] and live_history[("SUMMARY", sid)] and live_history[("REVIEW-STEPS", sid)]
+        assert not live_history[("SUMMARY", fid)]
+
+        # A copy of the log as it stands (restarted cleanly below), then the live daemon goes on
+        _copy_log(root, tmp_path / "copy")
+        before = len(server.requests)
+        await d.submit(token, sid, "r5", "what next about the quokka?")
+        await d.wait_idle(token, sid)
+        live_next = [r.raw for r in server.requests[before:]]
+        assert len(live_next) == 1
+        proc.kill()  # SIGKILL
+        with trio.fail_after(10):
+            await proc.proc.wait()
+
+    # SIGKILLed: started again on the same log, both sessions go on
+    async with serving(root, stderr_name="serve-1.err") as (proc, d):
+        view = await d.wait_idle(token, sid)
+        assert view["items"][-1]["text"] == "echo: what next about the quokka?"
+        events = await d.events(token, sid)
+        # The stream resumed from the last id seen before the restart: no gap, no duplicate.
+        async with d.sse(token, params={"session": sid}, last_event_id=seen[-1]) as stream:
+            resumed: list[int] = []
+            while not resumed or resumed[-1] < events[-1]["seq"]:
+                msg = await stream.next_event()
+                assert msg is not None
+                resumed.append(msg.id)
+        assert seen + resumed == [e["seq"] for e in events]
+        await d.submit(token, fid, "f2", "and the fork goes on")
+        assert (await d.wait_idle(token, fid))["items"][-1]["text"] == "echo: and the fork goes on"
+        r5 = next(e for e in events if e["kind"] == "input.submitted" and e["request_id"] == "r5")
+        again = await d.submit(token, sid, "r5", "a retry of r5 with other text")  # the same request id
+        assert again == {"requestId": "r5", "seq": r5["seq"], "duplicate": True}
+        assert (await d.view(token, sid))["items"][-1]["text"] == "echo: what next about the quokka?"
+        await d.submit(token, sid, "r6", "read the notes")
+        assert "alpha and the quokka" in (await d.wait_idle(token, sid))["items"][-1]["text"]
+        live_history = await _history(d, token, pid, [sid, fid])
+        decoded_live = {s: await d.events(token, s) for s in (sid, fid)}
+        await proc.terminate()
+
+    # `lens log decode` prints what the events route gave; `lens log rebuild` answers the same
+    for s in (sid, fid):
+        assert await _decoded(root, s) == decoded_live[s]
+    await run_lens(root, "log", "rebuild", "--data", "data")
+    async with serving(root, stderr_name="serve-2.err") as (proc, d):
+        assert await _history(d, token, pid, [sid, fid]) == live_history
+        await proc.terminate()
+
+    # The copy, restarted cleanly (a whole replay, its projections rebuilt): the next request is
+    # the one the live daemon sent, byte for byte
+    copy = tmp_path / "copy"
+    server2 = ScriptedServer(answer)
+    _write_config(copy, await server2.start(nursery))
+    shutil.move(copy / "pair.json", copy / "config" / "pair.json")
+    async with serving(copy, stderr_name="serve-3.err") as (proc, d):
+        await d.submit(token, sid, "r5", "what next about the quokka?")
+        await d.wait_idle(token, sid)
+        assert [r.raw for r in server2.requests] == live_next
+        await proc.terminate()
