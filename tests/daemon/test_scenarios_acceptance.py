@@ -258,3 +258,123 @@ async def test_a_long_session_survives_a_fork_a_kill_and_a_restart_as_a_client_s
         await d.wait_idle(token, sid)
         assert [r.raw for r in server2.requests] == live_next
         await proc.terminate()
+
+
+HOLD = "while [ ! -f go.flag ]; do sleep 0.02; done; echo released"
+FAUX = {"providers": [{"id": "faux", "protocol": "faux",
+                       "models": [{"id": "m1"}, {"id": "m2"}], "script": [
+    {"when": "hold the lock", "toolCalls": [{"name": "run_command", "arguments": {"command": HOLD}}]},
+    {"when": "write a.txt", "toolCalls": [{"name": "edit_file", "arguments": {"path": "a.txt", "mode": "create",
+                                                                             "content": "from A\n"}}]},
+    {"when": "write b.txt", "toolCalls": [{"name": "edit_file", "arguments": {"path": "b.txt", "mode": "create",
+                                                                             "content": "from B\n"}}]},
+    {"when": "write c.txt", "toolCalls": [{"name": "edit_file", "arguments": {"path": "c.txt", "mode": "create",
+                                                                             "content": "from A again\n"}}]},
+    {"when": "take a nap", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}]},
+]}], "defaultModel": "faux/m1"}
+
+
+def _calls(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [it["call"] for it in view["items"] if it.get("call")]
+
+
+async def _running_call(d: Daemon, token: str, sid: str, name: str) -> dict[str, Any]:
+    async def running() -> dict[str, Any] | None:
+        v = await d.view(token, sid)
+        return v if any(c.get("name") == name and c.get("status") == "running" for c in _calls(v)) else None
+    return await wait_until(running, what=f"{name} running in {sid}")
+
+
+async def _models(d: Daemon, token: str, sid: str) -> list[str]:
+    return [e["body"]["model"] for e in await d.events(token, sid) if e["kind"] == "model.requested"]
+
+
+async def test_sessions_of_one_project_meet_at_the_lock_a_deletion_an_abort_and_a_config_change(daemon_factory):
+    d = await daemon_factory(config=FAUX)
+    token = await d.pair("story", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    cmd, a, b, chat = [(await d.session(token, project["id"]))["id"] for _ in range(4)]
+
+    # A command holds the workspace's write lock; two other sessions' edits wait behind it.
+    await d.submit(token, cmd, "c1", "hold the lock")
+    await _running_call(d, token, cmd, "run_command")
+    await d.submit(token, a, "a1", "write a.txt")
+    await d.submit(token, b, "b1", "write b.txt")
+    await _running_call(d, token, a, "edit_file")
+    await _running_call(d, token, b, "edit_file")
+    # A fourth session's model requests are not held by any of them.
+    await d.submit(token, chat, "h1", "hello there")
+    assert (await d.wait_idle(token, chat))["items"][-1]["text"] == "(faux) You said: hello there"
+
+    # B is deleted while its edit waits and its SSE stream is open: the stream carries the
+    # deletion, the edit never runs, and B takes no more inputs.
+    b_last = (await d.events(token, b))[-1]["seq"]
+    async with d.sse(token, params={"session": b}, last_event_id=b_last) as stream:
+        r = await d.request("DELETE", f"/sessions/{b}", token)
+        assert r.status_code == 200, r.text
+        kinds = []
+        while "session.deleted" not in kinds:
+            msg = await stream.next_event()
+            assert msg is not None and msg.json()["session_id"] == b
+            kinds.append(msg.event)
+        assert "tool.finished" in kinds and kinds.index("tool.finished") < kinds.index("session.deleted"), kinds
+    b_events = await d.events(token, b)
+    [b_finished] = [e["body"] for e in b_events if e["kind"] == "tool.finished"]
+    assert b_finished["name"] == "edit_file" and b_finished["status"] != "ok", b_finished
+    view_b = await d.view(token, b)
+    assert view_b["deleted"] is True and view_b["status"] == "deleted" and not view_b["queued"]
+    r = await d.post(f"/sessions/{b}/inputs", token, {"requestId": "b2", "content": "more"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED")
+
+    # The lock released: the command's output, A's edit made; B's never.
+    (ws / "go.flag").write_text("")
+    view_cmd = await d.wait_idle(token, cmd)
+    assert "released" in json.dumps(_calls(view_cmd)[-1])
+    await d.wait_idle(token, a)
+    assert (ws / "a.txt").read_text() == "from A\n"
+    assert not (ws / "b.txt").exists()
+    changes = {s: (await d.get(f"/sessions/{s}/changes", token)).json()["files"] for s in (a, b, cmd)}
+    assert [f["path"] for f in changes[a]] == ["a.txt"] and changes[b] == [] and changes[cmd] == [], changes
+
+    # An abort inside a tool call, then the session goes on; the model reads the cut call.
+    await d.submit(token, a, "a2", "take a nap")
+    await _running_call(d, token, a, "sleep_milliseconds")
+    r = await d.post(f"/sessions/{a}/abort", token)
+    assert r.json() == {"aborted": True, "withdrawn": []}, r.text
+    await d.wait_idle(token, a)
+    await d.submit(token, a, "a3", "write c.txt")
+    await d.wait_idle(token, a)
+    assert (ws / "c.txt").read_text() == "from A again\n"
+
+    # The config changed on disk (through the config-file API) while a session runs: the running
+    # daemon keeps the config it started with; the next start reads it. A session keeps the model
+    # it was created with (the default of then, recorded); one set back to the default (model
+    # null) takes the new default from its next request, as does a session created after it.
+    r = await d.request("PATCH", f"/sessions/{chat}", token, json_body={"model": None})
+    assert r.status_code == 200, r.text
+    await d.submit(token, a, "a4", "take a nap")
+    await _running_call(d, token, a, "sleep_milliseconds")
+    new = json.loads(json.dumps(FAUX))
+    new["defaultModel"] = "faux/m2"
+    r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(new)})
+    assert r.status_code == 200, r.text
+    await d.post(f"/sessions/{a}/abort", token)
+    await d.wait_idle(token, a)
+    await d.submit(token, a, "a5", "still the same model?")
+    await d.wait_idle(token, a)
+    await d.submit(token, chat, "h2", "and the default now?")
+    await d.wait_idle(token, chat)
+    assert (await _models(d, token, a))[-1] == (await _models(d, token, chat))[-1] == "m1"
+    await d.client.aclose()
+    d.stop.set()
+    with trio.fail_after(10):
+        await d.done.wait()
+
+    d2 = await daemon_factory(root=d.root)
+    fresh = (await d2.session(token, project["id"]))["id"]
+    for sid, model in ((a, "m1"), (chat, "m2"), (fresh, "m2")):
+        await d2.submit(token, sid, "after", "after the restart")
+        await d2.wait_idle(token, sid)
+        assert (await _models(d2, token, sid))[-1] == model, sid
+    assert (await d2.view(token, b))["deleted"] is True
