@@ -210,6 +210,7 @@ async def test_a_long_session_survives_a_fork_a_kill_and_a_restart_as_a_client_s
         await d.wait_idle(token, sid)
         live_next = [r.raw for r in server.requests[before:]]
         assert len(live_next) == 1
+        views_before = {s: await d.view(token, s) for s in (sid, fid)}
         proc.kill()  # SIGKILL
         with trio.fail_after(10):
             await proc.proc.wait()
@@ -218,6 +219,8 @@ async def test_a_long_session_survives_a_fork_a_kill_and_a_restart_as_a_client_s
     async with serving(root, stderr_name="serve-1.err") as (proc, d):
         view = await d.wait_idle(token, sid)
         assert view["items"][-1]["text"] == "echo: what next about the quokka?"
+        for s, before_kill in views_before.items():  # the views as they were before the kill
+            assert await d.view(token, s) == before_kill
         events = await d.events(token, sid)
         # The stream resumed from the last id seen before the restart: no gap, no duplicate.
         async with d.sse(token, params={"session": sid}, last_event_id=seen[-1]) as stream:
@@ -336,6 +339,10 @@ async def test_sessions_of_one_project_meet_at_the_lock_a_deletion_an_abort_and_
     assert not (ws / "b.txt").exists()
     changes = {s: (await d.get(f"/sessions/{s}/changes", token)).json()["files"] for s in (a, b, cmd)}
     assert [f["path"] for f in changes[a]] == ["a.txt"] and changes[b] == [] and changes[cmd] == [], changes
+    # A deleted session's items leave history search; the others' stay.
+    for sid, found in ((a, True), (b, False)):
+        r = await d.post("/history/search", token, {"projectId": project["id"], "query": "write", "sessionId": sid})
+        assert r.status_code == 200 and bool(r.json()["results"]) is found, (sid, r.text)
 
     # An abort inside a tool call, then the session goes on; the model reads the cut call.
     await d.submit(token, a, "a2", "take a nap")
@@ -378,3 +385,69 @@ async def test_sessions_of_one_project_meet_at_the_lock_a_deletion_an_abort_and_
         await d2.wait_idle(token, sid)
         assert (await _models(d2, token, sid))[-1] == model, sid
     assert (await d2.view(token, b))["deleted"] is True
+
+
+async def test_a_steer_and_a_withdrawal_while_a_subagents_request_is_held_then_an_abort(daemon_factory, nursery):
+    """F-ACT-3 with F-ACT-5 and F-MOD-1: inputs sent while a subagent's model request is still
+    unanswered queue for the main agent (the subagent never reads them); the steer is read right
+    after the subagent's result, the withdrawn follow-up never; an abort while the subagent's next
+    request is held ends both agents' work, and the session goes on."""
+    gates: dict[str, trio.Event] = {}
+
+    def held(received: Received) -> Reply:
+        reply = answer(received)
+        text = _text(received.body["messages"][-1])
+        for key, gate in gates.items():
+            if key in text:
+                reply.gate = gate
+        return reply
+
+    server = ScriptedServer(held)
+    d = await daemon_factory(config=_config(await server.start(nursery)))
+    token = await d.pair("story", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    gates["SUBJOB"] = trio.Event()
+    await d.submit(token, sid, "r1", "please delegate")
+    await wait_until(lambda: _asked(server, "SUBJOB"), what="the subagent's request")
+    await d.submit(token, sid, "steer", "STEER-NOW about the quokka", whenBusy="steer")
+    await d.submit(token, sid, "later", "FOLLOW-LATER")
+    r = await d.post(f"/sessions/{sid}/inputs/later/withdraw", token)
+    assert r.json() == {"requestId": "later", "status": "withdrawn", "text": "FOLLOW-LATER"}, r.text
+    view = await d.view(token, sid)
+    assert view["status"] == "running" and [q["requestId"] for q in view["queued"]] == ["steer"], view["queued"]
+    gates["SUBJOB"].set()
+    view = await d.wait_idle(token, sid)
+    bodies = [json.dumps(b) for b in server.bodies]
+    sub = [b for b in bodies if "SUBJOB" in b and "please delegate" not in b]
+    assert sub and not any("STEER-NOW" in b for b in sub)
+    assert not any("FOLLOW-LATER" in b for b in bodies)
+    main_after = [json.loads(b)["messages"] for b in bodies if "STEER-NOW" in b]
+    first = main_after[0]
+    roles = [m["role"] for m in first]
+    assert roles[-2:] == ["tool", "user"] and "wombat" in _text(first[-2]) and "STEER-NOW" in _text(first[-1]), roles
+    assert view["items"][-1]["text"] == "echo: STEER-NOW about the quokka"
+
+    # An abort while the subagent's request is held: both agents stop, the main agent reads its
+    # call as cut, and the next input runs.
+    gates["SUBJOB"] = trio.Event()
+    asked = len(server.requests)
+    await d.submit(token, sid, "r2", "delegate again")
+    await wait_until(lambda: _asked(server, "SUBJOB", asked), what="the second subagent request")
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.json() == {"aborted": True, "withdrawn": []}, r.text
+    view = await d.wait_idle(token, sid)
+    assert all(agent["status"] != "running" for agent in view["agents"]), view["agents"]
+    events = await d.events(token, sid)
+    [cut] = [e["body"] for e in events if e["kind"] == "tool.finished" and e["body"]["name"] == "subagent"][1:]
+    assert cut["status"] != "ok", cut
+    await d.submit(token, sid, "r3", "are you there?")
+    view = await d.wait_idle(token, sid)
+    assert view["items"][-1]["text"] == "echo: are you there?"
+    last = server.bodies[-1]["messages"]
+    assert any(m["role"] == "tool" for m in last)  # the cut call has its result in the next request
+
+
+async def _asked(server: ScriptedServer, text: str, after: int = 0) -> bool:
+    """Whether a request after the first ``after`` ends with a message saying ``text``."""
+    return any(text in _text(r.body["messages"][-1]) for r in server.requests[after:])
