@@ -451,3 +451,52 @@ async def test_a_steer_and_a_withdrawal_while_a_subagents_request_is_held_then_a
 async def _asked(server: ScriptedServer, text: str, after: int = 0) -> bool:
     """Whether a request after the first ``after`` ends with a message saying ``text``."""
     return any(text in _text(r.body["messages"][-1]) for r in server.requests[after:])
+
+
+async def test_a_provider_disabled_on_disk_meets_a_run_cut_by_the_stop_and_its_queued_input(daemon_factory):
+    """Config (§9, F-MOD-5) with F-ACT-4: the config is changed on disk while a command runs and an
+    input waits behind it, disabling the session's provider. The running daemon goes on with the
+    config it started with; at the next start the cut command is recorded interrupted, the run
+    and the queued input fail with ``PROVIDER_DISABLED`` as recorded events (not a session stuck
+    ``running``), a new input is refused with that code, and the session moved to an enabled
+    model goes on."""
+    d = await daemon_factory(config=FAUX)
+    token = await d.pair("story", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "a1", "hold the lock")
+    await _running_call(d, token, sid, "run_command")
+    await d.submit(token, sid, "a2", "queued one")
+    new = json.loads(json.dumps(FAUX))
+    new["providers"][0]["enabled"] = False
+    new["providers"].append({"id": "other", "protocol": "faux", "models": [{"id": "x"}]})
+    new["defaultModel"] = "other/x"
+    r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(new)})
+    assert r.status_code == 200, r.text
+    assert (await d.view(token, sid))["status"] == "running"  # (nothing read the file: the command runs on)
+    await d.client.aclose()
+    d.stop.set()
+    with trio.fail_after(10):
+        await d.done.wait()
+
+    d2 = await daemon_factory(root=d.root)
+
+    async def settled() -> dict[str, Any] | None:
+        v = await d2.view(token, sid)
+        return v if v["status"] == "idle" else None
+
+    view = await wait_until(settled, what="the session at rest after the restart")
+    assert view["queued"] == [] and view["model"] == "faux/m1"
+    assert [c["status"] for c in _calls(view)] == ["interrupted"]
+    events = await d2.events(token, sid)
+    after = [(e["kind"], e["body"].get("error_code") or e["body"].get("code") or e["body"].get("status"))
+             for e in events if e["seq"] > next(x["seq"] for x in events if x["request_id"] == "a2")]
+    failed = [e["body"] for e in events if e["kind"] == "model.failed"]
+    assert len(failed) == 2 and {f.get("code") for f in failed} == {"PROVIDER_DISABLED"}, after
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "a3", "content": "hello"})
+    assert (r.status_code, error_of(r)) == (422, "PROVIDER_DISABLED") and "'faux'" in r.json()["error"]["message"]
+    r = await d2.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "other/x"})
+    assert r.status_code == 200, r.text
+    await d2.submit(token, sid, "a3", "hello")
+    view = await d2.wait_idle(token, sid)
+    assert view["items"][-1]["text"] == "(faux) You said: hello"
+    assert (await _models(d2, token, sid))[-1] == "x"
