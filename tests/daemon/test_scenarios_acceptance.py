@@ -500,3 +500,62 @@ async def test_a_provider_disabled_on_disk_meets_a_run_cut_by_the_stop_and_its_q
     view = await d2.wait_idle(token, sid)
     assert view["items"][-1]["text"] == "(faux) You said: hello"
     assert (await _models(d2, token, sid))[-1] == "x"
+
+
+async def test_a_manual_compaction_under_way_reads_running_and_a_kill_leaves_nothing_of_it(nursery, tmp_path):
+    """F-CTX-2 with the view's status (§9), F-ACT-3 and F-ACT-4: while a manual compaction waits
+    for its summary the session is at work (a second one is ``SESSION_BUSY``, an input queues
+    behind it, a client waiting for idle waits), so its view and its row in the list say
+    ``running``, not ``idle``. ``lens serve`` SIGKILLed then: nothing of the compaction was
+    recorded, the queued input survives and runs at the next start, and a compaction then works."""
+    gate = trio.Event()
+
+    def held(received: Received) -> Reply:
+        reply = answer(received)
+        if "Summarize the conversation so far" in _text(received.body["messages"][-1]):
+            reply.gate = gate
+        return reply
+
+    server = ScriptedServer(held)
+    root = tmp_path / "r"
+    _write_config(root, await server.start(nursery))
+    async with serving(root) as (proc, d):
+        token = await d.pair("story", strong=True)
+        pid = (await d.project(token))["id"]
+        sid = (await d.session(token, pid))["id"]
+        await d.submit(token, sid, "r1", "hello quokka")
+        await d.wait_idle(token, sid)
+
+        async def compact() -> None:
+            try:
+                await d.post(f"/sessions/{sid}/compact", token)
+            except Exception:  # (the daemon is killed under it: no answer)
+                pass
+
+        async with trio.open_nursery() as n:
+            n.start_soon(compact)
+            await wait_until(lambda: _asked(server, "Summarize the conversation so far"), what="the summary request")
+            assert (await d.view(token, sid))["status"] == "running"
+            [row] = (await d.get("/sessions", token, params={"project": pid})).json()["sessions"]
+            assert row["status"] == "running", row
+            r = await d.post(f"/sessions/{sid}/compact", token)
+            assert (r.status_code, error_of(r)) == (409, "SESSION_BUSY")
+            await d.submit(token, sid, "r2", "during the compaction")
+            view = await d.view(token, sid)
+            assert view["status"] == "running" and [q["requestId"] for q in view["queued"]] == ["r2"]
+            proc.kill()
+            with trio.fail_after(10):
+                await proc.proc.wait()
+            n.cancel_scope.cancel()
+
+    async with serving(root, stderr_name="serve-1.err") as (proc, d):
+        view = await d.wait_idle(token, sid)
+        assert [(it["role"], it["text"]) for it in view["items"]] == [
+            ("user", "hello quokka"), ("assistant", "echo: hello quokka"),
+            ("user", "during the compaction"), ("assistant", "echo: during the compaction")]
+        assert not [e for e in await d.events(token, sid) if e["kind"] == "context.compacted"]
+        gate.set()
+        r = await d.post(f"/sessions/{sid}/compact", token)
+        assert r.status_code == 200 and r.json()["summary"].startswith("SUMMARY"), r.text
+        assert (await d.view(token, sid))["status"] == "idle"
+        await proc.terminate()
