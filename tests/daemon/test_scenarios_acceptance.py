@@ -388,8 +388,9 @@ async def test_sessions_of_one_project_meet_at_the_lock_a_deletion_an_abort_and_
 
 
 async def test_a_steer_and_a_withdrawal_while_a_subagents_request_is_held_then_an_abort(daemon_factory, nursery):
-    """F-ACT-3 with F-ACT-5 and F-MOD-1: inputs sent while a subagent's model request is still
-    unanswered queue for the main agent (the subagent never reads them); the steer is read right
+    """F-ACT-3 with F-ACT-5 and F-MOD-1: steers sent while the main agent's model request is
+    still unanswered are read after its tool round; inputs sent while a subagent's model request
+    is still unanswered queue for the main agent (the subagent never reads them); the steer is read right
     after the subagent's result, the withdrawn follow-up never; an abort while the subagent's next
     request is held ends both agents' work, and the session goes on."""
     gates: dict[str, trio.Event] = {}
@@ -406,6 +407,24 @@ async def test_a_steer_and_a_withdrawal_while_a_subagents_request_is_held_then_a
     d = await daemon_factory(config=_config(await server.start(nursery)))
     token = await d.pair("story", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+
+    # The main agent's own request held: a steer, a follow-up turned steer and another steer are
+    # read together after the round's tool result, in the order they were submitted.
+    gates["HELD-MAIN"] = trio.Event()
+    await d.submit(token, sid, "r0", "HELD-MAIN read the notes")
+    await wait_until(lambda: _asked(server, "HELD-MAIN"), what="the main agent's request")
+    await d.submit(token, sid, "s1", "STEER one", whenBusy="steer")
+    await d.submit(token, sid, "f1", "FOLLOW one")
+    await d.submit(token, sid, "s2", "STEER two", whenBusy="steer")
+    r = await d.post(f"/sessions/{sid}/inputs/f1/steer", token)
+    assert r.json() == {"requestId": "f1", "status": "queued", "whenBusy": "steer"}, r.text
+    gates["HELD-MAIN"].set()
+    view = await d.wait_idle(token, sid)
+    second = server.bodies[1]["messages"]
+    assert [(m["role"], _text(m)) for m in second[-3:]] == [
+        ("user", "STEER one"), ("user", "FOLLOW one"), ("user", "STEER two")]
+    assert second[-4]["role"] == "tool" and len(server.requests) == 2
+    assert len({it["taskId"] for it in view["items"]}) == 1  # steers join the running task
 
     gates["SUBJOB"] = trio.Event()
     await d.submit(token, sid, "r1", "please delegate")
