@@ -573,6 +573,23 @@ async def test_a_manual_compaction_under_way_reads_running_and_a_kill_leaves_not
             ("user", "hello quokka"), ("assistant", "echo: hello quokka"),
             ("user", "during the compaction"), ("assistant", "echo: during the compaction")]
         assert not [e for e in await d.events(token, sid) if e["kind"] == "context.compacted"]
+        # An abort while the summary is awaited ends the compaction, and the session reads idle.
+        held_before = len(server.requests)
+        answers: list[Any] = []
+
+        async def compact_again() -> None:
+            answers.append(await d.post(f"/sessions/{sid}/compact", token))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(compact_again)
+            await wait_until(lambda: _asked(server, "Summarize the conversation so far", held_before),
+                             what="the second summary request")
+            assert (await d.view(token, sid))["status"] == "running"
+            r = await d.post(f"/sessions/{sid}/abort", token)
+            assert r.status_code == 200 and r.json()["withdrawn"] == [], r.text
+        assert (answers[0].status_code, error_of(answers[0])) == (502, "COMPACTION_FAILED")
+        assert "aborted" in answers[0].json()["error"]["message"]
+        assert (await d.view(token, sid))["status"] == "idle"
         gate.set()
         r = await d.post(f"/sessions/{sid}/compact", token)
         assert r.status_code == 200 and r.json()["summary"].startswith("SUMMARY"), r.text
