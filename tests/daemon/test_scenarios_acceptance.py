@@ -37,7 +37,6 @@ from .conftest import Daemon, error_of, run_lens, serving, wait_until
 ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
                                                                        {"id": "blue", "label": "Blue"}]}]}
 SKILL = "---\nname: review\ndescription: how to review\n---\nREVIEW-STEPS: read twice, then answer.\n"
-SLOW_GATE: dict[str, trio.Event] = {}
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -91,9 +90,11 @@ def _write_config(root: Path, url: str) -> None:
 
 
 def _copy_log(root: Path, into: Path) -> None:
-    """A consistent copy of a running daemon's log (SQLite's online backup), as a new root."""
+    """A consistent copy of a running daemon's log (SQLite's online backup) and its pair file, as
+    a new root (its config is written by the test)."""
     (into / "data").mkdir(parents=True)
-    shutil.copy(root / "config" / "pair.json", into / "pair.json")
+    (into / "config").mkdir()
+    shutil.copy(root / "config" / "pair.json", into / "config" / "pair.json")
     src = apsw.Connection(str(root / "data" / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
     dst = apsw.Connection(str(into / "data" / "events.db"))
     try:
@@ -255,7 +256,6 @@ async def test_a_long_session_survives_a_fork_a_kill_and_a_restart_as_a_client_s
     copy = tmp_path / "copy"
     server2 = ScriptedServer(answer)
     _write_config(copy, await server2.start(nursery))
-    shutil.move(copy / "pair.json", copy / "config" / "pair.json")
     async with serving(copy, stderr_name="serve-3.err") as (proc, d):
         await d.submit(token, sid, "r5", "what next about the quokka?")
         await d.wait_idle(token, sid)
