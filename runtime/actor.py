@@ -239,9 +239,9 @@ class GetView:
     agents_limit: int = VIEW_AGENTS_MAX
     agent_id: str | None = None  # (None: the main agent's items, and no agentId in the answer)
 
-    def view(self, s: SessionState, secrets: Secrets, checking_inputs: int = 0) -> dict[str, Any]:
+    def view(self, s: SessionState, secrets: Secrets, unrecorded_work: bool = False) -> dict[str, Any]:
         """The view of ``s`` this command asks for (the actor's and a quarantined session's)."""
-        return session_view(s, checking_inputs=checking_inputs, items_limit=self.items_limit,
+        return session_view(s, unrecorded_work=unrecorded_work, items_limit=self.items_limit,
                             items_before=self.items_before, agents_start=self.agents_start,
                             agents_limit=self.agents_limit, secrets=secrets, agent_id=self.agent_id)
 
@@ -310,6 +310,7 @@ class SessionActor:
         self._after_check: dict[str, list[Envelope]] = {}
         self._skill_inputs_done = trio.Event()
         self._skill_inputs_done.set()
+        self._compacting = False  # a manual compaction runs in the runner's place (see _compact_now)
         self._holding_inputs = 0  # aborts and deletions under way: a checked input records after them
         self._inputs_released = trio.Event()
         # Events folded since the state last matched a stored snapshot: what a wake-up would
@@ -331,9 +332,10 @@ class SessionActor:
         self._jobs: j.SessionJobs | None = None  # made at first need (see ``jobs``)
 
     @property
-    def checking_inputs(self) -> int:
-        """How many ``/skill:`` inputs are being checked: accepted, neither recorded nor refused yet."""
-        return len(self._skill_inputs)
+    def unrecorded_work(self) -> bool:
+        """Whether the session is at work the log does not show yet: ``/skill:`` inputs being
+        checked (accepted, neither recorded nor refused yet) or a manual compaction under way."""
+        return bool(self._skill_inputs) or self._compacting
 
     @property
     def context(self) -> wc.WorkingContextOps:
@@ -625,7 +627,7 @@ class SessionActor:
         if isinstance(cmd, GetView):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
-            return cmd.view(s, self.deps.store.secrets, self.checking_inputs)
+            return cmd.view(s, self.deps.store.secrets, self.unrecorded_work)
         if isinstance(cmd, WaitIdle):
             if not s.created:
                 raise SessionNotFound(f"no session {self.session_id!r}")
@@ -1164,6 +1166,7 @@ class SessionActor:
         self.deps.catalog.check(self.state.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED first
         done = self._runner_done = trio.Event()
         scope = self._runner_scope = trio.CancelScope()
+        self._compacting = True
         stop = env.command.stop
         watching = trio.CancelScope()
 
@@ -1192,6 +1195,7 @@ class SessionActor:
                 raise
             finally:
                 watching.cancel()
+                self._compacting = False
                 done.set()
             self._notify_idle()
             self._maybe_start_runner()

@@ -148,10 +148,11 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         if not include_deleted:
             where.append("deleted = 0")
         rows, more = await read_list(svc.projections, SESSIONS, where, args, limit, after)
-        # A session with /skill: inputs being checked reads running, as its view does. Asked once
-        # the rows are read: such an input is recorded after each row's lastSeq (or refused).
-        checking = svc.supervisor.sessions_checking_inputs()
-        return json_response({"sessions": [session_row_view(r, checking=r[0] in checking) for r in rows]}
+        # A session with /skill: inputs being checked or a manual compaction under way reads
+        # running, as its view does. Asked once the rows are read: such an input or compaction is
+        # recorded after each row's lastSeq (or never).
+        working = svc.supervisor.sessions_at_unrecorded_work()
+        return json_response({"sessions": [session_row_view(r, unrecorded_work=r[0] in working) for r in rows]}
                              | next_after(rows, more, limit))
 
     @app.post("/api/v1/sessions")

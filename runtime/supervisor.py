@@ -76,10 +76,11 @@ class Supervisor:
     def live_sessions(self) -> list[str]:
         return list(self._actors)
 
-    def sessions_checking_inputs(self) -> set[str]:
-        """The live sessions with ``/skill:`` inputs being checked, read from the actors' memory
-        without a call (a list of sessions must not wait on every busy mailbox)."""
-        return {sid for sid, h in self._actors.items() if h.actor is not None and h.actor.checking_inputs}
+    def sessions_at_unrecorded_work(self) -> set[str]:
+        """The live sessions at work their log does not show yet (``/skill:`` inputs being
+        checked, a manual compaction under way), read from the actors' memory without a call (a
+        list of sessions must not wait on every busy mailbox)."""
+        return {sid for sid, h in self._actors.items() if h.actor is not None and h.actor.unrecorded_work}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every actor; wake sessions with unfinished work; run until cancelled."""

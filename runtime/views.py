@@ -90,19 +90,20 @@ def rerun_calls(items: list[Item]) -> list[dict[str, Any]]:
             for it in items if it.role == "tool_result" and it.rerun_after is not None]
 
 
-def view_status(s: SessionState, checking_inputs: int = 0) -> str:
-    """The view's ``status``: the state's, except that an idle session with ``/skill:`` inputs
-    being checked reads ``running`` (one is recorded next and starts a run, as a queued input
-    would; a client polling for idle must wait, as ``WaitIdle`` does). An input refused by its
-    check leaves the session idle again."""
-    return _checked(s.status, checking_inputs > 0)
+def view_status(s: SessionState, unrecorded_work: bool = False) -> str:
+    """The view's ``status``: the state's, except that an idle session at work the log does not
+    show yet reads ``running``: ``/skill:`` inputs being checked (one is recorded next and starts
+    a run, as a queued input would) or a manual compaction waiting for its summary (nothing of it
+    is recorded until it ends). A client polling for idle must wait, as ``WaitIdle`` does. An
+    input refused by its check, a compaction that ends, leave the session idle again."""
+    return _at_work(s.status, unrecorded_work)
 
 
-def _checked(status: str, checking: bool) -> str:
-    return "running" if status == "idle" and checking else status
+def _at_work(status: str, working: bool) -> str:
+    return "running" if status == "idle" and working else status
 
 
-def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int = VIEW_ITEMS_MAX,
+def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit: int = VIEW_ITEMS_MAX,
                  items_before: int | None = None, agents_start: int | None = None,
                  agents_limit: int = VIEW_AGENTS_MAX, secrets: Secrets | None = None,
                  agent_id: str | None = None) -> dict[str, Any]:
@@ -173,7 +174,7 @@ def session_view(s: SessionState, *, checking_inputs: int = 0, items_limit: int 
         "name": s.name,
         "model": s.model,
         "thinkingLevel": s.thinking_level,
-        "status": view_status(s, checking_inputs),
+        "status": view_status(s, unrecorded_work),
         "runningTaskId": s.running_task,
         "items": items,
         "itemsTotal": total,
@@ -221,15 +222,16 @@ def shown_agents(s: SessionState) -> list[AgentState]:
     return [a for a in agents if id(a) in kept]
 
 
-def session_row_view(row: tuple, *, checking: bool = False) -> dict[str, Any]:
-    """A row of the session list; ``checking``: the session has ``/skill:`` inputs being checked
-    (it reads ``running`` then, as its view does: :func:`view_status`)."""
+def session_row_view(row: tuple, *, unrecorded_work: bool = False) -> dict[str, Any]:
+    """A row of the session list; ``unrecorded_work``: the session has ``/skill:`` inputs being
+    checked or a manual compaction under way (it reads ``running`` then, as its view does:
+    :func:`view_status`)."""
     (sid, project_id, name, model, thinking, created, updated, last_seq, deleted, fsess, fseq, open_tasks, queued,
      open_questions, quarantined) = row
     # (as the view's status has it: deleted, quarantined, open questions, then work running or queued)
     status = ("deleted" if deleted else "quarantined" if quarantined else "awaiting_answer" if open_questions
               else "running" if open_tasks or queued else "idle")
-    status = _checked(status, checking)
+    status = _at_work(status, unrecorded_work)
     return {
         "id": sid, "projectId": project_id, "name": name, "model": model, "thinkingLevel": thinking,
         "createdTs": created, "updatedTs": updated, "lastSeq": last_seq, "deleted": bool(deleted),
