@@ -44,6 +44,7 @@ from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore, Lease
 from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
 from tools.catalog import MAX_POLICY_ENTRIES, REFUSALS, ToolCatalog
+from tools.ptc.tool import ProgramCut
 
 from . import decide as d
 from . import jobs as j
@@ -300,7 +301,7 @@ class SessionActor:
         self._cut: dict[str, d.CutRequest] = {}
         # By call id: the output a running command had printed when the abort cut it off (its
         # tool.finished keeps it), handed over by the tool as it is cancelled.
-        self._cut_calls: dict[str, d.CutCall] = {}
+        self._cut_calls: dict[str, d.CutCall | d.CutProgram] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -1005,11 +1006,28 @@ class SessionActor:
                 usage=result.usage, partial_text=d.kept_partial_text(self._fitting("".join(shown)))),
                 agent_id, task_id)])
 
-    def _fitting(self, text: str) -> str:
+    def _cut_program(self, output: str, truncated: bool, cut: ProgramCut) -> d.CutProgram:
+        """What an aborted program had done, cut to fit one event with the abort's note: the
+        command's output first (what the abort interrupted), then what the program printed in
+        the room left by it and the calls' lines; a cut there is a truncation too."""
+        calls = tuple(cut.calls)
+        used = len(json.dumps(calls, ensure_ascii=False).encode())
+        command = None
+        if cut.command_call_id is not None:
+            kept = self._fitting(cut.command_output, used)
+            used += len(kept.encode())
+            end = cut.command_end
+            command = d.CutCall(kept, cut.command_truncated or kept != cut.command_output,
+                                *((end.exit_code, end.signal, end.stopped) if end is not None else ()))
+        printed = self._fitting(output, used)
+        return d.CutProgram(printed, truncated or printed != output, calls, cut.command_call_id, command)
+
+    def _fitting(self, text: str, used: int = 0) -> str:
         """``text`` cut (at a character) so that a ``model.failed`` holding it fits in one event of
         the log: a stream is read up to the limit itself (``RESPONSE_NOT_RECORDED`` past it), and
-        an abort whose record the log refused would record nothing of the abort."""
-        room = max(0, self.deps.store.codec.max_append_bytes - PARTIAL_TEXT_ROOM)
+        an abort whose record the log refused would record nothing of the abort. ``used``: bytes
+        of the same event taken already."""
+        room = max(0, self.deps.store.codec.max_append_bytes - PARTIAL_TEXT_ROOM - used)
         if len(text) <= room // 4:  # (at most 4 UTF-8 bytes a character: it fits, no encoding needed)
             return text
         data = text.encode("utf-8")
@@ -1244,15 +1262,18 @@ class SessionActor:
         def allowlist_of(name: str) -> list[str] | None:
             return self.tool_catalog.allowlist(name, tool_policy)
 
-        async def call_tool(sub_id: str, name: str, args: dict[str, Any]) -> ToolResult:
-            """A call from ``programmatic_tool_run``'s program: checked as a program's call."""
+        async def call_tool(sub_id: str, name: str, args: dict[str, Any],
+                            sub_cut: Callable[[str, bool, Any], None] | None = None) -> ToolResult:
+            """A call from ``programmatic_tool_run``'s program: checked as a program's call.
+            ``sub_cut``: the program's taker of what the call had produced when an abort cut it
+            off (a ``run_command``'s output: it is stopped and drained as a direct call is)."""
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
                               file_edits=file_edits, call_running=other_call_running,
                               agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
-                              allowlist_of=allowlist_of, secrets=self.deps.store.secrets)
+                              allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1274,6 +1295,9 @@ class SessionActor:
         def cut_output(text: str, truncated: bool, ended: Any = None) -> None:
             # (cut to fit one event with the abort's note: a record the log refused would lose the
             # whole abort; a cut there is a truncation too)
+            if isinstance(ended, ProgramCut):
+                self._cut_calls[call.call_id] = self._cut_program(text, truncated, ended)
+                return
             fitting = self._fitting(text)
             self._cut_calls[call.call_id] = d.CutCall(
                 fitting, truncated or fitting != text,

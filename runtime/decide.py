@@ -239,24 +239,66 @@ def command_end_note(got: CutCall) -> str:
     return f"[{ended}: the command ended by itself during the abort{truncated}]"
 
 
-def aborted_call_content(got: CutCall | None) -> tuple[list[t.ContentPart], Any]:
+@dataclass(frozen=True)
+class CutProgram:
+    """What a ``programmatic_tool_run`` program the abort cut off had done: what it had printed
+    (``output``, ``truncated``: cut at the program's output limit), one line per call (its
+    result's ``calls``; the call it was in ``ok: false``, ``ABORTED``) and, when that call was a
+    ``run_command``, its id and what the command had printed and how it ended (``command``)."""
+
+    output: str
+    truncated: bool
+    calls: tuple[Mapping[str, Any], ...]
+    command_call_id: str | None = None
+    command: CutCall | None = None
+
+
+def _command_fields(got: CutCall) -> dict[str, Any]:
+    known = got.exit_code is not None
+    return {"truncated": got.truncated, "exit_code": got.exit_code, "signal": got.signal,
+            "killed_by_abort": got.stopped if known else None}
+
+
+def _program_content(got: CutProgram) -> tuple[list[t.ContentPart], Any]:
+    """A program's interrupted result: what it printed (as its result would show it), then, for
+    the ``run_command`` it was in, a line naming that call, the command's output and how it
+    ended, then the abort's note. Its ``calls`` line of that command gains the command's fields."""
+    lines = [got.output if got.output or got.truncated else "(the program printed nothing)"]
+    if got.truncated:  # (at the program's output limit, or to fit the event: see the actor)
+        lines.append("[the program's output was cut]")
+    calls = [dict(entry) for entry in got.calls]
+    if got.command is not None and got.command_call_id is not None:
+        cmd = got.command
+        said = "its output:" if cmd.output else "it printed nothing"
+        lines.append(f"[call {got.command_call_id} (run_command) was running at the abort; {said}]")
+        if cmd.output:
+            lines.append(cmd.output)
+        lines.append(command_end_note(cmd))
+        for entry in calls:
+            if entry.get("call_id") == got.command_call_id:
+                entry.update(_command_fields(cmd))
+    lines.append(ABORTED_TEXT)
+    return [t.TextPart("\n".join(lines))], {"aborted": True, "calls": calls, "output_truncated": got.truncated}
+
+
+def aborted_call_content(got: CutCall | CutProgram | None) -> tuple[list[t.ContentPart], Any]:
     """The content and structured content of the running call an abort interrupts: the abort's
     note alone, or, for a call that had produced output, that output, how it ended and the note
     (``structured_content``: ``exit_code``, ``signal`` and ``killed_by_abort`` are null when no
-    exit came)."""
+    exit came); for a program, what it printed and its cut command (:func:`_program_content`)."""
     if got is None:
         return [t.TextPart(ABORTED_TEXT)], None
+    if isinstance(got, CutProgram):
+        return _program_content(got)
     note = command_end_note(got)
     text = f"{got.output}\n{note}\n{ABORTED_TEXT}" if got.output else f"{note}\n{ABORTED_TEXT}"
-    known = got.exit_code is not None
-    return [t.TextPart(text)], {"aborted": True, "truncated": got.truncated, "exit_code": got.exit_code,
-                                "signal": got.signal, "killed_by_abort": got.stopped if known else None}
+    return [t.TextPart(text)], {"aborted": True, **_command_fields(got)}
 
 
 def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
                  cut: Mapping[str, CutRequest] | None = None,
-                 cut_calls: Mapping[str, CutCall] | None = None) -> list[Scoped]:
+                 cut_calls: Mapping[str, CutCall | CutProgram] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
@@ -271,8 +313,9 @@ def abort_events(state: SessionState, reason: str = "user",
     conversation (see :func:`kept_partial_text`).
 
     ``cut_calls``: by call id, what a running call the abort cut off had produced (a command's
-    output so far): its ``tool.finished`` keeps it before the abort's note
-    (:func:`aborted_call_content`), as a timed-out command's result keeps its output."""
+    output so far, a program's output and its cut command): its ``tool.finished`` keeps it before
+    the abort's note (:func:`aborted_call_content`), as a timed-out command's result keeps its
+    output."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after

@@ -62,8 +62,9 @@ class ToolContext:
     # the same registry, catalog planes and policy as a native call; a failure comes back as an
     # error result. The result's events are filed under this call's id; the file edits and
     # artifacts among them are recorded by the actor as the sub-call returns and not passed back.
-    # Provided by the actor.
-    call_tool: Callable[[str, str, dict[str, Any]], Awaitable["ToolResult"]] | None = None
+    # A fourth argument (None: nothing kept) is the sub-call's ``cut_output``, which takes what
+    # it had produced when an abort cut it off. Provided by the actor.
+    call_tool: Callable[..., Awaitable["ToolResult"]] | None = None
     # The session's saved ``toolPolicy`` (runtime overrides of the execution policy), so that
     # ``capability_search`` leaves out the tools it disables. Provided by the actor.
     tool_policy: Mapping[str, Any] | None = None
@@ -82,7 +83,9 @@ class ToolContext:
     # Takes what a call cut off by an abort had produced: ``run_command`` hands it the output
     # printed before the abort (its text, whether it was truncated, and how the command ended:
     # a ``tools.command_output.CommandEnd``, None when no exit came) as it is cancelled, and the
-    # abort's ``tool.finished`` keeps it. Provided by the actor; None: nothing is kept.
+    # abort's ``tool.finished`` keeps it. ``programmatic_tool_run`` hands it what its program
+    # printed, and a ``tools.ptc.tool.ProgramCut`` (its calls and the command it was in) in
+    # place of the end. Provided by the actor; None: nothing is kept.
     cut_output: Callable[[str, bool, Any], None] | None = None
 
 

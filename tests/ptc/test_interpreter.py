@@ -568,6 +568,29 @@ async def test_cancellation_while_awaiting_a_tool_propagates() -> None:
     assert cleaned_up == ["read_file"]
 
 
+async def test_a_cancelled_run_hands_what_it_printed_and_its_calls_before_the_cancellation_goes_on() -> None:
+    started = trio.Event()
+    seen: list[Outcome] = []
+
+    async def slow(name: str, args: dict[str, Any]) -> Any:
+        if name == "open":
+            return "opened"
+        started.set()
+        await trio.sleep_forever()
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            async def runner() -> None:
+                await run_program("print('one')\nopen()\nprint('two')\nread_file(path='a')\nprint('never')",
+                                  slow, TOOLS, on_cancelled=seen.append)
+
+            nursery.start_soon(runner)
+            await started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert seen == [Outcome(output="one\ntwo\n", truncated=False, calls=2, steps=seen[0].steps, error=None)]
+
+
 # --- limits -------------------------------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.decide import ABORTED_TEXT, CutCall, aborted_call_content
+from runtime.decide import ABORTED_TEXT, CutCall, CutProgram, aborted_call_content
 
 
 @pytest.mark.parametrize("cut, note, structured", [
@@ -24,3 +24,26 @@ def test_an_aborted_command_s_result_names_how_it_ended(cut: CutCall, note: str,
     [part], got = aborted_call_content(cut)
     assert part.text == f"out\n{note}\n{ABORTED_TEXT}"
     assert got == {"aborted": True, "truncated": cut.truncated, **structured}
+
+
+def test_an_aborted_program_s_result_keeps_what_it_and_its_cut_command_printed() -> None:
+    calls = ({"call_id": "c.1", "name": "read_file", "ok": True},
+             {"call_id": "c.2", "name": "run_command", "ok": False, "error_code": "ABORTED"})
+    [part], got = aborted_call_content(CutProgram("so far\n", False, calls, "c.2",
+                                                  CutCall("out\n", True, -15, "SIGTERM", True)))
+    assert part.text == ("so far\n\n[call c.2 (run_command) was running at the abort; its output:]\nout\n\n"
+                         f"[killed by the abort: signal 15 (SIGTERM), output truncated]\n{ABORTED_TEXT}")
+    assert got == {"aborted": True, "output_truncated": False, "calls": [
+        calls[0], {**calls[1], "truncated": True, "exit_code": -15, "signal": "SIGTERM", "killed_by_abort": True}]}
+    assert calls[1] == {"call_id": "c.2", "name": "run_command", "ok": False, "error_code": "ABORTED"}  # (not changed)
+
+
+@pytest.mark.parametrize("cut, text", [
+    (CutProgram("", False, ()), f"(the program printed nothing)\n{ABORTED_TEXT}"),
+    (CutProgram("", True, ()), f"\n[the program's output was cut]\n{ABORTED_TEXT}"),
+    (CutProgram("p", False, (), "c.1", CutCall("")),
+     f"p\n[call c.1 (run_command) was running at the abort; it printed nothing]\n[killed by the abort]\n{ABORTED_TEXT}"),
+], ids=["printed nothing", "cut to nothing", "command printed nothing"])
+def test_an_aborted_program_s_result_says_what_was_not_printed(cut: CutProgram, text: str) -> None:
+    [part], _ = aborted_call_content(cut)
+    assert part.text == text

@@ -2426,6 +2426,7 @@ _METHOD_COST = MappingProxyType(
 async def run_program(
     code: str, call_tool: ToolCaller, tool_names: Collection[str], limits: Limits = Limits(),
     *, deadline: float | None = None, limiter: trio.CapacityLimiter | None = None,
+    on_cancelled: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
     """Run the program. Never raises for anything the program does (every failure, including
     RecursionError/MemoryError-risking inputs, becomes Outcome.error with the output printed so
@@ -2439,7 +2440,10 @@ async def run_program(
     within ``max_code_bytes``): it runs in a worker thread taken through ``limiter``
     (default: trio's), so other tasks go on meanwhile. The parse stays here: ``ast.parse`` is
     one C call that holds the GIL throughout, so a thread would stall this one all the same
-    (and it sets the process's warning filters aside while it runs)."""
+    (and it sets the process's warning filters aside while it runs).
+
+    ``on_cancelled``: given the outcome so far (what was printed, the calls made; no error) when
+    the run is cancelled from outside (an abort), before the cancellation goes on."""
     machine = _Machine(call_tool, tool_names, limits)
     error: ProgramError | None = None
     foreign: BaseException | None = None
@@ -2452,6 +2456,11 @@ async def run_program(
         if scope.cancelled_caught:
             raise ProgramError("PTC_TIMEOUT", f"the program ran past its time limit after {machine.calls} "
                                f"tool call(s) and {machine.steps} steps")
+    except trio.Cancelled:
+        if on_cancelled is not None:
+            on_cancelled(Outcome(output="".join(machine.out), truncated=machine.truncated,
+                                 calls=machine.calls, steps=machine.steps, error=None))
+        raise
     except ProgramError as exc:
         error = exc
     except _Thrown as exc:

@@ -14,11 +14,17 @@ of the program's call reverts every edit its calls made, last first: file edits,
 the artifacts they keep as each call returns (an abort or a crash mid-program loses none), the rest
 (a loaded capability) with this call's ``tool.finished``. The tool is not replay-safe: a crash
 while a program runs reports the call interrupted, as for any other such tool.
+
+An abort while a program runs hands the actor (``ToolContext.cut_output``) what the program had
+printed, its calls' lines and, when the call it was in was a ``run_command``, what that command
+printed and how it ended (the command is stopped through the executor's ``Stop`` as a direct one
+is): the abort's ``tool.finished`` of this call keeps them (``runtime.decide.aborted_call_content``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -28,12 +34,28 @@ from events import types as t
 
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..catalog import NOT_FROM_PROGRAMS, PTC, ToolCatalog
-from .interpreter import Limits, ToolCallFailed, run_program
+from ..command_output import CommandEnd
+from .interpreter import Limits, Outcome, ToolCallFailed, run_program
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 MAX_IMAGES = 20  # images the calls returned that go along with the result (each costs ~4k tokens)
 WARNING_PREFIX = "[policy warning:"
+
+
+@dataclass(frozen=True)
+class ProgramCut:
+    """What a program the abort cut off had done besides printing (the printed text goes as
+    ``cut_output``'s text): one line per call (as its result's ``calls``; the call it was in
+    is ``ok: false``, ``ABORTED``), and, when that call was a ``run_command``, the call's id,
+    the output it printed, whether it was truncated, and how the command ended (None: no exit
+    came within the abort's wait)."""
+
+    calls: list[dict[str, Any]]
+    command_call_id: str | None = None
+    command_output: str = ""
+    command_truncated: bool = False
+    command_end: CommandEnd | None = None
 
 
 def _text_of(result: ToolResult) -> str:
@@ -83,12 +105,19 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     events: list[t._Event] = []
     warnings: list[str] = []
     call_tool = ctx.call_tool
+    # (the command an abort cut off: its call id, output, truncation and end, as run_command
+    # hands them to its context's cut_output)
+    cut_command: list[tuple[str, str, bool, Any]] = []
 
     async def call(name: str, arguments: dict[str, Any]) -> Any:
         sub_id = f"{ctx.call_id}.{len(calls) + 1}"
         entry: dict[str, Any] = {"call_id": sub_id, "name": name}
         calls.append(entry)
-        result = await call_tool(sub_id, name, arguments)
+
+        def cut(text: str, truncated: bool, ended: Any = None) -> None:
+            cut_command[:] = [(sub_id, text, truncated, ended)]
+
+        result = await call_tool(sub_id, name, arguments, cut if ctx.cut_output is not None else None)
         entry["ok"] = not result.is_error
         if result.is_error:
             entry["error_code"] = result.error_code
@@ -109,8 +138,21 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
             raise _failure_of(result)
         return _value_of(result)
 
+    def cut_off(so_far: Outcome) -> None:
+        if ctx.cut_output is None:
+            return
+        lines = [dict(entry) for entry in calls]
+        for entry in lines:  # (the call the abort cut off: it never returned)
+            if "ok" not in entry:
+                entry.update(ok=False, error_code="ABORTED")
+        cut = ProgramCut(lines)
+        if cut_command:
+            sub_id, text, truncated, ended = cut_command[0]
+            cut = ProgramCut(lines, sub_id, text, truncated, ended)
+        ctx.cut_output(so_far.output, so_far.truncated, cut)
+
     outcome = await run_program(code, call, names, limits, deadline=trio.current_time() + timeout / 1000,
-                                limiter=checking)
+                                limiter=checking, on_cancelled=cut_off)
     error = (outcome.error.code, outcome.error.message) if outcome.error is not None else None
     for entry in calls:  # (a call the run's end cut off, its time limit: it never returned)
         if "ok" not in entry:
