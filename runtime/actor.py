@@ -767,6 +767,9 @@ class SessionActor:
 
     async def _abort_held(self, reason: str) -> dict[str, Any]:
         self._aborting = True
+        # A manual compaction runs in the runner's place and is cut off by the same cancel; it
+        # writes no event of the abort's, but the abort did stop it (``aborted: true``).
+        compacting = self._compacting
         try:
             if self._runner_scope is not None:
                 self._runner_scope.cancel()
@@ -791,7 +794,7 @@ class SessionActor:
                 return d.abort_events(self.state, reason, skill_loads, self._cut, self._cut_calls)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
-            aborted = await self._emit(decide_abort) is not None
+            aborted = await self._emit(decide_abort) is not None or compacting
         finally:
             self._aborting = False
             self._cut.clear()
@@ -1205,7 +1208,9 @@ class SessionActor:
                 if stop is not None and stop.is_set():
                     env.reply(error=ActorUnavailable("the daemon is stopping: the compaction was cut off and its "
                                                      "summary was not recorded; compact again once it is back"))
-                env.reply(error=wc.ContextError("COMPACTION_FAILED", "the compaction was aborted"))
+                # (not COMPACTION_FAILED, a 502: the user stopped it, no model failed)
+                env.reply(error=wc.ContextError("ABORTED", "the compaction was aborted before its summary was "
+                                                           "recorded; the context is as it was"))
             except LensError as exc:
                 env.reply(error=exc)
             except BaseException:

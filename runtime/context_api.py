@@ -10,7 +10,8 @@
 * ``POST …/compact`` (strong trust; no body or ``{}``, a field is ``VALIDATION_FAILED``) — compact
   the main agent's Working Context now; answers
   ``{itemId, seq, replacedItemIds, summary, trigger}`` once recorded. ``SESSION_BUSY`` (409)
-  while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502);
+  while the session runs, ``NOTHING_TO_COMPACT`` (409), ``COMPACTION_FAILED`` (502), ``ABORTED``
+  (409) when an abort stopped it before its summary was recorded;
   ``SESSION_UNAVAILABLE`` (503) when the daemon stops meanwhile (cut off, no summary recorded;
   the request's usage is, when the provider had begun answering).
 * ``POST …/context/snip {itemIds?, olderImages?, keepImages?, agentId?}`` (strong trust) — take

@@ -257,7 +257,7 @@ class SessionsMachine(RuntimeMachine):
             if pending.done:
                 del self.compactions[sid]
                 if isinstance(pending.answer, LensError):
-                    assert pending.answer.code in ("NOTHING_TO_COMPACT", "COMPACTION_FAILED",
+                    assert pending.answer.code in ("NOTHING_TO_COMPACT", "COMPACTION_FAILED", "ABORTED",
                                                    "SESSION_UNAVAILABLE", "SESSION_DELETED"), pending.answer
                 else:
                     compacted = [e for e in self.of(sid) if e.kind == "context.compacted"]
@@ -367,13 +367,14 @@ class SessionsMachine(RuntimeMachine):
         st_ = self.state(s.sid)
         queued = [q.request_id for q in st_.queue]
         before = len(self.events())
+        compacting = s.sid in self.compactions and not self.compactions[s.sid].done
         answer = self.call(s.sid, Abort())
         if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)
             return
         assert not isinstance(answer, Exception), answer
         assert answer["withdrawn"] == queued, (answer, queued)
-        if st_.running_task is not None or queued:
+        if st_.running_task is not None or queued or compacting:
             assert answer["aborted"] is True, answer
         self.settle()
         after = self.state(s.sid)
