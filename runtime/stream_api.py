@@ -33,9 +33,11 @@ from .write_stall import SCOPE_KEY as WRITE_STALL
 
 log = logging.getLogger("lens.http")
 
+STREAM_PATH = "/api/v1/events/stream"
+
 
 def add_stream_routes(app: QuartTrio, svc: Services) -> None:
-    @app.get("/api/v1/events/stream")
+    @app.get(STREAM_PATH)
     async def stream() -> Response:
         session = id_filter("session", "sessionId", "session filter")
         project = id_filter("project", "projectId", "project filter")

@@ -40,12 +40,14 @@ POLL_SECONDS = 0.25  # a waiting write's watch looks at the client's progress th
 # struct tcp_info (linux/tcp.h): tcpi_bytes_acked, a u64 at this offset (Linux 4.1 and later)
 _TCPI_BYTES_ACKED = 120
 
-def bound_writes(asgi_app: Any) -> Any:
-    """Wrap an ASGI app (inside ``sse_socket.keep_send``) so the body writes of a response whose
-    scope holds :data:`SCOPE_KEY` are bounded as the module says."""
+
+def bound_writes(asgi_app: Any, paths: frozenset[str]) -> Any:
+    """Wrap an ASGI app (inside ``sse_socket.keep_send``) so the body writes of a response to one
+    of ``paths`` whose scope holds :data:`SCOPE_KEY` are bounded as the module says (other
+    requests pass as they are: no nursery, no counting)."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
+        if scope.get("type") != "http" or scope.get("path") not in paths:
             return await asgi_app(scope, receive, send)
         async with trio.open_nursery() as nursery:  # (the response's watch, once it writes a body)
             await asgi_app(scope, receive, _BoundedSend(scope, send, nursery))
@@ -79,7 +81,7 @@ class _BoundedSend:
         if not self.watched:
             self.watched = True
             self.nursery.start_soon(self._watch, *bound)
-        # (no checkpoint from here until the server holds the bytes: see _progress_of)
+        # (no checkpoint from here until the server holds the bytes: see _probes)
         self.sent += len(message.get("body", b""))
         self.wrote.set()
         with trio.CancelScope() as self.writing:
