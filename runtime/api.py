@@ -45,8 +45,9 @@ from .server_answers import refuse
 from .services import Services
 from .sessions_api import add_session_routes
 from .sse_socket import keep_send
-from .stream_api import add_stream_routes
+from .stream_api import STREAM_PATH, add_stream_routes
 from .workspace_api import add_workspace_routes
+from .write_stall import bound_writes
 
 log = logging.getLogger("lens.http")
 
@@ -123,9 +124,11 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = svc.config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # SSE streams are long; each sets timeout = None too
     app.config["BODY_TIMEOUT"] = BODY_SECONDS  # (read_body bounds the body itself: receive_body)
-    # (keep_send outermost: it keeps the server's own send for SSE's direct write path; the
-    # connection guards next, before anything in the app can write; then the head's limit)
-    app.asgi_app = keep_send(guard_connection_races(limit_head(_host_checked(_finish_responses(app.asgi_app), svc))))  # type: ignore[method-assign]
+    # (keep_send outermost: it keeps the server's own send for SSE's direct write path; then the
+    # bound on a stalled client's body writes; the connection guards next, before anything in the
+    # app can write; then the head's limit)
+    guarded = guard_connection_races(limit_head(_host_checked(_finish_responses(app.asgi_app), svc)))
+    app.asgi_app = keep_send(bound_writes(guarded, frozenset({STREAM_PATH})))  # type: ignore[method-assign]
 
     @app.before_request
     async def guard() -> Response | None:

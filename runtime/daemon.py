@@ -81,6 +81,7 @@ from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .services import Services
 from .sse_socket import reset_connection
+from .write_stall import WRITE_STALL_SECONDS
 from .stop_now import StopNow
 from .supervisor import Supervisor
 from .terminal import shown, to_stderr
@@ -114,6 +115,8 @@ class ServeOptions:
     secrets: Secrets | None = None
     # The stop signals taken before the daemon's receiver opens (see HeldSignals); None: none are.
     held: "HeldSignals | None" = None
+    # An SSE body write the client takes no byte of for this long resets it (write_stall.py).
+    write_stall_seconds: float = WRITE_STALL_SECONDS
 
     def known_secrets(self) -> Secrets:
         return self.secrets if self.secrets is not None else config_secrets(self.config, os.environ)
@@ -275,7 +278,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
                        ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id, mcp=mcp,
-                       artifacts=artifacts)
+                       artifacts=artifacts, write_stall_seconds=opts.write_stall_seconds)
         svc.executors = executors  # (workspace browsing, F-HAR-3)
         app = create_app(svc)
         missing = server_answers.install()  # (hypercorn's own answers in the error shape)

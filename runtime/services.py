@@ -21,6 +21,7 @@ from .pairing import PairStore
 from .projection_service import ProjectionService
 from .providers.catalog import ProviderCatalog
 from .supervisor import Supervisor
+from .write_stall import WRITE_STALL_SECONDS
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Services:
     artifacts: ArtifactStore | None = None
     mcp: Any = None  # tools.mcp.McpServers: the MCP servers and their state, for the inventory
     default_model_lock: trio.Lock = field(default_factory=trio.Lock)  # one saved-default change at a time
+    # An SSE body write the client takes no byte of for this long resets it (write_stall.py).
+    write_stall_seconds: float = WRITE_STALL_SECONDS
 
     async def call(self, session_id: str, command: Any) -> Any:
         """``supervisor.call`` for a request: answered ``SESSION_UNAVAILABLE`` at a stop (see

@@ -29,12 +29,15 @@ from .http_parts import ApiError, check_not_past_end, id_filter, one_arg, parse_
 from .pairing import PairFileInvalid
 from .services import Services
 from .sse_socket import direct_writer
+from .write_stall import SCOPE_KEY as WRITE_STALL
 
 log = logging.getLogger("lens.http")
 
+STREAM_PATH = "/api/v1/events/stream"
+
 
 def add_stream_routes(app: QuartTrio, svc: Services) -> None:
-    @app.get("/api/v1/events/stream")
+    @app.get(STREAM_PATH)
     async def stream() -> Response:
         session = id_filter("session", "sessionId", "session filter")
         project = id_filter("project", "projectId", "project filter")
@@ -58,6 +61,9 @@ def add_stream_routes(app: QuartTrio, svc: Services) -> None:
             token = request.headers.get("Authorization", "")
             resp = Response(_sse(svc, session, project, after, token, g.pairs_generation, request.scope),
                             content_type="text/event-stream")
+        # A body write the client takes no byte of for write_stall_seconds resets it, on every
+        # path (write_stall.py; the direct socket path bounds its own writes the same way).
+        request.scope[WRITE_STALL] = (svc.write_stall_seconds, svc.shutting_down.is_set)
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None  # Quart would cut the stream at RESPONSE_TIMEOUT otherwise
@@ -110,8 +116,6 @@ REPLAY_WRITE_BYTES = 64 * 1024  # a stream's log replay is written in pieces of 
 # A project's replay (no index on project_id) reads the log in stretches of this many seqs, so one
 # read stays short (tens of ms) and the stream checks its credential and pings between them.
 PROJECT_SCAN_SEQS = 50_000
-# A live stream whose client takes no byte of a write for this long is reset (see sse_socket).
-WRITE_STALL_SECONDS = 30.0
 WATCH_SECONDS = 0.25
 
 
@@ -238,7 +242,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             if sub.rest is not None:  # a write the bus started: finish it before anything else
                 rest, sub.rest = sub.rest, None
                 try:
-                    await writer.write_rest(rest, stall_seconds=WRITE_STALL_SECONDS,  # type: ignore[union-attr]
+                    await writer.write_rest(rest, stall_seconds=svc.write_stall_seconds,  # type: ignore[union-attr]
                                             stop=svc.shutting_down.is_set)
                 except OSError:
                     return
@@ -277,7 +281,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 yield data  # the same bytes object for every subscriber of the group
                 continue
             try:
-                await writer.write(data, stall_seconds=WRITE_STALL_SECONDS, stop=svc.shutting_down.is_set)
+                await writer.write(data, stall_seconds=svc.write_stall_seconds, stop=svc.shutting_down.is_set)
             except OSError:
                 return
     finally:

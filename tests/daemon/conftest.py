@@ -648,7 +648,8 @@ DaemonFactory = Callable[..., Awaitable[Daemon]]
 @pytest.fixture
 async def daemon_factory(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[DaemonFactory]:
     """``await daemon_factory(config=..., root=..., model=...)``: a running daemon (``model``: as
-    ``lens serve --model``); all are stopped after the test.
+    ``lens serve --model``; ``write_stall_seconds``: the daemon's bound on an SSE client that stops
+    reading, 30 s unless given); all are stopped after the test.
 
     ``config`` (dict or JSONC text) is written to ``<root>/config/lens.jsonc``; without it no config
     file exists and the daemon runs on built-in defaults.
@@ -656,7 +657,7 @@ async def daemon_factory(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator
     running: list[Daemon] = []
 
     async def start(config: dict[str, Any] | str | None = None, root: Path | None = None,
-                    model: str | None = None) -> Daemon:
+                    model: str | None = None, write_stall_seconds: float | None = None) -> Daemon:
         root = root or tmp_path
         config_path = root / "config" / "lens.jsonc"
         config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -673,8 +674,10 @@ async def daemon_factory(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator
 
         async def run(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
             try:
-                await serve(ServeOptions(cfg, config_path, data_dir, "127.0.0.1", 0, model=model, notes=notes),
-                            task_status=task_status, stop=stop, announce=lines.append)
+                opts = ServeOptions(cfg, config_path, data_dir, "127.0.0.1", 0, model=model, notes=notes)
+                if write_stall_seconds is not None:
+                    opts.write_stall_seconds = write_stall_seconds
+                await serve(opts, task_status=task_status, stop=stop, announce=lines.append)
             finally:
                 done.set()
 

@@ -640,14 +640,12 @@ async def test_one_burst_larger_than_the_buffer_does_not_drop_readers_that_keep_
 
 
 @pytest.mark.parametrize("ending", ["stall", "shutdown"])
-async def test_a_client_that_stops_reading_is_reset(daemon_factory: DaemonFactory,
-                                                    monkeypatch: pytest.MonkeyPatch, ending: str):
+async def test_a_client_that_stops_reading_is_reset(daemon_factory: DaemonFactory, ending: str):
     """A live write the client takes no byte of: the stream's task waited for ever (its
     connection and a copy of the chunk held until the client went away), and held shutdown up
     to the server's grace period. Now the connection is reset after WRITE_STALL_SECONDS without
     progress, or at once when the daemon stops."""
-    monkeypatch.setattr(stream_api, "WRITE_STALL_SECONDS", 1.0 if ending == "stall" else 3600.0)
-    d = await daemon_factory()
+    d = await daemon_factory(write_stall_seconds=1.0 if ending == "stall" else 3600.0)
     token = await d.pair("c", strong=True)
     p = await d.project(token)
     sid = (await d.session(token, p["id"]))["id"]
