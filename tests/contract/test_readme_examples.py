@@ -177,6 +177,20 @@ async def test_an_option_given_twice_to_lens_serve_is_answered_as_the_readme_pri
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv", [("serve", "--port", "x"), ("pair", "approve"), ("pair", "list", "--x"),
+                                  ("log", "decode", "--from"), ("executor", "serve")], ids=" ".join)
+async def test_a_command_line_lens_cannot_read_is_answered_as_docs_errors_says(tmp_path: Path, argv: tuple[str, ...]):
+    """docs/errors.md gave every CLI refusal as ``lens: CODE: message``; a command line argparse
+    refuses prints the command's usage, then ``lens <command>: USAGE_ERROR: message`` (exit 2)."""
+    bullet = _one(r"- \*\*CLI\*\*: [^\n]*(?:\n  [^\n]*)*", ERRORS_DOC).group(0)
+    assert "its usage, then `lens <command>: USAGE_ERROR: message`" in " ".join(bullet.split()), bullet
+    words = list(argv[:next((i for i, w in enumerate(argv) if w.startswith("-")), len(argv))])
+    out = await run_lens(tmp_path, *argv, check=False)
+    assert out.returncode == 2, out
+    assert out.stderr.startswith(f"usage: lens {' '.join(words)} "), out.stderr
+    assert out.stderr.splitlines()[-1].startswith(f"lens {' '.join(words)}: USAGE_ERROR: "), out.stderr
+
+
 # --------------------------------------------------------------------------- the numbers
 
 
