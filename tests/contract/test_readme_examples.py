@@ -284,6 +284,11 @@ async def test_the_answer_shapes_the_readme_prints_are_the_daemon_s(daemon: Daem
     assert r.status_code == status and r.json() == {"aborted": True, "withdrawn": ["q1"]}, r.text
     _assert_shape(r.json(), fields, "abort")
 
+    fields = _one(r"`decode` prints one JSON object per event: `([^`]*)`").group(1).replace("\n", " ").split(", ")
+    r = await daemon.get(f"/sessions/{sid}/events", strong, params={"limit": 1000})
+    assert r.status_code == 200 and r.json()["events"], r.text
+    assert all(list(e) == fields for e in r.json()["events"]), (fields, r.json()["events"][0])
+
     m = _one(r"`PUT /config/files/\{name\}` answers `\{([^}]*)\}`")
     r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{"nosuchkey": 1}'})
     assert r.status_code == 200, r.text
