@@ -334,3 +334,38 @@ async def test_the_id_and_name_limits_the_readme_gives_hold_at_and_one_past_them
         r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"name": "s" * size})
         assert r.status_code == status, (size, r.text)
     assert error_of(r) == name_code
+
+
+async def test_the_body_fields_the_readme_lists_are_taken_by_their_routes(daemon: Daemon, strong: str):
+    """Each field of ``PATCH /sessions/{id} {…}`` as the README spells it is taken (null: back to
+    its default), and a field it does not list is 422 ``VALIDATION_FAILED`` naming it; likewise
+    ``…/context/snip {…}`` and ``…/fork {…}``."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "hello")
+    item = (await daemon.wait_idle(strong, sid))["items"][0]["id"]
+
+    def listed(route: str) -> list[str]:
+        found = re.search(re.escape(f"`{route} {{") + r"([^}]*)\}`", HTTP_SECTION)  # (the first: the route list's)
+        assert found, route
+        body = found.group(1)
+        return [f.strip().rstrip("?") for f in body.split(",")]
+
+    patch = listed("PATCH /sessions/{id}")
+    assert "toolPolicy" in patch and "model" in patch, patch
+    r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body=dict.fromkeys(patch))
+    assert r.status_code == 200, r.text
+    r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"modelName": None})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED" and "modelName" in r.text, r.text
+
+    snip = listed("POST /sessions/{id}/context/snip")
+    assert set(snip) == {"itemIds", "olderImages", "keepImages"}, snip
+    for body in ({"itemIds": [item]}, {"olderImages": True}, {"olderImages": True, "keepImages": 1}):
+        r = await daemon.post(f"/sessions/{sid}/context/snip", strong, body)
+        assert r.status_code == 200, (body, r.text)
+
+    fork = listed("POST /sessions/{id}/fork")
+    assert fork == ["seq", "name"], fork
+    first = (await daemon.events(strong, sid))[0]["seq"]
+    r = await daemon.post(f"/sessions/{sid}/fork", strong, {"seq": first, "name": "copy"})
+    assert r.status_code == 201 and r.json()["name"] == "copy" and r.json()["id"] != sid, r.text
