@@ -191,6 +191,8 @@ async def test_mcp_calls_and_background_jobs_across_a_clean_restart_and_a_kill_9
             await _gone(job_pid, "the killed daemon's job command")
             pid3 = await _mcp_pid(d, token)
             assert pid3 not in (pid1, pid2)
+            tools = {t["name"] for t in (await d.get("/tools/inventory", token)).json()["tools"]}
+            assert {"mcp__t__echo", "mcp__t__slow"} <= tools
             events = await _agree(d, token, sid)
             [slow] = _finished(events, "mcp__t__slow")
             assert (slow["status"], slow["error_code"]) == ("interrupted", "INTERRUPTED"), slow
@@ -253,6 +255,8 @@ async def test_a_kill_9_while_a_skill_input_is_checked_leaves_nothing_and_the_re
         async with serving(root, stderr_name="serve-1.err") as (proc, d):
             view = await d.wait_idle(token, sid)
             assert [it["text"] for it in view["items"] if it["role"] == "user"] == ["hello"]
+            rows = (await d.get("/sessions", token, params={"project": project["id"]})).json()["sessions"]
+            assert {row["id"]: row["status"] for row in rows}[sid] == "idle"  # no check is pending now
             other_view = await d.wait_idle(token, other)
             assert [it["call"]["status"] for it in other_view["items"] if it.get("call")] == ["interrupted"]
             first = await d.submit(token, sid, "s1", "/skill:review go")
