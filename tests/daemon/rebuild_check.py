@@ -25,7 +25,9 @@ from projections.registry import all_projections
 from .conftest import projection_dump, run_lens
 
 
-def _backup(source: Path, target: Path) -> None:
+def backup_db(source: Path, target: Path) -> None:
+    """A consistent copy of the SQLite database ``source`` (read-only, one read transaction) as
+    ``target``, while a daemon may be writing it."""
     src = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
     dst = apsw.Connection(str(target))
     try:
@@ -41,7 +43,7 @@ def _backup(source: Path, target: Path) -> None:
 def _copy_databases(data: Path, into: Path) -> None:
     into.mkdir(mode=0o700)
     for name in ("projections.db", "events.db"):  # (this order: the log at or past the positions)
-        _backup(data / name, into / name)
+        backup_db(data / name, into / name)
 
 
 def _fold_the_tail(data: Path) -> tuple[list[tuple], int]:

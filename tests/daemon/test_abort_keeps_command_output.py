@@ -34,13 +34,25 @@ PRINT_MARKER = "printf '%s%s\\n' MARKER- before-the-abort-7f3a"
 KILLED = "[killed by the abort: signal 15 (SIGTERM)]"
 
 
-async def _abort_once_printed(d: Daemon, token: str, sid: str, ws: Path) -> None:
+async def _session(daemon_factory: DaemonFactory, name: str, **daemon: Any) -> tuple[Daemon, str, str, Path]:
+    """A daemon (``daemon``: its factory's arguments), a strong credential, a project named
+    ``name`` and a session of it: (daemon, token, session id, workspace)."""
+    d = await daemon_factory(**daemon)
+    token = await d.pair(name, strong=True)
+    project = await d.project(token, name)
+    sid = (await d.session(token, project["id"]))["id"]
+    return d, token, sid, Path(project["workspace"])
+
+
+async def _abort_once_printed(d: Daemon, token: str, sid: str, ws: Path, name: str = "printed") -> None:
+    """Abort the session once its running command has made ``name`` in the workspace (after
+    printing what the test looks for)."""
     await d.wait_running_call(token, sid)
 
     async def printed() -> bool:
-        return (ws / "printed").exists()
+        return (ws / name).exists()
 
-    await wait_until(printed, what="the command's marker printed")
+    await wait_until(printed, what=f"{name} made by the running command")
     r = await d.post(f"/sessions/{sid}/abort", token)
     assert r.status_code == 200 and r.json()["aborted"] is True, r.text
     await d.wait_idle(token, sid)
@@ -54,11 +66,7 @@ def _call_result(view: dict[str, Any], call_id: str) -> dict[str, Any]:
 
 async def test_an_aborted_command_keeps_what_it_printed_in_its_result_view_and_after_a_restart(
         daemon_factory: DaemonFactory) -> None:
-    d = await daemon_factory()
-    token = await d.pair("abort-output", strong=True)
-    project = await d.project(token, "abort-output")
-    sid = (await d.session(token, project["id"]))["id"]
-    ws = Path(project["workspace"])
+    d, token, sid, ws = await _session(daemon_factory, "abort-output")
     command = f"{PRINT_MARKER}; touch printed; sleep 600"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await _abort_once_printed(d, token, sid, ws)
@@ -91,11 +99,7 @@ async def test_an_aborted_command_keeps_what_it_printed_in_its_result_view_and_a
 ], ids=["under the cap", "at the cap", "one past the cap"])
 async def test_an_aborted_command_s_output_is_cut_at_its_cap(
         daemon_factory: DaemonFactory, printed: int, kept: int, truncated: bool) -> None:
-    d = await daemon_factory()
-    token = await d.pair("abort-cap", strong=True)
-    project = await d.project(token, "abort-cap")
-    sid = (await d.session(token, project["id"]))["id"]
-    ws = Path(project["workspace"])
+    d, token, sid, ws = await _session(daemon_factory, "abort-cap")
     command = f"head -c {printed} /dev/zero | tr '\\0' x; touch printed; sleep 600"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command, "max_output_bytes": 64}))
     await _abort_once_printed(d, token, sid, ws)
@@ -148,11 +152,7 @@ async def test_the_next_request_holds_what_the_aborted_command_printed_also_afte
 async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_factory: DaemonFactory) -> None:
     """The executor stopped (SIGSTOP) while the command runs: the abort waits for the output on
     its way at most ``ABORT_OUTPUT_WAIT_S``, then records the call with what had arrived."""
-    d = await daemon_factory()
-    token = await d.pair("abort-stalled", strong=True)
-    project = await d.project(token, "abort-stalled")
-    sid = (await d.session(token, project["id"]))["id"]
-    ws = Path(project["workspace"])
+    d, token, sid, ws = await _session(daemon_factory, "abort-stalled")
     command = f"{PRINT_MARKER}; echo $PPID > reaper.pid; touch printed; sleep 600"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await d.wait_running_call(token, sid)
@@ -189,11 +189,7 @@ async def test_an_aborted_command_s_output_past_the_log_s_event_limit_is_cut_to_
     """70,000 bytes printed under ``log.maxEventBytes`` 65,536: the abort is still recorded, its
     output cut to fit one event (and said truncated), not refused by the log with everything
     else the abort records."""
-    d = await daemon_factory(config={"log": {"maxEventBytes": 65536}})
-    token = await d.pair("abort-fit", strong=True)
-    project = await d.project(token, "abort-fit")
-    sid = (await d.session(token, project["id"]))["id"]
-    ws = Path(project["workspace"])
+    d, token, sid, ws = await _session(daemon_factory, "abort-fit", config={"log": {"maxEventBytes": 65536}})
     command = "head -c 70000 /dev/zero | tr '\\0' x; touch printed; sleep 600"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await _abort_once_printed(d, token, sid, ws)
@@ -211,11 +207,7 @@ async def test_an_aborted_command_that_ends_with_its_own_code_is_recorded_with_i
         daemon_factory: DaemonFactory) -> None:
     """The command traps the abort's SIGTERM, prints a last line and exits 3: its result says the
     abort stopped it with exit 3, and keeps the line it printed while it ended."""
-    d = await daemon_factory()
-    token = await d.pair("abort-trap", strong=True)
-    project = await d.project(token, "abort-trap")
-    sid = (await d.session(token, project["id"]))["id"]
-    ws = Path(project["workspace"])
+    d, token, sid, ws = await _session(daemon_factory, "abort-trap")
     # (``wait``: a SIGTERM before a foreground sleep started would run the trap only after it)
     command = f"trap 'echo cleaning up; exit 3' TERM; {PRINT_MARKER}; sleep 600 & touch printed; wait"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
@@ -233,11 +225,7 @@ async def test_a_command_that_had_ended_by_itself_when_the_abort_came_is_not_sai
     """The command's shell exits 3 by itself, leaving a background job that holds its output
     (the executor reads on for a moment, and the call is still running): an abort then records
     the command's own exit, not a kill."""
-    d = await daemon_factory()
-    token = await d.pair("abort-ended", strong=True)
-    project = await d.project(token, "abort-ended")
-    sid = (await d.session(token, project["id"]))["id"]
-    ws = Path(project["workspace"])
+    d, token, sid, ws = await _session(daemon_factory, "abort-ended")
     command = f"{PRINT_MARKER}; echo $$ > shell.pid; (sleep 600 &); exit 3"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await d.wait_running_call(token, sid)

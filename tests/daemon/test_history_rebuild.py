@@ -12,6 +12,7 @@ from projections.history import HistoryProjection
 from projections.projector import Projector, open_projections_db
 
 from .conftest import Daemon, run_lens, stop_daemon
+from .history_pages import search_all
 from .test_abort_keeps_partial import _abort_after_seeing
 
 CONFIG = {"providers": [{"id": "faux", "protocol": "faux",
@@ -33,20 +34,7 @@ async def _answers(d: Daemon, token: str, pid: str, sessions: list[str]) -> dict
     out: dict[Any, Any] = {}
     for query in QUERIES:
         for sid in [None, *sessions]:
-            results, after = [], None
-            while True:
-                body = {"projectId": pid, "query": query, "limit": 2}
-                if sid is not None:
-                    body["sessionId"] = sid
-                if after is not None:
-                    body["afterContextItemId"] = after
-                resp = await d.post("/history/search", token, body)
-                assert resp.status_code == 200, resp.text
-                results += resp.json()["results"]
-                after = resp.json()["nextAfterContextItemId"]
-                if after is None:
-                    break
-            out[(query, sid)] = results
+            out[(query, sid)] = results = await search_all(d, token, pid, query, sid)
             for r in results:
                 page = await d.get(f"/history/items/{r['contextItemId']}?limit=9", token)
                 out[r["contextItemId"]] = (page.status_code, page.json())

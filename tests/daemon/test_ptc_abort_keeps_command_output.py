@@ -18,6 +18,7 @@ from typing import Any
 from runtime.decide import ABORTED_TEXT
 
 from .conftest import Daemon, DaemonFactory, finished, stop_daemon, wait_until
+from .test_abort_keeps_command_output import _abort_once_printed, _call_result, _session
 
 FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}], "defaultModel": "faux/faux-1"}
 PTC = "programmatic_tool_run"
@@ -27,13 +28,9 @@ PRINT_MARKER = "printf '%s%s\\n' MARKER- before-the-abort-7f3a"
 KILLED = "[killed by the abort: signal 15 (SIGTERM)]"
 
 
-async def _start(daemon_factory: DaemonFactory, name: str, config: dict[str, Any] | None = None,
-                 root: Path | None = None) -> tuple[Daemon, str, str, Path]:
-    d = await daemon_factory(config={**FAUX, "localPtc": {}, **(config or {})})
-    token = await d.pair(name, strong=True)
-    project = await d.project(token, name)
-    sid = (await d.session(token, project["id"]))["id"]
-    return d, token, sid, Path(project["workspace"])
+async def _start(daemon_factory: DaemonFactory, name: str,
+                 config: dict[str, Any] | None = None) -> tuple[Daemon, str, str, Path]:
+    return await _session(daemon_factory, name, config={**FAUX, "localPtc": {}, **(config or {})})
 
 
 async def _run_program(d: Daemon, token: str, sid: str, program: str) -> str:
@@ -45,21 +42,6 @@ async def _run_program(d: Daemon, token: str, sid: str, program: str) -> str:
     return started["call_id"]
 
 
-async def _abort_once(d: Daemon, token: str, sid: str, ws: Path, name: str) -> None:
-    async def there() -> bool:
-        return (ws / name).exists()
-
-    await wait_until(there, what=f"{name} written by the program's command")
-    r = await d.post(f"/sessions/{sid}/abort", token)
-    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
-    await d.wait_idle(token, sid)
-
-
-def _call_result(view: dict[str, Any], call_id: str) -> dict[str, Any]:
-    [item] = [it for it in view["items"] if it.get("call", {}).get("callId") == call_id]
-    return item["result"]
-
-
 async def test_an_aborted_programs_command_is_stopped_and_what_it_printed_is_kept_also_after_a_restart(
         daemon_factory: DaemonFactory) -> None:
     d, token, sid, ws = await _start(daemon_factory, "ptc-abort")
@@ -68,7 +50,7 @@ async def test_an_aborted_programs_command_is_stopped_and_what_it_printed_is_kep
                f"run_command(command={PRINT_MARKER + '; touch printed; sleep 600'!r})\n"
                "print('never')")
     cid = await _run_program(d, token, sid, program)
-    await _abort_once(d, token, sid, ws, "printed")
+    await _abort_once_printed(d, token, sid, ws, "printed")
 
     [body] = finished(await d.events(token, sid))
     assert (body["call_id"], body["name"], body["status"], body["error_code"], body["is_error"]) == (
@@ -99,7 +81,7 @@ async def test_an_aborted_programs_command_that_traps_the_stop_keeps_its_last_li
     d, token, sid, ws = await _start(daemon_factory, "ptc-abort-trap")
     command = f"trap 'echo cleaning up; exit 3' TERM; {PRINT_MARKER}; sleep 600 & touch printed; wait"
     cid = await _run_program(d, token, sid, f"run_command(command={command!r})")
-    await _abort_once(d, token, sid, ws, "printed")
+    await _abort_once_printed(d, token, sid, ws, "printed")
     [body] = finished(await d.events(token, sid))
     assert body["content"][0]["text"] == (
         f"(the program printed nothing)\n[call {cid}.1 (run_command) was running at the abort; its output:]\n"
@@ -117,7 +99,7 @@ async def test_a_program_aborted_in_another_call_keeps_what_it_printed_and_its_c
                "sleep_milliseconds(milliseconds=600000)\n"
                "print('never')")
     cid = await _run_program(d, token, sid, program)
-    await _abort_once(d, token, sid, ws, "made.txt")
+    await _abort_once_printed(d, token, sid, ws, "made.txt")
     [body] = finished(await d.events(token, sid))
     assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
     assert body["content"][0]["text"] == f"so far\n\n{ABORTED_TEXT}", body
@@ -137,7 +119,7 @@ async def test_an_aborted_programs_command_output_past_the_log_s_event_limit_is_
     d, token, sid, ws = await _start(daemon_factory, "ptc-abort-fit", {"log": {"maxEventBytes": 65536}})
     command = "head -c 70000 /dev/zero | tr '\\0' x; touch printed; sleep 600"
     cid = await _run_program(d, token, sid, f"print('p' * 10000)\nrun_command(command={command!r})")
-    await _abort_once(d, token, sid, ws, "printed")
+    await _abort_once_printed(d, token, sid, ws, "printed")
     events = await d.events(token, sid)
     [body] = finished(events)
     assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body

@@ -33,6 +33,8 @@ import trio
 from ..providers.servers.base import Received, Reply, ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import Daemon, error_of, run_lens, serving, wait_until
+from .history_pages import search_all
+from .rebuild_check import backup_db
 
 ASK = {"questions": [{"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"},
                                                                        {"id": "blue", "label": "Blue"}]}]}
@@ -95,15 +97,7 @@ def _copy_log(root: Path, into: Path) -> None:
     (into / "data").mkdir(parents=True)
     (into / "config").mkdir()
     shutil.copy(root / "config" / "pair.json", into / "config" / "pair.json")
-    src = apsw.Connection(str(root / "data" / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
-    dst = apsw.Connection(str(into / "data" / "events.db"))
-    try:
-        with dst.backup("main", src, "main") as backup:
-            while not backup.done:
-                backup.step(-1)
-    finally:
-        dst.close()
-        src.close()
+    backup_db(root / "data" / "events.db", into / "data" / "events.db")
 
 
 async def _history(d: Daemon, token: str, pid: str, sessions: list[str]) -> dict[Any, Any]:
@@ -111,20 +105,7 @@ async def _history(d: Daemon, token: str, pid: str, sessions: list[str]) -> dict
     out: dict[Any, Any] = {}
     for query in ("quokka", "wombat", "SUMMARY", "REVIEW-STEPS", "blue", "alpha"):
         for sid in [None, *sessions]:
-            results, after = [], None
-            while True:
-                body: dict[str, Any] = {"projectId": pid, "query": query, "limit": 2}
-                if sid is not None:
-                    body["sessionId"] = sid
-                if after is not None:
-                    body["afterContextItemId"] = after
-                r = await d.post("/history/search", token, body)
-                assert r.status_code == 200, r.text
-                results += r.json()["results"]
-                after = r.json()["nextAfterContextItemId"]
-                if after is None:
-                    break
-            out[(query, sid)] = results
+            out[(query, sid)] = results = await search_all(d, token, pid, query, sid)
             for hit in results:
                 page = await d.get(f"/history/items/{hit['contextItemId']}", token, params={"limit": 64})
                 out[hit["contextItemId"]] = (page.status_code, page.json())

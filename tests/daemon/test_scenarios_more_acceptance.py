@@ -207,6 +207,15 @@ async def test_mcp_calls_and_background_jobs_across_a_clean_restart_and_a_kill_9
         assert await _decoded(root, sid) == events
 
 
+async def _project_with_review(d: Daemon, token: str) -> tuple[dict[str, Any], Path]:
+    """A project whose workspace has the ``review`` skill, and that workspace."""
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW)
+    return project, ws
+
+
 async def test_a_kill_9_while_a_skill_input_is_checked_leaves_nothing_and_the_retry_loads_it_once(
         tmp_path: Path) -> None:
     root = tmp_path / "r"
@@ -215,10 +224,7 @@ async def test_a_kill_9_while_a_skill_input_is_checked_leaves_nothing_and_the_re
     with trio.fail_after(60):
         async with serving(root) as (proc, d):
             token = await d.pair("story", strong=True)
-            project = await d.project(token)
-            ws = Path(project["workspace"])
-            (ws / "skills" / "review").mkdir(parents=True)
-            (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW)
+            project, ws = await _project_with_review(d, token)
             sid = (await d.session(token, project["id"]))["id"]
             other = (await d.session(token, project["id"]))["id"]
             await d.submit(token, sid, "r0", "hello")
@@ -314,10 +320,7 @@ async def test_the_next_request_after_a_kill_9_is_the_live_one_byte_for_byte_ove
     with trio.fail_after(60):
         async with serving(root) as (proc, d):
             token = await d.pair("story", strong=True)
-            project = await d.project(token)
-            ws = Path(project["workspace"])
-            (ws / "skills" / "review").mkdir(parents=True)
-            (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW)
+            project, ws = await _project_with_review(d, token)
             (ws / "notes.txt").write_text("alpha and the quokka\n")
             sid = (await d.session(token, project["id"]))["id"]
             for rid, text in (("r1", "hello quokka"), ("r2", "read the notes"), ("r3", "load review")):

@@ -60,6 +60,7 @@ from ..mcp.conftest import SERVER, alive
 
 from .conftest import (BUSY, LIMIT, Daemon, ServeProcess, as_daemon, error_of, projections_caught_up, run_lens,
                        wait_until)
+from .history_pages import search_all
 from .rebuild_check import projections_against_a_rebuild
 
 SEED = int(os.environ.get("LENS_SOAK_SEED", "20261203"))  # another seed: another schedule
@@ -251,20 +252,7 @@ async def answers(d: Daemon, token: str, project_of: dict[str, str]) -> dict[Any
     for pid in sorted(set(project_of.values())):
         for query in QUERIES:
             for sid in [None, *(s for s, p in project_of.items() if p == pid)]:
-                results, after = [], None
-                for _ in range(200):
-                    body: dict[str, Any] = {"projectId": pid, "query": query, "limit": 7}
-                    if sid is not None:
-                        body["sessionId"] = sid
-                    if after is not None:
-                        body["afterContextItemId"] = after
-                    r = await d.post("/history/search", token, body)
-                    assert r.status_code == 200, r.text
-                    results += r.json()["results"]
-                    after = r.json()["nextAfterContextItemId"]
-                    if after is None:
-                        break
-                out[("search", pid, query, sid)] = results
+                out[("search", pid, query, sid)] = await search_all(d, token, pid, query, sid, limit=7)
     return out
 
 
