@@ -1,0 +1,184 @@
+"""The user-facing docs beside the README (docs/storage-format.md, docs/executor.md,
+docs/providers.md, docs/ptc.md, docs/errors.md) read as a user reads them, against the code and
+the running daemon, executor and CLI.
+
+What a page shows is taken from its own text wherever that is robust (the tables and columns of
+the storage format, the format marker, the refusals it quotes, the command lines and flags, the
+keys `decode` prints, the codes `verify` reports, the limits and defaults it states), so that a
+page and a code that drift apart fail here. The live checks run the real daemon on a loopback
+port 0 (built-in defaults, the ``faux`` model, a real executor child), the real ``lens`` CLI and
+a real ``lens executor serve`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import apsw
+import pytest
+
+from tests.contract.error_codes import ROOT, documented_codes
+from tests.daemon.conftest import Daemon, lens_command, run_lens, stop_daemon
+
+DOCS = ROOT / "docs"
+STORAGE = (DOCS / "storage-format.md").read_text(encoding="utf-8")
+EXECUTOR = (DOCS / "executor.md").read_text(encoding="utf-8")
+PROVIDERS = (DOCS / "providers.md").read_text(encoding="utf-8")
+PTC = (DOCS / "ptc.md").read_text(encoding="utf-8")
+ERRORS = (DOCS / "errors.md").read_text(encoding="utf-8")
+# Every user-facing page but the decision record and the performance notes.
+PAGES = {p.name: p.read_text(encoding="utf-8") for p in sorted(DOCS.glob("*.md"))
+         if p.name not in {"decisions.md", "performance.md"}}
+
+_CODE = r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"
+
+
+def _one(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    """The single place ``pattern`` matches ``text`` (a sentence rewritten fails here, to be
+    pointed again at the new words)."""
+    found = list(re.finditer(pattern, text, flags))
+    assert len(found) == 1, (pattern, [m.group(0) for m in found])
+    return found[0]
+
+
+def _section(text: str, heading: str) -> str:
+    """The body of the section whose heading line is ``heading`` (up to the next heading of the
+    same or a higher level)."""
+    level = heading.split(" ", 1)[0]
+    body = text.split("\n" + heading + "\n", 1)[1]
+    return re.split(rf"\n#{{1,{len(level)}}} ", body, maxsplit=1)[0]
+
+
+def _columns(db: Path, table: str) -> list[tuple[str, str, int, str | None, int]]:
+    """``PRAGMA table_info``: (name, type, notnull, default, pk) of each column, in order."""
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [(r[1], r[2], r[3], r[4], r[5]) for r in conn.execute(f"PRAGMA table_info({table})")]
+    finally:
+        conn.close()
+
+
+def _query(db: Path, sql: str) -> list[tuple]:
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return list(conn.execute(sql))
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- a log the daemon made
+
+
+@pytest.fixture
+async def made(daemon: Daemon, strong: str) -> Daemon:
+    """A stopped daemon's data directory holding a project, a session and one answered input."""
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "hello")
+    await daemon.wait_idle(strong, sid)
+    await stop_daemon(daemon)
+    return daemon
+
+
+# --------------------------------------------------------------------------- storage-format.md: events.db
+
+
+async def test_the_events_table_is_the_one_the_doc_draws(made: Daemon):
+    """Each row of the ``events`` table of the page (name, type, ``NOT NULL``, ``DEFAULT``,
+    ``PRIMARY KEY``) is that column of a log the daemon wrote, in order, and no column more."""
+    table = _section(STORAGE, "### `events`").split("\n\n", 1)[0]
+    drawn = []
+    for name, declared in re.findall(r"^\| `([a-z_]+)` \| `([^`]*)` \|", table, re.M):
+        kind = declared.split()[0]
+        default = re.search(r"DEFAULT (\S+)", declared)
+        drawn.append((name, kind, int("NOT NULL" in declared), default and default.group(1),
+                      int("PRIMARY KEY" in declared)))
+    assert len(drawn) == 12, drawn
+    assert _columns(made.data_dir / "events.db", "events") == drawn
+
+
+async def test_the_events_constraints_and_the_other_tables_are_the_doc_s(made: Daemon):
+    db = made.data_dir / "events.db"
+    create = _one(r"`(CREATE UNIQUE INDEX events_request ON [^`]*)`", STORAGE).group(1)
+    (sql,), = _query(db, "SELECT sql FROM sqlite_master WHERE name = 'events_request'")
+    assert " ".join(sql.split()) == create
+    assert "UNIQUE(session_id, session_seq)" in _query(db, "SELECT sql FROM sqlite_master WHERE name = 'events'")[0][0]
+    assert _query(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'sqlite_autoindex_events_%'")[0][0] == 1
+
+    meta = _one(r"`(meta)\(key TEXT PRIMARY KEY, value TEXT NOT NULL\) WITHOUT ROWID`", STORAGE)
+    # (a WITHOUT ROWID table's primary key is NOT NULL by itself)
+    assert _columns(db, meta.group(1)) == [("key", "TEXT", 1, None, 1), ("value", "TEXT", 1, None, 0)]
+    assert "WITHOUT ROWID" in _query(db, "SELECT sql FROM sqlite_master WHERE name = 'meta'")[0][0]
+
+    m = _one(r"`dictionaries\(([^)]*)\)`", STORAGE)
+    drawn = []
+    for col in m.group(1).split(","):
+        words = col.split()
+        drawn.append((words[0], words[1], int("NOT NULL" in col), None, int("PRIMARY KEY" in col)))
+    assert _columns(db, "dictionaries") == drawn
+    tables = {r[0] for r in _query(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"events", "meta", "dictionaries"}, tables
+
+
+async def test_the_format_marker_is_the_one_the_doc_names(made: Daemon):
+    """"format **`lens-events`, version 1**", and the ``meta`` keys of its table: those a fresh
+    log holds are among them, with the marker's values."""
+    fmt, version = _one(r"This page describes format \*\*`([a-z-]+)`, version (\d+)\*\*", STORAGE).groups()
+    assert _one(r"records `format = '([a-z-]+)'` and `format_version = '(\d+)'`", STORAGE).groups() == (fmt, version)
+    keys_table = _section(STORAGE, "### `meta`")
+    keys = set(re.findall(r"^\| `([a-z_]+)(?::<seq>)?` \|", keys_table, re.M))
+    assert {"format", "format_version", "created_ts", "active_dict_id", "max_event_bytes", "ts_step_back"} == keys
+    meta = dict(_query(made.data_dir / "events.db", "SELECT key, value FROM meta"))
+    assert meta["format"] == fmt and meta["format_version"] == version
+    assert {"format", "format_version", "created_ts"} <= set(meta) <= keys, meta
+    assert int(meta["created_ts"]) > 0
+
+
+# --------------------------------------------------------------------------- storage-format.md: projections.db
+
+
+def _drawn_projection_tables() -> dict[str, list[str]]:
+    """Every ``name(col, col, …)`` the page gives for ``projections.db``."""
+    text = _section(STORAGE, "## `projections.db` is disposable")
+    drawn = {}
+    for name, cols in re.findall(r"`([a-z_]+)\(([a-z_, \n]+)\)`", text):
+        drawn[name] = [c.strip() for c in cols.split(",")]
+    return drawn
+
+
+async def test_the_projection_tables_and_their_columns_are_the_doc_s(made: Daemon):
+    db = made.data_dir / "projections.db"
+    drawn = _drawn_projection_tables()
+    assert {"positions", "inputs", "source", "projects", "sessions", "snapshots", "stats_kinds"} <= set(drawn), drawn
+    for table, cols in drawn.items():
+        assert [c[0] for c in _columns(db, table)] == cols, table
+    # The history tables the page names without their columns, and no table it does not name.
+    text = _section(STORAGE, "## `projections.db` is disposable")
+    named = set(re.findall(r"`([a-z_]+)`", text)) | set(drawn)
+    tables = {r[0] for r in _query(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    fts_shadows = {t for t in tables if re.fullmatch(r"history_fts_[a-z]+", t)}
+    assert tables - fts_shadows <= named, sorted(tables - fts_shadows - named)
+    history = set(re.findall(r"`(history_[a-z]+)` \(", text))
+    assert len(history) == 6 and history <= tables, history
+
+
+async def test_the_list_indexes_and_projection_versions_are_the_doc_s(made: Daemon):
+    """``projects_created (created_ts, id)``, ``sessions_created (created_ts DESC, id)``,
+    ``sessions_project (project_id, created_ts DESC, id)``, and "projects 2, sessions 5" as the
+    versions ``positions`` records."""
+    db = made.data_dir / "projections.db"
+    text = _section(STORAGE, "## `projections.db` is disposable")
+    indexes = re.findall(r"`([a-z_]+) \(([A-Za-z_, ]+)\)`", text)
+    assert [n for n, _ in indexes] == ["projects_created", "sessions_created", "sessions_project"], indexes
+    for name, cols in indexes:
+        (sql,), = _query(db, f"SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '{name}'")
+        assert re.sub(r"\s+", " ", sql).endswith(f"({cols})"), (name, sql)
+    versions = dict(re.findall(r"\b([a-z]+) (\d+)\b", _one(r"a new version of its projection \(([^)]*)\)", text).group(1)))
+    recorded = {name: str(v) for name, v, _ in _query(db, "SELECT name, version, seq FROM positions")}
+    for name, version in versions.items():
+        assert recorded[name] == version, (name, recorded)
+    m = _one(r"version (\d+) of the\s+projection, an older table is folded again", text)
+    assert recorded["artifact_names"] == m.group(1)
