@@ -182,3 +182,124 @@ async def test_the_list_indexes_and_projection_versions_are_the_doc_s(made: Daem
         assert recorded[name] == version, (name, recorded)
     m = _one(r"version (\d+) of the\s+projection, an older table is folded again", text)
     assert recorded["artifact_names"] == m.group(1)
+
+
+# --------------------------------------------------------------------------- storage-format.md: what opening refuses
+
+
+def _refusal_rows() -> dict[str, str]:
+    """The table of "Format marker, and what opening refuses": first cell -> second cell."""
+    text = _section(STORAGE, "## Format marker, and what opening refuses")
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| ") and len(cells) == 2 and not set(cells[0]) <= {"-", " "}:
+            rows[cells[0]] = cells[1]
+    assert len(rows) > 25, rows
+    return rows
+
+
+def _row(starts: str) -> tuple[str, list[str]]:
+    """The code and the quoted words ("…") of the one row whose first cell starts with ``starts``."""
+    found = [v for k, v in _refusal_rows().items() if k.startswith(starts)]
+    assert len(found) == 1, (starts, found)
+    code = re.match(rf"`({_CODE})`", found[0])
+    assert code, found[0]
+    return code.group(1), re.findall(r'\("([^"]+)"\)', found[0])
+
+
+def _copy_log(src: Path, dest: Path) -> Path:
+    """A consistent copy of ``src``/events.db as ``dest``/events.db (SQLite's online backup)."""
+    dest.mkdir(mode=0o700)
+    source = apsw.Connection(str(src / "events.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    target = apsw.Connection(str(dest / "events.db"))
+    with target.backup("main", source, "main") as b:
+        b.step()
+    target.close()
+    source.close()
+    return dest
+
+
+def _edit(data: Path, sql: str) -> None:
+    conn = apsw.Connection(str(data / "events.db"))
+    conn.execute(sql)
+    conn.close()
+    for side in ("events.db-wal", "events.db-shm"):
+        (data / side).unlink(missing_ok=True)
+
+
+async def _refused(cwd: Path, data: Path, *argv: str) -> tuple[int, str, str]:
+    """``lens ARGV --data DATA``: its exit code, its code and its message (``lens: CODE: …``)."""
+    out = await run_lens(cwd, *argv, "--data", str(data), check=False)
+    last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    m = re.match(rf"lens: ({_CODE}): (.*)$", last)
+    assert m, (argv, out.stdout, out.stderr)
+    return out.returncode, m.group(1), m.group(2)
+
+
+@pytest.mark.parametrize("starts, edit, names", [
+    ("`meta.format` other than", "UPDATE meta SET value = 'other-log' WHERE key = 'format'", "'other-log'"),
+    ("`lens-events` of another `format_version`", "UPDATE meta SET value = '2' WHERE key = 'format_version'", "version 2"),
+    ("a SQLite database without a `meta` table", "DROP TABLE meta", "dictionaries, events"),
+], ids=["format", "version", "no-meta"])
+async def test_an_older_or_foreign_log_is_refused_as_the_doc_says(made: Daemon, tmp_path: Path, starts: str,
+                                                                   edit: str, names: str):
+    """The reader (``lens log verify``) and the writer (``lens serve``) refuse with the row's code,
+    naming what was found, and the writer leaves the directory as it found it (no ``lock``)."""
+    code, _ = _row(starts)
+    data = _copy_log(made.data_dir, tmp_path / "other")
+    _edit(data, edit)
+    before = sorted(p.name for p in data.iterdir())
+    exit_code, said, message = await _refused(tmp_path, data, "log", "verify")
+    assert (exit_code, said) == (2, code) and names in message, message
+    exit_code, said, message = await _refused(tmp_path, data, "serve", "--port", "0")
+    assert (exit_code, said) == (2, code) and names in message, message
+    assert sorted(p.name for p in data.iterdir()) == before
+
+
+async def test_a_version_that_is_no_whole_number_is_damage_as_the_doc_says(made: Daemon, tmp_path: Path):
+    """``'1.0'``: ``STORE_CORRUPT`` quoting the value, and ``verify`` reports it and exits 1."""
+    code, _ = _row("`lens-events` whose `format_version` is no whole number")
+    row = _refusal_rows()[next(k for k in _refusal_rows() if k.startswith("`lens-events` whose"))]
+    assert "`verify` reports it and exits 1" in row, row
+    data = _copy_log(made.data_dir, tmp_path / "odd")
+    _edit(data, "UPDATE meta SET value = '1.0' WHERE key = 'format_version'")
+    out = await run_lens(tmp_path, "log", "verify", "--data", str(data), check=False)
+    assert out.returncode == 1, out
+    assert re.search(rf"^log: {code}: .*'1\.0'", out.stdout, re.M), out
+
+
+async def test_the_refusals_of_what_is_not_a_log_say_what_the_doc_quotes(tmp_path: Path):
+    """Not a SQLite database, a directory of other files, none at all, an empty ``events.db``,
+    ``--data`` naming a file, ``events.db`` a directory: each row's code and its quoted words."""
+    cases = []
+    code, quoted = _row("`events.db` that is not a SQLite database")
+    d = tmp_path / "notsqlite"
+    d.mkdir(mode=0o700)
+    (d / "events.db").write_bytes(b"plain text, no database\n" * 10)
+    cases.append((d, code, quoted))
+    code, quoted = _row("a directory without `events.db` but with other files")
+    d = tmp_path / "older"
+    d.mkdir(mode=0o700)
+    (d / "log.jsonl").write_text("{}\n")
+    cases.append((d, code, ["log.jsonl"]))
+    code, quoted = _row("the directory does not exist")
+    cases.append((tmp_path / "none", code, quoted))
+    code, quoted = _row("`events.db` of 0 bytes")
+    d = tmp_path / "empty"
+    d.mkdir(mode=0o700)
+    (d / "events.db").touch(mode=0o600)
+    cases.append((d, code, quoted))
+    code, quoted = _row("`--data` naming a file")
+    (tmp_path / "afile").write_text("x")
+    cases.append((tmp_path / "afile", code, quoted))
+    code, quoted = _row("`events.db` that is a directory")
+    d = tmp_path / "dirdb"
+    (d / "events.db").mkdir(parents=True, mode=0o700)
+    d.chmod(0o700)
+    cases.append((d, code, quoted))
+    for data, code, quoted in cases:
+        exit_code, said, message = await _refused(tmp_path, data, "log", "verify")
+        assert (exit_code, said) == (2, code), (data.name, said, message)
+        for words in quoted:
+            assert words in message, (data.name, words, message)
