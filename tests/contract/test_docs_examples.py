@@ -303,3 +303,92 @@ async def test_the_refusals_of_what_is_not_a_log_say_what_the_doc_quotes(tmp_pat
         assert (exit_code, said) == (2, code), (data.name, said, message)
         for words in quoted:
             assert words in message, (data.name, words, message)
+
+
+# --------------------------------------------------------------------------- storage-format.md: the `lens log` commands
+
+
+def _help(words: list[str]) -> str:
+    out = subprocess.run([*lens_command(), *words, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, (words, out.stderr)
+    return out.stdout
+
+
+def _shown_command_lines(text: str, command: str) -> list[list[str]]:
+    """Every ``lens COMMAND …`` line of the page's code blocks and inline code: its words, then
+    the flags it shows."""
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        lines += [ln.split("#")[0] for ln in block.splitlines()]
+    lines += re.findall(r"`(lens [^`]*)`", text)
+    out = []
+    for line in lines:
+        for part in re.split(r"&&|\|(?![^\[]*\])", line):  # (not the `|` of `[--data DIR | --config PATH]`)
+            m = re.match(rf"\s*(?:\.\.\.|lens) ({command}(?: [a-z]+)*)(.*)$", part.strip())
+            if m and ": " not in part:
+                out.append([*m.group(1).split(), *re.findall(r"(?<![\w-])--[a-z][a-z-]*", m.group(2))])
+    return out
+
+
+def _assert_taken(commands: list[list[str]]) -> None:
+    for argv in commands:
+        words = [w for w in argv if not w.startswith("--")]
+        text = _help(words)
+        assert text.startswith(f"usage: lens {' '.join(words)} "), (argv, text)
+        options = text.split("options:", 1)[1]
+        for flag in (w for w in argv if w.startswith("--")):
+            assert re.search(rf"^  (?:-\w, )?{re.escape(flag)}\b", options, re.M), (argv, flag, text)
+
+
+def test_every_lens_log_line_of_the_storage_page_is_one_lens_takes():
+    commands = [c for c in _shown_command_lines(STORAGE, "log") if c != ["log"]]  # (`lens log …`)
+    assert {c[1] for c in commands if not c[1].startswith("-")} == {"decode", "verify", "rebuild", "stats"}, commands
+    assert len(commands) >= 8, commands
+    _assert_taken(commands)
+    serve = _shown_command_lines(STORAGE, "serve")
+    assert ["serve", "--data"] in serve, serve
+    _assert_taken(serve)
+
+
+async def test_decode_prints_exactly_the_keys_the_doc_lists(made: Daemon):
+    """``decode``'s keys, in order, and ``--raw``'s envelope plus ``dict_id``, ``raw_size``,
+    ``body_encoding`` (with the value the page gives) and ``body``; ``verify``'s line."""
+    keys = _one(r"with exactly the keys `([^`]*)`", STORAGE).group(1).split(",")
+    keys = [k.strip() for k in keys]
+    out = await run_lens(made.root, "log", "decode", "--data", str(made.data_dir))
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(events) > 5 and all(list(e) == keys for e in events), (keys, events[0])
+    assert all(isinstance(e["ts"], int) and "kind" not in e["body"] for e in events)
+    m = _one(r"the same envelope plus `dict_id`, `raw_size`,\s+`body_encoding` \(`\"([^\"]+)\"`\) and `body` as base64",
+             STORAGE)
+    out = await run_lens(made.root, "log", "decode", "--raw", "--data", str(made.data_dir))
+    raw = [json.loads(line) for line in out.stdout.splitlines()]
+    envelope = [k for k in keys if k != "body"]
+    assert all(sorted(r) == sorted([*envelope, "dict_id", "raw_size", "body_encoding", "body"]) for r in raw), raw[0]
+    assert {r["body_encoding"] for r in raw} == {m.group(1)}
+    said = _one(r"It prints `(ok): N\s+event\(s\) verified`", STORAGE).group(1)
+    out = await run_lens(made.root, "log", "verify", "--data", str(made.data_dir))
+    assert out.stdout.splitlines()[-1] == f"{said}: {len(events)} event(s) verified", out.stdout
+
+
+def test_the_codes_verify_reports_are_those_the_doc_lists():
+    """The codes of the ``verify`` bullet are the codes ``verify_log`` can yield (and those a
+    damaged file or the clock give: ``STORE_CORRUPT``, ``TS_AHEAD_OF_CLOCK``,
+    ``EVENT_UNKNOWN_DICTIONARY``), every one documented in docs/errors.md."""
+    import inspect
+
+    from runtime import logcli
+
+    bullet = _one(r"^- \*\*verify\*\* .*?(?=^- \*\*rebuild\*\*)", STORAGE, re.S | re.M).group(0)
+    said = set(re.findall(rf"`({_CODE})`", bullet[bullet.index("The codes are stable"):]))
+    source = inspect.getsource(logcli.verify_log) + inspect.getsource(logcli._verify_rows)
+    yielded = set(re.findall(rf"f?\"({_CODE}): ", source))
+    assert len(yielded) >= 12, yielded
+    assert said == yielded | {"STORE_CORRUPT", "TS_AHEAD_OF_CLOCK", "EVENT_UNKNOWN_DICTIONARY"}, (said ^ yielded)
+    assert not said - set(documented_codes())
+
+
+async def test_the_usage_error_the_doc_quotes_is_the_one_printed(tmp_path: Path):
+    quoted = _one(r"\(`(lens log decode: USAGE_ERROR: argument\s+--from: 'x' is not a whole number)`\)", STORAGE).group(1)
+    out = await run_lens(tmp_path, "log", "decode", "--from", "x", check=False)
+    assert out.returncode == 2 and out.stderr.splitlines()[-1] == " ".join(quoted.split()), out.stderr
