@@ -392,3 +392,101 @@ async def test_the_usage_error_the_doc_quotes_is_the_one_printed(tmp_path: Path)
     quoted = _one(r"\(`(lens log decode: USAGE_ERROR: argument\s+--from: 'x' is not a whole number)`\)", STORAGE).group(1)
     out = await run_lens(tmp_path, "log", "decode", "--from", "x", check=False)
     assert out.returncode == 2 and out.stderr.splitlines()[-1] == " ".join(quoted.split()), out.stderr
+
+
+# --------------------------------------------------------------------------- executor.md
+
+
+def test_every_lens_executor_line_of_the_executor_page_is_one_lens_takes():
+    """The remote host's ``lens executor serve`` line (with ``--state`` and ``--token-stdin``),
+    and the line the pool spawns, which is also the one ``runtime/executors.py`` runs."""
+    commands = _shown_command_lines(EXECUTOR, "executor serve")
+    # the alternative the block gives as a comment: `# or: ... --token-stdin < token-file`
+    commands.append(["executor", "serve", *re.findall(r"--[a-z-]+", _one(r"# or: \.\.\. ([^\n]*)", EXECUTOR).group(1))])
+    flags = {f for c in commands for f in c if f.startswith("--")}
+    assert {"--workspace", "--listen", "--state", "--token-stdin"} <= flags, commands
+    _assert_taken([c for c in commands if c[:2] == ["executor", "serve"]])
+    spawn = _one(r"`(python -m runtime\.cli executor serve [^`]*)`", EXECUTOR).group(1)
+    spawn_flags = re.findall(r"--[a-z-]+", spawn)
+    _assert_taken([["executor", "serve", *spawn_flags]])
+    source = (ROOT / "runtime" / "executors.py").read_text(encoding="utf-8")
+    assert re.findall(r'"(--[a-z-]+)"', source.split('"executor", "serve"', 1)[1].split("]", 1)[0]) == spawn_flags
+
+
+def test_the_executor_numbers_and_defaults_are_the_code_s():
+    from runtime.executors import IDLE_STOP_S
+    from tools.executor import MAX_TOKEN_CHARS
+
+    minutes = int(_one(r"for (\d+) minutes \(`IDLE_STOP_S`\)", EXECUTOR).group(1))
+    assert IDLE_STOP_S == minutes * 60
+    listen = _one(r"Without `--listen` it listens on `([0-9.]+:\d+)`", EXECUTOR).group(1)
+    assert f"(default {listen})" in _help(["executor", "serve"])
+    assert _one(r"# (\d+) to (\d+) printable ASCII characters", EXECUTOR).group(2) == str(MAX_TOKEN_CHARS)
+
+
+async def _executor(cwd: Path, token: str | None, *argv: str) -> tuple[int | None, str, str]:
+    """``lens executor serve ARGV`` with ``LENS_EXECUTOR_TOKEN`` = ``token``: (None, its listening
+    line, "") once it listens (it is then stopped), or (exit code, "", its last stderr line)."""
+    import os
+
+    import trio
+
+    env = {k: v for k, v in os.environ.items() if k != "LENS_EXECUTOR_TOKEN"}
+    if token is not None:
+        env["LENS_EXECUTOR_TOKEN"] = token
+    proc = await trio.lowlevel.open_process([*lens_command(), "executor", "serve", *argv], cwd=cwd, env=env,
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE)
+    try:
+        with trio.fail_after(60):
+            out = b""
+            while b"\n" not in out:
+                chunk = await proc.stdout.receive_some(4096)
+                if not chunk:
+                    break
+                out += chunk
+            if out.startswith(b"lens executor: listening on "):
+                proc.terminate()
+                await proc.wait()
+                return None, out.decode().splitlines()[0], ""
+            err = b""
+            while chunk := await proc.stderr.receive_some(4096):
+                err += chunk
+            return await proc.wait(), "", err.decode().strip().splitlines()[-1]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_the_executor_starts_and_refuses_as_the_page_says(tmp_path: Path):
+    """The token's bounds (16 and 4096 characters start; 15, none and 4097 are refused) and the
+    refusals the page lists, each ``lens executor: CODE: message``, exit 2; a started one prints
+    ``lens executor: listening on 127.0.0.1:<port>``."""
+    low, high = (int(n) for n in _one(r"# (\d+) to (\d+) printable ASCII characters", EXECUTOR).groups())
+    refusals = dict(re.findall(rf"`({_CODE})`\s+\(([^)]*(?:\([^)]*\)[^)]*)*)\)", _one(
+        r"When it cannot start it prints `lens executor: CODE: message` on stderr and exits 2:(.*?)\n\n",
+        EXECUTOR, re.S).group(1)))
+    assert {"EXECUTOR_TOKEN_MISSING", "EXECUTOR_TOKEN_INVALID", "INVALID_ARGUMENT", "LISTEN_FAILED",
+            "WORKSPACE_INVALID", "STATE_DIR_INVALID"} == set(refusals), refusals
+    assert f"shorter than {low} characters" in refusals["EXECUTOR_TOKEN_MISSING"]
+    assert f"longer than {high} characters" in refusals["EXECUTOR_TOKEN_INVALID"]
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    ws.mkdir()
+    base = ["--workspace", str(ws), "--listen", "127.0.0.1:0", "--state", str(state)]
+    for token in ("t" * low, "t" * high):
+        code, line, err = await _executor(tmp_path, token, *base)
+        assert code is None and re.fullmatch(r"lens executor: listening on 127\.0\.0\.1:\d+", line), (len(token), err)
+    cases = [
+        ("t" * (low - 1), base, "EXECUTOR_TOKEN_MISSING"),
+        (None, base, "EXECUTOR_TOKEN_MISSING"),
+        ("t" * (high + 1), base, "EXECUTOR_TOKEN_INVALID"),
+        ("t" * (low - 1) + "\u00e9", base, "EXECUTOR_TOKEN_INVALID"),
+        ("t" * low, ["--workspace", str(ws), "--listen", "localhost", "--state", str(state)], "INVALID_ARGUMENT"),
+        ("t" * low, ["--workspace", str(tmp_path / "none"), "--listen", "127.0.0.1:0", "--state", str(state)],
+         "WORKSPACE_INVALID"),
+        ("t" * low, ["--workspace", str(ws), "--listen", "127.0.0.1:0", "--state", str(ws / "st")], "STATE_DIR_INVALID"),
+    ]
+    for token, argv, expected in cases:
+        code, _, err = await _executor(tmp_path, token, *argv)
+        assert code == 2 and err.startswith(f"lens executor: {expected}: "), (expected, token and len(token), err)
