@@ -490,3 +490,77 @@ async def test_the_executor_starts_and_refuses_as_the_page_says(tmp_path: Path):
     for token, argv, expected in cases:
         code, _, err = await _executor(tmp_path, token, *argv)
         assert code == 2 and err.startswith(f"lens executor: {expected}: "), (expected, token and len(token), err)
+
+
+# --------------------------------------------------------------------------- providers.md
+
+
+def _provider_config(**fields: object) -> str:
+    entry = {"id": "oa", "protocol": "openai-responses", "models": [{"id": "m1"}], **fields}
+    return json.dumps({"providers": [entry]})
+
+
+def test_the_providers_config_example_is_read_as_the_page_says():
+    """The page's example, put in braces, is a config Lens reads, with the providers, models and
+    default it shows; each key of the key table is a key of a provider or model entry."""
+    from runtime.config import ModelConfig, ProviderConfig, parse_config, unknown_keys
+
+    block = _one(r"## Configuration\n\n```jsonc\n(.*?)```", PROVIDERS, re.S).group(1)
+    text = "{" + block + "}"
+    assert unknown_keys(text) == []
+    cfg = parse_config(text, "providers.md")
+    assert [(p.id, p.protocol) for p in cfg.providers] == re.findall(
+        r'"id": "([a-z]+)", "protocol": "([a-z-]+)"', block)
+    assert cfg.default_model == "claude/claude-sonnet-5"
+    table = _one(r"\| key \| meaning \|\n(.*?)\n\n", PROVIDERS, re.S).group(1)
+    keys = re.findall(r"^\| `([A-Za-z\[\]._]+)`(?: · `([A-Za-z\[\]._]+)`)? \|", table, re.M)
+    provider_fields = set(ProviderConfig.__struct_encode_fields__)
+    model_fields = set(ModelConfig.__struct_encode_fields__)
+    named = [k for pair in keys for k in pair if k]
+    assert len(named) >= 12, named
+    for key in named:
+        if key.startswith("models[]."):
+            assert key.removeprefix("models[].") in model_fields, key
+        else:
+            assert key in provider_fields, key
+
+
+@pytest.mark.parametrize("key", ["timeoutSeconds", "maxRetries"])
+def test_the_provider_bounds_and_defaults_hold_at_and_one_past_them(key: str):
+    from runtime.config import ConfigError, ProviderConfig, parse_config
+
+    row = _one(rf"^\| `{key}` \|[^\n]*", PROVIDERS, re.M).group(0)
+    lo, hi, default = (int(n.replace(",", "")) for n in re.search(r"\(([\d,]+)–([\d,]+); default ([\d,]+)\)", row).groups())
+    assert getattr(ProviderConfig(id="x", protocol="faux"), {"timeoutSeconds": "timeout_seconds",
+                                                             "maxRetries": "max_retries"}[key]) == default
+    for value in (lo, hi):
+        parse_config(_provider_config(**{key: value}))
+    for value in (lo - 1, hi + 1):
+        with pytest.raises(ConfigError, match=rf"providers\[0\]\.{key} must be {lo} to {hi}"):
+            parse_config(_provider_config(**{key: value}))
+
+
+def test_the_cache_ttl_refusal_is_the_one_the_page_quotes():
+    from runtime.config import ConfigError, parse_config
+
+    quoted = _one(r"\(`(provider 'oa' model 'm1': cacheTtl must be '30m' or '12h', not '2h')`\)", PROVIDERS).group(1)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(json.dumps({"providers": [{"id": "oa", "protocol": "openai-responses",
+                                                "models": [{"id": "m1", "cacheTtl": "2h"}]}]}))
+    assert quoted in str(caught.value), caught.value
+
+
+def test_the_built_in_providers_are_the_page_s():
+    from runtime.providers.builtin import BUILTINS
+
+    table = _one(r"\| id \| protocol \| base URL \| key \| models \(context window\) \|\n(.*?)\n\n", PROVIDERS, re.S).group(1)
+    rows = []
+    for line in table.splitlines()[1:]:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        ident, protocol = (re.search(r"`([^`]*)`", c).group(1) for c in cells[:2])
+        url, url_env = re.findall(r"`([^`]*)`", cells[2])
+        key = re.search(r"`([^`]*)`", cells[3]).group(1)
+        window = int(re.search(r"\(([\d,]+) each\)", cells[4]).group(1).replace(",", ""))
+        models = tuple((m, window) for m in re.findall(r"`([^`]*)`", cells[4]))
+        rows.append((ident, protocol, url, key, url_env, models))
+    assert rows == [(b.id, b.protocol, b.base_url, b.key_env, b.base_url_env, b.models) for b in BUILTINS]
