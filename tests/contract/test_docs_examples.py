@@ -564,3 +564,69 @@ def test_the_built_in_providers_are_the_page_s():
         models = tuple((m, window) for m in re.findall(r"`([^`]*)`", cells[4]))
         rows.append((ident, protocol, url, key, url_env, models))
     assert rows == [(b.id, b.protocol, b.base_url, b.key_env, b.base_url_env, b.models) for b in BUILTINS]
+
+
+# --------------------------------------------------------------------------- ptc.md
+
+
+def _ptc_number(text: str) -> int:
+    text = text.replace(",", "")
+    return int(text.split()[0]) * 2**20 if text.endswith("MiB") else int(text)
+
+
+def test_the_ptc_limits_table_and_numbers_are_the_code_s():
+    from tools.ptc import tool
+    from tools.ptc.interpreter import _MESSAGE_CHARS, MAX_INT_BITS, Limits
+
+    table = _section(PTC, "## Limits").split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| ([\d,]+(?: MiB)?) \|", table, re.M))
+    assert set(rows) == set(Limits.__dataclass_fields__), rows
+    assert {k: _ptc_number(v) for k, v in rows.items()} == vars(Limits())
+    default, lo, hi = (int(n.replace(",", "")) for n in
+                       _one(r"`timeout_ms` \(default ([\d,]+), ([\d,]+)–([\d,]+)\)", PTC).groups())
+    assert (default, lo, hi) == (tool.DEFAULT_TIMEOUT_MS, 1, tool.MAX_TIMEOUT_MS)
+    assert _ptc_number(_one(r"what the program printed \(at most (1 MiB)\)", PTC).group(1)) == Limits().max_output_bytes
+    assert int(_one(r"the images the calls returned \(at most (\d+)\)", PTC).group(1)) == tool.MAX_IMAGES
+    bits = _ptc_number(_one(r"may not exceed ([\d,]+) bits \(`2 \*\* 9999`", PTC).group(1))
+    assert bits == MAX_INT_BITS
+    assert _ptc_number(_one(r"a message longer than ([\d,]+) characters is cut", PTC).group(1)) == _MESSAGE_CHARS
+
+
+async def _run(code: str):
+    from tools.ptc.interpreter import run_program
+
+    async def no_tools(name: str, args: dict) -> object:
+        raise AssertionError(name)
+
+    return await run_program(code, no_tools, [])
+
+
+async def test_the_ptc_limits_hold_at_and_one_past_them_with_the_page_s_codes():
+    """The program's size (exactly the limit accepted), the integer bits (``2 ** 9999`` fine,
+    ``2 ** 10000`` not), and each code the errors table names for them."""
+    from tools.ptc.interpreter import Limits
+
+    codes = dict(re.findall(r"^\| `(PTC_[A-Z_]+)` \| ([^|]*) \|", _section(PTC, "## Errors"), re.M))
+    assert len(codes) == 12, codes
+    size = Limits().max_code_bytes
+    filler = "x = 1\n"
+    program = filler * (size // len(filler)) + "#" * (size % len(filler))
+    assert len(program.encode()) == size
+    assert (await _run(program)).error is None
+    out = await _run(program + "#")
+    assert out.error is not None and out.error.code == "PTC_CODE_TOO_LARGE" and "PTC_CODE_TOO_LARGE" in codes
+    fine, refused = _one(r"\(`(2 \*\* \d+)` is\s+fine, `(2 \*\* \d+)` is not\)", PTC).groups()
+    assert (await _run(f"x = {fine}")).error is None
+    out = await _run(f"x = {refused}")
+    assert out.error is not None and out.error.code == "PTC_VALUE_TOO_LARGE", out.error
+    assert "an integer over 10,000 bits" in codes["PTC_VALUE_TOO_LARGE"]
+    quoted = {code: re.findall(r'"([^"]*\(line \d+\))"', when) for code, when in codes.items()}
+    assert quoted["PTC_NAME_ERROR"] == ["name 'x' is not defined (line 2)"]
+    out = await _run("y = 1\nprint(x)")
+    assert (out.error.code, out.error.message) == ("PTC_NAME_ERROR", quoted["PTC_NAME_ERROR"][0])
+    out = await _run("y = 1\n\nimport os")
+    assert (out.error.code, out.error.message) == ("PTC_NOT_ALLOWED", quoted["PTC_NOT_ALLOWED"][0]), out.error.message
+    out = await _run("d = {}\n\n\nd['x']")
+    assert (out.error.code, out.error.message) == ("PTC_RUNTIME", quoted["PTC_RUNTIME"][0]), out.error.message
+    out = await _run("\n" * 8 + "raise ValueError('bad input')")
+    assert (out.error.code, out.error.message) == ("PTC_UNCAUGHT", quoted["PTC_UNCAUGHT"][0]), out.error.message
