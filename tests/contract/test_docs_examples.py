@@ -630,3 +630,38 @@ async def test_the_ptc_limits_hold_at_and_one_past_them_with_the_page_s_codes():
     assert (out.error.code, out.error.message) == ("PTC_RUNTIME", quoted["PTC_RUNTIME"][0]), out.error.message
     out = await _run("\n" * 8 + "raise ValueError('bad input')")
     assert (out.error.code, out.error.message) == ("PTC_UNCAUGHT", quoted["PTC_UNCAUGHT"][0]), out.error.message
+
+
+# --------------------------------------------------------------------------- every page: codes and variables
+
+
+# Upper-case names in backquotes that are no Lens error code: environment variables (checked
+# below), signals, SQLite's and HTTP/2's own names, Python's error classes and constants of the
+# code the pages name.
+def _environment_names(text: str) -> set[str]:
+    return set(re.findall(r"`\$?((?:OPENAI|ANTHROPIC|LENS|EXA|XDG|HTTPS?|NO)_[A-Z_]+)\b(?!\()", text)) - {"HTTP_ERROR"}
+
+
+def test_every_error_code_a_page_names_is_documented():
+    documented = set(documented_codes())
+    source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "runtime").rglob("*.py")) + "\n".join(
+        p.read_text(encoding="utf-8") for pkg in ("tools", "events", "projections") for p in (ROOT / pkg).rglob("*.py"))
+    for name, text in PAGES.items():
+        if name == "errors.md":  # (its table is the documented list; it also names retired codes)
+            continue
+        named = set(re.findall(rf"`(?:lens(?: [a-z]+)*: )?({_CODE})`", text)) - _environment_names(text)
+        # (names the code itself has: a constant, grpc's status names, the credential variables
+        # it knows; a code the code does not spell anywhere and errors.md lacks is a page's slip)
+        unknown = sorted(c for c in named if c not in documented and not re.search(rf"\b{c}\b", source))
+        assert not unknown, (name, unknown)
+
+
+def test_every_environment_variable_a_page_names_is_one_lens_reads():
+    """A variable the pages tell a user to set (or say Lens reads or drops) is named in the code."""
+    source = "\n".join(p.read_text(encoding="utf-8") for pkg in ("runtime", "tools", "events", "projections", "tests")
+                       for p in (ROOT / pkg).rglob("*.py"))  # (tests: the SDKs' own variables Lens drops)
+    named = set().union(*(_environment_names(t) for t in PAGES.values())) - {"LENS_ERROR"}  # (a base class's code)
+    assert {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "LENS_EXECUTOR_TOKEN", "XDG_STATE_HOME"} <= named, named
+    # (the HTTP client's proxy variables are httpx's, which the page says still apply)
+    missing = sorted(v for v in named - {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"} if v not in source)
+    assert not missing, missing
