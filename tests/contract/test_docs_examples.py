@@ -665,3 +665,41 @@ def test_every_environment_variable_a_page_names_is_one_lens_reads():
     # (the HTTP client's proxy variables are httpx's, which the page says still apply)
     missing = sorted(v for v in named - {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"} if v not in source)
     assert not missing, missing
+
+
+def test_the_command_and_connection_numbers_of_the_executor_page_are_the_code_s():
+    from runtime import executor_client as client
+    from tools import workspace_tools
+    from tools.executor import PROTOCOL_VERSION, commands, runs, server
+
+    commands_text = _section(EXECUTOR, "## Commands (`Run(CommandRequest) -> stream CommandEvent`)")
+    default, most = (int(n.replace(" ", "")) for n in
+                     _one(r"`timeout_ms` \(default ([\d ]+), at most ([\d ]+)\)", commands_text).groups())
+    assert (default, most) == (commands.DEFAULT_TIMEOUT_MS, commands.MAX_TIMEOUT_MS)
+    assert most == workspace_tools.MAX_COMMAND_TIMEOUT_MS
+    assert float(_one(r"then SIGKILL after (\d+) s", commands_text).group(1)) == commands.KILL_GRACE_S
+    out_default, out_most = _one(r"`max_output_bytes` \(default (\d+) MiB, at most (\d+) MiB\)", commands_text).groups()
+    assert int(out_default) * 2**20 == commands.DEFAULT_MAX_OUTPUT
+    assert int(out_most) * 2**20 == commands.MAX_OUTPUT == workspace_tools.MAX_COMMAND_OUTPUT
+    running, threads = _one(r"\*\*At most (\d+) commands run at once\*\* on one executor \(each holds a server thread"
+                            r" while it\s+streams; the server has (\d+)\)", commands_text).groups()
+    assert (int(running), int(threads)) == (server.MAX_RUNNING_COMMANDS, server.SERVER_THREADS)
+    assert float(_one(r"takes none of its output for (\d+) s is cancelled", commands_text).group(1)) == server.SEND_STALL_S
+    assert float(_one(r"read for ([\d.]+) s, then what is left is ended", commands_text).group(1)) == commands.DRAIN_GRACE_S
+    kib, passing = _one(r"A command is at most (\d+) KiB of UTF-8\s+\(([\d,]+) bytes pass, one more is `COMMAND_TOO_LONG`",
+                        commands_text).groups()
+    assert int(kib) * 1024 == int(passing.replace(",", "")) == workspace_tools.MAX_COMMAND_BYTES
+    assert float(_one(r"Core waits for the exit at most ([\d.]+) s\s+\(`ABORT_OUTPUT_WAIT_S`\)",
+                      commands_text).group(1)) == workspace_tools.ABORT_OUTPUT_WAIT_S
+    run_id, past = _one(r"`CommandRequest\.run_id` is at most (\d+) characters \((\d+) is `INVALID_ARGUMENT`",
+                        commands_text).groups()
+    assert int(run_id) == runs.MAX_RUN_ID_CHARS and int(past) == int(run_id) + 1
+    assert int(_one(r"Both were added within `core-executor-rpc: (\d+)`", commands_text).group(1)) == PROTOCOL_VERSION
+
+    contract = _section(EXECUTOR, "## Connection contract")
+    assert int(_one(r"`lens-protocol: (\d+)`", contract).group(1)) == PROTOCOL_VERSION
+    assert int(_one(r"reply past the (\d+) MiB a gRPC message may hold", contract).group(1)) * 2**20 == client.MAX_MESSAGE_BYTES
+    assert int(_one(r"the\s+channel holds (\d+) events", contract).group(1)) == client.STREAM_BUFFER_EVENTS
+    assert int(_one(r"a fixed (\d+) MiB HTTP/2 receive window", contract).group(1)) * 2**20 == client.RECEIVE_WINDOW_BYTES
+    limiter = _one(r"Open streams share a\s+`CapacityLimiter` \((\d+)\)", contract).group(1)
+    assert f"trio.CapacityLimiter({limiter})" in (ROOT / "runtime" / "executor_client.py").read_text()
