@@ -703,3 +703,21 @@ def test_the_command_and_connection_numbers_of_the_executor_page_are_the_code_s(
     assert int(_one(r"a fixed (\d+) MiB HTTP/2 receive window", contract).group(1)) * 2**20 == client.RECEIVE_WINDOW_BYTES
     limiter = _one(r"Open streams share a\s+`CapacityLimiter` \((\d+)\)", contract).group(1)
     assert f"trio.CapacityLimiter({limiter})" in (ROOT / "runtime" / "executor_client.py").read_text()
+
+
+def test_the_ptc_builtins_and_methods_are_exactly_the_page_s():
+    """The builtins table and the method lists of ptc.md are the interpreter's, both ways."""
+    from tools.ptc import interpreter
+
+    table = _section(PTC, "## Builtins")
+    listed = set()
+    for first_cell in re.findall(r"^\| ([^|]*) \|", table, re.M):
+        listed |= set(re.findall(r"`([A-Za-z_]+)(?:\(|`)", first_cell))
+    listed -= {"Builtin"}
+    known = set(interpreter._BUILTINS) | set(interpreter._ERROR_CLASSES)
+    assert listed == known, (sorted(listed - known), sorted(known - listed))
+    methods = _section(PTC, "## Methods")
+    for kind, names in (("str", interpreter._STR_METHODS), ("list", interpreter._LIST_METHODS),
+                        ("dict", interpreter._DICT_METHODS), ("set", interpreter._SET_METHODS)):
+        said = _one(rf"^- `{kind}`: `([a-z\s]+)`", methods, re.M).group(1).split()
+        assert set(said) == set(names), (kind, sorted(set(said) ^ set(names)))
