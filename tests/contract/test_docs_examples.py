@@ -721,3 +721,28 @@ def test_the_ptc_builtins_and_methods_are_exactly_the_page_s():
                         ("dict", interpreter._DICT_METHODS), ("set", interpreter._SET_METHODS)):
         said = _one(rf"^- `{kind}`: `([a-z\s]+)`", methods, re.M).group(1).split()
         assert set(said) == set(names), (kind, sorted(set(said) ^ set(names)))
+
+
+def test_every_http_status_a_provider_answers_has_the_code_and_retry_the_error_table_gives():
+    """Each status from 400 to 599 (401 aside: ``AUTH_FAILED`` before the status is read), as the
+    SDK error of a refused request: the code and the retryable the page's table gives it (a row
+    naming the status, else its ``5xx`` row, else its "any other 4xx status" row)."""
+    from runtime.providers.sdk import _by_status
+
+    table = _one(r"\| code \| when \| retryable \|\n(.*?)\n\n", PROVIDERS, re.S).group(1)
+    by_status: dict[str, tuple[str, bool]] = {}
+    for line in table.splitlines()[1:]:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        code, when, retry = re.match(r"`([A-Z_]+)`", cells[0]).group(1), cells[1], cells[2]
+        if "any other 4xx status" in when:
+            by_status.setdefault("4xx", (code, retry == "yes"))
+        # (a status qualified by what the body says, ``429 `insufficient_quota` ``, is not the status alone)
+        for status in re.findall(r"(?<![\w.])(\d{3}|5xx)(?![\w])(?! `)", when.split(" (")[0]):
+            by_status.setdefault(status, (code, retry == "yes"))
+    assert {"403", "404", "408", "413", "400", "422", "402", "429", "529", "5xx"} <= set(by_status), by_status
+    wrong = []
+    for status in (s for s in range(400, 600) if s != 401):
+        said = by_status.get(str(status)) or by_status.get(f"{str(status)[0]}xx")
+        if said != _by_status(status, "", ""):
+            wrong.append((status, said, _by_status(status, "", "")))
+    assert not wrong, wrong
