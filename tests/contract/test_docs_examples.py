@@ -746,3 +746,20 @@ def test_every_http_status_a_provider_answers_has_the_code_and_retry_the_error_t
         if said != _by_status(status, "", ""):
             wrong.append((status, said, _by_status(status, "", "")))
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("status", [409, 410, 451])
+@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat", "anthropic"])
+async def test_a_4xx_status_the_table_lists_is_answered_so_through_the_sdk(protocol: str, status: int):
+    """The rows of those statuses, run: a loopback server speaking the protocol refuses the
+    request with the status, through the official SDK (its retries off)."""
+    from runtime.providers.base import ProviderError
+    from tests.providers.test_stream_fuzz import _error_reply, ask
+
+    rows = _one(r"\| code \| when \| retryable \|\n(.*?)\n\n", PROVIDERS, re.S).group(1)
+    row = next((ln for ln in rows.splitlines() if re.search(rf"\| {status} \(", ln)), None) or next(
+        ln for ln in rows.splitlines() if "any other 4xx status" in ln)
+    code, retry = re.match(r"\| `([A-Z_]+)` \| [^|]* \| (yes|no) \|", row).groups()
+    outcome, _, _, _ = await ask(protocol, [_error_reply(protocol, status, "provider", "refused", None)], then=False)
+    assert isinstance(outcome, ProviderError), outcome
+    assert (outcome.code, outcome.retryable, outcome.status) == (code, retry == "yes", status), outcome
