@@ -763,3 +763,61 @@ async def test_a_4xx_status_the_table_lists_is_answered_so_through_the_sdk(proto
     outcome, _, _, _ = await ask(protocol, [_error_reply(protocol, status, "provider", "refused", None)], then=False)
     assert isinstance(outcome, ProviderError), outcome
     assert (outcome.code, outcome.retryable, outcome.status) == (code, retry == "yes", status), outcome
+
+
+def _tool_table() -> dict[str, tuple[list[str], list[str]]]:
+    """The executor page's tool table: tool -> (required arguments, optional ones), as written."""
+    text = _section(EXECUTOR, "## Tools (`Call(tool, call_id, arguments_json) -> ToolReply`)")
+    out = {}
+    for tool, args in re.findall(r"^\| `([a-z_]+)` \| `([^`]*)`", text, re.M):
+        names = [a.split(":")[0].strip() for a in re.split(r",\s*", args)]
+        out[tool] = ([n for n in names if not n.endswith("?")], [n.rstrip("?") for n in names if n.endswith("?")])
+    return out
+
+
+def test_the_executor_tool_arguments_are_those_the_executor_takes():
+    """Each tool's arguments in the page's table, required and optional (``?``), are the
+    executor's ``ARGUMENT_NAMES`` (what a call is checked against before it runs)."""
+    from tools.executor.server import ARGUMENT_NAMES
+
+    table = _tool_table()
+    assert set(ARGUMENT_NAMES) <= set(table), table
+    for tool, (required, optional) in ARGUMENT_NAMES.items():
+        assert table[tool] == (list(required), list(optional)), (tool, table[tool], (required, optional))
+
+
+async def test_a_browse_list_without_a_path_lists_the_workspace_root(tmp_path: Path):
+    """``browse_list`` run on a real executor with the arguments its row marks optional left out."""
+    from runtime.executor_client import ExecutorClient
+    from tests.executor.conftest import start_executor, stop_process
+
+    required, _ = _tool_table()["browse_list"]
+    ex = start_executor(tmp_path)
+    try:
+        (ex.workspace / "a.txt").write_text("x")
+        client = ExecutorClient(ex.address, ex.token)
+        try:
+            await client.hello()
+            outcome = await client.call("browse_list", dict.fromkeys(required, "."))
+        finally:
+            client.close()
+    finally:
+        stop_process(ex.proc)
+    assert [e["name"] for e in outcome.result["entries"]] == ["a.txt"], outcome
+    shape = _one(r"^\| `browse_list` \| [^|]* \| `\{([^`]*)\}` \|", EXECUTOR, re.M).group(1)
+    entry = re.search(r"entries: \[\{([^}]*)\}\]", shape).group(1)
+    top = re.sub(r"entries: \[\{[^}]*\}\]", "entries", shape)
+    assert sorted(outcome.result) == sorted(k.strip() for k in top.split(","))
+    assert sorted(outcome.result["entries"][0]) == sorted(k.strip() for k in entry.split(","))
+
+
+def test_the_file_events_the_executor_page_names_have_its_fields():
+    from events import types as t
+
+    edited = _one(r"a `file\.edited` event \(`([^`]*)`", EXECUTOR).group(1)
+    fields = []
+    for name in re.split(r",\s*", edited):
+        fields += [name.replace("before/after", side) for side in ("before", "after")] if "before/after" in name else [name]
+    assert fields == list(t.FileEdited.__struct_fields__), fields
+    reverted = _one(r"`file\.reverted \{([^}]*)\}`", EXECUTOR).group(1).split(", ")
+    assert reverted == list(t.FileReverted.__struct_fields__)
