@@ -821,3 +821,26 @@ def test_the_file_events_the_executor_page_names_have_its_fields():
     assert fields == list(t.FileEdited.__struct_fields__), fields
     reverted = _one(r"`file\.reverted \{([^}]*)\}`", EXECUTOR).group(1).split(", ")
     assert reverted == list(t.FileReverted.__struct_fields__)
+
+
+def test_every_file_of_the_repository_a_page_names_exists():
+    """A page pointing at ``runtime/executors.py`` or ``tests/executor/`` points at something."""
+    missing = []
+    for name, text in PAGES.items():
+        for path in set(re.findall(r"`((?:runtime|tools|events|projections|proto|config|tests|bench|docs)/[\w./-]*)`", text)):
+            if not (ROOT / path).exists() and path not in {"config/lens.jsonc", "config/pair.json"}:  # (local, git-ignored)
+                missing.append((name, path))
+    assert not missing, missing
+
+
+def test_the_restart_and_probe_numbers_of_the_executor_page_are_the_code_s():
+    import inspect
+
+    from runtime import executors
+
+    restart = _section(EXECUTOR, "## Executor restart and reconnect")
+    assert float(_one(r"and\s+`get\(\)`\s+waits\s+up\s+to\s+(\d+)\s+s\s+for\s+such\s+a\s+child\s+to\s+exit", restart).group(1)) == executors.LOST_GRACE_S
+    probe = _section(EXECUTOR, "## sharedFilesystem probe")
+    prefix, size = _one(r"a short-lived random file `([.\w-]+)<random>` \((\d+) random bytes\)", probe).groups()
+    source = inspect.getsource(executors.ExecutorPool.probe_shared)
+    assert prefix in source and f"token_bytes({size})" in source.replace("os.urandom", "token_bytes"), source
