@@ -844,3 +844,19 @@ def test_the_restart_and_probe_numbers_of_the_executor_page_are_the_code_s():
     prefix, size = _one(r"a short-lived random file `([.\w-]+)<random>` \((\d+) random bytes\)", probe).groups()
     source = inspect.getsource(executors.ExecutorPool.probe_shared)
     assert prefix in source and f"token_bytes({size})" in source.replace("os.urandom", "token_bytes"), source
+
+
+async def test_decode_s_kind_and_range_filters_hold_as_the_doc_says(made: Daemon):
+    """At most N different kinds (repeats count once): N pass, N + 1 is a usage error; a
+    ``--from`` past ``--to`` is an empty range, exit 0; ``--kind ''`` a usage error."""
+    most = int(_one(r"at most ([\d,]+) different kinds", STORAGE).group(1).replace(",", ""))
+    data = ["--data", str(made.data_dir)]
+    kinds = ",".join(["session.created", *(f"k{i}" for i in range(most - 1)), "k0"])
+    out = await run_lens(made.root, "log", "decode", "--kind", kinds, *data)
+    assert out.returncode == 0 and [json.loads(x)["kind"] for x in out.stdout.splitlines()] == ["session.created"], out
+    out = await run_lens(made.root, "log", "decode", "--kind", kinds + f",k{most}", *data, check=False)
+    assert out.returncode == 2 and out.stderr.splitlines()[-1].startswith("lens log decode: USAGE_ERROR: "), out.stderr
+    out = await run_lens(made.root, "log", "decode", "--from", "5", "--to", "4", *data)
+    assert out.stdout == ""
+    out = await run_lens(made.root, "log", "decode", "--kind", "", *data, check=False)
+    assert out.returncode == 2 and "USAGE_ERROR" in out.stderr.splitlines()[-1], out.stderr
