@@ -860,3 +860,28 @@ async def test_decode_s_kind_and_range_filters_hold_as_the_doc_says(made: Daemon
     assert out.stdout == ""
     out = await run_lens(made.root, "log", "decode", "--kind", "", *data, check=False)
     assert out.returncode == 2 and "USAGE_ERROR" in out.stderr.splitlines()[-1], out.stderr
+
+
+async def test_stats_and_rebuild_print_what_the_doc_shows(made: Daemon):
+    """``stats --json``'s shape (the ratio rounded to three places), ``rebuild``'s line, and an
+    unknown projection refused with the names of those ``projections/registry.py`` registers."""
+    from projections.registry import all_projections
+
+    data = ["--data", str(made.data_dir)]
+    m = _one(r"`--json` prints `\{\"kinds\": \[\{([^}]*)\}\], \"total\": \{…\}\}`", STORAGE)
+    fields = [f.strip() for f in m.group(1).split(",")]
+    out = json.loads((await run_lens(made.root, "log", "stats", "--json", *data)).stdout)
+    assert list(out) == ["kinds", "total"] and out["kinds"], out
+    assert all(list(k) == fields for k in out["kinds"]), out["kinds"][0]
+    assert set(out["total"]) <= set(fields) and out["total"]["events"] == sum(k["events"] for k in out["kinds"])
+    assert all(k["compression_ratio"] == round(k["raw_bytes"] / k["stored_bytes"], 3) for k in out["kinds"])
+
+    shown = _one(r"and prints\s+`(rebuilt) NAMES from N (event\(s\))`", STORAGE).groups()
+    names = [p.name for p in all_projections()]
+    out = await run_lens(made.root, "log", "rebuild", *data)
+    line = out.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(rf"{shown[0]} (.*) from (\d+) {re.escape(shown[1])}", line), line
+    assert all(n in line for n in names), (names, line)
+    out = await run_lens(made.root, "log", "rebuild", "--projection", "nosuch", *data, check=False)
+    assert out.returncode == 2 and "PROJECTION_UNKNOWN" in out.stderr, out.stderr
+    assert all(n in out.stderr for n in names), out.stderr
