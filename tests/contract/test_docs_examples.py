@@ -885,3 +885,38 @@ async def test_stats_and_rebuild_print_what_the_doc_shows(made: Daemon):
     out = await run_lens(made.root, "log", "rebuild", "--projection", "nosuch", *data, check=False)
     assert out.returncode == 2 and "PROJECTION_UNKNOWN" in out.stderr, out.stderr
     assert all(n in out.stderr for n in names), out.stderr
+
+
+async def test_lens_serve_says_the_default_model_it_took_as_the_providers_page_quotes(tmp_path: Path, nursery):
+    """``lens serve`` with ``ANTHROPIC_API_KEY`` set and no config prints the line the page quotes
+    (the key is only read, never used: no request is made)."""
+    import os
+
+    from tests.daemon.conftest import ServeProcess
+
+    quoted = _one(r"\(`(lens: default model anthropic/claude-sonnet-5-5 \(built\s+in: ANTHROPIC_API_KEY is set\))`",
+                  PROVIDERS).group(1)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.endswith("_BASE_URL")}
+    env["ANTHROPIC_API_KEY"] = "sk-ant-docs-example-0000"
+    serve = ServeProcess(tmp_path, env=env)
+    try:
+        await serve.run(nursery)
+        assert " ".join(quoted.split()) in serve.lines, serve.lines
+    finally:
+        assert await serve.terminate() == 0
+
+
+async def test_the_data_directory_holds_what_the_layout_table_lists_with_its_modes(made: Daemon):
+    table = _section(STORAGE, "## Data directory layout").split("\n\n", 1)[0]
+    listed = set()
+    for first in re.findall(r"^\| ([^|]*) \|", table, re.M):
+        names = re.findall(r"`([\w.-]+)/?`", first)
+        base = names[0] if names else ""
+        listed |= set(names) | {base + suffix for suffix in re.findall(r"`(-wal|-shm)`", first)}
+    found = {p.name for p in made.data_dir.iterdir()}
+    assert "lock" in found and "events.db" in found and found <= listed, (found, listed)
+    dir_mode, file_mode = _one(r"a data directory Lens creates is mode `(0\d{3})`, and\s+`events\.db` and `projections\.db`"
+                               r" are created `(0\d{3})`", STORAGE).groups()
+    assert oct(made.data_dir.stat().st_mode & 0o777) == "0o" + dir_mode[1:]
+    for name in ("events.db", "projections.db"):
+        assert oct((made.data_dir / name).stat().st_mode & 0o777) == "0o" + file_mode[1:], name
