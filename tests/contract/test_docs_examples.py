@@ -635,10 +635,8 @@ async def test_the_ptc_limits_hold_at_and_one_past_them_with_the_page_s_codes():
 # --------------------------------------------------------------------------- every page: codes and variables
 
 
-# Upper-case names in backquotes that are no Lens error code: environment variables (checked
-# below), signals, SQLite's and HTTP/2's own names, Python's error classes and constants of the
-# code the pages name.
 def _environment_names(text: str) -> set[str]:
+    """The environment variables a page names (upper-case names in backquotes that are no code)."""
     return set(re.findall(r"`\$?((?:OPENAI|ANTHROPIC|LENS|EXA|XDG|HTTPS?|NO)_[A-Z_]+)\b(?!\()", text)) - {"HTTP_ERROR"}
 
 
