@@ -19,6 +19,8 @@ TIMEOUT                408 or the client's timeout; a stream that sends       ye
                        nothing of the answer for ``timeoutSeconds``
 CONNECTION_FAILED      could not reach the server / connection dropped        yes
 PROVIDER_ERROR         5xx, an error event in the stream, a malformed stream  5xx: yes
+PROVIDER_ERROR         409 (a conflict, which the SDKs also retry)            yes
+PROVIDER_ERROR         any other 4xx status                                   no
 PROVIDER_ERROR         any other exception of the request (named)             no
 RESPONSE_NOT_RECORDED  the answer streamed is past ``log.maxEventBytes``      no
 =====================  =====================================================  =========
