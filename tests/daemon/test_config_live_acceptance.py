@@ -206,7 +206,7 @@ async def test_every_key_is_read_at_the_next_start(daemon_factory: DaemonFactory
     if how == "api":
         r = await d.put("/config/files/lens.jsonc", token, {"text": text})
         assert r.status_code == 200, r.text
-        assert r.json()["unknownKeys"] == []
+        assert r.json()["unknownKeys"] == [] and r.json()["appliesAt"] == "nextStart"
     else:
         (d.config_dir / "lens.jsonc").write_text(text)
     # The running daemon keeps the config it started with, for new sessions too.
@@ -218,3 +218,21 @@ async def test_every_key_is_read_at_the_next_start(daemon_factory: DaemonFactory
         await d.done.wait()
     again = await daemon_factory(root=d.root)
     assert await observe_all(Probe(again, token)) == expected(then)
+
+
+async def test_a_write_says_when_it_applies(daemon: Daemon, strong: str) -> None:
+    """A 200 to a config write said nothing of when it takes effect: a writer of the main config
+    could take it as applied while the daemon kept the one it started with. The answer's
+    ``appliesAt`` says it: ``nextStart`` (the main config), ``watched`` (the pair file, honoured
+    within a second), ``notRead`` (another file of the directory: the daemon reads none)."""
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{"server": {"heartbeatSeconds": 0.1}}'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "nextStart", r.text
+    pair = (await daemon.get("/config/files/pair.json", strong)).json()
+    r = await daemon.put("/config/files/pair.json", strong, {"text": pair["text"], "expectDigest": pair["digest"]})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "watched", r.text
+    (daemon.config_dir / "notes.json").write_text("{}")  # (listed, and so written, once it exists)
+    r = await daemon.put("/config/files/notes.json", strong, {"text": '{"a": 1}'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
+    assert set(r.json()) == {"name", "role", "written", "digest", "unknownKeys", "unknownKeysTotal", "appliesAt"}
+    # The running daemon still pings at its start's 15 s: nothing in a second.
+    assert await pinged_within_a_second(Probe(daemon, strong)) is False
