@@ -36,6 +36,12 @@ from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
 
+# When a write takes effect, by the file's role (the ``appliesAt`` of a write's answer): the main
+# config is read once, at start (the running daemon keeps the one it started with); the pair file
+# is watched (honoured within a second); the daemon reads no other file of the directory.
+APPLIES_AT = {"main": "nextStart", "pair": "watched"}
+NOT_READ = "notRead"
+
 
 class ConfigFileNotFound(LensError):
     code = "CONFIG_FILE_NOT_FOUND"
@@ -221,6 +227,9 @@ class ConfigFiles:
         unknown = unknown_keys(text) if role == "main" else []
         written["unknownKeys"] = [shortened(key) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
         written["unknownKeysTotal"] = len(unknown)
+        # ... and when the write takes effect: a 200 read as "applied" left the running daemon on
+        # the config it started with and the writer none the wiser.
+        written["appliesAt"] = APPLIES_AT.get(role, NOT_READ)
         return written
 
     def _replace(self, path: Path, role: str, name: str, raw: bytes,
