@@ -10,7 +10,6 @@ defaults, the ``faux`` model, a real executor child) and the real ``lens`` CLI.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,9 @@ from runtime.projection_service import STOP_BUSY_WAIT_SECONDS
 from runtime.sessions_api import MAX_EVENTS_PAGE
 from runtime.views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX
 from tests.contract.error_codes import ROOT, documented_codes
-from tests.daemon.conftest import API, BUSY, Daemon, app_routes, error_of, lens_command, run_lens
+from tests.daemon.conftest import API, BUSY, Daemon, app_routes, error_of, run_lens
+
+from .docs_pages import assert_taken, lens_help
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 HTTP_SECTION = README.split("\n## HTTP API", 1)[1].split("\n## ", 1)[0]
@@ -132,33 +133,21 @@ def _readme_command_lines() -> list[list[str]]:
     return out
 
 
-def _help(words: list[str]) -> str:
-    out = subprocess.run([*lens_command(), *words, "--help"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, (words, out.stderr)
-    return out.stdout
-
-
 def test_every_lens_command_line_of_the_readme_is_one_lens_takes():
     """Each command the README shows exists, and each flag it shows is in that command's help."""
     commands = _readme_command_lines()
     assert len(commands) >= 8, commands
-    for argv in commands:
-        words = [w for w in argv if not w.startswith("--")]
-        text = _help(words)
-        assert text.startswith(f"usage: lens {' '.join(words)} "), (argv, text)
-        options = text.split("options:", 1)[1]
-        for flag in (w for w in argv if w.startswith("--")):
-            assert re.search(rf"^  {re.escape(flag)}\b", options, re.M), (argv, flag, text)
+    assert_taken(commands)
 
 
 def test_the_data_and_config_defaults_the_readme_gives_are_the_cli_s():
     """``--data``'s default (the config's ``dataDir``, else ``.lens``) and ``--config``'s
     (``config/lens.jsonc`` when present), and ``lens serve``'s port and address."""
     _one(r"the `dataDir` of `--config\s+PATH` \(default `config/lens\.jsonc` when present\), else `\.lens`")
-    log = _help(["log", "decode"])
+    log = lens_help(["log", "decode"])
     assert "the config's dataDir, else\n" in log or "the config's dataDir, else .lens" in log, log
     assert re.search(r"\.lens\)", log) and "config/lens.jsonc if present" in log.replace("\n" + " " * 19, " "), log
-    serve = _help(["serve"])
+    serve = lens_help(["serve"])
     port = _number(_one(r"listens on http://127\.0\.0\.1:(\d+)").group(1))
     assert port == Config().server.port and f"(default {port};" in serve, serve
     assert Config().server.host == "127.0.0.1" and "(default 127.0.0.1)" in serve

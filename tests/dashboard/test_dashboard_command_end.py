@@ -16,12 +16,11 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any, Iterator
-
-import pytest
+from typing import Any
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    CONFIG, Daemon, body_data, browser, console_errors, daemon, open_new_session, submit, wait_for)
+    Daemon, body_data, browser, console_errors, daemon, open_new_session, submit, wait_for)
+from tests.dashboard.test_dashboard_rerun import ptc_daemon  # noqa: F401 (a fixture)
 from tests.procfs import read_proc
 
 PTC = "programmatic_tool_run"
@@ -35,18 +34,6 @@ return {text: result.querySelector("pre").textContent, chips: Array.from(card.qu
   n.querySelector("[aria-hidden=true]").textContent, n.title, n.querySelector(".visually-hidden").textContent,
   n.getBoundingClientRect().width > 0])};
 """
-
-
-@pytest.fixture
-def ptc_daemon(tmp_path: Path) -> Iterator[Daemon]:
-    """A daemon as ``daemon``'s, with programs (``localPtc``) on."""
-    cwd = tmp_path / "daemon"
-    cwd.mkdir()
-    d = Daemon(cwd, {**CONFIG, "localPtc": {}})
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 class Page:
