@@ -3,11 +3,12 @@
 Callers talk to sessions only through :meth:`Supervisor.call`. An actor that passivated is woken
 by the next call (replay); one that crashed is restarted from the log, up to ``max_restarts``
 times in a row: the crash that would need one more restart quarantines the session (a
-``session.quarantined`` event and a clear status) instead of crash-looping (0: the first crash). Crashes are consecutive while no run of the
-session ends at rest between them (a crash loop never does; a session that recovered and is set
-going again by a call counts afresh). At start the supervisor wakes every session
-the log shows with unfinished work (a running task, queued inputs or a background job without its
-end) and no quarantine, so a restart resumes them (and records such jobs lost):
+``session.quarantined`` event and a clear status) instead of crash-looping (0: the first crash).
+Crashes are consecutive while no run of the session ends at rest between them (a crash loop never
+does; a session that recovered and is set going again by a call counts afresh). At start the
+supervisor wakes every session the log shows with unfinished work (a running task, queued inputs
+or a background job without its end) and no quarantine, so a restart resumes them (and records
+such jobs lost):
 asked of a ``pending`` source when one is given (the daemon's: the sessions projection), else of
 the whole log.
 """
