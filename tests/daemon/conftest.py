@@ -528,6 +528,18 @@ class Daemon:
             yield SseStream(resp.aiter_raw())
 
 
+async def slow_stream_request(port: int, token: str, query: str, *, http: str = "1.1",
+                              last_event_id: int | None = None) -> trio.socket.SocketType:
+    """A socket with a 4 KiB receive buffer that has asked for the stream and read nothing yet."""
+    slow = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+    slow.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    await slow.connect(("127.0.0.1", port))
+    resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
+    await slow.send(f"GET {API}/events/stream?{query} HTTP/{http}\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Authorization: Bearer {token}\r\n{resume}\r\n".encode())
+    return slow
+
+
 # --------------------------------------------------------------------------- `lens serve` as a process
 
 

@@ -9,7 +9,6 @@ real (bounded) waits; the only clock-dependent assertions are upper bounds.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,9 @@ from events.store import Draft, EventStore
 from runtime import stream_api
 
 from ..rawlog import edit_log
-from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block, raw_http
+from .conftest import (
+    API, BUSY, LIMIT, Daemon, DaemonFactory, SseStream, error_of, parse_block, raw_http, slow_stream_request,
+)
 
 
 async def log_seqs(d: Daemon, token: str, *, session: str | None = None, project: str | None = None) -> list[int]:
@@ -493,12 +494,7 @@ def chunked_events(data: bytes) -> list:
 
 async def open_slow_stream(d: Daemon, token: str, query: str, last_event_id: int | None = None) -> tuple:
     """A stream on a socket with a small receive buffer that reads nothing after the head."""
-    slow = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    await slow.connect(("127.0.0.1", d.port))
-    resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
-    await slow.send(f"GET {API}/events/stream?{query} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n"
-                    f"Authorization: Bearer {token}\r\n{resume}\r\n".encode())
+    slow = await slow_stream_request(d.port, token, query, last_event_id=last_event_id)
     head = await slow.recv(200)
     assert head.startswith(b"HTTP/1.1 200"), head
     return slow, head

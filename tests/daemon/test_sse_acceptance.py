@@ -13,13 +13,14 @@ any stream, and the code of the final event that ends a revoked client's stream.
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import trio
 from openai._streaming import SSEDecoder
 
-from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, error_of, parse_raw_response, read_answer, run_lens
+from .conftest import (
+    API, BUSY, LIMIT, Daemon, DaemonFactory, error_of, parse_raw_response, read_answer, run_lens, slow_stream_request,
+)
 
 TRICKY = ("one\ntwo\r\nthree\rfour\n\ndata: forged\n\nid: 999999\nevent: input.submitted\n"
           "\u2028\u2029\u0085 end: ok")
@@ -227,12 +228,7 @@ async def test_a_slow_http_1_0_client_is_dropped_and_resumes_without_a_gap(daemo
     await d.submit(token, sid, "busy", BUSY)  # the run holds: each input below is one event
     await d.wait_running_call(token, sid)
     start = (await d.get("/health")).json()["lastSeq"]
-    slow = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    with slow:
-        await slow.connect(("127.0.0.1", d.port))
-        await slow.send(f"GET {API}/events/stream?session={sid} HTTP/1.0\r\nHost: 127.0.0.1:{d.port}\r\n"
-                        f"Authorization: Bearer {token}\r\n\r\n".encode())
+    with await slow_stream_request(d.port, token, f"session={sid}", http="1.0") as slow:
         data = b""
         with trio.fail_after(LIMIT):
             while b": lens stream\n\n" not in data:

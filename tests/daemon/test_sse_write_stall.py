@@ -23,7 +23,7 @@ import trio
 
 from runtime.stream_api import _sse
 
-from .conftest import API, BUSY, LIMIT, DaemonFactory, parse_block
+from .conftest import API, BUSY, LIMIT, DaemonFactory, parse_block, slow_stream_request
 
 STALL = 1.0  # the daemon's write_stall_seconds here
 MARGIN = 2.0  # what the reset may take past the bound (the watch looks every 0.25 s)
@@ -58,12 +58,7 @@ async def test_an_http_1_0_client_that_never_reads_is_reset_after_the_stall(daem
     sid = (await d.session(token, p["id"]))["id"]
     await d.submit(token, sid, "busy", BUSY)  # the run holds: each input below is one event
     await d.wait_running_call(token, sid)
-    slow = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    with slow:
-        await slow.connect(("127.0.0.1", d.port))
-        await slow.send(f"GET {API}/events/stream?session={sid} HTTP/1.0\r\nHost: 127.0.0.1:{d.port}\r\n"
-                        f"Authorization: Bearer {token}\r\n\r\n".encode())
+    with await slow_stream_request(d.port, token, f"session={sid}", http="1.0") as slow:
         async with d.sse(token, params={"session": sid}) as fast:
             await fast.next()
             with trio.fail_after(LIMIT):
