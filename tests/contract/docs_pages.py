@@ -76,15 +76,20 @@ def lens_help(words: list[str]) -> str:
     return out.stdout
 
 
-def shown_command_lines(text: str, command: str) -> list[list[str]]:
-    """Every ``lens COMMAND …`` line of the page's code blocks and inline code: its words, then
-    the flags it shows."""
+def shell_lines(text: str, inline: str) -> list[str]:
+    """The lines of the page's ``sh`` code blocks (their comments cut), then each inline code span
+    the pattern ``inline`` captures."""
     lines = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         lines += [ln.split("#")[0] for ln in block.splitlines()]
-    lines += re.findall(r"`(lens [^`]*)`", text)
+    return lines + re.findall(inline, text)
+
+
+def shown_command_lines(text: str, command: str) -> list[list[str]]:
+    """Every ``lens COMMAND …`` line of the page's code blocks and inline code: its words, then
+    the flags it shows."""
     out = []
-    for line in lines:
+    for line in shell_lines(text, r"`(lens [^`]*)`"):
         for part in re.split(r"&&|\|(?![^\[]*\])", line):  # (not the `|` of `[--data DIR | --config PATH]`)
             m = re.match(rf"\s*(?:\.\.\.|lens) ({command}(?: [a-z]+)*)(.*)$", part.strip())
             if m and ": " not in part:

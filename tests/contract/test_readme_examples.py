@@ -27,7 +27,7 @@ from runtime.views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX
 from tests.contract.error_codes import ROOT, documented_codes
 from tests.daemon.conftest import API, BUSY, Daemon, app_routes, error_of, run_lens
 
-from .docs_pages import assert_taken, lens_help
+from .docs_pages import assert_taken, lens_help, shell_lines
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 HTTP_SECTION = README.split("\n## HTTP API", 1)[1].split("\n## ", 1)[0]
@@ -119,12 +119,8 @@ def test_the_503s_the_readme_says_a_retry_helps_are_those_that_carry_retry_after
 def _readme_command_lines() -> list[list[str]]:
     """Every `lens …` command line of the README (code blocks and inline), as argument lists
     without the ``.venv/bin/`` and the ``[ ]`` of optional parts."""
-    lines = []
-    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
-        lines += [ln.split("#")[0] for ln in block.splitlines()]
-    lines += re.findall(r"`((?:\.venv/bin/)?lens [^`]*)`", README)
     out = []
-    for line in lines:
+    for line in shell_lines(README, r"`((?:\.venv/bin/)?lens [^`]*)`"):
         for part in line.split("&&"):
             part = part.strip()
             m = re.match(r"(?:\.venv/bin/)?lens ((?:[a-z]+ ?)+)(.*)$", part)
