@@ -13,7 +13,7 @@ import signal
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 import trio
@@ -39,7 +39,11 @@ def reaping() -> Iterator[list[int]]:
             kill_group(g)
 
 
-async def collect(client: ExecutorClient, command: str, **kw: Any) -> tuple[bytes, bytes, pb.CommandExit]:
+async def collect(client: ExecutorClient, command: str, *,
+                  on_stdout: Callable[[bytes], Awaitable[None]] | None = None,
+                  **kw: Any) -> tuple[bytes, bytes, pb.CommandExit]:
+    """Run ``command`` and read its stream to the end: stdout, stderr, the exit. ``on_stdout`` is
+    awaited with the stdout so far after each stdout chunk, while the stream stays open."""
     out, err, exit_ = bytearray(), bytearray(), None
     with trio.fail_after(BOUND_S):
         async with client.run(command, **kw) as events:
@@ -49,6 +53,8 @@ async def collect(client: ExecutorClient, command: str, **kw: Any) -> tuple[byte
                 which = ev.WhichOneof("event")
                 if which == "stdout":
                     out += ev.stdout
+                    if on_stdout is not None:
+                        await on_stdout(bytes(out))
                 elif which == "stderr":
                     err += ev.stderr
                 else:

@@ -29,25 +29,20 @@ async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, group
                         before_stop: Any = None) -> tuple[bytes, pb.CommandExit, bool]:
     """Run ``command`` (which prints ``$$`` then ``ready``), stop it once ``ready`` came, and read
     its stream to the end: the output, the exit, and what ``Stop`` answered."""
-    out, exit_, found = bytearray(), None, None
-    with trio.fail_after(BOUND_S):
-        async with client.run(command, run_id=run_id) as events:
-            async for ev in events:
-                if isinstance(ev, Exception):
-                    raise ev
-                which = ev.WhichOneof("event")
-                if which == "stdout":
-                    out += ev.stdout
-                    if not groups and b"\n" in out:
-                        groups.append(int(out.split(b"\n", 1)[0]))
-                    if found is None and b"ready\n" in out:
-                        if before_stop is not None:
-                            await before_stop(groups[0])
-                        found = await client.stop(run_id, BOUND_S)
-                elif which == "exit":
-                    exit_ = ev.exit
-    assert exit_ is not None and found is not None, (out, exit_, found)
-    return bytes(out), exit_, found
+    found = None
+
+    async def on_stdout(out: bytes) -> None:
+        nonlocal found
+        if not groups and b"\n" in out:
+            groups.append(int(out.split(b"\n", 1)[0]))
+        if found is None and b"ready\n" in out:
+            if before_stop is not None:
+                await before_stop(groups[0])
+            found = await client.stop(run_id, BOUND_S)
+
+    out, _err, exit_ = await collect(client, command, run_id=run_id, on_stdout=on_stdout)
+    assert found is not None, (out, exit_, found)
+    return out, exit_, found
 
 
 async def test_a_stopped_command_s_stream_ends_with_its_exit_killed_by_sigterm(client: ExecutorClient) -> None:
