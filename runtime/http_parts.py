@@ -290,10 +290,11 @@ def id_arg(name: str, what: str) -> str | None:
 def id_filter(name: str, alias: str, what: str) -> str | None:
     """An id filter written ``name`` (as the spec writes it) or ``alias`` (the camelCase of the
     JSON bodies: ``?sessionId=`` used to be ignored, and a stream meant for one session carried
-    every session's events); both naming different ids is 400."""
+    every session's events); both given is 400, as the filter given twice is (even naming the
+    same id: one filter, written once)."""
     value, other = id_arg(name, what), id_arg(alias, what)
-    if value is not None and other is not None and value != other:
-        raise ApiError("INVALID_ARGUMENT", f"{name} and {alias} name different ids; give one")
+    if value is not None and other is not None:
+        raise ApiError("INVALID_ARGUMENT", f"{name} and {alias} are the same filter, given twice; give one of them")
     return value if value is not None else other
 
 
