@@ -50,7 +50,24 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     servecli.add_parsers(sub)
     logcli.add_parser(sub)
+    for commands in _subcommands(parser):
+        # argparse checks a required COMMAND before it sees the leftovers, so `lens --bogus` was
+        # told COMMAND is missing rather than that --bogus is unknown: _parse checks it after them
+        commands.required = False
     return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:
+    """Every COMMAND choice of ``parser`` and of its subcommands' parsers, at every depth."""
+    import argparse
+
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.append(action)
+            for child in dict.fromkeys(action.choices.values()):
+                found.extend(_subcommands(child))
+    return found
 
 
 def _config_named(argv: Sequence[str]) -> Path | None:
@@ -96,7 +113,8 @@ def _executor_secrets() -> Secrets:
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
-    """The parser of the (sub)command ``args`` ran: ``lens log stats``'s for ``lens log stats …``."""
+    """The parser of the (sub)command ``args`` ran: ``lens log stats``'s for ``lens log stats …``;
+    ``lens log``'s for ``lens log`` without its COMMAND."""
     import argparse
 
     while True:
@@ -105,6 +123,23 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if name is None or name not in subs[0].choices:
             return parser
         parser = subs[0].choices[name]
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``argv`` read by ``parser``; a usage error (exit 2) reported by the command it was given to,
+    with its usage: first an argument no parser knows (``lens --bogus``: "unrecognized arguments:
+    --bogus"), then a COMMAND left out (``lens log``: "the following arguments are required:
+    COMMAND")."""
+    import argparse
+
+    args, extra = parser.parse_known_args(argv)
+    command = _command_parser(parser, args)
+    if extra:
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    missing = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+    if missing:
+        command.error(f"the following arguments are required: {missing[0].metavar or missing[0].dest}")
+    return args
 
 
 def _on_ctrl_c(signum: int, frame: object) -> None:
@@ -186,10 +221,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from .logcli import silence_stdout
     from .terminal import scrub_uncaught, to_stderr, traceback_to_stderr
 
-    parser = build_parser(argv)
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # reported by the command they were given to, with its usage (exits 2)
-        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    args = _parse(build_parser(argv), argv)
     # The keys of the config's credential variables, known before the command runs: whatever it
     # says on stderr (a config value refused, a stored value quoted) leaves without them. (The
     # executor is started without any: it has none to know.)

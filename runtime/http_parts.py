@@ -27,7 +27,7 @@ from .pairing import Principal
 from .projection_service import ProjectionService
 from .server_answers import error_json
 from .services import Services
-from .terminal import UNSHOWABLE
+from .terminal import unshowable_in
 from .working_context import ERROR_STATUS as CONTEXT_STATUS
 
 # --------------------------------------------------------------------------- errors and answers
@@ -214,11 +214,16 @@ THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
 def check_name(value: str, what: str) -> str:
     """A display name: 1 to 200 characters, not all blank, no control characters (C0, DEL, C1),
-    line or paragraph separators (U+2028, U+2029) nor bidirectional overrides, as a pairing
-    name (:data:`runtime.terminal.UNSHOWABLE`): it is shown on one line."""
-    if not value.strip() or len(value) > 200 or UNSHOWABLE.search(value):
+    line or paragraph separators (U+2028, U+2029) nor invisible format characters (zero-width
+    ones, bidirectional controls: Unicode's Cf), as a pairing name
+    (:data:`runtime.terminal.UNSHOWABLE`): it is shown on one line, as it looks. The error names
+    the first such character."""
+    found = unshowable_in(value)
+    if not value.strip() or len(value) > 200 or found is not None:
         raise ApiError("VALIDATION_FAILED", f"{what} must be 1 to 200 characters, not all blank, without control "
-                                            f"characters, line separators or bidirectional overrides")
+                                            f"characters, line separators or invisible format characters (zero-width "
+                                            f"characters, bidirectional controls)"
+                                            + ("" if found is None else f"; it holds {found}"))
     return value
 
 
@@ -290,10 +295,11 @@ def id_arg(name: str, what: str) -> str | None:
 def id_filter(name: str, alias: str, what: str) -> str | None:
     """An id filter written ``name`` (as the spec writes it) or ``alias`` (the camelCase of the
     JSON bodies: ``?sessionId=`` used to be ignored, and a stream meant for one session carried
-    every session's events); both naming different ids is 400."""
+    every session's events); both given is 400, as the filter given twice is (even naming the
+    same id: one filter, written once)."""
     value, other = id_arg(name, what), id_arg(alias, what)
-    if value is not None and other is not None and value != other:
-        raise ApiError("INVALID_ARGUMENT", f"{name} and {alias} name different ids; give one")
+    if value is not None and other is not None:
+        raise ApiError("INVALID_ARGUMENT", f"{name} and {alias} are the same filter, given twice; give one of them")
     return value if value is not None else other
 
 

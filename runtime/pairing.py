@@ -36,7 +36,7 @@ from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_
                          why_not_written)
 from .errors import LensError, short_reason
 from .filewatch import DirectoryWatch
-from .terminal import UNSHOWABLE
+from .terminal import unshowable_in
 
 log = logging.getLogger("lens.pairing")
 
@@ -352,9 +352,11 @@ class PairStore:
     def register(self, client_id: str, name: str, max_pending: int) -> str:
         """Record a pairing request; returns the client's status (never a credential)."""
         validate_client_id(client_id)
-        if not isinstance(name, str) or len(name) > 200 or UNSHOWABLE.search(name):
+        found = unshowable_in(name) if isinstance(name, str) else None
+        if not isinstance(name, str) or len(name) > 200 or found is not None:
             raise PairingError("name must be a string of at most 200 characters without control characters, "
-                               "line separators or bidirectional overrides")
+                               "line separators or invisible format characters (zero-width characters, "
+                               "bidirectional controls)" + ("" if found is None else f"; it holds {found}"))
         # (as last read: the daemon's route looks at the file first, on its event loop, as a
         # credential check does; see pairing_api.pair_request)
         existing = self.find(client_id)

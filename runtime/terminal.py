@@ -14,16 +14,38 @@ TYPE_CHECKING = False  # (not typing.TYPE_CHECKING: see runtime.cli)
 if TYPE_CHECKING:
     from events.secrets import Secrets
 
+# The invisible format characters: Unicode's category Cf (as of Unicode 14, Python 3.11's
+# database, and 13439-1343F, which Unicode 15 added to it): the soft hyphen, zero-width spaces and
+# joiners (U+200B-U+200D, U+2060), the byte order mark (U+FEFF), bidirectional controls (U+200E,
+# U+200F, U+202A-U+202E, U+2066-U+2069, U+061C), the tag characters (U+E0001, U+E0020-U+E007F)...
+# They show nothing, or move what follows: two names that look the same would differ.
+FORMAT_CHARACTERS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+                     "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+                     "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
 # Controls (C0, DEL, C1: U+0085 among them), the line and paragraph separators (U+2028, U+2029:
-# they end a line for str.splitlines, and a browser breaks the line there) and bidirectional
-# overrides. A name holding none of them is shown on one line as written.
-UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# they end a line for str.splitlines, and a browser breaks the line there) and the format
+# characters. A name holding none of them is shown on one line as written.
+UNSHOWABLE = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{FORMAT_CHARACTERS}]")
+
+
+def unshowable_in(text: str) -> str | None:
+    """The first :data:`UNSHOWABLE` character of ``text`` named as ``U+XXXX`` (``None``: none),
+    for an error refusing it: it cannot be quoted, being invisible or acting on the terminal."""
+    m = UNSHOWABLE.search(text)
+    return None if m is None else f"U+{ord(m.group()):04X}"
 
 
 def shown(text: str) -> str:
     """``text`` with :data:`UNSHOWABLE` characters (line breaks of any kind among them)
-    escaped as ``\\uXXXX``: one line of text stays one line."""
-    return UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    escaped as ``\\uXXXX`` (``\\UXXXXXXXX`` past U+FFFF): one line of text stays one line."""
+    return UNSHOWABLE.sub(_escaped, text)
+
+
+def _escaped(m: re.Match[str]) -> str:
+    """``\\uXXXX`` (four hex digits) for a character of the Basic Multilingual Plane,
+    ``\\UXXXXXXXX`` (eight) past it: ``\\ue0041`` would read as U+E004 and a ``1``."""
+    cp = ord(m.group())
+    return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
 
 
 def to_stderr(text: str, secrets: Secrets | None = None) -> None:

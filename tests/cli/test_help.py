@@ -62,3 +62,25 @@ def test_an_empty_config_path_is_a_usage_error_for_every_command(tmp_path: Path,
     name = " ".join(command[:2] if command[0] == "pair" else command[:1])
     assert out.stderr.splitlines()[-1] == f"lens {name}: USAGE_ERROR: argument --config: an empty path names no config file"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("words", [("--bogus",), ("-x",), ("--bogus=1",), ("log", "--bogus"), ("pair", "--bogus"),
+                                   ("executor", "--bogus"), ("serve", "--bogus")], ids=" ".join)
+def test_an_unknown_flag_without_its_command_is_named(tmp_path: Path, words: tuple[str, ...]):
+    # argparse checks a required COMMAND before the leftovers: `lens --bogus`, `lens log --bogus`,
+    # `lens pair --bogus` said "the following arguments are required: COMMAND", not the flag.
+    out = subprocess.run([*lens_command(), *words], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    name = " ".join(["lens", *words[:-1]])
+    assert out.stderr.startswith(f"usage: {name} "), out.stderr
+    assert out.stderr.splitlines()[-1] == f"{name}: USAGE_ERROR: unrecognized arguments: {words[-1]}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("words", [(), ("log",), ("pair",), ("executor",)], ids=lambda w: " ".join(("lens", *w)))
+def test_a_command_left_out_is_named(tmp_path: Path, words: tuple[str, ...]):
+    out = subprocess.run([*lens_command(), *words], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    name = " ".join(["lens", *words])
+    assert out.stderr.startswith(f"usage: {name} "), out.stderr
+    assert out.stderr.splitlines()[-1] == f"{name}: USAGE_ERROR: the following arguments are required: COMMAND"

@@ -53,6 +53,38 @@ async def test_a_name_refuses_c1_controls_and_bidirectional_overrides(daemon: Da
         assert r.status_code == 201 and r.json()["name"] == name, r.text
 
 
+async def test_a_name_refuses_invisible_format_characters_naming_the_first(daemon: Daemon, strong: str):
+    """Zero-width characters, the byte order mark, bidirectional controls and the other format
+    characters (Unicode's Cf) were stored in names: two names that look the same could differ.
+    They are refused on the three name routes with the name rule's error, which names the first
+    as U+XXXX; nothing is recorded. Ordinary letters of any script stay accepted."""
+    ws = daemon.root / "ws"
+    ws.mkdir()
+    p = await daemon.project(strong)
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    refused = [("​", "U+200B"), ("​‌‍⁠", "U+200B"), ("ab‍cd", "U+200D"),
+               ("﻿name", "U+FEFF"), ("name⁠", "U+2060"), ("a‎b", "U+200E"), ("a؜b", "U+061C"),
+               ("⁧x⁩", "U+2067"), ("soft­hyphen", "U+00AD"), ("flag󠁧", "U+E0067"),
+               ("café​", "U+200B"), ("a‪b", "U+202A")]
+    for name, named in refused:
+        for method, path, body in [("POST", "/projects", {"name": name, "workspace": str(ws)}),
+                                   ("POST", "/sessions", {"projectId": p["id"], "name": name}),
+                                   ("PATCH", f"/sessions/{sid}", {"name": name})]:
+            r = await daemon.request(method, path, strong, json_body=body)
+            assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", (name, path, r.text)
+            message = r.json()["error"]["message"]
+            assert message.startswith("name must be 1 to 200 characters, not all blank, without control characters")
+            assert message.endswith(f"invisible format characters (zero-width characters, bidirectional controls); "
+                                    f"it holds {named}"), (name, message)
+    assert (await daemon.get("/health")).json()["lastSeq"] == before
+    for name in ("café", "日本", "مرحبا", "a b", "😀"):
+        r = await daemon.post("/projects", strong, {"name": name, "workspace": str(ws)})
+        assert r.status_code == 201 and r.json()["name"] == name, r.text
+        r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"name": name})
+        assert r.status_code == 200 and r.json()["name"] == name, r.text
+
+
 async def test_the_documented_bounds_hold_at_and_one_past_them(daemon: Daemon, strong: str):
     """The bounds the README states for the event page, history search and history reads, at
     the limit (answered) and one past it (400, nothing else changed)."""

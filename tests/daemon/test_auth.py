@@ -354,6 +354,20 @@ async def test_a_pairing_name_with_control_characters_is_refused(daemon: Daemon,
     assert not daemon.pair_path.exists() or "evil" not in daemon.pair_path.read_text()
 
 
+@pytest.mark.parametrize("name, named", [("zw\u200bsp", "U+200B"), ("\u200d", "U+200D"), ("\ufeffbom", "U+FEFF"),
+                                         ("wj\u2060", "U+2060"), ("lri\u2066x", "U+2066"), ("tag\U000e0001", "U+E0001")])
+async def test_a_pairing_name_with_invisible_format_characters_is_refused_naming_one(daemon: Daemon, name: str,
+                                                                                     named: str):
+    r = await daemon.post("/pair/requests", body={"clientId": "evil", "name": name})
+    assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID", r.text
+    assert r.json()["error"]["message"] == (
+        "name must be a string of at most 200 characters without control characters, line separators or "
+        f"invisible format characters (zero-width characters, bidirectional controls); it holds {named}")
+    assert not daemon.pair_path.exists() or "evil" not in daemon.pair_path.read_text()
+    r = await daemon.post("/pair/requests", body={"clientId": "fine", "name": "caf\u00e9 \u65e5\u672c"})
+    assert r.status_code == 202 and r.json() == {"clientId": "fine", "status": "pending"}, r.text
+
+
 async def test_cli_list_escapes_what_a_terminal_would_act_on(daemon: Daemon):
     await daemon.register("edited")
     data = json.loads(daemon.pair_path.read_text())

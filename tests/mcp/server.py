@@ -20,7 +20,8 @@ with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid o
 it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
-``--dotted`` (adds ``some.tool``), ``--long-name`` (adds a tool of a 44-character name), ``--named NAME`` (repeatable: adds a tool of that name answering
+``--dotted`` (adds ``some.tool``), ``--nested`` (adds ``shapes``, whose input schema types integers
+inside arrays and objects, answering the arguments it received as JSON text: ``5`` and ``5.0`` differ there), ``--long-name`` (adds a tool of a 44-character name), ``--named NAME`` (repeatable: adds a tool of that name answering
 ``NAME: {text}``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
@@ -175,6 +176,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text(" ".join(sys.argv[1:]))
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
+    elif name == "shapes":
+        result = text(json.dumps(args, sort_keys=True))
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
         return
@@ -193,6 +196,7 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=4)
     ap.add_argument("--cancel-log")
     ap.add_argument("--dotted", action="store_true")
+    ap.add_argument("--nested", action="store_true")
     ap.add_argument("--long-name", action="store_true")
     ap.add_argument("--no-tools", action="store_true")
     ap.add_argument("--bad-json", action="store_true")
@@ -239,6 +243,12 @@ def main() -> None:
         TOOLS.append({"name": named, "description": f"Echoes as {named}", "inputSchema": OBJ})
     if opts.long_name:  # with a server name of 20 or more characters, past the 64 a provider takes
         TOOLS.insert(0, {"name": LONG_NAME, "description": "A long name", "inputSchema": OBJ})
+    if opts.nested:  # integers inside an array, an object and an array of objects
+        TOOLS.insert(0, {"name": "shapes", "description": "Answers its arguments", "inputSchema": {
+            "type": "object", "properties": {
+                "sizes": {"type": "array", "items": {"type": "integer"}},
+                "box": {"type": "object", "properties": {"w": {"type": "integer"}, "ratio": {"type": "number"}}},
+                "points": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}}}}})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:

@@ -47,6 +47,20 @@ async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: An
     assert res.structured_content == {"sum": 5} and res.content[0].text == "5"
 
 
+async def test_integers_nested_in_an_mcp_tools_arguments_reach_the_server_as_integers(start: Any) -> None:
+    # JSON Schema counts 5.0 as an integer; the registry converted only top-level arguments, so
+    # a server whose schema types integers inside an array or object was sent 5.0 there.
+    r = await start({"t": srv("--nested")})
+    args = {"sizes": [5.0, 1e3, 2.5], "box": {"w": 3.0, "ratio": 2.0, "h": 4.0},
+            "points": [{"x": -0.0, "y": 1.0}], "free": [6.0]}
+    res = await r.call("mcp__t__shapes", args)
+    assert not res.is_error, res.content
+    assert json.loads(res.content[0].text) == args  # (equal as numbers; as JSON text they differ:)
+    assert res.content[0].text == json.dumps(
+        {"box": {"h": 4.0, "ratio": 2.0, "w": 3}, "free": [6.0], "points": [{"x": 0, "y": 1.0}],
+         "sizes": [5, 1000, 2.5]}, sort_keys=True)
+
+
 async def test_results_map_images_errors_and_the_output_cap(start: Any, tmp_path: Path) -> None:
     r = await start({"t": srv()})
     res = await r.call("mcp__t__image")

@@ -1,0 +1,31 @@
+"""The characters a name may not hold and a terminal line shows escaped (runtime/terminal.py):
+every invisible format character of this Python's Unicode database (category Cf) is among them,
+and nothing past the controls and line separators that is a visible character."""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+
+from runtime.terminal import UNSHOWABLE, shown, unshowable_in
+
+CONTROLS_AND_SEPARATORS = {*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029}
+
+
+def test_every_format_character_is_unshowable_and_nothing_visible_is():
+    matched = {cp for cp in range(sys.maxunicode + 1) if UNSHOWABLE.match(chr(cp))}
+    cf = {cp for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)) == "Cf"}
+    assert cf - matched == set(), [f"U+{cp:04X}" for cp in sorted(cf - matched)]
+    # beyond the controls and separators: format characters, or ones unassigned in this database
+    # (added to Cf by a later Unicode), never a letter, mark, digit, symbol or space
+    others = {f"U+{cp:04X}": unicodedata.category(chr(cp)) for cp in matched - CONTROLS_AND_SEPARATORS - cf}
+    assert set(others.values()) <= {"Cn"}, others
+    assert CONTROLS_AND_SEPARATORS <= matched
+
+
+def test_the_first_one_is_named_and_escaped_in_a_line():
+    assert unshowable_in("a\u200bb\u200d") == "U+200B"
+    assert unshowable_in("\ufeff") == "U+FEFF" and unshowable_in("x\U000e0041") == "U+E0041"
+    assert unshowable_in("caf\u00e9 \u65e5\u672c \U0001f600 \u05e9\u05dc\u05d5\u05dd a\u00a0b") is None
+    # (past U+FFFF with eight digits: "\ue0041" would read as U+E004 and a 1)
+    assert shown("a\u200bb\U000e0041\u2066") == "a\\u200bb\\U000e0041\\u2066"
