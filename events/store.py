@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import logging
 import os
 import queue
 import threading
@@ -64,6 +65,8 @@ from .schema import (
     ts_steps_back,
 )
 from .types import _Event, kind_of
+
+log = logging.getLogger("lens.events")
 
 MAX_BATCH_EVENTS = 1024
 # A trio batch that has appended this many events is handed to the writer at once, so that
@@ -270,6 +273,8 @@ class EventStore:
         self._conn = conn
         self._lock_fd = lock_fd
         self._log_fd = -1  # events.db itself, locked too (see _lock_log_file)
+        self._log_file: tuple[int, int] | None = None  # (st_dev, st_ino) of the events.db opened
+        self._log_gone: str | None = None  # why nothing more is written (see _log_file_gone)
         self.codec = codec
         self._session_seq: dict[str, int] = {}  # writer thread only; see CACHED_SESSIONS
         self._cached_sessions = max(cached_sessions, 1)
@@ -380,6 +385,8 @@ class EventStore:
                 store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after,
                             cached_sessions=cached_sessions, secrets=secrets)
                 store._log_fd = log_fd
+                opened = os.fstat(log_fd)
+                store._log_file = (opened.st_dev, opened.st_ino)
             except apsw.Error as exc:
                 conn.close()
                 raise translate_open_error(exc, data_dir / EVENTS_DB) from None
@@ -878,7 +885,42 @@ class EventStore:
         self._next_seq = seq
         pending.result = AppendResult(tuple(seqs), tuple(sseqs), now)
 
+    def _log_file_gone(self) -> str | None:
+        """Why the log can no longer be written, once ``events.db`` was deleted, moved or replaced
+        (its data directory with it) while this store holds it open; else ``None``.
+
+        SQLite goes on committing into the file it opened, and an unlinked file is freed when
+        the daemon stops: every append it acknowledged from then on would be lost. So from the
+        first group that finds it gone, every append fails (``storage``: the disk under the log,
+        not what the append holds), and the daemon's log says so once. A file put back at the
+        path is another file: the store never writes it; a restart opens it."""
+        if self._log_gone is not None or self._log_file is None:
+            return self._log_gone
+        path = self.data_dir / EVENTS_DB
+        try:
+            found = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            what = "deleted (or its data directory moved or deleted)"
+        except OSError:
+            return None  # (not readable by name now, as a directory made private: it is still there)
+        else:
+            if (found.st_dev, found.st_ino) == self._log_file:
+                return None
+            what = "replaced by another file"
+        self._log_gone = (f"{path} was {what} while the daemon runs: nothing more can be recorded (it "
+                          f"would be lost at the stop); stop the daemon and start it on a restored data "
+                          f"directory")
+        log.error("%s", self._log_gone)
+        return self._log_gone
+
     def _write_group(self, group: list[_Pending]) -> None:
+        gone = self._log_file_gone()
+        if gone is not None:
+            for pending in group:
+                pending.result = None
+                pending.error = StoreWriteFailed(f"the event log could not commit this append: {gone}")
+                pending.error.storage = True
+            return
         try:
             try:
                 self._write(group, look_up_requests=False)

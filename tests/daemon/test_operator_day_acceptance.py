@@ -1,0 +1,79 @@
+"""An operator's day with ``lens serve`` as a real process (loopback port 0, a real executor, the
+``faux`` provider): what an operator does to a running daemon's data directory from a shell.
+
+- The event log deleted, or its data directory moved away, while the daemon runs: SQLite goes on
+  committing into the file it holds open, which is freed at the stop. The daemon now refuses
+  every write from then on (503, naming the file) instead of acknowledging events it will lose,
+  says so in its log, and still stops cleanly; the log moved away holds every event acknowledged.
+- ``lens log decode|verify|stats`` beside the daemon while it writes: they succeed, see a prefix
+  of the log that verifies, and the daemon's writes go on meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from .conftest import LIMIT, Daemon, error_of, run_lens, serving, wait_until
+
+
+async def _working_session(d: Daemon) -> tuple[str, str, str]:
+    """A strong credential, a project and a session that answered one input."""
+    token = await d.pair("operator", strong=True)
+    project = await d.project(token, "p")
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    return token, project["id"], sid
+
+
+def _remove_log(cwd: Path, how: str) -> Path:
+    """Take the running daemon's log away as an operator might (``rm data/events.db*``, or
+    ``mv data data.moved``); returns the directory it is in now, or was in (deleted)."""
+    data = cwd / "data"
+    if how == "moved":
+        os.rename(data, cwd / "data.moved")
+        return cwd / "data.moved"
+    for name in ("events.db", "events.db-wal", "events.db-shm"):
+        (data / name).unlink()
+    return data
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+async def test_a_log_taken_away_under_the_daemon_is_refused_not_acknowledged(tmp_path: Path, how: str):
+    # Before: every write after `rm data/events.db*` (or `mv data elsewhere`) was acknowledged
+    # (201/202) and vanished at the stop; /health said ok throughout.
+    with trio.fail_after(6 * LIMIT):
+        async with serving(tmp_path) as (serve, d):
+            token, project_id, sid = await _working_session(d)
+            last_acknowledged = (await d.get("/health")).json()["lastSeq"]
+            where = _remove_log(tmp_path, how)
+
+            ws = tmp_path / "workspaces" / "q"
+            ws.mkdir(parents=True)
+            r = await d.post("/projects", token, {"name": "q", "workspace": str(ws)})
+            assert r.status_code == 503, r.text
+            assert error_of(r) == "STORE_UNAVAILABLE"
+            assert "events.db was deleted" in r.json()["error"]["message"], r.text
+
+            r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "after"})
+            assert r.status_code == 503, r.text
+            assert error_of(r) in ("STORE_UNAVAILABLE", "SESSION_UNAVAILABLE")
+            assert "events.db was deleted" in r.json()["error"]["message"], r.text
+
+            # reads still answer from what the daemon holds
+            assert [p["id"] for p in (await d.get("/projects", token)).json()["projects"]] == [project_id]
+            assert await serve.terminate() == 0
+        err = (tmp_path / "serve-0.err").read_text()
+        assert "ERROR lens.events: data/events.db was deleted" in err, err[-2000:]
+        assert err.count("ERROR lens.events:") == 1, err[-3000:]  # said once, not per refused write
+
+    if how == "moved":  # the log the operator moved holds every event acknowledged, and only those
+        verify = await run_lens(tmp_path, "log", "verify", "--data", str(where))
+        assert verify.stdout.strip() == f"ok: {last_acknowledged} event(s) verified", verify.stdout
+    else:
+        assert not (where / "events.db").exists()
