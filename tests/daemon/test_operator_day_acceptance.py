@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from .conftest import LIMIT, Daemon, error_of, run_lens, serving, wait_until
+from .conftest import LIMIT, Daemon, error_of, run_lens, serving
 
 
 async def _working_session(d: Daemon) -> tuple[str, str, str]:
@@ -31,49 +31,53 @@ async def _working_session(d: Daemon) -> tuple[str, str, str]:
     return token, project["id"], sid
 
 
-def _remove_log(cwd: Path, how: str) -> Path:
-    """Take the running daemon's log away as an operator might (``rm data/events.db*``, or
-    ``mv data data.moved``); returns the directory it is in now, or was in (deleted)."""
+def _remove_log(cwd: Path, how: str) -> tuple[Path, str]:
+    """Take the running daemon's log away as an operator might (``rm data/events.db*``,
+    ``mv data data.moved``, ``rm data/events.db-wal``); returns the directory the log is in now
+    (or was in) and the file the daemon is to name."""
     data = cwd / "data"
     if how == "moved":
         os.rename(data, cwd / "data.moved")
-        return cwd / "data.moved"
-    for name in ("events.db", "events.db-wal", "events.db-shm"):
+        return cwd / "data.moved", "data/events.db"
+    names = ["events.db-wal"] if how == "wal deleted" else ["events.db", "events.db-wal", "events.db-shm"]
+    for name in names:
         (data / name).unlink()
-    return data
+    return data, f"data/{names[0]}"
 
 
-@pytest.mark.parametrize("how", ["deleted", "moved"])
+@pytest.mark.parametrize("how", ["deleted", "moved", "wal deleted"])
 async def test_a_log_taken_away_under_the_daemon_is_refused_not_acknowledged(tmp_path: Path, how: str):
     # Before: every write after `rm data/events.db*` (or `mv data elsewhere`) was acknowledged
-    # (201/202) and vanished at the stop; /health said ok throughout.
+    # (201/202) and vanished at the stop; /health said ok throughout. After `rm
+    # data/events.db-wal` they were acknowledged too, kept by a graceful stop but not by a crash.
     with trio.fail_after(6 * LIMIT):
         async with serving(tmp_path) as (serve, d):
             token, project_id, sid = await _working_session(d)
             last_acknowledged = (await d.get("/health")).json()["lastSeq"]
-            where = _remove_log(tmp_path, how)
+            where, named = _remove_log(tmp_path, how)
 
             ws = tmp_path / "workspaces" / "q"
             ws.mkdir(parents=True)
             r = await d.post("/projects", token, {"name": "q", "workspace": str(ws)})
             assert r.status_code == 503, r.text
             assert error_of(r) == "STORE_UNAVAILABLE"
-            assert "events.db was deleted" in r.json()["error"]["message"], r.text
+            assert f"{named} was deleted" in r.json()["error"]["message"], r.text
 
             r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "after"})
             assert r.status_code == 503, r.text
             assert error_of(r) in ("STORE_UNAVAILABLE", "SESSION_UNAVAILABLE")
-            assert "events.db was deleted" in r.json()["error"]["message"], r.text
+            assert f"{named} was deleted" in r.json()["error"]["message"], r.text
 
             # reads still answer from what the daemon holds
             assert [p["id"] for p in (await d.get("/projects", token)).json()["projects"]] == [project_id]
             assert await serve.terminate() == 0
         err = (tmp_path / "serve-0.err").read_text()
-        assert "ERROR lens.events: data/events.db was deleted" in err, err[-2000:]
+        assert f"ERROR lens.events: {named} was deleted" in err, err[-2000:]
         assert err.count("ERROR lens.events:") == 1, err[-3000:]  # said once, not per refused write
 
-    if how == "moved":  # the log the operator moved holds every event acknowledged, and only those
+    if how != "deleted":  # the log (moved, or its -wal folded in at the stop) holds what was acknowledged
         verify = await run_lens(tmp_path, "log", "verify", "--data", str(where))
         assert verify.stdout.strip() == f"ok: {last_acknowledged} event(s) verified", verify.stdout
     else:
         assert not (where / "events.db").exists()
+

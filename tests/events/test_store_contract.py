@@ -624,22 +624,28 @@ async def test_the_writer_commits_with_the_configured_synchronous_level(data_dir
             assert s._conn.execute("PRAGMA synchronous").fetchall()[0][0] == level
 
 
-@pytest.mark.parametrize("how", ["deleted", "replaced"])
+@pytest.mark.parametrize("how", ["deleted", "replaced", "wal deleted"])
 async def test_a_log_file_taken_away_while_open_fails_every_later_append(data_dir: Path, how: str) -> None:
-    # SQLite commits into the file it opened; once that file is no longer the one at the path
-    # (deleted, or a copy put back in its place), what it commits is lost at the close. Every
-    # later append fails (a storage fault, naming the file), also after a file is back.
+    # SQLite commits into the files it opened; once they are no longer the ones at the path
+    # (deleted, or a copy put back in its place), what it commits is lost at the close (the
+    # -wal's at a crash). Every later append fails (a storage fault, naming the file), also after
+    # a file is back.
     log = data_dir / "events.db"
     async with open_store(data_dir) as s:
         assert (await s.append(note("kept"))).seqs == (1,)
         copy = log.read_bytes()
-        for name in ("events.db", "events.db-wal", "events.db-shm"):
-            (data_dir / name).unlink(missing_ok=True)
+        names = ["events.db-wal"] if how == "wal deleted" else ["events.db", "events.db-wal", "events.db-shm"]
+        for name in names:
+            (data_dir / name).unlink()
         if how == "replaced":
             log.write_bytes(copy)
+        gone = data_dir / names[0]
         for text in ("lost", "lost again"):
             with pytest.raises(StoreWriteFailed) as caught:
                 await s.append(note(text))
             assert caught.value.storage
-            assert_log_error(caught.value, "STORE_WRITE_FAILED", f"{log} was", "while the daemon runs")
+            assert_log_error(caught.value, "STORE_WRITE_FAILED", f"{gone} was", "while the daemon runs")
         assert s.last_seq == 1
+    if how == "wal deleted":  # (the close folded the -wal it held into events.db)
+        with LogReader(data_dir) as reader:
+            assert texts(list(reader.events())) == ["kept"]
