@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from .conftest import LIMIT, Daemon, error_of, run_lens, serving
+from .conftest import LIMIT, Daemon, error_of, projections_caught_up, run_lens, serving, wait_until
+from .rebuild_check import projections_against_a_rebuild
 
 
 async def _working_session(d: Daemon) -> tuple[str, str, str]:
@@ -81,3 +83,71 @@ async def test_a_log_taken_away_under_the_daemon_is_refused_not_acknowledged(tmp
     else:
         assert not (where / "events.db").exists()
 
+
+async def test_log_commands_beside_a_daemon_that_writes_see_a_whole_prefix_and_hold_nothing_up(tmp_path: Path):
+    # `lens log decode|verify|stats|rebuild` run (each twice) while a client keeps a session
+    # answering one input after another: each exits 0 and sees a whole prefix of the log (verify finds no half-written tail to
+    # call damage), the daemon's writes are acknowledged meanwhile, and at the end the log
+    # verifies whole and the projections the daemon kept equal a rebuild.
+    with trio.fail_after(12 * LIMIT):
+        async with serving(tmp_path) as (serve, d):
+            token, _project_id, sid = await _working_session(d)
+            stop = trio.Event()
+            acknowledged: list[int] = []
+            slowest = 0.0
+
+            async def keep_writing() -> None:
+                nonlocal slowest
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    start = trio.current_time()
+                    acknowledged.append((await d.submit(token, sid, f"w{n}", f"write {n}"))["seq"])
+                    slowest = max(slowest, trio.current_time() - start)
+                    await d.wait_idle(token, sid)  # (answered before the next: a steady stream of writes)
+
+            async def command(*args: str) -> Any:
+                before = len(acknowledged)
+                out = await run_lens(tmp_path, "log", *args, "--data", "data")
+                return out, len(acknowledged) - before
+
+            writes_during = []
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(keep_writing)
+                await wait_until(lambda: _at_least(acknowledged, 3), what="the client writing")
+                for _ in range(2):
+                    out, during = await command("verify")
+                    writes_during.append(during)
+                    (verified,) = out.stdout.splitlines()
+                    count = int(verified.removeprefix("ok: ").removesuffix(" event(s) verified"))
+                    assert count >= acknowledged[0], out.stdout
+
+                    out, during = await command("decode")
+                    writes_during.append(during)
+                    seqs = [json.loads(line)["seq"] for line in out.stdout.splitlines()]
+                    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= count, seqs[-5:]
+
+                    out, during = await command("stats", "--json")
+                    writes_during.append(during)
+                    assert sum(k["events"] for k in json.loads(out.stdout)["kinds"]) >= len(seqs), out.stdout
+
+                    out, during = await command("rebuild")
+                    writes_during.append(during)
+                    assert out.stdout.startswith("rebuilt "), out.stdout
+                stop.set()
+            assert all(during > 0 for during in writes_during), writes_during  # written meanwhile, every time
+            assert slowest < LIMIT / 2, slowest
+
+            await d.wait_idle(token, sid)
+            await projections_caught_up(d)
+            last_seq = (await d.get("/health")).json()["lastSeq"]
+            view = await d.view(token, sid)
+            assert sum(1 for it in view["items"] if it["role"] == "user") == len(acknowledged) + 1
+            assert await projections_against_a_rebuild(tmp_path, "data", "end") == []
+            assert await serve.terminate() == 0
+    out = await run_lens(tmp_path, "log", "verify", "--data", "data")
+    assert out.stdout.strip() == f"ok: {last_seq} event(s) verified", out.stdout
+
+
+async def _at_least(values: list[int], n: int) -> bool:
+    return len(values) >= n
