@@ -70,7 +70,7 @@ async def test_a_log_taken_away_under_the_daemon_is_refused_not_acknowledged(tmp
             assert error_of(r) in ("STORE_UNAVAILABLE", "SESSION_UNAVAILABLE")
             assert f"{named} was deleted" in r.json()["error"]["message"], r.text
 
-            # reads still answer from what the daemon holds
+            # the lists still answer (they need no write)
             assert [p["id"] for p in (await d.get("/projects", token)).json()["projects"]] == [project_id]
             assert await serve.terminate() == 0
         err = (tmp_path / "serve-0.err").read_text()
