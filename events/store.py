@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import logging
 import os
 import queue
 import threading
@@ -64,6 +65,8 @@ from .schema import (
     ts_steps_back,
 )
 from .types import _Event, kind_of
+
+log = logging.getLogger("lens.events")
 
 MAX_BATCH_EVENTS = 1024
 # A trio batch that has appended this many events is handed to the writer at once, so that
@@ -239,6 +242,20 @@ def _lock_log_file(data_dir: Path) -> int:
         + "; stop it or choose another --data directory"))
 
 
+def _identities(data_dir: Path, log_fd: int) -> tuple[tuple[str, tuple[int, int]], ...]:
+    """``(name, (st_dev, st_ino))`` of the ``events.db`` open as ``log_fd`` and of the ``-wal``
+    beside it (when the write connection's open made one): the files the writer commits into."""
+    opened = os.fstat(log_fd)
+    out = [(EVENTS_DB, (opened.st_dev, opened.st_ino))]
+    try:
+        wal = os.stat(data_dir / f"{EVENTS_DB}-wal")
+    except OSError:
+        pass
+    else:
+        out.append((f"{EVENTS_DB}-wal", (wal.st_dev, wal.st_ino)))
+    return tuple(out)
+
+
 class EventStore:
     """Single writer of one data directory's ``events.db``.
 
@@ -270,6 +287,9 @@ class EventStore:
         self._conn = conn
         self._lock_fd = lock_fd
         self._log_fd = -1  # events.db itself, locked too (see _lock_log_file)
+        # (name, (st_dev, st_ino)) of events.db and of its -wal as opened: see _log_file_gone
+        self._log_files: tuple[tuple[str, tuple[int, int]], ...] = ()
+        self._log_gone: str | None = None  # why nothing more is written (see _log_file_gone)
         self.codec = codec
         self._session_seq: dict[str, int] = {}  # writer thread only; see CACHED_SESSIONS
         self._cached_sessions = max(cached_sessions, 1)
@@ -380,6 +400,7 @@ class EventStore:
                 store = cls(data_dir, conn, fd, codec, auto_dictionary_after=auto_dictionary_after,
                             cached_sessions=cached_sessions, secrets=secrets)
                 store._log_fd = log_fd
+                store._log_files = _identities(data_dir, log_fd)
             except apsw.Error as exc:
                 conn.close()
                 raise translate_open_error(exc, data_dir / EVENTS_DB) from None
@@ -878,7 +899,49 @@ class EventStore:
         self._next_seq = seq
         pending.result = AppendResult(tuple(seqs), tuple(sseqs), now)
 
+    def _log_file_gone(self) -> str | None:
+        """Why the log can no longer be written, once ``events.db`` or its ``-wal`` was deleted,
+        moved or replaced (the data directory with them) while this store holds them open; else
+        ``None``.
+
+        SQLite goes on committing into the files it opened. An unlinked ``events.db`` is freed
+        when the daemon stops: every append acknowledged from then on would be lost. An unlinked
+        ``-wal`` is folded into ``events.db`` by a graceful stop, but a crash loses what it holds,
+        and every other connection (a reader of the daemon's, ``lens log``) meets a ``-shm`` that
+        names frames the new ``-wal`` does not have. So from the first group that finds either
+        gone, every append fails (``storage``: the disk under the log, not what the append holds),
+        and the daemon's log says so once. A file put back at the path is another file: the store
+        never writes it; a restart opens it."""
+        if self._log_gone is not None:
+            return self._log_gone
+        for name, identity in self._log_files:
+            path = self.data_dir / name
+            try:
+                found = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                what = "deleted (or its data directory moved or deleted)"
+            except OSError:
+                continue  # (not reachable by name now, as in a directory made private: it is still there)
+            else:
+                if (found.st_dev, found.st_ino) == identity:
+                    continue
+                what = "replaced by another file"
+            kept = ("what it recorded is in events.db once it stops" if name != EVENTS_DB else
+                    "what it would record now is lost when it stops")
+            self._log_gone = (f"{path} was {what} while the daemon runs: nothing more can be recorded "
+                              f"({kept}); stop the daemon and start it on a restored data directory")
+            log.error("%s", self._log_gone)
+            break
+        return self._log_gone
+
     def _write_group(self, group: list[_Pending]) -> None:
+        gone = self._log_file_gone()
+        if gone is not None:
+            for pending in group:
+                pending.result = None
+                pending.error = StoreWriteFailed(f"the event log could not commit this append: {gone}")
+                pending.error.storage = True
+            return
         try:
             try:
                 self._write(group, look_up_requests=False)

@@ -20,7 +20,7 @@ import trio.testing
 from events.errors import AppendRejected, ConcurrencyConflict, LogError, StoreClosed
 from events.reader import LogReader
 from events.schema import now_ms
-from events.store import Draft, open_store
+from events.store import Draft, StoreWriteFailed, open_store
 from events.types import (
     InputSubmitted,
     InstructionAppended,
@@ -622,3 +622,30 @@ async def test_the_writer_commits_with_the_configured_synchronous_level(data_dir
         await s.append(Draft(InstructionAppended(text="x"), session_id="s1"))
         with s._conn_lock:
             assert s._conn.execute("PRAGMA synchronous").fetchall()[0][0] == level
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced", "wal deleted"])
+async def test_a_log_file_taken_away_while_open_fails_every_later_append(data_dir: Path, how: str) -> None:
+    # SQLite commits into the files it opened; once they are no longer the ones at the path
+    # (deleted, or a copy put back in its place), what it commits is lost at the close (the
+    # -wal's at a crash). Every later append fails (a storage fault, naming the file), also after
+    # a file is back.
+    log = data_dir / "events.db"
+    async with open_store(data_dir) as s:
+        assert (await s.append(note("kept"))).seqs == (1,)
+        copy = log.read_bytes()
+        names = ["events.db-wal"] if how == "wal deleted" else ["events.db", "events.db-wal", "events.db-shm"]
+        for name in names:
+            (data_dir / name).unlink()
+        if how == "replaced":
+            log.write_bytes(copy)
+        gone = data_dir / names[0]
+        for text in ("lost", "lost again"):
+            with pytest.raises(StoreWriteFailed) as caught:
+                await s.append(note(text))
+            assert caught.value.storage
+            assert_log_error(caught.value, "STORE_WRITE_FAILED", f"{gone} was", "while the daemon runs")
+        assert s.last_seq == 1
+    if how == "wal deleted":  # (the close folded the -wal it held into events.db)
+        with LogReader(data_dir) as reader:
+            assert texts(list(reader.events())) == ["kept"]
