@@ -9,7 +9,8 @@ follow the tool messages of that response in one ``user`` message that names the
 string unless it needs parts (images, a cache breakpoint), which suits the most servers.
 
 The stream is read raw (not through the SDK's ``chat.completions.stream`` helper) so that
-compatible servers' variations are tolerated: tool-call fragments are joined by ``index``; a
+compatible servers' variations are tolerated: tool-call fragments are joined by the call's id
+where they repeat it, else by ``index`` (see :func:`_tool_call_delta`); a
 ``reasoning_content`` / ``reasoning`` delta field (DeepSeek, vLLM, Ollama) is reasoning.
 """
 
@@ -155,6 +156,7 @@ class OpenAIChatProvider(SdkProvider):
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         by_index: dict[int, int] = {}  # the server's tool-call index -> its call in ``calls``
+        by_id: dict[str, int] = {}  # a call's id -> its call in ``calls``
         finish: str | None = None
         refused = False
         usage_raw: dict[str, Any] | None = None
@@ -195,7 +197,7 @@ class OpenAIChatProvider(SdkProvider):
                             for tc in delta.tool_calls or []:
                                 if tc.function is not None:
                                     size.add(tc.function.arguments)
-                                _tool_call_delta(calls, by_index, tc)
+                                _tool_call_delta(calls, by_index, by_id, tc)
                         if choice.finish_reason:
                             finish = choice.finish_reason
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
@@ -243,19 +245,26 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: Any) -> None:
-    """Add one streamed tool-call fragment to ``calls``. Fragments of a call share its ``index``;
-    a new ``id`` under an index already used is a new call (some servers number every call 0),
-    and a fragment without an index goes on the last call unless it starts one (an id or a name)."""
+def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any) -> None:
+    """Add one streamed tool-call fragment to ``calls``. A fragment carrying the id of a call
+    already begun goes on that call (servers that repeat the id on every fragment, with or
+    without an ``index``); otherwise fragments of a call share its ``index``, and a fragment
+    without one goes on the last call. A fragment starts a new call where there is none to go on,
+    and where it names a tool and (with an index) carries an id other than that call's: some
+    servers number every call 0, and a call's first fragment names its tool. A fragment that names
+    no tool under another id goes on its call all the same: some servers give each fragment
+    after the first an id of its own, and the call keeps its first."""
     fn = tc.function
     name = fn.name if fn is not None else None
     arguments = fn.arguments if fn is not None else None
-    if tc.index is not None:
-        pos = by_index.get(tc.index)
-    else:
-        pos = len(calls) - 1 if calls and not (tc.id or name) else None
-    if pos is not None and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
-        pos = None
+    pos = by_id.get(tc.id) if tc.id else None
+    if pos is None:
+        if tc.index is not None:
+            pos = by_index.get(tc.index)
+            if pos is not None and name and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
+                pos = None
+        elif calls and not name:
+            pos = len(calls) - 1
     if pos is None:
         calls.append({"id": None, "name": "", "arguments": []})
         pos = len(calls) - 1
@@ -264,6 +273,7 @@ def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: 
     slot = calls[pos]
     if tc.id and not slot["id"]:
         slot["id"] = tc.id
+        by_id.setdefault(tc.id, pos)
     if name and not slot["name"]:
         slot["name"] = name
     if arguments:

@@ -1,0 +1,121 @@
+"""The providers' wire protocols at their edges, through a real session (actor, supervisor,
+store, builtin tools) whose model is an SDK provider over loopback: what OpenAI-compatible
+servers do differently with a tool call's fragments, and a ``Retry-After`` no clock can read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from events import types as t
+from runtime.actor import GetState, Submit, WaitIdle
+
+from .conftest import PROTOCOLS, Ctx, Deltas
+from .scripts import error, reply
+from .servers import openai_chat as oc
+from .test_actor import events_of, runtime
+
+
+def _chunk(tool_calls: list[dict[str, Any]] | None = None, finish: str | None = None) -> tuple[None, dict[str, Any]]:
+    delta: dict[str, Any] = {"tool_calls": tool_calls} if tool_calls else {}
+    return (None, {"id": "chatcmpl-e", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+def _fragment(*, index: int | None = None, id: str | None = None, name: str | None = None,
+              arguments: str | None = None) -> dict[str, Any]:
+    fragment: dict[str, Any] = {"function": {k: v for k, v in (("name", name), ("arguments", arguments)) if v is not None}}
+    if index is not None:
+        fragment["index"] = index
+    if id is not None:
+        fragment["id"] = id
+    if name is not None:
+        fragment["type"] = "function"
+    return fragment
+
+
+SLEEP = '{"milliseconds": 1}'
+
+# Two calls (get_system_time {}, sleep_milliseconds {"milliseconds": 1}), their arguments in
+# pieces, as servers that differ from OpenAI's own stream them.
+FRAGMENTS = {
+    # Each fragment after a call's first under an id of its own (the call's index kept).
+    "a new id on every fragment": [
+        [_fragment(index=0, id="call_a", name="get_system_time", arguments="")],
+        [_fragment(index=0, id="call_x1", arguments="{")],
+        [_fragment(index=0, id="call_x2", arguments="}")],
+        [_fragment(index=1, id="call_b", name="sleep_milliseconds", arguments="")],
+        [_fragment(index=1, id="call_x3", arguments=SLEEP[:9])],
+        [_fragment(index=1, id="call_x4", arguments=SLEEP[9:])]],
+    # No index; the call's id on every fragment.
+    "the id on every fragment, no index": [
+        [_fragment(id="call_a", name="get_system_time", arguments="")],
+        [_fragment(id="call_a", arguments="{")],
+        [_fragment(id="call_a", arguments="}")],
+        [_fragment(id="call_b", name="sleep_milliseconds", arguments="")],
+        [_fragment(id="call_b", arguments=SLEEP[:9])],
+        [_fragment(id="call_b", arguments=SLEEP[9:])]],
+    # No index; the id and the name on every fragment.
+    "the id and the name on every fragment, no index": [
+        [_fragment(id="call_a", name="get_system_time", arguments="{")],
+        [_fragment(id="call_a", name="get_system_time", arguments="}")],
+        [_fragment(id="call_b", name="sleep_milliseconds", arguments=SLEEP[:9])],
+        [_fragment(id="call_b", name="sleep_milliseconds", arguments=SLEEP[9:])]],
+    # The two calls interleaved, no index, told apart by the id each fragment repeats.
+    "two calls interleaved by id, no index": [
+        [_fragment(id="call_a", name="get_system_time", arguments="")],
+        [_fragment(id="call_b", name="sleep_milliseconds", arguments=SLEEP[:9])],
+        [_fragment(id="call_a", arguments="{")],
+        [_fragment(id="call_b", arguments=SLEEP[9:])],
+        [_fragment(id="call_a", arguments="}")]],
+}
+
+
+@pytest.mark.parametrize("case", FRAGMENTS)
+async def test_chat_tool_call_fragments_as_compatible_servers_send_them_make_the_calls_the_model_made(
+        case, server, make, tmp_path):
+    # A server giving each fragment its own id, or repeating the call's id without an index,
+    # failed every answer with a tool call ("a tool call without a name"); one repeating the id
+    # and the name made a call of each fragment, the first run with "{}" for arguments.
+    provider = make("openai-chat")
+    events = [_chunk(fragments) for fragments in FRAGMENTS[case]]
+    server.push(oc.Reply(events=events + [_chunk(finish="tool_calls"), (None, "[DONE]")]),
+                reply("openai-chat", text="Done."))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("the time, then a nap")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    assert not [e.event for e in evs if e.kind == "model.failed"]
+    calls = [(c.call_id, c.name, c.arguments) for e in evs if e.kind == "model.responded" for c in e.event.tool_calls]
+    assert calls == [("call_a", "get_system_time", "{}"), ("call_b", "sleep_milliseconds", SLEEP)]
+    finished = [(e.event.call_id, e.event.status) for e in evs if e.kind == "tool.finished"]
+    assert sorted(finished) == [("call_a", "ok"), ("call_b", "ok")]
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "Done."
+    # The next request carried both calls and their results, under the ids the calls kept.
+    messages = server.bodies[-1]["messages"]
+    sent = [(c["id"], c["function"]["name"], c["function"]["arguments"])
+            for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    assert sent == calls
+    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ["call_a", "call_b"]
+
+
+async def test_chat_calls_numbered_alike_with_the_id_on_every_fragment_stay_apart(server, make):
+    # (A server numbering every call 0 starts each with its id and name; later fragments
+    # repeating the id go on it, a fragment with a name and a new id starts the next.)
+    provider = make("openai-chat")
+    server.push(oc.Reply(events=[
+        _chunk([_fragment(index=0, id="call_a", name="read_file", arguments='{"path": ')]),
+        _chunk([_fragment(index=0, id="call_a", arguments='"a"}')]),
+        _chunk([_fragment(index=0, id="call_b", name="read_file", arguments='{"path": ')]),
+        _chunk([_fragment(index=0, id="call_b", arguments='"b"}')]),
+        _chunk(finish="tool_calls"), (None, "[DONE]")]))
+    result = await provider.stream(Ctx().user("go").request(), Deltas())
+    assert [(c.call_id, c.arguments) for c in result.tool_calls] == [
+        ("call_a", '{"path": "a"}'), ("call_b", '{"path": "b"}')]
+    assert [json.loads(c.arguments) for c in result.tool_calls] == [{"path": "a"}, {"path": "b"}]
