@@ -119,3 +119,31 @@ async def test_chat_calls_numbered_alike_with_the_id_on_every_fragment_stay_apar
     assert [(c.call_id, c.arguments) for c in result.tool_calls] == [
         ("call_a", '{"path": "a"}'), ("call_b", '{"path": "b"}')]
     assert [json.loads(c.arguments) for c in result.tool_calls] == [{"path": "a"}, {"path": "b"}]
+
+
+# A date past what the platform's clock holds, and one long past (a wait already over).
+UNREADABLE_DATES = ("Mon, 01 Jan 99999999999999999999 00:00:00 GMT", "Wed, 21 Oct 2015 07:28:00 GMT")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("date", UNREADABLE_DATES)
+async def test_a_429_whose_retry_after_date_no_clock_holds_is_retried_and_answered(protocol, date, server, make,
+                                                                                  tmp_path, caplog):
+    # The Anthropic SDK raised OverflowError reading the first date: the session recorded
+    # PROVIDER_ERROR "the request failed: OverflowError: …", not retryable, and logged it as an
+    # exception no error names; the request was not asked again.
+    provider = make(protocol, max_retries=1)
+    busy = error(protocol, 429, "busy", fast=False)
+    busy.headers["retry-after"] = date
+    server.push(busy, reply(protocol, text="after the wait"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("hi")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    assert not [(e.event.code, e.event.message) for e in evs if e.kind == "model.failed"]
+    assert [e.event.text for e in evs if e.kind == "model.responded"] == ["after the wait"]
+    assert len(server.requests) == 2 and state.status == "idle"
+    assert not [r for r in caplog.records if r.name == "lens.providers"]
