@@ -164,8 +164,9 @@ class OpenAIResponsesProvider(SdkProvider):
                 raise self.truncated("its final response", reader.size)
             result = self._result(reader.final, reader.output(), compiled, cache)  # (reads the SDK's objects too)
             if not result.text and not result.tool_calls:
-                # Some servers (proxies) send response.completed with "output": []: the text the
-                # viewer saw streaming is the answer, not an empty one.
+                # A final response without output after text deltas for no item the stream
+                # added (a proxy's): the text the viewer saw streaming is the answer, not an
+                # empty one.
                 result = replace(result, text=reader.streamed_text())
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
             if meter is not None:
@@ -289,9 +290,11 @@ class _StreamReader:
         return None
 
     def output(self) -> list[Any]:
-        """The final response's output items, or the stream's where it has none."""
+        """The final response's output items, or the stream's where it has none: its ``output``
+        left out, null, or empty (proxies send ``"output": []`` after streaming every item; read
+        as the answer, the calls the model made were lost and the turn ended without them)."""
         given = getattr(self.final, "output", None)
-        if given is not None:
+        if given:
             return given
         out = []
         for index in sorted(self._added.keys() | self._done.keys()):

@@ -147,3 +147,39 @@ async def test_a_429_whose_retry_after_date_no_clock_holds_is_retried_and_answer
     assert [e.event.text for e in evs if e.kind == "model.responded"] == ["after the wait"]
     assert len(server.requests) == 2 and state.status == "idle"
     assert not [r for r in caplog.records if r.name == "lens.providers"]
+
+
+def _final_output_emptied(scripted: Any) -> Any:
+    """A Responses stream whose final event says ``"output": []``, as some proxies send it."""
+    name, data = scripted.events[-1]
+    assert name == "response.completed"
+    scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": []}})
+    return scripted
+
+
+async def test_a_responses_final_event_with_empty_output_keeps_the_streamed_calls_and_reasoning(server, make, tmp_path):
+    # The final response's "output": [] was read as the answer: the call streamed before it
+    # was lost (stop "end_turn", no tool run, the turn over), and so was the reasoning item.
+    provider = make("openai-responses")
+    first = reply("openai-responses", text="Checking the clock.", reasoning=["the time"], encrypted="enc-1",
+                  calls=[("call_t1", "get_system_time", {})])
+    server.push(_final_output_emptied(first), _final_output_emptied(reply("openai-responses", text="It is now.")))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    assert not [e.event for e in evs if e.kind == "model.failed"]
+    responded = [e.event for e in evs if e.kind == "model.responded"]
+    assert [(r.text, r.stop_reason) for r in responded] == [("Checking the clock.", "tool_use"), ("It is now.", "end_turn")]
+    assert [(c.call_id, c.name, c.arguments) for c in responded[0].tool_calls] == [("call_t1", "get_system_time", "{}")]
+    assert responded[0].reasoning == "the time"
+    assert [b["block"]["encrypted_content"] for b in responded[0].reasoning_blocks] == ["enc-1"]
+    assert [(e.event.call_id, e.event.status) for e in evs if e.kind == "tool.finished"] == [("call_t1", "ok")]
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "It is now."
+    # The next request sent the reasoning item back, then the call and its output.
+    kinds = [(m.get("type"), m.get("call_id")) for m in server.bodies[-1]["input"] if m.get("type")]
+    assert ("reasoning", None) in kinds
+    assert kinds.index(("function_call", "call_t1")) < kinds.index(("function_call_output", "call_t1"))
