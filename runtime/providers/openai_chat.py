@@ -139,7 +139,7 @@ class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
 
     def _make_client(self) -> Any:
-        return self._sdk_client(openai_client_class(), OPENAI_BASE_URL)
+        return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:

@@ -12,6 +12,7 @@ import trio
 
 from events import types as t
 from runtime.actor import GetState, Submit, WaitIdle
+from runtime.providers.base import ProviderError
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import error, reply
@@ -183,3 +184,56 @@ async def test_a_responses_final_event_with_empty_output_keeps_the_streamed_call
     kinds = [(m.get("type"), m.get("call_id")) for m in server.bodies[-1]["input"] if m.get("type")]
     assert ("reasoning", None) in kinds
     assert kinds.index(("function_call", "call_t1")) < kinds.index(("function_call_output", "call_t1"))
+
+
+# What Chat servers have sent under ``event: error`` in a 200 stream (llama.cpp's server sent
+# the error object itself there), and the error each is: code, retryable, words of the message.
+CHAT_ERROR_EVENTS = {
+    "an error object": ({"code": 500, "message": "the model crashed: out of memory", "type": "server_error"},
+                        ("PROVIDER_ERROR", True, "the model crashed: out of memory")),
+    "an invalid request": ({"code": 400, "message": "the grammar could not be parsed", "type": "invalid_request_error"},
+                           ("BAD_REQUEST", False, "the grammar could not be parsed")),
+    "text": ("the slot was released", ("PROVIDER_ERROR", True, "the slot was released")),
+    "the usual envelope": ({"error": {"message": "upstream went away", "type": "server_error"}},
+                           ("PROVIDER_ERROR", True, "upstream went away")),
+}
+
+
+@pytest.mark.parametrize("case", CHAT_ERROR_EVENTS)
+async def test_a_chat_error_event_fails_the_answer_saying_what_the_server_said(case, server, make):
+    # Read as a chunk without choices, it failed the answer as "the stream ended before its
+    # finish_reason" (retryable), and the server's words were lost.
+    data, (code, retryable, words) = CHAT_ERROR_EVENTS[case]
+    provider = make("openai-chat", max_retries=0)
+    events = reply("openai-chat", text=["Hello ", "world"]).events[:3]
+    server.push(oc.Reply(events=events + [("error", data)]))
+    deltas = Deltas()
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), deltas)
+    assert (info.value.code, info.value.retryable, info.value.status) == (code, retryable, None)
+    assert "stream error" in info.value.message and words in info.value.message, info.value.message
+    assert deltas.text() == "Hello world"
+
+
+async def test_a_session_whose_chat_stream_sends_an_error_event_records_it_and_answers_the_next_input(
+        server, make, tmp_path):
+    provider = make("openai-chat", max_retries=0)
+    events = reply("openai-chat", text=["Hello ", "world"]).events[:3]
+    server.push(oc.Reply(events=events + [("error", {"code": 500, "message": "out of memory", "type": "server_error"})]),
+                reply("openai-chat", text="Second try."))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("hi")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        await sup.call(sid, Submit("req2", [t.TextPart("again")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    failed = [e.event for e in evs if e.kind == "model.failed"]
+    assert [(f.code, f.retryable, f.status, f.partial_text) for f in failed] == [
+        ("PROVIDER_ERROR", True, None, "Hello world")]
+    assert "stream error" in failed[0].message and "out of memory" in failed[0].message, failed[0].message
+    assert [e.event.text for e in evs if e.kind == "model.responded"] == ["Second try."]
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "Second try."
