@@ -108,9 +108,13 @@ MAX_TRACE = 20_000  # the characters of an unexpected exception's logged traceba
 MALFORMED = (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError, AttributeError)
 _CONTEXT_PATTERNS = re.compile(
     r"context[_ ]length|context window|maximum context|prompt is too long|too many tokens|"
-    r"input is too long|exceeds? the (?:maximum|context)|context_length_exceeded|string_above_max_length",
+    r"input is too long|exceeds? the (?:maximum|context|available context)|context_length_exceeded|"
+    r"string_above_max_length",
     re.IGNORECASE,
 )
+# The error types and codes that say so without words the patterns know (llama.cpp's server:
+# "request (9000 tokens) exceeds the available context size, try increasing it").
+_CONTEXT_KINDS = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 
 
 class SdkProvider(ABC):
@@ -309,7 +313,7 @@ class SdkProvider(ABC):
         if status == 401 or etype == "authentication_error":
             env = f" from {self.api_key_env}" if self.api_key_env else ""
             return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} ({label})", status=recorded)
-        if _CONTEXT_PATTERNS.search(detail) or ecode == "context_length_exceeded":
+        if _CONTEXT_PATTERNS.search(detail) or ecode in _CONTEXT_KINDS or etype in _CONTEXT_KINDS:
             return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window "
                                                      f"({label}): {detail}", status=recorded)
         code, retryable = _by_status(status, etype, ecode)

@@ -13,6 +13,7 @@ import trio
 from events import types as t
 from runtime.actor import GetState, Submit, WaitIdle
 from runtime.providers.base import ProviderError
+from runtime.working_context import Compact
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import error, reply
@@ -237,3 +238,48 @@ async def test_a_session_whose_chat_stream_sends_an_error_event_records_it_and_a
     assert "stream error" in failed[0].message and "out of memory" in failed[0].message, failed[0].message
     assert [e.event.text for e in evs if e.kind == "model.responded"] == ["Second try."]
     assert state.status == "idle" and state.agents["main"].items[-1].text == "Second try."
+
+
+# llama.cpp's server refusing a prompt longer than its context (HTTP 400), as it words it, and
+# the same under another message (its error type alone says so).
+LLAMA_CPP_TOO_LONG = {"code": 400, "message": "request (41234 tokens) exceeds the available context size (32768 "
+                      "tokens), try increasing it", "type": "exceed_context_size_error"}
+
+
+@pytest.mark.parametrize("how", ["its words", "its type", "in the stream"])
+async def test_llama_cpps_context_refusal_is_context_too_long(how, server, make):
+    # It was BAD_REQUEST: the session's compaction took it for a request it could not fix.
+    provider = make("openai-chat", max_retries=0)
+    body = dict(LLAMA_CPP_TOO_LONG)
+    if how == "its type":
+        body["message"] = "prompt does not fit (41234 > 32768)"
+    if how == "in the stream":
+        server.push(oc.Reply(events=reply("openai-chat", text="x").events[:1] + [(None, {"error": body})]))
+    else:
+        server.push(oc.Reply(400, {"error": body}))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("a long prompt").request(), Deltas())
+    assert (info.value.code, info.value.retryable) == ("CONTEXT_TOO_LONG", False), info.value.message
+    assert info.value.status == (None if how == "in the stream" else 400)
+    assert body["message"] in info.value.message
+
+
+async def test_a_summarizing_request_llama_cpp_refuses_as_too_long_is_sent_again_cut(server, make, tmp_path):
+    # (As test_actor's test of each protocol's own words: the compaction asks once more at half
+    # the size; with llama.cpp's words it failed instead.)
+    provider = make("openai-chat", max_retries=0)
+    big = "BIG-INPUT " + "z" * (4 * 40_000)
+    server.push(reply("openai-chat", text="Hello."), oc.Reply(400, {"error": LLAMA_CPP_TOO_LONG}),
+                reply("openai-chat", text="SUMMARY-OF-IT"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart(big)]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+            result = await sup.call(sid, Compact())
+        state = await sup.call(sid, GetState())
+    assert len(server.bodies) == 3
+    refused, sent = (json.dumps(b) for b in server.bodies[1:])
+    assert big in refused and big not in sent and len(sent) < len(refused) // 2
+    assert result["summary"].startswith("SUMMARY-OF-IT")
+    assert [it.role for it in state.agents["main"].items] == ["user", "assistant", "summary"]
