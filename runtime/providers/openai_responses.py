@@ -310,8 +310,22 @@ class _StreamReader:
                             part.text = (part.text or "") + "".join(pieces)
                         elif pieces and part.type == "refusal":
                             part.refusal = (part.refusal or "") + "".join(pieces)
+            elif getattr(item, "type", None) == "function_call":
+                self._call_completed(index, item)
             out.append(item)
         return out
+
+    def _call_completed(self, index: Any, item: Any) -> None:
+        """A call's ``response.output_item.done`` item, with what it leaves blank (its name,
+        its call id, its arguments) as the stream gave it before: a proxy blanked the name
+        there, which ``response.output_item.added`` had, and the call was of the tool ``''``."""
+        added = self._added.get(index)
+        if getattr(added, "type", None) == "function_call":
+            for name in ("name", "call_id"):
+                if not getattr(item, name, None) and getattr(added, name, None):
+                    setattr(item, name, getattr(added, name))
+        if not getattr(item, "arguments", None) and index in self._arguments:
+            item.arguments = "".join(self._arguments[index])
 
     def streamed_text(self) -> str:
         """The text and refusals streamed, part by part (in the order each part began)."""

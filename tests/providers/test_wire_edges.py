@@ -283,3 +283,24 @@ async def test_a_summarizing_request_llama_cpp_refuses_as_too_long_is_sent_again
     assert big in refused and big not in sent and len(sent) < len(refused) // 2
     assert result["summary"].startswith("SUMMARY-OF-IT")
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant", "summary"]
+
+
+async def test_a_responses_call_whose_done_item_blanks_its_name_keeps_the_name_it_was_added_with(server, make, tmp_path):
+    # A proxy sending "name": "" in response.output_item.done (and "output": [] at the end):
+    # the call was recorded as a call of the tool '' and answered TOOL_UNKNOWN.
+    provider = make("openai-responses")
+    first = reply("openai-responses", text="Checking.", calls=[("call_t1", "get_system_time", {})])
+    first.events = [(name, {**data, "item": {**data["item"], "name": ""}})
+                    if name == "response.output_item.done" and data["item"]["type"] == "function_call" else (name, data)
+                    for name, data in first.events]
+    server.push(_final_output_emptied(first), reply("openai-responses", text="It is now."))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        evs = await events_of(sup, sid)
+    calls = [(c.call_id, c.name, c.arguments) for e in evs if e.kind == "model.responded" for c in e.event.tool_calls]
+    assert calls == [("call_t1", "get_system_time", "{}")]
+    assert [(e.event.call_id, e.event.status) for e in evs if e.kind == "tool.finished"] == [("call_t1", "ok")]
+    assert [e.event.text for e in evs if e.kind == "model.responded"] == ["Checking.", "It is now."]
