@@ -246,25 +246,25 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
 
 
 def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any) -> None:
-    """Add one streamed tool-call fragment to ``calls``. A fragment carrying the id of a call
-    already begun goes on that call (servers that repeat the id on every fragment, with or
-    without an ``index``); otherwise fragments of a call share its ``index``, and a fragment
-    without one goes on the last call. A fragment starts a new call where there is none to go on,
-    and where it names a tool and (with an index) carries an id other than that call's: some
-    servers number every call 0, and a call's first fragment names its tool. A fragment that names
-    no tool under another id goes on its call all the same: some servers give each fragment
-    after the first an id of its own, and the call keeps its first."""
+    """Add one streamed tool-call fragment to ``calls``. Fragments of a call share its ``index``;
+    without one, a fragment goes on the call whose id it repeats, else on the last call. It
+    starts a new call where there is none to go on, and where it names a tool under another id
+    than that call's (some servers number every call 0; without an index, a call of another
+    tool under the same id). A fragment that names no tool goes on its call whatever id it
+    carries (some servers give each fragment after a call's first an id of its own, and the
+    call keeps its first), or on the call that has that id (calls numbered alike, interleaved)."""
     fn = tc.function
     name = fn.name if fn is not None else None
     arguments = fn.arguments if fn is not None else None
-    pos = by_id.get(tc.id) if tc.id else None
-    if pos is None:
-        if tc.index is not None:
-            pos = by_index.get(tc.index)
-            if pos is not None and name and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
-                pos = None
-        elif calls and not name:
-            pos = len(calls) - 1
+    known = by_id.get(tc.id) if tc.id else None  # the call that has this fragment's id
+    if tc.index is not None:
+        pos = by_index.get(tc.index)
+        if pos is not None and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
+            pos = None if name else (known if known is not None else pos)
+    elif known is not None:
+        pos = None if name and calls[known]["name"] and name != calls[known]["name"] else known
+    else:
+        pos = len(calls) - 1 if calls and not name else None
     if pos is None:
         calls.append({"id": None, "name": "", "arguments": []})
         pos = len(calls) - 1

@@ -107,20 +107,37 @@ async def test_chat_tool_call_fragments_as_compatible_servers_send_them_make_the
     assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ["call_a", "call_b"]
 
 
-async def test_chat_calls_numbered_alike_with_the_id_on_every_fragment_stay_apart(server, make):
-    # (A server numbering every call 0 starts each with its id and name; later fragments
-    # repeating the id go on it, a fragment with a name and a new id starts the next.)
+APART = {
+    # Every call numbered 0, each fragment repeating its call's id.
+    "numbered alike": [
+        _fragment(index=0, id="call_a", name="read_file", arguments='{"path": '),
+        _fragment(index=0, id="call_a", arguments='"a"}'),
+        _fragment(index=0, id="call_b", name="read_file", arguments='{"path": '),
+        _fragment(index=0, id="call_b", arguments='"b"}')],
+    # The same, the two calls interleaved.
+    "numbered alike, interleaved": [
+        _fragment(index=0, id="call_a", name="read_file", arguments='{"path": '),
+        _fragment(index=0, id="call_b", name="read_file", arguments='{"path": '),
+        _fragment(index=0, id="call_a", arguments='"a"}'),
+        _fragment(index=0, id="call_b", arguments='"b"}')],
+    # One id for every call, the calls told apart by their index.
+    "one id for all, by index": [
+        _fragment(index=0, id="call_a", name="read_file", arguments='{"path": '),
+        _fragment(index=1, id="call_a", name="read_file", arguments='{"path": '),
+        _fragment(index=0, id="call_a", arguments='"a"}'),
+        _fragment(index=1, id="call_a", arguments='"b"}')],
+}
+
+
+@pytest.mark.parametrize("case", APART)
+async def test_chat_calls_told_apart_by_index_or_id_stay_apart(case, server, make):
+    # (Guards of the joining rule: the first and the last were right before; the interleaved
+    # one failed as "a tool call without a name".)
     provider = make("openai-chat")
-    server.push(oc.Reply(events=[
-        _chunk([_fragment(index=0, id="call_a", name="read_file", arguments='{"path": ')]),
-        _chunk([_fragment(index=0, id="call_a", arguments='"a"}')]),
-        _chunk([_fragment(index=0, id="call_b", name="read_file", arguments='{"path": ')]),
-        _chunk([_fragment(index=0, id="call_b", arguments='"b"}')]),
-        _chunk(finish="tool_calls"), (None, "[DONE]")]))
+    server.push(oc.Reply(events=[_chunk([f]) for f in APART[case]] + [_chunk(finish="tool_calls"), (None, "[DONE]")]))
     result = await provider.stream(Ctx().user("go").request(), Deltas())
-    assert [(c.call_id, c.arguments) for c in result.tool_calls] == [
-        ("call_a", '{"path": "a"}'), ("call_b", '{"path": "b"}')]
     assert [json.loads(c.arguments) for c in result.tool_calls] == [{"path": "a"}, {"path": "b"}]
+    assert [c.call_id for c in result.tool_calls][0] == "call_a"
 
 
 # A date past what the platform's clock holds, and one long past (a wait already over).
