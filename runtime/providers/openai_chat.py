@@ -9,8 +9,8 @@ follow the tool messages of that response in one ``user`` message that names the
 string unless it needs parts (images, a cache breakpoint), which suits the most servers.
 
 The stream is read raw (not through the SDK's ``chat.completions.stream`` helper) so that
-compatible servers' variations are tolerated: tool-call fragments are joined by the call's id
-where they repeat it, else by ``index`` (see :func:`_tool_call_delta`); a
+compatible servers' variations are tolerated: tool-call fragments are joined by ``index``, and
+by the call's id where the index is missing or reused (see :func:`_tool_call_delta`); a
 ``reasoning_content`` / ``reasoning`` delta field (DeepSeek, vLLM, Ollama) is reasoning.
 """
 
