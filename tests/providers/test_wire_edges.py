@@ -1,10 +1,14 @@
 """The providers' wire protocols at their edges, through a real session (actor, supervisor,
-store, builtin tools) whose model is an SDK provider over loopback: what OpenAI-compatible
-servers do differently with a tool call's fragments, and a ``Retry-After`` no clock can read."""
+store, builtin tools) whose model is an SDK provider over loopback, and through the provider
+alone: what servers that call themselves compatible send differently (a Chat tool call's
+fragments and error events, a Responses final event without its items, llama.cpp's context
+refusal) and ``Retry-After`` dates, one no clock can hold among them."""
 
 from __future__ import annotations
 
 import json
+import time
+from email.utils import formatdate
 from typing import Any
 
 import pytest
@@ -321,3 +325,25 @@ async def test_a_responses_call_whose_done_item_blanks_its_name_keeps_the_name_i
     assert calls == [("call_t1", "get_system_time", "{}")]
     assert [(e.event.call_id, e.event.status) for e in evs if e.kind == "tool.finished"] == [("call_t1", "ok")]
     assert [e.event.text for e in evs if e.kind == "model.responded"] == ["Checking.", "It is now."]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_retry_after_given_as_an_http_date_is_honoured_up_to_two_minutes(protocol, server, make):
+    # (A guard: passed before. The seconds form is pinned in test_failures.py.)
+    provider = make(protocol, max_retries=1)
+    far = error(protocol, 429, "tomorrow", fast=False)
+    far.headers["retry-after"] = formatdate(time.time() + 3600, usegmt=True)
+    server.push(far, reply(protocol, text="not reached"))
+    with trio.fail_after(10):
+        with pytest.raises(ProviderError) as info:
+            await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert (info.value.code, info.value.retryable, len(server.requests)) == ("RATE_LIMITED", True, 1)
+    server.replies.clear()
+    near = error(protocol, 503, "in a moment", fast=False)
+    near.headers["retry-after"] = formatdate(time.time() + 2, usegmt=True)
+    server.push(near, reply(protocol, text="after the date"))
+    began = time.monotonic()
+    with trio.fail_after(10):
+        result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "after the date" and len(server.requests) == 3
+    assert time.monotonic() - began >= 0.9  # (the date, whole seconds: at least one of them waited)
