@@ -345,6 +345,16 @@ def _client_class() -> type:
     class Client(LensClient, anthropic.AsyncAnthropic):
         decoder = bom_skipped(SSEDecoder)
 
+        def _parse_retry_after_header(self, response_headers: Any = None) -> float | None:
+            # A date no clock can hold (a year of twenty digits) made the SDK raise
+            # OverflowError out of the request: a 429 failed as an exception no error names
+            # (PROVIDER_ERROR, not retryable). Unreadable, it is no Retry-After, as the OpenAI
+            # SDK reads it: the client's own backoff applies.
+            try:
+                return super()._parse_retry_after_header(response_headers)
+            except (TypeError, ValueError, OverflowError, OSError):
+                return None
+
         def _should_retry(self, response: Any) -> bool:
             wait = self._parse_retry_after_header(response.headers)
             if wait is not None and wait > MAX_RETRY_AFTER:

@@ -9,7 +9,8 @@ follow the tool messages of that response in one ``user`` message that names the
 string unless it needs parts (images, a cache breakpoint), which suits the most servers.
 
 The stream is read raw (not through the SDK's ``chat.completions.stream`` helper) so that
-compatible servers' variations are tolerated: tool-call fragments are joined by ``index``; a
+compatible servers' variations are tolerated: tool-call fragments are joined by ``index``, and
+by the call's id where the index is missing or reused (see :func:`_tool_call_delta`); a
 ``reasoning_content`` / ``reasoning`` delta field (DeepSeek, vLLM, Ollama) is reasoning.
 """
 
@@ -138,7 +139,7 @@ class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
 
     def _make_client(self) -> Any:
-        return self._sdk_client(openai_client_class(), OPENAI_BASE_URL)
+        return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
@@ -155,6 +156,7 @@ class OpenAIChatProvider(SdkProvider):
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         by_index: dict[int, int] = {}  # the server's tool-call index -> its call in ``calls``
+        by_id: dict[str, int] = {}  # a call's id -> its call in ``calls``
         finish: str | None = None
         refused = False
         usage_raw: dict[str, Any] | None = None
@@ -195,7 +197,7 @@ class OpenAIChatProvider(SdkProvider):
                             for tc in delta.tool_calls or []:
                                 if tc.function is not None:
                                     size.add(tc.function.arguments)
-                                _tool_call_delta(calls, by_index, tc)
+                                _tool_call_delta(calls, by_index, by_id, tc)
                         if choice.finish_reason:
                             finish = choice.finish_reason
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
@@ -243,19 +245,26 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: Any) -> None:
+def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any) -> None:
     """Add one streamed tool-call fragment to ``calls``. Fragments of a call share its ``index``;
-    a new ``id`` under an index already used is a new call (some servers number every call 0),
-    and a fragment without an index goes on the last call unless it starts one (an id or a name)."""
+    without one, a fragment goes on the call whose id it repeats, else on the last call. It
+    starts a new call where there is none to go on, and where it names a tool under another id
+    than that call's (some servers number every call 0; without an index, a call of another
+    tool under the same id). A fragment that names no tool goes on its call whatever id it
+    carries (some servers give each fragment after a call's first an id of its own, and the
+    call keeps its first), or on the call that has that id (calls numbered alike, interleaved)."""
     fn = tc.function
     name = fn.name if fn is not None else None
     arguments = fn.arguments if fn is not None else None
+    known = by_id.get(tc.id) if tc.id else None  # the call that has this fragment's id
     if tc.index is not None:
         pos = by_index.get(tc.index)
+        if pos is not None and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
+            pos = None if name else (known if known is not None else pos)
+    elif known is not None:
+        pos = None if name and calls[known]["name"] and name != calls[known]["name"] else known
     else:
-        pos = len(calls) - 1 if calls and not (tc.id or name) else None
-    if pos is not None and tc.id and calls[pos]["id"] and tc.id != calls[pos]["id"]:
-        pos = None
+        pos = len(calls) - 1 if calls and not name else None
     if pos is None:
         calls.append({"id": None, "name": "", "arguments": []})
         pos = len(calls) - 1
@@ -264,6 +273,7 @@ def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], tc: 
     slot = calls[pos]
     if tc.id and not slot["id"]:
         slot["id"] = tc.id
+        by_id.setdefault(tc.id, pos)
     if name and not slot["name"]:
         slot["name"] = name
     if arguments:

@@ -164,8 +164,9 @@ class OpenAIResponsesProvider(SdkProvider):
                 raise self.truncated("its final response", reader.size)
             result = self._result(reader.final, reader.output(), compiled, cache)  # (reads the SDK's objects too)
             if not result.text and not result.tool_calls:
-                # Some servers (proxies) send response.completed with "output": []: the text the
-                # viewer saw streaming is the answer, not an empty one.
+                # A final response without output after text deltas for no item the stream
+                # added (a proxy's): the text the viewer saw streaming is the answer, not an
+                # empty one.
                 result = replace(result, text=reader.streamed_text())
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
             if meter is not None:
@@ -289,9 +290,11 @@ class _StreamReader:
         return None
 
     def output(self) -> list[Any]:
-        """The final response's output items, or the stream's where it has none."""
+        """The final response's output items, or the stream's where it has none: its ``output``
+        left out, null, or empty (proxies send ``"output": []`` after streaming every item; read
+        as the answer, the calls the model made were lost and the turn ended without them)."""
         given = getattr(self.final, "output", None)
-        if given is not None:
+        if given:
             return given
         out = []
         for index in sorted(self._added.keys() | self._done.keys()):
@@ -307,8 +310,22 @@ class _StreamReader:
                             part.text = (part.text or "") + "".join(pieces)
                         elif pieces and part.type == "refusal":
                             part.refusal = (part.refusal or "") + "".join(pieces)
+            elif getattr(item, "type", None) == "function_call":
+                self._call_completed(index, item)
             out.append(item)
         return out
+
+    def _call_completed(self, index: Any, item: Any) -> None:
+        """A call's ``response.output_item.done`` item, with what it leaves blank (its name,
+        its call id, its arguments) as the stream gave it before: a proxy blanked the name
+        there, which ``response.output_item.added`` had, and the call was of the tool ``''``."""
+        added = self._added.get(index)
+        if getattr(added, "type", None) == "function_call":
+            for name in ("name", "call_id"):
+                if not getattr(item, name, None) and getattr(added, name, None):
+                    setattr(item, name, getattr(added, name))
+        if not getattr(item, "arguments", None) and index in self._arguments:
+            item.arguments = "".join(self._arguments[index])
 
     def streamed_text(self) -> str:
         """The text and refusals streamed, part by part (in the order each part began)."""

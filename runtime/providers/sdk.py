@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import json
 import logging
 import math
 import re
@@ -107,9 +108,13 @@ MAX_TRACE = 20_000  # the characters of an unexpected exception's logged traceba
 MALFORMED = (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError, AttributeError)
 _CONTEXT_PATTERNS = re.compile(
     r"context[_ ]length|context window|maximum context|prompt is too long|too many tokens|"
-    r"input is too long|exceeds? the (?:maximum|context)|context_length_exceeded|string_above_max_length",
+    r"input is too long|exceeds? the (?:maximum|context|available context)|context_length_exceeded|"
+    r"string_above_max_length",
     re.IGNORECASE,
 )
+# The error types and codes that say so without words the patterns know (llama.cpp's server:
+# "request (9000 tokens) exceeds the available context size, try increasing it").
+_CONTEXT_KINDS = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 
 
 class SdkProvider(ABC):
@@ -308,7 +313,7 @@ class SdkProvider(ABC):
         if status == 401 or etype == "authentication_error":
             env = f" from {self.api_key_env}" if self.api_key_env else ""
             return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} ({label})", status=recorded)
-        if _CONTEXT_PATTERNS.search(detail) or ecode == "context_length_exceeded":
+        if _CONTEXT_PATTERNS.search(detail) or ecode in _CONTEXT_KINDS or etype in _CONTEXT_KINDS:
             return ProviderError("CONTEXT_TOO_LONG", f"{where}: the request exceeds the model's context window "
                                                      f"({label}): {detail}", status=recorded)
         code, retryable = _by_status(status, etype, ecode)
@@ -441,26 +446,45 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"  # (both OpenAI protocols, where n
 
 
 @functools.cache
-def openai_client_class() -> type:
+def openai_client_class(chat: bool = False) -> type:
     """``openai.AsyncOpenAI`` whose stream reader skips SSE frames without data. The SDK hands
     every frame to its JSON parser, so a frame holding only ``retry:``, ``id:`` or a comment
     after an ``id:`` (a keep-alive, once the stream has given an id), or an empty ``data:``,
     failed the whole answer as a malformed stream; the SSE standard dispatches no event for the
     first kinds, and the Anthropic SDK skips all of them. A byte-order mark at the start is
     ignored (:func:`bom_skipped`). What the SDK reads from environment variables of its own is
-    dropped (:func:`environment_dropped`)."""
+    dropped (:func:`environment_dropped`). ``chat``: a Chat Completions stream's ``error`` events
+    are read as its errors (:func:`chat_error_event`)."""
     import openai
     from openai._streaming import SSEDecoder
 
     class Decoder(bom_skipped(SSEDecoder)):  # type: ignore[misc]
         def decode(self, line: str) -> Any:
             sse = super().decode(line)
-            return sse if sse is None or sse.data else None
+            if sse is None or not sse.data:
+                return None
+            return chat_error_event(sse) if chat and sse.event == "error" else sse
 
     class Client(LensClient, openai.AsyncOpenAI):
         decoder = Decoder
 
     return Client
+
+
+def chat_error_event(sse: Any) -> Any:
+    """An SSE ``error`` event of a Chat Completions stream as the convention the SDK reads
+    (``data: {"error": {…}}``, which it raises as the stream's error). Servers that send the
+    error object itself under ``event: error`` (llama.cpp's server did), or its text, had it
+    read as a chunk without choices: the answer failed as "the stream ended before its
+    finish_reason", and what the server said was lost."""
+    try:
+        data = json.loads(sse.data)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("error"):
+        return sse
+    error = data if isinstance(data, dict) and data else {"message": sse.data}
+    return type(sse)(event=None, data=json.dumps({"error": error}), id=sse.id, retry=sse.retry)
 
 
 class LensClient:
