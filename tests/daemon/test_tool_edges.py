@@ -4,7 +4,9 @@ What the tool modules' own tests pin is not redone; these are edges found only t
 
 from __future__ import annotations
 
-from .conftest import Daemon, run_tool
+from tools.files.errors import MAX_IMAGE_BYTES as MAX_IMAGE
+
+from .conftest import Daemon, finished, run_tool, wait_until
 
 
 async def setup(d: Daemon) -> tuple[str, str]:
@@ -44,3 +46,55 @@ async def test_an_unknown_argument_is_named_cut_at_80_characters(daemon: Daemon)
     # two unknown names are both named, in order
     body = await run_tool(daemon, token, sid, "r-two", "history_read", {"context_item_id": "c1", "b": 1, "a": 2})
     assert body["content"][0]["text"] == "INVALID_ARGUMENT: history_read does not take 'a', 'b'"
+
+
+async def test_sleep_at_its_limits_and_an_abort_of_the_longest(daemon: Daemon) -> None:
+    token, sid = await setup(daemon)
+    body = await run_tool(daemon, token, sid, "r0", "sleep_milliseconds", {"milliseconds": 0})
+    assert not body["is_error"]
+    assert body["structured_content"]["start_unix_ms"] <= body["structured_content"]["end_unix_ms"]
+    body = await run_tool(daemon, token, sid, "r1", "sleep_milliseconds", {"milliseconds": 2147483648})
+    assert body["content"][0]["text"] == "INVALID_ARGUMENT: milliseconds must be from 0 to 2147483647, got 2147483648"
+    await daemon.submit(token, sid, "r2", '/tool sleep_milliseconds {"milliseconds": 2147483647}')
+
+    async def sleeping() -> bool:
+        return any(e["kind"] == "tool.started" and e["body"]["name"] == "sleep_milliseconds"
+                   and "2147483647" in e["body"]["arguments"] for e in await daemon.events(token, sid))
+
+    await wait_until(sleeping, what="the longest sleep started")
+    r = await daemon.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await daemon.wait_idle(token, sid)
+    ended = finished(await daemon.events(token, sid))[-1]
+    assert (ended["status"], ended["error_code"]) == ("interrupted", "ABORTED"), ended
+    body = await run_tool(daemon, token, sid, "r3", "get_system_time", {})  # the session goes on
+    assert not body["is_error"]
+
+
+async def test_view_image_at_5_mib_and_one_byte_past(daemon: Daemon) -> None:
+    token, sid = await setup(daemon)
+    ws = daemon.root / "workspaces" / "p"
+    head = b"\x89PNG\r\n\x1a\n"
+    (ws / "max.png").write_bytes(head + b"\0" * (MAX_IMAGE - len(head)))
+    (ws / "over.png").write_bytes(head + b"\0" * (MAX_IMAGE - len(head) + 1))
+    body = await run_tool(daemon, token, sid, "r1", "view_image", {"path": "max.png"})
+    assert body["structured_content"]["size"] == MAX_IMAGE, body["content"]
+    r = await daemon.get(f"/artifacts/{body['structured_content']['artifact_id']}", token)
+    assert r.status_code == 200 and r.content == (ws / "max.png").read_bytes()
+    body = await run_tool(daemon, token, sid, "r2", "view_image", {"path": "over.png"})
+    assert body["content"][0]["text"] == f"TOO_LARGE: over.png: {MAX_IMAGE + 1} bytes; images are at most {MAX_IMAGE}"
+
+
+async def test_patch_file_takes_128_hunks_and_refuses_129(daemon: Daemon) -> None:
+    token, sid = await setup(daemon)
+    ws = daemon.root / "workspaces" / "p"
+    original = "".join(f"line {i}\n" for i in range(300))
+    (ws / "h.txt").write_text(original)
+    patch = "".join(f"@@\n-line {2 * i}\n+LINE {2 * i}\n" for i in range(129))
+    body = await run_tool(daemon, token, sid, "r1", "patch_file", {"path": "h.txt", "patch": patch})
+    assert body["content"][0]["text"] == "TOO_MANY_UNITS: more than 128 hunks"
+    assert (ws / "h.txt").read_text() == original
+    patch = "".join(f"@@\n-line {2 * i}\n+LINE {2 * i}\n" for i in range(128))
+    body = await run_tool(daemon, token, sid, "r2", "patch_file", {"path": "h.txt", "patch": patch})
+    assert body["structured_content"]["units_applied"] == 128, body["content"]
+    assert (ws / "h.txt").read_text().count("LINE ") == 128
