@@ -4,6 +4,8 @@ What the tool modules' own tests pin is not redone; these are edges found only t
 
 from __future__ import annotations
 
+import json
+
 from tools.files.errors import MAX_IMAGE_BYTES as MAX_IMAGE
 
 from .conftest import Daemon, finished, run_tool, wait_until
@@ -98,3 +100,28 @@ async def test_patch_file_takes_128_hunks_and_refuses_129(daemon: Daemon) -> Non
     body = await run_tool(daemon, token, sid, "r2", "patch_file", {"path": "h.txt", "patch": patch})
     assert body["structured_content"]["units_applied"] == 128, body["content"]
     assert (ws / "h.txt").read_text().count("LINE ") == 128
+
+
+async def test_a_tool_call_is_found_by_the_characters_its_json_escapes(daemon: Daemon) -> None:
+    # Arguments are JSON, and a model (the faux one among them) may spell every character past
+    # ASCII as a \u escape: the call was indexed as sent ("caf\u00e9"), so a search for the
+    # word it names ("café", "文件") never found the call, and its snippet showed the escapes.
+    token, sid = await setup(daemon)
+    for i, path in enumerate(("cafébar.txt", "文件名.txt", "emoji😀x.txt")):
+        escaped = json.dumps({"path": path})  # (ASCII: "caf\\u00e9…", the emoji as a surrogate pair)
+        assert escaped.isascii()
+        await daemon.submit(token, sid, f"r{i}", f"/tool read_file {escaped}")
+        await daemon.wait_idle(token, sid)
+    for i, (query, path) in enumerate((("cafébar", "cafébar.txt"), ("文件名", "文件名.txt"), ("emoji😀x", "emoji😀x.txt"))):
+        body = await run_tool(daemon, token, sid, f"s{i}", "history_search", {"query": query})
+        calls = [r for r in body["structured_content"]["results"] if r["role"] == "tool_call"
+                 and r["snippet"].startswith("read_file")]
+        assert len(calls) == 1, body["structured_content"]["results"]
+        page = await run_tool(daemon, token, sid, f"p{i}", "history_read",
+                              {"context_item_id": calls[0]["context_item_id"]})
+        assert page["content"][0]["text"].endswith('read_file {"path": "' + path + '"}'), page["content"]
+    # an escaped quote, backslash or control character stays as the JSON spells it
+    await daemon.submit(token, sid, "q", '/tool read_file {"path": "a\\u0022b\\\\u00e9c\\u0001"}')
+    await daemon.wait_idle(token, sid)
+    body = await run_tool(daemon, token, sid, "sq", "history_search", {"query": "u00e9c"})
+    assert any(r["role"] == "tool_call" for r in body["structured_content"]["results"]), body
