@@ -54,6 +54,30 @@ MAX_LIMIT = 100
 TOKENIZER = ("unicode61", ("remove_diacritics", "2"))
 
 
+# A JSON \u escape not itself escaped (an even run of backslashes before it), with the low half
+# of a surrogate pair when one follows.
+_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})(?:\\u([dD][c-fC-F][0-9a-fA-F]{2}))?")
+
+
+def readable_arguments(arguments: str) -> str:
+    """A tool call's arguments as the history indexes them: the JSON as sent, with each ``\\u``
+    escape of a character past ASCII written as that character (a model may escape every one:
+    ``"caf\\u00e9"`` is found by "café"). ASCII escapes (a quote, a backslash, a control
+    character) and a lone surrogate half stay as they are spelt, so the text stays the JSON's."""
+    def one(m: re.Match[str]) -> str:
+        backslashes, high, low = m.group(1), int(m.group(2), 16), m.group(3)
+        if high < 0x80 or 0xDC00 <= high <= 0xDFFF:
+            return m.group(0)
+        if 0xD800 <= high <= 0xDBFF:
+            if low is None:
+                return m.group(0)
+            return backslashes + chr(0x10000 + ((high - 0xD800) << 10) + (int(low, 16) - 0xDC00))
+        tail = "" if low is None else "\\u" + low  # (a low half after no high one: kept as spelt)
+        return backslashes + chr(high) + tail
+
+    return _ESCAPE.sub(one, arguments) if "\\u" in arguments else arguments
+
+
 def _text(parts: Sequence[t.ContentPart]) -> str:
     return text_of(parts)  # (the same text as the session's items: parts joined by a newline)
 
@@ -95,7 +119,8 @@ class HistoryProjection(Projection):
     #    holds them; Thai, Lao, Khmer and Burmese indexed letter by letter, as Chinese (projections.tokens)
     # 7: forks' sources (history_lineage) and every hide and unhide (history_edits): a fork's
     #    inherited items are found under it, and stay visible while a session holding them is
-    version = 7
+    # 8: a tool call's \u escapes of characters past ASCII indexed as the characters (readable_arguments)
+    version = 8
     needs_body = True
     tables = ("history_items", "history_fts", "history_inputs", "history_sessions", "history_lineage",
               "history_edits")
@@ -217,7 +242,8 @@ class HistoryProjection(Projection):
                     items.append((_iid(se.seq), *base, "assistant", se.seq, ev.text))
                     n += 1
                 for call in ev.tool_calls:
-                    items.append((_iid(se.seq, n), *base, "tool_call", se.seq, f"{call.name} {call.arguments}"))
+                    items.append((_iid(se.seq, n), *base, "tool_call", se.seq,
+                                  f"{call.name} {readable_arguments(call.arguments)}"))
                     n += 1
             elif isinstance(ev, t.ModelFailed):
                 if ev.partial_text:  # (an answer aborted or failed while it streamed: what the user saw of it)

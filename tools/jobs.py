@@ -11,10 +11,12 @@ only: a job outlives the call that started it, and its report goes to the main a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from events.ids import id_rule, is_id
 from events.secrets import Secrets
+from runtime.errors import shortened  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .command_output import StreamJoin, drain
@@ -83,12 +85,18 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
 
     async def job(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         action = args.get("action")
-        if action not in _ARGS:
-            raise ToolError("INVALID_ARGUMENT", USAGE)
+        # (checked as a string first: a list or an object is no key to look up, and the lookup's
+        # TypeError would end the call as a crash)
+        if not isinstance(action, str) or action not in _ARGS:
+            raise ToolError("INVALID_ARGUMENT", f"action must be one of {', '.join(_ARGS)}, got "
+                                                f"{shortened(json.dumps(action, ensure_ascii=False))}; {USAGE}")
         required, optional = _ARGS[action]
         given = set(args) - {"action"}
-        if not required <= given or given - required - optional:
-            raise ToolError("INVALID_ARGUMENT", USAGE)
+        if not required <= given:
+            raise ToolError("INVALID_ARGUMENT", f"job {action} needs {', '.join(sorted(required - given))}; {USAGE}")
+        if given - required - optional:
+            unknown = shortened(", ".join(map(repr, sorted(given - required - optional))))
+            raise ToolError("INVALID_ARGUMENT", f"job {action} does not take {unknown}; {USAGE}")
         if ctx.jobs is None:
             raise ToolError("JOBS_UNAVAILABLE", "this session cannot run background jobs")
         if "job_id" in args and not is_id(args["job_id"]):  # (as the job routes check it)

@@ -19,6 +19,7 @@ import trio
 
 from events import types as t
 from runtime.atomicfile import why_not_written
+from runtime.errors import shortened  # (imports nothing: no cycle)
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -305,15 +306,21 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
 
     async def revert_call(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         target = args.get("call_id")
-        if set(args) - {"call_id"} or not isinstance(target, str) or not target:
-            raise ToolError("INVALID_ARGUMENT", "revert_call takes {\"call_id\": \"...\"}")
+        usage = "it takes {\"call_id\": \"...\"}"
+        if set(args) - {"call_id"}:
+            unknown = shortened(", ".join(map(repr, sorted(set(args) - {"call_id"}))))
+            raise ToolError("INVALID_ARGUMENT", f"revert_call does not take {unknown}; {usage}")
+        if not isinstance(target, str) or not target:
+            raise ToolError("INVALID_ARGUMENT", "call_id must be a non-empty string, the id of an earlier edit_file "
+                                                f"or patch_file call; {usage}")
+        shown = shortened(repr(target))  # (a provider's call id: no rule to check it by, so only cut)
         if ctx.call_running is not None and ctx.call_running(target):
             # (its edits are not all made: a revert now would undo some, and the call would go on
             # editing after it, or find its files changed under it)
-            raise ToolError("CALL_STILL_RUNNING", f"call {target!r} is still running; revert it once it has finished")
+            raise ToolError("CALL_STILL_RUNNING", f"call {shown} is still running; revert it once it has finished")
         edits = ctx.file_edits(target) if ctx.file_edits is not None else []
         if not edits:
-            raise ToolError("NOTHING_TO_REVERT", f"call {target!r} changed no file in this session (or was reverted)")
+            raise ToolError("NOTHING_TO_REVERT", f"call {shown} changed no file in this session (or was reverted)")
         restored: list[str] = []
         async with locked(ctx, write=True) as ex:
             # The edits were judged when they were made; a path may lead elsewhere now (a link

@@ -207,6 +207,27 @@ async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon
         [("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {message}") for _, _, message in calls], results
 
 
+async def test_a_job_action_that_is_no_string_is_refused_naming_action(daemon: Daemon):
+    # An action sent as a list or an object was looked up among the actions as it was: a
+    # TypeError (unhashable) crashed the session's actor, whose restart answered the call
+    # INTERRUPTED ("Lens stopped before it finished") where the model had only sent a bad argument.
+    token, sid = await setup(daemon)
+    for i, action in enumerate(([], ["list"], {"a": 1}, 5, None, "bogus")):
+        body = await run_tool(daemon, token, sid, f"r{i}", "job", {"action": action})
+        assert body["error_code"] == "INVALID_ARGUMENT", (action, body)
+        assert body["content"][0]["text"].startswith(
+            "INVALID_ARGUMENT: action must be one of start, list, read, stop, got "), body
+    # a missing or an unknown argument is named too (the answer was the usage line alone)
+    body = await run_tool(daemon, token, sid, "r-read", "job", {"action": "read"})
+    assert body["content"][0]["text"].startswith("INVALID_ARGUMENT: job read needs job_id; job takes "), body
+    body = await run_tool(daemon, token, sid, "r-stop", "job", {"action": "stop", "job_id": "job_x", "offset": 0})
+    assert body["content"][0]["text"].startswith("INVALID_ARGUMENT: job stop does not take 'offset'; job takes "), body
+    body = await run_tool(daemon, token, sid, "r-list", "job", {"action": "list"})
+    assert body["content"][0]["text"] == "no jobs in this session"
+    assert not any(e["kind"] == "tool.interrupted" or e["body"].get("error_code") == "INTERRUPTED"
+                   for e in await log_of(daemon, token, sid))
+
+
 async def test_a_timeout_and_a_signal_end_jobs_as_stopped_and_crashed(daemon: Daemon):
     token, sid = await setup(daemon)
     slow = await start_job(daemon, token, sid, "r1", "exec sleep 600", timeout_ms=300)

@@ -113,6 +113,32 @@ async def test_a_session_searches_the_configured_backend(daemon_factory: DaemonF
     assert "k-123" not in json.dumps(await d.events(token, sid))
 
 
+async def test_a_backends_score_the_log_cannot_hold_is_left_out_not_the_results(daemon_factory: DaemonFactory,
+                                                                                web_server: WebServer) -> None:
+    # A score of more than 64 bits (JSON has no limit) made the result unencodable: the call
+    # answered RESULT_NOT_RECORDED ("ask for less") and the results were lost. NaN and the
+    # infinities (Python's JSON reads them) were stored as they came and shown as null.
+    scores = iter(["100000000000000000000000000000", "-18446744073709551616", "NaN", "-Infinity", "1e999",
+                   "9223372036854775807", "0.5"])
+
+    async def search(req: Request, stream: trio.SocketStream) -> None:
+        body = '{"results": [{"title": "Found", "url": "https://found.example/", "score": %s}]}' % next(scores)
+        await stream.send_all(response(200, body.encode(), [("Content-Type", "application/json")]))
+    web_server.route("/search", search)
+    d = await daemon_factory(config={"webSearch": {"baseUrl": web_server.base, "apiKeyEnv": None}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    seen = []
+    for i in range(7):
+        body = await run_tool(d, token, sid, f"r{i}", "web_search", {"query": "lens"})
+        assert not body["is_error"], body["content"]
+        assert body["content"][0]["text"] == "## 1. Found\nURL: https://found.example/"
+        seen.append(body["structured_content"]["results"][0]["score"])
+    assert seen == [None, None, None, None, None, 9223372036854775807, 0.5]
+    decoded = [e for e in await d.events(token, sid) if e["kind"] == "tool.finished"]
+    assert [e["body"]["structured_content"]["results"][0]["score"] for e in decoded] == seen
+
+
 async def test_a_search_backend_with_credentials_is_refused_without_them(daemon_factory: DaemonFactory,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     d = await daemon_factory()

@@ -24,6 +24,7 @@ that all of them together hold at most that many characters (titles and URLs are
 from __future__ import annotations
 
 import json
+import math
 import os
 import ssl
 from typing import Any, Mapping
@@ -31,9 +32,10 @@ from typing import Any, Mapping
 import trio
 
 from events.secrets import Secrets
+from runtime.errors import shortened  # (imports nothing: no cycle)
 from runtime.providers.redact import redact_key
 
-from ..base import ToolContext, ToolError, ToolResult, ToolSpec
+from ..base import INT64, ToolContext, ToolError, ToolResult, ToolSpec
 from .address import Resolver, SystemResolver, parse_url, resolve
 from .http import TlsOnDemand, request
 
@@ -52,7 +54,7 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments with their defaults, or ``INVALID_ARGUMENT``."""
     extra = sorted(set(args) - {"query", "num_results", "livecrawl", "type", "context_max_characters"})
     if extra:
-        raise ToolError("INVALID_ARGUMENT", f"web_search does not take {', '.join(map(repr, extra))}")
+        raise ToolError("INVALID_ARGUMENT", f"web_search does not take {shortened(', '.join(map(repr, extra)))}")
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolError("INVALID_ARGUMENT", "web_search needs 'query', a non-empty string")
@@ -168,6 +170,16 @@ def _field(r: dict[str, Any], name: str) -> str | None:
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def _score(value: Any) -> int | float | None:
+    """A result's ``score`` as the log can hold it: a number, finite (JSON as Python reads it
+    has NaN and the infinities), an integer within 64 bits (JSON has no limit); else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int):
+        return value if INT64[0] <= value <= INT64[1] else None
+    return value if math.isfinite(value) else None
+
+
 def render(query: str, results: list[dict[str, Any]], budget: int,
            secrets: Secrets | None = None) -> tuple[str, list[dict[str, Any]]]:
     """(text for the model, structured results without page text). Page text in all results
@@ -179,7 +191,7 @@ def render(query: str, results: list[dict[str, Any]], budget: int,
     for i, r in enumerate(results, 1):
         title, url = _field(r, "title"), _field(r, "url")
         published, author = _field(r, "publishedDate"), _field(r, "author")
-        score = r.get("score") if isinstance(r.get("score"), (int, float)) and not isinstance(r.get("score"), bool) else None
+        score = _score(r.get("score"))
         listed.append({"title": title, "url": url, "published_date": published, "author": author, "score": score})
         lines = [f"## {i}. {title or url or '(untitled)'}"]
         if url:
