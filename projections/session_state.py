@@ -116,6 +116,7 @@ class AgentState(msgspec.Struct):
     running_call: str | None = None  # tool.started without tool.finished
     open_request_seq: int | None = None  # model.requested without a response or failure
     last_response_final: bool = False  # the last response had no tool calls
+    stop_reason: str | None = None  # the last response's (``ModelResponded.stop_reason``)
     round_results: int = 0  # tool results since the last response (its round under way)
     last_error: str | None = None  # the last model request failed (cleared by the next one)
     request_attempt: int = 0  # ``attempt`` of the last model.requested
@@ -463,6 +464,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             a.items[first].reasoning_blocks = list(ev.reasoning_blocks)
         a.pending_calls = list(ev.tool_calls)
         a.last_response_final = not ev.tool_calls
+        a.stop_reason = ev.stop_reason
         a.round_results = 0
         _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelFailed):
@@ -725,7 +727,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     assistant item of status ``aborted``.
 # 17: ... and of status ``failed`` when the request failed otherwise (an item an earlier build
 #     folded from such a row says ``aborted``).
-SNAPSHOT_VERSION = 17
+# 18: ``AgentState.stop_reason`` (an answer cut at the output limit: its last call is not run).
+SNAPSHOT_VERSION = 18
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

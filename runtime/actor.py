@@ -1329,8 +1329,11 @@ class SessionActor:
         """Run the call and append its result (``lease.recorded()`` once it committed)."""
         tools = self.deps.tools
         agent = self.state.agents[agent_id]
-        result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)
-        result = self._with_warning(call.name, result, tool_policy)
+        if d.cut_at_output_limit(agent, call):  # (answered as an unknown tool is: started, then its error)
+            result = ToolResult.error(d.CUT_CALL_CODE, d.cut_call_message(call))
+        else:
+            result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)
+            result = self._with_warning(call.name, result, tool_policy)
         # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
         events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
         try:

@@ -44,7 +44,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, sdks_imported, usage_dict
@@ -203,8 +203,9 @@ class AnthropicProvider(SdkProvider):
         diagnostics = self.diagnostics(compiled, cache)
         if not calls and msg.stop_reason == "tool_use":
             raise self.malformed(ValueError("stop_reason tool_use without a tool_use block"))
+        stop = OUTPUT_LIMIT if msg.stop_reason == OUTPUT_LIMIT_REASONS[PROTOCOL] else msg.stop_reason
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
-                           stop_reason=msg.stop_reason, usage=usage, response_id=msg.id,
+                           stop_reason=stop, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics)
 
 

@@ -19,6 +19,14 @@ from events import types as t
 from projections.session_state import Item
 
 
+# The stop reason a result records for an answer cut at the model's output limit, and each
+# protocol's own word for that stop: Anthropic's ``stop_reason``, Chat's ``finish_reason``, the
+# Responses ``incomplete_details.reason`` of an ``incomplete`` response. Such an answer's last
+# tool call may have been cut while it was written (see runtime.decide.cut_at_output_limit).
+OUTPUT_LIMIT = "max_tokens"
+OUTPUT_LIMIT_REASONS = {"anthropic": "max_tokens", "openai-chat": "length", "openai-responses": "max_output_tokens"}
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     model: str  # the model id within its provider

@@ -23,7 +23,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
@@ -220,8 +220,8 @@ class OpenAIChatProvider(SdkProvider):
             ]
         except MALFORMED as exc:  # an id, a name or arguments that were no text
             raise self.malformed(exc).during(_usage(usage_raw)) from None
-        stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}.get(
-            finish or "", finish)
+        stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
+                OUTPUT_LIMIT_REASONS[self.protocol]: OUTPUT_LIMIT}.get(finish or "", finish)
         if tool_calls and stop == "end_turn":
             stop = "tool_use"
         elif refused and stop == "end_turn":

@@ -1,0 +1,129 @@
+"""An answer cut at the model's output limit while it wrote a tool call, over the wire, for each
+protocol, through a real session: the answer's last call is recorded as the model streamed it
+and answered ``INVALID_ARGUMENT`` without being run (its arguments may be incomplete: one cut
+before any argument arrived reads as ``{}``, on which a tool whose arguments are all optional
+ran with its defaults); the calls before it run, and the next request tells the model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from events import types as t
+from runtime.actor import GetState, Submit, WaitIdle
+
+from .conftest import PROTOCOLS
+from .scripts import reply
+from .servers import anthropic as an
+from .servers import openai_chat as oc
+from .servers import openai_responses as orr
+from .servers.base import Reply
+from .test_actor import events_of, runtime
+from .test_invalid_arguments import sent_calls, sent_results
+
+SLEEP = '{"milliseconds": 1}'
+
+
+def cut_answer(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
+    """An answer stopped at the output limit while its last call was written, as each protocol
+    says it: Anthropic ``stop_reason: max_tokens``, Chat ``finish_reason: length``, a Responses
+    ``response.incomplete`` (``max_output_tokens``) whose last call never got its
+    ``function_call_arguments.done`` nor ``output_item.done`` (its item ``incomplete``). The last
+    call's arguments are what had streamed (``""``: none)."""
+    if protocol == "anthropic":
+        scripted = an.message_stream(text="Working.", calls=calls, stop_reason="max_tokens", output_tokens=4096)
+        scripted.events = [(name, data) for name, data in scripted.events
+                           if not (name == "content_block_delta" and data["delta"].get("partial_json") == "")]
+        return scripted
+    if protocol == "openai-chat":
+        return oc.chat_stream(text="Working.", calls=calls, finish="length", usage=oc.usage(900, 4096))
+    scripted = orr.response_stream(text="Working.", calls=calls, status="incomplete", usage=orr.usage(900, 4096))
+    last = f"fc_{calls[-1][0]}"
+    scripted.events = [(name, data) for name, data in scripted.events
+                       if not (name == "response.function_call_arguments.done" and data["item_id"] == last)
+                       and not (name == "response.output_item.done" and data["item"]["id"] == last)]
+    name, data = scripted.events[-1]
+    output = [{**item, "status": "incomplete"} if item["id"] == last else item for item in data["response"]["output"]]
+    scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": output}})
+    return scripted
+
+
+async def _session(protocol: str, first: Reply, server: Any, make: Any, tmp_path: Any) -> tuple[Any, list]:
+    provider = make(protocol)
+    server.push(first, reply(protocol, text="Done."))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("the time, then a nap")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    assert not [e.event for e in evs if e.kind == "model.failed"]
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "Done."  # the session went on
+    return state, evs
+
+
+def _finished(evs: list) -> dict[str, t.ToolFinished]:
+    return {e.event.call_id: e.event for e in evs if e.kind == "tool.finished"}
+
+
+def _result_text(protocol: str, sent: Any) -> str:
+    if protocol == "anthropic":
+        assert sent["is_error"] is True
+        return "".join(b["text"] for b in sent["content"])
+    return sent if isinstance(sent, str) else "".join(p["text"] for p in sent)
+
+
+def _assert_not_run(protocol: str, evs: list, server: Any, call_id: str, name: str) -> None:
+    """The call was started and finished with the cut's error, as an unknown tool's call is, and
+    the model's next request carried that error as the call's result."""
+    assert [e.event.call_id for e in evs if e.kind == "tool.started"].count(call_id) == 1
+    got = _finished(evs)[call_id]
+    assert (got.name, got.status, got.is_error, got.error_code) == (name, "error", True, "INVALID_ARGUMENT")
+    text = "".join(p.text for p in got.content)
+    assert text.startswith("INVALID_ARGUMENT: ") and "cut at the model's output limit" in text
+    assert "may be incomplete" in text and "not run" in text and "call it again" in text
+    message = text.removeprefix("INVALID_ARGUMENT: ")
+    assert got.structured_content == {"error": {"code": "INVALID_ARGUMENT", "message": message}}
+    assert _result_text(protocol, sent_results(protocol, server.bodies[-1])[call_id]) == text
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_call_cut_before_its_arguments_at_the_output_limit_is_not_run(protocol, server, make, tmp_path):
+    # It was recorded with "{}" and run: get_system_time answered with the time.
+    _state, evs = await _session(protocol, cut_answer(protocol, [("call_a", "get_system_time", "")]),
+                                 server, make, tmp_path)
+    (responded, _done) = [e.event for e in evs if e.kind == "model.responded"]
+    assert responded.stop_reason == "max_tokens"
+    assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == [("call_a", "get_system_time", "{}")]
+    _assert_not_run(protocol, evs, server, "call_a", "get_system_time")
+    # The call goes back as it was recorded, followed by its error.
+    assert [call_id for call_id, _args in sent_calls(protocol, server.bodies[-1])] == ["call_a"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_of_two_calls_cut_at_the_output_limit_the_first_runs_and_the_last_does_not(
+        protocol, server, make, tmp_path):
+    # The last call's arguments read as whole JSON, but the model was still writing them: it ran.
+    calls = [("call_a", "get_system_time", "{}"), ("call_b", "sleep_milliseconds", SLEEP)]
+    _state, evs = await _session(protocol, cut_answer(protocol, calls), server, make, tmp_path)
+    responded = [e.event for e in evs if e.kind == "model.responded"][0]
+    assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == calls  # kept as streamed
+    first = _finished(evs)["call_a"]
+    assert (first.status, first.is_error, first.error_code) == ("ok", False, None)
+    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds")
+    assert "output limit" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_call_without_arguments_in_an_answer_that_ended_normally_runs(protocol, server, make, tmp_path):
+    # (The guard: only an answer cut at the output limit keeps its last call from running.)
+    ended = reply(protocol, text="Working.", calls=[("call_a", "get_system_time", "")])
+    _state, evs = await _session(protocol, ended, server, make, tmp_path)
+    responded = [e.event for e in evs if e.kind == "model.responded"][0]
+    assert responded.stop_reason == "tool_use"
+    got = _finished(evs)["call_a"]
+    assert (got.status, got.is_error, got.error_code) == ("ok", False, None)
