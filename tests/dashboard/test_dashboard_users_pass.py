@@ -1,0 +1,122 @@
+"""The dashboard (F-API-6) used as a person would, for what the other dashboard tests left out:
+bad input typed into the page, connecting by the keyboard, and what a screen reader names the
+controls.
+
+A real ``lens serve --port 0`` (the faux provider, a real executor, a log in a temporary
+directory) and headless Chromium, set up as in ``test_dashboard_browser.py`` (its fixtures and
+helpers). Every wait is for a condition, with a timeout.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, one, open_new_session,
+    submit, texts, wait_for, with_turns)
+from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
+
+BODY_LIMIT = 64 * 1024  # server.maxBodyBytes of the daemon below (its smallest allowed value)
+
+
+def error_shown(driver: Any, code: str) -> list[str]:
+    """The messages of the errors shown with ``code``."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#errors li'))"
+        ".filter((li) => li.dataset.code === arguments[0]).map((li) => li.querySelector('.message').textContent)", code)
+
+
+def test_dashboard_shows_the_daemons_refusal_of_an_empty_a_blank_and_a_too_large_message(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Send on an empty box, or one of spaces and line breaks, did nothing at all: no request, no
+    note, no error (the daemon refuses such an input, INVALID_ARGUMENT, with a message that says
+    why). The page now sends it and shows the daemon's refusal, as for any other bad input; a
+    message past the body limit shows the daemon's BODY_TOO_LARGE, and the text stays in the box."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns(maxBodyBytes=BODY_LIMIT))
+    strong = d.pair("dash-bad-input", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+
+    # An empty box, by the Send button.
+    click(driver, "#send")
+    wait_for(lambda: error_shown(driver, "INVALID_ARGUMENT"), "the daemon's refusal of an empty message")
+    assert error_shown(driver, "INVALID_ARGUMENT") == ["content must not be empty or only white space"]
+    click(driver, "#errors li button")
+    wait_for(lambda: not by_css(driver, "#errors li"), "the error dismissed")
+
+    # Spaces and a line break, by Ctrl+Enter from the box: the same refusal, the focus still in it.
+    one(driver, "#input").send_keys("   ")
+    chord(driver, Keys.SHIFT, Keys.ENTER)
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: error_shown(driver, "INVALID_ARGUMENT"), "the daemon's refusal of a blank message")
+    assert error_shown(driver, "INVALID_ARGUMENT") == ["content must not be empty or only white space"]
+    assert focused(driver)["id"] == "input"
+
+    # Past the body limit: the daemon's 413 with both sizes, and nothing of it lost.
+    huge = "x" * (BODY_LIMIT + 1000)
+    driver.execute_script("document.getElementById('input').value = arguments[0]", huge)
+    click(driver, "#send")
+    wait_for(lambda: error_shown(driver, "BODY_TOO_LARGE"), "the daemon's refusal of a message too large")
+    (message,) = error_shown(driver, "BODY_TOO_LARGE")
+    assert re.fullmatch(rf"the body is \d+ bytes; the limit is {BODY_LIMIT}", message), message
+    assert one(driver, "#input").get_attribute("value") == huge
+
+    # Nothing of the three reached the session, and a good message still goes through.
+    submit(driver, "a real one")
+    wait_for(lambda: "(faux) You said: a real one" in committed_answers(driver), "the answer")
+    assert texts(driver, "#timeline .msg.user .text") == ["a real one"]
+    events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
+    assert [e["kind"] for e in events].count("input.submitted") == 1
+    assert console_errors(driver) == []
+
+
+def test_dashboard_connecting_by_the_keyboard_leaves_the_focus_on_forget_credential(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any) -> None:
+    """Enter in the credential field connects, and the form goes with it: the focus fell to
+    <body>, and the next Tab started again from the top of the page. It is now on the control
+    that took the form's place, *Forget credential*; the next Tab reaches the lists."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-connect-keys", strong=True)
+    driver.get(d.base + "/")
+    tab_to(driver, lambda f: f["id"] == "cred")
+    keys(driver, strong, Keys.ENTER)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+    assert focused(driver)["id"] == "disconnect"
+    assert [f["id"] for f in tab_to(driver, lambda f: f["id"] == "project-name")] == ["refresh", "project-name"]
+
+    # A credential refused leaves the focus in the field, to paste another.
+    click(driver, "#disconnect")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
+    assert focused(driver)["id"] == "cred"
+    keys(driver, "lens_not_a_real_credential", Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the refusal")
+    assert focused(driver)["id"] == "cred"
+
+
+def test_dashboard_controls_have_names_a_screen_reader_can_say(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The accessible name Chromium computes for each visible control has a word in it: the
+    reload button's was its glyph, "↻" (a title is only a description when there is text)."""
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "sleep 600"}}]}))
+    strong = d.pair("dash-names", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    wait_for(lambda: by_css(driver, "#jobs li.card button.job-stop"), "the running job's Stop")
+    controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
+    assert len(controls) > 10
+    wordless = [(n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls
+                if not re.search(r"[A-Za-z]{2}", n.accessible_name or "")]
+    assert wordless == []
+    assert one(driver, "#refresh").accessible_name == "Reload projects, sessions and the default model"
