@@ -120,3 +120,36 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
                 if not re.search(r"[A-Za-z]{2}", n.accessible_name or "")]
     assert wordless == []
     assert one(driver, "#refresh").accessible_name == "Reload projects, sessions and the default model"
+
+
+def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The note under the message box said "Sent (seq N)." of the last send that went through,
+    and kept saying it beside the refusal of the next one (an empty message, the daemon away):
+    the reader saw both "Sent" and an error. A send clears it as it starts; one the daemon
+    refused says so, with the code; one that reached no daemon leaves it empty (the error says
+    why; whether the daemon had it is not known)."""
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-send-note", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    open_new_session(driver, d, strong, workspace)
+    submit(driver, "first")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")
+    wait_for(lambda: "(faux) You said: first" in committed_answers(driver), "the answer")
+
+    click(driver, "#send")   # (the box is empty)
+    wait_for(lambda: error_shown(driver, "INVALID_ARGUMENT"), "the refusal")
+    assert one(driver, "#composer-note").text == "Not sent (INVALID_ARGUMENT)."
+
+    # The daemon away: the send fails without an answer; no "Sent" stays beside the error.
+    submit(driver, "second")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note again")
+    d.stop()
+    wait_for(lambda: body_data(driver, "conn") != "live", "the stream given up", 20)
+    one(driver, "#input").send_keys("while away")
+    click(driver, "#send")
+    wait_for(lambda: error_shown(driver, "NETWORK"), "the failed send")
+    assert one(driver, "#composer-note").text == ""
+    assert one(driver, "#input").get_attribute("value") == "while away"
