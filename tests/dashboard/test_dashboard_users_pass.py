@@ -153,3 +153,59 @@ def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
     wait_for(lambda: error_shown(driver, "NETWORK"), "the failed send")
     assert one(driver, "#composer-note").text == ""
     assert one(driver, "#input").get_attribute("value") == "while away"
+
+
+HOLD_STOPS = """
+    window.stopRequests = 0;
+    const real = window.fetch;
+    let release; const gate = new Promise((r) => { release = r; });
+    window.releaseStops = () => release();
+    window.fetch = async (...args) => {
+      if (String(args[0]).endsWith('/stop')) { window.stopRequests++; await gate; }
+      return real(...args);
+    };"""
+
+
+def test_dashboard_stops_a_job_once_and_says_one_ended_meanwhile_had_ended(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job's Stop stayed enabled while its request was on its way (a stop answers once the end
+    is recorded): a second press sent a second stop; and a stop that reached the daemon after the
+    job had ended (stopped elsewhere, or by itself) showed the daemon's JOB_FINISHED as an error,
+    though what the reader asked for had happened. Stop is now disabled from the press (the focus
+    going to the card's Output), one request is sent, and such a stop is a note naming how the
+    job ended."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": "sleep 600"}}]}))
+    strong = d.pair("dash-stop-once", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "start a job")
+    stop = "#jobs li.card button.job-stop"
+    wait_for(lambda: by_css(driver, stop), "the running job's Stop")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
+    job_id = one(driver, "#jobs li.card").get_attribute("data-job-id")
+
+    driver.execute_script(HOLD_STOPS)
+    driver.execute_script("arguments[0].focus()", one(driver, stop))
+    keys(driver, Keys.ENTER)
+    wait_for(lambda: driver.execute_script("return window.stopRequests") == 1, "the stop asked")
+    assert not one(driver, stop).is_enabled()
+    assert (focused(driver)["row"], focused(driver)["text"]) == (job_id, "Output")
+    driver.execute_script("arguments[0].click()", one(driver, stop))   # (a second press: disabled, nothing sent)
+    assert driver.execute_script("return window.stopRequests") == 1
+
+    # Stopped elsewhere meanwhile: the page's stop then finds it ended.
+    status, body = d.request("POST", f"/sessions/{sid}/jobs/{job_id}/stop", {}, token=strong)
+    assert status == 200 and body["status"] == "stopped", body
+    wait_for(lambda: "stopped" in one(driver, "#jobs li.card .pill").text, "the card saying stopped")
+    driver.execute_script("window.releaseStops()")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Not stopped: that job had ended already"),
+             "the note")
+    assert "stopped by request" in one(driver, "#composer-note").text
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert (focused(driver)["row"], focused(driver)["text"]) == (job_id, "Output")
+    assert driver.execute_script("return window.stopRequests") == 1
+    assert console_errors(driver) == []
