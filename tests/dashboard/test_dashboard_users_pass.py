@@ -209,3 +209,32 @@ def test_dashboard_stops_a_job_once_and_says_one_ended_meanwhile_had_ended(
     assert (focused(driver)["row"], focused(driver)["text"]) == (job_id, "Output")
     assert driver.execute_script("return window.stopRequests") == 1
     assert console_errors(driver) == []
+
+
+def test_dashboard_tells_a_read_only_reader_why_each_control_it_lacks_is_not_there(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A read-only reader is offered no control the daemon would refuse it: of each, the note says
+    that it needs strong trust. It named sending, steering, withdrawing, answering, aborting and
+    stopping jobs, not Compact now and the context edits (Snip, Include, Hide), absent as well."""
+    from tests.dashboard.test_dashboard_browser import reopen_read_only
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-read-why", strong=True)
+    readonly = d.pair("dash-read-why-ro", strong=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    submit(driver, "/tool get_system_time {}")
+    wait_for(lambda: any(a.startswith("The tool answered:") for a in committed_answers(driver)), "the tool's answer")
+    assert one(driver, "#compact").is_displayed() and by_css(driver, "#timeline .tool button.ctx-edit")
+    reopen_read_only(driver, readonly, sid)
+    wait_for(lambda: any(a.startswith("The tool answered:") for a in committed_answers(driver)), "the session, read-only")
+    wait_for(lambda: one(driver, "#read-only-note").is_displayed(), "the read-only note")
+    absent = ("#compact", "#composer", "#abort", "#timeline details.ctx-edits", "#timeline button.ctx-edit",
+              "#timeline button.ctx-hide")
+    assert [sel for sel in absent if any(n.is_displayed() for n in by_css(driver, sel))] == []
+    note = " ".join(one(driver, "#read-only-note").text.split())
+    for action in ("Sending", "steering", "withdrawing", "answering questions", "aborting", "stopping jobs",
+                   "compacting", "snipping", "hiding"):
+        assert action in note, (action, note)
+    assert note.endswith("need a strong-trust credential.")
