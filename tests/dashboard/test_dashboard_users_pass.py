@@ -151,6 +151,8 @@ def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
     one(driver, "#input").send_keys("while away")
     click(driver, "#send")
     wait_for(lambda: error_shown(driver, "NETWORK"), "the failed send")
+    # (the browser's own words alone, "Failed to fetch", did not say whose failure it was)
+    assert error_shown(driver, "NETWORK") == ["no answer from the daemon (Failed to fetch)"]
     assert one(driver, "#composer-note").text == ""
     assert one(driver, "#input").get_attribute("value") == "while away"
 
