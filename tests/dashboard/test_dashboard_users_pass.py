@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, one, open_new_session,
-    submit, texts, wait_for, with_turns)
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, network_requests, one,
+    open_new_session, reopen_read_only, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
 
 BODY_LIMIT = 64 * 1024  # server.maxBodyBytes of the daemon below (its smallest allowed value)
@@ -125,7 +125,7 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
 def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """The note under the message box said "Sent (seq N)." of the last send that went through,
-    and kept saying it beside the refusal of the next one (an empty message, the daemon away):
+    and kept saying it beside the refusal of the next one (a blank message, the daemon away):
     the reader saw both "Sent" and an error. A send clears it as it starts; one the daemon
     refused says so, with the code; one that reached no daemon leaves it empty (the error says
     why; whether the daemon had it is not known)."""
@@ -139,7 +139,8 @@ def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
     wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")
     wait_for(lambda: "(faux) You said: first" in committed_answers(driver), "the answer")
 
-    click(driver, "#send")   # (the box is empty)
+    one(driver, "#input").send_keys("  ")
+    click(driver, "#send")
     wait_for(lambda: error_shown(driver, "INVALID_ARGUMENT"), "the refusal")
     assert one(driver, "#composer-note").text == "Not sent (INVALID_ARGUMENT)."
 
@@ -218,7 +219,6 @@ def test_dashboard_tells_a_read_only_reader_why_each_control_it_lacks_is_not_the
     """A read-only reader is offered no control the daemon would refuse it: of each, the note says
     that it needs strong trust. It named sending, steering, withdrawing, answering, aborting and
     stopping jobs, not Compact now and the context edits (Snip, Include, Hide), absent as well."""
-    from tests.dashboard.test_dashboard_browser import reopen_read_only
     driver = browser
     d = make_daemon(with_turns())
     strong = d.pair("dash-read-why", strong=True)
@@ -240,3 +240,36 @@ def test_dashboard_tells_a_read_only_reader_why_each_control_it_lacks_is_not_the
                    "compacting", "snipping", "hiding"):
         assert action in note, (action, note)
     assert note.endswith("need a strong-trust credential.")
+
+
+def test_dashboard_a_repeated_press_on_the_box_a_send_emptied_sends_nothing(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Ctrl+Enter pressed twice: once the first send is answered the box is empty, and the second
+    press sent that empty box, whose refusal then stood beside "Sent". A press on the box the last
+    send emptied, nothing typed since, sends nothing (the note says it was sent); once anything is
+    typed (even only spaces) a send goes to the daemon again."""
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-press-twice", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sid = open_new_session(driver, d, strong, workspace)
+    one(driver, "#input").send_keys("only once")
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")
+    sent_note = one(driver, "#composer-note").text
+    network_requests(driver, d.base)
+    chord(driver, Keys.CONTROL, Keys.ENTER)
+    click(driver, "#send")
+    wait_for(lambda: "(faux) You said: only once" in committed_answers(driver), "the answer")
+    assert [r for r in network_requests(driver, d.base) if r[1].endswith("/inputs")] == []
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert one(driver, "#composer-note").text == sent_note
+    assert focused(driver)["id"] == "send"
+
+    one(driver, "#input").send_keys("  ")
+    click(driver, "#send")
+    wait_for(lambda: error_shown(driver, "INVALID_ARGUMENT"), "the refusal of a blank message")
+    events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
+    assert [e["kind"] for e in events].count("input.submitted") == 1
