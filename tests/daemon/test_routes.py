@@ -509,14 +509,16 @@ async def test_query_filters_are_given_once_and_well_formed(daemon: Daemon, stro
     p = await daemon.project(strong)
     sid = (await daemon.session(strong, p["id"]))["id"]
     for path in ["/sessions?project=", f"/sessions?project={p['id']}&project=other", "/sessions?project=a%20b",
-                 f"/sessions?project={p['id']}&projectId=other", "/sessions?includeDeleted=maybe",
+                 f"/sessions?project={p['id']}&projectId=other", f"/sessions?project={p['id']}&projectId={p['id']}",
+                 "/sessions?includeDeleted=maybe",
                  "/sessions?includeDeleted=1&includeDeleted=0", "/tools/inventory?session=",
                  f"/tools/inventory?session={sid}&session={sid}", f"/events/stream?session={sid}&session=x",
                  "/events/stream?project=p&project=q", "/events/stream?after=1&after=2"]:
         r = await daemon.get(path, reader)
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (path, r.status_code, r.text[:200])
-    listed = (await daemon.get(f"/sessions?project={p['id']}&projectId={p['id']}", reader)).json()["sessions"]
-    assert [x["id"] for x in listed] == [sid]
+    for query in [f"project={p['id']}", f"projectId={p['id']}"]:  # (either name, given once)
+        listed = (await daemon.get(f"/sessions?{query}", reader)).json()["sessions"]
+        assert [x["id"] for x in listed] == [sid], query
     for verb in ["withdraw", "steer"]:
         for rid in ["%C3%A9", "r" * 201, "has%20space"]:
             r = await daemon.post(f"/sessions/{sid}/inputs/{rid}/{verb}", strong, {})
