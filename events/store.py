@@ -290,6 +290,8 @@ class EventStore:
         # (name, (st_dev, st_ino)) of events.db and of its -wal as opened: see _log_file_gone
         self._log_files: tuple[tuple[str, tuple[int, int]], ...] = ()
         self._log_gone: str | None = None  # why nothing more is written (see _log_file_gone)
+        self._log_gone_public: str | None = None  # the same, without the data directory's path
+        self._gone_lock = threading.Lock()  # one look at a time: the writer's and unwritable()'s
         self.codec = codec
         self._session_seq: dict[str, int] = {}  # writer thread only; see CACHED_SESSIONS
         self._cached_sessions = max(cached_sessions, 1)
@@ -912,8 +914,20 @@ class EventStore:
         gone, every append fails (``storage``: the disk under the log, not what the append holds),
         and the daemon's log says so once. A file put back at the path is another file: the store
         never writes it; a restart opens it."""
-        if self._log_gone is not None:
+        with self._gone_lock:
+            if self._log_gone is None:
+                self._look_for_log_files()
             return self._log_gone
+
+    def unwritable(self) -> str | None:
+        """Why this store refuses every append until the daemon restarts (its ``events.db`` or
+        ``-wal`` deleted, moved or replaced: see :meth:`_log_file_gone`), looked at now, in words
+        that name the file but not the data directory's path; ``None`` while it can write. A
+        failure that may pass (a full or read-only disk) is none: the next append may succeed."""
+        self._log_file_gone()
+        return self._log_gone_public
+
+    def _look_for_log_files(self) -> None:
         for name, identity in self._log_files:
             path = self.data_dir / name
             try:
@@ -928,11 +942,12 @@ class EventStore:
                 what = "replaced by another file"
             kept = ("what it recorded is in events.db once it stops" if name != EVENTS_DB else
                     "what it would record now is lost when it stops")
+            self._log_gone_public = (f"{name} was {what} while the daemon runs: nothing more can be "
+                                     f"recorded; stop the daemon and start it on a restored data directory")
             self._log_gone = (f"{path} was {what} while the daemon runs: nothing more can be recorded "
                               f"({kept}); stop the daemon and start it on a restored data directory")
             log.error("%s", self._log_gone)
             break
-        return self._log_gone
 
     def _write_group(self, group: list[_Pending]) -> None:
         gone = self._log_file_gone()

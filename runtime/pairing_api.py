@@ -1,6 +1,8 @@
 """HTTP routes of the daemon's health, pairing and the caller's identity (F-API-2).
 
-* ``GET /api/v1/health`` (public) — ``{status: "ok", version, lastSeq}``.
+* ``GET /api/v1/health`` (public) — ``{status: "ok", version, lastSeq}``; 503 ``{status:
+  "unavailable", version, lastSeq, error: {code: "STORE_UNAVAILABLE", message}}`` once the event
+  log was taken away under the daemon and every write is refused until a restart.
 * ``POST /api/v1/pair/requests {clientId, name?}`` (public) — a pairing request, always answered
   202 ``{clientId, status: "pending"}``: approved with ``lens pair approve``; other fields grant
   nothing and are not stored. ``PAIRING_LIMIT`` (429) past the pending requests the config allows.
@@ -33,6 +35,14 @@ class PairRequestBody(Body, forbid_unknown_fields=False):
 def add_pairing_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/health")
     async def health() -> Response:
+        # An event log deleted, moved or replaced under the daemon refuses every write until a
+        # restart: a monitor must not read "ok" then. The file is named, its directory not (the
+        # route is public). No Retry-After: waiting changes nothing, an operator does.
+        why = svc.store.unwritable()
+        if why is not None:
+            return json_response({"status": "unavailable", "version": svc.version, "lastSeq": svc.store.last_seq,
+                                  "error": {"code": "STORE_UNAVAILABLE",
+                                            "message": f"the daemon cannot record: {why}"}}, 503)
         return json_response({"status": "ok", "version": svc.version, "lastSeq": svc.store.last_seq})
 
     @app.post("/api/v1/pair/requests")

@@ -97,10 +97,13 @@ def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
 
 def command_cwd(args: dict[str, Any], command: str) -> str:
     """The ``cwd`` a command runs in (``run_command``, a job's start): workspace-relative text,
-    the workspace when absent. Neither it nor ``command`` may hold NUL (no process takes one)."""
-    cwd = args.get("cwd", "")
+    the workspace when absent. Neither it nor ``command`` may hold NUL (no process takes one).
+    An empty one is refused, as the file tools refuse an empty ``path``: the root is ``"."``."""
+    cwd = args.get("cwd", "")  # (absent: the executor's "" is the workspace root)
     if not isinstance(cwd, str):
         raise ToolError("INVALID_ARGUMENT", "cwd must be a workspace-relative path")
+    if not cwd and "cwd" in args:
+        raise ToolError("INVALID_ARGUMENT", 'cwd is empty (leave it out, or give ".", for the workspace root)')
     if "\0" in command or "\0" in cwd:
         raise ToolError("INVALID_ARGUMENT", "command and cwd cannot hold NUL characters")
     return cwd

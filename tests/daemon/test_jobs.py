@@ -207,6 +207,26 @@ async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon
         [("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {message}") for _, _, message in calls], results
 
 
+async def test_an_empty_cwd_is_refused_as_an_empty_path_is_and_dot_is_the_root(daemon: Daemon):
+    # run_command (and a job's start) ran a command given cwd "" at the workspace root, where
+    # read_file refuses path "" and asks for ".": the empty string is now refused by both,
+    # naming cwd, before anything runs; "." and no cwd still run at the root.
+    token, sid = await setup(daemon)
+    refusal = 'INVALID_ARGUMENT: cwd is empty (leave it out, or give ".", for the workspace root)'
+    for i, (name, args) in enumerate((("run_command", {"command": "touch ran-here", "cwd": ""}),
+                                      ("job", {"action": "start", "command": "touch ran-here", "cwd": ""}))):
+        body = await run_tool(daemon, token, sid, f"r-empty-{i}", name, args)
+        assert (body["error_code"], body["content"][0]["text"]) == ("INVALID_ARGUMENT", refusal), body
+    body = await run_tool(daemon, token, sid, "r-read", "read_file", {"path": ""})
+    assert body["error_code"] == "INVALID_ARGUMENT" and '"."' in body["content"][0]["text"], body
+    roots = []
+    for i, args in enumerate(({"command": "pwd -P; ls -A", "cwd": "."}, {"command": "pwd -P; ls -A"})):
+        body = await run_tool(daemon, token, sid, f"r-root-{i}", "run_command", args)
+        assert not body["is_error"], body
+        roots.append(body["content"][0]["text"])
+    assert roots[0] == roots[1] and "ran-here" not in roots[0], roots  # (the refused ones ran nothing)
+
+
 async def test_a_job_action_that_is_no_string_is_refused_naming_action(daemon: Daemon):
     # An action sent as a list or an object was looked up among the actions as it was: a
     # TypeError (unhashable) crashed the session's actor, whose restart answered the call

@@ -50,13 +50,27 @@ def _remove_log(cwd: Path, how: str) -> tuple[Path, str]:
 @pytest.mark.parametrize("how", ["deleted", "moved", "wal deleted"])
 async def test_a_log_taken_away_under_the_daemon_is_refused_not_acknowledged(tmp_path: Path, how: str):
     # Before: every write after `rm data/events.db*` (or `mv data elsewhere`) was acknowledged
-    # (201/202) and vanished at the stop; /health said ok throughout. After `rm
+    # (201/202) and vanished at the stop; /health said ok throughout (now 503). After `rm
     # data/events.db-wal` they were acknowledged too, kept by a graceful stop but not by a crash.
     with trio.fail_after(6 * LIMIT):
         async with serving(tmp_path) as (serve, d):
             token, project_id, sid = await _working_session(d)
-            last_acknowledged = (await d.get("/health")).json()["lastSeq"]
+            healthy = await d.get("/health")
+            assert healthy.status_code == 200 and sorted(healthy.json()) == ["lastSeq", "status", "version"]
+            assert healthy.json()["status"] == "ok", healthy.text
+            last_acknowledged = healthy.json()["lastSeq"]
             where, named = _remove_log(tmp_path, how)
+
+            # A monitor polling health learns it at once, before any write tried: 503, every field
+            # of the healthy answer kept, the file named but not the data directory (public route).
+            r = await d.get("/health")
+            assert r.status_code == 503, r.text
+            assert r.json()["status"] == "unavailable"
+            assert (r.json()["version"], r.json()["lastSeq"]) == (healthy.json()["version"], last_acknowledged)
+            assert sorted(r.json()) == ["error", "lastSeq", "status", "version"], r.text
+            assert r.json()["error"]["code"] == "STORE_UNAVAILABLE"
+            assert f"{named.removeprefix('data/')} was deleted" in r.json()["error"]["message"], r.text
+            assert str(tmp_path) not in r.text and "Retry-After" not in r.headers
 
             ws = tmp_path / "workspaces" / "q"
             ws.mkdir(parents=True)
@@ -69,6 +83,8 @@ async def test_a_log_taken_away_under_the_daemon_is_refused_not_acknowledged(tmp
             assert r.status_code == 503, r.text
             assert error_of(r) in ("STORE_UNAVAILABLE", "SESSION_UNAVAILABLE")
             assert f"{named} was deleted" in r.json()["error"]["message"], r.text
+
+            assert (await d.get("/health")).status_code == 503  # and stays so until the restart
 
             # the lists still answer (they need no write)
             assert [p["id"] for p in (await d.get("/projects", token)).json()["projects"]] == [project_id]

@@ -139,6 +139,42 @@ async def test_a_backends_score_the_log_cannot_hold_is_left_out_not_the_results(
     assert [e["body"]["structured_content"]["results"][0]["score"] for e in decoded] == seen
 
 
+async def test_a_backends_huge_title_and_url_are_cut_and_the_results_kept(daemon_factory: DaemonFactory,
+                                                                           web_server: WebServer) -> None:
+    # Titles, URLs, authors and dates were shown whole: a title of 1.2 million characters made
+    # the result larger than the log's event (here log.maxEventBytes 1 MiB; 32 MiB by default,
+    # the backend's answer may be as large), so the call answered RESULT_NOT_RECORDED and every
+    # result was lost. Each field is now held to its bound and the result says which were cut.
+    big = [{"title": "T" * 1_200_000, "url": "https://long.example/" + "u" * 20_000, "author": "A" * 5_000,
+            "publishedDate": "2024-05-01" + "0" * 500, "text": "the long one"},
+           {"title": "Short", "url": "https://short.example/", "text": "the short one"}]
+
+    async def search(req: Request, stream: trio.SocketStream) -> None:
+        body = json.dumps({"results": big}).encode()
+        await stream.send_all(response(200, body, [("Content-Type", "application/json")]))
+    web_server.route("/search", search)
+    d = await daemon_factory(config={"webSearch": {"baseUrl": web_server.base, "apiKeyEnv": None},
+                                     "log": {"maxEventBytes": 1_048_576}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "web_search", {"query": "lens"})
+    assert not body["is_error"] and body["status"] == "ok", (body.get("error_code"), str(body["content"])[:300])
+    text = body["content"][0]["text"]
+    assert text == ("## 1. " + "T" * 999 + "…\n"
+                    "[title cut at 1,000 of 1,200,000 characters]\n"
+                    "[URL left out: 20,021 characters, past 8,192]\n"
+                    "[published_date cut at 100 of 510 characters]\n"
+                    "[author cut at 1,000 of 5,000 characters]\n"
+                    "Published: 2024-05-01" + "0" * 89 + "…\n"
+                    "Author: " + "A" * 999 + "…\n\nthe long one\n\n"
+                    "## 2. Short\nURL: https://short.example/\n\nthe short one"), text[:2000]
+    long, short = body["structured_content"]["results"]
+    assert long["cut"] == ["title", "url", "published_date", "author"] and long["url"] is None
+    assert [len(long["title"]), len(long["author"]), len(long["published_date"])] == [1_000, 1_000, 100]
+    assert short == {"title": "Short", "url": "https://short.example/", "published_date": None, "author": None,
+                     "score": None}
+
+
 async def test_a_search_backend_with_credentials_is_refused_without_them(daemon_factory: DaemonFactory,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     d = await daemon_factory()

@@ -633,6 +633,7 @@ async def test_a_log_file_taken_away_while_open_fails_every_later_append(data_di
     log = data_dir / "events.db"
     async with open_store(data_dir) as s:
         assert (await s.append(note("kept"))).seqs == (1,)
+        assert s.unwritable() is None
         copy = log.read_bytes()
         names = ["events.db-wal"] if how == "wal deleted" else ["events.db", "events.db-wal", "events.db-shm"]
         for name in names:
@@ -640,6 +641,9 @@ async def test_a_log_file_taken_away_while_open_fails_every_later_append(data_di
         if how == "replaced":
             log.write_bytes(copy)
         gone = data_dir / names[0]
+        # said at once, before any append tried, naming the file but not its directory
+        why = s.unwritable()
+        assert why is not None and why.startswith(f"{names[0]} was ") and str(data_dir) not in why, why
         for text in ("lost", "lost again"):
             with pytest.raises(StoreWriteFailed) as caught:
                 await s.append(note(text))

@@ -10,7 +10,7 @@ import trio
 
 from tools.base import ToolRegistry
 from tools.web import web_search_tool
-from tools.web.search import MAX_CONTEXT_CHARS, MAX_RESULTS, TIMEOUT_SECONDS
+from tools.web.search import FIELD_LIMITS, MAX_CONTEXT_CHARS, MAX_RESULTS, TIMEOUT_SECONDS
 
 from .conftest import call, text_of
 from .server import Request, WebServer, response
@@ -225,3 +225,17 @@ async def test_a_results_text_cut_to_the_budget_inside_a_key_shows_its_marker(we
     r = await reg.run("web_search", json.dumps({"query": "k", "context_max_characters": 100}), keyed)
     assert not r.is_error, text_of(r)
     assert text_of(r).endswith("p" * 90 + marker("LENS_TEST_KEY")[:10] + "…") and key[:8] not in text_of(r), text_of(r)
+
+
+async def test_fields_at_their_bounds_are_kept_whole_and_one_past_is_cut(web_server: WebServer) -> None:
+    url = "https://x.example/" + "u" * (FIELD_LIMITS["url"] - len("https://x.example/"))
+    at = {"title": "t" * FIELD_LIMITS["title"], "url": url, "author": "a" * FIELD_LIMITS["author"],
+          "publishedDate": "d" * FIELD_LIMITS["publishedDate"]}
+    past = {name: value + "x" for name, value in at.items()}
+    r = await call(tool(backend(web_server, [at, past])), "web_search", {"query": "q"})
+    kept, cut = r.structured_content["results"]
+    assert [kept["title"], kept["url"], kept["author"], kept["published_date"]] == [
+        at["title"], at["url"], at["author"], at["publishedDate"]] and "cut" not in kept
+    assert cut["cut"] == ["title", "url", "published_date", "author"] and cut["url"] is None
+    assert cut["title"] == "t" * (FIELD_LIMITS["title"] - 1) + "…"
+    assert "[URL left out: 8,193 characters, past 8,192]" in text_of(r)

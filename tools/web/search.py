@@ -19,6 +19,10 @@ The backend is an endpoint the operator chose, not a URL from the model: it is n
 At most ``num_results`` results are shown, whatever the backend sends.
 ``context_max_characters`` bounds the page text in the answer: each result's text is cut so
 that all of them together hold at most that many characters (titles and URLs are always shown).
+The other fields a backend sends are bounded too (:data:`FIELD_LIMITS`), so that no answer is
+too large for the log to record: a title, author or date past its bound is cut (``…``), a URL
+past its bound is left out (a cut URL names another page); the text says so after the result's
+heading, and its structured result lists the fields in ``cut`` (present only then).
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # 50 results of up to a million character
 LIVECRAWL = ("fallback", "preferred")
 TYPES = ("auto", "fast", "deep")
 ERROR_EXCERPT_CHARS = 500
+# A backend's field -> the characters of it shown: 50 results at these bounds are about 1 MB
+# (twice: in the text and the structured result), far below the log's 32 MiB event. A URL's is
+# RFC 9110's (section 4.1: at least 8,000 octets should be supported), so a usable URL fits.
+FIELD_LIMITS = {"title": 1_000, "url": 8_192, "publishedDate": 100, "author": 1_000}
 
 
 def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +178,21 @@ def _field(r: dict[str, Any], name: str) -> str | None:
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def _bounded(r: dict[str, Any], name: str, notes: dict[str, str]) -> str | None:
+    """``_field`` held to :data:`FIELD_LIMITS`: past it a URL is left out, anything else cut with
+    ``…``; either is told in ``notes`` (the structured result's name of the field -> a line)."""
+    value = _field(r, name)
+    limit = FIELD_LIMITS[name]
+    if value is None or len(value) <= limit:
+        return value
+    if name == "url":
+        notes["url"] = f"[URL left out: {len(value):,} characters, past {limit:,}]"
+        return None
+    shown = "published_date" if name == "publishedDate" else name
+    notes[shown] = f"[{shown} cut at {limit:,} of {len(value):,} characters]"
+    return value[:limit - 1] + "…"
+
+
 def _score(value: Any) -> int | float | None:
     """A result's ``score`` as the log can hold it: a number, finite (JSON as Python reads it
     has NaN and the infinities), an integer within 64 bits (JSON has no limit); else ``None``."""
@@ -189,11 +212,14 @@ def render(query: str, results: list[dict[str, Any]], budget: int,
         return f"No results for {query!r}.", []
     blocks, listed = [], []
     for i, r in enumerate(results, 1):
-        title, url = _field(r, "title"), _field(r, "url")
-        published, author = _field(r, "publishedDate"), _field(r, "author")
+        notes: dict[str, str] = {}
+        title, url = _bounded(r, "title", notes), _bounded(r, "url", notes)
+        published, author = _bounded(r, "publishedDate", notes), _bounded(r, "author", notes)
         score = _score(r.get("score"))
         listed.append({"title": title, "url": url, "published_date": published, "author": author, "score": score})
-        lines = [f"## {i}. {title or url or '(untitled)'}"]
+        if notes:
+            listed[-1]["cut"] = list(notes)
+        lines = [f"## {i}. {title or url or '(untitled)'}", *notes.values()]
         if url:
             lines.append(f"URL: {url}")
         if published:
