@@ -23,7 +23,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
@@ -220,8 +220,7 @@ class OpenAIChatProvider(SdkProvider):
             ]
         except MALFORMED as exc:  # an id, a name or arguments that were no text
             raise self.malformed(exc).during(_usage(usage_raw)) from None
-        stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
-                OUTPUT_LIMIT_REASONS[self.protocol]: OUTPUT_LIMIT}.get(finish or "", finish)
+        stop = OUTPUT_LIMIT if at_output_limit(self.protocol, finish) else _STOPS.get(finish, finish)
         if tool_calls and stop == "end_turn":
             stop = "tool_use"
         elif refused and stop == "end_turn":
@@ -230,6 +229,9 @@ class OpenAIChatProvider(SdkProvider):
         diagnostics = self.diagnostics(compiled, cache)
         return self.checked(ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls,
                                         stop_reason=stop, usage=usage, response_id=response_id, diagnostics=diagnostics))
+
+
+_STOPS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use"}
 
 
 def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:

@@ -27,7 +27,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
@@ -204,7 +204,7 @@ class OpenAIResponsesProvider(SdkProvider):
         status = getattr(response, "status", None)
         if status == "incomplete":
             reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
-            stop = OUTPUT_LIMIT if reason == OUTPUT_LIMIT_REASONS[PROTOCOL] else (reason or "incomplete")
+            stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, reason) else (reason or "incomplete")
         else:
             stop = "tool_use" if calls else "refusal" if refused else "end_turn"
         diagnostics = self.diagnostics(compiled, cache)
