@@ -48,7 +48,8 @@ from . import caching
 from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, sdks_imported, usage_dict
+from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported, sdks_imported,
+                  usage_dict)
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -174,10 +175,14 @@ class AnthropicProvider(SdkProvider):
         reader = _StreamReader(on_delta, self.answer_size())
         try:
             async with reader.size.reading(await self.client().messages.create(**kwargs, stream=True)) as stream:
-                async for ev in stream:
-                    reader.feed(ev)
-                    if reader.stopped:
-                        break  # (what comes after is no part of it, and a server that kept sending held the session)
+                try:
+                    async for ev in stream:
+                        reader.feed(ev)
+                        if reader.stopped:
+                            break  # (what comes after is no part of it, and a server that kept sending held the session)
+                except Exception as exc:
+                    if reader.stop_reason is None or not connection_dropped(exc):
+                        raise  # (dropped after the message_delta that gave its stop_reason, the answer is whole: kept)
             if reader.stop_reason is None and reader.delta_came:  # (it came, saying none)
                 raise self.malformed(ValueError("the message_delta's stop_reason is null"))
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
