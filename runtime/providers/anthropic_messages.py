@@ -24,7 +24,8 @@ budget); thinking deltas stream as reasoning. The response's ``thinking`` (with 
 ``signature``) and ``redacted_thinking`` (with its ``data``) blocks are returned in
 ``ModelResult.reasoning_blocks`` and sent back, unchanged and first, in that assistant turn's
 content on every later request (the API requires them for a turn that used tools while thinking);
-blocks recorded under another protocol are left out.
+blocks recorded under another protocol are left out, and so is a ``thinking`` block recorded
+without a signature, which the API would refuse (``diagnostics["unsigned_thinking_blocks"]``).
 Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`).
 
 A ``baseUrl`` ending in ``/v1`` is used without it (:func:`sdk_base_url`): the SDK adds
@@ -44,10 +45,11 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, reported, sdks_imported, usage_dict
+from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported, sdks_imported,
+                  usage_dict)
 
 PROTOCOL = "anthropic"
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -67,6 +69,20 @@ def _blocks(entry: Entry) -> list[dict[str, Any]]:
             out.append({"type": "image", "source": {"type": "base64", "media_type": p.mime, "data": p.data}})
         elif p.text.strip():
             out.append({"type": "text", "text": p.text})
+    return out
+
+
+def _signed(compiled: Compiled, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded reasoning blocks that can go back: a ``thinking`` block without a signature
+    (a compatible server that signs nothing; an answer cut while it thought) is left out, counted
+    in ``diagnostics["unsigned_thinking_blocks"]``. The API refuses a thinking block whose
+    signature is not valid, so sent with ``""`` it failed every later request of the session."""
+    out = []
+    for block in blocks:
+        if block.get("type") == "thinking" and not block.get("signature"):
+            compiled.diagnostics["unsigned_thinking_blocks"] = compiled.diagnostics.get("unsigned_thinking_blocks", 0) + 1
+        else:
+            out.append(block)
     return out
 
 
@@ -97,7 +113,7 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
         elif e.kind == "assistant":
             # Signed thinking first, exactly as received (never marked for caching: only input
             # blocks before an assistant turn and the tail are).
-            blocks = native_reasoning(compiled, e, PROTOCOL) + _blocks(e)
+            blocks = _signed(compiled, native_reasoning(compiled, e, PROTOCOL)) + _blocks(e)
             blocks += [{"type": "tool_use", "id": call_ids.wire(c.call_id), "name": names.native(c.name),
                         "input": call_input(compiled, c)} for c in e.calls]
             if all(b["type"] in ("thinking", "redacted_thinking") for b in blocks):  # (none, or thinking alone)
@@ -159,10 +175,14 @@ class AnthropicProvider(SdkProvider):
         reader = _StreamReader(on_delta, self.answer_size())
         try:
             async with reader.size.reading(await self.client().messages.create(**kwargs, stream=True)) as stream:
-                async for ev in stream:
-                    reader.feed(ev)
-                    if reader.stopped:
-                        break  # (what comes after is no part of it, and a server that kept sending held the session)
+                try:
+                    async for ev in stream:
+                        reader.feed(ev)
+                        if reader.stopped:
+                            break  # (what comes after is no part of it, and a server that kept sending held the session)
+                except Exception as exc:
+                    if reader.stop_reason is None or not connection_dropped(exc):
+                        raise  # (dropped after the message_delta that gave its stop_reason, the answer is whole: kept)
             if reader.stop_reason is None and reader.delta_came:  # (it came, saying none)
                 raise self.malformed(ValueError("the message_delta's stop_reason is null"))
             if reader.stop_reason is None:  # no message_delta / message_stop: cut short
@@ -203,7 +223,7 @@ class AnthropicProvider(SdkProvider):
         diagnostics = self.diagnostics(compiled, cache)
         if not calls and msg.stop_reason == "tool_use":
             raise self.malformed(ValueError("stop_reason tool_use without a tool_use block"))
-        stop = OUTPUT_LIMIT if msg.stop_reason == OUTPUT_LIMIT_REASONS[PROTOCOL] else msg.stop_reason
+        stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics)

@@ -20,11 +20,23 @@ from projections.session_state import Item
 
 
 # The stop reason a result records for an answer cut at the model's output limit, and each
-# protocol's own word for that stop: Anthropic's ``stop_reason``, Chat's ``finish_reason``, the
-# Responses ``incomplete_details.reason`` of an ``incomplete`` response. Such an answer's last
-# tool call may have been cut while it was written (see runtime.decide.cut_at_output_limit).
+# protocol's own words for that stop: Anthropic's ``stop_reason`` (``max_tokens``, and
+# ``model_context_window_exceeded``: the context window, filled by the answer, cut it the same
+# way), Chat's ``finish_reason``, the Responses ``incomplete_details.reason`` of an ``incomplete``
+# response. Such an answer's last tool call may have been cut while it was written (see
+# runtime.decide.cut_at_output_limit).
 OUTPUT_LIMIT = "max_tokens"
-OUTPUT_LIMIT_REASONS = {"anthropic": "max_tokens", "openai-chat": "length", "openai-responses": "max_output_tokens"}
+OUTPUT_LIMIT_REASONS: dict[str, frozenset[str]] = {
+    "anthropic": frozenset({"max_tokens", "model_context_window_exceeded"}),
+    "openai-chat": frozenset({"length"}),
+    "openai-responses": frozenset({"max_output_tokens"}),
+}
+
+
+def at_output_limit(protocol: str, reason: Any) -> bool:
+    """Whether ``reason``, a stop reason as ``protocol``'s server sent it, is the output limit's
+    (anything that is no text is not: a malformed stream says so where it is checked)."""
+    return isinstance(reason, str) and reason in OUTPUT_LIMIT_REASONS[protocol]
 
 
 @dataclass(frozen=True)

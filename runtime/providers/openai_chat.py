@@ -23,11 +23,11 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
-                  usage_dict)
+from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, openai_client_class, reported,
+                  sdks_imported, usage_dict)
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -166,40 +166,44 @@ class OpenAIChatProvider(SdkProvider):
         try:
             stream = await self.client().chat.completions.create(**kwargs)
             async with size.reading(stream):
-                async for chunk in stream:
-                    began = True
-                    response_id = response_id or getattr(chunk, "id", None)
-                    if getattr(chunk, "usage", None) is not None:
-                        usage_raw = usage_dict(chunk.usage)
-                    for choice in chunk.choices or []:
-                        if choice.index not in (0, None):
-                            continue
-                        delta = choice.delta
-                        if delta is not None:
-                            extra = getattr(delta, "model_extra", None) or {}
-                            think = extra.get("reasoning_content") or extra.get("reasoning")
-                            if isinstance(think, str) and think:
-                                size.add(think)
-                                add_piece(reasoning, think)
-                                on_delta(Delta("reasoning", think))
-                            if delta.content is not None and not isinstance(delta.content, str):
-                                raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
-                            if delta.content:
-                                size.add(delta.content)
-                                add_piece(text, delta.content)
-                                on_delta(Delta("text", delta.content))
-                            refusal = getattr(delta, "refusal", None)
-                            if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
-                                refused = True
-                                size.add(refusal)
-                                add_piece(text, refusal)
-                                on_delta(Delta("text", refusal))
-                            for tc in delta.tool_calls or []:
-                                if tc.function is not None:
-                                    size.add(tc.function.arguments)
-                                _tool_call_delta(calls, by_index, by_id, tc)
-                        if choice.finish_reason:
-                            finish = choice.finish_reason
+                try:
+                    async for chunk in stream:
+                        began = True
+                        response_id = response_id or getattr(chunk, "id", None)
+                        if getattr(chunk, "usage", None) is not None:
+                            usage_raw = usage_dict(chunk.usage)
+                        for choice in chunk.choices or []:
+                            if choice.index not in (0, None):
+                                continue
+                            delta = choice.delta
+                            if delta is not None:
+                                extra = getattr(delta, "model_extra", None) or {}
+                                think = extra.get("reasoning_content") or extra.get("reasoning")
+                                if isinstance(think, str) and think:
+                                    size.add(think)
+                                    add_piece(reasoning, think)
+                                    on_delta(Delta("reasoning", think))
+                                if delta.content is not None and not isinstance(delta.content, str):
+                                    raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
+                                if delta.content:
+                                    size.add(delta.content)
+                                    add_piece(text, delta.content)
+                                    on_delta(Delta("text", delta.content))
+                                refusal = getattr(delta, "refusal", None)
+                                if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
+                                    refused = True
+                                    size.add(refusal)
+                                    add_piece(text, refusal)
+                                    on_delta(Delta("text", refusal))
+                                for tc in delta.tool_calls or []:
+                                    if tc.function is not None:
+                                        size.add(tc.function.arguments)
+                                    _tool_call_delta(calls, by_index, by_id, tc)
+                            if choice.finish_reason:
+                                finish = choice.finish_reason
+                except Exception as exc:
+                    if finish is None or not connection_dropped(exc):
+                        raise  # (dropped after its finish_reason, the answer is whole: kept)
         except trio.Cancelled:  # (an abort, a stop): what was reported by then is the caller's to record
             if meter is not None:
                 meter.usage = _usage(usage_raw) if began else None
@@ -220,8 +224,7 @@ class OpenAIChatProvider(SdkProvider):
             ]
         except MALFORMED as exc:  # an id, a name or arguments that were no text
             raise self.malformed(exc).during(_usage(usage_raw)) from None
-        stop = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
-                OUTPUT_LIMIT_REASONS[self.protocol]: OUTPUT_LIMIT}.get(finish or "", finish)
+        stop = OUTPUT_LIMIT if at_output_limit(self.protocol, finish) else _STOPS.get(finish, finish)
         if tool_calls and stop == "end_turn":
             stop = "tool_use"
         elif refused and stop == "end_turn":
@@ -230,6 +233,9 @@ class OpenAIChatProvider(SdkProvider):
         diagnostics = self.diagnostics(compiled, cache)
         return self.checked(ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls,
                                         stop_reason=stop, usage=usage, response_id=response_id, diagnostics=diagnostics))
+
+
+_STOPS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use"}
 
 
 def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:

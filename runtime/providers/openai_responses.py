@@ -27,7 +27,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, OUTPUT_LIMIT_REASONS, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
@@ -204,7 +204,7 @@ class OpenAIResponsesProvider(SdkProvider):
         status = getattr(response, "status", None)
         if status == "incomplete":
             reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
-            stop = OUTPUT_LIMIT if reason == OUTPUT_LIMIT_REASONS[PROTOCOL] else (reason or "incomplete")
+            stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, reason) else (reason or "incomplete")
         else:
             stop = "tool_use" if calls else "refusal" if refused else "end_turn"
         diagnostics = self.diagnostics(compiled, cache)
@@ -225,7 +225,9 @@ class _StreamReader:
     as before. Where that response leaves ``output`` out (or null), the output is the stream's, as
     the helper made it: each item as its ``response.output_item.done`` sent it, else as it was
     added, with its content parts and the text, refusal or arguments streamed into it (a response
-    cut short by ``max_output_tokens`` keeps what was streamed). The helper's consistency checks
+    cut short by ``max_output_tokens`` keeps what was streamed); where such a cut response lists
+    items but leaves out a call the stream added and never ended, that call is added after them
+    (:meth:`_calls_left_out`). The helper's consistency checks
     (a ``response.created`` first, the response's id unchanged, a delta only for an item and part
     added before) failed answers whose final event was whole; they are not made: a delta for an
     item or part never added is streamed live and kept for a final response without output.
@@ -295,24 +297,48 @@ class _StreamReader:
         as the answer, the calls the model made were lost and the turn ended without them)."""
         given = getattr(self.final, "output", None)
         if given:
-            return given
+            return list(given) + self._calls_left_out(given)
         out = []
         for index in sorted(self._added.keys() | self._done.keys()):
             item = self._done.get(index)
             if item is None:
-                item = self._added[index]
-                if item.type == "function_call" and index in self._arguments:
-                    item.arguments = (item.arguments or "") + "".join(self._arguments[index])
-                elif item.type == "message":
-                    for ci, part in enumerate(item.content):
-                        pieces = self._text.get((index, ci))
-                        if pieces and part.type == "output_text":
-                            part.text = (part.text or "") + "".join(pieces)
-                        elif pieces and part.type == "refusal":
-                            part.refusal = (part.refusal or "") + "".join(pieces)
+                item = self._as_streamed(index)
             elif getattr(item, "type", None) == "function_call":
                 self._call_completed(index, item)
             out.append(item)
+        return out
+
+    def _as_streamed(self, index: Any) -> Any:
+        """The item added at ``index``, with the text, refusal or arguments streamed into it."""
+        item = self._added[index]
+        if item.type == "function_call" and index in self._arguments:
+            item.arguments = (item.arguments or "") + "".join(self._arguments[index])
+        elif item.type == "message":
+            for ci, part in enumerate(item.content):
+                pieces = self._text.get((index, ci))
+                if pieces and part.type == "output_text":
+                    part.text = (part.text or "") + "".join(pieces)
+                elif pieces and part.type == "refusal":
+                    part.refusal = (part.refusal or "") + "".join(pieces)
+        return item
+
+    def _calls_left_out(self, given: Any) -> list[Any]:
+        """The calls an ``incomplete`` response cut at the output limit left out of its ``output``
+        although the stream added them and never ended them (no ``output_item.done``), as
+        streamed: the model was writing the last of them when it stopped. Left out, that call was
+        lost (neither run nor shown to the model); kept, it is the answer's last call, which is
+        answered as cut (runtime.decide.cut_at_output_limit) and never run."""
+        final = self.final
+        if getattr(final, "status", None) != "incomplete" or not at_output_limit(
+                PROTOCOL, getattr(getattr(final, "incomplete_details", None), "reason", None)):
+            return []
+        listed = {key for item in given for key in (getattr(item, "id", None), getattr(item, "call_id", None)) if key}
+        out = []
+        for index in sorted(self._added.keys() - self._done.keys()):
+            item = self._added[index]
+            if getattr(item, "type", None) == "function_call" and not {getattr(item, "id", None),
+                                                                        getattr(item, "call_id", None)} & listed:
+                out.append(self._as_streamed(index))
         return out
 
     def _call_completed(self, index: Any, item: Any) -> None:

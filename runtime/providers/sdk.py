@@ -320,6 +320,21 @@ class SdkProvider(ABC):
         return ProviderError(code, f"{where}: {label}: {detail}", retryable=retryable, status=recorded)
 
 
+def connection_dropped(exc: BaseException) -> bool:
+    """Whether ``exc``, out of reading a stream, is its connection dropping (a proxy or server
+    that went away), not a timeout nor anything the server said. A stream whose answer had
+    already said it was done (Chat's ``finish_reason``, Anthropic's ``stop_reason``) keeps that
+    answer when it is cut so before its terminator (``[DONE]``, ``message_stop``): the answer is
+    whole, and failing it as ``CONNECTION_FAILED`` lost what the user had seen."""
+    import anthropic
+    import httpx2
+    import openai
+
+    if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)):
+        return False
+    return isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError, httpx2.TransportError))
+
+
 class AnswerSize:
     """The bytes of an answer streamed so far, as UTF-8: its text, reasoning and tool-call
     arguments (and Anthropic's redacted thinking), the parts that grow with it. The recorded
