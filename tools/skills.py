@@ -57,25 +57,26 @@ class FrontMatterError(ValueError):
     """Front matter that cannot be read; the message names the line."""
 
 
-_KEY_RE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]*)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
+_KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
 
 
 def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
     """``(fields, body)`` of a SKILL.md text; no front matter gives ``({}, text)``.
 
-    The front matter starts at the first line when it is exactly ``---`` and ends at the next
-    line that is ``---`` (or ``...``). Inside: ``key: value`` lines; blank lines and ``#`` lines
-    are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
+    The front matter starts at the first line when it is ``---`` (trailing blanks allowed, as
+    YAML does) and ends at the next line that is ``---`` (or ``...``). Inside: ``key: value``
+    lines (a key may hold blanks: ``allowed tools``); blank lines and ``#`` lines are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
     or plain (a `` #`` comment after it is dropped; indented lines after it continue it, joined
     by spaces); ``|`` / ``>`` start a block of indented lines (kept / folded); an empty value
-    followed by indented lines (a nested map or list) is kept as that raw text. A plain YAML
+    followed by indented lines (a nested map or list), or by ``- item`` lines at the key's own
+    indentation (a YAML block sequence), is kept as that raw text. A plain YAML
     subset, stdlib only. Raises :class:`FrontMatterError` naming the line.
     """
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
-    if lines[0].rstrip("\r") != "---":
+    if lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
     if end is None:
@@ -110,6 +111,9 @@ def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
                 fields[key] = f"{fields[key]} {line.strip()}".strip()
             else:
                 raise FrontMatterError(f"line {number}: an indented line after a quoted value")
+            continue
+        if mode == "nested" and (line == "-" or line.startswith(("- ", "-\t"))):
+            block.append(line)  # a sequence item at the key's own indentation continues the key
             continue
         if line.lstrip().startswith("#"):
             continue
@@ -229,7 +233,7 @@ def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
         name = name[:MAX_NAME_CHARS]
     elif not body.strip():
         problem = f"{SKILL_FILE} holds no instructions after its front matter"
-    return Skill(name, base_dir, description, problem, body.strip("\n"), digest)
+    return Skill(name, base_dir, description, problem, body.strip("\r\n"), digest)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,50 @@
+"""Workspace skills at their edges (F-TOOL-6), through a session: a faux model loads skills
+whose SKILL.md is valid YAML front matter written in ways the parser once refused or misread,
+through the session actor, the ``skill`` tool and a real executor child process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.providers.faux import FauxToolCall, FauxTurn
+
+from .conftest import run_to_idle as run
+from .test_skills import events_of, harness, results_of, write
+
+EDGE_SKILLS = {
+    # "--- " opens the front matter as "---" does (YAML's document marker, trailing blanks allowed)
+    "opener": "--- \nname: opener\ndescription: Trailing blank\n---\nOPENER-STEPS\n",
+    # a block sequence at the key's own indentation (valid YAML: "key:" then "- item" lines)
+    "listed": "---\nname: listed\ndescription: A list\nallowed-tools:\n- Read\n- Grep\n---\nLISTED-STEPS\n",
+    # a key with a blank inside it (a plain YAML key)
+    "spaced": "---\nname: spaced\nallowed tools: Read\ndescription: Spaced key\n---\nSPACED-STEPS\n",
+    # a BOM and CRLF line ends: the instructions do not end with a stray carriage return
+    "crlf": "\ufeff---\r\nname: crlf\r\ndescription: Windows\r\n---\r\nCRLF-ONE\r\nCRLF-TWO\r\n",
+}
+
+
+async def test_valid_yaml_front_matter_of_every_shape_loads(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    for name, text in EDGE_SKILLS.items():
+        write(ws / "skills" / name / "SKILL.md", text)
+    script = [
+        FauxTurn(when="LIST-THEM", tool_calls=[FauxToolCall("skill", {})]),
+        FauxTurn(when="LOAD-ALL", tool_calls=[FauxToolCall("skill", {"name": n}) for n in EDGE_SKILLS]),
+    ]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST-THEM")
+        [listed] = results_of(await events_of(store, sid))
+        rows = {s["name"]: s for s in listed.structured_content["skills"]}
+        assert {n: rows[n].get("problem") for n in EDGE_SKILLS} == {n: None for n in EDGE_SKILLS}
+        assert {n: rows[n]["description"] for n in EDGE_SKILLS} == {
+            "opener": "Trailing blank", "listed": "A list", "spaced": "Spaced key", "crlf": "Windows"}
+        await run(sup, sid, "r2", "LOAD-ALL")
+        events = await events_of(store, sid)
+        assert [r.structured_content["status"] for r in results_of(events)[1:]] == ["loaded"] * len(EDGE_SKILLS)
+        loaded = {e.event.name: e.event.instructions for e in events if e.kind == "skill.loaded"}
+        assert sorted(loaded) == sorted(EDGE_SKILLS)
+        for name, text in loaded.items():
+            assert "name:" not in text and "description:" not in text and not text.endswith(("\r", "\n")), text
+        assert loaded["opener"].endswith("\n\nOPENER-STEPS")
+        assert loaded["crlf"].endswith("\n\nCRLF-ONE\r\nCRLF-TWO")  # (its own line ends kept inside)
