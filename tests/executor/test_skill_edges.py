@@ -4,6 +4,7 @@ through the session actor, the ``skill`` tool and a real executor child process.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from runtime.providers.faux import FauxToolCall, FauxTurn
@@ -48,3 +49,31 @@ async def test_valid_yaml_front_matter_of_every_shape_loads(tmp_path: Path) -> N
             assert "name:" not in text and "description:" not in text and not text.endswith(("\r", "\n")), text
         assert loaded["opener"].endswith("\n\nOPENER-STEPS")
         assert loaded["crlf"].endswith("\n\nCRLF-ONE\r\nCRLF-TWO")  # (its own line ends kept inside)
+
+
+async def test_resource_samples_are_regular_files_never_symlinks(tmp_path: Path) -> None:
+    # Symlinks are not followed: a link in a skill's directory (out of the workspace, or to a
+    # file in it) is not offered as a resource, nor is a FIFO; the regular files are, and the
+    # links do not make "more" true.
+    ws = tmp_path / "ws"
+    base = ws / "skills" / "review"
+    write(base / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "outside.txt", "in the workspace, outside the skill\n")
+    write(tmp_path / "secret.txt", "out of the workspace\n")
+    write(base / "b-real.md", "ref\n")
+    write(base / "refs" / "c-real.md", "ref\n")
+    os.symlink(tmp_path / "secret.txt", base / "a-escape.txt")
+    os.symlink("../../outside.txt", base / "b-inside.txt")
+    os.symlink("../../outside.txt", base / "refs" / "d-inside.txt")
+    os.symlink(tmp_path, base / "e-linked-dir")
+    os.mkfifo(base / "f-fifo")
+    script = [FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": "review"})])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LOAD")
+        [res] = results_of(await events_of(store, sid))
+    assert res.structured_content["status"] == "loaded"
+    assert res.structured_content["resources"] == ["b-real.md", "refs/c-real.md"]
+    assert res.structured_content["more_resources"] is False
+    text = res.content[0].text
+    assert "escape" not in text and "inside" not in text and "fifo" not in text
