@@ -7,6 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from events import types as t
+from runtime.actor import Answer, GetState, Submit, WaitIdle
+from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
 
 from .conftest import run_to_idle as run
@@ -77,3 +82,53 @@ async def test_resource_samples_are_regular_files_never_symlinks(tmp_path: Path)
     assert res.structured_content["more_resources"] is False
     text = res.content[0].text
     assert "escape" not in text and "inside" not in text and "fifo" not in text
+
+
+
+LOG_LIMIT = 64 * 1024  # log.maxEventBytes at its least: below the SKILL.md cap
+BIG = "---\nname: big\n---\n" + "".join(f"step {i} of many\n" for i in range(8000))  # ~150 KB
+
+
+async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_session(tmp_path: Path) -> None:
+    # Instructions under the SKILL.md cap but over the log's event bound: a /skill: input is
+    # refused at submit (SKILL_INVALID, naming the bound); a skill call, or a /skill: input whose
+    # SKILL.md grew past it while queued, gets a note to the model; the session works on.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "big" / "SKILL.md", BIG)
+    write(ws / "skills" / "grows" / "SKILL.md", "GROWS-STEPS\n")
+    ask = {"questions": [{"id": "q", "text": "Go on?", "options": [{"id": "y", "label": "Yes"}]}]}
+    script = [FauxTurn(when="LOAD-BIG", tool_calls=[FauxToolCall("skill", {"name": "big"})]),
+              FauxTurn(when="HOLD", tool_calls=[FauxToolCall("ask_user", ask)])]
+    async with harness(tmp_path, ws, script, max_event_bytes=LOG_LIMIT) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r1", [t.TextPart("/skill:big go")], "followUp"))
+        assert info.value.code == "SKILL_INVALID"
+        assert "big" in info.value.message and f"maximum event size of {LOG_LIMIT} bytes" in info.value.message
+
+        state = await run(sup, sid, "r2", "LOAD-BIG")
+        assert state.status == "idle"
+        events = await events_of(store, sid)
+        [res] = results_of(events)
+        assert res.status == "ok" and res.structured_content["status"] == "loaded"
+        [note] = [e.event for e in events if e.kind == "instruction.appended"]
+        assert note.source == "skill-load-failed:big" and "maximum event size" in note.text
+        assert "skill.loaded" not in [e.kind for e in events]
+        assert "big" not in state.agents["main"].skills
+        assert [it.source for it in faux.requests[-1].items if it.role == "system"] == ["skill-load-failed:big"]
+
+        await sup.call(sid, Submit("r3", [t.TextPart("HOLD")], "followUp"))
+        await sup.call(sid, WaitIdle())  # the question waits
+        await sup.call(sid, Submit("r4", [t.TextPart("/skill:grows LATER")], "followUp"))  # fits: accepted
+        write(ws / "skills" / "grows" / "SKILL.md", BIG.replace("name: big", "name: grows"))
+        [qid] = list((await sup.call(sid, GetState())).questions)
+        await sup.call(sid, Answer(qid, {"kind": "answer", "optionIds": ["y"]}))
+        await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        assert state.status == "idle"
+        events = await events_of(store, sid)
+        seq_of = {(e.kind, getattr(e.event, "input_request_id", None)): e.seq for e in events}
+        [notice] = [e for e in events if e.kind == "instruction.appended" and "grows" in e.event.source]
+        assert notice.seq == seq_of[("input.placed", "r4")] - 1 and "maximum event size" in notice.event.text
+        assert [it.text for it in state.agents["main"].items if it.role == "user"][-1] == "LATER"
+        assert "grows" not in state.agents["main"].skills
