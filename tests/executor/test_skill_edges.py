@@ -132,3 +132,24 @@ async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_s
         assert notice.seq == seq_of[("input.placed", "r4")] - 1 and "maximum event size" in notice.event.text
         assert [it.text for it in state.agents["main"].items if it.role == "user"][-1] == "LATER"
         assert "grows" not in state.agents["main"].skills
+
+
+async def test_skill_command_inputs_at_their_edges(tmp_path: Path) -> None:
+    # Names are case-sensitive; only an input starting with "/skill:" is a command; a second
+    # "/skill:" in it is text among the args (its skill is not loaded).
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r1", [t.TextPart("/skill:Review go")], "followUp"))
+        assert info.value.code == "SKILL_NOT_FOUND" and "'Review'" in info.value.message
+        assert "available: lint, review" in info.value.message
+        await run(sup, sid, "r2", "please /skill:review this")
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, sid)]
+        assert faux.requests[-1].items[-1].text == "please /skill:review this"
+        state = await run(sup, sid, "r3", "/skill:review then /skill:lint")
+        assert [e.event.name for e in await events_of(store, sid) if e.kind == "skill.loaded"] == ["review"]
+        assert faux.requests[-1].items[-1].text == "then /skill:lint"
+        assert list(state.agents["main"].skills) == ["review"]
