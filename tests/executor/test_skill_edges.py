@@ -15,7 +15,7 @@ from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
 
 from .conftest import run_to_idle as run
-from .test_skills import events_of, harness, results_of, write
+from .test_skills import events_of, harness, results_of, skill_texts, write
 
 EDGE_SKILLS = {
     # "--- " opens the front matter as "---" does (YAML's document marker, trailing blanks allowed)
@@ -153,3 +153,34 @@ async def test_skill_command_inputs_at_their_edges(tmp_path: Path) -> None:
         assert [e.event.name for e in await events_of(store, sid) if e.kind == "skill.loaded"] == ["review"]
         assert faux.requests[-1].items[-1].text == "then /skill:lint"
         assert list(state.agents["main"].skills) == ["review"]
+
+
+async def test_a_skill_deleted_after_load_then_a_fork_keep_the_snapshot_once(tmp_path: Path) -> None:
+    # Loaded, then its SKILL.md deleted: the list says so, a load appends nothing, the loaded text
+    # stays; a fork after the load holds it once and loads nothing again; unload then load is
+    # SKILL_NOT_FOUND (the current text is none).
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    script = [FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+              FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
+              FauxTurn(when="DROP", tool_calls=[FauxToolCall("skill", {"name": "review", "unload": True})])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LOAD")
+        (ws / "skills" / "review" / "SKILL.md").unlink()
+        await run(sup, sid, "r2", "LIST")
+        assert "- review [loaded; no longer in the workspace]" in results_of(await events_of(store, sid))[-1].content[0].text
+        await run(sup, sid, "r3", "LOAD")
+        again = results_of(await events_of(store, sid))[-1]
+        assert again.structured_content["status"] == "already_loaded" and "no longer in the workspace" in again.content[0].text
+        assert skill_texts(faux.requests[-1].items) == [e.event.instructions for e in await events_of(store, sid)
+                                                        if e.kind == "skill.loaded"]
+        fork = await sup.fork_session(sid, (await events_of(store, sid))[-1].seq)
+        await run(sup, fork, "f1", "LOAD")
+        assert results_of(await events_of(store, fork))[-1].structured_content["status"] == "already_loaded"
+        assert len(skill_texts(faux.requests[-1].items)) == 1 and "REVIEW-STEPS" in skill_texts(faux.requests[-1].items)[0]
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, fork)]
+        await run(sup, sid, "r4", "DROP")
+        await run(sup, sid, "r5", "LOAD")
+        assert results_of(await events_of(store, sid))[-1].error_code == "SKILL_NOT_FOUND"
+        assert skill_texts(faux.requests[-1].items) == []
