@@ -16,11 +16,12 @@ The skill is read through the session's ``skill`` tool, so discovery has one imp
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Callable, Sequence
 
 import msgspec
 
 from events import types as t
+from events.errors import AppendRejected
 from projections.session_state import (
     MAIN_AGENT,
     SKILL_COMMAND,
@@ -47,17 +48,35 @@ def load_failed(name: str, call_id: str | None, reason: str) -> list[t._Event]:
 
 
 class SkillLoads:
-    def __init__(self, tools: ToolRegistry, session_id: str) -> None:
+    """``recordable``: raises ``AppendRejected`` for an event the log cannot hold (its codec's
+    ``pack_checked``): instructions under the SKILL.md cap may still be over ``log.maxEventBytes``."""
+
+    def __init__(self, tools: ToolRegistry, session_id: str, recordable: Callable[[t._Event], object]) -> None:
         self._tools = tools
         self._session_id = session_id
+        self._recordable = recordable
         self._held: dict[str, t.SkillLoaded] = {}  # call id -> its snapshot, until its round ends
+
+    def _unrecordable(self, ev: t.SkillLoaded) -> str | None:
+        """Why ``ev`` cannot be recorded (None: it can)."""
+        try:
+            self._recordable(ev)
+        except AppendRejected as exc:
+            return f"its instructions could not be recorded: {exc.message[:300]}"
+        return None
 
     def hold(self, state: SessionState, agent_id: str, call_id: str, events: list[t._Event]) -> list[t._Event]:
         """The events to record with call ``call_id``'s ``tool.finished``: its ``skill.loaded``
         only when the call is the last of its round; otherwise it is held for AppendSkills."""
         pending = [c.call_id for c in state.agents[agent_id].pending_calls]
         if pending == [call_id]:
-            return events
+            out: list[t._Event] = []
+            for e in events:
+                if isinstance(e, t.SkillLoaded) and (why := self._unrecordable(e)) is not None:
+                    out += load_failed(e.name, e.call_id, why)  # (told now, not a result "not recorded")
+                else:
+                    out.append(e)
+            return out
         for e in events:
             if isinstance(e, t.SkillLoaded):
                 self._held[call_id] = e
@@ -81,7 +100,8 @@ class SkillLoads:
                     out += load_failed(d.name, d.call_id, text_of(result.content) or "no instructions")
                     continue
                 ev = found[0]
-            out.append(ev)
+            why = self._unrecordable(ev)
+            out += [ev] if why is None else load_failed(d.name, d.call_id, why)
         return out
 
     def due_at_abort(self, due: Sequence[SkillDue]) -> list[t._Event]:
@@ -105,7 +125,12 @@ class SkillLoads:
         result = await self._tools.run("skill", json.dumps({"name": name}), ctx)
         for e in result.events:
             if isinstance(e, t.SkillLoaded):
-                return msgspec.structs.replace(e, call_id=None)
+                why = self._unrecordable(e)
+                if why is None:
+                    return msgspec.structs.replace(e, call_id=None)
+                if refuse:
+                    raise SkillUnavailable("SKILL_INVALID", f"skill {name!r} ({e.base_dir}/) cannot be loaded: {why}")
+                return load_failed(name, None, why)[0]
         message = text_of(result.content) or f"skill {name!r} cannot be loaded"
         if refuse:
             code = result.error_code or "SKILL_NOT_FOUND"

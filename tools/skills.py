@@ -5,7 +5,8 @@ A skill is a directory ``<root>/<dir>/`` holding a ``SKILL.md``, under one of th
 around ``key: value`` lines, :func:`parse_front_matter`); ``name`` (default: the directory's
 name) and ``description`` are read from it, the rest is the skill's instructions.
 
-Discovery reads through the project's executor with ``read_file`` and ``follow_symlinks: false``:
+Discovery reads through the project's executor with ``read_file`` and ``follow_symlinks: false``
+(a skill's resource samples with ``browse_list``, which tells each entry's kind):
 a symlinked root, skill directory or ``SKILL.md`` is never followed (a symlinked directory is
 listed by the executor without ``/`` and so is not a skill directory; a symlinked ``SKILL.md``
 is listed with a problem). A skill that cannot be used (bad front matter, bad name, too large,
@@ -46,7 +47,8 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole names only: fullmat
 
 log = logging.getLogger("lens.skills")
 
-# read_file arguments -> its result dict; raises ToolError with the executor's code.
+# an executor read tool's arguments (read_file, browse_list) -> its result dict; raises ToolError
+# with the executor's code.
 Read = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -57,25 +59,26 @@ class FrontMatterError(ValueError):
     """Front matter that cannot be read; the message names the line."""
 
 
-_KEY_RE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]*)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
+_KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
 
 
 def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
     """``(fields, body)`` of a SKILL.md text; no front matter gives ``({}, text)``.
 
-    The front matter starts at the first line when it is exactly ``---`` and ends at the next
-    line that is ``---`` (or ``...``). Inside: ``key: value`` lines; blank lines and ``#`` lines
-    are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
+    The front matter starts at the first line when it is ``---`` (trailing blanks allowed, as
+    YAML does) and ends at the next line that is ``---`` (or ``...``). Inside: ``key: value``
+    lines (a key may hold blanks: ``allowed tools``); blank lines and ``#`` lines are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
     or plain (a `` #`` comment after it is dropped; indented lines after it continue it, joined
     by spaces); ``|`` / ``>`` start a block of indented lines (kept / folded); an empty value
-    followed by indented lines (a nested map or list) is kept as that raw text. A plain YAML
+    followed by indented lines (a nested map or list), or by ``- item`` lines at the key's own
+    indentation (a YAML block sequence), is kept as that raw text. A plain YAML
     subset, stdlib only. Raises :class:`FrontMatterError` naming the line.
     """
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
-    if lines[0].rstrip("\r") != "---":
+    if lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
     if end is None:
@@ -110,6 +113,9 @@ def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
                 fields[key] = f"{fields[key]} {line.strip()}".strip()
             else:
                 raise FrontMatterError(f"line {number}: an indented line after a quoted value")
+            continue
+        if mode == "nested" and (line == "-" or line.startswith(("- ", "-\t"))):
+            block.append(line)  # a sequence item at the key's own indentation continues the key
             continue
         if line.lstrip().startswith("#"):
             continue
@@ -229,7 +235,7 @@ def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
         name = name[:MAX_NAME_CHARS]
     elif not body.strip():
         problem = f"{SKILL_FILE} holds no instructions after its front matter"
-    return Skill(name, base_dir, description, problem, body.strip("\n"), digest)
+    return Skill(name, base_dir, description, problem, body.strip("\r\n"), digest)
 
 
 @dataclass(frozen=True)
@@ -287,39 +293,45 @@ async def discover(read: Read) -> Discovery:
     return Discovery(found, unread)
 
 
-async def resource_samples(read: Read, base_dir: str) -> tuple[list[str], bool]:
-    """Up to :data:`MAX_SAMPLES` files of the skill directory other than SKILL.md, as paths
-    relative to it, in sorted (depth-first) order; and whether there are more. Symlinked
-    directories are not entered (they are listed without "/"). A directory :data:`MAX_SAMPLE_DEPTH`
-    levels down is not entered either; its entries count as more (unseen, so perhaps none)."""
+async def resource_samples(browse: Read, base_dir: str) -> tuple[list[str], bool]:
+    """Up to :data:`MAX_SAMPLES` regular files of the skill directory other than SKILL.md, as
+    paths relative to it, in sorted (depth-first) order; and whether there are more. ``browse``
+    is the executor's ``browse_list`` (it tells each entry's kind): symlinks are not followed, so
+    a symlinked file or directory is neither a sample nor entered, nor is anything else that is
+    not a regular file or a directory. A directory :data:`MAX_SAMPLE_DEPTH` levels down is not
+    entered, nor are entries of a directory past :data:`MAX_LISTING_ENTRIES` read; they count as
+    more (unseen, so perhaps none)."""
     out: list[str] = []
-    below = False  # a directory past the depth limit was met
+    unseen = False  # a directory past the depth limit, or a listing cut, was met
 
     async def walk(rel: str, depth: int) -> bool:
-        nonlocal below
+        nonlocal unseen
         try:
-            entries = await _listing(read, f"{base_dir}/{rel}" if rel else base_dir)
+            page = await browse({"path": f"{base_dir}/{rel}".rstrip("/"), "depth": 1,
+                                 "max_entries": MAX_LISTING_ENTRIES, "include_ignored": True})
         except ToolError as exc:
-            if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "SYMLINK_NOT_FOLLOWED", "PERMISSION_DENIED"):
+            if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "PATH_HIDDEN", "PERMISSION_DENIED"):
                 return False
             raise
-        for entry in entries:
-            path = f"{rel}{entry}"
-            if entry.endswith("/"):
+        unseen = unseen or bool(page.get("truncated"))
+        for entry in page.get("entries", []):
+            name, kind = entry.get("name", ""), entry.get("kind")
+            path = f"{rel}{name}"
+            if kind == "directory":
                 if depth >= MAX_SAMPLE_DEPTH:
-                    below = True
-                elif await walk(path, depth + 1):
+                    unseen = True
+                elif await walk(f"{path}/", depth + 1):
                     return True
                 continue
-            if path == SKILL_FILE:
-                continue
+            if kind != "file" or path == SKILL_FILE:
+                continue  # a symlink (not followed) or a FIFO, socket, device: not a resource
             if len(out) == MAX_SAMPLES:
                 return True
             out.append(path)
         return False
 
     more = await walk("", 1)
-    return out, more or below
+    return out, more or unseen
 
 
 def instructions_text(skill: Skill) -> str:
@@ -331,9 +343,11 @@ def instructions_text(skill: Skill) -> str:
 # --------------------------------------------------------------------------- the tool
 
 
-def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, wait: bool = True) -> Read:
-    """read_file through the project's executor (under its read lock), errors as ToolError; a
-    read whose local child died under it runs once more on the next (:func:`once_more_if_died`).
+def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, wait: bool = True,
+                     tool: str = "read_file") -> Read:
+    """read_file (or another read-only executor tool: ``browse_list``) through the project's
+    executor (under its read lock), errors as ToolError; a read whose local child died under it
+    runs once more on the next (:func:`once_more_if_died`).
     ``wait=False``: ``DomainBusy`` (runtime.executors) instead of waiting while a write holds the lock."""
 
     async def read(args: dict[str, Any]) -> dict[str, Any]:
@@ -344,7 +358,7 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, 
 
         async def attempt(ex: Any) -> Any:
             with executor_failures("EXECUTOR_ERROR"):
-                return await ex.client.call("read_file", args, call_id=call_id)
+                return await ex.client.call(tool, args, call_id=call_id)
 
         async with ex.lock.read(wait=wait):
             reached = await once_more_if_died(pool, ex, attempt, f"skill read {call_id} ({args.get('path')!r})")
@@ -422,7 +436,8 @@ def skill_tool(pool: Respawning) -> ToolSpec:
                     f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")
             raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}; available: "
                             f"{', '.join(usable[:50]) if usable else 'none'}")
-        samples, more = await resource_samples(read, found.base_dir)
+        browse = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill", tool="browse_list")
+        samples, more = await resource_samples(browse, found.base_dir)
         structured = {"name": found.name, "base_dir": found.base_dir, "resources": samples,
                       "more_resources": more, "digest": found.digest}
         shown = "\n".join(f"- {found.base_dir}/{p}" for p in samples) or "(none)"

@@ -125,9 +125,9 @@ async def test_a_skill_shows_at_most_10_resource_samples_and_says_when_there_are
     for i in range(files):
         (base / "refs" / f"r{i:02d}.md").write_text("ref\n")
 
-    async def read(args: dict[str, Any]) -> dict[str, Any]:
-        return (await client.call("read_file", args)).result
+    async def browse(args: dict[str, Any]) -> dict[str, Any]:
+        return (await client.call("browse_list", args)).result
 
-    samples, more_left = await resource_samples(read, f"{sub}/skills/review")
+    samples, more_left = await resource_samples(browse, f"{sub}/skills/review")
     assert samples == [f"refs/r{i:02d}.md" for i in range(min(files, MAX_SAMPLES))]
     assert more_left is more and MAX_SAMPLES == 10

@@ -94,3 +94,15 @@ def test_bad_skills_carry_a_problem_never_raise() -> None:
     long = _skill_of("skills/x", "x", f"---\nname: {ok}b\n---\nbody")
     assert "not valid" in (long.problem or "") and len(long.name) == MAX_NAME_CHARS
     assert _skill_of("skills/x", "x", "---\nname: My_skill.v2\n---\nbody").problem is None
+
+
+def test_yaml_shapes_once_refused_or_misread() -> None:
+    # "--- " opens as "---" does; a block sequence at the key's indentation; a key with a blank.
+    assert parse_front_matter("--- \nname: x\n---\nB\n") == ({"name": "x"}, "B\n")
+    fields, body = parse_front_matter("---\ntools:\n- Read\n-\n- Grep\n  # kept\nname: x\n---\nB\n")
+    assert fields == {"tools": "- Read\n-\n- Grep\n  # kept", "name": "x"} and body == "B\n"
+    assert parse_front_matter("---\nallowed tools: Read\n---\nB")[0] == {"allowed tools": "Read"}
+    with pytest.raises(FrontMatterError, match="line 3: expected 'key: value'"):
+        parse_front_matter("---\nname: x\n- stray\n---\nB")  # (a sequence item after a value)
+    # CRLF: the body keeps its own line ends but not a trailing carriage return
+    assert _skill_of("skills/x", "x", "---\r\nname: x\r\n---\r\nA\r\nB\r\n").body == "A\r\nB"

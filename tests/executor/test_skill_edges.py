@@ -1,0 +1,186 @@
+"""Workspace skills at their edges (F-TOOL-6), through a session: a faux model loads skills
+whose SKILL.md is valid YAML front matter written in ways the parser once refused or misread,
+through the session actor, the ``skill`` tool and a real executor child process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from events import types as t
+from runtime.actor import Answer, GetState, Submit, WaitIdle
+from runtime.errors import LensError
+from runtime.providers.faux import FauxToolCall, FauxTurn
+
+from .conftest import run_to_idle as run
+from .test_skills import events_of, harness, results_of, skill_texts, write
+
+EDGE_SKILLS = {
+    # "--- " opens the front matter as "---" does (YAML's document marker, trailing blanks allowed)
+    "opener": "--- \nname: opener\ndescription: Trailing blank\n---\nOPENER-STEPS\n",
+    # a block sequence at the key's own indentation (valid YAML: "key:" then "- item" lines)
+    "listed": "---\nname: listed\ndescription: A list\nallowed-tools:\n- Read\n- Grep\n---\nLISTED-STEPS\n",
+    # a key with a blank inside it (a plain YAML key)
+    "spaced": "---\nname: spaced\nallowed tools: Read\ndescription: Spaced key\n---\nSPACED-STEPS\n",
+    # a BOM and CRLF line ends: the instructions do not end with a stray carriage return
+    "crlf": "\ufeff---\r\nname: crlf\r\ndescription: Windows\r\n---\r\nCRLF-ONE\r\nCRLF-TWO\r\n",
+}
+
+
+async def test_valid_yaml_front_matter_of_every_shape_loads(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    for name, text in EDGE_SKILLS.items():
+        write(ws / "skills" / name / "SKILL.md", text)
+    script = [
+        FauxTurn(when="LIST-THEM", tool_calls=[FauxToolCall("skill", {})]),
+        FauxTurn(when="LOAD-ALL", tool_calls=[FauxToolCall("skill", {"name": n}) for n in EDGE_SKILLS]),
+    ]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST-THEM")
+        [listed] = results_of(await events_of(store, sid))
+        rows = {s["name"]: s for s in listed.structured_content["skills"]}
+        assert {n: rows[n].get("problem") for n in EDGE_SKILLS} == {n: None for n in EDGE_SKILLS}
+        assert {n: rows[n]["description"] for n in EDGE_SKILLS} == {
+            "opener": "Trailing blank", "listed": "A list", "spaced": "Spaced key", "crlf": "Windows"}
+        await run(sup, sid, "r2", "LOAD-ALL")
+        events = await events_of(store, sid)
+        assert [r.structured_content["status"] for r in results_of(events)[1:]] == ["loaded"] * len(EDGE_SKILLS)
+        loaded = {e.event.name: e.event.instructions for e in events if e.kind == "skill.loaded"}
+        assert sorted(loaded) == sorted(EDGE_SKILLS)
+        for name, text in loaded.items():
+            assert "name:" not in text and "description:" not in text and not text.endswith(("\r", "\n")), text
+        assert loaded["opener"].endswith("\n\nOPENER-STEPS")
+        assert loaded["crlf"].endswith("\n\nCRLF-ONE\r\nCRLF-TWO")  # (its own line ends kept inside)
+
+
+async def test_resource_samples_are_regular_files_never_symlinks(tmp_path: Path) -> None:
+    # Symlinks are not followed: a link in a skill's directory (out of the workspace, or to a
+    # file in it) is not offered as a resource, nor is a FIFO; the regular files are, and the
+    # links do not make "more" true.
+    ws = tmp_path / "ws"
+    base = ws / "skills" / "review"
+    write(base / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "outside.txt", "in the workspace, outside the skill\n")
+    write(tmp_path / "secret.txt", "out of the workspace\n")
+    write(base / "b-real.md", "ref\n")
+    write(base / "refs" / "c-real.md", "ref\n")
+    os.symlink(tmp_path / "secret.txt", base / "a-escape.txt")
+    os.symlink("../../outside.txt", base / "b-inside.txt")
+    os.symlink("../../outside.txt", base / "refs" / "d-inside.txt")
+    os.symlink(tmp_path, base / "e-linked-dir")
+    os.mkfifo(base / "f-fifo")
+    script = [FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": "review"})])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LOAD")
+        [res] = results_of(await events_of(store, sid))
+    assert res.structured_content["status"] == "loaded"
+    assert res.structured_content["resources"] == ["b-real.md", "refs/c-real.md"]
+    assert res.structured_content["more_resources"] is False
+    text = res.content[0].text
+    assert "escape" not in text and "inside" not in text and "fifo" not in text
+
+
+
+LOG_LIMIT = 64 * 1024  # log.maxEventBytes at its least: below the SKILL.md cap
+BIG = "---\nname: big\n---\n" + "".join(f"step {i} of many\n" for i in range(8000))  # ~150 KB
+
+
+async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_session(tmp_path: Path) -> None:
+    # Instructions under the SKILL.md cap but over the log's event bound: a /skill: input is
+    # refused at submit (SKILL_INVALID, naming the bound); a skill call, or a /skill: input whose
+    # SKILL.md grew past it while queued, gets a note to the model; the session works on.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "big" / "SKILL.md", BIG)
+    write(ws / "skills" / "grows" / "SKILL.md", "GROWS-STEPS\n")
+    ask = {"questions": [{"id": "q", "text": "Go on?", "options": [{"id": "y", "label": "Yes"}]}]}
+    script = [FauxTurn(when="LOAD-BIG", tool_calls=[FauxToolCall("skill", {"name": "big"})]),
+              FauxTurn(when="HOLD", tool_calls=[FauxToolCall("ask_user", ask)])]
+    async with harness(tmp_path, ws, script, max_event_bytes=LOG_LIMIT) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r1", [t.TextPart("/skill:big go")], "followUp"))
+        assert info.value.code == "SKILL_INVALID"
+        assert "big" in info.value.message and f"maximum event size of {LOG_LIMIT} bytes" in info.value.message
+
+        state = await run(sup, sid, "r2", "LOAD-BIG")
+        assert state.status == "idle"
+        events = await events_of(store, sid)
+        [res] = results_of(events)
+        assert res.status == "ok" and res.structured_content["status"] == "loaded"
+        [note] = [e.event for e in events if e.kind == "instruction.appended"]
+        assert note.source == "skill-load-failed:big" and "maximum event size" in note.text
+        assert "skill.loaded" not in [e.kind for e in events]
+        assert "big" not in state.agents["main"].skills
+        assert [it.source for it in faux.requests[-1].items if it.role == "system"] == ["skill-load-failed:big"]
+
+        await sup.call(sid, Submit("r3", [t.TextPart("HOLD")], "followUp"))
+        await sup.call(sid, WaitIdle())  # the question waits
+        await sup.call(sid, Submit("r4", [t.TextPart("/skill:grows LATER")], "followUp"))  # fits: accepted
+        write(ws / "skills" / "grows" / "SKILL.md", BIG.replace("name: big", "name: grows"))
+        [qid] = list((await sup.call(sid, GetState())).questions)
+        await sup.call(sid, Answer(qid, {"kind": "answer", "optionIds": ["y"]}))
+        await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        assert state.status == "idle"
+        events = await events_of(store, sid)
+        seq_of = {(e.kind, getattr(e.event, "input_request_id", None)): e.seq for e in events}
+        [notice] = [e for e in events if e.kind == "instruction.appended" and "grows" in e.event.source]
+        assert notice.seq == seq_of[("input.placed", "r4")] - 1 and "maximum event size" in notice.event.text
+        assert [it.text for it in state.agents["main"].items if it.role == "user"][-1] == "LATER"
+        assert "grows" not in state.agents["main"].skills
+
+
+async def test_skill_command_inputs_at_their_edges(tmp_path: Path) -> None:
+    # Names are case-sensitive; only an input starting with "/skill:" is a command; a second
+    # "/skill:" in it is text among the args (its skill is not loaded).
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r1", [t.TextPart("/skill:Review go")], "followUp"))
+        assert info.value.code == "SKILL_NOT_FOUND" and "'Review'" in info.value.message
+        assert "available: lint, review" in info.value.message
+        await run(sup, sid, "r2", "please /skill:review this")
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, sid)]
+        assert faux.requests[-1].items[-1].text == "please /skill:review this"
+        state = await run(sup, sid, "r3", "/skill:review then /skill:lint")
+        assert [e.event.name for e in await events_of(store, sid) if e.kind == "skill.loaded"] == ["review"]
+        assert faux.requests[-1].items[-1].text == "then /skill:lint"
+        assert list(state.agents["main"].skills) == ["review"]
+
+
+async def test_a_skill_deleted_after_load_then_a_fork_keep_the_snapshot_once(tmp_path: Path) -> None:
+    # Loaded, then its SKILL.md deleted: the list says so, a load appends nothing, the loaded text
+    # stays; a fork after the load holds it once and loads nothing again; unload then load is
+    # SKILL_NOT_FOUND (the current text is none).
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    script = [FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": "review"})]),
+              FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
+              FauxTurn(when="DROP", tool_calls=[FauxToolCall("skill", {"name": "review", "unload": True})])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LOAD")
+        (ws / "skills" / "review" / "SKILL.md").unlink()
+        await run(sup, sid, "r2", "LIST")
+        assert "- review [loaded; no longer in the workspace]" in results_of(await events_of(store, sid))[-1].content[0].text
+        await run(sup, sid, "r3", "LOAD")
+        again = results_of(await events_of(store, sid))[-1]
+        assert again.structured_content["status"] == "already_loaded" and "no longer in the workspace" in again.content[0].text
+        assert skill_texts(faux.requests[-1].items) == [e.event.instructions for e in await events_of(store, sid)
+                                                        if e.kind == "skill.loaded"]
+        fork = await sup.fork_session(sid, (await events_of(store, sid))[-1].seq)
+        await run(sup, fork, "f1", "LOAD")
+        assert results_of(await events_of(store, fork))[-1].structured_content["status"] == "already_loaded"
+        assert len(skill_texts(faux.requests[-1].items)) == 1 and "REVIEW-STEPS" in skill_texts(faux.requests[-1].items)[0]
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, fork)]
+        await run(sup, sid, "r4", "DROP")
+        await run(sup, sid, "r5", "LOAD")
+        assert results_of(await events_of(store, sid))[-1].error_code == "SKILL_NOT_FOUND"
+        assert skill_texts(faux.requests[-1].items) == []
