@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+import trio
 
 from events import types as t
 from events.store import open_store
@@ -48,6 +49,17 @@ NO_KEPT_ROUNDS = ContextConfig(compaction=CompactionConfig(keep_recent_tokens=0)
 
 async def events_of(sup: Supervisor, session_id: str) -> list:
     return await sup.deps.store.read_events(after=0, limit=1000, session_id=session_id)
+
+
+async def one_input(data_dir: Path, provider: Any, text: str, **session: Any) -> tuple[Any, list]:
+    """A new session (``session``: its options) given one input (``req1``) and run until it is
+    idle: its state and its events."""
+    async with runtime(data_dir, provider) as sup:
+        sid = await sup.create_session("p1", **session)
+        await sup.call(sid, Submit("req1", [t.TextPart(text)]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        return await sup.call(sid, GetState()), await events_of(sup, sid)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

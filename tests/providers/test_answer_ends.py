@@ -21,7 +21,7 @@ from .scripts import reply
 from .servers import anthropic as an
 from .servers import openai_chat as oc
 from .servers.base import Received, Reply, sse
-from .test_actor import events_of, runtime
+from .test_actor import events_of, one_input, runtime
 from .test_output_limit_calls import SLEEP, _assert_not_run, _finished, _session, cut_answer
 
 
@@ -53,13 +53,7 @@ async def test_a_thinking_block_that_came_unsigned_is_not_sent_back_and_the_sess
         _unsigned(an.message_stream(text="Checking.", calls=[("call_a", "get_system_time", {})], thinking=["plan"])),
         reply("anthropic", text="It is now.", reasoning=["easy"]),
     ])
-    async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1", thinking_level="high")
-        await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
-        with trio.fail_after(30):
-            await sup.call(sid, WaitIdle())
-        state = await sup.call(sid, GetState())
-        evs = await events_of(sup, sid)
+    state, evs = await one_input(tmp_path / "data", provider, "what time is it?", thinking_level="high")
     assert not [e.event for e in evs if e.kind == "model.failed"]
     assert state.status == "idle" and state.agents["main"].items[-1].text == "It is now."
     # The log keeps the block as it came; the request after it carried no thinking block, but
@@ -123,13 +117,7 @@ async def test_a_connection_dropped_after_the_answer_said_it_was_done_keeps_the_
     # It failed as CONNECTION_FAILED, and the whole answer the user had seen was lost.
     provider = make(protocol, max_retries=0)
     server.push(_dropped(protocol), reply(protocol, text="Again."))
-    async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("finish it")]))
-        with trio.fail_after(30):
-            await sup.call(sid, WaitIdle())
-        state = await sup.call(sid, GetState())
-        evs = await events_of(sup, sid)
+    state, evs = await one_input(tmp_path / "data", provider, "finish it")
     assert not [e.event for e in evs if e.kind == "model.failed"]
     (responded,) = [e.event for e in evs if e.kind == "model.responded"]
     assert (responded.text, responded.stop_reason, responded.usage.output_tokens) == ("All done.", "end_turn", 20)

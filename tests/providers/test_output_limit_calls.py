@@ -10,10 +10,8 @@ import json
 from typing import Any
 
 import pytest
-import trio
 
 from events import types as t
-from runtime.actor import GetState, Submit, WaitIdle
 
 from .conftest import PROTOCOLS
 from .scripts import reply
@@ -21,7 +19,7 @@ from .servers import anthropic as an
 from .servers import openai_chat as oc
 from .servers import openai_responses as orr
 from .servers.base import Reply
-from .test_actor import events_of, runtime
+from .test_actor import one_input
 from .test_invalid_arguments import sent_calls, sent_results
 
 SLEEP = '{"milliseconds": 1}'
@@ -54,13 +52,7 @@ def cut_answer(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
 async def _session(protocol: str, first: Reply, server: Any, make: Any, tmp_path: Any) -> tuple[Any, list]:
     provider = make(protocol)
     server.push(first, reply(protocol, text="Done."))
-    async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("the time, then a nap")]))
-        with trio.fail_after(30):
-            await sup.call(sid, WaitIdle())
-        state = await sup.call(sid, GetState())
-        evs = await events_of(sup, sid)
+    state, evs = await one_input(tmp_path / "data", provider, "the time, then a nap")
     assert not [e.event for e in evs if e.kind == "model.failed"]
     assert state.status == "idle" and state.agents["main"].items[-1].text == "Done."  # the session went on
     return state, evs

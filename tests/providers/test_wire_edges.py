@@ -22,7 +22,7 @@ from runtime.working_context import Compact
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import error, reply
 from .servers import openai_chat as oc
-from .test_actor import events_of, runtime
+from .test_actor import events_of, one_input, runtime
 
 
 def _chunk(tool_calls: list[dict[str, Any]] | None = None, finish: str | None = None) -> tuple[None, dict[str, Any]]:
@@ -90,13 +90,7 @@ async def test_chat_tool_call_fragments_as_compatible_servers_send_them_make_the
     events = [_chunk(fragments) for fragments in FRAGMENTS[case]]
     server.push(oc.Reply(events=events + [_chunk(finish="tool_calls"), (None, "[DONE]")]),
                 reply("openai-chat", text="Done."))
-    async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("the time, then a nap")]))
-        with trio.fail_after(30):
-            await sup.call(sid, WaitIdle())
-        state = await sup.call(sid, GetState())
-        evs = await events_of(sup, sid)
+    state, evs = await one_input(tmp_path / "data", provider, "the time, then a nap")
     assert not [e.event for e in evs if e.kind == "model.failed"]
     calls = [(c.call_id, c.name, c.arguments) for e in evs if e.kind == "model.responded" for c in e.event.tool_calls]
     assert calls == [("call_a", "get_system_time", "{}"), ("call_b", "sleep_milliseconds", SLEEP)]
@@ -159,13 +153,7 @@ async def test_a_429_whose_retry_after_date_no_clock_holds_is_retried_and_answer
     busy = error(protocol, 429, "busy", fast=False)
     busy.headers["retry-after"] = date
     server.push(busy, reply(protocol, text="after the wait"))
-    async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("hi")]))
-        with trio.fail_after(30):
-            await sup.call(sid, WaitIdle())
-        state = await sup.call(sid, GetState())
-        evs = await events_of(sup, sid)
+    state, evs = await one_input(tmp_path / "data", provider, "hi")
     assert not [(e.event.code, e.event.message) for e in evs if e.kind == "model.failed"]
     assert [e.event.text for e in evs if e.kind == "model.responded"] == ["after the wait"]
     assert len(server.requests) == 2 and state.status == "idle"
@@ -187,13 +175,7 @@ async def test_a_responses_final_event_with_empty_output_keeps_the_streamed_call
     first = reply("openai-responses", text="Checking the clock.", reasoning=["the time"], encrypted="enc-1",
                   calls=[("call_t1", "get_system_time", {})])
     server.push(_final_output_emptied(first), _final_output_emptied(reply("openai-responses", text="It is now.")))
-    async with runtime(tmp_path / "data", provider) as sup:
-        sid = await sup.create_session("p1")
-        await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
-        with trio.fail_after(30):
-            await sup.call(sid, WaitIdle())
-        state = await sup.call(sid, GetState())
-        evs = await events_of(sup, sid)
+    state, evs = await one_input(tmp_path / "data", provider, "what time is it?")
     assert not [e.event for e in evs if e.kind == "model.failed"]
     responded = [e.event for e in evs if e.kind == "model.responded"]
     assert [(r.text, r.stop_reason) for r in responded] == [("Checking the clock.", "tool_use"), ("It is now.", "end_turn")]
