@@ -2114,15 +2114,25 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
 ONE_QUESTION = {"when": "ask one question", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
     {"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}],
      "allow_text": False}]}}]}
-HOLD_ANSWERS = """
-    window.answerRequests = 0;
+
+
+def hold_requests(counter: str, release: str, matches: str) -> str:
+    """A script after which the page's requests whose URL (``url``, a string) ``matches`` (a
+    JavaScript condition) are counted in ``window[counter]`` and wait until ``window[release]()``
+    is called."""
+    return f"""
+    window.{counter} = 0;
     const real = window.fetch;
-    let release; const gate = new Promise((r) => { release = r; });
-    window.releaseAnswers = () => release();
-    window.fetch = async (...args) => {
-      if (String(args[0]).includes('/answer')) { window.answerRequests++; await gate; }
+    let release; const gate = new Promise((r) => {{ release = r; }});
+    window.{release} = () => release();
+    window.fetch = async (...args) => {{
+      const url = String(args[0]);
+      if ({matches}) {{ window.{counter}++; await gate; }}
       return real(...args);
-    };"""
+    }};"""
+
+
+HOLD_ANSWERS = hold_requests("answerRequests", "releaseAnswers", "url.includes('/answer')")
 
 
 def ask_one_question(make_daemon: Callable[[dict[str, Any]], Daemon], driver: Any, tmp_path: Path,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, network_requests, one,
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
+    network_requests, one,
     open_new_session, reopen_read_only, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
 
@@ -158,15 +159,7 @@ def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
     assert one(driver, "#input").get_attribute("value") == "while away"
 
 
-HOLD_STOPS = """
-    window.stopRequests = 0;
-    const real = window.fetch;
-    let release; const gate = new Promise((r) => { release = r; });
-    window.releaseStops = () => release();
-    window.fetch = async (...args) => {
-      if (String(args[0]).endsWith('/stop')) { window.stopRequests++; await gate; }
-      return real(...args);
-    };"""
+HOLD_STOPS = hold_requests("stopRequests", "releaseStops", "url.endsWith('/stop')")
 
 
 def test_dashboard_stops_a_job_once_and_says_one_ended_meanwhile_had_ended(
