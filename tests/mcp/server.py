@@ -5,7 +5,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
-``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``),
+``garbage`` (writes a line that is not JSON), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
+content blocks, each a distinct 4-byte ``audio`` binary or a one-character ``text``), ``env {name}`` (a variable of its environment, or ``<unset>``),
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``),
 ``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
 next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
@@ -162,6 +163,11 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         for odd in ("\ud800", 1.5, None, {"a": 1}, True, "p1"):
             send({"jsonrpc": "2.0", "id": odd, "method": "ping"})
         result = text("asked")
+    elif name == "blocks":
+        n, kind = int(args.get("n", 0)), args.get("kind", "audio")
+        result = {"content": [{"type": "audio", "data": base64.b64encode(i.to_bytes(4, "big")).decode(),
+                               "mimeType": "audio/wav"} if kind == "audio" else {"type": "text", "text": "b"}
+                              for i in range(n)]}
     elif name == "extra.tool":
         result = text("extra!")
     elif name in opts.named:
@@ -211,6 +217,7 @@ def main() -> None:
     ap.add_argument("--stale-cursor", action="store_true")
     ap.add_argument("--reply-log")
     ap.add_argument("--named", action="append", default=[])
+    ap.add_argument("--blocks", action="store_true")
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -227,6 +234,8 @@ def main() -> None:
     if opts.reply_log:
         TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
         TOOLS.append({"name": "ping_flood", "description": "Sends n pings, reading nothing", "inputSchema": OBJ})
+    if opts.blocks:
+        TOOLS.append({"name": "blocks", "description": "A result of n content blocks", "inputSchema": OBJ})
     if opts.stale_cursor:
         TOOLS.append({"name": "change_mid_list", "description": "Changes the list between two pages", "inputSchema": OBJ})
     if opts.flood:

@@ -592,3 +592,17 @@ async def test_a_flood_of_pings_from_a_server_reading_nothing_leaves_its_call_an
     assert ids == sorted(ids) and len(set(ids)) == len(ids) and len(ids) <= n  # (in order, each once)
     state = r.state("t")
     assert state["status"] == "running" and state["pid"] == pid and state["error"] is None
+
+
+async def test_a_result_of_thousands_of_blocks_stores_and_holds_a_bounded_number(start: Any, tmp_path: Path) -> None:
+    r = await start({"t": srv("--blocks")})
+    res = await r.call("mcp__t__blocks", {"n": 1500, "kind": "audio"})
+    assert not res.is_error
+    assert len(res.events) == 100 and len(set(e.artifact_id for e in res.events)) == 100
+    assert len(list((tmp_path / "artifacts").iterdir())) == 100
+    assert res.content[-2].text == "[900 more binaries left out: at most 100 are stored per result]"
+    assert res.content[-1].text == "[500 more content blocks left out: at most 1000 are read per result]"
+
+    res = await r.call("mcp__t__blocks", {"n": 300_000, "kind": "text"})
+    assert [p.text for p in res.content] == ["b"] * 1000 + [
+        "[299000 more content blocks left out: at most 1000 are read per result]"]
