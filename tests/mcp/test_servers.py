@@ -606,3 +606,17 @@ async def test_a_result_of_thousands_of_blocks_stores_and_holds_a_bounded_number
     res = await r.call("mcp__t__blocks", {"n": 300_000, "kind": "text"})
     assert [p.text for p in res.content] == ["b"] * 1000 + [
         "[299000 more content blocks left out: at most 1000 are read per result]"]
+
+
+async def test_a_call_given_up_while_its_request_was_being_written_leaves_the_stream_whole(
+        start: Any, tmp_path: Path) -> None:
+    r = await start({"t": srv("--deaf", call_timeout_seconds=0.5)})
+    until = tmp_path / "listen"
+    assert (await r.call("mcp__t__deaf", {"until": str(until)})).content[0].text == "deaf"
+    # (a request far larger than a pipe holds: its writing is under way when the call times out)
+    res = await r.call("mcp__t__echo", {"text": "y" * (1024 * 1024)})
+    assert res.error_code == "MCP_TIMEOUT"
+    until.touch()
+    res = await r.call("mcp__t__echo", {"text": "after"})
+    assert res.content[0].text == "echo: after", res.content
+    assert r.state("t")["status"] == "running" and r.state("t")["restarts"] == 0
