@@ -624,3 +624,18 @@ async def test_a_call_given_up_while_its_request_was_being_written_leaves_the_st
     res = await r.call("mcp__t__echo", {"text": "after"})
     assert res.content[0].text == "echo: after", res.content
     assert r.state("t")["status"] == "running" and r.state("t")["restarts"] == 0
+
+
+async def test_a_relative_command_is_found_from_the_servers_working_directory_and_its_absence_says_so(
+        start: Any, tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "server.sh"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {srv().args[0]} \"$@\"\n")
+    script.chmod(0o755)
+    r = await start({"found": McpServerConfig(command="./bin/server.sh", cwd=str(tmp_path), max_restarts=0),
+                     "lost": McpServerConfig(command="./server.sh", cwd=str(tmp_path), max_restarts=0)})
+    assert r.state("found")["status"] == "running"
+    assert (await r.call("mcp__found__echo", {"text": "hi"})).content[0].text == "echo: hi"
+    # (it said "cannot start './server.sh': No such file or directory", not where it was looked for)
+    assert r.state("lost")["error"] == (f"cannot start './server.sh' (a relative path, from the working directory "
+                                        f"{str(tmp_path)!r}): No such file or directory")

@@ -360,7 +360,11 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
     if errno is not None:
         with trio.CancelScope(shield=True):
             await stop_process(proc, stop_now)
-        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {os.strerror(errno)}")
+        command = launch.argv[0]
+        # (a relative path is looked for from the server's working directory, not the daemon's)
+        where = (f" (a relative path, from the working directory {launch.cwd or os.getcwd()!r})"
+                 if "/" in command and not os.path.isabs(command) else "")
+        raise McpError("MCP_START_FAILED", f"cannot start {command!r}{where}: {os.strerror(errno)}")
     try:
         async with trio.open_nursery() as nursery:
             conn = Connection(proc, nursery, stderr, on_notification, secrets)
