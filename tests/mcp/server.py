@@ -7,7 +7,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
 ``garbage`` (writes a line that is not JSON), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
 content blocks, each a distinct 4-byte ``audio`` binary or a one-character ``text``), ``deaf {until}``
-(with ``--deaf``: answers, then reads nothing from stdin until the file ``until`` exists), ``env {name}`` (a variable of its environment, or ``<unset>``),
+(with ``--deaf``: answers, then reads nothing from stdin until the file ``until`` exists), ``shout {bytes}``
+(with ``--shout``: writes that many bytes to stderr, ending in ``END``, then exits with status 5), ``env {name}`` (a variable of its environment, or ``<unset>``),
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``),
 ``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
 next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
@@ -165,6 +166,13 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         for odd in ("\ud800", 1.5, None, {"a": 1}, True, "p1"):
             send({"jsonrpc": "2.0", "id": odd, "method": "ping"})
         result = text("asked")
+    elif name == "shout":
+        n = int(args.get("bytes", 0))
+        for _ in range(n // 65536):
+            sys.stderr.write("e" * 65536)
+        sys.stderr.write("e" * (n % 65536 - 3) + "END")
+        sys.stderr.flush()
+        os._exit(5)
     elif name == "blocks":
         n, kind = int(args.get("n", 0)), args.get("kind", "audio")
         result = {"content": [{"type": "audio", "data": base64.b64encode(i.to_bytes(4, "big")).decode(),
@@ -221,6 +229,7 @@ def main() -> None:
     ap.add_argument("--named", action="append", default=[])
     ap.add_argument("--blocks", action="store_true")
     ap.add_argument("--deaf", action="store_true")
+    ap.add_argument("--shout", action="store_true")
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -237,6 +246,8 @@ def main() -> None:
     if opts.reply_log:
         TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
         TOOLS.append({"name": "ping_flood", "description": "Sends n pings, reading nothing", "inputSchema": OBJ})
+    if opts.shout:
+        TOOLS.append({"name": "shout", "description": "Floods stderr, then exits", "inputSchema": OBJ})
     if opts.deaf:
         TOOLS.append({"name": "deaf", "description": "Reads nothing until a file exists", "inputSchema": OBJ})
     if opts.blocks:

@@ -639,3 +639,12 @@ async def test_a_relative_command_is_found_from_the_servers_working_directory_an
     # (it said "cannot start './server.sh': No such file or directory", not where it was looked for)
     assert r.state("lost")["error"] == (f"cannot start './server.sh' (a relative path, from the working directory "
                                         f"{str(tmp_path)!r}): No such file or directory")
+
+
+async def test_megabytes_on_stderr_keep_a_bounded_tail_and_the_crash_is_reported(start: Any) -> None:
+    r = await start({"t": srv("--shout", max_restarts=0)})
+    res = await r.call("mcp__t__shout", {"bytes": 32 * 1024 * 1024})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "exited with status 5" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "failed", "giving up")
+    tail = r.state("t")["stderrTail"]
+    assert len(tail) == 4096 and tail.endswith("eeeEND")
