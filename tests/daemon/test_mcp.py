@@ -96,7 +96,7 @@ async def test_a_server_crashing_in_a_call_is_reported_and_its_tools_answer_unav
     assert not any(tool["source"] == "mcp" for tool in inv["tools"])
     body = await run_tool(d, token, sid, "r2", "mcp__t__echo", {"text": "anyone?"})
     assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
-    assert body["content"][0]["text"] == ("MCP_SERVER_UNAVAILABLE: MCP server 't' failed: "
+    assert body["content"][0]["text"] == ("MCP_SERVER_UNAVAILABLE: mcp__t__echo: MCP server 't' failed: "
                                           "the server exited with status 3")
 
 

@@ -5,7 +5,10 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
-``garbage`` (writes a line that is not JSON), ``env {name}`` (a variable of its environment, or ``<unset>``),
+``garbage`` (writes a line that is not JSON), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
+content blocks, each a distinct 4-byte ``audio`` binary or a one-character ``text``), ``deaf {until}``
+(with ``--deaf``: answers, then reads nothing from stdin until the file ``until`` exists), ``shout {bytes}``
+(with ``--shout``: writes that many bytes to stderr, ending in ``END``, then exits with status 5), ``env {name}`` (a variable of its environment, or ``<unset>``),
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``),
 ``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
 next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
@@ -44,6 +47,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import zlib
 
 
@@ -162,6 +166,18 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         for odd in ("\ud800", 1.5, None, {"a": 1}, True, "p1"):
             send({"jsonrpc": "2.0", "id": odd, "method": "ping"})
         result = text("asked")
+    elif name == "shout":
+        n = int(args.get("bytes", 0))
+        for _ in range(n // 65536):
+            sys.stderr.write("e" * 65536)
+        sys.stderr.write("e" * (n % 65536 - 3) + "END")
+        sys.stderr.flush()
+        os._exit(5)
+    elif name == "blocks":
+        n, kind = int(args.get("n", 0)), args.get("kind", "audio")
+        result = {"content": [{"type": "audio", "data": base64.b64encode(i.to_bytes(4, "big")).decode(),
+                               "mimeType": "audio/wav"} if kind == "audio" else {"type": "text", "text": "b"}
+                              for i in range(n)]}
     elif name == "extra.tool":
         result = text("extra!")
     elif name in opts.named:
@@ -211,6 +227,9 @@ def main() -> None:
     ap.add_argument("--stale-cursor", action="store_true")
     ap.add_argument("--reply-log")
     ap.add_argument("--named", action="append", default=[])
+    ap.add_argument("--blocks", action="store_true")
+    ap.add_argument("--deaf", action="store_true")
+    ap.add_argument("--shout", action="store_true")
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -227,6 +246,12 @@ def main() -> None:
     if opts.reply_log:
         TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
         TOOLS.append({"name": "ping_flood", "description": "Sends n pings, reading nothing", "inputSchema": OBJ})
+    if opts.shout:
+        TOOLS.append({"name": "shout", "description": "Floods stderr, then exits", "inputSchema": OBJ})
+    if opts.deaf:
+        TOOLS.append({"name": "deaf", "description": "Reads nothing until a file exists", "inputSchema": OBJ})
+    if opts.blocks:
+        TOOLS.append({"name": "blocks", "description": "A result of n content blocks", "inputSchema": OBJ})
     if opts.stale_cursor:
         TOOLS.append({"name": "change_mid_list", "description": "Changes the list between two pages", "inputSchema": OBJ})
     if opts.flood:
@@ -332,6 +357,11 @@ def main() -> None:
             listings.append(rid)
             if opts.flood:
                 send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        elif method == "tools/call" and params.get("name") == "deaf":  # (in this loop: it reads nothing meanwhile)
+            send({"jsonrpc": "2.0", "id": rid, "result": text("deaf")})
+            until = str((params.get("arguments") or {}).get("until"))
+            while not os.path.exists(until):
+                time.sleep(0.01)
         elif method == "tools/call":
             threading.Thread(target=call, args=(rid, params.get("name"), params.get("arguments") or {}, opts),
                              daemon=True).start()

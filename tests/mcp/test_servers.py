@@ -116,7 +116,8 @@ async def test_a_crash_withdraws_the_tools_and_restarts_with_a_budget(start: Any
     r = await start({"t": srv(max_restarts=1)})
     res = await r.call("mcp__t__crash")
     assert res.is_error and res.error_code == "MCP_SERVER_UNAVAILABLE"
-    assert "exited with status 3" in res.content[0].text
+    assert res.content[0].text == ("MCP_SERVER_UNAVAILABLE: mcp__t__crash: MCP server 't' stopped during the call "
+                                   "(the server exited with status 3)")
     await wait_for(lambda: r.state("t")["status"] == "running" and r.state("t")["restarts"] == 1, "the restart")
     assert (await r.call("mcp__t__echo", {"text": "back"})).content[0].text == "echo: back"
     await r.call("mcp__t__crash")
@@ -127,7 +128,9 @@ async def test_a_crash_withdraws_the_tools_and_restarts_with_a_budget(start: Any
     assert r.registry.get("mcp__t__echo") is None
     assert "mcp__t__echo" not in {s.name for s in r.registry.visible(is_main_agent=True)}
     res = await r.call("mcp__t__echo", {"text": "x"})
-    assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "failed: the server exited with status 3" in res.content[0].text
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert res.content[0].text == ("MCP_SERVER_UNAVAILABLE: mcp__t__echo: MCP server 't' failed: "
+                                   "the server exited with status 3")  # (it named no tool)
     # a name under no server's prefix is still an unknown tool
     assert (await r.call("mcp__other__echo")).error_code == "TOOL_UNKNOWN"
 
@@ -161,7 +164,8 @@ async def test_servers_that_cannot_start_are_reported_and_bounded(start: Any) ->
     for name in ("hang", "exits", "old", "off"):
         res = await r.call(f"mcp__{name}__echo", {"text": "x"})
         assert res.error_code == "MCP_SERVER_UNAVAILABLE", name
-    assert "is disabled in the config" in (await r.call("mcp__off__echo")).content[0].text
+    assert (await r.call("mcp__off__echo")).content[0].text == \
+        "MCP_SERVER_UNAVAILABLE: mcp__off__echo: MCP server 'off' is disabled in the config"
 
 
 async def test_stopping_leaves_no_process_of_the_server(start: Any, tmp_path: Path) -> None:
@@ -592,3 +596,55 @@ async def test_a_flood_of_pings_from_a_server_reading_nothing_leaves_its_call_an
     assert ids == sorted(ids) and len(set(ids)) == len(ids) and len(ids) <= n  # (in order, each once)
     state = r.state("t")
     assert state["status"] == "running" and state["pid"] == pid and state["error"] is None
+
+
+async def test_a_result_of_thousands_of_blocks_stores_and_holds_a_bounded_number(start: Any, tmp_path: Path) -> None:
+    r = await start({"t": srv("--blocks")})
+    res = await r.call("mcp__t__blocks", {"n": 1500, "kind": "audio"})
+    assert not res.is_error
+    assert len(res.events) == 100 and len(set(e.artifact_id for e in res.events)) == 100
+    assert len(list((tmp_path / "artifacts").iterdir())) == 100
+    assert res.content[-2].text == "[900 more binaries left out: at most 100 are stored per result]"
+    assert res.content[-1].text == "[500 more content blocks left out: at most 1000 are read per result]"
+
+    res = await r.call("mcp__t__blocks", {"n": 300_000, "kind": "text"})
+    assert [p.text for p in res.content] == ["b"] * 1000 + [
+        "[299000 more content blocks left out: at most 1000 are read per result]"]
+
+
+async def test_a_call_given_up_while_its_request_was_being_written_leaves_the_stream_whole(
+        start: Any, tmp_path: Path) -> None:
+    r = await start({"t": srv("--deaf", call_timeout_seconds=0.5)})
+    until = tmp_path / "listen"
+    assert (await r.call("mcp__t__deaf", {"until": str(until)})).content[0].text == "deaf"
+    # (a request far larger than a pipe holds: its writing is under way when the call times out)
+    res = await r.call("mcp__t__echo", {"text": "y" * (1024 * 1024)})
+    assert res.error_code == "MCP_TIMEOUT"
+    until.touch()
+    res = await r.call("mcp__t__echo", {"text": "after"})
+    assert res.content[0].text == "echo: after", res.content
+    assert r.state("t")["status"] == "running" and r.state("t")["restarts"] == 0
+
+
+async def test_a_relative_command_is_found_from_the_servers_working_directory_and_its_absence_says_so(
+        start: Any, tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "server.sh"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {srv().args[0]} \"$@\"\n")
+    script.chmod(0o755)
+    r = await start({"found": McpServerConfig(command="./bin/server.sh", cwd=str(tmp_path), max_restarts=0),
+                     "lost": McpServerConfig(command="./server.sh", cwd=str(tmp_path), max_restarts=0)})
+    assert r.state("found")["status"] == "running"
+    assert (await r.call("mcp__found__echo", {"text": "hi"})).content[0].text == "echo: hi"
+    # (it said "cannot start './server.sh': No such file or directory", not where it was looked for)
+    assert r.state("lost")["error"] == (f"cannot start './server.sh' (a relative path, from the working directory "
+                                        f"{str(tmp_path)!r}): No such file or directory")
+
+
+async def test_megabytes_on_stderr_keep_a_bounded_tail_and_the_crash_is_reported(start: Any) -> None:
+    r = await start({"t": srv("--shout", max_restarts=0)})
+    res = await r.call("mcp__t__shout", {"bytes": 32 * 1024 * 1024})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE" and "exited with status 5" in res.content[0].text
+    await wait_for(lambda: r.state("t")["status"] == "failed", "giving up")
+    tail = r.state("t")["stderrTail"]
+    assert len(tail) == 4096 and tail.endswith("eeeEND")

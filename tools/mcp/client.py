@@ -40,6 +40,7 @@ STDERR_TAIL_BYTES = 4096
 # it reads nothing has the rest dropped (each is a line it wrote; a pipe's worth is already on
 # its way), and the reader goes on reading the results of calls.
 MAX_ANSWERS_QUEUED = 64
+MAX_OUT_QUEUED = 64  # lines for the server's stdin queued behind the one being written
 REAPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reaper.py")
 STDIN_CLOSE_GRACE = 1.0  # seconds: after stdin closes, before SIGTERM
 TERM_GRACE = 2.0  # seconds: after SIGTERM, before SIGKILL
@@ -113,7 +114,10 @@ class Connection:
         self._on_notification = on_notification
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
-        self._send_lock = trio.Lock()
+        # Every line for the server's stdin, written whole by _write_out: a caller cancelled while
+        # its request was being written (an abort, a call's timeout) left half a line on the
+        # pipe, the next message joined to it, and the server read neither.
+        self._out, self._out_queue = trio.open_memory_channel[bytes](MAX_OUT_QUEUED)
         # Answers to the server's own requests (ping), written by _write_answers: the reader never
         # waits on the server's stdin (see MAX_ANSWERS_QUEUED).
         self._answers, self._answers_out = trio.open_memory_channel[dict[str, Any]](MAX_ANSWERS_QUEUED)
@@ -158,16 +162,27 @@ class Connection:
         await self._send(message)
 
     async def _send(self, message: dict[str, Any]) -> None:
+        """Queue one line for the server (waiting while :data:`MAX_OUT_QUEUED` are queued). A
+        caller cancelled here has queued all of it or nothing; once queued it is written whole."""
         data = msgspec.json.encode(message) + b"\n"  # (JSON text never holds a raw newline)
-        async with self._send_lock:
-            if self.closed.is_set():
-                raise ServerUnavailable(self.close_reason)
-            try:
-                assert self.proc.stdin is not None
-                await self.proc.stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._close("the server closed its stdin")
-                raise ServerUnavailable(self.close_reason) from None
+        if self.closed.is_set():
+            raise ServerUnavailable(self.close_reason)
+        try:
+            await self._out.send(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise ServerUnavailable(self.close_reason) from None
+
+    async def _write_out(self) -> None:
+        """Write the queued lines, each whole, until the connection ends; a stdin the server
+        closed ends the connection (failing the requests in flight)."""
+        assert self.proc.stdin is not None
+        async with self._out_queue:
+            async for data in self._out_queue:
+                try:
+                    await self.proc.stdin.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._close("the server closed its stdin")
+                    return
 
     # ------------------------------------------------------------------ reading
 
@@ -176,6 +191,7 @@ class Connection:
             return
         self.close_reason = reason
         self.closed.set()
+        self._out.close()  # (_send raises from now on)
         for p in self._pending.values():
             if not p.done.is_set():
                 p.error = ServerUnavailable(reason)
@@ -344,13 +360,18 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
     if errno is not None:
         with trio.CancelScope(shield=True):
             await stop_process(proc, stop_now)
-        raise McpError("MCP_START_FAILED", f"cannot start {launch.argv[0]!r}: {os.strerror(errno)}")
+        command = launch.argv[0]
+        # (a relative path is looked for from the server's working directory, not the daemon's)
+        where = (f" (a relative path, from the working directory {launch.cwd or os.getcwd()!r})"
+                 if "/" in command and not os.path.isabs(command) else "")
+        raise McpError("MCP_START_FAILED", f"cannot start {command!r}{where}: {os.strerror(errno)}")
     try:
         async with trio.open_nursery() as nursery:
             conn = Connection(proc, nursery, stderr, on_notification, secrets)
             nursery.start_soon(conn._read_stdout)
             nursery.start_soon(conn._read_stderr)
             nursery.start_soon(conn._write_answers)
+            nursery.start_soon(conn._write_out)
             nursery.start_soon(conn._watch_exit)
             try:
                 await _initialize(conn, startup_timeout)

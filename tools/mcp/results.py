@@ -7,8 +7,9 @@ URI; ``resource_link`` → a text line. ``structuredContent`` becomes the struct
 ``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content.
 
 Caps: the text of one result at most :data:`MAX_TEXT_BYTES` (the rest is cut, and the result
-says so), one binary at most :data:`MAX_BINARY_BYTES`, structured content at most
-:data:`MAX_STRUCTURED_BYTES` of JSON. Text is made valid Unicode (a lone surrogate from a
+says so), at most :data:`MAX_BLOCKS` content blocks read and :data:`MAX_BINARIES` binaries
+stored (the others are counted in one line), one binary at most :data:`MAX_BINARY_BYTES`,
+structured content at most :data:`MAX_STRUCTURED_BYTES` of JSON. Text is made valid Unicode (a lone surrogate from a
 ``\\ud800`` escape could not be recorded).
 """
 
@@ -32,6 +33,11 @@ MAX_TEXT_BYTES = 256 * 1024
 MAX_IMAGE_BYTES = 5 * 1024 * 1024  # as view_image
 MAX_BINARY_BYTES = 16 * 1024 * 1024
 MAX_STRUCTURED_BYTES = 256 * 1024
+# (a result of ten thousand 4-byte images stored ten thousand artifacts, each written and synced,
+# and recorded as many artifact.stored events: half a minute past the call's timeout; and a
+# quarter of a million one-character text blocks became as many parts of one event)
+MAX_BLOCKS = 1000  # content blocks of one result read; the rest are counted, not read
+MAX_BINARIES = 100  # binaries of one result stored as artifacts; the rest are counted, not stored
 
 
 def _clean(text: Any) -> str:
@@ -47,6 +53,8 @@ class _Builder:
         self.events: list[t._Event] = []
         self.text_bytes = 0
         self.cut = 0  # text bytes left out
+        self.binaries = 0  # binaries stored
+        self.binaries_left = 0  # binaries past MAX_BINARIES, not stored
 
     def text(self, text: str) -> None:
         data = self.secrets.scrub_text(_clean(text)).encode("utf-8")
@@ -68,6 +76,10 @@ class _Builder:
         if len(data) > MAX_BINARY_BYTES:
             self.text(f"[{what}: {mime}, {len(data)} bytes, above the {MAX_BINARY_BYTES}-byte cap; left out]")
             return
+        if self.binaries >= MAX_BINARIES:
+            self.binaries_left += 1
+            return
+        self.binaries += 1
         aid = await trio.to_thread.run_sync(self.artifacts.put, data)
         image = sniff_image(data)
         stored = image or mime
@@ -106,13 +118,20 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
     if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
         return ToolResult.error("MCP_RESULT_INVALID", f"{tool} answered a result without a content list")
     b = _Builder(artifacts, tool, secrets or Secrets())
+    blocks = result.get("content", [])
     try:
-        for block in result.get("content", []):
+        for block in blocks[:MAX_BLOCKS]:
             await b.block(block)
     except OSError as exc:  # (a full disk fails this call, not the session)
         return ToolResult.error("ARTIFACT_WRITE_FAILED", f"a binary {tool} returned could not be stored ({why_not_written(exc)})")
     if b.cut:
         b.content.append(t.TextPart(f"[output truncated: {b.cut} more bytes of text above the {MAX_TEXT_BYTES}-byte cap]"))
+    if b.binaries_left:
+        b.content.append(t.TextPart(f"[{b.binaries_left} more binaries left out: at most {MAX_BINARIES} "
+                                    f"are stored per result]"))
+    if len(blocks) > MAX_BLOCKS:
+        b.content.append(t.TextPart(f"[{len(blocks) - MAX_BLOCKS} more content blocks left out: at most "
+                                    f"{MAX_BLOCKS} are read per result]"))
     structured = result.get("structuredContent")
     if structured is not None:
         problem = _unrecordable(structured)

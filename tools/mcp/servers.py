@@ -328,7 +328,7 @@ class McpServers:
         """A call to an ``mcp__<server>__…`` name the registry does not hold."""
         for s in self.servers.values():
             if name.startswith(tool_id(s.name, "")) and s.status != "running":
-                return _unavailable(s)
+                return _unavailable(s, name)
         return None
 
     # ------------------------------------------------------------------ calls
@@ -337,7 +337,7 @@ class McpServers:
         s = self.servers[server]
         conn = s.conn
         if conn is None or s.status != "running":
-            return _unavailable(s)
+            return _unavailable(s, tool_id(server, tool))
         timeout = s.config.call_timeout_seconds
         try:
             with trio.fail_after(timeout):
@@ -347,7 +347,8 @@ class McpServers:
                                     f"(the call was cancelled)")
         except McpError as exc:
             if exc.code == "MCP_SERVER_UNAVAILABLE":
-                return ToolResult.error(exc.code, f"MCP server {server!r} stopped during the call ({exc.message})")
+                return ToolResult.error(exc.code, f"{tool_id(server, tool)}: MCP server {server!r} stopped during the "
+                                        f"call ({exc.message})")
             return ToolResult.error(exc.code, f"MCP server {server!r} answered {tool!r} with an error: {exc.message}")
         return await to_tool_result(result, self.artifacts, tool_id(server, tool), self.secrets)
 
@@ -365,11 +366,12 @@ def _say_cut(s: ServerState, cut: str | None) -> None:
     s.list_cut = cut
 
 
-def _unavailable(s: ServerState) -> ToolResult:
+def _unavailable(s: ServerState, tool: str) -> ToolResult:
+    """``tool``: the id called (``mcp__<server>__<tool>``), named first in the message."""
     why = {"disabled": "is disabled in the config", "stopped": "is stopped",
            "starting": "is starting", "restarting": "is restarting"}.get(s.status, "failed")
     detail = f": {s.error}" if s.error and s.status != "disabled" else ""
-    return ToolResult.error("MCP_SERVER_UNAVAILABLE", f"MCP server {s.name!r} {why}{detail}")
+    return ToolResult.error("MCP_SERVER_UNAVAILABLE", f"{tool}: MCP server {s.name!r} {why}{detail}")
 
 
 def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
