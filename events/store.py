@@ -242,17 +242,19 @@ def _lock_log_file(data_dir: Path) -> int:
         + "; stop it or choose another --data directory"))
 
 
-def _identities(data_dir: Path, log_fd: int) -> tuple[tuple[str, tuple[int, int]], ...]:
-    """``(name, (st_dev, st_ino))`` of the ``events.db`` open as ``log_fd`` and of the ``-wal``
-    beside it (when the write connection's open made one): the files the writer commits into."""
+def _identities(data_dir: Path, log_fd: int) -> tuple[tuple[str, str, tuple[int, int]], ...]:
+    """``(name, path, (st_dev, st_ino))`` of the ``events.db`` open as ``log_fd`` and of the
+    ``-wal`` beside it (when the write connection's open made one): the files the writer commits
+    into. (The path as a string, made once: the writer looks at it before every group.)"""
     opened = os.fstat(log_fd)
-    out = [(EVENTS_DB, (opened.st_dev, opened.st_ino))]
+    out = [(EVENTS_DB, str(data_dir / EVENTS_DB), (opened.st_dev, opened.st_ino))]
+    wal_path = str(data_dir / f"{EVENTS_DB}-wal")
     try:
-        wal = os.stat(data_dir / f"{EVENTS_DB}-wal")
+        wal = os.stat(wal_path)
     except OSError:
         pass
     else:
-        out.append((f"{EVENTS_DB}-wal", (wal.st_dev, wal.st_ino)))
+        out.append((f"{EVENTS_DB}-wal", wal_path, (wal.st_dev, wal.st_ino)))
     return tuple(out)
 
 
@@ -287,8 +289,8 @@ class EventStore:
         self._conn = conn
         self._lock_fd = lock_fd
         self._log_fd = -1  # events.db itself, locked too (see _lock_log_file)
-        # (name, (st_dev, st_ino)) of events.db and of its -wal as opened: see _log_file_gone
-        self._log_files: tuple[tuple[str, tuple[int, int]], ...] = ()
+        # (name, path, (st_dev, st_ino)) of events.db and of its -wal as opened: see _log_file_gone
+        self._log_files: tuple[tuple[str, str, tuple[int, int]], ...] = ()
         self._log_gone: str | None = None  # why nothing more is written (see _log_file_gone)
         self._log_gone_public: str | None = None  # the same, without the data directory's path
         self._gone_lock = threading.Lock()  # one look at a time: the writer's and unwritable()'s
@@ -928,8 +930,7 @@ class EventStore:
         return self._log_gone_public
 
     def _look_for_log_files(self) -> None:
-        for name, identity in self._log_files:
-            path = self.data_dir / name
+        for name, path, identity in self._log_files:
             try:
                 found = os.stat(path)
             except (FileNotFoundError, NotADirectoryError):
