@@ -257,7 +257,8 @@ class Discovery:
 async def discover(read: Read) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
-    A name found again in a later directory is listed with a problem (the first one wins).
+    A name found again in a later directory is listed with a problem (the first one that can be
+    loaded wins; a skill with a problem of its own claims no name, so it never shadows a good one).
     Directories past the first :data:`MAX_SKILLS` are counted, not read.
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
     """
@@ -287,8 +288,8 @@ async def discover(read: Read) -> Discovery:
             if skill.name in seen:
                 skill = Skill(skill.name, base, skill.description,
                               f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/")
-            else:
-                seen[skill.name] = base
+            elif skill.problem is None:
+                seen[skill.name] = base  # only a loadable skill claims its name; a broken one is listed with its problem
             found.append(skill)
     return Discovery(found, unread)
 
