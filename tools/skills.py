@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from events import types as t
+from events.errors import AppendRejected
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import Respawning, executor_failures, once_more_if_died
@@ -472,13 +473,28 @@ def skill_tool(pool: Respawning) -> ToolSpec:
     )
 
 
-async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True) -> list[tuple[str, str, str]]:
+async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
+                        recordable: Callable[[t._Event], object] | None = None) -> list[tuple[str, str, str]]:
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
     prompt's skills section; an executor that fails leaves the section out (logged).
-    ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace."""
+    ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace.
+    ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
+    (instructions past the log's maximum event size) could never be loaded, and is left out."""
     try:
         found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills", wait=wait))
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []
-    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills if s.problem is None]
+    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills
+            if s.problem is None and (recordable is None or _fits(recordable, s))]
+
+
+def _fits(recordable: Callable[[t._Event], object], skill: Skill) -> bool:
+    """Whether the log can hold the ``skill.loaded`` a load of ``skill`` records (as a
+    ``/skill:`` input records it: no call id)."""
+    try:
+        recordable(t.SkillLoaded(name=skill.name, instructions=instructions_text(skill),
+                                 base_dir=skill.base_dir, digest=skill.digest, call_id=None))
+    except AppendRejected:
+        return False
+    return True
