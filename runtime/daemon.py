@@ -249,7 +249,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                     return await read_workspace_agents_md(executors, project_id, wait=wait)
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
 
-            skills = ([SkillMeta(*meta) for meta in await prompt_skills(executors, project_id, wait=wait)]
+            skills = ([SkillMeta(*meta) for meta in await prompt_skills(executors, project_id, wait=wait,
+                                                                       recordable=store.codec.pack_checked)]
                       if project_id and ws and not busy else [])
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
                                              secrets=store.secrets)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from events import types as t
+from events.errors import AppendRejected
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import Respawning, executor_failures, once_more_if_died
@@ -257,7 +258,8 @@ class Discovery:
 async def discover(read: Read) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
-    A name found again in a later directory is listed with a problem (the first one wins).
+    A name found again in a later directory is listed with a problem (the first one that can be
+    loaded wins; a skill with a problem of its own claims no name, so it never shadows a good one).
     Directories past the first :data:`MAX_SKILLS` are counted, not read.
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
     """
@@ -287,8 +289,8 @@ async def discover(read: Read) -> Discovery:
             if skill.name in seen:
                 skill = Skill(skill.name, base, skill.description,
                               f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/")
-            else:
-                seen[skill.name] = base
+            elif skill.problem is None:
+                seen[skill.name] = base  # only a loadable skill claims its name; a broken one is listed with its problem
             found.append(skill)
     return Discovery(found, unread)
 
@@ -471,13 +473,28 @@ def skill_tool(pool: Respawning) -> ToolSpec:
     )
 
 
-async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True) -> list[tuple[str, str, str]]:
+async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
+                        recordable: Callable[[t._Event], object] | None = None) -> list[tuple[str, str, str]]:
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
     prompt's skills section; an executor that fails leaves the section out (logged).
-    ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace."""
+    ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace.
+    ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
+    (instructions past the log's maximum event size) could never be loaded, and is left out."""
     try:
         found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills", wait=wait))
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []
-    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills if s.problem is None]
+    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills
+            if s.problem is None and (recordable is None or _fits(recordable, s))]
+
+
+def _fits(recordable: Callable[[t._Event], object], skill: Skill) -> bool:
+    """Whether the log can hold the ``skill.loaded`` a load of ``skill`` records (as a
+    ``/skill:`` input records it: no call id)."""
+    try:
+        recordable(t.SkillLoaded(name=skill.name, instructions=instructions_text(skill),
+                                 base_dir=skill.base_dir, digest=skill.digest, call_id=None))
+    except AppendRejected:
+        return False
+    return True

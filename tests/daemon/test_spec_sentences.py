@@ -173,6 +173,32 @@ async def test_the_model_reads_the_prompt_in_its_sections_from_both_agents_md_fi
     assert str(home) not in text  # the home shown as ~
 
 
+async def test_the_prompt_leaves_out_a_skill_the_log_could_never_hold(daemon_factory, nursery, tmp_path, monkeypatch):
+    # A skill whose instructions are past log.maxEventBytes can never be loaded: the system prompt's
+    # skills section leaves it out, and lists the others as it did.
+    monkeypatch.setenv("LENS_TEST_PROMPT_KEY", "sk-test-prompt-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(oc.chat_stream(text="fine"))
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_PROMPT_KEY", log={"maxEventBytes": 64 * 1024}))
+    token = await d.pair("prompt-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-SKILL-DESC\n---\nsteps\n")
+    (ws / "skills" / "big").mkdir(parents=True)
+    (ws / "skills" / "big" / "SKILL.md").write_text(
+        "---\nname: big\ndescription: BIG-SKILL-DESC\n---\n" + "".join(f"step {i} of many\n" for i in range(8000)))
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    assert (await d.wait_idle(token, sid))["status"] == "idle"
+    (body,) = loop.bodies
+    text = body["messages"][0]["content"]
+    text = text if isinstance(text, str) else "".join(p["text"] for p in text)
+    assert "# Skills" in text and "- review: REVIEW-SKILL-DESC (skills/review/SKILL.md)" in text
+    assert "BIG-SKILL-DESC" not in text and "skills/big/" not in text
+
+
 async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it(daemon_factory):
     # F-HAR-1 "`todo` (model replaces the whole list; user read-only)": a second call's list is
     # the list, whatever the first held (not merged by id); the view and each `todo.updated` say

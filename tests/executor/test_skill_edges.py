@@ -184,3 +184,25 @@ async def test_a_skill_deleted_after_load_then_a_fork_keep_the_snapshot_once(tmp
         await run(sup, sid, "r5", "LOAD")
         assert results_of(await events_of(store, sid))[-1].error_code == "SKILL_NOT_FOUND"
         assert skill_texts(faux.requests[-1].items) == []
+
+
+async def test_a_skill_that_cannot_be_read_does_not_take_its_name_from_a_good_one(tmp_path: Path) -> None:
+    # A broken SKILL.md in the first root (its front matter unreadable, so named by its directory)
+    # is still listed with its problem, but the good skill of that name in a later root is listed
+    # without one and is the one loaded.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\nname: twice\n---\nBROKEN-STEPS\n")
+    write(ws / ".agents" / "skills" / "review" / "SKILL.md", "---\nname: review\ndescription: Good\n---\nGOOD-STEPS\n")
+    script = [FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
+              FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": "review"})])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST")
+        [listed] = results_of(await events_of(store, sid))
+        rows = [(s["name"], s["base_dir"], s.get("problem") or "") for s in listed.structured_content["skills"]]
+        assert [r[:2] for r in rows] == [("review", "skills/review"), ("review", ".agents/skills/review")], rows
+        assert rows[0][2].startswith("SKILL.md front matter") and rows[1][2] == "", rows
+        await run(sup, sid, "r2", "LOAD")
+        [_, loaded] = results_of(await events_of(store, sid))
+        assert loaded.structured_content["status"] == "loaded"
+        assert [e.event.instructions for e in await events_of(store, sid) if e.kind == "skill.loaded"][0].endswith("GOOD-STEPS")
