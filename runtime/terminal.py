@@ -22,10 +22,19 @@ if TYPE_CHECKING:
 FORMAT_CHARACTERS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
                      "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
                      "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+_LINE_BREAKING = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+# The zero-width joiner and non-joiner (U+200D, U+200C) join what stands on either side: an emoji
+# sequence (👩‍👩‍👧, 🏳️‍🌈) or the letters of a Persian or Indic word. Between two characters that
+# are neither ASCII nor controls nor format characters they are part of what is written; anywhere
+# else (at an end, beside an ASCII letter, beside another format character) they only make two
+# names that look the same differ.
+_JOINED = f"[^\x00-\x7f{_LINE_BREAKING}{FORMAT_CHARACTERS}]"
 # Controls (C0, DEL, C1: U+0085 among them), the line and paragraph separators (U+2028, U+2029:
 # they end a line for str.splitlines, and a browser breaks the line there) and the format
-# characters. A name holding none of them is shown on one line as written.
-UNSHOWABLE = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{FORMAT_CHARACTERS}]")
+# characters (a joiner only out of place). A name holding none of them is shown on one line as
+# written.
+_NOT_JOINERS = FORMAT_CHARACTERS.replace("\u200b-\u200f", "\u200b\u200e\u200f")
+UNSHOWABLE = re.compile(f"[{_LINE_BREAKING}{_NOT_JOINERS}]|(?<!{_JOINED})[\u200c\u200d]|[\u200c\u200d](?!{_JOINED})")
 
 
 def unshowable_in(text: str) -> str | None:

@@ -66,7 +66,7 @@ async def test_a_name_refuses_invisible_format_characters_naming_the_first(daemo
     refused = [("​", "U+200B"), ("​‌‍⁠", "U+200B"), ("ab‍cd", "U+200D"),
                ("﻿name", "U+FEFF"), ("name⁠", "U+2060"), ("a‎b", "U+200E"), ("a؜b", "U+061C"),
                ("⁧x⁩", "U+2067"), ("soft­hyphen", "U+00AD"), ("flag󠁧", "U+E0067"),
-               ("café​", "U+200B"), ("a‪b", "U+202A")]
+               ("café​", "U+200B"), ("a‪b", "U+202A"), ("\U0001f469\u200d", "U+200D")]
     for name, named in refused:
         for method, path, body in [("POST", "/projects", {"name": name, "workspace": str(ws)}),
                                    ("POST", "/sessions", {"projectId": p["id"], "name": name}),
@@ -78,7 +78,10 @@ async def test_a_name_refuses_invisible_format_characters_naming_the_first(daemo
             assert message.endswith(f"invisible format characters (zero-width characters, bidirectional controls); "
                                     f"it holds {named}"), (name, message)
     assert (await daemon.get("/health")).json()["lastSeq"] == before
-    for name in ("café", "日本", "مرحبا", "a b", "😀"):
+    # (a joiner between two written characters is part of them: an emoji sequence, a Persian word)
+    for name in ("café", "日本", "مرحبا", "a b", "😀",
+                 "\U0001f469\u200d\U0001f469\u200d\U0001f467", "\U0001f3f3\ufe0f\u200d\U0001f308",
+                 "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"):
         r = await daemon.post("/projects", strong, {"name": name, "workspace": str(ws)})
         assert r.status_code == 201 and r.json()["name"] == name, r.text
         r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"name": name})

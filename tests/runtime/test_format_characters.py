@@ -29,3 +29,19 @@ def test_the_first_one_is_named_and_escaped_in_a_line():
     assert unshowable_in("caf\u00e9 \u65e5\u672c \U0001f600 \u05e9\u05dc\u05d5\u05dd a\u00a0b") is None
     # (past U+FFFF with eight digits: "\ue0041" would read as U+E004 and a 1)
     assert shown("a\u200bb\U000e0041\u2066") == "a\\u200bb\\U000e0041\\u2066"
+
+
+def test_a_joiner_between_two_written_characters_is_part_of_them_and_out_of_place_is_refused():
+    """U+200D and U+200C join an emoji sequence or the letters of a Persian or Indic word: between
+    two characters that are neither ASCII nor controls nor format characters they are written
+    text (a name holding them is taken, a line shows them as they are). At an end, beside an
+    ASCII character or beside another format character they are refused, named."""
+    for name in ["\U0001f469\u200d\U0001f469\u200d\U0001f467",  # a family: three people joined
+                 "\U0001f3f3\ufe0f\u200d\U0001f308",  # the rainbow flag (after a variation selector)
+                 "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # Persian, a non-joiner inside
+                 "\u0915\u094d\u200d\u0937"]:  # Devanagari, a joiner after the virama
+        assert unshowable_in(name) is None and shown(name) == name, name
+    for name, named in [("\u200d\U0001f469", "U+200D"), ("\U0001f469\u200d", "U+200D"), ("a\u200db", "U+200D"),
+                        ("\u00e9\u200ca", "U+200C"), ("\U0001f469\u200d\u200d\U0001f469", "U+200D"),
+                        ("\U0001f469\u200d\u200b\U0001f469", "U+200D"), ("\u200c", "U+200C")]:
+        assert unshowable_in(name) == named, name
