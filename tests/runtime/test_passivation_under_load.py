@@ -113,4 +113,9 @@ async def test_a_thousand_sessions_woken_at_once_each_equal_their_full_replay(ru
         for sid in sids:
             assert woken[sid] == fold(SessionState(sid), [e for e in everything if e.session_id == sid]), sid
             assert [it.text for it in woken[sid].agents["main"].items] == [f"{sid} {k}" for k in range(int(sid[-4:]) % 4)]
+        # The wake-ups queued their snapshots behind the limiter's one thread, in order: once it is
+        # ours, every snapshot queued before is written (the check read it while hundreds waited).
+        await trio.testing.wait_all_tasks_blocked()
+        async with rt.deps.snapshot_limiter:
+            pass
         assert await trio.to_thread.run_sync(rt.snapshots.load, sids[3]) is not None  # (13 events: snapshotted)
