@@ -1329,8 +1329,8 @@ class SessionActor:
         """Run the call and append its result (``lease.recorded()`` once it committed)."""
         tools = self.deps.tools
         agent = self.state.agents[agent_id]
-        if d.cut_at_output_limit(agent, call):  # (answered as an unknown tool is: started, then its error)
-            result = ToolResult.error(d.CUT_CALL_CODE, d.cut_call_message(call))
+        if d.cut_by_provider(agent, call):  # (answered as an unknown tool is: started, then its error)
+            result = ToolResult.error(d.CUT_CALL_CODE, d.cut_call_message(agent, call))
         else:
             result = await tools.run(call.name, call.arguments, ctx, allowed=agent.tools or None, check=check)
             result = self._with_warning(call.name, result, tool_policy)

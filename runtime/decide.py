@@ -12,7 +12,7 @@ from typing import Any, Literal, Mapping, Union
 from events import types as t
 from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
 
-from .providers.base import OUTPUT_LIMIT
+from .providers.base import CONTENT_FILTER, OUTPUT_LIMIT, REFUSAL
 
 # --------------------------------------------------------------------------- loop steps
 
@@ -111,7 +111,7 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
     if agent.running_call is not None:
         call = next((c for c in agent.pending_calls if c.call_id == agent.running_call), None)
         if call is not None:
-            if call.name in replay_safe or _answered(state, call) or cut_at_output_limit(agent, call):
+            if call.name in replay_safe or _answered(state, call) or cut_by_provider(agent, call):
                 return RunCall(call, restart=True)
             return InterruptCall(call)
     if agent.pending_calls:
@@ -143,23 +143,33 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
     return RequestModel()
 
 
-def cut_at_output_limit(agent: AgentState, call: t.ToolCall) -> bool:
-    """Whether ``call`` is the last call of an answer cut at the model's output limit: the model
-    was writing it when its answer stopped, so its arguments may be incomplete (a call cut before
-    any argument arrived reads as ``{}``, which a tool whose arguments are all optional would run
-    on its defaults). Such a call is not run: it is answered with :func:`cut_call_message`, and
-    the calls before it run as usual. (A restart that finds it started runs it again, which
-    answers it the same: nothing of it ran.)"""
+# What cut an answer, by the stop reason its result records (as the providers normalize it), in
+# the words the model is told: its last tool call may have been cut while it was written.
+CUT_BY = {
+    OUTPUT_LIMIT: "at the model's output limit",
+    CONTENT_FILTER: "by the provider's content filter",
+    REFUSAL: "by the provider's content filter (stop reason refusal)",
+}
+
+
+def cut_by_provider(agent: AgentState, call: t.ToolCall) -> bool:
+    """Whether ``call`` is the last call of an answer the provider cut (:data:`CUT_BY`: at the
+    model's output limit, by its content filter): the model was writing it when its answer
+    stopped, so its arguments may be incomplete (a call cut before any argument arrived reads as
+    ``{}``, which a tool whose arguments are all optional would run on its defaults). Such a call
+    is not run: it is answered with :func:`cut_call_message`, and the calls before it run as
+    usual. (A restart that finds it started runs it again, which answers it the same: nothing of
+    it ran.)"""
     pending = agent.pending_calls
-    return agent.stop_reason == OUTPUT_LIMIT and bool(pending) and pending[-1].call_id == call.call_id
+    return agent.stop_reason in CUT_BY and bool(pending) and pending[-1].call_id == call.call_id
 
 
 CUT_CALL_CODE = "INVALID_ARGUMENT"
 
 
-def cut_call_message(call: t.ToolCall) -> str:
-    """What the model is told of a call :func:`cut_at_output_limit` keeps from running."""
-    return (f"the answer was cut at the model's output limit while this {call.name} call was being written: "
+def cut_call_message(agent: AgentState, call: t.ToolCall) -> str:
+    """What the model is told of a call :func:`cut_by_provider` keeps from running."""
+    return (f"the answer was cut {CUT_BY[agent.stop_reason or '']} while this {call.name} call was being written: "
             "its arguments may be incomplete, so it was not run; call it again")
 
 

@@ -67,7 +67,7 @@ from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts
 
 from .config import ContextConfig
 from .errors import AgentNotFound, LensError
-from .providers.base import OUTPUT_LIMIT, ModelRequest, ProviderError, UsageMeter
+from .providers.base import CONTENT_FILTER, OUTPUT_LIMIT, REFUSAL, ModelRequest, ProviderError, UsageMeter
 from .providers.catalog import ProviderCatalog
 
 log = logging.getLogger("lens.context")
@@ -101,8 +101,8 @@ MAX_EDIT_IDS = 1000
 # Stop reasons (as the providers normalize them) of an answer that is no complete summary.
 UNFINISHED_SUMMARY = {
     OUTPUT_LIMIT: "cut off at the model's output limit",
-    "refusal": "the model refused",
-    "content_filter": "cut by the provider's content filter",
+    REFUSAL: "the model refused",
+    CONTENT_FILTER: "cut by the provider's content filter",
 }
 
 # The ``item_marks`` of the items the next model request sees (a pruned result as its placeholder).

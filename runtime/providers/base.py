@@ -24,7 +24,7 @@ from projections.session_state import Item
 # ``model_context_window_exceeded``: the context window, filled by the answer, cut it the same
 # way), Chat's ``finish_reason``, the Responses ``incomplete_details.reason`` of an ``incomplete``
 # response. Such an answer's last tool call may have been cut while it was written (see
-# runtime.decide.cut_at_output_limit).
+# runtime.decide.cut_by_provider).
 OUTPUT_LIMIT = "max_tokens"
 OUTPUT_LIMIT_REASONS: dict[str, frozenset[str]] = {
     "anthropic": frozenset({"max_tokens", "model_context_window_exceeded"}),
@@ -37,6 +37,27 @@ def at_output_limit(protocol: str, reason: Any) -> bool:
     """Whether ``reason``, a stop reason as ``protocol``'s server sent it, is the output limit's
     (anything that is no text is not: a malformed stream says so where it is checked)."""
     return isinstance(reason, str) and reason in OUTPUT_LIMIT_REASONS[protocol]
+
+
+# The stop reasons a result records for an answer the provider's content filter stopped where it
+# was: Chat's ``finish_reason`` and a Responses ``incomplete`` response's
+# ``incomplete_details.reason`` ``content_filter``, and Anthropic's ``refusal`` (its streaming
+# classifiers cut the answer off mid-stream). Each is recorded as the provider said it (the
+# ``refusal`` Chat and Responses record for the model's own refusal text comes without calls).
+# Such an answer's last tool call may have been cut while it was written, as at the output limit.
+CONTENT_FILTER = "content_filter"
+REFUSAL = "refusal"
+CONTENT_FILTER_REASONS: dict[str, frozenset[str]] = {
+    "anthropic": frozenset({REFUSAL}),
+    "openai-chat": frozenset({CONTENT_FILTER}),
+    "openai-responses": frozenset({CONTENT_FILTER}),
+}
+
+
+def cuts_answer(protocol: str, reason: Any) -> bool:
+    """Whether ``reason``, a stop reason as ``protocol``'s server sent it, says the provider cut
+    the answer where it was: at the output limit or by its content filter."""
+    return at_output_limit(protocol, reason) or (isinstance(reason, str) and reason in CONTENT_FILTER_REASONS[protocol])
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
+from .base import OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, openai_client_class, reported,
@@ -228,7 +228,7 @@ class OpenAIChatProvider(SdkProvider):
         if tool_calls and stop == "end_turn":
             stop = "tool_use"
         elif refused and stop == "end_turn":
-            stop = "refusal"
+            stop = REFUSAL
         usage = _usage(usage_raw)
         diagnostics = self.diagnostics(compiled, cache)
         return self.checked(ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls,

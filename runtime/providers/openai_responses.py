@@ -27,7 +27,8 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
+from .base import (OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
+                   cuts_answer)
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
@@ -206,7 +207,7 @@ class OpenAIResponsesProvider(SdkProvider):
             reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
             stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, reason) else (reason or "incomplete")
         else:
-            stop = "tool_use" if calls else "refusal" if refused else "end_turn"
+            stop = "tool_use" if calls else REFUSAL if refused else "end_turn"
         diagnostics = self.diagnostics(compiled, cache)
         return ModelResult(text="".join(text), reasoning="\n\n".join(reasoning), tool_calls=calls, stop_reason=stop,
                            usage=usage, response_id=getattr(response, "id", None), reasoning_blocks=native,
@@ -225,9 +226,9 @@ class _StreamReader:
     as before. Where that response leaves ``output`` out (or null), the output is the stream's, as
     the helper made it: each item as its ``response.output_item.done`` sent it, else as it was
     added, with its content parts and the text, refusal or arguments streamed into it (a response
-    cut short by ``max_output_tokens`` keeps what was streamed); where such a cut response lists
-    items but leaves out a call the stream added and never ended, that call is added after them
-    (:meth:`_calls_left_out`). The helper's consistency checks
+    cut short by ``max_output_tokens`` or by the content filter keeps what was streamed); where
+    such a cut response lists items but leaves out a call the stream added and never ended, that
+    call is added after them (:meth:`_calls_left_out`). The helper's consistency checks
     (a ``response.created`` first, the response's id unchanged, a delta only for an item and part
     added before) failed answers whose final event was whole; they are not made: a delta for an
     item or part never added is streamed live and kept for a final response without output.
@@ -323,13 +324,14 @@ class _StreamReader:
         return item
 
     def _calls_left_out(self, given: Any) -> list[Any]:
-        """The calls an ``incomplete`` response cut at the output limit left out of its ``output``
-        although the stream added them and never ended them (no ``output_item.done``), as
-        streamed: the model was writing the last of them when it stopped. Left out, that call was
-        lost (neither run nor shown to the model); kept, it is the answer's last call, which is
-        answered as cut (runtime.decide.cut_at_output_limit) and never run."""
+        """The calls an ``incomplete`` response cut at the output limit or by the content filter
+        left out of its ``output`` although the stream added them and never ended them (no
+        ``output_item.done``), as streamed: the model was writing the last of them when it
+        stopped. Left out, that call was lost (neither run nor shown to the model); kept, it is
+        the answer's last call, which is answered as cut (runtime.decide.cut_by_provider) and
+        never run."""
         final = self.final
-        if getattr(final, "status", None) != "incomplete" or not at_output_limit(
+        if getattr(final, "status", None) != "incomplete" or not cuts_answer(
                 PROTOCOL, getattr(getattr(final, "incomplete_details", None), "reason", None)):
             return []
         listed = {key for item in given for key in (getattr(item, "id", None), getattr(item, "call_id", None)) if key}

@@ -25,19 +25,28 @@ from .test_invalid_arguments import sent_calls, sent_results
 SLEEP = '{"milliseconds": 1}'
 
 
-def cut_answer(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
-    """An answer stopped at the output limit while its last call was written, as each protocol
-    says it: Anthropic ``stop_reason: max_tokens``, Chat ``finish_reason: length``, a Responses
-    ``response.incomplete`` (``max_output_tokens``) whose last call never got its
-    ``function_call_arguments.done`` nor ``output_item.done`` (its item ``incomplete``). The last
-    call's arguments are what had streamed (``""``: none)."""
+# What stops an answer where it was, as each protocol says it (Anthropic ``stop_reason``, Chat
+# ``finish_reason``, a Responses ``incomplete`` response's ``incomplete_details.reason``).
+CUT_STOPS = {
+    "output limit": {"anthropic": "max_tokens", "openai-chat": "length", "openai-responses": "max_output_tokens"},
+    "content filter": {"anthropic": "refusal", "openai-chat": "content_filter", "openai-responses": "content_filter"},
+}
+
+
+def cut_answer(protocol: str, calls: list[tuple[str, str, str]], *, by: str = "output limit") -> Reply:
+    """An answer stopped at the output limit (or ``by="content filter"``) while its last call was
+    written, as each protocol says it (:data:`CUT_STOPS`): Anthropic ``stop_reason: max_tokens``,
+    Chat ``finish_reason: length``, a Responses ``response.incomplete`` (``max_output_tokens``)
+    whose last call never got its ``function_call_arguments.done`` nor ``output_item.done`` (its
+    item ``incomplete``). The last call's arguments are what had streamed (``""``: none)."""
+    stop = CUT_STOPS[by][protocol]
     if protocol == "anthropic":
-        scripted = an.message_stream(text="Working.", calls=calls, stop_reason="max_tokens", output_tokens=4096)
+        scripted = an.message_stream(text="Working.", calls=calls, stop_reason=stop, output_tokens=4096)
         scripted.events = [(name, data) for name, data in scripted.events
                            if not (name == "content_block_delta" and data["delta"].get("partial_json") == "")]
         return scripted
     if protocol == "openai-chat":
-        return oc.chat_stream(text="Working.", calls=calls, finish="length", usage=oc.usage(900, 4096))
+        return oc.chat_stream(text="Working.", calls=calls, finish=stop, usage=oc.usage(900, 4096))
     scripted = orr.response_stream(text="Working.", calls=calls, status="incomplete", usage=orr.usage(900, 4096))
     last = f"fc_{calls[-1][0]}"
     scripted.events = [(name, data) for name, data in scripted.events
@@ -45,7 +54,8 @@ def cut_answer(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
                        and not (name == "response.output_item.done" and data["item"]["id"] == last)]
     name, data = scripted.events[-1]
     output = [{**item, "status": "incomplete"} if item["id"] == last else item for item in data["response"]["output"]]
-    scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": output}})
+    scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": output,
+                                                       "incomplete_details": {"reason": stop}}})
     return scripted
 
 
@@ -69,14 +79,16 @@ def _result_text(protocol: str, sent: Any) -> str:
     return sent if isinstance(sent, str) else "".join(p["text"] for p in sent)
 
 
-def _assert_not_run(protocol: str, evs: list, server: Any, call_id: str, name: str) -> None:
-    """The call was started and finished with the cut's error, as an unknown tool's call is, and
-    the model's next request carried that error as the call's result."""
+def _assert_not_run(protocol: str, evs: list, server: Any, call_id: str, name: str, *,
+                    cause: str = "cut at the model's output limit") -> None:
+    """The call was started and finished with the cut's error (naming its ``cause``), as an
+    unknown tool's call is, and the model's next request carried that error as the call's
+    result."""
     assert [e.event.call_id for e in evs if e.kind == "tool.started"].count(call_id) == 1
     got = _finished(evs)[call_id]
     assert (got.name, got.status, got.is_error, got.error_code) == (name, "error", True, "INVALID_ARGUMENT")
     text = "".join(p.text for p in got.content)
-    assert text.startswith("INVALID_ARGUMENT: ") and "cut at the model's output limit" in text
+    assert text.startswith(f"INVALID_ARGUMENT: the answer was {cause} while this {name} call was being written")
     assert "may be incomplete" in text and "not run" in text and "call it again" in text
     message = text.removeprefix("INVALID_ARGUMENT: ")
     assert got.structured_content == {"error": {"code": "INVALID_ARGUMENT", "message": message}}
