@@ -10,8 +10,8 @@ Discovery reads through the project's executor with ``read_file`` and ``follow_s
 a symlinked root, skill directory or ``SKILL.md`` is never followed (a symlinked directory is
 listed by the executor without ``/`` and so is not a skill directory; a symlinked ``SKILL.md``
 is listed with a problem). A skill that cannot be used (bad front matter, bad name, too large,
-not UTF-8, a name taken by an earlier root) is listed with its ``problem`` and cannot be loaded;
-discovery itself never fails on one skill's content.
+not UTF-8, instructions larger than one event of the log, a name taken by an earlier root) is
+listed with its ``problem`` and cannot be loaded; discovery itself never fails on one skill's content.
 
 ``skill({})`` lists; ``skill({"name"})`` loads: the result confirms, names the resource base dir
 and at most :data:`MAX_SAMPLES` resource files, and carries a ``skill.loaded`` event (the
@@ -44,6 +44,10 @@ MAX_SKILLS = 200  # skill directories looked at per discovery (all roots)
 MAX_LISTING_ENTRIES = 5000  # entries read from one directory listing
 MAX_SAMPLES = 10
 MAX_SAMPLE_DEPTH = 3
+# The call id a load's size check allows for (bytes): a tool call's ``skill.loaded`` carries its
+# call id. Providers' ids are far shorter (OpenAI Chat at most 40 characters, Responses 64,
+# compatible servers' about 50), and the runtime adds at most a "-<n>" to one made twice.
+CALL_ID_ROOM = 256
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole names only: fullmatch
 
 log = logging.getLogger("lens.skills")
@@ -255,12 +259,15 @@ class Discovery:
                 f"not looked at: at most {MAX_SKILLS} are, per discovery, in root and name order")
 
 
-async def discover(read: Read) -> Discovery:
+async def discover(read: Read, *, recordable: Callable[[t._Event], object] | None = None) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
     A name found again in a later directory is listed with a problem (the first one that can be
     loaded wins; a skill with a problem of its own claims no name, so it never shadows a good one).
     Directories past the first :data:`MAX_SKILLS` are counted, not read.
+
+    ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
+    (:func:`too_large_for_the_log`) is listed with that problem.
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
     """
     found: list[Skill] = []
@@ -286,6 +293,8 @@ async def discover(read: Read) -> Discovery:
             if text is None and problem is None:
                 continue  # a directory without SKILL.md is not a skill
             skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text)
+            if skill.problem is None and recordable is not None and (why := too_large_for_the_log(recordable, skill)):
+                skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
             if skill.name in seen:
                 skill = Skill(skill.name, base, skill.description,
                               f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/")
@@ -293,6 +302,22 @@ async def discover(read: Read) -> Discovery:
                 seen[skill.name] = base  # only a loadable skill claims its name; a broken one is listed with its problem
             found.append(skill)
     return Discovery(found, unread)
+
+
+def too_large_for_the_log(recordable: Callable[[t._Event], object], skill: Skill) -> str | None:
+    """Why the log could never hold the ``skill.loaded`` a load of ``skill`` records (None: it
+    can). Checked with a call id of :data:`CALL_ID_ROOM` bytes, what a load from a tool call
+    carries at most in practice (a ``/skill:`` input's carries none), so that a skill listed
+    loadable is not refused on load for its size."""
+    try:
+        recordable(t.SkillLoaded(name=skill.name, instructions=instructions_text(skill),
+                                 base_dir=skill.base_dir, digest=skill.digest, call_id="x" * CALL_ID_ROOM))
+    except AppendRejected as exc:
+        if exc.size is not None and exc.limit is not None:
+            return (f"its instructions are too large for the event log (a load records {exc.size} bytes; "
+                    f"the log holds events up to {exc.limit} bytes, log.maxEventBytes)")
+        return f"its instructions could not be recorded: {exc.message[:300]}"
+    return None
 
 
 async def resource_samples(browse: Read, base_dir: str) -> tuple[list[str], bool]:
@@ -416,7 +441,7 @@ def skill_tool(pool: Respawning) -> ToolSpec:
                 "Loading it again takes its current text.",
                 {"name": name, "status": "unloaded"}, events=[t.SkillUnloaded(name=name, call_id=ctx.call_id)])
         read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
-        discovery = await discover(read)
+        discovery = await discover(read, recordable=ctx.recordable)
         skills = discovery.skills
         if name is None:
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
@@ -479,22 +504,12 @@ async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
     prompt's skills section; an executor that fails leaves the section out (logged).
     ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace.
     ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
-    (instructions past the log's maximum event size) could never be loaded, and is left out."""
+    (instructions past the log's maximum event size) could never be loaded, and is left out
+    (the same check as the ``skill`` tool's: :func:`discover`)."""
     try:
-        found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills", wait=wait))
+        found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills", wait=wait),
+                               recordable=recordable)
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []
-    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills
-            if s.problem is None and (recordable is None or _fits(recordable, s))]
-
-
-def _fits(recordable: Callable[[t._Event], object], skill: Skill) -> bool:
-    """Whether the log can hold the ``skill.loaded`` a load of ``skill`` records (as a
-    ``/skill:`` input records it: no call id)."""
-    try:
-        recordable(t.SkillLoaded(name=skill.name, instructions=instructions_text(skill),
-                                 base_dir=skill.base_dir, digest=skill.digest, call_id=None))
-    except AppendRejected:
-        return False
-    return True
+    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills if s.problem is None]
