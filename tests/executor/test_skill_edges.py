@@ -275,3 +275,43 @@ async def test_the_listing_and_the_prompt_know_the_logs_bound_and_a_skill_listed
         assert state.status == "idle" and "fit2" not in state.agents["main"].skills
         assert [e.event.name for e in events if e.kind == "skill.loaded"] == ["fit1"]
 
+
+async def test_a_skill_directory_whose_name_cannot_be_shown_is_listed_with_its_problem(tmp_path: Path) -> None:
+    # A skill directory named with a newline, or with bytes that are not UTF-8, is listed by the
+    # executor with "\\n" / U+FFFD: it is listed as a skill that cannot be loaded, its name shown
+    # escaped; it is left out of the prompt and never loaded. A directory of that kind holding no
+    # SKILL.md is no skill; one whose name holds a real backslash and "n" is read as any other.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "a\nb" / "SKILL.md", "---\nname: newline\n---\nNEWLINE-STEPS\n")
+    write(ws / "skills" / "lit\\nname" / "SKILL.md", "---\nname: literal\n---\nLITERAL-STEPS\n")
+    raw = os.fsencode(ws / "skills")
+    os.makedirs(raw + b"/bad\xffname")
+    with open(raw + b"/bad\xffname/SKILL.md", "w") as f:
+        f.write("---\nname: bytes\n---\nBYTES-STEPS\n")
+    os.makedirs(raw + b"/empty\xfe/notes")
+    script = [FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
+              FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": n})
+                                                for n in ("review", "literal", "a\\nb", "newline", "bytes")])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST")
+        [listed] = results_of(await events_of(store, sid))
+        rows = [(s["name"], s["base_dir"], s.get("problem")) for s in listed.structured_content["skills"]]
+        assert rows == [
+            ("a\\nb", "skills/a\\nb", "its directory name cannot be used as a skill name: 'a\\nb' "
+             "(it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"),
+            ("bad\ufffdname", "skills/bad\ufffdname", "its directory name cannot be used as a skill name: "
+             "'bad\ufffdname' (it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"),
+            ("literal", "skills/lit\\nname", None),
+            ("review", "skills/review", None),
+        ], rows
+        assert "\n- a\\nb [cannot be loaded: its directory name" in listed.content[0].text
+        prompt = await prompt_skills(pool, "proj")
+        assert [name for name, _, _ in prompt] == ["literal", "review"]
+        await run(sup, sid, "r2", "LOAD")
+        events = await events_of(store, sid)
+        assert [(r.status, r.error_code) for r in results_of(events)[1:]] == [
+            ("ok", None), ("ok", None), ("error", "SKILL_INVALID"), ("error", "SKILL_NOT_FOUND"),
+            ("error", "SKILL_NOT_FOUND")]
+        assert sorted(e.event.name for e in events if e.kind == "skill.loaded") == ["literal", "review"]
