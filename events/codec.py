@@ -197,7 +197,8 @@ class Codec:
         if len(raw) > self.max_append_bytes:
             raise AppendRejected(
                 f"{kind_of(event)} event is {len(raw)} bytes, over the maximum event size "
-                f"of {self.max_append_bytes} bytes"
+                f"of {self.max_append_bytes} bytes",
+                size=len(raw), limit=self.max_append_bytes,
             )
         return raw
 

@@ -101,7 +101,15 @@ class UnknownDictionary(CorruptEvent):
 
 
 class AppendRejected(LogError):
+    """``size`` and ``limit`` are set when the event is refused for its size alone: its
+    MessagePack is ``size`` bytes, over the log's maximum event size ``limit``."""
+
     code = "APPEND_REJECTED"
+
+    def __init__(self, message: str, *, size: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class ConcurrencyConflict(LogError):

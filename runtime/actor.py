@@ -1278,7 +1278,8 @@ class SessionActor:
                               agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
-                              allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut)
+                              allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut,
+                              recordable=self.deps.store.codec.pack_checked)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1316,7 +1317,8 @@ class SessionActor:
                           agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
-                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output)
+                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output,
+                          recordable=self.deps.store.codec.pack_checked)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a

@@ -49,7 +49,10 @@ def load_failed(name: str, call_id: str | None, reason: str) -> list[t._Event]:
 
 class SkillLoads:
     """``recordable``: raises ``AppendRejected`` for an event the log cannot hold (its codec's
-    ``pack_checked``): instructions under the SKILL.md cap may still be over ``log.maxEventBytes``."""
+    ``pack_checked``): instructions under the SKILL.md cap may still be over ``log.maxEventBytes``.
+    The ``skill`` tool is given it too (``ToolContext.recordable``), so a skill the log could never
+    hold is one it cannot load; the check here is for what that leaves (a call id longer than
+    ``tools.skills.CALL_ID_ROOM``)."""
 
     def __init__(self, tools: ToolRegistry, session_id: str, recordable: Callable[[t._Event], object]) -> None:
         self._tools = tools
@@ -93,7 +96,7 @@ class SkillLoads:
                 gone = set(agent.snipped) | set(agent.hidden)  # (as loaded_skill_digests, less the due ones)
                 loaded = {name: s.digest for name, s in agent.skills.items() if s.item_id not in gone}
                 ctx = ToolContext(state.project_id, self._session_id, agent_id, task_id, d.call_id,
-                                  agent_id == MAIN_AGENT, loaded_skills=lambda: loaded)
+                                  agent_id == MAIN_AGENT, loaded_skills=lambda: loaded, recordable=self._recordable)
                 result = await self._tools.run("skill", json.dumps({"name": d.name}), ctx)
                 found = [e for e in result.events if isinstance(e, t.SkillLoaded)]
                 if not found:
@@ -121,7 +124,7 @@ class SkillLoads:
         ``refuse`` raises ``SKILL_NOT_FOUND`` / ``SKILL_INVALID`` / ``NO_WORKSPACE`` (422) or
         ``SKILL_UNAVAILABLE`` (503); otherwise an instruction telling the model so."""
         ctx = ToolContext(state.project_id, self._session_id, MAIN_AGENT, None, f"input:{request_id}", True,
-                          loaded_skills=dict)
+                          loaded_skills=dict, recordable=self._recordable)
         result = await self._tools.run("skill", json.dumps({"name": name}), ctx)
         for e in result.events:
             if isinstance(e, t.SkillLoaded):

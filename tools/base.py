@@ -87,6 +87,10 @@ class ToolContext:
     # printed, and a ``tools.ptc.tool.ProgramCut`` (its calls and the command it was in) in
     # place of the end. Provided by the actor; None: nothing is kept.
     cut_output: Callable[[str, bool, Any], None] | None = None
+    # The log's check of an event it is to record (its codec's ``pack_checked``: raises
+    # ``AppendRejected``), so that a tool can tell what the log could never hold (the ``skill``
+    # tool: instructions past ``log.maxEventBytes``). Provided by the actor; None: not checked.
+    recordable: Callable[[t._Event], object] | None = None
 
 
 @dataclass(frozen=True)

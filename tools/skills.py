@@ -10,8 +10,9 @@ Discovery reads through the project's executor with ``read_file`` and ``follow_s
 a symlinked root, skill directory or ``SKILL.md`` is never followed (a symlinked directory is
 listed by the executor without ``/`` and so is not a skill directory; a symlinked ``SKILL.md``
 is listed with a problem). A skill that cannot be used (bad front matter, bad name, too large,
-not UTF-8, a name taken by an earlier root) is listed with its ``problem`` and cannot be loaded;
-discovery itself never fails on one skill's content.
+not UTF-8, instructions larger than one event of the log, a directory name the executor cannot
+show as it is, a name taken by an earlier root) is listed with its ``problem`` and cannot be
+loaded; discovery itself never fails on one skill's content.
 
 ``skill({})`` lists; ``skill({"name"})`` loads: the result confirms, names the resource base dir
 and at most :data:`MAX_SAMPLES` resource files, and carries a ``skill.loaded`` event (the
@@ -44,6 +45,10 @@ MAX_SKILLS = 200  # skill directories looked at per discovery (all roots)
 MAX_LISTING_ENTRIES = 5000  # entries read from one directory listing
 MAX_SAMPLES = 10
 MAX_SAMPLE_DEPTH = 3
+# The call id a load's size check allows for (bytes): a tool call's ``skill.loaded`` carries its
+# call id. Providers' ids are far shorter (OpenAI Chat at most 40 characters, Responses 64,
+# compatible servers' about 50), and the runtime adds at most a "-<n>" to one made twice.
+CALL_ID_ROOM = 256
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole names only: fullmatch
 
 log = logging.getLogger("lens.skills")
@@ -255,12 +260,18 @@ class Discovery:
                 f"not looked at: at most {MAX_SKILLS} are, per discovery, in root and name order")
 
 
-async def discover(read: Read) -> Discovery:
+async def discover(read: Read, *, browse: Read | None = None,
+                   recordable: Callable[[t._Event], object] | None = None) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
     A name found again in a later directory is listed with a problem (the first one that can be
     loaded wins; a skill with a problem of its own claims no name, so it never shadows a good one).
     Directories past the first :data:`MAX_SKILLS` are counted, not read.
+
+    ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
+    (:func:`too_large_for_the_log`) is listed with that problem. A skill directory whose name the
+    executor cannot show as it is (a newline, bytes that are not UTF-8: :func:`_unshowable_dir`,
+    which looks with ``browse``, the executor's ``browse_list``) is listed with a problem naming it.
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
     """
     found: list[Skill] = []
@@ -273,6 +284,8 @@ async def discover(read: Read) -> Discovery:
             if exc.code in ("NOT_FOUND", "NOT_A_DIRECTORY", "SYMLINK_NOT_FOLLOWED", "PERMISSION_DENIED"):
                 continue  # no such root (or a file, or a link: not followed, or unreadable)
             raise
+        holding: dict[str, str] | None = None  # (the root's directories holding a SKILL.md, when one is asked)
+        cut = False  # (whether that listing is cut, or could not be had)
         for entry in entries:
             if not entry.endswith("/"):
                 continue  # a file, or a symlink (listed without "/"): not a skill directory
@@ -284,8 +297,19 @@ async def discover(read: Read) -> Discovery:
             base = f"{root}/{dir_name}"
             text, problem = await _skill_text(read, f"{base}/{SKILL_FILE}")
             if text is None and problem is None:
-                continue  # a directory without SKILL.md is not a skill
+                if not _maybe_shown_otherwise(dir_name) or await _exists(read, base):
+                    continue  # a directory without SKILL.md is not a skill
+                if holding is None:
+                    holding, cut = await _dirs_holding_skill_files(browse, root)
+                if dir_name not in holding and not cut:
+                    continue  # (its name cannot be shown, but it holds no SKILL.md: not a skill either)
+                own = holding.get(dir_name, dir_name.replace("\\n", "\n"))
+                found.append(Skill(dir_name, base, problem=f"its directory name cannot be used as a skill name: "
+                                   f"{own!r} (it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"))
+                continue
             skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text)
+            if skill.problem is None and recordable is not None and (why := too_large_for_the_log(recordable, skill)):
+                skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
             if skill.name in seen:
                 skill = Skill(skill.name, base, skill.description,
                               f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/")
@@ -293,6 +317,64 @@ async def discover(read: Read) -> Discovery:
                 seen[skill.name] = base  # only a loadable skill claims its name; a broken one is listed with its problem
             found.append(skill)
     return Discovery(found, unread)
+
+
+def _maybe_shown_otherwise(shown: str) -> bool:
+    """Whether a name of ``read_file``'s listing may not be the entry's own name: the listing
+    shows a newline in a name as the two characters ``\\n`` and bytes that are not UTF-8 as U+FFFD."""
+    return "\\n" in shown or "\ufffd" in shown
+
+
+async def _exists(read: Read, path: str) -> bool:
+    """Whether ``path`` names an entry (a listed name that is not the entry's own names none)."""
+    try:
+        await read({"path": path, "follow_symlinks": False, "max_lines": 1})
+    except ToolError as exc:
+        if exc.code == "NOT_FOUND":
+            return False
+        if exc.code.startswith("EXECUTOR_") or exc.code in ("NO_WORKSPACE", "CANCELLED"):
+            raise
+    return True
+
+
+async def _dirs_holding_skill_files(browse: Read | None, root: str) -> tuple[dict[str, str], bool]:
+    """``root``'s directories holding an entry named SKILL.md, seen through ``browse_list`` (two
+    levels: it reads a directory by its own name, so also one whose name cannot be written as a
+    path): their names as ``read_file`` lists them, each to its name as ``browse_list`` shows it
+    (a newline kept); and whether that is not all of them (no ``browse``, or the listing was cut
+    first: a directory not seen is then taken to hold one)."""
+    if browse is None:
+        return {}, True
+    try:
+        page = await browse({"path": root, "depth": 2, "max_entries": MAX_LISTING_ENTRIES, "include_ignored": True})
+    except ToolError as exc:
+        if exc.code.startswith("EXECUTOR_") or exc.code in ("NO_WORKSPACE", "CANCELLED"):
+            raise
+        return {}, True
+    out: dict[str, str] = {}
+    prefix = f"{page.get('path', root)}/"
+    for entry in page.get("entries", []):
+        path = entry.get("path", "")
+        if entry.get("name") == SKILL_FILE and path.startswith(prefix):
+            parent = path[len(prefix):-len(SKILL_FILE) - 1]
+            out[parent.replace("\n", "\\n")] = parent
+    return out, bool(page.get("truncated"))
+
+
+def too_large_for_the_log(recordable: Callable[[t._Event], object], skill: Skill) -> str | None:
+    """Why the log could never hold the ``skill.loaded`` a load of ``skill`` records (None: it
+    can). Checked with a call id of :data:`CALL_ID_ROOM` bytes, what a load from a tool call
+    carries at most in practice (a ``/skill:`` input's carries none), so that a skill listed
+    loadable is not refused on load for its size."""
+    try:
+        recordable(t.SkillLoaded(name=skill.name, instructions=instructions_text(skill),
+                                 base_dir=skill.base_dir, digest=skill.digest, call_id="x" * CALL_ID_ROOM))
+    except AppendRejected as exc:
+        if exc.size is not None and exc.limit is not None:
+            return (f"its instructions are too large for the event log (a load records {exc.size} bytes; "
+                    f"the log holds events up to {exc.limit} bytes, log.maxEventBytes)")
+        return f"its instructions could not be recorded: {exc.message[:300]}"
+    return None
 
 
 async def resource_samples(browse: Read, base_dir: str) -> tuple[list[str], bool]:
@@ -416,7 +498,8 @@ def skill_tool(pool: Respawning) -> ToolSpec:
                 "Loading it again takes its current text.",
                 {"name": name, "status": "unloaded"}, events=[t.SkillUnloaded(name=name, call_id=ctx.call_id)])
         read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
-        discovery = await discover(read)
+        browse = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill", tool="browse_list")
+        discovery = await discover(read, browse=browse, recordable=ctx.recordable)
         skills = discovery.skills
         if name is None:
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
@@ -438,7 +521,6 @@ def skill_tool(pool: Respawning) -> ToolSpec:
                     f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")
             raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}; available: "
                             f"{', '.join(usable[:50]) if usable else 'none'}")
-        browse = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill", tool="browse_list")
         samples, more = await resource_samples(browse, found.base_dir)
         structured = {"name": found.name, "base_dir": found.base_dir, "resources": samples,
                       "more_resources": more, "digest": found.digest}
@@ -479,22 +561,14 @@ async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
     prompt's skills section; an executor that fails leaves the section out (logged).
     ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace.
     ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
-    (instructions past the log's maximum event size) could never be loaded, and is left out."""
+    (instructions past the log's maximum event size) could never be loaded, and is left out
+    (the same check as the ``skill`` tool's: :func:`discover`)."""
+    who = f"prompt:{project_id}:skills"
     try:
-        found = await discover(workspace_reader(pool, project_id, f"prompt:{project_id}:skills", wait=wait))
+        found = await discover(workspace_reader(pool, project_id, who, wait=wait),
+                               browse=workspace_reader(pool, project_id, who, wait=wait, tool="browse_list"),
+                               recordable=recordable)
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []
-    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills
-            if s.problem is None and (recordable is None or _fits(recordable, s))]
-
-
-def _fits(recordable: Callable[[t._Event], object], skill: Skill) -> bool:
-    """Whether the log can hold the ``skill.loaded`` a load of ``skill`` records (as a
-    ``/skill:`` input records it: no call id)."""
-    try:
-        recordable(t.SkillLoaded(name=skill.name, instructions=instructions_text(skill),
-                                 base_dir=skill.base_dir, digest=skill.digest, call_id=None))
-    except AppendRejected:
-        return False
-    return True
+    return [(s.name, s.description, f"{s.base_dir}/{SKILL_FILE}") for s in found.skills if s.problem is None]

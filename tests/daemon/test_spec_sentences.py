@@ -199,6 +199,31 @@ async def test_the_prompt_leaves_out_a_skill_the_log_could_never_hold(daemon_fac
     assert "BIG-SKILL-DESC" not in text and "skills/big/" not in text
 
 
+async def test_the_skill_listing_shows_a_skill_the_log_could_never_hold_as_not_loadable(daemon_factory, tmp_path):
+    # The `skill` tool's listing knows the log's bound as the prompt does: with log.maxEventBytes
+    # at 64 KiB, skill({}) lists the big skill as one that cannot be loaded, the problem naming the
+    # bound, and the small one as loadable; loading the big one is refused with the same words.
+    d = await daemon_factory(config={"log": {"maxEventBytes": 64 * 1024}})
+    token = await d.pair("skill-client", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-SKILL-DESC\n---\nsteps\n")
+    (ws / "skills" / "big").mkdir(parents=True)
+    (ws / "skills" / "big" / "SKILL.md").write_text(
+        "---\nname: big\ndescription: BIG-SKILL-DESC\n---\n" + "".join(f"step {i} of many\n" for i in range(8000)))
+    sid = (await d.session(token, project["id"]))["id"]
+    listed = await run_tool(d, token, sid, "list", "skill", {})
+    assert listed["status"] == "ok", listed
+    rows = {s["name"]: s.get("problem") for s in listed["structured_content"]["skills"]}
+    assert sorted(rows) == ["big", "review"] and rows["review"] is None, rows
+    assert rows["big"].startswith("its instructions are too large for the event log (a load records ")
+    assert f"the log holds events up to {64 * 1024} bytes" in rows["big"], rows
+    loaded = await run_tool(d, token, sid, "load", "skill", {"name": "big"})
+    assert (loaded["status"], loaded["error_code"]) == ("error", "SKILL_INVALID"), loaded
+    assert rows["big"] in loaded["content"][0]["text"], loaded
+
+
 async def test_each_todo_call_replaces_the_whole_list_and_no_client_can_write_it(daemon_factory):
     # F-HAR-1 "`todo` (model replaces the whole list; user read-only)": a second call's list is
     # the list, whatever the first held (not merged by id); the view and each `todo.updated` say

@@ -4,15 +4,18 @@ through the session actor, the ``skill`` tool and a real executor child process.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
 from events import types as t
+from events.codec import Codec
 from runtime.actor import Answer, GetState, Submit, WaitIdle
 from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
+from tools.skills import CALL_ID_ROOM, Skill, instructions_text, prompt_skills
 
 from .conftest import run_to_idle as run
 from .test_skills import events_of, harness, results_of, skill_texts, write
@@ -91,8 +94,8 @@ BIG = "---\nname: big\n---\n" + "".join(f"step {i} of many\n" for i in range(800
 
 async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_session(tmp_path: Path) -> None:
     # Instructions under the SKILL.md cap but over the log's event bound: a /skill: input is
-    # refused at submit (SKILL_INVALID, naming the bound); a skill call, or a /skill: input whose
-    # SKILL.md grew past it while queued, gets a note to the model; the session works on.
+    # refused at submit and a skill call answers SKILL_INVALID, both naming the bound; a /skill:
+    # input whose SKILL.md grew past it while queued gets a note to the model; the session works on.
     ws = tmp_path / "ws"
     write(ws / "skills" / "big" / "SKILL.md", BIG)
     write(ws / "skills" / "grows" / "SKILL.md", "GROWS-STEPS\n")
@@ -104,18 +107,16 @@ async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_s
         with pytest.raises(LensError) as info:
             await sup.call(sid, Submit("r1", [t.TextPart("/skill:big go")], "followUp"))
         assert info.value.code == "SKILL_INVALID"
-        assert "big" in info.value.message and f"maximum event size of {LOG_LIMIT} bytes" in info.value.message
+        assert "big" in info.value.message and f"the log holds events up to {LOG_LIMIT} bytes" in info.value.message
 
         state = await run(sup, sid, "r2", "LOAD-BIG")
         assert state.status == "idle"
         events = await events_of(store, sid)
         [res] = results_of(events)
-        assert res.status == "ok" and res.structured_content["status"] == "loaded"
-        [note] = [e.event for e in events if e.kind == "instruction.appended"]
-        assert note.source == "skill-load-failed:big" and "maximum event size" in note.text
-        assert "skill.loaded" not in [e.kind for e in events]
+        assert res.status == "error" and res.error_code == "SKILL_INVALID"
+        assert f"too large for the event log" in res.content[0].text and f"up to {LOG_LIMIT} bytes" in res.content[0].text
+        assert [e.kind for e in events if e.kind in ("skill.loaded", "instruction.appended")] == []
         assert "big" not in state.agents["main"].skills
-        assert [it.source for it in faux.requests[-1].items if it.role == "system"] == ["skill-load-failed:big"]
 
         await sup.call(sid, Submit("r3", [t.TextPart("HOLD")], "followUp"))
         await sup.call(sid, WaitIdle())  # the question waits
@@ -129,7 +130,7 @@ async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_s
         events = await events_of(store, sid)
         seq_of = {(e.kind, getattr(e.event, "input_request_id", None)): e.seq for e in events}
         [notice] = [e for e in events if e.kind == "instruction.appended" and "grows" in e.event.source]
-        assert notice.seq == seq_of[("input.placed", "r4")] - 1 and "maximum event size" in notice.event.text
+        assert notice.seq == seq_of[("input.placed", "r4")] - 1 and "too large for the event log" in notice.event.text
         assert [it.text for it in state.agents["main"].items if it.role == "user"][-1] == "LATER"
         assert "grows" not in state.agents["main"].skills
 
@@ -206,3 +207,111 @@ async def test_a_skill_that_cannot_be_read_does_not_take_its_name_from_a_good_on
         [_, loaded] = results_of(await events_of(store, sid))
         assert loaded.structured_content["status"] == "loaded"
         assert [e.event.instructions for e in await events_of(store, sid) if e.kind == "skill.loaded"][0].endswith("GOOD-STEPS")
+
+
+def skill_md_of_size(codec: Codec, name: str, call_id: str | None) -> str:
+    """The SKILL.md of ``skills/<name>`` whose load's ``skill.loaded`` (carrying ``call_id``) is
+    as large as the log holds: one more byte of instructions and the log refuses it."""
+
+    def size(n: int) -> int:
+        text = f"---\nname: {name}\n---\n" + "y" * n + "\n"
+        skill = Skill(name, f"skills/{name}", body="y" * n, digest=hashlib.sha256(text.encode()).hexdigest())
+        return len(codec.pack(t.SkillLoaded(name=name, instructions=instructions_text(skill), base_dir=skill.base_dir,
+                                            digest=skill.digest, call_id=call_id)))
+
+    low, high = 1, LOG_LIMIT  # size(low) fits, size(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if size(mid) <= LOG_LIMIT else (low, mid)
+    assert size(low) <= LOG_LIMIT < size(low + 1)
+    return f"---\nname: {name}\n---\n" + "y" * low + "\n"
+
+
+async def test_the_listing_and_the_prompt_know_the_logs_bound_and_a_skill_listed_loadable_loads(tmp_path: Path) -> None:
+    # A skill whose load from a tool call the log could never hold is listed by skill({}) as not
+    # loadable, naming the bound, and left out of the prompt: the same check, which allows for a
+    # call id of CALL_ID_ROOM bytes. "edge" would fit only a load carrying no call id (a /skill:
+    # input's), so it is refused everywhere; "fit1" fits one with a call id of CALL_ID_ROOM bytes
+    # and is loaded by such a call. A longer call id is still told (Left): "fit2".
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    room, past = "k" * CALL_ID_ROOM, "p" * (CALL_ID_ROOM + 40)
+    script = [FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
+              FauxTurn(when="LOAD-FIT", tool_calls=[FauxToolCall("skill", {"name": "fit1"}, call_id=room)]),
+              FauxTurn(when="LOAD-EDGE", tool_calls=[FauxToolCall("skill", {"name": "edge"})]),
+              FauxTurn(when="LOAD-PAST", tool_calls=[FauxToolCall("skill", {"name": "fit2"}, call_id=past)])]
+    async with harness(tmp_path, ws, script, max_event_bytes=LOG_LIMIT) as (sup, store, faux, pool):
+        write(ws / "skills" / "edge" / "SKILL.md", skill_md_of_size(store.codec, "edge", None))
+        for name in ("fit1", "fit2"):
+            write(ws / "skills" / name / "SKILL.md", skill_md_of_size(store.codec, name, room))
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST")
+        [listed] = results_of(await events_of(store, sid))
+        rows = {s["name"]: s.get("problem") for s in listed.structured_content["skills"]}
+        assert sorted(rows) == ["edge", "fit1", "fit2", "review"] and rows["fit1"] is rows["fit2"] is rows["review"] is None
+        assert rows["edge"].startswith("its instructions are too large for the event log (a load records ")
+        assert f"the log holds events up to {LOG_LIMIT} bytes" in rows["edge"], rows
+        assert f"- edge [cannot be loaded: {rows['edge']}] (skills/edge/)" in listed.content[0].text
+        prompt = await prompt_skills(pool, "proj", recordable=store.codec.pack_checked)
+        assert [name for name, _, _ in prompt] == ["fit1", "fit2", "review"]
+
+        state = await run(sup, sid, "r2", "LOAD-FIT")
+        assert results_of(await events_of(store, sid))[-1].structured_content["status"] == "loaded"
+        [loaded] = [e.event for e in await events_of(store, sid) if e.kind == "skill.loaded"]
+        assert loaded.name == "fit1" and loaded.call_id == room and "fit1" in state.agents["main"].skills
+
+        await run(sup, sid, "r3", "LOAD-EDGE")
+        edge = results_of(await events_of(store, sid))[-1]
+        assert edge.error_code == "SKILL_INVALID" and rows["edge"] in edge.content[0].text
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("r4", [t.TextPart("/skill:edge go")], "followUp"))
+        assert info.value.code == "SKILL_INVALID" and rows["edge"] in info.value.message
+
+        state = await run(sup, sid, "r5", "LOAD-PAST")
+        events = await events_of(store, sid)
+        assert results_of(events)[-1].structured_content["status"] == "loaded"
+        [note] = [e.event for e in events if e.kind == "instruction.appended"]
+        assert note.source == "skill-load-failed:fit2" and "maximum event size" in note.text
+        assert state.status == "idle" and "fit2" not in state.agents["main"].skills
+        assert [e.event.name for e in events if e.kind == "skill.loaded"] == ["fit1"]
+
+
+async def test_a_skill_directory_whose_name_cannot_be_shown_is_listed_with_its_problem(tmp_path: Path) -> None:
+    # A skill directory named with a newline, or with bytes that are not UTF-8, is listed by the
+    # executor with "\\n" / U+FFFD: it is listed as a skill that cannot be loaded, its name shown
+    # escaped; it is left out of the prompt and never loaded. A directory of that kind holding no
+    # SKILL.md is no skill; one whose name holds a real backslash and "n" is read as any other.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "a\nb" / "SKILL.md", "---\nname: newline\n---\nNEWLINE-STEPS\n")
+    write(ws / "skills" / "lit\\nname" / "SKILL.md", "---\nname: literal\n---\nLITERAL-STEPS\n")
+    raw = os.fsencode(ws / "skills")
+    os.makedirs(raw + b"/bad\xffname")
+    with open(raw + b"/bad\xffname/SKILL.md", "w") as f:
+        f.write("---\nname: bytes\n---\nBYTES-STEPS\n")
+    os.makedirs(raw + b"/empty\xfe/notes")
+    script = [FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
+              FauxTurn(when="LOAD", tool_calls=[FauxToolCall("skill", {"name": n})
+                                                for n in ("review", "literal", "a\\nb", "newline", "bytes")])]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, pool):
+        sid = await sup.create_session("proj")
+        await run(sup, sid, "r1", "LIST")
+        [listed] = results_of(await events_of(store, sid))
+        rows = [(s["name"], s["base_dir"], s.get("problem")) for s in listed.structured_content["skills"]]
+        assert rows == [
+            ("a\\nb", "skills/a\\nb", "its directory name cannot be used as a skill name: 'a\\nb' "
+             "(it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"),
+            ("bad\ufffdname", "skills/bad\ufffdname", "its directory name cannot be used as a skill name: "
+             "'bad\ufffdname' (it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"),
+            ("literal", "skills/lit\\nname", None),
+            ("review", "skills/review", None),
+        ], rows
+        assert "\n- a\\nb [cannot be loaded: its directory name" in listed.content[0].text
+        prompt = await prompt_skills(pool, "proj")
+        assert [name for name, _, _ in prompt] == ["literal", "review"]
+        await run(sup, sid, "r2", "LOAD")
+        events = await events_of(store, sid)
+        assert [(r.status, r.error_code) for r in results_of(events)[1:]] == [
+            ("ok", None), ("ok", None), ("error", "SKILL_INVALID"), ("error", "SKILL_NOT_FOUND"),
+            ("error", "SKILL_NOT_FOUND")]
+        assert sorted(e.event.name for e in events if e.kind == "skill.loaded") == ["literal", "review"]
