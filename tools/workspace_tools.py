@@ -32,11 +32,16 @@ MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
-# How long an aborted run_command waits for its command's end: it asks the executor to stop the
-# command (``Stop``) and reads the output still on its way until the exit, which says how the
-# command ended; past this the stream is cancelled (and the group killed) with no exit known.
-# The abort stays prompt.
+# How long an aborted run_command waits for its command's end once the executor has answered
+# ``Stop`` (it has the command's stop by then: the group is being signalled): it reads the output
+# still on its way until the exit, which says how the command ended; past this the stream is
+# cancelled (and the group killed) with no exit known. The abort stays prompt.
 ABORT_OUTPUT_WAIT_S = 0.25
+# The most an abort waits, from the ``Stop`` sent, for the executor's answer and the exit: a slow
+# host (the executor not yet run when the stop came) still gets its exit read, and an executor
+# that never answers (stopped, hung) holds the abort no longer than this. As long as the
+# executor's grace between SIGTERM and SIGKILL (``tools.executor.commands.KILL_GRACE_S``).
+ABORT_STOP_ANSWER_WAIT_S = 2.0
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
@@ -61,21 +66,29 @@ def signal_name(exit_code: int) -> str | None:
 
 async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin) -> Any | None:
     """Ask the executor to stop the command run under ``run_id`` and read its stream to the
-    exit, which is returned (None: the stream ended or failed first). An executor that cannot
-    stop it (built before ``Stop``, unreachable) changes nothing: the output on its way is read
-    all the same, for as long as the caller's scope lets it."""
-    got: list[Any] = []
-    async with trio.open_nursery() as nursery:
-        async def ask() -> None:
-            try:
-                await client.stop(run_id, ABORT_OUTPUT_WAIT_S)
-            except EXECUTOR_FAILURES:
-                pass
+    exit, which is returned (None: the stream ended or failed first, or the wait ran out).
 
-        nursery.start_soon(ask)
-        got.append(await drain_rest(events, join))
-        nursery.cancel_scope.cancel()
-    return got[0]
+    The wait lasts :data:`ABORT_OUTPUT_WAIT_S` from the executor's answer to ``Stop``, and at most
+    :data:`ABORT_STOP_ANSWER_WAIT_S` from the ``Stop`` sent. An executor that cannot stop the
+    command (built before ``Stop``, unreachable) changes nothing: the output on its way is read
+    for :data:`ABORT_OUTPUT_WAIT_S` from the ``Stop`` sent, as it was before ``Stop``. Call it
+    shielded (an abort's cancellation is under way): it bounds itself."""
+    sent = trio.current_time()
+    got: list[Any] = []
+    with trio.CancelScope(deadline=sent + ABORT_STOP_ANSWER_WAIT_S) as waiting:
+        async with trio.open_nursery() as nursery:
+            async def ask() -> None:
+                try:
+                    await client.stop(run_id, ABORT_STOP_ANSWER_WAIT_S)
+                except EXECUTOR_FAILURES:
+                    waiting.deadline = min(waiting.deadline, sent + ABORT_OUTPUT_WAIT_S)
+                else:
+                    waiting.deadline = min(waiting.deadline, trio.current_time() + ABORT_OUTPUT_WAIT_S)
+
+            nursery.start_soon(ask)
+            got.append(await drain_rest(events, join))
+            nursery.cancel_scope.cancel()
+    return got[0] if got else None
 
 
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
@@ -383,12 +396,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                         if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
                             # The executor is asked to stop the command, and the output still on
                             # its way (the executor's read, gRPC, the pump) is read up to the exit,
-                            # which says how it ended: waited for, at most ABORT_OUTPUT_WAIT_S, so
-                            # the abort stays prompt; the stream is then cancelled, which ends the
+                            # which says how it ended: waited for ABORT_OUTPUT_WAIT_S from the
+                            # executor's answer, at most ABORT_STOP_ANSWER_WAIT_S in all, so the
+                            # abort stays prompt; the stream is then cancelled, which ends the
                             # command's group on the executor if the stop did not.
                             ended = None
-                            with trio.CancelScope(shield=True) as waiting:
-                                waiting.deadline = trio.current_time() + ABORT_OUTPUT_WAIT_S
+                            with trio.CancelScope(shield=True):
                                 ended = await stop_and_drain(ex.client, run_id, events, join)
                             join.flush()
                             # (no exit: no ``truncated`` from the executor; the output was cut at

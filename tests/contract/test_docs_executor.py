@@ -135,6 +135,10 @@ def test_the_command_and_connection_numbers_of_the_executor_page_are_the_code_s(
     assert int(kib) * 1024 == int(passing.replace(",", "")) == workspace_tools.MAX_COMMAND_BYTES
     assert float(one_match(r"Core waits for the exit at most ([\d.]+) s\s+\(`ABORT_OUTPUT_WAIT_S`\)",
                       commands_text).group(1)) == workspace_tools.ABORT_OUTPUT_WAIT_S
+    assert float(one_match(r"at most ([\d.]+) s \(`ABORT_STOP_ANSWER_WAIT_S`\) from the `Stop` sent",
+                      commands_text).group(1)) == workspace_tools.ABORT_STOP_ANSWER_WAIT_S
+    assert float(one_match(r"leaves ([\d.]+) s from the `Stop` sent", commands_text).group(1)
+                 ) == workspace_tools.ABORT_OUTPUT_WAIT_S
     run_id, past = one_match(r"`CommandRequest\.run_id` is at most (\d+) characters \((\d+) is `INVALID_ARGUMENT`",
                         commands_text).groups()
     assert int(run_id) == runs.MAX_RUN_ID_CHARS and int(past) == int(run_id) + 1

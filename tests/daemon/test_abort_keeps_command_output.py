@@ -22,7 +22,7 @@ import trio
 
 from runtime.decide import ABORTED_TEXT
 from tests.procfs import read_proc
-from tools.workspace_tools import ABORT_OUTPUT_WAIT_S
+from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S
 
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import ScriptedServer
@@ -150,8 +150,9 @@ async def test_the_next_request_holds_what_the_aborted_command_printed_also_afte
 
 
 async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_factory: DaemonFactory) -> None:
-    """The executor stopped (SIGSTOP) while the command runs: the abort waits for the output on
-    its way at most ``ABORT_OUTPUT_WAIT_S``, then records the call with what had arrived."""
+    """The executor stopped (SIGSTOP) while the command runs, for good: the abort waits for its
+    answer to ``Stop`` at most ``ABORT_STOP_ANSWER_WAIT_S``, then records the call with what had
+    arrived."""
     d, token, sid, ws = await _session(daemon_factory, "abort-stalled")
     command = f"{PRINT_MARKER}; echo $PPID > reaper.pid; touch printed; sleep 600"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
@@ -171,7 +172,7 @@ async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_fact
         r = await d.post(f"/sessions/{sid}/abort", token)
         took = trio.current_time() - began
         assert r.status_code == 200 and r.json()["aborted"] is True, r.text
-        assert took < ABORT_OUTPUT_WAIT_S + 2, took
+        assert took < ABORT_STOP_ANSWER_WAIT_S + 2, took
         [body] = finished(await d.events(token, sid))
         assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
         # (the marker, when it had arrived before the executor stopped, comes first; no exit
@@ -246,3 +247,58 @@ async def test_a_command_that_had_ended_by_itself_when_the_abort_came_is_not_sai
         f"{MARKER}\n\n[exit 3: the command ended by itself during the abort]\n{ABORTED_TEXT}"), body
     assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
                                           "killed_by_abort": False}, body
+
+
+# How long the executor is frozen in the test below: longer than the abort's wait for the exit
+# (so the wait counted from the Stop sent ran out before the executor could act on it), well
+# within the bound on its answer.
+FROZEN_S = 0.6
+
+
+async def test_an_abort_on_a_slow_host_waits_for_the_executor_s_answer_and_records_the_real_end(
+        daemon_factory: DaemonFactory, nursery: Any) -> None:
+    """The executor is not run (SIGSTOP) from just before the abort until ``FROZEN_S`` later, as
+    on a loaded host: the wait for the command's end counts from the executor's answer to
+    ``Stop``, so the command that traps SIGTERM is recorded stopped with its own exit 3 and its
+    last line, not "killed by the abort" with no exit (the wait counted from the Stop sent ran out
+    while the executor was frozen)."""
+    assert ABORT_OUTPUT_WAIT_S < FROZEN_S < ABORT_STOP_ANSWER_WAIT_S - 1
+    d, token, sid, ws = await _session(daemon_factory, "abort-slow-host")
+    command = (f"trap 'echo cleaning up; exit 3' TERM; {PRINT_MARKER}; echo $PPID > reaper.pid; "
+               "sleep 600 & touch printed; wait")
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await d.wait_running_call(token, sid)
+
+    async def printed() -> bool:
+        return (ws / "printed").exists()
+
+    await wait_until(printed, what="the command's marker printed")
+    reaper = read_proc(int((ws / "reaper.pid").read_text()))
+    assert reaper is not None
+    executor = read_proc(reaper.ppid)
+    assert executor is not None and b"executor" in executor.argv, executor
+    thawed = trio.Event()
+
+    async def thaw() -> None:
+        await trio.sleep(FROZEN_S)  # (a slow host: the executor gets no time for this long)
+        os.kill(reaper.ppid, signal.SIGCONT)
+        thawed.set()
+
+    os.kill(reaper.ppid, signal.SIGSTOP)
+    try:
+        nursery.start_soon(thaw)
+        began = trio.current_time()
+        r = await d.post(f"/sessions/{sid}/abort", token)
+        took = trio.current_time() - began
+        assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+        assert thawed.is_set(), took  # (the abort waited for the executor)
+        assert took < ABORT_STOP_ANSWER_WAIT_S + 2, took
+    finally:
+        os.kill(reaper.ppid, signal.SIGCONT)
+    await d.wait_idle(token, sid)
+    [body] = finished(await d.events(token, sid))
+    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    assert body["content"][0]["text"] == (
+        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
+                                          "killed_by_abort": True}, body

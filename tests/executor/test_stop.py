@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,9 @@ from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
 from tools.command_output import StreamJoin
 from tools.executor.runs import MAX_RUN_ID_CHARS
-from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, stop_and_drain
+from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
-from .conftest import wait_group_gone
+from .conftest import ExecutorProcess, start_executor, stop_process, wait_group_gone
 from .relay import Relay
 from .test_commands import BOUND_S, collect, reaping
 
@@ -126,8 +127,8 @@ async def test_a_run_id_in_use_is_refused_and_nothing_starts(client: ExecutorCli
 
 async def test_an_executor_without_stop_leaves_the_abort_as_it_was(executor: Any) -> None:
     """An executor built before ``Stop`` (a relay without it: UNIMPLEMENTED): Core's stop-and-read
-    reads the output on its way for the abort's wait and knows no exit; leaving the stream ends
-    the command, as before."""
+    reads the output on its way for the abort's wait from the ``Stop`` sent, not the longer bound
+    on an answer, and knows no exit; leaving the stream ends the command, as before."""
     with Relay(executor.address, missing=("Stop",)) as relay, reaping() as groups:
         client = ExecutorClient(relay.address, executor.token)
         with contextlib.closing(client):
@@ -144,7 +145,119 @@ async def test_an_executor_without_stop_leaves_the_abort_as_it_was(executor: Any
                         join.write(ev.WhichOneof("event"), ev.stdout or ev.stderr)
                     groups.append(int(out.split(b"\n", 1)[0]))
                     began = trio.current_time()
-                    with trio.move_on_after(ABORT_OUTPUT_WAIT_S):
-                        assert await stop_and_drain(client, "old", events, join) is None
+                    assert await stop_and_drain(client, "old", events, join) is None
                     assert trio.current_time() - began < ABORT_OUTPUT_WAIT_S + 1
             assert wait_group_gone(groups[0]) == []
+
+
+TRAPPING = "trap 'echo cleaning up; exit 3' TERM; echo $$; sleep 600 & echo ready; wait"
+
+
+async def _until_ready(client: ExecutorClient, command: str, run_id: str, groups: list[int],
+                       aborted: Any) -> tuple[bytes, Any]:
+    """Run ``command`` (which prints ``$$`` then ``ready``) under ``run_id``; once ``ready`` came,
+    ``await aborted(events, join)`` (an abort's stop-and-read) inside the stream: the output and
+    what it returned."""
+    out = bytearray()
+    join = StreamJoin(out.extend, whole_lines=True)
+    with trio.fail_after(BOUND_S):
+        async with client.run(command, run_id=run_id) as events:
+            while b"ready\n" not in out:
+                ev = await events.receive()
+                if isinstance(ev, Exception):
+                    raise ev
+                join.write(ev.WhichOneof("event"), ev.stdout or ev.stderr)
+            groups.append(int(out.split(b"\n", 1)[0]))
+            got = await aborted(events, join)
+    join.flush()
+    return bytes(out), got
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Any:
+    """The process ``pid`` gets no time (SIGSTOP) until the block ends (SIGCONT), or a SIGCONT sent
+    within it."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+async def test_the_wait_for_the_exit_counts_from_the_executor_s_answer_on_a_slow_host(
+        client: ExecutorClient, executor: Any) -> None:
+    """The executor gets no time from just before the stop until 0.6 s later, longer than
+    ``ABORT_OUTPUT_WAIT_S`` (a loaded host): the exit still comes back, with the trap's code
+    and last line, since the wait counts from the executor's answer to ``Stop``."""
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        async with trio.open_nursery() as nursery:
+            with frozen(executor.pid):
+                async def thaw() -> None:
+                    await trio.sleep(0.6)  # (a slow host: the executor gets no time for this long)
+                    os.kill(executor.pid, signal.SIGCONT)
+
+                nursery.start_soon(thaw)
+                began = trio.current_time()
+                with trio.CancelScope(shield=True):  # (as an abort calls it: its own bounds only)
+                    ended = await stop_and_drain(client, "slow-host", events, join)
+                took.append(trio.current_time() - began)
+        return ended
+
+    with reaping() as groups:
+        out, ended = await _until_ready(client, TRAPPING, "slow-host", groups, aborted)
+        assert ended is not None, (out, took)
+        assert (ended.exit_code, ended.stopped) == (3, True), ended
+        assert out.endswith(b"ready\ncleaning up\n"), out
+        assert 0.6 <= took[0] < ABORT_STOP_ANSWER_WAIT_S, took
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_an_executor_that_never_answers_the_stop_holds_the_abort_no_longer_than_its_bound(
+        client: ExecutorClient, executor: Any) -> None:
+    """The executor gets no time at all during the stop: the stop-and-read ends, with no exit, at
+    ``ABORT_STOP_ANSWER_WAIT_S`` from the ``Stop`` sent; leaving the stream then ends the command
+    once the executor runs again."""
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        with frozen(executor.pid):
+            began = trio.current_time()
+            ended = await stop_and_drain(client, "never-answers", events, join)
+            took.append(trio.current_time() - began)
+        return ended
+
+    with reaping() as groups:
+        out, ended = await _until_ready(client, TRAPPING, "never-answers", groups, aborted)
+        assert ended is None, ended
+        assert ABORT_STOP_ANSWER_WAIT_S <= took[0] < ABORT_STOP_ANSWER_WAIT_S + 1, took
+        assert out.endswith(b"ready\n"), out
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_an_abort_whose_executor_is_gone_does_not_wait(tmp_path: Path) -> None:
+    """The executor is killed while the command runs: its ``Stop`` fails and its stream ends at
+    once, so the stop-and-read returns with no exit within ``ABORT_OUTPUT_WAIT_S`` (not the
+    bound on an answer)."""
+    gone: ExecutorProcess = start_executor(tmp_path)
+    client = ExecutorClient(gone.address, gone.token)
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        gone.proc.kill()
+        gone.proc.wait()
+        began = trio.current_time()
+        ended = await stop_and_drain(client, "gone", events, join)
+        took.append(trio.current_time() - began)
+        return ended
+
+    try:
+        with reaping() as groups, contextlib.closing(client):
+            await client.hello()
+            out, ended = await _until_ready(client, "echo $$; echo ready; sleep 600", "gone", groups, aborted)
+            assert ended is None, ended
+            assert took[0] < ABORT_OUTPUT_WAIT_S + 0.5, took
+            assert out.endswith(b"ready\n"), out
+    finally:
+        stop_process(gone.proc)
