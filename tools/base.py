@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
 from events import types as t
 from events.secrets import Secrets
 
+from .integer_arguments import integers_as_int
 from .json_values import lone_surrogate, scalars
 
 
@@ -249,73 +250,6 @@ class ToolRegistry:
 
 
 INT64 = (-(2**63), 2**63 - 1)
-
-
-def _is_integer_type(schema: Any) -> bool:
-    kind = schema.get("type") if isinstance(schema, Mapping) else None
-    return kind == "integer" or (isinstance(kind, list) and "integer" in kind)
-
-
-def integers_as_int(schema: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``args`` with each argument the tool's schema types ``"integer"`` given as a number with a
-    zero fraction (``5.0``, ``1e3``) taken as that ``int``: JSON Schema counts such a number as an
-    integer (draft 2019-09 on), and models often send one. The schema is followed all the way
-    down: an object's ``properties`` (and ``additionalProperties``, for the keys they do not
-    name), an array's ``items`` (and ``prefixItems``, or ``items`` as a list, position by
-    position). Anything else is left for the tool's own check to refuse: ``5.5``, a boolean, a
-    string, an infinity (``1e999`` parses as one), a whole number past 64 bits (no tool's limit
-    reaches them) and what the schema reaches only through ``$ref``, ``anyOf``, ``oneOf``,
-    ``allOf`` or ``patternProperties``. ``args`` is not changed: the objects and arrays holding a
-    converted number are copies. The walk keeps its own stack (arguments and schemas may nest
-    past the interpreter's recursion limit)."""
-    # A place in the arguments is a link (the place holding it, the key there); None: the top.
-    found: list[tuple[_Place, int]] = []
-    stack: list[tuple[_Place | None, Any, Any]] = [(None, schema, args)]
-    while stack:
-        place, sub, value = stack.pop()
-        if not isinstance(sub, Mapping):
-            continue
-        if type(value) is float:
-            if place and value.is_integer() and INT64[0] <= value < 2.0 ** 63 and _is_integer_type(sub):
-                found.append((place, int(value)))
-        elif isinstance(value, Mapping):
-            props = sub.get("properties")
-            named = props if isinstance(props, Mapping) else {}
-            rest = sub.get("additionalProperties")
-            stack.extend(((place, key), named[key] if key in named else rest, v) for key, v in value.items())
-        elif isinstance(value, list):
-            items = sub.get("items")
-            prefix = sub.get("prefixItems", items if isinstance(items, list) else [])
-            prefix = prefix if isinstance(prefix, list) else []
-            after = items if isinstance(items, Mapping) else sub.get("additionalItems") if isinstance(items, list) else None
-            stack.extend(((place, i), prefix[i] if i < len(prefix) else after, v) for i, v in enumerate(value))
-    return _replaced(args, found) if found else args
-
-
-_Place = tuple[Any, "str | int"]  # (the place holding it or None, its key there)
-
-
-def _replaced(args: Mapping[str, Any], found: list[tuple[_Place, int]]) -> dict[str, Any]:
-    """``args`` with the value at each place of ``found`` replaced; each object or array on the
-    way to one is copied once, the rest shared."""
-    out = dict(args)
-    copies: dict[int, Any] = {}  # id of a place (kept alive by ``found``) -> the copy there
-    for place, number in found:
-        way = []
-        link: _Place | None = place[0]
-        while link is not None:
-            way.append(link)
-            link = link[0]
-        node, original = out, args
-        for link in reversed(way):
-            original = original[link[1]]  # type: ignore[index]
-            copy = copies.get(id(link))
-            if copy is None:
-                copy = copies[id(link)] = dict(original) if isinstance(original, Mapping) else list(original)
-                node[link[1]] = copy
-            node = copy
-        node[place[1]] = number
-    return out
 
 
 QUOTE_CHARS = 300  # how many characters of unusable arguments an error result quotes

@@ -21,7 +21,7 @@ from ..mcp.conftest import SERVER, alive
 from ..providers.scripts import reply
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
-from .conftest import Daemon, DaemonFactory, finished, run_lens, run_tool, stop_daemon, wait_until
+from .conftest import Daemon, DaemonFactory, finished, run_lens, run_tool, sdks_ready, stop_daemon, wait_until
 
 
 def server(*flags: str, **extra: Any) -> dict[str, Any]:
@@ -167,6 +167,7 @@ async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_
         "defaultModel": "loop/chat-test", "mcpServers": {"my-server": server("--dotted")}})
     token = await d.pair("mcp-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     offered = [tool["function"]["name"] for tool in loop.bodies[0]["tools"]]
@@ -211,6 +212,7 @@ async def test_mcp_tools_of_a_long_or_non_ascii_name_are_offered_as_aliases_on_e
         "tools": {"mcpDeferAbove": 100}})  # (all offered eagerly: more than 16 are deferred by default)
     token = await d.pair("mcp-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     offered = offered_names(protocol, loop.bodies[0])

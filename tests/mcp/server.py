@@ -24,7 +24,9 @@ it starts in its process group, and with ``--setsid-child`` that of a child it s
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--dotted`` (adds ``some.tool``), ``--nested`` (adds ``shapes``, whose input schema types integers
-inside arrays and objects, answering the arguments it received as JSON text: ``5`` and ``5.0`` differ there), ``--long-name`` (adds a tool of a 44-character name), ``--named NAME`` (repeatable: adds a tool of that name answering
+inside arrays and objects, and ``models``, whose schema reaches them through ``$defs``, ``anyOf`` with
+``null`` and ``allOf``, as Pydantic writes them; both answer the arguments they received as JSON
+text: ``5`` and ``5.0`` differ there), ``--long-name`` (adds a tool of a 44-character name), ``--named NAME`` (repeatable: adds a tool of that name answering
 ``NAME: {text}``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
 ``--shrink`` (adds ``shrink`` first),
@@ -192,7 +194,7 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text(" ".join(sys.argv[1:]))
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
-    elif name == "shapes":
+    elif name in ("shapes", "models"):
         result = text(json.dumps(args, sort_keys=True))
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
@@ -274,6 +276,15 @@ def main() -> None:
                 "sizes": {"type": "array", "items": {"type": "integer"}},
                 "box": {"type": "object", "properties": {"w": {"type": "integer"}, "ratio": {"type": "number"}}},
                 "points": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}}}}})
+        TOOLS.insert(0, {"name": "models", "description": "Answers its arguments", "inputSchema": {
+            "$defs": {"Point": {"type": "object", "title": "Point", "required": ["x"], "properties": {
+                "x": {"type": "integer", "title": "X"}, "y": {"anyOf": [{"type": "number"}, {"type": "null"}]}}}},
+            "type": "object", "properties": {
+                "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "at": {"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}]},
+                "path": {"type": "array", "items": {"$ref": "#/$defs/Point"}},
+                "size": {"allOf": [{"type": "integer"}, {"minimum": 0}]},
+                "scale": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}})
     if opts.dotted:  # a tool name no provider accepts as is
         TOOLS.insert(0, {"name": "some.tool", "description": "A dotted name", "inputSchema": OBJ})
     if opts.shrink:

@@ -61,6 +61,22 @@ async def test_integers_nested_in_an_mcp_tools_arguments_reach_the_server_as_int
          "sizes": [5, 1000, 2.5]}, sort_keys=True)
 
 
+async def test_integers_an_mcp_tool_reaches_through_refs_and_branches_reach_the_server_as_integers(start: Any) -> None:
+    # The conversion did not follow $ref, anyOf/oneOf or allOf: Pydantic's Optional[int] and a
+    # model under $defs were sent 5.0. A branch that allows any number keeps what was sent.
+    r = await start({"t": srv("--nested")})
+    args = {"limit": 5.0, "at": {"x": 1.0, "y": 2.0}, "path": [{"x": -0.0}, {"x": 3.0, "y": 4.5}],
+            "size": 1e3, "scale": 2.0}
+    res = await r.call("mcp__t__models", args)
+    assert not res.is_error, res.content
+    assert json.loads(res.content[0].text) == args
+    assert res.content[0].text == json.dumps(
+        {"at": {"x": 1, "y": 2.0}, "limit": 5, "path": [{"x": 0}, {"x": 3, "y": 4.5}], "scale": 2.0, "size": 1000},
+        sort_keys=True)
+    res = await r.call("mcp__t__models", {"limit": 5.5, "at": None})
+    assert res.content[0].text == '{"at": null, "limit": 5.5}'
+
+
 async def test_results_map_images_errors_and_the_output_cap(start: Any, tmp_path: Path) -> None:
     r = await start({"t": srv()})
     res = await r.call("mcp__t__image")
