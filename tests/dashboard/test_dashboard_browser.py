@@ -511,6 +511,15 @@ def open_session(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> tu
     return token, open_new_session(driver, daemon, token, workspace)
 
 
+def open_in_page(driver: Any, daemon: Daemon, token: str, session_id: str) -> None:
+    """Load the page, connect with ``token``, and open the session ``session_id`` of the first
+    project listed."""
+    driver.get(daemon.base + "/")
+    connect(driver, token)
+    click(driver, "#projects button")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+
+
 def seen_then_stopped(driver: Any, daemon: Daemon, token: str, tmp_path: Path) -> tuple[str, str, int]:
     """A new session opened in the page, the page up to date with it, then the daemon stopped:
     (session id, project id, the last seq the page saw)."""
@@ -676,9 +685,9 @@ def with_turns(*turns: dict[str, Any], **server: Any) -> dict[str, Any]:
     return config
 
 
-def jobs_turn(*commands: str, when: str = "start a job") -> dict[str, Any]:
-    """A faux turn (for ``with_turns``) whose model, asked ``when``, starts a job per command."""
-    return {"when": when, "toolCalls": [
+def jobs_turn(*commands: str) -> dict[str, Any]:
+    """A faux turn (for ``with_turns``) whose model, asked "start a job", starts a job per command."""
+    return {"when": "start a job", "toolCalls": [
         {"name": "job", "arguments": {"action": "start", "command": c}} for c in commands]}
 
 
@@ -1026,10 +1035,7 @@ def test_dashboard_jobs_scan_reads_on_past_a_page_cut_short_by_its_byte_limit(br
     try:
         token = daemon.pair("dash-jobs", strong=False)
         driver = browser
-        driver.get(daemon.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_jobs']")
+        open_in_page(driver, daemon, token, "ses_jobs")
         wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the short page")
         assert sorted(texts(driver, "#jobs li.card .sub")) == ["early-0", "early-1", "early-2", "make late"]
     finally:
@@ -1069,10 +1075,7 @@ def test_dashboard_lists_the_files_a_session_changed(browser: Any, tmp_path: Pat
     try:
         token = daemon.pair("dash-changes", strong=False)
         driver = browser
-        driver.get(daemon.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_ch']")
+        open_in_page(driver, daemon, token, "ses_ch")
         wait_for(lambda: len(texts(driver, "#changes li.card .sub")) == 2, "the changed files")
         assert texts(driver, "#changes li.card .sub") == ["notes.txt", "src/app.py"]
         assert texts(driver, "#changes li.card .pill") == ["reverted", "created · 42 B"]
@@ -1482,10 +1485,7 @@ def test_dashboard_lists_the_jobs_of_a_long_session(browser: Any, tmp_path: Path
     try:
         token = daemon.pair("dash-long-jobs", strong=True)
         driver = browser
-        driver.get(daemon.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_long']")
+        open_in_page(driver, daemon, token, "ses_long")
         wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the 20,000th event", 20)
         assert texts(driver, "#jobs li.card .sub") == ["make early", "make late"]
         late = one(driver, "#jobs li.card[data-job-id='late']")

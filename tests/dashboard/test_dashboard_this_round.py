@@ -21,8 +21,8 @@ from events.types import (AgentFinished, AgentStarted, ArtifactStored, ModelResp
 from runtime.views import VIEW_AGENTS_MAX
 from tools.artifacts import ArtifactStore
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    COUNT_STREAMS, Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_session,
-    stream_requests, texts, wait_for)
+    COUNT_STREAMS, Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_in_page,
+    open_session, stream_requests, texts, wait_for)
 
 
 def write_sessions_with_agents(cwd: Path, workspace: Path, subagents: dict[str, int]) -> None:
@@ -199,10 +199,7 @@ def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path
         token = d.pair("dash-artifacts", strong=False)
         driver = browser
         driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-        driver.get(d.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_art']")
+        open_in_page(driver, d, token, "ses_art")
         card = "#timeline .tool[data-call-id='call_{}']"
         wait_for(lambda: all(by_css(driver, card.format(k) + " button.artifact") for k in kinds), "each result's artifact")
         # (a control as every other: at least 24×24 px)
