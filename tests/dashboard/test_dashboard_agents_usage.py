@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, console_errors, daemon, open_new_session, submit, texts, wait_for)
+    Daemon, body_data, browser, console_errors, daemon, open_session, submit, texts, wait_for)
 
 LABELS = [("requests", "requests"), ("inputTokens", "input"), ("outputTokens", "output"),
           ("cacheReadTokens", "cache read"), ("cacheWriteTokens", "cache write"), ("reasoningTokens", "reasoning")]
@@ -28,10 +28,7 @@ def shown(usage: dict[str, Any]) -> str:
 
 def test_the_agents_pane_shows_each_agents_usage(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     driver = browser
-    token = daemon.pair("dash-agent-usage", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    session_id = open_new_session(driver, daemon, token, workspace)
+    token, session_id = open_session(driver, daemon, tmp_path, "dash-agent-usage")
     # (the faux model of the subagent calls the tool its prompt names, then answers)
     submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
     # (idle alone is also what the session is before the input reaches it: wait for its round's end)

@@ -7,8 +7,9 @@ helpers); every wait is for a condition."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import trio
 
@@ -114,15 +115,28 @@ def write_artifacts_session(cwd: Path, workspace: Path) -> dict[str, str]:
 CARD = "#timeline .tool[data-call-id='call_{}']"
 
 
-def open_artifacts_session(driver: Any, d: Daemon, downloads: Path) -> None:
-    token = d.pair("dash-artifact-reads", strong=False)
-    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-    driver.get(d.base + "/")
-    driver.execute_script(RECORD_ARTIFACT_READS)
-    connect(driver, token)
-    click(driver, "#projects button")
-    click(driver, "#sessions button[data-session-id='ses_read']")
-    wait_for(lambda: by_css(driver, CARD.format("pdf") + " button.artifact"), "the session's results")
+@contextmanager
+def artifacts_session(driver: Any, tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """A daemon on a log holding ``write_artifacts_session``'s session, that session opened in the
+    page (read-only, its artifact reads recorded, its downloads saved to a folder of their own):
+    (the artifacts' ids by key, the downloads' folder)."""
+    cwd, workspace, downloads = tmp_path / "daemon", tmp_path / "workspace", tmp_path / "downloads"
+    for p in (cwd, workspace, downloads):
+        p.mkdir()
+    aids = write_artifacts_session(cwd, workspace)
+    d = Daemon(cwd)
+    try:
+        token = d.pair("dash-artifact-reads", strong=False)
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        driver.get(d.base + "/")
+        driver.execute_script(RECORD_ARTIFACT_READS)
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_read']")
+        wait_for(lambda: by_css(driver, CARD.format("pdf") + " button.artifact"), "the session's results")
+        yield aids, downloads
+    finally:
+        d.stop()
 
 
 def artifact_reads(driver: Any, aid: str) -> list[dict[str, Any]]:
@@ -133,14 +147,8 @@ def test_an_artifact_is_read_as_far_as_it_is_shown(browser: Any, tmp_path: Path)
     """A text one byte past what is shown is read as a range of what is shown (it was read
     whole); bytes larger than that are read again whole to be downloaded; a PDF stored as one is
     downloaded as ``.pdf`` (it was ``.bin``)."""
-    cwd, workspace, downloads = tmp_path / "daemon", tmp_path / "workspace", tmp_path / "downloads"
-    for p in (cwd, workspace, downloads):
-        p.mkdir()
-    aids = write_artifacts_session(cwd, workspace)
-    d = Daemon(cwd)
-    try:
-        driver = browser
-        open_artifacts_session(driver, d, downloads)
+    driver = browser
+    with artifacts_session(driver, tmp_path) as (aids, downloads):
         click(driver, CARD.format("past") + " button.artifact")
         wait_for(lambda: texts(driver, CARD.format("past") + " .artifact-note") == [f"the first {TEXT_SHOWN} of {TEXT_SHOWN + 1} bytes"],
                  "the long text shown, cut")
@@ -162,22 +170,14 @@ def test_an_artifact_is_read_as_far_as_it_is_shown(browser: Any, tmp_path: Path)
         assert not list(downloads.glob("*.crdownload"))
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
         assert not console_errors(driver)
-    finally:
-        d.stop()
 
 
 def test_an_artifact_named_in_a_results_text_alone_has_its_button_if_it_is_stored(browser: Any, tmp_path: Path) -> None:
     """A result naming a stored artifact in its text alone (an MCP resource's line) had no
     button: it has one, found with a one-byte read of the id, and opens as the others do; a
     result naming 64 hex digits no artifact has gets none, and no error is shown for it."""
-    cwd, workspace, downloads = tmp_path / "daemon", tmp_path / "workspace", tmp_path / "downloads"
-    for p in (cwd, workspace, downloads):
-        p.mkdir()
-    aids = write_artifacts_session(cwd, workspace)
-    d = Daemon(cwd)
-    try:
-        driver = browser
-        open_artifacts_session(driver, d, downloads)
+    driver = browser
+    with artifacts_session(driver, tmp_path) as (aids, _):
         wait_for(lambda: by_css(driver, CARD.format("named") + " button.artifact"), "the button of an id named in text")
         assert texts(driver, CARD.format("named") + " button.artifact") == [f"Open artifact (text/plain, {len(NAMED)} B)"]
         assert artifact_reads(driver, aids["named"]) == [{"id": aids["named"], "range": "bytes=0-0", "status": 206, "size": 1}]
@@ -192,5 +192,3 @@ def test_an_artifact_named_in_a_results_text_alone_has_its_button_if_it_is_store
             == [NAMED.decode()], "the artifact named in text, shown")
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
         assert not console_errors(driver)
-    finally:
-        d.stop()

@@ -221,6 +221,17 @@ def write_many_projects(cwd: Path, workspace: Path, projects: int) -> None:
     trio.run(write)
 
 
+def projects_shown(driver: Any) -> list[str]:
+    """The ids of the projects the page lists, in its order."""
+    return driver.execute_script("return Array.from(document.querySelectorAll('#projects button[data-project-id]'),"
+                                 " b => b.dataset.projectId)")
+
+
+def projects_listed(d: Daemon, token: str) -> list[str]:
+    """The ids of every project the daemon lists, in its order."""
+    return [p["id"] for p in d.request("GET", "/projects", token=token)[1]["projects"]]
+
+
 def project_reads(driver: Any, base: str) -> list[str]:
     """The query of each read of the project list the page made since the last call."""
     return [path.split("?", 1)[1] if "?" in path else "" for method, path, _ in network_requests(driver, base)
@@ -244,20 +255,14 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
         token = d.pair("dash-projects", strong=False)
         driver = browser
 
-        def shown() -> list[str]:
-            return driver.execute_script("return Array.from(document.querySelectorAll('#projects button[data-project-id]'),"
-                                         " b => b.dataset.projectId)")
-
-        def listed() -> list[str]:
-            return [p["id"] for p in d.request("GET", "/projects", token=token)[1]["projects"]]
-
-        whole = listed()
+        whole = projects_listed(d, token)
         assert len(whole) == 450
         driver.get(d.base + "/")
         network_requests(driver, d.base)
         connect(driver, token)
-        wait_for(lambda: len(shown()) == 200 and by_css(driver, "#projects button.more"), "the newest 200")
-        assert shown() == whole[-200:]
+        wait_for(lambda: len(projects_shown(driver)) == 200 and by_css(driver, "#projects button.more"),
+                 "the newest 200")
+        assert projects_shown(driver) == whole[-200:]
         items = by_css(driver, "#projects > li")
         assert items[0].get_attribute("class") != "empty" and by_css(items[0], "button.more")  # (above: where the older are)
         # the newest project is selected, its session listed
@@ -270,17 +275,17 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
         # a project made after the page loaded appears within a poll, at the end (the newest)
         status, made = d.request("POST", "/projects", {"name": "Made later", "workspace": str(tmp_path / "ws")}, strong)
         assert status == 201, made
-        wait_for(lambda: shown()[-1:] == [made["id"]], "the new project", timeout=15)
-        whole = listed()
-        assert shown() == whole[-200:]
+        wait_for(lambda: projects_shown(driver)[-1:] == [made["id"]], "the new project", timeout=15)
+        whole = projects_listed(d, token)
+        assert projects_shown(driver) == whole[-200:]
         # every project is reachable: 200 older, then the 51 left
         click(driver, "#projects button.more")
-        wait_for(lambda: len(shown()) == 400, "200 older projects")
-        assert shown() == whole[-400:] and by_css(driver, "#projects button.more")
+        wait_for(lambda: len(projects_shown(driver)) == 400, "200 older projects")
+        assert projects_shown(driver) == whole[-400:] and by_css(driver, "#projects button.more")
         assert driver.execute_script("return document.activeElement.matches('#projects button.more')")
         click(driver, "#projects button.more")
-        wait_for(lambda: len(shown()) == 451, "every project")
-        assert shown() == whole and not by_css(driver, "#projects button.more")
+        wait_for(lambda: len(projects_shown(driver)) == 451, "every project")
+        assert projects_shown(driver) == whole and not by_css(driver, "#projects button.more")
         project_reads(driver, d.base)
         reads = []
         wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 1, "a poll", timeout=15)
@@ -321,32 +326,26 @@ def test_the_selected_project_keeps_its_row_and_more_projects_go_on_from_the_old
         token = d.pair("dash-kept", strong=False)
         driver = browser
 
-        def shown() -> list[str]:
-            return driver.execute_script("return Array.from(document.querySelectorAll('#projects button[data-project-id]'),"
-                                         " b => b.dataset.projectId)")
-
-        def listed() -> list[str]:
-            return [p["id"] for p in d.request("GET", "/projects", token=token)[1]["projects"]]
-
         def make(name: str) -> str:
             status, made = d.request("POST", "/projects", {"name": name, "workspace": str(tmp_path / "ws")}, strong)
             assert status == 201, made
             return made["id"]
 
-        whole = listed()
+        whole = projects_listed(d, token)
         assert whole[-200] == "prj_0250"
         driver.get(d.base + "/")
         connect(driver, token)
-        wait_for(lambda: len(shown()) == 200 and by_css(driver, "#projects button.more"), "the newest 200")
+        wait_for(lambda: len(projects_shown(driver)) == 200 and by_css(driver, "#projects button.more"),
+                 "the newest 200")
         click(driver, "#projects button[data-project-id='prj_0250']")
         wait_for(lambda: texts(driver, "#sessions button[data-session-id]") != []
                  and selected_project(driver) == ["prj_0250"], "the selected project's session")
         made = [make(f"Made later {i}") for i in range(3)]
-        wait_for(lambda: shown()[-3:] == made, "the three new projects", timeout=15)
-        whole = listed()
+        wait_for(lambda: projects_shown(driver)[-3:] == made, "the three new projects", timeout=15)
+        whole = projects_listed(d, token)
         assert "prj_0250" not in whole[-200:]
         # its row stays, first (the oldest shown), the button after it (the projects between are left out)
-        assert shown() == ["prj_0250"] + whole[-200:]
+        assert projects_shown(driver) == ["prj_0250"] + whole[-200:]
         items = by_css(driver, "#projects > li")
         assert by_css(items[0], "button[data-project-id='prj_0250']") and by_css(items[1], "button.more")
         assert selected_project(driver) == ["prj_0250"]
@@ -356,23 +355,23 @@ def test_the_selected_project_keeps_its_row_and_more_projects_go_on_from_the_old
         # "Show more" goes on from the oldest row of the window: the selected row is among the 200 read, once
         network_requests(driver, d.base)
         click(driver, "#projects button.more")
-        wait_for(lambda: len(shown()) == 400, "200 older projects")
-        assert shown() == whole[-400:] and selected_project(driver) == ["prj_0250"]
+        wait_for(lambda: len(projects_shown(driver)) == 400, "200 older projects")
+        assert projects_shown(driver) == whole[-400:] and selected_project(driver) == ["prj_0250"]
         assert f"order=newest&limit=200&after={whole[-200]}" in project_reads(driver, d.base)
         # projects made between presses are added; nothing leaves the list
         later = [make(f"Made between {i}") for i in range(2)]
-        wait_for(lambda: shown()[-2:] == later, "the two made between presses", timeout=15)
-        whole = listed()
-        assert shown() == whole[-402:]
+        wait_for(lambda: projects_shown(driver)[-2:] == later, "the two made between presses", timeout=15)
+        whole = projects_listed(d, token)
+        assert projects_shown(driver) == whole[-402:]
         click(driver, "#projects button.more")
-        wait_for(lambda: len(shown()) == len(whole), "every project")
-        assert shown() == whole and not by_css(driver, "#projects button.more")
+        wait_for(lambda: len(projects_shown(driver)) == len(whole), "every project")
+        assert projects_shown(driver) == whole and not by_css(driver, "#projects button.more")
         # the poll after the presses reads the newest page alone, never what is shown
         project_reads(driver, d.base)
         reads: list[str] = []
         wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 2, "two polls", timeout=20)
         assert all(q == "order=newest&limit=200" for q in reads), reads
-        assert shown() == whole and selected_project(driver) == ["prj_0250"]
+        assert projects_shown(driver) == whole and selected_project(driver) == ["prj_0250"]
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
         assert not console_errors(driver)
     finally:

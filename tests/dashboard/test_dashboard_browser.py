@@ -502,6 +502,24 @@ def open_new_session(driver: Any, daemon: Daemon, token: str, workspace: Path) -
         "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId"), "the session")
 
 
+def open_session(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> tuple[str, str]:
+    """A strong credential for ``client``, a new workspace, and a new session of its project opened
+    in the page: (the credential, the session's id)."""
+    token = daemon.pair(client, strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    return token, open_new_session(driver, daemon, token, workspace)
+
+
+def open_in_page(driver: Any, daemon: Daemon, token: str, session_id: str) -> None:
+    """Load the page, connect with ``token``, and open the session ``session_id`` of the first
+    project listed."""
+    driver.get(daemon.base + "/")
+    connect(driver, token)
+    click(driver, "#projects button")
+    click(driver, f"#sessions button[data-session-id='{session_id}']")
+
+
 def seen_then_stopped(driver: Any, daemon: Daemon, token: str, tmp_path: Path) -> tuple[str, str, int]:
     """A new session opened in the page, the page up to date with it, then the daemon stopped:
     (session id, project id, the last seq the page saw)."""
@@ -539,10 +557,7 @@ def console_errors(driver: Any) -> list[str]:
 def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     started = time.monotonic()
     driver = browser
-    strong = daemon.pair("dash-q", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-q")
 
     # Two questions: options toggle (one click used to answer the whole call with "Red"), the
     # typed text survives the re-render another input causes, and "Answer" sends it all.
@@ -670,6 +685,29 @@ def with_turns(*turns: dict[str, Any], **server: Any) -> dict[str, Any]:
     return config
 
 
+def jobs_turn(*commands: str) -> dict[str, Any]:
+    """A faux turn (for ``with_turns``) whose model, asked "start a job", starts a job per command."""
+    return {"when": "start a job", "toolCalls": [
+        {"name": "job", "arguments": {"action": "start", "command": c}} for c in commands]}
+
+
+def job_ids(driver: Any) -> list[str]:
+    """The ids of the jobs the page's panel lists, in its order."""
+    return driver.execute_script("return Array.from(document.querySelectorAll('#jobs li.card'), c => c.dataset.jobId)")
+
+
+def session_starting_jobs(make_daemon: Callable[[dict[str, Any]], Daemon], driver: Any, tmp_path: Path, client: str,
+                          *commands: str, turns: tuple[dict[str, Any], ...] = ()) -> tuple[Daemon, str, str, list[str]]:
+    """A daemon whose faux model starts a job per command when asked "start a job" (``turns``: its
+    other turns), a session opened in the page and asked it, and the page listing the jobs: (the
+    daemon, a strong token, the session's id, the jobs' ids)."""
+    d = make_daemon(with_turns(jobs_turn(*commands), *turns))
+    strong, sid = open_session(driver, d, tmp_path, client)
+    submit(driver, "start a job")
+    wait_for(lambda: len(job_ids(driver)) == len(commands), "the jobs' cards", 2 * WAIT)
+    return d, strong, sid, job_ids(driver)
+
+
 def network_requests(driver: Any, base: str) -> list[tuple[str, str, bool]]:
     """(method, path, sent a credential) of each request the page made to the daemon since the last call."""
     out = []
@@ -705,10 +743,7 @@ def test_dashboard_daemon_restart_resumes_without_doubling_and_a_refused_stream_
     # first half again once the page is back.
     d = make_daemon(with_turns({"when": "delayed stream", "delayMs": 3000, "chunks": ["Part one. ", "Part two."],
                                 "chunkDelayMs": 60000}))
-    strong = d.pair("dash-restart", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-restart")
     submit(driver, "hello before the restart")
     wait_for(lambda: "(faux) You said: hello before the restart" in committed_answers(driver), "the first answer")
     submit(driver, "delayed stream please")
@@ -867,10 +902,7 @@ def test_dashboard_long_session_keeps_the_page_bounded_and_what_the_reader_opene
     started = time.monotonic()
     driver = browser
     d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
-    strong = d.pair("dash-many", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-many")
     submit(driver, "many tools")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
         a.startswith("The tool answered") for a in committed_answers(driver)), "the answer after the tool calls", 30)
@@ -936,10 +968,7 @@ def test_dashboard_resumes_a_dropped_stream_without_gaps(
     config = with_turns({"when": "big answer", "text": "B" * 900_000}, sseBufferEvents=1, heartbeatSeconds=5)
     config["context"] = {"compaction": {"auto": False}}  # (14 MB of answers would pass the faux window's 80 %)
     d = make_daemon(config)
-    strong = d.pair("dash-dropped", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-dropped")
     # The page's main thread submits the inputs and then stays busy (not reading its stream) until
     # the daemon has answered them all, however long that takes on a loaded machine: a fixed
     # busy time let a slow daemon's answers arrive after the page read again, and nothing dropped.
@@ -1006,10 +1035,7 @@ def test_dashboard_jobs_scan_reads_on_past_a_page_cut_short_by_its_byte_limit(br
     try:
         token = daemon.pair("dash-jobs", strong=False)
         driver = browser
-        driver.get(daemon.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_jobs']")
+        open_in_page(driver, daemon, token, "ses_jobs")
         wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the short page")
         assert sorted(texts(driver, "#jobs li.card .sub")) == ["early-0", "early-1", "early-2", "make late"]
     finally:
@@ -1049,10 +1075,7 @@ def test_dashboard_lists_the_files_a_session_changed(browser: Any, tmp_path: Pat
     try:
         token = daemon.pair("dash-changes", strong=False)
         driver = browser
-        driver.get(daemon.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_ch']")
+        open_in_page(driver, daemon, token, "ses_ch")
         wait_for(lambda: len(texts(driver, "#changes li.card .sub")) == 2, "the changed files")
         assert texts(driver, "#changes li.card .sub") == ["notes.txt", "src/app.py"]
         assert texts(driver, "#changes li.card .pill") == ["reverted", "created · 42 B"]
@@ -1077,11 +1100,8 @@ def test_dashboard_shows_the_context_and_compacts_it_from_the_page(daemon: Daemo
     older items (POST /sessions/{id}/compact) and the panel shows it. A read-only credential
     sees the panel without the button."""
     driver = browser
-    strong = daemon.pair("dash-context", strong=True)
     readonly = daemon.pair("dash-context-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    session_id = open_new_session(driver, daemon, strong, workspace)
+    strong, session_id = open_session(driver, daemon, tmp_path, "dash-context")
     submit(driver, "/tool get_system_time {}")
     wait_for(lambda: any(a.startswith("The tool answered:") for a in committed_answers(driver)), "the answer to the tool")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
@@ -1107,11 +1127,8 @@ def test_dashboard_snips_a_tool_result_and_includes_it_again(daemon: Daemon, bro
     …/context/snip); a snipped one is marked so and has "Include" (POST …/context/include); the
     Context panel counts both. A read-only credential sees the mark and no button."""
     driver = browser
-    strong = daemon.pair("dash-snip", strong=True)
     readonly = daemon.pair("dash-snip-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    session_id = open_new_session(driver, daemon, strong, workspace)
+    strong, session_id = open_session(driver, daemon, tmp_path, "dash-snip")
     submit(driver, "/tool get_system_time {}")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
     wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Snip"], "the result's Snip button")
@@ -1146,10 +1163,7 @@ def test_dashboard_marks_a_result_whose_call_was_snipped_as_out_and_includes_it(
     context with its call (mark ``removed``). The page showed it as in context with a "Snip" that
     changed nothing; it is marked out, counted, and has "Include", which brings the pair back."""
     driver = browser
-    strong = daemon.pair("dash-removed", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    session_id = open_new_session(driver, daemon, strong, workspace)
+    strong, session_id = open_session(driver, daemon, tmp_path, "dash-removed")
     submit(driver, "/tool get_system_time {}")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
     wait_for(lambda: texts(driver, "#timeline .tool .ctx-edit") == ["Snip"], "the result's Snip button")
@@ -1189,11 +1203,8 @@ def test_dashboard_hides_snips_and_puts_back_messages_and_tool_calls(daemon: Dae
     from selenium.webdriver.common.keys import Keys
 
     driver = browser
-    strong = daemon.pair("dash-hide", strong=True)
     readonly = daemon.pair("dash-hide-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    session_id = open_new_session(driver, daemon, strong, workspace)
+    strong, session_id = open_session(driver, daemon, tmp_path, "dash-hide")
     submit(driver, "my zorilla pasted by mistake")
     wait_for(lambda: len(committed_answers(driver)) == 1 and body_data(driver, "sessionStatus") == "idle", "the answer")
     user = "#timeline .msg.user"
@@ -1402,11 +1413,8 @@ def test_dashboard_shows_a_read_only_reader_the_questions_options_and_why_it_can
     controls (the reader saw "Colour?" and nothing to choose from), and nothing said why the page
     offered no way to send, answer or abort."""
     driver = browser
-    strong = daemon.pair("dash-ro-question", strong=True)
     readonly = daemon.pair("dash-ro-question-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-ro-question")
     assert not one(driver, "#read-only-note").is_displayed()
     submit(driver, "ask two questions")
     wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions")
@@ -1427,10 +1435,7 @@ def test_dashboard_says_when_a_withdraw_came_too_late(daemon: Daemon, browser: A
     input's status (`settled`), not an error. The page showed nothing, as if it had been
     withdrawn; it now says it was not, as it says of a steer that came too late."""
     driver = browser
-    strong = daemon.pair("dash-late-withdraw", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-late-withdraw")
     submit(driver, "ask two questions")
     wait_for(lambda: by_css(driver, "#timeline .question"), "the question")
     assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": "late", "content": "withdrawn too late"},
@@ -1476,15 +1481,11 @@ def test_dashboard_lists_the_jobs_of_a_long_session(browser: Any, tmp_path: Path
                                                  reason="killed by signal 9"), **ids))
 
     trio.run(write_log)
-    daemon = Daemon(cwd, with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "exit 3"}}]}))
+    daemon = Daemon(cwd, with_turns(jobs_turn("exit 3")))
     try:
         token = daemon.pair("dash-long-jobs", strong=True)
         driver = browser
-        driver.get(daemon.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_long']")
+        open_in_page(driver, daemon, token, "ses_long")
         wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the 20,000th event", 20)
         assert texts(driver, "#jobs li.card .sub") == ["make early", "make late"]
         late = one(driver, "#jobs li.card[data-job-id='late']")
@@ -1535,10 +1536,7 @@ def test_dashboard_keeps_what_was_typed_while_a_send_was_on_its_way(daemon: Daem
     the next message. The page emptied the box when the acknowledgement came, losing that text; it
     now takes out only what it sent."""
     driver = browser
-    strong = daemon.pair("dash-typing", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, daemon, strong, workspace)
+    open_session(driver, daemon, tmp_path, "dash-typing")
     driver.execute_script("""
         const real = window.fetch;
         let release; const gate = new Promise((r) => { release = r; });
@@ -1565,10 +1563,7 @@ def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
     """The "Forget credential" button hid the session pane and left its nodes (the timeline, queue, jobs,
     usage, recent events…) in the page until another session opened."""
     driver = browser
-    strong = daemon.pair("dash-forget", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    _, sid = open_session(driver, daemon, tmp_path, "dash-forget")
     submit(driver, "a private note 7f3a")
     wait_for(lambda: "(faux) You said: a private note 7f3a" in committed_answers(driver), "the answer")
     one(driver, "#input").send_keys("a draft 9c1e")
@@ -1588,10 +1583,7 @@ def test_dashboard_offers_no_send_or_abort_on_a_deleted_session_and_says_why(
     still offered, and the daemon refused each use (`SESSION_DELETED`). They are now disabled,
     and a note says why."""
     driver = browser
-    strong = daemon.pair("dash-deleted", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-deleted")
     one(driver, "#input").send_keys("typed before the delete")
     assert one(driver, "#send").is_enabled() and not any(n.is_displayed() for n in by_css(driver, "#closed-note"))
     assert daemon.request("DELETE", f"/sessions/{sid}", token=strong)[0] == 200
@@ -1630,10 +1622,7 @@ def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
 
     driver = browser
     d = make_daemon(with_turns())
-    strong = d.pair("dash-quarantined", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    _, sid = open_session(driver, d, tmp_path, "dash-quarantined")
     submit(driver, "something to replay")
     wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
     restart_with_its_first_input_damaged(d, sid)
@@ -1685,17 +1674,11 @@ def test_dashboard_jobs_panel_reads_a_jobs_output_and_stops_it(
     """A job's card offers its output (any credential) and, while it runs, a Stop button (strong
     trust). The panel showed neither, though the daemon has `GET …/jobs/{jobId}` and `POST …/stop`."""
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]}))
-    strong = d.pair("dash-jobs", strong=True)
+    d, strong, sid, (job_id,) = session_starting_jobs(make_daemon, driver, tmp_path, "dash-jobs",
+                                                      "printf 'job says hello\\n'; sleep 600")
     readonly = d.pair("dash-jobs-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
     card = "#jobs li.card"
     wait_for(lambda: "running" in one(driver, card).text, "the running job")
-    job_id = one(driver, card).get_attribute("data-job-id")
 
     def output_reads_hello() -> bool:
         pre = by_css(driver, f"{card} .job-out pre")
@@ -1745,10 +1728,7 @@ def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_an
 
     driver = browser
     d = make_daemon(with_turns())
-    strong = d.pair("dash-quarantined-open", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    damaged = open_new_session(driver, d, strong, workspace)
+    strong, damaged = open_session(driver, d, tmp_path, "dash-quarantined-open")
     submit(driver, "something to replay")
     wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
     click(driver, "#new-session button")
@@ -1776,13 +1756,7 @@ def test_dashboard_reads_a_jobs_output_once_when_read_more_is_clicked_twice(
     """A second click on "Read more" before the first read's answer asked for the same bytes again,
     and the page appended both answers: the output showed that part twice."""
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "seq 1 20000"}}]}))
-    strong = d.pair("dash-jobs-twice", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
+    session_starting_jobs(make_daemon, driver, tmp_path, "dash-jobs-twice", "seq 1 20000")
     card = "#jobs li.card"
     wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
     click(driver, f"{card} button.job-output")
@@ -1836,10 +1810,7 @@ def test_dashboard_lists_follow_a_rename_that_arrives_during_a_light_read(
     (from before the rename) was shown, and the old name stayed until the next light read (never,
     in a tab in the background)."""
     driver = browser
-    strong = daemon.pair("dash-rename-race", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-rename-race")
     driver.execute_script(HOLD_NEXT_SESSIONS_READ)
     wait_for(lambda: driver.execute_script("return window.sessionsReadAnswered === true"), "a light read answered", 20)
     driver.execute_script("window.hidePage()")
@@ -1859,10 +1830,7 @@ def test_dashboard_lists_follow_a_name_set_back_to_none(daemon: Daemon, browser:
     ``session.named``: the lists are read again for it too (a page in the background reads them
     on nothing else)."""
     driver = browser
-    strong = daemon.pair("dash-name-reset", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-name-reset")
     button = f"#sessions button[data-session-id='{sid}']"
     assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "named for a while"}, token=strong)[0] == 200
     wait_for(lambda: "named for a while" in one(driver, button).text, "the name in the list")
@@ -1878,10 +1846,7 @@ def test_dashboard_keeps_a_session_it_made_while_a_light_read_was_on_its_way(
     new session, then the light read's answer, from before it, replaced that list, and the session
     the page had just opened (and selected) left the list until the next light read."""
     driver = browser
-    strong = daemon.pair("dash-new-race", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    first = open_new_session(driver, daemon, strong, workspace)
+    _, first = open_session(driver, daemon, tmp_path, "dash-new-race")
     driver.execute_script(HOLD_NEXT_SESSIONS_READ)
     wait_for(lambda: driver.execute_script("return window.sessionsReadAnswered === true"), "a light read answered", 20)
     driver.execute_script("window.hidePage()")
@@ -1906,16 +1871,9 @@ def test_dashboard_shows_the_recorded_tail_alone_once_the_daemon_no_longer_holds
     said the output had ended and showed the tail's note above text read from memory. It now shows
     the recorded tail, from its start, in place of what it showed."""
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "seq 1 20000"}}]}))
-    strong = d.pair("dash-jobs-tail", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
+    d, strong, sid, (job_id,) = session_starting_jobs(make_daemon, driver, tmp_path, "dash-jobs-tail", "seq 1 20000")
     card = "#jobs li.card"
     wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
-    job_id = one(driver, card).get_attribute("data-job-id")
     click(driver, f"{card} button.job-output")
     wait_for(lambda: by_css(driver, f"{card} button.job-more"), "the first part of its output, from memory")
     assert one(driver, f"{card} .job-out pre").get_attribute("textContent").startswith("1\n2\n3\n")
@@ -1939,13 +1897,8 @@ def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view
     Snip stayed offered from the view read before, and the daemon refused each use."""
 
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "printf 'hello\\n'"}}]}))
-    strong = d.pair("dash-quarantined-controls", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
+    d, _, sid, _ = session_starting_jobs(make_daemon, driver, tmp_path, "dash-quarantined-controls",
+                                         "printf 'hello\\n'")
     wait_for(lambda: by_css(driver, "#timeline button.ctx-edit") and body_data(driver, "sessionStatus") == "idle",
              "the tool result's Snip on the idle session", 20)
     wait_for(lambda: one(driver, "#compact").is_enabled(), "Compact now offered")
@@ -2046,10 +1999,7 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
     page dropped it (the reader who withdrew to edit had to type it again). It goes back into an
     empty box, with its "If busy" choice; what was typed since stays, and the note says so."""
     driver = browser
-    strong = daemon.pair("dash-withdraw-back", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, daemon, strong, workspace)
+    open_session(driver, daemon, tmp_path, "dash-withdraw-back")
     submit(driver, "stream slowly please")
     # The steer is sent once the answer streams: one that comes before the model is asked (the
     # session is running from the task's start) is placed before that request, which answers it,
@@ -2202,15 +2152,10 @@ def test_dashboard_follows_a_running_jobs_open_output_until_the_job_ends(
     light read every 2 s, one at a time) until the job ends; the last read then shows its end. A
     reader at the bottom of the output stays there as it grows; one scrolled up stays where it is."""
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command":
-            "seq 1 300; while [ ! -e go ]; do sleep 0.1; done; printf 'second line\\n';"
-            " while [ ! -e end ]; do sleep 0.1; done; printf 'last line\\n'"}}]}))
-    strong = d.pair("dash-jobs-follow", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
+    session_starting_jobs(make_daemon, driver, tmp_path, "dash-jobs-follow",
+                          "seq 1 300; while [ ! -e go ]; do sleep 0.1; done; printf 'second line\\n';"
+                          " while [ ! -e end ]; do sleep 0.1; done; printf 'last line\\n'")
+    workspace = tmp_path / "workspace"   # (the session's, where the job runs)
     card = "#jobs li.card"
     wait_for(lambda: "running" in one(driver, card).text, "the running job")
     first = "".join(f"{i}\n" for i in range(1, 301))
@@ -2283,10 +2228,7 @@ def test_dashboard_shows_a_model_request_a_stop_cut_off_with_its_reason_and_usag
     driver = browser
     d = make_daemon(with_turns({"when": "cut me off", "inputTokens": 4321, "chunks": ["Part one. ", "Part two."],
                                 "chunkDelayMs": 60000}))
-    strong = d.pair("dash-cut-off", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-cut-off")
     submit(driver, "cut me off please")
     wait_for(lambda: texts(driver, "#timeline .msg.streaming .text") == ["Part one. "], "the first half", WAIT)
     d.restart()

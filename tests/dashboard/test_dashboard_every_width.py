@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one, open_new_session,
+    Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one, open_session,
     reopen_read_only, restart_with_its_first_input_damaged, start_chromium, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
@@ -51,12 +51,11 @@ SECTION_BOXES = """const box = (n) => { const r = n.getBoundingClientRect(); ret
             sections: arguments[0].map((id) => box(document.getElementById(id).closest('aside > section')))};"""
 
 
-def busy_session_with_work(driver: Any, d: Daemon, token: str, tmp_path: Path) -> None:
-    """A session with a todo list, a running job, three tool calls, a run that streams and waits,
-    and an input queued meanwhile: every kind of control the session shows."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, token, workspace)
+def busy_session_with_work(driver: Any, d: Daemon, tmp_path: Path, client: str) -> None:
+    """A session (opened with a strong credential for ``client``) with a todo list, a running job,
+    three tool calls, a run that streams and waits, and an input queued meanwhile: every kind of
+    control the session shows."""
+    open_session(driver, d, tmp_path, client)
     submit(driver, "work please")
     wait_for(lambda: len(by_css(driver, "#timeline .tool[data-status='ok']")) == 3, "the three finished tool calls")
     wait_for(lambda: by_css(driver, "#jobs li.card .job-output"), "the job's card")
@@ -93,10 +92,9 @@ def test_dashboard_controls_are_24_px_at_every_width(make_daemon: Callable[[dict
     At each of four widths every control shown (the list's, the session's, the side panel's) is on
     screen once scrolled to, uncovered and at least 24×24 px, and the page does not scroll sideways."""
     d = make_daemon(with_turns(WORK))
-    strong = d.pair("dash-every-width", strong=True)
     driver = browser
     at_size(driver, *SIZES[0])
-    busy_session_with_work(driver, d, strong, tmp_path)
+    busy_session_with_work(driver, d, tmp_path, "dash-every-width")
     for width, height in SIZES:
         at_size(driver, width, height)
         list_shown(driver, width)
@@ -114,10 +112,9 @@ def test_dashboard_gives_the_timeline_room_between_the_narrow_and_the_wide_layou
     panel's sections were one long column there, of which its 38 % of the screen showed the
     queue and a little more: the queue, todos and jobs now stand side by side, inside it."""
     d = make_daemon(with_turns(WORK))
-    strong = d.pair("dash-middle", strong=True)
     driver = browser
     at_size(driver, 1400, 900)
-    busy_session_with_work(driver, d, strong, tmp_path)
+    busy_session_with_work(driver, d, tmp_path, "dash-middle")
     for width in (901, 1000, 1120, 1121, 1400):
         at_size(driver, width, 900)
         box = {part: driver.execute_script(BOX, part) for part in ("nav", "#session", "#timeline", "aside", "#composer")}
@@ -152,7 +149,6 @@ def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
     are held to it as the buttons are."""
     blink, primary_coarse = POINTERS[pointer]
     d = make_daemon(with_turns(WORK))
-    strong = d.pair("dash-touch", strong=True)
     driver = start_chromium(tmp_path, blink_settings=blink)
     try:
         at_size(driver, *SIZES[0])
@@ -161,7 +157,7 @@ def test_dashboard_gives_a_touch_screen_44_px_targets_at_every_width(
         driver.get(d.base + "/")
         assert driver.execute_script("return [matchMedia('(pointer: coarse)').matches, matchMedia('(any-pointer: coarse)').matches]"
                                      ) == [primary_coarse, True]
-        busy_session_with_work(driver, d, strong, tmp_path)
+        busy_session_with_work(driver, d, tmp_path, "dash-touch")
         for width, height in SIZES:
             at_size(driver, width, height)
             list_shown(driver, width)
@@ -183,12 +179,9 @@ def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_nar
     from selenium.webdriver.common.keys import Keys
 
     d = make_daemon(with_turns())
-    strong = d.pair("dash-narrow-quarantined", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     driver = browser
     at_size(driver, 390, 844)
-    damaged = open_new_session(driver, d, strong, workspace)
+    strong, damaged = open_session(driver, d, tmp_path, "dash-narrow-quarantined")
     submit(driver, "something to replay")
     wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
     restart_with_its_first_input_damaged(d, damaged)
@@ -219,13 +212,10 @@ def test_dashboard_shows_a_read_only_readers_note_whole_at_every_width(
     anything), the page not scrolling sideways; and on a narrow screen it is under the timeline,
     as the message box is, with the list closed."""
     d = make_daemon(with_turns())
-    strong = d.pair("dash-read-note-strong", strong=True)
     readonly = d.pair("dash-read-note", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     driver = browser
     at_size(driver, *SIZES[-1])
-    sid = open_new_session(driver, d, strong, workspace)
+    _, sid = open_session(driver, d, tmp_path, "dash-read-note-strong")
     submit(driver, "something to read")
     wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the answer")
     reopen_read_only(driver, readonly, sid)

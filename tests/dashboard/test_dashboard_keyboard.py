@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     HOLD_ANSWERS, MANY, ONE_QUESTION, Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon,
-    one, open_new_session, reopen_read_only, shown_default, submit, texts, wait_for, with_turns)
+    jobs_turn, one, open_new_session, open_session, reopen_read_only, shown_default, submit, texts, wait_for,
+    with_turns)
 
 TODOS = {"items": [{"id": "1", "text": "first", "status": "done"},
                    {"id": "2", "text": "second", "status": "in_progress"}]}
@@ -94,8 +95,7 @@ def test_dashboard_by_keyboard_keeps_the_focus_announces_once_and_is_readable(
     driver = browser
     d = make_daemon(with_turns(
         {"when": "make todos", "toolCalls": [{"name": "todo", "arguments": TODOS}]},
-        {"when": "start a job", "toolCalls": [
-            {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]}))
+        jobs_turn("printf 'job says hello\\n'; sleep 600")))
     strong = d.pair("dash-keyboard", strong=True)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -238,8 +238,7 @@ def test_dashboard_moves_the_focus_on_when_the_control_pressed_by_the_keyboard_g
     driver = browser
     d = make_daemon(with_turns(
         ONE_QUESTION,
-        {"when": "start a job", "toolCalls": [
-            {"name": "job", "arguments": {"action": "start", "command": "printf 'job says hello\\n'; sleep 600"}}]},
+        jobs_turn("printf 'job says hello\\n'; sleep 600"),
         {"when": "make a file", "toolCalls": [{"name": "edit_file", "arguments": {"path": "a.txt", "mode": "create", "content": "one\n"}}]},
         {"when": "make another", "toolCalls": [{"name": "edit_file", "arguments": {"path": "b.txt", "mode": "create", "content": "two\n"}}]}))
     strong = d.pair("dash-focus", strong=True)
@@ -433,10 +432,7 @@ def test_dashboard_announces_its_notes_names_its_pills_and_keeps_the_focus_while
     from selenium.webdriver.common.keys import Keys
     driver = browser
     d = make_daemon(with_turns(ONE_QUESTION))
-    strong = d.pair("dash-notes", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-notes")
 
     # The client pill says what it is to a screen reader; it shows the id.
     assert driver.execute_script("""return [...document.getElementById('client').childNodes]
@@ -672,10 +668,7 @@ def test_dashboard_timeline_messages_are_one_tab_stop_and_the_arrows_move_betwee
     from selenium.webdriver.common.keys import Keys
     driver = browser
     d = make_daemon(with_turns())
-    strong = d.pair("dash-rove", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-rove")
     for n in range(1, 5):
         submit(driver, f"message {n}")
         wait_for(lambda: len(committed_answers(driver)) == n and body_data(driver, "sessionStatus") == "idle", f"answer {n}")
@@ -742,11 +735,8 @@ def test_dashboard_tool_cards_are_one_tab_stop_each_and_the_arrows_move_within_a
     from selenium.webdriver.common.keys import Keys
     driver = browser
     d = make_daemon(with_turns({"when": "three tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * 3}))
-    strong = d.pair("dash-cards", strong=True)
     readonly = d.pair("dash-cards-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-cards")
     submit(driver, "three tools")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(
         a.startswith("The tool answered") for a in committed_answers(driver))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, browser, by_css, console_errors, make_daemon, one, open_new_session,
+    Daemon, browser, by_css, console_errors, make_daemon, one, open_session,
     renamed_while_stopped, seen_then_stopped, submit, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, selected_text
 
@@ -79,11 +79,8 @@ def test_dashboard_keeps_long_text_from_the_daemon_inside_its_panels_and_shows_a
     config = with_turns(LONG_TURN)
     config["providers"][0]["models"].append({"id": LONG_MODEL})
     d = make_daemon(config)
-    strong = d.pair("dash-long-text", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     driver = browser
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-long-text")
     assert d.request("PATCH", f"/sessions/{sid}", {"name": LONG_NAME, "model": "faux/" + LONG_MODEL}, token=strong)[0] == 200
     submit(driver, "long everything")
     wait_for(lambda: by_css(driver, "#timeline .question button.option"), "the question")

@@ -23,7 +23,7 @@ import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one,
-    open_new_session, submit, texts, wait_for, with_turns)
+    open_session, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 
 # One turn with a todo list, a job whose output has a long line, and a tool call.
@@ -199,12 +199,9 @@ def test_dashboard_keeps_its_columns_on_a_wide_screen(make_daemon: Callable[[dic
     session side by side, the timeline and the side panel too, at their widths; the list stays
     once a session is open, and has no toggle; the page does not scroll."""
     d = make_daemon(with_turns())
-    strong = d.pair("dash-wide", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     driver = browser
     at_size(driver, 1400, 900)
-    open_new_session(driver, d, strong, workspace)
+    open_session(driver, d, tmp_path, "dash-wide")
     submit(driver, "hello wide")
     wait_for(lambda: "(faux) You said: hello wide" in committed_answers(driver), "the faux answer")
     box = {part: driver.execute_script(BOX, part) for part in ("nav", "#session", "#timeline", "aside", "#composer")}

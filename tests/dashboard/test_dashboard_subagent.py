@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one,
-    open_new_session, reopen_read_only, submit, texts, wait_for, with_turns)
+    open_session, reopen_read_only, submit, texts, wait_for, with_turns)
 
 CONVO = "#timeline .tool[data-call-id] > details.sub-convo"
 SUB_USER = CONVO + " .sub-items > .msg.user"
@@ -26,11 +26,8 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     from selenium.webdriver.common.keys import Keys
 
     driver = browser
-    strong = daemon.pair("dash-sub", strong=True)
     readonly = daemon.pair("dash-sub-read", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-sub")
     submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and texts(driver, "#timeline .tool .name") == ["subagent"]
              and by_css(driver, "#timeline .tool .pill.ok"), "the subagent call, finished")
@@ -124,10 +121,7 @@ COUNT_AGENT_READS = """window.agentReads = [];
 
 def test_a_subagents_streaming_answer_shows_in_its_open_conversation(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     driver = browser
-    strong = daemon.pair("dash-sub-stream", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, daemon, strong, workspace)
+    open_session(driver, daemon, tmp_path, "dash-sub-stream")
     # (the prompt escaped in the call's arguments: the main agent's own message does not match the
     # faux script's "stream slowly" turn, its subagent's prompt does)
     submit(driver, '/tool subagent {"prompt": "stre\\u0061m slowly please"}')
@@ -169,10 +163,7 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
 
     driver = browser
     d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * MANY}))
-    strong = d.pair("dash-sub-pane", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-sub-pane")
     prompt = "/tool get_system_time {}"
     submit(driver, "/tool subagent " + json.dumps({"prompt": prompt}))
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#agents > li.card")) == 2
@@ -255,10 +246,7 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
 def test_an_open_conversation_is_read_again_only_when_its_agent_had_events(
         daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     driver = browser
-    strong = daemon.pair("dash-sub-reads", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-sub-reads")
     for n in range(2):
         submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
         wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#timeline > .tool .pill.ok")) == n + 1,
@@ -316,10 +304,7 @@ def test_a_subagents_conversation_shows_its_earlier_items(
     driver = browser
     calls = lambda n: {"when": f'"{n} calls"', "toolCalls": [{"name": "get_system_time", "arguments": {}}] * n}  # noqa: E731
     d = make_daemon(with_turns(calls(198), calls(199)))
-    strong = d.pair("dash-sub-earlier", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-sub-earlier")
     for n, total in enumerate((200, 201)):
         submit(driver, "/tool subagent " + json.dumps({"prompt": f'"{total - 2} calls"'}))
         wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#timeline > .tool .pill.ok")) == n + 1,
@@ -385,10 +370,7 @@ def test_a_subagents_earlier_items_come_in_two_steps_when_more_than_a_window_is_
 
     driver = browser
     d = make_daemon(with_turns({"when": '"408 calls"', "toolCalls": [{"name": "get_system_time", "arguments": {}}] * 408}))
-    strong = d.pair("dash-sub-earlier-twice", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-sub-earlier-twice")
     submit(driver, "/tool subagent " + json.dumps({"prompt": '"408 calls"'}))
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and by_css(driver, "#timeline > .tool .pill.ok"),
              "the subagent call, finished", 60)

@@ -21,8 +21,8 @@ from events.types import (AgentFinished, AgentStarted, ArtifactStored, ModelResp
 from runtime.views import VIEW_AGENTS_MAX
 from tools.artifacts import ArtifactStore
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    COUNT_STREAMS, Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_new_session,
-    stream_requests, texts, wait_for)
+    COUNT_STREAMS, Daemon, body_data, browser, by_css, click, connect, console_errors, daemon, open_in_page,
+    open_session, stream_requests, texts, wait_for)
 
 
 def write_sessions_with_agents(cwd: Path, workspace: Path, subagents: dict[str, int]) -> None:
@@ -106,10 +106,7 @@ def test_the_live_stream_waits_as_long_as_a_503s_retry_after_says(daemon: Daemon
     """A 503 with ``Retry-After: 3`` is asked again 3 s later, not after the page's own half a
     second; the pill says when; once the daemon answers, the page is live again."""
     driver = browser
-    token = daemon.pair("dash-retry-after", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, daemon, token, workspace)
+    open_session(driver, daemon, tmp_path, "dash-retry-after")
     wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
     driver.execute_script(STREAM_UNAVAILABLE, "3")
     # (the pill says when the page asks again: its own backoff would say 1s)
@@ -131,10 +128,7 @@ def test_a_revoked_credential_ends_the_live_stream_with_a_clear_message_and_no_r
     due: the list poll is far off): the stream's own end tells the page, which says the credential
     was revoked, asks for a new one, and never tries the stream again."""
     driver = browser
-    token = daemon.pair("dash-revoked", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, daemon, token, workspace)
+    open_session(driver, daemon, tmp_path, "dash-revoked")
     wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
     reconnects = body_data(driver, "reconnects")
     driver.execute_script(COUNT_STREAMS)
@@ -205,10 +199,7 @@ def test_a_tool_results_artifact_opens_by_its_served_type(browser: Any, tmp_path
         token = d.pair("dash-artifacts", strong=False)
         driver = browser
         driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-        driver.get(d.base + "/")
-        connect(driver, token)
-        click(driver, "#projects button")
-        click(driver, "#sessions button[data-session-id='ses_art']")
+        open_in_page(driver, d, token, "ses_art")
         card = "#timeline .tool[data-call-id='call_{}']"
         wait_for(lambda: all(by_css(driver, card.format(k) + " button.artifact") for k in kinds), "each result's artifact")
         # (a control as every other: at least 24×24 px)

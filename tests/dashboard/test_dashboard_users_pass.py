@@ -16,7 +16,7 @@ from typing import Any, Callable
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
     network_requests, one,
-    open_new_session, reopen_read_only, submit, texts, wait_for, with_turns)
+    open_session, reopen_read_only, session_starting_jobs, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
 
 BODY_LIMIT = 64 * 1024  # server.maxBodyBytes of the daemon below (its smallest allowed value)
@@ -38,10 +38,7 @@ def test_dashboard_shows_the_daemons_refusal_of_an_empty_a_blank_and_a_too_large
     from selenium.webdriver.common.keys import Keys
     driver = browser
     d = make_daemon(with_turns(maxBodyBytes=BODY_LIMIT))
-    strong = d.pair("dash-bad-input", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-bad-input")
 
     # An empty box, by the Send button.
     click(driver, "#send")
@@ -107,13 +104,7 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
     """The accessible name Chromium computes for each visible control has a word in it: the
     reload button's was its glyph, "↻" (a title is only a description when there is text)."""
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "sleep 600"}}]}))
-    strong = d.pair("dash-names", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
+    session_starting_jobs(make_daemon, driver, tmp_path, "dash-names", "sleep 600")
     wait_for(lambda: by_css(driver, "#jobs li.card button.job-stop"), "the running job's Stop")
     controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
     assert len(controls) > 10
@@ -132,10 +123,7 @@ def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
     why; whether the daemon had it is not known)."""
     driver = browser
     d = make_daemon(with_turns())
-    strong = d.pair("dash-send-note", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
+    open_session(driver, d, tmp_path, "dash-send-note")
     submit(driver, "first")
     wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")
     wait_for(lambda: "(faux) You said: first" in committed_answers(driver), "the answer")
@@ -172,17 +160,10 @@ def test_dashboard_stops_a_job_once_and_says_one_ended_meanwhile_had_ended(
     job ended."""
     from selenium.webdriver.common.keys import Keys
     driver = browser
-    d = make_daemon(with_turns({"when": "start a job", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": "sleep 600"}}]}))
-    strong = d.pair("dash-stop-once", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "start a job")
+    d, strong, sid, (job_id,) = session_starting_jobs(make_daemon, driver, tmp_path, "dash-stop-once", "sleep 600")
     stop = "#jobs li.card button.job-stop"
     wait_for(lambda: by_css(driver, stop), "the running job's Stop")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
-    job_id = one(driver, "#jobs li.card").get_attribute("data-job-id")
 
     driver.execute_script(HOLD_STOPS)
     driver.execute_script("arguments[0].focus()", one(driver, stop))
@@ -214,11 +195,8 @@ def test_dashboard_tells_a_read_only_reader_why_each_control_it_lacks_is_not_the
     stopping jobs, not Compact now and the context edits (Snip, Include, Hide), absent as well."""
     driver = browser
     d = make_daemon(with_turns())
-    strong = d.pair("dash-read-why", strong=True)
     readonly = d.pair("dash-read-why-ro", strong=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-read-why")
     submit(driver, "/tool get_system_time {}")
     wait_for(lambda: any(a.startswith("The tool answered:") for a in committed_answers(driver)), "the tool's answer")
     assert one(driver, "#compact").is_displayed() and by_css(driver, "#timeline .tool button.ctx-edit")
@@ -244,10 +222,7 @@ def test_dashboard_a_repeated_press_on_the_box_a_send_emptied_sends_nothing(
     from selenium.webdriver.common.keys import Keys
     driver = browser
     d = make_daemon(with_turns())
-    strong = d.pair("dash-press-twice", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-press-twice")
     one(driver, "#input").send_keys("only once")
     chord(driver, Keys.CONTROL, Keys.ENTER)
     wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")

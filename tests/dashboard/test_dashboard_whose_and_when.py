@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, console_errors, make_daemon, one, open_new_session, submit, texts,
-    wait_for, with_turns)
+    Daemon, body_data, browser, by_css, click, console_errors, make_daemon, one, open_session, session_starting_jobs,
+    submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_users_pass import HOLD_STOPS
 
 SLOW = {"when": "stream slowly", "chunks": ["(faux) Streaming the first half… ", "and the rest."],
@@ -30,28 +30,20 @@ def short(job_id: str) -> str:
     return job_id[:13]
 
 
-def start_jobs(d: Daemon, driver: Any, tmp_path: Path, *commands: str) -> tuple[str, list[str]]:
-    """A session whose first run starts a job per command; its id and the jobs' ids."""
-    strong = d.pair("dash-whose", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
-    submit(driver, "start the jobs")
+def start_jobs(make_daemon: Callable[[dict[str, Any]], Daemon], driver: Any, tmp_path: Path, *commands: str,
+               turns: tuple[dict[str, Any], ...] = ()) -> list[str]:
+    """A session whose first run starts a job per command, each job's Stop shown and the run
+    ended: the jobs' ids."""
+    *_, jobs = session_starting_jobs(make_daemon, driver, tmp_path, "dash-whose", *commands, turns=turns)
     wait_for(lambda: len(by_css(driver, "#jobs li.card button.job-stop")) == len(commands), "the jobs' Stops")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
-    return sid, [n.get_attribute("data-job-id") for n in by_css(driver, "#jobs li.card")]
-
-
-def jobs_turn(*commands: str) -> dict[str, Any]:
-    return {"when": "start the jobs", "toolCalls": [
-        {"name": "job", "arguments": {"action": "start", "command": c}} for c in commands]}
+    return jobs
 
 
 def test_dashboard_names_each_queued_inputs_and_jobs_buttons_by_whose_they_are(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     driver = browser
-    d = make_daemon(with_turns(jobs_turn("sleep 600", "sleep 601"), SLOW))
-    _, jobs = start_jobs(d, driver, tmp_path, "sleep 600", "sleep 601")
+    jobs = start_jobs(make_daemon, driver, tmp_path, "sleep 600", "sleep 601", turns=(SLOW,))
     assert len({short(j) for j in jobs}) == 2, jobs
     assert names(driver, "#jobs li.card button.job-stop") == [f"Stop job {short(j)}" for j in jobs]
     assert names(driver, "#jobs li.card button.job-output") == [f"Output of job {short(j)}" for j in jobs]
@@ -87,8 +79,7 @@ def test_dashboard_says_stopping_while_a_job_that_ignores_sigterm_is_stopped(
     until then the card says "stopping…" (the request is held here, so the wait is the test's)."""
     driver = browser
     command = "trap '' TERM; sleep 600"
-    d = make_daemon(with_turns(jobs_turn(command)))
-    _, (job,) = start_jobs(d, driver, tmp_path, command)
+    (job,) = start_jobs(make_daemon, driver, tmp_path, command)
     card = f"#jobs li.card[data-job-id='{job}']"
     assert texts(driver, f"{card} .stopping") == []
 
@@ -111,10 +102,7 @@ def test_dashboard_status_is_not_said_known_while_the_daemon_is_away(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     driver = browser
     d = make_daemon(with_turns(SLOW))
-    strong = d.pair("dash-away", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
+    open_session(driver, d, tmp_path, "dash-away")
     submit(driver, "stream slowly please")
     pill = "#session-status"
     wait_for(lambda: texts(driver, pill) == ["running"], "the running status")
