@@ -45,7 +45,8 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
+from .base import (OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
+                   refusal_details)
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported, sdks_imported,
@@ -226,7 +227,7 @@ class AnthropicProvider(SdkProvider):
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
-                           reasoning_blocks=native, diagnostics=diagnostics)
+                           reasoning_blocks=native, diagnostics=diagnostics, stop_details=msg.stop_details)
 
 
 def _usage(u: dict[str, Any]) -> t.Usage:
@@ -258,6 +259,7 @@ class _StreamReader:
         self.id: str | None = None
         self.started = False
         self.stop_reason: str | None = None
+        self.stop_details: dict[str, str] | None = None  # (a refusal's category and explanation)
         self.stopped = False  # message_stop came
         self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
@@ -332,6 +334,7 @@ class _StreamReader:
         elif kind == "message_delta":
             self.delta_came = True
             self.stop_reason = ev.delta.stop_reason
+            self.stop_details = refusal_details(getattr(ev.delta, "stop_details", None))
             # Counts on a message_delta are running totals: they replace what message_start said;
             # a count left out keeps its earlier value, except output_tokens (message_start's is a
             # placeholder: the API always sends the total here, and one left out is unknown).
