@@ -26,6 +26,13 @@ budget); thinking deltas stream as reasoning. The response's ``thinking`` (with 
 content on every later request (the API requires them for a turn that used tools while thinking);
 blocks recorded under another protocol are left out, and so is a ``thinking`` block recorded
 without a signature, which the API would refuse (``diagnostics["unsigned_thinking_blocks"]``).
+
+Refused turns: an answer that ended with ``stop_reason: "refusal"`` (its streaming classifiers
+stopped it; ``stop_details`` says why and is kept with the result) is left out of every later
+request — its text, thinking, and tool calls with their results — as Anthropic asks ("you must
+reset the conversation context by removing or updating the turn that was refused before
+continuing"), counted in ``diagnostics["refused_turns"]``. The user input before it stays; the
+log and the Full Context keep the answer as it came.
 Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`).
 
 A ``baseUrl`` ending in ``/v1`` is used without it (:func:`sdk_base_url`): the SDK adds
@@ -102,6 +109,10 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             messages.append({"role": role, "content": list(blocks)})
 
     for e in compiled.entries:
+        if e.refused:  # (Anthropic: a refused turn sent again is refused again)
+            if e.kind == "assistant":
+                compiled.diagnostics["refused_turns"] = compiled.diagnostics.get("refused_turns", 0) + 1
+            continue
         if e.kind == "system" and e.leading:
             if e.text.strip():  # (white space only is refused there too)
                 system.append({"type": "text", "text": e.text})
