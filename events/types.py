@@ -211,6 +211,10 @@ class ModelResponded(_Event, tag="model.responded"):
     # received, ``{"protocol": ..., "block": {...}}`` each; sent back unchanged on later requests
     # to the same protocol (see runtime/providers/compile.py).
     reasoning_blocks: list[dict[str, Any]] = []
+    # Why the provider stopped the answer, beyond ``stop_reason``: Anthropic's ``stop_details`` of
+    # a ``refusal`` (``type``, ``category``, ``explanation``: the text fields it sent, bounded).
+    # ``None`` for rows written before it was read, and when nothing more was said.
+    stop_details: dict[str, str] | None = None
 
 
 class ModelFailed(_Event, tag="model.failed"):

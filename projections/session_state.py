@@ -48,7 +48,9 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     call_id: str | None = None  # tool_result items
     # tool_result items: ok / error / interrupted / skipped / denied; assistant items: ``aborted``
     # for the text an answer had streamed when the user aborted it, ``failed`` when the request
-    # failed (the provider's error, a dropped stream) after it began (``ModelFailed.partial_text``)
+    # failed (the provider's error, a dropped stream) after it began (``ModelFailed.partial_text``);
+    # assistant and tool_call items: ``refused`` for each item of a response whose stop reason is
+    # ``refusal`` (:data:`REFUSED`: Anthropic's requests leave such a turn out)
     status: str | None = None
     is_error: bool = False
     structured: Any = None
@@ -59,6 +61,8 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     # request compilation sends back unchanged to the protocol they came from.
     reasoning_blocks: list[dict[str, Any]] = []
     rerun_after: str | None = None  # tool_result items: ``ToolFinished.rerun_after`` (the call ran twice)
+    # The first item of a refused response: its ``ModelResponded.stop_details`` (why it was refused)
+    stop_details: dict[str, str] | None = None
 
 
 class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
@@ -117,6 +121,7 @@ class AgentState(msgspec.Struct):
     open_request_seq: int | None = None  # model.requested without a response or failure
     last_response_final: bool = False  # the last response had no tool calls
     stop_reason: str | None = None  # the last response's (``ModelResponded.stop_reason``)
+    stop_details: dict[str, str] | None = None  # the last response's (``ModelResponded.stop_details``)
     round_results: int = 0  # tool results since the last response (its round under way)
     last_error: str | None = None  # the last model request failed (cleared by the next one)
     request_attempt: int = 0  # ``attempt`` of the last model.requested
@@ -237,6 +242,10 @@ class SessionState(msgspec.Struct):
 
 
 MAIN_AGENT = "main"
+# The stop reason of an answer the provider refused (Anthropic's streaming classifiers: its
+# ``refusal``, runtime.providers.base.REFUSAL), and the status each item of such an answer gets.
+REFUSED_STOP = "refusal"
+REFUSED = "refused"
 
 
 # Between the text parts of one content (an input of several parts, a tool result of several):
@@ -462,9 +471,15 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             n += 1
         if ev.reasoning_blocks and len(a.items) > first:
             a.items[first].reasoning_blocks = list(ev.reasoning_blocks)
+        if ev.stop_reason == REFUSED_STOP:
+            for it in a.items[first:]:
+                it.status = REFUSED
+            if len(a.items) > first:
+                a.items[first].stop_details = ev.stop_details
         a.pending_calls = list(ev.tool_calls)
         a.last_response_final = not ev.tool_calls
         a.stop_reason = ev.stop_reason
+        a.stop_details = ev.stop_details
         a.round_results = 0
         _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelFailed):
@@ -728,7 +743,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 17: ... and of status ``failed`` when the request failed otherwise (an item an earlier build
 #     folded from such a row says ``aborted``).
 # 18: ``AgentState.stop_reason`` (an answer cut at the output limit: its last call is not run).
-SNAPSHOT_VERSION = 18
+# 19: the items of a response stopped with ``refusal`` are ``refused`` (``Item.status``), its first
+#     item and ``AgentState.stop_details`` hold its ``stop_details``.
+SNAPSHOT_VERSION = 19
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

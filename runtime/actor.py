@@ -995,7 +995,8 @@ class SessionActor:
             await self._emit(lambda: [d.Scoped(t.ModelResponded(
                 text=result.text, reasoning=result.reasoning, tool_calls=unique_call_ids(self.state, result.tool_calls),
                 stop_reason=result.stop_reason, usage=result.usage, provider_response_id=result.response_id,
-                reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics),
+                reasoning_blocks=result.reasoning_blocks, diagnostics=result.diagnostics,
+                stop_details=result.stop_details),
                 agent_id, task_id)])
         except AppendRejected as exc:
             # The log cannot hold this answer (larger than log.maxEventBytes, say). A crash would

@@ -132,7 +132,7 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
         if steers:
             return PlaceSteer(steers)
         if main:
-            return FinishTask("completed")
+            return FinishTask("completed", refusal_reason(agent))
         return FinishAgent("completed", _last_text(agent))
     if steers:
         # About to ask the model (a round just ended, a steer was just placed, a task just
@@ -162,6 +162,18 @@ def cut_by_provider(agent: AgentState, call: t.ToolCall) -> bool:
     it ran.)"""
     pending = agent.pending_calls
     return agent.stop_reason in CUT_BY and bool(pending) and pending[-1].call_id == call.call_id
+
+
+def refusal_reason(agent: AgentState) -> str:
+    """What a task that ended on a refused answer says of it (``task.finished``'s ``reason``): the
+    provider refused, and its category and explanation when it gave them; ``""`` for a task that
+    ended otherwise."""
+    if agent.stop_reason != REFUSAL:
+        return ""
+    details = agent.stop_details or {}
+    category = f" (category {details['category']})" if details.get("category") else ""
+    explanation = f": {details['explanation']}" if details.get("explanation") else ""
+    return f"the provider refused the answer{category}{explanation}"
 
 
 CUT_CALL_CODE = "INVALID_ARGUMENT"

@@ -10,7 +10,8 @@ import msgspec
 from events import types as t
 from events.secrets import Secrets
 from projections.context_budget import item_marks
-from projections.session_state import USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts, text_of
+from projections.session_state import (REFUSED, USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts,
+                                       text_of)
 
 from .errors import AgentNotFound, InvalidCommand
 
@@ -64,6 +65,7 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
                            "structuredContent": res.structured}
             if res.rerun_after is not None:  # (omitted when the call ran once)
                 v["result"]["rerunAfter"] = res.rerun_after
+        _refused(v, it)
         return v
     v["text"] = it.text
     parts = item_parts(it)
@@ -75,11 +77,21 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
         v.update(callId=it.call_id, status=it.status, isError=it.is_error)
     elif it.role == "assistant" and it.status:  # (``aborted``: the text an aborted answer had streamed)
         v["status"] = it.status
+    _refused(v, it)
     if it.role == "summary":
         v["replacedIds"] = list(it.replaced_ids)
     if it.role == "system" and it.source:
         v["source"] = it.source
     return v
+
+
+def _refused(v: dict[str, Any], it: Item) -> None:
+    """An item of an answer the provider refused says so (``refused: true``), and the first says
+    why when the provider did (``stopDetails``: its ``type``, ``category``, ``explanation``)."""
+    if it.status == REFUSED:
+        v["refused"] = True
+        if it.stop_details:
+            v["stopDetails"] = dict(it.stop_details)
 
 
 def rerun_calls(items: list[Item]) -> list[dict[str, Any]]:

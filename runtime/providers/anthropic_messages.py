@@ -26,6 +26,13 @@ budget); thinking deltas stream as reasoning. The response's ``thinking`` (with 
 content on every later request (the API requires them for a turn that used tools while thinking);
 blocks recorded under another protocol are left out, and so is a ``thinking`` block recorded
 without a signature, which the API would refuse (``diagnostics["unsigned_thinking_blocks"]``).
+
+Refused turns: an answer that ended with ``stop_reason: "refusal"`` (its streaming classifiers
+stopped it; ``stop_details`` says why and is kept with the result) is left out of every later
+request — its text, thinking, and tool calls with their results — as Anthropic asks ("you must
+reset the conversation context by removing or updating the turn that was refused before
+continuing"), counted in ``diagnostics["refused_turns"]``. The user input before it stays; the
+log and the Full Context keep the answer as it came.
 Caching: ``cache_control`` breakpoints by lookback position (see :mod:`.caching`).
 
 A ``baseUrl`` ending in ``/v1`` is used without it (:func:`sdk_base_url`): the SDK adds
@@ -45,7 +52,8 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
+from .base import (OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
+                   refusal_details)
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported, sdks_imported,
@@ -101,6 +109,10 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
             messages.append({"role": role, "content": list(blocks)})
 
     for e in compiled.entries:
+        if e.refused:  # (Anthropic: a refused turn sent again is refused again)
+            if e.kind == "assistant":
+                compiled.diagnostics["refused_turns"] = compiled.diagnostics.get("refused_turns", 0) + 1
+            continue
         if e.kind == "system" and e.leading:
             if e.text.strip():  # (white space only is refused there too)
                 system.append({"type": "text", "text": e.text})
@@ -226,7 +238,7 @@ class AnthropicProvider(SdkProvider):
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
-                           reasoning_blocks=native, diagnostics=diagnostics)
+                           reasoning_blocks=native, diagnostics=diagnostics, stop_details=msg.stop_details)
 
 
 def _usage(u: dict[str, Any]) -> t.Usage:
@@ -258,6 +270,7 @@ class _StreamReader:
         self.id: str | None = None
         self.started = False
         self.stop_reason: str | None = None
+        self.stop_details: dict[str, str] | None = None  # (a refusal's category and explanation)
         self.stopped = False  # message_stop came
         self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
@@ -332,6 +345,7 @@ class _StreamReader:
         elif kind == "message_delta":
             self.delta_came = True
             self.stop_reason = ev.delta.stop_reason
+            self.stop_details = refusal_details(getattr(ev.delta, "stop_details", None))
             # Counts on a message_delta are running totals: they replace what message_start said;
             # a count left out keeps its earlier value, except output_tokens (message_start's is a
             # placeholder: the API always sends the total here, and one left out is unknown).

@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal, Protocol
 import msgspec
 
 from events import types as t
-from projections.session_state import Item
+from projections.session_state import REFUSED_STOP, Item
 
 
 # The stop reason a result records for an answer cut at the model's output limit, and each
@@ -46,7 +46,7 @@ def at_output_limit(protocol: str, reason: Any) -> bool:
 # ``refusal`` Chat and Responses record for the model's own refusal text comes without calls).
 # Such an answer's last tool call may have been cut while it was written, as at the output limit.
 CONTENT_FILTER = "content_filter"
-REFUSAL = "refusal"
+REFUSAL = REFUSED_STOP  # (the projection marks such an answer's items refused)
 CONTENT_FILTER_REASONS: dict[str, frozenset[str]] = {
     "anthropic": frozenset({REFUSAL}),
     "openai-chat": frozenset({CONTENT_FILTER}),
@@ -58,6 +58,25 @@ def cuts_answer(protocol: str, reason: Any) -> bool:
     """Whether ``reason``, a stop reason as ``protocol``'s server sent it, says the provider cut
     the answer where it was: at the output limit or by its content filter."""
     return at_output_limit(protocol, reason) or (isinstance(reason, str) and reason in CONTENT_FILTER_REASONS[protocol])
+
+
+# The most of a refusal's ``stop_details`` a result keeps: each field's characters (the
+# explanation is a sentence or two; a server that sent more has the rest cut, marked).
+STOP_DETAIL_CHARS = {"type": 64, "category": 64, "explanation": 2000}
+
+
+def refusal_details(details: Any) -> dict[str, str] | None:
+    """What a result keeps of ``details``, a ``stop_details`` as the SDK read it (an object with
+    ``type``, ``category``, ``explanation``, any of them null or missing): the fields that are
+    text, each cut to :data:`STOP_DETAIL_CHARS` (an ellipsis marks a cut); ``None`` when none is."""
+    if details is None:
+        return None
+    out: dict[str, str] = {}
+    for key, limit in STOP_DETAIL_CHARS.items():
+        value = details.get(key) if isinstance(details, dict) else getattr(details, key, None)
+        if isinstance(value, str) and value:
+            out[key] = value if len(value) <= limit else value[:limit - 1] + "\u2026"
+    return out or None
 
 
 @dataclass(frozen=True)
@@ -93,20 +112,24 @@ class ModelResult:
     # What was actually sent, for the record (``model.responded``): cache breakpoints placed,
     # tool-name aliases, synthetic results, images. Never request content or key material.
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    # Why the provider stopped the answer, when it says more than the stop reason: Anthropic's
+    # ``stop_details`` of a ``refusal`` (``{"type", "category", "explanation"}``, each text, the
+    # ones sent; see :func:`refusal_details`). ``None``: nothing more was said.
+    stop_details: dict[str, str] | None = None
 
     def well_formed(self) -> "ModelResult":
         """This result with every lone surrogate (which no UTF-8 log or JSON stream can hold)
         replaced by U+FFFD; itself when there is none (the usual case, checked at C speed)."""
         try:
             _PROBE.encode((self.text, self.reasoning, self.tool_calls, self.reasoning_blocks, self.diagnostics,
-                           self.stop_reason, self.response_id))
+                           self.stop_reason, self.response_id, self.stop_details))
             return self
         except UnicodeEncodeError:
             pass
         return replace(self, text=well_formed(self.text), reasoning=well_formed(self.reasoning),
                        tool_calls=well_formed(self.tool_calls), reasoning_blocks=well_formed(self.reasoning_blocks),
                        diagnostics=well_formed(self.diagnostics), stop_reason=well_formed(self.stop_reason),
-                       response_id=well_formed(self.response_id))
+                       response_id=well_formed(self.response_id), stop_details=well_formed(self.stop_details))
 
 
 _PROBE = msgspec.msgpack.Encoder()

@@ -15,6 +15,10 @@ module renders into its SDK's request shape. What happens here, once for all pro
   order. A call without a result item gets a synthetic error result
   (:data:`SYNTHETIC_RESULT_TEXT`) so the request stays valid; a result whose call is not in the
   context is left out (``diagnostics["dropped_results"]``).
+* **Refused answers.** The entries of an answer whose items are ``refused`` (its stop reason was
+  ``refusal``) and the results of its calls are marked ``refused``: Anthropic asks that such a
+  turn be removed before going on, so its renderer leaves them out; the OpenAI protocols send
+  them as any other.
 * **Reasoning blocks.** The provider-native reasoning a response carried (signed Anthropic
   thinking blocks, encrypted Responses reasoning items; see ``ModelResult.reasoning_blocks``)
   rides on its assistant entry, tagged with the protocol it came from. Each protocol module sends
@@ -43,7 +47,7 @@ from typing import Any, Awaitable, Callable, Literal
 import trio
 
 from events import types as t
-from projections.session_state import Item, item_parts, text_of
+from projections.session_state import REFUSED, Item, item_parts, text_of
 from tools.artifacts import ArtifactError, ArtifactStore
 from tools.json_values import lone_surrogate, scalars
 
@@ -105,6 +109,9 @@ class Entry:
     # assistant entries: ``{"protocol", "block"}`` dicts as recorded (the persisted items' own
     # objects: read them through :func:`native_reasoning`, which copies)
     reasoning_blocks: list[dict[str, Any]] = field(default_factory=list)
+    # assistant entries of an answer the provider refused (its items ``refused``), and the
+    # results of their calls: Anthropic's requests leave them out (see :mod:`.anthropic_messages`)
+    refused: bool = False
 
     @property
     def text(self) -> str:
@@ -191,6 +198,7 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
             while i < len(items) and items[i].role in ("assistant", "tool_call") and items[i].seq == seq:
                 cur = items[i]
                 entry.reasoning_blocks.extend(cur.reasoning_blocks)
+                entry.refused = entry.refused or cur.status == REFUSED
                 if cur.role == "assistant":
                     entry.parts.extend(await parts_of(cur))
                 elif cur.call is not None:
@@ -204,11 +212,11 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
                 if res is not None and call.call_id not in used:
                     used.add(call.call_id)
                     entries.append(Entry("result", await parts_of(res), call_id=call.call_id,
-                                         is_error=res.is_error, item_ids=[res.id]))
+                                         is_error=res.is_error, item_ids=[res.id], refused=entry.refused))
                 else:
                     stats["synthetic_results"] += 1
                     entries.append(Entry("result", [t.TextPart(SYNTHETIC_RESULT_TEXT)], call_id=call.call_id,
-                                         is_error=True, synthetic=True))
+                                         is_error=True, synthetic=True, refused=entry.refused))
         elif it.role == "tool_result":
             if it.call_id not in called:
                 stats["dropped_results"] += 1

@@ -3,7 +3,8 @@ protocol, through a real session: Chat ``finish_reason: content_filter``, a Resp
 ``incomplete`` response whose ``incomplete_details.reason`` is ``content_filter``, Anthropic's
 ``stop_reason: refusal`` (its streaming classifiers stop the answer where it is). The answer's
 last call is answered as cut, naming the content filter, and not run, as at the output limit;
-the calls before it run. The stop reason is recorded as the provider said it."""
+the calls before it run. The stop reason is recorded as the provider said it. Anthropic's next request leaves the refused
+turn out, the call and its result with it (see ``test_refused_turns.py``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ BY_THE_FILTER = "cut by the provider's content filter"
 def _cause(protocol: str) -> str:
     """What the model is told cut its call: the content filter, and Anthropic's word for it."""
     return BY_THE_FILTER + (" (stop reason refusal)" if protocol == "anthropic" else "")
+
+
+def _sent(protocol: str) -> bool:
+    """Whether the next request carries the cut answer: Anthropic's leaves a refused turn out."""
+    return protocol != "anthropic"
 
 
 def _filtered(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
@@ -47,8 +53,11 @@ async def test_of_two_calls_cut_by_the_content_filter_the_first_runs_and_the_las
     assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == calls  # kept as streamed
     first = _finished(evs)["call_a"]
     assert (first.status, first.is_error, first.error_code) == ("ok", False, None)
-    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds", cause=_cause(protocol))
-    assert "content filter" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
+    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds", cause=_cause(protocol), sent=_sent(protocol))
+    if _sent(protocol):
+        assert "content filter" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
+    else:  # (the call that ran went with the refused turn too: a tool_result needs its tool_use)
+        assert "call_a" not in sent_results(protocol, server.bodies[-1])
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -58,7 +67,7 @@ async def test_a_call_cut_by_the_content_filter_before_its_arguments_is_not_run(
                                  server, make, tmp_path)
     responded = [e.event for e in evs if e.kind == "model.responded"][0]
     assert [(c.call_id, c.arguments) for c in responded.tool_calls] == [("call_a", "{}")]
-    _assert_not_run(protocol, evs, server, "call_a", "get_system_time", cause=_cause(protocol))
+    _assert_not_run(protocol, evs, server, "call_a", "get_system_time", cause=_cause(protocol), sent=_sent(protocol))
 
 
 async def test_a_responses_call_a_content_filtered_final_output_leaves_out_is_kept_as_cut(server, make, tmp_path):
