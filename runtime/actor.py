@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ import trio
 
 from events import types as t
 from events.errors import AppendRejected, LogError
+from events.ids import is_id
 from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import AppendResult, Draft, EventStore
@@ -101,13 +103,28 @@ def used_call_ids(state: SessionState) -> set[str]:
     return used
 
 
+# The longest provider call id kept as given: the ids derived from it (``q_<id>``, ``sub_<id>``,
+# ``<id>-<n>``, ``<id>.<n>``) stay within the id rule the routes check them by.
+MAX_KEPT_CALL_ID = 128
+
+
+def recordable_call_id(call_id: str) -> str:
+    """``call_id`` when it keeps to the id rule (and :data:`MAX_KEPT_CALL_ID`), else one that does,
+    derived from it: a compatible server may name a call with a space, a slash or any letter, and
+    a question (``q_<id>``) or subagent (``sub_<id>``) named after it could not be addressed."""
+    if len(call_id) <= MAX_KEPT_CALL_ID and is_id(call_id):
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
 def unique_call_ids(state: SessionState, calls: list[t.ToolCall]) -> list[t.ToolCall]:
-    """``calls`` with each id the session already used (or an earlier call of the same response
-    used) replaced by ``<id>-<n>``. Question and subagent ids derive from call ids, and results
-    are matched to calls by id: a provider that numbers its calls afresh in every response
-    (``call_0``) had a second ``ask_user`` answered at once with the first one's answer. The
-    rewritten id is what the log records, so replay sees the same ids; providers get them back
-    in later requests, in the call and its result alike."""
+    """``calls`` with each id outside the id rule replaced (:func:`recordable_call_id`), and each
+    the session already used (or an earlier call of the same response used) by ``<id>-<n>``.
+    Question and subagent ids derive from call ids, and results are matched to calls by id: a
+    provider that numbers its calls afresh in every response (``call_0``) had a second
+    ``ask_user`` answered at once with the first one's answer. The rewritten id is what the log
+    records, so replay sees the same ids; providers get them back in later requests, in the call
+    and its result alike."""
     if not calls:
         return calls
     used = used_call_ids(state)
@@ -120,7 +137,9 @@ def unique_call_ids(state: SessionState, calls: list[t.ToolCall]) -> list[t.Tool
         return call_id in used or (bool(dot) and n.isdigit() and root in used)
 
     for call in calls:
-        call_id = call.call_id
+        call_id = recordable_call_id(call.call_id)
+        if call_id != call.call_id:
+            call = msgspec.structs.replace(call, call_id=call_id)
         if taken(call_id):
             n = 2
             while taken(f"{call_id}-{n}"):

@@ -17,7 +17,8 @@ are listed but never read: 403 ``SENSITIVE_FILE``, also through a symlink, and s
 with more than one name (a hard link: its other name may be a credential file's); ``.git`` is 403
 ``PATH_HIDDEN``; a binary file is 422 ``BINARY_FILE``.
 
-Paths are workspace-relative: absolute, ``..``, NUL or backslash is 400 ``INVALID_ARGUMENT``;
+Paths are workspace-relative: absolute, ``..`` or NUL is 400 ``INVALID_ARGUMENT`` (a backslash
+is a character of a name, as the executor reads it: a listed ``a\\b.txt`` is read by that path);
 symlinks are followed only inside the workspace (403 ``PATH_OUTSIDE_WORKSPACE``). The listing and
 the read run in the project's executor (``browse_list`` / ``browse_read`` over the Call RPC), so a
 remote workspace is browsed the same way; they take no execution-domain lock (a user's look must
@@ -75,8 +76,6 @@ def check_rel_path(raw: str | None) -> str:
         raise ApiError("INVALID_ARGUMENT", "path is empty (leave it out, or give \".\", for the workspace root)")
     if "\0" in raw:
         raise ApiError("INVALID_ARGUMENT", "path contains a NUL character")
-    if "\\" in raw:
-        raise ApiError("INVALID_ARGUMENT", "path contains a backslash; separate directories with \"/\"")
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         raise ApiError("INVALID_ARGUMENT", f"path is longer than {MAX_PATH_BYTES} bytes")
     if raw.startswith("/"):

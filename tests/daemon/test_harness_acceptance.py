@@ -13,8 +13,13 @@ import json
 from typing import Any
 
 import pytest
+import trio
 
-from .conftest import Daemon, error_of, run_tool, wait_until
+from events.ids import is_id
+
+from ..providers.servers.base import ScriptedServer
+from ..providers.servers.openai_chat import chat_stream
+from .conftest import Daemon, DaemonFactory, error_of, run_tool, sdks_ready, wait_until
 from .test_jobs import finished_of, log_of, start_job
 
 # A text of 1-, 2-, 3- and 4-byte characters, found by one word of it.
@@ -236,3 +241,43 @@ async def test_the_job_tool_checks_a_job_id_as_the_job_routes_do(daemon: Daemon)
             assert code == "INVALID_ARGUMENT" and "job_id" in message and len(message) < 300, (job_id, message)
     body = await run_tool(daemon, token, sid, "r-last", "job", {"action": "read", "job_id": "job_nope"})
     assert _error(body)[0] == "JOB_NOT_FOUND"
+
+
+@pytest.mark.parametrize("call_id", ["call 1", "call/1", "toolu_01€", "c" * 199])
+async def test_a_question_asked_under_a_call_id_outside_the_id_rule_is_answered_over_http(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery, call_id: str):
+    # A compatible server names its calls as it likes; the question id (``q_<call id>``) is what
+    # the answer route takes, so a call id with a space, a slash, a non-ASCII letter or past the
+    # id rule's length left a question no client could answer (400, or no route) until an abort.
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    d = await daemon_factory(config={"providers": [{"id": "compat", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                                                    "models": [{"id": "compat-model"}]}],
+                                     "defaultModel": "compat/compat-model"})
+    server.push(chat_stream(calls=[(call_id, "ask_user", QUESTION)]), chat_stream(text="red it is"))
+    token, sid = await _setup(d)
+    await sdks_ready()
+    await d.submit(token, sid, "r1", "pick a colour")
+
+    async def awaiting() -> dict[str, Any] | None:
+        v = await d.view(token, sid)
+        return v if v["status"] == "awaiting_answer" else None
+
+    view = await wait_until(awaiting, what="awaiting_answer")
+    [question] = view["questions"]
+    qid = question["questionId"]
+    assert is_id(qid), qid
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["r"]})
+    assert r.status_code == 200 and r.json()["duplicate"] is False, r.text
+    view = await d.wait_idle(token, sid)
+    assert view["items"][-1]["text"] == "red it is"
+    # The server got the answer as the result of the call it made, under one id in both.
+    messages = server.bodies[1]["messages"]
+    calls = [c["id"] for m in messages for c in m.get("tool_calls") or []]
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert calls == results and len(calls) == 1
+    assert [m["content"] for m in messages if m["role"] == "tool"] == ["The user chose red (r)."]
+    # The log records the id the session uses, the question's id derived from it.
+    events = await d.events(token, sid)
+    [started] = [e["body"] for e in events if e["kind"] == "tool.started"]
+    assert is_id(started["call_id"]) and qid == f"q_{started['call_id']}"

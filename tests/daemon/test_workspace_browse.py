@@ -80,8 +80,7 @@ async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFact
     os.symlink(str(tmp_path), ws / "escape_dir")
     (ws / "ok.txt").write_text("ok\n")
     for route in ("tree", "file"):
-        for bad in ("/etc/passwd", str(ws / "ok.txt"), "..", "../outside.txt", "a/../../x", "a\\..\\x", "ok\\txt",
-                    "a\x00b", "", "x" * 4097):
+        for bad in ("/etc/passwd", str(ws / "ok.txt"), "..", "../outside.txt", "a/../../x", "a\x00b", "", "x" * 4097):
             r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params={"path": bad})
             # (INVALID_ARGUMENT, as every other malformed argument: it was PATH_INVALID, a second code)
             assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, bad[:20], r.text)
@@ -95,7 +94,7 @@ async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFact
     assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE"
     r = await d.get(f"/sessions/{sid}/workspace/file", reader)
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
-    for target in ("path=%2e%2e%2fx", "path=%2Fetc%2Fpasswd", "path=a%5C..%5Cx", "path=ok.txt%00"):  # (encoded)
+    for target in ("path=%2e%2e%2fx", "path=%2Fetc%2Fpasswd", "path=ok.txt%00"):  # (encoded)
         r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?{target}",
                            {"Authorization": f"Bearer {reader}"})
         assert r.status == 400 and r.code == "INVALID_ARGUMENT", (target, r.body[:200])
@@ -105,6 +104,40 @@ async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFact
     assert r.status_code == 422 and error_of(r) == "NOT_A_DIRECTORY"
     r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "."})
     assert r.status_code == 422 and error_of(r) == "NOT_A_FILE"
+
+
+async def test_a_listed_name_with_a_backslash_is_read_and_listed_by_that_path(daemon_factory: DaemonFactory,
+                                                                              tmp_path: Path):
+    # The executor is POSIX: a backslash is a character of a name, never a separator, so a file
+    # the tree lists as "a\\b.txt" is read by that path (a client follows the listing's paths);
+    # a name made of dots and backslashes is one name, not a way out.
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    (tmp_path / "outside.txt").write_text("outside secret\n")
+    (ws / "a\\b.txt").write_text("one name\n")
+    (ws / "d\\e").mkdir()
+    (ws / "d\\e" / "f.txt").write_text("inside\n")
+    (ws / "..\\x").write_text("dots\n")
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})
+    assert r.status_code == 200, r.text
+    listed = tree_paths(r.json())
+    assert sorted(listed) == ["..\\x", "a\\b.txt", "d\\e", "d\\e/f.txt"], listed
+    for path, text in (("a\\b.txt", "one name\n"), ("d\\e/f.txt", "inside\n"), ("..\\x", "dots\n")):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        assert r.status_code == 200 and (r.json()["path"], r.json()["text"]) == (path, text), (path, r.text)
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "d\\e"})
+    assert r.status_code == 200 and tree_paths(r.json()) == ["d\\e/f.txt"], r.text
+    # (encoded, as a browser sends it)
+    r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?path=a%5Cb.txt",
+                       {"Authorization": f"Bearer {reader}"})
+    assert r.status == 200 and b"one name" in r.body, r.body[:200]
+    # Names with backslashes that the workspace does not hold are missing, never a way out.
+    for path in ("..\\outside.txt", "a\\..\\..\\outside.txt", "ok\\txt"):
+        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND"), (path, r.text)
+        assert "outside secret" not in r.text
+    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "a\\b.txt/../../outside.txt"})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT")
 
 
 async def test_limits_at_their_edges(daemon_factory: DaemonFactory):
