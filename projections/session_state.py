@@ -119,7 +119,7 @@ class AgentState(msgspec.Struct):
     pending_calls: list[t.ToolCall] = []
     running_call: str | None = None  # tool.started without tool.finished
     open_request_seq: int | None = None  # model.requested without a response or failure
-    last_response_final: bool = False  # the last response had no tool calls
+    last_response_final: bool = False  # the last response had no tool calls (or was refused)
     stop_reason: str | None = None  # the last response's (``ModelResponded.stop_reason``)
     stop_details: dict[str, str] | None = None  # the last response's (``ModelResponded.stop_details``)
     round_results: int = 0  # tool results since the last response (its round under way)
@@ -477,7 +477,10 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             if len(a.items) > first:
                 a.items[first].stop_details = ev.stop_details
         a.pending_calls = list(ev.tool_calls)
-        a.last_response_final = not ev.tool_calls
+        # (A refused answer ends the round whatever it called: its calls are answered, none run,
+        # and asking again would send what was refused, less the refused turn, to be refused
+        # again: the task ends with the refusal's reason, and the user's next input goes on.)
+        a.last_response_final = not ev.tool_calls or ev.stop_reason == REFUSED_STOP
         a.stop_reason = ev.stop_reason
         a.stop_details = ev.stop_details
         a.round_results = 0
@@ -744,7 +747,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     folded from such a row says ``aborted``).
 # 18: ``AgentState.stop_reason`` (an answer cut at the output limit: its last call is not run).
 # 19: the items of a response stopped with ``refusal`` are ``refused`` (``Item.status``), its first
-#     item and ``AgentState.stop_details`` hold its ``stop_details``.
+#     item and ``AgentState.stop_details`` hold its ``stop_details``; such a response is
+#     ``last_response_final`` whatever it called.
 SNAPSHOT_VERSION = 19
 
 

@@ -133,7 +133,7 @@ def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = 
             return PlaceSteer(steers)
         if main:
             return FinishTask("completed", refusal_reason(agent))
-        return FinishAgent("completed", _last_text(agent))
+        return FinishAgent("completed", refusal_reason(agent) or _last_text(agent))
     if steers:
         # About to ask the model (a round just ended, a steer was just placed, a task just
         # started): whatever steers are queued now go in first, so the request sees them all.
@@ -158,9 +158,14 @@ def cut_by_provider(agent: AgentState, call: t.ToolCall) -> bool:
     stopped, so its arguments may be incomplete (a call cut before any argument arrived reads as
     ``{}``, which a tool whose arguments are all optional would run on its defaults). Such a call
     is not run: it is answered with :func:`cut_call_message`, and the calls before it run as
-    usual. (A restart that finds it started runs it again, which answers it the same: nothing of
-    it ran.)"""
+    usual; a refused answer (``refusal``) runs none of its calls. (A restart that finds it
+    started runs it again, which answers it the same: nothing of it ran.)"""
     pending = agent.pending_calls
+    if agent.stop_reason == REFUSAL:
+        # A refused answer runs none of its calls: the turn is not sent back (Anthropic asks for
+        # it to be left out, runtime.providers.compile), so what a call of it did would be done
+        # behind the model's back; and the classifier stopped it for what it was writing.
+        return any(c.call_id == call.call_id for c in pending)
     return agent.stop_reason in CUT_BY and bool(pending) and pending[-1].call_id == call.call_id
 
 
@@ -181,6 +186,8 @@ CUT_CALL_CODE = "INVALID_ARGUMENT"
 
 def cut_call_message(agent: AgentState, call: t.ToolCall) -> str:
     """What the model is told of a call :func:`cut_by_provider` keeps from running."""
+    if agent.stop_reason == REFUSAL:
+        return f"the provider refused this answer, so its {call.name} call was not run"
     return (f"the answer was cut {CUT_BY[agent.stop_reason or '']} while this {call.name} call was being written: "
             "its arguments may be incomplete, so it was not run; call it again")
 

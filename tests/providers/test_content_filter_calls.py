@@ -1,10 +1,9 @@
-"""An answer the provider's content filter cut while it wrote a tool call, over the wire, for each
-protocol, through a real session: Chat ``finish_reason: content_filter``, a Responses
-``incomplete`` response whose ``incomplete_details.reason`` is ``content_filter``, Anthropic's
-``stop_reason: refusal`` (its streaming classifiers stop the answer where it is). The answer's
-last call is answered as cut, naming the content filter, and not run, as at the output limit;
-the calls before it run. The stop reason is recorded as the provider said it. Anthropic's next request leaves the refused
-turn out, the call and its result with it (see ``test_refused_turns.py``)."""
+"""An answer the provider's content filter cut while it wrote a tool call, over the wire, through a
+real session: Chat ``finish_reason: content_filter`` and a Responses ``incomplete`` response whose
+``incomplete_details.reason`` is ``content_filter``. The answer's last call is answered as cut,
+naming the content filter, and not run, as at the output limit; the calls before it run. The stop
+reason is recorded as the provider said it. (Anthropic's ``stop_reason: refusal``, its streaming
+classifiers' stop, runs none of the answer's calls and ends the task: ``test_refused_turns.py``.)"""
 
 from __future__ import annotations
 
@@ -22,26 +21,15 @@ from .test_invalid_arguments import sent_results
 BY_THE_FILTER = "cut by the provider's content filter"
 
 
-def _cause(protocol: str) -> str:
-    """What the model is told cut its call: the content filter, and Anthropic's word for it."""
-    return BY_THE_FILTER + (" (stop reason refusal)" if protocol == "anthropic" else "")
-
-
-def _sent(protocol: str) -> bool:
-    """Whether the next request carries the cut answer: Anthropic's leaves a refused turn out."""
-    return protocol != "anthropic"
+# The protocols whose content filter cuts an answer where it is and keeps it in the context.
+FILTERING = [p for p in PROTOCOLS if p != "anthropic"]
 
 
 def _filtered(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
-    scripted = cut_answer(protocol, calls, by="content filter")
-    if protocol == "anthropic":  # (the API says why with the stop reason)
-        delta = [data for name, data in scripted.events if name == "message_delta"][0]["delta"]
-        delta["stop_details"] = {"type": "refusal", "category": "cyber",
-                                 "explanation": "This request was declined because it could enable cyber harm."}
-    return scripted
+    return cut_answer(protocol, calls, by="content filter")
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("protocol", FILTERING)
 async def test_of_two_calls_cut_by_the_content_filter_the_first_runs_and_the_last_does_not(
         protocol, server, make, tmp_path):
     # The last call ran: its arguments read as whole JSON, but the filter stopped the model
@@ -53,21 +41,18 @@ async def test_of_two_calls_cut_by_the_content_filter_the_first_runs_and_the_las
     assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == calls  # kept as streamed
     first = _finished(evs)["call_a"]
     assert (first.status, first.is_error, first.error_code) == ("ok", False, None)
-    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds", cause=_cause(protocol), sent=_sent(protocol))
-    if _sent(protocol):
-        assert "content filter" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
-    else:  # (the call that ran went with the refused turn too: a tool_result needs its tool_use)
-        assert "call_a" not in sent_results(protocol, server.bodies[-1])
+    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds", cause=BY_THE_FILTER)
+    assert "content filter" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("protocol", FILTERING)
 async def test_a_call_cut_by_the_content_filter_before_its_arguments_is_not_run(protocol, server, make, tmp_path):
     # It was recorded with "{}" and run: get_system_time answered with the time.
     _state, evs = await _session(protocol, _filtered(protocol, [("call_a", "get_system_time", "")]),
                                  server, make, tmp_path)
     responded = [e.event for e in evs if e.kind == "model.responded"][0]
     assert [(c.call_id, c.arguments) for c in responded.tool_calls] == [("call_a", "{}")]
-    _assert_not_run(protocol, evs, server, "call_a", "get_system_time", cause=_cause(protocol), sent=_sent(protocol))
+    _assert_not_run(protocol, evs, server, "call_a", "get_system_time", cause=BY_THE_FILTER)
 
 
 async def test_a_responses_call_a_content_filtered_final_output_leaves_out_is_kept_as_cut(server, make, tmp_path):

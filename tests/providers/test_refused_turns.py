@@ -101,20 +101,31 @@ async def test_after_a_refusal_the_next_request_leaves_the_refused_turn_out(
     assert items[1].reasoning_blocks and items[1].reasoning_blocks[0]["block"]["thinking"] == "Let me think."
 
 
-async def test_a_refused_answer_with_calls_is_left_out_with_its_results(server, make, tmp_path):
-    # A refused answer's first call runs (it was whole), its last is cut (not run); neither the
-    # calls nor their results go with the next request, which would otherwise be refused again.
+@pytest.mark.parametrize("restart,snapshot_every", [(False, 500), (True, 1)], ids=["live", "restart-snapshot"])
+async def test_a_refused_answer_runs_none_of_its_calls_and_ends_its_task(
+        restart, snapshot_every, server, make, tmp_path):
+    # Before, its first call ran (it was whole) and the session asked again at once, with the
+    # refused turn left out: the same request the classifier had just refused, and each refusal
+    # with a call asked again. A call of it that ran did so behind the model's back (its result
+    # is left out with the turn).
     calls = [("call_a", "get_system_time", "{}"), ("call_b", "get_system_time", "{")]
     server.answer = refusing_server(refusal(calls=calls))
-    state, evs, _sid = await _two_inputs(tmp_path, make("anthropic"), restart=False, snapshot_every=500)
+    state, evs, _sid = await _two_inputs(tmp_path, make("anthropic"), restart=restart, snapshot_every=snapshot_every)
     finished = {e.event.call_id: e.event for e in evs if e.kind == "tool.finished"}
-    assert (finished["call_a"].status, finished["call_b"].status) == ("ok", "error")
-    for body in server.bodies[1:]:
-        assert not _carries_refused_turn(body)
-        assert [b["type"] for m in body["messages"] for b in m["content"]] == ["text"] * len(
-            [b for m in body["messages"] for b in m["content"]])
+    for call_id in ("call_a", "call_b"):
+        got = finished[call_id]
+        assert (got.status, got.is_error, got.error_code) == ("error", True, "INVALID_ARGUMENT")
+        assert "".join(p.text for p in got.content) == (
+            "INVALID_ARGUMENT: the provider refused this answer, so its get_system_time call was not run")
+    # One request for the first input: its task ended on the refusal, with its reason.
     responded = [e.event for e in evs if e.kind == "model.responded"]
-    assert [r.stop_reason for r in responded] == ["refusal", "end_turn", "end_turn"]
+    assert [r.stop_reason for r in responded] == ["refusal", "end_turn"]
+    first_task = [e.event for e in evs if e.kind == "task.finished"][0]
+    assert first_task.status == "completed"
+    assert first_task.reason == f"the provider refused the answer (category cyber): {EXPLANATION}"
+    # The next input's request carries neither the calls nor their results.
+    assert len(server.bodies) == 2 and not _carries_refused_turn(server.bodies[1])
+    assert [b["type"] for m in server.bodies[1]["messages"] for b in m["content"]] == ["text", "text"]
     assert responded[1].diagnostics["refused_turns"] == 1
     assert [it.status for it in state.agents["main"].items if it.role == "tool_call"] == ["refused", "refused"]
 
