@@ -15,7 +15,9 @@ from typing import Any, Callable
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, console_errors, make_daemon, one, open_session, session_starting_jobs,
     submit, texts, wait_for, with_turns)
+from tests.dashboard.test_dashboard_this_round import png_1x1
 from tests.dashboard.test_dashboard_users_pass import HOLD_STOPS
+from tools.artifacts import ArtifactStore
 
 SLOW = {"when": "stream slowly", "chunks": ["(faux) Streaming the first half… ", "and the rest."],
         "chunkDelayMs": 60000}
@@ -88,6 +90,29 @@ def test_dashboard_names_each_queued_inputs_and_jobs_buttons_by_whose_they_are(
         "Steer with queued input “check the tests”",
         "Steer with queued input “a follow-up whose text is longer than a…”"]
     assert texts(driver, "#queue li.card button.withdraw") == ["Withdraw"] * 3
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert console_errors(driver) == []
+
+
+def test_dashboard_names_a_queued_input_of_images_alone_by_its_images(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """An input of images and no text was named "queued input “”" in its buttons' names."""
+    driver = browser
+    d = make_daemon(with_turns(SLOW))
+    strong, sid = open_session(driver, d, tmp_path, "dash-images")
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the slow answer")
+    aid = ArtifactStore(d.cwd / ".lens" / "artifacts").put(png_1x1())
+    image = {"type": "image", "artifactId": aid, "mime": "image/png"}
+    for request_id, content in [("two", [image, image]), ("one", [image]), ("worded", [{"type": "text", "text": "see this"}, image])]:
+        status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": request_id, "content": content}, token=strong)
+        assert status == 202, body
+    wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
+    assert names(driver, "#queue li.card button.withdraw") == [
+        "Withdraw queued input of 2 images", "Withdraw queued input of 1 image", "Withdraw queued input “see this”"]
+    assert names(driver, "#queue li.card button.steer") == [
+        "Steer with queued input of 2 images", "Steer with queued input of 1 image", "Steer with queued input “see this”"]
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
     assert console_errors(driver) == []
