@@ -59,6 +59,9 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     # request compilation sends back unchanged to the protocol they came from.
     reasoning_blocks: list[dict[str, Any]] = []
     rerun_after: str | None = None  # tool_result items: ``ToolFinished.rerun_after`` (the call ran twice)
+    # The last item of a model response (its last tool call, else its text): the response's
+    # ``ModelResponded.stop_reason``, where the answer stopped (a view says which stops cut it).
+    stop_reason: str | None = None
 
 
 class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
@@ -462,6 +465,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             n += 1
         if ev.reasoning_blocks and len(a.items) > first:
             a.items[first].reasoning_blocks = list(ev.reasoning_blocks)
+        if ev.stop_reason and len(a.items) > first:
+            a.items[-1].stop_reason = ev.stop_reason
         a.pending_calls = list(ev.tool_calls)
         a.last_response_final = not ev.tool_calls
         a.stop_reason = ev.stop_reason
@@ -728,7 +733,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 17: ... and of status ``failed`` when the request failed otherwise (an item an earlier build
 #     folded from such a row says ``aborted``).
 # 18: ``AgentState.stop_reason`` (an answer cut at the output limit: its last call is not run).
-SNAPSHOT_VERSION = 18
+# 19: ``Item.stop_reason`` (an answer the provider cut says so where it stopped).
+SNAPSHOT_VERSION = 19
 
 
 def snapshot_bytes(state: SessionState) -> bytes:
