@@ -63,6 +63,9 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     rerun_after: str | None = None  # tool_result items: ``ToolFinished.rerun_after`` (the call ran twice)
     # The first item of a refused response: its ``ModelResponded.stop_details`` (why it was refused)
     stop_details: dict[str, str] | None = None
+    # The last item of a model response (its last tool call, else its text): the response's
+    # ``ModelResponded.stop_reason``, where the answer stopped (a view says which stops cut it).
+    stop_reason: str | None = None
 
 
 class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
@@ -476,6 +479,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
                 it.status = REFUSED
             if len(a.items) > first:
                 a.items[first].stop_details = ev.stop_details
+        if ev.stop_reason and len(a.items) > first:
+            a.items[-1].stop_reason = ev.stop_reason
         a.pending_calls = list(ev.tool_calls)
         # (A refused answer ends the round whatever it called: its calls are answered, none run,
         # and asking again would send what was refused, less the refused turn, to be refused
@@ -748,7 +753,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 18: ``AgentState.stop_reason`` (an answer cut at the output limit: its last call is not run).
 # 19: the items of a response stopped with ``refusal`` are ``refused`` (``Item.status``), its first
 #     item and ``AgentState.stop_details`` hold its ``stop_details``; such a response is
-#     ``last_response_final`` whatever it called.
+#     ``last_response_final`` whatever it called. ``Item.stop_reason`` (an answer the provider
+#     cut says so where it stopped).
 SNAPSHOT_VERSION = 19
 
 

@@ -13,6 +13,7 @@ from projections.context_budget import item_marks
 from projections.session_state import (REFUSED, USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts,
                                        text_of)
 
+from .decide import CUT_BY
 from .errors import AgentNotFound, InvalidCommand
 
 QUEUED_PREVIEW_CHARS = 2000
@@ -54,6 +55,8 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
     ``interrupted``: a call a fork inherited without its result never runs, and the model is told
     it has no result (``interrupted``) — see ``runtime.providers.compile``."""
     v: dict[str, Any] = {"id": it.id, "role": it.role, "seq": it.seq, "taskId": it.task_id}
+    if it.stop_reason in CUT_BY:  # (the last item of an answer the provider cut; omitted otherwise)
+        v["stopReason"] = it.stop_reason
     if it.role == "tool_call" and it.call is not None:
         res = results.get(it.call.call_id)
         cid = it.call.call_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 import trio
@@ -49,6 +49,9 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     reasoning: str = ""
     tool_calls: list[FauxToolCall] = []
     error: FauxError | None = None
+    # The answer stops as a provider that cut it says (at the output limit, by its content filter;
+    # its last call is then not run); left out: ``tool_use`` with calls, else ``end_turn``.
+    stop_reason: Literal["max_tokens", "content_filter", "refusal"] | None = None
     delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # before the first delta
     chunk_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # between deltas
     # Left out: the answer reports word counts (of the request's items, of the answer's text);
@@ -154,7 +157,7 @@ class FauxProvider:
             text=text,
             reasoning=turn.reasoning,
             tool_calls=calls,
-            stop_reason="tool_use" if calls else "end_turn",
+            stop_reason=turn.stop_reason or ("tool_use" if calls else "end_turn"),
             usage=t.Usage(
                 input_tokens=input_tokens,
                 output_tokens=len(text.split()) if turn.output_tokens is msgspec.UNSET else turn.output_tokens,

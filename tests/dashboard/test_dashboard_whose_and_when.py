@@ -15,7 +15,9 @@ from typing import Any, Callable
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, console_errors, make_daemon, one, open_session, session_starting_jobs,
     submit, texts, wait_for, with_turns)
+from tests.dashboard.test_dashboard_this_round import png_1x1
 from tests.dashboard.test_dashboard_users_pass import HOLD_STOPS
+from tools.artifacts import ArtifactStore
 
 SLOW = {"when": "stream slowly", "chunks": ["(faux) Streaming the first half… ", "and the rest."],
         "chunkDelayMs": 60000}
@@ -23,6 +25,26 @@ SLOW = {"when": "stream slowly", "chunks": ["(faux) Streaming the first half… 
 
 def names(driver: Any, selector: str) -> list[str]:
     return [n.accessible_name for n in by_css(driver, selector) if n.is_displayed()]
+
+
+def announced(driver: Any, selector: str) -> str:
+    """The text Chromium's accessibility tree holds inside what matches ``selector`` (a live
+    region's announcement is that text): its text nodes the tree does not ignore, joined."""
+    driver.execute_cdp_cmd("Accessibility.enable", {})
+    doc = driver.execute_cdp_cmd("DOM.getDocument", {"depth": 0})
+    node = driver.execute_cdp_cmd("DOM.querySelector", {"nodeId": doc["root"]["nodeId"], "selector": selector})
+    tree = driver.execute_cdp_cmd("Accessibility.getPartialAXTree", {"nodeId": node["nodeId"], "fetchRelatives": False})
+    said: list[str] = []
+
+    def walk(ax_id: str) -> None:
+        for child in driver.execute_cdp_cmd("Accessibility.getChildAXNodes", {"id": ax_id})["nodes"]:
+            if child.get("ignored"):
+                continue
+            if child.get("role", {}).get("value") == "StaticText":
+                said.append(child.get("name", {}).get("value", ""))
+            walk(child["nodeId"])
+    walk(tree["nodes"][0]["nodeId"])
+    return "".join(said)
 
 
 def short(job_id: str) -> str:
@@ -73,6 +95,29 @@ def test_dashboard_names_each_queued_inputs_and_jobs_buttons_by_whose_they_are(
     assert console_errors(driver) == []
 
 
+def test_dashboard_names_a_queued_input_of_images_alone_by_its_images(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """An input of images and no text was named "queued input “”" in its buttons' names."""
+    driver = browser
+    d = make_daemon(with_turns(SLOW))
+    strong, sid = open_session(driver, d, tmp_path, "dash-images")
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the slow answer")
+    aid = ArtifactStore(d.cwd / ".lens" / "artifacts").put(png_1x1())
+    image = {"type": "image", "artifactId": aid, "mime": "image/png"}
+    for request_id, content in [("two", [image, image]), ("one", [image]), ("worded", [{"type": "text", "text": "see this"}, image])]:
+        status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": request_id, "content": content}, token=strong)
+        assert status == 202, body
+    wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
+    assert names(driver, "#queue li.card button.withdraw") == [
+        "Withdraw queued input of 2 images", "Withdraw queued input of 1 image", "Withdraw queued input “see this”"]
+    assert names(driver, "#queue li.card button.steer") == [
+        "Steer with queued input of 2 images", "Steer with queued input of 1 image", "Steer with queued input “see this”"]
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert console_errors(driver) == []
+
+
 def test_dashboard_says_stopping_while_a_job_that_ignores_sigterm_is_stopped(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """The stop of a job that ignores SIGTERM answers once the SIGKILL after the grace ended it;
@@ -107,14 +152,18 @@ def test_dashboard_status_is_not_said_known_while_the_daemon_is_away(
     pill = "#session-status"
     wait_for(lambda: texts(driver, pill) == ["running"], "the running status")
     assert one(driver, pill).get_attribute("title") in (None, "")
+    assert announced(driver, pill) == "running"
 
     d.stop()
+    words = "status unknown while reconnecting (last known: running)"
     wait_for(lambda: body_data(driver, "conn") == "reconnecting", "the page reconnecting")
-    wait_for(lambda: texts(driver, pill) == ["running?"], "the status marked unknown")
-    assert one(driver, pill).get_attribute("title") == "status unknown while reconnecting (last known: running)"
-    assert driver.execute_script("return arguments[0].getAttribute('aria-label')", one(driver, pill)) == \
-        "status unknown while reconnecting (last known: running)"
-    assert "unknown" in one(driver, pill).get_attribute("class")
+    wait_for(lambda: "unknown" in one(driver, pill).get_attribute("class"), "the status marked unknown")
+    # (the eye sees a short pill, its tooltip the words; a screen reader is told the words, once)
+    assert texts(driver, f"{pill} [aria-hidden=true]") == ["running?"]
+    assert texts(driver, f"{pill} .visually-hidden") == [words]
+    assert one(driver, f"{pill} [aria-hidden=true]").get_attribute("title") == words
+    assert announced(driver, pill) == words
+    assert one(driver, pill).get_attribute("aria-label") is None
 
     d.start()
     wait_for(lambda: body_data(driver, "conn") == "live", "the stream back", 20)
@@ -123,6 +172,7 @@ def test_dashboard_status_is_not_said_known_while_the_daemon_is_away(
              "the real status back")
     assert one(driver, pill).get_attribute("title") in (None, "")
     assert "unknown" not in one(driver, pill).get_attribute("class")
+    assert announced(driver, pill) == "running"
     click(driver, "#abort")
     wait_for(lambda: texts(driver, pill) == ["idle"], "the aborted run's status")
     assert console_errors(driver) == []
