@@ -3,9 +3,14 @@ untried (see "Context at its edges through a real daemon" in docs/decisions.md).
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
+from ..providers.servers import openai_chat as oc
+from ..providers.servers.base import ScriptedServer
 from .conftest import Daemon, stop_daemon
+from .keyleaks import loop_config
+from .test_context_acceptance import _system_text
 from .test_context_http import _session
 
 FILLER = "word " * 50_000  # (about 62,500 estimated tokens: past half of a 100,000-token window)
@@ -52,3 +57,43 @@ async def test_an_automatic_compaction_whose_summary_request_fails_is_recorded_a
     d2 = await daemon_factory(config=config, root=d.root)
     assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
     assert (await d2.view(token, sid))["usage"] == usage
+
+
+async def test_a_workspace_agents_md_the_executor_will_not_read_is_named_in_the_prompt(
+        daemon_factory, nursery, tmp_path, monkeypatch):
+    # F-CTX-4 project context: `<workspace>/AGENTS.md` is read through the executor, which reads
+    # nothing outside the workspace. A link to a file elsewhere (a shared rules file) or a link
+    # loop was left out of the prompt with a line in the daemon's log only, while a file that is
+    # not UTF-8 gets a note in its place: the model and the user could not learn why the rules
+    # were not followed.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_CTX_KEY"))
+    token = await d.pair("c", strong=True)
+    outside = tmp_path / "shared-rules.md"
+    outside.write_text("OUTSIDE-RULE: never read.\n")
+
+    async def prompt(name: str, place: Callable[[Path], None]) -> str:
+        project = await d.project(token, name)  # (a new project each: its prompt is built afresh)
+        place(Path(project["workspace"]) / "AGENTS.md")
+        sid = (await d.session(token, project["id"]))["id"]
+        loop.push(oc.chat_stream(text="ok"))
+        await d.submit(token, sid, "r1", "hello")
+        await d.wait_idle(token, sid)
+        return _system_text(loop.bodies[-1])
+
+    text = await prompt("link-out", lambda md: md.symlink_to(outside))
+    assert ("## <workspace>/AGENTS.md\n[left out: the executor does not read it (PATH_OUTSIDE_WORKSPACE: AGENTS.md: "
+            "leads outside the workspace); fix the file for its instructions to apply]") in text, text
+    assert "OUTSIDE-RULE" not in text
+    text = await prompt("link-loop", lambda md: md.symlink_to(md.name))
+    assert ("## <workspace>/AGENTS.md\n[left out: the executor does not read it (TOO_MANY_LINKS: AGENTS.md: "
+            "too many levels of symbolic links); fix the file for its instructions to apply]") in text, text
+    # A link inside the workspace is read; a dangling one is a missing file (no section, no note).
+    text = await prompt("link-in", lambda md: (md.with_name("rules.md").write_text("IN-RULE\n"),
+                                               md.symlink_to("rules.md")))
+    assert "## <workspace>/AGENTS.md\nIN-RULE" in text, text
+    text = await prompt("link-dangling", lambda md: md.symlink_to("gone.md"))
+    assert "# Project context" not in text and "left out" not in text, text
