@@ -584,16 +584,19 @@ class WorkingContextOps:
         agent = self._agent(cmd.agent_id)
         by_id = self._items_by_id(agent, cmd.agent_id, cmd.item_ids)
         wanted = list(dict.fromkeys(cmd.item_ids))
+        marks = item_marks(agent)
         if cmd.older_images:
-            # Older images: the image-bearing tool results still in the Working Context, but the
-            # newest ``keep_images`` (a user's own input keeps its images: it is their message).
+            # Older images: the image-bearing tool results the next request sends whole (``visible``,
+            # or ``included``: re-attached after a snip or a compaction; not one whose placeholder
+            # stands for it), but the newest ``keep_images`` (a user's own input keeps its images:
+            # it is their message).
             with_images = [it.id for it in working_context(agent) if it.role == "tool_result"
-                           and it.id not in agent.snipped and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
+                           and marks.get(it.id) in ("visible", "included")
+                           and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
             older = with_images[:max(len(with_images) - cmd.keep_images, 0)]
             wanted += [i for i in older if i not in wanted]
         # Only what the next request sees can be taken out of it: an item already out (snipped,
         # replaced by a summary, hidden, gone with its call) records nothing (``changed: false``).
-        marks = item_marks(agent)
         ids = [i for i in wanted if marks.get(i) in IN_CONTEXT]
         # A call whose result was re-attached (Include Result) stays in the Working Context for
         # that result's sake: snipping the call alone would change nothing. Its result goes too.

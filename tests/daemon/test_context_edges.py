@@ -3,9 +3,11 @@ untried (see "Context at its edges through a real daemon" in docs/decisions.md).
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any, Callable
 
+from ..providers.conftest import tiny_png
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
 from .conftest import Daemon, stop_daemon
@@ -97,3 +99,59 @@ async def test_a_workspace_agents_md_the_executor_will_not_read_is_named_in_the_
     assert "## <workspace>/AGENTS.md\nIN-RULE" in text, text
     text = await prompt("link-dangling", lambda md: md.symlink_to("gone.md"))
     assert "# Project context" not in text and "left out" not in text, text
+
+
+async def test_older_images_counts_an_image_result_included_again_after_a_snip(daemon_factory, nursery, monkeypatch):
+    # F-CTX-3: Snip of older images looked for image-bearing results in the Working Context that
+    # were never snipped, so one snipped and then re-attached by Include Result (in the Working
+    # Context again, its images sent) was neither counted among the newest kept nor snipped: the
+    # snip answered `changed: false` and the next request still carried both images.
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    config = {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
+                             "apiKeyEnv": "LENS_TEST_CTX_KEY", "maxRetries": 0,
+                             "models": [{"id": "m", "images": True}]}], "defaultModel": "loop/m"}
+    d = await daemon_factory(config=config)
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    shots = [tiny_png(0), tiny_png(200)]
+    for i, png in enumerate(shots):
+        Path(project["workspace"], f"shot{i}.png").write_bytes(png)
+    sid = (await d.session(token, project["id"]))["id"]
+
+    async def images_sent(d: Daemon, rid: str) -> list[int]:
+        loop.push(oc.chat_stream(text="seen"))
+        await d.submit(token, sid, rid, "what do you see?")
+        await d.wait_idle(token, sid)
+        parts = [p for m in loop.bodies[-1]["messages"] if isinstance(m.get("content"), list) for p in m["content"]]
+        return [shots.index(base64.b64decode(p["image_url"]["url"].split(",", 1)[1]))
+                for p in parts if p.get("type") == "image_url"]
+
+    loop.push(oc.chat_stream(calls=[(f"call_{i}", "view_image", {"path": f"shot{i}.png"}) for i in range(2)]),
+              oc.chat_stream(text="two shots"))
+    await d.submit(token, sid, "r1", "look at the shots")
+    await d.wait_idle(token, sid)
+    first, second = [it["result"]["itemId"] for it in (await d.view(token, sid))["items"] if it["role"] == "tool_call"]
+    older = {"olderImages": True, "keepImages": 1}
+    r = await d.post(f"/sessions/{sid}/context/snip", token, older)
+    assert r.status_code == 200 and r.json()["itemIds"] == [first], r.text
+    assert await images_sent(d, "r2") == [1]
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"callId": "call_0"})
+    assert r.status_code == 200 and r.json()["items"] == [{"id": first, "context": "included"}], r.text
+    assert await images_sent(d, "r3") == [0, 1]
+
+    r = await d.post(f"/sessions/{sid}/context/snip", token, older)
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    assert r.json()["items"] == [{"id": first, "context": "snipped"}], r.text
+    assert await images_sent(d, "r4") == [1]
+    r = await d.post(f"/sessions/{sid}/context/snip", token, older)  # (the newest is kept: nothing more)
+    assert r.status_code == 200 and r.json()["changed"] is False, r.text
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"olderImages": True, "keepImages": 0})
+    assert r.status_code == 200 and r.json()["itemIds"] == [second], r.text
+
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    assert await images_sent(d2, "r5") == []
