@@ -10,10 +10,11 @@ from typing import Any, Callable
 from ..providers.conftest import tiny_png
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
-from .conftest import Daemon, stop_daemon
+from .conftest import Daemon, awaiting_an_answer, error_of, stop_daemon
 from .keyleaks import loop_config
 from .test_context_acceptance import _system_text
 from .test_context_http import _session
+from .test_question_restart import CONFIG as ASKING
 
 FILLER = "word " * 50_000  # (about 62,500 estimated tokens: past half of a 100,000-token window)
 
@@ -155,3 +156,16 @@ async def test_older_images_counts_an_image_result_included_again_after_a_snip(d
     d2 = await daemon_factory(config=config, root=d.root)
     assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
     assert await images_sent(d2, "r5") == []
+
+
+async def test_compact_while_the_session_awaits_an_answer_says_so(daemon_factory):
+    # `POST …/compact` of a session awaiting an answer is SESSION_BUSY, as README says; its message
+    # said the session "is running" while its view said `awaiting_answer`.
+    d = await daemon_factory(config=ASKING)
+    token = await d.pair("c", strong=True)
+    sid, view = await awaiting_an_answer(d, token, "pick a colour")
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_BUSY"), r.text
+    assert r.json()["error"]["message"] == f"session {sid!r} awaits an answer to its question; compact it when idle"
+    assert len(await d.events(token, sid)) == n and (await d.view(token, sid))["status"] == "awaiting_answer"
