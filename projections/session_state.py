@@ -578,7 +578,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             a.included = [i for i in a.included if i not in replaced]
         _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ContextCompactionFailed):
-        _add_usage(state, agent_id, ev.usage)  # (a request answered and not used still counts)
+        if ev.usage is not None:  # (a request answered and not used still counts)
+            _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):

@@ -1203,7 +1203,8 @@ class SessionActor:
         answered when it is recorded. ``SESSION_BUSY`` while the session runs or waits."""
         if (not self._runner_done.is_set() or self.state.questions or self._nursery is None
                 or d.next_step(self.state, MAIN_AGENT, self._replay_safe) is not None):
-            raise wc.ContextError("SESSION_BUSY", f"session {self.session_id!r} is running; compact it when idle")
+            state = "awaits an answer to its question" if self.state.questions else "is running"
+            raise wc.ContextError("SESSION_BUSY", f"session {self.session_id!r} {state}; compact it when idle")
         self.deps.catalog.check(self.state.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED first
         done = self._runner_done = trio.Event()
         scope = self._runner_scope = trio.CancelScope()

@@ -500,13 +500,21 @@ def read_home_agents_md(path: str) -> str | Unusable | None:
         return Unusable(f"it is not UTF-8 text (byte {exc.start})")
 
 
+# What the executor answers for an ``AGENTS.md`` that is there but that it will not read: the
+# file's own doing (a link out of the workspace or a loop of links, its permissions, a failing
+# disk), named in the prompt in its place. Other failures (the executor not reached) leave the
+# section out, logged.
+AGENTS_MD_REFUSALS = frozenset({"PATH_OUTSIDE_WORKSPACE", "TOO_MANY_LINKS", "PERMISSION_DENIED", "IO_ERROR"})
+
+
 async def read_workspace_agents_md(executors: ExecutorPool, project_id: str, *,
                                    wait: bool = True) -> str | Unusable | None:
     """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote).
     ``wait=False``: :class:`DomainBusy` instead of waiting while a command holds the workspace.
 
     Missing file: ``None``; so is an ``AGENTS.md`` that is no file (a directory's listing is no
-    instructions). A file that is not UTF-8 is :class:`Unusable` (the prompt says so in its place).
+    instructions). A file that is not UTF-8, or that the executor refuses (:data:`AGENTS_MD_REFUSALS`:
+    a link out of the workspace, …), is :class:`Unusable` (the prompt says so in its place).
     An executor that cannot be reached leaves the section out (logged); the model request goes
     ahead without it rather than failing.
     """
@@ -531,6 +539,8 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str, *,
             return Unusable("it is not UTF-8 text" + (f" (byte {at.group(1)})" if at else ""))
         if exc.code not in ("NOT_FOUND", "NOT_A_FILE"):
             log.warning("project %s: AGENTS.md not read through the executor (%s)", project_id, exc.code)
+        if exc.code in AGENTS_MD_REFUSALS:
+            return Unusable(f"the executor does not read it ({exc.code}: {exc.message})")
         return None
 
 

@@ -22,12 +22,13 @@ Every operation is recorded, so replay rebuilds the same Working Context
   message of the conversation); its usage is in the event and counts in the session's usage. A
   compaction that fails or is cut off changes nothing; when the provider answered (no text, a
   summary cut off at the output limit or refused, or the context moved on meanwhile) one
-  ``context.compaction_failed`` records why and what the request used.
+  ``context.compaction_failed`` records why and what the request used; an automatic one that
+  failed before any answer records it too, its usage ``None`` (no request counted).
 * **Automatic compaction**: before a model request, when the estimated request
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
   is not compacted again, so it cannot loop; a failed automatic compaction lets the request go
-  as it is.
+  as it is (recorded as ``context.compaction_failed``).
 * **Pruning** (off by default): before a model request, old large tool results are pruned with
   one ``context.edited`` {op: prune}.
 * **Snip** / **Include Result**: ``context.edited`` {op: snip | include_result} from the HTTP
@@ -413,7 +414,10 @@ class WorkingContextOps:
             raise
         except ProviderError as exc:
             message = f"the summarizing request failed: {exc.code}: {exc.message}"
-            if exc.usage is not None:  # it failed part-way: what it had reported is recorded all the same
+            if exc.usage is not None or trigger == "auto":
+                # Failed part-way: what it had reported is recorded all the same. An automatic one
+                # that failed before any answer is recorded too (no usage): the request goes on as
+                # it is, and no HTTP answer tells anyone that a compaction was tried.
                 await self._emit([self._scoped(t.ContextCompactionFailed(
                     code="COMPACTION_FAILED", message=message[:2000], trigger=trigger, usage=exc.usage,
                     provider=provider.id, model=model_id), agent_id, task_id)])
@@ -580,16 +584,19 @@ class WorkingContextOps:
         agent = self._agent(cmd.agent_id)
         by_id = self._items_by_id(agent, cmd.agent_id, cmd.item_ids)
         wanted = list(dict.fromkeys(cmd.item_ids))
+        marks = item_marks(agent)
         if cmd.older_images:
-            # Older images: the image-bearing tool results still in the Working Context, but the
-            # newest ``keep_images`` (a user's own input keeps its images: it is their message).
+            # Older images: the image-bearing tool results the next request sends whole (``visible``,
+            # or ``included``: re-attached after a snip or a compaction; not one whose placeholder
+            # stands for it), but the newest ``keep_images`` (a user's own input keeps its images:
+            # it is their message).
             with_images = [it.id for it in working_context(agent) if it.role == "tool_result"
-                           and it.id not in agent.snipped and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
+                           and marks.get(it.id) in ("visible", "included")
+                           and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
             older = with_images[:max(len(with_images) - cmd.keep_images, 0)]
             wanted += [i for i in older if i not in wanted]
         # Only what the next request sees can be taken out of it: an item already out (snipped,
         # replaced by a summary, hidden, gone with its call) records nothing (``changed: false``).
-        marks = item_marks(agent)
         ids = [i for i in wanted if marks.get(i) in IN_CONTEXT]
         # A call whose result was re-attached (Include Result) stays in the Working Context for
         # that result's sake: snipping the call alone would change nothing. Its result goes too.

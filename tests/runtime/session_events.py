@@ -198,7 +198,9 @@ def step(rec: Recorder, data: st.DataObject) -> None:
                                    trigger=data.draw(st.sampled_from(["manual", "auto"])), usage=_usage(data)),
                 agent_id=agent_id, task_id=task)
     elif kind == "compaction_failed":
-        rec.add(t.ContextCompactionFailed(code="MODEL_FAILED", message="no", usage=_usage(data)), agent_id=agent_id)
+        # (usage None: an automatic compaction whose request failed before any answer)
+        usage = None if data.draw(st.booleans()) else _usage(data)
+        rec.add(t.ContextCompactionFailed(code="MODEL_FAILED", message="no", usage=usage), agent_id=agent_id)
     elif kind == "todo":
         items = [t.TodoItem(f"t{i}", data.draw(TEXTS), data.draw(st.sampled_from(["pending", "in_progress", "done"])))
                  for i in range(data.draw(st.integers(0, 3)))]
