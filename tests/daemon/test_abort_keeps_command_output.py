@@ -58,6 +58,24 @@ async def _abort_once_printed(d: Daemon, token: str, sid: str, ws: Path, name: s
     await d.wait_idle(token, sid)
 
 
+async def _executor_running(d: Daemon, token: str, sid: str, ws: Path, command: str) -> int:
+    """Run ``command`` (which writes its reaper's parent, ``$PPID``, to ``reaper.pid`` and then
+    touches ``printed``) as a tool call, and return the pid of the executor running it once it
+    has printed."""
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await d.wait_running_call(token, sid)
+
+    async def printed() -> bool:
+        return (ws / "printed").exists()
+
+    await wait_until(printed, what="the command's marker printed")
+    reaper = read_proc(int((ws / "reaper.pid").read_text()))
+    assert reaper is not None
+    executor = read_proc(reaper.ppid)
+    assert executor is not None and b"executor" in executor.argv, executor
+    return reaper.ppid
+
+
 def _call_result(view: dict[str, Any], call_id: str) -> dict[str, Any]:
     """The result shown in the view's item of call ``call_id``."""
     [item] = [it for it in view["items"] if it.get("call", {}).get("callId") == call_id]
@@ -155,18 +173,8 @@ async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_fact
     arrived."""
     d, token, sid, ws = await _session(daemon_factory, "abort-stalled")
     command = f"{PRINT_MARKER}; echo $PPID > reaper.pid; touch printed; sleep 600"
-    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
-    await d.wait_running_call(token, sid)
-
-    async def printed() -> bool:
-        return (ws / "printed").exists()
-
-    await wait_until(printed, what="the command's marker printed")
-    reaper = read_proc(int((ws / "reaper.pid").read_text()))
-    assert reaper is not None
-    executor = read_proc(reaper.ppid)
-    assert executor is not None and b"executor" in executor.argv, executor
-    os.kill(reaper.ppid, signal.SIGSTOP)
+    executor = await _executor_running(d, token, sid, ws, command)
+    os.kill(executor, signal.SIGSTOP)
     try:
         began = trio.current_time()
         r = await d.post(f"/sessions/{sid}/abort", token)
@@ -181,7 +189,7 @@ async def test_an_abort_stays_prompt_when_the_executor_cannot_answer(daemon_fact
         assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": None,
                                               "signal": None, "killed_by_abort": None}, body
     finally:
-        os.kill(reaper.ppid, signal.SIGCONT)
+        os.kill(executor, signal.SIGCONT)
     await d.wait_idle(token, sid)
 
 
@@ -266,25 +274,15 @@ async def test_an_abort_on_a_slow_host_waits_for_the_executor_s_answer_and_recor
     d, token, sid, ws = await _session(daemon_factory, "abort-slow-host")
     command = (f"trap 'echo cleaning up; exit 3' TERM; {PRINT_MARKER}; echo $PPID > reaper.pid; "
                "sleep 600 & touch printed; wait")
-    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
-    await d.wait_running_call(token, sid)
-
-    async def printed() -> bool:
-        return (ws / "printed").exists()
-
-    await wait_until(printed, what="the command's marker printed")
-    reaper = read_proc(int((ws / "reaper.pid").read_text()))
-    assert reaper is not None
-    executor = read_proc(reaper.ppid)
-    assert executor is not None and b"executor" in executor.argv, executor
+    executor = await _executor_running(d, token, sid, ws, command)
     thawed = trio.Event()
 
     async def thaw() -> None:
         await trio.sleep(FROZEN_S)  # (a slow host: the executor gets no time for this long)
-        os.kill(reaper.ppid, signal.SIGCONT)
+        os.kill(executor, signal.SIGCONT)
         thawed.set()
 
-    os.kill(reaper.ppid, signal.SIGSTOP)
+    os.kill(executor, signal.SIGSTOP)
     try:
         nursery.start_soon(thaw)
         began = trio.current_time()
@@ -294,7 +292,7 @@ async def test_an_abort_on_a_slow_host_waits_for_the_executor_s_answer_and_recor
         assert thawed.is_set(), took  # (the abort waited for the executor)
         assert took < ABORT_STOP_ANSWER_WAIT_S + 2, took
     finally:
-        os.kill(reaper.ppid, signal.SIGCONT)
+        os.kill(executor, signal.SIGCONT)
     await d.wait_idle(token, sid)
     [body] = finished(await d.events(token, sid))
     assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body

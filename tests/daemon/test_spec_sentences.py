@@ -173,6 +173,16 @@ async def test_the_model_reads_the_prompt_in_its_sections_from_both_agents_md_fi
     assert str(home) not in text  # the home shown as ~
 
 
+
+def _a_small_and_a_big_skill(ws: Path) -> None:
+    """Two workspace skills: ``review`` (a line of instructions) and ``big`` (about 140 KB, past
+    a log whose events are bounded at 64 KiB)."""
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-SKILL-DESC\n---\nsteps\n")
+    (ws / "skills" / "big").mkdir(parents=True)
+    (ws / "skills" / "big" / "SKILL.md").write_text(
+        "---\nname: big\ndescription: BIG-SKILL-DESC\n---\n" + "".join(f"step {i} of many\n" for i in range(8000)))
+
 async def test_the_prompt_leaves_out_a_skill_the_log_could_never_hold(daemon_factory, nursery, tmp_path, monkeypatch):
     # A skill whose instructions are past log.maxEventBytes can never be loaded: the system prompt's
     # skills section leaves it out, and lists the others as it did.
@@ -183,12 +193,7 @@ async def test_the_prompt_leaves_out_a_skill_the_log_could_never_hold(daemon_fac
     d = await daemon_factory(config=loop_config(url, "LENS_TEST_PROMPT_KEY", log={"maxEventBytes": 64 * 1024}))
     token = await d.pair("prompt-client", strong=True)
     project = await d.project(token)
-    ws = Path(project["workspace"])
-    (ws / "skills" / "review").mkdir(parents=True)
-    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-SKILL-DESC\n---\nsteps\n")
-    (ws / "skills" / "big").mkdir(parents=True)
-    (ws / "skills" / "big" / "SKILL.md").write_text(
-        "---\nname: big\ndescription: BIG-SKILL-DESC\n---\n" + "".join(f"step {i} of many\n" for i in range(8000)))
+    _a_small_and_a_big_skill(Path(project["workspace"]))
     sid = (await d.session(token, project["id"]))["id"]
     await d.submit(token, sid, "r1", "hello")
     assert (await d.wait_idle(token, sid))["status"] == "idle"
@@ -206,12 +211,7 @@ async def test_the_skill_listing_shows_a_skill_the_log_could_never_hold_as_not_l
     d = await daemon_factory(config={"log": {"maxEventBytes": 64 * 1024}})
     token = await d.pair("skill-client", strong=True)
     project = await d.project(token)
-    ws = Path(project["workspace"])
-    (ws / "skills" / "review").mkdir(parents=True)
-    (ws / "skills" / "review" / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-SKILL-DESC\n---\nsteps\n")
-    (ws / "skills" / "big").mkdir(parents=True)
-    (ws / "skills" / "big" / "SKILL.md").write_text(
-        "---\nname: big\ndescription: BIG-SKILL-DESC\n---\n" + "".join(f"step {i} of many\n" for i in range(8000)))
+    _a_small_and_a_big_skill(Path(project["workspace"]))
     sid = (await d.session(token, project["id"]))["id"]
     listed = await run_tool(d, token, sid, "list", "skill", {})
     assert listed["status"] == "ok", listed
