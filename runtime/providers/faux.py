@@ -18,7 +18,7 @@ import trio
 
 from events import types as t
 
-from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter
+from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, refusal_details
 
 REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
 MAX_DELAY_MS = 86_400_000  # a scripted delay: at most a day
@@ -38,6 +38,12 @@ class FauxError(msgspec.Struct, frozen=True, rename="camel"):
     retryable: bool = False
 
 
+class FauxStopDetails(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    type: str | None = None
+    category: str | None = None
+    explanation: str | None = None
+
+
 class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """One scripted response; ``chunks`` (if given) are streamed one delta each. ``error``: the
     request fails with it — at once, or, when the turn has text (``text`` or ``chunks``), after
@@ -52,6 +58,9 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     # The answer stops as a provider that cut it says (at the output limit, by its content filter;
     # its last call is then not run); left out: ``tool_use`` with calls, else ``end_turn``.
     stop_reason: Literal["max_tokens", "content_filter", "refusal"] | None = None
+    # Why a ``refusal`` was refused, as Anthropic's ``stop_details`` says it (``type``,
+    # ``category``, ``explanation``; kept as a provider's are: text fields only, bounded).
+    stop_details: FauxStopDetails | None = None
     delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # before the first delta
     chunk_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS)] = 0  # between deltas
     # Left out: the answer reports word counts (of the request's items, of the answer's text);
@@ -158,6 +167,7 @@ class FauxProvider:
             reasoning=turn.reasoning,
             tool_calls=calls,
             stop_reason=turn.stop_reason or ("tool_use" if calls else "end_turn"),
+            stop_details=refusal_details(turn.stop_details) if turn.stop_reason == "refusal" else None,
             usage=t.Usage(
                 input_tokens=input_tokens,
                 output_tokens=len(text.split()) if turn.output_tokens is msgspec.UNSET else turn.output_tokens,

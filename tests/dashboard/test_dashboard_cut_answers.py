@@ -21,7 +21,9 @@ TURNS = (
     {"when": "read and be filtered", "text": "(faux) Reading it.",
      "toolCalls": [{"name": "read_file", "arguments": {"path": "a.txt"}}], "stopReason": "content_filter"},
     {"when": "so it was not run", "text": "(faux) I will call it again later."},
-    {"when": "refuse this", "text": "(faux) I can", "stopReason": "refusal"},
+    {"when": "refuse this", "text": "(faux) I can", "stopReason": "refusal",
+     "stopDetails": {"type": "refusal", "category": "cyber", "explanation": "This request was declined."}},
+    {"when": "refuse that too", "text": "(faux) Well", "stopReason": "refusal"},
 )
 NOTE = ".stop-note"
 
@@ -51,10 +53,12 @@ def test_dashboard_says_where_the_provider_cut_an_answer(
     asked(driver, "write too long please", 1)
     asked(driver, "read and be filtered", 3)
     asked(driver, "refuse this", 4)
+    asked(driver, "refuse that too", 5)
     expected = [
         ["(faux) The beginning of a long", "The answer was cut at the model's output limit."],
         ["call read_file", "The answer was stopped by the provider's content filter."],
-        ["(faux) I can", "The answer was stopped by the provider's content filter (refusal)."]]
+        ["(faux) I can", "The answer was refused by the provider (category cyber): This request was declined."],
+        ["(faux) Well", "The answer was refused by the provider."]]
     wait_for(lambda: notes(driver) == expected, "the notes of the three cut answers")
     assert all(n.is_displayed() for n in by_css(driver, f"#timeline {NOTE}"))
     # (the cut call was not run: its result says so; the answers that ended as usual have no note)
@@ -65,7 +69,7 @@ def test_dashboard_says_where_the_provider_cut_an_answer(
     assert status == 200, view
     said = [(it["role"], it.get("stopReason")) for it in view["items"] if it["role"] in ("assistant", "tool_call")]
     assert said == [("assistant", "max_tokens"), ("assistant", None), ("tool_call", "content_filter"),
-                    ("assistant", None), ("assistant", "refusal")], said
+                    ("assistant", None), ("assistant", "refusal"), ("assistant", "refusal")], said
 
     # (a page that opens the session later reads the same from the view)
     open_in_page(driver, d, strong, sid)
