@@ -10,6 +10,7 @@ the status of :data:`STATUS`.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TypeVar
 
@@ -182,12 +183,49 @@ async def read_body(kind: type[B]) -> B:
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+    repeated = _repeated_key(raw)
+    if repeated is not None:
+        shown = repeated if len(repeated) <= 80 else repeated[:80] + "…"
+        raise ApiError("INVALID_JSON", f"the request body is not valid JSON (an object holds the key {shown!r} "
+                                       f"twice; send each key once)")
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
         raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+
+
+class _RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _each_key_once(pairs: list[tuple[str, Any]]) -> None:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen.add(key)
+
+
+def _repeated_key(raw: bytes) -> str | None:
+    """The first key an object of ``raw`` (JSON msgspec has read) holds twice, compared as decoded
+    (``"a"`` and ``"\\u0061"`` are one key); None when each object's keys are distinct. msgspec
+    keeps the last value of a repeated key without a word; RFC 8259 leaves its meaning to the
+    reader, so another reader of the same body (a proxy, a log) may act on the first."""
+    try:
+        json.loads(raw, object_pairs_hook=_each_key_once, parse_int=_nothing, parse_float=_nothing)
+    except _RepeatedKey as exc:
+        return exc.key
+    except RecursionError:
+        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+    return None
+
+
+def _nothing(_: str) -> None:
+    return None
 
 
 _UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})

@@ -271,6 +271,26 @@ async def test_malformed_json_is_400_and_wrong_shape_is_422(daemon: Daemon, stro
     assert (await daemon.get("/projects", strong)).json()["projects"] == []
 
 
+async def test_a_key_twice_in_one_object_is_400_naming_it_and_nothing_is_done(daemon: Daemon, strong: str):
+    """RFC 8259 leaves a repeated name's meaning to the reader: a proxy reading the first
+    ``requestId`` and Lens the last would each take a different input, so neither is taken."""
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    before = await daemon.events(strong, sid)
+    for raw, key in [(b'{"requestId": "a1", "content": "x", "requestId": "a2"}', "requestId"),
+                     (b'{"requestId": "a3", "content": "x", "\\u0063ontent": "y"}', "content"),  # the same name escaped
+                     (b'{"requestId": "a4", "content": [{"type": "text", "text": "x", "text": "y"}]}', "text")]:
+        r = await daemon.request("POST", f"/sessions/{sid}/inputs", strong, content=raw,
+                                 headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and error_of(r) == "INVALID_JSON", (raw, r.text)
+        assert f"the key '{key}' twice" in r.json()["error"]["message"], r.text
+    assert await daemon.events(strong, sid) == before
+    # the same name in two objects is no repetition
+    r = await daemon.request("POST", f"/sessions/{sid}/inputs", strong, headers={"Content-Type": "application/json"},
+                             content=b'{"requestId": "a5", "content": [{"type": "text", "text": "x"}, '
+                                     b'{"type": "text", "text": "y"}]}')
+    assert r.status_code == 202, r.text
+
+
 async def test_unknown_route_and_method(daemon: Daemon, strong: str):
     r = await daemon.get("/nope", strong)
     assert r.status_code == 404 and error_of(r) == "NOT_FOUND"
