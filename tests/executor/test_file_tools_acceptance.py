@@ -344,3 +344,20 @@ async def test_view_image_knows_each_format_by_its_bytes(client: ExecutorClient,
         return
     out = await client.call("view_image", {"path": f"{sub}/{name}"})
     assert (out.data, out.mime) == (data, mime)
+
+
+async def test_patch_file_matches_the_first_line_of_a_file_with_a_byte_order_mark_and_keeps_the_mark(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    bom = b"\xef\xbb\xbf"
+    path = f"{sub}/bom.txt"
+    (workspace / path).write_bytes(bom + b"hello\r\nworld\r\n")
+    first = await client.call("patch_file", {"path": path, "patch": "@@\n-hello\n+hi\n world\n"})
+    assert first.result == {"path": path, "changed": True, "units_applied": 1, "bytes_written": 14}
+    assert (workspace / path).read_bytes() == bom + b"hi\r\nworld\r\n"
+    added = await client.call("patch_file", {"path": path, "patch": "@@\n+top\n hi\n"})  # an add before line 1
+    assert added.after == bom + b"top\r\nhi\r\nworld\r\n"
+    (workspace / path).write_bytes(bom)  # a mark alone: the text is empty, a pure add is allowed
+    await client.call("patch_file", {"path": path, "patch": "@@\n+only\n"})
+    assert (workspace / path).read_bytes() == bom + b"only\n"
+    await fails("INVALID_PATCH", client.call("patch_file", {"path": path, "patch": "@@\n+again\n"}))
+    assert (workspace / path).read_bytes() == bom + b"only\n"

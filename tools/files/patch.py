@@ -19,7 +19,8 @@ header, the eof pin or the end of the patch) are ignored; elsewhere in a body th
 for an empty line. ``\\ No newline at end of file`` markers are not part of the grammar.
 
 Matching. The original is split into lines, each with its ending ("\\n" or "\\r\\n"; the last line
-may have none); a line's text excludes its ending. A hunk's *old side* (its context and delete
+may have none); a line's text excludes its ending. A UTF-8 byte-order mark that starts the file is
+no text of the first line: hunks match the line without it, and it stays where it is. A hunk's *old side* (its context and delete
 lines, in order) must equal a run of consecutive original lines:
 
 * every hunk is matched against the same ORIGINAL, never against another hunk's result;
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 from .errors import MAX_TEXT_BYTES, MAX_UNITS, FileToolError
 
 EOF_PIN = "*** End of File"
+BOM = b"\xef\xbb\xbf"
 _NUMBERED = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
 _ENVELOPE = ("*** Begin Patch", "*** Update File:", "*** Add File:", "*** Delete File:", "*** End Patch",
              "--- ", "+++ ", "diff ", "Index: ")
@@ -169,6 +171,12 @@ def _dominant(lines: list[tuple[bytes, bytes]]) -> bytes:
 
 def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
     """Apply parsed hunks to the original bytes (see the module docstring for every rule)."""
+    if original.startswith(BOM):  # a byte-order mark is no text of the first line: kept, not matched
+        return BOM + _apply_text(original[len(BOM):], hunks, shown, size=len(original))
+    return _apply_text(original, hunks, shown, size=len(original))
+
+
+def _apply_text(original: bytes, hunks: list[Hunk], shown: str, *, size: int) -> bytes:
     lines = _split(original)
     n = len(lines)
     if any(h.pure_add for h in hunks):
@@ -197,8 +205,8 @@ def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
         pos = end
     out.extend(text + ending for text, ending in lines[pos:])
     result = b"".join(out)
-    if len(result) > MAX_TEXT_BYTES:
-        raise FileToolError("TOO_LARGE", f"{shown}: the result would be {len(result)} bytes; at most {MAX_TEXT_BYTES}")
+    if len(result) + size - len(original) > MAX_TEXT_BYTES:
+        raise FileToolError("TOO_LARGE", f"{shown}: the result would be {len(result) + size - len(original)} bytes; at most {MAX_TEXT_BYTES}")
     return result
 
 
