@@ -361,3 +361,13 @@ async def test_patch_file_matches_the_first_line_of_a_file_with_a_byte_order_mar
     assert (workspace / path).read_bytes() == bom + b"only\n"
     await fails("INVALID_PATCH", client.call("patch_file", {"path": path, "patch": "@@\n+again\n"}))
     assert (workspace / path).read_bytes() == bom + b"only\n"
+
+
+async def test_patch_file_still_takes_a_first_line_that_repeats_the_byte_order_mark_read_file_shows(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    path = f"{sub}/bom.txt"
+    (workspace / path).write_bytes(b"\xef\xbb\xbfhello\nworld\n")
+    shown = (await client.call("read_file", {"path": path})).result["content"]
+    assert shown.startswith("\ufeffhello\n")
+    await client.call("patch_file", {"path": path, "patch": "@@\n-\ufeffhello\n+\ufeffhi\n world\n"})
+    assert (workspace / path).read_bytes() == b"\xef\xbb\xbfhi\nworld\n"

@@ -20,7 +20,8 @@ for an empty line. ``\\ No newline at end of file`` markers are not part of the 
 
 Matching. The original is split into lines, each with its ending ("\\n" or "\\r\\n"; the last line
 may have none); a line's text excludes its ending. A UTF-8 byte-order mark that starts the file is
-no text of the first line: hunks match the line without it, and it stays where it is. A hunk's *old side* (its context and delete
+no text of the first line: hunks match the line without it, and it stays where it is (a patch
+that matches only with the mark as the first line's text, as read_file shows it, is applied so). A hunk's *old side* (its context and delete
 lines, in order) must equal a run of consecutive original lines:
 
 * every hunk is matched against the same ORIGINAL, never against another hunk's result;
@@ -172,7 +173,12 @@ def _dominant(lines: list[tuple[bytes, bytes]]) -> bytes:
 def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
     """Apply parsed hunks to the original bytes (see the module docstring for every rule)."""
     if original.startswith(BOM):  # a byte-order mark is no text of the first line: kept, not matched
-        return BOM + _apply_text(original[len(BOM):], hunks, shown, size=len(original))
+        try:
+            return BOM + _apply_text(original[len(BOM):], hunks, shown, size=len(original))
+        except FileToolError as exc:
+            if exc.code != "NO_MATCH":
+                raise
+            # (a hunk that copied the mark from read_file's text: its first line has it)
     return _apply_text(original, hunks, shown, size=len(original))
 
 
