@@ -178,7 +178,10 @@ def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
         except FileToolError as exc:
             if exc.code != "NO_MATCH":
                 raise
-            # (a hunk that copied the mark from read_file's text: its first line has it)
+            try:  # a hunk that copied the mark from read_file's text: its first line has it
+                return _apply_text(original, hunks, shown, size=len(original))
+            except FileToolError:
+                raise exc from None
     return _apply_text(original, hunks, shown, size=len(original))
 
 
@@ -247,11 +250,53 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
         found = [i for i in candidates if all(lines[i + k][0] == old[k] for k in range(len(old)))]
     if not found:
         pinned = " at the end of the file" if h.pin_eof else ""
-        raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}{pinned}")
+        raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}{pinned}"
+                                        f"{_why_not(old, lines, by_text, after, where) if not h.pin_eof else ''}")
     if len(found) > 1:
         raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: matches {len(found)} places {where}; "
                                           "add context or an anchor")
     return found[0]
+
+
+def _shown_line(text: bytes) -> str:
+    line = text.decode("utf-8", "replace")
+    return repr(line if len(line) <= 80 else line[:80] + "…")
+
+
+def _squeezed(text: bytes) -> bytes:
+    return b"".join(text.split())
+
+
+def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list[int]], after: int,
+             where: str) -> str:
+    """What a hunk that matches nowhere got wrong, for its NO_MATCH message: its first old line
+    (context or '-') that is not in the file at all (and a file line that differs from it only in
+    whitespace), or else how far its longest run of old lines goes before one does not follow."""
+    for k, text in enumerate(old):
+        if not by_text.get(text) or by_text[text][-1] < after:  # (positions ascend)
+            said = f" (line {k + 1} of them, {_shown_line(text)}, is not {where}"
+            squeezed = _squeezed(text)
+            near = next((i for i in range(after, len(lines)) if _squeezed(lines[i][0]) == squeezed), None) \
+                if squeezed else None
+            if near is not None:
+                said += f"; line {near + 1} of the file differs from it only in whitespace"
+            return said + ")"
+    best, at, budget = 0, 0, DIRECT_COMPARE_BUDGET
+    for p in by_text.get(old[0], ()):
+        if p < after:
+            continue
+        m = 0
+        while m < len(old) and p + m < len(lines) and lines[p + m][0] == old[m] and m < budget:
+            m += 1
+        budget -= m + 1
+        if m > best:
+            best, at = m, p
+        if budget <= 0:  # (a file of one repeated line: the longest run found so far is named)
+            break
+    if best == 0:
+        return ""
+    return (f" (the first {best} of them match at line {at + 1}; the next, {_shown_line(old[best])}, "
+            f"does not follow there)" if best < len(old) else "")
 
 
 # Line comparisons the direct search may make before the linear one is used instead.
