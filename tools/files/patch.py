@@ -258,23 +258,19 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
     return found[0]
 
 
-def _shown_line(text: bytes) -> str:
-    line = text.decode("utf-8", "replace")
-    return repr(line if len(line) <= 80 else line[:80] + "…")
-
-
 def _squeezed(text: bytes) -> bytes:
     return b"".join(text.split())
 
 
 def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list[int]], after: int,
              where: str) -> str:
-    """What a hunk that matches nowhere got wrong, for its NO_MATCH message: its first old line
+    """What a hunk that matches nowhere got wrong, for its NO_MATCH message (by line numbers: no
+    text of the patch or the file is echoed): its first old line
     (context or '-') that is not in the file at all (and a file line that differs from it only in
     whitespace), or else how far its longest run of old lines goes before one does not follow."""
     for k, text in enumerate(old):
         if not by_text.get(text) or by_text[text][-1] < after:  # (positions ascend)
-            said = f" (line {k + 1} of them, {_shown_line(text)}, is not {where}"
+            said = f" (line {k + 1} of them is not {where}"
             squeezed = _squeezed(text)
             near = next((i for i in range(after, len(lines)) if _squeezed(lines[i][0]) == squeezed), None) \
                 if squeezed else None
@@ -295,8 +291,8 @@ def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[b
             break
     if best == 0:
         return ""
-    return (f" (the first {best} of them match at line {at + 1}; the next, {_shown_line(old[best])}, "
-            f"does not follow there)" if best < len(old) else "")
+    return (f" (the first {best} of them match at line {at + 1}; line {best + 1} of them does not follow there)"
+            if best < len(old) else "")
 
 
 # Line comparisons the direct search may make before the linear one is used instead.
