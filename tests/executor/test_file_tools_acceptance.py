@@ -391,3 +391,17 @@ async def test_a_patch_that_matches_nowhere_names_the_line_that_is_not_there(
     anchored = await fails("NO_MATCH", client.call("patch_file", {"path": path, "patch": "@@ y\n-x\n+w\n"}))
     assert "line 1 of them is not after its anchor" in str(anchored)
     assert (workspace / path).read_bytes() == original
+
+
+async def test_an_absolute_path_through_a_link_to_the_workspace_is_refused_saying_how_to_name_it(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    (workspace / sub / "f.txt").write_text("inside\n")
+    link = workspace.parent / f"link_to_workspace{next(_n)}"
+    link.symlink_to(workspace)
+    for tool, args in every_tool(str(link / sub / "f.txt")):
+        refused = await fails("PATH_OUTSIDE_WORKSPACE", client.call(tool, args))
+        assert "spelled as the root's own path (a link to the workspace is no part of it)" in str(refused)
+        assert str(link) not in str(refused)  # no host path echoed
+    read = await client.call("read_file", {"path": str(workspace / sub / "f.txt")})
+    assert read.result["content"] == "inside\n"
+    assert (workspace / sub / "f.txt").read_text() == "inside\n"
