@@ -344,3 +344,64 @@ async def test_view_image_knows_each_format_by_its_bytes(client: ExecutorClient,
         return
     out = await client.call("view_image", {"path": f"{sub}/{name}"})
     assert (out.data, out.mime) == (data, mime)
+
+
+async def test_patch_file_matches_the_first_line_of_a_file_with_a_byte_order_mark_and_keeps_the_mark(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    bom = b"\xef\xbb\xbf"
+    path = f"{sub}/bom.txt"
+    (workspace / path).write_bytes(bom + b"hello\r\nworld\r\n")
+    first = await client.call("patch_file", {"path": path, "patch": "@@\n-hello\n+hi\n world\n"})
+    assert first.result == {"path": path, "changed": True, "units_applied": 1, "bytes_written": 14}
+    assert (workspace / path).read_bytes() == bom + b"hi\r\nworld\r\n"
+    added = await client.call("patch_file", {"path": path, "patch": "@@\n+top\n hi\n"})  # an add before line 1
+    assert added.after == bom + b"top\r\nhi\r\nworld\r\n"
+    (workspace / path).write_bytes(bom)  # a mark alone: the text is empty, a pure add is allowed
+    await client.call("patch_file", {"path": path, "patch": "@@\n+only\n"})
+    assert (workspace / path).read_bytes() == bom + b"only\n"
+    await fails("INVALID_PATCH", client.call("patch_file", {"path": path, "patch": "@@\n+again\n"}))
+    assert (workspace / path).read_bytes() == bom + b"only\n"
+
+
+async def test_patch_file_still_takes_a_first_line_that_repeats_the_byte_order_mark_read_file_shows(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    path = f"{sub}/bom.txt"
+    (workspace / path).write_bytes(b"\xef\xbb\xbfhello\nworld\n")
+    shown = (await client.call("read_file", {"path": path})).result["content"]
+    assert shown.startswith("\ufeffhello\n")
+    await client.call("patch_file", {"path": path, "patch": "@@\n-\ufeffhello\n+\ufeffhi\n world\n"})
+    assert (workspace / path).read_bytes() == b"\xef\xbb\xbfhi\nworld\n"
+
+
+async def test_a_patch_that_matches_nowhere_names_the_line_that_is_not_there(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    path = f"{sub}/f.py"
+    original = b"\tdef f():\n\t\treturn 1\nx\ny\nz\n"
+    (workspace / path).write_bytes(original)
+    spaces = await fails("NO_MATCH", client.call("patch_file", {
+        "path": path, "patch": "@@\n \tdef f():\n-    return 1\n+    return 2\n"}))
+    assert "line 2 of them is not in the file" in str(spaces)
+    assert "line 2 of the file differs from it only in whitespace" in str(spaces)
+    trailing = await fails("NO_MATCH", client.call("patch_file", {"path": path, "patch": "@@\n-\t\treturn 1 \n+r\n"}))
+    assert "line 2 of the file differs from it only in whitespace" in str(trailing)
+    absent = await fails("NO_MATCH", client.call("patch_file", {"path": path, "patch": "@@\n x\n-nothing\n+n\n"}))
+    assert "line 2 of them is not in the file)" in str(absent)
+    order = await fails("NO_MATCH", client.call("patch_file", {"path": path, "patch": "@@\n x\n y\n-x\n+w\n"}))
+    assert "the first 2 of them match at line 3; line 3 of them does not follow there" in str(order)
+    anchored = await fails("NO_MATCH", client.call("patch_file", {"path": path, "patch": "@@ y\n-x\n+w\n"}))
+    assert "line 1 of them is not after its anchor" in str(anchored)
+    assert (workspace / path).read_bytes() == original
+
+
+async def test_an_absolute_path_through_a_link_to_the_workspace_is_refused_saying_how_to_name_it(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    (workspace / sub / "f.txt").write_text("inside\n")
+    link = workspace.parent / f"link_to_workspace{next(_n)}"
+    link.symlink_to(workspace)
+    for tool, args in every_tool(str(link / sub / "f.txt")):
+        refused = await fails("PATH_OUTSIDE_WORKSPACE", client.call(tool, args))
+        assert "spelled as the root's own path (a link to the workspace is no part of it)" in str(refused)
+        assert str(link) not in str(refused)  # no host path echoed
+    read = await client.call("read_file", {"path": str(workspace / sub / "f.txt")})
+    assert read.result["content"] == "inside\n"
+    assert (workspace / sub / "f.txt").read_text() == "inside\n"

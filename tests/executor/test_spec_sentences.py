@@ -131,3 +131,19 @@ async def test_a_skill_shows_at_most_10_resource_samples_and_says_when_there_are
     samples, more_left = await resource_samples(browse, f"{sub}/skills/review")
     assert samples == [f"refs/r{i:02d}.md" for i in range(min(files, MAX_SAMPLES))]
     assert more_left is more and MAX_SAMPLES == 10
+
+
+async def test_patch_file_through_the_core_tools_keeps_a_byte_order_mark_and_names_a_missing_line(
+        core: CoreTools, workspace: Path, sub: str) -> None:
+    f = workspace / sub / "bom.txt"
+    f.write_bytes(b"\xef\xbb\xbfhello\nworld\n")
+    _, res = await core.run("patch_file", {"path": f"{sub}/bom.txt", "patch": "@@\n-hello\n+hi\n world\n"})
+    assert not res.is_error, res.content
+    assert f.read_bytes() == b"\xef\xbb\xbfhi\nworld\n"
+    [edited] = [e for e in res.events if isinstance(e, t.FileEdited)]
+    assert edited.path == f"{sub}/bom.txt"
+    _, res = await core.run("patch_file", {"path": f"{sub}/bom.txt", "patch": "@@\n hi\n-  world\n+w\n"})
+    assert res.is_error and res.error_code == "NO_MATCH"
+    assert res.structured_content["error"]["message"].endswith(
+        "(line 2 of them is not in the file; line 2 of the file differs from it only in whitespace)")
+    assert f.read_bytes() == b"\xef\xbb\xbfhi\nworld\n"

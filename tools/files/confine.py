@@ -181,7 +181,9 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
         below = root.inside(path)
         if below is None:
             named = "<absolute path>" if shown == path else shown  # never echo a host path
-            raise FileToolError("PATH_OUTSIDE_WORKSPACE", f"{named}: an absolute path must lie inside the workspace root")
+            raise FileToolError("PATH_OUTSIDE_WORKSPACE", f"{named}: an absolute path must lie inside the workspace root, "
+                                                          f"spelled as the root's own path (a link to the workspace "
+                                                          f"is no part of it); a path relative to the root needs neither")
         pending = below
     else:
         pending = _components(path)

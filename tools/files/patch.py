@@ -19,7 +19,9 @@ header, the eof pin or the end of the patch) are ignored; elsewhere in a body th
 for an empty line. ``\\ No newline at end of file`` markers are not part of the grammar.
 
 Matching. The original is split into lines, each with its ending ("\\n" or "\\r\\n"; the last line
-may have none); a line's text excludes its ending. A hunk's *old side* (its context and delete
+may have none); a line's text excludes its ending. A UTF-8 byte-order mark that starts the file is
+no text of the first line: hunks match the line without it, and it stays where it is (a patch
+that matches only with the mark as the first line's text, as read_file shows it, is applied so). A hunk's *old side* (its context and delete
 lines, in order) must equal a run of consecutive original lines:
 
 * every hunk is matched against the same ORIGINAL, never against another hunk's result;
@@ -53,6 +55,7 @@ from dataclasses import dataclass
 from .errors import MAX_TEXT_BYTES, MAX_UNITS, FileToolError
 
 EOF_PIN = "*** End of File"
+BOM = b"\xef\xbb\xbf"
 _NUMBERED = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
 _ENVELOPE = ("*** Begin Patch", "*** Update File:", "*** Add File:", "*** Delete File:", "*** End Patch",
              "--- ", "+++ ", "diff ", "Index: ")
@@ -169,6 +172,20 @@ def _dominant(lines: list[tuple[bytes, bytes]]) -> bytes:
 
 def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
     """Apply parsed hunks to the original bytes (see the module docstring for every rule)."""
+    if original.startswith(BOM):  # a byte-order mark is no text of the first line: kept, not matched
+        try:
+            return BOM + _apply_text(original[len(BOM):], hunks, shown, size=len(original))
+        except FileToolError as exc:
+            if exc.code != "NO_MATCH":
+                raise
+            try:  # a hunk that copied the mark from read_file's text: its first line has it
+                return _apply_text(original, hunks, shown, size=len(original))
+            except FileToolError:
+                raise exc from None
+    return _apply_text(original, hunks, shown, size=len(original))
+
+
+def _apply_text(original: bytes, hunks: list[Hunk], shown: str, *, size: int) -> bytes:
     lines = _split(original)
     n = len(lines)
     if any(h.pure_add for h in hunks):
@@ -197,8 +214,8 @@ def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
         pos = end
     out.extend(text + ending for text, ending in lines[pos:])
     result = b"".join(out)
-    if len(result) > MAX_TEXT_BYTES:
-        raise FileToolError("TOO_LARGE", f"{shown}: the result would be {len(result)} bytes; at most {MAX_TEXT_BYTES}")
+    if len(result) + size - len(original) > MAX_TEXT_BYTES:
+        raise FileToolError("TOO_LARGE", f"{shown}: the result would be {len(result) + size - len(original)} bytes; at most {MAX_TEXT_BYTES}")
     return result
 
 
@@ -233,11 +250,49 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
         found = [i for i in candidates if all(lines[i + k][0] == old[k] for k in range(len(old)))]
     if not found:
         pinned = " at the end of the file" if h.pin_eof else ""
-        raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}{pinned}")
+        raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}{pinned}"
+                                        f"{_why_not(old, lines, by_text, after, where) if not h.pin_eof else ''}")
     if len(found) > 1:
         raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: matches {len(found)} places {where}; "
                                           "add context or an anchor")
     return found[0]
+
+
+def _squeezed(text: bytes) -> bytes:
+    return b"".join(text.split())
+
+
+def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list[int]], after: int,
+             where: str) -> str:
+    """What a hunk that matches nowhere got wrong, for its NO_MATCH message (by line numbers: no
+    text of the patch or the file is echoed): its first old line
+    (context or '-') that is not in the file at all (and a file line that differs from it only in
+    whitespace), or else how far its longest run of old lines goes before one does not follow."""
+    for k, text in enumerate(old):
+        if not by_text.get(text) or by_text[text][-1] < after:  # (positions ascend)
+            said = f" (line {k + 1} of them is not {where}"
+            squeezed = _squeezed(text)
+            near = next((i for i in range(after, len(lines)) if _squeezed(lines[i][0]) == squeezed), None) \
+                if squeezed else None
+            if near is not None:
+                said += f"; line {near + 1} of the file differs from it only in whitespace"
+            return said + ")"
+    best, at, budget = 0, 0, DIRECT_COMPARE_BUDGET
+    for p in by_text.get(old[0], ()):
+        if p < after:
+            continue
+        m = 0
+        while m < len(old) and p + m < len(lines) and lines[p + m][0] == old[m] and m < budget:
+            m += 1
+        budget -= m + 1
+        if m > best:
+            best, at = m, p
+        if budget <= 0:  # (a file of one repeated line: the longest run found so far is named)
+            break
+    if best == 0:
+        return ""
+    return (f" (the first {best} of them match at line {at + 1}; line {best + 1} of them does not follow there)"
+            if best < len(old) else "")
 
 
 # Line comparisons the direct search may make before the linear one is used instead.
