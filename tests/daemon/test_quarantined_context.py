@@ -52,6 +52,11 @@ async def test_a_quarantined_session_whose_log_reads_whole_describes_its_context
     # Still no actor: nothing to run, nothing recorded.
     r = await d2.post(f"/sessions/{sid}/compact", token)
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    # The refusal names the way on: a fork, which the quarantine does not stop.
+    assert r.json()["error"]["message"].endswith(f"to go on, fork it (POST /sessions/{sid}/fork)"), r.text
+    last = (await d2.events(reader, sid))[-1]["seq"]
+    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last})
+    assert r.status_code == 201 and r.json()["status"] == "idle", r.text
 
 
 async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes(daemon_factory):
@@ -86,6 +91,9 @@ async def test_a_fork_at_the_damaged_event_itself_says_to_fork_earlier(daemon_fa
     bad = next(e["seq"] for e in events if e["kind"] == "model.responded")
     edit_log(d.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
     d2 = await daemon_factory(config=CONFIG, root=d.root)
+    r = await d2.get(f"/sessions/{sid}", reader)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    assert f"seq {bad}" in r.text and f"to go on, fork it (POST /sessions/{sid}/fork)" in r.text, r.text
     answers = []
     for seq in (bad, bad + 1):
         r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": seq})
