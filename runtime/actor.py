@@ -597,7 +597,7 @@ class SessionActor:
         if self.state.deleted:
             raise SessionGone(f"session {self.session_id!r} was deleted")
         if self.state.quarantined:
-            raise SessionQuarantined(f"session {self.session_id!r} is quarantined: {self.state.quarantined}")
+            raise SessionQuarantined.of(self.session_id, self.state.quarantined)
 
     async def _handle(self, env: Envelope) -> None:
         try:

@@ -74,6 +74,12 @@ class SessionGone(LensError):
 class SessionQuarantined(LensError):
     code = "SESSION_QUARANTINED"
 
+    @classmethod
+    def of(cls, session_id: str, reason: str) -> "SessionQuarantined":
+        """The refusal of a quarantined session: its reason, and the way on (a fork of it)."""
+        return cls(f"session {session_id!r} is quarantined: {reason}; to go on, fork it "
+                   f"(POST /sessions/{session_id}/fork)")
+
 
 class InputNotQueued(LensError):
     code = "INPUT_NOT_QUEUED"

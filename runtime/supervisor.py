@@ -135,8 +135,10 @@ class Supervisor:
         store = self.deps.store
         if not await store.session_last_seq(source_session_id):
             raise SessionNotFound(f"no session {source_session_id!r}")
-        rows = await store.read_events(after=seq - 1, to=seq, limit=1)
-        if seq < 1 or not rows or rows[0].session_id != source_session_id:
+        # The stored row, not its decoded event: whose the seq is needs no body, and a damaged
+        # body at the fork point is then answered as one before it (the actor's read names it).
+        rows = await store.read_rows(after=seq - 1, limit=1) if seq >= 1 else []
+        if not rows or rows[0].seq != seq or rows[0].session_id != source_session_id:
             raise ForkPointInvalid(f"seq {seq} is not an event of session {source_session_id!r}")
         if await self._fork_depth(source_session_id) >= MAX_FORK_DEPTH:
             raise ForkTooDeep(f"session {source_session_id!r} is a fork of a fork {MAX_FORK_DEPTH} levels deep, the "
@@ -186,7 +188,7 @@ class Supervisor:
                     return await self._delete_quarantined(session_id)
                 if session_id in self._deleted:  # (as the actor answers a deleted session)
                     raise SessionGone(f"session {session_id!r} was deleted")
-                raise SessionQuarantined(f"session {session_id!r} is quarantined: {self._quarantined[session_id]}")
+                raise SessionQuarantined.of(session_id, self._quarantined[session_id])
             handle = self._ensure(session_id)
             env = Envelope(command)
             try:
@@ -221,7 +223,7 @@ class Supervisor:
             state = reader.state = await reader.load_state()
         except READ_FAILURES as exc:
             log.debug("cannot read quarantined session %s: %r", session_id, exc)
-            raise SessionQuarantined(f"session {session_id!r} is quarantined: {reason}") from None
+            raise SessionQuarantined.of(session_id, reason) from None
         if state.quarantined is None:  # the quarantine event could not be recorded
             state.quarantined = reason
         return reader
@@ -331,7 +333,7 @@ class Supervisor:
                 log.error("could not record quarantine of %s: %r", handle.session_id, exc,
                           exc_info=not isinstance(exc, READ_FAILURES + (StoreWriteFailed,)))
         self._quarantined[handle.session_id] = reason
-        err = SessionQuarantined(f"session {handle.session_id!r} is quarantined: {reason}")
+        err = SessionQuarantined.of(handle.session_id, reason)
         while True:  # answer what is queued, then close (no checkpoint in between)
             try:
                 handle.recv.receive_nowait().reply(error=err)

@@ -52,6 +52,11 @@ async def test_a_quarantined_session_whose_log_reads_whole_describes_its_context
     # Still no actor: nothing to run, nothing recorded.
     r = await d2.post(f"/sessions/{sid}/compact", token)
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    # The refusal names the way on: a fork, which the quarantine does not stop.
+    assert r.json()["error"]["message"].endswith(f"to go on, fork it (POST /sessions/{sid}/fork)"), r.text
+    last = (await d2.events(reader, sid))[-1]["seq"]
+    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": last})
+    assert r.status_code == 201 and r.json()["status"] == "idle", r.text
 
 
 async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes(daemon_factory):
@@ -74,3 +79,33 @@ async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes
     r = await d2.get(f"/sessions/{sid}/context", reader)
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
     assert r.json()["error"]["message"] == message
+
+
+async def test_a_fork_at_the_damaged_event_itself_says_to_fork_earlier(daemon_factory):
+    # A fork at the damaged event answers as one after it does: EVENT_CORRUPT naming the session,
+    # the damaged seq and the way on (an earlier seq); nothing is created. A fork just before it works.
+    d, token, reader, project_id, sid, _context = await _answered(daemon_factory)
+    d0 = await daemon_factory(config=CONFIG, root=d.root)
+    events = await d0.events(token, sid)
+    await stop_daemon(d0)
+    bad = next(e["seq"] for e in events if e["kind"] == "model.responded")
+    edit_log(d.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    r = await d2.get(f"/sessions/{sid}", reader)
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    assert f"seq {bad}" in r.text and f"to go on, fork it (POST /sessions/{sid}/fork)" in r.text, r.text
+    answers = []
+    for seq in (bad, bad + 1):
+        r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": seq})
+        assert (r.status_code, error_of(r)) == (500, "EVENT_CORRUPT"), r.text
+        answers.append(r.json()["error"]["message"])
+    for seq, message in zip((bad, bad + 1), answers):
+        assert f"session '{sid}' cannot be read up to seq {seq}" in message, message
+        assert f"seq {bad}:" in message and message.endswith("fork from an earlier seq"), message
+    assert [s["id"] for s in (await d2.get("/sessions", reader, params={"project": project_id})).json()["sessions"]] == [sid]
+    r = await d2.post(f"/sessions/{sid}/fork", token, {"seq": bad - 1})
+    assert r.status_code == 201, r.text
+    # A seq of another session is still the 422 it always was, damaged or not.
+    other = (await d2.session(token, project_id))["id"]
+    r = await d2.post(f"/sessions/{other}/fork", token, {"seq": bad})
+    assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED") and f"seq {bad}" in r.text, r.text
