@@ -169,3 +169,31 @@ async def test_compact_while_the_session_awaits_an_answer_says_so(daemon_factory
     assert (r.status_code, error_of(r)) == (409, "SESSION_BUSY"), r.text
     assert r.json()["error"]["message"] == f"session {sid!r} awaits an answer to its question; compact it when idle"
     assert len(await d.events(token, sid)) == n and (await d.view(token, sid))["status"] == "awaiting_answer"
+
+
+async def test_a_tool_call_awaiting_its_answer_is_not_snipped_or_hidden(daemon_factory):
+    # F-CTX-3: a snip (or hide) of the `ask_user` call while the session awaited its answer was
+    # taken; the answer's result then came in with its call out of the Working Context and was
+    # left out with it, so the model saw the input alone and asked again.
+    d = await daemon_factory(config=ASKING)
+    token = await d.pair("c", strong=True)
+    sid, view = await awaiting_an_answer(d, token, "pick a colour")
+    [call] = [it for it in view["items"] if it["role"] == "tool_call"]
+    n = len(await d.events(token, sid))
+    for op in ("snip", "hide"):
+        r = await d.post(f"/sessions/{sid}/context/{op}", token, {"itemIds": [call["id"]]})
+        assert (r.status_code, error_of(r)) == (409, "CONTEXT_CALL_PENDING"), r.text
+        assert r.json()["error"]["message"] == (f"the tool call {call['id']} has no result yet (it runs or awaits "
+                                                "an answer); snip or hide it once it has one"), r.text
+    assert len(await d.events(token, sid)) == n
+
+    qid = view["questions"][0]["questionId"]
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["blue"]})
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
+    # Once its result is in, the call is snipped as before.
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    marks = {it["id"]: it["context"] for it in context["items"]}
+    assert marks[call["id"]] == "snipped" and call["id"] not in context["workingItemIds"], context
