@@ -137,6 +137,10 @@ class AgentState(msgspec.Struct):
     skills_due: list[SkillDue] = []
     # Deferred tools this agent loaded with capability_search (``capability.loaded``), in order.
     capabilities: list[str] = []
+    # The task in which this agent's last automatic compaction failed (``context.compaction_failed``
+    # of trigger ``auto``); none is tried again automatically in that task. A compaction that
+    # succeeds (a manual one too) clears it.
+    auto_compaction_failed_task: str | None = None
 
 
 def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
@@ -577,9 +581,12 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             replaced = set(ev.replaced_item_ids)
             a.included = [i for i in a.included if i not in replaced]
         _add_usage(state, agent_id, ev.usage)
+        a.auto_compaction_failed_task = None
     elif isinstance(ev, t.ContextCompactionFailed):
         if ev.usage is not None:  # (a request answered and not used still counts)
             _add_usage(state, agent_id, ev.usage)
+        if ev.trigger == "auto":
+            state.agent(agent_id).auto_compaction_failed_task = se.task_id
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
@@ -756,7 +763,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     item and ``AgentState.stop_details`` hold its ``stop_details``; such a response is
 #     ``last_response_final`` whatever it called. ``Item.stop_reason`` (an answer the provider
 #     cut says so where it stopped).
-SNAPSHOT_VERSION = 19
+# 20: ``AgentState.auto_compaction_failed_task`` (no automatic compaction is tried again in the
+#     task where one failed).
+SNAPSHOT_VERSION = 20
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -28,7 +28,9 @@ Every operation is recorded, so replay rebuilds the same Working Context
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
   is not compacted again, so it cannot loop; a failed automatic compaction lets the request go
-  as it is (recorded as ``context.compaction_failed``).
+  as it is (recorded as ``context.compaction_failed``), and none is tried again automatically in
+  the same task (``AgentState.auto_compaction_failed_task``, folded from that event: replay
+  decides the same); the next task, or a compaction the user asks for, tries again.
 * **Pruning** (off by default): before a model request, old large tool results are pruned with
   one ``context.edited`` {op: prune}.
 * **Snip** / **Include Result**: ``context.edited`` {op: snip | include_result} from the HTTP
@@ -293,6 +295,8 @@ class WorkingContextOps:
                     return True
         if not settings.auto_compaction or not worth_compacting(agent):
             return False
+        if task_id is not None and agent.auto_compaction_failed_task == task_id:
+            return False  # failed once in this task: the next input (or a compaction by hand) tries again
         try:
             model = self._catalog.model_config(state.model)
             system = await self._system_prompt()

@@ -197,3 +197,36 @@ async def test_a_tool_call_awaiting_its_answer_is_not_snipped_or_hidden(daemon_f
     context = (await d.get(f"/sessions/{sid}/context", token)).json()
     marks = {it["id"]: it["context"] for it in context["items"]}
     assert marks[call["id"]] == "snipped" and call["id"] not in context["workingItemIds"], context
+
+
+async def test_an_automatic_compaction_that_failed_is_not_tried_again_in_the_same_task(daemon_factory):
+    # F-CTX-2 with a summarizer that keeps failing: a session past its threshold tried (and
+    # recorded) an automatic compaction before every model request of its task. Once failed, it
+    # is not tried again in that task; the next input's task tries again.
+    call = {"toolCalls": [{"name": "get_system_time", "arguments": {}}]}
+    config = _faux([{"when": "Summarize the conversation so far",
+                     "error": {"code": "OVERLOADED", "message": "the summarizer is busy"}}, call, call, call])
+    d = await daemon_factory(config=config)
+    token, _pid, sid = await _session(d)
+    await d.submit(token, sid, "r1", "look at the time " + FILLER)
+    view = await d.wait_idle(token, sid)
+    assert [it["role"] for it in view["items"]] == ["user", "tool_call", "tool_call", "tool_call", "assistant"], \
+        view["items"]
+    # Four requests past the threshold but the first (its input alone, kept as written): one try.
+    failed = await _failed_compactions(d, token, sid)
+    assert [(f["code"], f["trigger"]) for f in failed] == [("COMPACTION_FAILED", "auto")], failed
+    assert view["usage"]["requests"] == 4, view["usage"]
+
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    assert len(await _failed_compactions(d, token, sid)) == 2
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["compactions"] == 0 and context["estimatedTokens"] >= context["compactionThreshold"], context
+
+    # Replay decides the same: after a restart the next task tries once more, and only once.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    await d2.submit(token, sid, "r3", "/tool get_system_time")
+    await d2.wait_idle(token, sid)
+    assert len(await _failed_compactions(d2, token, sid)) == 3
