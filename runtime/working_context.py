@@ -29,7 +29,7 @@ Every operation is recorded, so replay rebuilds the same Working Context
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
   is not compacted again, so it cannot loop; a failed automatic compaction lets the request go
   as it is (recorded as ``context.compaction_failed``), and none is tried again automatically in
-  the same task (``AgentState.auto_compaction_failed_task``, folded from that event: replay
+  the same task (``AgentState.compaction_failure``, folded from that event: replay
   decides the same); the next task, or a compaction the user asks for, tries again.
 * **Pruning** (off by default): before a model request, old large tool results are pruned with
   one ``context.edited`` {op: prune}.
@@ -295,7 +295,8 @@ class WorkingContextOps:
                     return True
         if not settings.auto_compaction or not worth_compacting(agent):
             return False
-        if task_id is not None and agent.auto_compaction_failed_task == task_id:
+        failed = agent.compaction_failure
+        if failed is not None and failed.trigger == "auto" and task_id is not None and failed.task_id == task_id:
             return False  # failed once in this task: the next input (or a compaction by hand) tries again
         try:
             model = self._catalog.model_config(state.model)
@@ -670,4 +671,6 @@ class WorkingContextOps:
             "workingItemIds": [it.id for it in items],
             "items": [{"id": it.id, "role": it.role, "context": marks[it.id]} for it in agent.items],
             "compactions": sum(1 for it in agent.items if it.role == "summary"),
+            "compactionFailed": None if (f := agent.compaction_failure) is None else {
+                "seq": f.seq, "trigger": f.trigger, "code": f.code, "message": f.message},
         }

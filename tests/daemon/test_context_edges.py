@@ -222,6 +222,9 @@ async def test_an_automatic_compaction_that_failed_is_not_tried_again_in_the_sam
     assert len(await _failed_compactions(d, token, sid)) == 2
     context = (await d.get(f"/sessions/{sid}/context", token)).json()
     assert context["compactions"] == 0 and context["estimatedTokens"] >= context["compactionThreshold"], context
+    last = [e for e in await d.events(token, sid) if e["kind"] == "context.compaction_failed"][-1]
+    assert context["compactionFailed"] == {"seq": last["seq"], "trigger": "auto", "code": "COMPACTION_FAILED",
+                                           "message": last["body"]["message"]}, context
 
     # Replay decides the same: after a restart the next task tries once more, and only once.
     await stop_daemon(d)
