@@ -75,6 +75,17 @@ class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
     digest: str = ""
 
 
+class CompactionFailure(msgspec.Struct, array_like=True, gc=False):
+    """An agent's last compaction that failed (``context.compaction_failed``) since its last
+    compaction: its seq, trigger, task, code and message."""
+
+    seq: int
+    trigger: str
+    task_id: str | None
+    code: str
+    message: str
+
+
 class SkillDue(msgspec.Struct, array_like=True, gc=False):
     """A ``skill`` call of the round under way that loaded ``name``: its ``skill.loaded`` is
     recorded once the round's tool results are all in (see runtime.decide.AppendSkills)."""
@@ -137,6 +148,10 @@ class AgentState(msgspec.Struct):
     skills_due: list[SkillDue] = []
     # Deferred tools this agent loaded with capability_search (``capability.loaded``), in order.
     capabilities: list[str] = []
+    # The last compaction that failed (``context.compaction_failed``), cleared by one that
+    # succeeds (a manual one too): after an automatic one failed none is tried again
+    # automatically in that task; the context view and the dashboard say why it failed.
+    compaction_failure: CompactionFailure | None = None
 
 
 def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
@@ -577,9 +592,11 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             replaced = set(ev.replaced_item_ids)
             a.included = [i for i in a.included if i not in replaced]
         _add_usage(state, agent_id, ev.usage)
+        a.compaction_failure = None
     elif isinstance(ev, t.ContextCompactionFailed):
         if ev.usage is not None:  # (a request answered and not used still counts)
             _add_usage(state, agent_id, ev.usage)
+        state.agent(agent_id).compaction_failure = CompactionFailure(seq, ev.trigger, se.task_id, ev.code, ev.message)
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
@@ -756,7 +773,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     item and ``AgentState.stop_details`` hold its ``stop_details``; such a response is
 #     ``last_response_final`` whatever it called. ``Item.stop_reason`` (an answer the provider
 #     cut says so where it stopped).
-SNAPSHOT_VERSION = 19
+# 20: ``AgentState.compaction_failure`` (no automatic compaction is tried again in the task where
+#     one failed; the context view says why the last one failed).
+SNAPSHOT_VERSION = 20
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

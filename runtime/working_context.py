@@ -28,7 +28,9 @@ Every operation is recorded, so replay rebuilds the same Working Context
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
   is not compacted again, so it cannot loop; a failed automatic compaction lets the request go
-  as it is (recorded as ``context.compaction_failed``).
+  as it is (recorded as ``context.compaction_failed``), and none is tried again automatically in
+  the same task (``AgentState.compaction_failure``, folded from that event: replay
+  decides the same); the next task, or a compaction the user asks for, tries again.
 * **Pruning** (off by default): before a model request, old large tool results are pruned with
   one ``context.edited`` {op: prune}.
 * **Snip** / **Include Result**: ``context.edited`` {op: snip | include_result} from the HTTP
@@ -127,6 +129,7 @@ class ContextError(LensError):
 ERROR_STATUS = {
     "CONTEXT_ITEM_NOT_FOUND": 404, "CONTEXT_ITEM_HIDDEN": 409, "CONTEXT_EDIT_INVALID": 400,
     "SESSION_BUSY": 409, "NOTHING_TO_COMPACT": 409, "COMPACTION_FAILED": 502, "ABORTED": 409,
+    "CONTEXT_CALL_PENDING": 409,
 }
 
 
@@ -292,6 +295,9 @@ class WorkingContextOps:
                     return True
         if not settings.auto_compaction or not worth_compacting(agent):
             return False
+        failed = agent.compaction_failure
+        if failed is not None and failed.trigger == "auto" and task_id is not None and failed.task_id == task_id:
+            return False  # failed once in this task: the next input (or a compaction by hand) tries again
         try:
             model = self._catalog.model_config(state.model)
             system = await self._system_prompt()
@@ -469,7 +475,7 @@ class WorkingContextOps:
     async def edit(self, cmd: EditContext) -> dict[str, Any]:
         """Record a snip, include, unsnip, hide or unhide (nothing when it changes nothing).
         Raises ``AGENT_NOT_FOUND``, ``CONTEXT_ITEM_NOT_FOUND``, ``CONTEXT_ITEM_HIDDEN``,
-        ``CONTEXT_EDIT_INVALID``."""
+        ``CONTEXT_EDIT_INVALID``, ``CONTEXT_CALL_PENDING``."""
         out: dict[str, Any] = {}
 
         def decide() -> list[Any]:
@@ -512,6 +518,8 @@ class WorkingContextOps:
         if cmd.op == "unsnip":
             # A result comes back with its call too (a lone result would be left out).
             calls |= {by_id[i].call_id for i in wanted if by_id[i].role == "tool_result" and by_id[i].call_id}
+        if cmd.op == "hide":
+            self._refuse_pending(agent, wanted, by_id)
         want = set(wanted)
         ids = [it.id for it in agent.items if it.id in want or (
             it.role == "tool_result" and it.call_id in calls) or (
@@ -528,6 +536,18 @@ class WorkingContextOps:
             raise ContextError("CONTEXT_EDIT_INVALID", f"{', '.join(stale[:10])} holds the instructions of a skill "
                                                        "unloaded or loaded again since; load the skill to use them")
         return [i for i in ids if i in agent.snipped]
+
+    @staticmethod
+    def _refuse_pending(agent: Any, ids: Sequence[str], by_id: dict[str, Item]) -> None:
+        """``CONTEXT_CALL_PENDING`` when a snip or hide names a tool call that has no result yet
+        (running, or an ``ask_user`` awaiting its answer): taken out now, its result would come
+        in with its call gone and be left out with it, so the model would not see it."""
+        pending = {c.call_id for c in agent.pending_calls}
+        named = [i for i in ids if by_id[i].role == "tool_call" and by_id[i].call is not None
+                 and by_id[i].call.call_id in pending]
+        if named:
+            raise ContextError("CONTEXT_CALL_PENDING", f"the tool call {', '.join(named[:10])} has no result yet "
+                                                       "(it runs or awaits an answer); snip or hide it once it has one")
 
     @staticmethod
     def _refuse_hidden(agent: Any, ids: Sequence[str]) -> None:
@@ -584,6 +604,7 @@ class WorkingContextOps:
         agent = self._agent(cmd.agent_id)
         by_id = self._items_by_id(agent, cmd.agent_id, cmd.item_ids)
         wanted = list(dict.fromkeys(cmd.item_ids))
+        self._refuse_pending(agent, wanted, by_id)
         marks = item_marks(agent)
         if cmd.older_images:
             # Older images: the image-bearing tool results the next request sends whole (``visible``,
@@ -650,4 +671,6 @@ class WorkingContextOps:
             "workingItemIds": [it.id for it in items],
             "items": [{"id": it.id, "role": it.role, "context": marks[it.id]} for it in agent.items],
             "compactions": sum(1 for it in agent.items if it.role == "summary"),
+            "compactionFailed": None if (f := agent.compaction_failure) is None else {
+                "seq": f.seq, "trigger": f.trigger, "code": f.code, "message": f.message},
         }

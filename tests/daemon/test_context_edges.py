@@ -169,3 +169,67 @@ async def test_compact_while_the_session_awaits_an_answer_says_so(daemon_factory
     assert (r.status_code, error_of(r)) == (409, "SESSION_BUSY"), r.text
     assert r.json()["error"]["message"] == f"session {sid!r} awaits an answer to its question; compact it when idle"
     assert len(await d.events(token, sid)) == n and (await d.view(token, sid))["status"] == "awaiting_answer"
+
+
+async def test_a_tool_call_awaiting_its_answer_is_not_snipped_or_hidden(daemon_factory):
+    # F-CTX-3: a snip (or hide) of the `ask_user` call while the session awaited its answer was
+    # taken; the answer's result then came in with its call out of the Working Context and was
+    # left out with it, so the model saw the input alone and asked again.
+    d = await daemon_factory(config=ASKING)
+    token = await d.pair("c", strong=True)
+    sid, view = await awaiting_an_answer(d, token, "pick a colour")
+    [call] = [it for it in view["items"] if it["role"] == "tool_call"]
+    n = len(await d.events(token, sid))
+    for op in ("snip", "hide"):
+        r = await d.post(f"/sessions/{sid}/context/{op}", token, {"itemIds": [call["id"]]})
+        assert (r.status_code, error_of(r)) == (409, "CONTEXT_CALL_PENDING"), r.text
+        assert r.json()["error"]["message"] == (f"the tool call {call['id']} has no result yet (it runs or awaits "
+                                                "an answer); snip or hide it once it has one"), r.text
+    assert len(await d.events(token, sid)) == n
+
+    qid = view["questions"][0]["questionId"]
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["blue"]})
+    assert r.status_code == 200, r.text
+    await d.wait_idle(token, sid)
+    # Once its result is in, the call is snipped as before.
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    marks = {it["id"]: it["context"] for it in context["items"]}
+    assert marks[call["id"]] == "snipped" and call["id"] not in context["workingItemIds"], context
+
+
+async def test_an_automatic_compaction_that_failed_is_not_tried_again_in_the_same_task(daemon_factory):
+    # F-CTX-2 with a summarizer that keeps failing: a session past its threshold tried (and
+    # recorded) an automatic compaction before every model request of its task. Once failed, it
+    # is not tried again in that task; the next input's task tries again.
+    call = {"toolCalls": [{"name": "get_system_time", "arguments": {}}]}
+    config = _faux([{"when": "Summarize the conversation so far",
+                     "error": {"code": "OVERLOADED", "message": "the summarizer is busy"}}, call, call, call])
+    d = await daemon_factory(config=config)
+    token, _pid, sid = await _session(d)
+    await d.submit(token, sid, "r1", "look at the time " + FILLER)
+    view = await d.wait_idle(token, sid)
+    assert [it["role"] for it in view["items"]] == ["user", "tool_call", "tool_call", "tool_call", "assistant"], \
+        view["items"]
+    # Four requests past the threshold but the first (its input alone, kept as written): one try.
+    failed = await _failed_compactions(d, token, sid)
+    assert [(f["code"], f["trigger"]) for f in failed] == [("COMPACTION_FAILED", "auto")], failed
+    assert view["usage"]["requests"] == 4, view["usage"]
+
+    await d.submit(token, sid, "r2", "and now?")
+    view = await d.wait_idle(token, sid)
+    assert len(await _failed_compactions(d, token, sid)) == 2
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["compactions"] == 0 and context["estimatedTokens"] >= context["compactionThreshold"], context
+    last = [e for e in await d.events(token, sid) if e["kind"] == "context.compaction_failed"][-1]
+    assert context["compactionFailed"] == {"seq": last["seq"], "trigger": "auto", "code": "COMPACTION_FAILED",
+                                           "message": last["body"]["message"]}, context
+
+    # Replay decides the same: after a restart the next task tries once more, and only once.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    await d2.submit(token, sid, "r3", "/tool get_system_time")
+    await d2.wait_idle(token, sid)
+    assert len(await _failed_compactions(d2, token, sid)) == 3

@@ -1,0 +1,46 @@
+"""The Context panel says when a compaction failed: the context view's ``compactionFailed`` (the
+last ``context.compaction_failed`` since the last compaction), shown live as the event comes in
+and on a page opened afterwards.
+
+A real ``lens serve --port 0`` whose faux summarizer fails, a real executor, a log in a temporary
+directory, and headless Chromium, as in ``test_dashboard_browser.py`` (its fixtures and helpers).
+Every wait is for a condition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, body_data, browser, committed_answers, console_errors, make_daemon, open_in_page, open_session, texts,
+    wait_for, with_turns)
+
+FILLER = "word " * 50_000  # (about 62,500 estimated tokens: past half of a 100,000-token window)
+FAILED = "#context dd[data-key='compaction failed']"
+
+
+def test_dashboard_says_an_automatic_compaction_failed(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    config = with_turns({"when": "Summarize the conversation so far",
+                         "error": {"code": "OVERLOADED", "message": "the summarizer is busy"}})
+    config["providers"][0]["models"] = [{"id": "faux-1", "contextWindow": 100_000}]
+    config["context"] = {"compaction": {"triggerPercent": 50}}
+    d = make_daemon(config)
+    strong, sid = open_session(driver, d, tmp_path, "dash-compaction-failed")
+    for n, (rid, text) in enumerate((("r1", "hello " + FILLER), ("r2", "and again"))):
+        status, _ = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": rid, "content": text}, token=strong)
+        assert status in (200, 202), status
+        wait_for(lambda: len(committed_answers(driver)) == n + 1 and body_data(driver, "sessionStatus") == "idle",
+                 f"the answer to {rid}")
+        if n == 0:  # (the first request holds its input alone, which a compaction keeps: none tried)
+            assert texts(driver, FAILED) == []
+    note = ("automatic · COMPACTION_FAILED: the summarizing request failed: OVERLOADED: the summarizer is busy"
+            " · not tried again automatically before the next input")
+    wait_for(lambda: texts(driver, FAILED) == [note], "the failed compaction in the Context panel")
+    assert texts(driver, "#context dd[data-key='compactions']") == ["0"]
+
+    open_in_page(driver, d, strong, sid)  # (a page opened afterwards reads it from the view)
+    wait_for(lambda: texts(driver, FAILED) == [note], "the failed compaction, the page opened again")
+    assert console_errors(driver) == []
