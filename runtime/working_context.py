@@ -29,8 +29,9 @@ Every operation is recorded, so replay rebuilds the same Working Context
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
   is not compacted again, so it cannot loop; a failed automatic compaction lets the request go
   as it is (recorded as ``context.compaction_failed``), and none is tried again automatically in
-  the same task (``AgentState.compaction_failure``, folded from that event: replay
-  decides the same); the next task, or a compaction the user asks for, tries again.
+  the same task for :data:`AUTO_COMPACTION_RETRY_AFTER` model answers (``AgentState.compaction_failure``,
+  folded from that event: replay decides the same); the next task, or a compaction the user asks
+  for, tries at once.
 * **Pruning** (off by default): before a model request, old large tool results are pruned with
   one ``context.edited`` {op: prune}.
 * **Snip** / **Include Result**: ``context.edited`` {op: snip | include_result} from the HTTP
@@ -117,6 +118,22 @@ SETTINGS: tuple[tuple[str, str, type, int, int], ...] = (
     ("compaction_trigger_percent", "compactionTriggerPercent", int, 1, 100),
     ("prune_tool_results", "pruneToolResults", bool, 0, 1),
 )
+
+# How many model answers of a task come after an automatic compaction that failed in it before
+# one is tried again: a summarizer that keeps failing is not asked before every request, and a
+# long task whose context keeps growing is still compacted once the summarizer answers again.
+AUTO_COMPACTION_RETRY_AFTER = 4
+
+
+def backing_off(agent: Any, task_id: str | None) -> bool:
+    """Whether ``agent``'s last automatic compaction failed in task ``task_id`` fewer than
+    :data:`AUTO_COMPACTION_RETRY_AFTER` model answers ago (read from the folded state, so replay
+    decides the same; a compaction that succeeds, by hand too, clears it)."""
+    failed = agent.compaction_failure
+    if failed is None or failed.trigger != "auto" or task_id is None or failed.task_id != task_id:
+        return False
+    answers = {it.seq for it in agent.items if it.seq > failed.seq and it.role in ("assistant", "tool_call")}
+    return len(answers) < AUTO_COMPACTION_RETRY_AFTER
 
 
 class ContextError(LensError):
@@ -295,9 +312,8 @@ class WorkingContextOps:
                     return True
         if not settings.auto_compaction or not worth_compacting(agent):
             return False
-        failed = agent.compaction_failure
-        if failed is not None and failed.trigger == "auto" and task_id is not None and failed.task_id == task_id:
-            return False  # failed once in this task: the next input (or a compaction by hand) tries again
+        if backing_off(agent, task_id):
+            return False  # failed in this task a few answers ago: later, or the next input, tries again
         try:
             model = self._catalog.model_config(state.model)
             system = await self._system_prompt()

@@ -7,6 +7,8 @@ import base64
 from pathlib import Path
 from typing import Any, Callable
 
+from runtime.working_context import AUTO_COMPACTION_RETRY_AFTER
+
 from ..providers.conftest import tiny_png
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
@@ -233,3 +235,23 @@ async def test_an_automatic_compaction_that_failed_is_not_tried_again_in_the_sam
     await d2.submit(token, sid, "r3", "/tool get_system_time")
     await d2.wait_idle(token, sid)
     assert len(await _failed_compactions(d2, token, sid)) == 3
+
+
+async def test_a_long_task_tries_its_automatic_compaction_again_a_few_answers_after_it_failed(daemon_factory):
+    # Once failed, no automatic compaction was tried again in the task: a long task whose
+    # summarizer had failed once (a passing outage) grew on to its window's end uncompacted.
+    # It is tried again AUTO_COMPACTION_RETRY_AFTER answers later, and only then.
+    call = {"toolCalls": [{"name": "get_system_time", "arguments": {}}]}
+    config = _faux([{"when": "Summarize the conversation so far",
+                     "error": {"code": "OVERLOADED", "message": "the summarizer is busy"}}] + [call] * 7)
+    d = await daemon_factory(config=config)
+    token, _pid, sid = await _session(d)
+    await d.submit(token, sid, "r1", "look at the time " + FILLER)
+    view = await d.wait_idle(token, sid)
+    assert view["usage"]["requests"] == 8, view["usage"]
+    # Before the second request, then AUTO_COMPACTION_RETRY_AFTER answers later (before the
+    # sixth); the seventh and eighth come sooner than that after it.
+    evs = await d.events(token, sid)
+    requested = [e["seq"] for e in evs if e["kind"] == "model.requested"]
+    tried = [e["seq"] for e in evs if e["kind"] == "context.compaction_failed"]
+    assert [sum(1 for r in requested if r < f) for f in tried] == [1, 1 + AUTO_COMPACTION_RETRY_AFTER], (requested, tried)

@@ -37,7 +37,7 @@ def test_dashboard_says_an_automatic_compaction_failed(
         if n == 0:  # (the first request holds its input alone, which a compaction keeps: none tried)
             assert texts(driver, FAILED) == []
     note = ("automatic · COMPACTION_FAILED: the summarizing request failed: OVERLOADED: the summarizer is busy"
-            " · not tried again automatically before the next input")
+            " · tried again automatically a few answers later, or at the next input")
     wait_for(lambda: texts(driver, FAILED) == [note], "the failed compaction in the Context panel")
     assert texts(driver, "#context dd[data-key='compactions']") == ["0"]
 
