@@ -58,6 +58,15 @@ async def _abort_once_printed(d: Daemon, token: str, sid: str, ws: Path, name: s
     await d.wait_idle(token, sid)
 
 
+async def _aborted_result(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    """The ``tool.finished`` body of the session's one call, once the session is idle after the
+    abort: interrupted by it."""
+    await d.wait_idle(token, sid)
+    [body] = finished(await d.events(token, sid))
+    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    return body
+
+
 async def _executor_running(d: Daemon, token: str, sid: str, ws: Path, command: str) -> int:
     """Run ``command`` (which writes its reaper's parent, ``$PPID``, to ``reaper.pid`` and then
     touches ``printed``) as a tool call, and return the pid of the executor running it once it
@@ -221,8 +230,7 @@ async def test_an_aborted_command_that_ends_with_its_own_code_is_recorded_with_i
     command = f"trap 'echo cleaning up; exit 3' TERM; {PRINT_MARKER}; sleep 600 & touch printed; wait"
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await _abort_once_printed(d, token, sid, ws)
-    [body] = finished(await d.events(token, sid))
-    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    body = await _aborted_result(d, token, sid)
     assert body["content"][0]["text"] == (
         f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
     assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
@@ -248,9 +256,7 @@ async def test_a_command_that_had_ended_by_itself_when_the_abort_came_is_not_sai
     await wait_until(shell_exited, what="the command's shell exited", interval=0.005)
     r = await d.post(f"/sessions/{sid}/abort", token)
     assert r.status_code == 200 and r.json()["aborted"] is True, r.text
-    await d.wait_idle(token, sid)
-    [body] = finished(await d.events(token, sid))
-    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    body = await _aborted_result(d, token, sid)
     assert body["content"][0]["text"] == (
         f"{MARKER}\n\n[exit 3: the command ended by itself during the abort]\n{ABORTED_TEXT}"), body
     assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
@@ -293,9 +299,7 @@ async def test_an_abort_on_a_slow_host_waits_for_the_executor_s_answer_and_recor
         assert took < ABORT_STOP_ANSWER_WAIT_S + 2, took
     finally:
         os.kill(executor, signal.SIGCONT)
-    await d.wait_idle(token, sid)
-    [body] = finished(await d.events(token, sid))
-    assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
+    body = await _aborted_result(d, token, sid)
     assert body["content"][0]["text"] == (
         f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
     assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,

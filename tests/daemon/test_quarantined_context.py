@@ -4,6 +4,8 @@ same answer as the view's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from events.store import Draft, open_store
 from events.types import SessionQuarantined
 
@@ -59,14 +61,22 @@ async def test_a_quarantined_session_whose_log_reads_whole_describes_its_context
     assert r.status_code == 201 and r.json()["status"] == "idle", r.text
 
 
-async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes(daemon_factory):
-    d, token, reader, _project_id, sid, _context = await _answered(daemon_factory)
+async def _with_a_damaged_answer(daemon_factory: Any) -> tuple[Any, Any, str, str, str, str, int]:
+    """An answered session whose ``model.responded`` body is then damaged in the log, and a
+    daemon started on it: the first daemon, the second, the credentials, the project and session
+    ids, and the damaged seq."""
+    d, token, reader, project_id, sid, _context = await _answered(daemon_factory)
     d0 = await daemon_factory(config=CONFIG, root=d.root)
     events = await d0.events(token, sid)
     await stop_daemon(d0)
     bad = next(e["seq"] for e in events if e["kind"] == "model.responded")
     edit_log(d.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
     d2 = await daemon_factory(config=CONFIG, root=d.root)
+    return d, d2, token, reader, project_id, sid, bad
+
+
+async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes(daemon_factory):
+    d, d2, token, reader, _project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
 
     async def quarantined():
         r = await d2.get(f"/sessions/{sid}", reader)
@@ -84,13 +94,7 @@ async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes
 async def test_a_fork_at_the_damaged_event_itself_says_to_fork_earlier(daemon_factory):
     # A fork at the damaged event answers as one after it does: EVENT_CORRUPT naming the session,
     # the damaged seq and the way on (an earlier seq); nothing is created. A fork just before it works.
-    d, token, reader, project_id, sid, _context = await _answered(daemon_factory)
-    d0 = await daemon_factory(config=CONFIG, root=d.root)
-    events = await d0.events(token, sid)
-    await stop_daemon(d0)
-    bad = next(e["seq"] for e in events if e["kind"] == "model.responded")
-    edit_log(d.data_dir, "UPDATE events SET body = X'28b52ffd0000' WHERE seq = ?", (bad,))
-    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    d, d2, token, reader, project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
     r = await d2.get(f"/sessions/{sid}", reader)
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
     assert f"seq {bad}" in r.text and f"to go on, fork it (POST /sessions/{sid}/fork)" in r.text, r.text
