@@ -46,8 +46,9 @@ MAX_LISTING_ENTRIES = 5000  # entries read from one directory listing
 MAX_SAMPLES = 10
 MAX_SAMPLE_DEPTH = 3
 # The call id a load's size check allows for (bytes): a tool call's ``skill.loaded`` carries its
-# call id. Providers' ids are far shorter (OpenAI Chat at most 40 characters, Responses 64,
-# compatible servers' about 50), and the runtime adds at most a "-<n>" to one made twice.
+# call id. The runtime records at most 128 characters of the id rule's ASCII as given (a longer id
+# under a 29-character digest id: runtime.actor.recordable_call_id) and adds at most a "-<n>" to
+# one made twice, so a skill listed loadable is never refused on load for its size.
 CALL_ID_ROOM = 256
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole names only: fullmatch
 

@@ -12,7 +12,7 @@ import pytest
 
 from events import types as t
 from events.codec import Codec
-from runtime.actor import Answer, GetState, Submit, WaitIdle
+from runtime.actor import MAX_KEPT_CALL_ID, Answer, GetState, Submit, WaitIdle, recordable_call_id
 from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.skills import CALL_ID_ROOM, Skill, instructions_text, prompt_skills
@@ -231,13 +231,15 @@ async def test_the_listing_and_the_prompt_know_the_logs_bound_and_a_skill_listed
     # A skill whose load from a tool call the log could never hold is listed by skill({}) as not
     # loadable, naming the bound, and left out of the prompt: the same check, which allows for a
     # call id of CALL_ID_ROOM bytes. "edge" would fit only a load carrying no call id (a /skill:
-    # input's), so it is refused everywhere; "fit1" fits one with a call id of CALL_ID_ROOM bytes
-    # and is loaded by such a call. A longer call id is still told (Left): "fit2".
+    # input's), so it is refused everywhere; "fit1" and "fit2" fit one with a call id of
+    # CALL_ID_ROOM bytes: each is loaded by a call with the longest id recorded as given, and by
+    # one whose id is longer than the allowance (recorded under a digest id: never refused).
     ws = tmp_path / "ws"
     write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
-    room, past = "k" * CALL_ID_ROOM, "p" * (CALL_ID_ROOM + 40)
+    room, kept, past = "k" * CALL_ID_ROOM, "k" * MAX_KEPT_CALL_ID, "p" * (CALL_ID_ROOM + 40)
+    assert MAX_KEPT_CALL_ID < CALL_ID_ROOM and len(recordable_call_id(past)) < CALL_ID_ROOM
     script = [FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})]),
-              FauxTurn(when="LOAD-FIT", tool_calls=[FauxToolCall("skill", {"name": "fit1"}, call_id=room)]),
+              FauxTurn(when="LOAD-FIT", tool_calls=[FauxToolCall("skill", {"name": "fit1"}, call_id=kept)]),
               FauxTurn(when="LOAD-EDGE", tool_calls=[FauxToolCall("skill", {"name": "edge"})]),
               FauxTurn(when="LOAD-PAST", tool_calls=[FauxToolCall("skill", {"name": "fit2"}, call_id=past)])]
     async with harness(tmp_path, ws, script, max_event_bytes=LOG_LIMIT) as (sup, store, faux, pool):
@@ -258,7 +260,7 @@ async def test_the_listing_and_the_prompt_know_the_logs_bound_and_a_skill_listed
         state = await run(sup, sid, "r2", "LOAD-FIT")
         assert results_of(await events_of(store, sid))[-1].structured_content["status"] == "loaded"
         [loaded] = [e.event for e in await events_of(store, sid) if e.kind == "skill.loaded"]
-        assert loaded.name == "fit1" and loaded.call_id == room and "fit1" in state.agents["main"].skills
+        assert loaded.name == "fit1" and loaded.call_id == kept and "fit1" in state.agents["main"].skills
 
         await run(sup, sid, "r3", "LOAD-EDGE")
         edge = results_of(await events_of(store, sid))[-1]
@@ -270,10 +272,10 @@ async def test_the_listing_and_the_prompt_know_the_logs_bound_and_a_skill_listed
         state = await run(sup, sid, "r5", "LOAD-PAST")
         events = await events_of(store, sid)
         assert results_of(events)[-1].structured_content["status"] == "loaded"
-        [note] = [e.event for e in events if e.kind == "instruction.appended"]
-        assert note.source == "skill-load-failed:fit2" and "maximum event size" in note.text
-        assert state.status == "idle" and "fit2" not in state.agents["main"].skills
-        assert [e.event.name for e in events if e.kind == "skill.loaded"] == ["fit1"]
+        assert not [e for e in events if e.kind == "instruction.appended"]
+        [_, loaded] = [e.event for e in events if e.kind == "skill.loaded"]
+        assert (loaded.name, loaded.call_id) == ("fit2", recordable_call_id(past))
+        assert state.status == "idle" and "fit2" in state.agents["main"].skills
 
 
 async def test_a_skill_directory_whose_name_cannot_be_shown_is_listed_with_its_problem(tmp_path: Path) -> None:
