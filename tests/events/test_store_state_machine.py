@@ -51,6 +51,7 @@ from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
 from runtime.cli import build_parser
+from runtime.json_lines import json_line
 from runtime.logcli import verify_log
 from tests.events.test_crash import Ack, Retry, run_and_kill, text_for
 from tests.events.test_roundtrip_hypothesis import ANY_EVENT
@@ -223,8 +224,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _expected_json(self, seq: int) -> bytes:
         d, ts, sseq = self.events[seq - 1]
-        return _json.encode(StoredEvent(seq, ts, d.project_id, d.session_id, sseq, d.agent_id, d.task_id,
-                                        kind_of(d.event), d.request_id, d.event).to_json())
+        # (as `lens log decode` prints it: U+0085, U+2028 and U+2029 escaped, so one event is one line)
+        return json_line(_json.encode(StoredEvent(seq, ts, d.project_id, d.session_id, sseq, d.agent_id, d.task_id,
+                                                  kind_of(d.event), d.request_id, d.event).to_json()))
 
     def _check_events(self, got: list[StoredEvent], seqs: list[int]) -> None:
         assert [e.seq for e in got] == seqs
