@@ -360,8 +360,8 @@ class ContextCompacted(_Event, tag="context.compacted"):
 
 class ContextCompactionFailed(_Event, tag="context.compaction_failed"):
     """A summarizing request the provider answered whose answer did not become a compaction (no
-    text, cut off at the output limit, refused, or the context moved on meanwhile), or an
-    automatic one that failed before any answer: the Working Context is unchanged; ``usage`` is
+    text, cut off at the output limit, refused, or the context moved on meanwhile), or one that
+    failed before any answer (manual or automatic): the Working Context is unchanged; ``usage`` is
     what the request used, counted in the session's usage (``None``: no answer, nothing counted)."""
 
     code: str

@@ -50,7 +50,8 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     # for the text an answer had streamed when the user aborted it, ``failed`` when the request
     # failed (the provider's error, a dropped stream) after it began (``ModelFailed.partial_text``);
     # assistant and tool_call items: ``refused`` for each item of a response whose stop reason is
-    # ``refusal`` (:data:`REFUSED`: Anthropic's requests leave such a turn out)
+    # ``refusal`` (:data:`REFUSED`: Anthropic's requests leave such a turn out); ``empty`` for the
+    # text-less item of an answer with neither text nor calls (:data:`EMPTY_ANSWER`)
     status: str | None = None
     is_error: bool = False
     structured: Any = None
@@ -264,6 +265,11 @@ MAIN_AGENT = "main"
 # ``refusal``, runtime.providers.base.REFUSAL), and the status each item of such an answer gets.
 REFUSED_STOP = "refusal"
 REFUSED = "refused"
+# The status of the item an answer with neither text nor tool calls leaves (reasoning alone, or
+# nothing at all): an assistant item with no text, so the turn is seen (its stop reason on it).
+# Requests leave it out (runtime.providers.compile): the providers refuse an empty assistant
+# message, and it says nothing to the model.
+EMPTY_ANSWER = "empty"
 
 
 # Between the text parts of one content (an input of several parts, a tool result of several):
@@ -487,13 +493,16 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         for call in ev.tool_calls:
             a.items.append(Item(_item_id(seq, n), "tool_call", seq, se.task_id, call=call))
             n += 1
+        empty = not n
+        if empty:
+            a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, status=EMPTY_ANSWER))
         if ev.reasoning_blocks and len(a.items) > first:
             a.items[first].reasoning_blocks = list(ev.reasoning_blocks)
         if ev.stop_reason == REFUSED_STOP:
-            for it in a.items[first:]:
-                it.status = REFUSED
-            if len(a.items) > first:
-                a.items[first].stop_details = ev.stop_details
+            if not empty:  # (an empty answer's item stays ``empty``: it holds nothing refused)
+                for it in a.items[first:]:
+                    it.status = REFUSED
+            a.items[first].stop_details = ev.stop_details
         if ev.stop_reason and len(a.items) > first:
             a.items[-1].stop_reason = ev.stop_reason
         a.pending_calls = list(ev.tool_calls)
@@ -775,7 +784,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     cut says so where it stopped).
 # 20: ``AgentState.compaction_failure`` (no automatic compaction is tried again in the task where
 #     one failed; the context view says why the last one failed).
-SNAPSHOT_VERSION = 20
+# 21: an answer with neither text nor calls adds an assistant item of status ``empty``.
+SNAPSHOT_VERSION = 21
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

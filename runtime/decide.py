@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Union
 
 from events import types as t
-from projections.session_state import MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
+from projections.session_state import EMPTY_ANSWER, MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
 
 from .providers.base import CONTENT_FILTER, OUTPUT_LIMIT, REFUSAL
 
@@ -202,7 +202,7 @@ def _answered(state: SessionState, call: t.ToolCall) -> bool:
 
 def _last_text(agent: AgentState) -> str:
     for it in reversed(agent.items):
-        if it.role == "assistant":
+        if it.role == "assistant" and it.status != EMPTY_ANSWER:  # (an empty answer says nothing)
             return it.text
     return ""
 

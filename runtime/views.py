@@ -10,7 +10,7 @@ import msgspec
 from events import types as t
 from events.secrets import Secrets
 from projections.context_budget import item_marks
-from projections.session_state import (REFUSED, USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts,
+from projections.session_state import (EMPTY_ANSWER, REFUSED, USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts,
                                        text_of)
 
 from .decide import CUT_BY
@@ -55,7 +55,9 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
     ``interrupted``: a call a fork inherited without its result never runs, and the model is told
     it has no result (``interrupted``) — see ``runtime.providers.compile``."""
     v: dict[str, Any] = {"id": it.id, "role": it.role, "seq": it.seq, "taskId": it.task_id}
-    if it.stop_reason in CUT_BY:  # (the last item of an answer the provider cut; omitted otherwise)
+    # (the last item of an answer the provider cut, or the item of an empty answer: where it
+    # stopped; omitted otherwise)
+    if it.stop_reason in CUT_BY or (it.status == EMPTY_ANSWER and it.stop_reason):
         v["stopReason"] = it.stop_reason
     if it.role == "tool_call" and it.call is not None:
         res = results.get(it.call.call_id)
@@ -78,7 +80,9 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
         v["parts"] = _parts(parts)
     if it.role == "tool_result":
         v.update(callId=it.call_id, status=it.status, isError=it.is_error)
-    elif it.role == "assistant" and it.status:  # (``aborted``: the text an aborted answer had streamed)
+    elif it.role == "assistant" and it.status:
+        # (``aborted``: the text an aborted answer had streamed; ``empty``: an answer with neither
+        # text nor calls)
         v["status"] = it.status
     _refused(v, it)
     if it.role == "summary":
@@ -93,8 +97,8 @@ def _refused(v: dict[str, Any], it: Item) -> None:
     why when the provider did (``stopDetails``: its ``type``, ``category``, ``explanation``)."""
     if it.status == REFUSED:
         v["refused"] = True
-        if it.stop_details:
-            v["stopDetails"] = dict(it.stop_details)
+    if it.status in (REFUSED, EMPTY_ANSWER) and it.stop_details:  # (an empty answer refused: why)
+        v["stopDetails"] = dict(it.stop_details)
 
 
 def rerun_calls(items: list[Item]) -> list[dict[str, Any]]:

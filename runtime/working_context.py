@@ -22,8 +22,8 @@ Every operation is recorded, so replay rebuilds the same Working Context
   message of the conversation); its usage is in the event and counts in the session's usage. A
   compaction that fails or is cut off changes nothing; when the provider answered (no text, a
   summary cut off at the output limit or refused, or the context moved on meanwhile) one
-  ``context.compaction_failed`` records why and what the request used; an automatic one that
-  failed before any answer records it too, its usage ``None`` (no request counted).
+  ``context.compaction_failed`` records why and what the request used; one that failed before
+  any answer (manual or automatic) records it too, its usage ``None`` (no request counted).
 * **Automatic compaction**: before a model request, when the estimated request
   (:func:`projections.context_budget.request_tokens`) reaches ``triggerPercent`` of the model's
   ``contextWindow``, the agent's context is compacted first. A context that is a summary already
@@ -436,13 +436,13 @@ class WorkingContextOps:
             raise
         except ProviderError as exc:
             message = f"the summarizing request failed: {exc.code}: {exc.message}"
-            if exc.usage is not None or trigger == "auto":
-                # Failed part-way: what it had reported is recorded all the same. An automatic one
-                # that failed before any answer is recorded too (no usage): the request goes on as
-                # it is, and no HTTP answer tells anyone that a compaction was tried.
-                await self._emit([self._scoped(t.ContextCompactionFailed(
-                    code="COMPACTION_FAILED", message=message[:2000], trigger=trigger, usage=exc.usage,
-                    provider=provider.id, model=model_id), agent_id, task_id)])
+            # Failed part-way: what it had reported is recorded all the same. One that failed
+            # before any answer is recorded too (no usage, no request counted): an automatic one
+            # has no other way to be seen, and a manual one's HTTP answer reaches only its caller
+            # (the log, the timeline and the Context panel say it too).
+            await self._emit([self._scoped(t.ContextCompactionFailed(
+                code="COMPACTION_FAILED", message=message[:2000], trigger=trigger, usage=exc.usage,
+                provider=provider.id, model=model_id), agent_id, task_id)])
             raise ContextError("COMPACTION_FAILED", message) from None
         summary = result.text.strip()
 

@@ -15,6 +15,8 @@ module renders into its SDK's request shape. What happens here, once for all pro
   order. A call without a result item gets a synthetic error result
   (:data:`SYNTHETIC_RESULT_TEXT`) so the request stays valid; a result whose call is not in the
   context is left out (``diagnostics["dropped_results"]``).
+* **Empty answers.** The item of an answer with neither text nor calls (status ``empty``) is left
+  out (``diagnostics["empty_answers"]``): the providers refuse an empty assistant message.
 * **Refused answers.** The entries of an answer whose items are ``refused`` (its stop reason was
   ``refusal``) and the results of its calls are marked ``refused``: Anthropic asks that such a
   turn be removed before going on, so its renderer leaves them out; the OpenAI protocols send
@@ -47,7 +49,7 @@ from typing import Any, Awaitable, Callable, Literal
 import trio
 
 from events import types as t
-from projections.session_state import REFUSED, Item, item_parts, text_of
+from projections.session_state import EMPTY_ANSWER, REFUSED, Item, item_parts, text_of
 from tools.artifacts import ArtifactError, ArtifactStore
 from tools.json_values import lone_surrogate, scalars
 
@@ -150,7 +152,7 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
     """
     names = ToolNames(tool["name"] for tool in request.tools)
     loaded: dict[str, Image] = {}
-    stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0}
+    stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0, "empty_answers": 0}
 
     async def parts_of(item: Item) -> list[Part]:
         src: list[t.ContentPart] = item_parts(item)
@@ -190,6 +192,13 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
         conversation_started = True
         if it.role in ("user", "summary"):
             entries.append(Entry(it.role, await parts_of(it), item_ids=[it.id]))
+            i += 1
+        elif it.role == "assistant" and it.status == EMPTY_ANSWER:
+            # An answer with neither text nor calls (its one item): an empty assistant message is
+            # refused (OpenAI Chat wants content or calls, a Responses reasoning item its output)
+            # and tells the model nothing, so it is left out with its reasoning, as before it had
+            # an item.
+            stats["empty_answers"] += 1
             i += 1
         elif it.role in ("assistant", "tool_call"):
             # One response: its text (if any) and the calls recorded with the same seq.

@@ -255,3 +255,32 @@ async def test_a_long_task_tries_its_automatic_compaction_again_a_few_answers_af
     requested = [e["seq"] for e in evs if e["kind"] == "model.requested"]
     tried = [e["seq"] for e in evs if e["kind"] == "context.compaction_failed"]
     assert [sum(1 for r in requested if r < f) for f in tried] == [1, 1 + AUTO_COMPACTION_RETRY_AFTER], (requested, tried)
+
+
+async def test_a_manual_compaction_whose_summary_request_fails_at_once_is_recorded(daemon_factory):
+    # F-CTX-2 by hand with a summarizer that fails before any answer: the caller had its 502 and
+    # the log, the live stream and the dashboard nothing. It is recorded as an automatic one is.
+    config = _faux([{"when": "Summarize the conversation so far",
+                     "error": {"code": "OVERLOADED", "message": "the summarizer is busy"}}])
+    d = await daemon_factory(config=config)
+    token, _pid, sid = await _session(d)
+    await d.submit(token, sid, "r1", "hello")
+    view = await d.wait_idle(token, sid)
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    message = "the summarizing request failed: OVERLOADED: the summarizer is busy"
+    assert (r.status_code, error_of(r), r.json()["error"]["message"]) == (502, "COMPACTION_FAILED", message), r.text
+    assert await _failed_compactions(d, token, sid) == [{
+        "code": "COMPACTION_FAILED", "message": message, "trigger": "manual", "usage": None, "provider": "faux",
+        "model": "m1"}]
+    [last] = [e for e in await d.events(token, sid) if e["kind"] == "context.compaction_failed"]
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["compactionFailed"] == {"seq": last["seq"], "trigger": "manual", "code": "COMPACTION_FAILED",
+                                           "message": message}, context
+    assert context["compactions"] == 0 and context["workingItemIds"] == [it["id"] for it in view["items"]]
+    # No answer came, so no request is counted.
+    assert (await d.view(token, sid))["usage"] == view["usage"]
+
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    assert (await d2.get(f"/sessions/{sid}/context", token)).json() == context
+    assert (await d2.view(token, sid))["usage"] == view["usage"]

@@ -75,3 +75,32 @@ def test_dashboard_says_where_the_provider_cut_an_answer(
     open_in_page(driver, d, strong, sid)
     wait_for(lambda: notes(driver) == expected, "the notes read from the view")
     assert console_errors(driver) == []
+
+
+def test_dashboard_shows_an_answer_with_neither_text_nor_calls(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    # Such an answer (reasoning alone, or nothing before the content filter stopped it) left no
+    # item: the timeline showed the input and nothing after it, as if the model had not answered.
+    driver = browser
+    d = make_daemon(with_turns({"when": "say nothing", "reasoning": "mulling it over"},
+                               {"when": "filter it all", "stopReason": "content_filter"}))
+    strong, sid = open_session(driver, d, tmp_path, "dash-empty")
+    asked(driver, "say nothing", 1)
+    asked(driver, "filter it all", 2)
+    shown = [["assistant · empty", "(no text and no tool calls; stop reason end_turn)"],
+             ["assistant · empty", "(no text and no tool calls; stop reason content_filter)"]]
+
+    def empty_answers() -> list[list[str]]:
+        return [[n.find_element("css selector", ".who").get_attribute("textContent"),
+                 n.find_element("css selector", ".text").get_attribute("textContent")]
+                for n in by_css(driver, "#timeline .msg.empty-answer")]
+
+    wait_for(lambda: empty_answers() == shown, "the two empty answers")
+    filtered = ["(no text and no tool calls; stop reason content_filter)",
+                "The answer was stopped by the provider's content filter."]
+    assert notes(driver) == [filtered]
+
+    open_in_page(driver, d, strong, sid)  # (a page that opens the session later reads the same from the view)
+    wait_for(lambda: empty_answers() == shown, "the empty answers read from the view")
+    assert notes(driver) == [filtered]
+    assert console_errors(driver) == []

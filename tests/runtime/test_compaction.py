@@ -211,7 +211,8 @@ async def test_an_edit_of_the_working_context_during_a_compaction_is_not_undone_
         assert result.id in [it.id for it in working_context(st.agents["main"])]
 
 
-async def test_a_failed_summarizing_request_records_nothing(runtime_factory, autojump_clock):
+async def test_a_manual_summarizing_request_failed_before_any_answer_is_recorded_without_usage(
+        runtime_factory, autojump_clock):
     failing = FauxTurn(when="Summarize the conversation so far", error=FauxError("OVERLOADED", "try later"))
     async with runtime_factory(script=[failing]) as rt:
         sid = await rt.session()
@@ -220,9 +221,13 @@ async def test_a_failed_summarizing_request_records_nothing(runtime_factory, aut
         with pytest.raises(ContextError) as err:
             await rt.call(sid, Compact())
         assert err.value.code == "COMPACTION_FAILED" and "OVERLOADED" in err.value.message
-        assert await rt.kinds(sid) == kinds
+        assert await rt.kinds(sid) == [*kinds, "context.compaction_failed"]
+        failed = one(await rt.events(sid), "context.compaction_failed").event
+        assert (failed.code, failed.trigger, failed.usage, failed.message) == (
+            "COMPACTION_FAILED", "manual", None, err.value.message)
         st = await rt.state(sid)
         assert [it.role for it in working_context(st.agents["main"])] == ["user", "assistant"]
+        assert st.usage.requests == 1
 
 
 async def test_a_summarizing_answer_not_used_still_counts_in_the_usage(runtime_factory, autojump_clock):
