@@ -150,6 +150,14 @@ class Journal:
         data = json.dumps(asdict(record), ensure_ascii=False).encode("utf-8", "surrogatepass")
         _write_atomic(self._record_path(record.call_id), data)
 
+    def drop(self, call_id: str) -> None:
+        """Forget a call that failed without writing its file (its blobs stay: content-addressed,
+        other records may name them)."""
+        try:
+            self._record_path(call_id).unlink()
+        except FileNotFoundError:
+            pass
+
     def put_blob(self, data: bytes | None) -> str | None:
         digest = sha256_hex(data)
         if data is None or digest is None:

@@ -294,11 +294,17 @@ class Workspace:
                 journal.put(rec)
             if changed:
                 assert t.name is not None
-                if p.after is None:
-                    commit.remove(t.dir_fd, t.name, shown=shown)
-                else:
-                    commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
-                                        like=p.like, hook=self.commit_hook)
+                expect = (t.fd, p.before) if p.before is not None and t.fd is not None else None
+                try:
+                    if p.after is None:
+                        commit.remove(t.dir_fd, t.name, shown=shown, expect=expect, hook=self.commit_hook)
+                    else:
+                        commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
+                                            like=p.like, hook=self.commit_hook, expect=expect)
+                except FileToolError as exc:
+                    if exc.code == "FILE_CHANGED" and journal is not None and call_id:
+                        journal.drop(call_id)  # nothing was written: a failed call is not journaled
+                    raise
                 if journal is not None and rec is not None:
                     rec.state = DONE
                     journal.put(rec)
