@@ -164,6 +164,11 @@ def _split(data: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def dominant_ending(data: bytes) -> bytes:
+    """The file's dominant line ending (the rule added lines fall back to; see the module docstring)."""
+    return _dominant(_split(data))
+
+
 def _dominant(lines: list[tuple[bytes, bytes]]) -> bytes:
     crlf = sum(1 for _, e in lines if e == b"\r\n")
     lf = sum(1 for _, e in lines if e == b"\n")

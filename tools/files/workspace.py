@@ -198,7 +198,8 @@ class Workspace:
                 original = self._original(t)
                 if req.mode == "rewrite":
                     assert req.content is not None
-                    return _Plan(original, req.content, 1, like=t.st)
+                    return _Plan(original, edit.check_result(edit.rewritten(original, req.content), shown), 1,
+                                 like=t.st)
                 after = edit.check_result(edit.apply_edits(original, req.edits, shown), shown)
                 return _Plan(original, after, req.units, like=t.st)
 
