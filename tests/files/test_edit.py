@@ -133,6 +133,8 @@ BOM = b"\xef\xbb\xbf"
     (BOM + b"a\r\nb\n\r\n", "x\ny", BOM + b"x\r\ny"),                # dominant CRLF (2 to 1), no final ending
     (b"a\r\nb\r\n", "x\r\ny\n", b"x\r\ny\n"),                     # content with a CRLF spells its endings
     (b"a\r\nb\nc\n", "x\ny\n", b"x\ny\n"),                          # dominant LF (1 to 2): as given
+    (b"a\r\nb\n", "x\ny\n", b"x\ny\n"),                              # a tie is LF, as patch_file's rule
+    (b"\r\n\r\r\n\n", "x\n", b"x\r\n"),                              # CRs alone or doubled: 2 CRLF to 1 LF
     (b"a\r\n", "x\ry\n", b"x\ry\r\n"),                              # a lone CR is text, its LF still follows
 ])
 def test_rewrite_keeps_the_files_byte_order_mark_and_crlf_endings(ws: Workspace, root: Path, original: bytes,
