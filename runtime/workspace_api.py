@@ -76,8 +76,11 @@ def check_rel_path(raw: str | None) -> str:
         raise ApiError("INVALID_ARGUMENT", "path is empty (leave it out, or give \".\", for the workspace root)")
     if "\0" in raw:
         raise ApiError("INVALID_ARGUMENT", "path contains a NUL character")
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
-        raise ApiError("INVALID_ARGUMENT", f"path is longer than {MAX_PATH_BYTES} bytes")
+    size = len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise ApiError("INVALID_ARGUMENT", f"path is {size} bytes of UTF-8; browsing takes paths of at most "
+                                           f"{MAX_PATH_BYTES} bytes, so an entry a tree lists deeper than that "
+                                           "cannot be listed or read by its path")
     if raw.startswith("/"):
         raise ApiError("INVALID_ARGUMENT", "path must be relative to the workspace root, not absolute")
     parts = [c for c in raw.split("/") if c not in ("", ".")]

@@ -72,6 +72,40 @@ async def test_a_read_only_client_browses_the_tree_with_gitignore_and_credential
     assert r.status_code == 403 and error_of(r) == "PATH_HIDDEN"
 
 
+async def test_an_entry_listed_past_the_path_bound_is_refused_by_its_path_naming_the_bound(
+        daemon_factory: DaemonFactory):
+    # 18 levels of 240-byte names: the deepest paths are longer than the 4096 bytes a path may be.
+    # The tree lists them (they exist); listing or reading one by its path is a 400 that says why.
+    d = await daemon_factory()
+    _, reader, sid, ws = await _setup(d)
+    deep = ws.joinpath(*[f"{i:02d}" + "d" * 238 for i in range(18)])
+    fd = os.open(ws, os.O_RDONLY)  # (made a level at a time: the whole host path is past PATH_MAX)
+    try:
+        for part in deep.relative_to(ws).parts:
+            os.mkdir(part, dir_fd=fd)
+            fd, parent = os.open(part, os.O_RDONLY, dir_fd=fd), fd
+            os.close(parent)
+        os.close(os.open("f.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    finally:
+        os.close(fd)
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "20"})
+    assert r.status_code == 200, r.text[:300]
+    listed = tree_paths(r.json())
+    assert len(listed) == 19 and listed[-1].endswith("/f.txt")
+    bound = workspace_api.MAX_PATH_BYTES
+    under = [p for p in listed if len(p.encode()) <= bound]
+    past = [p for p in listed if len(p.encode()) > bound]
+    assert under and past
+    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": under[-1]})
+    assert r.status_code == 200 and tree_paths(r.json()) == [past[0]]
+    for route, path in (("tree", past[0]), ("file", past[-1])):
+        r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params={"path": path})
+        assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, r.text[:300])
+        message = r.json()["error"]["message"]
+        assert f"path is {len(path.encode())} bytes" in message and f"at most {bound} bytes" in message, message
+        assert "cannot be listed or read by its path" in message
+
+
 async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFactory, tmp_path: Path):
     d = await daemon_factory()
     _, reader, sid, ws = await _setup(d)

@@ -363,6 +363,19 @@ async def test_patch_file_matches_the_first_line_of_a_file_with_a_byte_order_mar
     assert (workspace / path).read_bytes() == bom + b"only\n"
 
 
+async def test_edit_file_rewrite_keeps_the_byte_order_mark_and_crlf_endings_as_patch_file_does(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    bom = b"\xef\xbb\xbf"
+    path = f"{sub}/bom.txt"
+    (workspace / path).write_bytes(bom + b"hello\r\nworld\r\n")
+    out = await client.call("edit_file", {"path": path, "mode": "rewrite", "content": "hi\nworld\n"})
+    assert out.result == {"path": path, "changed": True, "units_applied": 1, "bytes_written": 14}
+    assert (workspace / path).read_bytes() == bom + b"hi\r\nworld\r\n"
+    shown = (await client.call("read_file", {"path": path})).result["content"]  # the text back, mark and all
+    again = await client.call("edit_file", {"path": path, "mode": "rewrite", "content": shown})
+    assert again.result["changed"] is False and (workspace / path).read_bytes() == bom + b"hi\r\nworld\r\n"
+
+
 async def test_patch_file_still_takes_a_first_line_that_repeats_the_byte_order_mark_read_file_shows(
         client: ExecutorClient, workspace: Path, sub: str) -> None:
     path = f"{sub}/bom.txt"

@@ -114,11 +114,51 @@ def test_the_outcome_names_the_file_written_through_symlinks(ws: Workspace, root
 
 
 def test_rewrite(ws: Workspace, root: Path) -> None:
-    (root / "f").write_bytes(b"old\r\n")
-    out = ws.edit_file("f", "rewrite", content="new\n")
-    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 4}, b"old\r\n", b"new\n",
-                              "f")
-    assert (root / "f").read_bytes() == b"new\n"
+    (root / "f").write_bytes(b"old\nline\n")
+    out = ws.edit_file("f", "rewrite", content="new\r\n")
+    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 5}, b"old\nline\n",
+                              b"new\r\n", "f")
+    assert (root / "f").read_bytes() == b"new\r\n"  # content spells its endings: written as given
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("original, content, after", [
+    (BOM + b"a\nb\n", "x\ny\n", BOM + b"x\ny\n"),                # the file's mark kept
+    (BOM + b"a\nb\n", "\ufeffx\ny\n", BOM + b"x\ny\n"),          # content with the mark: not doubled
+    (b"a\nb\n", "\ufeffx\n", BOM + b"x\n"),                        # a mark the content asks for: given
+    (BOM + b"a\n", "", BOM),                                         # empty text: the mark stays, as patch_file's
+    (b"a\r\nb\r\n", "x\ny\n", b"x\r\ny\r\n"),                     # CRLF file, bare LF content: CRLF kept
+    (BOM + b"a\r\nb\n\r\n", "x\ny", BOM + b"x\r\ny"),                # dominant CRLF (2 to 1), no final ending
+    (b"a\r\nb\r\n", "x\r\ny\n", b"x\r\ny\n"),                     # content with a CRLF spells its endings
+    (b"a\r\nb\nc\n", "x\ny\n", b"x\ny\n"),                          # dominant LF (1 to 2): as given
+    (b"a\r\nb\n", "x\ny\n", b"x\ny\n"),                              # a tie is LF, as patch_file's rule
+    (b"\r\n\r\r\n\n", "x\n", b"x\r\n"),                              # CRs alone or doubled: 2 CRLF to 1 LF
+    (b"a\r\n", "x\ry\n", b"x\ry\r\n"),                              # a lone CR is text, its LF still follows
+])
+def test_rewrite_keeps_the_files_byte_order_mark_and_crlf_endings(ws: Workspace, root: Path, original: bytes,
+                                                                   content: str, after: bytes) -> None:
+    (root / "f").write_bytes(original)
+    out = ws.edit_file("f", "rewrite", content=content)
+    assert (root / "f").read_bytes() == after and out.after == after
+    assert out.structured["bytes_written"] == (len(after) if after != original else 0)
+
+
+def test_a_rewrite_that_restates_a_bom_crlf_file_changes_nothing(ws: Workspace, root: Path) -> None:
+    (root / "f").write_bytes(BOM + b"a\r\nb\r\n")
+    before = os.stat(root / "f")
+    out = ws.edit_file("f", "rewrite", content="a\nb\n")  # as a model writes the text back
+    assert out.structured == {"path": "f", "changed": False, "units_applied": 1, "bytes_written": 0}
+    assert os.stat(root / "f").st_ino == before.st_ino
+
+
+def test_a_crlf_rewrite_past_the_result_limit_is_too_large(ws: Workspace, root: Path) -> None:
+    # the content fits, the CRLF result does not: refused, nothing written
+    (root / "f").write_bytes(b"a\r\n")
+    lines = LIMITS["MAX_TEXT_BYTES"] // 2 + 1  # 4 MiB + 1 of content, 8 MiB + 2 written
+    err = fails("TOO_LARGE", ws.edit_file, "f", "rewrite", content="\n" * lines)
+    assert "result" in err.message and (root / "f").read_bytes() == b"a\r\n"
 
 
 def test_rewrite_to_same_bytes_does_not_touch_the_file(ws: Workspace, root: Path) -> None:

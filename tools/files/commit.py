@@ -9,6 +9,13 @@ Protocol (both editing tools, ``restore`` and the call journal's records use it)
                            even when another writer races us to the name)
     fsync(directory)
 
+An update (``expect``: the fd its original was read through and the bytes read) checks, after the
+temp file is written and right before the publish, that the file is still what was read: the name
+still leads to the inode read, and that inode still holds the bytes read (re-read and compared:
+size, mtime and inode alone miss a same-size write within one timestamp tick). Otherwise
+FILE_CHANGED and nothing is written. What another process writes between that check and the
+rename (microseconds) is still replaced: without a lock every writer honours, no check closes it.
+
 On any failure before the publish the temp file is unlinked and the target is untouched; no
 temp file is ever left behind by a failed call. A process killed mid-write leaves its temp file;
 the replay of that call removes it (:func:`remove_temps`). On filesystems without hard links the exclusive
@@ -26,8 +33,9 @@ from typing import Callable
 
 from .errors import FileToolError, from_os_error
 
-# Test seam: called with the stage name ("before_publish") while the temp file exists, so a test
-# can force a failure at the worst moment. Production code never sets it.
+# Test seam: called with the stage name ("before_publish") while the temp file exists (a removal:
+# right before the unlink), so a test can force a failure, or another writer, at the worst moment.
+# Production code never sets it.
 CommitHook = Callable[[str], None]
 
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
@@ -66,12 +74,15 @@ def is_temp_name(name: str) -> bool:
 
 
 def write_atomic(dir_fd: int, name: str, data: bytes, *, shown: str, exclusive: bool = False,
-                 like: os.stat_result | None = None, hook: CommitHook | None = None) -> None:
+                 like: os.stat_result | None = None, hook: CommitHook | None = None,
+                 expect: tuple[int, bytes] | None = None) -> None:
     """Publish ``data`` as ``name`` in ``dir_fd`` atomically; see the module docstring.
 
     ``like``: the stat of the file being replaced, whose permission bits (and owner, best effort)
     the new file keeps. ``exclusive``: refuse (ALREADY_EXISTS) when ``name`` exists in any form.
-    Raises :class:`FileToolError`; the temp file is gone when it does.
+    ``expect``: (fd, bytes) of the original an update read; FILE_CHANGED when the file is no
+    longer that (see :func:`check_unchanged`). Raises :class:`FileToolError`; the temp file is
+    gone when it does.
     """
     tmp = temp_name(name)
     mode = stat.S_IMODE(like.st_mode) if like is not None else 0o666
@@ -97,6 +108,8 @@ def write_atomic(dir_fd: int, name: str, data: bytes, *, shown: str, exclusive: 
             os.close(fd)
         if hook:
             hook("before_publish")
+        if expect is not None:
+            check_unchanged(dir_fd, name, *expect, shown=shown)
         if exclusive:
             _publish_exclusive(dir_fd, tmp, name, shown)
         else:
@@ -129,8 +142,34 @@ def _publish_exclusive(dir_fd: int, tmp: str, name: str, shown: str) -> None:
     os.unlink(tmp, dir_fd=dir_fd)
 
 
-def remove(dir_fd: int, name: str, *, shown: str) -> None:
-    """Unlink ``name`` (a regular file) and make the removal durable."""
+def check_unchanged(dir_fd: int, name: str, fd: int, read: bytes, *, shown: str) -> None:
+    """FILE_CHANGED unless ``name`` in ``dir_fd`` is still the file ``fd`` was opened on and it
+    still holds ``read``: another process wrote, replaced or removed it since the call read it."""
+    try:
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        held = os.fstat(fd)
+        same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) and held.st_size == len(read)
+        same = same and read_all(fd, len(read), shown=shown) == read
+    except FileNotFoundError:
+        same = False
+    except FileToolError as exc:  # TOO_LARGE: it grew past what was read
+        if exc.code != "TOO_LARGE":
+            raise
+        same = False
+    if not same:
+        raise FileToolError("FILE_CHANGED", f"{shown}: the file changed while this call ran (another process "
+                                            "wrote, replaced or removed it); nothing was written: read the "
+                                            "file again and redo the change")
+
+
+def remove(dir_fd: int, name: str, *, shown: str, expect: tuple[int, bytes] | None = None,
+           hook: CommitHook | None = None) -> None:
+    """Unlink ``name`` (a regular file) and make the removal durable; ``expect`` and ``hook``
+    (its "before_publish" is right before the unlink) as for :func:`write_atomic`."""
+    if hook:
+        hook("before_publish")
+    if expect is not None:
+        check_unchanged(dir_fd, name, *expect, shown=shown)
     try:
         os.unlink(name, dir_fd=dir_fd)
     except OSError as exc:

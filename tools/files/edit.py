@@ -15,6 +15,14 @@ message names the edit's 0-based index, and a NO_MATCH whose ``old_string`` has 
 the file has "\\r\\n" (it would match with CRLF endings) says so — the match stays exact.
 ``replace_all`` replaces every non-overlapping occurrence, left to right.
 
+``rewrite`` keeps what a model's content does not spell from the file it replaces, as
+``patch_file`` does for the lines it adds: a UTF-8 byte-order mark that starts the file starts the
+result too (content that starts with one is not given a second), and in a file whose dominant
+ending is "\\r\\n" (patch_file's rule) content without any "\\r\\n" has its "\\n" written as
+"\\r\\n". Content with a "\\r\\n" of its own spells its endings and is written as given, as is
+content over a file whose endings are "\\n". ``create`` writes its content as given (no file to
+follow).
+
 Limits (each at most, each checked separately, TOO_LARGE past it): the input text (``content``,
 or the sum of all ``old_string`` and ``new_string``, in UTF-8 bytes), the original file and the
 result are MAX_TEXT_BYTES (8 MiB) each; the text is also checked after every single edit, so a
@@ -28,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import MAX_TEXT_BYTES, MAX_UNITS, FileToolError
+from .patch import BOM, dominant_ending
 
 MODES = ("create", "rewrite", "edit")
 _EDIT_KEYS = {"old_string", "new_string", "replace_all"}
@@ -120,6 +129,16 @@ def check_result(data: bytes, shown: str) -> bytes:
     if len(data) > MAX_TEXT_BYTES:
         raise FileToolError("TOO_LARGE", f"{shown}: the result would be {len(data)} bytes; at most {MAX_TEXT_BYTES}")
     return data
+
+
+def rewritten(original: bytes, content: bytes) -> bytes:
+    """``rewrite``'s result: ``content`` with the file's BOM and CRLF endings kept (see above)."""
+    body = content[len(BOM):] if content.startswith(BOM) else content
+    text = original[len(BOM):] if original.startswith(BOM) else original
+    if b"\r\n" not in body and dominant_ending(text) == b"\r\n":
+        body = body.replace(b"\n", b"\r\n")
+    mark = BOM if original.startswith(BOM) or content.startswith(BOM) else b""
+    return mark + body
 
 
 def apply_edits(original: bytes, edits: tuple[Replacement, ...], shown: str) -> bytes:

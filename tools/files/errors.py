@@ -28,6 +28,8 @@ Codes::
     NOT_AN_IMAGE            view_image: the magic bytes are not PNG, JPEG, GIF or WebP
     CONFLICT                restore: the file no longer holds the expected bytes; replay: the file
                             holds neither the before nor the after bytes of a pending call
+    FILE_CHANGED            edit_file rewrite/edit, patch_file, restore: another process changed the file
+                            between the call's read and its write; nothing was written
     CALL_ID_REUSED          a call id already journaled for a different tool, path or arguments
     PERMISSION_DENIED       the operating system refused access
     IO_ERROR                any other operating-system failure (the errno name, no host path; a full

@@ -21,7 +21,8 @@ Protocol of an editing call with a call id (driven by :mod:`tools.files.workspac
 
 1. compute the change in memory; when nothing changes, journal a ``done`` record and return;
 2. store both blobs, then a ``pending`` record naming their hashes — before touching the file;
-3. commit the file (atomic rename);
+3. commit the file (atomic rename); when the file changed since step 1 (FILE_CHANGED, nothing
+   written) the record is dropped instead;
 4. rewrite the record as ``done``.
 
 On a repeated call id: ``done`` returns the recorded outcome (blobs loaded back) without applying
@@ -149,6 +150,14 @@ class Journal:
             record.workspace = self.workspace
         data = json.dumps(asdict(record), ensure_ascii=False).encode("utf-8", "surrogatepass")
         _write_atomic(self._record_path(record.call_id), data)
+
+    def drop(self, call_id: str) -> None:
+        """Forget a call that failed without writing its file (its blobs stay: content-addressed,
+        other records may name them)."""
+        try:
+            self._record_path(call_id).unlink()
+        except FileNotFoundError:
+            pass
 
     def put_blob(self, data: bytes | None) -> str | None:
         digest = sha256_hex(data)

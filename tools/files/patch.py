@@ -164,6 +164,14 @@ def _split(data: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def dominant_ending(data: bytes) -> bytes:
+    """The file's dominant line ending, as :func:`_dominant` judges its lines (the rule added lines
+    fall back to; see the module docstring), counted without splitting: a line ends in "\\r\\n"
+    exactly where "\\r\\n" occurs."""
+    crlf = data.count(b"\r\n")
+    return b"\r\n" if crlf > data.count(b"\n") - crlf else b"\n"
+
+
 def _dominant(lines: list[tuple[bytes, bytes]]) -> bytes:
     crlf = sum(1 for _, e in lines if e == b"\r\n")
     lf = sum(1 for _, e in lines if e == b"\n")

@@ -198,7 +198,8 @@ class Workspace:
                 original = self._original(t)
                 if req.mode == "rewrite":
                     assert req.content is not None
-                    return _Plan(original, req.content, 1, like=t.st)
+                    return _Plan(original, edit.check_result(edit.rewritten(original, req.content), shown), 1,
+                                 like=t.st)
                 after = edit.check_result(edit.apply_edits(original, req.edits, shown), shown)
                 return _Plan(original, after, req.units, like=t.st)
 
@@ -294,11 +295,17 @@ class Workspace:
                 journal.put(rec)
             if changed:
                 assert t.name is not None
-                if p.after is None:
-                    commit.remove(t.dir_fd, t.name, shown=shown)
-                else:
-                    commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
-                                        like=p.like, hook=self.commit_hook)
+                expect = (t.fd, p.before) if p.before is not None and t.fd is not None else None
+                try:
+                    if p.after is None:
+                        commit.remove(t.dir_fd, t.name, shown=shown, expect=expect, hook=self.commit_hook)
+                    else:
+                        commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
+                                            like=p.like, hook=self.commit_hook, expect=expect)
+                except FileToolError as exc:
+                    if exc.code == "FILE_CHANGED" and journal is not None and call_id:
+                        journal.drop(call_id)  # nothing was written: a failed call is not journaled
+                    raise
                 if journal is not None and rec is not None:
                     rec.state = DONE
                     journal.put(rec)
