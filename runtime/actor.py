@@ -449,6 +449,11 @@ class SessionActor:
         for reading a session no actor may run (a quarantined one)."""
         return await self._load()
 
+    async def load_state_before(self, seq: int) -> SessionState:
+        """The session's state as of its last event before ``seq`` (a damaged one): what its log
+        still reads, for the view of a deleted session whose log cannot be read whole."""
+        return await self._state_at(self.session_id, seq - 1)
+
     async def _load(self) -> SessionState:
         self._unsnapshotted = 0
         return await self._state_at(self.session_id, None)
