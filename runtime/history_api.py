@@ -3,7 +3,7 @@
 * ``POST /api/v1/history/search {projectId, query, sessionId?, agentId?, taskId?,
   afterContextItemId?, limit?}`` — ``{results: [...], nextAfterContextItemId}``; an unknown
   project is 404 ``PROJECT_NOT_FOUND``, a ``sessionId`` the project does not have 404
-  ``SESSION_NOT_FOUND``, a deleted one 409 ``SESSION_DELETED``.
+  ``SESSION_NOT_FOUND`` (a deleted session's finds nothing).
 * ``GET /api/v1/history/items/{itemId}?offset=&limit=`` — a page of one item's text.
 
 Their own errors (``QUERY_TOO_LONG``, ``HISTORY_ITEM_NOT_FOUND``…) are ``HistoryError``s, answered
@@ -31,16 +31,13 @@ class HistorySearchBody(Body):
 
 
 async def check_session_searched(svc: Services, project_id: str, session_id: str) -> None:
-    """A search filtered by a session names one of the project's sessions not deleted, as every
-    other route names a session: one the project does not have (none, or another project's) is
-    404 ``SESSION_NOT_FOUND``, a deleted one 409 ``SESSION_DELETED`` (history search leaves
-    deleted sessions out: its answer would always be empty). The project was just caught up."""
-    rows = await svc.projections.query("SELECT project_id, deleted FROM sessions WHERE id = ?", (session_id,))
+    """A search filtered by a session names one of the project's sessions, as every other route
+    names a session: one the project does not have (none, or another project's) is 404
+    ``SESSION_NOT_FOUND``. A deleted session is one it has (its search finds nothing: history
+    search leaves deleted sessions out). The project was just caught up."""
+    rows = await svc.projections.query("SELECT project_id FROM sessions WHERE id = ?", (session_id,))
     if not rows or rows[0][0] != project_id:
         raise ApiError("SESSION_NOT_FOUND", f"project {project_id!r} has no session {session_id!r}")
-    if rows[0][1]:
-        raise ApiError("SESSION_DELETED", f"session {session_id!r} was deleted: history search leaves deleted "
-                                          "sessions out")
 
 
 def add_history_routes(app: QuartTrio, svc: Services) -> None:
