@@ -67,7 +67,7 @@ from .providers.base import Delta, ModelRequest, ProviderError, UsageMeter, well
 from .providers.catalog import ProviderCatalog
 from .skill_loads import SkillLoads, load_failed
 from .stop_now import StopNow
-from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, session_view
+from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_view
 
 log = logging.getLogger("lens.actor")
 
@@ -258,12 +258,15 @@ class GetView:
     agents_start: int | None = None  # (None: the agents a view lists by default)
     agents_limit: int = VIEW_AGENTS_MAX
     agent_id: str | None = None  # (None: the main agent's items, and no agentId in the answer)
+    queued_start: int = 0
+    queued_limit: int = VIEW_QUEUED_MAX
 
     def view(self, s: SessionState, secrets: Secrets, unrecorded_work: bool = False) -> dict[str, Any]:
         """The view of ``s`` this command asks for (the actor's and a quarantined session's)."""
         return session_view(s, unrecorded_work=unrecorded_work, items_limit=self.items_limit,
                             items_before=self.items_before, agents_start=self.agents_start,
-                            agents_limit=self.agents_limit, secrets=secrets, agent_id=self.agent_id)
+                            agents_limit=self.agents_limit, secrets=secrets, agent_id=self.agent_id,
+                            queued_start=self.queued_start, queued_limit=self.queued_limit)
 
 
 @dataclass(frozen=True)
@@ -445,6 +448,11 @@ class SessionActor:
         """The session's state as its log (and latest snapshot) says, without serving anything:
         for reading a session no actor may run (a quarantined one)."""
         return await self._load()
+
+    async def load_state_before(self, seq: int) -> SessionState:
+        """The session's state as of its last event before ``seq`` (a damaged one): what its log
+        still reads, for the view of a deleted session whose log cannot be read whole."""
+        return await self._state_at(self.session_id, seq - 1)
 
     async def _load(self) -> SessionState:
         self._unsnapshotted = 0

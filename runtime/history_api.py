@@ -1,7 +1,9 @@
 """HTTP routes of a project's history (F-HIS-1): search, and one item read in pages.
 
 * ``POST /api/v1/history/search {projectId, query, sessionId?, agentId?, taskId?,
-  afterContextItemId?, limit?}`` — ``{results: [...], nextAfterContextItemId}``.
+  afterContextItemId?, limit?}`` — ``{results: [...], nextAfterContextItemId}``; an unknown
+  project is 404 ``PROJECT_NOT_FOUND``, a ``sessionId`` the project does not have 404
+  ``SESSION_NOT_FOUND`` (a deleted session's finds nothing).
 * ``GET /api/v1/history/items/{itemId}?offset=&limit=`` — a page of one item's text.
 
 Their own errors (``QUERY_TOO_LONG``, ``HISTORY_ITEM_NOT_FOUND``…) are ``HistoryError``s, answered
@@ -28,6 +30,16 @@ class HistorySearchBody(Body):
     limit: int = 20
 
 
+async def check_session_searched(svc: Services, project_id: str, session_id: str) -> None:
+    """A search filtered by a session names one of the project's sessions, as every other route
+    names a session: one the project does not have (none, or another project's) is 404
+    ``SESSION_NOT_FOUND``. A deleted session is one it has (its search finds nothing: history
+    search leaves deleted sessions out). The project was just caught up."""
+    rows = await svc.projections.query("SELECT project_id FROM sessions WHERE id = ?", (session_id,))
+    if not rows or rows[0][0] != project_id:
+        raise ApiError("SESSION_NOT_FOUND", f"project {project_id!r} has no session {session_id!r}")
+
+
 def add_history_routes(app: QuartTrio, svc: Services) -> None:
     @app.post("/api/v1/history/search")
     async def history_search() -> Response:
@@ -38,6 +50,8 @@ def add_history_routes(app: QuartTrio, svc: Services) -> None:
                             (body.after_context_item_id, "afterContextItemId")):
             if value is not None:
                 check_id(value, what)
+        if body.session_id is not None:
+            await check_session_searched(svc, body.project_id, body.session_id)
         hits, nxt = await svc.projections.history_search(
             body.project_id, body.query, session_id=body.session_id, agent_id=body.agent_id, task_id=body.task_id,
             after_item_id=body.after_context_item_id, limit=body.limit, cursor_name="afterContextItemId")

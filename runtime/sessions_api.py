@@ -3,7 +3,7 @@
 * ``GET /sessions?project=&includeDeleted=&order=newest&limit=&after=`` — ``{sessions: [...]}``,
   newest first; with ``limit`` a page of them and ``nextAfter``.
 * ``POST /sessions {projectId, model?, thinkingLevel?, name?}`` (strong trust) — 201, its view.
-* ``GET /sessions/{id}?itemsLimit=&itemsBefore=&agentsStart=&agentsLimit=&agentId=`` — its view,
+* ``GET /sessions/{id}?itemsLimit=&itemsBefore=&agentsStart=&agentsLimit=&agentId=&queuedStart=&queuedLimit=`` — its view,
   with a window of its items (and a page of its agents); with ``agentId`` the items are that
   agent's (a subagent's conversation; ``AGENT_NOT_FOUND``, 404, for an agent it does not have).
 * ``POST /sessions/{id}/fork {seq, name?}`` (strong trust) — 201, the new session's view; a
@@ -45,7 +45,7 @@ from .http_parts import (ApiError, Body, EmptyBody, bool_arg, check_id, check_na
 from .list_pages import SESSIONS
 from .projects_api import project_exists
 from .services import Services, before_stop
-from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, session_row_view, session_view
+from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_row_view, session_view
 
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
@@ -121,13 +121,18 @@ def _view_window() -> a.GetView:
     ``agentsLimit`` (1 to ``VIEW_AGENTS_MAX``, that many when absent) from that index (past
     ``agentsTotal`` it is 400, answered by the view); ``agentsLimit`` alone is 400. With
     ``agentId`` (an id: empty or malformed is 400) the items are that agent's (one the session
-    does not have is 404 ``AGENT_NOT_FOUND``, answered by the view)."""
+    does not have is 404 ``AGENT_NOT_FOUND``, answered by the view). Its queued inputs are
+    ``queuedLimit`` (1 to ``VIEW_QUEUED_MAX``, that many when absent) from the index
+    ``queuedStart`` of the queue (0 when absent; past ``queuedTotal`` it is 400, answered by the
+    view)."""
     limit = int_arg("itemsLimit", VIEW_ITEMS_MAX, 1, VIEW_ITEMS_MAX)
     raw = one_arg("itemsBefore")
     agents_start = optional_int("agentsStart", "agentsLimit")
     return a.GetView(items_limit=limit, items_before=None if raw is None else parse_int("itemsBefore", raw, 0, SEQ_MAX),
                      agents_start=agents_start, agents_limit=int_arg("agentsLimit", VIEW_AGENTS_MAX, 1, VIEW_AGENTS_MAX),
-                     agent_id=id_arg("agentId", "agentId"))
+                     agent_id=id_arg("agentId", "agentId"),
+                     queued_start=int_arg("queuedStart", 0, 0, None),
+                     queued_limit=int_arg("queuedLimit", VIEW_QUEUED_MAX, 1, VIEW_QUEUED_MAX))
 
 
 def add_session_routes(app: QuartTrio, svc: Services) -> None:

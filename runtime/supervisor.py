@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from events import types as t
-from events.errors import LogError
+from events.errors import CorruptEvent, LogError
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
@@ -69,7 +69,7 @@ class Supervisor:
         self._pending = pending
         self._actors: dict[str, _Handle] = {}
         self._quarantined: dict[str, str] = {}
-        self._deleted: set[str] = set()  # quarantined sessions deleted since (see _delete_quarantined)
+        self._deleted: set[str] = set()  # quarantined sessions known deleted (see _delete_quarantined, _was_deleted)
         self._delete_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
 
@@ -186,7 +186,7 @@ class Supervisor:
                     return await (await self._quarantined_reader(session_id)).context.describe(command.agent_id)
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
-                if session_id in self._deleted:  # (as the actor answers a deleted session)
+                if await self._was_deleted(session_id):  # (as the actor answers a deleted session)
                     raise SessionGone(f"session {session_id!r} was deleted")
                 raise SessionQuarantined.of(session_id, self._quarantined[session_id])
             handle = self._ensure(session_id)
@@ -223,10 +223,40 @@ class Supervisor:
             state = reader.state = await reader.load_state()
         except READ_FAILURES as exc:
             log.debug("cannot read quarantined session %s: %r", session_id, exc)
-            raise SessionQuarantined.of(session_id, reason) from None
+            state = reader.state = await self._deleted_state_before(reader, exc, reason)
         if state.quarantined is None:  # the quarantine event could not be recorded
             state.quarantined = reason
         return reader
+
+    async def _deleted_state_before(self, reader: SessionActor, exc: Exception, reason: str) -> Any:
+        """A deleted quarantined session whose log cannot be read whole is read as a deleted
+        session is (its view, its context): its state up to the damaged event ``exc`` names,
+        marked deleted (its ``session.deleted`` comes after). Any other, or one whose log cannot be
+        read even that far, is SESSION_QUARANTINED naming the reason."""
+        session_id = reader.session_id
+        refusal = SessionQuarantined.of(session_id, reason)
+        if not isinstance(exc, CorruptEvent) or exc.seq is None or not await self._was_deleted(session_id):
+            raise refusal from None
+        try:
+            state = await reader.load_state_before(exc.seq)
+        except READ_FAILURES as again:
+            log.debug("cannot read deleted quarantined session %s before seq %s: %r", session_id, exc.seq, again)
+            raise refusal from None
+        state.deleted = True
+        return state
+
+    async def _was_deleted(self, session_id: str) -> bool:
+        """Whether ``session_id`` was deleted (here, or as its log records: a ``session.deleted``,
+        read without decoding any other event, after a restart)."""
+        if session_id in self._deleted:
+            return True
+        try:
+            if not await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1):
+                return False
+        except READ_FAILURES:
+            return False
+        self._deleted.add(session_id)  # (as after a deletion here: asked once)
+        return True
 
     async def _delete_quarantined(self, session_id: str) -> dict[str, bool]:
         """Soft-delete a quarantined session (F-ACT-6) without an actor: ``session.deleted`` is

@@ -24,6 +24,10 @@ VIEW_ITEMS_MAX = 1000
 # one at a time, so these are its chain of parents), then the latest to finish. A session that
 # ran thousands of subagents answered each read with an entry (and its reruns) for every one.
 VIEW_AGENTS_MAX = 100
+# At most this many queued inputs in one view (``queuedLimit``'s default and maximum), the next to
+# run first: each carries a preview of up to QUEUED_PREVIEW_CHARS, and a queue of thousands made
+# every read of the view megabytes long.
+VIEW_QUEUED_MAX = 100
 
 
 def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
@@ -125,7 +129,8 @@ def _at_work(status: str, working: bool) -> str:
 def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit: int = VIEW_ITEMS_MAX,
                  items_before: int | None = None, agents_start: int | None = None,
                  agents_limit: int = VIEW_AGENTS_MAX, secrets: Secrets | None = None,
-                 agent_id: str | None = None) -> dict[str, Any]:
+                 agent_id: str | None = None, queued_start: int = 0,
+                 queued_limit: int = VIEW_QUEUED_MAX) -> dict[str, Any]:
     """The view state of ``GET /sessions/{id}``. ``items`` is a window of the main agent's
     projected items (``itemsTotal`` of them, indexed from 0, the oldest first): the last
     ``items_limit`` before index ``items_before`` (default: the end), starting at
@@ -142,8 +147,12 @@ def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit:
     first): ``agents_limit`` of them from index ``agents_start``, which the answer repeats as
     ``agentsStart`` (a key only a paged view has, so the default answer is as it was).
 
-    Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal`` or
-    ``agents_start`` past ``agentsTotal``, :class:`AgentNotFound` when the session has no agent
+    ``queued`` is ``queued_limit`` of the queued inputs from index ``queued_start`` of the queue
+    (``queuedTotal`` of them, indexed from 0, the next to run first): the whole queue while it
+    holds at most :data:`VIEW_QUEUED_MAX`.
+
+    Raises :class:`InvalidCommand` when ``items_before`` is past ``itemsTotal``,
+    ``agents_start`` past ``agentsTotal`` or ``queued_start`` past ``queuedTotal``, :class:`AgentNotFound` when the session has no agent
     ``agent_id``."""
     secrets = secrets or Secrets()
     agent = s.agents.get(MAIN_AGENT if agent_id is None else agent_id)
@@ -165,6 +174,8 @@ def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit:
     start = max(0, before - items_limit)
     if agents_start is not None and agents_start > len(s.agents):
         raise InvalidCommand(f"agentsStart {agents_start} is past the session's {len(s.agents)} agents")
+    if queued_start > len(s.queue):
+        raise InvalidCommand(f"queuedStart {queued_start} is past the session's {len(s.queue)} queued inputs")
     if agent is not None:
         pending = frozenset(c.call_id for c in agent.pending_calls)
         items = [item_view(it, results, agent.running_call, pending) for it in shown[start:before]]
@@ -201,8 +212,9 @@ def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit:
         "queued": [
             {"requestId": q.request_id, "text": secrets.cut(text_of(q.content), QUEUED_PREVIEW_CHARS), "whenBusy": q.when_busy,
              "seq": q.seq, "images": sum(1 for p in q.content if isinstance(p, t.ImagePart))}
-            for q in s.queue
+            for q in islice(s.queue, queued_start, queued_start + queued_limit)
         ],
+        "queuedTotal": len(s.queue),
         "todos": [msgspec.to_builtins(x) for x in s.todos],
         "questions": [
             {"questionId": q.question_id, "agentId": q.agent_id, "questions": msgspec.to_builtins(q.questions)}

@@ -23,7 +23,7 @@ from runtime.http_parts import RETRY_AFTER_CODES, RETRY_AFTER_SECONDS, STATUS
 from runtime.list_pages import LIST_LIMIT_MAX
 from runtime.projection_service import STOP_BUSY_WAIT_SECONDS
 from runtime.sessions_api import MAX_EVENTS_PAGE
-from runtime.views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX
+from runtime.views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX
 from tests.contract.error_codes import ROOT, documented_codes
 from tests.daemon.conftest import API, BUSY, Daemon, app_routes, error_of, run_lens
 
@@ -195,6 +195,8 @@ def test_the_numbers_the_readme_gives_are_the_code_s():
     assert _number(_one(r"the latest (\d+) unless asked otherwise, `itemsLimit` 1–(\d+)").group(1)) == VIEW_ITEMS_MAX
     assert _number(_one(r"its `agents` are at most (\d+)").group(1)) == VIEW_AGENTS_MAX
     assert _number(_one(r"`agentsLimit` \(1–(\d+)\)").group(1)) == VIEW_AGENTS_MAX
+    assert _number(_one(r"its `queued` inputs are at most (\d+)").group(1)) == VIEW_QUEUED_MAX
+    assert _number(_one(r"`queuedLimit` \(1–(\d+)\)").group(1)) == VIEW_QUEUED_MAX
     assert float(_one(r"the stop waits at most (\d+) s for it").group(1)) == STOP_BUSY_WAIT_SECONDS
     assert re.search(r"\bhc\.graceful_timeout = " + _one(r"requests in progress get up to (\d+) s").group(1) + r"\.0\b",
                      (ROOT / "runtime" / "daemon.py").read_text())

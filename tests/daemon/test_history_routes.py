@@ -65,6 +65,40 @@ async def test_history_search_and_read_over_http(daemon: Daemon, strong: str, re
     assert resp.status_code == 404 and error_of(resp) == "HISTORY_ITEM_NOT_FOUND"
 
 
+async def test_a_search_filtered_by_a_session_the_project_does_not_have_is_refused(daemon: Daemon, strong: str,
+                                                                                   reader: str) -> None:
+    # It answered 200 and no results, as a search that found nothing: an unknown session, another
+    # project's. Now as the other routes name a session, and as an unknown project is.
+    p1 = await daemon.project(strong, "one")
+    p2 = await daemon.project(strong, "two")
+    s1 = (await daemon.session(strong, p1["id"]))["id"]
+    gone = (await daemon.session(strong, p1["id"]))["id"]
+    other = (await daemon.session(strong, p2["id"]))["id"]
+    for sid in (s1, gone, other):
+        await daemon.submit(strong, sid, "r1", "a wombat digs")
+        await daemon.wait_idle(strong, sid)
+    assert (await daemon.request("DELETE", f"/sessions/{gone}", strong)).status_code == 200
+
+    async def search(session_id: str):
+        return await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "wombat",
+                                                             "sessionId": session_id})
+
+    r = await search(s1)
+    assert r.status_code == 200 and {x["sessionId"] for x in r.json()["results"]} == {s1}, r.text
+    for sid in ("ses_nope", other):
+        r = await search(sid)
+        assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND"), r.text
+        assert r.json()["error"]["message"] == f"project {p1['id']!r} has no session {sid!r}"
+    # a deleted session is one the project has: its items are left out of search, as always
+    r = await search(gone)
+    assert r.status_code == 200 and r.json()["results"] == [], r.text
+    # the session read first: a bad project is still PROJECT_NOT_FOUND, a bad id still 400
+    r = await daemon.post("/history/search", reader, {"projectId": "nope", "query": "wombat", "sessionId": "ses_nope"})
+    assert (r.status_code, error_of(r)) == (404, "PROJECT_NOT_FOUND"), r.text
+    r = await daemon.post("/history/search", reader, {"projectId": p1["id"], "query": "wombat", "sessionId": "a b"})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text
+
+
 async def test_answering_a_question_over_http(daemon_factory) -> None:
     config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
         {"when": "ask me", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
@@ -215,9 +249,13 @@ async def test_malformed_ids_of_history_and_artifacts_are_invalid_arguments(daem
             assert resp.status_code == 400 and error_of(resp) == "INVALID_ARGUMENT", (field, bad[:10], resp.text[:300])
             message = resp.json()["error"]["message"]
             assert field in message and len(message) < 400, (field, message[:300])
-    # well-formed ids that name nothing: no results, and a cursor that is no item (named as sent)
+    # well-formed ids that name nothing: a session the project does not have is 404, as on every
+    # session route; an agent or task, no results; a cursor that is no item (named as sent), 400
     resp = await daemon.post("/history/search", reader, {"projectId": p, "query": "quokka", "sessionId": "s_nope",
                                                          "agentId": "main", "taskId": "t_nope"})
+    assert resp.status_code == 404 and error_of(resp) == "SESSION_NOT_FOUND", resp.text
+    resp = await daemon.post("/history/search", reader, {"projectId": p, "query": "quokka", "agentId": "a_nope",
+                                                         "taskId": "t_nope"})
     assert resp.status_code == 200 and resp.json()["results"] == [], resp.text
     resp = await daemon.post("/history/search", reader, {"projectId": p, "query": "quokka",
                                                          "afterContextItemId": "c" + "9" * 199})

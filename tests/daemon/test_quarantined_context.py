@@ -113,3 +113,39 @@ async def test_a_fork_at_the_damaged_event_itself_says_to_fork_earlier(daemon_fa
     other = (await d2.session(token, project_id))["id"]
     r = await d2.post(f"/sessions/{other}/fork", token, {"seq": bad})
     assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED") and f"seq {bad}" in r.text, r.text
+
+
+async def test_a_deleted_quarantined_session_whose_log_cannot_be_read_is_viewed_as_deleted(daemon_factory):
+    # A deleted session's view is 200, status `deleted`; a deleted quarantined one whose log does
+    # not read whole answered 409 SESSION_QUARANTINED. It now answers as deleted: what its log reads
+    # up to the damaged event (the input before it), and so does its context; after a restart too.
+    d, d2, token, reader, _project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
+
+    async def quarantined():
+        r = await d2.get(f"/sessions/{sid}", reader)
+        return r if r.status_code == 409 else None
+
+    await wait_until(quarantined, what="the session quarantined")
+
+    async def quarantined_again(daemon):
+        r = await daemon.get(f"/sessions/{sid}", reader)
+        return r.status_code != 503
+
+    r = await d2.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200 and r.json() == {"deleted": True}, r.text
+    for daemon in (d2, None):
+        if daemon is None:  # (its first read wakes an actor, which fails and quarantines it again)
+            await stop_daemon(d2)
+            daemon = await daemon_factory(config=CONFIG, root=d.root)
+            await wait_until(lambda: quarantined_again(daemon), what="the session quarantined again")
+        r = await daemon.get(f"/sessions/{sid}", reader)
+        assert r.status_code == 200, r.text
+        view = r.json()
+        assert (view["id"], view["status"], view["deleted"]) == (sid, "deleted", True), view
+        assert [it["text"] for it in view["items"] if it["role"] == "user"] == ["hello; call a tool"], view["items"]
+        assert view["lastSeq"] < bad, view["lastSeq"]
+        r = await daemon.get(f"/sessions/{sid}/context", reader)
+        assert r.status_code == 200, r.text
+        # still no change taken: a deleted session refuses them
+        r = await daemon.post(f"/sessions/{sid}/compact", token)
+        assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED"), r.text
