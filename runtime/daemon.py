@@ -371,6 +371,11 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                             say(f"lens: listening on {b}")
                         task_status.started(binds)
                         starting.cancel()  # (from here a stop is the graceful shutdown below)
+                        # The provider SDKs' import, begun once the daemon serves (not waited for: a
+                        # request that comes first waits for it). Begun earlier, it held the start
+                        # up: both are Python of one process, which takes turns on the interpreter.
+                        if catalog.sdk_import is not None:
+                            services.start_soon(catalog.sdk_import.run)
                         await stop.wait()
                         projections.stopping()  # (a projections.db another process holds: waited for briefly)
                         svc.shutting_down.set()  # SSE generators end themselves

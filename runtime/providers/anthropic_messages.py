@@ -56,7 +56,7 @@ from .base import (OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError
                    refusal_details)
 from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
-from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported, sdks_imported,
+from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported,
                   usage_dict)
 
 PROTOCOL = "anthropic"
@@ -178,7 +178,7 @@ class AnthropicProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
         """Stream one message. Raises :class:`ProviderError`; trio cancellation closes the stream."""
-        await sdks_imported()  # (in a worker thread: the loop runs meanwhile)
+        await self.sdk_import.ready()  # (in a worker thread: the loop runs meanwhile)
         import anthropic
 
         model = self.model_config(request.model)

@@ -54,10 +54,27 @@ CONTENT_FILTER_REASONS: dict[str, frozenset[str]] = {
 }
 
 
+# The stop reason a result records for a Responses ``incomplete`` response whose
+# ``incomplete_details.reason`` is ``max_messages``: the SDK lists it (beside
+# ``max_output_tokens`` and ``content_filter``) and documents nothing of where it stops the
+# answer, so nothing says the call being written when it stopped was whole: its last tool call
+# is taken as cut, as at the output limit. (``steered``, the other value the SDK lists, is
+# documented as a stop "at a safe output boundary" after a WebSocket ``response.steer``: the
+# answer's calls are whole, and run.)
+MESSAGE_LIMIT = "max_messages"
+MESSAGE_LIMIT_REASONS: dict[str, frozenset[str]] = {
+    "anthropic": frozenset(),
+    "openai-chat": frozenset(),
+    "openai-responses": frozenset({MESSAGE_LIMIT}),
+}
+
+
 def cuts_answer(protocol: str, reason: Any) -> bool:
     """Whether ``reason``, a stop reason as ``protocol``'s server sent it, says the provider cut
-    the answer where it was: at the output limit or by its content filter."""
-    return at_output_limit(protocol, reason) or (isinstance(reason, str) and reason in CONTENT_FILTER_REASONS[protocol])
+    the answer where it was: at the output limit, by its content filter, or at its limit on
+    messages (:data:`MESSAGE_LIMIT_REASONS`)."""
+    return at_output_limit(protocol, reason) or (isinstance(reason, str) and (
+        reason in CONTENT_FILTER_REASONS[protocol] or reason in MESSAGE_LIMIT_REASONS[protocol]))
 
 
 # The most of a refusal's ``stop_details`` a result keeps: each field's characters (the

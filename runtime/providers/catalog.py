@@ -34,6 +34,8 @@ from .faux import FauxProvider
 if TYPE_CHECKING:
     from runtime.config import Config, ProviderConfig
 
+    from .sdk import SdkImport
+
 BUILTIN_DEFAULT_MODEL = FAUX_DEFAULT_MODEL  # (without a built-in real provider's key)
 DEFAULT_SOURCES = ("session", "cli", "saved", "config", "default")
 
@@ -84,8 +86,12 @@ class ProviderCatalog:
         default_source: str = "default",
         saved_default: str | None = None,
         builtin_reason: str = "built in",
+        sdk_import: "SdkImport | None" = None,
     ) -> None:
         self.providers: dict[str, Provider] = dict(providers or {"faux": FauxProvider()})
+        # The SDKs' import the SDK-backed providers share, which the daemon begins as it starts;
+        # None when no provider uses an SDK (nothing is imported).
+        self.sdk_import = sdk_import
         # The chain without its saved step (session aside): --model, defaultModel or built-in.
         self._unsaved = (default_model, default_source)
         self.saved_default: str | None = None
@@ -252,9 +258,10 @@ def build_catalog(
     ``max_retries`` and ``timeout`` override every provider's ``maxRetries``/``timeoutSeconds``.
     Raises :class:`ConfigError` for an unsupported prompt-cache ttl.
     """
-    from .sdk import store_loader
+    from .sdk import SdkImport, store_loader
 
     env = os.environ if environ is None else environ
+    sdk_import, uses_sdk = SdkImport(), False  # (one import for every SDK-backed provider)
     load_image = store_loader(artifacts) if artifacts is not None else None
     # (faux providers here keep no requests: nothing of the daemon reads them, and each pins a
     # session's Working Context)
@@ -291,12 +298,14 @@ def build_catalog(
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         else:
+            uses_sdk = True
             providers[p.id] = _sdk_provider(p, key, load_image,
                                             max_retries=p.max_retries if max_retries is None else max_retries,
                                             timeout=p.timeout_seconds if timeout is None else timeout,
-                                            max_answer_bytes=cfg.log.max_event_bytes)
+                                            max_answer_bytes=cfg.log.max_event_bytes, sdk_import=sdk_import)
     fallback, reason = builtin_default(builtin, {p.id for p in builtin if p.id not in unavailable})
     # (the saved step: the catalog's)
     ref, source = default_model(cli=cli_model, config=cfg.default_model, builtin=fallback)
     return ProviderCatalog(providers, ref, unavailable=unavailable, model_configs=configs, protocols=protocols,
-                           default_source=source, saved_default=saved_default, builtin_reason=reason)
+                           default_source=source, saved_default=saved_default, builtin_reason=reason,
+                           sdk_import=sdk_import if uses_sdk else None)

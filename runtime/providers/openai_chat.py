@@ -27,7 +27,7 @@ from .base import OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, Provi
 from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, openai_client_class, reported,
-                  sdks_imported, usage_dict)
+                  usage_dict)
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 OPENAI_HOST = "api.openai.com"
@@ -144,7 +144,7 @@ class OpenAIChatProvider(SdkProvider):
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
         """Stream one completion. Raises :class:`ProviderError`; trio cancellation closes the stream."""
-        await sdks_imported()  # (in a worker thread: the loop runs meanwhile)
+        await self.sdk_import.ready()  # (in a worker thread: the loop runs meanwhile)
         import openai
 
         model = self.model_config(request.model)

@@ -31,7 +31,7 @@ from .base import (OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, Prov
                    cuts_answer)
 from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported, sdks_imported,
+from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported,
                   usage_dict)
 
 PROTOCOL = "openai-responses"
@@ -136,7 +136,7 @@ class OpenAIResponsesProvider(SdkProvider):
                      meter: UsageMeter | None = None) -> ModelResult:
         """Stream one response. Raises :class:`ProviderError` (see :mod:`.sdk` for codes);
         trio cancellation closes the HTTP stream."""
-        await sdks_imported()  # (in a worker thread: the loop runs meanwhile)
+        await self.sdk_import.ready()  # (in a worker thread: the loop runs meanwhile)
         import openai
 
         model = self.model_config(request.model)

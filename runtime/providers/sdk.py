@@ -95,6 +95,49 @@ async def sdks_imported(modules: Sequence[str] = SDK_MODULES) -> None:
         return
     await trio.to_thread.run_sync(_import_all, modules, abandon_on_cancel=True)
 
+
+
+class SdkImport:
+    """The SDKs' import (:data:`SDK_MODULES`) that the SDK-backed providers of one catalog share:
+    begun by the daemon as it starts (:meth:`run`, a task of its nursery) when a provider it
+    serves uses an SDK, so that its first such request does not wait for it (2 to 3 s on an
+    idle 2-core machine), and awaited by every SDK-backed request before its first ``import``
+    (:meth:`ready`).
+
+    One import at a time, in a worker thread (:func:`sdks_imported` says why): a request that
+    comes while it runs waits for that one, not a thread of its own. :attr:`runs` counts the
+    imports begun (one, unless one failed or was cancelled and a later request began another)."""
+
+    def __init__(self, modules: Sequence[str] = SDK_MODULES) -> None:
+        self.modules = tuple(modules)
+        self.runs = 0
+        self._running: trio.Event | None = None
+
+    async def run(self) -> None:
+        """The import begun at the daemon's start. An import that fails is logged, not raised
+        (the daemon serves on): the first request imports again and fails as that import does."""
+        try:
+            await self.ready()
+        except Exception as exc:  # (an SDK that cannot be imported: each request says so)
+            log.warning("the provider SDKs could not be imported at start: %s: %s", type(exc).__name__, exc)
+
+    async def ready(self) -> None:
+        """Return once the modules are imported, importing them (in a worker thread) unless an
+        import of them is under way already, which is waited for instead. Raises what the
+        import raises."""
+        while not all(_imported(name) for name in self.modules):
+            if self._running is not None:
+                await self._running.wait()
+                continue
+            self._running = done = trio.Event()
+            self.runs += 1
+            try:
+                await sdks_imported(self.modules)
+            finally:
+                self._running = None
+                done.set()
+
+
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_TIMEOUT = 600.0
 NO_KEY = "lens-no-key"  # sent when a provider needs no key (local servers); never an env fallback
@@ -141,6 +184,7 @@ class SdkProvider(ABC):
         timeout: float = DEFAULT_TIMEOUT,
         max_output_tokens: int = 8192,  # Anthropic's max_tokens when the model sets no maxOutputTokens
         max_answer_bytes: int = DEFAULT_MAX_EVENT_BYTES,  # log.maxEventBytes: see AnswerSize
+        sdk_import: SdkImport | None = None,  # (the catalog's, shared; else one of its own)
     ) -> None:
         self.id = id
         self.base_url = base_url
@@ -153,6 +197,7 @@ class SdkProvider(ABC):
         self.timeout = timeout
         self.max_output_tokens = max_output_tokens
         self.max_answer_bytes = max_answer_bytes
+        self.sdk_import = sdk_import if sdk_import is not None else SdkImport()
         self._client: Any = None
 
     def __repr__(self) -> str:

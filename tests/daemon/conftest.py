@@ -75,10 +75,11 @@ async def wait_until(predicate: Callable[[], Awaitable[Any]], timeout: float = L
 
 async def sdks_ready() -> None:
     """Wait (bounded by :data:`SDK_IMPORT_LIMIT`) until the provider SDKs are imported in this
-    process. A daemon's first request to an SDK-backed provider imports them first, in a worker
-    thread (:func:`runtime.providers.sdk.sdks_imported`): a test that bounds its session's first
-    turn by :data:`LIMIT` waits for that one-off import before it submits, which a loaded host
-    stretches past the turn's bound."""
+    process. A daemon serving an SDK-backed provider begins importing them once it serves, in a
+    worker thread (:class:`runtime.providers.sdk.SdkImport`), and its first request to such a
+    provider waits for that import: a test that bounds its session's first turn by :data:`LIMIT`
+    waits for that one-off import before it submits, which a loaded host stretches past the
+    turn's bound."""
     with trio.fail_after(SDK_IMPORT_LIMIT):
         await sdks_imported()
 

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,17 +101,11 @@ finished = True
 """
 
 
-async def test_a_request_waits_for_an_import_another_request_began(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # While a first request's thread is still running an SDK's __init__, every name the check
-    # looks for is in sys.modules already (a module is entered there before its code runs). A
-    # second request that took that for "imported" went on to `import` it on the loop's thread,
-    # which then waited on the module's lock for the rest of the import: the daemon held again.
+def held_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str]:
+    """A package (:data:`HELD_INIT`) of a fresh name whose import waits for its gate: the gate
+    module (``started``, ``release``) and the package's name."""
+    import importlib
     import uuid
-
-    import trio.testing
-
-    from runtime.providers.sdk import sdks_imported
 
     tag = uuid.uuid4().hex[:12]
     gate_name, pkg_name = f"held_gate_{tag}", f"held_sdk_{tag}"
@@ -121,9 +116,20 @@ async def test_a_request_waits_for_an_import_another_request_began(tmp_path: Pat
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in (gate_name, pkg_name, f"{pkg_name}.part"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    import importlib
+    return importlib.import_module(gate_name), pkg_name
 
-    gate = importlib.import_module(gate_name)
+
+async def test_a_request_waits_for_an_import_another_request_began(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # While a first request's thread is still running an SDK's __init__, every name the check
+    # looks for is in sys.modules already (a module is entered there before its code runs). A
+    # second request that took that for "imported" went on to `import` it on the loop's thread,
+    # which then waited on the module's lock for the rest of the import: the daemon held again.
+    import trio.testing
+
+    from runtime.providers.sdk import sdks_imported
+
+    gate, pkg_name = held_package(tmp_path, monkeypatch)
     modules = (pkg_name, f"{pkg_name}.part")
     finished_when_returned: list[bool] = []
 
@@ -144,3 +150,37 @@ async def test_a_request_waits_for_an_import_another_request_began(tmp_path: Pat
     finally:
         gate.release.set()  # (the importing thread ends whatever happened)
     assert finished_when_returned == [True]
+
+
+async def test_requests_during_the_shared_import_wait_for_it_and_begin_none_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon begins the import as it starts (SdkImport.run); a request that comes while it
+    # runs waits for that one: no second thread waits on the module's lock beside it.
+    import trio.testing
+
+    from runtime.providers.sdk import SdkImport
+
+    gate, pkg_name = held_package(tmp_path, monkeypatch)
+    shared = SdkImport((pkg_name, f"{pkg_name}.part"))
+    finished_when_returned: list[bool] = []
+
+    async def request() -> None:
+        await shared.ready()
+        finished_when_returned.append(getattr(sys.modules[pkg_name], "finished", False))
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(shared.run)
+                assert await trio.to_thread.run_sync(gate.started.wait, 30)
+                nursery.start_soon(request)
+                nursery.start_soon(request)
+                await trio.testing.wait_all_tasks_blocked()
+                assert finished_when_returned == []  # still waiting: the import is not done
+                assert shared.runs == 1
+                gate.release.set()
+    finally:
+        gate.release.set()  # (the importing thread ends whatever happened)
+    assert finished_when_returned == [True, True]
+    await shared.ready()  # (imported: nothing begins again)
+    assert shared.runs == 1
