@@ -78,13 +78,15 @@ class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
 
 class CompactionFailure(msgspec.Struct, array_like=True, gc=False):
     """An agent's last compaction that failed (``context.compaction_failed``) since its last
-    compaction: its seq, trigger, task, code and message."""
+    compaction: its seq, trigger, task, code and message, and how many of the agent's model
+    answers (a response or a streamed part of one that added an item) came after it."""
 
     seq: int
     trigger: str
     task_id: str | None
     code: str
     message: str
+    answers: int = 0
 
 
 class SkillDue(msgspec.Struct, array_like=True, gc=False):
@@ -505,6 +507,8 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             a.items[first].stop_details = ev.stop_details
         if ev.stop_reason and len(a.items) > first:
             a.items[-1].stop_reason = ev.stop_reason
+        if len(a.items) > first:
+            _answered_since_failure(a)
         a.pending_calls = list(ev.tool_calls)
         # (A refused answer ends the round whatever it called: its calls are answered, none run,
         # and asking again would send what was refused, less the refused turn, to be refused
@@ -524,6 +528,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             # unfinished calls are not kept). Its status says which ended it.
             a.items.append(Item(_item_id(seq), "assistant", seq, se.task_id, ev.partial_text,
                                 status="aborted" if ev.code == "ABORTED" else "failed"))
+            _answered_since_failure(a)
         if ev.usage is not None:
             _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelCutOff):
@@ -641,6 +646,12 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
 def running_jobs(state: SessionState) -> list[JobRecord]:
     """The jobs started and not finished, in start order."""
     return [j for j in state.jobs.values() if j.status == "running"]
+
+
+def _answered_since_failure(a: AgentState) -> None:
+    """One more model answer since ``a``'s last failed compaction (if any)."""
+    if a.compaction_failure is not None:
+        a.compaction_failure = msgspec.structs.replace(a.compaction_failure, answers=a.compaction_failure.answers + 1)
 
 
 def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:
@@ -785,7 +796,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 20: ``AgentState.compaction_failure`` (no automatic compaction is tried again in the task where
 #     one failed; the context view says why the last one failed).
 # 21: an answer with neither text nor calls adds an assistant item of status ``empty``.
-SNAPSHOT_VERSION = 21
+# 22: ``CompactionFailure.answers`` (the model answers since it failed; a snapshot of 21 would
+#     decode it as 0).
+SNAPSHOT_VERSION = 22
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -50,7 +50,7 @@ from tools.history import history_tools
 from tools.jobs import job_tool
 from tools.mcp import McpServers
 from tools.web import web_tools
-from tools.skills import prompt_skills, skill_tool
+from tools.skills import SkillSizes, prompt_skills, skill_tool
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
 from tools.catalog import ToolCatalog, capability_search_tool
@@ -222,8 +222,9 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                  daemon_dirs=[("data directory", opts.data_dir),
                                               ("config directory", opts.config_path.parent),
                                               ("pair file's directory", pairs.path.parent)])
+        skill_sizes = SkillSizes()  # (the skills' size verdicts: the skill tool's and the system prompt's)
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
-                               job_tool(executors), skill_tool(executors),
+                               job_tool(executors), skill_tool(executors, skill_sizes),
                                *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
@@ -250,7 +251,8 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                 return await trio.to_thread.run_sync(read_home_agents_md, path)
 
             skills = ([SkillMeta(*meta) for meta in await prompt_skills(executors, project_id, wait=wait,
-                                                                       recordable=store.codec.pack_checked)]
+                                                                       recordable=store.codec.pack_checked,
+                                                                       sizes=skill_sizes)]
                       if project_id and ws and not busy else [])
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
                                              secrets=store.secrets)

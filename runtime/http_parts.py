@@ -174,7 +174,7 @@ async def read_body(kind: type[B]) -> B:
             return kind()
         raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
     try:
-        msgspec.json.decode(raw)
+        decoded = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         reason = str(exc)
         if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
@@ -183,7 +183,7 @@ async def read_body(kind: type[B]) -> B:
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
-    repeated = _repeated_key(raw)
+    repeated = _repeated_key(raw, decoded)
     if repeated is not None:
         shown = repeated if len(repeated) <= 80 else repeated[:80] + "…"
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON (an object holds the key {shown!r} "
@@ -210,11 +210,21 @@ def _each_key_once(pairs: list[tuple[str, Any]]) -> None:
         seen.add(key)
 
 
-def _repeated_key(raw: bytes) -> str | None:
-    """The first key an object of ``raw`` (JSON msgspec has read) holds twice, compared as decoded
-    (``"a"`` and ``"\\u0061"`` are one key); None when each object's keys are distinct. msgspec
-    keeps the last value of a repeated key without a word; RFC 8259 leaves its meaning to the
-    reader, so another reader of the same body (a proxy, a log) may act on the first."""
+def _repeated_key(raw: bytes, decoded: Any) -> str | None:
+    """The first key an object of ``raw`` (JSON msgspec has read as ``decoded``) holds twice,
+    compared as decoded (``"a"`` and ``"\\u0061"`` are one key); None when each object's keys
+    are distinct. msgspec keeps the last value of a repeated key without a word; RFC 8259 leaves
+    its meaning to the reader, so another reader of the same body (a proxy, a log) may act on the
+    first.
+
+    Each key written is followed by one ``:``, and every other ``:`` of ``raw`` is in a string,
+    written as itself unless escaped (``\\u003a``); ``decoded`` encoded again writes each key it
+    holds once, each followed by one ``:``, and the ``:`` of its strings as themselves. A body
+    without such an escape with as many ``:`` as ``decoded`` encoded again repeats no key (a
+    repetition drops a key and its value, ``:`` and all): only another body (one that repeats a
+    key, or escapes a ``:``) is read again, pair by pair, to name the first repeated key."""
+    if b"\\u003" not in raw and raw.count(b":") == msgspec.json.encode(decoded).count(b":"):
+        return None
     try:
         json.loads(raw, object_pairs_hook=_each_key_once, parse_int=_nothing, parse_float=_nothing)
     except _RepeatedKey as exc:

@@ -127,13 +127,13 @@ AUTO_COMPACTION_RETRY_AFTER = 4
 
 def backing_off(agent: Any, task_id: str | None) -> bool:
     """Whether ``agent``'s last automatic compaction failed in task ``task_id`` fewer than
-    :data:`AUTO_COMPACTION_RETRY_AFTER` model answers ago (read from the folded state, so replay
-    decides the same; a compaction that succeeds, by hand too, clears it)."""
+    :data:`AUTO_COMPACTION_RETRY_AFTER` model answers ago (counted as the state folds,
+    ``CompactionFailure.answers``, so replay decides the same; a compaction that succeeds, by hand
+    too, clears it)."""
     failed = agent.compaction_failure
     if failed is None or failed.trigger != "auto" or task_id is None or failed.task_id != task_id:
         return False
-    answers = {it.seq for it in agent.items if it.seq > failed.seq and it.role in ("assistant", "tool_call")}
-    return len(answers) < AUTO_COMPACTION_RETRY_AFTER
+    return failed.answers < AUTO_COMPACTION_RETRY_AFTER
 
 
 class ContextError(LensError):

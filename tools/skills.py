@@ -262,7 +262,8 @@ class Discovery:
 
 
 async def discover(read: Read, *, browse: Read | None = None,
-                   recordable: Callable[[t._Event], object] | None = None) -> Discovery:
+                   recordable: Callable[[t._Event], object] | None = None,
+                   sizes: SkillSizes | None = None) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
     A name found again in a later directory is listed with a problem (the first one that can be
@@ -270,7 +271,8 @@ async def discover(read: Read, *, browse: Read | None = None,
     Directories past the first :data:`MAX_SKILLS` are counted, not read.
 
     ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
-    (:func:`too_large_for_the_log`) is listed with that problem. A skill directory whose name the
+    (:func:`too_large_for_the_log`; a verdict ``sizes`` holds is not asked again) is listed with
+    that problem. A skill directory whose name the
     executor cannot show as it is (a newline, bytes that are not UTF-8: :func:`_unshowable_dir`,
     which looks with ``browse``, the executor's ``browse_list``) is listed with a problem naming it.
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
@@ -309,7 +311,8 @@ async def discover(read: Read, *, browse: Read | None = None,
                                    f"{own!r} (it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"))
                 continue
             skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text)
-            if skill.problem is None and recordable is not None and (why := too_large_for_the_log(recordable, skill)):
+            if skill.problem is None and recordable is not None and (why := (
+                    too_large_for_the_log(recordable, skill) if sizes is None else sizes.verdict(recordable, skill))):
                 skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
             if skill.name in seen:
                 skill = Skill(skill.name, base, skill.description,
@@ -376,6 +379,36 @@ def too_large_for_the_log(recordable: Callable[[t._Event], object], skill: Skill
                     f"the log holds events up to {exc.limit} bytes, log.maxEventBytes)")
         return f"its instructions could not be recorded: {exc.message[:300]}"
     return None
+
+
+MAX_SIZE_VERDICTS = 4096  # verdicts a SkillSizes holds (the oldest goes first): 20 projects of MAX_SKILLS
+
+
+class SkillSizes:
+    """The log's verdicts on the size of skills' ``skill.loaded`` (:func:`too_large_for_the_log`),
+    each asked once: a discovery (a listing, a load, a system prompt) over unchanged skills
+    encodes none of them again. A verdict is kept by what decides it: the log's codec
+    (``recordable``), and the skill's ``SKILL.md`` (its digest), name and directory, which make up
+    the event; an edited ``SKILL.md`` has another digest, and is asked again.
+
+    One per daemon, shared by the ``skill`` tool and the system prompt's skills
+    (:func:`skill_tool`, :func:`prompt_skills`); ``checks`` counts the verdicts asked."""
+
+    def __init__(self, max_verdicts: int = MAX_SIZE_VERDICTS) -> None:
+        self._verdicts: dict[tuple[object, str, str, str], str | None] = {}
+        self._max = max_verdicts
+        self.checks = 0
+
+    def verdict(self, recordable: Callable[[t._Event], object], skill: Skill) -> str | None:
+        """:func:`too_large_for_the_log` of ``skill``, asked only when no verdict is held."""
+        key = (recordable, skill.digest, skill.name, skill.base_dir)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        self.checks += 1
+        why = self._verdicts[key] = too_large_for_the_log(recordable, skill)
+        if len(self._verdicts) > self._max:
+            del self._verdicts[next(iter(self._verdicts))]
+        return why
 
 
 async def resource_samples(browse: Read, base_dir: str) -> tuple[list[str], bool]:
@@ -477,7 +510,10 @@ def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
     return "Skills (load one with skill {\"name\": ...}):\n" + "\n".join(lines)
 
 
-def skill_tool(pool: Respawning) -> ToolSpec:
+def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
+    """The ``skill`` tool; ``sizes`` (a new one when not given) keeps its discoveries' size verdicts."""
+    sizes = SkillSizes() if sizes is None else sizes
+
     async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"name", "unload"}
         name, unload = args.get("name"), args.get("unload", False)
@@ -500,7 +536,7 @@ def skill_tool(pool: Respawning) -> ToolSpec:
                 {"name": name, "status": "unloaded"}, events=[t.SkillUnloaded(name=name, call_id=ctx.call_id)])
         read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
         browse = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill", tool="browse_list")
-        discovery = await discover(read, browse=browse, recordable=ctx.recordable)
+        discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes)
         skills = discovery.skills
         if name is None:
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
@@ -557,18 +593,19 @@ def skill_tool(pool: Respawning) -> ToolSpec:
 
 
 async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
-                        recordable: Callable[[t._Event], object] | None = None) -> list[tuple[str, str, str]]:
+                        recordable: Callable[[t._Event], object] | None = None,
+                        sizes: SkillSizes | None = None) -> list[tuple[str, str, str]]:
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
     prompt's skills section; an executor that fails leaves the section out (logged).
     ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace.
     ``recordable`` (the log codec's ``pack_checked``): a skill whose ``skill.loaded`` it refuses
     (instructions past the log's maximum event size) could never be loaded, and is left out
-    (the same check as the ``skill`` tool's: :func:`discover`)."""
+    (the same check as the ``skill`` tool's: :func:`discover`; ``sizes`` keeps its verdicts)."""
     who = f"prompt:{project_id}:skills"
     try:
         found = await discover(workspace_reader(pool, project_id, who, wait=wait),
                                browse=workspace_reader(pool, project_id, who, wait=wait, tool="browse_list"),
-                               recordable=recordable)
+                               recordable=recordable, sizes=sizes)
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []

@@ -7,8 +7,9 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import httpx2
 import pytest
 import trio
 
@@ -18,21 +19,42 @@ from tests.procfs import processes
 from .conftest import Daemon, DaemonFactory, error_of, raw_http, run_tool
 
 
-async def _setup(d: Daemon) -> tuple[str, str, str, Path]:
+class Browse(NamedTuple):
+    """A daemon with a project and a session to browse: a strong and a read-only credential, the
+    session's id and the project's workspace."""
+
+    d: Daemon
+    strong: str
+    reader: str
+    sid: str
+    ws: Path
+
+    async def get(self, route: str, params: Any = None) -> httpx2.Response:
+        """``GET /sessions/{sid}/workspace/{route}`` (``tree``, ``file``) as the read-only client."""
+        return await self.d.get(f"/sessions/{self.sid}/workspace/{route}", self.reader,
+                                **({} if params is None else {"params": params}))
+
+
+async def _browse(d: Daemon) -> Browse:
     strong = await d.pair("browse-strong", strong=True)
     reader = await d.pair("browse-reader")
     project = await d.project(strong, "browse")
     sid = (await d.session(strong, project["id"]))["id"]
-    return strong, reader, sid, Path(project["workspace"])
+    return Browse(d, strong, reader, sid, Path(project["workspace"]))
+
+
+@pytest.fixture
+async def browse(daemon_factory: DaemonFactory) -> Browse:
+    """:class:`Browse` over a daemon on built-in defaults."""
+    return await _browse(await daemon_factory())
 
 
 def tree_paths(body: dict[str, Any]) -> list[str]:
     return [e["path"] for e in body["entries"]]
 
 
-async def test_a_read_only_client_browses_the_tree_with_gitignore_and_credentials(daemon_factory: DaemonFactory):
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+async def test_a_read_only_client_browses_the_tree_with_gitignore_and_credentials(browse: Browse):
+    ws = browse.ws
     (ws / ".git").mkdir()
     (ws / ".git" / "config").write_text("[remote] url = https://u:token@example.com\n")
     (ws / ".gitignore").write_text("*.log\nbuild/\n")
@@ -42,42 +64,41 @@ async def test_a_read_only_client_browses_the_tree_with_gitignore_and_credential
     (ws / "build").mkdir()
     (ws / ".env").write_text("API_KEY=SECRET\n")
     (ws / "src" / "server.key").write_text("-----BEGIN PRIVATE KEY-----\n")
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    r = await browse.get("tree")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["path"] == "." and body["truncated"] is False and body["ignoredHidden"] == 2
     assert body["limit"] == 50_000 and body["ignored"] is False
     assert {e["name"]: (e["kind"], e["size"], e["sensitive"]) for e in body["entries"]} == {
         ".env": ("file", 15, True), ".gitignore": ("file", 13, False), "src": ("directory", None, False)}
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2", "ignored": "true"})
+    r = await browse.get("tree", {"depth": "2", "ignored": "true"})
     assert tree_paths(r.json()) == [".env", ".gitignore", "build", "debug.log", "src", "src/main.py",
                                     "src/server.key"]
     assert [e["path"] for e in r.json()["entries"] if e["ignored"]] == ["build", "debug.log"]
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "src/"})
+    r = await browse.get("tree", {"path": "src/"})
     assert r.status_code == 200 and tree_paths(r.json()) == ["src/main.py", "src/server.key"]
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "src/main.py"})
+    r = await browse.get("file", {"path": "src/main.py"})
     assert r.status_code == 200, r.text
     assert r.json() == {"path": "src/main.py", "size": 12, "offset": 0, "nextOffset": 12, "eof": True,
                         "text": "print('hi')\n"}
     for path in (".env", "src/server.key", "./.env", ".ENV", "src//SERVER.Key"):
-        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        r = await browse.get("file", {"path": path})
         assert r.status_code == 403 and error_of(r) == "SENSITIVE_FILE", (path, r.text)
         assert "SECRET" not in r.text and "PRIVATE" not in r.text
     os.symlink("../.env", ws / "src" / "config.txt")
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "src/config.txt"})
+    r = await browse.get("file", {"path": "src/config.txt"})
     assert r.status_code == 403 and error_of(r) == "SENSITIVE_FILE" and "SECRET" not in r.text
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": ".git/config"})
+    r = await browse.get("file", {"path": ".git/config"})
     assert r.status_code == 403 and error_of(r) == "PATH_HIDDEN" and "token" not in r.text
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": ".git"})
+    r = await browse.get("tree", {"path": ".git"})
     assert r.status_code == 403 and error_of(r) == "PATH_HIDDEN"
 
 
 async def test_an_entry_listed_past_the_path_bound_is_refused_by_its_path_naming_the_bound(
-        daemon_factory: DaemonFactory):
+        browse: Browse):
     # 18 levels of 240-byte names: the deepest paths are longer than the 4096 bytes a path may be.
     # The tree lists them (they exist); listing or reading one by its path is a 400 that says why.
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     deep = ws.joinpath(*[f"{i:02d}" + "d" * 238 for i in range(18)])
     fd = os.open(ws, os.O_RDONLY)  # (made a level at a time: the whole host path is past PATH_MAX)
     try:
@@ -88,7 +109,7 @@ async def test_an_entry_listed_past_the_path_bound_is_refused_by_its_path_naming
         os.close(os.open("f.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
     finally:
         os.close(fd)
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "20"})
+    r = await browse.get("tree", {"depth": "20"})
     assert r.status_code == 200, r.text[:300]
     listed = tree_paths(r.json())
     assert len(listed) == 19 and listed[-1].endswith("/f.txt")
@@ -96,70 +117,68 @@ async def test_an_entry_listed_past_the_path_bound_is_refused_by_its_path_naming
     under = [p for p in listed if len(p.encode()) <= bound]
     past = [p for p in listed if len(p.encode()) > bound]
     assert under and past
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": under[-1]})
+    r = await browse.get("tree", {"path": under[-1]})
     assert r.status_code == 200 and tree_paths(r.json()) == [past[0]]
     for route, path in (("tree", past[0]), ("file", past[-1])):
-        r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params={"path": path})
+        r = await browse.get(route, {"path": path})
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, r.text[:300])
         message = r.json()["error"]["message"]
         assert f"path is {len(path.encode())} bytes" in message and f"at most {bound} bytes" in message, message
         assert "cannot be listed or read by its path" in message
 
 
-async def test_paths_must_be_relative_and_stay_inside(daemon_factory: DaemonFactory, tmp_path: Path):
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+async def test_paths_must_be_relative_and_stay_inside(browse: Browse, tmp_path: Path):
+    d, _, reader, sid, ws = browse
     (tmp_path / "outside.txt").write_text("outside secret\n")
     os.symlink(str(tmp_path / "outside.txt"), ws / "escape.txt")
     os.symlink(str(tmp_path), ws / "escape_dir")
     (ws / "ok.txt").write_text("ok\n")
     for route in ("tree", "file"):
         for bad in ("/etc/passwd", str(ws / "ok.txt"), "..", "../outside.txt", "a/../../x", "a\x00b", "", "x" * 4097):
-            r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params={"path": bad})
+            r = await browse.get(route, {"path": bad})
             # (INVALID_ARGUMENT, as every other malformed argument: it was PATH_INVALID, a second code)
             assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (route, bad[:20], r.text)
-        r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=[("path", "ok.txt"), ("path", "x")])
+        r = await browse.get(route, [("path", "ok.txt"), ("path", "x")])
         assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
     for path in ("escape.txt", "escape_dir/outside.txt"):
-        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        r = await browse.get("file", {"path": path})
         assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE", r.text
         assert "outside secret" not in r.text and str(tmp_path) not in r.text
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "escape_dir"})
+    r = await browse.get("tree", {"path": "escape_dir"})
     assert r.status_code == 403 and error_of(r) == "PATH_OUTSIDE_WORKSPACE"
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader)
+    r = await browse.get("file")
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT"
     for target in ("path=%2e%2e%2fx", "path=%2Fetc%2Fpasswd", "path=ok.txt%00"):  # (encoded)
         r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?{target}",
                            {"Authorization": f"Bearer {reader}"})
         assert r.status == 400 and r.code == "INVALID_ARGUMENT", (target, r.body[:200])
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "missing.txt"})
+    r = await browse.get("file", {"path": "missing.txt"})
     assert r.status_code == 404 and error_of(r) == "PATH_NOT_FOUND"
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "ok.txt"})
+    r = await browse.get("tree", {"path": "ok.txt"})
     assert r.status_code == 422 and error_of(r) == "NOT_A_DIRECTORY"
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "."})
+    r = await browse.get("file", {"path": "."})
     assert r.status_code == 422 and error_of(r) == "NOT_A_FILE"
 
 
-async def test_a_listed_name_with_a_backslash_is_read_and_listed_by_that_path(daemon_factory: DaemonFactory,
+async def test_a_listed_name_with_a_backslash_is_read_and_listed_by_that_path(browse: Browse,
                                                                               tmp_path: Path):
     # The executor is POSIX: a backslash is a character of a name, never a separator, so a file
     # the tree lists as "a\\b.txt" is read by that path (a client follows the listing's paths);
     # a name made of dots and backslashes is one name, not a way out.
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    d, _, reader, sid, ws = browse
     (tmp_path / "outside.txt").write_text("outside secret\n")
     (ws / "a\\b.txt").write_text("one name\n")
     (ws / "d\\e").mkdir()
     (ws / "d\\e" / "f.txt").write_text("inside\n")
     (ws / "..\\x").write_text("dots\n")
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})
+    r = await browse.get("tree", {"depth": "2"})
     assert r.status_code == 200, r.text
     listed = tree_paths(r.json())
     assert sorted(listed) == ["..\\x", "a\\b.txt", "d\\e", "d\\e/f.txt"], listed
     for path, text in (("a\\b.txt", "one name\n"), ("d\\e/f.txt", "inside\n"), ("..\\x", "dots\n")):
-        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        r = await browse.get("file", {"path": path})
         assert r.status_code == 200 and (r.json()["path"], r.json()["text"]) == (path, text), (path, r.text)
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "d\\e"})
+    r = await browse.get("tree", {"path": "d\\e"})
     assert r.status_code == 200 and tree_paths(r.json()) == ["d\\e/f.txt"], r.text
     # (encoded, as a browser sends it)
     r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?path=a%5Cb.txt",
@@ -167,49 +186,46 @@ async def test_a_listed_name_with_a_backslash_is_read_and_listed_by_that_path(da
     assert r.status == 200 and b"one name" in r.body, r.body[:200]
     # Names with backslashes that the workspace does not hold are missing, never a way out.
     for path in ("..\\outside.txt", "a\\..\\..\\outside.txt", "ok\\txt"):
-        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        r = await browse.get("file", {"path": path})
         assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND"), (path, r.text)
         assert "outside secret" not in r.text
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "a\\b.txt/../../outside.txt"})
+    r = await browse.get("file", {"path": "a\\b.txt/../../outside.txt"})
     assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT")
 
 
-async def test_limits_at_their_edges(daemon_factory: DaemonFactory):
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+async def test_limits_at_their_edges(browse: Browse):
+    ws = browse.ws
     (ws / "t.txt").write_bytes("a€b".encode())
     (ws / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     ok = {"depth": ["1", "64"], "limit": ["1", "50000"]}
     bad = {"depth": ["0", "65", "-1", "x", "1.5", ""], "limit": ["0", "50001", "y"], "ignored": ["yes", "2"]}
     for name, values in ok.items():
         for v in values:
-            r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={name: v})
+            r = await browse.get("tree", {name: v})
             assert r.status_code == 200, (name, v, r.text)
     for name, values in bad.items():
         for v in values:
-            r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={name: v})
+            r = await browse.get("tree", {name: v})
             assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", (name, v, r.text)
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"limit": "1"})
+    r = await browse.get("tree", {"limit": "1"})
     assert tree_paths(r.json()) == ["image.png"] and r.json()["truncated"] is True
-    page = (await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", "limit": "2"})).json()
+    page = (await browse.get("file", {"path": "t.txt", "limit": "2"})).json()
     assert (page["text"], page["nextOffset"], page["eof"]) == ("a", 1, False)
-    page = (await d.get(f"/sessions/{sid}/workspace/file", reader,
-                        params={"path": "t.txt", "offset": "1", "limit": "1"})).json()
+    page = (await browse.get("file", {"path": "t.txt", "offset": "1", "limit": "1"})).json()
     assert (page["text"], page["nextOffset"]) == ("€", 4)
     for params, code in (({"offset": "2"}, "INVALID_ARGUMENT"), ({"offset": "6"}, "INVALID_ARGUMENT"),
                          ({"limit": "0"}, "INVALID_ARGUMENT"), ({"limit": str(1024 * 1024 + 1)}, "INVALID_ARGUMENT"),
                          ({"offset": "-1"}, "INVALID_ARGUMENT")):
-        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", **params})
+        r = await browse.get("file", {"path": "t.txt", **params})
         assert r.status_code == 400 and error_of(r) == code, (params, r.text)
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", "limit": str(1024 * 1024)})
+    r = await browse.get("file", {"path": "t.txt", "limit": str(1024 * 1024)})
     assert r.status_code == 200 and r.json()["text"] == "a€b"
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "image.png"})
+    r = await browse.get("file", {"path": "image.png"})
     assert r.status_code == 422 and error_of(r) == "BINARY_FILE"
 
 
-async def test_a_tree_of_50001_entries_stops_at_50000(daemon_factory: DaemonFactory):
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+async def test_a_tree_of_50001_entries_stops_at_50000(browse: Browse):
+    ws = browse.ws
 
     def make() -> None:
         (ws / "many").mkdir()
@@ -217,17 +233,16 @@ async def test_a_tree_of_50001_entries_stops_at_50000(daemon_factory: DaemonFact
             os.close(os.open(ws / "many" / f"f{i:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
 
     await trio.to_thread.run_sync(make)
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": "many"})  # exactly 50,000
+    r = await browse.get("tree", {"path": "many"})  # exactly 50,000
     assert r.status_code == 200 and len(r.json()["entries"]) == 50_000 and r.json()["truncated"] is False
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})  # "many" + 50,000
+    r = await browse.get("tree", {"depth": "2"})  # "many" + 50,000
     body = r.json()
     assert len(body["entries"]) == 50_000 and body["truncated"] is True
     assert body["entries"][0]["path"] == "many" and body["entries"][-1]["path"] == "many/f49998"
 
 
-async def test_auth_unknown_and_deleted_sessions(daemon_factory: DaemonFactory):
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+async def test_auth_unknown_and_deleted_sessions(browse: Browse):
+    d, strong, reader, sid, ws = browse
     (ws / "a.txt").write_text("a\n")
     for route, params in (("workspace/tree", {}), ("workspace/file", {"path": "a.txt"}), ("changes", {})):
         r = await d.get(f"/sessions/{sid}/{route}", None, params=params)
@@ -251,9 +266,8 @@ def tool(name: str, args: dict[str, Any]) -> str:
     return f"/tool {name} {json.dumps(args)}"
 
 
-async def test_changes_list_the_edits_of_every_agent_and_reverts(daemon_factory: DaemonFactory):
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+async def test_changes_list_the_edits_of_every_agent_and_reverts(browse: Browse):
+    d, strong, reader, sid, ws = browse
     (ws / "old.txt").write_text("one\ntwo\n")
     await d.submit(strong, sid, "r1", tool("edit_file", {"path": "new.txt", "mode": "create", "content": "hello\n"}))
     await d.wait_idle(strong, sid)
@@ -296,12 +310,11 @@ async def test_changes_list_the_edits_of_every_agent_and_reverts(daemon_factory:
     assert e["revertedBy"] == {"callId": reverted["body"]["call_id"], "agentId": "main", "seq": reverted["seq"]}
 
 
-async def test_changes_name_the_file_an_edit_wrote_through_symlinks(daemon_factory: DaemonFactory):
+async def test_changes_name_the_file_an_edit_wrote_through_symlinks(browse: Browse):
     # The listing named files by the path the edit was given, tidied as text: `l/../f.txt`, where
     # `l` links to `d/e`, wrote `d/f.txt` (`..` after a link goes up from where the link leads)
     # but was listed as `f.txt`, and one file edited by two names was listed twice.
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+    d, strong, reader, sid, ws = browse
     (ws / "d" / "e").mkdir(parents=True)
     (ws / "d" / "f.txt").write_text("one\n")
     (ws / "l").symlink_to("d/e")
@@ -329,11 +342,10 @@ async def test_changes_name_the_file_an_edit_wrote_through_symlinks(daemon_facto
     assert files["d/e/new.txt"]["status"] == "created"
 
 
-async def test_an_edit_through_a_link_to_a_name_that_is_not_utf8_is_recorded(daemon_factory: DaemonFactory):
+async def test_an_edit_through_a_link_to_a_name_that_is_not_utf8_is_recorded(browse: Browse):
     # The file written was recorded as its name, which the log's text cannot hold: the edit was
     # made, then answered RESULT_NOT_RECORDED, with no file history (nothing listed, no revert).
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+    d, strong, reader, sid, ws = browse
     root = os.fsencode(ws)
     os.makedirs(root + b"/\xff")
     os.symlink(b"\xff", root + b"/ln")
@@ -347,12 +359,11 @@ async def test_an_edit_through_a_link_to_a_name_that_is_not_utf8_is_recorded(dae
 
 
 async def test_a_revert_restores_the_file_the_edit_wrote_though_its_link_was_retargeted(
-        daemon_factory: DaemonFactory):
+        browse: Browse):
     # revert_call restored through the path as given: `lf` retargeted from a.txt to b.txt since
     # the edit put the old bytes into b.txt (which held the edit's bytes too) and left a.txt as
     # the edit made it; `ld` retargeted from d1 to d2 removed d2/f.txt, not the file it created.
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+    d, strong, reader, sid, ws = browse
     (ws / "a.txt").write_text("one\n")
     (ws / "b.txt").write_text("two\n")
     (ws / "d1").mkdir()
@@ -381,12 +392,11 @@ async def test_a_revert_restores_the_file_the_edit_wrote_though_its_link_was_ret
     assert {f["path"]: f["status"] for f in r.json()["files"]} == {"a.txt": "reverted", "d1/f.txt": "reverted"}
 
 
-async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon_factory: DaemonFactory):
+async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(browse: Browse):
     # A fork keeps its source's edits up to the fork point revertible (its context holds those
     # calls): reverting one changes the workspace, so the fork's changes list it (they listed
     # nothing, the source's edit being in the source's log only).
-    d = await daemon_factory()
-    strong, reader, sid, ws = await _setup(d)
+    d, strong, reader, sid, ws = browse
     (ws / "old.txt").write_text("one\n")
     await d.submit(strong, sid, "r1", tool("edit_file", {"path": "old.txt", "mode": "rewrite", "content": "ONE!\n"}))
     await d.wait_idle(strong, sid)
@@ -419,56 +429,53 @@ async def test_a_fork_that_reverts_an_edit_it_inherited_lists_that_change(daemon
     assert {f["path"]: f["status"] for f in r.json()["files"]} == {"new.txt": "created", "old.txt": "modified"}
 
 
-async def test_a_file_inside_a_credential_directory_is_listed_as_sensitive(daemon_factory: DaemonFactory):
+async def test_a_file_inside_a_credential_directory_is_listed_as_sensitive(browse: Browse):
     # A read refuses any path with a credential name among its components; the listing's flag
     # says the same of the entries inside such a directory (a client can tell what it may read).
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     (ws / ".env.d").mkdir()
     (ws / ".env.d" / "prod.txt").write_text("TOKEN=SECRET\n")
     (ws / "certs.PEM").mkdir()
     (ws / "certs.PEM" / "notes.md").write_text("PRIVATE\n")
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"depth": "2"})
+    r = await browse.get("tree", {"depth": "2"})
     assert r.status_code == 200, r.text
     assert {e["path"]: e["sensitive"] for e in r.json()["entries"]} == {
         ".env.d": True, "certs.PEM": True, ".env.d/prod.txt": True, "certs.PEM/notes.md": True}
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader, params={"path": ".env.d"})
+    r = await browse.get("tree", {"path": ".env.d"})
     assert [(e["path"], e["sensitive"]) for e in r.json()["entries"]] == [(".env.d/prod.txt", True)]
     for path in (".env.d/prod.txt", "certs.PEM/notes.md"):
-        r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": path})
+        r = await browse.get("file", {"path": path})
         assert (r.status_code, error_of(r)) == (403, "SENSITIVE_FILE") and "SECRET" not in r.text
 
 
-async def test_a_hard_link_to_a_credential_file_is_not_read(daemon_factory: DaemonFactory):
+async def test_a_hard_link_to_a_credential_file_is_not_read(browse: Browse):
     # A hard link gives a credential file another name that no rule of names recognises; a file
     # with more than one name is neither read nor listed as readable.
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     (ws / ".env").write_text("API_KEY=SECRET\n")
     os.link(ws / ".env", ws / "notes.txt")
     (ws / "plain.txt").write_text("plain\n")
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    r = await browse.get("tree")
     assert {e["path"]: e["sensitive"] for e in r.json()["entries"]} == {
         ".env": True, "notes.txt": True, "plain.txt": False}
     # (HARD_LINKED, as the file tools say of it: SENSITIVE_FILE is a credential file's name)
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "notes.txt"})
+    r = await browse.get("file", {"path": "notes.txt"})
     assert (r.status_code, error_of(r)) == (403, "HARD_LINKED") and "SECRET" not in r.text, r.text
     assert "more than one name" in r.json()["error"]["message"]
     os.symlink("notes.txt", ws / "link.txt")  # (a symlink to it: the same file, refused the same way)
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "link.txt"})
+    r = await browse.get("file", {"path": "link.txt"})
     assert (r.status_code, error_of(r)) == (403, "HARD_LINKED") and "SECRET" not in r.text, r.text
     os.unlink(ws / ".env")  # (one name left: an ordinary file again)
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "notes.txt"})
+    r = await browse.get("file", {"path": "notes.txt"})
     assert r.status_code == 200 and r.json()["text"] == "API_KEY=SECRET\n"
 
 
-async def test_a_long_gitignore_applies_its_first_and_last_lines(daemon_factory: DaemonFactory):
+async def test_a_long_gitignore_applies_its_first_and_last_lines(browse: Browse):
     # Patterns are matched a group at a time (tools/files/gitignore.py; equal answers to one at a
     # time: tests/files/test_gitignore.py). A 1 MiB .gitignore against 6,000 entries used to run
     # past the executor call's 60 s deadline (measured: 503 after 63 s; 11 s since); here a
     # smaller one checks the answers through the route: its first and last lines still apply.
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     filler = "\n".join(f"pat{i}*/x[a-z]?/**/y{i}" for i in range(3000))
     (ws / ".gitignore").write_text("*.log\n" + filler + "\n!important.log\n")
 
@@ -479,7 +486,7 @@ async def test_a_long_gitignore_applies_its_first_and_last_lines(daemon_factory:
         (ws / "important.log").write_text("x")
 
     await trio.to_thread.run_sync(make)
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    r = await browse.get("tree")
     assert r.status_code == 200, r.text
     body = r.json()
     names = [e["name"] for e in body["entries"]]
@@ -496,47 +503,45 @@ def executor_child_of_this_process(workspace: Path) -> int:
 
 
 async def test_a_listing_past_the_deadline_is_504_executor_timeout_not_503(
-        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch):
+        browse: Browse, monkeypatch: pytest.MonkeyPatch):
     # A listing that outlives the executor call's deadline found the executor up (as a rule: a
     # huge tree); it answered 503 EXECUTOR_UNAVAILABLE, as for an executor that is down. Here the
     # executor is stopped (SIGSTOP) once it served a listing: its connection stays open, and it
     # can never answer within any deadline (made short, so the test does not wait a minute).
     monkeypatch.setattr(workspace_api, "BROWSE_TIMEOUT_S", 1.0)
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     (ws / "a.txt").write_text("x")
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    r = await browse.get("tree")
     assert r.status_code == 200, r.text
     pid = executor_child_of_this_process(ws)
     os.kill(pid, signal.SIGSTOP)
     try:
         for route, params in (("tree", {}), ("file", {"path": "a.txt"})):
-            r = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)
+            r = await browse.get(route, params)
             assert (r.status_code, error_of(r)) == (504, "EXECUTOR_TIMEOUT"), r.text
             assert "did not answer within the call's deadline (DEADLINE_EXCEEDED" in r.json()["error"]["message"]
     finally:
         os.kill(pid, signal.SIGCONT)
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)  # the same executor, answering again
+    r = await browse.get("tree")  # the same executor, answering again
     assert r.status_code == 200 and tree_paths(r.json()) == ["a.txt"], r.text
     assert executor_child_of_this_process(ws) == pid
 
 
-async def test_a_file_opening_with_a_stray_continuation_byte_is_binary_not_a_bad_offset(daemon_factory: DaemonFactory):
+async def test_a_file_opening_with_a_stray_continuation_byte_is_binary_not_a_bad_offset(browse: Browse):
     # Found by the confinement property: a text file in Windows-1252 opening with a curly quote
     # (0x93, a UTF-8 continuation byte), read from its start, was 400 INVALID_ARGUMENT "offset 0
     # is inside a UTF-8 character" — blaming an offset no character can split for the file's bytes
     # (read_file had been fixed for the same thing). It is the file that is not UTF-8 text.
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     (ws / "quote.txt").write_bytes("\u201chi\u201d\n".encode("cp1252"))
     (ws / "t.txt").write_bytes(b"ab\x93cd\n")
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "quote.txt"})
+    r = await browse.get("file", {"path": "quote.txt"})
     assert r.status_code == 422 and error_of(r) == "BINARY_FILE", r.text
     assert "quote.txt" in r.json()["error"]["message"] and "byte 0" in r.json()["error"]["message"], r.text
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "t.txt", "offset": "2"})
+    r = await browse.get("file", {"path": "t.txt", "offset": "2"})
     assert r.status_code == 422 and error_of(r) == "BINARY_FILE", r.text
     (ws / "e.txt").write_bytes("a\u20acb\n".encode())  # a real split stays the offset's fault
-    r = await d.get(f"/sessions/{sid}/workspace/file", reader, params={"path": "e.txt", "offset": "2"})
+    r = await browse.get("file", {"path": "e.txt", "offset": "2"})
     assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text
 
 
@@ -555,10 +560,10 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
     hold = tmp_path / "hold"
     monkeypatch.setenv(TEST_HOOKS_ENV, "1")
     monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    browse = await _browse(await daemon_factory())  # (the executor's test hooks set first)
+    ws = browse.ws
     (ws / "a.txt").write_text("x\n")
-    before = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)  # (its child runs)
+    before = await browse.get(route, params)  # (its child runs)
     assert before.status_code == 200 and "rerunAfter" not in before.json(), before.text
     first = executor_child_of_this_process(ws)
     hold.write_text(f"call:{tool}")
@@ -566,7 +571,7 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
     result: list[Any] = []
 
     async def get() -> None:
-        result.append(await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params))
+        result.append(await browse.get(route, params))
 
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
@@ -579,20 +584,19 @@ async def test_a_read_whose_executor_dies_under_it_runs_once_more(
     assert r.status_code == 200 and expected(r.json()), r.text
     assert r.json()["rerunAfter"] == "EXECUTOR_UNAVAILABLE"
     assert executor_child_of_this_process(ws) != first
-    after = await d.get(f"/sessions/{sid}/workspace/{route}", reader, params=params)
+    after = await browse.get(route, params)
     assert after.status_code == 200 and expected(after.json()) and "rerunAfter" not in after.json(), after.text
 
 
 async def test_gitignore_lines_with_posix_classes_and_reversed_ranges_apply_as_git_reads_them(
-        daemon_factory: DaemonFactory):
+        browse: Browse):
     # "[z-a]" made the listing fail (the line's expression did not compile) and "[[:digit:]]"
     # matched nothing, so files git ignores were shown (git's answers: tests/files/test_gitignore.py).
-    d = await daemon_factory()
-    _, reader, sid, ws = await _setup(d)
+    ws = browse.ws
     (ws / ".gitignore").write_text("[[:digit:]]*.log\n[z-a]\nx[[:upper:][:space:]]y\nunclosed[x\n")
     for name in ("1.log", "a.log", "z", "m", "xAy", "x y", "xay", "unclosed[x"):
         (ws / name).write_text("x")
-    r = await d.get(f"/sessions/{sid}/workspace/tree", reader)
+    r = await browse.get("tree")
     assert r.status_code == 200, r.text
     # (git: a class it cannot close makes the line match nothing, "[" included)
     assert tree_paths(r.json()) == [".gitignore", "a.log", "m", "unclosed[x", "xay"]

@@ -15,10 +15,10 @@ from events.codec import Codec
 from runtime.actor import MAX_KEPT_CALL_ID, Answer, GetState, Submit, WaitIdle, recordable_call_id
 from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
-from tools.skills import CALL_ID_ROOM, Skill, instructions_text, prompt_skills
+from tools.skills import CALL_ID_ROOM, Skill, SkillSizes, instructions_text, prompt_skills, skill_tool
 
-from .conftest import run_to_idle as run
-from .test_skills import events_of, harness, results_of, skill_texts, write
+from .conftest import agent_runtime, run_to_idle as run
+from .test_skills import REVIEW, events_of, harness, results_of, skill_texts, write
 
 EDGE_SKILLS = {
     # "--- " opens the front matter as "---" does (YAML's document marker, trailing blanks allowed)
@@ -133,6 +133,39 @@ async def test_a_skill_too_large_for_the_log_is_refused_or_told_never_a_failed_s
         assert notice.seq == seq_of[("input.placed", "r4")] - 1 and "too large for the event log" in notice.event.text
         assert [it.text for it in state.agents["main"].items if it.role == "user"][-1] == "LATER"
         assert "grows" not in state.agents["main"].skills
+
+
+async def test_a_skills_size_is_checked_once_until_its_skill_md_changes(tmp_path: Path) -> None:
+    # The log's verdict on a skill's size is asked once per SKILL.md (SkillSizes, one per daemon,
+    # shared by the skill tool and the system prompt): listings and prompts over unchanged skills
+    # ask none again; an edit past the log's bound is asked again, and refused.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", REVIEW)
+    write(ws / "skills" / "grows" / "SKILL.md", "GROWS-STEPS\n")
+    sizes = SkillSizes()
+    script = [FauxTurn(when="LIST", tool_calls=[FauxToolCall("skill", {})])]
+    async with agent_runtime(tmp_path, ws, script, more_tools=lambda pool: [skill_tool(pool, sizes)],
+                             max_event_bytes=LOG_LIMIT) as (sup, store, faux, pool):
+        sid = await sup.create_session("proj")
+
+        async def problems(request_id: str) -> dict[str, str | None]:
+            await run(sup, sid, request_id, "LIST")
+            listed = results_of(await events_of(store, sid))[-1].structured_content["skills"]
+            return {s["name"]: s.get("problem") for s in listed}
+
+        async def in_prompt() -> list[str]:
+            return [name for name, _, _ in await prompt_skills(pool, "proj", recordable=store.codec.pack_checked,
+                                                               sizes=sizes)]
+
+        assert await problems("r1") == {"grows": None, "review": None} and sizes.checks == 2
+        assert await problems("r2") == {"grows": None, "review": None} and await in_prompt() == ["grows", "review"]
+        assert sizes.checks == 2  # (each skill encoded once, for three discoveries)
+
+        write(ws / "skills" / "grows" / "SKILL.md", BIG.replace("name: big", "name: grows"))
+        found = await problems("r3")
+        assert found["review"] is None and (found["grows"] or "").startswith("its instructions are too large")
+        assert sizes.checks == 3  # (the edited one, asked again)
+        assert await in_prompt() == ["review"] and sizes.checks == 3
 
 
 async def test_skill_command_inputs_at_their_edges(tmp_path: Path) -> None:

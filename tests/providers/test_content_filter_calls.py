@@ -7,42 +7,18 @@ classifiers' stop, runs none of the answer's calls and ends the task: ``test_ref
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from .conftest import PROTOCOLS
 from .scripts import reply
 from .servers.base import Reply
 from .test_failures import _as_refusal
-from .test_output_limit_calls import CUT_STOPS, SLEEP, _assert_not_run, _finished, _session, cut_answer
-from .test_invalid_arguments import sent_results
+from .test_output_limit_calls import CUT_BY, FILTERING, SLEEP, _assert_not_run, _finished, _session, cut_answer
 
-BY_THE_FILTER = "cut by the provider's content filter"
-
-
-# The protocols whose content filter cuts an answer where it is and keeps it in the context.
-FILTERING = [p for p in PROTOCOLS if p != "anthropic"]
+BY_THE_FILTER = CUT_BY["content filter"]
 
 
 def _filtered(protocol: str, calls: list[tuple[str, str, str]]) -> Reply:
     return cut_answer(protocol, calls, by="content filter")
-
-
-@pytest.mark.parametrize("protocol", FILTERING)
-async def test_of_two_calls_cut_by_the_content_filter_the_first_runs_and_the_last_does_not(
-        protocol, server, make, tmp_path):
-    # The last call ran: its arguments read as whole JSON, but the filter stopped the model
-    # while it wrote them.
-    calls = [("call_a", "get_system_time", "{}"), ("call_b", "sleep_milliseconds", SLEEP)]
-    _state, evs = await _session(protocol, _filtered(protocol, calls), server, make, tmp_path)
-    responded = [e.event for e in evs if e.kind == "model.responded"][0]
-    assert responded.stop_reason == CUT_STOPS["content filter"][protocol]  # as the provider said it
-    assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == calls  # kept as streamed
-    first = _finished(evs)["call_a"]
-    assert (first.status, first.is_error, first.error_code) == ("ok", False, None)
-    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds", cause=BY_THE_FILTER)
-    assert "content filter" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
 
 
 @pytest.mark.parametrize("protocol", FILTERING)

@@ -31,6 +31,14 @@ CUT_STOPS = {
     "output limit": {"anthropic": "max_tokens", "openai-chat": "length", "openai-responses": "max_output_tokens"},
     "content filter": {"anthropic": "refusal", "openai-chat": "content_filter", "openai-responses": "content_filter"},
 }
+# The stop reason a session records for each: the output limit's as one word, the content
+# filter's as the provider said it.
+RECORDED_STOPS = {"output limit": dict.fromkeys(PROTOCOLS, "max_tokens"), "content filter": CUT_STOPS["content filter"]}
+# What a cut call's error says cut it.
+CUT_BY = {"output limit": "cut at the model's output limit", "content filter": "cut by the provider's content filter"}
+# The protocols whose content filter cuts an answer where it is and keeps it in the context
+# (Anthropic's refusal ends the task: test_refused_turns.py).
+FILTERING = [p for p in PROTOCOLS if p != "anthropic"]
 
 
 def cut_answer(protocol: str, calls: list[tuple[str, str, str]], *, by: str = "output limit") -> Reply:
@@ -80,7 +88,7 @@ def _result_text(protocol: str, sent: Any) -> str:
 
 
 def _assert_not_run(protocol: str, evs: list, server: Any, call_id: str, name: str, *,
-                    cause: str = "cut at the model's output limit") -> None:
+                    cause: str = CUT_BY["output limit"]) -> None:
     """The call was started and finished with the cut's error (naming its ``cause``), as an
     unknown tool's call is, and the model's next request carried that error as the call's
     result."""
@@ -108,18 +116,20 @@ async def test_a_call_cut_before_its_arguments_at_the_output_limit_is_not_run(pr
     assert [call_id for call_id, _args in sent_calls(protocol, server.bodies[-1])] == ["call_a"]
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_of_two_calls_cut_at_the_output_limit_the_first_runs_and_the_last_does_not(
-        protocol, server, make, tmp_path):
-    # The last call's arguments read as whole JSON, but the model was still writing them: it ran.
+@pytest.mark.parametrize(("cause", "protocol"), [*(("output limit", p) for p in PROTOCOLS),
+                                               *(("content filter", p) for p in FILTERING)])
+async def test_of_two_calls_cut_the_first_runs_and_the_last_does_not(cause, protocol, server, make, tmp_path):
+    # The last call's arguments read as whole JSON, but the model was still writing them when the
+    # output limit (or the content filter) stopped it: it ran.
     calls = [("call_a", "get_system_time", "{}"), ("call_b", "sleep_milliseconds", SLEEP)]
-    _state, evs = await _session(protocol, cut_answer(protocol, calls), server, make, tmp_path)
+    _state, evs = await _session(protocol, cut_answer(protocol, calls, by=cause), server, make, tmp_path)
     responded = [e.event for e in evs if e.kind == "model.responded"][0]
+    assert responded.stop_reason == RECORDED_STOPS[cause][protocol]
     assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == calls  # kept as streamed
     first = _finished(evs)["call_a"]
     assert (first.status, first.is_error, first.error_code) == ("ok", False, None)
-    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds")
-    assert "output limit" not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
+    _assert_not_run(protocol, evs, server, "call_b", "sleep_milliseconds", cause=CUT_BY[cause])
+    assert cause not in json.dumps(sent_results(protocol, server.bodies[-1])["call_a"])
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
