@@ -434,7 +434,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                   "max_lines": {"type": "integer", "minimum": 1}, "offset": {"type": "integer", "minimum": 0}},
                   "required": ["path"], "additionalProperties": False}, read_file, replay_safe=True),
         ToolSpec("edit_file", "Create (content; must not exist), rewrite (content; existing file) or edit (edits: "
-                 "[{old_string, new_string, replace_all?}], unique exact matches, applied in order) one file.",
+                 "[{old_string, new_string, replace_all?}], unique exact matches, applied in order) one file. "
+                 "rewrite keeps the file's UTF-8 BOM, and its CRLF endings unless content has a CRLF of its own.",
                  {"type": "object", "properties": {"path": path_schema, "mode": {"enum": ["create", "rewrite", "edit"]},
                   "content": {"type": "string"}, "edits": {"type": "array", "maxItems": 128, "items": {
                       "type": "object", "properties": {"old_string": {"type": "string"}, "new_string": {"type": "string"},

@@ -55,9 +55,10 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     reasoning: str = ""
     tool_calls: list[FauxToolCall] = []
     error: FauxError | None = None
-    # The answer stops as a provider that cut it says (at the output limit, by its content filter;
-    # its last call is then not run); left out: ``tool_use`` with calls, else ``end_turn``.
-    stop_reason: Literal["max_tokens", "content_filter", "refusal"] | None = None
+    # The answer stops as a provider that cut it says (at the output limit, by its content filter,
+    # at a Responses limit on messages; its last call is then not run); left out: ``tool_use``
+    # with calls, else ``end_turn``.
+    stop_reason: Literal["max_tokens", "content_filter", "refusal", "max_messages"] | None = None
     # Why a ``refusal`` was refused, as Anthropic's ``stop_details`` says it (``type``,
     # ``category``, ``explanation``; kept as a provider's are: text fields only, bounded).
     stop_details: FauxStopDetails | None = None

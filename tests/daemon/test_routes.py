@@ -919,6 +919,14 @@ async def test_tools_inventory(daemon: Daemon, strong: str, reader: str):
     assert {x["name"] for x in r.json()["tools"]} == set(tools)
 
 
+async def test_the_edit_file_description_says_what_a_rewrite_keeps(daemon: Daemon, reader: str):
+    # (the rule is tools/files/edit.py's; the model reads only the description, so it must say it)
+    r = await daemon.get("/tools/inventory", reader)
+    assert r.status_code == 200, r.text
+    said = {t["name"]: t for t in r.json()["tools"]}["edit_file"]["description"]
+    assert "rewrite keeps the file's UTF-8 BOM, and its CRLF endings unless content has a CRLF of its own." in said, said
+
+
 async def test_answer_route_guards(daemon: Daemon, strong: str, reader: str):
     """Until the Answer command is settled, only the route's 401/403/404 (and body shape) answers are checked."""
     p = await daemon.project(strong)

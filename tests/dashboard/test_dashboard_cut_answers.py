@@ -104,3 +104,31 @@ def test_dashboard_shows_an_answer_with_neither_text_nor_calls(
     wait_for(lambda: empty_answers() == shown, "the empty answers read from the view")
     assert notes(driver) == [filtered]
     assert console_errors(driver) == []
+
+
+def test_dashboard_says_where_a_responses_limit_on_messages_cut_an_answer(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    # A Responses ``incomplete`` response whose reason is ``max_messages`` is a cut as well: its
+    # last call is not run, the view marks it, and the dashboard says why it stopped there.
+    driver = browser
+    d = make_daemon(with_turns(
+        {"when": "read many", "text": "(faux) Reading both.",
+         "toolCalls": [{"name": "read_file", "arguments": {"path": "a.txt"}},
+                       {"name": "read_file", "arguments": {"path": "b.txt"}}],
+         "stopReason": "max_messages"},
+        {"when": "so it was not run", "text": "(faux) Calling it again later."}))
+    strong, sid = open_session(driver, d, tmp_path, "dash-max-messages")
+    asked(driver, "read many files", 2)
+    expected = [["call read_file", "The answer was cut at the provider's limit on messages."]]
+    wait_for(lambda: notes(driver) == expected, "the note of the answer cut at the limit on messages")
+    assert all(n.is_displayed() for n in by_css(driver, f"#timeline {NOTE}"))
+
+    status, view = d.request("GET", f"/sessions/{sid}", token=strong)
+    assert status == 200, view
+    said = [(it["role"], it.get("stopReason")) for it in view["items"] if it["role"] in ("assistant", "tool_call")]
+    assert said == [("assistant", None), ("tool_call", None), ("tool_call", "max_messages"),
+                    ("assistant", None)], said
+
+    open_in_page(driver, d, strong, sid)  # (a page that opens the session later reads the same from the view)
+    wait_for(lambda: notes(driver) == expected, "the note read from the view")
+    assert console_errors(driver) == []
