@@ -591,6 +591,54 @@ async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir:
     assert (res.returncode, res.stdout) == (0, f"ok: {seq} event(s) verified\n")
 
 
+async def _log_with_its_wal(data_dir: Path, into: Path, n: int) -> None:
+    """Append ``n`` events to a new log in ``data_dir``, one commit each, and copy its
+    ``events.db`` and ``events.db-wal`` into ``into`` while the store is still open (closing it
+    would checkpoint the WAL into events.db and remove it)."""
+    store = EventStore.open(data_dir, synchronous="OFF")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            for i in range(n):
+                await store.append(Draft(ProjectCreated(name=f"p{i}", workspace="/ws"), project_id=f"p{i}"))
+            into.mkdir(mode=0o700)
+            for name in ("events.db", "events.db-wal"):
+                shutil.copyfile(data_dir / name, into / name)
+            store.close_writer()
+    finally:
+        store.close()
+
+
+async def test_verify_reports_commits_a_damaged_wal_frame_hides(tmp_path: Path) -> None:
+    # SQLite reads a WAL only up to its first frame whose checksum fails: one flipped byte there
+    # hid every later commit from every reader, and verify said "ok" over the shorter log.
+    data = tmp_path / "data"
+    await _log_with_its_wal(tmp_path / "writer", data, 30)
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 30 event(s) verified\n", "")
+    wal = bytearray((data / "events.db-wal").read_bytes())
+    page_size = int.from_bytes(wal[8:12], "big")
+    frames = (len(wal) - 32) // (24 + page_size)
+    assert frames >= 30  # (a commit each: at least one frame each)
+    bad = frames // 2
+    wal[32 + (bad - 1) * (24 + page_size) + 24 + 100] ^= 0x55  # a byte of that frame's page
+    (data / "events.db-wal").write_bytes(wal)
+    damaged = sha256(data / "events.db-wal")
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
+    assert res.returncode == 1, res.stdout + res.stderr
+    *problems, summary = res.stdout.splitlines()
+    assert len(problems) == 1 and problems[0].startswith(
+        f"log: WAL_DAMAGED: events.db-wal frame {bad} is damaged (its checksum or salt is wrong), so SQLite stops "
+        f"reading the WAL there: "), res.stdout
+    visible = len(decoded((await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(data))).stdout))
+    assert visible < 30
+    # Every commit SQLite no longer reads is counted (one event each here).
+    assert f": {30 - visible} later commit(s) in it are invisible" in problems[0]
+    assert summary == f"FAILED: 1 problem(s) in {visible} event(s)"
+    assert "Traceback" not in res.stderr
+    assert sha256(data / "events.db-wal") == damaged  # verify never changes it
+
+
 def test_bad_arguments_exit_2(log_dir: Path) -> None:
     for args in (["decode", "--from", "abc"], ["decode", "--bogus"], ["nonsense"]):
         res = lens("log", *args, "--data", str(log_dir))
