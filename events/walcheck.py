@@ -108,6 +108,7 @@ def read_once(wal: Path) -> WalFinding | None:
                             valid = n
                         continue
                     bad = n
+                    continue  # (a commit frame torn as its writer stopped is not one SQLite should read)
                 if commit:
                     commits_after += 1
             if len(chunk) % frame_size:

@@ -44,7 +44,7 @@ from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
 from tests.cli.lens_script import lens_script
-from tests.rawlog import body_of_row, edit_log, log_rows
+from tests.rawlog import body_of_row, edit_log, log_rows, log_with_its_wal
 from tests.unwritable import unwritable
 
 DECODE_KEYS = {
@@ -591,29 +591,11 @@ async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir:
     assert (res.returncode, res.stdout) == (0, f"ok: {seq} event(s) verified\n")
 
 
-async def _log_with_its_wal(data_dir: Path, into: Path, n: int) -> None:
-    """Append ``n`` events to a new log in ``data_dir``, one commit each, and copy its
-    ``events.db`` and ``events.db-wal`` into ``into`` while the store is still open (closing it
-    would checkpoint the WAL into events.db and remove it)."""
-    store = EventStore.open(data_dir, synchronous="OFF")
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)
-            for i in range(n):
-                await store.append(Draft(ProjectCreated(name=f"p{i}", workspace="/ws"), project_id=f"p{i}"))
-            into.mkdir(mode=0o700)
-            for name in ("events.db", "events.db-wal"):
-                shutil.copyfile(data_dir / name, into / name)
-            store.close_writer()
-    finally:
-        store.close()
-
-
 async def test_verify_reports_commits_a_damaged_wal_frame_hides(tmp_path: Path) -> None:
     # SQLite reads a WAL only up to its first frame whose checksum fails: one flipped byte there
     # hid every later commit from every reader, and verify said "ok" over the shorter log.
     data = tmp_path / "data"
-    await _log_with_its_wal(tmp_path / "writer", data, 30)
+    await log_with_its_wal(tmp_path / "writer", data, 30)
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
     assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 30 event(s) verified\n", "")
     wal = bytearray((data / "events.db-wal").read_bytes())
@@ -632,8 +614,9 @@ async def test_verify_reports_commits_a_damaged_wal_frame_hides(tmp_path: Path) 
         f"reading the WAL there: "), res.stdout
     visible = len(decoded((await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(data))).stdout))
     assert visible < 30
-    # Every commit SQLite no longer reads is counted (one event each here).
-    assert f": {30 - visible} later commit(s) in it are invisible" in problems[0]
+    # Every commit after the damaged frame is counted (one event each here).
+    own = int.from_bytes(wal[32 + (bad - 1) * (24 + page_size) + 4:][:4], "big") != 0
+    assert f": {30 - visible - own} later commit(s) in it are invisible" in problems[0]
     assert summary == f"FAILED: 1 problem(s) in {visible} event(s)"
     assert "Traceback" not in res.stderr
     assert sha256(data / "events.db-wal") == damaged  # verify never changes it
