@@ -12,6 +12,8 @@ before the next transaction's): the file was damaged after it was written. Forma
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 from pathlib import Path
 
@@ -71,10 +73,13 @@ def read_once(wal: Path) -> WalFinding | None:
     (no file, an empty or foreign header, a valid chain, or only stale frames of an earlier
     generation after the break)."""
     try:
-        f = open(wal, "rb")
+        fd = os.open(wal, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO in its place would block a plain open)
     except FileNotFoundError:
         return None
-    with f:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # (the readers refuse such a file when they open the log)
+        os.close(fd)
+        return None
+    with open(fd, "rb") as f:
         header = f.read(WAL_HEADER)
         if len(header) < WAL_HEADER:
             return None

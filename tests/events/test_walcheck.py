@@ -5,6 +5,7 @@ generation's stale frames, a header it ignores) is not. ``lens log verify`` repo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -96,4 +97,14 @@ def test_a_header_sqlite_ignores_and_a_missing_file_hide_nothing(wal: Path) -> N
     wal.write_bytes(raw)
     assert hidden_commits(wal) is None
     wal.unlink()
+    assert hidden_commits(wal) is None
+
+
+def test_a_wal_that_is_not_a_file_is_not_read(wal: Path) -> None:
+    # (the readers refuse it when they open the log; the check itself never blocks on a FIFO)
+    wal.unlink()
+    os.mkfifo(wal)
+    assert hidden_commits(wal) is None
+    wal.unlink()
+    wal.mkdir()
     assert hidden_commits(wal) is None
