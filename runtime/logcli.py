@@ -37,6 +37,7 @@ from events.schema import (
 )
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
+from events.walcheck import hidden_commits
 from projections.projector import Projector, ProjectionsDamaged, ProjectionsDeletedWhileOpen, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
@@ -279,7 +280,7 @@ def _raw_json(row: StoredRow) -> dict[str, Any]:
 
 def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     """Yield ``(seq, reason)`` for every problem found; reads only. Each reason starts with a
-    stable code (``SEQ_GAP: …``, ``SESSION_SEQ_OUT_OF_ORDER: …``, ``EVENT_CORRUPT: …``; the
+    stable code (``SEQ_GAP: …``, ``WAL_DAMAGED: …``, ``EVENT_CORRUPT: …``; the
     list is in docs/storage-format.md), so scripts can tell the findings apart."""
     meta = reader.meta()
     if meta.get("format") != FORMAT or str(meta.get("format_version")) != str(FORMAT_VERSION):
@@ -295,6 +296,9 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
                     yield None, f"SQLITE_INTEGRITY: sqlite integrity_check: {line}"
     except apsw.Error as exc:
         yield None, f"SQLITE_INTEGRITY: sqlite integrity_check could not finish: {exc}"
+    wal = reader.data_dir / f"{EVENTS_DB}-wal"
+    if (hidden := hidden_commits(wal)) is not None:
+        yield None, f"WAL_DAMAGED: {hidden.message(wal)}"
     for dict_id, reason in sorted(reader.damaged_dictionaries.items()):
         yield None, f"DICTIONARY_DAMAGED: dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
     try:

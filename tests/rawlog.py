@@ -9,10 +9,15 @@ mapped (a SIGBUS, seen once in CI)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import apsw
+import trio
+
+from events.store import Draft, EventStore
+from events.types import ProjectCreated
 
 
 def edit_log(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
@@ -39,3 +44,21 @@ def log_rows(data_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple
 def body_of_row(data_dir: Path, seq: int) -> bytes:
     """The stored body of the row ``seq``, as the log holds it."""
     return log_rows(data_dir, "SELECT body FROM events WHERE seq = ?", (seq,))[0][0]
+
+
+async def log_with_its_wal(data_dir: Path, into: Path, n: int) -> None:
+    """Append ``n`` events to a new log in ``data_dir``, one commit each, and copy its
+    ``events.db`` and ``events.db-wal`` into ``into`` while the store is still open (closing it
+    would checkpoint the WAL into events.db and remove it)."""
+    store = EventStore.open(data_dir, synchronous="OFF")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            for i in range(n):
+                await store.append(Draft(ProjectCreated(name=f"p{i}", workspace="/ws"), project_id=f"p{i}"))
+            into.mkdir(mode=0o700)
+            for name in ("events.db", "events.db-wal"):
+                shutil.copyfile(data_dir / name, into / name)
+            store.close_writer()
+    finally:
+        store.close()

@@ -44,7 +44,7 @@ from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
 from tests.cli.lens_script import lens_script
-from tests.rawlog import body_of_row, edit_log, log_rows
+from tests.rawlog import body_of_row, edit_log, log_rows, log_with_its_wal
 from tests.unwritable import unwritable
 
 DECODE_KEYS = {
@@ -589,6 +589,37 @@ async def test_rows_written_with_a_trained_dictionary_decode_and_verify(log_dir:
     assert decoded(res.stdout)[0]["body"]["text"] == "answer 99 " * 40
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(log_dir))
     assert (res.returncode, res.stdout) == (0, f"ok: {seq} event(s) verified\n")
+
+
+async def test_verify_reports_commits_a_damaged_wal_frame_hides(tmp_path: Path) -> None:
+    # SQLite reads a WAL only up to its first frame whose checksum fails: one flipped byte there
+    # hid every later commit from every reader, and verify said "ok" over the shorter log.
+    data = tmp_path / "data"
+    await log_with_its_wal(tmp_path / "writer", data, 30)
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 30 event(s) verified\n", "")
+    wal = bytearray((data / "events.db-wal").read_bytes())
+    page_size = int.from_bytes(wal[8:12], "big")
+    frames = (len(wal) - 32) // (24 + page_size)
+    assert frames >= 30  # (a commit each: at least one frame each)
+    bad = frames // 2
+    wal[32 + (bad - 1) * (24 + page_size) + 24 + 100] ^= 0x55  # a byte of that frame's page
+    (data / "events.db-wal").write_bytes(wal)
+    damaged = sha256(data / "events.db-wal")
+    res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
+    assert res.returncode == 1, res.stdout + res.stderr
+    *problems, summary = res.stdout.splitlines()
+    assert len(problems) == 1 and problems[0].startswith(
+        f"log: WAL_DAMAGED: events.db-wal frame {bad} is damaged (its checksum or salt is wrong), so SQLite stops "
+        f"reading the WAL there: "), res.stdout
+    visible = len(decoded((await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(data))).stdout))
+    assert visible < 30
+    # Every commit after the damaged frame is counted (one event each here).
+    own = int.from_bytes(wal[32 + (bad - 1) * (24 + page_size) + 4:][:4], "big") != 0
+    assert f": {30 - visible - own} later commit(s) in it are invisible" in problems[0]
+    assert summary == f"FAILED: 1 problem(s) in {visible} event(s)"
+    assert "Traceback" not in res.stderr
+    assert sha256(data / "events.db-wal") == damaged  # verify never changes it
 
 
 def test_bad_arguments_exit_2(log_dir: Path) -> None:
