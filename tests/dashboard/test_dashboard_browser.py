@@ -287,6 +287,12 @@ def committed_answers(driver: Any) -> list[str]:
     return texts(driver, "#timeline .msg.assistant:not(.streaming) .text")
 
 
+def answered(driver: Any, text: str, what: str) -> None:
+    """Send ``text`` and wait for the faux provider's answer to it ("(faux) You said: …")."""
+    submit(driver, text)
+    wait_for(lambda: f"(faux) You said: {text}" in committed_answers(driver), what)
+
+
 def check_png(path: Path) -> tuple[int, int, int]:
     """Decode a PNG (8-bit RGB/RGBA, non-interlaced, as Chromium writes) with zlib; (width, height, colours)."""
     raw = path.read_bytes()
@@ -400,8 +406,7 @@ def test_dashboard_live_session(daemon: Daemon, browser: Any, tmp_path: Path) ->
     driver.execute_script("window.lensDashboard.dropStream()")
     wait_for(lambda: int(body_data(driver, "reconnects") or 0) > before, "a reconnect")
     wait_for(lambda: body_data(driver, "conn") == "live", "the resumed connection")
-    submit(driver, "after the reconnect")
-    wait_for(lambda: "(faux) You said: after the reconnect" in committed_answers(driver), "the answer after the reconnect")
+    answered(driver, "after the reconnect", "the answer after the reconnect")
     assert int(body_data(driver, "duplicates") or 0) == 0
     users = texts(driver, "#timeline .msg.user .text")
     assert users == ["hello from the browser", "/tool get_system_time {}", "after the reconnect"], users
@@ -744,8 +749,7 @@ def test_dashboard_daemon_restart_resumes_without_doubling_and_a_refused_stream_
     d = make_daemon(with_turns({"when": "delayed stream", "delayMs": 3000, "chunks": ["Part one. ", "Part two."],
                                 "chunkDelayMs": 60000}))
     strong, sid = open_session(driver, d, tmp_path, "dash-restart")
-    submit(driver, "hello before the restart")
-    wait_for(lambda: "(faux) You said: hello before the restart" in committed_answers(driver), "the first answer")
+    answered(driver, "hello before the restart", "the first answer")
     submit(driver, "delayed stream please")
     wait_for(lambda: texts(driver, "#timeline .msg.streaming .text") == ["Part one. "], "the first half", WAIT + 3)
     deltas, partials = int(body_data(driver, "deltas")), int(body_data(driver, "partials") or 0)
@@ -1564,8 +1568,7 @@ def test_dashboard_forgetting_the_credential_leaves_nothing_it_read_in_the_page(
     usage, recent events…) in the page until another session opened."""
     driver = browser
     _, sid = open_session(driver, daemon, tmp_path, "dash-forget")
-    submit(driver, "a private note 7f3a")
-    wait_for(lambda: "(faux) You said: a private note 7f3a" in committed_answers(driver), "the answer")
+    answered(driver, "a private note 7f3a", "the answer")
     one(driver, "#input").send_keys("a draft 9c1e")
     click(driver, "#disconnect")
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential field")
@@ -1623,8 +1626,7 @@ def test_dashboard_offers_no_send_on_a_quarantined_session_it_cannot_read(
     driver = browser
     d = make_daemon(with_turns())
     _, sid = open_session(driver, d, tmp_path, "dash-quarantined")
-    submit(driver, "something to replay")
-    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    answered(driver, "something to replay", "the answer")
     restart_with_its_first_input_damaged(d, sid)
     wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_QUARANTINED']"), "the refusal to read it", 20)
     wait_for(lambda: not one(driver, "#send").is_enabled(), "the composer disabled")
@@ -1729,8 +1731,7 @@ def test_dashboard_opening_a_quarantined_session_from_the_list_offers_no_send_an
     driver = browser
     d = make_daemon(with_turns())
     strong, damaged = open_session(driver, d, tmp_path, "dash-quarantined-open")
-    submit(driver, "something to replay")
-    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    answered(driver, "something to replay", "the answer")
     click(driver, "#new-session button")
     other = wait_for(lambda: driver.execute_script(
         "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]"

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one, open_session,
+    Daemon, answered, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one, open_session,
     reopen_read_only, restart_with_its_first_input_damaged, start_chromium, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 from tests.dashboard.test_dashboard_narrow import BOX, CLOSED, OPEN, WORK, at_size, check_layout, nav
@@ -182,8 +182,7 @@ def test_dashboard_closes_the_list_when_a_quarantined_session_is_opened_on_a_nar
     driver = browser
     at_size(driver, 390, 844)
     strong, damaged = open_session(driver, d, tmp_path, "dash-narrow-quarantined")
-    submit(driver, "something to replay")
-    wait_for(lambda: "(faux) You said: something to replay" in committed_answers(driver), "the answer")
+    answered(driver, "something to replay", "the answer")
     restart_with_its_first_input_damaged(d, damaged)
     wait_for(lambda: d.request("GET", f"/sessions/{damaged}", token=strong)[1]["error"]["code"] == "SESSION_QUARANTINED",
              "the session quarantined", 20)
@@ -216,8 +215,7 @@ def test_dashboard_shows_a_read_only_readers_note_whole_at_every_width(
     driver = browser
     at_size(driver, *SIZES[-1])
     _, sid = open_session(driver, d, tmp_path, "dash-read-note-strong")
-    submit(driver, "something to read")
-    wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the answer")
+    answered(driver, "something to read", "the answer")
     reopen_read_only(driver, readonly, sid)
     wait_for(lambda: "(faux) You said: something to read" in committed_answers(driver), "the session, read-only")
     wait_for(lambda: one(driver, "#read-only-note").is_displayed(), "the read-only note")

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one,
+    Daemon, answered, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, one,
     open_session, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import focused, keys
 
@@ -130,8 +130,7 @@ def test_dashboard_works_on_a_narrow_screen(size: tuple[int, int], make_daemon: 
     assert timeline[3] <= composer[1] and composer[3] <= aside[1], (timeline, composer, aside)
 
     # Submit: the faux answer streams in.
-    submit(driver, "hello from a small screen")
-    wait_for(lambda: "(faux) You said: hello from a small screen" in committed_answers(driver), "the faux answer")
+    answered(driver, "hello from a small screen", "the faux answer")
     assert int(body_data(driver, "deltas") or 0) >= 1, "no model.delta frame was shown"
 
     # Tool calls with their status, a todo list, a job and its output (a 300-character line).
@@ -165,8 +164,7 @@ def test_dashboard_works_on_a_narrow_screen(size: tuple[int, int], make_daemon: 
              "the aborted run to end, its queue withdrawn")
     # (the controls scrolled into view above scrolled the timeline up: the reader goes back to its end)
     driver.execute_script("const tl = document.getElementById('timeline'); tl.scrollTop = tl.scrollHeight")
-    submit(driver, "after the abort")
-    wait_for(lambda: "(faux) You said: after the abort" in committed_answers(driver), "the answer after the abort")
+    answered(driver, "after the abort", "the answer after the abort")
     # The timeline is a box of its own, no taller than the screen, that follows the answer: the
     # page does not grow with the session, and the last answer is in view inside it.
     followed = driver.execute_script(FOLLOWED)
@@ -202,8 +200,7 @@ def test_dashboard_keeps_its_columns_on_a_wide_screen(make_daemon: Callable[[dic
     driver = browser
     at_size(driver, 1400, 900)
     open_session(driver, d, tmp_path, "dash-wide")
-    submit(driver, "hello wide")
-    wait_for(lambda: "(faux) You said: hello wide" in committed_answers(driver), "the faux answer")
+    answered(driver, "hello wide", "the faux answer")
     box = {part: driver.execute_script(BOX, part) for part in ("nav", "#session", "#timeline", "aside", "#composer")}
     assert box["nav"][4] == 290 and box["aside"][4] == 300, box
     assert box["nav"][2] <= box["#session"][0] and box["nav"][1] == box["#session"][1], box   # side by side

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from runtime.views import VIEW_QUEUED_MAX
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one, open_in_page,
+    Daemon, answered, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one, open_in_page,
     open_session, submit, wait_for, with_turns)
 from tests.rawlog import edit_log
 
@@ -68,10 +68,8 @@ def test_a_quarantined_sessions_note_forks_it_at_its_last_good_event_and_opens_t
     driver = browser
     d = make_daemon(with_turns())
     strong, sid = open_session(driver, d, tmp_path, "dash-fork-quarantined")
-    submit(driver, "the first thing")
-    wait_for(lambda: "(faux) You said: the first thing" in committed_answers(driver), "the first answer")
-    submit(driver, "the second thing")
-    wait_for(lambda: "(faux) You said: the second thing" in committed_answers(driver), "the second answer")
+    answered(driver, "the first thing", "the first answer")
+    answered(driver, "the second thing", "the second answer")
     events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
     seqs = [e["seq"] for e in events]
     bad = [e["seq"] for e in events if e["kind"] == "input.submitted"][1]
@@ -85,8 +83,7 @@ def test_a_quarantined_sessions_note_forks_it_at_its_last_good_event_and_opens_t
     assert status == 200 and view["forkedFrom"] == {"sessionId": sid, "seq": good}, view
     wait_for(lambda: "(faux) You said: the first thing" in committed_answers(driver), "the fork's first answer")
     assert "(faux) You said: the second thing" not in committed_answers(driver)
-    submit(driver, "the fork goes on")
-    wait_for(lambda: "(faux) You said: the fork goes on" in committed_answers(driver), "the fork's answer")
+    answered(driver, "the fork goes on", "the fork's answer")
     assert console_errors(driver) == []
 
 
@@ -103,8 +100,7 @@ def test_a_quarantined_session_whose_view_reads_is_forked_at_its_last_event(
     driver = browser
     d = make_daemon(with_turns())
     strong, sid = open_session(driver, d, tmp_path, "dash-fork-whole")
-    submit(driver, "something to keep")
-    wait_for(lambda: "(faux) You said: something to keep" in committed_answers(driver), "the answer")
+    answered(driver, "something to keep", "the answer")
     project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
     d.stop()
 

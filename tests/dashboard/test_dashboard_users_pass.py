@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
+    Daemon, answered, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
     network_requests, one,
     open_session, reopen_read_only, session_starting_jobs, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
@@ -65,8 +65,7 @@ def test_dashboard_shows_the_daemons_refusal_of_an_empty_a_blank_and_a_too_large
     assert one(driver, "#input").get_attribute("value") == huge
 
     # Nothing of the three reached the session, and a good message still goes through.
-    submit(driver, "a real one")
-    wait_for(lambda: "(faux) You said: a real one" in committed_answers(driver), "the answer")
+    answered(driver, "a real one", "the answer")
     assert texts(driver, "#timeline .msg.user .text") == ["a real one"]
     events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
     assert [e["kind"] for e in events].count("input.submitted") == 1
