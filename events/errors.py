@@ -71,6 +71,13 @@ class UnsupportedFormat(StoreOpenError):
     code = "STORE_FORMAT_UNSUPPORTED"
 
 
+class WalDamaged(StoreOpenError):
+    """``events.db-wal`` breaks before commits that were made durable: a writer opening the log
+    would read it only up to the break and overwrite the rest (see :mod:`events.walcheck`)."""
+
+    code = "WAL_DAMAGED"
+
+
 class CorruptEvent(LogError):
     """A stored body that cannot be turned back into its event.
 

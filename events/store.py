@@ -45,6 +45,7 @@ from .errors import (
     LogError,
     StoreClosed,
     StoreOpenError,
+    WalDamaged,
 )
 from .reader import LogReader, StoredEvent, StoredRow
 from .secrets import Secrets
@@ -65,6 +66,7 @@ from .schema import (
     ts_steps_back,
 )
 from .types import _Event, kind_of
+from .walcheck import read_once
 
 log = logging.getLogger("lens.events")
 
@@ -227,6 +229,30 @@ def _lock_exclusively(path: Path, flags: int, refusal: str) -> int:
     return fd
 
 
+def refuse_hidden_commits(data_dir: Path, synchronous: Synchronous) -> None:
+    """Refuse to write a log whose ``events.db-wal`` hides durable commits (WAL_DAMAGED).
+
+    SQLite reads the WAL up to its first frame whose checksum or salt is wrong and drops the rest
+    without a word; the first write after that overwrites them. Called with the writer's lock
+    held, so the file holds still (one read). With ``synchronous`` FULL or EXTRA every commit is
+    synced before the next transaction begins, so a power cut can tear the last transaction
+    only: two commits or more after the break mean a commit already durable was damaged since.
+    One commit after it (a torn last transaction, most likely, which was never acknowledged), or
+    any finding under a weaker ``synchronous`` (where a power cut may tear several), is logged and
+    the log opened as SQLite reads it; ``lens log verify`` reports it either way."""
+    wal = data_dir / f"{EVENTS_DB}-wal"
+    try:
+        found = read_once(wal)
+    except OSError:  # (one that cannot be read: SQLite's own open says so, as it did)
+        return
+    if found is None:
+        return
+    if found.commits_after >= 2 and synchronous in ("FULL", "EXTRA"):
+        raise WalDamaged(found.message(wal))
+    log.warning("%s: frame %d breaks the chain with %d commit(s) after it (a write cut short by a power "
+                "cut, or damage); opened as SQLite reads it", wal.name, found.bad_frame, found.commits_after)
+
+
 def _lock_log_file(data_dir: Path) -> int:
     """Lock ``events.db`` itself (through any symlink), as the data directory's lock file is.
 
@@ -373,6 +399,7 @@ class EventStore:
             f"choose another --data directory"))
         log_fd = -1
         try:
+            refuse_hidden_commits(data_dir, synchronous)
             conn = open_write_connection(data_dir, synchronous)
             try:
                 log_fd = _lock_log_file(data_dir)

@@ -10,6 +10,7 @@ import apsw
 
 from events.store import Draft, open_store
 from events.types import InstructionAppended
+from tests.rawlog import log_with_its_wal
 from tests.unwritable import unwritable
 
 from .conftest import run_lens
@@ -55,3 +56,24 @@ async def test_a_foreign_database_in_the_data_dir_gets_no_lock_file_beside_it(tm
         "lens: STORE_FOREIGN: data/events.db is a SQLite database without a Lens format marker (tables "
         "found: recipes); it is not a Lens event log. Start a new data directory with --data NEW_DIR."]
     assert listing(data) == before
+
+
+async def test_a_wal_that_hides_durable_commits_stops_the_start(tmp_path: Path) -> None:
+    """A frame of events.db-wal damaged after its commit was synced: SQLite reads the WAL only up to
+    it, so the daemon started on the shortened log and its first append wrote over the events
+    after it. The start is refused naming the frame, and both files are left as they were."""
+    await log_with_its_wal(tmp_path / "writer", tmp_path / "data", 30)
+    wal = tmp_path / "data" / "events.db-wal"
+    raw = bytearray(wal.read_bytes())
+    size = 24 + int.from_bytes(raw[8:12], "big")
+    frames = (len(raw) - 32) // size
+    raw[32 + (frames // 2 - 1) * size + 24 + 7] ^= 0x01
+    wal.write_bytes(raw)
+    before = {name: digest for name, digest in listing(tmp_path / "data").items() if name.startswith("events.db")}
+    out = await run_lens(tmp_path, "serve", "--data", "data", "--port", "0", check=False)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"lens: WAL_DAMAGED: events.db-wal frame {frames // 2} is damaged"), out.stderr
+    assert "listening" not in out.stdout
+    after = listing(tmp_path / "data")
+    assert {name: after.get(name) for name in before} == before

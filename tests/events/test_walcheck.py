@@ -5,13 +5,16 @@ generation's stale frames, a header it ignores) is not. ``lens log verify`` repo
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 import trio
 
+from events.errors import WalDamaged
 from events.reader import LogReader
+from events.store import EventStore
 from events.walcheck import hidden_commits
 
 from tests.rawlog import log_with_its_wal
@@ -108,3 +111,45 @@ def test_a_wal_that_is_not_a_file_is_not_read(wal: Path) -> None:
     wal.unlink()
     wal.mkdir()
     assert hidden_commits(wal) is None
+
+
+def commits(raw: bytearray, size: int, n: int) -> list[int]:
+    """The 1-based numbers of the frames that end a transaction."""
+    return [frame for frame in range(1, n + 1) if is_commit(raw, frame, size)]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_writer_refuses_a_wal_that_hides_durable_commits_and_changes_nothing(wal: Path) -> None:
+    # A frame broken in the middle: the commits after it were synced before the next began
+    # (synchronous FULL), so they were durable; opening would drop them and write over them.
+    raw, size, n = frames(wal)
+    raw[at(n // 2, size) + 24 + 7] ^= 0x01
+    wal.write_bytes(raw)
+    before = {p.name: digest(p) for p in (wal, wal.parent / "events.db")}
+    with pytest.raises(WalDamaged) as caught:
+        EventStore.open(wal.parent)
+    assert caught.value.code == "WAL_DAMAGED"
+    message = str(caught.value)
+    assert f"events.db-wal frame {n // 2} is damaged" in message and "restore it from a backup" in message
+    assert {p.name: digest(p) for p in (wal, wal.parent / "events.db")} == before
+    # Under a weaker synchronous a power cut may tear several transactions: opened as SQLite reads it.
+    store = EventStore.open(wal.parent, synchronous="NORMAL")
+    store.close()
+
+
+def test_the_writer_opens_a_wal_whose_last_transaction_alone_is_torn(wal: Path) -> None:
+    # The break is inside the last transaction (one commit after it): a power cut while it was
+    # written, never acknowledged. The log opens as SQLite reads it, without that transaction.
+    raw, size, n = frames(wal)
+    ends = commits(raw, size, n)
+    last_start = ends[-2] + 1
+    assert last_start < ends[-1], "the last transaction must span more than its commit frame"
+    raw[at(last_start, size) + 24 + 7] ^= 0x01
+    wal.write_bytes(raw)
+    assert hidden_commits(wal) is not None  # (lens log verify still reports it)
+    store = EventStore.open(wal.parent)
+    store.close()
+    assert visible(wal.parent) == EVENTS - 1
