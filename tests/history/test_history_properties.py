@@ -27,7 +27,7 @@ from events.store import Draft, open_store
 from projections.history import MAX_LIMIT, RANKED_LIMIT, HistoryError, HistoryIndex, HistoryProjection
 import projections.projector as projector_mod
 from projections.projector import Projector, open_projections_db
-from projections.session_state import SessionState, fold
+from projections.session_state import EMPTY_ANSWER, SessionState, fold
 from runtime.actor import _reset_for_fork
 
 MAX_READ = 1024 * 1024
@@ -376,6 +376,8 @@ def check_history(ops: list[tuple]) -> None:
                         visible = holds.setdefault(session, (state.project_id, {}))[1]
                         for agent_id, agent in state.agents.items():
                             for item in agent.items:
+                                if item.status == EMPTY_ANSWER:  # (an answer that said nothing: no history)
+                                    continue
                                 text = f"{item.call.name} {item.call.arguments}" if item.call else item.text
                                 hidden = item.id in agent.hidden or state.deleted
                                 if not hidden:
