@@ -18,7 +18,7 @@ from events.store import Draft, open_store
 from events.types import ProjectCreated, SessionCreated, SessionDeleted
 from runtime.views import VIEW_AGENTS_MAX
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, browser, by_css, click, connect, console_errors, network_requests, texts, wait_for)
+    Daemon, browser, by_css, click, connect, console_errors, network_requests, press, texts, wait_for)
 from tests.dashboard.test_dashboard_this_round import write_sessions_with_agents
 
 FANOUTS = (VIEW_AGENTS_MAX - 1, VIEW_AGENTS_MAX)  # with the main agent: exactly the bound, one past
@@ -119,14 +119,14 @@ def test_a_session_of_hundreds_of_agents_is_read_a_page_at_a_time_with_the_focus
                  "the first 100")
         every = ["main"] + [f"sub_call_{i}" for i in range(250)]
         assert agent_ids(driver) == ["main"] + every[-99:]
-        by_css(driver, "#agents button.more")[0].send_keys(Keys.ENTER)
+        press(driver, "#agents button.more", Keys.ENTER)
         wait_for(lambda: len(agent_ids(driver)) == 199, "the first page read")
         assert agent_ids(driver) == every[:100] + every[-99:]
         items = by_css(driver, "#agents > li")
         assert items[100].get_attribute("class") == "more"  # (between the two runs: where the left out are)
         assert texts(driver, "#agents li.more")[0].startswith("showing 199 of 251 agents: the 52 that finished after")
         assert driver.execute_script("return document.activeElement.matches('#agents button.more')")
-        driver.switch_to.active_element.send_keys(Keys.ENTER)
+        press(driver, "#agents button.more", Keys.ENTER)
         wait_for(lambda: len(agent_ids(driver)) == 251, "every agent")
         assert agent_ids(driver) == every
         assert not by_css(driver, "#agents li.more")

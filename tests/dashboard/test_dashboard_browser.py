@@ -258,6 +258,16 @@ def click(driver: Any, selector: str) -> None:
     wait_for(attempt, f"a clickable {selector!r}")
 
 
+def press(driver: Any, selector: str, *keys: str) -> None:
+    """Focus what matches, then press keys where the focus is. The page redraws lists as events
+    arrive (a redrawn list puts the focus on the new element): the focus is set on a fresh match
+    until it holds, and the keys go to the focused element, not to one found before a redraw."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    wait_for(lambda: driver.execute_script("""const n = document.querySelector(arguments[0]);
+        if (n) n.focus(); return n !== null && document.activeElement === n""", selector), f"the focus on {selector!r}")
+    ActionChains(driver).send_keys(*keys).perform()
+
+
 def body_data(driver: Any, key: str) -> str | None:
     return driver.execute_script("return document.body.dataset[arguments[0]] ?? null", key)
 
@@ -1224,8 +1234,7 @@ def test_dashboard_hides_snips_and_puts_back_messages_and_tool_calls(daemon: Dae
     assert daemon.request("GET", f"/history/items/{user_id}", token=strong)[0] == 404
 
     # Unhidden by the keyboard: the focus goes to the message's new Hide.
-    driver.execute_script("arguments[0].focus()", one(driver, f"{user} .ctx-edits button.ctx-hide"))
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    press(driver, f"{user} .ctx-edits button.ctx-hide", Keys.ENTER)
     wait_for(lambda: texts(driver, f"{user} .ctx-edits button") == ["Snip", "Hide"], "Snip and Hide again")
     assert texts(driver, f"{user} .ctx-mark") == []
     wait_for(lambda: driver.execute_script("const a = document.activeElement; return a.matches('.msg.user button.ctx-hide')"

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, open_new_session,
-    submit, texts, wait_for, with_turns)
+    press, submit, texts, wait_for, with_turns)
 
 # Holds the page's reads of the open session's view (GET /sessions/{id}?itemsLimit=…) from now on
 # until window.releaseViews() is called.
@@ -74,8 +74,7 @@ def test_the_timeline_shows_earlier_items_at_the_windows_edge_while_the_session_
     # Pressed by the keyboard while the session goes on: its read held until an input and its
     # answer are committed (two items more).
     driver.execute_script(HOLD_VIEW_READS)
-    driver.execute_script("document.querySelector('#timeline button.more').focus()")
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    press(driver, "#timeline button.more", Keys.ENTER)
     wait_for(lambda: driver.execute_script("return window.viewReads") >= 1, "the earlier items asked for")
     status, _ = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "meanwhile", "content": "meanwhile"}, token=strong)
     assert status == 202

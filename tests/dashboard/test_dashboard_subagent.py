@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one,
-    open_session, reopen_read_only, submit, texts, wait_for, with_turns)
+    open_session, press, reopen_read_only, submit, texts, wait_for, with_turns)
 
 CONVO = "#timeline .tool[data-call-id] > details.sub-convo"
 SUB_USER = CONVO + " .sub-items > .msg.user"
@@ -40,8 +40,7 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     # Opened by the keyboard (its summary is a labelled Tab stop of the card).
     summary = one(driver, CONVO + " > summary")
     assert summary.text == "subagent's conversation" and sub in summary.get_attribute("title")
-    driver.execute_script("arguments[0].focus()", summary)
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    press(driver, CONVO + " > summary", Keys.ENTER)
     wait_for(lambda: texts(driver, SUB_USER + " .text") == ["/tool get_system_time {}"], "the subagent's prompt")
     assert texts(driver, CONVO + " .sub-items > .tool .name") == ["get_system_time"]
     assert texts(driver, CONVO + " .sub-items > .msg.assistant .text") == [view["items"][2]["text"]]
@@ -179,23 +178,19 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
     def active(selector: str) -> bool:
         return driver.execute_script("return document.activeElement === document.querySelector(arguments[0])", selector)
 
-    def press(selector: str, key: str) -> None:
-        driver.execute_script("arguments[0].focus()", one(driver, selector))
-        driver.switch_to.active_element.send_keys(key)
-
     # Its card in the page: opened there (by the keyboard: Enter on the button), its summary focused.
-    press(button, Keys.ENTER)
+    press(driver, button, Keys.ENTER)
     wait_for(lambda: texts(driver, in_card + " > .sub-items > .msg.user .text") == [prompt], "the conversation in its card")
     assert active(in_card + " > summary")
     assert not by_css(driver, "#agent-convos > *")
-    press(in_card + " > summary", Keys.ENTER)
+    press(driver, in_card + " > summary", Keys.ENTER)
     wait_for(lambda: by_css(driver, in_card + " > .sub-items > *") == [], "the conversation, closed")
 
     # Its card out of the timeline's window: the button shows the conversation in the Agents pane.
     submit(driver, "many tools")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and not by_css(driver, in_card)
              and any(a.startswith("The tool answered") for a in committed_answers(driver)), "the card out of the window", 30)
-    press(button, Keys.ENTER)
+    press(driver, button, Keys.ENTER)
     in_pane = f"#agent-convos > details.sub-convo[data-agent-id='{sub}']"
     wait_for(lambda: texts(driver, in_pane + " .sub-items > .msg.user .text") == [prompt]
              and texts(driver, in_pane + " .sub-items > .tool .name") == ["get_system_time"], "the conversation in the pane")
@@ -207,7 +202,7 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
         '#agent-convos .msg > .ctx-row > details.ctx-edits > summary')].map((s) => s.tabIndex)""")
     assert sorted(stops) == [-1, 0], stops
     user_msg = in_pane + " .sub-items > .msg.user"
-    press(user_msg + " .ctx-edits > summary", Keys.ARROW_DOWN)
+    press(driver, user_msg + " .ctx-edits > summary", Keys.ARROW_DOWN)
     assert active(in_pane + " .sub-items > .msg.assistant .ctx-edits > summary")
     click(driver, user_msg + " .ctx-edits summary")
     wait_for(lambda: texts(driver, user_msg + " .ctx-edits button") == ["Snip", "Hide"], "its edits")
@@ -218,10 +213,10 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
     card_stops = driver.execute_script("""return [...document.querySelectorAll(
         '#agent-convos .tool :is(summary, button)')].map((n) => n.tabIndex)""")
     assert sorted(card_stops)[-1] == 0 and card_stops.count(0) == 1, card_stops
-    press(in_pane + " .sub-items > .tool .head button.ctx-edit", Keys.ARROW_RIGHT)
+    press(driver, in_pane + " .sub-items > .tool .head button.ctx-edit", Keys.ARROW_RIGHT)
     assert active(in_pane + " .sub-items > .tool .head button.ctx-hide")
     # Closed there: it leaves the pane, the focus back on its entry's button.
-    press(in_pane + " > summary", Keys.ENTER)
+    press(driver, in_pane + " > summary", Keys.ENTER)
     wait_for(lambda: not by_css(driver, "#agent-convos > *"), "the pane's conversation gone")
     assert active(button)
     # The pane redrawn (an event of the session) keeps the focus on the agent's new button.
@@ -334,10 +329,9 @@ def test_a_subagents_conversation_shows_its_earlier_items(
     more = convo[1] + " > .sub-items > button.sub-more"
     assert texts(driver, more) == ["Show 1 earlier (1 not shown)"]
     driver.execute_script(HOLD_AGENT_READS)
-    driver.execute_script("arguments[0].focus()", one(driver, convo[1] + " > summary"))
-    driver.switch_to.active_element.send_keys(Keys.ARROW_RIGHT)
+    press(driver, convo[1] + " > summary", Keys.ARROW_RIGHT)
     assert active(more)
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    press(driver, more, Keys.ENTER)
     wait_for(lambda: driver.execute_script("return window.earlierReads") == 1, "the earlier items asked for")
     # An event of its agent while they are on their way: its last item hidden elsewhere.
     last = views[1]["items"][-1]["id"]
@@ -389,12 +383,11 @@ def test_a_subagents_earlier_items_come_in_two_steps_when_more_than_a_window_is_
     wait_for(lambda: shown() == ids[210:], "the latest 200 items")
     assert texts(driver, more) == ["Show 200 earlier (210 not shown)"]
     driver.execute_script(WATCH_ANNOUNCEMENTS)
-    driver.execute_script("arguments[0].focus()", one(driver, more))
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    press(driver, more, Keys.ENTER)
     wait_for(lambda: shown() == ids[10:], "200 earlier items")
     assert texts(driver, more) == ["Show 10 earlier (10 not shown)"]
     assert driver.execute_script("return document.activeElement === document.querySelector(arguments[0])", more)
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    press(driver, more, Keys.ENTER)
     wait_for(lambda: shown() == ids, "every item")
     assert by_css(driver, more) == []
     assert driver.execute_script("return document.activeElement.matches(arguments[0])", convo + " > .sub-items > .msg.user")
