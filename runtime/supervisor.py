@@ -70,6 +70,7 @@ class Supervisor:
         self._actors: dict[str, _Handle] = {}
         self._quarantined: dict[str, str] = {}
         self._deleted: set[str] = set()  # quarantined sessions known deleted (see _delete_quarantined, _was_deleted)
+        self._undeleted: set[str] = set()  # quarantined sessions whose log was read holding no session.deleted
         self._delete_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
 
@@ -257,17 +258,21 @@ class Supervisor:
         return state
 
     async def _was_deleted(self, session_id: str) -> bool:
-        """Whether ``session_id`` was deleted (here, or as its log records: a ``session.deleted``,
-        read without decoding any other event, after a restart)."""
+        """Whether the quarantined ``session_id`` was deleted (here, or as its log records: a
+        ``session.deleted``, read without decoding any other event, after a restart). The log is
+        asked once either way: nothing of a quarantined session runs, so only
+        :meth:`_delete_quarantined` can delete it from then on, and it says so here. A read that
+        fails answers "not deleted" without being kept (the next call asks again)."""
         if session_id in self._deleted:
             return True
+        if session_id in self._undeleted:
+            return False
         try:
-            if not await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1):
-                return False
+            deleted = bool(await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1))
         except READ_FAILURES:
             return False
-        self._deleted.add(session_id)  # (as after a deletion here: asked once)
-        return True
+        (self._deleted if deleted else self._undeleted).add(session_id)
+        return deleted
 
     async def _delete_quarantined(self, session_id: str) -> dict[str, bool]:
         """Soft-delete a quarantined session (F-ACT-6) without an actor: ``session.deleted`` is
@@ -282,6 +287,7 @@ class Supervisor:
             project_id = await self.deps.store.session_project(session_id)
             await self.deps.store.append(Draft(t.SessionDeleted(), project_id=project_id, session_id=session_id))
             self._deleted.add(session_id)
+            self._undeleted.discard(session_id)
         return {"deleted": True}
 
     async def _recorded_quarantine(self, session_id: str) -> bool:

@@ -448,6 +448,45 @@ async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_cl
             await rt2.call(now, Delete())
 
 
+async def test_a_quarantined_sessions_deletion_is_asked_of_the_log_once(runtime_factory, autojump_clock, monkeypatch):
+    """A call that changes a quarantined session asks whether it was deleted (SESSION_DELETED
+    then, else SESSION_QUARANTINED). Only a "deleted" was kept, so every call to a quarantined,
+    undeleted session read the log again; now the answer is kept either way, and a delete made
+    here turns it."""
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
+    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        while True:
+            try:
+                await rt.call(sid, WaitIdle())
+            except ActorUnavailable:
+                continue
+            except SessionQuarantined:
+                break
+        with pytest.raises(SessionQuarantined):
+            await rt.call(sid, Submit("r2", text("more")))
+        reads: list[str] = []
+        real = trio.to_thread.run_sync
+
+        async def counting(fn, *args, **kwargs):
+            if getattr(fn, "__qualname__", "").startswith("EventStore.read_events"):
+                reads.append(fn.__qualname__)
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+        for n in range(3):
+            with pytest.raises(SessionQuarantined):
+                await rt.call(sid, Submit(f"r{n + 3}", text("more")))
+        assert reads == []
+        assert await rt.call(sid, Delete()) == {"deleted": True}
+        reads.clear()
+        for cmd in (Submit("r9", text("more")), WaitIdle()):
+            with pytest.raises(SessionGone):
+                await rt.call(sid, cmd)
+        assert reads == []
+
+
 async def test_repeated_failed_replays_quarantine_the_session(runtime_factory, autojump_clock, caplog):
     async with runtime_factory() as rt:
         healthy = await rt.session()

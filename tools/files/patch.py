@@ -165,17 +165,11 @@ def _split(data: bytes) -> list[tuple[bytes, bytes]]:
 
 
 def dominant_ending(data: bytes) -> bytes:
-    """The file's dominant line ending, as :func:`_dominant` judges its lines (the rule added lines
-    fall back to; see the module docstring), counted without splitting: a line ends in "\\r\\n"
-    exactly where "\\r\\n" occurs."""
+    """The file's dominant line ending (the rule added lines fall back to; see the module
+    docstring): "\\r\\n" when more lines end in it than in a bare "\\n". Counted without
+    splitting: a line ends in "\\r\\n" exactly where "\\r\\n" occurs, as :func:`_split` reads it."""
     crlf = data.count(b"\r\n")
     return b"\r\n" if crlf > data.count(b"\n") - crlf else b"\n"
-
-
-def _dominant(lines: list[tuple[bytes, bytes]]) -> bytes:
-    crlf = sum(1 for _, e in lines if e == b"\r\n")
-    lf = sum(1 for _, e in lines if e == b"\n")
-    return b"\r\n" if crlf > lf else b"\n"
 
 
 def apply(original: bytes, hunks: list[Hunk], shown: str) -> bytes:
@@ -212,7 +206,7 @@ def _apply_text(original: bytes, hunks: list[Hunk], shown: str, *, size: int) ->
         if b[0] < a[1]:
             first, second = sorted((a[2].index, b[2].index))
             raise FileToolError("OVERLAP", f"{shown}: hunks {first} and {second} cover overlapping lines")
-    dominant = _dominant(lines)
+    dominant = dominant_ending(original)
     out: list[bytes] = []
     pos = 0
     for start, end, h in regions:
