@@ -66,7 +66,7 @@ from .schema import (
     ts_steps_back,
 )
 from .types import _Event, kind_of
-from .walcheck import read_once
+from .walcheck import REFUSED_COMMITS_AFTER, read_once
 
 log = logging.getLogger("lens.events")
 
@@ -247,7 +247,7 @@ def refuse_hidden_commits(data_dir: Path, synchronous: Synchronous) -> None:
         return
     if found is None:
         return
-    if found.commits_after >= 2 and synchronous in ("FULL", "EXTRA"):
+    if found.commits_after >= REFUSED_COMMITS_AFTER and synchronous in ("FULL", "EXTRA"):
         raise WalDamaged(found.message(wal))
     log.warning("%s: frame %d breaks the chain with %d commit(s) after it (a write cut short by a power "
                 "cut, or damage); opened as SQLite reads it", wal.name, found.bad_frame, found.commits_after)

@@ -20,6 +20,10 @@ from pathlib import Path
 import msgspec
 
 WAL_HEADER = 32
+# Commits after a break that refuse the log (the writer's open, `lens log rebuild`): with
+# `synchronous` FULL every commit is synced before the next transaction begins, so a power cut
+# tears the last transaction only; one commit after the break is most likely that one.
+REFUSED_COMMITS_AFTER = 2
 FRAME_HEADER = 24
 _MAGIC = (0x377F0682, 0x377F0683)  # low bit: checksums over big-endian words
 

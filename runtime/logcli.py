@@ -37,7 +37,7 @@ from events.schema import (
 )
 from events.secrets import Secrets
 from events.types import KIND_TO_TYPE
-from events.walcheck import hidden_commits
+from events.walcheck import REFUSED_COMMITS_AFTER, WalFinding, hidden_commits
 from projections.projector import Projector, ProjectionsDamaged, ProjectionsDeletedWhileOpen, open_projections_db
 from projections.registry import all_projections
 from projections.stats import KindStats
@@ -196,7 +196,8 @@ def _kinds(values: list[str] | None) -> list[str] | None:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
-    """Print the events; 1 if any row failed to decode (the others are still printed)."""
+    """Print the events; 1 if any row failed to decode (the others are still printed) or a
+    damaged WAL hides commits (those before the damage are printed)."""
     failures = 0
     # No lower bound by default: a row whose seq was edited to 0 or below is still shown.
     after = max(args.from_seq - 1, SEQ_MIN) if args.from_seq is not None else SEQ_MIN
@@ -205,6 +206,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
         args.usage_error(f"at most {MAX_KINDS} different --kind values")
     secrets = _known_secrets(args)
     with LogReader(Path(args.data)) as reader:
+        if _wal_damage(reader, secrets, what="the events printed end before that frame") is not None:
+            failures += 1  # (exit 1: the log holds events this prints nothing of)
         try:
             for _failed in _decode_rows(reader, args, after, kinds, secrets):
                 failures += 1
@@ -273,6 +276,21 @@ def _raw_json(row: StoredRow) -> dict[str, Any]:
         "body_encoding": "zstd+msgpack;base64",
         "body": base64.b64encode(row.body).decode(),
     }
+
+
+def _wal_damage(reader: LogReader, secrets: Secrets, *, what: str) -> WalFinding | None:
+    """What a damaged ``events.db-wal`` hides from this command's read (commits SQLite no
+    longer reads: see :mod:`events.walcheck`), said on stderr as one ``WAL_DAMAGED`` line before
+    the command reads; None when it hides nothing. ``what``: what the command does with the
+    shortened log, for that line."""
+    wal = reader.data_dir / f"{EVENTS_DB}-wal"
+    try:
+        found = hidden_commits(wal)
+    except OSError:  # (a WAL that cannot be read: the reader's own open says so, as it did)
+        return None
+    if found is not None:
+        _err(f"lens: WAL_DAMAGED: {found.message(wal)} ({what}; `lens log verify` reports it)", secrets)
+    return found
 
 
 # ---------------------------------------------------------------------- verify
@@ -424,6 +442,11 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     data = Path(args.data)
     secrets = _known_secrets(args)
     with LogReader(data) as reader:
+        found = _wal_damage(reader, secrets, what="the projections would be rebuilt without the events after it")
+        if found is not None and found.commits_after >= REFUSED_COMMITS_AFTER:
+            _err("lens: the rebuild changed nothing (the projections are as they were); restore the log, then "
+                 "rebuild again", secrets)
+            return 1
         # The history index forgets the keys `lens serve` would know, as the daemon's does.
         projector = Projector(reader, open_projections_db(data), all_projections(secrets))
         try:
@@ -472,6 +495,7 @@ def _in_memory(reader: LogReader, data: Path, failed: Projector | apsw.Connectio
 def cmd_stats(args: argparse.Namespace) -> int:
     data = Path(args.data)
     with LogReader(data) as reader:
+        hidden = _wal_damage(reader, args.secrets, what="the figures count the events before that frame only")
         try:
             conn = open_projections_db(data)
             note = None
@@ -518,16 +542,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
     tot_r = sum(k["raw_bytes"] for k in kinds)
     total = {"events": tot_n, "stored_bytes": tot_s, "raw_bytes": tot_r,
              "compression_ratio": round(tot_r / tot_s, 3) if tot_s else None}
+    failed = 1 if hidden is not None else 0  # (the figures are printed: they are what the log reads)
     if args.json:
         _out(_json.encode({"kinds": kinds, "total": total}))
-        return 0
+        return failed
     header = f"{'kind':<24} {'events':>10} {'stored bytes':>14} {'raw bytes':>14} {'ratio':>7}"
     _out(header)
     _out("-" * len(header))
     for k in kinds + [dict(total, kind="TOTAL")]:
         ratio = f"{k['compression_ratio']:.2f}" if k["compression_ratio"] else "-"
         _out(f"{k['kind']:<24} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
-    return 0
+    return failed
 
 
 def run(args: argparse.Namespace) -> int:

@@ -598,13 +598,10 @@ async def test_verify_reports_commits_a_damaged_wal_frame_hides(tmp_path: Path) 
     await log_with_its_wal(tmp_path / "writer", data, 30)
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
     assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 30 event(s) verified\n", "")
-    wal = bytearray((data / "events.db-wal").read_bytes())
-    page_size = int.from_bytes(wal[8:12], "big")
-    frames = (len(wal) - 32) // (24 + page_size)
+    frames = wal_frames(data)
     assert frames >= 30  # (a commit each: at least one frame each)
     bad = frames // 2
-    wal[32 + (bad - 1) * (24 + page_size) + 24 + 100] ^= 0x55  # a byte of that frame's page
-    (data / "events.db-wal").write_bytes(wal)
+    wal = damage_wal_frame(data, bad)
     damaged = sha256(data / "events.db-wal")
     res = await trio.to_thread.run_sync(lens, "log", "verify", "--data", str(data))
     assert res.returncode == 1, res.stdout + res.stderr
@@ -615,11 +612,83 @@ async def test_verify_reports_commits_a_damaged_wal_frame_hides(tmp_path: Path) 
     visible = len(decoded((await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(data))).stdout))
     assert visible < 30
     # Every commit after the damaged frame is counted (one event each here).
-    own = int.from_bytes(wal[32 + (bad - 1) * (24 + page_size) + 4:][:4], "big") != 0
+    own = is_commit_frame(wal, bad)
     assert f": {30 - visible - own} later commit(s) in it are invisible" in problems[0]
     assert summary == f"FAILED: 1 problem(s) in {visible} event(s)"
     assert "Traceback" not in res.stderr
     assert sha256(data / "events.db-wal") == damaged  # verify never changes it
+
+
+def wal_frames(data: Path) -> int:
+    wal = (data / "events.db-wal").read_bytes()
+    return (len(wal) - 32) // (24 + int.from_bytes(wal[8:12], "big"))
+
+
+def damage_wal_frame(data: Path, n: int) -> bytes:
+    """Flip a byte of the page in ``events.db-wal``'s frame ``n`` (1-based); the damaged file's bytes."""
+    wal = bytearray((data / "events.db-wal").read_bytes())
+    page_size = int.from_bytes(wal[8:12], "big")
+    wal[32 + (n - 1) * (24 + page_size) + 24 + 100] ^= 0x55
+    (data / "events.db-wal").write_bytes(wal)
+    return bytes(wal)
+
+
+def is_commit_frame(wal: bytes, n: int) -> bool:
+    page_size = int.from_bytes(wal[8:12], "big")
+    return int.from_bytes(wal[32 + (n - 1) * (24 + page_size) + 4:][:4], "big") != 0
+
+
+async def test_decode_stats_and_rebuild_say_what_a_damaged_wal_frame_hides(tmp_path: Path) -> None:
+    # Only verify looked at the WAL: decode printed a shortened log, stats counted it and rebuild
+    # rebuilt the projections from it, each exit 0 and without a word.
+    data = tmp_path / "data"
+    await log_with_its_wal(tmp_path / "writer", data, 30)
+    bad = wal_frames(data) // 2
+    wal = damage_wal_frame(data, bad)
+    hidden = sum(is_commit_frame(wal, n) for n in range(bad + 1, wal_frames(data) + 1))
+    assert hidden >= 2
+    line = f"lens: WAL_DAMAGED: events.db-wal frame {bad} is damaged (its checksum or salt is wrong), so SQLite stops "
+
+    res = await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(data))
+    visible = decoded(res.stdout)
+    assert res.returncode == 1 and 0 < len(visible) < 30
+    [said] = res.stderr.splitlines()
+    assert said.startswith(line) and f"{hidden} later commit(s)" in said
+    assert said.endswith("(the events printed end before that frame; `lens log verify` reports it)")
+
+    res = await trio.to_thread.run_sync(lens, "log", "stats", "--data", str(data), "--json")
+    assert res.returncode == 1 and json.loads(res.stdout)["total"]["events"] == len(visible)
+    [said] = res.stderr.splitlines()
+    assert said.startswith(line) and said.endswith("(the figures count the events before that frame only; "
+                                                   "`lens log verify` reports it)")
+
+    before = {p.name: sha256(p) for p in data.iterdir() if p.name.startswith("projections.db")}
+    res = await trio.to_thread.run_sync(lens, "log", "rebuild", "--data", str(data))
+    assert (res.returncode, res.stdout) == (1, "")
+    said, refused = res.stderr.splitlines()
+    assert said.startswith(line)
+    assert refused == "lens: the rebuild changed nothing (the projections are as they were); restore the log, then rebuild again"
+    assert {p.name: sha256(p) for p in data.iterdir() if p.name.startswith("projections.db")} == before
+    assert "Traceback" not in res.stderr
+
+
+async def test_rebuild_goes_on_past_a_wal_break_with_one_commit_after_it(tmp_path: Path) -> None:
+    # One commit after the break is most likely the last transaction, torn by a power cut and never
+    # acknowledged: the daemon opens such a log as SQLite reads it, so rebuild does too, and says so.
+    data = tmp_path / "data"
+    await log_with_its_wal(tmp_path / "writer", data, 30)
+    frames = wal_frames(data)
+    wal = (data / "events.db-wal").read_bytes()
+    bad = max(n for n in range(1, frames) if is_commit_frame(wal, n))  # the commit before the last one
+    wal = damage_wal_frame(data, bad)
+    assert [n for n in range(bad + 1, frames + 1) if is_commit_frame(wal, n)] == [frames]
+    res = await trio.to_thread.run_sync(lens, "log", "rebuild", "--data", str(data))
+    assert res.returncode == 0, res.stderr
+    [said] = res.stderr.splitlines()
+    assert said.startswith(f"lens: WAL_DAMAGED: events.db-wal frame {bad} is damaged") and "1 later commit(s)" in said
+    assert said.endswith("(the projections would be rebuilt without the events after it; `lens log verify` reports it)")
+    visible = len(decoded((await trio.to_thread.run_sync(lens, "log", "decode", "--data", str(data))).stdout))
+    assert res.stdout.endswith(f" from {visible} event(s)\n") and visible == 28
 
 
 def test_bad_arguments_exit_2(log_dir: Path) -> None:
