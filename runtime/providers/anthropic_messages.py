@@ -149,12 +149,14 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
     diagnostics: dict[str, Any] = {}
     if cache:
         sent: list[dict[str, Any]] = []
+        # The tools, then the system prompt: each prefix its own entry, so a system prompt that
+        # changed (an AGENTS.md edited, a skill added) still reads the tools' entry.
+        if tools:
+            tools[-1]["cache_control"] = dict(EPHEMERAL)
+            sent.append({"where": "tools", "block": len(tools) - 1, "reason": "tools"})
         if system:
             system[-1]["cache_control"] = dict(EPHEMERAL)
             sent.append({"where": "system", "block": len(system) - 1, "reason": "system"})
-        elif tools:
-            tools[-1]["cache_control"] = dict(EPHEMERAL)
-            sent.append({"where": "tools", "block": len(tools) - 1, "reason": "system"})
         positions, tails = caching.anthropic_positions(messages)
         for pi, reason in caching.anthropic_breakpoints(len(positions), tails):
             pos = positions[pi]
