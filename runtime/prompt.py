@@ -99,7 +99,7 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
     rules = [r.strip() for r in inputs.rules if r.strip()]
     if rules:
         out.append(("rules", "# Rules\n" + "\n".join(f"- {r}" for r in rules)))
-    files = [f for f in inputs.project_files if f.text.strip() or f.unusable or f.not_read]
+    files = [f for f in inputs.project_files if _shown(f.text).strip() or f.unusable or f.not_read]
     if files:
         body = "\n\n".join(f"## {f.label}\n{_body(f)}" for f in files)
         out.append(("project_context", "# Project context\nInstructions from AGENTS.md files (user-level first, "
@@ -124,18 +124,27 @@ def assemble(inputs: PromptInputs) -> str:
     return "\n\n".join(text for _, text in sections(inputs))
 
 
+def _shown(text: str) -> str:
+    """A file's text as the prompt shows it: without a leading byte-order mark (no text of the
+    file: an editor's mark, and a file of nothing else is empty) and with CRLF line endings as
+    the prompt's own ``\n`` (one line ending throughout the prompt, whatever editor wrote it)."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+
+
 def _body(f: ProjectFile) -> str:
     if f.unusable:
         return _note(f.unusable)
     if f.not_read:
         return f"[{f.not_read}]"
-    return _clip(f.text.strip(), f.label)
+    return _clip(_shown(f.text).strip(), f.label, cut=len(f.text.encode()) >= READ_LIMIT_BYTES - 3)
 
 
-def _clip(text: str, label: str) -> str:
+def _clip(text: str, label: str, *, cut: bool) -> str:
+    """``text`` up to :data:`MAX_PROJECT_FILE_CHARS`; ``cut``: the read stopped at
+    :data:`READ_LIMIT_BYTES` (the file may be longer than what was read)."""
     if len(text) <= MAX_PROJECT_FILE_CHARS:
         return text
-    size = f"at least {len(text)}" if len(text.encode()) >= READ_LIMIT_BYTES - 3 else str(len(text))
+    size = f"at least {len(text)}" if cut else str(len(text))
     # The workspace's file can be read with the file tools; the user's own lies outside any workspace.
     rest = "the rest is not shown" if label == HOME_AGENTS else "read it for the rest"
     return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; {rest}]"

@@ -149,12 +149,14 @@ def render(compiled: Compiled, request: ModelRequest, *, max_tokens: int, cache:
     diagnostics: dict[str, Any] = {}
     if cache:
         sent: list[dict[str, Any]] = []
+        # The tools, then the system prompt: each prefix its own entry, so a system prompt that
+        # changed (an AGENTS.md edited, a skill added) still reads the tools' entry.
+        if tools:
+            tools[-1]["cache_control"] = dict(EPHEMERAL)
+            sent.append({"where": "tools", "block": len(tools) - 1, "reason": "tools"})
         if system:
             system[-1]["cache_control"] = dict(EPHEMERAL)
             sent.append({"where": "system", "block": len(system) - 1, "reason": "system"})
-        elif tools:
-            tools[-1]["cache_control"] = dict(EPHEMERAL)
-            sent.append({"where": "tools", "block": len(tools) - 1, "reason": "system"})
         positions, tails = caching.anthropic_positions(messages)
         for pi, reason in caching.anthropic_breakpoints(len(positions), tails):
             pos = positions[pi]
@@ -286,7 +288,7 @@ class _StreamReader:
         if not self.started:
             return None
         if self.stop_reason is None:
-            return _usage({**self.usage, "output_tokens": None, "output_tokens_details": None})
+            return _usage({**self.usage, **dict.fromkeys(_OUTPUT_COUNTS)})
         return _usage(self.usage)
 
     def feed(self, ev: Any) -> None:
@@ -347,10 +349,12 @@ class _StreamReader:
             self.stop_reason = ev.delta.stop_reason
             self.stop_details = refusal_details(getattr(ev.delta, "stop_details", None))
             # Counts on a message_delta are running totals: they replace what message_start said;
-            # a count left out keeps its earlier value, except output_tokens (message_start's is a
-            # placeholder: the API always sends the total here, and one left out is unknown).
+            # a count left out keeps its earlier value, except the output counts (message_start's
+            # output_tokens and output_tokens_details are placeholders: the API sends the totals
+            # here, and one left out is unknown).
             counts = usage_dict(ev.usage) or {}
-            self.usage["output_tokens"] = counts.get("output_tokens")
+            for key in _OUTPUT_COUNTS:
+                self.usage[key] = counts.get(key)
             for key, value in counts.items():
                 if value is not None:
                     self.usage[key] = value
@@ -361,6 +365,9 @@ def _text(value: Any, what: str) -> str:
         raise TypeError(f"{what} is {type(value).__name__}, not text")
     return value
 
+
+# The usage keys whose message_start values are placeholders until a message_delta reports them.
+_OUTPUT_COUNTS = ("output_tokens", "output_tokens_details")
 
 _MESSAGE_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop", "message_delta",
                              "message_stop"})

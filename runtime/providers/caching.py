@@ -16,8 +16,9 @@ per-breakpoint ``ttl`` override. Any other ttl is refused (``CACHE_TTL_UNSUPPORT
 
 **Anthropic** ``cache_control`` breakpoints by *lookback position*: the message blocks in order,
 where a run of consecutive ``tool_use`` blocks counts as one position and a run of consecutive
-``tool_result`` blocks as one. Every request marks the last system block (the tools + system
-prefix) and its tail position. A cache entry written by an earlier request (at its tail) is found
+``tool_result`` blocks as one. Every request marks the last tool (the tools prefix), the last
+system block (the tools + system prefix: a system prompt that changed, an AGENTS.md edited, still
+reads the tools' entry) and its tail position. A cache entry written by an earlier request (at its tail) is found
 by the tail's lookback only within :data:`ANTHROPIC_LOOKBACK` positions; once 20 new positions
 have accumulated since the newest earlier tail, that matching older anchor is marked explicitly
 too, so it is read instead of lost.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.daemon import read_workspace_agents_md
-from runtime.prompt import build_system_prompt
+from runtime.daemon import read_home_agents_md, read_workspace_agents_md
+from runtime.prompt import Unusable, build_system_prompt
 
 from .conftest import running_pool
 
@@ -49,3 +49,31 @@ async def test_a_workspace_agents_md_that_is_a_directory_is_left_out(tmp_path: P
 
         (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
         assert "notes.txt" not in prompt and "# Project context" not in prompt
+
+
+async def test_an_agents_md_with_a_byte_order_mark_and_crlf_endings_reads_as_its_text(tmp_path: Path) -> None:
+    # The executor reads a file's text exactly (a BOM and CRLF endings kept): the prompt showed
+    # the mark as an invisible U+FEFF before the first rule, gave a file of a mark alone a section
+    # with nothing in it, and kept "\r\n" among its own "\n".
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    home_md = tmp_path / "home" / ".agents" / "AGENTS.md"
+    home_md.parent.mkdir(parents=True)
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        async def read_text(path: str) -> str | Unusable | None:
+            if path == str(ws / "AGENTS.md"):
+                return await read_workspace_agents_md(pool, "p")
+            return read_home_agents_md(path)
+
+        (ws / "AGENTS.md").write_bytes(b"\xef\xbb\xbfWS-RULE one\r\nWS-RULE two\r\n")
+        home_md.write_bytes(b"\xef\xbb\xbf")
+        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        assert "## <workspace>/AGENTS.md\nWS-RULE one\nWS-RULE two\n\n# Environment" in prompt, repr(prompt)
+        assert "~/.agents/AGENTS.md" not in prompt, repr(prompt)  # (a mark alone: an empty file)
+        assert "\ufeff" not in prompt and "\r" not in prompt, repr(prompt)
+
+        (ws / "AGENTS.md").write_bytes(b"\xef\xbb\xbf \r\n\r\n")
+        home_md.write_bytes(b"\xef\xbb\xbfHOME-RULE one\r\nHOME-RULE two\r\n")
+        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        assert "## ~/.agents/AGENTS.md\nHOME-RULE one\nHOME-RULE two\n\n# Environment" in prompt, repr(prompt)
+        assert "<workspace>/AGENTS.md" not in prompt and "\ufeff" not in prompt and "\r" not in prompt, repr(prompt)

@@ -184,9 +184,9 @@ async def test_anthropic_breakpoints_on_the_wire_at_the_edge(new, anchored, serv
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
     tail = f".messages[2].content[{new - 2}]"
     anchor = ".messages[0].content[0]"
-    expected = [".system[0]"] + ([anchor] if anchored else []) + [tail]
+    expected = [".tools[1]", ".system[0]"] + ([anchor] if anchored else []) + [tail]
     assert sorted(found) == sorted(expected)
-    assert [b["reason"] for b in cache["breakpoints"]] == ["system"] + (["anchor"] if anchored else []) + ["tail"]
+    assert [b["reason"] for b in cache["breakpoints"]] == ["tools", "system"] + (["anchor"] if anchored else []) + ["tail"]
     assert len(found) <= caching.ANTHROPIC_MAX_BREAKPOINTS
 
 
@@ -203,6 +203,29 @@ async def test_anthropic_tool_rounds_count_once_on_the_wire(server, make):
     cache = result.diagnostics["cache"]
     assert cache["positions"] == 1 + 7 * 3
     # The newest earlier tail (the 6th round's results) is 3 positions back: no anchor needed.
-    assert [b["reason"] for b in cache["breakpoints"]] == ["system", "tail"]
+    assert [b["reason"] for b in cache["breakpoints"]] == ["tools", "system", "tail"]
     last = server.bodies[0]["messages"][-1]["content"]
     assert "cache_control" in last[-1] and all("cache_control" not in b for b in last[:-1])
+
+
+async def test_anthropic_a_changed_system_prompt_still_reads_the_tools_entry(server, make):
+    # The request's prefixes are the tools, then the system prompt, then the messages. Only the
+    # system prompt's end was marked when there was one: an edit of an AGENTS.md (or a skill
+    # added), which changes the system prompt, left no entry to read for the tools before it,
+    # and every tool definition was written to the cache again. The tools' end is marked too.
+    provider = make("anthropic")
+    server.push(reply("anthropic", text="ok"), reply("anthropic", text="ok"), reply("anthropic", text="ok"))
+    ctx = edge_history(20)  # (the anchor too: four breakpoints, the most the API takes)
+    r1 = await provider.stream(ctx.request(system=["rules: tabs"]), Deltas())
+    r2 = await provider.stream(ctx.request(system=["rules: spaces"]), Deltas())
+    b1, b2 = server.bodies
+    assert b1["tools"] == b2["tools"] and b1["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert all("cache_control" not in tool for tool in b1["tools"][:-1])
+    assert b1["system"][-1]["cache_control"] == b2["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    for r, b in ((r1, b1), (r2, b2)):
+        assert [bp["reason"] for bp in r.diagnostics["cache"]["breakpoints"]] == ["tools", "system", "anchor", "tail"]
+        assert len(list(marked(b, "cache_control"))) == caching.ANTHROPIC_MAX_BREAKPOINTS
+    # Without a system prompt the tools' end is the one prefix mark.
+    await provider.stream(Ctx().user("hi").request(system=[]), Deltas())
+    b3 = server.bodies[2]
+    assert "system" not in b3 and sorted(p for p, _ in marked(b3, "cache_control")) == [".messages[0].content[0]", ".tools[1]"]
