@@ -16,7 +16,7 @@ from typing import Any, Callable
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, answered, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
     network_requests, one,
-    open_session, reopen_read_only, session_starting_jobs, submit, texts, wait_for, with_turns)
+    open_session, press, reopen_read_only, session_starting_jobs, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
 
 BODY_LIMIT = 64 * 1024  # server.maxBodyBytes of the daemon below (its smallest allowed value)
@@ -165,12 +165,12 @@ def test_dashboard_stops_a_job_once_and_says_one_ended_meanwhile_had_ended(
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
 
     driver.execute_script(HOLD_STOPS)
-    driver.execute_script("arguments[0].focus()", one(driver, stop))
-    keys(driver, Keys.ENTER)
+    press(driver, stop, Keys.ENTER)
     wait_for(lambda: driver.execute_script("return window.stopRequests") == 1, "the stop asked")
-    assert not one(driver, stop).is_enabled()
+    assert driver.execute_script("return document.querySelector(arguments[0]).disabled", stop)
     assert (focused(driver)["row"], focused(driver)["text"]) == (job_id, "Output")
-    driver.execute_script("arguments[0].click()", one(driver, stop))   # (a second press: disabled, nothing sent)
+    # (a second press: disabled, nothing sent; the card found and pressed in one step)
+    driver.execute_script("document.querySelector(arguments[0]).click()", stop)
     assert driver.execute_script("return window.stopRequests") == 1
 
     # Stopped elsewhere meanwhile: the page's stop then finds it ended.
