@@ -105,10 +105,16 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
     driver = browser
     session_starting_jobs(make_daemon, driver, tmp_path, "dash-names", "sleep 600")
     wait_for(lambda: by_css(driver, "#jobs li.card button.job-stop"), "the running job's Stop")
-    controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
-    assert len(controls) > 10
-    wordless = [(n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls
-                if not re.search(r"[A-Za-z]{2}", n.accessible_name or "")]
+
+    def names() -> list[tuple[str, str | None]]:
+        # (one pass over the page's controls, a WebDriver call or three each: the run goes on, and a
+        # pane redrawn meanwhile leaves a control found here stale; wait_for reads them all again)
+        controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
+        return [(n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls]
+
+    named = wait_for(names, "the visible controls' names, read in one pass")
+    assert len(named) > 10
+    wordless = [(who, name) for who, name in named if not re.search(r"[A-Za-z]{2}", name or "")]
     assert wordless == []
     assert one(driver, "#refresh").accessible_name == "Reload projects, sessions and the default model"
 
