@@ -18,7 +18,7 @@ import httpx2
 import pytest
 import trio
 
-from .conftest import ServeProcess, as_daemon, run_lens
+from .conftest import SDK_IMPORT_LIMIT, ServeProcess, as_daemon, run_lens
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -175,7 +175,9 @@ async def test_the_spec_example_config_is_read_as_written_and_flags_take_its_pla
                 sid = (await d.session(token, project["id"]))["id"]
                 server.push(reply("openai-chat", text="fine"))
                 await d.submit(token, sid, "r1", "hello")
-                await d.wait_idle(token, sid)
+                # (the first turn of this new process to an SDK provider waits for the SDKs'
+                # import, and for its project's executor to start: a bound, not a time)
+                await d.wait_idle(token, sid, timeout=SDK_IMPORT_LIMIT)
                 events = await d.events(token, sid)
                 assert [e["body"]["text"] for e in events if e["kind"] == "model.responded"] == ["fine"], events
             assert await serve.terminate() == 0

@@ -277,6 +277,15 @@ def texts(driver: Any, selector: str) -> list[str]:
         "return Array.from(document.querySelectorAll(arguments[0]), n => n.textContent)", selector)
 
 
+def attrs(driver: Any, selector: str, *names: str) -> list[list[str | None]]:
+    """The attributes ``names`` of every match (``textContent`` reads that property), in one read
+    of the page. The page redraws lists as events arrive: an element found by one WebDriver call
+    and read by the next can be gone in between (a stale element), or be read half from one
+    drawing and half from the next."""
+    return driver.execute_script("""return Array.from(document.querySelectorAll(arguments[0]),
+        (n) => arguments[1].map((a) => a === "textContent" ? n.textContent : n.getAttribute(a)))""", selector, list(names))
+
+
 def connect(driver: Any, credential: str) -> None:
     field = one(driver, "#cred")
     field.clear()

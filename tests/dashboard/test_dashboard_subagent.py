@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one,
+    Daemon, attrs, body_data, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one,
     open_session, press, reopen_read_only, submit, texts, wait_for, with_turns)
 
 CONVO = "#timeline .tool[data-call-id] > details.sub-convo"
@@ -38,8 +38,8 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     assert by_css(driver, CONVO + " .sub-items > *") == []  # (closed: nothing of it in the page)
 
     # Opened by the keyboard (its summary is a labelled Tab stop of the card).
-    summary = one(driver, CONVO + " > summary")
-    assert summary.text == "subagent's conversation" and sub in summary.get_attribute("title")
+    [[summary, title]] = attrs(driver, CONVO + " > summary", "textContent", "title")
+    assert summary == "subagent's conversation" and sub in title
     press(driver, CONVO + " > summary", Keys.ENTER)
     wait_for(lambda: texts(driver, SUB_USER + " .text") == ["/tool get_system_time {}"], "the subagent's prompt")
     assert texts(driver, CONVO + " .sub-items > .tool .name") == ["get_system_time"]
@@ -168,10 +168,10 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#agents > li.card")) == 2
              and by_css(driver, "#timeline > .tool .pill.ok"), "the subagent, finished")
     sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
-    buttons = by_css(driver, "#agents button.show-convo")
-    # (the main agent's entry has none: its conversation is the timeline)
-    assert [b.get_attribute("data-agent-id") for b in buttons] == [sub]
-    assert buttons[0].text == "Show conversation" and buttons[0].get_attribute("aria-label") == "Show conversation of " + sub
+    # (the main agent's entry has none: its conversation is the timeline; the pane is redrawn at
+    # each event of the session, late ones after idle too: its buttons are read in one read)
+    assert attrs(driver, "#agents button.show-convo", "data-agent-id", "textContent", "aria-label") == [
+        [sub, "Show conversation", "Show conversation of " + sub]]
     button = f"#agents button.show-convo[data-agent-id='{sub}']"
     in_card = f"#timeline > .tool > details.sub-convo[data-agent-id='{sub}']"
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, answered, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
     network_requests, one,
-    open_session, reopen_read_only, session_starting_jobs, submit, texts, wait_for, with_turns)
+    open_session, press, reopen_read_only, session_starting_jobs, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_keyboard import chord, focused, keys, tab_to
 
 BODY_LIMIT = 64 * 1024  # server.maxBodyBytes of the daemon below (its smallest allowed value)
@@ -105,10 +105,16 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
     driver = browser
     session_starting_jobs(make_daemon, driver, tmp_path, "dash-names", "sleep 600")
     wait_for(lambda: by_css(driver, "#jobs li.card button.job-stop"), "the running job's Stop")
-    controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
-    assert len(controls) > 10
-    wordless = [(n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls
-                if not re.search(r"[A-Za-z]{2}", n.accessible_name or "")]
+
+    def names() -> list[tuple[str, str | None]]:
+        # (one pass over the page's controls, a WebDriver call or three each: the run goes on, and a
+        # pane redrawn meanwhile leaves a control found here stale; wait_for reads them all again)
+        controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
+        return [(n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls]
+
+    named = wait_for(names, "the visible controls' names, read in one pass")
+    assert len(named) > 10
+    wordless = [(who, name) for who, name in named if not re.search(r"[A-Za-z]{2}", name or "")]
     assert wordless == []
     assert one(driver, "#refresh").accessible_name == "Reload projects, sessions and the default model"
 
@@ -165,12 +171,12 @@ def test_dashboard_stops_a_job_once_and_says_one_ended_meanwhile_had_ended(
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
 
     driver.execute_script(HOLD_STOPS)
-    driver.execute_script("arguments[0].focus()", one(driver, stop))
-    keys(driver, Keys.ENTER)
+    press(driver, stop, Keys.ENTER)
     wait_for(lambda: driver.execute_script("return window.stopRequests") == 1, "the stop asked")
-    assert not one(driver, stop).is_enabled()
+    assert driver.execute_script("return document.querySelector(arguments[0]).disabled", stop)
     assert (focused(driver)["row"], focused(driver)["text"]) == (job_id, "Output")
-    driver.execute_script("arguments[0].click()", one(driver, stop))   # (a second press: disabled, nothing sent)
+    # (a second press: disabled, nothing sent; the card found and pressed in one step)
+    driver.execute_script("document.querySelector(arguments[0]).click()", stop)
     assert driver.execute_script("return window.stopRequests") == 1
 
     # Stopped elsewhere meanwhile: the page's stop then finds it ended.
