@@ -216,6 +216,28 @@ async def test_capability_search_ranks_only_what_is_assigned_to_the_agent():
     assert res.structured_content["matches"] == []
 
 
+async def test_a_query_of_common_words_or_punctuation_loads_nothing():
+    # Every description holds "the", "for", "a": a query of such words ranked and loaded tools
+    # that had nothing to do with it, and "get the weather" loaded the issue tracker too. A query
+    # with no letter or digit at all found nothing, said only as "no match".
+    weather = spec("mcp__w__get_weather", "Get the weather forecast for a city", source="mcp")
+    issue = spec("mcp__gh__create_issue", "Create an issue in the tracker", source="mcp")
+    cat = catalog([weather, issue], {"deferred": ["mcp__*"]})
+    assert score("the", issue) == 0 and score("for a", weather) == 0
+    assert score("get", weather) == 3  # (a common word is still a word of a name)
+    for query in ("the", "for a", "What is the", "how to use it"):
+        res = await search(cat, {"query": query})
+        assert res.structured_content["matches"] == [] and res.events == [], (query, res.structured_content)
+        assert "Common words" in res.content[0].text
+    res = await search(cat, {"query": "get the weather"})
+    assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__w__get_weather"]
+    assert res.structured_content["loaded"] == ["mcp__w__get_weather"]
+    for query in ("?!", "...", "___", "— …", "🙂"):
+        res = await search(cat, {"query": query})
+        assert res.error_code == "INVALID_ARGUMENT" and "no word to search for" in res.content[0].text, query
+        assert res.events == []
+
+
 @pytest.mark.parametrize(("args", "ok"), [
     ({"query": "x", "limit": 1}, True), ({"query": "x", "limit": MAX_LIMIT}, True),
     ({"query": "x", "limit": 0}, False), ({"query": "x", "limit": MAX_LIMIT + 1}, False),
