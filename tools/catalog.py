@@ -289,11 +289,14 @@ def score(query: str, spec: ToolSpec) -> int:
     tool's name, else 2 if a name word starts with it (3+ letters) or, for one letter of an
     unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
     starts) a word of the description or is one of its letters of such scripts; plus 10 when the
-    query is the tool's name. A word of :data:`COMMON_WORDS` scores only as a name word."""
+    query is the tool's name (case-folded), 11 when it is the name exactly as written (two tools
+    whose names differ only by case: the one named is first). A word of :data:`COMMON_WORDS`
+    scores only as a name word."""
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    total = 10 if _fold(query.strip()) == _fold(spec.name) else 0
+    asked = query.strip()
+    total = 11 if asked == spec.name else 10 if _fold(asked) == _fold(spec.name) else 0
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
