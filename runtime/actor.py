@@ -1044,13 +1044,21 @@ class SessionActor:
         model may call the alias of another tool of the catalog (a deferred one not loaded yet,
         one the policy disables), which then answers as that tool (``TOOL_NOT_LOADED``,
         ``TOOL_DISABLED``), not as an unknown name."""
-        registry = self.tool_catalog.registry
-        if all(registry.get(c.name) is not None for c in result.tool_calls):
+        names = [c.name for c in result.tool_calls]
+        ids = self._tool_ids(names)
+        if ids == names:
             return result
+        return dataclasses.replace(result, tool_calls=[c if i == c.name else t.ToolCall(c.call_id, i, c.arguments)
+                                                       for c, i in zip(result.tool_calls, ids)])
+
+    def _tool_ids(self, names: Sequence[str]) -> list[str]:
+        """``names`` with each one that is no tool's own name but the digest alias of a tool of the
+        catalog replaced by that tool's id (a model knows the tools by the names it is offered)."""
+        registry = self.tool_catalog.registry
+        if all(registry.get(n) is not None for n in names):
+            return list(names)
         aliases = {alias_for(s.name): s.name for s in registry.all() if not is_native(s.name)}
-        calls = [c if registry.get(c.name) is not None or c.name not in aliases
-                 else t.ToolCall(c.call_id, aliases[c.name], c.arguments) for c in result.tool_calls]
-        return dataclasses.replace(result, tool_calls=calls)
+        return [n if registry.get(n) is not None else aliases.get(n, n) for n in names]
 
     def _cut_program(self, output: str, truncated: bool, cut: ProgramCut) -> d.CutProgram:
         """What an aborted program had done, cut to fit one event with the abort's note: the
@@ -1458,6 +1466,8 @@ class SessionActor:
         sub_id = f"sub_{call.call_id}"
         if sub_id not in self.state.agents:
             if allowed is not None:  # (an empty list used to mean every tool; unknown names, none)
+                # (the model names the tools as it is offered them: an alias stands for its tool)
+                allowed = list(dict.fromkeys(self._tool_ids(allowed)))
                 known = {spec.name for spec in self.deps.tools.visible(is_main_agent=True)}
                 offered = sorted(spec.name for spec in self.deps.tools.visible(is_main_agent=False))
                 unknown = sorted(set(allowed) - known)

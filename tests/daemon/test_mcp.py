@@ -302,6 +302,33 @@ async def test_a_model_calling_the_alias_or_the_id_of_a_tool_not_offered_gets_th
     assert alias not in offered_names("openai-chat", loop.bodies[0])
 
 
+async def test_a_subagent_started_with_a_tools_list_naming_an_alias_has_that_tool(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # The main model is offered "mcp__srv__some.tool" as its alias and names it so in a
+    # subagent's tools list: that was refused ("there is no tool mcp__srv__some_tool_…").
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    loop.push(chat_stream(calls=[("c1", "subagent", {"prompt": "run it", "tools": [alias, "read_file"]})]),
+              chat_stream(calls=[("c2", alias, {})]), chat_stream(text="sub done"), chat_stream(text="done"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"srv": server("--dotted")}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    started = [e for e in events if e["kind"] == "agent.started"]
+    assert [e["body"]["tools"] for e in started] == [[dotted, "read_file"]], [e["body"] for e in finished(events)]
+    assert sorted(offered_names("openai-chat", loop.bodies[1])) == sorted([alias, "read_file"])
+    done = {b["call_id"]: b for b in finished(events)}
+    assert done["c2"]["name"] == dotted and done["c2"]["content"] == [{"type": "text", "text": "some.tool ran"}]
+    assert done["c1"]["status"] == "ok"
+
+
 async def test_a_daemon_stopped_during_an_mcp_call_reports_it_interrupted_at_the_next_start(
         daemon_factory: DaemonFactory) -> None:
     # Shutdown stops the servers while it cancels the sessions: the call was recorded as
