@@ -534,10 +534,13 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         assigned = catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)
         off = catalog.disabled_names(assigned, ctx.tool_policy)
         already = [s for s in assigned if s.name in deferred and s.name in set(loaded) and s.name not in off]
-        top = rank(query, [*searchable, *already])[:limit]
-        new = [s.name for _score, s in top if s.name not in set(loaded)] if load else []
+        have = set(loaded)
+        # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
+        # of a server's tools, where the ones loaded by the first search filled the limit again)
+        top = sorted(rank(query, [*searchable, *already]), key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
+        new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
-                    "loaded": s.name in set(loaded) or s.name in new,
+                    "loaded": s.name in have or s.name in new,
                     **({"inputExamples": list(s.input_examples)} if s.input_examples else {})} for sc, s in top]
         if not matches:
             text = f"No deferred capability matches {query!r} ({len(searchable)} searchable)."

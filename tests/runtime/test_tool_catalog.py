@@ -251,6 +251,24 @@ async def test_the_exact_name_of_one_of_two_tools_differing_only_by_case_loads_t
     assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__s__Echo", "mcp__s__echo"]
 
 
+async def test_searching_again_loads_the_next_of_equally_matching_tools():
+    # Seven tools of one server match "github" alike: the first search loaded five, and the same
+    # search again listed the same five (loaded, first by name) and loaded nothing, for good.
+    gh = [spec(f"mcp__github__t{i}", f"tool {i}", source="mcp") for i in range(7)]
+    cat = catalog(gh, {"deferred": ["mcp__*"]})
+    first = (await search(cat, {"query": "github"})).structured_content["loaded"]
+    assert first == [f"mcp__github__t{i}" for i in range(5)]
+    res = await search(cat, {"query": "github"}, ctx(loaded=first))
+    assert res.structured_content["loaded"] == ["mcp__github__t5", "mcp__github__t6"]
+    assert [m["name"] for m in res.structured_content["matches"]] == [
+        "mcp__github__t5", "mcp__github__t6", "mcp__github__t0", "mcp__github__t1", "mcp__github__t2"]
+    assert all(m["loaded"] for m in res.structured_content["matches"])
+    # (a better match already loaded still comes first: no worse one is loaded in its place)
+    res = await search(cat, {"query": "mcp__github__t0", "limit": 1}, ctx(loaded=first))
+    assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__github__t0"]
+    assert res.structured_content["loaded"] == [] and res.events == []
+
+
 @pytest.mark.parametrize(("args", "ok"), [
     ({"query": "x", "limit": 1}, True), ({"query": "x", "limit": MAX_LIMIT}, True),
     ({"query": "x", "limit": 0}, False), ({"query": "x", "limit": MAX_LIMIT + 1}, False),
