@@ -65,7 +65,7 @@ from .errors import (
 )
 from .providers.base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
-from .providers.names import alias_for, is_native
+from .providers.names import ids_for
 from .skill_loads import SkillLoads, load_failed
 from .stop_now import StopNow
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_view
@@ -1057,8 +1057,7 @@ class SessionActor:
         registry = self.tool_catalog.registry
         if all(registry.get(n) is not None for n in names):
             return list(names)
-        aliases = {alias_for(s.name): s.name for s in registry.all() if not is_native(s.name)}
-        return [n if registry.get(n) is not None else aliases.get(n, n) for n in names]
+        return ids_for(names, {s.name for s in registry.all()})
 
     def _cut_program(self, output: str, truncated: bool, cut: ProgramCut) -> d.CutProgram:
         """What an aborted program had done, cut to fit one event with the abort's note: the

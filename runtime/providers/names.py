@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable, Sequence
 
 from .base import ProviderError
 
@@ -49,6 +49,17 @@ def alias_for(internal_id: str) -> str:
     if is_native(internal_id):
         return internal_id
     return _digest_alias(internal_id, "tool")
+
+
+def ids_for(names: Sequence[str], ids: Collection[str]) -> list[str]:
+    """``names`` (tool names a model gave) as internal ids: one of ``ids`` as it is, the digest
+    alias of one of ``ids`` as that id, any other name unchanged. A model knows the tools by the
+    names it is offered, and may give one where no request's table maps it back (a call of a tool
+    it was not offered, a subagent's ``tools`` list, a program's ``call_tool``)."""
+    if all(n in ids for n in names):
+        return list(names)
+    aliases = {alias_for(i): i for i in ids if not is_native(i)}
+    return [n if n in ids else aliases.get(n, n) for n in names]
 
 
 def call_id_for(call_id: str) -> str:
