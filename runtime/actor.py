@@ -63,8 +63,9 @@ from .errors import (
     SessionQuarantined,
     SettingsInvalid,
 )
-from .providers.base import Delta, ModelRequest, ProviderError, UsageMeter, well_formed
+from .providers.base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
+from .providers.names import ids_for
 from .skill_loads import SkillLoads, load_failed
 from .stop_now import StopNow
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_view
@@ -988,7 +989,7 @@ class SessionActor:
         self._cut.pop(agent_id, None)
         try:
             try:
-                result = (await provider.stream(request, delta_seen, meter)).well_formed()
+                result = self._called_ids((await provider.stream(request, delta_seen, meter)).well_formed())
             except trio.Cancelled:
                 if shown or meter.usage is not None:
                     # (an abort's model.failed records the usage and keeps the text; a stop's
@@ -1036,6 +1037,27 @@ class SessionActor:
                 message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
                 usage=result.usage, partial_text=d.kept_partial_text(self._fitting("".join(shown)))),
                 agent_id, task_id)])
+
+    def _called_ids(self, result: ModelResult) -> ModelResult:
+        """``result`` with each call of a digest alias the request did not offer named by the tool's
+        id (F-MOD-3: the log holds internal ids). The provider maps back the names it offered; a
+        model may call the alias of another tool of the catalog (a deferred one not loaded yet,
+        one the policy disables), which then answers as that tool (``TOOL_NOT_LOADED``,
+        ``TOOL_DISABLED``), not as an unknown name."""
+        names = [c.name for c in result.tool_calls]
+        ids = self._tool_ids(names)
+        if ids == names:
+            return result
+        return dataclasses.replace(result, tool_calls=[c if i == c.name else t.ToolCall(c.call_id, i, c.arguments)
+                                                       for c, i in zip(result.tool_calls, ids)])
+
+    def _tool_ids(self, names: Sequence[str]) -> list[str]:
+        """``names`` with each one that is no tool's own name but the digest alias of a tool of the
+        catalog replaced by that tool's id (a model knows the tools by the names it is offered)."""
+        registry = self.tool_catalog.registry
+        if all(registry.get(n) is not None for n in names):
+            return list(names)
+        return ids_for(names, {s.name for s in registry.all()})
 
     def _cut_program(self, output: str, truncated: bool, cut: ProgramCut) -> d.CutProgram:
         """What an aborted program had done, cut to fit one event with the abort's note: the
@@ -1443,6 +1465,8 @@ class SessionActor:
         sub_id = f"sub_{call.call_id}"
         if sub_id not in self.state.agents:
             if allowed is not None:  # (an empty list used to mean every tool; unknown names, none)
+                # (the model names the tools as it is offered them: an alias stands for its tool)
+                allowed = list(dict.fromkeys(self._tool_ids(allowed)))
                 known = {spec.name for spec in self.deps.tools.visible(is_main_agent=True)}
                 offered = sorted(spec.name for spec in self.deps.tools.visible(is_main_agent=False))
                 unknown = sorted(set(allowed) - known)

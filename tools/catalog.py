@@ -274,19 +274,34 @@ def _characters(text: str) -> set[str]:
             for c in m.group()}
 
 
+# English function words: a query word among them scores only as a whole word of a tool's name.
+# Every description holds some ("Get the weather for a city"), so "the" or "for a" ranked and
+# loaded tools that had nothing to do with what was asked.
+COMMON_WORDS = frozenset(
+    "a about an and any are as at be by can could do does for from get give has have how i if in "
+    "into is it its let me my need of on or our please should so some than that the their them "
+    "then there these this those to us use using want was we what when where which who why will "
+    "with would you your".split())
+
+
 def score(query: str, spec: ToolSpec) -> int:
     """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
     tool's name, else 2 if a name word starts with it (3+ letters) or, for one letter of an
     unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
     starts) a word of the description or is one of its letters of such scripts; plus 10 when the
-    query is the tool's name."""
+    query is the tool's name (case-folded), 11 when it is the name exactly as written (two tools
+    whose names differ only by case: the one named is first). A word of :data:`COMMON_WORDS`
+    scores only as a name word."""
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    total = 10 if _fold(query.strip()) == _fold(spec.name) else 0
+    asked = query.strip()
+    total = 11 if asked == spec.name else 10 if _fold(asked) == _fold(spec.name) else 0
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
+        elif w in COMMON_WORDS:
+            continue
         elif (len(w) >= 3 and any(n.startswith(w) for n in name_words)) or w in name_chars:
             total += 2
         elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
@@ -502,6 +517,10 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         query = args.get("query")
         if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
             raise ToolError("INVALID_ARGUMENT", f"query must be a non-blank string of at most {MAX_QUERY_CHARS} characters")
+        words = tokens(query)
+        if not words:
+            raise ToolError("INVALID_ARGUMENT", f"query {query[:100]!r} holds no word to search for (letters or "
+                            f"digits): name what the tool does, such as 'issue tracker'")
         limit = args.get("limit", DEFAULT_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}")
@@ -515,13 +534,18 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         assigned = catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)
         off = catalog.disabled_names(assigned, ctx.tool_policy)
         already = [s for s in assigned if s.name in deferred and s.name in set(loaded) and s.name not in off]
-        top = rank(query, [*searchable, *already])[:limit]
-        new = [s.name for _score, s in top if s.name not in set(loaded)] if load else []
+        have = set(loaded)
+        # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
+        # of a server's tools, where the ones loaded by the first search filled the limit again)
+        top = sorted(rank(query, [*searchable, *already]), key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
+        new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
-                    "loaded": s.name in set(loaded) or s.name in new,
+                    "loaded": s.name in have or s.name in new,
                     **({"inputExamples": list(s.input_examples)} if s.input_examples else {})} for sc, s in top]
         if not matches:
             text = f"No deferred capability matches {query!r} ({len(searchable)} searchable)."
+            if all(w in COMMON_WORDS for w in words):
+                text += " Common words such as 'the' or 'for' match only tool names: name what the tool does."
         else:
             lines = [f"- {m['name']} (score {m['score']}{', loaded' if m['loaded'] else ''}): {m['description'][:300]}"
                      for m in matches]

@@ -212,7 +212,7 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
                     entry.parts.extend(await parts_of(cur))
                 elif cur.call is not None:
                     entry.calls.append(cur.call)
-                    names.add(cur.call.name)
+                    names.add_called(cur.call.name)
                 entry.item_ids.append(cur.id)
                 i += 1
             entries.append(entry)

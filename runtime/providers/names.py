@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable, Sequence
 
 from .base import ProviderError
 
@@ -49,6 +49,17 @@ def alias_for(internal_id: str) -> str:
     if is_native(internal_id):
         return internal_id
     return _digest_alias(internal_id, "tool")
+
+
+def ids_for(names: Sequence[str], ids: Collection[str]) -> list[str]:
+    """``names`` (tool names a model gave) as internal ids: one of ``ids`` as it is, the digest
+    alias of one of ``ids`` as that id, any other name unchanged. A model knows the tools by the
+    names it is offered, and may give one where no request's table maps it back (a call of a tool
+    it was not offered, a subagent's ``tools`` list, a program's ``call_tool``)."""
+    if all(n in ids for n in names):
+        return list(names)
+    aliases = {alias_for(i): i for i in ids if not is_native(i)}
+    return [n if n in ids else aliases.get(n, n) for n in names]
 
 
 def call_id_for(call_id: str) -> str:
@@ -112,9 +123,10 @@ def _digest_alias(value: str, fallback: str, readable_max: int = READABLE_MAX, a
 class ToolNames:
     """Both directions for one request: internal id <-> native name.
 
-    Built from the request's tools *and* every tool name in its history (a call to a tool that
-    is no longer offered must still be sent under the same alias). Raises
-    ``ProviderError("TOOL_NAME_COLLISION")`` if two ids would be sent under one name.
+    Built from the request's tools (:meth:`add`) *and* every tool name in its history
+    (:meth:`add_called`: a call to a tool that is no longer offered must still be sent under the
+    same alias). Raises ``ProviderError("TOOL_NAME_COLLISION")`` if two offered tools would be
+    sent under one name; a history name never fails the request.
     """
 
     def __init__(self, internal_ids: Iterable[str] = ()) -> None:
@@ -133,6 +145,26 @@ class ToolNames:
             raise ProviderError("TOOL_NAME_COLLISION", f"tools {other!r} and {internal_id!r} map to the same native name {native!r}")
         self._native[internal_id] = native
         self._internal[native] = internal_id
+        return native
+
+    def add_called(self, name: str) -> str:
+        """The native name of a tool the history called: as :meth:`add` gives it, unless another
+        id of the request holds that name already, then the first free digest alias of
+        ``"<name>#1"``, ``"<name>#2"``… The log keeps what a model called, and a model may call a
+        name it was not offered, an alias among them (``mcp__srv__some_tool_<digest>`` for the
+        deferred ``mcp__srv__some.tool``, say): that name beside the tool's own id, or beside the
+        tool once offered, made every later request of the session fail. Offered tools are added
+        first, so they keep their names; the history is added in order, so a session's earlier
+        calls keep theirs from one request to the next."""
+        native = self._native.get(name)
+        if native is not None:
+            return native
+        native, attempt = alias_for(name), 0
+        while native in self._internal:
+            attempt += 1
+            native = _digest_alias(name, "tool", READABLE_MAX, attempt)
+        self._native[name] = native
+        self._internal[native] = name
         return native
 
     def native(self, internal_id: str) -> str:

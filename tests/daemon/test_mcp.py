@@ -181,6 +181,40 @@ async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_
     assert history_calls == [alias]
 
 
+async def test_an_mcp_tool_named_as_another_tools_alias_is_left_out_and_sessions_still_run(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # F-MOD-3 / F-TOOL-5: "some.tool" travels as "mcp__srv__some_tool_<digest>"; a second tool the
+    # server names "some_tool_<digest>" has that very name as its own. Both in the catalog made
+    # every model request of every session fail (TOOL_NAME_COLLISION): the second one is left
+    # out with its reason, and the alias still reaches the first.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    loop.push(chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test",
+        "mcpServers": {"srv": server("--dotted", "--named", alias.removeprefix("mcp__srv__"))}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    inv = await inventory(d, token)
+    entry = inv["mcpServers"][0]
+    assert dotted in entry["tools"] and alias not in entry["tools"], entry["tools"]
+    reasons = {s["name"]: s["reason"] for s in entry["skippedTools"]}
+    assert alias in reasons[alias.removeprefix("mcp__srv__")] and dotted in reasons[alias.removeprefix("mcp__srv__")]
+    assert alias not in inv["runtimeRegistry"]
+    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    assert not [e for e in events if e["kind"] == "model.failed"], [e["body"] for e in events if e["kind"] == "model.failed"]
+    offered = [tool["function"]["name"] for tool in loop.bodies[0]["tools"]]
+    assert offered.count(alias) == 1 and len(set(offered)) == len(offered)
+    assert [e["body"]["name"] for e in events if e["kind"] == "tool.started"] == [dotted]
+    assert finished(events)[-1]["content"] == [{"type": "text", "text": "some.tool ran"}]
+
+
 NATIVE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -231,6 +265,68 @@ async def test_mcp_tools_of_a_long_or_non_ascii_name_are_offered_as_aliases_on_e
         assert at < 0, history[max(0, at - 300):at + 200]
     assert all(a in history for a in aliases)
     assert offered_names(protocol, loop.bodies[1]) == offered  # the same names on the next request
+
+
+async def test_a_model_calling_the_alias_or_the_id_of_a_tool_not_offered_gets_that_tools_answer(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # F-MOD-3: a model called the alias of the deferred "mcp__srv__some.tool" before loading it:
+    # the log kept the alias as the tool's name and the call answered TOOL_UNKNOWN (the alias is
+    # no tool of the catalog), where the tool's own id answered TOOL_NOT_LOADED. The two names
+    # in the history then failed every later request (TOOL_NAME_COLLISION). Now the alias's
+    # call is recorded under the id and answers as the tool; loaded, both names run it.
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    loop.push(chat_stream(calls=[("c1", alias, {}), ("c2", dotted, {}), ("c3", "mcp__srv__Echo", {"text": "x"})]),
+              chat_stream(calls=[("c4", "capability_search", {"query": "some tool", "limit": 1})]),
+              chat_stream(calls=[("c5", alias, {}), ("c6", dotted, {})]),
+              chat_stream(text="done"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "tools": {"deferred": [dotted]}, "mcpServers": {"srv": server("--dotted")}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    assert not [e for e in events if e["kind"] == "model.failed"], [e["body"] for e in events if e["kind"] == "model.failed"]
+    done = {b["call_id"]: b for b in finished(events)}
+    assert [done[c]["name"] for c in ("c1", "c2", "c5", "c6")] == [dotted] * 4
+    assert done["c1"]["error_code"] == done["c2"]["error_code"] == "TOOL_NOT_LOADED"
+    assert done["c3"]["error_code"] == "TOOL_UNKNOWN"  # (names differ by case: another name, no tool)
+    assert done["c4"]["structured_content"]["loaded"] == [dotted]
+    assert done["c5"]["content"] == done["c6"]["content"] == [{"type": "text", "text": "some.tool ran"}]
+    assert len(loop.bodies) == 4 and alias in offered_names("openai-chat", loop.bodies[2])
+    assert alias not in offered_names("openai-chat", loop.bodies[0])
+
+
+async def test_a_subagent_started_with_a_tools_list_naming_an_alias_has_that_tool(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # The main model is offered "mcp__srv__some.tool" as its alias and names it so in a
+    # subagent's tools list: that was refused ("there is no tool mcp__srv__some_tool_…").
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    loop.push(chat_stream(calls=[("c1", "subagent", {"prompt": "run it", "tools": [alias, "read_file"]})]),
+              chat_stream(calls=[("c2", alias, {})]), chat_stream(text="sub done"), chat_stream(text="done"))
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", "mcpServers": {"srv": server("--dotted")}})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    started = [e for e in events if e["kind"] == "agent.started"]
+    assert [e["body"]["tools"] for e in started] == [[dotted, "read_file"]], [e["body"] for e in finished(events)]
+    assert sorted(offered_names("openai-chat", loop.bodies[1])) == sorted([alias, "read_file"])
+    done = {b["call_id"]: b for b in finished(events)}
+    assert done["c2"]["name"] == dotted and done["c2"]["content"] == [{"type": "text", "text": "some.tool ran"}]
+    assert done["c1"]["status"] == "ok"
 
 
 async def test_a_daemon_stopped_during_an_mcp_call_reports_it_interrupted_at_the_next_start(

@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+from runtime.providers.names import alias_for
 from tests.executor_hold import held_at
 
+from ..mcp.conftest import SERVER
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import Daemon, DaemonFactory, run_tool, stop_daemon, wait_until
@@ -278,6 +281,19 @@ async def test_a_program_calling_a_tool_it_cannot_call_gets_a_typed_error_naming
     kinds = {e["kind"] for e in await d.events(token, sid)}
     assert not kinds & {"question.asked", "agent.started", "job.started", "skill.loaded"}  # (none of them ran)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def test_a_programs_call_tool_of_a_tools_alias_calls_that_tool(daemon_factory: DaemonFactory) -> None:
+    # The model is offered "mcp__srv__some.tool" as its alias, and a program naming it so was
+    # answered TOOL_UNKNOWN; the call, recorded in the program's calls, named the alias.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    d, token, sid = await start(daemon_factory, {**FAUX, "localPtc": {},
+                                                 "mcpServers": {"srv": {"command": sys.executable,
+                                                                        "args": [SERVER, "--dotted"]}}})
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": f"print(call_tool({alias!r}, {{}}))"})
+    assert body["status"] == "ok" and "some.tool ran" in body["content"][0]["text"], body
+    assert body["structured_content"]["calls"] == [{"call_id": f"{body['call_id']}.1", "name": dotted, "ok": True}]
 
 
 async def test_a_subagents_program_calling_a_tool_it_cannot_call_by_name_gets_the_error_call_tool_gets(

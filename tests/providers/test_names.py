@@ -80,6 +80,40 @@ async def test_aliases_on_the_wire_and_calls_mapped_back(protocol, server, make)
         assert b1["messages"][1]["content"][0]["name"] == alias
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_history_call_under_another_tools_alias_does_not_fail_the_request(protocol, server, make):
+    """A model called ``mcp__srv__some_tool_<digest>`` (the alias of the deferred, not yet offered
+    ``mcp__srv__some.tool``) and then the id itself: the log keeps both names, which map to one
+    native name, and every later request of the session failed (TOOL_NAME_COLLISION). The offered
+    tool keeps its alias; the history's other name goes under another, and the model's call of
+    the alias still comes back as the tool's id."""
+    provider = make(protocol)
+    mcp = "mcp__srv__some.tool"
+    alias = alias_for(mcp)
+    server.push(reply(protocol, calls=[("call_3", alias, {})]))
+    ctx = (Ctx().user("go").response("", ("call_1", alias, {}), ("call_2", mcp, {}))
+           .result("call_1", "TOOL_UNKNOWN", is_error=True).result("call_2", "TOOL_NOT_LOADED", is_error=True))
+    result = await provider.stream(ctx.request(tools=[tool(mcp), tool("read_file")]), Deltas())
+    assert [c.name for c in result.tool_calls] == [mcp]
+    body = server.bodies[0]
+    if protocol == "openai-responses":
+        offered = [t["name"] for t in body["tools"]]
+        called = [m["name"] for m in body["input"] if m.get("type") == "function_call"]
+    elif protocol == "openai-chat":
+        offered = [t["function"]["name"] for t in body["tools"]]
+        called = [c["function"]["name"] for m in body["messages"] for c in m.get("tool_calls") or []]
+    else:
+        offered = [t["name"] for t in body["tools"]]
+        called = [b["name"] for m in body["messages"] if isinstance(m["content"], list)
+                  for b in m["content"] if b["type"] == "tool_use"]
+    assert offered == [alias, "read_file"]
+    assert called[1] == alias and called[0] != alias and NATIVE_NAME_RE.fullmatch(called[0])
+    assert called[0].startswith("mcp__srv__some_tool_")
+    # (the same history sends the same names again)
+    names = ToolNames([mcp, "read_file"])
+    assert [names.add_called(alias), names.add_called(mcp)] == called
+
+
 async def test_call_ids_anthropic_refuses_travel_under_an_alias_with_their_results(server, make):
     """Anthropic takes a tool_use id only of [A-Za-z0-9_-]; ids an OpenAI-compatible server made
     (``functions.read_file:0``) reach it after a switch of model, and failed every request."""

@@ -111,7 +111,8 @@ def test_ranking_is_by_name_words_then_prefixes_then_description_ties_by_name():
     other = spec("mcp__db__query", "Run a SQL query")
     assert score("issues", issues) == 3 and score("iss", issues) == 2 and score("repository", issues) == 1
     assert score("issues", search) == 1 and score("xyz", issues) == 0
-    assert score("mcp__gh__list_issues", issues) == 10 + 3 * 4  # the exact name, and each of its words
+    assert score("mcp__gh__list_issues", issues) == 11 + 3 * 4  # the exact name, and each of its words
+    assert score("MCP__GH__List_Issues", issues) == 10 + 3 * 4  # the name in other case
     assert score("issues issues ISSUES", issues) == 3  # distinct words count once, case-folded
     assert [s.name for _, s in rank("issues", [other, search, issues])] == ["mcp__gh__list_issues", "mcp__gh__search_code"]
     a, b = spec("b_tool", "time"), spec("a_tool", "time")
@@ -137,7 +138,7 @@ def test_ranking_reads_words_of_every_script():
     korean = spec("mcp__kr__weather", "도시의 날씨를 확인합니다")  # (Hangul: bigrams too, so 날씨 is in 날씨를)
     assert score("날씨", korean) == 1 and score("날씨 확인", korean) == 2
     assert score("ガイド", spec("g", "ｶﾞｲﾄﾞを読む")) == 2 and score("カイト", spec("g", "ｶﾞｲﾄﾞを読む")) == 0
-    assert score("mcp__cn__天气查询", weather) == 10 + 3 * 5
+    assert score("mcp__cn__天气查询", weather) == 11 + 3 * 5
     assert [(sc, s.name) for sc, s in rank("天气 погода café", specs)] == [
         (3, "mcp__cn__天气查询"), (3, "mcp__ru__погода"), (1, "mcp__fr__carte")]
     assert rank("天气", [pogoda, menu]) == []
@@ -214,6 +215,58 @@ async def test_capability_search_ranks_only_what_is_assigned_to_the_agent():
     assert res.structured_content["loaded"] == ["mcp__s__thing"]
     res = await search(cat, {"query": "thing"}, ctx(main=False, tools=[CAPABILITY_SEARCH, "mcp__s__main_thing"]))
     assert res.structured_content["matches"] == []
+
+
+async def test_a_query_of_common_words_or_punctuation_loads_nothing():
+    # Every description holds "the", "for", "a": a query of such words ranked and loaded tools
+    # that had nothing to do with it, and "get the weather" loaded the issue tracker too. A query
+    # with no letter or digit at all found nothing, said only as "no match".
+    weather = spec("mcp__w__get_weather", "Get the weather forecast for a city", source="mcp")
+    issue = spec("mcp__gh__create_issue", "Create an issue in the tracker", source="mcp")
+    cat = catalog([weather, issue], {"deferred": ["mcp__*"]})
+    assert score("the", issue) == 0 and score("for a", weather) == 0
+    assert score("get", weather) == 3  # (a common word is still a word of a name)
+    for query in ("the", "for a", "What is the", "how to use it"):
+        res = await search(cat, {"query": query})
+        assert res.structured_content["matches"] == [] and res.events == [], (query, res.structured_content)
+        assert "Common words" in res.content[0].text
+    res = await search(cat, {"query": "get the weather"})
+    assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__w__get_weather"]
+    assert res.structured_content["loaded"] == ["mcp__w__get_weather"]
+    for query in ("?!", "...", "___", "— …", "🙂"):
+        res = await search(cat, {"query": query})
+        assert res.error_code == "INVALID_ARGUMENT" and "no word to search for" in res.content[0].text, query
+        assert res.events == []
+
+
+async def test_the_exact_name_of_one_of_two_tools_differing_only_by_case_loads_that_one():
+    # The name's bonus was case-folded: both scored alike and the tie went by name, so the query
+    # "mcp__s__echo" with limit 1 loaded "mcp__s__Echo".
+    cat = catalog([spec("mcp__s__Echo", "Echo upper", source="mcp"), spec("mcp__s__echo", "Echo lower", source="mcp")],
+                  {"deferred": ["mcp__*"]})
+    for name in ("mcp__s__echo", "mcp__s__Echo"):
+        res = await search(cat, {"query": name, "limit": 1})
+        assert res.structured_content["loaded"] == [name], (name, res.structured_content)
+    res = await search(cat, {"query": "MCP__S__ECHO", "limit": 2})  # (neither exactly: both, by name)
+    assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__s__Echo", "mcp__s__echo"]
+
+
+async def test_searching_again_loads_the_next_of_equally_matching_tools():
+    # Seven tools of one server match "github" alike: the first search loaded five, and the same
+    # search again listed the same five (loaded, first by name) and loaded nothing, for good.
+    gh = [spec(f"mcp__github__t{i}", f"tool {i}", source="mcp") for i in range(7)]
+    cat = catalog(gh, {"deferred": ["mcp__*"]})
+    first = (await search(cat, {"query": "github"})).structured_content["loaded"]
+    assert first == [f"mcp__github__t{i}" for i in range(5)]
+    res = await search(cat, {"query": "github"}, ctx(loaded=first))
+    assert res.structured_content["loaded"] == ["mcp__github__t5", "mcp__github__t6"]
+    assert [m["name"] for m in res.structured_content["matches"]] == [
+        "mcp__github__t5", "mcp__github__t6", "mcp__github__t0", "mcp__github__t1", "mcp__github__t2"]
+    assert all(m["loaded"] for m in res.structured_content["matches"])
+    # (a better match already loaded still comes first: no worse one is loaded in its place)
+    res = await search(cat, {"query": "mcp__github__t0", "limit": 1}, ctx(loaded=first))
+    assert [m["name"] for m in res.structured_content["matches"]] == ["mcp__github__t0"]
+    assert res.structured_content["loaded"] == [] and res.events == []
 
 
 @pytest.mark.parametrize(("args", "ok"), [

@@ -31,6 +31,7 @@ import msgspec
 import trio
 
 from events import types as t
+from runtime.providers.names import ids_for  # (imports nothing of tools: no cycle)
 
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..catalog import NOT_FROM_PROGRAMS, PTC, ToolCatalog
@@ -98,6 +99,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     # main-only tool in a subagent's program, say: calls are checked as they run, so such a call
     # fails with the typed error call_tool("name", ...) gets, not as a name never defined)
     names = [s.name for s in catalog.registry.all()]
+    known = frozenset(names)
     limits = Limits()  # (run_program checks the program before it runs: parsed once)
 
     calls: list[dict[str, Any]] = []
@@ -110,6 +112,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     cut_command: list[tuple[str, str, bool, Any]] = []
 
     async def call(name: str, arguments: dict[str, Any]) -> Any:
+        name = ids_for([name], known)[0]  # (a tool's alias, as the model is offered it, is that tool)
         sub_id = f"{ctx.call_id}.{len(calls) + 1}"
         entry: dict[str, Any] = {"call_id": sub_id, "name": name}
         calls.append(entry)
