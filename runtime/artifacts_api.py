@@ -23,6 +23,7 @@ from events import types as t
 from events.ids import SHA256_RE
 from tools.artifacts import CHUNK_BYTES, HEAD_BYTES, ArtifactError, ArtifactStore, OpenArtifact, reads_as_text
 from tools.files.errors import MAX_IMAGE_BYTES
+from tools.files.image import fault as image_fault
 from tools.files.image import sniff as sniff_image
 
 from .http_parts import ApiError, error_response
@@ -145,7 +146,12 @@ async def check_image(svc: Services, part: t.ImagePart) -> None:
     if actual != part.mime:
         raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} holds "
                                             f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
-    await artifact_io(part.artifact_id, artifact_store(svc).verify, part.artifact_id)  # (damaged: 500, before the log)
+    # (damaged: 500, before the log; then whole, as view_image takes an image: a truncated one, or
+    # one of no pixels or too many, a provider refuses)
+    data = await artifact_io(part.artifact_id, artifact_store(svc).get, part.artifact_id)
+    wrong = image_fault(data)
+    if wrong is not None:
+        raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id}: the {part.mime} image {wrong[1]}")
 
 
 def not_modified(aid: str) -> Response:

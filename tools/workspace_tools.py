@@ -446,7 +446,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                  "prefixed ' ', '+' or '-'; '*** End of File' pins a hunk to the end.",
                  {"type": "object", "properties": {"path": path_schema, "patch": {"type": "string"}},
                   "required": ["path", "patch"], "additionalProperties": False}, patch_file, replay_safe=True, read_only=False),
-        ToolSpec("view_image", "Look at a PNG, JPEG, GIF or WebP image of the workspace (at most 5 MiB).",
+        ToolSpec("view_image", "Look at a PNG, JPEG, GIF or WebP image of the workspace "
+                               "(at most 5 MiB and 8000 pixels a side).",
                  {"type": "object", "properties": {"path": path_schema}, "required": ["path"], "additionalProperties": False},
                  view_image, replay_safe=True),
         ToolSpec("revert_call", "Restore the files an earlier edit_file/patch_file call of this session changed "

@@ -26,6 +26,7 @@ import httpx2
 import trio
 
 from runtime.http_parts import RETRY_AFTER_SECONDS
+from tests.files.sample_images import png_of_size
 
 from .conftest import (LIMIT, Daemon, RawResponse, as_daemon, assert_error_shape, lens_command,
                        projection_dump, run_lens, run_tool, serving, wait_until)
@@ -304,7 +305,7 @@ async def test_the_daemons_own_files_on_a_full_disk_fail_whole_and_say_so(tmp_pa
         # compresses to little in the log).
         room = max(p.stat().st_size for p in data.iterdir() if p.is_file()) + 256 * 1024
         big = "y" * (room + 100_000)
-        (ws / "big.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * (room + 100_000))
+        (ws / "big.png").write_bytes(png_of_size(room + 100_000))
         text = setting + "// " + "c" * (room + 100_000) + "\n"
         limit_files(serve.proc.pid, room)
         try:

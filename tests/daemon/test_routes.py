@@ -20,6 +20,7 @@ from events.store import READ_BYTES, Draft, open_store
 from events.types import InstructionAppended, SessionCreated
 from runtime import api
 from runtime import daemon as daemon_module
+from tests.files.sample_images import png_of_size, png_sized, tiny_png
 from tools.artifacts import ArtifactError, ArtifactStore
 
 from ..rawlog import edit_log
@@ -693,13 +694,16 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
     # session (each loads its images afresh), so it never gets there.
     p = await daemon.project(strong)
     sid = (await daemon.session(strong, p["id"]))["id"]
-    png = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * 32)
+    png = store_artifact(daemon, tiny_png())
+    magic_only = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * 32)
+    cut = store_artifact(daemon, tiny_png()[:-12])
+    huge = store_artifact(daemon, png_sized(9000, 20))
     text = store_artifact(daemon, b"<html>not an image</html>")
     damaged = store_artifact(daemon, b"\xff\xd8\xff" + b"jpeg")
     (daemon.data_dir / "artifacts" / damaged).write_bytes(b"\xff\xd8\xff" + b"JPEG")  # no longer its hash
     limit = 5 * 1024 * 1024  # view_image's MAX_IMAGE_BYTES holds for image inputs too
-    at_limit = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * (limit - 8))
-    too_big = store_artifact(daemon, b"\x89PNG\r\n\x1a\n" + b"\x00" * (limit - 7))
+    at_limit = store_artifact(daemon, png_of_size(limit))
+    too_big = store_artifact(daemon, png_of_size(limit + 1))
     before = (await daemon.get("/health")).json()["lastSeq"]
     refused = [
         ({"artifactId": png, "mime": "image/jpeg"}, 422, "IMAGE_UNSUPPORTED"),  # PNG bytes
@@ -716,11 +720,19 @@ async def test_an_image_input_must_name_a_stored_image_of_its_type(daemon: Daemo
         ({"artifactId": png.upper(), "mime": "image/png"}, 400, "INVALID_ARGUMENT"),
         ({"artifactId": damaged, "mime": "image/jpeg"}, 500, "ARTIFACT_CORRUPT"),  # was "not found"
         ({"artifactId": too_big, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),  # was sent, 7.5 MB
+        # not a whole image (a provider refuses it, and with it every later request): these were taken
+        ({"artifactId": magic_only, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
+        ({"artifactId": cut, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
+        ({"artifactId": huge, "mime": "image/png"}, 422, "IMAGE_UNSUPPORTED"),
     ]
+    said = {cut: f"artifact {cut}: the image/png image is truncated (no IEND chunk)",
+            huge: f"artifact {huge}: the image/png image is 9000x20 pixels; each side may be at most 8000"}
     for image, status, code in refused:
         r = await daemon.post(f"/sessions/{sid}/inputs", strong, {
             "requestId": "img", "content": [{"type": "text", "text": "look"}, {"type": "image", **image}]})
         assert r.status_code == status and error_of(r) == code, (image, r.text)
+        if image["artifactId"] in said:
+            assert r.json()["error"]["message"] == said[image["artifactId"]], r.text
     assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was appended
     r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "many", "content": [
         {"type": "image", "artifactId": png, "mime": "image/png"}] * 21})

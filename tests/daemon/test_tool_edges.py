@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from tests.files.sample_images import png_of_size
 from tools.files.errors import MAX_IMAGE_BYTES as MAX_IMAGE
 
 from .conftest import Daemon, finished, run_tool, wait_until
@@ -76,9 +77,8 @@ async def test_sleep_at_its_limits_and_an_abort_of_the_longest(daemon: Daemon) -
 async def test_view_image_at_5_mib_and_one_byte_past(daemon: Daemon) -> None:
     token, sid = await setup(daemon)
     ws = daemon.root / "workspaces" / "p"
-    head = b"\x89PNG\r\n\x1a\n"
-    (ws / "max.png").write_bytes(head + b"\0" * (MAX_IMAGE - len(head)))
-    (ws / "over.png").write_bytes(head + b"\0" * (MAX_IMAGE - len(head) + 1))
+    (ws / "max.png").write_bytes(png_of_size(MAX_IMAGE))
+    (ws / "over.png").write_bytes(png_of_size(MAX_IMAGE + 1))
     body = await run_tool(daemon, token, sid, "r1", "view_image", {"path": "max.png"})
     assert body["structured_content"]["size"] == MAX_IMAGE, body["content"]
     r = await daemon.get(f"/artifacts/{body['structured_content']['artifact_id']}", token)

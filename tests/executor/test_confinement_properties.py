@@ -55,12 +55,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runtime.executor_client import ExecutorClient, ExecutorToolError, ToolOutcome
+from tests.files.sample_images import png_saying
 
 from .conftest import ExecutorProcess, start_executor, stop_process
 
 CANARY = "CANARY-7f3a9c1e-outside"
 HARD = "HARDLINKED-inside-name"   # the hard-linked outside file's text (see the module docstring)
-PNG = b"\x89PNG\r\n\x1a\n"
 CODE = re.compile(r"^[A-Z][A-Z0-9_]+$")
 NFC, NFD = unicodedata.normalize("NFC", "caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
 LONG = "n" * 255       # NAME_MAX
@@ -108,7 +108,7 @@ def canary_tree(canary: Path) -> None:
     (canary / "c.txt").write_text(f"{CANARY} c.txt\n")
     (canary / "sub" / "c2.txt").write_text(f"{CANARY} c2.txt\n")
     (canary / ".env").write_text(f"SECRET={CANARY}\n")
-    (canary / "c.png").write_bytes(PNG + CANARY.encode())
+    (canary / "c.png").write_bytes(png_saying(CANARY.encode()))
     (canary / "hard.txt").write_text(f"{HARD}\n")
     (canary / "f.txt").write_text(f"{CANARY} f.txt\n")
 
@@ -127,7 +127,7 @@ def build(ws: Path, canary: Path, chosen_links: list[int], hard: bool) -> None:
     for d in DIRS:
         (ws / d).mkdir(parents=True, exist_ok=True)
     for f in FILES:
-        (ws / f).write_bytes(PNG + b"inside" if f.endswith(".png") else f"inside {f}\n".encode())
+        (ws / f).write_bytes(png_saying(b"inside") if f.endswith(".png") else f"inside {f}\n".encode())
     for i in chosen_links:
         name, target = LINKS[i]
         os.symlink(target.format(canary=canary, ws=ws), ws / name)

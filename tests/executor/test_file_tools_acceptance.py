@@ -20,6 +20,8 @@ import pytest
 from runtime.executor_client import ExecutorClient
 from tools.files import LIMITS
 
+from tests.files.sample_images import GIF, WEBP_EXTENDED, WHOLE, png_sized
+
 from .test_tools import fails, png, sub  # noqa: F401  (sub is a fixture)
 
 MAX_TEXT = LIMITS["MAX_TEXT_BYTES"]
@@ -329,9 +331,7 @@ async def test_patch_file_refusals_name_the_hunk_and_change_nothing(client: Exec
 
 @pytest.mark.parametrize("name,data,mime", [
     ("a.png", png(), "image/png"),
-    ("a.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00", "image/jpeg"),
-    ("a.gif", b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", "image/gif"),
-    ("a.webp", b"RIFF\x24\x00\x00\x00WEBPVP8 ", "image/webp"),
+    *[(name, data, mime) for name, data, mime, _, _ in WHOLE],
     ("text.png", b"not an image at all\n", None),
     ("empty.png", b"", None),
 ])
@@ -344,6 +344,20 @@ async def test_view_image_knows_each_format_by_its_bytes(client: ExecutorClient,
         return
     out = await client.call("view_image", {"path": f"{sub}/{name}"})
     assert (out.data, out.mime) == (data, mime)
+
+
+@pytest.mark.parametrize("name,data,code,said", [
+    ("jpeg.png", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00", "NOT_AN_IMAGE", "the JPEG image is truncated (before its scan)"),
+    ("cut.gif", GIF[:-1], "NOT_AN_IMAGE", "the GIF image is truncated (no trailer)"),
+    ("cut.webp", WEBP_EXTENDED[:200], "NOT_AN_IMAGE", "the WEBP image is truncated (200 bytes of the 432 its RIFF header declares)"),
+    ("huge.png", png_sized(100_000, 100_000), "TOO_LARGE", "the PNG image is 100000x100000 pixels; each side may be at most 8000"),
+])
+async def test_view_image_refuses_an_image_a_model_would_refuse(client: ExecutorClient, workspace: Path, sub: str,
+                                                                name: str, data: bytes, code: str, said: str) -> None:
+    # (magic bytes alone passed: the image was sent with every later request, and each refused)
+    (workspace / sub / name).write_bytes(data)
+    err = await fails(code, client.call("view_image", {"path": f"{sub}/{name}"}))
+    assert str(err) == f"{sub}/{name}: {said}"
 
 
 async def test_patch_file_matches_the_first_line_of_a_file_with_a_byte_order_mark_and_keeps_the_mark(

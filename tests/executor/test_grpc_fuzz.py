@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
+from tests.files.sample_images import png_of_size
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.commands import MAX_OUTPUT
 from tools.executor.server import MAX_RUNNING_COMMANDS, SERVER_THREADS
@@ -60,7 +61,7 @@ STATUSES = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION
             grpc.StatusCode.CANCELLED}
 CODE = re.compile(r"[A-Z][A-Z0-9_]*")
 TOOLS = ["read_file", "edit_file", "patch_file", "view_image", "restore", "browse_list", "browse_read", "resolve"]
-PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
+PNG = png_of_size(96)
 
 
 # ---------------------------------------------------------------------------- the process
@@ -94,8 +95,8 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     (ws / "dir").mkdir()
     (ws / "dir" / "b.txt").write_text("inner\n")
     (ws / "img.png").write_bytes(PNG)
-    (ws / "img_at_limit.png").write_bytes(PNG + b"\0" * (MAX_IMAGE_BYTES - len(PNG)))
-    (ws / "img_past_limit.png").write_bytes(PNG + b"\0" * (MAX_IMAGE_BYTES + 1 - len(PNG)))
+    (ws / "img_at_limit.png").write_bytes(png_of_size(MAX_IMAGE_BYTES))
+    (ws / "img_past_limit.png").write_bytes(png_of_size(MAX_IMAGE_BYTES + 1))
     (ws / "big_at_limit.txt").write_bytes(b"x" * (MAX_TEXT_BYTES - 6) + b"\nend\n\n")
     (ws / "big_past_limit.txt").write_bytes(b"x" * (MAX_TEXT_BYTES + 1))
     (ws / "out_link").symlink_to(outside)

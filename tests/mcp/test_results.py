@@ -61,6 +61,12 @@ async def test_structured_content_errors_and_invalid_results(tmp_path: Path) -> 
     res = await to_tool_result({"content": [{"type": "image", "data": b64(PNG_1X1), "mimeType": "image/png"}]},
                                store, "mcp__s__t")
     assert isinstance(res.content[0], t.ImagePart) and res.content[0].mime == "image/png"
+    # a PNG cut short was shown to the model (a provider refuses it, with every later request)
+    res = await to_tool_result({"content": [{"type": "image", "data": b64(PNG_1X1[:-12]), "mimeType": "image/png"}]},
+                               store, "mcp__s__t")
+    aid = res.events[0].artifact_id
+    assert [p.text for p in res.content] == [f"[image: image/png, {len(PNG_1X1) - 12} bytes, saved as artifact {aid}; "
+                                             "the image is truncated (no IEND chunk): not shown to the model]"]
     res = await to_tool_result({"isError": True}, store, "mcp__s__t")  # (said "no message", naming nothing)
     assert res.error_code == "MCP_TOOL_ERROR" and res.content[0].text == "MCP_TOOL_ERROR: mcp__s__t reported an error without a message"
     res = await to_tool_result({"content": "text"}, store, "mcp__s__t")

@@ -152,6 +152,16 @@ def tiny_png(shade: int = 0) -> bytes:
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
+def png_of_size(size: int, shade: int = 0) -> bytes:
+    """A whole 1x1 PNG of exactly ``size`` bytes: :func:`tiny_png` with an ancillary chunk of
+    padding after its header (at least 81 bytes)."""
+    png = tiny_png(shade)
+    pad = size - len(png) - 12
+    assert pad >= 0, size
+    filler = b"paDd" + b"\0" * pad
+    return png[:33] + struct.pack(">I", pad) + filler + struct.pack(">I", zlib.crc32(filler)) + png[33:]
+
+
 def image_part(store: ArtifactStore, shade: int = 0) -> t.ImagePart:
     return t.ImagePart(store.put(tiny_png(shade)), "image/png")
 

@@ -19,6 +19,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolRegistry
 from tools.web import web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES, MAX_REDIRECTS
+from tests.files.sample_images import png_sized
 from tests.unwritable import unwritable
 
 from .conftest import call, text_of
@@ -118,6 +119,20 @@ async def test_an_image_is_stored_as_an_artifact_and_shown(full: ToolRegistry, w
     assert f"saved as artifact {aid}" in text_of(r)
     assert r.events == [t.ArtifactStored(artifact_id=aid, sha256=aid, mime="image/png", size=len(data),
                                          source="web_fetch")]
+
+
+async def test_an_image_that_is_not_whole_is_stored_but_not_shown(full: ToolRegistry, web_server: WebServer,
+                                                                   artifacts: ArtifactStore) -> None:
+    # An image cut short or of enormous declared size was shown to the model: a provider refuses
+    # it, and it went with every later request of the session. Stored, and said why not shown.
+    cut, huge = png(3, 2)[:-12], png_sized(100_000, 4)
+    for path, data, why in (("/cut.png", cut, "the image is truncated (no IEND chunk)"),
+                            ("/huge.png", huge, "the image is 100000x4 pixels; each side may be at most 8000")):
+        r = await call(full, "web_fetch", {"url": web_server.reply(path, data, "image/png")})
+        assert not r.is_error and [type(p) for p in r.content] == [t.TextPart], r.content
+        aid = r.structured_content["artifact_id"]
+        assert artifacts.get(aid) == data and r.structured_content["mime"] == "image/png"
+        assert text_of(r).endswith(f"saved as artifact {aid} ({why}: not shown to the model)"), text_of(r)
 
 
 async def test_a_pdf_is_stored_as_an_artifact_not_shown(full: ToolRegistry, web_server: WebServer,

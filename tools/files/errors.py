@@ -15,6 +15,7 @@ Codes::
     NOT_A_DIRECTORY         a parent component (or a command cwd) is not a directory
     NOT_UTF8                the file (or the requested page of it) is not valid UTF-8
     TOO_LARGE               input, original or result above MAX_TEXT_BYTES; image above MAX_IMAGE_BYTES
+                            or above MAX_IMAGE_SIDE pixels a side (tools.files.image)
     TOO_MANY_UNITS          more than MAX_UNITS edits or hunks
     TOO_MANY_LINKS          more than MAX_SYMLINK_HOPS symlinks while resolving one path
     SYMLINK_NOT_FOLLOWED    read_file with follow_symlinks false met a symlink on the path
@@ -25,7 +26,7 @@ Codes::
     NOT_UNIQUE              ... matches more than once (and replace_all is not set)
     OVERLAP                 two hunks cover overlapping lines of the original
     INVALID_PATCH           the patch text does not follow the grammar (see tools.files.patch)
-    NOT_AN_IMAGE            view_image: the magic bytes are not PNG, JPEG, GIF or WebP
+    NOT_AN_IMAGE            view_image: not a whole PNG, JPEG, GIF or WebP (magic bytes, structure)
     CONFLICT                restore: the file no longer holds the expected bytes; replay: the file
                             holds neither the before nor the after bytes of a pending call
     FILE_CHANGED            edit_file rewrite/edit, patch_file, restore: another process changed the file

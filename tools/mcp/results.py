@@ -1,8 +1,9 @@
 """An MCP ``tools/call`` result as a Lens :class:`~tools.base.ToolResult`.
 
 Content blocks map as: ``text`` → text part; ``image`` (PNG, JPEG, GIF, WebP up to 5 MiB) →
-artifact + image part; any other binary (``audio``, a ``resource`` with a ``blob``, an image of
-another type) → artifact + a text line naming it; ``resource`` with ``text`` → text headed by its
+artifact + image part (a whole one of at most 8000 pixels a side, as ``view_image`` takes; else
+a text line saying why it is not shown); any other binary (``audio``, a ``resource`` with a
+``blob``, an image of another type) → artifact + a text line naming it; ``resource`` with ``text`` → text headed by its
 URI; ``resource_link`` → a text line. ``structuredContent`` becomes the structured content.
 ``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content.
 
@@ -27,6 +28,7 @@ from events.secrets import Secrets
 from runtime.atomicfile import why_not_written
 from tools.artifacts import ArtifactStore
 from tools.base import ToolResult, _unrecordable
+from tools.files.image import fault as image_fault
 from tools.files.image import sniff as sniff_image
 
 MAX_TEXT_BYTES = 256 * 1024
@@ -84,8 +86,14 @@ class _Builder:
         image = sniff_image(data)
         stored = image or mime
         self.events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime=stored, size=len(data), source="mcp"))
-        if image is not None and len(data) <= MAX_IMAGE_BYTES:
+        # (an image a model is sent is a whole one, as view_image takes: a provider refuses any
+        # other, and with it every later request of the session)
+        wrong = image_fault(data) if image is not None and len(data) <= MAX_IMAGE_BYTES else None
+        if image is not None and len(data) <= MAX_IMAGE_BYTES and wrong is None:
             self.content.append(t.ImagePart(aid, image))
+        elif wrong is not None:
+            self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}; "
+                      f"the image {wrong[1]}: not shown to the model]")
         else:
             self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}]")
 

@@ -16,7 +16,8 @@ more is ``RESPONSE_TOO_LARGE``, nothing returned). What comes back:
 - HTML: as ``markdown`` (default; links resolved against the final URL), ``text`` or raw ``html``;
 - other text (``text/*``, JSON, XML, JavaScript…): the text as it is, whatever the format;
 - anything else (images, PDF, archives, ``application/octet-stream``): stored as an artifact; the
-  result names its id (and shows a PNG/JPEG/GIF/WebP image to the model, as ``view_image`` does).
+  result names its id (and shows a PNG/JPEG/GIF/WebP image to the model, as ``view_image`` does,
+  if it is one ``view_image`` takes: whole, at most 8000 pixels a side; else it says why not).
 - a body declared as text or HTML that is not (an image, PDF or archive by its first bytes, or NUL
   bytes in its first 8 KiB without a UTF-16/32 BOM or charset) is a binary too, under its sniffed type.
 
@@ -41,6 +42,7 @@ from runtime.errors import shortened  # (imports nothing: no cycle)
 
 from ..artifacts import ArtifactStore, reads_as_text
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
+from ..files.image import fault as image_fault
 from ..files.image import sniff as sniff_image
 from . import html
 from .address import IPNetwork, Resolver, SystemResolver, Url, join, parse_url, resolve, shown_url
@@ -328,9 +330,13 @@ async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, 
     image = sniff_image(body)
     stored_mime = image or mime or "application/octet-stream"
     structured.update({"artifact_id": aid, "sha256": aid, "mime": stored_mime, "size": len(body)})
+    # (an image a model is sent is a whole one, as view_image takes: a provider refuses any other,
+    # and with it every later request of the session)
+    wrong = image_fault(body) if image is not None else None
+    shown = "" if wrong is None else f" (the image {wrong[1]}: not shown to the model)"
     content: list[t.ContentPart] = [t.TextPart(
-        f"{note}{final.url} is {stored_mime} ({len(body)} bytes), not text: saved as artifact {aid}")]
-    if image is not None:
+        f"{note}{final.url} is {stored_mime} ({len(body)} bytes), not text: saved as artifact {aid}{shown}")]
+    if image is not None and wrong is None:
         content.append(t.ImagePart(aid, image))
     return ToolResult(content, structured, events=[t.ArtifactStored(
         artifact_id=aid, sha256=aid, mime=stored_mime, size=len(body), source="web_fetch")])
