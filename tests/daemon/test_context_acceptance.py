@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -21,6 +21,40 @@ from .conftest import error_of, stop_daemon
 from .keyleaks import loop_config
 
 
+# Each prompt of agents_md_prompts is a new project's first request, which spawns its executor:
+# on a loaded machine that took longer than the suite's 10 s bound (the wait ends once idle).
+FIRST_REQUEST_LIMIT = 60.0
+
+
+async def agents_md_prompts(daemon_factory, nursery, tmp_path: Path, monkeypatch) -> tuple[
+        Path, Callable[[str, bytes | None], Awaitable[str]]]:
+    """A daemon whose model is a loopback Chat Completions server, with ``HOME`` in ``tmp_path``:
+    the user's ``~/.agents/AGENTS.md`` path (not written), and ``prompt(name, workspace_md)``,
+    the system prompt of the first request of a new project ``name`` whose workspace's AGENTS.md
+    holds ``workspace_md`` (None: no such file)."""
+    home = tmp_path / "home"
+    (home / ".agents").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, "LENS_TEST_CTX_KEY"))
+    token = await d.pair("c", strong=True)
+
+    async def prompt(name: str, workspace_md: bytes | None) -> str:
+        project = await d.project(token, name)  # (a new project each: its prompt is built afresh)
+        if workspace_md is not None:
+            (Path(project["workspace"]) / "AGENTS.md").write_bytes(workspace_md)
+        sid = (await d.session(token, project["id"]))["id"]
+        loop.push(oc.chat_stream(text="ok"))
+        await d.submit(token, sid, "r1", "hello")
+        view = await d.wait_idle(token, sid, timeout=FIRST_REQUEST_LIMIT)
+        assert view["status"] == "idle" and view["items"][-1]["text"] == "ok", view
+        return _system_text(loop.bodies[-1])
+
+    return home / ".agents" / "AGENTS.md", prompt
+
+
 def _system_text(body: dict[str, Any]) -> str:
     first = body["messages"][0]
     assert first["role"] in ("system", "developer"), first
@@ -33,27 +67,7 @@ async def test_an_agents_md_not_utf8_or_not_openable_is_named_in_the_prompt_and_
     # F-CTX-4 project context: a file that is there but cannot be used left the section out
     # silently, so neither the model nor the user learnt why its instructions were not followed.
     # Each case is a new project (the assembled prompt is kept per project for a moment).
-    home = tmp_path / "home"
-    (home / ".agents").mkdir(parents=True)
-    home_md = home / ".agents" / "AGENTS.md"
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("LENS_TEST_CTX_KEY", "sk-test-ctx-0123456789")
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
-    d = await daemon_factory(config=loop_config(url, "LENS_TEST_CTX_KEY"))
-    token = await d.pair("c", strong=True)
-
-    async def prompt(name: str, workspace_md: bytes | None) -> str:
-        project = await d.project(token, name)
-        if workspace_md is not None:
-            (Path(project["workspace"]) / "AGENTS.md").write_bytes(workspace_md)
-        sid = (await d.session(token, project["id"]))["id"]
-        loop.push(oc.chat_stream(text="ok"))
-        await d.submit(token, sid, "r1", "hello")
-        view = await d.wait_idle(token, sid)
-        assert view["status"] == "idle" and view["items"][-1]["text"] == "ok", view
-        return _system_text(loop.bodies[-1])
-
+    home_md, prompt = await agents_md_prompts(daemon_factory, nursery, tmp_path, monkeypatch)
     home_md.write_bytes(b"HOME \xff\xfe rules\n")
     text = await prompt("home-not-utf8", b"WS-RULE: run make.\n")
     assert ("## ~/.agents/AGENTS.md\n[left out: it is not UTF-8 text (byte 5); fix the file for its "

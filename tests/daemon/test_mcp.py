@@ -152,22 +152,32 @@ async def test_lens_serve_refuses_a_bad_mcp_server_entry(tmp_path: Path) -> None
     assert out.returncode == 2 and "lens: CONFIG_INVALID: " in out.stderr and "envFrom" in out.stderr, out.stderr
 
 
+async def chat_session(daemon_factory: DaemonFactory, nursery: trio.Nursery, config: dict[str, Any],
+                       *replies: Any) -> tuple[ScriptedServer, Daemon, str, str]:
+    """A daemon with ``config`` whose default model is a loopback Chat Completions server scripted
+    with ``replies``, a strong credential, a new session, and the SDKs' one-off import waited for
+    (11 to 29 s on a loaded host, bounded apart from the turn)."""
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    loop.push(*replies)
+    d = await daemon_factory(config={
+        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
+        "defaultModel": "loop/chat-test", **config})
+    token = await d.pair("mcp-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await sdks_ready()
+    return loop, d, token, sid
+
+
 async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_tool(
         daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
     # F-MOD-3: "mcp__my-server__some.tool" is not a native tool name (the dot); the model is
     # offered a stable alias, and its call under the alias runs the MCP tool by its internal id.
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
     internal = "mcp__my-server__some.tool"
     alias = alias_for(internal)
     assert alias != internal and is_native(alias)
-    loop.push(chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test", "mcpServers": {"my-server": server("--dotted")}})
-    token = await d.pair("mcp-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
-    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    loop, d, token, sid = await chat_session(daemon_factory, nursery, {"mcpServers": {"my-server": server("--dotted")}},
+                                             chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     offered = [tool["function"]["name"] for tool in loop.bodies[0]["tools"]]
@@ -187,24 +197,17 @@ async def test_an_mcp_tool_named_as_another_tools_alias_is_left_out_and_sessions
     # server names "some_tool_<digest>" has that very name as its own. Both in the catalog made
     # every model request of every session fail (TOOL_NAME_COLLISION): the second one is left
     # out with its reason, and the alias still reaches the first.
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
-    loop.push(chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test",
-        "mcpServers": {"srv": server("--dotted", "--named", alias.removeprefix("mcp__srv__"))}})
-    token = await d.pair("mcp-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery, {"mcpServers": {"srv": server("--dotted", "--named", alias.removeprefix("mcp__srv__"))}},
+        chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
     inv = await inventory(d, token)
     entry = inv["mcpServers"][0]
     assert dotted in entry["tools"] and alias not in entry["tools"], entry["tools"]
     reasons = {s["name"]: s["reason"] for s in entry["skippedTools"]}
     assert alias in reasons[alias.removeprefix("mcp__srv__")] and dotted in reasons[alias.removeprefix("mcp__srv__")]
     assert alias not in inv["runtimeRegistry"]
-    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     events = await d.events(token, sid)
@@ -274,20 +277,14 @@ async def test_a_model_calling_the_alias_or_the_id_of_a_tool_not_offered_gets_th
     # no tool of the catalog), where the tool's own id answered TOOL_NOT_LOADED. The two names
     # in the history then failed every later request (TOOL_NAME_COLLISION). Now the alias's
     # call is recorded under the id and answers as the tool; loaded, both names run it.
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
-    loop.push(chat_stream(calls=[("c1", alias, {}), ("c2", dotted, {}), ("c3", "mcp__srv__Echo", {"text": "x"})]),
-              chat_stream(calls=[("c4", "capability_search", {"query": "some tool", "limit": 1})]),
-              chat_stream(calls=[("c5", alias, {}), ("c6", dotted, {})]),
-              chat_stream(text="done"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test", "tools": {"deferred": [dotted]}, "mcpServers": {"srv": server("--dotted")}})
-    token = await d.pair("mcp-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
-    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery, {"tools": {"deferred": [dotted]}, "mcpServers": {"srv": server("--dotted")}},
+        chat_stream(calls=[("c1", alias, {}), ("c2", dotted, {}), ("c3", "mcp__srv__Echo", {"text": "x"})]),
+        chat_stream(calls=[("c4", "capability_search", {"query": "some tool", "limit": 1})]),
+        chat_stream(calls=[("c5", alias, {}), ("c6", dotted, {})]),
+        chat_stream(text="done"))
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     events = await d.events(token, sid)
@@ -306,18 +303,12 @@ async def test_a_subagent_started_with_a_tools_list_naming_an_alias_has_that_too
         daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
     # The main model is offered "mcp__srv__some.tool" as its alias and names it so in a
     # subagent's tools list: that was refused ("there is no tool mcp__srv__some_tool_…").
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
-    loop.push(chat_stream(calls=[("c1", "subagent", {"prompt": "run it", "tools": [alias, "read_file"]})]),
-              chat_stream(calls=[("c2", alias, {})]), chat_stream(text="sub done"), chat_stream(text="done"))
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test", "mcpServers": {"srv": server("--dotted")}})
-    token = await d.pair("mcp-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
-    await sdks_ready()  # (the first turn's one-off import, 11 to 29 s on a loaded host, bounded apart)
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery, {"mcpServers": {"srv": server("--dotted")}},
+        chat_stream(calls=[("c1", "subagent", {"prompt": "run it", "tools": [alias, "read_file"]})]),
+        chat_stream(calls=[("c2", alias, {})]), chat_stream(text="sub done"), chat_stream(text="done"))
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     events = await d.events(token, sid)

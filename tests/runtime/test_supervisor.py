@@ -197,6 +197,21 @@ async def _boom(args, ctx):
 
 BOOM = ToolSpec("boom", "Crashes the actor (not a ToolError).", {"type": "object"}, _boom)
 BOOM_REPLAYED = ToolSpec("boom_again", "Crashes on every replay.", {"type": "object"}, _boom, replay_safe=True)
+CRASHING = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]  # (with extra_tools=[BOOM_REPLAYED])
+
+
+async def quarantined_session(rt) -> str:
+    """A new session whose call crashes its actor on every replay, called until it is quarantined."""
+    sid = await rt.session()
+    await rt.submit(sid, "r1", "explode")
+    for _ in range(100):  # each ActorUnavailable is a restarted actor that crashed again
+        try:
+            await rt.call(sid, WaitIdle())
+        except ActorUnavailable:
+            continue
+        except SessionQuarantined:
+            return sid
+    raise AssertionError(f"session {sid} was not quarantined")
 
 
 async def test_a_crashing_actor_restarts_from_the_log(runtime_factory, autojump_clock, caplog):
@@ -229,8 +244,7 @@ async def test_a_crashing_actor_restarts_from_the_log(runtime_factory, autojump_
 
 
 async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump_clock, caplog):
-    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
-    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+    async with runtime_factory(script=CRASHING, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
         sid = await rt.session()
         await rt.submit(sid, "r1", "explode")
         with pytest.raises((ActorUnavailable, SessionQuarantined)):
@@ -312,17 +326,8 @@ async def test_max_restarts_counts_restarts(runtime_factory, autojump_clock, cap
 async def test_a_quarantined_session_describes_its_context_as_its_view_reads(runtime_factory, autojump_clock):
     """``GET …/context`` of a session quarantined in this process was SESSION_QUARANTINED while
     its view, read from the log without an actor, was not: it is read the same way now."""
-    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
-    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
-        sid = await rt.session()
-        await rt.submit(sid, "r1", "explode")
-        while True:
-            try:
-                await rt.call(sid, WaitIdle())
-            except ActorUnavailable:
-                continue
-            except SessionQuarantined:
-                break
+    async with runtime_factory(script=CRASHING, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await quarantined_session(rt)
         described = await rt.call(sid, DescribeContext("main"))
         st = await rt.call(sid, GetState())
         main = st.agents["main"]
@@ -402,22 +407,9 @@ async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_cl
     """F-ACT-6: a quarantined session refused its soft delete (SESSION_QUARANTINED), so it stayed
     listed for good; now only ``session.deleted`` is recorded (nothing runs to abort), by the
     supervisor while the quarantine is its own and by the actor after a restart."""
-    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
-
-    async def quarantined(rt) -> str:
-        sid = await rt.session()
-        await rt.submit(sid, "r1", "explode")
-        while True:
-            try:
-                await rt.call(sid, WaitIdle())
-            except ActorUnavailable:
-                continue
-            except SessionQuarantined:
-                return sid
-
-    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED]) as rt:
-        now = await quarantined(rt)
-        later = await quarantined(rt)
+    async with runtime_factory(script=CRASHING, extra_tools=[BOOM_REPLAYED]) as rt:
+        now = await quarantined_session(rt)
+        later = await quarantined_session(rt)
         n = len(await rt.events(now))
         answers: list[object] = []
 
@@ -438,7 +430,7 @@ async def test_a_quarantined_session_can_be_deleted(runtime_factory, autojump_cl
             with pytest.raises(SessionGone):
                 await rt.call(now, cmd)
         ids = rt.ids
-    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], ids=ids) as rt2:
+    async with runtime_factory(script=CRASHING, extra_tools=[BOOM_REPLAYED], ids=ids) as rt2:
         n = len(await rt2.events(later))
         assert await rt2.call(later, Delete()) == {"deleted": True}
         assert [e.kind for e in (await rt2.events(later))[n:]] == ["session.deleted"]
@@ -453,17 +445,8 @@ async def test_a_quarantined_sessions_deletion_is_asked_of_the_log_once(runtime_
     then, else SESSION_QUARANTINED). Only a "deleted" was kept, so every call to a quarantined,
     undeleted session read the log again; now the answer is kept either way, and a delete made
     here turns it."""
-    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
-    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
-        sid = await rt.session()
-        await rt.submit(sid, "r1", "explode")
-        while True:
-            try:
-                await rt.call(sid, WaitIdle())
-            except ActorUnavailable:
-                continue
-            except SessionQuarantined:
-                break
+    async with runtime_factory(script=CRASHING, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await quarantined_session(rt)
         with pytest.raises(SessionQuarantined):
             await rt.call(sid, Submit("r2", text("more")))
         reads: list[str] = []
@@ -683,17 +666,8 @@ async def test_a_defect_reading_a_quarantined_session_is_not_its_quarantine(runt
     slip of ours in that read was passed off as the session's state. Only what a broken log's read
     raises (the log's errors, a failing storage) is the quarantine; a defect is raised as itself.
     (That a real corruption still quarantines is test_repeated_failed_replays_quarantine_the_session.)"""
-    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("boom_again")])]
-    async with runtime_factory(script=script, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
-        sid = await rt.session()
-        await rt.submit(sid, "r1", "explode")
-        for _ in range(100):  # each ActorUnavailable is a restarted actor that crashed again
-            try:
-                await rt.call(sid, WaitIdle())
-            except ActorUnavailable:
-                continue
-            except SessionQuarantined:
-                break
+    async with runtime_factory(script=CRASHING, extra_tools=[BOOM_REPLAYED], max_restarts=3) as rt:
+        sid = await quarantined_session(rt)
         st = await rt.call(sid, GetState())  # read from the log: it reads whole
         assert st.status == "quarantined"
 
