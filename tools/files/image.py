@@ -8,7 +8,7 @@ Recognised (anything else is NOT_AN_IMAGE, an empty file included)::
     image/webp   "RIFF" <4-byte size> "WEBP"
 
 The magic bytes type an artifact (:func:`sniff`); an image sent to a model must also be whole
-(:func:`check`): its structure read far enough to know its width and height and that it ends where
+(:func:`fault`): its structure read far enough to know its width and height and that it ends where
 its format says (a PNG's chunks up to ``IEND``, a JPEG's segments up to its scan and an ``EOI``
 after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the file), else
 NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no pixels, and
