@@ -88,14 +88,13 @@ class _Builder:
         self.events.append(t.ArtifactStored(artifact_id=aid, sha256=aid, mime=stored, size=len(data), source="mcp"))
         # (an image a model is sent is a whole one, as view_image takes: a provider refuses any
         # other, and with it every later request of the session)
-        wrong = image_fault(data) if image is not None and len(data) <= MAX_IMAGE_BYTES else None
-        if image is not None and len(data) <= MAX_IMAGE_BYTES and wrong is None:
-            self.content.append(t.ImagePart(aid, image))
-        elif wrong is not None:
+        if image is None or len(data) > MAX_IMAGE_BYTES:
+            self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}]")
+        elif (wrong := image_fault(data)) is not None:
             self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}; "
                       f"the image {wrong[1]}: not shown to the model]")
         else:
-            self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}]")
+            self.content.append(t.ImagePart(aid, image))
 
     async def block(self, block: Any) -> None:
         if not isinstance(block, dict):
