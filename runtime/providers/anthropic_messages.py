@@ -54,7 +54,7 @@ from events import types as t
 from . import caching
 from .base import (OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
                    refusal_details)
-from .compile import Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
+from .compile import ANTHROPIC_IMAGES, Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
 from .names import describe
 from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported,
                   usage_dict)
@@ -184,7 +184,7 @@ class AnthropicProvider(SdkProvider):
         import anthropic
 
         model = self.model_config(request.model)
-        compiled = await prepare(request, load_image=self.load_image, images=model.images)
+        compiled = await prepare(request, load_image=self.load_image, images=model.images, limits=ANTHROPIC_IMAGES)
         kwargs, cache = render(compiled, request, max_tokens=model.max_output_tokens or self.max_output_tokens)
         reader = _StreamReader(on_delta, self.answer_size())
         try:

@@ -32,6 +32,13 @@ module renders into its SDK's request shape. What happens here, once for all pro
   back anywhere).
   A damaged artifact raises ``ProviderError("ARTIFACT_CORRUPT")`` before anything is sent.
   A model configured without image input gets a short text placeholder instead.
+* **Images a service would refuse are not sent.** An image stays in the context and goes with
+  every later request, so one the service refuses would fail each of them until it is snipped.
+  Each image is read as :func:`tools.files.image.measure` reads it (whole, at most 8000 pixels a
+  side; sent under the type its bytes say) and the protocol's :class:`ImageLimits` are applied
+  (bytes of one image, images and bytes of images in one request, the side when a request holds
+  many), the newest images kept first. An image not sent becomes a text naming it and why
+  (:data:`IMAGE_WITHHELD`); their ids are in ``diagnostics["images_withheld"]``.
 
 Nothing here changes the items it reads (they are the persisted context); compiling the same
 request twice gives the same entries.
@@ -51,6 +58,7 @@ import trio
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, REFUSED, Item, item_parts, text_of
 from tools.artifacts import ArtifactError, ArtifactStore
+from tools.files.image import Malformed, measure
 from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
@@ -64,6 +72,7 @@ SYNTHETIC_RESULT_TEXT = (
 SUMMARY_PREFIX = "Summary of the earlier conversation (it replaced the messages it summarises):"
 IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 IMAGE_OMITTED = "[image {id} omitted: the selected model does not accept image input]"
+IMAGE_WITHHELD = "[image {id} not sent: {why}]"
 
 LoadImage = Callable[[str], Awaitable[bytes]]
 
@@ -82,12 +91,39 @@ class StoreImages:
 
 
 @dataclass(frozen=True)
+class ImageLimits:
+    """What one service takes of images in a request: bytes of one image and of all (before
+    base64), images in one request, and, for a request holding more than ``many`` images, the
+    pixels of a side (0: no such rule). See the module docstring."""
+
+    service: str
+    each: int
+    count: int
+    total: int
+    many: int = 0
+    many_side: int = 0
+
+
+# Anthropic: 5 MiB of base64 an image (3,932,160 bytes before it), 100 images and 32 MB a request
+# (18 MiB of images is 24 MiB of base64, leaving the rest to the text), and at most 2000 pixels a
+# side once a request holds more than 20 images. OpenAI: 20 MB an image, 500 images and 50 MB of
+# image bytes a request.
+ANTHROPIC_IMAGES = ImageLimits("Anthropic", each=5 * 1024 * 1024 * 3 // 4, count=100, total=18 * 1024 * 1024,
+                               many=20, many_side=2000)
+OPENAI_IMAGES = ImageLimits("OpenAI", each=20_000_000, count=500, total=50_000_000)
+
+
+@dataclass(frozen=True)
 class Image:
-    """An image ready to send: bytes verified and base64-encoded, in memory only."""
+    """An image ready to send: bytes verified and base64-encoded, in memory only; ``mime`` is
+    the type its bytes say, ``size`` their length before base64."""
 
     artifact_id: str
     mime: str
     data: str  # base64
+    size: int = 0
+    width: int = 0
+    height: int = 0
 
     @property
     def data_url(self) -> str:
@@ -144,14 +180,17 @@ def summary_text(entry: Entry) -> str:
     return f"{SUMMARY_PREFIX}\n{entry.text}"
 
 
-async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images: bool) -> Compiled:
-    """Compile ``request`` into protocol-free entries (see the module docstring).
+async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images: bool,
+                  limits: ImageLimits | None = None) -> Compiled:
+    """Compile ``request`` into protocol-free entries (see the module docstring); ``limits`` are
+    the service's for images (none: each whole image is sent).
 
     Raises :class:`ProviderError` ``ARTIFACT_CORRUPT`` / ``ARTIFACT_NOT_FOUND`` for an image that
     cannot be sent, ``TOOL_NAME_COLLISION`` if two tool ids would share a native name.
     """
     names = ToolNames(tool["name"] for tool in request.tools)
-    loaded: dict[str, Image] = {}
+    loaded: dict[str, Image | t.TextPart] = {}
+    withheld: list[str] = []
     stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0, "empty_answers": 0}
 
     async def parts_of(item: Item) -> list[Part]:
@@ -166,7 +205,10 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
                 img = loaded.get(p.artifact_id)
                 if img is None:
                     img = loaded[p.artifact_id] = await _load(p, load_image)
-                stats["images"] += 1
+                if isinstance(img, Image):
+                    stats["images"] += 1
+                else:
+                    withheld.append(p.artifact_id)
                 out.append(img)
         return out
 
@@ -233,10 +275,53 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
         else:  # an unknown role: keep its text as user content rather than lose it
             entries.append(Entry("user", await parts_of(it), item_ids=[it.id]))
             i += 1
-    return Compiled(entries, names, list(request.tools), {k: v for k, v in stats.items() if v})
+    if limits is not None:
+        fitted = _fit(entries, limits)
+        stats["images"] -= len(fitted)
+        withheld.extend(fitted)
+    diagnostics: dict[str, Any] = {k: v for k, v in stats.items() if v}
+    if withheld:
+        diagnostics["images_withheld"] = list(dict.fromkeys(withheld))
+    return Compiled(entries, names, list(request.tools), diagnostics)
 
 
-async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image:
+def _fit(entries: list[Entry], limits: ImageLimits) -> list[str]:
+    """Replace the images ``limits`` leave no room for with :data:`IMAGE_WITHHELD` texts, the
+    newest images kept first; the ids replaced, one per image part."""
+    spots = [(e, i, p) for e in entries for i, p in enumerate(e.parts) if isinstance(p, Image)]
+    kept: list[tuple[Entry, int, Image]] = []  # newest first
+    total = 0
+    out: list[str] = []
+
+    def withhold(entry: Entry, i: int, img: Image, why: str) -> None:
+        entry.parts[i] = t.TextPart(IMAGE_WITHHELD.format(id=img.artifact_id, why=why))
+        out.append(img.artifact_id)
+
+    service = limits.service
+    for entry, i, img in reversed(spots):
+        if img.size > limits.each:
+            withhold(entry, i, img, f"it is {img.size} bytes; {service} takes at most {limits.each} bytes an image")
+        elif len(kept) == limits.count:
+            withhold(entry, i, img, f"{service} takes at most {limits.count} images a request, "
+                                    f"and newer images of the context fill them")
+        elif total + img.size > limits.total:
+            withhold(entry, i, img, f"{service} takes at most {limits.total} bytes of images a request, "
+                                    f"and with the newer images of the context it would be {total + img.size}")
+        else:
+            kept.append((entry, i, img))
+            total += img.size
+    count = len(kept)
+    for entry, i, img in reversed(kept):  # (the oldest first)
+        if not limits.many or count <= limits.many:
+            break
+        if max(img.width, img.height) > limits.many_side:
+            withhold(entry, i, img, f"it is {img.width}x{img.height} pixels; in a request of more than "
+                                    f"{limits.many} images {service} takes at most {limits.many_side} a side")
+            count -= 1
+    return out
+
+
+async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | t.TextPart:
     if part.mime not in IMAGE_MIMES:
         raise ProviderError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} has MIME type {part.mime!r}; "
                             f"images must be one of {', '.join(sorted(IMAGE_MIMES))}")
@@ -253,7 +338,13 @@ async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image:
     # damaged is ever sent.
     if not isinstance(load_image, StoreImages) and hashlib.sha256(data).hexdigest() != part.artifact_id:
         raise ProviderError("ARTIFACT_CORRUPT", f"artifact {part.artifact_id} does not match its SHA-256; the request was not sent")
-    return Image(part.artifact_id, part.mime, base64.b64encode(data).decode("ascii"))
+    # Read as view_image reads an image: one it would refuse (stored by an earlier build, or by
+    # hand) is not sent, and its type is the one its bytes say.
+    try:
+        mime, width, height = measure(data)
+    except Malformed as exc:
+        return t.TextPart(IMAGE_WITHHELD.format(id=part.artifact_id, why=f"the image {exc}"))
+    return Image(part.artifact_id, mime, base64.b64encode(data).decode("ascii"), len(data), width, height)
 
 
 def native_reasoning(compiled: Compiled, entry: Entry, protocol: str) -> list[dict[str, Any]]:

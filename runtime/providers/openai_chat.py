@@ -24,7 +24,7 @@ from events import types as t
 
 from . import caching
 from .base import OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
-from .compile import Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
+from .compile import OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, openai_client_class, reported,
                   usage_dict)
@@ -148,7 +148,7 @@ class OpenAIChatProvider(SdkProvider):
         import openai
 
         model = self.model_config(request.model)
-        compiled = await prepare(request, load_image=self.load_image, images=model.images)
+        compiled = await prepare(request, load_image=self.load_image, images=model.images, limits=OPENAI_IMAGES)
         kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache,
                                ttl=getattr(model, "cache_ttl", None) or self.cache_ttl,
                                max_output_tokens=model.max_output_tokens, max_tokens_key=max_tokens_key(self.base_url))

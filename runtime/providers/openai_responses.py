@@ -29,7 +29,7 @@ from events import types as t
 from . import caching
 from .base import (OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
                    cuts_answer)
-from .compile import Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
+from .compile import OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
 from .names import describe
 from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported,
                   usage_dict)
@@ -140,7 +140,7 @@ class OpenAIResponsesProvider(SdkProvider):
         import openai
 
         model = self.model_config(request.model)
-        compiled = await prepare(request, load_image=self.load_image, images=model.images)
+        compiled = await prepare(request, load_image=self.load_image, images=model.images, limits=OPENAI_IMAGES)
         kwargs, cache = render(compiled, request, explicit_cache=model.explicit_cache,
                                ttl=getattr(model, "cache_ttl", None) or self.cache_ttl, max_output_tokens=model.max_output_tokens)
         reader = _StreamReader(on_delta, self.answer_size())

@@ -15,7 +15,7 @@ from events import types as t
 from runtime.config import ModelConfig
 from runtime.providers.base import ProviderError
 
-from .conftest import PROTOCOLS, Ctx, Deltas, image_part, tiny_png
+from .conftest import PROTOCOLS, Ctx, Deltas, image_part, png_of_size, tiny_png
 from .scripts import reply
 
 
@@ -130,7 +130,7 @@ async def test_an_image_sent_with_every_request_is_hashed_once(server, make, art
     # once (its verdict holds while the file is unchanged) and the compile step trusts the
     # store's loader; a file damaged since is still refused before anything is sent.
     provider = make("anthropic", load_image=artifacts.load)
-    data = b"\x89PNG\r\n\x1a\n" + os.urandom(3 * 1024 * 1024)
+    data = png_of_size(3 * 1024 * 1024)
     part = t.ImagePart(artifacts.store.put(data), "image/png")
     ctx = Ctx().user("what is this?", part)
     compile_hashes = 0

@@ -8,10 +8,10 @@ Recognised (anything else is NOT_AN_IMAGE, an empty file included)::
     image/webp   "RIFF" <4-byte size> "WEBP"
 
 The magic bytes type an artifact (:func:`sniff`); an image sent to a model must also be whole
-(:func:`fault`): its structure read far enough to know its width and height and that it ends where
-its format says (a PNG's chunks up to ``IEND``, a JPEG's segments up to its scan and an ``EOI``
-after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the file), else
-NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no pixels, and
+(:func:`fault`, :func:`measure`): its structure read far enough to know its width and height and
+that it ends where its format says (a PNG's chunks up to ``IEND``, a JPEG's segments up to its
+scan and an ``EOI`` after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the
+file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no pixels, and
 the image is sent again with every later request of the session, so each of them would fail.
 Each side at most :data:`MAX_IMAGE_SIDE` pixels (the strictest of the three wire protocols:
 Anthropic refuses a larger one), else TOO_LARGE naming its size.
@@ -45,6 +45,10 @@ def sniff(data: bytes) -> str | None:
 
 class Malformed(ValueError):
     """What is wrong with an image's structure (the message completes "the image ...")."""
+
+
+class Oversized(Malformed):
+    """A whole image with a side past :data:`MAX_IMAGE_SIDE` (the message completes "the image ...")."""
 
 
 def _png(data: bytes) -> tuple[int, int]:
@@ -174,15 +178,25 @@ def examine(data: bytes) -> tuple[str, int, int]:
     return mime, width, height
 
 
+def measure(data: bytes) -> tuple[str, int, int]:
+    """The MIME type, width and height of an image a model can be sent: whole (see
+    :func:`examine`) and at most :data:`MAX_IMAGE_SIDE` a side; raises :class:`Malformed` (or its
+    :class:`Oversized`) naming what is wrong."""
+    mime, width, height = examine(data)
+    if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE:
+        raise Oversized(f"is {width}x{height} pixels; each side may be at most {MAX_IMAGE_SIDE}")
+    return mime, width, height
+
+
 def fault(data: bytes) -> tuple[str, str] | None:
     """Why ``data`` is not an image a model can be sent (``(code, what is wrong)``, the message
     completing "the image …"), or None."""
     try:
-        _, width, height = examine(data)
+        measure(data)
+    except Oversized as exc:
+        return "TOO_LARGE", str(exc)
     except Malformed as exc:
         return "NOT_AN_IMAGE", str(exc)
-    if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE:
-        return "TOO_LARGE", f"is {width}x{height} pixels; each side may be at most {MAX_IMAGE_SIDE}"
     return None
 
 
