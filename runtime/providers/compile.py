@@ -186,7 +186,7 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
     the service's for images (none: each whole image is sent).
 
     Raises :class:`ProviderError` ``ARTIFACT_CORRUPT`` / ``ARTIFACT_NOT_FOUND`` for an image that
-    cannot be sent, ``TOOL_NAME_COLLISION`` if two tool ids would share a native name.
+    cannot be loaded as recorded, ``TOOL_NAME_COLLISION`` if two tool ids would share a native name.
     """
     names = ToolNames(tool["name"] for tool in request.tools)
     loaded: dict[str, Image | t.TextPart] = {}
@@ -322,9 +322,9 @@ def _fit(entries: list[Entry], limits: ImageLimits) -> list[str]:
 
 
 async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | t.TextPart:
-    if part.mime not in IMAGE_MIMES:
-        raise ProviderError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id} has MIME type {part.mime!r}; "
-                            f"images must be one of {', '.join(sorted(IMAGE_MIMES))}")
+    if part.mime not in IMAGE_MIMES:  # (not loaded: an artifact of another type may be large)
+        return t.TextPart(IMAGE_WITHHELD.format(id=part.artifact_id, why=f"it is recorded as {part.mime!r}, "
+                                                f"none of {', '.join(sorted(IMAGE_MIMES))}"))
     if load_image is None:
         raise ProviderError("ARTIFACT_NOT_FOUND", f"artifact {part.artifact_id} cannot be loaded: no artifact store is configured")
     try:

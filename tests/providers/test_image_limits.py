@@ -58,9 +58,10 @@ async def test_an_image_no_service_takes_is_named_not_sent(protocol, server, mak
     wide = stored(artifacts, png_sized(9000, 20))
     jpeg_said_png = stored(artifacts, JPEG)  # (an image part saying image/png over a JPEG's bytes)
     whole = stored(artifacts, tiny_png(2))
+    page = t.ImagePart(artifacts.store.put(b"<html>" + b"x" * 1000 + b"</html>"), "text/html")  # (not loaded)
     ctx = (Ctx().user("what are these?", cut, magic_only, jpeg_said_png)
            .response("", ("v1", "view_image", {"path": "w.png"}))
-           .result("v1", "the image", wide, whole))
+           .result("v1", "the image", wide, page, whole))
     server.push(reply(protocol, text="two pictures"))
     result = await provider.stream(ctx.request(), Deltas())
     body = server.bodies[0]
@@ -69,12 +70,15 @@ async def test_an_image_no_service_takes_is_named_not_sent(protocol, server, mak
         IMAGE_WITHHELD.format(id=cut.artifact_id, why="the image is truncated (no IEND chunk)"),
         IMAGE_WITHHELD.format(id=magic_only.artifact_id, why="the image has no IHDR header"),
         IMAGE_WITHHELD.format(id=wide.artifact_id, why="the image is 9000x20 pixels; each side may be at most 8000"),
+        IMAGE_WITHHELD.format(id=page.artifact_id, why="it is recorded as 'text/html', "
+                                                       "none of image/gif, image/jpeg, image/png, image/webp"),
     ]
     # sent under the type its bytes say, not the part's
     sent = json.dumps(body)
     assert ('"media_type": "image/jpeg"' in sent) if protocol == "anthropic" else ("data:image/jpeg;base64," in sent)
     assert result.diagnostics["images"] == 2
-    assert result.diagnostics["images_withheld"] == [cut.artifact_id, magic_only.artifact_id, wide.artifact_id]
+    assert result.diagnostics["images_withheld"] == [cut.artifact_id, magic_only.artifact_id, wide.artifact_id,
+                                                     page.artifact_id]
 
 
 async def test_anthropic_bytes_of_one_image_at_its_edge(server, make, artifacts):
