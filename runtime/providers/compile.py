@@ -38,7 +38,9 @@ module renders into its SDK's request shape. What happens here, once for all pro
   side; sent under the type its bytes say) and the protocol's :class:`ImageLimits` are applied
   (bytes of one image, images and bytes of images in one request, the side when a request holds
   many), the newest images kept first. An image not sent becomes a text naming it and why
-  (:data:`IMAGE_WITHHELD`); their ids are in ``diagnostics["images_withheld"]``.
+  (:data:`IMAGE_WITHHELD`); ``diagnostics["images_withheld"]`` lists them
+  (``{"artifact_id", "why"}``, once per artifact: the images that are not whole in the order of
+  the request, then those past the limits).
 
 Nothing here changes the items it reads (they are the persisted context); compiling the same
 request twice gives the same entries.
@@ -130,6 +132,18 @@ class Image:
         return f"data:{self.mime};base64,{self.data}"
 
 
+@dataclass(frozen=True)
+class Withheld:
+    """An image not sent, and why (the text completing "not sent: ")."""
+
+    artifact_id: str
+    why: str
+
+    @property
+    def part(self) -> t.TextPart:
+        return t.TextPart(IMAGE_WITHHELD.format(id=self.artifact_id, why=self.why))
+
+
 Part = t.TextPart | Image
 
 
@@ -189,8 +203,8 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
     cannot be loaded as recorded, ``TOOL_NAME_COLLISION`` if two tool ids would share a native name.
     """
     names = ToolNames(tool["name"] for tool in request.tools)
-    loaded: dict[str, Image | t.TextPart] = {}
-    withheld: list[str] = []
+    loaded: dict[str, Image | Withheld] = {}
+    withheld: list[Withheld] = []
     stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0, "empty_answers": 0}
 
     async def parts_of(item: Item) -> list[Part]:
@@ -207,9 +221,10 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
                     img = loaded[p.artifact_id] = await _load(p, load_image)
                 if isinstance(img, Image):
                     stats["images"] += 1
+                    out.append(img)
                 else:
-                    withheld.append(p.artifact_id)
-                out.append(img)
+                    withheld.append(img)
+                    out.append(img.part)
         return out
 
     entries: list[Entry] = [Entry("system", [t.TextPart(s)], leading=True, source="prompt") for s in request.system if s]
@@ -281,21 +296,24 @@ async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images
         withheld.extend(fitted)
     diagnostics: dict[str, Any] = {k: v for k, v in stats.items() if v}
     if withheld:
-        diagnostics["images_withheld"] = list(dict.fromkeys(withheld))
+        first: dict[str, Withheld] = {}
+        for w in withheld:
+            first.setdefault(w.artifact_id, w)
+        diagnostics["images_withheld"] = [{"artifact_id": w.artifact_id, "why": w.why} for w in first.values()]
     return Compiled(entries, names, list(request.tools), diagnostics)
 
 
-def _fit(entries: list[Entry], limits: ImageLimits) -> list[str]:
+def _fit(entries: list[Entry], limits: ImageLimits) -> list[Withheld]:
     """Replace the images ``limits`` leave no room for with :data:`IMAGE_WITHHELD` texts, the
-    newest images kept first; the ids replaced, one per image part."""
+    newest images kept first; what was replaced, one per image part."""
     spots = [(e, i, p) for e in entries for i, p in enumerate(e.parts) if isinstance(p, Image)]
     kept: list[tuple[Entry, int, Image]] = []  # newest first
     total = 0
-    out: list[str] = []
+    out: list[Withheld] = []
 
     def withhold(entry: Entry, i: int, img: Image, why: str) -> None:
-        entry.parts[i] = t.TextPart(IMAGE_WITHHELD.format(id=img.artifact_id, why=why))
-        out.append(img.artifact_id)
+        out.append(Withheld(img.artifact_id, why))
+        entry.parts[i] = out[-1].part
 
     service = limits.service
     for entry, i, img in reversed(spots):
@@ -321,10 +339,9 @@ def _fit(entries: list[Entry], limits: ImageLimits) -> list[str]:
     return out
 
 
-async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | t.TextPart:
+async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | Withheld:
     if part.mime not in IMAGE_MIMES:  # (not loaded: an artifact of another type may be large)
-        return t.TextPart(IMAGE_WITHHELD.format(id=part.artifact_id, why=f"it is recorded as {part.mime!r}, "
-                                                f"none of {', '.join(sorted(IMAGE_MIMES))}"))
+        return Withheld(part.artifact_id, f"it is recorded as {part.mime!r}, none of {', '.join(sorted(IMAGE_MIMES))}")
     if load_image is None:
         raise ProviderError("ARTIFACT_NOT_FOUND", f"artifact {part.artifact_id} cannot be loaded: no artifact store is configured")
     try:
@@ -343,7 +360,7 @@ async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | t.Te
     try:
         mime, width, height = measure(data)
     except Malformed as exc:
-        return t.TextPart(IMAGE_WITHHELD.format(id=part.artifact_id, why=f"the image {exc}"))
+        return Withheld(part.artifact_id, f"the image {exc}")
     return Image(part.artifact_id, mime, base64.b64encode(data).decode("ascii"), len(data), width, height)
 
 

@@ -74,7 +74,8 @@ async def test_an_image_from_an_earlier_build_that_is_not_whole_is_named_and_the
     assert images_in("anthropic", body) == []
     assert withheld_texts(body) == [IMAGE_WITHHELD.format(id=cut, why="the image is truncated (no IEND chunk)")]
     responded = [e for e in await d2.events(token, sid) if e["kind"] == "model.responded"]
-    assert responded[-1]["body"]["diagnostics"]["images_withheld"] == [cut]
+    assert responded[-1]["body"]["diagnostics"]["images_withheld"] == [
+        {"artifact_id": cut, "why": "the image is truncated (no IEND chunk)"}]
     assert not [e for e in await d2.events(token, sid) if e["kind"] == "model.failed"]
 
 

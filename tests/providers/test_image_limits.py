@@ -31,6 +31,11 @@ def stored(artifacts, data: bytes) -> t.ImagePart:
 WITHHELD = re.compile(r"\[image [0-9a-f]{64} not sent: [^\]]*\]")
 
 
+def withheld_ids(diagnostics: dict) -> list[str]:
+    """The artifact ids a result's diagnostics say were not sent."""
+    return [w["artifact_id"] for w in diagnostics.get("images_withheld", [])]
+
+
 def withheld_texts(body: dict) -> list[str]:
     """The texts naming an image not sent, in the order of the request body's strings."""
     out: list[str] = []
@@ -77,8 +82,10 @@ async def test_an_image_no_service_takes_is_named_not_sent(protocol, server, mak
     sent = json.dumps(body)
     assert ('"media_type": "image/jpeg"' in sent) if protocol == "anthropic" else ("data:image/jpeg;base64," in sent)
     assert result.diagnostics["images"] == 2
-    assert result.diagnostics["images_withheld"] == [cut.artifact_id, magic_only.artifact_id, wide.artifact_id,
-                                                     page.artifact_id]
+    assert withheld_ids(result.diagnostics) == [cut.artifact_id, magic_only.artifact_id, wide.artifact_id,
+                                                page.artifact_id]
+    assert result.diagnostics["images_withheld"][0] == {"artifact_id": cut.artifact_id,
+                                                        "why": "the image is truncated (no IEND chunk)"}
 
 
 async def test_anthropic_bytes_of_one_image_at_its_edge(server, make, artifacts):
@@ -94,7 +101,7 @@ async def test_anthropic_bytes_of_one_image_at_its_edge(server, make, artifacts)
             assert sent == [at]
             assert withheld_texts(server.bodies[-1]) == [IMAGE_WITHHELD.format(
                 id=parts[0].artifact_id, why="it is 3932161 bytes; Anthropic takes at most 3932160 bytes an image")]
-            assert result.diagnostics["images_withheld"] == [parts[0].artifact_id]
+            assert withheld_ids(result.diagnostics) == [parts[0].artifact_id]
         else:
             assert sent == [past, at] and "images_withheld" not in result.diagnostics
 
@@ -140,7 +147,7 @@ async def test_anthropic_more_than_20_images_leave_out_the_oldest_wider_than_200
             ctx = Ctx().user("see", *parts[:10]).response("seen").user("and these", *parts[10:])
             result = await provider.stream(ctx.request(), Deltas())
             bodies[protocol, name] = (len(images_in(protocol, server.bodies[-1])), withheld_texts(server.bodies[-1]),
-                                      result.diagnostics.get("images_withheld", []))
+                                      withheld_ids(result.diagnostics))
     assert bodies["anthropic", "twenty"] == (20, [], [])
     assert bodies["anthropic", "twenty-two"] == (20, [
         IMAGE_WITHHELD.format(id=wide.artifact_id, why="it is 2001x10 pixels; in a request of more than 20 images "
@@ -167,7 +174,7 @@ async def test_openai_images_of_one_request_at_their_edges():
     async def kept(*parts: t.ImagePart) -> tuple[int, list[str]]:
         compiled = await prepare(Ctx().user("see", *parts).request(), load_image=load, images=True, limits=OPENAI_IMAGES)
         images = [p for e in compiled.entries for p in e.parts if isinstance(p, Image)]
-        return len(images), compiled.diagnostics.get("images_withheld", [])
+        return len(images), withheld_ids(compiled.diagnostics)
 
     tiny = [part(tiny_png(i % 256) + bytes([i // 256])) for i in range(501)]  # (a byte after IEND: each its own)
     assert await kept(*tiny[:500]) == (500, [])
