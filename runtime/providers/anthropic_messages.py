@@ -54,7 +54,8 @@ from events import types as t
 from . import caching
 from .base import (OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
                    refusal_details)
-from .compile import ANTHROPIC_IMAGES, Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare, summary_text
+from .compile import (ANTHROPIC_IMAGES, Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare,
+                      summary_text)
 from .names import describe
 from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported,
                   usage_dict)

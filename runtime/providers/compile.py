@@ -123,9 +123,9 @@ class Image:
     artifact_id: str
     mime: str
     data: str  # base64
-    size: int = 0
-    width: int = 0
-    height: int = 0
+    size: int
+    width: int
+    height: int
 
     @property
     def data_url(self) -> str:

@@ -29,7 +29,8 @@ from events import types as t
 from . import caching
 from .base import (OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
                    cuts_answer)
-from .compile import OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails, summary_text
+from .compile import (OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails,
+                      summary_text)
 from .names import describe
 from .sdk import (OPENAI_BASE_URL, AnswerSize, SdkProvider, add_piece, openai_client_class, reported,
                   usage_dict)

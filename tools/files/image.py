@@ -11,8 +11,9 @@ The magic bytes type an artifact (:func:`sniff`); an image sent to a model must 
 (:func:`fault`, :func:`measure`): its structure read far enough to know its width and height and
 that it ends where its format says (a PNG's chunks up to ``IEND``, a JPEG's segments up to its
 scan and an ``EOI`` after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the
-file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no pixels, and
-the image is sent again with every later request of the session, so each of them would fail.
+file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no
+pixels, and the image is sent again with every later request of the session, so each of them
+would fail.
 Each side at most :data:`MAX_IMAGE_SIDE` pixels (the strictest of the three wire protocols:
 Anthropic refuses a larger one), else TOO_LARGE naming its size.
 
