@@ -155,6 +155,10 @@ class AgentState(msgspec.Struct):
     # succeeds (a manual one too): after an automatic one failed none is tried again
     # automatically in that task; the context view and the dashboard say why it failed.
     compaction_failure: CompactionFailure | None = None
+    # The images its last answered request did not send (artifact id -> why), as that
+    # ``model.responded`` says (``diagnostics.images_withheld``, see runtime/providers/compile.py):
+    # the view marks them where they are shown.
+    images_not_sent: dict[str, str] = {}
 
 
 def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
@@ -516,6 +520,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a.last_response_final = not ev.tool_calls or ev.stop_reason == REFUSED_STOP
         a.stop_reason = ev.stop_reason
         a.stop_details = ev.stop_details
+        a.images_not_sent = images_not_sent(ev.diagnostics)
         a.round_results = 0
         _add_usage(state, agent_id, ev.usage)
     elif isinstance(ev, t.ModelFailed):
@@ -798,7 +803,19 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 21: an answer with neither text nor calls adds an assistant item of status ``empty``.
 # 22: ``CompactionFailure.answers`` (the model answers since it failed; a snapshot of 21 would
 #     decode it as 0).
-SNAPSHOT_VERSION = 22
+SNAPSHOT_VERSION = 23
+
+
+def images_not_sent(diagnostics: dict[str, Any]) -> dict[str, str]:
+    """The images a request did not send, from its ``model.responded`` diagnostics
+    (``images_withheld``: ``{"artifact_id", "why"}`` each); what has another shape (a log of
+    another build) is passed over."""
+    found = diagnostics.get("images_withheld")
+    out: dict[str, str] = {}
+    for w in found if isinstance(found, list) else ():
+        if isinstance(w, dict) and isinstance(w.get("artifact_id"), str) and isinstance(w.get("why"), str):
+            out.setdefault(w["artifact_id"], w["why"])
+    return out
 
 
 def snapshot_bytes(state: SessionState) -> bytes:

@@ -30,14 +30,22 @@ VIEW_AGENTS_MAX = 100
 VIEW_QUEUED_MAX = 100
 
 
-def _parts(parts: list[t.ContentPart]) -> list[dict[str, Any]]:
+def _parts(parts: list[t.ContentPart], not_sent: dict[str, str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in parts:
         if isinstance(p, t.TextPart):
             out.append({"type": "text", "text": p.text})
         else:
             out.append({"type": "image", "artifactId": p.artifact_id, "mime": p.mime})
+            if p.artifact_id in not_sent:  # (omitted when the agent's last request sent it)
+                out[-1]["notSent"] = not_sent[p.artifact_id]
     return out
+
+
+def _not_sent_of(item: Item, not_sent: dict[str, str]) -> list[dict[str, str]]:
+    """The images of ``item`` its agent's last request did not send, and why."""
+    return [{"artifactId": p.artifact_id, "why": not_sent[p.artifact_id]}
+            for p in item_parts(item) if isinstance(p, t.ImagePart) and p.artifact_id in not_sent]
 
 
 _CAMEL = {name: name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:]) for name in USAGE_FIELDS}
@@ -53,11 +61,15 @@ def usage_view(u: UsageTotals | t.Usage) -> dict[str, Any]:
     return out
 
 
-def item_view(it: Item, results: dict[str, Item], running: str | None, pending: frozenset[str]) -> dict[str, Any]:
+def item_view(it: Item, results: dict[str, Item], running: str | None, pending: frozenset[str],
+              not_sent: dict[str, str] | None = None) -> dict[str, Any]:
     """One item as the view shows it; a call's status is its result's, else ``running`` /
     ``pending`` while the agent has it to run (``pending``: the call ids it has), else
     ``interrupted``: a call a fork inherited without its result never runs, and the model is told
-    it has no result (``interrupted``) — see ``runtime.providers.compile``."""
+    it has no result (``interrupted``) — see ``runtime.providers.compile``. ``not_sent``: the
+    images the agent's last request did not send (``AgentState.images_not_sent``): an image part
+    says why (``notSent``), a call's result lists its own (``imagesNotSent``)."""
+    not_sent = not_sent or {}
     v: dict[str, Any] = {"id": it.id, "role": it.role, "seq": it.seq, "taskId": it.task_id}
     # (the last item of an answer the provider cut, or the item of an empty answer: where it
     # stopped; omitted otherwise)
@@ -74,6 +86,8 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
                            "structuredContent": res.structured}
             if res.rerun_after is not None:  # (omitted when the call ran once)
                 v["result"]["rerunAfter"] = res.rerun_after
+            if not_sent and (missed := _not_sent_of(res, not_sent)):  # (omitted when all were sent)
+                v["result"]["imagesNotSent"] = missed
         _refused(v, it)
         return v
     v["text"] = it.text
@@ -81,7 +95,7 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
     # ``text`` joins the text parts with a newline; ``parts`` keeps them apart as they were
     # sent, whenever there is more than one part or an image.
     if len(parts) > 1 or any(isinstance(p, t.ImagePart) for p in parts):
-        v["parts"] = _parts(parts)
+        v["parts"] = _parts(parts, not_sent)
     if it.role == "tool_result":
         v.update(callId=it.call_id, status=it.status, isError=it.is_error)
     elif it.role == "assistant" and it.status:
@@ -178,7 +192,8 @@ def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit:
         raise InvalidCommand(f"queuedStart {queued_start} is past the session's {len(s.queue)} queued inputs")
     if agent is not None:
         pending = frozenset(c.call_id for c in agent.pending_calls)
-        items = [item_view(it, results, agent.running_call, pending) for it in shown[start:before]]
+        items = [item_view(it, results, agent.running_call, pending, agent.images_not_sent)
+                 for it in shown[start:before]]
         # How each item stands in the Working Context (visible, pruned, snipped, compacted…).
         marks = item_marks(agent)
         for v in items:

@@ -9,6 +9,7 @@ comes to hold more than 20 images, two of them wider than 2000 pixels."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -73,6 +74,9 @@ async def test_an_image_from_an_earlier_build_that_is_not_whole_is_named_and_the
     body = server.bodies[-1]
     assert images_in("anthropic", body) == []
     assert withheld_texts(body) == [IMAGE_WITHHELD.format(id=cut, why="the image is truncated (no IEND chunk)")]
+    (first,) = [it for it in view["items"] if it["role"] == "user" and it.get("parts")]
+    assert first["parts"][1] == {"type": "image", "artifactId": cut, "mime": "image/png",
+                                 "notSent": "the image is truncated (no IEND chunk)"}
     responded = [e for e in await d2.events(token, sid) if e["kind"] == "model.responded"]
     assert responded[-1]["body"]["diagnostics"]["images_withheld"] == [
         {"artifact_id": cut, "why": "the image is truncated (no IEND chunk)"}]
@@ -80,26 +84,45 @@ async def test_an_image_from_an_earlier_build_that_is_not_whole_is_named_and_the
 
 
 async def test_a_session_of_more_than_20_images_goes_on_without_its_oldest_wide_ones(daemon_factory, nursery):
+    # A tall image the user sent and a wide one view_image returned, then 20 small ones: the two
+    # oldest past 2000 pixels are named in the request; the view marks both where they are shown
+    # (the input's image part, the call's result), and so does a restarted daemon (the fold).
     server = ScriptedServer()
     url = await server.start(nursery)
     d = await daemon_factory(config=_anthropic(url))
     token = await d.pair("images-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
-    wide, tall = store_artifact(d, png_sized(2500, 10)), store_artifact(d, png_sized(10, 2001))
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    Path(project["workspace"], "wide.png").write_bytes(png_sized(2500, 10))
+    tall = store_artifact(d, png_sized(10, 2001))
     tiny = [store_artifact(d, tiny_png(i)) for i in range(20)]
-    server.push(message_stream(text="eleven"), message_stream(text="twenty-two"))
-    await d.submit(token, sid, "r1", [image(a) for a in (wide, tall, *tiny[:9])])
+    server.push(message_stream(calls=[("toolu_1", "view_image", {"path": "wide.png"})]), message_stream(text="seen"),
+                message_stream(text="twenty-two"))
+    await d.submit(token, sid, "r1", [{"type": "text", "text": "look at wide.png too"}, image(tall)])
     await d.wait_idle(token, sid)
-    assert len(images_in("anthropic", server.bodies[-1])) == 11 and withheld_texts(server.bodies[-1]) == []
-    await d.submit(token, sid, "r2", [image(a) for a in tiny[9:]])
+    assert len(images_in("anthropic", server.bodies[-1])) == 2 and withheld_texts(server.bodies[-1]) == []
+    (call,) = [it for it in (await d.view(token, sid))["items"] if it.get("call")]
+    wide = call["result"]["structuredContent"]["artifact_id"]
+    assert "imagesNotSent" not in call["result"]
+    await d.submit(token, sid, "r2", [image(a) for a in tiny])
     await d.wait_idle(token, sid)
     body = server.bodies[-1]
     assert [base64.b64decode(s) for s in images_in("anthropic", body)] == [tiny_png(i) for i in range(20)]
-    assert withheld_texts(body) == [
-        IMAGE_WITHHELD.format(id=wide, why="it is 2500x10 pixels; in a request of more than 20 images "
-                                           "Anthropic takes at most 2000 a side"),
-        IMAGE_WITHHELD.format(id=tall, why="it is 10x2001 pixels; in a request of more than 20 images "
-                                           "Anthropic takes at most 2000 a side"),
-    ]
-    view = await d.view(token, sid)
-    assert view["status"] == "idle" and view["items"][-1]["text"] == "twenty-two"
+    why_tall = "it is 10x2001 pixels; in a request of more than 20 images Anthropic takes at most 2000 a side"
+    why_wide = "it is 2500x10 pixels; in a request of more than 20 images Anthropic takes at most 2000 a side"
+    assert withheld_texts(body) == [IMAGE_WITHHELD.format(id=tall, why=why_tall),
+                                    IMAGE_WITHHELD.format(id=wide, why=why_wide)]
+
+    async def marks(daemon) -> tuple[list[dict], list[dict], int]:
+        view = await daemon.view(token, sid)
+        assert view["status"] == "idle" and view["items"][-1]["text"] == "twenty-two"
+        first, later = [it for it in view["items"] if it["role"] == "user"]
+        (call,) = [it for it in view["items"] if it.get("call")]
+        return ([p for p in first["parts"] if p["type"] == "image"], call["result"].get("imagesNotSent", []),
+                sum("notSent" in p for p in later["parts"]))
+
+    expected = ([{"type": "image", "artifactId": tall, "mime": "image/png", "notSent": why_tall}],
+                [{"artifactId": wide, "why": why_wide}], 0)
+    assert await marks(d) == expected
+    await stop_daemon(d)
+    assert await marks(await daemon_factory(config=_anthropic(url), root=d.root)) == expected
