@@ -66,3 +66,42 @@ def test_an_item_whose_text_changed_in_the_middle_is_drawn_again_and_one_unchang
         assert console_errors(driver) == []
     finally:
         d.stop()
+
+
+def test_a_focused_row_of_the_agents_pane_keeps_its_node_as_the_sessions_events_arrive(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The Agents pane was emptied and drawn again at every view the page read: a subagent's "Show
+    conversation" focused by a keyboard user became another node at each event (its focus put
+    back on a new button, a screen reader's place lost). Now a run of the main agent (its row's
+    usage changes, so that row is drawn again) leaves the subagent's row and its focused button
+    as they were."""
+    driver = browser
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-agents-kept")
+    submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and by_css(driver, "#agents button.show-convo")
+             and by_css(driver, "#timeline .tool .pill.ok"), "the subagent's row")
+    [sub] = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#agents button.show-convo'), (b) => b.dataset.agentId)")
+    button = f"#agents button.show-convo[data-agent-id='{sub}']"
+    main_usage = "return document.querySelector('#agents li.card .usage').textContent"
+    # (focused and marked in one script: the page may draw the pane again between two calls)
+    wait_for(lambda: driver.execute_script("""const b = document.querySelector(arguments[0]);
+        if (!b) return false;
+        b.focus(); b.keptMark = 'focused'; b.closest('li').keptMark = 'row';
+        document.querySelector('#agents li.card').keptMark = 'main';
+        return document.activeElement === b""", button), "the focus on the subagent's button")
+    usage_before = driver.execute_script(main_usage)
+
+    status, placed = daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": "kept-agents", "content": "hello again"},
+                                    token=strong)
+    assert status in (200, 201, 202), placed
+    last = wait_for(lambda: (lambda v: v["status"] == "idle" and v["lastSeq"] > placed["seq"] and v["lastSeq"])(
+        daemon.request("GET", f"/sessions/{sid}", token=strong)[1]), "the run to end")
+    # (the page drew the view of the session's last event: its model line names that seq, and
+    # the pane is drawn in the same pass; the main agent's row shows its new usage)
+    wait_for(lambda: driver.execute_script("return document.getElementById('session-meta').textContent").endswith(
+        f"seq {last}") and driver.execute_script(main_usage) != usage_before, "the view of the last event")
+    assert driver.execute_script("""const a = document.activeElement;
+        return [a.matches(arguments[0]), a.keptMark || null, a.closest('li').keptMark || null,
+                document.querySelector('#agents li.card').keptMark || null]""", button) == [True, "focused", "row", None]
+    assert console_errors(driver) == []
