@@ -32,6 +32,23 @@ def read_proc(pid: int | str) -> Proc | None:
     return Proc(int(pid), fields[0], int(fields[1]), int(fields[2]), argv, int(fields[19]) / CLOCK_TICKS)
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (state ``T`` or ``t``): a SIGSTOP takes effect
+    at each thread's next return to user space, not when ``kill`` returns."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # (a thread that ended meanwhile)
+        if stat[stat.rindex(")") + 2] not in "Tt":
+            return False
+    return True
+
+
 def processes() -> Iterator[Proc]:
     """Every process still there when its turn comes (one that ends meanwhile is skipped)."""
     for entry in os.listdir("/proc"):

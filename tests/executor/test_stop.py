@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tools.command_output import StreamJoin
 from tools.executor.runs import MAX_RUN_ID_CHARS
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
+from ..procfs import all_threads_stopped
 from .conftest import ExecutorProcess, start_executor, stop_process, wait_group_gone
 from .relay import Relay
 from .test_commands import BOUND_S, collect, reaping
@@ -176,8 +178,13 @@ async def _until_ready(client: ExecutorClient, command: str, run_id: str, groups
 @contextlib.contextmanager
 def frozen(pid: int) -> Any:
     """The process ``pid`` gets no time (SIGSTOP) until the block ends (SIGCONT), or a SIGCONT sent
-    within it."""
+    within it. The block begins once every thread of it is stopped: on a loaded host a thread of
+    the executor could still answer a call sent right after the signal."""
     os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10  # (a bound for the machine, not the thing tested)
+    while not all_threads_stopped(pid):
+        assert time.monotonic() < deadline, f"process {pid} did not stop within 10 s of SIGSTOP"
+        time.sleep(0.001)
     try:
         yield
     finally:
