@@ -148,8 +148,9 @@ async def check_image(svc: Services, part: t.ImagePart) -> None:
                                             f"{actual or 'no PNG, JPEG, GIF or WebP'} data, not {part.mime}")
     # (damaged: 500, before the log; then whole, as view_image takes an image: a truncated one, or
     # one of no pixels or too many, a provider refuses)
-    data = await artifact_io(part.artifact_id, artifact_store(svc).get, part.artifact_id)
-    wrong = image_fault(data)
+    # (read and walked in a worker thread: a GIF of many frames takes tens of milliseconds)
+    store = artifact_store(svc)
+    wrong = await artifact_io(part.artifact_id, lambda: image_fault(store.get(part.artifact_id)))
     if wrong is not None:
         raise ApiError("IMAGE_UNSUPPORTED", f"artifact {part.artifact_id}: the {part.mime} image {wrong[1]}")
 

@@ -29,7 +29,7 @@ module renders into its SDK's request shape. What happens here, once for all pro
 * **Images.** Each :class:`~events.types.ImagePart` is loaded by artifact id, its SHA-256
   checked against the id (by the artifact store's ``get`` for a :class:`StoreImages` loader,
   once per file on disk; here for any other), and base64-encoded in memory only (never written
-  back anywhere).
+  back anywhere), all in a worker thread.
   A damaged artifact raises ``ProviderError("ARTIFACT_CORRUPT")`` before anything is sent.
   A model configured without image input gets a short text placeholder instead.
 * **Images a service would refuse are not sent.** An image stays in the context and goes with
@@ -52,6 +52,7 @@ import base64
 import copy
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
@@ -60,7 +61,7 @@ import trio
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, REFUSED, Item, item_parts, text_of
 from tools.artifacts import ArtifactError, ArtifactStore
-from tools.files.image import Malformed, measure
+from tools.files.image import MIME_TYPES, Malformed, measure
 from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
@@ -72,24 +73,50 @@ SYNTHETIC_RESULT_TEXT = (
     "may have partly run. Check the current state before retrying."
 )
 SUMMARY_PREFIX = "Summary of the earlier conversation (it replaced the messages it summarises):"
-IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+IMAGE_MIMES = frozenset(MIME_TYPES)
 IMAGE_OMITTED = "[image {id} omitted: the selected model does not accept image input]"
 IMAGE_WITHHELD = "[image {id} not sent: {why}]"
 
 LoadImage = Callable[[str], Awaitable[bytes]]
 
 
-@dataclass(frozen=True)
 class StoreImages:
-    """The image loader over an artifact store: ``get`` in a worker thread. The store checks the
-    bytes against their id (``ARTIFACT_CORRUPT`` otherwise) and does so once per file on disk,
-    so :func:`prepare` does not hash them again, as it does a loader's of any other kind: an
-    image a long session sends with every request is not hashed for every request."""
+    """The image loader over an artifact store. The store checks the bytes against their id
+    (``ARTIFACT_CORRUPT`` otherwise) and does so once per file on disk, so :func:`prepare` does
+    not hash them again, as it does a loader's of any other kind: an image a long session sends
+    with every request is not hashed for every request. Nor is it measured again (its structure
+    walked, :func:`tools.files.image.measure`): an id is the SHA-256 of the bytes the store
+    checked, so what was found for it holds for as long as the id does; the last
+    :data:`MEASURED_IDS` ids are kept. Reading, measuring and encoding run in a worker thread,
+    never on the event loop (a GIF of many frames takes tens of milliseconds to walk)."""
 
-    store: ArtifactStore
+    MEASURED_IDS = 4096
+
+    def __init__(self, store: ArtifactStore) -> None:
+        self.store = store
+        self._found: dict[str, tuple[str, int, int] | str] = {}  # id -> (mime, width, height) | why not
+        self._lock = threading.Lock()
+        self.measurements = 0  # images walked (not answered from the kept ids): for tests and measurements
 
     async def __call__(self, artifact_id: str) -> bytes:
         return await trio.to_thread.run_sync(self.store.get, artifact_id)
+
+    async def image(self, artifact_id: str) -> Image | Withheld:
+        """The artifact as sent, or why it is not (see :func:`prepare`)."""
+        return await trio.to_thread.run_sync(self._image, artifact_id)
+
+    def _image(self, artifact_id: str) -> Image | Withheld:
+        data = self.store.get(artifact_id)
+        with self._lock:
+            found = self._found.get(artifact_id)
+        if found is None:
+            found = _measure(data)
+            with self._lock:
+                self.measurements += 1
+                if len(self._found) >= self.MEASURED_IDS:
+                    del self._found[next(iter(self._found))]  # (the oldest)
+                self._found[artifact_id] = found
+        return _image(artifact_id, data, found)
 
 
 @dataclass(frozen=True)
@@ -345,23 +372,39 @@ async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | With
     if load_image is None:
         raise ProviderError("ARTIFACT_NOT_FOUND", f"artifact {part.artifact_id} cannot be loaded: no artifact store is configured")
     try:
+        if isinstance(load_image, StoreImages):
+            return await load_image.image(part.artifact_id)
         data = await load_image(part.artifact_id)
     except ProviderError:
         raise
     except (ArtifactError, OSError) as exc:  # (anything else is a defect, not a missing artifact)
         code = getattr(exc, "code", None) or "ARTIFACT_NOT_FOUND"
         raise ProviderError(code, getattr(exc, "message", None) or str(exc)) from None
+    return await trio.to_thread.run_sync(_checked_image, part.artifact_id, data)
+
+
+def _checked_image(artifact_id: str, data: bytes) -> Image | Withheld:
     # Checked here for a loader that is not the store (the store checks what it reads): nothing
     # damaged is ever sent.
-    if not isinstance(load_image, StoreImages) and hashlib.sha256(data).hexdigest() != part.artifact_id:
-        raise ProviderError("ARTIFACT_CORRUPT", f"artifact {part.artifact_id} does not match its SHA-256; the request was not sent")
-    # Read as view_image reads an image: one it would refuse (stored by an earlier build, or by
-    # hand) is not sent, and its type is the one its bytes say.
+    if hashlib.sha256(data).hexdigest() != artifact_id:
+        raise ProviderError("ARTIFACT_CORRUPT", f"artifact {artifact_id} does not match its SHA-256; the request was not sent")
+    return _image(artifact_id, data, _measure(data))
+
+
+def _measure(data: bytes) -> tuple[str, int, int] | str:
+    """Read as view_image reads an image: one it would refuse (stored by an earlier build, or by
+    hand) is not sent (why, as a string), and its type is the one its bytes say."""
     try:
-        mime, width, height = measure(data)
+        return measure(data)
     except Malformed as exc:
-        return Withheld(part.artifact_id, f"the image {exc}")
-    return Image(part.artifact_id, mime, base64.b64encode(data).decode("ascii"), len(data), width, height)
+        return f"the image {exc}"
+
+
+def _image(artifact_id: str, data: bytes, found: tuple[str, int, int] | str) -> Image | Withheld:
+    if isinstance(found, str):
+        return Withheld(artifact_id, found)
+    mime, width, height = found
+    return Image(artifact_id, mime, base64.b64encode(data).decode("ascii"), len(data), width, height)
 
 
 def native_reasoning(compiled: Compiled, entry: Entry, protocol: str) -> list[dict[str, Any]]:

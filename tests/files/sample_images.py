@@ -10,7 +10,7 @@ import zlib
 from tests.providers.conftest import png_of_size, tiny_png
 
 __all__ = ["ANIMATED_GIF", "GIF", "JPEG", "PNG", "WEBP_ANIMATED", "WEBP_EXTENDED", "WEBP_LOSSLESS", "WEBP_LOSSY",
-           "WHOLE", "png_of_size", "png_saying", "png_sized"]
+           "WHOLE", "gif_of_frames", "png_of_size", "png_saying", "png_sized"]
 
 PNG = tiny_png(5)
 # 16x16 baseline JFIF
@@ -58,3 +58,8 @@ def png_sized(width: int, height: int) -> bytes:
     decoder finds it short; its structure is whole)."""
     return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
             + _chunk(b"IDAT", zlib.compress(b"\0\0\0\0")) + _chunk(b"IEND", b""))
+
+
+def gif_of_frames(frames: int) -> bytes:
+    """A whole 1x1 GIF of ``frames`` frames (each walked block by block when it is measured)."""
+    return GIF[:19] + _FRAME * frames + b";"

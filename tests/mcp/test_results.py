@@ -13,6 +13,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolSpec
 from tools.mcp.results import MAX_STRUCTURED_BYTES, to_tool_result
 from tools.registry import builtin_tools
+from tests.image_walks import image_work_on_this_thread
 
 from .server import PNG_1X1
 
@@ -62,8 +63,10 @@ async def test_structured_content_errors_and_invalid_results(tmp_path: Path) -> 
                                store, "mcp__s__t")
     assert isinstance(res.content[0], t.ImagePart) and res.content[0].mime == "image/png"
     # a PNG cut short was shown to the model (a provider refuses it, with every later request)
-    res = await to_tool_result({"content": [{"type": "image", "data": b64(PNG_1X1[:-12]), "mimeType": "image/png"}]},
-                               store, "mcp__s__t")
+    cut = {"content": [{"type": "image", "data": b64(PNG_1X1[:-12]), "mimeType": "image/png"}]}
+    with image_work_on_this_thread(PNG_1X1[:-12]) as on_loop:  # (walked in a worker thread)
+        res = await to_tool_result(cut, store, "mcp__s__t")
+    assert on_loop == []
     aid = res.events[0].artifact_id
     assert [p.text for p in res.content] == [f"[image: image/png, {len(PNG_1X1) - 12} bytes, saved as artifact {aid}; "
                                              "the image is truncated (no IEND chunk): not shown to the model]"]

@@ -15,6 +15,9 @@ from events import types as t
 from runtime.config import ModelConfig
 from runtime.providers.base import ProviderError
 
+from tests.files.sample_images import gif_of_frames
+from tests.image_walks import image_work_on_this_thread
+
 from .conftest import PROTOCOLS, Ctx, Deltas, image_part, png_of_size, tiny_png
 from .scripts import reply
 
@@ -161,3 +164,48 @@ async def test_an_image_sent_with_every_request_is_hashed_once(server, make, art
         await provider.stream(ctx.request(), Deltas())
     assert info.value.code == "ARTIFACT_CORRUPT" and len(server.requests) == 3
     assert artifacts.store.verifications == 2
+
+
+@pytest.mark.parametrize("loader", ["store", "other"])
+async def test_an_image_is_measured_and_encoded_off_the_event_loop_and_measured_once(server, make, artifacts, loader):
+    # Before a request is sent each image is measured (its structure walked: a GIF of many frames
+    # block by block, tens of milliseconds) and base64-encoded. Both ran on the event loop, for
+    # every image of every request, holding every session of the daemon meanwhile. They now run
+    # in a worker thread, and the store's loader keeps what it found per id (an id is the SHA-256
+    # of the bytes the store checked): an image a long session sends with every request is
+    # walked once.
+    data = gif_of_frames(2000)
+    part = t.ImagePart(artifacts.store.put(data), "image/gif")
+
+    async def other_loader(artifact_id: str) -> bytes:  # (a loader that is not the store's)
+        return (artifacts.store.root / artifact_id).read_bytes()
+
+    provider = make("openai-chat", load_image=artifacts.load if loader == "store" else other_loader)
+    ctx = Ctx().user("what is this?", part)
+    for _ in range(3):
+        server.push(reply("openai-chat", text="a picture"))
+        with image_work_on_this_thread(data) as on_loop:
+            result = await provider.stream(ctx.request(), Deltas())
+        assert on_loop == []
+        assert result.text == "a picture" and result.diagnostics["images"] == 1
+    sent = [s for b in server.bodies for s in images_in("openai-chat", b)]
+    assert [base64.b64decode(s) for s in sent] == [data] * 3
+    if loader == "store":
+        assert (artifacts.load.measurements, artifacts.store.verifications) == (1, 1)
+
+
+async def test_the_store_s_loader_keeps_what_it_found_for_its_last_ids(artifacts):
+    # What was found for an id is kept for the last MEASURED_IDS ids (a bound on a long-lived
+    # daemon's memory); an image that is not whole is kept as such, and is not sent either time.
+    loader = artifacts.load
+    loader.MEASURED_IDS = 2
+    whole = [artifacts.store.put(tiny_png(shade)) for shade in (1, 2)]
+    broken = artifacts.store.put(tiny_png(3)[:-12])  # (no IEND)
+    found = [await loader.image(i) for i in (*whole, broken, broken)]
+    assert [type(f).__name__ for f in found] == ["Image", "Image", "Withheld", "Withheld"]
+    assert found[3].why == "the image is truncated (no IEND chunk)" == found[2].why
+    assert loader.measurements == 3  # (the second look at the broken one was kept)
+    await loader.image(whole[1])
+    assert loader.measurements == 3  # (still kept: the last two ids)
+    await loader.image(whole[0])
+    assert loader.measurements == 4  # (the oldest was let go)

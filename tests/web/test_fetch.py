@@ -20,6 +20,7 @@ from tools.base import ToolRegistry
 from tools.web import web_fetch_tool
 from tools.web.fetch import MAX_BODY_BYTES, MAX_REDIRECTS
 from tests.files.sample_images import png_sized
+from tests.image_walks import image_work_on_this_thread
 from tests.unwritable import unwritable
 
 from .conftest import call, text_of
@@ -128,7 +129,9 @@ async def test_an_image_that_is_not_whole_is_stored_but_not_shown(full: ToolRegi
     cut, huge = png(3, 2)[:-12], png_sized(100_000, 4)
     for path, data, why in (("/cut.png", cut, "the image is truncated (no IEND chunk)"),
                             ("/huge.png", huge, "the image is 100000x4 pixels; each side may be at most 8000")):
-        r = await call(full, "web_fetch", {"url": web_server.reply(path, data, "image/png")})
+        with image_work_on_this_thread(data) as on_loop:  # (walked in a worker thread)
+            r = await call(full, "web_fetch", {"url": web_server.reply(path, data, "image/png")})
+        assert on_loop == []
         assert not r.is_error and [type(p) for p in r.content] == [t.TextPart], r.content
         aid = r.structured_content["artifact_id"]
         assert artifacts.get(aid) == data and r.structured_content["mime"] == "image/png"

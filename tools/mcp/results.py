@@ -90,7 +90,7 @@ class _Builder:
         # other, and with it every later request of the session)
         if image is None or len(data) > MAX_IMAGE_BYTES:
             self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}]")
-        elif (wrong := image_fault(data)) is not None:
+        elif (wrong := await trio.to_thread.run_sync(image_fault, data)) is not None:
             self.text(f"[{what}: {stored}, {len(data)} bytes, saved as artifact {aid}; "
                       f"the image {wrong[1]}: not shown to the model]")
         else:

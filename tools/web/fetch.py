@@ -332,7 +332,7 @@ async def _binary(artifacts: ArtifactStore, body: bytes, mime: str, final: Url, 
     structured.update({"artifact_id": aid, "sha256": aid, "mime": stored_mime, "size": len(body)})
     # (an image a model is sent is a whole one, as view_image takes: a provider refuses any other,
     # and with it every later request of the session)
-    wrong = image_fault(body) if image is not None else None
+    wrong = await trio.to_thread.run_sync(image_fault, body) if image is not None else None
     shown = "" if wrong is None else f" (the image {wrong[1]}: not shown to the model)"
     content: list[t.ContentPart] = [t.TextPart(
         f"{note}{final.url} is {stored_mime} ({len(body)} bytes), not text: saved as artifact {aid}{shown}")]
