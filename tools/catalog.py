@@ -32,6 +32,7 @@ import msgspec
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
 from runtime.errors import short_reason  # (imports nothing: no cycle)
+from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -290,13 +291,16 @@ def score(query: str, spec: ToolSpec) -> int:
     unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
     starts) a word of the description or is one of its letters of such scripts; plus 10 when the
     query is the tool's name (case-folded), 11 when it is the name exactly as written (two tools
-    whose names differ only by case: the one named is first). A word of :data:`COMMON_WORDS`
-    scores only as a name word."""
+    whose names differ only by case: the one named is first). The name a model is offered for a
+    tool (its digest alias, when its id is no native name) counts as its name for that bonus. A
+    word of :data:`COMMON_WORDS` scores only as a name word."""
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
     asked = query.strip()
-    total = 11 if asked == spec.name else 10 if _fold(asked) == _fold(spec.name) else 0
+    offered = alias_for(spec.name)
+    total = (11 if asked in (spec.name, offered) else
+             10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3

@@ -73,6 +73,12 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     cache_write_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     reasoning_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
+    def __post_init__(self) -> None:
+        if self.stop_details is not None and self.stop_reason != "refusal":
+            said = f"stopReason {self.stop_reason!r}" if self.stop_reason is not None else "no stopReason"
+            raise ValueError(f"stopDetails says why a refusal was refused, and this turn has {said}: "
+                             "give stopReason 'refusal' with it, or leave stopDetails out")
+
 
 def _last_message(request: ModelRequest) -> str:
     for it in reversed(request.items):

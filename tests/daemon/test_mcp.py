@@ -299,6 +299,30 @@ async def test_a_model_calling_the_alias_or_the_id_of_a_tool_not_offered_gets_th
     assert alias not in offered_names("openai-chat", loop.bodies[0])
 
 
+async def test_a_capability_search_for_a_tools_alias_loads_that_tool(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # The model knows "mcp__srv__some.tool" by its alias (offered so to it, or to the agent that
+    # named it): searched by that name, the tool got no exact-name bonus (the alias is no name
+    # of the catalog; its digest is no word of the id) and tied with "mcp__srv__some-tool" on the
+    # words both share, the tie going by name: the search loaded the other tool.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery,
+        {"tools": {"deferred": ["mcp__srv__*"]}, "mcpServers": {"srv": server("--dotted", "--named", "some-tool")}},
+        chat_stream(calls=[("c1", "capability_search", {"query": alias, "limit": 1})]),
+        chat_stream(calls=[("c2", alias, {})]),
+        chat_stream(text="done"))
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    done = {b["call_id"]: b for b in finished(await d.events(token, sid))}
+    found = done["c1"]["structured_content"]
+    assert found["loaded"] == [dotted], found
+    assert [m["name"] for m in found["matches"]] == [dotted]
+    assert done["c2"]["name"] == dotted and done["c2"]["content"] == [{"type": "text", "text": "some.tool ran"}]
+    assert alias in offered_names("openai-chat", loop.bodies[1])
+
+
 async def test_a_subagent_started_with_a_tools_list_naming_an_alias_has_that_tool(
         daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
     # The main model is offered "mcp__srv__some.tool" as its alias and names it so in a

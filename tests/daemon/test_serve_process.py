@@ -85,7 +85,12 @@ async def test_lens_serve_refuses_a_bad_faux_script_cleanly(tmp_path: Path):
     # (or a ValueError on every request).
     (tmp_path / "config").mkdir()
     for turn, words in [({"txt": "hi"}, "provider 'demo': script: Object contains unknown field `txt` - at `script[0]`"),
-                        ({"text": "hi", "delayMs": -1}, "Expected `int` >= 0 - at `script[0].delayMs`")]:
+                        ({"text": "hi", "delayMs": -1}, "Expected `int` >= 0 - at `script[0].delayMs`"),
+                        # (stopDetails on a turn not refused was taken and dropped without a word)
+                        ({"text": "hi", "stopReason": "max_tokens", "stopDetails": {"category": "cyber"}},
+                         "stopDetails says why a refusal was refused, and this turn has stopReason 'max_tokens': "
+                         "give stopReason 'refusal' with it, or leave stopDetails out - at `script[0]`"),
+                        ({"text": "hi", "stopDetails": {"explanation": "no"}}, "this turn has no stopReason")]:
         (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(
             {"providers": [{"id": "demo", "protocol": "faux", "script": [turn]}]}))
         out = await run_lens(tmp_path, "serve", "--port", "0", check=False)

@@ -420,6 +420,33 @@ async def test_a_patch_that_matches_nowhere_names_the_line_that_is_not_there(
     assert (workspace / path).read_bytes() == original
 
 
+async def test_a_patch_pinned_to_the_end_that_does_not_end_the_file_says_why(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    path = f"{sub}/tail.py"
+    original = b"def f():\n\treturn 1\n\nprint(f())\n# end\n"
+    (workspace / path).write_bytes(original)
+
+    async def refused(patch: str) -> str:
+        message = str(await fails("NO_MATCH", client.call("patch_file", {"path": path, "patch": patch})))
+        assert "are not the last lines of the file" in message
+        assert "at the end of the file at the end" not in message and "in the file at the end" not in message
+        return message
+
+    # the lines are there, but a line of the file follows them
+    elsewhere = await refused("@@\n print(f())\n+print(2)\n*** End of File\n")
+    assert "they match at line 4 in the file, and the file has 5 lines; leave out '*** End of File'" in elsewhere
+    # a line of the hunk that is nowhere: named, with the file's line that differs only in whitespace
+    spaced = await refused("@@\n-    return 1\n+\treturn 2\n \n print(f())\n # end\n*** End of File\n")
+    assert "line 1 of them is not in the file; line 2 of the file differs from it only in whitespace" in spaced
+    # every line is somewhere, not in this order at the end
+    order = await refused("@@\n print(f())\n-def f():\n+def g():\n*** End of File\n")
+    assert "the first 1 of them match at line 4; line 2 of them does not follow there" in order
+    # with an anchor
+    anchored = await refused("@@ def f():\n print(f())\n+x\n*** End of File\n")
+    assert "they match at line 4 after its anchor" in anchored
+    assert (workspace / path).read_bytes() == original
+
+
 async def test_an_absolute_path_through_a_link_to_the_workspace_is_refused_saying_how_to_name_it(
         client: ExecutorClient, workspace: Path, sub: str) -> None:
     (workspace / sub / "f.txt").write_text("inside\n")

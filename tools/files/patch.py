@@ -251,9 +251,11 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
     else:
         found = [i for i in candidates if all(lines[i + k][0] == old[k] for k in range(len(old)))]
     if not found:
-        pinned = " at the end of the file" if h.pin_eof else ""
-        raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}{pinned}"
-                                        f"{_why_not(old, lines, by_text, after, where) if not h.pin_eof else ''}")
+        if h.pin_eof:
+            raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not the last "
+                                            f"lines of the file{_why_not_last(old, lines, by_text, after, where)}")
+        raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}"
+                                        f"{_why_not(old, lines, by_text, after, where)}")
     if len(found) > 1:
         raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: matches {len(found)} places {where}; "
                                           "add context or an anchor")
@@ -295,6 +297,19 @@ def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[b
         return ""
     return (f" (the first {best} of them match at line {at + 1}; line {best + 1} of them does not follow there)"
             if best < len(old) else "")
+
+
+def _why_not_last(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list[int]],
+                  after: int, where: str) -> str:
+    """What a hunk pinned to the end of the file (``*** End of File``) that does not end it got
+    wrong, for its NO_MATCH message (by line numbers, as :func:`_why_not`): where its lines are
+    when they are elsewhere (after its anchor, if it has one), else what :func:`_why_not` says."""
+    elsewhere = _occurrences(lines, old, after)
+    if not elsewhere:
+        return _why_not(old, lines, by_text, after, where)
+    at = ", ".join(str(i + 1) for i in elsewhere[:3]) + (" …" if len(elsewhere) > 3 else "")
+    return (f" (they match at line{'s' if len(elsewhere) > 1 else ''} {at} {where}, and the file has "
+            f"{len(lines)} lines; leave out '{EOF_PIN}' to patch them there)")
 
 
 # Line comparisons the direct search may make before the linear one is used instead.
