@@ -21,6 +21,7 @@ from quart import Response, current_app, g, request
 from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 
+from .body_hints import body_hint
 from .errors import LensError, short_reason
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
@@ -191,7 +192,8 @@ async def read_body(kind: type[B]) -> B:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
+        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}"
+                                            f"{body_hint(kind, str(exc))}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
 

@@ -1,0 +1,46 @@
+"""The answers a new user's first mistakes get (docs/decisions.md, "A new user's first hour by the
+README"): a body of the wrong shape is told what the route takes there. Through the real daemon,
+over real HTTP."""
+
+from __future__ import annotations
+
+from .conftest import Daemon, error_of
+
+
+def message(r) -> str:  # (an httpx2 response or a RawResponse)
+    return r.json()["error"]["message"]
+
+
+async def test_a_body_of_the_wrong_shape_is_told_what_the_route_takes(daemon: Daemon, strong: str) -> None:
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "hello")
+    await daemon.wait_idle(strong, sid)
+    before = await daemon.events(strong, sid)
+    # the config file's own text sent as the body of its write
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"server": {"port": 7421}})
+    assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED", r.text
+    assert message(r) == ("the request body does not match: Object contains unknown field `server`; "
+                          "the body takes {text, expectDigest?}")
+    assert not daemon.config_path.exists()
+    cases = [
+        ({"requestId": "r2", "content": "x", "whenBusy": "queue"},
+         "Invalid enum value 'queue' - at `$.whenBusy`; whenBusy takes 'followUp' or 'steer'"),
+        ({"requestId": "r2", "content": [{"type": "txt", "text": "x"}]},
+         "Invalid value 'txt' - at `$.content[0].type`; content[0].type takes 'text' or 'image'"),
+        ({"requestId": "r2", "content": [{"type": "image", "artifactId": "a" * 64}]},
+         "Object missing required field `mime` - at `$.content[0]`; content[0] takes "
+         '{type: "text", text} or {type: "image", artifactId, mime}'),
+        ({"request_id": "r2", "content": "x"},
+         "Object contains unknown field `request_id`; the body takes {requestId, content, whenBusy?}"),
+    ]
+    for body, reason in cases:
+        r = await daemon.post(f"/sessions/{sid}/inputs", strong, body)
+        assert r.status_code == 422 and message(r) == f"the request body does not match: {reason}", r.text
+    r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"thinking_level": "low"})
+    assert r.status_code == 422 and "the body takes {model?, thinkingLevel?, " in message(r), r.text
+    r = await daemon.post(f"/sessions/{sid}/abort", strong, {"force": True})
+    assert r.status_code == 422 and message(r).endswith("; the body takes no field: {} or no body"), r.text
+    # a place whose type says nothing more gets no hint
+    r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": 5, "content": "x"})
+    assert message(r) == "the request body does not match: Expected `str`, got `int` - at `$.requestId`", r.text
+    assert await daemon.events(strong, sid) == before
