@@ -95,9 +95,13 @@ def _shown_path(path: str) -> str:
     return repr(path if len(path) <= 120 else path[:120] + "…")
 
 
+API_PREFIX = "/api/v1"
+
+
 def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
     """The message (and headers) of a request no route takes: 404 names the method and path,
-    and the route the client may have meant when the path only has a trailing slash more; 405
+    and the route the client may have meant when the path only has a trailing slash more, or
+    names a route outside :data:`API_PREFIX` (:func:`_under_the_api`); 405
     names the methods the route takes, also in ``Allow`` (RFC 9110 15.5.6: a 405 carries it)."""
     method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
     path = request.path
@@ -114,7 +118,37 @@ def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
             pass
         else:
             message += f"; routes take no trailing slash: {_shown_path(bare)}"
+    meant = _under_the_api(bare or path)
+    if meant is not None:
+        message += f"; the API is under {API_PREFIX}: {_shown_path(meant)}"
     return message, {}
+
+
+def _under_the_api(path: str) -> str | None:
+    """The route under :data:`API_PREFIX` a path outside it names (``/health``, ``/v1/health``,
+    ``/api/health``, ``/api/v2/health``: the prefix left out or mistyped), when one takes some
+    method there."""
+    if path.startswith(API_PREFIX + "/"):
+        return None
+    if path.startswith("/api/"):
+        after = path[len("/api"):]
+        candidates = ["/" + after[1:].partition("/")[2], after]  # (another version; none)
+    elif path.startswith("/v1/"):
+        candidates = [path[len("/v1"):]]
+    else:
+        candidates = [path]
+    adapter = current_app.url_map.bind("lens")
+    for rest in candidates:
+        if rest == "/":
+            continue
+        try:
+            adapter.match(API_PREFIX + rest, method=request.method)
+        except MethodNotAllowed:
+            return API_PREFIX + rest
+        except HTTPException:
+            continue
+        return API_PREFIX + rest
+    return None
 
 
 def create_app(svc: Services) -> QuartTrio:
@@ -140,7 +174,9 @@ def create_app(svc: Services) -> QuartTrio:
         svc.guard.check_origin(origins[0] if origins else None)
         if request.method == "OPTIONS" and request.scope.get("raw_path") == b"*":  # (the asterisk form: no route, no credential)
             return options_response(ALLOWED_METHODS)
-        if not path.startswith("/api/"):
+        if not path.startswith(API_PREFIX + "/"):
+            # (no route is there but the dashboard's `/`: a path outside the API, also one under
+            # another `/api/` prefix, is answered 404 naming the route meant, no credential asked)
             return None
         if path in Guard.PUBLIC_PATHS:
             # (any method: a wrong one is 405, not "this route needs a credential" — it does not)

@@ -1,10 +1,12 @@
 """The answers a new user's first mistakes get (docs/decisions.md, "A new user's first hour by the
-README"): a body of the wrong shape is told what the route takes there. Through the real daemon,
-over real HTTP."""
+README"): a body of the wrong shape is told what the route takes there, and a path outside
+``/api/v1`` is told the route it names under it. Through the real daemon, over real HTTP."""
 
 from __future__ import annotations
 
-from .conftest import Daemon, error_of
+import pytest
+
+from .conftest import API, Daemon, error_of, raw_http
 
 
 def message(r) -> str:  # (an httpx2 response or a RawResponse)
@@ -44,3 +46,34 @@ async def test_a_body_of_the_wrong_shape_is_told_what_the_route_takes(daemon: Da
     r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": 5, "content": "x"})
     assert message(r) == "the request body does not match: Expected `str`, got `int` - at `$.requestId`", r.text
     assert await daemon.events(strong, sid) == before
+
+
+@pytest.mark.parametrize("method,target,meant", [
+    ("GET", "/health", f"{API}/health"),
+    ("GET", "/sessions", f"{API}/sessions"),
+    ("GET", "/projects/", f"{API}/projects"),
+    ("GET", "/v1/projects", f"{API}/projects"),
+    ("GET", "/api/health", f"{API}/health"),
+    ("GET", "/api/v2/health", f"{API}/health"),
+    ("POST", "/api/v0/sessions/s1/inputs", f"{API}/sessions/s1/inputs"),
+    ("GET", "/sessions/s1/inputs", f"{API}/sessions/s1/inputs"),  # (a route of another method: still it)
+])
+async def test_a_path_outside_the_api_names_the_route_meant(daemon: Daemon, method: str, target: str,
+                                                            meant: str) -> None:
+    # (no credential: there is no route outside the API to hide, and a wrong prefix is no 401)
+    r = await raw_http(daemon.port, method, target, body=b"{}" if method == "POST" else b"")
+    assert r.status == 404 and r.code == "NOT_FOUND", r.body
+    assert message(r).endswith(f"; the API is under {API}: '{meant}'"), r.body
+
+
+async def test_a_path_that_names_no_route_anywhere_gets_no_hint_and_the_api_still_needs_a_credential(
+        daemon: Daemon, strong: str) -> None:
+    for target in ("/nothing", "/api/v2/nothing", "/api/v1"):
+        r = await raw_http(daemon.port, "GET", target)
+        assert r.status == 404 and message(r) == f"no route GET '{target}'", r.body
+    r = await raw_http(daemon.port, "GET", API + "/projects")
+    assert r.status == 401 and r.code == "AUTH_REQUIRED", r.body
+    r = await raw_http(daemon.port, "GET", API + "/nothing")
+    assert r.status == 401 and r.code == "AUTH_REQUIRED", r.body
+    r = await raw_http(daemon.port, "GET", API + "/nothing", {"Authorization": f"Bearer {strong}"})
+    assert r.status == 404 and message(r) == f"no route GET '{API}/nothing'", r.body
