@@ -77,3 +77,23 @@ async def test_a_path_that_names_no_route_anywhere_gets_no_hint_and_the_api_stil
     assert r.status == 401 and r.code == "AUTH_REQUIRED", r.body
     r = await raw_http(daemon.port, "GET", API + "/nothing", {"Authorization": f"Bearer {strong}"})
     assert r.status == 404 and message(r) == f"no route GET '{API}/nothing'", r.body
+
+
+async def test_a_form_body_is_told_the_route_takes_json(daemon: Daemon, strong: str) -> None:
+    """``curl -d 'clientId=me'`` sends a form (``application/x-www-form-urlencoded``): it was told
+    only "invalid character (byte 0)"."""
+    r = await daemon.request("POST", "/pair/requests", content=b"clientId=me&name=laptop",
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and error_of(r) == "INVALID_JSON", r.text
+    assert message(r) == ("the request body is not valid JSON (JSON is malformed: invalid character (byte 0)); "
+                          "it came as a form (application/x-www-form-urlencoded), and this route takes a JSON "
+                          'object, as {"key": "value"}'), r.text
+    r = await daemon.request("POST", "/projects", strong, content=b"--x\r\n",
+                             headers={"Content-Type": "multipart/form-data; boundary=x"})
+    assert r.status_code == 400 and "it came as a form (multipart/form-data)" in message(r), r.text
+    # JSON under a form's type is read as JSON (curl -d '{…}'), and no JSON of another type gets no such words
+    r = await daemon.request("POST", "/pair/requests", content=b'{"clientId": "me"}',
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 202, r.text
+    r = await daemon.request("POST", "/pair/requests", content=b"clientId=me", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 400 and message(r).endswith("invalid character (byte 0))"), r.text
