@@ -41,6 +41,7 @@ from .models_api import add_model_routes
 from .pairing import PairingLimit
 from .pairing_api import add_pairing_routes
 from .projects_api import add_project_routes
+from .route_hints import API_PREFIX, near_route, under_the_api
 from .server_answers import refuse
 from .services import Services
 from .sessions_api import add_session_routes
@@ -95,13 +96,10 @@ def _shown_path(path: str) -> str:
     return repr(path if len(path) <= 120 else path[:120] + "…")
 
 
-API_PREFIX = "/api/v1"
-
-
 def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
     """The message (and headers) of a request no route takes: 404 names the method and path,
     and the route the client may have meant when the path only has a trailing slash more, or
-    names a route outside :data:`API_PREFIX` (:func:`_under_the_api`); 405
+    names a route outside :data:`API_PREFIX` or with a word misspelt (runtime/route_hints.py); 405
     names the methods the route takes, also in ``Allow`` (RFC 9110 15.5.6: a 405 carries it)."""
     method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
     path = request.path
@@ -118,37 +116,12 @@ def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
             pass
         else:
             message += f"; routes take no trailing slash: {_shown_path(bare)}"
-    meant = _under_the_api(bare or path)
+    meant = under_the_api(current_app.url_map, bare or path, request.method)
     if meant is not None:
         message += f"; the API is under {API_PREFIX}: {_shown_path(meant)}"
+    elif (near := near_route(current_app.url_map, bare or path)) is not None:
+        message += f"; a route near it: {_shown_path(near)}"
     return message, {}
-
-
-def _under_the_api(path: str) -> str | None:
-    """The route under :data:`API_PREFIX` a path outside it names (``/health``, ``/v1/health``,
-    ``/api/health``, ``/api/v2/health``: the prefix left out or mistyped), when one takes some
-    method there."""
-    if path.startswith(API_PREFIX + "/"):
-        return None
-    if path.startswith("/api/"):
-        after = path[len("/api"):]
-        candidates = ["/" + after[1:].partition("/")[2], after]  # (another version; none)
-    elif path.startswith("/v1/"):
-        candidates = [path[len("/v1"):]]
-    else:
-        candidates = [path]
-    adapter = current_app.url_map.bind("lens")
-    for rest in candidates:
-        if rest == "/":
-            continue
-        try:
-            adapter.match(API_PREFIX + rest, method=request.method)
-        except MethodNotAllowed:
-            return API_PREFIX + rest
-        except HTTPException:
-            continue
-        return API_PREFIX + rest
-    return None
 
 
 def create_app(svc: Services) -> QuartTrio:

@@ -97,3 +97,29 @@ async def test_a_form_body_is_told_the_route_takes_json(daemon: Daemon, strong: 
     assert r.status_code == 202, r.text
     r = await daemon.request("POST", "/pair/requests", content=b"clientId=me", headers={"Content-Type": "text/plain"})
     assert r.status_code == 400 and message(r).endswith("invalid character (byte 0))"), r.text
+
+
+@pytest.mark.parametrize("method,target,near", [
+    ("POST", "/sessions/s1/input", "/sessions/s1/inputs"),
+    ("GET", "/session/s1", "/sessions/s1"),
+    ("GET", "/sesions", "/sessions"),
+    ("GET", "/project", "/projects"),
+    ("GET", "/sessions/s1/event", "/sessions/s1/events"),
+    ("POST", "/sessions/s1/abrot", "/sessions/s1/abort"),
+    ("GET", "/tools/inventroy", "/tools/inventory"),
+    ("POST", "/history/serch", "/history/search"),
+])
+async def test_a_route_misspelt_by_a_letter_or_two_names_the_route_near_it(daemon: Daemon, strong: str, method: str,
+                                                                          target: str, near: str) -> None:
+    r = await raw_http(daemon.port, method, API + target, {"Authorization": f"Bearer {strong}"},
+                       b"{}" if method == "POST" else b"")
+    assert r.status == 404 and r.code == "NOT_FOUND", r.body
+    assert message(r) == f"no route {method} '{API}{target}'; a route near it: '{API}{near}'", r.body
+
+
+async def test_a_path_far_from_every_route_names_none(daemon: Daemon, strong: str) -> None:
+    h = {"Authorization": f"Bearer {strong}"}
+    # (far from every route; a short word is not mended past half its letters; an empty id is no word)
+    for target in ("/nothing", "/sessions/s1/inputz/r1/stop", "/sessions//events", "/sessions/s1/xyz"):
+        r = await raw_http(daemon.port, "GET", API + target, h)
+        assert r.status == 404 and message(r) == f"no route GET '{API}{target}'", r.body
