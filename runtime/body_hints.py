@@ -27,7 +27,7 @@ def body_hint(kind: type, reason: str) -> str:
     at = _AT.search(reason)
     try:
         node = _walk(mi.type_info(kind), at.group(1) if at else "$")
-    except (TypeError, ValueError):  # (a type msgspec.inspect cannot read: no hint rather than none at all)
+    except (TypeError, ValueError):  # (a type msgspec.inspect cannot read: the reason alone, as before)
         return ""
     said = _said(node) if node is not None else None
     if said is None:
